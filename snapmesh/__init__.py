@@ -1,0 +1,1 @@
+"""snapmesh: consistent global snapshots (Chandy-Lamport) for a cluster of gRPC services."""

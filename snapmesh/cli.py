@@ -1,0 +1,49 @@
+"""The `snapmesh` command: one entry point, each subcommand in its own module.
+
+Subcommands are imported only when chosen, so `snapmesh sim` never pays for
+importing Spark or gRPC. Each module exposes `main(argv) -> int` with its own
+argument parser.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# name -> (module with main(argv), one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "sim": ("snapmesh.sim.cli", "run a scenario in the deterministic simulator"),
+    "node": ("services.node.main", "run one node (gRPC server)"),
+    "controller": ("services.controller.main", "run the snapshot controller"),
+    "app": ("services.app.main", "run the bank workload against a running cluster"),
+    "cluster": ("snapmesh.launcher", "start a local cluster on loopback (cluster up)"),
+    "demo": ("snapmesh.demo", "cluster + workload + reconciliation, end to end"),
+    "reconcile": ("snapmesh.reconcile.main", "check exported snapshots against the transfer logs (Spark)"),
+    "synth": ("snapmesh.reconcile.synth", "write synthetic transfer logs and snapshots"),
+    "health": ("snapmesh.health", "exit 0 when a server's gRPC health check says SERVING"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: snapmesh COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "`snapmesh COMMAND --help` for a command's arguments."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"snapmesh: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return module.main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

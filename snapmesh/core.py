@@ -1,0 +1,352 @@
+"""The Chandy-Lamport snapshot algorithm as a pure state machine (sans-I/O).
+
+One `Process` object per process. It holds the process's balance and the
+recording state of every snapshot the process takes part in. Callers feed it
+inputs and get back a list of effects; it never touches a socket, a thread, a
+clock or a random number, so the gRPC node, the deterministic simulator and the
+tests all drive this same code.
+
+Model
+-----
+Processes are joined by directed channels that are FIFO and lossless (the
+transport below guarantees this, repairing dropped connections before the
+algorithm sees anything). The topology must be strongly connected. Two kinds of
+message travel on a channel: transfers (money) and markers (snapshot id).
+
+Rules
+-----
+R1. Recording. When a process initiates snapshot S, or receives its first marker
+    for S, it records its local state (its balance) *before* handling anything
+    else, and then sends one marker for S on every outgoing channel before
+    sending any further message on it.
+R2. Channel state. For each incoming channel c, the state of c in S is the
+    sequence of transfers that arrive on c after the process recorded S and
+    before S's marker arrives on c, in arrival order. The channel on which the
+    first marker arrived is recorded empty.
+R3. Completion. A process is done with S once a marker for S has arrived on
+    every incoming channel. It then emits its FullState (recorded balance and
+    the state of every incoming channel) and forgets everything it held for S.
+R4. Concurrency. Several snapshots may be in progress at once; each has its own
+    recording state and a transfer is recorded in every snapshot whose channel
+    is still open. Starting S at a process that already recorded S is a no-op,
+    so one id started by several initiators is one snapshot.
+R5. Abort. A snapshot may be abandoned (it failed elsewhere, or this process
+    lost its recording in a restart). Markers that later arrive for it are
+    dropped and reported, never mistaken for a new snapshot.
+
+Invariants this keeps (checked by tests/invariants.py after every simulation)
+-----------------------------------------------------------------------------
+- Consistent cut: a transfer received before the receiver's cut was sent before
+  the sender's cut; a transfer sent after the sender's cut appears nowhere in
+  the snapshot.
+- Conservation: recorded balances + recorded in-flight amounts = total money.
+- One marker per channel per snapshot: a second marker for S on a channel is a
+  protocol violation.
+
+Errors
+------
+Every check happens before any state changes, so a refused input leaves the
+process exactly as it was. `LocalProtocolError` means the caller misused the
+process (a transfer it cannot afford, an unknown destination); the caller
+should report it to its own client. `RemoteProtocolError` means a peer broke
+the protocol (a message on a channel that does not exist, a duplicate marker);
+the caller should treat that channel as faulty.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+# ------------------------------------------------------------------ errors
+
+
+class ProtocolError(Exception):
+    """Base of every error the state machine raises."""
+
+
+class LocalProtocolError(ProtocolError):
+    """The caller asked for something the protocol forbids."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """A peer sent something the protocol forbids."""
+
+
+# ---------------------------------------------------------------- messages
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Transfer:
+    """Money on a channel. `msg_id` and `seq` are the caller's labels, carried
+    through untouched into recorded channel state."""
+
+    msg_id: str
+    amount: int
+    seq: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Marker:
+    snapshot_id: str
+
+
+Message = Transfer | Marker
+
+
+# ----------------------------------------------------------------- effects
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MessageSent:
+    """Put `message` on the channel to `dst`, after everything already on it."""
+
+    dst: str
+    message: Message
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LocalStateRecorded:
+    snapshot_id: str
+    balance: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChannelRecorded:
+    """The state of incoming channel `src` in the snapshot is now final."""
+
+    snapshot_id: str
+    src: str
+    transfers: tuple[Transfer, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FullState:
+    node_id: str
+    snapshot_id: str
+    balance: int
+    channels: Mapping[str, tuple[Transfer, ...]]  # incoming src -> in-flight transfers
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SnapshotCompleted:
+    state: FullState
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StaleMarkerDropped:
+    """A marker arrived for a snapshot this process abandoned (rule R5)."""
+
+    snapshot_id: str
+    src: str
+
+
+Effect = MessageSent | LocalStateRecorded | ChannelRecorded | SnapshotCompleted | StaleMarkerDropped
+
+
+# ------------------------------------------------------------ transitions
+
+
+class Phase(enum.Enum):
+    """Where one process stands in one snapshot."""
+
+    IDLE = "idle"  # not recorded yet
+    RECORDING = "recording"  # recorded; some incoming channels still open
+    COMPLETED = "completed"  # FullState emitted
+    ABANDONED = "abandoned"  # aborted, or lost in a restart
+
+
+class Input(enum.Enum):
+    START = "start"
+    MARKER = "marker"
+    ABORT = "abort"
+
+
+# The whole table: every (phase, input) pair names its handler. A transfer is
+# not here because it never changes a snapshot's phase (see Process.receive).
+_TRANSITIONS: dict[tuple[Phase, Input], str] = {
+    (Phase.IDLE, Input.START): "_record",
+    (Phase.IDLE, Input.MARKER): "_record_then_close",
+    (Phase.IDLE, Input.ABORT): "_abandon",
+    (Phase.RECORDING, Input.START): "_ignore",
+    (Phase.RECORDING, Input.MARKER): "_close_channel",
+    (Phase.RECORDING, Input.ABORT): "_abandon",
+    (Phase.COMPLETED, Input.START): "_ignore",
+    (Phase.COMPLETED, Input.MARKER): "_duplicate_marker",
+    (Phase.COMPLETED, Input.ABORT): "_ignore",
+    (Phase.ABANDONED, Input.START): "_ignore",
+    (Phase.ABANDONED, Input.MARKER): "_drop_stale_marker",
+    (Phase.ABANDONED, Input.ABORT): "_ignore",
+}
+
+
+@dataclass(slots=True)
+class _Recording:
+    """What a process holds for one snapshot between R1 and R3."""
+
+    balance: int
+    open_channels: dict[str, list[Transfer]]  # src -> transfers recorded so far
+    closed_channels: dict[str, tuple[Transfer, ...]] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------- process
+
+
+class Process:
+    """One process's side of the algorithm. Not thread-safe: drive it from one task."""
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        balance: int,
+        incoming: Iterable[str],
+        outgoing: Iterable[str],
+        abandoned: Iterable[str] = (),
+    ) -> None:
+        if not _is_int(balance) or balance < 0:
+            raise LocalProtocolError(f"initial balance must be a non-negative integer, got {balance!r}")
+        self.node_id = node_id
+        self._balance = balance
+        self._incoming = tuple(incoming)
+        self._outgoing = tuple(outgoing)
+        self._recordings: dict[str, _Recording] = {}
+        self._finished: dict[str, Phase] = {sid: Phase.ABANDONED for sid in abandoned}
+
+    # -- queries
+
+    @property
+    def balance(self) -> int:
+        return self._balance
+
+    @property
+    def incoming(self) -> tuple[str, ...]:
+        return self._incoming
+
+    @property
+    def outgoing(self) -> tuple[str, ...]:
+        return self._outgoing
+
+    def phase(self, snapshot_id: str) -> Phase:
+        if snapshot_id in self._recordings:
+            return Phase.RECORDING
+        return self._finished.get(snapshot_id, Phase.IDLE)
+
+    def in_progress(self) -> tuple[str, ...]:
+        return tuple(self._recordings)
+
+    # -- inputs
+
+    def send_transfer(self, *, dst: str, msg_id: str, amount: int, seq: int = 0) -> list[Effect]:
+        """This process pays `amount` to `dst`: its balance drops now."""
+        if dst not in self._outgoing:
+            raise LocalProtocolError(f"{self.node_id} has no channel to {dst!r}")
+        if not _is_int(amount) or amount <= 0:
+            raise LocalProtocolError(f"amount must be a positive integer, got {amount!r}")
+        if amount > self._balance:
+            raise LocalProtocolError(
+                f"{self.node_id} cannot send {amount}: balance is {self._balance}"
+            )
+        self._balance -= amount
+        return [MessageSent(dst=dst, message=Transfer(msg_id=msg_id, amount=amount, seq=seq))]
+
+    def receive(self, *, src: str, message: Message) -> list[Effect]:
+        """`message` arrived on the channel from `src` (the next one in FIFO order)."""
+        if src not in self._incoming:
+            raise RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
+        if isinstance(message, Transfer):
+            return self._receive_transfer(src, message)
+        if isinstance(message, Marker):
+            return self._step(message.snapshot_id, Input.MARKER, src)
+        raise RemoteProtocolError(f"unknown message type {type(message).__name__} from {src!r}")
+
+    def start_snapshot(self, snapshot_id: str) -> list[Effect]:
+        """Initiate `snapshot_id` here; a no-op if this process already recorded it."""
+        if not isinstance(snapshot_id, str) or not snapshot_id:
+            raise LocalProtocolError(f"snapshot id must be a non-empty string, got {snapshot_id!r}")
+        return self._step(snapshot_id, Input.START, None)
+
+    def abort_snapshot(self, snapshot_id: str) -> list[Effect]:
+        """Drop whatever is held for `snapshot_id`; later markers for it are dropped."""
+        return self._step(snapshot_id, Input.ABORT, None)
+
+    # -- transitions
+
+    def _step(self, snapshot_id: str, event: Input, src: str | None) -> list[Effect]:
+        handler = _TRANSITIONS[(self.phase(snapshot_id), event)]
+        return getattr(self, handler)(snapshot_id, src)
+
+    def _receive_transfer(self, src: str, transfer: Transfer) -> list[Effect]:
+        if not _is_int(transfer.amount) or transfer.amount <= 0:
+            raise RemoteProtocolError(f"transfer {transfer.msg_id!r} from {src!r} has amount {transfer.amount!r}")
+        self._balance += transfer.amount
+        for recording in self._recordings.values():
+            recorded = recording.open_channels.get(src)
+            if recorded is not None:
+                recorded.append(transfer)
+        return []
+
+    def _record(self, snapshot_id: str, src: str | None) -> list[Effect]:
+        self._recordings[snapshot_id] = _Recording(
+            balance=self._balance,
+            open_channels={c: [] for c in self._incoming},
+        )
+        effects: list[Effect] = [LocalStateRecorded(snapshot_id=snapshot_id, balance=self._balance)]
+        marker = Marker(snapshot_id=snapshot_id)
+        effects += [MessageSent(dst=dst, message=marker) for dst in self._outgoing]
+        # A process with no incoming channel (a one-node topology) is done at once.
+        return effects + self._complete_if_done(snapshot_id)
+
+    def _record_then_close(self, snapshot_id: str, src: str | None) -> list[Effect]:
+        effects = self._record(snapshot_id, src)
+        return effects + self._close_channel(snapshot_id, src)
+
+    def _close_channel(self, snapshot_id: str, src: str | None) -> list[Effect]:
+        assert src is not None
+        recording = self._recordings[snapshot_id]
+        if src in recording.closed_channels:
+            raise RemoteProtocolError(
+                f"second marker for snapshot {snapshot_id!r} on channel {src}->{self.node_id}"
+            )
+        transfers = tuple(recording.open_channels.pop(src))
+        recording.closed_channels[src] = transfers
+        effects: list[Effect] = [ChannelRecorded(snapshot_id=snapshot_id, src=src, transfers=transfers)]
+        return effects + self._complete_if_done(snapshot_id)
+
+    def _complete_if_done(self, snapshot_id: str) -> list[Effect]:
+        recording = self._recordings[snapshot_id]
+        if recording.open_channels:
+            return []
+        del self._recordings[snapshot_id]
+        self._finished[snapshot_id] = Phase.COMPLETED
+        channels = {c: recording.closed_channels[c] for c in self._incoming}
+        state = FullState(
+            node_id=self.node_id,
+            snapshot_id=snapshot_id,
+            balance=recording.balance,
+            channels=MappingProxyType(channels),
+        )
+        return [SnapshotCompleted(state=state)]
+
+    def _abandon(self, snapshot_id: str, src: str | None) -> list[Effect]:
+        self._recordings.pop(snapshot_id, None)
+        self._finished[snapshot_id] = Phase.ABANDONED
+        return []
+
+    def _ignore(self, snapshot_id: str, src: str | None) -> list[Effect]:
+        return []
+
+    def _duplicate_marker(self, snapshot_id: str, src: str | None) -> list[Effect]:
+        raise RemoteProtocolError(
+            f"second marker for snapshot {snapshot_id!r} on channel {src}->{self.node_id}"
+        )
+
+    def _drop_stale_marker(self, snapshot_id: str, src: str | None) -> list[Effect]:
+        assert src is not None
+        return [StaleMarkerDropped(snapshot_id=snapshot_id, src=src)]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

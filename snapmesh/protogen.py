@@ -1,0 +1,42 @@
+"""Generate the Python protobuf and gRPC code from protos/ into snapmesh/v1/.
+
+The one command that makes generated code: `python -m snapmesh.protogen` (`make proto`).
+The output is not committed; it is reproducible from the .proto files alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import resources
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTO_DIR = ROOT / "protos"
+OUT_DIR = ROOT  # protos/snapmesh/v1/x.proto -> snapmesh/v1/x_pb2.py
+
+
+def generate() -> int:
+    from grpc_tools import protoc
+
+    well_known = resources.files("grpc_tools") / "_proto"
+    protos = sorted(str(p.relative_to(PROTO_DIR)) for p in PROTO_DIR.rglob("*.proto"))
+    args = [
+        "grpc_tools.protoc",
+        f"-I{PROTO_DIR}",
+        f"-I{well_known}",
+        f"--python_out={OUT_DIR}",
+        f"--pyi_out={OUT_DIR}",
+        f"--grpc_python_out={OUT_DIR}",
+        *protos,
+    ]
+    status = protoc.main(args)
+    if status != 0:
+        print(f"protoc failed with status {status}", file=sys.stderr)
+        return status
+    for package_dir in {(OUT_DIR / p).parent for p in protos}:
+        (package_dir / "__init__.py").touch()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(generate())
