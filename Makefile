@@ -41,7 +41,7 @@ demo: install
 	$(BIN)/snapmesh demo
 
 bench: install
-	$(PY) -m bench
+	$(PY) -m bench $(BENCH)
 
 lint: install
 	$(PY) -m compileall -q snapmesh services tests bench

@@ -1,0 +1,33 @@
+"""`python -m bench [NAME ...]`: run the named benchmarks (default: all), in order.
+
+Each module has `main() -> int` and prints its own table. The machine is shared
+and noisy, so every table pairs a figure with a baseline measured in the same run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS = {
+    "grpc": "bench.grpc_raw",  # raw gRPC: one batched stream, one unary round trip
+    "cluster": "bench.cluster",  # a local cluster: rate, snapshot latency, overhead
+    "reconcile": "bench.reconcile",  # Spark job vs a single-process baseline
+}
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    status = 0
+    for name in names:
+        print(f"\n=== bench {name} ===", flush=True)
+        status |= importlib.import_module(BENCHMARKS[name]).main()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

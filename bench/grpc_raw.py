@@ -1,0 +1,147 @@
+"""Raw gRPC figures on loopback, two processes: the ceiling the cluster works under.
+
+A server process implements just enough of the Node service: `Channel` acks each
+frame, `GetState` answers at once. The client measures, in one run:
+  - unary round trips (GetState): p50, p99, calls/s;
+  - one Channel stream, one message per frame, one ack per frame;
+  - one Channel stream, 100 messages per frame (the batching the nodes use).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import subprocess
+import sys
+import time
+
+import grpc
+
+from snapmesh.runtime import CLIENT_OPTIONS
+from snapmesh.v1 import snapmesh_pb2 as pb
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+UNARY_CALLS = 2_000
+STREAM_MESSAGES = 20_000
+BATCHED_MESSAGES = 1_000_000
+BATCH = 100
+
+
+class _EchoNode(pb_grpc.NodeServicer):
+    async def GetState(self, request, context):
+        return pb.NodeStateResponse(node_id="bench", balance=0)
+
+    async def Channel(self, request_iterator, context):
+        last = 0
+        async for frame in request_iterator:
+            if frame.HasField("batch") and frame.batch.messages:
+                last = frame.batch.messages[-1].seq
+            yield pb.ChannelAck(acked_seq=last)
+
+
+async def _serve() -> None:
+    server = grpc.aio.server()
+    pb_grpc.add_NodeServicer_to_server(_EchoNode(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(port, flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
+    await server.stop(0)
+
+
+def _frames(total: int, batch: int):
+    template = pb.TransferMessage(msg_id="p1:p2:0", amount=7)
+    seq = 0
+    while seq < total:
+        n = min(batch, total - seq)
+        messages = [pb.ChannelMessage(seq=seq + i + 1, transfer=template) for i in range(n)]
+        seq += n
+        yield pb.ChannelFrame(batch=pb.ChannelBatch(messages=messages))
+
+
+async def _stream_rate(stub, total: int, batch: int) -> float:
+    """Messages per second through one stream, acked frame by frame (lock-step)."""
+    frames = list(_frames(total, batch))  # built before the clock starts
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def requests():
+        yield pb.ChannelFrame(open=pb.ChannelOpen(src="p1", dst="bench"))
+        for frame in frames:
+            yield frame
+            await queue.get()  # one frame in flight: the node's ack discipline
+
+    call = stub.Channel(requests())
+    start = time.perf_counter()
+    acks = 0
+    async for _ in call:
+        acks += 1
+        if acks > 1:
+            queue.put_nowait(None)
+        else:
+            start = time.perf_counter()  # the open's ack: the stream is up
+            queue.put_nowait(None)
+        if acks == len(frames) + 1:
+            break
+    elapsed = time.perf_counter() - start
+    call.cancel()
+    return total / elapsed
+
+
+async def _measure(port: int) -> dict[str, float]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=CLIENT_OPTIONS) as channel:
+        stub = pb_grpc.NodeStub(channel)
+        for _ in range(200):  # warm up
+            await stub.GetState(pb.GetStateRequest())
+        latencies = []
+        start = time.perf_counter()
+        for _ in range(UNARY_CALLS):
+            t0 = time.perf_counter()
+            await stub.GetState(pb.GetStateRequest())
+            latencies.append(time.perf_counter() - t0)
+        unary_elapsed = time.perf_counter() - start
+        latencies.sort()
+        single = await _stream_rate(stub, STREAM_MESSAGES, 1)
+        batched = await _stream_rate(stub, BATCHED_MESSAGES, BATCH)
+    return {
+        "unary_p50_ms": statistics.median(latencies) * 1e3,
+        "unary_p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1e3,
+        "unary_per_s": UNARY_CALLS / unary_elapsed,
+        "stream_single_per_s": single,
+        "stream_batched_per_s": batched,
+    }
+
+
+def measure() -> dict[str, float]:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bench.grpc_raw", "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        port = int(server.stdout.readline())
+        return asyncio.run(_measure(port))
+    finally:
+        server.stdin.close()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def main() -> int:
+    figures = measure()
+    print(f"{'raw gRPC on loopback (two processes)':<52} {'figure':>14}")
+    print(f"{'unary round trip p50 (ms)':<52} {figures['unary_p50_ms']:>14.3f}")
+    print(f"{'unary round trip p99 (ms)':<52} {figures['unary_p99_ms']:>14.3f}")
+    print(f"{'unary sequential calls/s':<52} {figures['unary_per_s']:>14,.0f}")
+    print(f"{'one stream, 1 msg/frame, acked: msgs/s':<52} {figures['stream_single_per_s']:>14,.0f}")
+    print(f"{f'one stream, {BATCH} msgs/frame, acked: msgs/s':<52} {figures['stream_batched_per_s']:>14,.0f}")
+    ratio = figures["stream_batched_per_s"] / figures["stream_single_per_s"]
+    print(f"{'batched / single (ratio, same run)':<52} {ratio:>14.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["serve"]:
+        asyncio.run(_serve())
+    else:
+        sys.exit(main())

@@ -1,0 +1,239 @@
+"""The cluster file: who the nodes are, how they are joined, where data lives.
+
+TOML, for example::
+
+    data_dir = "data"          # relative paths are relative to this file
+    initial_balance = 1000
+    # channels = [["p1", "p2"], ["p2", "p1"]]   optional; default: full mesh
+
+    [controller]
+    host = "127.0.0.1"         # the address others dial
+    port = 50050
+    metrics_port = 9100
+    snapshot_deadline_s = 10
+
+    [[nodes]]
+    id = "p1"
+    host = "127.0.0.1"
+    port = 50051
+    metrics_port = 9101
+
+Environment overrides, for containers: SNAPMESH_DATA_DIR replaces `data_dir`;
+SNAPMESH_BIND_HOST is the address every server binds to (default: its `host`),
+so a container can listen on 0.0.0.0 while peers dial it by service name.
+
+A malformed file raises `ConfigError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from snapmesh.topology import Topology, TopologyError
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "local-4.toml"
+
+
+class ConfigError(ValueError):
+    """The cluster file is malformed; the message names the file and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    host: str
+    port: int
+    metrics_port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def metrics_address(self) -> str:
+        return f"{self.host}:{self.metrics_port}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig(Endpoint):
+    id: str
+    # The port the node listens on when it differs from the one peers dial
+    # (a proxy in between, as in the fault-injection tests). None: `port`.
+    listen_port: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig(Endpoint):
+    snapshot_deadline_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    path: Path
+    data_dir: Path
+    initial_balance: int
+    controller: ControllerConfig
+    nodes: tuple[NodeConfig, ...]
+    topology: Topology
+    bind_host: str | None  # None: every server binds to its own `host`
+
+    def node(self, node_id: str) -> NodeConfig:
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        known = ", ".join(n.id for n in self.nodes)
+        raise ConfigError(f"{self.path}: no node {node_id!r} (nodes: {known})")
+
+    def bind_address(self, endpoint: Endpoint) -> str:
+        port = getattr(endpoint, "listen_port", None) or endpoint.port
+        return f"{self.bind_host or endpoint.host}:{port}"
+
+    def metrics_bind(self, endpoint: Endpoint) -> tuple[str, int]:
+        return (self.bind_host or endpoint.host, endpoint.metrics_port)
+
+    @property
+    def expected_total(self) -> int:
+        return self.initial_balance * len(self.nodes)
+
+    def log_path(self, node_id: str) -> Path:
+        return self.data_dir / f"{node_id}.log.jsonl"
+
+    @property
+    def snapshots_dir(self) -> Path:
+        return self.data_dir / "snapshots"
+
+
+def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> ClusterConfig:
+    path = Path(path) if path is not None else DEFAULT_CONFIG
+    env = os.environ if env is None else env
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse(raw, path=path, env=env)
+
+
+def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> ClusterConfig:
+    fields = _Fields(path)
+    known = {"data_dir", "initial_balance", "channels", "controller", "nodes"}
+    fields.reject_unknown(raw, known, "")
+
+    data_dir_text = env.get("SNAPMESH_DATA_DIR") or fields.string(raw, "data_dir", "data_dir")
+    data_dir = Path(data_dir_text)
+    if not data_dir.is_absolute():
+        data_dir = (path.resolve().parent / data_dir).resolve()
+    initial_balance = fields.integer(raw, "initial_balance", "initial_balance", minimum=0)
+
+    controller_raw = fields.table(raw, "controller", "controller")
+    fields.reject_unknown(controller_raw, {"host", "port", "metrics_port", "snapshot_deadline_s"}, "controller")
+    deadline = controller_raw.get("snapshot_deadline_s", 10)
+    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline <= 0:
+        raise fields.error("controller.snapshot_deadline_s", f"must be a positive number of seconds, got {deadline!r}")
+    controller = ControllerConfig(
+        host=fields.string(controller_raw, "host", "controller.host"),
+        port=fields.port(controller_raw, "port", "controller.port"),
+        metrics_port=fields.port(controller_raw, "metrics_port", "controller.metrics_port"),
+        snapshot_deadline_s=float(deadline),
+    )
+
+    nodes_raw = raw.get("nodes")
+    if not isinstance(nodes_raw, list) or not nodes_raw:
+        raise fields.error("nodes", "must be a non-empty array of [[nodes]] tables")
+    nodes = []
+    for index, node_raw in enumerate(nodes_raw):
+        where = f"nodes[{index}]"
+        if not isinstance(node_raw, dict):
+            raise fields.error(where, "must be a table")
+        fields.reject_unknown(node_raw, {"id", "host", "port", "metrics_port", "listen_port"}, where)
+        nodes.append(
+            NodeConfig(
+                id=fields.string(node_raw, "id", f"{where}.id"),
+                host=fields.string(node_raw, "host", f"{where}.host"),
+                port=fields.port(node_raw, "port", f"{where}.port"),
+                metrics_port=fields.port(node_raw, "metrics_port", f"{where}.metrics_port"),
+                listen_port=(
+                    fields.port(node_raw, "listen_port", f"{where}.listen_port") if "listen_port" in node_raw else None
+                ),
+            )
+        )
+
+    channels = raw.get("channels")
+    if channels is not None and not isinstance(channels, list):
+        raise fields.error("channels", "must be an array of [src, dst] pairs")
+    try:
+        topology = Topology.build([n.id for n in nodes], channels)
+    except TopologyError as exc:
+        raise fields.error("channels" if channels is not None else "nodes", str(exc)) from None
+
+    _check_distinct_addresses(fields, controller, nodes)
+    return ClusterConfig(
+        path=path,
+        data_dir=data_dir,
+        initial_balance=initial_balance,
+        controller=controller,
+        nodes=tuple(nodes),
+        topology=topology,
+        bind_host=env.get("SNAPMESH_BIND_HOST") or None,
+    )
+
+
+def _check_distinct_addresses(fields: _Fields, controller: ControllerConfig, nodes: list[NodeConfig]) -> None:
+    taken: dict[tuple[str, int], str] = {}
+    endpoints: list[tuple[str, Endpoint]] = [("controller", controller)]
+    endpoints += [(f"node {n.id}", n) for n in nodes]
+    for owner, endpoint in endpoints:
+        for kind, port in (("port", endpoint.port), ("metrics_port", endpoint.metrics_port)):
+            key = (endpoint.host, port)
+            if key in taken:
+                raise fields.error(f"{owner} {kind}", f"{endpoint.host}:{port} is already used by {taken[key]}")
+            taken[key] = f"{owner} {kind}"
+
+
+class _Fields:
+    """Typed field readers whose errors name the file and the field."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def error(self, field: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {field}: {problem}")
+
+    def reject_unknown(self, table: Mapping[str, Any], known: set[str], where: str) -> None:
+        for key in table:
+            if key not in known:
+                name = f"{where}.{key}" if where else key
+                raise self.error(name, f"unknown field (known: {', '.join(sorted(known))})")
+
+    def table(self, raw: Mapping[str, Any], key: str, name: str) -> Mapping[str, Any]:
+        value = raw.get(key)
+        if not isinstance(value, dict):
+            raise self.error(name, "missing table" if value is None else "must be a table")
+        return value
+
+    def string(self, raw: Mapping[str, Any], key: str, name: str) -> str:
+        value = raw.get(key)
+        if not isinstance(value, str) or not value:
+            raise self.error(name, "missing" if value is None else f"must be a non-empty string, got {value!r}")
+        return value
+
+    def integer(self, raw: Mapping[str, Any], key: str, name: str, *, minimum: int) -> int:
+        value = raw.get(key)
+        if value is None:
+            raise self.error(name, "missing")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.error(name, f"must be an integer >= {minimum}, got {value!r}")
+        return value
+
+    def port(self, raw: Mapping[str, Any], key: str, name: str) -> int:
+        value = self.integer(raw, key, name, minimum=1)
+        if value > 65535:
+            raise self.error(name, f"must be a TCP port (1-65535), got {value}")
+        return value

@@ -1,0 +1,94 @@
+"""`snapmesh health HOST:PORT`: ask a server's gRPC health service whether it serves.
+
+A client of the standard gRPC health checking protocol (grpc.health.v1), used
+by the Docker Compose healthchecks. Exit status: 0 only when the server answers
+SERVING; 1 when it answers anything else, cannot be reached, or does not answer
+in time; 2 for bad arguments. It prints one line either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 on errors; keep that, one line
+        self.exit(2, f"snapmesh health: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="snapmesh health",
+        description="Exit 0 when the gRPC server at HOST:PORT reports SERVING (grpc.health.v1).",
+    )
+    parser.add_argument("target", metavar="HOST:PORT", help="address of the gRPC server")
+    parser.add_argument(
+        "--service",
+        default="",
+        help="service name to check (default: '' = the server as a whole)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=3.0,
+        metavar="S",
+        help="give up after S seconds (default: 3)",
+    )
+    return parser
+
+
+def _valid_target(target: str) -> bool:
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return False
+    if host.startswith("[") != host.endswith("]"):
+        return False
+    return 0 < int(port) < 65536
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    if not _valid_target(args.target):
+        print(f"snapmesh health: {args.target!r} is not HOST:PORT", file=sys.stderr)
+        return 2
+    if not args.timeout > 0:
+        print(f"snapmesh health: --timeout must be positive, got {args.timeout}", file=sys.stderr)
+        return 2
+
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    name = f"{args.target} service {args.service!r}" if args.service else args.target
+    try:
+        with grpc.insecure_channel(args.target) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            response = stub.Check(
+                health_pb2.HealthCheckRequest(service=args.service),
+                timeout=args.timeout,
+            )
+    except grpc.RpcError as error:
+        code = error.code()
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            detail = f"no answer within {args.timeout:g}s"
+        elif code == grpc.StatusCode.UNAVAILABLE:
+            detail = f"unreachable: {error.details()}"
+        elif code == grpc.StatusCode.NOT_FOUND:
+            detail = "unknown service"
+        elif code == grpc.StatusCode.UNIMPLEMENTED:
+            detail = "the server has no gRPC health service"
+        else:
+            detail = f"{code.name}: {error.details()}"
+        print(f"{name}: NOT SERVING ({detail})")
+        return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    print(f"{name}: {status}")
+    return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

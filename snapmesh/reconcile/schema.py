@@ -1,0 +1,114 @@
+"""Explicit Spark schemas for the reconciliation job: nothing is inferred.
+
+Three families:
+
+* ``LOG_RECORD``: one line of ``<node_id>.log.jsonl`` as ``from_json`` parses it.
+  ``_corrupt`` receives the raw line when it is not JSON or a field has the wrong
+  type (an int64 field given a string, a float or an out-of-range number).
+* ``EVENT``: a parsed, located log record, the input of every check.
+* ``SNAPSHOT``: one exported snapshot file (protobuf JSON: int64 values are strings).
+* ``VERDICT``: the output, one row per snapshot plus one row for the whole-log checks.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import types as T
+
+CORRUPT_COLUMN = "_corrupt"
+
+
+def _fields(*pairs: tuple[str, T.DataType], nullable: bool = True) -> list[T.StructField]:
+    return [T.StructField(name, type_, nullable) for name, type_ in pairs]
+
+
+_EVENT_PAYLOAD = (
+    ("node", T.StringType()),
+    ("lsn", T.LongType()),
+    ("kind", T.StringType()),
+    ("balance", T.LongType()),
+    ("msg_id", T.StringType()),
+    ("src", T.StringType()),
+    ("dst", T.StringType()),
+    ("seq", T.LongType()),
+    ("amount", T.LongType()),
+    ("snapshot_id", T.StringType()),
+)
+
+# One log line, as parsed by from_json (PERMISSIVE, corrupt record column).
+LOG_RECORD = T.StructType(_fields(*_EVENT_PAYLOAD, (CORRUPT_COLUMN, T.StringType())))
+
+# Required fields per kind (besides node, lsn and kind, which every record needs).
+# Kinds not listed here are ignored by the checks ("abort", "restart", ...).
+REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
+    "init": ("balance",),
+    "send": ("msg_id", "src", "dst", "seq", "amount"),
+    "recv": ("msg_id", "src", "dst", "seq", "amount"),
+    "cut": ("snapshot_id", "balance"),
+    "marker_sent": ("snapshot_id", "src", "dst", "seq"),
+    "marker_recv": ("snapshot_id", "src", "dst", "seq"),
+}
+
+# A located, well-formed log record: the input of the checks.
+EVENT = T.StructType(
+    _fields(("file", T.StringType()), ("line", T.LongType())) + _fields(*_EVENT_PAYLOAD)
+)
+
+_IN_FLIGHT = T.StructType(_fields(("msg_id", T.StringType()), ("amount", T.StringType()), ("seq", T.StringType())))
+
+# One snapshot file (snapshot_pb2.Snapshot in protobuf JSON form).
+SNAPSHOT = T.StructType(
+    _fields(
+        ("snapshot_id", T.StringType()),
+        ("initiator", T.StringType()),
+        ("status", T.StringType()),
+        ("reason", T.StringType()),
+        (
+            "nodes",
+            T.ArrayType(T.StructType(_fields(("node_id", T.StringType()), ("balance", T.StringType())))),
+        ),
+        (
+            "channels",
+            T.ArrayType(
+                T.StructType(
+                    _fields(
+                        ("src", T.StringType()),
+                        ("dst", T.StringType()),
+                        ("in_flight", T.ArrayType(_IN_FLIGHT)),
+                    )
+                )
+            ),
+        ),
+        ("total", T.StringType()),
+        ("conserved", T.BooleanType()),
+        ("expected_total", T.StringType()),
+        ("started_at", T.StringType()),
+        ("finished_at", T.StringType()),
+        (CORRUPT_COLUMN, T.StringType()),
+    )
+)
+
+# A snapshot as the checks see it: SNAPSHOT plus the file it came from.
+SNAPSHOT_WITH_FILE = T.StructType([T.StructField("file", T.StringType())] + SNAPSHOT.fields)
+
+SCOPE_LOGS = "logs"
+SCOPE_SNAPSHOT = "snapshot"
+
+VERDICT = T.StructType(
+    _fields(
+        ("scope", T.StringType()),  # "logs" (whole-log checks) or "snapshot"
+        ("snapshot_id", T.StringType()),  # null on the "logs" row
+        ("status", T.StringType()),  # snapshot status; "-" on the "logs" row
+        ("consistent", T.BooleanType()),  # null: skipped (snapshot not COMPLETE)
+        ("nodes_checked", T.LongType()),
+        ("channels_checked", T.LongType()),
+        ("expected_total", T.LongType()),
+        ("observed_total", T.LongType()),
+        ("discrepancies", T.LongType()),
+        ("first_discrepancy", T.StringType()),
+    )
+)
+
+# A line or file that is not valid input (exit status 2).
+BAD_INPUT = T.StructType(
+    _fields(("file", T.StringType()), ("line", T.LongType()), ("problem", T.StringType()))
+)
