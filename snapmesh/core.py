@@ -259,6 +259,8 @@ class Process:
         if isinstance(message, Transfer):
             return self._receive_transfer(src, message)
         if isinstance(message, Marker):
+            if not isinstance(message.snapshot_id, str) or not message.snapshot_id:
+                raise RemoteProtocolError(f"marker from {src!r} has snapshot id {message.snapshot_id!r}")
             return self._step(message.snapshot_id, Input.MARKER, src)
         raise RemoteProtocolError(f"unknown message type {type(message).__name__} from {src!r}")
 

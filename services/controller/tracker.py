@@ -243,17 +243,15 @@ def duration_s(snapshot: pb.Snapshot) -> float:
 
 
 def new_snapshot_id(now: float, suffix: Iterable[int]) -> str:
-    """A time-ordered id: UTC start time to the millisecond, then a random suffix.
+    """A time-ordered id: UTC start time to the microsecond, then a random suffix.
 
     `suffix` is random bytes from the caller, so ids stay unique across restarts
     and several controllers without the tracker drawing randomness itself.
     """
-    whole = int(now)
-    millis = int(round((now - whole) * 1000))
-    if millis == 1000:
-        whole, millis = whole + 1, 0
+    micros = int(round(now * 1_000_000))
+    whole, fraction = divmod(micros, 1_000_000)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(whole))  # formatting only, no clock
-    return f"{stamp}.{millis:03d}Z-{bytes(suffix).hex()}"
+    return f"{stamp}.{fraction:06d}Z-{bytes(suffix).hex()}"
 
 
 def _timestamp(now: float) -> Timestamp:

@@ -121,10 +121,10 @@ def from_dict(data: Any) -> Scenario:
         raise ScenarioError("scenario", f"must be a JSON object, got {_kind(data)}")
     unknown = [key for key in data if key not in TOP_LEVEL_KEYS]
     if unknown:
-        raise ScenarioError(repr(unknown[0]), f"unknown key (expected {', '.join(TOP_LEVEL_KEYS)})")
+        raise ScenarioError("scenario", f"unknown key {unknown[0]!r} (expected {', '.join(TOP_LEVEL_KEYS)})")
     for key in ("nodes", "steps"):
         if key not in data:
-            raise ScenarioError(key, "missing")
+            raise ScenarioError("scenario", f"missing key {key!r}")
 
     balances = _parse_nodes(data["nodes"])
     channels = data.get("channels")
@@ -187,7 +187,7 @@ def _parse_step(index: int, raw: Any, topology: Topology) -> Step:
         src, dst = channel(args[0], args[1])
         amount = args[2]
         if not _is_int(amount):
-            raise fail(f"AMOUNT must be an integer, got {json.dumps(amount)}")
+            raise fail(f"amount must be an integer, got {json.dumps(amount)}")
         if amount <= 0:
             raise fail(f"amount must be positive, got {amount}")
         return Send(src=src, dst=dst, amount=amount)

@@ -1,0 +1,85 @@
+variable "region" {
+  description = "AWS region to deploy into."
+  type        = string
+  default     = "us-east-1"
+}
+
+variable "allowed_cidr" {
+  description = "The only network admitted to SSH (22) and the controller's gRPC port (50050), e.g. your address as 203.0.113.7/32. No default: you must choose it; 0.0.0.0/0 is refused."
+  type        = string
+
+  validation {
+    condition     = can(cidrhost(var.allowed_cidr, 0)) && !contains(["0.0.0.0/0", "::/0"], var.allowed_cidr)
+    error_message = "allowed_cidr must be a CIDR block (e.g. 203.0.113.7/32) narrower than the whole Internet."
+  }
+}
+
+variable "instance_type" {
+  description = "EC2 instance type. 4 GiB of memory runs 4 nodes, the controller, the app and the Spark reconciliation job."
+  type        = string
+  default     = "t3.medium"
+}
+
+variable "subnet_id" {
+  description = "Subnet to launch in (it must give the instance a route to the Internet). null: a default subnet of the region's default VPC."
+  type        = string
+  default     = null
+}
+
+variable "ami_id" {
+  description = "AMI to boot (Debian 12 or another Debian-family image with apt). null: the latest official Debian 12 (bookworm) amd64 AMI."
+  type        = string
+  default     = null
+}
+
+variable "key_name" {
+  description = "Name of an existing EC2 key pair for SSH. null: no key (use SSM Session Manager instead)."
+  type        = string
+  default     = null
+}
+
+variable "repo_url" {
+  description = "Git URL of the snapmesh repository the instance clones (https; must be readable without credentials)."
+  type        = string
+}
+
+variable "repo_ref" {
+  description = "Branch, tag or commit of repo_url to deploy."
+  type        = string
+  default     = "main"
+}
+
+variable "nodes" {
+  description = "Number of snapmesh nodes in the compose stack (deploy/compose/generate.py --nodes)."
+  type        = number
+  default     = 4
+
+  validation {
+    condition     = var.nodes >= 2 && var.nodes <= 99 && floor(var.nodes) == var.nodes
+    error_message = "nodes must be a whole number between 2 and 99."
+  }
+}
+
+variable "enable_monitoring" {
+  description = "Also start Prometheus and Grafana (compose profile \"monitoring\"). Their ports stay on the instance's loopback: reach them through an SSH tunnel."
+  type        = bool
+  default     = true
+}
+
+variable "root_volume_size_gb" {
+  description = "Size of the encrypted root volume in GiB (Docker images, transfer logs, snapshots)."
+  type        = number
+  default     = 30
+}
+
+variable "name" {
+  description = "Name tag and prefix of every resource."
+  type        = string
+  default     = "snapmesh"
+}
+
+variable "tags" {
+  description = "Extra tags for every resource."
+  type        = map(string)
+  default     = {}
+}

@@ -1,0 +1,64 @@
+"""`snapmesh app --controller HOST:PORT [--duration S] [--transfer-interval S]
+[--snapshot-every S] [--seed N] [--max-amount N]`: the bank workload.
+
+Exit status: 0 when every snapshot finished and was conserved, 1 otherwise,
+2 when the controller cannot be reached or an argument is bad.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from services.app.workload import ControllerUnreachable, WorkloadParams, run_workload
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        self.exit(2, f"snapmesh app: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    defaults = WorkloadParams()
+    parser = _Parser(prog="snapmesh app", description="Move money between nodes and take snapshots.")
+    parser.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's address")
+    parser.add_argument("--duration", type=float, default=defaults.duration, metavar="S")
+    parser.add_argument("--transfer-interval", type=float, default=defaults.transfer_interval, metavar="S",
+                        help="each node makes one transfer every S seconds")
+    parser.add_argument("--snapshot-every", type=float, default=defaults.snapshot_every, metavar="S",
+                        help="a snapshot at a random node every S seconds (0: none)")
+    parser.add_argument("--seed", type=int, default=None, metavar="N", help="seed of every random choice")
+    parser.add_argument("--max-amount", type=int, default=defaults.max_amount, metavar="N")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    params = WorkloadParams(
+        duration=args.duration,
+        transfer_interval=args.transfer_interval,
+        snapshot_every=args.snapshot_every,
+        seed=args.seed,
+        max_amount=args.max_amount,
+    )
+    try:
+        params.check()
+    except ValueError as exc:
+        print(f"snapmesh app: {exc}", file=sys.stderr)
+        return 2
+    try:
+        summary = run_workload(args.controller, params, out=sys.stdout)
+    except ControllerUnreachable as exc:
+        print(f"snapmesh app: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return summary.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

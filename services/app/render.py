@@ -1,0 +1,88 @@
+"""Text for the bank workload: progress lines, snapshot tables, the summary."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from services.controller.tracker import duration_s
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+if TYPE_CHECKING:
+    from services.app.workload import Summary
+
+_MAX_LISTED = 6  # in-flight transfers shown per channel before "... and N more"
+
+
+def progress_line(
+    elapsed: float,
+    delta: tuple[int, int, int],
+    totals: tuple[int, int, int],
+    moved: int,
+    balances: dict[str, int | None],
+) -> str:
+    made, refused, failed = delta
+    shown = "  ".join(f"{n} {'?' if b is None else b}" for n, b in balances.items())
+    failed_text = f" {failed:+d} failed" if failed else ""
+    return (
+        f"{elapsed:6.1f}s  transfers {made:+4d} made {refused:+3d} refused{failed_text}"
+        f"  (total {totals[0]}, moved {moved})  balances: {shown}"
+    )
+
+
+def snapshot_table(snapshot: pb.Snapshot) -> list[str]:
+    status = pb.Snapshot.Status.Name(snapshot.status)
+    took = f" in {duration_s(snapshot) * 1000:.0f} ms" if snapshot.HasField("finished_at") else ""
+    lines = [f"  +-- snapshot {snapshot.snapshot_id}  initiator {snapshot.initiator}  {status}{took}"]
+    if snapshot.status != pb.Snapshot.COMPLETE:
+        lines.append(f"  |   reason: {snapshot.reason or '-'}")
+        lines.append("  +--")
+        return lines
+    width = max([4, *(len(n.node_id) for n in snapshot.nodes)])
+    lines.append(f"  |   {'node':<{width}}  recorded balance")
+    for node in snapshot.nodes:
+        lines.append(f"  |   {node.node_id:<{width}}  {node.balance:>16}")
+    busy = [c for c in snapshot.channels if c.in_flight]
+    in_flight_sum = sum(t.amount for c in snapshot.channels for t in c.in_flight)
+    if busy:
+        lines.append("  |   in flight:")
+        for channel in busy:
+            shown = ", ".join(f"{t.amount} (seq {t.seq})" for t in channel.in_flight[:_MAX_LISTED])
+            more = len(channel.in_flight) - _MAX_LISTED
+            if more > 0:
+                shown += f", ... and {more} more"
+            amount = sum(t.amount for t in channel.in_flight)
+            lines.append(f"  |     {channel.src}->{channel.dst}: {shown}  = {amount}")
+    else:
+        lines.append("  |   in flight: none")
+    idle = len(snapshot.channels) - len(busy)
+    if busy and idle:
+        lines.append(f"  |     ({idle} other channel(s) empty)")
+    verdict = "CONSERVED" if snapshot.conserved else "VIOLATED"
+    balances = snapshot.total - in_flight_sum
+    lines.append(
+        f"  |   total {snapshot.total} = balances {balances} + in flight {in_flight_sum}; "
+        f"expected {snapshot.expected_total}: {verdict}"
+    )
+    lines.append("  +--")
+    return lines
+
+
+def summary_lines(summary: Summary) -> list[str]:
+    complete, failed = summary.complete, summary.failed
+    violated = [s for s in complete if not s.conserved]
+    lines = [
+        "",
+        f"summary (seed {summary.seed}, {summary.elapsed_s:.1f}s):",
+        f"  transfers: {summary.transfers_made} made, {summary.transfers_refused} refused (insufficient funds), "
+        f"{summary.transfers_failed} failed; {summary.moved} moved",
+        f"  snapshots: {len(complete)} complete ({len(complete) - len(violated)} conserved, "
+        f"{len(violated)} violated), {len(failed)} failed, {len(summary.snapshot_errors)} not finished",
+    ]
+    for snapshot in failed:
+        lines.append(f"    FAILED {snapshot.snapshot_id}: {snapshot.reason}")
+    for snapshot in violated:
+        lines.append(f"    VIOLATED {snapshot.snapshot_id}: {snapshot.reason}")
+    for error in summary.snapshot_errors:
+        lines.append(f"    NOT FINISHED {error}")
+    lines.append(f"  all snapshots conserved: {'yes' if summary.all_conserved else 'NO'}")
+    return lines

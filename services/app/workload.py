@@ -1,0 +1,210 @@
+"""The bank workload: money moves between nodes while snapshots are taken.
+
+Every `transfer_interval` each node pays a random 1..`max_amount` to a random
+node it has a channel to; every `snapshot_every` seconds a random node starts a
+snapshot; after `duration` seconds it waits for the snapshots still running and
+prints a summary. One seeded generator draws every choice, so a seed replays
+the same requests (the cluster's timing still varies).
+
+Use it in-process: `run_workload("127.0.0.1:50050", WorkloadParams(seed=1))`
+returns a `Summary`; `summary.exit_code` is 0 when every snapshot finished and
+was conserved, 1 otherwise. `ControllerUnreachable` when the controller does
+not answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import grpc
+
+from services.app.render import progress_line, snapshot_table, summary_lines
+from snapmesh.runtime import CLIENT_OPTIONS
+from snapmesh.v1 import snapmesh_pb2 as pb
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+RPC_TIMEOUT_S = 5.0
+
+
+class ControllerUnreachable(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkloadParams:
+    duration: float = 10.0
+    transfer_interval: float = 0.1
+    snapshot_every: float = 2.0  # 0: no snapshots
+    seed: int | None = None  # None: a random seed, printed
+    max_amount: int = 100
+    report_every: float = 1.0  # one progress line per this many seconds
+    snapshot_timeout: float = 60.0  # how long to wait for one snapshot to finish
+
+    def check(self) -> None:
+        for name in ("duration", "transfer_interval", "report_every", "snapshot_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.snapshot_every < 0:
+            raise ValueError(f"snapshot_every must be >= 0, got {self.snapshot_every}")
+        if self.max_amount < 1:
+            raise ValueError(f"max_amount must be >= 1, got {self.max_amount}")
+
+
+@dataclass(slots=True)
+class Summary:
+    seed: int
+    elapsed_s: float = 0.0
+    transfers_made: int = 0
+    transfers_refused: int = 0  # insufficient funds (FAILED_PRECONDITION): expected now and then
+    transfers_failed: int = 0  # any other error (a node down, a timeout)
+    moved: int = 0
+    snapshots: list[pb.Snapshot] = field(default_factory=list)  # finished, in finishing order
+    snapshot_errors: list[str] = field(default_factory=list)  # triggers that got no finished snapshot
+
+    @property
+    def complete(self) -> list[pb.Snapshot]:
+        return [s for s in self.snapshots if s.status == pb.Snapshot.COMPLETE]
+
+    @property
+    def failed(self) -> list[pb.Snapshot]:
+        return [s for s in self.snapshots if s.status != pb.Snapshot.COMPLETE]
+
+    @property
+    def all_conserved(self) -> bool:
+        return not self.failed and not self.snapshot_errors and all(s.conserved for s in self.snapshots)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.all_conserved else 1
+
+
+def run_workload(controller_address: str, params: WorkloadParams, out: TextIO | None = None) -> Summary:
+    return asyncio.run(workload(controller_address, params, out=out or sys.stdout))
+
+
+async def workload(controller_address: str, params: WorkloadParams, out: TextIO) -> Summary:
+    params.check()
+    seed = params.seed if params.seed is not None else random.SystemRandom().randrange(2**32)
+    rng = random.Random(seed)
+    summary = Summary(seed=seed)
+
+    def say(line: str = "") -> None:
+        print(line, file=out, flush=True)
+
+    async with grpc.aio.insecure_channel(controller_address, options=CLIENT_OPTIONS) as controller_channel:
+        controller = pb_grpc.ControllerStub(controller_channel)
+        try:
+            cluster = await controller.GetCluster(pb.GetClusterRequest(), timeout=RPC_TIMEOUT_S)
+        except grpc.aio.AioRpcError as error:
+            raise ControllerUnreachable(
+                f"cannot reach the controller at {controller_address}: {error.code().name}: {error.details()}"
+            ) from None
+        node_ids = [n.node_id for n in cluster.nodes]
+        neighbours = {n: [c.dst for c in cluster.channels if c.src == n] for n in node_ids}
+        say(
+            f"bank workload: seed {seed} (rerun with --seed {seed}); {len(node_ids)} nodes, "
+            f"{len(cluster.channels)} channels; every {params.transfer_interval:g}s each node pays "
+            f"1..{params.max_amount}; a snapshot every {params.snapshot_every:g}s; {params.duration:g}s in all"
+        )
+        channels = {n.node_id: grpc.aio.insecure_channel(n.address, options=CLIENT_OPTIONS) for n in cluster.nodes}
+        stubs = {node: pb_grpc.NodeStub(ch) for node, ch in channels.items()}
+        try:
+            await _run(params, rng, summary, controller, stubs, neighbours, say)
+        finally:
+            for ch in channels.values():
+                await ch.close()
+    for line in summary_lines(summary):
+        say(line)
+    return summary
+
+
+async def _run(params, rng, summary, controller, stubs, neighbours, say) -> None:
+    node_ids = list(stubs)
+    snapshot_tasks: list[asyncio.Task[None]] = []
+    errors_seen: set[str] = set()
+
+    async def transfer(node: str, to: str, amount: int) -> None:
+        try:
+            await stubs[node].Transfer(pb.TransferRequest(to=to, amount=amount), timeout=RPC_TIMEOUT_S)
+        except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                summary.transfers_refused += 1
+                return
+            summary.transfers_failed += 1
+            key = f"{node}:{error.code().name}"
+            if key not in errors_seen:
+                errors_seen.add(key)
+                say(f"  ! transfer {node}->{to} failed: {error.code().name}: {error.details()}")
+            return
+        summary.transfers_made += 1
+        summary.moved += amount
+
+    async def snapshot(initiator: str) -> None:
+        try:
+            result = await controller.TriggerSnapshot(
+                pb.TriggerSnapshotRequest(initiator=initiator, wait=True), timeout=params.snapshot_timeout
+            )
+        except grpc.aio.AioRpcError as error:
+            message = f"snapshot at {initiator}: {error.code().name}: {error.details()}"
+            summary.snapshot_errors.append(message)
+            say(f"  ! {message}")
+            return
+        summary.snapshots.append(result)
+        for line in snapshot_table(result):
+            say(line)
+
+    async def balances() -> dict[str, int | None]:
+        async def one(node: str) -> int | None:
+            try:
+                # A short timeout: a slow node must not stall the transfers.
+                timeout = min(1.0, params.report_every)
+                return (await stubs[node].GetState(pb.GetStateRequest(), timeout=timeout)).balance
+            except grpc.aio.AioRpcError:
+                return None
+
+        values = await asyncio.gather(*(one(n) for n in node_ids))
+        return dict(zip(node_ids, values))
+
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    wall_start = time.monotonic()
+    next_transfer = start
+    next_snapshot = start + params.snapshot_every if params.snapshot_every else float("inf")
+    next_report = start + params.report_every
+    end = start + params.duration
+    last = (0, 0, 0)
+    while True:
+        now = loop.time()
+        if now >= end:
+            break
+        if now >= next_snapshot:
+            snapshot_tasks.append(asyncio.create_task(snapshot(rng.choice(node_ids))))
+            next_snapshot += params.snapshot_every
+        if now >= next_transfer:
+            batch = []
+            for node in node_ids:
+                if neighbours[node]:
+                    batch.append(transfer(node, rng.choice(neighbours[node]), rng.randint(1, params.max_amount)))
+            await asyncio.gather(*batch)
+            next_transfer += params.transfer_interval
+            if next_transfer < loop.time():  # fell behind: skip, don't burst
+                next_transfer = loop.time()
+        if loop.time() >= next_report:
+            counts = (summary.transfers_made, summary.transfers_refused, summary.transfers_failed)
+            delta = tuple(c - p for c, p in zip(counts, last))
+            last = counts
+            say(progress_line(loop.time() - start, delta, counts, summary.moved, await balances()))
+            next_report += params.report_every
+        wake = min(next_transfer, next_snapshot, next_report, end)
+        await asyncio.sleep(max(0.0, wake - loop.time()))
+    if snapshot_tasks:
+        pending = sum(not t.done() for t in snapshot_tasks)
+        if pending:
+            say(f"  waiting for {pending} snapshot(s) still in progress ...")
+        await asyncio.gather(*snapshot_tasks)
+    summary.elapsed_s = time.monotonic() - wall_start

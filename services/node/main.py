@@ -1,0 +1,181 @@
+"""`snapmesh node --config FILE --id NODE_ID`: run one node.
+
+Start-up: load the cluster file, recover from the transfer log (or start a new
+one), open a channel stream to every outgoing peer, serve `snapmesh.v1.Node`
+with health and reflection, metrics on the node's metrics port. SIGINT/SIGTERM:
+health NOT_SERVING, stop accepting, close streams, flush the log, exit 0.
+
+Exit codes: 0 clean stop; 1 cannot bind or the log cannot be written; 2 bad
+arguments, a bad cluster file or a corrupt log (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import random
+import sys
+
+from services.node.channels import IncomingChannel, OutgoingChannel
+from services.node.engine import Engine
+from services.node.metrics import NodeMetrics
+from services.node.recovery import CorruptLogError, recover
+from services.node.reporter import StateReporter
+from services.node.servicer import NodeServicer
+from services.node.translog import TransferLog, fsync_dir
+from snapmesh import config as cluster_config
+from snapmesh import core
+from snapmesh.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal
+from snapmesh.v1 import snapmesh_pb2 as pb
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+log = logging.getLogger("services.node")
+
+STOP_GRACE_S = 2.0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        self.exit(2, f"snapmesh node: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="snapmesh node", description="Run one snapmesh node (a gRPC server).")
+    parser.add_argument("--config", default=None, help="cluster file (TOML); default: the shipped 4-node config")
+    parser.add_argument("--id", required=True, dest="node_id", help="this node's id in the cluster file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    try:
+        cfg = cluster_config.load(args.config)
+        cfg.node(args.node_id)
+    except cluster_config.ConfigError as exc:
+        print(f"snapmesh node: {exc}", file=sys.stderr)
+        return 2
+    return run_service(f"node {args.node_id}", lambda: serve(cfg, args.node_id))
+
+
+async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
+    node = cfg.node(node_id)
+    incoming = cfg.topology.incoming(node_id)
+    outgoing = cfg.topology.outgoing(node_id)
+    path = cfg.log_path(node_id)
+    try:
+        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        recovered = recover(
+            path, node_id, initial_balance=cfg.initial_balance, incoming=incoming, outgoing=outgoing
+        )
+    except CorruptLogError as exc:
+        print(f"snapmesh node: corrupt transfer log, refusing to start: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"snapmesh node: cannot read {path}: {exc}", file=sys.stderr)
+        return 2
+
+    metrics = NodeMetrics(node_id)
+    channels: dict[str, OutgoingChannel] = {}
+
+    def on_durable(_lsn: int) -> None:
+        for channel in channels.values():
+            channel.durable()
+
+    translog = TransferLog(
+        path, node_id, last_lsn=recovered.last_lsn, on_durable=on_durable, observe_fsync=metrics.observe_fsync
+    )
+    if recovered.fresh:
+        translog.append_init(cfg.initial_balance)
+    else:
+        translog.append_restart()
+        log.info(
+            "recovered from %s: balance %d, %d records, %d unacknowledged-or-unknown messages, abandoned snapshots: %s",
+            path,
+            recovered.balance,
+            recovered.last_lsn,
+            sum(len(v) for v in recovered.outbox.values()),
+            ", ".join(sorted(recovered.abandoned)) or "none",
+        )
+    translog.flush_sync()
+    fsync_dir(cfg.data_dir)
+
+    rng = random.Random()
+    for dst in outgoing:
+        channels[dst] = OutgoingChannel(
+            src=node_id,
+            dst=dst,
+            address=cfg.node(dst).address,
+            log_=translog,
+            metrics=metrics,
+            next_seq=recovered.next_seq[dst],
+            outbox=recovered.outbox[dst],
+            rng=rng,
+            channel_options=CLIENT_OPTIONS,
+        )
+    reporter = StateReporter(
+        address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS
+    )
+    process = core.Process(
+        node_id=node_id,
+        balance=recovered.balance,
+        incoming=incoming,
+        outgoing=outgoing,
+        abandoned=recovered.abandoned,
+    )
+    engine = Engine(
+        process=process,
+        log_=translog,
+        outgoing=channels,
+        incoming={src: IncomingChannel(src=src, dst=node_id, last_seq=recovered.last_received[src]) for src in incoming},
+        metrics=metrics,
+        reporter=reporter,
+    )
+    servicer = NodeServicer(engine, frozenset(n.id for n in cfg.nodes))
+
+    host = ServiceHost(bind_address=cfg.bind_address(node), metrics_bind=cfg.metrics_bind(node), registry=metrics.registry)
+    host.add(pb_grpc.add_NodeServicer_to_server, servicer, pb.DESCRIPTOR.services_by_name["Node"].full_name)
+    translog.start()
+    try:
+        await host.start()
+    except BaseException:
+        await translog.close()
+        raise
+    for channel in channels.values():
+        channel.start()
+    log.info("node %s serving on %s (balance %d)", node_id, host.bind_address, process.balance)
+
+    stop = asyncio.ensure_future(wait_for_stop_signal())
+    assert translog.flusher is not None
+    done, _ = await asyncio.wait((stop, translog.flusher), return_when=asyncio.FIRST_COMPLETED)
+    status = 0
+    if stop in done:
+        log.info("node %s: %s received, stopping", node_id, stop.result().name)
+    else:
+        stop.cancel()
+        log.error("node %s: the transfer log cannot be written (%r); stopping", node_id, translog.flusher.exception())
+        status = 1
+
+    # Drain: NOT_SERVING and no new streams, close the incoming streams, stop the
+    # server (unary calls in flight finish), then the senders, then the log.
+    servicer.stopping = True
+    for rx in engine.incoming.values():
+        rx.end_stream("the node is stopping")
+    await host.stop(STOP_GRACE_S)
+    await asyncio.gather(*(channel.close() for channel in channels.values()))
+    await reporter.close()
+    try:
+        await translog.close()
+    except OSError as exc:
+        log.error("node %s: final flush of %s failed: %s", node_id, path, exc)
+        status = 1
+    log.info("node %s stopped", node_id)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The node's Prometheus metrics, in a registry of its own, every series labelled `node`."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class NodeMetrics:
+    def __init__(self, node_id: str, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self._node = node_id
+        self.transfers_sent = Counter(
+            "snapmesh_transfers_sent_total", "Transfers this node sent", ["node"], registry=r
+        ).labels(node_id)
+        self.transfers_received = Counter(
+            "snapmesh_transfers_received_total", "Transfers this node received and applied", ["node"], registry=r
+        ).labels(node_id)
+        self.transfers_refused = Counter(
+            "snapmesh_transfers_refused_total", "Transfer requests refused (bad argument, no funds)", ["node", "code"],
+            registry=r,
+        )
+        self.balance = Gauge("snapmesh_balance", "This node's current balance", ["node"], registry=r).labels(node_id)
+        self.markers_sent = Counter(
+            "snapmesh_markers_sent_total", "Snapshot markers this node sent", ["node"], registry=r
+        ).labels(node_id)
+        self.markers_received = Counter(
+            "snapmesh_markers_received_total", "Snapshot markers this node received", ["node"], registry=r
+        ).labels(node_id)
+        self.recorded_messages = Counter(
+            "snapmesh_channel_recorded_messages_total",
+            "Transfers recorded as in flight in a snapshot's channel state",
+            ["node"],
+            registry=r,
+        ).labels(node_id)
+        self.snapshots_completed = Counter(
+            "snapmesh_node_snapshots_completed_total", "Snapshots this node finished its part of", ["node"], registry=r
+        ).labels(node_id)
+        self._unacked = Gauge(
+            "snapmesh_channel_unacked_messages",
+            "Messages sent on the channel to `peer` and not yet acknowledged",
+            ["node", "peer"],
+            registry=r,
+        )
+        self._reconnects = Counter(
+            "snapmesh_channel_reconnects_total", "Channel streams to `peer` (re)opened", ["node", "peer"], registry=r
+        )
+        self._resent = Counter(
+            "snapmesh_channel_resent_messages_total", "Messages sent again after a reconnect", ["node", "peer"],
+            registry=r,
+        )
+        self._stream_errors = Counter(
+            "snapmesh_channel_stream_errors_total", "Channel streams that ended in an error", ["node", "peer", "side"],
+            registry=r,
+        )
+        self.fsync_seconds = Histogram(
+            "snapmesh_log_fsync_seconds",
+            "One group commit of the transfer log: write + fdatasync",
+            ["node"],
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
+            registry=r,
+        ).labels(node_id)
+        self.fsync_bytes = Counter(
+            "snapmesh_log_written_bytes_total", "Bytes appended to the transfer log", ["node"], registry=r
+        ).labels(node_id)
+        self.report_failures = Counter(
+            "snapmesh_report_state_failures_total", "ReportState calls to the controller that failed", ["node"],
+            registry=r,
+        ).labels(node_id)
+
+    def unacked(self, peer: str) -> Gauge:
+        return self._unacked.labels(self._node, peer)
+
+    def reconnects(self, peer: str) -> Counter:
+        return self._reconnects.labels(self._node, peer)
+
+    def resent(self, peer: str) -> Counter:
+        return self._resent.labels(self._node, peer)
+
+    def stream_errors(self, peer: str, side: str) -> Counter:
+        return self._stream_errors.labels(self._node, peer, side)
+
+    def refused(self, code: str) -> Counter:
+        return self.transfers_refused.labels(self._node, code)
+
+    def observe_fsync(self, seconds: float, nbytes: int) -> None:
+        self.fsync_seconds.observe(seconds)
+        self.fsync_bytes.inc(nbytes)

@@ -1,0 +1,255 @@
+"""`snapmesh reconcile`: check every exported snapshot against the transfer logs.
+
+The thin main: parse arguments, get a SparkSession, read, run the pure transforms of
+``transforms``, collect the verdict rows (the only thing the driver ever holds), write
+them, print them, and turn them into an exit status:
+0 every snapshot consistent, 1 a discrepancy, 2 bad input.
+
+``run_job(spark, data_dir, out_dir)`` runs the same job on an existing session (tests
+and ``jobs/reconcile_job.py`` use it); ``main(argv)`` works in-process too and reuses
+an active session if there is one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+from pyspark import StorageLevel
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from . import transforms as T
+from .schema import CORRUPT_COLUMN, SNAPSHOT, VERDICT
+
+EXIT_OK, EXIT_INCONSISTENT, EXIT_BAD_INPUT = 0, 1, 2
+MAX_BAD_INPUT = 20  # bad lines reported (the first ones, by file and line)
+
+
+class InputError(Exception):
+    """Input the job cannot check: a missing path, no logs, no snapshots."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    bad_input: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def exit_status(self) -> int:
+        if self.bad_input:
+            return EXIT_BAD_INPUT
+        if any(v["consistent"] is False for v in self.verdicts):
+            return EXIT_INCONSISTENT
+        return EXIT_OK
+
+
+# ------------------------------------------------------------------------ reading
+
+
+def _is_local(path: str) -> bool:
+    return urlparse(path).scheme in ("", "file")
+
+
+def _local(path: str) -> str:
+    return urlparse(path).path if urlparse(path).scheme == "file" else path
+
+
+def _read(reader: Any, path: str, what: str) -> DataFrame:
+    try:
+        return reader(path)
+    except AnalysisException as e:
+        if "PATH_NOT_FOUND" in str(e) or "does not exist" in str(e):
+            raise InputError(f"no {what}: nothing matches {path}") from e
+        raise
+
+
+def read_log_lines(spark: SparkSession, data_dir: str) -> DataFrame:
+    """(file, block, mid, value): every line of ``<data_dir>/*.log.jsonl``, located."""
+    text = _read(spark.read.text, f"{data_dir.rstrip('/')}/*.log.jsonl", "transfer logs")
+    return text.select(
+        F.input_file_name().alias("file"),
+        F.input_file_block_start().alias("block"),
+        F.monotonically_increasing_id().alias("mid"),
+        "value",
+    )
+
+
+def read_snapshots(spark: SparkSession, data_dir: str) -> DataFrame:
+    """Every ``<data_dir>/snapshots/*.json`` (one pretty-printed object each) + file."""
+    reader = (
+        spark.read.schema(SNAPSHOT)
+        .option("multiLine", True)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
+        .json
+    )
+    snaps = _read(reader, f"{data_dir.rstrip('/')}/snapshots/*.json", "snapshots")
+    return snaps.select(F.input_file_name().alias("file"), *SNAPSHOT.fieldNames())
+
+
+# ------------------------------------------------------------------------ the job
+
+
+def reconcile(spark: SparkSession, data_dir: str, bucket: int = T.BUCKET) -> Outcome:
+    """Run every check; return the verdict rows, or the bad input found first."""
+    if _is_local(data_dir) and not os.path.isdir(_local(data_dir)):
+        raise InputError(f"data dir {data_dir} does not exist")
+    located = T.locate_lines(T.parse_log_lines(read_log_lines(spark, data_dir)))
+    located = located.persist(StorageLevel.MEMORY_AND_DISK)
+    raw_snaps = read_snapshots(spark, data_dir).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        bad = T.bad_lines(located).orderBy("file", "line").limit(MAX_BAD_INPUT).collect()
+        bad += T.bad_snapshots(raw_snaps).orderBy("file").limit(MAX_BAD_INPUT).collect()
+        if bad:
+            return Outcome(bad_input=[r.asDict() for r in bad])
+        rows = T.verdicts(T.events(located), T.typed_snapshots(raw_snaps), bucket).collect()
+        return Outcome(verdicts=[r.asDict() for r in rows])
+    finally:
+        located.unpersist()
+        raw_snaps.unpersist()
+
+
+def _write_text(spark: SparkSession, path: str, text: str) -> None:
+    """Write a small file through Hadoop's FileSystem (local, hdfs://, s3a://, ...)."""
+    jvm = spark.sparkContext._jvm
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    fs = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    stream = fs.create(target, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+
+
+def write_outputs(spark: SparkSession, outcome: Outcome, data_dir: str, out_dir: str) -> None:
+    """``verdicts.parquet`` (when there are verdicts) and ``summary.json``."""
+    out_dir = out_dir.rstrip("/")
+    if outcome.verdicts:
+        rows = [tuple(v[name] for name in VERDICT.fieldNames()) for v in outcome.verdicts]
+        spark.createDataFrame(rows, VERDICT).coalesce(1).write.mode("overwrite").parquet(
+            f"{out_dir}/verdicts.parquet"
+        )
+    summary = {
+        "data_dir": data_dir,
+        "exit_status": outcome.exit_status,
+        "consistent": outcome.exit_status == EXIT_OK,
+        "verdicts": outcome.verdicts,
+        "bad_input": outcome.bad_input,
+    }
+    _write_text(spark, f"{out_dir}/summary.json", json.dumps(summary, indent=2) + "\n")
+
+
+def format_bad_input(bad: list[dict[str, Any]]) -> str:
+    lines = [f"bad input ({len(bad)}{'+' if len(bad) >= MAX_BAD_INPUT else ''} found):"]
+    for b in bad:
+        where = f"{_local(b['file'])} line {b['line']}" if b["line"] is not None else _local(b["file"])
+        lines.append(f"  {where}: {b['problem']}")
+    return "\n".join(lines)
+
+
+def format_table(verdicts: list[dict[str, Any]]) -> str:
+    """The verdict rows as a fixed-width table."""
+    head = ("snapshot", "status", "verdict", "nodes", "channels", "expected", "observed", "issues", "first discrepancy")
+
+    def verdict(v: dict[str, Any]) -> str:
+        return {True: "ok", False: "INCONSISTENT", None: "skipped"}[v["consistent"]]
+
+    def show(x: Any) -> str:
+        return "-" if x is None else str(x)
+
+    body = [
+        (
+            "(whole log)" if v["scope"] == "logs" else v["snapshot_id"],
+            v["status"],
+            verdict(v),
+            show(v["nodes_checked"]),
+            show(v["channels_checked"]),
+            show(v["expected_total"]),
+            show(v["observed_total"]),
+            show(v["discrepancies"]),
+            v["first_discrepancy"] or "",
+        )
+        for v in verdicts
+    ]
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(head), fmt(tuple("-" * w for w in widths)), *map(fmt, body)])
+
+
+def run_job(spark: SparkSession, data_dir: str, out_dir: str | None = None, *, quiet: bool = False) -> int:
+    """The whole job on an existing session: check, write, print; the exit status."""
+    out_dir = out_dir or f"{data_dir.rstrip('/')}/reconcile"
+    try:
+        outcome = reconcile(spark, data_dir)
+    except InputError as e:
+        print(f"snapmesh reconcile: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    write_outputs(spark, outcome, data_dir, out_dir)
+    if outcome.bad_input:
+        print(format_bad_input(outcome.bad_input), file=sys.stderr)
+    elif not quiet:
+        print(format_table(outcome.verdicts))
+        bad = sum(v["consistent"] is False for v in outcome.verdicts)
+        print(f"\n{'all consistent' if not bad else f'{bad} inconsistent'}; verdicts in {out_dir}")
+    return outcome.exit_status
+
+
+# ------------------------------------------------------------------------ session
+
+
+def build_session(master: str | None, app_name: str = "snapmesh-reconcile") -> SparkSession:
+    """A session for ``master``; None leaves the master to spark-submit.
+
+    Local masters get settings for one small machine: no UI, shuffle partitions near
+    the core count, a driver heap (the executors live in it) from
+    SNAPMESH_SPARK_DRIVER_MEMORY (default 2g; it only applies when this process starts
+    the JVM, not under spark-submit).
+    """
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    if master and master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = (
+            builder.config("spark.driver.memory", os.environ.get("SNAPMESH_SPARK_DRIVER_MEMORY", "2g"))
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 2)))
+        )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def parser(prog: str = "snapmesh reconcile") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Check every exported snapshot against the nodes' transfer logs (Spark). "
+        "Exit 0: all consistent, 1: a discrepancy, 2: bad input.",
+    )
+    p.add_argument("--data-dir", required=True, metavar="DIR", help="logs (*.log.jsonl) and snapshots/ (local, hdfs://, s3a://)")
+    p.add_argument("--out", metavar="DIR", help="where verdicts.parquet and summary.json go (default: DIR/reconcile)")
+    p.add_argument("--master", metavar="URL", default="local[*]", help="Spark master (default: local[*])")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    existing = SparkSession.getActiveSession()
+    spark = existing or build_session(args.master)
+    try:
+        return run_job(spark, args.data_dir, args.out)
+    finally:
+        if existing is None:
+            spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

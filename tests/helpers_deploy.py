@@ -1,0 +1,470 @@
+"""Helpers shared by the deployment tests (test_terraform, test_dashboard, test_compose).
+
+Everything that starts something (a cluster, Prometheus, a compose stack) hands
+back a handle whose clean-up the caller runs in a `finally`/fixture teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+REPO = Path(__file__).resolve().parent.parent
+COMPOSE_DIR = REPO / "deploy" / "compose"
+TERRAFORM_DIR = REPO / "deploy" / "terraform-ec2"
+DASHBOARD = COMPOSE_DIR / "grafana" / "dashboards" / "snapmesh.json"
+VENV_BIN = Path(sys.executable).parent
+SNAPMESH = str(VENV_BIN / "snapmesh")
+
+CHECKOV_VERSION = "3.3.30"
+CHECKOV_VENV = REPO / ".venv-checkov"
+
+T = TypeVar("T")
+
+
+def log(message: str) -> None:
+    """A progress line on the real terminal even under pytest's capture."""
+    sys.__stderr__.write(f"[deploy-test {time.strftime('%H:%M:%S')}] {message}\n")
+    sys.__stderr__.flush()
+
+
+def wait_for(probe: Callable[[], T | None], *, timeout: float, interval: float = 0.5, what: str = "condition") -> T:
+    """Call `probe` until it returns something truthy; its last exception or a
+    TimeoutError naming `what` otherwise."""
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while True:
+        try:
+            result = probe()
+            if result:
+                return result
+        except Exception as exc:  # noqa: BLE001 - reported below if it persists
+            last_error = exc
+        if time.monotonic() > deadline:
+            detail = f": last error {last_error!r}" if last_error else ""
+            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback TCP ports that were free a moment ago."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def port_is_open(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+        return True
+    return False
+
+
+# ----------------------------------------------------------------- HCL (terraform)
+
+
+def _unquote(value: Any) -> Any:
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value
+
+
+def normalize_hcl(value: Any) -> Any:
+    """python-hcl2 7.x and 8.x to one shape: no `__is_block__`/`__comments__`
+    markers, no quotes kept around string values and block labels."""
+    if isinstance(value, dict):
+        return {
+            _unquote(key): normalize_hcl(item)
+            for key, item in value.items()
+            if key not in ("__is_block__", "__comments__", "__start_line__", "__end_line__")
+        }
+    if isinstance(value, list):
+        return [normalize_hcl(item) for item in value]
+    return _unquote(value)
+
+
+def load_hcl(path: Path) -> dict[str, Any]:
+    import hcl2
+
+    with path.open(encoding="utf-8") as handle:
+        return normalize_hcl(hcl2.load(handle))
+
+
+def blocks(parsed: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    """`resource`/`data` blocks as {"type.name": body}; `variable`/`output` as {name: body}."""
+    found: dict[str, dict[str, Any]] = {}
+    for entry in parsed.get(kind, []):
+        for label, body in entry.items():
+            if kind in ("resource", "data"):
+                for name, inner in body.items():
+                    found[f"{label}.{name}"] = inner
+            else:
+                found[label] = body
+    return found
+
+
+def checkov_bin() -> Path:
+    """checkov in a virtualenv of its own (it downgrades `packaging` and installs
+    an `hcl2` module that clashes with python-hcl2), created on first use."""
+    exe = CHECKOV_VENV / "bin" / "checkov"
+    stamp = CHECKOV_VENV / f".checkov-{CHECKOV_VERSION}"
+    if exe.exists() and stamp.exists():
+        return exe
+    log(f"creating {CHECKOV_VENV.name}/ with checkov=={CHECKOV_VERSION} (~30 s, once)")
+    python = shutil.which("python3") or sys.executable
+    subprocess.run([python, "-m", "venv", "--clear", str(CHECKOV_VENV)], check=True)
+    subprocess.run(
+        [str(CHECKOV_VENV / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", f"checkov=={CHECKOV_VERSION}"],
+        check=True,
+    )
+    stamp.touch()
+    return exe
+
+
+# ------------------------------------------------------------------ Prometheus
+
+
+def prometheus_bin() -> str:
+    """Debian's prometheus (2.42), installed with apt-get when missing."""
+    found = shutil.which("prometheus") or (Path("/usr/bin/prometheus").exists() and "/usr/bin/prometheus")
+    if found:
+        return str(found)
+    if os.geteuid() != 0:
+        raise RuntimeError("prometheus is not installed and this is not root: apt-get install prometheus")
+    log("installing Debian's prometheus package (~20 s, once)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    # The package may start its own service; this test runs its own instance only.
+    subprocess.run(["sh", "-c", "service prometheus stop || true"], capture_output=True)
+    return "/usr/bin/prometheus"
+
+
+@dataclass
+class Prometheus:
+    process: subprocess.Popen
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def api(self, path: str, **params: str) -> Any:
+        query = urllib.parse.urlencode(params)
+        with urllib.request.urlopen(f"{self.url}{path}?{query}", timeout=10) as response:
+            body = json.load(response)
+        if body.get("status") != "success":
+            raise RuntimeError(f"prometheus {path} {params}: {body}")
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        data = self.api("/api/v1/query", query=expr)
+        return data["result"] if data["resultType"] in ("vector", "matrix") else [data["result"]]
+
+    def stop(self) -> None:
+        stop_process(self.process)
+
+
+def start_prometheus(targets: dict[str, list[str]], workdir: Path, *, interval: str = "1s") -> Prometheus:
+    """A Prometheus on a free loopback port scraping `targets` ({job: [host:port]})."""
+    binary = prometheus_bin()
+    (port,) = free_ports(1)
+    config = {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": hosts}]} for job, hosts in targets.items()
+        ],
+    }
+    config_path = workdir / "prometheus.yml"
+    config_path.write_text(json.dumps(config, indent=2))  # JSON is YAML
+    log_path = workdir / "prometheus.log"
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config_path}",
+            f"--storage.tsdb.path={workdir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=1h",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log_path.open("wb"),
+        start_new_session=True,
+    )
+    prometheus = Prometheus(process, port, log_path)
+    try:
+        wait_for(
+            lambda: _ready(prometheus),
+            timeout=30,
+            what=f"prometheus ready on :{port} (log: {log_path})",
+        )
+    except BaseException:
+        prometheus.stop()
+        raise
+    return prometheus
+
+
+def _ready(prometheus: Prometheus) -> bool:
+    if prometheus.process.poll() is not None:
+        raise RuntimeError(f"prometheus exited: {prometheus.log_path.read_text()[-2000:]}")
+    try:
+        with urllib.request.urlopen(f"{prometheus.url}/-/ready", timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def dashboard_exprs(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    """Every (panel title, PromQL expression) of a Grafana dashboard, rows included."""
+    found = []
+
+    def visit(panels: list[dict[str, Any]]) -> None:
+        for panel in panels:
+            for target in panel.get("targets", []):
+                if target.get("expr"):
+                    found.append((panel.get("title", "?"), target["expr"]))
+            visit(panel.get("panels", []))
+
+    visit(dashboard.get("panels", []))
+    return found
+
+
+# ------------------------------------------------------------ local processes
+
+
+def stop_process(process: subprocess.Popen, timeout: float = 10) -> None:
+    """SIGTERM the process group, then SIGKILL it if it lingers."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(5)
+
+
+@dataclass
+class LocalCluster:
+    """`snapmesh cluster up` on free loopback ports."""
+
+    process: subprocess.Popen
+    config_path: Path
+    controller: str
+    node_ids: list[str]
+    node_addresses: dict[str, str]
+    metrics: dict[str, str]  # "controller"/node id -> host:port
+    output: list[str] = field(default_factory=list)
+
+    def stop(self) -> None:
+        stop_process(self.process, timeout=20)
+
+
+def write_cluster_config(path: Path, data_dir: Path, nodes: int, *, initial_balance: int = 1000) -> dict[str, Any]:
+    ports = free_ports(2 + 2 * nodes)
+    ids = [f"p{i}" for i in range(1, nodes + 1)]
+    lines = [
+        f'data_dir = "{data_dir}"',
+        f"initial_balance = {initial_balance}",
+        "",
+        "[controller]",
+        'host = "127.0.0.1"',
+        f"port = {ports[0]}",
+        f"metrics_port = {ports[1]}",
+        "snapshot_deadline_s = 10",
+    ]
+    addresses, metrics = {}, {"controller": f"127.0.0.1:{ports[1]}"}
+    for i, node in enumerate(ids):
+        port, metrics_port = ports[2 + 2 * i], ports[3 + 2 * i]
+        lines += ["", "[[nodes]]", f'id = "{node}"', 'host = "127.0.0.1"', f"port = {port}", f"metrics_port = {metrics_port}"]
+        addresses[node] = f"127.0.0.1:{port}"
+        metrics[node] = f"127.0.0.1:{metrics_port}"
+    path.write_text("\n".join(lines) + "\n")
+    return {"controller": f"127.0.0.1:{ports[0]}", "nodes": addresses, "metrics": metrics, "ids": ids}
+
+
+def start_local_cluster(workdir: Path, nodes: int = 4, *, timeout: float = 60) -> LocalCluster:
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_path = workdir / "cluster.toml"
+    layout = write_cluster_config(config_path, workdir / "data", nodes)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("SNAPMESH_DATA_DIR", None)
+    env.pop("SNAPMESH_BIND_HOST", None)
+    process = subprocess.Popen(
+        [SNAPMESH, "cluster", "up", "--config", str(config_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    cluster = LocalCluster(process, config_path, "", layout["ids"], layout["nodes"], layout["metrics"])
+    found = threading.Event()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            cluster.output.append(line.rstrip("\n"))
+            match = re.match(r"controller: (\S+)", line.strip())
+            if match and not found.is_set():
+                cluster.controller = match.group(1)
+                found.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while not found.wait(0.2):
+        if process.poll() is not None or time.monotonic() > deadline:
+            cluster.stop()
+            tail = "\n".join(cluster.output[-40:])
+            raise RuntimeError(f"`snapmesh cluster up` did not print `controller: HOST:PORT` ({process.returncode}):\n{tail}")
+    return cluster
+
+
+# ---------------------------------------------------------------- gRPC clients
+
+
+def controller_stub(address: str):
+    import grpc
+
+    from snapmesh.v1 import snapmesh_pb2_grpc
+
+    channel = grpc.insecure_channel(address)
+    return channel, snapmesh_pb2_grpc.ControllerStub(channel)
+
+
+def node_stub(address: str):
+    import grpc
+
+    from snapmesh.v1 import snapmesh_pb2_grpc
+
+    channel = grpc.insecure_channel(address)
+    return channel, snapmesh_pb2_grpc.NodeStub(channel)
+
+
+def trigger_snapshot(address: str, *, wait: bool = True, timeout: float = 60, initiator: str = ""):
+    from snapmesh.v1 import snapmesh_pb2
+
+    channel, stub = controller_stub(address)
+    with channel:
+        return stub.TriggerSnapshot(snapmesh_pb2.TriggerSnapshotRequest(initiator=initiator, wait=wait), timeout=timeout)
+
+
+def status_name(snapshot) -> str:
+    from snapmesh.v1 import snapmesh_pb2
+
+    return snapmesh_pb2.Snapshot.Status.Name(snapshot.status)
+
+
+# ---------------------------------------------------------------------- Docker
+
+
+def docker_engine_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def run(cmd: list[str], *, timeout: float = 600, check: bool = True, env: dict[str, str] | None = None,
+        quiet: bool = False, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run a command, log it, and raise with its output tail when it fails."""
+    if not quiet:
+        log("$ " + " ".join(cmd))
+    started = time.monotonic()
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+    if check and result.returncode != 0:
+        tail = (result.stdout[-3000:] + "\n" + result.stderr[-3000:]).strip()
+        raise RuntimeError(f"{' '.join(cmd)} exited {result.returncode} after {time.monotonic() - started:.0f}s:\n{tail}")
+    return result
+
+
+BASE_IMAGE = "snapmesh-base:bookworm"
+
+
+def build_images(tag: str = "latest") -> dict[str, str]:
+    """Base image (debootstrap, cached), wheels (host cache), then both targets
+    of the Dockerfile with the local base. Returns {"service": ..., "reconcile": ...}."""
+    run([str(COMPOSE_DIR / "build-base.sh"), BASE_IMAGE], timeout=900)
+    run([str(COMPOSE_DIR / "fetch-wheels.sh")], timeout=600)
+    images = {"service": f"snapmesh:{tag}", "reconcile": f"snapmesh-reconcile:{tag}"}
+    for target in ("service", "reconcile"):
+        run(
+            [
+                "docker", "build", "-q",
+                "-f", str(COMPOSE_DIR / "Dockerfile"),
+                "--target", target,
+                "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
+                "-t", images[target],
+                str(REPO),
+            ],
+            timeout=900,
+        )
+    return images
+
+
+def compose_cmd(project: str, *args: str) -> list[str]:
+    return ["docker-compose", "-p", project, "-f", str(COMPOSE_DIR / "docker-compose.yml"), *args]
+
+
+def container_id(project: str, service: str, env: dict[str, str]) -> str:
+    out = run(compose_cmd(project, "ps", "-q", service), env=env, quiet=True).stdout.strip()
+    if not out:
+        raise RuntimeError(f"no container for service {service}")
+    return out.splitlines()[0]
+
+
+def container_health(cid: str) -> str:
+    out = run(
+        ["docker", "inspect", "-f", "{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}", cid],
+        quiet=True,
+    ).stdout.split()
+    return out[1] if len(out) > 1 else out[0]
+
+
+def project_leftovers(project: str) -> dict[str, list[str]]:
+    """Containers, networks and volumes labelled with the compose project."""
+    label = f"label=com.docker.compose.project={project}"
+    found = {}
+    for kind, cmd in (
+        ("containers", ["docker", "ps", "-aq", "--filter", label]),
+        ("networks", ["docker", "network", "ls", "-q", "--filter", label]),
+        ("volumes", ["docker", "volume", "ls", "-q", "--filter", label]),
+    ):
+        found[kind] = run(cmd, quiet=True, check=False).stdout.split()
+    return found
+
+
+@contextlib.contextmanager
+def temp_env(**values: str) -> Iterator[dict[str, str]]:
+    yield {**os.environ, **values}

@@ -1,0 +1,148 @@
+"""Whole clusters (controller + nodes as real processes) under load."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import grpc
+import pytest
+
+from cluster_helpers import Load, check_against_logs, controller_stub, read_logs
+from snapmesh.launcher import LocalCluster, write_config
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
+
+COMPLETE, FAILED = pb.Snapshot.COMPLETE, pb.Snapshot.FAILED
+DEADLINE_S = 3.0
+
+
+def make_cluster(tmp_path, **options) -> LocalCluster:
+    options.setdefault("deadline", DEADLINE_S)
+    return LocalCluster(write_config(tmp_path / "cluster.toml", **options))
+
+
+def trigger_all(stub, initiators, timeout: float = 30) -> list[pb.Snapshot]:
+    """Start one snapshot per initiator at the same moment; wait for all of them."""
+    results: dict[int, pb.Snapshot | Exception] = {}
+    barrier = threading.Barrier(len(initiators))
+
+    def one(index: int, initiator: str) -> None:
+        barrier.wait()
+        try:
+            results[index] = stub.TriggerSnapshot(
+                pb.TriggerSnapshotRequest(initiator=initiator, wait=True), timeout=timeout
+            )
+        except grpc.RpcError as error:
+            results[index] = error
+
+    threads = [threading.Thread(target=one, args=(i, n)) for i, n in enumerate(initiators)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    snapshots = [results[i] for i in range(len(initiators))]
+    for snapshot in snapshots:
+        assert isinstance(snapshot, pb.Snapshot), snapshot
+    return snapshots
+
+
+def assert_complete_and_conserved(snapshot: pb.Snapshot, cluster: LocalCluster) -> None:
+    assert snapshot.status == COMPLETE, f"{snapshot.snapshot_id}: {snapshot.reason}"
+    assert snapshot.conserved and snapshot.total == cluster.config.expected_total, snapshot
+    assert [n.node_id for n in snapshot.nodes] == list(cluster.config.topology.nodes)
+    assert [(c.src, c.dst) for c in snapshot.channels] == list(cluster.config.topology.channels)
+
+
+def test_concurrent_snapshots_from_every_initiator_under_load_are_complete_and_consistent(tmp_path):
+    with make_cluster(tmp_path, nodes=4, initial_balance=1000) as cluster:
+        channel, stub = controller_stub(cluster.controller_address)
+        with channel, Load(cluster, seed=11) as load:
+            time.sleep(0.5)
+            snapshots = []
+            for _ in range(3):
+                snapshots += trigger_all(stub, ["p1", "p2", "p3", "p4", "p1"])
+                time.sleep(0.2)
+            load.stop()
+            assert load.made > 100, (load.made, load.errors)
+        assert len({s.snapshot_id for s in snapshots}) == 15
+        for snapshot in snapshots:
+            assert_complete_and_conserved(snapshot, cluster)
+        assert any(c.in_flight for s in snapshots for c in s.channels), "the load never left money in flight"
+        logs = read_logs(cluster.config.data_dir, cluster.node_ids)
+        for snapshot in snapshots:
+            check_against_logs(snapshot, logs)
+
+
+def test_a_ring_cluster_takes_consistent_snapshots_under_load(tmp_path):
+    with make_cluster(tmp_path, nodes=4, topology="ring", initial_balance=500) as cluster:
+        channel, stub = controller_stub(cluster.controller_address)
+        with channel, Load(cluster, seed=5, max_amount=10) as load:
+            time.sleep(0.3)
+            snapshots = trigger_all(stub, ["p1", "p3"])
+            snapshots += trigger_all(stub, ["p2", "p4", "p2"])
+            load.stop()
+        assert load.made > 0
+        for snapshot in snapshots:
+            assert_complete_and_conserved(snapshot, cluster)
+            assert len(snapshot.channels) == 4
+        logs = read_logs(cluster.config.data_dir, cluster.node_ids)
+        for snapshot in snapshots:
+            check_against_logs(snapshot, logs)
+
+
+def test_a_stopped_node_fails_the_snapshot_at_the_deadline_and_the_next_one_completes(tmp_path):
+    with make_cluster(tmp_path, nodes=3) as cluster:
+        channel, stub = controller_stub(cluster.controller_address)
+        with channel:
+            cluster.signal_node("p3", signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                failed = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30)
+                waited = time.monotonic() - started
+            finally:
+                cluster.signal_node("p3", signal.SIGCONT)
+            assert failed.status == FAILED
+            assert "p3" in failed.reason and "deadline" in failed.reason
+            assert DEADLINE_S - 0.2 <= waited < DEADLINE_S + 3, waited
+
+            after = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p3", wait=True), timeout=30)
+            assert_complete_and_conserved(after, cluster)
+            # the failed one stays failed, and is kept
+            got = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=failed.snapshot_id), timeout=5)
+            assert got == failed
+        assert (cluster.config.snapshots_dir / f"{failed.snapshot_id}.json").exists()
+
+
+def test_the_app_runs_against_a_cluster_and_every_snapshot_is_conserved(tmp_path):
+    import io
+
+    from services.app.workload import WorkloadParams, run_workload
+
+    with make_cluster(tmp_path, nodes=3, initial_balance=300) as cluster:
+        out = io.StringIO()
+        params = WorkloadParams(duration=3, transfer_interval=0.05, snapshot_every=0.7, seed=3, max_amount=100)
+        summary = run_workload(cluster.controller_address, params, out=out)
+    text = out.getvalue()
+    assert summary.exit_code == 0, text
+    assert summary.transfers_made > 50 and len(summary.complete) >= 3, text
+    assert "CONSERVED" in text and "all snapshots conserved: yes" in text
+    assert text.splitlines()[0].startswith("bank workload: seed 3")
+
+
+def test_the_app_exits_2_with_a_clear_message_when_the_controller_is_unreachable():
+    import subprocess
+    import sys
+
+    from snapmesh.launcher import free_ports
+
+    [port] = free_ports(1)
+    result = subprocess.run(
+        [sys.executable, "-m", "snapmesh.cli", "app", "--controller", f"127.0.0.1:{port}", "--duration", "1"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 2
+    assert f"cannot reach the controller at 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,199 @@
+"""The controller's snapshot bookkeeping, driven directly: no clock, no network."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.controller.tracker import (
+    COMPLETE,
+    FAILED,
+    IN_PROGRESS,
+    DuplicateReport,
+    InvalidReport,
+    NotInProgress,
+    Tracker,
+    TrackerMisuse,
+    UnknownSnapshot,
+    duration_s,
+    new_snapshot_id,
+)
+from snapmesh.topology import Topology
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+NODES = ("p1", "p2", "p3")
+T0 = 1_700_000_000.0
+
+
+def tracker(channels=None, deadline_s: float = 5.0, balance: int = 100) -> Tracker:
+    topology = Topology.build(NODES, channels)
+    return Tracker(topology=topology, expected_total=balance * len(NODES), deadline_s=deadline_s)
+
+
+def state(t: Tracker, sid: str, node: str, balance: int, in_flight: dict[str, list[int]] | None = None) -> pb.FullState:
+    """A well-formed report: every incoming channel, amounts per source as given."""
+    in_flight = in_flight or {}
+    channels = []
+    for src in t.topology.incoming(node):
+        items = [
+            pb.InFlightTransfer(msg_id=f"{src}-{i}", amount=a, seq=i + 1) for i, a in enumerate(in_flight.get(src, []))
+        ]
+        channels.append(pb.ChannelState(src=src, dst=node, in_flight=items))
+    return pb.FullState(snapshot_id=sid, node_id=node, balance=balance, channels=channels)
+
+
+def test_a_snapshot_completes_when_every_node_reported_and_lists_the_whole_topology():
+    t = tracker()
+    started = t.start("s1", "p2", T0)
+    assert started.status == IN_PROGRESS and started.initiator == "p2" and started.expected_total == 300
+    assert t.in_progress == 1
+    assert t.report(state(t, "s1", "p3", 80, {"p1": [5, 15]}), T0 + 0.1).status == IN_PROGRESS
+    assert t.report(state(t, "s1", "p1", 100), T0 + 0.2).status == IN_PROGRESS
+    done = t.report(state(t, "s1", "p2", 100), T0 + 0.25)
+
+    assert done.status == COMPLETE and done.reason == ""
+    assert [(n.node_id, n.balance) for n in done.nodes] == [("p1", 100), ("p2", 100), ("p3", 80)]
+    assert [(c.src, c.dst) for c in done.channels] == list(t.topology.channels)
+    p1_p3 = next(c for c in done.channels if (c.src, c.dst) == ("p1", "p3"))
+    assert [(i.msg_id, i.amount, i.seq) for i in p1_p3.in_flight] == [("p1-0", 5, 1), ("p1-1", 15, 2)]
+    assert done.total == 300 and done.conserved
+    assert duration_s(done) == pytest.approx(0.25)
+    assert t.in_progress == 0 and t.next_deadline() is None
+    assert t.get("s1") == done
+
+
+def test_a_total_that_differs_from_the_money_in_the_system_is_not_conserved():
+    t = tracker()
+    t.start("s1", "p1", T0)
+    t.report(state(t, "s1", "p1", 100), T0)
+    t.report(state(t, "s1", "p2", 100, {"p3": [7]}), T0)
+    done = t.report(state(t, "s1", "p3", 100), T0)
+    assert done.status == COMPLETE and done.total == 307 and not done.conserved
+    assert "307" in done.reason and "300" in done.reason
+
+
+def test_a_ring_snapshot_has_one_channel_per_node():
+    t = tracker(channels=[["p1", "p2"], ["p2", "p3"], ["p3", "p1"]])
+    t.start("s1", "p1", T0)
+    for node in NODES:
+        done = t.report(state(t, "s1", node, 100), T0)
+    assert done.status == COMPLETE and done.conserved
+    assert [(c.src, c.dst) for c in done.channels] == [("p1", "p2"), ("p2", "p3"), ("p3", "p1")]
+
+
+def test_deadline_expiry_fails_the_snapshot_naming_the_nodes_that_did_not_report():
+    t = tracker(deadline_s=3.0)
+    t.start("s1", "p1", T0)
+    t.start("s2", "p3", T0 + 1)
+    t.report(state(t, "s1", "p2", 100), T0 + 0.5)
+    assert t.next_deadline() == T0 + 3.0
+    assert t.expire(T0 + 2.999) == []
+
+    [failed] = t.expire(T0 + 3.0)
+    assert failed.snapshot_id == "s1" and failed.status == FAILED
+    assert "p1" in failed.reason and "p3" in failed.reason and "p2" not in failed.reason
+    assert "3s" in failed.reason
+    assert failed.finished_at.seconds == int(T0 + 3.0)
+    assert t.get("s1").status == FAILED
+    assert t.get("s2").status == IN_PROGRESS and t.next_deadline() == T0 + 4.0
+    # A late report for a failed snapshot is refused, and changes nothing.
+    with pytest.raises(NotInProgress):
+        t.report(state(t, "s1", "p1", 100), T0 + 3.5)
+    assert t.get("s1") == failed
+
+
+def test_several_snapshots_in_progress_at_once_are_independent():
+    t = tracker()
+    for sid, initiator in (("a", "p1"), ("b", "p2"), ("c", "p3")):
+        t.start(sid, initiator, T0)
+    assert t.in_progress == 3
+    for node in NODES:
+        t.report(state(t, "b", node, 100), T0 + 1)
+    assert t.get("b").status == COMPLETE
+    assert t.get("a").status == IN_PROGRESS and t.get("c").status == IN_PROGRESS
+    assert [s.snapshot_id for s in t.all()] == ["a", "b", "c"]
+
+
+def test_fail_is_final_and_ignores_finished_or_unknown_snapshots():
+    t = tracker()
+    t.start("s1", "p1", T0)
+    failed = t.fail("s1", "initiator p1 unreachable", T0 + 0.1)
+    assert failed.status == FAILED and failed.reason == "initiator p1 unreachable"
+    assert t.fail("s1", "again", T0 + 0.2) is None
+    assert t.fail("nope", "x", T0) is None
+    assert t.expire(T0 + 100) == []
+
+
+@pytest.mark.parametrize(
+    "mutate, error, words",
+    [
+        (lambda s: setattr(s, "snapshot_id", ""), InvalidReport, "snapshot_id"),
+        (lambda s: setattr(s, "snapshot_id", "zzz"), UnknownSnapshot, "zzz"),
+        (lambda s: setattr(s, "node_id", "p9"), InvalidReport, "p9"),
+        (lambda s: setattr(s, "node_id", ""), InvalidReport, "node_id"),
+        (lambda s: setattr(s, "balance", -1), InvalidReport, "negative"),
+        (lambda s: setattr(s.channels[0], "dst", "p2"), InvalidReport, "does not end"),
+        (lambda s: setattr(s.channels[0], "src", "p9"), InvalidReport, "not in the topology"),
+        (lambda s: s.channels.append(pb.ChannelState(src="p2", dst="p1")), InvalidReport, "twice"),
+        (lambda s: s.channels.pop(), InvalidReport, "p3->p1"),
+        (lambda s: s.channels[0].in_flight.add(msg_id="m", amount=0, seq=1), InvalidReport, "amount"),
+    ],
+)
+def test_a_bad_report_is_refused_with_a_typed_error_and_changes_nothing(mutate, error, words):
+    t = tracker()
+    t.start("s1", "p1", T0)
+    before = t.get("s1")
+    report = state(t, "s1", "p1", 100)  # p1's incoming channels: p2->p1, p3->p1
+    mutate(report)
+    with pytest.raises(error, match=words):
+        t.report(report, T0 + 1)
+    assert t.get("s1") == before
+    # The good report is still accepted afterwards.
+    t.report(state(t, "s1", "p1", 100), T0 + 1)
+
+
+def test_a_duplicate_report_is_refused():
+    t = tracker()
+    t.start("s1", "p1", T0)
+    t.report(state(t, "s1", "p1", 100), T0)
+    before = t.get("s1")
+    with pytest.raises(DuplicateReport, match="p1"):
+        t.report(state(t, "s1", "p1", 90), T0)
+    assert t.get("s1") == before
+    for node in ("p2", "p3"):
+        t.report(state(t, "s1", node, 100), T0)
+    with pytest.raises(DuplicateReport, match="complete"):
+        t.report(state(t, "s1", "p2", 100), T0)
+
+
+def test_caller_misuse_is_its_own_error():
+    t = tracker()
+    t.start("s1", "p1", T0)
+    with pytest.raises(TrackerMisuse):
+        t.start("s1", "p2", T0)
+    with pytest.raises(TrackerMisuse):
+        t.start("s2", "p9", T0)
+    with pytest.raises(TrackerMisuse):
+        t.start("", "p1", T0)
+    with pytest.raises(UnknownSnapshot):
+        t.get("nope")
+    assert [s.snapshot_id for s in t.all()] == ["s1"]
+
+
+def test_restored_snapshots_are_served_and_listed_in_id_order():
+    t = tracker()
+    old = pb.Snapshot(snapshot_id="a-old", initiator="p1", status=COMPLETE, total=300, conserved=True)
+    t.restore(old)
+    t.start("b-new", "p2", T0)
+    assert [s.snapshot_id for s in t.all()] == ["a-old", "b-new"]
+    assert t.get("a-old") == old
+    with pytest.raises(TrackerMisuse):
+        t.restore(pb.Snapshot(snapshot_id="c", status=IN_PROGRESS))
+
+
+def test_snapshot_ids_sort_by_start_time_and_carry_the_random_suffix():
+    a = new_snapshot_id(T0, b"\x00\x01")
+    b = new_snapshot_id(T0 + 0.000001, b"\x00\x00")
+    c = new_snapshot_id(T0 + 1.9999996, b"\x00\x00")  # rounds up to the next second
+    assert a < b < c
+    assert a == "20231114T221320.000000Z-0001"
+    assert c == "20231114T221322.000000Z-0000"

@@ -1,0 +1,190 @@
+"""`snapmesh cluster up` as a real subprocess: its one line, a clean stop, no leftovers."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster_helpers import port_is_free
+from snapmesh import config as cluster_config
+from snapmesh.launcher import write_config
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def children_of(pid: int) -> set[int]:
+    """Every live descendant of `pid` (from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z":
+            parents[int(entry.name)] = int(fields[1])
+    found, frontier = set(), [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, ppid in parents.items():
+            if ppid == parent and child not in found:
+                found.add(child)
+                frontier.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def wait_gone(pids, timeout: float = 15) -> set[int]:
+    deadline = time.monotonic() + timeout
+    while (left := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def read_line(proc: subprocess.Popen, timeout: float) -> str:
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, f"no line on stdout within {timeout}s"
+    return proc.stdout.readline()
+
+
+def cluster_up(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "snapmesh.cli", "cluster", "up", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.fixture
+def launched():
+    """Start `cluster up` processes; whatever a test leaves running is killed."""
+    procs: list[subprocess.Popen] = []
+    descendants: set[int] = set()
+
+    def launch(*args: str) -> subprocess.Popen:
+        proc = cluster_up(*args)
+        procs.append(proc)
+        return proc
+
+    def remember(proc: subprocess.Popen) -> set[int]:
+        found = children_of(proc.pid)
+        descendants.update(found)
+        return found
+
+    launch.remember = remember
+    yield launch
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for pid in descendants:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def all_ports(cfg: cluster_config.ClusterConfig) -> list[tuple[str, int]]:
+    endpoints = [cfg.controller, *cfg.nodes]
+    return [(e.host, p) for e in endpoints for p in (e.port, e.metrics_port)]
+
+
+def test_cluster_up_prints_one_line_and_sigterm_stops_every_child(launched, tmp_path):
+    proc = launched("--nodes", "3", "--data-dir", str(tmp_path))
+    line = read_line(proc, 60)
+    match = re.fullmatch(r"controller: (127\.0\.0\.1):(\d+)\n", line)
+    assert match, line
+    children = launched.remember(proc)
+    assert len(children) == 4  # the controller and three nodes
+    cfg = cluster_config.load(tmp_path / "cluster.toml")
+    assert cfg.controller.address == f"{match[1]}:{match[2]}"
+    assert (tmp_path / "p1.log.jsonl").exists()
+    assert not port_is_free(cfg.controller.host, cfg.controller.port)
+
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert out == ""  # the one line was all
+    assert wait_gone(children) == set()
+    busy = [p for p in all_ports(cfg) if not port_is_free(*p)]
+    assert busy == []
+
+
+def test_ctrl_c_stops_a_cluster_started_from_a_config_file(launched, tmp_path):
+    path = write_config(tmp_path / "ring.toml", nodes=3, topology="ring")
+    proc = launched("--config", str(path), "--data-dir", str(tmp_path / "elsewhere"))
+    assert read_line(proc, 60).startswith("controller: ")
+    children = launched.remember(proc)
+    assert (tmp_path / "elsewhere" / "p2.log.jsonl").exists()  # --data-dir wins over the file's
+
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert wait_gone(children) == set()
+    cfg = cluster_config.load(path)
+    assert [p for p in all_ports(cfg) if not port_is_free(*p)] == []
+
+
+def test_children_die_when_the_launcher_is_sigkilled(launched, tmp_path):
+    proc = launched("--nodes", "2", "--data-dir", str(tmp_path))
+    assert read_line(proc, 60).startswith("controller: ")
+    children = launched.remember(proc)
+    assert len(children) == 3
+    proc.kill()
+    proc.wait()
+    assert wait_gone(children) == set()
+
+
+def test_a_malformed_config_exits_2_naming_the_field(launched, tmp_path):
+    path = write_config(tmp_path / "bad.toml", nodes=2)
+    path.write_text(path.read_text().replace("initial_balance = 1000", 'initial_balance = "lots"'))
+    proc = launched("--config", str(path))
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert "initial_balance" in err and str(path) in err
+    assert out == ""
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", [["--nodes", "0"], ["down"], ["up", "--config", "a", "--nodes", "2"]])
+def test_bad_arguments_exit_2(args):
+    argv = args if args and args[0] in ("down", "up") else ["up", *args]
+    result = subprocess.run(
+        [sys.executable, "-m", "snapmesh.cli", "cluster", *argv], cwd=REPO, capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 2, result
+    assert result.stdout == ""
+
+
+def test_a_node_that_cannot_start_stops_the_rest_and_exits_1(launched, tmp_path):
+    path = write_config(tmp_path / "cluster.toml", nodes=2)
+    cfg = cluster_config.load(path)
+    import socket
+
+    with socket.socket() as squatter:  # p2's port is taken
+        squatter.bind((cfg.node("p2").host, cfg.node("p2").port))
+        squatter.listen()
+        proc = launched("--config", str(path))
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert "p2" in err
+    assert out == ""
