@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -51,17 +52,43 @@ class ClusterError(RuntimeError):
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct TCP ports that were free a moment ago."""
-    sockets = []
+    """`count` distinct TCP ports that were free a moment ago.
+
+    Drawn below the kernel's ephemeral range: ports the kernel hands out (to
+    every outgoing connection on the machine) would soon be taken by a client
+    socket, and the server started on them later would fail to bind.
+    """
+    low, _ = _ephemeral_range()
+    candidates = range(max(1024, low - 16384), low)
+    rng = random.SystemRandom()
+    ports: list[int] = []
+    for _ in range(count * 50):
+        if len(ports) == count:
+            break
+        port = rng.choice(candidates)
+        if port not in ports and _bindable(host, port):
+            ports.append(port)
+    if len(ports) < count:
+        raise ClusterError(f"found only {len(ports)} free ports below {low}, needed {count}")
+    return ports
+
+
+def _ephemeral_range() -> tuple[int, int]:
     try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def write_config(
@@ -236,6 +263,10 @@ class LocalCluster:
     `config`: a ClusterConfig or a path to a cluster file. `data_dir` overrides
     the file's (through SNAPMESH_DATA_DIR, so the children see it too).
     `controller_args`: extra arguments for `snapmesh controller` (e.g. --interval).
+
+    Children die with the thread that started them (PR_SET_PDEATHSIG is tied
+    to the parent thread): start and restart processes from a long-lived thread,
+    normally the main one. Not thread-safe.
     """
 
     def __init__(

@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -463,8 +463,3 @@ def project_leftovers(project: str) -> dict[str, list[str]]:
     ):
         found[kind] = run(cmd, quiet=True, check=False).stdout.split()
     return found
-
-
-@contextlib.contextmanager
-def temp_env(**values: str) -> Iterator[dict[str, str]]:
-    yield {**os.environ, **values}

@@ -51,7 +51,9 @@ def free_ports(count: int) -> list[int]:
 
 
 def port_is_free(port: int) -> bool:
+    """Nothing listens on it (connections in TIME_WAIT do not count)."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -267,8 +269,13 @@ class Cluster:
         return f"127.0.0.1:{entry['listen'] if node_id in self.proxied else entry['port']}"
 
     def start(self, *node_ids: str) -> None:
-        for node_id in node_ids or self.node_ids:
-            self.nodes[node_id].start(listen_address=self.direct_address(node_id))
+        """Start the nodes (all at once), then wait until each is SERVING."""
+        chosen = node_ids or self.node_ids
+        for node_id in chosen:
+            self.nodes[node_id].start(wait=False)
+        for node_id in chosen:
+            node = self.nodes[node_id]
+            wait_serving(self.direct_address(node_id), proc=node.proc, what=f"node {node_id}", output=node.output_path)
 
     def stub(self, node_id: str) -> pb_grpc.NodeStub:
         """A client stub that dials the node directly (not through a proxy)."""
@@ -345,3 +352,124 @@ def money_check(logs: dict[str, list[dict]]) -> dict:
         "unreceived": sorted(m for m in sends if m not in recvs),
         "balances": balances,
     }
+
+
+# ---------------------------------------------------------------------- load
+
+
+class Load:
+    """Background transfers: each round, every source node gets one TransferBatch
+    of `batch` random 1..amount_max transfers to random neighbours. Errors (a
+    node down, a stream cut) are counted, never raised: the logs are the truth."""
+
+    def __init__(self, cluster: Cluster, *, batch: int = 50, amount_max: int = 5, seed: int = 1,
+                 sources: list[str] | None = None, channels: list[tuple[str, str]] | None = None) -> None:
+        import random
+
+        self.cluster = cluster
+        self.batch = batch
+        self.amount_max = amount_max
+        self.rng = random.Random(seed)
+        self.sources = sources or cluster.node_ids
+        pairs = channels or [(a, b) for a in cluster.node_ids for b in cluster.node_ids if a != b]
+        self.neighbours = {n: [b for a, b in pairs if a == n] for n in cluster.node_ids}
+        self.accepted = 0
+        self.refused = 0
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="load", daemon=True)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "the load thread did not stop"
+
+    def _run(self) -> None:
+        channels = {n: grpc.insecure_channel(self.cluster.direct_address(n)) for n in self.sources}
+        stubs = {n: pb_grpc.NodeStub(c) for n, c in channels.items()}
+        try:
+            while not self._stop.is_set():
+                for src in self.sources:
+                    request = pb.TransferBatchRequest(
+                        transfers=[
+                            pb.TransferRequest(to=self.rng.choice(self.neighbours[src]),
+                                               amount=self.rng.randint(1, self.amount_max))
+                            for _ in range(self.batch)
+                        ]
+                    )
+                    try:
+                        response = stubs[src].TransferBatch(request, timeout=5)
+                    except grpc.RpcError:
+                        self.errors += 1
+                        time.sleep(0.05)
+                        continue
+                    ok = sum(1 for r in response.results if r.code == 0)
+                    self.accepted += ok
+                    self.refused += len(response.results) - ok
+        finally:
+            for channel in channels.values():
+                channel.close()
+
+
+# ----------------------------------------------------------- snapshot checks
+
+
+def check_snapshot(logs: dict[str, list[dict]], states: dict[str, pb.FullState], total: int) -> None:
+    """Check a snapshot's FullStates against the transfer logs: each recorded
+    balance is the log's balance at the cut; each channel's in-flight list is
+    exactly what the source sent before its cut and the destination received
+    after its cut (and before the marker); the whole is conserved."""
+    sid = next(iter(states.values())).snapshot_id
+    cut_lsn: dict[str, int] = {}
+    for node_id, records in logs.items():
+        balance = 0
+        for record in records:
+            kind = record["kind"]
+            if kind == "cut" and record["snapshot_id"] == sid:
+                cut_lsn[node_id] = record["lsn"]
+                assert record["balance"] == balance, f"{node_id}: cut says {record['balance']}, log says {balance}"
+                assert states[node_id].balance == balance, f"{node_id}: reported {states[node_id].balance}, log {balance}"
+                break
+            if kind == "init":
+                balance = record["balance"]
+            elif kind == "send":
+                balance -= record["amount"]
+            elif kind == "recv":
+                balance += record["amount"]
+        assert node_id in cut_lsn, f"{node_id} has no cut for {sid}"
+    sent_before_cut = {
+        r["msg_id"]
+        for node_id, records in logs.items()
+        for r in records
+        if r["kind"] == "send" and r["lsn"] < cut_lsn[node_id]
+    }
+    grand = 0
+    for node_id, state in states.items():
+        grand += state.balance
+        records = logs[node_id]
+        for channel in state.channels:
+            assert channel.dst == node_id
+            marker = [r["lsn"] for r in records if r["kind"] == "marker_recv" and r["src"] == channel.src
+                      and r["snapshot_id"] == sid]
+            assert len(marker) == 1, f"{channel.src}->{node_id}: {len(marker)} markers for {sid}"
+            expected = [r for r in records if r["kind"] == "recv" and r["src"] == channel.src
+                        and cut_lsn[node_id] < r["lsn"] < marker[0]]
+            got = [(t.msg_id, t.amount, t.seq) for t in channel.in_flight]
+            assert got == [(r["msg_id"], r["amount"], r["seq"]) for r in expected], f"{channel.src}->{node_id}"
+            assert all(m in sent_before_cut for m, _, _ in got)
+            grand += sum(t.amount for t in channel.in_flight)
+    # Every transfer sent before its sender's cut and not received before its receiver's cut is in flight.
+    received_before_cut = {
+        r["msg_id"] for node_id, records in logs.items() for r in records
+        if r["kind"] == "recv" and r["lsn"] < cut_lsn[node_id]
+    }
+    in_flight = {t.msg_id for s in states.values() for c in s.channels for t in c.in_flight}
+    assert sent_before_cut - received_before_cut == in_flight
+    assert grand == total, f"snapshot {sid} total {grand} != {total}"

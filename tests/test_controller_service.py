@@ -233,6 +233,25 @@ def test_an_unreachable_initiator_fails_the_snapshot_with_that_reason(lone_contr
         assert stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=snapshot.snapshot_id), timeout=5) == snapshot
 
 
+def test_interval_takes_periodic_snapshots(tmp_path):
+    path = write_config(tmp_path / "cluster.toml", nodes=2, deadline=5)
+    periodic = LocalCluster(path, controller_args=["--interval", "0.3"])
+    try:
+        periodic.start_controller()
+        channel, stub = controller_stub(periodic.controller_address)
+        with channel:
+            deadline = time.monotonic() + 15
+            while len(listed(stub)) < 3:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            snapshots = listed(stub)
+        # no node runs, so each one fails at once, naming its initiator
+        assert all(s.status == FAILED and "unreachable" in s.reason for s in snapshots)
+        assert {s.initiator for s in snapshots} <= {"p1", "p2"}
+    finally:
+        periodic.stop()
+
+
 def test_finished_snapshots_survive_a_controller_restart_and_a_corrupt_file_is_skipped(cluster):
     channel, stub = controller_stub(cluster.controller_address)
     with channel:

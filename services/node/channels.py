@@ -176,7 +176,8 @@ class OutgoingChannel:
                 self._set(SenderState.CONNECTING)
                 try:
                     await self._stream(stub)
-                except (grpc.aio.AioRpcError, StreamBrokenError, asyncio.TimeoutError) as exc:
+                except (grpc.aio.AioRpcError, StreamBrokenError, asyncio.TimeoutError, asyncio.InvalidStateError) as exc:
+                    # InvalidStateError: a write raced the call's end ("RPC already finished").
                     detail = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
                     log.warning("channel %s->%s broke (%s); reconnecting", self.src, self.dst, detail or type(exc).__name__)
                 except Exception:  # a bug here must not silently end the channel

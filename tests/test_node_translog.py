@@ -1,0 +1,249 @@
+"""The transfer log and recovery from it: unit tests, plus the node's start-up
+refusals (corrupt log, bad config) as real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+import grpc
+
+from node_harness import NodeProcess, run_node_once, write_config
+from services.node.recovery import CorruptLogError, OutboxEntry, recover
+from services.node.translog import TransferLog
+from snapmesh.v1 import snapmesh_pb2 as pb
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def write_records(path: Path, node: str, records: list[dict]) -> None:
+    lines = [json.dumps({"node": node, "lsn": i, **r}) for i, r in enumerate(records, start=1)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# ------------------------------------------------------------------ writing
+
+
+def test_every_record_kind_is_one_json_line_with_node_and_lsn(tmp_path: Path) -> None:
+    async def go() -> None:
+        log = TransferLog(tmp_path / "p1.log.jsonl", 'p"1', last_lsn=0)
+        log.start()
+        log.append_init(100)
+        log.append_send('p"1', "p2", 1, 7)
+        log.append_recv("p2", 'p"1', 1, "p2:p\"1:1", 3)
+        log.append_recv("p2", 'p"1', 2, "custom id", 4)
+        log.append_cut('s"1', 96)
+        log.append_marker("marker_sent", 's"1', 'p"1', "p2", 2)
+        log.append_marker("marker_recv", 's"1', "p2", 'p"1', 3)
+        log.append_abort('s"1', "deadline: p3 did not report")
+        log.append_restart()
+        await log.wait_durable(log.last_lsn)
+        assert log.durable_lsn == 9
+        await log.close()
+
+    asyncio.run(go())
+    records = lines(tmp_path / "p1.log.jsonl")
+    assert [r["lsn"] for r in records] == list(range(1, 10))
+    assert all(r["node"] == 'p"1' for r in records)
+    assert records[0] == {"node": 'p"1', "lsn": 1, "kind": "init", "balance": 100}
+    assert records[1] == {"node": 'p"1', "lsn": 2, "kind": "send", "src": 'p"1', "dst": "p2",
+                          "msg_id": 'p"1:p2:1', "seq": 1, "amount": 7}
+    assert records[2]["msg_id"] == 'p2:p"1:1' and records[2]["kind"] == "recv"
+    assert records[3]["msg_id"] == "custom id"
+    assert records[4] == {"node": 'p"1', "lsn": 5, "kind": "cut", "snapshot_id": 's"1', "balance": 96}
+    assert records[5] == {"node": 'p"1', "lsn": 6, "kind": "marker_sent", "snapshot_id": 's"1',
+                          "src": 'p"1', "dst": "p2", "seq": 2}
+    assert records[6]["kind"] == "marker_recv" and records[6]["src"] == "p2"
+    assert records[7] == {"node": 'p"1', "lsn": 8, "kind": "abort", "snapshot_id": 's"1',
+                          "reason": "deadline: p3 did not report"}
+    assert records[8] == {"node": 'p"1', "lsn": 9, "kind": "restart"}
+
+
+def test_group_commit_durable_lsn_never_runs_ahead_of_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "p1.log.jsonl"
+    seen: list[tuple[int, int]] = []
+
+    def on_durable(lsn: int) -> None:
+        seen.append((lsn, len(path.read_text().splitlines())))
+
+    async def go() -> None:
+        log = TransferLog(path, "p1", last_lsn=0, on_durable=on_durable)
+        log.start()
+        log.append_init(10)
+        waiters = []
+        for i in range(1, 2001):
+            log.append_send("p1", "p2", i, 1) if i <= 10 else log.append_recv("p2", "p1", i, f"p2:p1:{i}", 1)
+            if i % 100 == 0:
+                waiters.append(asyncio.ensure_future(log.wait_durable(log.last_lsn)))
+                await asyncio.sleep(0)
+        await asyncio.gather(*waiters)
+        assert log.durable_lsn == 2001
+        await log.close()
+
+    asyncio.run(go())
+    assert seen, "no flush round happened"
+    assert len(seen) < 2001 / 10, f"{len(seen)} fsyncs for 2001 records: not group-committed"
+    for lsn, on_disk in seen:
+        assert on_disk >= lsn
+
+
+# ----------------------------------------------------------------- recovery
+
+
+def recover_p1(path: Path, **kw):
+    return recover(path, "p1", initial_balance=100, incoming=("p2", "p3"), outgoing=("p2", "p3"), **kw)
+
+
+def test_recovery_rebuilds_balance_positions_outbox_and_abandoned(tmp_path: Path) -> None:
+    path = tmp_path / "p1.log.jsonl"
+    write_records(path, "p1", [
+        {"kind": "init", "balance": 100},
+        {"kind": "send", "msg_id": "p1:p2:1", "src": "p1", "dst": "p2", "seq": 1, "amount": 10},
+        {"kind": "recv", "msg_id": "p2:p1:1", "src": "p2", "dst": "p1", "seq": 1, "amount": 4},
+        {"kind": "cut", "snapshot_id": "s1", "balance": 94},
+        {"kind": "marker_sent", "snapshot_id": "s1", "src": "p1", "dst": "p2", "seq": 2},
+        {"kind": "marker_sent", "snapshot_id": "s1", "src": "p1", "dst": "p3", "seq": 1},
+        {"kind": "future_kind", "whatever": True},
+        {"kind": "send", "msg_id": "p1:p2:3", "src": "p1", "dst": "p2", "seq": 3, "amount": 5},
+        {"kind": "marker_recv", "snapshot_id": "s1", "src": "p3", "dst": "p1", "seq": 1},
+        {"kind": "recv", "msg_id": "p3:p1:2", "src": "p3", "dst": "p1", "seq": 2, "amount": 20},
+        {"kind": "abort", "snapshot_id": "s2", "reason": "x"},
+        {"kind": "restart"},
+    ])
+    state = recover_p1(path)
+    assert not state.fresh
+    assert state.balance == 100 - 10 + 4 - 5 + 20
+    assert state.last_lsn == 12
+    assert state.next_seq == {"p2": 4, "p3": 2}
+    assert state.last_received == {"p2": 1, "p3": 2}
+    assert state.abandoned == {"s1"}
+    assert state.outbox["p2"] == [
+        OutboxEntry(seq=1, amount=10, snapshot_id=""),
+        OutboxEntry(seq=2, amount=0, snapshot_id="s1"),
+        OutboxEntry(seq=3, amount=5, snapshot_id=""),
+    ]
+    assert state.outbox["p3"] == [OutboxEntry(seq=1, amount=0, snapshot_id="s1")]
+
+
+def test_missing_or_empty_log_is_a_fresh_node(tmp_path: Path) -> None:
+    assert recover_p1(tmp_path / "none.jsonl").fresh
+    (tmp_path / "empty.jsonl").write_text("")
+    state = recover_p1(tmp_path / "empty.jsonl")
+    assert state.fresh and state.balance == 100 and state.next_seq == {"p2": 1, "p3": 1}
+
+
+def test_torn_last_line_is_truncated_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "p1.log.jsonl"
+    write_records(path, "p1", [
+        {"kind": "init", "balance": 100},
+        {"kind": "send", "msg_id": "p1:p2:1", "src": "p1", "dst": "p2", "seq": 1, "amount": 10},
+    ])
+    good = path.read_bytes()
+    path.write_bytes(good + b'{"node":"p1","lsn":3,"kind":"send","src":"p1","dst":"p2","msg_id":"p1:p2:2","se')
+    state = recover_p1(path)
+    assert state.balance == 90 and state.last_lsn == 2 and state.next_seq["p2"] == 2
+    assert path.read_bytes() == good
+    assert "torn last line" in caplog.text and f"{path}:3" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("records", "raw_tail", "line", "problem"),
+    [
+        ([{"kind": "init", "balance": 100}], b"this is not json\n" + b'{"node":"p1","lsn":3,"kind":"restart"}\n',
+         2, "not a JSON record"),
+        ([{"kind": "init", "balance": 100}], b'{"node":"p1","lsn":3,"kind":"restart"}\n', 2, "lsn 3 where 2"),
+        ([{"kind": "init", "balance": 100}], b'{"node":"p9","lsn":2,"kind":"restart"}\n', 2, "node 'p9'"),
+        ([], b'{"node":"p1","lsn":1,"kind":"restart"}\n', 1, "first record must be init"),
+        ([{"kind": "init", "balance": 100}],
+         b'{"node":"p1","lsn":2,"kind":"send","msg_id":"p1:p2:2","src":"p1","dst":"p2","seq":2,"amount":1}\n',
+         2, "seq 2 on p1->p2, expected 1"),
+        ([{"kind": "init", "balance": 100}],
+         b'{"node":"p1","lsn":2,"kind":"recv","msg_id":"p9:p1:1","src":"p9","dst":"p1","seq":1,"amount":1}\n',
+         2, "not a channel into p1"),
+        ([{"kind": "init", "balance": 100}],
+         b'{"node":"p1","lsn":2,"kind":"send","msg_id":"p1:p2:1","src":"p1","dst":"p2","seq":1,"amount":"7"}\n',
+         2, "integer 'amount'"),
+    ],
+    ids=["not-json", "lsn-gap", "foreign-node", "no-init", "seq-gap", "unknown-channel", "bad-field"],
+)
+def test_corrupt_log_names_file_and_line(tmp_path: Path, records, raw_tail: bytes, line: int, problem: str) -> None:
+    path = tmp_path / "p1.log.jsonl"
+    write_records(path, "p1", records) if records else path.write_text("")
+    path.write_bytes(path.read_bytes() + raw_tail)
+    before = path.read_bytes()
+    with pytest.raises(CorruptLogError) as info:
+        recover_p1(path)
+    assert str(info.value).startswith(f"{path}:{line}: ")
+    assert problem in str(info.value)
+    assert path.read_bytes() == before  # a corrupt log is left alone for a human
+
+
+# ------------------------------------------------- the node refuses to start
+
+
+def test_node_with_corrupt_log_exits_2_naming_file_and_line(tmp_path: Path) -> None:
+    config, _ = write_config(tmp_path, ["p1", "p2"])
+    data = tmp_path / "data"
+    data.mkdir()
+    path = data / "p1.log.jsonl"
+    write_records(path, "p1", [{"kind": "init", "balance": 1000}, {"kind": "restart"}])
+    path.write_text(path.read_text().replace('"lsn": 2', '"lsn": 5'))
+    result = run_node_once(config, "p1")
+    assert result.returncode == 2, result.stderr
+    assert f"{path}:2: lsn 5 where 2 was expected" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_node_truncates_torn_line_and_starts(tmp_path: Path) -> None:
+    config, ports = write_config(tmp_path, ["p1", "p2"])
+    data = tmp_path / "data"
+    data.mkdir()
+    path = data / "p1.log.jsonl"
+    write_records(path, "p1", [
+        {"kind": "init", "balance": 1000},
+        {"kind": "send", "msg_id": "p1:p2:1", "src": "p1", "dst": "p2", "seq": 1, "amount": 10},
+    ])
+    path.write_bytes(path.read_bytes() + b'{"node":"p1","ls')
+    node = NodeProcess(config, "p1", f"127.0.0.1:{ports['p1']['port']}", tmp_path)
+    try:
+        node.start()
+        with grpc.insecure_channel(node.address) as channel:
+            state = pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=5)
+        assert state.balance == 990
+        assert node.stop() == 0
+    finally:
+        node.kill()
+    assert f"{path}:3: torn last line" in node.output()
+    assert [r["kind"] for r in lines(path)] == ["init", "send", "restart"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--id", "p9"], "no node 'p9'"),
+        (["--config", "/nonexistent/cluster.toml", "--id", "p1"], "no such file"),
+        ([], "--id"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    import subprocess
+    import sys
+
+    from node_harness import REPO
+
+    config, _ = write_config(tmp_path, ["p1", "p2"])
+    if "--config" not in args:
+        args = ["--config", str(config), *args]
+    result = subprocess.run([sys.executable, "-m", "snapmesh.cli", "node", *args], cwd=REPO, capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
