@@ -413,24 +413,14 @@ BASE_IMAGE = "snapmesh-base:bookworm"
 
 
 def build_images(tag: str = "latest") -> dict[str, str]:
-    """Base image (debootstrap, cached), wheels (host cache), then both targets
-    of the Dockerfile with the local base. Returns {"service": ..., "reconcile": ...}."""
-    run([str(COMPOSE_DIR / "build-base.sh"), BASE_IMAGE], timeout=900)
-    run([str(COMPOSE_DIR / "fetch-wheels.sh")], timeout=600)
-    images = {"service": f"snapmesh:{tag}", "reconcile": f"snapmesh-reconcile:{tag}"}
-    for target in ("service", "reconcile"):
-        run(
-            [
-                "docker", "build", "-q",
-                "-f", str(COMPOSE_DIR / "Dockerfile"),
-                "--target", target,
-                "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
-                "-t", images[target],
-                str(REPO),
-            ],
-            timeout=900,
-        )
-    return images
+    """deploy/compose/build-images.sh: the base image (debootstrap, reused when it
+    exists), the wheels (host cache), then both Dockerfile targets on that base."""
+    result = run([str(COMPOSE_DIR / "build-images.sh"), tag], timeout=1200,
+                 env={**os.environ, "BASE_IMAGE": BASE_IMAGE})
+    for line in (result.stdout + result.stderr).splitlines():
+        if line.startswith(("build-base:", "fetch-wheels:", "build-images:")):
+            log(line)
+    return {"service": f"snapmesh:{tag}", "reconcile": f"snapmesh-reconcile:{tag}"}
 
 
 def compose_cmd(project: str, *args: str) -> list[str]:

@@ -71,6 +71,7 @@ def test_stream_cut_mid_load_resends_without_loss_or_duplicates(proxied_pair) ->
     assert metric_sum(cluster, "snapmesh_channel_reconnects_total") >= 10
     resent = metric_sum(cluster, "snapmesh_channel_resent_messages_total")
     print(f"cut {killed} connections; {resent:.0f} messages resent; {load.accepted} transfers")
+    assert resent > 0, "no cut ever caught a message in flight"
     sends = sum(1 for records in logs.values() for r in records if r["kind"] == "send")
     assert sends == load.accepted
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Build snapmesh's two images from the current tree, with no registry needed:
+#
+#   deploy/compose/build-images.sh [TAG]        (default: latest)
+#
+# 1. the base image (build-base.sh: debootstrap + docker import, reused when
+#    present) unless BASE_IMAGE names another base (e.g. python:3.11-slim-bookworm,
+#    for machines that can pull it);
+# 2. the wheels (fetch-wheels.sh: host cache, no PyPI from inside containers);
+# 3. snapmesh:TAG (node, controller, app) and snapmesh-reconcile:TAG (+ Spark, Java).
+# `make images` runs this; so does tests/test_compose.py.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+TAG="${1:-latest}"
+BASE_IMAGE="${BASE_IMAGE:-snapmesh-base:bookworm}"
+
+if [ "$BASE_IMAGE" = snapmesh-base:bookworm ]; then
+    "$HERE/build-base.sh" "$BASE_IMAGE"
+fi
+"$HERE/fetch-wheels.sh"
+for target in service reconcile; do
+    name=snapmesh; [ "$target" = reconcile ] && name=snapmesh-reconcile
+    start=$(date +%s)
+    docker build -q -f "$HERE/Dockerfile" --target "$target" \
+        --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$name:$TAG" "$ROOT" 2> >(grep -v -i -E 'deprecated|buildx|buildkit|^\s*$' >&2) >/dev/null
+    echo "build-images: $name:$TAG ($target) in $(( $(date +%s) - start ))s"
+done
