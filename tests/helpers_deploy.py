@@ -38,10 +38,22 @@ CHECKOV_VENV = REPO / ".venv-checkov"
 T = TypeVar("T")
 
 
+_reporter = None  # pytest's terminal reporter, once a test hands it over (live_log)
+
+
+def live_log(pytestconfig) -> None:
+    """Make `log` write to the terminal as it happens (pytest captures fd 2)."""
+    global _reporter
+    _reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+
+
 def log(message: str) -> None:
-    """A progress line on the real terminal even under pytest's capture."""
-    sys.__stderr__.write(f"[deploy-test {time.strftime('%H:%M:%S')}] {message}\n")
-    sys.__stderr__.flush()
+    """A progress line: live on the terminal when live_log was called, and
+    always in the test's captured stderr (shown when it fails)."""
+    line = f"[deploy-test {time.strftime('%H:%M:%S')}] {message}"
+    print(line, file=sys.stderr, flush=True)
+    if _reporter is not None:
+        _reporter.write_line(line)
 
 
 def wait_for(probe: Callable[[], T | None], *, timeout: float, interval: float = 0.5, what: str = "condition") -> T:

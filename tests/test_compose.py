@@ -43,6 +43,7 @@ from helpers_deploy import (
     container_id,
     controller_stub,
     docker_engine_answers,
+    live_log,
     log,
     node_stub,
     project_leftovers,
@@ -205,7 +206,8 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack():
+def stack(pytestconfig):
+    live_log(pytestconfig)
     if not docker_engine_answers():
         reason = "NO DOCKER ENGINE ANSWERS (`docker info` failed): the compose stack was NOT tested"
         warnings.warn(reason)

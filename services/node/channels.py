@@ -179,7 +179,14 @@ class OutgoingChannel:
                 except (grpc.aio.AioRpcError, StreamBrokenError, asyncio.TimeoutError, asyncio.InvalidStateError) as exc:
                     # InvalidStateError: a write raced the call's end ("RPC already finished").
                     detail = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
-                    log.warning("channel %s->%s broke (%s); reconnecting", self.src, self.dst, detail or type(exc).__name__)
+                    # The first failure of a streak is news; the retries that follow it are not.
+                    log.log(
+                        logging.WARNING if attempt == 0 or self.state is SenderState.OPEN else logging.DEBUG,
+                        "channel %s->%s broke (%s); reconnecting",
+                        self.src,
+                        self.dst,
+                        detail or type(exc).__name__,
+                    )
                 except Exception:  # a bug here must not silently end the channel
                     log.exception("channel %s->%s failed; reconnecting", self.src, self.dst)
                 self._errors.inc()

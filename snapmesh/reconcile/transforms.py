@@ -21,7 +21,9 @@ seq i received before its cut; they are found by the same bucket trick on seq.
 from __future__ import annotations
 
 from functools import reduce
+from typing import NamedTuple
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -223,23 +225,65 @@ def _found(df: DataFrame, keys: list[str], checks: list[tuple[Column, Column]]) 
     return df.select(*keys, F.explode(F.filter(found, lambda d: d.isNotNull())).alias("d"))
 
 
-def _log_facts(evs: DataFrame) -> DataFrame:
-    """One row: nodes and channels the logs show, and the sum of init balances."""
-    return evs.agg(
-        F.count_distinct("node").alias("log_nodes"),
-        F.count_distinct(F.when(_kind_in(CHANNEL_KINDS), F.struct("src", "dst"))).alias("log_channels"),
-        F.coalesce(F.sum(F.when(F.col("kind") == "init", F.col("balance"))), F.lit(0)).cast("long").alias("initial_total"),
+def _shared(df: DataFrame) -> DataFrame:
+    """Mark a small intermediate table that several checks read.
+
+    Without this every reader inlines (and recomputes) its whole plan: the verdict
+    query grew to ~150 stages. Persisting is lazy (no action here); the tables are
+    tiny (per node, per cut, per channel), never the log itself. ``main`` clears
+    them after the run.
+    """
+    return df.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+class LogSummary(NamedTuple):
+    """Small per-node and per-channel aggregates of the whole log, shared by the checks."""
+
+    per_node: DataFrame  # node, inits, init_lsn, init_balance
+    seqs: DataFrame  # src, dst, side, seq, n  (one row per logged channel seq: log-sized)
+    per_side: DataFrame  # src, dst, side, distinct, low, high, dup
+    channels: DataFrame  # src, dst: every channel the logs show
+    facts: DataFrame  # one row: log_nodes, log_channels, initial_total
+
+
+def summarize_logs(evs: DataFrame) -> LogSummary:
+    is_init = F.col("kind") == "init"
+    per_node = _shared(
+        evs.groupBy("node").agg(
+            F.count(F.when(is_init, 1)).alias("inits"),
+            F.min(F.when(is_init, F.col("lsn"))).alias("init_lsn"),
+            F.sum(F.when(is_init, F.col("balance"))).alias("init_balance"),
+        )
     )
+    side = F.when(_kind_in(SENDS), F.lit("sender")).otherwise(F.lit("receiver"))
+    seqs = (
+        evs.filter(_kind_in(CHANNEL_KINDS))
+        .groupBy("src", "dst", side.alias("side"), "seq")
+        .agg(F.count(F.lit(1)).alias("n"))
+    )
+    per_side = _shared(
+        seqs.groupBy("src", "dst", "side").agg(
+            F.count(F.lit(1)).alias("distinct"),
+            F.min("seq").alias("low"),
+            F.max("seq").alias("high"),
+            F.min(F.when(F.col("n") > 1, F.struct("seq", "n"))).alias("dup"),
+        )
+    )
+    channels = _shared(per_side.select("src", "dst").distinct())
+    facts = _shared(
+        per_node.agg(
+            F.count(F.lit(1)).alias("log_nodes"),
+            F.coalesce(F.sum("init_balance"), F.lit(0)).cast("long").alias("initial_total"),
+        ).crossJoin(channels.agg(F.count(F.lit(1)).alias("log_channels")))
+    )
+    return LogSummary(per_node, seqs, per_side, channels, facts)
 
 
-def log_discrepancies(evs: DataFrame) -> DataFrame:
+def log_discrepancies(evs: DataFrame, summary: LogSummary | None = None) -> DataFrame:
     """Whole-log checks -> (d: struct<priority, text>)."""
-    per_node = evs.groupBy("node").agg(
-        F.count(F.when(F.col("kind") == "init", 1)).alias("inits"),
-        F.min(F.when(F.col("kind") == "init", F.col("lsn"))).alias("init_lsn"),
-    )
+    summary = summary or summarize_logs(evs)
     nodes = _found(
-        per_node,
+        summary.per_node,
         [],
         [
             (F.col("inits") == 0, _message(M.NO_INIT, "node")),
@@ -279,22 +323,11 @@ def log_discrepancies(evs: DataFrame) -> DataFrame:
         ],
     )
 
-    side = F.when(_kind_in(SENDS), F.lit("sender")).otherwise(F.lit("receiver"))
-    seqs = (
-        evs.filter(_kind_in(CHANNEL_KINDS))
-        .groupBy("src", "dst", side.alias("side"), "seq")
-        .agg(F.count(F.lit(1)).alias("n"))
-    )
-    per_side = seqs.groupBy("src", "dst", "side").agg(
-        F.count(F.lit(1)).alias("distinct"),
-        F.min("seq").alias("low"),
-        F.max("seq").alias("high"),
-        F.min(F.when(F.col("n") > 1, F.struct("seq", "n"))).alias("dup"),
-    )
+    per_side = summary.per_side
     holey = (F.col("distinct") != F.col("high")) | (F.col("low") != 1)
     by_seq = Window.partitionBy("src", "dst", "side").orderBy("seq")
     gaps = (
-        seqs.join(F.broadcast(per_side.filter(holey).select("src", "dst", "side")), ["src", "dst", "side"], "inner")
+        summary.seqs.join(F.broadcast(per_side.filter(holey).select("src", "dst", "side")), ["src", "dst", "side"], "inner")
         .select("src", "dst", "side", "seq", F.lag("seq", 1, 0).over(by_seq).alias("prev"))
         .filter(F.col("seq") > F.col("prev") + 1)
         .groupBy("src", "dst", "side")
@@ -337,19 +370,19 @@ def _buckets(low: Column, high: Column, bucket: int) -> Column:
     return F.explode(F.sequence(F.floor(low / bucket), F.floor(high / bucket)))
 
 
-def _before_cuts(evs: DataFrame, cuts: DataFrame, bucket: int) -> tuple[DataFrame, DataFrame]:
+def _before_cuts(evs: DataFrame, cuts: DataFrame, bucket: int) -> DataFrame:
     """Balances and channel positions before every cut.
 
-    Returns (node, hi, balance_before) and
-    (node, hi, dir, peer, n_before, top_before, ttop_before) where hi is a cut's lsn,
-    dir is "out" (sends and markers sent to peer) or "in" (receipts from peer), n the
-    number of such records, top the highest seq and ttop the highest seq of a transfer.
-    n == top says the records before the cut are exactly seqs 1..top (FIFO). ttop
-    ignores markers, so it does not matter whether a node logs the marker of S
-    before or after its cut for S.
+    Returns (node, hi, dir, peer, delta_before, n_before, top_before, ttop_before)
+    where hi is a cut's lsn and dir is "bal" (peer "": the balance, delta_before),
+    "out" (sends and markers sent to peer) or "in" (receipts from peer); n is the
+    number of such records, top the highest seq and ttop the highest seq of a
+    transfer. n == top says the records before the cut are exactly seqs 1..top
+    (FIFO). ttop ignores markers, so it does not matter whether a node logs the
+    marker of S before or after its cut for S.
     """
     by_lsn = Window.partitionBy("node").orderBy("hi")
-    bounds = cuts.select("node", F.col("cut_lsn").alias("hi")).distinct().select(
+    bounds = cuts.select("node", F.col("cut_lsn").alias("hi")).select(
         "node", "hi", F.lag("hi", 1, 0).over(by_lsn).alias("lo")
     )
     intervals = bounds.select("node", "lo", "hi", _buckets(F.col("lo"), F.col("hi") - 1, bucket).alias("bucket"))
@@ -359,8 +392,8 @@ def _before_cuts(evs: DataFrame, cuts: DataFrame, bucket: int) -> tuple[DataFram
     matched = flow.join(F.broadcast(intervals), on=["node", "bucket"], how="inner").filter(
         (F.col("lsn") >= F.col("lo")) & (F.col("lsn") < F.col("hi"))
     )
-    direction = F.when(_kind_in(SENDS), F.lit("out")).when(_kind_in(RECEIPTS), F.lit("in"))
-    peer = F.when(_kind_in(SENDS), F.col("dst")).when(_kind_in(RECEIPTS), F.col("src"))
+    direction = F.when(_kind_in(SENDS), F.lit("out")).when(_kind_in(RECEIPTS), F.lit("in")).otherwise(F.lit("bal"))
+    peer = F.when(_kind_in(SENDS), F.col("dst")).when(_kind_in(RECEIPTS), F.col("src")).otherwise(F.lit(""))
     delta = (
         F.when(F.col("kind") == "init", F.col("balance"))
         .when(F.col("kind") == "recv", F.col("amount"))
@@ -368,59 +401,59 @@ def _before_cuts(evs: DataFrame, cuts: DataFrame, bucket: int) -> tuple[DataFram
         .otherwise(F.lit(0))
     )
     transfer_seq = F.when(_kind_in(("send", "recv")), F.col("seq"))
-    per = matched.groupBy("node", "hi", direction.alias("dir"), peer.alias("peer")).agg(
-        F.sum(delta).alias("delta"),
-        F.count(F.lit(1)).alias("n"),
-        F.max("seq").alias("top"),
-        F.max(transfer_seq).alias("ttop"),
-    )
-    upto = Window.unboundedPreceding, Window.currentRow
-    node_before = (
-        bounds.select("node", "hi")
-        .join(per.groupBy("node", "hi").agg(F.sum("delta").alias("delta")), ["node", "hi"], "left")
-        .select(
-            "node",
-            "hi",
-            F.sum(F.coalesce("delta", F.lit(0))).over(by_lsn.rowsBetween(*upto)).cast("long").alias("balance_before"),
+    per = _shared(
+        matched.groupBy("node", "hi", direction.alias("dir"), peer.alias("peer")).agg(
+            F.sum(delta).alias("delta"),
+            F.count(F.lit(1)).alias("n"),
+            F.max("seq").alias("top"),
+            F.max(transfer_seq).alias("ttop"),
         )
     )
-    links = per.filter(F.col("dir").isNotNull()).select("node", "hi", "dir", "peer", "n", "top", "ttop")
-    by_link = Window.partitionBy("node", "dir", "peer").orderBy("hi").rowsBetween(*upto)
-    link_before = (
+    links = per.select("node", "dir", "peer").unionByName(
+        bounds.select("node", F.lit("bal").alias("dir"), F.lit("").alias("peer"))
+    ).distinct()
+    upto = Window.partitionBy("node", "dir", "peer").orderBy("hi").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return _shared(
         bounds.select("node", "hi")
-        .join(links.select("node", "dir", "peer").distinct(), ["node"], "inner")
-        .join(links, ["node", "hi", "dir", "peer"], "left")
+        .join(links, ["node"], "inner")
+        .join(per, ["node", "hi", "dir", "peer"], "left")
         .select(
             "node",
             "hi",
             "dir",
             "peer",
-            F.sum(F.coalesce("n", F.lit(0))).over(by_link).alias("n_before"),
-            F.max(F.coalesce("top", F.lit(0))).over(by_link).alias("top_before"),
-            F.max(F.coalesce("ttop", F.lit(0))).over(by_link).alias("ttop_before"),
+            F.sum(F.coalesce("delta", F.lit(0))).over(upto).cast("long").alias("delta_before"),
+            F.sum(F.coalesce("n", F.lit(0))).over(upto).alias("n_before"),
+            F.max(F.coalesce("top", F.lit(0))).over(upto).alias("top_before"),
+            F.max(F.coalesce("ttop", F.lit(0))).over(upto).alias("ttop_before"),
         )
     )
-    return node_before, link_before
 
 
-def snapshot_discrepancies(evs: DataFrame, complete: DataFrame, bucket: int = BUCKET) -> DataFrame:
+def snapshot_discrepancies(
+    evs: DataFrame, complete: DataFrame, summary: LogSummary | None = None, bucket: int = BUCKET
+) -> DataFrame:
     """Per-snapshot checks of COMPLETE snapshots -> (snapshot_id, d: struct<priority, text>)."""
     S = "snapshot_id"
-    cuts = _cuts(evs)
-    node_before, link_before = _before_cuts(evs, cuts, bucket)
+    summary = summary or summarize_logs(evs)
+    cuts = _shared(_cuts(evs))
+    before = _before_cuts(evs, cuts, bucket)
     ids = complete.select(S)
 
     # 1 + 4 (nodes): completeness and balances.
-    in_logs = ids.crossJoin(evs.select("node").distinct()).withColumn("in_logs", F.lit(True))
+    in_logs = ids.crossJoin(summary.per_node.select("node")).withColumn("in_logs", F.lit(True))
     recorded = (
         complete.select(S, F.explode("nodes").alias("n"))
         .groupBy(S, F.col("n.node").alias("node"))
         .agg(F.count(F.lit(1)).alias("listed"), F.min("n.balance").alias("recorded"))
     )
+    balance_before = before.filter(F.col("dir") == "bal").select(
+        "node", F.col("hi").alias("cut_lsn"), F.col("delta_before").alias("balance_before")
+    )
     nodes = (
         in_logs.join(recorded, [S, "node"], "full")
         .join(cuts, [S, "node"], "left")
-        .join(node_before.withColumnRenamed("hi", "cut_lsn"), ["node", "cut_lsn"], "left")
+        .join(balance_before, ["node", "cut_lsn"], "left")
     )
     listed, has_cut = F.col("listed").isNotNull(), F.col("cuts").isNotNull()
     node_found = _found(
@@ -444,7 +477,6 @@ def snapshot_discrepancies(evs: DataFrame, complete: DataFrame, bucket: int = BU
     )
 
     # 2 + 4 (channels): completeness, cut positions, in-flight contents.
-    log_channels = evs.filter(_kind_in(CHANNEL_KINDS)).select("src", "dst").distinct()
     seqs = F.transform("c.in_flight", lambda m: m.seq)
     recorded_channels = (
         complete.select(S, F.explode("channels").alias("c"))
@@ -457,7 +489,7 @@ def snapshot_discrepancies(evs: DataFrame, complete: DataFrame, bucket: int = BU
         return cuts.select(S, F.col("node").alias(end), F.col("cut_lsn").alias(f"{end}_cut"))
 
     def position(direction: str, me: str, other: str, prefix: str) -> DataFrame:
-        return link_before.filter(F.col("dir") == direction).select(
+        return before.filter(F.col("dir") == direction).select(
             F.col("node").alias(me),
             F.col("hi").alias(f"{me}_cut"),
             F.col("peer").alias(other),
@@ -467,8 +499,8 @@ def snapshot_discrepancies(evs: DataFrame, complete: DataFrame, bucket: int = BU
         )
 
     both_cuts = F.col("src_cut").isNotNull() & F.col("dst_cut").isNotNull()
-    channels = (
-        ids.crossJoin(log_channels)
+    channels = _shared(
+        ids.crossJoin(summary.channels)
         .withColumn("in_logs", F.lit(True))
         .join(recorded_channels, [S, "src", "dst"], "full")
         .join(cut_of("src"), [S, "src"], "left")
@@ -539,7 +571,7 @@ def snapshot_discrepancies(evs: DataFrame, complete: DataFrame, bucket: int = BU
             F.min("m.seq").alias("rec_seq"),
         )
     )
-    compared = expected.join(in_flight, [S, "src", "dst", "msg_id"], "full")
+    compared = _shared(expected.join(in_flight, [S, "src", "dst", "msg_id"], "full"))
     both = F.col("expected") & F.col("listed").isNotNull()
     compare_found = _found(
         compared,
@@ -576,8 +608,7 @@ def snapshot_discrepancies(evs: DataFrame, complete: DataFrame, bucket: int = BU
     )
 
     # 3: conservation, and the snapshot's own claims.
-    facts = _log_facts(evs).select("initial_total")
-    totals = snapshot_totals(complete).crossJoin(facts)
+    totals = snapshot_totals(complete).crossJoin(summary.facts.select("initial_total"))
     total_found = _found(
         totals,
         [S],
@@ -632,12 +663,13 @@ def verdicts(evs: DataFrame, snaps: DataFrame, bucket: int = BUCKET) -> DataFram
     scope "logs", carries the whole-log checks.
     """
     S = "snapshot_id"
+    snaps = _shared(snaps)
     complete = snaps.filter(F.col("status") == COMPLETE)
+    summary = summarize_logs(evs)
     first = lambda found: found.agg(  # noqa: E731
         F.count(F.lit(1)).alias("discrepancies"), F.min("d").alias("first")
     )
-    facts = _log_facts(evs)
-    found = first(snapshot_discrepancies(evs, complete, bucket).groupBy(S))
+    found = first(snapshot_discrepancies(evs, complete, summary, bucket).groupBy(S))
     is_complete = F.col("status") == COMPLETE
     skipped = F.format_string(
         M.SKIPPED, "status", F.when(F.col("reason") != "", F.concat(F.lit(": "), "reason")).otherwise(F.lit(""))
@@ -645,7 +677,7 @@ def verdicts(evs: DataFrame, snaps: DataFrame, bucket: int = BUCKET) -> DataFram
     snapshot_rows = (
         snaps.join(snapshot_totals(snaps).select(S, "observed_total"), [S], "left")
         .join(found, [S], "left")
-        .crossJoin(facts)
+        .crossJoin(summary.facts)
         .select(
             F.lit(SCOPE_SNAPSHOT).alias("scope"),
             S,
@@ -661,7 +693,7 @@ def verdicts(evs: DataFrame, snaps: DataFrame, bucket: int = BUCKET) -> DataFram
             "started_at",
         )
     )
-    logs_row = first(log_discrepancies(evs)).crossJoin(facts).select(
+    logs_row = first(log_discrepancies(evs, summary)).crossJoin(summary.facts).select(
         F.lit(SCOPE_LOGS).alias("scope"),
         F.lit(None).cast("string").alias(S),
         F.lit("-").alias("status"),
