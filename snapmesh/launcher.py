@@ -179,7 +179,7 @@ def _die_with_parent(parent_pid: int):
     return preexec
 
 
-def wait_serving(address: str, timeout: float, alive=lambda: True) -> None:
+def wait_serving(address: str, timeout: float, alive=lambda: True, exit_code=lambda: None) -> None:
     """Block until the gRPC server at `address` answers SERVING; ClusterError on timeout."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -190,7 +190,7 @@ def wait_serving(address: str, timeout: float, alive=lambda: True) -> None:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if not alive():
-                raise ClusterError(f"{address}: process exited before serving")
+                raise ClusterError(f"{address}: process exited before serving (exit status {exit_code()})")
             try:
                 response = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5, wait_for_ready=True)
                 if response.status == health_pb2.HealthCheckResponse.SERVING:
@@ -419,7 +419,12 @@ class LocalCluster:
 
     def _wait(self, child: _Child, address: str) -> None:
         try:
-            wait_serving(address, self.startup_timeout, alive=lambda: child.alive)
+            wait_serving(
+                address,
+                self.startup_timeout,
+                alive=lambda: child.alive,
+                exit_code=lambda: child.proc.returncode if child.proc is not None else None,
+            )
         except ClusterError as exc:
             tail = child.log_tail()
             detail = f"\n--- {child.log_path} (last lines) ---\n{tail}" if tail else ""

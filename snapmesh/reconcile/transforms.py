@@ -233,7 +233,7 @@ def _shared(df: DataFrame) -> DataFrame:
     tiny (per node, per cut, per channel), never the log itself. ``main`` clears
     them after the run.
     """
-    return df.persist(StorageLevel.MEMORY_AND_DISK)
+    return df.localCheckpoint()
 
 
 class LogSummary(NamedTuple):

@@ -1,0 +1,202 @@
+"""The reconciliation checks on tiny inline DataFrames, with one corruption each.
+
+One hand-written Chandy-Lamport run of three nodes (p1 initiates; p3 records first,
+p2 records on p3's marker while p1's transfer p1:p2:1 is still on the wire, so it is
+in flight). Every node logs five cut records in a row, one per snapshot id, so the
+five snapshots share the same cut and differ only in what they claim: one is right,
+the others each carry one corruption. One verdict computation checks all of them.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import Row
+from pyspark.testing import assertDataFrameEqual
+
+from snapmesh.reconcile import transforms as T
+from snapmesh.reconcile.schema import EVENT, SNAPSHOT, VERDICT
+from spark_fixtures import spark  # noqa: F401
+
+pytestmark = pytest.mark.spark
+
+IDS = ("ok", "bal", "miss", "extra", "node")
+
+
+def send(msg: str, src: str, dst: str, seq: int, amount: int) -> dict:
+    return dict(kind="send", msg_id=msg, src=src, dst=dst, seq=seq, amount=amount)
+
+
+def recv(msg: str, src: str, dst: str, seq: int, amount: int) -> dict:
+    return dict(kind="recv", msg_id=msg, src=src, dst=dst, seq=seq, amount=amount)
+
+
+def marker(kind: str, src: str, dst: str, seq: int) -> dict:
+    return dict(kind=kind, snapshot_id="ok", src=src, dst=dst, seq=seq)
+
+
+def cuts(balance: int) -> list[dict]:
+    return [dict(kind="cut", snapshot_id=sid, balance=balance) for sid in IDS]
+
+
+LOGS: dict[str, list[dict]] = {
+    "p1": [
+        dict(kind="init", balance=100),
+        send("p1:p2:1", "p1", "p2", 1, 10),
+        *cuts(90),
+        marker("marker_sent", "p1", "p2", 2),
+        marker("marker_sent", "p1", "p3", 1),
+        send("p1:p2:3", "p1", "p2", 3, 5),  # after p1's cut: not in flight
+        marker("marker_recv", "p2", "p1", 1),
+        marker("marker_recv", "p3", "p1", 1),
+    ],
+    "p2": [
+        dict(kind="init", balance=100),
+        marker("marker_recv", "p3", "p2", 1),
+        *cuts(100),
+        marker("marker_sent", "p2", "p1", 1),
+        marker("marker_sent", "p2", "p3", 1),
+        recv("p1:p2:1", "p1", "p2", 1, 10),  # after p2's cut: in flight
+        marker("marker_recv", "p1", "p2", 2),
+        dict(kind="restart"),  # unknown kinds are ignored
+        recv("p1:p2:3", "p1", "p2", 3, 5),
+    ],
+    "p3": [
+        dict(kind="init", balance=100),
+        marker("marker_recv", "p1", "p3", 1),
+        *cuts(100),
+        marker("marker_sent", "p3", "p1", 1),
+        marker("marker_sent", "p3", "p2", 1),
+        marker("marker_recv", "p2", "p3", 1),
+    ],
+}
+
+
+def event_rows(logs: dict[str, list[dict]]) -> list[tuple]:
+    rows = []
+    for node, records in logs.items():
+        for lsn, r in enumerate(records, 1):
+            full = dict(file=f"{node}.log.jsonl", line=lsn, node=node, lsn=lsn, **r)
+            rows.append(tuple(full.get(name) for name in EVENT.fieldNames()))
+    return rows
+
+
+def snapshot_doc(sid: str, order: int, *, balances=None, p1_p2=None, status="COMPLETE", reason="") -> tuple:
+    balances = {"p1": 90, "p2": 100, "p3": 100} if balances is None else balances
+    p1_p2 = [("p1:p2:1", 10, 1)] if p1_p2 is None else p1_p2
+    channels = [
+        (src, dst, [(m, str(a), str(q)) for m, a, q in (p1_p2 if (src, dst) == ("p1", "p2") else [])])
+        for src in ("p1", "p2", "p3")
+        for dst in ("p1", "p2", "p3")
+        if src != dst
+    ]
+    doc = dict(
+        snapshot_id=sid,
+        initiator="p1",
+        status=status,
+        reason=reason,
+        nodes=[(n, str(b)) for n, b in balances.items()] if status == "COMPLETE" else [],
+        channels=channels if status == "COMPLETE" else [],
+        total="300",
+        conserved=True,
+        expected_total="300",
+        started_at=f"2026-11-21T20:00:0{order}.000Z",
+        finished_at=None,
+    )
+    return tuple(doc.get(name) for name in SNAPSHOT.fieldNames())
+
+
+SNAPSHOTS = [
+    snapshot_doc("ok", 0),
+    snapshot_doc("bal", 1, balances={"p1": 90, "p2": 101, "p3": 100}),
+    snapshot_doc("miss", 2, p1_p2=[]),
+    snapshot_doc("extra", 3, p1_p2=[("p1:p2:1", 10, 1), ("p1:p2:3", 5, 3)]),
+    snapshot_doc("node", 4, balances={"p1": 90, "p2": 100}),
+    snapshot_doc("f", 5, status="FAILED", reason="timeout"),
+]
+
+
+@pytest.fixture(scope="module")
+def verdicts(spark):  # noqa: F811
+    evs = spark.createDataFrame(event_rows(LOGS), EVENT)
+    snaps = T.typed_snapshots(spark.createDataFrame(SNAPSHOTS, SNAPSHOT))
+    rows = T.verdicts(evs, snaps).collect()
+    return {r.snapshot_id: tuple(r) for r in rows}
+
+
+def test_verdict_rows_have_the_verdict_schema_and_order(verdicts):
+    assert list(verdicts) == [None, "ok", "bal", "miss", "extra", "node", "f"]
+    assert len(next(iter(verdicts.values()))) == len(VERDICT.fields)
+
+
+def test_consistent_snapshot_and_clean_logs(verdicts):
+    assert verdicts[None] == ("logs", None, "-", True, 3, 6, 300, None, 0, None)
+    assert verdicts["ok"] == ("snapshot", "ok", "COMPLETE", True, 3, 6, 300, 300, 0, None)
+
+
+def test_balance_off_by_one(verdicts):
+    # Also breaks conservation and the snapshot's own total: 3 discrepancies, the node first.
+    assert verdicts["bal"] == (
+        "snapshot", "bal", "COMPLETE", False, 3, 6, 300, 301, 3, "node p2: recorded 101, logs say 100 before cut",
+    )
+
+
+def test_missing_in_flight_transfer(verdicts):
+    assert verdicts["miss"] == (
+        "snapshot", "miss", "COMPLETE", False, 3, 6, 300, 290, 3, "channel p1->p2: missing in-flight p1:p2:1",
+    )
+
+
+def test_extra_in_flight_sent_after_the_senders_cut(verdicts):
+    assert verdicts["extra"] == (
+        "snapshot", "extra", "COMPLETE", False, 3, 6, 300, 305, 3,
+        "channel p1->p2: in-flight p1:p2:3 was sent after p1's cut",
+    )
+
+
+def test_snapshot_missing_a_node(verdicts):
+    assert verdicts["node"] == (
+        "snapshot", "node", "COMPLETE", False, 2, 6, 300, 200, 3, "snapshot missing node p3",
+    )
+
+
+def test_failed_snapshot_is_skipped_not_consistent(verdicts):
+    assert verdicts["f"] == ("snapshot", "f", "FAILED", None, 0, 0, 300, None, 0, "skipped: status FAILED: timeout")
+
+
+def test_transfer_received_twice_and_sequence_gap(spark):  # noqa: F811
+    logs = {node: list(records) for node, records in LOGS.items()}
+    logs["p2"].append(recv("p1:p2:3", "p1", "p2", 3, 5))  # received twice
+    logs["p3"].append(send("p3:p1:3", "p3", "p1", 3, 7))  # seq 2 skipped on p3->p1
+    logs["p1"].append(recv("p3:p1:3", "p3", "p1", 3, 7))
+    found = T.log_discrepancies(spark.createDataFrame(event_rows(logs), EVENT)).collect()
+    assert sorted(tuple(r.d) for r in found) == [
+        (3, "msg_id p1:p2:3: received 2 times"),
+        (4, "channel p1->p2: seq 3 logged 2 times by receiver p2"),
+        (4, "channel p3->p1: seq 2 missing from receiver p1's log"),
+        (4, "channel p3->p1: seq 2 missing from sender p3's log"),
+    ]
+
+
+def test_truncated_and_malformed_lines_named_with_file_and_line(spark):  # noqa: F811
+    f = "file:///data/p1.log.jsonl"
+    second_split = 1 << 33  # monotonically_increasing_id of the next partition
+    lines = [
+        (f, 0, 0, '{"node":"p1","lsn":1,"kind":"init","balance":100}'),
+        (f, 0, 1, '{"node":"p1","lsn":2,"kind":"send","msg_id":"a","src":"p1","dst":"p2","seq":1,"amount":1}'),
+        (f, 4096, second_split, '{"node":"p1","lsn":3,"kind":"restart"}'),
+        (f, 4096, second_split + 1, '{"node":"p1","lsn":4,"kind":"se'),
+        (f, 4096, second_split + 2, '{"node":"p1","lsn":"5","kind":"init","balance":1}'),
+        (f, 4096, second_split + 3, '{"node":"p1","lsn":6,"kind":"send","msg_id":"b","src":"p1","dst":"p2","seq":2}'),
+        (f, 4096, second_split + 4, '{"node":"p2","lsn":7,"kind":"restart"}'),
+    ]
+    raw = spark.createDataFrame(lines, "file string, block long, mid long, value string")
+    bad = T.bad_lines(T.locate_lines(T.parse_log_lines(raw)))
+    assertDataFrameEqual(
+        bad,
+        [
+            Row(file=f, line=4, problem="not valid JSON (truncated line?)"),
+            Row(file=f, line=5, problem="a field has the wrong type, or the line is not a JSON object"),
+            Row(file=f, line=6, problem="send record without 'amount'"),
+            Row(file=f, line=7, problem="record of node p2 in the log of p1"),
+        ],
+    )
