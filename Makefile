@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: install proto test test-fast demo bench lint clean compose-up compose-down
+.PHONY: install proto test test-fast demo bench lint clean images compose-up compose-down checkov-venv checkov
 
 install: $(STAMP) $(PROTO_STAMP)
 
@@ -46,5 +46,31 @@ bench: install
 lint: install
 	$(PY) -m compileall -q snapmesh services tests bench
 
+# ---- deployment: images without a registry, the compose stack, Terraform checks
+COMPOSE := docker-compose -f deploy/compose/docker-compose.yml
+CHECKOV_VERSION := 3.3.30
+
+# Both images. The base defaults to one built here with debootstrap (no registry
+# needed); BASE_IMAGE=python:3.11-slim-bookworm uses the public one.
+images: install
+	deploy/compose/build-images.sh
+
+compose-up: images
+	$(COMPOSE) up -d
+	$(COMPOSE) ps
+
+# Keeps the data volume; `$(COMPOSE) down -v` removes it too.
+compose-down:
+	$(COMPOSE) down
+
+checkov-venv: .venv-checkov/.checkov-$(CHECKOV_VERSION)
+.venv-checkov/.checkov-$(CHECKOV_VERSION):
+	$(PYTHON) -m venv --clear .venv-checkov
+	.venv-checkov/bin/pip install -q --disable-pip-version-check checkov==$(CHECKOV_VERSION)
+	touch $@
+
+checkov: checkov-venv
+	BC_SKIP_MAPPING=TRUE .venv-checkov/bin/checkov -d deploy/terraform-ec2 --framework terraform --compact --quiet
+
 clean:
-	rm -rf $(VENV) snapmesh/v1 .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-checkov snapmesh/v1 .pytest_cache .hypothesis

@@ -38,13 +38,14 @@ CHECKOV_VENV = REPO / ".venv-checkov"
 T = TypeVar("T")
 
 
-_reporter = None  # pytest's terminal reporter, once a test hands it over (live_log)
+_live = None  # (terminal reporter, capture manager), once a test hands them over (live_log)
 
 
 def live_log(pytestconfig) -> None:
-    """Make `log` write to the terminal as it happens (pytest captures fd 2)."""
-    global _reporter
-    _reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+    """Make `log` write to the terminal as it happens, past pytest's capture."""
+    global _live
+    plugins = pytestconfig.pluginmanager
+    _live = (plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager"))
 
 
 def log(message: str) -> None:
@@ -52,8 +53,10 @@ def log(message: str) -> None:
     always in the test's captured stderr (shown when it fails)."""
     line = f"[deploy-test {time.strftime('%H:%M:%S')}] {message}"
     print(line, file=sys.stderr, flush=True)
-    if _reporter is not None:
-        _reporter.write_line(line)
+    if _live is not None and _live[0] is not None:
+        reporter, capture = _live
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            reporter.write_line(line)
 
 
 def wait_for(probe: Callable[[], T | None], *, timeout: float, interval: float = 0.5, what: str = "condition") -> T:
@@ -465,3 +468,14 @@ def project_leftovers(project: str) -> dict[str, list[str]]:
     ):
         found[kind] = run(cmd, quiet=True, check=False).stdout.split()
     return found
+
+
+def copy_volume(volume: str, dest: Path, image: str = "snapmesh:latest") -> Path:
+    """Copy a named volume's files to `dest` (for a failure's post-mortem)."""
+    name = f"snapmesh-copy-{os.getpid()}-{int(time.monotonic() * 1000)}"
+    run(["docker", "create", "--name", name, "-v", f"{volume}:/data", image], quiet=True)
+    try:
+        run(["docker", "cp", f"{name}:/data", str(dest)], quiet=True)
+    finally:
+        run(["docker", "rm", "-f", name], quiet=True, check=False)
+    return dest

@@ -112,8 +112,8 @@ def reconcile(spark: SparkSession, data_dir: str, bucket: int = T.BUCKET) -> Out
         rows = T.verdicts(T.events(located), T.typed_snapshots(raw_snaps), bucket).collect()
         return Outcome(verdicts=[r.asDict() for r in rows])
     finally:
-        # The logs, the snapshots and the small tables the checks shared.
-        spark.catalog.clearCache()
+        located.unpersist()
+        raw_snaps.unpersist()
 
 
 def _write_text(spark: SparkSession, path: str, text: str) -> None:
