@@ -44,7 +44,7 @@ bench: install
 	$(PY) -m bench $(BENCH)
 
 lint: install
-	$(PY) -m compileall -q snapmesh services tests bench
+	$(BIN)/ruff check snapmesh services tests bench jobs deploy
 
 # ---- deployment: images without a registry, the compose stack, Terraform checks
 COMPOSE := docker-compose -f deploy/compose/docker-compose.yml
