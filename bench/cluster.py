@@ -627,7 +627,7 @@ def table(r: Results) -> list[str]:
     rows.append("    CPU, cores of 2: " + _cpu_text(a_cpu))
     ratio = sum(b_rates) / sum(a_rates)
     rows.append(_row("rate with a snapshot every 100 ms / without (same load)", f"{ratio:.2f}"))
-    pairs = " ".join(f"{b / a:.2f}" for a, b in zip(a_rates, b_rates))
+    pairs = " ".join(f"{b / a:.2f}" for a, b in zip(a_rates, b_rates, strict=True))
     rows.append(_row(f"  per A/B pair ({WINDOW_S:g}s windows, interleaved)", pairs))
     b_cpu = {k: statistics.mean(b.cpu[k] for _, b in r.ab) for k in peak.cpu}
     rows.append("    CPU in B windows: " + _cpu_text(b_cpu))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from snapmesh.argparsing import parse_args
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse exits 2 on errors; keep that, one line
@@ -48,11 +50,9 @@ def _valid_target(target: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
+    args = parse_args(_parser(), argv)
+    if isinstance(args, int):
+        return args
     if not _valid_target(args.target):
         print(f"snapmesh health: {args.target!r} is not HOST:PORT", file=sys.stderr)
         return 2

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from snapmesh import config as cluster_config
+from snapmesh.argparsing import parse_args
 from snapmesh.config import ClusterConfig, ConfigError
 
 STARTUP_TIMEOUT_S = 30.0
@@ -66,7 +67,7 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
         if len(ports) == count:
             break
         port = rng.choice(candidates)
-        if port not in ports and _bindable(host, port):
+        if port not in ports and port_is_free(host, port):
             ports.append(port)
     if len(ports) < count:
         raise ClusterError(f"found only {len(ports)} free ports below {low}, needed {count}")
@@ -81,7 +82,9 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
-def _bindable(host: str, port: int) -> bool:
+def port_is_free(host: str, port: int) -> bool:
+    """Nothing listens on host:port: a server could bind it now (SO_REUSEADDR, as
+    gRPC servers use, so connections closing in TIME_WAIT do not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -455,11 +458,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
+    args = parse_args(_parser(), argv)
+    if isinstance(args, int):
+        return args
     if args.nodes is not None and args.nodes < 1:
         print(f"snapmesh cluster: --nodes must be at least 1, got {args.nodes}", file=sys.stderr)
         return 2

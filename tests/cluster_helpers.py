@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 import threading
 from collections import defaultdict
 from pathlib import Path
 
 import grpc
 
+from snapmesh.launcher import port_is_free  # noqa: F401  (re-exported for the tests)
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -18,18 +18,6 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 def controller_stub(address: str) -> tuple[grpc.Channel, pb_grpc.ControllerStub]:
     channel = grpc.insecure_channel(address)
     return channel, pb_grpc.ControllerStub(channel)
-
-
-def port_is_free(host: str, port: int) -> bool:
-    """Nothing listens on host:port: a new server could bind it now. (SO_REUSEADDR,
-    as gRPC servers use, so connections closing in TIME_WAIT do not count.)"""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 class Load:

@@ -3,22 +3,12 @@ only makes skips impossible to miss."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-
-
-def docker_engine_answers() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+from helpers_deploy import docker_engine_answers
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from snapmesh.launcher import free_ports
+
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE_DIR = REPO / "deploy" / "compose"
 TERRAFORM_DIR = REPO / "deploy" / "terraform-ec2"
@@ -75,20 +77,6 @@ def wait_for(probe: Callable[[], T | None], *, timeout: float, interval: float =
             detail = f": last error {last_error!r}" if last_error else ""
             raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}{detail}")
         time.sleep(interval)
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct loopback TCP ports that were free a moment ago."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def port_is_open(host: str, port: int) -> bool:

@@ -144,7 +144,7 @@ def check_trace(events: Iterable[Event], *, require_complete: bool = True) -> Re
                 problems.append(f"snapshot {key[0]}: channel {_name(key[1])} recorded twice")
             if len(event["msgs"]) != len(event["amounts"]):
                 problems.append(f"snapshot {key[0]}: channel {_name(key[1])}: msgs and amounts differ in length")
-            recorded[key] = list(zip(event["msgs"], event["amounts"]))
+            recorded[key] = list(zip(event["msgs"], event["amounts"], strict=False))  # lengths checked above
         elif kind == "completed":
             completed[(event["snapshot"], event["node"])] += 1
 
@@ -358,7 +358,7 @@ def _check_snapshot(
             received = receives.get(msg)
             if received is not None and received[1] > cut_pos(dst):
                 expected_items.append((msg, send.amount))
-        for msg, amount in items:
+        for msg, _amount in items:
             if msg not in sends:
                 say(f"snapshot {sid}: {_name(channel)} records transfer {msg}, which was never sent")
             elif msg not in receives:
@@ -480,7 +480,7 @@ class StepChecker:
                 raise fail("channel recorded twice")
             if key not in self.open_recordings:
                 raise fail("channel recorded before the receiver recorded its state")
-            got = list(zip(event["msgs"], event["amounts"]))
+            got = list(zip(event["msgs"], event["amounts"], strict=True))
             want = self.open_recordings.pop(key)
             if got != want:
                 raise fail(f"recorded {got}, but after the cut the channel delivered {want}")

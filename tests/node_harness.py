@@ -1,6 +1,6 @@
 """Real node processes on loopback for the node tests.
 
-- `free_ports(n)`: ports the kernel says are free right now.
+- `free_ports(n)`: free loopback ports (the launcher's, below the ephemeral range).
 - `write_config(...)`: a temp cluster TOML with free ports and data_dir in tmp.
 - `NodeProcess`: `snapmesh node` as a child process (its own session), started,
   waited for (gRPC health SERVING), stopped (SIGTERM) or killed (SIGKILL).
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -31,34 +30,16 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from snapmesh.launcher import free_ports
+from snapmesh.launcher import port_is_free as launcher_port_is_free
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 def port_is_free(port: int) -> bool:
-    """Nothing listens on it (connections in TIME_WAIT do not count)."""
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    return launcher_port_is_free("127.0.0.1", port)
 
 
 def write_config(
@@ -153,7 +134,7 @@ class NodeProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
-                raise AssertionError(f"node {self.node_id} did not stop within {timeout}s of SIGTERM")
+                raise AssertionError(f"node {self.node_id} did not stop within {timeout}s of SIGTERM") from None
         return self.proc.returncode
 
     def kill(self) -> None:

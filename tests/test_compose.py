@@ -30,13 +30,11 @@ import sys
 import time
 import uuid
 import warnings
-from pathlib import Path
 
 import pytest
 
 from helpers_deploy import (
     COMPOSE_DIR,
-    REPO,
     build_images,
     compose_cmd,
     container_health,
@@ -246,7 +244,7 @@ def stack(pytestconfig):
     live_log(pytestconfig)
     if not docker_engine_answers():
         reason = "NO DOCKER ENGINE ANSWERS (`docker info` failed): the compose stack was NOT tested"
-        warnings.warn(reason)
+        warnings.warn(reason, stacklevel=2)
         log("WARNING: " + reason)
         pytest.skip(reason)
     if shutil.which("docker-compose") is None:

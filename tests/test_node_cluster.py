@@ -65,11 +65,11 @@ def test_markers_flow_and_snapshots_are_consistent_under_load(mesh: Cluster) -> 
         time.sleep(0.3)
     assert load.accepted > 500, load.accepted
     logs = mesh.wait_settled()
-    for sid, state in states.items():
+    for state in states.values():
         check_snapshot(logs, state, mesh.total)
     for node_id, records in logs.items():
         kinds = [r["kind"] for r in records]
-        assert kinds.count("cut") == 3
+        assert kinds.count("cut") == 3, node_id
         assert kinds.count("marker_sent") == 3 * 2 and kinds.count("marker_recv") == 3 * 2
     # Every transfer sent during the run was recorded at most once per snapshot.
     report = money_check(logs)

@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from services.app.workload import ControllerUnreachable, WorkloadParams, run_workload
+from snapmesh.argparsing import parse_args
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,11 +34,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
+    args = parse_args(_parser(), argv)
+    if isinstance(args, int):
+        return args
     params = WorkloadParams(
         duration=args.duration,
         transfer_interval=args.transfer_interval,

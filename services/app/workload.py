@@ -168,7 +168,7 @@ async def _run(params, rng, summary, controller, stubs, neighbours, say) -> None
                 return None
 
         values = await asyncio.gather(*(one(n) for n in node_ids))
-        return dict(zip(node_ids, values))
+        return dict(zip(node_ids, values, strict=True))
 
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -196,7 +196,7 @@ async def _run(params, rng, summary, controller, stubs, neighbours, say) -> None
                 next_transfer = loop.time()
         if loop.time() >= next_report:
             counts = (summary.transfers_made, summary.transfers_refused, summary.transfers_failed)
-            delta = tuple(c - p for c, p in zip(counts, last))
+            delta = tuple(c - p for c, p in zip(counts, last, strict=True))
             last = counts
             say(progress_line(loop.time() - start, delta, counts, summary.moved, await balances()))
             next_report += params.report_every

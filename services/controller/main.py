@@ -20,6 +20,7 @@ from services.controller.servicer import ControllerMetrics, ControllerService
 from services.controller.store import SnapshotStore
 from services.controller.tracker import Tracker
 from snapmesh import config as cluster_config
+from snapmesh.argparsing import parse_args
 from snapmesh.runtime import ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -55,11 +56,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
+    args = parse_args(_parser(), argv)
+    if isinstance(args, int):
+        return args
     try:
         cfg = cluster_config.load(args.config)
     except cluster_config.ConfigError as exc:

@@ -26,6 +26,7 @@ from services.node.servicer import NodeServicer
 from services.node.translog import TransferLog, fsync_dir
 from snapmesh import config as cluster_config
 from snapmesh import core
+from snapmesh.argparsing import parse_args
 from snapmesh.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -48,11 +49,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
+    args = parse_args(_parser(), argv)
+    if isinstance(args, int):
+        return args
     try:
         cfg = cluster_config.load(args.config)
         cfg.node(args.node_id)

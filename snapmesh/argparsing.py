@@ -1,0 +1,16 @@
+"""Argument parsing that in-process callers can use: every subcommand's
+`main(argv)` returns an exit code instead of raising SystemExit."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace | int:
+    """The parsed arguments, or argparse's exit code after --help or a usage error
+    (argparse has already printed the message)."""
+    try:
+        return parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 2
