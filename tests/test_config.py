@@ -1,0 +1,119 @@
+"""The cluster file: a malformed one is refused with the file and the field named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from snapmesh import config
+
+GOOD = """\
+data_dir = "data"
+initial_balance = 500
+channels = [["a", "b"], ["b", "a"]]
+
+[controller]
+host = "127.0.0.1"
+port = 7000
+metrics_port = 7001
+snapshot_deadline_s = 2.5
+
+[[nodes]]
+id = "a"
+host = "127.0.0.1"
+port = 7002
+metrics_port = 7003
+
+[[nodes]]
+id = "b"
+host = "127.0.0.1"
+port = 7004
+metrics_port = 7005
+listen_port = 7104
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cluster.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_good_file_loads_with_paths_relative_to_it(tmp_path):
+    cfg = config.load(write(tmp_path, GOOD), env={})
+    assert cfg.data_dir == (tmp_path / "data").resolve()
+    assert cfg.log_path("a") == cfg.data_dir / "a.log.jsonl"
+    assert cfg.snapshots_dir == cfg.data_dir / "snapshots"
+    assert cfg.expected_total == 1000
+    assert cfg.controller.address == "127.0.0.1:7000" and cfg.controller.snapshot_deadline_s == 2.5
+    assert cfg.topology.channels == (("a", "b"), ("b", "a"))
+    assert cfg.node("b").address == "127.0.0.1:7004"
+    assert cfg.bind_address(cfg.node("b")) == "127.0.0.1:7104"  # listens behind a proxy
+    assert cfg.bind_address(cfg.node("a")) == "127.0.0.1:7002"
+    assert cfg.metrics_bind(cfg.node("a")) == ("127.0.0.1", 7003)
+
+
+def test_the_environment_moves_the_data_and_the_bind_address(tmp_path):
+    cfg = config.load(write(tmp_path, GOOD), env={"SNAPMESH_DATA_DIR": "/srv/d", "SNAPMESH_BIND_HOST": "0.0.0.0"})
+    assert cfg.data_dir == Path("/srv/d")
+    assert cfg.bind_address(cfg.node("a")) == "0.0.0.0:7002"
+    assert cfg.node("a").address == "127.0.0.1:7002"  # peers still dial the configured host
+
+
+def test_without_channels_the_topology_is_the_full_mesh(tmp_path):
+    cfg = config.load(write(tmp_path, GOOD.replace('channels = [["a", "b"], ["b", "a"]]\n', "")), env={})
+    assert set(cfg.topology.channels) == {("a", "b"), ("b", "a")}
+
+
+def test_the_shipped_default_is_a_four_node_mesh():
+    cfg = config.load(config.DEFAULT_CONFIG, env={})
+    assert [n.id for n in cfg.nodes] == ["p1", "p2", "p3", "p4"]
+    assert len(cfg.topology.channels) == 12
+
+
+@pytest.mark.parametrize(
+    "old, new, field, problem",
+    [
+        ("initial_balance = 500", "initial_balance = -1", "initial_balance", "integer >= 0"),
+        ("initial_balance = 500", 'initial_balance = "500"', "initial_balance", "integer >= 0"),
+        ("initial_balance = 500", "initial_balance = true", "initial_balance", "integer >= 0"),
+        ('data_dir = "data"\n', "", "data_dir", "missing"),
+        ("port = 7000", "port = 70000", "controller.port", "1-65535"),
+        ("port = 7000", "port = 0", "controller.port", "integer >= 1"),
+        ("snapshot_deadline_s = 2.5", "snapshot_deadline_s = 0", "controller.snapshot_deadline_s", "positive"),
+        ('id = "a"', 'id = ""', "nodes[0].id", "non-empty string"),
+        ("port = 7004", "port = 7002", "node b port", "already used by node a port"),
+        ("metrics_port = 7005", "metrics_port = 7000", "node b metrics_port", "already used by controller port"),
+        ('channels = [["a", "b"], ["b", "a"]]', 'channels = [["a", "b"]]', "channels", "not strongly connected"),
+        ('channels = [["a", "b"], ["b", "a"]]', 'channels = [["a", "c"], ["b", "a"]]', "channels", "unknown node 'c'"),
+        ('channels = [["a", "b"], ["b", "a"]]', 'channels = [["a", "a"]]', "channels", "joins a node to itself"),
+        ('channels = [["a", "b"], ["b", "a"]]', 'channels = "mesh"', "channels", "array of [src, dst] pairs"),
+        ("initial_balance = 500", "initial_balance = 500\nreplicas = 3", "replicas", "unknown field"),
+        ("listen_port = 7104", "listen_prot = 7104", "nodes[1].listen_prot", "unknown field"),
+    ],
+)
+def test_a_malformed_file_names_the_file_and_the_field(tmp_path, old, new, field, problem):
+    assert old in GOOD
+    path = write(tmp_path, GOOD.replace(old, new, 1))
+    with pytest.raises(config.ConfigError) as raised:
+        config.load(path, env={})
+    message = str(raised.value)
+    assert message.startswith(f"{path}: {field}: "), message
+    assert problem in message, message
+
+
+def test_no_nodes_missing_file_and_bad_toml_are_named(tmp_path):
+    no_nodes = GOOD.split("[[nodes]]")[0]
+    with pytest.raises(config.ConfigError, match=r"nodes: must be a non-empty array"):
+        config.load(write(tmp_path, no_nodes), env={})
+    with pytest.raises(config.ConfigError, match=r"missing\.toml: no such file"):
+        config.load(tmp_path / "missing.toml", env={})
+    with pytest.raises(config.ConfigError, match=r"cluster\.toml: not valid TOML: .*line 1"):
+        config.load(write(tmp_path, "data_dir = \n"), env={})
+
+
+def test_an_unknown_node_id_lists_the_known_ones(tmp_path):
+    cfg = config.load(write(tmp_path, GOOD), env={})
+    with pytest.raises(config.ConfigError, match=r"no node 'z' \(nodes: a, b\)"):
+        cfg.node("z")
