@@ -146,3 +146,32 @@ def test_the_app_exits_2_with_a_clear_message_when_the_controller_is_unreachable
     assert result.returncode == 2
     assert f"cannot reach the controller at 127.0.0.1:{port}" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_the_app_stops_on_a_signal_with_its_summary(tmp_path, sig):
+    import subprocess
+    import sys
+
+    with make_cluster(tmp_path, nodes=3) as cluster:
+        app = subprocess.Popen(
+            [sys.executable, "-m", "snapmesh.cli", "app", "--controller", cluster.controller_address,
+             "--duration", "120", "--snapshot-every", "0.5", "--seed", "5"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        try:
+            lines = []
+            for line in app.stdout:  # wait until it has made transfers and finished a snapshot
+                lines.append(line)
+                if "CONSERVED" in line:
+                    break
+            app.send_signal(sig)
+            rest, _ = app.communicate(timeout=30)
+        finally:
+            if app.poll() is None:
+                app.kill()
+                app.wait()
+    text = "".join(lines) + rest
+    assert app.returncode == 0, text
+    assert "stopped by a signal" in text and "all snapshots conserved: yes" in text, text
+    assert "Traceback" not in text

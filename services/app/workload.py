@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -113,9 +114,13 @@ async def workload(controller_address: str, params: WorkloadParams, out: TextIO)
         )
         channels = {n.node_id: grpc.aio.insecure_channel(n.address, options=CLIENT_OPTIONS) for n in cluster.nodes}
         stubs = {node: pb_grpc.NodeStub(ch) for node, ch in channels.items()}
+        stop = asyncio.Event()
+        handled = _stop_on_signals(stop)
         try:
-            await _run(params, rng, summary, controller, stubs, neighbours, say)
+            await _run(params, rng, summary, controller, stubs, neighbours, say, stop)
         finally:
+            for sig in handled:
+                asyncio.get_running_loop().remove_signal_handler(sig)
             for ch in channels.values():
                 await ch.close()
     for line in summary_lines(summary):
@@ -123,7 +128,21 @@ async def workload(controller_address: str, params: WorkloadParams, out: TextIO)
     return summary
 
 
-async def _run(params, rng, summary, controller, stubs, neighbours, say) -> None:
+def _stop_on_signals(stop: asyncio.Event) -> list[signal.Signals]:
+    """SIGINT/SIGTERM end the workload early, still with its summary. Only the main
+    thread can handle signals; run elsewhere (in tests), the caller stops it."""
+    loop = asyncio.get_running_loop()
+    handled = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (ValueError, RuntimeError):
+            break
+        handled.append(sig)
+    return handled
+
+
+async def _run(params, rng, summary, controller, stubs, neighbours, say, stop: asyncio.Event) -> None:
     node_ids = list(stubs)
     snapshot_tasks: list[asyncio.Task[None]] = []
     errors_seen: set[str] = set()
@@ -182,6 +201,9 @@ async def _run(params, rng, summary, controller, stubs, neighbours, say) -> None
         now = loop.time()
         if now >= end:
             break
+        if stop.is_set():
+            say(f"  stopped by a signal after {now - start:.1f}s")
+            break
         if now >= next_snapshot:
             snapshot_tasks.append(asyncio.create_task(snapshot(rng.choice(node_ids))))
             next_snapshot += params.snapshot_every
@@ -201,7 +223,10 @@ async def _run(params, rng, summary, controller, stubs, neighbours, say) -> None
             say(progress_line(loop.time() - start, delta, counts, summary.moved, await balances()))
             next_report += params.report_every
         wake = min(next_transfer, next_snapshot, next_report, end)
-        await asyncio.sleep(max(0.0, wake - loop.time()))
+        try:
+            await asyncio.wait_for(stop.wait(), max(0.0, wake - loop.time()))
+        except TimeoutError:
+            pass
     if snapshot_tasks:
         pending = sum(not t.done() for t in snapshot_tasks)
         if pending:
