@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
-from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -82,15 +81,24 @@ def read_log_lines(spark: SparkSession, data_dir: str) -> DataFrame:
 
 
 def read_snapshots(spark: SparkSession, data_dir: str) -> DataFrame:
-    """Every ``<data_dir>/snapshots/*.json`` (one pretty-printed object each) + file."""
+    """Every ``<data_dir>/snapshots/*.json`` (one pretty-printed object each) + file.
+
+    The directory is read with a file-name filter rather than a glob: Spark lists a
+    glob's matches with a distributed job once there are more than 32 of them (one
+    task per file), a directory with one driver-side listing.
+    """
     reader = (
         spark.read.schema(SNAPSHOT)
         .option("multiLine", True)
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
+        .option("pathGlobFilter", "*.json")
         .json
     )
-    snaps = _read(reader, f"{data_dir.rstrip('/')}/snapshots/*.json", "snapshots")
+    path = f"{data_dir.rstrip('/')}/snapshots"
+    snaps = _read(reader, path, "snapshots")
+    if not snaps.inputFiles():  # the listing, already made on the driver: no job
+        raise InputError(f"no snapshots: nothing matches {path}/*.json")
     return snaps.select(F.input_file_name().alias("file"), *SNAPSHOT.fieldNames())
 
 
@@ -98,17 +106,28 @@ def read_snapshots(spark: SparkSession, data_dir: str) -> DataFrame:
 
 
 def reconcile(spark: SparkSession, data_dir: str, bucket: int = T.BUCKET) -> Outcome:
-    """Run every check; return the verdict rows, or the bad input found first."""
+    """Run every check; return the verdict rows, or the bad input found first.
+
+    Three Spark actions: the log is read and parsed once into a narrow cached table
+    (typed columns, line numbers, ``problem``; not the raw text), the first bad lines
+    and bad snapshot files are collected in one query, then the verdict rows in one.
+    """
     if _is_local(data_dir) and not os.path.isdir(_local(data_dir)):
         raise InputError(f"data dir {data_dir} does not exist")
-    located = T.locate_lines(T.parse_log_lines(read_log_lines(spark, data_dir)))
-    located = located.persist(StorageLevel.MEMORY_AND_DISK)
-    raw_snaps = read_snapshots(spark, data_dir).persist(StorageLevel.MEMORY_AND_DISK)
+    # cache(): MEMORY_AND_DISK_DESER. (pyspark's StorageLevel.MEMORY_AND_DISK is the
+    # serialized level: every scan would deserialize the whole table again.)
+    located = T.locate_lines(T.parse_log_lines(read_log_lines(spark, data_dir))).cache()
+    raw_snaps = read_snapshots(spark, data_dir).cache()
     try:
-        bad = T.bad_lines(located).orderBy("file", "line").limit(MAX_BAD_INPUT).collect()
-        bad += T.bad_snapshots(raw_snaps).orderBy("file").limit(MAX_BAD_INPUT).collect()
+        first_bad = lambda df, order, rank: df.orderBy(*order).limit(MAX_BAD_INPUT).withColumn("_rank", F.lit(rank))  # noqa: E731
+        bad = sorted(
+            first_bad(T.bad_lines(located), ["file", "line"], 0)
+            .unionByName(first_bad(T.bad_snapshots(raw_snaps), ["file"], 1))
+            .collect(),
+            key=lambda r: (r["_rank"], r["file"], r["line"] or 0),
+        )
         if bad:
-            return Outcome(bad_input=[r.asDict() for r in bad])
+            return Outcome(bad_input=[{k: v for k, v in r.asDict().items() if k != "_rank"} for r in bad])
         rows = T.verdicts(T.events(located), T.typed_snapshots(raw_snaps), bucket).collect()
         return Outcome(verdicts=[r.asDict() for r in rows])
     finally:
@@ -222,6 +241,7 @@ def build_session(master: str | None, app_name: str = "snapmesh-reconcile") -> S
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 2)))
+            .config("spark.sql.adaptive.enabled", "true")
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
