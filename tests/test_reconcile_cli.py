@@ -44,9 +44,15 @@ def test_consistent_run_exits_0_and_writes_verdicts(spark, tmp_path, capsys):  #
 def expected_message(kind: str, d: dict) -> tuple[str | None, str]:
     """(snapshot_id or None for the logs row, the first discrepancy's text or prefix)."""
     return {
-        "balance": lambda: (d.get("snapshot_id"), f"node {d.get('node')}: recorded {d.get('recorded')}, logs say {d.get('actual')} before cut"),
+        "balance": lambda: (
+            d.get("snapshot_id"),
+            f"node {d.get('node')}: recorded {d.get('recorded')}, logs say {d.get('actual')} before cut",
+        ),
         "missing-node": lambda: (d.get("snapshot_id"), f"snapshot missing node {d.get('node')}"),
-        "missing-inflight": lambda: (d.get("snapshot_id"), f"channel {d.get('src')}->{d.get('dst')}: missing in-flight {d.get('msg_id')}"),
+        "missing-inflight": lambda: (
+            d.get("snapshot_id"),
+            f"channel {d.get('src')}->{d.get('dst')}: missing in-flight {d.get('msg_id')}",
+        ),
         "extra-inflight": lambda: (
             d.get("snapshot_id"),
             f"channel {d.get('src')}->{d.get('dst')}: in-flight {d.get('msg_id')} was sent after {d.get('src')}'s cut",

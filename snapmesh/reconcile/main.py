@@ -198,7 +198,7 @@ def format_table(verdicts: list[dict[str, Any]]) -> str:
         for v in verdicts
     ]
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
-    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()  # noqa: E731
     return "\n".join([fmt(head), fmt(tuple("-" * w for w in widths)), *map(fmt, body)])
 
 

@@ -220,7 +220,7 @@ def generate(
         if active is not None and c in active.recording:
             active.in_flight.setdefault(c, []).append((msg_id, payload, q))
 
-    for f, b in zip(files, bufs):
+    for f, b in zip(files, bufs, strict=True):
         f.writelines(b)
         f.close()
 

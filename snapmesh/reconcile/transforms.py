@@ -611,7 +611,10 @@ def snapshot_discrepancies(
                 both & (F.col("rec_amount") != F.col("exp_amount")),
                 _message(M.IN_FLIGHT_AMOUNT, "src", "dst", "msg_id", "rec_amount", "exp_amount"),
             ),
-            (both & (F.col("rec_seq") != F.col("exp_seq")), _message(M.IN_FLIGHT_SEQ, "src", "dst", "msg_id", "rec_seq", "exp_seq")),
+            (
+                both & (F.col("rec_seq") != F.col("exp_seq")),
+                _message(M.IN_FLIGHT_SEQ, "src", "dst", "msg_id", "rec_seq", "exp_seq"),
+            ),
         ],
     )
     # Recorded but not expected: say why, from the send record (looked up by msg_id).
