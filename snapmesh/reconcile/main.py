@@ -17,6 +17,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -223,6 +224,9 @@ def run_job(spark: SparkSession, data_dir: str, out_dir: str | None = None, *, q
 # ------------------------------------------------------------------------ session
 
 
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+
 def build_session(master: str | None, app_name: str = "snapmesh-reconcile") -> SparkSession:
     """A session for ``master``; None leaves the master to spark-submit.
 
@@ -242,6 +246,7 @@ def build_session(master: str | None, app_name: str = "snapmesh-reconcile") -> S
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 2)))
             .config("spark.sql.adaptive.enabled", "true")
+            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}")
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
