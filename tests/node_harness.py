@@ -49,6 +49,7 @@ def write_config(
     balance: int = 1000,
     channels: list[tuple[str, str]] | None = None,
     proxied: tuple[str, ...] = (),
+    deadline: float = 10,
 ) -> tuple[Path, dict]:
     """Write `cluster.toml`; returns (path, ports). For a node in `proxied`, the
     node listens on `ports[id]["listen"]` while peers dial `ports[id]["port"]`,
@@ -65,7 +66,7 @@ def write_config(
         'host = "127.0.0.1"',
         f"port = {ports['controller']}",
         f"metrics_port = {ports['controller_metrics']}",
-        "snapshot_deadline_s = 10",
+        f"snapshot_deadline_s = {deadline}",
     ]
     for node_id in node_ids:
         entry = {"port": next(pool), "metrics": next(pool), "listen": next(pool)}
@@ -227,11 +228,14 @@ class Cluster:
     """Nodes + a report sink from one config; `close()` kills everything."""
 
     def __init__(self, tmp_path: Path, node_ids: list[str], *, balance: int = 1000,
-                 channels: list[tuple[str, str]] | None = None, proxied: tuple[str, ...] = ()) -> None:
+                 channels: list[tuple[str, str]] | None = None, proxied: tuple[str, ...] = (),
+                 deadline: float = 10) -> None:
         self.tmp_path = tmp_path
         self.node_ids = node_ids
         self.balance = balance
-        self.config, self.ports = write_config(tmp_path, node_ids, balance=balance, channels=channels, proxied=proxied)
+        self.config, self.ports = write_config(
+            tmp_path, node_ids, balance=balance, channels=channels, proxied=proxied, deadline=deadline
+        )
         self.data_dir = tmp_path / "data"
         self.sink = ReportSink(self.ports["controller"])
         self.nodes = {

@@ -106,3 +106,34 @@ def test_sigkilled_node_restarts_on_its_log_without_loss_or_duplicates(tmp_path:
             assert node.stop() == 0
     finally:
         cluster.close()
+
+
+def test_a_recording_no_abort_reached_is_dropped_after_twice_the_deadline(tmp_path: Path) -> None:
+    """p3 is stopped, so s1 can never finish at p1 and p2; no controller tells them
+    (the report sink never aborts). Each drops its recording by itself at twice
+    the configured deadline, and later markers for s1 are stale there."""
+    import signal
+
+    cluster = Cluster(tmp_path, ["p1", "p2", "p3"], deadline=1)
+    try:
+        cluster.start()
+        cluster.nodes["p3"].proc.send_signal(signal.SIGSTOP)
+        cluster.stub("p1").StartSnapshot(pb.StartSnapshotRequest(snapshot_id="s1"), timeout=5)
+        time.sleep(1.0)
+        for node in ("p1", "p2"):  # recording, not yet expired
+            kinds = [r["kind"] for r in cluster.logs()[node] if r.get("snapshot_id") == "s1"]
+            assert "cut" in kinds and "abort" not in kinds, (node, kinds)
+        time.sleep(2.0)
+        cluster.nodes["p3"].proc.send_signal(signal.SIGCONT)
+        # p3 still gets both markers (sent before the expiry) and finishes its own part.
+        assert set(cluster.sink.wait_for("s1", {"p3"})) >= {"p3"}
+        cluster.stub("p1").Transfer(pb.TransferRequest(to="p2", amount=7), timeout=5)
+        logs = assert_money_intact(cluster)
+    finally:
+        if cluster.nodes["p3"].running:
+            cluster.nodes["p3"].proc.send_signal(signal.SIGCONT)
+        cluster.close()
+    for node in ("p1", "p2"):
+        aborts = [r for r in logs[node] if r["kind"] == "abort" and r["snapshot_id"] == "s1"]
+        assert [a["reason"] for a in aborts] == ["not finished here within 2s of recording"], node
+        assert "p1" not in cluster.sink.states.get("s1", {}) and "p2" not in cluster.sink.states.get("s1", {})

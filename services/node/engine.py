@@ -44,6 +44,7 @@ class Engine:
         incoming: dict[str, IncomingChannel],
         metrics: NodeMetrics,
         reporter: StateReporter,
+        recording_ttl_s: float | None = None,
     ) -> None:
         self.node_id = process.node_id
         self.process = process
@@ -52,6 +53,11 @@ class Engine:
         self.incoming = incoming
         self.metrics = metrics
         self.reporter = reporter
+        # A recording the controller's abort never reached (this node was cut off
+        # then) would wait forever for markers that abandoned peers will not send,
+        # recording every transfer on its open channels. Past this age the
+        # controller has failed the snapshot anyway, so the node drops it itself.
+        self.recording_ttl_s = recording_ttl_s
         metrics.balance.set(process.balance)
 
     # -- local inputs
@@ -90,6 +96,12 @@ class Engine:
         self.log.append_abort(snapshot_id, reason)
         self._drain(effects)
         self.reporter.cancel(snapshot_id)
+
+    def _expire(self, snapshot_id: str) -> None:
+        if self.process.phase(snapshot_id) is core.Phase.RECORDING:
+            reason = f"not finished here within {self.recording_ttl_s:g}s of recording"
+            log.warning("snapshot %s: %s; dropping it", snapshot_id, reason)
+            self.abort_snapshot(snapshot_id, reason)
 
     # -- a batch from channel src->this node
 
@@ -152,6 +164,8 @@ class Engine:
             elif isinstance(effect, core.LocalStateRecorded):
                 self.log.append_cut(effect.snapshot_id, effect.balance)
                 log.info("snapshot %s: recorded local state (balance %d)", effect.snapshot_id, effect.balance)
+                if self.recording_ttl_s is not None:
+                    asyncio.get_running_loop().call_later(self.recording_ttl_s, self._expire, effect.snapshot_id)
             elif isinstance(effect, core.ChannelRecorded):
                 self.metrics.recorded_messages.inc(len(effect.transfers))
             elif isinstance(effect, core.SnapshotCompleted):

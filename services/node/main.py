@@ -133,6 +133,8 @@ async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
         incoming={src: IncomingChannel(src=src, dst=node_id, last_seq=recovered.last_received[src]) for src in incoming},
         metrics=metrics,
         reporter=reporter,
+        # Twice the controller's deadline: by then the controller has failed it.
+        recording_ttl_s=2 * cfg.controller.snapshot_deadline_s,
     )
     servicer = NodeServicer(engine, frozenset(n.id for n in cfg.nodes))
 
