@@ -45,7 +45,8 @@ from pathlib import Path
 
 import grpc
 
-from snapmesh.launcher import LocalCluster, write_config
+from snapmesh.config import write_cluster
+from snapmesh.supervisor import Cluster
 from snapmesh.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -161,7 +162,7 @@ async def _loadgen(spec: dict) -> None:
 class LoadGen:
     """The parent's handle on the load generator process."""
 
-    def __init__(self, cluster: LocalCluster, *, batch: int = BATCH, seed: int = 1) -> None:
+    def __init__(self, cluster: Cluster, *, batch: int = BATCH, seed: int = 1) -> None:
         topology = cluster.config.topology
         spec = {
             "batch": batch,
@@ -271,7 +272,7 @@ class Window:
 class Observer:
     """Scrapes the nodes' metrics and the CPU of every process of one cluster."""
 
-    def __init__(self, cluster: LocalCluster, loadgen: LoadGen) -> None:
+    def __init__(self, cluster: Cluster, loadgen: LoadGen) -> None:
         self.cluster = cluster
         self.loadgen = loadgen
         self.metrics_addresses = [cluster.config.node(n).metrics_address for n in cluster.node_ids]
@@ -410,7 +411,7 @@ def _finished(controller, ids: list[str], statuses: dict[str, int], wait_s: floa
     return durations, in_flight, failed, running
 
 
-def _wait_controller_idle(cluster: LocalCluster, cap_s: float) -> float:
+def _wait_controller_idle(cluster: Cluster, cap_s: float) -> float:
     """Wait until the controller stops burning CPU (it persists finished snapshots
     after answering for them); return how long that took."""
     start = time.perf_counter()
@@ -423,7 +424,7 @@ def _wait_controller_idle(cluster: LocalCluster, cap_s: float) -> float:
     return time.perf_counter() - start
 
 
-def _markers_per_snapshot(cluster: LocalCluster) -> dict[str, int]:
+def _markers_per_snapshot(cluster: Cluster) -> dict[str, int]:
     """marker_sent records per snapshot id, from every node's transfer log."""
     paths = [str(cluster.config.log_path(n)) for n in cluster.node_ids]
     out = subprocess.run(
@@ -469,12 +470,12 @@ class Results:
     gen_errors: list[str] = field(default_factory=list)
 
 
-def _start_cluster(root: Path, nodes: int) -> LocalCluster:
+def _start_cluster(root: Path, nodes: int) -> Cluster:
     data = root / f"mesh-{nodes}"
-    config = write_config(
+    config = write_cluster(
         data / "cluster.toml", nodes=nodes, topology="mesh", deadline=DEADLINE_S, initial_balance=INITIAL_BALANCE
     )
-    return LocalCluster(config).start()
+    return Cluster(config).start()
 
 
 def _run_cluster(root: Path, nodes: int, results: Results, say, body) -> None:

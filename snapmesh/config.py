@@ -23,17 +23,25 @@ SNAPMESH_BIND_HOST is the address every server binds to (default: its `host`),
 so a container can listen on 0.0.0.0 while peers dial it by service name.
 
 A malformed file raises `ConfigError` naming the file and the field.
+
+This module also writes the file: `write` (any document `parse` accepts, checked
+before a byte is written) and `write_cluster` (an N-node cluster on free
+loopback ports, what the launcher, the tests and the bench start). Every cluster
+file snapmesh writes goes through `dumps`, so escaping is tomli-w's, not ours.
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
+from snapmesh.ports import free_ports
 from snapmesh.topology import Topology, TopologyError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "local-4.toml"
@@ -237,3 +245,75 @@ class _Fields:
         if value > 65535:
             raise self.error(name, f"must be a TCP port (1-65535), got {value}")
         return value
+
+
+# ------------------------------------------------------------------ writing
+
+
+def dumps(document: Mapping[str, Any], *, comment: str = "") -> str:
+    """The TOML text of a cluster document (`comment` lines first, each prefixed `# `)."""
+    head = "".join(f"# {line}".rstrip() + "\n" for line in comment.splitlines()) if comment else ""
+    return head + tomli_w.dumps(dict(document))
+
+
+def write(path: str | os.PathLike[str], document: Mapping[str, Any], *, comment: str = "") -> Path:
+    """Write a cluster file; ConfigError (and nothing written) when `parse` would refuse it."""
+    path = Path(path)
+    parse(document, path=path, env={})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps(document, comment=comment), encoding="utf-8")
+    return path
+
+
+def write_cluster(
+    path: str | os.PathLike[str],
+    *,
+    nodes: int | Sequence[str] = 4,
+    topology: str | Iterable[Sequence[str]] = "mesh",
+    initial_balance: int = 1000,
+    deadline: float = 10.0,
+    data_dir: str | os.PathLike[str] | None = None,
+    ports: Sequence[int] | None = None,
+    host: str = "127.0.0.1",
+    listen_ports: Mapping[str, int] | None = None,
+) -> Path:
+    """Write a cluster file for a local cluster and return its path.
+
+    `nodes`: a count (ids p1..pN) or the ids. `topology`: "mesh" (every ordered
+    pair), "ring" (one-way p1->p2->...->pN->p1) or explicit [src, dst] pairs.
+    `data_dir` defaults to the file's directory. `ports`: 2 + 2N ports
+    (controller port and metrics port, then each node's); default: free ones.
+    `listen_ports`: node id -> the port that node listens on when peers dial
+    another (a proxy in between, as in the fault tests).
+    """
+    path = Path(path)
+    ids = [f"p{i}" for i in range(1, nodes + 1)] if isinstance(nodes, int) else list(nodes)
+    if not ids:
+        raise ValueError("a cluster needs at least one node")
+    ports = list(ports) if ports is not None else free_ports(2 + 2 * len(ids), host)
+    if len(ports) != 2 + 2 * len(ids):
+        raise ValueError(f"need {2 + 2 * len(ids)} ports, got {len(ports)}")
+    document: dict[str, Any] = {
+        "data_dir": str(Path(data_dir if data_dir is not None else path.parent).resolve()),
+        "initial_balance": int(initial_balance),
+    }
+    if topology == "ring":
+        document["channels"] = [[ids[i], ids[(i + 1) % len(ids)]] for i in range(len(ids))] if len(ids) > 1 else []
+    elif isinstance(topology, str):
+        if topology != "mesh":
+            raise ValueError(f"unknown topology {topology!r} (mesh, ring, or a list of [src, dst] pairs)")
+    else:
+        document["channels"] = [list(pair) for pair in topology]
+    document["controller"] = {
+        "host": host,
+        "port": ports[0],
+        "metrics_port": ports[1],
+        "snapshot_deadline_s": float(deadline),
+    }
+    document["nodes"] = []
+    for index, node_id in enumerate(ids):
+        node = {"id": node_id, "host": host, "port": ports[2 + 2 * index], "metrics_port": ports[3 + 2 * index]}
+        if listen_ports and node_id in listen_ports:
+            node["listen_port"] = listen_ports[node_id]
+        document["nodes"].append(node)
+    return write(path, document, comment="Written by snapmesh.config.write_cluster")

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import random
 import threading
-from collections import defaultdict
-from pathlib import Path
 
 import grpc
 
-from snapmesh.launcher import port_is_free  # noqa: F401  (re-exported for the tests)
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -78,51 +74,3 @@ class Load:
                     self.made += made
                     self.refused += len(response.results) - made
                 self._stop.wait(self.pause_s)
-
-
-def read_logs(data_dir: Path, nodes) -> dict[str, list[dict]]:
-    """Every node's transfer log; a last line still being written is left out."""
-    logs = {}
-    for node in nodes:
-        lines = (data_dir / f"{node}.log.jsonl").read_text().splitlines()
-        records = []
-        for index, line in enumerate(lines):
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                if index != len(lines) - 1:
-                    raise
-        logs[node] = records
-    return logs
-
-
-def check_against_logs(snapshot: pb.Snapshot, logs: dict[str, list[dict]]) -> None:
-    """Each node's recorded balance is its `cut` record's; each channel's in-flight
-    transfers are those its source sent before its cut that its destination had
-    not received before its own cut."""
-    sid = snapshot.snapshot_id
-    sent_before_cut: dict[tuple[str, str], list[str]] = defaultdict(list)
-    recv_before_cut: dict[tuple[str, str], set[str]] = defaultdict(set)
-    amounts: dict[str, int] = {}
-    for node, records in logs.items():
-        cut = None
-        for record in records:
-            kind = record.get("kind")
-            if kind == "cut" and record.get("snapshot_id") == sid:
-                cut = record
-                break
-            if kind == "send":
-                sent_before_cut[(record["src"], record["dst"])].append(record["msg_id"])
-                amounts[record["msg_id"]] = record["amount"]
-            elif kind == "recv":
-                recv_before_cut[(record["src"], record["dst"])].add(record["msg_id"])
-        assert cut is not None, f"{sid}: no cut record in {node}'s log"
-        recorded = next(n.balance for n in snapshot.nodes if n.node_id == node)
-        assert recorded == cut["balance"], f"{sid}: {node} recorded {recorded}, its log says {cut['balance']}"
-    for channel in snapshot.channels:
-        key = (channel.src, channel.dst)
-        expected = [m for m in sent_before_cut[key] if m not in recv_before_cut[key]]
-        got = [t.msg_id for t in channel.in_flight]
-        assert got == expected, f"{sid}: channel {channel.src}->{channel.dst} in flight {got}, logs say {expected}"
-        for item in channel.in_flight:
-            assert item.amount == amounts[item.msg_id]

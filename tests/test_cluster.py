@@ -9,8 +9,11 @@ import time
 import grpc
 import pytest
 
-from cluster_helpers import Load, check_against_logs, controller_stub, read_logs
-from snapmesh.launcher import LocalCluster, write_config
+from cluster_helpers import Load, controller_stub
+from invariants import check_logs
+from node_logs import read_logs
+from snapmesh.config import write_cluster
+from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -19,9 +22,17 @@ COMPLETE, FAILED = pb.Snapshot.COMPLETE, pb.Snapshot.FAILED
 DEADLINE_S = 3.0
 
 
-def make_cluster(tmp_path, **options) -> LocalCluster:
+def make_cluster(tmp_path, **options) -> Cluster:
     options.setdefault("deadline", DEADLINE_S)
-    return LocalCluster(write_config(tmp_path / "cluster.toml", **options))
+    return Cluster(write_cluster(tmp_path / "cluster.toml", **options))
+
+
+def check_against_logs(cluster: Cluster, snapshots: list[pb.Snapshot]) -> None:
+    """The one checker (tests/invariants.py): the nodes' logs against every snapshot."""
+    logs = read_logs(cluster.data_dir, cluster.node_ids)
+    report = check_logs(logs, snapshots, channels=cluster.config.topology.channels,
+                        total=cluster.config.expected_total)
+    assert report.transfers > 0 and len(report.snapshots) >= len(snapshots)
 
 
 def trigger_all(stub, initiators, timeout: float = 30) -> list[pb.Snapshot]:
@@ -49,7 +60,7 @@ def trigger_all(stub, initiators, timeout: float = 30) -> list[pb.Snapshot]:
     return snapshots
 
 
-def assert_complete_and_conserved(snapshot: pb.Snapshot, cluster: LocalCluster) -> None:
+def assert_complete_and_conserved(snapshot: pb.Snapshot, cluster: Cluster) -> None:
     assert snapshot.status == COMPLETE, f"{snapshot.snapshot_id}: {snapshot.reason}"
     assert snapshot.conserved and snapshot.total == cluster.config.expected_total, snapshot
     assert [n.node_id for n in snapshot.nodes] == list(cluster.config.topology.nodes)
@@ -71,9 +82,7 @@ def test_concurrent_snapshots_from_every_initiator_under_load_are_complete_and_c
         for snapshot in snapshots:
             assert_complete_and_conserved(snapshot, cluster)
         assert any(c.in_flight for s in snapshots for c in s.channels), "the load never left money in flight"
-        logs = read_logs(cluster.config.data_dir, cluster.node_ids)
-        for snapshot in snapshots:
-            check_against_logs(snapshot, logs)
+        check_against_logs(cluster, snapshots)
 
 
 def test_a_ring_cluster_takes_consistent_snapshots_under_load(tmp_path):
@@ -88,9 +97,7 @@ def test_a_ring_cluster_takes_consistent_snapshots_under_load(tmp_path):
         for snapshot in snapshots:
             assert_complete_and_conserved(snapshot, cluster)
             assert len(snapshot.channels) == 4
-        logs = read_logs(cluster.config.data_dir, cluster.node_ids)
-        for snapshot in snapshots:
-            check_against_logs(snapshot, logs)
+        check_against_logs(cluster, snapshots)
 
 
 def test_a_stopped_node_fails_the_snapshot_at_the_deadline_and_the_next_one_completes(tmp_path):
@@ -136,7 +143,7 @@ def test_the_app_exits_2_with_a_clear_message_when_the_controller_is_unreachable
     import subprocess
     import sys
 
-    from snapmesh.launcher import free_ports
+    from snapmesh.ports import free_ports
 
     [port] = free_ports(1)
     result = subprocess.run(

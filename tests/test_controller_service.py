@@ -14,7 +14,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from cluster_helpers import controller_stub
-from snapmesh.launcher import LocalCluster, write_config
+from snapmesh.config import write_cluster
+from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -26,8 +27,8 @@ COMPLETE, FAILED, IN_PROGRESS = pb.Snapshot.COMPLETE, pb.Snapshot.FAILED, pb.Sna
 def cluster(tmp_path_factory):
     """Three nodes and a controller, with a deadline long enough that a snapshot
     held up by a stopped node stays IN_PROGRESS for the whole test."""
-    path = write_config(tmp_path_factory.mktemp("svc") / "cluster.toml", nodes=3, deadline=60)
-    with LocalCluster(path) as running:
+    path = write_cluster(tmp_path_factory.mktemp("svc") / "cluster.toml", nodes=3, deadline=60)
+    with Cluster(path) as running:
         yield running
 
 
@@ -212,8 +213,8 @@ def test_a_second_report_from_a_node_already_exists(cluster, stub, held_snapshot
 @pytest.fixture
 def lone_controller(tmp_path):
     """A controller whose nodes were never started."""
-    path = write_config(tmp_path / "cluster.toml", nodes=2, deadline=5)
-    lone = LocalCluster(path)
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2, deadline=5)
+    lone = Cluster(path)
     try:
         lone.start_controller()
         yield lone
@@ -234,8 +235,8 @@ def test_an_unreachable_initiator_fails_the_snapshot_with_that_reason(lone_contr
 
 
 def test_interval_takes_periodic_snapshots(tmp_path):
-    path = write_config(tmp_path / "cluster.toml", nodes=2, deadline=5)
-    periodic = LocalCluster(path, controller_args=["--interval", "0.3"])
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2, deadline=5)
+    periodic = Cluster(path, controller_args=["--interval", "0.3"])
     try:
         periodic.start_controller()
         channel, stub = controller_stub(periodic.controller_address)
@@ -268,7 +269,7 @@ def test_finished_snapshots_survive_a_controller_restart_and_a_corrupt_file_is_s
     corrupt.write_text("{ not json")
 
     assert cluster.stop_controller() == 0
-    cluster.start_controller()
+    cluster.start_controller()  # on the same data dir: its snapshots/ are read back
     channel, stub = controller_stub(cluster.controller_address)
     with channel:
         after = {s.snapshot_id: s for s in listed(stub)}

@@ -11,7 +11,8 @@ import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from node_harness import Cluster, Load, check_snapshot, money_check, port_is_free
+from node_harness import Cluster, Load, port_is_free
+from node_logs import money_check
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -65,8 +66,7 @@ def test_markers_flow_and_snapshots_are_consistent_under_load(mesh: Cluster) -> 
         time.sleep(0.3)
     assert load.accepted > 500, load.accepted
     logs = mesh.wait_settled()
-    for state in states.values():
-        check_snapshot(logs, state, mesh.total)
+    mesh.check_snapshots(logs, *states.values())
     for node_id, records in logs.items():
         kinds = [r["kind"] for r in records]
         assert kinds.count("cut") == 3, node_id

@@ -19,7 +19,8 @@ from google.protobuf import descriptor_pool, json_format, message_factory
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from snapmesh import config
-from snapmesh.launcher import LocalCluster, write_config
+from snapmesh.config import write_cluster
+from snapmesh.supervisor import Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
@@ -80,7 +81,7 @@ def test_readme_addresses_are_the_default_cluster():
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("grpcurl")
-    with LocalCluster(write_config(root / "cluster.toml", nodes=4, initial_balance=1000)) as running:
+    with Cluster(write_cluster(root / "cluster.toml", nodes=4, initial_balance=1000)) as running:
         yield running
 
 
