@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cluster_helpers import controller_stub, node_stub  # noqa: F401  (re-exported for the deploy tests)
 from snapmesh.ports import free_ports
 
 REPO = Path(__file__).resolve().parent.parent
@@ -275,24 +276,6 @@ def stop_process(process: subprocess.Popen, timeout: float = 10) -> None:
 
 
 # ---------------------------------------------------------------- gRPC clients
-
-
-def controller_stub(address: str):
-    import grpc
-
-    from snapmesh.v1 import snapmesh_pb2_grpc
-
-    channel = grpc.insecure_channel(address)
-    return channel, snapmesh_pb2_grpc.ControllerStub(channel)
-
-
-def node_stub(address: str):
-    import grpc
-
-    from snapmesh.v1 import snapmesh_pb2_grpc
-
-    channel = grpc.insecure_channel(address)
-    return channel, snapmesh_pb2_grpc.NodeStub(channel)
 
 
 def trigger_snapshot(address: str, *, wait: bool = True, timeout: float = 60, initiator: str = ""):

@@ -9,10 +9,11 @@ import time
 import grpc
 import pytest
 
-from cluster_helpers import Load, controller_stub
+from cluster_helpers import controller_stub
 from invariants import check_logs
 from node_logs import read_logs
 from snapmesh.config import write_cluster
+from snapmesh.load import BackgroundLoad
 from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -70,14 +71,14 @@ def assert_complete_and_conserved(snapshot: pb.Snapshot, cluster: Cluster) -> No
 def test_concurrent_snapshots_from_every_initiator_under_load_are_complete_and_consistent(tmp_path):
     with make_cluster(tmp_path, nodes=4, initial_balance=1000) as cluster:
         channel, stub = controller_stub(cluster.controller_address)
-        with channel, Load(cluster, seed=11) as load:
+        with channel, BackgroundLoad.for_cluster(cluster, seed=11, batch=20, max_amount=20, interval=0.01) as load:
             time.sleep(0.5)
             snapshots = []
             for _ in range(3):
                 snapshots += trigger_all(stub, ["p1", "p2", "p3", "p4", "p1"])
                 time.sleep(0.2)
             load.stop()
-            assert load.made > 100, (load.made, load.errors)
+            assert load.stats.accepted > 100, load.stats
         assert len({s.snapshot_id for s in snapshots}) == 15
         for snapshot in snapshots:
             assert_complete_and_conserved(snapshot, cluster)
@@ -88,12 +89,12 @@ def test_concurrent_snapshots_from_every_initiator_under_load_are_complete_and_c
 def test_a_ring_cluster_takes_consistent_snapshots_under_load(tmp_path):
     with make_cluster(tmp_path, nodes=4, topology="ring", initial_balance=500) as cluster:
         channel, stub = controller_stub(cluster.controller_address)
-        with channel, Load(cluster, seed=5, max_amount=10) as load:
+        with channel, BackgroundLoad.for_cluster(cluster, seed=5, batch=20, max_amount=10, interval=0.01) as load:
             time.sleep(0.3)
             snapshots = trigger_all(stub, ["p1", "p3"])
             snapshots += trigger_all(stub, ["p2", "p4", "p2"])
             load.stop()
-        assert load.made > 0
+        assert load.stats.accepted > 0
         for snapshot in snapshots:
             assert_complete_and_conserved(snapshot, cluster)
             assert len(snapshot.channels) == 4

@@ -16,10 +16,11 @@ import time
 import pytest
 from google.protobuf import json_format
 
-from cluster_helpers import Load, controller_stub
+from cluster_helpers import controller_stub
 from invariants import check_logs
 from node_logs import read_logs
 from snapmesh.config import write_cluster
+from snapmesh.load import BackgroundLoad
 from snapmesh.reconcile.main import reconcile
 from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -36,7 +37,7 @@ def cluster_run(tmp_path_factory):
     snapshots: list[pb.Snapshot] = []
     with Cluster(config) as cluster:
         channel, stub = controller_stub(cluster.controller_address)
-        with channel, Load(cluster, batch=50, max_amount=30):
+        with channel, BackgroundLoad.for_cluster(cluster, batch=50, max_amount=30, interval=0.01):
             for round_ in range(3):
                 for initiator in cluster.node_ids:  # overlapping: none is waited for
                     snapshots.append(stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator=initiator), timeout=10))
