@@ -41,10 +41,11 @@ from pathlib import Path
 import grpc
 
 from bench.loadgen import LoadGen
-from bench.observe import Observer, cpu_s, scrape_max, timestamp_s, window_between
+from bench.observe import Observer, cpu_s, scrape_max, window_between
 from bench.report import Latency, Markers, Results, p50_p99, table
 from snapmesh.config import write_cluster
 from snapmesh.runtime import CLIENT_OPTIONS
+from snapmesh.snapshots import duration_s
 from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -84,7 +85,7 @@ def _latency_run(controller, count: int, cap_s: float, statuses: dict[str, int])
             failed += 1
             continue
         client.append(elapsed * 1e3)
-        server.append((timestamp_s(snapshot.finished_at) - timestamp_s(snapshot.started_at)) * 1e3)
+        server.append(duration_s(snapshot) * 1e3)
         in_flight.append(sum(len(c.in_flight) for c in snapshot.channels))
     return client, server, failed, in_flight
 
@@ -102,7 +103,7 @@ def _finished(controller, ids: list[str], statuses: dict[str, int], wait_s: floa
             time.sleep(0.1)
         statuses[sid] = snapshot.status
         if snapshot.status == pb.Snapshot.COMPLETE:
-            durations.append((timestamp_s(snapshot.finished_at) - timestamp_s(snapshot.started_at)) * 1e3)
+            durations.append(duration_s(snapshot) * 1e3)
             in_flight.append(sum(len(c.in_flight) for c in snapshot.channels))
         elif snapshot.status == pb.Snapshot.FAILED:
             failed += 1

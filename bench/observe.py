@@ -141,7 +141,3 @@ def _trigger_every(controller: pb_grpc.ControllerStub, every: float, until: floa
         ids.append(snapshot.snapshot_id)
         due += every
     time.sleep(max(0.0, until - time.perf_counter()))
-
-
-def timestamp_s(stamp) -> float:
-    return stamp.seconds + stamp.nanos / 1e9

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from snapmesh.bank.workload import ControllerUnreachable, WorkloadParams, run_workload
 from snapmesh.config import write_cluster
 from snapmesh.supervisor import Cluster, SupervisorError
 
@@ -44,7 +45,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes < 2:
         print("snapmesh demo: --nodes must be at least 2", file=sys.stderr)
         return 2
-    from services.app.workload import ControllerUnreachable, WorkloadParams, run_workload
 
     data_dir = args.data_dir or DEFAULT_DATA_ROOT / time.strftime("demo-%Y%m%d-%H%M%S")
     if data_dir.exists() and any(data_dir.iterdir()):

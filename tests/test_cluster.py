@@ -127,7 +127,7 @@ def test_a_stopped_node_fails_the_snapshot_at_the_deadline_and_the_next_one_comp
 def test_the_app_runs_against_a_cluster_and_every_snapshot_is_conserved(tmp_path):
     import io
 
-    from services.app.workload import WorkloadParams, run_workload
+    from snapmesh.bank.workload import WorkloadParams, run_workload
 
     with make_cluster(tmp_path, nodes=3, initial_balance=300) as cluster:
         out = io.StringIO()

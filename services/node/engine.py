@@ -105,38 +105,29 @@ class Engine:
 
     # -- a batch from channel src->this node
 
-    def receive_batch(self, src: str, messages: Iterable) -> int:
-        """Apply the messages of one frame in order; returns the channel's last seq.
-        Duplicates (seq <= last) are dropped. Raises GapError or
-        core.RemoteProtocolError; what was applied before the bad message stays
-        applied and logged."""
+    def receive_batch(self, src: str, messages: Iterable[tuple[int, core.Message]]) -> int:
+        """Apply the (seq, message) pairs of one frame in order; returns the
+        channel's last seq. Duplicates (seq <= last) are dropped. Raises
+        GapError or core.RemoteProtocolError; what was applied before the bad
+        message stays applied and logged."""
         rx = self.incoming[src]
         process, log_, me = self.process, self.log, self.node_id
         last = rx.last_seq
         received = 0
         try:
-            for message in messages:
-                seq = message.seq
+            for seq, message in messages:
                 if seq <= last:
                     rx.duplicates += 1
                     continue
                 if seq != last + 1:
                     raise GapError(f"channel {src}->{me}: got seq {seq} after {last}")
-                body = message.WhichOneof("body")
-                if body == "transfer":
-                    t = message.transfer
-                    effects = process.receive(
-                        src=src, message=core.Transfer(msg_id=t.msg_id, amount=t.amount, seq=seq)
-                    )
-                    log_.append_recv(src, me, seq, t.msg_id, t.amount)
+                effects = process.receive(src=src, message=message)
+                if isinstance(message, core.Transfer):
+                    log_.append_recv(src, me, seq, message.msg_id, message.amount)
                     received += 1
-                elif body == "marker":
-                    sid = message.marker.snapshot_id
-                    effects = process.receive(src=src, message=core.Marker(snapshot_id=sid))
-                    log_.append_marker("marker_recv", sid, src, me, seq)
-                    self.metrics.markers_received.inc()
                 else:
-                    raise core.RemoteProtocolError(f"channel {src}->{me}: message {seq} has no body")
+                    log_.append_marker("marker_recv", message.snapshot_id, src, me, seq)
+                    self.metrics.markers_received.inc()
                 last = rx.last_seq = seq
                 if effects:
                     self._drain(effects)

@@ -136,7 +136,7 @@ async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
         # Twice the controller's deadline: by then the controller has failed it.
         recording_ttl_s=2 * cfg.controller.snapshot_deadline_s,
     )
-    servicer = NodeServicer(engine, frozenset(n.id for n in cfg.nodes))
+    servicer = NodeServicer(engine)
 
     host = ServiceHost(bind_address=cfg.bind_address(node), metrics_bind=cfg.metrics_bind(node), registry=metrics.registry)
     host.add(pb_grpc.add_NodeServicer_to_server, servicer, pb.DESCRIPTOR.services_by_name["Node"].full_name)

@@ -1,13 +1,16 @@
 """The `snapmesh.v1.Node` gRPC service: a thin adapter over the engine.
 
-Each RPC validates what the core cannot, makes one synchronous engine call,
+Each RPC validates what the core cannot, decodes protobuf into the core's own
+messages (the engine never sees protobuf), makes one synchronous engine call,
 then waits until the log holds what it did before answering: a response never
-runs ahead of the disk.
+runs ahead of the disk. Why the core refused a transfer maps to a status code
+in one table, `REFUSAL_STATUS`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Iterator
 
 import grpc
 
@@ -20,40 +23,33 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 _OK = grpc.StatusCode.OK.value[0]
+
+# Why the core refused a client's request -> the status the client gets.
+REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {
+    core.Refusal.INVALID_INPUT: grpc.StatusCode.INVALID_ARGUMENT,
+    core.Refusal.INVALID_TRANSFER: grpc.StatusCode.INVALID_ARGUMENT,
+    core.Refusal.INSUFFICIENT_FUNDS: grpc.StatusCode.FAILED_PRECONDITION,
+}
 # A response waits at most this long for room in a full outbox (flow control);
 # after that it answers anyway, so a dead peer slows clients but never hangs them.
 FLOW_CONTROL_WAIT_S = 2.0
 
 
 class NodeServicer(pb_grpc.NodeServicer):
-    def __init__(self, engine: Engine, known_nodes: frozenset[str]) -> None:
+    def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._log = engine.log
-        self._known = known_nodes
         self.stopping = False
 
     # -- transfers
-
-    def _refusal_code(self, to: str, amount: int) -> grpc.StatusCode:
-        """The core refused a transfer: which status says why."""
-        if amount <= 0 or to not in self._engine.outgoing:
-            return grpc.StatusCode.INVALID_ARGUMENT
-        return grpc.StatusCode.FAILED_PRECONDITION
-
-    def _refusal_detail(self, to: str, exc: core.LocalProtocolError) -> str:
-        if to == self._engine.node_id:
-            return f"{to} cannot transfer to itself"
-        if to not in self._known:
-            return f"unknown node {to!r}"
-        return str(exc)
 
     async def Transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
         try:
             msg_id = self._engine.transfer(request.to, request.amount)
         except core.LocalProtocolError as exc:
-            code = self._refusal_code(request.to, request.amount)
+            code = REFUSAL_STATUS[exc.kind]
             self._engine.metrics.refused(code.name).inc()
-            await context.abort(code, self._refusal_detail(request.to, exc))
+            await context.abort(code, str(exc))
         balance = self._engine.process.balance
         self._engine.transfers_done(1)
         await self._log.wait_durable(self._log.last_lsn)
@@ -73,9 +69,9 @@ class NodeServicer(pb_grpc.NodeServicer):
             try:
                 msg_id = engine.transfer(item.to, item.amount)
             except core.LocalProtocolError as exc:
-                code = self._refusal_code(item.to, item.amount)
+                code = REFUSAL_STATUS[exc.kind]
                 engine.metrics.refused(code.name).inc()
-                add(code=code.value[0], message=self._refusal_detail(item.to, exc), balance=process.balance)
+                add(code=code.value[0], message=str(exc), balance=process.balance)
                 continue
             add(code=_OK, msg_id=msg_id, balance=process.balance)
             accepted += 1
@@ -148,7 +144,7 @@ class NodeServicer(pb_grpc.NodeServicer):
                 if frame.WhichOneof("body") != "batch":
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "only `batch` frames may follow `open`")
                 try:
-                    last = engine.receive_batch(src, frame.batch.messages)
+                    last = engine.receive_batch(src, _decode(src, dst, frame.batch.messages))
                 except GapError as exc:
                     engine.metrics.stream_errors(src, "receiver").inc()
                     log.error("%s; closing the stream (DATA_LOSS)", exc)
@@ -162,3 +158,17 @@ class NodeServicer(pb_grpc.NodeServicer):
             if acks is not None:
                 await acks.close()
             rx.release(ending)
+
+
+def _decode(src: str, dst: str, messages: Iterable[pb.ChannelMessage]) -> Iterator[tuple[int, core.Message]]:
+    """A frame's messages as (seq, core message), one at a time: a message with
+    no body raises RemoteProtocolError there, after those before it applied."""
+    for message in messages:
+        body = message.WhichOneof("body")
+        if body == "transfer":
+            t = message.transfer
+            yield message.seq, core.Transfer(msg_id=t.msg_id, amount=t.amount, seq=message.seq)
+        elif body == "marker":
+            yield message.seq, core.Marker(snapshot_id=message.marker.snapshot_id)
+        else:
+            raise core.RemoteProtocolError(f"channel {src}->{dst}: message {message.seq} has no body")

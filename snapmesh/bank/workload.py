@@ -25,7 +25,7 @@ from typing import TextIO
 
 import grpc
 
-from services.app.render import progress_line, snapshot_table, summary_lines
+from snapmesh.bank.render import progress_line, snapshot_table, summary_lines
 from snapmesh.load import LoadGenerator
 from snapmesh.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from services.controller.tracker import duration_s
+from snapmesh.snapshots import duration_s
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 if TYPE_CHECKING:
-    from services.app.workload import Summary
+    from snapmesh.bank.workload import Summary
 
 _MAX_LISTED = 6  # in-flight transfers shown per channel before "... and N more"
 
