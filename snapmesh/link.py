@@ -40,6 +40,10 @@ DEFAULT_MARK = 2_000
 DEFAULT_BOUND = 100_000
 
 
+class GapError(RemoteProtocolError):
+    """A message skipped a seq: something was lost below the algorithm (L5)."""
+
+
 class ChannelFull(LocalProtocolError):
     """The channel holds `bound` unacknowledged messages: the transfer is refused."""
 
@@ -185,7 +189,7 @@ class Receiver:
             self.duplicates += 1
             return False
         if seq != self.last_seq + 1:
-            raise RemoteProtocolError(f"channel {self.src}->{self.dst}: got seq {seq} after {self.last_seq}")
+            raise GapError(f"channel {self.src}->{self.dst}: got seq {seq} after {self.last_seq}")
         return True
 
     def applied(self, seq: int, lsn: int) -> None:

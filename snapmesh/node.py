@@ -47,7 +47,7 @@ from snapmesh import core, wal
 from snapmesh.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
 from snapmesh.recovery import ABANDONED_WINDOW, REQUEST_WINDOW, Recovered, checkpoint_fields
 
-DEFAULT_SEGMENT_RECORDS = 1_000_000
+DEFAULT_SEGMENT_RECORDS = 100_000
 
 # ----------------------------------------------------------------- effects
 
@@ -161,7 +161,7 @@ class Node:
         self.now = now
         # Counters the shell turns into metrics.
         self.markers_sent = self.markers_received = self.recorded_messages = 0
-        self.stale_markers = self.snapshots_completed = 0
+        self.stale_markers = self.snapshots_completed = self.transfers_received = 0
         if recovered.fresh:
             self._append(wal.Init(lsn=self.last_lsn + 1, balance=recovered.balance))
         else:
@@ -232,10 +232,15 @@ class Node:
 
     # -- link events
 
-    def connect(self, dst: str, epoch: int) -> None:
-        """A connection to `dst` opened: resend from the resume point."""
-        self.senders[dst].connect(epoch)
-        self._transmit(self.senders[dst])
+    def connect(self, dst: str, epoch: int, resume: int | None = None) -> None:
+        """A connection to `dst` opened: resend from the resume point. With
+        `resume` (the receiver's answer, when the caller waited for it), start
+        after what the receiver already holds."""
+        sender = self.senders[dst]
+        sender.connect(epoch)
+        if resume is not None:
+            sender.on_ack(epoch, resume)
+        self._transmit(sender)
 
     def disconnect(self, dst: str) -> None:
         self.senders[dst].disconnect()
@@ -274,6 +279,7 @@ class Node:
                 raise core.RemoteProtocolError(f"transfer {msg_id!r} from {src!r} has amount {amount!r}")
             effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, amount=amount, seq=seq))
             self._append(wal.Recv(lsn=self.last_lsn + 1, msg_id=msg_id, src=src, dst=me, seq=seq, amount=amount))
+            self.transfers_received += 1
             if effects:
                 self._drain(effects)
         receiver.applied(seq, self.last_lsn)

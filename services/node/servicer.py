@@ -13,7 +13,7 @@ import grpc
 
 from services.node.channels import AckWriter, read_or_end
 from services.node.engine import Engine, GapError
-from snapmesh import core
+from snapmesh import core, link
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -34,8 +34,10 @@ class NodeServicer(pb_grpc.NodeServicer):
 
     # -- transfers
 
-    def _refusal_code(self, to: str, amount: int) -> grpc.StatusCode:
-        """The core refused a transfer: which status says why."""
+    def _refusal_code(self, to: str, amount: int, exc: core.LocalProtocolError) -> grpc.StatusCode:
+        """The node refused a transfer: which status says why."""
+        if isinstance(exc, link.ChannelFull):
+            return grpc.StatusCode.RESOURCE_EXHAUSTED
         if amount <= 0 or to not in self._engine.outgoing:
             return grpc.StatusCode.INVALID_ARGUMENT
         return grpc.StatusCode.FAILED_PRECONDITION
@@ -49,16 +51,15 @@ class NodeServicer(pb_grpc.NodeServicer):
 
     async def Transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
         try:
-            msg_id = self._engine.transfer(request.to, request.amount)
+            answer = self._engine.transfer(request.to, request.amount, request.request_id)
         except core.LocalProtocolError as exc:
-            code = self._refusal_code(request.to, request.amount)
+            code = self._refusal_code(request.to, request.amount, exc)
             self._engine.metrics.refused(code.name).inc()
             await context.abort(code, self._refusal_detail(request.to, exc))
-        balance = self._engine.process.balance
-        self._engine.transfers_done(1)
-        await self._log.wait_durable(self._log.last_lsn)
+        self._engine.transfers_done(0 if answer.repeated else 1)
+        await self._log.wait_durable(answer.lsn)
         await self._engine.wait_for_room({request.to}, FLOW_CONTROL_WAIT_S)
-        return pb.TransferResponse(msg_id=msg_id, balance=balance)
+        return pb.TransferResponse(msg_id=answer.msg_id, balance=answer.balance)
 
     async def TransferBatch(
         self, request: pb.TransferBatchRequest, context: grpc.aio.ServicerContext
@@ -66,19 +67,19 @@ class NodeServicer(pb_grpc.NodeServicer):
         response = pb.TransferBatchResponse()
         add = response.results.add
         engine = self._engine
-        process = engine.process
+        node = engine.node
         accepted = 0
         destinations: set[str] = set()
         for item in request.transfers:
             try:
-                msg_id = engine.transfer(item.to, item.amount)
+                answer = engine.transfer(item.to, item.amount, item.request_id)
             except core.LocalProtocolError as exc:
-                code = self._refusal_code(item.to, item.amount)
+                code = self._refusal_code(item.to, item.amount, exc)
                 engine.metrics.refused(code.name).inc()
-                add(code=code.value[0], message=self._refusal_detail(item.to, exc), balance=process.balance)
+                add(code=code.value[0], message=self._refusal_detail(item.to, exc), balance=node.balance)
                 continue
-            add(code=_OK, msg_id=msg_id, balance=process.balance)
-            accepted += 1
+            add(code=_OK, msg_id=answer.msg_id, balance=answer.balance)
+            accepted += 0 if answer.repeated else 1
             destinations.add(item.to)
         engine.transfers_done(accepted)
         await self._log.wait_durable(self._log.last_lsn)
@@ -86,7 +87,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         return response
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
-        balance = self._engine.process.balance
+        balance = self._engine.node.balance
         await self._log.wait_durable(self._log.last_lsn)  # never show what a crash could take back
         return pb.NodeStateResponse(node_id=self._engine.node_id, balance=balance)
 
@@ -130,13 +131,12 @@ class NodeServicer(pb_grpc.NodeServicer):
             )
         rx = engine.incoming[src]
         ending = rx.claim()
-        acks = None
+        epoch = rx.epoch
+        acks = AckWriter(context)
+        rx.attach(acks)
         try:
-            # Resume point: the last seq applied here, once it is on disk.
-            resume = rx.last_seq
-            await self._log.wait_durable(self._log.last_lsn)
-            await context.write(pb.ChannelAck(acked_seq=resume))
-            acks = AckWriter(context, self._log)
+            # The node answers with its position (the resume point) once it is durable.
+            engine.opened(src, epoch)
             while True:
                 frame = await read_or_end(context, ending)
                 if frame is None:
@@ -148,7 +148,7 @@ class NodeServicer(pb_grpc.NodeServicer):
                 if frame.WhichOneof("body") != "batch":
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "only `batch` frames may follow `open`")
                 try:
-                    last = engine.receive_batch(src, frame.batch.messages)
+                    engine.receive_batch(src, epoch, frame.batch.messages)
                 except GapError as exc:
                     engine.metrics.stream_errors(src, "receiver").inc()
                     log.error("%s; closing the stream (DATA_LOSS)", exc)
@@ -157,8 +157,6 @@ class NodeServicer(pb_grpc.NodeServicer):
                     engine.metrics.stream_errors(src, "receiver").inc()
                     log.error("channel %s->%s: the peer broke the protocol: %s; closing the stream", src, dst, exc)
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"protocol violation: {exc}")
-                acks.post(last, self._log.last_lsn)
         finally:
-            if acks is not None:
-                await acks.close()
+            await acks.close()
             rx.release(ending)
