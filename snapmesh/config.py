@@ -5,6 +5,9 @@ TOML, for example::
     data_dir = "data"          # relative paths are relative to this file
     initial_balance = 1000
     # channels = [["p1", "p2"], ["p2", "p1"]]   optional; default: full mesh
+    # channel_bound = 100000   optional: unacknowledged messages per channel past which
+    #                          a Transfer is refused at once (RESOURCE_EXHAUSTED)
+    # segment_records = 100000 optional: records per transfer-log segment
 
     [controller]
     host = "127.0.0.1"         # the address others dial
@@ -88,6 +91,8 @@ class ClusterConfig:
     nodes: tuple[NodeConfig, ...]
     topology: Topology
     bind_host: str | None  # None: every server binds to its own `host`
+    channel_bound: int = 100_000
+    segment_records: int = 100_000
 
     def node(self, node_id: str) -> NodeConfig:
         for node in self.nodes:
@@ -131,7 +136,7 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
 
 def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> ClusterConfig:
     fields = _Fields(path)
-    known = {"data_dir", "initial_balance", "channels", "controller", "nodes"}
+    known = {"data_dir", "initial_balance", "channels", "controller", "nodes", "channel_bound", "segment_records"}
     fields.reject_unknown(raw, known, "")
 
     data_dir_text = env.get("SNAPMESH_DATA_DIR") or fields.string(raw, "data_dir", "data_dir")
@@ -139,6 +144,10 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
     if not data_dir.is_absolute():
         data_dir = (path.resolve().parent / data_dir).resolve()
     initial_balance = fields.integer(raw, "initial_balance", "initial_balance", minimum=0)
+    channel_bound = fields.integer(raw, "channel_bound", "channel_bound", minimum=1) if "channel_bound" in raw else 100_000
+    segment_records = (
+        fields.integer(raw, "segment_records", "segment_records", minimum=2) if "segment_records" in raw else 100_000
+    )
 
     controller_raw = fields.table(raw, "controller", "controller")
     fields.reject_unknown(controller_raw, {"host", "port", "metrics_port", "snapshot_deadline_s"}, "controller")
@@ -190,6 +199,8 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         nodes=tuple(nodes),
         topology=topology,
         bind_host=env.get("SNAPMESH_BIND_HOST") or None,
+        channel_bound=channel_bound,
+        segment_records=segment_records,
     )
 
 

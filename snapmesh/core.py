@@ -75,6 +75,7 @@ class Refusal(enum.Enum):
     INVALID_INPUT = "invalid input"  # a malformed argument: an empty snapshot id, a bad initial balance
     INVALID_TRANSFER = "invalid transfer"  # no channel to that destination (itself included), or a bad amount
     INSUFFICIENT_FUNDS = "insufficient funds"  # a valid transfer that the balance does not cover
+    CHANNEL_FULL = "channel full"  # the link below holds its bound of unacknowledged messages (link.ChannelFull)
 
 
 class LocalProtocolError(ProtocolError):

@@ -17,7 +17,7 @@ import logging
 import random
 import sys
 
-from services.node.channels import IncomingChannel, OutgoingChannel
+from services.node.channels import HIGH_WATER, IncomingChannel, OutgoingChannel
 from services.node.engine import Engine
 from services.node.metrics import NodeMetrics
 from services.node.recovery import CorruptLogError, recover
@@ -25,7 +25,7 @@ from services.node.reporter import StateReporter
 from services.node.servicer import NodeServicer
 from services.node.translog import TransferLog, fsync_dir
 from snapmesh import config as cluster_config
-from snapmesh import core
+from snapmesh.node import Node
 from snapmesh.argparsing import parse_args
 from snapmesh.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -79,63 +79,68 @@ async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
         return 2
 
     metrics = NodeMetrics(node_id)
-    channels: dict[str, OutgoingChannel] = {}
+    engine: Engine | None = None
 
-    def on_durable(_lsn: int) -> None:
-        for channel in channels.values():
-            channel.durable()
+    def on_durable(lsn: int) -> None:
+        if engine is not None:
+            engine.durable(lsn)
 
     translog = TransferLog(
         path, node_id, last_lsn=recovered.last_lsn, on_durable=on_durable, observe_fsync=metrics.observe_fsync
     )
-    if recovered.fresh:
-        translog.append_init(cfg.initial_balance)
-    else:
-        translog.append_restart()
+    if not recovered.fresh:
         log.info(
-            "recovered from %s: balance %d, %d records, %d unacknowledged-or-unknown messages, abandoned snapshots: %s",
+            "recovered from %s: balance %d, %d records read, %d unacknowledged-or-unknown messages, "
+            "abandoned snapshots: %d",
             path,
             recovered.balance,
-            recovered.last_lsn,
+            recovered.records,
             sum(len(v) for v in recovered.outbox.values()),
-            ", ".join(sorted(recovered.abandoned)) or "none",
+            len(recovered.abandoned),
         )
-    translog.flush_sync()
-    fsync_dir(cfg.data_dir)
+    # The node machine: core + links + log positions (snapmesh/node.py); everything below is its shell.
+    node_machine = Node(
+        node_id=node_id,
+        incoming=incoming,
+        outgoing=outgoing,
+        recovered=recovered,
+        mark=HIGH_WATER,
+        bound=cfg.channel_bound,
+        # Twice the controller's deadline: by then the controller has failed it.
+        recording_ttl=2 * cfg.controller.snapshot_deadline_s,
+        segment_records=cfg.segment_records,
+        now=asyncio.get_running_loop().time(),
+    )
 
     rng = random.Random()
+    channels: dict[str, OutgoingChannel] = {}
+    # The streams start after `engine` is set, and only then call back into it.
     for dst in outgoing:
         channels[dst] = OutgoingChannel(
             src=node_id,
             dst=dst,
             address=cfg.node(dst).address,
-            log_=translog,
             metrics=metrics,
-            next_seq=recovered.next_seq[dst],
-            outbox=recovered.outbox[dst],
+            on_open=lambda d, e, r: engine.link_open(d, e, r),
+            on_ack=lambda d, e, s: engine.link_ack(d, e, s),
+            on_lost=lambda d: engine.link_lost(d),
             rng=rng,
             channel_options=CLIENT_OPTIONS,
         )
     reporter = StateReporter(
         address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS
     )
-    process = core.Process(
-        node_id=node_id,
-        balance=recovered.balance,
-        incoming=incoming,
-        outgoing=outgoing,
-        abandoned=recovered.abandoned,
-    )
     engine = Engine(
-        process=process,
+        node=node_machine,
         log_=translog,
         outgoing=channels,
-        incoming={src: IncomingChannel(src=src, dst=node_id, last_seq=recovered.last_received[src]) for src in incoming},
+        incoming={src: IncomingChannel(src=src, dst=node_id) for src in incoming},
         metrics=metrics,
         reporter=reporter,
-        # Twice the controller's deadline: by then the controller has failed it.
-        recording_ttl_s=2 * cfg.controller.snapshot_deadline_s,
     )
+    translog.flush_sync()
+    fsync_dir(cfg.data_dir)
+    engine.durable(translog.durable_lsn)
     servicer = NodeServicer(engine)
 
     host = ServiceHost(bind_address=cfg.bind_address(node), metrics_bind=cfg.metrics_bind(node), registry=metrics.registry)
@@ -148,7 +153,7 @@ async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
         raise
     for channel in channels.values():
         channel.start()
-    log.info("node %s serving on %s (balance %d)", node_id, host.bind_address, process.balance)
+    log.info("node %s serving on %s (balance %d)", node_id, host.bind_address, node_machine.balance)
 
     stop = asyncio.ensure_future(wait_for_stop_signal())
     assert translog.flusher is not None

@@ -29,6 +29,7 @@ REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {
     core.Refusal.INVALID_INPUT: grpc.StatusCode.INVALID_ARGUMENT,
     core.Refusal.INVALID_TRANSFER: grpc.StatusCode.INVALID_ARGUMENT,
     core.Refusal.INSUFFICIENT_FUNDS: grpc.StatusCode.FAILED_PRECONDITION,
+    core.Refusal.CHANNEL_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 # A response waits at most this long for room in a full outbox (flow control);
 # after that it answers anyway, so a dead peer slows clients but never hangs them.
@@ -45,16 +46,15 @@ class NodeServicer(pb_grpc.NodeServicer):
 
     async def Transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
         try:
-            msg_id = self._engine.transfer(request.to, request.amount)
+            answer = self._engine.transfer(request.to, request.amount, request.request_id)
         except core.LocalProtocolError as exc:
             code = REFUSAL_STATUS[exc.kind]
             self._engine.metrics.refused(code.name).inc()
             await context.abort(code, str(exc))
-        balance = self._engine.process.balance
-        self._engine.transfers_done(1)
-        await self._log.wait_durable(self._log.last_lsn)
+        self._engine.transfers_done(0 if answer.repeated else 1)
+        await self._log.wait_durable(answer.lsn)
         await self._engine.wait_for_room({request.to}, FLOW_CONTROL_WAIT_S)
-        return pb.TransferResponse(msg_id=msg_id, balance=balance)
+        return pb.TransferResponse(msg_id=answer.msg_id, balance=answer.balance)
 
     async def TransferBatch(
         self, request: pb.TransferBatchRequest, context: grpc.aio.ServicerContext
@@ -62,19 +62,19 @@ class NodeServicer(pb_grpc.NodeServicer):
         response = pb.TransferBatchResponse()
         add = response.results.add
         engine = self._engine
-        process = engine.process
+        node = engine.node
         accepted = 0
         destinations: set[str] = set()
         for item in request.transfers:
             try:
-                msg_id = engine.transfer(item.to, item.amount)
+                answer = engine.transfer(item.to, item.amount, item.request_id)
             except core.LocalProtocolError as exc:
                 code = REFUSAL_STATUS[exc.kind]
                 engine.metrics.refused(code.name).inc()
-                add(code=code.value[0], message=str(exc), balance=process.balance)
+                add(code=code.value[0], message=str(exc), balance=node.balance)
                 continue
-            add(code=_OK, msg_id=msg_id, balance=process.balance)
-            accepted += 1
+            add(code=_OK, msg_id=answer.msg_id, balance=answer.balance)
+            accepted += 0 if answer.repeated else 1
             destinations.add(item.to)
         engine.transfers_done(accepted)
         await self._log.wait_durable(self._log.last_lsn)
@@ -82,7 +82,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         return response
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
-        balance = self._engine.process.balance
+        balance = self._engine.node.balance
         await self._log.wait_durable(self._log.last_lsn)  # never show what a crash could take back
         return pb.NodeStateResponse(node_id=self._engine.node_id, balance=balance)
 
@@ -126,13 +126,12 @@ class NodeServicer(pb_grpc.NodeServicer):
             )
         rx = engine.incoming[src]
         ending = rx.claim()
-        acks = None
+        epoch = rx.epoch
+        acks = AckWriter(context)
+        rx.attach(acks)
         try:
-            # Resume point: the last seq applied here, once it is on disk.
-            resume = rx.last_seq
-            await self._log.wait_durable(self._log.last_lsn)
-            await context.write(pb.ChannelAck(acked_seq=resume))
-            acks = AckWriter(context, self._log)
+            # The node answers with its position (the resume point) once it is durable.
+            engine.opened(src, epoch)
             while True:
                 frame = await read_or_end(context, ending)
                 if frame is None:
@@ -144,7 +143,7 @@ class NodeServicer(pb_grpc.NodeServicer):
                 if frame.WhichOneof("body") != "batch":
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "only `batch` frames may follow `open`")
                 try:
-                    last = engine.receive_batch(src, _decode(src, dst, frame.batch.messages))
+                    engine.receive_batch(src, epoch, _decode(src, dst, frame.batch.messages))
                 except GapError as exc:
                     engine.metrics.stream_errors(src, "receiver").inc()
                     log.error("%s; closing the stream (DATA_LOSS)", exc)
@@ -153,10 +152,8 @@ class NodeServicer(pb_grpc.NodeServicer):
                     engine.metrics.stream_errors(src, "receiver").inc()
                     log.error("channel %s->%s: the peer broke the protocol: %s; closing the stream", src, dst, exc)
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"protocol violation: {exc}")
-                acks.post(last, self._log.last_lsn)
         finally:
-            if acks is not None:
-                await acks.close()
+            await acks.close()
             rx.release(ending)
 
 
@@ -169,6 +166,8 @@ def _decode(src: str, dst: str, messages: Iterable[pb.ChannelMessage]) -> Iterat
             t = message.transfer
             yield message.seq, core.Transfer(msg_id=t.msg_id, amount=t.amount, seq=message.seq)
         elif body == "marker":
+            if not message.marker.snapshot_id:
+                raise core.RemoteProtocolError(f"channel {src}->{dst}: marker {message.seq} has an empty snapshot id")
             yield message.seq, core.Marker(snapshot_id=message.marker.snapshot_id)
         else:
             raise core.RemoteProtocolError(f"channel {src}->{dst}: message {message.seq} has no body")
