@@ -6,7 +6,8 @@ with health and reflection, metrics on the node's metrics port. SIGINT/SIGTERM:
 health NOT_SERVING, stop accepting, close streams, flush the log, exit 0.
 
 Exit codes: 0 clean stop; 1 cannot bind or the log cannot be written; 2 bad
-arguments, a bad cluster file or a corrupt log (one line on stderr).
+arguments, a bad cluster file, a corrupt log, or the data dir in use by another
+process for this node (one line on stderr; nothing in the data dir touched).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import random
 import sys
 
 from services.node.channels import IncomingChannel, OutgoingChannel
+from services.node.datalock import DataDirLock, DataDirLocked
 from services.node.engine import Engine
 from services.node.metrics import NodeMetrics
 from services.node.recovery import CorruptLogError, recover
@@ -62,12 +64,28 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
+    try:
+        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        # Before anything in the data dir is read or written: one process per node.
+        lock = DataDirLock.acquire(cfg.data_dir, node_id)
+    except DataDirLocked as exc:
+        print(f"snapmesh node: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"snapmesh node: cannot lock data dir {cfg.data_dir}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return await _serve_locked(cfg, node_id)
+    finally:
+        lock.release()
+
+
+async def _serve_locked(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
     node = cfg.node(node_id)
     incoming = cfg.topology.incoming(node_id)
     outgoing = cfg.topology.outgoing(node_id)
     path = cfg.log_path(node_id)
     try:
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
         recovered = recover(
             path, node_id, initial_balance=cfg.initial_balance, incoming=incoming, outgoing=outgoing
         )
