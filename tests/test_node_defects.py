@@ -9,13 +9,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import json
 import os
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from node_harness import Cluster, money_check, run_node_once
+from node_harness import Cluster, Load, money_check, run_node_once
 from services.node.datalock import DataDirLock, DataDirLocked
+from services.node.recovery import recover
+from services.node.translog import LogClosedError, TransferLog
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -68,3 +76,130 @@ def test_the_data_dir_lock_is_exclusive_names_its_holder_and_is_released(tmp_pat
     DataDirLock.acquire(tmp_path, "p2").release()  # another node's lock is another file
     first.release()
     DataDirLock.acquire(tmp_path, "p1").release()
+
+
+# ------------------------------------------- 2. writing on after a failed fsync
+
+
+def _failing_once(real, error: OSError, *, half_write: bool = False):
+    """`real` (os.write or os.fdatasync) that fails on its first call from the
+    flusher's thread, then works again: so anything written after the failure
+    would land in the file (as it would once a full disk has room again)."""
+    calls = {"n": 0}
+
+    def fake(fd, *args):
+        if threading.current_thread() is threading.main_thread():
+            return real(fd, *args)  # the test's own start-up flushes
+        calls["n"] += 1
+        if calls["n"] == 1:
+            if half_write:  # a torn line: part of the batch reaches the file
+                data = args[0]
+                real(fd, data[: len(data) // 2])
+            raise error
+        return real(fd, *args)
+
+    return fake
+
+
+@pytest.mark.parametrize("failing", ["fdatasync", "write"])
+def test_after_a_failed_write_or_fsync_the_log_writes_nothing_more(tmp_path: Path, monkeypatch, failing) -> None:
+    path = tmp_path / "p1.log.jsonl"
+    if failing == "fdatasync":
+        monkeypatch.setattr(os, "fdatasync", _failing_once(os.fdatasync, OSError(errno.EIO, "injected EIO")))
+    else:
+        monkeypatch.setattr(os, "write", _failing_once(os.write, OSError(errno.ENOSPC, "injected ENOSPC"),
+                                                       half_write=True))
+
+    async def go() -> tuple[bytes, BaseException]:
+        log = TransferLog(path, "p1", last_lsn=0)
+        log.append_init(100)
+        log.flush_sync()
+        log.start()
+        lsn = log.append_send("p1", "p2", 1, 10)  # this round fails
+        with pytest.raises(LogClosedError, match="injected"):
+            await asyncio.wait_for(log.wait_durable(lsn), 5)
+        assert log.flusher is not None and log.flusher.done()
+        failure = log.flusher.exception()
+        after_failure = path.read_bytes()
+        # The engine keeps applying while the node goes down: none of it may reach the file.
+        later = log.append_send("p1", "p2", 2, 20)
+        with pytest.raises(LogClosedError):
+            await asyncio.wait_for(log.wait_durable(later), 5)
+        log.flush_sync()
+        await log.close()
+        assert path.read_bytes() == after_failure
+        return after_failure, failure
+
+    after_failure, failure = asyncio.run(go())
+    assert isinstance(failure, OSError)
+    assert log_lsns(path) in ([1], [1, 2])  # the failed batch may or may not be in the file
+    recovered = recover(path, "p1", initial_balance=100, incoming=("p2",), outgoing=("p2",))
+    assert recovered.last_lsn == len(log_lsns(path))
+    assert recovered.balance == 100 - 10 * (recovered.last_lsn - 1)
+
+
+def log_lsns(path: Path) -> list[int]:
+    lsns = []
+    for line in path.read_bytes().split(b"\n"):
+        try:
+            lsns.append(json.loads(line)["lsn"])
+        except ValueError:
+            pass  # a torn last line, which recovery cuts off
+    return lsns
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 512 KiB tmpfs (we are root in the test machine), unmounted whatever happens."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_full_disk_stops_the_node_and_a_restart_recovers_with_no_money_lost(tmp_path: Path, small_disk: Path) -> None:
+    """p2's data dir is a small tmpfs; under load it fills up. p2 must stop (exit 1,
+    saying why) and write nothing more, even though space is freed while it goes
+    down; restarted on a bigger disk, it recovers, and after quiescence every
+    send is received exactly once and the balances sum to the total."""
+    cluster = Cluster(tmp_path, ["p1", "p2", "p3"], balance=100_000)
+    # Only p2 uses the small disk: same cluster file, another data_dir.
+    text = cluster.config.read_text().replace(f'data_dir = "{cluster.data_dir}"', f'data_dir = "{small_disk}"')
+    p2_config = tmp_path / "p2.toml"
+    p2_config.write_text(text)
+    cluster.nodes["p2"].config = p2_config
+    cluster.data_dir.mkdir()
+    (cluster.data_dir / "p2.log.jsonl").symlink_to(small_disk / "p2.log.jsonl")  # where the harness reads it
+    ballast = small_disk / "ballast"
+    ballast.write_bytes(b"x" * 64 * 1024)
+    p2 = cluster.nodes["p2"]
+    try:
+        cluster.start()
+        with Load(cluster, batch=100, amount_max=10):
+            deadline = time.monotonic() + 60
+            while p2.running():
+                assert time.monotonic() < deadline, "p2 never stopped on a full disk"
+                if ballast.exists() and "cannot be written" in p2.output():
+                    ballast.unlink()  # room again while p2 is going down: it must still write nothing
+                time.sleep(0.02)
+            assert p2.proc.returncode == 1, p2.output()
+            assert not ballast.exists(), "p2 stopped before it said why"
+            said = p2.output()
+            time.sleep(0.5)  # p1 and p3 keep paying p2, into their outboxes
+            subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+            p2.start()
+            time.sleep(1.0)
+        logs = assert_money_intact(cluster)
+        kinds = [r["kind"] for r in logs["p2"]]
+        assert kinds.count("restart") == 1 and sum(k == "recv" for k in kinds) > 100, kinds[-5:]
+        assert "No space left on device" in said and str(small_disk / "p2.log.jsonl") in said, said
+        for node in cluster.nodes.values():
+            assert node.stop() == 0
+    finally:
+        cluster.close()

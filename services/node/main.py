@@ -118,8 +118,13 @@ async def _serve_locked(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
             sum(len(v) for v in recovered.outbox.values()),
             ", ".join(sorted(recovered.abandoned)) or "none",
         )
-    translog.flush_sync()
-    fsync_dir(cfg.data_dir)
+    try:
+        translog.flush_sync()
+        fsync_dir(cfg.data_dir)
+    except OSError as exc:
+        await translog.close()
+        print(f"snapmesh node: cannot write the transfer log {path}: {exc}", file=sys.stderr)
+        return 1
 
     rng = random.Random()
     for dst in outgoing:
@@ -176,7 +181,13 @@ async def _serve_locked(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
         log.info("node %s: %s received, stopping", node_id, stop.result().name)
     else:
         stop.cancel()
-        log.error("node %s: the transfer log cannot be written (%r); stopping", node_id, translog.flusher.exception())
+        # Nothing more is written (see translog); stop serving now. What the file
+        # holds is a prefix of the log, so a restart recovers from it.
+        log.error(
+            "node %s: the transfer log %s cannot be written (%s); nothing after lsn %d is on disk and nothing "
+            "more will be written; stopping (restart the node once the disk is fixed: it recovers from the log)",
+            node_id, path, translog.flusher.exception(), translog.durable_lsn,
+        )
         status = 1
 
     # Drain: NOT_SERVING and no new streams, close the incoming streams, stop the

@@ -18,6 +18,15 @@ step (log order == apply order). One flusher task writes the whole buffer with
 one write + fdatasync per round; `durable_lsn` says how far the disk holds, and
 `wait_durable(lsn)` is what every acknowledgement awaits.
 
+A failed write or fdatasync fails the log for good: the file may now end in a
+torn line, and after a failed fdatasync the kernel may have dropped the dirty
+pages while marking them clean, so a retry could "succeed" without the data
+(retrying fsync is not safe). Nothing more is written, by the flusher or by
+`flush_sync`/`close` on the way down; every `wait_durable` raises
+`LogFailedError`; the flusher task ends with the error, which stops the node.
+The file then holds a prefix of the records (at worst a torn last line, which
+recovery cuts off), so a restart recovers from it cleanly.
+
 Records are encoded by hand from precomputed JSON fragments: this is the
 per-message hot path.
 """
@@ -43,6 +52,10 @@ def _js(text: str) -> str:
 
 class LogClosedError(RuntimeError):
     """The log was closed (the node is stopping); nothing more becomes durable."""
+
+
+class LogFailedError(LogClosedError):
+    """A write or fdatasync failed: nothing after `durable_lsn` will ever be written."""
 
 
 class TransferLog:
@@ -71,6 +84,7 @@ class TransferLog:
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
         self._closing = False
+        self.failure: OSError | None = None  # the failed write or fdatasync; the log is dead
         # JSON fragments per channel, built on first use: ',"src":"p1","dst":"p2","msg_id":"p1:p2:'
         self._fragments: dict[tuple[str, str], tuple[str, str]] = {}
 
@@ -82,6 +96,8 @@ class TransferLog:
 
     def _append(self, body: str) -> int:
         self._lsn += 1
+        if self.failure is not None:
+            return self._lsn  # never written; whoever waits for it gets LogFailedError
         self._buffer.append(f"{self._prefix}{self._lsn},{body}}}\n")
         self._pending.set()
         return self._lsn
@@ -131,6 +147,10 @@ class TransferLog:
     async def wait_durable(self, lsn: int) -> None:
         """Return once every record up to `lsn` is on disk."""
         while self.durable_lsn < lsn:
+            if self.failure is not None:
+                raise LogFailedError(
+                    f"{self.path}: a write failed ({self.failure}); nothing after lsn {self.durable_lsn} is written"
+                )
             if self._closed:
                 raise LogClosedError(f"{self.path} is closed")
             if self._round is None:
@@ -153,7 +173,11 @@ class TransferLog:
         started = time.perf_counter()
         # The write and the fsync run off the loop, so the node keeps applying
         # (into the next buffer) while the disk works.
-        await loop.run_in_executor(None, _write_all_and_sync, self._fd, data)
+        try:
+            await loop.run_in_executor(None, _write_all_and_sync, self._fd, data)
+        except OSError as exc:
+            self._fail(exc)
+            raise
         if self._observe_fsync is not None:
             self._observe_fsync(time.perf_counter() - started, len(data))
         self.durable_lsn = upto
@@ -165,10 +189,27 @@ class TransferLog:
         if self._on_durable is not None:
             self._on_durable(upto)
 
+    def _fail(self, exc: OSError) -> None:
+        """No more writes, ever; wake every waiter so it sees the failure."""
+        self.failure = exc
+        self._buffer = []
+        log.error("%s: write or fdatasync failed (%s); writing nothing more after lsn %d", self.path, exc,
+                  self.durable_lsn)
+        waiters, self._round = self._round, None
+        if waiters is not None and not waiters.done():
+            waiters.set_result(None)
+
     def flush_sync(self) -> None:
-        """Write and sync whatever is buffered, blocking (start-up and shutdown)."""
+        """Write and sync whatever is buffered, blocking (start-up and shutdown).
+        Writes nothing once the log failed; raises OSError if this write fails."""
+        if self.failure is not None:
+            return
         if self._buffer:
-            _write_all_and_sync(self._fd, "".join(self._buffer).encode())
+            try:
+                _write_all_and_sync(self._fd, "".join(self._buffer).encode())
+            except OSError as exc:
+                self._fail(exc)
+                raise
             self._buffer = []
         self.durable_lsn = self._lsn
         if self._round is not None and not self._round.done():
@@ -185,11 +226,13 @@ class TransferLog:
         self._pending.set()
         if self._flusher is not None and not self._flusher.done():
             await asyncio.wait([self._flusher])
-        self.flush_sync()
-        self._closed = True
-        if self._round is not None and not self._round.done():
-            self._round.set_result(None)  # waiters wake, see _closed and raise
-        os.close(self._fd)
+        try:
+            self.flush_sync()  # nothing, if the log failed
+        finally:
+            self._closed = True
+            if self._round is not None and not self._round.done():
+                self._round.set_result(None)  # waiters wake, see _closed and raise
+            os.close(self._fd)
 
     @property
     def flusher(self) -> asyncio.Task[None] | None:
