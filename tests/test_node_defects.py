@@ -13,6 +13,7 @@ import asyncio
 import errno
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -20,10 +21,14 @@ from pathlib import Path
 
 import pytest
 
+from cluster_helpers import check_against_logs, controller_stub, read_logs
 from node_harness import Cluster, Load, money_check, run_node_once
 from services.node.datalock import DataDirLock, DataDirLocked
 from services.node.recovery import recover
+from services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from services.node.translog import LogClosedError, TransferLog
+from snapmesh.launcher import LocalCluster
+from snapmesh.launcher import write_config as write_cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -203,3 +208,80 @@ def test_a_full_disk_stops_the_node_and_a_restart_recovers_with_no_money_lost(tm
             assert node.stop() == 0
     finally:
         cluster.close()
+
+
+# ----------------------------------------- 8. a finished part lost in a crash
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while not (result := predicate()):
+        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
+        time.sleep(interval)
+    return result
+
+
+def finished_here(cluster: LocalCluster, node: str, sid: str) -> bool:
+    """The node's log holds a marker from every incoming channel: its part is done."""
+    records = read_logs(cluster.config.data_dir, [node])[node]
+    got = {r["src"] for r in records if r["kind"] == "marker_recv" and r["snapshot_id"] == sid}
+    return got == set(cluster.config.topology.incoming(node))
+
+
+def test_a_part_finished_before_a_crash_is_reported_after_the_restart(tmp_path: Path) -> None:
+    """The controller is paused so no report can go; p2 finishes its part, is
+    SIGKILLed and restarted; the controller resumes: the snapshot ends COMPLETE,
+    consistent with the logs."""
+    config = write_cluster(tmp_path / "cluster.toml", nodes=3, deadline=30)
+    cluster = LocalCluster(config)
+    try:
+        cluster.start()
+        channel, stub = controller_stub(cluster.controller_address)
+        with channel:
+            # A first snapshot connects the controller to the nodes; then the
+            # initiator holds the next start until the controller is paused.
+            warm = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30)
+            assert warm.status == pb.Snapshot.COMPLETE, warm.reason
+            cluster.signal_node("p1", signal.SIGSTOP)
+            sid = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=5).snapshot_id
+            time.sleep(1.0)  # StartSnapshot leaves the controller
+            os.kill(cluster.controller_pid, signal.SIGSTOP)
+            cluster.signal_node("p1", signal.SIGCONT)
+            wait_until(lambda: all(finished_here(cluster, n, sid) for n in cluster.node_ids), 20, "every part done")
+            time.sleep(0.3)
+            cluster.kill_node("p2")
+            cluster.start_node("p2")
+            os.kill(cluster.controller_pid, signal.SIGCONT)
+            snapshot = wait_until(
+                lambda: (s := stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5)).status
+                != pb.Snapshot.IN_PROGRESS and s,
+                45, f"snapshot {sid} finished",
+            )
+        assert snapshot.status == pb.Snapshot.COMPLETE, snapshot.reason
+        assert snapshot.conserved
+        check_against_logs(snapshot, read_logs(cluster.config.data_dir, cluster.node_ids))
+        assert not list(cluster.config.data_dir.glob("*.reports/*")), "acknowledged reports are kept"
+    finally:
+        cluster.stop()
+
+
+def test_pending_reports_round_trip_and_a_damaged_one_is_named(tmp_path: Path) -> None:
+    pending = PendingReports(tmp_path / "p1.reports")
+    assert pending.load() == []  # creates the directory
+    state = pb.FullState(snapshot_id="s/1 ü", node_id="p1", balance=90, channels=[
+        pb.ChannelState(src="p2", dst="p1", in_flight=[pb.InFlightTransfer(msg_id="p2:p1:3", amount=10, seq=3)])])
+    pending.save(state, 42)
+    (pending.directory / "left-by-a-crash.tmp").write_bytes(b"half")
+    assert pending.load() == [(state, 42)]
+    assert not list(pending.directory.glob("*.tmp"))
+
+    # After a restart whose log ends before lsn 42, the state is dropped, not reported.
+    reporter = StateReporter(address="127.0.0.1:1", log_=None, metrics=None, options=[], pending=pending)
+    reporter.resume(pending.load(), last_lsn=41)
+    assert pending.load() == []
+
+    pending.save(state, 7)
+    damaged = next(pending.directory.iterdir())
+    damaged.write_bytes(damaged.read_bytes()[:-3])
+    with pytest.raises(CorruptReportError, match=str(damaged)):
+        pending.load()

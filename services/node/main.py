@@ -23,7 +23,7 @@ from services.node.datalock import DataDirLock, DataDirLocked
 from services.node.engine import Engine
 from services.node.metrics import NodeMetrics
 from services.node.recovery import CorruptLogError, recover
-from services.node.reporter import StateReporter
+from services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from services.node.servicer import NodeServicer
 from services.node.translog import TransferLog, fsync_dir
 from snapmesh import config as cluster_config
@@ -89,11 +89,16 @@ async def _serve_locked(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
         recovered = recover(
             path, node_id, initial_balance=cfg.initial_balance, incoming=incoming, outgoing=outgoing
         )
+        pending = PendingReports(cfg.data_dir / f"{node_id}.reports")
+        unreported = pending.load()
     except CorruptLogError as exc:
         print(f"snapmesh node: corrupt transfer log, refusing to start: {exc}", file=sys.stderr)
         return 2
+    except CorruptReportError as exc:
+        print(f"snapmesh node: corrupt pending report, refusing to start: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
-        print(f"snapmesh node: cannot read {path}: {exc}", file=sys.stderr)
+        print(f"snapmesh node: cannot read its data in {cfg.data_dir}: {exc}", file=sys.stderr)
         return 2
 
     metrics = NodeMetrics(node_id)
@@ -140,7 +145,7 @@ async def _serve_locked(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
             channel_options=CLIENT_OPTIONS,
         )
     reporter = StateReporter(
-        address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS
+        address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS, pending=pending
     )
     process = core.Process(
         node_id=node_id,
@@ -171,6 +176,7 @@ async def _serve_locked(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
         raise
     for channel in channels.values():
         channel.start()
+    reporter.resume(unreported, recovered.last_lsn)
     log.info("node %s serving on %s (balance %d)", node_id, host.bind_address, process.balance)
 
     stop = asyncio.ensure_future(wait_for_stop_signal())
