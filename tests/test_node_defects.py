@@ -19,17 +19,20 @@ import threading
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 
 from cluster_helpers import check_against_logs, controller_stub, read_logs
-from node_harness import Cluster, Load, money_check, run_node_once
+from node_harness import Cluster, Load, ReportSink, check_snapshot, money_check, run_node_once
 from services.node.datalock import DataDirLock, DataDirLocked
 from services.node.recovery import recover
 from services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from services.node.translog import LogClosedError, TransferLog
+from snapmesh.chunking import CHUNK_BYTES, BadChunks, StateAssembler, StateTooLarge, split_state
 from snapmesh.launcher import LocalCluster
 from snapmesh.launcher import write_config as write_cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -285,3 +288,105 @@ def test_pending_reports_round_trip_and_a_damaged_one_is_named(tmp_path: Path) -
     damaged.write_bytes(damaged.read_bytes()[:-3])
     with pytest.raises(CorruptReportError, match=str(damaged)):
         pending.load()
+
+
+# ---------------------------- 6. a FullState too large for one gRPC message
+
+
+class ChunkSink(ReportSink):
+    """The harness's report sink (a gRPC server with the default 4 MiB message
+    limit), which also takes a FullState in chunks, reassembled as the
+    controller does."""
+
+    def ReportStateChunks(self, request_iterator, context):
+        assembler = StateAssembler()
+        for chunk in request_iterator:
+            assembler.add(chunk)
+        return self.ReportState(assembler.finish(), context)
+
+
+def test_a_full_state_larger_than_one_grpc_message_is_delivered(tmp_path: Path) -> None:
+    """A ring a->b->c->a with long node ids (so each msg_id is ~250 bytes). b is
+    stopped, so a's marker waits there while c pays a 20,000 times: a records
+    them all on c->a, a FullState of ~5 MB, over the 4 MiB a gRPC server takes
+    in one message by default."""
+    a, b, c = ("a" * 120, "b" * 120, "c" * 120)
+    cluster = Cluster(tmp_path, [a, b, c], balance=100_000, channels=[(a, b), (b, c), (c, a)])
+    cluster.sink.close()
+    cluster.sink = ChunkSink(cluster.ports["controller"])
+    try:
+        cluster.start()
+        cluster.nodes[b].proc.send_signal(signal.SIGSTOP)
+        cluster.stub(a).StartSnapshot(pb.StartSnapshotRequest(snapshot_id="big"), timeout=5)
+        for _ in range(20):
+            batch = pb.TransferBatchRequest(transfers=[pb.TransferRequest(to=a, amount=1)] * 1000)
+            assert all(r.code == 0 for r in cluster.stub(c).TransferBatch(batch, timeout=30).results)
+        wait_until(lambda: sum(r["kind"] == "recv" for r in cluster.logs()[a]) == 20_000, 60, "a received all",
+                   interval=0.5)
+        cluster.nodes[b].proc.send_signal(signal.SIGCONT)
+        states = cluster.sink.wait_for("big", {a, b, c}, timeout=60)
+        assert states[a].ByteSize() > 4 * 1024 * 1024
+        assert sum(len(ch.in_flight) for ch in states[a].channels) == 20_000
+        check_snapshot(cluster.logs(), states, cluster.total)
+    finally:
+        if cluster.nodes[b].running():
+            cluster.nodes[b].proc.send_signal(signal.SIGCONT)
+        cluster.close()
+
+
+def test_the_controller_completes_a_snapshot_from_a_chunked_report(tmp_path: Path) -> None:
+    """A real controller: p1's report (~5 MB, 60,000 transfers in flight) comes
+    in 1 MiB chunks, p2's in one message; the snapshot is COMPLETE and conserved.
+    Chunks that are not a FullState are INVALID_ARGUMENT."""
+    config = write_cluster(tmp_path / "cluster.toml", nodes=2, deadline=60, initial_balance=1_000_000)
+    cluster = LocalCluster(config)
+    try:
+        cluster.start()
+        # The finished snapshot is one ~5 MB message too: this client takes it.
+        channel = grpc.insecure_channel(cluster.controller_address,
+                                        options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+        stub = pb_grpc.ControllerStub(channel)
+        with channel:
+            warm = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30)
+            assert warm.status == pb.Snapshot.COMPLETE, warm.reason
+            cluster.signal_node("p1", signal.SIGSTOP)  # the nodes never report this one themselves
+            sid = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=5).snapshot_id
+            in_flight = [pb.InFlightTransfer(msg_id=f"p2:p1:{i}:{'x' * 64}", amount=1, seq=i) for i in range(1, 60_001)]
+            big = pb.FullState(snapshot_id=sid, node_id="p1", balance=940_000,
+                               channels=[pb.ChannelState(src="p2", dst="p1", in_flight=in_flight)])
+            assert big.ByteSize() > 4 * 1024 * 1024
+            chunks = split_state(big)
+            assert len(chunks) > 4 and all(len(c.data) <= CHUNK_BYTES for c in chunks)
+
+            with pytest.raises(grpc.RpcError) as bad:
+                stub.ReportStateChunks(iter([pb.FullStateChunk(data=b"\xff\xff\xff")]), timeout=10)
+            assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT, bad.value.details()
+
+            stub.ReportStateChunks(iter(chunks), timeout=30)
+            stub.ReportState(pb.FullState(snapshot_id=sid, node_id="p2", balance=1_000_000,
+                                          channels=[pb.ChannelState(src="p1", dst="p2")]), timeout=5)
+            snapshot = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5)
+        assert snapshot.status == pb.Snapshot.COMPLETE and snapshot.conserved, snapshot.reason
+        recorded = {(c.src, c.dst): list(c.in_flight) for c in snapshot.channels}
+        assert recorded[("p2", "p1")] == in_flight
+    finally:
+        cluster.stop()
+
+
+def test_chunks_reassemble_to_the_same_state_and_the_size_bound_holds() -> None:
+    state = pb.FullState(snapshot_id="s1", node_id="p1", balance=5, channels=[
+        pb.ChannelState(src="p2", dst="p1", in_flight=[pb.InFlightTransfer(msg_id=f"m{i}", amount=i, seq=i)
+                                                       for i in range(1, 200)])])
+    for size in (1, 7, state.ByteSize(), 10 * state.ByteSize()):
+        chunks = split_state(state, size)
+        assert len(chunks) == -(-state.ByteSize() // size)
+        assembler = StateAssembler()
+        for chunk in chunks:
+            assembler.add(chunk)
+        assert assembler.finish() == state
+    small = StateAssembler(max_bytes=state.ByteSize() - 1)
+    with pytest.raises(StateTooLarge):
+        for chunk in split_state(state, 100):
+            small.add(chunk)
+    with pytest.raises(BadChunks, match="without snapshot_id"):
+        StateAssembler().finish()

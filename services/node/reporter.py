@@ -3,7 +3,8 @@
 In the background, one task per snapshot: wait until everything the FullState
 rests on is durable in the log, then call the controller, retrying with backoff
 until it succeeds, the controller says it will never accept it, or the
-snapshot is aborted. The channel path never waits for any of this.
+snapshot is aborted. The channel path never waits for any of this. A state too
+large for one gRPC message goes by `ReportStateChunks` (see snapmesh.chunking).
 
 A finished part survives a crash: `submit` first writes the FullState to
 `<data_dir>/<node_id>.reports/` (`PendingReports`, atomically), synchronously,
@@ -29,13 +30,15 @@ import grpc
 from services.node.channels import backoff_delay
 from services.node.metrics import NodeMetrics
 from services.node.translog import LogClosedError, TransferLog, fsync_dir
-from snapmesh import core
+from snapmesh import chunking, core
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
 REPORT_TIMEOUT_S = 5.0
+# A chunked report gets this much more per chunk (about 1 MiB each).
+REPORT_TIMEOUT_PER_CHUNK_S = 1.0
 # The controller refused for good (unknown or already finished snapshot): retrying cannot help.
 _FINAL_CODES = frozenset(
     {
@@ -199,7 +202,12 @@ class StateReporter:
         attempt = 0
         while True:
             try:
-                await stub.ReportState(message, timeout=REPORT_TIMEOUT_S)
+                if chunking.needs_chunks(message):
+                    chunks = chunking.split_state(message)
+                    timeout = REPORT_TIMEOUT_S + REPORT_TIMEOUT_PER_CHUNK_S * len(chunks)
+                    await stub.ReportStateChunks(iter(chunks), timeout=timeout)
+                else:
+                    await stub.ReportState(message, timeout=REPORT_TIMEOUT_S)
                 log.info("snapshot %s: reported state to the controller", message.snapshot_id)
                 self._forget(message.snapshot_id)
                 return
