@@ -31,6 +31,7 @@ from services.controller.tracker import (
     duration_s,
     new_snapshot_id,
 )
+from snapmesh import chunking
 from snapmesh.config import ClusterConfig
 from snapmesh.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -267,3 +268,17 @@ class ControllerService(pb_grpc.ControllerServicer):
         else:
             self._publish(snapshot)
         return pb.ReportStateResponse()
+
+    async def ReportStateChunks(self, request_iterator, context) -> pb.ReportStateResponse:
+        """A FullState too large for one message, in pieces (snapmesh.chunking):
+        reassembled, it takes the ReportState path."""
+        assembler = chunking.StateAssembler()
+        try:
+            async for chunk in request_iterator:
+                assembler.add(chunk)
+            state = assembler.finish()
+        except chunking.StateTooLarge as exc:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        except chunking.BadChunks as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return await self.ReportState(state, context)

@@ -6,7 +6,8 @@ with health and reflection, metrics on the node's metrics port. SIGINT/SIGTERM:
 health NOT_SERVING, stop accepting, close streams, flush the log, exit 0.
 
 Exit codes: 0 clean stop; 1 cannot bind or the log cannot be written; 2 bad
-arguments, a bad cluster file or a corrupt log (one line on stderr).
+arguments, a bad cluster file, a corrupt log, or the data dir in use by another
+process for this node (one line on stderr; nothing in the data dir touched).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import random
 import sys
 
 from services.node.channels import HIGH_WATER, IncomingChannel, OutgoingChannel
+from services.node.datalock import DataDirLock, DataDirLocked
 from services.node.engine import Engine
 from services.node.metrics import NodeMetrics
 from services.node.recovery import CorruptLogError, recover
-from services.node.reporter import StateReporter
+from services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from services.node.servicer import NodeServicer
 from services.node.translog import TransferLog, fsync_dir
 from snapmesh import config as cluster_config
@@ -62,20 +64,41 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
+    try:
+        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        # Before anything in the data dir is read or written: one process per node.
+        lock = DataDirLock.acquire(cfg.data_dir, node_id)
+    except DataDirLocked as exc:
+        print(f"snapmesh node: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"snapmesh node: cannot lock data dir {cfg.data_dir}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return await _serve_locked(cfg, node_id)
+    finally:
+        lock.release()
+
+
+async def _serve_locked(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
     node = cfg.node(node_id)
     incoming = cfg.topology.incoming(node_id)
     outgoing = cfg.topology.outgoing(node_id)
     path = cfg.log_path(node_id)
     try:
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
         recovered = recover(
             path, node_id, initial_balance=cfg.initial_balance, incoming=incoming, outgoing=outgoing
         )
+        pending = PendingReports(cfg.data_dir / f"{node_id}.reports")
+        unreported = pending.load()
     except CorruptLogError as exc:
         print(f"snapmesh node: corrupt transfer log, refusing to start: {exc}", file=sys.stderr)
         return 2
+    except CorruptReportError as exc:
+        print(f"snapmesh node: corrupt pending report, refusing to start: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
-        print(f"snapmesh node: cannot read {path}: {exc}", file=sys.stderr)
+        print(f"snapmesh node: cannot read its data in {cfg.data_dir}: {exc}", file=sys.stderr)
         return 2
 
     metrics = NodeMetrics(node_id)
@@ -128,7 +151,7 @@ async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
             channel_options=CLIENT_OPTIONS,
         )
     reporter = StateReporter(
-        address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS
+        address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS, pending=pending
     )
     engine = Engine(
         node=node_machine,
@@ -138,8 +161,13 @@ async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
         metrics=metrics,
         reporter=reporter,
     )
-    translog.flush_sync()
-    fsync_dir(cfg.data_dir)
+    try:
+        translog.flush_sync()
+        fsync_dir(cfg.data_dir)
+    except OSError as exc:
+        await translog.close()
+        print(f"snapmesh node: cannot write the transfer log {path}: {exc}", file=sys.stderr)
+        return 1
     engine.durable(translog.durable_lsn)
     servicer = NodeServicer(engine)
 
@@ -153,6 +181,7 @@ async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
         raise
     for channel in channels.values():
         channel.start()
+    reporter.resume(unreported, recovered.last_lsn)
     log.info("node %s serving on %s (balance %d)", node_id, host.bind_address, node_machine.balance)
 
     stop = asyncio.ensure_future(wait_for_stop_signal())
@@ -163,7 +192,13 @@ async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
         log.info("node %s: %s received, stopping", node_id, stop.result().name)
     else:
         stop.cancel()
-        log.error("node %s: the transfer log cannot be written (%r); stopping", node_id, translog.flusher.exception())
+        # Nothing more is written (see translog); stop serving now. What the file
+        # holds is a prefix of the log, so a restart recovers from it.
+        log.error(
+            "node %s: the transfer log %s cannot be written (%s); nothing after lsn %d is on disk and nothing "
+            "more will be written; stopping (restart the node once the disk is fixed: it recovers from the log)",
+            node_id, path, translog.flusher.exception(), translog.durable_lsn,
+        )
         status = 1
 
     # Drain: NOT_SERVING and no new streams, close the incoming streams, stop the

@@ -15,6 +15,15 @@ The flusher writes and syncs the records before it, writes the checkpoint to
 `<node>.log.<first lsn, 12 digits>.jsonl`, renames `.next` to the active name
 and syncs the directory. A crash anywhere in between is finished or undone by
 recovery (`services.node.recovery.finish_interrupted_seal`).
+
+A failed write or fdatasync fails the log for good: the file may now end in a
+torn line, and after a failed fdatasync the kernel may have dropped the dirty
+pages while marking them clean, so a retry could "succeed" without the data
+(retrying fsync is not safe). Nothing more is written, by the flusher or by
+`flush_sync`/`close` on the way down; every `wait_durable` raises
+`LogFailedError`; the flusher task ends with the error, which stops the node.
+The file then holds a prefix of the records (at worst a torn last line, which
+recovery cuts off), so a restart recovers from it cleanly.
 """
 
 from __future__ import annotations
@@ -45,6 +54,10 @@ class LogClosedError(RuntimeError):
     """The log was closed (the node is stopping); nothing more becomes durable."""
 
 
+class LogFailedError(LogClosedError):
+    """A write or fdatasync failed: nothing after `durable_lsn` will ever be written."""
+
+
 class TransferLog:
     """Append-only, group-committed. Drive it from one event loop."""
 
@@ -71,6 +84,7 @@ class TransferLog:
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
         self._closing = False
+        self.failure: OSError | None = None  # the failed write or fdatasync; the log is dead
 
     # ------------------------------------------------------------ appending
 
@@ -78,7 +92,9 @@ class TransferLog:
     def last_lsn(self) -> int:
         return self._lsn
 
-    def _add(self, line: str) -> int:
+    def _add(self, line: str | _Seal) -> int:
+        if self.failure is not None:
+            return self._lsn  # never written; whoever waits for it gets LogFailedError
         self._buffer.append(line)
         self._pending.set()
         return self._lsn
@@ -96,9 +112,7 @@ class TransferLog:
             raise ValueError(f"{self.path}: checkpoint lsn {checkpoint.lsn}, expected {self._lsn + 1}")
         self._lsn = checkpoint.lsn
         sealed = self.path.with_name(wal.sealed_name(self.node_id, first_lsn))
-        self._buffer.append(_Seal(sealed, self._encoder.record(checkpoint)))
-        self._pending.set()
-        return self._lsn
+        return self._add(_Seal(sealed, self._encoder.record(checkpoint)))
 
     def append_init(self, balance: int) -> int:
         return self.append_record(wal.Init(lsn=self._lsn + 1, balance=int(balance)))
@@ -134,6 +148,10 @@ class TransferLog:
     async def wait_durable(self, lsn: int) -> None:
         """Return once every record up to `lsn` is on disk."""
         while self.durable_lsn < lsn:
+            if self.failure is not None:
+                raise LogFailedError(
+                    f"{self.path}: a write failed ({self.failure}); nothing after lsn {self.durable_lsn} is written"
+                )
             if self._closed:
                 raise LogClosedError(f"{self.path} is closed")
             if self._round is None:
@@ -154,14 +172,18 @@ class TransferLog:
         upto = self._lsn
         # The writes and fsyncs run off the loop, so the node keeps applying
         # (into the next buffer) while the disk works.
-        for data, seal in _chunks(items):
-            started = time.perf_counter()
-            if data:
-                await loop.run_in_executor(None, _write_all_and_sync, self._fd, data)
-            if data and self._observe_fsync is not None:
-                self._observe_fsync(time.perf_counter() - started, len(data))
-            if seal is not None:
-                await loop.run_in_executor(None, self._seal_files, seal)
+        try:
+            for data, seal in _chunks(items):
+                started = time.perf_counter()
+                if data:
+                    await loop.run_in_executor(None, _write_all_and_sync, self._fd, data)
+                if data and self._observe_fsync is not None:
+                    self._observe_fsync(time.perf_counter() - started, len(data))
+                if seal is not None:
+                    await loop.run_in_executor(None, self._seal_files, seal)
+        except OSError as exc:
+            self._fail(exc)
+            raise
         self.durable_lsn = upto
         # Wake everyone waiting, including those who came during the write;
         # each re-checks its own lsn and waits for the next round if needed.
@@ -186,15 +208,31 @@ class TransferLog:
         os.close(old)
         log.info("%s: sealed as %s", self.path, seal.sealed.name)
 
+    def _fail(self, exc: OSError) -> None:
+        """No more writes, ever; wake every waiter so it sees the failure."""
+        self.failure = exc
+        self._buffer = []
+        log.error("%s: write or fdatasync failed (%s); writing nothing more after lsn %d", self.path, exc, self.durable_lsn)
+        waiters, self._round = self._round, None
+        if waiters is not None and not waiters.done():
+            waiters.set_result(None)
+
     def flush_sync(self) -> None:
-        """Write and sync whatever is buffered, blocking (start-up and shutdown)."""
+        """Write and sync whatever is buffered, blocking (start-up and shutdown).
+        Writes nothing once the log failed; raises OSError if this write fails."""
+        if self.failure is not None:
+            return
         if self._buffer:
             items, self._buffer = self._buffer, []
-            for data, seal in _chunks(items):
-                if data:
-                    _write_all_and_sync(self._fd, data)
-                if seal is not None:
-                    self._seal_files(seal)
+            try:
+                for data, seal in _chunks(items):
+                    if data:
+                        _write_all_and_sync(self._fd, data)
+                    if seal is not None:
+                        self._seal_files(seal)
+            except OSError as exc:
+                self._fail(exc)
+                raise
         self.durable_lsn = self._lsn
         if self._round is not None and not self._round.done():
             self._round.set_result(None)
@@ -210,11 +248,13 @@ class TransferLog:
         self._pending.set()
         if self._flusher is not None and not self._flusher.done():
             await asyncio.wait([self._flusher])
-        self.flush_sync()
-        self._closed = True
-        if self._round is not None and not self._round.done():
-            self._round.set_result(None)  # waiters wake, see _closed and raise
-        os.close(self._fd)
+        try:
+            self.flush_sync()  # nothing, if the log failed
+        finally:
+            self._closed = True
+            if self._round is not None and not self._round.done():
+                self._round.set_result(None)  # waiters wake, see _closed and raise
+            os.close(self._fd)
 
     @property
     def flusher(self) -> asyncio.Task[None] | None:
