@@ -144,6 +144,26 @@ def test_metrics_count_finished_snapshots_and_their_durations(cluster, stub):
     assert "snapmesh_snapshots_in_progress" in text
 
 
+def test_a_complete_snapshot_carries_flink_style_stats_also_as_histograms(cluster, stub):
+    snapshot = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=30)
+    stats = snapshot.stats
+    assert sorted(n.node_id for n in stats.nodes) == ["p1", "p2", "p3"]
+    for node in stats.nodes:
+        assert node.start_delay_ms > 0 and node.recording_duration_ms >= 0 and node.report_time_ms > 0, node
+        assert node.start_delay_ms + node.recording_duration_ms + node.report_time_ms <= (
+            stats.end_to_end_duration_ms + 1
+        )
+    assert stats.end_to_end_duration_ms == pytest.approx(
+        (snapshot.finished_at.ToNanoseconds() - snapshot.started_at.ToNanoseconds()) / 1e6
+    )
+    assert stats.state_size_bytes > 0
+    assert stats.in_flight_messages == sum(len(c.in_flight) for c in snapshot.channels)
+    text = urllib.request.urlopen(f"http://{cluster.config.controller.metrics_address}/metrics", timeout=5).read().decode()
+    for name in ("start_delay_ms", "recording_duration_ms", "report_time_ms", "end_to_end_duration_ms"):
+        count = next(line for line in text.splitlines() if line.startswith(f"snapmesh_snapshot_{name}_count"))
+        assert float(count.split()[-1]) >= 1, name
+
+
 # ---------------------------------------------- bad arguments change nothing
 
 

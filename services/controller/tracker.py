@@ -274,7 +274,8 @@ class Tracker:
         snapshot.reason = reason
         snapshot.finished_at.CopyFrom(_timestamp(now.wall))
         stats = snapshot.stats
-        stats.end_to_end_duration_ms = max(0.0, now.wall - _seconds(snapshot.started_at)) * 1000
+        elapsed_ns = snapshot.finished_at.ToNanoseconds() - snapshot.started_at.ToNanoseconds()
+        stats.end_to_end_duration_ms = max(0, elapsed_ns) / 1e6
         stats.state_size_bytes = sum(r.ByteSize() for r in pending.reports.values())
         stats.in_flight_messages = sum(n.in_flight_messages for n in stats.nodes)
         stats.in_flight_bytes = sum(n.in_flight_bytes for n in stats.nodes)

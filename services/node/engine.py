@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 
 from services.node.channels import IncomingChannel, OutgoingChannel
@@ -58,6 +59,7 @@ class Engine:
         # recording every transfer on its open channels. Past this age the
         # controller has failed the snapshot anyway, so the node drops it itself.
         self.recording_ttl_s = recording_ttl_s
+        self._cut_at_ns: dict[str, int] = {}  # snapshot id -> wall-clock ns of the cut (for stats)
         metrics.balance.set(process.balance)
 
     # -- local inputs
@@ -96,6 +98,7 @@ class Engine:
         self.log.append_abort(snapshot_id, reason)
         self._drain(effects)
         self.reporter.cancel(snapshot_id)
+        self._cut_at_ns.pop(snapshot_id, None)
 
     def _expire(self, snapshot_id: str) -> None:
         if self.process.phase(snapshot_id) is core.Phase.RECORDING:
@@ -163,6 +166,7 @@ class Engine:
                     self.metrics.markers_sent.inc()
             elif isinstance(effect, core.LocalStateRecorded):
                 self.log.append_cut(effect.snapshot_id, effect.balance)
+                self._cut_at_ns[effect.snapshot_id] = time.time_ns()
                 log.info("snapshot %s: recorded local state (balance %d)", effect.snapshot_id, effect.balance)
                 if self.recording_ttl_s is not None:
                     asyncio.get_running_loop().call_later(self.recording_ttl_s, self._expire, effect.snapshot_id)
@@ -171,7 +175,9 @@ class Engine:
             elif isinstance(effect, core.SnapshotCompleted):
                 self.metrics.snapshots_completed.inc()
                 log.info("snapshot %s: done here", effect.state.snapshot_id)
-                self.reporter.submit(full_state_message(effect.state, self.node_id), self.log.last_lsn)
+                sid = effect.state.snapshot_id
+                message = full_state_message(effect.state, self.node_id, self._cut_at_ns.pop(sid, 0), time.time_ns())
+                self.reporter.submit(message, self.log.last_lsn)
             elif isinstance(effect, core.StaleMarkerDropped):
                 log.info("snapshot %s: dropped a marker from %s (snapshot abandoned here)", effect.snapshot_id, effect.src)
             else:  # pragma: no cover  (a new effect type must be routed here)
