@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 
 from services.node.channels import LOW_WATER, IncomingChannel, OutgoingChannel
@@ -56,6 +57,7 @@ class Engine:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._counted = (0, 0, 0, 0, 0)
+        self._cut_at_ns: dict[str, int] = {}  # snapshot id -> wall-clock ns of the cut (for stats)
         self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
         metrics.balance.set(node.balance)
         self._run()
@@ -160,6 +162,7 @@ class Engine:
                 else:
                     self.log.append_record(record)
                 if type(record) is wal.Cut:
+                    self._cut_at_ns[record.snapshot_id] = time.time_ns()
                     log.info("snapshot %s: recorded local state (balance %d)", record.snapshot_id, record.balance)
             elif kind is machine.Transmit:
                 self.outgoing[effect.dst].push(effect.epoch, effect.entries)
@@ -168,9 +171,13 @@ class Engine:
             elif kind is machine.Seal:
                 self._seal_first = effect.first_lsn
             elif kind is machine.Report:
-                log.info("snapshot %s: done here", effect.state.snapshot_id)
-                self.reporter.submit(full_state_message(effect.state, self.node_id), self.log.durable_lsn)
+                sid = effect.state.snapshot_id
+                log.info("snapshot %s: done here", sid)
+                # Wall-clock times for the controller's statistics; a cut from before a restart is unknown (0).
+                message = full_state_message(effect.state, self.node_id, self._cut_at_ns.pop(sid, 0), time.time_ns())
+                self.reporter.submit(message, self.log.durable_lsn)
             elif kind is machine.ReportCancelled:
+                self._cut_at_ns.pop(effect.snapshot_id, None)
                 self.reporter.cancel(effect.snapshot_id)
             else:  # pragma: no cover  (a new effect type must be routed here)
                 raise TypeError(f"unrouted effect {effect!r}")
