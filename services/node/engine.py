@@ -176,7 +176,7 @@ class Engine:
                 self.metrics.snapshots_completed.inc()
                 log.info("snapshot %s: done here", effect.state.snapshot_id)
                 sid = effect.state.snapshot_id
-                message = full_state_message(effect.state, self.node_id, self._cut_at_ns.pop(sid, 0), time.time_ns())
+                message = full_state_message(effect.state, self.node_id, self._cut_at_ns.pop(sid, 0))
                 self.reporter.submit(message, self.log.last_lsn)
             elif isinstance(effect, core.StaleMarkerDropped):
                 log.info("snapshot %s: dropped a marker from %s (snapshot abandoned here)", effect.snapshot_id, effect.src)
