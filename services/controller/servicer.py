@@ -59,7 +59,6 @@ def system_now() -> Now:
     return Now(mono=time.monotonic(), wall=time.time())
 
 
-
 class ControllerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.snapshots = Counter(

@@ -31,8 +31,9 @@ T5. Statistics (`Snapshot.stats`, Flink's vocabulary) are derived from the
 
 Errors: `UnknownSnapshot` (no such id), `InvalidReport` (the report is
 malformed for this topology), `DuplicateReport` (this node already reported
-something else), `NotInProgress` (the snapshot already finished). The gRPC servicer maps them to
-NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS and FAILED_PRECONDITION.
+something else), `NotInProgress` (the snapshot already failed). The gRPC
+servicer maps them to NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS and
+FAILED_PRECONDITION.
 `TrackerMisuse` is a caller bug (a duplicate snapshot id, an unknown initiator).
 """
 

@@ -174,7 +174,7 @@ class Engine:
                 sid = effect.state.snapshot_id
                 log.info("snapshot %s: done here", sid)
                 # Wall-clock times for the controller's statistics; a cut from before a restart is unknown (0).
-                message = full_state_message(effect.state, self.node_id, self._cut_at_ns.pop(sid, 0), time.time_ns())
+                message = full_state_message(effect.state, self.node_id, self._cut_at_ns.pop(sid, 0))
                 self.reporter.submit(message, self.log.durable_lsn)
             elif kind is machine.ReportCancelled:
                 self._cut_at_ns.pop(effect.snapshot_id, None)

@@ -24,6 +24,7 @@ import logging
 import os
 import random
 from pathlib import Path
+import time
 
 import grpc
 
@@ -51,15 +52,15 @@ _FINAL_CODES = frozenset(
 )
 
 
-def full_state_message(state: core.FullState, node_id: str, cut_at_ns: int = 0, done_at_ns: int = 0) -> pb.FullState:
-    """`cut_at_ns`/`done_at_ns`: wall-clock ns of the local cut and of the last
-    marker in, for the controller's statistics (0: unknown)."""
+def full_state_message(state: core.FullState, node_id: str, cut_at_ns: int = 0) -> pb.FullState:
+    """Built when the last marker is in (stamped now); `cut_at_ns` is the local
+    cut's wall-clock time (0: unknown). Both feed the controller's statistics."""
     return pb.FullState(
         snapshot_id=state.snapshot_id,
         node_id=state.node_id,
         balance=state.balance,
         cut_at_unix_ns=cut_at_ns,
-        done_at_unix_ns=done_at_ns,
+        done_at_unix_ns=time.time_ns(),
         channels=[
             pb.ChannelState(
                 src=src,
