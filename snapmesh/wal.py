@@ -46,6 +46,14 @@ def sealed_first_lsn(name: str, node_id: str) -> int | None:
     return int(match["first"])
 
 
+def segment_order(names: list[str], node_id: str) -> list[str]:
+    """Of the file names in a data dir, `node_id`'s segments in lsn order: the
+    sealed ones by first lsn, then the active one (if present)."""
+    sealed = sorted((first, name) for name in names if (first := sealed_first_lsn(name, node_id)) is not None)
+    active = [active_name(node_id)] if active_name(node_id) in names else []
+    return [name for _, name in sealed] + active
+
+
 class CorruptRecord(ValueError):
     """A record is not what SPEC says; the message starts with `file:line:`."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 from collections import defaultdict
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import grpc
 
+from snapmesh import wal
 from snapmesh.launcher import port_is_free  # noqa: F401  (re-exported for the tests)
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -81,10 +83,12 @@ class Load:
 
 
 def read_logs(data_dir: Path, nodes) -> dict[str, list[dict]]:
-    """Every node's transfer log; a last line still being written is left out."""
+    """Every node's transfer log (sealed segments, then the active one); a last
+    line still being written is left out."""
     logs = {}
+    names = os.listdir(data_dir)
     for node in nodes:
-        lines = (data_dir / f"{node}.log.jsonl").read_text().splitlines()
+        lines = [line for name in wal.segment_order(names, node) for line in (data_dir / name).read_text().splitlines()]
         records = []
         for index, line in enumerate(lines):
             try:

@@ -32,6 +32,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from snapmesh.launcher import free_ports
 from snapmesh.launcher import port_is_free as launcher_port_is_free
+from snapmesh import wal
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -298,14 +299,16 @@ class Cluster:
 
 
 def read_log(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
+    """A node's whole log: its sealed segments (if any), then the active one at `path`."""
+    node_id = path.name[: -len(wal.ACTIVE_SUFFIX)]
+    names = os.listdir(path.parent) if path.parent.exists() else []
     records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a torn last line of a running node
+    for name in wal.segment_order(names, node_id):
+        for line in (path.parent / name).read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a torn last line of a running node
     return records
 
 
