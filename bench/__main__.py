@@ -13,6 +13,7 @@ BENCHMARKS = {
     "grpc": "bench.grpc_raw",  # raw gRPC: one batched stream, one unary round trip
     "cluster": "bench.cluster",  # a local cluster: rate, snapshot latency, overhead
     "reconcile": "bench.reconcile",  # Spark job vs a single-process baseline
+    "restart": "bench.restart",  # a node's restart after 1M transfers, before/after log segments
 }
 
 
