@@ -213,7 +213,7 @@ class Node:
     def abort_snapshot(self, snapshot_id: str, reason: str) -> None:
         self._drain(self.process.abort_snapshot(snapshot_id))
         self._append(wal.Abort(lsn=self.last_lsn + 1, snapshot_id=snapshot_id, reason=reason))
-        self._forget(snapshot_id)
+        self._remember(snapshot_id)
         self._recorded_at.pop(snapshot_id, None)
         before = len(self._reports)
         self._reports = [(lsn, s) for lsn, s in self._reports if s.snapshot_id != snapshot_id]
@@ -327,9 +327,6 @@ class Node:
         self._abandoned.move_to_end(snapshot_id)
         if len(self._abandoned) > ABANDONED_WINDOW:
             self._abandoned.popitem(last=False)
-
-    def _forget(self, snapshot_id: str) -> None:
-        self._remember(snapshot_id)
 
     def _drain(self, effects: list[core.Effect], *, request_id: str = "", marker_recv: wal.MarkerRecv | None = None) -> None:
         me = self.node_id
