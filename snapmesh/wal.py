@@ -20,6 +20,7 @@ readers skip it (old readers do the same with new kinds).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -185,6 +186,7 @@ SPEC: Mapping[str, tuple[tuple[str, type, bool], ...]] = {
 # ----------------------------------------------------------------- encoding
 
 
+@functools.lru_cache(maxsize=4096)  # node, channel and snapshot ids repeat on every record
 def _js(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 

@@ -47,16 +47,19 @@ class Disk:
     torn: str = ""  # a partial last line of the active segment
     pending: deque = field(default_factory=deque)  # wal.Record or node.Seal, in order
     durable_lsn: int = 0
+    encoder: wal.Encoder | None = None
 
     def flush(self, count: int) -> None:
         """Make the first `count` buffered items durable (a Seal takes its checkpoint with it)."""
-        encode = wal.encode
+        if self.encoder is None:
+            self.encoder = wal.Encoder(self.node_id)
+        encode = self.encoder.record
         while count > 0 and self.pending:
             item = self.pending.popleft()
             if isinstance(item, node_mod.Seal):
                 self.segments.append([])
                 item = self.pending.popleft()  # the checkpoint, atomically with its seal
-            self.segments[-1].append(encode(item, self.node_id))
+            self.segments[-1].append(encode(item))
             self.durable_lsn = item.lsn
             count -= 1
 
