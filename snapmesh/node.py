@@ -197,7 +197,14 @@ class Node:
         seq = sender.next_seq if sender is not None else 0
         msg_id = f"{self.node_id}:{dst}:{seq}"
         effects = self.process.send_transfer(dst=dst, msg_id=msg_id, amount=amount, seq=seq)
-        self._drain(effects, request_id=request_id)
+        if sender is not None and len(effects) == 1:  # the hot path: one transfer onto its channel
+            lsn = self.last_lsn + 1
+            self._append(
+                wal.Send(lsn=lsn, msg_id=msg_id, src=self.node_id, dst=dst, seq=seq, amount=amount, request_id=request_id)
+            )
+            sender.enqueue(lsn=lsn, amount=amount)
+        else:
+            self._drain(effects, request_id=request_id)
         balance = self.process.balance
         if request_id:
             self._requests[request_id] = (msg_id, balance, self.last_lsn)
@@ -275,8 +282,6 @@ class Node:
             self._drain(effects, marker_recv=marker)
         else:
             msg_id = msg_id or f"{src}:{me}:{seq}"
-            if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
-                raise core.RemoteProtocolError(f"transfer {msg_id!r} from {src!r} has amount {amount!r}")
             effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, amount=amount, seq=seq))
             self._append(wal.Recv(lsn=self.last_lsn + 1, msg_id=msg_id, src=src, dst=me, seq=seq, amount=amount))
             self.transfers_received += 1
