@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from snapmesh import core, wal
 from snapmesh.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
@@ -50,15 +50,14 @@ from snapmesh.recovery import ABANDONED_WINDOW, REQUEST_WINDOW, Recovered, check
 DEFAULT_SEGMENT_RECORDS = 100_000
 
 # ----------------------------------------------------------------- effects
+# NamedTuples: immutable, and cheap to make on the per-message path.
 
 
-@dataclass(frozen=True, slots=True)
-class Append:
+class Append(NamedTuple):
     record: wal.Record
 
 
-@dataclass(frozen=True, slots=True)
-class Seal:
+class Seal(NamedTuple):
     """Every record before `next_lsn` belongs to the segment that began at
     `first_lsn`; the record `next_lsn` (a checkpoint) opens the next segment.
     Seal and checkpoint must reach the disk together (the shell writes the
@@ -68,35 +67,30 @@ class Seal:
     next_lsn: int
 
 
-@dataclass(frozen=True, slots=True)
-class Transmit:
+class Transmit(NamedTuple):
     dst: str
     epoch: int
     entries: tuple[Entry, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Ack:
+class Ack(NamedTuple):
     src: str
     epoch: int
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
-class Report:
+class Report(NamedTuple):
     state: core.FullState
 
 
-@dataclass(frozen=True, slots=True)
-class ReportCancelled:
+class ReportCancelled(NamedTuple):
     snapshot_id: str
 
 
 Effect = Append | Seal | Transmit | Ack | Report | ReportCancelled
 
 
-@dataclass(frozen=True, slots=True)
-class Accepted:
+class Accepted(NamedTuple):
     """A transfer's answer; reply once `lsn` is durable. `repeated`: a retry."""
 
     msg_id: str

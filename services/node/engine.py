@@ -68,13 +68,13 @@ class Engine:
         try:
             return self.node.transfer(dst, amount, request_id)
         finally:
-            self._run()
+            self._run(metrics=False)  # once per RPC instead: transfers_done
 
     def transfers_done(self, count: int) -> None:
         """Metrics for `count` accepted transfers, once per RPC instead of per transfer."""
         if count:
             self.metrics.transfers_sent.inc(count)
-        self.metrics.balance.set(self.node.balance)
+        self._metrics()
 
     async def wait_for_room(self, destinations: set[str], timeout: float) -> None:
         """Flow control: wait (at most `timeout`) while a channel to one of
@@ -151,7 +151,7 @@ class Engine:
 
     # -- effects
 
-    def _run(self) -> None:
+    def _run(self, *, metrics: bool = True) -> None:
         node = self.node
         for effect in node.drain():
             kind = type(effect)
@@ -177,7 +177,8 @@ class Engine:
                 self.reporter.cancel(effect.snapshot_id)
             else:  # pragma: no cover  (a new effect type must be routed here)
                 raise TypeError(f"unrouted effect {effect!r}")
-        self._metrics()
+        if metrics:
+            self._metrics()
         self._arm_timer()
 
     def _metrics(self) -> None:
