@@ -164,6 +164,8 @@ class Engine:
                     self.log.append_record(record)
                 if type(record) is wal.Cut:
                     log.info("snapshot %s: recorded local state (balance %d)", record.snapshot_id, record.balance)
+                elif type(record) is wal.Abort:
+                    log.warning("snapshot %s: dropped here (%s)", record.snapshot_id, record.reason or "no reason given")
             elif kind is machine.Transmit:
                 self.outgoing[effect.dst].push(effect.epoch, effect.entries)
             elif kind is machine.Ack:
