@@ -103,6 +103,8 @@ class Accepted(NamedTuple):
 
 
 class Node:
+    """One node's whole logic (rules N1-N7 above). Drive it from one task."""
+
     def __init__(
         self,
         *,
