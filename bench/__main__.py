@@ -15,6 +15,7 @@ BENCHMARKS = {
     "reconcile": "bench.reconcile",  # Spark job vs a single-process baseline
     "store": "bench.controller_store",  # controller: proto JSON vs compact snapshot files
     "controller": "bench.controller_p99",  # controller-side p99, a snapshot every 100 ms at peak
+    "restart": "bench.restart",  # a node's restart after 1M transfers, before/after log segments
 }
 
 

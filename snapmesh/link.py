@@ -32,7 +32,7 @@ L7. Flow control. Above `mark` unacknowledged messages the channel says so
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from snapmesh.core import LocalProtocolError, Refusal, RemoteProtocolError
 
@@ -51,9 +51,9 @@ class ChannelFull(LocalProtocolError):
         super().__init__(message, Refusal.CHANNEL_FULL)
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One message in the outbox. `lsn` is the record that must be durable before it leaves."""
+class Entry(NamedTuple):
+    """One message in the outbox. `lsn` is the record that must be durable before it leaves.
+    (A NamedTuple: immutable, and cheap to make on the per-message path.)"""
 
     seq: int
     amount: int  # 0 for a marker

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from snapmesh import core, wal
 from snapmesh.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
@@ -50,15 +50,14 @@ from snapmesh.recovery import ABANDONED_WINDOW, REQUEST_WINDOW, Recovered, check
 DEFAULT_SEGMENT_RECORDS = 100_000
 
 # ----------------------------------------------------------------- effects
+# NamedTuples: immutable, and cheap to make on the per-message path.
 
 
-@dataclass(frozen=True, slots=True)
-class Append:
+class Append(NamedTuple):
     record: wal.Record
 
 
-@dataclass(frozen=True, slots=True)
-class Seal:
+class Seal(NamedTuple):
     """Every record before `next_lsn` belongs to the segment that began at
     `first_lsn`; the record `next_lsn` (a checkpoint) opens the next segment.
     Seal and checkpoint must reach the disk together (the shell writes the
@@ -68,35 +67,30 @@ class Seal:
     next_lsn: int
 
 
-@dataclass(frozen=True, slots=True)
-class Transmit:
+class Transmit(NamedTuple):
     dst: str
     epoch: int
     entries: tuple[Entry, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Ack:
+class Ack(NamedTuple):
     src: str
     epoch: int
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
-class Report:
+class Report(NamedTuple):
     state: core.FullState
 
 
-@dataclass(frozen=True, slots=True)
-class ReportCancelled:
+class ReportCancelled(NamedTuple):
     snapshot_id: str
 
 
 Effect = Append | Seal | Transmit | Ack | Report | ReportCancelled
 
 
-@dataclass(frozen=True, slots=True)
-class Accepted:
+class Accepted(NamedTuple):
     """A transfer's answer; reply once `lsn` is durable. `repeated`: a retry."""
 
     msg_id: str
@@ -109,6 +103,8 @@ class Accepted:
 
 
 class Node:
+    """One node's whole logic (rules N1-N7 above). Drive it from one task."""
+
     def __init__(
         self,
         *,
@@ -197,7 +193,14 @@ class Node:
         seq = sender.next_seq if sender is not None else 0
         msg_id = f"{self.node_id}:{dst}:{seq}"
         effects = self.process.send_transfer(dst=dst, msg_id=msg_id, amount=amount, seq=seq)
-        self._drain(effects, request_id=request_id)
+        if sender is not None and len(effects) == 1:  # the hot path: one transfer onto its channel
+            lsn = self.last_lsn + 1
+            self._append(
+                wal.Send(lsn=lsn, msg_id=msg_id, src=self.node_id, dst=dst, seq=seq, amount=amount, request_id=request_id)
+            )
+            sender.enqueue(lsn=lsn, amount=amount)
+        else:
+            self._drain(effects, request_id=request_id)
         balance = self.process.balance
         if request_id:
             self._requests[request_id] = (msg_id, balance, self.last_lsn)
@@ -213,7 +216,7 @@ class Node:
     def abort_snapshot(self, snapshot_id: str, reason: str) -> None:
         self._drain(self.process.abort_snapshot(snapshot_id))
         self._append(wal.Abort(lsn=self.last_lsn + 1, snapshot_id=snapshot_id, reason=reason))
-        self._forget(snapshot_id)
+        self._remember(snapshot_id)
         self._recorded_at.pop(snapshot_id, None)
         before = len(self._reports)
         self._reports = [(lsn, s) for lsn, s in self._reports if s.snapshot_id != snapshot_id]
@@ -275,8 +278,6 @@ class Node:
             self._drain(effects, marker_recv=marker)
         else:
             msg_id = msg_id or f"{src}:{me}:{seq}"
-            if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
-                raise core.RemoteProtocolError(f"transfer {msg_id!r} from {src!r} has amount {amount!r}")
             effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, amount=amount, seq=seq))
             self._append(wal.Recv(lsn=self.last_lsn + 1, msg_id=msg_id, src=src, dst=me, seq=seq, amount=amount))
             self.transfers_received += 1
@@ -327,9 +328,6 @@ class Node:
         self._abandoned.move_to_end(snapshot_id)
         if len(self._abandoned) > ABANDONED_WINDOW:
             self._abandoned.popitem(last=False)
-
-    def _forget(self, snapshot_id: str) -> None:
-        self._remember(snapshot_id)
 
     def _drain(self, effects: list[core.Effect], *, request_id: str = "", marker_recv: wal.MarkerRecv | None = None) -> None:
         me = self.node_id

@@ -20,6 +20,7 @@ readers skip it (old readers do the same with new kinds).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -44,6 +45,14 @@ def sealed_first_lsn(name: str, node_id: str) -> int | None:
     if match is None or match["node"] != node_id:
         return None
     return int(match["first"])
+
+
+def segment_order(names: list[str], node_id: str) -> list[str]:
+    """Of the file names in a data dir, `node_id`'s segments in lsn order: the
+    sealed ones by first lsn, then the active one (if present)."""
+    sealed = sorted((first, name) for name in names if (first := sealed_first_lsn(name, node_id)) is not None)
+    active = [active_name(node_id)] if active_name(node_id) in names else []
+    return [name for _, name in sealed] + active
 
 
 class CorruptRecord(ValueError):
@@ -177,6 +186,7 @@ SPEC: Mapping[str, tuple[tuple[str, type, bool], ...]] = {
 # ----------------------------------------------------------------- encoding
 
 
+@functools.lru_cache(maxsize=4096)  # node, channel and snapshot ids repeat on every record
 def _js(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 

@@ -66,6 +66,14 @@ def test_without_channels_the_topology_is_the_full_mesh(tmp_path):
     assert set(cfg.topology.channels) == {("a", "b"), ("b", "a")}
 
 
+def test_channel_bound_and_segment_records_default_and_can_be_set(tmp_path):
+    cfg = config.load(write(tmp_path, GOOD), env={})
+    assert (cfg.channel_bound, cfg.segment_records) == (100_000, 100_000)
+    text = GOOD.replace("initial_balance = 500", "initial_balance = 500\nchannel_bound = 50\nsegment_records = 300")
+    cfg = config.load(write(tmp_path, text), env={})
+    assert (cfg.channel_bound, cfg.segment_records) == (50, 300)
+
+
 def test_the_shipped_default_is_a_four_node_mesh():
     cfg = config.load(config.DEFAULT_CONFIG, env={})
     assert [n.id for n in cfg.nodes] == ["p1", "p2", "p3", "p4"]
@@ -78,6 +86,8 @@ def test_the_shipped_default_is_a_four_node_mesh():
         ("initial_balance = 500", "initial_balance = -1", "initial_balance", "integer >= 0"),
         ("initial_balance = 500", 'initial_balance = "500"', "initial_balance", "integer >= 0"),
         ("initial_balance = 500", "initial_balance = true", "initial_balance", "integer >= 0"),
+        ("initial_balance = 500", "initial_balance = 500\nchannel_bound = 0", "channel_bound", "integer >= 1"),
+        ("initial_balance = 500", "initial_balance = 500\nsegment_records = 1", "segment_records", "integer >= 2"),
         ('data_dir = "data"\n', "", "data_dir", "missing"),
         ("port = 7000", "port = 70000", "controller.port", "1-65535"),
         ("port = 7000", "port = 0", "controller.port", "integer >= 1"),

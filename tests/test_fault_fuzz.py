@@ -99,11 +99,25 @@ def _recovery_ignores_receipts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recovery, "_apply", broken)
 
 
+def _recovery_forgets_aborts(monkeypatch: pytest.MonkeyPatch) -> None:
+    apply = recovery._apply
+
+    def broken(state, record, *args):
+        if type(record).KIND == "abort":
+            state.records += 1
+            state.last_lsn = record.lsn
+            return
+        apply(state, record, *args)
+
+    monkeypatch.setattr(recovery, "_apply", broken)
+
+
 MUTATIONS = {
     "resend": _no_resend,
     "duplicate-drop": _no_duplicate_drop,
     "recovery-outbox": _recovery_forgets_the_outbox,
     "recovery-balance": _recovery_ignores_receipts,
+    "recovery-aborts": _recovery_forgets_aborts,
 }
 
 

@@ -248,3 +248,42 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], mes
     assert result.returncode == 2
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+# ------------------------------------------------------------------ segments
+
+
+def test_seal_renames_the_active_segment_and_opens_the_next_with_its_checkpoint(tmp_path: Path) -> None:
+    from snapmesh import wal
+
+    path = tmp_path / "p1.log.jsonl"
+
+    async def go() -> None:
+        log = TransferLog(path, "p1", last_lsn=0)
+        log.start()
+        log.append_init(100)
+        log.append_send("p1", "p2", 1, 7)
+        log.seal(1, wal.Checkpoint(lsn=3, balance=93, next_seq={"p2": 2, "p3": 1}, acked={"p2": 0, "p3": 0},
+                                   received={"p2": 0, "p3": 0}, outbox={"p2": [[1, 7, ""]], "p3": []},
+                                   abandoned=[], requests={}))
+        log.append_send("p1", "p2", 2, 3)
+        await log.wait_durable(log.last_lsn)
+        await log.close()
+
+    asyncio.run(go())
+    assert [r["kind"] for r in lines(tmp_path / "p1.log.000000000001.jsonl")] == ["init", "send"]
+    assert [r["lsn"] for r in lines(path)] == [3, 4]
+    state = recover_p1(path)
+    assert state.balance == 90 and state.next_seq == {"p2": 3, "p3": 1} and state.records == 2
+    assert [e.seq for e in state.outbox["p2"]] == [1, 2]
+
+
+def test_an_interrupted_seal_is_undone_or_finished(tmp_path: Path) -> None:
+    path = tmp_path / "p1.log.jsonl"
+    pending = tmp_path / "p1.log.jsonl.next"
+    write_records(path, "p1", [{"kind": "init", "balance": 100}])
+    pending.write_text("half a checkpoint")
+    assert recover_p1(path).last_lsn == 1 and not pending.exists()  # crashed before the rename: undone
+    path.rename(tmp_path / "p1.log.000000000001.jsonl")
+    write_records(pending, "p1", [{"kind": "init", "balance": 100}, {"kind": "restart"}])
+    assert recover_p1(path).last_lsn == 2 and path.exists() and not pending.exists()  # after it: finished

@@ -70,13 +70,13 @@ class Engine:
         try:
             return self.node.transfer(dst, amount, request_id)
         finally:
-            self._run()
+            self._run(metrics=False)  # once per RPC instead: transfers_done
 
     def transfers_done(self, count: int) -> None:
         """Metrics for `count` accepted transfers, once per RPC instead of per transfer."""
         if count:
             self.metrics.transfers_sent.inc(count)
-        self.metrics.balance.set(self.node.balance)
+        self._metrics()
 
     async def wait_for_room(self, destinations: set[str], timeout: float) -> None:
         """Flow control: wait (at most `timeout`) while a channel to one of
@@ -150,7 +150,7 @@ class Engine:
 
     # -- effects
 
-    def _run(self) -> None:
+    def _run(self, *, metrics: bool = True) -> None:
         node = self.node
         for effect in node.drain():
             kind = type(effect)
@@ -164,6 +164,8 @@ class Engine:
                 if type(record) is wal.Cut:
                     self._cut_at_ns[record.snapshot_id] = time.time_ns()
                     log.info("snapshot %s: recorded local state (balance %d)", record.snapshot_id, record.balance)
+                elif type(record) is wal.Abort:
+                    log.warning("snapshot %s: dropped here (%s)", record.snapshot_id, record.reason or "no reason given")
             elif kind is machine.Transmit:
                 self.outgoing[effect.dst].push(effect.epoch, effect.entries)
             elif kind is machine.Ack:
@@ -181,7 +183,8 @@ class Engine:
                 self.reporter.cancel(effect.snapshot_id)
             else:  # pragma: no cover  (a new effect type must be routed here)
                 raise TypeError(f"unrouted effect {effect!r}")
-        self._metrics()
+        if metrics:
+            self._metrics()
         self._arm_timer()
 
     def _metrics(self) -> None:

@@ -47,16 +47,19 @@ class Disk:
     torn: str = ""  # a partial last line of the active segment
     pending: deque = field(default_factory=deque)  # wal.Record or node.Seal, in order
     durable_lsn: int = 0
+    encoder: wal.Encoder | None = None
 
     def flush(self, count: int) -> None:
         """Make the first `count` buffered items durable (a Seal takes its checkpoint with it)."""
-        encode = wal.encode
+        if self.encoder is None:
+            self.encoder = wal.Encoder(self.node_id)
+        encode = self.encoder.record
         while count > 0 and self.pending:
             item = self.pending.popleft()
             if isinstance(item, node_mod.Seal):
                 self.segments.append([])
                 item = self.pending.popleft()  # the checkpoint, atomically with its seal
-            self.segments[-1].append(encode(item, self.node_id))
+            self.segments[-1].append(encode(item))
             self.durable_lsn = item.lsn
             count -= 1
 
@@ -73,8 +76,12 @@ class Disk:
 @dataclass(slots=True)
 class Conn:
     epoch: int
+    # eager: the sender resends from its own last ack at once; otherwise it waits for the
+    # receiver's first ack (its resume point), as the gRPC node does.
+    eager: bool
     forward: deque = field(default_factory=deque)  # ("open",) / ("data", entries) to dst
     back: deque = field(default_factory=deque)  # acks to src
+    resumed: bool = False
 
 
 @dataclass(slots=True)
@@ -226,10 +233,11 @@ class World:
         if self.conns[channel] is not None or not self.reachable(src, dst):
             return
         self.next_epoch[channel] += 1
-        conn = self.conns[channel] = Conn(self.next_epoch[channel])
+        conn = self.conns[channel] = Conn(self.next_epoch[channel], eager=self.rng.random() < 0.5)
         conn.forward.append(("open",))
-        self.nodes[src].connect(dst, conn.epoch)  # type: ignore[union-attr]
-        self._route(src)
+        if conn.eager:
+            self.nodes[src].connect(dst, conn.epoch)  # type: ignore[union-attr]
+            self._route(src)
 
     def cut(self, channel: tuple[str, str], keep_wire: bool) -> None:
         conn = self.conns[channel]
@@ -268,7 +276,11 @@ class World:
         if node is None:
             return
         try:
-            node.acked(dst, conn.epoch, seq)
+            if not conn.eager and not conn.resumed and self.conns[channel] is conn:
+                conn.resumed = True
+                node.connect(dst, conn.epoch, resume=seq)
+            else:
+                node.acked(dst, conn.epoch, seq)
         except core.ProtocolError as exc:
             raise Violation(f"{src}: protocol error on the acks of {src}->{dst}: {exc}") from None
         self._route(src)

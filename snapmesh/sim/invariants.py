@@ -14,7 +14,8 @@ After every step:
      message the sender logged (nothing applied twice, nothing invented);
   S4 lsns are 1, 2, 3, ... per node; a checkpoint's balance is the log's;
   S5 no recording outlives the node's ttl;
-  S6 one request_id, one send record.
+  S6 one request_id, one send record;
+  S7 no `cut` for a snapshot after the node logged an `abort` for it (no zombie).
 When the controller marks a snapshot COMPLETE:
   C1 every node's recorded balance is its log's balance at its cut;
   C2 every channel's recorded transfers are exactly the sends after the
@@ -70,7 +71,12 @@ class Checker:
         elif kind is wal.Init:
             self.balance[node] = record.balance  # type: ignore[attr-defined]
         elif kind is wal.Cut:
-            self.recorded_at[(node, record.snapshot_id)] = now  # type: ignore[attr-defined]
+            sid = record.snapshot_id  # type: ignore[attr-defined]
+            if (node, sid) in self.aborted:
+                raise Violation(f"{node}: a zombie recording: cut for {sid} at lsn {record.lsn} after its abort")
+            self.recorded_at[(node, sid)] = now
+        elif kind is wal.Abort:
+            self.aborted.add((node, record.snapshot_id))  # type: ignore[attr-defined]
         elif kind is wal.Checkpoint and record.balance != self.balance[node]:  # type: ignore[attr-defined]
             said = record.balance  # type: ignore[attr-defined]
             raise Violation(f"{node}: checkpoint at lsn {record.lsn} says balance {said}, the log says {self.balance[node]}")
@@ -95,8 +101,11 @@ class Checker:
         self.received_upto = dict.fromkeys(self.channels, 0)
         self.in_flight = 0
         self.requests = {}
+        self.aborted: set[tuple[str, str]] = set()
         for node, log in self.logs.items():
             for record in log:
+                if type(record) is wal.Abort:
+                    self.aborted.add((node, record.snapshot_id))
                 if type(record) is wal.Send:
                     self._fold_send(node, record)
                     if record.request_id:
