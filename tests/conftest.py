@@ -3,12 +3,21 @@ only makes skips impossible to miss."""
 
 from __future__ import annotations
 
-import sys
-import time
-from pathlib import Path
+import os
 
-import pytest
-from helpers_deploy import docker_engine_answers
+# Before anything imports grpc: with gRPC's fork support on, a child forked to
+# run a preexec_fn (snapmesh.launcher's death signal) while this process has
+# live channels restarts gRPC's poller, whose epoll fd close_fds then closes:
+# the child aborts (SIGABRT) before exec, about 1 start in 25 under load
+# (grpc/grpc#43055). The tests never use gRPC across a fork.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from helpers_deploy import docker_engine_answers  # noqa: E402
 
 
 def pytest_report_header(config: pytest.Config) -> str:

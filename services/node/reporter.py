@@ -27,6 +27,7 @@ from pathlib import Path
 import time
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from services.node.channels import backoff_delay
 from services.node.metrics import NodeMetrics
@@ -126,7 +127,7 @@ class PendingReports:
             message = pb.FullState()
             try:
                 message.ParseFromString(body)
-            except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError has no stable import path
+            except DecodeError as exc:
                 raise CorruptReportError(f"{path}: the FullState does not parse ({exc})") from None
             if path != self._path(message.snapshot_id):
                 raise CorruptReportError(f"{path}: holds snapshot {message.snapshot_id!r}, not the one it is named for")
