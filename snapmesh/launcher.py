@@ -1,7 +1,7 @@
 """A whole cluster as local processes on loopback: `snapmesh cluster up`, and the
 `LocalCluster` API the tests, the demo and the benchmarks use.
 
-    snapmesh cluster up [--config FILE] [--nodes N] [--data-dir DIR]
+    snapmesh cluster up [--config FILE] [--nodes N] [--data-dir DIR] [--tls]
 
 With no arguments it runs the shipped 4-node full mesh (snapmesh/configs/local-4.toml).
 `--nodes N` writes an N-node full-mesh config on free loopback ports into the data
@@ -10,6 +10,10 @@ It starts the controller and every node as child processes, waits until each one
 answers SERVING on gRPC health, prints exactly one line `controller: HOST:PORT` on
 stdout, and on SIGINT/SIGTERM stops them all (SIGTERM, then SIGKILL after a
 grace period). Children's output goes to `<data_dir>/logs/<name>.log`.
+`--tls` makes dev certificates and a token into `<data_dir>/tls/` (`ca.pem`,
+`client.pem`, `client-key.pem`, `token`, one certificate per process), runs
+every connection over mutual TLS with the token on the control plane, and
+prints a second line `grpcurl: ...` with the command to trigger a snapshot.
 
 No orphans: every child runs in its own session (a Ctrl-C in the terminal
 reaches only the launcher, which stops the children in order) and asks the
@@ -37,6 +41,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from snapmesh import config as cluster_config
+from snapmesh import security
 from snapmesh.argparsing import parse_args
 from snapmesh.config import ClusterConfig, ConfigError
 
@@ -182,14 +187,17 @@ def _die_with_parent(parent_pid: int):
     return preexec
 
 
-def wait_serving(address: str, timeout: float, alive=lambda: True, exit_code=lambda: None) -> None:
-    """Block until the gRPC server at `address` answers SERVING; ClusterError on timeout."""
+def wait_serving(
+    address: str, timeout: float, alive=lambda: True, exit_code=lambda: None, identity: security.Identity | None = None
+) -> None:
+    """Block until the gRPC server at `address` answers SERVING; ClusterError on timeout.
+    `identity`: the client certificate for a TLS cluster (None: plaintext)."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     deadline = time.monotonic() + timeout
     last = "no answer"
-    with grpc.insecure_channel(address) as channel:
+    with security.open_channel(address, identity) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if not alive():
@@ -261,10 +269,13 @@ class LocalCluster:
     """The controller and every node of a cluster file, as local child processes.
 
         with LocalCluster(config_path) as cluster:    # start() on enter, stop() on exit
-            stub = ControllerStub(grpc.insecure_channel(cluster.controller_address))
+            stub = ControllerStub(security.open_channel(cluster.controller_address, cluster.client_identity))
 
     `config`: a ClusterConfig or a path to a cluster file. `data_dir` overrides
     the file's (through SNAPMESH_DATA_DIR, so the children see it too).
+    `tls_dir`: run with mutual TLS and the token, with the files `snapmesh certs`
+    wrote there (through SNAPMESH_TLS_DIR); `client_identity` is then what a client
+    presents. A bad certificate, key or token file is a ConfigError naming it.
     `controller_args`: extra arguments for `snapmesh controller` (e.g. --interval).
 
     Children die with the thread that started them (PR_SET_PDEATHSIG is tied
@@ -280,13 +291,20 @@ class LocalCluster:
         controller_args: Sequence[str] = (),
         startup_timeout: float = STARTUP_TIMEOUT_S,
         python: str = sys.executable,
+        tls_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self._env = dict(os.environ)
         if data_dir is not None:
             self._env["SNAPMESH_DATA_DIR"] = str(Path(data_dir).resolve())
+        if tls_dir is not None:
+            self._env["SNAPMESH_TLS_DIR"] = str(Path(tls_dir).resolve())
         path = config.path if isinstance(config, ClusterConfig) else Path(config)
         self.config_path = Path(path).resolve()
         self.config = cluster_config.load(self.config_path, env=self._env)
+        try:
+            self.client_identity = security.load_identity(self.config, cluster_config.CLIENT_NAME)
+        except security.SecurityError as exc:
+            raise ConfigError(str(exc)) from None
         self._env["PYTHONUNBUFFERED"] = "1"
         root = str(Path(__file__).resolve().parent.parent)
         self._env["PYTHONPATH"] = os.pathsep.join(p for p in (root, self._env.get("PYTHONPATH")) if p)
@@ -427,6 +445,7 @@ class LocalCluster:
                 self.startup_timeout,
                 alive=lambda: child.alive,
                 exit_code=lambda: child.proc.returncode if child.proc is not None else None,
+                identity=self.client_identity,
             )
         except ClusterError as exc:
             tail = child.log_tail()
@@ -454,6 +473,8 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--config", metavar="FILE", help="cluster file (default: the shipped 4-node mesh)")
     source.add_argument("--nodes", type=int, metavar="N", help="an N-node full mesh on free loopback ports")
     up.add_argument("--data-dir", metavar="DIR", help="where logs, snapshots and node logs go")
+    up.add_argument("--tls", action="store_true",
+                    help="mutual TLS and a control-plane token, dev certificates made into <data_dir>/tls/")
     return parser
 
 
@@ -474,13 +495,29 @@ def main(argv: list[str] | None = None) -> int:
         if args.nodes is not None:
             data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="snapmesh-"))
             config_path = write_config(data_dir / "cluster.toml", nodes=args.nodes, data_dir=data_dir)
-            cluster = LocalCluster(config_path)
+            config_dir = None
         else:
-            cluster = LocalCluster(args.config or cluster_config.DEFAULT_CONFIG, data_dir=args.data_dir)
+            config_path = Path(args.config or cluster_config.DEFAULT_CONFIG)
+            config_dir = args.data_dir
+        tls_dir = None
+        if args.tls:
+            env = dict(os.environ)
+            if config_dir is not None:
+                env["SNAPMESH_DATA_DIR"] = str(Path(config_dir).resolve())
+            plain = cluster_config.load(config_path, env=env)
+            tls_dir = plain.data_dir / "tls"
+            try:
+                security.write_certs(plain, tls_dir)
+            except OSError as exc:
+                raise ConfigError(f"cannot write certificates into {tls_dir}: {exc}") from None
+        cluster = LocalCluster(config_path, data_dir=config_dir, tls_dir=tls_dir)
         print(f"snapmesh cluster: starting {len(cluster.config.nodes)} nodes; logs in {cluster.log_dir}",
               file=sys.stderr, flush=True)
         cluster.start()
         print(f"controller: {cluster.controller_address}", flush=True)
+        if tls_dir is not None:
+            token = cluster.client_identity.token if cluster.client_identity else None
+            print(f"grpcurl: {security.grpcurl_line(cluster.controller_address, tls_dir, token)}", flush=True)
         reported: set[str] = set()
         while True:
             time.sleep(0.5)

@@ -20,6 +20,7 @@ from services.controller.servicer import ControllerMetrics, ControllerService
 from services.controller.store import SnapshotStore
 from services.controller.tracker import Tracker
 from snapmesh import config as cluster_config
+from snapmesh import security
 from snapmesh.argparsing import parse_args
 from snapmesh.runtime import ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -61,13 +62,22 @@ def main(argv: list[str] | None = None) -> int:
         return args
     try:
         cfg = cluster_config.load(args.config)
-    except cluster_config.ConfigError as exc:
+        identity = security.load_identity(cfg, cluster_config.CONTROLLER_NAME)
+    except (cluster_config.ConfigError, security.SecurityError) as exc:
         print(f"snapmesh controller: {exc}", file=sys.stderr)
         return 2
-    return run_service("controller", lambda: serve(cfg, interval=args.interval, deadline=args.deadline))
+    return run_service(
+        "controller", lambda: serve(cfg, interval=args.interval, deadline=args.deadline, identity=identity)
+    )
 
 
-async def serve(cfg: cluster_config.ClusterConfig, *, interval: float | None, deadline: float | None) -> int:
+async def serve(
+    cfg: cluster_config.ClusterConfig,
+    *,
+    interval: float | None,
+    deadline: float | None,
+    identity: security.Identity | None = None,
+) -> int:
     tracker = Tracker(
         topology=cfg.topology,
         expected_total=cfg.expected_total,
@@ -83,11 +93,14 @@ async def serve(cfg: cluster_config.ClusterConfig, *, interval: float | None, de
         log.info("loaded %d finished snapshot(s) from %s", len(snapshots), store.directory)
 
     registry = CollectorRegistry()
-    service = ControllerService(config=cfg, tracker=tracker, store=store, metrics=ControllerMetrics(registry))
+    service = ControllerService(
+        config=cfg, tracker=tracker, store=store, metrics=ControllerMetrics(registry), identity=identity
+    )
     host = ServiceHost(
         bind_address=cfg.bind_address(cfg.controller),
         metrics_bind=cfg.metrics_bind(cfg.controller),
         registry=registry,
+        identity=identity,
     )
     host.add(pb_grpc.add_ControllerServicer_to_server, service, SERVICE_NAME)
     await service.start()

@@ -31,6 +31,7 @@ from services.controller.tracker import (
     duration_s,
     new_snapshot_id,
 )
+from snapmesh import security
 from snapmesh.config import ClusterConfig
 from snapmesh.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -76,7 +77,9 @@ class ControllerService(pb_grpc.ControllerServicer):
         metrics: ControllerMetrics,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        identity: security.Identity | None = None,  # None: plaintext
     ) -> None:
+        self.identity = identity
         self.config = config
         self.tracker = tracker
         self.store = store
@@ -97,7 +100,7 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     async def start(self) -> None:
         for node in self.config.nodes:
-            channel = grpc.aio.insecure_channel(node.address, options=CLIENT_OPTIONS)
+            channel = security.open_channel(node.address, self.identity, options=CLIENT_OPTIONS, aio=True)
             self._channels.append(channel)
             self._stubs[node.id] = pb_grpc.NodeStub(channel)
         self._timer = asyncio.create_task(self._expiry_loop(), name="snapshot-deadlines")

@@ -25,6 +25,7 @@ import grpc
 from services.node.metrics import NodeMetrics
 from services.node.recovery import OutboxEntry
 from services.node.translog import TransferLog
+from snapmesh import security
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -96,6 +97,7 @@ class OutgoingChannel:
         outbox: list[OutboxEntry] = (),  # type: ignore[assignment]
         rng: random.Random | None = None,
         channel_options: list | None = None,
+        identity: security.Identity | None = None,  # None: plaintext
     ) -> None:
         self.src = src
         self.dst = dst
@@ -103,6 +105,7 @@ class OutgoingChannel:
         self._log = log_
         self._rng = rng or random.Random()
         self._options = channel_options or []
+        self._identity = identity
         self.state = SenderState.IDLE
         self.next_seq = next_seq
         # Outbox: (seq, lsn, amount, snapshot_id); recovered entries are on disk (lsn 0).
@@ -173,7 +176,7 @@ class OutgoingChannel:
 
     async def _run(self) -> None:
         attempt = 0
-        async with grpc.aio.insecure_channel(self.address, options=self._options) as channel:
+        async with security.open_channel(self.address, self._identity, options=self._options, aio=True) as channel:
             stub = pb_grpc.NodeStub(channel)
             while True:
                 self._set(SenderState.CONNECTING)

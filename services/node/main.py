@@ -25,7 +25,7 @@ from services.node.reporter import StateReporter
 from services.node.servicer import NodeServicer
 from services.node.translog import TransferLog, fsync_dir
 from snapmesh import config as cluster_config
-from snapmesh import core
+from snapmesh import core, security
 from snapmesh.argparsing import parse_args
 from snapmesh.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -55,13 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = cluster_config.load(args.config)
         cfg.node(args.node_id)
-    except cluster_config.ConfigError as exc:
+        identity = security.load_identity(cfg, args.node_id)
+    except (cluster_config.ConfigError, security.SecurityError) as exc:
         print(f"snapmesh node: {exc}", file=sys.stderr)
         return 2
-    return run_service(f"node {args.node_id}", lambda: serve(cfg, args.node_id))
+    return run_service(f"node {args.node_id}", lambda: serve(cfg, args.node_id, identity))
 
 
-async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
+async def serve(cfg: cluster_config.ClusterConfig, node_id: str, identity: security.Identity | None = None) -> int:
     node = cfg.node(node_id)
     incoming = cfg.topology.incoming(node_id)
     outgoing = cfg.topology.outgoing(node_id)
@@ -115,9 +116,10 @@ async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
             outbox=recovered.outbox[dst],
             rng=rng,
             channel_options=CLIENT_OPTIONS,
+            identity=identity,
         )
     reporter = StateReporter(
-        address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS
+        address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS, identity=identity
     )
     process = core.Process(
         node_id=node_id,
@@ -138,7 +140,9 @@ async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
     )
     servicer = NodeServicer(engine, frozenset(n.id for n in cfg.nodes))
 
-    host = ServiceHost(bind_address=cfg.bind_address(node), metrics_bind=cfg.metrics_bind(node), registry=metrics.registry)
+    host = ServiceHost(
+        bind_address=cfg.bind_address(node), metrics_bind=cfg.metrics_bind(node), registry=metrics.registry, identity=identity
+    )
     host.add(pb_grpc.add_NodeServicer_to_server, servicer, pb.DESCRIPTOR.services_by_name["Node"].full_name)
     translog.start()
     try:

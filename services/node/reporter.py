@@ -17,7 +17,7 @@ import grpc
 from services.node.channels import backoff_delay
 from services.node.metrics import NodeMetrics
 from services.node.translog import LogClosedError, TransferLog
-from snapmesh import core
+from snapmesh import core, security
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -53,7 +53,11 @@ def full_state_message(state: core.FullState, node_id: str) -> pb.FullState:
 
 
 class StateReporter:
-    def __init__(self, *, address: str, log_: TransferLog, metrics: NodeMetrics, options: list) -> None:
+    def __init__(
+        self, *, address: str, log_: TransferLog, metrics: NodeMetrics, options: list,
+        identity: security.Identity | None = None,  # None: plaintext
+    ) -> None:
+        self._identity = identity
         self._address = address
         self._log = log_
         self._metrics = metrics
@@ -64,7 +68,7 @@ class StateReporter:
 
     def submit(self, message: pb.FullState, lsn: int) -> None:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self._address, options=self._options)
+            self._channel = security.open_channel(self._address, self._identity, options=self._options, aio=True)
         sid = message.snapshot_id
         task = asyncio.get_running_loop().create_task(self._report(message, lsn), name=f"report {sid}")
         self._tasks[sid] = task
