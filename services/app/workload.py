@@ -25,6 +25,7 @@ from typing import TextIO
 import grpc
 
 from services.app.render import progress_line, snapshot_table, summary_lines
+from snapmesh import security
 from snapmesh.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -84,11 +85,18 @@ class Summary:
         return 0 if self.all_conserved else 1
 
 
-def run_workload(controller_address: str, params: WorkloadParams, out: TextIO | None = None) -> Summary:
-    return asyncio.run(workload(controller_address, params, out=out or sys.stdout))
+def run_workload(
+    controller_address: str,
+    params: WorkloadParams,
+    out: TextIO | None = None,
+    identity: security.Identity | None = None,  # a TLS cluster's client identity; None: plaintext
+) -> Summary:
+    return asyncio.run(workload(controller_address, params, out=out or sys.stdout, identity=identity))
 
 
-async def workload(controller_address: str, params: WorkloadParams, out: TextIO) -> Summary:
+async def workload(
+    controller_address: str, params: WorkloadParams, out: TextIO, identity: security.Identity | None = None
+) -> Summary:
     params.check()
     seed = params.seed if params.seed is not None else random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
@@ -97,7 +105,7 @@ async def workload(controller_address: str, params: WorkloadParams, out: TextIO)
     def say(line: str = "") -> None:
         print(line, file=out, flush=True)
 
-    async with grpc.aio.insecure_channel(controller_address, options=CLIENT_OPTIONS) as controller_channel:
+    async with security.open_channel(controller_address, identity, options=CLIENT_OPTIONS, aio=True) as controller_channel:
         controller = pb_grpc.ControllerStub(controller_channel)
         try:
             cluster = await controller.GetCluster(pb.GetClusterRequest(), timeout=RPC_TIMEOUT_S)
@@ -112,7 +120,9 @@ async def workload(controller_address: str, params: WorkloadParams, out: TextIO)
             f"{len(cluster.channels)} channels; every {params.transfer_interval:g}s each node pays "
             f"1..{params.max_amount}; a snapshot every {params.snapshot_every:g}s; {params.duration:g}s in all"
         )
-        channels = {n.node_id: grpc.aio.insecure_channel(n.address, options=CLIENT_OPTIONS) for n in cluster.nodes}
+        channels = {
+            n.node_id: security.open_channel(n.address, identity, options=CLIENT_OPTIONS, aio=True) for n in cluster.nodes
+        }
         stubs = {node: pb_grpc.NodeStub(ch) for node, ch in channels.items()}
         stop = asyncio.Event()
         handled = _stop_on_signals(stop)
