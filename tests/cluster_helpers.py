@@ -10,13 +10,15 @@ from pathlib import Path
 
 import grpc
 
+from snapmesh import security
 from snapmesh.launcher import port_is_free  # noqa: F401  (re-exported for the tests)
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 
-def controller_stub(address: str) -> tuple[grpc.Channel, pb_grpc.ControllerStub]:
-    channel = grpc.insecure_channel(address)
+def controller_stub(address: str, identity=None) -> tuple[grpc.Channel, pb_grpc.ControllerStub]:
+    """`identity`: a TLS cluster's client identity (LocalCluster.client_identity); None: plaintext."""
+    channel = security.open_channel(address, identity)
     return channel, pb_grpc.ControllerStub(channel)
 
 
@@ -57,7 +59,7 @@ class Load:
             thread.join(timeout=10)
 
     def _run(self, node: str, neighbours: list[str], rng: random.Random) -> None:
-        with grpc.insecure_channel(self.cluster.node_address(node)) as channel:
+        with security.open_channel(self.cluster.node_address(node), self.cluster.client_identity) as channel:
             stub = pb_grpc.NodeStub(channel)
             while not self._stop.is_set():
                 request = pb.TransferBatchRequest(

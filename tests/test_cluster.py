@@ -1,4 +1,9 @@
-"""Whole clusters (controller + nodes as real processes) under load."""
+"""Whole clusters (controller + nodes as real processes) under load.
+
+Every test that starts a cluster runs twice: plaintext, and with mutual TLS and
+the control-plane token (`tls` in the test id), every client presenting the
+cluster's client certificate and token.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,9 @@ import grpc
 import pytest
 
 from cluster_helpers import Load, check_against_logs, controller_stub, read_logs
+from snapmesh import config
 from snapmesh.launcher import LocalCluster, write_config
+from snapmesh.security import write_certs
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -19,9 +26,22 @@ COMPLETE, FAILED = pb.Snapshot.COMPLETE, pb.Snapshot.FAILED
 DEADLINE_S = 3.0
 
 
-def make_cluster(tmp_path, **options) -> LocalCluster:
-    options.setdefault("deadline", DEADLINE_S)
-    return LocalCluster(write_config(tmp_path / "cluster.toml", **options))
+@pytest.fixture(params=[False, True], ids=["plaintext", "tls"])
+def tls(request) -> bool:
+    return request.param
+
+
+@pytest.fixture()
+def make_cluster(tmp_path, tls):
+    def make(tmp_path, **options) -> LocalCluster:
+        options.setdefault("deadline", DEADLINE_S)
+        path = write_config(tmp_path / "cluster.toml", **options)
+        if not tls:
+            return LocalCluster(path)
+        write_certs(config.load(path), tmp_path / "tls")
+        return LocalCluster(path, tls_dir=tmp_path / "tls")
+
+    return make
 
 
 def trigger_all(stub, initiators, timeout: float = 30) -> list[pb.Snapshot]:
@@ -56,9 +76,9 @@ def assert_complete_and_conserved(snapshot: pb.Snapshot, cluster: LocalCluster) 
     assert [(c.src, c.dst) for c in snapshot.channels] == list(cluster.config.topology.channels)
 
 
-def test_concurrent_snapshots_from_every_initiator_under_load_are_complete_and_consistent(tmp_path):
+def test_concurrent_snapshots_from_every_initiator_under_load_are_complete_and_consistent(tmp_path, make_cluster):
     with make_cluster(tmp_path, nodes=4, initial_balance=1000) as cluster:
-        channel, stub = controller_stub(cluster.controller_address)
+        channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
         with channel, Load(cluster, seed=11) as load:
             time.sleep(0.5)
             snapshots = []
@@ -76,9 +96,9 @@ def test_concurrent_snapshots_from_every_initiator_under_load_are_complete_and_c
             check_against_logs(snapshot, logs)
 
 
-def test_a_ring_cluster_takes_consistent_snapshots_under_load(tmp_path):
+def test_a_ring_cluster_takes_consistent_snapshots_under_load(tmp_path, make_cluster):
     with make_cluster(tmp_path, nodes=4, topology="ring", initial_balance=500) as cluster:
-        channel, stub = controller_stub(cluster.controller_address)
+        channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
         with channel, Load(cluster, seed=5, max_amount=10) as load:
             time.sleep(0.3)
             snapshots = trigger_all(stub, ["p1", "p3"])
@@ -93,9 +113,9 @@ def test_a_ring_cluster_takes_consistent_snapshots_under_load(tmp_path):
             check_against_logs(snapshot, logs)
 
 
-def test_a_stopped_node_fails_the_snapshot_at_the_deadline_and_the_next_one_completes(tmp_path):
+def test_a_stopped_node_fails_the_snapshot_at_the_deadline_and_the_next_one_completes(tmp_path, make_cluster):
     with make_cluster(tmp_path, nodes=3) as cluster:
-        channel, stub = controller_stub(cluster.controller_address)
+        channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
         with channel:
             cluster.signal_node("p3", signal.SIGSTOP)
             try:
@@ -116,7 +136,7 @@ def test_a_stopped_node_fails_the_snapshot_at_the_deadline_and_the_next_one_comp
         assert (cluster.config.snapshots_dir / f"{failed.snapshot_id}.json").exists()
 
 
-def test_the_app_runs_against_a_cluster_and_every_snapshot_is_conserved(tmp_path):
+def test_the_app_runs_against_a_cluster_and_every_snapshot_is_conserved(tmp_path, make_cluster):
     import io
 
     from services.app.workload import WorkloadParams, run_workload
@@ -124,7 +144,7 @@ def test_the_app_runs_against_a_cluster_and_every_snapshot_is_conserved(tmp_path
     with make_cluster(tmp_path, nodes=3, initial_balance=300) as cluster:
         out = io.StringIO()
         params = WorkloadParams(duration=3, transfer_interval=0.05, snapshot_every=0.7, seed=3, max_amount=100)
-        summary = run_workload(cluster.controller_address, params, out=out)
+        summary = run_workload(cluster.controller_address, params, out=out, identity=cluster.client_identity)
     text = out.getvalue()
     assert summary.exit_code == 0, text
     assert summary.transfers_made > 50 and len(summary.complete) >= 3, text
@@ -149,14 +169,15 @@ def test_the_app_exits_2_with_a_clear_message_when_the_controller_is_unreachable
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_the_app_stops_on_a_signal_with_its_summary(tmp_path, sig):
+def test_the_app_stops_on_a_signal_with_its_summary(tmp_path, make_cluster, tls, sig):
     import subprocess
     import sys
 
     with make_cluster(tmp_path, nodes=3) as cluster:
         app = subprocess.Popen(
             [sys.executable, "-m", "snapmesh.cli", "app", "--controller", cluster.controller_address,
-             "--duration", "120", "--snapshot-every", "0.5", "--seed", "5"],
+             "--duration", "120", "--snapshot-every", "0.5", "--seed", "5",
+             *(["--tls-dir", str(tmp_path / "tls")] if tls else [])],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         try:

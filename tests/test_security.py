@@ -251,3 +251,15 @@ def test_certs_command_writes_named_certificates(tmp_path):
     assert "p2" in sans.get_values_for_type(x509.DNSName)
     assert "127.0.0.1" in {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
     assert "grpcurl: grpcurl -cacert" in result.stdout and "authorization: Bearer " in result.stdout
+
+
+@pytest.mark.cluster
+def test_health_checks_a_tls_server_with_tls_dir_only(tls_cluster, capsys):
+    from snapmesh.health import main as health_main
+
+    tls_dir = str(tls_cluster.config.tls.ca.parent)
+    address = tls_cluster.node_address("p1")
+    assert health_main([address, "--tls-dir", tls_dir]) == 0
+    assert "SERVING" in capsys.readouterr().out
+    assert health_main([address, "--timeout", "2"]) == 1  # plaintext against a TLS server
+    assert "NOT SERVING" in capsys.readouterr().out
