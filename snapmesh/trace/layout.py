@@ -108,6 +108,10 @@ def layout(trace: Trace, *, window: tuple[int, int] | None = None, chosen: str |
     start, end = window if window is not None else default_window(trace, chosen)
     if start > end:
         raise LayoutError(f"window {start}:{end} is empty (start after end)")
+    last = max((e.time for e in trace.events), default=1)
+    if start > last:
+        raise LayoutError(f"window {start}:{end} starts after the last event (Lamport time {last})")
+    end = min(end, last)  # no empty stretch after the run
     span = max(1, end - start)
     step = min(MAX_STEP_PX, max(MIN_STEP_PX, TARGET_WIDTH_PX / span))
     width = max(MIN_WIDTH, LEFT + span * step + RIGHT)
