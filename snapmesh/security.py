@@ -254,10 +254,21 @@ def channel_credentials(identity: Identity) -> grpc.ChannelCredentials:
     return credentials
 
 
-def open_channel(address: str, identity: Identity | None, *, options: Sequence[tuple[str, Any]] = (), aio: bool = False):
+def open_channel(
+    address: str,
+    identity: Identity | None,
+    *,
+    options: Sequence[tuple[str, Any]] = (),
+    aio: bool = False,
+    server_name: str | None = None,
+):
     """A channel to `address`: mutual TLS plus the token when `identity` is given,
-    plaintext when None. `aio=True` for a grpc.aio channel, else a blocking one."""
+    plaintext when None. `aio=True` for a grpc.aio channel, else a blocking one.
+    `server_name`: the name to check the server's certificate against when the
+    address is not in it (a container's IP: give its node id)."""
     options = list(options)
+    if server_name is not None and identity is not None:
+        options.append(("grpc.ssl_target_name_override", server_name))
     if identity is None:
         return grpc.aio.insecure_channel(address, options=options) if aio else grpc.insecure_channel(address, options=options)
     credentials = channel_credentials(identity)
@@ -439,7 +450,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", metavar="FILE", help="cluster file (default: the shipped 4-node config)")
     parser.add_argument("--out", required=True, metavar="DIR", help="where the files go (created if missing)")
+    parser.add_argument("--keep", action="store_true",
+                        help="do nothing when DIR already holds every file (for deploy scripts run on each start)")
     return parser
+
+
+def expected_files(cfg: ClusterConfig, out_dir: Path) -> list[Path]:
+    names = [n.id for n in cfg.nodes] + [CONTROLLER_NAME, CLIENT_NAME]
+    return [out_dir / CA_FILE, out_dir / TOKEN_FILE] + [out_dir / f"{n}{s}.pem" for n in names for s in ("", "-key")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -451,12 +469,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"snapmesh certs: {exc}", file=sys.stderr)
         return 2
+    out = Path(args.out).resolve()
+    if args.keep and all(path.is_file() for path in expected_files(cfg, out)):
+        print(f"snapmesh certs: {out} already holds every file; kept")
+        return 0
     try:
         written = write_certs(cfg, args.out)
     except OSError as exc:
         print(f"snapmesh certs: cannot write into {args.out}: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.out).resolve()
     token = read_token(out / TOKEN_FILE)
     print(f"snapmesh certs: wrote {len(written)} files into {out}")
     print("\nFor the cluster file (or set SNAPMESH_TLS_DIR=" + str(out) + "):\n")

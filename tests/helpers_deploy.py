@@ -355,28 +355,30 @@ def start_local_cluster(workdir: Path, nodes: int = 4, *, timeout: float = 60) -
 # ---------------------------------------------------------------- gRPC clients
 
 
-def controller_stub(address: str):
-    import grpc
+# `identity`: a TLS cluster's client identity (snapmesh.security.load_tls_dir); None:
+# plaintext. `server_name`: the certificate name to expect when dialling a container IP.
 
+
+def controller_stub(address: str, identity=None):
+    from snapmesh.security import open_channel
     from snapmesh.v1 import snapmesh_pb2_grpc
 
-    channel = grpc.insecure_channel(address)
+    channel = open_channel(address, identity)
     return channel, snapmesh_pb2_grpc.ControllerStub(channel)
 
 
-def node_stub(address: str):
-    import grpc
-
+def node_stub(address: str, identity=None, server_name: str | None = None):
+    from snapmesh.security import open_channel
     from snapmesh.v1 import snapmesh_pb2_grpc
 
-    channel = grpc.insecure_channel(address)
+    channel = open_channel(address, identity, server_name=server_name)
     return channel, snapmesh_pb2_grpc.NodeStub(channel)
 
 
-def trigger_snapshot(address: str, *, wait: bool = True, timeout: float = 60, initiator: str = ""):
+def trigger_snapshot(address: str, *, wait: bool = True, timeout: float = 60, initiator: str = "", identity=None):
     from snapmesh.v1 import snapmesh_pb2
 
-    channel, stub = controller_stub(address)
+    channel, stub = controller_stub(address, identity)
     with channel:
         return stub.TriggerSnapshot(snapmesh_pb2.TriggerSnapshotRequest(initiator=initiator, wait=wait), timeout=timeout)
 
