@@ -11,7 +11,8 @@ Every gRPC server and channel of snapmesh is opened here:
 - `open_channel(address, identity, aio=...)`: presents the process's certificate,
   checks the server's against the CA and sends the token on every call.
 - `require_peer(context, name)`: a node accepts a Channel stream from `src` only
-  if the peer's certificate names `src` in its subjectAltName.
+  if the peer's certificate names `src` in its subjectAltName; the controller
+  accepts a node's ReportState only from that node's certificate.
 
 An `Identity` is what one process presents and trusts: `load_identity(cfg, name)`
 for a node id, "controller" or "client" reads the files the cluster file names

@@ -119,6 +119,18 @@ def test_a_node_certificate_cannot_open_a_channel_as_another_node(tls_cluster):
 
 
 @pytest.mark.cluster
+def test_a_node_certificate_cannot_report_another_nodes_state(tls_cluster):
+    tls = tls_cluster.config.tls
+    p2 = security.load_files("p2", ca=tls.ca, cert=tls.cert_path("p2"), key=tls.key_path("p2"), token_file=None)
+    channel, stub = controller(tls_cluster, p2)
+    with channel:
+        forged = pb.FullState(snapshot_id="nope", node_id="p1", balance=1)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ReportState(forged, timeout=10)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, refused.value.details()
+
+
+@pytest.mark.cluster
 def test_a_missing_or_wrong_token_is_unauthenticated_and_changes_nothing(tls_cluster):
     no_token = dataclasses.replace(tls_cluster.client_identity, token=None)
     wrong_token = dataclasses.replace(tls_cluster.client_identity, token="not-the-token")

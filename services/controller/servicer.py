@@ -261,6 +261,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         )
 
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
+        await security.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
         try:
             snapshot = self.tracker.report(request, self._clock())
         except TrackerError as exc:
