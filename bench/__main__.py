@@ -13,6 +13,8 @@ BENCHMARKS = {
     "grpc": "bench.grpc_raw",  # raw gRPC: one batched stream, one unary round trip
     "cluster": "bench.cluster",  # a local cluster: rate, snapshot latency, overhead
     "reconcile": "bench.reconcile",  # Spark job vs a single-process baseline
+    "store": "bench.controller_store",  # controller: proto JSON vs compact snapshot files
+    "controller": "bench.controller_p99",  # controller-side p99, a snapshot every 100 ms at peak
 }
 
 

@@ -10,13 +10,13 @@ frame, `GetState` answers at once. The client measures, in one run:
 from __future__ import annotations
 
 import asyncio
-import statistics
 import subprocess
 import sys
 import time
 
 import grpc
 
+from bench.report import percentile
 from snapmesh.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -99,12 +99,11 @@ async def _measure(port: int) -> dict[str, float]:
             await stub.GetState(pb.GetStateRequest())
             latencies.append(time.perf_counter() - t0)
         unary_elapsed = time.perf_counter() - start
-        latencies.sort()
         single = await _stream_rate(stub, STREAM_MESSAGES, 1)
         batched = await _stream_rate(stub, BATCHED_MESSAGES, BATCH)
     return {
-        "unary_p50_ms": statistics.median(latencies) * 1e3,
-        "unary_p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1e3,
+        "unary_p50_ms": percentile(latencies, 50) * 1e3,
+        "unary_p99_ms": percentile(latencies, 99) * 1e3,
         "unary_per_s": UNARY_CALLS / unary_elapsed,
         "stream_single_per_s": single,
         "stream_batched_per_s": batched,

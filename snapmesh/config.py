@@ -5,6 +5,9 @@ TOML, for example::
     data_dir = "data"          # relative paths are relative to this file
     initial_balance = 1000
     # channels = [["p1", "p2"], ["p2", "p1"]]   optional; default: full mesh
+    # channel_bound = 100000   optional: unacknowledged messages per channel past which
+    #                          a Transfer is refused at once (RESOURCE_EXHAUSTED)
+    # segment_records = 100000 optional: records per transfer-log segment
 
     [controller]
     host = "127.0.0.1"         # the address others dial
@@ -40,17 +43,25 @@ writes into D (D/ca.pem, D/{name}.pem, D/{name}-key.pem, D/client.pem,
 D/client-key.pem, D/token), in place of the file's [tls] paths and token_file.
 
 A malformed file raises `ConfigError` naming the file and the field.
+
+This module also writes the file: `write` (any document `parse` accepts, checked
+before a byte is written) and `write_cluster` (an N-node cluster on free
+loopback ports, what the launcher, the tests and the bench start). Every cluster
+file snapmesh writes goes through `dumps`, so escaping is tomli-w's, not ours.
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
+from snapmesh.ports import free_ports
 from snapmesh.topology import Topology, TopologyError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "local-4.toml"
@@ -138,6 +149,8 @@ class ClusterConfig:
     nodes: tuple[NodeConfig, ...]
     topology: Topology
     bind_host: str | None  # None: every server binds to its own `host`
+    channel_bound: int = 100_000
+    segment_records: int = 100_000
     tls: TlsSettings | None = None  # None: plaintext
     auth: AuthSettings | None = None  # None: no token asked for
 
@@ -183,7 +196,8 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
 
 def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> ClusterConfig:
     fields = _Fields(path)
-    known = {"data_dir", "initial_balance", "channels", "controller", "nodes", "tls", "auth"}
+    known = {"data_dir", "initial_balance", "channels", "controller", "nodes", "channel_bound", "segment_records",
+             "tls", "auth"}
     fields.reject_unknown(raw, known, "")
 
     data_dir_text = env.get("SNAPMESH_DATA_DIR") or fields.string(raw, "data_dir", "data_dir")
@@ -191,6 +205,10 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
     if not data_dir.is_absolute():
         data_dir = (path.resolve().parent / data_dir).resolve()
     initial_balance = fields.integer(raw, "initial_balance", "initial_balance", minimum=0)
+    channel_bound = fields.integer(raw, "channel_bound", "channel_bound", minimum=1) if "channel_bound" in raw else 100_000
+    segment_records = (
+        fields.integer(raw, "segment_records", "segment_records", minimum=2) if "segment_records" in raw else 100_000
+    )
 
     controller_raw = fields.table(raw, "controller", "controller")
     fields.reject_unknown(controller_raw, {"host", "port", "metrics_port", "snapshot_deadline_s"}, "controller")
@@ -246,6 +264,8 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         nodes=tuple(nodes),
         topology=topology,
         bind_host=env.get("SNAPMESH_BIND_HOST") or None,
+        channel_bound=channel_bound,
+        segment_records=segment_records,
         tls=tls,
         auth=auth,
     )
@@ -346,3 +366,75 @@ class _Fields:
         if value > 65535:
             raise self.error(name, f"must be a TCP port (1-65535), got {value}")
         return value
+
+
+# ------------------------------------------------------------------ writing
+
+
+def dumps(document: Mapping[str, Any], *, comment: str = "") -> str:
+    """The TOML text of a cluster document (`comment` lines first, each prefixed `# `)."""
+    head = "".join(f"# {line}".rstrip() + "\n" for line in comment.splitlines()) if comment else ""
+    return head + tomli_w.dumps(dict(document))
+
+
+def write(path: str | os.PathLike[str], document: Mapping[str, Any], *, comment: str = "") -> Path:
+    """Write a cluster file; ConfigError (and nothing written) when `parse` would refuse it."""
+    path = Path(path)
+    parse(document, path=path, env={})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps(document, comment=comment), encoding="utf-8")
+    return path
+
+
+def write_cluster(
+    path: str | os.PathLike[str],
+    *,
+    nodes: int | Sequence[str] = 4,
+    topology: str | Iterable[Sequence[str]] = "mesh",
+    initial_balance: int = 1000,
+    deadline: float = 10.0,
+    data_dir: str | os.PathLike[str] | None = None,
+    ports: Sequence[int] | None = None,
+    host: str = "127.0.0.1",
+    listen_ports: Mapping[str, int] | None = None,
+) -> Path:
+    """Write a cluster file for a local cluster and return its path.
+
+    `nodes`: a count (ids p1..pN) or the ids. `topology`: "mesh" (every ordered
+    pair), "ring" (one-way p1->p2->...->pN->p1) or explicit [src, dst] pairs.
+    `data_dir` defaults to the file's directory. `ports`: 2 + 2N ports
+    (controller port and metrics port, then each node's); default: free ones.
+    `listen_ports`: node id -> the port that node listens on when peers dial
+    another (a proxy in between, as in the fault tests).
+    """
+    path = Path(path)
+    ids = [f"p{i}" for i in range(1, nodes + 1)] if isinstance(nodes, int) else list(nodes)
+    if not ids:
+        raise ValueError("a cluster needs at least one node")
+    ports = list(ports) if ports is not None else free_ports(2 + 2 * len(ids), host)
+    if len(ports) != 2 + 2 * len(ids):
+        raise ValueError(f"need {2 + 2 * len(ids)} ports, got {len(ports)}")
+    document: dict[str, Any] = {
+        "data_dir": str(Path(data_dir if data_dir is not None else path.parent).resolve()),
+        "initial_balance": int(initial_balance),
+    }
+    if topology == "ring":
+        document["channels"] = [[ids[i], ids[(i + 1) % len(ids)]] for i in range(len(ids))] if len(ids) > 1 else []
+    elif isinstance(topology, str):
+        if topology != "mesh":
+            raise ValueError(f"unknown topology {topology!r} (mesh, ring, or a list of [src, dst] pairs)")
+    else:
+        document["channels"] = [list(pair) for pair in topology]
+    document["controller"] = {
+        "host": host,
+        "port": ports[0],
+        "metrics_port": ports[1],
+        "snapshot_deadline_s": float(deadline),
+    }
+    document["nodes"] = []
+    for index, node_id in enumerate(ids):
+        node = {"id": node_id, "host": host, "port": ports[2 + 2 * index], "metrics_port": ports[3 + 2 * index]}
+        if listen_ports and node_id in listen_ports:
+            node["listen_port"] = listen_ports[node_id]
+        document["nodes"].append(node)
+    return write(path, document, comment="Written by snapmesh.config.write_cluster")

@@ -48,7 +48,9 @@ Errors
 Every check happens before any state changes, so a refused input leaves the
 process exactly as it was. `LocalProtocolError` means the caller misused the
 process (a transfer it cannot afford, an unknown destination); the caller
-should report it to its own client. `RemoteProtocolError` means a peer broke
+should report it to its own client. Its `kind` (a `Refusal`) says why, so a
+shell maps refusals to its own error codes with a table, never by reading
+the message. `RemoteProtocolError` means a peer broke
 the protocol (a message on a channel that does not exist, a duplicate marker);
 the caller should treat that channel as faulty.
 """
@@ -67,8 +69,21 @@ class ProtocolError(Exception):
     """Base of every error the state machine raises."""
 
 
+class Refusal(enum.Enum):
+    """Why the caller was refused (`LocalProtocolError.kind`)."""
+
+    INVALID_INPUT = "invalid input"  # a malformed argument: an empty snapshot id, a bad initial balance
+    INVALID_TRANSFER = "invalid transfer"  # no channel to that destination (itself included), or a bad amount
+    INSUFFICIENT_FUNDS = "insufficient funds"  # a valid transfer that the balance does not cover
+    CHANNEL_FULL = "channel full"  # the link below holds its bound of unacknowledged messages (link.ChannelFull)
+
+
 class LocalProtocolError(ProtocolError):
-    """The caller asked for something the protocol forbids."""
+    """The caller asked for something the protocol forbids; `kind` says why."""
+
+    def __init__(self, message: str, kind: Refusal = Refusal.INVALID_INPUT) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class RemoteProtocolError(ProtocolError):
@@ -241,13 +256,15 @@ class Process:
 
     def send_transfer(self, *, dst: str, msg_id: str, amount: int, seq: int = 0) -> list[Effect]:
         """This process pays `amount` to `dst`: its balance drops now."""
+        if dst == self.node_id:
+            raise LocalProtocolError(f"{self.node_id} cannot transfer to itself", Refusal.INVALID_TRANSFER)
         if dst not in self._outgoing:
-            raise LocalProtocolError(f"{self.node_id} has no channel to {dst!r}")
+            raise LocalProtocolError(f"{self.node_id} has no channel to {dst!r}", Refusal.INVALID_TRANSFER)
         if not _is_int(amount) or amount <= 0:
-            raise LocalProtocolError(f"amount must be a positive integer, got {amount!r}")
+            raise LocalProtocolError(f"amount must be a positive integer, got {amount!r}", Refusal.INVALID_TRANSFER)
         if amount > self._balance:
             raise LocalProtocolError(
-                f"{self.node_id} cannot send {amount}: balance is {self._balance}"
+                f"{self.node_id} cannot send {amount}: balance is {self._balance}", Refusal.INSUFFICIENT_FUNDS
             )
         self._balance -= amount
         return [MessageSent(dst=dst, message=Transfer(msg_id=msg_id, amount=amount, seq=seq))]

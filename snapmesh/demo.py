@@ -17,7 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from snapmesh.launcher import ClusterError, LocalCluster, write_config
+from snapmesh.bank.workload import ControllerUnreachable, WorkloadParams, run_workload
+from snapmesh.config import write_cluster
+from snapmesh.supervisor import Cluster, SupervisorError
 
 DEFAULT_DATA_ROOT = Path("data")
 
@@ -43,22 +45,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes < 2:
         print("snapmesh demo: --nodes must be at least 2", file=sys.stderr)
         return 2
-    from services.app.workload import ControllerUnreachable, WorkloadParams, run_workload
 
     data_dir = args.data_dir or DEFAULT_DATA_ROOT / time.strftime("demo-%Y%m%d-%H%M%S")
     if data_dir.exists() and any(data_dir.iterdir()):
         print(f"snapmesh demo: {data_dir} is not empty; give a new --data-dir", file=sys.stderr)
         return 2
     data_dir = data_dir.resolve()
-    config_path = write_config(data_dir / "cluster.toml", nodes=args.nodes, topology="mesh", data_dir=data_dir)
+    config_path = write_cluster(data_dir / "cluster.toml", nodes=args.nodes, topology="mesh", data_dir=data_dir)
     print(f"== snapmesh demo: {args.nodes} nodes, data in {data_dir}")
 
     params = WorkloadParams(duration=args.duration, snapshot_every=args.snapshot_every, seed=args.seed)
     try:
-        with LocalCluster(config_path) as cluster:
+        with Cluster(config_path) as cluster:
             print(f"controller: {cluster.controller_address}  (process logs in {cluster.log_dir})", flush=True)
             summary = run_workload(cluster.controller_address, params, out=sys.stdout)
-    except (ClusterError, ControllerUnreachable) as exc:
+    except (SupervisorError, ControllerUnreachable) as exc:
         print(f"snapmesh demo: {exc}", file=sys.stderr)
         return 1
     print("== cluster stopped")

@@ -29,7 +29,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 # ---- nothing left behind: a process a test started and did not stop fails the run
 
 _BEFORE = pytest.StashKey[dict]()
-_LEAK_MARKERS = ("snapmesh.cli", "bin/snapmesh", "bench.cluster", "prometheus --config.file")
+_LEAK_MARKERS = ("snapmesh.cli", "bin/snapmesh", "bench.cluster", "bench.loadgen", "prometheus --config.file")
 
 
 def _our_processes() -> dict[int, str]:

@@ -9,23 +9,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from snapmesh.launcher import free_ports
+from cluster_helpers import controller_stub, node_stub  # noqa: F401  (re-exported for the deploy tests)
+from snapmesh.ports import free_ports
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE_DIR = REPO / "deploy" / "compose"
@@ -276,103 +275,7 @@ def stop_process(process: subprocess.Popen, timeout: float = 10) -> None:
         process.wait(5)
 
 
-@dataclass
-class LocalCluster:
-    """`snapmesh cluster up` on free loopback ports."""
-
-    process: subprocess.Popen
-    config_path: Path
-    controller: str
-    node_ids: list[str]
-    node_addresses: dict[str, str]
-    metrics: dict[str, str]  # "controller"/node id -> host:port
-    output: list[str] = field(default_factory=list)
-
-    def stop(self) -> None:
-        stop_process(self.process, timeout=20)
-
-
-def write_cluster_config(path: Path, data_dir: Path, nodes: int, *, initial_balance: int = 1000) -> dict[str, Any]:
-    ports = free_ports(2 + 2 * nodes)
-    ids = [f"p{i}" for i in range(1, nodes + 1)]
-    lines = [
-        f'data_dir = "{data_dir}"',
-        f"initial_balance = {initial_balance}",
-        "",
-        "[controller]",
-        'host = "127.0.0.1"',
-        f"port = {ports[0]}",
-        f"metrics_port = {ports[1]}",
-        "snapshot_deadline_s = 10",
-    ]
-    addresses, metrics = {}, {"controller": f"127.0.0.1:{ports[1]}"}
-    for i, node in enumerate(ids):
-        port, metrics_port = ports[2 + 2 * i], ports[3 + 2 * i]
-        lines += ["", "[[nodes]]", f'id = "{node}"', 'host = "127.0.0.1"', f"port = {port}", f"metrics_port = {metrics_port}"]
-        addresses[node] = f"127.0.0.1:{port}"
-        metrics[node] = f"127.0.0.1:{metrics_port}"
-    path.write_text("\n".join(lines) + "\n")
-    return {"controller": f"127.0.0.1:{ports[0]}", "nodes": addresses, "metrics": metrics, "ids": ids}
-
-
-def start_local_cluster(workdir: Path, nodes: int = 4, *, timeout: float = 60) -> LocalCluster:
-    workdir.mkdir(parents=True, exist_ok=True)
-    config_path = workdir / "cluster.toml"
-    layout = write_cluster_config(config_path, workdir / "data", nodes)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("SNAPMESH_DATA_DIR", None)
-    env.pop("SNAPMESH_BIND_HOST", None)
-    process = subprocess.Popen(
-        [SNAPMESH, "cluster", "up", "--config", str(config_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    cluster = LocalCluster(process, config_path, "", layout["ids"], layout["nodes"], layout["metrics"])
-    found = threading.Event()
-
-    def pump() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            cluster.output.append(line.rstrip("\n"))
-            match = re.match(r"controller: (\S+)", line.strip())
-            if match and not found.is_set():
-                cluster.controller = match.group(1)
-                found.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    deadline = time.monotonic() + timeout
-    while not found.wait(0.2):
-        if process.poll() is not None or time.monotonic() > deadline:
-            cluster.stop()
-            tail = "\n".join(cluster.output[-40:])
-            raise RuntimeError(f"`snapmesh cluster up` did not print `controller: HOST:PORT` ({process.returncode}):\n{tail}")
-    return cluster
-
-
 # ---------------------------------------------------------------- gRPC clients
-
-
-# `identity`: a TLS cluster's client identity (snapmesh.security.load_tls_dir); None:
-# plaintext. `server_name`: the certificate name to expect when dialling a container IP.
-
-
-def controller_stub(address: str, identity=None):
-    from snapmesh.security import open_channel
-    from snapmesh.v1 import snapmesh_pb2_grpc
-
-    channel = open_channel(address, identity)
-    return channel, snapmesh_pb2_grpc.ControllerStub(channel)
-
-
-def node_stub(address: str, identity=None, server_name: str | None = None):
-    from snapmesh.security import open_channel
-    from snapmesh.v1 import snapmesh_pb2_grpc
-
-    channel = open_channel(address, identity, server_name=server_name)
-    return channel, snapmesh_pb2_grpc.NodeStub(channel)
 
 
 def trigger_snapshot(address: str, *, wait: bool = True, timeout: float = 60, initiator: str = "", identity=None):

@@ -24,6 +24,16 @@ Two ways to check:
 - `StepChecker`: fed the events one by one in the order they happened (the
   simulator's trace is in that order) and checked after every step; catches a
   violation at the step that causes it.
+
+And for real processes, `check_logs(logs, snapshots, channels=...)`: the
+nodes' transfer logs (read with `node_logs.read_logs`) against the COMPLETE
+snapshots the cluster produced. It runs `check_trace` on the logs (every
+snapshot id in them, finished or not, for safety) and then, per COMPLETE
+snapshot: each recorded balance is the node's `cut` and what its log gives
+before the cut; each channel's in-flight list is exactly the sends before the
+sender's cut minus the receives before the receiver's cut, in seq order, with
+their amounts and seqs; one marker per channel each way; and balances plus
+in-flight equal the total.
 """
 
 from __future__ import annotations
@@ -32,6 +42,8 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from node_logs import log_events
 
 Event = Mapping[str, Any]
 Channel = tuple[str, str]
@@ -533,3 +545,134 @@ class StepChecker:
         for key, count in self.markers_sent.items():
             if count > 1:  # pragma: no cover - feed already refuses this
                 raise InvariantViolation(f"{count} markers for {key[0]} on {_name(key[1])}")
+
+
+# ------------------------------------------------------------ real node logs
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedSnapshot:
+    """What a COMPLETE snapshot recorded, independent of how it was delivered."""
+
+    snapshot_id: str
+    balances: dict[str, int]
+    in_flight: dict[Channel, list[tuple[str, int, int]]]  # (msg_id, amount, seq), in order
+
+    @classmethod
+    def from_proto(cls, snapshot: Any) -> RecordedSnapshot:
+        """From a controller `Snapshot` (snapmesh.v1)."""
+        return cls(
+            snapshot_id=snapshot.snapshot_id,
+            balances={n.node_id: n.balance for n in snapshot.nodes},
+            in_flight={(c.src, c.dst): [(t.msg_id, t.amount, t.seq) for t in c.in_flight] for c in snapshot.channels},
+        )
+
+    @classmethod
+    def from_states(cls, states: Mapping[str, Any]) -> RecordedSnapshot:
+        """From every node's `FullState` report ({node id: FullState})."""
+        (sid,) = {s.snapshot_id for s in states.values()}
+        return cls(
+            snapshot_id=sid,
+            balances={node: s.balance for node, s in states.items()},
+            in_flight={
+                (c.src, c.dst): [(t.msg_id, t.amount, t.seq) for t in c.in_flight]
+                for s in states.values()
+                for c in s.channels
+            },
+        )
+
+
+def check_logs(
+    logs: Mapping[str, list[Mapping[str, Any]]],
+    snapshots: Iterable[RecordedSnapshot | Any],
+    *,
+    channels: Iterable[Channel],
+    total: int | None = None,
+) -> Report:
+    """Check real node logs and the COMPLETE `snapshots` taken while they were
+    written (RecordedSnapshot, or controller Snapshots). `channels`: the
+    topology. `total` defaults to the sum of the logs' `init` balances. Read the
+    logs at rest (no transfer being made), or a receive may outrun the send
+    read before it."""
+    channels = list(channels)
+    recorded = [s if isinstance(s, RecordedSnapshot) else RecordedSnapshot.from_proto(s) for s in snapshots]
+    events: list[Event] = [{"event": "channel", "src": s, "dst": d} for s, d in channels]
+    events += log_events(logs)
+    for snap in recorded:
+        events += [
+            {"event": "channel_recorded", "snapshot": snap.snapshot_id, "src": c[0], "dst": c[1],
+             "msgs": [m for m, _, _ in items], "amounts": [a for _, a, _ in items]}
+            for c, items in snap.in_flight.items()
+        ]
+        events += [{"event": "completed", "node": n, "snapshot": snap.snapshot_id} for n in snap.balances]
+    problems: list[str] = []
+    try:
+        report = check_trace(events, require_complete=False)
+    except InvariantViolation as violation:
+        problems += str(violation).splitlines()
+        report = Report()
+    initial = {node: r["balance"] for node, records in logs.items() for r in records if r.get("kind") == "init"}
+    expected_total = sum(initial.values()) if total is None else total
+    for snap in recorded:
+        problems += _snapshot_against_logs(snap, logs, channels, expected_total)
+    if problems:
+        shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
+        raise InvariantViolation("\n".join(shown))
+    return report
+
+
+def _snapshot_against_logs(
+    snap: RecordedSnapshot, logs: Mapping[str, list[Mapping[str, Any]]], channels: list[Channel], total: int
+) -> list[str]:
+    sid = snap.snapshot_id
+    p: list[str] = []
+    say = p.append
+    if set(snap.balances) != set(logs):
+        say(f"snapshot {sid}: records nodes {sorted(snap.balances)}, the logs are of {sorted(logs)}")
+    if set(snap.in_flight) != set(channels):
+        say(f"snapshot {sid}: records channels {sorted(snap.in_flight)}, the topology has {sorted(channels)}")
+    cut: dict[str, int] = {}
+    for node, records in logs.items():
+        balance = 0
+        for r in records:
+            kind = r.get("kind")
+            if kind == "cut" and r["snapshot_id"] == sid:
+                cut[node] = r["lsn"]
+                if not r["balance"] == balance == snap.balances.get(node):
+                    say(f"snapshot {sid}: {node} recorded {snap.balances.get(node)}, its cut says {r['balance']}, "
+                        f"its log before the cut gives {balance}")
+                break
+            if kind == "init":
+                balance = r["balance"]
+            elif kind == "send":
+                balance -= r["amount"]
+            elif kind == "recv":
+                balance += r["amount"]
+        else:
+            say(f"snapshot {sid}: no cut record in {node}'s log")
+    if p:
+        return p
+
+    def before_cut(node: str, kind: str, peer_field: str, peer: str) -> list[Mapping[str, Any]]:
+        return [r for r in logs[node] if r.get("kind") == kind and r[peer_field] == peer and r["lsn"] < cut[node]]
+
+    for src, dst in channels:
+        channel = _name((src, dst))
+        received = {r["msg_id"] for r in before_cut(dst, "recv", "src", src)}
+        expected = [(r["msg_id"], r["amount"], r["seq"]) for r in before_cut(src, "send", "dst", dst)
+                    if r["msg_id"] not in received]
+        got = snap.in_flight.get((src, dst), [])
+        if got != expected:
+            say(f"snapshot {sid}: {channel} in flight {got}; sent before {src}'s cut and not received before "
+                f"{dst}'s cut: {expected}")
+        sent = [r for r in logs[src] if r.get("kind") == "marker_sent" and r["snapshot_id"] == sid and r["dst"] == dst]
+        got_markers = [r for r in logs[dst] if r.get("kind") == "marker_recv" and r["snapshot_id"] == sid
+                       and r["src"] == src]
+        if len(sent) != 1 or len(got_markers) != 1:
+            say(f"snapshot {sid}: {channel} carried {len(sent)} markers out and {len(got_markers)} in, expected one")
+        elif sent[0]["lsn"] < cut[src]:
+            say(f"snapshot {sid}: {src} sent the marker on {channel} before its cut")
+    recorded_total = sum(snap.balances.values()) + sum(a for items in snap.in_flight.values() for _, a, _ in items)
+    if recorded_total != total:
+        say(f"snapshot {sid}: balances + in flight = {recorded_total}, the total is {total}")
+    return p

@@ -14,10 +14,14 @@ import time
 import grpc
 import pytest
 
-from cluster_helpers import Load, check_against_logs, controller_stub, read_logs
+from cluster_helpers import controller_stub
+from invariants import check_logs
+from node_logs import read_logs
 from snapmesh import config
-from snapmesh.launcher import LocalCluster, write_config
+from snapmesh.config import write_cluster
+from snapmesh.load import BackgroundLoad
 from snapmesh.security import write_certs
+from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -33,15 +37,23 @@ def tls(request) -> bool:
 
 @pytest.fixture()
 def make_cluster(tmp_path, tls):
-    def make(tmp_path, **options) -> LocalCluster:
+    def make(tmp_path, **options) -> Cluster:
         options.setdefault("deadline", DEADLINE_S)
-        path = write_config(tmp_path / "cluster.toml", **options)
+        path = write_cluster(tmp_path / "cluster.toml", **options)
         if not tls:
-            return LocalCluster(path)
+            return Cluster(path)
         write_certs(config.load(path), tmp_path / "tls")
-        return LocalCluster(path, tls_dir=tmp_path / "tls")
+        return Cluster(path, tls_dir=tmp_path / "tls")
 
     return make
+
+
+def check_against_logs(cluster: Cluster, snapshots: list[pb.Snapshot]) -> None:
+    """The one checker (tests/invariants.py): the nodes' logs against every snapshot."""
+    logs = read_logs(cluster.data_dir, cluster.node_ids)
+    report = check_logs(logs, snapshots, channels=cluster.config.topology.channels,
+                        total=cluster.config.expected_total)
+    assert report.transfers > 0 and len(report.snapshots) >= len(snapshots)
 
 
 def trigger_all(stub, initiators, timeout: float = 30) -> list[pb.Snapshot]:
@@ -69,7 +81,7 @@ def trigger_all(stub, initiators, timeout: float = 30) -> list[pb.Snapshot]:
     return snapshots
 
 
-def assert_complete_and_conserved(snapshot: pb.Snapshot, cluster: LocalCluster) -> None:
+def assert_complete_and_conserved(snapshot: pb.Snapshot, cluster: Cluster) -> None:
     assert snapshot.status == COMPLETE, f"{snapshot.snapshot_id}: {snapshot.reason}"
     assert snapshot.conserved and snapshot.total == cluster.config.expected_total, snapshot
     assert [n.node_id for n in snapshot.nodes] == list(cluster.config.topology.nodes)
@@ -79,38 +91,34 @@ def assert_complete_and_conserved(snapshot: pb.Snapshot, cluster: LocalCluster) 
 def test_concurrent_snapshots_from_every_initiator_under_load_are_complete_and_consistent(tmp_path, make_cluster):
     with make_cluster(tmp_path, nodes=4, initial_balance=1000) as cluster:
         channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
-        with channel, Load(cluster, seed=11) as load:
+        with channel, BackgroundLoad.for_cluster(cluster, seed=11, batch=20, max_amount=20, interval=0.01) as load:
             time.sleep(0.5)
             snapshots = []
             for _ in range(3):
                 snapshots += trigger_all(stub, ["p1", "p2", "p3", "p4", "p1"])
                 time.sleep(0.2)
             load.stop()
-            assert load.made > 100, (load.made, load.errors)
+            assert load.stats.accepted > 100, load.stats
         assert len({s.snapshot_id for s in snapshots}) == 15
         for snapshot in snapshots:
             assert_complete_and_conserved(snapshot, cluster)
         assert any(c.in_flight for s in snapshots for c in s.channels), "the load never left money in flight"
-        logs = read_logs(cluster.config.data_dir, cluster.node_ids)
-        for snapshot in snapshots:
-            check_against_logs(snapshot, logs)
+        check_against_logs(cluster, snapshots)
 
 
 def test_a_ring_cluster_takes_consistent_snapshots_under_load(tmp_path, make_cluster):
     with make_cluster(tmp_path, nodes=4, topology="ring", initial_balance=500) as cluster:
         channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
-        with channel, Load(cluster, seed=5, max_amount=10) as load:
+        with channel, BackgroundLoad.for_cluster(cluster, seed=5, batch=20, max_amount=10, interval=0.01) as load:
             time.sleep(0.3)
             snapshots = trigger_all(stub, ["p1", "p3"])
             snapshots += trigger_all(stub, ["p2", "p4", "p2"])
             load.stop()
-        assert load.made > 0
+        assert load.stats.accepted > 0
         for snapshot in snapshots:
             assert_complete_and_conserved(snapshot, cluster)
             assert len(snapshot.channels) == 4
-        logs = read_logs(cluster.config.data_dir, cluster.node_ids)
-        for snapshot in snapshots:
-            check_against_logs(snapshot, logs)
+        check_against_logs(cluster, snapshots)
 
 
 def test_a_stopped_node_fails_the_snapshot_at_the_deadline_and_the_next_one_completes(tmp_path, make_cluster):
@@ -139,7 +147,7 @@ def test_a_stopped_node_fails_the_snapshot_at_the_deadline_and_the_next_one_comp
 def test_the_app_runs_against_a_cluster_and_every_snapshot_is_conserved(tmp_path, make_cluster):
     import io
 
-    from services.app.workload import WorkloadParams, run_workload
+    from snapmesh.bank.workload import WorkloadParams, run_workload
 
     with make_cluster(tmp_path, nodes=3, initial_balance=300) as cluster:
         out = io.StringIO()
@@ -156,7 +164,7 @@ def test_the_app_exits_2_with_a_clear_message_when_the_controller_is_unreachable
     import subprocess
     import sys
 
-    from snapmesh.launcher import free_ports
+    from snapmesh.ports import free_ports
 
     [port] = free_ports(1)
     result = subprocess.run(

@@ -14,7 +14,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from cluster_helpers import controller_stub
-from snapmesh.launcher import LocalCluster, write_config
+from snapmesh.config import write_cluster
+from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -26,8 +27,8 @@ COMPLETE, FAILED, IN_PROGRESS = pb.Snapshot.COMPLETE, pb.Snapshot.FAILED, pb.Sna
 def cluster(tmp_path_factory):
     """Three nodes and a controller, with a deadline long enough that a snapshot
     held up by a stopped node stays IN_PROGRESS for the whole test."""
-    path = write_config(tmp_path_factory.mktemp("svc") / "cluster.toml", nodes=3, deadline=60)
-    with LocalCluster(path) as running:
+    path = write_cluster(tmp_path_factory.mktemp("svc") / "cluster.toml", nodes=3, deadline=60)
+    with Cluster(path) as running:
         yield running
 
 
@@ -144,6 +145,26 @@ def test_metrics_count_finished_snapshots_and_their_durations(cluster, stub):
     assert "snapmesh_snapshots_in_progress" in text
 
 
+def test_a_complete_snapshot_carries_flink_style_stats_also_as_histograms(cluster, stub):
+    snapshot = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=30)
+    stats = snapshot.stats
+    assert sorted(n.node_id for n in stats.nodes) == ["p1", "p2", "p3"]
+    for node in stats.nodes:
+        assert node.start_delay_ms > 0 and node.recording_duration_ms >= 0 and node.report_time_ms > 0, node
+        assert node.start_delay_ms + node.recording_duration_ms + node.report_time_ms <= (
+            stats.end_to_end_duration_ms + 1
+        )
+    assert stats.end_to_end_duration_ms == pytest.approx(
+        (snapshot.finished_at.ToNanoseconds() - snapshot.started_at.ToNanoseconds()) / 1e6
+    )
+    assert stats.state_size_bytes > 0
+    assert stats.in_flight_messages == sum(len(c.in_flight) for c in snapshot.channels)
+    text = urllib.request.urlopen(f"http://{cluster.config.controller.metrics_address}/metrics", timeout=5).read().decode()
+    for name in ("start_delay_ms", "recording_duration_ms", "report_time_ms", "end_to_end_duration_ms"):
+        count = next(line for line in text.splitlines() if line.startswith(f"snapmesh_snapshot_{name}_count"))
+        assert float(count.split()[-1]) >= 1, name
+
+
 # ---------------------------------------------- bad arguments change nothing
 
 
@@ -196,13 +217,17 @@ def test_malformed_reports_are_invalid_and_leave_the_snapshot_unchanged(cluster,
     assert after == before and after.status == IN_PROGRESS and not after.nodes
 
 
-def test_a_second_report_from_a_node_already_exists(cluster, stub, held_snapshot):
+def test_a_repeated_report_is_ok_when_identical_and_already_exists_when_it_conflicts(cluster, stub, held_snapshot):
     sid = held_snapshot.snapshot_id
     stub.ReportState(full_state(cluster, sid, "p2"), timeout=5)
     before = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5)
     assert [n.node_id for n in before.nodes] == ["p2"]
+    # a node retrying after a lost answer: accepted, nothing changes
+    assert stub.ReportState(full_state(cluster, sid, "p2"), timeout=5) == pb.ReportStateResponse()
+    assert stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5) == before
     error = rpc_error(stub.ReportState, full_state(cluster, sid, "p2", balance=5), timeout=5)
     assert error.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert "p2" in error.details() and sid in error.details()
     assert stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5) == before
 
 
@@ -212,8 +237,8 @@ def test_a_second_report_from_a_node_already_exists(cluster, stub, held_snapshot
 @pytest.fixture
 def lone_controller(tmp_path):
     """A controller whose nodes were never started."""
-    path = write_config(tmp_path / "cluster.toml", nodes=2, deadline=5)
-    lone = LocalCluster(path)
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2, deadline=5)
+    lone = Cluster(path)
     try:
         lone.start_controller()
         yield lone
@@ -234,8 +259,8 @@ def test_an_unreachable_initiator_fails_the_snapshot_with_that_reason(lone_contr
 
 
 def test_interval_takes_periodic_snapshots(tmp_path):
-    path = write_config(tmp_path / "cluster.toml", nodes=2, deadline=5)
-    periodic = LocalCluster(path, controller_args=["--interval", "0.3"])
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2, deadline=5)
+    periodic = Cluster(path, controller_args=["--interval", "0.3"])
     try:
         periodic.start_controller()
         channel, stub = controller_stub(periodic.controller_address)
@@ -260,7 +285,12 @@ def test_finished_snapshots_survive_a_controller_restart_and_a_corrupt_file_is_s
         finished_before = [s for s in listed(stub) if s.status != IN_PROGRESS]
 
     snapshots_dir = cluster.config.snapshots_dir
-    on_disk = json.loads((snapshots_dir / f"{complete.snapshot_id}.json").read_text())
+    exported = snapshots_dir / f"{complete.snapshot_id}.json"
+    deadline = time.monotonic() + 10
+    while not exported.exists():  # written in the background, off the reply path
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    on_disk = json.loads(exported.read_text())
     assert on_disk["snapshot_id"] == complete.snapshot_id and on_disk["status"] == "COMPLETE"
     assert "expected_total" in on_disk and "finished_at" in on_disk  # snake_case names
     assert not list(snapshots_dir.glob(".*.tmp"))
@@ -268,7 +298,7 @@ def test_finished_snapshots_survive_a_controller_restart_and_a_corrupt_file_is_s
     corrupt.write_text("{ not json")
 
     assert cluster.stop_controller() == 0
-    cluster.start_controller()
+    cluster.start_controller()  # on the same data dir: its snapshots/ are read back
     channel, stub = controller_stub(cluster.controller_address)
     with channel:
         after = {s.snapshot_id: s for s in listed(stub)}

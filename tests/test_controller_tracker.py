@@ -11,6 +11,7 @@ from services.controller.tracker import (
     DuplicateReport,
     InvalidReport,
     NotInProgress,
+    Now,
     Tracker,
     TrackerMisuse,
     UnknownSnapshot,
@@ -21,7 +22,12 @@ from snapmesh.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 NODES = ("p1", "p2", "p3")
-T0 = 1_700_000_000.0
+T0 = 1_700_000_000.0  # wall clock
+MONO0 = 50.0  # the monotonic clock: deadlines count from it, never from the wall
+
+
+def at(dt: float = 0.0) -> Now:
+    return Now(mono=MONO0 + dt, wall=T0 + dt)
 
 
 def tracker(channels=None, deadline_s: float = 5.0, balance: int = 100) -> Tracker:
@@ -43,12 +49,12 @@ def state(t: Tracker, sid: str, node: str, balance: int, in_flight: dict[str, li
 
 def test_a_snapshot_completes_when_every_node_reported_and_lists_the_whole_topology():
     t = tracker()
-    started = t.start("s1", "p2", T0)
+    started = t.start("s1", "p2", at())
     assert started.status == IN_PROGRESS and started.initiator == "p2" and started.expected_total == 300
     assert t.in_progress == 1
-    assert t.report(state(t, "s1", "p3", 80, {"p1": [5, 15]}), T0 + 0.1).status == IN_PROGRESS
-    assert t.report(state(t, "s1", "p1", 100), T0 + 0.2).status == IN_PROGRESS
-    done = t.report(state(t, "s1", "p2", 100), T0 + 0.25)
+    assert t.report(state(t, "s1", "p3", 80, {"p1": [5, 15]}), at(0.1)).snapshot.status == IN_PROGRESS
+    assert t.report(state(t, "s1", "p1", 100), at(0.2)).snapshot.status == IN_PROGRESS
+    done = t.report(state(t, "s1", "p2", 100), at(0.25)).snapshot
 
     assert done.status == COMPLETE and done.reason == ""
     assert [(n.node_id, n.balance) for n in done.nodes] == [("p1", 100), ("p2", 100), ("p3", 80)]
@@ -63,51 +69,51 @@ def test_a_snapshot_completes_when_every_node_reported_and_lists_the_whole_topol
 
 def test_a_total_that_differs_from_the_money_in_the_system_is_not_conserved():
     t = tracker()
-    t.start("s1", "p1", T0)
-    t.report(state(t, "s1", "p1", 100), T0)
-    t.report(state(t, "s1", "p2", 100, {"p3": [7]}), T0)
-    done = t.report(state(t, "s1", "p3", 100), T0)
+    t.start("s1", "p1", at())
+    t.report(state(t, "s1", "p1", 100), at())
+    t.report(state(t, "s1", "p2", 100, {"p3": [7]}), at())
+    done = t.report(state(t, "s1", "p3", 100), at()).snapshot
     assert done.status == COMPLETE and done.total == 307 and not done.conserved
     assert "307" in done.reason and "300" in done.reason
 
 
 def test_a_ring_snapshot_has_one_channel_per_node():
     t = tracker(channels=[["p1", "p2"], ["p2", "p3"], ["p3", "p1"]])
-    t.start("s1", "p1", T0)
+    t.start("s1", "p1", at())
     for node in NODES:
-        done = t.report(state(t, "s1", node, 100), T0)
+        done = t.report(state(t, "s1", node, 100), at()).snapshot
     assert done.status == COMPLETE and done.conserved
     assert [(c.src, c.dst) for c in done.channels] == [("p1", "p2"), ("p2", "p3"), ("p3", "p1")]
 
 
 def test_deadline_expiry_fails_the_snapshot_naming_the_nodes_that_did_not_report():
     t = tracker(deadline_s=3.0)
-    t.start("s1", "p1", T0)
-    t.start("s2", "p3", T0 + 1)
-    t.report(state(t, "s1", "p2", 100), T0 + 0.5)
-    assert t.next_deadline() == T0 + 3.0
-    assert t.expire(T0 + 2.999) == []
+    t.start("s1", "p1", at())
+    t.start("s2", "p3", at(1))
+    t.report(state(t, "s1", "p2", 100), at(0.5))
+    assert t.next_deadline() == at(3.0).mono
+    assert t.expire(at(2.999)) == []
 
-    [failed] = t.expire(T0 + 3.0)
+    [failed] = t.expire(at(3.0))
     assert failed.snapshot_id == "s1" and failed.status == FAILED
     assert "p1" in failed.reason and "p3" in failed.reason and "p2" not in failed.reason
     assert "3s" in failed.reason
-    assert failed.finished_at.seconds == int(T0 + 3.0)
+    assert failed.finished_at.seconds == int(at(3.0).wall)
     assert t.get("s1").status == FAILED
-    assert t.get("s2").status == IN_PROGRESS and t.next_deadline() == T0 + 4.0
+    assert t.get("s2").status == IN_PROGRESS and t.next_deadline() == at(4.0).mono
     # A late report for a failed snapshot is refused, and changes nothing.
     with pytest.raises(NotInProgress):
-        t.report(state(t, "s1", "p1", 100), T0 + 3.5)
+        t.report(state(t, "s1", "p1", 100), at(3.5))
     assert t.get("s1") == failed
 
 
 def test_several_snapshots_in_progress_at_once_are_independent():
     t = tracker()
     for sid, initiator in (("a", "p1"), ("b", "p2"), ("c", "p3")):
-        t.start(sid, initiator, T0)
+        t.start(sid, initiator, at())
     assert t.in_progress == 3
     for node in NODES:
-        t.report(state(t, "b", node, 100), T0 + 1)
+        t.report(state(t, "b", node, 100), at(1))
     assert t.get("b").status == COMPLETE
     assert t.get("a").status == IN_PROGRESS and t.get("c").status == IN_PROGRESS
     assert [s.snapshot_id for s in t.all()] == ["a", "b", "c"]
@@ -115,12 +121,12 @@ def test_several_snapshots_in_progress_at_once_are_independent():
 
 def test_fail_is_final_and_ignores_finished_or_unknown_snapshots():
     t = tracker()
-    t.start("s1", "p1", T0)
-    failed = t.fail("s1", "initiator p1 unreachable", T0 + 0.1)
+    t.start("s1", "p1", at())
+    failed = t.fail("s1", "initiator p1 unreachable", at(0.1))
     assert failed.status == FAILED and failed.reason == "initiator p1 unreachable"
-    assert t.fail("s1", "again", T0 + 0.2) is None
-    assert t.fail("nope", "x", T0) is None
-    assert t.expire(T0 + 100) == []
+    assert t.fail("s1", "again", at(0.2)) is None
+    assert t.fail("nope", "x", at()) is None
+    assert t.expire(at(100)) == []
 
 
 @pytest.mark.parametrize(
@@ -140,40 +146,117 @@ def test_fail_is_final_and_ignores_finished_or_unknown_snapshots():
 )
 def test_a_bad_report_is_refused_with_a_typed_error_and_changes_nothing(mutate, error, words):
     t = tracker()
-    t.start("s1", "p1", T0)
+    t.start("s1", "p1", at())
     before = t.get("s1")
     report = state(t, "s1", "p1", 100)  # p1's incoming channels: p2->p1, p3->p1
     mutate(report)
     with pytest.raises(error, match=words):
-        t.report(report, T0 + 1)
+        t.report(report, at(1))
     assert t.get("s1") == before
     # The good report is still accepted afterwards.
-    t.report(state(t, "s1", "p1", 100), T0 + 1)
+    t.report(state(t, "s1", "p1", 100), at(1))
 
 
-def test_a_duplicate_report_is_refused():
+def test_an_identical_repeat_of_a_report_is_accepted_and_changes_nothing():
+    """Defect 10: a node retrying after a lost answer sends the same FullState again."""
     t = tracker()
-    t.start("s1", "p1", T0)
-    t.report(state(t, "s1", "p1", 100), T0)
-    before = t.get("s1")
-    with pytest.raises(DuplicateReport, match="p1"):
-        t.report(state(t, "s1", "p1", 90), T0)
-    assert t.get("s1") == before
+    t.start("s1", "p1", at())
+    first = t.report(state(t, "s1", "p1", 100, {"p2": [4]}), at(0.1))
+    assert not first.duplicate
+    again = t.report(state(t, "s1", "p1", 100, {"p2": [4]}), at(0.2))
+    assert again.duplicate and again.snapshot == first.snapshot == t.get("s1")
     for node in ("p2", "p3"):
-        t.report(state(t, "s1", node, 100), T0)
-    with pytest.raises(DuplicateReport, match="complete"):
-        t.report(state(t, "s1", "p2", 100), T0)
+        done = t.report(state(t, "s1", node, 100 - 4 * (node == "p2")), at(0.3)).snapshot
+    assert done.status == COMPLETE and done.conserved
+    # and once the snapshot is COMPLETE too: the answer to the last report may be the one lost
+    late = t.report(state(t, "s1", "p1", 100, {"p2": [4]}), at(9))
+    assert late.duplicate and late.snapshot == done == t.get("s1")
+
+
+@pytest.mark.parametrize("complete_first", [False, True])
+def test_a_conflicting_repeat_is_refused_naming_the_node_and_snapshot(complete_first):
+    t = tracker()
+    t.start("s1", "p1", at())
+    t.report(state(t, "s1", "p1", 100, {"p2": [4]}), at())
+    if complete_first:
+        for node in ("p2", "p3"):
+            t.report(state(t, "s1", node, 100), at())
+    before = t.get("s1")
+    for conflicting in (state(t, "s1", "p1", 90, {"p2": [4]}), state(t, "s1", "p1", 100, {"p2": [5]})):
+        with pytest.raises(DuplicateReport, match=r"node 'p1' already reported snapshot 's1'.*different"):
+            t.report(conflicting, at(1))
+    assert t.get("s1") == before
+
+
+def test_deadlines_follow_the_monotonic_clock_not_the_wall_clock():
+    t = tracker(deadline_s=3.0)
+    t.start("s1", "p1", Now(mono=10.0, wall=T0))
+    # the wall clock jumps a day ahead: no deadline fires
+    assert t.expire(Now(mono=11.0, wall=T0 + 86_400)) == []
+    # the wall clock steps back: the deadline still fires on time
+    [failed] = t.expire(Now(mono=13.0, wall=T0 - 3600))
+    assert failed.status == FAILED and "deadline of 3s" in failed.reason
+
+
+def test_after_a_restart_an_unfinished_snapshot_completes_from_reports_or_fails_as_controller_restarted():
+    t = tracker(deadline_s=3.0)
+    for sid in ("a", "b"):  # as taken back from the journal
+        t.start(sid, "p1", at())
+        t.report(state(t, sid, "p1", 100), at(0.1))
+    restart = at(100)
+    assert t.restarted(restart) == ["a", "b"]
+    assert t.next_deadline() == restart.mono + 3.0
+    for node in ("p2", "p3"):  # the nodes re-send what was never acknowledged
+        done = t.report(state(t, "a", node, 100), at(101)).snapshot
+    assert done.status == COMPLETE and done.conserved
+    assert t.expire(at(102.9)) == []
+    [failed] = t.expire(at(103))
+    assert failed.snapshot_id == "b" and failed.status == FAILED
+    assert failed.reason.startswith("controller restarted")
+    assert "p2, p3" in failed.reason and "p1" not in failed.reason.split("from")[1]
+
+
+def test_stats_in_flinks_vocabulary_per_node_and_per_snapshot():
+    t = tracker()
+    t.start("s1", "p1", at())
+    trigger_ns = int(T0 * 1e9)
+    reports = {"p1": (100, {}), "p2": (90, {"p1": [4, 6]}), "p3": (100, {})}
+    for i, (node, (balance, in_flight)) in enumerate(reports.items()):
+        report = state(t, "s1", node, balance, in_flight)
+        report.cut_at_unix_ns = trigger_ns + (i + 1) * 1_000_000  # cut 1, 2, 3 ms after the trigger
+        report.done_at_unix_ns = report.cut_at_unix_ns + 10_000_000  # last marker 10 ms later
+        done = t.report(report, at(0.02 + i * 0.001)).snapshot  # received 7 ms after done
+    stats = done.stats
+    assert [n.node_id for n in stats.nodes] == ["p1", "p2", "p3"]
+    for i, n in enumerate(stats.nodes):
+        assert n.start_delay_ms == pytest.approx(i + 1, abs=1e-3)
+        assert n.recording_duration_ms == pytest.approx(10, abs=1e-3)
+        assert n.report_time_ms == pytest.approx(9, abs=1e-2)
+    p2 = stats.nodes[1]
+    assert p2.in_flight_messages == 2 and p2.in_flight_bytes > 0
+    assert stats.in_flight_messages == 2 and stats.in_flight_bytes == p2.in_flight_bytes
+    assert stats.end_to_end_duration_ms == pytest.approx(22, abs=1e-3)
+    assert stats.state_size_bytes > stats.in_flight_bytes
+    assert stats.nodes[2].ack_timestamp.ToNanoseconds() == done.finished_at.ToNanoseconds()
+
+
+def test_a_report_without_node_times_gives_zero_times_not_nonsense():
+    t = tracker()
+    t.start("s1", "p1", at())
+    t.report(state(t, "s1", "p1", 100), at(0.5))
+    [n] = t.get("s1").stats.nodes
+    assert (n.start_delay_ms, n.recording_duration_ms, n.report_time_ms) == (0, 0, 0)
 
 
 def test_caller_misuse_is_its_own_error():
     t = tracker()
-    t.start("s1", "p1", T0)
+    t.start("s1", "p1", at())
     with pytest.raises(TrackerMisuse):
-        t.start("s1", "p2", T0)
+        t.start("s1", "p2", at())
     with pytest.raises(TrackerMisuse):
-        t.start("s2", "p9", T0)
+        t.start("s2", "p9", at())
     with pytest.raises(TrackerMisuse):
-        t.start("", "p1", T0)
+        t.start("", "p1", at())
     with pytest.raises(UnknownSnapshot):
         t.get("nope")
     assert [s.snapshot_id for s in t.all()] == ["s1"]
@@ -183,7 +266,7 @@ def test_restored_snapshots_are_served_and_listed_in_id_order():
     t = tracker()
     old = pb.Snapshot(snapshot_id="a-old", initiator="p1", status=COMPLETE, total=300, conserved=True)
     t.restore(old)
-    t.start("b-new", "p2", T0)
+    t.start("b-new", "p2", at())
     assert [s.snapshot_id for s in t.all()] == ["a-old", "b-new"]
     assert t.get("a-old") == old
     with pytest.raises(TrackerMisuse):

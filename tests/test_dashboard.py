@@ -1,7 +1,7 @@
 """The Grafana dashboard against a real Prometheus: every PromQL expression in
 deploy/compose/grafana/dashboards/snapmesh.json returns data.
 
-Starts `snapmesh cluster up` (4 nodes on free loopback ports), Debian's
+Starts a 4-node cluster on free loopback ports (the supervisor), Debian's
 Prometheus on loopback scraping it every second (apt-get installs it when
 missing), drives transfers and snapshots with `snapmesh app`, then evaluates
 each expression through Prometheus' HTTP API.
@@ -23,12 +23,13 @@ from helpers_deploy import (
     dashboard_exprs,
     log,
     prometheus_bin,
-    start_local_cluster,
     start_prometheus,
     status_name,
     trigger_snapshot,
     wait_for,
 )
+from snapmesh.config import write_cluster
+from snapmesh.supervisor import Cluster
 
 pytestmark = pytest.mark.cluster
 
@@ -80,12 +81,13 @@ def test_prometheus_yml_is_valid_for_promtool():
 
 @pytest.fixture
 def cluster_and_prometheus(tmp_path):
-    cluster = start_local_cluster(tmp_path / "cluster")
+    cluster = Cluster(write_cluster(tmp_path / "cluster" / "cluster.toml", nodes=4, data_dir=tmp_path / "cluster" / "data"))
     prometheus = None
     try:
+        cluster.start()
         targets = {
-            "snapmesh-controller": [cluster.metrics["controller"]],
-            "snapmesh-nodes": [cluster.metrics[node] for node in cluster.node_ids],
+            "snapmesh-controller": [cluster.config.controller.metrics_address],
+            "snapmesh-nodes": [n.metrics_address for n in cluster.config.nodes],
         }
         prometheus = start_prometheus(targets, tmp_path)
         yield cluster, prometheus
@@ -121,14 +123,14 @@ def test_every_dashboard_expression_returns_data(cluster_and_prometheus):
 
     # Load and snapshots: the app moves money and snapshots every second...
     app = subprocess.run(
-        [SNAPMESH, "app", "--controller", cluster.controller, "--duration", "12",
+        [SNAPMESH, "app", "--controller", cluster.controller_address, "--duration", "12",
          "--transfer-interval", "0.05", "--snapshot-every", "1", "--seed", "5"],
         capture_output=True, text=True, timeout=90,
     )
     assert app.returncode == 0, app.stdout[-3000:] + app.stderr[-3000:]
     # ... and a few more through the controller's API.
     for _ in range(3):
-        snapshot = trigger_snapshot(cluster.controller, wait=True, timeout=30)
+        snapshot = trigger_snapshot(cluster.controller_address, wait=True, timeout=30)
         assert status_name(snapshot) == "COMPLETE" and snapshot.conserved, snapshot
 
     empty = {}

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster_helpers import port_is_free
 from snapmesh import config as cluster_config
-from snapmesh.launcher import write_config
+from snapmesh.config import write_cluster
+from snapmesh.ports import port_is_free
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
@@ -130,7 +130,7 @@ def test_cluster_up_prints_one_line_and_sigterm_stops_every_child(launched, tmp_
 
 
 def test_ctrl_c_stops_a_cluster_started_from_a_config_file(launched, tmp_path):
-    path = write_config(tmp_path / "ring.toml", nodes=3, topology="ring")
+    path = write_cluster(tmp_path / "ring.toml", nodes=3, topology="ring")
     proc = launched("--config", str(path), "--data-dir", str(tmp_path / "elsewhere"))
     assert read_line(proc, 60).startswith("controller: ")
     children = launched.remember(proc)
@@ -155,7 +155,7 @@ def test_children_die_when_the_launcher_is_sigkilled(launched, tmp_path):
 
 
 def test_a_malformed_config_exits_2_naming_the_field(launched, tmp_path):
-    path = write_config(tmp_path / "bad.toml", nodes=2)
+    path = write_cluster(tmp_path / "bad.toml", nodes=2)
     path.write_text(path.read_text().replace("initial_balance = 1000", 'initial_balance = "lots"'))
     proc = launched("--config", str(path))
     out, err = proc.communicate(timeout=30)
@@ -176,7 +176,7 @@ def test_bad_arguments_exit_2(args):
 
 
 def test_a_node_that_cannot_start_stops_the_rest_and_exits_1(launched, tmp_path):
-    path = write_config(tmp_path / "cluster.toml", nodes=2)
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2)
     cfg = cluster_config.load(path)
     import socket
 

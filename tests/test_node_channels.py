@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +17,7 @@ from services.node.channels import (
     backoff_delay,
 )
 from services.node.metrics import NodeMetrics
-from services.node.recovery import OutboxEntry
-from services.node.translog import TransferLog
+from snapmesh.link import Entry
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -33,35 +31,37 @@ def test_backoff_doubles_from_100ms_to_a_2s_cap_with_jitter() -> None:
         assert len(set(delays)) > 1
 
 
-def test_sender_states_follow_the_table_and_closed_refuses_messages(tmp_path: Path) -> None:
+def test_sender_states_follow_the_table_and_closed_refuses_frames() -> None:
     async def go() -> None:
-        log = TransferLog(tmp_path / "p1.log.jsonl", "p1", last_lsn=0)
+        calls: list[tuple] = []
         channel = OutgoingChannel(
-            src="p1", dst="p2", address="127.0.0.1:1", log_=log, metrics=NodeMetrics("p1"),
-            next_seq=4, outbox=[OutboxEntry(seq=2, amount=5, snapshot_id=""), OutboxEntry(seq=3, amount=0, snapshot_id="s")],
+            src="p1", dst="p2", address="127.0.0.1:1", metrics=NodeMetrics("p1"),
+            on_open=lambda *a: calls.append(("open", *a)), on_ack=lambda *a: calls.append(("ack", *a)),
+            on_lost=lambda *a: calls.append(("lost", *a)),
         )
         assert channel.state is SenderState.IDLE
-        assert channel.acked_seq == 1 and channel.unacked == 2
         with pytest.raises(RuntimeError, match="idle -> open is not a transition"):
             channel._set(SenderState.OPEN)
-        channel.enqueue_transfer(4, 1, 9)
-        assert channel.next_seq == 5 and channel.unacked == 3
+        channel.push(0, (Entry(1, 5, ""),))  # the current stream's frames are queued
+        channel.push(7, (Entry(2, 5, ""),))  # another stream's are dropped
+        assert len(channel._frames) == 1
         await channel.close()
         assert channel.state is SenderState.CLOSED
         with pytest.raises(ChannelClosedError):
-            channel.enqueue_marker(5, 2, "s2")
+            channel.push(0, (Entry(3, 0, "s2"),))
         with pytest.raises(RuntimeError, match="closed -> connecting"):
             channel._set(SenderState.CONNECTING)
-        await log.close()
+        assert calls == []
 
     asyncio.run(go())
 
 
 def test_a_newer_stream_supersedes_the_older_one() -> None:
     async def go() -> None:
-        rx = IncomingChannel(src="p2", dst="p1", last_seq=0)
+        rx = IncomingChannel(src="p2", dst="p1")
         first = rx.claim()
         second = rx.claim()
+        assert rx.epoch == 2  # each stream is a new epoch; the node fences older ones
         assert first.done() and "superseded" in first.result()
         assert rx.owned_by(second) and not rx.owned_by(first)
         rx.release(first)  # the old stream ending does not release the new one

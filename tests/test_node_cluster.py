@@ -11,7 +11,9 @@ import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from node_harness import Cluster, Load, check_snapshot, money_check, port_is_free
+from node_harness import Cluster, port_is_free
+from node_logs import money_check
+from snapmesh.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -53,7 +55,7 @@ def test_transfers_move_money_and_are_logged_on_both_sides(mesh: Cluster) -> Non
 
 
 def test_markers_flow_and_snapshots_are_consistent_under_load(mesh: Cluster) -> None:
-    with Load(mesh, batch=100) as load:
+    with BackgroundLoad.for_cluster(mesh, batch=100, max_amount=5) as load:
         time.sleep(0.5)
         mesh.stub("p1").StartSnapshot(pb.StartSnapshotRequest(snapshot_id="s1"), timeout=5)
         time.sleep(0.3)
@@ -63,10 +65,9 @@ def test_markers_flow_and_snapshots_are_consistent_under_load(mesh: Cluster) -> 
         mesh.stub("p1").StartSnapshot(pb.StartSnapshotRequest(snapshot_id="s3"), timeout=5)
         states = {sid: mesh.sink.wait_for(sid, {"p1", "p2", "p3"}) for sid in ("s1", "s2", "s3")}
         time.sleep(0.3)
-    assert load.accepted > 500, load.accepted
+    assert load.stats.accepted > 500, load.stats.accepted
     logs = mesh.wait_settled()
-    for state in states.values():
-        check_snapshot(logs, state, mesh.total)
+    mesh.check_snapshots(logs, *states.values())
     for node_id, records in logs.items():
         kinds = [r["kind"] for r in records]
         assert kinds.count("cut") == 3, node_id

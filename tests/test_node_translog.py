@@ -11,9 +11,10 @@ import pytest
 
 import grpc
 
-from node_harness import NodeProcess, run_node_once, write_config
+from node_harness import cluster_file, run_node_once
 from services.node.recovery import CorruptLogError, OutboxEntry, recover
 from services.node.translog import TransferLog
+from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -124,7 +125,7 @@ def test_recovery_rebuilds_balance_positions_outbox_and_abandoned(tmp_path: Path
     assert state.last_lsn == 12
     assert state.next_seq == {"p2": 4, "p3": 2}
     assert state.last_received == {"p2": 1, "p3": 2}
-    assert state.abandoned == {"s1"}
+    assert set(state.abandoned) == {"s1", "s2"}  # s2 was aborted here without a recording (defect 3)
     assert state.outbox["p2"] == [
         OutboxEntry(seq=1, amount=10, snapshot_id=""),
         OutboxEntry(seq=2, amount=0, snapshot_id="s1"),
@@ -190,7 +191,7 @@ def test_corrupt_log_names_file_and_line(tmp_path: Path, records, raw_tail: byte
 
 
 def test_node_with_corrupt_log_exits_2_naming_file_and_line(tmp_path: Path) -> None:
-    config, _ = write_config(tmp_path, ["p1", "p2"])
+    config, _ = cluster_file(tmp_path, ["p1", "p2"])
     data = tmp_path / "data"
     data.mkdir()
     path = data / "p1.log.jsonl"
@@ -203,7 +204,7 @@ def test_node_with_corrupt_log_exits_2_naming_file_and_line(tmp_path: Path) -> N
 
 
 def test_node_truncates_torn_line_and_starts(tmp_path: Path) -> None:
-    config, ports = write_config(tmp_path, ["p1", "p2"])
+    config, _ = cluster_file(tmp_path, ["p1", "p2"])
     data = tmp_path / "data"
     data.mkdir()
     path = data / "p1.log.jsonl"
@@ -212,16 +213,16 @@ def test_node_truncates_torn_line_and_starts(tmp_path: Path) -> None:
         {"kind": "send", "msg_id": "p1:p2:1", "src": "p1", "dst": "p2", "seq": 1, "amount": 10},
     ])
     path.write_bytes(path.read_bytes() + b'{"node":"p1","ls')
-    node = NodeProcess(config, "p1", f"127.0.0.1:{ports['p1']['port']}", tmp_path)
+    cluster = Cluster(config, controller=False)
     try:
-        node.start()
-        with grpc.insecure_channel(node.address) as channel:
+        cluster.start("p1")
+        with grpc.insecure_channel(cluster.node_address("p1")) as channel:
             state = pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=5)
         assert state.balance == 990
-        assert node.stop() == 0
+        assert cluster.stop_node("p1") == 0
     finally:
-        node.kill()
-    assert f"{path}:3: torn last line" in node.output()
+        cluster.stop()
+    assert f"{path}:3: torn last line" in cluster.node("p1").output()
     assert [r["kind"] for r in lines(path)] == ["init", "send", "restart"]
 
 
@@ -239,7 +240,7 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], mes
 
     from node_harness import REPO
 
-    config, _ = write_config(tmp_path, ["p1", "p2"])
+    config, _ = cluster_file(tmp_path, ["p1", "p2"])
     if "--config" not in args:
         args = ["--config", str(config), *args]
     result = subprocess.run([sys.executable, "-m", "snapmesh.cli", "node", *args], cwd=REPO, capture_output=True,

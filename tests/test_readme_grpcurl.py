@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 
 from snapmesh import config
-from snapmesh.launcher import LocalCluster, write_config
+from snapmesh.config import write_cluster
 from snapmesh.security import write_certs
+from snapmesh.supervisor import Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -98,7 +99,7 @@ def test_readme_addresses_are_the_default_cluster():
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("grpcurl")
-    with LocalCluster(write_config(root / "cluster.toml", nodes=4, initial_balance=1000)) as running:
+    with Cluster(write_cluster(root / "cluster.toml", nodes=4, initial_balance=1000)) as running:
         yield running
 
 
@@ -141,9 +142,9 @@ def test_every_readme_grpcurl_command_works(cluster):
 def tls_cluster(tmp_path_factory):
     """A --tls cluster whose certificates sit in <root>/data/tls, as the README's lines expect."""
     root = tmp_path_factory.mktemp("grpcurl-tls")
-    path = write_config(root / "cluster.toml", nodes=4, initial_balance=1000, data_dir=root / "data")
+    path = write_cluster(root / "cluster.toml", nodes=4, initial_balance=1000, data_dir=root / "data")
     write_certs(config.load(path), root / "data" / "tls")
-    with LocalCluster(path, tls_dir=root / "data" / "tls") as running:
+    with Cluster(path, tls_dir=root / "data" / "tls") as running:
         yield root, running
 
 

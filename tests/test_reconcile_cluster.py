@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import time
 
 import pytest
+from google.protobuf import json_format
 
-from cluster_helpers import Load, controller_stub
-from snapmesh.launcher import LocalCluster, write_config
+from cluster_helpers import controller_stub
+from invariants import check_logs
+from node_logs import read_logs
+from snapmesh.config import write_cluster
+from snapmesh.load import BackgroundLoad
 from snapmesh.reconcile.main import reconcile
+from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from spark_fixtures import spark  # noqa: F401  (the session-wide fixture)
 
@@ -29,17 +33,16 @@ pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(300)]
 def cluster_run(tmp_path_factory):
     """The data dir of a finished cluster run and the snapshots it produced."""
     root = tmp_path_factory.mktemp("reconcile-e2e")
-    config = write_config(root / "cluster.toml", nodes=4, initial_balance=1000, deadline=5)
+    config = write_cluster(root / "cluster.toml", nodes=4, initial_balance=1000, deadline=5)
     snapshots: list[pb.Snapshot] = []
-    with LocalCluster(config) as cluster:
+    with Cluster(config) as cluster:
         channel, stub = controller_stub(cluster.controller_address)
-        with channel, Load(cluster, batch=50, max_amount=30):
+        with channel, BackgroundLoad.for_cluster(cluster, batch=50, max_amount=30, interval=0.01):
             for round_ in range(3):
                 for initiator in cluster.node_ids:  # overlapping: none is waited for
                     snapshots.append(stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator=initiator), timeout=10))
                 if round_ == 1:
-                    cluster.kill_node("p3", signal.SIGKILL)
-                    cluster.start_node("p3")
+                    cluster.restart_node("p3", kill=True)
             snapshots.append(stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30))
             # Every snapshot finishes (COMPLETE, or FAILED at its deadline) before the stop.
             for snapshot in snapshots:
@@ -69,6 +72,16 @@ def test_every_complete_snapshot_of_a_real_run_is_consistent(spark, cluster_run)
     checked = {v["snapshot_id"] for v in outcome.verdicts if v["scope"] == "snapshot" and v["consistent"] is True}
     assert checked == complete
     assert all(v["consistent"] is not False for v in outcome.verdicts)
+
+
+def test_the_same_run_passes_the_test_suites_own_log_checker(cluster_run):
+    """The tests' checker (tests/invariants.py), independent of the Spark job, on the
+    same logs: a SIGKILL and restart, resends and abandoned snapshots included."""
+    snapshots = [json_format.Parse(f.read_text(), pb.Snapshot()) for f in sorted((cluster_run / "snapshots").glob("*.json"))]
+    complete = [s for s in snapshots if s.status == pb.Snapshot.COMPLETE]
+    logs = read_logs(cluster_run, [n.node_id for n in complete[0].nodes])
+    report = check_logs(logs, complete, channels=[(c.src, c.dst) for c in complete[0].channels], total=4000)
+    assert report.transfers > 0 and set(report.snapshots) >= {s.snapshot_id for s in complete}
 
 
 def test_a_damaged_copy_of_the_same_run_is_caught(spark, cluster_run, tmp_path):  # noqa: F811

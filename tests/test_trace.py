@@ -242,7 +242,7 @@ def test_a_real_clusters_logs(tmp_path):
     """The node's own logs (not synth's): clocks respect every send/receive pair, each
     snapshot's in-flight transfers are those the controller recorded, and the demo's
     picture is written."""
-    from services.app.workload import WorkloadParams, run_workload
+    from snapmesh.bank.workload import WorkloadParams, run_workload
     from snapmesh.launcher import LocalCluster, write_config
     from snapmesh.trace.main import write_run_trace
 

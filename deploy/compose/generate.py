@@ -12,8 +12,9 @@ writes, next to this script (or into --out DIR):
   job (profile ``reconcile``), and Prometheus + Grafana (profile ``monitoring``);
 * ``prometheus.yml``: scrapes the controller and every node.
 
-Changing N is this one command; the files for N=4 are committed. Only the
-standard library is used, so it runs with any Python 3.11.
+Changing N is this one command; the files for N=4 are committed. The cluster
+file is written by `snapmesh.config` (the project's one writer), so run it with
+the project's Python (`.venv/bin/python deploy/compose/generate.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent))  # the repository: snapmesh.config
+
+from snapmesh import config  # noqa: E402
 
 CONTROLLER_PORT = 50050
 CONTROLLER_METRICS_PORT = 9100
@@ -39,30 +43,28 @@ def node_ids(n: int) -> list[str]:
 
 
 def cluster_toml(n: int) -> str:
-    lines = [
-        HEADER.format(n=n).rstrip("\n"),
-        "# In the containers SNAPMESH_DATA_DIR=/data (a named volume) replaces data_dir and",
-        "# SNAPMESH_BIND_HOST=0.0.0.0 is the address every server binds; `host` is the",
-        "# compose service name the others dial.",
-        'data_dir = "data"',
-        f"initial_balance = {INITIAL_BALANCE}",
-        "",
-        "[controller]",
-        'host = "controller"',
-        f"port = {CONTROLLER_PORT}",
-        f"metrics_port = {CONTROLLER_METRICS_PORT}",
-        f"snapshot_deadline_s = {SNAPSHOT_DEADLINE_S}",
-    ]
-    for i, node in enumerate(node_ids(n), start=1):
-        lines += [
-            "",
-            "[[nodes]]",
-            f'id = "{node}"',
-            f'host = "{node}"',
-            f"port = {NODE_PORT_BASE + i}",
-            f"metrics_port = {NODE_METRICS_BASE + i}",
-        ]
-    return "\n".join(lines) + "\n"
+    document = {
+        "data_dir": "data",
+        "initial_balance": INITIAL_BALANCE,
+        "controller": {
+            "host": "controller",
+            "port": CONTROLLER_PORT,
+            "metrics_port": CONTROLLER_METRICS_PORT,
+            "snapshot_deadline_s": SNAPSHOT_DEADLINE_S,
+        },
+        "nodes": [
+            {"id": node, "host": node, "port": NODE_PORT_BASE + i, "metrics_port": NODE_METRICS_BASE + i}
+            for i, node in enumerate(node_ids(n), start=1)
+        ],
+    }
+    config.parse(document, path=HERE / "cluster.toml", env={})  # what the containers will load
+    comment = (
+        HEADER.format(n=n).removeprefix("# ")
+        + "In the containers SNAPMESH_DATA_DIR=/data (a named volume) replaces data_dir and\n"
+        "SNAPMESH_BIND_HOST=0.0.0.0 is the address every server binds; `host` is the\n"
+        "compose service name the others dial."
+    )
+    return config.dumps(document, comment=comment)
 
 
 def prometheus_yml(n: int) -> str:

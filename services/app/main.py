@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from services.app.workload import ControllerUnreachable, WorkloadParams, run_workload
 from snapmesh import security
+from snapmesh.bank.workload import ControllerUnreachable, WorkloadParams, run_workload
 from snapmesh.argparsing import parse_args
 
 

@@ -1,8 +1,13 @@
 """`snapmesh controller --config FILE [--interval S] [--deadline S]`.
 
 Serves snapmesh.v1.Controller (plus health, reflection and Prometheus metrics)
-at the controller address of the cluster file. Finished snapshots are kept in
-`<data_dir>/snapshots/` and loaded back on start. Exit status: 0 after a clean
+at the controller address of the cluster file. Every snapshot is journaled in
+`<data_dir>/controller/journal` as it starts, as reports come in and as it ends;
+finished ones are filed in `<data_dir>/controller/snapshots/` (compact) and
+exported to `<data_dir>/snapshots/` (proto JSON) in the background. On start it
+loads the files, replays the journal, files what was not filed yet, and takes
+back the snapshots still in progress: they complete from the nodes' re-sent
+reports or fail as "controller restarted" at their deadline. Exit status: 0 after a clean
 stop on SIGINT/SIGTERM, 1 when it cannot bind, 2 for bad arguments or a
 malformed cluster file.
 """
@@ -16,8 +21,9 @@ import sys
 
 from prometheus_client import CollectorRegistry
 
-from services.controller.servicer import ControllerMetrics, ControllerService
-from services.controller.store import SnapshotStore
+from services.controller import journal as J
+from services.controller.servicer import ControllerMetrics, ControllerService, system_now
+from services.controller.store import SnapshotStore, StoreWriter
 from services.controller.tracker import Tracker
 from snapmesh import config as cluster_config
 from snapmesh import security
@@ -83,18 +89,58 @@ async def serve(
         expected_total=cfg.expected_total,
         deadline_s=deadline or cfg.controller.snapshot_deadline_s,
     )
-    store = SnapshotStore(cfg.snapshots_dir)
+    store = SnapshotStore(cfg.snapshots_dir, cfg.data_dir / "controller" / "snapshots")
     snapshots, warnings = store.load_all()
     for warning in warnings:
         log.warning("%s", warning)
     for snapshot in snapshots:
         tracker.restore(snapshot)
     if snapshots:
-        log.info("loaded %d finished snapshot(s) from %s", len(snapshots), store.directory)
+        log.info("loaded %d finished snapshot(s) from %s", len(snapshots), store.compact_directory)
+    journal = J.Journal(cfg.data_dir / "controller" / "journal")
+    writer = StoreWriter(store, on_filed=journal.forget)
+    try:
+        _recover(tracker, store, journal, writer, filed={s.snapshot_id for s in snapshots})
+        return await _serve(cfg, tracker, journal, writer, interval, identity)
+    finally:
+        await asyncio.to_thread(writer.close)
+        await journal.close()
 
+
+def _recover(tracker: Tracker, store: SnapshotStore, journal: J.Journal, writer: StoreWriter, *, filed: set[str]) -> None:
+    """Replay the journal into the tracker (before serving anything)."""
+    records, warnings = journal.open()
+    now = system_now()
+    rebuilt, more = J.replay(records, tracker, now, skip=filed)
+    for warning in (*warnings, *more):
+        log.warning("%s", warning)
+    for sid in filed:
+        journal.forget(sid)
+        compact, json_ = store.missing_files(sid)
+        if compact or json_:
+            writer.submit(tracker.get(sid), compact=compact, json=json_)
+    for sid in rebuilt:
+        writer.submit(tracker.get(sid))
+    resumed = tracker.restarted(now)
+    if rebuilt or resumed:
+        log.info(
+            "journal: %d finished snapshot(s) rebuilt, %d still in progress taken back (%s)",
+            len(rebuilt), len(resumed), ", ".join(resumed) or "none",
+        )
+
+
+async def _serve(
+    cfg: cluster_config.ClusterConfig,
+    tracker: Tracker,
+    journal: J.Journal,
+    writer: StoreWriter,
+    interval: float | None,
+    identity: security.Identity | None = None,
+) -> int:
     registry = CollectorRegistry()
     service = ControllerService(
-        config=cfg, tracker=tracker, store=store, metrics=ControllerMetrics(registry), identity=identity
+        config=cfg, tracker=tracker, journal=journal, writer=writer, metrics=ControllerMetrics(registry),
+        identity=identity,
     )
     host = ServiceHost(
         bind_address=cfg.bind_address(cfg.controller),

@@ -1,9 +1,13 @@
 """The Controller gRPC service: a thin adapter around the tracker.
 
 It feeds the tracker RPCs and the clock, re-arms one timer for the nearest
-deadline, and carries out what follows a finished snapshot: persist it, update
-the metrics, wake the waiters and watchers, and on FAILED tell every node to
-drop what it recorded (best effort, in the background).
+deadline, and carries out what follows a finished snapshot: update the metrics,
+wake the waiters and watchers, hand it to the background file writer, and on
+FAILED tell every node to drop what it recorded (best effort, in the background).
+
+Durability before answers: every change to the tracker is followed, in the same
+synchronous step, by its journal record; nothing that shows the change (an RPC
+answer, a watcher update, StartSnapshot) goes out before that record is durable.
 """
 
 from __future__ import annotations
@@ -18,20 +22,22 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from services.controller.store import SnapshotStore
+from services.controller import journal as J
+from services.controller.store import StoreWriter
 from services.controller.tracker import (
     COMPLETE,
     FAILED,
     DuplicateReport,
     InvalidReport,
     NotInProgress,
+    Now,
     Tracker,
     TrackerError,
     UnknownSnapshot,
     duration_s,
     new_snapshot_id,
 )
-from snapmesh import security
+from snapmesh import chunking, security
 from snapmesh.config import ClusterConfig
 from snapmesh.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -47,6 +53,10 @@ _ERROR_CODES: dict[type[TrackerError], grpc.StatusCode] = {
 }
 
 ABORT_TIMEOUT_S = 2.0
+
+
+def system_now() -> Now:
+    return Now(mono=time.monotonic(), wall=time.time())
 
 
 class ControllerMetrics:
@@ -65,6 +75,47 @@ class ControllerMetrics:
         self.in_progress = Gauge(
             "snapmesh_snapshots_in_progress", "Snapshots started and not yet finished", registry=registry
         )
+        # Flink's checkpoint statistics, one observation per node report (per COMPLETE snapshot below).
+        ms = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+        self.start_delay = Histogram(
+            "snapmesh_snapshot_start_delay_ms", "Per node: trigger to the node's local cut", buckets=ms, registry=registry
+        )
+        self.recording = Histogram(
+            "snapmesh_snapshot_recording_duration_ms", "Per node: local cut to the last marker in",
+            buckets=ms, registry=registry,
+        )
+        self.report_time = Histogram(
+            "snapmesh_snapshot_report_time_ms", "Per node: node done to the report accepted", buckets=ms,
+            registry=registry,
+        )
+        counts = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000)
+        self.node_in_flight = Histogram(
+            "snapmesh_snapshot_node_in_flight_messages", "Per node: in-flight transfers recorded",
+            buckets=counts, registry=registry,
+        )
+        self.node_in_flight_bytes = Histogram(
+            "snapmesh_snapshot_node_in_flight_bytes", "Per node: bytes of in-flight transfers recorded",
+            buckets=(0, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000), registry=registry,
+        )
+        self.end_to_end = Histogram(
+            "snapmesh_snapshot_end_to_end_duration_ms", "Per COMPLETE snapshot: trigger to the last report",
+            buckets=ms, registry=registry,
+        )
+        self.state_size = Histogram(
+            "snapmesh_snapshot_state_size_bytes", "Per COMPLETE snapshot: bytes of every report",
+            buckets=(100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000), registry=registry,
+        )
+
+    def observe(self, snapshot: pb.Snapshot) -> None:
+        stats = snapshot.stats
+        for node in stats.nodes:
+            self.start_delay.observe(node.start_delay_ms)
+            self.recording.observe(node.recording_duration_ms)
+            self.report_time.observe(node.report_time_ms)
+            self.node_in_flight.observe(node.in_flight_messages)
+            self.node_in_flight_bytes.observe(node.in_flight_bytes)
+        self.end_to_end.observe(stats.end_to_end_duration_ms)
+        self.state_size.observe(stats.state_size_bytes)
 
 
 class ControllerService(pb_grpc.ControllerServicer):
@@ -73,16 +124,18 @@ class ControllerService(pb_grpc.ControllerServicer):
         *,
         config: ClusterConfig,
         tracker: Tracker,
-        store: SnapshotStore,
+        journal: J.Journal,
+        writer: StoreWriter,
         metrics: ControllerMetrics,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], Now] = system_now,
         rng: random.Random | None = None,
         identity: security.Identity | None = None,  # None: plaintext
     ) -> None:
         self.identity = identity
         self.config = config
         self.tracker = tracker
-        self.store = store
+        self.journal = journal
+        self.writer = writer
         self.metrics = metrics
         self._clock = clock
         self._rng = rng or random.Random()
@@ -95,6 +148,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._wake = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
         self._last_start = 0.0
+        # Started or finished in the tracker, journal record not yet durable: not to be shown.
+        self._unsettled: dict[str, asyncio.Future[None]] = {}
 
     # -- lifecycle
 
@@ -122,16 +177,26 @@ class ControllerService(pb_grpc.ControllerServicer):
     # -- snapshots
 
     async def trigger(self, initiator: str) -> pb.Snapshot:
-        """Start a snapshot at `initiator` (a node of the topology)."""
+        """Start a snapshot at `initiator` (a node of the topology): journaled
+        before StartSnapshot leaves and before this returns."""
+        now = self._clock()
         # Ids sort in start order, even for two starts within one clock tick.
-        now = max(self._clock(), self._last_start + 1e-6)
-        self._last_start = now
-        snapshot_id = new_snapshot_id(now, os.urandom(4))
-        snapshot = self.tracker.start(snapshot_id, initiator, now)
+        wall = max(now.wall, self._last_start + 1e-6)
+        self._last_start = wall
+        snapshot_id = new_snapshot_id(wall, os.urandom(4))
+        snapshot = self.tracker.start(snapshot_id, initiator, Now(mono=now.mono, wall=wall))
         self._done[snapshot_id] = asyncio.get_running_loop().create_future()
+        durable = self.journal.append(J.Started(snapshot_id=snapshot_id, initiator=initiator, wall=wall))
         self.metrics.in_progress.set(self.tracker.in_progress)
-        self._publish(snapshot)
         self._wake.set()
+        try:
+            await self._settle(snapshot_id, durable)
+        except OSError as exc:
+            failed = self.tracker.fail(snapshot_id, f"cannot journal the start: {exc}", self._clock())
+            if failed is not None:
+                self._spawn(self._after_finish(failed, self._record_finish(failed)))
+            raise
+        self._publish(snapshot)
         self._spawn(self._start_at(initiator, snapshot_id))
         log.info("snapshot %s started at %s", snapshot_id, initiator)
         return snapshot
@@ -139,6 +204,7 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def wait_finished(self, snapshot_id: str) -> pb.Snapshot:
         future = self._done.get(snapshot_id)
         if future is None:
+            await self._shown([snapshot_id])
             return self.tracker.get(snapshot_id)
         return await asyncio.shield(future)
 
@@ -154,25 +220,55 @@ class ControllerService(pb_grpc.ControllerServicer):
             )
             failed = self.tracker.fail(snapshot_id, reason, self._clock())
             if failed is not None:
-                await self._finished(failed)
+                await self._after_finish(failed, self._record_finish(failed))
 
     async def _expiry_loop(self) -> None:
         while True:
             self._wake.clear()
             deadline = self.tracker.next_deadline()
-            timeout = None if deadline is None else max(0.0, deadline - self._clock())
+            timeout = None if deadline is None else max(0.0, deadline - self._clock().mono)
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             except TimeoutError:
                 pass
-            for snapshot in self.tracker.expire(self._clock()):
-                await self._finished(snapshot)
+            expired = self.tracker.expire(self._clock())
+            pending = [(s, self._record_finish(s)) for s in expired]  # journaled in the same step
+            for snapshot, durable in pending:
+                await self._after_finish(snapshot, durable)
 
-    async def _finished(self, snapshot: pb.Snapshot) -> None:
+    def _record_finish(self, snapshot: pb.Snapshot) -> asyncio.Future[None]:
+        """Journal a snapshot the tracker just finished (call with no await in between)."""
+        wall = snapshot.finished_at.ToNanoseconds() / 1e9
+        record = J.Finished(snapshot_id=snapshot.snapshot_id, status=snapshot.status, reason=snapshot.reason, wall=wall)
+        durable = self.journal.append(record)
+        self._unsettled[snapshot.snapshot_id] = durable
+        return durable
+
+    async def _settle(self, snapshot_id: str, durable: asyncio.Future[None]) -> None:
+        self._unsettled[snapshot_id] = durable
+        try:
+            await asyncio.shield(durable)
+        finally:
+            if self._unsettled.get(snapshot_id) is durable:
+                del self._unsettled[snapshot_id]
+
+    async def _shown(self, snapshot_ids) -> None:
+        """Wait until these snapshots' latest journal records are durable."""
+        waits = [self._unsettled[s] for s in snapshot_ids if s in self._unsettled]
+        if waits:
+            await asyncio.gather(*(asyncio.shield(w) for w in waits), return_exceptions=True)
+
+    async def _after_finish(self, snapshot: pb.Snapshot, durable: asyncio.Future[None]) -> None:
+        try:
+            await self._settle(snapshot.snapshot_id, durable)
+        except OSError as exc:  # the journal is broken: the outcome may not survive a crash
+            log.error("snapshot %s: cannot journal its outcome: %s", snapshot.snapshot_id, exc)
         status = "complete" if snapshot.status == COMPLETE else "failed"
         self.metrics.snapshots.labels(status=status).inc()
         self.metrics.duration.observe(duration_s(snapshot))
         self.metrics.in_progress.set(self.tracker.in_progress)
+        if snapshot.status == COMPLETE:
+            self.metrics.observe(snapshot)
         if snapshot.status == FAILED:
             log.warning("snapshot %s FAILED: %s", snapshot.snapshot_id, snapshot.reason)
             self._spawn(self._abort_everywhere(snapshot.snapshot_id, snapshot.reason))
@@ -182,10 +278,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                 "snapshot %s COMPLETE in %.3fs: total %d, %s",
                 snapshot.snapshot_id, duration_s(snapshot), snapshot.total, verdict,
             )
-        try:
-            await asyncio.to_thread(self.store.save, snapshot)
-        except OSError as exc:
-            log.error("cannot persist snapshot %s: %s", snapshot.snapshot_id, exc)
+        self.writer.submit(snapshot)  # the files, off the reply path
         self._publish(snapshot)
         future = self._done.pop(snapshot.snapshot_id, None)
         if future is not None and not future.done():
@@ -226,7 +319,10 @@ class ControllerService(pb_grpc.ControllerServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"unknown initiator {initiator!r} (nodes: {', '.join(self._nodes)})",
             )
-        snapshot = await self.trigger(initiator)
+        try:
+            snapshot = await self.trigger(initiator)
+        except OSError as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the snapshot: {exc}")
         if not request.wait:
             return snapshot
         return await self.wait_finished(snapshot.snapshot_id)
@@ -234,12 +330,14 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def GetSnapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id is empty")
+        await self._shown([request.snapshot_id])
         try:
             return self.tracker.get(request.snapshot_id)
         except UnknownSnapshot as exc:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
 
     async def ListSnapshots(self, request: pb.ListSnapshotsRequest, context) -> pb.ListSnapshotsResponse:
+        await self._shown(list(self._unsettled))
         return pb.ListSnapshotsResponse(snapshots=self.tracker.all())
 
     async def WatchSnapshots(self, request: pb.WatchSnapshotsRequest, context) -> AsyncIterator[pb.Snapshot]:
@@ -262,12 +360,35 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
         await security.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
+        now = self._clock()
         try:
-            snapshot = self.tracker.report(request, self._clock())
+            snapshot, duplicate = self.tracker.report(request, now)
         except TrackerError as exc:
             await context.abort(_ERROR_CODES[type(exc)], str(exc))
-        if snapshot.status == COMPLETE:
-            await self._finished(snapshot)
+        if duplicate:  # the first copy may still be on its way to the disk
+            durable = self.journal.barrier()
         else:
+            durable = self.journal.append(J.Reported(state=request, wall=now.wall))
+            if snapshot.status == COMPLETE:  # its outcome goes in the same group commit
+                await self._after_finish(snapshot, self._record_finish(snapshot))
+        try:
+            await asyncio.shield(durable)
+        except OSError as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the report: {exc}")
+        if not duplicate and snapshot.status != COMPLETE:
             self._publish(snapshot)
         return pb.ReportStateResponse()
+
+    async def ReportStateChunks(self, request_iterator, context) -> pb.ReportStateResponse:
+        """A FullState too large for one message, in pieces (snapmesh.chunking):
+        reassembled, it takes the ReportState path."""
+        assembler = chunking.StateAssembler()
+        try:
+            async for chunk in request_iterator:
+                assembler.add(chunk)
+            state = assembler.finish()
+        except chunking.StateTooLarge as exc:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        except chunking.BadChunks as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return await self.ReportState(state, context)

@@ -1,17 +1,33 @@
-"""Finished snapshots on disk: `<dir>/<snapshot_id>.json`, proto JSON, snake_case.
+"""Finished snapshots on disk, written off the reply path.
 
-Each file is written atomically (temporary file, fsync, rename, fsync of the
-directory), so a crash leaves either the old state or the new, never half a file.
-Loading skips, with a warning naming the file, anything it cannot read back.
+Two files per finished snapshot:
+
+- `<data_dir>/controller/snapshots/<id>.pb`: the compact store of record, the
+  Snapshot's protobuf bytes. The controller loads these on start.
+- `<data_dir>/snapshots/<id>.json`: the proto JSON export (snake_case names) that
+  the README, grpcurl users and the Spark job read. Same content, ~20x the cost
+  to encode per in-flight entry (`python -m bench store` measures both).
+
+Both are written by one background thread (`StoreWriter`), never on the way to
+an answer: by the time a snapshot is handed to it, its outcome is already
+durable in the journal (`journal.py`), which is what makes the answer safe. Each
+file is written atomically (temporary file, fsync, rename, fsync of the
+directory), so a crash leaves either no file or the whole file, and a missing
+one is written again after the restart. Loading skips, with a warning naming the
+file, anything it cannot read back.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -26,53 +42,120 @@ def to_json(snapshot: pb.Snapshot) -> str:
     )
 
 
+def write_atomically(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return path
+
+
 class SnapshotStore:
-    def __init__(self, directory: Path) -> None:
-        self.directory = Path(directory)
+    def __init__(self, directory: Path, compact_directory: Path) -> None:
+        self.directory = Path(directory)  # the JSON exports
+        self.compact_directory = Path(compact_directory)
 
     def path(self, snapshot_id: str) -> Path:
         return self.directory / f"{snapshot_id}.json"
 
-    def save(self, snapshot: pb.Snapshot) -> Path:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        final = self.path(snapshot.snapshot_id)
-        tmp = final.with_name(f".{final.name}.tmp")
-        data = (to_json(snapshot) + "\n").encode("utf-8")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-        return final
+    def compact_path(self, snapshot_id: str) -> Path:
+        return self.compact_directory / f"{snapshot_id}.pb"
+
+    def save_compact(self, snapshot: pb.Snapshot) -> Path:
+        return write_atomically(self.compact_path(snapshot.snapshot_id), snapshot.SerializeToString())
+
+    def export_json(self, snapshot: pb.Snapshot) -> Path:
+        return write_atomically(self.path(snapshot.snapshot_id), (to_json(snapshot) + "\n").encode("utf-8"))
 
     def load_all(self) -> tuple[list[pb.Snapshot], list[str]]:
-        """Every readable finished snapshot, and one warning per file skipped."""
-        snapshots: list[pb.Snapshot] = []
+        """Every readable finished snapshot, and one warning per file skipped.
+        A snapshot with only a JSON file (a data dir from before the compact
+        store) is read from that."""
+        found: dict[str, pb.Snapshot] = {}
         warnings: list[str] = []
-        if not self.directory.is_dir():
-            return snapshots, warnings
-        for path in sorted(self.directory.glob("*.json")):
+        for path in _listing(self.compact_directory, "*.pb"):
+            try:
+                snapshot = pb.Snapshot.FromString(path.read_bytes())
+            except (OSError, DecodeError) as exc:
+                warnings.append(f"skipping snapshot file {path}: cannot parse it: {exc}")
+                continue
+            if _check(snapshot, path, warnings):
+                found[snapshot.snapshot_id] = snapshot
+        for path in _listing(self.directory, "*.json"):
+            if path.stem in found:
+                continue
             try:
                 snapshot = json_format.Parse(path.read_text(encoding="utf-8"), pb.Snapshot())
             except (OSError, UnicodeDecodeError, json_format.ParseError) as exc:
                 warnings.append(f"skipping snapshot file {path}: cannot parse it: {exc}")
                 continue
-            if snapshot.snapshot_id != path.stem:
-                warnings.append(
-                    f"skipping snapshot file {path}: it holds snapshot_id {snapshot.snapshot_id!r}, not {path.stem!r}"
-                )
-                continue
-            if snapshot.status not in FINISHED:
-                known = snapshot.status in pb.Snapshot.Status.values()
-                status = pb.Snapshot.Status.Name(snapshot.status) if known else snapshot.status
-                warnings.append(f"skipping snapshot file {path}: status {status} is not COMPLETE or FAILED")
-                continue
-            snapshots.append(snapshot)
-        return snapshots, warnings
+            if _check(snapshot, path, warnings):
+                found[snapshot.snapshot_id] = snapshot
+        return [found[k] for k in sorted(found)], warnings
+
+    def missing_files(self, snapshot_id: str) -> tuple[bool, bool]:
+        """(compact missing, JSON missing) for one snapshot."""
+        return not self.compact_path(snapshot_id).exists(), not self.path(snapshot_id).exists()
+
+
+def _listing(directory: Path, pattern: str) -> list[Path]:
+    return sorted(directory.glob(pattern)) if directory.is_dir() else []
+
+
+def _check(snapshot: pb.Snapshot, path: Path, warnings: list[str]) -> bool:
+    if snapshot.snapshot_id != path.stem:
+        warnings.append(
+            f"skipping snapshot file {path}: it holds snapshot_id {snapshot.snapshot_id!r}, not {path.stem!r}"
+        )
+        return False
+    if snapshot.status not in FINISHED:
+        known = snapshot.status in pb.Snapshot.Status.values()
+        status = pb.Snapshot.Status.Name(snapshot.status) if known else snapshot.status
+        warnings.append(f"skipping snapshot file {path}: status {status} is not COMPLETE or FAILED")
+        return False
+    return True
+
+
+class StoreWriter:
+    """One background thread writing finished snapshots: the compact file, then
+    `on_filed(id)` (its journal records may go), then the JSON export."""
+
+    def __init__(self, store: SnapshotStore, on_filed: Callable[[str], None]) -> None:
+        self.store = store
+        self._on_filed = on_filed
+        self._queue: queue.SimpleQueue[tuple[pb.Snapshot, bool, bool] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="controller-store", daemon=True)
+        self._thread.start()
+
+    def submit(self, snapshot: pb.Snapshot, *, compact: bool = True, json: bool = True) -> None:
+        self._queue.put((snapshot, compact, json))
+
+    def close(self) -> None:
+        """Write everything submitted so far, then stop."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            snapshot, compact, json = item
+            sid = snapshot.snapshot_id
+            try:
+                if compact:
+                    self.store.save_compact(snapshot)
+                    self._on_filed(sid)
+                if json:
+                    self.store.export_json(snapshot)
+            except OSError as exc:
+                log.error("cannot write snapshot %s: %s (the journal still holds it)", sid, exc)

@@ -3,8 +3,10 @@
 The tracker knows the topology and the money that should exist. It is told when
 a snapshot starts, when a node reports its part (a FullState), and what time it
 is; it answers with the snapshot as it now stands. It never reads a clock, opens
-a socket or sleeps: `now` (seconds since the epoch) is always an argument, and
-`next_deadline()` tells the caller when to come back with `expire(now)`.
+a socket or sleeps: `now` is always an argument, a `Now` pair of readings: `mono`
+(a monotonic clock, for deadlines, so a clock step cannot fire or hold one) and
+`wall` (seconds since the epoch, only for displayed timestamps and statistics).
+`next_deadline()` tells the caller when (monotonic) to come back with `expire(now)`.
 
 Rules
 -----
@@ -14,17 +16,24 @@ T1. A snapshot is IN_PROGRESS from `start` until every node of the topology has
 T2. A report is accepted only for an IN_PROGRESS snapshot, from a node of the
     topology that has not reported yet, and must describe exactly the node's
     incoming channels (every one, once, with dst = the node) and only positive
-    amounts. A refused report changes nothing.
+    amounts. A refused report changes nothing. A repeat of a report already
+    taken (same balance, same channels: a node retrying after a lost answer) is
+    accepted as a duplicate and changes nothing, also once the snapshot is
+    COMPLETE; a repeat that differs is refused, naming the node and snapshot.
 T3. A COMPLETE snapshot lists every node and every channel of the topology, in
     topology order; total = recorded balances + in-flight amounts; conserved
     means total == expected_total.
 T4. A FAILED snapshot's reason names what went wrong: on expiry, the nodes that
-    did not report.
+    did not report; for a snapshot the controller took back from its journal
+    after a restart (`restarted`), it starts with "controller restarted".
+T5. Statistics (`Snapshot.stats`, Flink's vocabulary) are derived from the
+    reports and the wall-clock times only; they never change a status.
 
 Errors: `UnknownSnapshot` (no such id), `InvalidReport` (the report is
-malformed for this topology), `DuplicateReport` (this node already reported),
-`NotInProgress` (the snapshot already finished). The gRPC servicer maps them to
-NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS and FAILED_PRECONDITION.
+malformed for this topology), `DuplicateReport` (this node already reported
+something else), `NotInProgress` (the snapshot already failed). The gRPC
+servicer maps them to NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS and
+FAILED_PRECONDITION.
 `TrackerMisuse` is a caller bug (a duplicate snapshot id, an unknown initiator).
 """
 
@@ -33,6 +42,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -68,11 +78,21 @@ class TrackerMisuse(Exception):
     """The caller misused the tracker (its own bug, not a remote's)."""
 
 
+class Now(NamedTuple):
+    mono: float  # monotonic clock, seconds: deadlines only
+    wall: float  # seconds since the epoch: displayed timestamps and statistics only
+
+
+class Reported(NamedTuple):
+    snapshot: pb.Snapshot
+    duplicate: bool  # an identical repeat of a report already taken: nothing changed
+
+
 @dataclass(slots=True)
 class _Pending:
-    snapshot: pb.Snapshot  # IN_PROGRESS; nodes filled in as reports arrive
-    started_at: float
-    deadline: float
+    snapshot: pb.Snapshot  # IN_PROGRESS; nodes and stats.nodes filled in as reports arrive
+    deadline: float  # monotonic
+    restarted: bool = False  # taken back from the journal after a controller restart
     reports: dict[str, pb.FullState] = field(default_factory=dict)
 
 
@@ -105,12 +125,15 @@ class Tracker:
     def in_progress(self) -> int:
         return len(self._pending)
 
+    def pending_ids(self) -> list[str]:
+        return sorted(self._pending)
+
     def next_deadline(self) -> float | None:
         return min((p.deadline for p in self._pending.values()), default=None)
 
     # -- inputs
 
-    def start(self, snapshot_id: str, initiator: str, now: float) -> pb.Snapshot:
+    def start(self, snapshot_id: str, initiator: str, now: Now) -> pb.Snapshot:
         if not snapshot_id:
             raise TrackerMisuse("snapshot id must be non-empty")
         if snapshot_id in self._pending or snapshot_id in self._finished:
@@ -122,10 +145,19 @@ class Tracker:
             initiator=initiator,
             status=IN_PROGRESS,
             expected_total=self.expected_total,
-            started_at=_timestamp(now),
+            started_at=_timestamp(now.wall),
         )
-        self._pending[snapshot_id] = _Pending(snapshot=snapshot, started_at=now, deadline=now + self.deadline_s)
+        self._pending[snapshot_id] = _Pending(snapshot=snapshot, deadline=now.mono + self.deadline_s)
         return _copy(snapshot)
+
+    def restarted(self, now: Now) -> list[str]:
+        """After a restart, every snapshot still IN_PROGRESS (taken back from the
+        journal) gets a fresh deadline from `now`, and fails as "controller
+        restarted" if its reports do not come in by then. Returns their ids."""
+        for pending in self._pending.values():
+            pending.restarted = True
+            pending.deadline = now.mono + self.deadline_s
+        return sorted(self._pending)
 
     def restore(self, snapshot: pb.Snapshot) -> None:
         """Take back a finished snapshot (loaded from disk after a restart)."""
@@ -135,38 +167,43 @@ class Tracker:
             raise TrackerMisuse(f"cannot restore snapshot {snapshot.snapshot_id!r}")
         self._finished[snapshot.snapshot_id] = _copy(snapshot)
 
-    def report(self, state: pb.FullState, now: float) -> pb.Snapshot:
+    def report(self, state: pb.FullState, now: Now) -> Reported:
         """Accept one node's part; returns the snapshot (COMPLETE once all reported)."""
         pending = self._check_report(state)
+        if pending is None:
+            return Reported(self.get(state.snapshot_id), duplicate=True)
         pending.reports[state.node_id] = _copy(state)
         pending.snapshot.nodes.add(node_id=state.node_id, balance=state.balance)
+        _add_node_stats(pending.snapshot, state, now.wall)
         if len(pending.reports) < len(self.topology.nodes):
-            return _copy(pending.snapshot)
-        return self._complete(pending, now)
+            return Reported(_copy(pending.snapshot), duplicate=False)
+        return Reported(self._complete(pending, now), duplicate=False)
 
-    def fail(self, snapshot_id: str, reason: str, now: float) -> pb.Snapshot | None:
+    def fail(self, snapshot_id: str, reason: str, now: Now) -> pb.Snapshot | None:
         """Fail an IN_PROGRESS snapshot; None if it is unknown or already finished."""
         pending = self._pending.get(snapshot_id)
         if pending is None:
             return None
         return self._finish(pending, FAILED, reason, now)
 
-    def expire(self, now: float) -> list[pb.Snapshot]:
+    def expire(self, now: Now) -> list[pb.Snapshot]:
         """Fail every snapshot whose deadline has passed, naming the missing nodes."""
-        expired = [p for p in self._pending.values() if p.deadline <= now]
+        expired = [p for p in self._pending.values() if p.deadline <= now.mono]
         failed = []
         for pending in sorted(expired, key=lambda p: p.snapshot.snapshot_id):
             missing = [n for n in self.topology.nodes if n not in pending.reports]
-            reason = (
-                f"deadline of {self.deadline_s:g}s passed; "
-                f"no report from {', '.join(missing)} ({len(missing)} of {len(self.topology.nodes)} nodes)"
-            )
+            absent = f"no report from {', '.join(missing)} ({len(missing)} of {len(self.topology.nodes)} nodes)"
+            if pending.restarted:
+                reason = f"controller restarted; {absent} within {self.deadline_s:g}s of the restart"
+            else:
+                reason = f"deadline of {self.deadline_s:g}s passed; {absent}"
             failed.append(self._finish(pending, FAILED, reason, now))
         return failed
 
     # -- internals
 
-    def _check_report(self, state: pb.FullState) -> _Pending:
+    def _check_report(self, state: pb.FullState) -> _Pending | None:
+        """The snapshot the report belongs to; None for an identical repeat."""
         if not state.snapshot_id:
             raise InvalidReport("snapshot_id is empty")
         if not state.node_id:
@@ -176,13 +213,22 @@ class Tracker:
         finished = self._finished.get(state.snapshot_id)
         if finished is not None:
             if finished.status == COMPLETE:
-                raise DuplicateReport(f"snapshot {state.snapshot_id!r} is already complete")
+                if _same_part(state, _part_of(finished, state.node_id)):
+                    return None
+                raise DuplicateReport(
+                    f"node {state.node_id!r} already reported snapshot {state.snapshot_id!r} (now complete) "
+                    "with a different state"
+                )
             raise NotInProgress(f"snapshot {state.snapshot_id!r} already failed: {finished.reason}")
         pending = self._pending.get(state.snapshot_id)
         if pending is None:
             raise UnknownSnapshot(f"no snapshot {state.snapshot_id!r}")
         if state.node_id in pending.reports:
-            raise DuplicateReport(f"node {state.node_id!r} already reported snapshot {state.snapshot_id!r}")
+            if _same_part(state, pending.reports[state.node_id]):
+                return None
+            raise DuplicateReport(
+                f"node {state.node_id!r} already reported snapshot {state.snapshot_id!r} with a different state"
+            )
         if state.balance < 0:
             raise InvalidReport(f"node {state.node_id!r} reported a negative balance {state.balance}")
         expected = self._incoming[state.node_id]
@@ -205,7 +251,7 @@ class Tracker:
             raise InvalidReport(f"node {state.node_id!r} did not report its incoming channel(s) {names}")
         return pending
 
-    def _complete(self, pending: _Pending, now: float) -> pb.Snapshot:
+    def _complete(self, pending: _Pending, now: Now) -> pb.Snapshot:
         snapshot = pending.snapshot
         del snapshot.nodes[:]
         total = 0
@@ -223,11 +269,17 @@ class Tracker:
         reason = "" if snapshot.conserved else f"total {total} != expected {self.expected_total}"
         return self._finish(pending, COMPLETE, reason, now)
 
-    def _finish(self, pending: _Pending, status: int, reason: str, now: float) -> pb.Snapshot:
+    def _finish(self, pending: _Pending, status: int, reason: str, now: Now) -> pb.Snapshot:
         snapshot = pending.snapshot
         snapshot.status = status
         snapshot.reason = reason
-        snapshot.finished_at.CopyFrom(_timestamp(now))
+        snapshot.finished_at.CopyFrom(_timestamp(now.wall))
+        stats = snapshot.stats
+        elapsed_ns = snapshot.finished_at.ToNanoseconds() - snapshot.started_at.ToNanoseconds()
+        stats.end_to_end_duration_ms = max(0, elapsed_ns) / 1e6
+        stats.state_size_bytes = sum(r.ByteSize() for r in pending.reports.values())
+        stats.in_flight_messages = sum(n.in_flight_messages for n in stats.nodes)
+        stats.in_flight_bytes = sum(n.in_flight_bytes for n in stats.nodes)
         del self._pending[snapshot.snapshot_id]
         self._finished[snapshot.snapshot_id] = snapshot
         return _copy(snapshot)
@@ -237,9 +289,46 @@ def duration_s(snapshot: pb.Snapshot) -> float:
     """Seconds from start to finish (0 while in progress)."""
     if not snapshot.HasField("finished_at"):
         return 0.0
-    start = snapshot.started_at.seconds + snapshot.started_at.nanos / 1e9
-    end = snapshot.finished_at.seconds + snapshot.finished_at.nanos / 1e9
-    return max(0.0, end - start)
+    return max(0.0, _seconds(snapshot.finished_at) - _seconds(snapshot.started_at))
+
+
+def _seconds(ts: Timestamp) -> float:
+    return ts.seconds + ts.nanos / 1e9
+
+
+def _add_node_stats(snapshot: pb.Snapshot, state: pb.FullState, received_wall: float) -> None:
+    """Flink's per-subtask figures for one accepted report (0 for a time the node left out)."""
+    trigger_ns = snapshot.started_at.ToNanoseconds()
+    received_ns = int(round(received_wall * 1e9))
+    cut, done = state.cut_at_unix_ns, state.done_at_unix_ns
+    stats = snapshot.stats.nodes.add(
+        node_id=state.node_id,
+        start_delay_ms=(cut - trigger_ns) / 1e6 if cut else 0.0,
+        recording_duration_ms=(done - cut) / 1e6 if cut and done else 0.0,
+        report_time_ms=(received_ns - done) / 1e6 if done else 0.0,
+        in_flight_messages=sum(len(c.in_flight) for c in state.channels),
+        in_flight_bytes=sum(t.ByteSize() for c in state.channels for t in c.in_flight),
+    )
+    stats.ack_timestamp.FromNanoseconds(received_ns)
+
+
+def _same_part(state: pb.FullState, other: pb.FullState) -> bool:
+    """Whether two reports record the same thing (timestamps aside)."""
+    def key(s: pb.FullState):
+        return s.balance, sorted((c.src, c.SerializeToString(deterministic=True)) for c in s.channels)
+
+    return key(state) == key(other)
+
+
+def _part_of(snapshot: pb.Snapshot, node_id: str) -> pb.FullState:
+    """The report a COMPLETE snapshot holds for one node, rebuilt from its tables."""
+    balance = next(n.balance for n in snapshot.nodes if n.node_id == node_id)
+    return pb.FullState(
+        snapshot_id=snapshot.snapshot_id,
+        node_id=node_id,
+        balance=balance,
+        channels=[c for c in snapshot.channels if c.dst == node_id],
+    )
 
 
 def new_snapshot_id(now: float, suffix: Iterable[int]) -> str:

@@ -1,16 +1,18 @@
-"""Channel streams: the transport under the algorithm, FIFO and lossless across failures.
+"""Channel streams: glue between gRPC bidi streams and the node machine's links.
 
 Each directed channel i->j is one long-lived `Node.Channel` bidi stream that i
 opens on j. Frame 1 is `open{src, dst}`; j answers with its resume point (the
-last seq it holds durably), i sends every message after it, then streams
-`batch` frames; j applies each batch in order, logs it, and acks cumulatively
-once the batch is on disk. When the stream breaks, i reconnects with jittered
-exponential backoff and resends from the new resume point; j drops duplicates
-(seq <= last) and refuses gaps (DATA_LOSS).
+last seq it holds durably), i resends every message after it, then streams
+`batch` frames; j applies each batch in order and acks cumulatively once the
+batch is on disk. When the stream breaks, i reconnects with jittered
+exponential backoff. Every rule of the channel itself (seq, outbox, resend,
+duplicate drop, gaps, epochs, flow control) lives in `snapmesh.link`, inside
+`snapmesh.node.Node`; this module only moves frames and reports what the
+stream did.
 
 `OutgoingChannel` is the sending side (one task per channel, explicit states);
-`IncomingChannel` holds the receiving side's position and decides which of
-several streams for one channel is the live one (the newest).
+`IncomingChannel` decides which of several streams for one channel is the live
+one (the newest) and numbers them (the epoch).
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ import asyncio
 import enum
 import logging
 import random
+from collections import deque
+from collections.abc import Callable
 
 import grpc
 
 from services.node.metrics import NodeMetrics
-from services.node.recovery import OutboxEntry
-from services.node.translog import TransferLog
 from snapmesh import security
+from snapmesh.core import RemoteProtocolError
+from snapmesh.link import Entry
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -78,11 +82,11 @@ _SENDER_TRANSITIONS: dict[SenderState, frozenset[SenderState]] = {
 
 
 class OutgoingChannel:
-    """The sending side of src->dst: seq allocation, the outbox of unacknowledged
-    messages, and the task that keeps a stream open and feeds it.
-
-    Invariants: outbox seqs are contiguous from `acked_seq + 1` to `next_seq - 1`;
-    nothing is transmitted before its log record is durable (`lsn <= durable`).
+    """The stream side of src->dst: keeps one `Node.Channel` stream open to dst
+    and writes the frames the node machine hands it (`push`). The channel's
+    rules (seq, outbox, acks, resume, bound) are `snapmesh.link.Sender`'s,
+    inside the node; this task only tells the node what the stream did:
+    `on_open(dst, epoch, resume)`, `on_ack(dst, epoch, seq)`, `on_lost(dst)`.
     """
 
     def __init__(
@@ -91,10 +95,10 @@ class OutgoingChannel:
         src: str,
         dst: str,
         address: str,
-        log_: TransferLog,
         metrics: NodeMetrics,
-        next_seq: int = 1,
-        outbox: list[OutboxEntry] = (),  # type: ignore[assignment]
+        on_open: Callable[[str, int, int], None],
+        on_ack: Callable[[str, int, int], None],
+        on_lost: Callable[[str], None],
         rng: random.Random | None = None,
         channel_options: list | None = None,
         identity: security.Identity | None = None,  # None: plaintext
@@ -102,64 +106,33 @@ class OutgoingChannel:
         self.src = src
         self.dst = dst
         self.address = address
-        self._log = log_
+        self._on_open = on_open
+        self._on_ack = on_ack
+        self._on_lost = on_lost
         self._rng = rng or random.Random()
         self._options = channel_options or []
         self._identity = identity
         self.state = SenderState.IDLE
-        self.next_seq = next_seq
-        # Outbox: (seq, lsn, amount, snapshot_id); recovered entries are on disk (lsn 0).
-        self._items: list[tuple[int, int, int, str]] = [(e.seq, 0, e.amount, e.snapshot_id) for e in outbox]
-        self._head = 0  # index of the first unacknowledged entry
-        self.acked_seq = self._items[0][0] - 1 if self._items else next_seq - 1
-        self._sent_seq = self.acked_seq  # highest seq written on the current stream
+        self.epoch = 0  # of the current stream
+        self._frames: deque[tuple[int, tuple[Entry, ...]]] = deque()
         self._wake = asyncio.Event()
-        self._room = asyncio.Event()
+        self.room = asyncio.Event()  # set when the node says the outbox went below its low mark
         self._task: asyncio.Task[None] | None = None
         self._msg_prefix = f"{src}:{dst}:"
-        self._unacked = metrics.unacked(dst)
         self._reconnects = metrics.reconnects(dst)
-        self._resent = metrics.resent(dst)
         self._errors = metrics.stream_errors(dst, "sender")
-        self._unacked.set(self.unacked)
 
     def _set(self, new: SenderState) -> None:
         if new not in _SENDER_TRANSITIONS[self.state]:
             raise RuntimeError(f"channel {self.src}->{self.dst}: {self.state.value} -> {new.value} is not a transition")
         self.state = new
 
-    @property
-    def unacked(self) -> int:
-        return self.next_seq - 1 - self.acked_seq
-
-    @property
-    def over_high_water(self) -> bool:
-        return self.next_seq - 1 - self.acked_seq > HIGH_WATER
-
-    async def wait_for_room(self) -> None:
-        while self.unacked > LOW_WATER:
-            self._room.clear()
-            await self._room.wait()
-
-    # -- enqueueing (synchronous, called in the same step that logs the message)
-
-    def enqueue_transfer(self, seq: int, lsn: int, amount: int) -> None:
+    def push(self, epoch: int, entries: tuple[Entry, ...]) -> None:
+        """Frames the node wants on the stream of `epoch` (dropped if that stream is gone)."""
         if self.state is SenderState.CLOSED:
             raise ChannelClosedError(f"channel {self.src}->{self.dst} is closed")
-        assert seq == self.next_seq, (seq, self.next_seq)
-        self._items.append((seq, lsn, amount, ""))
-        self.next_seq = seq + 1
-
-    def enqueue_marker(self, seq: int, lsn: int, snapshot_id: str) -> None:
-        if self.state is SenderState.CLOSED:
-            raise ChannelClosedError(f"channel {self.src}->{self.dst} is closed")
-        assert seq == self.next_seq, (seq, self.next_seq)
-        self._items.append((seq, lsn, 0, snapshot_id))
-        self.next_seq = seq + 1
-
-    def durable(self) -> None:
-        """The log made more records durable: there may be something to transmit."""
-        if self._sent_seq < self.next_seq - 1:
+        if epoch == self.epoch:
+            self._frames.append((epoch, entries))
             self._wake.set()
 
     # -- the stream task
@@ -182,7 +155,10 @@ class OutgoingChannel:
                 self._set(SenderState.CONNECTING)
                 try:
                     await self._stream(stub)
-                except (grpc.aio.AioRpcError, StreamBrokenError, asyncio.TimeoutError, asyncio.InvalidStateError) as exc:
+                except (
+                    grpc.aio.AioRpcError, StreamBrokenError, RemoteProtocolError, asyncio.TimeoutError,
+                    asyncio.InvalidStateError,
+                ) as exc:
                     # InvalidStateError: a write raced the call's end ("RPC already finished").
                     detail = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
                     # The first failure of a streak is news; the retries that follow it are not.
@@ -196,6 +172,8 @@ class OutgoingChannel:
                 except Exception:  # a bug here must not silently end the channel
                     log.exception("channel %s->%s failed; reconnecting", self.src, self.dst)
                 self._errors.inc()
+                self._on_lost(self.dst)
+                self._frames.clear()
                 if self.state is SenderState.OPEN:
                     attempt = 0
                 self._set(SenderState.BACKOFF)
@@ -210,24 +188,16 @@ class OutgoingChannel:
             first = await asyncio.wait_for(call.read(), RESUME_TIMEOUT_S)
             if first is grpc.aio.EOF:
                 raise StreamBrokenError("the peer closed the stream before its resume point")
-            resume = first.acked_seq
-            if resume > self.next_seq - 1:
-                raise StreamBrokenError(f"resume point {resume} is beyond the last seq sent ({self.next_seq - 1})")
-            if resume < self.acked_seq:
-                # The peer lost what it had acknowledged: the messages are gone from here.
-                raise StreamBrokenError(
-                    f"DATA LOSS: the peer resumes at {resume} but acknowledged {self.acked_seq} before"
-                )
-            self._ack(resume)
-            resend = self._sent_seq - resume
-            if resend > 0:
-                self._resent.inc(resend)
-            self._sent_seq = resume
+            self.epoch += 1
+            self._frames.clear()
+            # Resend from the receiver's position; a resume point the sender
+            # cannot accept (never sent, or below an earlier ack) raises.
+            self._on_open(self.dst, self.epoch, first.acked_seq)
             self._set(SenderState.OPEN)
             self._reconnects.inc()
-            log.info("channel %s->%s open (peer holds seq %d, %d to send)", self.src, self.dst, resume, self.unacked)
-            reader = asyncio.ensure_future(self._read_acks(call))
-            writer = asyncio.ensure_future(self._write_batches(call))
+            log.info("channel %s->%s open (peer holds seq %d)", self.src, self.dst, first.acked_seq)
+            reader = asyncio.ensure_future(self._read_acks(call, self.epoch))
+            writer = asyncio.ensure_future(self._write_frames(call, self.epoch))
             try:
                 done, _ = await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -240,77 +210,48 @@ class OutgoingChannel:
         finally:
             call.cancel()
 
-    async def _read_acks(self, call: grpc.aio.StreamStreamCall) -> None:
+    async def _read_acks(self, call: grpc.aio.StreamStreamCall, epoch: int) -> None:
         while True:
             ack = await call.read()
             if ack is grpc.aio.EOF:
                 return
-            if ack.acked_seq > self._sent_seq:
-                raise StreamBrokenError(f"ack {ack.acked_seq} for a seq not sent yet (sent up to {self._sent_seq})")
-            self._ack(ack.acked_seq)
+            self._on_ack(self.dst, epoch, ack.acked_seq)
 
-    def _ack(self, seq: int) -> None:
-        if seq <= self.acked_seq:
-            return
-        self._head += seq - self.acked_seq
-        self.acked_seq = seq
-        if self.next_seq - 1 - seq <= LOW_WATER:
-            self._room.set()
-        if self._head > 4096 and self._head * 2 > len(self._items):
-            del self._items[: self._head]
-            self._head = 0
-        self._unacked.set(self.unacked)
-
-    async def _write_batches(self, call: grpc.aio.StreamStreamCall) -> None:
+    async def _write_frames(self, call: grpc.aio.StreamStreamCall, epoch: int) -> None:
+        prefix = self._msg_prefix
         while True:
-            frame = self._next_frame()
-            if frame is None:
+            if not self._frames:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            frame_epoch, entries = self._frames.popleft()
+            if frame_epoch != epoch:
+                continue
+            frame = pb.ChannelFrame()
+            add = frame.batch.messages.add
+            for entry in entries:
+                if entry.snapshot_id:
+                    add(seq=entry.seq, marker=pb.MarkerMessage(snapshot_id=entry.snapshot_id))
+                else:
+                    add(seq=entry.seq, transfer=pb.TransferMessage(msg_id=f"{prefix}{entry.seq}", amount=entry.amount))
             await call.write(frame)
-
-    def _next_frame(self) -> pb.ChannelFrame | None:
-        """Up to MAX_BATCH durable messages after the last one sent, as one frame."""
-        durable = self._log.durable_lsn
-        start = self._head + (self._sent_seq - self.acked_seq)
-        items = self._items
-        end = min(len(items), start + MAX_BATCH)
-        if start >= end or items[start][1] > durable:
-            return None
-        frame = pb.ChannelFrame()
-        add = frame.batch.messages.add
-        prefix = self._msg_prefix
-        last = self._sent_seq
-        for index in range(start, end):
-            seq, lsn, amount, snapshot_id = items[index]
-            if lsn > durable:
-                break
-            if snapshot_id:
-                add(seq=seq, marker=pb.MarkerMessage(snapshot_id=snapshot_id))
-            else:
-                add(seq=seq, transfer=pb.TransferMessage(msg_id=f"{prefix}{seq}", amount=amount))
-            last = seq
-        self._sent_seq = last
-        self._unacked.set(self.unacked)
-        return frame
 
 
 # ---------------------------------------------------------------- receiving
 
 
 class IncomingChannel:
-    """The receiving side of src->dst: the last seq applied, and which stream owns
-    the channel. A newer stream for the same channel supersedes the older one:
-    the older is told to end (its `ending` future gets a reason) and never
-    applies another frame."""
+    """The receiving side of src->dst: which of several streams for the channel is
+    the live one (the newest), its epoch, and its ack writer. A newer stream
+    supersedes the older one: the older is told to end (its `ending` future gets
+    a reason); the node fences its frames by epoch (`snapmesh.link`, L6)."""
 
-    def __init__(self, *, src: str, dst: str, last_seq: int) -> None:
+    def __init__(self, *, src: str, dst: str) -> None:
         self.src = src
         self.dst = dst
-        self.last_seq = last_seq
+        self.epoch = 0
         self._owner: asyncio.Future[str] | None = None
-        self.duplicates = 0
+        self._acks: AckWriter | None = None
 
     def claim(self) -> asyncio.Future[str]:
         """A new stream takes the channel; returns its `ending` future."""
@@ -319,7 +260,18 @@ class IncomingChannel:
             log.info("channel %s->%s: a new stream supersedes the old one", self.src, self.dst)
             self._owner.set_result("superseded by a newer stream for the same channel")
         self._owner = ending
+        self._acks = None
+        self.epoch += 1
         return ending
+
+    def attach(self, acks: AckWriter) -> None:
+        """The live stream's ack writer: acks of its epoch go there."""
+        self._acks = acks
+
+    def post(self, epoch: int, seq: int) -> None:
+        """The node acknowledges `seq` on the stream of `epoch` (if it is still live)."""
+        if epoch == self.epoch and self._acks is not None:
+            self._acks.post(seq)
 
     def owned_by(self, ending: asyncio.Future[str]) -> bool:
         return self._owner is ending
@@ -327,6 +279,7 @@ class IncomingChannel:
     def release(self, ending: asyncio.Future[str]) -> None:
         if self._owner is ending:
             self._owner = None
+            self._acks = None
 
     def end_stream(self, reason: str) -> None:
         if self._owner is not None and not self._owner.done():
@@ -344,18 +297,18 @@ async def read_or_end(context: grpc.aio.ServicerContext, ending: asyncio.Future[
 
 
 class AckWriter:
-    """Writes cumulative acks on one stream, each only once the log holds it:
-    the newest (seq, lsn) posted wins, so acks coalesce while the disk works."""
+    """Writes cumulative acks on one stream; the node posts them only once the
+    log holds what they acknowledge, and the newest posted wins (acks coalesce
+    while the stream is busy)."""
 
-    def __init__(self, context: grpc.aio.ServicerContext, log_: TransferLog) -> None:
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
         self._context = context
-        self._log = log_
-        self._posted: tuple[int, int] | None = None
+        self._posted: int | None = None
         self._event = asyncio.Event()
         self._task = asyncio.ensure_future(self._run())
 
-    def post(self, seq: int, lsn: int) -> None:
-        self._posted = (seq, lsn)
+    def post(self, seq: int) -> None:
+        self._posted = seq
         self._event.set()
 
     async def _run(self) -> None:
@@ -364,9 +317,7 @@ class AckWriter:
             self._event.clear()
             if self._posted is None:
                 continue
-            seq, lsn = self._posted
-            self._posted = None
-            await self._log.wait_durable(lsn)
+            seq, self._posted = self._posted, None
             await self._context.write(pb.ChannelAck(acked_seq=seq))
 
     @property
@@ -376,4 +327,3 @@ class AckWriter:
     async def close(self) -> None:
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
-

@@ -1,178 +1,222 @@
-"""The node's one synchronous step: feed the core, log what happened, route the effects.
+"""The shell around the node machine: feed `snapmesh.node.Node` events, carry out its effects.
 
-Every input (a local transfer, a batch from a channel, a snapshot start or
-abort) is applied to the `core.Process` and appended to the transfer log in
-the same synchronous call, with no await in between, so the log order is the
-order the core saw. Effects are drained here and nowhere else:
+Every input (a client transfer, a frame from a channel, a snapshot start or
+abort, the log becoming durable, a timer) is one synchronous call on the
+`Node`, followed by draining its effects here and nowhere else:
 
-    MessageSent(transfer)  -> `send` record, into the channel's outbox
-    MessageSent(marker)    -> `marker_sent` record, into the channel's outbox
-    LocalStateRecorded     -> `cut` record
-    ChannelRecorded        -> metrics
-    SnapshotCompleted      -> FullState handed to the reporter (sent once durable)
-    StaleMarkerDropped     -> a log line
+    Append(record)        -> the transfer log's buffer (group-committed)
+    Seal + Append(cp)     -> the log seals its segment, cp opens the next
+    Transmit(dst, ...)    -> that channel's stream
+    Ack(src, epoch, seq)  -> that channel's live stream
+    Report(state)         -> the reporter (already durable)
+    ReportCancelled(sid)  -> the reporter drops it
 
-Nothing here awaits: durability is the caller's business (`log.wait_durable`).
+Nothing here awaits except flow control: durability is the log's business,
+and it calls `durable(lsn)` back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 
-from services.node.channels import IncomingChannel, OutgoingChannel
+from services.node.channels import LOW_WATER, IncomingChannel, OutgoingChannel
 from services.node.metrics import NodeMetrics
 from services.node.reporter import StateReporter, full_state_message
 from services.node.translog import TransferLog
-from snapmesh import core
+from snapmesh import core, link, wal
+from snapmesh import node as machine
 
 log = logging.getLogger(__name__)
 
-
-class GapError(Exception):
-    """A channel message skipped a seq: something was lost below the algorithm."""
+GapError = link.GapError
 
 
 class Engine:
     def __init__(
         self,
         *,
-        process: core.Process,
+        node: machine.Node,
         log_: TransferLog,
         outgoing: dict[str, OutgoingChannel],
         incoming: dict[str, IncomingChannel],
         metrics: NodeMetrics,
         reporter: StateReporter,
-        recording_ttl_s: float | None = None,
     ) -> None:
-        self.node_id = process.node_id
-        self.process = process
+        self.node = node
+        self.node_id = node.node_id
+        self.process = node.process
         self.log = log_
         self.outgoing = outgoing
         self.incoming = incoming
         self.metrics = metrics
         self.reporter = reporter
-        # A recording the controller's abort never reached (this node was cut off
-        # then) would wait forever for markers that abandoned peers will not send,
-        # recording every transfer on its open channels. Past this age the
-        # controller has failed the snapshot anyway, so the node drops it itself.
-        self.recording_ttl_s = recording_ttl_s
-        metrics.balance.set(process.balance)
+        self._seal_first: int | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._counted = (0, 0, 0, 0, 0)
+        self._cut_at_ns: dict[str, int] = {}  # snapshot id -> wall-clock ns of the cut (for stats)
+        self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
+        metrics.balance.set(node.balance)
+        self._run()
 
     # -- local inputs
 
-    def transfer(self, dst: str, amount: int) -> str:
-        """Pay `amount` to `dst`; returns the msg_id. Raises core.LocalProtocolError
-        (nothing changed) when the core refuses."""
-        channel = self.outgoing.get(dst)
-        seq = channel.next_seq if channel is not None else 0
-        msg_id = f"{self.node_id}:{dst}:{seq}"
-        self._drain(self.process.send_transfer(dst=dst, msg_id=msg_id, amount=amount, seq=seq))
-        return msg_id
+    def transfer(self, dst: str, amount: int, request_id: str = "") -> machine.Accepted:
+        """Pay `amount` to `dst`. Raises core.LocalProtocolError (link.ChannelFull
+        when the channel is at its bound) and changes nothing when refused."""
+        try:
+            return self.node.transfer(dst, amount, request_id)
+        finally:
+            self._run()
 
     def transfers_done(self, count: int) -> None:
         """Metrics for `count` accepted transfers, once per RPC instead of per transfer."""
         if count:
             self.metrics.transfers_sent.inc(count)
-        self.metrics.balance.set(self.process.balance)
+        self.metrics.balance.set(self.node.balance)
 
     async def wait_for_room(self, destinations: set[str], timeout: float) -> None:
-        """Flow control: wait (at most `timeout`) while an outbox to one of
-        `destinations` is over its high-water mark, so a client cannot queue
-        transfers faster than the channels deliver them."""
-        full = [self.outgoing[d] for d in destinations if self.outgoing[d].over_high_water]
+        """Flow control: wait (at most `timeout`) while a channel to one of
+        `destinations` is over its mark, so a client cannot queue transfers
+        faster than the channels deliver them."""
+        full = [self.outgoing[d] for d in destinations if self.node.senders[d].over_mark]
         if full:
+            for channel in full:
+                channel.room.clear()
             try:
-                await asyncio.wait_for(asyncio.gather(*(c.wait_for_room() for c in full)), timeout)
+                await asyncio.wait_for(asyncio.gather(*(c.room.wait() for c in full)), timeout)
             except asyncio.TimeoutError:
                 pass
 
     def start_snapshot(self, snapshot_id: str) -> None:
-        self._drain(self.process.start_snapshot(snapshot_id))
+        self.node.tick(self._now())
+        try:
+            self.node.start_snapshot(snapshot_id)
+        finally:
+            self._run()
 
     def abort_snapshot(self, snapshot_id: str, reason: str) -> None:
-        effects = self.process.abort_snapshot(snapshot_id)
-        self.log.append_abort(snapshot_id, reason)
-        self._drain(effects)
-        self.reporter.cancel(snapshot_id)
+        self.node.abort_snapshot(snapshot_id, reason)
+        self._run()
 
-    def _expire(self, snapshot_id: str) -> None:
-        if self.process.phase(snapshot_id) is core.Phase.RECORDING:
-            reason = f"not finished here within {self.recording_ttl_s:g}s of recording"
-            log.warning("snapshot %s: %s; dropping it", snapshot_id, reason)
-            self.abort_snapshot(snapshot_id, reason)
+    # -- the channels
 
-    # -- a batch from channel src->this node
-
-    def receive_batch(self, src: str, messages: Iterable) -> int:
-        """Apply the messages of one frame in order; returns the channel's last seq.
-        Duplicates (seq <= last) are dropped. Raises GapError or
-        core.RemoteProtocolError; what was applied before the bad message stays
-        applied and logged."""
-        rx = self.incoming[src]
-        process, log_, me = self.process, self.log, self.node_id
-        last = rx.last_seq
-        received = 0
+    def receive_batch(self, src: str, epoch: int, messages: Iterable[tuple[int, core.Message]]) -> None:
+        """Apply the (seq, message) pairs of one frame, decoded by the servicer,
+        in order. Duplicates and stale frames are dropped; raises link.GapError
+        or core.RemoteProtocolError, and what was applied before the bad message
+        stays applied and logged."""
+        node = self.node
+        node.tick(self._now())
+        received = node.received
         try:
-            for message in messages:
-                seq = message.seq
-                if seq <= last:
-                    rx.duplicates += 1
-                    continue
-                if seq != last + 1:
-                    raise GapError(f"channel {src}->{me}: got seq {seq} after {last}")
-                body = message.WhichOneof("body")
-                if body == "transfer":
-                    t = message.transfer
-                    effects = process.receive(
-                        src=src, message=core.Transfer(msg_id=t.msg_id, amount=t.amount, seq=seq)
-                    )
-                    log_.append_recv(src, me, seq, t.msg_id, t.amount)
-                    received += 1
-                elif body == "marker":
-                    sid = message.marker.snapshot_id
-                    effects = process.receive(src=src, message=core.Marker(snapshot_id=sid))
-                    log_.append_marker("marker_recv", sid, src, me, seq)
-                    self.metrics.markers_received.inc()
+            for seq, message in messages:
+                if isinstance(message, core.Marker):
+                    received(src, epoch, seq, snapshot_id=message.snapshot_id)
                 else:
-                    raise core.RemoteProtocolError(f"channel {src}->{me}: message {seq} has no body")
-                last = rx.last_seq = seq
-                if effects:
-                    self._drain(effects)
+                    received(src, epoch, seq, amount=message.amount, msg_id=message.msg_id)
         finally:
-            if received:
-                self.metrics.transfers_received.inc(received)
-                self.metrics.balance.set(process.balance)
-        return last
+            node.end_frame()
+            self._run()
+
+    def opened(self, src: str, epoch: int) -> None:
+        self.node.opened(src, epoch)
+        self._run()
+
+    def link_open(self, dst: str, epoch: int, resume: int) -> None:
+        sent_before = self.node.senders[dst].sent  # the highest seq the broken stream carried
+        try:
+            self.node.connect(dst, epoch, resume)
+        finally:
+            self._run()
+        if sent_before > resume:
+            self.metrics.resent(dst).inc(sent_before - resume)
+
+    def link_ack(self, dst: str, epoch: int, seq: int) -> None:
+        try:
+            self.node.acked(dst, epoch, seq)
+        finally:
+            self._run()
+
+    def link_lost(self, dst: str) -> None:
+        self.node.disconnect(dst)
+
+    def durable(self, lsn: int) -> None:
+        self.node.durable(lsn)
+        self._run()
 
     # -- effects
 
-    def _drain(self, effects: list[core.Effect]) -> None:
-        for effect in effects:
-            if isinstance(effect, core.MessageSent):
-                channel = self.outgoing[effect.dst]
-                seq = channel.next_seq
-                message = effect.message
-                if isinstance(message, core.Transfer):
-                    lsn = self.log.append_send(self.node_id, effect.dst, seq, message.amount)
-                    channel.enqueue_transfer(seq, lsn, message.amount)
+    def _run(self) -> None:
+        node = self.node
+        for effect in node.drain():
+            kind = type(effect)
+            if kind is machine.Append:
+                record = effect.record
+                if self._seal_first is not None:
+                    self.log.seal(self._seal_first, record)  # type: ignore[arg-type]
+                    self._seal_first = None
                 else:
-                    lsn = self.log.append_marker("marker_sent", message.snapshot_id, self.node_id, effect.dst, seq)
-                    channel.enqueue_marker(seq, lsn, message.snapshot_id)
-                    self.metrics.markers_sent.inc()
-            elif isinstance(effect, core.LocalStateRecorded):
-                self.log.append_cut(effect.snapshot_id, effect.balance)
-                log.info("snapshot %s: recorded local state (balance %d)", effect.snapshot_id, effect.balance)
-                if self.recording_ttl_s is not None:
-                    asyncio.get_running_loop().call_later(self.recording_ttl_s, self._expire, effect.snapshot_id)
-            elif isinstance(effect, core.ChannelRecorded):
-                self.metrics.recorded_messages.inc(len(effect.transfers))
-            elif isinstance(effect, core.SnapshotCompleted):
-                self.metrics.snapshots_completed.inc()
-                log.info("snapshot %s: done here", effect.state.snapshot_id)
-                self.reporter.submit(full_state_message(effect.state, self.node_id), self.log.last_lsn)
-            elif isinstance(effect, core.StaleMarkerDropped):
-                log.info("snapshot %s: dropped a marker from %s (snapshot abandoned here)", effect.snapshot_id, effect.src)
+                    self.log.append_record(record)
+                if type(record) is wal.Cut:
+                    self._cut_at_ns[record.snapshot_id] = time.time_ns()
+                    log.info("snapshot %s: recorded local state (balance %d)", record.snapshot_id, record.balance)
+            elif kind is machine.Transmit:
+                self.outgoing[effect.dst].push(effect.epoch, effect.entries)
+            elif kind is machine.Ack:
+                self.incoming[effect.src].post(effect.epoch, effect.seq)
+            elif kind is machine.Seal:
+                self._seal_first = effect.first_lsn
+            elif kind is machine.Report:
+                sid = effect.state.snapshot_id
+                log.info("snapshot %s: done here", sid)
+                # Wall-clock times for the controller's statistics; a cut from before a restart is unknown (0).
+                message = full_state_message(effect.state, self.node_id, self._cut_at_ns.pop(sid, 0))
+                self.reporter.submit(message, self.log.durable_lsn)
+            elif kind is machine.ReportCancelled:
+                self._cut_at_ns.pop(effect.snapshot_id, None)
+                self.reporter.cancel(effect.snapshot_id)
             else:  # pragma: no cover  (a new effect type must be routed here)
                 raise TypeError(f"unrouted effect {effect!r}")
+        self._metrics()
+        self._arm_timer()
+
+    def _metrics(self) -> None:
+        node, m = self.node, self.metrics
+        counted = (
+            node.markers_sent, node.markers_received, node.recorded_messages, node.snapshots_completed,
+            node.transfers_received,
+        )
+        if counted != self._counted:
+            before = self._counted
+            m.markers_sent.inc(counted[0] - before[0])
+            m.markers_received.inc(counted[1] - before[1])
+            m.recorded_messages.inc(counted[2] - before[2])
+            m.snapshots_completed.inc(counted[3] - before[3])
+            m.transfers_received.inc(counted[4] - before[4])
+            self._counted = counted
+        for dst, sender in node.senders.items():
+            self._unacked[dst].set(sender.unacked)
+            if sender.unacked <= LOW_WATER:
+                self.outgoing[dst].room.set()
+        m.balance.set(node.balance)
+
+    def _now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def _arm_timer(self) -> None:
+        at = self.node.next_timer()
+        if at is None or at == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = asyncio.get_running_loop().call_at(at, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = self._timer_at = None
+        self.node.tick(self._now())
+        self._run()

@@ -6,7 +6,8 @@ with health and reflection, metrics on the node's metrics port. SIGINT/SIGTERM:
 health NOT_SERVING, stop accepting, close streams, flush the log, exit 0.
 
 Exit codes: 0 clean stop; 1 cannot bind or the log cannot be written; 2 bad
-arguments, a bad cluster file or a corrupt log (one line on stderr).
+arguments, a bad cluster file, a corrupt log, or the data dir in use by another
+process for this node (one line on stderr; nothing in the data dir touched).
 """
 
 from __future__ import annotations
@@ -17,15 +18,17 @@ import logging
 import random
 import sys
 
-from services.node.channels import IncomingChannel, OutgoingChannel
+from services.node.channels import HIGH_WATER, IncomingChannel, OutgoingChannel
+from services.node.datalock import DataDirLock, DataDirLocked
 from services.node.engine import Engine
 from services.node.metrics import NodeMetrics
 from services.node.recovery import CorruptLogError, recover
-from services.node.reporter import StateReporter
+from services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from services.node.servicer import NodeServicer
 from services.node.translog import TransferLog, fsync_dir
 from snapmesh import config as cluster_config
-from snapmesh import core, security
+from snapmesh import security
+from snapmesh.node import Node
 from snapmesh.argparsing import parse_args
 from snapmesh.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -63,82 +66,116 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def serve(cfg: cluster_config.ClusterConfig, node_id: str, identity: security.Identity | None = None) -> int:
+    try:
+        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        # Before anything in the data dir is read or written: one process per node.
+        lock = DataDirLock.acquire(cfg.data_dir, node_id)
+    except DataDirLocked as exc:
+        print(f"snapmesh node: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"snapmesh node: cannot lock data dir {cfg.data_dir}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return await _serve_locked(cfg, node_id, identity)
+    finally:
+        lock.release()
+
+
+async def _serve_locked(
+    cfg: cluster_config.ClusterConfig, node_id: str, identity: security.Identity | None = None
+) -> int:
     node = cfg.node(node_id)
     incoming = cfg.topology.incoming(node_id)
     outgoing = cfg.topology.outgoing(node_id)
     path = cfg.log_path(node_id)
     try:
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
         recovered = recover(
             path, node_id, initial_balance=cfg.initial_balance, incoming=incoming, outgoing=outgoing
         )
+        pending = PendingReports(cfg.data_dir / f"{node_id}.reports")
+        unreported = pending.load()
     except CorruptLogError as exc:
         print(f"snapmesh node: corrupt transfer log, refusing to start: {exc}", file=sys.stderr)
         return 2
+    except CorruptReportError as exc:
+        print(f"snapmesh node: corrupt pending report, refusing to start: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
-        print(f"snapmesh node: cannot read {path}: {exc}", file=sys.stderr)
+        print(f"snapmesh node: cannot read its data in {cfg.data_dir}: {exc}", file=sys.stderr)
         return 2
 
     metrics = NodeMetrics(node_id)
-    channels: dict[str, OutgoingChannel] = {}
+    engine: Engine | None = None
 
-    def on_durable(_lsn: int) -> None:
-        for channel in channels.values():
-            channel.durable()
+    def on_durable(lsn: int) -> None:
+        if engine is not None:
+            engine.durable(lsn)
 
     translog = TransferLog(
         path, node_id, last_lsn=recovered.last_lsn, on_durable=on_durable, observe_fsync=metrics.observe_fsync
     )
-    if recovered.fresh:
-        translog.append_init(cfg.initial_balance)
-    else:
-        translog.append_restart()
+    if not recovered.fresh:
         log.info(
-            "recovered from %s: balance %d, %d records, %d unacknowledged-or-unknown messages, abandoned snapshots: %s",
+            "recovered from %s: balance %d, %d records read, %d unacknowledged-or-unknown messages, "
+            "abandoned snapshots: %d",
             path,
             recovered.balance,
-            recovered.last_lsn,
+            recovered.records,
             sum(len(v) for v in recovered.outbox.values()),
-            ", ".join(sorted(recovered.abandoned)) or "none",
+            len(recovered.abandoned),
         )
-    translog.flush_sync()
-    fsync_dir(cfg.data_dir)
+    # The node machine: core + links + log positions (snapmesh/node.py); everything below is its shell.
+    node_machine = Node(
+        node_id=node_id,
+        incoming=incoming,
+        outgoing=outgoing,
+        recovered=recovered,
+        mark=HIGH_WATER,
+        bound=cfg.channel_bound,
+        # Twice the controller's deadline: by then the controller has failed it.
+        recording_ttl=2 * cfg.controller.snapshot_deadline_s,
+        segment_records=cfg.segment_records,
+        now=asyncio.get_running_loop().time(),
+    )
 
     rng = random.Random()
+    channels: dict[str, OutgoingChannel] = {}
+    # The streams start after `engine` is set, and only then call back into it.
     for dst in outgoing:
         channels[dst] = OutgoingChannel(
             src=node_id,
             dst=dst,
             address=cfg.node(dst).address,
-            log_=translog,
             metrics=metrics,
-            next_seq=recovered.next_seq[dst],
-            outbox=recovered.outbox[dst],
+            on_open=lambda d, e, r: engine.link_open(d, e, r),
+            on_ack=lambda d, e, s: engine.link_ack(d, e, s),
+            on_lost=lambda d: engine.link_lost(d),
             rng=rng,
             channel_options=CLIENT_OPTIONS,
             identity=identity,
         )
     reporter = StateReporter(
-        address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS, identity=identity
-    )
-    process = core.Process(
-        node_id=node_id,
-        balance=recovered.balance,
-        incoming=incoming,
-        outgoing=outgoing,
-        abandoned=recovered.abandoned,
+        address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS, pending=pending,
+        identity=identity,
     )
     engine = Engine(
-        process=process,
+        node=node_machine,
         log_=translog,
         outgoing=channels,
-        incoming={src: IncomingChannel(src=src, dst=node_id, last_seq=recovered.last_received[src]) for src in incoming},
+        incoming={src: IncomingChannel(src=src, dst=node_id) for src in incoming},
         metrics=metrics,
         reporter=reporter,
-        # Twice the controller's deadline: by then the controller has failed it.
-        recording_ttl_s=2 * cfg.controller.snapshot_deadline_s,
     )
-    servicer = NodeServicer(engine, frozenset(n.id for n in cfg.nodes))
+    try:
+        translog.flush_sync()
+        fsync_dir(cfg.data_dir)
+    except OSError as exc:
+        await translog.close()
+        print(f"snapmesh node: cannot write the transfer log {path}: {exc}", file=sys.stderr)
+        return 1
+    engine.durable(translog.durable_lsn)
+    servicer = NodeServicer(engine)
 
     host = ServiceHost(
         bind_address=cfg.bind_address(node), metrics_bind=cfg.metrics_bind(node), registry=metrics.registry, identity=identity
@@ -152,7 +189,8 @@ async def serve(cfg: cluster_config.ClusterConfig, node_id: str, identity: secur
         raise
     for channel in channels.values():
         channel.start()
-    log.info("node %s serving on %s (balance %d)", node_id, host.bind_address, process.balance)
+    reporter.resume(unreported, recovered.last_lsn)
+    log.info("node %s serving on %s (balance %d)", node_id, host.bind_address, node_machine.balance)
 
     stop = asyncio.ensure_future(wait_for_stop_signal())
     assert translog.flusher is not None
@@ -162,7 +200,13 @@ async def serve(cfg: cluster_config.ClusterConfig, node_id: str, identity: secur
         log.info("node %s: %s received, stopping", node_id, stop.result().name)
     else:
         stop.cancel()
-        log.error("node %s: the transfer log cannot be written (%r); stopping", node_id, translog.flusher.exception())
+        # Nothing more is written (see translog); stop serving now. What the file
+        # holds is a prefix of the log, so a restart recovers from it.
+        log.error(
+            "node %s: the transfer log %s cannot be written (%s); nothing after lsn %d is on disk and nothing "
+            "more will be written; stopping (restart the node once the disk is fixed: it recovers from the log)",
+            node_id, path, translog.flusher.exception(), translog.durable_lsn,
+        )
         status = 1
 
     # Drain: NOT_SERVING and no new streams, close the incoming streams, stop the

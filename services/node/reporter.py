@@ -3,27 +3,43 @@
 In the background, one task per snapshot: wait until everything the FullState
 rests on is durable in the log, then call the controller, retrying with backoff
 until it succeeds, the controller says it will never accept it, or the
-snapshot is aborted. The channel path never waits for any of this.
+snapshot is aborted. The channel path never waits for any of this. A state too
+large for one gRPC message goes by `ReportStateChunks` (see snapmesh.chunking).
+
+A finished part survives a crash: `submit` first writes the FullState to
+`<data_dir>/<node_id>.reports/` (`PendingReports`, atomically), synchronously,
+so the file is on disk before the record that completed the snapshot (the last
+`marker_recv`) is, and hence before that marker is acknowledged and can never
+be resent. The file goes once the controller accepted the state, refused it for
+good, or the snapshot was aborted. A restarted node reports what it finds there
+(`resume`), except a state resting on records that never reached the log: the
+snapshot then runs again here when its markers are resent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import os
 import random
+from pathlib import Path
+import time
 
 import grpc
 
 from services.node.channels import backoff_delay
 from services.node.metrics import NodeMetrics
-from services.node.translog import LogClosedError, TransferLog
-from snapmesh import core, security
+from services.node.translog import LogClosedError, TransferLog, fsync_dir
+from snapmesh import chunking, core, security
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
 REPORT_TIMEOUT_S = 5.0
+# A chunked report gets this much more per chunk (about 1 MiB each).
+REPORT_TIMEOUT_PER_CHUNK_S = 1.0
 # The controller refused for good (unknown or already finished snapshot): retrying cannot help.
 _FINAL_CODES = frozenset(
     {
@@ -36,11 +52,15 @@ _FINAL_CODES = frozenset(
 )
 
 
-def full_state_message(state: core.FullState, node_id: str) -> pb.FullState:
+def full_state_message(state: core.FullState, node_id: str, cut_at_ns: int = 0) -> pb.FullState:
+    """Built when the last marker is in (stamped now); `cut_at_ns` is the local
+    cut's wall-clock time (0: unknown). Both feed the controller's statistics."""
     return pb.FullState(
         snapshot_id=state.snapshot_id,
         node_id=state.node_id,
         balance=state.balance,
+        cut_at_unix_ns=cut_at_ns,
+        done_at_unix_ns=time.time_ns(),
         channels=[
             pb.ChannelState(
                 src=src,
@@ -52,9 +72,77 @@ def full_state_message(state: core.FullState, node_id: str) -> pb.FullState:
     )
 
 
+class CorruptReportError(ValueError):
+    """A pending-report file cannot be read; the message names it."""
+
+
+class PendingReports:
+    """FullStates finished here and not yet acknowledged, one file per snapshot:
+    `<directory>/<sha256 of the snapshot id>.fullstate` (any id makes a valid
+    name), a header line `snapmesh-fullstate 1 lsn=<L>` (the log position the
+    state rests on) then the FullState's protobuf encoding."""
+
+    SUFFIX = ".fullstate"
+    _MAGIC = b"snapmesh-fullstate 1 lsn="
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _path(self, snapshot_id: str) -> Path:
+        return self.directory / (hashlib.sha256(snapshot_id.encode()).hexdigest()[:32] + self.SUFFIX)
+
+    def save(self, message: pb.FullState, lsn: int) -> None:
+        """Write atomically (temp file, fsync, rename, fsync the directory)."""
+        path = self._path(message.snapshot_id)
+        temp = path.with_suffix(".tmp")
+        with open(temp, "wb") as handle:
+            handle.write(self._MAGIC + str(lsn).encode() + b"\n" + message.SerializeToString())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+        fsync_dir(self.directory)
+
+    def remove(self, snapshot_id: str) -> None:
+        # No directory fsync: a file that comes back after a crash is reported
+        # again, and the controller answers a repeated report for good.
+        self._path(snapshot_id).unlink(missing_ok=True)
+
+    def load(self) -> list[tuple[pb.FullState, int]]:
+        """Every pending (state, lsn), oldest file first; creates the directory,
+        drops temp files a crash left. Raises CorruptReportError."""
+        self.directory.mkdir(exist_ok=True)
+        found = []
+        for path in sorted(self.directory.iterdir(), key=lambda p: (p.stat().st_mtime_ns, p.name)):
+            if path.suffix == ".tmp":
+                path.unlink()  # never renamed into place: its snapshot's records are not durable either
+                continue
+            if path.suffix != self.SUFFIX:
+                continue
+            data = path.read_bytes()
+            header, _, body = data.partition(b"\n")
+            lsn_text = header.removeprefix(self._MAGIC)
+            if not header.startswith(self._MAGIC) or not lsn_text.isdigit():
+                raise CorruptReportError(f"{path}: not a pending report (bad header {header[:60]!r})")
+            message = pb.FullState()
+            try:
+                message.ParseFromString(body)
+            except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError has no stable import path
+                raise CorruptReportError(f"{path}: the FullState does not parse ({exc})") from None
+            if path != self._path(message.snapshot_id):
+                raise CorruptReportError(f"{path}: holds snapshot {message.snapshot_id!r}, not the one it is named for")
+            found.append((message, int(lsn_text)))
+        return found
+
+
 class StateReporter:
     def __init__(
-        self, *, address: str, log_: TransferLog, metrics: NodeMetrics, options: list,
+        self,
+        *,
+        address: str,
+        log_: TransferLog,
+        metrics: NodeMetrics,
+        options: list,
+        pending: PendingReports | None = None,
         identity: security.Identity | None = None,  # None: plaintext
     ) -> None:
         self._identity = identity
@@ -65,8 +153,39 @@ class StateReporter:
         self._channel: grpc.aio.Channel | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._rng = random.Random()
+        self._pending = pending
 
     def submit(self, message: pb.FullState, lsn: int) -> None:
+        """Report `message` once the log is durable up to `lsn`. Call it in the
+        same synchronous step that logged the records the state rests on."""
+        if self._pending is not None:
+            try:
+                self._pending.save(message, lsn)
+            except OSError as exc:  # reported all the same, only not crash-safe
+                log.error("snapshot %s: cannot keep the state for a report after a crash: %s",
+                          message.snapshot_id, exc)
+        self._start(message, lsn)
+
+    def resume(self, found: list[tuple[pb.FullState, int]], last_lsn: int) -> None:
+        """After a restart: report the pending states whose records are all in the
+        recovered log (the others rest on records a crash took back)."""
+        for message, lsn in found:
+            if lsn <= last_lsn:
+                log.info("snapshot %s: reporting the state finished before the restart", message.snapshot_id)
+                self._start(message, lsn)
+            else:
+                log.info("snapshot %s: the state finished before the crash rests on lsn %d, the log ends at %d; "
+                         "dropping it", message.snapshot_id, lsn, last_lsn)
+                self._forget(message.snapshot_id)
+
+    def _forget(self, snapshot_id: str) -> None:
+        if self._pending is not None:
+            try:
+                self._pending.remove(snapshot_id)
+            except OSError as exc:
+                log.warning("snapshot %s: cannot remove its pending report: %s", snapshot_id, exc)
+
+    def _start(self, message: pb.FullState, lsn: int) -> None:
         if self._channel is None:
             self._channel = security.open_channel(self._address, self._identity, options=self._options, aio=True)
         sid = message.snapshot_id
@@ -78,6 +197,7 @@ class StateReporter:
         task = self._tasks.pop(snapshot_id, None)
         if task is not None:
             task.cancel()
+        self._forget(snapshot_id)
 
     async def _report(self, message: pb.FullState, lsn: int) -> None:
         try:
@@ -89,8 +209,14 @@ class StateReporter:
         attempt = 0
         while True:
             try:
-                await stub.ReportState(message, timeout=REPORT_TIMEOUT_S)
+                if chunking.needs_chunks(message):
+                    chunks = chunking.split_state(message)
+                    timeout = REPORT_TIMEOUT_S + REPORT_TIMEOUT_PER_CHUNK_S * len(chunks)
+                    await stub.ReportStateChunks(iter(chunks), timeout=timeout)
+                else:
+                    await stub.ReportState(message, timeout=REPORT_TIMEOUT_S)
                 log.info("snapshot %s: reported state to the controller", message.snapshot_id)
+                self._forget(message.snapshot_id)
                 return
             except grpc.aio.AioRpcError as exc:
                 self._metrics.report_failures.inc()
@@ -101,6 +227,7 @@ class StateReporter:
                         exc.code().name,
                         exc.details(),
                     )
+                    self._forget(message.snapshot_id)
                     return
                 delay = backoff_delay(attempt, self._rng)
                 log.warning(

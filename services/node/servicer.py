@@ -1,13 +1,16 @@
 """The `snapmesh.v1.Node` gRPC service: a thin adapter over the engine.
 
-Each RPC validates what the core cannot, makes one synchronous engine call,
+Each RPC validates what the core cannot, decodes protobuf into the core's own
+messages (the engine never sees protobuf), makes one synchronous engine call,
 then waits until the log holds what it did before answering: a response never
-runs ahead of the disk.
+runs ahead of the disk. Why the core refused a transfer maps to a status code
+in one table, `REFUSAL_STATUS`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Iterator
 
 import grpc
 
@@ -20,45 +23,38 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 _OK = grpc.StatusCode.OK.value[0]
+
+# Why the core refused a client's request -> the status the client gets.
+REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {
+    core.Refusal.INVALID_INPUT: grpc.StatusCode.INVALID_ARGUMENT,
+    core.Refusal.INVALID_TRANSFER: grpc.StatusCode.INVALID_ARGUMENT,
+    core.Refusal.INSUFFICIENT_FUNDS: grpc.StatusCode.FAILED_PRECONDITION,
+    core.Refusal.CHANNEL_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
 # A response waits at most this long for room in a full outbox (flow control);
 # after that it answers anyway, so a dead peer slows clients but never hangs them.
 FLOW_CONTROL_WAIT_S = 2.0
 
 
 class NodeServicer(pb_grpc.NodeServicer):
-    def __init__(self, engine: Engine, known_nodes: frozenset[str]) -> None:
+    def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._log = engine.log
-        self._known = known_nodes
         self.stopping = False
 
     # -- transfers
 
-    def _refusal_code(self, to: str, amount: int) -> grpc.StatusCode:
-        """The core refused a transfer: which status says why."""
-        if amount <= 0 or to not in self._engine.outgoing:
-            return grpc.StatusCode.INVALID_ARGUMENT
-        return grpc.StatusCode.FAILED_PRECONDITION
-
-    def _refusal_detail(self, to: str, exc: core.LocalProtocolError) -> str:
-        if to == self._engine.node_id:
-            return f"{to} cannot transfer to itself"
-        if to not in self._known:
-            return f"unknown node {to!r}"
-        return str(exc)
-
     async def Transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
         try:
-            msg_id = self._engine.transfer(request.to, request.amount)
+            answer = self._engine.transfer(request.to, request.amount, request.request_id)
         except core.LocalProtocolError as exc:
-            code = self._refusal_code(request.to, request.amount)
+            code = REFUSAL_STATUS[exc.kind]
             self._engine.metrics.refused(code.name).inc()
-            await context.abort(code, self._refusal_detail(request.to, exc))
-        balance = self._engine.process.balance
-        self._engine.transfers_done(1)
-        await self._log.wait_durable(self._log.last_lsn)
+            await context.abort(code, str(exc))
+        self._engine.transfers_done(0 if answer.repeated else 1)
+        await self._log.wait_durable(answer.lsn)
         await self._engine.wait_for_room({request.to}, FLOW_CONTROL_WAIT_S)
-        return pb.TransferResponse(msg_id=msg_id, balance=balance)
+        return pb.TransferResponse(msg_id=answer.msg_id, balance=answer.balance)
 
     async def TransferBatch(
         self, request: pb.TransferBatchRequest, context: grpc.aio.ServicerContext
@@ -66,19 +62,19 @@ class NodeServicer(pb_grpc.NodeServicer):
         response = pb.TransferBatchResponse()
         add = response.results.add
         engine = self._engine
-        process = engine.process
+        node = engine.node
         accepted = 0
         destinations: set[str] = set()
         for item in request.transfers:
             try:
-                msg_id = engine.transfer(item.to, item.amount)
+                answer = engine.transfer(item.to, item.amount, item.request_id)
             except core.LocalProtocolError as exc:
-                code = self._refusal_code(item.to, item.amount)
+                code = REFUSAL_STATUS[exc.kind]
                 engine.metrics.refused(code.name).inc()
-                add(code=code.value[0], message=self._refusal_detail(item.to, exc), balance=process.balance)
+                add(code=code.value[0], message=str(exc), balance=node.balance)
                 continue
-            add(code=_OK, msg_id=msg_id, balance=process.balance)
-            accepted += 1
+            add(code=_OK, msg_id=answer.msg_id, balance=answer.balance)
+            accepted += 0 if answer.repeated else 1
             destinations.add(item.to)
         engine.transfers_done(accepted)
         await self._log.wait_durable(self._log.last_lsn)
@@ -86,7 +82,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         return response
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
-        balance = self._engine.process.balance
+        balance = self._engine.node.balance
         await self._log.wait_durable(self._log.last_lsn)  # never show what a crash could take back
         return pb.NodeStateResponse(node_id=self._engine.node_id, balance=balance)
 
@@ -131,13 +127,12 @@ class NodeServicer(pb_grpc.NodeServicer):
         await security.require_peer(context, src)  # with TLS: only src's certificate may open src->here
         rx = engine.incoming[src]
         ending = rx.claim()
-        acks = None
+        epoch = rx.epoch
+        acks = AckWriter(context)
+        rx.attach(acks)
         try:
-            # Resume point: the last seq applied here, once it is on disk.
-            resume = rx.last_seq
-            await self._log.wait_durable(self._log.last_lsn)
-            await context.write(pb.ChannelAck(acked_seq=resume))
-            acks = AckWriter(context, self._log)
+            # The node answers with its position (the resume point) once it is durable.
+            engine.opened(src, epoch)
             while True:
                 frame = await read_or_end(context, ending)
                 if frame is None:
@@ -149,7 +144,7 @@ class NodeServicer(pb_grpc.NodeServicer):
                 if frame.WhichOneof("body") != "batch":
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "only `batch` frames may follow `open`")
                 try:
-                    last = engine.receive_batch(src, frame.batch.messages)
+                    engine.receive_batch(src, epoch, _decode(src, dst, frame.batch.messages))
                 except GapError as exc:
                     engine.metrics.stream_errors(src, "receiver").inc()
                     log.error("%s; closing the stream (DATA_LOSS)", exc)
@@ -158,8 +153,22 @@ class NodeServicer(pb_grpc.NodeServicer):
                     engine.metrics.stream_errors(src, "receiver").inc()
                     log.error("channel %s->%s: the peer broke the protocol: %s; closing the stream", src, dst, exc)
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"protocol violation: {exc}")
-                acks.post(last, self._log.last_lsn)
         finally:
-            if acks is not None:
-                await acks.close()
+            await acks.close()
             rx.release(ending)
+
+
+def _decode(src: str, dst: str, messages: Iterable[pb.ChannelMessage]) -> Iterator[tuple[int, core.Message]]:
+    """A frame's messages as (seq, core message), one at a time: a message with
+    no body raises RemoteProtocolError there, after those before it applied."""
+    for message in messages:
+        body = message.WhichOneof("body")
+        if body == "transfer":
+            t = message.transfer
+            yield message.seq, core.Transfer(msg_id=t.msg_id, amount=t.amount, seq=message.seq)
+        elif body == "marker":
+            if not message.marker.snapshot_id:
+                raise core.RemoteProtocolError(f"channel {src}->{dst}: marker {message.seq} has an empty snapshot id")
+            yield message.seq, core.Marker(snapshot_id=message.marker.snapshot_id)
+        else:
+            raise core.RemoteProtocolError(f"channel {src}->{dst}: message {message.seq} has no body")

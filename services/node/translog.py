@@ -1,16 +1,7 @@
-"""The transfer log: `<data_dir>/<node_id>.log.jsonl`, the node's source of truth.
+"""The transfer log on disk: `<data_dir>/<node_id>.log.jsonl`, the node's source of truth.
 
-One JSON object per line, every record `{"node", "lsn", "kind", ...}`; lsn is
-1, 2, 3, ... in the order events were applied to the core at this node. Kinds:
-
-    init        {balance}                          first record of a new log, once
-    restart     {}                                 a node restarted on this log
-    send        {msg_id, src, dst, seq, amount}    before the transfer leaves
-    recv        {msg_id, src, dst, seq, amount}    before it is acknowledged
-    cut         {snapshot_id, balance}             where the core recorded its local state
-    marker_sent {snapshot_id, src, dst, seq}
-    marker_recv {snapshot_id, src, dst, seq}
-    abort       {snapshot_id, reason}
+The record format (kinds, fields, encoding) is `snapmesh.wal`'s; this module
+is the file side: group commit, fsync, and sealing segments.
 
 Group commit: `append_*` only encodes the record into an in-memory buffer and
 returns its lsn, so the caller applies an event and logs it in one synchronous
@@ -18,31 +9,53 @@ step (log order == apply order). One flusher task writes the whole buffer with
 one write + fdatasync per round; `durable_lsn` says how far the disk holds, and
 `wait_durable(lsn)` is what every acknowledgement awaits.
 
-Records are encoded by hand from precomputed JSON fragments: this is the
-per-message hot path.
+Segments: `seal(first_lsn, checkpoint)` queues a seal behind what is buffered.
+The flusher writes and syncs the records before it, writes the checkpoint to
+`<active>.next` and syncs it, renames the active file to its sealed name
+`<node>.log.<first lsn, 12 digits>.jsonl`, renames `.next` to the active name
+and syncs the directory. A crash anywhere in between is finished or undone by
+recovery (`services.node.recovery.finish_interrupted_seal`).
+
+A failed write or fdatasync fails the log for good: the file may now end in a
+torn line, and after a failed fdatasync the kernel may have dropped the dirty
+pages while marking them clean, so a retry could "succeed" without the data
+(retrying fsync is not safe). Nothing more is written, by the flusher or by
+`flush_sync`/`close` on the way down; every `wait_durable` raises
+`LogFailedError`; the flusher task ends with the error, which stops the node.
+The file then holds a prefix of the records (at worst a torn last line, which
+recovery cuts off), so a restart recovers from it cleanly.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+
+from services.node.recovery import next_path
+from snapmesh import wal
 
 log = logging.getLogger(__name__)
 
-KINDS = frozenset({"init", "restart", "send", "recv", "cut", "marker_sent", "marker_recv", "abort"})
+KINDS = wal.KINDS
 
 
-def _js(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
+@dataclass(frozen=True, slots=True)
+class _Seal:
+    sealed: Path  # the name the active segment gets
+    checkpoint: str  # the first line of the next segment
 
 
 class LogClosedError(RuntimeError):
     """The log was closed (the node is stopping); nothing more becomes durable."""
+
+
+class LogFailedError(LogClosedError):
+    """A write or fdatasync failed: nothing after `durable_lsn` will ever be written."""
 
 
 class TransferLog:
@@ -62,8 +75,8 @@ class TransferLog:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lsn = last_lsn  # last lsn handed out
         self.durable_lsn = last_lsn  # last lsn on disk
-        self._buffer: list[str] = []
-        self._prefix = '{"node":' + _js(node_id) + ',"lsn":'
+        self._buffer: list[str | _Seal] = []
+        self._encoder = wal.Encoder(node_id)
         self._on_durable = on_durable
         self._observe_fsync = observe_fsync
         self._pending = asyncio.Event()
@@ -71,8 +84,7 @@ class TransferLog:
         self._flusher: asyncio.Task[None] | None = None
         self._closed = False
         self._closing = False
-        # JSON fragments per channel, built on first use: ',"src":"p1","dst":"p2","msg_id":"p1:p2:'
-        self._fragments: dict[tuple[str, str], tuple[str, str]] = {}
+        self.failure: OSError | None = None  # the failed write or fdatasync; the log is dead
 
     # ------------------------------------------------------------ appending
 
@@ -80,47 +92,52 @@ class TransferLog:
     def last_lsn(self) -> int:
         return self._lsn
 
-    def _append(self, body: str) -> int:
-        self._lsn += 1
-        self._buffer.append(f"{self._prefix}{self._lsn},{body}}}\n")
+    def _add(self, line: str | _Seal) -> int:
+        if self.failure is not None:
+            return self._lsn  # never written; whoever waits for it gets LogFailedError
+        self._buffer.append(line)
         self._pending.set()
         return self._lsn
 
-    def _channel(self, src: str, dst: str) -> tuple[str, str]:
-        frag = self._fragments.get((src, dst))
-        if frag is None:
-            ends = f',"src":{_js(src)},"dst":{_js(dst)}'
-            frag = (ends + ',"msg_id":' + _js(f"{src}:{dst}:")[:-1], ends)
-            self._fragments[(src, dst)] = frag
-        return frag
+    def append_record(self, record: wal.Record) -> int:
+        """Append `record` (its lsn must be the next one)."""
+        if record.lsn != self._lsn + 1:
+            raise ValueError(f"{self.path}: record lsn {record.lsn}, expected {self._lsn + 1}")
+        self._lsn = record.lsn
+        return self._add(self._encoder.record(record))
+
+    def seal(self, first_lsn: int, checkpoint: wal.Checkpoint) -> int:
+        """Close the active segment (it began at `first_lsn`) and open the next with `checkpoint`."""
+        if checkpoint.lsn != self._lsn + 1:
+            raise ValueError(f"{self.path}: checkpoint lsn {checkpoint.lsn}, expected {self._lsn + 1}")
+        self._lsn = checkpoint.lsn
+        sealed = self.path.with_name(wal.sealed_name(self.node_id, first_lsn))
+        return self._add(_Seal(sealed, self._encoder.record(checkpoint)))
 
     def append_init(self, balance: int) -> int:
-        return self._append(f'"kind":"init","balance":{int(balance)}')
+        return self.append_record(wal.Init(lsn=self._lsn + 1, balance=int(balance)))
 
     def append_restart(self) -> int:
-        return self._append('"kind":"restart"')
+        return self.append_record(wal.Restart(lsn=self._lsn + 1))
 
     def append_send(self, src: str, dst: str, seq: int, amount: int) -> int:
         """msg_id is `src:dst:seq`."""
-        with_id, _ = self._channel(src, dst)
-        return self._append(f'"kind":"send"{with_id}{seq}","seq":{seq},"amount":{amount}')
+        self._lsn += 1
+        return self._add(self._encoder.send(self._lsn, src, dst, seq, amount, f"{src}:{dst}:{seq}"))
 
     def append_recv(self, src: str, dst: str, seq: int, msg_id: str, amount: int) -> int:
-        with_id, ends = self._channel(src, dst)
-        if msg_id == f"{src}:{dst}:{seq}":
-            return self._append(f'"kind":"recv"{with_id}{seq}","seq":{seq},"amount":{amount}')
-        return self._append(f'"kind":"recv"{ends},"msg_id":{_js(msg_id)},"seq":{seq},"amount":{amount}')
+        self._lsn += 1
+        return self._add(self._encoder.recv(self._lsn, src, dst, seq, amount, msg_id))
 
     def append_cut(self, snapshot_id: str, balance: int) -> int:
-        return self._append(f'"kind":"cut","snapshot_id":{_js(snapshot_id)},"balance":{balance}')
+        return self.append_record(wal.Cut(lsn=self._lsn + 1, snapshot_id=snapshot_id, balance=balance))
 
     def append_marker(self, kind: str, snapshot_id: str, src: str, dst: str, seq: int) -> int:
-        assert kind in ("marker_sent", "marker_recv")
-        _, ends = self._channel(src, dst)
-        return self._append(f'"kind":"{kind}","snapshot_id":{_js(snapshot_id)}{ends},"seq":{seq}')
+        cls = {"marker_sent": wal.MarkerSent, "marker_recv": wal.MarkerRecv}[kind]
+        return self.append_record(cls(lsn=self._lsn + 1, snapshot_id=snapshot_id, src=src, dst=dst, seq=seq))
 
     def append_abort(self, snapshot_id: str, reason: str) -> int:
-        return self._append(f'"kind":"abort","snapshot_id":{_js(snapshot_id)},"reason":{_js(reason)}')
+        return self.append_record(wal.Abort(lsn=self._lsn + 1, snapshot_id=snapshot_id, reason=reason))
 
     # ------------------------------------------------------------ durability
 
@@ -131,6 +148,10 @@ class TransferLog:
     async def wait_durable(self, lsn: int) -> None:
         """Return once every record up to `lsn` is on disk."""
         while self.durable_lsn < lsn:
+            if self.failure is not None:
+                raise LogFailedError(
+                    f"{self.path}: a write failed ({self.failure}); nothing after lsn {self.durable_lsn} is written"
+                )
             if self._closed:
                 raise LogClosedError(f"{self.path} is closed")
             if self._round is None:
@@ -147,15 +168,22 @@ class TransferLog:
         self._pending.clear()
         if not self._buffer:
             return
-        data = "".join(self._buffer).encode()
-        self._buffer = []
+        items, self._buffer = self._buffer, []
         upto = self._lsn
-        started = time.perf_counter()
-        # The write and the fsync run off the loop, so the node keeps applying
+        # The writes and fsyncs run off the loop, so the node keeps applying
         # (into the next buffer) while the disk works.
-        await loop.run_in_executor(None, _write_all_and_sync, self._fd, data)
-        if self._observe_fsync is not None:
-            self._observe_fsync(time.perf_counter() - started, len(data))
+        try:
+            for data, seal in _chunks(items):
+                started = time.perf_counter()
+                if data:
+                    await loop.run_in_executor(None, _write_all_and_sync, self._fd, data)
+                if data and self._observe_fsync is not None:
+                    self._observe_fsync(time.perf_counter() - started, len(data))
+                if seal is not None:
+                    await loop.run_in_executor(None, self._seal_files, seal)
+        except OSError as exc:
+            self._fail(exc)
+            raise
         self.durable_lsn = upto
         # Wake everyone waiting, including those who came during the write;
         # each re-checks its own lsn and waits for the next round if needed.
@@ -165,11 +193,46 @@ class TransferLog:
         if self._on_durable is not None:
             self._on_durable(upto)
 
+    def _seal_files(self, seal: _Seal) -> None:
+        """The active segment is synced: rename it sealed, the next one in (see the module doc)."""
+        pending = next_path(self.path)
+        fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all_and_sync(fd, seal.checkpoint.encode())
+        finally:
+            os.close(fd)
+        os.replace(self.path, seal.sealed)
+        os.replace(pending, self.path)
+        fsync_dir(self.path.parent)
+        old, self._fd = self._fd, os.open(self.path, os.O_WRONLY | os.O_APPEND, 0o644)
+        os.close(old)
+        log.info("%s: sealed as %s", self.path, seal.sealed.name)
+
+    def _fail(self, exc: OSError) -> None:
+        """No more writes, ever; wake every waiter so it sees the failure."""
+        self.failure = exc
+        self._buffer = []
+        log.error("%s: write or fdatasync failed (%s); writing nothing more after lsn %d", self.path, exc, self.durable_lsn)
+        waiters, self._round = self._round, None
+        if waiters is not None and not waiters.done():
+            waiters.set_result(None)
+
     def flush_sync(self) -> None:
-        """Write and sync whatever is buffered, blocking (start-up and shutdown)."""
+        """Write and sync whatever is buffered, blocking (start-up and shutdown).
+        Writes nothing once the log failed; raises OSError if this write fails."""
+        if self.failure is not None:
+            return
         if self._buffer:
-            _write_all_and_sync(self._fd, "".join(self._buffer).encode())
-            self._buffer = []
+            items, self._buffer = self._buffer, []
+            try:
+                for data, seal in _chunks(items):
+                    if data:
+                        _write_all_and_sync(self._fd, data)
+                    if seal is not None:
+                        self._seal_files(seal)
+            except OSError as exc:
+                self._fail(exc)
+                raise
         self.durable_lsn = self._lsn
         if self._round is not None and not self._round.done():
             self._round.set_result(None)
@@ -185,15 +248,32 @@ class TransferLog:
         self._pending.set()
         if self._flusher is not None and not self._flusher.done():
             await asyncio.wait([self._flusher])
-        self.flush_sync()
-        self._closed = True
-        if self._round is not None and not self._round.done():
-            self._round.set_result(None)  # waiters wake, see _closed and raise
-        os.close(self._fd)
+        try:
+            self.flush_sync()  # nothing, if the log failed
+        finally:
+            self._closed = True
+            if self._round is not None and not self._round.done():
+                self._round.set_result(None)  # waiters wake, see _closed and raise
+            os.close(self._fd)
 
     @property
     def flusher(self) -> asyncio.Task[None] | None:
         return self._flusher
+
+
+def _chunks(items: list[str | _Seal]) -> list[tuple[bytes, _Seal | None]]:
+    """The buffer as (bytes to append, the seal that follows them or None)."""
+    out: list[tuple[bytes, _Seal | None]] = []
+    lines: list[str] = []
+    for item in items:
+        if isinstance(item, _Seal):
+            out.append(("".join(lines).encode(), item))
+            lines = []
+        else:
+            lines.append(item)
+    if lines or not out:
+        out.append(("".join(lines).encode(), None))
+    return out
 
 
 def _write_all_and_sync(fd: int, data: bytes) -> None:

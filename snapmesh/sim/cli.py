@@ -1,10 +1,15 @@
 """`snapmesh sim run FILE [--seed N]`: run a scenario, print the result as JSON.
+`snapmesh sim fuzz [--seed N] [--cases M]`: the fault fuzzer (snapmesh/sim/fuzz.py).
 
 The JSON goes to stdout with indent=2 and keys in topology order (never sorted),
 followed by one newline; the same file and seed give byte-identical output.
 An invalid scenario, an unreadable file or bad JSON exits 2 with one line on
 stderr that names the file and the problem (for a step: its index and the step
 as written, e.g. `step 4 ["deliver","A","B"]: channel A->B is empty`).
+
+`fuzz` runs cases seed N, N+1, ..., N+M-1 and stops at the first broken
+invariant: it prints the seed, what broke and the one command that replays
+that case, and exits 1. All passed: one summary line, exit 0.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from snapmesh.sim.scenario import ScenarioError, loads
@@ -27,7 +33,37 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a scenario file and print its snapshots as JSON")
     run.add_argument("file", metavar="FILE", help="scenario file (JSON; format in docs/scenarios.md)")
     run.add_argument("--seed", type=int, default=0, metavar="N", help="scheduler seed for `run` steps (default 0)")
+    fuzz = commands.add_parser("fuzz", help="random clusters under random faults, invariants after every step")
+    fuzz.add_argument("--seed", type=int, default=0, metavar="N", help="first case's seed (default 0)")
+    fuzz.add_argument("--cases", type=_positive, default=1000, metavar="M", help="how many cases (default 1000)")
     return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def run_fuzz(seed: int, cases: int) -> int:
+    from snapmesh.sim import fuzz
+
+    if cases == 1:
+        print(f"seed {seed}: {fuzz.World(seed).describe()}")
+    started = time.perf_counter()
+    ran, failure = fuzz.fuzz(seed, cases)
+    elapsed = time.perf_counter() - started
+    if failure is not None:
+        bad_seed, why = failure
+        print(f"FAIL seed {bad_seed} (case {ran} of {cases}): {why}")
+        print(f"replay: {fuzz.replay_command(bad_seed)}")
+        return 1
+    print(f"ok: {ran} cases, seeds {seed}..{seed + ran - 1}, {elapsed:.1f}s")
+    return 0
 
 
 def run_file(path: str, seed: int) -> str:
@@ -39,6 +75,8 @@ def run_file(path: str, seed: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "fuzz":
+        return run_fuzz(args.seed, args.cases)
     try:
         output = run_file(args.file, args.seed)
     except ScenarioError as exc:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from services.controller.tracker import duration_s
+from snapmesh.snapshots import duration_s
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 if TYPE_CHECKING:
-    from services.app.workload import Summary
+    from snapmesh.bank.workload import Summary
 
 _MAX_LISTED = 6  # in-flight transfers shown per channel before "... and N more"
 
@@ -38,9 +38,16 @@ def snapshot_table(snapshot: pb.Snapshot) -> list[str]:
         lines.append("  +--")
         return lines
     width = max([4, *(len(n.node_id) for n in snapshot.nodes)])
-    lines.append(f"  |   {'node':<{width}}  recorded balance")
+    stats = {n.node_id: n for n in snapshot.stats.nodes}  # Flink's per-subtask figures
+    lines.append(
+        f"  |   {'node':<{width}}  recorded balance  start delay ms  recording ms  report ms  in-flight msgs  bytes"
+    )
     for node in snapshot.nodes:
-        lines.append(f"  |   {node.node_id:<{width}}  {node.balance:>16}")
+        n = stats.get(node.node_id, pb.NodeSnapshotStats())
+        lines.append(
+            f"  |   {node.node_id:<{width}}  {node.balance:>16}  {n.start_delay_ms:>14.1f}  {n.recording_duration_ms:>12.1f}"
+            f"  {n.report_time_ms:>9.1f}  {n.in_flight_messages:>14}  {n.in_flight_bytes:>5}"
+        )
     busy = [c for c in snapshot.channels if c.in_flight]
     in_flight_sum = sum(t.amount for c in snapshot.channels for t in c.in_flight)
     if busy:
@@ -62,6 +69,9 @@ def snapshot_table(snapshot: pb.Snapshot) -> list[str]:
     lines.append(
         f"  |   total {snapshot.total} = balances {balances} + in flight {in_flight_sum}; "
         f"expected {snapshot.expected_total}: {verdict}"
+    )
+    lines.append(
+        f"  |   end to end {snapshot.stats.end_to_end_duration_ms:.1f} ms, state size {snapshot.stats.state_size_bytes} bytes"
     )
     lines.append("  +--")
     return lines

@@ -1,10 +1,11 @@
 """The bank workload: money moves between nodes while snapshots are taken.
 
 Every `transfer_interval` each node pays a random 1..`max_amount` to a random
-node it has a channel to; every `snapshot_every` seconds a random node starts a
-snapshot; after `duration` seconds it waits for the snapshots still running and
-prints a summary. One seeded generator draws every choice, so a seed replays
-the same requests (the cluster's timing still varies).
+node it has a channel to (the project's load generator, `snapmesh.load`);
+every `snapshot_every` seconds a random node starts a snapshot; after
+`duration` seconds it waits for the snapshots still running and prints a
+summary. The seed draws every choice, so a seed replays the same requests
+(the cluster's timing still varies).
 
 Use it in-process: `run_workload("127.0.0.1:50050", WorkloadParams(seed=1))`
 returns a `Summary`; `summary.exit_code` is 0 when every snapshot finished and
@@ -24,8 +25,9 @@ from typing import TextIO
 
 import grpc
 
-from services.app.render import progress_line, snapshot_table, summary_lines
 from snapmesh import security
+from snapmesh.bank.render import progress_line, snapshot_table, summary_lines
+from snapmesh.load import LoadGenerator
 from snapmesh.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -120,14 +122,21 @@ async def workload(
             f"{len(cluster.channels)} channels; every {params.transfer_interval:g}s each node pays "
             f"1..{params.max_amount}; a snapshot every {params.snapshot_every:g}s; {params.duration:g}s in all"
         )
+        targets = {n.node_id: n.address for n in cluster.nodes}
         channels = {
-            n.node_id: security.open_channel(n.address, identity, options=CLIENT_OPTIONS, aio=True) for n in cluster.nodes
+            node: security.open_channel(address, identity, options=CLIENT_OPTIONS, aio=True)
+            for node, address in targets.items()
         }
         stubs = {node: pb_grpc.NodeStub(ch) for node, ch in channels.items()}
+        load = LoadGenerator(targets, neighbours, batch=1, max_amount=params.max_amount, seed=seed, timeout=RPC_TIMEOUT_S,
+                             identity=identity,
+                             on_error=lambda message: say(f"  ! {message}"))
         stop = asyncio.Event()
         handled = _stop_on_signals(stop)
         try:
-            await _run(params, rng, summary, controller, stubs, neighbours, say, stop)
+            async with load:
+                await load.set(callers=1, interval=params.transfer_interval)
+                await _run(params, rng, summary, controller, stubs, load, say, stop)
         finally:
             for sig in handled:
                 asyncio.get_running_loop().remove_signal_handler(sig)
@@ -152,26 +161,15 @@ def _stop_on_signals(stop: asyncio.Event) -> list[signal.Signals]:
     return handled
 
 
-async def _run(params, rng, summary, controller, stubs, neighbours, say, stop: asyncio.Event) -> None:
+async def _run(params, rng, summary, controller, stubs, load: LoadGenerator, say, stop: asyncio.Event) -> None:
     node_ids = list(stubs)
     snapshot_tasks: list[asyncio.Task[None]] = []
-    errors_seen: set[str] = set()
 
-    async def transfer(node: str, to: str, amount: int) -> None:
-        try:
-            await stubs[node].Transfer(pb.TransferRequest(to=to, amount=amount), timeout=RPC_TIMEOUT_S)
-        except grpc.aio.AioRpcError as error:
-            if error.code() == grpc.StatusCode.FAILED_PRECONDITION:
-                summary.transfers_refused += 1
-                return
-            summary.transfers_failed += 1
-            key = f"{node}:{error.code().name}"
-            if key not in errors_seen:
-                errors_seen.add(key)
-                say(f"  ! transfer {node}->{to} failed: {error.code().name}: {error.details()}")
-            return
-        summary.transfers_made += 1
-        summary.moved += amount
+    def count() -> tuple[int, int, int]:
+        stats = load.stats
+        summary.transfers_made, summary.transfers_refused = stats.accepted, stats.refused
+        summary.transfers_failed, summary.moved = stats.failed, stats.moved
+        return stats.accepted, stats.refused, stats.failed
 
     async def snapshot(initiator: str) -> None:
         try:
@@ -190,7 +188,7 @@ async def _run(params, rng, summary, controller, stubs, neighbours, say, stop: a
     async def balances() -> dict[str, int | None]:
         async def one(node: str) -> int | None:
             try:
-                # A short timeout: a slow node must not stall the transfers.
+                # A short timeout: a slow node must not stall the report.
                 timeout = min(1.0, params.report_every)
                 return (await stubs[node].GetState(pb.GetStateRequest(), timeout=timeout)).balance
             except grpc.aio.AioRpcError:
@@ -202,7 +200,6 @@ async def _run(params, rng, summary, controller, stubs, neighbours, say, stop: a
     loop = asyncio.get_running_loop()
     start = loop.time()
     wall_start = time.monotonic()
-    next_transfer = start
     next_snapshot = start + params.snapshot_every if params.snapshot_every else float("inf")
     next_report = start + params.report_every
     end = start + params.duration
@@ -217,26 +214,19 @@ async def _run(params, rng, summary, controller, stubs, neighbours, say, stop: a
         if now >= next_snapshot:
             snapshot_tasks.append(asyncio.create_task(snapshot(rng.choice(node_ids))))
             next_snapshot += params.snapshot_every
-        if now >= next_transfer:
-            batch = []
-            for node in node_ids:
-                if neighbours[node]:
-                    batch.append(transfer(node, rng.choice(neighbours[node]), rng.randint(1, params.max_amount)))
-            await asyncio.gather(*batch)
-            next_transfer += params.transfer_interval
-            if next_transfer < loop.time():  # fell behind: skip, don't burst
-                next_transfer = loop.time()
         if loop.time() >= next_report:
-            counts = (summary.transfers_made, summary.transfers_refused, summary.transfers_failed)
+            counts = count()
             delta = tuple(c - p for c, p in zip(counts, last, strict=True))
             last = counts
             say(progress_line(loop.time() - start, delta, counts, summary.moved, await balances()))
             next_report += params.report_every
-        wake = min(next_transfer, next_snapshot, next_report, end)
+        wake = min(next_snapshot, next_report, end)
         try:
             await asyncio.wait_for(stop.wait(), max(0.0, wake - loop.time()))
         except TimeoutError:
             pass
+    await load.set(callers=0)
+    count()
     if snapshot_tasks:
         pending = sum(not t.done() for t in snapshot_tasks)
         if pending:

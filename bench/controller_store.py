@@ -1,0 +1,109 @@
+"""What the controller pays per in-flight entry to keep a finished snapshot, two ways,
+side by side in one run (`python -m bench store`):
+
+- protojson: the old reply path, proto JSON text written atomically (fsync, rename);
+- compact:   the new store of record, the Snapshot's protobuf bytes written the same way;
+- journal:   what now stands between the last report and the COMPLETE answer: the
+             reports' journal frames (encode only; their fsync is shared by a group commit).
+
+Snapshots of an 8-node mesh (56 channels) with ENTRIES in-flight transfers, so a
+file's fixed cost (fsync, rename) is spread thin. Rounds alternate the methods and
+the median round counts. Keys merged into bench/results.json:
+`store_us_per_entry_protojson`, `store_us_per_entry_compact`,
+`store_compact_speedup`, `journal_us_per_entry`.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from services.controller import journal
+from services.controller.store import SnapshotStore
+from snapmesh.topology import Topology
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+NODES = 8
+ENTRIES = 20_000
+ROUNDS = 7
+RESULTS = Path(__file__).resolve().parent / "results.json"
+
+
+def _snapshot(entries: int) -> tuple[pb.Snapshot, list[pb.FullState]]:
+    topology = Topology.build([f"p{i}" for i in range(1, NODES + 1)], None)
+    channels = list(topology.channels)
+    per_channel = entries // len(channels)
+    snapshot = pb.Snapshot(snapshot_id="bench", initiator="p1", status=pb.Snapshot.COMPLETE, total=8000)
+    reports = {n: pb.FullState(snapshot_id="bench", node_id=n, balance=1000) for n in topology.nodes}
+    for src, dst in channels:
+        items = [
+            pb.InFlightTransfer(msg_id=f"{src}:{dst}:{seq}", amount=1 + seq % 97, seq=seq)
+            for seq in range(1, per_channel + 1)
+        ]
+        snapshot.channels.add(src=src, dst=dst, in_flight=items)
+        reports[dst].channels.add(src=src, dst=dst, in_flight=items)
+    for node in topology.nodes:
+        snapshot.nodes.add(node_id=node, balance=1000)
+    snapshot.started_at.FromNanoseconds(time.time_ns())
+    snapshot.finished_at.FromNanoseconds(time.time_ns())
+    return snapshot, list(reports.values())
+
+
+def measure(entries: int = ENTRIES, rounds: int = ROUNDS) -> dict[str, float]:
+    snapshot, reports = _snapshot(entries)
+    n = sum(len(c.in_flight) for c in snapshot.channels)
+    times: dict[str, list[float]] = {"protojson": [], "compact": [], "journal": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SnapshotStore(Path(tmp) / "json", Path(tmp) / "compact")
+        for r in range(rounds):
+            snapshot.snapshot_id = f"bench-{r}"
+            for name, write in (
+                ("protojson", lambda: store.export_json(snapshot)),
+                ("compact", lambda: store.save_compact(snapshot)),
+                ("journal", lambda: [journal.encode(journal.Reported(state=s, wall=0.0)) for s in reports]),
+            ):
+                start = time.perf_counter()
+                write()
+                times[name].append(time.perf_counter() - start)
+        # the compact file reads back to the same snapshot
+        assert pb.Snapshot.FromString(store.compact_path(snapshot.snapshot_id).read_bytes()) == snapshot
+    per_entry = {k: statistics.median(v) / n * 1e6 for k, v in times.items()}
+    return {
+        "store_us_per_entry_protojson": round(per_entry["protojson"], 4),
+        "store_us_per_entry_compact": round(per_entry["compact"], 4),
+        "store_compact_speedup": round(per_entry["protojson"] / per_entry["compact"], 1),
+        "journal_us_per_entry": round(per_entry["journal"], 4),
+        "store_entries": n,
+    }
+
+
+def merge_results(figures: dict[str, float], path: Path = RESULTS) -> None:
+    """Merge into bench/results.json, keeping every other key."""
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError):
+        results = {}
+    results.update(figures)
+    results["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    results["machine"] = f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}"
+    path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+
+
+def main() -> int:
+    figures = measure()
+    print(f"{figures['store_entries']:,} in-flight entries per snapshot, median of {ROUNDS} rounds, one run")
+    print(f"{'write a finished snapshot':<44} {'us/entry':>9}")
+    print(f"{'proto JSON file (before: on the reply path)':<44} {figures['store_us_per_entry_protojson']:>9.3f}")
+    print(f"{'compact protobuf file (now, in background)':<44} {figures['store_us_per_entry_compact']:>9.3f}")
+    print(f"{'journal frames of the reports (reply path)':<44} {figures['journal_us_per_entry']:>9.3f}")
+    print(f"compact / proto JSON: {figures['store_compact_speedup']}x cheaper per entry")
+    merge_results({k: v for k, v in figures.items() if k != "store_entries"})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

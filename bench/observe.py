@@ -1,0 +1,143 @@
+"""What the bench sees of a running cluster: the nodes' Prometheus metrics
+(parsed with prometheus_client's own parser), the CPU of every process
+(utime+stime from /proc/<pid>/stat) and of the whole machine, over windows."""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.loadgen import LoadGen
+from snapmesh.supervisor import Cluster
+from snapmesh.v1 import snapmesh_pb2 as pb
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds the whole machine spent not idle (all cores)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + values[4]  # idle, iowait
+    return (sum(values[:8]) - idle) / _CLK_TCK
+
+
+def _samples(address: str):
+    """Every snapmesh_* sample a Prometheus endpoint exposes (prometheus_client's parser)."""
+    text = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("snapmesh_"):
+                yield sample
+
+
+def _scrape(address: str) -> dict[str, float]:
+    """Sum of every snapmesh_* series, by sample name (labels summed away)."""
+    out: dict[str, float] = {}
+    for sample in _samples(address):
+        out[sample.name] = out.get(sample.name, 0.0) + sample.value
+    return out
+
+
+def scrape_max(address: str, name: str) -> float:
+    """The largest value of one series over its labels."""
+    return max((s.value for s in _samples(address) if s.name == name), default=0.0)
+
+
+@dataclass
+class Sample:
+    at: float
+    metrics: dict[str, float]
+    cpu: dict[str, float]
+    machine: float
+
+
+@dataclass
+class Window:
+    seconds: float
+    received_per_s: float
+    sent_per_s: float
+    commits_per_s: float
+    cpu: dict[str, float]  # cores used, by group
+    snapshots: list[str] = field(default_factory=list)
+    max_unacked: float = 0.0
+
+
+class Observer:
+    """Scrapes the nodes' metrics and the CPU of every process of one cluster."""
+
+    def __init__(self, cluster: Cluster, loadgen: LoadGen) -> None:
+        self.cluster = cluster
+        self.loadgen = loadgen
+        self.metrics_addresses = [cluster.config.node(n).metrics_address for n in cluster.node_ids]
+
+    def sample(self) -> Sample:
+        totals: dict[str, float] = {}
+        for address in self.metrics_addresses:
+            for name, value in _scrape(address).items():
+                totals[name] = totals.get(name, 0.0) + value
+        cpu = {
+            "nodes": sum(cpu_s(self.cluster.node_pid(n)) for n in self.cluster.node_ids),
+            "controller": cpu_s(self.cluster.controller_pid),
+            "loadgen": cpu_s(self.loadgen.pid),
+            "bench": cpu_s(os.getpid()),
+        }
+        return Sample(time.perf_counter(), totals, cpu, _machine_busy_s())
+
+    def window(self, seconds: float, *, snapshot_every: float = 0.0, controller=None) -> Window:
+        start = self.sample()
+        snapshots: list[str] = []
+        if snapshot_every:
+            _trigger_every(controller, snapshot_every, start.at + seconds, snapshots)
+        else:
+            time.sleep(max(0.0, start.at + seconds - time.perf_counter()))
+        max_unacked = max(scrape_max(a, "snapmesh_channel_unacked_messages") for a in self.metrics_addresses)
+        end = self.sample()
+        return window_between(start, end, snapshots, max_unacked)
+
+
+def window_between(start: Sample, end: Sample, snapshots: list[str], max_unacked: float) -> Window:
+    elapsed = end.at - start.at
+
+    def rate(name: str) -> float:
+        return (end.metrics.get(name, 0.0) - start.metrics.get(name, 0.0)) / elapsed
+
+    cpu = {k: (end.cpu[k] - start.cpu[k]) / elapsed for k in start.cpu}
+    ours = sum(cpu.values())
+    cpu["other"] = max(0.0, (end.machine - start.machine) / elapsed - ours)
+    return Window(
+        seconds=elapsed,
+        received_per_s=rate("snapmesh_transfers_received_total"),
+        sent_per_s=rate("snapmesh_transfers_sent_total"),
+        commits_per_s=rate("snapmesh_log_fsync_seconds_count"),
+        cpu=cpu,
+        snapshots=snapshots,
+        max_unacked=max_unacked,
+    )
+
+
+def _trigger_every(controller: pb_grpc.ControllerStub, every: float, until: float, ids: list[str]) -> None:
+    """TriggerSnapshot (no wait, random initiator) every `every` seconds until `until`."""
+    due = time.perf_counter()
+    while due < until:
+        delay = due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        snapshot = controller.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=False), timeout=5)
+        ids.append(snapshot.snapshot_id)
+        due += every
+    time.sleep(max(0.0, until - time.perf_counter()))

@@ -1,0 +1,80 @@
+"""A FullState too large for one gRPC message, sent as a stream of chunks.
+
+A node's FullState holds every transfer it recorded in flight, so a partition
+during a snapshot can make it arbitrarily large. A gRPC server refuses a message
+over its receive limit (4 MiB by default; ours take 64 MiB), and a node that
+retried such a report would retry until the deadline. Raising the limits
+only moves that cliff, and needs every server configured alike. So a state
+over `CHUNK_BYTES` is sent with `Controller.ReportStateChunks`: its protobuf
+encoding cut into pieces of `CHUNK_BYTES`, which any gRPC server's default limit
+takes. Pieces of the encoding rather than pieces of the message: any state splits
+at any size, whatever its shape (one channel alone may be too large), and
+reassembly is concatenation, so the controller gets exactly the message
+`ReportState` would have. States that fit still go by `ReportState`: one call,
+and a controller without the streaming RPC still takes them.
+
+Pure: no I/O. The node splits; the controller (and the tests' report sink)
+reassemble with `StateAssembler`.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.message import DecodeError
+
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+CHUNK_BYTES = 1024 * 1024  # well under gRPC's default 4 MiB per message
+# What one reassembled state may reach: the controller holds every state of a
+# snapshot in memory, so one stream must not be able to take all of it.
+MAX_STATE_BYTES = 512 * 1024 * 1024
+
+
+class ChunkError(ValueError):
+    """The chunks of one stream do not make an acceptable FullState."""
+
+
+class StateTooLarge(ChunkError):
+    """The chunks add up to more than MAX_STATE_BYTES."""
+
+
+class BadChunks(ChunkError):
+    """The concatenated chunks are not a FullState's encoding."""
+
+
+def needs_chunks(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES) -> bool:
+    return state.ByteSize() > chunk_bytes
+
+
+def split_state(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES) -> list[pb.FullStateChunk]:
+    """The state's encoding in pieces of at most `chunk_bytes`, in order."""
+    if chunk_bytes <= 0:
+        raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+    data = state.SerializeToString()
+    return [pb.FullStateChunk(data=data[i : i + chunk_bytes]) for i in range(0, len(data), chunk_bytes)] or [
+        pb.FullStateChunk()
+    ]
+
+
+class StateAssembler:
+    """Feed the chunks of one stream in order with `add`, then `finish`."""
+
+    def __init__(self, max_bytes: int = MAX_STATE_BYTES) -> None:
+        self._max = max_bytes
+        self._pieces: list[bytes] = []
+        self._size = 0
+
+    def add(self, chunk: pb.FullStateChunk) -> None:
+        self._size += len(chunk.data)
+        if self._size > self._max:
+            raise StateTooLarge(f"the FullState's chunks exceed {self._max} bytes")
+        self._pieces.append(chunk.data)
+
+    def finish(self) -> pb.FullState:
+        state = pb.FullState()
+        try:
+            state.ParseFromString(b"".join(self._pieces))
+        except DecodeError as exc:
+            raise BadChunks(f"the {len(self._pieces)} chunk(s) ({self._size} bytes) are not a FullState: {exc}") from None
+        if not state.snapshot_id or not state.node_id:
+            raise BadChunks(f"the {len(self._pieces)} chunk(s) make a FullState without snapshot_id or node_id")
+        return state

@@ -1,0 +1,216 @@
+"""The reliable channel under the algorithm, as two pure halves (sans-I/O).
+
+One directed channel src->dst has a `Sender` at src and a `Receiver` at dst.
+Together they turn connections that break, lose what is on the wire and come
+back into the FIFO, lossless channel `core.Process` assumes. Neither half does
+I/O or reads a clock: the caller passes in what happened (a connection opened,
+a frame or an ack arrived, the log is durable up to lsn L) and carries out what
+they return.
+
+Rules
+-----
+L1. Seq. The sender numbers every message 1, 2, 3, ... (transfers and markers
+    share the sequence); `enqueue` refuses nothing but a full channel.
+L2. Durability first. A message leaves only once the log record behind it is
+    durable (`poll(durable_lsn)`); the receiver acknowledges a seq only once
+    the record of receiving it is durable (`ack_due(durable_lsn)`).
+L3. Cumulative acks. An ack for seq n acknowledges 1..n. The sender keeps every
+    unacknowledged message (the outbox) and drops a prefix on each ack.
+L4. Resume. Each connection has an epoch, larger than every earlier one. On
+    connecting, the sender resends from its resume point: everything after the
+    last ack it holds. The receiver answers with its own position (an ack).
+L5. Duplicates and gaps. The receiver drops a seq it already holds (a resend)
+    and refuses a seq past the next one (a gap means something was lost below
+    the algorithm): `RemoteProtocolError`, the connection must be dropped.
+L6. Epoch fencing. A frame or ack from an older epoch than the current one is
+    stale (its connection is gone) and is ignored.
+L7. Flow control. Above `mark` unacknowledged messages the channel says so
+    (`over_mark`) and the caller slows its clients; at `bound` it refuses new
+    transfers at once (`ChannelFull`), and nothing is queued or debited.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from snapmesh.core import LocalProtocolError, Refusal, RemoteProtocolError
+
+DEFAULT_MARK = 2_000
+DEFAULT_BOUND = 100_000
+
+
+class GapError(RemoteProtocolError):
+    """A message skipped a seq: something was lost below the algorithm (L5)."""
+
+
+class ChannelFull(LocalProtocolError):
+    """The channel holds `bound` unacknowledged messages: the transfer is refused."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, Refusal.CHANNEL_FULL)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One message in the outbox. `lsn` is the record that must be durable before it leaves."""
+
+    seq: int
+    amount: int  # 0 for a marker
+    snapshot_id: str  # "" for a transfer (its msg_id is `src:dst:seq`)
+    lsn: int = 0  # 0: recovered from the log, durable
+
+
+class Sender:
+    """The sending half of src->dst."""
+
+    def __init__(
+        self,
+        *,
+        src: str,
+        dst: str,
+        next_seq: int = 1,
+        acked: int | None = None,
+        outbox: list[Entry] = (),  # type: ignore[assignment]
+        mark: int = DEFAULT_MARK,
+        bound: int = DEFAULT_BOUND,
+    ) -> None:
+        self.src = src
+        self.dst = dst
+        self.next_seq = next_seq
+        self.outbox: deque[Entry] = deque(outbox)
+        self.acked = acked if acked is not None else (self.outbox[0].seq - 1 if self.outbox else next_seq - 1)
+        self.mark = mark
+        self.bound = bound
+        self.epoch = 0  # of the current connection; 0: none yet
+        self.connected = False
+        self.sent = self.acked  # highest seq transmitted on the current connection
+        if self.outbox and (self.outbox[0].seq != self.acked + 1 or self.outbox[-1].seq != next_seq - 1):
+            raise LocalProtocolError(f"channel {src}->{dst}: outbox does not hold {self.acked + 1}..{next_seq - 1}")
+
+    @property
+    def unacked(self) -> int:
+        return self.next_seq - 1 - self.acked
+
+    @property
+    def over_mark(self) -> bool:
+        return self.unacked > self.mark
+
+    def check_room(self) -> None:
+        """Raise ChannelFull when a new transfer must be refused (L7); changes nothing."""
+        if self.unacked >= self.bound:
+            raise ChannelFull(
+                f"channel {self.src}->{self.dst} holds {self.unacked} unacknowledged messages (bound {self.bound})"
+            )
+
+    def enqueue(self, *, lsn: int, amount: int = 0, snapshot_id: str = "") -> int:
+        """Queue one message (its record is `lsn`); returns its seq."""
+        seq = self.next_seq
+        self.outbox.append(Entry(seq, amount, snapshot_id, lsn))
+        self.next_seq = seq + 1
+        return seq
+
+    def connect(self, epoch: int) -> None:
+        """A new connection: resend from the resume point (L4). The epoch is the
+        connection's name; the receiver fences older ones."""
+        if epoch == self.epoch:
+            raise LocalProtocolError(f"channel {self.src}->{self.dst}: epoch {epoch} is the current one")
+        self.epoch = epoch
+        self.connected = True
+        self.sent = self.acked
+
+    def disconnect(self) -> None:
+        self.connected = False
+
+    def poll(self, durable_lsn: int, limit: int = 500) -> list[Entry]:
+        """Messages to transmit now, in seq order: after the last sent, durable (L2)."""
+        if not self.connected:
+            return []
+        start = self.sent - self.acked  # index in the outbox of the first unsent entry
+        out: list[Entry] = []
+        outbox = self.outbox
+        while start < len(outbox) and len(out) < limit:
+            entry = outbox[start]
+            if entry.lsn > durable_lsn:
+                break
+            out.append(entry)
+            start += 1
+        if out:
+            self.sent = out[-1].seq
+        return out
+
+    def on_ack(self, epoch: int, seq: int) -> bool:
+        """A cumulative ack (L3). Returns False when it was stale (L6)."""
+        if epoch != self.epoch or not self.connected:
+            return False
+        if seq >= self.next_seq:
+            raise RemoteProtocolError(f"channel {self.src}->{self.dst}: ack {seq} for a seq never sent")
+        if seq < self.acked:
+            # A receiver that acknowledged more before has lost data it promised to keep.
+            raise RemoteProtocolError(f"channel {self.src}->{self.dst}: ack {seq} after {self.acked}: data loss")
+        outbox = self.outbox
+        while self.acked < seq:
+            outbox.popleft()
+            self.acked += 1
+        if self.sent < seq:
+            self.sent = seq  # the receiver already held these (from an earlier connection)
+        return True
+
+
+class Receiver:
+    """The receiving half of src->dst."""
+
+    def __init__(self, *, src: str, dst: str, last_seq: int = 0) -> None:
+        self.src = src
+        self.dst = dst
+        self.last_seq = last_seq  # applied (logged, maybe not durable yet)
+        self.epoch = 0
+        self.duplicates = 0
+        # (seq, lsn) of applied messages not yet acknowledged, newest last.
+        self._pending: deque[tuple[int, int]] = deque()
+        self._acked = last_seq  # highest seq acknowledged on the current connection
+        self._owed = False  # the current connection is owed an ack (its open, or new data)
+
+    def open(self, epoch: int, last_lsn: int) -> bool:
+        """A connection of a newer epoch supersedes the current one; it is owed
+        our position once `last_lsn` (everything applied so far) is durable.
+        An open older than the current connection is stale: False, ignored (L6)."""
+        if epoch <= self.epoch:
+            return False
+        self.epoch = epoch
+        self._pending.append((self.last_seq, last_lsn))
+        self._acked = -1
+        self._owed = True
+        return True
+
+    def admit(self, epoch: int, seq: int) -> bool:
+        """Should the message `seq` of a frame of `epoch` be applied? False for a
+        stale frame (L6) or a duplicate (L5); raises on a gap."""
+        if epoch != self.epoch:
+            return False
+        if seq <= self.last_seq:
+            self.duplicates += 1
+            return False
+        if seq != self.last_seq + 1:
+            raise GapError(f"channel {self.src}->{self.dst}: got seq {seq} after {self.last_seq}")
+        return True
+
+    def applied(self, seq: int, lsn: int) -> None:
+        """Message `seq` was applied and logged as record `lsn`."""
+        self.last_seq = seq
+        self._pending.append((seq, lsn))
+        self._owed = True
+
+    def ack_due(self, durable_lsn: int) -> int | None:
+        """The cumulative ack to send now (L2), or None."""
+        if not self._owed:
+            return None
+        best = None
+        pending = self._pending
+        while pending and pending[0][1] <= durable_lsn:
+            best = pending.popleft()[0]
+        if best is None or best <= self._acked:
+            return None
+        self._acked = best
+        self._owed = bool(pending)
+        return best

@@ -1,0 +1,398 @@
+"""A whole node as one pure machine: the core, its links and its log positions.
+
+`Node` composes `core.Process` (the algorithm), one `link.Sender` per outgoing
+channel, one `link.Receiver` per incoming channel, and the log's positions
+(last lsn handed out, last lsn durable, the active segment). Events go in as
+method calls; what the node wants done comes out of `drain()` as effects. It
+never does I/O and never reads a clock: `now` is an argument. The gRPC node
+(services/node) and the fault simulator (snapmesh/sim/fuzz.py) drive this
+same object.
+
+Events                                    Effects
+  transfer(dst, amount, request_id)         Append(record)     write it to the log
+  start_snapshot / abort_snapshot           Seal(first, next)  seal the active segment
+  connect(dst, epoch) / disconnect(dst)     Transmit(dst, epoch, entries)
+  opened(src, epoch)                        Ack(src, epoch, seq)
+  received(src, epoch, seq, ...)            Report(state)      a FullState to the controller
+  acked(dst, epoch, seq)                    ReportCancelled(snapshot_id)
+  durable(lsn)
+  tick(now)
+
+Rules
+-----
+N1. One step, one log order. Each event applies to the core and appends its
+    records in one call, so the log order is the order the core saw.
+N2. Nothing leaves before its record is durable: frames (link L2), acks (L2)
+    and reports wait for `durable(lsn)`. A client's answer carries the lsn the
+    caller must see durable before replying.
+N3. A recording's `cut` precedes the `marker_recv` that caused it, in the same
+    step: a log cut short after the marker_recv always holds the cut.
+N4. Abort is logged (so a restart remembers it, defect 3), as is every
+    marker; recovery abandons every snapshot id the log names.
+N5. A transfer with a client `request_id` that was already paid is answered
+    with the first answer and moves no money; the id is in the `send` record,
+    so recovery rebuilds the map (defect 9).
+N6. A recording older than `recording_ttl` (by `now`) is dropped as an abort.
+N7. When the active segment holds `segment_records` records, the node seals
+    it between two steps and opens the next with a checkpoint (defect 5).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from snapmesh import core, wal
+from snapmesh.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
+from snapmesh.recovery import ABANDONED_WINDOW, REQUEST_WINDOW, Recovered, checkpoint_fields
+
+DEFAULT_SEGMENT_RECORDS = 100_000
+
+# ----------------------------------------------------------------- effects
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    record: wal.Record
+
+
+@dataclass(frozen=True, slots=True)
+class Seal:
+    """Every record before `next_lsn` belongs to the segment that began at
+    `first_lsn`; the record `next_lsn` (a checkpoint) opens the next segment.
+    Seal and checkpoint must reach the disk together (the shell writes the
+    checkpoint to a new file and renames)."""
+
+    first_lsn: int
+    next_lsn: int
+
+
+@dataclass(frozen=True, slots=True)
+class Transmit:
+    dst: str
+    epoch: int
+    entries: tuple[Entry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    src: str
+    epoch: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    state: core.FullState
+
+
+@dataclass(frozen=True, slots=True)
+class ReportCancelled:
+    snapshot_id: str
+
+
+Effect = Append | Seal | Transmit | Ack | Report | ReportCancelled
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """A transfer's answer; reply once `lsn` is durable. `repeated`: a retry."""
+
+    msg_id: str
+    balance: int
+    lsn: int
+    repeated: bool = False
+
+
+# -------------------------------------------------------------------- node
+
+
+class Node:
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        incoming: Iterable[str],
+        outgoing: Iterable[str],
+        recovered: Recovered,
+        now: float = 0.0,
+        mark: int = DEFAULT_MARK,
+        bound: int = DEFAULT_BOUND,
+        recording_ttl: float | None = None,
+        segment_records: int = DEFAULT_SEGMENT_RECORDS,
+    ) -> None:
+        incoming, outgoing = tuple(incoming), tuple(outgoing)
+        self.node_id = node_id
+        self.recording_ttl = recording_ttl
+        self.segment_records = segment_records
+        self._abandoned: OrderedDict[str, None] = OrderedDict(recovered.abandoned)
+        self.process = core.Process(
+            node_id=node_id,
+            balance=recovered.balance,
+            incoming=incoming,
+            outgoing=outgoing,
+            abandoned=self._abandoned,
+        )
+        self.senders = {
+            dst: Sender(
+                src=node_id,
+                dst=dst,
+                next_seq=recovered.next_seq[dst],
+                acked=recovered.acked[dst],
+                outbox=recovered.outbox[dst],
+                mark=mark,
+                bound=bound,
+            )
+            for dst in outgoing
+        }
+        self.receivers = {src: Receiver(src=src, dst=node_id, last_seq=recovered.last_received[src]) for src in incoming}
+        # request_id -> (msg_id, balance after, lsn of its send record)
+        self._requests: OrderedDict[str, tuple[str, int, int]] = OrderedDict(
+            (rid, (m, b, 0)) for rid, (m, b) in recovered.requests.items()
+        )
+        self.last_lsn = recovered.last_lsn
+        self.durable_lsn = recovered.last_lsn
+        self.segment_first = recovered.last_lsn - recovered.records + 1 if not recovered.fresh else 1
+        self._segment_count = recovered.records
+        self._recorded_at: dict[str, float] = {}
+        self._reports: list[tuple[int, core.FullState]] = []
+        self._out: list[Effect] = []
+        self.now = now
+        # Counters the shell turns into metrics.
+        self.markers_sent = self.markers_received = self.recorded_messages = 0
+        self.stale_markers = self.snapshots_completed = self.transfers_received = 0
+        if recovered.fresh:
+            self._append(wal.Init(lsn=self.last_lsn + 1, balance=recovered.balance))
+        else:
+            self._append(wal.Restart(lsn=self.last_lsn + 1))
+
+    # -- queries
+
+    @property
+    def balance(self) -> int:
+        return self.process.balance
+
+    def drain(self) -> list[Effect]:
+        out, self._out = self._out, []
+        return out
+
+    def next_timer(self) -> float | None:
+        if self.recording_ttl is None or not self._recorded_at:
+            return None
+        return min(self._recorded_at.values()) + self.recording_ttl
+
+    # -- client events
+
+    def transfer(self, dst: str, amount: int, request_id: str = "") -> Accepted:
+        """Pay `amount` to `dst`. Raises core.LocalProtocolError (link.ChannelFull
+        when the channel is at its bound) and changes nothing when refused."""
+        if request_id:
+            first = self._requests.get(request_id)
+            if first is not None:
+                return Accepted(msg_id=first[0], balance=first[1], lsn=first[2], repeated=True)
+        sender = self.senders.get(dst)
+        if sender is not None:
+            sender.check_room()
+        seq = sender.next_seq if sender is not None else 0
+        msg_id = f"{self.node_id}:{dst}:{seq}"
+        effects = self.process.send_transfer(dst=dst, msg_id=msg_id, amount=amount, seq=seq)
+        self._drain(effects, request_id=request_id)
+        balance = self.process.balance
+        if request_id:
+            self._requests[request_id] = (msg_id, balance, self.last_lsn)
+            if len(self._requests) > REQUEST_WINDOW:
+                self._requests.popitem(last=False)
+        self._end_step()
+        return Accepted(msg_id=msg_id, balance=balance, lsn=self.last_lsn)
+
+    def start_snapshot(self, snapshot_id: str) -> None:
+        self._drain(self.process.start_snapshot(snapshot_id))
+        self._end_step()
+
+    def abort_snapshot(self, snapshot_id: str, reason: str) -> None:
+        self._drain(self.process.abort_snapshot(snapshot_id))
+        self._append(wal.Abort(lsn=self.last_lsn + 1, snapshot_id=snapshot_id, reason=reason))
+        self._forget(snapshot_id)
+        self._recorded_at.pop(snapshot_id, None)
+        before = len(self._reports)
+        self._reports = [(lsn, s) for lsn, s in self._reports if s.snapshot_id != snapshot_id]
+        if len(self._reports) != before:
+            self._out.append(ReportCancelled(snapshot_id))
+        self._end_step()
+
+    def tick(self, now: float) -> None:
+        """Time passed: drop recordings older than the ttl (N6)."""
+        self.now = now
+        if self.recording_ttl is None:
+            return
+        for sid, at in list(self._recorded_at.items()):
+            if now - at >= self.recording_ttl and self.process.phase(sid) is core.Phase.RECORDING:
+                self.abort_snapshot(sid, f"not finished here within {self.recording_ttl:g}s of recording")
+
+    # -- link events
+
+    def connect(self, dst: str, epoch: int, resume: int | None = None) -> None:
+        """A connection to `dst` opened: resend from the resume point. With
+        `resume` (the receiver's answer, when the caller waited for it), start
+        after what the receiver already holds."""
+        sender = self.senders[dst]
+        sender.connect(epoch)
+        if resume is not None:
+            sender.on_ack(epoch, resume)
+        self._transmit(sender)
+
+    def disconnect(self, dst: str) -> None:
+        self.senders[dst].disconnect()
+
+    def acked(self, dst: str, epoch: int, seq: int) -> None:
+        sender = self.senders[dst]
+        if sender.on_ack(epoch, seq):
+            self._transmit(sender)
+
+    def opened(self, src: str, epoch: int) -> None:
+        """A connection from `src` opened; it gets our position once durable."""
+        receiver = self.receivers.get(src)
+        if receiver is None:
+            raise core.RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
+        if receiver.open(epoch, self.last_lsn):
+            self._ack(receiver)
+
+    def received(self, src: str, epoch: int, seq: int, *, amount: int = 0, snapshot_id: str = "", msg_id: str = "") -> None:
+        """One message of a frame from `src`. A stale or duplicate one is dropped;
+        a gap or a protocol violation raises core.RemoteProtocolError."""
+        receiver = self.receivers.get(src)
+        if receiver is None:
+            raise core.RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
+        if not receiver.admit(epoch, seq):
+            return
+        me = self.node_id
+        if snapshot_id:
+            effects = self.process.receive(src=src, message=core.Marker(snapshot_id=snapshot_id))
+            self.markers_received += 1
+            self._remember(snapshot_id)
+            marker = wal.MarkerRecv(lsn=0, snapshot_id=snapshot_id, src=src, dst=me, seq=seq)
+            self._drain(effects, marker_recv=marker)
+        else:
+            msg_id = msg_id or f"{src}:{me}:{seq}"
+            if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
+                raise core.RemoteProtocolError(f"transfer {msg_id!r} from {src!r} has amount {amount!r}")
+            effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, amount=amount, seq=seq))
+            self._append(wal.Recv(lsn=self.last_lsn + 1, msg_id=msg_id, src=src, dst=me, seq=seq, amount=amount))
+            self.transfers_received += 1
+            if effects:
+                self._drain(effects)
+        receiver.applied(seq, self.last_lsn)
+
+    def end_frame(self) -> None:
+        """The end of one frame's messages: a step boundary (segments seal only there)."""
+        self._end_step()
+
+    def durable(self, lsn: int) -> None:
+        """Records up to `lsn` are on disk: acks, frames and reports may leave."""
+        if lsn <= self.durable_lsn:
+            return
+        self.durable_lsn = lsn
+        for receiver in self.receivers.values():
+            self._ack(receiver)
+        for sender in self.senders.values():
+            self._transmit(sender)
+        if self._reports and self._reports[0][0] <= lsn:
+            ready = [s for at, s in self._reports if at <= lsn]
+            self._reports = [(at, s) for at, s in self._reports if at > lsn]
+            self._out += [Report(s) for s in ready]
+
+    # -- internals
+
+    def _ack(self, receiver: Receiver) -> None:
+        seq = receiver.ack_due(self.durable_lsn)
+        if seq is not None:
+            self._out.append(Ack(receiver.src, receiver.epoch, seq))
+
+    def _transmit(self, sender: Sender) -> None:
+        while True:
+            entries = sender.poll(self.durable_lsn)
+            if not entries:
+                return
+            self._out.append(Transmit(sender.dst, sender.epoch, tuple(entries)))
+
+    def _append(self, record: wal.Record) -> int:
+        self.last_lsn = record.lsn
+        self._segment_count += 1
+        self._out.append(Append(record))
+        return record.lsn
+
+    def _remember(self, snapshot_id: str) -> None:
+        self._abandoned[snapshot_id] = None
+        self._abandoned.move_to_end(snapshot_id)
+        if len(self._abandoned) > ABANDONED_WINDOW:
+            self._abandoned.popitem(last=False)
+
+    def _forget(self, snapshot_id: str) -> None:
+        self._remember(snapshot_id)
+
+    def _drain(self, effects: list[core.Effect], *, request_id: str = "", marker_recv: wal.MarkerRecv | None = None) -> None:
+        me = self.node_id
+        completed: list[core.FullState] = []
+        for effect in effects:
+            if isinstance(effect, core.MessageSent):
+                sender = self.senders[effect.dst]
+                message = effect.message
+                lsn = self.last_lsn + 1
+                seq = sender.next_seq
+                if isinstance(message, core.Transfer):
+                    self._append(
+                        wal.Send(
+                            lsn=lsn, msg_id=message.msg_id, src=me, dst=effect.dst, seq=seq,
+                            amount=message.amount, request_id=request_id,
+                        )
+                    )
+                    sender.enqueue(lsn=lsn, amount=message.amount)
+                else:
+                    self._append(wal.MarkerSent(lsn=lsn, snapshot_id=message.snapshot_id, src=me, dst=effect.dst, seq=seq))
+                    sender.enqueue(lsn=lsn, snapshot_id=message.snapshot_id)
+                    self.markers_sent += 1
+            elif isinstance(effect, core.LocalStateRecorded):
+                self._append(wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, balance=effect.balance))
+                self._remember(effect.snapshot_id)
+                self._recorded_at[effect.snapshot_id] = self.now
+            elif isinstance(effect, core.ChannelRecorded):
+                self.recorded_messages += len(effect.transfers)
+            elif isinstance(effect, core.SnapshotCompleted):
+                completed.append(effect.state)
+            elif isinstance(effect, core.StaleMarkerDropped):
+                self.stale_markers += 1
+            else:  # pragma: no cover  (a new effect type must be routed here)
+                raise TypeError(f"unrouted effect {effect!r}")
+        if marker_recv is not None:  # after its cut (N3), before the report that rests on it
+            self._append(
+                wal.MarkerRecv(
+                    lsn=self.last_lsn + 1, snapshot_id=marker_recv.snapshot_id, src=marker_recv.src,
+                    dst=marker_recv.dst, seq=marker_recv.seq,
+                )
+            )
+        for state in completed:
+            self.snapshots_completed += 1
+            self._recorded_at.pop(state.snapshot_id, None)
+            self._reports.append((self.last_lsn, state))
+
+    def _end_step(self) -> None:
+        if self._segment_count >= self.segment_records:
+            self._seal()
+
+    def _seal(self) -> None:
+        """Close the active segment; open the next with a checkpoint (N7)."""
+        state = Recovered(
+            balance=self.process.balance,
+            next_seq={d: s.next_seq for d, s in self.senders.items()},
+            acked={d: s.acked for d, s in self.senders.items()},
+            outbox={d: list(s.outbox) for d, s in self.senders.items()},
+            last_received={s: r.last_seq for s, r in self.receivers.items()},
+            abandoned=self._abandoned,
+            requests=OrderedDict((rid, (m, b)) for rid, (m, b, _) in self._requests.items()),
+        )
+        lsn = self.last_lsn + 1
+        self._out.append(Seal(self.segment_first, lsn))
+        self.segment_first = lsn
+        self._segment_count = 0
+        self._append(wal.Checkpoint(lsn=lsn, **checkpoint_fields(state)))

@@ -1,0 +1,222 @@
+"""The fault fuzzer's judge: what must hold, read from the logs, apart from the code under test.
+
+The checker sees only what a node appended to its log (every record, in
+order), which of those records a crash left on disk, what the controller
+decided, what clients were told, and each live node's balance and open
+recordings. It keeps its own fold of the logs; it never calls the recovery,
+link or node code it judges.
+
+After every step:
+  S1 conservation: the balances the logs give + every transfer logged as sent
+     and not yet logged as received (on links and in outboxes) = the total;
+  S2 a live node's balance is what its log says;
+  S3 per channel, the receiver logs seqs 1, 2, 3, ... each once, each one a
+     message the sender logged (nothing applied twice, nothing invented);
+  S4 lsns are 1, 2, 3, ... per node; a checkpoint's balance is the log's;
+  S5 no recording outlives the node's ttl;
+  S6 one request_id, one send record.
+When the controller marks a snapshot COMPLETE:
+  C1 every node's recorded balance is its log's balance at its cut;
+  C2 every channel's recorded transfers are exactly the sends after the
+     receiver's position at its cut and before the sender's marker;
+  C3 the snapshot conserves the total.
+After quiescence (faults stopped, everything healed and delivered):
+  Q1 every transfer logged as sent is received exactly once; outboxes empty;
+  Q2 every snapshot ended COMPLETE or FAILED; no recording left anywhere;
+  Q3 every transfer a client was told about is in its sender's log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from snapmesh import core, wal
+
+
+class Violation(AssertionError):
+    """An invariant does not hold; the message says which and where."""
+
+
+class Checker:
+    def __init__(self, balances: Mapping[str, int], channels: Iterable[tuple[str, str]], ttl: float) -> None:
+        self.total = sum(balances.values())
+        self.initial = dict(balances)
+        self.channels = list(channels)
+        self.ttl = ttl
+        self.logs: dict[str, list[wal.Record]] = {n: [] for n in balances}
+        self.recorded_at: dict[tuple[str, str], float] = {}
+        self.replied: dict[str, str] = {}  # msg_id -> node
+        self.requests: dict[str, str] = {}  # request_id -> msg_id (rebuilt by _refold)
+        self._refold()
+
+    # -- what happened
+
+    def appended(self, node: str, record: wal.Record, now: float) -> None:
+        log = self.logs[node]
+        expected = log[-1].lsn + 1 if log else 1
+        if record.lsn != expected:
+            raise Violation(f"{node}: lsn {record.lsn} appended after {expected - 1}")
+        log.append(record)
+        kind = type(record)
+        if kind is wal.Send:
+            self._fold_send(node, record)  # type: ignore[arg-type]
+            rid = record.request_id  # type: ignore[attr-defined]
+            if rid:
+                if rid in self.requests:
+                    raise Violation(f"{node}: request_id {rid!r} paid twice ({self.requests[rid]}, {record.msg_id})")  # type: ignore[attr-defined]
+                self.requests[rid] = record.msg_id  # type: ignore[attr-defined]
+        elif kind is wal.Recv or kind is wal.MarkerRecv:
+            self._fold_recv(node, record)
+        elif kind is wal.Init:
+            self.balance[node] = record.balance  # type: ignore[attr-defined]
+        elif kind is wal.Cut:
+            self.recorded_at[(node, record.snapshot_id)] = now  # type: ignore[attr-defined]
+        elif kind is wal.Checkpoint and record.balance != self.balance[node]:  # type: ignore[attr-defined]
+            said = record.balance  # type: ignore[attr-defined]
+            raise Violation(f"{node}: checkpoint at lsn {record.lsn} says balance {said}, the log says {self.balance[node]}")
+        elif kind is wal.MarkerSent:
+            self.sent[(node, record.dst)][record.seq] = (0, "")  # type: ignore[attr-defined]
+
+    def crashed(self, node: str, durable_lsn: int) -> None:
+        """`node` crashed; its log on disk ends at `durable_lsn`."""
+        del self.logs[node][durable_lsn:]
+        self._refold()
+
+    def replied_transfer(self, node: str, msg_id: str, request_id: str) -> None:
+        self.replied[msg_id] = node
+        if request_id and self.requests.get(request_id, msg_id) != msg_id:
+            raise Violation(f"{node}: request_id {request_id!r} answered {msg_id}, first paid as {self.requests[request_id]}")
+
+    # -- the fold (S1, S3)
+
+    def _refold(self) -> None:
+        self.balance = dict(self.initial)
+        self.sent: dict[tuple[str, str], dict[int, tuple[int, str]]] = {c: {} for c in self.channels}
+        self.received_upto = dict.fromkeys(self.channels, 0)
+        self.in_flight = 0
+        self.requests = {}
+        for node, log in self.logs.items():
+            for record in log:
+                if type(record) is wal.Send:
+                    self._fold_send(node, record)
+                    if record.request_id:
+                        self.requests[record.request_id] = record.msg_id
+                elif type(record) is wal.MarkerSent:
+                    self.sent[(node, record.dst)][record.seq] = (0, "")
+                elif type(record) is wal.Init:
+                    self.balance[node] = record.balance
+        for node, log in self.logs.items():
+            for record in log:
+                if type(record) is wal.Recv or type(record) is wal.MarkerRecv:
+                    self._fold_recv(node, record)
+
+    def _fold_send(self, node: str, record: wal.Send) -> None:
+        self.balance[node] -= record.amount
+        self.sent[(node, record.dst)][record.seq] = (record.amount, record.msg_id)
+        self.in_flight += record.amount
+
+    def _fold_recv(self, node: str, record: wal.Recv | wal.MarkerRecv) -> None:
+        channel = (record.src, node)
+        upto = self.received_upto[channel]
+        if record.seq != upto + 1:
+            what = "applied twice" if record.seq <= upto else "a gap"
+            raise Violation(f"{node}: logged seq {record.seq} on {record.src}->{node} after {upto} ({what})")
+        sent = self.sent[channel].get(record.seq)
+        amount = record.amount if type(record) is wal.Recv else 0
+        if sent is None or sent[0] != amount:
+            raise Violation(f"{node}: received seq {record.seq} on {record.src}->{node}, the sender logged {sent}")
+        self.received_upto[channel] = record.seq
+        if amount:
+            self.balance[node] += amount
+            self.in_flight -= amount
+
+    # -- after every step
+
+    def check_step(self, live: Mapping[str, object], now: float) -> None:
+        """`live`: node id -> its Node machine, for nodes that are up."""
+        if sum(self.balance.values()) + self.in_flight != self.total:
+            raise Violation(
+                f"conservation: balances {self.balance} + in flight {self.in_flight} != total {self.total}"
+            )
+        for node_id, node in live.items():
+            if node.balance != self.balance[node_id]:  # type: ignore[attr-defined]
+                raise Violation(f"{node_id}: balance {node.balance} in memory, its log says {self.balance[node_id]}")  # type: ignore[attr-defined]
+            for sid in node.process.in_progress():  # type: ignore[attr-defined]
+                at = self.recorded_at.get((node_id, sid))
+                if at is None:
+                    raise Violation(f"{node_id}: recording {sid} with no cut in its log")
+                if now - at >= self.ttl:
+                    raise Violation(f"{node_id}: recording {sid} from t={at:g} still open at t={now:g} (ttl {self.ttl:g})")
+
+    # -- a COMPLETE snapshot (C1-C3)
+
+    def check_complete(self, snapshot_id: str, reports: Mapping[str, core.FullState]) -> None:
+        cut_balance: dict[str, int] = {}
+        position: dict[tuple[str, str], int] = {}  # (src, dst) -> last seq dst received before its cut
+        marker: dict[tuple[str, str], int] = {}  # (src, dst) -> seq of src's marker
+        for node, log in self.logs.items():
+            balance = self.initial[node]
+            upto: dict[str, int] = {}
+            for record in log:
+                kind = type(record)
+                if kind is wal.Init:
+                    balance = record.balance
+                elif kind is wal.Send:
+                    balance -= record.amount
+                elif kind is wal.Recv:
+                    balance += record.amount
+                    upto[record.src] = record.seq
+                elif kind is wal.MarkerRecv:
+                    upto[record.src] = record.seq
+                elif kind is wal.MarkerSent and record.snapshot_id == snapshot_id:
+                    marker[(node, record.dst)] = record.seq
+                elif kind is wal.Cut and record.snapshot_id == snapshot_id:
+                    cut_balance[node] = balance
+                    for src, dst in self.channels:
+                        if dst == node:
+                            position[(src, dst)] = upto.get(src, 0)
+        total = 0
+        for node, state in reports.items():
+            if cut_balance.get(node) != state.balance:
+                logged = cut_balance.get(node)
+                raise Violation(f"snapshot {snapshot_id}: {node} recorded {state.balance}, its log says {logged} at its cut")
+            total += state.balance
+        for src, dst in self.channels:
+            if (src, dst) not in marker or (src, dst) not in position:
+                raise Violation(f"snapshot {snapshot_id}: COMPLETE but {src}->{dst} has no marker or no cut in the logs")
+            sent = self.sent[(src, dst)]
+            expected = [s for s in range(position[(src, dst)] + 1, marker[(src, dst)]) if sent[s][0]]
+            recorded = reports[dst].channels.get(src, ())
+            if [t.seq for t in recorded] != expected or any(
+                t.amount != self.sent[(src, dst)][t.seq][0] for t in recorded
+            ):
+                raise Violation(
+                    f"snapshot {snapshot_id}: {src}->{dst} recorded seqs {[t.seq for t in recorded]}, the logs say {expected}"
+                )
+            total += sum(t.amount for t in recorded)
+        if total != self.total:
+            raise Violation(f"snapshot {snapshot_id}: recorded total {total} != {self.total}")
+
+    # -- after quiescence (Q1-Q3)
+
+    def check_quiescent(self, live: Mapping[str, object], snapshot_status: Mapping[str, str]) -> None:
+        for (src, dst), sent in self.sent.items():
+            last = max(sent, default=0)
+            if self.received_upto[(src, dst)] != last:
+                got = self.received_upto[(src, dst)]
+                raise Violation(f"quiescent: {src}->{dst} sent up to seq {last}, received up to {got} (lost)")
+        if self.in_flight:
+            raise Violation(f"quiescent: {self.in_flight} still in flight")
+        for node_id, node in live.items():
+            for dst, sender in node.senders.items():  # type: ignore[attr-defined]
+                if sender.unacked:
+                    raise Violation(f"quiescent: {node_id}->{dst} still holds {sender.unacked} unacknowledged")
+            if node.process.in_progress():  # type: ignore[attr-defined]
+                raise Violation(f"quiescent: {node_id} still recording {node.process.in_progress()}")  # type: ignore[attr-defined]
+        stuck = {sid: s for sid, s in snapshot_status.items() if s not in ("COMPLETE", "FAILED")}
+        if stuck:
+            raise Violation(f"quiescent: snapshots never finished: {stuck}")
+        logged = {r.msg_id for log in self.logs.values() for r in log if type(r) is wal.Send}
+        lost = sorted(set(self.replied) - logged)
+        if lost:
+            raise Violation(f"quiescent: transfers answered to a client but not in the log: {lost[:5]}")

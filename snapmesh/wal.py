@@ -1,0 +1,300 @@
+"""The transfer-log record: its kinds, fields, types, encoding and parsing (the only definition).
+
+A node's log is JSON lines, one record per line, every record
+`{"node": N, "lsn": L, "kind": K, <the kind's fields in SPEC order>}`. lsn is
+1, 2, 3, ... per node in the order things happened there. `SPEC` below is the
+record format as data (kind -> ordered fields with their types), so the node,
+recovery, the simulator, the Spark schema, the baseline and the tests derive
+what they need from one place.
+
+Segments. The node writes `<node>.log.jsonl` (the active segment). When it
+seals it, the file becomes `<node>.log.<first lsn, 12 digits>.jsonl` and the
+new active segment opens with a `checkpoint` record that holds everything a
+restart needs, so recovery reads the active segment only. Sealed segments are
+kept for reconciliation.
+
+Parsing is strict: a record that is not what SPEC says raises `CorruptRecord`
+naming `file:line`. A kind this version does not know parses as `Unknown` and
+readers skip it (old readers do the same with new kinds).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+ACTIVE_SUFFIX = ".log.jsonl"
+_SEALED = re.compile(r"^(?P<node>.+)\.log\.(?P<first>\d{12})\.jsonl$")
+
+
+def active_name(node_id: str) -> str:
+    return f"{node_id}{ACTIVE_SUFFIX}"
+
+
+def sealed_name(node_id: str, first_lsn: int) -> str:
+    return f"{node_id}.log.{first_lsn:012d}.jsonl"
+
+
+def sealed_first_lsn(name: str, node_id: str) -> int | None:
+    """The first lsn of a sealed segment of `node_id` named `name`, else None."""
+    match = _SEALED.match(name)
+    if match is None or match["node"] != node_id:
+        return None
+    return int(match["first"])
+
+
+class CorruptRecord(ValueError):
+    """A record is not what SPEC says; the message starts with `file:line:`."""
+
+
+# ------------------------------------------------------------------ records
+# One frozen dataclass per kind. Field order is the encoding order.
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Record:
+    KIND: ClassVar[str] = ""
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset()
+    lsn: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Init(Record):
+    KIND: ClassVar[str] = "init"
+    balance: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Restart(Record):
+    KIND: ClassVar[str] = "restart"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Send(Record):
+    KIND: ClassVar[str] = "send"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"request_id"})
+    msg_id: str
+    src: str
+    dst: str
+    seq: int
+    amount: int
+    request_id: str = ""  # the client's retry key; omitted when empty
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Recv(Record):
+    KIND: ClassVar[str] = "recv"
+    msg_id: str
+    src: str
+    dst: str
+    seq: int
+    amount: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cut(Record):
+    KIND: ClassVar[str] = "cut"
+    snapshot_id: str
+    balance: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MarkerSent(Record):
+    KIND: ClassVar[str] = "marker_sent"
+    snapshot_id: str
+    src: str
+    dst: str
+    seq: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MarkerRecv(Record):
+    KIND: ClassVar[str] = "marker_recv"
+    snapshot_id: str
+    src: str
+    dst: str
+    seq: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Abort(Record):
+    KIND: ClassVar[str] = "abort"
+    snapshot_id: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Checkpoint(Record):
+    """The first record of every segment after the first: the node's state as
+    of this lsn, as a restart would rebuild it from everything before.
+
+    next_seq, acked: per outgoing channel, the next seq to use and the highest
+      seq the receiver acknowledged (the ack watermark);
+    received: per incoming channel, the last seq received;
+    outbox: per outgoing channel, the unacknowledged messages in seq order,
+      each [seq, amount, snapshot_id] (amount 0 for a marker, "" for a transfer);
+    abandoned: snapshot ids a restart must treat as abandoned (recent ones);
+    requests: client request_id -> [msg_id, balance after] (recent ones).
+    """
+
+    KIND: ClassVar[str] = "checkpoint"
+    balance: int
+    next_seq: dict
+    acked: dict
+    received: dict
+    outbox: dict
+    abandoned: list
+    requests: dict
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Unknown(Record):
+    """A kind this version does not know: kept so lsns stay contiguous, skipped."""
+
+    KIND: ClassVar[str] = ""
+    kind: str
+
+
+KNOWN: tuple[type[Record], ...] = (Init, Restart, Send, Recv, Cut, MarkerSent, MarkerRecv, Abort, Checkpoint)
+BY_KIND: dict[str, type[Record]] = {cls.KIND: cls for cls in KNOWN}
+KINDS = frozenset(BY_KIND)
+
+# The format as data: kind -> ((field, type, required), ...) after node, lsn, kind.
+COMMON: tuple[tuple[str, type, bool], ...] = (("node", str, True), ("lsn", int, True), ("kind", str, True))
+SPEC: Mapping[str, tuple[tuple[str, type, bool], ...]] = {
+    cls.KIND: tuple(
+        (f.name, {"int": int, "str": str, "dict": dict, "list": list}[f.type], f.name not in cls.OPTIONAL)
+        for f in fields(cls)
+        if f.name != "lsn"
+    )
+    for cls in KNOWN
+}
+
+
+# ----------------------------------------------------------------- encoding
+
+
+def _js(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def encode(record: Record, node_id: str) -> str:
+    """One line (with its newline). Field order: node, lsn, kind, then SPEC order."""
+    cls = type(record)
+    parts = [f'{{"node":{_js(node_id)},"lsn":{record.lsn},"kind":"{cls.KIND}"']
+    for name, kind, required in SPEC[cls.KIND]:
+        value = getattr(record, name)
+        if not required and not value:
+            continue
+        if kind is str:
+            parts.append(f',"{name}":{_js(value)}')
+        elif kind is int:
+            parts.append(f',"{name}":{int(value)}')
+        else:
+            parts.append(f',"{name}":{json.dumps(value, separators=(",", ":"), sort_keys=True)}')
+    parts.append("}\n")
+    return "".join(parts)
+
+
+class Encoder:
+    """`encode` for one node on the hot path: the per-channel JSON fragments are
+    built once. Produces exactly the bytes `encode` does (tests check it)."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self._prefix = '{"node":' + _js(node_id) + ',"lsn":'
+        self._fragments: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def _channel(self, src: str, dst: str) -> tuple[str, str]:
+        frag = self._fragments.get((src, dst))
+        if frag is None:
+            msg_prefix = _js(f"{src}:{dst}:")[:-1]
+            frag = (f',"msg_id":{msg_prefix}', f',"src":{_js(src)},"dst":{_js(dst)}')
+            self._fragments[(src, dst)] = frag
+        return frag
+
+    def send(self, lsn: int, src: str, dst: str, seq: int, amount: int, msg_id: str, request_id: str = "") -> str:
+        with_id, ends = self._channel(src, dst)
+        mid = f'{with_id}{seq}"' if msg_id == f"{src}:{dst}:{seq}" else f',"msg_id":{_js(msg_id)}'
+        tail = f',"request_id":{_js(request_id)}}}\n' if request_id else "}\n"
+        return f'{self._prefix}{lsn},"kind":"send"{mid}{ends},"seq":{seq},"amount":{amount}{tail}'
+
+    def recv(self, lsn: int, src: str, dst: str, seq: int, amount: int, msg_id: str) -> str:
+        with_id, ends = self._channel(src, dst)
+        mid = f'{with_id}{seq}"' if msg_id == f"{src}:{dst}:{seq}" else f',"msg_id":{_js(msg_id)}'
+        return f'{self._prefix}{lsn},"kind":"recv"{mid}{ends},"seq":{seq},"amount":{amount}}}\n'
+
+    def record(self, record: Record) -> str:
+        if type(record) is Send:
+            r = record
+            return self.send(r.lsn, r.src, r.dst, r.seq, r.amount, r.msg_id, r.request_id)  # type: ignore[attr-defined]
+        if type(record) is Recv:
+            r = record
+            return self.recv(r.lsn, r.src, r.dst, r.seq, r.amount, r.msg_id)  # type: ignore[attr-defined]
+        return encode(record, self.node_id)
+
+
+# ------------------------------------------------------------------ parsing
+
+
+def parse(line: str | bytes, where: str, *, node_id: str | None = None) -> Record:
+    """One line -> its record. `where` is `file:line` for errors; with `node_id`
+    the record must belong to that node."""
+    try:
+        raw = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptRecord(f"{where}: not a JSON record ({exc})") from None
+    return from_dict(raw, where, node_id=node_id)
+
+
+def from_dict(raw: Any, where: str, *, node_id: str | None = None) -> Record:
+    if not isinstance(raw, dict):
+        raise CorruptRecord(f"{where}: not a JSON object")
+    node = raw.get("node")
+    if not isinstance(node, str) or (node_id is not None and node != node_id):
+        raise CorruptRecord(f"{where}: record of node {node!r}, this log belongs to {node_id!r}")
+    lsn = raw.get("lsn")
+    if not _is_int(lsn) or lsn < 1:
+        raise CorruptRecord(f"{where}: lsn must be a positive integer, got {lsn!r}")
+    kind = raw.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise CorruptRecord(f"{where}: record without a kind")
+    cls = BY_KIND.get(kind)
+    if cls is None:
+        return Unknown(lsn=lsn, kind=kind)
+    values: dict[str, Any] = {}
+    for name, typ, required in SPEC[kind]:
+        if name not in raw:
+            if required:
+                raise CorruptRecord(f"{where}: {kind} record needs {_article(typ)} {name!r}")
+            continue
+        value = raw[name]
+        ok = _is_int(value) if typ is int else isinstance(value, typ)
+        if not ok:
+            raise CorruptRecord(f"{where}: {kind} record needs {_article(typ)} {name!r}, got {value!r}")
+        values[name] = value
+    if kind in ("send", "recv", "marker_sent", "marker_recv") and values["seq"] < 1:
+        raise CorruptRecord(f"{where}: {kind} seq must be >= 1, got {values['seq']}")
+    if kind in ("send", "recv") and values["amount"] < 1:
+        raise CorruptRecord(f"{where}: {kind} amount must be >= 1, got {values['amount']}")
+    return cls(lsn=lsn, **values)
+
+
+def split_lines(data: bytes, path: str) -> tuple[list[tuple[str, bytes]], int | None]:
+    """The complete lines of a segment as (`file:line`, bytes), and the byte offset
+    where a torn last line starts (a crash mid-write), or None."""
+    complete_end = data.rfind(b"\n") + 1
+    torn = complete_end if complete_end < len(data) else None
+    lines = data[:complete_end].split(b"\n")[:-1]
+    return [(f"{path}:{number}", raw) for number, raw in enumerate(lines, start=1)], torn
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _article(typ: type) -> str:
+    return {int: "an integer", str: "a string", dict: "an object", list: "a list"}[typ]

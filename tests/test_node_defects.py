@@ -1,0 +1,392 @@
+"""Defects 1, 2, 6 (second half) and 8 of issue 8, each on real node processes:
+
+1. a second process on a live node's data dir exits 2 and touches nothing;
+2. after a failed write or fsync the log writes nothing more, the node stops,
+   and a restart recovers from what is on disk (a full tmpfs under load);
+6. a FullState too large for one gRPC message is delivered in chunks;
+8. a finished part survives a crash before it was reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from cluster_helpers import check_against_logs, controller_stub, read_logs
+from node_harness import Cluster, Load, ReportSink, check_snapshot, money_check, run_node_once
+from services.node.datalock import DataDirLock, DataDirLocked
+from services.node.recovery import recover
+from services.node.reporter import CorruptReportError, PendingReports, StateReporter
+from services.node.translog import LogClosedError, TransferLog
+from snapmesh.chunking import CHUNK_BYTES, BadChunks, StateAssembler, StateTooLarge, split_state
+from snapmesh.launcher import LocalCluster
+from snapmesh.launcher import write_config as write_cluster
+from snapmesh.v1 import snapmesh_pb2 as pb
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
+
+
+def assert_money_intact(cluster: Cluster, timeout: float = 60) -> dict[str, list[dict]]:
+    """After quiescence: every send received exactly once, nothing received that
+    was not sent, the balances the nodes serve are their logs' and sum to the total."""
+    logs = cluster.wait_settled(timeout)
+    report = money_check(logs)
+    assert not report["duplicated"], f"received twice: {report['duplicated'][:5]}"
+    assert not report["phantom"], f"received, never sent: {report['phantom'][:5]}"
+    assert not report["mismatched"], report["mismatched"][:5]
+    assert sum(report["balances"].values()) == cluster.total
+    assert cluster.balances() == report["balances"]
+    return logs
+
+
+# ------------------------------------------------ 1. two processes on one log
+
+
+def test_a_second_process_on_a_live_nodes_data_dir_exits_2_and_touches_nothing(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, ["p1", "p2"])
+    try:
+        cluster.start()
+        cluster.stub("p1").Transfer(pb.TransferRequest(to="p2", amount=5), timeout=5)
+        before = cluster.log_path("p1").read_bytes()
+
+        second = run_node_once(cluster.config, "p1")
+
+        assert second.returncode == 2, second.stderr
+        assert str(cluster.data_dir) in second.stderr and "p1" in second.stderr, second.stderr
+        assert f"pid {cluster.nodes['p1'].proc.pid}" in second.stderr, second.stderr
+        assert cluster.log_path("p1").read_bytes() == before
+        # The first node still serves, and its log is one it can restart on.
+        cluster.stub("p1").Transfer(pb.TransferRequest(to="p2", amount=7), timeout=5)
+        assert cluster.nodes["p1"].stop() == 0
+        cluster.start("p1")
+        cluster.stub("p1").Transfer(pb.TransferRequest(to="p2", amount=9), timeout=5)
+        assert_money_intact(cluster)
+        assert [r["kind"] for r in cluster.logs()["p1"]].count("restart") == 1
+    finally:
+        cluster.close()
+
+
+def test_the_data_dir_lock_is_exclusive_names_its_holder_and_is_released(tmp_path: Path) -> None:
+    first = DataDirLock.acquire(tmp_path, "p1")
+    with pytest.raises(DataDirLocked, match=rf"{tmp_path}.*'p1'.*pid {os.getpid()}"):
+        DataDirLock.acquire(tmp_path, "p1")
+    DataDirLock.acquire(tmp_path, "p2").release()  # another node's lock is another file
+    first.release()
+    DataDirLock.acquire(tmp_path, "p1").release()
+
+
+# ------------------------------------------- 2. writing on after a failed fsync
+
+
+def _failing_once(real, error: OSError, *, half_write: bool = False):
+    """`real` (os.write or os.fdatasync) that fails on its first call from the
+    flusher's thread, then works again: so anything written after the failure
+    would land in the file (as it would once a full disk has room again)."""
+    calls = {"n": 0}
+
+    def fake(fd, *args):
+        if threading.current_thread() is threading.main_thread():
+            return real(fd, *args)  # the test's own start-up flushes
+        calls["n"] += 1
+        if calls["n"] == 1:
+            if half_write:  # a torn line: part of the batch reaches the file
+                data = args[0]
+                real(fd, data[: len(data) // 2])
+            raise error
+        return real(fd, *args)
+
+    return fake
+
+
+@pytest.mark.parametrize("failing", ["fdatasync", "write"])
+def test_after_a_failed_write_or_fsync_the_log_writes_nothing_more(tmp_path: Path, monkeypatch, failing) -> None:
+    path = tmp_path / "p1.log.jsonl"
+    if failing == "fdatasync":
+        monkeypatch.setattr(os, "fdatasync", _failing_once(os.fdatasync, OSError(errno.EIO, "injected EIO")))
+    else:
+        monkeypatch.setattr(os, "write", _failing_once(os.write, OSError(errno.ENOSPC, "injected ENOSPC"),
+                                                       half_write=True))
+
+    async def go() -> tuple[bytes, BaseException]:
+        log = TransferLog(path, "p1", last_lsn=0)
+        log.append_init(100)
+        log.flush_sync()
+        log.start()
+        lsn = log.append_send("p1", "p2", 1, 10)  # this round fails
+        with pytest.raises(LogClosedError, match="injected"):
+            await asyncio.wait_for(log.wait_durable(lsn), 5)
+        assert log.flusher is not None and log.flusher.done()
+        failure = log.flusher.exception()
+        after_failure = path.read_bytes()
+        # The engine keeps applying while the node goes down: none of it may reach the file.
+        later = log.append_send("p1", "p2", 2, 20)
+        with pytest.raises(LogClosedError):
+            await asyncio.wait_for(log.wait_durable(later), 5)
+        log.flush_sync()
+        await log.close()
+        assert path.read_bytes() == after_failure
+        return after_failure, failure
+
+    after_failure, failure = asyncio.run(go())
+    assert isinstance(failure, OSError)
+    assert log_lsns(path) in ([1], [1, 2])  # the failed batch may or may not be in the file
+    recovered = recover(path, "p1", initial_balance=100, incoming=("p2",), outgoing=("p2",))
+    assert recovered.last_lsn == len(log_lsns(path))
+    assert recovered.balance == 100 - 10 * (recovered.last_lsn - 1)
+
+
+def log_lsns(path: Path) -> list[int]:
+    lsns = []
+    for line in path.read_bytes().split(b"\n"):
+        try:
+            lsns.append(json.loads(line)["lsn"])
+        except ValueError:
+            pass  # a torn last line, which recovery cuts off
+    return lsns
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 512 KiB tmpfs (we are root in the test machine), unmounted whatever happens."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_full_disk_stops_the_node_and_a_restart_recovers_with_no_money_lost(tmp_path: Path, small_disk: Path) -> None:
+    """p2's data dir is a small tmpfs; under load it fills up. p2 must stop (exit 1,
+    saying why) and write nothing more, even though space is freed while it goes
+    down; restarted on a bigger disk, it recovers, and after quiescence every
+    send is received exactly once and the balances sum to the total."""
+    cluster = Cluster(tmp_path, ["p1", "p2", "p3"], balance=100_000)
+    # Only p2 uses the small disk: same cluster file, another data_dir.
+    text = cluster.config.read_text().replace(f'data_dir = "{cluster.data_dir}"', f'data_dir = "{small_disk}"')
+    p2_config = tmp_path / "p2.toml"
+    p2_config.write_text(text)
+    cluster.nodes["p2"].config = p2_config
+    cluster.data_dir.mkdir()
+    (cluster.data_dir / "p2.log.jsonl").symlink_to(small_disk / "p2.log.jsonl")  # where the harness reads it
+    ballast = small_disk / "ballast"
+    ballast.write_bytes(b"x" * 64 * 1024)
+    p2 = cluster.nodes["p2"]
+    try:
+        cluster.start()
+        with Load(cluster, batch=100, amount_max=10):
+            deadline = time.monotonic() + 60
+            while p2.running():
+                assert time.monotonic() < deadline, "p2 never stopped on a full disk"
+                if ballast.exists() and "cannot be written" in p2.output():
+                    ballast.unlink()  # room again while p2 is going down: it must still write nothing
+                time.sleep(0.02)
+            assert p2.proc.returncode == 1, p2.output()
+            assert not ballast.exists(), "p2 stopped before it said why"
+            said = p2.output()
+            time.sleep(0.5)  # p1 and p3 keep paying p2, into their outboxes
+            subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+            p2.start()
+            time.sleep(1.0)
+        logs = assert_money_intact(cluster)
+        kinds = [r["kind"] for r in logs["p2"]]
+        assert kinds.count("restart") == 1 and sum(k == "recv" for k in kinds) > 100, kinds[-5:]
+        assert "No space left on device" in said and str(small_disk / "p2.log.jsonl") in said, said
+        for node in cluster.nodes.values():
+            assert node.stop() == 0
+    finally:
+        cluster.close()
+
+
+# ----------------------------------------- 8. a finished part lost in a crash
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while not (result := predicate()):
+        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
+        time.sleep(interval)
+    return result
+
+
+def finished_here(cluster: LocalCluster, node: str, sid: str) -> bool:
+    """The node's log holds a marker from every incoming channel: its part is done."""
+    records = read_logs(cluster.config.data_dir, [node])[node]
+    got = {r["src"] for r in records if r["kind"] == "marker_recv" and r["snapshot_id"] == sid}
+    return got == set(cluster.config.topology.incoming(node))
+
+
+def test_a_part_finished_before_a_crash_is_reported_after_the_restart(tmp_path: Path) -> None:
+    """The controller is paused so no report can go; p2 finishes its part, is
+    SIGKILLed and restarted; the controller resumes: the snapshot ends COMPLETE,
+    consistent with the logs."""
+    config = write_cluster(tmp_path / "cluster.toml", nodes=3, deadline=30)
+    cluster = LocalCluster(config)
+    try:
+        cluster.start()
+        channel, stub = controller_stub(cluster.controller_address)
+        with channel:
+            # A first snapshot connects the controller to the nodes; then the
+            # initiator holds the next start until the controller is paused.
+            warm = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30)
+            assert warm.status == pb.Snapshot.COMPLETE, warm.reason
+            cluster.signal_node("p1", signal.SIGSTOP)
+            sid = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=5).snapshot_id
+            time.sleep(1.0)  # StartSnapshot leaves the controller
+            os.kill(cluster.controller_pid, signal.SIGSTOP)
+            cluster.signal_node("p1", signal.SIGCONT)
+            wait_until(lambda: all(finished_here(cluster, n, sid) for n in cluster.node_ids), 20, "every part done")
+            time.sleep(0.3)
+            cluster.kill_node("p2")
+            cluster.start_node("p2")
+            os.kill(cluster.controller_pid, signal.SIGCONT)
+            snapshot = wait_until(
+                lambda: (s := stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5)).status
+                != pb.Snapshot.IN_PROGRESS and s,
+                45, f"snapshot {sid} finished",
+            )
+        assert snapshot.status == pb.Snapshot.COMPLETE, snapshot.reason
+        assert snapshot.conserved
+        check_against_logs(snapshot, read_logs(cluster.config.data_dir, cluster.node_ids))
+        assert not list(cluster.config.data_dir.glob("*.reports/*")), "acknowledged reports are kept"
+    finally:
+        cluster.stop()
+
+
+def test_pending_reports_round_trip_and_a_damaged_one_is_named(tmp_path: Path) -> None:
+    pending = PendingReports(tmp_path / "p1.reports")
+    assert pending.load() == []  # creates the directory
+    state = pb.FullState(snapshot_id="s/1 ü", node_id="p1", balance=90, channels=[
+        pb.ChannelState(src="p2", dst="p1", in_flight=[pb.InFlightTransfer(msg_id="p2:p1:3", amount=10, seq=3)])])
+    pending.save(state, 42)
+    (pending.directory / "left-by-a-crash.tmp").write_bytes(b"half")
+    assert pending.load() == [(state, 42)]
+    assert not list(pending.directory.glob("*.tmp"))
+
+    # After a restart whose log ends before lsn 42, the state is dropped, not reported.
+    reporter = StateReporter(address="127.0.0.1:1", log_=None, metrics=None, options=[], pending=pending)
+    reporter.resume(pending.load(), last_lsn=41)
+    assert pending.load() == []
+
+    pending.save(state, 7)
+    damaged = next(pending.directory.iterdir())
+    damaged.write_bytes(damaged.read_bytes()[:-3])
+    with pytest.raises(CorruptReportError, match=str(damaged)):
+        pending.load()
+
+
+# ---------------------------- 6. a FullState too large for one gRPC message
+
+
+class ChunkSink(ReportSink):
+    """The harness's report sink (a gRPC server with the default 4 MiB message
+    limit), which also takes a FullState in chunks, reassembled as the
+    controller does."""
+
+    def ReportStateChunks(self, request_iterator, context):
+        assembler = StateAssembler()
+        for chunk in request_iterator:
+            assembler.add(chunk)
+        return self.ReportState(assembler.finish(), context)
+
+
+def test_a_full_state_larger_than_one_grpc_message_is_delivered(tmp_path: Path) -> None:
+    """A ring a->b->c->a with long node ids (so each msg_id is ~250 bytes). b is
+    stopped, so a's marker waits there while c pays a 20,000 times: a records
+    them all on c->a, a FullState of ~5 MB, over the 4 MiB a gRPC server takes
+    in one message by default."""
+    a, b, c = ("a" * 120, "b" * 120, "c" * 120)
+    cluster = Cluster(tmp_path, [a, b, c], balance=100_000, channels=[(a, b), (b, c), (c, a)])
+    cluster.sink.close()
+    cluster.sink = ChunkSink(cluster.ports["controller"])
+    try:
+        cluster.start()
+        cluster.nodes[b].proc.send_signal(signal.SIGSTOP)
+        cluster.stub(a).StartSnapshot(pb.StartSnapshotRequest(snapshot_id="big"), timeout=5)
+        for _ in range(20):
+            batch = pb.TransferBatchRequest(transfers=[pb.TransferRequest(to=a, amount=1)] * 1000)
+            assert all(r.code == 0 for r in cluster.stub(c).TransferBatch(batch, timeout=30).results)
+        wait_until(lambda: sum(r["kind"] == "recv" for r in cluster.logs()[a]) == 20_000, 60, "a received all",
+                   interval=0.5)
+        cluster.nodes[b].proc.send_signal(signal.SIGCONT)
+        states = cluster.sink.wait_for("big", {a, b, c}, timeout=60)
+        assert states[a].ByteSize() > 4 * 1024 * 1024
+        assert sum(len(ch.in_flight) for ch in states[a].channels) == 20_000
+        check_snapshot(cluster.logs(), states, cluster.total)
+    finally:
+        if cluster.nodes[b].running():
+            cluster.nodes[b].proc.send_signal(signal.SIGCONT)
+        cluster.close()
+
+
+def test_the_controller_completes_a_snapshot_from_a_chunked_report(tmp_path: Path) -> None:
+    """A real controller: p1's report (~5 MB, 60,000 transfers in flight) comes
+    in 1 MiB chunks, p2's in one message; the snapshot is COMPLETE and conserved.
+    Chunks that are not a FullState are INVALID_ARGUMENT."""
+    config = write_cluster(tmp_path / "cluster.toml", nodes=2, deadline=60, initial_balance=1_000_000)
+    cluster = LocalCluster(config)
+    try:
+        cluster.start()
+        # The finished snapshot is one ~5 MB message too: this client takes it.
+        channel = grpc.insecure_channel(cluster.controller_address,
+                                        options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+        stub = pb_grpc.ControllerStub(channel)
+        with channel:
+            warm = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30)
+            assert warm.status == pb.Snapshot.COMPLETE, warm.reason
+            cluster.signal_node("p1", signal.SIGSTOP)  # the nodes never report this one themselves
+            sid = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=5).snapshot_id
+            in_flight = [pb.InFlightTransfer(msg_id=f"p2:p1:{i}:{'x' * 64}", amount=1, seq=i) for i in range(1, 60_001)]
+            big = pb.FullState(snapshot_id=sid, node_id="p1", balance=940_000,
+                               channels=[pb.ChannelState(src="p2", dst="p1", in_flight=in_flight)])
+            assert big.ByteSize() > 4 * 1024 * 1024
+            chunks = split_state(big)
+            assert len(chunks) > 4 and all(len(c.data) <= CHUNK_BYTES for c in chunks)
+
+            with pytest.raises(grpc.RpcError) as bad:
+                stub.ReportStateChunks(iter([pb.FullStateChunk(data=b"\xff\xff\xff")]), timeout=10)
+            assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT, bad.value.details()
+
+            stub.ReportStateChunks(iter(chunks), timeout=30)
+            stub.ReportState(pb.FullState(snapshot_id=sid, node_id="p2", balance=1_000_000,
+                                          channels=[pb.ChannelState(src="p1", dst="p2")]), timeout=5)
+            snapshot = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5)
+        assert snapshot.status == pb.Snapshot.COMPLETE and snapshot.conserved, snapshot.reason
+        recorded = {(c.src, c.dst): list(c.in_flight) for c in snapshot.channels}
+        assert recorded[("p2", "p1")] == in_flight
+    finally:
+        cluster.stop()
+
+
+def test_chunks_reassemble_to_the_same_state_and_the_size_bound_holds() -> None:
+    state = pb.FullState(snapshot_id="s1", node_id="p1", balance=5, channels=[
+        pb.ChannelState(src="p2", dst="p1", in_flight=[pb.InFlightTransfer(msg_id=f"m{i}", amount=i, seq=i)
+                                                       for i in range(1, 200)])])
+    for size in (1, 7, state.ByteSize(), 10 * state.ByteSize()):
+        chunks = split_state(state, size)
+        assert len(chunks) == -(-state.ByteSize() // size)
+        assembler = StateAssembler()
+        for chunk in chunks:
+            assembler.add(chunk)
+        assert assembler.finish() == state
+    small = StateAssembler(max_bytes=state.ByteSize() - 1)
+    with pytest.raises(StateTooLarge):
+        for chunk in split_state(state, 100):
+            small.add(chunk)
+    with pytest.raises(BadChunks, match="without snapshot_id"):
+        StateAssembler().finish()

@@ -1,0 +1,281 @@
+"""snapmesh/node.py and snapmesh/recovery.py: whole node machines over in-memory links.
+
+Also the pure half of defects 3 (aborts replayed), 4 (a marker never without its
+cut), 5 (checkpoints and segments), 6a (a full channel refuses at once) and 9
+(a retried request is not paid twice, across restarts too).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from snapmesh import core, link, recovery, wal
+from snapmesh.node import Accepted, Ack, Append, Node, Report, Seal, Transmit
+
+
+class Machines:
+    """Nodes over in-memory links; each node's log is a list of records, a prefix of
+    which is durable. `settle()` makes everything durable and delivers everything."""
+
+    def __init__(self, balances: dict[str, int], **node_kw) -> None:
+        self.ids = list(balances)
+        self.balances = balances
+        self.node_kw = node_kw
+        self.logs: dict[str, list[list[wal.Record]]] = {n: [[]] for n in self.ids}  # segments
+        self.durable = dict.fromkeys(self.ids, 0)
+        self.wires: dict[tuple[str, str], list] = {}
+        self.epochs: dict[tuple[str, str], int] = {}
+        self.reports: list[core.FullState] = []
+        self.nodes: dict[str, Node] = {}
+        for n in self.ids:
+            self.start(n)
+
+    def others(self, n: str) -> list[str]:
+        return [m for m in self.ids if m != n]
+
+    def start(self, n: str) -> None:
+        lines = [(f"{n}.log.jsonl:{i}", wal.parse(wal.encode(r, n), "x", node_id=n))
+                 for i, r in enumerate(self.logs[n][-1], start=1)]
+        state = recovery.recover(
+            lines, node_id=n, initial_balance=self.balances[n], incoming=self.others(n), outgoing=self.others(n)
+        )
+        self.nodes[n] = Node(node_id=n, incoming=self.others(n), outgoing=self.others(n), recovered=state, **self.node_kw)
+        self.route(n)
+
+    def crash(self, n: str) -> None:
+        """Lose what is not durable."""
+        log = [r for seg in self.logs[n] for r in seg]
+        kept = [r for r in log if r.lsn <= self.durable[n]]
+        while sum(map(len, self.logs[n])) > len(kept):
+            self.logs[n][-1].pop()
+            if not self.logs[n][-1] and len(self.logs[n]) > 1:
+                self.logs[n].pop()
+        del self.nodes[n]
+        for channel in list(self.wires):
+            if n in channel:
+                del self.wires[channel]
+
+    def route(self, n: str) -> None:
+        for effect in self.nodes[n].drain():
+            if isinstance(effect, Append):
+                self.logs[n][-1].append(effect.record)
+            elif isinstance(effect, Seal):
+                self.logs[n].append([])
+            elif isinstance(effect, Transmit):
+                self.wires.setdefault((n, effect.dst), []).append(("data", effect.epoch, effect.entries))
+            elif isinstance(effect, Ack):
+                self.wires.setdefault((effect.src, n), []).append(("ack", effect.epoch, effect.seq))
+            elif isinstance(effect, Report):
+                self.reports.append(effect.state)
+
+    def records(self, n: str) -> list[wal.Record]:
+        return [r for seg in self.logs[n] for r in seg]
+
+    def flush(self, n: str) -> None:
+        self.durable[n] = self.records(n)[-1].lsn if self.records(n) else 0
+        self.nodes[n].durable(self.durable[n])
+        self.route(n)
+
+    def connect_all(self) -> None:
+        for src in self.nodes:
+            for dst in self.nodes:
+                if src != dst and (src, dst) not in self.wires:
+                    epoch = self.epochs[(src, dst)] = self.epochs.get((src, dst), 0) + 1
+                    self.wires[(src, dst)] = []
+                    self.nodes[dst].opened(src, epoch)
+                    self.route(dst)
+                    self.nodes[src].connect(dst, epoch)
+                    self.route(src)
+
+    def settle(self) -> None:
+        for _ in range(100):
+            self.connect_all()
+            for n in self.nodes:
+                self.flush(n)
+            moved = False
+            for (src, dst), wire in list(self.wires.items()):
+                while wire:
+                    moved = True
+                    kind, epoch, body = wire.pop(0)
+                    if kind == "data":
+                        for e in body:
+                            self.nodes[dst].received(src, epoch, e.seq, amount=e.amount, snapshot_id=e.snapshot_id)
+                        self.nodes[dst].end_frame()
+                        self.route(dst)
+                    else:
+                        self.nodes[src].acked(dst, epoch, body)
+                        self.route(src)
+            if not moved:
+                return
+        raise AssertionError("never settled")
+
+
+def kinds(records: list[wal.Record]) -> list[str]:
+    return [type(r).KIND for r in records]
+
+
+def test_two_machines_move_money_and_take_a_snapshot() -> None:
+    m = Machines({"a": 100, "b": 50})
+    answer = m.nodes["a"].transfer("b", 30)
+    assert answer == Accepted(msg_id="a:b:1", balance=70, lsn=2)
+    m.nodes["b"].start_snapshot("s1")  # b records before the transfer reaches it
+    m.route("a")
+    m.route("b")
+    m.settle()
+    assert m.nodes["a"].balance == 70 and m.nodes["b"].balance == 80
+    assert {s.node_id: s.balance for s in m.reports} == {"a": 70, "b": 50}
+    in_flight = {s.node_id: s.channels for s in m.reports}
+    assert [t.amount for t in in_flight["b"]["a"]] == [30]
+    assert all(s.unacked == 0 for n in m.nodes.values() for s in n.senders.values())
+
+
+def test_a_frame_leaves_only_once_its_send_record_is_durable() -> None:
+    m = Machines({"a": 100, "b": 0})
+    m.connect_all()
+    m.nodes["a"].transfer("b", 5)
+    effects = m.nodes["a"].drain()
+    assert not [e for e in effects if isinstance(e, Transmit)]
+    m.logs["a"][-1] += [e.record for e in effects if isinstance(e, Append)]
+    m.flush("a")
+    assert m.wires[("a", "b")] and m.wires[("a", "b")][-1][2][0].seq == 1
+
+
+def test_restart_rebuilds_balance_and_resends_the_unacknowledged() -> None:
+    m = Machines({"a": 100, "b": 0})
+    for amount in (1, 2, 3):
+        m.nodes["a"].transfer("b", amount)
+    m.route("a")
+    m.flush("a")
+    m.crash("a")
+    m.crash("b")
+    m.start("a")
+    m.start("b")
+    assert m.nodes["a"].balance == 94 and m.nodes["a"].senders["b"].unacked == 3
+    m.settle()
+    assert m.nodes["b"].balance == 6 and m.nodes["a"].senders["b"].unacked == 0
+
+
+def test_a_full_channel_refuses_at_once_and_moves_no_money() -> None:  # defect 6, first half
+    m = Machines({"a": 100, "b": 0}, bound=2)
+    m.nodes["a"].transfer("b", 1)
+    m.nodes["a"].transfer("b", 1)
+    m.route("a")
+    with pytest.raises(link.ChannelFull):
+        m.nodes["a"].transfer("b", 1)
+    assert m.nodes["a"].balance == 98 and m.nodes["a"].drain() == []  # nothing logged, nothing debited
+    m.settle()
+    m.nodes["a"].transfer("b", 1)  # room again once acknowledged
+
+
+def test_a_retried_request_is_answered_not_paid_again_across_restarts() -> None:  # defect 9
+    m = Machines({"a": 100, "b": 0})
+    first = m.nodes["a"].transfer("b", 10, request_id="r1")
+    again = m.nodes["a"].transfer("b", 10, request_id="r1")
+    assert again.msg_id == first.msg_id and again.balance == 90 and again.repeated
+    m.route("a")
+    m.flush("a")
+    m.crash("a")
+    m.start("a")
+    after = m.nodes["a"].transfer("b", 10, request_id="r1")
+    assert (after.msg_id, after.balance, after.repeated) == ("a:b:1", 90, True)
+    assert m.nodes["a"].balance == 90
+    assert [r.request_id for r in m.records("a") if isinstance(r, wal.Send)] == ["r1"]
+
+
+def test_an_abort_is_remembered_across_a_restart() -> None:  # defect 3
+    m = Machines({"a": 100, "b": 0})
+    m.nodes["b"].abort_snapshot("s1", "deadline")  # b never recorded s1
+    m.route("b")
+    m.flush("b")
+    m.crash("b")
+    m.start("b")
+    assert m.nodes["b"].process.phase("s1") is core.Phase.ABANDONED
+    m.nodes["a"].start_snapshot("s1")  # a late marker reaches b
+    m.route("a")
+    m.settle()
+    assert not any(isinstance(r, wal.Cut) for r in m.records("b")), "a zombie recording started"
+    assert m.nodes["b"].stale_markers == 1
+
+
+def test_a_marker_recv_is_logged_after_its_cut_and_recovery_never_sees_one_alone() -> None:  # defect 4
+    m = Machines({"a": 100, "b": 0})
+    m.nodes["a"].start_snapshot("s1")
+    m.route("a")
+    m.settle()
+    b = m.records("b")
+    cut = next(r for r in b if isinstance(r, wal.Cut))
+    marker = next(r for r in b if isinstance(r, wal.MarkerRecv))
+    assert cut.lsn < marker.lsn
+    # An old log with the marker_recv but no cut: recovery still abandons the snapshot.
+    old = [wal.Init(lsn=1, balance=0), wal.MarkerRecv(lsn=2, snapshot_id="s1", src="a", dst="b", seq=1)]
+    state = recovery.recover([("b.log.jsonl:%d" % r.lsn, r) for r in old], node_id="b", initial_balance=0,
+                             incoming=["a"], outgoing=["a"])
+    assert "s1" in state.abandoned
+
+
+def test_segments_checkpoint_and_recovery_reads_only_the_active_one() -> None:  # defect 5
+    m = Machines({"a": 1000, "b": 0}, segment_records=10)
+    for i in range(40):
+        m.nodes["a"].transfer("b", 1, request_id=f"r{i}")
+        m.route("a")
+        if i % 7 == 0:
+            m.settle()
+    m.nodes["a"].abort_snapshot("old", "x")
+    m.route("a")
+    m.flush("a")
+    assert len(m.logs["a"]) > 3
+    assert all(isinstance(seg[0], wal.Checkpoint) for seg in m.logs["a"][1:])
+    unacked = m.nodes["a"].senders["b"].unacked
+    m.crash("a")
+    m.start("a")  # from the active segment alone
+    a = m.nodes["a"]
+    # The outbox is what the last checkpoint's ack watermark left plus the active segment's sends.
+    assert a.balance == 960 and unacked <= a.senders["b"].unacked <= unacked + 10
+    assert a.process.phase("old") is core.Phase.ABANDONED
+    assert a.transfer("b", 1, request_id="r3").repeated
+    m.settle()
+    assert m.nodes["b"].balance == 40 and a.senders["b"].unacked == 0
+
+
+def test_a_recording_past_its_ttl_is_dropped_and_logged_as_an_abort() -> None:
+    m = Machines({"a": 100, "b": 0}, recording_ttl=6.0)
+    a = m.nodes["a"]
+    a.tick(1.0)
+    a.start_snapshot("s1")
+    assert a.next_timer() == 7.0
+    a.tick(6.9)
+    assert a.process.phase("s1") is core.Phase.RECORDING
+    a.tick(7.0)
+    assert a.process.phase("s1") is core.Phase.ABANDONED
+    m.route("a")
+    assert kinds(m.records("a"))[-1] == "abort"
+
+
+def test_checkpoint_round_trips_through_the_log() -> None:
+    state = recovery.fresh(initial_balance=5, incoming=["b"], outgoing=["b"])
+    state.outbox["b"] = [link.Entry(1, 5, "")]
+    state.next_seq["b"] = 2
+    cp = wal.Checkpoint(lsn=9, **recovery.checkpoint_fields(state))
+    again = recovery.recover([("f:1", wal.parse(wal.encode(cp, "a"), "f:1"))], node_id="a", initial_balance=0,
+                             incoming=["b"], outgoing=["b"])
+    assert again.outbox == state.outbox and again.next_seq == state.next_seq and again.balance == 5
+
+
+@pytest.mark.parametrize(
+    ("records", "problem"),
+    [
+        ([wal.Restart(lsn=1)], "first record must be init"),
+        ([wal.Init(lsn=1, balance=1), wal.Restart(lsn=3)], "lsn 3 where 2 was expected"),
+        ([wal.Init(lsn=1, balance=1), wal.Init(lsn=2, balance=1)], "a second init"),
+        ([wal.Init(lsn=1, balance=0), wal.Send(lsn=2, msg_id="m", src="a", dst="b", seq=1, amount=1)],
+         "balance would be -1"),
+        ([wal.Init(lsn=1, balance=9), wal.Checkpoint(lsn=2, balance=1, next_seq={"b": 1}, acked={"b": 0},
+                                                     received={"b": 0}, outbox={"b": []}, abandoned=[], requests={})],
+         "checkpoint must be the first record"),
+    ],
+)
+def test_recovery_refuses_a_log_it_cannot_trust(records, problem: str) -> None:
+    with pytest.raises(recovery.CorruptLog) as info:
+        recovery.recover([(f"a.log.jsonl:{i}", r) for i, r in enumerate(records, start=1)], node_id="a",
+                         initial_balance=0, incoming=["b"], outgoing=["b"])
+    assert problem in str(info.value) and str(info.value).startswith("a.log.jsonl:")

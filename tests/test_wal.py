@@ -1,0 +1,95 @@
+"""snapmesh/wal.py: the one definition of the log record."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from snapmesh import wal
+
+SAMPLES = [
+    wal.Init(lsn=1, balance=100),
+    wal.Restart(lsn=2),
+    wal.Send(lsn=3, msg_id='p"1:p2:1', src='p"1', dst="p2", seq=1, amount=7),
+    wal.Send(lsn=4, msg_id='p"1:p2:2', src='p"1', dst="p2", seq=2, amount=1, request_id="r-1"),
+    wal.Send(lsn=5, msg_id="custom", src='p"1', dst="p2", seq=3, amount=1),
+    wal.Recv(lsn=6, msg_id='p2:p"1:1', src="p2", dst='p"1', seq=1, amount=3),
+    wal.Recv(lsn=7, msg_id="custom id", src="p2", dst='p"1', seq=2, amount=4),
+    wal.Cut(lsn=8, snapshot_id='s"1', balance=96),
+    wal.MarkerSent(lsn=9, snapshot_id='s"1', src='p"1', dst="p2", seq=4),
+    wal.MarkerRecv(lsn=10, snapshot_id='s"1', src="p2", dst='p"1', seq=3),
+    wal.Abort(lsn=11, snapshot_id="s2", reason="deadline: p3 did not report"),
+    wal.Checkpoint(
+        lsn=12, balance=96, next_seq={"p2": 5}, acked={"p2": 2}, received={"p2": 3},
+        outbox={"p2": [[3, 1, ""], [4, 0, 's"1']]}, abandoned=['s"1', "s2"], requests={"r-1": ['p"1:p2:2', 99]},
+    ),
+]
+
+
+@pytest.mark.parametrize("record", SAMPLES, ids=lambda r: f"{type(r).KIND}-{r.lsn}")
+def test_every_kind_round_trips_and_the_fast_encoder_writes_the_same_bytes(record: wal.Record) -> None:
+    line = wal.encode(record, 'p"1')
+    assert line.endswith("}\n") and line.count("\n") == 1
+    raw = json.loads(line)
+    assert list(raw)[:3] == ["node", "lsn", "kind"] and raw["kind"] == type(record).KIND
+    assert wal.parse(line, "f:1", node_id='p"1') == record
+    assert wal.Encoder('p"1').record(record) == line
+
+
+def test_spec_is_data_every_kind_with_ordered_typed_fields() -> None:
+    assert set(wal.SPEC) == wal.KINDS
+    assert wal.SPEC["send"] == (
+        ("msg_id", str, True), ("src", str, True), ("dst", str, True), ("seq", int, True),
+        ("amount", int, True), ("request_id", str, False),
+    )
+    assert wal.SPEC["restart"] == ()
+    assert wal.SPEC["checkpoint"][0] == ("balance", int, True)
+
+
+def test_an_empty_request_id_is_left_out() -> None:
+    assert "request_id" not in wal.encode(SAMPLES[2], 'p"1')
+    assert '"request_id":"r-1"' in wal.encode(SAMPLES[3], 'p"1')
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("nope", "not a JSON record"),
+        ("[1]", "not a JSON object"),
+        ('{"node":"p9","lsn":1,"kind":"restart"}', "record of node 'p9'"),
+        ('{"node":"p1","lsn":0,"kind":"restart"}', "lsn must be a positive integer"),
+        ('{"node":"p1","lsn":true,"kind":"restart"}', "lsn must be a positive integer"),
+        ('{"node":"p1","lsn":2}', "record without a kind"),
+        ('{"node":"p1","lsn":2,"kind":"init"}', "init record needs an integer 'balance'"),
+        ('{"node":"p1","lsn":2,"kind":"cut","snapshot_id":5,"balance":1}', "cut record needs a string 'snapshot_id'"),
+        ('{"node":"p1","lsn":2,"kind":"send","msg_id":"m","src":"p1","dst":"p2","seq":1,"amount":0}',
+         "send amount must be >= 1"),
+        ('{"node":"p1","lsn":2,"kind":"recv","msg_id":"m","src":"p2","dst":"p1","seq":0,"amount":1}',
+         "recv seq must be >= 1"),
+    ],
+)
+def test_a_corrupt_record_names_file_and_line(line: str, problem: str) -> None:
+    with pytest.raises(wal.CorruptRecord) as info:
+        wal.parse(line, "data/p1.log.jsonl:7", node_id="p1")
+    assert str(info.value).startswith("data/p1.log.jsonl:7: ")
+    assert problem in str(info.value)
+
+
+def test_an_unknown_kind_parses_as_unknown_so_readers_skip_it() -> None:
+    record = wal.parse('{"node":"p1","lsn":4,"kind":"future","x":1}', "f:4", node_id="p1")
+    assert record == wal.Unknown(lsn=4, kind="future")
+
+
+def test_split_lines_finds_a_torn_tail() -> None:
+    lines, torn = wal.split_lines(b"a\nb\nhalf", "f")
+    assert lines == [("f:1", b"a"), ("f:2", b"b")] and torn == 4
+    assert wal.split_lines(b"a\n", "f") == ([("f:1", b"a")], None)
+
+
+def test_segment_names() -> None:
+    assert wal.active_name("p1") == "p1.log.jsonl"
+    assert wal.sealed_name("p1", 1234) == "p1.log.000000001234.jsonl"
+    assert wal.sealed_first_lsn("p1.log.000000001234.jsonl", "p1") == 1234
+    assert wal.sealed_first_lsn("p1.log.jsonl", "p1") is None
+    assert wal.sealed_first_lsn("p2.log.000000001234.jsonl", "p1") is None
