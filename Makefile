@@ -55,9 +55,13 @@ CHECKOV_VERSION := 3.3.30
 images: install
 	deploy/compose/build-images.sh
 
+# TLS and the token are on: the certs service makes them in a volume and copies the
+# client's files (ca.pem, client.pem, client-key.pem, token) to deploy/compose/tls/.
 compose-up: images
+	mkdir -p deploy/compose/tls
 	$(COMPOSE) up -d
 	$(COMPOSE) ps
+	@echo 'grpcurl -cacert deploy/compose/tls/ca.pem -cert deploy/compose/tls/client.pem -key deploy/compose/tls/client-key.pem -H "authorization: Bearer $$(cat deploy/compose/tls/token)" -d '"'"'{"wait": true}'"'"' 127.0.0.1:50050 snapmesh.v1.Controller/TriggerSnapshot'
 
 # Keeps the data volume; `$(COMPOSE) down -v` removes it too.
 compose-down:

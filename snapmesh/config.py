@@ -21,9 +21,26 @@ TOML, for example::
     port = 50051
     metrics_port = 9101
 
+    # Optional: mutual TLS on every connection, a token for the control plane.
+    # Paths are relative to this file; {name} is a node id or "controller".
+    # `snapmesh certs --config FILE --out tls` writes these files.
+    [tls]
+    ca = "tls/ca.pem"
+    cert = "tls/{name}.pem"
+    key = "tls/{name}-key.pem"
+    client_cert = "tls/client.pem"      # what the CLI clients present
+    client_key = "tls/client-key.pem"
+
+    [auth]                              # needs [tls]: a token is never sent in plaintext
+    token_file = "tls/token"
+    protect_reads = false               # true: read-only calls need the token too
+
 Environment overrides, for containers: SNAPMESH_DATA_DIR replaces `data_dir`;
 SNAPMESH_BIND_HOST is the address every server binds to (default: its `host`),
-so a container can listen on 0.0.0.0 while peers dial it by service name.
+so a container can listen on 0.0.0.0 while peers dial it by service name;
+SNAPMESH_TLS_DIR=D turns TLS and the token on with the files `snapmesh certs`
+writes into D (D/ca.pem, D/{name}.pem, D/{name}-key.pem, D/client.pem,
+D/client-key.pem, D/token), in place of the file's [tls] paths and token_file.
 
 A malformed file raises `ConfigError` naming the file and the field.
 
@@ -82,6 +99,47 @@ class ControllerConfig(Endpoint):
     snapshot_deadline_s: float
 
 
+# The file names `snapmesh certs` writes into its output dir.
+CA_FILE = "ca.pem"
+CLIENT_NAME = "client"
+CONTROLLER_NAME = "controller"
+TOKEN_FILE = "token"
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSettings:
+    """Where the certificates are (the files are read and checked by snapmesh.security)."""
+
+    ca: Path
+    cert: str  # a path with {name}: a node id, "controller" or "client"
+    key: str
+    client_cert: Path
+    client_key: Path
+
+    @classmethod
+    def in_dir(cls, directory: Path) -> TlsSettings:
+        """The layout `snapmesh certs --out DIR` writes."""
+        return cls(
+            ca=directory / CA_FILE,
+            cert=str(directory / "{name}.pem"),
+            key=str(directory / "{name}-key.pem"),
+            client_cert=directory / f"{CLIENT_NAME}.pem",
+            client_key=directory / f"{CLIENT_NAME}-key.pem",
+        )
+
+    def cert_path(self, name: str) -> Path:
+        return self.client_cert if name == CLIENT_NAME else Path(self.cert.replace("{name}", name))
+
+    def key_path(self, name: str) -> Path:
+        return self.client_key if name == CLIENT_NAME else Path(self.key.replace("{name}", name))
+
+
+@dataclass(frozen=True, slots=True)
+class AuthSettings:
+    token_file: Path
+    protect_reads: bool = False  # True: read-only RPCs need the token too
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
     path: Path
@@ -93,6 +151,8 @@ class ClusterConfig:
     bind_host: str | None  # None: every server binds to its own `host`
     channel_bound: int = 100_000
     segment_records: int = 100_000
+    tls: TlsSettings | None = None  # None: plaintext
+    auth: AuthSettings | None = None  # None: no token asked for
 
     def node(self, node_id: str) -> NodeConfig:
         for node in self.nodes:
@@ -136,7 +196,8 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
 
 def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> ClusterConfig:
     fields = _Fields(path)
-    known = {"data_dir", "initial_balance", "channels", "controller", "nodes", "channel_bound", "segment_records"}
+    known = {"data_dir", "initial_balance", "channels", "controller", "nodes", "channel_bound", "segment_records",
+             "tls", "auth"}
     fields.reject_unknown(raw, known, "")
 
     data_dir_text = env.get("SNAPMESH_DATA_DIR") or fields.string(raw, "data_dir", "data_dir")
@@ -191,6 +252,10 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         raise fields.error("channels" if channels is not None else "nodes", str(exc)) from None
 
     _check_distinct_addresses(fields, controller, nodes)
+    for reserved in (CONTROLLER_NAME, CLIENT_NAME):
+        if any(n.id == reserved for n in nodes):
+            raise fields.error("nodes", f"{reserved!r} cannot be a node id: it names the {reserved}'s certificate")
+    tls, auth = _security(fields, raw, path, env)
     return ClusterConfig(
         path=path,
         data_dir=data_dir,
@@ -201,7 +266,52 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         bind_host=env.get("SNAPMESH_BIND_HOST") or None,
         channel_bound=channel_bound,
         segment_records=segment_records,
+        tls=tls,
+        auth=auth,
     )
+
+
+def _security(
+    fields: _Fields, raw: Mapping[str, Any], path: Path, env: Mapping[str, str]
+) -> tuple[TlsSettings | None, AuthSettings | None]:
+    """[tls] and [auth], or SNAPMESH_TLS_DIR in their place."""
+    base = path.resolve().parent
+
+    def resolve(text: str) -> str:
+        return text if Path(text).is_absolute() else str(base / text)
+
+    auth_raw = raw.get("auth", {})
+    if not isinstance(auth_raw, dict):
+        raise fields.error("auth", "must be a table")
+    fields.reject_unknown(auth_raw, {"token_file", "protect_reads"}, "auth")
+    protect_reads = auth_raw.get("protect_reads", False)
+    if not isinstance(protect_reads, bool):
+        raise fields.error("auth.protect_reads", f"must be true or false, got {protect_reads!r}")
+
+    tls_dir = env.get("SNAPMESH_TLS_DIR")
+    if tls_dir:
+        directory = Path(tls_dir).resolve()
+        return TlsSettings.in_dir(directory), AuthSettings(directory / TOKEN_FILE, protect_reads)
+
+    tls = None
+    if "tls" in raw:
+        tls_raw = fields.table(raw, "tls", "tls")
+        keys = ("ca", "cert", "key", "client_cert", "client_key")
+        fields.reject_unknown(tls_raw, set(keys), "tls")
+        values = {key: resolve(fields.string(tls_raw, key, f"tls.{key}")) for key in keys}
+        for key in ("cert", "key"):
+            if "{name}" not in values[key]:
+                raise fields.error(f"tls.{key}", "must contain {name} (each process has its own)")
+        tls = TlsSettings(
+            ca=Path(values["ca"]), cert=values["cert"], key=values["key"],
+            client_cert=Path(values["client_cert"]), client_key=Path(values["client_key"]),
+        )
+    auth = None
+    if "auth" in raw:
+        auth = AuthSettings(Path(resolve(fields.string(auth_raw, "token_file", "auth.token_file"))), protect_reads)
+        if tls is None:
+            raise fields.error("auth", "needs a [tls] section: a bearer token is never sent in plaintext")
+    return tls, auth
 
 
 def _check_distinct_addresses(fields: _Fields, controller: ControllerConfig, nodes: list[NodeConfig]) -> None:

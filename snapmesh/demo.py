@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snapmesh demo: {exc}", file=sys.stderr)
         return 1
     print("== cluster stopped")
+    from snapmesh.trace.main import write_run_trace
+
+    print(f"== {write_run_trace(data_dir)}", flush=True)
     status = summary.exit_code
     if args.skip_reconcile:
         return status

@@ -3,7 +3,9 @@
 A client of the standard gRPC health checking protocol (grpc.health.v1), used
 by the Docker Compose healthchecks. Exit status: 0 only when the server answers
 SERVING; 1 when it answers anything else, cannot be reached, or does not answer
-in time; 2 for bad arguments. It prints one line either way.
+in time; 2 for bad arguments or a bad certificate file. It prints one line either
+way. `--tls-dir DIR` (default: $SNAPMESH_TLS_DIR) checks a TLS server with the
+client certificate in DIR.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from snapmesh import security
 from snapmesh.argparsing import parse_args
 
 
@@ -37,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="S",
         help="give up after S seconds (default: 3)",
     )
+    parser.add_argument("--tls-dir", metavar="DIR", help="client certificate of a TLS cluster (default: $SNAPMESH_TLS_DIR)")
     return parser
 
 
@@ -60,12 +64,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snapmesh health: --timeout must be positive, got {args.timeout}", file=sys.stderr)
         return 2
 
+    try:
+        identity = security.client_identity(args.tls_dir)
+    except security.SecurityError as exc:
+        print(f"snapmesh health: {exc}", file=sys.stderr)
+        return 2
+
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     name = f"{args.target} service {args.service!r}" if args.service else args.target
     try:
-        with grpc.insecure_channel(args.target) as channel:
+        with security.open_channel(args.target, identity) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             response = stub.Check(
                 health_pb2.HealthCheckRequest(service=args.service),

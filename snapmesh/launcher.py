@@ -1,6 +1,6 @@
 """`snapmesh cluster up`: a whole cluster as local processes on loopback.
 
-    snapmesh cluster up [--config FILE] [--nodes N] [--data-dir DIR]
+    snapmesh cluster up [--config FILE] [--nodes N] [--data-dir DIR] [--tls]
 
 With no arguments it runs the shipped 4-node full mesh (snapmesh/configs/local-4.toml).
 `--nodes N` writes an N-node full-mesh config on free loopback ports into the data
@@ -11,6 +11,10 @@ gRPC health; prints exactly one line `controller: HOST:PORT` on stdout; and on
 SIGINT/SIGTERM stops them all (SIGTERM, then SIGKILL after a grace period).
 Children's output goes to `<data_dir>/logs/<name>.log`; they die with the
 launcher even when it is SIGKILLed (see the supervisor).
+`--tls` makes dev certificates and a token into `<data_dir>/tls/` (`ca.pem`,
+`client.pem`, `client-key.pem`, `token`, one certificate per process), runs
+every connection over mutual TLS with the token on the control plane, and
+prints a second line `grpcurl: ...` with the command to trigger a snapshot.
 
 Exit status: 0 after a clean stop, 1 when the cluster cannot start, 2 for bad
 arguments or a malformed cluster file (the message names the field).
@@ -19,6 +23,7 @@ arguments or a malformed cluster file (the message names the field).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import tempfile
@@ -26,6 +31,7 @@ import time
 from pathlib import Path
 
 from snapmesh import config as cluster_config
+from snapmesh import security
 from snapmesh.argparsing import parse_args
 from snapmesh.config import ConfigError, write_cluster
 from snapmesh.ports import NoFreePorts, free_ports, port_is_free
@@ -56,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--config", metavar="FILE", help="cluster file (default: the shipped 4-node mesh)")
     source.add_argument("--nodes", type=int, metavar="N", help="an N-node full mesh on free loopback ports")
     up.add_argument("--data-dir", metavar="DIR", help="where logs, snapshots and node logs go")
+    up.add_argument("--tls", action="store_true",
+                    help="mutual TLS and a control-plane token, dev certificates made into <data_dir>/tls/")
     return parser
 
 
@@ -75,13 +83,30 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.nodes is not None:
             data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="snapmesh-"))
-            cluster = Cluster(write_cluster(data_dir / "cluster.toml", nodes=args.nodes, data_dir=data_dir))
+            config_path = write_cluster(data_dir / "cluster.toml", nodes=args.nodes, data_dir=data_dir)
+            config_dir = None
         else:
-            cluster = Cluster(args.config or cluster_config.DEFAULT_CONFIG, data_dir=args.data_dir)
+            config_path = Path(args.config or cluster_config.DEFAULT_CONFIG)
+            config_dir = args.data_dir
+        tls_dir = None
+        if args.tls:
+            env = dict(os.environ)
+            if config_dir is not None:
+                env["SNAPMESH_DATA_DIR"] = str(Path(config_dir).resolve())
+            plain = cluster_config.load(config_path, env=env)
+            tls_dir = plain.data_dir / "tls"
+            try:
+                security.write_certs(plain, tls_dir)
+            except OSError as exc:
+                raise ConfigError(f"cannot write certificates into {tls_dir}: {exc}") from None
+        cluster = Cluster(config_path, data_dir=config_dir, tls_dir=tls_dir)
         print(f"snapmesh cluster: starting {len(cluster.config.nodes)} nodes; logs in {cluster.log_dir}",
               file=sys.stderr, flush=True)
         cluster.start()
         print(f"controller: {cluster.controller_address}", flush=True)
+        if tls_dir is not None:
+            token = cluster.client_identity.token if cluster.client_identity else None
+            print(f"grpcurl: {security.grpcurl_line(cluster.controller_address, tls_dir, token)}", flush=True)
         reported: set[str] = set()
         while True:
             time.sleep(0.5)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from snapmesh import security
 from snapmesh.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -66,7 +67,9 @@ class LoadGenerator:
         tally: bool = True,
         timeout: float = 30.0,
         on_error: Callable[[str], None] | None = None,
+        identity: security.Identity | None = None,  # a TLS cluster's client identity; None: plaintext
     ) -> None:
+        self._identity = identity
         if batch < 1 or max_amount < 1:
             raise ValueError(f"batch and max_amount must be >= 1, got {batch} and {max_amount}")
         self.neighbours = {n: list(neighbours.get(n, ())) for n in targets if neighbours.get(n)}
@@ -87,7 +90,7 @@ class LoadGenerator:
 
     async def __aenter__(self) -> LoadGenerator:
         for node, address in self.targets.items():
-            channel = grpc.aio.insecure_channel(address, options=CLIENT_OPTIONS)
+            channel = security.open_channel(address, self._identity, options=CLIENT_OPTIONS, aio=True)
             self._channels[node] = channel
             # Bytes in, bytes out: nothing is serialized or parsed per call unless asked.
             self._calls[node] = channel.unary_unary(TRANSFER_BATCH)
@@ -215,6 +218,7 @@ class BackgroundLoad:
         any proxy), to its neighbours in the cluster's topology."""
         topology = cluster.config.topology
         targets = {n: cluster.direct_address(n) for n in topology.nodes}
+        options.setdefault("identity", getattr(cluster, "client_identity", None))
         return cls(targets, {n: topology.outgoing(n) for n in topology.nodes}, **options)
 
     @property

@@ -18,6 +18,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
+from snapmesh import security
+
 log = logging.getLogger(__name__)
 
 # Channel streams are long-lived and idle between bursts: keepalives notice a dead
@@ -51,11 +53,19 @@ class BindError(RuntimeError):
 class ServiceHost:
     """One grpc.aio server plus its health, reflection and metrics endpoint."""
 
-    def __init__(self, *, bind_address: str, metrics_bind: tuple[str, int] | None, registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        *,
+        bind_address: str,
+        metrics_bind: tuple[str, int] | None,
+        registry: CollectorRegistry,
+        identity: security.Identity | None = None,  # None: plaintext
+    ) -> None:
         self.bind_address = bind_address
         self._metrics_bind = metrics_bind
         self._registry = registry
-        self.server = grpc.aio.server(options=SERVER_OPTIONS)
+        self._identity = identity
+        self.server = security.new_server(identity, SERVER_OPTIONS)
         self._health = health.aio.HealthServicer()
         self._service_names: list[str] = []
         self._metrics_server = None
@@ -70,7 +80,7 @@ class ServiceHost:
         names = [*self._service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
         reflection.enable_server_reflection([*names, reflection.SERVICE_NAME], self.server)
         try:
-            self.port = self.server.add_insecure_port(self.bind_address)
+            self.port = security.open_server_port(self.server, self.bind_address, self._identity)
         except RuntimeError as exc:
             raise BindError(f"cannot bind gRPC address {self.bind_address}: {exc}") from None
         if self.port == 0:

@@ -48,6 +48,7 @@ from pathlib import Path
 import grpc
 
 from snapmesh import config as cluster_config
+from snapmesh import security as tls
 from snapmesh.config import ClusterConfig
 
 STARTUP_TIMEOUT_S = 30.0  # longest wait for a child to answer SERVING
@@ -62,14 +63,18 @@ class SupervisorError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class Security:
-    """How children are reached. Plaintext today; TLS adds its files here, turns
-    them into flags in `child_args` and into credentials in `channel`."""
+    """How children are reached: plaintext (`identity` None), or mutual TLS with
+    the client identity `identity` (snapmesh.security). The children find their
+    own certificates in the cluster file's [tls] or SNAPMESH_TLS_DIR (`Cluster`'s
+    `tls_dir` sets it), so they need no extra flags."""
+
+    identity: tls.Identity | None = None
 
     def child_args(self) -> list[str]:
         return []
 
     def channel(self, address: str) -> grpc.Channel:
-        return grpc.insecure_channel(address)
+        return tls.open_channel(address, self.identity)
 
 
 PLAINTEXT = Security()
@@ -269,6 +274,10 @@ class Cluster:
     (the node tests' report sink); the controller operations then refuse.
     `controller_args`: extra arguments for `snapmesh controller` (e.g. --interval).
     `env`: the children's environment (default: this process's).
+    `tls_dir`: mutual TLS and the token, with the files `snapmesh certs` wrote
+    there (through SNAPMESH_TLS_DIR); with it, or a cluster file with [tls],
+    `client_identity` is what a client presents, and a bad certificate, key or
+    token file is a ConfigError naming it.
     Children's output goes to `<data_dir>/logs/<controller|node id>.log`.
     """
 
@@ -283,13 +292,21 @@ class Cluster:
         python: str = sys.executable,
         security: Security = PLAINTEXT,
         env: dict[str, str] | None = None,
+        tls_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self._env = dict(os.environ if env is None else env)
         if data_dir is not None:
             self._env["SNAPMESH_DATA_DIR"] = str(Path(data_dir).resolve())
+        if tls_dir is not None:
+            self._env["SNAPMESH_TLS_DIR"] = str(Path(tls_dir).resolve())
         path = config.path if isinstance(config, ClusterConfig) else Path(config)
         self.config_path = Path(path).resolve()
         self.config = cluster_config.load(self.config_path, env=self._env)
+        if security is PLAINTEXT and self.config.tls is not None:
+            try:  # the client's certificate and token, as the cluster file or tls_dir names them
+                security = Security(identity=tls.load_identity(self.config, cluster_config.CLIENT_NAME))
+            except tls.SecurityError as exc:
+                raise cluster_config.ConfigError(str(exc)) from None
         self._env["PYTHONUNBUFFERED"] = "1"
         self._env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), self._env.get("PYTHONPATH")) if p)
         self.security = security
@@ -314,6 +331,12 @@ class Cluster:
     @property
     def data_dir(self) -> Path:
         return self.config.data_dir
+
+    @property
+    def client_identity(self) -> tls.Identity | None:
+        """What a client of this cluster presents (None: plaintext): for
+        snapmesh.security.open_channel."""
+        return self.security.identity
 
     @property
     def controller_address(self) -> str:

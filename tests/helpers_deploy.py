@@ -278,10 +278,10 @@ def stop_process(process: subprocess.Popen, timeout: float = 10) -> None:
 # ---------------------------------------------------------------- gRPC clients
 
 
-def trigger_snapshot(address: str, *, wait: bool = True, timeout: float = 60, initiator: str = ""):
+def trigger_snapshot(address: str, *, wait: bool = True, timeout: float = 60, initiator: str = "", identity=None):
     from snapmesh.v1 import snapmesh_pb2
 
-    channel, stub = controller_stub(address)
+    channel, stub = controller_stub(address, identity)
     with channel:
         return stub.TriggerSnapshot(snapmesh_pb2.TriggerSnapshotRequest(initiator=initiator, wait=wait), timeout=timeout)
 

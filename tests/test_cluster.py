@@ -1,4 +1,9 @@
-"""Whole clusters (controller + nodes as real processes) under load."""
+"""Whole clusters (controller + nodes as real processes) under load.
+
+Every test that starts a cluster runs twice: plaintext, and with mutual TLS and
+the control-plane token (`tls` in the test id), every client presenting the
+cluster's client certificate and token.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +17,10 @@ import pytest
 from cluster_helpers import controller_stub
 from invariants import check_logs
 from node_logs import read_logs
+from snapmesh import config
 from snapmesh.config import write_cluster
 from snapmesh.load import BackgroundLoad
+from snapmesh.security import write_certs
 from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -23,9 +30,22 @@ COMPLETE, FAILED = pb.Snapshot.COMPLETE, pb.Snapshot.FAILED
 DEADLINE_S = 3.0
 
 
-def make_cluster(tmp_path, **options) -> Cluster:
-    options.setdefault("deadline", DEADLINE_S)
-    return Cluster(write_cluster(tmp_path / "cluster.toml", **options))
+@pytest.fixture(params=[False, True], ids=["plaintext", "tls"])
+def tls(request) -> bool:
+    return request.param
+
+
+@pytest.fixture()
+def make_cluster(tmp_path, tls):
+    def make(tmp_path, **options) -> Cluster:
+        options.setdefault("deadline", DEADLINE_S)
+        path = write_cluster(tmp_path / "cluster.toml", **options)
+        if not tls:
+            return Cluster(path)
+        write_certs(config.load(path), tmp_path / "tls")
+        return Cluster(path, tls_dir=tmp_path / "tls")
+
+    return make
 
 
 def check_against_logs(cluster: Cluster, snapshots: list[pb.Snapshot]) -> None:
@@ -68,9 +88,9 @@ def assert_complete_and_conserved(snapshot: pb.Snapshot, cluster: Cluster) -> No
     assert [(c.src, c.dst) for c in snapshot.channels] == list(cluster.config.topology.channels)
 
 
-def test_concurrent_snapshots_from_every_initiator_under_load_are_complete_and_consistent(tmp_path):
+def test_concurrent_snapshots_from_every_initiator_under_load_are_complete_and_consistent(tmp_path, make_cluster):
     with make_cluster(tmp_path, nodes=4, initial_balance=1000) as cluster:
-        channel, stub = controller_stub(cluster.controller_address)
+        channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
         with channel, BackgroundLoad.for_cluster(cluster, seed=11, batch=20, max_amount=20, interval=0.01) as load:
             time.sleep(0.5)
             snapshots = []
@@ -86,9 +106,9 @@ def test_concurrent_snapshots_from_every_initiator_under_load_are_complete_and_c
         check_against_logs(cluster, snapshots)
 
 
-def test_a_ring_cluster_takes_consistent_snapshots_under_load(tmp_path):
+def test_a_ring_cluster_takes_consistent_snapshots_under_load(tmp_path, make_cluster):
     with make_cluster(tmp_path, nodes=4, topology="ring", initial_balance=500) as cluster:
-        channel, stub = controller_stub(cluster.controller_address)
+        channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
         with channel, BackgroundLoad.for_cluster(cluster, seed=5, batch=20, max_amount=10, interval=0.01) as load:
             time.sleep(0.3)
             snapshots = trigger_all(stub, ["p1", "p3"])
@@ -101,9 +121,9 @@ def test_a_ring_cluster_takes_consistent_snapshots_under_load(tmp_path):
         check_against_logs(cluster, snapshots)
 
 
-def test_a_stopped_node_fails_the_snapshot_at_the_deadline_and_the_next_one_completes(tmp_path):
+def test_a_stopped_node_fails_the_snapshot_at_the_deadline_and_the_next_one_completes(tmp_path, make_cluster):
     with make_cluster(tmp_path, nodes=3) as cluster:
-        channel, stub = controller_stub(cluster.controller_address)
+        channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
         with channel:
             cluster.signal_node("p3", signal.SIGSTOP)
             try:
@@ -124,7 +144,7 @@ def test_a_stopped_node_fails_the_snapshot_at_the_deadline_and_the_next_one_comp
         assert (cluster.config.snapshots_dir / f"{failed.snapshot_id}.json").exists()
 
 
-def test_the_app_runs_against_a_cluster_and_every_snapshot_is_conserved(tmp_path):
+def test_the_app_runs_against_a_cluster_and_every_snapshot_is_conserved(tmp_path, make_cluster):
     import io
 
     from snapmesh.bank.workload import WorkloadParams, run_workload
@@ -132,7 +152,7 @@ def test_the_app_runs_against_a_cluster_and_every_snapshot_is_conserved(tmp_path
     with make_cluster(tmp_path, nodes=3, initial_balance=300) as cluster:
         out = io.StringIO()
         params = WorkloadParams(duration=3, transfer_interval=0.05, snapshot_every=0.7, seed=3, max_amount=100)
-        summary = run_workload(cluster.controller_address, params, out=out)
+        summary = run_workload(cluster.controller_address, params, out=out, identity=cluster.client_identity)
     text = out.getvalue()
     assert summary.exit_code == 0, text
     assert summary.transfers_made > 50 and len(summary.complete) >= 3, text
@@ -157,14 +177,15 @@ def test_the_app_exits_2_with_a_clear_message_when_the_controller_is_unreachable
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_the_app_stops_on_a_signal_with_its_summary(tmp_path, sig):
+def test_the_app_stops_on_a_signal_with_its_summary(tmp_path, make_cluster, tls, sig):
     import subprocess
     import sys
 
     with make_cluster(tmp_path, nodes=3) as cluster:
         app = subprocess.Popen(
             [sys.executable, "-m", "snapmesh.cli", "app", "--controller", cluster.controller_address,
-             "--duration", "120", "--snapshot-every", "0.5", "--seed", "5"],
+             "--duration", "120", "--snapshot-every", "0.5", "--seed", "5",
+             *(["--tls-dir", str(tmp_path / "tls")] if tls else [])],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         try:

@@ -30,6 +30,7 @@ import sys
 import time
 import uuid
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -51,6 +52,7 @@ from helpers_deploy import (
     trigger_snapshot,
     wait_for,
 )
+from snapmesh.security import load_tls_dir
 
 NODES = [f"p{i}" for i in range(1, 5)]
 EXPECTED_TOTAL = 1000 * len(NODES)
@@ -155,9 +157,11 @@ def test_health_command_exit_codes(capsys):
 
 
 class Stack:
-    def __init__(self, project: str) -> None:
+    def __init__(self, project: str, tls_export: Path) -> None:
         self.project = project
         self.network = f"{project}_mesh"
+        self.tls_export = tls_export  # the certs service copies the client's files here
+        self.identity = None  # loaded from tls_export once the stack is up
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "SNAPMESH_"))},
             "SNAPMESH_RESTART": "no",  # a killed node stays down until the test starts it
@@ -165,6 +169,7 @@ class Stack:
             "SNAPMESH_APP_FLAGS": "--duration 3600 --snapshot-every 0 --transfer-interval 0.05 --seed 7",
             "SNAPMESH_CONTROLLER_FLAGS": "",
             "COMPOSE_PROFILES": "",
+            "SNAPMESH_TLS_EXPORT": str(tls_export),
         }
         self.controller = ""
 
@@ -196,13 +201,13 @@ class Stack:
 
         found = {}
         for node in NODES:
-            channel, stub = node_stub(self.node_address(node))
+            channel, stub = node_stub(self.node_address(node), self.identity, server_name=node)
             with channel:
                 found[node] = stub.GetState(pb.GetStateRequest(), timeout=5).balance
         return found
 
     def snapshot(self, **kwargs):
-        return trigger_snapshot(self.controller, **kwargs)
+        return trigger_snapshot(self.controller, identity=self.identity, **kwargs)
 
     def assert_complete_and_conserved(self, what: str):
         snapshot = self.snapshot(wait=True, timeout=60)
@@ -218,7 +223,7 @@ class Stack:
 
         started = self.snapshot(wait=False, initiator=initiator, timeout=10)
         assert status_name(started) in ("IN_PROGRESS", "FAILED"), f"{what}: {started}"
-        channel, stub = controller_stub(self.controller)
+        channel, stub = controller_stub(self.controller, self.identity)
         with channel:
             final = wait_for(
                 lambda: (s := stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=started.snapshot_id), timeout=5))
@@ -240,7 +245,7 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(pytestconfig):
+def stack(pytestconfig, tmp_path_factory):
     live_log(pytestconfig)
     if not docker_engine_answers():
         reason = "NO DOCKER ENGINE ANSWERS (`docker info` failed): the compose stack was NOT tested"
@@ -253,11 +258,12 @@ def stack(pytestconfig):
     build_images()
     log(f"images ready in {time.monotonic() - started:.0f}s")
     project = f"snapmeshtest-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    stack = Stack(project)
+    stack = Stack(project, tmp_path_factory.mktemp("tls-export"))
     try:
         stack.compose("up", "-d", timeout=300)
         stack.wait_healthy()
         stack.controller = stack.published_controller()
+        stack.identity = load_tls_dir(stack.tls_export)
         log(f"stack {project} healthy; controller published at {stack.controller}")
         yield stack
     finally:
@@ -349,7 +355,7 @@ def test_no_transfer_lost_or_duplicated(stack):
 def test_data_volume_survives_down_without_v(stack):
     from snapmesh.v1 import snapmesh_pb2 as pb
 
-    channel, stub = controller_stub(stack.controller)
+    channel, stub = controller_stub(stack.controller, stack.identity)
     with channel:
         before = {s.snapshot_id for s in stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10).snapshots}
     assert before
@@ -360,11 +366,43 @@ def test_data_volume_survives_down_without_v(stack):
     stack.compose("up", "-d")
     stack.wait_healthy()
     stack.controller = stack.published_controller()
-    channel, stub = controller_stub(stack.controller)
+    channel, stub = controller_stub(stack.controller, stack.identity)
     with channel:
         after = {s.snapshot_id for s in stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10).snapshots}
     assert before <= after, f"snapshots lost across down/up: {sorted(before - after)}"
     stack.assert_complete_and_conserved("after down/up")
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_tls_and_the_token_are_on_by_default(stack):
+    """The published controller refuses plaintext and a call without the token; the
+    client's files came out of the certs service, and no private key but the client's."""
+    import dataclasses
+
+    import grpc
+
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    assert sorted(p.name for p in stack.tls_export.iterdir()) == ["ca.pem", "client-key.pem", "client.pem", "token"]
+    with grpc.insecure_channel(stack.controller) as channel:
+        with pytest.raises(grpc.RpcError) as plaintext:
+            pb_grpc_controller(channel).ListSnapshots(pb.ListSnapshotsRequest(), timeout=10)
+    assert plaintext.value.code() == grpc.StatusCode.UNAVAILABLE
+    no_token = dataclasses.replace(stack.identity, token=None)
+    channel, stub = controller_stub(stack.controller, no_token)
+    with channel:
+        before = stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10)  # reads need only the certificate
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=30)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10) == before
+
+
+def pb_grpc_controller(channel):
+    from snapmesh.v1 import snapmesh_pb2_grpc
+
+    return snapmesh_pb2_grpc.ControllerStub(channel)
 
 
 @pytest.mark.docker

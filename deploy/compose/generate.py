@@ -6,9 +6,10 @@
 writes, next to this script (or into --out DIR):
 
 * ``cluster.toml``: the cluster file every container reads (nodes p1..pN, full mesh);
-* ``docker-compose.yml``: nodes p1..pN, the controller (gRPC port published for
-  grpcurl), the app, the one-shot ``reconcile`` job (profile ``reconcile``), and
-  Prometheus + Grafana (profile ``monitoring``);
+* ``docker-compose.yml``: the one-shot ``certs`` (mutual TLS and the token are on by
+  default: certificates made at deploy time, never committed), nodes p1..pN, the
+  controller (gRPC port published for grpcurl), the app, the one-shot ``reconcile``
+  job (profile ``reconcile``), and Prometheus + Grafana (profile ``monitoring``);
 * ``prometheus.yml``: scrapes the controller and every node.
 
 Changing N is this one command; the files for N=4 are committed. The cluster
@@ -99,10 +100,35 @@ COMMON = """x-snapmesh: &snapmesh
   environment:
     SNAPMESH_DATA_DIR: /data
     SNAPMESH_BIND_HOST: 0.0.0.0
+    SNAPMESH_TLS_DIR: /tls
   volumes:
     - snapmesh-data:/data
+    - snapmesh-tls:/tls:ro
     - ./cluster.toml:/etc/snapmesh/cluster.toml:ro
   networks: [mesh]
+"""
+
+# Runs as root once per `up`: makes the CA, every process's certificate and the
+# token in the snapmesh-tls volume unless they are there already (`--keep`), hands
+# them to the services' user (uid 10001), and copies what a client needs to the
+# host directory SNAPMESH_TLS_EXPORT (default deploy/compose/tls/, git-ignored),
+# owned like that directory.
+CERTS = """  certs:
+    <<: *snapmesh
+    hostname: certs
+    user: "0"
+    restart: "no"
+    entrypoint: ["/bin/sh", "-c"]
+    command:
+      - >-
+        snapmesh certs --config /etc/snapmesh/cluster.toml --out /tls --keep
+        && chown -R 10001:10001 /tls && chmod 0700 /tls
+        && cp /tls/ca.pem /tls/client.pem /tls/client-key.pem /tls/token /export/
+        && chown --reference=/export /export/ca.pem /export/client.pem /export/client-key.pem /export/token
+    volumes:
+      - snapmesh-tls:/tls
+      - ./cluster.toml:/etc/snapmesh/cluster.toml:ro
+      - ${SNAPMESH_TLS_EXPORT:-./tls}:/export
 """
 
 
@@ -128,10 +154,13 @@ def docker_compose_yml(n: int) -> str:
 # Variables (all optional): SNAPMESH_IMAGE, SNAPMESH_RECONCILE_IMAGE, SNAPMESH_BASE_IMAGE,
 # SNAPMESH_CONTROLLER_PUBLISH (host side of the controller's gRPC port, default
 # 127.0.0.1:50050), SNAPMESH_CONTROLLER_FLAGS, SNAPMESH_APP_FLAGS, SNAPMESH_RESTART,
-# PROMETHEUS_IMAGE, GRAFANA_IMAGE, PROMETHEUS_PUBLISH, GRAFANA_PUBLISH.
+# SNAPMESH_TLS_EXPORT (where the client's certificate and token land on the host,
+# default deploy/compose/tls/), PROMETHEUS_IMAGE, GRAFANA_IMAGE, PROMETHEUS_PUBLISH,
+# GRAFANA_PUBLISH.
 """,
         COMMON,
         "services:\n",
+        CERTS,
     ]
     for i, node in enumerate(ids, start=1):
         out.append(
@@ -139,6 +168,9 @@ def docker_compose_yml(n: int) -> str:
     <<: *snapmesh
     hostname: {node}
     command: ["node", "--config", "/etc/snapmesh/cluster.toml", "--id", "{node}"]
+    depends_on:
+      certs:
+        condition: service_completed_successfully
 """
             + healthcheck(NODE_PORT_BASE + i)
         )
@@ -221,6 +253,8 @@ networks:
 volumes:
   # Transfer logs (<node>.log.jsonl) and snapshots/: survive `down` without -v.
   snapmesh-data: {{}}
+  # The CA, certificates and token (made by `certs`): survive `down` without -v.
+  snapmesh-tls: {{}}
   prometheus-data: {{}}
 """
     )

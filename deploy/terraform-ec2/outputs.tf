@@ -13,9 +13,14 @@ output "controller_address" {
   value       = "${aws_instance.snapmesh.public_ip}:${local.controller_port}"
 }
 
+output "fetch_client_files" {
+  description = "Copies the client's certificate, key, the CA and the token (made on the instance at deploy time) to ./snapmesh-tls (needs key_name)."
+  value       = "scp -r admin@${aws_instance.snapmesh.public_ip}:/opt/snapmesh/deploy/compose/tls ./snapmesh-tls"
+}
+
 output "grpcurl_command" {
-  description = "Triggers a snapshot and waits for it (server reflection is on, so no .proto file is needed)."
-  value       = "grpcurl -plaintext -d '{\"wait\": true}' ${aws_instance.snapmesh.public_ip}:${local.controller_port} snapmesh.v1.Controller/TriggerSnapshot"
+  description = "After fetch_client_files: triggers a snapshot and waits for it, over mutual TLS with the token (run it with eval)."
+  value       = "grpcurl -cacert snapmesh-tls/ca.pem -cert snapmesh-tls/client.pem -key snapmesh-tls/client-key.pem -servername controller -H \"authorization: Bearer $(cat snapmesh-tls/token)\" -d '{\"wait\": true}' ${aws_instance.snapmesh.public_ip}:${local.controller_port} snapmesh.v1.Controller/TriggerSnapshot"
 }
 
 output "ssh_command" {

@@ -1,5 +1,8 @@
 """`snapmesh app --controller HOST:PORT [--duration S] [--transfer-interval S]
-[--snapshot-every S] [--seed N] [--max-amount N]`: the bank workload.
+[--snapshot-every S] [--seed N] [--max-amount N] [--tls-dir DIR]`: the bank workload.
+
+`--tls-dir DIR` (default: $SNAPMESH_TLS_DIR): a TLS cluster's client certificate
+and token, as `snapmesh certs` or `cluster up --tls` wrote them.
 
 Exit status: 0 when every snapshot finished and was conserved, 1 otherwise,
 2 when the controller cannot be reached or an argument is bad.
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from snapmesh import security
 from snapmesh.bank.workload import ControllerUnreachable, WorkloadParams, run_workload
 from snapmesh.argparsing import parse_args
 
@@ -30,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="a snapshot at a random node every S seconds (0: none)")
     parser.add_argument("--seed", type=int, default=None, metavar="N", help="seed of every random choice")
     parser.add_argument("--max-amount", type=int, default=defaults.max_amount, metavar="N")
+    parser.add_argument("--tls-dir", metavar="DIR", help="client certificate and token of a TLS cluster "
+                        "(default: $SNAPMESH_TLS_DIR; none: plaintext)")
     return parser
 
 
@@ -50,7 +56,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snapmesh app: {exc}", file=sys.stderr)
         return 2
     try:
-        summary = run_workload(args.controller, params, out=sys.stdout)
+        identity = security.client_identity(args.tls_dir)
+    except security.SecurityError as exc:
+        print(f"snapmesh app: {exc}", file=sys.stderr)
+        return 2
+    try:
+        summary = run_workload(args.controller, params, out=sys.stdout, identity=identity)
     except ControllerUnreachable as exc:
         print(f"snapmesh app: {exc}", file=sys.stderr)
         return 2

@@ -26,6 +26,7 @@ from services.controller.servicer import ControllerMetrics, ControllerService, s
 from services.controller.store import SnapshotStore, StoreWriter
 from services.controller.tracker import Tracker
 from snapmesh import config as cluster_config
+from snapmesh import security
 from snapmesh.argparsing import parse_args
 from snapmesh.runtime import ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -67,13 +68,22 @@ def main(argv: list[str] | None = None) -> int:
         return args
     try:
         cfg = cluster_config.load(args.config)
-    except cluster_config.ConfigError as exc:
+        identity = security.load_identity(cfg, cluster_config.CONTROLLER_NAME)
+    except (cluster_config.ConfigError, security.SecurityError) as exc:
         print(f"snapmesh controller: {exc}", file=sys.stderr)
         return 2
-    return run_service("controller", lambda: serve(cfg, interval=args.interval, deadline=args.deadline))
+    return run_service(
+        "controller", lambda: serve(cfg, interval=args.interval, deadline=args.deadline, identity=identity)
+    )
 
 
-async def serve(cfg: cluster_config.ClusterConfig, *, interval: float | None, deadline: float | None) -> int:
+async def serve(
+    cfg: cluster_config.ClusterConfig,
+    *,
+    interval: float | None,
+    deadline: float | None,
+    identity: security.Identity | None = None,
+) -> int:
     tracker = Tracker(
         topology=cfg.topology,
         expected_total=cfg.expected_total,
@@ -91,7 +101,7 @@ async def serve(cfg: cluster_config.ClusterConfig, *, interval: float | None, de
     writer = StoreWriter(store, on_filed=journal.forget)
     try:
         _recover(tracker, store, journal, writer, filed={s.snapshot_id for s in snapshots})
-        return await _serve(cfg, tracker, journal, writer, interval)
+        return await _serve(cfg, tracker, journal, writer, interval, identity)
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
@@ -120,16 +130,23 @@ def _recover(tracker: Tracker, store: SnapshotStore, journal: J.Journal, writer:
 
 
 async def _serve(
-    cfg: cluster_config.ClusterConfig, tracker: Tracker, journal: J.Journal, writer: StoreWriter, interval: float | None
+    cfg: cluster_config.ClusterConfig,
+    tracker: Tracker,
+    journal: J.Journal,
+    writer: StoreWriter,
+    interval: float | None,
+    identity: security.Identity | None = None,
 ) -> int:
     registry = CollectorRegistry()
     service = ControllerService(
-        config=cfg, tracker=tracker, journal=journal, writer=writer, metrics=ControllerMetrics(registry)
+        config=cfg, tracker=tracker, journal=journal, writer=writer, metrics=ControllerMetrics(registry),
+        identity=identity,
     )
     host = ServiceHost(
         bind_address=cfg.bind_address(cfg.controller),
         metrics_bind=cfg.metrics_bind(cfg.controller),
         registry=registry,
+        identity=identity,
     )
     host.add(pb_grpc.add_ControllerServicer_to_server, service, SERVICE_NAME)
     await service.start()

@@ -37,7 +37,7 @@ from services.controller.tracker import (
     duration_s,
     new_snapshot_id,
 )
-from snapmesh import chunking
+from snapmesh import chunking, security
 from snapmesh.config import ClusterConfig
 from snapmesh.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -129,7 +129,9 @@ class ControllerService(pb_grpc.ControllerServicer):
         metrics: ControllerMetrics,
         clock: Callable[[], Now] = system_now,
         rng: random.Random | None = None,
+        identity: security.Identity | None = None,  # None: plaintext
     ) -> None:
+        self.identity = identity
         self.config = config
         self.tracker = tracker
         self.journal = journal
@@ -153,7 +155,7 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     async def start(self) -> None:
         for node in self.config.nodes:
-            channel = grpc.aio.insecure_channel(node.address, options=CLIENT_OPTIONS)
+            channel = security.open_channel(node.address, self.identity, options=CLIENT_OPTIONS, aio=True)
             self._channels.append(channel)
             self._stubs[node.id] = pb_grpc.NodeStub(channel)
         self._timer = asyncio.create_task(self._expiry_loop(), name="snapshot-deadlines")
@@ -357,6 +359,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         )
 
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
+        await security.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
         now = self._clock()
         try:
             snapshot, duplicate = self.tracker.report(request, now)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 import grpc
 
 from services.node.metrics import NodeMetrics
+from snapmesh import security
 from snapmesh.core import RemoteProtocolError
 from snapmesh.link import Entry
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -100,6 +101,7 @@ class OutgoingChannel:
         on_lost: Callable[[str], None],
         rng: random.Random | None = None,
         channel_options: list | None = None,
+        identity: security.Identity | None = None,  # None: plaintext
     ) -> None:
         self.src = src
         self.dst = dst
@@ -109,6 +111,7 @@ class OutgoingChannel:
         self._on_lost = on_lost
         self._rng = rng or random.Random()
         self._options = channel_options or []
+        self._identity = identity
         self.state = SenderState.IDLE
         self.epoch = 0  # of the current stream
         self._frames: deque[tuple[int, tuple[Entry, ...]]] = deque()
@@ -146,7 +149,7 @@ class OutgoingChannel:
 
     async def _run(self) -> None:
         attempt = 0
-        async with grpc.aio.insecure_channel(self.address, options=self._options) as channel:
+        async with security.open_channel(self.address, self._identity, options=self._options, aio=True) as channel:
             stub = pb_grpc.NodeStub(channel)
             while True:
                 self._set(SenderState.CONNECTING)

@@ -27,6 +27,7 @@ from services.node.reporter import CorruptReportError, PendingReports, StateRepo
 from services.node.servicer import NodeServicer
 from services.node.translog import TransferLog, fsync_dir
 from snapmesh import config as cluster_config
+from snapmesh import security
 from snapmesh.node import Node
 from snapmesh.argparsing import parse_args
 from snapmesh.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal
@@ -57,13 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = cluster_config.load(args.config)
         cfg.node(args.node_id)
-    except cluster_config.ConfigError as exc:
+        identity = security.load_identity(cfg, args.node_id)
+    except (cluster_config.ConfigError, security.SecurityError) as exc:
         print(f"snapmesh node: {exc}", file=sys.stderr)
         return 2
-    return run_service(f"node {args.node_id}", lambda: serve(cfg, args.node_id))
+    return run_service(f"node {args.node_id}", lambda: serve(cfg, args.node_id, identity))
 
 
-async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
+async def serve(cfg: cluster_config.ClusterConfig, node_id: str, identity: security.Identity | None = None) -> int:
     try:
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
         # Before anything in the data dir is read or written: one process per node.
@@ -75,12 +77,14 @@ async def serve(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
         print(f"snapmesh node: cannot lock data dir {cfg.data_dir}: {exc}", file=sys.stderr)
         return 2
     try:
-        return await _serve_locked(cfg, node_id)
+        return await _serve_locked(cfg, node_id, identity)
     finally:
         lock.release()
 
 
-async def _serve_locked(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
+async def _serve_locked(
+    cfg: cluster_config.ClusterConfig, node_id: str, identity: security.Identity | None = None
+) -> int:
     node = cfg.node(node_id)
     incoming = cfg.topology.incoming(node_id)
     outgoing = cfg.topology.outgoing(node_id)
@@ -149,9 +153,11 @@ async def _serve_locked(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
             on_lost=lambda d: engine.link_lost(d),
             rng=rng,
             channel_options=CLIENT_OPTIONS,
+            identity=identity,
         )
     reporter = StateReporter(
-        address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS, pending=pending
+        address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS, pending=pending,
+        identity=identity,
     )
     engine = Engine(
         node=node_machine,
@@ -171,7 +177,9 @@ async def _serve_locked(cfg: cluster_config.ClusterConfig, node_id: str) -> int:
     engine.durable(translog.durable_lsn)
     servicer = NodeServicer(engine)
 
-    host = ServiceHost(bind_address=cfg.bind_address(node), metrics_bind=cfg.metrics_bind(node), registry=metrics.registry)
+    host = ServiceHost(
+        bind_address=cfg.bind_address(node), metrics_bind=cfg.metrics_bind(node), registry=metrics.registry, identity=identity
+    )
     host.add(pb_grpc.add_NodeServicer_to_server, servicer, pb.DESCRIPTOR.services_by_name["Node"].full_name)
     translog.start()
     try:

@@ -32,7 +32,7 @@ from google.protobuf.message import DecodeError
 from services.node.channels import backoff_delay
 from services.node.metrics import NodeMetrics
 from services.node.translog import LogClosedError, TransferLog, fsync_dir
-from snapmesh import chunking, core
+from snapmesh import chunking, core, security
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -144,7 +144,9 @@ class StateReporter:
         metrics: NodeMetrics,
         options: list,
         pending: PendingReports | None = None,
+        identity: security.Identity | None = None,  # None: plaintext
     ) -> None:
+        self._identity = identity
         self._address = address
         self._log = log_
         self._metrics = metrics
@@ -186,7 +188,7 @@ class StateReporter:
 
     def _start(self, message: pb.FullState, lsn: int) -> None:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self._address, options=self._options)
+            self._channel = security.open_channel(self._address, self._identity, options=self._options, aio=True)
         sid = message.snapshot_id
         task = asyncio.get_running_loop().create_task(self._report(message, lsn), name=f"report {sid}")
         self._tasks[sid] = task

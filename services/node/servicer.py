@@ -16,7 +16,7 @@ import grpc
 
 from services.node.channels import AckWriter, read_or_end
 from services.node.engine import Engine, GapError
-from snapmesh import core
+from snapmesh import core, security
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -124,6 +124,7 @@ class NodeServicer(pb_grpc.NodeServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"no channel {src!r}->{dst!r} into node {engine.node_id} (incoming: {', '.join(engine.incoming)})",
             )
+        await security.require_peer(context, src)  # with TLS: only src's certificate may open src->here
         rx = engine.incoming[src]
         ending = rx.claim()
         epoch = rx.epoch

@@ -25,6 +25,7 @@ from typing import TextIO
 
 import grpc
 
+from snapmesh import security
 from snapmesh.bank.render import progress_line, snapshot_table, summary_lines
 from snapmesh.load import LoadGenerator
 from snapmesh.runtime import CLIENT_OPTIONS
@@ -86,11 +87,18 @@ class Summary:
         return 0 if self.all_conserved else 1
 
 
-def run_workload(controller_address: str, params: WorkloadParams, out: TextIO | None = None) -> Summary:
-    return asyncio.run(workload(controller_address, params, out=out or sys.stdout))
+def run_workload(
+    controller_address: str,
+    params: WorkloadParams,
+    out: TextIO | None = None,
+    identity: security.Identity | None = None,  # a TLS cluster's client identity; None: plaintext
+) -> Summary:
+    return asyncio.run(workload(controller_address, params, out=out or sys.stdout, identity=identity))
 
 
-async def workload(controller_address: str, params: WorkloadParams, out: TextIO) -> Summary:
+async def workload(
+    controller_address: str, params: WorkloadParams, out: TextIO, identity: security.Identity | None = None
+) -> Summary:
     params.check()
     seed = params.seed if params.seed is not None else random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
@@ -99,7 +107,7 @@ async def workload(controller_address: str, params: WorkloadParams, out: TextIO)
     def say(line: str = "") -> None:
         print(line, file=out, flush=True)
 
-    async with grpc.aio.insecure_channel(controller_address, options=CLIENT_OPTIONS) as controller_channel:
+    async with security.open_channel(controller_address, identity, options=CLIENT_OPTIONS, aio=True) as controller_channel:
         controller = pb_grpc.ControllerStub(controller_channel)
         try:
             cluster = await controller.GetCluster(pb.GetClusterRequest(), timeout=RPC_TIMEOUT_S)
@@ -115,9 +123,13 @@ async def workload(controller_address: str, params: WorkloadParams, out: TextIO)
             f"1..{params.max_amount}; a snapshot every {params.snapshot_every:g}s; {params.duration:g}s in all"
         )
         targets = {n.node_id: n.address for n in cluster.nodes}
-        channels = {node: grpc.aio.insecure_channel(address, options=CLIENT_OPTIONS) for node, address in targets.items()}
+        channels = {
+            node: security.open_channel(address, identity, options=CLIENT_OPTIONS, aio=True)
+            for node, address in targets.items()
+        }
         stubs = {node: pb_grpc.NodeStub(ch) for node, ch in channels.items()}
         load = LoadGenerator(targets, neighbours, batch=1, max_amount=params.max_amount, seed=seed, timeout=RPC_TIMEOUT_S,
+                             identity=identity,
                              on_error=lambda message: say(f"  ! {message}"))
         stop = asyncio.Event()
         handled = _stop_on_signals(stop)
