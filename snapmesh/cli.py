@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("snapmesh.demo", "cluster + workload + reconciliation, end to end"),
     "reconcile": ("snapmesh.reconcile.main", "check exported snapshots against the transfer logs (Spark)"),
     "synth": ("snapmesh.reconcile.synth", "write synthetic transfer logs and snapshots"),
+    "restore": ("snapmesh.restore", "roll the whole cluster back to a COMPLETE snapshot"),
     "health": ("snapmesh.health", "exit 0 when a server's gRPC health check says SERVING"),
     "certs": ("snapmesh.security", "make dev certificates (CA, nodes, controller, client) and a token"),
     "trace": ("snapmesh.trace.main", "the message flow from the logs: a ShiViz log, an SVG or PNG diagram"),

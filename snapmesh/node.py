@@ -17,6 +17,7 @@ Events                                    Effects
   acked(dst, epoch, seq)                    ReportCancelled(snapshot_id)
   durable(lsn)
   tick(now)
+  restore(snapshot_id, epoch, balance, in_flight)
 
 Rules
 -----
@@ -35,6 +36,15 @@ N5. A transfer with a client `request_id` that was already paid is answered
 N6. A recording older than `recording_ttl` (by `now`) is dropped as an abort.
 N7. When the active segment holds `segment_records` records, the node seals
     it between two steps and opens the next with a checkpoint (defect 5).
+N8. Restore (issue 10). `restore` moves the node to a newer epoch in one step:
+    snapshots in progress are aborted ("restored to S"), the epoch's links and
+    outboxes are dropped, the balance is set to the recorded one, and the
+    transfers recorded in flight towards this node are delivered to it, in
+    channel order, as `replay` records after one `restore` record. The links
+    start again at seq 1, so nothing of the older epoch can be admitted; the
+    shell refuses older-epoch connections. A repeat for the current epoch is a
+    no-op, an older epoch is refused; a restore cut short by a crash (fewer
+    replays logged than announced) is redone from the start.
 """
 
 from __future__ import annotations
@@ -121,6 +131,10 @@ class Node:
         incoming, outgoing = tuple(incoming), tuple(outgoing)
         self.node_id = node_id
         self.recording_ttl = recording_ttl
+        self._mark, self._bound = mark, bound
+        self.epoch = recovered.epoch
+        self.restored = recovered.restored
+        self.restore_incomplete = recovered.restore_incomplete
         self.segment_records = segment_records
         self._abandoned: OrderedDict[str, None] = OrderedDict(recovered.abandoned)
         self.process = core.Process(
@@ -303,6 +317,63 @@ class Node:
             self._reports = [(at, s) for at, s in self._reports if at > lsn]
             self._out += [Report(s) for s in ready]
 
+    # -- restore (N8)
+
+    def restore(self, *, snapshot_id: str, epoch: int, balance: int, in_flight: Iterable[tuple[str, str, int, int]]) -> bool:
+        """Enter `epoch` holding snapshot `snapshot_id`'s state here: `balance`
+        and the recorded in-flight transfers towards this node, each
+        (src, msg_id, seq, amount) in channel order. Returns False for a repeat
+        (already restored in `epoch`). Raises core.RemoteProtocolError for an
+        older epoch or a transfer on a channel that does not exist; nothing
+        changes then."""
+        if epoch < self.epoch:
+            raise core.RemoteProtocolError(f"{self.node_id} is in epoch {self.epoch}; a restore for epoch {epoch} is stale")
+        if epoch == self.epoch and not self.restore_incomplete:
+            if self.restored and self.restored != snapshot_id:
+                raise core.RemoteProtocolError(
+                    f"{self.node_id} restored {self.restored!r} in epoch {epoch}, not {snapshot_id!r}"
+                )
+            return False
+        deliveries = list(in_flight)
+        for src, msg_id, _, amount in deliveries:
+            if src not in self.receivers or amount < 1 or not msg_id:
+                raise core.RemoteProtocolError(f"{self.node_id}: cannot replay {msg_id!r} ({amount}) from {src!r}")
+        if balance < 0:
+            raise core.RemoteProtocolError(f"{self.node_id}: a recorded balance of {balance}")
+        reason = f"restored to {snapshot_id}"
+        for sid in self.process.in_progress():
+            self._drain(self.process.abort_snapshot(sid))
+            self._append(wal.Abort(lsn=self.last_lsn + 1, snapshot_id=sid, reason=reason))
+            self._remember(sid)
+        for _, state in self._reports:  # finished in the older epoch, not yet reported: the controller would refuse them
+            self._out.append(ReportCancelled(state.snapshot_id))
+        self._reports = []
+        self._recorded_at.clear()
+        self._append(
+            wal.Restore(lsn=self.last_lsn + 1, snapshot_id=snapshot_id, epoch=epoch, balance=balance, deliveries=len(deliveries))
+        )
+        me = self.node_id
+        for src, msg_id, seq, amount in deliveries:
+            self._append(
+                wal.Replay(lsn=self.last_lsn + 1, snapshot_id=snapshot_id, msg_id=msg_id, src=src, dst=me, seq=seq, amount=amount)
+            )
+        incoming, outgoing = tuple(self.receivers), tuple(self.senders)
+        self.process = core.Process(
+            node_id=me,
+            balance=balance + sum(d[3] for d in deliveries),
+            incoming=incoming,
+            outgoing=outgoing,
+            abandoned=self._abandoned,
+        )
+        self.senders = {
+            dst: Sender(src=me, dst=dst, next_seq=1, acked=0, outbox=[], mark=self._mark, bound=self._bound)
+            for dst in outgoing
+        }
+        self.receivers = {src: Receiver(src=src, dst=me, last_seq=0) for src in incoming}
+        self.epoch, self.restored, self.restore_incomplete = epoch, snapshot_id, False
+        self._end_step()
+        return True
+
     # -- internals
 
     def _ack(self, receiver: Receiver) -> None:
@@ -388,6 +459,7 @@ class Node:
             last_received={s: r.last_seq for s, r in self.receivers.items()},
             abandoned=self._abandoned,
             requests=OrderedDict((rid, (m, b)) for rid, (m, b, _) in self._requests.items()),
+            epoch=self.epoch,
         )
         lsn = self.last_lsn + 1
         self._out.append(Seal(self.segment_first, lsn))

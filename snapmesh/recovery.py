@@ -17,7 +17,12 @@ What is rebuilt:
   `marker_recv` counts even without its `cut` (defect 4), an `abort` even
   without a recording here (defect 3);
 - the client request ids of the transfers made (request_id -> msg_id, balance
-  after), so a retry is answered, not paid again.
+  after), so a retry is answered, not paid again;
+- the epoch (1, or the last `restore` record's) and the restore itself: a
+  `restore` record sets the balance and starts every channel over (seq 1, empty
+  outbox); each `replay` after it adds one recorded in-flight transfer. A restore
+  with fewer replays in the log than it announced (a crash in the middle) is
+  `restore_incomplete`: the node must do it again before taking any traffic.
 
 Anything that cannot be trusted raises `CorruptLog` naming `file:line`.
 """
@@ -53,6 +58,13 @@ class Recovered:
     requests: OrderedDict[str, tuple[str, int]] = field(default_factory=OrderedDict)
     records: int = 0  # records read
     fresh: bool = True  # no record at all: a new node
+    epoch: int = 1  # the cluster epoch this node is in (one more per restore)
+    restored: str = ""  # the snapshot id of the last restore, if any
+    replays_missing: int = 0  # replays the last restore announced and the log does not hold
+
+    @property
+    def restore_incomplete(self) -> bool:
+        return self.replays_missing > 0
 
 
 def fresh(*, initial_balance: int, incoming: Iterable[str], outgoing: Iterable[str]) -> Recovered:
@@ -126,6 +138,13 @@ def _apply(
             _remember(state.abandoned, record.snapshot_id, None, ABANDONED_WINDOW)  # type: ignore[attr-defined]
     elif kind is wal.Cut or kind is wal.Abort:
         _remember(state.abandoned, record.snapshot_id, None, ABANDONED_WINDOW)  # type: ignore[attr-defined]
+    elif kind is wal.Restore:
+        _apply_restore(state, record, outgoing, incoming)  # type: ignore[arg-type]
+    elif kind is wal.Replay:
+        if record.dst != node_id or record.snapshot_id != state.restored or state.replays_missing < 1:  # type: ignore[attr-defined]
+            raise CorruptLog(f"{where}: replay of {record.msg_id} that no restore announced")  # type: ignore[attr-defined]
+        state.replays_missing -= 1
+        state.balance += record.amount  # type: ignore[attr-defined]
     elif kind is wal.Init:
         if not first:
             raise CorruptLog(f"{where}: a second init record")
@@ -136,6 +155,18 @@ def _apply(
         _load_checkpoint(state, record, where, incoming, outgoing)  # type: ignore[arg-type]
     if state.balance < 0:
         raise CorruptLog(f"{where}: balance would be {state.balance}")
+
+
+def _apply_restore(state: Recovered, record: wal.Restore, outgoing: tuple[str, ...], incoming: tuple[str, ...]) -> None:
+    """A restore: the epoch-E channels are gone, the balance is the recorded one."""
+    state.epoch = record.epoch
+    state.restored = record.snapshot_id
+    state.replays_missing = record.deliveries
+    state.balance = record.balance
+    for dst in outgoing:
+        state.next_seq[dst], state.acked[dst], state.outbox[dst] = 1, 0, []
+    for src in incoming:
+        state.last_received[src] = 0
 
 
 def _load_checkpoint(
@@ -151,6 +182,7 @@ def _load_checkpoint(
         channels(cp.outbox, outgoing, "outbox")
         channels(cp.received, incoming, "received")
         state.balance = int(cp.balance)
+        state.epoch = int(cp.epoch) or 1
         for dst in outgoing:
             state.next_seq[dst] = int(cp.next_seq[dst])
             state.acked[dst] = int(cp.acked[dst])
@@ -180,6 +212,7 @@ def checkpoint_fields(state: Recovered) -> dict:
         "outbox": {dst: [[e.seq, e.amount, e.snapshot_id] for e in entries] for dst, entries in state.outbox.items()},
         "abandoned": list(state.abandoned),
         "requests": {rid: [m, b] for rid, (m, b) in state.requests.items()},
+        "epoch": state.epoch,
     }
 
 

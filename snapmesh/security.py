@@ -54,6 +54,7 @@ CONTROL_PLANE = frozenset({
     "/snapmesh.v1.Controller/RestoreSnapshot",
     "/snapmesh.v1.Node/StartSnapshot",
     "/snapmesh.v1.Node/AbortSnapshot",
+    "/snapmesh.v1.Node/RestoreState",
 })
 # Read-only calls: open to any client with a certificate unless `protect_reads`.
 READ_ONLY = frozenset({

@@ -150,6 +150,7 @@ class Checkpoint(Record):
     """
 
     KIND: ClassVar[str] = "checkpoint"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"epoch"})
     balance: int
     next_seq: dict
     acked: dict
@@ -157,6 +158,36 @@ class Checkpoint(Record):
     outbox: dict
     abandoned: list
     requests: dict
+    epoch: int = 0  # the node's epoch (0, omitted: epoch 1, a log from before restores)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Restore(Record):
+    """The node entered `epoch` by restoring snapshot `snapshot_id`: its balance
+    is now `balance` (the recorded one), every channel starts again at seq 1,
+    and the `deliveries` replay records that follow add the transfers recorded
+    in flight towards it. A restore whose replays are not all in the log is
+    done again from the start (the balance is set, not added to)."""
+
+    KIND: ClassVar[str] = "restore"
+    snapshot_id: str
+    epoch: int
+    balance: int
+    deliveries: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Replay(Record):
+    """One recorded in-flight transfer of the restored snapshot, delivered here.
+    `seq` is its position on the channel in the snapshot's (older) epoch."""
+
+    KIND: ClassVar[str] = "replay"
+    snapshot_id: str
+    msg_id: str
+    src: str
+    dst: str
+    seq: int
+    amount: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -167,7 +198,9 @@ class Unknown(Record):
     kind: str
 
 
-KNOWN: tuple[type[Record], ...] = (Init, Restart, Send, Recv, Cut, MarkerSent, MarkerRecv, Abort, Checkpoint)
+KNOWN: tuple[type[Record], ...] = (
+    Init, Restart, Send, Recv, Cut, MarkerSent, MarkerRecv, Abort, Checkpoint, Restore, Replay,
+)
 BY_KIND: dict[str, type[Record]] = {cls.KIND: cls for cls in KNOWN}
 KINDS = frozenset(BY_KIND)
 
@@ -288,7 +321,7 @@ def from_dict(raw: Any, where: str, *, node_id: str | None = None) -> Record:
         values[name] = value
     if kind in ("send", "recv", "marker_sent", "marker_recv") and values["seq"] < 1:
         raise CorruptRecord(f"{where}: {kind} seq must be >= 1, got {values['seq']}")
-    if kind in ("send", "recv") and values["amount"] < 1:
+    if kind in ("send", "recv", "replay") and values["amount"] < 1:
         raise CorruptRecord(f"{where}: {kind} amount must be >= 1, got {values['amount']}")
     return cls(lsn=lsn, **values)
 

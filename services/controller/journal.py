@@ -7,6 +7,10 @@
     reported  a FullState was taken   durable before ReportState answers OK, so a
                                       node re-sends exactly what was never acknowledged
     finished  COMPLETE or FAILED      durable before anyone is shown the outcome
+    restore   a restore's progress    RESTORING durable before any node is told,
+                                      RESTORED/FAILED before the caller is answered;
+                                      never forgotten (the epoch and the restore to
+                                      resume after a crash come from these)
 
 A COMPLETE snapshot is a pure function of its start and its reports, so these
 three records are enough to rebuild every snapshot the controller ever answered
@@ -46,7 +50,7 @@ log = logging.getLogger(__name__)
 ROTATE_BYTES = 32 * 1024 * 1024
 _HEADER = struct.Struct("<II")  # payload length, crc32
 _WALL = struct.Struct("<d")
-_STARTED, _REPORTED, _FINISHED = b"S", b"R", b"F"
+_STARTED, _REPORTED, _FINISHED, _RESTORE = b"S", b"R", b"F", b"X"
 
 
 # ------------------------------------------------------------ records (pure)
@@ -57,6 +61,7 @@ class Started:
     snapshot_id: str
     initiator: str
     wall: float
+    epoch: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,7 +82,18 @@ class Finished:
     wall: float
 
 
-Record = Started | Reported | Finished
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Restored:
+    """A restore's state (issue 10): the whole pb.Restore, journaled at each step."""
+
+    restore: pb.Restore
+
+    @property
+    def snapshot_id(self) -> str:  # the journal's key: one per epoch, never forgotten
+        return f"restore@{self.restore.epoch}"
+
+
+Record = Started | Reported | Finished | Restored
 
 
 class CorruptJournal(Exception):
@@ -87,8 +103,10 @@ class CorruptJournal(Exception):
 def encode(record: Record) -> bytes:
     if isinstance(record, Reported):
         payload = _REPORTED + _WALL.pack(record.wall) + record.state.SerializeToString()
+    elif isinstance(record, Restored):
+        payload = _RESTORE + record.restore.SerializeToString()
     elif isinstance(record, Started):
-        body = {"id": record.snapshot_id, "initiator": record.initiator, "wall": record.wall}
+        body = {"id": record.snapshot_id, "initiator": record.initiator, "wall": record.wall, "epoch": record.epoch}
         payload = _STARTED + json.dumps(body).encode()
     else:
         body = {"id": record.snapshot_id, "status": record.status, "reason": record.reason, "wall": record.wall}
@@ -127,13 +145,29 @@ def _decode(payload: bytes) -> Record:
         return Reported(state=state, wall=wall)
     if kind == _STARTED:
         fields = json.loads(body)
-        return Started(snapshot_id=fields["id"], initiator=fields["initiator"], wall=float(fields["wall"]))
+        return Started(
+            snapshot_id=fields["id"], initiator=fields["initiator"], wall=float(fields["wall"]),
+            epoch=int(fields.get("epoch", 1)),
+        )
+    if kind == _RESTORE:
+        restore = pb.Restore()
+        restore.ParseFromString(body)
+        return Restored(restore=restore)
     if kind == _FINISHED:
         fields = json.loads(body)
         return Finished(
             snapshot_id=fields["id"], status=int(fields["status"]), reason=fields["reason"], wall=float(fields["wall"])
         )
     raise CorruptJournal(f"unknown record kind {kind!r}")
+
+
+def last_restore(records: Iterable[Record]) -> pb.Restore | None:
+    """The newest restore the journal holds (the highest epoch, its latest state)."""
+    latest: pb.Restore | None = None
+    for record in records:
+        if isinstance(record, Restored) and (latest is None or record.restore.epoch >= latest.epoch):
+            latest = record.restore
+    return latest
 
 
 def replay(records: Iterable[Record], tracker: Tracker, now: Now, *, skip: set[str]) -> tuple[list[str], list[str]]:
@@ -143,13 +177,16 @@ def replay(records: Iterable[Record], tracker: Tracker, now: Now, *, skip: set[s
     finished: list[str] = []
     warnings: list[str] = []
     for record in records:
+        if isinstance(record, Restored):  # the epoch only; the restore itself is the restorer's
+            tracker.epoch = max(tracker.epoch, record.restore.epoch)
+            continue
         sid = record.snapshot_id
         if sid in skip:
             continue
         at = Now(mono=now.mono, wall=record.wall)
         try:
             if isinstance(record, Started):
-                tracker.start(sid, record.initiator, at)
+                tracker.start(sid, record.initiator, at, epoch=record.epoch)
             elif isinstance(record, Reported):
                 tracker.report(record.state, at)
             elif record.status == FAILED:

@@ -29,6 +29,7 @@ from snapmesh import config as cluster_config
 from snapmesh import security
 from snapmesh.argparsing import parse_args
 from snapmesh.runtime import ServiceHost, run_service, wait_for_stop_signal
+from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 log = logging.getLogger("snapmesh.controller")
@@ -100,15 +101,18 @@ async def serve(
     journal = J.Journal(cfg.data_dir / "controller" / "journal")
     writer = StoreWriter(store, on_filed=journal.forget)
     try:
-        _recover(tracker, store, journal, writer, filed={s.snapshot_id for s in snapshots})
-        return await _serve(cfg, tracker, journal, writer, interval, identity)
+        last_restore = _recover(tracker, store, journal, writer, filed={s.snapshot_id for s in snapshots})
+        return await _serve(cfg, tracker, journal, writer, interval, identity, last_restore)
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
 
 
-def _recover(tracker: Tracker, store: SnapshotStore, journal: J.Journal, writer: StoreWriter, *, filed: set[str]) -> None:
-    """Replay the journal into the tracker (before serving anything)."""
+def _recover(
+    tracker: Tracker, store: SnapshotStore, journal: J.Journal, writer: StoreWriter, *, filed: set[str]
+) -> pb.Restore | None:
+    """Replay the journal into the tracker (before serving anything); returns
+    the newest restore it holds (resumed if it was RESTORING)."""
     records, warnings = journal.open()
     now = system_now()
     rebuilt, more = J.replay(records, tracker, now, skip=filed)
@@ -127,6 +131,7 @@ def _recover(tracker: Tracker, store: SnapshotStore, journal: J.Journal, writer:
             "journal: %d finished snapshot(s) rebuilt, %d still in progress taken back (%s)",
             len(rebuilt), len(resumed), ", ".join(resumed) or "none",
         )
+    return J.last_restore(records)
 
 
 async def _serve(
@@ -136,6 +141,7 @@ async def _serve(
     writer: StoreWriter,
     interval: float | None,
     identity: security.Identity | None = None,
+    last_restore: pb.Restore | None = None,
 ) -> int:
     registry = CollectorRegistry()
     service = ControllerService(
@@ -149,6 +155,7 @@ async def _serve(
         identity=identity,
     )
     host.add(pb_grpc.add_ControllerServicer_to_server, service, SERVICE_NAME)
+    service.restore_taken_back = last_restore
     await service.start()
     periodic = asyncio.create_task(service.periodic(interval)) if interval else None
     try:

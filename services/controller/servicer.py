@@ -23,6 +23,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from services.controller import journal as J
+from services.controller.restorer import Restorer, RestoreRefused
 from services.controller.store import StoreWriter
 from services.controller.tracker import (
     COMPLETE,
@@ -105,6 +106,10 @@ class ControllerMetrics:
             "snapmesh_snapshot_state_size_bytes", "Per COMPLETE snapshot: bytes of every report",
             buckets=(100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000), registry=registry,
         )
+        self.stale_reports = Counter(
+            "snapmesh_stale_epoch_reports_refused", "ReportState calls from an epoch before the last restore, refused",
+            registry=registry,
+        )
 
     def observe(self, snapshot: pb.Snapshot) -> None:
         stats = snapshot.stats
@@ -150,6 +155,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._last_start = 0.0
         # Started or finished in the tracker, journal record not yet durable: not to be shown.
         self._unsettled: dict[str, asyncio.Future[None]] = {}
+        self.restore_taken_back: pb.Restore | None = None  # the journal's newest restore, set before start()
+        self.restorer: Restorer | None = None
 
     # -- lifecycle
 
@@ -159,6 +166,10 @@ class ControllerService(pb_grpc.ControllerServicer):
             self._channels.append(channel)
             self._stubs[node.id] = pb_grpc.NodeStub(channel)
         self._timer = asyncio.create_task(self._expiry_loop(), name="snapshot-deadlines")
+        self.restorer = Restorer(
+            tracker=self.tracker, journal=self.journal, stubs=self._stubs, fail_in_progress=self._fail_in_progress
+        )
+        self.restorer.taken_back(self.restore_taken_back)
 
     def end_streams(self) -> None:
         """End every WatchSnapshots stream (before the server drains)."""
@@ -186,7 +197,9 @@ class ControllerService(pb_grpc.ControllerServicer):
         snapshot_id = new_snapshot_id(wall, os.urandom(4))
         snapshot = self.tracker.start(snapshot_id, initiator, Now(mono=now.mono, wall=wall))
         self._done[snapshot_id] = asyncio.get_running_loop().create_future()
-        durable = self.journal.append(J.Started(snapshot_id=snapshot_id, initiator=initiator, wall=wall))
+        durable = self.journal.append(
+            J.Started(snapshot_id=snapshot_id, initiator=initiator, wall=wall, epoch=snapshot.epoch)
+        )
         self.metrics.in_progress.set(self.tracker.in_progress)
         self._wake.set()
         try:
@@ -211,7 +224,8 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def _start_at(self, initiator: str, snapshot_id: str) -> None:
         try:
             await self._stubs[initiator].StartSnapshot(
-                pb.StartSnapshotRequest(snapshot_id=snapshot_id), timeout=self.tracker.deadline_s
+                pb.StartSnapshotRequest(snapshot_id=snapshot_id, epoch=self.tracker.epoch),
+                timeout=self.tracker.deadline_s,
             )
         except grpc.aio.AioRpcError as error:
             reason = (
@@ -295,6 +309,27 @@ class ControllerService(pb_grpc.ControllerServicer):
 
         await asyncio.gather(*(tell(n) for n in self._nodes))
 
+    def _fail_in_progress(self, reason: str) -> None:
+        """A restore began: every snapshot in progress fails with `reason`."""
+        now = self._clock()
+        for sid in self.tracker.pending_ids():
+            failed = self.tracker.fail(sid, reason, now)
+            if failed is not None:
+                self._spawn(self._after_finish(failed, self._record_finish(failed)))
+
+    async def RestoreSnapshot(self, request: pb.RestoreSnapshotRequest, context) -> pb.Restore:
+        if not request.snapshot_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id is empty")
+        assert self.restorer is not None, "start() first"
+        try:
+            return await self.restorer.restore(request.snapshot_id)
+        except UnknownSnapshot as exc:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        except RestoreRefused as exc:
+            await context.abort(exc.code, str(exc))
+        except OSError as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the restore: {exc}")
+
     def _publish(self, snapshot: pb.Snapshot) -> None:
         for queue in self._watchers:
             queue.put_nowait(snapshot)
@@ -359,6 +394,12 @@ class ControllerService(pb_grpc.ControllerServicer):
         )
 
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
+        if request.epoch and request.epoch < self.tracker.epoch:
+            self.metrics.stale_reports.inc()
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"a report from epoch {request.epoch}; the cluster is in epoch {self.tracker.epoch}",
+            )
         await security.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
         now = self._clock()
         try:

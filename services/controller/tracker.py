@@ -106,6 +106,7 @@ class Tracker:
         self._incoming = {n: set(topology.incoming(n)) for n in topology.nodes}
         self._pending: dict[str, _Pending] = {}
         self._finished: dict[str, pb.Snapshot] = {}
+        self.epoch = 1  # the cluster's epoch: one more per restore (issue 10)
 
     # -- queries
 
@@ -133,7 +134,7 @@ class Tracker:
 
     # -- inputs
 
-    def start(self, snapshot_id: str, initiator: str, now: Now) -> pb.Snapshot:
+    def start(self, snapshot_id: str, initiator: str, now: Now, *, epoch: int | None = None) -> pb.Snapshot:
         if not snapshot_id:
             raise TrackerMisuse("snapshot id must be non-empty")
         if snapshot_id in self._pending or snapshot_id in self._finished:
@@ -146,6 +147,7 @@ class Tracker:
             status=IN_PROGRESS,
             expected_total=self.expected_total,
             started_at=_timestamp(now.wall),
+            epoch=self.epoch if epoch is None else epoch,
         )
         self._pending[snapshot_id] = _Pending(snapshot=snapshot, deadline=now.mono + self.deadline_s)
         return _copy(snapshot)

@@ -102,8 +102,10 @@ class OutgoingChannel:
         rng: random.Random | None = None,
         channel_options: list | None = None,
         identity: security.Identity | None = None,  # None: plaintext
+        epoch_of: Callable[[], int] = lambda: 0,  # the node's epoch, sent in `open` (0: unchecked)
     ) -> None:
         self.src = src
+        self._epoch_of = epoch_of
         self.dst = dst
         self.address = address
         self._on_open = on_open
@@ -147,6 +149,22 @@ class OutgoingChannel:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
+    def restart(self) -> None:
+        """The node restored into a new epoch: end the stream of the old one (no
+        callback of it reaches the node after this) and open a new stream."""
+        if self.state is SenderState.CLOSED or self._task is None:
+            return
+        old = self._task
+        old.cancel()
+        self._frames.clear()
+
+        async def again() -> None:
+            await asyncio.gather(old, return_exceptions=True)
+            self.state = SenderState.IDLE
+            await self._run()
+
+        self._task = asyncio.get_running_loop().create_task(again(), name=f"channel {self.src}->{self.dst}")
+
     async def _run(self) -> None:
         attempt = 0
         async with security.open_channel(self.address, self._identity, options=self._options, aio=True) as channel:
@@ -184,7 +202,8 @@ class OutgoingChannel:
         """One stream, until it breaks (it always ends by raising)."""
         call = stub.Channel()
         try:
-            await call.write(pb.ChannelFrame(open=pb.ChannelOpen(src=self.src, dst=self.dst)))
+            opening = pb.ChannelOpen(src=self.src, dst=self.dst, epoch=self._epoch_of())
+            await call.write(pb.ChannelFrame(open=opening))
             first = await asyncio.wait_for(call.read(), RESUME_TIMEOUT_S)
             if first is grpc.aio.EOF:
                 raise StreamBrokenError("the peer closed the stream before its resume point")

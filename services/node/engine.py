@@ -47,7 +47,6 @@ class Engine:
     ) -> None:
         self.node = node
         self.node_id = node.node_id
-        self.process = node.process
         self.log = log_
         self.outgoing = outgoing
         self.incoming = incoming
@@ -60,6 +59,7 @@ class Engine:
         self._cut_at_ns: dict[str, int] = {}  # snapshot id -> wall-clock ns of the cut (for stats)
         self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
         metrics.balance.set(node.balance)
+        metrics.epoch.set(node.epoch)
         self._run()
 
     # -- local inputs
@@ -101,6 +101,24 @@ class Engine:
     def abort_snapshot(self, snapshot_id: str, reason: str) -> None:
         self.node.abort_snapshot(snapshot_id, reason)
         self._run()
+
+    def restore(self, snapshot_id: str, epoch: int, balance: int, in_flight: list[tuple[str, str, int, int]]) -> bool:
+        """Restore (node rule N8); then every stream of the older epoch ends:
+        outgoing ones reopen with the new epoch, incoming ones must be reopened
+        by their senders in the new epoch. False: a repeat, nothing changed."""
+        try:
+            changed = self.node.restore(snapshot_id=snapshot_id, epoch=epoch, balance=balance, in_flight=in_flight)
+        finally:
+            self._run()
+        if changed:
+            self._cut_at_ns.clear()
+            self.metrics.epoch.set(epoch)
+            for channel in self.outgoing.values():
+                channel.restart()
+            for channel in self.incoming.values():
+                channel.end_stream(f"{self.node_id} restored {snapshot_id} in epoch {epoch}")
+            log.warning("restored snapshot %s: epoch %d, balance %d", snapshot_id, epoch, self.node.balance)
+        return changed
 
     # -- the channels
 
@@ -177,6 +195,7 @@ class Engine:
                 log.info("snapshot %s: done here", sid)
                 # Wall-clock times for the controller's statistics; a cut from before a restart is unknown (0).
                 message = full_state_message(effect.state, self.node_id, self._cut_at_ns.pop(sid, 0))
+                message.epoch = node.epoch
                 self.reporter.submit(message, self.log.durable_lsn)
             elif kind is machine.ReportCancelled:
                 self._cut_at_ns.pop(effect.snapshot_id, None)

@@ -154,6 +154,7 @@ async def _serve_locked(
             rng=rng,
             channel_options=CLIENT_OPTIONS,
             identity=identity,
+            epoch_of=lambda: engine.node.epoch,
         )
     reporter = StateReporter(
         address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS, pending=pending,

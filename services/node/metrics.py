@@ -68,6 +68,19 @@ class NodeMetrics:
             registry=r,
         ).labels(node_id)
 
+        self._stale_epoch = Counter(
+            "snapmesh_stale_epoch_refused_total",
+            "Channel opens, snapshot starts and restores from an older epoch, refused (issue 10)",
+            ["node", "kind"],
+            registry=r,
+        )
+        self.epoch = Gauge("snapmesh_epoch", "This node's epoch (one more per restore)", ["node"], registry=r).labels(
+            node_id
+        )
+
+    def stale_epoch(self, kind: str) -> Counter:
+        return self._stale_epoch.labels(self._node, kind)
+
     def unacked(self, peer: str) -> Gauge:
         return self._unacked.labels(self._node, peer)
 

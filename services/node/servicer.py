@@ -45,6 +45,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     # -- transfers
 
     async def Transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
+        await self._refuse_while_restoring(context)
         try:
             answer = self._engine.transfer(request.to, request.amount, request.request_id)
         except core.LocalProtocolError as exc:
@@ -59,6 +60,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def TransferBatch(
         self, request: pb.TransferBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.TransferBatchResponse:
+        await self._refuse_while_restoring(context)
         response = pb.TransferBatchResponse()
         add = response.results.add
         engine = self._engine
@@ -84,7 +86,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
         balance = self._engine.node.balance
         await self._log.wait_durable(self._log.last_lsn)  # never show what a crash could take back
-        return pb.NodeStateResponse(node_id=self._engine.node_id, balance=balance)
+        return pb.NodeStateResponse(node_id=self._engine.node_id, balance=balance, epoch=self._engine.node.epoch)
 
     # -- snapshots
 
@@ -93,6 +95,8 @@ class NodeServicer(pb_grpc.NodeServicer):
     ) -> pb.StartSnapshotResponse:
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id must not be empty")
+        if request.epoch:
+            await self._fence(context, request.epoch, "start_snapshot", f"snapshot {request.snapshot_id}")
         self._engine.start_snapshot(request.snapshot_id)
         await self._log.wait_durable(self._log.last_lsn)
         return pb.StartSnapshotResponse()
@@ -106,6 +110,46 @@ class NodeServicer(pb_grpc.NodeServicer):
         log.info("snapshot %s: aborted (%s)", request.snapshot_id, request.reason or "no reason given")
         await self._log.wait_durable(self._log.last_lsn)
         return pb.AbortSnapshotResponse()
+
+    # -- restore and epochs (issue 10)
+
+    async def RestoreState(
+        self, request: pb.RestoreStateRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RestoreStateResponse:
+        engine = self._engine
+        if not request.snapshot_id or request.epoch < 2:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a restore needs a snapshot_id and an epoch >= 2")
+        in_flight = []
+        for channel in request.channels:
+            if channel.dst != engine.node_id or channel.src not in engine.incoming:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"no channel {channel.src!r}->{channel.dst!r} into {engine.node_id}"
+                )
+            in_flight += [(channel.src, t.msg_id, t.seq, t.amount) for t in channel.in_flight]
+        try:
+            engine.restore(request.snapshot_id, request.epoch, request.balance, in_flight)
+        except core.RemoteProtocolError as exc:
+            if request.epoch < engine.node.epoch:
+                engine.metrics.stale_epoch("restore").inc()
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        await self._log.wait_durable(self._log.last_lsn)
+        return pb.RestoreStateResponse(epoch=engine.node.epoch, balance=engine.node.balance)
+
+    async def _fence(self, context: grpc.aio.ServicerContext, epoch: int, kind: str, what: str) -> None:
+        """Refuse what comes from an older epoch (counted); ask what comes from a
+        newer one to wait until this node has restored (UNAVAILABLE, retried)."""
+        node = self._engine.node
+        if epoch < node.epoch:
+            self._engine.metrics.stale_epoch(kind).inc()
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION, f"{what} is from epoch {epoch}; {node.node_id} is in epoch {node.epoch}"
+            )
+        if epoch > node.epoch or node.restore_incomplete:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{node.node_id} has not restored epoch {epoch} yet")
+
+    async def _refuse_while_restoring(self, context: grpc.aio.ServicerContext) -> None:
+        if self._engine.node.restore_incomplete:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{self._engine.node_id} is finishing a restore")
 
     # -- the channel stream src -> this node
 
@@ -125,6 +169,7 @@ class NodeServicer(pb_grpc.NodeServicer):
                 f"no channel {src!r}->{dst!r} into node {engine.node_id} (incoming: {', '.join(engine.incoming)})",
             )
         await security.require_peer(context, src)  # with TLS: only src's certificate may open src->here
+        await self._fence(context, first.open.epoch or 1, "channel", f"channel {src}->{dst}")
         rx = engine.incoming[src]
         ending = rx.claim()
         epoch = rx.epoch

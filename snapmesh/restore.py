@@ -1,0 +1,86 @@
+"""`snapmesh restore --controller HOST:PORT SNAPSHOT_ID`: roll the cluster back to a snapshot.
+
+Calls `Controller.RestoreSnapshot` and prints the result as a table: the
+snapshot, the new epoch, the status and each node's balance right after the
+restore (its recorded balance plus the in-flight transfers replayed to it).
+Exit status: 0 when RESTORED; 1 when FAILED, refused (NOT_FOUND,
+FAILED_PRECONDITION) or the controller cannot be reached; 2 for bad arguments
+or a bad certificate file. `--tls-dir DIR` (default: $SNAPMESH_TLS_DIR): the
+client certificate and token of a TLS cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from snapmesh import security
+from snapmesh.argparsing import parse_args
+from snapmesh.health import _valid_target
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # exit 2 on bad arguments, one line
+        self.exit(2, f"snapmesh restore: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="snapmesh restore", description="Roll the whole cluster back to a COMPLETE snapshot.")
+    parser.add_argument("snapshot_id", metavar="SNAPSHOT_ID", help="the snapshot to restore")
+    parser.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's gRPC address")
+    parser.add_argument("--timeout", type=float, default=120.0, metavar="S", help="give up after S seconds (default: 120)")
+    parser.add_argument("--tls-dir", metavar="DIR", help="client certificate of a TLS cluster (default: $SNAPMESH_TLS_DIR)")
+    return parser
+
+
+def render(restore) -> str:
+    """The table the command prints."""
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    status = pb.Restore.Status.Name(restore.status)
+    lines = [f"snapshot {restore.snapshot_id}  epoch {restore.epoch}  {status}"]
+    if restore.reason:
+        lines.append(f"reason: {restore.reason}")
+    if restore.nodes:
+        width = max(len("node"), *(len(n.node_id) for n in restore.nodes))
+        lines.append(f"{'node':<{width}}  {'balance':>12}")
+        lines += [f"{n.node_id:<{width}}  {n.balance:>12}" for n in restore.nodes]
+        lines.append(f"{'total':<{width}}  {sum(n.balance for n in restore.nodes):>12}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(_parser(), argv)
+    if isinstance(args, int):
+        return args
+    if not _valid_target(args.controller):
+        print(f"snapmesh restore: --controller {args.controller!r} is not HOST:PORT", file=sys.stderr)
+        return 2
+    if not args.snapshot_id.strip():
+        print("snapmesh restore: SNAPSHOT_ID is empty", file=sys.stderr)
+        return 2
+    try:
+        identity = security.client_identity(args.tls_dir)
+    except security.SecurityError as exc:
+        print(f"snapmesh restore: {exc}", file=sys.stderr)
+        return 2
+
+    import grpc
+
+    from snapmesh.v1 import snapmesh_pb2 as pb
+    from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+    try:
+        with security.open_channel(args.controller, identity) as channel:
+            restore = pb_grpc.ControllerStub(channel).RestoreSnapshot(
+                pb.RestoreSnapshotRequest(snapshot_id=args.snapshot_id), timeout=args.timeout
+            )
+    except grpc.RpcError as error:
+        print(f"snapmesh restore: {error.code().name}: {error.details()}", file=sys.stderr)
+        return 1
+    print(render(restore))
+    return 0 if restore.status == pb.Restore.RESTORED else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
