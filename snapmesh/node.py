@@ -135,6 +135,7 @@ class Node:
         self.epoch = recovered.epoch
         self.restored = recovered.restored
         self.restore_incomplete = recovered.restore_incomplete
+        self.restored_balance = recovered.restored_balance  # right after the last restore (its answer)
         self.segment_records = segment_records
         self._abandoned: OrderedDict[str, None] = OrderedDict(recovered.abandoned)
         self.process = core.Process(
@@ -371,6 +372,7 @@ class Node:
         }
         self.receivers = {src: Receiver(src=src, dst=me, last_seq=0) for src in incoming}
         self.epoch, self.restored, self.restore_incomplete = epoch, snapshot_id, False
+        self.restored_balance = self.process.balance
         self._end_step()
         return True
 

@@ -61,6 +61,7 @@ class Recovered:
     epoch: int = 1  # the cluster epoch this node is in (one more per restore)
     restored: str = ""  # the snapshot id of the last restore, if any
     replays_missing: int = 0  # replays the last restore announced and the log does not hold
+    restored_balance: int = 0  # the balance right after the last restore (recorded + replays)
 
     @property
     def restore_incomplete(self) -> bool:
@@ -145,6 +146,7 @@ def _apply(
             raise CorruptLog(f"{where}: replay of {record.msg_id} that no restore announced")  # type: ignore[attr-defined]
         state.replays_missing -= 1
         state.balance += record.amount  # type: ignore[attr-defined]
+        state.restored_balance += record.amount  # type: ignore[attr-defined]
     elif kind is wal.Init:
         if not first:
             raise CorruptLog(f"{where}: a second init record")
@@ -162,7 +164,7 @@ def _apply_restore(state: Recovered, record: wal.Restore, outgoing: tuple[str, .
     state.epoch = record.epoch
     state.restored = record.snapshot_id
     state.replays_missing = record.deliveries
-    state.balance = record.balance
+    state.balance = state.restored_balance = record.balance
     for dst in outgoing:
         state.next_seq[dst], state.acked[dst], state.outbox[dst] = 1, 0, []
     for src in incoming:

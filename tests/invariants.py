@@ -676,3 +676,90 @@ def _snapshot_against_logs(
     if recorded_total != total:
         say(f"snapshot {sid}: balances + in flight = {recorded_total}, the total is {total}")
     return p
+
+
+# ------------------------------------------------------------ across epochs (issue 10)
+
+
+def split_epochs(logs: Mapping[str, list[Mapping[str, Any]]]) -> dict[int, dict[str, list[Mapping[str, Any]]]]:
+    """Each node's log cut at its `restore` records: {epoch: {node: records}}.
+    Epoch 1 is the log up to the first restore; epoch E starts at the (last)
+    restore record of E, as an `init` holding the balance after the restore
+    (the recorded balance plus the replays), so each epoch is checked as a run
+    of its own (msg ids and seqs start over in every epoch)."""
+    by_epoch: dict[int, dict[str, list[Mapping[str, Any]]]] = defaultdict(dict)
+    for node, records in logs.items():
+        epoch, current = 1, []
+        by_epoch[1][node] = current
+        for r in records:
+            kind = r.get("kind")
+            if kind == "restore":
+                epoch = r["epoch"]
+                current = [{"node": node, "lsn": r["lsn"], "kind": "init", "balance": r["balance"]}]
+                by_epoch[epoch][node] = current  # a restore redone after a crash replaces the cut-short one
+            elif kind == "replay":
+                current[0] = {**current[0], "balance": current[0]["balance"] + r["amount"]}
+            else:
+                current.append(r)
+    return dict(by_epoch)
+
+
+def restores_in_logs(logs: Mapping[str, list[Mapping[str, Any]]]) -> dict[int, dict[str, tuple[Mapping, list]]]:
+    """{epoch: {node: (its last restore record of that epoch, the replays after it)}}."""
+    found: dict[int, dict[str, tuple[Mapping, list]]] = defaultdict(dict)
+    for node, records in logs.items():
+        replays: list | None = None
+        for r in records:
+            if r.get("kind") == "restore":
+                replays = []
+                found[r["epoch"]][node] = (r, replays)
+            elif r.get("kind") == "replay" and replays is not None:
+                replays.append(r)
+    return dict(found)
+
+
+def check_restore(logs: Mapping[str, list[Mapping[str, Any]]], snapshot: RecordedSnapshot | Any, epoch: int) -> None:
+    """The restore itself: in `epoch` every node's log sets the snapshot's
+    recorded balance and then replays, per channel in channel order, exactly
+    the transfers the snapshot recorded in flight towards it."""
+    snap = snapshot if isinstance(snapshot, RecordedSnapshot) else RecordedSnapshot.from_proto(snapshot)
+    found = restores_in_logs(logs).get(epoch, {})
+    problems = []
+    for node, balance in snap.balances.items():
+        if node not in found:
+            problems.append(f"restore of {snap.snapshot_id} in epoch {epoch}: no restore record in {node}'s log")
+            continue
+        record, replays = found[node]
+        if record["snapshot_id"] != snap.snapshot_id or record["balance"] != balance:
+            problems.append(f"epoch {epoch}: {node} restored {record['snapshot_id']} to {record['balance']}, "
+                            f"expected {snap.snapshot_id} at {balance}")
+        for (src, dst), items in snap.in_flight.items():
+            if dst != node:
+                continue
+            got = [(r["msg_id"], r["amount"], r["seq"]) for r in replays if r["src"] == src]
+            if got != list(items):
+                problems.append(f"epoch {epoch}: {src}->{node} replayed {got}, the snapshot holds {items}")
+        if len(replays) != record["deliveries"]:
+            problems.append(f"epoch {epoch}: {node} announced {record['deliveries']} replays and logged {len(replays)}")
+    if problems:
+        raise InvariantViolation("\n".join(problems))
+
+
+def check_logs_by_epoch(
+    logs: Mapping[str, list[Mapping[str, Any]]],
+    snapshots: Iterable[Any],
+    *,
+    channels: Iterable[Channel],
+    total: int,
+) -> dict[int, Report]:
+    """`check_logs` on each epoch on its own: every COMPLETE controller
+    Snapshot against the log of the epoch it was taken in (`Snapshot.epoch`)."""
+    channels = list(channels)
+    snapshots = list(snapshots)
+    reports = {}
+    for epoch, epoch_logs in sorted(split_epochs(logs).items()):
+        if set(epoch_logs) != set(logs):  # a restore some node never took (FAILED): nothing to check there
+            continue
+        taken = [s for s in snapshots if (s.epoch or 1) == epoch]
+        reports[epoch] = check_logs(epoch_logs, taken, channels=channels, total=total)
+    return reports

@@ -85,7 +85,7 @@ def test_a_crash_during_or_after_a_restore_recovers_exactly_once(cut: str) -> No
         part = parts["b"]
         assert b.restore(snapshot_id="s1", epoch=2, balance=part.balance, in_flight=[("a", "a:b:1", 1, 30)]) is True
         m.route("b")
-    assert b.balance == 80 and not b.restore_incomplete
+    assert b.balance == b.restored_balance == 80 and not b.restore_incomplete
     m.durable["b"] = m.records("b")[-1].lsn
     m.crash("b")  # and once more from the complete log
     m.start("b")

@@ -133,7 +133,7 @@ class NodeServicer(pb_grpc.NodeServicer):
                 engine.metrics.stale_epoch("restore").inc()
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         await self._log.wait_durable(self._log.last_lsn)
-        return pb.RestoreStateResponse(epoch=engine.node.epoch, balance=engine.node.balance)
+        return pb.RestoreStateResponse(epoch=engine.node.epoch, balance=engine.node.restored_balance)
 
     async def _fence(self, context: grpc.aio.ServicerContext, epoch: int, kind: str, what: str) -> None:
         """Refuse what comes from an older epoch (counted); ask what comes from a
