@@ -97,6 +97,7 @@ class NodeConfig(Endpoint):
 @dataclass(frozen=True, slots=True)
 class ControllerConfig(Endpoint):
     snapshot_deadline_s: float
+    keep: int = 0  # retention: the snapshot files of the N newest COMPLETE ones are kept (0: all)
 
 
 # The file names `snapmesh certs` writes into its output dir.
@@ -211,7 +212,7 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
     )
 
     controller_raw = fields.table(raw, "controller", "controller")
-    fields.reject_unknown(controller_raw, {"host", "port", "metrics_port", "snapshot_deadline_s"}, "controller")
+    fields.reject_unknown(controller_raw, {"host", "port", "metrics_port", "snapshot_deadline_s", "keep"}, "controller")
     deadline = controller_raw.get("snapshot_deadline_s", 10)
     if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline <= 0:
         raise fields.error("controller.snapshot_deadline_s", f"must be a positive number of seconds, got {deadline!r}")
@@ -220,6 +221,7 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         port=fields.port(controller_raw, "port", "controller.port"),
         metrics_port=fields.port(controller_raw, "metrics_port", "controller.metrics_port"),
         snapshot_deadline_s=float(deadline),
+        keep=fields.integer(controller_raw, "keep", "controller.keep", minimum=1) if "keep" in controller_raw else 0,
     )
 
     nodes_raw = raw.get("nodes")

@@ -3,11 +3,15 @@
 1. start a 4-node full-mesh cluster on loopback (free ports, a fresh data dir);
 2. run the bank workload: transfers between nodes, a snapshot from a random
    initiator every 2 s, each printed as a table;
-3. stop the cluster cleanly;
-4. reconcile every exported snapshot against the nodes' transfer logs with the
+3. restore the last COMPLETE snapshot: the balances before, the snapshot
+   (recorded balance and in-flight transfers towards each node), the balances
+   after (they equal the snapshot's: recorded + in flight);
+4. stop the cluster cleanly;
+5. reconcile every exported snapshot against the nodes' transfer logs with the
    Spark job (local mode) and print the verdicts.
 
-Exit 0 when every snapshot completed, was conserved and reconciled as consistent.
+Exit 0 when every snapshot completed, was conserved and reconciled as consistent,
+and the restore was RESTORED.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         with Cluster(config_path) as cluster:
             print(f"controller: {cluster.controller_address}  (process logs in {cluster.log_dir})", flush=True)
             summary = run_workload(cluster.controller_address, params, out=sys.stdout)
+            restored = restore_finale(cluster, out=sys.stdout)
     except (SupervisorError, ControllerUnreachable) as exc:
         print(f"snapmesh demo: {exc}", file=sys.stderr)
         return 1
@@ -66,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from snapmesh.trace.main import write_run_trace
 
     print(f"== {write_run_trace(data_dir)}", flush=True)
-    status = summary.exit_code
+    status = summary.exit_code or restored
     if args.skip_reconcile:
         return status
 
@@ -76,6 +81,50 @@ def main(argv: list[str] | None = None) -> int:
     verdict = reconcile_main(["--data-dir", str(data_dir), "--out", str(data_dir / "reconcile")])
     print(f"== demo {'passed' if status == 0 and verdict == 0 else 'FAILED'}: data in {data_dir}")
     return status or verdict
+
+
+def restore_finale(cluster: Cluster, out) -> int:
+    """Roll the idle cluster back to its last COMPLETE snapshot and show it; 0 when RESTORED."""
+    from snapmesh import security
+    from snapmesh.restore import render
+    from snapmesh.v1 import snapmesh_pb2 as pb
+    from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+    identity = cluster.client_identity
+
+    def balances() -> dict[str, int]:
+        found = {}
+        for node in cluster.node_ids:
+            with security.open_channel(cluster.node_address(node), identity) as channel:
+                found[node] = pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=10).balance
+        return found
+
+    def table(title: str, rows: dict[str, int]) -> None:
+        print(f"{title}:", file=out)
+        for node, balance in rows.items():
+            print(f"  {node:<6} {balance:>10}", file=out)
+        print(f"  {'total':<6} {sum(rows.values()):>10}", file=out, flush=True)
+
+    with security.open_channel(cluster.controller_address, identity) as channel:
+        stub = pb_grpc.ControllerStub(channel)
+        complete = [s for s in stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10).snapshots
+                    if s.status == pb.Snapshot.COMPLETE]
+        if not complete:
+            print("== no COMPLETE snapshot to restore", file=out)
+            return 1
+        target = complete[-1]
+        print(f"== restoring snapshot {target.snapshot_id} (epoch {target.epoch})", file=out)
+        table("balances before", balances())
+        in_flight = {n.node_id: 0 for n in target.nodes}
+        for c in target.channels:
+            in_flight[c.dst] += sum(t.amount for t in c.in_flight)
+        print("the snapshot (recorded balance + in flight towards the node):", file=out)
+        for n in target.nodes:
+            print(f"  {n.node_id:<6} {n.balance:>10} + {in_flight[n.node_id]:>6}", file=out)
+        answer = stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=target.snapshot_id), timeout=120)
+    print(render(answer), file=out)
+    table("balances after", balances())
+    return 0 if answer.status == pb.Restore.RESTORED else 1
 
 
 if __name__ == "__main__":

@@ -127,3 +127,12 @@ def test_an_unknown_node_id_lists_the_known_ones(tmp_path):
     cfg = config.load(write(tmp_path, GOOD), env={})
     with pytest.raises(config.ConfigError, match=r"no node 'z' \(nodes: a, b\)"):
         cfg.node("z")
+
+
+def test_controller_keep_is_a_positive_count_or_absent(tmp_path):
+    assert config.load(write(tmp_path, GOOD), env={}).controller.keep == 0  # absent: keep every snapshot file
+    kept = GOOD.replace("snapshot_deadline_s = 2.5", "snapshot_deadline_s = 2.5\nkeep = 3")
+    assert config.load(write(tmp_path, kept), env={}).controller.keep == 3
+    bad = GOOD.replace("snapshot_deadline_s = 2.5", "snapshot_deadline_s = 2.5\nkeep = 0")
+    with pytest.raises(config.ConfigError, match="controller.keep"):
+        config.load(write(tmp_path, bad), env={})

@@ -44,3 +44,23 @@ def test_loading_takes_json_only_snapshots_and_skips_damaged_files_naming_them(t
     text = "\n".join(warnings)
     for name, why in (("torn.pb", "cannot parse"), ("renamed.pb", "'other'"), ("running.pb", "IN_PROGRESS")):
         assert name in text and why in text, (name, text)
+
+
+def test_retention_keeps_the_n_newest_complete_and_the_one_last_restored(tmp_path):
+    from services.controller.store import past_retention
+
+    failed = pb.Snapshot.FAILED
+    snaps = [snapshot("a"), snapshot("b", failed), snapshot("c"), snapshot("d"), snapshot("e", failed), snapshot("f")]
+    assert past_retention(snaps, 3) == ["a", "b"]  # c, d, f kept; e is newer than c
+    assert past_retention(snaps, 3, protect="a") == ["b"]  # never the one last restored
+    assert past_retention(snaps, 4) == [] and past_retention(snaps, 0) == []  # not yet N newer COMPLETE; 0: keep all
+    store = SnapshotStore(tmp_path / "snapshots", tmp_path / "controller" / "snapshots")
+    writer = StoreWriter(store, on_filed=lambda sid: None)
+    for s in snaps:
+        writer.submit(s)
+    for sid in past_retention(snaps, 3):
+        writer.discard(sid)
+    writer.close()
+    loaded, _ = store.load_all()
+    assert [s.snapshot_id for s in loaded] == ["c", "d", "e", "f"]
+    assert not store.path("a").exists() and not store.compact_path("b").exists()

@@ -52,9 +52,19 @@ def _positive(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="snapmesh controller", description="Run the snapshot controller.")
     parser.add_argument("--config", metavar="FILE", help="cluster file (default: the shipped 4-node config)")
+    parser.add_argument(
+        "--keep", type=_count, metavar="N",
+        help="keep the files of the N newest COMPLETE snapshots (and the one last restored); default: controller.keep, else all",
+    )
     parser.add_argument("--interval", type=_positive, metavar="S", help="also take a snapshot every S seconds")
     parser.add_argument(
         "--deadline", type=_positive, metavar="S", help="fail a snapshot not finished after S seconds "
@@ -74,7 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snapmesh controller: {exc}", file=sys.stderr)
         return 2
     return run_service(
-        "controller", lambda: serve(cfg, interval=args.interval, deadline=args.deadline, identity=identity)
+        "controller", lambda: serve(
+            cfg, interval=args.interval, deadline=args.deadline, identity=identity,
+            keep=args.keep if args.keep is not None else cfg.controller.keep,
+        )
     )
 
 
@@ -84,6 +97,7 @@ async def serve(
     interval: float | None,
     deadline: float | None,
     identity: security.Identity | None = None,
+    keep: int = 0,
 ) -> int:
     tracker = Tracker(
         topology=cfg.topology,
@@ -102,7 +116,7 @@ async def serve(
     writer = StoreWriter(store, on_filed=journal.forget)
     try:
         last_restore = _recover(tracker, store, journal, writer, filed={s.snapshot_id for s in snapshots})
-        return await _serve(cfg, tracker, journal, writer, interval, identity, last_restore)
+        return await _serve(cfg, tracker, journal, writer, interval, identity, last_restore, keep)
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
@@ -142,11 +156,12 @@ async def _serve(
     interval: float | None,
     identity: security.Identity | None = None,
     last_restore: pb.Restore | None = None,
+    keep: int = 0,
 ) -> int:
     registry = CollectorRegistry()
     service = ControllerService(
         config=cfg, tracker=tracker, journal=journal, writer=writer, metrics=ControllerMetrics(registry),
-        identity=identity,
+        identity=identity, keep=keep,
     )
     host = ServiceHost(
         bind_address=cfg.bind_address(cfg.controller),

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from services.controller import journal as J
 from services.controller.restorer import Restorer, RestoreRefused
-from services.controller.store import StoreWriter
+from services.controller.store import StoreWriter, past_retention
 from services.controller.tracker import (
     COMPLETE,
     FAILED,
@@ -135,6 +135,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         clock: Callable[[], Now] = system_now,
         rng: random.Random | None = None,
         identity: security.Identity | None = None,  # None: plaintext
+        keep: int = 0,
     ) -> None:
         self.identity = identity
         self.config = config
@@ -156,6 +157,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         # Started or finished in the tracker, journal record not yet durable: not to be shown.
         self._unsettled: dict[str, asyncio.Future[None]] = {}
         self.restore_taken_back: pb.Restore | None = None  # the journal's newest restore, set before start()
+        self.keep = keep  # retention: snapshot files kept (0: all)
+        self._discarded: set[str] = set()
         self.restorer: Restorer | None = None
 
     # -- lifecycle
@@ -293,6 +296,8 @@ class ControllerService(pb_grpc.ControllerServicer):
                 snapshot.snapshot_id, duration_s(snapshot), snapshot.total, verdict,
             )
         self.writer.submit(snapshot)  # the files, off the reply path
+        if snapshot.status == COMPLETE and self.keep:
+            self._apply_retention()
         self._publish(snapshot)
         future = self._done.pop(snapshot.snapshot_id, None)
         if future is not None and not future.done():
@@ -308,6 +313,15 @@ class ControllerService(pb_grpc.ControllerServicer):
                 log.info("AbortSnapshot %s at %s: %s", snapshot_id, node, error.code().name)
 
         await asyncio.gather(*(tell(n) for n in self._nodes))
+
+    def _apply_retention(self) -> None:
+        """`--keep N`: a newer snapshot is COMPLETE, so the files of those past
+        the N newest COMPLETE ones go (never the one last restored)."""
+        protect = self.restorer.last.snapshot_id if self.restorer is not None and self.restorer.last else ""
+        for sid in past_retention(self.tracker.all(), self.keep, protect):
+            if sid not in self._discarded:
+                self._discarded.add(sid)
+                self.writer.discard(sid)
 
     def _fail_in_progress(self, reason: str) -> None:
         """A restore began: every snapshot in progress fails with `reason`."""

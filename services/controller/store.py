@@ -128,6 +128,20 @@ def _check(snapshot: pb.Snapshot, path: Path, warnings: list[str]) -> bool:
     return True
 
 
+def past_retention(snapshots: list[pb.Snapshot], keep: int, protect: str = "") -> list[str]:
+    """Retention (`--keep N`): the finished snapshots older than the `keep` newest
+    COMPLETE ones (ids sort in start order), except `protect` (the one last
+    restored). Nothing goes until `keep` COMPLETE snapshots are newer."""
+    complete = sorted(s.snapshot_id for s in snapshots if s.status == pb.Snapshot.COMPLETE)
+    if keep < 1 or len(complete) <= keep:
+        return []
+    oldest_kept = complete[-keep]
+    return sorted(
+        s.snapshot_id for s in snapshots
+        if s.status in FINISHED and s.snapshot_id < oldest_kept and s.snapshot_id != protect
+    )
+
+
 class StoreWriter:
     """One background thread writing finished snapshots: the compact file, then
     `on_filed(id)` (its journal records may go), then the JSON export."""
@@ -135,12 +149,16 @@ class StoreWriter:
     def __init__(self, store: SnapshotStore, on_filed: Callable[[str], None]) -> None:
         self.store = store
         self._on_filed = on_filed
-        self._queue: queue.SimpleQueue[tuple[pb.Snapshot, bool, bool] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[pb.Snapshot, bool, bool] | str | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="controller-store", daemon=True)
         self._thread.start()
 
     def submit(self, snapshot: pb.Snapshot, *, compact: bool = True, json: bool = True) -> None:
         self._queue.put((snapshot, compact, json))
+
+    def discard(self, snapshot_id: str) -> None:
+        """Delete the snapshot's files (retention), after whatever was submitted before."""
+        self._queue.put(snapshot_id)
 
     def close(self) -> None:
         """Write everything submitted so far, then stop."""
@@ -149,6 +167,11 @@ class StoreWriter:
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
+            if isinstance(item, str):
+                for path in (self.store.compact_path(item), self.store.path(item)):
+                    path.unlink(missing_ok=True)
+                log.info("snapshot %s: files deleted (retention)", item)
+                continue
             snapshot, compact, json = item
             sid = snapshot.snapshot_id
             try:
