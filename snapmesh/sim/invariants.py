@@ -21,6 +21,13 @@ When the controller marks a snapshot COMPLETE:
   C2 every channel's recorded transfers are exactly the sends after the
      receiver's position at its cut and before the sender's marker;
   C3 the snapshot conserves the total.
+Across restores (issue 10), everything above is per epoch: a node's `restore`
+record starts its new epoch (channels keyed by the epoch they were used in);
+S1 is checked whenever every node is in the same epoch, C1-C2 against the
+log of the snapshot's epoch, and
+  R1 a `restore` record holds the restored snapshot's recorded balance for the
+     node, and the `replay` records after it are exactly the transfers the
+     snapshot recorded in flight towards it, in channel order.
 After quiescence (faults stopped, everything healed and delivered):
   Q1 every transfer logged as sent is received exactly once; outboxes empty;
   Q2 every snapshot ended COMPLETE or FAILED; no recording left anywhere;
@@ -29,6 +36,7 @@ After quiescence (faults stopped, everything healed and delivered):
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from snapmesh import core, wal
@@ -48,6 +56,7 @@ class Checker:
         self.recorded_at: dict[tuple[str, str], float] = {}
         self.replied: dict[str, str] = {}  # msg_id -> node
         self.requests: dict[str, str] = {}  # request_id -> msg_id (rebuilt by _refold)
+        self.complete: dict[str, Mapping[str, core.FullState]] = {}  # COMPLETE snapshots' reports (R1)
         self._refold()
 
     # -- what happened
@@ -81,7 +90,9 @@ class Checker:
             said = record.balance  # type: ignore[attr-defined]
             raise Violation(f"{node}: checkpoint at lsn {record.lsn} says balance {said}, the log says {self.balance[node]}")
         elif kind is wal.MarkerSent:
-            self.sent[(node, record.dst)][record.seq] = (0, "")  # type: ignore[attr-defined]
+            self._sent(node, record.dst)[record.seq] = (0, "")  # type: ignore[attr-defined]
+        elif kind is wal.Restore or kind is wal.Replay:
+            self._fold_restore(node, record, check=True)
 
     def crashed(self, node: str, durable_lsn: int) -> None:
         """`node` crashed; its log on disk ends at `durable_lsn`."""
@@ -97,9 +108,11 @@ class Checker:
 
     def _refold(self) -> None:
         self.balance = dict(self.initial)
-        self.sent: dict[tuple[str, str], dict[int, tuple[int, str]]] = {c: {} for c in self.channels}
-        self.received_upto = dict.fromkeys(self.channels, 0)
-        self.in_flight = 0
+        # (src, dst, epoch) -> {seq: (amount, msg_id)} and the last seq received, per epoch
+        self.sent: defaultdict[tuple[str, str, int], dict[int, tuple[int, str]]] = defaultdict(dict)
+        self.received_upto: defaultdict[tuple[str, str, int], int] = defaultdict(int)
+        self.epoch = dict.fromkeys(self.initial, 1)
+        self._replays: dict[str, list] = {}  # node -> the replays its last restore still owes (R1)
         self.requests = {}
         self.aborted: set[tuple[str, str]] = set()
         for node, log in self.logs.items():
@@ -111,21 +124,66 @@ class Checker:
                     if record.request_id:
                         self.requests[record.request_id] = record.msg_id
                 elif type(record) is wal.MarkerSent:
-                    self.sent[(node, record.dst)][record.seq] = (0, "")
+                    self._sent(node, record.dst)[record.seq] = (0, "")
                 elif type(record) is wal.Init:
                     self.balance[node] = record.balance
+                elif type(record) is wal.Restore or type(record) is wal.Replay:
+                    self._fold_restore(node, record, check=False)
+        recv_epoch = dict.fromkeys(self.initial, 1)
         for node, log in self.logs.items():
             for record in log:
-                if type(record) is wal.Recv or type(record) is wal.MarkerRecv:
-                    self._fold_recv(node, record)
+                if type(record) is wal.Restore:
+                    recv_epoch[node] = record.epoch
+                elif type(record) is wal.Recv or type(record) is wal.MarkerRecv:
+                    self._fold_recv(node, record, recv_epoch[node])
+
+    def _sent(self, node: str, dst: str) -> dict[int, tuple[int, str]]:
+        return self.sent[(node, dst, self.epoch[node])]
+
+    @property
+    def in_flight(self) -> int:
+        """Sent and not received, on every channel of the epoch all nodes are in (None when mixed)."""
+        epochs = set(self.epoch.values())
+        if len(epochs) != 1:
+            return 0
+        (e,) = epochs
+        return sum(
+            amount for (s, d) in self.channels for seq, (amount, _) in self.sent[(s, d, e)].items()
+            if seq > self.received_upto[(s, d, e)]
+        )
+
+    def _fold_restore(self, node: str, record: wal.Restore | wal.Replay, *, check: bool) -> None:
+        """A restore starts the node's new epoch: its balance is set, then each replay adds (R1)."""
+        if type(record) is wal.Restore:
+            self.epoch[node] = record.epoch
+            self.balance[node] = record.balance
+            reports = self.complete.get(record.snapshot_id)
+            if check and reports is not None:
+                part = reports[node]
+                if part.balance != record.balance:
+                    raise Violation(
+                        f"{node}: restored {record.snapshot_id} with balance {record.balance}, recorded {part.balance}"
+                    )
+                self._replays[node] = [(src, t.msg_id, t.amount) for src, ts in part.channels.items() for t in ts]
+                if len(self._replays[node]) != record.deliveries:
+                    raise Violation(
+                        f"{node}: restore announces {record.deliveries} replays, the snapshot holds {self._replays[node]}"
+                    )
+            return
+        self.balance[node] += record.amount
+        owed = self._replays.get(node)
+        if check and owed is not None:
+            if not owed or owed[0] != (record.src, record.msg_id, record.amount):
+                raise Violation(f"{node}: replayed {record.msg_id} ({record.amount}) from {record.src}, expected {owed[:1]}")
+            owed.pop(0)
 
     def _fold_send(self, node: str, record: wal.Send) -> None:
         self.balance[node] -= record.amount
-        self.sent[(node, record.dst)][record.seq] = (record.amount, record.msg_id)
-        self.in_flight += record.amount
+        self._sent(node, record.dst)[record.seq] = (record.amount, record.msg_id)
 
-    def _fold_recv(self, node: str, record: wal.Recv | wal.MarkerRecv) -> None:
-        channel = (record.src, node)
+    def _fold_recv(self, node: str, record: wal.Recv | wal.MarkerRecv, epoch: int | None = None) -> None:
+        epoch = self.epoch[node] if epoch is None else epoch
+        channel = (record.src, node, epoch)
         upto = self.received_upto[channel]
         if record.seq != upto + 1:
             what = "applied twice" if record.seq <= upto else "a gap"
@@ -137,13 +195,12 @@ class Checker:
         self.received_upto[channel] = record.seq
         if amount:
             self.balance[node] += amount
-            self.in_flight -= amount
 
     # -- after every step
 
     def check_step(self, live: Mapping[str, object], now: float) -> None:
         """`live`: node id -> its Node machine, for nodes that are up."""
-        if sum(self.balance.values()) + self.in_flight != self.total:
+        if len(set(self.epoch.values())) == 1 and sum(self.balance.values()) + self.in_flight != self.total:
             raise Violation(
                 f"conservation: balances {self.balance} + in flight {self.in_flight} != total {self.total}"
             )
@@ -159,7 +216,8 @@ class Checker:
 
     # -- a COMPLETE snapshot (C1-C3)
 
-    def check_complete(self, snapshot_id: str, reports: Mapping[str, core.FullState]) -> None:
+    def check_complete(self, snapshot_id: str, reports: Mapping[str, core.FullState], epoch: int = 1) -> None:
+        self.complete[snapshot_id] = reports
         cut_balance: dict[str, int] = {}
         position: dict[tuple[str, str], int] = {}  # (src, dst) -> last seq dst received before its cut
         marker: dict[tuple[str, str], int] = {}  # (src, dst) -> seq of src's marker
@@ -170,6 +228,10 @@ class Checker:
                 kind = type(record)
                 if kind is wal.Init:
                     balance = record.balance
+                elif kind is wal.Restore:
+                    balance, upto = record.balance, {}
+                elif kind is wal.Replay:
+                    balance += record.amount
                 elif kind is wal.Send:
                     balance -= record.amount
                 elif kind is wal.Recv:
@@ -193,11 +255,11 @@ class Checker:
         for src, dst in self.channels:
             if (src, dst) not in marker or (src, dst) not in position:
                 raise Violation(f"snapshot {snapshot_id}: COMPLETE but {src}->{dst} has no marker or no cut in the logs")
-            sent = self.sent[(src, dst)]
+            sent = self.sent[(src, dst, epoch)]
             expected = [s for s in range(position[(src, dst)] + 1, marker[(src, dst)]) if sent[s][0]]
             recorded = reports[dst].channels.get(src, ())
             if [t.seq for t in recorded] != expected or any(
-                t.amount != self.sent[(src, dst)][t.seq][0] for t in recorded
+                t.amount != sent[t.seq][0] for t in recorded
             ):
                 raise Violation(
                     f"snapshot {snapshot_id}: {src}->{dst} recorded seqs {[t.seq for t in recorded]}, the logs say {expected}"
@@ -209,10 +271,12 @@ class Checker:
     # -- after quiescence (Q1-Q3)
 
     def check_quiescent(self, live: Mapping[str, object], snapshot_status: Mapping[str, str]) -> None:
-        for (src, dst), sent in self.sent.items():
+        (epoch,) = set(self.epoch.values())  # quiescent: every node has every restore
+        for src, dst in self.channels:
+            sent = self.sent[(src, dst, epoch)]
             last = max(sent, default=0)
-            if self.received_upto[(src, dst)] != last:
-                got = self.received_upto[(src, dst)]
+            if self.received_upto[(src, dst, epoch)] != last:
+                got = self.received_upto[(src, dst, epoch)]
                 raise Violation(f"quiescent: {src}->{dst} sent up to seq {last}, received up to {got} (lost)")
         if self.in_flight:
             raise Violation(f"quiescent: {self.in_flight} still in flight")
