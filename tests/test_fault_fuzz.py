@@ -16,6 +16,7 @@ from collections import Counter
 import pytest
 
 from snapmesh import link, recovery
+from snapmesh import node as node_mod
 from snapmesh.sim import cli, fuzz
 
 CASES = int(os.environ.get("SNAPMESH_FUZZ_CASES", "10000"))
@@ -43,7 +44,7 @@ def test_every_fault_kind_happens() -> None:
         "crash", "torn write", "node restart", "restart from a checkpoint", "segment sealed", "connection cut",
         "stale frame delivered", "partition", "controller crash", "snapshot failed: controller restarted",
         "snapshot failed: deadline", "snapshot complete", "transfer refused: channel full",
-        "retry answered, not paid",
+        "retry answered, not paid", "restore", "crash during a restore",
     ):
         assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
 
@@ -112,12 +113,35 @@ def _recovery_forgets_aborts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recovery, "_apply", broken)
 
 
+def _restore_skips_the_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    restore = node_mod.Node.restore
+
+    def broken(self, *, in_flight, **kwargs):
+        return restore(self, in_flight=list(in_flight)[1:], **kwargs)  # the first in-flight transfer is lost
+
+    monkeypatch.setattr(node_mod.Node, "restore", broken)
+
+
+def _recovery_ignores_replays(monkeypatch: pytest.MonkeyPatch) -> None:
+    apply = recovery._apply
+
+    def broken(state, record, *args):
+        before = state.balance
+        apply(state, record, *args)
+        if type(record).KIND == "replay":
+            state.balance = before
+
+    monkeypatch.setattr(recovery, "_apply", broken)
+
+
 MUTATIONS = {
     "resend": _no_resend,
     "duplicate-drop": _no_duplicate_drop,
     "recovery-outbox": _recovery_forgets_the_outbox,
     "recovery-balance": _recovery_ignores_receipts,
     "recovery-aborts": _recovery_forgets_aborts,
+    "restore-replay": _restore_skips_the_replay,
+    "recovery-replays": _recovery_ignores_replays,
 }
 
 

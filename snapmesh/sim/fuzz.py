@@ -18,6 +18,11 @@ prefix of what is buffered durable, time passing, and the faults:
   controller  crash and restart: unfinished snapshots fail "controller restarted"
   deadline    time passes: the controller fails late snapshots and aborts them,
               nodes drop recordings past their ttl
+  restore     the controller rolls the cluster back to a COMPLETE snapshot in a
+              new epoch (issue 10): snapshots in progress fail "restored to S",
+              then the nodes take the restore one by one, some crashing right
+              after theirs; connections are fenced by epoch as the gRPC node
+              fences them (a frame or ack of another epoch is refused)
 
 After every step `invariants.Checker` judges; then faults stop, everything is
 healed, restarted and delivered, and the quiescent invariants are checked.
@@ -82,6 +87,7 @@ class Conn:
     forward: deque = field(default_factory=deque)  # ("open",) / ("data", entries) to dst
     back: deque = field(default_factory=deque)  # acks to src
     resumed: bool = False
+    cluster_epoch: int = 1  # the sender's epoch when it opened (ChannelOpen.epoch)
 
 
 @dataclass(slots=True)
@@ -89,6 +95,7 @@ class Snapshot:
     status: str  # IN_PROGRESS, COMPLETE, FAILED
     deadline: float
     reports: dict[str, core.FullState] = field(default_factory=dict)
+    epoch: int = 1
 
 
 class World:
@@ -121,6 +128,8 @@ class World:
         self.next_request = 0
         self.checker = Checker(self.balances, self.channels, TTL)
         self.faults: Counter[str] = Counter()  # what happened, so tests can see every kind was exercised
+        self.epoch = 1  # the controller's
+        self.restoring: str | None = None  # the snapshot being restored in `epoch`, until every node has it
         for i in self.ids:
             self._start_node(i)
 
@@ -232,8 +241,12 @@ class World:
         src, dst = channel
         if self.conns[channel] is not None or not self.reachable(src, dst):
             return
+        a, b = self.nodes[src], self.nodes[dst]
+        if a.epoch != b.epoch or a.restore_incomplete or b.restore_incomplete:  # type: ignore[union-attr]
+            return  # the receiver refuses the open (stale) or asks to wait (not restored yet)
         self.next_epoch[channel] += 1
         conn = self.conns[channel] = Conn(self.next_epoch[channel], eager=self.rng.random() < 0.5)
+        conn.cluster_epoch = a.epoch  # type: ignore[union-attr]
         conn.forward.append(("open",))
         if conn.eager:
             self.nodes[src].connect(dst, conn.epoch)  # type: ignore[union-attr]
@@ -257,6 +270,9 @@ class World:
         node = self.nodes[dst]
         if node is None:
             return
+        if conn.cluster_epoch != node.epoch:
+            self.faults["stale epoch refused"] += 1
+            return
         try:
             if item[0] == "open":
                 node.opened(src, conn.epoch)
@@ -275,6 +291,9 @@ class World:
         node = self.nodes[src]
         if node is None:
             return
+        if conn.cluster_epoch != node.epoch:
+            self.faults["stale epoch refused"] += 1
+            return
         try:
             if not conn.eager and not conn.resumed and self.conns[channel] is conn:
                 conn.resumed = True
@@ -292,9 +311,9 @@ class World:
             return
         sid = f"s{len(self.snapshots) + 1}"
         initiator = rng.choice(self.ids)
-        snap = self.snapshots[sid] = Snapshot("IN_PROGRESS", self.now + DEADLINE)
+        snap = self.snapshots[sid] = Snapshot("IN_PROGRESS", self.now + DEADLINE, epoch=self.epoch)
         node = self.nodes[initiator]
-        if node is None:
+        if node is None or node.epoch != self.epoch or node.restore_incomplete:
             snap.status = "FAILED"  # StartSnapshot failed: nothing was recorded
             return
         node.start_snapshot(sid)
@@ -309,7 +328,7 @@ class World:
         if len(snap.reports) == len(self.ids):
             snap.status = "COMPLETE"
             self.faults["snapshot complete"] += 1
-            self.checker.check_complete(state.snapshot_id, snap.reports)
+            self.checker.check_complete(state.snapshot_id, snap.reports, snap.epoch)
 
     def fail(self, sid: str, reason: str) -> None:
         self.snapshots[sid].status = "FAILED"
@@ -336,11 +355,50 @@ class World:
             if snap.status == "IN_PROGRESS":
                 self.fail(sid, "controller restarted")
 
+    # -- restore (issue 10)
+
+    def start_restore(self, rng: random.Random) -> None:
+        complete = [sid for sid, snap in self.snapshots.items() if snap.status == "COMPLETE"]
+        if not self.controller_up or self.restoring is not None or not complete:
+            return
+        sid = rng.choice(complete)
+        self.epoch += 1
+        self.restoring = sid
+        self.faults["restore"] += 1
+        for other, snap in self.snapshots.items():
+            if snap.status == "IN_PROGRESS":
+                self.fail(other, f"restored to {sid}")
+
+    def restore_one(self, rng: random.Random, crash: bool = True) -> None:
+        """The controller's RestoreState reaches one node that does not have it yet."""
+        sid = self.restoring
+        if sid is None or not self.controller_up:
+            return
+        behind = [i for i, n in self.nodes.items() if n is not None and (n.epoch < self.epoch or n.restore_incomplete)]
+        if not behind:
+            if all(n is not None for n in self.nodes.values()):
+                self.restoring = None  # every node has it: RESTORED
+            return
+        node_id = rng.choice(behind)
+        node = self.nodes[node_id]
+        part = self.snapshots[sid].reports[node_id]
+        in_flight = [(src, t.msg_id, t.seq, t.amount) for src, ts in part.channels.items() for t in ts]
+        node.restore(snapshot_id=sid, epoch=self.epoch, balance=part.balance, in_flight=in_flight)  # type: ignore[union-attr]
+        self._route(node_id)
+        # Every stream of the older epoch ends, with what is on its wires.
+        for channel in self.channels:
+            if node_id in channel:
+                self.cut(channel, keep_wire=False)
+        self.stale = [(c, conn) for c, conn in self.stale if node_id not in c]
+        if crash and rng.random() < 0.25:
+            self.faults["crash during a restore"] += 1
+            self.crash(node_id, rng)
+
     # -- clients
 
     def transfer(self, node_id: str, dst: str, amount: int, request_id: str) -> None:
         node = self.nodes[node_id]
-        if node is None:
+        if node is None or node.restore_incomplete:  # UNAVAILABLE: the client retries
             self.unanswered.append((node_id, dst, amount, request_id))
             return
         try:
@@ -363,6 +421,12 @@ class World:
 
     def step(self) -> None:
         rng = self.rng
+        if rng.random() < 0.03:
+            if self.restoring is None:
+                self.start_restore(rng)
+            else:
+                self.restore_one(rng)
+            return
         roll = rng.random()
         live = [i for i in self.ids if self.nodes[i] is not None]
         if roll < 0.22 and live:
@@ -451,6 +515,16 @@ class World:
         for node_id in self.ids:
             if self.nodes[node_id] is None:
                 self._start_node(node_id)
+        self._drain_all()
+        if self.rng.random() < 0.5:  # one more restore, with crashes in it, once snapshots have completed
+            self.start_restore(self.rng)
+        for _ in range(1000):
+            if self.restoring is None:
+                break
+            self.restore_one(self.rng)
+            for node_id in self.ids:
+                if self.nodes[node_id] is None:
+                    self._start_node(node_id)
         for unanswered in self.unanswered:
             self.transfer(*unanswered)
         self.unanswered.clear()

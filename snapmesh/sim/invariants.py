@@ -129,13 +129,15 @@ class Checker:
                     self.balance[node] = record.balance
                 elif type(record) is wal.Restore or type(record) is wal.Replay:
                     self._fold_restore(node, record, check=False)
-        recv_epoch = dict.fromkeys(self.initial, 1)
         for node, log in self.logs.items():
-            for record in log:
+            epoch = 1
+            last_restore = max((i for i, r in enumerate(log) if type(r) is wal.Restore), default=-1)
+            for index, record in enumerate(log):
                 if type(record) is wal.Restore:
-                    recv_epoch[node] = record.epoch
+                    epoch = record.epoch
                 elif type(record) is wal.Recv or type(record) is wal.MarkerRecv:
-                    self._fold_recv(node, record, recv_epoch[node])
+                    # a receive before the node's last restore is in a balance that restore replaced
+                    self._fold_recv(node, record, epoch, credit=index > last_restore)
 
     def _sent(self, node: str, dst: str) -> dict[int, tuple[int, str]]:
         return self.sent[(node, dst, self.epoch[node])]
@@ -181,7 +183,9 @@ class Checker:
         self.balance[node] -= record.amount
         self._sent(node, record.dst)[record.seq] = (record.amount, record.msg_id)
 
-    def _fold_recv(self, node: str, record: wal.Recv | wal.MarkerRecv, epoch: int | None = None) -> None:
+    def _fold_recv(
+        self, node: str, record: wal.Recv | wal.MarkerRecv, epoch: int | None = None, *, credit: bool = True
+    ) -> None:
         epoch = self.epoch[node] if epoch is None else epoch
         channel = (record.src, node, epoch)
         upto = self.received_upto[channel]
@@ -193,7 +197,7 @@ class Checker:
         if sent is None or sent[0] != amount:
             raise Violation(f"{node}: received seq {record.seq} on {record.src}->{node}, the sender logged {sent}")
         self.received_upto[channel] = record.seq
-        if amount:
+        if amount and credit:
             self.balance[node] += amount
 
     # -- after every step
