@@ -13,7 +13,8 @@ Events                                    Effects
   start_snapshot / abort_snapshot           Seal(first, next)  seal the active segment
   connect(dst, epoch) / disconnect(dst)     Transmit(dst, epoch, entries)
   opened(src, epoch)                        Ack(src, epoch, seq)
-  received(src, epoch, seq, ...)            Report(state)      a FullState to the controller
+  received(src, epoch, seq, ...)            Finished(state, lsn) keep it (crash-safe) until reported
+                                            Report(state)      a FullState to the controller
   acked(dst, epoch, seq)                    ReportCancelled(snapshot_id)
   durable(lsn)
   tick(now)
@@ -79,7 +80,18 @@ class Ack(NamedTuple):
     seq: int
 
 
+class Finished(NamedTuple):
+    """A snapshot finished here; the records it rests on end at `lsn`, not yet
+    durable. Keep the state where a crash cannot lose it before `lsn` is
+    durable: once it is, the marker is acknowledged and never comes again."""
+
+    state: core.FullState
+    lsn: int
+
+
 class Report(NamedTuple):
+    """Send the state of a `Finished` snapshot to the controller: `lsn` is durable."""
+
     state: core.FullState
 
 
@@ -87,7 +99,7 @@ class ReportCancelled(NamedTuple):
     snapshot_id: str
 
 
-Effect = Append | Seal | Transmit | Ack | Report | ReportCancelled
+Effect = Append | Seal | Transmit | Ack | Finished | Report | ReportCancelled
 
 
 class Accepted(NamedTuple):
@@ -373,6 +385,7 @@ class Node:
             self.snapshots_completed += 1
             self._recorded_at.pop(state.snapshot_id, None)
             self._reports.append((self.last_lsn, state))
+            self._out.append(Finished(state, self.last_lsn))
 
     def _end_step(self) -> None:
         if self._segment_count >= self.segment_records:

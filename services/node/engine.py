@@ -8,7 +8,8 @@ abort, the log becoming durable, a timer) is one synchronous call on the
     Seal + Append(cp)     -> the log seals its segment, cp opens the next
     Transmit(dst, ...)    -> that channel's stream
     Ack(src, epoch, seq)  -> that channel's live stream
-    Report(state)         -> the reporter (already durable)
+    Finished(state, lsn)  -> the reporter keeps it on disk (before lsn is durable)
+    Report(state)         -> the reporter sends the kept state (lsn is durable)
     ReportCancelled(sid)  -> the reporter drops it
 
 Nothing here awaits except flow control: durability is the log's business,
@@ -27,6 +28,7 @@ from services.node.metrics import NodeMetrics
 from services.node.reporter import StateReporter, full_state_message
 from services.node.translog import TransferLog
 from snapmesh import core, link, wal
+from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh import node as machine
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,7 @@ class Engine:
         self._timer_at: float | None = None
         self._counted = (0, 0, 0, 0, 0)
         self._cut_at_ns: dict[str, int] = {}  # snapshot id -> wall-clock ns of the cut (for stats)
+        self._finished: dict[str, tuple[pb.FullState, int]] = {}  # kept, waiting for their records to be durable
         self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
         metrics.balance.set(node.balance)
         self._run()
@@ -172,14 +175,20 @@ class Engine:
                 self.incoming[effect.src].post(effect.epoch, effect.seq)
             elif kind is machine.Seal:
                 self._seal_first = effect.first_lsn
-            elif kind is machine.Report:
+            elif kind is machine.Finished:
                 sid = effect.state.snapshot_id
                 log.info("snapshot %s: done here", sid)
                 # Wall-clock times for the controller's statistics; a cut from before a restart is unknown (0).
                 message = full_state_message(effect.state, self.node_id, self._cut_at_ns.pop(sid, 0))
-                self.reporter.submit(message, self.log.durable_lsn)
+                # On disk before the marker that finished it can be acknowledged (defect 8).
+                self.reporter.keep(message, effect.lsn)
+                self._finished[sid] = (message, effect.lsn)
+            elif kind is machine.Report:
+                message, lsn = self._finished.pop(effect.state.snapshot_id)
+                self.reporter.send(message, lsn)
             elif kind is machine.ReportCancelled:
                 self._cut_at_ns.pop(effect.snapshot_id, None)
+                self._finished.pop(effect.snapshot_id, None)
                 self.reporter.cancel(effect.snapshot_id)
             else:  # pragma: no cover  (a new effect type must be routed here)
                 raise TypeError(f"unrouted effect {effect!r}")

@@ -157,14 +157,23 @@ class StateReporter:
         self._pending = pending
 
     def submit(self, message: pb.FullState, lsn: int) -> None:
-        """Report `message` once the log is durable up to `lsn`. Call it in the
-        same synchronous step that logged the records the state rests on."""
+        """Keep `message` and report it once the log is durable up to `lsn`. Call
+        it in the same synchronous step that logged the records the state rests on."""
+        self.keep(message, lsn)
+        self.send(message, lsn)
+
+    def keep(self, message: pb.FullState, lsn: int) -> None:
+        """Keep `message` on disk until the controller took it; call it before
+        `lsn` can become durable (a restart then finds it, see `resume`)."""
         if self._pending is not None:
             try:
                 self._pending.save(message, lsn)
             except OSError as exc:  # reported all the same, only not crash-safe
                 log.error("snapshot %s: cannot keep the state for a report after a crash: %s",
                           message.snapshot_id, exc)
+
+    def send(self, message: pb.FullState, lsn: int) -> None:
+        """Report a kept `message` once the log is durable up to `lsn`."""
         self._start(message, lsn)
 
     def resume(self, found: list[tuple[pb.FullState, int]], last_lsn: int) -> None:

@@ -178,7 +178,7 @@ class World:
             elif kind is node_mod.Seal:
                 disk.pending.append(effect)
                 self.faults["segment sealed"] += 1
-            elif kind is node_mod.ReportCancelled:
+            elif kind is node_mod.ReportCancelled or kind is node_mod.Finished:
                 pass
             else:  # pragma: no cover
                 raise TypeError(f"unrouted effect {effect!r}")
