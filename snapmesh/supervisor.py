@@ -154,7 +154,8 @@ class Child:
         return None if self.proc is None else self.proc.poll()
 
     def start(self, *, wait: bool = True) -> Child:
-        """Start the process (again, after it exited); with `wait`, return once it is SERVING."""
+        """Start the process (again, after it exited); with `wait`, return once it
+        is SERVING, or SIGKILL it and raise SupervisorError."""
         if self.alive:
             raise SupervisorError(f"{self.name} is already running")
         self.starts += 1
@@ -171,7 +172,11 @@ class Child:
                 start_new_session=True,
             )
         if wait:
-            self.wait_serving()
+            try:
+                self.wait_serving()
+            except SupervisorError:
+                self.kill(signal.SIGKILL)
+                raise
         return self
 
     def wait_serving(self, timeout: float | None = None) -> None:
