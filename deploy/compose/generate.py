@@ -126,6 +126,7 @@ def docker_compose_yml(n: int) -> str:
 #   docker-compose -f deploy/compose/docker-compose.yml --profile monitoring up -d   # + Prometheus, Grafana
 #   docker-compose -f deploy/compose/docker-compose.yml --profile reconcile run --rm reconcile
 # Variables (all optional): SNAPMESH_IMAGE, SNAPMESH_RECONCILE_IMAGE, SNAPMESH_BASE_IMAGE,
+# SNAPMESH_RECONCILE_BASE_IMAGE,
 # SNAPMESH_CONTROLLER_PUBLISH (host side of the controller's gRPC port, default
 # 127.0.0.1:50050), SNAPMESH_CONTROLLER_FLAGS, SNAPMESH_APP_FLAGS, SNAPMESH_RESTART,
 # PROMETHEUS_IMAGE, GRAFANA_IMAGE, PROMETHEUS_PUBLISH, GRAFANA_PUBLISH.
@@ -176,6 +177,7 @@ def docker_compose_yml(n: int) -> str:
       target: reconcile
       args:
         BASE_IMAGE: ${{SNAPMESH_BASE_IMAGE:-python:3.11-slim-bookworm}}
+        RECONCILE_BASE_IMAGE: ${{SNAPMESH_RECONCILE_BASE_IMAGE:-python:3.11-slim-bookworm}}
     profiles: [reconcile]
     restart: "no"
     command: ["reconcile", "--data-dir", "/data", "--out", "/data/reconcile"]
