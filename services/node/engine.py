@@ -8,8 +8,9 @@ abort, the log becoming durable, a timer) is one synchronous call on the
     Seal + Append(cp)     -> the log seals its segment, cp opens the next
     Transmit(dst, ...)    -> that channel's stream
     Ack(src, epoch, seq)  -> that channel's live stream
-    Finished(state, lsn)  -> the reporter keeps it on disk (before lsn is durable)
-    Report(state)         -> the reporter sends the kept state (lsn is durable)
+    Finished(state, lsn)  -> the reporter keeps it on disk now, before the
+                             marker_recv it rests on can reach the log (defect 8)
+    Report(state)         -> the reporter sends it (already durable)
     ReportCancelled(sid)  -> the reporter drops it
 
 Nothing here awaits except flow control: durability is the log's business,
@@ -28,8 +29,8 @@ from services.node.metrics import NodeMetrics
 from services.node.reporter import StateReporter, full_state_message
 from services.node.translog import TransferLog
 from snapmesh import core, link, wal
-from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh import node as machine
+from snapmesh.v1 import snapmesh_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class Engine:
         self._timer_at: float | None = None
         self._counted = (0, 0, 0, 0, 0)
         self._cut_at_ns: dict[str, int] = {}  # snapshot id -> wall-clock ns of the cut (for stats)
-        self._finished: dict[str, tuple[pb.FullState, int]] = {}  # kept, waiting for their records to be durable
+        self._finished: dict[str, pb.FullState] = {}  # kept, not yet durable: snapshot id -> its report
         self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
         metrics.balance.set(node.balance)
         self._run()
@@ -180,12 +181,10 @@ class Engine:
                 log.info("snapshot %s: done here", sid)
                 # Wall-clock times for the controller's statistics; a cut from before a restart is unknown (0).
                 message = full_state_message(effect.state, self.node_id, self._cut_at_ns.pop(sid, 0))
-                # On disk before the marker that finished it can be acknowledged (defect 8).
+                self._finished[sid] = message
                 self.reporter.keep(message, effect.lsn)
-                self._finished[sid] = (message, effect.lsn)
             elif kind is machine.Report:
-                message, lsn = self._finished.pop(effect.state.snapshot_id)
-                self.reporter.send(message, lsn)
+                self.reporter.send(self._finished.pop(effect.state.snapshot_id), self.log.durable_lsn)
             elif kind is machine.ReportCancelled:
                 self._cut_at_ns.pop(effect.snapshot_id, None)
                 self._finished.pop(effect.snapshot_id, None)
