@@ -109,6 +109,18 @@ def test_image_requirements_are_pinned_to_the_venv():
             assert installed == version, f"{name}: {package}=={version} but the venv has {installed}"
 
 
+def test_the_service_image_installs_every_runtime_dependency():
+    """The image installs snapmesh with --no-deps: requirements-service.txt must list what
+    pyproject.toml's [project] dependencies name (cairosvg only draws `trace --format png`)."""
+    import tomllib
+
+    names = lambda specs: {re.split(r"[<>=!~; \[]", s, maxsplit=1)[0].lower().replace("_", "-") for s in specs}  # noqa: E731
+    project = tomllib.loads((COMPOSE_DIR.parent.parent / "pyproject.toml").read_text())["project"]
+    lines = [line.split("#")[0].strip() for line in (COMPOSE_DIR / "requirements-service.txt").read_text().splitlines()]
+    missing = names(project["dependencies"]) - names(line for line in lines if line) - {"cairosvg"}
+    assert not missing, f"requirements-service.txt lacks {sorted(missing)}: the containers would fail to import them"
+
+
 def test_compose_file_is_valid_for_docker_compose():
     if shutil.which("docker-compose") is None:
         pytest.skip("docker-compose is not installed")
