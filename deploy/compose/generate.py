@@ -152,6 +152,7 @@ def docker_compose_yml(n: int) -> str:
 #   docker-compose -f deploy/compose/docker-compose.yml --profile monitoring up -d   # + Prometheus, Grafana
 #   docker-compose -f deploy/compose/docker-compose.yml --profile reconcile run --rm reconcile
 # Variables (all optional): SNAPMESH_IMAGE, SNAPMESH_RECONCILE_IMAGE, SNAPMESH_BASE_IMAGE,
+# SNAPMESH_RECONCILE_BASE_IMAGE,
 # SNAPMESH_CONTROLLER_PUBLISH (host side of the controller's gRPC port, default
 # 127.0.0.1:50050), SNAPMESH_CONTROLLER_FLAGS, SNAPMESH_APP_FLAGS, SNAPMESH_RESTART,
 # SNAPMESH_TLS_EXPORT (where the client's certificate and token land on the host,
@@ -208,6 +209,7 @@ def docker_compose_yml(n: int) -> str:
       target: reconcile
       args:
         BASE_IMAGE: ${{SNAPMESH_BASE_IMAGE:-python:3.11-slim-bookworm}}
+        RECONCILE_BASE_IMAGE: ${{SNAPMESH_RECONCILE_BASE_IMAGE:-python:3.11-slim-bookworm}}
     profiles: [reconcile]
     restart: "no"
     command: ["reconcile", "--data-dir", "/data", "--out", "/data/reconcile"]
