@@ -100,3 +100,25 @@ def test_the_file_survives_reopening_cuts_a_torn_tail_and_drops_filed_snapshots_
     found, warnings = asyncio.run(write([]))
     assert {r.snapshot_id for r in found} == {"b"} and warnings == []
     assert len(found) == 3  # b's start, its two reports
+
+
+def test_restore_records_round_trip_set_the_epoch_and_the_newest_one_is_resumed():
+    restoring = pb.Restore(snapshot_id="a", epoch=2, status=pb.Restore.RESTORING)
+    restored = pb.Restore(
+        snapshot_id="a", epoch=2, status=pb.Restore.RESTORED, nodes=[pb.NodeBalance(node_id="p1", balance=60)]
+    )
+    records = [
+        *RECORDS[:5],
+        J.Restored(restore=restoring),
+        J.Started(snapshot_id="d", initiator="p2", wall=1001.0, epoch=2),
+        J.Restored(restore=restored),
+    ]
+    decoded, _, problem = J.decode_all(b"".join(J.encode(r) for r in records))
+    assert decoded == records and problem is None
+    assert J.Restored(restore=restoring).snapshot_id == "restore@2"  # its own journal key, never filed
+    rebuilt = tracker()
+    J.replay(decoded, rebuilt, Now(mono=500.0, wall=2000.0), skip=set())
+    assert rebuilt.epoch == 2 and rebuilt.get("d").epoch == 2 and rebuilt.get("a").epoch == 1
+    assert J.last_restore(decoded) == restored
+    assert J.last_restore(decoded[:-2]) == restoring  # a crash mid-restore: resumed from this one
+    assert J.last_restore(RECORDS) is None
