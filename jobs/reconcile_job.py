@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     spark = build_session(args.master) if args.master else SparkSession.builder.appName("snapmesh-reconcile").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        return run_job(spark, args.data_dir, args.out)
+        return run_job(spark, args.data_dir, args.out, exact=args.exact)
     finally:
         spark.stop()
 
