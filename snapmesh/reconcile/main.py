@@ -32,7 +32,7 @@ from . import parse as T_parse
 from . import verdicts as V
 from .common import BUCKET, InputError
 from .schema import CORRUPT_COLUMN, SNAPSHOT, VERDICT
-from .segments import read_logs
+from .segments import read_logs, write_text_file
 
 EXIT_OK, EXIT_INCONSISTENT, EXIT_BAD_INPUT = 0, 1, 2
 MAX_BAD_INPUT = 20  # bad lines reported (the first ones, by file and line)
@@ -170,18 +170,6 @@ def reconcile(spark: SparkSession, data_dir: str, bucket: int = BUCKET, *, exact
         logs.release()
 
 
-def _write_text(spark: SparkSession, path: str, text: str) -> None:
-    """Write a small file through Hadoop's FileSystem (local, hdfs://, s3a://, ...)."""
-    jvm = spark.sparkContext._jvm
-    target = jvm.org.apache.hadoop.fs.Path(path)
-    fs = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    stream = fs.create(target, True)
-    try:
-        stream.write(bytearray(text.encode("utf-8")))
-    finally:
-        stream.close()
-
-
 def write_outputs(spark: SparkSession, outcome: Outcome, data_dir: str, out_dir: str) -> None:
     """``verdicts.parquet`` (when there are verdicts) and ``summary.json``."""
     out_dir = out_dir.rstrip("/")
@@ -197,7 +185,7 @@ def write_outputs(spark: SparkSession, outcome: Outcome, data_dir: str, out_dir:
         "verdicts": outcome.verdicts,
         "bad_input": outcome.bad_input,
     }
-    _write_text(spark, f"{out_dir}/summary.json", json.dumps(summary, indent=2) + "\n")
+    write_text_file(spark, f"{out_dir}/summary.json", json.dumps(summary, indent=2) + "\n")
 
 
 def format_bad_input(bad: list[dict[str, Any]]) -> str:
@@ -314,7 +302,8 @@ def parser(prog: str = "snapmesh reconcile") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
         description="Check every exported snapshot against the nodes' transfer logs (Spark). "
-        "Exit 0: all consistent, 1: a discrepancy, 2: bad input.",
+        "Exit 0: all consistent, 1: a discrepancy, 2: bad input. "
+        "`snapmesh reconcile ingest --data-dir DIR` converts sealed log segments to Parquet first.",
     )
     p.add_argument("--data-dir", required=True, metavar="DIR", help="logs (*.log.jsonl) and snapshots/ (local, hdfs://, s3a://)")
     p.add_argument("--out", metavar="DIR", help="where verdicts.parquet and summary.json go (default: DIR/reconcile)")
@@ -328,6 +317,11 @@ def parser(prog: str = "snapmesh reconcile") -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["ingest"]:
+        from . import ingest
+
+        return ingest.main(argv[1:])
     args = parser().parse_args(argv)
     existing = SparkSession.getActiveSession()
     size = input_bytes(args.data_dir)
