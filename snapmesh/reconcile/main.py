@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -251,6 +253,50 @@ def run_job(
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
+def _master_addresses(master: str) -> list[tuple[str, int]]:
+    """host:port pairs of a ``spark://h1:p1[,h2:p2]`` URL (default port 7077)."""
+    out = []
+    for part in master.removeprefix("spark://").split(","):
+        host, _, port = part.partition(":")
+        out.append((host, int(port or 7077)))
+    return out
+
+
+def wait_for_master(master: str, timeout_s: float) -> None:
+    """Return once a standalone master accepts connections; InputError after ``timeout_s``.
+
+    Spark's own client retries for about a minute before it gives up, and a job
+    without executors waits for ever: both are bounded here instead.
+    """
+    try:
+        addresses = _master_addresses(master)
+    except ValueError as e:
+        raise InputError(f"--master {master}: not a spark://host:port URL") from e
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for address in addresses:
+            try:
+                socket.create_connection(address, timeout=min(2.0, timeout_s)).close()
+                return
+            except OSError:
+                pass
+        if time.monotonic() >= deadline:
+            raise InputError(f"Spark master {master} unreachable: nothing answered within {timeout_s:g}s")
+        time.sleep(0.2)
+
+
+def wait_for_executors(spark: SparkSession, master: str, timeout_s: float) -> None:
+    """Return once the application has an executor; InputError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() < 2:  # the driver counts as one
+        if time.monotonic() >= deadline:
+            raise InputError(
+                f"Spark master {master} gave no executor within {timeout_s:g}s "
+                "(no live worker, or none with the cores and memory asked for)"
+            )
+        time.sleep(0.2)
+
+
 SMALL_INPUT_BYTES = 32 << 20  # below this a run is over in seconds: tune for start-up
 
 
@@ -293,6 +339,13 @@ def build_session(master: str | None, app_name: str = "snapmesh-reconcile", *, s
             builder = builder.config("spark.sql.codegen.wholeStage", "false").config(
                 "spark.sql.codegen.factoryMode", "NO_CODEGEN"
             )
+    if master and master.startswith("spark://"):
+        builder = (
+            builder.config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.executor.memory", os.environ.get("SNAPMESH_SPARK_EXECUTOR_MEMORY", "768m"))
+            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}")
+        )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -309,6 +362,13 @@ def parser(prog: str = "snapmesh reconcile") -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="where verdicts.parquet and summary.json go (default: DIR/reconcile)")
     p.add_argument("--master", metavar="URL", default="local[*]", help="Spark master (default: local[*])")
     p.add_argument(
+        "--master-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long a spark:// master may take to answer and give an executor (default 30; then exit 2)",
+    )
+    p.add_argument(
         "--exact",
         action="store_true",
         help="skip the checksums: check everything with the exact joins (slower; same verdicts)",
@@ -324,10 +384,22 @@ def main(argv: list[str] | None = None) -> int:
         return ingest.main(argv[1:])
     args = parser().parse_args(argv)
     existing = SparkSession.getActiveSession()
-    size = input_bytes(args.data_dir)
-    spark = existing or build_session(args.master, small=size is not None and size < SMALL_INPUT_BYTES)
+    standalone = existing is None and args.master.startswith("spark://")
     try:
+        if standalone:
+            wait_for_master(args.master, args.master_timeout)
+        size = input_bytes(args.data_dir)
+        spark = existing or build_session(args.master, small=size is not None and size < SMALL_INPUT_BYTES)
+    except InputError as e:
+        print(f"snapmesh reconcile: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        if standalone:
+            wait_for_executors(spark, args.master, args.master_timeout)
         return run_job(spark, args.data_dir, args.out, exact=args.exact)
+    except InputError as e:
+        print(f"snapmesh reconcile: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     finally:
         if existing is None:
             spark.stop()
