@@ -54,21 +54,20 @@ def ingest(spark: SparkSession, data_dir: str) -> list[str]:
     manifest, todo = pending(spark, data_dir)
     if not todo:
         return []
-    located = locate_lines(parse_log_lines(read_text_logs(spark, todo))).cache()
-    try:
-        named = located.withColumn("file", F.regexp_extract("file", r"([^/]*)$", 1))  # the segment's name
-        counts = {r["file"]: r["n"] for r in named.groupBy("file").agg(F.count(F.lit(1)).alias("n")).collect()}
-        root = f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{SEGMENTS_DIR}"
-        (
-            named.select(*INGESTED.fieldNames())
-            .repartition("file")
-            .write.mode("overwrite")
-            .option("partitionOverwriteMode", "dynamic")
-            .partitionBy("file")
-            .parquet(root)
-        )
-    finally:
-        located.unpersist()
+    # One pass: parse, locate, write (each task writes the segments it read; no shuffle).
+    located = locate_lines(parse_log_lines(read_text_logs(spark, todo)))
+    named = located.withColumn("file", F.regexp_extract("file", r"([^/]*)$", 1))  # the segment's name
+    root = f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{SEGMENTS_DIR}"
+    (
+        named.select(*INGESTED.fieldNames())
+        .write.mode("overwrite")
+        .option("partitionOverwriteMode", "dynamic")
+        .partitionBy("file")
+        .parquet(root)
+    )
+    # Row counts from the Parquet footers of what was just written (no data read).
+    written = spark.read.schema(INGESTED).option("basePath", root).parquet(*(segment_dir(data_dir, f.name) for f in todo))
+    counts = {r["file"]: r["n"] for r in written.groupBy("file").agg(F.count(F.lit(1)).alias("n")).collect()}
     for f in todo:
         manifest[f.name] = {
             "name": f.name,
