@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
+from snapmesh import wal
+
 CORRUPT_COLUMN = "_corrupt"
 
 # <node>.log.jsonl (active) and <node>.log.<first lsn, 12 digits>.jsonl (sealed).
@@ -27,8 +29,8 @@ ACTIVE_FIRST_LSN = (1 << 63) - 1  # the active file sorts after every sealed seg
 
 
 def segment_file_name(node_file_stem: str, first_lsn: int) -> str:
-    """``p1.log.000000000001.jsonl``: the name of a sealed segment."""
-    return f"{node_file_stem}.log.{first_lsn:0{SEGMENT_DIGITS}d}.jsonl"
+    """``p1.log.000000000001.jsonl``: the name of a sealed segment (`snapmesh.wal`'s)."""
+    return wal.sealed_name(node_file_stem, first_lsn)
 
 
 
@@ -36,18 +38,25 @@ def _fields(*pairs: tuple[str, T.DataType], nullable: bool = True) -> list[T.Str
     return [T.StructField(name, type_, nullable) for name, type_ in pairs]
 
 
-_EVENT_PAYLOAD = (
-    ("node", T.StringType()),
-    ("lsn", T.LongType()),
-    ("kind", T.StringType()),
-    ("balance", T.LongType()),
-    ("msg_id", T.StringType()),
-    ("src", T.StringType()),
-    ("dst", T.StringType()),
-    ("seq", T.LongType()),
-    ("amount", T.LongType()),
-    ("snapshot_id", T.StringType()),
-)
+# The kinds the checks read; their required fields, in the order `snapmesh.wal.SPEC`
+# (the one definition of the log record) gives them, make the columns.
+CHECKED_KINDS = ("init", "send", "recv", "cut", "marker_sent", "marker_recv")
+_SPARK_TYPES = {int: T.LongType(), str: T.StringType()}
+
+
+def _payload() -> tuple[tuple[str, T.DataType], ...]:
+    columns: dict[str, T.DataType] = {name: _SPARK_TYPES[type_] for name, type_, _ in wal.COMMON}
+    for kind in CHECKED_KINDS:
+        for name, type_, required in wal.SPEC[kind]:
+            if required:
+                columns.setdefault(name, _SPARK_TYPES[type_])
+    return tuple(columns.items())
+
+
+# node, lsn, kind, balance, msg_id, src, dst, seq, amount, snapshot_id
+_EVENT_PAYLOAD = _payload()
+INT_COLUMNS = tuple(name for name, type_ in _EVENT_PAYLOAD if isinstance(type_, T.LongType))
+STR_COLUMNS = tuple(name for name, type_ in _EVENT_PAYLOAD if isinstance(type_, T.StringType))
 
 # One log line, as parsed by from_json (PERMISSIVE, corrupt record column).
 LOG_RECORD = T.StructType(_fields(*_EVENT_PAYLOAD, (CORRUPT_COLUMN, T.StringType())))
@@ -56,12 +65,7 @@ LOG_RECORD = T.StructType(_fields(*_EVENT_PAYLOAD, (CORRUPT_COLUMN, T.StringType
 # Kinds not listed here are ignored by the checks ("abort", "restart", "checkpoint",
 # "restore", ...), and so are fields not in LOG_RECORD (e.g. "request_id" on "send").
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
-    "init": ("balance",),
-    "send": ("msg_id", "src", "dst", "seq", "amount"),
-    "recv": ("msg_id", "src", "dst", "seq", "amount"),
-    "cut": ("snapshot_id", "balance"),
-    "marker_sent": ("snapshot_id", "src", "dst", "seq"),
-    "marker_recv": ("snapshot_id", "src", "dst", "seq"),
+    kind: tuple(name for name, _, required in wal.SPEC[kind] if required) for kind in CHECKED_KINDS
 }
 
 # A located, well-formed log record: the input of the checks.
