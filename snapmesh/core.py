@@ -30,6 +30,11 @@ R4. Concurrency. Several snapshots may be in progress at once; each has its own
     recording state and a transfer is recorded in every snapshot whose channel
     is still open. Starting S at a process that already recorded S is a no-op,
     so one id started by several initiators is one snapshot.
+R6. Overtake mode (`mode="overtake"`, snapmesh/overtake.py has the whole
+    design). A marker may reach a channel twice: once early, ahead of queued
+    transfers, and once in its FIFO place. Either closes the channel; the
+    other is then ignored rather than a protocol violation. Channel state is
+    recorded as in R2; the controller completes it from the sender's outbox.
 R5. Abort. A snapshot may be abandoned (it failed elsewhere, or this process
     lost its recording in a restart). Markers that later arrive for it are
     dropped and reported, never mistaken for a new snapshot.
@@ -143,6 +148,9 @@ class FullState:
     snapshot_id: str
     balance: int
     channels: Mapping[str, tuple[Transfer, ...]]  # incoming src -> in-flight transfers
+    # Overtake mode only (filled by the node at the cut; empty in classic mode):
+    positions: Mapping[str, int] = field(default_factory=dict)  # incoming src -> last seq applied at the cut
+    outbox: Mapping[str, tuple[Transfer, ...]] = field(default_factory=dict)  # outgoing dst -> unacked transfers at the cut
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -220,10 +228,14 @@ class Process:
         incoming: Iterable[str],
         outgoing: Iterable[str],
         abandoned: Iterable[str] = (),
+        mode: str = "classic",
     ) -> None:
         if not _is_int(balance) or balance < 0:
             raise LocalProtocolError(f"initial balance must be a non-negative integer, got {balance!r}")
+        if mode not in ("classic", "overtake"):
+            raise LocalProtocolError(f"unknown snapshot mode {mode!r}")
         self.node_id = node_id
+        self.mode = mode
         self._balance = balance
         self._incoming = tuple(incoming)
         self._outgoing = tuple(outgoing)
@@ -325,6 +337,8 @@ class Process:
     def _close_channel(self, snapshot_id: str, src: str | None) -> list[Effect]:
         assert src is not None
         recording = self._recordings[snapshot_id]
+        if src in recording.closed_channels and self.mode == "overtake":
+            return []  # R6: the other of the channel's two markers
         if src in recording.closed_channels:
             raise RemoteProtocolError(
                 f"second marker for snapshot {snapshot_id!r} on channel {src}->{self.node_id}"
@@ -358,6 +372,8 @@ class Process:
         return []
 
     def _duplicate_marker(self, snapshot_id: str, src: str | None) -> list[Effect]:
+        if self.mode == "overtake":
+            return []  # R6: the in-band marker after the early one finished the snapshot
         raise RemoteProtocolError(
             f"second marker for snapshot {snapshot_id!r} on channel {src}->{self.node_id}"
         )

@@ -33,14 +33,21 @@ N5. A transfer with a client `request_id` that was already paid is answered
     with the first answer and moves no money; the id is in the `send` record,
     so recovery rebuilds the map (defect 9).
 N6. A recording older than `recording_ttl` (by `now`) is dropped as an abort.
+N8. Overtake mode (snapmesh/overtake.py): at a cut the node keeps, per
+    incoming channel, the last seq applied and, per outgoing channel, the
+    unacknowledged transfers; they go into the FullState. Each marker also
+    leaves early, ahead of queued transfers (link L8); an early marker
+    (seq 0) is not logged: only its effect, the cut, is.
 N7. When the active segment holds `segment_records` records, the node seals
     it between two steps and opens the next with a checkpoint (defect 5).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Iterable
+from types import MappingProxyType
 from typing import NamedTuple
 
 from snapmesh import core, wal
@@ -117,6 +124,7 @@ class Node:
         bound: int = DEFAULT_BOUND,
         recording_ttl: float | None = None,
         segment_records: int = DEFAULT_SEGMENT_RECORDS,
+        snapshot_mode: str = "classic",
     ) -> None:
         incoming, outgoing = tuple(incoming), tuple(outgoing)
         self.node_id = node_id
@@ -129,7 +137,10 @@ class Node:
             incoming=incoming,
             outgoing=outgoing,
             abandoned=self._abandoned,
+            mode=snapshot_mode,
         )
+        self.overtake = snapshot_mode == "overtake"
+        self._at_cut: dict[str, tuple[dict[str, int], dict[str, tuple[core.Transfer, ...]]]] = {}
         self.senders = {
             dst: Sender(
                 src=node_id,
@@ -218,6 +229,7 @@ class Node:
         self._append(wal.Abort(lsn=self.last_lsn + 1, snapshot_id=snapshot_id, reason=reason))
         self._remember(snapshot_id)
         self._recorded_at.pop(snapshot_id, None)
+        self._at_cut.pop(snapshot_id, None)
         before = len(self._reports)
         self._reports = [(lsn, s) for lsn, s in self._reports if s.snapshot_id != snapshot_id]
         if len(self._reports) != before:
@@ -267,6 +279,9 @@ class Node:
         receiver = self.receivers.get(src)
         if receiver is None:
             raise core.RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
+        if seq == 0 and snapshot_id and self.overtake:
+            self._early_marker(receiver, epoch, snapshot_id, last_seq=amount)
+            return
         if not receiver.admit(epoch, seq):
             return
         me = self.node_id
@@ -302,6 +317,37 @@ class Node:
             ready = [s for at, s in self._reports if at <= lsn]
             self._reports = [(at, s) for at, s in self._reports if at > lsn]
             self._out += [Report(s) for s in ready]
+
+    # -- overtake mode (N8)
+
+    def _early_marker(self, receiver: Receiver, epoch: int, snapshot_id: str, *, last_seq: int) -> None:
+        """An early marker from `receiver.src`: it closes the channel now (core R6)."""
+        if epoch != receiver.epoch:
+            return  # from a connection that is gone (L6)
+        if receiver.last_seq > last_seq:
+            raise core.RemoteProtocolError(
+                f"channel {receiver.src}->{self.node_id}: early marker for {snapshot_id!r} (cut at seq {last_seq}) "
+                f"after seq {receiver.last_seq}"
+            )
+        self._drain(self.process.receive(src=receiver.src, message=core.Marker(snapshot_id=snapshot_id)))
+
+    def _keep_cut(self, snapshot_id: str) -> None:
+        """At a cut: the positions of the incoming channels, the outboxes' transfers."""
+        me = self.node_id
+        positions = {src: r.last_seq for src, r in self.receivers.items()}
+        outbox = {
+            dst: tuple(
+                core.Transfer(msg_id=f"{me}:{dst}:{e.seq}", amount=e.amount, seq=e.seq)
+                for e in s.outbox
+                if not e.snapshot_id
+            )
+            for dst, s in self.senders.items()
+        }
+        self._at_cut[snapshot_id] = (positions, outbox)
+
+    def _with_cut(self, state: core.FullState) -> core.FullState:
+        positions, outbox = self._at_cut.pop(state.snapshot_id)
+        return dataclasses.replace(state, positions=MappingProxyType(positions), outbox=MappingProxyType(outbox))
 
     # -- internals
 
@@ -349,11 +395,15 @@ class Node:
                 else:
                     self._append(wal.MarkerSent(lsn=lsn, snapshot_id=message.snapshot_id, src=me, dst=effect.dst, seq=seq))
                     sender.enqueue(lsn=lsn, snapshot_id=message.snapshot_id)
+                    if self.overtake:
+                        sender.notify(lsn=lsn, snapshot_id=message.snapshot_id, last_seq=seq - 1)
                     self.markers_sent += 1
             elif isinstance(effect, core.LocalStateRecorded):
                 self._append(wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, balance=effect.balance))
                 self._remember(effect.snapshot_id)
                 self._recorded_at[effect.snapshot_id] = self.now
+                if self.overtake:
+                    self._keep_cut(effect.snapshot_id)
             elif isinstance(effect, core.ChannelRecorded):
                 self.recorded_messages += len(effect.transfers)
             elif isinstance(effect, core.SnapshotCompleted):
@@ -372,6 +422,8 @@ class Node:
         for state in completed:
             self.snapshots_completed += 1
             self._recorded_at.pop(state.snapshot_id, None)
+            if self.overtake:
+                state = self._with_cut(state)
             self._reports.append((self.last_lsn, state))
 
     def _end_step(self) -> None:

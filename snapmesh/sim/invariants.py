@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from snapmesh import core, wal
+from snapmesh import core, overtake, wal
 
 
 class Violation(AssertionError):
@@ -195,7 +195,7 @@ class Checker:
                 raise Violation(f"snapshot {snapshot_id}: COMPLETE but {src}->{dst} has no marker or no cut in the logs")
             sent = self.sent[(src, dst)]
             expected = [s for s in range(position[(src, dst)] + 1, marker[(src, dst)]) if sent[s][0]]
-            recorded = reports[dst].channels.get(src, ())
+            recorded = overtake.channel_state(reports, src, dst)
             if [t.seq for t in recorded] != expected or any(
                 t.amount != self.sent[(src, dst)][t.seq][0] for t in recorded
             ):
