@@ -408,6 +408,7 @@ def write_cluster(
     ports: Sequence[int] | None = None,
     host: str = "127.0.0.1",
     listen_ports: Mapping[str, int] | None = None,
+    snapshot_mode: str | None = None,
 ) -> Path:
     """Write a cluster file for a local cluster and return its path.
 
@@ -429,6 +430,8 @@ def write_cluster(
         "data_dir": str(Path(data_dir if data_dir is not None else path.parent).resolve()),
         "initial_balance": int(initial_balance),
     }
+    if snapshot_mode is not None:  # "classic" or "overtake"; left out: the default (classic)
+        document["snapshot_mode"] = snapshot_mode
     if topology == "ring":
         document["channels"] = [[ids[i], ids[(i + 1) % len(ids)]] for i in range(len(ids))] if len(ids) > 1 else []
     elif isinstance(topology, str):

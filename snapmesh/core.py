@@ -111,6 +111,7 @@ class Transfer:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Marker:
     snapshot_id: str
+    last_seq: int = 0  # an early marker's (overtake mode, link L8); the core does not read it
 
 
 Message = Transfer | Marker

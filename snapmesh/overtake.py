@@ -42,9 +42,12 @@ O5. Restarts and reconnects behave as in classic mode: a node that restarts
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 from snapmesh import core
+
+T = TypeVar("T")
 
 
 def channel_state(reports: Mapping[str, core.FullState], src: str, dst: str) -> tuple[core.Transfer, ...]:
@@ -54,7 +57,14 @@ def channel_state(reports: Mapping[str, core.FullState], src: str, dst: str) -> 
     position = reports[dst].positions.get(src)
     if position is None:
         return tuple(recorded)
-    by_seq = {t.seq: t for t in reports[src].outbox.get(dst, ()) if t.seq > position}
+    return merge(recorded, reports[src].outbox.get(dst, ()), position)
+
+
+def merge(recorded: Iterable[T], outbox: Iterable[T], position: int) -> list[T]:
+    """O3 on anything with a `seq` (core.Transfer, the controller's protobuf
+    InFlightTransfer): what the receiver recorded, plus the sender's outbox past
+    the receiver's position, one per seq, in seq order."""
+    by_seq = {t.seq: t for t in outbox if t.seq > position}
     for transfer in recorded:
         by_seq.setdefault(transfer.seq, transfer)
-    return tuple(by_seq[seq] for seq in sorted(by_seq))
+    return [by_seq[seq] for seq in sorted(by_seq)]

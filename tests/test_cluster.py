@@ -106,6 +106,23 @@ def test_concurrent_snapshots_from_every_initiator_under_load_are_complete_and_c
         check_against_logs(cluster, snapshots)
 
 
+@pytest.mark.parametrize("tls", [False], ids=["plaintext"])
+def test_overtake_mode_snapshots_under_load_are_complete_and_consistent(tmp_path, make_cluster):
+    with make_cluster(tmp_path, nodes=4, initial_balance=1000, snapshot_mode="overtake") as cluster:
+        channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
+        with channel, BackgroundLoad.for_cluster(cluster, seed=7, batch=50, max_amount=20, interval=0.0) as load:
+            time.sleep(0.5)
+            snapshots = trigger_all(stub, ["p1", "p2", "p3", "p4"])
+            for _ in range(4):
+                snapshots += trigger_all(stub, ["p2"])
+            load.stop()
+            assert load.stats.accepted > 100, load.stats
+        for snapshot in snapshots:
+            assert_complete_and_conserved(snapshot, cluster)
+        assert any(c.in_flight for s in snapshots for c in s.channels), "the load never left money in flight"
+        check_against_logs(cluster, snapshots)
+
+
 def test_a_ring_cluster_takes_consistent_snapshots_under_load(tmp_path, make_cluster):
     with make_cluster(tmp_path, nodes=4, topology="ring", initial_balance=500) as cluster:
         channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)

@@ -88,6 +88,7 @@ async def serve(
         topology=cfg.topology,
         expected_total=cfg.expected_total,
         deadline_s=deadline or cfg.controller.snapshot_deadline_s,
+        snapshot_mode=cfg.snapshot_mode,
     )
     store = SnapshotStore(cfg.snapshots_dir, cfg.data_dir / "controller" / "snapshots")
     snapshots, warnings = store.load_all()

@@ -230,8 +230,9 @@ class OutgoingChannel:
             frame = pb.ChannelFrame()
             add = frame.batch.messages.add
             for entry in entries:
-                if entry.snapshot_id:
-                    add(seq=entry.seq, marker=pb.MarkerMessage(snapshot_id=entry.snapshot_id))
+                if entry.snapshot_id:  # seq 0: an early marker, `amount` its last seq (link L8)
+                    last = entry.amount if entry.seq == 0 else 0
+                    add(seq=entry.seq, marker=pb.MarkerMessage(snapshot_id=entry.snapshot_id, last_seq=last))
                 else:
                     add(seq=entry.seq, transfer=pb.TransferMessage(msg_id=f"{prefix}{entry.seq}", amount=entry.amount))
             await call.write(frame)

@@ -115,7 +115,7 @@ class Engine:
         try:
             for seq, message in messages:
                 if isinstance(message, core.Marker):
-                    received(src, epoch, seq, snapshot_id=message.snapshot_id)
+                    received(src, epoch, seq, snapshot_id=message.snapshot_id, amount=message.last_seq)
                 else:
                     received(src, epoch, seq, amount=message.amount, msg_id=message.msg_id)
         finally:

@@ -136,6 +136,7 @@ async def _serve_locked(
         # Twice the controller's deadline: by then the controller has failed it.
         recording_ttl=2 * cfg.controller.snapshot_deadline_s,
         segment_records=cfg.segment_records,
+        snapshot_mode=cfg.snapshot_mode,
         now=asyncio.get_running_loop().time(),
     )
 

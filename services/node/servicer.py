@@ -169,6 +169,6 @@ def _decode(src: str, dst: str, messages: Iterable[pb.ChannelMessage]) -> Iterat
         elif body == "marker":
             if not message.marker.snapshot_id:
                 raise core.RemoteProtocolError(f"channel {src}->{dst}: marker {message.seq} has an empty snapshot id")
-            yield message.seq, core.Marker(snapshot_id=message.marker.snapshot_id)
+            yield message.seq, core.Marker(snapshot_id=message.marker.snapshot_id, last_seq=message.marker.last_seq)
         else:
             raise core.RemoteProtocolError(f"channel {src}->{dst}: message {message.seq} has no body")
