@@ -8,6 +8,8 @@ cluster's client certificate and token.
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -221,3 +223,14 @@ def test_the_app_stops_on_a_signal_with_its_summary(tmp_path, make_cluster, tls,
     assert app.returncode == 0, text
     assert "stopped by a signal" in text and "all snapshots conserved: yes" in text, text
     assert "Traceback" not in text
+
+
+def test_a_controller_whose_snapshot_mode_differs_from_the_nodes_exits_2_naming_the_file_and_field(tmp_path):
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2, deadline=DEADLINE_S)
+    other = tmp_path / "overtake.toml"
+    other.write_text(path.read_text().replace("initial_balance", 'snapshot_mode = "overtake"\ninitial_balance', 1))
+    with Cluster(path, controller=False):
+        done = subprocess.run([sys.executable, "-m", "snapmesh.cli", "controller", "--config", str(other)],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"{other}: snapshot_mode: the controller runs 'overtake' but node 'p1' runs 'classic'" in done.stderr

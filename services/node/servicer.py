@@ -84,7 +84,9 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
         balance = self._engine.node.balance
         await self._log.wait_durable(self._log.last_lsn)  # never show what a crash could take back
-        return pb.NodeStateResponse(node_id=self._engine.node_id, balance=balance)
+        return pb.NodeStateResponse(
+            node_id=self._engine.node_id, balance=balance, snapshot_mode=self._engine.node.process.mode
+        )
 
     # -- snapshots
 
