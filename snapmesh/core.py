@@ -269,6 +269,12 @@ class Process:
 
     def send_transfer(self, *, dst: str, msg_id: str, amount: int, seq: int = 0) -> list[Effect]:
         """This process pays `amount` to `dst`: its balance drops now."""
+        self.debit(dst=dst, amount=amount)
+        return [MessageSent(dst=dst, message=Transfer(msg_id=msg_id, amount=amount, seq=seq))]
+
+    def debit(self, *, dst: str, amount: int) -> None:
+        """`send_transfer` without its effect, for a caller that puts the transfer on
+        the channel itself (the node's hot path): the same checks, the same debit."""
         if dst == self.node_id:
             raise LocalProtocolError(f"{self.node_id} cannot transfer to itself", Refusal.INVALID_TRANSFER)
         if dst not in self._outgoing:
@@ -280,7 +286,6 @@ class Process:
                 f"{self.node_id} cannot send {amount}: balance is {self._balance}", Refusal.INSUFFICIENT_FUNDS
             )
         self._balance -= amount
-        return [MessageSent(dst=dst, message=Transfer(msg_id=msg_id, amount=amount, seq=seq))]
 
     def receive(self, *, src: str, message: Message) -> list[Effect]:
         """`message` arrived on the channel from `src` (the next one in FIFO order)."""
@@ -293,6 +298,19 @@ class Process:
                 raise RemoteProtocolError(f"marker from {src!r} has snapshot id {message.snapshot_id!r}")
             return self._step(message.snapshot_id, Input.MARKER, src)
         raise RemoteProtocolError(f"unknown message type {type(message).__name__} from {src!r}")
+
+    def credit(self, *, src: str, amount: int) -> bool:
+        """A transfer arrived from `src`: the fast path of `receive` for when no
+        snapshot is recording here (nothing to record, no effect). Returns False,
+        changing nothing, while one is: the caller then uses `receive`."""
+        if self._recordings:
+            return False
+        if src not in self._incoming:
+            raise RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
+        if type(amount) is not int or amount <= 0:
+            raise RemoteProtocolError(f"transfer from {src!r} has amount {amount!r}")
+        self._balance += amount
+        return True
 
     def start_snapshot(self, snapshot_id: str) -> list[Effect]:
         """Initiate `snapshot_id` here; a no-op if this process already recorded it."""

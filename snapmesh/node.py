@@ -203,15 +203,15 @@ class Node:
             sender.check_room()
         seq = sender.next_seq if sender is not None else 0
         msg_id = f"{self.node_id}:{dst}:{seq}"
-        effects = self.process.send_transfer(dst=dst, msg_id=msg_id, amount=amount, seq=seq)
-        if sender is not None and len(effects) == 1:  # the hot path: one transfer onto its channel
+        if sender is not None:  # the hot path: one transfer onto its channel, no effect objects
+            self.process.debit(dst=dst, amount=amount)
             lsn = self.last_lsn + 1
             self._append(
                 wal.Send(lsn=lsn, msg_id=msg_id, src=self.node_id, dst=dst, seq=seq, amount=amount, request_id=request_id)
             )
             sender.enqueue(lsn=lsn, amount=amount)
-        else:
-            self._drain(effects, request_id=request_id)
+        else:  # no such channel: the core refuses it, naming why
+            self._drain(self.process.send_transfer(dst=dst, msg_id=msg_id, amount=amount, seq=seq), request_id=request_id)
         balance = self.process.balance
         if request_id:
             self._requests[request_id] = (msg_id, balance, self.last_lsn)
@@ -293,11 +293,12 @@ class Node:
             self._drain(effects, marker_recv=marker)
         else:
             msg_id = msg_id or f"{src}:{me}:{seq}"
-            effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, amount=amount, seq=seq))
+            if not self.process.credit(src=src, amount=amount):  # a snapshot is recording here
+                effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, amount=amount, seq=seq))
+                if effects:
+                    self._drain(effects)
             self._append(wal.Recv(lsn=self.last_lsn + 1, msg_id=msg_id, src=src, dst=me, seq=seq, amount=amount))
             self.transfers_received += 1
-            if effects:
-                self._drain(effects)
         receiver.applied(seq, self.last_lsn)
 
     def end_frame(self) -> None:

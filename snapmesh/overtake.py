@@ -57,7 +57,7 @@ def channel_state(reports: Mapping[str, core.FullState], src: str, dst: str) -> 
     position = reports[dst].positions.get(src)
     if position is None:
         return tuple(recorded)
-    return merge(recorded, reports[src].outbox.get(dst, ()), position)
+    return tuple(merge(recorded, reports[src].outbox.get(dst, ()), position))
 
 
 def merge(recorded: Iterable[T], outbox: Iterable[T], position: int) -> list[T]:
