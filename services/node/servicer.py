@@ -160,14 +160,18 @@ class NodeServicer(pb_grpc.NodeServicer):
             rx.release(ending)
 
 
-def _decode(src: str, dst: str, messages: Iterable[pb.ChannelMessage]) -> Iterator[tuple[int, core.Message]]:
-    """A frame's messages as (seq, core message), one at a time: a message with
-    no body raises RemoteProtocolError there, after those before it applied."""
+def _decode(
+    src: str, dst: str, messages: Iterable[pb.ChannelMessage]
+) -> Iterator[tuple[int, core.Marker | pb.TransferMessage]]:
+    """A frame's messages as (seq, core.Marker or the TransferMessage), one at a
+    time: a message with no body raises RemoteProtocolError there, after those
+    before it applied."""
     for message in messages:
         body = message.WhichOneof("body")
         if body == "transfer":
-            t = message.transfer
-            yield message.seq, core.Transfer(msg_id=t.msg_id, amount=t.amount, seq=message.seq)
+            # The protobuf message itself (it has `amount` and `msg_id`, "" when the
+            # sender left it out): no per-message object on the hot path.
+            yield message.seq, message.transfer
         elif body == "marker":
             if not message.marker.snapshot_id:
                 raise core.RemoteProtocolError(f"channel {src}->{dst}: marker {message.seq} has an empty snapshot id")
