@@ -151,7 +151,8 @@ class FullState:
     channels: Mapping[str, tuple[Transfer, ...]]  # incoming src -> in-flight transfers
     # Overtake mode only (filled by the node at the cut; empty in classic mode):
     positions: Mapping[str, int] = field(default_factory=dict)  # incoming src -> last seq applied at the cut
-    outbox: Mapping[str, tuple[Transfer, ...]] = field(default_factory=dict)  # outgoing dst -> unacked transfers at the cut
+    # outgoing dst -> unacked transfers at the cut, as the link holds them (link.Entry: seq, amount)
+    outbox: Mapping[str, tuple] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

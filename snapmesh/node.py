@@ -140,7 +140,7 @@ class Node:
             mode=snapshot_mode,
         )
         self.overtake = snapshot_mode == "overtake"
-        self._at_cut: dict[str, tuple[dict[str, int], dict[str, tuple[core.Transfer, ...]]]] = {}
+        self._at_cut: dict[str, tuple[dict[str, int], dict[str, tuple[Entry, ...]]]] = {}
         self.senders = {
             dst: Sender(
                 src=node_id,
@@ -334,16 +334,9 @@ class Node:
 
     def _keep_cut(self, snapshot_id: str) -> None:
         """At a cut: the positions of the incoming channels, the outboxes' transfers."""
-        me = self.node_id
         positions = {src: r.last_seq for src, r in self.receivers.items()}
-        outbox = {
-            dst: tuple(
-                core.Transfer(msg_id=f"{me}:{dst}:{e.seq}", amount=e.amount, seq=e.seq)
-                for e in s.outbox
-                if not e.snapshot_id
-            )
-            for dst, s in self.senders.items()
-        }
+        # The link's own entries (seq, amount): no object per entry at every cut.
+        outbox = {dst: tuple(e for e in s.outbox if not e.snapshot_id) for dst, s in self.senders.items()}
         self._at_cut[snapshot_id] = (positions, outbox)
 
     def _with_cut(self, state: core.FullState) -> core.FullState:

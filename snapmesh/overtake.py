@@ -57,7 +57,8 @@ def channel_state(reports: Mapping[str, core.FullState], src: str, dst: str) -> 
     position = reports[dst].positions.get(src)
     if position is None:
         return tuple(recorded)
-    return tuple(merge(recorded, reports[src].outbox.get(dst, ()), position))
+    outbox = (core.Transfer(msg_id=f"{src}:{dst}:{e.seq}", amount=e.amount, seq=e.seq) for e in reports[src].outbox.get(dst, ()))
+    return tuple(merge(recorded, outbox, position))
 
 
 def merge(recorded: Iterable[T], outbox: Iterable[T], position: int) -> list[T]:

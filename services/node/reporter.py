@@ -85,9 +85,9 @@ def _overtake_fields(state: core.FullState, node_id: str) -> dict:
             pb.ChannelState(
                 src=node_id,
                 dst=dst,
-                in_flight=[pb.InFlightTransfer(msg_id=t.msg_id, amount=t.amount, seq=t.seq) for t in transfers],
+                in_flight=[pb.InFlightTransfer(msg_id=f"{node_id}:{dst}:{e.seq}", amount=e.amount, seq=e.seq) for e in entries],
             )
-            for dst, transfers in state.outbox.items()
+            for dst, entries in state.outbox.items()
         ],
     }
 
