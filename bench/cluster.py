@@ -41,10 +41,11 @@ from pathlib import Path
 import grpc
 
 from bench.loadgen import LoadGen
-from bench.observe import Observer, cpu_s, scrape_max, window_between
+from bench.observe import Observer, cpu_s, window_between
 from bench.report import Latency, Markers, Results, p50_p99, table
 from snapmesh.config import write_cluster
 from snapmesh.runtime import CLIENT_OPTIONS
+from snapmesh.scrape import largest
 from snapmesh.snapshots import duration_s
 from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -193,7 +194,7 @@ def _latencies(cluster, controller, loadgen: LoadGen, observer: Observer, status
         time.sleep(SETTLE_S)
         start = observer.sample()
         client, server, failed, in_flight = _latency_run(controller, LATENCY_SNAPSHOTS, LATENCY_CAP_S, statuses)
-        max_unacked = max(scrape_max(a, "snapmesh_channel_unacked_messages") for a in observer.metrics_addresses)
+        max_unacked = max(largest(a, "snapmesh_channel_unacked_messages") for a in observer.metrics_addresses)
         window = window_between(start, observer.sample(), [], max_unacked)
         results.latency.append(Latency(nodes, fraction, client, server, failed, in_flight, window))
         say(

@@ -22,10 +22,13 @@ from pathlib import Path
 
 import grpc
 
-from bench.cluster import INITIAL_BALANCE, LoadGen, Observer, _cpu_s
+from bench.cluster import BATCH, _start_cluster
 from bench.controller_store import merge_results
-from snapmesh.launcher import LocalCluster, write_config
+from bench.loadgen import LoadGen
+from bench.observe import Observer, cpu_s
+from bench.report import percentile
 from snapmesh.runtime import CLIENT_OPTIONS
+from snapmesh.snapshots import duration_s
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -36,16 +39,6 @@ RAMP_WINDOW_S = 3.0
 WINDOW_S = 10.0
 EVERY_S = 0.1
 PROBES_PER_TRIGGER = 3  # unary round trips between two triggers, at most
-DEADLINE_S = 10.0
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
-
-
-def _ms(snapshot: pb.Snapshot) -> float:
-    return (snapshot.finished_at.ToNanoseconds() - snapshot.started_at.ToNanoseconds()) / 1e6
 
 
 def _trigger_and_probe(controller, seconds: float) -> tuple[list[str], list[float]]:
@@ -82,15 +75,12 @@ def _outcomes(controller, ids: list[str], wait_s: float = 30.0) -> list[pb.Snaps
 
 def measure(say=print) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        config = write_config(
-            Path(tmp) / "cluster.toml", nodes=NODES, deadline=DEADLINE_S, initial_balance=INITIAL_BALANCE
-        )
-        cluster = LocalCluster(config).start()
+        cluster = _start_cluster(Path(tmp), NODES)
         loadgen = None
         channel = grpc.insecure_channel(cluster.controller_address, options=CLIENT_OPTIONS)
         try:
             controller = pb_grpc.ControllerStub(channel)
-            loadgen = LoadGen(cluster, seed=7)
+            loadgen = LoadGen(cluster, batch=BATCH, seed=7)
             observer = Observer(cluster, loadgen)
             best, best_callers = 0.0, RAMP_CALLERS[0]
             for callers in RAMP_CALLERS:
@@ -102,9 +92,9 @@ def measure(say=print) -> dict[str, float]:
                     best, best_callers = rate, callers
             loadgen.set(best_callers)
             time.sleep(SETTLE_S)
-            cpu0, t0 = _cpu_s(cluster.controller_pid), time.perf_counter()
+            cpu0, t0 = cpu_s(cluster.controller_pid), time.perf_counter()
             ids, rtts = _trigger_and_probe(controller, WINDOW_S)
-            controller_cores = (_cpu_s(cluster.controller_pid) - cpu0) / (time.perf_counter() - t0)
+            controller_cores = (cpu_s(cluster.controller_pid) - cpu0) / (time.perf_counter() - t0)
             loadgen.set(0)
             snapshots = _outcomes(controller, ids)
         finally:
@@ -112,9 +102,9 @@ def measure(say=print) -> dict[str, float]:
             if loadgen is not None:
                 loadgen.close()
             cluster.stop()
-    complete = [_ms(s) for s in snapshots if s.status == pb.Snapshot.COMPLETE]
+    complete = [duration_s(s) * 1e3 for s in snapshots if s.status == pb.Snapshot.COMPLETE]
     failed = sum(s.status != pb.Snapshot.COMPLETE for s in snapshots)
-    p99, unary_p99 = _percentile(complete, 0.99), _percentile(rtts, 0.99)
+    p99, unary_p99 = percentile(complete, 99), percentile(rtts, 99)
     entries = statistics.mean(s.stats.in_flight_messages for s in snapshots)
     say(
         f"  {len(snapshots)} snapshots at {best_callers} callers/node ({best:,.0f} transfers/s), {failed} not COMPLETE; "
@@ -130,7 +120,7 @@ def measure(say=print) -> dict[str, float]:
     parts = {}
     for field in ("start_delay_ms", "recording_duration_ms", "report_time_ms"):
         values = [getattr(n, field) for s in snapshots if s.status == pb.Snapshot.COMPLETE for n in s.stats.nodes]
-        parts[field] = _percentile(values, 0.99)
+        parts[field] = percentile(values, 99)
     say("  per node p99: " + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))
     return {
         "controller_p99_ms_100ms": round(p99, 1),

@@ -1,18 +1,16 @@
 """What the bench sees of a running cluster: the nodes' Prometheus metrics
-(parsed with prometheus_client's own parser), the CPU of every process
+(`snapmesh.scrape`), the CPU of every process
 (utime+stime from /proc/<pid>/stat) and of the whole machine, over windows."""
 
 from __future__ import annotations
 
 import os
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from bench.loadgen import LoadGen
+from snapmesh.scrape import largest, sums
 from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -34,28 +32,6 @@ def _machine_busy_s() -> float:
     values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     idle = values[3] + values[4]  # idle, iowait
     return (sum(values[:8]) - idle) / _CLK_TCK
-
-
-def _samples(address: str):
-    """Every snapmesh_* sample a Prometheus endpoint exposes (prometheus_client's parser)."""
-    text = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name.startswith("snapmesh_"):
-                yield sample
-
-
-def _scrape(address: str) -> dict[str, float]:
-    """Sum of every snapmesh_* series, by sample name (labels summed away)."""
-    out: dict[str, float] = {}
-    for sample in _samples(address):
-        out[sample.name] = out.get(sample.name, 0.0) + sample.value
-    return out
-
-
-def scrape_max(address: str, name: str) -> float:
-    """The largest value of one series over its labels."""
-    return max((s.value for s in _samples(address) if s.name == name), default=0.0)
 
 
 @dataclass
@@ -88,7 +64,7 @@ class Observer:
     def sample(self) -> Sample:
         totals: dict[str, float] = {}
         for address in self.metrics_addresses:
-            for name, value in _scrape(address).items():
+            for name, value in sums(address).items():
                 totals[name] = totals.get(name, 0.0) + value
         cpu = {
             "nodes": sum(cpu_s(self.cluster.node_pid(n)) for n in self.cluster.node_ids),
@@ -105,7 +81,7 @@ class Observer:
             _trigger_every(controller, snapshot_every, start.at + seconds, snapshots)
         else:
             time.sleep(max(0.0, start.at + seconds - time.perf_counter()))
-        max_unacked = max(scrape_max(a, "snapmesh_channel_unacked_messages") for a in self.metrics_addresses)
+        max_unacked = max(largest(a, "snapmesh_channel_unacked_messages") for a in self.metrics_addresses)
         end = self.sample()
         return window_between(start, end, snapshots, max_unacked)
 

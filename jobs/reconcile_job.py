@@ -4,6 +4,10 @@
     spark-submit --master spark://host:7077 --py-files snapmesh.zip \
         jobs/reconcile_job.py --data-dir s3a://bucket/run-1 --out s3a://bucket/run-1/reconcile
 
+In compose (profile `spark`) the image has the package installed and this file is
+mounted at /opt/snapmesh-jobs. With a spark:// master the wait for it and for an
+executor is bounded by --master-timeout (exit 2), as in `snapmesh reconcile`.
+
 The zip carries the `snapmesh` package (only `snapmesh.reconcile` is imported on the
 cluster; no UDFs, so executors run no Python of ours). `--master` may be given here
 or to spark-submit; without it the master spark-submit configured is used.
@@ -14,19 +18,34 @@ from __future__ import annotations
 
 import sys
 
+from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
-from snapmesh.reconcile.main import build_session, parser, run_job
+from snapmesh.reconcile.common import InputError
+from snapmesh.reconcile.main import EXIT_BAD_INPUT, build_session, parser, run_job, wait_for_executors, wait_for_master
 
 
 def main(argv: list[str]) -> int:
     p = parser(prog="reconcile_job.py")
     p.set_defaults(master=None)  # spark-submit decides unless --master is given
     args = p.parse_args(argv)
-    spark = build_session(args.master) if args.master else SparkSession.builder.appName("snapmesh-reconcile").getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    master = args.master or SparkConf().get("spark.master", "")
+    standalone = master.startswith("spark://")
     try:
-        return run_job(spark, args.data_dir, args.out)
+        if standalone:  # bounded: Spark's own client would retry for a minute, a job wait for ever
+            wait_for_master(master, args.master_timeout)
+        spark = build_session(args.master) if args.master else SparkSession.builder.appName("snapmesh-reconcile").getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+    except InputError as e:
+        print(f"reconcile_job.py: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        if standalone:
+            wait_for_executors(spark, master, args.master_timeout)
+        return run_job(spark, args.data_dir, args.out, exact=args.exact)
+    except InputError as e:
+        print(f"reconcile_job.py: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     finally:
         spark.stop()
 

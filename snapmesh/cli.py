@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from snapmesh.orphans import die_with_parent_if_asked
+
 # name -> (module with main(argv), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("snapmesh.sim.cli", "run a scenario in the deterministic simulator"),
@@ -35,6 +37,7 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent_if_asked()  # a supervised child goes when its supervisor goes
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())

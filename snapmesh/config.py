@@ -408,6 +408,7 @@ def write_cluster(
     ports: Sequence[int] | None = None,
     host: str = "127.0.0.1",
     listen_ports: Mapping[str, int] | None = None,
+    settings: Mapping[str, int] | None = None,
     snapshot_mode: str | None = None,
 ) -> Path:
     """Write a cluster file for a local cluster and return its path.
@@ -417,7 +418,8 @@ def write_cluster(
     `data_dir` defaults to the file's directory. `ports`: 2 + 2N ports
     (controller port and metrics port, then each node's); default: free ones.
     `listen_ports`: node id -> the port that node listens on when peers dial
-    another (a proxy in between, as in the fault tests).
+    another (a proxy in between, as in the fault tests). `settings`: more
+    top-level keys (channel_bound, segment_records).
     """
     path = Path(path)
     ids = [f"p{i}" for i in range(1, nodes + 1)] if isinstance(nodes, int) else list(nodes)
@@ -429,6 +431,7 @@ def write_cluster(
     document: dict[str, Any] = {
         "data_dir": str(Path(data_dir if data_dir is not None else path.parent).resolve()),
         "initial_balance": int(initial_balance),
+        **(settings or {}),
     }
     if snapshot_mode is not None:  # "classic" or "overtake"; left out: the default (classic)
         document["snapshot_mode"] = snapshot_mode

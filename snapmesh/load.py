@@ -197,29 +197,23 @@ class BackgroundLoad:
         assert load.stats.accepted > 0
     """
 
-    def __init__(
-        self,
-        targets: Mapping[str, str],
-        neighbours: Mapping[str, Sequence[str]],
-        *,
-        callers: int = 1,
-        interval: float = 0.0,
-        **options,
-    ) -> None:
-        self.generator = LoadGenerator(targets, neighbours, **options)
+    def __init__(self, generator: LoadGenerator, *, callers: int = 1, interval: float = 0.0) -> None:
+        self.generator = generator
         self.callers = callers
         self.interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="load", daemon=True)
 
     @classmethod
-    def for_cluster(cls, cluster, **options) -> BackgroundLoad:
+    def for_cluster(cls, cluster, *, callers: int = 1, interval: float = 0.0, **options) -> BackgroundLoad:
         """Load on every node of a `supervisor.Cluster`, dialled directly (past
-        any proxy), to its neighbours in the cluster's topology."""
+        any proxy), to its neighbours in the cluster's topology; `options` go to
+        the LoadGenerator."""
         topology = cluster.config.topology
         targets = {n: cluster.direct_address(n) for n in topology.nodes}
         options.setdefault("identity", getattr(cluster, "client_identity", None))
-        return cls(targets, {n: topology.outgoing(n) for n in topology.nodes}, **options)
+        generator = LoadGenerator(targets, {n: topology.outgoing(n) for n in topology.nodes}, **options)
+        return cls(generator, callers=callers, interval=interval)
 
     @property
     def stats(self) -> LoadStats:

@@ -13,8 +13,9 @@ Events                                    Effects
   start_snapshot / abort_snapshot           Seal(first, next)  seal the active segment
   connect(dst, epoch) / disconnect(dst)     Transmit(dst, epoch, entries)
   opened(src, epoch)                        Ack(src, epoch, seq)
-  received(src, epoch, seq, ...)            Report(state)      a FullState to the controller
-  acked(dst, epoch, seq)                    ReportCancelled(snapshot_id)
+  received(src, epoch, seq, ...)            Finished(state, lsn) keep it safe from a crash, now
+  acked(dst, epoch, seq)                    Report(state)      a FullState to the controller
+                                            ReportCancelled(snapshot_id)
   durable(lsn)
   tick(now)
 
@@ -24,7 +25,10 @@ N1. One step, one log order. Each event applies to the core and appends its
     records in one call, so the log order is the order the core saw.
 N2. Nothing leaves before its record is durable: frames (link L2), acks (L2)
     and reports wait for `durable(lsn)`. A client's answer carries the lsn the
-    caller must see durable before replying.
+    caller must see durable before replying. A finished part is handed out
+    twice: `Finished` in the step that logs its last marker_recv (so the shell
+    keeps the state before that record can reach the disk, and a crash that
+    keeps the record keeps the state too: defect 8), `Report` once durable.
 N3. A recording's `cut` precedes the `marker_recv` that caused it, in the same
     step: a log cut short after the marker_recv always holds the cut.
 N4. Abort is logged (so a restart remembers it, defect 3), as is every
@@ -86,6 +90,14 @@ class Ack(NamedTuple):
     seq: int
 
 
+class Finished(NamedTuple):
+    """This node's part of a snapshot is done; `state` rests on the records up
+    to `lsn`, which are not durable yet. `Report(state)` follows once they are."""
+
+    state: core.FullState
+    lsn: int
+
+
 class Report(NamedTuple):
     state: core.FullState
 
@@ -94,7 +106,7 @@ class ReportCancelled(NamedTuple):
     snapshot_id: str
 
 
-Effect = Append | Seal | Transmit | Ack | Report | ReportCancelled
+Effect = Append | Seal | Transmit | Ack | Finished | Report | ReportCancelled
 
 
 class Accepted(NamedTuple):
@@ -419,6 +431,7 @@ class Node:
             if self.overtake:
                 state = self._with_cut(state)
             self._reports.append((self.last_lsn, state))
+            self._out.append(Finished(state, self.last_lsn))
 
     def _end_step(self) -> None:
         if self._segment_count >= self.segment_records:

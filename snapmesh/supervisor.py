@@ -22,10 +22,11 @@ the fault campaign. Two layers:
 
 No orphans: every child runs in its own session (a Ctrl-C in a terminal reaches
 only the supervising process, which stops the children in order) and asks the
-kernel to SIGKILL it when its parent dies (PR_SET_PDEATHSIG), so even a
-SIGKILLed supervisor leaves nothing behind. PR_SET_PDEATHSIG is tied to the
-thread that forked the child: start and restart children from a long-lived
-thread, normally the main one. Not thread-safe.
+kernel to SIGKILL it when its parent dies (PR_SET_PDEATHSIG, armed by the child
+itself: `snapmesh.orphans`), so even a SIGKILLed supervisor leaves nothing
+behind. PR_SET_PDEATHSIG is tied to the thread that forked the child: start
+and restart children from a long-lived thread, normally the main one. Not
+thread-safe.
 
 `Security` is the one place where how the children talk to each other is
 decided: its flags go on every child's command line and its `channel` is what
@@ -35,7 +36,6 @@ the health checks dial. Today it is plaintext on loopback.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -49,11 +49,11 @@ import grpc
 
 from snapmesh import config as cluster_config
 from snapmesh import security as tls
+from snapmesh import orphans
 from snapmesh.config import ClusterConfig
 
 STARTUP_TIMEOUT_S = 30.0  # longest wait for a child to answer SERVING
 STOP_TIMEOUT_S = 5.0  # grace between SIGTERM and SIGKILL
-_PR_SET_PDEATHSIG = 1
 _ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -117,21 +117,6 @@ def wait_serving(
 # -------------------------------------------------------------------- Child
 
 
-def _die_with_parent(parent_pid: int):
-    """A preexec_fn: the kernel SIGKILLs the child when its parent dies."""
-
-    def preexec() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass  # not Linux: the supervisor still stops its children on a clean exit
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
-
-
 class Child:
     """One supervised process. `health_address`: where it answers gRPC health
     checks once ready (None: `start` never waits)."""
@@ -174,7 +159,8 @@ class Child:
         return None if self.proc is None else self.proc.poll()
 
     def start(self, *, wait: bool = True) -> Child:
-        """Start the process (again, after it exited); with `wait`, return once it is SERVING."""
+        """Start the process (again, after it exited); with `wait`, return once it
+        is SERVING, or SIGKILL it and raise SupervisorError."""
         if self.alive:
             raise SupervisorError(f"{self.name} is already running")
         self.starts += 1
@@ -187,12 +173,15 @@ class Child:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=self.env,
+                env={**(os.environ if self.env is None else self.env), orphans.ENV: str(os.getpid())},
                 start_new_session=True,
-                preexec_fn=_die_with_parent(os.getpid()),
             )
         if wait:
-            self.wait_serving()
+            try:
+                self.wait_serving()
+            except SupervisorError:
+                self.kill(signal.SIGKILL)
+                raise
         return self
 
     def wait_serving(self, timeout: float | None = None) -> None:

@@ -1,12 +1,17 @@
-"""Client stubs shared by the tests that talk to real controller and node processes.
+"""Shared by the tests that talk to real controller and node processes: client
+stubs, and the one log checker run on a cluster's controller snapshots.
 
 `identity`: a TLS cluster's client identity (`Cluster.client_identity`); None: plaintext.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import grpc
 
+from invariants import Report, check_logs
+from node_logs import read_logs
 from snapmesh import security
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -20,3 +25,12 @@ def node_stub(address: str, identity=None, server_name: str | None = None) -> tu
     """`server_name`: the name the node's certificate holds, when dialling an address it does not (a container IP)."""
     channel = security.open_channel(address, identity, server_name=server_name)
     return channel, pb_grpc.NodeStub(channel)
+
+
+def check_against_logs(cluster, snapshots: Iterable, logs: dict[str, list[dict]] | None = None) -> Report:
+    """The one checker (tests/invariants.py): a `supervisor.Cluster`'s node logs
+    (read now unless given) against its COMPLETE controller `snapshots`."""
+    if logs is None:
+        logs = read_logs(cluster.data_dir, cluster.node_ids)
+    return check_logs(logs, snapshots, channels=cluster.config.topology.channels,
+                      total=cluster.config.expected_total)

@@ -317,12 +317,12 @@ def run(cmd: list[str], *, timeout: float = 600, check: bool = True, env: dict[s
     return result
 
 
-BASE_IMAGE = "snapmesh-base:bookworm"
+BASE_IMAGE = "snapmesh-base-slim:bookworm"  # build-base.sh also makes snapmesh-base:bookworm (+ Java)
 
 
 def build_images(tag: str = "latest") -> dict[str, str]:
-    """deploy/compose/build-images.sh: the base image (debootstrap, reused when it
-    exists), the wheels (host cache), then both Dockerfile targets on that base."""
+    """deploy/compose/build-images.sh: the base images (debootstrap, reused when
+    they exist), the wheels (host cache), then both Dockerfile targets."""
     result = run([str(COMPOSE_DIR / "build-images.sh"), tag], timeout=1200,
                  env={**os.environ, "BASE_IMAGE": BASE_IMAGE})
     for line in (result.stdout + result.stderr).splitlines():

@@ -48,10 +48,11 @@ def cluster_file(
     channels: list[tuple[str, str]] | None = None,
     proxied: tuple[str, ...] = (),
     deadline: float = 10,
+    settings: dict[str, int] | None = None,
 ) -> tuple[Path, dict]:
     """Write `cluster.toml`; returns (path, ports). For a node in `proxied`, the
     node listens on `ports[id]["listen"]` while peers dial `ports[id]["port"]`,
-    where a test puts its proxy."""
+    where a test puts its proxy. `settings`: top-level keys such as channel_bound."""
     pool = free_ports(2 + 3 * len(node_ids))
     listen = pool[2 + 2 * len(node_ids):]
     ports: dict = {"controller": pool[0], "controller_metrics": pool[1]}
@@ -66,6 +67,7 @@ def cluster_file(
         data_dir=tmp_path / "data",
         ports=pool[: 2 + 2 * len(node_ids)],
         listen_ports={n: ports[n]["listen"] for n in proxied},
+        settings=settings,
     )
     return path, ports
 
@@ -135,9 +137,10 @@ class Cluster(supervisor.Cluster):
 
     def __init__(self, tmp_path: Path, node_ids: list[str], *, balance: int = 1000,
                  channels: list[tuple[str, str]] | None = None, proxied: tuple[str, ...] = (),
-                 deadline: float = 10) -> None:
+                 deadline: float = 10, settings: dict[str, int] | None = None) -> None:
         path, self.ports = cluster_file(
-            tmp_path, node_ids, balance=balance, channels=channels, proxied=proxied, deadline=deadline
+            tmp_path, node_ids, balance=balance, channels=channels, proxied=proxied, deadline=deadline,
+            settings=settings,
         )
         super().__init__(path, controller=False)
         self.balance = balance

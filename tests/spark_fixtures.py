@@ -1,7 +1,9 @@
 """One SparkSession for every Spark test in the run (import `spark` from here).
 
 Starting a session costs seconds, so it is session-scoped: local[2], a 512m driver
-heap, two shuffle partitions, no UI. Modules import the fixture:
+heap, two shuffle partitions, no UI, and the small-input settings of `snapmesh
+reconcile` (quick JIT only, interpreted expressions: compiling generated code for
+each query costs more than running it on test-sized data). Modules import the fixture:
 `from spark_fixtures import spark  # noqa: F401`.
 """
 
@@ -25,6 +27,9 @@ def spark() -> Iterator[object]:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m")
+        .config("spark.sql.codegen.wholeStage", "false")
+        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -16,9 +16,7 @@ import time
 import grpc
 import pytest
 
-from cluster_helpers import controller_stub
-from invariants import check_logs
-from node_logs import read_logs
+from cluster_helpers import check_against_logs, controller_stub
 from snapmesh import config
 from snapmesh.config import write_cluster
 from snapmesh.load import BackgroundLoad
@@ -50,11 +48,9 @@ def make_cluster(tmp_path, tls):
     return make
 
 
-def check_against_logs(cluster: Cluster, snapshots: list[pb.Snapshot]) -> None:
+def assert_consistent_with_logs(cluster: Cluster, snapshots: list[pb.Snapshot]) -> None:
     """The one checker (tests/invariants.py): the nodes' logs against every snapshot."""
-    logs = read_logs(cluster.data_dir, cluster.node_ids)
-    report = check_logs(logs, snapshots, channels=cluster.config.topology.channels,
-                        total=cluster.config.expected_total)
+    report = check_against_logs(cluster, snapshots)
     assert report.transfers > 0 and len(report.snapshots) >= len(snapshots)
 
 
@@ -105,7 +101,7 @@ def test_concurrent_snapshots_from_every_initiator_under_load_are_complete_and_c
         for snapshot in snapshots:
             assert_complete_and_conserved(snapshot, cluster)
         assert any(c.in_flight for s in snapshots for c in s.channels), "the load never left money in flight"
-        check_against_logs(cluster, snapshots)
+        assert_consistent_with_logs(cluster, snapshots)
 
 
 @pytest.mark.parametrize("tls", [False], ids=["plaintext"])
@@ -137,7 +133,7 @@ def test_a_ring_cluster_takes_consistent_snapshots_under_load(tmp_path, make_clu
         for snapshot in snapshots:
             assert_complete_and_conserved(snapshot, cluster)
             assert len(snapshot.channels) == 4
-        check_against_logs(cluster, snapshots)
+        assert_consistent_with_logs(cluster, snapshots)
 
 
 def test_a_stopped_node_fails_the_snapshot_at_the_deadline_and_the_next_one_completes(tmp_path, make_cluster):

@@ -98,7 +98,7 @@ def test_committed_cluster_toml_loads():
 
 
 def test_image_requirements_are_pinned_to_the_venv():
-    for name in ("requirements-service.txt", "requirements-reconcile.txt"):
+    for name in ("requirements-service.txt", "requirements-build.txt", "requirements-reconcile.txt"):
         for line in (COMPOSE_DIR / name).read_text().splitlines():
             line = line.split("#")[0].strip()
             if not line:
@@ -107,6 +107,18 @@ def test_image_requirements_are_pinned_to_the_venv():
             assert version, f"{name}: {line!r} is not pinned with =="
             installed = importlib.metadata.version(package)
             assert installed == version, f"{name}: {package}=={version} but the venv has {installed}"
+
+
+def test_the_service_image_installs_every_runtime_dependency():
+    """The image installs snapmesh with --no-deps: requirements-service.txt must list what
+    pyproject.toml's [project] dependencies name (cairosvg only draws `trace --format png`)."""
+    import tomllib
+
+    names = lambda specs: {re.split(r"[<>=!~; \[]", s, maxsplit=1)[0].lower().replace("_", "-") for s in specs}  # noqa: E731
+    project = tomllib.loads((COMPOSE_DIR.parent.parent / "pyproject.toml").read_text())["project"]
+    lines = [line.split("#")[0].strip() for line in (COMPOSE_DIR / "requirements-service.txt").read_text().splitlines()]
+    missing = names(project["dependencies"]) - names(line for line in lines if line) - {"cairosvg"}
+    assert not missing, f"requirements-service.txt lacks {sorted(missing)}: the containers would fail to import them"
 
 
 def test_compose_file_is_valid_for_docker_compose():
@@ -417,3 +429,22 @@ def test_reconcile_job_reports_every_snapshot_consistent(stack, tmp_path):
         saved = copy_volume(f"{stack.project}_snapmesh-data", tmp_path / "data")
         pytest.fail(f"reconcile exited {result.returncode} (the data volume is copied to {saved}):\n{output[-4000:]}")
     assert "all consistent" in output, output[-4000:]
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(120)
+def test_the_service_image_is_lean_and_the_reconcile_image_has_spark(stack):
+    """Node, controller and app import neither Spark nor the code generator; only
+    the reconcile image carries the extra snapmesh[reconcile]."""
+    probe = "import importlib.util as u, sys; print(' '.join(m for m in sys.argv[1:] if u.find_spec(m)))"
+    modules = ["pyspark", "grpc_tools", "setuptools", "pip", "grpc", "tomli_w", "snapmesh.v1.snapmesh_pb2"]
+
+    def present(image: str) -> list[str]:
+        argv = ["docker", "run", "--rm", "--entrypoint", "/opt/snapmesh/bin/python", image, "-c", probe, *modules]
+        return run(argv, quiet=True).stdout.split()
+
+    assert present("snapmesh:latest") == ["grpc", "tomli_w", "snapmesh.v1.snapmesh_pb2"]
+    assert "pyspark" in present("snapmesh-reconcile:latest")
+    for image in ("snapmesh:latest", "snapmesh-reconcile:latest"):
+        size = int(run(["docker", "image", "inspect", "--format", "{{.Size}}", image], quiet=True).stdout)
+        log(f"{image}: {size / 1e6:.0f} MB")

@@ -12,8 +12,10 @@ import time
 import pytest
 from google.protobuf import json_format
 
-from cluster_helpers import check_against_logs, controller_stub, read_logs
-from snapmesh.launcher import LocalCluster, write_config
+from cluster_helpers import check_against_logs, controller_stub
+from node_logs import read_logs
+from snapmesh.config import write_cluster
+from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -24,8 +26,8 @@ DEADLINE_S = 4.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    path = write_config(tmp_path_factory.mktemp("restart") / "cluster.toml", nodes=3, deadline=DEADLINE_S)
-    with LocalCluster(path) as running:
+    path = write_cluster(tmp_path_factory.mktemp("restart") / "cluster.toml", nodes=3, deadline=DEADLINE_S)
+    with Cluster(path) as running:
         yield running
 
 
@@ -76,7 +78,7 @@ def test_a_snapshot_in_progress_completes_from_the_reports_the_nodes_resend(clus
     snapshot = poll(lambda: get(cluster, sid), lambda s: s.status != IN_PROGRESS)
     assert snapshot.status == COMPLETE, snapshot.reason
     assert snapshot.conserved and snapshot.total == snapshot.expected_total
-    check_against_logs(snapshot, read_logs(cluster.config.data_dir, cluster.node_ids))
+    check_against_logs(cluster, [snapshot])
 
 
 def test_a_snapshot_that_cannot_complete_fails_as_controller_restarted(cluster):

@@ -23,16 +23,17 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cluster_helpers import Load as LoadAll
-from cluster_helpers import check_against_logs, controller_stub, read_logs
-from node_harness import Cluster, Load, ReportSink, check_snapshot, money_check, run_node_once
+from cluster_helpers import check_against_logs, controller_stub, node_stub
+from node_harness import Cluster, ReportSink, run_node_once
+from node_logs import money_check, read_logs
 from services.node.datalock import DataDirLock, DataDirLocked
 from services.node.recovery import recover
 from services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from services.node.translog import LogClosedError, TransferLog
 from snapmesh.chunking import CHUNK_BYTES, BadChunks, StateAssembler, StateTooLarge, split_state
-from snapmesh.launcher import LocalCluster
-from snapmesh.launcher import write_config as write_cluster
+from snapmesh import supervisor
+from snapmesh.config import write_cluster
+from snapmesh.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -60,17 +61,18 @@ def test_a_second_process_on_a_live_nodes_data_dir_exits_2_and_touches_nothing(t
     try:
         cluster.start()
         cluster.stub("p1").Transfer(pb.TransferRequest(to="p2", amount=5), timeout=5)
-        before = cluster.log_path("p1").read_bytes()
+        log_path = cluster.config.log_path("p1")
+        before = log_path.read_bytes()
 
-        second = run_node_once(cluster.config, "p1")
+        second = run_node_once(cluster.config_path, "p1")
 
         assert second.returncode == 2, second.stderr
         assert str(cluster.data_dir) in second.stderr and "p1" in second.stderr, second.stderr
-        assert f"pid {cluster.nodes['p1'].proc.pid}" in second.stderr, second.stderr
-        assert cluster.log_path("p1").read_bytes() == before
+        assert f"pid {cluster.node_pid('p1')}" in second.stderr, second.stderr
+        assert log_path.read_bytes() == before
         # The first node still serves, and its log is one it can restart on.
         cluster.stub("p1").Transfer(pb.TransferRequest(to="p2", amount=7), timeout=5)
-        assert cluster.nodes["p1"].stop() == 0
+        assert cluster.stop_node("p1") == 0
         cluster.start("p1")
         cluster.stub("p1").Transfer(pb.TransferRequest(to="p2", amount=9), timeout=5)
         assert_money_intact(cluster)
@@ -180,20 +182,21 @@ def test_a_full_disk_stops_the_node_and_a_restart_recovers_with_no_money_lost(tm
     send is received exactly once and the balances sum to the total."""
     cluster = Cluster(tmp_path, ["p1", "p2", "p3"], balance=100_000)
     # Only p2 uses the small disk: same cluster file, another data_dir.
-    text = cluster.config.read_text().replace(f'data_dir = "{cluster.data_dir}"', f'data_dir = "{small_disk}"')
+    text = cluster.config_path.read_text()
+    assert f'data_dir = "{cluster.data_dir}"' in text
     p2_config = tmp_path / "p2.toml"
-    p2_config.write_text(text)
-    cluster.nodes["p2"].config = p2_config
+    p2_config.write_text(text.replace(f'data_dir = "{cluster.data_dir}"', f'data_dir = "{small_disk}"'))
+    p2 = cluster.node("p2")
+    p2.argv[p2.argv.index("--config") + 1] = str(p2_config)
     cluster.data_dir.mkdir()
     (cluster.data_dir / "p2.log.jsonl").symlink_to(small_disk / "p2.log.jsonl")  # where the harness reads it
     ballast = small_disk / "ballast"
     ballast.write_bytes(b"x" * 64 * 1024)
-    p2 = cluster.nodes["p2"]
     try:
         cluster.start()
-        with Load(cluster, batch=100, amount_max=10):
+        with BackgroundLoad.for_cluster(cluster, batch=100, max_amount=10):
             deadline = time.monotonic() + 60
-            while p2.running():
+            while p2.alive:
                 assert time.monotonic() < deadline, "p2 never stopped on a full disk"
                 if ballast.exists() and "cannot be written" in p2.output():
                     ballast.unlink()  # room again while p2 is going down: it must still write nothing
@@ -226,7 +229,7 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):
     return result
 
 
-def finished_here(cluster: LocalCluster, node: str, sid: str) -> bool:
+def finished_here(cluster: supervisor.Cluster, node: str, sid: str) -> bool:
     """The node's log holds a marker from every incoming channel: its part is done."""
     records = read_logs(cluster.config.data_dir, [node])[node]
     got = {r["src"] for r in records if r["kind"] == "marker_recv" and r["snapshot_id"] == sid}
@@ -238,7 +241,7 @@ def test_a_part_finished_before_a_crash_is_reported_after_the_restart(tmp_path: 
     SIGKILLed and restarted; the controller resumes: the snapshot ends COMPLETE,
     consistent with the logs."""
     config = write_cluster(tmp_path / "cluster.toml", nodes=3, deadline=30)
-    cluster = LocalCluster(config)
+    cluster = supervisor.Cluster(config)
     try:
         cluster.start()
         channel, stub = controller_stub(cluster.controller_address)
@@ -250,13 +253,13 @@ def test_a_part_finished_before_a_crash_is_reported_after_the_restart(tmp_path: 
             cluster.signal_node("p1", signal.SIGSTOP)
             sid = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=5).snapshot_id
             time.sleep(1.0)  # StartSnapshot leaves the controller
-            os.kill(cluster.controller_pid, signal.SIGSTOP)
+            cluster.pause_controller()
             cluster.signal_node("p1", signal.SIGCONT)
             wait_until(lambda: all(finished_here(cluster, n, sid) for n in cluster.node_ids), 20, "every part done")
             time.sleep(0.3)
             cluster.kill_node("p2")
             cluster.start_node("p2")
-            os.kill(cluster.controller_pid, signal.SIGCONT)
+            cluster.resume_controller()
             snapshot = wait_until(
                 lambda: (s := stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5)).status
                 != pb.Snapshot.IN_PROGRESS and s,
@@ -264,7 +267,7 @@ def test_a_part_finished_before_a_crash_is_reported_after_the_restart(tmp_path: 
             )
         assert snapshot.status == pb.Snapshot.COMPLETE, snapshot.reason
         assert snapshot.conserved
-        check_against_logs(snapshot, read_logs(cluster.config.data_dir, cluster.node_ids))
+        check_against_logs(cluster, [snapshot])
         assert not list(cluster.config.data_dir.glob("*.reports/*")), "acknowledged reports are kept"
     finally:
         cluster.stop()
@@ -318,21 +321,21 @@ def test_a_full_state_larger_than_one_grpc_message_is_delivered(tmp_path: Path) 
     cluster.sink = ChunkSink(cluster.ports["controller"])
     try:
         cluster.start()
-        cluster.nodes[b].proc.send_signal(signal.SIGSTOP)
+        cluster.pause_node(b)
         cluster.stub(a).StartSnapshot(pb.StartSnapshotRequest(snapshot_id="big"), timeout=5)
         for _ in range(20):
             batch = pb.TransferBatchRequest(transfers=[pb.TransferRequest(to=a, amount=1)] * 1000)
             assert all(r.code == 0 for r in cluster.stub(c).TransferBatch(batch, timeout=30).results)
         wait_until(lambda: sum(r["kind"] == "recv" for r in cluster.logs()[a]) == 20_000, 60, "a received all",
                    interval=0.5)
-        cluster.nodes[b].proc.send_signal(signal.SIGCONT)
+        cluster.resume_node(b)
         states = cluster.sink.wait_for("big", {a, b, c}, timeout=60)
         assert states[a].ByteSize() > 4 * 1024 * 1024
         assert sum(len(ch.in_flight) for ch in states[a].channels) == 20_000
-        check_snapshot(cluster.logs(), states, cluster.total)
+        cluster.check_snapshots(cluster.logs(), states)
     finally:
-        if cluster.nodes[b].running():
-            cluster.nodes[b].proc.send_signal(signal.SIGCONT)
+        if cluster.nodes[b].alive:
+            cluster.resume_node(b)
         cluster.close()
 
 
@@ -341,7 +344,7 @@ def test_the_controller_completes_a_snapshot_from_a_chunked_report(tmp_path: Pat
     in 1 MiB chunks, p2's in one message; the snapshot is COMPLETE and conserved.
     Chunks that are not a FullState are INVALID_ARGUMENT."""
     config = write_cluster(tmp_path / "cluster.toml", nodes=2, deadline=60, initial_balance=1_000_000)
-    cluster = LocalCluster(config)
+    cluster = supervisor.Cluster(config)
     try:
         cluster.start()
         # The finished snapshot is one ~5 MB message too: this client takes it.
@@ -407,7 +410,7 @@ def test_a_node_sigkilled_five_times_under_load_while_snapshots_run(tmp_path: Pa
     print(f"seed {seed}: SNAPMESH_SEED={seed} pytest {__file__} -k five_times")
     rng = random.Random(seed)
     config = write_cluster(tmp_path / "cluster.toml", nodes=3, deadline=5, initial_balance=100_000)
-    cluster = LocalCluster(config)
+    cluster = supervisor.Cluster(config)
     data_dir = cluster.config.data_dir
     stop_triggers = threading.Event()
     started: list[str] = []
@@ -425,7 +428,7 @@ def test_a_node_sigkilled_five_times_under_load_while_snapshots_run(tmp_path: Pa
         with channel:
             triggers = threading.Thread(target=trigger_snapshots, args=(stub,), daemon=True)
             triggers.start()
-            with LoadAll(cluster, batch=20, seed=seed) as load:
+            with BackgroundLoad.for_cluster(cluster, batch=20, max_amount=20, seed=seed, interval=0.01) as load:
                 for _ in range(5):
                     time.sleep(rng.uniform(0.3, 1.0))
                     cluster.kill_node("p2")
@@ -434,7 +437,7 @@ def test_a_node_sigkilled_five_times_under_load_while_snapshots_run(tmp_path: Pa
                 time.sleep(1.0)
             stop_triggers.set()
             triggers.join(10)
-            assert load.made > 0 and len(started) > 5
+            assert load.stats.accepted > 0 and len(started) > 5
             snapshots = wait_until(
                 lambda: (s := list(stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=5).snapshots))
                 and all(x.status != pb.Snapshot.IN_PROGRESS for x in s) and s,
@@ -444,8 +447,9 @@ def test_a_node_sigkilled_five_times_under_load_while_snapshots_run(tmp_path: Pa
                               and not money_check(lg)["unreceived"] and lg, 60, "every send received")
             served = {}
             for node in cluster.node_ids:
-                with grpc.insecure_channel(cluster.node_address(node)) as node_channel:
-                    served[node] = pb_grpc.NodeStub(node_channel).GetState(pb.GetStateRequest(), timeout=5).balance
+                node_channel, node_client = node_stub(cluster.node_address(node))
+                with node_channel:
+                    served[node] = node_client.GetState(pb.GetStateRequest(), timeout=5).balance
         report = money_check(logs)
         assert not report["duplicated"], f"received twice: {report['duplicated'][:5]}"
         assert not report["phantom"], f"received, never sent: {report['phantom'][:5]}"
@@ -482,7 +486,7 @@ def test_a_node_sigkilled_five_times_under_load_while_snapshots_run(tmp_path: Pa
         assert not never_reported, "finished parts lost in a crash (defect 8)"
         for snapshot in complete:
             assert snapshot.conserved, snapshot.reason
-            check_against_logs(snapshot, logs)
+        check_against_logs(cluster, complete, logs)
         assert [r["kind"] for r in logs["p2"]].count("restart") == 5
     finally:
         stop_triggers.set()

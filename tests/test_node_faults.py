@@ -5,9 +5,7 @@ balances sum to the total, and snapshots taken around the faults are consistent.
 
 from __future__ import annotations
 
-import re
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ import pytest
 from chaos_proxy import ChaosProxy
 from node_harness import Cluster
 from node_logs import money_check
+from snapmesh import scrape
 from snapmesh.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -33,12 +32,7 @@ def assert_money_intact(cluster: Cluster) -> dict:
 
 
 def metric_sum(cluster: Cluster, name: str) -> float:
-    total = 0.0
-    for node_id in cluster.node_ids:
-        url = f"http://127.0.0.1:{cluster.ports[node_id]['metrics']}/metrics"
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
-        total += sum(float(v) for v in re.findall(rf"^{name}\{{[^}}]*\}} (\S+)$", text, re.M))
-    return total
+    return sum(scrape.sums(node.metrics_address).get(name, 0.0) for node in cluster.config.nodes)
 
 
 @pytest.fixture

@@ -12,19 +12,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from node_harness import Cluster, Load, money_check
+from node_harness import Cluster
+from node_logs import money_check
 from services.node.recovery import recover
 from snapmesh import wal
+from snapmesh.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
-
-
-def cluster_with(tmp_path: Path, nodes: list[str], **settings: int) -> Cluster:
-    cluster = Cluster(tmp_path, nodes)
-    lines = "".join(f"{key} = {value}\n" for key, value in settings.items())
-    cluster.config.write_text(lines + cluster.config.read_text())  # top-level keys go before the tables
-    return cluster
 
 
 @pytest.fixture
@@ -36,7 +31,7 @@ def pair(tmp_path: Path):
 
 @pytest.fixture
 def bounded_pair(tmp_path: Path):
-    cluster = cluster_with(tmp_path, ["p1", "p2"], channel_bound=20)
+    cluster = Cluster(tmp_path, ["p1", "p2"], settings={"channel_bound": 20})
     yield cluster
     cluster.close()
 
@@ -80,7 +75,7 @@ def test_a_retried_request_is_answered_once_and_paid_once_across_a_restart(pair:
         pb.TransferRequest(to="p2", amount=5, request_id="order-18"),
     ]), timeout=5)
     assert [(r.code, r.msg_id) for r in batch.results] == [(0, "p1:p2:1"), (0, "p1:p2:2")]
-    pair.nodes["p1"].kill()  # SIGKILL: the map must come back from the log
+    pair.kill_node("p1")  # SIGKILL: the map must come back from the log
     pair.start("p1")
     after = p1.Transfer(pb.TransferRequest(to="p2", amount=30, request_id="order-17"), timeout=5)
     assert (after.msg_id, after.balance) == ("p1:p2:1", 970)
@@ -94,7 +89,7 @@ def test_an_abort_is_remembered_so_a_late_marker_starts_no_zombie_recording(pair
     pair.start()
     p1, p2 = pair.stub("p1"), pair.stub("p2")
     p1.AbortSnapshot(pb.AbortSnapshotRequest(snapshot_id="s-late", reason="deadline"), timeout=5)
-    pair.nodes["p1"].kill()
+    pair.kill_node("p1")
     pair.start("p1")
     p2.StartSnapshot(pb.StartSnapshotRequest(snapshot_id="s-late"), timeout=5)  # its marker reaches p1 late
     deadline = time.monotonic() + 20
@@ -129,12 +124,12 @@ def test_a_node_logs_the_cut_before_the_marker_recv_that_caused_it(pair: Cluster
 
 
 def test_segments_seal_with_a_checkpoint_and_a_restart_reads_only_the_active_one(tmp_path: Path) -> None:  # 5
-    cluster = cluster_with(tmp_path, ["p1", "p2"], segment_records=300)
+    cluster = Cluster(tmp_path, ["p1", "p2"], settings={"segment_records": 300})
     try:
         cluster.start()
-        with Load(cluster, batch=50, amount_max=3) as load:
+        with BackgroundLoad.for_cluster(cluster, batch=50, max_amount=3) as load:
             deadline = time.monotonic() + 30
-            while load.accepted < 3000 and time.monotonic() < deadline:
+            while load.stats.accepted < 3000 and time.monotonic() < deadline:
                 time.sleep(0.1)
         logs = cluster.wait_settled(30)
         data = cluster.data_dir
@@ -147,7 +142,7 @@ def test_segments_seal_with_a_checkpoint_and_a_restart_reads_only_the_active_one
             assert head["lsn"] == first and head["kind"] == ("init" if first == 1 else "checkpoint")
         assert json.loads((data / "p1.log.jsonl").read_text().splitlines()[0])["kind"] == "checkpoint"
         before = money_check(logs)["balances"]
-        assert cluster.nodes["p1"].stop() == 0
+        assert cluster.stop_node("p1") == 0
         cluster.start("p1")
         out = cluster.nodes["p1"].output().split("---- start #2")[1]
         read = int(out.split(" records read")[0].rsplit(" ", 1)[1])

@@ -13,7 +13,8 @@ import pytest
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
-from snapmesh.reconcile import transforms as T
+from snapmesh.reconcile import checksums, log_checks, parse
+from snapmesh.reconcile import verdicts as V
 from snapmesh.reconcile.schema import EVENT, SNAPSHOT, VERDICT
 from spark_fixtures import spark  # noqa: F401
 
@@ -116,11 +117,32 @@ SNAPSHOTS = [
 
 
 @pytest.fixture(scope="module")
-def verdicts(spark):  # noqa: F811
+def inputs(spark):  # noqa: F811
     evs = spark.createDataFrame(event_rows(LOGS), EVENT)
-    snaps = T.typed_snapshots(spark.createDataFrame(SNAPSHOTS, SNAPSHOT))
-    rows = T.verdicts(evs, snaps).collect()
-    return {r.snapshot_id: tuple(r) for r in rows}
+    return evs, parse.typed_snapshots(spark.createDataFrame(SNAPSHOTS, SNAPSHOT))
+
+
+@pytest.fixture(scope="module", params=["exact", "checksums"])
+def verdicts(request, inputs):
+    """The same rows whether the checksums settle a snapshot or the exact joins name its discrepancies."""
+    evs, snaps = inputs
+    rows = V.reconciled(evs, snaps, exact=request.param == "exact")
+    return {r["snapshot_id"]: tuple(r[name] for name in VERDICT.fieldNames()) for r in rows}
+
+
+def test_checksums_settle_the_consistent_snapshots_and_only_those(inputs):
+    evs, snaps = inputs
+    facts = checksums.LogFacts.of(r.asDict() for r in checksums.interval_sums(evs, checksums.interval_table(
+        evs.sparkSession, [(r.node, r.lsn) for r in checksums.cut_rows(evs).collect()])).collect())
+    settled = checksums.certify(
+        facts,
+        {},
+        [r.asDict() for r in checksums.cut_rows(evs).collect()],
+        [r.asDict(recursive=True) for r in checksums.snapshot_sums(snaps).collect()],
+    )
+    assert settled.logs_settled
+    assert [r["snapshot_id"] for r in settled.rows] == [None, "ok", "f"]
+    assert settled.unsettled == ["bal", "miss", "extra", "node"]
 
 
 def test_verdict_rows_have_the_verdict_schema_and_order(verdicts):
@@ -168,7 +190,7 @@ def test_transfer_received_twice_and_sequence_gap(spark):  # noqa: F811
     logs["p2"].append(recv("p1:p2:3", "p1", "p2", 3, 5))  # received twice
     logs["p3"].append(send("p3:p1:3", "p3", "p1", 3, 7))  # seq 2 skipped on p3->p1
     logs["p1"].append(recv("p3:p1:3", "p3", "p1", 3, 7))
-    found = T.log_discrepancies(spark.createDataFrame(event_rows(logs), EVENT)).collect()
+    found = log_checks.log_discrepancies(spark.createDataFrame(event_rows(logs), EVENT)).collect()
     assert sorted(tuple(r.d) for r in found) == [
         (3, "msg_id p1:p2:3: received 2 times"),
         (4, "channel p1->p2: seq 3 logged 2 times by receiver p2"),
@@ -190,7 +212,7 @@ def test_truncated_and_malformed_lines_named_with_file_and_line(spark):  # noqa:
         (f, 4096, second_split + 4, '{"node":"p2","lsn":7,"kind":"restart"}'),
     ]
     raw = spark.createDataFrame(lines, "file string, block long, mid long, value string")
-    bad = T.bad_lines(T.locate_lines(T.parse_log_lines(raw)))
+    bad = parse.bad_lines(parse.locate_lines(parse.parse_log_lines(raw)))
     assertDataFrameEqual(
         bad,
         [

@@ -36,6 +36,7 @@ resolve() {  # requirements file -> wheels in $CACHE
 }
 
 resolve "$HERE/requirements-service.txt"
+resolve "$HERE/requirements-build.txt"
 
 # pyspark: an sdist only. Build its wheel (pure Python) once; py4j has a wheel.
 pyspark_pin="$(grep -E '^pyspark==' "$HERE/requirements-reconcile.txt")"
@@ -48,8 +49,9 @@ grep -vE '^(pyspark==|#|$)' "$HERE/requirements-reconcile.txt" >"$CACHE/.reconci
 resolve "$CACHE/.reconcile-rest.txt"
 
 # Link (or copy) exactly what each requirement file resolves to into the build
-# context: wheels/service/ for the service image, wheels/reconcile/ for what
-# the reconcile image adds. Wheels already there are kept, stale ones removed.
+# context: wheels/service/ for the service image and the builder's tools
+# (requirements-build.txt: they stay in the builder stage), wheels/reconcile/
+# for what the reconcile image adds. Wheels already there are kept, stale ones removed.
 place() {  # dir requirements...
     local dir="$1" whl wanted; shift
     mkdir -p "$dir"
@@ -64,6 +66,6 @@ place() {  # dir requirements...
         grep -qxF "$(basename "$whl")" <<<"$wanted" || rm -f "$whl"
     done
 }
-place "$OUT/service" "$HERE/requirements-service.txt"
+place "$OUT/service" "$HERE/requirements-service.txt" "$HERE/requirements-build.txt"
 place "$OUT/reconcile" "$HERE/requirements-reconcile.txt"
 echo "fetch-wheels: $(ls "$OUT"/service/*.whl | wc -l) service and $(ls "$OUT"/reconcile/*.whl | wc -l) reconcile wheels in $OUT"

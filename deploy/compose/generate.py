@@ -9,7 +9,8 @@ writes, next to this script (or into --out DIR):
 * ``docker-compose.yml``: the one-shot ``certs`` (mutual TLS and the token are on by
   default: certificates made at deploy time, never committed), nodes p1..pN, the
   controller (gRPC port published for grpcurl), the app, the one-shot ``reconcile``
-  job (profile ``reconcile``), and Prometheus + Grafana (profile ``monitoring``);
+  job (profile ``reconcile``), a Spark standalone cluster and the job submitted to it
+  (profile ``spark``), and Prometheus + Grafana (profile ``monitoring``);
 * ``prometheus.yml``: scrapes the controller and every node.
 
 Changing N is this one command; the files for N=4 are committed. The cluster
@@ -142,7 +143,88 @@ def healthcheck(port: int) -> str:
 """
 
 
-def docker_compose_yml(n: int) -> str:
+# ------------------------------------------------------------ Spark (profile spark)
+SPARK_MASTER_PORT = 7077
+SPARK_WORKERS = 2
+
+
+def _spark_probe(host: str, port: int) -> str:
+    return f"""    healthcheck:
+      test: ["CMD", "python", "-c", "import socket; socket.create_connection(('{host}', {port}), 2).close()"]
+      interval: 3s
+      timeout: 5s
+      retries: 30
+      start_period: 5s
+"""
+
+
+def spark_services(workers: int) -> str:
+    """A standalone master, ``workers`` workers and the job submitted to them.
+
+    All run the reconcile image (pyspark's ``spark-class``/``spark-submit``, Java);
+    the job reads the logs on the shared data volume at the same path (/data) the
+    executors do. SPARK_LOCAL_IP is each container's own name (the image's default,
+    127.0.0.1, would make them unreachable from each other).
+    """
+    image = "${SNAPMESH_RECONCILE_IMAGE:-snapmesh-reconcile:latest}"
+    master = f"spark://spark-master:{SPARK_MASTER_PORT}"
+    common = f"""    image: {image}
+    profiles: [spark]
+    init: true
+    volumes:
+      - snapmesh-data:/data
+    networks: [mesh]
+"""
+    out = [
+        f"""  # `docker-compose --profile spark up -d spark-master` starts the Spark cluster;
+  # `docker-compose --profile spark run --rm reconcile-spark` submits the job to it.
+  spark-master:
+{common}    hostname: spark-master
+    restart: ${{SNAPMESH_RESTART:-unless-stopped}}
+    environment:
+      SPARK_LOCAL_IP: spark-master
+    entrypoint: ["spark-class", "org.apache.spark.deploy.master.Master"]
+    command: ["--host", "spark-master", "--port", "{SPARK_MASTER_PORT}", "--webui-port", "8080"]
+"""
+        + _spark_probe("spark-master", SPARK_MASTER_PORT)
+    ]
+    for i in range(1, workers + 1):
+        out.append(
+            f"""  spark-worker-{i}:
+{common}    hostname: spark-worker-{i}
+    restart: ${{SNAPMESH_RESTART:-unless-stopped}}
+    environment:
+      SPARK_LOCAL_IP: spark-worker-{i}
+    entrypoint: ["spark-class", "org.apache.spark.deploy.worker.Worker"]
+    command: ["{master}", "--host", "spark-worker-{i}", "-c", "1", "-m", "1g", "-d", "/tmp/spark-work"]
+    depends_on:
+      spark-master:
+        condition: service_healthy
+"""
+        )
+    workers_up = "".join(
+        f"      spark-worker-{i}:\n        condition: service_started\n" for i in range(1, workers + 1)
+    )
+    jobs = "      - snapmesh-data:/data\n      - ../../jobs:/opt/snapmesh-jobs:ro\n"  # the spark-submit script
+    job_common = common.replace("      - snapmesh-data:/data\n", jobs)
+    out.append(
+        f"""  reconcile-spark:
+{job_common}    hostname: reconcile-spark
+    restart: "no"
+    environment:
+      SPARK_LOCAL_IP: reconcile-spark
+    entrypoint: ["spark-submit"]
+    command: ["--master", "{master}", "--executor-memory", "768m", "--conf", "spark.ui.enabled=false",
+              "/opt/snapmesh-jobs/reconcile_job.py", "--data-dir", "/data", "--out", "/data/reconcile-spark"]
+    depends_on:
+      spark-master:
+        condition: service_healthy
+{workers_up}"""
+    )
+    return "".join(out)
+
+
+def docker_compose_yml(n: int, spark_workers: int = SPARK_WORKERS) -> str:
     ids = node_ids(n)
     out = [
         HEADER.format(n=n),
@@ -152,6 +234,7 @@ def docker_compose_yml(n: int) -> str:
 #   docker-compose -f deploy/compose/docker-compose.yml --profile monitoring up -d   # + Prometheus, Grafana
 #   docker-compose -f deploy/compose/docker-compose.yml --profile reconcile run --rm reconcile
 # Variables (all optional): SNAPMESH_IMAGE, SNAPMESH_RECONCILE_IMAGE, SNAPMESH_BASE_IMAGE,
+# SNAPMESH_RECONCILE_BASE_IMAGE,
 # SNAPMESH_CONTROLLER_PUBLISH (host side of the controller's gRPC port, default
 # 127.0.0.1:50050), SNAPMESH_CONTROLLER_FLAGS, SNAPMESH_APP_FLAGS, SNAPMESH_RESTART,
 # SNAPMESH_TLS_EXPORT (where the client's certificate and token land on the host,
@@ -187,6 +270,7 @@ def docker_compose_yml(n: int) -> str:
 {depends}"""
         + healthcheck(CONTROLLER_PORT)
     )
+    out.append(spark_services(spark_workers))
     out.append(
         f"""  app:
     <<: *snapmesh
@@ -208,6 +292,7 @@ def docker_compose_yml(n: int) -> str:
       target: reconcile
       args:
         BASE_IMAGE: ${{SNAPMESH_BASE_IMAGE:-python:3.11-slim-bookworm}}
+        RECONCILE_BASE_IMAGE: ${{SNAPMESH_RECONCILE_BASE_IMAGE:-python:3.11-slim-bookworm}}
     profiles: [reconcile]
     restart: "no"
     command: ["reconcile", "--data-dir", "/data", "--out", "/data/reconcile"]
@@ -261,13 +346,13 @@ volumes:
     return "".join(out)
 
 
-def generate(n: int, out_dir: Path) -> list[Path]:
+def generate(n: int, out_dir: Path, spark_workers: int = SPARK_WORKERS) -> list[Path]:
     if n < 2:
         raise ValueError("a cluster needs at least 2 nodes")
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {
         "cluster.toml": cluster_toml(n),
-        "docker-compose.yml": docker_compose_yml(n),
+        "docker-compose.yml": docker_compose_yml(n, spark_workers),
         "prometheus.yml": prometheus_yml(n),
     }
     written = []
@@ -282,10 +367,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", "-n", type=int, default=4, help="number of nodes (default 4)")
     parser.add_argument("--out", type=Path, default=HERE, help="output directory (default: next to this script)")
+    parser.add_argument("--spark-workers", type=int, default=SPARK_WORKERS, help="Spark workers (profile spark)")
     args = parser.parse_args(argv)
     if not 2 <= args.nodes <= 99:
         parser.error("--nodes must be between 2 and 99")
-    for path in generate(args.nodes, args.out):
+    if not 1 <= args.spark_workers <= 16:
+        parser.error("--spark-workers must be between 1 and 16")
+    for path in generate(args.nodes, args.out, args.spark_workers):
         print(f"wrote {path}")
     return 0
 

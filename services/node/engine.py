@@ -8,7 +8,9 @@ abort, the log becoming durable, a timer) is one synchronous call on the
     Seal + Append(cp)     -> the log seals its segment, cp opens the next
     Transmit(dst, ...)    -> that channel's stream
     Ack(src, epoch, seq)  -> that channel's live stream
-    Report(state)         -> the reporter (already durable)
+    Finished(state, lsn)  -> the reporter keeps it on disk now, before the
+                             marker_recv it rests on can reach the log (defect 8)
+    Report(state)         -> the reporter sends it (already durable)
     ReportCancelled(sid)  -> the reporter drops it
 
 Nothing here awaits except flow control: durability is the log's business,
@@ -28,6 +30,7 @@ from services.node.reporter import StateReporter, full_state_message
 from services.node.translog import TransferLog
 from snapmesh import core, link, wal
 from snapmesh import node as machine
+from snapmesh.v1 import snapmesh_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,7 @@ class Engine:
         self._timer_at: float | None = None
         self._counted = (0, 0, 0, 0, 0)
         self._cut_at_ns: dict[str, int] = {}  # snapshot id -> wall-clock ns of the cut (for stats)
+        self._finished: dict[str, pb.FullState] = {}  # kept, not yet durable: snapshot id -> its report
         self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
         metrics.balance.set(node.balance)
         self._run()
@@ -173,14 +177,18 @@ class Engine:
                 self.incoming[effect.src].post(effect.epoch, effect.seq)
             elif kind is machine.Seal:
                 self._seal_first = effect.first_lsn
-            elif kind is machine.Report:
+            elif kind is machine.Finished:
                 sid = effect.state.snapshot_id
                 log.info("snapshot %s: done here", sid)
                 # Wall-clock times for the controller's statistics; a cut from before a restart is unknown (0).
                 message = full_state_message(effect.state, self.node_id, self._cut_at_ns.pop(sid, 0))
-                self.reporter.submit(message, self.log.durable_lsn)
+                self._finished[sid] = message
+                self.reporter.keep(message, effect.lsn)
+            elif kind is machine.Report:
+                self.reporter.send(self._finished.pop(effect.state.snapshot_id), self.log.durable_lsn)
             elif kind is machine.ReportCancelled:
                 self._cut_at_ns.pop(effect.snapshot_id, None)
+                self._finished.pop(effect.snapshot_id, None)
                 self.reporter.cancel(effect.snapshot_id)
             else:  # pragma: no cover  (a new effect type must be routed here)
                 raise TypeError(f"unrouted effect {effect!r}")

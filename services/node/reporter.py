@@ -6,7 +6,7 @@ until it succeeds, the controller says it will never accept it, or the
 snapshot is aborted. The channel path never waits for any of this. A state too
 large for one gRPC message goes by `ReportStateChunks` (see snapmesh.chunking).
 
-A finished part survives a crash: `submit` first writes the FullState to
+A finished part survives a crash: `keep` writes the FullState to
 `<data_dir>/<node_id>.reports/` (`PendingReports`, atomically), synchronously,
 so the file is on disk before the record that completed the snapshot (the last
 `marker_recv`) is, and hence before that marker is acknowledged and can never
@@ -175,15 +175,19 @@ class StateReporter:
         self._rng = random.Random()
         self._pending = pending
 
-    def submit(self, message: pb.FullState, lsn: int) -> None:
-        """Report `message` once the log is durable up to `lsn`. Call it in the
-        same synchronous step that logged the records the state rests on."""
+    def keep(self, message: pb.FullState, lsn: int) -> None:
+        """Keep `message` for a report after a crash. Call it in the same
+        synchronous step that logged the records the state rests on (up to `lsn`),
+        so the file is on disk before they can be."""
         if self._pending is not None:
             try:
                 self._pending.save(message, lsn)
             except OSError as exc:  # reported all the same, only not crash-safe
                 log.error("snapshot %s: cannot keep the state for a report after a crash: %s",
                           message.snapshot_id, exc)
+
+    def send(self, message: pb.FullState, lsn: int) -> None:
+        """Report a kept `message` once the log is durable up to `lsn`."""
         self._start(message, lsn)
 
     def resume(self, found: list[tuple[pb.FullState, int]], last_lsn: int) -> None:

@@ -16,6 +16,7 @@ import grpc
 
 from services.node.channels import AckWriter, read_or_end
 from services.node.engine import Engine, GapError
+from services.node.translog import LogClosedError
 from snapmesh import core, security
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -42,6 +43,15 @@ class NodeServicer(pb_grpc.NodeServicer):
         self._log = engine.log
         self.stopping = False
 
+    async def _durable(self, lsn: int, context: grpc.aio.ServicerContext) -> None:
+        """Wait until the log holds `lsn`. A log that failed or closed will never
+        hold it: the client is told UNAVAILABLE (retry elsewhere or later), and
+        nothing it asked for is shown as done."""
+        try:
+            await self._log.wait_durable(lsn)
+        except LogClosedError as exc:  # LogFailedError too
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"node {self._engine.node_id} is stopping: {exc}")
+
     # -- transfers
 
     async def Transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
@@ -52,7 +62,7 @@ class NodeServicer(pb_grpc.NodeServicer):
             self._engine.metrics.refused(code.name).inc()
             await context.abort(code, str(exc))
         self._engine.transfers_done(0 if answer.repeated else 1)
-        await self._log.wait_durable(answer.lsn)
+        await self._durable(answer.lsn, context)
         await self._engine.wait_for_room({request.to}, FLOW_CONTROL_WAIT_S)
         return pb.TransferResponse(msg_id=answer.msg_id, balance=answer.balance)
 
@@ -77,13 +87,13 @@ class NodeServicer(pb_grpc.NodeServicer):
             accepted += 0 if answer.repeated else 1
             destinations.add(item.to)
         engine.transfers_done(accepted)
-        await self._log.wait_durable(self._log.last_lsn)
+        await self._durable(self._log.last_lsn, context)
         await engine.wait_for_room(destinations, FLOW_CONTROL_WAIT_S)
         return response
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
         balance = self._engine.node.balance
-        await self._log.wait_durable(self._log.last_lsn)  # never show what a crash could take back
+        await self._durable(self._log.last_lsn, context)  # never show what a crash could take back
         return pb.NodeStateResponse(
             node_id=self._engine.node_id, balance=balance, snapshot_mode=self._engine.node.process.mode
         )
@@ -96,7 +106,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id must not be empty")
         self._engine.start_snapshot(request.snapshot_id)
-        await self._log.wait_durable(self._log.last_lsn)
+        await self._durable(self._log.last_lsn, context)
         return pb.StartSnapshotResponse()
 
     async def AbortSnapshot(
@@ -106,7 +116,7 @@ class NodeServicer(pb_grpc.NodeServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id must not be empty")
         self._engine.abort_snapshot(request.snapshot_id, request.reason)
         log.info("snapshot %s: aborted (%s)", request.snapshot_id, request.reason or "no reason given")
-        await self._log.wait_durable(self._log.last_lsn)
+        await self._durable(self._log.last_lsn, context)
         return pb.AbortSnapshotResponse()
 
     # -- the channel stream src -> this node

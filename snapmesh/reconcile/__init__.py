@@ -1,6 +1,11 @@
 """Reconciliation: check exported snapshots against the nodes' transfer logs (Spark).
 
-``transforms`` holds the pure DataFrame checks, ``main`` the thin command
-(`snapmesh reconcile`), ``synth`` the synthetic data generator (`snapmesh synth`) and
-``baseline`` a single-process plain-Python computation of the same verdicts.
+The steps: ``parse`` (lines and snapshot files to typed rows), ``checksums`` (every
+check by aggregates), ``log_checks`` and ``snapshot_checks`` (the exact checks, by
+joins, for what the checksums do not settle), ``verdicts`` (the rows). ``schema`` holds
+the record schema, ``segments`` the log files (sealed segments, Parquet), ``ingest``
+the conversion to Parquet (`snapmesh reconcile ingest`), ``main`` the thin command
+(`snapmesh reconcile`), ``standalone`` a Spark standalone cluster from the pip pyspark,
+``synth`` the synthetic data generator (`snapmesh synth`) and ``baseline`` a
+single-process plain-Python computation of the same verdicts.
 """

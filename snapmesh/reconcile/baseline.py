@@ -16,12 +16,12 @@ from collections import defaultdict
 from typing import Any
 
 from . import messages as M
-from .schema import REQUIRED_FIELDS, SCOPE_LOGS, SCOPE_SNAPSHOT
+from .schema import INT_COLUMNS, REQUIRED_FIELDS, SCOPE_LOGS, SCOPE_SNAPSHOT, STR_COLUMNS
 
 SENDS = ("send", "marker_sent")
 RECEIPTS = ("recv", "marker_recv")
-INT_FIELDS = ("lsn", "balance", "seq", "amount")
-STR_FIELDS = ("node", "kind", "msg_id", "src", "dst", "snapshot_id")
+INT_FIELDS = INT_COLUMNS
+STR_FIELDS = STR_COLUMNS
 
 
 class BadInput(Exception):

@@ -1,8 +1,9 @@
 """`snapmesh reconcile`: check every exported snapshot against the transfer logs.
 
-The thin main: parse arguments, get a SparkSession, read, run the pure transforms of
-``transforms``, collect the verdict rows (the only thing the driver ever holds), write
-them, print them, and turn them into an exit status:
+The thin main: parse arguments, get a SparkSession, read, run the steps (``parse``,
+the checksums of ``checksums``, and the exact ``log_checks``/``snapshot_checks``/
+``verdicts`` only for what a checksum did not certify), collect the verdict rows and
+small per-cut tables, write them, print them, and turn them into an exit status:
 0 every snapshot consistent, 1 a discrepancy, 2 bad input.
 
 ``run_job(spark, data_dir, out_dir)`` runs the same job on an existing session (tests
@@ -15,7 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,15 +29,15 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import transforms as T
+from . import checksums
+from . import parse as T_parse
+from . import verdicts as V
+from .common import BUCKET, InputError
 from .schema import CORRUPT_COLUMN, SNAPSHOT, VERDICT
+from .segments import read_logs, write_text_file
 
 EXIT_OK, EXIT_INCONSISTENT, EXIT_BAD_INPUT = 0, 1, 2
 MAX_BAD_INPUT = 20  # bad lines reported (the first ones, by file and line)
-
-
-class InputError(Exception):
-    """Input the job cannot check: a missing path, no logs, no snapshots."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,17 +74,6 @@ def _read(reader: Any, path: str, what: str) -> DataFrame:
         raise
 
 
-def read_log_lines(spark: SparkSession, data_dir: str) -> DataFrame:
-    """(file, block, mid, value): every line of ``<data_dir>/*.log.jsonl``, located."""
-    text = _read(spark.read.text, f"{data_dir.rstrip('/')}/*.log.jsonl", "transfer logs")
-    return text.select(
-        F.input_file_name().alias("file"),
-        F.input_file_block_start().alias("block"),
-        F.monotonically_increasing_id().alias("mid"),
-        "value",
-    )
-
-
 def read_snapshots(spark: SparkSession, data_dir: str) -> DataFrame:
     """Every ``<data_dir>/snapshots/*.json`` (one pretty-printed object each) + file.
 
@@ -106,46 +99,77 @@ def read_snapshots(spark: SparkSession, data_dir: str) -> DataFrame:
 # ------------------------------------------------------------------------ the job
 
 
-def reconcile(spark: SparkSession, data_dir: str, bucket: int = T.BUCKET) -> Outcome:
+def _first_bad_and_cuts(located: DataFrame) -> DataFrame:
+    """The first bad lines (by file, line) and every cut record, in one query."""
+    null = lambda t: F.lit(None).cast(t)  # noqa: E731
+    bad = (
+        T_parse.bad_lines(located)
+        .orderBy("file", "line")
+        .limit(MAX_BAD_INPUT)
+        .select("file", "line", "problem", null("string").alias("node"), null("string").alias("snapshot_id"),
+                null("long").alias("lsn"), null("long").alias("balance"))
+    )
+    cuts = checksums.cut_rows(T_parse.events(located)).select(
+        null("string").alias("file"), null("long").alias("line"), null("string").alias("problem"), "*"
+    )
+    return bad.unionByName(cuts)
+
+
+def _bad_snapshots(snaps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Snapshot rows with a problem, and ids in more than one file (the first ones, by file)."""
+    files_of: dict[str, int] = {}
+    for s in snaps:
+        if s["snapshot_id"] is not None:
+            files_of[s["snapshot_id"]] = files_of.get(s["snapshot_id"], 0) + 1
+    bad = []
+    for s in sorted(snaps, key=lambda s: s["file"]):
+        problem = s["problem"]
+        if problem is None and files_of.get(s["snapshot_id"], 0) > 1:
+            problem = T_parse.DUPLICATE_SNAPSHOT % s["snapshot_id"]
+        if problem is not None:
+            bad.append({"file": s["file"], "line": None, "problem": problem})
+    return bad[:MAX_BAD_INPUT]
+
+
+def _as_dict(row: Any) -> Any:
+    return row.asDict(recursive=True)
+
+
+def reconcile(spark: SparkSession, data_dir: str, bucket: int = BUCKET, *, exact: bool = False) -> Outcome:
     """Run every check; return the verdict rows, or the bad input found first.
 
-    Three Spark actions: the log is read and parsed once into a narrow cached table
-    (typed columns, line numbers, ``problem``; not the raw text), the first bad lines
-    and bad snapshot files are collected in one query, then the verdict rows in one.
+    The fast path (see ``checksums``): one query for the first bad lines and the cut
+    records while another reads the snapshots, one aggregation of the log by cut
+    interval, and one of the sends up to each receiver's position when a receiver
+    is behind. The verdicts are compared on the driver. Only what the checksums do
+    not certify goes to the exact joins of ``verdicts`` (``exact`` sends everything).
     """
     if _is_local(data_dir) and not os.path.isdir(_local(data_dir)):
         raise InputError(f"data dir {data_dir} does not exist")
-    # cache(): MEMORY_AND_DISK_DESER. (pyspark's StorageLevel.MEMORY_AND_DISK is the
-    # serialized level: every scan would deserialize the whole table again.)
-    located = T.locate_lines(T.parse_log_lines(read_log_lines(spark, data_dir))).cache()
-    raw_snaps = read_snapshots(spark, data_dir).cache()
+    spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
+    logs = read_logs(spark, data_dir)
+    located = logs.located
+    raw_snaps = read_snapshots(spark, data_dir)
     try:
-        first_bad = lambda df, order, rank: df.orderBy(*order).limit(MAX_BAD_INPUT).withColumn("_rank", F.lit(rank))  # noqa: E731
+        checked = raw_snaps.select("file", T_parse.snapshot_problem().alias("problem"), *T_parse.typed_snapshot_columns())
+        with ThreadPoolExecutor(max_workers=1) as pool:  # two small jobs at once: the snapshots beside the log
+            snaps_future = pool.submit(lambda: [_as_dict(r) for r in checksums.snapshot_sums(checked).collect()])
+            first = _first_bad_and_cuts(located).collect()
+            snaps = snaps_future.result()
         bad = sorted(
-            first_bad(T.bad_lines(located), ["file", "line"], 0)
-            .unionByName(first_bad(T.bad_snapshots(raw_snaps), ["file"], 1))
-            .collect(),
-            key=lambda r: (r["_rank"], r["file"], r["line"] or 0),
-        )
+            ({"file": r["file"], "line": r["line"], "problem": r["problem"]} for r in first if r["problem"] is not None),
+            key=lambda b: (b["file"], b["line"]),
+        ) + _bad_snapshots(snaps)
         if bad:
-            return Outcome(bad_input=[{k: v for k, v in r.asDict().items() if k != "_rank"} for r in bad])
-        rows = T.verdicts(T.events(located), T.typed_snapshots(raw_snaps), bucket).collect()
-        return Outcome(verdicts=[r.asDict() for r in rows])
+            return Outcome(bad_input=bad)
+        evs = T_parse.events(located)
+        typed = raw_snaps.transform(T_parse.typed_snapshots)
+        rows = V.reconciled(
+            evs, typed, cut_records=[_as_dict(r) for r in first], snaps_summed=snaps, bucket=bucket, exact=exact
+        )
+        return Outcome(verdicts=rows)
     finally:
-        located.unpersist()
-        raw_snaps.unpersist()
-
-
-def _write_text(spark: SparkSession, path: str, text: str) -> None:
-    """Write a small file through Hadoop's FileSystem (local, hdfs://, s3a://, ...)."""
-    jvm = spark.sparkContext._jvm
-    target = jvm.org.apache.hadoop.fs.Path(path)
-    fs = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    stream = fs.create(target, True)
-    try:
-        stream.write(bytearray(text.encode("utf-8")))
-    finally:
-        stream.close()
+        logs.release()
 
 
 def write_outputs(spark: SparkSession, outcome: Outcome, data_dir: str, out_dir: str) -> None:
@@ -163,7 +187,7 @@ def write_outputs(spark: SparkSession, outcome: Outcome, data_dir: str, out_dir:
         "verdicts": outcome.verdicts,
         "bad_input": outcome.bad_input,
     }
-    _write_text(spark, f"{out_dir}/summary.json", json.dumps(summary, indent=2) + "\n")
+    write_text_file(spark, f"{out_dir}/summary.json", json.dumps(summary, indent=2) + "\n")
 
 
 def format_bad_input(bad: list[dict[str, Any]]) -> str:
@@ -203,11 +227,13 @@ def format_table(verdicts: list[dict[str, Any]]) -> str:
     return "\n".join([fmt(head), fmt(tuple("-" * w for w in widths)), *map(fmt, body)])
 
 
-def run_job(spark: SparkSession, data_dir: str, out_dir: str | None = None, *, quiet: bool = False) -> int:
+def run_job(
+    spark: SparkSession, data_dir: str, out_dir: str | None = None, *, quiet: bool = False, exact: bool = False
+) -> int:
     """The whole job on an existing session: check, write, print; the exit status."""
     out_dir = out_dir or f"{data_dir.rstrip('/')}/reconcile"
     try:
-        outcome = reconcile(spark, data_dir)
+        outcome = reconcile(spark, data_dir, exact=exact)
     except InputError as e:
         print(f"snapmesh reconcile: bad input: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -227,25 +253,97 @@ def run_job(spark: SparkSession, data_dir: str, out_dir: str | None = None, *, q
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
-def build_session(master: str | None, app_name: str = "snapmesh-reconcile") -> SparkSession:
+def _master_addresses(master: str) -> list[tuple[str, int]]:
+    """host:port pairs of a ``spark://h1:p1[,h2:p2]`` URL (default port 7077)."""
+    out = []
+    for part in master.removeprefix("spark://").split(","):
+        host, _, port = part.partition(":")
+        out.append((host, int(port or 7077)))
+    return out
+
+
+def wait_for_master(master: str, timeout_s: float) -> None:
+    """Return once a standalone master accepts connections; InputError after ``timeout_s``.
+
+    Spark's own client retries for about a minute before it gives up, and a job
+    without executors waits for ever: both are bounded here instead.
+    """
+    try:
+        addresses = _master_addresses(master)
+    except ValueError as e:
+        raise InputError(f"--master {master}: not a spark://host:port URL") from e
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for address in addresses:
+            try:
+                socket.create_connection(address, timeout=min(2.0, timeout_s)).close()
+                return
+            except OSError:
+                pass
+        if time.monotonic() >= deadline:
+            raise InputError(f"Spark master {master} unreachable: nothing answered within {timeout_s:g}s")
+        time.sleep(0.2)
+
+
+def wait_for_executors(spark: SparkSession, master: str, timeout_s: float) -> None:
+    """Return once the application has an executor; InputError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() < 2:  # the driver counts as one
+        if time.monotonic() >= deadline:
+            raise InputError(
+                f"Spark master {master} gave no executor within {timeout_s:g}s "
+                "(no live worker, or none with the cores and memory asked for)"
+            )
+        time.sleep(0.2)
+
+
+SMALL_INPUT_BYTES = 32 << 20  # below this a run is over in seconds: tune for start-up
+
+
+def input_bytes(data_dir: str) -> int | None:
+    """Bytes of a local data dir's logs (None when it is not local: unknown)."""
+    if not _is_local(data_dir) or not os.path.isdir(_local(data_dir)):
+        return None
+    with os.scandir(_local(data_dir)) as entries:
+        return sum(e.stat().st_size for e in entries if e.is_file() and ".log." in e.name)
+
+
+def build_session(master: str | None, app_name: str = "snapmesh-reconcile", *, small: bool = False) -> SparkSession:
     """A session for ``master``; None leaves the master to spark-submit.
 
     Local masters get settings for one small machine: no UI, shuffle partitions near
     the core count, a driver heap (the executors live in it) from
     SNAPMESH_SPARK_DRIVER_MEMORY (default 2g; it only applies when this process starts
-    the JVM, not under spark-submit).
+    the JVM, not under spark-submit). ``small`` (input of a few MB) trades peak speed
+    for start-up: the JVM's quick compiler only (C1: the JIT's optimizing tier costs
+    more than a small run saves), interpreted expressions instead of generated code
+    (compiling each query's Java takes longer than running it), one shuffle partition.
     """
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
     if master and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        java_options = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
+        if small:
+            java_options += " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m"
         builder = (
-            builder.config("spark.driver.memory", os.environ.get("SNAPMESH_SPARK_DRIVER_MEMORY", "2g"))
+            builder.config("spark.driver.memory", os.environ.get("SNAPMESH_SPARK_DRIVER_MEMORY", "512m" if small else "2g"))
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 2)))
+            .config("spark.sql.shuffle.partitions", "1" if small else str(2 * (os.cpu_count() or 2)))
             .config("spark.sql.adaptive.enabled", "true")
+            .config("spark.driver.extraJavaOptions", java_options)
+        )
+        if small:
+            builder = builder.config("spark.sql.codegen.wholeStage", "false").config(
+                "spark.sql.codegen.factoryMode", "NO_CODEGEN"
+            )
+    if master and master.startswith("spark://"):
+        builder = (
+            builder.config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.executor.memory", os.environ.get("SNAPMESH_SPARK_EXECUTOR_MEMORY", "768m"))
             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}")
         )
     spark = builder.getOrCreate()
@@ -257,20 +355,51 @@ def parser(prog: str = "snapmesh reconcile") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
         description="Check every exported snapshot against the nodes' transfer logs (Spark). "
-        "Exit 0: all consistent, 1: a discrepancy, 2: bad input.",
+        "Exit 0: all consistent, 1: a discrepancy, 2: bad input. "
+        "`snapmesh reconcile ingest --data-dir DIR` converts sealed log segments to Parquet first.",
     )
     p.add_argument("--data-dir", required=True, metavar="DIR", help="logs (*.log.jsonl) and snapshots/ (local, hdfs://, s3a://)")
     p.add_argument("--out", metavar="DIR", help="where verdicts.parquet and summary.json go (default: DIR/reconcile)")
     p.add_argument("--master", metavar="URL", default="local[*]", help="Spark master (default: local[*])")
+    p.add_argument(
+        "--master-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long a spark:// master may take to answer and give an executor (default 30; then exit 2)",
+    )
+    p.add_argument(
+        "--exact",
+        action="store_true",
+        help="skip the checksums: check everything with the exact joins (slower; same verdicts)",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["ingest"]:
+        from . import ingest
+
+        return ingest.main(argv[1:])
     args = parser().parse_args(argv)
     existing = SparkSession.getActiveSession()
-    spark = existing or build_session(args.master)
+    standalone = existing is None and args.master.startswith("spark://")
     try:
-        return run_job(spark, args.data_dir, args.out)
+        if standalone:
+            wait_for_master(args.master, args.master_timeout)
+        size = input_bytes(args.data_dir)
+        spark = existing or build_session(args.master, small=size is not None and size < SMALL_INPUT_BYTES)
+    except InputError as e:
+        print(f"snapmesh reconcile: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        if standalone:
+            wait_for_executors(spark, args.master, args.master_timeout)
+        return run_job(spark, args.data_dir, args.out, exact=args.exact)
+    except InputError as e:
+        print(f"snapmesh reconcile: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     finally:
         if existing is None:
             spark.stop()

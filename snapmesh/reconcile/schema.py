@@ -1,11 +1,15 @@
-"""Explicit Spark schemas for the reconciliation job: nothing is inferred.
+"""The record schema (the one place it is written down) and the job's Spark schemas.
 
-Three families:
+Nothing is inferred. Log file names are here too: a node's log is its sealed
+segments ``<node>.log.<first lsn, 12 digits>.jsonl`` and the active ``<node>.log.jsonl``.
+
+The schemas:
 
 * ``LOG_RECORD``: one line of ``<node_id>.log.jsonl`` as ``from_json`` parses it.
   ``_corrupt`` receives the raw line when it is not JSON or a field has the wrong
   type (an int64 field given a string, a float or an out-of-range number).
 * ``EVENT``: a parsed, located log record, the input of every check.
+* ``INGESTED``: a sealed segment converted to Parquet (``snapmesh reconcile ingest``).
 * ``SNAPSHOT``: one exported snapshot file (protobuf JSON: int64 values are strings).
 * ``VERDICT``: the output, one row per snapshot plus one row for the whole-log checks.
 """
@@ -14,43 +18,67 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
+from snapmesh import wal
+
 CORRUPT_COLUMN = "_corrupt"
+
+# <node>.log.jsonl (active) and <node>.log.<first lsn, 12 digits>.jsonl (sealed).
+LOG_FILE_PATTERN = r"([^/]*)\.log(?:\.([0-9]{12}))?\.jsonl$"
+SEGMENT_DIGITS = 12
+ACTIVE_FIRST_LSN = (1 << 63) - 1  # the active file sorts after every sealed segment
+
+
+def segment_file_name(node_file_stem: str, first_lsn: int) -> str:
+    """``p1.log.000000000001.jsonl``: the name of a sealed segment (`snapmesh.wal`'s)."""
+    return wal.sealed_name(node_file_stem, first_lsn)
+
 
 
 def _fields(*pairs: tuple[str, T.DataType], nullable: bool = True) -> list[T.StructField]:
     return [T.StructField(name, type_, nullable) for name, type_ in pairs]
 
 
-_EVENT_PAYLOAD = (
-    ("node", T.StringType()),
-    ("lsn", T.LongType()),
-    ("kind", T.StringType()),
-    ("balance", T.LongType()),
-    ("msg_id", T.StringType()),
-    ("src", T.StringType()),
-    ("dst", T.StringType()),
-    ("seq", T.LongType()),
-    ("amount", T.LongType()),
-    ("snapshot_id", T.StringType()),
-)
+# The kinds the checks read; their required fields, in the order `snapmesh.wal.SPEC`
+# (the one definition of the log record) gives them, make the columns.
+CHECKED_KINDS = ("init", "send", "recv", "cut", "marker_sent", "marker_recv")
+_SPARK_TYPES = {int: T.LongType(), str: T.StringType()}
+
+
+def _payload() -> tuple[tuple[str, T.DataType], ...]:
+    columns: dict[str, T.DataType] = {name: _SPARK_TYPES[type_] for name, type_, _ in wal.COMMON}
+    for kind in CHECKED_KINDS:
+        for name, type_, required in wal.SPEC[kind]:
+            if required:
+                columns.setdefault(name, _SPARK_TYPES[type_])
+    return tuple(columns.items())
+
+
+# node, lsn, kind, balance, msg_id, src, dst, seq, amount, snapshot_id
+_EVENT_PAYLOAD = _payload()
+INT_COLUMNS = tuple(name for name, type_ in _EVENT_PAYLOAD if isinstance(type_, T.LongType))
+STR_COLUMNS = tuple(name for name, type_ in _EVENT_PAYLOAD if isinstance(type_, T.StringType))
 
 # One log line, as parsed by from_json (PERMISSIVE, corrupt record column).
 LOG_RECORD = T.StructType(_fields(*_EVENT_PAYLOAD, (CORRUPT_COLUMN, T.StringType())))
 
 # Required fields per kind (besides node, lsn and kind, which every record needs).
-# Kinds not listed here are ignored by the checks ("abort", "restart", ...).
+# Kinds not listed here are ignored by the checks ("abort", "restart", "checkpoint",
+# "restore", ...), and so are fields not in LOG_RECORD (e.g. "request_id" on "send").
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
-    "init": ("balance",),
-    "send": ("msg_id", "src", "dst", "seq", "amount"),
-    "recv": ("msg_id", "src", "dst", "seq", "amount"),
-    "cut": ("snapshot_id", "balance"),
-    "marker_sent": ("snapshot_id", "src", "dst", "seq"),
-    "marker_recv": ("snapshot_id", "src", "dst", "seq"),
+    kind: tuple(name for name, _, required in wal.SPEC[kind] if required) for kind in CHECKED_KINDS
 }
 
 # A located, well-formed log record: the input of the checks.
 EVENT = T.StructType(
     _fields(("file", T.StringType()), ("line", T.LongType())) + _fields(*_EVENT_PAYLOAD)
+)
+
+# A sealed segment as Parquet: the parsed lines, in file order, with their line in
+# the file and what is wrong with them (``file`` is the segment's base name).
+INGESTED = T.StructType(
+    _fields(("file", T.StringType()), ("line", T.LongType()))
+    + _fields(*_EVENT_PAYLOAD)
+    + _fields(("problem", T.StringType()))
 )
 
 _IN_FLIGHT = T.StructType(_fields(("msg_id", T.StringType()), ("amount", T.StringType()), ("seq", T.StringType())))

@@ -179,6 +179,8 @@ class World:
                     conn.back.append(effect.seq)
             elif kind is node_mod.Report:
                 self.reports.append((node_id, effect.state))
+            elif kind is node_mod.Finished:
+                pass  # no pending-report store is simulated: the part is reported on Report, once durable
             elif kind is node_mod.Seal:
                 disk.pending.append(effect)
                 self.faults["segment sealed"] += 1

@@ -1,0 +1,110 @@
+"""`snapmesh reconcile ingest`: convert sealed log segments to Parquet, once.
+
+Each node's sealed segments (``<node>.log.<first lsn>.jsonl``) not converted yet are
+parsed (the same parse as the job: typed columns, line in the file, ``problem``) and
+written, all in one Spark job, to ``<data_dir>/columnar/segments/file=<name>/``; the
+manifest ``<data_dir>/columnar/manifest.json`` then records each one's origin size,
+modification time and record count. Running it again converts only what is new.
+Conversion goes in lsn order: a node's segments after the first one that cannot be
+converted (missing from the listing) stay JSONL. The active ``<node>.log.jsonl`` is
+never converted: the node is still writing it. The JSONL stays the source of truth:
+the job re-checks each segment against its origin (see ``segments``).
+
+Exit 0 (converted, or nothing new), 2 bad input (no data dir, a bad manifest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from .common import InputError
+from .parse import locate_lines, parse_log_lines
+from .schema import INGESTED
+from .segments import (
+    COLUMNAR_DIR,
+    SEGMENTS_DIR,
+    LogFile,
+    list_logs,
+    manifest_path,
+    read_manifest,
+    read_text_logs,
+    segment_dir,
+    write_text_file,
+)
+
+
+def pending(spark: SparkSession, data_dir: str) -> tuple[dict[str, dict], list[LogFile]]:
+    """The manifest and the sealed segments to convert (those new or changed since)."""
+    manifest = read_manifest(spark, data_dir)
+    todo = []
+    for f in list_logs(spark, data_dir):
+        entry = manifest.get(f.name)
+        if f.first_lsn is not None and (entry is None or (entry["size"], entry["mtime_ms"]) != (f.size, f.mtime_ms)):
+            todo.append(f)
+    return manifest, todo
+
+
+def ingest(spark: SparkSession, data_dir: str) -> list[str]:
+    """Convert the pending segments; return their names."""
+    manifest, todo = pending(spark, data_dir)
+    if not todo:
+        return []
+    # One pass: parse, locate, write (each task writes the segments it read; no shuffle).
+    located = locate_lines(parse_log_lines(read_text_logs(spark, todo)))
+    named = located.withColumn("file", F.regexp_extract("file", r"([^/]*)$", 1))  # the segment's name
+    root = f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{SEGMENTS_DIR}"
+    (
+        named.select(*INGESTED.fieldNames())
+        .write.mode("overwrite")
+        .option("partitionOverwriteMode", "dynamic")
+        .partitionBy("file")
+        .parquet(root)
+    )
+    # Row counts from the Parquet footers of what was just written (no data read).
+    written = spark.read.schema(INGESTED).option("basePath", root).parquet(*(segment_dir(data_dir, f.name) for f in todo))
+    counts = {r["file"]: r["n"] for r in written.groupBy("file").agg(F.count(F.lit(1)).alias("n")).collect()}
+    for f in todo:
+        manifest[f.name] = {
+            "name": f.name,
+            "size": f.size,
+            "mtime_ms": f.mtime_ms,
+            "records": counts.get(f.name, 0),
+            "parquet": segment_dir(data_dir, f.name),
+        }
+    document = {"segments": sorted(manifest.values(), key=lambda e: e["name"])}
+    write_text_file(spark, manifest_path(data_dir), json.dumps(document, indent=2) + "\n")
+    return [f.name for f in todo]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="snapmesh reconcile ingest",
+        description="Convert sealed log segments (<node>.log.<first lsn>.jsonl) to Parquet once, "
+        "for `snapmesh reconcile` to read. Re-running converts only new segments.",
+    )
+    p.add_argument("--data-dir", required=True, metavar="DIR", help="the logs (local, hdfs://, s3a://)")
+    p.add_argument("--master", metavar="URL", default="local[*]", help="Spark master (default: local[*])")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from .main import EXIT_BAD_INPUT, build_session
+
+    args = parser().parse_args(argv)
+    existing = SparkSession.getActiveSession()
+    spark = existing or build_session(args.master)
+    try:
+        converted = ingest(spark, args.data_dir)
+    except InputError as e:
+        print(f"snapmesh reconcile ingest: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    finally:
+        if existing is None:
+            spark.stop()
+    print(f"converted {len(converted)} segment(s) to Parquet" + (f": {', '.join(converted)}" if converted else ""))
+    return 0

@@ -1,0 +1,229 @@
+"""Step 1, parse: text lines and snapshot documents -> typed, located rows.
+
+Nothing here reads files or runs a job: ``main`` reads, these functions only build
+plans. A log line becomes a typed record plus ``problem`` (null when well-formed);
+a snapshot file becomes one typed row, or a ``problem`` naming what is wrong.
+
+A node's log is its sealed segments ``<node>.log.<first lsn, 12 digits>.jsonl`` in
+lsn order, then the active ``<node>.log.jsonl``. ``line`` is a row's line in its
+file (what bad-input messages name); ``pos`` its position in the node's whole log
+(what the lsn must equal).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from .common import RECEIPTS, SENDS, first_when, kind_in
+from .schema import ACTIVE_FIRST_LSN, CORRUPT_COLUMN, EVENT, LOG_FILE_PATTERN, LOG_RECORD, REQUIRED_FIELDS
+
+# ---------------------------------------------------------------------------- logs
+
+
+def parse_log_lines(lines: DataFrame) -> DataFrame:
+    """(file, block, mid, value) text lines -> typed records plus ``problem``.
+
+    ``block``/``mid`` locate a line (see ``locate_lines``). ``problem`` says what is
+    wrong with a line: not JSON (a truncated line), a field of the wrong type, a
+    required field missing, or a record that does not belong in this node's log.
+    The raw ``value`` is dropped. Whether the record belongs to the file's node is
+    decided in ``locate_lines``, once per file rather than once per row; until then
+    ``problem`` holds the checks before it and ``_problem_after`` the ones after it.
+    """
+    record = F.from_json(
+        "value", LOG_RECORD, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
+    )
+    parsed = lines.select("file", "block", "mid", "value", record.alias("r")).select(
+        "file", "block", "mid", "value", "r.*"
+    )
+
+    corrupt = F.col(CORRUPT_COLUMN).isNotNull()
+    before: list[tuple[Column, Column]] = [
+        (F.trim("value") == "", F.lit("empty line")),
+        (corrupt & F.try_parse_json("value").isNull(), F.lit("not valid JSON (truncated line?)")),
+        (corrupt, F.lit("a field has the wrong type, or the line is not a JSON object")),
+    ]
+    before += [(F.col(f).isNull(), F.lit(f"missing field '{f}'")) for f in ("node", "lsn", "kind")]
+    before += [
+        ((F.col("kind") == kind) & F.col(f).isNull(), F.lit(f"{kind} record without '{f}'"))
+        for kind, fields in REQUIRED_FIELDS.items()
+        for f in fields
+    ]
+    after: list[tuple[Column, Column]] = [
+        (
+            kind_in(SENDS) & (F.col("src") != F.col("node")),
+            F.format_string("%s with src %s in the log of %s", "kind", "src", "node"),
+        ),
+        (
+            kind_in(RECEIPTS) & (F.col("dst") != F.col("node")),
+            F.format_string("%s with dst %s in the log of %s", "kind", "dst", "node"),
+        ),
+    ]
+    return parsed.select(
+        "*", first_when(before).alias("problem"), first_when(after).alias("_problem_after")
+    ).drop("value", CORRUPT_COLUMN)
+
+
+def file_node(file: Column) -> Column:
+    """The node a log file is named after (``p1.log.jsonl``, ``p1.log.000000000001.jsonl``)."""
+    return F.url_decode(F.regexp_extract(file, LOG_FILE_PATTERN, 1))
+
+
+def file_first_lsn(file: Column) -> Column:
+    """A sealed segment's first lsn from its name; the active file sorts last."""
+    digits = F.regexp_extract(file, LOG_FILE_PATTERN, 2)
+    return F.when(digits == "", F.lit(ACTIVE_FIRST_LSN)).otherwise(digits.cast("long"))
+
+
+def locate_lines(parsed: DataFrame, base: Column | None = None) -> DataFrame:
+    """Add ``line`` (in the file) and ``pos`` (in the node's log); finish ``problem``.
+
+    ``block`` is the start offset of the file split a row was read from and ``mid``
+    a monotonically increasing id taken right after the scan: the rows of one split
+    have consecutive ids, so a row's line is the number of lines in the file's earlier
+    splits plus its position in its split, and its position in the log adds the lines
+    of the node's earlier files. ``base`` (a column of ``file_node``) adds the records
+    of segments read from Parquet, which come before every file read here. One small
+    aggregation, one broadcast join; the split table also carries the node the file is
+    named after, so the file/node check runs once per file.
+    """
+    in_file = Window.partitionBy("file").orderBy("block").rowsBetween(Window.unboundedPreceding, -1)
+    in_log = (
+        Window.partitionBy("file_node")
+        .orderBy("first_lsn", "file", "block")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    splits = (
+        parsed.groupBy("file", "block")
+        .agg(F.min("mid").alias("mid0"), F.count(F.lit(1)).alias("n"))
+        .select("*", file_node(F.col("file")).alias("file_node"), file_first_lsn(F.col("file")).alias("first_lsn"))
+        .select(
+            "file",
+            "block",
+            "mid0",
+            "file_node",
+            F.coalesce(F.sum("n").over(in_file), F.lit(0)).alias("before"),
+            (F.coalesce(F.sum("n").over(in_log), F.lit(0)) + (F.lit(0) if base is None else base)).alias("log_before"),
+        )
+    )
+    offset = F.col("mid") - F.col("mid0") + 1
+    wrong_node = F.when(
+        F.col("node") != F.col("file_node"),
+        F.format_string("record of node %s in the log of %s", "node", "file_node"),
+    )
+    return (
+        parsed.join(F.broadcast(splits), on=["file", "block"], how="inner")
+        .withColumn("line", F.col("before") + offset)
+        .withColumn("pos", F.col("log_before") + offset)
+        .withColumn("problem", F.coalesce("problem", wrong_node, "_problem_after"))
+        .drop("block", "mid", "mid0", "before", "log_before", "file_node", "_problem_after")
+    )
+
+
+def bad_lines(located: DataFrame) -> DataFrame:
+    """Lines that are not valid input: (file, line, problem)."""
+    return located.filter(F.col("problem").isNotNull()).select("file", "line", "problem")
+
+
+def events(located: DataFrame) -> DataFrame:
+    """The well-formed records, in the EVENT schema the checks take (line = pos)."""
+    return located.filter(F.col("problem").isNull()).withColumn("line", F.col("pos")).select(*EVENT.fieldNames())
+
+
+# ----------------------------------------------------------------------- snapshots
+
+
+def _not_long(c: Column) -> Column:
+    return c.isNotNull() & c.try_cast("long").isNull()
+
+
+def _long0(c: Column) -> Column:
+    # protobuf JSON omits zero values: a missing int64 is 0.
+    return F.coalesce(c.try_cast("long"), F.lit(0).cast("long"))
+
+
+DUPLICATE_SNAPSHOT = "snapshot_id %s is in more than one file"
+
+
+def snapshot_problem() -> Column:
+    """What is wrong with one snapshot file on its own (null: nothing).
+
+    A snapshot id in more than one file needs the other rows: ``bad_snapshots``.
+    """
+    stem = F.url_decode(F.regexp_extract("file", r"([^/]*)\.json$", 1))
+    cases: list[tuple[Column, Column]] = [
+        (F.col(CORRUPT_COLUMN).isNotNull(), F.lit("not a valid snapshot JSON document")),
+        (F.col("snapshot_id").isNull(), F.lit("missing snapshot_id")),
+        (
+            F.col("snapshot_id") != stem,
+            F.format_string("snapshot_id %s does not match the file name", "snapshot_id"),
+        ),
+        (
+            F.exists(F.coalesce("nodes", F.array()), lambda n: n.node_id.isNull() | _not_long(n.balance)),
+            F.lit("a node without node_id or with a non-integer balance"),
+        ),
+        (
+            F.exists(F.coalesce("channels", F.array()), lambda c: c.src.isNull() | c.dst.isNull()),
+            F.lit("a channel without src or dst"),
+        ),
+        (
+            F.exists(
+                F.flatten(F.transform(F.coalesce("channels", F.array()), lambda c: F.coalesce(c.in_flight, F.array()))),
+                lambda m: m.msg_id.isNull() | _not_long(m.amount) | _not_long(m.seq),
+            ),
+            F.lit("an in-flight transfer without msg_id or with a non-integer amount or seq"),
+        ),
+        (_not_long(F.col("total")) | _not_long(F.col("expected_total")), F.lit("a non-integer total")),
+    ]
+    return first_when(cases)
+
+
+def bad_snapshots(raw: DataFrame) -> DataFrame:
+    """Snapshot files that are not valid input: (file, line=null, problem)."""
+    same_id = Window.partitionBy("snapshot_id")
+    duplicate = F.when(
+        F.col("snapshot_id").isNotNull() & (F.count(F.lit(1)).over(same_id) > 1),
+        F.format_string(DUPLICATE_SNAPSHOT, "snapshot_id"),
+    )
+    return (
+        raw.select("*", F.coalesce(snapshot_problem(), duplicate).alias("problem"))
+        .filter(F.col("problem").isNotNull())
+        .select("file", F.lit(None).cast("long").alias("line"), "problem")
+    )
+
+
+def typed_snapshots(raw: DataFrame) -> DataFrame:
+    """Snapshot files -> one typed row per snapshot (int64 strings become longs)."""
+    return raw.select(*typed_snapshot_columns())
+
+
+def typed_snapshot_columns() -> list[Column]:
+    """The columns of ``typed_snapshots``, to select beside others."""
+    nodes = F.transform(
+        F.coalesce("nodes", F.array()),
+        lambda n: F.struct(n.node_id.alias("node"), _long0(n.balance).alias("balance")),
+    )
+    channels = F.transform(
+        F.coalesce("channels", F.array()),
+        lambda c: F.struct(
+            c.src.alias("src"),
+            c.dst.alias("dst"),
+            F.transform(
+                F.coalesce(c.in_flight, F.array()),
+                lambda m: F.struct(
+                    m.msg_id.alias("msg_id"), _long0(m.amount).alias("amount"), _long0(m.seq).alias("seq")
+                ),
+            ).alias("in_flight"),
+        ),
+    )
+    return [
+        F.col("snapshot_id"),
+        F.coalesce("status", F.lit("STATUS_UNSPECIFIED")).alias("status"),
+        F.coalesce("reason", F.lit("")).alias("reason"),
+        F.col("started_at"),
+        nodes.alias("nodes"),
+        channels.alias("channels"),
+        F.col("total").try_cast("long").alias("claimed_total"),
+        F.col("expected_total").try_cast("long").alias("claimed_expected_total"),
+    ]

@@ -1,0 +1,248 @@
+"""Which files hold a node's log, and reading them as one located table.
+
+A node's log is its sealed segments ``<node>.log.<first lsn, 12 digits>.jsonl`` in
+lsn order, then the active ``<node>.log.jsonl``. Files are listed once on the driver
+through Hadoop's FileSystem (local, hdfs://, s3a://), so Spark is handed explicit
+paths and runs no listing job.
+
+Sealed segments converted by ``snapmesh reconcile ingest`` are read from Parquet:
+
+    <data_dir>/columnar/manifest.json            what was converted, from what
+    <data_dir>/columnar/segments/file=<segment name>/part-*.parquet
+
+The JSONL stays the source of truth: a segment is read from Parquet only while its
+JSONL origin still has the size and modification time it had when it was converted
+(otherwise: bad input, exit 2), and only for a prefix of a node's segments (a
+segment after one not converted is read as JSONL). Everything else, the active file
+included, is parsed from JSONL (and cached: parsed once per run).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from .common import InputError
+from .parse import locate_lines, parse_log_lines
+from .schema import INGESTED, LOG_FILE_PATTERN
+
+COLUMNAR_DIR = "columnar"
+MANIFEST = "manifest.json"
+SEGMENTS_DIR = "segments"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogFile:
+    uri: str  # as Spark names it (input_file_name)
+    name: str  # base name
+    stem: str  # the node, as written in the file name
+    first_lsn: int | None  # None: the active file
+    size: int
+    mtime_ms: int
+
+
+def _fs(spark: SparkSession, path: str):  # noqa: ANN202 (a py4j object)
+    jvm = spark.sparkContext._jvm
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    return target, target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+
+def list_logs(spark: SparkSession, data_dir: str) -> list[LogFile]:
+    """Every log file of ``data_dir`` (not recursive), by node then lsn, active last."""
+    target, fs = _fs(spark, data_dir)
+    if not fs.exists(target):
+        raise InputError(f"data dir {data_dir} does not exist")
+    found = []
+    for status in fs.listStatus(target):
+        if not status.isFile():
+            continue
+        name = status.getPath().getName()
+        m = re.match(LOG_FILE_PATTERN, name)
+        if m:
+            found.append(
+                LogFile(
+                    uri=status.getPath().toString(),
+                    name=name,
+                    stem=m.group(1),
+                    first_lsn=int(m.group(2)) if m.group(2) else None,
+                    size=status.getLen(),
+                    mtime_ms=status.getModificationTime(),
+                )
+            )
+    return sorted(found, key=lambda f: (f.stem, f.first_lsn is None, f.first_lsn or 0))
+
+
+def read_text_logs(spark: SparkSession, files: list[LogFile]) -> DataFrame:
+    """(file, block, mid, value): every line of ``files``, located (see ``parse.locate_lines``)."""
+    text = spark.read.text([f.uri for f in files])
+    return text.select(
+        F.input_file_name().alias("file"),
+        F.input_file_block_start().alias("block"),
+        F.monotonically_increasing_id().alias("mid"),
+        "value",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Logs:
+    """The located log (parse.locate_lines' columns) and how to let go of its cache."""
+
+    located: DataFrame
+    release: Callable[[], None] = field(default=lambda: None)
+
+
+def _read_text_file(spark: SparkSession, path: str) -> str | None:
+    target, fs = _fs(spark, path)
+    if not fs.exists(target):
+        return None
+    stream = fs.open(target)
+    try:
+        io = spark.sparkContext._jvm.java.io
+        reader = io.BufferedReader(io.InputStreamReader(stream, "UTF-8"))
+        return "\n".join(iter(reader.readLine, None))
+    finally:
+        stream.close()
+
+
+def write_text_file(spark: SparkSession, path: str, text: str) -> None:
+    """Write a small file through Hadoop's FileSystem (local, hdfs://, s3a://, ...)."""
+    target, fs = _fs(spark, path)
+    stream = fs.create(target, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+
+
+def manifest_path(data_dir: str) -> str:
+    return f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{MANIFEST}"
+
+
+def segment_dir(data_dir: str, name: str) -> str:
+    return f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{SEGMENTS_DIR}/file={name}"
+
+
+def read_manifest(spark: SparkSession, data_dir: str) -> dict[str, dict]:
+    """Segment name -> its entry (origin size, mtime_ms, records); {} when nothing was ingested."""
+    text = _read_text_file(spark, manifest_path(data_dir))
+    if text is None:
+        return {}
+    try:
+        entries = json.loads(text)["segments"]
+        return {e["name"]: e for e in entries}
+    except (ValueError, KeyError, TypeError) as e:
+        raise InputError(f"{manifest_path(data_dir)}: not a segment manifest ({e})") from e
+
+
+def _check_parquet(spark: SparkSession, directory: str) -> None:
+    """A converted segment's directory holds Parquet files (magic bytes at both ends, when local)."""
+    target, fs = _fs(spark, directory)
+    if not fs.exists(target):
+        raise InputError(f"missing Parquet segment {directory}")
+    parts = [s for s in fs.listStatus(target) if s.getPath().getName().endswith(".parquet")]
+    if not parts:
+        raise InputError(f"unreadable Parquet segment {directory}: no Parquet files in it")
+    for status in parts:
+        uri = status.getPath().toUri()
+        if uri.getScheme() not in (None, "file"):
+            continue  # remote: a bad file fails the read itself
+        try:
+            with open(uri.getPath(), "rb") as part:
+                head = part.read(4)
+                part.seek(max(0, status.getLen() - 4))
+                ok = status.getLen() >= 12 and head == b"PAR1" and part.read(4) == b"PAR1"
+        except OSError:
+            ok = False
+        if not ok:
+            raise InputError(f"unreadable Parquet segment {status.getPath().toString()}: not a Parquet file")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """Which files are read from Parquet (with the records before each) and which as JSONL."""
+
+    parquet: list[tuple[LogFile, int]]  # (segment, records of the node's log before it)
+    jsonl: list[LogFile]
+    jsonl_base: dict[str, int]  # node stem -> records read from Parquet before its JSONL files
+
+
+def plan(spark: SparkSession, data_dir: str, files: list[LogFile]) -> Plan:
+    """Split ``files`` into Parquet segments and JSONL, checking each segment against its origin."""
+    manifest = read_manifest(spark, data_dir)
+    by_name = {f.name: f for f in files}
+    for name in manifest:
+        if name not in by_name:
+            raise InputError(
+                f"Parquet segment {segment_dir(data_dir, name)}: its JSONL origin "
+                f"{data_dir.rstrip('/')}/{name} is gone (the JSONL is the source of truth)"
+            )
+    parquet, jsonl, base = [], [], {}
+    stems: dict[str, list[LogFile]] = {}
+    for f in files:
+        stems.setdefault(f.stem, []).append(f)
+    for stem, node_files in stems.items():
+        before, converted = 0, True
+        for f in node_files:
+            entry = manifest.get(f.name)
+            converted = converted and f.first_lsn is not None and entry is not None
+            if not converted:
+                jsonl.append(f)
+                continue
+            if (entry.get("size"), entry.get("mtime_ms")) != (f.size, f.mtime_ms):
+                raise InputError(
+                    f"Parquet segment {segment_dir(data_dir, f.name)} disagrees with its JSONL origin {f.uri}: "
+                    f"converted from {entry.get('size')} bytes (mtime {entry.get('mtime_ms')}), "
+                    f"the file now has {f.size} bytes (mtime {f.mtime_ms}); run `snapmesh reconcile ingest` again"
+                )
+            _check_parquet(spark, segment_dir(data_dir, f.name))
+            parquet.append((f, before))
+            before += int(entry["records"])
+        base[stem] = before
+    return Plan(parquet=parquet, jsonl=jsonl, jsonl_base=base)
+
+
+def _map_of(pairs: dict[str, int], key: str) -> F.Column:
+    if not pairs:
+        return F.lit(0).cast("long")
+    literal = F.create_map(*(x for k, v in pairs.items() for x in (F.lit(k), F.lit(v).cast("long"))))
+    return F.coalesce(literal[F.col(key)], F.lit(0).cast("long"))
+
+
+def read_parquet_segments(spark: SparkSession, data_dir: str, segments: list[tuple[LogFile, int]]) -> DataFrame:
+    """Converted segments as located rows (the columns of ``parse.locate_lines``)."""
+    root = f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{SEGMENTS_DIR}"
+    rows = (
+        spark.read.schema(INGESTED)
+        .option("basePath", root)
+        .parquet(*(segment_dir(data_dir, f.name) for f, _ in segments))
+    )
+    uri_of = {f.name: f.uri for f, _ in segments}
+    uri = F.create_map(*(x for k, v in uri_of.items() for x in (F.lit(k), F.lit(v))))[F.col("file")]
+    pos = _map_of({f.name: before for f, before in segments}, "file") + F.col("line")
+    return rows.select(uri.alias("file"), *(c for c in INGESTED.fieldNames() if c not in ("file",)), pos.alias("pos"))
+
+
+def read_logs(spark: SparkSession, data_dir: str) -> Logs:
+    """The whole log of every node, parsed and located; the JSONL part cached (parsed once)."""
+    files = list_logs(spark, data_dir)
+    if not files:
+        raise InputError(f"no transfer logs: nothing matches {data_dir.rstrip('/')}/*.log.jsonl")
+    chosen = plan(spark, data_dir, files)
+    parts: list[DataFrame] = []
+    if chosen.parquet:
+        parts.append(read_parquet_segments(spark, data_dir, chosen.parquet))
+    release: Callable[[], None] = lambda: None  # noqa: E731
+    if chosen.jsonl:
+        base = _map_of(chosen.jsonl_base, "file_node") if chosen.parquet else None
+        # cache(): MEMORY_AND_DISK_DESER. (pyspark's StorageLevel.MEMORY_AND_DISK is the
+        # serialized level: every scan would deserialize the whole table again.)
+        text = locate_lines(parse_log_lines(read_text_logs(spark, chosen.jsonl)), base).cache()
+        parts.append(text.select(*parts[0].columns) if parts else text)
+        release = text.unpersist
+    located = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+    return Logs(located=located, release=release)

@@ -1,0 +1,116 @@
+"""Segmented logs: sealed segments as JSONL, then converted to Parquet by `ingest`.
+
+A synthetic run's logs are cut by lsn into two sealed segments and the active file
+per node (as the node will write them). Every way of reading them gives the same
+verdicts as the unsplit log; a segment whose JSONL changed since it was converted,
+a missing or unreadable Parquet segment are bad input (exit 2) naming the path.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from snapmesh.reconcile import ingest, synth
+from snapmesh.reconcile import main as reconcile
+from snapmesh.reconcile.schema import segment_file_name
+from spark_fixtures import spark  # noqa: F401
+
+pytestmark = pytest.mark.spark
+
+SIZE = dict(nodes=3, transfers=300, snapshots=3, seed=11)
+CUTS = (70, 140)  # each node's log: [1, 70) [70, 140) sealed, the rest active
+
+
+def split_logs(data: Path, cuts: tuple[int, ...] = CUTS) -> None:
+    """Seal each active <node>.log.jsonl up to each lsn of ``cuts`` (the rest stays active)."""
+    for log in sorted(data.glob("*.log.jsonl")):
+        stem = log.name.removesuffix(".log.jsonl")
+        lines = log.read_text().splitlines(keepends=True)
+        first = json.loads(lines[0])["lsn"]
+        starts = [first, *(c for c in cuts if first < c < first + len(lines))]
+        for start, end in zip(starts, [*starts[1:], None], strict=True):
+            if end is None:
+                log.write_text("".join(lines[start - first :]))
+            else:
+                (data / segment_file_name(stem, start)).write_text("".join(lines[start - first : end - first]))
+
+
+def verdicts_of(spark, data: Path) -> list[dict]:  # noqa: F811
+    outcome = reconcile.reconcile(spark, str(data))
+    assert not outcome.bad_input, outcome.bad_input
+    return outcome.verdicts
+
+
+@pytest.fixture(scope="module")
+def runs(spark, tmp_path_factory):  # noqa: F811
+    """(whole, split): the same consistent run, unsplit and split into segments."""
+    root = tmp_path_factory.mktemp("segments")
+    synth.generate(str(root / "whole"), **SIZE)
+    shutil.copytree(root / "whole", root / "split")
+    split_logs(root / "split")
+    return root / "whole", root / "split"
+
+
+def test_segments_read_as_jsonl_then_parquet_give_the_same_verdicts(spark, runs, tmp_path):  # noqa: F811
+    whole, split = runs
+    data = tmp_path / "data"
+    shutil.copytree(split, data)
+    assert len(list(data.glob("p1.log.*.jsonl"))) == 2 and (data / "p1.log.jsonl").exists()  # sealed, active
+    expected = verdicts_of(spark, whole)
+    assert all(v["consistent"] is not False for v in expected)
+    assert verdicts_of(spark, data) == expected
+
+    converted = ingest.ingest(spark, str(data))
+    assert sorted(converted) == sorted(p.name for p in data.glob("*.log.0*.jsonl"))
+    manifest = json.loads((data / "columnar" / "manifest.json").read_text())
+    assert {e["name"]: e["records"] for e in manifest["segments"]}["p1.log.000000000001.jsonl"] == 69
+    assert verdicts_of(spark, data) == expected
+    assert ingest.ingest(spark, str(data)) == []  # nothing new
+
+    # The node seals more of its active file: only that segment is converted.
+    split_logs(data, cuts=(180,))
+    newest = sorted(p.name for p in data.glob("p1.log.0*.jsonl"))[-1]
+    assert newest == "p1.log.000000000140.jsonl"  # sealed up to 180 now
+    assert newest in ingest.ingest(spark, str(data))
+    assert verdicts_of(spark, data) == expected
+
+
+def test_a_corruption_in_a_converted_segment_is_named(spark, tmp_path):  # noqa: F811
+    made = synth.generate(str(tmp_path / "data"), corrupt="duplicate-recv", **SIZE)
+    split_logs(tmp_path / "data")
+    ingest.ingest(spark, str(tmp_path / "data"))
+    outcome = reconcile.reconcile(spark, str(tmp_path / "data"))
+    assert outcome.exit_status == 1
+    assert outcome.verdicts[0]["first_discrepancy"] == f"msg_id {made.detail['msg_id']}: received 2 times"
+
+
+def bad_input(data: Path, capsys) -> str:
+    assert reconcile.main(["--data-dir", str(data), "--out", str(data / "out")]) == 2
+    return capsys.readouterr().err
+
+
+def test_a_segment_that_disagrees_with_its_jsonl_origin_exits_2(spark, runs, tmp_path, capsys):  # noqa: F811
+    data = tmp_path / "data"
+    shutil.copytree(runs[1], data)
+    ingest.ingest(spark, str(data))
+    origin = data / "p2.log.000000000070.jsonl"
+    origin.write_text(origin.read_text().replace('"amount":', '"amount": ', 1))  # one byte more
+    err = bad_input(data, capsys)
+    assert "columnar/segments/file=p2.log.000000000070.jsonl disagrees with its JSONL origin" in err, err
+    assert str(origin) in err
+
+
+def test_a_missing_or_unreadable_parquet_segment_exits_2(spark, runs, tmp_path, capsys):  # noqa: F811
+    data = tmp_path / "data"
+    shutil.copytree(runs[1], data)
+    ingest.ingest(spark, str(data))
+    segment = data / "columnar" / "segments" / "file=p3.log.000000000001.jsonl"
+    [part] = segment.glob("*.parquet")
+    part.write_bytes(part.read_bytes()[:-10])  # torn
+    assert f"unreadable Parquet segment file:{part}" in bad_input(data, capsys)
+    shutil.rmtree(segment)
+    assert f"missing Parquet segment {segment}" in bad_input(data, capsys)
