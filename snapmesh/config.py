@@ -8,6 +8,8 @@ TOML, for example::
     # channel_bound = 100000   optional: unacknowledged messages per channel past which
     #                          a Transfer is refused at once (RESOURCE_EXHAUSTED)
     # segment_records = 100000 optional: records per transfer-log segment
+    # snapshot_mode = "classic"  optional: "classic" (FIFO markers) or "overtake"
+    #                          (markers overtake queued transfers; see snapmesh/overtake.py)
 
     [controller]
     host = "127.0.0.1"         # the address others dial
@@ -65,6 +67,9 @@ from snapmesh.ports import free_ports
 from snapmesh.topology import Topology, TopologyError
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "local-4.toml"
+
+
+SNAPSHOT_MODES = ("classic", "overtake")
 
 
 class ConfigError(ValueError):
@@ -152,6 +157,7 @@ class ClusterConfig:
     bind_host: str | None  # None: every server binds to its own `host`
     channel_bound: int = 100_000
     segment_records: int = 100_000
+    snapshot_mode: str = "classic"  # one of SNAPSHOT_MODES
     tls: TlsSettings | None = None  # None: plaintext
     auth: AuthSettings | None = None  # None: no token asked for
 
@@ -198,7 +204,7 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
 def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> ClusterConfig:
     fields = _Fields(path)
     known = {"data_dir", "initial_balance", "channels", "controller", "nodes", "channel_bound", "segment_records",
-             "tls", "auth"}
+             "snapshot_mode", "tls", "auth"}
     fields.reject_unknown(raw, known, "")
 
     data_dir_text = env.get("SNAPMESH_DATA_DIR") or fields.string(raw, "data_dir", "data_dir")
@@ -210,6 +216,10 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
     segment_records = (
         fields.integer(raw, "segment_records", "segment_records", minimum=2) if "segment_records" in raw else 100_000
     )
+
+    snapshot_mode = raw.get("snapshot_mode", "classic")
+    if snapshot_mode not in SNAPSHOT_MODES:
+        raise fields.error("snapshot_mode", f"must be one of {', '.join(map(repr, SNAPSHOT_MODES))}, got {snapshot_mode!r}")
 
     controller_raw = fields.table(raw, "controller", "controller")
     fields.reject_unknown(controller_raw, {"host", "port", "metrics_port", "snapshot_deadline_s", "keep"}, "controller")
@@ -268,6 +278,7 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         bind_host=env.get("SNAPMESH_BIND_HOST") or None,
         channel_bound=channel_bound,
         segment_records=segment_records,
+        snapshot_mode=snapshot_mode,
         tls=tls,
         auth=auth,
     )
@@ -400,6 +411,7 @@ def write_cluster(
     host: str = "127.0.0.1",
     listen_ports: Mapping[str, int] | None = None,
     settings: Mapping[str, int] | None = None,
+    snapshot_mode: str | None = None,
 ) -> Path:
     """Write a cluster file for a local cluster and return its path.
 
@@ -423,6 +435,8 @@ def write_cluster(
         "initial_balance": int(initial_balance),
         **(settings or {}),
     }
+    if snapshot_mode is not None:  # "classic" or "overtake"; left out: the default (classic)
+        document["snapshot_mode"] = snapshot_mode
     if topology == "ring":
         document["channels"] = [[ids[i], ids[(i + 1) % len(ids)]] for i in range(len(ids))] if len(ids) > 1 else []
     elif isinstance(topology, str):

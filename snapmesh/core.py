@@ -30,6 +30,11 @@ R4. Concurrency. Several snapshots may be in progress at once; each has its own
     recording state and a transfer is recorded in every snapshot whose channel
     is still open. Starting S at a process that already recorded S is a no-op,
     so one id started by several initiators is one snapshot.
+R6. Overtake mode (`mode="overtake"`, snapmesh/overtake.py has the whole
+    design). A marker may reach a channel twice: once early, ahead of queued
+    transfers, and once in its FIFO place. Either closes the channel; the
+    other is then ignored rather than a protocol violation. Channel state is
+    recorded as in R2; the controller completes it from the sender's outbox.
 R5. Abort. A snapshot may be abandoned (it failed elsewhere, or this process
     lost its recording in a restart). Markers that later arrive for it are
     dropped and reported, never mistaken for a new snapshot.
@@ -106,6 +111,7 @@ class Transfer:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Marker:
     snapshot_id: str
+    last_seq: int = 0  # an early marker's (overtake mode, link L8); the core does not read it
 
 
 Message = Transfer | Marker
@@ -143,6 +149,10 @@ class FullState:
     snapshot_id: str
     balance: int
     channels: Mapping[str, tuple[Transfer, ...]]  # incoming src -> in-flight transfers
+    # Overtake mode only (filled by the node at the cut; empty in classic mode):
+    positions: Mapping[str, int] = field(default_factory=dict)  # incoming src -> last seq applied at the cut
+    # outgoing dst -> unacked transfers at the cut, as the link holds them (link.Entry: seq, amount)
+    outbox: Mapping[str, tuple] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -220,10 +230,14 @@ class Process:
         incoming: Iterable[str],
         outgoing: Iterable[str],
         abandoned: Iterable[str] = (),
+        mode: str = "classic",
     ) -> None:
         if not _is_int(balance) or balance < 0:
             raise LocalProtocolError(f"initial balance must be a non-negative integer, got {balance!r}")
+        if mode not in ("classic", "overtake"):
+            raise LocalProtocolError(f"unknown snapshot mode {mode!r}")
         self.node_id = node_id
+        self.mode = mode
         self._balance = balance
         self._incoming = tuple(incoming)
         self._outgoing = tuple(outgoing)
@@ -256,6 +270,12 @@ class Process:
 
     def send_transfer(self, *, dst: str, msg_id: str, amount: int, seq: int = 0) -> list[Effect]:
         """This process pays `amount` to `dst`: its balance drops now."""
+        self.debit(dst=dst, amount=amount)
+        return [MessageSent(dst=dst, message=Transfer(msg_id=msg_id, amount=amount, seq=seq))]
+
+    def debit(self, *, dst: str, amount: int) -> None:
+        """`send_transfer` without its effect, for a caller that puts the transfer on
+        the channel itself (the node's hot path): the same checks, the same debit."""
         if dst == self.node_id:
             raise LocalProtocolError(f"{self.node_id} cannot transfer to itself", Refusal.INVALID_TRANSFER)
         if dst not in self._outgoing:
@@ -267,7 +287,6 @@ class Process:
                 f"{self.node_id} cannot send {amount}: balance is {self._balance}", Refusal.INSUFFICIENT_FUNDS
             )
         self._balance -= amount
-        return [MessageSent(dst=dst, message=Transfer(msg_id=msg_id, amount=amount, seq=seq))]
 
     def receive(self, *, src: str, message: Message) -> list[Effect]:
         """`message` arrived on the channel from `src` (the next one in FIFO order)."""
@@ -280,6 +299,19 @@ class Process:
                 raise RemoteProtocolError(f"marker from {src!r} has snapshot id {message.snapshot_id!r}")
             return self._step(message.snapshot_id, Input.MARKER, src)
         raise RemoteProtocolError(f"unknown message type {type(message).__name__} from {src!r}")
+
+    def credit(self, *, src: str, amount: int) -> bool:
+        """A transfer arrived from `src`: the fast path of `receive` for when no
+        snapshot is recording here (nothing to record, no effect). Returns False,
+        changing nothing, while one is: the caller then uses `receive`."""
+        if self._recordings:
+            return False
+        if src not in self._incoming:
+            raise RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
+        if type(amount) is not int or amount <= 0:
+            raise RemoteProtocolError(f"transfer from {src!r} has amount {amount!r}")
+        self._balance += amount
+        return True
 
     def start_snapshot(self, snapshot_id: str) -> list[Effect]:
         """Initiate `snapshot_id` here; a no-op if this process already recorded it."""
@@ -325,6 +357,8 @@ class Process:
     def _close_channel(self, snapshot_id: str, src: str | None) -> list[Effect]:
         assert src is not None
         recording = self._recordings[snapshot_id]
+        if src in recording.closed_channels and self.mode == "overtake":
+            return []  # R6: the other of the channel's two markers
         if src in recording.closed_channels:
             raise RemoteProtocolError(
                 f"second marker for snapshot {snapshot_id!r} on channel {src}->{self.node_id}"
@@ -358,6 +392,8 @@ class Process:
         return []
 
     def _duplicate_marker(self, snapshot_id: str, src: str | None) -> list[Effect]:
+        if self.mode == "overtake":
+            return []  # R6: the in-band marker after the early one finished the snapshot
         raise RemoteProtocolError(
             f"second marker for snapshot {snapshot_id!r} on channel {src}->{self.node_id}"
         )

@@ -27,6 +27,12 @@ L6. Epoch fencing. A frame or ack from an older epoch than the current one is
 L7. Flow control. Above `mark` unacknowledged messages the channel says so
     (`over_mark`) and the caller slows its clients; at `bound` it refuses new
     transfers at once (`ChannelFull`), and nothing is queued or debited.
+L8. Early markers (overtake mode). `notify` queues a marker that overtakes:
+    `poll` puts it ahead of every queued message, once its record is durable,
+    on the current connection only, and sends it once (it is a hint: if a cut
+    connection loses it, the marker's FIFO copy in the outbox still follows).
+    On the wire it is an Entry with seq 0, `amount` holding the last seq the
+    sender assigned before its cut.
 """
 
 from __future__ import annotations
@@ -85,6 +91,7 @@ class Sender:
         self.epoch = 0  # of the current connection; 0: none yet
         self.connected = False
         self.sent = self.acked  # highest seq transmitted on the current connection
+        self.notices: list[Entry] = []  # early markers waiting to overtake (L8)
         if self.outbox and (self.outbox[0].seq != self.acked + 1 or self.outbox[-1].seq != next_seq - 1):
             raise LocalProtocolError(f"channel {src}->{dst}: outbox does not hold {self.acked + 1}..{next_seq - 1}")
 
@@ -110,6 +117,16 @@ class Sender:
         self.next_seq = seq + 1
         return seq
 
+    def notify(self, *, lsn: int, snapshot_id: str, last_seq: int) -> None:
+        """Queue an early marker for `snapshot_id` (L8); its record is `lsn`."""
+        self.notices.append(Entry(0, last_seq, snapshot_id, lsn))
+
+    def _take_notices(self, durable_lsn: int) -> list[Entry]:
+        ready = [n for n in self.notices if n.lsn <= durable_lsn]
+        if ready:
+            self.notices = [n for n in self.notices if n.lsn > durable_lsn]
+        return ready
+
     def connect(self, epoch: int) -> None:
         """A new connection: resend from the resume point (L4). The epoch is the
         connection's name; the receiver fences older ones."""
@@ -127,15 +144,16 @@ class Sender:
         if not self.connected:
             return []
         start = self.sent - self.acked  # index in the outbox of the first unsent entry
-        out: list[Entry] = []
+        out: list[Entry] = self._take_notices(durable_lsn) if self.notices else []
+        early = len(out)
         outbox = self.outbox
-        while start < len(outbox) and len(out) < limit:
+        while start < len(outbox) and len(out) < limit + early:
             entry = outbox[start]
             if entry.lsn > durable_lsn:
                 break
             out.append(entry)
             start += 1
-        if out:
+        if len(out) > early:
             self.sent = out[-1].seq
         return out
 

@@ -49,12 +49,20 @@ N8. Restore (issue 10). `restore` moves the node to a newer epoch in one step:
     shell refuses older-epoch connections. A repeat for the current epoch is a
     no-op, an older epoch is refused; a restore cut short by a crash (fewer
     replays logged than announced) is redone from the start.
+N9. Overtake mode (snapmesh/overtake.py): at a cut the node keeps, per
+    incoming channel, the last seq applied and, per outgoing channel, the
+    unacknowledged transfers; they go into the FullState. Each marker also
+    leaves early, ahead of queued transfers (link L8); an early marker
+    (seq 0) is not logged: only its effect, the cut, is. A restore (N8) keeps
+    the mode.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Iterable
+from types import MappingProxyType
 from typing import NamedTuple
 
 from snapmesh import core, wal
@@ -139,6 +147,7 @@ class Node:
         bound: int = DEFAULT_BOUND,
         recording_ttl: float | None = None,
         segment_records: int = DEFAULT_SEGMENT_RECORDS,
+        snapshot_mode: str = "classic",
     ) -> None:
         incoming, outgoing = tuple(incoming), tuple(outgoing)
         self.node_id = node_id
@@ -156,7 +165,10 @@ class Node:
             incoming=incoming,
             outgoing=outgoing,
             abandoned=self._abandoned,
+            mode=snapshot_mode,
         )
+        self.overtake = snapshot_mode == "overtake"
+        self._at_cut: dict[str, tuple[dict[str, int], dict[str, tuple[Entry, ...]]]] = {}
         self.senders = {
             dst: Sender(
                 src=node_id,
@@ -219,15 +231,15 @@ class Node:
             sender.check_room()
         seq = sender.next_seq if sender is not None else 0
         msg_id = f"{self.node_id}:{dst}:{seq}"
-        effects = self.process.send_transfer(dst=dst, msg_id=msg_id, amount=amount, seq=seq)
-        if sender is not None and len(effects) == 1:  # the hot path: one transfer onto its channel
+        if sender is not None:  # the hot path: one transfer onto its channel, no effect objects
+            self.process.debit(dst=dst, amount=amount)
             lsn = self.last_lsn + 1
             self._append(
                 wal.Send(lsn=lsn, msg_id=msg_id, src=self.node_id, dst=dst, seq=seq, amount=amount, request_id=request_id)
             )
             sender.enqueue(lsn=lsn, amount=amount)
-        else:
-            self._drain(effects, request_id=request_id)
+        else:  # no such channel: the core refuses it, naming why
+            self._drain(self.process.send_transfer(dst=dst, msg_id=msg_id, amount=amount, seq=seq), request_id=request_id)
         balance = self.process.balance
         if request_id:
             self._requests[request_id] = (msg_id, balance, self.last_lsn)
@@ -245,6 +257,7 @@ class Node:
         self._append(wal.Abort(lsn=self.last_lsn + 1, snapshot_id=snapshot_id, reason=reason))
         self._remember(snapshot_id)
         self._recorded_at.pop(snapshot_id, None)
+        self._at_cut.pop(snapshot_id, None)
         before = len(self._reports)
         self._reports = [(lsn, s) for lsn, s in self._reports if s.snapshot_id != snapshot_id]
         if len(self._reports) != before:
@@ -294,6 +307,9 @@ class Node:
         receiver = self.receivers.get(src)
         if receiver is None:
             raise core.RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
+        if seq == 0 and snapshot_id and self.overtake:
+            self._early_marker(receiver, epoch, snapshot_id, last_seq=amount)
+            return
         if not receiver.admit(epoch, seq):
             return
         me = self.node_id
@@ -305,11 +321,12 @@ class Node:
             self._drain(effects, marker_recv=marker)
         else:
             msg_id = msg_id or f"{src}:{me}:{seq}"
-            effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, amount=amount, seq=seq))
+            if not self.process.credit(src=src, amount=amount):  # a snapshot is recording here
+                effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, amount=amount, seq=seq))
+                if effects:
+                    self._drain(effects)
             self._append(wal.Recv(lsn=self.last_lsn + 1, msg_id=msg_id, src=src, dst=me, seq=seq, amount=amount))
             self.transfers_received += 1
-            if effects:
-                self._drain(effects)
         receiver.applied(seq, self.last_lsn)
 
     def end_frame(self) -> None:
@@ -377,7 +394,9 @@ class Node:
             incoming=incoming,
             outgoing=outgoing,
             abandoned=self._abandoned,
+            mode=self.process.mode,
         )
+        self._at_cut.clear()  # the recordings in progress were aborted above
         self.senders = {
             dst: Sender(src=me, dst=dst, next_seq=1, acked=0, outbox=[], mark=self._mark, bound=self._bound)
             for dst in outgoing
@@ -387,6 +406,30 @@ class Node:
         self.restored_balance = self.process.balance
         self._end_step()
         return True
+
+    # -- overtake mode (N9)
+
+    def _early_marker(self, receiver: Receiver, epoch: int, snapshot_id: str, *, last_seq: int) -> None:
+        """An early marker from `receiver.src`: it closes the channel now (core R6)."""
+        if epoch != receiver.epoch:
+            return  # from a connection that is gone (L6)
+        if receiver.last_seq > last_seq:
+            raise core.RemoteProtocolError(
+                f"channel {receiver.src}->{self.node_id}: early marker for {snapshot_id!r} (cut at seq {last_seq}) "
+                f"after seq {receiver.last_seq}"
+            )
+        self._drain(self.process.receive(src=receiver.src, message=core.Marker(snapshot_id=snapshot_id)))
+
+    def _keep_cut(self, snapshot_id: str) -> None:
+        """At a cut: the positions of the incoming channels, the outboxes' transfers."""
+        positions = {src: r.last_seq for src, r in self.receivers.items()}
+        # The link's own entries (seq, amount): no object per entry at every cut.
+        outbox = {dst: tuple(e for e in s.outbox if not e.snapshot_id) for dst, s in self.senders.items()}
+        self._at_cut[snapshot_id] = (positions, outbox)
+
+    def _with_cut(self, state: core.FullState) -> core.FullState:
+        positions, outbox = self._at_cut.pop(state.snapshot_id)
+        return dataclasses.replace(state, positions=MappingProxyType(positions), outbox=MappingProxyType(outbox))
 
     # -- internals
 
@@ -434,11 +477,15 @@ class Node:
                 else:
                     self._append(wal.MarkerSent(lsn=lsn, snapshot_id=message.snapshot_id, src=me, dst=effect.dst, seq=seq))
                     sender.enqueue(lsn=lsn, snapshot_id=message.snapshot_id)
+                    if self.overtake:
+                        sender.notify(lsn=lsn, snapshot_id=message.snapshot_id, last_seq=seq - 1)
                     self.markers_sent += 1
             elif isinstance(effect, core.LocalStateRecorded):
                 self._append(wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, balance=effect.balance))
                 self._remember(effect.snapshot_id)
                 self._recorded_at[effect.snapshot_id] = self.now
+                if self.overtake:
+                    self._keep_cut(effect.snapshot_id)
             elif isinstance(effect, core.ChannelRecorded):
                 self.recorded_messages += len(effect.transfers)
             elif isinstance(effect, core.SnapshotCompleted):
@@ -457,6 +504,8 @@ class Node:
         for state in completed:
             self.snapshots_completed += 1
             self._recorded_at.pop(state.snapshot_id, None)
+            if self.overtake:
+                state = self._with_cut(state)
             self._reports.append((self.last_lsn, state))
             self._out.append(Finished(state, self.last_lsn))
 

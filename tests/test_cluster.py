@@ -8,6 +8,8 @@ cluster's client certificate and token.
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -100,6 +102,23 @@ def test_concurrent_snapshots_from_every_initiator_under_load_are_complete_and_c
             assert_complete_and_conserved(snapshot, cluster)
         assert any(c.in_flight for s in snapshots for c in s.channels), "the load never left money in flight"
         assert_consistent_with_logs(cluster, snapshots)
+
+
+@pytest.mark.parametrize("tls", [False], ids=["plaintext"])
+def test_overtake_mode_snapshots_under_load_are_complete_and_consistent(tmp_path, make_cluster):
+    with make_cluster(tmp_path, nodes=4, initial_balance=1000, snapshot_mode="overtake") as cluster:
+        channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
+        with channel, BackgroundLoad.for_cluster(cluster, seed=7, batch=50, max_amount=20, interval=0.0) as load:
+            time.sleep(0.5)
+            snapshots = trigger_all(stub, ["p1", "p2", "p3", "p4"])
+            for _ in range(4):
+                snapshots += trigger_all(stub, ["p2"])
+            load.stop()
+            assert load.stats.accepted > 100, load.stats
+        for snapshot in snapshots:
+            assert_complete_and_conserved(snapshot, cluster)
+        assert any(c.in_flight for s in snapshots for c in s.channels), "the load never left money in flight"
+        check_against_logs(cluster, snapshots)
 
 
 def test_a_ring_cluster_takes_consistent_snapshots_under_load(tmp_path, make_cluster):
@@ -200,3 +219,14 @@ def test_the_app_stops_on_a_signal_with_its_summary(tmp_path, make_cluster, tls,
     assert app.returncode == 0, text
     assert "stopped by a signal" in text and "all snapshots conserved: yes" in text, text
     assert "Traceback" not in text
+
+
+def test_a_controller_whose_snapshot_mode_differs_from_the_nodes_exits_2_naming_the_file_and_field(tmp_path):
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2, deadline=DEADLINE_S)
+    other = tmp_path / "overtake.toml"
+    other.write_text(path.read_text().replace("initial_balance", 'snapshot_mode = "overtake"\ninitial_balance', 1))
+    with Cluster(path, controller=False):
+        done = subprocess.run([sys.executable, "-m", "snapmesh.cli", "controller", "--config", str(other)],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"{other}: snapshot_mode: the controller runs 'overtake' but node 'p1' runs 'classic'" in done.stderr

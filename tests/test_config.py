@@ -74,6 +74,12 @@ def test_channel_bound_and_segment_records_default_and_can_be_set(tmp_path):
     assert (cfg.channel_bound, cfg.segment_records) == (50, 300)
 
 
+def test_snapshot_mode_defaults_to_classic_and_can_be_overtake(tmp_path):
+    assert config.load(write(tmp_path, GOOD), env={}).snapshot_mode == "classic"
+    text = GOOD.replace("initial_balance = 500", 'initial_balance = 500\nsnapshot_mode = "overtake"')
+    assert config.load(write(tmp_path, text), env={}).snapshot_mode == "overtake"
+
+
 def test_the_shipped_default_is_a_four_node_mesh():
     cfg = config.load(config.DEFAULT_CONFIG, env={})
     assert [n.id for n in cfg.nodes] == ["p1", "p2", "p3", "p4"]
@@ -89,6 +95,7 @@ def test_the_shipped_default_is_a_four_node_mesh():
         ("initial_balance = 500", "initial_balance = 500\nchannel_bound = 0", "channel_bound", "integer >= 1"),
         ("initial_balance = 500", "initial_balance = 500\nsegment_records = 1", "segment_records", "integer >= 2"),
         ('data_dir = "data"\n', "", "data_dir", "missing"),
+        ("initial_balance = 500", 'initial_balance = 500\nsnapshot_mode = "fast"', "snapshot_mode", "'classic', 'overtake'"),
         ("port = 7000", "port = 70000", "controller.port", "1-65535"),
         ("port = 7000", "port = 0", "controller.port", "integer >= 1"),
         ("snapshot_deadline_s = 2.5", "snapshot_deadline_s = 0", "controller.snapshot_deadline_s", "positive"),

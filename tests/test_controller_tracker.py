@@ -280,3 +280,40 @@ def test_snapshot_ids_sort_by_start_time_and_carry_the_random_suffix():
     assert a < b < c
     assert a == "20231114T221320.000000Z-0001"
     assert c == "20231114T221322.000000Z-0000"
+
+
+# ------------------------------------------------------------ overtake mode
+
+
+def overtake_state(t: Tracker, sid: str, node: str, balance: int, positions: dict[str, int],
+                   outbox: dict[str, list[tuple[int, int]]], recorded: dict[str, list[int]] | None = None) -> pb.FullState:
+    """A report in overtake mode: positions per incoming channel, (seq, amount) outboxes per outgoing one."""
+    report = state(t, sid, node, balance, recorded)
+    report.snapshot_mode = "overtake"
+    report.positions.extend(pb.ChannelPosition(src=s, dst=node, seq=q) for s, q in positions.items())
+    for dst, items in outbox.items():
+        report.outbox.add(src=node, dst=dst, in_flight=[
+            pb.InFlightTransfer(msg_id=f"{node}:{dst}:{q}", amount=a, seq=q) for q, a in items])
+    return report
+
+
+def test_overtake_channels_are_what_the_receiver_recorded_plus_the_senders_outbox_past_its_position():
+    t = Tracker(topology=Topology.build(("p1", "p2"), None), expected_total=200, deadline_s=5, snapshot_mode="overtake")
+    t.start("s1", "p1", at())
+    # p1's outbox to p2 at its cut: seqs 3..5 (12 in all); p2 had applied up to 3 at its cut.
+    t.report(overtake_state(t, "s1", "p1", 100 - 12, {"p2": 0}, {"p2": [(3, 2), (4, 4), (5, 6)]}), at())
+    done = t.report(overtake_state(t, "s1", "p2", 100 + 2, {"p1": 3}, {}), at()).snapshot
+    p1_p2 = next(c for c in done.channels if (c.src, c.dst) == ("p1", "p2"))
+    assert [(i.seq, i.amount) for i in p1_p2.in_flight] == [(4, 4), (5, 6)]
+    assert done.status == COMPLETE and done.conserved
+
+
+def test_a_report_in_another_snapshot_mode_is_refused_naming_the_field():
+    t = tracker()
+    t.start("s1", "p1", at())
+    with pytest.raises(InvalidReport, match="snapshot_mode 'overtake', the controller 'classic'"):
+        t.report(overtake_state(t, "s1", "p1", 100, {"p2": 0, "p3": 0}, {}), at())
+    with pytest.raises(InvalidReport, match="one position per incoming channel"):
+        t2 = Tracker(topology=t.topology, expected_total=300, deadline_s=5, snapshot_mode="overtake")
+        t2.start("s1", "p1", at())
+        t2.report(overtake_state(t2, "s1", "p1", 100, {"p2": 0}, {}), at())

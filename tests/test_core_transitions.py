@@ -457,3 +457,45 @@ def _call(p: Process, op: tuple) -> list[Any]:
     if kind == "start":
         return p.start_snapshot(op[1])
     return p.abort_snapshot(op[1])
+
+
+# ------------------------------------------------------------ overtake mode (R6)
+
+
+def _pair(mode: str) -> core.Process:
+    return core.Process(node_id="b", balance=10, incoming=["a"], outgoing=["a"], mode=mode)
+
+
+def test_overtake_mode_ignores_the_second_marker_of_a_channel_classic_refuses_it() -> None:
+    for mode in ("classic", "overtake"):
+        p = _pair(mode)
+        done = p.receive(src="a", message=core.Marker(snapshot_id="s1"))
+        assert any(isinstance(e, core.SnapshotCompleted) for e in done)
+        if mode == "classic":
+            with pytest.raises(core.RemoteProtocolError, match="second marker"):
+                p.receive(src="a", message=core.Marker(snapshot_id="s1"))
+        else:
+            assert p.receive(src="a", message=core.Marker(snapshot_id="s1")) == []
+        assert p.phase("s1") is Phase.COMPLETED
+
+
+def test_an_unknown_mode_is_refused() -> None:
+    with pytest.raises(core.LocalProtocolError, match="unknown snapshot mode 'fast'"):
+        _pair("fast")
+
+
+def test_credit_is_receive_without_effects_and_steps_aside_while_recording() -> None:
+    p = core.Process(node_id="b", balance=10, incoming=["a", "c"], outgoing=["a"])
+    assert p.credit(src="a", amount=5) is True and p.balance == 15
+    with pytest.raises(core.RemoteProtocolError):
+        p.credit(src="a", amount=0)
+    with pytest.raises(core.RemoteProtocolError):
+        p.credit(src="x", amount=1)
+    assert p.balance == 15
+    p.start_snapshot("s1")
+    assert p.credit(src="a", amount=5) is False and p.balance == 15  # the caller must use receive: it is recorded
+    p.debit(dst="a", amount=15)
+    assert p.balance == 0
+    with pytest.raises(core.LocalProtocolError) as info:
+        p.debit(dst="a", amount=1)
+    assert info.value.kind is core.Refusal.INSUFFICIENT_FUNDS and p.balance == 0

@@ -10,6 +10,7 @@ tests), SNAPMESH_FUZZ_BASE (first seed, default 0).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter
 
@@ -44,7 +45,7 @@ def test_every_fault_kind_happens() -> None:
         "crash", "torn write", "node restart", "restart from a checkpoint", "segment sealed", "connection cut",
         "stale frame delivered", "partition", "controller crash", "snapshot failed: controller restarted",
         "snapshot failed: deadline", "snapshot complete", "transfer refused: channel full",
-        "retry answered, not paid", "restore", "crash during a restore",
+        "retry answered, not paid", "restore", "crash during a restore", "overtaken transfers recorded",
     ):
         assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
 
@@ -134,7 +135,31 @@ def _recovery_ignores_replays(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recovery, "_apply", broken)
 
 
+def _overtake_forgets_the_outbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    keep = node_mod.Node._keep_cut
+
+    def broken(self, snapshot_id: str) -> None:
+        keep(self, snapshot_id)
+        positions, _ = self._at_cut[snapshot_id]
+        self._at_cut[snapshot_id] = (positions, {})  # the overtaken transfers are dropped
+
+    monkeypatch.setattr(node_mod.Node, "_keep_cut", broken)
+
+
+def _overtake_positions_after_the_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    with_cut = node_mod.Node._with_cut
+
+    def broken(self, state):
+        state = with_cut(self, state)
+        late = {src: r.last_seq for src, r in self.receivers.items()}  # taken at completion, not at the cut
+        return dataclasses.replace(state, positions=late)
+
+    monkeypatch.setattr(node_mod.Node, "_with_cut", broken)
+
+
 MUTATIONS = {
+    "overtake-outbox": _overtake_forgets_the_outbox,
+    "overtake-positions": _overtake_positions_after_the_cut,
     "resend": _no_resend,
     "duplicate-drop": _no_duplicate_drop,
     "recovery-outbox": _recovery_forgets_the_outbox,

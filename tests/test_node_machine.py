@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from snapmesh import core, link, recovery, wal
+from snapmesh import core, link, overtake, recovery, wal
 from snapmesh.node import Accepted, Ack, Append, Node, Report, Seal, Transmit
 
 
@@ -279,3 +279,58 @@ def test_recovery_refuses_a_log_it_cannot_trust(records, problem: str) -> None:
         recovery.recover([(f"a.log.jsonl:{i}", r) for i, r in enumerate(records, start=1)], node_id="a",
                          initial_balance=0, incoming=["b"], outgoing=["b"])
     assert problem in str(info.value) and str(info.value).startswith("a.log.jsonl:")
+
+
+# ------------------------------------------------------------ overtake mode
+
+
+def test_overtake_an_early_marker_finishes_the_receiver_ahead_of_a_queued_backlog() -> None:
+    m = Machines({"a": 100, "b": 0}, snapshot_mode="overtake")
+    m.connect_all()
+    for _ in range(10):
+        m.nodes["a"].transfer("b", 1)
+    m.route("a")
+    m.flush("a")  # ten transfers on the wire to b, none delivered
+    m.nodes["a"].start_snapshot("s1")
+    m.route("a")
+    m.flush("a")
+    frames = m.wires[("a", "b")]
+    early = frames[-1][2][0]
+    assert (early.seq, early.amount, early.snapshot_id) == (0, 10, "s1")  # ahead of the FIFO marker, seq 11
+    # b gets the early marker before the backlog: it cuts and is done with a->b at once.
+    kind, epoch, entries = frames.pop()
+    for e in entries[:1]:
+        m.nodes["b"].received("a", epoch, e.seq, amount=e.amount, snapshot_id=e.snapshot_id)
+    m.nodes["b"].end_frame()
+    m.route("b")
+    m.flush("b")
+    b_state = next(s for s in m.reports if s.node_id == "b")
+    assert b_state.balance == 0 and b_state.positions == {"a": 0} and b_state.channels == {"a": ()}
+    m.wires[("a", "b")].append((kind, epoch, entries[1:]))
+    m.settle()  # the backlog, then the FIFO marker (ignored: the channel is closed)
+    reports = {s.node_id: s for s in m.reports}
+    assert [t.seq for t in overtake.channel_state(reports, "a", "b")] == list(range(1, 11))
+    assert overtake.channel_state(reports, "b", "a") == ()
+    assert reports["a"].balance + reports["b"].balance + 10 == 100
+    assert [type(r).KIND for r in m.records("b")].count("marker_recv") == 1  # one marker per channel
+    assert m.nodes["b"].balance == 10
+
+
+def test_overtake_refuses_an_early_marker_behind_transfers_past_the_cut() -> None:
+    m = Machines({"a": 100, "b": 0}, snapshot_mode="overtake")
+    m.connect_all()
+    m.nodes["a"].transfer("b", 1)
+    m.route("a")
+    m.settle()
+    with pytest.raises(core.RemoteProtocolError, match="early marker"):
+        m.nodes["b"].received("a", m.epochs[("a", "b")], 0, amount=0, snapshot_id="s9")
+
+
+def test_classic_mode_sends_no_early_marker() -> None:
+    m = Machines({"a": 100, "b": 0})
+    m.connect_all()
+    m.nodes["a"].transfer("b", 1)
+    m.nodes["a"].start_snapshot("s1")
+    m.route("a")
+    m.flush("a")
+    assert [e.seq for _, _, entries in m.wires[("a", "b")] for e in entries] == [1, 2]

@@ -103,6 +103,7 @@ async def serve(
         topology=cfg.topology,
         expected_total=cfg.expected_total,
         deadline_s=deadline or cfg.controller.snapshot_deadline_s,
+        snapshot_mode=cfg.snapshot_mode,
     )
     store = SnapshotStore(cfg.snapshots_dir, cfg.data_dir / "controller" / "snapshots")
     snapshots, warnings = store.load_all()
@@ -179,8 +180,15 @@ async def _serve(
             "serving on %s (metrics %s:%d), %d nodes, deadline %gs",
             host.bind_address, *cfg.metrics_bind(cfg.controller), len(cfg.nodes), tracker.deadline_s,
         )
-        sig = await wait_for_stop_signal()
-        log.info("%s: stopping", sig.name)
+        stop = asyncio.create_task(wait_for_stop_signal())
+        mismatch = asyncio.create_task(service.mode_mismatch())
+        await asyncio.wait({stop, mismatch}, return_when=asyncio.FIRST_COMPLETED)
+        if mismatch.done():
+            stop.cancel()
+            log.error("%s", mismatch.result())
+            return 2
+        mismatch.cancel()
+        log.info("%s: stopping", stop.result().name)
     finally:
         if periodic is not None:
             periodic.cancel()

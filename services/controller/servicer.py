@@ -174,6 +174,30 @@ class ControllerService(pb_grpc.ControllerServicer):
         )
         self.restorer.taken_back(self.restore_taken_back)
 
+    async def mode_mismatch(self, retry_s: float = 0.5) -> str:
+        """Ask every node its snapshot_mode (GetState, retried until it answers);
+        return the first disagreement with the controller's, in words. Never
+        returns while every node agrees (a mixed cluster is refused, not run)."""
+        mine = self.config.snapshot_mode
+        waiting = set(self._stubs)
+        while waiting:
+            for node in sorted(waiting):
+                try:
+                    state = await self._stubs[node].GetState(pb.GetStateRequest(), timeout=2)
+                except grpc.aio.AioRpcError:
+                    continue
+                waiting.discard(node)
+                theirs = state.snapshot_mode or "classic"
+                if theirs != mine:
+                    return (
+                        f"{self.config.path}: snapshot_mode: the controller runs {mine!r} but node {node!r} runs "
+                        f"{theirs!r}; every process must read the same snapshot_mode"
+                    )
+            if waiting:
+                await asyncio.sleep(retry_s)
+        await asyncio.Event().wait()  # all agree: nothing to report, ever
+        return ""
+
     def end_streams(self) -> None:
         """End every WatchSnapshots stream (before the server drains)."""
         for queue in self._watchers:

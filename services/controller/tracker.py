@@ -46,6 +46,7 @@ from typing import NamedTuple
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from snapmesh import overtake
 from snapmesh.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -97,10 +98,13 @@ class _Pending:
 
 
 class Tracker:
-    def __init__(self, *, topology: Topology, expected_total: int, deadline_s: float) -> None:
+    def __init__(
+        self, *, topology: Topology, expected_total: int, deadline_s: float, snapshot_mode: str = "classic"
+    ) -> None:
         if deadline_s <= 0:
             raise TrackerMisuse(f"deadline must be positive, got {deadline_s!r}")
         self.topology = topology
+        self.snapshot_mode = snapshot_mode
         self.expected_total = expected_total
         self.deadline_s = deadline_s
         self._incoming = {n: set(topology.incoming(n)) for n in topology.nodes}
@@ -233,6 +237,12 @@ class Tracker:
             )
         if state.balance < 0:
             raise InvalidReport(f"node {state.node_id!r} reported a negative balance {state.balance}")
+        mode = state.snapshot_mode or "classic"
+        if mode != self.snapshot_mode:
+            raise InvalidReport(
+                f"node {state.node_id!r} runs snapshot_mode {mode!r}, the controller {self.snapshot_mode!r}: "
+                "every process must read the same snapshot_mode from the cluster file"
+            )
         expected = self._incoming[state.node_id]
         seen: set[str] = set()
         for channel in state.channels:
@@ -247,6 +257,8 @@ class Tracker:
             for item in channel.in_flight:
                 if item.amount <= 0:
                     raise InvalidReport(f"channel {name}: transfer {item.msg_id!r} has amount {item.amount}")
+        if mode == "overtake":
+            _check_overtake_parts(state, expected)
         missing = sorted(expected - seen)
         if missing:
             names = ", ".join(f"{src}->{state.node_id}" for src in missing)
@@ -262,14 +274,26 @@ class Tracker:
             snapshot.nodes.add(node_id=node, balance=balance)
             total += balance
         by_channel = {(c.src, c.dst): c for r in pending.reports.values() for c in r.channels}
+        overtake_parts = self._overtake_parts(pending) if self.snapshot_mode == "overtake" else None
         for src, dst in self.topology.channels:
             in_flight = by_channel[(src, dst)].in_flight
+            if overtake_parts is not None:
+                outbox, positions = overtake_parts
+                in_flight = overtake.merge(in_flight, outbox.get((src, dst), ()), positions.get((src, dst), 0))
             snapshot.channels.add(src=src, dst=dst, in_flight=in_flight)
             total += sum(item.amount for item in in_flight)
         snapshot.total = total
         snapshot.conserved = total == self.expected_total
         reason = "" if snapshot.conserved else f"total {total} != expected {self.expected_total}"
         return self._finish(pending, COMPLETE, reason, now)
+
+    @staticmethod
+    def _overtake_parts(pending: _Pending) -> tuple[dict, dict]:
+        """Overtake mode (snapmesh/overtake.py O3): each sender's outbox at its cut
+        and each receiver's position at its cut, by channel."""
+        outbox = {(c.src, c.dst): c.in_flight for r in pending.reports.values() for c in r.outbox}
+        positions = {(p.src, p.dst): p.seq for r in pending.reports.values() for p in r.positions}
+        return outbox, positions
 
     def _finish(self, pending: _Pending, status: int, reason: str, now: Now) -> pb.Snapshot:
         snapshot = pending.snapshot
@@ -355,3 +379,18 @@ def _copy(message):
     clone = type(message)()
     clone.CopyFrom(message)
     return clone
+
+
+def _check_overtake_parts(state: pb.FullState, incoming: set[str]) -> None:
+    """Overtake mode: a position for every incoming channel, an outbox only on the
+    node's own outgoing channels, positive amounts (T2)."""
+    node = state.node_id
+    positions = {p.src for p in state.positions if p.dst == node}
+    if positions != incoming or len(state.positions) != len(incoming):
+        raise InvalidReport(f"node {node!r} must report one position per incoming channel, got {sorted(positions)}")
+    for channel in state.outbox:
+        if channel.src != node:
+            raise InvalidReport(f"node {node!r} reported the outbox of {channel.src}->{channel.dst}, not its own")
+        for item in channel.in_flight:
+            if item.amount <= 0:
+                raise InvalidReport(f"outbox {node}->{channel.dst}: transfer {item.msg_id!r} has amount {item.amount}")

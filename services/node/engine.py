@@ -126,10 +126,11 @@ class Engine:
 
     # -- the channels
 
-    def receive_batch(self, src: str, epoch: int, messages: Iterable[tuple[int, core.Message]]) -> None:
-        """Apply the (seq, message) pairs of one frame, decoded by the servicer,
-        in order. Duplicates and stale frames are dropped; raises link.GapError
-        or core.RemoteProtocolError, and what was applied before the bad message
+    def receive_batch(self, src: str, epoch: int, messages: Iterable[tuple[int, object]]) -> None:
+        """Apply the (seq, message) pairs of one frame, decoded by the servicer
+        (a core.Marker, or anything with `amount` and `msg_id`), in order.
+        Duplicates and stale frames are dropped; raises link.GapError or
+        core.RemoteProtocolError, and what was applied before the bad message
         stays applied and logged."""
         node = self.node
         node.tick(self._now())
@@ -137,7 +138,7 @@ class Engine:
         try:
             for seq, message in messages:
                 if isinstance(message, core.Marker):
-                    received(src, epoch, seq, snapshot_id=message.snapshot_id)
+                    received(src, epoch, seq, snapshot_id=message.snapshot_id, amount=message.last_seq)
                 else:
                     received(src, epoch, seq, amount=message.amount, msg_id=message.msg_id)
         finally:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import random
 import sys
 
@@ -131,11 +132,12 @@ async def _serve_locked(
         incoming=incoming,
         outgoing=outgoing,
         recovered=recovered,
-        mark=HIGH_WATER,
+        mark=flow_mark(),
         bound=cfg.channel_bound,
         # Twice the controller's deadline: by then the controller has failed it.
         recording_ttl=2 * cfg.controller.snapshot_deadline_s,
         segment_records=cfg.segment_records,
+        snapshot_mode=cfg.snapshot_mode,
         now=asyncio.get_running_loop().time(),
     )
 
@@ -229,3 +231,15 @@ async def _serve_locked(
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def flow_mark() -> int:
+    """The flow-control mark (link L7): HIGH_WATER, or SNAPMESH_FLOW_MARK (for the
+    benchmark that shows snapshot latency at two marks). A bad value exits 2."""
+    text = os.environ.get("SNAPMESH_FLOW_MARK", "")
+    if not text:
+        return HIGH_WATER
+    if not text.isdigit() or int(text) < 1:
+        print(f"SNAPMESH_FLOW_MARK: must be a positive integer, got {text!r}", file=sys.stderr)
+        raise SystemExit(2)
+    return int(text)

@@ -70,7 +70,26 @@ def full_state_message(state: core.FullState, node_id: str, cut_at_ns: int = 0) 
             )
             for src, transfers in state.channels.items()
         ],
+        **_overtake_fields(state, node_id),
     )
+
+
+def _overtake_fields(state: core.FullState, node_id: str) -> dict:
+    """Overtake mode's positions and outbox (snapmesh/overtake.py); nothing in classic mode."""
+    if not state.positions:
+        return {}
+    return {
+        "snapshot_mode": "overtake",
+        "positions": [pb.ChannelPosition(src=src, dst=node_id, seq=seq) for src, seq in state.positions.items()],
+        "outbox": [
+            pb.ChannelState(
+                src=node_id,
+                dst=dst,
+                in_flight=[pb.InFlightTransfer(msg_id=f"{node_id}:{dst}:{e.seq}", amount=e.amount, seq=e.seq) for e in entries],
+            )
+            for dst, entries in state.outbox.items()
+        ],
+    }
 
 
 class CorruptReportError(ValueError):

@@ -96,7 +96,12 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
         balance = self._engine.node.balance
         await self._durable(self._log.last_lsn, context)  # never show what a crash could take back
-        return pb.NodeStateResponse(node_id=self._engine.node_id, balance=balance, epoch=self._engine.node.epoch)
+        return pb.NodeStateResponse(
+            node_id=self._engine.node_id,
+            balance=balance,
+            epoch=self._engine.node.epoch,
+            snapshot_mode=self._engine.node.process.mode,
+        )
 
     # -- snapshots
 
@@ -213,17 +218,21 @@ class NodeServicer(pb_grpc.NodeServicer):
             rx.release(ending)
 
 
-def _decode(src: str, dst: str, messages: Iterable[pb.ChannelMessage]) -> Iterator[tuple[int, core.Message]]:
-    """A frame's messages as (seq, core message), one at a time: a message with
-    no body raises RemoteProtocolError there, after those before it applied."""
+def _decode(
+    src: str, dst: str, messages: Iterable[pb.ChannelMessage]
+) -> Iterator[tuple[int, core.Marker | pb.TransferMessage]]:
+    """A frame's messages as (seq, core.Marker or the TransferMessage), one at a
+    time: a message with no body raises RemoteProtocolError there, after those
+    before it applied."""
     for message in messages:
         body = message.WhichOneof("body")
         if body == "transfer":
-            t = message.transfer
-            yield message.seq, core.Transfer(msg_id=t.msg_id, amount=t.amount, seq=message.seq)
+            # The protobuf message itself (it has `amount` and `msg_id`, "" when the
+            # sender left it out): no per-message object on the hot path.
+            yield message.seq, message.transfer
         elif body == "marker":
             if not message.marker.snapshot_id:
                 raise core.RemoteProtocolError(f"channel {src}->{dst}: marker {message.seq} has an empty snapshot id")
-            yield message.seq, core.Marker(snapshot_id=message.marker.snapshot_id)
+            yield message.seq, core.Marker(snapshot_id=message.marker.snapshot_id, last_seq=message.marker.last_seq)
         else:
             raise core.RemoteProtocolError(f"channel {src}->{dst}: message {message.seq} has no body")

@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from snapmesh import core, wal
+from snapmesh import core, overtake, wal
 
 
 class Violation(AssertionError):
@@ -166,7 +166,7 @@ class Checker:
                     raise Violation(
                         f"{node}: restored {record.snapshot_id} with balance {record.balance}, recorded {part.balance}"
                     )
-                self._replays[node] = [(src, t.msg_id, t.amount) for src, ts in part.channels.items() for t in ts]
+                self._replays[node] = [(src, t.msg_id, t.amount) for src, t in overtake.in_flight_towards(reports, node)]
                 if len(self._replays[node]) != record.deliveries:
                     raise Violation(
                         f"{node}: restore announces {record.deliveries} replays, the snapshot holds {self._replays[node]}"
@@ -261,7 +261,7 @@ class Checker:
                 raise Violation(f"snapshot {snapshot_id}: COMPLETE but {src}->{dst} has no marker or no cut in the logs")
             sent = self.sent[(src, dst, epoch)]
             expected = [s for s in range(position[(src, dst)] + 1, marker[(src, dst)]) if sent[s][0]]
-            recorded = reports[dst].channels.get(src, ())
+            recorded = overtake.channel_state(reports, src, dst)
             if [t.seq for t in recorded] != expected or any(
                 t.amount != sent[t.seq][0] for t in recorded
             ):

@@ -1,0 +1,191 @@
+"""Classic and overtake snapshot modes side by side, in one run: `python -m bench overtake`.
+
+Figures (all from this one run; compare them as ratios):
+  - raw gRPC: unary round trip p99, one batched stream's rate (`bench.grpc_raw`);
+  - the 4-node mesh's highest rate in a short closed-loop ramp (nodes' counters);
+  - per mode, on a 4-node mesh at that peak load: rate with a snapshot every
+    100 ms / without (interleaved A/B windows) and the controller-side p99 of
+    those snapshots, and how many FAILED;
+  - per mode, on an 8-node mesh paced at 50% of the 4-node peak: snapshot p99,
+    trigger to COMPLETE as the client sees it; overtake mode at two
+    flow-control marks (SNAPMESH_FLOW_MARK);
+  - a 32-node mesh (992 channels) in overtake mode under a light paced load:
+    snapshot latency.
+It prints a table and merges its figures into bench/results.json (a flat
+object name -> number, plus `date` and `machine`), keeping other keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+from bench.cluster import INITIAL_BALANCE, _finished, _latency_run, _paced_callers, _wait_controller_idle
+from bench.loadgen import LoadGen
+from bench.observe import Observer
+from snapmesh.config import write_cluster
+from snapmesh.runtime import CLIENT_OPTIONS
+from snapmesh.supervisor import Cluster
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+RESULTS = Path(__file__).resolve().parent / "results.json"
+BATCH = 200
+RAMP_CALLERS = (4, 16)
+SETTLE_S = 1.5
+WINDOW_S = 3.0
+AB_PAIRS = 2
+SNAPSHOT_EVERY_S = 0.1
+LATENCY_SNAPSHOTS = 30
+LATENCY_CAP_S = 15.0
+MARKS = (2_000, 20_000)
+DEADLINE_S = 10.0
+
+
+def _p99(values: list[float]) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+class _Mesh:
+    """An N-node mesh, its controller stub, a load generator and an observer."""
+
+    def __init__(self, root: Path, nodes: int, mode: str, mark: int | None = None) -> None:
+        name = f"mesh-{nodes}-{mode}-{mark or 'default'}"
+        path = write_cluster(root / name / "cluster.toml", nodes=nodes, deadline=DEADLINE_S,
+                             initial_balance=INITIAL_BALANCE, snapshot_mode=mode)
+        env = dict(os.environ)
+        if mark is not None:
+            env["SNAPMESH_FLOW_MARK"] = str(mark)
+        self.cluster = Cluster(path, env=env, startup_timeout=120).start()
+        self.channel = grpc.insecure_channel(self.cluster.controller_address, options=CLIENT_OPTIONS)
+        self.controller = pb_grpc.ControllerStub(self.channel)
+        self.loadgen = LoadGen(self.cluster, batch=BATCH, seed=nodes)
+        self.observer = Observer(self.cluster, self.loadgen)
+
+    def close(self) -> None:
+        self.channel.close()
+        self.loadgen.close()
+        self.cluster.stop()
+
+    def __enter__(self) -> _Mesh:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _ab(mesh: _Mesh, callers: int) -> tuple[float, float, int]:
+    """Rate with a snapshot every 100 ms / without; controller p99 (ms) of those; FAILED or unfinished."""
+    mesh.loadgen.set(callers)
+    time.sleep(SETTLE_S)
+    ratios, ids = [], []
+    for _ in range(AB_PAIRS):
+        a = mesh.observer.window(WINDOW_S)
+        b = mesh.observer.window(WINDOW_S, snapshot_every=SNAPSHOT_EVERY_S, controller=mesh.controller)
+        ratios.append(b.received_per_s / a.received_per_s)
+        ids += b.snapshots
+        _wait_controller_idle(mesh.cluster, 20.0)
+    mesh.loadgen.set(0)
+    durations, _, failed, running = _finished(mesh.controller, ids, {})
+    return sum(ratios) / len(ratios), _p99(durations), failed + running
+
+
+def _latency(mesh: _Mesh, rate: float) -> tuple[float, int, int]:
+    """Client-side snapshot p99 (ms) at a paced load; how many COMPLETE, how many not."""
+    mesh.loadgen.set(_paced_callers(len(mesh.cluster.node_ids)), rate=rate)
+    time.sleep(SETTLE_S)
+    client, _, failed, _ = _latency_run(mesh.controller, LATENCY_SNAPSHOTS, LATENCY_CAP_S, {})
+    mesh.loadgen.set(0)
+    return _p99(client), len(client), failed
+
+
+def measure(say) -> dict[str, float]:
+    from bench.grpc_raw import measure as raw_measure
+
+    out: dict[str, float] = {}
+    say(" raw gRPC baseline")
+    raw = raw_measure()
+    out["unary_rtt_p99_ms"] = raw["unary_p99_ms"]
+    out["raw_batched_stream_msgs_per_s"] = raw["stream_batched_per_s"]
+    with tempfile.TemporaryDirectory(prefix="snapmesh-bench-overtake-") as tmp:
+        root = Path(tmp)
+        peak, peak_callers = 0.0, RAMP_CALLERS[0]
+        for mode in ("classic", "overtake"):
+            say(f" 4-node mesh, {mode}")
+            with _Mesh(root, 4, mode) as mesh:
+                if mode == "classic":
+                    for callers in RAMP_CALLERS:
+                        mesh.loadgen.set(callers)
+                        time.sleep(SETTLE_S)
+                        rate = mesh.observer.window(WINDOW_S).received_per_s
+                        say(f"  ramp {callers} callers/node: {rate:,.0f}/s")
+                        if rate > peak:
+                            peak, peak_callers = rate, callers
+                    out["cluster_rate_4n"] = peak
+                    out["cluster_rate_4n_over_raw_batched"] = peak / out["raw_batched_stream_msgs_per_s"]
+                ratio, p99, bad = _ab(mesh, peak_callers)
+                say(f"  A/B {mode}: ratio {ratio:.2f}, controller p99 {p99:.0f} ms, {bad} not COMPLETE")
+                out[f"overhead_ratio_100ms_{mode}"] = ratio
+                out[f"controller_p99_ms_100ms_{mode}"] = p99
+                out[f"snapshots_not_complete_100ms_{mode}"] = bad
+        out["controller_p99_ms_100ms"] = out["controller_p99_ms_100ms_overtake"]
+        half = 0.5 * peak
+        for mode, mark in (("classic", None), ("overtake", None), ("overtake", MARKS[1])):
+            say(f" 8-node mesh, {mode}, mark {mark or MARKS[0]}, paced {half:,.0f}/s")
+            with _Mesh(root, 8, mode, mark) as mesh:
+                p99, done, failed = _latency(mesh, half)
+            say(f"  snapshot p99 {p99:.1f} ms ({done} COMPLETE, {failed} not)")
+            key = f"snapshot_p99_ms_8n_50pct_{mode}" + (f"_mark{mark}" if mark else "")
+            out[key] = p99
+        out["snapshot_p99_ms_8n_50pct_overtake_mark2000"] = out["snapshot_p99_ms_8n_50pct_overtake"]
+        out["snapshot_p99_over_unary_p99_overtake"] = out["snapshot_p99_ms_8n_50pct_overtake"] / out["unary_rtt_p99_ms"]
+        say(" 32-node mesh (992 channels), overtake, light paced load")
+        try:
+            with _Mesh(root, 32, "overtake") as mesh:
+                p99, done, failed = _latency(mesh, 0.05 * peak)
+            out["snapshot_p99_ms_32n_overtake"] = p99
+            out["snapshots_complete_32n_overtake"] = done
+            say(f"  snapshot p99 {p99:.1f} ms ({done} COMPLETE, {failed} not)")
+        except Exception as exc:  # report it; the other figures stand
+            say(f"  32-node mesh failed: {type(exc).__name__}: {exc}")
+    return out
+
+
+def write_results(figures: dict[str, float], path: Path = RESULTS) -> None:
+    """Merge into `path`, keeping keys this run did not measure."""
+    try:
+        merged = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        merged = {}
+    merged.update({k: round(v, 4) for k, v in figures.items()})
+    merged["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    merged["machine"] = f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}"
+    path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
+
+
+def main() -> int:
+    started = time.perf_counter()
+
+    def say(text: str) -> None:
+        print(f"[{time.perf_counter() - started:5.1f}s]{text}", file=sys.stderr, flush=True)
+
+    figures = measure(say)
+    for name, value in figures.items():
+        print(f"{name:<52} {value:>14,.3f}")
+    write_results(figures)
+    print(f"written to {RESULTS}; one run ({time.perf_counter() - started:.0f}s) on a shared, noisy machine: "
+          "compare ratios within it")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

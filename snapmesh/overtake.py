@@ -1,0 +1,79 @@
+"""Markers that overtake queued transfers (`snapshot_mode = "overtake"`), pure.
+
+Classic Chandy-Lamport sends a marker after everything already queued on its
+channel, so under load a snapshot waits for every queue to drain (up to the
+flow-control mark per channel). Flink's unaligned checkpoints let the barrier
+overtake buffered data and put the overtaken data into the checkpoint; this is
+the same idea on top of snapmesh's reliable links.
+
+Design
+------
+O1. Two copies of each marker. At its cut a sender logs and queues the marker
+    in its FIFO place (seq L+1, L = the last seq it assigned before the cut),
+    exactly as in classic mode, and also queues an early copy that leaves
+    ahead of every queued message (link L8) and carries L. The FIFO copy keeps
+    everything classic guarantees (one logged marker per channel, resend
+    after a cut connection, seq without gaps); the early copy is a hint that
+    may be lost with its connection. Whichever arrives first closes the
+    channel at the receiver; the other is ignored (core R6). The marker
+    count per channel per snapshot is still one: the early copy is not
+    logged and not counted.
+O2. What each side keeps (node N9). At its cut a node keeps, per incoming
+    channel, the last seq it applied (`FullState.positions`), and per
+    outgoing channel the transfers not yet acknowledged (`FullState.outbox`,
+    all with seq <= L). The receiver still records the transfers that arrive
+    after its cut until the channel closes (rule R2: `FullState.channels`).
+O3. Assembly (`channel_state`). The state of channel src->dst is every
+    transfer with seq in (P, L], P = dst's position for src: the union of what
+    dst recorded and src's outbox at its cut past P, one per seq, in seq
+    order. Why it is complete: a transfer in (P, L] acknowledged before src's
+    cut was applied by dst before the early marker (which left after the cut),
+    so after dst's cut and before the channel closed: dst recorded it. One not
+    acknowledged then is in src's outbox. Why nothing else: dst applies no seq
+    past L before the channel closes, because the FIFO copy at L+1 comes
+    first; so P <= L, and the receiver refuses an early marker that arrives
+    after a seq past its L.
+O4. Consistency needs nothing else: a transfer applied before dst's cut has
+    seq <= P <= L, so it was sent before src's cut.
+O5. Restarts and reconnects behave as in classic mode: a node that restarts
+    mid-snapshot loses its recording (the snapshot fails at its deadline),
+    and a lost early marker only means the FIFO copy closes the channel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+from snapmesh import core
+
+T = TypeVar("T")
+
+
+def channel_state(reports: Mapping[str, core.FullState], src: str, dst: str) -> tuple[core.Transfer, ...]:
+    """The in-flight transfers of src->dst in a snapshot whose FullStates are `reports` (O3).
+    In classic mode (no positions) it is what dst recorded."""
+    recorded = reports[dst].channels.get(src, ())
+    position = reports[dst].positions.get(src)
+    if position is None:
+        return tuple(recorded)
+    outbox = (core.Transfer(msg_id=f"{src}:{dst}:{e.seq}", amount=e.amount, seq=e.seq) for e in reports[src].outbox.get(dst, ()))
+    return tuple(merge(recorded, outbox, position))
+
+
+def in_flight_towards(reports: Mapping[str, core.FullState], dst: str) -> list[tuple[str, core.Transfer]]:
+    """Every transfer the snapshot holds in flight towards `dst`, as (src,
+    transfer), channel by channel in seq order: what a restore delivers to it."""
+    part = reports[dst]
+    sources = dict.fromkeys([*part.channels, *part.positions])
+    return [(src, t) for src in sources for t in channel_state(reports, src, dst)]
+
+
+def merge(recorded: Iterable[T], outbox: Iterable[T], position: int) -> list[T]:
+    """O3 on anything with a `seq` (core.Transfer, the controller's protobuf
+    InFlightTransfer): what the receiver recorded, plus the sender's outbox past
+    the receiver's position, one per seq, in seq order."""
+    by_seq = {t.seq: t for t in outbox if t.seq > position}
+    for transfer in recorded:
+        by_seq.setdefault(transfer.seq, transfer)
+    return [by_seq[seq] for seq in sorted(by_seq)]
