@@ -15,8 +15,8 @@ import grpc
 import pytest
 
 from cluster_helpers import controller_stub
-from invariants import check_logs
-from node_logs import read_logs
+from snapmesh.logcheck import check_logs
+from snapmesh.node_logs import read_logs
 from snapmesh import config
 from snapmesh.config import write_cluster
 from snapmesh.load import BackgroundLoad
@@ -49,7 +49,7 @@ def make_cluster(tmp_path, tls):
 
 
 def check_against_logs(cluster: Cluster, snapshots: list[pb.Snapshot]) -> None:
-    """The one checker (tests/invariants.py): the nodes' logs against every snapshot."""
+    """The one checker (snapmesh/logcheck.py): the nodes' logs against every snapshot."""
     logs = read_logs(cluster.data_dir, cluster.node_ids)
     report = check_logs(logs, snapshots, channels=cluster.config.topology.channels,
                         total=cluster.config.expected_total)

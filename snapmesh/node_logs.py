@@ -1,0 +1,130 @@
+"""What real nodes' transfer logs say, read independently of the node's code.
+
+- `read_logs(data_dir, nodes)`: every node's records in lsn order, from its
+  sealed segments `<node>.log.<first lsn, 12 digits>.jsonl` and its active
+  `<node>.log.jsonl`. A torn last line of the active file (a node still
+  writing) is left out; anything else unreadable fails naming file and line.
+- `log_events(logs)`: the records as the trace events `snapmesh.logcheck` checks
+  (kinds it does not know, such as `restart` and `abort`, are skipped).
+- `money_check(logs)`: sends against receives over all the logs.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+ACTIVE_SUFFIX = ".log.jsonl"
+_SEGMENT = re.compile(r"^(?P<node>.+)\.log\.(?P<first>\d{12})\.jsonl$")
+
+
+class LogReadError(AssertionError):
+    """A log file cannot be read as the format says (file:line: problem)."""
+
+
+def log_files(data_dir: Path, node: str) -> list[Path]:
+    """A node's files in lsn order: sealed segments by first lsn, then the active file."""
+    segments = []
+    for path in Path(data_dir).glob(f"{glob.escape(node)}.log.*.jsonl"):
+        match = _SEGMENT.match(path.name)
+        if match and match["node"] == node:
+            segments.append((int(match["first"]), path))
+    active = Path(data_dir) / f"{node}{ACTIVE_SUFFIX}"
+    return [path for _, path in sorted(segments)] + ([active] if active.exists() else [])
+
+
+def log_nodes(data_dir: Path) -> list[str]:
+    """Every node with a log file in `data_dir`."""
+    found = set()
+    for path in Path(data_dir).glob("*.jsonl"):
+        match = _SEGMENT.match(path.name)
+        if match:
+            found.add(match["node"])
+        elif path.name.endswith(ACTIVE_SUFFIX):
+            found.add(path.name[: -len(ACTIVE_SUFFIX)])
+    return sorted(found)
+
+
+def read_logs(data_dir: Path, nodes: Iterable[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Every node's records, in lsn order (default: every node with a log file)."""
+    return {node: read_node_log(data_dir, node) for node in (log_nodes(data_dir) if nodes is None else nodes)}
+
+
+def read_node_log(data_dir: Path, node: str) -> list[dict[str, Any]]:
+    files = log_files(data_dir, node)
+    records: list[dict[str, Any]] = []
+    for index, path in enumerate(files):
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        for number, line in enumerate(lines, start=1):
+            try:
+                record = json.loads(line)
+                lsn = record["lsn"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                if index == len(files) - 1 and number == len(lines):
+                    break  # the torn last line of a node still writing
+                raise LogReadError(f"{path}:{number}: not a log record: {line[:80]!r}") from None
+            if records and lsn <= records[-1]["lsn"]:
+                raise LogReadError(f"{path}:{number}: lsn {lsn} after {records[-1]['lsn']}")
+            records.append(record)
+    return records
+
+
+def log_events(logs: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The logs as trace events for `logcheck.check_trace` (position = lsn)."""
+    events: list[dict[str, Any]] = []
+    for node, records in logs.items():
+        for r in records:
+            kind = r.get("kind")
+            if kind == "init":
+                events.append({"event": "node", "node": node, "balance": r["balance"]})
+            elif kind == "send":
+                events.append({"event": "send", "node": node, "pos": r["lsn"], "dst": r["dst"], "msg": r["msg_id"],
+                               "amount": r["amount"]})
+            elif kind == "recv":
+                events.append({"event": "receive", "node": node, "pos": r["lsn"], "src": r["src"],
+                               "msg": r["msg_id"], "amount": r["amount"]})
+            elif kind == "marker_sent":
+                events.append({"event": "marker_sent", "node": node, "pos": r["lsn"], "dst": r["dst"],
+                               "snapshot": r["snapshot_id"]})
+            elif kind == "marker_recv":
+                events.append({"event": "marker_received", "node": node, "pos": r["lsn"], "src": r["src"],
+                               "snapshot": r["snapshot_id"]})
+            elif kind == "cut":
+                events.append({"event": "cut", "node": node, "pos": r["lsn"], "snapshot": r["snapshot_id"],
+                               "balance": r["balance"]})
+    return events
+
+
+def money_check(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Sends vs recvs across all logs: each msg_id sent once, received at most
+    once, and what each log's balance is."""
+    sends: dict[str, dict] = {}
+    recvs: dict[str, list[dict]] = defaultdict(list)
+    balances: dict[str, int] = {}
+    for node_id, records in logs.items():
+        balance = 0
+        for record in records:
+            kind = record["kind"]
+            if kind == "init":
+                balance = record["balance"]
+            elif kind == "send":
+                assert record["msg_id"] not in sends, f"msg_id {record['msg_id']} sent twice"
+                sends[record["msg_id"]] = record
+                balance -= record["amount"]
+            elif kind == "recv":
+                recvs[record["msg_id"]].append(record)
+                balance += record["amount"]
+        balances[node_id] = balance
+    return {
+        "sends": sends,
+        "duplicated": sorted(m for m, r in recvs.items() if len(r) > 1),
+        "phantom": sorted(m for m in recvs if m not in sends),
+        "mismatched": sorted(m for m, r in recvs.items() if m in sends and r[0]["amount"] != sends[m]["amount"]),
+        "unreceived": sorted(m for m in sends if m not in recvs),
+        "balances": balances,
+    }
