@@ -7,15 +7,19 @@ replays the schedule are printed); 2: bad arguments or no cluster could start.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import tempfile
 from pathlib import Path
 
-from snapmesh.argparsing import parse_args
-from snapmesh.chaos import checks as verdicts
-from snapmesh.chaos.campaign import Campaign, Options
-from snapmesh.supervisor import SupervisorError
+# Before gRPC loads: its note on every fork of a child while gRPC threads run is noise here.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+from snapmesh.argparsing import parse_args  # noqa: E402
+from snapmesh.chaos import checks as verdicts  # noqa: E402
+from snapmesh.chaos.campaign import Campaign, Options  # noqa: E402
+from snapmesh.supervisor import SupervisorError  # noqa: E402
 
 
 def _positive(text: str) -> float:
