@@ -13,7 +13,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-# Before gRPC loads: its note on every fork of a child while gRPC threads run is noise here.
+# Before gRPC loads. The campaign forks node processes while its own gRPC
+# threads run; gRPC's fork handlers then run in a child that has not exec'd yet,
+# and the longest run saw such a restart die of SIGSEGV (exit -11) before
+# serving. The children never use the parent's gRPC, so the handlers are off.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from snapmesh.argparsing import parse_args  # noqa: E402
