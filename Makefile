@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: install proto test test-fast demo bench lint clean images compose-up compose-down checkov-venv checkov
+.PHONY: install proto test test-fast demo bench chaos lint clean images compose-up compose-down checkov-venv checkov
 
 install: $(STAMP) $(PROTO_STAMP)
 
@@ -42,6 +42,11 @@ demo: install
 
 bench: install
 	$(PY) -m bench $(BENCH)
+
+# A 10-minute fault campaign on local processes (docs/chaos.md); SEED=N replays one.
+CHAOS_ARGS ?= --duration 600 --json chaos-figures.json $(if $(SEED),--seed $(SEED))
+chaos: install
+	$(BIN)/snapmesh chaos $(CHAOS_ARGS)
 
 lint: install
 	$(BIN)/ruff check snapmesh services tests bench jobs deploy

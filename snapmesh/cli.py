@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "restore": ("snapmesh.restore", "roll the whole cluster back to a COMPLETE snapshot"),
     "health": ("snapmesh.health", "exit 0 when a server's gRPC health check says SERVING"),
     "certs": ("snapmesh.security", "make dev certificates (CA, nodes, controller, client) and a token"),
+    "chaos": ("snapmesh.chaos.main", "a seeded fault campaign on a local cluster, checked against the logs"),
     "trace": ("snapmesh.trace.main", "the message flow from the logs: a ShiViz log, an SVG or PNG diagram"),
 }
 

@@ -39,7 +39,7 @@ R5. Abort. A snapshot may be abandoned (it failed elsewhere, or this process
     lost its recording in a restart). Markers that later arrive for it are
     dropped and reported, never mistaken for a new snapshot.
 
-Invariants this keeps (checked by tests/invariants.py after every simulation)
+Invariants this keeps (checked by snapmesh/logcheck.py after every simulation)
 -----------------------------------------------------------------------------
 - Consistent cut: a transfer received before the receiver's cut was sent before
   the sender's cut; a transfer sent after the sender's cut appears nowhere in

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import grpc
 
-from invariants import RecordedSnapshot, check_logs
-from node_logs import money_check, read_logs
+from snapmesh.logcheck import RecordedSnapshot, check_logs
+from snapmesh.node_logs import money_check, read_logs
 from snapmesh import supervisor
 from snapmesh.config import write_cluster
 from snapmesh.ports import free_ports
@@ -180,7 +180,7 @@ class Cluster(supervisor.Cluster):
             time.sleep(0.1)
 
     def check_snapshots(self, logs: dict[str, list[dict]], *reports: dict[str, pb.FullState]) -> None:
-        """The one log checker (tests/invariants.py) on snapshots given as every node's FullState."""
+        """The one log checker (snapmesh/logcheck.py) on snapshots given as every node's FullState."""
         snapshots = [RecordedSnapshot.from_states(states) for states in reports]
         check_logs(logs, snapshots, channels=self.channels, total=self.total)
 

@@ -49,7 +49,7 @@ def make_cluster(tmp_path, tls):
 
 
 def assert_consistent_with_logs(cluster: Cluster, snapshots: list[pb.Snapshot]) -> None:
-    """The one checker (tests/invariants.py): the nodes' logs against every snapshot."""
+    """The one checker (snapmesh/logcheck.py): the nodes' logs against every snapshot."""
     report = check_against_logs(cluster, snapshots)
     assert report.transfers > 0 and len(report.snapshots) >= len(snapshots)
 

@@ -13,7 +13,7 @@ import pytest
 from google.protobuf import json_format
 
 from cluster_helpers import check_against_logs, controller_stub
-from node_logs import read_logs
+from snapmesh.node_logs import read_logs
 from snapmesh.config import write_cluster
 from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb

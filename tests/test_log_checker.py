@@ -1,4 +1,4 @@
-"""The one snapshot-versus-log checker (tests/invariants.py `check_logs`) on a
+"""The one snapshot-versus-log checker (snapmesh/logcheck.py `check_logs`) on a
 hand-written two-node run: it passes the honest logs, read from sealed
 segments and an active file with a torn last line and a record kind it does
 not know, and it catches each kind of lie."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from invariants import InvariantViolation, RecordedSnapshot, check_logs
-from node_logs import read_logs
+from snapmesh.logcheck import InvariantViolation, RecordedSnapshot, check_logs
+from snapmesh.node_logs import read_logs
 
 # p2 starts s1 while p1's transfer of 10 is on the wire: it is in flight on p1->p2.
 P1 = [
@@ -91,3 +91,28 @@ def test_a_second_marker_and_a_bad_cut_in_the_logs_are_caught(logs) -> None:
     logs["p1"][3] = {**logs["p1"][3], "balance": 95}
     with pytest.raises(InvariantViolation, match="its cut says 95"):
         check_logs(logs, [honest()], channels=CHANNELS)
+
+
+def test_a_snapshot_aborted_at_the_receiver_before_its_marker_came_is_no_violation(tmp_path: Path) -> None:
+    """Found by `snapmesh chaos`: p1, restarted, was told to abort s2 before p2's
+    marker arrived; the marker was dropped and p2's later transfer received,
+    with no cut at p1. The checker took p1's missing cut as "after everything"
+    and called that transfer received before p1's cut. A transfer received
+    before a real cut and sent after the sender's is still caught."""
+    p1 = [{"kind": "init", "balance": 100},
+          {"kind": "abort", "snapshot_id": "s2", "reason": "deadline passed; no report from p1"},
+          {"kind": "marker_recv", "snapshot_id": "s2", "src": "p2", "dst": "p1", "seq": 1},
+          {"kind": "recv", "msg_id": "p2:p1:2", "src": "p2", "dst": "p1", "seq": 2, "amount": 5}]
+    p2 = [{"kind": "init", "balance": 100},
+          {"kind": "cut", "snapshot_id": "s2", "balance": 100},
+          {"kind": "marker_sent", "snapshot_id": "s2", "src": "p2", "dst": "p1", "seq": 1},
+          {"kind": "send", "msg_id": "p2:p1:2", "src": "p2", "dst": "p1", "seq": 2, "amount": 5}]
+    write_log(tmp_path, "p1", p1)
+    write_log(tmp_path, "p2", p2)
+    check_logs(read_logs(tmp_path), [], channels=[("p2", "p1")])
+
+    p1[1:2] = [{"kind": "cut", "snapshot_id": "s2", "balance": 100}]  # p1 did cut, yet got the transfer first
+    p1.append(p1.pop(1))
+    write_log(tmp_path, "p1", p1)
+    with pytest.raises(InvariantViolation, match="p2:p1:2 was sent after p2's cut but received before p1's cut"):
+        check_logs(read_logs(tmp_path), [], channels=[("p2", "p1")])

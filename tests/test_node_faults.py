@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos_proxy import ChaosProxy
+from snapmesh.chaos.proxy import ChaosProxy
 from node_harness import Cluster
-from node_logs import money_check
+from snapmesh.node_logs import money_check
 from snapmesh import scrape
 from snapmesh.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb

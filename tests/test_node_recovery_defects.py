@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from node_harness import Cluster
-from node_logs import money_check
+from snapmesh.node_logs import money_check
 from services.node.recovery import recover
 from snapmesh import wal
 from snapmesh.load import BackgroundLoad

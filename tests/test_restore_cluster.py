@@ -22,8 +22,8 @@ import grpc
 import pytest
 
 from cluster_helpers import controller_stub, node_stub
-from invariants import check_logs_by_epoch, check_restore
-from node_logs import read_logs
+from snapmesh.logcheck import check_logs_by_epoch, check_restore
+from snapmesh.node_logs import read_logs
 from snapmesh.launcher import LocalCluster, write_config
 from snapmesh.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import invariants  # noqa: E402
+from snapmesh import logcheck as invariants  # noqa: E402
 
 from snapmesh import cli  # noqa: E402
 from snapmesh.sim import loads, simulate  # noqa: E402

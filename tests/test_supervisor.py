@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cluster_helpers import controller_stub
-from node_logs import read_logs
+from snapmesh.node_logs import read_logs
 from snapmesh.config import ConfigError, write_cluster
 from snapmesh.ports import port_is_free
 from snapmesh.supervisor import Cluster, SupervisorError, wait_serving

@@ -38,12 +38,13 @@ in-flight equal the total.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from node_logs import log_events
+from snapmesh.node_logs import log_events
 
 Event = Mapping[str, Any]
 Channel = tuple[str, str]
@@ -348,7 +349,10 @@ def _check_snapshot(
         src, dst = send.channel
         sent_before = send.pos < cut_pos(src)
         received = receives.get(msg)
-        received_before = received is not None and received[1] < cut_pos(dst)
+        # A node that never recorded the snapshot (it abandoned it before the
+        # marker came: a restart, an abort) has no cut to be before; the marker
+        # reached it first all the same (FIFO), so this is no violation.
+        received_before = received is not None and (sid, dst) in cuts and received[1] < cut_pos(dst)
         if received_before and not sent_before:
             say(f"snapshot {sid}: transfer {msg} was sent after {src}'s cut but received before {dst}'s cut")
         if not sent_before and msg in in_snapshot_channels:
@@ -613,64 +617,89 @@ def check_logs(
         report = Report()
     initial = {node: r["balance"] for node, records in logs.items() for r in records if r.get("kind") == "init"}
     expected_total = sum(initial.values()) if total is None else total
+    index = _LogIndex(logs)
     for snap in recorded:
-        problems += _snapshot_against_logs(snap, logs, channels, expected_total)
+        problems += _snapshot_against_logs(snap, index, channels, expected_total)
     if problems:
         shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
         raise InvariantViolation("\n".join(shown))
     return report
 
 
-def _snapshot_against_logs(
-    snap: RecordedSnapshot, logs: Mapping[str, list[Mapping[str, Any]]], channels: list[Channel], total: int
-) -> list[str]:
+class _LogIndex:
+    """The logs indexed once, so that checking many snapshots stays linear in the logs:
+    per node its cut records (with the balance its log gives just before each),
+    per channel the sends and receives in lsn order, and the markers."""
+
+    def __init__(self, logs: Mapping[str, list[Mapping[str, Any]]]) -> None:
+        self.nodes = set(logs)
+        self.cuts: dict[tuple[str, str], tuple[int, int, int]] = {}  # (sid, node) -> (lsn, logged, computed)
+        self.sends: dict[Channel, list[Mapping[str, Any]]] = defaultdict(list)
+        self.recvs: dict[Channel, list[Mapping[str, Any]]] = defaultdict(list)
+        self.markers_sent: dict[tuple[str, Channel], list[int]] = defaultdict(list)
+        self.markers_recv: Counter[tuple[str, Channel]] = Counter()
+        for node, records in logs.items():
+            balance = 0
+            for r in records:
+                kind = r.get("kind")
+                if kind == "cut":
+                    self.cuts.setdefault((r["snapshot_id"], node), (r["lsn"], r["balance"], balance))
+                elif kind == "init":
+                    balance = r["balance"]
+                elif kind == "send":
+                    balance -= r["amount"]
+                    self.sends[(node, r["dst"])].append(r)
+                elif kind == "recv":
+                    balance += r["amount"]
+                    self.recvs[(r["src"], node)].append(r)
+                elif kind == "marker_sent":
+                    self.markers_sent[(r["snapshot_id"], (node, r["dst"]))].append(r["lsn"])
+                elif kind == "marker_recv":
+                    self.markers_recv[(r["snapshot_id"], (r["src"], node))] += 1
+        self._lsns = {c: [r["lsn"] for r in v] for c, v in self.sends.items()}
+        self._recv_lsns = {c: [r["lsn"] for r in v] for c, v in self.recvs.items()}
+
+    def before(self, channel: Channel, *, sends: bool, lsn: int) -> list[Mapping[str, Any]]:
+        """The sends (at the channel's src) or receives (at its dst) logged before `lsn`."""
+        records, lsns = (self.sends, self._lsns) if sends else (self.recvs, self._recv_lsns)
+        return records.get(channel, [])[: bisect.bisect_left(lsns.get(channel, []), lsn)]
+
+
+def _snapshot_against_logs(snap: RecordedSnapshot, index: _LogIndex, channels: list[Channel], total: int) -> list[str]:
     sid = snap.snapshot_id
     p: list[str] = []
     say = p.append
-    if set(snap.balances) != set(logs):
-        say(f"snapshot {sid}: records nodes {sorted(snap.balances)}, the logs are of {sorted(logs)}")
+    if set(snap.balances) != index.nodes:
+        say(f"snapshot {sid}: records nodes {sorted(snap.balances)}, the logs are of {sorted(index.nodes)}")
     if set(snap.in_flight) != set(channels):
         say(f"snapshot {sid}: records channels {sorted(snap.in_flight)}, the topology has {sorted(channels)}")
     cut: dict[str, int] = {}
-    for node, records in logs.items():
-        balance = 0
-        for r in records:
-            kind = r.get("kind")
-            if kind == "cut" and r["snapshot_id"] == sid:
-                cut[node] = r["lsn"]
-                if not r["balance"] == balance == snap.balances.get(node):
-                    say(f"snapshot {sid}: {node} recorded {snap.balances.get(node)}, its cut says {r['balance']}, "
-                        f"its log before the cut gives {balance}")
-                break
-            if kind == "init":
-                balance = r["balance"]
-            elif kind == "send":
-                balance -= r["amount"]
-            elif kind == "recv":
-                balance += r["amount"]
-        else:
+    for node in sorted(index.nodes):
+        if (sid, node) not in index.cuts:
             say(f"snapshot {sid}: no cut record in {node}'s log")
+            continue
+        lsn, logged, computed = index.cuts[(sid, node)]
+        cut[node] = lsn
+        if not logged == computed == snap.balances.get(node):
+            say(f"snapshot {sid}: {node} recorded {snap.balances.get(node)}, its cut says {logged}, "
+                f"its log before the cut gives {computed}")
     if p:
         return p
 
-    def before_cut(node: str, kind: str, peer_field: str, peer: str) -> list[Mapping[str, Any]]:
-        return [r for r in logs[node] if r.get("kind") == kind and r[peer_field] == peer and r["lsn"] < cut[node]]
-
     for src, dst in channels:
         channel = _name((src, dst))
-        received = {r["msg_id"] for r in before_cut(dst, "recv", "src", src)}
-        expected = [(r["msg_id"], r["amount"], r["seq"]) for r in before_cut(src, "send", "dst", dst)
+        received = {r["msg_id"] for r in index.before((src, dst), sends=False, lsn=cut[dst])}
+        expected = [(r["msg_id"], r["amount"], r["seq"]) for r in index.before((src, dst), sends=True, lsn=cut[src])
                     if r["msg_id"] not in received]
         got = snap.in_flight.get((src, dst), [])
         if got != expected:
             say(f"snapshot {sid}: {channel} in flight {got}; sent before {src}'s cut and not received before "
                 f"{dst}'s cut: {expected}")
-        sent = [r for r in logs[src] if r.get("kind") == "marker_sent" and r["snapshot_id"] == sid and r["dst"] == dst]
-        got_markers = [r for r in logs[dst] if r.get("kind") == "marker_recv" and r["snapshot_id"] == sid
-                       and r["src"] == src]
-        if len(sent) != 1 or len(got_markers) != 1:
-            say(f"snapshot {sid}: {channel} carried {len(sent)} markers out and {len(got_markers)} in, expected one")
-        elif sent[0]["lsn"] < cut[src]:
+        sent = index.markers_sent.get((sid, (src, dst)), [])
+        got_markers = index.markers_recv.get((sid, (src, dst)), 0)
+        if len(sent) != 1 or got_markers != 1:
+            say(f"snapshot {sid}: {channel} carried {len(sent)} markers out and {got_markers} in, expected one")
+        elif sent[0] < cut[src]:
             say(f"snapshot {sid}: {src} sent the marker on {channel} before its cut")
     recorded_total = sum(snap.balances.values()) + sum(a for items in snap.in_flight.values() for _, a, _ in items)
     if recorded_total != total:

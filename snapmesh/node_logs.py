@@ -4,7 +4,7 @@
   sealed segments `<node>.log.<first lsn, 12 digits>.jsonl` and its active
   `<node>.log.jsonl`. A torn last line of the active file (a node still
   writing) is left out; anything else unreadable fails naming file and line.
-- `log_events(logs)`: the records as the trace events `invariants.py` checks
+- `log_events(logs)`: the records as the trace events `snapmesh.logcheck` checks
   (kinds it does not know, such as `restart` and `abort`, are skipped).
 - `money_check(logs)`: sends against receives over all the logs.
 """
@@ -75,7 +75,7 @@ def read_node_log(data_dir: Path, node: str) -> list[dict[str, Any]]:
 
 
 def log_events(logs: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The logs as trace events for `invariants.check_trace` (position = lsn)."""
+    """The logs as trace events for `logcheck.check_trace` (position = lsn)."""
     events: list[dict[str, Any]] = []
     for node, records in logs.items():
         for r in records:

@@ -2,11 +2,12 @@
 
     proxy = ChaosProxy(listen_port, target_port)   # 127.0.0.1 both sides
     proxy.kill_connections()                        # RST every open connection
+    proxy.block(); proxy.unblock()                  # a partition: every connection refused, then healed
     proxy.close()
 
 Used in front of a node (the node listens on `listen_port` in the cluster file,
 peers dial the proxy on `port`) to cut channel streams without touching either
-process.
+process. The fault campaign (`snapmesh chaos`) and the node fault tests use it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class ChaosProxy:
         self.host = host
         self.accepted = 0
         self.killed = 0
+        self.blocked = False  # a partition: new connections are reset at once
         self._writers: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -49,6 +51,9 @@ class ChaosProxy:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
+        if self.blocked:
+            _reset(writer)
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection(self.host, self.target_port)
         except OSError:
@@ -75,6 +80,15 @@ class ChaosProxy:
         count = asyncio.run_coroutine_threadsafe(_call(kill), self._loop).result(5)
         self.killed += count
         return count
+
+    def block(self) -> int:
+        """Partition the target from everything dialling it through here: reset
+        every open connection and every new one until `unblock`."""
+        self.blocked = True
+        return self.kill_connections()
+
+    def unblock(self) -> None:
+        self.blocked = False
 
     def close(self) -> None:
         async def shutdown() -> None:

@@ -1,0 +1,10 @@
+"""The fault campaign (`snapmesh chaos`): a real cluster under a seeded random
+schedule of faults while the bank workload and frequent snapshots run, then
+quiescence, checks against the nodes' logs, and a table of figures.
+
+- `schedule`: the pure part, the fault schedule drawn from a seed;
+- `proxy`: the TCP proxy in front of each node (cut streams, partitions);
+- `campaign`: runs the cluster, applies the schedule, quiesces;
+- `checks`: the verdicts and the table;
+- `main`: the command line.
+"""
