@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import glob
 import json
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-ACTIVE_SUFFIX = ".log.jsonl"
-_SEGMENT = re.compile(r"^(?P<node>.+)\.log\.(?P<first>\d{12})\.jsonl$")
-
+from snapmesh import wal
 
 class LogReadError(AssertionError):
     """A log file cannot be read as the format says (file:line: problem)."""
@@ -29,25 +26,13 @@ class LogReadError(AssertionError):
 
 def log_files(data_dir: Path, node: str) -> list[Path]:
     """A node's files in lsn order: sealed segments by first lsn, then the active file."""
-    segments = []
-    for path in Path(data_dir).glob(f"{glob.escape(node)}.log.*.jsonl"):
-        match = _SEGMENT.match(path.name)
-        if match and match["node"] == node:
-            segments.append((int(match["first"]), path))
-    active = Path(data_dir) / f"{node}{ACTIVE_SUFFIX}"
-    return [path for _, path in sorted(segments)] + ([active] if active.exists() else [])
+    names = [path.name for path in Path(data_dir).glob(f"{glob.escape(node)}.log*.jsonl")]
+    return [Path(data_dir) / name for name in wal.segment_order(names, node)]
 
 
 def log_nodes(data_dir: Path) -> list[str]:
     """Every node with a log file in `data_dir`."""
-    found = set()
-    for path in Path(data_dir).glob("*.jsonl"):
-        match = _SEGMENT.match(path.name)
-        if match:
-            found.add(match["node"])
-        elif path.name.endswith(ACTIVE_SUFFIX):
-            found.add(path.name[: -len(ACTIVE_SUFFIX)])
-    return sorted(found)
+    return sorted({node for path in Path(data_dir).glob("*.jsonl") if (node := wal.log_file_node(path.name))})
 
 
 def read_logs(data_dir: Path, nodes: Iterable[str] | None = None) -> dict[str, list[dict[str, Any]]]:

@@ -47,6 +47,14 @@ def sealed_first_lsn(name: str, node_id: str) -> int | None:
     return int(match["first"])
 
 
+def log_file_node(name: str) -> str | None:
+    """The node whose log file (active or sealed segment) is named `name`, else None."""
+    match = _SEALED.match(name)
+    if match is not None:
+        return match["node"]
+    return name[: -len(ACTIVE_SUFFIX)] if name.endswith(ACTIVE_SUFFIX) and len(name) > len(ACTIVE_SUFFIX) else None
+
+
 def segment_order(names: list[str], node_id: str) -> list[str]:
     """Of the file names in a data dir, `node_id`'s segments in lsn order: the
     sealed ones by first lsn, then the active one (if present)."""

@@ -230,7 +230,7 @@ def test_cli_bad_logs_exit_2_naming_file_and_line(small, tmp_path, capsys):
     lines[3] = "{not json"
     (broken / "p2.log.jsonl").write_text("\n".join(lines) + "\n")
     assert trace_main(["--data-dir", str(broken), "--format", "shiviz", "--out", str(tmp_path / "x")]) == 2
-    assert f"{broken / 'p2.log.jsonl'}:4: not JSON" in capsys.readouterr().err
+    assert f"{broken / 'p2.log.jsonl'}:4: not a log record" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ a real run
