@@ -348,7 +348,9 @@ def _check_snapshot(
         src, dst = send.channel
         sent_before = send.pos < cut_pos(src)
         received = receives.get(msg)
-        received_before = received is not None and received[1] < cut_pos(dst)
+        # A receiver that never recorded this snapshot (it was aborted there
+        # first) has no cut for a transfer to cross.
+        received_before = received is not None and (sid, dst) in cuts and received[1] < cut_pos(dst)
         if received_before and not sent_before:
             say(f"snapshot {sid}: transfer {msg} was sent after {src}'s cut but received before {dst}'s cut")
         if not sent_before and msg in in_snapshot_channels:
