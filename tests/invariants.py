@@ -38,6 +38,7 @@ in-flight equal the total.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -615,61 +616,83 @@ def check_logs(
         report = Report()
     initial = {node: r["balance"] for node, records in logs.items() for r in records if r.get("kind") == "init"}
     expected_total = sum(initial.values()) if total is None else total
+    index = _LogIndex(logs)
     for snap in recorded:
-        problems += _snapshot_against_logs(snap, logs, channels, expected_total)
+        problems += _snapshot_against_logs(snap, index, channels, expected_total)
     if problems:
         shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
         raise InvariantViolation("\n".join(shown))
     return report
 
 
-def _snapshot_against_logs(
-    snap: RecordedSnapshot, logs: Mapping[str, list[Mapping[str, Any]]], channels: list[Channel], total: int
-) -> list[str]:
+class _LogIndex:
+    """The logs indexed once for checking many snapshots (each lookup a dict or
+    a bisect, not a scan of every record)."""
+
+    def __init__(self, logs: Mapping[str, list[Mapping[str, Any]]]) -> None:
+        self.nodes = set(logs)
+        # (node, snapshot id) -> (the first cut record, the log's balance just before it)
+        self.cuts: dict[tuple[str, str], tuple[Mapping[str, Any], int]] = {}
+        # (node, kind, peer) -> that node's send (by dst) or recv (by src) records, in lsn order
+        self.transfers: dict[tuple[str, str, str], list[Mapping[str, Any]]] = defaultdict(list)
+        # (kind, snapshot id, src, dst) -> marker records
+        self.markers: dict[tuple[str, str, str, str], list[Mapping[str, Any]]] = defaultdict(list)
+        for node, records in logs.items():
+            balance = 0
+            for r in records:
+                kind = r.get("kind")
+                if kind == "init":
+                    balance = r["balance"]
+                elif kind == "send":
+                    balance -= r["amount"]
+                    self.transfers[(node, kind, r["dst"])].append(r)
+                elif kind == "recv":
+                    balance += r["amount"]
+                    self.transfers[(node, kind, r["src"])].append(r)
+                elif kind == "cut":
+                    self.cuts.setdefault((node, r["snapshot_id"]), (r, balance))
+                elif kind in ("marker_sent", "marker_recv"):
+                    self.markers[(kind, r["snapshot_id"], r["src"], r["dst"])].append(r)
+        self._lsns = {key: [r["lsn"] for r in records] for key, records in self.transfers.items()}
+
+    def before(self, node: str, kind: str, peer: str, lsn: int) -> list[Mapping[str, Any]]:
+        """`node`'s `kind` records with `peer` logged before `lsn`."""
+        key = (node, kind, peer)
+        return self.transfers.get(key, [])[: bisect.bisect_left(self._lsns.get(key, []), lsn)]
+
+
+def _snapshot_against_logs(snap: RecordedSnapshot, index: _LogIndex, channels: list[Channel], total: int) -> list[str]:
     sid = snap.snapshot_id
     p: list[str] = []
     say = p.append
-    if set(snap.balances) != set(logs):
-        say(f"snapshot {sid}: records nodes {sorted(snap.balances)}, the logs are of {sorted(logs)}")
+    if set(snap.balances) != index.nodes:
+        say(f"snapshot {sid}: records nodes {sorted(snap.balances)}, the logs are of {sorted(index.nodes)}")
     if set(snap.in_flight) != set(channels):
         say(f"snapshot {sid}: records channels {sorted(snap.in_flight)}, the topology has {sorted(channels)}")
     cut: dict[str, int] = {}
-    for node, records in logs.items():
-        balance = 0
-        for r in records:
-            kind = r.get("kind")
-            if kind == "cut" and r["snapshot_id"] == sid:
-                cut[node] = r["lsn"]
-                if not r["balance"] == balance == snap.balances.get(node):
-                    say(f"snapshot {sid}: {node} recorded {snap.balances.get(node)}, its cut says {r['balance']}, "
-                        f"its log before the cut gives {balance}")
-                break
-            if kind == "init":
-                balance = r["balance"]
-            elif kind == "send":
-                balance -= r["amount"]
-            elif kind == "recv":
-                balance += r["amount"]
-        else:
+    for node in sorted(index.nodes):
+        if (node, sid) not in index.cuts:
             say(f"snapshot {sid}: no cut record in {node}'s log")
+            continue
+        r, balance = index.cuts[(node, sid)]
+        cut[node] = r["lsn"]
+        if not r["balance"] == balance == snap.balances.get(node):
+            say(f"snapshot {sid}: {node} recorded {snap.balances.get(node)}, its cut says {r['balance']}, "
+                f"its log before the cut gives {balance}")
     if p:
         return p
 
-    def before_cut(node: str, kind: str, peer_field: str, peer: str) -> list[Mapping[str, Any]]:
-        return [r for r in logs[node] if r.get("kind") == kind and r[peer_field] == peer and r["lsn"] < cut[node]]
-
     for src, dst in channels:
         channel = _name((src, dst))
-        received = {r["msg_id"] for r in before_cut(dst, "recv", "src", src)}
-        expected = [(r["msg_id"], r["amount"], r["seq"]) for r in before_cut(src, "send", "dst", dst)
+        received = {r["msg_id"] for r in index.before(dst, "recv", src, cut[dst])}
+        expected = [(r["msg_id"], r["amount"], r["seq"]) for r in index.before(src, "send", dst, cut[src])
                     if r["msg_id"] not in received]
         got = snap.in_flight.get((src, dst), [])
         if got != expected:
             say(f"snapshot {sid}: {channel} in flight {got}; sent before {src}'s cut and not received before "
                 f"{dst}'s cut: {expected}")
-        sent = [r for r in logs[src] if r.get("kind") == "marker_sent" and r["snapshot_id"] == sid and r["dst"] == dst]
-        got_markers = [r for r in logs[dst] if r.get("kind") == "marker_recv" and r["snapshot_id"] == sid
-                       and r["src"] == src]
+        sent = index.markers.get(("marker_sent", sid, src, dst), [])
+        got_markers = index.markers.get(("marker_recv", sid, src, dst), [])
         if len(sent) != 1 or len(got_markers) != 1:
             say(f"snapshot {sid}: {channel} carried {len(sent)} markers out and {len(got_markers)} in, expected one")
         elif sent[0]["lsn"] < cut[src]:
