@@ -179,6 +179,19 @@ class Cluster(supervisor.Cluster):
                 raise AssertionError(f"{len(report['unreceived'])} sends never received, e.g. {report['unreceived'][:5]}")
             time.sleep(0.1)
 
+    def assert_money_intact(self, timeout: float = 60) -> dict[str, list[dict]]:
+        """After quiescence: every send received exactly once, nothing received that
+        was not sent, the balances the nodes serve are their logs' and sum to the
+        total. Returns the logs."""
+        logs = self.wait_settled(timeout)
+        report = money_check(logs)
+        assert not report["duplicated"], f"received twice: {report['duplicated'][:5]}"
+        assert not report["phantom"], f"received, never sent: {report['phantom'][:5]}"
+        assert not report["mismatched"], report["mismatched"][:5]
+        assert sum(report["balances"].values()) == self.total
+        assert self.balances() == report["balances"]
+        return logs
+
     def check_snapshots(self, logs: dict[str, list[dict]], *reports: dict[str, pb.FullState]) -> None:
         """The one log checker (snapmesh/logcheck.py) on snapshots given as every node's FullState."""
         snapshots = [RecordedSnapshot.from_states(states) for states in reports]

@@ -116,3 +116,33 @@ def test_a_snapshot_aborted_at_the_receiver_before_its_marker_came_is_no_violati
     write_log(tmp_path, "p1", p1)
     with pytest.raises(InvariantViolation, match="p2:p1:2 was sent after p2's cut but received before p1's cut"):
         check_logs(read_logs(tmp_path), [], channels=[("p2", "p1")])
+
+
+def extend(logs: dict, node: str, records: list[dict]) -> None:
+    for record in records:
+        logs[node].append({"node": node, "lsn": logs[node][-1]["lsn"] + 1, **record})
+
+
+def test_a_snapshot_aborted_at_a_node_before_it_recorded_is_no_inconsistent_cut(logs) -> None:
+    """p1 records s2 and pays p2 after its marker; p2 had dropped s2 before any
+    marker came, so it never records it: p2 has no cut that the transfer crossed.
+    Had p2 recorded s2 after that receive, the cut would be inconsistent."""
+    extend(logs, "p1", [
+        {"kind": "cut", "snapshot_id": "s2", "balance": 90},
+        {"kind": "marker_sent", "snapshot_id": "s2", "src": "p1", "dst": "p2", "seq": 3},
+        {"kind": "send", "msg_id": "p1:p2:4", "src": "p1", "dst": "p2", "seq": 4, "amount": 5},
+    ])
+    honest_p2 = [dict(r) for r in logs["p2"]]
+    extend(logs, "p2", [
+        {"kind": "abort", "snapshot_id": "s2", "reason": "deadline"},
+        {"kind": "marker_recv", "snapshot_id": "s2", "src": "p1", "dst": "p2", "seq": 3},
+        {"kind": "recv", "msg_id": "p1:p2:4", "src": "p1", "dst": "p2", "seq": 4, "amount": 5},
+    ])
+    check_logs(logs, [honest()], channels=CHANNELS)
+    logs["p2"] = honest_p2
+    extend(logs, "p2", [
+        {"kind": "recv", "msg_id": "p1:p2:4", "src": "p1", "dst": "p2", "seq": 4, "amount": 5},
+        {"kind": "cut", "snapshot_id": "s2", "balance": 105},
+    ])
+    with pytest.raises(InvariantViolation, match="p1:p2:4 was sent after p1's cut but received before p2's cut"):
+        check_logs(logs, [honest()], channels=CHANNELS)

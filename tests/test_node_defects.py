@@ -40,19 +40,6 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 
-def assert_money_intact(cluster: Cluster, timeout: float = 60) -> dict[str, list[dict]]:
-    """After quiescence: every send received exactly once, nothing received that
-    was not sent, the balances the nodes serve are their logs' and sum to the total."""
-    logs = cluster.wait_settled(timeout)
-    report = money_check(logs)
-    assert not report["duplicated"], f"received twice: {report['duplicated'][:5]}"
-    assert not report["phantom"], f"received, never sent: {report['phantom'][:5]}"
-    assert not report["mismatched"], report["mismatched"][:5]
-    assert sum(report["balances"].values()) == cluster.total
-    assert cluster.balances() == report["balances"]
-    return logs
-
-
 # ------------------------------------------------ 1. two processes on one log
 
 
@@ -75,7 +62,7 @@ def test_a_second_process_on_a_live_nodes_data_dir_exits_2_and_touches_nothing(t
         assert cluster.stop_node("p1") == 0
         cluster.start("p1")
         cluster.stub("p1").Transfer(pb.TransferRequest(to="p2", amount=9), timeout=5)
-        assert_money_intact(cluster)
+        cluster.assert_money_intact()
         assert [r["kind"] for r in cluster.logs()["p1"]].count("restart") == 1
     finally:
         cluster.close()
@@ -208,7 +195,7 @@ def test_a_full_disk_stops_the_node_and_a_restart_recovers_with_no_money_lost(tm
             subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
             p2.start()
             time.sleep(1.0)
-        logs = assert_money_intact(cluster)
+        logs = cluster.assert_money_intact()
         kinds = [r["kind"] for r in logs["p2"]]
         assert kinds.count("restart") == 1 and sum(k == "recv" for k in kinds) > 100, kinds[-5:]
         assert "No space left on device" in said and str(small_disk / "p2.log.jsonl") in said, said

@@ -12,23 +12,11 @@ import pytest
 
 from snapmesh.chaos.proxy import ChaosProxy
 from node_harness import Cluster
-from snapmesh.node_logs import money_check
 from snapmesh import scrape
 from snapmesh.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
-
-
-def assert_money_intact(cluster: Cluster) -> dict:
-    logs = cluster.wait_settled(60)
-    report = money_check(logs)
-    assert not report["duplicated"], f"received twice: {report['duplicated'][:5]}"
-    assert not report["phantom"], f"received, never sent: {report['phantom'][:5]}"
-    assert not report["mismatched"], report["mismatched"][:5]
-    assert sum(report["balances"].values()) == cluster.total
-    assert cluster.balances() == report["balances"]
-    return logs
 
 
 def metric_sum(cluster: Cluster, name: str) -> float:
@@ -61,7 +49,7 @@ def test_stream_cut_mid_load_resends_without_loss_or_duplicates(proxied_pair) ->
         time.sleep(0.5)
     assert killed >= 10, f"only {killed} connections were cut"
     assert load.stats.accepted > 2000, load.stats.accepted
-    logs = assert_money_intact(cluster)
+    logs = cluster.assert_money_intact()
     states = cluster.sink.wait_for("during-cuts", {"p1", "p2"})
     cluster.check_snapshots(logs, states)
     assert metric_sum(cluster, "snapmesh_channel_reconnects_total") >= 10
@@ -90,7 +78,7 @@ def test_sigkilled_node_restarts_on_its_log_without_loss_or_duplicates(tmp_path:
             after = cluster.sink.wait_for("after", {"p1", "p2", "p3"})
             time.sleep(0.5)
         assert load.stats.accepted > accepted_before_kill > 0
-        logs = assert_money_intact(cluster)
+        logs = cluster.assert_money_intact()
         kinds = [r["kind"] for r in logs["p2"]]
         assert kinds.count("init") == 1 and kinds.count("restart") == 1
         cluster.check_snapshots(logs, cluster.sink.states["before"], after)
@@ -121,7 +109,7 @@ def test_a_recording_no_abort_reached_is_dropped_after_twice_the_deadline(tmp_pa
         # p3 still gets both markers (sent before the expiry) and finishes its own part.
         assert set(cluster.sink.wait_for("s1", {"p3"})) >= {"p3"}
         cluster.stub("p1").Transfer(pb.TransferRequest(to="p2", amount=7), timeout=5)
-        logs = assert_money_intact(cluster)
+        logs = cluster.assert_money_intact()
     finally:
         if cluster.nodes["p3"].alive:
             cluster.resume_node("p3")
