@@ -101,3 +101,41 @@ def test_a_damaged_copy_of_the_same_run_is_caught(spark, cluster_run, tmp_path):
     [verdict] = [v for v in outcome.verdicts if v.get("snapshot_id") == snapshot["snapshot_id"]]
     assert verdict["consistent"] is False
     assert f"node {node['node_id']}: recorded {node['balance']}" in verdict["first_discrepancy"], verdict
+
+
+@pytest.fixture(scope="module")
+def restored_run(tmp_path_factory):
+    """The data dir of a 3-node run under load with two restores (epochs 1, 2 and 3)."""
+    config = write_cluster(tmp_path_factory.mktemp("reconcile-restores") / "cluster.toml", nodes=3, deadline=5)
+    with Cluster(config) as cluster:
+        channel, stub = controller_stub(cluster.controller_address)
+        with channel, BackgroundLoad.for_cluster(cluster, batch=20, interval=0.01) as load:
+
+            def snapshot() -> pb.Snapshot:
+                done = load.stats.accepted
+                deadline = time.monotonic() + 60
+                while load.stats.accepted < done + 100 and time.monotonic() < deadline:  # load in between
+                    time.sleep(0.05)
+                taken = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=60)
+                assert taken.status == pb.Snapshot.COMPLETE, taken.reason
+                return taken
+
+            first, second = snapshot(), snapshot()
+            for target in (second, first):  # epoch 2 from the newer one, epoch 3 from the older one
+                answer = stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=target.snapshot_id), timeout=90)
+                assert answer.status == pb.Restore.RESTORED, answer.reason
+                snapshot()
+    return cluster.config.data_dir
+
+
+def test_a_run_with_two_restores_is_consistent_epoch_by_epoch(spark, restored_run):  # noqa: F811
+    documents = [json.loads(f.read_text()) for f in sorted((restored_run / "snapshots").glob("*.json"))]
+    complete = {d["snapshot_id"] for d in documents if d["status"] == "COMPLETE"}
+    assert {d.get("epoch", "1") for d in documents} >= {"1", "2", "3"}
+
+    outcome = reconcile(spark, str(restored_run))
+    assert outcome.exit_status == 0, outcome.verdicts
+    checked = {v["snapshot_id"] for v in outcome.verdicts if v["scope"] == "snapshot" and v["consistent"] is True}
+    assert checked == complete
+    restores = [v for v in outcome.verdicts if v["scope"] == "restore"]
+    assert [(v["status"], v["consistent"]) for v in restores] == [("epoch 2", True), ("epoch 3", True)]

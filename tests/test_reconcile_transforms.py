@@ -81,7 +81,9 @@ def event_rows(logs: dict[str, list[dict]]) -> list[tuple]:
     return rows
 
 
-def snapshot_doc(sid: str, order: int, *, balances=None, p1_p2=None, status="COMPLETE", reason="") -> tuple:
+def snapshot_doc(
+    sid: str, order: int, *, balances=None, p1_p2=None, status="COMPLETE", reason="", epoch=None
+) -> tuple:
     balances = {"p1": 90, "p2": 100, "p3": 100} if balances is None else balances
     p1_p2 = [("p1:p2:1", 10, 1)] if p1_p2 is None else p1_p2
     channels = [
@@ -102,6 +104,7 @@ def snapshot_doc(sid: str, order: int, *, balances=None, p1_p2=None, status="COM
         expected_total="300",
         started_at=f"2026-11-21T20:00:0{order}.000Z",
         finished_at=None,
+        epoch=epoch,
     )
     return tuple(doc.get(name) for name in SNAPSHOT.fieldNames())
 
@@ -222,3 +225,52 @@ def test_truncated_and_malformed_lines_named_with_file_and_line(spark):  # noqa:
             Row(file=f, line=7, problem="record of node p2 in the log of p1"),
         ],
     )
+
+
+# ------------------------------------------------------------------ two epochs
+# Epoch 1 is the run above with only snapshot "ok"; then the cluster is restored to
+# "ok" (epoch 2): p2 replays the transfer "ok" holds in flight, channels start again
+# at seq 1, so p1 sends "p1:p2:1" again (the same msg_id and seq as in epoch 1).
+# Snapshot "e2" is taken right after the restore.
+
+
+def restore(balance: int, deliveries: int) -> dict:
+    return dict(kind="restore", snapshot_id="ok", epoch=2, balance=balance, deliveries=deliveries)
+
+
+REPLAY = dict(kind="replay", snapshot_id="ok", msg_id="p1:p2:1", src="p1", dst="p2", seq=1, amount=10)
+
+
+def two_epochs(*, p3_restored_to: int = 100, replay: bool = True) -> dict[str, list[dict]]:
+    epoch1 = {n: [r for r in rs if r["kind"] != "cut" or r["snapshot_id"] == "ok"] for n, rs in LOGS.items()}
+    e2 = lambda b: dict(kind="cut", snapshot_id="e2", balance=b)  # noqa: E731
+    return {
+        "p1": epoch1["p1"] + [restore(90, 0), e2(90), send("p1:p2:1", "p1", "p2", 1, 7)],
+        "p2": epoch1["p2"] + [restore(100, 1), *([REPLAY] if replay else []), e2(110),
+                              recv("p1:p2:1", "p1", "p2", 1, 7)],
+        "p3": epoch1["p3"] + [restore(p3_restored_to, 0), e2(100)],
+    }
+
+
+def epoch_verdicts(spark, logs) -> dict:  # noqa: F811
+    snaps = [snapshot_doc("ok", 0), snapshot_doc("e2", 1, balances={"p1": 90, "p2": 110, "p3": 100}, p1_p2=[], epoch="2")]
+    evs = spark.createDataFrame(event_rows(logs), EVENT)
+    rows = V.reconciled(evs, parse.typed_snapshots(spark.createDataFrame(snaps, SNAPSHOT)))
+    return {(r["scope"], r["snapshot_id"]): r for r in rows}
+
+
+def test_two_epochs_are_checked_each_on_its_own(spark):  # noqa: F811
+    got = epoch_verdicts(spark, two_epochs())
+    assert list(got) == [("logs", None), ("snapshot", "ok"), ("restore", "ok"), ("snapshot", "e2")]
+    assert all(r["consistent"] for r in got.values()), got
+    assert got[("restore", "ok")]["observed_total"] == 300
+    assert got[("snapshot", "e2")]["observed_total"] == 300
+
+
+def test_a_wrong_restore_balance_and_a_missing_replay_are_caught(spark):  # noqa: F811
+    wrong = epoch_verdicts(spark, two_epochs(p3_restored_to=101))[("restore", "ok")]
+    assert wrong["consistent"] is False
+    assert wrong["first_discrepancy"] == "epoch 2: p3 restored ok to 101, expected ok at 100"
+    missing = epoch_verdicts(spark, two_epochs(replay=False))[("restore", "ok")]
+    assert missing["consistent"] is False
+    assert missing["first_discrepancy"] == "epoch 2: p1->p2 replayed [], the snapshot holds [('p1:p2:1', 10, 1)]"

@@ -67,9 +67,16 @@ def _msg_id_of(src: Column, dst: Column, seq: Column) -> Column:
     return F.concat_ws(":", src, dst, seq.cast("string"))
 
 
+MARKER_COLUMNS = ("node", "kind", "snapshot_id", "lsn", "balance", "epoch", "deliveries", "msg_id", "src", "dst",
+                  "seq", "amount")
+
+
 def cut_rows(evs: DataFrame) -> DataFrame:
-    """(node, snapshot_id, lsn, balance): every cut record (small: nodes x snapshots)."""
-    return evs.filter(F.col("kind") == "cut").select("node", "snapshot_id", "lsn", "balance")
+    """Every cut, restore and replay record (small: nodes x (snapshots + restored transfers)).
+
+    The cuts make the interval table; the restores and replays cut the log into
+    epochs (``epochs``)."""
+    return evs.filter(F.col("kind").isin("cut", "restore", "replay")).select(*MARKER_COLUMNS)
 
 
 INTERVALS = T.StructType(
@@ -184,6 +191,7 @@ def snapshot_sums(typed: DataFrame) -> DataFrame:
         "status",
         "reason",
         "started_at",
+        "epoch",
         "claimed_total",
         "claimed_expected_total",
         "nodes",

@@ -33,7 +33,7 @@ from . import checksums
 from . import parse as T_parse
 from . import verdicts as V
 from .common import BUCKET, InputError
-from .schema import CORRUPT_COLUMN, SNAPSHOT, VERDICT
+from .schema import CORRUPT_COLUMN, EVENT, SNAPSHOT, VERDICT
 from .segments import read_logs, write_text_file
 
 EXIT_OK, EXIT_INCONSISTENT, EXIT_BAD_INPUT = 0, 1, 2
@@ -106,8 +106,7 @@ def _first_bad_and_cuts(located: DataFrame) -> DataFrame:
         T_parse.bad_lines(located)
         .orderBy("file", "line")
         .limit(MAX_BAD_INPUT)
-        .select("file", "line", "problem", null("string").alias("node"), null("string").alias("snapshot_id"),
-                null("long").alias("lsn"), null("long").alias("balance"))
+        .select("file", "line", "problem", *(null(EVENT[c].dataType).alias(c) for c in checksums.MARKER_COLUMNS))
     )
     cuts = checksums.cut_rows(T_parse.events(located)).select(
         null("string").alias("file"), null("long").alias("line"), null("string").alias("problem"), "*"
@@ -210,7 +209,7 @@ def format_table(verdicts: list[dict[str, Any]]) -> str:
 
     body = [
         (
-            "(whole log)" if v["scope"] == "logs" else v["snapshot_id"],
+            {"logs": "(whole log)", "restore": f"restore of {v['snapshot_id']}"}.get(v["scope"], v["snapshot_id"]),
             v["status"],
             verdict(v),
             show(v["nodes_checked"]),

@@ -222,6 +222,7 @@ def typed_snapshot_columns() -> list[Column]:
         F.coalesce("status", F.lit("STATUS_UNSPECIFIED")).alias("status"),
         F.coalesce("reason", F.lit("")).alias("reason"),
         F.col("started_at"),
+        F.greatest(_long0(F.col("epoch")), F.lit(1).cast("long")).alias("epoch"),
         nodes.alias("nodes"),
         channels.alias("channels"),
         F.col("total").try_cast("long").alias("claimed_total"),

@@ -40,7 +40,7 @@ def _fields(*pairs: tuple[str, T.DataType], nullable: bool = True) -> list[T.Str
 
 # The kinds the checks read; their required fields, in the order `snapmesh.wal.SPEC`
 # (the one definition of the log record) gives them, make the columns.
-CHECKED_KINDS = ("init", "send", "recv", "cut", "marker_sent", "marker_recv")
+CHECKED_KINDS = ("init", "send", "recv", "cut", "marker_sent", "marker_recv", "restore", "replay")
 _SPARK_TYPES = {int: T.LongType(), str: T.StringType()}
 
 
@@ -53,7 +53,7 @@ def _payload() -> tuple[tuple[str, T.DataType], ...]:
     return tuple(columns.items())
 
 
-# node, lsn, kind, balance, msg_id, src, dst, seq, amount, snapshot_id
+# node, lsn, kind, balance, msg_id, src, dst, seq, amount, snapshot_id, epoch, deliveries
 _EVENT_PAYLOAD = _payload()
 INT_COLUMNS = tuple(name for name, type_ in _EVENT_PAYLOAD if isinstance(type_, T.LongType))
 STR_COLUMNS = tuple(name for name, type_ in _EVENT_PAYLOAD if isinstance(type_, T.StringType))
@@ -63,7 +63,7 @@ LOG_RECORD = T.StructType(_fields(*_EVENT_PAYLOAD, (CORRUPT_COLUMN, T.StringType
 
 # Required fields per kind (besides node, lsn and kind, which every record needs).
 # Kinds not listed here are ignored by the checks ("abort", "restart", "checkpoint",
-# "restore", ...), and so are fields not in LOG_RECORD (e.g. "request_id" on "send").
+# ...), and so are fields not in LOG_RECORD (e.g. "request_id" on "send").
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     kind: tuple(name for name, _, required in wal.SPEC[kind] if required) for kind in CHECKED_KINDS
 }
@@ -111,6 +111,7 @@ SNAPSHOT = T.StructType(
         ("expected_total", T.StringType()),
         ("started_at", T.StringType()),
         ("finished_at", T.StringType()),
+        ("epoch", T.StringType()),  # the epoch it was taken in; absent (0) or "1": epoch 1
         (CORRUPT_COLUMN, T.StringType()),
     )
 )
@@ -120,10 +121,11 @@ SNAPSHOT_WITH_FILE = T.StructType([T.StructField("file", T.StringType())] + SNAP
 
 SCOPE_LOGS = "logs"
 SCOPE_SNAPSHOT = "snapshot"
+SCOPE_RESTORE = "restore"
 
 VERDICT = T.StructType(
     _fields(
-        ("scope", T.StringType()),  # "logs" (whole-log checks) or "snapshot"
+        ("scope", T.StringType()),  # "logs" (whole-log checks), "snapshot" or "restore"
         ("snapshot_id", T.StringType()),  # null on the "logs" row
         ("status", T.StringType()),  # snapshot status; "-" on the "logs" row
         ("consistent", T.BooleanType()),  # null: skipped (snapshot not COMPLETE)

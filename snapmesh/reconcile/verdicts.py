@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 from . import checksums
 from . import messages as M
 from .common import BUCKET, COMPLETE, shared
+from .epochs import Epochs, merge_logs_rows, restore_row
 from .log_checks import log_discrepancies, summarize_logs
 from .schema import SCOPE_LOGS, SCOPE_SNAPSHOT, VERDICT
 from .snapshot_checks import observed_total, snapshot_discrepancies
@@ -40,11 +41,54 @@ def reconciled(
     with the bad input), the interval sums, the sends up to each lagging receiver (only
     if one lags), and the exact ``verdicts`` for what the checksums did not settle.
     """
-    spark = evs.sparkSession
     if cut_records is None:
         cut_records = [_as_dict(r) for r in checksums.cut_rows(evs).collect()]
     if snaps_summed is None:
         snaps_summed = [_as_dict(r) for r in checksums.snapshot_sums(snaps).collect()]
+    if any(c["kind"] == "restore" for c in cut_records):
+        return _by_epoch(evs, snaps, cut_records, snaps_summed, bucket=bucket, exact=exact)
+    return _one_epoch(evs, snaps, [c for c in cut_records if c["kind"] == "cut"], snaps_summed, bucket, exact)
+
+
+def _by_epoch(
+    evs: DataFrame,
+    snaps: DataFrame,
+    markers: list[dict[str, Any]],
+    snaps_summed: list[dict[str, Any]],
+    *,
+    bucket: int,
+    exact: bool,
+) -> list[dict[str, Any]]:
+    """A log with restores: every epoch checked on its own (``epochs``), and every restore."""
+    nodes = {r["node"] for r in evs.select("node").distinct().collect()}
+    cut = Epochs.of(markers, nodes)
+    restored = {p.restore["snapshot_id"] for e, parts in cut.by_epoch.items() if e > 1
+                for p in parts.values() if p.restore is not None}
+    typed = {r["snapshot_id"]: _as_dict(r) for r in snaps.filter(F.col("snapshot_id").isin(*restored)).collect()}
+    logs_rows, rows = [], []
+    for epoch in cut.complete(nodes):
+        if epoch > 1:
+            parts = cut.by_epoch[epoch]
+            sid = next(iter(parts.values())).restore["snapshot_id"]  # type: ignore[index]
+            rows.append(restore_row(epoch, parts, typed.get(sid)))
+        taken = [s for s in snaps_summed if s["epoch"] == epoch]
+        got = _one_epoch(
+            cut.events(evs, epoch), snaps.filter(F.col("epoch") == epoch), cut.cuts(markers, epoch), taken, bucket, exact
+        )
+        logs_rows.append((epoch, got[0]))
+        rows += got[1:]
+    return [merge_logs_rows(logs_rows), *rows]
+
+
+def _one_epoch(
+    evs: DataFrame,
+    snaps: DataFrame,
+    cut_records: list[dict[str, Any]],
+    snaps_summed: list[dict[str, Any]],
+    bucket: int,
+    exact: bool,
+) -> list[dict[str, Any]]:
+    spark = evs.sparkSession
     if exact:
         return [r.asDict() for r in verdicts(evs, snaps, bucket).collect()]
     intervals = checksums.interval_table(spark, [(c["node"], c["lsn"]) for c in cut_records], bucket)
