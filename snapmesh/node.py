@@ -414,10 +414,12 @@ class Node:
         if epoch != receiver.epoch:
             return  # from a connection that is gone (L6)
         if receiver.last_seq > last_seq:
-            raise core.RemoteProtocolError(
-                f"channel {receiver.src}->{self.node_id}: early marker for {snapshot_id!r} (cut at seq {last_seq}) "
-                f"after seq {receiver.last_seq}"
-            )
+            # Past the sender's cut already: the marker's in-band copy (seq last_seq + 1)
+            # came first and closed the channel (a resend after a reconnect can overtake
+            # an early copy still on the old wire). Applying it now would cut this node
+            # after transfers sent past the sender's cut; dropping it is always safe.
+            self.stale_markers += 1
+            return
         self._drain(self.process.receive(src=receiver.src, message=core.Marker(snapshot_id=snapshot_id)))
 
     def _keep_cut(self, snapshot_id: str) -> None:

@@ -31,8 +31,9 @@ O3. Assembly (`channel_state`). The state of channel src->dst is every
     so after dst's cut and before the channel closed: dst recorded it. One not
     acknowledged then is in src's outbox. Why nothing else: dst applies no seq
     past L before the channel closes, because the FIFO copy at L+1 comes
-    first; so P <= L, and the receiver refuses an early marker that arrives
-    after a seq past its L.
+    first; so P <= L. An early marker that arrives after a seq past its L
+    (its FIFO copy came first, e.g. resent on a new stream while the early
+    copy was still on the old wire) is dropped: the channel is already closed.
 O4. Consistency needs nothing else: a transfer applied before dst's cut has
     seq <= P <= L, so it was sent before src's cut.
 O5. Restarts and reconnects behave as in classic mode: a node that restarts
