@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 
 import pytest
 from google.protobuf import json_format
 
-from cluster_helpers import check_against_logs, controller_stub
+from cluster_helpers import check_against_logs, controller_stub, poll
 from snapmesh.node_logs import read_logs
 from snapmesh.config import write_cluster
 from snapmesh.supervisor import Cluster
@@ -29,16 +28,6 @@ def cluster(tmp_path_factory):
     path = write_cluster(tmp_path_factory.mktemp("restart") / "cluster.toml", nodes=3, deadline=DEADLINE_S)
     with Cluster(path) as running:
         yield running
-
-
-def poll(what, condition, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if condition(value):
-            return value
-        assert time.monotonic() < deadline, f"still {value!r} after {timeout}s"
-        time.sleep(0.05)
 
 
 def log_records(cluster, node: str, sid: str, kind: str) -> int:

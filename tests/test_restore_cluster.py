@@ -16,12 +16,14 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 import urllib.request
 
 import grpc
 import pytest
 
 from cluster_helpers import controller_stub, node_stub
+from cluster_helpers import poll as _poll
 from snapmesh.logcheck import check_logs_by_epoch, check_restore
 from snapmesh.node_logs import read_logs
 from snapmesh.launcher import LocalCluster, write_config
@@ -47,14 +49,8 @@ def history():
     return {"snapshots": [], "restores": []}
 
 
-def poll(what, condition, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if condition(value):
-            return value
-        assert time.monotonic() < deadline, f"still {value!r} after {timeout}s"
-        time.sleep(0.1)
+# Restores move every node: a minute before a wait fails.
+poll = partial(_poll, timeout=60.0, interval=0.1)
 
 
 def snapshot(cluster, history, initiator: str = "p1") -> pb.Snapshot:
