@@ -135,7 +135,7 @@ def test_every_readme_grpcurl_command_works(cluster):
     assert len(seen["snapmesh.v1.Controller/GetCluster"]["nodes"]) == 4
     transfer = seen["snapmesh.v1.Node/Transfer"]
     assert re.fullmatch(r"\S+", transfer["msg_id"]) and transfer["balance"] == "975"
-    assert seen["snapmesh.v1.Node/GetState"] == {"node_id": "p1", "balance": "975", "snapshot_mode": "classic"}
+    assert seen["snapmesh.v1.Node/GetState"] == {"node_id": "p1", "balance": "975", "epoch": "1", "snapshot_mode": "classic"}
 
 
 @pytest.fixture(scope="module")
