@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.controller.tracker import COMPLETE, FAILED, Now, Tracker, TrackerError, TrackerMisuse
+from snapmesh.durable import fsync_dir
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -330,7 +331,7 @@ class Journal:
             os.close(fd)
             raise
         os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         os.close(self._fd)
         self._fd = fd
         self._size = live
@@ -344,11 +345,3 @@ def _settle(future: asyncio.Future[None], error: OSError | None) -> None:
         future.set_result(None)
     else:
         future.set_exception(error)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -20,7 +20,6 @@ file, anything it cannot read back.
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from pathlib import Path
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
+from snapmesh.durable import write_atomically
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -40,26 +40,6 @@ def to_json(snapshot: pb.Snapshot) -> str:
     return json_format.MessageToJson(
         snapshot, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
-
-
-def write_atomically(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return path
 
 
 class SnapshotStore:

@@ -26,9 +26,10 @@ from services.node.metrics import NodeMetrics
 from services.node.recovery import CorruptLogError, recover
 from services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from services.node.servicer import NodeServicer
-from services.node.translog import TransferLog, fsync_dir
+from services.node.translog import TransferLog
 from snapmesh import config as cluster_config
 from snapmesh import security
+from snapmesh.durable import fsync_dir
 from snapmesh.node import Node
 from snapmesh.argparsing import parse_args
 from snapmesh.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 import random
 from pathlib import Path
 import time
@@ -31,7 +30,8 @@ from google.protobuf.message import DecodeError
 
 from services.node.channels import backoff_delay
 from services.node.metrics import NodeMetrics
-from services.node.translog import LogClosedError, TransferLog, fsync_dir
+from services.node.translog import LogClosedError, TransferLog
+from snapmesh.durable import write_atomically
 from snapmesh import chunking, core, security
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -113,14 +113,7 @@ class PendingReports:
 
     def save(self, message: pb.FullState, lsn: int) -> None:
         """Write atomically (temp file, fsync, rename, fsync the directory)."""
-        path = self._path(message.snapshot_id)
-        temp = path.with_suffix(".tmp")
-        with open(temp, "wb") as handle:
-            handle.write(self._MAGIC + str(lsn).encode() + b"\n" + message.SerializeToString())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-        fsync_dir(self.directory)
+        write_atomically(self._path(message.snapshot_id), self._MAGIC + str(lsn).encode() + b"\n" + message.SerializeToString())
 
     def remove(self, snapshot_id: str) -> None:
         # No directory fsync: a file that comes back after a crash is reported

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from services.node.recovery import next_path
 from snapmesh import wal
+from snapmesh.durable import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -282,11 +283,3 @@ def _write_all_and_sync(fd: int, data: bytes) -> None:
         written = os.write(fd, view)
         view = view[written:]
     os.fdatasync(fd)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
