@@ -202,32 +202,17 @@ def check_trace(events: Iterable[Event], *, require_complete: bool = True) -> Re
                 problems.append(f"node {node}: balance {balance} < 0 after position {pos}")
                 break
 
-    by_channel: dict[Channel, list[tuple[str, _Send]]] = defaultdict(list)
-    for msg, send in sorted(sends.items(), key=lambda kv: kv[1].pos):
-        by_channel[send.channel].append((msg, send))
-
+    index = _TraceIndex(
+        nodes=nodes, channels=channels, initial=initial, sends=sends, receives=receives, at_node=at_node,
+        cuts=cuts, markers_sent=markers_sent, markers_received=markers_received, recorded=recorded,
+        completed=completed,
+    )
     report = Report(nodes=len(nodes), channels=len(channels), transfers=len(sends))
     for sid in snapshot_ids:
         report.snapshots[sid] = all(completed[(sid, n)] == 1 for n in nodes) and all(
             (sid, c) in recorded for c in channels
         )
-        problems += _check_snapshot(
-            sid,
-            nodes=nodes,
-            channels=channels,
-            initial=initial,
-            total=total,
-            sends=sends,
-            by_channel=by_channel,
-            receives=receives,
-            at_node=at_node,
-            cuts=cuts,
-            markers_sent=markers_sent,
-            markers_received=markers_received,
-            recorded=recorded,
-            completed=completed,
-            require_complete=require_complete,
-        )
+        problems += _check_snapshot(sid, index, total=total, require_complete=require_complete)
     if problems:
         shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
         raise InvariantViolation("\n".join(shown))
@@ -267,32 +252,114 @@ def _check_fifo(
     return problems
 
 
-def _check_snapshot(
-    sid: str,
-    *,
-    nodes: Sequence[str],
-    channels: Sequence[Channel],
-    initial: Mapping[str, int],
-    total: int,
-    sends: Mapping[str, _Send],
-    by_channel: Mapping[Channel, list[tuple[str, _Send]]],
-    receives: Mapping[str, tuple[Channel, int, int]],
-    at_node: Mapping[str, list[tuple[int, str, Event]]],
-    cuts: Mapping[tuple[str, str], tuple[int, int]],
-    markers_sent: Mapping[tuple[str, Channel], list[int]],
-    markers_received: Mapping[tuple[str, Channel], int],
-    recorded: Mapping[tuple[str, Channel], list[tuple[str, int]]],
-    completed: Mapping[tuple[str, str], int],
-    require_complete: bool,
-) -> list[str]:
+class _ChannelLine:
+    """One channel's sends in send order, each with where it was received (so a
+    snapshot's questions about the channel are a binary search, not a scan)."""
+
+    __slots__ = ("msgs", "amounts", "send_pos", "recv_pos", "suffix_min_recv", "received", "fifo")
+
+    def __init__(self, sent: list[tuple[str, _Send]], receives: Mapping[str, tuple[Channel, int, int]]) -> None:
+        self.msgs = [msg for msg, _ in sent]
+        self.amounts = [send.amount for _, send in sent]
+        self.send_pos = [send.pos for _, send in sent]
+        self.recv_pos: list[float] = [receives[m][1] if m in receives else INFINITY for m in self.msgs]
+        suffix, low = [INFINITY] * (len(sent) + 1), INFINITY
+        for i in range(len(sent) - 1, -1, -1):
+            low = min(low, self.recv_pos[i])
+            suffix[i] = low
+        self.suffix_min_recv = suffix
+        # FIFO as far as this question goes: the received sends are a prefix, received in send order.
+        self.received = sum(1 for p in self.recv_pos if p != INFINITY)
+        head = self.recv_pos[: self.received]
+        self.fifo = all(p != INFINITY for p in head) and all(a < b for a, b in zip(head, head[1:], strict=False))
+
+    def sent_between(self, low: float, high: float) -> range:
+        """Indexes of the sends with low < pos < high."""
+        return range(bisect.bisect_right(self.send_pos, low), bisect.bisect_left(self.send_pos, high))
+
+    def received_before_from(self, start: int, before: float) -> list[int]:
+        """Indexes >= start of the sends received at a position < `before`."""
+        if self.suffix_min_recv[start] >= before:
+            return []
+        return [i for i in range(start, len(self.msgs)) if self.recv_pos[i] < before]
+
+    def in_flight(self, sender_cut: float, receiver_cut: float) -> list[tuple[str, int]]:
+        """(msg, amount) of the sends before `sender_cut` received after `receiver_cut`, in send order."""
+        end = bisect.bisect_right(self.send_pos, sender_cut)
+        if self.fifo:
+            end = min(end, self.received)
+            start = bisect.bisect_right(self.recv_pos, receiver_cut, 0, end)
+            return list(zip(self.msgs[start:end], self.amounts[start:end], strict=True))
+        return [
+            (self.msgs[i], self.amounts[i])
+            for i in range(end)
+            if self.recv_pos[i] != INFINITY and self.recv_pos[i] > receiver_cut
+        ]
+
+
+class _TraceIndex:
+    """What `check_trace` gathered, indexed once so that checking each snapshot
+    costs about its own size, not the trace's (a 30-minute campaign has
+    thousands of snapshots over hundreds of thousands of events)."""
+
+    def __init__(
+        self,
+        *,
+        nodes: Sequence[str],
+        channels: Sequence[Channel],
+        initial: Mapping[str, int],
+        sends: Mapping[str, _Send],
+        receives: Mapping[str, tuple[Channel, int, int]],
+        at_node: Mapping[str, list[tuple[int, str, Event]]],
+        cuts: Mapping[tuple[str, str], tuple[int, int]],
+        markers_sent: Mapping[tuple[str, Channel], list[int]],
+        markers_received: Mapping[tuple[str, Channel], int],
+        recorded: Mapping[tuple[str, Channel], list[tuple[str, int]]],
+        completed: Mapping[tuple[str, str], int],
+    ) -> None:
+        self.nodes, self.channels, self.channel_set = nodes, channels, set(channels)
+        self.initial, self.sends, self.receives, self.cuts = initial, sends, receives, cuts
+        self.markers_sent, self.markers_received, self.completed = markers_sent, markers_received, completed
+        by_channel: dict[Channel, list[tuple[str, _Send]]] = defaultdict(list)
+        for msg, send in sorted(sends.items(), key=lambda kv: kv[1].pos):
+            by_channel[send.channel].append((msg, send))
+        self.lines = {channel: _ChannelLine(sent, receives) for channel, sent in by_channel.items()}
+        # Per node: positions of its sends and receives (sorted) and the balance change up to each.
+        self.moves: dict[str, tuple[list[int], list[int]]] = {}
+        for node, history in at_node.items():
+            positions, running, total = [], [], 0
+            for pos, kind, event in history:  # sorted by position
+                if kind in ("send", "receive"):
+                    total += -event["amount"] if kind == "send" else event["amount"]
+                    positions.append(pos)
+                    running.append(total)
+            self.moves[node] = (positions, running)
+        self.recorded_by_sid: dict[str, list[tuple[Channel, list[tuple[str, int]]]]] = defaultdict(list)
+        for (sid, channel), items in recorded.items():
+            self.recorded_by_sid[sid].append((channel, items))
+        self.marker_channels_by_sid: dict[str, list[Channel]] = defaultdict(list)
+        for sid, channel in markers_sent:
+            self.marker_channels_by_sid[sid].append(channel)
+
+    def cut_pos(self, sid: str, node: str) -> float:
+        return self.cuts[(sid, node)][0] if (sid, node) in self.cuts else INFINITY
+
+    def balance_before(self, node: str, pos: int) -> int:
+        positions, running = self.moves.get(node, ([], []))
+        i = bisect.bisect_left(positions, pos)
+        return self.initial[node] + (running[i - 1] if i else 0)
+
+
+def _check_snapshot(sid: str, ix: _TraceIndex, *, total: int, require_complete: bool) -> list[str]:
     p: list[str] = []
     say = p.append
-    channel_set = set(channels)
+    nodes, channels, cuts, completed = ix.nodes, ix.channels, ix.cuts, ix.completed
 
     def cut_pos(node: str) -> float:
-        return cuts[(sid, node)][0] if (sid, node) in cuts else INFINITY
+        return ix.cut_pos(sid, node)
 
     # Liveness: every node recorded and finished, every channel recorded.
+    recorded = dict(ix.recorded_by_sid.get(sid, []))
     if require_complete:
         for node in nodes:
             if (sid, node) not in cuts:
@@ -300,7 +367,7 @@ def _check_snapshot(
             if completed.get((sid, node), 0) != 1:
                 say(f"snapshot {sid}: {node} completed {completed.get((sid, node), 0)} times, expected once")
         for channel in channels:
-            if (sid, channel) not in recorded:
+            if channel not in recorded:
                 say(f"snapshot {sid}: channel {_name(channel)} never recorded")
     for node in nodes:
         if completed.get((sid, node)) and (sid, node) not in cuts:
@@ -308,21 +375,21 @@ def _check_snapshot(
 
     # Markers: one per channel, sent after the sender's cut and before any later transfer.
     for channel in channels:
-        sent = markers_sent.get((sid, channel), [])
+        sent = ix.markers_sent.get((sid, channel), [])
         src = channel[0]
         if len(sent) > 1 or (require_complete and len(sent) != 1):
             say(f"snapshot {sid}: {len(sent)} markers sent on {_name(channel)}, expected exactly one")
-        if markers_received.get((sid, channel), 0) > 1:
-            say(f"snapshot {sid}: {markers_received[(sid, channel)]} markers received on {_name(channel)}")
+        if ix.markers_received.get((sid, channel), 0) > 1:
+            say(f"snapshot {sid}: {ix.markers_received[(sid, channel)]} markers received on {_name(channel)}")
         if not sent:
             continue
         if sent[0] < cut_pos(src):
             say(f"snapshot {sid}: {src} sent the marker on {_name(channel)} before recording its state")
-        for msg, send in by_channel.get(channel, []):
-            if cut_pos(src) < send.pos < sent[0]:
-                say(f"snapshot {sid}: transfer {msg} left {src} after its cut but before the marker on {_name(channel)}")
-    for (other_sid, channel) in markers_sent:
-        if other_sid == sid and channel not in channel_set:
+        line = ix.lines.get(channel)
+        for i in line.sent_between(cut_pos(src), sent[0]) if line else ():
+            say(f"snapshot {sid}: transfer {line.msgs[i]} left {src} after its cut but before the marker on {_name(channel)}")
+    for channel in ix.marker_channels_by_sid.get(sid, []):
+        if channel not in ix.channel_set:
             say(f"snapshot {sid}: marker sent on {_name(channel)}, which the topology lacks")
 
     # Recorded balances: initial + received - sent before the cut.
@@ -331,63 +398,51 @@ def _check_snapshot(
         if (sid, node) not in cuts:
             continue
         pos, balance = cuts[(sid, node)]
-        expected = initial[node]
-        for other_pos, kind, event in at_node.get(node, []):
-            if other_pos < pos and kind == "send":
-                expected -= event["amount"]
-            elif other_pos < pos and kind == "receive":
-                expected += event["amount"]
+        expected = ix.balance_before(node, pos)
         if balance != expected:
             say(f"snapshot {sid}: {node} recorded {balance}, but its trace before the cut gives {expected}")
         recorded_total += balance
 
-    # Consistent cut, transfer by transfer.
-    in_snapshot_channels = {
-        msg: channel for (s, channel), items in recorded.items() if s == sid for msg, _ in items
-    }
-    for msg, send in sends.items():
-        src, dst = send.channel
-        sent_before = send.pos < cut_pos(src)
-        received = receives.get(msg)
-        # A node that never recorded the snapshot (it abandoned it before the
-        # marker came: a restart, an abort) has no cut to be before; the marker
-        # reached it first all the same (FIFO), so this is no violation.
-        received_before = received is not None and (sid, dst) in cuts and received[1] < cut_pos(dst)
-        if received_before and not sent_before:
-            say(f"snapshot {sid}: transfer {msg} was sent after {src}'s cut but received before {dst}'s cut")
-        if not sent_before and msg in in_snapshot_channels:
-            say(f"snapshot {sid}: transfer {msg} was sent after {src}'s cut but is recorded in flight")
+    # Consistent cut, transfer by transfer. A node that never recorded the
+    # snapshot (it abandoned it before the marker came: a restart, an abort) has
+    # no cut to be before; the marker reached it first all the same (FIFO), so
+    # a transfer it received is no violation.
+    for (src, dst), line in ix.lines.items():
+        if (sid, dst) not in cuts:
+            continue
+        first_after_cut = bisect.bisect_left(line.send_pos, cut_pos(src))
+        for i in line.received_before_from(first_after_cut, cut_pos(dst)):
+            say(f"snapshot {sid}: transfer {line.msgs[i]} was sent after {src}'s cut but received before {dst}'s cut")
+    in_snapshot = dict.fromkeys(msg for items in recorded.values() for msg, _ in items)
+    for msg in in_snapshot:
+        send = ix.sends.get(msg)
+        if send is not None and not send.pos < cut_pos(send.channel[0]):
+            say(f"snapshot {sid}: transfer {msg} was sent after {send.channel[0]}'s cut but is recorded in flight")
 
     # Channel states: exactly the transfers sent before the sender's cut and
     # received after the receiver's cut, in FIFO order, with their amounts.
-    for (s, channel), items in recorded.items():
-        if s != sid:
-            continue
+    for channel, items in recorded.items():
         src, dst = channel
-        if channel not in channel_set:
+        if channel not in ix.channel_set:
             say(f"snapshot {sid}: recorded a state for {_name(channel)}, which the topology lacks")
             continue
-        expected_items = []
-        for msg, send in by_channel.get(channel, []):
-            if send.pos > cut_pos(src):
-                break
-            received = receives.get(msg)
-            if received is not None and received[1] > cut_pos(dst):
-                expected_items.append((msg, send.amount))
         for msg, _amount in items:
-            if msg not in sends:
+            if msg not in ix.sends:
                 say(f"snapshot {sid}: {_name(channel)} records transfer {msg}, which was never sent")
-            elif msg not in receives:
+            elif msg not in ix.receives:
                 say(f"snapshot {sid}: {_name(channel)} records transfer {msg}, which was never received")
-        if (s, dst) in cuts and completed.get((sid, dst)) and items != expected_items:
-            say(
-                f"snapshot {sid}: {_name(channel)} recorded {items}; sent before {src}'s cut and "
-                f"received after {dst}'s cut: {expected_items}"
-            )
+        if (sid, dst) in cuts and completed.get((sid, dst)):
+            line = ix.lines.get(channel)
+            expected_items = line.in_flight(cut_pos(src), cut_pos(dst)) if line else []
+            if items != expected_items:
+                say(
+                    f"snapshot {sid}: {_name(channel)} recorded {items}; sent before {src}'s cut and "
+                    f"received after {dst}'s cut: {expected_items}"
+                )
         recorded_total += sum(amount for _, amount in items)
 
     # Conservation, once the whole snapshot is in.
-    is_complete = all((sid, n) in cuts for n in nodes) and all((sid, c) in recorded for c in channels)
+    is_complete = all((sid, n) in cuts for n in nodes) and all(c in recorded for c in channels)
     if is_complete and recorded_total != total:
         say(f"snapshot {sid}: recorded balances + in-flight = {recorded_total}, but the total is {total}")
     return p
@@ -658,11 +713,24 @@ class _LogIndex:
                     self.markers_recv[(r["snapshot_id"], (r["src"], node))] += 1
         self._lsns = {c: [r["lsn"] for r in v] for c, v in self.sends.items()}
         self._recv_lsns = {c: [r["lsn"] for r in v] for c, v in self.recvs.items()}
+        self._sent = {c: [(r["msg_id"], r["amount"], r["seq"]) for r in v] for c, v in self.sends.items()}
+        # Per channel: how many of the first receives are the first sends, one for one (FIFO).
+        self._agree: dict[Channel, int] = {}
+        for channel, recvs in self.recvs.items():
+            sent, agree = self.sends.get(channel, []), 0
+            while agree < min(len(recvs), len(sent)) and recvs[agree]["msg_id"] == sent[agree]["msg_id"]:
+                agree += 1
+            self._agree[channel] = agree
 
-    def before(self, channel: Channel, *, sends: bool, lsn: int) -> list[Mapping[str, Any]]:
-        """The sends (at the channel's src) or receives (at its dst) logged before `lsn`."""
-        records, lsns = (self.sends, self._lsns) if sends else (self.recvs, self._recv_lsns)
-        return records.get(channel, [])[: bisect.bisect_left(lsns.get(channel, []), lsn)]
+    def in_flight(self, channel: Channel, sender_cut: int, receiver_cut: int) -> list[tuple[str, int, int]]:
+        """(msg_id, amount, seq) of the sends logged before `sender_cut` whose receive
+        is not logged before `receiver_cut`, in lsn order."""
+        sent = bisect.bisect_left(self._lsns.get(channel, []), sender_cut)
+        got = bisect.bisect_left(self._recv_lsns.get(channel, []), receiver_cut)
+        if got <= self._agree.get(channel, 0):  # the receives so far are the first sends: a slice
+            return self._sent.get(channel, [])[got:sent]
+        received = {r["msg_id"] for r in self.recvs[channel][:got]}
+        return [t for t in self._sent.get(channel, [])[:sent] if t[0] not in received]
 
 
 def _snapshot_against_logs(snap: RecordedSnapshot, index: _LogIndex, channels: list[Channel], total: int) -> list[str]:
@@ -688,9 +756,7 @@ def _snapshot_against_logs(snap: RecordedSnapshot, index: _LogIndex, channels: l
 
     for src, dst in channels:
         channel = _name((src, dst))
-        received = {r["msg_id"] for r in index.before((src, dst), sends=False, lsn=cut[dst])}
-        expected = [(r["msg_id"], r["amount"], r["seq"]) for r in index.before((src, dst), sends=True, lsn=cut[src])
-                    if r["msg_id"] not in received]
+        expected = index.in_flight((src, dst), cut[src], cut[dst])
         got = snap.in_flight.get((src, dst), [])
         if got != expected:
             say(f"snapshot {sid}: {channel} in flight {got}; sent before {src}'s cut and not received before "
