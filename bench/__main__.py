@@ -21,6 +21,13 @@ BENCHMARKS = {
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__.strip().splitlines()[0])
+        print("\nbenchmarks (all when none is named), each a module of bench/:")
+        for name, module in BENCHMARKS.items():
+            print(f"  {name:<12} {module}")
+        print("\nmake bench BENCH='overtake reconcile' runs two of them; figures go to bench/results.json.")
+        return 0
     names = argv or list(BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
