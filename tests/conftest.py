@@ -14,6 +14,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import sys  # noqa: E402
 import time  # noqa: E402
+import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -41,21 +42,32 @@ _BEFORE = pytest.StashKey[dict]()
 _LEAK_MARKERS = ("snapmesh.cli", "bin/snapmesh", "bench.cluster", "bench.loadgen", "prometheus --config.file")
 
 
+# Every process this session starts inherits this variable, so a process some
+# other job on the machine runs (a long campaign, another checkout's tests) is
+# never taken for one of ours, and an orphan of ours is found after reparenting.
+_SESSION_VARIABLE = "PYTEST_SNAPMESH_SESSION"
+
+
 def _our_processes() -> dict[int, str]:
+    mark = f"{_SESSION_VARIABLE}={os.environ.get(_SESSION_VARIABLE, '')}".encode()
     found = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if not any(marker in cmdline for marker in _LEAK_MARKERS):
+                continue
+            if mark not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
         except OSError:
             continue
-        if any(marker in cmdline for marker in _LEAK_MARKERS):
-            found[int(entry.name)] = cmdline.strip()
+        found[int(entry.name)] = cmdline.strip()
     return found
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    os.environ[_SESSION_VARIABLE] = f"{os.getpid()}-{uuid.uuid4().hex}"
     session.config.stash[_BEFORE] = _our_processes()
 
 
