@@ -16,6 +16,7 @@ BENCHMARKS = {
     "store": "bench.controller_store",  # controller: proto JSON vs compact snapshot files
     "controller": "bench.controller_p99",  # controller-side p99, a snapshot every 100 ms at peak
     "restart": "bench.restart",  # a node's restart after 1M transfers, before/after log segments
+    "report": "bench.overtake_report",  # an overtake report's outbox: per-entry messages vs packed columns
     "overtake": "bench.overtake",  # classic vs overtake snapshots side by side; writes bench/results.json
 }
 

@@ -43,7 +43,8 @@ O5. Restarts and reconnects behave as in classic mode: a node that restarts
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import bisect
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from snapmesh import core
@@ -78,3 +79,21 @@ def merge(recorded: Iterable[T], outbox: Iterable[T], position: int) -> list[T]:
     for transfer in recorded:
         by_seq.setdefault(transfer.seq, transfer)
     return [by_seq[seq] for seq in sorted(by_seq)]
+
+
+def merge_columns(
+    recorded: Sequence[T], seqs: Sequence[int], amounts: Sequence[int], position: int, make: Callable[[int, int], T]
+) -> list[T]:
+    """`merge` with the outbox as columns (increasing `seqs`, their `amounts`), as the
+    controller gets it: an item is made (`make(seq, amount)`) only for an outbox
+    seq past the position that the receiver did not record, so the part of the
+    outbox the receiver also holds (most of it) costs no object. Where both hold
+    a seq they hold the same transfer; the receiver's copy is kept."""
+    have = {t.seq for t in recorded}  # type: ignore[attr-defined]
+    start = bisect.bisect_right(seqs, position)
+    extra = [make(seq, amount) for seq, amount in zip(seqs[start:], amounts[start:], strict=True) if seq not in have]
+    if not extra:
+        return list(recorded)
+    if not recorded or extra[0].seq > recorded[-1].seq:  # type: ignore[attr-defined]
+        return [*recorded, *extra]
+    return sorted([*recorded, *extra], key=lambda t: t.seq)  # type: ignore[attr-defined]

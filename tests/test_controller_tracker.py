@@ -286,26 +286,70 @@ def test_snapshot_ids_sort_by_start_time_and_carry_the_random_suffix():
 
 
 def overtake_state(t: Tracker, sid: str, node: str, balance: int, positions: dict[str, int],
-                   outbox: dict[str, list[tuple[int, int]]], recorded: dict[str, list[int]] | None = None) -> pb.FullState:
-    """A report in overtake mode: positions per incoming channel, (seq, amount) outboxes per outgoing one."""
+                   outbox: dict[str, list[tuple[int, int]]], recorded: dict[str, list[int]] | None = None,
+                   *, packed: bool = True) -> pb.FullState:
+    """A report in overtake mode: positions per incoming channel, (seq, amount) outboxes per
+    outgoing one, as `outbox_runs` (what nodes send) or, `packed=False`, as the older `outbox`."""
     report = state(t, sid, node, balance, recorded)
     report.snapshot_mode = "overtake"
     report.positions.extend(pb.ChannelPosition(src=s, dst=node, seq=q) for s, q in positions.items())
     for dst, items in outbox.items():
-        report.outbox.add(src=node, dst=dst, in_flight=[
-            pb.InFlightTransfer(msg_id=f"{node}:{dst}:{q}", amount=a, seq=q) for q, a in items])
+        if packed:
+            report.outbox_runs.add(src=node, dst=dst, seqs=[q for q, _ in items], amounts=[a for _, a in items])
+        else:
+            report.outbox.add(src=node, dst=dst, in_flight=[
+                pb.InFlightTransfer(msg_id=f"{node}:{dst}:{q}", amount=a, seq=q) for q, a in items])
     return report
 
 
-def test_overtake_channels_are_what_the_receiver_recorded_plus_the_senders_outbox_past_its_position():
+@pytest.mark.parametrize("packed", [True, False], ids=["outbox_runs", "outbox (older nodes)"])
+def test_overtake_channels_are_what_the_receiver_recorded_plus_the_senders_outbox_past_its_position(packed):
     t = Tracker(topology=Topology.build(("p1", "p2"), None), expected_total=200, deadline_s=5, snapshot_mode="overtake")
     t.start("s1", "p1", at())
     # p1's outbox to p2 at its cut: seqs 3..5 (12 in all); p2 had applied up to 3 at its cut.
-    t.report(overtake_state(t, "s1", "p1", 100 - 12, {"p2": 0}, {"p2": [(3, 2), (4, 4), (5, 6)]}), at())
-    done = t.report(overtake_state(t, "s1", "p2", 100 + 2, {"p1": 3}, {}), at()).snapshot
+    t.report(overtake_state(t, "s1", "p1", 100 - 12, {"p2": 0}, {"p2": [(3, 2), (4, 4), (5, 6)]}, packed=packed), at())
+    done = t.report(overtake_state(t, "s1", "p2", 100 + 2, {"p1": 3}, {}, packed=packed), at()).snapshot
     p1_p2 = next(c for c in done.channels if (c.src, c.dst) == ("p1", "p2"))
-    assert [(i.seq, i.amount) for i in p1_p2.in_flight] == [(4, 4), (5, 6)]
+    assert [(i.msg_id, i.seq, i.amount) for i in p1_p2.in_flight] == [("p1:p2:4", 4, 4), ("p1:p2:5", 5, 6)]
     assert done.status == COMPLETE and done.conserved
+
+
+def test_overtake_a_transfer_both_ends_hold_is_in_the_channel_once_in_seq_order():
+    t = Tracker(topology=Topology.build(("p1", "p2"), None), expected_total=200, deadline_s=5, snapshot_mode="overtake")
+    t.start("s1", "p1", at())
+    # p2 cut at position 2 and then applied seqs 3 and 4 (recorded); p1's outbox at its
+    # cut still held 4 (its ack had not come back), 6 and 7 (5 was a marker of another snapshot).
+    t.report(overtake_state(t, "s1", "p1", 70, {"p2": 0}, {"p2": [(4, 4), (6, 6), (7, 7)]}), at())
+    p2 = overtake_state(t, "s1", "p2", 100, {"p1": 2}, {})
+    del p2.channels[:]
+    p2.channels.add(src="p1", dst="p2", in_flight=[
+        pb.InFlightTransfer(msg_id="p1:p2:3", amount=3, seq=3), pb.InFlightTransfer(msg_id="p1:p2:4", amount=4, seq=4)])
+    p2.balance = 200 - 70 - (3 + 4 + 6 + 7)  # what the total leaves it
+    done = t.report(p2, at()).snapshot
+    p1_p2 = next(c for c in done.channels if (c.src, c.dst) == ("p1", "p2"))
+    assert [(i.seq, i.amount) for i in p1_p2.in_flight] == [(3, 3), (4, 4), (6, 6), (7, 7)]
+    assert done.status == COMPLETE and done.conserved
+
+
+@pytest.mark.parametrize(
+    ("run", "words"),
+    [
+        (dict(src="p1", dst="p2", seqs=[3, 4], amounts=[1]), "2 seqs but 1 amounts"),
+        (dict(src="p1", dst="p2", seqs=[4, 3], amounts=[1, 1]), "positive and increasing"),
+        (dict(src="p1", dst="p2", seqs=[0, 3], amounts=[1, 1]), "positive and increasing"),
+        (dict(src="p1", dst="p2", seqs=[3], amounts=[0]), "amount 0 is not positive"),
+        (dict(src="p2", dst="p1", seqs=[3], amounts=[1]), "outbox of p2->p1, not its own"),
+    ],
+)
+def test_a_bad_outbox_run_is_refused_naming_the_channel_and_nothing_is_taken(run, words):
+    t = Tracker(topology=Topology.build(("p1", "p2"), None), expected_total=200, deadline_s=5, snapshot_mode="overtake")
+    t.start("s1", "p1", at())
+    bad = overtake_state(t, "s1", "p1", 100, {"p2": 0}, {})
+    bad.outbox_runs.add(**run)
+    with pytest.raises(InvalidReport, match=words):
+        t.report(bad, at())
+    # The same node's good report is still taken: the bad one changed nothing.
+    t.report(overtake_state(t, "s1", "p1", 100, {"p2": 0}, {}), at())
 
 
 def test_a_report_in_another_snapshot_mode_is_refused_naming_the_field():

@@ -279,7 +279,11 @@ class Tracker:
             in_flight = by_channel[(src, dst)].in_flight
             if overtake_parts is not None:
                 outbox, positions = overtake_parts
-                in_flight = overtake.merge(in_flight, outbox.get((src, dst), ()), positions.get((src, dst), 0))
+                seqs, amounts = outbox.get((src, dst), ((), ()))
+                in_flight = overtake.merge_columns(
+                    in_flight, seqs, amounts, positions.get((src, dst), 0),
+                    lambda seq, amount, s=src, d=dst: pb.InFlightTransfer(msg_id=f"{s}:{d}:{seq}", amount=amount, seq=seq),
+                )
             snapshot.channels.add(src=src, dst=dst, in_flight=in_flight)
             total += sum(item.amount for item in in_flight)
         snapshot.total = total
@@ -291,7 +295,12 @@ class Tracker:
     def _overtake_parts(pending: _Pending) -> tuple[dict, dict]:
         """Overtake mode (snapmesh/overtake.py O3): each sender's outbox at its cut
         and each receiver's position at its cut, by channel."""
-        outbox = {(c.src, c.dst): c.in_flight for r in pending.reports.values() for c in r.outbox}
+        outbox: dict[tuple[str, str], tuple] = {
+            (c.src, c.dst): ([t.seq for t in c.in_flight], [t.amount for t in c.in_flight])  # a node before outbox_runs
+            for r in pending.reports.values()
+            for c in r.outbox
+        }
+        outbox.update({(run.src, run.dst): (run.seqs, run.amounts) for r in pending.reports.values() for run in r.outbox_runs})
         positions = {(p.src, p.dst): p.seq for r in pending.reports.values() for p in r.positions}
         return outbox, positions
 
@@ -388,9 +397,22 @@ def _check_overtake_parts(state: pb.FullState, incoming: set[str]) -> None:
     positions = {p.src for p in state.positions if p.dst == node}
     if positions != incoming or len(state.positions) != len(incoming):
         raise InvalidReport(f"node {node!r} must report one position per incoming channel, got {sorted(positions)}")
-    for channel in state.outbox:
+    reported: set[str] = set()
+    for channel in [*state.outbox, *state.outbox_runs]:
         if channel.src != node:
             raise InvalidReport(f"node {node!r} reported the outbox of {channel.src}->{channel.dst}, not its own")
+        if channel.dst in reported:
+            raise InvalidReport(f"node {node!r} reported the outbox of {node}->{channel.dst} twice")
+        reported.add(channel.dst)
+    for channel in state.outbox:
         for item in channel.in_flight:
             if item.amount <= 0:
                 raise InvalidReport(f"outbox {node}->{channel.dst}: transfer {item.msg_id!r} has amount {item.amount}")
+    for run in state.outbox_runs:
+        name = f"outbox_runs {node}->{run.dst}"
+        if len(run.seqs) != len(run.amounts):
+            raise InvalidReport(f"{name}: {len(run.seqs)} seqs but {len(run.amounts)} amounts")
+        if any(b <= a for a, b in zip(run.seqs, run.seqs[1:], strict=False)) or (run.seqs and run.seqs[0] == 0):
+            raise InvalidReport(f"{name}: seqs must be positive and increasing")
+        if run.amounts and min(run.amounts) <= 0:
+            raise InvalidReport(f"{name}: amount {min(run.amounts)} is not positive")

@@ -81,12 +81,8 @@ def _overtake_fields(state: core.FullState, node_id: str) -> dict:
     return {
         "snapshot_mode": "overtake",
         "positions": [pb.ChannelPosition(src=src, dst=node_id, seq=seq) for src, seq in state.positions.items()],
-        "outbox": [
-            pb.ChannelState(
-                src=node_id,
-                dst=dst,
-                in_flight=[pb.InFlightTransfer(msg_id=f"{node_id}:{dst}:{e.seq}", amount=e.amount, seq=e.seq) for e in entries],
-            )
+        "outbox_runs": [
+            pb.OutboxRun(src=node_id, dst=dst, seqs=[e.seq for e in entries], amounts=[e.amount for e in entries])
             for dst, entries in state.outbox.items()
         ],
     }
