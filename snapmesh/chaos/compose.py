@@ -107,7 +107,7 @@ class ComposeBackend:
         self.work = work
         self.config = cluster_config.load(COMPOSE_DIR / "cluster.toml", env={"SNAPMESH_DATA_DIR": "/data"})
         self.ids = [n.id for n in self.config.nodes]
-        self.deadline = self.config.controller.snapshot_deadline_s
+        self.deadline = options.deadline  # the local campaign's, not the stack's 10 s: recoveries are timed alike
         self.project = f"snapmeshchaos-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.network = f"{self.project}_mesh"
         ports = free_ports(1 + len(self.ids))
@@ -125,7 +125,7 @@ class ComposeBackend:
             **{k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "SNAPMESH_"))},
             "SNAPMESH_RESTART": "no",
             "SNAPMESH_CONTROLLER_PUBLISH": self.controller_address,
-            "SNAPMESH_CONTROLLER_FLAGS": "",
+            "SNAPMESH_CONTROLLER_FLAGS": f"--deadline {options.deadline:g}",
             "SNAPMESH_TLS_EXPORT": str(self.tls_dir),
             "COMPOSE_PROFILES": "",
         }
@@ -239,8 +239,9 @@ class ComposeBackend:
         pid = docker("docker", "inspect", "-f", "{{.State.Pid}}", self.cids[node]).stdout.strip()
         peers = " or ".join(f"dst {ip}" for n in self.ids if n != node and (ip := self._ip(n)))
         port = self.config.node(node).port
-        docker("nsenter", "-t", pid, "-n", "ss", "-K", "-t", "state", "established",
-               f"( sport = :{port} ) and ( {peers} )")
+        done = docker("nsenter", "-t", pid, "-n", "ss", "-K", "-H", "-t", "state", "established",
+                      f"( sport = :{port} ) and ( {peers} )")
+        self.say(f"          {len(done.stdout.splitlines())} streams into {node} reset")
 
     def block(self, node: str) -> None:
         docker("docker", "network", "disconnect", "-f", self.network, self.cids[node])
@@ -311,6 +312,11 @@ class ComposeBackend:
     def teardown(self) -> str:
         if not self.override.exists():
             return ""
+        logs = self.data_dir / "logs"  # every container's output, as the local cluster keeps its children's
+        logs.mkdir(parents=True, exist_ok=True)
+        for service, cid in self.cids.items():
+            done = docker("docker", "logs", cid, check=False, timeout=60)
+            (logs / f"{service}.log").write_text(done.stdout + done.stderr, encoding="utf-8")
         self._compose("down", "-v", "--remove-orphans", "-t", "5", check=False, timeout=COMPOSE_TIMEOUT_S)
         left = project_leftovers(self.project)
         if any(left.values()):
