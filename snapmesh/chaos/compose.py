@@ -239,7 +239,8 @@ class ComposeBackend:
         pid = docker("docker", "inspect", "-f", "{{.State.Pid}}", self.cids[node]).stdout.strip()
         peers = " or ".join(f"dst {ip}" for n in self.ids if n != node and (ip := self._ip(n)))
         port = self.config.node(node).port
-        done = docker("nsenter", "-t", pid, "-n", "ss", "-K", "-H", "-t", "state", "established",
+        sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]  # nsenter needs root (a CI runner has sudo)
+        done = docker(*sudo, "nsenter", "-t", pid, "-n", "ss", "-K", "-H", "-t", "state", "established",
                       f"( sport = :{port} ) and ( {peers} )")
         self.say(f"          {len(done.stdout.splitlines())} streams into {node} reset")
 
