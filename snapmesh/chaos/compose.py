@@ -211,15 +211,16 @@ class ComposeBackend:
         docker("docker", "kill", "-s", "KILL", self.cids[service], check=False)  # already gone is fine
         docker("docker", "wait", self.cids[service], timeout=60)
 
-    def _start(self, service: str) -> None:
-        docker("docker", "start", self.cids[service])
-        self._wait_serving(service)
+    def _start(self, *services: str) -> None:
+        docker("docker", "start", *(self.cids[s] for s in services))
+        for service in services:
+            self._wait_serving(service)
 
     def kill_node(self, node: str) -> None:
         self._kill(node)
 
-    def start_node(self, node: str) -> None:
-        self._start(node)
+    def start_nodes(self, nodes: tuple[str, ...]) -> None:
+        self._start(*nodes)
 
     def node_alive(self, node: str) -> bool:
         return self._state(node)[0]

@@ -87,8 +87,12 @@ class LocalBackend:
     def kill_node(self, node: str) -> None:
         self.cluster.kill_node(node)
 
-    def start_node(self, node: str) -> None:
-        self.cluster.start_node(node)
+    def start_nodes(self, nodes: tuple[str, ...]) -> None:
+        children = [self.cluster.nodes[node] for node in nodes]
+        for child in children:
+            child.start(wait=False)
+        for child in children:
+            child.wait_serving()
 
     def node_alive(self, node: str) -> bool:
         return self.cluster.nodes[node].alive
