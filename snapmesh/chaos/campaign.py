@@ -88,6 +88,7 @@ class Outcome:
     transfers: dict[str, int] = field(default_factory=dict)  # ok, refused, failed
     logs: dict[str, list[dict]] = field(default_factory=dict)
     settle_error: str = ""
+    faults_s: float | None = None  # how long the faults ran (past `duration` when the first round took longer)
 
 
 class Backend(Protocol):
@@ -207,6 +208,7 @@ class Campaign:
             self.say(f"[{record.at:7.1f}s] fault {fault.index}: {fault.kind} {' '.join(fault.nodes)}".rstrip())
             repaired = getattr(self, f"_fault_{fault.kind}")(fault)
             record.recover_s = self._recovered(repaired, fault)
+            self.outcome.faults_s = round(time.monotonic() - begin, 1)
 
     # ------------------------------------------------------------ the faults
 

@@ -121,6 +121,7 @@ def figures(outcome: Outcome) -> dict[str, Any]:
         "seed": outcome.options.seed,
         "cluster": "compose" if outcome.options.compose else "local",
         "duration_s": outcome.options.duration,
+        "faults_s": max(outcome.options.duration, outcome.faults_s or 0),  # longer when the first round was
         "nodes": outcome.options.nodes,
         "faults": dict(sorted(Counter(f.kind for f in applied).items())),
         "faults_total": len(applied),
@@ -149,7 +150,7 @@ def _money(outcome: Outcome) -> dict[str, int]:
 
 
 def table(fig: dict[str, Any]) -> str:
-    rows = [("faults injected", f"{fig['faults_total']} in {fig['duration_s']:g} s (seed {fig['seed']}, "
+    rows = [("faults injected", f"{fig['faults_total']} in {fig['faults_s']:g} s (seed {fig['seed']}, "
                                    f"{fig.get('cluster', 'local')})")]
     rows += [(f"  {kind}", str(count)) for kind, count in fig["faults"].items()]
     rows += [(f"  {kind}", f"skipped: {reason}") for kind, reason in fig["skipped_why"].items()]
