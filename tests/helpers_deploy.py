@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cluster_helpers import controller_stub, node_stub  # noqa: F401  (re-exported for the deploy tests)
+from snapmesh.chaos.compose import project_leftovers  # noqa: F401  (re-exported for the compose tests)
 from snapmesh.ports import free_ports
 
 REPO = Path(__file__).resolve().parent.parent
@@ -348,19 +349,6 @@ def container_health(cid: str) -> str:
         quiet=True,
     ).stdout.split()
     return out[1] if len(out) > 1 else out[0]
-
-
-def project_leftovers(project: str) -> dict[str, list[str]]:
-    """Containers, networks and volumes labelled with the compose project."""
-    label = f"label=com.docker.compose.project={project}"
-    found = {}
-    for kind, cmd in (
-        ("containers", ["docker", "ps", "-aq", "--filter", label]),
-        ("networks", ["docker", "network", "ls", "-q", "--filter", label]),
-        ("volumes", ["docker", "volume", "ls", "-q", "--filter", label]),
-    ):
-        found[kind] = run(cmd, quiet=True, check=False).stdout.split()
-    return found
 
 
 def copy_volume(volume: str, dest: Path, image: str = "snapmesh:latest") -> Path:

@@ -4,7 +4,9 @@ quiescence, checks against the nodes' logs, and a table of figures.
 
 - `schedule`: the pure part, the fault schedule drawn from a seed;
 - `proxy`: the TCP proxy in front of each node (cut streams, partitions);
-- `campaign`: runs the cluster, applies the schedule, quiesces;
+- `campaign`: applies the schedule to a cluster, times the recoveries, quiesces;
+- `local` / `compose`: the two clusters (local processes, the Docker compose
+  stack with `--compose`), each only how to apply a fault to itself;
 - `checks`: the verdicts and the table;
 - `main`: the command line.
 """

@@ -1,6 +1,16 @@
-"""Run a fault campaign on local processes: the supervisor's cluster, a proxy in
-front of every node, the bank workload, a snapshot every `snapshot_every`
-seconds, and the seeded schedule of faults (snapmesh.chaos.schedule).
+"""Run a fault campaign: a real cluster, the bank workload, a snapshot every
+`snapshot_every` seconds, and the seeded schedule of faults
+(snapmesh.chaos.schedule), on either kind of cluster:
+
+- local processes under the supervisor, a TCP proxy in front of every node
+  (snapmesh.chaos.local.LocalBackend, the default);
+- the Docker compose stack of deploy/compose (snapmesh.chaos.compose.ComposeBackend,
+  `snapmesh chaos --compose`).
+
+This module is what both share: the schedule, each fault's sequence (apply,
+hold, repair, restart), the time to recover, quiescence, and the outcome the
+checks judge. A backend only says how to do one thing to its cluster: kill a
+node, pause it, cut its streams, fill its disk, and so on (`Backend` below).
 
 Each fault is applied, held, repaired, and then timed until the cluster has
 recovered: until a snapshot triggered after the repair is COMPLETE (the whole
@@ -8,43 +18,33 @@ cluster serving, every channel flowing again, the controller answering).
 Then `quiesce` heals everything, stops the load, waits until every logged send
 is received and no snapshot is in progress, and stops the cluster cleanly;
 `snapmesh.chaos.checks` judges what is left on disk.
-
-One node's data dir is a small tmpfs (we mount it; root only, else full-disk
-faults are skipped and said so) so that its disk can be filled: the tmpfs is
-remounted just above what it holds, the node must stop on the failed write
-(exit 1), and it restarts on its log once the tmpfs is large again. Its log
-files are copied next to the others before the tmpfs is unmounted.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 
-from snapmesh import config as cluster_config
 from snapmesh.chaos import schedule as sched
-from snapmesh.chaos.proxy import ChaosProxy
+from snapmesh.config import ClusterConfig
 from snapmesh.load import BackgroundLoad
-from snapmesh.node_logs import money_check, read_node_log
-from snapmesh.ports import free_ports
-from snapmesh.supervisor import Cluster, SupervisorError
+from snapmesh.node_logs import money_check
+from snapmesh.security import Identity
+from snapmesh.supervisor import SupervisorError
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
-DISK_SIZE = "128m"  # the small disk's size between full-disk faults
 RECOVERY_TIMEOUT_S = 60.0  # longest wait for a COMPLETE snapshot after a repair
 SETTLE_TIMEOUT_S = 120.0  # longest wait, when quiescing, for every send to be received
-STARTUP_TIMEOUT_S = 120.0  # a restart on a loaded 2-core machine may take long; slow is not failed
+DISK_FULL_EXIT_TIMEOUT_S = 30.0  # a node whose disk is full must stop within this
 
 
 @dataclass
@@ -53,9 +53,10 @@ class Options:
     duration: float = 120.0  # seconds of faults
     nodes: int = 4
     balance: int = 10_000
-    deadline: float = 5.0  # the controller's snapshot deadline
+    deadline: float = 5.0  # the controller's snapshot deadline (local; the stack's file says its own)
     snapshot_every: float = 1.0
     workdir: Path = Path("chaos-run")
+    compose: bool = False  # the Docker compose stack instead of local processes
 
 
 @dataclass
@@ -87,64 +88,76 @@ class Outcome:
     transfers: dict[str, int] = field(default_factory=dict)  # ok, refused, failed
     logs: dict[str, list[dict]] = field(default_factory=dict)
     settle_error: str = ""
+    faults_s: float | None = None  # how long the faults ran (past `duration` when the first round took longer)
+
+
+class Backend(Protocol):
+    """How to do things to one kind of cluster. Every method returns once the
+    thing is done (a killed process is gone, a started one SERVING); a start
+    that fails raises SupervisorError. `config`, `direct_address` and
+    `client_identity` are what BackgroundLoad.for_cluster needs."""
+
+    name: str  # "local" or "compose"
+    config: ClusterConfig
+    ids: list[str]
+    data_dir: Path  # where the logs and snapshots are once `stop` returns (the checks read them there)
+    client_identity: Identity | None
+    controller_address: str
+    deadline: float  # the controller's snapshot deadline
+    disk_skip: str  # why full-disk faults cannot be applied ("" when they can), known after `start`
+
+    def start(self, disk_node: str) -> None: ...  # the cluster, `disk_node` on a small disk
+    def channel(self, address: str) -> grpc.Channel: ...
+    def direct_address(self, node: str) -> str: ...
+    def kill_node(self, node: str) -> None: ...  # SIGKILL, gone
+    def start_nodes(self, nodes: tuple[str, ...]) -> None: ...  # all at once, each on its log, SERVING
+    def node_alive(self, node: str) -> bool: ...
+    def pause_node(self, node: str) -> None: ...
+    def resume_node(self, node: str) -> None: ...
+    def cut_streams(self, node: str) -> None: ...  # reset every channel stream into the node
+    def block(self, node: str) -> None: ...  # a partition
+    def unblock(self, node: str) -> None: ...
+    def kill_controller(self) -> None: ...
+    def start_controller(self) -> None: ...
+    def fill_disk(self) -> None: ...  # the next write of the disk node must fail
+    def free_disk(self) -> None: ...
+    def wait_exit(self, node: str, timeout: float) -> int | None: ...  # its exit status; None: still running
+    def second_instance(self, node: str) -> tuple[int, str]: ...  # another `snapmesh node` there: (exit, stderr)
+    def read_logs(self) -> dict[str, list[dict]]: ...  # every node's log as it is now
+    def heal(self) -> None: ...  # undo any fault left half-done
+    def stop(self) -> dict[str, int | None]: ...  # SIGTERM everything; node -> exit status; logs to data_dir
+    def teardown(self) -> str: ...  # leave nothing behind (always runs); what was left, if anything
+
+
+def fresh_dir(path: Path) -> Path:
+    work = Path(path).resolve()
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    return work
 
 
 class Campaign:
-    def __init__(self, options: Options, say: Callable[[str], None] = print) -> None:
+    """`backend_class(options, workdir, say)` makes the cluster's backend."""
+
+    def __init__(self, options: Options, backend_class: Callable[..., Backend],
+                 say: Callable[[str], None] = print) -> None:
         self.o = options
         self.say = say
         self.rng = random.Random(f"run:{options.seed}")
-        work = Path(options.workdir).resolve()
-        if work.exists():
-            shutil.rmtree(work)
-        work.mkdir(parents=True)
-        self.work = work
-        ids = [f"p{i}" for i in range(1, options.nodes + 1)]
-        ports = free_ports(2 + 3 * len(ids))
-        self.config_path = cluster_config.write_cluster(
-            work / "cluster.toml", nodes=ids, initial_balance=options.balance, deadline=options.deadline,
-            data_dir=work / "data", ports=ports[: 2 + 2 * len(ids)],
-            listen_ports=dict(zip(ids, ports[2 + 2 * len(ids):], strict=True)),
-        )
-        self.cluster = Cluster(self.config_path, startup_timeout=STARTUP_TIMEOUT_S)
-        self.ids = ids
-        self.disk_node = sched.disk_node(options.seed, ids)
-        self.disk = work / "small-disk"
-        self.disk_mounted = False
-        self.proxies: dict[str, ChaosProxy] = {}
-        self.outcome = Outcome(options, self.cluster.data_dir, self.cluster.config.topology.channels,
-                               options.balance * len(ids))
+        self.work = fresh_dir(options.workdir)
+        self.backend = backend_class(options, self.work, say)
+        self.ids = self.backend.ids
+        self.disk_node = sched.disk_node(options.seed, self.ids)
+        self.outcome = Outcome(options, self.backend.data_dir, self.backend.config.topology.channels,
+                               self.backend.config.expected_total)
         self._channels: list[grpc.Channel] = []
         self._stop_triggers = threading.Event()
         self._faults_running = False
         self._lock = threading.Lock()
 
-    # ------------------------------------------------------------ set-up
-
-    def _mount_disk(self) -> None:
-        self.disk.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(self.disk)],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            self.say(f"note: no tmpfs for {self.disk_node} ({done.stderr.strip()}): full-disk faults skipped")
-            return
-        self.disk_mounted = True
-        child = self.cluster.nodes[self.disk_node]
-        child.env = {**child.env, "SNAPMESH_DATA_DIR": str(self.disk)}
-
-    def node_dir(self, node: str) -> Path:
-        return self.disk if node == self.disk_node and self.disk_mounted else self.cluster.data_dir
-
-    def _start(self) -> None:
-        self._mount_disk()
-        for node in self.ids:
-            listen = self.cluster.config.node(node).listen_port
-            self.proxies[node] = ChaosProxy(self.cluster.config.node(node).port, listen)
-        self.cluster.start()
-        self.controller = self._stub(pb_grpc.ControllerStub, self.cluster.controller_address)
-
     def _stub(self, kind, address: str):
-        channel = self.cluster.security.channel(address)
+        channel = self.backend.channel(address)
         self._channels.append(channel)
         return kind(channel)
 
@@ -152,8 +165,11 @@ class Campaign:
 
     def run(self) -> Outcome:
         try:
-            self._start()
-            self.load = BackgroundLoad.for_cluster(self.cluster, callers=1, interval=0.05, batch=2, max_amount=20,
+            self.backend.start(self.disk_node)
+            if self.backend.disk_skip:
+                self.say(f"note: {self.backend.disk_skip}: full-disk faults skipped")
+            self.controller = self._stub(pb_grpc.ControllerStub, self.backend.controller_address)
+            self.load = BackgroundLoad.for_cluster(self.backend, callers=1, interval=0.05, batch=2, max_amount=20,
                                                    seed=self.o.seed, timeout=10.0)
             with self.load:
                 trigger_thread = threading.Thread(target=self._trigger_loop, name="snapshots", daemon=True)
@@ -170,44 +186,51 @@ class Campaign:
             self.outcome.transfers = {"ok": s.accepted, "refused": s.refused, "failed": s.failed}
             self._quiesce()
         finally:
-            self._teardown()
+            for channel in self._channels:
+                channel.close()
+            if left := self.backend.teardown():
+                self.outcome.problems.append(left)
         return self.outcome
 
     def _apply_schedule(self) -> None:
         begin = time.monotonic()
         for fault in sched.faults(self.o.seed, self.ids, disk_node=self.disk_node):
-            if time.monotonic() - begin + fault.gap > self.o.duration:
+            # The first round (every kind once) always runs, however long it takes: a short
+            # run on a slow cluster still covers every kind.
+            if fault.index >= len(sched.KINDS) and time.monotonic() - begin + fault.gap > self.o.duration:
                 break
             time.sleep(fault.gap)
             record = FaultRecord(fault.index, fault.kind, fault.nodes, round(time.monotonic() - begin, 2))
             self.outcome.faults.append(record)
-            if fault.kind == sched.FULL_DISK and not self.disk_mounted:
-                record.skipped = "no tmpfs"
+            if fault.kind == sched.FULL_DISK and self.backend.disk_skip:
+                record.skipped = self.backend.disk_skip
                 continue
             self.say(f"[{record.at:7.1f}s] fault {fault.index}: {fault.kind} {' '.join(fault.nodes)}".rstrip())
             repaired = getattr(self, f"_fault_{fault.kind}")(fault)
             record.recover_s = self._recovered(repaired, fault)
+            self.outcome.faults_s = round(time.monotonic() - begin, 1)
 
     # ------------------------------------------------------------ the faults
 
-    def _restart(self, node: str) -> None:
-        """Start a node that was killed; a failure is a problem, and one more try."""
-        self.outcome.restarts += 1
+    def _restart(self, *nodes: str) -> None:
+        """Start nodes that were killed, all at once; a failure is a problem, and one more try."""
+        self.outcome.restarts += len(nodes)
         for attempt in (1, 2):
             try:
-                self.cluster.start_node(node)
+                self.backend.start_nodes(nodes)
                 return
             except SupervisorError as exc:
-                self.outcome.problems.append(f"restart of {node} failed (attempt {attempt}): {exc}")
-                self.cluster.kill_node(node)
-        raise SupervisorError(f"{node} did not restart twice; the campaign cannot go on: {self.outcome.problems[-2:]}")
+                self.outcome.problems.append(f"restart of {' '.join(nodes)} failed (attempt {attempt}): {exc}")
+                for node in nodes:
+                    self.backend.kill_node(node)
+        raise SupervisorError(f"{' '.join(nodes)} did not restart twice; the campaign cannot go on: "
+                              f"{self.outcome.problems[-2:]}")
 
     def _fault_kill(self, fault: sched.Fault) -> float:
         for node in fault.nodes:
-            self.cluster.kill_node(node)
+            self.backend.kill_node(node)
         repaired = time.monotonic()
-        for node in fault.nodes:
-            self._restart(node)
+        self._restart(*fault.nodes)
         return repaired
 
     _fault_kill_two = _fault_kill
@@ -219,73 +242,64 @@ class Campaign:
 
     def _fault_pause(self, fault: sched.Fault) -> float:
         (node,) = fault.nodes
-        self.cluster.pause_node(node)
+        self.backend.pause_node(node)
         time.sleep(fault.hold)
-        self.cluster.resume_node(node)
+        self.backend.resume_node(node)
         return time.monotonic()
 
     def _fault_cut_streams(self, fault: sched.Fault) -> float:
-        self.proxies[fault.nodes[0]].kill_connections()
+        self.backend.cut_streams(fault.nodes[0])
         return time.monotonic()
 
     def _fault_partition(self, fault: sched.Fault) -> float:
-        proxy = self.proxies[fault.nodes[0]]
-        proxy.block()
+        (node,) = fault.nodes
+        self.backend.block(node)
         time.sleep(fault.hold)
-        proxy.unblock()
+        self.backend.unblock(node)
         return time.monotonic()
 
     def _fault_full_disk(self, fault: sched.Fault) -> float:
         (node,) = fault.nodes
-        child = self.cluster.nodes[node]
-        stat = os.statvfs(self.disk)
-        used = (stat.f_blocks - stat.f_bfree) * stat.f_frsize
-        self._remount(f"{used // 1024 + 64}k")
-        deadline = time.monotonic() + 30
-        while child.alive and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if child.alive:
-            self.outcome.problems.append(f"full disk: {node} still ran 30 s after its disk filled up")
-            self.cluster.kill_node(node)
-        elif child.returncode != 1:
-            self.outcome.problems.append(f"full disk: {node} exited {child.returncode}, expected 1")
-        self._remount(DISK_SIZE)
+        self.backend.fill_disk()
+        status = self.backend.wait_exit(node, DISK_FULL_EXIT_TIMEOUT_S)
+        if status is None:
+            self.outcome.problems.append(f"full disk: {node} still ran {DISK_FULL_EXIT_TIMEOUT_S:g} s after its "
+                                         "disk filled up")
+            self.backend.kill_node(node)
+        elif status != 1:
+            self.outcome.problems.append(f"full disk: {node} exited {status}, expected 1")
+        self.backend.free_disk()
         repaired = time.monotonic()
         self._restart(node)
         return repaired
 
-    def _remount(self, size: str) -> None:
-        subprocess.run(["mount", "-o", f"remount,size={size}", str(self.disk)], check=True, capture_output=True)
-
     def _fault_kill_controller(self, fault: sched.Fault) -> float:
         self._trigger(self.rng.choice(self.ids), during_faults=True)
-        self.cluster.kill_controller()
+        self.backend.kill_controller()
         repaired = time.monotonic()
         self.outcome.restarts += 1
         try:
-            self.cluster.start_controller()
+            self.backend.start_controller()
         except SupervisorError as exc:
             self.outcome.problems.append(f"restart of the controller failed: {exc}")
-            self.cluster.start_controller()
+            self.backend.start_controller()
         return repaired
 
     def _fault_second_instance(self, fault: sched.Fault) -> float:
         (node,) = fault.nodes
-        child = self.cluster.nodes[node]
-        argv = [sys.executable, "-m", "snapmesh.cli", "node", "--config", str(self.config_path), "--id", node]
-        done = subprocess.run(argv, env=child.env, capture_output=True, text=True, timeout=60)
-        if done.returncode == 2:
+        status, stderr = self.backend.second_instance(node)
+        if status == 2:
             self.outcome.second_instances += 1
         else:
-            self.outcome.problems.append(f"a second {node} on its data dir exited {done.returncode}, expected 2: "
-                                         f"{done.stderr.strip()[-300:]}")
+            self.outcome.problems.append(f"a second {node} on its data dir exited {status}, expected 2: "
+                                         f"{stderr.strip()[-300:]}")
         return time.monotonic()
 
     def _fault_retry(self, fault: sched.Fault) -> float:
         """The same request_id before and after the node's SIGKILL: one answer, one send."""
         (node,) = fault.nodes
-        stub = self._stub(pb_grpc.NodeStub, self.cluster.direct_address(node))
-        request = pb.TransferRequest(to=self.cluster.config.topology.outgoing(node)[0], amount=1,
+        stub = self._stub(pb_grpc.NodeStub, self.backend.direct_address(node))
+        request = pb.TransferRequest(to=self.backend.config.topology.outgoing(node)[0], amount=1,
                                      request_id=f"chaos-{self.o.seed}-{fault.index}")
         first = self._send(stub, request)
         repaired = self._fault_kill(fault)
@@ -318,7 +332,7 @@ class Campaign:
     def _trigger(self, initiator: str, *, during_faults: bool, wait: bool = False) -> pb.Snapshot | None:
         try:
             snap = self.controller.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator=initiator, wait=wait),
-                                                   timeout=self.o.deadline + 10 if wait else 3)
+                                                   timeout=self.backend.deadline + 10 if wait else 3)
         except grpc.RpcError:
             return None  # the controller is down: nothing was triggered
         with self._lock:
@@ -343,23 +357,19 @@ class Campaign:
 
     # ------------------------------------------------------------- quiescence
 
-    def logs(self) -> dict[str, list[dict]]:
-        return {n: read_node_log(self.node_dir(n), n) for n in self.ids}
-
     def _quiesce(self) -> None:
-        for proxy in self.proxies.values():
-            proxy.unblock()
-        for node, child in self.cluster.nodes.items():
-            if not child.alive:
+        self.backend.heal()
+        for node in self.ids:
+            if not self.backend.node_alive(node):
                 self.outcome.problems.append(f"{node} was not running when the faults ended")
                 self._restart(node)
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
-        while (unreceived := money_check(self.logs())["unreceived"]) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        while (unreceived := money_check(self.backend.read_logs())["unreceived"]) and time.monotonic() < deadline:
+            time.sleep(0.5)
         if unreceived:
             self.outcome.settle_error = f"{len(unreceived)} sends not received after {SETTLE_TIMEOUT_S:g} s, " \
                                         f"e.g. {unreceived[:3]}"
-        deadline = time.monotonic() + 3 * self.o.deadline + 10
+        deadline = time.monotonic() + 3 * self.backend.deadline + 10
         while time.monotonic() < deadline:
             snapshots = self.controller.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10).snapshots
             if all(s.status != pb.Snapshot.IN_PROGRESS for s in snapshots):
@@ -367,23 +377,9 @@ class Campaign:
             time.sleep(0.2)
         self.outcome.snapshots = {s.snapshot_id: s for s in snapshots}
         for node in self.ids:
-            stub = self._stub(pb_grpc.NodeStub, self.cluster.direct_address(node))
+            stub = self._stub(pb_grpc.NodeStub, self.backend.direct_address(node))
             self.outcome.served_balances[node] = stub.GetState(pb.GetStateRequest(), timeout=10).balance
-        self.cluster.stop()
-        for node, child in self.cluster.nodes.items():
-            if child.returncode != 0:
-                self.outcome.problems.append(f"{node} exited {child.returncode} on SIGTERM, expected 0")
-        if self.disk_mounted:  # the logs where the checker and `snapmesh reconcile` read them
-            for path in self.disk.glob(f"{self.disk_node}.log*.jsonl"):
-                shutil.copy2(path, self.cluster.data_dir / path.name)
-        self.outcome.logs = {n: read_node_log(self.cluster.data_dir, n) for n in self.ids}
-
-    def _teardown(self) -> None:
-        self.cluster.stop()
-        for channel in self._channels:
-            channel.close()
-        for proxy in self.proxies.values():
-            proxy.close()
-        if self.disk_mounted:
-            subprocess.run(["umount", "-l", str(self.disk)], capture_output=True)
-            self.disk_mounted = False
+        for node, status in self.backend.stop().items():
+            if status != 0:
+                self.outcome.problems.append(f"{node} exited {status} on SIGTERM, expected 0")
+        self.outcome.logs = self.backend.read_logs()

@@ -119,11 +119,14 @@ def figures(outcome: Outcome) -> dict[str, Any]:
                           "unrecovered": sum(1 for f in applied if f.kind == kind and f.recover_s is None)}
     return {
         "seed": outcome.options.seed,
+        "cluster": "compose" if outcome.options.compose else "local",
         "duration_s": outcome.options.duration,
+        "faults_s": max(outcome.options.duration, outcome.faults_s or 0),  # longer when the first round was
         "nodes": outcome.options.nodes,
         "faults": dict(sorted(Counter(f.kind for f in applied).items())),
         "faults_total": len(applied),
         "skipped": dict(Counter(f.kind for f in outcome.faults if f.skipped)),
+        "skipped_why": {f.kind: f.skipped for f in outcome.faults if f.skipped},
         "transfers": outcome.transfers,
         "snapshots": {"COMPLETE": statuses.get("COMPLETE", 0), "FAILED": statuses.get("FAILED", 0),
                       "IN_PROGRESS": statuses.get("IN_PROGRESS", 0)},
@@ -147,8 +150,10 @@ def _money(outcome: Outcome) -> dict[str, int]:
 
 
 def table(fig: dict[str, Any]) -> str:
-    rows = [("faults injected", f"{fig['faults_total']} in {fig['duration_s']:g} s (seed {fig['seed']})")]
+    rows = [("faults injected", f"{fig['faults_total']} in {fig['faults_s']:g} s (seed {fig['seed']}, "
+                                   f"{fig.get('cluster', 'local')})")]
     rows += [(f"  {kind}", str(count)) for kind, count in fig["faults"].items()]
+    rows += [(f"  {kind}", f"skipped: {reason}") for kind, reason in fig["skipped_why"].items()]
     t = fig["transfers"]
     rows.append(("transfers ok / refused / failed", f"{t.get('ok', 0)} / {t.get('refused', 0)} / {t.get('failed', 0)}"))
     s = fig["snapshots"]

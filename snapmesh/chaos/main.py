@@ -1,4 +1,6 @@
-"""`snapmesh chaos`: a seeded fault campaign on a local cluster, then the checks and the table.
+"""`snapmesh chaos`: a seeded fault campaign on a real cluster, then the checks and the table.
+
+Local processes by default; the Docker compose stack of deploy/compose with `--compose`.
 
 Exit 0: every check passed; 1: a check failed (the seed and the command that
 replays the schedule are printed); 2: bad arguments or no cluster could start.
@@ -10,6 +12,7 @@ import argparse
 import os
 import random
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -23,7 +26,12 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 from snapmesh.argparsing import parse_args  # noqa: E402
 from snapmesh.chaos import checks as verdicts  # noqa: E402
 from snapmesh.chaos.campaign import Campaign, Options  # noqa: E402
+from snapmesh.chaos import compose  # noqa: E402
+from snapmesh.chaos.local import LocalBackend  # noqa: E402
 from snapmesh.supervisor import SupervisorError  # noqa: E402
+
+
+STACK_NODES = 4  # deploy/compose as committed
 
 
 def _positive(text: str) -> float:
@@ -37,7 +45,10 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="snapmesh chaos", description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, help="draws the fault schedule (default: a random one, printed)")
     p.add_argument("--duration", type=_positive, default=120.0, metavar="S", help="seconds of faults (default 120)")
-    p.add_argument("--nodes", type=int, default=4, choices=range(2, 10), metavar="N", help="nodes (default 4)")
+    p.add_argument("--nodes", type=int, choices=range(2, 10), metavar="N",
+                   help="nodes (default 4; with --compose the stack's, deploy/compose/generate.py sets it)")
+    p.add_argument("--compose", action="store_true",
+                   help="the Docker compose stack of deploy/compose instead of local processes")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the figures and the checks as JSON")
     p.add_argument("--dir", type=Path, metavar="DIR",
                    help="where the run's cluster file, logs and snapshots go (default: a temporary dir, "
@@ -50,15 +61,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(parser(), argv)
     if isinstance(args, int):
         return args
+    if args.compose and args.nodes is not None and args.nodes != STACK_NODES:
+        print(f"snapmesh chaos: --nodes {args.nodes} with --compose: the compose stack has {STACK_NODES} nodes "
+              "(`python3 deploy/compose/generate.py --nodes N` writes another)", file=sys.stderr)
+        return 2
+    if args.compose and (problem := compose.engine_problem()):
+        print(f"snapmesh chaos: --compose: {problem}", file=sys.stderr)
+        return 2
+    nodes = STACK_NODES if args.compose or args.nodes is None else args.nodes
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1_000_000)
-    replay = f"snapmesh chaos --seed {seed} --duration {args.duration:g} --nodes {args.nodes}"
+    cluster = "the Docker compose stack" if args.compose else "local processes"
+    replay = f"snapmesh chaos --seed {seed} --duration {args.duration:g}" + (" --compose" if args.compose else
+                                                                             f" --nodes {nodes}")
     if args.no_reconcile:
         replay += " --no-reconcile"
     workdir = args.dir or Path(tempfile.mkdtemp(prefix=f"snapmesh-chaos-{seed}-"))
-    print(f"snapmesh chaos: seed {seed}, {args.duration:g} s of faults, {args.nodes} nodes, in {workdir}", flush=True)
-    options = Options(seed=seed, duration=args.duration, nodes=args.nodes, workdir=workdir)
+    print(f"snapmesh chaos: seed {seed}, {args.duration:g} s of faults, {nodes} nodes ({cluster}), in {workdir}",
+          flush=True)
+    options = Options(seed=seed, duration=args.duration, nodes=nodes, workdir=workdir, compose=args.compose)
     try:
-        outcome = Campaign(options, say=lambda line: print(line, flush=True)).run()
+        backend = compose.ComposeBackend if args.compose else LocalBackend
+        outcome = Campaign(options, backend, say=lambda line: print(line, flush=True)).run()
     except SupervisorError as exc:
         print(f"snapmesh chaos: the cluster failed: {exc}\nseed {seed}; replay: {replay}")
         return 2 if not workdir.exists() or not any(workdir.iterdir()) else 1
