@@ -28,8 +28,9 @@ def main(argv: list[str]) -> int:
         for name, module in BENCHMARKS.items():
             print(f"  {name:<12} {module}")
         print("\nmake bench BENCH='overtake reconcile' runs two of them; figures go to bench/results.json.")
+        print("`python -m bench reconcile --size N --skip-standalone`: flags go to the one benchmark named.")
         return 0
-    names = argv or list(BENCHMARKS)
+    names = [a for a in argv if not a.startswith("-")] or list(BENCHMARKS)  # flags: the benchmark's own
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}", file=sys.stderr)
