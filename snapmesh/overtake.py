@@ -44,7 +44,7 @@ O5. Restarts and reconnects behave as in classic mode: a node that restarts
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from snapmesh import core
@@ -59,8 +59,11 @@ def channel_state(reports: Mapping[str, core.FullState], src: str, dst: str) -> 
     position = reports[dst].positions.get(src)
     if position is None:
         return tuple(recorded)
-    outbox = (core.Transfer(msg_id=f"{src}:{dst}:{e.seq}", amount=e.amount, seq=e.seq) for e in reports[src].outbox.get(dst, ()))
-    return tuple(merge(recorded, outbox, position))
+    outbox = reports[src].outbox.get(dst, ())
+    return tuple(merge(
+        tuple(recorded), [e.seq for e in outbox], [e.amount for e in outbox], position,
+        lambda seq, amount: core.Transfer(msg_id=f"{src}:{dst}:{seq}", amount=amount, seq=seq),
+    ))
 
 
 def in_flight_towards(reports: Mapping[str, core.FullState], dst: str) -> list[tuple[str, core.Transfer]]:
@@ -71,29 +74,23 @@ def in_flight_towards(reports: Mapping[str, core.FullState], dst: str) -> list[t
     return [(src, t) for src in sources for t in channel_state(reports, src, dst)]
 
 
-def merge(recorded: Iterable[T], outbox: Iterable[T], position: int) -> list[T]:
-    """O3 on anything with a `seq` (core.Transfer, the controller's protobuf
-    InFlightTransfer): what the receiver recorded, plus the sender's outbox past
-    the receiver's position, one per seq, in seq order."""
-    by_seq = {t.seq: t for t in outbox if t.seq > position}
-    for transfer in recorded:
-        by_seq.setdefault(transfer.seq, transfer)
-    return [by_seq[seq] for seq in sorted(by_seq)]
-
-
-def merge_columns(
+def merge(
     recorded: Sequence[T], seqs: Sequence[int], amounts: Sequence[int], position: int, make: Callable[[int, int], T]
 ) -> list[T]:
-    """`merge` with the outbox as columns (increasing `seqs`, their `amounts`), as the
-    controller gets it: an item is made (`make(seq, amount)`) only for an outbox
-    seq past the position that the receiver did not record, so the part of the
-    outbox the receiver also holds (most of it) costs no object. Where both hold
-    a seq they hold the same transfer; the receiver's copy is kept."""
+    """O3 for the simulator and the controller alike: what the receiver recorded (in
+    seq order; anything with a `seq`), plus the sender's outbox past the receiver's
+    position, one per seq, in seq order. The outbox comes as columns (increasing
+    `seqs`, their `amounts`), as a report carries it; an item is made
+    (`make(seq, amount)`) only for an outbox seq the receiver did not record, so
+    the part it also holds (most of it) costs no object. Where both hold a seq
+    they hold the same transfer; the receiver's copy is kept."""
     have = {t.seq for t in recorded}  # type: ignore[attr-defined]
     start = bisect.bisect_right(seqs, position)
     extra = [make(seq, amount) for seq, amount in zip(seqs[start:], amounts[start:], strict=True) if seq not in have]
-    if not extra:
-        return list(recorded)
-    if not recorded or extra[0].seq > recorded[-1].seq:  # type: ignore[attr-defined]
-        return [*recorded, *extra]
-    return sorted([*recorded, *extra], key=lambda t: t.seq)  # type: ignore[attr-defined]
+    in_order = all(a.seq < b.seq for a, b in zip(recorded, recorded[1:], strict=False))  # type: ignore[attr-defined]
+    if in_order and (not extra or not recorded or extra[0].seq > recorded[-1].seq):  # type: ignore[attr-defined]
+        return [*recorded, *extra]  # the usual case: the outbox's part comes after the receiver's
+    by_seq: dict[int, T] = {}
+    for item in [*recorded, *extra]:
+        by_seq.setdefault(item.seq, item)  # type: ignore[attr-defined]
+    return [by_seq[seq] for seq in sorted(by_seq)]

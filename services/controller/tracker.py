@@ -280,7 +280,7 @@ class Tracker:
             if overtake_parts is not None:
                 outbox, positions = overtake_parts
                 seqs, amounts = outbox.get((src, dst), ((), ()))
-                in_flight = overtake.merge_columns(
+                in_flight = overtake.merge(
                     in_flight, seqs, amounts, positions.get((src, dst), 0),
                     lambda seq, amount, s=src, d=dst: pb.InFlightTransfer(msg_id=f"{s}:{d}:{seq}", amount=amount, seq=seq),
                 )
