@@ -221,9 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"reconcile benchmark: {os.cpu_count()} cores, load {load:.1f} at start, scratch {scratch}", flush=True)
     ok = True
     try:
+        from snapmesh.reconcile import cds
+
+        archived = "with" if cds.java_options() else "WITHOUT (run `snapmesh reconcile prepare`)"
         small_s, agree = small_wall(scratch)
         ok &= agree
-        print(f"  small (~1k records): {small_s:.1f}s wall, JVM start included; baseline {'agrees' if agree else 'DIFFERS'}")
+        print(f"  small (~1k records): {small_s:.1f}s wall, JVM start included, {archived} the class archive; "
+              f"baseline {'agrees' if agree else 'DIFFERS'}")
         data = os.path.join(scratch, "large")
         overhead = NODES + SNAPSHOTS * NODES * (1 + 2 * (NODES - 1))  # init, cuts, markers
         started = time.perf_counter()

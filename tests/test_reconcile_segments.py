@@ -17,6 +17,7 @@ import pytest
 from snapmesh.reconcile import ingest, synth
 from snapmesh.reconcile import main as reconcile
 from snapmesh.reconcile.schema import segment_file_name
+from snapmesh.reconcile.segments import read_logs
 from spark_fixtures import spark  # noqa: F401
 
 pytestmark = pytest.mark.spark
@@ -114,3 +115,68 @@ def test_a_missing_or_unreadable_parquet_segment_exits_2(spark, runs, tmp_path, 
     assert f"unreadable Parquet segment file:{part}" in bad_input(data, capsys)
     shutil.rmtree(segment)
     assert f"missing Parquet segment {segment}" in bad_input(data, capsys)
+
+
+# ---------------------------------------------------------------- the marker index
+
+
+def markers_in(segment: Path) -> int:
+    """Marker records of a JSONL segment, counted from the text itself."""
+    return sum(json.loads(line)["kind"] in ("cut", "restore", "replay") for line in segment.read_text().splitlines())
+
+
+def test_ingest_indexes_each_segment_and_the_job_reads_the_index(spark, runs, tmp_path):  # noqa: F811
+    data = tmp_path / "data"
+    shutil.copytree(runs[1], data)
+    ingest.ingest(spark, str(data))
+    entries = {e["name"]: e for e in json.loads((data / "columnar" / "manifest.json").read_text())["segments"]}
+    assert entries and all(e["bad"] == 0 for e in entries.values())
+    assert {n: e["markers"] for n, e in entries.items()} == {n: markers_in(data / n) for n in entries}
+    assert sum(e["markers"] for e in entries.values()) > 0
+    logs = read_logs(spark, str(data))
+    assert logs.expected_markers == {n: e["markers"] for n, e in entries.items()}
+    # Only the active files are scanned; the segments' markers come from the index.
+    assert {Path(r["file"]).name for r in logs.scanned.select("file").distinct().collect()} <= {
+        p.name for p in data.glob("*.log.jsonl")
+    }
+    assert verdicts_of(spark, data) == verdicts_of(spark, runs[0])
+
+
+def test_a_manifest_without_the_index_is_scanned_as_before(spark, runs, tmp_path):  # noqa: F811
+    data = tmp_path / "data"
+    shutil.copytree(runs[1], data)
+    ingest.ingest(spark, str(data))
+    manifest = data / "columnar" / "manifest.json"
+    old = json.loads(manifest.read_text())
+    for e in old["segments"]:
+        del e["bad"], e["markers"]
+    manifest.write_text(json.dumps(old))
+    manifest.with_name(".manifest.json.crc").unlink()  # Hadoop's checksum of the old text
+    shutil.rmtree(data / "columnar" / "markers")
+    assert read_logs(spark, str(data)).expected_markers == {}
+    assert verdicts_of(spark, data) == verdicts_of(spark, runs[0])
+
+
+def test_a_marker_index_that_disagrees_with_the_manifest_exits_2(spark, runs, tmp_path, capsys):  # noqa: F811
+    data = tmp_path / "data"
+    shutil.copytree(runs[1], data)
+    ingest.ingest(spark, str(data))
+    index = data / "columnar" / "markers" / "file=p2.log.000000000070.jsonl"
+    assert index.is_dir()
+    shutil.rmtree(index)
+    err = bad_input(data, capsys)
+    assert f"marker index {data}/columnar/markers/file=p2.log.000000000070.jsonl holds 0 records" in err, err
+
+
+def test_a_bad_line_in_a_converted_segment_is_named_with_its_file_and_line(spark, runs, tmp_path, capsys):  # noqa: F811
+    data = tmp_path / "data"
+    shutil.copytree(runs[1], data)
+    segment = data / "p3.log.000000000070.jsonl"
+    lines = segment.read_text().splitlines(keepends=True)
+    lines[4] = lines[4][: len(lines[4]) // 2] + "\n"  # torn: not JSON any more
+    segment.write_text("".join(lines))
+    ingest.ingest(spark, str(data))
+    entry = next(e for e in json.loads((data / "columnar" / "manifest.json").read_text())["segments"]
+                 if e["name"] == segment.name)
+    assert entry["bad"] == 1
+    assert f"{segment} line 5: not valid JSON" in bad_input(data, capsys)

@@ -71,12 +71,15 @@ MARKER_COLUMNS = ("node", "kind", "snapshot_id", "lsn", "balance", "epoch", "del
                   "seq", "amount")
 
 
-def cut_rows(evs: DataFrame) -> DataFrame:
+MARKER_KINDS = ("cut", "restore", "replay")
+
+
+def cut_rows(evs: DataFrame, *keep: str) -> DataFrame:
     """Every cut, restore and replay record (small: nodes x (snapshots + restored transfers)).
 
     The cuts make the interval table; the restores and replays cut the log into
-    epochs (``epochs``)."""
-    return evs.filter(F.col("kind").isin("cut", "restore", "replay")).select(*MARKER_COLUMNS)
+    epochs (``epochs``). ``keep``: more columns to select beside them."""
+    return evs.filter(F.col("kind").isin(*MARKER_KINDS)).select(*keep, *MARKER_COLUMNS)
 
 
 INTERVALS = T.StructType(

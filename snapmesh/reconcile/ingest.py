@@ -10,6 +10,12 @@ converted (missing from the listing) stay JSONL. The active ``<node>.log.jsonl``
 never converted: the node is still writing it. The JSONL stays the source of truth:
 the job re-checks each segment against its origin (see ``segments``).
 
+Each converted segment is also indexed, so the job need not scan it for what is
+rare: the manifest records its bad lines (``bad``) and its marker records (cuts,
+restores, replays: ``markers``), which are written to
+``<data_dir>/columnar/markers/file=<name>/``. The job reads a segment's markers from
+there when it has no bad line; otherwise it scans the segment as before.
+
 Exit 0 (converted, or nothing new), 2 bad input (no data dir, a bad manifest).
 """
 
@@ -22,11 +28,13 @@ import sys
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from .checksums import MARKER_KINDS, cut_rows
 from .common import InputError
 from .parse import locate_lines, parse_log_lines
 from .schema import INGESTED
 from .segments import (
     COLUMNAR_DIR,
+    MARKERS_DIR,
     SEGMENTS_DIR,
     LogFile,
     list_logs,
@@ -36,6 +44,10 @@ from .segments import (
     segment_dir,
     write_text_file,
 )
+
+# Row groups small enough that even one node's segment splits into a task per core
+# (a reader splits a file only between row groups); Parquet's default is 128 MB.
+ROW_GROUP_BYTES = 8 << 20
 
 
 def pending(spark: SparkSession, data_dir: str) -> tuple[dict[str, dict], list[LogFile]]:
@@ -61,19 +73,40 @@ def ingest(spark: SparkSession, data_dir: str) -> list[str]:
     (
         named.select(*INGESTED.fieldNames())
         .write.mode("overwrite")
+        .option("parquet.block.size", ROW_GROUP_BYTES)
         .option("partitionOverwriteMode", "dynamic")
         .partitionBy("file")
         .parquet(root)
     )
-    # Row counts from the Parquet footers of what was just written (no data read).
+    # The index, from what was just written: counts, then the (few) marker records.
     written = spark.read.schema(INGESTED).option("basePath", root).parquet(*(segment_dir(data_dir, f.name) for f in todo))
-    counts = {r["file"]: r["n"] for r in written.groupBy("file").agg(F.count(F.lit(1)).alias("n")).collect()}
+    bad = F.col("problem").isNotNull()
+    counts = {
+        r["file"]: r
+        for r in written.groupBy("file")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.count(F.when(bad, 1)).alias("bad"),
+            F.count(F.when(~bad & F.col("kind").isin(*MARKER_KINDS), 1)).alias("markers"),
+        )
+        .collect()
+    }
+    (
+        cut_rows(written.filter(~bad), "file")
+        .write.mode("overwrite")
+        .option("partitionOverwriteMode", "dynamic")
+        .partitionBy("file")
+        .parquet(f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{MARKERS_DIR}")
+    )
     for f in todo:
+        got = counts.get(f.name)
         manifest[f.name] = {
             "name": f.name,
             "size": f.size,
             "mtime_ms": f.mtime_ms,
-            "records": counts.get(f.name, 0),
+            "records": got["n"] if got else 0,
+            "bad": got["bad"] if got else 0,
+            "markers": got["markers"] if got else 0,
             "parquet": segment_dir(data_dir, f.name),
         }
     document = {"segments": sorted(manifest.values(), key=lambda e: e["name"])}

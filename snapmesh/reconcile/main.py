@@ -19,6 +19,7 @@ import os
 import socket
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,12 +30,12 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import checksums
+from . import cds, checksums
 from . import parse as T_parse
 from . import verdicts as V
 from .common import BUCKET, InputError
 from .schema import CORRUPT_COLUMN, EVENT, SNAPSHOT, VERDICT
-from .segments import read_logs, write_text_file
+from .segments import Logs, read_logs, write_text_file
 
 EXIT_OK, EXIT_INCONSISTENT, EXIT_BAD_INPUT = 0, 1, 2
 MAX_BAD_INPUT = 20  # bad lines reported (the first ones, by file and line)
@@ -99,19 +100,29 @@ def read_snapshots(spark: SparkSession, data_dir: str) -> DataFrame:
 # ------------------------------------------------------------------------ the job
 
 
-def _first_bad_and_cuts(located: DataFrame) -> DataFrame:
-    """The first bad lines (by file, line) and every cut record, in one query."""
+def _first_bad_and_cuts(logs: Logs) -> DataFrame:
+    """The first bad lines (by file, line) and every marker record, in one query.
+
+    What ``logs.scanned`` holds is scanned for both; the indexed segments' markers are
+    read from their index, with the segment's name in ``segment`` (null otherwise).
+    """
     null = lambda t: F.lit(None).cast(t)  # noqa: E731
-    bad = (
-        T_parse.bad_lines(located)
-        .orderBy("file", "line")
-        .limit(MAX_BAD_INPUT)
-        .select("file", "line", "problem", *(null(EVENT[c].dataType).alias(c) for c in checksums.MARKER_COLUMNS))
-    )
-    cuts = checksums.cut_rows(T_parse.events(located)).select(
-        null("string").alias("file"), null("long").alias("line"), null("string").alias("problem"), "*"
-    )
-    return bad.unionByName(cuts)
+    columns = ("file", "line", "problem", "segment", *checksums.MARKER_COLUMNS)
+    parts = []
+    if logs.scanned is not None:
+        parts.append(
+            T_parse.bad_lines(logs.scanned)
+            .orderBy("file", "line")
+            .limit(MAX_BAD_INPUT)
+            .select("*", *(null(EVENT[c].dataType).alias(c) for c in checksums.MARKER_COLUMNS))
+        )
+        parts.append(checksums.cut_rows(T_parse.events(logs.scanned)))
+    if logs.markers is not None:
+        parts.append(logs.markers)
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part, allowMissingColumns=True)
+    return out.select(*(F.col(c) if c in out.columns else null("string").alias(c) for c in columns))
 
 
 def _bad_snapshots(snaps: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -153,8 +164,9 @@ def reconcile(spark: SparkSession, data_dir: str, bucket: int = BUCKET, *, exact
         checked = raw_snaps.select("file", T_parse.snapshot_problem().alias("problem"), *T_parse.typed_snapshot_columns())
         with ThreadPoolExecutor(max_workers=1) as pool:  # two small jobs at once: the snapshots beside the log
             snaps_future = pool.submit(lambda: [_as_dict(r) for r in checksums.snapshot_sums(checked).collect()])
-            first = _first_bad_and_cuts(located).collect()
+            first = [_as_dict(r) for r in _first_bad_and_cuts(logs).collect()]
             snaps = snaps_future.result()
+        logs.check_markers(Counter(r["segment"] for r in first if r["segment"] is not None))
         bad = sorted(
             ({"file": r["file"], "line": r["line"], "problem": r["problem"]} for r in first if r["problem"] is not None),
             key=lambda b: (b["file"], b["line"]),
@@ -164,7 +176,7 @@ def reconcile(spark: SparkSession, data_dir: str, bucket: int = BUCKET, *, exact
         evs = T_parse.events(located)
         typed = raw_snaps.transform(T_parse.typed_snapshots)
         rows = V.reconciled(
-            evs, typed, cut_records=[_as_dict(r) for r in first], snaps_summed=snaps, bucket=bucket, exact=exact
+            evs, typed, cut_records=[r for r in first if r["problem"] is None], snaps_summed=snaps, bucket=bucket, exact=exact
         )
         return Outcome(verdicts=rows)
     finally:
@@ -317,6 +329,8 @@ def build_session(master: str | None, app_name: str = "snapmesh-reconcile", *, s
     for start-up: the JVM's quick compiler only (C1: the JIT's optimizing tier costs
     more than a small run saves), interpreted expressions instead of generated code
     (compiling each query's Java takes longer than running it), one shuffle partition.
+    Every local driver maps the class archive of ``snapmesh reconcile prepare`` when
+    there is one (``cds``), and SNAPMESH_SPARK_JAVA_OPTIONS adds JVM options.
     """
     builder = SparkSession.builder.appName(app_name)
     if master:
@@ -326,6 +340,9 @@ def build_session(master: str | None, app_name: str = "snapmesh-reconcile", *, s
         java_options = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
         if small:
             java_options += " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m"
+        java_options = " ".join(
+            o for o in (java_options, cds.java_options(), os.environ.get("SNAPMESH_SPARK_JAVA_OPTIONS", "")) if o
+        )
         builder = (
             builder.config("spark.driver.memory", os.environ.get("SNAPMESH_SPARK_DRIVER_MEMORY", "512m" if small else "2g"))
             .config("spark.ui.enabled", "false")
@@ -334,6 +351,10 @@ def build_session(master: str | None, app_name: str = "snapmesh-reconcile", *, s
             .config("spark.sql.adaptive.enabled", "true")
             .config("spark.driver.extraJavaOptions", java_options)
         )
+        if not small:
+            # Files are split so that each core gets several tasks: with one split per
+            # node's segment, a 6-node log gave 3 tasks to 2 cores, one running alone.
+            builder = builder.config("spark.sql.files.minPartitionNum", str(4 * (os.cpu_count() or 2)))
         if small:
             builder = builder.config("spark.sql.codegen.wholeStage", "false").config(
                 "spark.sql.codegen.factoryMode", "NO_CODEGEN"
@@ -345,6 +366,9 @@ def build_session(master: str | None, app_name: str = "snapmesh-reconcile", *, s
             .config("spark.executor.memory", os.environ.get("SNAPMESH_SPARK_EXECUTOR_MEMORY", "768m"))
             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}")
         )
+    # Off: pyspark's capture of each column function's Python call site costs four JVM
+    # round trips per call, a quarter of a small run's time on the driver.
+    builder = builder.config("spark.python.sql.dataFrameDebugging.enabled", "false")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -355,7 +379,8 @@ def parser(prog: str = "snapmesh reconcile") -> argparse.ArgumentParser:
         prog=prog,
         description="Check every exported snapshot against the nodes' transfer logs (Spark). "
         "Exit 0: all consistent, 1: a discrepancy, 2: bad input. "
-        "`snapmesh reconcile ingest --data-dir DIR` converts sealed log segments to Parquet first.",
+        "`snapmesh reconcile ingest --data-dir DIR` converts sealed log segments to Parquet first; "
+        "`snapmesh reconcile prepare` archives the JVM's classes once for a faster start.",
     )
     p.add_argument("--data-dir", required=True, metavar="DIR", help="logs (*.log.jsonl) and snapshots/ (local, hdfs://, s3a://)")
     p.add_argument("--out", metavar="DIR", help="where verdicts.parquet and summary.json go (default: DIR/reconcile)")
@@ -381,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         from . import ingest
 
         return ingest.main(argv[1:])
+    if argv[:1] == ["prepare"]:
+        return cds.main(argv[1:])
     args = parser().parse_args(argv)
     existing = SparkSession.getActiveSession()
     standalone = existing is None and args.master.startswith("spark://")

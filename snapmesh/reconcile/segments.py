@@ -9,6 +9,11 @@ Sealed segments converted by ``snapmesh reconcile ingest`` are read from Parquet
 
     <data_dir>/columnar/manifest.json            what was converted, from what
     <data_dir>/columnar/segments/file=<segment name>/part-*.parquet
+    <data_dir>/columnar/markers/file=<segment name>/part-*.parquet   its marker records
+
+A converted segment whose manifest entry says it has no bad line is *indexed*: its
+marker records (cuts, restores, replays) are read from ``markers`` (checked against
+the count in the manifest) instead of scanning the segment for them and for bad lines.
 
 The JSONL stays the source of truth: a segment is read from Parquet only while its
 JSONL origin still has the size and modification time it had when it was converted
@@ -27,6 +32,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from .checksums import MARKER_COLUMNS
 from .common import InputError
 from .parse import locate_lines, parse_log_lines
 from .schema import INGESTED, LOG_FILE_PATTERN
@@ -34,6 +40,7 @@ from .schema import INGESTED, LOG_FILE_PATTERN
 COLUMNAR_DIR = "columnar"
 MANIFEST = "manifest.json"
 SEGMENTS_DIR = "segments"
+MARKERS_DIR = "markers"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,10 +97,29 @@ def read_text_logs(spark: SparkSession, files: list[LogFile]) -> DataFrame:
 
 @dataclass(frozen=True, kw_only=True)
 class Logs:
-    """The located log (parse.locate_lines' columns) and how to let go of its cache."""
+    """The located log (parse.locate_lines' columns) and how to let go of its cache.
+
+    ``scanned``: the part to scan for bad lines and marker records (None: nothing);
+    ``markers``: the marker records of the indexed segments (MARKER_COLUMNS plus
+    ``segment``, its name; None: none indexed), of which ``expected_markers`` says
+    how many each segment has.
+    """
 
     located: DataFrame
+    scanned: DataFrame | None = None
+    markers: DataFrame | None = None
+    expected_markers: dict[str, int] = field(default_factory=dict)
+    markers_root: str = ""
     release: Callable[[], None] = field(default=lambda: None)
+
+    def check_markers(self, found: dict[str, int]) -> None:
+        """InputError unless ``found`` (segment -> marker records read) matches the manifest."""
+        for name, expected in self.expected_markers.items():
+            if found.get(name, 0) != expected:
+                raise InputError(
+                    f"marker index {self.markers_root}/file={name} holds {found.get(name, 0)} records, "
+                    f"the manifest says {expected}; run `snapmesh reconcile ingest` again"
+                )
 
 
 def _read_text_file(spark: SparkSession, path: str) -> str | None:
@@ -169,6 +195,7 @@ class Plan:
     parquet: list[tuple[LogFile, int]]  # (segment, records of the node's log before it)
     jsonl: list[LogFile]
     jsonl_base: dict[str, int]  # node stem -> records read from Parquet before its JSONL files
+    indexed: dict[str, int] = field(default_factory=dict)  # segment name -> its marker records
 
 
 def plan(spark: SparkSession, data_dir: str, files: list[LogFile]) -> Plan:
@@ -181,7 +208,7 @@ def plan(spark: SparkSession, data_dir: str, files: list[LogFile]) -> Plan:
                 f"Parquet segment {segment_dir(data_dir, name)}: its JSONL origin "
                 f"{data_dir.rstrip('/')}/{name} is gone (the JSONL is the source of truth)"
             )
-    parquet, jsonl, base = [], [], {}
+    parquet, jsonl, base, indexed = [], [], {}, {}
     stems: dict[str, list[LogFile]] = {}
     for f in files:
         stems.setdefault(f.stem, []).append(f)
@@ -202,8 +229,10 @@ def plan(spark: SparkSession, data_dir: str, files: list[LogFile]) -> Plan:
             _check_parquet(spark, segment_dir(data_dir, f.name))
             parquet.append((f, before))
             before += int(entry["records"])
+            if entry.get("bad") == 0 and isinstance(entry.get("markers"), int):  # older manifests: scanned
+                indexed[f.name] = entry["markers"]
         base[stem] = before
-    return Plan(parquet=parquet, jsonl=jsonl, jsonl_base=base)
+    return Plan(parquet=parquet, jsonl=jsonl, jsonl_base=base, indexed=indexed)
 
 
 def _map_of(pairs: dict[str, int], key: str) -> F.Column:
@@ -227,22 +256,48 @@ def read_parquet_segments(spark: SparkSession, data_dir: str, segments: list[tup
     return rows.select(uri.alias("file"), *(c for c in INGESTED.fieldNames() if c not in ("file",)), pos.alias("pos"))
 
 
+def read_markers(spark: SparkSession, data_dir: str, names: list[str]) -> DataFrame:
+    """The indexed segments' marker records: MARKER_COLUMNS plus ``segment`` (its name)."""
+    root = f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{MARKERS_DIR}"
+    target, fs = _fs(spark, root)
+    if not fs.exists(target):
+        return spark.createDataFrame([], INGESTED).select(F.col("file").alias("segment"), *MARKER_COLUMNS)
+    rows = spark.read.schema(INGESTED).parquet(root)  # one partition per segment with markers
+    return rows.filter(F.col("file").isin(*names)).select(F.col("file").alias("segment"), *MARKER_COLUMNS)
+
+
 def read_logs(spark: SparkSession, data_dir: str) -> Logs:
     """The whole log of every node, parsed and located; the JSONL part cached (parsed once)."""
     files = list_logs(spark, data_dir)
     if not files:
         raise InputError(f"no transfer logs: nothing matches {data_dir.rstrip('/')}/*.log.jsonl")
     chosen = plan(spark, data_dir, files)
-    parts: list[DataFrame] = []
-    if chosen.parquet:
-        parts.append(read_parquet_segments(spark, data_dir, chosen.parquet))
+    parquet = read_parquet_segments(spark, data_dir, chosen.parquet) if chosen.parquet else None
+    unindexed = [(f, before) for f, before in chosen.parquet if f.name not in chosen.indexed]
+    if unindexed and len(unindexed) < len(chosen.parquet):
+        scanned = read_parquet_segments(spark, data_dir, unindexed)
+    else:
+        scanned = parquet if unindexed else None
     release: Callable[[], None] = lambda: None  # noqa: E731
-    if chosen.jsonl:
+    located = parquet
+    jsonl = [f for f in chosen.jsonl if f.size > 0]  # an empty file has no record to read
+    if jsonl:
         base = _map_of(chosen.jsonl_base, "file_node") if chosen.parquet else None
         # cache(): MEMORY_AND_DISK_DESER. (pyspark's StorageLevel.MEMORY_AND_DISK is the
         # serialized level: every scan would deserialize the whole table again.)
-        text = locate_lines(parse_log_lines(read_text_logs(spark, chosen.jsonl)), base).cache()
-        parts.append(text.select(*parts[0].columns) if parts else text)
-        release = text.unpersist
-    located = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-    return Logs(located=located, release=release)
+        cached = locate_lines(parse_log_lines(read_text_logs(spark, jsonl)), base).cache()
+        text = cached if parquet is None else cached.select(*parquet.columns)
+        located = text if parquet is None else parquet.unionByName(text)
+        scanned = text if scanned is None else scanned.unionByName(text)
+        release = cached.unpersist
+    if located is None:  # every file empty: the table of no records
+        located = locate_lines(parse_log_lines(read_text_logs(spark, files[:1])))
+        scanned = located
+    return Logs(
+        located=located,
+        scanned=scanned,
+        markers=read_markers(spark, data_dir, sorted(chosen.indexed)) if chosen.indexed else None,
+        expected_markers=dict(chosen.indexed),
+        markers_root=f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{MARKERS_DIR}",
+        release=release,
+    )
