@@ -30,7 +30,9 @@ def main(argv: list[str]) -> int:
         print("\nmake bench BENCH='overtake reconcile' runs two of them; figures go to bench/results.json.")
         print("`python -m bench reconcile --size N --skip-standalone`: flags go to the one benchmark named.")
         return 0
-    names = [a for a in argv if not a.startswith("-")] or list(BENCHMARKS)  # flags: the benchmark's own
+    # The names come first; from the first flag on, the rest (values too) is the benchmark's own.
+    first_flag = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
+    names = argv[:first_flag] or list(BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}", file=sys.stderr)
