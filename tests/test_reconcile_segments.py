@@ -180,3 +180,13 @@ def test_a_bad_line_in_a_converted_segment_is_named_with_its_file_and_line(spark
                  if e["name"] == segment.name)
     assert entry["bad"] == 1
     assert f"{segment} line 5: not valid JSON" in bad_input(data, capsys)
+
+
+def test_a_manifest_changed_behind_its_checksum_exits_2(spark, runs, tmp_path, capsys):  # noqa: F811
+    data = tmp_path / "data"
+    shutil.copytree(runs[1], data)
+    ingest.ingest(spark, str(data))
+    manifest = data / "columnar" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"records": ', '"records":  ', 1))  # Hadoop's .crc now stale
+    err = bad_input(data, capsys)
+    assert "manifest.json does not match its checksum file" in err and ".manifest.json.crc" in err, err

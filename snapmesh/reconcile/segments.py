@@ -29,6 +29,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -131,6 +132,14 @@ def _read_text_file(spark: SparkSession, path: str) -> str | None:
         io = spark.sparkContext._jvm.java.io
         reader = io.BufferedReader(io.InputStreamReader(stream, "UTF-8"))
         return "\n".join(iter(reader.readLine, None))
+    except Py4JJavaError as e:
+        if "ChecksumException" not in str(e.java_exception.getClass().getName()):
+            raise
+        crc = f"{path.rsplit('/', 1)[0]}/.{path.rsplit('/', 1)[-1]}.crc"
+        raise InputError(
+            f"{path} does not match its checksum file {crc}: it changed after it was written "
+            f"(if that change was meant, delete {crc})"
+        ) from e
     finally:
         stream.close()
 
