@@ -10,7 +10,12 @@ All in one run, on data written by `snapmesh synth` (6 nodes, 100 snapshots, see
     Parquet; every log here is one sealed segment plus an empty active file);
   - the job on ``local[2]`` reading that Parquet (``reconcile_10m_records_per_s``:
     records / job time, from reading the files to the verdicts; the JVM start is
-    reported beside it), and reading the JSONL directly, for comparison;
+    reported beside it): ingest stored each segment's interval sums, so the job reads
+    those and the segments' marker index, not the rows;
+  - the same job aggregating the Parquet rows instead of reading the sums
+    (``reconcile_10m_rows_records_per_s``), and reading the JSONL directly;
+  - ingest's own rate (``reconcile_10m_ingest_records_per_s``): the one-off cost
+    the summed job builds on;
   - Spark's scan floor in the same session: the JSONL read with the schema plus a
     group-by, and the same on the Parquet;
   - DuckDB (2 threads) on the same JSONL: parse, send/recv matching by msg_id, and
@@ -80,8 +85,8 @@ def _worker(data_dir: str, master: str, what: str) -> None:
         finally:
             columnar.with_name("columnar.hidden").rename(columnar)
         out.update(verdicts=outcome.verdicts, bad=outcome.bad_input)
-    else:
-        outcome = job.reconcile(spark, data_dir)
+    else:  # "reconcile-rows": the ingested segments' rows aggregated, not their sums read
+        outcome = job.reconcile(spark, data_dir, summed=what != "reconcile-rows")
         out.update(verdicts=outcome.verdicts, bad=outcome.bad_input)
     out["job_s"] = time.perf_counter() - started
     if what == "reconcile":
@@ -259,8 +264,10 @@ def main(argv: list[str] | None = None) -> int:
         ingested = _spark(data, "local[2]", "ingest")
         print(f"  ingest to Parquet: {ingested['job_s']:.1f}s ({n / ingested['job_s']:,.0f} records/s)", flush=True)
         parquet = _spark(data, "local[2]", "reconcile")
+        parquet_rows = _spark(data, "local[2]", "reconcile-rows")
         jsonl = _spark(data, "local[2]", "reconcile-jsonl")
-        ok &= parquet["verdicts"] == jsonl["verdicts"] and all(v["consistent"] is not False for v in parquet["verdicts"])
+        ok &= parquet["verdicts"] == jsonl["verdicts"] == parquet_rows["verdicts"]
+        ok &= all(v["consistent"] is not False for v in parquet["verdicts"])
         duck_s, duck = duckdb_checks(data, "jsonl")
         duck_pq_s, duck_pq = duckdb_checks(data, "parquet")
         ok &= duck["records"] == n and duck["unmatched"] == 0 and duck["wrong_balances"] == 0 and duck_pq == duck
@@ -269,10 +276,13 @@ def main(argv: list[str] | None = None) -> int:
             "reconcile_small_no_archive_wall_s": small["small_no_archive"],
             "spark_trivial_job_wall_s": small["floor"],
             "reconcile_10m_records_per_s": n / parquet["job_s"],
+            "reconcile_10m_rows_records_per_s": n / parquet_rows["job_s"],
+            "reconcile_10m_ingest_records_per_s": n / ingested["job_s"],
             "duckdb_10m_records_per_s": n / duck_s,
         }
         rows = [
-            ("spark local[2], Parquet + JSONL tail (the job)", parquet["job_s"]),
+            ("spark local[2], ingested sums + JSONL tail (the job)", parquet["job_s"]),
+            ("spark local[2], Parquet rows + JSONL tail (summed=False)", parquet_rows["job_s"]),
             ("spark local[2], JSONL only (the job)", jsonl["job_s"]),
             ("spark scan floor: JSONL read + group-by", parquet["scan_jsonl_s"]),
             ("spark scan floor: Parquet read + group-by", parquet["scan_parquet_s"]),
@@ -294,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
             figures = {k: v for k, v in figures.items() if "10m" not in k}  # the keys name 10M records
             print(f"size {n:,} is not 10M: only the small-run keys go to {RESULTS.name}")
         write_results(figures)
-        print("verdicts agree (local JSONL = local Parquet = standalone; DuckDB finds no mismatch)" if ok else "MISMATCH")
+        print("verdicts agree (local JSONL = Parquet rows = ingested sums = standalone; DuckDB finds no mismatch)"
+              if ok else "MISMATCH")
     finally:
         if not os.environ.get("BENCH_RECONCILE_DIR"):
             shutil.rmtree(scratch, ignore_errors=True)

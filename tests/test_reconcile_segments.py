@@ -142,16 +142,27 @@ def test_ingest_indexes_each_segment_and_the_job_reads_the_index(spark, runs, tm
     assert verdicts_of(spark, data) == verdicts_of(spark, runs[0])
 
 
+def rewrite_manifest(data: Path, *drop: str) -> None:
+    """The manifest as an older ingest wrote it: without the entries' ``drop`` keys."""
+    manifest = data / "columnar" / "manifest.json"
+    old = json.loads(manifest.read_text())
+    for e in old["segments"]:
+        for key in drop:
+            del e[key]
+    manifest.write_text(json.dumps(old))
+    manifest.with_name(".manifest.json.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old text
+
+
 def test_a_manifest_without_the_index_is_scanned_as_before(spark, runs, tmp_path):  # noqa: F811
     data = tmp_path / "data"
     shutil.copytree(runs[1], data)
     ingest.ingest(spark, str(data))
-    manifest = data / "columnar" / "manifest.json"
-    old = json.loads(manifest.read_text())
-    for e in old["segments"]:
-        del e["bad"], e["markers"]
-    manifest.write_text(json.dumps(old))
-    manifest.with_name(".manifest.json.crc").unlink()  # Hadoop's checksum of the old text
+    rewrite_manifest(data, "sums")  # indexed, not summed
+    shutil.rmtree(data / "columnar" / "sums")
+    logs = read_logs(spark, str(data))
+    assert logs.expected_markers and logs.sums is None and not logs.expected_sums
+    assert verdicts_of(spark, data) == verdicts_of(spark, runs[0])
+    rewrite_manifest(data, "bad", "markers")
     shutil.rmtree(data / "columnar" / "markers")
     assert read_logs(spark, str(data)).expected_markers == {}
     assert verdicts_of(spark, data) == verdicts_of(spark, runs[0])
@@ -190,3 +201,88 @@ def test_a_manifest_changed_behind_its_checksum_exits_2(spark, runs, tmp_path, c
     manifest.write_text(manifest.read_text().replace('"records": ', '"records":  ', 1))  # Hadoop's .crc now stale
     err = bad_input(data, capsys)
     assert "manifest.json does not match its checksum file" in err and ".manifest.json.crc" in err, err
+
+
+# ---------------------------------------------------------------- the interval sums
+
+
+@pytest.fixture
+def certified(monkeypatch):
+    """What ``checksums.certify`` settled, call by call (the exact path would hide a wrong sum)."""
+    from snapmesh.reconcile import checksums
+
+    calls = []
+    real = checksums.certify
+
+    def spy(*args, **kwargs):
+        calls.append(real(*args, **kwargs))
+        return calls[-1]
+
+    monkeypatch.setattr(checksums, "certify", spy)
+    return calls
+
+
+def settled_by_checksums(spark, data: Path, certified, **kwargs) -> tuple:  # noqa: F811
+    certified.clear()
+    outcome = reconcile.reconcile(spark, str(data), **kwargs)
+    [done] = certified
+    return outcome.verdicts, done
+
+
+def test_ingest_sums_each_segment_and_the_job_aggregates_only_the_rest(spark, runs, tmp_path, certified):  # noqa: F811
+    data = tmp_path / "data"
+    shutil.copytree(runs[1], data)
+    ingest.ingest(spark, str(data))
+    entries = {e["name"]: e for e in json.loads((data / "columnar" / "manifest.json").read_text())["segments"]}
+    stored = spark.read.parquet(str(data / "columnar" / "sums")).groupBy("file").count().collect()
+    assert {r["file"]: r["count"] for r in stored} == {n: e["sums"] for n, e in entries.items()}
+    assert all(e["sums"] > 0 for e in entries.values())
+    logs = read_logs(spark, str(data))
+    assert logs.expected_sums == {n: e["sums"] for n, e in entries.items()}
+    # What the sums cover is not aggregated again: only the active files are.
+    assert {Path(r["file"]).name for r in logs.unsummed.select("file").distinct().collect()} == {
+        p.name for p in data.glob("*.log.jsonl")
+    }
+    verdicts, done = settled_by_checksums(spark, data, certified)
+    assert verdicts == verdicts_of(spark, runs[0])
+    assert done.logs_settled and not done.unsettled and done.rows == verdicts  # no exact join needed
+    assert settled_by_checksums(spark, data, certified, summed=False) == (verdicts, done)
+
+
+@pytest.mark.parametrize("corruption", ["duplicate-recv", "seq-gap", "balance", "missing-inflight", "extra-inflight"])
+def test_ingested_sums_give_the_verdicts_of_the_rows(spark, tmp_path, corruption, certified):  # noqa: F811
+    """Each corruption the synthesizer injects: the checksums settle the same from sums, rows and JSONL."""
+    data = tmp_path / "data"
+    synth.generate(str(data), corrupt=corruption, **SIZE)
+    split_logs(data)
+    from_jsonl = settled_by_checksums(spark, data, certified)
+    assert any(v["consistent"] is False for v in from_jsonl[0])
+    ingest.ingest(spark, str(data))
+    assert read_logs(spark, str(data)).expected_sums
+    assert settled_by_checksums(spark, data, certified) == from_jsonl
+    assert settled_by_checksums(spark, data, certified, summed=False) == from_jsonl
+
+
+def test_a_segment_not_where_its_name_says_is_aggregated_from_its_rows(spark, runs, tmp_path, certified):  # noqa: F811
+    """Ingest's sums assume a segment's first lsn is the one in its name; a lost record before it breaks that."""
+    data = tmp_path / "data"
+    shutil.copytree(runs[1], data)
+    first = data / "p2.log.000000000001.jsonl"
+    first.write_text("".join(first.read_text().splitlines(keepends=True)[:-1]))  # lsn 69 lost
+    from_jsonl = settled_by_checksums(spark, data, certified)
+    assert from_jsonl[0][0]["consistent"] is False and not from_jsonl[1].logs_settled
+    ingest.ingest(spark, str(data))
+    logs = read_logs(spark, str(data))
+    assert "p2.log.000000000070.jsonl" not in logs.expected_sums and "p2.log.000000000001.jsonl" in logs.expected_sums
+    assert settled_by_checksums(spark, data, certified) == from_jsonl
+
+
+def test_interval_sums_that_disagree_with_the_manifest_exit_2(spark, runs, tmp_path, capsys):  # noqa: F811
+    data = tmp_path / "data"
+    shutil.copytree(runs[1], data)
+    ingest.ingest(spark, str(data))
+    index = data / "columnar" / "sums" / "file=p1.log.000000000070.jsonl"
+    assert index.is_dir()
+    shutil.rmtree(index)
+    err = bad_input(data, capsys)
+    assert f"interval sums {data}/columnar/sums/file=p1.log.000000000070.jsonl holds 0 records" in err, err

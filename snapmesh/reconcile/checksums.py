@@ -101,13 +101,16 @@ def interval_table(spark: SparkSession, cuts: Iterable[tuple[str, int]], bucket:
     return spark.createDataFrame(rows, INTERVALS)
 
 
-def interval_sums(evs: DataFrame, intervals: DataFrame, bucket: int = BUCKET) -> DataFrame:
+def interval_sums(
+    evs: DataFrame, intervals: DataFrame, bucket: int = BUCKET, *, by: tuple[str, ...] = (), extent: bool = False
+) -> DataFrame:
     """Per (node, hi, dir, peer): the sums every check reads. One scan, one aggregation.
 
     ``hi`` is the cut ending the record's interval (TAIL after the last cut); ``dir``
     is "out" (sends and markers sent, peer = dst), "in" (receipts, peer = src) or
     "bal" (the rest). The interval table is broadcast; records join it on (node, lsn
-    bucket) and the range condition.
+    bucket) and the range condition. ``by``: more grouping columns; ``extent`` adds
+    ``lsn_max``, the group's last lsn (what ``Presummed`` re-keys by).
     """
     iv = F.broadcast(intervals)
     located = evs.withColumn("bucket", F.floor(F.col("lsn") / bucket))
@@ -130,7 +133,8 @@ def interval_sums(evs: DataFrame, intervals: DataFrame, bucket: int = BUCKET) ->
     h1, h2 = _hash_halves(F.col("seq"), F.col("amount"))
     p1, p2, p3 = _power_terms(F.col("seq"))
     bad_id = transfer & (F.col("msg_id") != _msg_id_of(F.col("src"), F.col("dst"), F.col("seq")))
-    return joined.groupBy("node", "hi", direction.alias("dir"), peer.alias("peer")).agg(
+    return joined.groupBy(*by, "node", "hi", direction.alias("dir"), peer.alias("peer")).agg(
+        *([F.max("lsn").alias("lsn_max")] if extent else []),
         F.count(F.lit(1)).alias("n"),
         F.sum(delta).cast("long").alias("delta"),
         F.min(F.when(channel, F.col("seq"))).alias("low"),
@@ -148,6 +152,17 @@ def interval_sums(evs: DataFrame, intervals: DataFrame, bucket: int = BUCKET) ->
         F.sum(F.when(init, F.col("balance"))).alias("init_balance"),
         F.count(F.when(F.col("lsn") != F.col("line"), 1)).alias("lsn_off"),
     )
+
+
+SUM_COLUMNS = ("n", "delta", "low", "top", "ttop", "tn", "h1", "h2", "p1", "p2", "p3", "bad_id", "inits", "init_lsn",
+               "init_balance", "lsn_off")
+# interval_sums(..., by=("file",), extent=True) as ``snapmesh reconcile ingest`` stores it.
+SEGMENT_SUMS = T.StructType(
+    [T.StructField("file", T.StringType()), T.StructField("node", T.StringType()), T.StructField("hi", T.LongType()),
+     T.StructField("dir", T.StringType()), T.StructField("peer", T.StringType()),
+     T.StructField("lsn_max", T.LongType())]
+    + [T.StructField(n, T.LongType()) for n in SUM_COLUMNS]
+)
 
 
 BOUNDS = T.StructType([T.StructField(n, T.StringType()) for n in ("src", "dst")] + [T.StructField("bound", T.LongType())])
@@ -203,6 +218,35 @@ def snapshot_sums(typed: DataFrame) -> DataFrame:
 
 
 # ------------------------------------------------------------------ driver side
+
+
+@dataclass(frozen=True)
+class Presummed:
+    """The interval sums of the sealed segments, made at ingest, and the rows they do not cover.
+
+    Ingest sums each segment split at every marker record in it (cut, restore,
+    replay), so each of its groups lies inside one interval between any two cuts;
+    ``lsn_max`` (the group's last lsn) then names that interval: the first cut after
+    it. The sums compose (counts, sums, min, max), so ``LogFacts.of`` takes these
+    rows beside the ones ``interval_sums`` makes of ``rest`` (None: nothing left).
+    """
+
+    rows: list[dict[str, Any]]
+    rest: DataFrame | None
+
+    def at(self, cuts: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+        """The rows with ``hi`` = the first cut of ``cuts`` (node, lsn) after each group (TAIL: none)."""
+        per_node: dict[str, list[int]] = defaultdict(list)
+        for node, lsn in cuts:
+            per_node[node].append(lsn)
+        for lsns in per_node.values():
+            lsns.sort()
+        out = []
+        for r in self.rows:
+            lsns = per_node.get(r["node"], [])
+            i = bisect.bisect_right(lsns, r["lsn_max"])
+            out.append({**r, "hi": lsns[i] if i < len(lsns) else TAIL})
+        return out
 
 
 @dataclass

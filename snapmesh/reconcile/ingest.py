@@ -16,6 +16,13 @@ restores, replays: ``markers``), which are written to
 ``<data_dir>/columnar/markers/file=<name>/``. The job reads a segment's markers from
 there when it has no bad line; otherwise it scans the segment as before.
 
+Each segment's interval sums (``checksums.interval_sums``, split at every marker
+record in it) are written to ``<data_dir>/columnar/sums/file=<name>/`` and counted
+in the manifest (``sums``): the job reads them instead of aggregating the segment's
+rows again, so reconciling again reads only what is new (see ``checksums.Presummed``).
+They assume the segment's first lsn is the one in its name; the job checks that
+against the records before it and aggregates the rows when it is not.
+
 Exit 0 (converted, or nothing new), 2 bad input (no data dir, a bad manifest).
 """
 
@@ -24,18 +31,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .checksums import MARKER_KINDS, cut_rows
+from .checksums import MARKER_KINDS, SEGMENT_SUMS, cut_rows, interval_sums, interval_table
 from .common import InputError
-from .parse import locate_lines, parse_log_lines
+from .parse import file_first_lsn, locate_lines, parse_log_lines
 from .schema import INGESTED
 from .segments import (
     COLUMNAR_DIR,
     MARKERS_DIR,
     SEGMENTS_DIR,
+    SUMS_DIR,
     LogFile,
     list_logs,
     manifest_path,
@@ -91,13 +100,16 @@ def ingest(spark: SparkSession, data_dir: str) -> list[str]:
         )
         .collect()
     }
-    (
-        cut_rows(written.filter(~bad), "file")
-        .write.mode("overwrite")
-        .option("partitionOverwriteMode", "dynamic")
-        .partitionBy("file")
-        .parquet(f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{MARKERS_DIR}")
-    )
+    good = written.filter(~bad)
+    markers = cut_rows(good, "file").cache()
+    try:
+        _write_partitioned(markers, data_dir, MARKERS_DIR)
+        bounds = [(r["node"], r["lsn"]) for r in markers.select("node", "lsn").collect()]
+    finally:
+        markers.unpersist()
+    sums = segment_sums(spark, good, bounds)
+    _write_partitioned(spark.createDataFrame(sums, SEGMENT_SUMS), data_dir, SUMS_DIR)
+    sum_rows = Counter(r["file"] for r in sums)
     for f in todo:
         got = counts.get(f.name)
         manifest[f.name] = {
@@ -107,11 +119,32 @@ def ingest(spark: SparkSession, data_dir: str) -> list[str]:
             "records": got["n"] if got else 0,
             "bad": got["bad"] if got else 0,
             "markers": got["markers"] if got else 0,
+            "sums": sum_rows.get(f.name, 0),
             "parquet": segment_dir(data_dir, f.name),
         }
     document = {"segments": sorted(manifest.values(), key=lambda e: e["name"])}
     write_text_file(spark, manifest_path(data_dir), json.dumps(document, indent=2) + "\n")
     return [f.name for f in todo]
+
+
+def segment_sums(spark: SparkSession, good: DataFrame, bounds: list[tuple[str, int]]) -> list[dict]:
+    """Each segment's interval sums, split at ``bounds`` (its markers' (node, lsn)), as rows.
+
+    ``line`` becomes the position the record would have if the segment starts at the
+    lsn in its name, which the job checks before it uses these sums.
+    """
+    evs = good.withColumn("line", file_first_lsn(F.col("file")) - 1 + F.col("line"))
+    table = interval_sums(evs, interval_table(spark, bounds), by=("file",), extent=True)
+    return [r.asDict() for r in table.select(*SEGMENT_SUMS.fieldNames()).collect()]
+
+
+def _write_partitioned(frame: DataFrame, data_dir: str, directory: str) -> None:
+    (
+        frame.write.mode("overwrite")
+        .option("partitionOverwriteMode", "dynamic")
+        .partitionBy("file")
+        .parquet(f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{directory}")
+    )
 
 
 def parser() -> argparse.ArgumentParser:

@@ -145,28 +145,34 @@ def _as_dict(row: Any) -> Any:
     return row.asDict(recursive=True)
 
 
-def reconcile(spark: SparkSession, data_dir: str, bucket: int = BUCKET, *, exact: bool = False) -> Outcome:
+def reconcile(
+    spark: SparkSession, data_dir: str, bucket: int = BUCKET, *, exact: bool = False, summed: bool = True
+) -> Outcome:
     """Run every check; return the verdict rows, or the bad input found first.
 
     The fast path (see ``checksums``): one query for the first bad lines and the cut
-    records while another reads the snapshots, one aggregation of the log by cut
-    interval, and one of the sends up to each receiver's position when a receiver
-    is behind. The verdicts are compared on the driver. Only what the checksums do
-    not certify goes to the exact joins of ``verdicts`` (``exact`` sends everything).
+    records while others read the snapshots and the ingested segments' interval sums,
+    one aggregation by cut interval of the log those sums do not cover, and one of
+    the sends up to each receiver's position when a receiver is behind. The verdicts
+    are compared on the driver. Only what the checksums do not certify goes to the
+    exact joins of ``verdicts`` (``exact`` sends everything). ``summed=False``
+    aggregates the ingested segments' rows instead of reading their sums.
     """
     if _is_local(data_dir) and not os.path.isdir(_local(data_dir)):
         raise InputError(f"data dir {data_dir} does not exist")
     spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
-    logs = read_logs(spark, data_dir)
+    logs = read_logs(spark, data_dir, summed=summed)
     located = logs.located
     raw_snaps = read_snapshots(spark, data_dir)
     try:
         checked = raw_snaps.select("file", T_parse.snapshot_problem().alias("problem"), *T_parse.typed_snapshot_columns())
-        with ThreadPoolExecutor(max_workers=1) as pool:  # two small jobs at once: the snapshots beside the log
+        with ThreadPoolExecutor(max_workers=1) as pool:  # small jobs at once: the snapshots and sums beside the log
             snaps_future = pool.submit(lambda: [_as_dict(r) for r in checksums.snapshot_sums(checked).collect()])
+            sums_future = pool.submit(lambda: [] if logs.sums is None else [r.asDict() for r in logs.sums.collect()])
             first = [_as_dict(r) for r in _first_bad_and_cuts(logs).collect()]
-            snaps = snaps_future.result()
+            snaps, sums = snaps_future.result(), sums_future.result()
         logs.check_markers(Counter(r["segment"] for r in first if r["segment"] is not None))
+        logs.check_sums(Counter(r["file"] for r in sums))
         bad = sorted(
             ({"file": r["file"], "line": r["line"], "problem": r["problem"]} for r in first if r["problem"] is not None),
             key=lambda b: (b["file"], b["line"]),
@@ -175,8 +181,18 @@ def reconcile(spark: SparkSession, data_dir: str, bucket: int = BUCKET, *, exact
             return Outcome(bad_input=bad)
         evs = T_parse.events(located)
         typed = raw_snaps.transform(T_parse.typed_snapshots)
+        presummed = None
+        if logs.sums is not None:
+            rest = None if logs.unsummed is None else T_parse.events(logs.unsummed)
+            presummed = checksums.Presummed(rows=sums, rest=rest)
         rows = V.reconciled(
-            evs, typed, cut_records=[r for r in first if r["problem"] is None], snaps_summed=snaps, bucket=bucket, exact=exact
+            evs,
+            typed,
+            cut_records=[r for r in first if r["problem"] is None],
+            snaps_summed=snaps,
+            presummed=presummed,
+            bucket=bucket,
+            exact=exact,
         )
         return Outcome(verdicts=rows)
     finally:

@@ -10,10 +10,15 @@ Sealed segments converted by ``snapmesh reconcile ingest`` are read from Parquet
     <data_dir>/columnar/manifest.json            what was converted, from what
     <data_dir>/columnar/segments/file=<segment name>/part-*.parquet
     <data_dir>/columnar/markers/file=<segment name>/part-*.parquet   its marker records
+    <data_dir>/columnar/sums/file=<segment name>/part-*.parquet      its interval sums
 
 A converted segment whose manifest entry says it has no bad line is *indexed*: its
 marker records (cuts, restores, replays) are read from ``markers`` (checked against
 the count in the manifest) instead of scanning the segment for them and for bad lines.
+It is also *summed* when the manifest counts its interval sums and the records
+before it number its first lsn minus one (what ingest assumed): the checksums read
+its sums instead of its rows (``checksums.Presummed``). Its rows stay in ``located``
+for the exact checks, which run only when a checksum differs.
 
 The JSONL stays the source of truth: a segment is read from Parquet only while its
 JSONL origin still has the size and modification time it had when it was converted
@@ -32,8 +37,9 @@ from dataclasses import dataclass, field
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from .checksums import MARKER_COLUMNS
+from .checksums import MARKER_COLUMNS, SEGMENT_SUMS
 from .common import InputError
 from .parse import locate_lines, parse_log_lines
 from .schema import INGESTED, LOG_FILE_PATTERN
@@ -42,6 +48,7 @@ COLUMNAR_DIR = "columnar"
 MANIFEST = "manifest.json"
 SEGMENTS_DIR = "segments"
 MARKERS_DIR = "markers"
+SUMS_DIR = "sums"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,24 +110,37 @@ class Logs:
     ``scanned``: the part to scan for bad lines and marker records (None: nothing);
     ``markers``: the marker records of the indexed segments (MARKER_COLUMNS plus
     ``segment``, its name; None: none indexed), of which ``expected_markers`` says
-    how many each segment has.
+    how many each segment has. ``sums``: the interval sums of the summed segments
+    (``checksums.SEGMENT_SUMS``; None: none summed), ``expected_sums`` their counts,
+    and ``unsummed`` the located rows they do not cover (None: none).
     """
 
     located: DataFrame
     scanned: DataFrame | None = None
     markers: DataFrame | None = None
     expected_markers: dict[str, int] = field(default_factory=dict)
-    markers_root: str = ""
+    sums: DataFrame | None = None
+    expected_sums: dict[str, int] = field(default_factory=dict)
+    unsummed: DataFrame | None = None
+    columnar_root: str = ""
     release: Callable[[], None] = field(default=lambda: None)
 
     def check_markers(self, found: dict[str, int]) -> None:
         """InputError unless ``found`` (segment -> marker records read) matches the manifest."""
-        for name, expected in self.expected_markers.items():
-            if found.get(name, 0) != expected:
-                raise InputError(
-                    f"marker index {self.markers_root}/file={name} holds {found.get(name, 0)} records, "
-                    f"the manifest says {expected}; run `snapmesh reconcile ingest` again"
-                )
+        _check_index("marker index", f"{self.columnar_root}/{MARKERS_DIR}", self.expected_markers, found)
+
+    def check_sums(self, found: dict[str, int]) -> None:
+        """InputError unless ``found`` (segment -> interval sum rows read) matches the manifest."""
+        _check_index("interval sums", f"{self.columnar_root}/{SUMS_DIR}", self.expected_sums, found)
+
+
+def _check_index(what: str, root: str, expected: dict[str, int], found: dict[str, int]) -> None:
+    for name, count in expected.items():
+        if found.get(name, 0) != count:
+            raise InputError(
+                f"{what} {root}/file={name} holds {found.get(name, 0)} records, "
+                f"the manifest says {count}; run `snapmesh reconcile ingest` again"
+            )
 
 
 def _read_text_file(spark: SparkSession, path: str) -> str | None:
@@ -205,6 +225,7 @@ class Plan:
     jsonl: list[LogFile]
     jsonl_base: dict[str, int]  # node stem -> records read from Parquet before its JSONL files
     indexed: dict[str, int] = field(default_factory=dict)  # segment name -> its marker records
+    summed: dict[str, int] = field(default_factory=dict)  # segment name -> its interval sum rows
 
 
 def plan(spark: SparkSession, data_dir: str, files: list[LogFile]) -> Plan:
@@ -217,7 +238,7 @@ def plan(spark: SparkSession, data_dir: str, files: list[LogFile]) -> Plan:
                 f"Parquet segment {segment_dir(data_dir, name)}: its JSONL origin "
                 f"{data_dir.rstrip('/')}/{name} is gone (the JSONL is the source of truth)"
             )
-    parquet, jsonl, base, indexed = [], [], {}, {}
+    parquet, jsonl, base, indexed, summed = [], [], {}, {}, {}
     stems: dict[str, list[LogFile]] = {}
     for f in files:
         stems.setdefault(f.stem, []).append(f)
@@ -237,11 +258,15 @@ def plan(spark: SparkSession, data_dir: str, files: list[LogFile]) -> Plan:
                 )
             _check_parquet(spark, segment_dir(data_dir, f.name))
             parquet.append((f, before))
-            before += int(entry["records"])
             if entry.get("bad") == 0 and isinstance(entry.get("markers"), int):  # older manifests: scanned
                 indexed[f.name] = entry["markers"]
+                # The sums assume the lsns in the segment's name; if earlier records are
+                # missing or extra, its rows are aggregated (and the lsn check names it).
+                if isinstance(entry.get("sums"), int) and before == f.first_lsn - 1:
+                    summed[f.name] = entry["sums"]
+            before += int(entry["records"])
         base[stem] = before
-    return Plan(parquet=parquet, jsonl=jsonl, jsonl_base=base, indexed=indexed)
+    return Plan(parquet=parquet, jsonl=jsonl, jsonl_base=base, indexed=indexed, summed=summed)
 
 
 def _map_of(pairs: dict[str, int], key: str) -> F.Column:
@@ -265,28 +290,35 @@ def read_parquet_segments(spark: SparkSession, data_dir: str, segments: list[tup
     return rows.select(uri.alias("file"), *(c for c in INGESTED.fieldNames() if c not in ("file",)), pos.alias("pos"))
 
 
-def read_markers(spark: SparkSession, data_dir: str, names: list[str]) -> DataFrame:
-    """The indexed segments' marker records: MARKER_COLUMNS plus ``segment`` (its name)."""
-    root = f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{MARKERS_DIR}"
+def _read_index(spark: SparkSession, data_dir: str, directory: str, schema: T.StructType, names: list[str]) -> DataFrame:
+    """The rows of ``names`` (segments) in one of ingest's per-segment indexes; ``file``: the segment."""
+    root = f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{directory}"
     target, fs = _fs(spark, root)
     if not fs.exists(target):
-        return spark.createDataFrame([], INGESTED).select(F.col("file").alias("segment"), *MARKER_COLUMNS)
-    rows = spark.read.schema(INGESTED).parquet(root)  # one partition per segment with markers
-    return rows.filter(F.col("file").isin(*names)).select(F.col("file").alias("segment"), *MARKER_COLUMNS)
+        return spark.createDataFrame([], schema)
+    rows = spark.read.schema(schema).parquet(root)  # one partition per segment
+    return rows.filter(F.col("file").isin(*names))
 
 
-def read_logs(spark: SparkSession, data_dir: str) -> Logs:
-    """The whole log of every node, parsed and located; the JSONL part cached (parsed once)."""
+def read_markers(spark: SparkSession, data_dir: str, names: list[str]) -> DataFrame:
+    """The indexed segments' marker records: MARKER_COLUMNS plus ``segment`` (its name)."""
+    rows = _read_index(spark, data_dir, MARKERS_DIR, INGESTED, names)
+    return rows.select(F.col("file").alias("segment"), *MARKER_COLUMNS)
+
+
+def read_logs(spark: SparkSession, data_dir: str, *, summed: bool = True) -> Logs:
+    """The whole log of every node, parsed and located; the JSONL part cached (parsed once).
+
+    ``summed=False`` ignores the segments' interval sums (their rows are aggregated).
+    """
     files = list_logs(spark, data_dir)
     if not files:
         raise InputError(f"no transfer logs: nothing matches {data_dir.rstrip('/')}/*.log.jsonl")
     chosen = plan(spark, data_dir, files)
+    sums = chosen.summed if summed else {}
     parquet = read_parquet_segments(spark, data_dir, chosen.parquet) if chosen.parquet else None
-    unindexed = [(f, before) for f, before in chosen.parquet if f.name not in chosen.indexed]
-    if unindexed and len(unindexed) < len(chosen.parquet):
-        scanned = read_parquet_segments(spark, data_dir, unindexed)
-    else:
-        scanned = parquet if unindexed else None
+    scanned = _part(spark, data_dir, chosen.parquet, parquet, lambda f: f.name not in chosen.indexed)
+    unsummed = _part(spark, data_dir, chosen.parquet, parquet, lambda f: f.name not in sums)
     release: Callable[[], None] = lambda: None  # noqa: E731
     located = parquet
     jsonl = [f for f in chosen.jsonl if f.size > 0]  # an empty file has no record to read
@@ -298,15 +330,33 @@ def read_logs(spark: SparkSession, data_dir: str) -> Logs:
         text = cached if parquet is None else cached.select(*parquet.columns)
         located = text if parquet is None else parquet.unionByName(text)
         scanned = text if scanned is None else scanned.unionByName(text)
+        unsummed = text if unsummed is None else unsummed.unionByName(text)
         release = cached.unpersist
     if located is None:  # every file empty: the table of no records
         located = locate_lines(parse_log_lines(read_text_logs(spark, files[:1])))
-        scanned = located
+        scanned = unsummed = located
     return Logs(
         located=located,
         scanned=scanned,
         markers=read_markers(spark, data_dir, sorted(chosen.indexed)) if chosen.indexed else None,
         expected_markers=dict(chosen.indexed),
-        markers_root=f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{MARKERS_DIR}",
+        sums=_read_index(spark, data_dir, SUMS_DIR, SEGMENT_SUMS, sorted(sums)) if sums else None,
+        expected_sums=dict(sums),
+        unsummed=unsummed,
+        columnar_root=f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}",
         release=release,
     )
+
+
+def _part(
+    spark: SparkSession,
+    data_dir: str,
+    segments: list[tuple[LogFile, int]],
+    whole: DataFrame | None,
+    keep: Callable[[LogFile], bool],
+) -> DataFrame | None:
+    """The Parquet segments ``keep`` picks, as located rows (``whole`` when it picks all; None: none)."""
+    picked = [(f, before) for f, before in segments if keep(f)]
+    if not picked:
+        return None
+    return whole if len(picked) == len(segments) else read_parquet_segments(spark, data_dir, picked)

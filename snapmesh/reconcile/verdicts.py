@@ -32,14 +32,17 @@ def reconciled(
     *,
     cut_records: list[dict[str, Any]] | None = None,
     snaps_summed: list[dict[str, Any]] | None = None,
+    presummed: checksums.Presummed | None = None,
     bucket: int = BUCKET,
     exact: bool = False,
 ) -> list[dict[str, Any]]:
     """Events (EVENT) and typed snapshots -> the verdict rows (VERDICT fields), logs row first.
 
     Jobs: the cut records and the snapshot sums (unless given: ``main`` collects them
-    with the bad input), the interval sums, the sends up to each lagging receiver (only
-    if one lags), and the exact ``verdicts`` for what the checksums did not settle.
+    with the bad input), the interval sums (of the rows ``presummed`` does not cover,
+    when given; a log with restores is summed by epoch from its rows), the sends up to
+    each lagging receiver (only if one lags), and the exact ``verdicts`` for what the
+    checksums did not settle.
     """
     if cut_records is None:
         cut_records = [_as_dict(r) for r in checksums.cut_rows(evs).collect()]
@@ -47,7 +50,8 @@ def reconciled(
         snaps_summed = [_as_dict(r) for r in checksums.snapshot_sums(snaps).collect()]
     if any(c["kind"] == "restore" for c in cut_records):
         return _by_epoch(evs, snaps, cut_records, snaps_summed, bucket=bucket, exact=exact)
-    return _one_epoch(evs, snaps, [c for c in cut_records if c["kind"] == "cut"], snaps_summed, bucket, exact)
+    cuts = [c for c in cut_records if c["kind"] == "cut"]
+    return _one_epoch(evs, snaps, cuts, snaps_summed, bucket, exact, presummed)
 
 
 def _by_epoch(
@@ -87,12 +91,17 @@ def _one_epoch(
     snaps_summed: list[dict[str, Any]],
     bucket: int,
     exact: bool,
+    presummed: checksums.Presummed | None = None,
 ) -> list[dict[str, Any]]:
     spark = evs.sparkSession
     if exact:
         return [r.asDict() for r in verdicts(evs, snaps, bucket).collect()]
-    intervals = checksums.interval_table(spark, [(c["node"], c["lsn"]) for c in cut_records], bucket)
-    facts = checksums.LogFacts.of(_as_dict(r) for r in checksums.interval_sums(evs, intervals, bucket).collect())
+    cuts = [(c["node"], c["lsn"]) for c in cut_records]
+    summed, rest = ([], evs) if presummed is None else (presummed.at(cuts), presummed.rest)
+    if rest is not None:
+        intervals = checksums.interval_table(spark, cuts, bucket)
+        summed += [_as_dict(r) for r in checksums.interval_sums(rest, intervals, bucket).collect()]
+    facts = checksums.LogFacts.of(summed)
     sent_upto: dict[tuple[str, str], dict[str, Any]] = {}
     bounds = facts.receiver_bounds()
     if bounds and facts.node_ok:
