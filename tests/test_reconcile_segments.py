@@ -168,15 +168,18 @@ def test_a_manifest_without_the_index_is_scanned_as_before(spark, runs, tmp_path
     assert verdicts_of(spark, data) == verdicts_of(spark, runs[0])
 
 
-def test_a_marker_index_that_disagrees_with_the_manifest_exits_2(spark, runs, tmp_path, capsys):  # noqa: F811
+@pytest.mark.parametrize(
+    "index, named", [("markers", "marker index"), ("sums", "interval sums")]
+)
+def test_an_index_that_disagrees_with_the_manifest_exits_2(spark, runs, tmp_path, capsys, index, named):  # noqa: F811
     data = tmp_path / "data"
     shutil.copytree(runs[1], data)
     ingest.ingest(spark, str(data))
-    index = data / "columnar" / "markers" / "file=p2.log.000000000070.jsonl"
-    assert index.is_dir()
-    shutil.rmtree(index)
+    gone = data / "columnar" / index / "file=p2.log.000000000070.jsonl"
+    assert gone.is_dir()
+    shutil.rmtree(gone)
     err = bad_input(data, capsys)
-    assert f"marker index {data}/columnar/markers/file=p2.log.000000000070.jsonl holds 0 records" in err, err
+    assert f"{named} {gone} holds 0 records, the manifest says" in err, err
 
 
 def test_a_bad_line_in_a_converted_segment_is_named_with_its_file_and_line(spark, runs, tmp_path, capsys):  # noqa: F811
@@ -275,14 +278,3 @@ def test_a_segment_not_where_its_name_says_is_aggregated_from_its_rows(spark, ru
     logs = read_logs(spark, str(data))
     assert "p2.log.000000000070.jsonl" not in logs.expected_sums and "p2.log.000000000001.jsonl" in logs.expected_sums
     assert settled_by_checksums(spark, data, certified) == from_jsonl
-
-
-def test_interval_sums_that_disagree_with_the_manifest_exit_2(spark, runs, tmp_path, capsys):  # noqa: F811
-    data = tmp_path / "data"
-    shutil.copytree(runs[1], data)
-    ingest.ingest(spark, str(data))
-    index = data / "columnar" / "sums" / "file=p1.log.000000000070.jsonl"
-    assert index.is_dir()
-    shutil.rmtree(index)
-    err = bad_input(data, capsys)
-    assert f"interval sums {data}/columnar/sums/file=p1.log.000000000070.jsonl holds 0 records" in err, err

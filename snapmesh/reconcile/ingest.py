@@ -159,7 +159,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from .main import EXIT_BAD_INPUT, build_session
+    from .main import EXIT_BAD_INPUT, build_session, stop_session
 
     args = parser().parse_args(argv)
     existing = SparkSession.getActiveSession()
@@ -171,6 +171,6 @@ def main(argv: list[str]) -> int:
         return EXIT_BAD_INPUT
     finally:
         if existing is None:
-            spark.stop()
+            stop_session(spark)
     print(f"converted {len(converted)} segment(s) to Parquet" + (f": {', '.join(converted)}" if converted else ""))
     return 0
