@@ -278,3 +278,47 @@ def test_a_segment_not_where_its_name_says_is_aggregated_from_its_rows(spark, ru
     logs = read_logs(spark, str(data))
     assert "p2.log.000000000070.jsonl" not in logs.expected_sums and "p2.log.000000000001.jsonl" in logs.expected_sums
     assert settled_by_checksums(spark, data, certified) == from_jsonl
+
+
+def write_run(data: Path, logs: dict[str, list[dict]], snapshots: list[tuple]) -> None:
+    """Hand-written logs (records without node and lsn) and snapshot rows (SNAPSHOT tuples) as files."""
+    from snapmesh.reconcile.schema import SNAPSHOT
+
+    (data / "snapshots").mkdir(parents=True)
+    for node, records in logs.items():
+        lines = [json.dumps({"node": node, "lsn": lsn, **r}) + "\n" for lsn, r in enumerate(records, 1)]
+        (data / f"{node}.log.jsonl").write_text("".join(lines))
+    for row in snapshots:
+        doc = {k: v for k, v in zip(SNAPSHOT.fieldNames(), row, strict=False) if v is not None}
+        doc["nodes"] = [{"node_id": n, "balance": b} for n, b in doc["nodes"]]
+        doc["channels"] = [
+            {"src": s, "dst": d, "in_flight": [{"msg_id": m, "amount": a, "seq": q} for m, a, q in f]}
+            for s, d, f in doc["channels"]
+        ]
+        (data / "snapshots" / f"{doc['snapshot_id']}.json").write_text(json.dumps(doc, indent=2))
+
+
+def test_a_log_with_a_restore_is_checked_by_epoch_from_its_rows_with_sums_ingested(spark, tmp_path, certified):  # noqa: F811
+    from test_reconcile_transforms import snapshot_doc, two_epochs
+
+    data = tmp_path / "data"
+    logs = two_epochs(p3_restored_to=101)  # a wrong restore balance: the restore row names it
+    snaps = [snapshot_doc("ok", 0), snapshot_doc("e2", 1, balances={"p1": 90, "p2": 110, "p3": 100}, p1_p2=[], epoch="2")]
+    write_run(data, logs, snaps)
+    split_logs(data, cuts=(8,))  # epoch 1 sealed; the restore and epoch 2 active (p3's log is shorter)
+    from_jsonl = settled_by_checksums_per_epoch(spark, data, certified)
+    rows = {(v["scope"], v["snapshot_id"]): v for v in from_jsonl[0]}
+    assert list(rows) == [("logs", None), ("snapshot", "ok"), ("restore", "ok"), ("snapshot", "e2")]
+    assert rows[("restore", "ok")]["first_discrepancy"] == "epoch 2: p3 restored ok to 101, expected ok at 100"
+    assert rows[("snapshot", "e2")]["first_discrepancy"] == "node p3: recorded 100, logs say 101 before cut"
+    assert rows[("snapshot", "ok")]["consistent"] is True and len(certified) == 2  # once per epoch
+    ingest.ingest(spark, str(data))
+    assert read_logs(spark, str(data)).expected_sums  # there are sums; the epochs do not use them
+    assert settled_by_checksums_per_epoch(spark, data, certified) == from_jsonl
+
+
+def settled_by_checksums_per_epoch(spark, data: Path, certified) -> tuple:  # noqa: F811
+    certified.clear()
+    outcome = reconcile.reconcile(spark, str(data))
+    assert not outcome.bad_input, outcome.bad_input
+    return outcome.verdicts, list(certified)

@@ -368,14 +368,14 @@ def build_session(master: str | None, app_name: str = "snapmesh-reconcile", *, s
             .config("spark.sql.adaptive.enabled", "true")
             .config("spark.driver.extraJavaOptions", java_options)
         )
-        if not small:
-            # Files are split so that each core gets several tasks: with one split per
-            # node's segment, a 6-node log gave 3 tasks to 2 cores, one running alone.
-            builder = builder.config("spark.sql.files.minPartitionNum", str(4 * (os.cpu_count() or 2)))
         if small:
             builder = builder.config("spark.sql.codegen.wholeStage", "false").config(
                 "spark.sql.codegen.factoryMode", "NO_CODEGEN"
             )
+        else:
+            # Files are split so that each core gets several tasks: with one split per
+            # node's segment, a 6-node log gave 3 tasks to 2 cores, one running alone.
+            builder = builder.config("spark.sql.files.minPartitionNum", str(4 * (os.cpu_count() or 2)))
     if master and master.startswith("spark://"):
         builder = (
             builder.config("spark.ui.enabled", "false")
