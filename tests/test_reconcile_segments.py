@@ -176,7 +176,9 @@ def test_an_index_that_disagrees_with_the_manifest_exits_2(spark, runs, tmp_path
     shutil.copytree(runs[1], data)
     ingest.ingest(spark, str(data))
     gone = data / "columnar" / index / "file=p2.log.000000000070.jsonl"
-    assert gone.is_dir()
+    [part] = gone.glob("*.parquet")
+    part.write_bytes(part.read_bytes()[:-10])  # torn
+    assert f"unreadable {named} file:{part}: not a Parquet file" in bad_input(data, capsys)
     shutil.rmtree(gone)
     err = bad_input(data, capsys)
     assert f"{named} {gone} holds 0 records, the manifest says" in err, err

@@ -179,7 +179,12 @@ def manifest_path(data_dir: str) -> str:
 
 
 def segment_dir(data_dir: str, name: str) -> str:
-    return f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{SEGMENTS_DIR}/file={name}"
+    return _index_dir(data_dir, SEGMENTS_DIR, name)
+
+
+def _index_dir(data_dir: str, directory: str, name: str) -> str:
+    """A segment's partition of one of ingest's directories (its rows, markers or sums)."""
+    return f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{directory}/file={name}"
 
 
 def read_manifest(spark: SparkSession, data_dir: str) -> dict[str, dict]:
@@ -194,14 +199,19 @@ def read_manifest(spark: SparkSession, data_dir: str) -> dict[str, dict]:
         raise InputError(f"{manifest_path(data_dir)}: not a segment manifest ({e})") from e
 
 
-def _check_parquet(spark: SparkSession, directory: str) -> None:
-    """A converted segment's directory holds Parquet files (magic bytes at both ends, when local)."""
+def _check_parquet(spark: SparkSession, directory: str, what: str = "Parquet segment", *, missing_ok: bool = False) -> None:
+    """``directory`` holds Parquet files (magic bytes at both ends, when local).
+
+    ``missing_ok``: a missing directory passes (an index's count check names it).
+    """
     target, fs = _fs(spark, directory)
     if not fs.exists(target):
-        raise InputError(f"missing Parquet segment {directory}")
+        if missing_ok:
+            return
+        raise InputError(f"missing {what} {directory}")
     parts = [s for s in fs.listStatus(target) if s.getPath().getName().endswith(".parquet")]
     if not parts:
-        raise InputError(f"unreadable Parquet segment {directory}: no Parquet files in it")
+        raise InputError(f"unreadable {what} {directory}: no Parquet files in it")
     for status in parts:
         uri = status.getPath().toUri()
         if uri.getScheme() not in (None, "file"):
@@ -214,7 +224,7 @@ def _check_parquet(spark: SparkSession, directory: str) -> None:
         except OSError:
             ok = False
         if not ok:
-            raise InputError(f"unreadable Parquet segment {status.getPath().toString()}: not a Parquet file")
+            raise InputError(f"unreadable {what} {status.getPath().toString()}: not a Parquet file")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -260,10 +270,13 @@ def plan(spark: SparkSession, data_dir: str, files: list[LogFile]) -> Plan:
             parquet.append((f, before))
             if entry.get("bad") == 0 and isinstance(entry.get("markers"), int):  # older manifests: scanned
                 indexed[f.name] = entry["markers"]
+                if entry["markers"]:
+                    _check_parquet(spark, _index_dir(data_dir, MARKERS_DIR, f.name), "marker index", missing_ok=True)
                 # The sums assume the lsns in the segment's name; if earlier records are
                 # missing or extra, its rows are aggregated (and the lsn check names it).
                 if isinstance(entry.get("sums"), int) and before == f.first_lsn - 1:
                     summed[f.name] = entry["sums"]
+                    _check_parquet(spark, _index_dir(data_dir, SUMS_DIR, f.name), "interval sums", missing_ok=True)
             before += int(entry["records"])
         base[stem] = before
     return Plan(parquet=parquet, jsonl=jsonl, jsonl_base=base, indexed=indexed, summed=summed)
