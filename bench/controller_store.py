@@ -15,13 +15,12 @@ the median round counts. Keys merged into bench/results.json:
 
 from __future__ import annotations
 
-import json
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from bench import results
 from services.controller import journal
 from services.controller.store import SnapshotStore
 from snapmesh.topology import Topology
@@ -30,7 +29,6 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 NODES = 8
 ENTRIES = 20_000
 ROUNDS = 7
-RESULTS = Path(__file__).resolve().parent / "results.json"
 
 
 def _snapshot(entries: int) -> tuple[pb.Snapshot, list[pb.FullState]]:
@@ -81,18 +79,6 @@ def measure(entries: int = ENTRIES, rounds: int = ROUNDS) -> dict[str, float]:
     }
 
 
-def merge_results(figures: dict[str, float], path: Path = RESULTS) -> None:
-    """Merge into bench/results.json, keeping every other key."""
-    try:
-        results = json.loads(path.read_text())
-    except (OSError, ValueError):
-        results = {}
-    results.update(figures)
-    results["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    results["machine"] = f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}"
-    path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-
-
 def main() -> int:
     figures = measure()
     print(f"{figures['store_entries']:,} in-flight entries per snapshot, median of {ROUNDS} rounds, one run")
@@ -101,7 +87,7 @@ def main() -> int:
     print(f"{'compact protobuf file (now, in background)':<44} {figures['store_us_per_entry_compact']:>9.3f}")
     print(f"{'journal frames of the reports (reply path)':<44} {figures['journal_us_per_entry']:>9.3f}")
     print(f"compact / proto JSON: {figures['store_compact_speedup']}x cheaper per entry")
-    merge_results({k: v for k, v in figures.items() if k != "store_entries"})
+    results.merge({k: v for k, v in figures.items() if k != "store_entries"})
     return 0
 
 

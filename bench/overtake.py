@@ -8,7 +8,9 @@ Figures (all from this one run; compare them as ratios):
     those snapshots, and how many FAILED;
   - per mode, on an 8-node mesh paced at 50% of the 4-node peak: snapshot p99,
     trigger to COMPLETE as the client sees it; overtake mode at two
-    flow-control marks (SNAPMESH_FLOW_MARK);
+    flow-control marks (SNAPMESH_FLOW_MARK); beside each, the p99 of one node
+    round trip (`GetState`, which answers after one log round) under the same
+    load, and how busy the machine was;
   - a 32-node mesh (992 channels) in overtake mode under a light paced load:
     snapshot latency.
 It prints a table and merges its figures into bench/results.json (a flat
@@ -17,9 +19,7 @@ object name -> number, plus `date` and `machine`), keeping other keys.
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -27,15 +27,16 @@ from pathlib import Path
 
 import grpc
 
+from bench import results
 from bench.cluster import INITIAL_BALANCE, _finished, _latency_run, _paced_callers, _wait_controller_idle
 from bench.loadgen import LoadGen
 from bench.observe import Observer
 from snapmesh.config import write_cluster
 from snapmesh.runtime import CLIENT_OPTIONS
 from snapmesh.supervisor import Cluster
+from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
-RESULTS = Path(__file__).resolve().parent / "results.json"
 BATCH = 200
 RAMP_CALLERS = (4, 16)
 SETTLE_S = 1.5
@@ -46,6 +47,8 @@ LATENCY_SNAPSHOTS = 30
 LATENCY_CAP_S = 15.0
 MARKS = (2_000, 20_000)
 DEADLINE_S = 10.0
+NODE_RTT_CALLS = 100
+NODE_RTT_GAP_S = 0.01
 
 
 def _p99(values: list[float]) -> float:
@@ -99,13 +102,50 @@ def _ab(mesh: _Mesh, callers: int) -> tuple[float, float, int]:
     return sum(ratios) / len(ratios), _p99(durations), failed + running
 
 
-def _latency(mesh: _Mesh, rate: float) -> tuple[float, int, int]:
-    """Client-side snapshot p99 (ms) at a paced load; how many COMPLETE, how many not."""
+def _latency(mesh: _Mesh, rate: float) -> tuple[float, int, int, float, float]:
+    """At a paced load: client-side snapshot p99 (ms), how many COMPLETE, how
+    many not; the p99 (ms) of one node round trip under the same load; the
+    fraction of the machine's CPU time busy while the snapshots ran."""
     mesh.loadgen.set(_paced_callers(len(mesh.cluster.node_ids)), rate=rate)
     time.sleep(SETTLE_S)
+    node_rtt = _node_rtt_p99(mesh)
+    before = _cpu_times()
     client, _, failed, _ = _latency_run(mesh.controller, LATENCY_SNAPSHOTS, LATENCY_CAP_S, {})
+    busy = _busy_between(before, _cpu_times())
     mesh.loadgen.set(0)
-    return _p99(client), len(client), failed
+    return _p99(client), len(client), failed, node_rtt, busy
+
+
+def _node_rtt_p99(mesh: _Mesh, calls: int = NODE_RTT_CALLS) -> float:
+    """`GetState` on one node, one call at a time: a round trip plus one log
+    round (it answers once its log is durable), which is what each hop of a
+    snapshot costs. The raw unary RTT is measured on an idle server; this one
+    on a node of the loaded mesh."""
+    node = mesh.cluster.node_ids[0]
+    with grpc.insecure_channel(mesh.cluster.node_address(node), options=CLIENT_OPTIONS) as channel:
+        stub = pb_grpc.NodeStub(channel)
+        stub.GetState(pb.GetStateRequest(), timeout=10)
+        times = []
+        for _ in range(calls):
+            started = time.perf_counter()
+            stub.GetState(pb.GetStateRequest(), timeout=10)
+            times.append((time.perf_counter() - started) * 1e3)
+            time.sleep(NODE_RTT_GAP_S)
+    return _p99(times)
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(all, idle + iowait) jiffies of the whole machine, from /proc/stat (Linux)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return sum(fields), fields[3] + fields[4]
+
+
+def _busy_between(before: tuple[int, int], after: tuple[int, int]) -> float:
+    total = after[0] - before[0]
+    return 1.0 - (after[1] - before[1]) / total if total > 0 else float("nan")
 
 
 def measure(say) -> dict[str, float]:
@@ -142,34 +182,27 @@ def measure(say) -> dict[str, float]:
         for mode, mark in (("classic", None), ("overtake", None), ("overtake", MARKS[1])):
             say(f" 8-node mesh, {mode}, mark {mark or MARKS[0]}, paced {half:,.0f}/s")
             with _Mesh(root, 8, mode, mark) as mesh:
-                p99, done, failed = _latency(mesh, half)
-            say(f"  snapshot p99 {p99:.1f} ms ({done} COMPLETE, {failed} not)")
-            key = f"snapshot_p99_ms_8n_50pct_{mode}" + (f"_mark{mark}" if mark else "")
-            out[key] = p99
+                p99, done, failed, node_rtt, busy = _latency(mesh, half)
+            say(f"  snapshot p99 {p99:.1f} ms ({done} COMPLETE, {failed} not); node round trip p99 "
+                f"{node_rtt:.1f} ms; machine {busy:.0%} busy")
+            suffix = f"8n_50pct_{mode}" + (f"_mark{mark}" if mark else "")
+            out[f"snapshot_p99_ms_{suffix}"] = p99
+            out[f"node_rtt_p99_ms_{suffix}"] = node_rtt
+            out[f"cpu_busy_{suffix}"] = busy
         out["snapshot_p99_ms_8n_50pct_overtake_mark2000"] = out["snapshot_p99_ms_8n_50pct_overtake"]
         out["snapshot_p99_over_unary_p99_overtake"] = out["snapshot_p99_ms_8n_50pct_overtake"] / out["unary_rtt_p99_ms"]
+        out["snapshot_p99_over_node_rtt_p99_overtake"] = (
+            out["snapshot_p99_ms_8n_50pct_overtake"] / out["node_rtt_p99_ms_8n_50pct_overtake"])
         say(" 32-node mesh (992 channels), overtake, light paced load")
         try:
             with _Mesh(root, 32, "overtake") as mesh:
-                p99, done, failed = _latency(mesh, 0.05 * peak)
+                p99, done, failed, _, _ = _latency(mesh, 0.05 * peak)
             out["snapshot_p99_ms_32n_overtake"] = p99
             out["snapshots_complete_32n_overtake"] = done
             say(f"  snapshot p99 {p99:.1f} ms ({done} COMPLETE, {failed} not)")
         except Exception as exc:  # report it; the other figures stand
             say(f"  32-node mesh failed: {type(exc).__name__}: {exc}")
     return out
-
-
-def write_results(figures: dict[str, float], path: Path = RESULTS) -> None:
-    """Merge into `path`, keeping keys this run did not measure."""
-    try:
-        merged = json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        merged = {}
-    merged.update({k: round(v, 4) for k, v in figures.items()})
-    merged["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    merged["machine"] = f"{platform.node()} {platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}"
-    path.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n")
 
 
 def main() -> int:
@@ -181,8 +214,8 @@ def main() -> int:
     figures = measure(say)
     for name, value in figures.items():
         print(f"{name:<52} {value:>14,.3f}")
-    write_results(figures)
-    print(f"written to {RESULTS}; one run ({time.perf_counter() - started:.0f}s) on a shared, noisy machine: "
+    results.merge(figures)
+    print(f"written to {results.RESULTS}; one run ({time.perf_counter() - started:.0f}s) on a shared, noisy machine: "
           "compare ratios within it")
     return 0
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -47,11 +46,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import results
+
 NODES = 6
 SNAPSHOTS = 100
 SMALL_TRANSFERS = 400  # ~1k records with 4 nodes and 4 snapshots, like `make demo`
 DEFAULT_SIZE = 10_000_000
-RESULTS = Path(__file__).with_name("results.json")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -215,18 +215,6 @@ def small_wall(scratch: str) -> tuple[dict[str, float], bool]:
     return {k: min(v) for k, v in runs.items()}, verdicts == baseline.reconcile(data)
 
 
-def write_results(figures: dict) -> None:
-    """Merge into bench/results.json: other benchmarks keep their keys."""
-    try:
-        results = json.loads(RESULTS.read_text())
-    except (OSError, ValueError):
-        results = {}
-    results.update({k: round(v, 3) for k, v in figures.items()})
-    results["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    results["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench reconcile")
     p.add_argument("--worker", nargs=3, metavar=("DATA_DIR", "MASTER", "WHAT"), help=argparse.SUPPRESS)
@@ -302,8 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"(vs duckdb = DuckDB JSONL time / this time; load {load:.1f} at start, {os.getloadavg()[0]:.1f} at end)")
         if args.size != DEFAULT_SIZE:
             figures = {k: v for k, v in figures.items() if "10m" not in k}  # the keys name 10M records
-            print(f"size {n:,} is not 10M: only the small-run keys go to {RESULTS.name}")
-        write_results(figures)
+            print(f"size {n:,} is not 10M: only the small-run keys go to {results.RESULTS.name}")
+        results.merge(figures)
         print("verdicts agree (local JSONL = Parquet rows = ingested sums = standalone; DuckDB finds no mismatch)"
               if ok else "MISMATCH")
     finally:

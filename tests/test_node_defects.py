@@ -29,6 +29,7 @@ from snapmesh.node_logs import money_check, read_logs
 from services.node.datalock import DataDirLock, DataDirLocked
 from services.node.recovery import recover
 from services.node.reporter import CorruptReportError, PendingReports, StateReporter
+from services.node import translog
 from services.node.translog import LogClosedError, TransferLog
 from snapmesh.chunking import CHUNK_BYTES, BadChunks, StateAssembler, StateTooLarge, split_state
 from snapmesh import supervisor
@@ -80,15 +81,16 @@ def test_the_data_dir_lock_is_exclusive_names_its_holder_and_is_released(tmp_pat
 # ------------------------------------------- 2. writing on after a failed fsync
 
 
-def _failing_once(real, error: OSError, *, half_write: bool = False):
-    """`real` (os.write or os.fdatasync) that fails on its first call from the
-    flusher's thread, then works again: so anything written after the failure
-    would land in the file (as it would once a full disk has room again)."""
+def _failing_once(real, error: OSError, armed: threading.Event, *, half_write: bool = False):
+    """`real` (os.write or os.fdatasync) that fails on its first call once `armed`
+    is set (after the test's own start-up flush), then works again: so anything
+    written after the failure would land in the file (as it would once a full
+    disk has room again)."""
     calls = {"n": 0}
 
     def fake(fd, *args):
-        if threading.current_thread() is threading.main_thread():
-            return real(fd, *args)  # the test's own start-up flushes
+        if not armed.is_set():
+            return real(fd, *args)
         calls["n"] += 1
         if calls["n"] == 1:
             if half_write:  # a torn line: part of the batch reaches the file
@@ -101,27 +103,38 @@ def _failing_once(real, error: OSError, *, half_write: bool = False):
 
 
 @pytest.mark.parametrize("failing", ["fdatasync", "write"])
-def test_after_a_failed_write_or_fsync_the_log_writes_nothing_more(tmp_path: Path, monkeypatch, failing) -> None:
+@pytest.mark.parametrize("sends", [1, 200], ids=["small-round-on-the-loop", "large-round-on-a-thread"])
+def test_after_a_failed_write_or_fsync_the_log_writes_nothing_more(
+    tmp_path: Path, monkeypatch, failing, sends
+) -> None:
     path = tmp_path / "p1.log.jsonl"
+    armed = threading.Event()
     if failing == "fdatasync":
-        monkeypatch.setattr(os, "fdatasync", _failing_once(os.fdatasync, OSError(errno.EIO, "injected EIO")))
+        monkeypatch.setattr(os, "fdatasync", _failing_once(os.fdatasync, OSError(errno.EIO, "injected EIO"), armed))
     else:
-        monkeypatch.setattr(os, "write", _failing_once(os.write, OSError(errno.ENOSPC, "injected ENOSPC"),
+        monkeypatch.setattr(os, "write", _failing_once(os.write, OSError(errno.ENOSPC, "injected ENOSPC"), armed,
                                                        half_write=True))
+    synced_on: list[bool] = []  # per round: on the loop's thread?
+    real_sync = translog._write_all_and_sync
+    monkeypatch.setattr(translog, "_write_all_and_sync", lambda fd, data: (
+        synced_on.append(threading.current_thread() is threading.main_thread()), real_sync(fd, data))[1])
 
     async def go() -> tuple[bytes, BaseException]:
         log = TransferLog(path, "p1", last_lsn=0)
-        log.append_init(100)
+        log.append_init(100 * sends)
         log.flush_sync()
+        synced_on.clear()
+        armed.set()
         log.start()
-        lsn = log.append_send("p1", "p2", 1, 10)  # this round fails
+        for seq in range(1, sends + 1):  # this round fails
+            lsn = log.append_send("p1", "p2", seq, 10)
         with pytest.raises(LogClosedError, match="injected"):
             await asyncio.wait_for(log.wait_durable(lsn), 5)
         assert log.flusher is not None and log.flusher.done()
         failure = log.flusher.exception()
         after_failure = path.read_bytes()
         # The engine keeps applying while the node goes down: none of it may reach the file.
-        later = log.append_send("p1", "p2", 2, 20)
+        later = log.append_send("p1", "p2", sends + 1, 20)
         with pytest.raises(LogClosedError):
             await asyncio.wait_for(log.wait_durable(later), 5)
         log.flush_sync()
@@ -130,11 +143,13 @@ def test_after_a_failed_write_or_fsync_the_log_writes_nothing_more(tmp_path: Pat
         return after_failure, failure
 
     after_failure, failure = asyncio.run(go())
+    assert synced_on == [sends == 1], f"the failed round was synced on the loop: {synced_on}"
     assert isinstance(failure, OSError)
-    assert log_lsns(path) in ([1], [1, 2])  # the failed batch may or may not be in the file
-    recovered = recover(path, "p1", initial_balance=100, incoming=("p2",), outgoing=("p2",))
-    assert recovered.last_lsn == len(log_lsns(path))
-    assert recovered.balance == 100 - 10 * (recovered.last_lsn - 1)
+    lsns = log_lsns(path)
+    assert lsns[0] == 1 and set(lsns) <= set(range(1, sends + 2))  # the failed batch may be partly in the file
+    recovered = recover(path, "p1", initial_balance=100 * sends, incoming=("p2",), outgoing=("p2",))
+    assert recovered.last_lsn == len(lsns)
+    assert recovered.balance == 100 * sends - 10 * (recovered.last_lsn - 1)
 
 
 def log_lsns(path: Path) -> list[int]:

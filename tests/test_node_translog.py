@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import grpc
 
 from node_harness import cluster_file, run_node_once
 from services.node.recovery import CorruptLogError, OutboxEntry, recover
+from services.node import translog
 from services.node.translog import TransferLog
 from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -94,6 +96,49 @@ def test_group_commit_durable_lsn_never_runs_ahead_of_the_file(tmp_path: Path) -
     assert len(seen) < 2001 / 10, f"{len(seen)} fsyncs for 2001 records: not group-committed"
     for lsn, on_disk in seen:
         assert on_disk >= lsn
+
+
+def test_small_rounds_sync_on_the_loop_large_ones_and_a_slow_disk_on_a_thread(tmp_path: Path, monkeypatch) -> None:
+    """Where each round's write + fdatasync runs (translog.sync_inline): a
+    small round on the event loop's thread, a large one on a worker, and after
+    a slow sync every round on a worker until a sync is fast again."""
+    path = tmp_path / "p1.log.jsonl"
+    rounds: list[tuple[int, bool]] = []  # (bytes, on the loop's thread)
+    slow = {"next": False}
+    real = translog._write_all_and_sync
+
+    def spy(fd: int, data: bytes) -> float:
+        rounds.append((len(data), threading.current_thread() is threading.main_thread()))
+        took = real(fd, data)
+        if slow["next"]:
+            slow["next"] = False
+            return translog.INLINE_SYNC_MAX_S * 10  # as if the disk had stalled
+        return took
+
+    monkeypatch.setattr(translog, "_write_all_and_sync", spy)
+
+    async def go() -> None:
+        log = TransferLog(path, "p1", last_lsn=0)
+        log.start()
+        log.append_init(10_000)
+        await log.wait_durable(log.last_lsn)  # small
+        for seq in range(1, 201):
+            log.append_send("p1", "p2", seq, 1)
+        await log.wait_durable(log.last_lsn)  # 200 records: large
+        slow["next"] = True
+        log.append_send("p1", "p2", 201, 1)
+        await log.wait_durable(log.last_lsn)  # small, on the loop, but slow
+        log.append_send("p1", "p2", 202, 1)
+        await log.wait_durable(log.last_lsn)  # small after a slow one: a thread (it is fast again)
+        log.append_send("p1", "p2", 203, 1)
+        await log.wait_durable(log.last_lsn)  # small: back on the loop
+        await log.close()
+
+    asyncio.run(go())
+    sizes = [n for n, _ in rounds]
+    assert sizes[1] > translog.INLINE_SYNC_MAX_BYTES >= max(sizes[:1] + sizes[2:]), sizes
+    assert [on_loop for _, on_loop in rounds] == [True, False, True, False, True], rounds
+    assert [json.loads(line)["lsn"] for line in path.read_text().splitlines()] == list(range(1, 205))
 
 
 # ----------------------------------------------------------------- recovery
