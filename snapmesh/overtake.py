@@ -44,6 +44,7 @@ O5. Restarts and reconnects behave as in classic mode: a node that restarts
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
@@ -84,11 +85,20 @@ def merge(
     (`make(seq, amount)`) only for an outbox seq the receiver did not record, so
     the part it also holds (most of it) costs no object. Where both hold a seq
     they hold the same transfer; the receiver's copy is kept."""
-    have = {t.seq for t in recorded}  # type: ignore[attr-defined]
+    held = [t.seq for t in recorded]  # type: ignore[attr-defined]  (the one pass over the items)
+    in_order = all(map(operator.lt, held, held[1:]))
     start = bisect.bisect_right(seqs, position)
-    extra = [make(seq, amount) for seq, amount in zip(seqs[start:], amounts[start:], strict=True) if seq not in have]
-    in_order = all(a.seq < b.seq for a, b in zip(recorded, recorded[1:], strict=False))  # type: ignore[attr-defined]
-    if in_order and (not extra or not recorded or extra[0].seq > recorded[-1].seq):  # type: ignore[attr-defined]
+    if in_order and held and held[-1] - held[0] + 1 == len(held):
+        # The receiver holds exactly the seqs held[0]..held[-1] (the usual case):
+        # the outbox's new part is what lies outside that range, no set needed.
+        below = max(start, bisect.bisect_left(seqs, held[0]))
+        above = max(start, bisect.bisect_right(seqs, held[-1]))
+        extra = [make(seq, amount) for seq, amount in zip(seqs[start:below], amounts[start:below], strict=True)]
+        extra += [make(seq, amount) for seq, amount in zip(seqs[above:], amounts[above:], strict=True)]
+    else:
+        have = set(held)
+        extra = [make(seq, amount) for seq, amount in zip(seqs[start:], amounts[start:], strict=True) if seq not in have]
+    if in_order and (not extra or not held or extra[0].seq > held[-1]):  # type: ignore[attr-defined]
         return [*recorded, *extra]  # the usual case: the outbox's part comes after the receiver's
     by_seq: dict[int, T] = {}
     for item in [*recorded, *extra]:

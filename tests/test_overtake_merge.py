@@ -17,7 +17,11 @@ from snapmesh.overtake import merge
 def test_merge_is_the_union_past_the_position_one_per_seq_in_order(seed: int) -> None:
     rng = random.Random(seed)
     position = rng.randint(0, 20)
-    recorded = [Transfer(msg_id=f"a:b:{q}", amount=q, seq=q) for q in range(position + 1, position + rng.randint(1, 12))]
+    first = position + 1 if rng.random() < 0.6 else rng.randint(0, 30)
+    held = list(range(first, first + rng.randint(0, 12)))
+    if rng.random() < 0.3:
+        held = sorted(rng.sample(held, len(held) // 2 + 1)) if held else held  # gaps: the set path
+    recorded = [Transfer(msg_id=f"a:b:{q}", amount=q, seq=q) for q in held]
     if rng.random() < 0.2:
         rng.shuffle(recorded)  # out of order: still assembled in seq order
     outbox_seqs = sorted(rng.sample(range(1, 40), rng.randint(0, 15)))

@@ -5,8 +5,8 @@ Two files per finished snapshot:
 - `<data_dir>/controller/snapshots/<id>.pb`: the compact store of record, the
   Snapshot's protobuf bytes. The controller loads these on start.
 - `<data_dir>/snapshots/<id>.json`: the proto JSON export (snake_case names) that
-  the README, grpcurl users and the Spark job read. Same content, ~20x the cost
-  to encode per in-flight entry (`python -m bench store` measures both).
+  the README, grpcurl users and the Spark job read. Same content; `export.py`
+  renders it, and `python -m bench store` measures both.
 
 Both are written by one background thread (`StoreWriter`), never on the way to
 an answer: by the time a snapshot is handed to it, its outcome is already
@@ -28,6 +28,7 @@ from pathlib import Path
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
+from services.controller import export
 from snapmesh.durable import write_atomically
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -37,9 +38,7 @@ FINISHED = (pb.Snapshot.COMPLETE, pb.Snapshot.FAILED)
 
 
 def to_json(snapshot: pb.Snapshot) -> str:
-    return json_format.MessageToJson(
-        snapshot, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-    )
+    return export.snapshot_json(snapshot)
 
 
 class SnapshotStore:
