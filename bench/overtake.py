@@ -8,7 +8,7 @@ Figures (all from this one run; compare them as ratios):
     those snapshots, and how many FAILED;
   - per mode, on an 8-node mesh paced at 50% of the 4-node peak: snapshot p99,
     trigger to COMPLETE as the client sees it; overtake mode at two
-    flow-control marks (SNAPMESH_FLOW_MARK); beside each, the p99 of one node
+    flow-control marks (SNAPMESH_FLOW_MARK); both modes again at 25%; beside each, the p99 of one node
     round trip (`GetState`, which answers after one log round) under the same
     load, and how busy the machine was;
   - a 32-node mesh (992 channels) in overtake mode under a light paced load:
@@ -178,14 +178,16 @@ def measure(say) -> dict[str, float]:
                 out[f"controller_p99_ms_100ms_{mode}"] = p99
                 out[f"snapshots_not_complete_100ms_{mode}"] = bad
         out["controller_p99_ms_100ms"] = out["controller_p99_ms_100ms_overtake"]
-        half = 0.5 * peak
-        for mode, mark in (("classic", None), ("overtake", None), ("overtake", MARKS[1])):
-            say(f" 8-node mesh, {mode}, mark {mark or MARKS[0]}, paced {half:,.0f}/s")
+        phases = [(0.5, "classic", None), (0.5, "overtake", None), (0.5, "overtake", MARKS[1]),
+                  (0.25, "classic", None), (0.25, "overtake", None)]
+        for fraction, mode, mark in phases:
+            rate = fraction * peak
+            say(f" 8-node mesh, {mode}, mark {mark or MARKS[0]}, paced {rate:,.0f}/s ({fraction:.0%} of the 4-node peak)")
             with _Mesh(root, 8, mode, mark) as mesh:
-                p99, done, failed, node_rtt, busy = _latency(mesh, half)
+                p99, done, failed, node_rtt, busy = _latency(mesh, rate)
             say(f"  snapshot p99 {p99:.1f} ms ({done} COMPLETE, {failed} not); node round trip p99 "
                 f"{node_rtt:.1f} ms; machine {busy:.0%} busy")
-            suffix = f"8n_50pct_{mode}" + (f"_mark{mark}" if mark else "")
+            suffix = f"8n_{fraction * 100:.0f}pct_{mode}" + (f"_mark{mark}" if mark else "")
             out[f"snapshot_p99_ms_{suffix}"] = p99
             out[f"node_rtt_p99_ms_{suffix}"] = node_rtt
             out[f"cpu_busy_{suffix}"] = busy
