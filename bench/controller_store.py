@@ -11,7 +11,7 @@ side by side in one run (`python -m bench store`):
 Snapshots of an 8-node mesh (56 channels) with ENTRIES in-flight transfers, so a
 file's fixed cost (fsync, rename) is spread thin. Rounds alternate the methods and
 the median round counts. Keys merged into bench/results.json:
-`store_us_per_entry_printer`, `store_us_per_entry_protojson`,
+`store_us_per_entry_printer`, `store_us_per_entry_protojson`, `store_export_speedup`,
 `store_us_per_entry_compact`, `store_compact_speedup`, `journal_us_per_entry`.
 """
 

@@ -86,6 +86,12 @@ class Observer:
         return window_between(start, end, snapshots, max_unacked)
 
 
+def busy_fraction(start: Sample, end: Sample, cores: int | None = None) -> float:
+    """The share of the whole machine's CPU time that was busy between two samples."""
+    capacity = (end.at - start.at) * (cores or os.cpu_count() or 1)
+    return (end.machine - start.machine) / capacity if capacity > 0 else float("nan")
+
+
 def window_between(start: Sample, end: Sample, snapshots: list[str], max_unacked: float) -> Window:
     elapsed = end.at - start.at
 

@@ -8,9 +8,9 @@ Figures (all from this one run; compare them as ratios):
     those snapshots, and how many FAILED;
   - per mode, on an 8-node mesh paced at 50% of the 4-node peak: snapshot p99,
     trigger to COMPLETE as the client sees it; overtake mode at two
-    flow-control marks (SNAPMESH_FLOW_MARK); both modes again at 25%; beside each, the p99 of one node
-    round trip (`GetState`, which answers after one log round) under the same
-    load, and how busy the machine was;
+    flow-control marks (SNAPMESH_FLOW_MARK); both modes again at 25%;
+    beside each, the p99 of one node round trip (`GetState`, which answers
+    after one log round) under the same load, and how busy the machine was;
   - a 32-node mesh (992 channels) in overtake mode under a light paced load:
     snapshot latency.
 It prints a table and merges its figures into bench/results.json (a flat
@@ -30,7 +30,7 @@ import grpc
 from bench import results
 from bench.cluster import INITIAL_BALANCE, _finished, _latency_run, _paced_callers, _wait_controller_idle
 from bench.loadgen import LoadGen
-from bench.observe import Observer
+from bench.observe import Observer, busy_fraction
 from snapmesh.config import write_cluster
 from snapmesh.runtime import CLIENT_OPTIONS
 from snapmesh.supervisor import Cluster
@@ -102,16 +102,16 @@ def _ab(mesh: _Mesh, callers: int) -> tuple[float, float, int]:
     return sum(ratios) / len(ratios), _p99(durations), failed + running
 
 
-def _latency(mesh: _Mesh, rate: float) -> tuple[float, int, int, float, float]:
+def _latency(mesh: _Mesh, rate: float, *, probe: bool = True) -> tuple[float, int, int, float, float]:
     """At a paced load: client-side snapshot p99 (ms), how many COMPLETE, how
-    many not; the p99 (ms) of one node round trip under the same load; the
-    fraction of the machine's CPU time busy while the snapshots ran."""
+    many not; with `probe`, the p99 (ms) of one node round trip under the same
+    load (else NaN); the fraction of the machine busy while the snapshots ran."""
     mesh.loadgen.set(_paced_callers(len(mesh.cluster.node_ids)), rate=rate)
     time.sleep(SETTLE_S)
-    node_rtt = _node_rtt_p99(mesh)
-    before = _cpu_times()
+    node_rtt = _node_rtt_p99(mesh) if probe else float("nan")
+    start = mesh.observer.sample()
     client, _, failed, _ = _latency_run(mesh.controller, LATENCY_SNAPSHOTS, LATENCY_CAP_S, {})
-    busy = _busy_between(before, _cpu_times())
+    busy = busy_fraction(start, mesh.observer.sample())
     mesh.loadgen.set(0)
     return _p99(client), len(client), failed, node_rtt, busy
 
@@ -132,20 +132,6 @@ def _node_rtt_p99(mesh: _Mesh, calls: int = NODE_RTT_CALLS) -> float:
             times.append((time.perf_counter() - started) * 1e3)
             time.sleep(NODE_RTT_GAP_S)
     return _p99(times)
-
-
-def _cpu_times() -> tuple[int, int]:
-    """(all, idle + iowait) jiffies of the whole machine, from /proc/stat (Linux)."""
-    try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return 0, 0
-    return sum(fields), fields[3] + fields[4]
-
-
-def _busy_between(before: tuple[int, int], after: tuple[int, int]) -> float:
-    total = after[0] - before[0]
-    return 1.0 - (after[1] - before[1]) / total if total > 0 else float("nan")
 
 
 def measure(say) -> dict[str, float]:
@@ -198,7 +184,7 @@ def measure(say) -> dict[str, float]:
         say(" 32-node mesh (992 channels), overtake, light paced load")
         try:
             with _Mesh(root, 32, "overtake") as mesh:
-                p99, done, failed, _, _ = _latency(mesh, 0.05 * peak)
+                p99, done, failed, _, _ = _latency(mesh, 0.05 * peak, probe=False)
             out["snapshot_p99_ms_32n_overtake"] = p99
             out["snapshots_complete_32n_overtake"] = done
             say(f"  snapshot p99 {p99:.1f} ms ({done} COMPLETE, {failed} not)")

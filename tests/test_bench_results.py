@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from bench import results
-from bench.overtake import _busy_between
+from bench.observe import Sample, busy_fraction
 
 
 def test_merge_keeps_other_benchmarks_keys_and_stamps_the_run(tmp_path: Path) -> None:
@@ -28,6 +28,8 @@ def test_merge_starts_a_missing_or_unreadable_file(tmp_path: Path) -> None:
     assert json.loads(path.read_text())["cluster_rate_4n"] == 1.0
 
 
-def test_busy_fraction_from_two_proc_stat_readings() -> None:
-    assert _busy_between((1000, 400), (2000, 650)) == 0.75  # 250 of 1,000 jiffies idle
-    assert _busy_between((0, 0), (0, 0)) != _busy_between((0, 0), (0, 0))  # no reading: NaN, not 0 or 1
+def test_busy_fraction_of_the_machine_between_two_samples() -> None:
+    start = Sample(at=10.0, metrics={}, cpu={}, machine=100.0)
+    end = Sample(at=14.0, metrics={}, cpu={}, machine=106.0)  # 6 busy CPU-seconds in 4 s
+    assert busy_fraction(start, end, cores=2) == 0.75
+    assert busy_fraction(start, start, cores=2) != busy_fraction(start, start, cores=2)  # no time: NaN, not 0 or 1

@@ -66,7 +66,12 @@ def test_the_shortcut_is_taken_and_checked_on_a_snapshot_with_in_flight_entries(
         snapshot = random_snapshot(rng)
     rendered: list[int] = []
     real = export._in_flight
-    monkeypatch.setattr(export, "_in_flight", lambda entries: (rendered.append(len(entries)), real(entries))[1])
+
+    def spy(entries) -> str:
+        rendered.append(len(entries))
+        return real(entries)
+
+    monkeypatch.setattr(export, "_in_flight", spy)
     assert export.snapshot_json(snapshot) == export.printed(snapshot)
     assert sum(rendered) == sum(len(c.in_flight) for c in snapshot.channels) > 0
 

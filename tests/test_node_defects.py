@@ -116,8 +116,12 @@ def test_after_a_failed_write_or_fsync_the_log_writes_nothing_more(
                                                        half_write=True))
     synced_on: list[bool] = []  # per round: on the loop's thread?
     real_sync = translog._write_all_and_sync
-    monkeypatch.setattr(translog, "_write_all_and_sync", lambda fd, data: (
-        synced_on.append(threading.current_thread() is threading.main_thread()), real_sync(fd, data))[1])
+
+    def spy(fd: int, data: bytes) -> float:
+        synced_on.append(threading.current_thread() is threading.main_thread())
+        return real_sync(fd, data)
+
+    monkeypatch.setattr(translog, "_write_all_and_sync", spy)
 
     async def go() -> tuple[bytes, BaseException]:
         log = TransferLog(path, "p1", last_lsn=0)
