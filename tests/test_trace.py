@@ -13,6 +13,7 @@ import io
 import json
 import re
 import shutil
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from PIL import Image
 from snapmesh.reconcile.synth import main as synth_main
 from snapmesh.trace.clocks import build_trace, happened_before
 from snapmesh.trace.layout import layout
-from snapmesh.trace.logs import read_data_dir
+from snapmesh.trace.logs import LogError, read_data_dir
 from snapmesh.trace.main import main as trace_main
 from snapmesh.trace.shiviz import SHIVIZ_REGEX, render_shiviz
 from snapmesh.trace.svg import CHOSEN_CUT_COLOUR, render_png, render_svg
@@ -236,6 +237,20 @@ def test_cli_bad_logs_exit_2_naming_file_and_line(small, tmp_path, capsys):
 # ------------------------------------------------------------------ a real run
 
 
+def _wait_until_every_send_is_received(data_dir: Path, timeout: float) -> list:
+    """Read the running nodes' logs until no sent message lacks its receive (or
+    `timeout` passes); returns the unmatched messages of the last reading."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            unmatched = [m for m in build_trace(read_data_dir(data_dir)).messages if m.recv is None]
+        except LogError:  # a line the node is writing right now
+            unmatched = ["a log could not be read yet"]
+        if not unmatched or time.monotonic() > deadline:
+            return unmatched
+        time.sleep(0.1)
+
+
 @pytest.mark.cluster
 @pytest.mark.timeout(180)
 def test_a_real_clusters_logs(tmp_path):
@@ -250,10 +265,13 @@ def test_a_real_clusters_logs(tmp_path):
     with LocalCluster(write_config(data_dir / "cluster.toml", nodes=4, data_dir=data_dir)) as cluster:
         params = WorkloadParams(duration=2.5, transfer_interval=0.02, snapshot_every=0.8, seed=5)
         summary = run_workload(cluster.controller_address, params, out=io.StringIO())
+        # The workload stops sending, but its last transfers may still be on their
+        # way: stop the cluster only once every logged send has its receive.
+        unmatched = _wait_until_every_send_is_received(data_dir, timeout=30.0)
     assert summary.exit_code == 0
-    trace = build_trace(read_data_dir(data_dir))
-    unmatched = [m for m in trace.messages if m.recv is None]
     assert not unmatched, f"every message was received before the cluster stopped: {unmatched[:3]}"
+    trace = build_trace(read_data_dir(data_dir))
+    assert not [m for m in trace.messages if m.recv is None]
     for message in trace.messages:
         assert happened_before(trace.events[message.send].clock, trace.events[message.recv].clock)
     recorded = recorded_in_flight(data_dir)
