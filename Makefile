@@ -16,10 +16,11 @@ export PYSPARK_PYTHON ?= $(abspath $(PY))
 
 install: $(STAMP) $(PROTO_STAMP) $(CDS_STAMP)
 
-$(STAMP): pyproject.toml
+# pyproject.toml has compatible ranges; constraints.txt the exact versions tested.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
 proto: $(STAMP)

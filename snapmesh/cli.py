@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: snapmesh COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: snapmesh COMMAND [ARGS...] | --version", "", "commands:"]
     lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
     lines += ["", "`snapmesh COMMAND --help` for a command's arguments."]
     return "\n".join(lines)
@@ -44,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0 if argv else 2
+    if argv[0] == "--version":
+        from snapmesh.version import version
+
+        print(f"snapmesh {version()}")
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"snapmesh: unknown command {name!r}\n\n{usage()}", file=sys.stderr)

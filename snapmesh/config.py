@@ -2,7 +2,8 @@
 
 TOML, for example::
 
-    data_dir = "data"          # relative paths are relative to this file
+    data_dir = "data"          # relative paths are relative to this file (in a file
+                               # shipped in the package: to the current directory)
     initial_balance = 1000
     # channels = [["p1", "p2"], ["p2", "p1"]]   optional; default: full mesh
     # channel_bound = 100000   optional: unacknowledged messages per channel past which
@@ -66,7 +67,16 @@ import tomli_w
 from snapmesh.ports import free_ports
 from snapmesh.topology import Topology, TopologyError
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "local-4.toml"
+SHIPPED_CONFIGS = Path(__file__).resolve().parent / "configs"
+DEFAULT_CONFIG = SHIPPED_CONFIGS / "local-4.toml"
+
+
+def _relative_base(path: Path) -> Path:
+    """What a relative data_dir is relative to: the file's directory, except for a
+    file shipped in the package (installed, it lies in site-packages, which is
+    no place for data): there the current directory."""
+    parent = path.resolve().parent
+    return Path.cwd() if parent == SHIPPED_CONFIGS else parent
 
 
 SNAPSHOT_MODES = ("classic", "overtake")
@@ -210,7 +220,7 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
     data_dir_text = env.get("SNAPMESH_DATA_DIR") or fields.string(raw, "data_dir", "data_dir")
     data_dir = Path(data_dir_text)
     if not data_dir.is_absolute():
-        data_dir = (path.resolve().parent / data_dir).resolve()
+        data_dir = (_relative_base(path) / data_dir).resolve()
     initial_balance = fields.integer(raw, "initial_balance", "initial_balance", minimum=0)
     channel_bound = fields.integer(raw, "channel_bound", "channel_bound", minimum=1) if "channel_bound" in raw else 100_000
     segment_records = (

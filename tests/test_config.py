@@ -86,6 +86,18 @@ def test_the_shipped_default_is_a_four_node_mesh():
     assert len(cfg.topology.channels) == 12
 
 
+def test_the_shipped_defaults_data_dir_is_under_the_current_directory(tmp_path, monkeypatch):
+    # Installed, the shipped file lies in site-packages: its data must not go there.
+    monkeypatch.chdir(tmp_path)
+    cfg = config.load(config.DEFAULT_CONFIG, env={})
+    assert cfg.data_dir == tmp_path / "data"
+    assert not cfg.data_dir.is_relative_to(config.DEFAULT_CONFIG.parent.parent)
+    # Any other file's relative data_dir stays relative to the file, wherever it is run.
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    assert config.load(write(other, GOOD), env={}).data_dir == other / "data"
+
+
 @pytest.mark.parametrize(
     "old, new, field, problem",
     [

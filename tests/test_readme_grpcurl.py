@@ -85,7 +85,8 @@ def test_the_binary_is_grpcurl_1_8_6():
     assert "grpcurl v1.8.6" in result.stdout + result.stderr
 
 
-def test_readme_addresses_are_the_default_cluster():
+def test_readme_addresses_are_the_default_cluster(monkeypatch):
+    monkeypatch.chdir(README.parent)  # the README's commands run from the checkout
     default = config.load(config.DEFAULT_CONFIG)
     known = {default.controller.address, *(n.address for n in default.nodes)}
     for argv in readme_commands():

@@ -281,3 +281,18 @@ def test_a_real_clusters_logs(tmp_path):
     line = write_run_trace(data_dir)
     assert line.startswith(f"message flow: {data_dir / 'trace.svg'}"), line
     Image.open(io.BytesIO(render_png((data_dir / "trace.svg").read_text()))).verify()
+
+
+def test_png_without_the_png_extra_is_one_clear_line(eight, tmp_path, capsys, monkeypatch):
+    # cairosvg is the optional `png` extra: without it `import cairosvg` fails.
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cairosvg", None)
+    out = tmp_path / "trace.png"
+    assert trace_main(["--data-dir", str(eight), "--format", "png", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "pip install 'snapmesh[png]'" in err and "--format png" in err
+    assert not out.exists()
+    # svg needs no extra.
+    assert trace_main(["--data-dir", str(eight), "--format", "svg", "--out", str(tmp_path / "t.svg")]) == 0

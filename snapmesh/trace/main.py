@@ -8,7 +8,7 @@ transfers) in-flight transfers highlighted; `--window FROM:TO` picks the stretch
 of Lamport time drawn (default: around the chosen snapshot).
 
 Exit 0 written, 2 bad input (no logs, an unreadable record, an unknown snapshot,
-a bad window), each named in one line.
+a bad window) or png without the `png` extra (cairosvg), each named in one line.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from snapmesh.trace.clocks import Trace, TraceError, build_trace
 from snapmesh.trace.layout import LayoutError, busiest_snapshot, layout
 from snapmesh.trace.logs import LogError, read_data_dir
 from snapmesh.trace.shiviz import render_shiviz
-from snapmesh.trace.svg import render_png, render_svg
+from snapmesh.trace.svg import png_unavailable, render_png, render_svg
 
 FORMATS = ("shiviz", "svg", "png")
 
@@ -89,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         return args
     if args.format == "shiviz" and (args.snapshot or args.window):
         print("snapmesh trace: --snapshot and --window are for svg and png", file=sys.stderr)
+        return 2
+    if args.format == "png" and (problem := png_unavailable()):
+        print(f"snapmesh trace: {problem}", file=sys.stderr)
         return 2
     try:
         trace = build_trace(read_data_dir(args.data_dir))

@@ -152,6 +152,21 @@ def _legend(layout: Layout, y: float) -> list[str]:
     return out
 
 
+PNG_EXTRA_HINT = "--format png needs the png extra: pip install 'snapmesh[png]' (cairosvg, which needs libcairo)"
+
+
+def png_unavailable() -> str | None:
+    """Why PNG cannot be rendered here (one line), or None when it can: cairosvg
+    is the optional `png` extra, and it loads libcairo when imported."""
+    try:
+        import cairosvg  # noqa: F401
+    except ImportError as exc:
+        return f"{PNG_EXTRA_HINT}; {exc}"
+    except OSError as exc:  # cairocffi found no libcairo
+        return f"{PNG_EXTRA_HINT}; cannot load libcairo: {exc}"
+    return None
+
+
 def render_png(svg: str, *, scale: float = 1.0) -> bytes:
     """The SVG rasterized by cairosvg (libcairo)."""
     import cairosvg
