@@ -16,8 +16,17 @@ launcher even when it is SIGKILLed (see the supervisor).
 every connection over mutual TLS with the token on the control plane, and
 prints a second line `grpcurl: ...` with the command to trigger a snapshot.
 
+Before it writes anything into the data dir (cluster.toml, certificates, logs) it
+takes the controller's and every node's data-dir lock (snapmesh.datalock), so
+`cluster up` on a live cluster's data dir exits 2 naming the dir and the holder's
+pid, and changes nothing there. It prints `controller:` only once every child it
+started answers SERVING itself (its per-run instance id: snapmesh.supervisor); a
+child that exits first fails the start with its log's last lines, and the others
+are stopped.
+
 Exit status: 0 after a clean stop, 1 when the cluster cannot start, 2 for bad
-arguments or a malformed cluster file (the message names the field).
+arguments, a malformed cluster file (the message names the field) or a data dir
+in use.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from snapmesh import config as cluster_config
 from snapmesh import security
 from snapmesh.argparsing import parse_args
 from snapmesh.config import ConfigError, write_cluster
+from snapmesh.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
 from snapmesh.ports import NoFreePorts, free_ports, port_is_free
 from snapmesh.supervisor import Cluster, SupervisorError
 
@@ -81,24 +91,37 @@ def main(argv: list[str] | None = None) -> int:
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     cluster: Cluster | None = None
     try:
+        env = dict(os.environ)
         if args.nodes is not None:
             data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="snapmesh-"))
-            config_path = write_cluster(data_dir / "cluster.toml", nodes=args.nodes, data_dir=data_dir)
+            config_path = data_dir / "cluster.toml"
             config_dir = None
+            node_ids = [f"p{i}" for i in range(1, args.nodes + 1)]
         else:
             config_path = Path(args.config or cluster_config.DEFAULT_CONFIG)
             config_dir = args.data_dir
-        tls_dir = None
-        if args.tls:
-            env = dict(os.environ)
             if config_dir is not None:
                 env["SNAPMESH_DATA_DIR"] = str(Path(config_dir).resolve())
             plain = cluster_config.load(config_path, env=env)
-            tls_dir = plain.data_dir / "tls"
-            try:
-                security.write_certs(plain, tls_dir)
-            except OSError as exc:
-                raise ConfigError(f"cannot write certificates into {tls_dir}: {exc}") from None
+            data_dir, node_ids = plain.data_dir, [n.id for n in plain.nodes]
+        tls_dir = data_dir.resolve() / "tls" if args.tls else None
+        # Every lock of the cluster about to start, before anything is written in its
+        # data dir: a second `cluster up` on a live one changes nothing there.
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            locks = acquire_all(data_dir, [CONTROLLER, *node_ids])
+        except OSError as exc:
+            raise ConfigError(f"cannot lock data dir {data_dir}: {exc}") from None
+        try:
+            if args.nodes is not None:
+                write_cluster(config_path, nodes=node_ids, data_dir=data_dir)
+            if tls_dir is not None:
+                try:
+                    security.write_certs(cluster_config.load(config_path, env=env), tls_dir)
+                except OSError as exc:
+                    raise ConfigError(f"cannot write certificates into {tls_dir}: {exc}") from None
+        finally:
+            release_all(locks)  # the children take them again, each its own
         cluster = Cluster(config_path, data_dir=config_dir, tls_dir=tls_dir)
         print(f"snapmesh cluster: starting {len(cluster.config.nodes)} nodes; logs in {cluster.log_dir}",
               file=sys.stderr, flush=True)
@@ -114,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not alive and name not in reported:
                     reported.add(name)
                     print(f"snapmesh cluster: {name} exited; see {cluster.log_dir}", file=sys.stderr, flush=True)
-    except ConfigError as exc:
+    except (ConfigError, DataDirLocked) as exc:
         print(f"snapmesh cluster: {exc}", file=sys.stderr)
         return 2
     except (SupervisorError, NoFreePorts) as exc:

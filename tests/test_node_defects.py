@@ -26,7 +26,7 @@ import pytest
 from cluster_helpers import check_against_logs, controller_stub, node_stub
 from node_harness import Cluster, ReportSink, run_node_once
 from snapmesh.node_logs import money_check, read_logs
-from services.node.datalock import DataDirLock, DataDirLocked
+from snapmesh.datalock import DataDirLock, DataDirLocked
 from services.node.recovery import recover
 from services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from services.node import translog

@@ -7,9 +7,11 @@ finished ones are filed in `<data_dir>/controller/snapshots/` (compact) and
 exported to `<data_dir>/snapshots/` (proto JSON) in the background. On start it
 loads the files, replays the journal, files what was not filed yet, and takes
 back the snapshots still in progress: they complete from the nodes' re-sent
-reports or fail as "controller restarted" at their deadline. Exit status: 0 after a clean
-stop on SIGINT/SIGTERM, 1 when it cannot bind, 2 for bad arguments or a
-malformed cluster file.
+reports or fail as "controller restarted" at their deadline. Before it reads or
+writes anything there it locks `<data_dir>/controller.lock` (snapmesh.datalock): a
+second controller on a live data dir exits 2 naming the dir and the holder's pid.
+Exit status: 0 after a clean stop on SIGINT/SIGTERM, 1 when it cannot bind, 2 for
+bad arguments, a malformed cluster file or a data dir in use.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from services.controller.tracker import Tracker
 from snapmesh import config as cluster_config
 from snapmesh import security
 from snapmesh.argparsing import parse_args
+from snapmesh.datalock import CONTROLLER, DataDirLock, DataDirLocked
 from snapmesh.runtime import ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -98,6 +101,30 @@ async def serve(
     deadline: float | None,
     identity: security.Identity | None = None,
     keep: int = 0,
+) -> int:
+    try:
+        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        # Before anything in the data dir is read or written: one controller per data dir.
+        lock = DataDirLock.acquire(cfg.data_dir, CONTROLLER)
+    except DataDirLocked as exc:
+        print(f"snapmesh controller: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"snapmesh controller: cannot lock data dir {cfg.data_dir}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return await _serve_locked(cfg, interval=interval, deadline=deadline, identity=identity, keep=keep)
+    finally:
+        lock.release()
+
+
+async def _serve_locked(
+    cfg: cluster_config.ClusterConfig,
+    *,
+    interval: float | None,
+    deadline: float | None,
+    identity: security.Identity | None,
+    keep: int,
 ) -> int:
     tracker = Tracker(
         topology=cfg.topology,

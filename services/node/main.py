@@ -20,7 +20,7 @@ import random
 import sys
 
 from services.node.channels import HIGH_WATER, IncomingChannel, OutgoingChannel
-from services.node.datalock import DataDirLock, DataDirLocked
+from snapmesh.datalock import DataDirLock, DataDirLocked
 from services.node.engine import Engine
 from services.node.metrics import NodeMetrics
 from services.node.recovery import CorruptLogError, recover
