@@ -77,5 +77,5 @@ def test_a_nodes_lock_alone_also_stops_cluster_up(tmp_path):
     finally:
         lock.release()
     assert result.returncode == 2, result.stderr
-    assert f"node 'p2'" in result.stderr and f"pid {os.getpid()}" in result.stderr
+    assert "node 'p2'" in result.stderr and f"pid {os.getpid()}" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["controller.lock", "p1.lock", "p2.lock"]
