@@ -9,6 +9,8 @@
   the `grpc_code!="OK"` series) and the latency histogram
   `grpc_server_handling_seconds`.
 
+No `_created` series: a server process turns them off for the whole process.
+
 Every name and label: docs/metrics.md.
 """
 
@@ -30,6 +32,7 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
 )
 
 _LABELS = ["grpc_service", "grpc_method", "grpc_type"]
@@ -45,7 +48,9 @@ def version() -> str:
 
 
 def add_standard_collectors(registry: CollectorRegistry) -> None:
-    """process_*, python_* and snapmesh_build_info into `registry`."""
+    """process_*, python_* and snapmesh_build_info into `registry`; no `_created`
+    series (one more series per counter and histogram that nothing graphs)."""
+    disable_created_metrics()
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
