@@ -1,5 +1,6 @@
 """What every snapmesh server shares: a grpc.aio server with health checking and
-reflection, a Prometheus endpoint, and a graceful stop on SIGINT/SIGTERM.
+reflection, a Prometheus endpoint (with the standard families of snapmesh/metrics.py),
+and a graceful stop on SIGINT/SIGTERM.
 
 Health says SERVING only after the server is bound and started; on stop it turns
 NOT_SERVING first, so load balancers and healthchecks drain before the port closes.
@@ -18,7 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
-from snapmesh import security
+from snapmesh import metrics, security
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,8 @@ class ServiceHost:
         self._metrics_bind = metrics_bind
         self._registry = registry
         self._identity = identity
-        self.server = security.new_server(identity, SERVER_OPTIONS)
+        metrics.add_standard_collectors(registry)  # process_*, python_*, snapmesh_build_info
+        self.server = security.new_server(identity, SERVER_OPTIONS, outer=[metrics.GrpcServerMetrics(registry)])
         self._health = health.aio.HealthServicer()
         self._service_names: list[str] = []
         self._metrics_server = None

@@ -216,9 +216,12 @@ def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHand
     return grpc.unary_unary_rpc_method_handler(refuse, **codec)
 
 
-def new_server(identity: Identity | None, options: Sequence[tuple[str, Any]]) -> grpc.aio.Server:
-    """A grpc.aio server, with the token check when `identity` has a token."""
-    interceptors = []
+def new_server(
+    identity: Identity | None, options: Sequence[tuple[str, Any]], outer: Sequence[grpc.aio.ServerInterceptor] = ()
+) -> grpc.aio.Server:
+    """A grpc.aio server, with the token check when `identity` has a token
+    (inside the interceptors `outer`, which see every call, refused ones too)."""
+    interceptors = list(outer)
     if identity is not None and identity.token is not None:
         protected = CONTROL_PLANE | (READ_ONLY if identity.protect_reads else frozenset())
         interceptors.append(_TokenInterceptor(identity.token, protected))

@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 COMPOSE_DIR = REPO / "deploy" / "compose"
 TERRAFORM_DIR = REPO / "deploy" / "terraform-ec2"
 DASHBOARD = COMPOSE_DIR / "grafana" / "dashboards" / "snapmesh.json"
+RULES = COMPOSE_DIR / "rules.yml"
 VENV_BIN = Path(sys.executable).parent
 SNAPMESH = str(VENV_BIN / "snapmesh")
 
@@ -196,12 +197,16 @@ class Prometheus:
         stop_process(self.process)
 
 
-def start_prometheus(targets: dict[str, list[str]], workdir: Path, *, interval: str = "1s") -> Prometheus:
-    """A Prometheus on a free loopback port scraping `targets` ({job: [host:port]})."""
+def start_prometheus(
+    targets: dict[str, list[str]], workdir: Path, *, interval: str = "1s", rule_files: list[Path] = ()
+) -> Prometheus:
+    """A Prometheus on a free loopback port scraping `targets` ({job: [host:port]})
+    and evaluating the alerting rules of `rule_files`."""
     binary = prometheus_bin()
     (port,) = free_ports(1)
     config = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
+        "rule_files": [str(path) for path in rule_files],
         "scrape_configs": [
             {"job_name": job, "static_configs": [{"targets": hosts}]} for job, hosts in targets.items()
         ],

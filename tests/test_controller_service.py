@@ -160,9 +160,26 @@ def test_a_complete_snapshot_carries_flink_style_stats_also_as_histograms(cluste
     assert stats.state_size_bytes > 0
     assert stats.in_flight_messages == sum(len(c.in_flight) for c in snapshot.channels)
     text = urllib.request.urlopen(f"http://{cluster.config.controller.metrics_address}/metrics", timeout=5).read().decode()
-    for name in ("start_delay_ms", "recording_duration_ms", "report_time_ms", "end_to_end_duration_ms"):
-        count = next(line for line in text.splitlines() if line.startswith(f"snapmesh_snapshot_{name}_count"))
-        assert float(count.split()[-1]) >= 1, name
+    lines = text.splitlines()
+    # Seconds, not milliseconds (issue 25): no `_ms` histogram is left.
+    assert not [line for line in lines if "_ms_" in line or "_ms{" in line or "_ms " in line]
+    for name in ("start_delay", "recording_duration", "report_time"):  # per node, labelled `node`
+        for node in ("p1", "p2", "p3"):
+            count = next(line for line in lines if line.startswith(f'snapmesh_snapshot_{name}_seconds_count{{node="{node}"}}'))
+            assert float(count.split()[-1]) >= 1, (name, node)
+    mine = {n.node_id: n for n in stats.nodes}
+    delays = {
+        node: float(next(line for line in lines
+                         if line.startswith(f'snapmesh_snapshot_start_delay_seconds_sum{{node="{node}"}}')).split()[-1])
+        for node in mine
+    }
+    for node, seconds in delays.items():  # the sum over every snapshot so far includes this one, in seconds
+        assert seconds >= mine[node].start_delay_ms / 1e3 - 1e-9, (node, seconds)
+        assert seconds < 60, f"{node}: {seconds} looks like milliseconds"
+    count = next(line for line in lines if line.startswith("snapmesh_snapshot_end_to_end_duration_seconds_count"))
+    assert float(count.split()[-1]) >= 1
+    last = next(line for line in lines if line.startswith("snapmesh_last_complete_snapshot_timestamp_seconds "))
+    assert float(last.split()[-1]) >= snapshot.finished_at.ToNanoseconds() / 1e9 - 1e-3
 
 
 # ---------------------------------------------- bad arguments change nothing

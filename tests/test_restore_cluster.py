@@ -218,8 +218,15 @@ def test_stale_epoch_messages_are_refused_and_counted(cluster, history):
     assert _metric(cluster, "p2", "snapmesh_stale_epoch_refused_total") == before + 3
 
 
+def _controller_metric(cluster, line_start: str) -> float:
+    text = urllib.request.urlopen(f"http://{cluster.config.controller.metrics_address}/metrics", timeout=5).read().decode()
+    return float(next(line for line in text.splitlines() if line.startswith(line_start + " ")).split()[-1])
+
+
 def test_the_cli_and_the_refusals(cluster, history):
     target = history["snapshots"][-1]
+    restored = 'snapmesh_restores_total{status="restored"}'
+    before = _controller_metric(cluster, restored)
     run = subprocess.run(
         [sys.executable, "-m", "snapmesh.cli", "restore", "--controller", cluster.controller_address, target.snapshot_id],
         capture_output=True, text=True, timeout=120,
@@ -227,6 +234,8 @@ def test_the_cli_and_the_refusals(cluster, history):
     assert run.returncode == 0, run.stderr
     assert f"snapshot {target.snapshot_id}  epoch 6  RESTORED" in run.stdout and "total" in run.stdout
     history["restores"].append((target.snapshot_id, 6))
+    assert _controller_metric(cluster, restored) == before + 1
+    assert _controller_metric(cluster, "snapmesh_controller_epoch") == 6
     unknown = subprocess.run(
         [sys.executable, "-m", "snapmesh.cli", "restore", "--controller", cluster.controller_address, "no-such-id"],
         capture_output=True, text=True, timeout=60,

@@ -11,7 +11,8 @@ writes, next to this script (or into --out DIR):
   controller (gRPC port published for grpcurl), the app, the one-shot ``reconcile``
   job (profile ``reconcile``), a Spark standalone cluster and the job submitted to it
   (profile ``spark``), and Prometheus + Grafana (profile ``monitoring``);
-* ``prometheus.yml``: scrapes the controller and every node.
+* ``prometheus.yml``: scrapes the controller and every node and loads the alerts of
+  ``rules.yml`` (hand-written, not generated; copied when --out is another directory).
 
 Changing N is this one command; the files for N=4 are committed. The cluster
 file is written by `snapmesh.config` (the project's one writer), so run it with
@@ -75,6 +76,10 @@ def prometheus_yml(n: int) -> str:
         + f"""global:
   scrape_interval: 5s
   evaluation_interval: 5s
+
+# The alerts (a hand-written file, copied beside this one by the generator).
+rule_files:
+  - rules.yml
 
 scrape_configs:
   - job_name: snapmesh-controller
@@ -304,6 +309,7 @@ def docker_compose_yml(n: int, spark_workers: int = SPARK_WORKERS) -> str:
     command: ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"]
     volumes:
       - ./prometheus.yml:/etc/prometheus/prometheus.yml:ro
+      - ./rules.yml:/etc/prometheus/rules.yml:ro
       - prometheus-data:/prometheus
     ports:
       - "${{PROMETHEUS_PUBLISH:-127.0.0.1:9090}}:9090"
@@ -360,6 +366,10 @@ def generate(n: int, out_dir: Path, spark_workers: int = SPARK_WORKERS) -> list[
         path = out_dir / name
         path.write_text(text, encoding="utf-8")
         written.append(path)
+    if out_dir.resolve() != HERE:  # prometheus.yml loads the alerts from beside it
+        rules = out_dir / "rules.yml"
+        rules.write_text((HERE / "rules.yml").read_text(encoding="utf-8"), encoding="utf-8")
+        written.append(rules)
     return written
 
 

@@ -188,8 +188,8 @@ async def _serve(
 ) -> int:
     registry = CollectorRegistry()
     service = ControllerService(
-        config=cfg, tracker=tracker, journal=journal, writer=writer, metrics=ControllerMetrics(registry),
-        identity=identity, keep=keep,
+        config=cfg, tracker=tracker, journal=journal, writer=writer,
+        metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity, keep=keep,
     )
     host = ServiceHost(
         bind_address=cfg.bind_address(cfg.controller),

@@ -84,12 +84,14 @@ class Restorer:
         stubs: dict[str, pb_grpc.NodeStub],
         fail_in_progress: Callable[[str], None],
         timeout_s: float = RESTORE_TIMEOUT_S,
+        on_finished: Callable[[pb.Restore], None] | None = None,
     ) -> None:
         self.tracker = tracker
         self.journal = journal
         self.stubs = stubs
         self._fail_in_progress = fail_in_progress
         self.timeout_s = timeout_s
+        self._on_finished = on_finished  # each RESTORED or FAILED restore, once journaled (the metrics)
         self.last: pb.Restore | None = None  # the newest restore, as journaled
         self._running: asyncio.Task[pb.Restore] | None = None
 
@@ -142,6 +144,8 @@ class Restorer:
             log.info("restored %s in epoch %d", started.snapshot_id, started.epoch)
         done.finished_at.FromNanoseconds(time.time_ns())
         await self._journal(done)
+        if self._on_finished is not None:
+            self._on_finished(done)
         return done
 
     async def _restore_node(self, node: str, request: pb.RestoreStateRequest) -> pb.RestoreStateResponse | str:

@@ -25,7 +25,7 @@ from services.node.engine import Engine
 from services.node.metrics import NodeMetrics
 from services.node.recovery import CorruptLogError, recover
 from services.node.reporter import CorruptReportError, PendingReports, StateReporter
-from services.node.servicer import NodeServicer
+from services.node.servicer import REFUSAL_STATUS, NodeServicer
 from services.node.translog import TransferLog
 from snapmesh import config as cluster_config
 from snapmesh import security
@@ -180,6 +180,7 @@ async def _serve_locked(
         return 1
     engine.durable(translog.durable_lsn)
     servicer = NodeServicer(engine)
+    metrics.initialise(incoming=incoming, outgoing=outgoing, codes={c.name for c in REFUSAL_STATUS.values()})
 
     host = ServiceHost(
         bind_address=cfg.bind_address(node), metrics_bind=cfg.metrics_bind(node), registry=metrics.registry, identity=identity

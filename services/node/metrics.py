@@ -1,8 +1,14 @@
-"""The node's Prometheus metrics, in a registry of its own, every series labelled `node`."""
+"""The node's Prometheus metrics, in a registry of its own, every series labelled `node`
+(names and labels: docs/metrics.md)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+STALE_KINDS = ("channel", "start_snapshot", "restore")  # what a node fences by epoch (services/node/servicer.py)
 
 
 class NodeMetrics:
@@ -74,9 +80,24 @@ class NodeMetrics:
             ["node", "kind"],
             registry=r,
         )
+        for kind in STALE_KINDS:
+            self.stale_epoch(kind)
         self.epoch = Gauge("snapmesh_epoch", "This node's epoch (one more per restore)", ["node"], registry=r).labels(
             node_id
         )
+
+    def initialise(self, *, incoming: Iterable[str], outgoing: Iterable[str], codes: Iterable[str]) -> None:
+        """Create the labelled series known up front at 0, so that rates and alerts
+        have data before the first event (Prometheus' advice for known labels)."""
+        for peer in incoming:
+            self.stream_errors(peer, "receiver")
+        for peer in outgoing:
+            self.unacked(peer)
+            self.reconnects(peer)
+            self.resent(peer)
+            self.stream_errors(peer, "sender")
+        for code in codes:
+            self.refused(code)
 
     def stale_epoch(self, kind: str) -> Counter:
         return self._stale_epoch.labels(self._node, kind)
