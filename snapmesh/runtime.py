@@ -4,12 +4,18 @@ and a graceful stop on SIGINT/SIGTERM.
 
 Health says SERVING only after the server is bound and started; on stop it turns
 NOT_SERVING first, so load balancers and healthchecks drain before the port closes.
+
+SNAPMESH_HEALTH_PORT=N also serves the same health service, and nothing else, in
+plaintext on port N of the bind host: for probes that cannot present a client
+certificate (Kubernetes' native gRPC probes, deploy/helm/snapmesh) when the main
+port is mutual TLS. A value that is not a port stops the server at start-up (exit 2).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -51,6 +57,23 @@ class BindError(RuntimeError):
     """A server could not bind its configured address."""
 
 
+class EnvironmentSettingError(ValueError):
+    """An environment variable the server reads is malformed (exit 2)."""
+
+
+HEALTH_PORT_ENV = "SNAPMESH_HEALTH_PORT"
+
+
+def health_port_from_env(env: dict[str, str] | None = None) -> int | None:
+    """SNAPMESH_HEALTH_PORT as a port number, None when unset or empty."""
+    text = (os.environ if env is None else env).get(HEALTH_PORT_ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise EnvironmentSettingError(f"{HEALTH_PORT_ENV}={text!r}: must be a port number from 1 to 65535")
+    return int(text)
+
+
 class ServiceHost:
     """One grpc.aio server plus its health, reflection and metrics endpoint."""
 
@@ -72,6 +95,8 @@ class ServiceHost:
         self._service_names: list[str] = []
         self._metrics_server = None
         self.port: int | None = None
+        self._health_port = health_port_from_env()
+        self._health_server: grpc.aio.Server | None = None
 
     def add(self, register: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
         register(servicer, self.server)
@@ -93,6 +118,18 @@ class ServiceHost:
                 self._metrics_server, _ = start_http_server(port, addr=host, registry=self._registry)
             except OSError as exc:
                 raise BindError(f"cannot bind metrics address {host}:{port}: {exc}") from None
+        if self._health_port is not None:
+            self._health_server = grpc.aio.server(options=SERVER_OPTIONS)
+            health_pb2_grpc.add_HealthServicer_to_server(self._health, self._health_server)
+            host = self.bind_address.rsplit(":", 1)[0]
+            address = f"{host}:{self._health_port}"
+            try:
+                bound = self._health_server.add_insecure_port(address)
+            except RuntimeError as exc:
+                raise BindError(f"cannot bind health address {address}: {exc}") from None
+            if bound == 0:
+                raise BindError(f"cannot bind health address {address}")
+            await self._health_server.start()
         await self.server.start()
         for name in ("", *self._service_names):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -100,6 +137,9 @@ class ServiceHost:
     async def stop(self, grace: float = 3.0) -> None:
         await self._health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        if self._health_server is not None:
+            await self._health_server.stop(0)
+            self._health_server = None
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
@@ -127,5 +167,8 @@ def run_service(name: str, body: Callable[[], Awaitable[int]]) -> int:
     except BindError as exc:
         log.error("%s", exc)
         return 1
+    except EnvironmentSettingError as exc:
+        log.error("%s", exc)
+        return 2
     except KeyboardInterrupt:
         return 130

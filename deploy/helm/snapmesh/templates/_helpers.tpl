@@ -1,0 +1,178 @@
+{{/* Names: the release name, or <release>-snapmesh. */}}
+{{- define "snapmesh.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "snapmesh.nodes" -}}{{ include "snapmesh.fullname" . }}-node{{- end -}}
+{{- define "snapmesh.nodesService" -}}{{ include "snapmesh.fullname" . }}-nodes{{- end -}}
+{{- define "snapmesh.controller" -}}{{ include "snapmesh.fullname" . }}-controller{{- end -}}
+{{- define "snapmesh.tlsSecret" -}}{{ default (printf "%s-tls" (include "snapmesh.fullname" .)) .Values.tls.existingSecret }}{{- end -}}
+{{- define "snapmesh.tokenSecret" -}}{{ default (printf "%s-token" (include "snapmesh.fullname" .)) .Values.auth.existingSecret }}{{- end -}}
+
+{{- define "snapmesh.labels" -}}
+app.kubernetes.io/name: {{ default .Chart.Name .Values.nameOverride }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{ include "snapmesh.commonLabels" . }}
+{{- end -}}
+
+{{- define "snapmesh.commonLabels" -}}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "ctx" $ "component" "node") */}}
+{{- define "snapmesh.selectorLabels" -}}
+app.kubernetes.io/name: {{ default .ctx.Chart.Name .ctx.Values.nameOverride }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "snapmesh.image" -}}{{ printf "%s:%s" .repository .tag }}{{- end -}}
+
+{{/* A node's id is node-<ordinal of its pod>. */}}
+{{- define "snapmesh.nodeIds" -}}
+{{- range $i := until (int .Values.nodes.replicas) }}node-{{ $i }} {{ end -}}
+{{- end -}}
+
+{{/* The cluster file: the one source of node ids, DNS names and ports. */}}
+{{- define "snapmesh.clusterToml" -}}
+{{- $nodes := include "snapmesh.nodes" . -}}
+{{- $svc := include "snapmesh.nodesService" . -}}
+# Rendered by the snapmesh Helm chart from its values. In the pods
+# SNAPMESH_DATA_DIR=/data (the pod's volume) and SNAPMESH_BIND_HOST=0.0.0.0.
+data_dir = "/data"
+initial_balance = {{ int .Values.cluster.initialBalance }}
+snapshot_mode = {{ .Values.cluster.snapshot_mode | quote }}
+channel_bound = {{ int .Values.cluster.channel_bound }}
+segment_records = {{ int .Values.cluster.segment_records }}
+nodes = [
+{{- range $i := until (int .Values.nodes.replicas) }}
+    { id = "node-{{ $i }}", host = "{{ $nodes }}-{{ $i }}.{{ $svc }}", port = {{ int $.Values.nodes.port }}, metrics_port = {{ int $.Values.nodes.metricsPort }} },
+{{- end }}
+]
+
+[controller]
+host = {{ include "snapmesh.controller" . | quote }}
+port = {{ int .Values.controller.port }}
+metrics_port = {{ int .Values.controller.metricsPort }}
+snapshot_deadline_s = {{ .Values.cluster.snapshotDeadlineSeconds }}
+{{- end -}}
+
+{{/*
+The projected /tls volume of a pod: CA, the certificate and key of each name in
+.names, and the token; laid out as `snapmesh certs` writes them (SNAPMESH_TLS_DIR).
+(dict "ctx" $ "names" (list ...))
+*/}}
+{{- define "snapmesh.tlsVolume" -}}
+{{- $ctx := .ctx -}}
+- name: tls
+  projected:
+    defaultMode: 0440
+    sources:
+{{- if eq $ctx.Values.tls.source "certManager" }}
+{{- range $i, $name := .names }}
+      - secret:
+          name: {{ include "snapmesh.fullname" $ctx }}-tls-{{ $name }}
+          items:
+            {{- if eq $i 0 }}
+            - {key: ca.crt, path: ca.pem}
+            {{- end }}
+            - {key: tls.crt, path: {{ $name }}.pem}
+            - {key: tls.key, path: {{ $name }}-key.pem}
+{{- end }}
+{{- else }}
+      - secret:
+          name: {{ include "snapmesh.tlsSecret" $ctx }}
+          items:
+            - {key: ca.pem, path: ca.pem}
+            {{- range $name := .names }}
+            - {key: {{ $name }}.pem, path: {{ $name }}.pem}
+            - {key: {{ $name }}-key.pem, path: {{ $name }}-key.pem}
+            {{- end }}
+{{- end }}
+      - secret:
+          name: {{ include "snapmesh.tokenSecret" $ctx }}
+          items:
+            - {key: token, path: token}
+{{- end -}}
+
+{{/* The environment every snapmesh server shares. */}}
+{{- define "snapmesh.env" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef: {fieldPath: metadata.name}
+- name: SNAPMESH_DATA_DIR
+  value: /data
+- name: SNAPMESH_BIND_HOST
+  value: 0.0.0.0
+- name: SNAPMESH_HEALTH_PORT
+  value: {{ .Values.healthPort | quote }}
+{{- if .Values.tls.enabled }}
+- name: SNAPMESH_TLS_DIR
+  value: /tls
+{{- end }}
+{{- end -}}
+
+{{/* Kubelet gRPC probes on the health port: (dict "ctx" $ "service" "snapmesh.v1.Node") */}}
+{{- define "snapmesh.probes" -}}
+{{- $p := .ctx.Values.probes -}}
+startupProbe:
+  grpc: {port: {{ int .ctx.Values.healthPort }}}
+  periodSeconds: {{ $p.startup.periodSeconds }}
+  failureThreshold: {{ $p.startup.failureThreshold }}
+  timeoutSeconds: {{ $p.startup.timeoutSeconds }}
+readinessProbe:
+  grpc: {port: {{ int .ctx.Values.healthPort }}, service: {{ .service }}}
+  periodSeconds: {{ $p.readiness.periodSeconds }}
+  failureThreshold: {{ $p.readiness.failureThreshold }}
+  timeoutSeconds: {{ $p.readiness.timeoutSeconds }}
+livenessProbe:
+  grpc: {port: {{ int .ctx.Values.healthPort }}}
+  periodSeconds: {{ $p.liveness.periodSeconds }}
+  failureThreshold: {{ $p.liveness.failureThreshold }}
+  timeoutSeconds: {{ $p.liveness.timeoutSeconds }}
+{{- end -}}
+
+{{- define "snapmesh.podAnnotations" -}}
+checksum/cluster: {{ include "snapmesh.clusterToml" .ctx | sha256sum }}
+{{- if .ctx.Values.metrics.scrapeAnnotations }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .metricsPort | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- end -}}
+
+{{/* Values the schema cannot check alone; fails with the reason. */}}
+{{- define "snapmesh.validate" -}}
+{{- $ports := list (int .Values.nodes.port) (int .Values.nodes.metricsPort) (int .Values.healthPort) -}}
+{{- if ne (len (uniq $ports)) 3 -}}
+{{- fail (printf "nodes.port (%v), nodes.metricsPort (%v) and healthPort (%v) must differ" .Values.nodes.port .Values.nodes.metricsPort .Values.healthPort) -}}
+{{- end -}}
+{{- $cports := list (int .Values.controller.port) (int .Values.controller.metricsPort) (int .Values.healthPort) -}}
+{{- if ne (len (uniq $cports)) 3 -}}
+{{- fail (printf "controller.port (%v), controller.metricsPort (%v) and healthPort (%v) must differ" .Values.controller.port .Values.controller.metricsPort .Values.healthPort) -}}
+{{- end -}}
+{{- if and .Values.tls.enabled (eq .Values.tls.source "existingSecret") (not .Values.tls.existingSecret) -}}
+{{- fail "tls.source is existingSecret but tls.existingSecret names no Secret" -}}
+{{- end -}}
+{{- if and .Values.tls.existingSecret (ne .Values.tls.source "existingSecret") -}}
+{{- fail (printf "tls.existingSecret is set but tls.source is %q: set tls.source=existingSecret" .Values.tls.source) -}}
+{{- end -}}
+{{- /* A running snapshot cluster cannot change its node count silently. */ -}}
+{{- if .Release.IsUpgrade -}}
+{{- $sts := lookup "apps/v1" "StatefulSet" .Release.Namespace (include "snapmesh.nodes" .) -}}
+{{- if and $sts (ne (int $sts.spec.replicas) (int .Values.nodes.replicas)) -}}
+{{- fail (printf "nodes.replicas: the release runs %d nodes and this upgrade asks for %d. The node count is the cluster's topology: every channel, log and snapshot names the nodes, and snapmesh does not rescale a running cluster yet. Keep nodes.replicas=%d; for another count install a new release (docs/deploy.md, Kubernetes)." (int $sts.spec.replicas) (int .Values.nodes.replicas) (int $sts.spec.replicas)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,284 @@
+"""deploy/helm/snapmesh with the real helm, no Kubernetes API server.
+
+`helm lint`; every object of `helm template` at default values, with TLS off,
+with the ServiceMonitor on, with cert-manager, at 3 and 7 nodes, validated
+strictly against the OpenAPI schema of a current Kubernetes version (the
+schemas `kubernetes-validate` vendors, pinned in pyproject.toml); the pieces the
+issue names (StatefulSet with volumeClaimTemplates and gRPC probes, the
+cluster-file ConfigMap that snapmesh's own loader accepts, the NetworkPolicy, the
+Secrets, the hardening); and values.schema.json refusing bad values by name.
+
+Not tested here (no API server): `helm install`/`upgrade` against a cluster, so
+neither the hooks' order nor the `lookup` that refuses a changed nodes.replicas
+on upgrade run. The CRD objects (ServiceMonitor, cert-manager's) have no schema
+in Kubernetes' OpenAPI; they are checked for their fields by hand below.
+The rendered pods are run on Docker by tests/test_helm_pods.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import kubernetes_validate
+import pytest
+
+from helm_chart import CHART, HELM, by_kind, helm, one, render
+from snapmesh import config as cluster_config
+
+K8S_VERSION = "1.34.0"  # the kubectl that ships beside the helm binary is 1.34
+CRD_KINDS = {"ServiceMonitor": "monitoring.coreos.com/v1", "Certificate": "cert-manager.io/v1", "Issuer": "cert-manager.io/v1"}
+
+VARIANTS = {
+    "default": {},
+    "tls-off": {"tls.enabled": False},
+    "servicemonitor": {"metrics.serviceMonitor.enabled": True},
+    "cert-manager": {"tls.source": "certManager"},
+    "existing-secret": {"tls.source": "existingSecret", "tls.existingSecret": "my-certs"},
+    "nodes-3": {"nodes.replicas": 3},
+    "nodes-7": {"nodes.replicas": 7, "networkPolicy.controllerCIDR": "10.0.0.0/8", "reconcile.schedule": "*/30 * * * *"},
+}
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict]]:
+    assert HELM.is_file(), f"{HELM} missing: run `make install`"
+    return {name: render(values) for name, values in VARIANTS.items()}
+
+
+def test_helm_is_the_pinned_real_binary():
+    assert helm("version", "--short").stdout.startswith("v4.1.4")
+
+
+def test_helm_lint_passes():
+    out = helm("lint", "--strict", str(CHART)).stdout
+    assert "0 chart(s) failed" in out
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_object_validates_against_kubernetes_openapi(rendered, variant):
+    objects = rendered[variant]
+    checked = 0
+    for obj in objects:
+        if obj["kind"] in CRD_KINDS:
+            assert obj["apiVersion"] == CRD_KINDS[obj["kind"]]
+            continue
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        checked += 1
+    assert checked >= 10
+
+
+def test_the_schema_check_bites(rendered):
+    """A typo in a pod spec field or a wrong type fails the validation above."""
+    sts = one(rendered["default"], "StatefulSet", "snapmesh-node")
+    typo = copy.deepcopy(sts)
+    container = typo["spec"]["template"]["spec"]["containers"][0]
+    container["volumeMount"] = container.pop("volumeMounts")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(typo, K8S_VERSION, strict=True)
+    wrong = copy.deepcopy(sts)
+    wrong["spec"]["replicas"] = "four"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(wrong, K8S_VERSION, strict=True)
+
+
+def _pod(obj: dict) -> dict:
+    return obj["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("variant,count", [("default", 4), ("nodes-3", 3), ("nodes-7", 7)])
+def test_nodes_statefulset_claims_probes_and_ids(rendered, variant, count):
+    objects = rendered[variant]
+    sts = one(objects, "StatefulSet", "snapmesh-node")
+    assert sts["spec"]["replicas"] == count
+    assert sts["spec"]["serviceName"] == "snapmesh-nodes"
+    [claim] = sts["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "data"
+    container = _pod(sts)["containers"][0]
+    assert {"name": "data", "mountPath": "/data"} in container["volumeMounts"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["grpc"]["port"] == 50059, probe
+    assert container["readinessProbe"]["grpc"]["service"] == "snapmesh.v1.Node"
+    assert '--id "node-${POD_NAME##*-}"' in container["args"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["SNAPMESH_HEALTH_PORT"]["value"] == "50059"
+    headless = one(objects, "Service", "snapmesh-nodes")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+
+
+@pytest.mark.parametrize("variant,count", [("default", 4), ("nodes-3", 3), ("nodes-7", 7)])
+def test_cluster_file_is_one_source_snapmesh_accepts(rendered, variant, count, tmp_path):
+    objects = rendered[variant]
+    text = one(objects, "ConfigMap", "snapmesh-cluster")["data"]["cluster.toml"]
+    path = tmp_path / "cluster.toml"
+    path.write_text(text)
+    cfg = cluster_config.load(path, env={})
+    assert [n.id for n in cfg.nodes] == [f"node-{i}" for i in range(count)]
+    assert [n.host for n in cfg.nodes] == [f"snapmesh-node-{i}.snapmesh-nodes" for i in range(count)]
+    assert {n.port for n in cfg.nodes} == {50051} and {n.metrics_port for n in cfg.nodes} == {9101}
+    assert (cfg.controller.host, cfg.controller.port) == ("snapmesh-controller", 50050)
+    assert (cfg.snapshot_mode, cfg.channel_bound, cfg.segment_records) == ("classic", 100_000, 100_000)
+    assert cfg.controller.snapshot_deadline_s == 10
+    # The ports the pods open and the Services route are the cluster file's.
+    sts = one(objects, "StatefulSet", "snapmesh-node")
+    ports = {p["name"]: p["containerPort"] for p in _pod(sts)["containers"][0]["ports"]}
+    assert (ports["grpc"], ports["metrics"]) == (50051, 9101)
+    ctrl = one(objects, "Service", "snapmesh-controller")
+    assert {p["name"]: p["port"] for p in ctrl["spec"]["ports"]} == {"grpc": 50050, "metrics": 9100}
+    if "snapmesh-certs-cluster" in {o["metadata"]["name"] for o in objects}:
+        assert one(objects, "ConfigMap", "snapmesh-certs-cluster")["data"]["cluster.toml"] == text
+
+
+def test_cluster_file_follows_the_values(tmp_path):
+    objects = render({"cluster.snapshot_mode": "overtake", "cluster.channel_bound": 500, "cluster.segment_records": 1000,
+                      "cluster.snapshotDeadlineSeconds": 3, "nodes.port": 7000, "controller.port": 7100})
+    path = tmp_path / "cluster.toml"
+    path.write_text(one(objects, "ConfigMap", "snapmesh-cluster")["data"]["cluster.toml"])
+    cfg = cluster_config.load(path, env={})
+    assert (cfg.snapshot_mode, cfg.channel_bound, cfg.segment_records) == ("overtake", 500, 1000)
+    assert cfg.controller.snapshot_deadline_s == 3 and cfg.controller.port == 7100
+    assert {n.port for n in cfg.nodes} == {7000}
+
+
+def test_controller_statefulset_service_and_claim(rendered):
+    objects = rendered["default"]
+    sts = one(objects, "StatefulSet", "snapmesh-controller")
+    assert sts["spec"]["replicas"] == 1
+    assert sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
+    container = _pod(sts)["containers"][0]
+    assert container["args"][:3] == ["controller", "--config", "/etc/snapmesh/cluster.toml"]
+    assert container["readinessProbe"]["grpc"]["service"] == "snapmesh.v1.Controller"
+
+
+def test_hardening(rendered):
+    objects = rendered["default"]
+    for kind in ("StatefulSet", "Job"):
+        for obj in by_kind(objects, kind):
+            pod = _pod(obj)
+            assert pod["securityContext"]["runAsNonRoot"] is True, obj["metadata"]["name"]
+            for container in pod.get("initContainers", []) + pod["containers"]:
+                sc = container["securityContext"]
+                where = f"{obj['metadata']['name']}/{container['name']}"
+                assert sc["readOnlyRootFilesystem"] is True, where
+                assert sc["allowPrivilegeEscalation"] is False, where
+                assert sc["capabilities"]["drop"] == ["ALL"], where
+    for obj in by_kind(objects, "StatefulSet"):
+        resources = _pod(obj)["containers"][0]["resources"]
+        assert resources["requests"] and resources["limits"]
+        annotations = obj["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+    pdb = one(objects, "PodDisruptionBudget", "snapmesh-node")
+    assert pdb["spec"]["maxUnavailable"] == 1
+
+
+def test_network_policy(rendered):
+    nodes = one(rendered["default"], "NetworkPolicy", "snapmesh-node")
+    [peers, metrics, health] = nodes["spec"]["ingress"]
+    assert [p["port"] for p in peers["ports"]] == [50051]
+    components = [f["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for f in peers["from"]]
+    assert components == ["node", "controller"]
+    assert [p["port"] for p in metrics["ports"]] == [9101] and [p["port"] for p in health["ports"]] == [50059]
+    ctrl = one(rendered["default"], "NetworkPolicy", "snapmesh-controller")
+    assert ctrl["spec"]["ingress"][0]["from"][1] == {"podSelector": {}}  # the namespace
+    ctrl7 = one(rendered["nodes-7"], "NetworkPolicy", "snapmesh-controller")
+    assert ctrl7["spec"]["ingress"][0]["from"][1] == {"ipBlock": {"cidr": "10.0.0.0/8"}}
+
+
+def test_secrets_tls_on_by_default(rendered):
+    objects = rendered["default"]
+    token = one(objects, "Secret", "snapmesh-token")
+    assert token["data"]["token"]
+    job = one(objects, "Job", "snapmesh-certs")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install"
+    init = _pod(job)["initContainers"]
+    assert init[0]["args"][:1] == ["certs"]
+    assert one(objects, "Role", "snapmesh-certs")["rules"][0]["resources"] == ["secrets"]
+    sts = one(objects, "StatefulSet", "snapmesh-node")
+    env = {e["name"]: e.get("value") for e in _pod(sts)["containers"][0]["env"]}
+    assert env["SNAPMESH_TLS_DIR"] == "/tls"
+    [tls] = [v for v in _pod(sts)["volumes"] if v["name"] == "tls"]
+    sources = tls["projected"]["sources"]
+    assert sources[0]["secret"]["name"] == "snapmesh-tls"
+    assert {"key": "node-3-key.pem", "path": "node-3-key.pem"} in sources[0]["secret"]["items"]
+    assert sources[1]["secret"] == {"name": "snapmesh-token", "items": [{"key": "token", "path": "token"}]}
+    # TLS off: no certificate, no token, no TLS dir.
+    off = rendered["tls-off"]
+    assert not by_kind(off, "Secret") and not [j for j in by_kind(off, "Job") if "certs" in j["metadata"]["name"]]
+    env = {e["name"] for e in _pod(one(off, "StatefulSet", "snapmesh-node"))["containers"][0]["env"]}
+    assert "SNAPMESH_TLS_DIR" not in env
+
+
+def test_existing_secret_and_cert_manager(rendered):
+    existing = rendered["existing-secret"]
+    assert not [j for j in by_kind(existing, "Job") if "certs" in j["metadata"]["name"]]
+    sts = one(existing, "StatefulSet", "snapmesh-node")
+    [tls] = [v for v in _pod(sts)["volumes"] if v["name"] == "tls"]
+    assert tls["projected"]["sources"][0]["secret"]["name"] == "my-certs"
+    cm = rendered["cert-manager"]
+    certs = {c["metadata"]["name"]: c for c in by_kind(cm, "Certificate")}
+    names = ["node-0", "node-1", "node-2", "node-3", "controller", "client"]
+    assert set(certs) == {"snapmesh-ca"} | {f"snapmesh-tls-{n}" for n in names}
+    assert certs["snapmesh-tls-node-2"]["spec"]["dnsNames"] == ["node-2", "localhost", "snapmesh-node-2.snapmesh-nodes"]
+    assert certs["snapmesh-tls-node-2"]["spec"]["privateKey"]["encoding"] == "PKCS8"
+    assert certs["snapmesh-tls-node-2"]["spec"]["issuerRef"] == {"name": "snapmesh-ca", "kind": "Issuer"}
+    assert {i["metadata"]["name"] for i in by_kind(cm, "Issuer")} == {"snapmesh-selfsigned", "snapmesh-ca"}
+
+
+def test_service_monitor_and_reconcile(rendered):
+    assert not by_kind(rendered["default"], "ServiceMonitor")
+    [sm] = by_kind(rendered["servicemonitor"], "ServiceMonitor")
+    assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
+    labelled = {s["metadata"]["name"] for s in by_kind(rendered["servicemonitor"], "Service")
+                if s["metadata"]["labels"].get("snapmesh.dev/metrics") == "true"}
+    assert labelled == {"snapmesh-nodes", "snapmesh-controller"}
+    job = one(rendered["default"], "Job", "snapmesh-reconcile")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in _pod(job)["volumes"] if "persistentVolumeClaim" in v]
+    assert claims == ["data-snapmesh-controller-0"] + [f"data-snapmesh-node-{i}" for i in range(4)]
+    [cron] = by_kind(rendered["nodes-7"], "CronJob")
+    assert cron["spec"]["schedule"] == "*/30 * * * *"
+    assert len(cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["volumes"]) == 2 + 7
+
+
+def test_notes_print_grpcurl_and_restore():
+    out = helm("install", "snapmesh", str(CHART), "--dry-run=client").stdout
+    notes = out[out.index("NOTES:"):]
+    assert "kubectl -n default port-forward svc/snapmesh-controller 50050:50050" in notes
+    assert "grpcurl -cacert snapmesh-tls/ca.pem -cert snapmesh-tls/client.pem -key snapmesh-tls/client-key.pem" in notes
+    assert 'authorization: Bearer $(cat snapmesh-tls/token)' in notes
+    assert "snapmesh restore --controller 127.0.0.1:50050 --tls-dir snapmesh-tls SNAPSHOT_ID" in notes
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"nodes.replicas": 1}, "/nodes/replicas"),
+    ({"nodes.replicas": 65}, "/nodes/replicas"),
+    ({"cluster.snapshot_mode": "fast"}, "/cluster/snapshot_mode"),
+    ({"cluster.channel_bound": 0}, "/cluster/channel_bound"),
+    ({"nodes.port": 70000}, "/nodes/port"),
+    ({"tls.source": "vault"}, "/tls/source"),
+    ({"nodes.replicaz": 3}, "replicaz"),
+    ({"networkPolicy.controllerCIDR": "everyone"}, "/networkPolicy/controllerCIDR"),
+    ({"healthPort": 50051}, "nodes.port (50051), nodes.metricsPort (9101) and healthPort (50051) must differ"),
+    ({"tls.source": "existingSecret"}, "tls.existingSecret names no Secret"),
+])
+def test_bad_values_are_refused_by_name(values, message):
+    from helm_chart import set_args
+
+    result = helm("template", "snapmesh", str(CHART), *set_args(values), check=False)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+def test_install_refuses_bad_values_too():
+    """`helm install` (client dry run: no API server here) checks the same schema."""
+    result = helm("install", "snapmesh", str(CHART), "--dry-run=client", "--set", "nodes.replicas=1", check=False)
+    assert result.returncode != 0 and "/nodes/replicas" in result.stderr
+
+
+def test_chart_files_exist():
+    for name in ("Chart.yaml", "values.yaml", "values.schema.json", "templates/NOTES.txt"):
+        assert (CHART / name).is_file(), name
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["properties"]["nodes"]["properties"]["replicas"]["minimum"] == 2
