@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from snapmesh.hosts import net, plan
 from snapmesh.hosts.cluster import HostsCluster
 from snapmesh.hosts.plan import Bench, PlanError
 from snapmesh.load import BackgroundLoad
+from snapmesh.node_logs import money_check, read_logs
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 REPO = Path(__file__).resolve().parent.parent
@@ -220,3 +222,73 @@ def test_ctrl_c_on_cluster_up_hosts_stops_everything_and_removes_the_network(tmp
         proc.wait()
     assert net.leftovers(run_id) == []
     assert all(not Path(f"/proc/{pid}").exists() for pid in pids)
+
+
+# ---------------------------------------------------------------- faults at the network layer
+
+
+def test_partitions_both_ways_one_way_isolation_and_a_split_cut_exactly_what_they_say(hosts: HostsCluster) -> None:
+    network, bench = hosts.network, hosts.plan
+    assert network.reaches("p1", "p2") and network.reaches("p2", "p1")
+
+    one_way = network.apply(bench.partition(["p1"], ["p2"], one_way=True))
+    assert not network.reaches("p1", "p2")
+    assert network.reaches("p2", "p1") and network.reaches("p1", "p3")
+    network.heal(one_way)
+    assert network.reaches("p1", "p2")
+
+    isolated = network.apply(bench.isolate("p3", ["p1", "p2"]))
+    assert not network.reaches("p3", "p1") and not network.reaches("p2", "p3")
+    assert network.reaches("p3", "controller") and network.reaches("controller", "p3")
+    network.heal(isolated)
+
+    split = network.apply(bench.split(["p1"], ["controller", "p2", "p3"]))
+    assert not network.reaches("p1", "controller") and not network.reaches("p3", "p1")
+    assert network.reaches("p2", "p3")
+    network.heal(split)
+    assert network.reaches("p1", "controller") and network.reaches("p3", "p1")
+    assert network.active == []
+
+
+def test_a_bandwidth_limit_slows_the_hosts_link_and_lifting_it_restores_it(hosts: HostsCluster) -> None:
+    network, size = hosts.network, 150_000  # bytes: 1.5 s at 800 kbit/s
+    free = network.send_time("p2", "p3", size)
+    limit = network.apply(hosts.plan.bandwidth("p2", 800))
+    try:
+        limited = network.send_time("p2", "p3", size)
+        inbound = network.send_time("p3", "p2", size)
+    finally:
+        network.heal(limit)
+    assert 1.2 < limited < 3.0 and 1.2 < inbound < 3.0, (free, limited, inbound)
+    assert network.send_time("p2", "p3", size) < 0.5
+
+
+def test_under_partitions_one_way_included_the_snapshots_hold_against_the_logs(hosts: HostsCluster) -> None:
+    """Load and snapshots while the network is cut: a snapshot may FAIL then, never lie."""
+    cluster, network, bench = hosts.cluster, hosts.network, hosts.plan
+    faults = [bench.partition(["p1"], ["p2"], one_way=True), bench.partition(["p2"], ["p3"]),
+              bench.isolate("p3", ["p1", "p2"]), bench.split(["p2"], ["controller", "p1", "p3"])]
+    channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
+    snapshots = []
+    with channel, BackgroundLoad.for_cluster(cluster, interval=0.01, batch=5, timeout=2.0) as load:
+        for fault in faults:
+            network.apply(fault)
+            snapshots.append(stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=10))
+            time.sleep(1.0)
+            network.heal(fault)
+            done = poll(lambda: stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=60),
+                        lambda snap: snap.status == pb.Snapshot.COMPLETE, timeout=60)
+            snapshots.append(done)
+    assert load.stats.accepted > 0
+    final = poll(lambda: stub_list(cluster), lambda snaps: all(s.status != pb.Snapshot.IN_PROGRESS for s in snaps))
+    complete = [s for s in final if s.status == pb.Snapshot.COMPLETE]
+    assert len(complete) >= len(faults)
+    poll(lambda: money_check(read_logs(cluster.data_dir, cluster.node_ids))["unreceived"], lambda u: not u)
+    report = check_against_logs(cluster, complete)
+    assert report.transfers > 0 and sum(report.snapshots.values()) == len(complete)
+
+
+def stub_list(cluster) -> list[pb.Snapshot]:
+    channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
+    with channel:
+        return list(stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10).snapshots)

@@ -201,11 +201,49 @@ class Network:
 
         from snapmesh.supervisor import run_on_host
 
-        done = run_on_host(self.hosts[src], [sys.executable, "-m", "snapmesh.hosts.probe", dst, str(port),
+        done = run_on_host(self.hosts[src], [sys.executable, "-m", "snapmesh.hosts.probe", "rtt", dst, str(port),
                                              "--count", str(count)], env=self._env)
         if done.returncode != 0:
             raise NetworkError(f"probe {src} -> {dst}:{port} failed: {done.stderr.strip()[-300:]}")
         return json.loads(done.stdout)
+
+    def reaches(self, src: str, dst: str, port: int = 9999) -> bool:
+        """Do datagrams `src` sends reach `dst`? (One way: what a TCP connect cannot tell.)"""
+        import json
+
+        from snapmesh.supervisor import run_on_host
+
+        argv = [sys.executable, "-m", "snapmesh.hosts.probe"]
+        listener = subprocess.Popen(self.hosts[dst].command([*argv, "listen", dst, str(port), "--seconds", "0.7"]),
+                                    stdout=subprocess.PIPE, text=True, env=self._env)
+        try:
+            if listener.stdout.readline().strip() != "listening":
+                raise NetworkError(f"the listener on {dst} did not start")
+            run_on_host(self.hosts[src], [*argv, "send", dst, str(port), "--count", "10"], env=self._env)
+            return json.loads(listener.stdout.readline())["received"] > 0
+        finally:
+            listener.kill()
+            listener.wait()
+
+    def send_time(self, src: str, dst: str, size: int, port: int = 9998) -> float:
+        """Seconds for `src` to send `size` bytes over TCP to `dst` (a bandwidth limit shows here)."""
+        import json
+
+        from snapmesh.supervisor import run_on_host
+
+        argv = [sys.executable, "-m", "snapmesh.hosts.probe"]
+        receiver = subprocess.Popen(self.hosts[dst].command([*argv, "sink", dst, str(port)]),
+                                    stdout=subprocess.PIPE, text=True, env=self._env)
+        try:
+            if receiver.stdout.readline().strip() != "listening":
+                raise NetworkError(f"the sink on {dst} did not start")
+            done = run_on_host(self.hosts[src], [*argv, "blast", dst, str(port), "--count", str(size)], env=self._env)
+            if done.returncode != 0:
+                raise NetworkError(f"sending {size} bytes {src} -> {dst} failed: {done.stderr.strip()[-300:]}")
+            return json.loads(done.stdout)["seconds"]
+        finally:
+            receiver.kill()
+            receiver.wait()
 
     # ------------------------------------------------------------- helpers
 
