@@ -292,3 +292,26 @@ def stub_list(cluster) -> list[pb.Snapshot]:
     channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
     with channel:
         return list(stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10).snapshots)
+
+
+def test_a_link_set_to_n_ms_measures_n_ms_in_a_round_trip_probe(hosts: HostsCluster) -> None:
+    """One way: p1's link at 10 ms gives p1 <-> p2 a 10 ms round trip; 5 ms on both links, 10 ms too."""
+    network, bench, port = hosts.network, hosts.plan, 50051
+    base = network.probe("p1", "p2", port)["median_ms"]
+    assert base < 2.0
+    slow = network.apply(bench.delay("p1", 10))
+    try:
+        one_link = network.probe("p1", "p2", port)
+        assert 8.0 <= one_link["median_ms"] <= 12.0, one_link
+        assert network.probe("p3", "p2", port)["median_ms"] < 2.0  # the other links are not delayed
+        other = network.apply(bench.delay("p2", 5))
+        network.heal(slow)
+        slow = network.apply(bench.delay("p1", 5))
+        both = network.probe("p2", "p1", port)
+        assert 8.0 <= both["median_ms"] <= 12.0, both
+        network.heal(other)
+    finally:
+        network.heal_all()
+    assert network.probe("p1", "p2", port)["median_ms"] < 2.0
+    assert "NFQUEUE" not in subprocess.run(hosts.cluster.nodes["p1"].host.command(["iptables", "-S"]),
+                                           capture_output=True, text=True).stdout
