@@ -74,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", metavar="DIR", help="where logs, snapshots and node logs go")
     up.add_argument("--tls", action="store_true",
                     help="mutual TLS and a control-plane token, dev certificates made into <data_dir>/tls/")
+    up.add_argument("--hosts", action="store_true",
+                    help="one host per process: each in its own network namespace (root; see docs/hosts.md)")
     return parser
 
 
@@ -84,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes is not None and args.nodes < 1:
         print(f"snapmesh cluster: --nodes must be at least 1, got {args.nodes}", file=sys.stderr)
         return 2
+    if args.hosts:
+        from snapmesh.hosts.launch import up as up_on_hosts
+
+        return up_on_hosts(args)
 
     def request_stop(signum, frame) -> None:
         raise _StopRequested(signal.Signals(signum).name)

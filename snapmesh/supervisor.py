@@ -28,6 +28,12 @@ behind. PR_SET_PDEATHSIG is tied to the thread that forked the child: start
 and restart children from a long-lived thread, normally the main one. Not
 thread-safe.
 
+Hosts: a child runs on this machine, or on a `Host` (a Linux network
+namespace of the multi-host bench, snapmesh.hosts), through `ip netns exec`.
+`Host.command` is the one place that knows how to start a process on a host;
+`run_on_host` runs a short command there (a probe). `Cluster(hosts=...)`
+starts each member on its host and dials it at the host's address.
+
 `Security` is the one place where how the children talk to each other is
 decided: its flags go on every child's command line and its `channel` is what
 the health checks dial. Today it is plaintext on loopback.
@@ -41,7 +47,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,6 +84,29 @@ class Security:
 
 
 PLAINTEXT = Security()
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """A machine a child runs on: `namespace` is its Linux network namespace
+    (None: this machine's own network), `address` the IP others reach it at."""
+
+    name: str
+    namespace: str | None
+    address: str
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """`argv` as a command that runs it on this host. `ip netns exec` execs
+        in place (no fork), so the child is still our child: PR_SET_PDEATHSIG
+        and the session hold as for a local one."""
+        return ["ip", "netns", "exec", self.namespace, *argv] if self.namespace else list(argv)
+
+
+def run_on_host(host: Host | None, argv: Sequence[str], *, timeout: float = 60.0,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a short command on `host` (None: here) and wait: its exit status and output."""
+    command = host.command(argv) if host is not None else list(argv)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
 
 
 # ------------------------------------------------------------------- health
@@ -131,8 +160,10 @@ class Child:
         health_address: str | None = None,
         startup_timeout: float = STARTUP_TIMEOUT_S,
         security: Security = PLAINTEXT,
+        host: Host | None = None,
     ) -> None:
         self.name = name
+        self.host = host
         self.argv = list(argv)
         self.log_path = Path(log_path)
         self.env = env
@@ -166,10 +197,11 @@ class Child:
         self.starts += 1
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            log.write(f"---- start #{self.starts}: {' '.join(self.argv)}\n".encode())
+            argv = self.host.command(self.argv) if self.host is not None else self.argv
+            log.write(f"---- start #{self.starts}: {' '.join(argv)}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                self.argv,
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -267,6 +299,8 @@ class Cluster:
     there (through SNAPMESH_TLS_DIR); with it, or a cluster file with [tls],
     `client_identity` is what a client presents, and a bad certificate, key or
     token file is a ConfigError naming it.
+    `hosts`: name ("controller" or a node id) -> the Host it runs on (the
+    multi-host bench); every member is then dialled at its host's address.
     Children's output goes to `<data_dir>/logs/<controller|node id>.log`.
     """
 
@@ -282,7 +316,9 @@ class Cluster:
         security: Security = PLAINTEXT,
         env: dict[str, str] | None = None,
         tls_dir: str | os.PathLike[str] | None = None,
+        hosts: Mapping[str, Host] | None = None,
     ) -> None:
+        self.hosts: dict[str, Host] = dict(hosts or {})
         self._env = dict(os.environ if env is None else env)
         if data_dir is not None:
             self._env["SNAPMESH_DATA_DIR"] = str(Path(data_dir).resolve())
@@ -306,7 +342,7 @@ class Cluster:
         def child(name: str, args: list[str], address: str) -> Child:
             return Child(name if name == "controller" else f"node {name}", [*base, *args, *config_args],
                          log_path=self.log_dir / f"{name}.log", env=self._env, health_address=address,
-                         startup_timeout=startup_timeout, security=security)
+                         startup_timeout=startup_timeout, security=security, host=self.hosts.get(name))
 
         self.controller: Child | None = (
             child("controller", ["controller", *controller_args], self.controller_address) if controller else None
@@ -329,6 +365,8 @@ class Cluster:
 
     @property
     def controller_address(self) -> str:
+        if "controller" in self.hosts:
+            return f"{self.hosts['controller'].address}:{self.config.controller.port}"
         return self.config.controller.address
 
     @property
@@ -337,12 +375,15 @@ class Cluster:
 
     def node_address(self, node_id: str) -> str:
         """The address peers and clients dial (a proxy's, when the file puts one in between)."""
+        if node_id in self.hosts:
+            return f"{self.hosts[node_id].address}:{self.config.node(node_id).port}"
         return self.config.node(node_id).address
 
     def direct_address(self, node_id: str) -> str:
         """The address the node itself listens on (`listen_port` when set)."""
         node = self.config.node(node_id)
-        return f"{node.host}:{node.listen_port or node.port}"
+        host = self.hosts[node_id].address if node_id in self.hosts else node.host
+        return f"{host}:{node.listen_port or node.port}"
 
     def node(self, node_id: str) -> Child:
         self.config.node(node_id)  # ConfigError naming the file for an unknown id

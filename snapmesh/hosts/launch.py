@@ -1,0 +1,81 @@
+"""`snapmesh cluster up --hosts`: the cluster with one host (network namespace) per process.
+
+Everything else as `snapmesh cluster up`: the `controller:` line (the
+controller's address on its host, which this machine reaches), `--tls` (and
+its `grpcurl:` line), `--nodes` (default 4), `--data-dir` (default: a new
+temporary dir); Ctrl-C stops every process and removes the network.
+Exit 2, with one line naming it, when the machine lacks the rights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from snapmesh import security
+from snapmesh.config import ConfigError
+from snapmesh.hosts.cluster import HostsCluster
+from snapmesh.hosts.net import MissingRights, NetworkError, missing_rights
+from snapmesh.supervisor import SupervisorError
+
+
+class _StopRequested(Exception):
+    pass
+
+
+def up(args: argparse.Namespace) -> int:
+    if args.config is not None:
+        print("snapmesh cluster: --hosts writes its own cluster file (one host per process); use --nodes, "
+              "not --config", file=sys.stderr)
+        return 2
+    if problem := missing_rights():
+        print(f"snapmesh cluster: --hosts {problem}", file=sys.stderr)
+        return 2
+
+    def request_stop(signum, frame) -> None:
+        raise _StopRequested(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    hosts: HostsCluster | None = None
+    try:
+        work = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="snapmesh-hosts-"))
+        hosts = HostsCluster(work, nodes=args.nodes or 4, tls=args.tls)
+        print(f"snapmesh cluster: starting {len(hosts.node_ids)} nodes on hosts (run {hosts.run_id}); logs in "
+              f"{work / 'data' / 'logs'}", file=sys.stderr, flush=True)
+        hosts.start()
+        cluster = hosts.cluster
+        print(f"controller: {cluster.controller_address}", flush=True)
+        if args.tls:
+            token = cluster.client_identity.token if cluster.client_identity else None
+            print(f"grpcurl: {security.grpcurl_line(cluster.controller_address, work / 'tls', token)}", flush=True)
+        reported: set[str] = set()
+        while True:
+            time.sleep(0.5)
+            for name, alive in cluster.alive().items():
+                if not alive and name not in reported:
+                    reported.add(name)
+                    print(f"snapmesh cluster: {name} exited; see {cluster.log_dir}", file=sys.stderr, flush=True)
+    except ConfigError as exc:
+        print(f"snapmesh cluster: {exc}", file=sys.stderr)
+        return 2
+    except MissingRights as exc:
+        print(f"snapmesh cluster: --hosts {exc}", file=sys.stderr)
+        return 2
+    except (SupervisorError, NetworkError) as exc:
+        print(f"snapmesh cluster: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except _StopRequested as stop:
+        print(f"snapmesh cluster: {stop}: stopping", file=sys.stderr, flush=True)
+        return 0
+    finally:
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
+        if hosts is not None:
+            if left := hosts.stop():
+                print(f"snapmesh cluster: left behind: {', '.join(left)}", file=sys.stderr)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
