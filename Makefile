@@ -70,7 +70,10 @@ lint: install
 	$(BIN)/ruff check snapmesh services tests bench jobs deploy
 
 # ---- deployment: images without a registry, the compose stack, Terraform checks
-COMPOSE := docker-compose -f deploy/compose/docker-compose.yml
+# Compose v2 (`docker compose`) where it answers, else v1 (`docker-compose`, end-of-life,
+# still Debian 12's); SNAPMESH_COMPOSE=... chooses. snapmesh/compose_cli.py decides alike.
+SNAPMESH_COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+COMPOSE = $(SNAPMESH_COMPOSE) -f deploy/compose/docker-compose.yml
 CHECKOV_VERSION := 3.3.30
 
 # Both images. The base defaults to one built here with debootstrap (no registry

@@ -337,8 +337,15 @@ def build_images(tag: str = "latest") -> dict[str, str]:
     return {"service": f"snapmesh:{tag}", "reconcile": f"snapmesh-reconcile:{tag}"}
 
 
+def compose_bin() -> list[str] | None:
+    """`docker compose` (v2) where it answers, else `docker-compose` (v1): snapmesh.compose_cli."""
+    from snapmesh.compose_cli import compose_command
+
+    return compose_command()
+
+
 def compose_cmd(project: str, *args: str) -> list[str]:
-    return ["docker-compose", "-p", project, "-f", str(COMPOSE_DIR / "docker-compose.yml"), *args]
+    return [*(compose_bin() or ["docker-compose"]), "-p", project, "-f", str(COMPOSE_DIR / "docker-compose.yml"), *args]
 
 
 def container_id(project: str, service: str, env: dict[str, str]) -> str:

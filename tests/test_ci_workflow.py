@@ -103,3 +103,37 @@ def test_a_scheduled_job_runs_make_chaos_and_uploads_its_table(workflow):
     assert len(uploads) == 1 and uploads[0]["if"] == "always()"
     assert uploads[0]["with"]["path"].replace("${{ runner.temp }}", "$RUNNER_TEMP") == table
 
+
+
+def base_images_the_tests_build_on() -> set[str]:
+    """The bases build-images.sh starts from by default (what the tests and `make chaos` use)."""
+    import re
+
+    script = (REPO / "deploy" / "compose" / "build-images.sh").read_text(encoding="utf-8")
+    pattern = r'(?:^|\s)(?:RECONCILE_)?BASE_IMAGE="\$\{(?:RECONCILE_)?BASE_IMAGE:-(snapmesh-[^}]+)\}"'
+    found = set(re.findall(pattern, script, re.M))
+    sys.path.insert(0, str(REPO / "tests"))
+    try:
+        from helpers_deploy import BASE_IMAGE as tests_base
+    finally:
+        sys.path.remove(str(REPO / "tests"))
+    from snapmesh.chaos.compose import BASE_IMAGE as chaos_base
+
+    return found | {tests_base, chaos_base}
+
+
+@pytest.mark.parametrize("job", ["test", "chaos"])
+def test_the_cache_holds_every_base_image_the_tests_build_on(workflow, job):
+    """Issue 25: the workflow cached snapmesh-base:bookworm while the tests build on
+    snapmesh-base-slim:bookworm, so every run debootstrapped it again (as root)."""
+    needed = base_images_the_tests_build_on()
+    assert needed >= {"snapmesh-base-slim:bookworm", "snapmesh-base:bookworm"}, needed
+    steps = workflow["jobs"][job]["steps"]
+    build = next(step for step in steps if "build-base.sh" in step.get("run", ""))
+    saved = next(line for line in build["run"].splitlines() if line.strip().startswith("docker save"))
+    made = next(line for line in build["run"].splitlines() if "build-base.sh" in line)
+    for image in needed:
+        assert image in made.split(), f"{job}: build-base.sh does not build {image}"
+        assert image in saved.split(), f"{job}: {image} is not saved for the cache"
+    # Nothing overrides the base the images start from, so the cached ones are used.
+    assert not any("BASE_IMAGE=" in step.get("run", "") for step in steps)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ import pytest
 from helpers_deploy import (
     COMPOSE_DIR,
     build_images,
+    compose_bin,
     compose_cmd,
     container_health,
     container_id,
@@ -122,10 +122,10 @@ def test_the_service_image_installs_every_runtime_dependency():
 
 
 def test_compose_file_is_valid_for_docker_compose():
-    if shutil.which("docker-compose") is None:
-        pytest.skip("docker-compose is not installed")
+    if compose_bin() is None:
+        pytest.skip("neither `docker compose` nor `docker-compose` is installed")
     for profiles in ([], ["--profile", "monitoring", "--profile", "reconcile"]):
-        result = subprocess.run(["docker-compose", "-f", str(COMPOSE_DIR / "docker-compose.yml"), *profiles,
+        result = subprocess.run([*compose_bin(), "-f", str(COMPOSE_DIR / "docker-compose.yml"), *profiles,
                                  "config", "-q"], capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
 
@@ -264,8 +264,8 @@ def stack(pytestconfig, tmp_path_factory):
         warnings.warn(reason, stacklevel=2)
         log("WARNING: " + reason)
         pytest.skip(reason)
-    if shutil.which("docker-compose") is None:
-        pytest.fail("a Docker engine answers but `docker-compose` (v1.29) is not installed")
+    if compose_bin() is None:
+        pytest.fail("a Docker engine answers but neither `docker compose` (v2) nor `docker-compose` (v1) is installed")
     started = time.monotonic()
     build_images()
     log(f"images ready in {time.monotonic() - started:.0f}s")

@@ -13,12 +13,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import shutil
 import uuid
 
 import pytest
 
-from helpers_deploy import build_images, compose_cmd, docker_engine_answers, log, project_leftovers, run
+from helpers_deploy import build_images, compose_bin, compose_cmd, docker_engine_answers, log, project_leftovers, run
 
 pytestmark = [pytest.mark.docker, pytest.mark.spark, pytest.mark.timeout(1800)]
 
@@ -27,8 +26,8 @@ DOCKER_LOCK = "/tmp/snapmesh-docker.lock"
 
 
 def test_spark_profile_gives_the_verdicts_of_local_mode():
-    if not docker_engine_answers() or shutil.which("docker-compose") is None:
-        pytest.skip("no Docker engine or docker-compose: the compose spark profile was NOT tested")
+    if not docker_engine_answers() or compose_bin() is None:
+        pytest.skip("no Docker engine or Compose: the compose spark profile was NOT tested")
     with open(DOCKER_LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         images = build_images(TAG)

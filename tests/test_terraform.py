@@ -126,9 +126,9 @@ def test_instance_hardening(tf):
 def test_user_data_installs_docker_fetches_project_and_starts_compose():
     text = (TERRAFORM_DIR / "user_data.sh.tftpl").read_text()
     assert text.startswith("#!/bin/bash")
-    assert "docker.io" in text and "docker-compose" in text
+    assert "docker.io" in text and "docker-compose" in text and "docker compose version" in text
     assert "git clone '${repo_url}'" in text and "${repo_ref}" in text
-    assert re.search(r"^docker-compose up -d$", text, re.M)
+    assert re.search(r"^compose up -d$", text, re.M)
     assert "generate.py --nodes" in text
     assert "SNAPMESH_CONTROLLER_PUBLISH=0.0.0.0:${controller_port}" in text
 
@@ -152,7 +152,7 @@ def test_grpcurl_output_is_the_exact_command(tf):
 def test_user_data_hands_the_client_files_to_admin():
     text = (TERRAFORM_DIR / "user_data.sh.tftpl").read_text()
     make_dir = text.index("install -d -o admin -g admin -m 0700 tls")
-    assert make_dir < text.index("docker-compose up -d"), "the export dir must exist, owned by admin, before `up`"
+    assert make_dir < text.index("\ncompose up -d"), "the export dir must exist, owned by admin, before `up`"
 
 
 @pytest.mark.cluster

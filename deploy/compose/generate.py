@@ -181,8 +181,8 @@ def spark_services(workers: int) -> str:
     networks: [mesh]
 """
     out = [
-        f"""  # `docker-compose --profile spark up -d spark-master` starts the Spark cluster;
-  # `docker-compose --profile spark run --rm reconcile-spark` submits the job to it.
+        f"""  # `docker compose --profile spark up -d spark-master` starts the Spark cluster;
+  # `docker compose --profile spark run --rm reconcile-spark` submits the job to it.
   spark-master:
 {common}    hostname: spark-master
     restart: ${{SNAPMESH_RESTART:-unless-stopped}}
@@ -234,10 +234,11 @@ def docker_compose_yml(n: int, spark_workers: int = SPARK_WORKERS) -> str:
     out = [
         HEADER.format(n=n),
         """# Run from the repository root (see docs/deploy.md, "Run with Docker Compose"):
-#   make images        # or: docker-compose -f deploy/compose/docker-compose.yml build
+# (Compose v2, `docker compose`; with v1 type `docker-compose` instead: same arguments)
+#   make images        # or: docker compose -f deploy/compose/docker-compose.yml build
 #   make compose-up    # nodes, controller, app
-#   docker-compose -f deploy/compose/docker-compose.yml --profile monitoring up -d   # + Prometheus, Grafana
-#   docker-compose -f deploy/compose/docker-compose.yml --profile reconcile run --rm reconcile
+#   docker compose -f deploy/compose/docker-compose.yml --profile monitoring up -d   # + Prometheus, Grafana
+#   docker compose -f deploy/compose/docker-compose.yml --profile reconcile run --rm reconcile
 # Variables (all optional): SNAPMESH_IMAGE, SNAPMESH_RECONCILE_IMAGE, SNAPMESH_BASE_IMAGE,
 # SNAPMESH_RECONCILE_BASE_IMAGE,
 # SNAPMESH_CONTROLLER_PUBLISH (host side of the controller's gRPC port, default
@@ -286,7 +287,7 @@ def docker_compose_yml(n: int, spark_workers: int = SPARK_WORKERS) -> str:
       controller:
         condition: service_healthy
 
-  # One-shot: `docker-compose --profile reconcile run --rm reconcile`. Reads the
+  # One-shot: `docker compose --profile reconcile run --rm reconcile`. Reads the
   # transfer logs and snapshots on the data volume; exit 0 when all are consistent.
   reconcile:
     <<: *snapmesh

@@ -39,6 +39,7 @@ from pathlib import Path
 import grpc
 
 import snapmesh
+from snapmesh import compose_cli
 from snapmesh import config as cluster_config
 from snapmesh.chaos.campaign import Options
 from snapmesh.node_logs import read_node_log
@@ -56,7 +57,7 @@ COMPOSE_TIMEOUT_S = 300.0
 
 
 class ComposeError(SupervisorError):
-    """A docker or docker-compose command failed (the message has its output's tail)."""
+    """A docker or Compose command failed (the message has its output's tail)."""
 
 
 def docker(*args: str, timeout: float = 120, check: bool = True, env: dict[str, str] | None = None,
@@ -73,9 +74,10 @@ def docker(*args: str, timeout: float = 120, check: bool = True, env: dict[str, 
 
 def engine_problem() -> str:
     """Why the compose campaign cannot run here ("" when it can)."""
-    for tool in ("docker", "docker-compose"):
-        if shutil.which(tool) is None:
-            return f"`{tool}` is not installed"
+    if shutil.which("docker") is None:
+        return "`docker` is not installed"
+    if compose_cli.problem():
+        return compose_cli.problem()
     if not (COMPOSE_DIR / "docker-compose.yml").exists():
         return f"no compose stack at {COMPOSE_DIR} (a source checkout is needed)"
     try:
@@ -133,7 +135,8 @@ class ComposeBackend:
     # ------------------------------------------------------------ set-up
 
     def _compose(self, *args: str, timeout: float = COMPOSE_TIMEOUT_S, check: bool = True):
-        return docker("docker-compose", "-p", self.project, "-f", str(COMPOSE_DIR / "docker-compose.yml"),
+        compose = compose_cli.compose_command() or ["docker-compose"]
+        return docker(*compose, "-p", self.project, "-f", str(COMPOSE_DIR / "docker-compose.yml"),
                       "-f", str(self.override), *args, timeout=timeout, check=check, env=self.env)
 
     def _ensure_image(self) -> None:
