@@ -2,7 +2,11 @@
 
 1. start a 4-node full-mesh cluster on loopback (free ports, a fresh data dir);
 2. run the bank workload: transfers between nodes, a snapshot from a random
-   initiator every 2 s, each printed as a table;
+   initiator every 2 s, each printed as a table. As each snapshot is triggered
+   every node sends a burst of `--burst` transfers, so the markers cross busy
+   channels and the cut records money in flight (from, to, amount in the table;
+   balances + in flight = total); the demo names the snapshot with the most,
+   and the picture draws that snapshot's cut;
 3. restore the last COMPLETE snapshot: the balances before, the snapshot
    (recorded balance and in-flight transfers towards each node), the balances
    after (they equal the snapshot's: recorded + in flight);
@@ -26,6 +30,7 @@ from snapmesh.config import write_cluster
 from snapmesh.supervisor import Cluster, SupervisorError
 
 DEFAULT_DATA_ROOT = Path("data")
+DEFAULT_BURST = 40
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,6 +39,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of workload (default 10)")
     parser.add_argument("--snapshot-every", type=float, default=2.0, help="seconds between snapshots (default 2)")
     parser.add_argument("--seed", type=int, default=None, help="workload seed (default: random, printed)")
+    parser.add_argument(
+        "--burst",
+        type=int,
+        default=DEFAULT_BURST,
+        help=f"transfers each node sends at once as each snapshot starts, so that the cut finds money "
+        f"in flight (default {DEFAULT_BURST}; 0: none)",
+    )
     parser.add_argument(
         "--data-dir",
         type=Path,
@@ -49,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes < 2:
         print("snapmesh demo: --nodes must be at least 2", file=sys.stderr)
         return 2
+    if args.burst < 0:
+        print("snapmesh demo: --burst must be >= 0", file=sys.stderr)
+        return 2
 
     data_dir = args.data_dir or DEFAULT_DATA_ROOT / time.strftime("demo-%Y%m%d-%H%M%S")
     if data_dir.exists() and any(data_dir.iterdir()):
@@ -58,11 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     config_path = write_cluster(data_dir / "cluster.toml", nodes=args.nodes, topology="mesh", data_dir=data_dir)
     print(f"== snapmesh demo: {args.nodes} nodes, data in {data_dir}")
 
-    params = WorkloadParams(duration=args.duration, snapshot_every=args.snapshot_every, seed=args.seed)
+    params = WorkloadParams(duration=args.duration, snapshot_every=args.snapshot_every, seed=args.seed,
+                            burst=args.burst)
     try:
         with Cluster(config_path) as cluster:
             print(f"controller: {cluster.controller_address}  (process logs in {cluster.log_dir})", flush=True)
             summary = run_workload(cluster.controller_address, params, out=sys.stdout)
+            busiest = point_at_in_flight(summary, out=sys.stdout)
             restored = restore_finale(cluster, out=sys.stdout)
     except (SupervisorError, ControllerUnreachable) as exc:
         print(f"snapmesh demo: {exc}", file=sys.stderr)
@@ -70,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     print("== cluster stopped")
     from snapmesh.trace.main import write_run_trace
 
-    print(f"== {write_run_trace(data_dir)}", flush=True)
+    print(f"== {write_run_trace(data_dir, snapshot=busiest)}", flush=True)
     status = summary.exit_code or restored
     if args.skip_reconcile:
         return status
@@ -81,6 +98,30 @@ def main(argv: list[str] | None = None) -> int:
     verdict = reconcile_main(["--data-dir", str(data_dir), "--out", str(data_dir / "reconcile")])
     print(f"== demo {'passed' if status == 0 and verdict == 0 else 'FAILED'}: data in {data_dir}")
     return status or verdict
+
+
+def point_at_in_flight(summary, out) -> str | None:
+    """Name the COMPLETE snapshot that recorded the most money in flight (the one the
+    picture draws); None (and say so) when none did."""
+    def in_flight(snapshot) -> tuple[int, int]:
+        transfers = [t for c in snapshot.channels for t in c.in_flight]
+        return len(transfers), sum(t.amount for t in transfers)
+
+    recorded = [s for s in summary.complete if in_flight(s)[0]]
+    if not recorded:
+        print("== no snapshot recorded money in flight this time (try a larger --burst)", file=out, flush=True)
+        return None
+    best = max(recorded, key=lambda s: in_flight(s))
+    count, amount = in_flight(best)
+    balances = sum(n.balance for n in best.nodes)
+    print(
+        f"== money in flight: snapshot {best.snapshot_id} recorded {count} transfer(s) worth {amount} still on the "
+        f"channels (balances {balances} + in flight {amount} = {best.total}); its table is above, the picture and "
+        f"the page show its cut",
+        file=out,
+        flush=True,
+    )
+    return best.snapshot_id
 
 
 def restore_finale(cluster: Cluster, out) -> int:

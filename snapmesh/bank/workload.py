@@ -48,8 +48,13 @@ class WorkloadParams:
     max_amount: int = 100
     report_every: float = 1.0  # one progress line per this many seconds
     snapshot_timeout: float = 60.0  # how long to wait for one snapshot to finish
+    # Transfers each node sends in one TransferBatch as each snapshot is triggered (0: none):
+    # the channels are busy while the markers cross them, so the cut records money in flight.
+    burst: int = 0
 
     def check(self) -> None:
+        if self.burst < 0:
+            raise ValueError(f"burst must be >= 0, got {self.burst}")
         for name in ("duration", "transfer_interval", "report_every", "snapshot_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -67,6 +72,7 @@ class Summary:
     transfers_refused: int = 0  # insufficient funds (FAILED_PRECONDITION): expected now and then
     transfers_failed: int = 0  # any other error (a node down, a timeout)
     moved: int = 0
+    burst_made: int = 0  # of which sent in the bursts at each trigger (WorkloadParams.burst)
     snapshots: list[pb.Snapshot] = field(default_factory=list)  # finished, in finishing order
     snapshot_errors: list[str] = field(default_factory=list)  # triggers that got no finished snapshot
 
@@ -136,7 +142,7 @@ async def workload(
         try:
             async with load:
                 await load.set(callers=1, interval=params.transfer_interval)
-                await _run(params, rng, summary, controller, stubs, load, say, stop)
+                await _run(params, rng, summary, controller, stubs, neighbours, load, say, stop)
         finally:
             for sig in handled:
                 asyncio.get_running_loop().remove_signal_handler(sig)
@@ -161,26 +167,52 @@ def _stop_on_signals(stop: asyncio.Event) -> list[signal.Signals]:
     return handled
 
 
-async def _run(params, rng, summary, controller, stubs, load: LoadGenerator, say, stop: asyncio.Event) -> None:
+async def _run(params, rng, summary, controller, stubs, neighbours, load: LoadGenerator, say,
+               stop: asyncio.Event) -> None:
     node_ids = list(stubs)
     snapshot_tasks: list[asyncio.Task[None]] = []
 
+    burst_counts = [0, 0, 0, 0]  # made, refused, failed, moved: added to the load's own counts
+
     def count() -> tuple[int, int, int]:
         stats = load.stats
-        summary.transfers_made, summary.transfers_refused = stats.accepted, stats.refused
-        summary.transfers_failed, summary.moved = stats.failed, stats.moved
-        return stats.accepted, stats.refused, stats.failed
+        made, refused, failed, moved = burst_counts
+        summary.transfers_made, summary.transfers_refused = stats.accepted + made, stats.refused + refused
+        summary.transfers_failed, summary.moved = stats.failed + failed, stats.moved + moved
+        summary.burst_made = made
+        return summary.transfers_made, summary.transfers_refused, summary.transfers_failed
+
+    async def burst(node: str, requests: list[pb.TransferRequest]) -> None:
+        try:
+            answer = await stubs[node].TransferBatch(pb.TransferBatchRequest(transfers=requests), timeout=RPC_TIMEOUT_S)
+        except grpc.aio.AioRpcError as error:
+            burst_counts[2] += len(requests)
+            say(f"  ! burst at {node}: {error.code().name}: {error.details()}")
+            return
+        for request, result in zip(requests, answer.results, strict=True):
+            slot = {0: 0, grpc.StatusCode.FAILED_PRECONDITION.value[0]: 1}.get(result.code, 2)
+            burst_counts[slot] += 1
+            burst_counts[3] += request.amount if slot == 0 else 0
 
     async def snapshot(initiator: str) -> None:
+        # The burst's requests are drawn before anything is sent: the seed replays them.
+        bursts = {
+            node: [pb.TransferRequest(to=rng.choice(neighbours[node]), amount=rng.randint(1, params.max_amount))
+                   for _ in range(params.burst)]
+            for node in node_ids if params.burst and neighbours[node]
+        }
+        sent = [asyncio.create_task(burst(node, requests)) for node, requests in bursts.items()]
         try:
             result = await controller.TriggerSnapshot(
                 pb.TriggerSnapshotRequest(initiator=initiator, wait=True), timeout=params.snapshot_timeout
             )
         except grpc.aio.AioRpcError as error:
+            await asyncio.gather(*sent)
             message = f"snapshot at {initiator}: {error.code().name}: {error.details()}"
             summary.snapshot_errors.append(message)
             say(f"  ! {message}")
             return
+        await asyncio.gather(*sent)
         summary.snapshots.append(result)
         for line in snapshot_table(result):
             say(line)

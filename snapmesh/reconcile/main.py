@@ -46,6 +46,9 @@ MAX_BAD_INPUT = 20  # bad lines reported (the first ones, by file and line)
 class Outcome:
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     bad_input: list[dict[str, Any]] = field(default_factory=list)
+    # snapshot id -> (transfers, amount) recorded in flight, as the snapshot files say: the
+    # verdict "ok" on such a snapshot means the logs confirm each of them.
+    in_flight: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def exit_status(self) -> int:
@@ -195,7 +198,14 @@ def reconcile(
             bucket=bucket,
             exact=exact,
         )
-        return Outcome(verdicts=rows)
+        in_flight = {
+            s["snapshot_id"]: (
+                sum(max(c["tn"] or 0, 0) for c in s["channels"] or ()),  # size() of a missing list is -1
+                sum(c["amount"] or 0 for c in s["channels"] or ()),
+            )
+            for s in snaps
+        }
+        return Outcome(verdicts=rows, in_flight=in_flight)
     finally:
         logs.release()
 
@@ -226,9 +236,16 @@ def format_bad_input(bad: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def format_table(verdicts: list[dict[str, Any]]) -> str:
-    """The verdict rows as a fixed-width table."""
-    head = ("snapshot", "status", "verdict", "nodes", "channels", "expected", "observed", "issues", "first discrepancy")
+def format_table(verdicts: list[dict[str, Any]], in_flight: dict[str, tuple[int, int]] | None = None) -> str:
+    """The verdict rows as a fixed-width table; `in_flight` (snapshot id -> transfers,
+    amount) fills the "in flight" column of COMPLETE snapshots ("-" elsewhere)."""
+    head = ("snapshot", "status", "verdict", "nodes", "channels", "in flight", "expected", "observed", "issues",
+            "first discrepancy")
+    in_flight = in_flight or {}
+
+    def flight(v: dict[str, Any]) -> str:
+        found = in_flight.get(v["snapshot_id"]) if v["scope"] == "snapshot" and v["status"] == "COMPLETE" else None
+        return "-" if found is None else f"{found[0]} ({found[1]})"
 
     def verdict(v: dict[str, Any]) -> str:
         return {True: "ok", False: "INCONSISTENT", None: "skipped"}[v["consistent"]]
@@ -243,6 +260,7 @@ def format_table(verdicts: list[dict[str, Any]]) -> str:
             verdict(v),
             show(v["nodes_checked"]),
             show(v["channels_checked"]),
+            flight(v),
             show(v["expected_total"]),
             show(v["observed_total"]),
             show(v["discrepancies"]),
@@ -269,7 +287,7 @@ def run_job(
     if outcome.bad_input:
         print(format_bad_input(outcome.bad_input), file=sys.stderr)
     elif not quiet:
-        print(format_table(outcome.verdicts))
+        print(format_table(outcome.verdicts, outcome.in_flight))
         bad = sum(v["consistent"] is False for v in outcome.verdicts)
         print(f"\n{'all consistent' if not bad else f'{bad} inconsistent'}; verdicts in {out_dir}")
     return outcome.exit_status

@@ -70,13 +70,14 @@ def write_trace(trace: Trace, fmt: str, out: Path, *, snapshot: str | None = Non
             f"{geometry.start}:{geometry.end}; snapshot {chosen or '(none)'} with {in_flight} in flight")
 
 
-def write_run_trace(data_dir: Path) -> str:
-    """For `make demo`: `<data_dir>/trace.svg` and `<data_dir>/trace.shiviz`; returns a
-    line naming them (or saying why there is no picture: a demo never fails on it)."""
+def write_run_trace(data_dir: Path, snapshot: str | None = None) -> str:
+    """For `make demo`: `<data_dir>/trace.svg` (drawing `snapshot`'s cut and its in-flight
+    transfers; default the busiest) and `<data_dir>/trace.shiviz`; returns a line naming
+    them (or saying why there is no picture: a demo never fails on it)."""
     try:
         trace = build_trace(read_data_dir(data_dir))
         svg, shiviz = data_dir / "trace.svg", data_dir / "trace.shiviz"
-        summary = write_trace(trace, "svg", svg, title=f"snapmesh demo: {data_dir.name}")
+        summary = write_trace(trace, "svg", svg, snapshot=snapshot, title=f"snapmesh demo: {data_dir.name}")
         write_trace(trace, "shiviz", shiviz)
     except (LogError, TraceError, LayoutError, OSError) as exc:
         return f"no message-flow picture: {exc}"
