@@ -12,7 +12,9 @@ Every gRPC server and channel of snapmesh is opened here:
   checks the server's against the CA and sends the token on every call.
 - `require_peer(context, name)`: a node accepts a Channel stream from `src` only
   if the peer's certificate names `src` in its subjectAltName; the controller
-  accepts a node's ReportState only from that node's certificate.
+  accepts a node's ReportState only from that node's certificate; a node accepts
+  StartSnapshot, AbortSnapshot and RestoreState only from the controller's
+  certificate (the token alone, which every node and client holds, is not enough).
 
 An `Identity` is what one process presents and trusts: `load_identity(cfg, name)`
 for a node id, "controller" or "client" reads the files the cluster file names

@@ -18,6 +18,7 @@ from services.node.channels import AckWriter, read_or_end
 from services.node.engine import Engine, GapError
 from services.node.translog import LogClosedError
 from snapmesh import core, security
+from snapmesh.config import CONTROLLER_NAME
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -108,6 +109,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def StartSnapshot(
         self, request: pb.StartSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.StartSnapshotResponse:
+        await security.require_peer(context, CONTROLLER_NAME)  # with TLS: the controller's certificate only
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id must not be empty")
         if request.epoch:
@@ -119,6 +121,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def AbortSnapshot(
         self, request: pb.AbortSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.AbortSnapshotResponse:
+        await security.require_peer(context, CONTROLLER_NAME)
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id must not be empty")
         self._engine.abort_snapshot(request.snapshot_id, request.reason)
@@ -132,6 +135,9 @@ class NodeServicer(pb_grpc.NodeServicer):
         self, request: pb.RestoreStateRequest, context: grpc.aio.ServicerContext
     ) -> pb.RestoreStateResponse:
         engine = self._engine
+        # With TLS only the controller's certificate may restore: the balance and the
+        # in-flight transfers are the snapshot's the controller names, never a caller's.
+        await security.require_peer(context, CONTROLLER_NAME)
         if not request.snapshot_id or request.epoch < 2:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a restore needs a snapshot_id and an epoch >= 2")
         in_flight = []

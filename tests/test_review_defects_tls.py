@@ -1,0 +1,85 @@
+"""Issue 26 on one real --tls cluster, with the real grpcurl where a client would use it.
+
+1. The node's control RPCs (StartSnapshot, AbortSnapshot, RestoreState) answer
+   only the controller's certificate: the client's certificate plus the token,
+   and a node's own certificate plus the token, are PERMISSION_DENIED and change
+   nothing. The controller itself still restores (the control).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from snapmesh import config, security
+from snapmesh.config import write_cluster
+from snapmesh.security import write_certs
+from snapmesh.supervisor import Cluster
+from snapmesh.v1 import snapmesh_pb2 as pb
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+from tests.test_readme_grpcurl import grpcurl_binary
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("review-tls")
+    path = write_cluster(root / "cluster.toml", nodes=3, initial_balance=1000, data_dir=root / "data")
+    write_certs(config.load(path), root / "tls")
+    with Cluster(path, tls_dir=root / "tls") as running:
+        yield root / "tls", running
+
+
+def grpcurl(tls: Path, who: str, address: str, method: str, body: dict) -> subprocess.CompletedProcess:
+    """The real grpcurl, presenting `who`'s certificate and the cluster's token."""
+    token = security.read_token(tls / config.TOKEN_FILE)
+    argv = [str(grpcurl_binary()), "-cacert", str(tls / config.CA_FILE), "-cert", str(tls / f"{who}.pem"),
+            "-key", str(tls / f"{who}-key.pem"), "-H", f"authorization: Bearer {token}",
+            "-d", json.dumps(body), address, f"snapmesh.v1.Node/{method}"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+def node_state(cluster, node_id: str) -> pb.NodeStateResponse:
+    with security.open_channel(cluster.node_address(node_id), cluster.client_identity) as channel:
+        return pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=10)
+
+
+def test_node_control_rpcs_refuse_a_client_and_a_node_certificate(tls_cluster):
+    tls, cluster = tls_cluster
+    before = {n: node_state(cluster, n) for n in cluster.node_ids}
+    forged = {"snapshot_id": "forged", "epoch": str(before["p1"].epoch + 1), "balance": "1000000"}
+    calls = [
+        ("RestoreState", forged),
+        ("StartSnapshot", {"snapshot_id": "intruder"}),
+        ("AbortSnapshot", {"snapshot_id": "intruder", "reason": "x"}),
+    ]
+    for who in ("client", "p2"):  # the client's credentials, and node p2's own (defect 1: p2 set p3's balance)
+        for method, body in calls:
+            result = grpcurl(tls, who, cluster.node_address("p3"), method, body)
+            assert result.returncode != 0, f"{who} called {method}: {result.stdout}"
+            assert "PermissionDenied" in result.stderr and "'controller'" in result.stderr, result.stderr
+    after = {n: node_state(cluster, n) for n in cluster.node_ids}
+    assert after == before, "a refused control call changed a node"
+
+
+def test_the_controller_still_restores_over_tls(tls_cluster):
+    _, cluster = tls_cluster
+    with security.open_channel(cluster.controller_address, cluster.client_identity) as channel:
+        stub = pb_grpc.ControllerStub(channel)
+        snapshot = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30)
+        assert snapshot.status == pb.Snapshot.COMPLETE
+        restore = stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=snapshot.snapshot_id), timeout=60)
+    assert restore.status == pb.Restore.RESTORED, restore.reason
+    assert sum(n.balance for n in restore.nodes) == 3000
+
+
+def test_grpcurl_is_what_a_client_runs(tls_cluster):
+    """The control: the same grpcurl and client credentials read a node's state."""
+    tls, cluster = tls_cluster
+    result = grpcurl(tls, "client", cluster.node_address("p1"), "GetState", {})
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["node_id"] == "p1"
