@@ -3,13 +3,19 @@ reflection, a Prometheus endpoint, and a graceful stop on SIGINT/SIGTERM.
 
 Health says SERVING only after the server is bound and started; on stop it turns
 NOT_SERVING first, so load balancers and healthchecks drain before the port closes.
+Every health answer carries the process's instance id in its trailing metadata
+(`snapmesh-instance-id`; SNAPMESH_INSTANCE_ID, which the supervisor sets to a new
+value for each start, else a random one): a supervisor waiting for the process it
+just started can tell its answer from another process's on the same port.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -46,6 +52,27 @@ CLIENT_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 
+INSTANCE_ENV = "SNAPMESH_INSTANCE_ID"
+INSTANCE_METADATA = "snapmesh-instance-id"
+
+
+def instance_id() -> str:
+    """This process's instance id: the supervisor's, else a new random one."""
+    return os.environ.get(INSTANCE_ENV) or uuid.uuid4().hex
+
+
+class _HealthServicer(health.aio.HealthServicer):
+    """The standard health service, each answer signed with the instance id."""
+
+    def __init__(self, instance: str) -> None:
+        super().__init__()
+        self._instance = instance
+
+    async def Check(self, request, context):
+        context.set_trailing_metadata(((INSTANCE_METADATA, self._instance),))
+        return await super().Check(request, context)
+
+
 class BindError(RuntimeError):
     """A server could not bind its configured address."""
 
@@ -66,7 +93,8 @@ class ServiceHost:
         self._registry = registry
         self._identity = identity
         self.server = security.new_server(identity, SERVER_OPTIONS)
-        self._health = health.aio.HealthServicer()
+        self.instance_id = instance_id()
+        self._health = _HealthServicer(self.instance_id)
         self._service_names: list[str] = []
         self._metrics_server = None
         self.port: int | None = None

@@ -41,6 +41,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,7 @@ from snapmesh import config as cluster_config
 from snapmesh import security as tls
 from snapmesh import orphans
 from snapmesh.config import ClusterConfig
+from snapmesh.runtime import INSTANCE_ENV, INSTANCE_METADATA
 
 STARTUP_TIMEOUT_S = 30.0  # longest wait for a child to answer SERVING
 STOP_TIMEOUT_S = 5.0  # grace between SIGTERM and SIGKILL
@@ -89,9 +91,12 @@ def wait_serving(
     *,
     child: Child | None = None,
     security: Security = PLAINTEXT,
+    instance: str | None = None,
 ) -> None:
     """Block until the gRPC server at `address` answers SERVING on health checking.
 
+    `instance`: only an answer carrying that instance id counts (snapmesh.runtime):
+    the process just started, not another one on the same port.
     SupervisorError on timeout, or at once when `child` exits first.
     """
     from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -104,10 +109,14 @@ def wait_serving(
             if child is not None and not child.alive:
                 raise SupervisorError(f"{address}: process exited before serving (exit status {child.returncode})")
             try:
-                response = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5, wait_for_ready=True)
-                if response.status == health_pb2.HealthCheckResponse.SERVING:
+                response, call = stub.Check.with_call(health_pb2.HealthCheckRequest(), timeout=0.5, wait_for_ready=True)
+                answered = dict(call.trailing_metadata() or ()).get(INSTANCE_METADATA)
+                if instance is not None and answered != instance:
+                    last = f"another process answers there (instance {answered or 'unknown'}, not {instance})"
+                elif response.status == health_pb2.HealthCheckResponse.SERVING:
                     return
-                last = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+                else:
+                    last = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
             except grpc.RpcError as error:
                 last = error.code().name
             time.sleep(0.05)
@@ -141,6 +150,7 @@ class Child:
         self.security = security
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.instance_id: str | None = None  # new for each start: what its health answers carry
 
     @property
     def alive(self) -> bool:
@@ -164,6 +174,7 @@ class Child:
         if self.alive:
             raise SupervisorError(f"{self.name} is already running")
         self.starts += 1
+        self.instance_id = uuid.uuid4().hex
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             log.write(f"---- start #{self.starts}: {' '.join(self.argv)}\n".encode())
@@ -173,7 +184,8 @@ class Child:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**(os.environ if self.env is None else self.env), orphans.ENV: str(os.getpid())},
+                env={**(os.environ if self.env is None else self.env), orphans.ENV: str(os.getpid()),
+                     INSTANCE_ENV: self.instance_id},
                 start_new_session=True,
             )
         if wait:
@@ -185,11 +197,13 @@ class Child:
         return self
 
     def wait_serving(self, timeout: float | None = None) -> None:
-        """Return once the child answers SERVING; SupervisorError (with its log's tail) if it exits or times out."""
+        """Return once the child itself (its instance id) answers SERVING; SupervisorError
+        (with its log's tail) if it exits or times out."""
         if self.health_address is None:
             return
         try:
-            wait_serving(self.health_address, timeout or self.startup_timeout, child=self, security=self.security)
+            wait_serving(self.health_address, timeout or self.startup_timeout, child=self, security=self.security,
+                         instance=self.instance_id)
         except SupervisorError as exc:
             tail = self.log_tail()
             detail = f"\n--- {self.log_path} (last lines) ---\n{tail}" if tail else ""
