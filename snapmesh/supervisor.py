@@ -305,9 +305,10 @@ class Cluster:
         path = config.path if isinstance(config, ClusterConfig) else Path(config)
         self.config_path = Path(path).resolve()
         self.config = cluster_config.load(self.config_path, env=self._env)
-        # The data dir as resolved here, for every child: a shipped cluster file's
-        # relative data_dir depends on the current directory (snapmesh.config).
-        self._env["SNAPMESH_DATA_DIR"] = str(self.config.data_dir)
+        if self.config_path.parent == cluster_config.SHIPPED_CONFIGS:
+            # A shipped file's relative data_dir depends on the current directory
+            # (snapmesh.config): the children get it as resolved here.
+            self._env["SNAPMESH_DATA_DIR"] = str(self.config.data_dir)
         if security is PLAINTEXT and self.config.tls is not None:
             try:  # the client's certificate and token, as the cluster file or tls_dir names them
                 security = Security(identity=tls.load_identity(self.config, cluster_config.CLIENT_NAME))
