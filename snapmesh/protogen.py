@@ -1,7 +1,8 @@
 """Generate the Python protobuf and gRPC code from protos/ into snapmesh/v1/.
 
 The one command that makes generated code: `python -m snapmesh.protogen` (`make proto`).
-The output is not committed; it is reproducible from the .proto files alone.
+The output is not committed; it is reproducible from the .proto files alone. A
+package build runs it too (setup.py), into the wheel's build directory.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ PROTO_DIR = ROOT / "protos"
 OUT_DIR = ROOT  # protos/snapmesh/v1/x.proto -> snapmesh/v1/x_pb2.py
 
 
-def generate() -> int:
+def generate(out_dir: Path = OUT_DIR) -> int:
+    """Generate into `out_dir` (default: the source tree); 0 on success."""
     from grpc_tools import protoc
 
     well_known = resources.files("grpc_tools") / "_proto"
@@ -24,16 +26,16 @@ def generate() -> int:
         "grpc_tools.protoc",
         f"-I{PROTO_DIR}",
         f"-I{well_known}",
-        f"--python_out={OUT_DIR}",
-        f"--pyi_out={OUT_DIR}",
-        f"--grpc_python_out={OUT_DIR}",
+        f"--python_out={out_dir}",
+        f"--pyi_out={out_dir}",
+        f"--grpc_python_out={out_dir}",
         *protos,
     ]
     status = protoc.main(args)
     if status != 0:
         print(f"protoc failed with status {status}", file=sys.stderr)
         return status
-    for package_dir in {(OUT_DIR / p).parent for p in protos}:
+    for package_dir in {(Path(out_dir) / p).parent for p in protos}:
         (package_dir / "__init__.py").touch()
     return 0
 

@@ -9,6 +9,11 @@ SNAPMESH_HEALTH_PORT=N also serves the same health service, and nothing else, in
 plaintext on port N of the bind host: for probes that cannot present a client
 certificate (Kubernetes' native gRPC probes, deploy/helm/snapmesh) when the main
 port is mutual TLS. A value that is not a port stops the server at start-up (exit 2).
+
+Every health answer carries the process's instance id in its trailing metadata
+(`snapmesh-instance-id`; SNAPMESH_INSTANCE_ID, which the supervisor sets to a new
+value for each start, else a random one): a supervisor waiting for the process it
+just started can tell its answer from another process's on the same port.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import asyncio
 import logging
 import os
 import signal
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -51,6 +57,27 @@ CLIENT_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2_000),
 ]
+
+
+INSTANCE_ENV = "SNAPMESH_INSTANCE_ID"
+INSTANCE_METADATA = "snapmesh-instance-id"
+
+
+def instance_id() -> str:
+    """This process's instance id: the supervisor's, else a new random one."""
+    return os.environ.get(INSTANCE_ENV) or uuid.uuid4().hex
+
+
+class _HealthServicer(health.aio.HealthServicer):
+    """The standard health service, each answer signed with the instance id."""
+
+    def __init__(self, instance: str) -> None:
+        super().__init__()
+        self._instance = instance
+
+    async def Check(self, request, context):
+        context.set_trailing_metadata(((INSTANCE_METADATA, self._instance),))
+        return await super().Check(request, context)
 
 
 class BindError(RuntimeError):
@@ -91,7 +118,8 @@ class ServiceHost:
         self._identity = identity
         metrics.add_standard_collectors(registry)  # process_*, python_*, snapmesh_build_info
         self.server = security.new_server(identity, SERVER_OPTIONS, outer=[metrics.GrpcServerMetrics(registry)])
-        self._health = health.aio.HealthServicer()
+        self.instance_id = instance_id()
+        self._health = _HealthServicer(self.instance_id)
         self._service_names: list[str] = []
         self._metrics_server = None
         self.port: int | None = None

@@ -47,6 +47,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,7 @@ from snapmesh import config as cluster_config
 from snapmesh import security as tls
 from snapmesh import orphans
 from snapmesh.config import ClusterConfig
+from snapmesh.runtime import INSTANCE_ENV, INSTANCE_METADATA
 
 STARTUP_TIMEOUT_S = 30.0  # longest wait for a child to answer SERVING
 STOP_TIMEOUT_S = 5.0  # grace between SIGTERM and SIGKILL
@@ -118,9 +120,12 @@ def wait_serving(
     *,
     child: Child | None = None,
     security: Security = PLAINTEXT,
+    instance: str | None = None,
 ) -> None:
     """Block until the gRPC server at `address` answers SERVING on health checking.
 
+    `instance`: only an answer carrying that instance id counts (snapmesh.runtime):
+    the process just started, not another one on the same port.
     SupervisorError on timeout, or at once when `child` exits first.
     """
     from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -133,10 +138,14 @@ def wait_serving(
             if child is not None and not child.alive:
                 raise SupervisorError(f"{address}: process exited before serving (exit status {child.returncode})")
             try:
-                response = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5, wait_for_ready=True)
-                if response.status == health_pb2.HealthCheckResponse.SERVING:
+                response, call = stub.Check.with_call(health_pb2.HealthCheckRequest(), timeout=0.5, wait_for_ready=True)
+                answered = dict(call.trailing_metadata() or ()).get(INSTANCE_METADATA)
+                if instance is not None and answered != instance:
+                    last = f"another process answers there (instance {answered or 'unknown'}, not {instance})"
+                elif response.status == health_pb2.HealthCheckResponse.SERVING:
                     return
-                last = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+                else:
+                    last = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
             except grpc.RpcError as error:
                 last = error.code().name
             time.sleep(0.05)
@@ -172,6 +181,7 @@ class Child:
         self.security = security
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.instance_id: str | None = None  # new for each start: what its health answers carry
 
     @property
     def alive(self) -> bool:
@@ -195,6 +205,7 @@ class Child:
         if self.alive:
             raise SupervisorError(f"{self.name} is already running")
         self.starts += 1
+        self.instance_id = uuid.uuid4().hex
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             argv = self.host.command(self.argv) if self.host is not None else self.argv
@@ -205,7 +216,8 @@ class Child:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**(os.environ if self.env is None else self.env), orphans.ENV: str(os.getpid())},
+                env={**(os.environ if self.env is None else self.env), orphans.ENV: str(os.getpid()),
+                     INSTANCE_ENV: self.instance_id},
                 start_new_session=True,
             )
         if wait:
@@ -217,11 +229,13 @@ class Child:
         return self
 
     def wait_serving(self, timeout: float | None = None) -> None:
-        """Return once the child answers SERVING; SupervisorError (with its log's tail) if it exits or times out."""
+        """Return once the child itself (its instance id) answers SERVING; SupervisorError
+        (with its log's tail) if it exits or times out."""
         if self.health_address is None:
             return
         try:
-            wait_serving(self.health_address, timeout or self.startup_timeout, child=self, security=self.security)
+            wait_serving(self.health_address, timeout or self.startup_timeout, child=self, security=self.security,
+                         instance=self.instance_id)
         except SupervisorError as exc:
             tail = self.log_tail()
             detail = f"\n--- {self.log_path} (last lines) ---\n{tail}" if tail else ""
@@ -327,6 +341,10 @@ class Cluster:
         path = config.path if isinstance(config, ClusterConfig) else Path(config)
         self.config_path = Path(path).resolve()
         self.config = cluster_config.load(self.config_path, env=self._env)
+        if self.config_path.parent == cluster_config.SHIPPED_CONFIGS:
+            # A shipped file's relative data_dir depends on the current directory
+            # (snapmesh.config): the children get it as resolved here.
+            self._env["SNAPMESH_DATA_DIR"] = str(self.config.data_dir)
         if security is PLAINTEXT and self.config.tls is not None:
             try:  # the client's certificate and token, as the cluster file or tls_dir names them
                 security = Security(identity=tls.load_identity(self.config, cluster_config.CLIENT_NAME))

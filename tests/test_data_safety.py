@@ -79,3 +79,38 @@ def test_a_nodes_lock_alone_also_stops_cluster_up(tmp_path):
     assert result.returncode == 2, result.stderr
     assert "node 'p2'" in result.stderr and f"pid {os.getpid()}" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["controller.lock", "p1.lock", "p2.lock"]
+
+
+def test_cluster_up_is_not_ready_on_another_processs_answer(live, tmp_path):
+    # This cluster's p1 has the live cluster's p1 port: the live p1 answers SERVING
+    # there, but the p1 just started cannot bind and exits.
+    from snapmesh.ports import free_ports, port_is_free
+
+    taken = live.config.node("p1").port
+    ports = free_ports(5)
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2, ports=[ports[0], ports[1], taken, *ports[2:]])
+    result = snapmesh("cluster", "up", "--config", str(path))
+    assert result.returncode == 1, result.stderr
+    assert "controller:" not in result.stdout
+    assert "node p1" in result.stderr and "exited before serving" in result.stderr
+    # The last lines of p1's own log say why.
+    assert f"{tmp_path / 'logs' / 'p1.log'} (last lines)" in result.stderr
+    assert f"cannot bind gRPC address 127.0.0.1:{taken}" in result.stderr
+    # The rest of this cluster was stopped; the live one still serves.
+    assert all(port_is_free("127.0.0.1", p) for p in (ports[0], ports[3])), "the new controller or p2 was left running"
+    assert all(live.alive().values())
+
+
+def test_every_health_answer_carries_the_instance_id_of_this_start(live):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from snapmesh.runtime import INSTANCE_METADATA
+    from snapmesh.security import open_channel
+
+    before = live.nodes["p2"].instance_id
+    live.restart_node("p2")
+    assert live.nodes["p2"].instance_id != before
+    for name, child in [("controller", live.controller), ("p2", live.nodes["p2"])]:
+        with open_channel(child.health_address, None) as channel:
+            _, call = health_pb2_grpc.HealthStub(channel).Check.with_call(health_pb2.HealthCheckRequest(), timeout=5)
+        assert dict(call.trailing_metadata())[INSTANCE_METADATA] == child.instance_id, name

@@ -162,8 +162,9 @@ def png_unavailable() -> str | None:
         import cairosvg  # noqa: F401
     except ImportError as exc:
         return f"{PNG_EXTRA_HINT}; {exc}"
-    except OSError as exc:  # cairocffi found no libcairo
-        return f"{PNG_EXTRA_HINT}; cannot load libcairo: {exc}"
+    except OSError as exc:  # cairocffi found no libcairo (its message is one line per name it tried)
+        first = (str(exc).splitlines() or [""])[0]
+        return f"{PNG_EXTRA_HINT}; cannot load libcairo: {first}"
     return None
 
 

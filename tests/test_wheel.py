@@ -1,0 +1,120 @@
+"""The wheel a user gets (issue 25, section 2): built from a clean checkout (the
+files git would have: no generated snapmesh/v1, no .venv), with build isolation, so
+the build itself must generate the protobuf code; installed into a fresh virtualenv
+with no extras; run from outside the checkout, as a user would.
+
+Speed: the wheel is built with --no-deps, and the fresh venv gets no pip of its own
+(this venv's pip installs into it); both use pip's cache (and PIP_FIND_LINKS when
+set). Needs the package index, or those wheels in a find-links directory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+from cluster_helpers import controller_stub
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def clean_checkout(into: Path) -> Path:
+    """The working tree's files git tracks or would track (not what .gitignore excludes)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():
+            target = into / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(source.read_bytes())
+    assert not (into / "snapmesh" / "v1").exists()
+    return into
+
+
+def user_env() -> dict[str, str]:
+    """This environment without anything that points into the checkout."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(str(ROOT)))
+    return env
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """A fresh virtualenv with the wheel installed; returns its bin/ directory."""
+    root = tmp_path_factory.mktemp("wheel")
+    source = clean_checkout(root / "src")
+    pip = [sys.executable, "-m", "pip"]
+    built = subprocess.run([*pip, "wheel", "-q", "--no-deps", "-w", str(root / "dist"), str(source)],
+                           capture_output=True, text=True, timeout=240)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (root / "dist").glob("snapmesh-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        assert {"snapmesh/v1/snapmesh_pb2.py", "snapmesh/v1/snapmesh_pb2_grpc.py", "snapmesh/configs/local-4.toml"} <= names
+        metadata = Parser().parsestr(archive.read(f"snapmesh-{wheel.name.split('-')[1]}.dist-info/METADATA").decode())
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert metadata.get_all("Project-URL") and metadata.get_all("Classifier")
+    assert any("extra == \"png\"" in r and r.lower().startswith("cairosvg") for r in metadata.get_all("Requires-Dist"))
+
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    install = subprocess.run([*pip, "--python", str(venv / "bin" / "python"), "install", "-q",
+                              "-c", str(ROOT / "constraints.txt"), str(wheel)], capture_output=True, text=True, timeout=240)
+    assert install.returncode == 0, install.stderr
+    return venv / "bin"
+
+
+def run(bin_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(bin_dir / "snapmesh"), *args], capture_output=True, text=True, timeout=60, cwd=cwd,
+                          env=user_env())
+
+
+def test_the_installed_commands_answer(installed, tmp_path):
+    assert run(installed, "--version", cwd=tmp_path).stdout.startswith("snapmesh ")
+    helped = run(installed, "controller", "--help", cwd=tmp_path)
+    assert helped.returncode == 0 and "usage: snapmesh controller" in helped.stdout, helped.stderr
+    where = subprocess.run([str(installed / "python"), "-c", "import snapmesh.v1, snapmesh.config as c; "
+                            "print(snapmesh.v1.__file__); print(c.load().data_dir)"],
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path, env=user_env())
+    module, data_dir = where.stdout.splitlines()
+    assert Path(module).is_relative_to(installed.parent), "snapmesh.v1 came from the checkout, not the wheel"
+    # The shipped cluster file keeps its data under the current directory, not in site-packages.
+    assert Path(data_dir) == tmp_path.resolve() / "data"
+
+
+def test_png_needs_the_png_extra_and_says_so(installed, tmp_path):
+    result = run(installed, "trace", "--data-dir", str(tmp_path), "--format", "png", "--out", "t.png", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "pip install 'snapmesh[png]'" in result.stderr, result.stderr
+
+
+def test_a_cluster_runs_from_the_wheel(installed, tmp_path):
+    launcher = subprocess.Popen([str(installed / "snapmesh"), "cluster", "up", "--nodes", "2", "--data-dir", "run"],
+                                cwd=tmp_path, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = launcher.stdout.readline()
+        assert line.startswith("controller: "), (line, launcher.poll(), launcher.stderr.read() if launcher.poll() else "")
+        channel, stub = controller_stub(line.split()[1])
+        with channel:
+            snapshot = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30)
+        assert snapshot.status == pb.Snapshot.COMPLETE
+        assert sum(n.balance for n in snapshot.nodes) == 2 * 1000
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(timeout=30) == 0
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()  # its children die with it (PR_SET_PDEATHSIG)
+            launcher.wait()
+        launcher.stdout.close()
+        launcher.stderr.close()
+    assert (tmp_path / "run" / "logs" / "p1.log").exists()
