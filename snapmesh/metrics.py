@@ -93,6 +93,7 @@ class GrpcServerMetrics(grpc.aio.ServerInterceptor):
             "grpc_server_handling_seconds", "Time from an RPC's start to its end on the server",
             _LABELS, buckets=LATENCY_BUCKETS, registry=registry,
         )
+        self._children: dict[tuple, Any] = {}  # bounded: methods x types x codes
 
     async def intercept_service(
         self,
@@ -122,14 +123,25 @@ class GrpcServerMetrics(grpc.aio.ServerInterceptor):
             wrapped, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
         )
 
+    def _child(self, metric: Counter | Histogram, labels: tuple[str, ...]):
+        """`metric.labels(*labels)`, memoised: RPCs are the hot path (a transfer is one)."""
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def _start(self, labels: tuple[str, str, str]) -> float:
+        self._child(self.started, labels).inc()
+        return time.perf_counter()
+
     def _done(self, labels: tuple[str, str, str], code: str, started: float) -> None:
-        self.handled.labels(*labels, code).inc()
-        self.handling.labels(*labels).observe(time.perf_counter() - started)
+        self._child(self.handled, (*labels, code)).inc()
+        self._child(self.handling, labels).observe(time.perf_counter() - started)
 
     def _coroutine(self, behavior, labels):
         async def measured(request, context):
-            self.started.labels(*labels).inc()
-            started, code = time.perf_counter(), "UNKNOWN"
+            started, code = self._start(labels), "UNKNOWN"
             try:
                 response = await behavior(request, context)
                 code = _code_name(context, "OK")
@@ -147,8 +159,7 @@ class GrpcServerMetrics(grpc.aio.ServerInterceptor):
 
     def _generator(self, behavior, labels):
         async def measured(request, context):
-            self.started.labels(*labels).inc()
-            started, code = time.perf_counter(), "UNKNOWN"
+            started, code = self._start(labels), "UNKNOWN"
             try:
                 async for response in behavior(request, context):
                     yield response
