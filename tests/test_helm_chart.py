@@ -8,17 +8,22 @@ issue names (StatefulSet with volumeClaimTemplates and gRPC probes, the
 cluster-file ConfigMap that snapmesh's own loader accepts, the NetworkPolicy, the
 Secrets, the hardening); and values.schema.json refusing bad values by name.
 
-Not tested here (no API server): `helm install`/`upgrade` against a cluster, so
-neither the hooks' order nor the `lookup` that refuses a changed nodes.replicas
-on upgrade run. The CRD objects (ServiceMonitor, cert-manager's) have no schema
+No API server runs here, so `helm install`/`upgrade` against a cluster and the
+hooks' order are not tested. The templates' `lookup` calls (the node count that an
+upgrade may not change, the token kept on upgrade) are, with
+`helm template --dry-run=server --is-upgrade` against a stand-in on loopback that
+answers the API's discovery and the two GETs those lookups make. The CRD objects (ServiceMonitor, cert-manager's) have no schema
 in Kubernetes' OpenAPI; they are checked for their fields by hand below.
 The rendered pods are run on Docker by tests/test_helm_pods.py.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kubernetes_validate
 import pytest
@@ -282,3 +287,99 @@ def test_chart_files_exist():
         assert (CHART / name).is_file(), name
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert schema["properties"]["nodes"]["properties"]["replicas"]["minimum"] == 2
+
+
+# ---------------------------------------------------------------- lookup against a stand-in API server
+
+
+class _FakeApi(BaseHTTPRequestHandler):
+    """Discovery plus a running StatefulSet snapmesh-node (4 replicas) and its token Secret."""
+
+    TOKEN = "kept-token-from-the-install"
+    KINDS = {  # group/version -> the kinds the chart renders
+        "v1": ["Secret", "ConfigMap", "Service", "ServiceAccount"],
+        "apps/v1": ["StatefulSet"],
+        "batch/v1": ["Job", "CronJob"],
+        "policy/v1": ["PodDisruptionBudget"],
+        "networking.k8s.io/v1": ["NetworkPolicy"],
+        "rbac.authorization.k8s.io/v1": ["Role", "RoleBinding"],
+    }
+    ROUTES = {
+        "/version": {"major": "1", "minor": "34", "gitVersion": "v1.34.0", "platform": "linux/amd64"},
+        "/api": {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []},
+        "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+            {"name": gv.split("/")[0], "versions": [{"groupVersion": gv, "version": "v1"}],
+             "preferredVersion": {"groupVersion": gv, "version": "v1"}} for gv in KINDS if gv != "v1"]},
+        **{("/api/v1" if gv == "v1" else f"/apis/{gv}"): {
+            "kind": "APIResourceList", "groupVersion": gv,
+            "resources": [{"name": k.lower() + ("ies" if k.endswith("y") else "es" if k.endswith("s") else "s"),
+                           "singularName": k.lower(), "namespaced": True, "kind": k, "verbs": ["get"]} for k in kinds]}
+           for gv, kinds in KINDS.items()},
+        "/apis/apps/v1/namespaces/default/statefulsets/snapmesh-node": {
+            "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "snapmesh-node", "namespace": "default"},
+            "spec": {"replicas": 4}},
+        "/api/v1/namespaces/default/secrets/snapmesh-token": {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "snapmesh-token", "namespace": "default"},
+            "data": {"token": base64.b64encode(TOKEN.encode()).decode()}},
+    }
+    seen: list[str] = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        path = self.path.split("?")[0]
+        self.seen.append(path)
+        body = self.ROUTES.get(path)
+        status = 200 if body is not None else 404
+        data = json.dumps(body or {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+                                   "code": 404}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(tmp_path_factory):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeApi)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    path = tmp_path_factory.mktemp("kube") / "config"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "stand-in", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "stand-in", "user": "u", "namespace": "default"}}],
+    }))
+    try:
+        yield str(path)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def _upgrade(kubeconfig: str, replicas: int):
+    return helm("template", "snapmesh", str(CHART), "--dry-run=server", "--is-upgrade", "--disable-openapi-validation",
+                "--kubeconfig", kubeconfig, "--set", f"nodes.replicas={replicas}", check=False)
+
+
+def test_upgrade_refuses_another_node_count(kubeconfig):
+    result = _upgrade(kubeconfig, 5)
+    assert result.returncode != 0
+    assert "the release runs 4 nodes and this upgrade asks for 5" in result.stderr
+    assert "does not rescale a running cluster" in result.stderr and "Keep nodes.replicas=4" in result.stderr
+    assert "/apis/apps/v1/namespaces/default/statefulsets/snapmesh-node" in _FakeApi.seen
+
+
+def test_upgrade_with_the_same_count_keeps_the_token(kubeconfig):
+    import yaml
+
+    result = _upgrade(kubeconfig, 4)
+    assert result.returncode == 0, result.stderr
+    objects = [d for d in yaml.safe_load_all(result.stdout) if d]
+    token = one(objects, "Secret", "snapmesh-token")["data"]["token"]
+    assert base64.b64decode(token).decode() == _FakeApi.TOKEN
+    assert one(objects, "StatefulSet", "snapmesh-node")["spec"]["replicas"] == 4

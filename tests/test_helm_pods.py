@@ -1,0 +1,272 @@
+"""The Helm chart's rendered pods, run on this machine's Docker engine.
+
+No Kubernetes API server can run here, so tests/helm_pods.py plays the kubelet
+and the cluster DNS from `helm template`'s output alone: each StatefulSet pod
+becomes a container with the pod's command, args, env, user, security context,
+limits, mounted ConfigMap/Secret files and one Docker volume per claim, on a
+private network where it answers to the names the chart's Services give it
+(`snapmesh-node-0.snapmesh-nodes`, `snapmesh-controller`). The certificate hook
+Job's init containers make the TLS Secret (its `kubectl apply` is not run), the
+token Secret is the rendered one, and the controller's port is published on
+127.0.0.1 as `kubectl port-forward` would. Then, against the images of
+`make images` (the service image with this checkout's Python code copied over
+it, so the test runs the code it ships with):
+
+* every pod passes its gRPC readiness probe (plaintext, health port, service);
+* a snapshot under load is COMPLETE and conserved;
+* a node's container killed and started again on its volume is back SERVING and
+  the next snapshot is COMPLETE;
+* `snapmesh restore` through the forwarded port (NOTES.txt's line) is RESTORED;
+* the reconcile Job (the `helm test` hook) exits 0 over the volumes.
+
+A typo in the chart's command, env, Secret keys or DNS names fails it: the
+plan checks below show the cheap ones without starting the cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+import warnings
+from pathlib import Path
+
+import pytest
+
+from helm_chart import REPO, by_kind, render
+from helm_pods import PlanError, PodRunner, docker
+from helpers_deploy import build_images, docker_engine_answers, log, status_name
+from snapmesh import security
+from snapmesh.ports import free_ports
+
+NODES = 3
+OVERLAY = "snapmesh-helm-test"
+SNAPMESH = str(Path(sys.executable).parent / "snapmesh")
+NODE_PODS = [f"snapmesh-node-{i}" for i in range(NODES)]
+
+
+def _values(tag: str) -> dict:
+    return {"nodes.replicas": NODES, "image.repository": OVERLAY, "image.tag": tag}
+
+
+def _overlay_image(tag: str, workdir: Path) -> str:
+    """snapmesh:latest with this checkout's snapmesh/ and services/ copied over its installed ones."""
+    context = workdir / "overlay"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "snapmesh", context / "snapmesh", ignore=ignore)
+    shutil.copytree(REPO / "services", context / "services", ignore=ignore)
+    site = "/opt/snapmesh/lib/python3.11/site-packages"
+    (context / "Dockerfile").write_text(
+        f"FROM snapmesh:latest\nCOPY snapmesh {site}/snapmesh\nCOPY services {site}/services\n")
+    image = f"{OVERLAY}:{tag}"
+    docker("build", "-q", "--label", f"snapmesh.helm-test={tag}", "-t", image, str(context), timeout=300)
+    return image
+
+
+class Cluster:
+    def __init__(self, runner: PodRunner, port: int, tls_dir: Path) -> None:
+        self.runner, self.port, self.tls_dir = runner, port, tls_dir
+        self.address = f"127.0.0.1:{port}"
+        self.identity = security.load_tls_dir(tls_dir)
+        self.expected_total = 1000 * NODES
+
+    def stub(self):
+        from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+        channel = security.open_channel(self.address, self.identity)
+        return channel, pb_grpc.ControllerStub(channel)
+
+    def snapshot(self):
+        from snapmesh.v1 import snapmesh_pb2 as pb
+
+        channel, stub = self.stub()
+        with channel:
+            return stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60)
+
+    def complete_snapshot(self, what: str, tries: int = 1):
+        for attempt in range(tries):
+            snapshot = self.snapshot()
+            if status_name(snapshot) == "COMPLETE" or attempt == tries - 1:
+                break
+            log(f"{what}: {status_name(snapshot)} ({snapshot.reason}); again")
+            time.sleep(2)
+        assert status_name(snapshot) == "COMPLETE", f"{what}: {snapshot}"
+        assert snapshot.conserved and snapshot.total == self.expected_total == snapshot.expected_total, f"{what}: {snapshot}"
+        return snapshot
+
+    def workload(self, seconds: float) -> str:
+        """The bank app, run inside the controller's pod (its TLS dir holds the client's pair)."""
+        result = docker("exec", self.runner.containers["snapmesh-controller-0"], "snapmesh", "app",
+                        "--controller", "snapmesh-controller:50050", "--duration", str(seconds), "--seed", "22",
+                        timeout=seconds + 120)
+        return result.stdout
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if not docker_engine_answers():
+        reason = "NO DOCKER ENGINE ANSWERS (`docker info` failed): the chart's pods were NOT run"
+        warnings.warn(reason, stacklevel=2)
+        pytest.skip(reason)
+    started = time.monotonic()
+    if docker("image", "inspect", "snapmesh:latest", "snapmesh-reconcile:latest", check=False).returncode != 0:
+        build_images()
+    workdir = tmp_path_factory.mktemp("helm-pods")
+    runner = None
+    tag = f"t{int(time.time())}{abs(hash(workdir)) % 10000}"
+    try:
+        _overlay_image(tag, workdir)
+        runner = PodRunner(render(_values(tag)), workdir)
+        certs = runner.job_pod("snapmesh-certs")
+        results = runner.run_job(certs, skip=("apply",))
+        assert [(name, code) for name, code, _ in results] == [("certs", 0), ("manifest", 0)], results
+        secret = runner.add_secret_manifest(runner.job_dir(certs, "out") / "secret.json")
+        assert secret == "snapmesh-tls"
+        [port] = free_ports(1, "127.0.0.1")
+        for pod in runner.statefulset_pods("snapmesh-node"):
+            runner.start(pod)
+        [controller] = runner.statefulset_pods("snapmesh-controller")
+        runner.start(controller, publish={50050: port})
+        runner.wait_ready([*NODE_PODS, "snapmesh-controller-0"])
+        tls_dir = workdir / "client-tls"  # what NOTES.txt has the user fetch from the Secrets
+        tls_dir.mkdir()
+        for name in ("ca.pem", "client.pem", "client-key.pem"):
+            (tls_dir / name).write_bytes(runner.secrets["snapmesh-tls"][name])
+        (tls_dir / "token").write_bytes(runner.secrets["snapmesh-token"]["token"])
+        log(f"helm pods: {NODES} nodes and the controller ready in {time.monotonic() - started:.0f} s")
+        yield Cluster(runner, port, tls_dir)
+    finally:
+        if runner is not None:
+            runner.close()
+            assert not runner.leftovers(), f"left behind: {runner.leftovers()}"
+        docker("rmi", "-f", f"{OVERLAY}:{tag}", check=False)
+        log(f"helm pods: total {time.monotonic() - started:.0f} s")
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(600)
+def test_pods_answer_to_the_services_names(cluster):
+    runner = cluster.runner
+    for pod in NODE_PODS:
+        aliases = docker("inspect", "-f", f"{{{{json (index .NetworkSettings.Networks \"{runner.network}\").Aliases}}}}",
+                         runner.containers[pod]).stdout
+        assert f'"{pod}.snapmesh-nodes"' in aliases
+        assert runner.probe(pod, "livenessProbe") and runner.probe(pod, "startupProbe")
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    channel, stub = cluster.stub()
+    with channel:
+        info = stub.GetCluster(pb.GetClusterRequest(), timeout=10)
+    assert [(n.node_id, n.address) for n in info.nodes] == [
+        (f"node-{i}", f"snapmesh-node-{i}.snapmesh-nodes:50051") for i in range(NODES)]
+    assert len(info.channels) == NODES * (NODES - 1)
+    # Inside the network each node answers mutual TLS at that name (its certificate names it).
+    for i in range(NODES):
+        out = docker("exec", runner.containers["snapmesh-controller-0"], "snapmesh", "health",
+                     f"snapmesh-node-{i}.snapmesh-nodes:50051", "--timeout", "5").stdout
+        assert "SERVING" in out
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(600)
+def test_snapshot_under_load_is_complete(cluster):
+    cluster.workload(5)
+    cluster.complete_snapshot("after the workload", tries=2)
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(600)
+def test_killed_node_is_back_serving_on_its_volume(cluster):
+    runner = cluster.runner
+    name = runner.containers["snapmesh-node-1"]
+    docker("kill", name)
+    docker("start", name)
+    runner.wait_ready(["snapmesh-node-1"], timeout=120)
+    log_lines = docker("logs", name).stderr
+    assert "replay" in log_lines.lower() or "recover" in log_lines.lower(), log_lines[-2000:]
+    cluster.workload(3)
+    cluster.complete_snapshot("node-1 restarted", tries=3)
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(600)
+def test_restore_is_restored(cluster):
+    snapshot = cluster.complete_snapshot("before the restore", tries=2)
+    result = subprocess.run([SNAPMESH, "restore", "--controller", cluster.address, "--tls-dir", str(cluster.tls_dir),
+                             snapshot.snapshot_id], capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "RESTORED" in result.stdout
+    cluster.complete_snapshot("after the restore", tries=3)
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(900)
+def test_reconcile_job_exits_0(cluster):
+    runner = cluster.runner
+    results = runner.run_job(runner.job_pod("snapmesh-reconcile"), timeout=600)
+    [(name, code, logs)] = results
+    assert (name, code) == ("reconcile", 0), logs[-4000:]
+    log("reconcile job: " + " | ".join(line for line in logs.splitlines()[-3:]))
+
+
+# ---------------------------------------------------------------- typos fail (no cluster needed)
+
+
+def _cluster_hosts(objects) -> list[str]:
+    [cm] = [o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"] == "snapmesh-cluster"]
+    raw = tomllib.loads(cm["data"]["cluster.toml"])
+    return [n["host"] for n in raw["nodes"]] + [raw["controller"]["host"]]
+
+
+def _resolvable(objects, tmp_path) -> set[str]:
+    runner = PodRunner(objects, tmp_path)
+    pods = runner.statefulset_pods("snapmesh-node") + runner.statefulset_pods("snapmesh-controller")
+    return {alias for pod in pods for alias in runner.aliases(pod)}
+
+
+def test_every_host_of_the_cluster_file_is_a_name_the_services_give(tmp_path):
+    objects = render({"nodes.replicas": NODES})
+    assert set(_cluster_hosts(objects)) <= _resolvable(objects, tmp_path)
+    broken = copy.deepcopy(objects)
+    [sts] = [o for o in broken if o["kind"] == "StatefulSet" and o["metadata"]["name"] == "snapmesh-node"]
+    sts["spec"]["serviceName"] = "snapmesh-node"  # a typo: no headless Service of that name
+    missing = set(_cluster_hosts(broken)) - _resolvable(broken, tmp_path)
+    assert missing == {f"snapmesh-node-{i}.snapmesh-nodes" for i in range(NODES)}
+
+
+def test_a_secret_key_typo_is_refused(tmp_path):
+    objects = render({"nodes.replicas": NODES})
+    for obj in objects:
+        if obj["kind"] == "StatefulSet" and obj["metadata"]["name"] == "snapmesh-node":
+            tls = next(v for v in obj["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
+            tls["projected"]["sources"][1]["secret"]["items"][0]["key"] = "tokn"
+    runner = PodRunner(objects, tmp_path)
+    pod = runner.statefulset_pods("snapmesh-node")[0]
+    tls = next(v for v in pod.spec["volumes"] if v["name"] == "tls")
+    # The hook Job's Secret, as `snapmesh certs` names its files (the Job itself runs in the cluster test).
+    runner.secrets["snapmesh-tls"] = {item["key"]: b"pem" for item in tls["projected"]["sources"][0]["secret"]["items"]}
+    runner._materialize(pod, copy.deepcopy(tls) | {"projected": {"sources": tls["projected"]["sources"][:1]}}, None)
+    with pytest.raises(PlanError, match="no key 'tokn'"):
+        runner._materialize(pod, next(v for v in pod.spec["volumes"] if v["name"] == "tls"), None)
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_a_command_typo_fails_the_pod(tmp_path):
+    if not docker_engine_answers():
+        pytest.skip("NO DOCKER ENGINE ANSWERS: not run")
+    objects = render({"nodes.replicas": NODES, "tls.enabled": False})
+    [sts] = [o for o in objects if o["kind"] == "StatefulSet" and o["metadata"]["name"] == "snapmesh-controller"]
+    sts["spec"]["template"]["spec"]["containers"][0]["args"][0] = "controler"
+    runner = PodRunner(objects, tmp_path)
+    try:
+        [pod] = runner.statefulset_pods("snapmesh-controller")
+        runner.start(pod)
+        with pytest.raises(AssertionError, match="exited 2"):
+            runner.wait_ready(["snapmesh-controller-0"], timeout=60)
+    finally:
+        runner.close()
+        assert not runner.leftovers()
