@@ -197,9 +197,22 @@ def test_a_failure_inside_the_bench_leaves_nothing_behind(tmp_path: Path) -> Non
     _require_rights()
     network = net.Network(["a", "b"], log_dir=tmp_path)
     with pytest.raises(RuntimeError, match="a test failed here"), network:
-        assert len(net.leftovers(network.run_id)) == 3 + 1 + 2  # namespaces, gateway, hosts files
+        assert len(net.leftovers(network.run_id)) == 3 + 1 + 2 + 1  # namespaces, gateway, hosts files, owner
         raise RuntimeError("a test failed here")
     assert net.leftovers(network.run_id) == []
+
+
+def test_a_run_whose_owner_was_killed_is_removed_by_the_next_run(tmp_path: Path) -> None:
+    _require_rights()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    killed = net.Network(["a"], log_dir=tmp_path).up()  # as if its owner had been SIGKILLed:
+    killed.plan = None  # it never runs its `down`
+    (net.OWNERS / killed.run_id).write_text(gone.stdout)
+    assert net.leftovers(killed.run_id)
+    with net.Network(["b"], log_dir=tmp_path) as later:
+        assert net.leftovers(killed.run_id) == []
+        assert net.leftovers(later.run_id)  # its own run is alive: kept
+    assert net.leftovers(later.run_id) == []
 
 
 def test_ctrl_c_on_cluster_up_hosts_stops_everything_and_removes_the_network(tmp_path: Path) -> None:
