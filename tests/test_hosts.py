@@ -24,6 +24,7 @@ from snapmesh.hosts import net, plan
 from snapmesh.hosts.cluster import HostsCluster
 from snapmesh.hosts.plan import Bench, PlanError
 from snapmesh.load import BackgroundLoad
+from snapmesh.security import load_tls_dir
 from snapmesh.node_logs import money_check, read_logs
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -215,19 +216,26 @@ def test_a_run_whose_owner_was_killed_is_removed_by_the_next_run(tmp_path: Path)
     assert net.leftovers(later.run_id) == []
 
 
-def test_ctrl_c_on_cluster_up_hosts_stops_everything_and_removes_the_network(tmp_path: Path) -> None:
+def test_ctrl_c_on_cluster_up_hosts_tls_stops_everything_and_removes_the_network(tmp_path: Path) -> None:
     _require_rights()
-    proc = subprocess.Popen([sys.executable, "-m", "snapmesh.cli", "cluster", "up", "--hosts", "--nodes", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "snapmesh.cli", "cluster", "up", "--hosts", "--nodes", "2", "--tls",
                              "--data-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=REPO)
     try:
         line = proc.stdout.readline()
         assert re.fullmatch(r"controller: 10\.231\.\d+\.2:50050\n", line), (line, proc.stderr.read())
+        address = line.split()[1]
+        grpcurl = proc.stdout.readline()
+        assert grpcurl.startswith("grpcurl: ") and address in grpcurl and str(tmp_path / "tls" / "ca.pem") in grpcurl
         run_id = re.search(r"\(run (\w+)\)", proc.stderr.readline()).group(1)
         assert net.leftovers(run_id)
+        channel, stub = controller_stub(address, load_tls_dir(tmp_path / "tls"))
+        with channel:
+            snap = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=30)
+        assert snap.status == pb.Snapshot.COMPLETE, snap
         pids = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
                                                text=True).stdout.split()]
-        assert len(pids) == 2
+        assert len(pids) == 3
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
     finally:
