@@ -28,6 +28,7 @@ import fcntl
 import ipaddress
 import os
 import secrets
+import select
 import shutil
 import subprocess
 import sys
@@ -248,19 +249,22 @@ class Network:
         return json.loads(done.stdout)
 
     def reaches(self, src: str, dst: str, port: int = 9999) -> bool:
-        """Do datagrams `src` sends reach `dst`? (One way: what a TCP connect cannot tell.)"""
-        import json
-
+        """Do datagrams `src` sends reach `dst`? (One way: what a TCP connect cannot tell.)
+        The listener answers at the first datagram; after the sender is done it has `grace` s more."""
         from snapmesh.supervisor import run_on_host
 
+        grace = 0.5
         argv = [sys.executable, "-m", "snapmesh.hosts.probe"]
-        listener = subprocess.Popen(self.hosts[dst].command([*argv, "listen", dst, str(port), "--seconds", "0.7"]),
+        listener = subprocess.Popen(self.hosts[dst].command([*argv, "listen", dst, str(port), "--seconds", "60"]),
                                     stdout=subprocess.PIPE, text=True, env=self._env)
         try:
             if listener.stdout.readline().strip() != "listening":
                 raise NetworkError(f"the listener on {dst} did not start")
-            run_on_host(self.hosts[src], [*argv, "send", dst, str(port), "--count", "10"], env=self._env)
-            return json.loads(listener.stdout.readline())["received"] > 0
+            sent = run_on_host(self.hosts[src], [*argv, "send", dst, str(port), "--count", "10"], env=self._env)
+            if sent.returncode != 0:
+                raise NetworkError(f"sending from {src} to {dst} failed: {sent.stderr.strip()[-300:]}")
+            ready, _, _ = select.select([listener.stdout], [], [], grace)
+            return bool(ready) and listener.stdout.readline().strip() == "got"
         finally:
             listener.kill()
             listener.wait()
