@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,10 +44,15 @@ def test_with_network_the_first_round_has_every_kind_and_the_network_faults_have
             assert len(fault.nodes) == 1 and fault.hold > 0
 
 
-def test_hosts_with_compose_exits_2() -> None:
+def test_hosts_with_compose_or_without_the_tools_exits_2(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "snapmesh.cli", "chaos", "--hosts", "--compose", "--seed", "1"],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "one cluster at a time" in done.stderr, done.stderr
+    (tmp_path / "ip").symlink_to(shutil.which("ip"))  # no tc, no iptables
+    done = subprocess.run([sys.executable, "-m", "snapmesh.cli", "chaos", "--hosts", "--seed", "1"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": str(tmp_path)})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == ["snapmesh chaos: --hosts needs `tc` on PATH (iproute2 and iptables)"]
 
 
 @pytest.mark.cluster
