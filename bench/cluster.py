@@ -13,6 +13,10 @@ What it measures (every figure from this one run, beside its raw-gRPC baseline):
     client sees it and as the controller's `started_at`/`finished_at` say;
   - markers per snapshot (the `marker_sent` records in the transfer logs, per
     snapshot id) against the channel count N(N-1);
+  - 8 nodes on hosts (one network namespace each, a 5 ms one-way delay on
+    every link, paced at 25% of the 4-node peak), both snapshot modes: the host
+    round trip and snapshot p50/p99 (`bench.hosts`; root: else exit 2, the
+    other figures printed); these go to bench/results.json;
   - the raw gRPC figures from `bench.grpc_raw.measure()` (one batched stream,
     one unary round trip) and the cluster's rate as a fraction of them.
 
@@ -274,13 +278,31 @@ def main() -> int:
         _run_cluster(root, 4, results, say, lambda *a: _four_nodes(*a, results, say))
         _run_cluster(root, 8, results, say, lambda *a: _eight_nodes(*a, results, say))
         say(" done; cleaning up")
+    hosts_figures, status = _on_hosts(results, say)
     for line in table(results):
         print(line)
+    for name, value in hosts_figures.items():
+        print(f"{name:<52} {value:>12,.3f}")
     print(
         f"caveat: one run ({time.perf_counter() - started:.0f}s) on a shared, noisy 2-core machine; 'not ours' is "
         "CPU other tenants used meanwhile; compare figures within one run, not across runs."
     )
-    return 0
+    return status
+
+
+def _on_hosts(results: Results, say) -> tuple[dict[str, float], int]:
+    """The multi-host phase (bench.hosts), merged into bench/results.json; exit status 2 without the rights."""
+    from bench import hosts
+    from bench import results as bench_results
+    from snapmesh.hosts.net import missing_rights
+
+    if problem := missing_rights():
+        print(f"bench cluster: the phase on hosts {problem}", file=sys.stderr)
+        return {}, 2
+    say(f" {hosts.NODES} nodes on hosts, {hosts.DELAY_MS:g} ms one way on every link")
+    figures = hosts.measure(results.peak.received_per_s, say)
+    bench_results.merge(figures)
+    return figures, 0
 
 
 if __name__ == "__main__":

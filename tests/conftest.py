@@ -39,7 +39,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 # ---- nothing left behind: a process a test started and did not stop fails the run
 
 _BEFORE = pytest.StashKey[dict]()
-_LEAK_MARKERS = ("snapmesh.cli", "bin/snapmesh", "bench.cluster", "bench.loadgen", "prometheus --config.file")
+_LEAK_MARKERS = ("snapmesh.cli", "bin/snapmesh", "bench.cluster", "bench.loadgen", "prometheus --config.file",
+                 "snapmesh.hosts.")  # the multi-host bench's delayers and probes
 
 
 # Every process this session starts inherits this variable, so a process some

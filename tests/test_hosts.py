@@ -24,6 +24,7 @@ from snapmesh.hosts import net, plan
 from snapmesh.hosts.cluster import HostsCluster
 from snapmesh.hosts.plan import Bench, PlanError
 from snapmesh.load import BackgroundLoad
+from snapmesh.security import load_tls_dir
 from snapmesh.node_logs import money_check, read_logs
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -197,24 +198,44 @@ def test_a_failure_inside_the_bench_leaves_nothing_behind(tmp_path: Path) -> Non
     _require_rights()
     network = net.Network(["a", "b"], log_dir=tmp_path)
     with pytest.raises(RuntimeError, match="a test failed here"), network:
-        assert len(net.leftovers(network.run_id)) == 3 + 1 + 2  # namespaces, gateway, hosts files
+        assert len(net.leftovers(network.run_id)) == 3 + 1 + 2 + 1  # namespaces, gateway, hosts files, owner
         raise RuntimeError("a test failed here")
     assert net.leftovers(network.run_id) == []
 
 
-def test_ctrl_c_on_cluster_up_hosts_stops_everything_and_removes_the_network(tmp_path: Path) -> None:
+def test_a_run_whose_owner_was_killed_is_removed_by_the_next_run(tmp_path: Path) -> None:
     _require_rights()
-    proc = subprocess.Popen([sys.executable, "-m", "snapmesh.cli", "cluster", "up", "--hosts", "--nodes", "1",
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    killed = net.Network(["a"], log_dir=tmp_path).up()  # as if its owner had been SIGKILLed:
+    killed.plan = None  # it never runs its `down`
+    (net.OWNERS / killed.run_id).write_text(gone.stdout)
+    assert net.leftovers(killed.run_id)
+    with net.Network(["b"], log_dir=tmp_path) as later:
+        assert net.leftovers(killed.run_id) == []
+        assert net.leftovers(later.run_id)  # its own run is alive: kept
+    assert net.leftovers(later.run_id) == []
+
+
+def test_ctrl_c_on_cluster_up_hosts_tls_stops_everything_and_removes_the_network(tmp_path: Path) -> None:
+    _require_rights()
+    proc = subprocess.Popen([sys.executable, "-m", "snapmesh.cli", "cluster", "up", "--hosts", "--nodes", "2", "--tls",
                              "--data-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=REPO)
     try:
         line = proc.stdout.readline()
         assert re.fullmatch(r"controller: 10\.231\.\d+\.2:50050\n", line), (line, proc.stderr.read())
+        address = line.split()[1]
+        grpcurl = proc.stdout.readline()
+        assert grpcurl.startswith("grpcurl: ") and address in grpcurl and str(tmp_path / "tls" / "ca.pem") in grpcurl
         run_id = re.search(r"\(run (\w+)\)", proc.stderr.readline()).group(1)
         assert net.leftovers(run_id)
+        channel, stub = controller_stub(address, load_tls_dir(tmp_path / "tls"))
+        with channel:
+            snap = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=30)
+        assert snap.status == pb.Snapshot.COMPLETE, snap
         pids = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
                                                text=True).stdout.split()]
-        assert len(pids) == 2
+        assert len(pids) == 3
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
     finally:
@@ -259,7 +280,7 @@ def test_a_bandwidth_limit_slows_the_hosts_link_and_lifting_it_restores_it(hosts
         inbound = network.send_time("p3", "p2", size)
     finally:
         network.heal(limit)
-    assert 1.2 < limited < 3.0 and 1.2 < inbound < 3.0, (free, limited, inbound)
+    assert 1.2 < limited < 4.0 and 1.2 < inbound < 4.0, (free, limited, inbound)
     assert network.send_time("p2", "p3", size) < 0.5
 
 

@@ -57,6 +57,7 @@ class Options:
     snapshot_every: float = 1.0
     workdir: Path = Path("chaos-run")
     compose: bool = False  # the Docker compose stack instead of local processes
+    hosts: bool = False  # the multi-host bench (snapmesh.chaos.hosts), with the network faults
 
 
 @dataclass
@@ -194,10 +195,10 @@ class Campaign:
 
     def _apply_schedule(self) -> None:
         begin = time.monotonic()
-        for fault in sched.faults(self.o.seed, self.ids, disk_node=self.disk_node):
+        for fault in sched.faults(self.o.seed, self.ids, disk_node=self.disk_node, network=self.o.hosts):
             # The first round (every kind once) always runs, however long it takes: a short
             # run on a slow cluster still covers every kind.
-            if fault.index >= len(sched.KINDS) and time.monotonic() - begin + fault.gap > self.o.duration:
+            if fault.index >= len(sched.kinds(self.o.hosts)) and time.monotonic() - begin + fault.gap > self.o.duration:
                 break
             time.sleep(fault.gap)
             record = FaultRecord(fault.index, fault.kind, fault.nodes, round(time.monotonic() - begin, 2))
@@ -206,7 +207,7 @@ class Campaign:
                 record.skipped = self.backend.disk_skip
                 continue
             self.say(f"[{record.at:7.1f}s] fault {fault.index}: {fault.kind} {' '.join(fault.nodes)}".rstrip())
-            repaired = getattr(self, f"_fault_{fault.kind}")(fault)
+            repaired = getattr(self, f"_fault_{fault.kind}", self._fault_network)(fault)
             record.recover_s = self._recovered(repaired, fault)
             self.outcome.faults_s = round(time.monotonic() - begin, 1)
 
@@ -256,6 +257,13 @@ class Campaign:
         self.backend.block(node)
         time.sleep(fault.hold)
         self.backend.unblock(node)
+        return time.monotonic()
+
+    def _fault_network(self, fault: sched.Fault) -> float:
+        """A network fault of the multi-host bench: applied, held, healed (the hosts backend only)."""
+        applied = self.backend.network_fault(fault)
+        time.sleep(fault.hold)
+        self.backend.heal_network(applied)
         return time.monotonic()
 
     def _fault_full_disk(self, fault: sched.Fault) -> float:

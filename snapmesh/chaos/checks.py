@@ -119,7 +119,7 @@ def figures(outcome: Outcome) -> dict[str, Any]:
                           "unrecovered": sum(1 for f in applied if f.kind == kind and f.recover_s is None)}
     return {
         "seed": outcome.options.seed,
-        "cluster": "compose" if outcome.options.compose else "local",
+        "cluster": "compose" if outcome.options.compose else "hosts" if outcome.options.hosts else "local",
         "duration_s": outcome.options.duration,
         "faults_s": max(outcome.options.duration, outcome.faults_s or 0),  # longer when the first round was
         "nodes": outcome.options.nodes,

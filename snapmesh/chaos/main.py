@@ -1,6 +1,7 @@
 """`snapmesh chaos`: a seeded fault campaign on a real cluster, then the checks and the table.
 
-Local processes by default; the Docker compose stack of deploy/compose with `--compose`.
+Local processes by default; the Docker compose stack of deploy/compose with `--compose`;
+one host (network namespace) per process, and network faults, with `--hosts`.
 
 Exit 0: every check passed; 1: a check failed (the seed and the command that
 replays the schedule are printed); 2: bad arguments or no cluster could start.
@@ -49,6 +50,8 @@ def parser() -> argparse.ArgumentParser:
                    help="nodes (default 4; with --compose the stack's, deploy/compose/generate.py sets it)")
     p.add_argument("--compose", action="store_true",
                    help="the Docker compose stack of deploy/compose instead of local processes")
+    p.add_argument("--hosts", action="store_true",
+                   help="one host per process (the multi-host bench, root) and network faults in the schedule")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the figures and the checks as JSON")
     p.add_argument("--dir", type=Path, metavar="DIR",
                    help="where the run's cluster file, logs and snapshots go (default: a temporary dir, "
@@ -65,22 +68,38 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snapmesh chaos: --nodes {args.nodes} with --compose: the compose stack has {STACK_NODES} nodes "
               "(`python3 deploy/compose/generate.py --nodes N` writes another)", file=sys.stderr)
         return 2
+    if args.hosts and args.compose:
+        print("snapmesh chaos: --hosts and --compose: one cluster at a time", file=sys.stderr)
+        return 2
+    if args.hosts:
+        from snapmesh.hosts.net import missing_rights
+
+        if problem := missing_rights():
+            print(f"snapmesh chaos: --hosts {problem}", file=sys.stderr)
+            return 2
     if args.compose and (problem := compose.engine_problem()):
         print(f"snapmesh chaos: --compose: {problem}", file=sys.stderr)
         return 2
     nodes = STACK_NODES if args.compose or args.nodes is None else args.nodes
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1_000_000)
-    cluster = "the Docker compose stack" if args.compose else "local processes"
+    cluster = "the Docker compose stack" if args.compose else "one host each" if args.hosts else "local processes"
     replay = f"snapmesh chaos --seed {seed} --duration {args.duration:g}" + (" --compose" if args.compose else
                                                                              f" --nodes {nodes}")
+    if args.hosts:
+        replay += " --hosts"
     if args.no_reconcile:
         replay += " --no-reconcile"
     workdir = args.dir or Path(tempfile.mkdtemp(prefix=f"snapmesh-chaos-{seed}-"))
     print(f"snapmesh chaos: seed {seed}, {args.duration:g} s of faults, {nodes} nodes ({cluster}), in {workdir}",
           flush=True)
-    options = Options(seed=seed, duration=args.duration, nodes=nodes, workdir=workdir, compose=args.compose)
+    options = Options(seed=seed, duration=args.duration, nodes=nodes, workdir=workdir, compose=args.compose,
+                      hosts=args.hosts)
     try:
         backend = compose.ComposeBackend if args.compose else LocalBackend
+        if args.hosts:
+            from snapmesh.chaos.hosts import HostsBackend
+
+            backend = HostsBackend
         outcome = Campaign(options, backend, say=lambda line: print(line, flush=True)).run()
     except SupervisorError as exc:
         print(f"snapmesh chaos: the cluster failed: {exc}\nseed {seed}; replay: {replay}")

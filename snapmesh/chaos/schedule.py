@@ -8,6 +8,11 @@ schedule, which is how a failing run is replayed (`snapmesh chaos --seed N`).
 The first faults are every kind once, in a seeded order, so even a short run
 covers them all; after that kinds are drawn by weight, node kills the most
 frequent (several per minute).
+
+On the multi-host bench (`snapmesh chaos --hosts`, `network=True`) the network
+faults of snapmesh.hosts.plan join them: partitions both ways and one way, a
+node cut off from its peers, a minority/majority split (the controller with
+the majority), a bandwidth limit and a one-way delay on a node's link.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
+
+from snapmesh.hosts import plan as net
 
 # kind -> weight after the first round. The kinds, as the table names them:
 KILL = "kill"  # SIGKILL of one node, restarted on its log
@@ -41,6 +48,20 @@ WEIGHTS: dict[str, int] = {
     RETRY: 2,
 }
 KINDS: tuple[str, ...] = tuple(WEIGHTS)
+NETWORK_WEIGHTS: dict[str, int] = {
+    net.PARTITION: 2,  # two nodes, both ways
+    net.PARTITION_ONE_WAY: 2,  # what nodes[0] sends nodes[1] is lost
+    net.ISOLATE: 1,  # nodes[0] from every other node, not from the controller
+    net.SPLIT: 1,  # `nodes` the minority, the others and the controller the majority
+    net.BANDWIDTH: 1,  # nodes[0]'s link at BANDWIDTH_KBIT
+    net.DELAY: 1,  # nodes[0]'s link DELAY_MS late
+}
+BANDWIDTH_KBIT = 400
+DELAY_MS = 30
+
+
+def kinds(network: bool = False) -> tuple[str, ...]:
+    return (*KINDS, *NETWORK_WEIGHTS) if network else KINDS
 
 
 class Fault(NamedTuple):
@@ -51,25 +72,31 @@ class Fault(NamedTuple):
     gap: float  # seconds of plain load before the fault
 
 
-def faults(seed: int, nodes: Sequence[str], *, disk_node: str) -> Iterator[Fault]:
-    """An endless schedule for `nodes`; full-disk faults hit `disk_node`, the one on a small disk."""
+def faults(seed: int, nodes: Sequence[str], *, disk_node: str, network: bool = False) -> Iterator[Fault]:
+    """An endless schedule for `nodes`; full-disk faults hit `disk_node`, the one on a small disk;
+    `network`: the network faults too (the same seed without them gives today's schedule)."""
     if len(nodes) < 2:
         raise ValueError("a fault campaign needs at least two nodes")
     rng = random.Random(seed)
-    first = list(KINDS)
+    weights = {**WEIGHTS, **(NETWORK_WEIGHTS if network else {})}
+    first = list(weights)
     rng.shuffle(first)
     index = 0
     while True:
-        kind = first[index] if index < len(first) else rng.choices(KINDS, weights=list(WEIGHTS.values()))[0]
+        kind = first[index] if index < len(first) else rng.choices(list(weights), weights=list(weights.values()))[0]
         if kind == KILL_TWO:
             targets = tuple(sorted(rng.sample(list(nodes), 2)))
+        elif kind in (net.PARTITION, net.PARTITION_ONE_WAY):
+            targets = tuple(rng.sample(list(nodes), 2))  # ordered: the first's packets to the second are lost
+        elif kind == net.SPLIT:
+            targets = tuple(sorted(rng.sample(list(nodes), max(1, (len(nodes) - 1) // 2))))
         elif kind == KILL_CONTROLLER:
             targets = ()
         elif kind == FULL_DISK:
             targets = (disk_node,)
         else:
             targets = (rng.choice(list(nodes)),)
-        hold = round(rng.uniform(0.5, 3.0), 2) if kind in (PAUSE, PARTITION) else 0.0
+        hold = round(rng.uniform(0.5, 3.0), 2) if kind in (PAUSE, PARTITION, *NETWORK_WEIGHTS) else 0.0
         yield Fault(index, kind, targets, hold, round(rng.uniform(0.5, 3.0), 2))
         index += 1
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +83,9 @@ class HostsCluster:
             raise RuntimeError("the hosts cluster is not started")
         return self.cluster
 
-    def start(self) -> HostsCluster:
-        """The network, then every process on its host (each SERVING); on a failure everything is removed."""
+    def start(self, before: Callable[[Cluster], None] | None = None) -> HostsCluster:
+        """The network, then every process on its host (each SERVING); on a failure everything is
+        removed. `before(cluster)` runs once the supervisor's Cluster exists, before any process starts."""
         try:
             self.network.up()
             tls_dir = None
@@ -93,6 +94,8 @@ class HostsCluster:
                 security.write_certs(self._addressed(cluster_config.load(self.config_path)), tls_dir)
             self.cluster = Cluster(self.config_path, tls_dir=tls_dir, hosts=self.network.hosts,
                                    controller_args=self._controller_args, startup_timeout=self._startup_timeout)
+            if before is not None:
+                before(self.cluster)
             self.cluster.start()
         except BaseException:
             self.stop()

@@ -12,6 +12,10 @@ takes everything down again.
 deletes the run's namespaces, which takes their links, the bridge and every
 rule with them, then the gateway link and the hosts files; `leftovers(run_id)`
 lists what of a run is still on the machine (the tests check it is nothing).
+A supervisor killed with SIGKILL takes its processes with it (PR_SET_PDEATHSIG)
+but cannot remove its network: each run notes its owner's pid in
+/run/snapmesh-hosts/<run id>, and the next run's `up` removes every run whose
+owner is gone (`sweep`).
 
 Without the rights (root, `ip`, `tc`, `iptables`, a namespace we can make)
 `MissingRights` says, in one line, what is missing.
@@ -24,6 +28,7 @@ import fcntl
 import ipaddress
 import os
 import secrets
+import select
 import shutil
 import subprocess
 import sys
@@ -38,6 +43,7 @@ from snapmesh.supervisor import Child, Host, SupervisorError
 
 SUBNETS = ipaddress.IPv4Network("10.231.0.0/16")  # each run takes a free /24 of it
 LOCK_FILE = Path("/run/lock/snapmesh-hosts.lock")
+OWNERS = Path("/run/snapmesh-hosts")  # <run id> -> the pid of the process that owns the run
 DAEMON_READY_TIMEOUT_S = 10.0
 _ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -77,7 +83,42 @@ def leftovers(run_id: str) -> list[str]:
     etc = Path("/etc/netns")
     if etc.is_dir():
         found += [f"hosts file dir {p}" for p in etc.iterdir() if p.name.startswith(prefix)]
+    if (OWNERS / run_id).exists():
+        found.append(f"owner file {OWNERS / run_id}")
     return found
+
+
+def remove_run(run_id: str) -> None:
+    """Delete whatever of run `run_id` is left, by its names alone."""
+    prefix = f"{plan.PREFIX}-{run_id}-"
+    subprocess.run(["ip", "link", "delete", "dev", f"{plan.GATEWAY_PREFIX}{run_id}"], capture_output=True)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in listed.splitlines():
+        if line.startswith(prefix):
+            subprocess.run(["ip", "netns", "delete", line.split()[0]], capture_output=True)
+    etc = Path("/etc/netns")
+    if etc.is_dir():
+        for path in etc.glob(f"{prefix}*"):
+            shutil.rmtree(path, ignore_errors=True)
+    (OWNERS / run_id).unlink(missing_ok=True)
+
+
+def sweep() -> list[str]:
+    """Remove every run whose owner process is gone (killed before it could clean up); their ids."""
+    swept = []
+    if OWNERS.is_dir():
+        for owner in OWNERS.iterdir():
+            try:
+                pid = int(owner.read_text().strip())
+                os.kill(pid, 0)
+                continue  # alive: its run is its own business
+            except ProcessLookupError:
+                pass
+            except (ValueError, OSError):
+                continue
+            remove_run(owner.name)
+            swept.append(owner.name)
+    return swept
 
 
 def _used_subnets() -> set[ipaddress.IPv4Network]:
@@ -132,6 +173,9 @@ class Network:
             LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
             with open(LOCK_FILE, "a") as lock:  # two runs must not pick the same subnet
                 fcntl.flock(lock, fcntl.LOCK_EX)
+                sweep()
+                OWNERS.mkdir(parents=True, exist_ok=True)
+                (OWNERS / self.run_id).write_text(f"{os.getpid()}\n")
                 self.plan = Bench.build(self.run_id, self.names, free_subnet(self.run_id, _used_subnets()))
                 for command in self.plan.setup():
                     self._run(command)
@@ -153,10 +197,7 @@ class Network:
         if self.plan is not None:
             for command in self.plan.teardown():
                 subprocess.run(command, capture_output=True)
-        etc = Path("/etc/netns")
-        if etc.is_dir():
-            for path in etc.glob(f"{plan.PREFIX}-{self.run_id}-*"):
-                shutil.rmtree(path, ignore_errors=True)
+        remove_run(self.run_id)  # and whatever a failed `up` made before it had a plan
         return leftovers(self.run_id)
 
     def __enter__(self) -> Network:
@@ -208,19 +249,22 @@ class Network:
         return json.loads(done.stdout)
 
     def reaches(self, src: str, dst: str, port: int = 9999) -> bool:
-        """Do datagrams `src` sends reach `dst`? (One way: what a TCP connect cannot tell.)"""
-        import json
-
+        """Do datagrams `src` sends reach `dst`? (One way: what a TCP connect cannot tell.)
+        The listener answers at the first datagram; after the sender is done it has `grace` s more."""
         from snapmesh.supervisor import run_on_host
 
+        grace = 0.5
         argv = [sys.executable, "-m", "snapmesh.hosts.probe"]
-        listener = subprocess.Popen(self.hosts[dst].command([*argv, "listen", dst, str(port), "--seconds", "0.7"]),
+        listener = subprocess.Popen(self.hosts[dst].command([*argv, "listen", dst, str(port), "--seconds", "60"]),
                                     stdout=subprocess.PIPE, text=True, env=self._env)
         try:
             if listener.stdout.readline().strip() != "listening":
                 raise NetworkError(f"the listener on {dst} did not start")
-            run_on_host(self.hosts[src], [*argv, "send", dst, str(port), "--count", "10"], env=self._env)
-            return json.loads(listener.stdout.readline())["received"] > 0
+            sent = run_on_host(self.hosts[src], [*argv, "send", dst, str(port), "--count", "10"], env=self._env)
+            if sent.returncode != 0:
+                raise NetworkError(f"sending from {src} to {dst} failed: {sent.stderr.strip()[-300:]}")
+            ready, _, _ = select.select([listener.stdout], [], [], grace)
+            return bool(ready) and listener.stdout.readline().strip() == "got"
         finally:
             listener.kill()
             listener.wait()

@@ -237,6 +237,14 @@ class Bench:
         undo = tuple((*tc, "qdisc", "del", "dev", dev, "root") for tc, dev in zip(ends, devs, strict=True))
         return Fault(BANDWIDTH, f"{host} limited to {kbit} kbit/s", apply, undo)
 
+    def cut_streams(self, host: str, port: int, peers: Iterable[str]) -> Command:
+        """Reset every TCP connection `peers` have open to `host`'s `port` (`ss -K`): the
+        streams die, the network stays up, and the peers must reconnect."""
+        h = self.host(host)
+        peer_filter = " or ".join(f"dst {self.host(p).address}" for p in peers)
+        return ("ip", "netns", "exec", h.namespace, "ss", "-K", "-t", "state", "established",
+                f"( sport = :{port} ) and ( {peer_filter} )")
+
     def delay(self, host: str, ms: float, *, python: str = sys.executable) -> Fault:
         """Every packet `host` sends on its link held `ms` milliseconds (one way)."""
         if not 0 < ms <= 10_000:

@@ -2,7 +2,7 @@
 and a one-way reachability check with UDP datagrams.
 
     python -m snapmesh.hosts.probe rtt HOST PORT [--count N]
-    python -m snapmesh.hosts.probe listen ADDRESS PORT --seconds S   # prints the count received
+    python -m snapmesh.hosts.probe listen ADDRESS PORT --seconds S   # prints `got` at the first datagram
     python -m snapmesh.hosts.probe send HOST PORT [--count N]
     python -m snapmesh.hosts.probe sink ADDRESS PORT       # one TCP connection read to its end
     python -m snapmesh.hosts.probe blast HOST PORT --count BYTES   # prints the seconds it took
@@ -53,21 +53,17 @@ def summary(samples: list[float]) -> dict[str, float]:
     }
 
 
-def listen(address: str, port: int, seconds: float) -> int:
-    """Datagrams received on address:port within `seconds`."""
+def listen(address: str, port: int, seconds: float) -> bool:
+    """Did a datagram reach address:port within `seconds`? Returns at the first."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind((address, port))
         print("listening", flush=True)
-        deadline = time.monotonic() + seconds
-        got = 0
-        while (left := deadline - time.monotonic()) > 0:
-            sock.settimeout(left)
-            try:
-                sock.recv(64)
-                got += 1
-            except TimeoutError:
-                break
-    return got
+        sock.settimeout(seconds)
+        try:
+            sock.recv(64)
+        except TimeoutError:
+            return False
+    return True
 
 
 def send(host: str, port: int, count: int) -> None:
@@ -109,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_argument("--seconds", type=float, default=2.0)
     args = parser.parse_args(argv)
     if args.mode == "listen":
-        print(json.dumps({"received": listen(args.host, args.port, args.seconds)}))
+        print("got" if listen(args.host, args.port, args.seconds) else "nothing", flush=True)
         return 0
     if args.mode == "sink":
         print(json.dumps({"received": sink(args.host, args.port)}))

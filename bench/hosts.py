@@ -1,0 +1,141 @@
+"""The multi-host phase of `python -m bench cluster`: 8 nodes, one host each
+(snapmesh.hosts), a 5 ms one-way delay on every host's link, paced at 25% of
+the 4-node peak, in both snapshot modes.
+
+Per mode:
+  - the host round trip: a TCP connect from p1's host to p2's (the SYN and the
+    SYN-ACK each cross one delayed link: about 2 x 5 ms), median of 50, under
+    the load (snapmesh.hosts.probe);
+  - snapshot latency, back-to-back `TriggerSnapshot{wait: true}`, client side,
+    p50 and p99.
+A snapshot's floor is about two round trips plus a log round; the goal is
+p99 <= 5 x the host round trip (`snapshot_p99_over_host_rtt_8n_hosts_5ms`).
+
+Keys (bench/results.json): `host_rtt_ms_5ms`, `snapshot_p50_ms_8n_hosts_5ms`,
+`snapshot_p99_ms_8n_hosts_5ms` (classic mode, the default), and each with
+`_classic` / `_overtake` appended.
+
+Alone (a smoke, or to repeat only this phase): `python -m bench.hosts --peak
+RATE [--snapshots N] [--modes classic] [--no-write]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from bench import results as bench_results
+from bench.cluster import INITIAL_BALANCE, _latency_run, _paced_callers
+from bench.loadgen import LoadGen
+from snapmesh.hosts.cluster import NODE_PORT, HostsCluster
+from snapmesh.hosts.net import missing_rights
+from snapmesh.runtime import CLIENT_OPTIONS
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+NODES = 8
+DELAY_MS = 5.0
+FRACTION = 0.25  # of the 4-node peak
+BATCH = 200
+SETTLE_S = 1.5
+SNAPSHOTS = 50
+CAP_S = 30.0
+DEADLINE_S = 10.0
+PROBES = 50
+MODES = ("classic", "overtake")
+GOAL_RTTS = 5.0  # snapshot p99 <= this many host round trips
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], snapshots: int = SNAPSHOTS
+             ) -> dict[str, float]:
+    """One mode: the hosts cluster, the delays, the paced load, the probe, the snapshots."""
+    hosts = HostsCluster(root / f"hosts-{mode}", nodes=NODES, deadline=DEADLINE_S, initial_balance=INITIAL_BALANCE,
+                         snapshot_mode=mode, startup_timeout=120)
+    loadgen = channel = None
+    try:
+        hosts.start()
+        for host in hosts.plan.hosts:
+            hosts.network.apply(hosts.plan.delay(host.name, DELAY_MS))
+        say(f"  {mode}: {NODES} nodes on hosts (run {hosts.run_id}), {DELAY_MS:g} ms one way on every link; "
+            f"paced {rate:,.0f}/s")
+        loadgen = LoadGen(hosts.cluster, batch=BATCH, seed=NODES)
+        loadgen.set(_paced_callers(NODES), rate=rate)
+        time.sleep(SETTLE_S)
+        rtt = hosts.network.probe("p1", "p2", NODE_PORT, count=PROBES)
+        channel = grpc.insecure_channel(hosts.controller_address, options=CLIENT_OPTIONS)
+        client, _, failed, _ = _latency_run(pb_grpc.ControllerStub(channel), snapshots, CAP_S, {})
+        stats = loadgen.stats()
+        loadgen.set(0)
+    finally:
+        if channel is not None:
+            channel.close()
+        if loadgen is not None:
+            loadgen.close()
+        left = hosts.stop()
+        if left:
+            say(f"  left behind: {', '.join(left)}")
+    p50, p99 = (statistics.median(client) if client else float("nan")), _percentile(client, 0.99)
+    say(f"  {mode}: host round trip {rtt['median_ms']:.2f} ms (min {rtt['min_ms']:.2f}, p90 {rtt['p90_ms']:.2f}); "
+        f"snapshot p50/p99 {p50:.1f} / {p99:.1f} ms ({len(client)} COMPLETE, {failed} not); "
+        f"p99 = {p99 / rtt['median_ms']:.1f} round trips (goal <= {GOAL_RTTS:g}); load errors {stats['errors']}")
+    return {"host_rtt_ms": rtt["median_ms"], "p50": p50, "p99": p99, "complete": len(client), "failed": failed}
+
+
+def measure(peak_per_s: float, say: Callable[[str], None], *, snapshots: int = SNAPSHOTS,
+            modes: tuple[str, ...] = MODES) -> dict[str, float]:
+    """The phase's figures, as bench/results.json keys."""
+    rate = FRACTION * peak_per_s
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="snapmesh-bench-hosts-") as tmp:
+        for mode in modes:
+            figures = run_mode(Path(tmp), mode, rate, say, snapshots)
+            out[f"host_rtt_ms_5ms_{mode}"] = figures["host_rtt_ms"]
+            out[f"snapshot_p50_ms_8n_hosts_5ms_{mode}"] = figures["p50"]
+            out[f"snapshot_p99_ms_8n_hosts_5ms_{mode}"] = figures["p99"]
+            out[f"snapshots_not_complete_8n_hosts_5ms_{mode}"] = figures["failed"]
+            out[f"snapshot_p99_over_host_rtt_8n_hosts_5ms_{mode}"] = figures["p99"] / figures["host_rtt_ms"]
+    first = "classic" if "classic" in modes else modes[0]
+    for key in ("host_rtt_ms_5ms", "snapshot_p50_ms_8n_hosts_5ms", "snapshot_p99_ms_8n_hosts_5ms",
+                "snapshot_p99_over_host_rtt_8n_hosts_5ms"):
+        out[key] = out[f"{key}_{first}"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.hosts", description=__doc__.splitlines()[0])
+    parser.add_argument("--peak", type=float, required=True, help="the 4-node peak (transfers/s) to pace at 25%% of")
+    parser.add_argument("--snapshots", type=int, default=SNAPSHOTS)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--no-write", action="store_true", help="print, do not merge into bench/results.json")
+    args = parser.parse_args(argv)
+    if problem := missing_rights():
+        print(f"bench hosts: {problem}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+
+    def say(text: str) -> None:
+        print(f"[{time.perf_counter() - started:5.1f}s]{text}", file=sys.stderr, flush=True)
+
+    figures = measure(args.peak, say, snapshots=args.snapshots, modes=tuple(args.modes))
+    for name, value in figures.items():
+        print(f"{name:<52} {value:>12,.3f}")
+    if not args.no_write:
+        bench_results.merge(figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
