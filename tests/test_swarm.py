@@ -56,6 +56,7 @@ DOCKER_LOCK = "/tmp/snapmesh-docker.lock"
 SWARM_SH = COMPOSE_DIR / "swarm.sh"
 REPO = COMPOSE_DIR.parent.parent
 PROMETHEUS_IMAGE = "snapmesh-test-prometheus:swarm"
+PUBLIC_PROMETHEUS = "prom/prometheus:v2.53.1"  # the stack's default
 
 
 def docker(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -122,7 +123,9 @@ def swarm(pytestconfig):
 
 
 def prometheus_image(work: Path) -> str:
-    """Debian's prometheus binary on the project's base: the stack's Prometheus without a registry."""
+    """Debian's prometheus binary on the project's base: the stack's Prometheus without a
+    registry. Where that binary cannot run on the base (a host with a newer C library,
+    as GitHub's Ubuntu runners may be), the public image, which such machines can pull."""
     context = work / "prometheus-image"
     context.mkdir()
     shutil.copy(prometheus_bin(), context / "prometheus")
@@ -131,7 +134,12 @@ def prometheus_image(work: Path) -> str:
         "RUN mkdir /prometheus && chown 65534:65534 /prometheus\nUSER 65534\nENTRYPOINT [\"/bin/prometheus\"]\n"
     )
     docker("build", "-q", "-t", PROMETHEUS_IMAGE, str(context), timeout=600)
-    return PROMETHEUS_IMAGE
+    if docker("run", "--rm", PROMETHEUS_IMAGE, "--version", check=False).returncode == 0:
+        return PROMETHEUS_IMAGE
+    docker("image", "rm", PROMETHEUS_IMAGE, check=False)
+    log(f"swarm: Debian's prometheus does not run on the base image; pulling {PUBLIC_PROMETHEUS}")
+    docker("pull", "-q", PUBLIC_PROMETHEUS, timeout=600)
+    return PUBLIC_PROMETHEUS
 
 
 class Stack:
@@ -149,7 +157,6 @@ class Stack:
             "SNAPMESH_CONTROLLER_PORT": str(controller_port),
             "SNAPMESH_CONTROLLER_FLAGS": "--deadline 30",
             "SNAPMESH_APP_FLAGS": "--duration 31536000 --snapshot-every 0 --transfer-interval 0.2",
-            "PROMETHEUS_IMAGE": PROMETHEUS_IMAGE,
             "PROMETHEUS_PORT": str(self.prometheus_port),
             "GRAFANA_REPLICAS": "0",
         }
@@ -182,13 +189,13 @@ def stack(swarm, tmp_path_factory):
     work = tmp_path_factory.mktemp("swarm")
     if docker("image", "inspect", "snapmesh:latest", "snapmesh-reconcile:latest", check=False).returncode != 0:
         build_images()
-    prometheus_image(work)
     name = f"snapmeshswarm{os.getpid()}{uuid.uuid4().hex[:4]}"
     st = Stack(name, work)
     run([sys.executable, str(COMPOSE_DIR / "generate.py"), "--nodes", str(len(NODES)), "--hosts", "1",
          "--out", str(st.stack_dir)], quiet=True)
     (st.stack_dir / "grafana").symlink_to(COMPOSE_DIR / "grafana")
     try:
+        st.env["PROMETHEUS_IMAGE"] = prometheus_image(work)
         started = time.monotonic()
         st.swarm_sh("deploy", name)
         st.identity = load_tls_dir(st.tls)
