@@ -69,7 +69,7 @@ def test_generated_files_are_up_to_date(tmp_path):
     finally:
         sys.path.remove(str(COMPOSE_DIR))
     generate.generate(4, tmp_path)
-    for name in ("docker-compose.yml", "cluster.toml", "prometheus.yml"):
+    for name in ("docker-compose.yml", "cluster.toml", "prometheus.yml", "docker-stack.yml", "docker-stack.monitoring.yml"):
         assert (tmp_path / name).read_text() == (COMPOSE_DIR / name).read_text(), (
             f"deploy/compose/{name} is stale: run `python3 deploy/compose/generate.py`"
         )

@@ -86,6 +86,9 @@ def test_default_vpc_or_given_subnet_and_instance_type_variable(tf):
 
 def test_ingress_is_ssh_and_controller_grpc_from_allowed_cidr_only(tf):
     ingress = {name: body for name, body in tf["resource"].items() if name.startswith("aws_vpc_security_group_ingress_rule.")}
+    # The Swarm's rules (instance_count > 1) admit only the group's own members: tests/test_terraform_instances.py.
+    swarm = ingress.pop("aws_vpc_security_group_ingress_rule.swarm")
+    assert swarm["referenced_security_group_id"] == "${aws_security_group.snapmesh.id}" and "cidr_ipv4" not in swarm
     ports = set()
     for name, rule in ingress.items():
         assert rule["cidr_ipv4"] == "${var.allowed_cidr}", f"{name} admits {rule['cidr_ipv4']}"
@@ -108,7 +111,8 @@ def test_node_and_metrics_ports_are_never_opened(tf):
     text = (TERRAFORM_DIR / "main.tf").read_text()  # outputs.tf names them in the SSH tunnel command
     for port in [*range(50051, 50060), *range(9100, 9110), 9090, 3000]:
         assert not re.search(rf"\b{port}\b", text), f"port {port} appears in the terraform"
-    egress = [body for name, body in tf["resource"].items() if name.startswith("aws_vpc_security_group_egress_rule.")]
+    egress = [body for name, body in tf["resource"].items()
+              if name.startswith("aws_vpc_security_group_egress_rule.") and not name.endswith(".swarm")]
     assert egress and all(rule["ip_protocol"] == "tcp" for rule in egress)
     assert {(rule["from_port"], rule["to_port"]) for rule in egress} <= {(80, 80), (443, 443)}
 

@@ -3,6 +3,21 @@ output "public_ip" {
   value       = aws_instance.snapmesh.public_ip
 }
 
+output "manager_address" {
+  description = "The Swarm manager's (or the single instance's) public and private IPv4 addresses; the controller runs there."
+  value       = "${aws_instance.snapmesh.public_ip} (private ${aws_instance.snapmesh.private_ip})"
+}
+
+output "worker_public_ips" {
+  description = "Public IPv4 addresses of the Swarm workers h2..hN (empty with instance_count = 1)."
+  value       = aws_instance.worker[*].public_ip
+}
+
+output "ami_id" {
+  description = "The AMI the manager booted (pin it with -var ami_id=... for reproducible re-creations)."
+  value       = aws_instance.snapmesh.ami
+}
+
 output "instance_id" {
   description = "EC2 instance id (for SSM Session Manager: aws ssm start-session --target <id>)."
   value       = aws_instance.snapmesh.id

@@ -10,7 +10,7 @@ variable "allowed_cidr" {
 
   validation {
     condition     = can(cidrhost(var.allowed_cidr, 0)) && !contains(["0.0.0.0/0", "::/0"], var.allowed_cidr)
-    error_message = "allowed_cidr must be a CIDR block (e.g. 203.0.113.7/32) narrower than the whole Internet."
+    error_message = "The allowed_cidr must be a CIDR block (e.g. 203.0.113.7/32) narrower than the whole Internet."
   }
 }
 
@@ -27,7 +27,7 @@ variable "subnet_id" {
 }
 
 variable "ami_id" {
-  description = "AMI to boot (Debian 12 or another Debian-family image with apt). null: the latest official Debian 12 (bookworm) amd64 AMI."
+  description = "AMI to boot (Debian 12 or another Debian-family image with apt). null: the latest official Debian 12 (bookworm) amd64 AMI at the first apply, then kept (a newer one never replaces an instance). Pin it for reproducible deployments; changing it does not replace running instances (see docs/deploy.md, Upgrading)."
   type        = string
   default     = null
 }
@@ -56,7 +56,7 @@ variable "nodes" {
 
   validation {
     condition     = var.nodes >= 2 && var.nodes <= 99 && floor(var.nodes) == var.nodes
-    error_message = "nodes must be a whole number between 2 and 99."
+    error_message = "The number of nodes must be a whole number between 2 and 99."
   }
 }
 
@@ -67,9 +67,26 @@ variable "enable_monitoring" {
 }
 
 variable "root_volume_size_gb" {
-  description = "Size of the encrypted root volume in GiB (Docker images, transfer logs, snapshots)."
+  description = "Size of each instance's encrypted root volume in GiB (the system and the Docker images; the data is on the data volume)."
   type        = number
   default     = 30
+}
+
+variable "data_volume_size_gb" {
+  description = "Size of each instance's encrypted data volume in GiB: Docker's named volumes (transfer logs, snapshots, the CA and certificates, Prometheus data). It survives the instance's replacement."
+  type        = number
+  default     = 20
+}
+
+variable "instance_count" {
+  description = "Number of instances. 1: one instance running the compose stack. N > 1: a Docker Swarm of N instances in one VPC; the first is the manager (controller, Prometheus, Grafana), the others join it as workers, and the nodes are spread over all N by label."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.instance_count >= 1 && var.instance_count <= 20 && floor(var.instance_count) == var.instance_count
+    error_message = "The instance_count must be a whole number between 1 and 20."
+  }
 }
 
 variable "name" {
