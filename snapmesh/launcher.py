@@ -15,6 +15,9 @@ launcher even when it is SIGKILLed (see the supervisor).
 `client.pem`, `client-key.pem`, `token`, one certificate per process), runs
 every connection over mutual TLS with the token on the control plane, and
 prints a second line `grpcurl: ...` with the command to trigger a snapshot.
+It also serves the snapshot page (`snapmesh ui`, read-only) on `--ui HOST:PORT`
+(default 127.0.0.1:8080, a free loopback port when that one is taken; `--ui off`:
+none) and prints its URL last: `ui: http://HOST:PORT/`.
 
 Exit status: 0 after a clean stop, 1 when the cluster cannot start, 2 for bad
 arguments or a malformed cluster file (the message names the field).
@@ -64,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", metavar="DIR", help="where logs, snapshots and node logs go")
     up.add_argument("--tls", action="store_true",
                     help="mutual TLS and a control-plane token, dev certificates made into <data_dir>/tls/")
+    up.add_argument("--ui", default="127.0.0.1:8080", metavar="HOST:PORT",
+                    help="serve the snapshot page here (default 127.0.0.1:8080; off: no page)")
     return parser
 
 
@@ -80,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     cluster: Cluster | None = None
+    ui = None
     try:
         if args.nodes is not None:
             data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="snapmesh-"))
@@ -107,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         if tls_dir is not None:
             token = cluster.client_identity.token if cluster.client_identity else None
             print(f"grpcurl: {security.grpcurl_line(cluster.controller_address, tls_dir, token)}", flush=True)
+        if args.ui != "off":
+            from snapmesh.ui.server import start_page
+
+            ui = start_page(cluster, args.ui)
+            print(f"ui: {ui.url}", flush=True)
         reported: set[str] = set()
         while True:
             time.sleep(0.5)
@@ -126,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)
+        if ui is not None:
+            ui.close()
         if cluster is not None:
             cluster.stop()
         for sig, handler in previous.items():
