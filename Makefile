@@ -54,7 +54,9 @@ test: install browser
 test-fast: install browser
 	$(PY) -m pytest -m 'not docker' $(PYTEST_ARGS)
 
-demo: install browser
+# chromium (for the page's screenshot) installs beside the Python set-up, not after it.
+demo:
+	@$(MAKE) --no-print-directory -j2 install browser
 	$(BIN)/snapmesh demo
 
 bench: install

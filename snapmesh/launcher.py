@@ -7,7 +7,7 @@ With no arguments it runs the shipped 4-node full mesh (snapmesh/configs/local-4
 dir (a new temporary directory unless --data-dir is given) and runs that.
 It starts the controller and every node through the supervisor
 (`snapmesh.supervisor.Cluster`), which waits until each one answers SERVING on
-gRPC health; prints exactly one line `controller: HOST:PORT` on stdout; and on
+gRPC health; prints one line `controller: HOST:PORT` on stdout (then the page's `ui:` line, below); and on
 SIGINT/SIGTERM stops them all (SIGTERM, then SIGKILL after a grace period).
 Children's output goes to `<data_dir>/logs/<name>.log`; they die with the
 launcher even when it is SIGKILLed (see the supervisor).
