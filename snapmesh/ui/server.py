@@ -147,17 +147,18 @@ class _Handler(BaseHTTPRequestHandler):
         svg, note = self.server.source.trace_svg(snapshot_id)
         if svg is None:
             return self._send(HTTPStatus.NOT_FOUND, (note + "\n").encode(), "text/plain; charset=utf-8")
-        return self._send(HTTPStatus.OK, svg.encode(), "image/svg+xml")
+        # Drawn once per snapshot: the browser may keep it (the live refresh re-renders the page).
+        return self._send(HTTPStatus.OK, svg.encode(), "image/svg+xml", cache="private, max-age=3600")
 
     def _page(self, title: str, main: str, partial: bool, code: HTTPStatus = HTTPStatus.OK) -> None:
         html = main if partial else pages.layout(title, main, controller=self.server.source.controller, status=code)
         self._send(code, html.encode(), "text/html; charset=utf-8")
 
-    def _send(self, code: HTTPStatus, body: bytes, content_type: str) -> None:
+    def _send(self, code: HTTPStatus, body: bytes, content_type: str, cache: str = "no-store") -> None:
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
+        self.send_header("Cache-Control", cache)
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Content-Security-Policy", "default-src 'self'; style-src 'unsafe-inline'; "
                          "script-src 'unsafe-inline'; img-src 'self'")

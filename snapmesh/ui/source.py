@@ -9,7 +9,9 @@ and a reason), never an error page.
 
 from __future__ import annotations
 
+import json
 import threading
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 RPC_TIMEOUT_S = 3.0
 NODE_TIMEOUT_S = 0.5  # a paused node must not stall the page
+TRACES_KEPT = 8  # pictures kept drawn
 
 
 class ControllerDown(RuntimeError):
@@ -43,7 +46,8 @@ class Source:
         self._node_channels: dict[str, grpc.Channel] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ui-nodes")
-        self._trace_cache: tuple[Any, str] | None = None  # (key, svg)
+        self._traces: OrderedDict[str, str] = OrderedDict()  # snapshot id -> svg, the newest last
+        self._journal_cache: tuple[Any, tuple[pb.Restore | None, str]] | None = None
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -94,47 +98,70 @@ class Source:
     # ---------------------------------------------------------------- files (--data-dir)
 
     def last_restore(self) -> tuple[pb.Restore | None, str]:
-        """The newest restore in the controller's journal; (None, why) without one."""
+        """The newest restore in the controller's journal; (None, why) without one.
+        Read again only when the journal changed (size, mtime)."""
         if self.data_dir is None:
             return None, "unknown (give --data-dir to read the controller's journal)"
         from services.controller import journal as J
 
         path = self.data_dir / "controller" / "journal"
         try:
+            stat = path.stat()
+            key = (stat.st_size, stat.st_mtime_ns)
+            if self._journal_cache is not None and self._journal_cache[0] == key:
+                return self._journal_cache[1]
             data = path.read_bytes()
         except OSError as exc:
             return None, f"cannot read {path}: {exc.strerror or exc}"
         records, _, _ = J.decode_all(data)
         restore = J.last_restore(records)
-        return restore, "" if restore is not None else "none"
+        answer = (restore, "" if restore is not None else "none")
+        self._journal_cache = (key, answer)
+        return answer
 
     def log_records(self, node_ids: list[str]) -> tuple[dict[str, list[dict]] | None, str]:
-        """Every node's log records; (None, why) without a data dir or readable logs."""
+        """Each node's recent log records (its last sealed segment and its active file:
+        where an IN_PROGRESS snapshot's records are); (None, why) without readable logs."""
         if self.data_dir is None:
             return None, "no --data-dir: the controller's view only (which nodes reported)"
-        from snapmesh.node_logs import LogReadError, read_logs
+        from snapmesh.node_logs import log_files
 
+        found: dict[str, list[dict]] = {}
         try:
-            return read_logs(self.data_dir, node_ids), ""
-        except (LogReadError, OSError) as exc:
-            return None, f"the logs in {self.data_dir} cannot be read: {exc}"
+            for node in node_ids:
+                found[node] = []
+                for path in log_files(self.data_dir, node)[-2:]:
+                    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                        if '"snapshot_id"' not in line:
+                            continue  # transfers: most of the log, never what this looks for
+                        try:
+                            found[node].append(json.loads(line))
+                        except json.JSONDecodeError:
+                            continue  # the torn last line of a node still writing
+        except OSError as exc:
+            return None, f"the logs in {self.data_dir} cannot be read: {exc.strerror or exc}"
+        return found, ""
 
     def trace_svg(self, snapshot_id: str) -> tuple[str | None, str]:
-        """The space-time picture (`snapmesh trace`) around `snapshot_id`'s cut."""
+        """The space-time picture (`snapmesh trace`) around a COMPLETE snapshot's cut.
+        Drawn once per snapshot (what happened around a past cut does not change)."""
         if self.data_dir is None:
             return None, "no --data-dir: the logs the picture is drawn from are not readable here"
+        with self._lock:
+            if snapshot_id in self._traces:
+                return self._traces[snapshot_id], ""
         from snapmesh.trace.clocks import TraceError, build_trace
         from snapmesh.trace.layout import LayoutError, layout
         from snapmesh.trace.logs import LogError, read_data_dir
         from snapmesh.trace.svg import render_svg
 
         try:
-            key = (snapshot_id, tuple(sorted((p.name, p.stat().st_size) for p in self.data_dir.glob("*.jsonl"))))
-            if self._trace_cache is not None and self._trace_cache[0] == key:
-                return self._trace_cache[1], ""
             trace = build_trace(read_data_dir(self.data_dir))
             svg = render_svg(layout(trace, chosen=snapshot_id), title=f"snapshot {snapshot_id}")
         except (LogError, TraceError, LayoutError, OSError) as exc:
             return None, f"no picture: {exc}"
-        self._trace_cache = (key, svg)
+        with self._lock:
+            self._traces[snapshot_id] = svg
+            while len(self._traces) > TRACES_KEPT:
+                self._traces.popitem(last=False)
         return svg, ""
