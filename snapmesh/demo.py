@@ -10,6 +10,9 @@
 3. restore the last COMPLETE snapshot: the balances before, the snapshot
    (recorded balance and in-flight transfers towards each node), the balances
    after (they equal the snapshot's: recorded + in flight);
+   all along, the snapshot page (`snapmesh ui`) is served on a free loopback
+   port (its URL printed); at the end headless Chromium saves `ui.png` and
+   `ui-snapshot.png` (the snapshot with money in flight) into the data dir;
 4. stop the cluster cleanly;
 5. reconcile every exported snapshot against the nodes' transfer logs with the
    Spark job (local mode) and print the verdicts.

@@ -88,7 +88,7 @@ def env(tmp_path_factory):
         # Snapshots with money in flight first: the workload's burst at each trigger.
         out = io.StringIO()
         summary = run_workload(cluster.controller_address,
-                               WorkloadParams(duration=2.5, snapshot_every=0.8, seed=24, burst=30), out=out)
+                               WorkloadParams(duration=3.2, snapshot_every=0.6, seed=24, burst=30), out=out)
         assert summary.exit_code == 0, out.getvalue()
         proc, url = start_ui(cluster.controller_address, "--data-dir", str(data_dir))
         channel, stub = controller_stub(cluster.controller_address)
