@@ -20,9 +20,13 @@ class NoBrowser(RuntimeError):
 
 
 def find() -> tuple[str, str] | None:
-    """(chromium, chromedriver) when both are installed."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    """(chromium, chromedriver) when both are installed: Debian's, else a Chrome and
+    its driver already on the machine (GitHub's Ubuntu runners: google-chrome and
+    $CHROMEWEBDRIVER, where `chromium` is only a snap stub)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     driver = shutil.which("chromedriver")
+    if driver is None and os.environ.get("CHROMEWEBDRIVER"):
+        driver = shutil.which("chromedriver", path=os.environ["CHROMEWEBDRIVER"])
     return (chromium, driver) if chromium and driver else None
 
 

@@ -9,7 +9,8 @@ With a TLS cluster (--tls-dir, default $SNAPMESH_TLS_DIR) the page server holds
 the client certificate and token and sends them to the controller itself: no
 token ever appears in a URL or a page. The page has no control action.
 
-Routes: `/` (`?page=N`), `/snapshot/ID`, `/snapshot/ID/trace.svg`, `/healthz`.
+Routes: `/` (`?page=N` of the history; `?last=N`: the snapshots the summary and the
+timeline cover, default 50), `/snapshot/ID`, `/snapshot/ID/trace.svg`, `/healthz`.
 An unknown snapshot id answers 404 with a "not found" page; a controller that
 does not answer, 503 with a page that says so (the page keeps retrying).
 
@@ -119,15 +120,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _index(self, query: dict[str, list[str]]) -> str:
         source = self.server.source
-        try:
-            page = int(query.get("page", ["1"])[0])
-        except ValueError:
-            page = 1
+        def number(name: str, default: int, top: int) -> int:
+            try:
+                return min(max(1, int(query.get(name, [str(default)])[0])), top)
+            except ValueError:
+                return default
+
+        page, last_n = number("page", 1, 10**9), number("last", LAST_N, 10_000)
         snapshots = source.snapshots()
         cluster = source.cluster()
         restore, note = source.last_restore()
         return pages.index(snapshots, node_epochs=source.node_epochs(cluster), restore=restore, restore_note=note,
-                           page=page, per_page=PER_PAGE, last_n=LAST_N, now=time.time())
+                           page=page, per_page=PER_PAGE, last_n=last_n, now=time.time())
 
     def _detail(self, snapshot_id: str) -> str:
         source = self.server.source
