@@ -79,6 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes is not None and args.nodes < 1:
         print(f"snapmesh cluster: --nodes must be at least 1, got {args.nodes}", file=sys.stderr)
         return 2
+    if args.ui != "off":
+        from snapmesh.ui.server import parse_listen
+
+        try:
+            parse_listen(args.ui)
+        except ValueError as exc:
+            print(f"snapmesh cluster: --ui: {exc}", file=sys.stderr)
+            return 2
 
     def request_stop(signum, frame) -> None:
         raise _StopRequested(signal.Signals(signum).name)
@@ -116,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.ui != "off":
             from snapmesh.ui.server import start_page
 
-            ui = start_page(cluster, args.ui)
-            print(f"ui: {ui.url}", flush=True)
+            try:
+                ui = start_page(cluster, args.ui)
+                print(f"ui: {ui.url}", flush=True)
+            except OSError as exc:  # the cluster is worth more than its page
+                print(f"snapmesh cluster: no snapshot page on {args.ui}: {exc}", file=sys.stderr, flush=True)
         reported: set[str] = set()
         while True:
             time.sleep(0.5)

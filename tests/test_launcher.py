@@ -170,7 +170,7 @@ def test_a_malformed_config_exits_2_naming_the_field(launched, tmp_path):
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("args", [["--nodes", "0"], ["down"], ["up", "--config", "a", "--nodes", "2"]])
+@pytest.mark.parametrize("args", [["--nodes", "0"], ["down"], ["up", "--config", "a", "--nodes", "2"], ["--ui", "nonsense"]])
 def test_bad_arguments_exit_2(args):
     argv = args if args and args[0] in ("down", "up") else ["up", *args]
     result = subprocess.run(

@@ -44,7 +44,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"snapmesh ui: {message}\n")
 
 
-def _address(text: str) -> tuple[str, int]:
+def parse_listen(text: str) -> tuple[str, int]:
+    """HOST:PORT -> (host, port); ValueError naming the text otherwise."""
     host, sep, port = text.rpartition(":")
     try:
         if not sep or not host:
@@ -53,8 +54,15 @@ def _address(text: str) -> tuple[str, int]:
         if not 0 <= number <= 65535:
             raise ValueError
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT") from None
+        raise ValueError(f"{text!r} is not HOST:PORT") from None
     return host.strip("[]"), number
+
+
+def _address(text: str) -> tuple[str, int]:
+    try:
+        return parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -201,7 +209,7 @@ class RunningPage:
 def start_page(cluster, listen: str = DEFAULT_LISTEN) -> RunningPage:
     """Serve the page of a running `supervisor.Cluster` (its client identity and data
     dir) on `listen`, or on a free port of the same host when that one is taken."""
-    host, port = _address(listen)
+    host, port = parse_listen(listen)
     source = Source(cluster.controller_address, cluster.client_identity, cluster.data_dir)
     try:
         try:
