@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: install proto test test-fast demo bench chaos lint clean images compose-up compose-down checkov-venv checkov
+.PHONY: install browser proto test test-fast demo bench chaos lint clean images compose-up compose-down checkov-venv checkov
 
 install: $(STAMP) $(PROTO_STAMP) $(CDS_STAMP) $(BIN)/helm
 
@@ -42,15 +42,26 @@ $(CDS_STAMP): $(STAMP) $(PROTO_STAMP)
 	@if $(BIN)/snapmesh reconcile prepare; then touch $@; \
 	else echo "warning: no CDS archive for Spark's driver JVM; snapmesh reconcile will start slower" >&2; fi
 
+# Debian's chromium and chromium-driver: `snapmesh ui`'s browser test and the demo's
+# screenshot of the page. apt-get installs them once (as root); a no-op when present.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ]; then echo "installing Debian's chromium and chromium-driver (apt-get, once)"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; \
+	else echo "warning: no chromium/chromedriver and not root: apt-get install chromium chromium-driver" >&2; fi
+
 # Everything, the Docker compose stack included when a Docker engine answers.
-test: install
+test: install browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The inner loop: no Docker images, no compose stack.
-test-fast: install
+test-fast: install browser
 	$(PY) -m pytest -m 'not docker' $(PYTEST_ARGS)
 
-demo: install
+# chromium (for the page's screenshot) installs beside the Python set-up, not after it.
+demo:
+	@$(MAKE) --no-print-directory -j2 install browser
 	$(BIN)/snapmesh demo
 
 bench: install

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "certs": ("snapmesh.security", "make dev certificates (CA, nodes, controller, client) and a token"),
     "chaos": ("snapmesh.chaos.main", "a seeded fault campaign on a local cluster, checked against the logs"),
     "trace": ("snapmesh.trace.main", "the message flow from the logs: a ShiViz log, an SVG or PNG diagram"),
+    "ui": ("snapmesh.ui.server", "a read-only web page of the snapshots (overview, history, one snapshot)"),
 }
 
 

@@ -10,6 +10,9 @@
 3. restore the last COMPLETE snapshot: the balances before, the snapshot
    (recorded balance and in-flight transfers towards each node), the balances
    after (they equal the snapshot's: recorded + in flight);
+   all along, the snapshot page (`snapmesh ui`) is served on a free loopback
+   port (its URL printed); at the end headless Chromium saves `ui.png` and
+   `ui-snapshot.png` (the snapshot with money in flight) into the data dir;
 4. stop the cluster cleanly;
 5. reconcile every exported snapshot against the nodes' transfer logs with the
    Spark job (local mode) and print the verdicts.
@@ -78,9 +81,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Cluster(config_path) as cluster:
             print(f"controller: {cluster.controller_address}  (process logs in {cluster.log_dir})", flush=True)
-            summary = run_workload(cluster.controller_address, params, out=sys.stdout)
-            busiest = point_at_in_flight(summary, out=sys.stdout)
-            restored = restore_finale(cluster, out=sys.stdout)
+            from snapmesh.ui.server import start_page
+
+            page = start_page(cluster, "127.0.0.1:0")
+            print(f"ui: {page.url}  (the snapshot page, read-only, while the demo runs; "
+                  f"`snapmesh ui --controller HOST:PORT` on any cluster)", flush=True)
+            try:
+                summary = run_workload(cluster.controller_address, params, out=sys.stdout)
+                busiest = point_at_in_flight(summary, out=sys.stdout)
+                restored = restore_finale(cluster, out=sys.stdout)
+                print(f"== {page_screenshots(page.url, data_dir, busiest)}", flush=True)
+            finally:
+                page.close()
     except (SupervisorError, ControllerUnreachable) as exc:
         print(f"snapmesh demo: {exc}", file=sys.stderr)
         return 1
@@ -98,6 +110,25 @@ def main(argv: list[str] | None = None) -> int:
     verdict = reconcile_main(["--data-dir", str(data_dir), "--out", str(data_dir / "reconcile")])
     print(f"== demo {'passed' if status == 0 and verdict == 0 else 'FAILED'}: data in {data_dir}")
     return status or verdict
+
+
+def page_screenshots(url: str, data_dir: Path, snapshot_id: str | None) -> str:
+    """`ui.png` (the overview) and `ui-snapshot.png` (the snapshot with money in flight)
+    in the data dir, by headless Chromium; a line naming them, or why there are none
+    (the demo never fails on it)."""
+    from urllib.parse import quote
+
+    from snapmesh.ui.browser import NoBrowser, screenshot
+
+    try:
+        shots = [screenshot(url, data_dir / "ui.png")]
+        if snapshot_id is not None:
+            shots.append(screenshot(f"{url}snapshot/{quote(snapshot_id, safe='')}", data_dir / "ui-snapshot.png"))
+    except (NoBrowser, ImportError, OSError) as exc:
+        return f"no screenshot of the page: {exc}"
+    except Exception as exc:  # selenium's WebDriverException and friends: a picture is not worth failing for
+        return f"no screenshot of the page: {type(exc).__name__}: {exc}"
+    return "page screenshots: " + ", ".join(str(p) for p in shots)
 
 
 def point_at_in_flight(summary, out) -> str | None:

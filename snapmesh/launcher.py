@@ -7,7 +7,7 @@ With no arguments it runs the shipped 4-node full mesh (snapmesh/configs/local-4
 dir (a new temporary directory unless --data-dir is given) and runs that.
 It starts the controller and every node through the supervisor
 (`snapmesh.supervisor.Cluster`), which waits until each one answers SERVING on
-gRPC health; prints exactly one line `controller: HOST:PORT` on stdout; and on
+gRPC health; prints one line `controller: HOST:PORT` on stdout (then the page's `ui:` line, below); and on
 SIGINT/SIGTERM stops them all (SIGTERM, then SIGKILL after a grace period).
 Children's output goes to `<data_dir>/logs/<name>.log`; they die with the
 launcher even when it is SIGKILLed (see the supervisor).
@@ -15,6 +15,9 @@ launcher even when it is SIGKILLed (see the supervisor).
 `client.pem`, `client-key.pem`, `token`, one certificate per process), runs
 every connection over mutual TLS with the token on the control plane, and
 prints a second line `grpcurl: ...` with the command to trigger a snapshot.
+It also serves the snapshot page (`snapmesh ui`, read-only) on `--ui HOST:PORT`
+(default 127.0.0.1:8080, a free loopback port when that one is taken; `--ui off`:
+none) and prints its URL last: `ui: http://HOST:PORT/`.
 
 Before it writes anything into the data dir (cluster.toml, certificates, logs) it
 takes the controller's and every node's data-dir lock (snapmesh.datalock), so
@@ -76,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="mutual TLS and a control-plane token, dev certificates made into <data_dir>/tls/")
     up.add_argument("--hosts", action="store_true",
                     help="one host per process: each in its own network namespace (root; see docs/hosts.md)")
+    up.add_argument("--ui", default="127.0.0.1:8080", metavar="HOST:PORT",
+                    help="serve the snapshot page here (default 127.0.0.1:8080; off: no page)")
     return parser
 
 
@@ -86,6 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes is not None and args.nodes < 1:
         print(f"snapmesh cluster: --nodes must be at least 1, got {args.nodes}", file=sys.stderr)
         return 2
+    if args.ui != "off":
+        from snapmesh.ui.server import parse_listen
+
+        try:
+            parse_listen(args.ui)
+        except ValueError as exc:
+            print(f"snapmesh cluster: --ui: {exc}", file=sys.stderr)
+            return 2
+
     if args.hosts:
         from snapmesh.hosts.launch import up as up_on_hosts
 
@@ -96,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     cluster: Cluster | None = None
+    ui = None
     try:
         env = dict(os.environ)
         if args.nodes is not None:
@@ -136,6 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         if tls_dir is not None:
             token = cluster.client_identity.token if cluster.client_identity else None
             print(f"grpcurl: {security.grpcurl_line(cluster.controller_address, tls_dir, token)}", flush=True)
+        if args.ui != "off":
+            from snapmesh.ui.server import start_page
+
+            try:
+                ui = start_page(cluster, args.ui)
+                print(f"ui: {ui.url}", flush=True)
+            except OSError as exc:  # the cluster is worth more than its page
+                print(f"snapmesh cluster: no snapshot page on {args.ui}: {exc}", file=sys.stderr, flush=True)
         reported: set[str] = set()
         while True:
             time.sleep(0.5)
@@ -155,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)
+        if ui is not None:
+            ui.close()
         if cluster is not None:
             cluster.stop()
         for sig, handler in previous.items():

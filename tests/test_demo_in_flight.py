@@ -26,7 +26,7 @@ def test_the_burst_leaves_money_in_flight_at_a_cut_and_the_tables_show_it(tmp_pa
     config = write_cluster(tmp_path / "cluster.toml", nodes=3, topology="mesh", data_dir=tmp_path)
     with Cluster(config) as cluster:
         out = io.StringIO()
-        params = WorkloadParams(duration=2.5, snapshot_every=0.8, seed=11, burst=30)
+        params = WorkloadParams(duration=3.2, snapshot_every=0.6, seed=11, burst=30)
         summary = run_workload(cluster.controller_address, params, out=out)
     text = out.getvalue()
     assert summary.exit_code == 0, text
@@ -62,3 +62,32 @@ def test_the_verdict_table_shows_each_complete_snapshots_in_flight_count():
     assert "ok" in s1 and "59 (2887)" in s1
     s2 = next(line for line in lines if line.startswith("s2"))
     assert "59" not in s2 and " - " in s2
+
+
+def test_the_demo_names_its_in_flight_snapshot_draws_it_and_screenshots_the_page(tmp_path):
+    """`snapmesh demo` itself (the Spark step left out: test_reconcile_* run it), as a process."""
+    import re
+    import subprocess
+    import sys
+
+    from snapmesh.ui.browser import install
+
+    install()  # Debian's chromium + chromedriver, as `make demo` does
+    data_dir = tmp_path / "demo"
+    result = subprocess.run(
+        [sys.executable, "-m", "snapmesh.cli", "demo", "--duration", "4.5", "--snapshot-every", "1", "--seed", "24",
+         "--skip-reconcile", "--data-dir", str(data_dir)],
+        capture_output=True, text=True, timeout=120,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    assert re.search(r"^ui: http://127\.0\.0\.1:\d+/ ", out, re.M), out[:2000]
+    named = re.search(r"^== money in flight: snapshot (\S+) recorded (\d+) transfer\(s\) worth (\d+) ", out, re.M)
+    assert named and int(named[2]) > 0, out
+    assert f"  +-- snapshot {named[1]} " in out  # its table
+    drawn = re.search(r"^== message flow: .*; snapshot (\S+) with (\d+) in flight\)", out, re.M)
+    assert drawn and drawn[1] == named[1] and drawn[2] == named[2], out[-2000:]
+    assert "trace.svg" in out and (data_dir / "trace.svg").stat().st_size > 0
+    for name in ("ui.png", "ui-snapshot.png"):
+        assert (data_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    assert f"== page screenshots: {data_dir / 'ui.png'}, {data_dir / 'ui-snapshot.png'}" in out

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,10 @@ def test_cluster_up_prints_one_line_and_sigterm_stops_every_child(launched, tmp_
     line = read_line(proc, 60)
     match = re.fullmatch(r"controller: (127\.0\.0\.1):(\d+)\n", line)
     assert match, line
+    ui = read_line(proc, 10)  # the snapshot page (issue 24): 127.0.0.1:8080, or a free port when taken
+    assert re.fullmatch(r"ui: http://127\.0\.0\.1:\d+/\n", ui), ui
+    with urllib.request.urlopen(ui.split()[1], timeout=10) as page:
+        assert page.status == 200 and b"snapmesh snapshots" in page.read()
     children = launched.remember(proc)
     assert len(children) == 4  # the controller and three nodes
     cfg = cluster_config.load(tmp_path / "cluster.toml")
@@ -123,7 +128,7 @@ def test_cluster_up_prints_one_line_and_sigterm_stops_every_child(launched, tmp_
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
-    assert out == ""  # the one line was all
+    assert out == ""  # the two lines were all
     assert wait_gone(children) == set()
     busy = [p for p in all_ports(cfg) if not port_is_free(*p)]
     assert busy == []
@@ -165,7 +170,7 @@ def test_a_malformed_config_exits_2_naming_the_field(launched, tmp_path):
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("args", [["--nodes", "0"], ["down"], ["up", "--config", "a", "--nodes", "2"]])
+@pytest.mark.parametrize("args", [["--nodes", "0"], ["down"], ["up", "--config", "a", "--nodes", "2"], ["--ui", "nonsense"]])
 def test_bad_arguments_exit_2(args):
     argv = args if args and args[0] in ("down", "up") else ["up", *args]
     result = subprocess.run(

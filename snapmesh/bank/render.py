@@ -84,7 +84,8 @@ def summary_lines(summary: Summary) -> list[str]:
         "",
         f"summary (seed {summary.seed}, {summary.elapsed_s:.1f}s):",
         f"  transfers: {summary.transfers_made} made, {summary.transfers_refused} refused (insufficient funds), "
-        f"{summary.transfers_failed} failed; {summary.moved} moved",
+        f"{summary.transfers_failed} failed; {summary.moved} moved"
+        + (f" ({summary.burst_made} made in the bursts as snapshots started)" if summary.burst_made else ""),
         f"  snapshots: {len(complete)} complete ({len(complete) - len(violated)} conserved, "
         f"{len(violated)} violated), {len(failed)} failed, {len(summary.snapshot_errors)} not finished",
     ]

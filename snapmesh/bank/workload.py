@@ -33,6 +33,7 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 RPC_TIMEOUT_S = 5.0
+BURST_WAVES, BURST_SPREAD_S = 5, 0.05  # a burst: 5 TransferBatch calls per node over 50 ms
 
 
 class ControllerUnreachable(RuntimeError):
@@ -183,16 +184,24 @@ async def _run(params, rng, summary, controller, stubs, neighbours, load: LoadGe
         return summary.transfers_made, summary.transfers_refused, summary.transfers_failed
 
     async def burst(node: str, requests: list[pb.TransferRequest]) -> None:
-        try:
-            answer = await stubs[node].TransferBatch(pb.TransferBatchRequest(transfers=requests), timeout=RPC_TIMEOUT_S)
-        except grpc.aio.AioRpcError as error:
-            burst_counts[2] += len(requests)
-            say(f"  ! burst at {node}: {error.code().name}: {error.details()}")
-            return
-        for request, result in zip(requests, answer.results, strict=True):
-            slot = {0: 0, grpc.StatusCode.FAILED_PRECONDITION.value[0]: 1}.get(result.code, 2)
-            burst_counts[slot] += 1
-            burst_counts[3] += request.amount if slot == 0 else 0
+        # In waves over BURST_SPREAD_S: the trigger takes a few ms to reach the initiator and
+        # its markers a few more to reach the others; transfers sent all along that window
+        # are the ones a cut finds in flight.
+        size = max(1, -(-len(requests) // BURST_WAVES))
+        for start in range(0, len(requests), size):
+            if start:
+                await asyncio.sleep(BURST_SPREAD_S / BURST_WAVES)
+            wave = requests[start : start + size]
+            try:
+                answer = await stubs[node].TransferBatch(pb.TransferBatchRequest(transfers=wave), timeout=RPC_TIMEOUT_S)
+            except grpc.aio.AioRpcError as error:
+                burst_counts[2] += len(wave)
+                say(f"  ! burst at {node}: {error.code().name}: {error.details()}")
+                continue
+            for request, result in zip(wave, answer.results, strict=True):
+                slot = {0: 0, grpc.StatusCode.FAILED_PRECONDITION.value[0]: 1}.get(result.code, 2)
+                burst_counts[slot] += 1
+                burst_counts[3] += request.amount if slot == 0 else 0
 
     async def snapshot(initiator: str) -> None:
         # The burst's requests are drawn before anything is sent: the seed replays them.

@@ -1,0 +1,261 @@
+"""`snapmesh ui --controller HOST:PORT [--listen 127.0.0.1:8080] [--tls-dir DIR] [--data-dir DIR]`
+
+A read-only web page over the controller's gRPC API: the snapshots' overview,
+history, summary statistics and timeline, and one snapshot's nodes, phases,
+channels with their in-flight transfers, where it is stuck (IN_PROGRESS), and
+its space-time picture (with --data-dir). It binds to loopback by default.
+
+With a TLS cluster (--tls-dir, default $SNAPMESH_TLS_DIR) the page server holds
+the client certificate and token and sends them to the controller itself: no
+token ever appears in a URL or a page. The page has no control action.
+
+Routes: `/` (`?page=N` of the history; `?last=N`: the snapshots the summary and the
+timeline cover, default 50), `/snapshot/ID`, `/snapshot/ID/trace.svg`, `/healthz`.
+An unknown snapshot id answers 404 with a "not found" page; a controller that
+does not answer, 503 with a page that says so (the page keeps retrying).
+
+Exit 0 after SIGINT/SIGTERM, 2 for bad arguments or an address it cannot bind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from snapmesh import security
+from snapmesh.argparsing import parse_args
+from snapmesh.ui import model, pages
+from snapmesh.ui.source import ControllerDown, NotFound, Source
+
+DEFAULT_LISTEN = "127.0.0.1:8080"
+PER_PAGE = 20
+LAST_N = 50  # snapshots in the summary statistics and the timeline strip
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        self.exit(2, f"snapmesh ui: {message}\n")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """HOST:PORT -> (host, port); ValueError naming the text otherwise."""
+    host, sep, port = text.rpartition(":")
+    try:
+        if not sep or not host:
+            raise ValueError
+        number = int(port)
+        if not 0 <= number <= 65535:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{text!r} is not HOST:PORT") from None
+    return host.strip("[]"), number
+
+
+def _address(text: str) -> tuple[str, int]:
+    try:
+        return parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="snapmesh ui", description=__doc__.split("\n\n")[1].replace("\n", " "))
+    parser.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's gRPC address")
+    parser.add_argument("--listen", type=_address, default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                        help=f"where the page is served (default {DEFAULT_LISTEN}: loopback only; port 0: a free one)")
+    parser.add_argument("--tls-dir", metavar="DIR", help="client certificate and token of a TLS cluster "
+                        "(default: $SNAPMESH_TLS_DIR)")
+    parser.add_argument("--data-dir", type=Path, metavar="DIR",
+                        help="the cluster's data dir: node logs (where a snapshot is stuck, its picture) and the "
+                        "controller's journal (the last restore)")
+    return parser
+
+
+class UiServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], source: Source) -> None:
+        self.source = source
+        super().__init__(address, _Handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}/"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: UiServer
+    server_version = "snapmesh-ui"
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
+        pass  # quiet: one line per refresh would drown the demo's output
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        url = urlsplit(self.path)
+        partial = self.headers.get("X-Snapmesh-Partial") == "1"
+        snapshot_id = ""
+        try:
+            if url.path == "/healthz":
+                return self._send(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8")
+            if url.path == "/":
+                return self._page("snapmesh snapshots", self._index(parse_qs(url.query)), partial)
+            if url.path.startswith("/snapshot/"):
+                rest = url.path[len("/snapshot/"):]
+                if rest.endswith("/trace.svg"):
+                    return self._trace(unquote(rest[: -len("/trace.svg")]))
+                snapshot_id = unquote(rest)
+                return self._page(f"snapshot {snapshot_id}", self._detail(snapshot_id), partial)
+            return self._page("not found", pages.problem("Not found", f"there is no page {url.path}"), partial,
+                              HTTPStatus.NOT_FOUND)
+        except NotFound:
+            return self._page("snapshot not found", pages.problem(
+                "Snapshot not found", f"the controller knows no snapshot {snapshot_id!r}"), partial, HTTPStatus.NOT_FOUND)
+        except ControllerDown as exc:
+            return self._page("controller down", pages.problem(
+                "The controller does not answer", f"{exc}. This page retries every few seconds."), partial,
+                HTTPStatus.SERVICE_UNAVAILABLE)
+        except Exception as exc:  # a bug must not show a stack trace either; say what it was
+            return self._page("error", pages.problem("The page could not be made", f"{type(exc).__name__}: {exc}"),
+                              partial, HTTPStatus.INTERNAL_SERVER_ERROR)
+
+    def _index(self, query: dict[str, list[str]]) -> str:
+        source = self.server.source
+        def number(name: str, default: int, top: int) -> int:
+            try:
+                return min(max(1, int(query.get(name, [str(default)])[0])), top)
+            except ValueError:
+                return default
+
+        page, last_n = number("page", 1, 10**9), number("last", LAST_N, 10_000)
+        snapshots = source.snapshots()
+        cluster = source.cluster()
+        restore, note = source.last_restore()
+        return pages.index(snapshots, node_epochs=source.node_epochs(cluster), restore=restore, restore_note=note,
+                           page=page, per_page=PER_PAGE, last_n=last_n, now=time.time())
+
+    def _detail(self, snapshot_id: str) -> str:
+        source = self.server.source
+        snapshot = source.snapshot(snapshot_id)
+        cluster = source.cluster()
+        node_ids = [n.node_id for n in cluster.nodes]
+        stuck, stuck_note = None, ""
+        if snapshot.status == model.IN_PROGRESS:
+            records, stuck_note = source.log_records(node_ids)
+            stuck = model.stuck(snapshot, node_ids, [(c.src, c.dst) for c in cluster.channels], time.time(), records)
+        svg, trace_note = source.trace_svg(snapshot_id) if snapshot.status == model.COMPLETE else (
+            None, "drawn once the snapshot is COMPLETE")
+        return pages.detail(snapshot, node_ids=node_ids, stuck=stuck, stuck_note=stuck_note, has_trace=svg is not None,
+                            trace_note=trace_note, now=time.time())
+
+    def _trace(self, snapshot_id: str) -> None:
+        svg, note = self.server.source.trace_svg(snapshot_id)
+        if svg is None:
+            return self._send(HTTPStatus.NOT_FOUND, (note + "\n").encode(), "text/plain; charset=utf-8")
+        # Drawn once per snapshot: the browser may keep it (the live refresh re-renders the page).
+        return self._send(HTTPStatus.OK, svg.encode(), "image/svg+xml", cache="private, max-age=3600")
+
+    def _page(self, title: str, main: str, partial: bool, code: HTTPStatus = HTTPStatus.OK) -> None:
+        html = main if partial else pages.layout(title, main, controller=self.server.source.controller, status=code)
+        self._send(code, html.encode(), "text/html; charset=utf-8")
+
+    def _send(self, code: HTTPStatus, body: bytes, content_type: str, cache: str = "no-store") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", cache)
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Content-Security-Policy", "default-src 'self'; style-src 'unsafe-inline'; "
+                         "script-src 'unsafe-inline'; img-src 'self'")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def serve(source: Source, listen: tuple[str, int]) -> UiServer:
+    """A bound server (not yet serving); `serve_forever` or `start_in_thread` it."""
+    return UiServer(listen, source)
+
+
+def start_in_thread(server: UiServer) -> threading.Thread:
+    thread = threading.Thread(target=server.serve_forever, name="snapmesh-ui", daemon=True)
+    thread.start()
+    return thread
+
+
+class RunningPage:
+    """A page served from a thread of this process (`cluster up`, the demo)."""
+
+    def __init__(self, server: UiServer, thread: threading.Thread) -> None:
+        self.server, self.thread = server, thread
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.server.source.close()
+        self.thread.join(timeout=5)
+
+
+def start_page(cluster, listen: str = DEFAULT_LISTEN) -> RunningPage:
+    """Serve the page of a running `supervisor.Cluster` (its client identity and data
+    dir) on `listen`, or on a free port of the same host when that one is taken."""
+    host, port = parse_listen(listen)
+    source = Source(cluster.controller_address, cluster.client_identity, cluster.data_dir)
+    try:
+        try:
+            server = serve(source, (host, port))
+        except OSError:
+            server = serve(source, (host, 0))
+    except OSError:
+        source.close()
+        raise
+    return RunningPage(server, start_in_thread(server))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(_parser(), argv)
+    if isinstance(args, int):
+        return args
+    try:
+        identity = security.client_identity(args.tls_dir)
+    except security.SecurityError as exc:
+        print(f"snapmesh ui: {exc}", file=sys.stderr)
+        return 2
+    if args.data_dir is not None and not args.data_dir.is_dir():
+        print(f"snapmesh ui: --data-dir {args.data_dir} is not a directory", file=sys.stderr)
+        return 2
+    source = Source(args.controller, identity, args.data_dir)
+    try:
+        server = serve(source, args.listen)
+    except OSError as exc:
+        source.close()
+        print(f"snapmesh ui: cannot listen on {args.listen[0]}:{args.listen[1]}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+    def stop(signum, frame) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    print(f"ui: {server.url}", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+        source.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""Where the page's data comes from: the controller's gRPC API and, with a data
+dir, the files the cluster writes. Read-only: no call here changes anything.
+
+`ControllerDown` when the controller does not answer; `NotFound` for an unknown
+snapshot id. Everything else a file can fail with becomes a note on the page
+(`Source.trace_svg`, `Source.last_restore`, `Source.log_records` return None
+and a reason), never an error page.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from snapmesh import security
+from snapmesh.runtime import CLIENT_OPTIONS
+from snapmesh.v1 import snapmesh_pb2 as pb
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+RPC_TIMEOUT_S = 3.0
+NODE_TIMEOUT_S = 0.5  # a paused node must not stall the page
+TRACES_KEPT = 8  # pictures kept drawn
+
+
+class ControllerDown(RuntimeError):
+    """The controller does not answer; the message says where and why."""
+
+
+class NotFound(LookupError):
+    pass
+
+
+class Source:
+    def __init__(self, controller: str, identity: security.Identity | None = None, data_dir: Path | None = None):
+        self.controller = controller
+        self.identity = identity
+        self.data_dir = data_dir
+        self._channel = security.open_channel(controller, identity, options=CLIENT_OPTIONS)
+        self._stub = pb_grpc.ControllerStub(self._channel)
+        self._node_channels: dict[str, grpc.Channel] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ui-nodes")
+        self._traces: OrderedDict[str, str] = OrderedDict()  # snapshot id -> svg, the newest last
+        self._journal_cache: tuple[Any, tuple[pb.Restore | None, str]] | None = None
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for channel in self._node_channels.values():
+            channel.close()
+        self._channel.close()
+
+    def _call(self, method, request):
+        try:
+            return method(request, timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.NOT_FOUND:
+                raise NotFound(error.details()) from None
+            raise ControllerDown(
+                f"the controller at {self.controller} does not answer: {error.code().name}: {error.details()}"
+            ) from None
+
+    # ---------------------------------------------------------------- controller
+
+    def snapshots(self) -> list[pb.Snapshot]:
+        return list(self._call(self._stub.ListSnapshots, pb.ListSnapshotsRequest()).snapshots)
+
+    def snapshot(self, snapshot_id: str) -> pb.Snapshot:
+        return self._call(self._stub.GetSnapshot, pb.GetSnapshotRequest(snapshot_id=snapshot_id))
+
+    def cluster(self) -> pb.Cluster:
+        return self._call(self._stub.GetCluster, pb.GetClusterRequest())
+
+    # ---------------------------------------------------------------- nodes
+
+    def node_epochs(self, cluster: pb.Cluster) -> dict[str, int | None]:
+        """Each node's epoch (GetState), None for a node that does not answer in time."""
+
+        def one(node: pb.NodeInfo) -> int | None:
+            with self._lock:
+                channel = self._node_channels.get(node.address)
+                if channel is None:
+                    channel = security.open_channel(node.address, self.identity, options=CLIENT_OPTIONS)
+                    self._node_channels[node.address] = channel
+            try:
+                return pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=NODE_TIMEOUT_S).epoch
+            except grpc.RpcError:
+                return None
+
+        nodes = list(cluster.nodes)
+        return dict(zip((n.node_id for n in nodes), self._pool.map(one, nodes), strict=True))
+
+    # ---------------------------------------------------------------- files (--data-dir)
+
+    def last_restore(self) -> tuple[pb.Restore | None, str]:
+        """The newest restore in the controller's journal; (None, why) without one.
+        Read again only when the journal changed (size, mtime)."""
+        if self.data_dir is None:
+            return None, "unknown (give --data-dir to read the controller's journal)"
+        from services.controller import journal as J
+
+        path = self.data_dir / "controller" / "journal"
+        try:
+            stat = path.stat()
+            key = (stat.st_size, stat.st_mtime_ns)
+            if self._journal_cache is not None and self._journal_cache[0] == key:
+                return self._journal_cache[1]
+            data = path.read_bytes()
+        except OSError as exc:
+            return None, f"cannot read {path}: {exc.strerror or exc}"
+        records, _, _ = J.decode_all(data)
+        restore = J.last_restore(records)
+        answer = (restore, "" if restore is not None else "none")
+        self._journal_cache = (key, answer)
+        return answer
+
+    def log_records(self, node_ids: list[str]) -> tuple[dict[str, list[dict]] | None, str]:
+        """Each node's recent log records (its last sealed segment and its active file:
+        where an IN_PROGRESS snapshot's records are); (None, why) without readable logs."""
+        if self.data_dir is None:
+            return None, "no --data-dir: the controller's view only (which nodes reported)"
+        from snapmesh.node_logs import log_files
+
+        found: dict[str, list[dict]] = {}
+        try:
+            for node in node_ids:
+                found[node] = []
+                for path in log_files(self.data_dir, node)[-2:]:
+                    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                        if '"snapshot_id"' not in line:
+                            continue  # transfers: most of the log, never what this looks for
+                        try:
+                            found[node].append(json.loads(line))
+                        except json.JSONDecodeError:
+                            continue  # the torn last line of a node still writing
+        except OSError as exc:
+            return None, f"the logs in {self.data_dir} cannot be read: {exc.strerror or exc}"
+        return found, ""
+
+    def trace_svg(self, snapshot_id: str) -> tuple[str | None, str]:
+        """The space-time picture (`snapmesh trace`) around a COMPLETE snapshot's cut.
+        Drawn once per snapshot (what happened around a past cut does not change)."""
+        if self.data_dir is None:
+            return None, "no --data-dir: the logs the picture is drawn from are not readable here"
+        with self._lock:
+            if snapshot_id in self._traces:
+                return self._traces[snapshot_id], ""
+        from snapmesh.trace.clocks import TraceError, build_trace
+        from snapmesh.trace.layout import LayoutError, layout
+        from snapmesh.trace.logs import LogError, read_data_dir
+        from snapmesh.trace.svg import render_svg
+
+        try:
+            trace = build_trace(read_data_dir(self.data_dir))
+            svg = render_svg(layout(trace, chosen=snapshot_id), title=f"snapshot {snapshot_id}")
+        except (LogError, TraceError, LayoutError, OSError) as exc:
+            return None, f"no picture: {exc}"
+        with self._lock:
+            self._traces[snapshot_id] = svg
+            while len(self._traces) > TRACES_KEPT:
+                self._traces.popitem(last=False)
+        return svg, ""

@@ -1,0 +1,259 @@
+"""Issue 24, part 3: the snapshot page (`snapmesh ui`) in a real headless Chromium.
+
+One 4-node cluster (real processes, the supervisor) under load for the whole module,
+`snapmesh ui` as its own process against it (plaintext; a TLS cluster's page is
+checked over plain HTTP at the end), and Debian's chromium driven by Selenium through
+Debian's chromedriver (`make browser` / `snapmesh.ui.browser.install()` install them
+with apt-get when missing, as the dashboard test does with Prometheus). Screenshots go
+to test-artifacts/ui/ (or $SNAPMESH_ARTIFACTS/ui/).
+
+The tests run in file order and share the cluster: the last one stops its controller.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from cluster_helpers import controller_stub
+from snapmesh.bank.workload import WorkloadParams, run_workload
+from snapmesh.config import write_cluster
+from snapmesh.load import BackgroundLoad
+from snapmesh.security import write_certs
+from snapmesh.supervisor import Cluster
+from snapmesh.ui import browser as B
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
+
+DEADLINE_S = 8.0  # long enough to look at a snapshot held IN_PROGRESS, short enough to see it FAIL
+ARTIFACTS = Path(os.environ.get("SNAPMESH_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts")) / "ui"
+
+
+def start_ui(controller: str, *extra: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snapmesh.cli", "ui", "--controller", controller, "--listen", "127.0.0.1:0", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    line = proc.stdout.readline()
+    assert line.startswith("ui: http://127.0.0.1:"), line + proc.stderr.read()
+    return proc, line.split()[1]
+
+
+def stop_ui(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0, proc.stderr.read()
+
+
+def http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def wait_for(predicate, timeout: float, what: str, step: float = 0.2):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    B.install()
+    driver = B.chrome(1400, 1000)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("ui-cluster")
+    config = write_cluster(data_dir / "cluster.toml", nodes=4, data_dir=data_dir, deadline=DEADLINE_S)
+    with Cluster(config) as cluster:
+        # Snapshots with money in flight first: the workload's burst at each trigger.
+        out = io.StringIO()
+        summary = run_workload(cluster.controller_address,
+                               WorkloadParams(duration=3.2, snapshot_every=0.6, seed=24, burst=30), out=out)
+        assert summary.exit_code == 0, out.getvalue()
+        proc, url = start_ui(cluster.controller_address, "--data-dir", str(data_dir))
+        channel, stub = controller_stub(cluster.controller_address)
+        try:
+            with BackgroundLoad.for_cluster(cluster, callers=1, interval=0.05):  # under load from here on
+                yield dict(cluster=cluster, url=url, stub=stub, ui=proc, summary=summary, log=out.getvalue())
+        finally:
+            channel.close()
+            if proc.poll() is None:
+                stop_ui(proc)
+
+
+def shot(driver, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+
+
+# The page replaces its content every 2 s: each read is one script, so it sees one version.
+def cells(driver, selector: str) -> list[dict]:
+    """Every element matching `selector`: its data-* attributes and its cells' (or its own) text."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0])).map(function(e){"
+        " return {data: Object.assign({}, e.dataset), text: e.textContent,"
+        "         cells: Array.from(e.children).map(function(c){ return c.textContent; })}; })", selector)
+
+
+def text(driver, element_id: str) -> str | None:
+    return driver.execute_script("var e = document.getElementById(arguments[0]); return e ? e.textContent : null",
+                                 element_id)
+
+
+def history(driver) -> dict[str, str]:
+    return {r["data"]["snapshotId"]: r["data"]["status"] for r in cells(driver, "#history tr[data-snapshot-id]")}
+
+
+def listed(stub) -> dict[str, str]:
+    snaps = stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=5).snapshots
+    return {s.snapshot_id: pb.Snapshot.Status.Name(s.status) for s in snaps}
+
+
+def test_the_history_lists_the_controllers_snapshots_with_their_statuses(env, browser):
+    browser.get(env["url"])
+    expected = listed(env["stub"])
+    assert len(expected) >= 3
+    assert history(browser) == expected
+    counts = {name: int(text(browser, f"count-{name}")) for name in ("COMPLETE", "FAILED")}
+    assert counts == {name: list(expected.values()).count(name) for name in ("COMPLETE", "FAILED")}
+    assert "Traceback" not in browser.page_source
+    shot(browser, "overview")
+
+
+def test_a_snapshot_with_money_in_flight_lists_those_transfers_and_the_totals_add_up(env, browser):
+    with_flight = [s for s in env["summary"].complete if any(c.in_flight for c in s.channels)]
+    assert with_flight, "the burst left no money in flight at any cut:\n" + env["log"]
+    s = max(with_flight, key=lambda s: sum(len(c.in_flight) for c in s.channels))
+    browser.get(f"{env['url']}snapshot/{s.snapshot_id}")
+    shown = [tuple(r["cells"][:3]) for r in cells(browser, "#in-flight tr.transfer")]
+    expected = [(c.src, c.dst, str(t.amount)) for c in s.channels for t in c.in_flight]
+    assert shown == expected
+    balances = sum(n.balance for n in s.nodes)
+    moving = sum(t.amount for c in s.channels for t in c.in_flight)
+    assert balances + moving == s.expected_total
+    line = text(browser, "conservation")
+    assert line == (f"balances {balances} + in flight {moving} = total {s.expected_total}; "
+                    f"expected {s.expected_total}: CONSERVED")
+    node_balances = {r["data"]["node"]: int(r["cells"][1]) for r in cells(browser, "#nodes tr[data-node]")}
+    assert node_balances == {n.node_id: n.balance for n in s.nodes}
+    wait_for(lambda: browser.execute_script(
+        "var i = document.querySelector('img.trace'); return i && i.complete && i.naturalWidth > 0"), 20, "the picture")
+    shot(browser, "in-flight")
+
+
+def test_the_page_updates_itself_when_a_new_snapshot_finishes(env, browser):
+    browser.get(env["url"])
+    browser.execute_script("window.notReloaded = true")
+    before = history(browser)
+    done = env["stub"].TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=30)
+    assert done.status == pb.Snapshot.COMPLETE and done.snapshot_id not in before
+    wait_for(lambda: history(browser).get(done.snapshot_id) == "COMPLETE", 15, "the new snapshot on the page")
+    assert browser.execute_script("return window.notReloaded === true"), "the page was reloaded"
+
+
+def test_a_snapshot_held_in_progress_names_the_paused_node_and_its_open_channels_then_fails_with_a_reason(env, browser):
+    cluster, stub = env["cluster"], env["stub"]
+    cluster.pause_node("p3")
+    try:
+        started = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=10)
+        assert started.status == pb.Snapshot.IN_PROGRESS
+        browser.get(f"{env['url']}snapshot/{started.snapshot_id}")
+
+        # p3 never records and never sends its markers, nor logs the ones sent to it; every
+        # other channel's marker arrives. The page refreshes itself until the logs say so.
+        into_p3 = {f"{n}->p3" for n in ("p1", "p2", "p4")}
+        out_of_p3 = {f"p3->{n}" for n in ("p1", "p2", "p4")}
+        seen = {}
+
+        def stuck() -> bool:
+            seen["nodes"] = [li["data"].get("node") for li in cells(browser, "#stuck-nodes li")]
+            seen["channels"] = {li["data"].get("channel") for li in cells(browser, "#stuck-channels li")}
+            return seen["nodes"] == ["p3"] and seen["channels"] == into_p3 | out_of_p3
+
+        try:
+            wait_for(stuck, DEADLINE_S - 2, "p3 and its channels as the only ones the snapshot waits for")
+        except AssertionError as error:
+            raise AssertionError(f"{error}; the page said {seen}") from None
+        assert "IN_PROGRESS" in text(browser, "status")
+        assert "from the nodes' transfer logs" in text(browser, "stuck")
+        shot(browser, "stuck")
+        failed = wait_for(lambda: (s := stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=started.snapshot_id),
+                                                         timeout=5)).status == pb.Snapshot.FAILED and s,
+                          DEADLINE_S + 10, "the snapshot to fail at its deadline")
+    finally:
+        cluster.resume_node("p3")
+    assert failed.reason
+    wait_for(lambda: "FAILED" in (text(browser, "status") or ""), 10, "the page to show FAILED")
+    assert text(browser, "reason") == failed.reason
+    browser.get(env["url"])
+    assert history(browser)[failed.snapshot_id] == "FAILED"
+    [row] = cells(browser, f"#history tr[data-snapshot-id='{failed.snapshot_id}'] td.reason")
+    assert row["text"] == failed.reason
+    assert failed.reason in text(browser, "latest-failed")
+    shot(browser, "failed")
+
+
+def test_an_unknown_snapshot_id_gives_a_not_found_page_and_404(env, browser):
+    url = f"{env['url']}snapshot/no-such-snapshot"
+    code, body = http_get(url)
+    assert code == 404 and "Snapshot not found" in body and "no-such-snapshot" in body
+    browser.get(url)
+    assert text(browser, "problem").startswith("Snapshot not found")
+    assert browser.execute_script("return document.getElementById('live').dataset.status") == "404"
+
+
+def test_the_controller_down_gives_a_clear_message_not_a_stack_trace(env, browser):
+    browser.get(env["url"])
+    browser.execute_script("window.notReloaded = true")
+    env["cluster"].stop_controller()
+    # The open page says so at its next refresh; a fresh load answers 503.
+    wait_for(lambda: text(browser, "problem"), 20, "the live page to report the controller down")
+    assert "The controller does not answer" in text(browser, "problem")
+    assert browser.execute_script("return window.notReloaded === true")
+    code, body = http_get(env["url"])
+    assert code == 503 and "The controller does not answer" in body and env["cluster"].controller_address in body
+    assert "Traceback" not in body and "File \"" not in body
+    browser.get(env["url"])
+    shot(browser, "controller-down")
+    assert env["ui"].poll() is None, "the page server must survive the controller going away"
+
+
+def test_a_tls_clusters_page_carries_no_token(tmp_path):
+    config = write_cluster(tmp_path / "cluster.toml", nodes=2, data_dir=tmp_path)
+    from snapmesh import config as cluster_config
+
+    tls_dir = tmp_path / "tls"
+    write_certs(cluster_config.load(config), tls_dir, token="sekrit-token-24")
+    with Cluster(config, tls_dir=tls_dir) as cluster:
+        channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
+        with channel:
+            done = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=30)
+        proc, url = start_ui(cluster.controller_address, "--tls-dir", str(tls_dir))
+        try:
+            pages = [http_get(url), http_get(f"{url}snapshot/{done.snapshot_id}")]
+        finally:
+            stop_ui(proc)
+    for code, body in pages:
+        assert code == 200 and done.snapshot_id in body
+        assert "sekrit-token-24" not in body and "token" not in body.lower().replace("no token", "")
+        assert "<form" not in body and "<button" not in body  # read-only: nothing to press

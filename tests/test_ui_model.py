@@ -1,0 +1,81 @@
+"""`snapmesh ui`'s figures (snapmesh/ui/model.py), pure: snapshots built here, no server."""
+
+from __future__ import annotations
+
+from snapmesh.ui import model
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+COMPLETE, FAILED, IN_PROGRESS = pb.Snapshot.COMPLETE, pb.Snapshot.FAILED, pb.Snapshot.IN_PROGRESS
+
+
+def snap(sid: str, status, started: float, took_ms: float = 0.0, *, size: int = 0, epoch: int = 1, **fields):
+    s = pb.Snapshot(snapshot_id=sid, status=status, epoch=epoch, **fields)
+    s.started_at.FromNanoseconds(int(started * 1e9))
+    if status != IN_PROGRESS:
+        s.finished_at.FromNanoseconds(int((started + took_ms / 1000) * 1e9))
+    s.stats.end_to_end_duration_ms = took_ms
+    s.stats.state_size_bytes = size
+    return s
+
+
+def test_overview_counts_and_the_latest_of_each_kind():
+    snaps = [snap("a", COMPLETE, 10, 5), snap("b", FAILED, 20, 9, reason="deadline"), snap("c", COMPLETE, 30, 4),
+             snap("d", IN_PROGRESS, 40, epoch=2)]
+    o = model.overview(snaps, {"p1": 3, "p2": None})
+    assert o.counts == {"COMPLETE": 2, "FAILED": 1, "IN_PROGRESS": 1}
+    assert o.latest_complete.snapshot_id == "c" and o.latest_failed.snapshot_id == "b"
+    assert o.epoch == 3  # a node in a newer epoch than any snapshot (after a restore)
+
+
+def test_summary_percentiles_over_the_last_n_complete():
+    snaps = [snap(f"s{i}", COMPLETE, i, took_ms=float(i), size=100 * i) for i in range(1, 101)]
+    snaps.append(snap("f", FAILED, 1000, took_ms=5000.0))
+    s = model.summary(snaps, last_n=50)
+    assert s.count == 49  # the failed one is among the newest 50 but not counted
+    assert s.duration_ms == {"p50": 76.0, "p99": 100.0, "max": 100.0}
+    assert s.state_size_bytes["max"] == 10000
+    assert model.percentile([], 50) is None
+
+
+def test_history_pages_newest_first():
+    snaps = [snap(f"s{i:02d}", COMPLETE, i, 1) for i in range(45)]
+    first = model.history(snaps, page=1, per_page=20)
+    assert [s.snapshot_id for s in first.rows[:2]] == ["s44", "s43"] and first.pages == 3 and first.total == 45
+    last = model.history(snaps, page=9, per_page=20)
+    assert last.number == 3 and [s.snapshot_id for s in last.rows] == ["s04", "s03", "s02", "s01", "s00"]
+
+
+def test_conservation_adds_balances_and_in_flight():
+    s = snap("a", COMPLETE, 1, 2, expected_total=300, total=300, conserved=True)
+    s.nodes.add(node_id="p1", balance=100)
+    s.nodes.add(node_id="p2", balance=150)
+    c = s.channels.add(src="p1", dst="p2")
+    c.in_flight.add(msg_id="p1:p2:7", amount=30, seq=7)
+    c.in_flight.add(msg_id="p1:p2:8", amount=20, seq=8)
+    s.channels.add(src="p2", dst="p1")
+    line = model.conservation(s)
+    assert (line.balances, line.in_flight, line.total, line.conserved) == (250, 50, 300, True)
+    assert [(t.src, t.dst, t.amount) for t in model.in_flight(s)] == [("p1", "p2", 30), ("p1", "p2", 20)]
+
+
+def test_stuck_from_the_logs_names_the_silent_node_and_its_open_channels():
+    s = snap("x", IN_PROGRESS, 100)
+    nodes = ["p1", "p2", "p3"]
+    channels = [(a, b) for a in nodes for b in nodes if a != b]
+    records = {
+        "p1": [{"kind": "cut", "snapshot_id": "x"}, {"kind": "marker_recv", "snapshot_id": "x", "src": "p2", "dst": "p1"}],
+        "p2": [{"kind": "cut", "snapshot_id": "x"}, {"kind": "marker_recv", "snapshot_id": "x", "src": "p1", "dst": "p2"},
+               {"kind": "cut", "snapshot_id": "older"}],
+        "p3": [{"kind": "cut", "snapshot_id": "older"}],
+    }
+    st = model.stuck(s, nodes, channels, now=103.5, records=records)
+    assert st.source == "logs" and st.not_recorded == ["p3"]
+    assert st.open_channels == [("p1", "p3"), ("p2", "p3"), ("p3", "p1"), ("p3", "p2")]
+    assert st.age_ms == 3500.0
+
+
+def test_stuck_without_logs_is_the_controllers_view():
+    s = snap("x", IN_PROGRESS, 100)
+    s.stats.nodes.add(node_id="p1")
+    st = model.stuck(s, ["p1", "p2"], [("p1", "p2"), ("p2", "p1")], now=101, records=None)
+    assert st.source == "controller" and st.not_recorded == ["p2"] and st.open_channels == [("p1", "p2")]
