@@ -81,6 +81,8 @@ class Refusal(enum.Enum):
     INVALID_TRANSFER = "invalid transfer"  # no channel to that destination (itself included), or a bad amount
     INSUFFICIENT_FUNDS = "insufficient funds"  # a valid transfer that the balance does not cover
     CHANNEL_FULL = "channel full"  # the link below holds its bound of unacknowledged messages (link.ChannelFull)
+    REQUESTS_FULL = "request-id window full"  # snapmesh/requests.py W2
+    REQUEST_UNKNOWN = "request outcome unknown"  # a retry past the window or in doubt after a restore (W4)
 
 
 class LocalProtocolError(ProtocolError):

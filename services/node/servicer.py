@@ -32,6 +32,8 @@ REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {
     core.Refusal.INVALID_TRANSFER: grpc.StatusCode.INVALID_ARGUMENT,
     core.Refusal.INSUFFICIENT_FUNDS: grpc.StatusCode.FAILED_PRECONDITION,
     core.Refusal.CHANNEL_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    core.Refusal.REQUESTS_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    core.Refusal.REQUEST_UNKNOWN: grpc.StatusCode.FAILED_PRECONDITION,
 }
 # A response waits at most this long for room in a full outbox (flow control);
 # after that it answers anyway, so a dead peer slows clients but never hangs them.
@@ -58,7 +60,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def Transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
         await self._refuse_while_restoring(context)
         try:
-            answer = self._engine.transfer(request.to, request.amount, request.request_id)
+            answer = self._engine.transfer(request.to, request.amount, request.request_id, request.first_sent_unix_ms)
         except core.LocalProtocolError as exc:
             code = REFUSAL_STATUS[exc.kind]
             self._engine.metrics.refused(code.name).inc()
@@ -80,7 +82,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         destinations: set[str] = set()
         for item in request.transfers:
             try:
-                answer = engine.transfer(item.to, item.amount, item.request_id)
+                answer = engine.transfer(item.to, item.amount, item.request_id, item.first_sent_unix_ms)
             except core.LocalProtocolError as exc:
                 code = REFUSAL_STATUS[exc.kind]
                 engine.metrics.refused(code.name).inc()
