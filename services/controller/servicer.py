@@ -360,7 +360,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id is empty")
         assert self.restorer is not None, "start() first"
         try:
-            return await self.restorer.restore(request.snapshot_id)
+            return await self.restorer.restore(request.snapshot_id, request.request_id)
         except UnknownSnapshot as exc:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except RestoreRefused as exc:
