@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from snapmesh import core
 
+MAX_ID_BYTES = 128  # a longer request_id is refused (INVALID_ARGUMENT), never logged
 REQUEST_TTL_S = 900.0  # 15 minutes
 REQUEST_CAPACITY = 200_000
 IN_DOUBT = -1  # the lsn of an id whose payment a restore may have taken back (W4)
@@ -79,7 +80,12 @@ class RequestWindow:
 
     def lookup(self, request_id: str, now: float, first_sent_unix_ms: int = 0) -> Paid | None:
         """The first answer for a retry, None for an id to pay now. Raises
-        RequestInDoubt, RequestExpired or WindowFull (nothing changes)."""
+        RequestInDoubt, RequestExpired or WindowFull, or core.LocalProtocolError
+        for an id over MAX_ID_BYTES (nothing changes)."""
+        if len(request_id) > MAX_ID_BYTES // 4 and len(request_id.encode()) > MAX_ID_BYTES:
+            raise core.LocalProtocolError(
+                f"request_id is {len(request_id.encode())} bytes; the limit is {MAX_ID_BYTES}", core.Refusal.INVALID_INPUT
+            )
         self.expire(now)
         paid = self._paid.get(request_id)
         if paid is not None:

@@ -1,8 +1,11 @@
 """Issue 26 on one real plaintext cluster (controller and node processes, real gRPC).
 
+2. One TransferBatch of 10,000 request ids does not push an older id out.
 4. Two concurrent RestoreSnapshot calls start one restore (one new epoch, not
    two); a retry with the same request_id after it finished answers it and
    rolls nothing back again; the same key for another snapshot is refused.
+6. A request_id over 128 bytes and a TransferBatch over 10,000 transfers are
+   INVALID_ARGUMENT naming the limit, and nothing is logged.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    path = write_config(tmp_path_factory.mktemp("review") / "cluster.toml", nodes=3, initial_balance=1000)
+    path = write_config(tmp_path_factory.mktemp("review") / "cluster.toml", nodes=3, initial_balance=100_000)
     with LocalCluster(path) as running:
         yield running
 
@@ -73,3 +76,56 @@ def test_a_retried_restore_with_its_key_does_not_roll_back_again(cluster):
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert snapshot.snapshot_id in refused.value.details()
     assert states(cluster) == before
+
+
+def log_lines(cluster, node_id: str) -> int:
+    return len(cluster.config.log_path(node_id).read_text().splitlines())
+
+
+def test_an_oversized_request_id_or_batch_is_refused_naming_the_limit(cluster):
+    """6. A 4 MB request_id (the review sent 40 MB) is refused and not logged; a batch over the limit too."""
+    channel, node = node_stub(cluster.node_address("p2"))
+    with channel:
+        before, lines = node.GetState(pb.GetStateRequest(), timeout=10), log_lines(cluster, "p2")
+        with pytest.raises(grpc.RpcError) as long_id:
+            node.Transfer(pb.TransferRequest(to="p3", amount=1, request_id="x" * 4_000_000), timeout=10)
+        assert long_id.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "the limit is 128" in long_id.value.details()
+        batch = pb.TransferBatchRequest(transfers=[pb.TransferRequest(to="p3", amount=1)] * 10_001)
+        with pytest.raises(grpc.RpcError) as too_many:
+            node.TransferBatch(batch, timeout=30)
+        assert too_many.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "at most 10000 transfers, got 10001" in too_many.value.details()
+        mixed = node.TransferBatch(pb.TransferBatchRequest(transfers=[
+            pb.TransferRequest(to="p3", amount=1, request_id="y" * 129),
+            pb.TransferRequest(to="p3", amount=1, request_id="ok-1"),
+        ]), timeout=10)
+        assert [r.code for r in mixed.results] == [grpc.StatusCode.INVALID_ARGUMENT.value[0], 0]
+        after = node.GetState(pb.GetStateRequest(), timeout=10)
+    assert after.balance == before.balance - 1
+    text = cluster.config.log_path("p2").read_text()
+    assert "x" * 200 not in text and "y" * 129 not in text and log_lines(cluster, "p2") >= lines
+
+
+def test_a_batch_of_ten_thousand_ids_keeps_the_first_over_real_grpc(cluster):
+    """2. One TransferBatch of 10,000 ids used to push every older id out of the window."""
+    channel, node = node_stub(cluster.node_address("p3"))
+    with channel:
+        first = node.Transfer(pb.TransferRequest(to="p1", amount=1, request_id="oldest"), timeout=10)
+        burst = [pb.TransferRequest(to="p1", amount=1, request_id=f"burst-{i}") for i in range(10_000)]
+        results = node.TransferBatch(pb.TransferBatchRequest(transfers=burst), timeout=60).results
+        assert [r.message for r in results if r.code] == []
+        balance = node.GetState(pb.GetStateRequest(), timeout=10).balance
+        retry = node.Transfer(pb.TransferRequest(to="p1", amount=1, request_id="oldest"), timeout=10)
+        assert retry.msg_id == first.msg_id
+        assert node.GetState(pb.GetStateRequest(), timeout=10).balance == balance, "the retry was paid twice"
+
+
+def test_the_controller_receives_no_more_than_its_api_needs(cluster):
+    """6. The controller's receive limit is 4 MiB (reports over 1 MiB come in chunks), not 64 MiB."""
+    channel, stub = controller_stub(cluster.controller_address)
+    with channel:
+        huge = pb.FullState(snapshot_id="s", node_id="p1", snapshot_mode="x" * (5 * 1024 * 1024))
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ReportState(huge, timeout=10)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -28,7 +28,7 @@ from services.controller.tracker import Tracker
 from snapmesh import config as cluster_config
 from snapmesh import security
 from snapmesh.argparsing import parse_args
-from snapmesh.runtime import ServiceHost, run_service, wait_for_stop_signal
+from snapmesh.runtime import CONTROLLER_RECEIVE_BYTES, ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -169,6 +169,7 @@ async def _serve(
         metrics_bind=cfg.metrics_bind(cfg.controller),
         registry=registry,
         identity=identity,
+        max_receive_bytes=CONTROLLER_RECEIVE_BYTES,
     )
     host.add(pb_grpc.add_ControllerServicer_to_server, service, SERVICE_NAME)
     service.restore_taken_back = last_restore

@@ -9,6 +9,7 @@ in one table, `REFUSAL_STATUS`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Iterator
 
@@ -38,6 +39,11 @@ REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {
 # A response waits at most this long for room in a full outbox (flow control);
 # after that it answers anyway, so a dead peer slows clients but never hangs them.
 FLOW_CONTROL_WAIT_S = 2.0
+# Issue 26.6: a TransferBatch holds at most MAX_BATCH transfers (INVALID_ARGUMENT
+# naming the limit otherwise), and a long one gives the event loop back every
+# YIELD_EVERY transfers, so acks, channel frames and GetState are not starved.
+MAX_BATCH = 10_000
+YIELD_EVERY = 500
 
 
 class NodeServicer(pb_grpc.NodeServicer):
@@ -74,13 +80,20 @@ class NodeServicer(pb_grpc.NodeServicer):
         self, request: pb.TransferBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.TransferBatchResponse:
         await self._refuse_while_restoring(context)
+        if len(request.transfers) > MAX_BATCH:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"a TransferBatch holds at most {MAX_BATCH} transfers, got {len(request.transfers)}",
+            )
         response = pb.TransferBatchResponse()
         add = response.results.add
         engine = self._engine
         node = engine.node
         accepted = 0
         destinations: set[str] = set()
-        for item in request.transfers:
+        for index, item in enumerate(request.transfers):
+            if index and not index % YIELD_EVERY:
+                await asyncio.sleep(0)  # let the loop run acks, frames and other calls
             try:
                 answer = engine.transfer(item.to, item.amount, item.request_id, item.first_sent_unix_ms)
             except core.LocalProtocolError as exc:
