@@ -4,14 +4,18 @@
    only the controller's certificate: the client's certificate plus the token,
    and a node's own certificate plus the token, are PERMISSION_DENIED and change
    nothing. The controller itself still restores (the control).
+5. ReportStateChunks checks the caller's certificate before it reads a chunk:
+   a client streaming 600 MiB is refused at once, not after buffering 512 MiB.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
+import grpc
 import pytest
 
 from snapmesh import config, security
@@ -83,3 +87,23 @@ def test_grpcurl_is_what_a_client_runs(tls_cluster):
     result = grpcurl(tls, "client", cluster.node_address("p1"), "GetState", {})
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["node_id"] == "p1"
+
+
+def test_report_state_chunks_checks_the_caller_before_buffering(tls_cluster):
+    _, cluster = tls_cluster
+    pulled = 0
+
+    def chunks():
+        nonlocal pulled
+        piece = pb.FullStateChunk(data=b"\0" * (1024 * 1024))
+        for _ in range(600):
+            pulled += 1
+            yield piece
+
+    started = time.monotonic()
+    with security.open_channel(cluster.controller_address, cluster.client_identity) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            pb_grpc.ControllerStub(channel).ReportStateChunks(chunks(), timeout=60)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, refused.value.details()
+    assert "not a node" in refused.value.details()
+    assert pulled < 100 and time.monotonic() - started < 20, f"{pulled} MiB sent before the refusal"
