@@ -5,16 +5,22 @@
    two); a retry with the same request_id after it finished answers it and
    rolls nothing back again; the same key for another snapshot is refused.
 6. A request_id over 128 bytes and a TransferBatch over 10,000 transfers are
-   INVALID_ARGUMENT naming the limit, and nothing is logged.
+   INVALID_ARGUMENT naming the limit, and nothing is logged; the controller
+   receives at most 4 MiB per message.
+10. Snapshot files `--keep` deleted stay deleted across a controller restart.
 """
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 
-from cluster_helpers import controller_stub, node_stub
+from cluster_helpers import controller_stub, node_stub, poll
+from snapmesh.config import write_cluster
 from snapmesh.launcher import LocalCluster, write_config
+from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -129,3 +135,27 @@ def test_the_controller_receives_no_more_than_its_api_needs(cluster):
         with pytest.raises(grpc.RpcError) as refused:
             stub.ReportState(huge, timeout=10)
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_keep_deletions_do_not_come_back_after_a_controller_restart(tmp_path):
+    """10. `--keep 1` deleted the older snapshots' files; a restart replayed them from the journal."""
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2, initial_balance=100)
+    with Cluster(path, controller_args=["--keep", "1"]) as running:
+        directory = running.config.snapshots_dir
+        channel, stub = controller_stub(running.controller_address)
+        with channel:
+            ids = [take_snapshot(stub).snapshot_id for _ in range(3)]
+
+        compact = running.config.data_dir / "controller" / "snapshots"
+
+        def files() -> set[str]:
+            return {p.stem for d in (directory, compact) if d.is_dir() for p in d.iterdir() if p.suffix in (".json", ".pb")}
+
+        poll(files, lambda names: ids[-1] in names and not names & set(ids[:2]))
+        running.restart_controller(kill=True)  # the journal is not rewritten on the way out
+        channel, stub = controller_stub(running.controller_address)
+        with channel:
+            listed = stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10).snapshots  # serving again
+        assert [s.snapshot_id for s in listed][-3:] == ids
+        time.sleep(1.0)  # its file writer has had time to write what it was given at start-up
+        assert files() == {ids[-1]}, "deleted snapshot files came back"
