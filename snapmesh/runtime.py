@@ -100,7 +100,9 @@ class ServiceHost:
         if self._metrics_bind is not None:
             host, port = self._metrics_bind
             try:
-                self._metrics_server, _ = start_http_server(port, addr=host, registry=self._registry)
+                self._metrics_server, _ = start_http_server(
+                    port, addr=host, registry=self._registry, **security.metrics_tls(self._identity)
+                )
             except OSError as exc:
                 raise BindError(f"cannot bind metrics address {host}:{port}: {exc}") from None
         await self.server.start()
