@@ -27,6 +27,11 @@ CHUNK_BYTES = 1024 * 1024  # well under gRPC's default 4 MiB per message
 # What one reassembled state may reach: the controller holds every state of a
 # snapshot in memory, so one stream must not be able to take all of it.
 MAX_STATE_BYTES = 512 * 1024 * 1024
+# The bytes all ReportStateChunks streams may hold at once, per peer and in all
+# (issue 26.5): a stream that would go past either is refused at once
+# (RESOURCE_EXHAUSTED; a node's reporter retries it later).
+MAX_INFLIGHT_PER_PEER = MAX_STATE_BYTES
+MAX_INFLIGHT_TOTAL = 768 * 1024 * 1024
 
 
 class ChunkError(ValueError):
@@ -39,6 +44,42 @@ class StateTooLarge(ChunkError):
 
 class BadChunks(ChunkError):
     """The concatenated chunks are not a FullState's encoding."""
+
+
+class Busy(ChunkError):
+    """Taking a chunk would put more bytes in flight than a peer or all may hold."""
+
+
+class ChunkBudget:
+    """The bytes held by the chunk streams being assembled, per peer and in all.
+    `take` before keeping a chunk (raises Busy and takes nothing past a bound),
+    `give_back` what a stream held once it ends, whatever the outcome."""
+
+    def __init__(self, per_peer: int = MAX_INFLIGHT_PER_PEER, total: int = MAX_INFLIGHT_TOTAL) -> None:
+        self.per_peer = per_peer
+        self.total = total
+        self.held = 0
+        self._by_peer: dict[str, int] = {}
+
+    def take(self, peer: str, size: int) -> None:
+        mine = self._by_peer.get(peer, 0)
+        if mine + size > self.per_peer:
+            raise Busy(f"{peer} already has {mine} bytes of reports in flight (limit {self.per_peer} per peer)")
+        if self.held + size > self.total:
+            raise Busy(f"{self.held} bytes of reports are in flight (limit {self.total}); retry later")
+        self._by_peer[peer] = mine + size
+        self.held += size
+
+    def give_back(self, peer: str, size: int) -> None:
+        left = self._by_peer.get(peer, 0) - size
+        if left > 0:
+            self._by_peer[peer] = left
+        else:
+            self._by_peer.pop(peer, None)
+        self.held -= size
+
+    def peer_bytes(self, peer: str) -> int:
+        return self._by_peer.get(peer, 0)
 
 
 def needs_chunks(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES) -> bool:

@@ -38,6 +38,12 @@ R6. Overtake mode (`mode="overtake"`, snapmesh/overtake.py has the whole
 R5. Abort. A snapshot may be abandoned (it failed elsewhere, or this process
     lost its recording in a restart). Markers that later arrive for it are
     dropped and reported, never mistaken for a new snapshot.
+    The process remembers the FINISHED_WINDOW newest finished (completed or
+    abandoned) snapshots, no more (issue 26.8): memory stays bounded. A marker
+    for a snapshot older than that window (FINISHED_WINDOW snapshots finished
+    here since) is taken as a new snapshot: its recording is dropped after the
+    node's recording ttl (node rule N6) and the controller refuses its report
+    (the snapshot finished there long ago), so nothing wrong is ever reported.
 
 Invariants this keeps (checked by snapmesh/logcheck.py after every simulation)
 -----------------------------------------------------------------------------
@@ -74,6 +80,11 @@ class ProtocolError(Exception):
     """Base of every error the state machine raises."""
 
 
+# How many finished snapshot ids a process remembers (R5); the node keeps as
+# many abandoned ids across restarts (recovery.ABANDONED_WINDOW).
+FINISHED_WINDOW = 1_000
+
+
 class Refusal(enum.Enum):
     """Why the caller was refused (`LocalProtocolError.kind`)."""
 
@@ -81,6 +92,8 @@ class Refusal(enum.Enum):
     INVALID_TRANSFER = "invalid transfer"  # no channel to that destination (itself included), or a bad amount
     INSUFFICIENT_FUNDS = "insufficient funds"  # a valid transfer that the balance does not cover
     CHANNEL_FULL = "channel full"  # the link below holds its bound of unacknowledged messages (link.ChannelFull)
+    REQUESTS_FULL = "request-id window full"  # snapmesh/requests.py W2
+    REQUEST_UNKNOWN = "request outcome unknown"  # a retry past the window or in doubt after a restore (W4)
 
 
 class LocalProtocolError(ProtocolError):
@@ -242,7 +255,9 @@ class Process:
         self._incoming = tuple(incoming)
         self._outgoing = tuple(outgoing)
         self._recordings: dict[str, _Recording] = {}
-        self._finished: dict[str, Phase] = {sid: Phase.ABANDONED for sid in abandoned}
+        self._finished: dict[str, Phase] = {}  # oldest first, at most FINISHED_WINDOW (R5)
+        for sid in abandoned:
+            self._finish(sid, Phase.ABANDONED)
 
     # -- queries
 
@@ -373,7 +388,7 @@ class Process:
         if recording.open_channels:
             return []
         del self._recordings[snapshot_id]
-        self._finished[snapshot_id] = Phase.COMPLETED
+        self._finish(snapshot_id, Phase.COMPLETED)
         channels = {c: recording.closed_channels[c] for c in self._incoming}
         state = FullState(
             node_id=self.node_id,
@@ -385,8 +400,15 @@ class Process:
 
     def _abandon(self, snapshot_id: str, src: str | None) -> list[Effect]:
         self._recordings.pop(snapshot_id, None)
-        self._finished[snapshot_id] = Phase.ABANDONED
+        self._finish(snapshot_id, Phase.ABANDONED)
         return []
+
+    def _finish(self, snapshot_id: str, phase: Phase) -> None:
+        finished = self._finished
+        finished.pop(snapshot_id, None)
+        finished[snapshot_id] = phase
+        if len(finished) > FINISHED_WINDOW:
+            del finished[next(iter(finished))]
 
     def _ignore(self, snapshot_id: str, src: str | None) -> list[Effect]:
         return []

@@ -36,7 +36,8 @@ N4. Abort is logged (so a restart remembers it, defect 3), as is every
     marker; recovery abandons every snapshot id the log names.
 N5. A transfer with a client `request_id` that was already paid is answered
     with the first answer and moves no money; the id is in the `send` record,
-    so recovery rebuilds the map (defect 9).
+    so recovery rebuilds the map (defect 9). The ids are kept by age, across
+    checkpoints and restores, as snapmesh/requests.py says (issue 26).
 N6. A recording older than `recording_ttl` (by `now`) is dropped as an abort.
 N7. When the active segment holds `segment_records` records, the node seals
     it between two steps and opens the next with a checkpoint (defect 5).
@@ -65,9 +66,9 @@ from collections.abc import Iterable
 from types import MappingProxyType
 from typing import NamedTuple
 
-from snapmesh import core, wal
+from snapmesh import core, requests, wal
 from snapmesh.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
-from snapmesh.recovery import ABANDONED_WINDOW, REQUEST_WINDOW, Recovered, checkpoint_fields
+from snapmesh.recovery import ABANDONED_WINDOW, Recovered, checkpoint_fields
 
 DEFAULT_SEGMENT_RECORDS = 100_000
 
@@ -148,7 +149,12 @@ class Node:
         recording_ttl: float | None = None,
         segment_records: int = DEFAULT_SEGMENT_RECORDS,
         snapshot_mode: str = "classic",
+        wall: float | None = None,
+        request_ttl_s: float = requests.REQUEST_TTL_S,
+        request_capacity: int = requests.REQUEST_CAPACITY,
     ) -> None:
+        """`wall`: wall-clock seconds now (for the request-id window, which
+        outlives restarts); `now` when not given."""
         incoming, outgoing = tuple(incoming), tuple(outgoing)
         self.node_id = node_id
         self.recording_ttl = recording_ttl
@@ -182,10 +188,14 @@ class Node:
             for dst in outgoing
         }
         self.receivers = {src: Receiver(src=src, dst=node_id, last_seq=recovered.last_received[src]) for src in incoming}
-        # request_id -> (msg_id, balance after, lsn of its send record)
-        self._requests: OrderedDict[str, tuple[str, int, int]] = OrderedDict(
-            (rid, (m, b, 0)) for rid, (m, b) in recovered.requests.items()
+        self.wall = now if wall is None else wall
+        # An id read from a send record is as old as this restart (requests.py W3).
+        self._requests = requests.RequestWindow(
+            ((rid, p if p.at else p._replace(at=self.wall)) for rid, p in recovered.requests.items()),
+            ttl_s=request_ttl_s,
+            capacity=request_capacity,
         )
+        self._cuts: OrderedDict[str, int] = OrderedDict(recovered.cuts)  # snapshot id -> lsn of its cut here
         self.last_lsn = recovered.last_lsn
         self.durable_lsn = recovered.last_lsn
         self.segment_first = recovered.last_lsn - recovered.records + 1 if not recovered.fresh else 1
@@ -219,13 +229,18 @@ class Node:
 
     # -- client events
 
-    def transfer(self, dst: str, amount: int, request_id: str = "") -> Accepted:
+    def transfer(
+        self, dst: str, amount: int, request_id: str = "", *, wall: float | None = None, first_sent_unix_ms: int = 0
+    ) -> Accepted:
         """Pay `amount` to `dst`. Raises core.LocalProtocolError (link.ChannelFull
-        when the channel is at its bound) and changes nothing when refused."""
+        when the channel is at its bound; requests.py's refusals for a request id)
+        and changes nothing when refused. `wall`: wall-clock seconds now."""
         if request_id:
-            first = self._requests.get(request_id)
+            if wall is not None:
+                self.wall = wall
+            first = self._requests.lookup(request_id, self.wall, first_sent_unix_ms)
             if first is not None:
-                return Accepted(msg_id=first[0], balance=first[1], lsn=first[2], repeated=True)
+                return Accepted(msg_id=first.msg_id, balance=first.balance, lsn=max(first.lsn, 0), repeated=True)
         sender = self.senders.get(dst)
         if sender is not None:
             sender.check_room()
@@ -242,9 +257,7 @@ class Node:
             self._drain(self.process.send_transfer(dst=dst, msg_id=msg_id, amount=amount, seq=seq), request_id=request_id)
         balance = self.process.balance
         if request_id:
-            self._requests[request_id] = (msg_id, balance, self.last_lsn)
-            if len(self._requests) > REQUEST_WINDOW:
-                self._requests.popitem(last=False)
+            self._requests.paid(request_id, requests.Paid(msg_id, balance, self.wall, self.last_lsn))
         self._end_step()
         return Accepted(msg_id=msg_id, balance=balance, lsn=self.last_lsn)
 
@@ -371,6 +384,7 @@ class Node:
         if balance < 0:
             raise core.RemoteProtocolError(f"{self.node_id}: a recorded balance of {balance}")
         reason = f"restored to {snapshot_id}"
+        self._requests.restored(self._cuts, snapshot_id)  # the ids paid after its cut were taken back (issue 26.3)
         for sid in self.process.in_progress():
             self._drain(self.process.abort_snapshot(sid))
             self._append(wal.Abort(lsn=self.last_lsn + 1, snapshot_id=sid, reason=reason))
@@ -485,6 +499,9 @@ class Node:
             elif isinstance(effect, core.LocalStateRecorded):
                 self._append(wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, balance=effect.balance))
                 self._remember(effect.snapshot_id)
+                self._cuts[effect.snapshot_id] = self.last_lsn
+                if len(self._cuts) > ABANDONED_WINDOW:
+                    self._cuts.popitem(last=False)
                 self._recorded_at[effect.snapshot_id] = self.now
                 if self.overtake:
                     self._keep_cut(effect.snapshot_id)
@@ -524,8 +541,11 @@ class Node:
             outbox={d: list(s.outbox) for d, s in self.senders.items()},
             last_received={s: r.last_seq for s, r in self.receivers.items()},
             abandoned=self._abandoned,
-            requests=OrderedDict((rid, (m, b)) for rid, (m, b, _) in self._requests.items()),
+            requests=self._requests.as_dict(self.wall),
+            cuts=self._cuts,
             epoch=self.epoch,
+            restored=self.restored,
+            restored_balance=self.restored_balance,
         )
         lsn = self.last_lsn + 1
         self._out.append(Seal(self.segment_first, lsn))

@@ -17,7 +17,9 @@ What is rebuilt:
   `marker_recv` counts even without its `cut` (defect 4), an `abort` even
   without a recording here (defect 3);
 - the client request ids of the transfers made (request_id -> msg_id, balance
-  after), so a retry is answered, not paid again;
+  after, when, send lsn: snapmesh/requests.py), so a retry is answered, not
+  paid again; and the lsn of each recent cut, so a restore forgets the ids paid
+  after the restored snapshot's cut (requests.py W4);
 - the epoch (1, or the last `restore` record's) and the restore itself: a
   `restore` record sets the balance and starts every channel over (seq 1, empty
   outbox); each `replay` after it adds one recorded in-flight transfer. A restore
@@ -33,12 +35,11 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from snapmesh import wal
+from snapmesh import requests, wal
 from snapmesh.link import Entry
 
-# How many recent request ids and abandoned snapshot ids a checkpoint carries:
-# the retry window survives restarts, memory stays bounded.
-REQUEST_WINDOW = 10_000
+# How many recent abandoned snapshot ids (and cut lsns) a checkpoint carries;
+# the request-id window is by age (snapmesh/requests.py).
 ABANDONED_WINDOW = 1_000
 
 
@@ -55,7 +56,10 @@ class Recovered:
     outbox: dict[str, list[Entry]] = field(default_factory=dict)  # dst -> unacknowledged, seq order
     last_received: dict[str, int] = field(default_factory=dict)  # src -> last seq
     abandoned: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    requests: OrderedDict[str, tuple[str, int]] = field(default_factory=OrderedDict)
+    # request_id -> Paid; `at` is 0.0 for an id read from a send record (the node
+    # makes it the restart's time, requests.py W3)
+    requests: OrderedDict[str, requests.Paid] = field(default_factory=OrderedDict)
+    cuts: OrderedDict[str, int] = field(default_factory=OrderedDict)  # snapshot id -> lsn of its cut here
     records: int = 0  # records read
     fresh: bool = True  # no record at all: a new node
     epoch: int = 1  # the cluster epoch this node is in (one more per restore)
@@ -120,7 +124,8 @@ def _apply(
             state.balance -= record.amount  # type: ignore[attr-defined]
             state.outbox[dst].append(Entry(seq, record.amount, ""))  # type: ignore[attr-defined]
             if record.request_id:  # type: ignore[attr-defined]
-                _remember(state.requests, record.request_id, (record.msg_id, state.balance), REQUEST_WINDOW)  # type: ignore[attr-defined]
+                state.requests[record.request_id] = requests.Paid(record.msg_id, state.balance, 0.0, record.lsn)  # type: ignore[attr-defined]
+                state.requests.move_to_end(record.request_id)  # type: ignore[attr-defined]
         else:
             state.outbox[dst].append(Entry(seq, 0, record.snapshot_id))  # type: ignore[attr-defined]
             _remember(state.abandoned, record.snapshot_id, None, ABANDONED_WINDOW)  # type: ignore[attr-defined]
@@ -139,6 +144,8 @@ def _apply(
             _remember(state.abandoned, record.snapshot_id, None, ABANDONED_WINDOW)  # type: ignore[attr-defined]
     elif kind is wal.Cut or kind is wal.Abort:
         _remember(state.abandoned, record.snapshot_id, None, ABANDONED_WINDOW)  # type: ignore[attr-defined]
+        if kind is wal.Cut:
+            _remember(state.cuts, record.snapshot_id, record.lsn, ABANDONED_WINDOW)  # type: ignore[attr-defined]
     elif kind is wal.Restore:
         _apply_restore(state, record, outgoing, incoming)  # type: ignore[arg-type]
     elif kind is wal.Replay:
@@ -161,6 +168,7 @@ def _apply(
 
 def _apply_restore(state: Recovered, record: wal.Restore, outgoing: tuple[str, ...], incoming: tuple[str, ...]) -> None:
     """A restore: the epoch-E channels are gone, the balance is the recorded one."""
+    requests.forget_restored(state.requests, state.cuts, record.snapshot_id)
     state.epoch = record.epoch
     state.restored = record.snapshot_id
     state.replays_missing = record.deliveries
@@ -196,8 +204,11 @@ def _load_checkpoint(
             state.last_received[src] = int(cp.received[src])
         for sid in cp.abandoned:
             _remember(state.abandoned, str(sid), None, ABANDONED_WINDOW)
-        for rid, (msg_id, balance) in cp.requests.items():
-            _remember(state.requests, rid, (str(msg_id), int(balance)), REQUEST_WINDOW)
+        state.requests = OrderedDict(requests.from_checkpoint(cp.requests))
+        for sid, lsn in cp.cuts.items():
+            _remember(state.cuts, str(sid), int(lsn), ABANDONED_WINDOW)
+        state.restored = str(cp.restored)
+        state.restored_balance = int(cp.restored_balance)
     except (TypeError, ValueError, KeyError) as exc:
         if isinstance(exc, CorruptLog):
             raise
@@ -213,8 +224,11 @@ def checkpoint_fields(state: Recovered) -> dict:
         "received": dict(state.last_received),
         "outbox": {dst: [[e.seq, e.amount, e.snapshot_id] for e in entries] for dst, entries in state.outbox.items()},
         "abandoned": list(state.abandoned),
-        "requests": {rid: [m, b] for rid, (m, b) in state.requests.items()},
+        "requests": requests.to_checkpoint(state.requests),
         "epoch": state.epoch,
+        "cuts": dict(state.cuts),
+        "restored": state.restored,
+        "restored_balance": state.restored_balance,
     }
 
 

@@ -43,10 +43,17 @@ SERVER_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ("grpc.http2.max_pings_without_data", 0),
-    # Batches of transfers can be large; stay well above the 4 MiB default.
+    # What the API needs (issue 26.6): a node's largest request is a RestoreState
+    # holding every transfer recorded in flight into it (up to channel_bound per
+    # channel), sent by the controller only; ServiceHost lowers it for the
+    # controller (CONTROLLER_RECEIVE_BYTES).
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.so_reuseport", 0),  # two servers on one port is a configuration error, not load sharing
 ]
+
+# The controller receives reports of at most chunking.CHUNK_BYTES (1 MiB) per
+# message (larger ones come in chunks of that size) and small requests.
+CONTROLLER_RECEIVE_BYTES = 4 * 1024 * 1024
 
 CLIENT_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.keepalive_time_ms", 10_000),
@@ -111,13 +118,18 @@ class ServiceHost:
         metrics_bind: tuple[str, int] | None,
         registry: CollectorRegistry,
         identity: security.Identity | None = None,  # None: plaintext
+        max_receive_bytes: int | None = None,  # None: SERVER_OPTIONS' limit
     ) -> None:
         self.bind_address = bind_address
         self._metrics_bind = metrics_bind
         self._registry = registry
         self._identity = identity
         metrics.add_standard_collectors(registry)  # process_*, python_*, snapmesh_build_info
-        self.server = security.new_server(identity, SERVER_OPTIONS, outer=[metrics.GrpcServerMetrics(registry)])
+        options = list(SERVER_OPTIONS)
+        if max_receive_bytes is not None:
+            options = [o for o in options if o[0] != "grpc.max_receive_message_length"]
+            options.append(("grpc.max_receive_message_length", max_receive_bytes))
+        self.server = security.new_server(identity, options, outer=[metrics.GrpcServerMetrics(registry)])
         self.instance_id = instance_id()
         self._health = _HealthServicer(self.instance_id)
         self._service_names: list[str] = []
@@ -143,7 +155,9 @@ class ServiceHost:
         if self._metrics_bind is not None:
             host, port = self._metrics_bind
             try:
-                self._metrics_server, _ = start_http_server(port, addr=host, registry=self._registry)
+                self._metrics_server, _ = start_http_server(
+                    port, addr=host, registry=self._registry, **security.metrics_tls(self._identity)
+                )
             except OSError as exc:
                 raise BindError(f"cannot bind metrics address {host}:{port}: {exc}") from None
         if self._health_port is not None:

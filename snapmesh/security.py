@@ -83,6 +83,9 @@ class Identity:
     key: bytes
     token: str | None  # None: no token configured
     protect_reads: bool = False
+    # The files they were read from (None when built in memory): the metrics
+    # endpoint's TLS (Python's ssl loads a certificate chain from files only).
+    files: tuple[Path, Path, Path] | None = None  # (ca, cert, key)
 
 
 # ---------------------------------------------------------------- loading
@@ -143,7 +146,8 @@ def load_files(
         raise SecurityError(f"{cert}: not signed by the CA in {ca} ({type(exc).__name__})") from None
     key_pem = _check_key(key, cert, leaf)
     token = read_token(token_file) if token_file is not None else None
-    return Identity(name=name, ca=ca_pem, cert=cert_pem, key=key_pem, token=token, protect_reads=protect_reads)
+    return Identity(name=name, ca=ca_pem, cert=cert_pem, key=key_pem, token=token, protect_reads=protect_reads,
+                    files=(Path(ca), Path(cert), Path(key)))
 
 
 def load_identity(cfg: ClusterConfig, name: str) -> Identity | None:
@@ -239,6 +243,18 @@ def open_server_port(server: grpc.aio.Server, address: str, identity: Identity |
         [(identity.key, identity.cert)], root_certificates=identity.ca, require_client_auth=True
     )
     return server.add_secure_port(address, credentials)
+
+
+def metrics_tls(identity: Identity | None) -> dict[str, Any]:
+    """The `start_http_server` arguments for a process's /metrics (issue 26.10):
+    with `protect_reads` the metrics (balances among them) are read-protected
+    too, so they are served over HTTPS that asks for a client certificate
+    signed by the cluster's CA, the same mutual TLS as the gRPC port. Otherwise
+    plain HTTP, as before."""
+    if identity is None or not identity.protect_reads or identity.files is None:
+        return {}
+    ca, cert, key = identity.files
+    return {"certfile": str(cert), "keyfile": str(key), "client_cafile": str(ca), "client_auth_required": True}
 
 
 # ---------------------------------------------------------------- clients

@@ -24,7 +24,7 @@ import functools
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 ACTIVE_SUFFIX = ".log.jsonl"
@@ -154,11 +154,16 @@ class Checkpoint(Record):
     outbox: per outgoing channel, the unacknowledged messages in seq order,
       each [seq, amount, snapshot_id] (amount 0 for a marker, "" for a transfer);
     abandoned: snapshot ids a restart must treat as abandoned (recent ones);
-    requests: client request_id -> [msg_id, balance after] (recent ones).
+    requests: client request_id -> [msg_id, balance after, wall-clock seconds
+      paid, lsn of its send record] (the window, snapmesh/requests.py; older
+      logs: [msg_id, balance after]);
+    cuts: snapshot id -> the lsn of its cut here (recent ones);
+    restored, restored_balance: the last restore's snapshot id and the balance
+      right after it (its answer to a repeated RestoreState).
     """
 
     KIND: ClassVar[str] = "checkpoint"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"epoch"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"epoch", "cuts", "restored", "restored_balance"})
     balance: int
     next_seq: dict
     acked: dict
@@ -167,6 +172,9 @@ class Checkpoint(Record):
     abandoned: list
     requests: dict
     epoch: int = 0  # the node's epoch (0, omitted: epoch 1, a log from before restores)
+    cuts: dict = field(default_factory=dict)
+    restored: str = ""
+    restored_balance: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

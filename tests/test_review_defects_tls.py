@@ -4,18 +4,26 @@
    only the controller's certificate: the client's certificate plus the token,
    and a node's own certificate plus the token, are PERMISSION_DENIED and change
    nothing. The controller itself still restores (the control).
+5. ReportStateChunks checks the caller's certificate before it reads a chunk:
+   a client streaming 600 MiB is refused at once, not after buffering 512 MiB.
+10. With protect_reads, /metrics is served over mutual TLS only.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
+import grpc
 import pytest
 
 from snapmesh import config, security
 from snapmesh.config import write_cluster
+from snapmesh.launcher import LocalCluster, write_config
 from snapmesh.security import write_certs
 from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -83,3 +91,47 @@ def test_grpcurl_is_what_a_client_runs(tls_cluster):
     result = grpcurl(tls, "client", cluster.node_address("p1"), "GetState", {})
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["node_id"] == "p1"
+
+
+def test_report_state_chunks_checks_the_caller_before_buffering(tls_cluster):
+    _, cluster = tls_cluster
+    pulled = 0
+
+    def chunks():
+        nonlocal pulled
+        piece = pb.FullStateChunk(data=b"\0" * (1024 * 1024))
+        for _ in range(600):
+            pulled += 1
+            yield piece
+
+    started = time.monotonic()
+    with security.open_channel(cluster.controller_address, cluster.client_identity) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            pb_grpc.ControllerStub(channel).ReportStateChunks(chunks(), timeout=60)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, refused.value.details()
+    assert "not a node" in refused.value.details()
+    assert pulled < 100 and time.monotonic() - started < 20, f"{pulled} MiB sent before the refusal"
+
+
+def test_metrics_are_behind_mutual_tls_when_reads_are_protected(tmp_path):
+    """10. With protect_reads = true, /metrics (balances among them) no longer answers plain HTTP."""
+    path = write_config(tmp_path / "cluster.toml", nodes=2)
+    write_certs(config.load(path), tmp_path / "certs")
+    path.write_text(path.read_text() + (
+        '\n[tls]\nca = "certs/ca.pem"\ncert = "certs/{name}.pem"\nkey = "certs/{name}-key.pem"\n'
+        'client_cert = "certs/client.pem"\nclient_key = "certs/client-key.pem"\n'
+        '\n[auth]\ntoken_file = "certs/token"\nprotect_reads = true\n'
+    ))
+    certs = tmp_path / "certs"
+    with LocalCluster(path) as cluster:
+        for process in (*cluster.config.nodes, cluster.config.controller):
+            address = process.metrics_address
+            with pytest.raises(OSError):  # plain HTTP: the TLS server drops it
+                urllib.request.urlopen(f"http://{address}/metrics", timeout=10).read()
+            anonymous = ssl.create_default_context(cafile=certs / "ca.pem")
+            with pytest.raises(OSError):  # HTTPS without a client certificate
+                urllib.request.urlopen(f"https://{address}/metrics", timeout=10, context=anonymous).read()
+            client = ssl.create_default_context(cafile=certs / "ca.pem")
+            client.load_cert_chain(certs / "client.pem", certs / "client-key.pem")
+            body = urllib.request.urlopen(f"https://{address}/metrics", timeout=10, context=client).read().decode()
+            assert "snapmesh_" in body

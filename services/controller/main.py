@@ -25,13 +25,13 @@ from prometheus_client import CollectorRegistry
 
 from services.controller import journal as J
 from services.controller.servicer import ControllerMetrics, ControllerService, system_now
-from services.controller.store import SnapshotStore, StoreWriter
+from services.controller.store import SnapshotStore, StoreWriter, past_retention
 from services.controller.tracker import Tracker
 from snapmesh import config as cluster_config
 from snapmesh import security
 from snapmesh.argparsing import parse_args
 from snapmesh.datalock import CONTROLLER, DataDirLock, DataDirLocked
-from snapmesh.runtime import ServiceHost, run_service, wait_for_stop_signal
+from snapmesh.runtime import CONTROLLER_RECEIVE_BYTES, ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -143,7 +143,7 @@ async def _serve_locked(
     journal = J.Journal(cfg.data_dir / "controller" / "journal")
     writer = StoreWriter(store, on_filed=journal.forget)
     try:
-        last_restore = _recover(tracker, store, journal, writer, filed={s.snapshot_id for s in snapshots})
+        last_restore = _recover(tracker, store, journal, writer, filed={s.snapshot_id for s in snapshots}, keep=keep)
         return await _serve(cfg, tracker, journal, writer, interval, identity, last_restore, keep)
     finally:
         await asyncio.to_thread(writer.close)
@@ -151,15 +151,23 @@ async def _serve_locked(
 
 
 def _recover(
-    tracker: Tracker, store: SnapshotStore, journal: J.Journal, writer: StoreWriter, *, filed: set[str]
+    tracker: Tracker, store: SnapshotStore, journal: J.Journal, writer: StoreWriter, *, filed: set[str], keep: int = 0
 ) -> pb.Restore | None:
     """Replay the journal into the tracker (before serving anything); returns
-    the newest restore it holds (resumed if it was RESTORING)."""
+    the newest restore it holds (resumed if it was RESTORING). With `keep`, a
+    snapshot the journal still holds but retention deleted (or would delete)
+    is not filed again (issue 26.10: --keep's deletions came back)."""
     records, warnings = journal.open()
     now = system_now()
     rebuilt, more = J.replay(records, tracker, now, skip=filed)
     for warning in (*warnings, *more):
         log.warning("%s", warning)
+    last = J.last_restore(records)
+    retired = set(past_retention(tracker.all(), keep, last.snapshot_id if last else "")) if keep else set()
+    for sid in [s for s in rebuilt if s in retired]:
+        rebuilt.remove(sid)
+        journal.forget(sid)
+        writer.discard(sid)
     for sid in filed:
         journal.forget(sid)
         compact, json_ = store.missing_files(sid)
@@ -173,7 +181,7 @@ def _recover(
             "journal: %d finished snapshot(s) rebuilt, %d still in progress taken back (%s)",
             len(rebuilt), len(resumed), ", ".join(resumed) or "none",
         )
-    return J.last_restore(records)
+    return last
 
 
 async def _serve(
@@ -196,6 +204,7 @@ async def _serve(
         metrics_bind=cfg.metrics_bind(cfg.controller),
         registry=registry,
         identity=identity,
+        max_receive_bytes=CONTROLLER_RECEIVE_BYTES,
     )
     host.add(pb_grpc.add_ControllerServicer_to_server, service, SERVICE_NAME)
     service.restore_taken_back = last_restore

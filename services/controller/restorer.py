@@ -13,6 +13,12 @@ A restore to snapshot S starts epoch E+1. The controller
 5. journals RESTORED (with each node's balance after) or FAILED naming the
    nodes it could not restore, then answers.
 
+Steps 1-3 claim the restore in one synchronous step (no await between the
+check and the claim), so two concurrent calls never start two restores: the
+second waits for the first when it names the same snapshot, and is refused
+otherwise. A call with the `request_id` of a restore already started answers
+that restore (running or finished) instead of rolling back again.
+
 The cluster is fenced at E+1 from step 2 on, whatever happens next: a node
 still in epoch E cannot open a channel to a restored node, and a controller
 that restarts with a RESTORING record in its journal resumes that restore
@@ -38,6 +44,8 @@ log = logging.getLogger(__name__)
 RESTORE_TIMEOUT_S = 30.0  # how long a node that cannot be reached is retried
 CALL_TIMEOUT_S = 5.0
 RETRY_S = 0.25
+KEYS_KEPT = 1_000  # the idempotency keys of the newest restores, answered from memory
+MAX_KEY_BYTES = 128
 
 
 class RestoreRefused(Exception):
@@ -94,10 +102,14 @@ class Restorer:
         self._on_finished = on_finished  # each RESTORED or FAILED restore, once journaled (the metrics)
         self.last: pb.Restore | None = None  # the newest restore, as journaled
         self._running: asyncio.Task[pb.Restore] | None = None
+        self._by_key: dict[str, pb.Restore] = {}  # idempotency key -> its restore (newest KEYS_KEPT)
 
     def taken_back(self, last: pb.Restore | None) -> None:
-        """After a restart: the journal's newest restore; resume it if it was RESTORING."""
+        """After a restart: the journal's newest restore (its key answers a
+        retry); resume it if it was RESTORING."""
         self.last = last
+        if last is not None:
+            self._keep_key(last)
         if last is not None and last.status == pb.Restore.RESTORING:
             log.warning("restore of %s (epoch %d) was under way: resuming it", last.snapshot_id, last.epoch)
             self._running = asyncio.get_running_loop().create_task(self._drive(last), name="restore")
@@ -106,24 +118,51 @@ class Restorer:
     def last_restored(self) -> str:
         return self.last.snapshot_id if self.last is not None and self.last.status == pb.Restore.RESTORED else ""
 
-    async def restore(self, snapshot_id: str) -> pb.Restore:
-        """Restore `snapshot_id` (raises RestoreRefused when it cannot start)."""
+    async def restore(self, snapshot_id: str, request_id: str = "") -> pb.Restore:
+        """Restore `snapshot_id` (raises RestoreRefused when it cannot start).
+        Check and claim are one synchronous step: nothing awaits before
+        `self._running` is set (issue 26.4)."""
+        if len(request_id.encode()) > MAX_KEY_BYTES:
+            raise RestoreRefused(grpc.StatusCode.INVALID_ARGUMENT, f"request_id is longer than {MAX_KEY_BYTES} bytes")
         snapshot = self.tracker.get(snapshot_id)  # UnknownSnapshot -> NOT_FOUND
+        running = self._running is not None and not self._running.done()
+        if request_id and request_id in self._by_key:
+            earlier = self._by_key[request_id]
+            if earlier.snapshot_id != snapshot_id:
+                raise RestoreRefused(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"request_id {request_id!r} started the restore of {earlier.snapshot_id}, not {snapshot_id}",
+                )
+            if running and self.last is not None and self.last.request_id == request_id:
+                return await asyncio.shield(self._running)  # type: ignore[arg-type]
+            return self._by_key[request_id]  # a retry of a finished restore: its answer, nothing rolled back
         check(snapshot)
-        if self._running is not None and not self._running.done():
+        if running:
             if self.last is not None and self.last.snapshot_id == snapshot_id:
-                return await asyncio.shield(self._running)  # the same restore: wait for it
+                return await asyncio.shield(self._running)  # type: ignore[arg-type]  # the same restore: wait for it
             raise RestoreRefused(
                 grpc.StatusCode.FAILED_PRECONDITION, f"a restore to {self.last.snapshot_id if self.last else '?'} is running"
             )
         epoch = self.tracker.epoch + 1
         self.tracker.epoch = epoch  # from here on, reports of the older epoch are refused
         self._fail_in_progress(f"restored to {snapshot_id}")
-        started = pb.Restore(snapshot_id=snapshot_id, epoch=epoch, status=pb.Restore.RESTORING)
+        started = pb.Restore(snapshot_id=snapshot_id, epoch=epoch, status=pb.Restore.RESTORING, request_id=request_id)
         started.started_at.FromNanoseconds(time.time_ns())
-        await self._journal(started)
-        self._running = asyncio.get_running_loop().create_task(self._drive(started), name="restore")
+        self.last = started
+        self._keep_key(started)
+        self._running = asyncio.get_running_loop().create_task(self._start(started), name="restore")
         return await asyncio.shield(self._running)
+
+    async def _start(self, started: pb.Restore) -> pb.Restore:
+        await self._journal(started)  # RESTORING is durable before any node hears of it
+        return await self._drive(started)
+
+    def _keep_key(self, restore: pb.Restore) -> None:
+        if restore.request_id:
+            self._by_key.pop(restore.request_id, None)
+            self._by_key[restore.request_id] = restore
+            while len(self._by_key) > KEYS_KEPT:
+                del self._by_key[next(iter(self._by_key))]
 
     async def _drive(self, started: pb.Restore) -> pb.Restore:
         self.tracker.epoch = max(self.tracker.epoch, started.epoch)
@@ -165,5 +204,6 @@ class Restorer:
 
     async def _journal(self, restore: pb.Restore) -> None:
         self.last = restore
+        self._keep_key(restore)
         await self.journal.append(J.Restored(restore=restore))
 

@@ -197,6 +197,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.keep = keep  # retention: snapshot files kept (0: all)
         self._discarded: set[str] = set()
         self.restorer: Restorer | None = None
+        self._chunk_budget = chunking.ChunkBudget()  # ReportStateChunks' bytes in flight (issue 26.5)
 
     # -- lifecycle
 
@@ -398,7 +399,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id is empty")
         assert self.restorer is not None, "start() first"
         try:
-            return await self.restorer.restore(request.snapshot_id)
+            return await self.restorer.restore(request.snapshot_id, request.request_id)
         except UnknownSnapshot as exc:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except RestoreRefused as exc:
@@ -498,14 +499,35 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     async def ReportStateChunks(self, request_iterator, context) -> pb.ReportStateResponse:
         """A FullState too large for one message, in pieces (snapmesh.chunking):
-        reassembled, it takes the ReportState path."""
+        reassembled, it takes the ReportState path. Issue 26.5: with TLS only a
+        node's certificate may send one (checked before any chunk is read); the
+        bytes held are bounded per peer and in all, and a chunk past a bound
+        ends the stream at once (RESOURCE_EXHAUSTED)."""
+        names = security.peer_names(context)
+        if names is None:
+            peer = context.peer().rsplit(":", 1)[0]  # plaintext: the address, without the port
+        else:
+            nodes = sorted(names & set(self._nodes))
+            if not nodes:
+                await context.abort(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"the peer's certificate names {', '.join(sorted(names)) or 'nothing'}, not a node",
+                )
+            peer = nodes[0]
         assembler = chunking.StateAssembler()
+        held = 0
         try:
             async for chunk in request_iterator:
+                size = len(chunk.data)
+                self._chunk_budget.take(peer, size)
+                held += size
                 assembler.add(chunk)
             state = assembler.finish()
-        except chunking.StateTooLarge as exc:
+        except (chunking.StateTooLarge, chunking.Busy) as exc:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except chunking.BadChunks as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        finally:
+            self._chunk_budget.give_back(peer, held)
+        del assembler
         return await self.ReportState(state, context)

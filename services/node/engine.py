@@ -68,11 +68,15 @@ class Engine:
 
     # -- local inputs
 
-    def transfer(self, dst: str, amount: int, request_id: str = "") -> machine.Accepted:
+    def transfer(self, dst: str, amount: int, request_id: str = "", first_sent_unix_ms: int = 0) -> machine.Accepted:
         """Pay `amount` to `dst`. Raises core.LocalProtocolError (link.ChannelFull
         when the channel is at its bound) and changes nothing when refused."""
         try:
-            return self.node.transfer(dst, amount, request_id)
+            if request_id:
+                return self.node.transfer(
+                    dst, amount, request_id, wall=time.time(), first_sent_unix_ms=first_sent_unix_ms
+                )
+            return self.node.transfer(dst, amount)
         finally:
             self._run(metrics=False)  # once per RPC instead: transfers_done
 

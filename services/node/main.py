@@ -18,6 +18,7 @@ import logging
 import os
 import random
 import sys
+import time
 
 from services.node.channels import HIGH_WATER, IncomingChannel, OutgoingChannel
 from snapmesh.datalock import DataDirLock, DataDirLocked
@@ -140,6 +141,7 @@ async def _serve_locked(
         segment_records=cfg.segment_records,
         snapshot_mode=cfg.snapshot_mode,
         now=asyncio.get_running_loop().time(),
+        wall=time.time(),  # the request-id window's clock (it outlives restarts)
     )
 
     rng = random.Random()

@@ -9,6 +9,7 @@ in one table, `REFUSAL_STATUS`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Iterator
 
@@ -32,10 +33,17 @@ REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {
     core.Refusal.INVALID_TRANSFER: grpc.StatusCode.INVALID_ARGUMENT,
     core.Refusal.INSUFFICIENT_FUNDS: grpc.StatusCode.FAILED_PRECONDITION,
     core.Refusal.CHANNEL_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    core.Refusal.REQUESTS_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    core.Refusal.REQUEST_UNKNOWN: grpc.StatusCode.FAILED_PRECONDITION,
 }
 # A response waits at most this long for room in a full outbox (flow control);
 # after that it answers anyway, so a dead peer slows clients but never hangs them.
 FLOW_CONTROL_WAIT_S = 2.0
+# Issue 26.6: a TransferBatch holds at most MAX_BATCH transfers (INVALID_ARGUMENT
+# naming the limit otherwise), and a long one gives the event loop back every
+# YIELD_EVERY transfers, so acks, channel frames and GetState are not starved.
+MAX_BATCH = 10_000
+YIELD_EVERY = 500
 
 
 class NodeServicer(pb_grpc.NodeServicer):
@@ -58,7 +66,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def Transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
         await self._refuse_while_restoring(context)
         try:
-            answer = self._engine.transfer(request.to, request.amount, request.request_id)
+            answer = self._engine.transfer(request.to, request.amount, request.request_id, request.first_sent_unix_ms)
         except core.LocalProtocolError as exc:
             code = REFUSAL_STATUS[exc.kind]
             self._engine.metrics.refused(code.name).inc()
@@ -72,15 +80,22 @@ class NodeServicer(pb_grpc.NodeServicer):
         self, request: pb.TransferBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.TransferBatchResponse:
         await self._refuse_while_restoring(context)
+        if len(request.transfers) > MAX_BATCH:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"a TransferBatch holds at most {MAX_BATCH} transfers, got {len(request.transfers)}",
+            )
         response = pb.TransferBatchResponse()
         add = response.results.add
         engine = self._engine
         node = engine.node
         accepted = 0
         destinations: set[str] = set()
-        for item in request.transfers:
+        for index, item in enumerate(request.transfers):
+            if index and not index % YIELD_EVERY:
+                await asyncio.sleep(0)  # let the loop run acks, frames and other calls
             try:
-                answer = engine.transfer(item.to, item.amount, item.request_id)
+                answer = engine.transfer(item.to, item.amount, item.request_id, item.first_sent_unix_ms)
             except core.LocalProtocolError as exc:
                 code = REFUSAL_STATUS[exc.kind]
                 engine.metrics.refused(code.name).inc()

@@ -14,7 +14,9 @@ After every step:
      message the sender logged (nothing applied twice, nothing invented);
   S4 lsns are 1, 2, 3, ... per node; a checkpoint's balance is the log's;
   S5 no recording outlives the node's ttl;
-  S6 one request_id, one send record;
+  S6 one request_id, one send record; except that a restore takes back the
+     ids a node paid after the restored snapshot's cut there, and one of them
+     may then be paid once more (snapmesh/requests.py W4);
   S7 no `cut` for a snapshot after the node logged an `abort` for it (no zombie).
 When the controller marks a snapshot COMPLETE:
   C1 every node's recorded balance is its log's balance at its cut;
@@ -57,7 +59,9 @@ class Checker:
         self.logs: dict[str, list[wal.Record]] = {n: [] for n in balances}
         self.recorded_at: dict[tuple[str, str], float] = {}
         self.replied: dict[str, str] = {}  # msg_id -> node
-        self.requests: dict[str, str] = {}  # request_id -> msg_id (rebuilt by _refold)
+        # (node, request_id) -> (msg_id, lsn of its send record) (rebuilt by _refold)
+        self.requests: dict[tuple[str, str], tuple[str, int]] = {}
+        self.cuts: dict[tuple[str, str], int] = {}  # (node, snapshot id) -> lsn of its cut
         self.complete: dict[str, Mapping[str, core.FullState]] = {}  # COMPLETE snapshots' reports (R1)
         self._refold()
 
@@ -74,9 +78,10 @@ class Checker:
             self._fold_send(node, record)  # type: ignore[arg-type]
             rid = record.request_id  # type: ignore[attr-defined]
             if rid:
-                if rid in self.requests:
-                    raise Violation(f"{node}: request_id {rid!r} paid twice ({self.requests[rid]}, {record.msg_id})")  # type: ignore[attr-defined]
-                self.requests[rid] = record.msg_id  # type: ignore[attr-defined]
+                if (node, rid) in self.requests:
+                    first = self.requests[(node, rid)][0]
+                    raise Violation(f"{node}: request_id {rid!r} paid twice ({first}, {record.msg_id})")  # type: ignore[attr-defined]
+                self.requests[(node, rid)] = (record.msg_id, record.lsn)  # type: ignore[attr-defined]
         elif kind is wal.Recv or kind is wal.MarkerRecv:
             self._fold_recv(node, record)
         elif kind is wal.Init:
@@ -86,6 +91,7 @@ class Checker:
             if (node, sid) in self.aborted:
                 raise Violation(f"{node}: a zombie recording: cut for {sid} at lsn {record.lsn} after its abort")
             self.recorded_at[(node, sid)] = now
+            self.cuts[(node, sid)] = record.lsn
         elif kind is wal.Abort:
             self.aborted.add((node, record.snapshot_id))  # type: ignore[attr-defined]
         elif kind is wal.Checkpoint and record.balance != self.balance[node]:  # type: ignore[attr-defined]
@@ -95,6 +101,8 @@ class Checker:
             self._sent(node, record.dst)[record.seq] = (0, "")  # type: ignore[attr-defined]
         elif kind is wal.Restore or kind is wal.Replay:
             self._fold_restore(node, record, check=True)
+            if kind is wal.Restore:
+                self._take_back(node, record.snapshot_id)  # type: ignore[attr-defined]
 
     def crashed(self, node: str, durable_lsn: int) -> None:
         """`node` crashed; its log on disk ends at `durable_lsn`."""
@@ -103,8 +111,17 @@ class Checker:
 
     def replied_transfer(self, node: str, msg_id: str, request_id: str) -> None:
         self.replied[msg_id] = node
-        if request_id and self.requests.get(request_id, msg_id) != msg_id:
-            raise Violation(f"{node}: request_id {request_id!r} answered {msg_id}, first paid as {self.requests[request_id]}")
+        first = self.requests.get((node, request_id), (msg_id, 0))[0]
+        if request_id and first != msg_id:
+            raise Violation(f"{node}: request_id {request_id!r} answered {msg_id}, first paid as {first}")
+
+    def _take_back(self, node: str, snapshot_id: str) -> None:
+        """A restore of `snapshot_id` at `node`: the ids it paid after its cut are forgotten."""
+        cut = self.cuts.get((node, snapshot_id))
+        if cut is None:
+            raise Violation(f"{node}: restored {snapshot_id} without a cut for it in its log")
+        for key in [k for k, (_, lsn) in self.requests.items() if k[0] == node and lsn > cut]:
+            del self.requests[key]
 
     # -- the fold (S1, S3)
 
@@ -119,21 +136,26 @@ class Checker:
         # cut short by a crash holds part of the money until the node does it again.
         self._unreplayed: dict[str, int] = defaultdict(int)
         self.requests = {}
+        self.cuts = {}
         self.aborted: set[tuple[str, str]] = set()
         for node, log in self.logs.items():
             for record in log:
                 if type(record) is wal.Abort:
                     self.aborted.add((node, record.snapshot_id))
+                if type(record) is wal.Cut:
+                    self.cuts[(node, record.snapshot_id)] = record.lsn
                 if type(record) is wal.Send:
                     self._fold_send(node, record)
                     if record.request_id:
-                        self.requests[record.request_id] = record.msg_id
+                        self.requests[(node, record.request_id)] = (record.msg_id, record.lsn)
                 elif type(record) is wal.MarkerSent:
                     self._sent(node, record.dst)[record.seq] = (0, "")
                 elif type(record) is wal.Init:
                     self.balance[node] = record.balance
                 elif type(record) is wal.Restore or type(record) is wal.Replay:
                     self._fold_restore(node, record, check=False)
+                    if type(record) is wal.Restore:
+                        self._take_back(node, record.snapshot_id)
         for node, log in self.logs.items():
             epoch = 1
             last_restore = max((i for i, r in enumerate(log) if type(r) is wal.Restore), default=-1)
