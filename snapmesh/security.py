@@ -59,6 +59,7 @@ CONTROL_PLANE = frozenset({
 # Read-only calls: open to any client with a certificate unless `protect_reads`.
 READ_ONLY = frozenset({
     "/snapmesh.v1.Controller/GetSnapshot",
+    "/snapmesh.v1.Controller/GetSnapshotChunks",
     "/snapmesh.v1.Controller/ListSnapshots",
     "/snapmesh.v1.Controller/WatchSnapshots",
     "/snapmesh.v1.Controller/GetCluster",

@@ -108,7 +108,7 @@ def all_ports(cfg: cluster_config.ClusterConfig) -> list[tuple[str, int]]:
     return [(e.host, p) for e in endpoints for p in (e.port, e.metrics_port)]
 
 
-def test_cluster_up_prints_one_line_and_sigterm_stops_every_child(launched, tmp_path):
+def test_cluster_up_prints_the_addresses_and_sigterm_stops_every_child(launched, tmp_path):
     proc = launched("--nodes", "3", "--data-dir", str(tmp_path))
     line = read_line(proc, 60)
     match = re.fullmatch(r"controller: (127\.0\.0\.1):(\d+)\n", line)
@@ -123,7 +123,10 @@ def test_cluster_up_prints_one_line_and_sigterm_stops_every_child(launched, tmp_
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
-    assert out == ""  # the one line was all
+    # then each process's addresses, and nothing else
+    assert out.splitlines() == [f"controller metrics: http://{cfg.controller.metrics_address}/metrics"] + [
+        f"node {n.id}: {n.address} metrics: http://{n.metrics_address}/metrics" for n in cfg.nodes
+    ]
     assert wait_gone(children) == set()
     busy = [p for p in all_ports(cfg) if not port_is_free(*p)]
     assert busy == []

@@ -221,14 +221,14 @@ def test_stale_epoch_messages_are_refused_and_counted(cluster, history):
 def test_the_cli_and_the_refusals(cluster, history):
     target = history["snapshots"][-1]
     run = subprocess.run(
-        [sys.executable, "-m", "snapmesh.cli", "restore", "--controller", cluster.controller_address, target.snapshot_id],
+        [sys.executable, "-m", "snapmesh.cli", "restore", "--yes", "--controller", cluster.controller_address, target.snapshot_id],
         capture_output=True, text=True, timeout=120,
     )
     assert run.returncode == 0, run.stderr
     assert f"snapshot {target.snapshot_id}  epoch 6  RESTORED" in run.stdout and "total" in run.stdout
     history["restores"].append((target.snapshot_id, 6))
     unknown = subprocess.run(
-        [sys.executable, "-m", "snapmesh.cli", "restore", "--controller", cluster.controller_address, "no-such-id"],
+        [sys.executable, "-m", "snapmesh.cli", "restore", "--yes", "--controller", cluster.controller_address, "no-such-id"],
         capture_output=True, text=True, timeout=60,
     )
     assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr
