@@ -221,7 +221,8 @@ def test_stale_epoch_messages_are_refused_and_counted(cluster, history):
 def test_the_cli_and_the_refusals(cluster, history):
     target = history["snapshots"][-1]
     run = subprocess.run(
-        [sys.executable, "-m", "snapmesh.cli", "restore", "--yes", "--controller", cluster.controller_address, target.snapshot_id],
+        [sys.executable, "-m", "snapmesh.cli", "restore", "--yes", "--controller", cluster.controller_address,
+         target.snapshot_id],
         capture_output=True, text=True, timeout=120,
     )
     assert run.returncode == 0, run.stderr
