@@ -493,3 +493,60 @@ def test_grpcurl_lists_and_describes_both_reflection_services(cluster):
     described = grpcurl(cluster.controller_address, "describe", "grpc.reflection.v1.ServerReflection")
     assert "rpc ServerReflectionInfo ( stream .grpc.reflection.v1.ServerReflectionRequest )" in described
     assert "GetSnapshotChunks" in grpcurl(cluster.controller_address, "describe", "snapmesh.v1.Controller")
+
+
+# ------------------------------------------------------------------ errors that say what to do (same cluster)
+
+
+def test_a_tls_client_against_this_plaintext_cluster_is_told_to_drop_tls_dir(cluster, run, tmp_path):
+    from snapmesh.security import write_certs
+
+    write_certs(cluster.config, tmp_path / "tls")
+    code, out, err = run("list", "--tls-dir", str(tmp_path / "tls"), "--timeout", "5")
+    assert code == 1 and out == ""
+    assert f"{cluster.controller_address} does not speak TLS" in err and "drop --tls-dir" in err
+
+
+def test_app_and_snapshot_given_a_nodes_address_say_it_is_a_node(cluster, capsys):
+    from services.app.main import main as app_main
+
+    node = cluster.node_address("p3")
+    assert app_main(["--controller", node, "--duration", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"{node} is node p3's address, not the controller's" in err
+    assert snapshot_cli.main(["get", "--controller", node, "some-id"]) == 1
+    assert "node p3's address" in capsys.readouterr().err
+
+
+def test_transfer_without_to_says_to_is_required_and_moves_nothing(cluster):
+    channel, node_client = node_stub(cluster.node_address("p1"))
+    with channel:
+        before = node_client.GetState(pb.GetStateRequest(), timeout=5).balance
+        with pytest.raises(grpc.RpcError) as info:
+            node_client.Transfer(pb.TransferRequest(amount=5), timeout=5)
+        batch = node_client.TransferBatch(pb.TransferBatchRequest(transfers=[pb.TransferRequest(amount=5)]), timeout=5)
+        after = node_client.GetState(pb.GetStateRequest(), timeout=5).balance
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details().startswith("`to` is required") and "p2, p3" in info.value.details()
+    assert batch.results[0].code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert batch.results[0].message.startswith("`to` is required")
+    assert after == before
+
+
+def test_restore_on_a_terminal_asks_first_and_no_changes_nothing(cluster, stub):
+    import pty
+
+    snapshot = taken(stub)
+    primary, secondary = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "snapmesh.cli", "restore", "--controller",
+                                 cluster.controller_address, snapshot.snapshot_id],
+                                cwd=REPO, stdin=secondary, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        os.write(primary, b"n\n")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert proc.returncode == 1, err
+    assert "not confirmed; nothing changed" in err
+    assert taken(stub).epoch == snapshot.epoch  # no restore happened
