@@ -62,7 +62,7 @@ def test_chaos_takes_the_old_dir_flag_as_an_alias(old, new, tmp_path):
 
     for flag in (*old, *new):
         args = parser().parse_args([flag, str(tmp_path)])
-        assert str(getattr(args, "data_dir")) == str(tmp_path)
+        assert str(args.data_dir) == str(tmp_path)
 
 
 @pytest.mark.parametrize("module, builder, new, old, dest", [
