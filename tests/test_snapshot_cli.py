@@ -550,3 +550,60 @@ def test_restore_on_a_terminal_asks_first_and_no_changes_nothing(cluster, stub):
     assert proc.returncode == 1, err
     assert "not confirmed; nothing changed" in err
     assert taken(stub).epoch == snapshot.epoch  # no restore happened
+
+
+# ------------------------------------------------------------------ last: damaged files found at start-up
+
+
+def damage_both_files(cluster, sid: str) -> None:
+    compact = compact_file(cluster, sid)
+    exported = cluster.data_dir / "snapshots" / f"{sid}.json"
+    compact.write_bytes(compact.read_bytes()[:-30])  # torn
+    text = exported.read_text()
+    assert '"total": "3000"' in text
+    exported.write_text(text.replace('"total": "3000"', '"total": "3001"', 1))  # changed
+
+
+def node_epochs(cluster) -> dict[str, int]:
+    epochs = {}
+    for node in cluster.node_ids:
+        channel, node_client = node_stub(cluster.node_address(node))
+        with channel:
+            epochs[node] = node_client.GetState(pb.GetStateRequest(), timeout=5).epoch
+    return epochs
+
+
+def test_damaged_files_of_a_snapshot_the_journal_still_holds_are_written_again(cluster, stub, run):
+    snapshot = taken(stub)
+    sid = snapshot.snapshot_id
+    cluster.stop_controller()
+    damage_both_files(cluster, sid)
+    cluster.start_controller()
+    channel, fresh = controller_stub(cluster.controller_address)
+    with channel:
+        assert fresh.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=10) == snapshot
+    poll(lambda: run("verify", sid, "--data-dir", str(cluster.data_dir))[0], lambda code: code == 0)
+
+
+def test_a_snapshot_whose_files_are_damaged_at_start_up_is_data_loss_not_unknown(cluster, stub, run):
+    snapshot = taken(stub)
+    sid = snapshot.snapshot_id
+    epochs = node_epochs(cluster)
+    cluster.stop_controller()
+    damage_both_files(cluster, sid)
+    # as when the journal has long been rotated past it: only the files are left
+    (cluster.data_dir / "controller" / "journal").unlink()
+    cluster.start_controller()
+    channel, fresh = controller_stub(cluster.controller_address)
+    with channel:
+        for call, request in ((fresh.GetSnapshot, pb.GetSnapshotRequest(snapshot_id=sid)),
+                              (fresh.RestoreSnapshot, pb.RestoreSnapshotRequest(snapshot_id=sid))):
+            with pytest.raises(grpc.RpcError) as info:
+                call(request, timeout=30)
+            assert info.value.code() == grpc.StatusCode.DATA_LOSS, info.value.details()
+            assert sid in info.value.details() and "damaged" in info.value.details()
+    assert node_epochs(cluster) == epochs  # the refused restore changed nothing
+    code, out, err = run("get", sid)
+    assert code == 1 and "DATA_LOSS" in err
+    code, out, _ = run("verify", sid, "--data-dir", str(cluster.data_dir))
+    assert code == 1 and out.count("NOT RESTORABLE") == 2
