@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reconcile": ("snapmesh.reconcile.main", "check exported snapshots against the transfer logs (Spark)"),
     "synth": ("snapmesh.reconcile.synth", "write synthetic transfer logs and snapshots"),
     "restore": ("snapmesh.restore", "roll the whole cluster back to a COMPLETE snapshot"),
+    "snapshot": ("snapmesh.snapshot_cli", "take, list, show, watch and verify snapshots"),
     "health": ("snapmesh.health", "exit 0 when a server's gRPC health check says SERVING"),
     "certs": ("snapmesh.security", "make dev certificates (CA, nodes, controller, client) and a token"),
     "chaos": ("snapmesh.chaos.main", "a seeded fault campaign on a local cluster, checked against the logs"),

@@ -291,6 +291,11 @@ class Process:
     def debit(self, *, dst: str, amount: int) -> None:
         """`send_transfer` without its effect, for a caller that puts the transfer on
         the channel itself (the node's hot path): the same checks, the same debit."""
+        if not dst:
+            raise LocalProtocolError(
+                f"`to` is required: the node to pay ({', '.join(sorted(self._outgoing)) or 'none'})",
+                Refusal.INVALID_TRANSFER,
+            )
         if dst == self.node_id:
             raise LocalProtocolError(f"{self.node_id} cannot transfer to itself", Refusal.INVALID_TRANSFER)
         if dst not in self._outgoing:

@@ -7,7 +7,11 @@ With no arguments it runs the shipped 4-node full mesh (snapmesh/configs/local-4
 dir (a new temporary directory unless --data-dir is given) and runs that.
 It starts the controller and every node through the supervisor
 (`snapmesh.supervisor.Cluster`), which waits until each one answers SERVING on
-gRPC health; prints one line `controller: HOST:PORT` on stdout (then the page's `ui:` line, below); and on
+gRPC health; prints the line `controller: HOST:PORT` on stdout first, then
+(after the `grpcurl:` line of a TLS cluster) one line per process with its
+addresses, `controller metrics: http://HOST:PORT/metrics` and
+`node ID: HOST:PORT metrics: http://HOST:PORT/metrics`, then the page's `ui:` line
+(below); and on
 SIGINT/SIGTERM stops them all (SIGTERM, then SIGKILL after a grace period).
 Children's output goes to `<data_dir>/logs/<name>.log`; they die with the
 launcher even when it is SIGKILLed (see the supervisor).
@@ -84,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def address_lines(cfg: cluster_config.ClusterConfig) -> str:
+    """Where each process serves gRPC and its Prometheus metrics."""
+    lines = [f"controller metrics: http://{cfg.controller.metrics_address}/metrics"]
+    lines += [f"node {n.id}: {n.address} metrics: http://{n.metrics_address}/metrics" for n in cfg.nodes]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(_parser(), argv)
     if isinstance(args, int):
@@ -151,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         if tls_dir is not None:
             token = cluster.client_identity.token if cluster.client_identity else None
             print(f"grpcurl: {security.grpcurl_line(cluster.controller_address, tls_dir, token)}", flush=True)
+        print(address_lines(cluster.config), flush=True)
         if args.ui != "off":
             from snapmesh.ui.server import start_page
 

@@ -2,8 +2,9 @@
 
 - `read_logs(data_dir, nodes)`: every node's records in lsn order, from its
   sealed segments `<node>.log.<first lsn, 12 digits>.jsonl` and its active
-  `<node>.log.jsonl`. A torn last line of the active file (a node still
-  writing) is left out; anything else unreadable fails naming file and line.
+  `<node>.log.jsonl`. A torn last line of the active file (the bytes after its
+  last newline: a node still writing, or one that crashed mid-write) is left
+  out; anything else unreadable fails naming file and line.
 - `log_events(logs)`: the records as the trace events `snapmesh.logcheck` checks
   (kinds it does not know, such as `restart` and `abort`, are skipped).
 - `money_check(logs)`: sends against receives over all the logs.
@@ -41,20 +42,25 @@ def read_logs(data_dir: Path, nodes: Iterable[str] | None = None) -> dict[str, l
 
 
 def read_node_log(data_dir: Path, node: str) -> list[dict[str, Any]]:
+    """A node's records in lsn order. A torn last line is what `wal.split_lines`
+    says it is, as for the node's own recovery and `snapmesh reconcile`: the bytes
+    after the last newline of the active file (a write cut short), left out. Any
+    other line that is not a record, the last complete one too, is an error."""
     files = log_files(data_dir, node)
     records: list[dict[str, Any]] = []
-    for index, path in enumerate(files):
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        for number, line in enumerate(lines, start=1):
+    for path in files:
+        lines, torn_at = wal.split_lines(path.read_bytes(), str(path))
+        if torn_at is not None and path.name != f"{node}.log.jsonl":
+            raise LogReadError(f"{path}:{len(lines) + 1}: a sealed segment ends in a line cut short")
+        for where, raw in lines:
             try:
-                record = json.loads(line)
+                record = json.loads(raw)
                 lsn = record["lsn"]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                if index == len(files) - 1 and number == len(lines):
-                    break  # the torn last line of a node still writing
-                raise LogReadError(f"{path}:{number}: not a log record: {line[:80]!r}") from None
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+                text = raw.decode("utf-8", errors="replace")
+                raise LogReadError(f"{where}: not a log record: {text[:80]!r}") from None
             if records and lsn <= records[-1]["lsn"]:
-                raise LogReadError(f"{path}:{number}: lsn {lsn} after {records[-1]['lsn']}")
+                raise LogReadError(f"{where}: lsn {lsn} after {records[-1]['lsn']}")
             records.append(record)
     return records
 

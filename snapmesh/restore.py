@@ -6,7 +6,9 @@ restore (its recorded balance plus the in-flight transfers replayed to it).
 Exit status: 0 when RESTORED; 1 when FAILED, refused (NOT_FOUND,
 FAILED_PRECONDITION) or the controller cannot be reached; 2 for bad arguments
 or a bad certificate file. `--tls-dir DIR` (default: $SNAPMESH_TLS_DIR): the
-client certificate and token of a TLS cluster.
+client certificate and token of a TLS cluster. On a terminal it asks for
+confirmation first (anything but y/yes changes nothing, exit 1); `--yes` skips
+that, and scripts (stdin not a terminal) are not asked.
 """
 
 from __future__ import annotations
@@ -30,7 +32,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's gRPC address")
     parser.add_argument("--timeout", type=float, default=120.0, metavar="S", help="give up after S seconds (default: 120)")
     parser.add_argument("--tls-dir", metavar="DIR", help="client certificate of a TLS cluster (default: $SNAPMESH_TLS_DIR)")
+    parser.add_argument("--yes", action="store_true", help="do not ask for confirmation on a terminal")
     return parser
+
+
+def confirmed(controller: str, snapshot_id: str) -> bool:
+    """Ask on the terminal; True for y or yes."""
+    try:
+        answer = input(f"Roll the whole cluster of {controller} back to snapshot {snapshot_id}? Every node's "
+                       "balance is replaced and transfers since then are undone. [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
 
 def render(restore) -> str:
@@ -65,8 +78,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snapmesh restore: {exc}", file=sys.stderr)
         return 2
 
+    if not args.yes and sys.stdin.isatty() and not confirmed(args.controller, args.snapshot_id):
+        print("snapmesh restore: not confirmed; nothing changed", file=sys.stderr)
+        return 1
+
     import grpc
 
+    from snapmesh import client_errors
     from snapmesh.v1 import snapmesh_pb2 as pb
     from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -76,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                 pb.RestoreSnapshotRequest(snapshot_id=args.snapshot_id), timeout=args.timeout
             )
     except grpc.RpcError as error:
-        print(f"snapmesh restore: {error.code().name}: {error.details()}", file=sys.stderr)
+        print(f"snapmesh restore: {client_errors.explain(error, args.controller, identity)}", file=sys.stderr)
         return 1
     print(render(restore))
     return 0 if restore.status == pb.Restore.RESTORED else 1

@@ -1,6 +1,6 @@
 """What every snapmesh server shares: a grpc.aio server with health checking and
-reflection, a Prometheus endpoint (with the standard families of snapmesh/metrics.py),
-and a graceful stop on SIGINT/SIGTERM.
+reflection (v1 and v1alpha), a Prometheus endpoint (with the standard families of
+snapmesh/metrics.py), and a graceful stop on SIGINT/SIGTERM.
 
 Health says SERVING only after the server is bound and started; on stop it turns
 NOT_SERVING first, so load balancers and healthchecks drain before the port closes.
@@ -28,10 +28,9 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
-from snapmesh import metrics, security
+from snapmesh import metrics, reflection, security
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +144,7 @@ class ServiceHost:
     async def start(self) -> None:
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self.server)
         names = [*self._service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
-        reflection.enable_server_reflection([*names, reflection.SERVICE_NAME], self.server)
+        reflection.enable(names, self.server)  # grpc.reflection.v1 and v1alpha
         try:
             self.port = security.open_server_port(self.server, self.bind_address, self._identity)
         except RuntimeError as exc:

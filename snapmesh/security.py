@@ -61,6 +61,7 @@ CONTROL_PLANE = frozenset({
 # Read-only calls: open to any client with a certificate unless `protect_reads`.
 READ_ONLY = frozenset({
     "/snapmesh.v1.Controller/GetSnapshot",
+    "/snapmesh.v1.Controller/GetSnapshotChunks",
     "/snapmesh.v1.Controller/ListSnapshots",
     "/snapmesh.v1.Controller/WatchSnapshots",
     "/snapmesh.v1.Controller/GetCluster",
@@ -472,7 +473,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Make dev certificates: a CA, one per node and for the controller, a client one, and a token.",
     )
     parser.add_argument("--config", metavar="FILE", help="cluster file (default: the shipped 4-node config)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="where the files go (created if missing)")
+    parser.add_argument("--tls-dir", "--out", dest="out", required=True, metavar="DIR",
+                        help="where the files go (created if missing): the --tls-dir of the clients; "
+                        "--out is its old name")
     parser.add_argument("--keep", action="store_true",
                         help="do nothing when DIR already holds every file (for deploy scripts run on each start)")
     return parser

@@ -10,3 +10,30 @@ def duration_s(snapshot: pb.Snapshot) -> float:
     if not snapshot.HasField("finished_at"):
         return 0.0
     return max(0, snapshot.finished_at.ToNanoseconds() - snapshot.started_at.ToNanoseconds()) / 1e9
+
+
+def fetch(stub, snapshot_id: str, timeout: float = 60.0) -> pb.Snapshot:
+    """One snapshot of any size from a ControllerStub: its encoding in pieces
+    (GetSnapshotChunks), put back together."""
+    request = pb.GetSnapshotRequest(snapshot_id=snapshot_id)
+    return pb.Snapshot.FromString(b"".join(chunk.data for chunk in stub.GetSnapshotChunks(request, timeout=timeout)))
+
+
+def pages(stub, *, status: int = 0, page_size: int = 0, timeout: float = 60.0):
+    """Every snapshot a ControllerStub lists, ListSnapshots page after page,
+    oldest first (as listed: one larger than a page comes `in_flight_omitted`)."""
+    token = ""
+    while True:
+        page = stub.ListSnapshots(pb.ListSnapshotsRequest(page_size=page_size, page_token=token, status=status),
+                                  timeout=timeout)
+        yield from page.snapshots
+        token = page.next_page_token
+        if not token:
+            return
+
+
+def list_all(stub, *, status: int = 0, timeout: float = 60.0) -> list[pb.Snapshot]:
+    """Every snapshot whole: every page, and the ones listed without their
+    in-flight transfers fetched in pieces."""
+    return [fetch(stub, s.snapshot_id, timeout) if s.in_flight_omitted else s
+            for s in pages(stub, status=status, timeout=timeout)]

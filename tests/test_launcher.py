@@ -109,18 +109,23 @@ def all_ports(cfg: cluster_config.ClusterConfig) -> list[tuple[str, int]]:
     return [(e.host, p) for e in endpoints for p in (e.port, e.metrics_port)]
 
 
-def test_cluster_up_prints_one_line_and_sigterm_stops_every_child(launched, tmp_path):
+def test_cluster_up_prints_the_addresses_and_sigterm_stops_every_child(launched, tmp_path):
     proc = launched("--nodes", "3", "--data-dir", str(tmp_path))
     line = read_line(proc, 60)
     match = re.fullmatch(r"controller: (127\.0\.0\.1):(\d+)\n", line)
     assert match, line
-    ui = read_line(proc, 10)  # the snapshot page (issue 24): 127.0.0.1:8080, or a free port when taken
+    children = launched.remember(proc)
+    cfg = cluster_config.load(tmp_path / "cluster.toml")
+    # then each process's addresses (issue 25), then the snapshot page (issue 24)
+    addresses = [read_line(proc, 10) for _ in range(1 + len(cfg.nodes))]
+    assert addresses == [f"controller metrics: http://{cfg.controller.metrics_address}/metrics\n"] + [
+        f"node {n.id}: {n.address} metrics: http://{n.metrics_address}/metrics\n" for n in cfg.nodes
+    ]
+    ui = read_line(proc, 10)  # 127.0.0.1:8080, or a free port when taken
     assert re.fullmatch(r"ui: http://127\.0\.0\.1:\d+/\n", ui), ui
     with urllib.request.urlopen(ui.split()[1], timeout=10) as page:
         assert page.status == 200 and b"snapmesh snapshots" in page.read()
-    children = launched.remember(proc)
     assert len(children) == 4  # the controller and three nodes
-    cfg = cluster_config.load(tmp_path / "cluster.toml")
     assert cfg.controller.address == f"{match[1]}:{match[2]}"
     assert (tmp_path / "p1.log.jsonl").exists()
     assert not port_is_free(cfg.controller.host, cfg.controller.port)
@@ -128,7 +133,7 @@ def test_cluster_up_prints_one_line_and_sigterm_stops_every_child(launched, tmp_
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
-    assert out == ""  # the two lines were all
+    assert out == ""  # those lines were all
     assert wait_gone(children) == set()
     busy = [p for p in all_ports(cfg) if not port_is_free(*p)]
     assert busy == []

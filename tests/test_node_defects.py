@@ -376,7 +376,8 @@ def test_the_controller_completes_a_snapshot_from_a_chunked_report(tmp_path: Pat
             stub.ReportStateChunks(iter(chunks), timeout=30)
             stub.ReportState(pb.FullState(snapshot_id=sid, node_id="p2", balance=1_000_000,
                                           channels=[pb.ChannelState(src="p1", dst="p2")]), timeout=5)
-            snapshot = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5)
+            # over 4 MiB: GetSnapshot serves it to a client that says it takes that much
+            snapshot = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid, max_bytes=64 << 20), timeout=5)
         assert snapshot.status == pb.Snapshot.COMPLETE and snapshot.conserved, snapshot.reason
         recorded = {(c.src, c.dst): list(c.in_flight) for c in snapshot.channels}
         assert recorded[("p2", "p1")] == in_flight

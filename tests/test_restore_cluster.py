@@ -228,7 +228,8 @@ def test_the_cli_and_the_refusals(cluster, history):
     restored = 'snapmesh_restores_total{status="restored"}'
     before = _controller_metric(cluster, restored)
     run = subprocess.run(
-        [sys.executable, "-m", "snapmesh.cli", "restore", "--controller", cluster.controller_address, target.snapshot_id],
+        [sys.executable, "-m", "snapmesh.cli", "restore", "--yes", "--controller", cluster.controller_address,
+         target.snapshot_id],
         capture_output=True, text=True, timeout=120,
     )
     assert run.returncode == 0, run.stderr
@@ -237,7 +238,7 @@ def test_the_cli_and_the_refusals(cluster, history):
     assert _controller_metric(cluster, restored) == before + 1
     assert _controller_metric(cluster, "snapmesh_controller_epoch") == 6
     unknown = subprocess.run(
-        [sys.executable, "-m", "snapmesh.cli", "restore", "--controller", cluster.controller_address, "no-such-id"],
+        [sys.executable, "-m", "snapmesh.cli", "restore", "--yes", "--controller", cluster.controller_address, "no-such-id"],
         capture_output=True, text=True, timeout=60,
     )
     assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr

@@ -275,3 +275,22 @@ def test_health_checks_a_tls_server_with_tls_dir_only(tls_cluster, capsys):
     assert "SERVING" in capsys.readouterr().out
     assert health_main([address, "--timeout", "2"]) == 1  # plaintext against a TLS server
     assert "NOT SERVING" in capsys.readouterr().out
+
+
+@pytest.mark.cluster
+def test_a_plaintext_cli_against_tls_says_tls_is_on_and_which_flag(tls_cluster, capsys, monkeypatch):
+    from snapmesh.restore import main as restore_main
+    from snapmesh.snapshot_cli import main as snapshot_main
+
+    monkeypatch.delenv("SNAPMESH_TLS_DIR", raising=False)
+    address = tls_cluster.controller_address
+    assert snapshot_main(["list", "--controller", address, "--timeout", "5"]) == 1
+    err = capsys.readouterr().err
+    assert f"TLS is on at {address}" in err and "--tls-dir DIR" in err
+    assert restore_main(["--controller", address, "--yes", "--timeout", "5", "some-id"]) == 1
+    assert "TLS is on" in capsys.readouterr().err  # instead of only "Socket closed"
+    tls_dir = str(tls_cluster.config.tls.ca.parent)
+    assert snapshot_main(["list", "--controller", address, "--tls-dir", tls_dir]) == 0
+    node = tls_cluster.node_address("p2")
+    assert snapshot_main(["list", "--controller", node, "--tls-dir", tls_dir]) == 1
+    assert f"{node} is node p2's address, not the controller's" in capsys.readouterr().err

@@ -27,13 +27,15 @@ def _parser() -> argparse.ArgumentParser:
     defaults = WorkloadParams()
     parser = _Parser(prog="snapmesh app", description="Move money between nodes and take snapshots.")
     parser.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's address")
-    parser.add_argument("--duration", type=float, default=defaults.duration, metavar="S")
+    parser.add_argument("--duration", type=float, default=defaults.duration, metavar="S",
+                        help=f"run for S seconds (default: {defaults.duration:g})")
     parser.add_argument("--transfer-interval", type=float, default=defaults.transfer_interval, metavar="S",
                         help="each node makes one transfer every S seconds")
     parser.add_argument("--snapshot-every", type=float, default=defaults.snapshot_every, metavar="S",
                         help="a snapshot at a random node every S seconds (0: none)")
     parser.add_argument("--seed", type=int, default=None, metavar="N", help="seed of every random choice")
-    parser.add_argument("--max-amount", type=int, default=defaults.max_amount, metavar="N")
+    parser.add_argument("--max-amount", type=int, default=defaults.max_amount, metavar="N",
+                        help=f"each transfer pays 1..N (default: {defaults.max_amount})")
     parser.add_argument("--tls-dir", metavar="DIR", help="client certificate and token of a TLS cluster "
                         "(default: $SNAPMESH_TLS_DIR; none: plaintext)")
     return parser

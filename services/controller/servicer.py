@@ -13,6 +13,9 @@ answer, a watcher update, StartSnapshot) goes out before that record is durable.
 from __future__ import annotations
 
 import asyncio
+import base64
+import bisect
+import json
 import logging
 import os
 import random
@@ -54,6 +57,14 @@ _ERROR_CODES: dict[type[TrackerError], grpc.StatusCode] = {
 }
 
 ABORT_TIMEOUT_S = 2.0
+
+# What any gRPC client takes in one message by default (grpcurl's limit too): a
+# ListSnapshots page ends before it, a larger GetSnapshot answer is refused
+# saying how to fetch it. The margin leaves room for the framing.
+CLIENT_DEFAULT_BYTES = 4 * 1024 * 1024
+PAGE_BYTES = CLIENT_DEFAULT_BYTES - 64 * 1024
+MAX_PAGE_SIZE = 1000
+SNAPSHOT_CHUNK_BYTES = chunking.CHUNK_BYTES
 
 
 def system_now() -> Now:
@@ -398,6 +409,12 @@ class ControllerService(pb_grpc.ControllerServicer):
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id is empty")
         assert self.restorer is not None, "start() first"
+        damaged = await self._damage(request.snapshot_id)
+        if damaged:
+            await context.abort(
+                grpc.StatusCode.DATA_LOSS,
+                f"snapshot {request.snapshot_id} is damaged on disk, not restored (nothing changed): {damaged}",
+            )
         try:
             return await self.restorer.restore(request.snapshot_id, request.request_id)
         except UnknownSnapshot as exc:
@@ -406,6 +423,14 @@ class ControllerService(pb_grpc.ControllerServicer):
             await context.abort(exc.code, str(exc))
         except OSError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the restore: {exc}")
+
+    async def _damage(self, snapshot_id: str) -> str:
+        """Why the stored files of `snapshot_id` are damaged ("" when intact or
+        not written yet): found so at start-up, or checked now (off the loop)."""
+        store = self.writer.store
+        if snapshot_id in store.damaged:
+            return store.damaged[snapshot_id]
+        return await asyncio.to_thread(store.damage, snapshot_id)
 
     def _publish(self, snapshot: pb.Snapshot) -> None:
         for queue in self._watchers:
@@ -439,18 +464,81 @@ class ControllerService(pb_grpc.ControllerServicer):
             return snapshot
         return await self.wait_finished(snapshot.snapshot_id)
 
-    async def GetSnapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
+    async def _snapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id is empty")
+        if request.max_bytes < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"max_bytes must not be negative, got {request.max_bytes}")
         await self._shown([request.snapshot_id])
         try:
             return self.tracker.get(request.snapshot_id)
         except UnknownSnapshot as exc:
+            if request.snapshot_id in self.writer.store.damaged:
+                await context.abort(
+                    grpc.StatusCode.DATA_LOSS,
+                    f"snapshot {request.snapshot_id} is damaged on disk: {self.writer.store.damaged[request.snapshot_id]}",
+                )
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
 
+    async def GetSnapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
+        snapshot = await self._snapshot(request, context)
+        limit = request.max_bytes or CLIENT_DEFAULT_BYTES
+        if (size := snapshot.ByteSize()) > limit:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"snapshot {request.snapshot_id} is {size} bytes, more than the {limit} this client takes "
+                f"(max_bytes; 0 means gRPC's default 4 MiB): fetch it in pieces with GetSnapshotChunks "
+                f"(`snapmesh snapshot get {request.snapshot_id}` does), or set max_bytes to {size} "
+                f"with a client whose receive limit is that high",
+            )
+        return snapshot
+
+    async def GetSnapshotChunks(self, request: pb.GetSnapshotRequest, context) -> AsyncIterator[pb.SnapshotChunk]:
+        snapshot = await self._snapshot(request, context)
+        data = snapshot.SerializeToString()
+        for i in range(0, max(len(data), 1), SNAPSHOT_CHUNK_BYTES):
+            yield pb.SnapshotChunk(data=data[i : i + SNAPSHOT_CHUNK_BYTES])
+
     async def ListSnapshots(self, request: pb.ListSnapshotsRequest, context) -> pb.ListSnapshotsResponse:
+        if request.page_size < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"page_size must not be negative, got {request.page_size}")
+        if request.status not in pb.Snapshot.Status.values():
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"status {request.status} is not a Snapshot.Status")
+        after = ""
+        if request.page_token:
+            after = _page_after(request.page_token, request.status)
+            if after is None:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"page_token {request.page_token!r} is not a next_page_token of a ListSnapshots with the "
+                    f"same status filter",
+                )
         await self._shown(list(self._unsettled))
-        return pb.ListSnapshotsResponse(snapshots=self.tracker.all())
+        # page_size 0: as many as fit under PAGE_BYTES (every snapshot, for most clusters).
+        limit = min(request.page_size, MAX_PAGE_SIZE) if request.page_size else None
+        page = pb.ListSnapshotsResponse()
+        size = 0
+        ids = self.tracker.ids()
+        start = _bisect_after(ids, after)
+        for i in range(start, len(ids)):
+            sid = ids[i]
+            if request.status and self.tracker.status(sid) != request.status:
+                continue
+            if limit is not None and len(page.snapshots) >= limit:
+                page.next_page_token = _page_token(page.snapshots[-1].snapshot_id, request.status)
+                break
+            snapshot = self.tracker.get(sid)
+            if (own := snapshot.ByteSize() + 8) > PAGE_BYTES:  # alone larger than a page: without its in-flight lists
+                for channel in snapshot.channels:
+                    del channel.in_flight[:]
+                snapshot.in_flight_omitted = True
+                own = snapshot.ByteSize() + 8
+            size += own
+            if page.snapshots and size > PAGE_BYTES:
+                page.next_page_token = _page_token(page.snapshots[-1].snapshot_id, request.status)
+                break
+            page.snapshots.append(snapshot)
+        return page
 
     async def WatchSnapshots(self, request: pb.WatchSnapshotsRequest, context) -> AsyncIterator[pb.Snapshot]:
         queue: asyncio.Queue[pb.Snapshot | None] = asyncio.Queue()
@@ -531,3 +619,25 @@ class ControllerService(pb_grpc.ControllerServicer):
             self._chunk_budget.give_back(peer, held)
         del assembler
         return await self.ReportState(state, context)
+
+
+def _page_token(last_id: str, status: int) -> str:
+    """Opaque to clients: where the next page starts, and the filter it was for."""
+    raw = json.dumps({"after": last_id, "status": status}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode("ascii")
+
+
+def _page_after(token: str, status: int) -> str | None:
+    """The id a page token says to continue after; None for a token this
+    controller did not give for this filter."""
+    try:
+        fields = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+    except (ValueError, UnicodeError):
+        return None
+    if not isinstance(fields, dict) or fields.get("status") != status or not isinstance(fields.get("after"), str):
+        return None
+    return fields["after"] or None
+
+
+def _bisect_after(ids: list[str], after: str) -> int:
+    return bisect.bisect_right(ids, after) if after else 0

@@ -13,8 +13,12 @@ an answer: by the time a snapshot is handed to it, its outcome is already
 durable in the journal (`journal.py`), which is what makes the answer safe. Each
 file is written atomically (temporary file, fsync, rename, fsync of the
 directory), so a crash leaves either no file or the whole file, and a missing
-one is written again after the restart. Loading skips, with a warning naming the
-file, anything it cannot read back.
+one is written again after the restart. Both files carry the checksum of the
+snapshot's content (snapmesh/snapshot_file.py); a file without one (written
+before checksums) loads as before. Loading skips, with a warning naming the
+file, anything it cannot read back or whose checksum does not match, and
+remembers in `damaged` each snapshot it found no intact file of, so that asking
+for it says DATA_LOSS, naming the file, rather than "unknown".
 """
 
 from __future__ import annotations
@@ -25,10 +29,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from google.protobuf import json_format
-from google.protobuf.message import DecodeError
-
 from services.controller import export
+from snapmesh import snapshot_file
 from snapmesh.durable import write_atomically
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -45,6 +47,7 @@ class SnapshotStore:
     def __init__(self, directory: Path, compact_directory: Path) -> None:
         self.directory = Path(directory)  # the JSON exports
         self.compact_directory = Path(compact_directory)
+        self.damaged: dict[str, str] = {}  # by load_all: snapshot id -> why no file of it is intact
 
     def path(self, snapshot_id: str) -> Path:
         return self.directory / f"{snapshot_id}.json"
@@ -52,11 +55,24 @@ class SnapshotStore:
     def compact_path(self, snapshot_id: str) -> Path:
         return self.compact_directory / f"{snapshot_id}.pb"
 
-    def save_compact(self, snapshot: pb.Snapshot) -> Path:
-        return write_atomically(self.compact_path(snapshot.snapshot_id), snapshot.SerializeToString())
+    def save_compact(self, snapshot: pb.Snapshot) -> str:
+        """Write the compact file; returns the checksum it carries."""
+        data, digest = snapshot_file.sealed_bytes(snapshot)
+        write_atomically(self.compact_path(snapshot.snapshot_id), data)
+        return digest
 
-    def export_json(self, snapshot: pb.Snapshot) -> Path:
-        return write_atomically(self.path(snapshot.snapshot_id), (to_json(snapshot) + "\n").encode("utf-8"))
+    def export_json(self, snapshot: pb.Snapshot, digest: str = "") -> Path:
+        """Write the JSON export (`digest`: the snapshot's checksum, when known)."""
+        text = snapshot_file.sealed_json(to_json(snapshot), digest or snapshot_file.checksum(snapshot))
+        return write_atomically(self.path(snapshot.snapshot_id), (text + "\n").encode("utf-8"))
+
+    def damage(self, snapshot_id: str) -> str:
+        """Why a stored file of `snapshot_id` is damaged now ("" when every file
+        there is intact, or none is written yet); names the file."""
+        for path in (self.compact_path(snapshot_id), self.path(snapshot_id)):
+            if path.exists() and (why := snapshot_file.damage(path)):
+                return why
+        return ""
 
     def load_all(self) -> tuple[list[pb.Snapshot], list[str]]:
         """Every readable finished snapshot, and one warning per file skipped.
@@ -64,24 +80,25 @@ class SnapshotStore:
         store) is read from that."""
         found: dict[str, pb.Snapshot] = {}
         warnings: list[str] = []
-        for path in _listing(self.compact_directory, "*.pb"):
-            try:
-                snapshot = pb.Snapshot.FromString(path.read_bytes())
-            except (OSError, DecodeError) as exc:
-                warnings.append(f"skipping snapshot file {path}: cannot parse it: {exc}")
-                continue
-            if _check(snapshot, path, warnings):
-                found[snapshot.snapshot_id] = snapshot
-        for path in _listing(self.directory, "*.json"):
+        self.damaged = {}
+        for path in [*_listing(self.compact_directory, "*.pb"), *_listing(self.directory, "*.json")]:
             if path.stem in found:
                 continue
             try:
-                snapshot = json_format.Parse(path.read_text(encoding="utf-8"), pb.Snapshot())
-            except (OSError, UnicodeDecodeError, json_format.ParseError) as exc:
+                snapshot = snapshot_file.read(path)
+            except snapshot_file.Unreadable as exc:
                 warnings.append(f"skipping snapshot file {path}: cannot parse it: {exc}")
+                self.damaged.setdefault(path.stem, str(exc))
                 continue
+            if snapshot.checksum and snapshot.checksum != snapshot_file.checksum(snapshot):
+                why = f"{path}: content does not match its checksum {snapshot.checksum}"
+                warnings.append(f"skipping snapshot file {path}: {why.removeprefix(f'{path}: ')}")
+                self.damaged.setdefault(path.stem, why)
+                continue
+            snapshot.ClearField("checksum")  # the controller's copy: answers carry none
             if _check(snapshot, path, warnings):
                 found[snapshot.snapshot_id] = snapshot
+                self.damaged.pop(snapshot.snapshot_id, None)
         return [found[k] for k in sorted(found)], warnings
 
     def missing_files(self, snapshot_id: str) -> tuple[bool, bool]:
@@ -154,10 +171,13 @@ class StoreWriter:
             snapshot, compact, json = item
             sid = snapshot.snapshot_id
             try:
+                digest = ""
                 if compact:
-                    self.store.save_compact(snapshot)
+                    digest = self.store.save_compact(snapshot)
                     self._on_filed(sid)
                 if json:
-                    self.store.export_json(snapshot)
+                    self.store.export_json(snapshot, digest)
             except OSError as exc:
                 log.error("cannot write snapshot %s: %s (the journal still holds it)", sid, exc)
+            except Exception:  # a bug must not stop every later snapshot's files
+                log.exception("cannot write snapshot %s (the journal still holds it)", sid)

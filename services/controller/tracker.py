@@ -123,8 +123,17 @@ class Tracker:
 
     def all(self) -> list[pb.Snapshot]:
         """Every known snapshot, ordered by id (ids sort by start time)."""
-        ids = sorted([*self._pending, *self._finished])
-        return [self.get(i) for i in ids]
+        return [self.get(i) for i in self.ids()]
+
+    def ids(self) -> list[str]:
+        """Every known snapshot's id, in order."""
+        return sorted([*self._pending, *self._finished])
+
+    def status(self, snapshot_id: str) -> int:
+        """A known snapshot's status, without copying it."""
+        if snapshot_id in self._pending:
+            return pb.Snapshot.IN_PROGRESS
+        return self._finished[snapshot_id].status
 
     @property
     def in_progress(self) -> int:

@@ -119,8 +119,10 @@ async def workload(
         try:
             cluster = await controller.GetCluster(pb.GetClusterRequest(), timeout=RPC_TIMEOUT_S)
         except grpc.aio.AioRpcError as error:
+            from snapmesh.client_errors import explain
+
             raise ControllerUnreachable(
-                f"cannot reach the controller at {controller_address}: {error.code().name}: {error.details()}"
+                f"cannot reach the controller at {controller_address}: {explain(error, controller_address, identity)}"
             ) from None
         node_ids = [n.node_id for n in cluster.nodes]
         neighbours = {n: [c.dst for c in cluster.channels if c.src == n] for n in node_ids}

@@ -38,6 +38,7 @@ from snapmesh.config import ClusterConfig
 from snapmesh.load import BackgroundLoad
 from snapmesh.node_logs import money_check
 from snapmesh.security import Identity
+from snapmesh.snapshots import list_all
 from snapmesh.supervisor import SupervisorError
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -379,7 +380,7 @@ class Campaign:
                                         f"e.g. {unreceived[:3]}"
         deadline = time.monotonic() + 3 * self.backend.deadline + 10
         while time.monotonic() < deadline:
-            snapshots = self.controller.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10).snapshots
+            snapshots = list_all(self.controller, timeout=10)  # every page, each snapshot whole
             if all(s.status != pb.Snapshot.IN_PROGRESS for s in snapshots):
                 break
             time.sleep(0.2)

@@ -53,9 +53,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hosts", action="store_true",
                    help="one host per process (the multi-host bench, root) and network faults in the schedule")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the figures and the checks as JSON")
-    p.add_argument("--dir", type=Path, metavar="DIR",
+    p.add_argument("--data-dir", "--dir", dest="data_dir", type=Path, metavar="DIR",
                    help="where the run's cluster file, logs and snapshots go (default: a temporary dir, "
-                        "kept when a check fails)")
+                        "kept when a check fails); --dir is its old name")
     p.add_argument("--no-reconcile", action="store_true", help="skip the Spark reconciliation (faster)")
     return p
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         replay += " --hosts"
     if args.no_reconcile:
         replay += " --no-reconcile"
-    workdir = args.dir or Path(tempfile.mkdtemp(prefix=f"snapmesh-chaos-{seed}-"))
+    workdir = args.data_dir or Path(tempfile.mkdtemp(prefix=f"snapmesh-chaos-{seed}-"))
     print(f"snapmesh chaos: seed {seed}, {args.duration:g} s of faults, {nodes} nodes ({cluster}), in {workdir}",
           flush=True)
     options = Options(seed=seed, duration=args.duration, nodes=nodes, workdir=workdir, compose=args.compose,
@@ -118,6 +118,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nFAILED. seed {seed}; replay the fault schedule: {replay}"
               f"\nthe run's files: {workdir}")
         return 1
-    if args.dir is None:
+    if args.data_dir is None:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -433,7 +433,8 @@ def parser(prog: str = "snapmesh reconcile") -> argparse.ArgumentParser:
         "`snapmesh reconcile prepare` archives the JVM's classes once for a faster start.",
     )
     p.add_argument("--data-dir", required=True, metavar="DIR", help="logs (*.log.jsonl) and snapshots/ (local, hdfs://, s3a://)")
-    p.add_argument("--out", metavar="DIR", help="where verdicts.parquet and summary.json go (default: DIR/reconcile)")
+    p.add_argument("--verdicts-dir", "--out", dest="out", metavar="DIR",
+                   help="where verdicts.parquet and summary.json go (default: DIR/reconcile); --out is its old name")
     p.add_argument("--master", metavar="URL", default="local[*]", help="Spark master (default: local[*])")
     p.add_argument(
         "--master-timeout",

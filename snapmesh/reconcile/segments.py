@@ -103,6 +103,42 @@ def read_text_logs(spark: SparkSession, files: list[LogFile]) -> DataFrame:
     )
 
 
+def torn_tails(spark: SparkSession, files: list[LogFile]) -> list[str]:
+    """The names of the active files (``<node>.log.jsonl``) that end in a torn
+    line: bytes after their last newline, a write cut short. This is
+    ``snapmesh.wal.split_lines``' reading, which the node's recovery (it cuts the
+    line off) and ``snapmesh trace`` share: such a line is not in the log, whether
+    or not it parses. Read on the driver: the last byte of each active file."""
+    torn = []
+    for f in files:
+        if f.first_lsn is not None or f.size == 0:
+            continue
+        target, fs = _fs(spark, f.uri)
+        stream = fs.open(target)
+        try:
+            stream.seek(f.size - 1)
+            last = stream.read()
+        finally:
+            stream.close()
+        if last != ord("\n"):
+            torn.append(f.name)
+    return torn
+
+
+def without_last_lines(located: DataFrame, names: list[str]) -> DataFrame:
+    """``located`` without the last line of each file named in ``names`` (their
+    torn lines). Matched by name: Spark's ``file`` spells the scheme its own way."""
+    path = F.url_decode(F.col("file"))
+    mine = F.lit(False)
+    for name in names:
+        mine = mine | path.endswith("/" + name)
+    last = located.filter(mine).groupBy("file").agg(F.max("line").alias("last")).collect()
+    keep = F.lit(True)
+    for row in last:
+        keep = keep & ~((F.col("file") == row["file"]) & (F.col("line") == row["last"]))
+    return located.filter(keep)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Logs:
     """The located log (parse.locate_lines' columns) and how to let go of its cache.
@@ -340,7 +376,10 @@ def read_logs(spark: SparkSession, data_dir: str, *, summed: bool = True) -> Log
         # cache(): MEMORY_AND_DISK_DESER. (pyspark's StorageLevel.MEMORY_AND_DISK is the
         # serialized level: every scan would deserialize the whole table again.)
         cached = locate_lines(parse_log_lines(read_text_logs(spark, jsonl)), base).cache()
-        text = cached if parquet is None else cached.select(*parquet.columns)
+        torn = torn_tails(spark, jsonl)
+        # rare (a node still writing, or killed mid-write): one pass over the cache
+        kept = without_last_lines(cached, torn) if torn else cached
+        text = kept if parquet is None else kept.select(*parquet.columns)
         located = text if parquet is None else parquet.unionByName(text)
         scanned = text if scanned is None else scanned.unionByName(text)
         unsummed = text if unsummed is None else unsummed.unionByName(text)

@@ -321,13 +321,15 @@ def parser() -> argparse.ArgumentParser:
         description="Write synthetic, consistent transfer logs and snapshots (optionally with one inconsistency).",
         epilog="corruptions: " + "; ".join(f"{k}: {v}" for k, v in CORRUPTIONS.items()),
     )
-    p.add_argument("--out", required=True, metavar="DIR", help="data dir to write (<node>.log.jsonl, snapshots/)")
-    p.add_argument("--nodes", type=int, default=4)
+    p.add_argument("--data-dir", "--out", dest="out", required=True, metavar="DIR",
+                   help="the data dir to write (<node>.log.jsonl, snapshots/); --out is its old name")
+    p.add_argument("--nodes", type=int, default=4, help="nodes, full mesh (default 4)")
     p.add_argument("--transfers", type=int, default=1000, help="transfers; records ~= 2 x transfers")
     p.add_argument("--snapshots", type=int, default=5, help="complete snapshots")
     p.add_argument("--failed", type=int, default=0, help="extra snapshots that abort (status FAILED)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--initial-balance", type=int, default=1_000_000)
+    p.add_argument("--seed", type=int, default=1, help="seed of every random choice (default 1)")
+    p.add_argument("--initial-balance", type=int, default=1_000_000, help="each node's balance at the start "
+                   "(default 1000000)")
     p.add_argument("--corrupt", choices=sorted(CORRUPTIONS), metavar="KIND", help="inject one inconsistency: " + ", ".join(CORRUPTIONS))
     return p
 

@@ -1,0 +1,329 @@
+"""`snapmesh snapshot`: take, list, show, watch and verify snapshots.
+
+    snapmesh snapshot trigger --controller HOST:PORT [--initiator ID] [--wait]
+    snapmesh snapshot list    --controller HOST:PORT [--status S] [--limit N]
+    snapmesh snapshot get     --controller HOST:PORT ID
+    snapmesh snapshot watch   --controller HOST:PORT [--count N]
+    snapmesh snapshot verify  ID|FILE [--data-dir DIR]
+
+Tables by default; `--json` prints proto JSON (snake_case names, as the
+exported files) for scripts: one object for trigger and get, `{"snapshots":
+[...]}` for list, one object per line for watch, the verdict for verify.
+`--controller` and `--tls-dir DIR` (default: $SNAPMESH_TLS_DIR, the client
+certificate and token of a TLS cluster) are `snapmesh restore`'s.
+
+`get` fetches the snapshot in pieces (GetSnapshotChunks), so one of any size
+arrives; `list` pages through ListSnapshots (`--limit N`: the N newest).
+`verify` reads a stored file, the `.pb` or `.json` given, or by id both files
+under `--data-dir` (default: $SNAPMESH_DATA_DIR), and checks without restoring
+that it is intact (its checksum), COMPLETE, conserved and consistent with
+itself (snapmesh/snapshot_file.py).
+
+Exit status, as `restore`'s: 0 when done (trigger --wait: COMPLETE and
+conserved; verify: every check passed); 1 when the snapshot FAILED or is not
+conserved, a check failed, the controller refused (NOT_FOUND, ...) or cannot be
+reached; 2 for bad arguments or a bad certificate file. `watch` runs until
+Ctrl-C (exit 0), `--count` updates, or the controller ends the stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+from pathlib import Path
+
+from snapmesh import security
+from snapmesh.argparsing import parse_args
+from snapmesh.health import _valid_target
+from snapmesh.snapshots import fetch, pages  # noqa: F401  (part of this module's API)
+
+PROG = "snapmesh snapshot"
+STATUSES = ("IN_PROGRESS", "COMPLETE", "FAILED")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # exit 2 on bad arguments, one line
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+class UsageError(Exception):
+    """Bad arguments or environment: exit 2."""
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Take, list, show, watch and verify snapshots.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    def command(name: str, help_: str, *, remote: bool = True) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
+        if remote:
+            sub.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's gRPC address")
+            sub.add_argument("--tls-dir", metavar="DIR",
+                             help="client certificate of a TLS cluster (default: $SNAPMESH_TLS_DIR)")
+            sub.add_argument("--timeout", type=_positive, default=60.0, metavar="S",
+                             help="give up on a call after S seconds (default: 60)")
+        sub.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
+        return sub
+
+    trigger = command("trigger", "start a snapshot")
+    trigger.add_argument("--initiator", metavar="ID", help="the node that starts it (default: a random node)")
+    trigger.add_argument("--wait", action="store_true", help="return once it is COMPLETE or FAILED")
+    listing = command("list", "list snapshots, oldest first")
+    listing.add_argument("--status", type=str.upper, choices=STATUSES, metavar="S",
+                         help=f"only snapshots with status S ({', '.join(STATUSES)})")
+    listing.add_argument("--limit", type=_positive_int, metavar="N", help="only the N newest (default: all)")
+    get = command("get", "show one snapshot: its nodes and channels")
+    get.add_argument("snapshot_id", metavar="ID", help="the snapshot's id")
+    watch = command("watch", "print every snapshot update (started, finished, failed) as it happens")
+    watch.add_argument("--count", type=_positive_int, metavar="N", help="stop after N updates (default: Ctrl-C)")
+    verify = command("verify", "check a stored snapshot is intact, COMPLETE, conserved and consistent, "
+                     "without restoring it", remote=False)
+    verify.add_argument("target", metavar="ID|FILE", help="a snapshot id (its files under --data-dir) or a "
+                        ".pb or .json snapshot file")
+    verify.add_argument("--data-dir", metavar="DIR",
+                        help="the cluster's data dir, to find a snapshot by id (default: $SNAPMESH_DATA_DIR)")
+    return parser
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def _status(snapshot) -> str:
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    return pb.Snapshot.Status.Name(snapshot.status) if snapshot.status in pb.Snapshot.Status.values() else "?"
+
+
+def _started(snapshot) -> str:
+    if not snapshot.HasField("started_at"):
+        return "-"
+    return snapshot.started_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _verdict(snapshot) -> str:
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    if snapshot.status != pb.Snapshot.COMPLETE:
+        return "-"
+    return "yes" if snapshot.conserved else "NO"
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+
+    return "\n".join(line(r).rstrip() for r in [header, *rows])
+
+
+SUMMARY = ["snapshot", "status", "initiator", "epoch", "started (UTC)", "duration", "total", "conserved", "reason"]
+
+
+def summary_row(snapshot) -> list[str]:
+    from snapmesh.snapshots import duration_s
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    duration = f"{duration_s(snapshot):.3f}s" if snapshot.HasField("finished_at") else "-"
+    total = str(snapshot.total) if snapshot.status == pb.Snapshot.COMPLETE else "-"
+    return [snapshot.snapshot_id, _status(snapshot), snapshot.initiator, str(snapshot.epoch), _started(snapshot),
+            duration, total, _verdict(snapshot), snapshot.reason]
+
+
+def render_summary(snapshots) -> str:
+    return _table(SUMMARY, [summary_row(s) for s in snapshots], right={3, 5, 6})
+
+
+def render_detail(snapshot) -> str:
+    """`get`: the summary, then each node's balance and each channel's in-flight transfers."""
+    lines = [render_summary([snapshot])]
+    if snapshot.nodes:
+        lines += ["", _table(["node", "balance"], [[n.node_id, str(n.balance)] for n in snapshot.nodes], right={1})]
+    if snapshot.channels:
+        rows = [[f"{c.src}->{c.dst}", str(len(c.in_flight)), str(sum(t.amount for t in c.in_flight))]
+                for c in snapshot.channels]
+        lines += ["", _table(["channel", "in flight", "amount"], rows, right={1, 2})]
+    if snapshot.nodes:
+        in_flight = sum(t.amount for c in snapshot.channels for t in c.in_flight)
+        balances = sum(n.balance for n in snapshot.nodes)
+        lines += ["", f"balances {balances} + in flight {in_flight} = {balances + in_flight}; "
+                      f"expected {snapshot.expected_total}"]
+    return "\n".join(lines)
+
+
+def to_json(message, *, indent: int | None = 2) -> str:
+    from google.protobuf import json_format
+
+    text = json_format.MessageToJson(message, preserving_proto_field_name=True,
+                                     always_print_fields_with_no_presence=True, indent=indent)
+    return text if indent is not None else json.dumps(json.loads(text), separators=(",", ":"))
+
+
+# ---------------------------------------------------------------- calls
+
+
+def _trigger(stub, args) -> int:
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    request = pb.TriggerSnapshotRequest(initiator=args.initiator or "", wait=args.wait)
+    snapshot = stub.TriggerSnapshot(request, timeout=args.timeout)
+    print(to_json(snapshot) if args.json else render_summary([snapshot]))
+    if not args.wait:
+        return 0
+    return 0 if snapshot.status == pb.Snapshot.COMPLETE and snapshot.conserved else 1
+
+
+def _list(stub, args) -> int:
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    status = pb.Snapshot.Status.Value(args.status) if args.status else 0
+    found = collections.deque(pages(stub, status=status, timeout=args.timeout), maxlen=args.limit)
+    if args.json:
+        print(to_json(pb.ListSnapshotsResponse(snapshots=found)))
+    elif found:
+        print(render_summary(found))
+    else:
+        print("no snapshots" + (f" with status {args.status}" if args.status else ""))
+    return 0
+
+
+def _get(stub, args) -> int:
+    snapshot = fetch(stub, args.snapshot_id, args.timeout)
+    print(to_json(snapshot) if args.json else render_detail(snapshot))
+    return 0
+
+
+def _watch(stub, args) -> int:
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    stream = stub.WatchSnapshots(pb.WatchSnapshotsRequest())
+    seen = 0
+    try:
+        if not args.json:
+            print(_table(SUMMARY, []), flush=True)
+        for snapshot in stream:
+            if args.json:
+                print(to_json(snapshot, indent=None), flush=True)
+            else:
+                print(_table(SUMMARY, [summary_row(snapshot)]).split("\n", 1)[1], flush=True)
+            seen += 1
+            if args.count is not None and seen >= args.count:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stream.cancel()
+    return 0
+
+
+REMOTE = {"trigger": _trigger, "list": _list, "get": _get, "watch": _watch}
+
+
+# ---------------------------------------------------------------- verify
+
+
+def stored_files(target: str, data_dir: str | None) -> list[Path]:
+    """The files `verify` checks: the FILE given, or both files of an id."""
+    path = Path(target)
+    if path.suffix in (".pb", ".json") or os.sep in target:
+        if not path.is_file():
+            raise UsageError(f"{target}: no such snapshot file")
+        return [path]
+    directory = data_dir or os.environ.get("SNAPMESH_DATA_DIR")
+    if not directory:
+        raise UsageError(f"{target!r} is not a file; to find snapshot {target} by id give --data-dir DIR "
+                         "(the cluster's data dir) or set SNAPMESH_DATA_DIR")
+    root = Path(directory)
+    if not root.is_dir():
+        raise UsageError(f"--data-dir {directory}: no such directory")
+    files = [p for p in (root / "controller" / "snapshots" / f"{target}.pb", root / "snapshots" / f"{target}.json")
+             if p.is_file()]
+    if not files:
+        raise LookupError(f"no stored file of snapshot {target} under {root} "
+                          f"(looked for controller/snapshots/{target}.pb and snapshots/{target}.json)")
+    return files
+
+
+def _verify(args) -> int:
+    from snapmesh import snapshot_file
+
+    files = stored_files(args.target, args.data_dir)
+    verdicts = [snapshot_file.check(p) for p in files]
+    if args.json:
+        print(json.dumps({"ok": all(v.ok for v in verdicts), "files": [v.as_dict() for v in verdicts]}, indent=2))
+    else:
+        for i, verdict in enumerate(verdicts):
+            if i:
+                print()
+            print(f"{verdict.path}: {'OK' if verdict.ok else 'NOT RESTORABLE'}")
+            print(_table(["check", "result", "detail"],
+                         [[c.name, "ok" if c.ok else "FAILED", c.detail] for c in verdict.checks]))
+    return 0 if all(v.ok for v in verdicts) else 1
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(_parser(), argv)
+    if isinstance(args, int):
+        return args
+    prog = f"{PROG} {args.command}"
+    if args.command == "verify":
+        try:
+            return _verify(args)
+        except UsageError as exc:
+            print(f"{prog}: {exc}", file=sys.stderr)
+            return 2
+        except LookupError as exc:
+            print(f"{prog}: {exc}", file=sys.stderr)
+            return 1
+    if not _valid_target(args.controller):
+        print(f"{prog}: --controller {args.controller!r} is not HOST:PORT", file=sys.stderr)
+        return 2
+    if args.command == "get" and not args.snapshot_id.strip():
+        print(f"{prog}: ID is empty", file=sys.stderr)
+        return 2
+    try:
+        identity = security.client_identity(args.tls_dir)
+    except security.SecurityError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+
+    import grpc
+
+    from snapmesh import client_errors
+    from snapmesh.runtime import CLIENT_OPTIONS
+    from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+    try:
+        with security.open_channel(args.controller, identity, options=CLIENT_OPTIONS) as channel:
+            return REMOTE[args.command](pb_grpc.ControllerStub(channel), args)
+    except grpc.RpcError as error:
+        print(f"{prog}: {client_errors.explain(error, args.controller, identity)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0 if args.command == "watch" else 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""A stored snapshot: its checksum, reading it back, and checking it is restorable.
+
+The controller files each finished snapshot twice (services/controller/store.py):
+`<id>.pb`, the Snapshot's protobuf bytes, and `<id>.json`, its proto JSON export.
+Both carry `Snapshot.checksum`: "sha256:" and the SHA-256 of the Snapshot's
+deterministic protobuf encoding without that field. So one checksum covers both
+files: the JSON file is checked by parsing it and encoding what it holds. A file
+changed on disk (a flipped bit, a truncated write, a hand edit of a balance) no
+longer matches it.
+
+A file from before checksums has none: it still loads and restores as before,
+and `check` reports its checksum as "absent (written before checksums)" without
+failing it; its other checks still run. That is the most one can say of it.
+
+`check(path)` is `snapmesh snapshot verify`: without restoring anything, is the
+stored snapshot
+- intact: it parses, its checksum matches, it is the snapshot its name says;
+- COMPLETE;
+- conserved: its total is the expected total;
+- consistent with itself: the total is the recorded balances plus the
+  in-flight amounts, `conserved` agrees with the totals, each node and channel
+  appears once, every channel joins two recorded nodes, in-flight seqs increase
+  and msg_ids are unique, amounts are positive.
+The restore path (`damage`) asks only the first question: a damaged file is
+refused with DATA_LOSS, a COMPLETE but odd one by the restorer's own checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+PREFIX = "sha256:"
+NO_CHECKSUM = "absent (written before checksums)"
+
+
+def checksum(snapshot: pb.Snapshot) -> str:
+    """The checksum of `snapshot`'s content (its own `checksum` field left out)."""
+    if snapshot.checksum:
+        unsealed = pb.Snapshot()
+        unsealed.CopyFrom(snapshot)
+        unsealed.ClearField("checksum")
+        snapshot = unsealed
+    data = snapshot.SerializeToString(deterministic=True)
+    return PREFIX + hashlib.sha256(data).hexdigest()
+
+
+def sealed_bytes(snapshot: pb.Snapshot) -> tuple[bytes, str]:
+    """The `.pb` file's content, the encoding of `snapshot` with its checksum
+    set, and that checksum. `snapshot` itself is not changed (the controller's
+    copy is shared): field 41 is the last one encoded, so it is appended."""
+    assert not snapshot.checksum, "seal an unsealed snapshot"
+    data = snapshot.SerializeToString(deterministic=True)
+    digest = PREFIX + hashlib.sha256(data).hexdigest()
+    return data + pb.Snapshot(checksum=digest).SerializeToString(), digest
+
+
+def sealed_json(rendered: str, digest: str) -> str:
+    """The `.json` export `rendered` (every field printed, so with an empty
+    top-level checksum) with the checksum `digest` filled in."""
+    empty = '\n  "checksum": ""'
+    if empty not in rendered:  # pragma: no cover  (the export prints every field)
+        snapshot = json_format.Parse(rendered, pb.Snapshot())
+        snapshot.checksum = digest
+        return json_format.MessageToJson(snapshot, preserving_proto_field_name=True,
+                                         always_print_fields_with_no_presence=True)
+    return rendered.replace(empty, f'\n  "checksum": "{digest}"', 1)
+
+
+class Unreadable(ValueError):
+    """The file cannot be read as a snapshot; the message names it and says why."""
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Verdict:
+    path: Path
+    snapshot_id: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def as_dict(self) -> dict:
+        return {
+            "file": str(self.path), "snapshot_id": self.snapshot_id, "ok": self.ok,
+            "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks],
+        }
+
+
+def read(path: Path) -> pb.Snapshot:
+    """The snapshot in a `.pb` or `.json` file (Unreadable when it is not one)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise Unreadable(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        if path.suffix == ".json":
+            return json_format.Parse(data.decode("utf-8"), pb.Snapshot())
+        return pb.Snapshot.FromString(data)
+    except (DecodeError, UnicodeDecodeError, json_format.ParseError) as exc:
+        raise Unreadable(f"{path}: not a snapshot file: {exc}") from None
+
+
+def damage(path: Path) -> str:
+    """Why the stored file `path` is damaged ("" when intact): it cannot be read,
+    its checksum does not match, or it holds another snapshot than its name."""
+    try:
+        snapshot = read(path)
+    except Unreadable as exc:
+        return str(exc)
+    if snapshot.snapshot_id != Path(path).stem:
+        return f"{path}: holds snapshot_id {snapshot.snapshot_id!r}, not {Path(path).stem!r}"
+    if snapshot.checksum and snapshot.checksum != checksum(snapshot):
+        return f"{path}: content does not match its checksum {snapshot.checksum} (computed {checksum(snapshot)})"
+    return ""
+
+
+def check(path: Path) -> Verdict:
+    """Every check of the module doc on the stored file `path` (read only)."""
+    path = Path(path)
+    try:
+        snapshot = read(path)
+    except Unreadable as exc:
+        return Verdict(path, path.stem, [Check("intact", False, str(exc).removeprefix(f"{path}: "))])
+    verdict = Verdict(path, snapshot.snapshot_id)
+    add = verdict.checks.append
+    if not snapshot.checksum:
+        add(Check("checksum", True, NO_CHECKSUM))
+    elif snapshot.checksum == (computed := checksum(snapshot)):
+        add(Check("checksum", True, snapshot.checksum))
+    else:
+        add(Check("checksum", False, f"content does not match: stored {snapshot.checksum}, computed {computed}"))
+    named = path.stem == snapshot.snapshot_id
+    add(Check("name", named, f"holds {snapshot.snapshot_id!r}" + ("" if named else f", not {path.stem!r}")))
+    status = pb.Snapshot.Status.Name(snapshot.status) if snapshot.status in pb.Snapshot.Status.values() else str(
+        snapshot.status)
+    add(Check("complete", snapshot.status == pb.Snapshot.COMPLETE,
+              status + (f": {snapshot.reason}" if snapshot.reason else "")))
+    add(Check("conserved", snapshot.conserved and snapshot.total == snapshot.expected_total,
+              f"total {snapshot.total}, expected {snapshot.expected_total}"))
+    problems = inconsistencies(snapshot)
+    add(Check("consistent", not problems, "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else "")
+              if problems else f"{len(snapshot.nodes)} nodes, {len(snapshot.channels)} channels, "
+              f"{sum(len(c.in_flight) for c in snapshot.channels)} in flight"))
+    return verdict
+
+
+def inconsistencies(snapshot: pb.Snapshot) -> list[str]:
+    """What in `snapshot` contradicts the rest of it (empty: nothing)."""
+    problems: list[str] = []
+    nodes = [n.node_id for n in snapshot.nodes]
+    if snapshot.status == pb.Snapshot.COMPLETE and not nodes:
+        problems.append("COMPLETE with no node recorded")
+    if dupes := sorted({n for n in nodes if nodes.count(n) > 1}):
+        problems.append(f"node(s) recorded twice: {', '.join(dupes)}")
+    in_flight = 0
+    seen_channels: set[tuple[str, str]] = set()
+    msg_ids: set[str] = set()
+    for channel in snapshot.channels:
+        key = (channel.src, channel.dst)
+        name = f"{channel.src}->{channel.dst}"
+        if key in seen_channels:
+            problems.append(f"channel {name} recorded twice")
+        seen_channels.add(key)
+        if channel.src not in nodes or channel.dst not in nodes:
+            problems.append(f"channel {name} joins a node the snapshot does not record")
+        last = 0
+        for transfer in channel.in_flight:
+            in_flight += transfer.amount
+            if transfer.amount <= 0:
+                problems.append(f"{name}: in-flight {transfer.msg_id} has amount {transfer.amount}")
+            if transfer.seq and transfer.seq <= last:
+                problems.append(f"{name}: seq {transfer.seq} after {last}")
+            last = transfer.seq or last
+            if transfer.msg_id in msg_ids:
+                problems.append(f"{name}: msg_id {transfer.msg_id} recorded twice")
+            msg_ids.add(transfer.msg_id)
+    balances = sum(n.balance for n in snapshot.nodes)
+    if snapshot.status == pb.Snapshot.COMPLETE and balances + in_flight != snapshot.total:
+        problems.append(f"total {snapshot.total} is not balances {balances} + in flight {in_flight}")
+    if snapshot.conserved != (snapshot.total == snapshot.expected_total):
+        problems.append(f"conserved is {str(snapshot.conserved).lower()} but total {snapshot.total}, "
+                        f"expected {snapshot.expected_total}")
+    return problems
