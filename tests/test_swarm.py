@@ -253,6 +253,15 @@ def test_a_snapshot_is_complete_and_prometheus_scrapes_every_node_by_service_nam
     assert "controller:9100" in up
 
 
+def test_deploying_again_keeps_the_secrets_made_the_first_time(stack):
+    before = stack_leftovers(stack.name)["secrets"]
+    assert len(before) == 6 + 2 * len(NODES), before  # ca, token, client, controller pairs; each node's pair
+    again = stack.swarm_sh("deploy", stack.name)
+    assert f"the secrets of {stack.name} exist: kept" in again.stdout
+    assert sorted(stack_leftovers(stack.name)["secrets"]) == sorted(before)
+    stack.snapshot("deployed again")
+
+
 def test_a_killed_node_gets_a_new_task_and_a_later_snapshot_is_complete(stack):
     old = running_task_container(stack.name, "p2")
     assert old
