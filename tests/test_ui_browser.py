@@ -13,6 +13,7 @@ The tests run in file order and share the cluster: the last one stops its contro
 from __future__ import annotations
 
 import io
+import math
 import os
 import signal
 import subprocess
@@ -137,6 +138,16 @@ def test_the_history_lists_the_controllers_snapshots_with_their_statuses(env, br
     counts = {name: int(text(browser, f"count-{name}")) for name in ("COMPLETE", "FAILED")}
     assert counts == {name: list(expected.values()).count(name) for name in ("COMPLETE", "FAILED")}
     assert "Traceback" not in browser.page_source
+    # The summary: the end-to-end durations of the COMPLETE ones, as the controller's stats say.
+    snaps = env["stub"].ListSnapshots(pb.ListSnapshotsRequest(), timeout=5).snapshots
+    took = sorted(s.stats.end_to_end_duration_ms for s in snaps if s.status == pb.Snapshot.COMPLETE)
+    [duration_row] = [r["cells"] for r in cells(browser, "#summary tr") if r["cells"][0] == "end-to-end duration"]
+    assert duration_row[1:] == [f"{took[math.ceil(len(took) / 2) - 1]:.1f} ms", f"{took[-1]:.1f} ms", f"{took[-1]:.1f} ms"]
+    # The timeline: one box per snapshot, oldest first, coloured by status.
+    oldest_first = sorted(snaps, key=lambda s: s.started_at.ToNanoseconds())
+    boxes = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#timeline .strip a')).map(a => a.className)")
+    assert boxes == [pb.Snapshot.Status.Name(s.status) for s in oldest_first], boxes
     shot(browser, "overview")
 
 

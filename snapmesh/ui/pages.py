@@ -39,6 +39,7 @@ td.num,th.num{text-align:right}
 .legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}
 .error{border-color:#e53935;background:#ffebee}
 .reason{white-space:normal;max-width:420px}
+td.reason{min-width:280px}
 .pager a,.pager b{margin-right:8px}
 img.trace{max-width:100%;border:1px solid #ddd;background:#fff}
 """
