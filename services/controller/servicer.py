@@ -57,6 +57,10 @@ _ERROR_CODES: dict[type[TrackerError], grpc.StatusCode] = {
 }
 
 ABORT_TIMEOUT_S = 2.0
+# Issue 26.7: the updates one WatchSnapshots watcher may have queued. A watcher
+# that falls this far behind is dropped with RESOURCE_EXHAUSTED (it watches
+# again and reads what it missed with ListSnapshots or GetSnapshot).
+WATCH_QUEUE = 1_000
 
 # What any gRPC client takes in one message by default (grpcurl's limit too): a
 # ListSnapshots page ends before it, a larger GetSnapshot answer is refused
@@ -65,6 +69,10 @@ CLIENT_DEFAULT_BYTES = 4 * 1024 * 1024
 PAGE_BYTES = CLIENT_DEFAULT_BYTES - 64 * 1024
 MAX_PAGE_SIZE = 1000
 SNAPSHOT_CHUNK_BYTES = chunking.CHUNK_BYTES
+
+
+class _FellBehind:
+    """Put in a dropped watcher's queue in place of what it had not read."""
 
 
 def system_now() -> Now:
@@ -197,7 +205,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._stubs: dict[str, pb_grpc.NodeStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._done: dict[str, asyncio.Future[pb.Snapshot]] = {}
-        self._watchers: set[asyncio.Queue[pb.Snapshot | None]] = set()
+        self._watchers: set[asyncio.Queue[pb.Snapshot | _FellBehind | None]] = set()
+        self.watch_queue = WATCH_QUEUE
         self._background: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
@@ -251,7 +260,10 @@ class ControllerService(pb_grpc.ControllerServicer):
     def end_streams(self) -> None:
         """End every WatchSnapshots stream (before the server drains)."""
         for queue in self._watchers:
-            queue.put_nowait(None)
+            try:
+                queue.put_nowait(None)
+            except asyncio.QueueFull:
+                _replace_all(queue, None)
 
     async def close(self) -> None:
         self.end_streams()
@@ -433,8 +445,13 @@ class ControllerService(pb_grpc.ControllerServicer):
         return await asyncio.to_thread(store.damage, snapshot_id)
 
     def _publish(self, snapshot: pb.Snapshot) -> None:
-        for queue in self._watchers:
-            queue.put_nowait(snapshot)
+        for queue in list(self._watchers):
+            try:
+                queue.put_nowait(snapshot)
+            except asyncio.QueueFull:
+                self._watchers.discard(queue)
+                log.warning("a WatchSnapshots watcher fell %d updates behind: dropped", self.watch_queue)
+                _replace_all(queue, _FellBehind())
 
     def _spawn(self, coro) -> None:
         task = asyncio.create_task(coro)
@@ -541,10 +558,16 @@ class ControllerService(pb_grpc.ControllerServicer):
         return page
 
     async def WatchSnapshots(self, request: pb.WatchSnapshotsRequest, context) -> AsyncIterator[pb.Snapshot]:
-        queue: asyncio.Queue[pb.Snapshot | None] = asyncio.Queue()
+        queue: asyncio.Queue[pb.Snapshot | _FellBehind | None] = asyncio.Queue(maxsize=self.watch_queue)
         self._watchers.add(queue)
         try:
             while (snapshot := await queue.get()) is not None:
+                if isinstance(snapshot, _FellBehind):
+                    await context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"this watcher fell {self.watch_queue} updates behind and was dropped; watch again "
+                        "(ListSnapshots or GetSnapshot has what it missed)",
+                    )
                 yield snapshot
         finally:
             self._watchers.discard(queue)
@@ -641,3 +664,10 @@ def _page_after(token: str, status: int) -> str | None:
 
 def _bisect_after(ids: list[str], after: str) -> int:
     return bisect.bisect_right(ids, after) if after else 0
+
+
+def _replace_all(queue: asyncio.Queue, item) -> None:
+    """Empty `queue` and put `item` in it (it always fits then)."""
+    while not queue.empty():
+        queue.get_nowait()
+    queue.put_nowait(item)
