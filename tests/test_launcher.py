@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-import select
 import signal
 import subprocess
+import threading
 import sys
 import time
 import urllib.request
@@ -62,9 +62,13 @@ def wait_gone(pids, timeout: float = 15) -> set[int]:
 
 
 def read_line(proc: subprocess.Popen, timeout: float) -> str:
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    assert ready, f"no line on stdout within {timeout}s"
-    return proc.stdout.readline()
+    # A thread, not select(): lines the reader already buffered would not wake select.
+    line: list[str] = []
+    reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    assert line, f"no line on stdout within {timeout}s"
+    return line[0]
 
 
 def cluster_up(*args: str) -> subprocess.Popen:
