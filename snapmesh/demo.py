@@ -7,7 +7,8 @@
    channels and the cut records money in flight (from, to, amount in the table;
    balances + in flight = total); the demo names the snapshot with the most,
    and the picture draws that snapshot's cut;
-3. restore the last COMPLETE snapshot: the balances before, the snapshot
+3. restore the snapshot with money in flight (else the last COMPLETE one): the
+   balances before, the snapshot
    (recorded balance and in-flight transfers towards each node), the balances
    after (they equal the snapshot's: recorded + in flight);
    all along, the snapshot page (`snapmesh ui`) is served on a free loopback
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 summary = run_workload(cluster.controller_address, params, out=sys.stdout)
                 busiest = point_at_in_flight(summary, out=sys.stdout)
-                restored = restore_finale(cluster, out=sys.stdout)
+                restored = restore_finale(cluster, out=sys.stdout, snapshot_id=busiest)
                 print(f"== {page_screenshots(page.url, data_dir, busiest)}", flush=True)
             finally:
                 page.close()
@@ -155,8 +156,9 @@ def point_at_in_flight(summary, out) -> str | None:
     return best.snapshot_id
 
 
-def restore_finale(cluster: Cluster, out) -> int:
-    """Roll the idle cluster back to its last COMPLETE snapshot and show it; 0 when RESTORED."""
+def restore_finale(cluster: Cluster, out, snapshot_id: str | None = None) -> int:
+    """Roll the idle cluster back to COMPLETE snapshot `snapshot_id` (default: the last
+    one) and show it; 0 when RESTORED. Its in-flight transfers are delivered again."""
     from snapmesh import security
     from snapmesh.restore import render
     from snapmesh.v1 import snapmesh_pb2 as pb
@@ -184,7 +186,7 @@ def restore_finale(cluster: Cluster, out) -> int:
         if not complete:
             print("== no COMPLETE snapshot to restore", file=out)
             return 1
-        target = complete[-1]
+        target = next((s for s in complete if s.snapshot_id == snapshot_id), complete[-1])
         print(f"== restoring snapshot {target.snapshot_id} (epoch {target.epoch})", file=out)
         table("balances before", balances())
         in_flight = {n.node_id: 0 for n in target.nodes}

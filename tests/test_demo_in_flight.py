@@ -85,6 +85,7 @@ def test_the_demo_names_its_in_flight_snapshot_draws_it_and_screenshots_the_page
     named = re.search(r"^== money in flight: snapshot (\S+) recorded (\d+) transfer\(s\) worth (\d+) ", out, re.M)
     assert named and int(named[2]) > 0, out
     assert f"  +-- snapshot {named[1]} " in out  # its table
+    assert f"== restoring snapshot {named[1]} " in out  # the restore delivers its in-flight transfers again
     drawn = re.search(r"^== message flow: .*; snapshot (\S+) with (\d+) in flight\)", out, re.M)
     assert drawn and drawn[1] == named[1] and drawn[2] == named[2], out[-2000:]
     assert "trace.svg" in out and (data_dir / "trace.svg").stat().st_size > 0

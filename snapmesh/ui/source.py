@@ -26,6 +26,7 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 RPC_TIMEOUT_S = 3.0
 NODE_TIMEOUT_S = 0.5  # a paused node must not stall the page
 TRACES_KEPT = 8  # pictures kept drawn
+MAX_PAGES = 100  # of ListSnapshots, where the controller pages its answer
 
 
 class ControllerDown(RuntimeError):
@@ -68,7 +69,19 @@ class Source:
     # ---------------------------------------------------------------- controller
 
     def snapshots(self) -> list[pb.Snapshot]:
-        return list(self._call(self._stub.ListSnapshots, pb.ListSnapshotsRequest()).snapshots)
+        """Every snapshot the controller lists, following its pages when it pages them
+        (`next_page_token`; an API without it answers everything at once), at most
+        MAX_PAGES pages."""
+        found: list[pb.Snapshot] = []
+        request = pb.ListSnapshotsRequest()
+        for _ in range(MAX_PAGES):
+            answer = self._call(self._stub.ListSnapshots, request)
+            found.extend(answer.snapshots)
+            token = getattr(answer, "next_page_token", "")
+            if not token:
+                break
+            request = pb.ListSnapshotsRequest(page_token=token)
+        return found
 
     def snapshot(self, snapshot_id: str) -> pb.Snapshot:
         return self._call(self._stub.GetSnapshot, pb.GetSnapshotRequest(snapshot_id=snapshot_id))
