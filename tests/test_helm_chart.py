@@ -32,6 +32,7 @@ from helm_chart import CHART, HELM, by_kind, helm, one, render
 from snapmesh import config as cluster_config
 
 K8S_VERSION = "1.34.0"  # the kubectl that ships beside the helm binary is 1.34
+K8S_VERSIONS = (K8S_VERSION, "1.37.0")  # and the newest schema kubernetes-validate 1.37.0 carries
 CRD_KINDS = {"ServiceMonitor": "monitoring.coreos.com/v1", "Certificate": "cert-manager.io/v1", "Issuer": "cert-manager.io/v1"}
 
 VARIANTS = {
@@ -68,7 +69,8 @@ def test_every_object_validates_against_kubernetes_openapi(rendered, variant):
         if obj["kind"] in CRD_KINDS:
             assert obj["apiVersion"] == CRD_KINDS[obj["kind"]]
             continue
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        for version in K8S_VERSIONS:
+            kubernetes_validate.validate(obj, version, strict=True)
         checked += 1
     assert checked >= 10
 
