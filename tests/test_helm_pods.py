@@ -16,7 +16,8 @@ it, so the test runs the code it ships with):
 * a snapshot under load is COMPLETE and conserved;
 * a node's container killed and started again on its volume is back SERVING and
   the next snapshot is COMPLETE;
-* `snapmesh restore` through the forwarded port (NOTES.txt's line) is RESTORED;
+* `snapmesh restore` and the grpcurl snapshot line of NOTES.txt, through the
+  forwarded port with the files fetched from the Secrets, are RESTORED and COMPLETE;
 * the reconcile Job (the `helm test` hook) exits 0 over the volumes.
 
 A typo in the chart's command, env, Secret keys or DNS names fails it: the
@@ -26,6 +27,8 @@ plan checks below show the cheap ones without starting the cluster.
 from __future__ import annotations
 
 import copy
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -37,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from helm_chart import REPO, by_kind, render
+from helm_chart import CHART, REPO, by_kind, helm, render, set_args
 from helm_pods import PlanError, PodRunner, docker
 from helpers_deploy import build_images, docker_engine_answers, log, status_name
 from snapmesh import security
@@ -204,6 +207,21 @@ def test_restore_is_restored(cluster):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "RESTORED" in result.stdout
     cluster.complete_snapshot("after the restore", tries=3)
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_the_notes_grpcurl_line_takes_a_snapshot(cluster):
+    """NOTES.txt's grpcurl line, run with the real grpcurl (.venv/bin), the forwarded port and the fetched files."""
+    out = helm("install", "snapmesh", str(CHART), "--dry-run=client", *set_args({"nodes.replicas": NODES})).stdout
+    [line] = [x.strip() for x in out[out.index("NOTES:"):].splitlines() if x.strip().startswith("grpcurl ")]
+    assert "127.0.0.1:50050" in line and "snapmesh-tls/" in line
+    line = line.replace("127.0.0.1:50050", cluster.address).replace("snapmesh-tls/", f"{cluster.tls_dir}/")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    result = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["status"] == "COMPLETE" and answer["conserved"] is True, answer
 
 
 @pytest.mark.docker
