@@ -330,7 +330,10 @@ class PodRunner:
         secret = json.loads(path.read_text())
         assert secret["kind"] == "Secret", secret.get("kind")
         name = secret["metadata"]["name"]
-        self.secrets[name] = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+        if name not in self.secrets:
+            raise PlanError(f"the manifest fills Secret {name!r}, which the chart does not render")
+        # `kubectl apply` of the manifest onto the rendered, empty Secret.
+        self.secrets[name] = {**self.secrets[name], **{k: base64.b64decode(v) for k, v in secret["data"].items()}}
         return name
 
     def play_cert_manager(self) -> list[str]:
