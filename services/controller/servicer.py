@@ -180,7 +180,8 @@ class ControllerService(pb_grpc.ControllerServicer):
             self._stubs[node.id] = pb_grpc.NodeStub(channel)
         self._timer = asyncio.create_task(self._expiry_loop(), name="snapshot-deadlines")
         self.restorer = Restorer(
-            tracker=self.tracker, journal=self.journal, stubs=self._stubs, fail_in_progress=self._fail_in_progress
+            tracker=self.tracker, journal=self.journal, stubs=self._stubs, fail_in_progress=self._fail_in_progress,
+            lookup=self.lookup,
         )
         self.restorer.taken_back(self.restore_taken_back)
 
@@ -258,8 +259,19 @@ class ControllerService(pb_grpc.ControllerServicer):
         future = self._done.get(snapshot_id)
         if future is None:
             await self._shown([snapshot_id])
-            return self.tracker.get(snapshot_id)
+            return self.lookup(snapshot_id)
         return await asyncio.shield(future)
+
+    def lookup(self, snapshot_id: str) -> pb.Snapshot:
+        """The snapshot from the tracker's working set, else from the store
+        (issue 26.7); UnknownSnapshot when neither has it."""
+        try:
+            return self.tracker.get(snapshot_id)
+        except UnknownSnapshot:
+            snapshot = self.writer.store.load(snapshot_id)
+            if snapshot is None:
+                raise
+            return snapshot
 
     async def _start_at(self, initiator: str, snapshot_id: str) -> None:
         try:
@@ -423,13 +435,18 @@ class ControllerService(pb_grpc.ControllerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id is empty")
         await self._shown([request.snapshot_id])
         try:
-            return self.tracker.get(request.snapshot_id)
+            return self.lookup(request.snapshot_id)
         except UnknownSnapshot as exc:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
 
     async def ListSnapshots(self, request: pb.ListSnapshotsRequest, context) -> pb.ListSnapshotsResponse:
         await self._shown(list(self._unsettled))
-        return pb.ListSnapshotsResponse(snapshots=self.tracker.all())
+        in_memory = self.tracker.all()
+        known = {s.snapshot_id for s in in_memory}
+        older = [s for sid in self.writer.store.filed_ids() if sid not in known
+                 and (s := self.writer.store.load(sid)) is not None]  # left the working set (issue 26.7)
+        snapshots = sorted([*in_memory, *older], key=lambda s: s.snapshot_id)
+        return pb.ListSnapshotsResponse(snapshots=snapshots)
 
     async def WatchSnapshots(self, request: pb.WatchSnapshotsRequest, context) -> AsyncIterator[pb.Snapshot]:
         queue: asyncio.Queue[pb.Snapshot | _FellBehind | None] = asyncio.Queue(maxsize=self.watch_queue)

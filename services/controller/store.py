@@ -84,6 +84,20 @@ class SnapshotStore:
                 found[snapshot.snapshot_id] = snapshot
         return [found[k] for k in sorted(found)], warnings
 
+    def load(self, snapshot_id: str) -> pb.Snapshot | None:
+        """One filed snapshot from its compact file; None when there is none
+        (or it cannot be read)."""
+        if not snapshot_id or "/" in snapshot_id or snapshot_id.startswith("."):
+            return None
+        try:
+            return pb.Snapshot.FromString(self.compact_path(snapshot_id).read_bytes())
+        except (OSError, DecodeError):
+            return None
+
+    def filed_ids(self) -> list[str]:
+        """The ids of every snapshot with a compact file, sorted."""
+        return sorted(p.stem for p in _listing(self.compact_directory, "*.pb"))
+
     def missing_files(self, snapshot_id: str) -> tuple[bool, bool]:
         """(compact missing, JSON missing) for one snapshot."""
         return not self.compact_path(snapshot_id).exists(), not self.path(snapshot_id).exists()
