@@ -397,8 +397,9 @@ def big_state(cluster, sid: str, node: str, transfers: int) -> pb.FullState:
     return state
 
 
-def test_a_snapshot_over_4_mib_is_refused_by_get_saying_how_and_served_in_chunks(cluster, stub, run):
-    states = {node: big_state(cluster, "", node, BIG if node == "p1" else 0) for node in cluster.node_ids}
+def held_snapshot(cluster, stub, in_flight: int) -> str:
+    """A COMPLETE snapshot made of our own reports, `in_flight` transfers towards p1."""
+    states = {node: big_state(cluster, "", node, in_flight if node == "p1" else 0) for node in cluster.node_ids}
     cluster.pause_node("p1")  # the snapshot stays ours: no marker leaves p1
     try:
         held = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=5)
@@ -407,7 +408,11 @@ def test_a_snapshot_over_4_mib_is_refused_by_get_saying_how_and_served_in_chunks
             stub.ReportState(state, timeout=20)
     finally:
         cluster.resume_node("p1")
-    sid = held.snapshot_id
+    return held.snapshot_id
+
+
+def test_a_snapshot_over_4_mib_is_refused_by_get_saying_how_and_served_in_chunks(cluster, stub, run):
+    sid = held_snapshot(cluster, stub, BIG)
     with pytest.raises(grpc.RpcError) as info:
         stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=20)
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -422,15 +427,39 @@ def test_a_snapshot_over_4_mib_is_refused_by_get_saying_how_and_served_in_chunks
     code, out, err = run("get", sid, "--json")
     assert code == 0, err
     assert sum(len(c["in_flight"]) for c in json.loads(out)["channels"]) == BIG
-    # a default client (4 MiB) reads every page of the list, the big snapshot alone in its page
-    channel = grpc.insecure_channel(cluster.controller_address)
-    with channel:
+
+
+def test_a_default_client_reads_every_page_however_large_the_snapshots(cluster, stub):
+    """Pages end before 4 MiB: two ~2.5 MB snapshots go in two pages, and one
+    larger than a page comes without its in-flight lists."""
+    medium = [held_snapshot(cluster, stub, BIG * 11 // 20) for _ in range(2)]
+    with grpc.insecure_channel(cluster.controller_address) as channel:  # gRPC's default 4 MiB limit
         plain = pb_grpc_controller(channel)
-        listed = {s.snapshot_id: s for s in snapshot_cli.pages(plain, timeout=20)}
-    assert list(listed) == sorted(listed)
-    assert listed[sid].in_flight_omitted and not any(c.in_flight for c in listed[sid].channels)
-    assert listed[sid].total == whole.total and len(listed[sid].channels) == len(whole.channels)
-    assert not any(s.in_flight_omitted for k, s in listed.items() if k != sid)
+        pages, token = [], ""
+        while True:
+            page = plain.ListSnapshots(pb.ListSnapshotsRequest(page_token=token), timeout=20)
+            pages.append(page)
+            token = page.next_page_token
+            if not token:
+                break
+        listed = {s.snapshot_id: s for page in pages for s in page.snapshots}
+        assert snapshot_cli.fetch(plain, medium[0], 20).ByteSize() > 2 * 1024 * 1024
+    assert all(page.ByteSize() <= 4 * 1024 * 1024 for page in pages)
+    assert list(listed) == sorted(listed) and sum(len(p.snapshots) for p in pages) == len(listed)
+    where = {s.snapshot_id: i for i, page in enumerate(pages) for s in page.snapshots}
+    assert where[medium[0]] != where[medium[1]]
+    omitted = [k for k, s in listed.items() if s.in_flight_omitted]
+    assert len(omitted) == 1 and not any(c.in_flight for c in listed[omitted[0]].channels)  # the 4.6 MB one
+    assert not any(listed[m].in_flight_omitted for m in medium)
+    whole = {s.snapshot_id: s for s in snapshots_list_all(stub)}
+    assert whole[omitted[0]] == snapshot_cli.fetch(stub, omitted[0], 20)  # list_all fetches it whole
+    assert sum(len(c.in_flight) for c in whole[omitted[0]].channels) == BIG
+
+
+def snapshots_list_all(stub):
+    from snapmesh.snapshots import list_all
+
+    return list_all(stub, timeout=20)
 
 
 def pb_grpc_controller(channel):
