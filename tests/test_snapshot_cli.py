@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -158,38 +159,71 @@ def snapmesh(*args: str, **kwargs) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
 
 
+class Watcher:
+    """`snapmesh snapshot watch ARGS` as a process, its stdout lines collected as they come."""
+
+    def __init__(self, cluster, *args: str) -> None:
+        self.proc = snapmesh("snapshot", "watch", "--controller", cluster.controller_address, *args)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def seen(self, sid: str) -> list[str]:
+        return [line for line in self.lines if sid in line]
+
+    def subscribe(self, stub) -> None:
+        """Trigger snapshots until one shows: from then on the stream sees every update."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            sid = taken(stub, "p1").snapshot_id
+            shown_by = time.monotonic() + 2
+            while time.monotonic() < shown_by:
+                if self.seen(sid):
+                    return
+                time.sleep(0.05)
+        raise AssertionError(f"watch never showed an update: {self.lines}")
+
+    def finish(self, timeout: float = 30) -> tuple[int, str]:
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(timeout=10)
+        return self.proc.returncode, self.proc.stderr.read()
+
+
 def test_watch_prints_each_update_as_a_json_line_and_stops_after_count(cluster, stub):
-    proc = snapmesh("snapshot", "watch", "--controller", cluster.controller_address, "--json", "--count", "2")
-    try:
-        time.sleep(1.5)  # subscribed before the trigger (the process imports grpc first)
-        snapshot = taken(stub, "p3")
-        out, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == 0, err
-    updates = [json.loads(line) for line in out.splitlines()]  # it stopped by itself after two
-    assert len(updates) == 2 and {u["snapshot_id"] for u in updates} == {snapshot.snapshot_id}
-    assert updates[0]["status"] == "IN_PROGRESS"  # started; then a report came in (or it finished)
+    watcher = Watcher(cluster, "--json", "--count", "2")
+    ids = set()
+    deadline = time.monotonic() + 60
+    while watcher.proc.poll() is None and time.monotonic() < deadline:
+        ids.add(taken(stub, "p3").snapshot_id)
+        time.sleep(0.2)
+    code, err = watcher.finish()
+    assert code == 0, err  # it stopped by itself after two updates
+    updates = [json.loads(line) for line in watcher.lines]
+    assert len(updates) == 2 and {u["snapshot_id"] for u in updates} <= ids
+    assert {u["status"] for u in updates} <= {"IN_PROGRESS", "COMPLETE"}
 
 
 def test_watch_prints_a_table_row_per_update_and_ctrl_c_exits_0(cluster, stub):
-    proc = snapmesh("snapshot", "watch", "--controller", cluster.controller_address)
-    try:
-        time.sleep(1.5)
-        snapshot = taken(stub, "p2")
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == 0, err
+    watcher = Watcher(cluster)
+    watcher.subscribe(stub)
+    snapshot = taken(stub, "p2")
+    poll(lambda: [line.split()[1] for line in watcher.seen(snapshot.snapshot_id)], lambda s: "COMPLETE" in s)
+    watcher.proc.send_signal(signal.SIGINT)
+    code, err = watcher.finish()
+    assert code == 0, err
     assert "Traceback" not in err
-    lines = out.splitlines()
-    assert lines[0].split()[:2] == ["snapshot", "status"]
-    statuses = [line.split()[1] for line in lines[1:] if line.startswith(snapshot.snapshot_id)]
-    assert statuses[0] == "IN_PROGRESS" and statuses[-1] == "COMPLETE", out
+    assert watcher.lines[0].split()[:2] == ["snapshot", "status"]
+    statuses = [line.split()[1] for line in watcher.seen(snapshot.snapshot_id)]
+    assert statuses[0] == "IN_PROGRESS" and statuses[-1] == "COMPLETE", watcher.lines
 
 
 # ------------------------------------------------------------------ bad arguments
