@@ -288,6 +288,23 @@ def test_verify_by_id_checks_both_files_and_passes(cluster, run, stub):
     assert code == 1 and "no stored file of snapshot no-such-id" in err
 
 
+def test_snapshots_taken_under_load_verify_with_their_in_flight_transfers(cluster, stub, run):
+    from snapmesh.load import BackgroundLoad
+
+    taken_ids = []
+    with BackgroundLoad.for_cluster(cluster, seed=5, batch=50, max_amount=20, interval=0.0) as load:
+        poll(lambda: load.stats.accepted, lambda n: n > 200)
+        while len(taken_ids) < 6 or not any(
+                c.in_flight for s in taken_ids for c in stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=s)).channels):
+            assert len(taken_ids) < 30, "no snapshot caught a transfer in flight"
+            taken_ids.append(taken(stub, f"p{len(taken_ids) % 3 + 1}").snapshot_id)
+    for sid in taken_ids:
+        compact_file(cluster, sid)
+        code, out, err = run("verify", sid, "--data-dir", str(cluster.data_dir), "--json")
+        assert code == 0, out + err
+        assert all(c["ok"] for f in json.loads(out)["files"] for c in f["checks"])
+
+
 def damaged_copy(source: Path, dest: Path) -> Path:
     data = bytearray(source.read_bytes())
     snapshot = pb.Snapshot.FromString(bytes(data))
