@@ -83,17 +83,21 @@ def main(argv: list[str] | None = None) -> int:
             )
     except grpc.RpcError as error:
         code = error.code()
+        fix = ""
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             detail = f"no answer within {args.timeout:g}s"
         elif code == grpc.StatusCode.UNAVAILABLE:
+            from snapmesh.client_errors import hint
+
             detail = f"unreachable: {error.details()}"
+            fix = hint(error, args.target, identity, service="")  # TLS on one side only: say so
         elif code == grpc.StatusCode.NOT_FOUND:
             detail = "unknown service"
         elif code == grpc.StatusCode.UNIMPLEMENTED:
             detail = "the server has no gRPC health service"
         else:
             detail = f"{code.name}: {error.details()}"
-        print(f"{name}: NOT SERVING ({detail})")
+        print(f"{name}: NOT SERVING ({detail})" + (f"\n{fix}" if fix else ""))
         return 1
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
     print(f"{name}: {status}")

@@ -80,7 +80,8 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--tls-dir", metavar="DIR",
                              help="client certificate of a TLS cluster (default: $SNAPMESH_TLS_DIR)")
             sub.add_argument("--timeout", type=_positive, default=60.0, metavar="S",
-                             help="give up on a call after S seconds (default: 60)")
+                             help="give up on a call after S seconds (default: 60; watch: on none, "
+                             "the stream runs until stopped)")
         sub.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
         return sub
 
