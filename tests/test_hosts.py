@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -218,9 +219,9 @@ def test_a_run_whose_owner_was_killed_is_removed_by_the_next_run(tmp_path: Path)
 
 def test_ctrl_c_on_cluster_up_hosts_tls_stops_everything_and_removes_the_network(tmp_path: Path) -> None:
     _require_rights()
-    proc = subprocess.Popen([sys.executable, "-m", "snapmesh.cli", "cluster", "up", "--hosts", "--nodes", "2", "--tls",
-                             "--data-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=REPO)
+    argv = [sys.executable, "-m", "snapmesh.cli", "cluster", "up", "--hosts", "--nodes", "2", "--tls",
+            "--data-dir", str(tmp_path), "--ui", "127.0.0.1:0"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
         line = proc.stdout.readline()
         assert re.fullmatch(r"controller: 10\.231\.\d+\.2:50050\n", line), (line, proc.stderr.read())
@@ -229,6 +230,25 @@ def test_ctrl_c_on_cluster_up_hosts_tls_stops_everything_and_removes_the_network
         assert grpcurl.startswith("grpcurl: ") and address in grpcurl and str(tmp_path / "tls" / "ca.pem") in grpcurl
         run_id = re.search(r"\(run (\w+)\)", proc.stderr.readline()).group(1)
         assert net.leftovers(run_id)
+        # as without --hosts: each process's addresses (its host's), then the page
+        subnet = address.rsplit(".", 1)[0]
+        lines = [proc.stdout.readline() for _ in range(4)]
+        assert lines[:3] == [f"controller metrics: http://{subnet}.2:9100/metrics\n",
+                             f"node p1: {subnet}.3:50051 metrics: http://{subnet}.3:9101/metrics\n",
+                             f"node p2: {subnet}.4:50051 metrics: http://{subnet}.4:9101/metrics\n"], lines
+        with urllib.request.urlopen(f"http://{subnet}.4:9101/metrics", timeout=10) as answer:
+            assert b"snapmesh_" in answer.read()
+        assert lines[3].startswith("ui: http://127.0.0.1:"), lines
+        with urllib.request.urlopen(lines[3].split()[1], timeout=10) as answer:
+            assert answer.status == 200
+        # a second `cluster up --hosts` on this live data dir: exit 2, nothing changed there, no network made
+        tls_before = {f.name: f.read_bytes() for f in (tmp_path / "tls").iterdir()}
+        config_before = (tmp_path / "cluster.toml").read_bytes()
+        second = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert second.returncode == 2 and "is in use by another process" in second.stderr, second.stderr
+        assert second.stdout == "" and "starting" not in second.stderr
+        assert {f.name: f.read_bytes() for f in (tmp_path / "tls").iterdir()} == tls_before
+        assert (tmp_path / "cluster.toml").read_bytes() == config_before
         channel, stub = controller_stub(address, load_tls_dir(tmp_path / "tls"))
         with channel:
             snap = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=30)
