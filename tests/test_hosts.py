@@ -150,6 +150,18 @@ def test_without_a_tool_cluster_up_hosts_exits_2_with_one_line_naming_it(tmp_pat
     assert done.stdout == ""
 
 
+def test_more_nodes_than_a_runs_subnet_holds_exits_2_before_anything_is_made(tmp_path: Path) -> None:
+    from snapmesh.hosts.launch import MAX_NODES
+
+    assert MAX_NODES == 252  # a /24: 254 addresses, the gateway's and the controller's taken
+    done = subprocess.run([sys.executable, "-m", "snapmesh.cli", "cluster", "up", "--hosts", "--nodes", "253",
+                           "--data-dir", str(tmp_path / "d")], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.splitlines() == ["snapmesh cluster: --hosts --nodes 253: a run's /24 has room for 252 nodes "
+                                        "and the controller"]
+    assert not (tmp_path / "d").exists()
+
+
 # ---------------------------------------------------------------- a real hosts cluster
 
 

@@ -23,9 +23,13 @@ from snapmesh import security
 from snapmesh.config import ConfigError
 from snapmesh.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
 from snapmesh.hosts.cluster import HostsCluster
-from snapmesh.hosts.net import MissingRights, NetworkError, missing_rights
+from snapmesh.hosts.net import SUBNET_PREFIX, MissingRights, NetworkError, missing_rights
 from snapmesh.launcher import address_lines
 from snapmesh.supervisor import SupervisorError
+
+
+# The addresses of a run's subnet, less the network's, the broadcast's, the gateway's and the controller's.
+MAX_NODES = 2 ** (32 - SUBNET_PREFIX) - 4
 
 
 class _StopRequested(Exception):
@@ -36,6 +40,10 @@ def up(args: argparse.Namespace) -> int:
     if args.config is not None:
         print("snapmesh cluster: --hosts writes its own cluster file (one host per process); use --nodes, "
               "not --config", file=sys.stderr)
+        return 2
+    if args.nodes is not None and args.nodes > MAX_NODES:
+        print(f"snapmesh cluster: --hosts --nodes {args.nodes}: a run's /24 has room for {MAX_NODES} nodes "
+              "and the controller", file=sys.stderr)
         return 2
     if problem := missing_rights():
         print(f"snapmesh cluster: --hosts {problem}", file=sys.stderr)
