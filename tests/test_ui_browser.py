@@ -220,6 +220,13 @@ def test_a_snapshot_held_in_progress_names_the_paused_node_and_its_open_channels
     assert history(browser)[failed.snapshot_id] == "FAILED"
     [row] = cells(browser, f"#history tr[data-snapshot-id='{failed.snapshot_id}'] td.reason")
     assert row["text"] == failed.reason
+    # ... and on screen: the history fits its section and the window (1400 px), no scrolling sideways.
+    right, section, page, window = browser.execute_script(
+        "var c = document.querySelector(arguments[0]), s = document.getElementById('history');"
+        "return [c.getBoundingClientRect().right, s.getBoundingClientRect().right,"
+        "        document.documentElement.scrollWidth, document.documentElement.clientWidth]",
+        f"#history tr[data-snapshot-id='{failed.snapshot_id}'] td.reason")
+    assert right <= section and page <= window, (right, section, page, window)
     assert failed.reason in text(browser, "latest-failed")
     shot(browser, "failed")
 
