@@ -89,6 +89,17 @@ def test_the_demo_names_its_in_flight_snapshot_draws_it_and_screenshots_the_page
     drawn = re.search(r"^== message flow: .*; snapshot (\S+) with (\d+) in flight\)", out, re.M)
     assert drawn and drawn[1] == named[1] and drawn[2] == named[2], out[-2000:]
     assert "trace.svg" in out and (data_dir / "trace.svg").stat().st_size > 0
+    # The picture itself: that snapshot's cut, and an orange arrow for each of its recorded
+    # in-flight transfers (the ids in the saved snapshot), no more.
+    import json
+
+    svg = (data_dir / "trace.svg").read_text()
+    assert f"snapshot {named[1]} chosen" in svg
+    drawn_ids = set(re.findall(r'marker-end="url\(#head-in-flight\)"><title>transfer \S+ (\S+) amount', svg))
+    saved = json.loads((data_dir / "snapshots" / f"{named[1]}.json").read_text())
+    recorded = {t["msg_id"] for c in saved["channels"] for t in c.get("in_flight", [])}
+    assert drawn_ids == recorded and len(recorded) == int(named[2]), (drawn_ids, recorded)
+    assert svg.count("url(#head-in-flight)\"") == len(recorded)
     for name in ("ui.png", "ui-snapshot.png"):
         assert (data_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     assert f"== page screenshots: {data_dir / 'ui.png'}, {data_dir / 'ui-snapshot.png'}" in out
