@@ -266,11 +266,17 @@ def test_a_tls_clusters_page_carries_no_token(tmp_path):
         channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
         with channel:
             done = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=30)
-        proc, url = start_ui(cluster.controller_address, "--tls-dir", str(tls_dir))
+            restored = stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=done.snapshot_id), timeout=60)
+            assert restored.status == pb.Restore.RESTORED, restored.reason
+            assert stub.GetCluster(pb.GetClusterRequest(), timeout=5).last_restore == restored
+        proc, url = start_ui(cluster.controller_address, "--tls-dir", str(tls_dir))  # no --data-dir: the API only
         try:
             pages = [http_get(url), http_get(f"{url}snapshot/{done.snapshot_id}")]
         finally:
             stop_ui(proc)
+    # The last restore, from the controller's answer (GetCluster's last_restore), not its journal.
+    assert (f"last restore: <span id='last-restore'>snapshot <a href='/snapshot/{done.snapshot_id}'>"
+            f"{done.snapshot_id}</a> into epoch {restored.epoch}: RESTORED at ") in pages[0][1], pages[0][1]
     for code, body in pages:
         assert code == 200 and done.snapshot_id in body
         assert "sekrit-token-24" not in body and "token" not in body.lower().replace("no token", "")
