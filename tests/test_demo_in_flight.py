@@ -102,4 +102,6 @@ def test_the_demo_names_its_in_flight_snapshot_draws_it_and_screenshots_the_page
     assert svg.count("url(#head-in-flight)\"") == len(recorded)
     for name in ("ui.png", "ui-snapshot.png"):
         assert (data_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
-    assert f"== page screenshots: {data_dir / 'ui.png'}, {data_dir / 'ui-snapshot.png'}" in out
+    # The page the screenshot shows lists that snapshot's transfers in flight, every one.
+    assert (f"== page screenshots: {data_dir / 'ui.png'}, {data_dir / 'ui-snapshot.png'} "
+            f"(snapshot {named[1]}: {named[2]} transfer(s) in flight on the page)") in out, out[-2000:]
