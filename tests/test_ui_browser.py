@@ -208,6 +208,8 @@ def test_a_snapshot_held_in_progress_names_the_paused_node_and_its_open_channels
         assert "IN_PROGRESS" in text(browser, "status")
         assert "from the nodes' transfer logs" in text(browser, "stuck")
         shot(browser, "stuck")
+        code, overview = http_get(env["url"])  # the overview counts it while it is held
+        assert code == 200 and "id='count-IN_PROGRESS'>1</b>" in overview, overview[:3000]
         failed = wait_for(lambda: (s := stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=started.snapshot_id),
                                                          timeout=5)).status == pb.Snapshot.FAILED and s,
                           DEADLINE_S + 10, "the snapshot to fail at its deadline")
