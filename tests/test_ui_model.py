@@ -81,7 +81,7 @@ def test_stuck_without_logs_is_the_controllers_view():
     assert st.source == "controller" and st.not_recorded == ["p2"] and st.open_channels == [("p1", "p2")]
 
 
-def test_a_node_that_has_not_reported_has_no_figures_rather_than_zeros():
+def test_a_node_that_has_not_reported_and_an_unfinished_snapshot_show_no_figures_rather_than_zeros():
     s = snap("x", IN_PROGRESS, 100)
     s.stats.nodes.add(node_id="p1", start_delay_ms=2.5, recording_duration_ms=0.0, report_time_ms=1.0)
     p1, p2 = model.node_rows(s, ["p1", "p2"])
@@ -91,3 +91,8 @@ def test_a_node_that_has_not_reported_has_no_figures_rather_than_zeros():
     html = pages.detail(s, node_ids=["p1", "p2"], stuck=None, stuck_note="", has_trace=False, trace_note="", now=101)
     row = html.split("<tr data-node='p2'>")[1].split("</tr>")[0]
     assert "0.0 ms" not in row and row.count(">-<") == 6, row
+    assert "<div id='totals'>in flight and state size: known once the snapshot is COMPLETE (IN_PROGRESS)</div>" in html
+    s.status = COMPLETE
+    s.stats.in_flight_messages, s.stats.in_flight_bytes, s.stats.state_size_bytes = 2, 28, 300
+    html = pages.detail(s, node_ids=["p1", "p2"], stuck=None, stuck_note="", has_trace=False, trace_note="", now=101)
+    assert "<div id='totals'>in flight: 2 messages, 28 bytes; state size 300 bytes</div>" in html

@@ -226,7 +226,9 @@ def detail(
         + (f" <span class='reason' id='reason'>{escape(s.reason)}</span>" if s.reason else "") + "</div>",
         f"<div>initiator {escape(s.initiator)}, epoch {s.epoch}, started {when(s.started_at)}, "
         f"{'took' if s.HasField('finished_at') else 'running for'} {ms(model.age_ms(s, now))}</div>",
-        f"<div>in flight: {messages} messages, {nbytes} bytes; state size {s.stats.state_size_bytes} bytes</div>",
+        f"<div id='totals'>in flight: {messages} messages, {nbytes} bytes; state size {s.stats.state_size_bytes} bytes</div>"
+        if s.status == pb.Snapshot.COMPLETE else  # zeros would read as "nothing in flight"
+        f"<div id='totals'>in flight and state size: known once the snapshot is COMPLETE ({model.status_name(s)})</div>",
     ]
     if s.status == pb.Snapshot.COMPLETE:
         head.append(f"<div id='conservation'>{escape(model.conservation(s).line)}</div>")
