@@ -270,7 +270,8 @@ def _nodes(s: pb.Snapshot, node_ids: Sequence[str]) -> str:
         f"<td class='num'>{dash(r.in_flight_messages)}</td><td class='num'>{dash(r.in_flight_bytes)}</td></tr>"
         for r in model.node_rows(s, node_ids)
     )
-    return (f"<section id='nodes'><h2>Nodes</h2><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{rows}"
+    heads = "".join(f"<th class='num'>{h}</th>" if h != "node" else f"<th>{h}</th>" for h in head)  # over their numbers
+    return (f"<section id='nodes'><h2>Nodes</h2><table><tr>{heads}</tr>{rows}"
             "</table></section>")
 
 
