@@ -274,7 +274,10 @@ def test_health_checks_a_tls_server_with_tls_dir_only(tls_cluster, capsys):
     assert health_main([address, "--tls-dir", tls_dir]) == 0
     assert "SERVING" in capsys.readouterr().out
     assert health_main([address, "--timeout", "2"]) == 1  # plaintext against a TLS server
-    assert "NOT SERVING" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "NOT SERVING" in out
+    assert f"TLS is on at {address}" in out and "--tls-dir DIR" in out  # says what to do (issue 25)
+    assert len(out.splitlines()) == 1
 
 
 @pytest.mark.cluster
