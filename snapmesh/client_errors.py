@@ -42,25 +42,29 @@ def speaks_tls(address: str, timeout: float = 2.0) -> bool | None:
 
 def explain(error: grpc.RpcError, address: str, identity, *, service: str = "snapmesh.v1.Controller") -> str:
     """`CODE: details`, then, when the cause is likely the client's, what to change."""
+    text = f"{error.code().name}: {error.details() or ''}"
+    fix = hint(error, address, identity, service=service)
+    return f"{text}\n{fix}" if fix else text
+
+
+def hint(error: grpc.RpcError, address: str, identity, *, service: str = "snapmesh.v1.Controller") -> str:
+    """What to change when the failure is the client's mistake ("" otherwise)."""
     code = error.code()
-    details = error.details() or ""
-    text = f"{code.name}: {details}"
     tls = speaks_tls(address) if code == grpc.StatusCode.UNAVAILABLE else None
     if tls is not None and tls == (identity is None):
         if identity is None:
-            return (f"{text}\nTLS is on at {address} and this client spoke plaintext: give --tls-dir DIR "
+            return (f"TLS is on at {address} and this client spoke plaintext: give --tls-dir DIR "
                     "(or set SNAPMESH_TLS_DIR), DIR holding the cluster's ca.pem, client.pem, client-key.pem "
                     "and token (`snapmesh cluster up --tls` writes them to <data_dir>/tls/)")
-        return (f"{text}\n{address} does not speak TLS: the server is plaintext; drop --tls-dir "
-                "(and unset SNAPMESH_TLS_DIR)")
+        return f"{address} does not speak TLS: the server is plaintext; drop --tls-dir (and unset SNAPMESH_TLS_DIR)"
     if code == grpc.StatusCode.UNIMPLEMENTED and service == "snapmesh.v1.Controller":
         node = node_at(address, identity)
         what = f"node {node}'s address, not the controller's" if node else "not the controller's address"
-        return (f"{text}\n{address} is {what}: give the controller's address (`snapmesh cluster up` prints "
+        return (f"{address} is {what}: give the controller's address (`snapmesh cluster up` prints "
                 "it first, `controller: HOST:PORT`)")
     if code == grpc.StatusCode.UNAUTHENTICATED and identity is not None and identity.token is None:
-        return f"{text}\nthe call needs the cluster's token: put it in the file `token` of your --tls-dir"
-    return text
+        return "the call needs the cluster's token: put it in the file `token` of your --tls-dir"
+    return ""
 
 
 def node_at(address: str, identity) -> str:

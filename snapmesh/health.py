@@ -83,34 +83,25 @@ def main(argv: list[str] | None = None) -> int:
             )
     except grpc.RpcError as error:
         code = error.code()
+        fix = ""
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             detail = f"no answer within {args.timeout:g}s"
         elif code == grpc.StatusCode.UNAVAILABLE:
-            detail = f"unreachable: {error.details()}{_tls_hint(args.target, identity, args.timeout)}"
+            from snapmesh.client_errors import hint
+
+            detail = f"unreachable: {error.details()}"
+            fix = hint(error, args.target, identity, service="")  # TLS on one side only: say so
         elif code == grpc.StatusCode.NOT_FOUND:
             detail = "unknown service"
         elif code == grpc.StatusCode.UNIMPLEMENTED:
             detail = "the server has no gRPC health service"
         else:
             detail = f"{code.name}: {error.details()}"
-        print(f"{name}: NOT SERVING ({detail})")
+        print(f"{name}: NOT SERVING ({detail})" + (f"\n{fix}" if fix else ""))
         return 1
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
     print(f"{name}: {status}")
     return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
-
-
-def _tls_hint(target: str, identity, timeout: float) -> str:
-    """What to change when the client's TLS and the server's differ ("" otherwise):
-    asked of the server with a TLS handshake, not guessed from gRPC's words."""
-    from snapmesh.client_errors import speaks_tls
-
-    tls = speaks_tls(target, timeout=min(timeout, 2.0))
-    if tls is None or tls == (identity is not None):
-        return ""
-    if tls:
-        return f"; TLS is on at {target} and this check spoke plaintext: give --tls-dir DIR (or set SNAPMESH_TLS_DIR)"
-    return f"; {target} does not speak TLS: drop --tls-dir (and unset SNAPMESH_TLS_DIR)"
 
 
 if __name__ == "__main__":

@@ -71,14 +71,16 @@ def _positive(text: str) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Take, list, show, watch and verify snapshots.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser,
+                                     help="one of these; `snapmesh snapshot COMMAND --help` for its flags")
 
-    def command(name: str, help_: str, *, remote: bool = True) -> argparse.ArgumentParser:
+    def command(name: str, help_: str, *, remote: bool = True, timeout: bool = True) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
         if remote:
             sub.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's gRPC address")
             sub.add_argument("--tls-dir", metavar="DIR",
                              help="client certificate of a TLS cluster (default: $SNAPMESH_TLS_DIR)")
+        if remote and timeout:
             sub.add_argument("--timeout", type=_positive, default=60.0, metavar="S",
                              help="give up on a call after S seconds (default: 60)")
         sub.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
@@ -93,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--limit", type=_positive_int, metavar="N", help="only the N newest (default: all)")
     get = command("get", "show one snapshot: its nodes and channels")
     get.add_argument("snapshot_id", metavar="ID", help="the snapshot's id")
-    watch = command("watch", "print every snapshot update (started, finished, failed) as it happens")
+    watch = command("watch", "print every snapshot update (started, finished, failed) as it happens",
+                    timeout=False)
     watch.add_argument("--count", type=_positive_int, metavar="N", help="stop after N updates (default: Ctrl-C)")
     verify = command("verify", "check a stored snapshot is intact, COMPLETE, conserved and consistent, "
                      "without restoring it", remote=False)

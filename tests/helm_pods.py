@@ -330,8 +330,64 @@ class PodRunner:
         secret = json.loads(path.read_text())
         assert secret["kind"] == "Secret", secret.get("kind")
         name = secret["metadata"]["name"]
-        self.secrets[name] = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+        if name not in self.secrets:
+            raise PlanError(f"the manifest fills Secret {name!r}, which the chart does not render")
+        # `kubectl apply` of the manifest onto the rendered, empty Secret.
+        self.secrets[name] = {**self.secrets[name], **{k: base64.b64decode(v) for k, v in secret["data"].items()}}
         return name
+
+    def play_cert_manager(self) -> list[str]:
+        """What cert-manager would do with the rendered Certificates: one CA (the
+        chart's self-signed Issuer chain), and for each leaf Certificate a Secret
+        `spec.secretName` with tls.crt, tls.key (its privateKey settings) and ca.crt."""
+        import datetime
+        import ipaddress
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+        from snapmesh import security
+
+        ca_key, ca_cert = security.make_ca("cert-manager stand-in CA")
+        ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
+        usages = {"server auth": ExtendedKeyUsageOID.SERVER_AUTH, "client auth": ExtendedKeyUsageOID.CLIENT_AUTH}
+        made = []
+        now = datetime.datetime.now(datetime.timezone.utc)
+        for cert_obj in self._kind("Certificate"):
+            spec = cert_obj["spec"]
+            if spec.get("isCA"):
+                continue
+            private = spec.get("privateKey", {})
+            if (private.get("algorithm"), private.get("size")) != ("ECDSA", 256):
+                raise PlanError(f"Certificate {cert_obj['metadata']['name']}: privateKey {private} is not played")
+            key = ec.generate_private_key(ec.SECP256R1())
+            names = [x509.DNSName(n) for n in spec.get("dnsNames", [])]
+            names += [x509.IPAddress(ipaddress.ip_address(a)) for a in spec.get("ipAddresses", [])]
+            cert = (
+                x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, spec["commonName"])]))
+                .issuer_name(ca_cert.subject)
+                .public_key(key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(hours=1))
+                .not_valid_after(now + datetime.timedelta(days=30))
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.SubjectAlternativeName(names), critical=False)
+                .add_extension(x509.ExtendedKeyUsage([usages[u] for u in spec.get("usages", []) if u in usages]),
+                               critical=False)
+                .sign(ca_key, hashes.SHA256())
+            )
+            key_format = (serialization.PrivateFormat.PKCS8 if private.get("encoding") == "PKCS8"
+                          else serialization.PrivateFormat.TraditionalOpenSSL)
+            self.secrets[spec["secretName"]] = {
+                "tls.crt": cert.public_bytes(serialization.Encoding.PEM),
+                "tls.key": key.private_bytes(serialization.Encoding.PEM, key_format, serialization.NoEncryption()),
+                "ca.crt": ca_pem,
+            }
+            made.append(spec["secretName"])
+        return made
 
     # ---------------------------------------------------------------- the kubelet's side
 

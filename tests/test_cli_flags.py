@@ -31,6 +31,8 @@ def parsers() -> list[tuple[str, argparse.ArgumentParser]]:
 def walk(name: str, parser: argparse.ArgumentParser):
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
+            for listed in action._choices_actions:  # each subcommand's line in the parent's --help
+                yield f"{name} {listed.dest}", listed
             for sub_name, sub in action.choices.items():
                 yield from walk(f"{name} {sub_name}", sub)
         elif not isinstance(action, argparse._HelpAction):

@@ -385,3 +385,29 @@ def test_upgrade_with_the_same_count_keeps_the_token(kubeconfig):
     token = one(objects, "Secret", "snapmesh-token")["data"]["token"]
     assert base64.b64decode(token).decode() == _FakeApi.TOKEN
     assert one(objects, "StatefulSet", "snapmesh-node")["spec"]["replicas"] == 4
+
+
+def test_the_issue_command_renders_what_it_names():
+    """`.venv/bin/helm template deploy/helm/snapmesh`, as the issue runs it (release name `release-name`)."""
+    import subprocess
+
+    import yaml
+
+    from helm_chart import REPO
+
+    out = subprocess.run([str(HELM), "template", "deploy/helm/snapmesh"], cwd=REPO, capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    objects = [d for d in yaml.safe_load_all(out) if d]
+    sts = one(objects, "StatefulSet", "release-name-snapmesh-node")
+    assert sts["spec"]["volumeClaimTemplates"]
+    assert all("grpc" in sts["spec"]["template"]["spec"]["containers"][0][p]
+               for p in ("startupProbe", "readinessProbe", "livenessProbe"))
+    toml = one(objects, "ConfigMap", "release-name-snapmesh-cluster")["data"]["cluster.toml"]
+    assert 'host = "release-name-snapmesh-node-0.release-name-snapmesh-nodes"' in toml
+    assert {o["metadata"]["name"] for o in by_kind(objects, "NetworkPolicy")} == {
+        "release-name-snapmesh-node", "release-name-snapmesh-controller"}
+    secrets = {o["metadata"]["name"]: o for o in by_kind(objects, "Secret")}
+    assert set(secrets) == {"release-name-snapmesh-token", "release-name-snapmesh-tls"}
+    assert secrets["release-name-snapmesh-tls"]["metadata"]["annotations"]["helm.sh/hook"] == "pre-install"
+    certs = one(objects, "Job", "release-name-snapmesh-certs")  # fills the TLS Secret at install
+    assert certs["spec"]["template"]["spec"]["containers"][0]["args"] == ["apply", "-f", "/out/secret.json"]

@@ -16,7 +16,8 @@ it, so the test runs the code it ships with):
 * a snapshot under load is COMPLETE and conserved;
 * a node's container killed and started again on its volume is back SERVING and
   the next snapshot is COMPLETE;
-* `snapmesh restore` through the forwarded port (NOTES.txt's line) is RESTORED;
+* `snapmesh restore` and the grpcurl snapshot line of NOTES.txt, through the
+  forwarded port with the files fetched from the Secrets, are RESTORED and COMPLETE;
 * the reconcile Job (the `helm test` hook) exits 0 over the volumes.
 
 A typo in the chart's command, env, Secret keys or DNS names fails it: the
@@ -26,6 +27,8 @@ plan checks below show the cheap ones without starting the cluster.
 from __future__ import annotations
 
 import copy
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -37,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from helm_chart import REPO, by_kind, render
+from helm_chart import CHART, REPO, by_kind, helm, render, set_args
 from helm_pods import PlanError, PodRunner, docker
 from helpers_deploy import build_images, docker_engine_answers, log, status_name
 from snapmesh import security
@@ -68,8 +71,8 @@ def _overlay_image(tag: str, workdir: Path) -> str:
 
 
 class Cluster:
-    def __init__(self, runner: PodRunner, port: int, tls_dir: Path) -> None:
-        self.runner, self.port, self.tls_dir = runner, port, tls_dir
+    def __init__(self, runner: PodRunner, port: int, tls_dir: Path, tag: str = "") -> None:
+        self.runner, self.port, self.tls_dir, self.tag = runner, port, tls_dir, tag
         self.address = f"127.0.0.1:{port}"
         self.identity = security.load_tls_dir(tls_dir)
         self.expected_total = 1000 * NODES
@@ -138,7 +141,7 @@ def cluster(tmp_path_factory):
             (tls_dir / name).write_bytes(runner.secrets["snapmesh-tls"][name])
         (tls_dir / "token").write_bytes(runner.secrets["snapmesh-token"]["token"])
         log(f"helm pods: {NODES} nodes and the controller ready in {time.monotonic() - started:.0f} s")
-        yield Cluster(runner, port, tls_dir)
+        yield Cluster(runner, port, tls_dir, tag)
     finally:
         if runner is not None:
             runner.close()
@@ -207,6 +210,21 @@ def test_restore_is_restored(cluster):
 
 
 @pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_the_notes_grpcurl_line_takes_a_snapshot(cluster):
+    """NOTES.txt's grpcurl line, run with the real grpcurl (.venv/bin), the forwarded port and the fetched files."""
+    out = helm("install", "snapmesh", str(CHART), "--dry-run=client", *set_args({"nodes.replicas": NODES})).stdout
+    [line] = [x.strip() for x in out[out.index("NOTES:"):].splitlines() if x.strip().startswith("grpcurl ")]
+    assert "127.0.0.1:50050" in line and "snapmesh-tls/" in line
+    line = line.replace("127.0.0.1:50050", cluster.address).replace("snapmesh-tls/", f"{cluster.tls_dir}/")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    result = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["status"] == "COMPLETE" and answer["conserved"] is True, answer
+
+
+@pytest.mark.docker
 @pytest.mark.timeout(900)
 def test_reconcile_job_exits_0(cluster):
     runner = cluster.runner
@@ -214,6 +232,40 @@ def test_reconcile_job_exits_0(cluster):
     [(name, code, logs)] = results
     assert (name, code) == ("reconcile", 0), logs[-4000:]
     log("reconcile job: " + " | ".join(line for line in logs.splitlines()[-3:]))
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(600)
+def test_cert_manager_certificates_serve(cluster, tmp_path):
+    """tls.source=certManager: the Secrets cert-manager would make from the rendered
+    Certificates (played by PodRunner.play_cert_manager) mounted as the chart
+    projects them; 2 nodes and the controller come up on mutual TLS and take a
+    COMPLETE snapshot. (Its own small cluster, beside the module's.)"""
+    tag = cluster.tag  # the overlay image the module built
+    objects = render({"nodes.replicas": 2, "image.repository": OVERLAY, "image.tag": tag, "tls.source": "certManager",
+                      "reconcile.enabled": False})
+    runner = PodRunner(objects, tmp_path)
+    try:
+        made = runner.play_cert_manager()
+        assert sorted(made) == sorted(f"snapmesh-tls-{n}" for n in ("node-0", "node-1", "controller", "client"))
+        [port] = free_ports(1, "127.0.0.1")
+        for pod in runner.statefulset_pods("snapmesh-node"):
+            runner.start(pod)
+        [controller] = runner.statefulset_pods("snapmesh-controller")
+        runner.start(controller, publish={50050: port})
+        runner.wait_ready(["snapmesh-node-0", "snapmesh-node-1", "snapmesh-controller-0"])
+        tls_dir = tmp_path / "client-tls"  # NOTES.txt's cert-manager lines: ca.crt, tls.crt, tls.key of snapmesh-tls-client
+        tls_dir.mkdir()
+        client = runner.secrets["snapmesh-tls-client"]
+        for key, name in (("ca.crt", "ca.pem"), ("tls.crt", "client.pem"), ("tls.key", "client-key.pem")):
+            (tls_dir / name).write_bytes(client[key])
+        (tls_dir / "token").write_bytes(runner.secrets["snapmesh-token"]["token"])
+        small = Cluster(runner, port, tls_dir)
+        small.expected_total = 2000
+        small.complete_snapshot("cert-manager certificates", tries=3)
+    finally:
+        runner.close()
+        assert not runner.leftovers()
 
 
 # ---------------------------------------------------------------- typos fail (no cluster needed)

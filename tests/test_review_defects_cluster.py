@@ -71,7 +71,7 @@ def test_a_retried_restore_with_its_key_does_not_roll_back_again(cluster):
         node_channel, node = node_stub(cluster.node_address("p1"))
         with node_channel:
             node.Transfer(pb.TransferRequest(to="p2", amount=7), timeout=10)  # after the restore: must stay
-        before = states(cluster)
+        before = poll(lambda: states(cluster), lambda s: sum(n.balance for n in s.values()) == 300_000)  # delivered
         again = stub.RestoreSnapshot(request, timeout=60)
         assert again == first
         assert states(cluster) == before, "the retry rolled the cluster back again"

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,7 +29,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 REPO = Path(__file__).resolve().parent.parent
 COMPLETE, FAILED, IN_PROGRESS = pb.Snapshot.COMPLETE, pb.Snapshot.FAILED, pb.Snapshot.IN_PROGRESS
-DEADLINE_S = 4.0
+DEADLINE_S = 8.0  # long enough for our own 4.6 MB report under load; the FAILED test waits it out
 BIG = 200_000  # transfers in flight: a snapshot of ~4.6 MB
 
 
@@ -158,38 +159,71 @@ def snapmesh(*args: str, **kwargs) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
 
 
+class Watcher:
+    """`snapmesh snapshot watch ARGS` as a process, its stdout lines collected as they come."""
+
+    def __init__(self, cluster, *args: str) -> None:
+        self.proc = snapmesh("snapshot", "watch", "--controller", cluster.controller_address, *args)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def seen(self, sid: str) -> list[str]:
+        return [line for line in self.lines if sid in line]
+
+    def subscribe(self, stub) -> None:
+        """Trigger snapshots until one shows: from then on the stream sees every update."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            sid = taken(stub, "p1").snapshot_id
+            shown_by = time.monotonic() + 2
+            while time.monotonic() < shown_by:
+                if self.seen(sid):
+                    return
+                time.sleep(0.05)
+        raise AssertionError(f"watch never showed an update: {self.lines}")
+
+    def finish(self, timeout: float = 30) -> tuple[int, str]:
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(timeout=10)
+        return self.proc.returncode, self.proc.stderr.read()
+
+
 def test_watch_prints_each_update_as_a_json_line_and_stops_after_count(cluster, stub):
-    proc = snapmesh("snapshot", "watch", "--controller", cluster.controller_address, "--json", "--count", "2")
-    try:
-        time.sleep(1.5)  # subscribed before the trigger (the process imports grpc first)
-        snapshot = taken(stub, "p3")
-        out, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == 0, err
-    updates = [json.loads(line) for line in out.splitlines()]  # it stopped by itself after two
-    assert len(updates) == 2 and {u["snapshot_id"] for u in updates} == {snapshot.snapshot_id}
-    assert updates[0]["status"] == "IN_PROGRESS"  # started; then a report came in (or it finished)
+    watcher = Watcher(cluster, "--json", "--count", "2")
+    ids = set()
+    deadline = time.monotonic() + 60
+    while watcher.proc.poll() is None and time.monotonic() < deadline:
+        ids.add(taken(stub, "p3").snapshot_id)
+        time.sleep(0.2)
+    code, err = watcher.finish()
+    assert code == 0, err  # it stopped by itself after two updates
+    updates = [json.loads(line) for line in watcher.lines]
+    assert len(updates) == 2 and {u["snapshot_id"] for u in updates} <= ids
+    assert {u["status"] for u in updates} <= {"IN_PROGRESS", "COMPLETE"}
 
 
 def test_watch_prints_a_table_row_per_update_and_ctrl_c_exits_0(cluster, stub):
-    proc = snapmesh("snapshot", "watch", "--controller", cluster.controller_address)
-    try:
-        time.sleep(1.5)
-        snapshot = taken(stub, "p2")
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == 0, err
+    watcher = Watcher(cluster)
+    watcher.subscribe(stub)
+    snapshot = taken(stub, "p2")
+    poll(lambda: [line.split()[1] for line in watcher.seen(snapshot.snapshot_id)], lambda s: "COMPLETE" in s)
+    watcher.proc.send_signal(signal.SIGINT)
+    code, err = watcher.finish()
+    assert code == 0, err
     assert "Traceback" not in err
-    lines = out.splitlines()
-    assert lines[0].split()[:2] == ["snapshot", "status"]
-    statuses = [line.split()[1] for line in lines[1:] if line.startswith(snapshot.snapshot_id)]
-    assert statuses[0] == "IN_PROGRESS" and statuses[-1] == "COMPLETE", out
+    assert watcher.lines[0].split()[:2] == ["snapshot", "status"]
+    statuses = [line.split()[1] for line in watcher.seen(snapshot.snapshot_id)]
+    assert statuses[0] == "IN_PROGRESS" and statuses[-1] == "COMPLETE", watcher.lines
 
 
 # ------------------------------------------------------------------ bad arguments
@@ -252,6 +286,23 @@ def test_verify_by_id_checks_both_files_and_passes(cluster, run, stub):
         assert any(line.split()[:2] == [check, "ok"] for line in out.splitlines()), (check, out)
     code, out, err = run("verify", "no-such-id", "--data-dir", str(cluster.data_dir))
     assert code == 1 and "no stored file of snapshot no-such-id" in err
+
+
+def test_snapshots_taken_under_load_verify_with_their_in_flight_transfers(cluster, stub, run):
+    from snapmesh.load import BackgroundLoad
+
+    taken_ids = []
+    with BackgroundLoad.for_cluster(cluster, seed=5, batch=50, max_amount=20, interval=0.0) as load:
+        poll(lambda: load.stats.accepted, lambda n: n > 200)
+        while len(taken_ids) < 6 or not any(
+                c.in_flight for s in taken_ids for c in stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=s)).channels):
+            assert len(taken_ids) < 30, "no snapshot caught a transfer in flight"
+            taken_ids.append(taken(stub, f"p{len(taken_ids) % 3 + 1}").snapshot_id)
+    for sid in taken_ids:
+        compact_file(cluster, sid)
+        code, out, err = run("verify", sid, "--data-dir", str(cluster.data_dir), "--json")
+        assert code == 0, out + err
+        assert all(c["ok"] for f in json.loads(out)["files"] for c in f["checks"])
 
 
 def damaged_copy(source: Path, dest: Path) -> Path:
@@ -397,8 +448,9 @@ def big_state(cluster, sid: str, node: str, transfers: int) -> pb.FullState:
     return state
 
 
-def test_a_snapshot_over_4_mib_is_refused_by_get_saying_how_and_served_in_chunks(cluster, stub, run):
-    states = {node: big_state(cluster, "", node, BIG if node == "p1" else 0) for node in cluster.node_ids}
+def held_snapshot(cluster, stub, in_flight: int) -> str:
+    """A COMPLETE snapshot made of our own reports, `in_flight` transfers towards p1."""
+    states = {node: big_state(cluster, "", node, in_flight if node == "p1" else 0) for node in cluster.node_ids}
     cluster.pause_node("p1")  # the snapshot stays ours: no marker leaves p1
     try:
         held = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=5)
@@ -410,7 +462,11 @@ def test_a_snapshot_over_4_mib_is_refused_by_get_saying_how_and_served_in_chunks
                 stub.ReportState(state, timeout=20)
     finally:
         cluster.resume_node("p1")
-    sid = held.snapshot_id
+    return held.snapshot_id
+
+
+def test_a_snapshot_over_4_mib_is_refused_by_get_saying_how_and_served_in_chunks(cluster, stub, run):
+    sid = held_snapshot(cluster, stub, BIG)
     with pytest.raises(grpc.RpcError) as info:
         stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=20)
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -425,15 +481,39 @@ def test_a_snapshot_over_4_mib_is_refused_by_get_saying_how_and_served_in_chunks
     code, out, err = run("get", sid, "--json")
     assert code == 0, err
     assert sum(len(c["in_flight"]) for c in json.loads(out)["channels"]) == BIG
-    # a default client (4 MiB) reads every page of the list, the big snapshot alone in its page
-    channel = grpc.insecure_channel(cluster.controller_address)
-    with channel:
+
+
+def test_a_default_client_reads_every_page_however_large_the_snapshots(cluster, stub):
+    """Pages end before 4 MiB: two ~2.5 MB snapshots go in two pages, and one
+    larger than a page comes without its in-flight lists."""
+    medium = [held_snapshot(cluster, stub, BIG * 11 // 20) for _ in range(2)]
+    with grpc.insecure_channel(cluster.controller_address) as channel:  # gRPC's default 4 MiB limit
         plain = pb_grpc_controller(channel)
-        listed = {s.snapshot_id: s for s in snapshot_cli.pages(plain, timeout=20)}
-    assert list(listed) == sorted(listed)
-    assert listed[sid].in_flight_omitted and not any(c.in_flight for c in listed[sid].channels)
-    assert listed[sid].total == whole.total and len(listed[sid].channels) == len(whole.channels)
-    assert not any(s.in_flight_omitted for k, s in listed.items() if k != sid)
+        pages, token = [], ""
+        while True:
+            page = plain.ListSnapshots(pb.ListSnapshotsRequest(page_token=token), timeout=20)
+            pages.append(page)
+            token = page.next_page_token
+            if not token:
+                break
+        listed = {s.snapshot_id: s for page in pages for s in page.snapshots}
+        assert snapshot_cli.fetch(plain, medium[0], 20).ByteSize() > 2 * 1024 * 1024
+    assert all(page.ByteSize() <= 4 * 1024 * 1024 for page in pages)
+    assert list(listed) == sorted(listed) and sum(len(p.snapshots) for p in pages) == len(listed)
+    where = {s.snapshot_id: i for i, page in enumerate(pages) for s in page.snapshots}
+    assert where[medium[0]] != where[medium[1]]
+    omitted = [k for k, s in listed.items() if s.in_flight_omitted]
+    assert len(omitted) == 1 and not any(c.in_flight for c in listed[omitted[0]].channels)  # the 4.6 MB one
+    assert not any(listed[m].in_flight_omitted for m in medium)
+    whole = {s.snapshot_id: s for s in snapshots_list_all(stub)}
+    assert whole[omitted[0]] == snapshot_cli.fetch(stub, omitted[0], 20)  # list_all fetches it whole
+    assert sum(len(c.in_flight) for c in whole[omitted[0]].channels) == BIG
+
+
+def snapshots_list_all(stub):
+    from snapmesh.snapshots import list_all
+
+    return list_all(stub, timeout=20)
 
 
 def pb_grpc_controller(channel):

@@ -1,6 +1,6 @@
 """Clients say what to do when their TLS and the server's differ (issue 25, "errors
 that say what to do"), beyond `snapmesh snapshot`/`restore`/`app` (tested in
-test_security.py and test_snapshot_cli.py): `snapmesh health` in its one line and
+test_security.py and test_snapshot_cli.py): `snapmesh health` and
 `snapmesh ui`'s "controller does not answer" page. Real gRPC servers on loopback,
 one plaintext and one with the cluster's TLS (certificates from `write_certs`)."""
 
@@ -68,7 +68,7 @@ def test_a_tls_health_check_of_a_plaintext_server_says_to_drop_tls_dir(plaintext
     assert health_main([plaintext_server, "--tls-dir", str(tls_dir), "--timeout", "2"]) == 1
     out = capsys.readouterr().out
     assert out.startswith(f"{plaintext_server}: NOT SERVING")
-    assert f"{plaintext_server} does not speak TLS: drop --tls-dir" in out and len(out.splitlines()) == 1
+    assert f"{plaintext_server} does not speak TLS" in out and "drop --tls-dir" in out
 
 
 def test_a_plaintext_health_check_of_a_tls_server_says_tls_is_on(tls_server, tls_dir, capsys):
@@ -76,7 +76,7 @@ def test_a_plaintext_health_check_of_a_tls_server_says_tls_is_on(tls_server, tls
     capsys.readouterr()
     assert health_main([tls_server, "--timeout", "2"]) == 1
     out = capsys.readouterr().out
-    assert f"TLS is on at {tls_server}" in out and "give --tls-dir DIR" in out and len(out.splitlines()) == 1
+    assert f"TLS is on at {tls_server}" in out and "give --tls-dir DIR" in out
 
 
 def test_an_unreachable_server_gets_no_tls_advice(capsys):

@@ -141,7 +141,16 @@ async def _serve_locked(
     if snapshots:
         log.info("loaded %d finished snapshot(s) from %s", len(snapshots), store.compact_directory)
     journal = J.Journal(cfg.data_dir / "controller" / "journal")
-    writer = StoreWriter(store, on_filed=journal.forget)
+    loop = asyncio.get_running_loop()
+
+    def on_filed(snapshot_id: str) -> None:  # on the writer's thread
+        journal.forget(snapshot_id)
+        try:
+            loop.call_soon_threadsafe(tracker.filed, snapshot_id)  # it may leave memory now (issue 26.7)
+        except RuntimeError:  # pragma: no cover  (the loop closed first: at exit)
+            pass
+
+    writer = StoreWriter(store, on_filed=on_filed)
     try:
         last_restore = _recover(tracker, store, journal, writer, filed={s.snapshot_id for s in snapshots}, keep=keep)
         return await _serve(cfg, tracker, journal, writer, interval, identity, last_restore, keep)

@@ -93,8 +93,10 @@ class Restorer:
         fail_in_progress: Callable[[str], None],
         timeout_s: float = RESTORE_TIMEOUT_S,
         on_finished: Callable[[pb.Restore], None] | None = None,
+        lookup: Callable[[str], pb.Snapshot] | None = None,
     ) -> None:
         self.tracker = tracker
+        self._lookup = lookup or tracker.get  # finished snapshots may be in the store only
         self.journal = journal
         self.stubs = stubs
         self._fail_in_progress = fail_in_progress
@@ -124,7 +126,7 @@ class Restorer:
         `self._running` is set (issue 26.4)."""
         if len(request_id.encode()) > MAX_KEY_BYTES:
             raise RestoreRefused(grpc.StatusCode.INVALID_ARGUMENT, f"request_id is longer than {MAX_KEY_BYTES} bytes")
-        snapshot = self.tracker.get(snapshot_id)  # UnknownSnapshot -> NOT_FOUND
+        snapshot = self._lookup(snapshot_id)  # UnknownSnapshot -> NOT_FOUND
         running = self._running is not None and not self._running.done()
         if request_id and request_id in self._by_key:
             earlier = self._by_key[request_id]
@@ -166,7 +168,7 @@ class Restorer:
 
     async def _drive(self, started: pb.Restore) -> pb.Restore:
         self.tracker.epoch = max(self.tracker.epoch, started.epoch)
-        snapshot = self.tracker.get(started.snapshot_id)
+        snapshot = self._lookup(started.snapshot_id)
         requests = plan(snapshot, started.epoch)
         names = sorted(requests)
         results = await asyncio.gather(*(self._restore_node(n, requests[n]) for n in names))

@@ -230,6 +230,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.restorer = Restorer(
             tracker=self.tracker, journal=self.journal, stubs=self._stubs, fail_in_progress=self._fail_in_progress,
             on_finished=self.metrics.restored,
+            lookup=self.lookup,
         )
         self.restorer.taken_back(self.restore_taken_back)
 
@@ -307,8 +308,19 @@ class ControllerService(pb_grpc.ControllerServicer):
         future = self._done.get(snapshot_id)
         if future is None:
             await self._shown([snapshot_id])
-            return self.tracker.get(snapshot_id)
+            return self.lookup(snapshot_id)
         return await asyncio.shield(future)
+
+    def lookup(self, snapshot_id: str) -> pb.Snapshot:
+        """The snapshot from the tracker's working set, else from the store
+        (issue 26.7); UnknownSnapshot when neither has it."""
+        try:
+            return self.tracker.get(snapshot_id)
+        except UnknownSnapshot:
+            snapshot = self.writer.store.load(snapshot_id)
+            if snapshot is None:
+                raise
+            return snapshot
 
     async def _start_at(self, initiator: str, snapshot_id: str) -> None:
         try:
@@ -488,7 +500,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"max_bytes must not be negative, got {request.max_bytes}")
         await self._shown([request.snapshot_id])
         try:
-            return self.tracker.get(request.snapshot_id)
+            return self.lookup(request.snapshot_id)
         except UnknownSnapshot as exc:
             if request.snapshot_id in self.writer.store.damaged:
                 await context.abort(
@@ -535,16 +547,25 @@ class ControllerService(pb_grpc.ControllerServicer):
         limit = min(request.page_size, MAX_PAGE_SIZE) if request.page_size else None
         page = pb.ListSnapshotsResponse()
         size = 0
-        ids = self.tracker.ids()
+        # the tracker's working set and the snapshots that left it for the store only
+        in_memory = set(self.tracker.ids())
+        ids = sorted(in_memory.union(self.writer.store.filed_ids()))
         start = _bisect_after(ids, after)
         for i in range(start, len(ids)):
             sid = ids[i]
-            if request.status and self.tracker.status(sid) != request.status:
+            if sid in in_memory:
+                if request.status and self.tracker.status(sid) != request.status:
+                    continue
+                snapshot = None
+            elif (snapshot := self.writer.store.load(sid)) is None or (
+                request.status and snapshot.status != request.status
+            ):
                 continue
             if limit is not None and len(page.snapshots) >= limit:
                 page.next_page_token = _page_token(page.snapshots[-1].snapshot_id, request.status)
                 break
-            snapshot = self.tracker.get(sid)
+            if snapshot is None:
+                snapshot = self.tracker.get(sid)
             if (own := snapshot.ByteSize() + 8) > PAGE_BYTES:  # alone larger than a page: without its in-flight lists
                 for channel in snapshot.channels:
                     del channel.in_flight[:]

@@ -101,6 +101,26 @@ class SnapshotStore:
                 self.damaged.pop(snapshot.snapshot_id, None)
         return [found[k] for k in sorted(found)], warnings
 
+    def load(self, snapshot_id: str) -> pb.Snapshot | None:
+        """One filed snapshot from its compact file; None when there is none
+        (or it cannot be read)."""
+        if not snapshot_id or "/" in snapshot_id or snapshot_id.startswith("."):
+            return None
+        path = self.compact_path(snapshot_id)
+        try:
+            snapshot = snapshot_file.read(path)
+        except (OSError, snapshot_file.Unreadable):
+            return None
+        if snapshot.checksum and snapshot.checksum != snapshot_file.checksum(snapshot):
+            self.damaged.setdefault(snapshot_id, f"{path}: content does not match its checksum {snapshot.checksum}")
+            return None
+        snapshot.ClearField("checksum")  # the controller's copy: answers carry none
+        return snapshot
+
+    def filed_ids(self) -> list[str]:
+        """The ids of every snapshot with a compact file, sorted."""
+        return sorted(p.stem for p in _listing(self.compact_directory, "*.pb"))
+
     def missing_files(self, snapshot_id: str) -> tuple[bool, bool]:
         """(compact missing, JSON missing) for one snapshot."""
         return not self.compact_path(snapshot_id).exists(), not self.path(snapshot_id).exists()

@@ -97,9 +97,21 @@ class _Pending:
     reports: dict[str, pb.FullState] = field(default_factory=dict)
 
 
+# Issue 26.7: the finished snapshots the tracker holds in memory. Older ones
+# leave once they are in their file (`filed`); the controller reads them from
+# the store.
+FINISHED_KEPT = 1_000
+
+
 class Tracker:
     def __init__(
-        self, *, topology: Topology, expected_total: int, deadline_s: float, snapshot_mode: str = "classic"
+        self,
+        *,
+        topology: Topology,
+        expected_total: int,
+        deadline_s: float,
+        snapshot_mode: str = "classic",
+        kept: int = FINISHED_KEPT,
     ) -> None:
         if deadline_s <= 0:
             raise TrackerMisuse(f"deadline must be positive, got {deadline_s!r}")
@@ -109,7 +121,9 @@ class Tracker:
         self.deadline_s = deadline_s
         self._incoming = {n: set(topology.incoming(n)) for n in topology.nodes}
         self._pending: dict[str, _Pending] = {}
-        self._finished: dict[str, pb.Snapshot] = {}
+        self._finished: dict[str, pb.Snapshot] = {}  # in the order they finished (or were loaded)
+        self._filed: set[str] = set()  # finished ones in the store: may leave memory
+        self.kept = kept
         self.epoch = 1  # the cluster's epoch: one more per restore (issue 10)
 
     # -- queries
@@ -174,13 +188,29 @@ class Tracker:
             pending.deadline = now.mono + self.deadline_s
         return sorted(self._pending)
 
+    def filed(self, snapshot_id: str) -> None:
+        """`snapshot_id` is in the store: past the `kept` newest finished
+        snapshots, the filed ones leave memory (oldest first)."""
+        if snapshot_id in self._finished:
+            self._filed.add(snapshot_id)
+        if len(self._finished) <= self.kept:
+            return
+        for sid in list(self._finished):
+            if len(self._finished) <= self.kept:
+                return
+            if sid in self._filed:
+                del self._finished[sid]
+                self._filed.discard(sid)
+
     def restore(self, snapshot: pb.Snapshot) -> None:
-        """Take back a finished snapshot (loaded from disk after a restart)."""
+        """Take back a finished snapshot (loaded from disk after a restart; it
+        counts as filed, and leaves memory at the next `filed`)."""
         if snapshot.status not in (COMPLETE, FAILED):
             raise TrackerMisuse(f"snapshot {snapshot.snapshot_id!r} is not finished")
         if not snapshot.snapshot_id or snapshot.snapshot_id in self._pending:
             raise TrackerMisuse(f"cannot restore snapshot {snapshot.snapshot_id!r}")
         self._finished[snapshot.snapshot_id] = _copy(snapshot)
+        self._filed.add(snapshot.snapshot_id)
 
     def report(self, state: pb.FullState, now: Now) -> Reported:
         """Accept one node's part; returns the snapshot (COMPLETE once all reported)."""
