@@ -133,7 +133,7 @@ CERTS = """  certs:
     entrypoint: ["/bin/sh", "-c"]
     command:
       - >-
-        snapmesh certs --config /etc/snapmesh/cluster.toml --out /tls --keep
+        snapmesh certs --config /etc/snapmesh/cluster.toml --tls-dir /tls --keep
         && chown -R 10001:10001 /tls && chmod 0700 /tls
         && cp /tls/ca.pem /tls/client.pem /tls/client-key.pem /tls/token /export/
         && chown --reference=/export /export/ca.pem /export/client.pem /export/client-key.pem /export/token
@@ -307,7 +307,7 @@ def docker_compose_yml(n: int, spark_workers: int = SPARK_WORKERS) -> str:
         RECONCILE_BASE_IMAGE: ${{SNAPMESH_RECONCILE_BASE_IMAGE:-python:3.11-slim-bookworm}}
     profiles: [reconcile]
     restart: "no"
-    command: ["reconcile", "--data-dir", "/data", "--out", "/data/reconcile"]
+    command: ["reconcile", "--data-dir", "/data", "--verdicts-dir", "/data/reconcile"]
 
   prometheus:
     image: ${{PROMETHEUS_IMAGE:-prom/prometheus:v2.53.1}}

@@ -50,7 +50,7 @@ make_secrets() {  # stack
     trap "rm -rf '$tmp'" EXIT
     docker run --rm --user "$(id -u):$(id -g)" --network none \
         -v "$tmp:/out" -v "$STACK_DIR/cluster.toml:/etc/snapmesh/cluster.toml:ro" \
-        "$IMAGE" certs --config /etc/snapmesh/cluster.toml --out /out >/dev/null
+        "$IMAGE" certs --config /etc/snapmesh/cluster.toml --tls-dir /out >/dev/null
     rm -f "$tmp/ca-key.pem"
     for file in "$tmp"/*; do
         name="$(basename "$file")"

@@ -62,8 +62,10 @@ class Source:
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.NOT_FOUND:
                 raise NotFound(error.details()) from None
+            from snapmesh.client_errors import explain  # what to change: TLS on or off, a node's address
+
             raise ControllerDown(
-                f"the controller at {self.controller} does not answer: {error.code().name}: {error.details()}"
+                f"the controller at {self.controller} does not answer: {explain(error, self.controller, self.identity)}"
             ) from None
 
     # ---------------------------------------------------------------- controller
