@@ -278,9 +278,9 @@ def main() -> int:
         _run_cluster(root, 4, results, say, lambda *a: _four_nodes(*a, results, say))
         _run_cluster(root, 8, results, say, lambda *a: _eight_nodes(*a, results, say))
         say(" done; cleaning up")
+    for line in table(results):  # before the phase on hosts: a failure there loses none of it
+        print(line, flush=True)
     hosts_figures, status = _on_hosts(results, say)
-    for line in table(results):
-        print(line)
     for name, value in hosts_figures.items():
         print(f"{name:<52} {value:>12,.3f}")
     print(

@@ -122,14 +122,17 @@ def page_screenshots(url: str, data_dir: Path, snapshot_id: str | None) -> str:
     from snapmesh.ui.browser import NoBrowser, screenshot
 
     try:
-        shots = [screenshot(url, data_dir / "ui.png")]
+        shots = [str(screenshot(url, data_dir / "ui.png")[0])]
         if snapshot_id is not None:
-            shots.append(screenshot(f"{url}snapshot/{quote(snapshot_id, safe='')}", data_dir / "ui-snapshot.png"))
+            # Counted in the page the picture was taken of: its in-flight table's rows.
+            path, shown = screenshot(f"{url}snapshot/{quote(snapshot_id, safe='')}", data_dir / "ui-snapshot.png",
+                                     count="#in-flight tr.transfer")
+            shots.append(f"{path} (snapshot {snapshot_id}: {shown} transfer(s) in flight on the page)")
     except (NoBrowser, ImportError, OSError) as exc:
         return f"no screenshot of the page: {exc}"
     except Exception as exc:  # selenium's WebDriverException and friends: a picture is not worth failing for
         return f"no screenshot of the page: {type(exc).__name__}: {exc}"
-    return "page screenshots: " + ", ".join(str(p) for p in shots)
+    return "page screenshots: " + ", ".join(shots)
 
 
 def point_at_in_flight(summary, out) -> str | None:

@@ -11,8 +11,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,37 @@ def test_a_short_campaign_on_hosts_passes_every_check_with_a_row_per_network_fau
         assert len(re.findall(rf"^  {kind} ", out, re.MULTILINE)) == 2, kind
     run_id = re.search(r"on hosts: run (\w+)", out).group(1)
     assert net.leftovers(run_id) == []
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("signum", [signal.SIGTERM])
+def test_sigterm_mid_campaign_stops_it_and_leaves_nothing_on_the_machine(tmp_path: Path, signum: int) -> None:
+    """Ctrl-C runs the same path (SIGINT); SIGTERM is what a CI job's timeout or `kill` sends."""
+    assert net.missing_rights() is None, "chaos --hosts needs root, ip, tc and iptables (CI has them)"
+    argv = [sys.executable, "-m", "snapmesh.cli", "chaos", "--hosts", "--seed", str(SEED), "--duration", "60",
+            "--nodes", "2", "--no-reconcile", "--dir", str(tmp_path / "run")]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        run_id = None
+        for line in proc.stdout:
+            if found := re.search(r"on hosts: run (\w+)", line):
+                run_id = found.group(1)
+                break
+        assert run_id and net.leftovers(run_id), proc.stderr.read() if proc.poll() is not None else "no run id"
+        children = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                                   text=True).stdout.split()]
+        time.sleep(3)  # in the schedule
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, (out[-2000:], err[-2000:])
+    assert f"snapmesh chaos: {signal.Signals(signum).name}: stopped before the checks" in err, err[-2000:]
+    assert f"--seed {SEED}" in err and str(tmp_path / "run") in err
+    assert "Traceback" not in err
+    assert net.leftovers(run_id) == []
+    assert len(children) >= 3 and all(not Path(f"/proc/{pid}").exists() for pid in children)
+    assert str(tmp_path / "run") not in Path("/proc/mounts").read_text()  # the small disk unmounted

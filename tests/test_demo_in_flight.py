@@ -39,12 +39,34 @@ def test_the_burst_leaves_money_in_flight_at_a_cut_and_the_tables_show_it(tmp_pa
     assert balances + amount == best.total == best.expected_total
     assert f"total {best.total} = balances {balances} + in flight {amount}; " in text, text
     busy = next(c for c in best.channels if c.in_flight)
-    assert f"{busy.src}->{busy.dst}: {busy.in_flight[0].amount} (seq {busy.in_flight[0].seq})" in text, text
+    listed = ", ".join(str(t.amount) for t in busy.in_flight[:20])
+    assert f"{busy.src}->{busy.dst} ({len(busy.in_flight)}, seq {busy.in_flight[0].seq}" in text, text
+    assert f"): {listed}" in text, text
 
     pointer = io.StringIO()
     assert point_at_in_flight(summary, out=pointer) == best.snapshot_id
     count = sum(len(c.in_flight) for c in best.channels)
     assert f"recorded {count} transfer(s) worth {amount}" in pointer.getvalue()
+
+
+def test_the_tables_conservation_line_adds_up_what_was_recorded_not_the_controllers_total():
+    from snapmesh.bank.render import snapshot_table
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    s = pb.Snapshot(snapshot_id="s", initiator="p1", status=pb.Snapshot.COMPLETE, expected_total=300, total=300,
+                    conserved=True)
+    s.nodes.add(node_id="p1", balance=100)
+    s.nodes.add(node_id="p2", balance=150)
+    c = s.channels.add(src="p1", dst="p2")
+    for seq, amount in ((7, 30), (8, 20)):
+        c.in_flight.add(msg_id=f"p1:p2:{seq}", amount=amount, seq=seq)
+    s.channels.add(src="p2", dst="p1")
+    lines = snapshot_table(s)
+    assert "  |     p1->p2 (2, seq 7..8): 30, 20  = 50" in lines
+    assert "  |   total 300 = balances 250 + in flight 50; expected 300: CONSERVED" in lines
+    s.channels[0].in_flight[1].amount = 15  # a recorded 5 short: the controller's total would hide it
+    assert ("  |   total 295 = balances 250 + in flight 45; expected 300: VIOLATED "
+            "(the controller says total 300, conserved)") in snapshot_table(s)
 
 
 def test_the_verdict_table_shows_each_complete_snapshots_in_flight_count():
@@ -89,6 +111,19 @@ def test_the_demo_names_its_in_flight_snapshot_draws_it_and_screenshots_the_page
     drawn = re.search(r"^== message flow: .*; snapshot (\S+) with (\d+) in flight\)", out, re.M)
     assert drawn and drawn[1] == named[1] and drawn[2] == named[2], out[-2000:]
     assert "trace.svg" in out and (data_dir / "trace.svg").stat().st_size > 0
+    # The picture itself: that snapshot's cut, and an orange arrow for each of its recorded
+    # in-flight transfers (the ids in the saved snapshot), no more.
+    import json
+
+    svg = (data_dir / "trace.svg").read_text()
+    assert f"snapshot {named[1]} chosen" in svg
+    drawn_ids = set(re.findall(r'marker-end="url\(#head-in-flight\)"><title>transfer \S+ (\S+) amount', svg))
+    saved = json.loads((data_dir / "snapshots" / f"{named[1]}.json").read_text())
+    recorded = {t["msg_id"] for c in saved["channels"] for t in c.get("in_flight", [])}
+    assert drawn_ids == recorded and len(recorded) == int(named[2]), (drawn_ids, recorded)
+    assert svg.count("url(#head-in-flight)\"") == len(recorded)
     for name in ("ui.png", "ui-snapshot.png"):
         assert (data_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
-    assert f"== page screenshots: {data_dir / 'ui.png'}, {data_dir / 'ui-snapshot.png'}" in out
+    # The page the screenshot shows lists that snapshot's transfers in flight, every one.
+    assert (f"== page screenshots: {data_dir / 'ui.png'}, {data_dir / 'ui-snapshot.png'} "
+            f"(snapshot {named[1]}: {named[2]} transfer(s) in flight on the page)") in out, out[-2000:]

@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from snapmesh import link, recovery
+from snapmesh import link, recovery, requests
 from snapmesh import node as node_mod
 from snapmesh.sim import cli, fuzz
 
@@ -46,6 +46,7 @@ def test_every_fault_kind_happens() -> None:
         "stale frame delivered", "partition", "controller crash", "snapshot failed: controller restarted",
         "snapshot failed: deadline", "snapshot complete", "transfer refused: channel full",
         "retry answered, not paid", "restore", "crash during a restore", "overtaken transfers recorded",
+        "request refused: request-id window full", "request refused: request outcome unknown",
     ):
         assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
 
@@ -157,7 +158,27 @@ def _overtake_positions_after_the_cut(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(node_mod.Node, "_with_cut", broken)
 
 
+def _window_by_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The defect of issue 26.2: a full window evicts its oldest id instead of refusing."""
+    lookup = requests.RequestWindow.lookup
+
+    def broken(self, request_id, now, first_sent_unix_ms=0):
+        if len(self._paid) >= self.capacity and request_id not in self._paid:
+            self._paid.popitem(last=False)
+        return lookup(self, request_id, now, 0)  # and no refusal of an expired retry either
+
+    monkeypatch.setattr(requests.RequestWindow, "lookup", broken)
+
+
+def _restore_keeps_every_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The defect of issue 26.3: a restore forgets no request id."""
+    monkeypatch.setattr(requests.RequestWindow, "restored", lambda self, cuts, snapshot_id: None)
+    monkeypatch.setattr(recovery.requests, "forget_restored", lambda paid, cuts, snapshot_id: None)
+
+
 MUTATIONS = {
+    "request-window": _window_by_count,
+    "request-restore": _restore_keeps_every_id,
     "overtake-outbox": _overtake_forgets_the_outbox,
     "overtake-positions": _overtake_positions_after_the_cut,
     "resend": _no_resend,

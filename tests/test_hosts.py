@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,18 @@ def test_without_a_tool_cluster_up_hosts_exits_2_with_one_line_naming_it(tmp_pat
     assert done.stdout == ""
 
 
+def test_more_nodes_than_a_runs_subnet_holds_exits_2_before_anything_is_made(tmp_path: Path) -> None:
+    from snapmesh.hosts.launch import MAX_NODES
+
+    assert MAX_NODES == 252  # a /24: 254 addresses, the gateway's and the controller's taken
+    done = subprocess.run([sys.executable, "-m", "snapmesh.cli", "cluster", "up", "--hosts", "--nodes", "253",
+                           "--data-dir", str(tmp_path / "d")], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.splitlines() == ["snapmesh cluster: --hosts --nodes 253: a run's /24 has room for 252 nodes "
+                                        "and the controller"]
+    assert not (tmp_path / "d").exists()
+
+
 # ---------------------------------------------------------------- a real hosts cluster
 
 
@@ -218,9 +231,9 @@ def test_a_run_whose_owner_was_killed_is_removed_by_the_next_run(tmp_path: Path)
 
 def test_ctrl_c_on_cluster_up_hosts_tls_stops_everything_and_removes_the_network(tmp_path: Path) -> None:
     _require_rights()
-    proc = subprocess.Popen([sys.executable, "-m", "snapmesh.cli", "cluster", "up", "--hosts", "--nodes", "2", "--tls",
-                             "--data-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=REPO)
+    argv = [sys.executable, "-m", "snapmesh.cli", "cluster", "up", "--hosts", "--nodes", "2", "--tls",
+            "--data-dir", str(tmp_path), "--ui", "127.0.0.1:0"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
         line = proc.stdout.readline()
         assert re.fullmatch(r"controller: 10\.231\.\d+\.2:50050\n", line), (line, proc.stderr.read())
@@ -229,6 +242,25 @@ def test_ctrl_c_on_cluster_up_hosts_tls_stops_everything_and_removes_the_network
         assert grpcurl.startswith("grpcurl: ") and address in grpcurl and str(tmp_path / "tls" / "ca.pem") in grpcurl
         run_id = re.search(r"\(run (\w+)\)", proc.stderr.readline()).group(1)
         assert net.leftovers(run_id)
+        # as without --hosts: each process's addresses (its host's), then the page
+        subnet = address.rsplit(".", 1)[0]
+        lines = [proc.stdout.readline() for _ in range(4)]
+        assert lines[:3] == [f"controller metrics: http://{subnet}.2:9100/metrics\n",
+                             f"node p1: {subnet}.3:50051 metrics: http://{subnet}.3:9101/metrics\n",
+                             f"node p2: {subnet}.4:50051 metrics: http://{subnet}.4:9101/metrics\n"], lines
+        with urllib.request.urlopen(f"http://{subnet}.4:9101/metrics", timeout=10) as answer:
+            assert b"snapmesh_" in answer.read()
+        assert lines[3].startswith("ui: http://127.0.0.1:"), lines
+        with urllib.request.urlopen(lines[3].split()[1], timeout=10) as answer:
+            assert answer.status == 200
+        # a second `cluster up --hosts` on this live data dir: exit 2, nothing changed there, no network made
+        tls_before = {f.name: f.read_bytes() for f in (tmp_path / "tls").iterdir()}
+        config_before = (tmp_path / "cluster.toml").read_bytes()
+        second = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert second.returncode == 2 and "is in use by another process" in second.stderr, second.stderr
+        assert second.stdout == "" and "starting" not in second.stderr
+        assert {f.name: f.read_bytes() for f in (tmp_path / "tls").iterdir()} == tls_before
+        assert (tmp_path / "cluster.toml").read_bytes() == config_before
         channel, stub = controller_stub(address, load_tls_dir(tmp_path / "tls"))
         with channel:
             snap = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=30)

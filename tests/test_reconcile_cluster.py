@@ -21,7 +21,7 @@ from snapmesh.logcheck import check_logs
 from snapmesh.node_logs import read_logs
 from snapmesh.config import write_cluster
 from snapmesh.load import BackgroundLoad
-from snapmesh.reconcile.main import reconcile
+from snapmesh.reconcile.main import format_table, reconcile
 from snapmesh.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from spark_fixtures import spark  # noqa: F401  (the session-wide fixture)
@@ -72,6 +72,19 @@ def test_every_complete_snapshot_of_a_real_run_is_consistent(spark, cluster_run)
     checked = {v["snapshot_id"] for v in outcome.verdicts if v["scope"] == "snapshot" and v["consistent"] is True}
     assert checked == complete
     assert all(v["consistent"] is not False for v in outcome.verdicts)
+
+    # The verdict table's "in flight" column (issue 24: the demo's snapshot with money in
+    # flight, shown consistent): what each snapshot recorded, counted by the job.
+    recorded = {
+        d["snapshot_id"]: (sum(len(c.get("in_flight", [])) for c in d.get("channels", [])),
+                           sum(int(t["amount"]) for c in d.get("channels", []) for t in c.get("in_flight", [])))
+        for d in documents if d["status"] == "COMPLETE"
+    }
+    assert {sid: outcome.in_flight.get(sid) for sid in recorded} == recorded
+    busiest = max(recorded, key=lambda sid: recorded[sid][0])
+    assert recorded[busiest][0] > 0, "no snapshot of this run recorded money in flight"
+    [row] = [line for line in format_table(outcome.verdicts, outcome.in_flight).splitlines() if line.startswith(busiest)]
+    assert "  ok  " in row and f"  {recorded[busiest][0]} ({recorded[busiest][1]})  " in row, row
 
 
 def test_the_same_run_passes_the_test_suites_own_log_checker(cluster_run):

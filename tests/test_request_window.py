@@ -36,12 +36,12 @@ def test_a_burst_of_ten_thousand_ids_does_not_push_out_the_first() -> None:
 
 
 def test_after_a_checkpoint_the_oldest_ids_are_kept_in_age_order() -> None:
-    m = Machines({"a": 100_000, "b": 0}, segment_records=50)  # many checkpoints
+    m = Machines({"a": 100_000, "b": 0}, segment_records=2_000)  # a few checkpoints
     a = m.nodes["a"]
     a.transfer("b", 1, "z-oldest")
     firsts = {f"a-{i:05d}": a.transfer("b", 1, f"a-{i:05d}").msg_id for i in range(10_000)}
     m.route("a")
-    assert sum(isinstance(r, wal.Checkpoint) for r in m.records("a")) > 100
+    assert sum(isinstance(r, wal.Checkpoint) for r in m.records("a")) >= 4
     m.flush("a")
     m.crash("a")
     m.start("a")  # from the last segment: a checkpoint and a few records

@@ -159,3 +159,16 @@ def test_keep_deletions_do_not_come_back_after_a_controller_restart(tmp_path):
         assert [s.snapshot_id for s in listed][-3:] == ids
         time.sleep(1.0)  # its file writer has had time to write what it was given at start-up
         assert files() == {ids[-1]}, "deleted snapshot files came back"
+
+
+def test_a_node_receives_no_more_than_its_api_needs(cluster):
+    """6. A node's receive limit follows from its channels and channel_bound, not gRPC's 64 MiB."""
+    from services.node.main import receive_limit
+
+    limit = receive_limit(2, cluster.config.channel_bound, 2)
+    assert limit < 64 * 1024 * 1024
+    channel, node = node_stub(cluster.node_address("p1"))
+    with channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            node.Transfer(pb.TransferRequest(to="p2", amount=1, request_id="z" * (limit + 1)), timeout=30)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

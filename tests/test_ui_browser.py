@@ -208,6 +208,8 @@ def test_a_snapshot_held_in_progress_names_the_paused_node_and_its_open_channels
         assert "IN_PROGRESS" in text(browser, "status")
         assert "from the nodes' transfer logs" in text(browser, "stuck")
         shot(browser, "stuck")
+        code, overview = http_get(env["url"])  # the overview counts it while it is held
+        assert code == 200 and "id='count-IN_PROGRESS'>1</b>" in overview, overview[:3000]
         failed = wait_for(lambda: (s := stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=started.snapshot_id),
                                                          timeout=5)).status == pb.Snapshot.FAILED and s,
                           DEADLINE_S + 10, "the snapshot to fail at its deadline")
@@ -220,6 +222,13 @@ def test_a_snapshot_held_in_progress_names_the_paused_node_and_its_open_channels
     assert history(browser)[failed.snapshot_id] == "FAILED"
     [row] = cells(browser, f"#history tr[data-snapshot-id='{failed.snapshot_id}'] td.reason")
     assert row["text"] == failed.reason
+    # ... and on screen: the history fits its section and the window (1400 px), no scrolling sideways.
+    right, section, page, window = browser.execute_script(
+        "var c = document.querySelector(arguments[0]), s = document.getElementById('history');"
+        "return [c.getBoundingClientRect().right, s.getBoundingClientRect().right,"
+        "        document.documentElement.scrollWidth, document.documentElement.clientWidth]",
+        f"#history tr[data-snapshot-id='{failed.snapshot_id}'] td.reason")
+    assert right <= section and page <= window, (right, section, page, window)
     assert failed.reason in text(browser, "latest-failed")
     shot(browser, "failed")
 
@@ -259,11 +268,17 @@ def test_a_tls_clusters_page_carries_no_token(tmp_path):
         channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
         with channel:
             done = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=30)
-        proc, url = start_ui(cluster.controller_address, "--tls-dir", str(tls_dir))
+            restored = stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=done.snapshot_id), timeout=60)
+            assert restored.status == pb.Restore.RESTORED, restored.reason
+            assert stub.GetCluster(pb.GetClusterRequest(), timeout=5).last_restore == restored
+        proc, url = start_ui(cluster.controller_address, "--tls-dir", str(tls_dir))  # no --data-dir: the API only
         try:
             pages = [http_get(url), http_get(f"{url}snapshot/{done.snapshot_id}")]
         finally:
             stop_ui(proc)
+    # The last restore, from the controller's answer (GetCluster's last_restore), not its journal.
+    assert (f"last restore: <span id='last-restore'>snapshot <a href='/snapshot/{done.snapshot_id}'>"
+            f"{done.snapshot_id}</a> into epoch {restored.epoch}: RESTORED at ") in pages[0][1], pages[0][1]
     for code, body in pages:
         assert code == 200 and done.snapshot_id in body
         assert "sekrit-token-24" not in body and "token" not in body.lower().replace("no token", "")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from snapmesh.ui import model
+from snapmesh.ui import model, pages
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 COMPLETE, FAILED, IN_PROGRESS = pb.Snapshot.COMPLETE, pb.Snapshot.FAILED, pb.Snapshot.IN_PROGRESS
@@ -79,3 +79,20 @@ def test_stuck_without_logs_is_the_controllers_view():
     s.stats.nodes.add(node_id="p1")
     st = model.stuck(s, ["p1", "p2"], [("p1", "p2"), ("p2", "p1")], now=101, records=None)
     assert st.source == "controller" and st.not_recorded == ["p2"] and st.open_channels == [("p1", "p2")]
+
+
+def test_a_node_that_has_not_reported_and_an_unfinished_snapshot_show_no_figures_rather_than_zeros():
+    s = snap("x", IN_PROGRESS, 100)
+    s.stats.nodes.add(node_id="p1", start_delay_ms=2.5, recording_duration_ms=0.0, report_time_ms=1.0)
+    p1, p2 = model.node_rows(s, ["p1", "p2"])
+    assert (p1.start_delay_ms, p1.recording_ms, p1.in_flight_messages) == (2.5, 0.0, 0)
+    assert (p2.balance, p2.start_delay_ms, p2.recording_ms, p2.report_ms, p2.in_flight_messages,
+            p2.in_flight_bytes) == (None,) * 6
+    html = pages.detail(s, node_ids=["p1", "p2"], stuck=None, stuck_note="", has_trace=False, trace_note="", now=101)
+    row = html.split("<tr data-node='p2'>")[1].split("</tr>")[0]
+    assert "0.0 ms" not in row and row.count(">-<") == 6, row
+    assert "<div id='totals'>in flight and state size: known once the snapshot is COMPLETE (IN_PROGRESS)</div>" in html
+    s.status = COMPLETE
+    s.stats.in_flight_messages, s.stats.in_flight_bytes, s.stats.state_size_bytes = 2, 28, 300
+    html = pages.detail(s, node_ids=["p1", "p2"], stuck=None, stuck_note="", has_trace=False, trace_note="", now=101)
+    assert "<div id='totals'>in flight: 2 messages, 28 bytes; state size 300 bytes</div>" in html

@@ -594,12 +594,14 @@ class ControllerService(pb_grpc.ControllerServicer):
             self._watchers.discard(queue)
 
     async def GetCluster(self, request: pb.GetClusterRequest, context) -> pb.Cluster:
+        last = self.restorer.last if self.restorer is not None else None
         return pb.Cluster(
             nodes=[
                 pb.NodeInfo(node_id=n.id, address=n.address, metrics_address=n.metrics_address)
                 for n in self.config.nodes
             ],
             channels=[pb.ChannelId(src=s, dst=d) for s, d in self.tracker.topology.channels],
+            last_restore=last,  # the snapshot page's "last restore" (issue 24)
         )
 
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:

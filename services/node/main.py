@@ -185,7 +185,8 @@ async def _serve_locked(
     metrics.initialise(incoming=incoming, outgoing=outgoing, codes={c.name for c in REFUSAL_STATUS.values()})
 
     host = ServiceHost(
-        bind_address=cfg.bind_address(node), metrics_bind=cfg.metrics_bind(node), registry=metrics.registry, identity=identity
+        bind_address=cfg.bind_address(node), metrics_bind=cfg.metrics_bind(node), registry=metrics.registry, identity=identity,
+        max_receive_bytes=receive_limit(len(incoming), cfg.channel_bound, max(len(n.id) for n in cfg.nodes)),
     )
     host.add(pb_grpc.add_NodeServicer_to_server, servicer, pb.DESCRIPTOR.services_by_name["Node"].full_name)
     translog.start()
@@ -247,3 +248,14 @@ def flow_mark() -> int:
         print(f"SNAPMESH_FLOW_MARK: must be a positive integer, got {text!r}", file=sys.stderr)
         raise SystemExit(2)
     return int(text)
+
+
+def receive_limit(incoming: int, channel_bound: int, longest_id: int) -> int:
+    """The largest message this node's API needs (issue 26.6), not gRPC's 64 MiB:
+    a RestoreState carries the transfers recorded in flight into this node, at
+    most `channel_bound` per incoming channel (a sender holds no more unacked), each
+    at most 2 ids long plus 64 bytes of numbers and framing; a TransferBatch of
+    MAX_BATCH transfers with 128-byte request ids is about 2 MiB. Never under 4 MiB,
+    gRPC's default."""
+    restore = incoming * channel_bound * (64 + 2 * longest_id) + 1024 * 1024
+    return max(4 * 1024 * 1024, restore)

@@ -10,7 +10,7 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 if TYPE_CHECKING:
     from snapmesh.bank.workload import Summary
 
-_MAX_LISTED = 6  # in-flight transfers shown per channel before "... and N more"
+_MAX_LISTED = 20  # in-flight amounts shown per channel before "... and N more"
 
 
 def progress_line(
@@ -52,22 +52,27 @@ def snapshot_table(snapshot: pb.Snapshot) -> list[str]:
     in_flight_sum = sum(t.amount for c in snapshot.channels for t in c.in_flight)
     if busy:
         lines.append("  |   in flight:")
-        for channel in busy:
-            shown = ", ".join(f"{t.amount} (seq {t.seq})" for t in channel.in_flight[:_MAX_LISTED])
-            more = len(channel.in_flight) - _MAX_LISTED
-            if more > 0:
-                shown += f", ... and {more} more"
-            amount = sum(t.amount for t in channel.in_flight)
-            lines.append(f"  |     {channel.src}->{channel.dst}: {shown}  = {amount}")
+        for channel in busy:  # from->to (how many, their seqs): each amount, in channel order = their sum
+            moving = channel.in_flight
+            shown = ", ".join(str(t.amount) for t in moving[:_MAX_LISTED])
+            if len(moving) > _MAX_LISTED:
+                shown += f", ... and {len(moving) - _MAX_LISTED} more"
+            seqs = f"seq {moving[0].seq}" if len(moving) == 1 else f"seq {moving[0].seq}..{moving[-1].seq}"
+            amount = sum(t.amount for t in moving)
+            lines.append(f"  |     {channel.src}->{channel.dst} ({len(moving)}, {seqs}): {shown}  = {amount}")
     else:
         lines.append("  |   in flight: none")
     idle = len(snapshot.channels) - len(busy)
     if busy and idle:
         lines.append(f"  |     ({idle} other channel(s) empty)")
-    verdict = "CONSERVED" if snapshot.conserved else "VIOLATED"
-    balances = snapshot.total - in_flight_sum
+    # Added up here from what the nodes and channels recorded, not taken from the controller's total.
+    balances = sum(n.balance for n in snapshot.nodes)
+    total = balances + in_flight_sum
+    verdict = "CONSERVED" if total == snapshot.expected_total else "VIOLATED"
+    if snapshot.conserved != (verdict == "CONSERVED") or snapshot.total != total:
+        verdict += f" (the controller says total {snapshot.total}, {'conserved' if snapshot.conserved else 'violated'})"
     lines.append(
-        f"  |   total {snapshot.total} = balances {balances} + in flight {in_flight_sum}; "
+        f"  |   total {total} = balances {balances} + in flight {in_flight_sum}; "
         f"expected {snapshot.expected_total}: {verdict}"
     )
     lines.append(

@@ -4,7 +4,9 @@ Local processes by default; the Docker compose stack of deploy/compose with `--c
 one host (network namespace) per process, and network faults, with `--hosts`.
 
 Exit 0: every check passed; 1: a check failed (the seed and the command that
-replays the schedule are printed); 2: bad arguments or no cluster could start.
+replays the schedule are printed), or SIGINT/SIGTERM stopped the run before the
+checks (the cluster is stopped and, with `--hosts`, its network removed first);
+2: bad arguments or no cluster could start.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -33,6 +36,16 @@ from snapmesh.supervisor import SupervisorError  # noqa: E402
 
 
 STACK_NODES = 4  # deploy/compose as committed
+
+
+class _Stopped(BaseException):  # not an Exception: no `except Exception` in the campaign swallows it
+    """SIGINT or SIGTERM: the campaign unwinds through its teardown (nothing left behind)."""
+
+
+def _stop(signum, frame) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the teardown runs to its end, whatever comes next
+        signal.signal(sig, signal.SIG_IGN)
+    raise _Stopped(signal.Signals(signum).name)
 
 
 def _positive(text: str) -> float:
@@ -94,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     options = Options(seed=seed, duration=args.duration, nodes=nodes, workdir=workdir, compose=args.compose,
                       hosts=args.hosts)
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         backend = compose.ComposeBackend if args.compose else LocalBackend
         if args.hosts:
@@ -104,6 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     except SupervisorError as exc:
         print(f"snapmesh chaos: the cluster failed: {exc}\nseed {seed}; replay: {replay}")
         return 2 if not workdir.exists() or not any(workdir.iterdir()) else 1
+    except _Stopped as stop:
+        print(f"snapmesh chaos: {stop}: stopped before the checks; the cluster is stopped and removed. "
+              f"seed {seed}; replay: {replay}; the run's files: {workdir}", file=sys.stderr)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     results = verdicts.checks(outcome, reconcile=not args.no_reconcile)
     figures = verdicts.figures(outcome)
     print()

@@ -102,6 +102,11 @@ class HostsCluster:
             raise
         return self
 
+    def addressed_config(self) -> cluster_config.ClusterConfig:
+        """The running cluster's config with each host's address for its name: what this
+        machine (no host, no hosts file) dials."""
+        return self._addressed(self._cluster().config)
+
     def _addressed(self, cfg: cluster_config.ClusterConfig) -> cluster_config.ClusterConfig:
         """The config with each host's address for its host name: what the certificates must carry
         (their DNS name is the process's name, which is its host name too)."""

@@ -2,8 +2,11 @@
 
 Everything else as `snapmesh cluster up`: the `controller:` line (the
 controller's address on its host, which this machine reaches), `--tls` (and
-its `grpcurl:` line), `--nodes` (default 4), `--data-dir` (default: a new
-temporary dir); Ctrl-C stops every process and removes the network.
+its `grpcurl:` line), then a line per process with its gRPC and metrics
+addresses (its host's), then the snapshot page's `ui:` line (`--ui`, `off`:
+none); `--nodes` (default 4), `--data-dir` (default: a new temporary dir; a
+live cluster's data dir exits 2 and changes nothing there, as without
+`--hosts`); Ctrl-C or SIGTERM stops every process and removes the network.
 Exit 2, with one line naming it, when the machine lacks the rights.
 """
 
@@ -18,9 +21,15 @@ from pathlib import Path
 
 from snapmesh import security
 from snapmesh.config import ConfigError
+from snapmesh.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
 from snapmesh.hosts.cluster import HostsCluster
-from snapmesh.hosts.net import MissingRights, NetworkError, missing_rights
+from snapmesh.hosts.net import SUBNET_PREFIX, MissingRights, NetworkError, missing_rights
+from snapmesh.launcher import address_lines
 from snapmesh.supervisor import SupervisorError
+
+
+# The addresses of a run's subnet, less the network's, the broadcast's, the gateway's and the controller's.
+MAX_NODES = 2 ** (32 - SUBNET_PREFIX) - 4
 
 
 class _StopRequested(Exception):
@@ -32,6 +41,10 @@ def up(args: argparse.Namespace) -> int:
         print("snapmesh cluster: --hosts writes its own cluster file (one host per process); use --nodes, "
               "not --config", file=sys.stderr)
         return 2
+    if args.nodes is not None and args.nodes > MAX_NODES:
+        print(f"snapmesh cluster: --hosts --nodes {args.nodes}: a run's /24 has room for {MAX_NODES} nodes "
+              "and the controller", file=sys.stderr)
+        return 2
     if problem := missing_rights():
         print(f"snapmesh cluster: --hosts {problem}", file=sys.stderr)
         return 2
@@ -41,17 +54,36 @@ def up(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     hosts: HostsCluster | None = None
+    ui = None
+    locks = []
     try:
         work = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="snapmesh-hosts-"))
-        hosts = HostsCluster(work, nodes=args.nodes or 4, tls=args.tls)
+        nodes = args.nodes or 4
+        # Every lock of the cluster about to start, before anything is written (cluster.toml,
+        # certificates): `cluster up --hosts` on a live cluster's data dir changes nothing there.
+        try:
+            (work / "data").mkdir(parents=True, exist_ok=True)
+            locks = acquire_all(work / "data", [CONTROLLER, *(f"p{i}" for i in range(1, nodes + 1))])
+        except OSError as exc:
+            raise ConfigError(f"cannot lock data dir {work / 'data'}: {exc}") from None
+        hosts = HostsCluster(work, nodes=nodes, tls=args.tls)
         print(f"snapmesh cluster: starting {len(hosts.node_ids)} nodes on hosts (run {hosts.run_id}); logs in "
               f"{work / 'data' / 'logs'}", file=sys.stderr, flush=True)
-        hosts.start()
+        hosts.start(before=lambda cluster: release_all(locks))  # the children take them again, each its own
         cluster = hosts.cluster
         print(f"controller: {cluster.controller_address}", flush=True)
         if args.tls:
             token = cluster.client_identity.token if cluster.client_identity else None
             print(f"grpcurl: {security.grpcurl_line(cluster.controller_address, work / 'tls', token)}", flush=True)
+        print(address_lines(hosts.addressed_config()), flush=True)
+        if args.ui != "off":
+            from snapmesh.ui.server import start_page
+
+            try:
+                ui = start_page(cluster, args.ui)
+                print(f"ui: {ui.url}", flush=True)
+            except OSError as exc:  # the cluster is worth more than its page
+                print(f"snapmesh cluster: no snapshot page on {args.ui}: {exc}", file=sys.stderr, flush=True)
         reported: set[str] = set()
         while True:
             time.sleep(0.5)
@@ -59,7 +91,7 @@ def up(args: argparse.Namespace) -> int:
                 if not alive and name not in reported:
                     reported.add(name)
                     print(f"snapmesh cluster: {name} exited; see {cluster.log_dir}", file=sys.stderr, flush=True)
-    except ConfigError as exc:
+    except (ConfigError, DataDirLocked) as exc:
         print(f"snapmesh cluster: {exc}", file=sys.stderr)
         return 2
     except MissingRights as exc:
@@ -74,6 +106,9 @@ def up(args: argparse.Namespace) -> int:
     finally:
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)
+        release_all(locks)
+        if ui is not None:
+            ui.close()
         if hosts is not None:
             if left := hosts.stop():
                 print(f"snapmesh cluster: left behind: {', '.join(left)}", file=sys.stderr)

@@ -42,6 +42,7 @@ from snapmesh.hosts.plan import Bench, Command, Fault
 from snapmesh.supervisor import Child, Host, SupervisorError
 
 SUBNETS = ipaddress.IPv4Network("10.231.0.0/16")  # each run takes a free /24 of it
+SUBNET_PREFIX = 24
 LOCK_FILE = Path("/run/lock/snapmesh-hosts.lock")
 OWNERS = Path("/run/snapmesh-hosts")  # <run id> -> the pid of the process that owns the run
 DAEMON_READY_TIMEOUT_S = 10.0
@@ -134,7 +135,7 @@ def _used_subnets() -> set[ipaddress.IPv4Network]:
 
 def free_subnet(run_id: str, used: Iterable[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
     """A /24 of SUBNETS that overlaps nothing in `used`, starting where the run id points."""
-    candidates = list(SUBNETS.subnets(new_prefix=24))
+    candidates = list(SUBNETS.subnets(new_prefix=SUBNET_PREFIX))
     start = zlib.crc32(run_id.encode()) % len(candidates)
     used = list(used)
     for i in range(len(candidates)):

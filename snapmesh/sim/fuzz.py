@@ -115,6 +115,12 @@ class World:
         self.bound = rng.choice([3, 6, 1000])
         self.segment_records = rng.choice([8, 20, 10**6])
         self.steps = rng.randint(50, 250)
+        # The request-id window (snapmesh/requests.py), from its own generator so
+        # the rest of a seed's case is what it was before it was modelled.
+        window_rng = random.Random(seed * 7919 + 1)
+        self.request_ttl = window_rng.choice([0.5, 2.0, 900.0])
+        self.request_capacity = window_rng.choice([4, 64, 200_000])
+        self.first_sent: dict[str, float] = {}  # request_id -> the client's wall time of its first attempt
         self.now = 0.0
         self.disks = {i: Disk(i) for i in self.ids}
         self.nodes: dict[str, node_mod.Node | None] = {}
@@ -136,10 +142,16 @@ class World:
         for i in self.ids:
             self._start_node(i)
 
+    @property
+    def wall(self) -> float:
+        """The wall clock the nodes' request-id windows and the clients share (never 0)."""
+        return 1000.0 + self.now
+
     def describe(self) -> str:
         return (
             f"nodes {self.balances} channels {len(self.channels)} mark {self.mark} bound {self.bound} "
-            f"segment {self.segment_records} steps {self.steps} mode {self.mode}"
+            f"segment {self.segment_records} steps {self.steps} mode {self.mode} "
+            f"requests {self.request_capacity}/{self.request_ttl:g}s"
         )
 
     # -- nodes
@@ -166,6 +178,9 @@ class World:
             recording_ttl=TTL,
             segment_records=self.segment_records,
             snapshot_mode=self.mode,
+            wall=self.wall,
+            request_ttl_s=self.request_ttl,
+            request_capacity=self.request_capacity,
         )
         self._route(node_id)
 
@@ -416,13 +431,18 @@ class World:
         if node is None or node.restore_incomplete:  # UNAVAILABLE: the client retries
             self.unanswered.append((node_id, dst, amount, request_id))
             return
+        # Every retry says when it was first sent: one older than the node's window
+        # is refused (requests.RequestExpired), never paid again.
+        first = self.first_sent.setdefault(request_id, self.wall) if request_id else 0.0
         try:
-            answer = node.transfer(dst, amount, request_id)
+            answer = node.transfer(dst, amount, request_id, wall=self.wall, first_sent_unix_ms=int(first * 1000))
         except link.ChannelFull:
             self.faults["transfer refused: channel full"] += 1
             self._route(node_id)
             return
-        except core.LocalProtocolError:
+        except core.LocalProtocolError as exc:
+            if exc.kind in (core.Refusal.REQUESTS_FULL, core.Refusal.REQUEST_UNKNOWN):
+                self.faults[f"request refused: {exc.kind.value}"] += 1
             self._route(node_id)
             return
         self._route(node_id)

@@ -62,6 +62,7 @@ class Checker:
         # (node, request_id) -> (msg_id, lsn of its send record) (rebuilt by _refold)
         self.requests: dict[tuple[str, str], tuple[str, int]] = {}
         self.cuts: dict[tuple[str, str], int] = {}  # (node, snapshot id) -> lsn of its cut
+        self.taken_back: dict[tuple[str, str], str] = {}  # (node, request_id) -> msg_id a restore took back
         self.complete: dict[str, Mapping[str, core.FullState]] = {}  # COMPLETE snapshots' reports (R1)
         self._refold()
 
@@ -82,6 +83,7 @@ class Checker:
                     first = self.requests[(node, rid)][0]
                     raise Violation(f"{node}: request_id {rid!r} paid twice ({first}, {record.msg_id})")  # type: ignore[attr-defined]
                 self.requests[(node, rid)] = (record.msg_id, record.lsn)  # type: ignore[attr-defined]
+                self.taken_back.pop((node, rid), None)
         elif kind is wal.Recv or kind is wal.MarkerRecv:
             self._fold_recv(node, record)
         elif kind is wal.Init:
@@ -114,6 +116,8 @@ class Checker:
         first = self.requests.get((node, request_id), (msg_id, 0))[0]
         if request_id and first != msg_id:
             raise Violation(f"{node}: request_id {request_id!r} answered {msg_id}, first paid as {first}")
+        if request_id and (node, request_id) not in self.requests and self.taken_back.get((node, request_id)) == msg_id:
+            raise Violation(f"{node}: request_id {request_id!r} answered as paid ({msg_id}) after a restore took it back")
 
     def _take_back(self, node: str, snapshot_id: str) -> None:
         """A restore of `snapshot_id` at `node`: the ids it paid after its cut are forgotten."""
@@ -121,7 +125,7 @@ class Checker:
         if cut is None:
             raise Violation(f"{node}: restored {snapshot_id} without a cut for it in its log")
         for key in [k for k, (_, lsn) in self.requests.items() if k[0] == node and lsn > cut]:
-            del self.requests[key]
+            self.taken_back[key] = self.requests.pop(key)[0]
 
     # -- the fold (S1, S3)
 
@@ -137,6 +141,7 @@ class Checker:
         self._unreplayed: dict[str, int] = defaultdict(int)
         self.requests = {}
         self.cuts = {}
+        self.taken_back = {}
         self.aborted: set[tuple[str, str]] = set()
         for node, log in self.logs.items():
             for record in log:

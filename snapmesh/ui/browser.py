@@ -64,8 +64,10 @@ def chrome(width: int = 1400, height: int = 1000, *, binaries: tuple[str, str] |
     return webdriver.Chrome(options=options, service=Service(executable_path=driver))
 
 
-def screenshot(url: str, out: Path, *, wait_for_id: str = "live", full_page: bool = True) -> Path:
-    """Open `url` headless and save a PNG of it to `out`."""
+def screenshot(url: str, out: Path, *, wait_for_id: str = "live", full_page: bool = True,
+               count: str | None = None) -> tuple[Path, int | None]:
+    """Open `url` headless and save a PNG of it to `out`; with `count` (a CSS
+    selector), also how many elements of the shown page match it (what the picture holds)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
@@ -80,7 +82,9 @@ def screenshot(url: str, out: Path, *, wait_for_id: str = "live", full_page: boo
             height = browser.execute_script("return document.documentElement.scrollHeight")
             browser.set_window_size(1400, min(max(int(height) + 140, 600), 8000))
         out.parent.mkdir(parents=True, exist_ok=True)
+        shown = None if count is None else browser.execute_script(
+            "return document.querySelectorAll(arguments[0]).length", count)
         browser.save_screenshot(str(out))
     finally:
         browser.quit()
-    return out
+    return out, shown

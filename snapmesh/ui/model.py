@@ -159,11 +159,11 @@ def conservation(snapshot: pb.Snapshot) -> Conservation:
 class NodeRow:
     node_id: str
     balance: int | None  # None: not reported (yet)
-    start_delay_ms: float
-    recording_ms: float
-    report_ms: float
-    in_flight_messages: int
-    in_flight_bytes: int
+    start_delay_ms: float | None  # this and the rest None: no figures from this node (yet)
+    recording_ms: float | None
+    report_ms: float | None
+    in_flight_messages: int | None
+    in_flight_bytes: int | None
 
 
 def node_rows(snapshot: pb.Snapshot, node_ids: Sequence[str]) -> list[NodeRow]:
@@ -172,7 +172,10 @@ def node_rows(snapshot: pb.Snapshot, node_ids: Sequence[str]) -> list[NodeRow]:
     ids = list(node_ids) + sorted(set(balances) - set(node_ids))
     rows = []
     for node in ids:
-        n = stats.get(node, pb.NodeSnapshotStats())
+        n = stats.get(node)
+        if n is None:  # not reported: no figures, rather than zeros that read as "instant"
+            rows.append(NodeRow(node, balances.get(node), None, None, None, None, None))
+            continue
         rows.append(NodeRow(node_id=node, balance=balances.get(node), start_delay_ms=n.start_delay_ms,
                             recording_ms=n.recording_duration_ms, report_ms=n.report_time_ms,
                             in_flight_messages=n.in_flight_messages, in_flight_bytes=n.in_flight_bytes))

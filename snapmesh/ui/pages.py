@@ -39,7 +39,9 @@ td.num,th.num{text-align:right}
 .legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}
 .error{border-color:#e53935;background:#ffebee}
 .reason{white-space:normal;max-width:420px}
-td.reason{min-width:280px}
+td.reason{min-width:200px}
+#history th{white-space:normal;vertical-align:bottom}
+section{overflow-x:auto}
 .pager a,.pager b{margin-right:8px}
 img.trace{max-width:100%;border:1px solid #ddd;background:#fff}
 """
@@ -88,6 +90,10 @@ def ms(value: float | None) -> str:
 
 def size(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f} B"
+
+
+def dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
 
 
 def link(snapshot_id: str) -> str:
@@ -177,8 +183,11 @@ def _strip(recent: list[pb.Snapshot], last_n: int) -> str:
 
 
 def _history(p: model.Page, now: float) -> str:
-    head = ("id", "initiator", "status", "epoch", "started", "duration / age", "nodes", "in-flight msgs",
-            "in-flight bytes", "state size", "reason")
+    # Numbers right-aligned under their heads; the heads may wrap (at spaces, not at the
+    # hyphen), so a FAILED snapshot's reason has room without scrolling sideways.
+    head = (("id", ""), ("initiator", ""), ("status", ""), ("epoch", "num"), ("started", ""),
+            ("duration / age", "num"), ("nodes", "num"), ("in\u2011flight msgs", "num"),
+            ("in\u2011flight bytes", "num"), ("state size", "num"), ("reason", ""))
     rows = []
     for s in p.rows:
         messages, nbytes = in_flight_totals(s)
@@ -194,7 +203,7 @@ def _history(p: model.Page, now: float) -> str:
     for number in range(1, p.pages + 1):
         pager.append(f"<b>{number}</b>" if number == p.number else f"<a href='/?page={number}'>{number}</a>")
     return (f"<section id='history'><h2>History: {p.total} snapshots, newest first (page {p.number} of {p.pages})</h2>"
-            f"<table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{''.join(rows)}</table>"
+            f"<table><tr>{''.join(f'<th class={c!r}>{h}</th>' for h, c in head)}</tr>{''.join(rows)}</table>"
             f"<div class='pager'>{''.join(pager)}</div></section>")
 
 
@@ -217,7 +226,9 @@ def detail(
         + (f" <span class='reason' id='reason'>{escape(s.reason)}</span>" if s.reason else "") + "</div>",
         f"<div>initiator {escape(s.initiator)}, epoch {s.epoch}, started {when(s.started_at)}, "
         f"{'took' if s.HasField('finished_at') else 'running for'} {ms(model.age_ms(s, now))}</div>",
-        f"<div>in flight: {messages} messages, {nbytes} bytes; state size {s.stats.state_size_bytes} bytes</div>",
+        f"<div id='totals'>in flight: {messages} messages, {nbytes} bytes; state size {s.stats.state_size_bytes} bytes</div>"
+        if s.status == pb.Snapshot.COMPLETE else  # zeros would read as "nothing in flight"
+        f"<div id='totals'>in flight and state size: known once the snapshot is COMPLETE ({model.status_name(s)})</div>",
     ]
     if s.status == pb.Snapshot.COMPLETE:
         head.append(f"<div id='conservation'>{escape(model.conservation(s).line)}</div>")
@@ -254,12 +265,13 @@ def _nodes(s: pb.Snapshot, node_ids: Sequence[str]) -> str:
     head = ("node", "recorded balance", "start delay", "recording", "report", "in-flight msgs", "in-flight bytes")
     rows = "".join(
         f"<tr data-node='{escape(r.node_id)}'><td>{escape(r.node_id)}</td>"
-        f"<td class='num'>{'-' if r.balance is None else r.balance}</td><td class='num'>{ms(r.start_delay_ms)}</td>"
+        f"<td class='num'>{dash(r.balance)}</td><td class='num'>{ms(r.start_delay_ms)}</td>"
         f"<td class='num'>{ms(r.recording_ms)}</td><td class='num'>{ms(r.report_ms)}</td>"
-        f"<td class='num'>{r.in_flight_messages}</td><td class='num'>{r.in_flight_bytes}</td></tr>"
+        f"<td class='num'>{dash(r.in_flight_messages)}</td><td class='num'>{dash(r.in_flight_bytes)}</td></tr>"
         for r in model.node_rows(s, node_ids)
     )
-    return (f"<section id='nodes'><h2>Nodes</h2><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{rows}"
+    heads = "".join(f"<th class='num'>{h}</th>" if h != "node" else f"<th>{h}</th>" for h in head)  # over their numbers
+    return (f"<section id='nodes'><h2>Nodes</h2><table><tr>{heads}</tr>{rows}"
             "</table></section>")
 
 

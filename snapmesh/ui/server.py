@@ -137,7 +137,7 @@ class _Handler(BaseHTTPRequestHandler):
         page, last_n = number("page", 1, 10**9), number("last", LAST_N, 10_000)
         snapshots = source.snapshots()
         cluster = source.cluster()
-        restore, note = source.last_restore()
+        restore, note = source.last_restore(cluster)
         return pages.index(snapshots, node_epochs=source.node_epochs(cluster), restore=restore, restore_note=note,
                            page=page, per_page=PER_PAGE, last_n=last_n, now=time.time())
 

@@ -112,11 +112,14 @@ class Source:
 
     # ---------------------------------------------------------------- files (--data-dir)
 
-    def last_restore(self) -> tuple[pb.Restore | None, str]:
-        """The newest restore in the controller's journal; (None, why) without one.
-        Read again only when the journal changed (size, mtime)."""
+    def last_restore(self, cluster: pb.Cluster | None = None) -> tuple[pb.Restore | None, str]:
+        """The newest restore: the controller's answer (`Cluster.last_restore`), else,
+        with a data dir, its journal's newest; (None, why) without one. The journal
+        is read again only when it changed (size, mtime)."""
+        if cluster is not None and cluster.HasField("last_restore"):
+            return cluster.last_restore, ""
         if self.data_dir is None:
-            return None, "unknown (give --data-dir to read the controller's journal)"
+            return None, "none"
         from services.controller import journal as J
 
         path = self.data_dir / "controller" / "journal"
