@@ -215,6 +215,11 @@ def _get(stub, args) -> int:
     return 0
 
 
+# `watch` prints rows as they come, so its columns cannot fit the rows: each is as wide
+# as a typical value (a longer one pushes only its own row), the header aligned with them.
+WATCH_WIDTHS = [" " * n for n in (32, 11, 9, 5, 19, 9, 7, 9, 0)]
+
+
 def _watch(stub, args) -> int:
     from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -222,12 +227,12 @@ def _watch(stub, args) -> int:
     seen = 0
     try:
         if not args.json:
-            print(_table(SUMMARY, []), flush=True)
+            print(_table(SUMMARY, [WATCH_WIDTHS]).split("\n")[0], flush=True)  # the header, its columns as wide as a typical row
         for snapshot in stream:
             if args.json:
                 print(to_json(snapshot, indent=None), flush=True)
             else:
-                print(_table(SUMMARY, [summary_row(snapshot)]).split("\n", 1)[1], flush=True)
+                print(_table(SUMMARY, [WATCH_WIDTHS, summary_row(snapshot)]).split("\n")[2], flush=True)
             seen += 1
             if args.count is not None and seen >= args.count:
                 break
