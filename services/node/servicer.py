@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 import grpc
 
 from services.node.channels import AckWriter, read_or_end
-from services.node.engine import Engine, GapError
+from services.node.engine import Engine, GapError, Refused
 from services.node.translog import LogClosedError
 from snapmesh import core, security
 from snapmesh.config import CONTROLLER_NAME
@@ -75,16 +75,16 @@ class NodeServicer(pb_grpc.NodeServicer):
         response = pb.TransferBatchResponse()
         add = response.results.add
         engine = self._engine
-        node = engine.node
         accepted = 0
         destinations: set[str] = set()
-        for item in request.transfers:
-            try:
-                answer = engine.transfer(item.to, item.amount, item.request_id)
-            except core.LocalProtocolError as exc:
-                code = REFUSAL_STATUS[exc.kind]
+        items = request.transfers
+        # One engine step for the whole batch (issue 23): effects carried out once.
+        answers = engine.transfer_batch([(item.to, item.amount, item.request_id) for item in items])
+        for item, answer in zip(items, answers, strict=True):
+            if type(answer) is Refused:
+                code = REFUSAL_STATUS[answer.error.kind]
                 engine.metrics.refused(code.name).inc()
-                add(code=code.value[0], message=str(exc), balance=node.balance)
+                add(code=code.value[0], message=str(answer.error), balance=answer.balance)
                 continue
             add(code=_OK, msg_id=answer.msg_id, balance=answer.balance)
             accepted += 0 if answer.repeated else 1
