@@ -52,6 +52,9 @@ MARKS = (2_000, 20_000)
 DEADLINE_S = 10.0
 NODE_RTT_CALLS = 100
 NODE_RTT_GAP_S = 0.01
+# The 8-node phases: (fraction of the 4-node peak, mode, flow-control mark or None for the default).
+PHASES = ((0.5, "classic", None), (0.5, "overtake", None), (0.5, "overtake", MARKS[1]),
+          (0.25, "classic", None), (0.25, "overtake", None))
 LARGE_MESH = 32  # nodes of the last phase (0: skip it, for a smoke run)
 
 
@@ -174,9 +177,7 @@ def measure(say) -> dict[str, float]:
                 out[f"controller_p99_ms_100ms_{mode}"] = p99
                 out[f"snapshots_not_complete_100ms_{mode}"] = bad
         out["controller_p99_ms_100ms"] = out["controller_p99_ms_100ms_overtake"]
-        phases = [(0.5, "classic", None), (0.5, "overtake", None), (0.5, "overtake", MARKS[1]),
-                  (0.25, "classic", None), (0.25, "overtake", None)]
-        for fraction, mode, mark in phases:
+        for fraction, mode, mark in PHASES:
             rate = fraction * peak
             say(f" 8-node mesh, {mode}, mark {mark or MARKS[0]}, paced {rate:,.0f}/s ({fraction:.0%} of the 4-node peak)")
             with _Mesh(root, 8, mode, mark) as mesh:

@@ -225,7 +225,7 @@ class Node:
         if request_id:
             first = self._requests.get(request_id)
             if first is not None:
-                return Accepted(msg_id=first[0], balance=first[1], lsn=first[2], repeated=True)
+                return Accepted(first[0], first[1], first[2], True)
         sender = self.senders.get(dst)
         if sender is not None:
             sender.check_room()
@@ -234,8 +234,12 @@ class Node:
         if sender is not None:  # the hot path: one transfer onto its channel, no effect objects
             self.process.debit(dst=dst, amount=amount)
             lsn = self.last_lsn + 1
-            self._append(
-                wal.Send(lsn=lsn, msg_id=msg_id, src=self.node_id, dst=dst, seq=seq, amount=amount, request_id=request_id)
+            # _append, inline (issue 23: the per-transfer path)
+            self.last_lsn = lsn
+            self._segment_count += 1
+            self._out.append(
+                Append(wal.Send(lsn=lsn, msg_id=msg_id, src=self.node_id, dst=dst, seq=seq, amount=amount,
+                                request_id=request_id))
             )
             sender.enqueue(lsn=lsn, amount=amount)
         else:  # no such channel: the core refuses it, naming why
@@ -245,8 +249,9 @@ class Node:
             self._requests[request_id] = (msg_id, balance, self.last_lsn)
             if len(self._requests) > REQUEST_WINDOW:
                 self._requests.popitem(last=False)
-        self._end_step()
-        return Accepted(msg_id=msg_id, balance=balance, lsn=self.last_lsn)
+        if self._segment_count >= self.segment_records:  # _end_step, inline
+            self._seal()
+        return Accepted(msg_id, balance, self.last_lsn)
 
     def start_snapshot(self, snapshot_id: str) -> None:
         self._drain(self.process.start_snapshot(snapshot_id))
@@ -325,7 +330,10 @@ class Node:
                 effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, amount=amount, seq=seq))
                 if effects:
                     self._drain(effects)
-            self._append(wal.Recv(lsn=self.last_lsn + 1, msg_id=msg_id, src=src, dst=me, seq=seq, amount=amount))
+            lsn = self.last_lsn + 1  # _append, inline (issue 23: the per-transfer path)
+            self.last_lsn = lsn
+            self._segment_count += 1
+            self._out.append(Append(wal.Recv(lsn=lsn, msg_id=msg_id, src=src, dst=me, seq=seq, amount=amount)))
             self.transfers_received += 1
         receiver.applied(seq, self.last_lsn)
 

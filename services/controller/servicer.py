@@ -406,7 +406,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         """`--keep N`: a newer snapshot is COMPLETE, so the files of those past
         the N newest COMPLETE ones go (never the one last restored)."""
         protect = self.restorer.last.snapshot_id if self.restorer is not None and self.restorer.last else ""
-        for sid in past_retention(self.tracker.all(), self.keep, protect):
+        for sid in past_retention(self.tracker.finished(), self.keep, protect):  # no copies (issue 23)
             if sid not in self._discarded:
                 self._discarded.add(sid)
                 self.writer.discard(sid)

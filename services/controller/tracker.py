@@ -126,6 +126,12 @@ class Tracker:
         ids = sorted([*self._pending, *self._finished])
         return [self.get(i) for i in ids]
 
+    def finished(self) -> list[pb.Snapshot]:
+        """The finished snapshots themselves, not copies (read them, never change
+        them): retention scans these on every COMPLETE, and copying every kept
+        snapshot there made each completion cost grow with the snapshots kept."""
+        return list(self._finished.values())
+
     @property
     def in_progress(self) -> int:
         return len(self._pending)
