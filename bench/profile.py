@@ -58,7 +58,7 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("controller RPC", ("services/controller/servicer.py",)),
     ("protobuf", ("google/protobuf",)),
     ("gRPC (aio server, channels)", ("grpc/", "grpc_")),
-    ("asyncio (task switches, wake-ups)", ("asyncio/", "uvloop")),
+    ("asyncio + gRPC Cython (task steps, callbacks, wake-ups)", ("asyncio/", "uvloop")),
 )
 
 
