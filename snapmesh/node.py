@@ -238,8 +238,7 @@ class Node:
             self.last_lsn = lsn
             self._segment_count += 1
             self._out.append(
-                Append(wal.Send(lsn=lsn, msg_id=msg_id, src=self.node_id, dst=dst, seq=seq, amount=amount,
-                                request_id=request_id))
+                Append(wal.send_record(lsn, msg_id, self.node_id, dst, seq, amount, request_id))
             )
             sender.enqueue(lsn=lsn, amount=amount)
         else:  # no such channel: the core refuses it, naming why
@@ -333,7 +332,7 @@ class Node:
             lsn = self.last_lsn + 1  # _append, inline (issue 23: the per-transfer path)
             self.last_lsn = lsn
             self._segment_count += 1
-            self._out.append(Append(wal.Recv(lsn=lsn, msg_id=msg_id, src=src, dst=me, seq=seq, amount=amount)))
+            self._out.append(Append(wal.recv_record(lsn, msg_id, src, me, seq, amount)))
             self.transfers_received += 1
         receiver.applied(seq, self.last_lsn)
 
