@@ -44,7 +44,7 @@ RATE_HZ = 250  # samples per second per process
 # A frame is "function (file:line)" in py-spy's collapsed format.
 RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("metrics", ("prometheus_client", "services/node/metrics.py", "_metrics (services/node/engine.py")),
-    ("log encode", ("snapmesh/wal.py", "append_record (services/node/translog.py")),
+    ("log encode", ("Encoder.", "encode (snapmesh/wal.py", "append_record (services/node/translog.py")),
     ("commit (write + fdatasync)", ("_write_all_and_sync", "_flush_once", "_chunks (services/node/translog.py")),
     ("snapshot report", ("services/node/reporter.py", "full_state_message")),
     ("core + link (pure machine)", ("snapmesh/core.py", "snapmesh/link.py", "snapmesh/node.py")),
