@@ -109,10 +109,15 @@ class NodeConfig(Endpoint):
     listen_port: int | None = None
 
 
+DEFAULT_MAX_CONCURRENT_SNAPSHOTS = 32
+
+
 @dataclass(frozen=True, slots=True)
 class ControllerConfig(Endpoint):
     snapshot_deadline_s: float
     keep: int = 0  # retention: the snapshot files of the N newest COMPLETE ones are kept (0: all)
+    # Admission (issue 23, Flink's max-concurrent-checkpoints): a trigger past this many in progress is refused.
+    max_concurrent_snapshots: int = DEFAULT_MAX_CONCURRENT_SNAPSHOTS
 
 
 # The file names `snapmesh certs` writes into its output dir.
@@ -232,7 +237,11 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         raise fields.error("snapshot_mode", f"must be one of {', '.join(map(repr, SNAPSHOT_MODES))}, got {snapshot_mode!r}")
 
     controller_raw = fields.table(raw, "controller", "controller")
-    fields.reject_unknown(controller_raw, {"host", "port", "metrics_port", "snapshot_deadline_s", "keep"}, "controller")
+    fields.reject_unknown(
+        controller_raw,
+        {"host", "port", "metrics_port", "snapshot_deadline_s", "keep", "max_concurrent_snapshots"},
+        "controller",
+    )
     deadline = controller_raw.get("snapshot_deadline_s", 10)
     if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline <= 0:
         raise fields.error("controller.snapshot_deadline_s", f"must be a positive number of seconds, got {deadline!r}")
@@ -242,6 +251,10 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         metrics_port=fields.port(controller_raw, "metrics_port", "controller.metrics_port"),
         snapshot_deadline_s=float(deadline),
         keep=fields.integer(controller_raw, "keep", "controller.keep", minimum=1) if "keep" in controller_raw else 0,
+        max_concurrent_snapshots=(
+            fields.integer(controller_raw, "max_concurrent_snapshots", "controller.max_concurrent_snapshots", minimum=1)
+            if "max_concurrent_snapshots" in controller_raw else DEFAULT_MAX_CONCURRENT_SNAPSHOTS
+        ),
     )
 
     nodes_raw = raw.get("nodes")

@@ -240,7 +240,7 @@ class Node:
                 self.wall = wall
             first = self._requests.lookup(request_id, self.wall, first_sent_unix_ms)
             if first is not None:
-                return Accepted(msg_id=first.msg_id, balance=first.balance, lsn=max(first.lsn, 0), repeated=True)
+                return Accepted(first.msg_id, first.balance, max(first.lsn, 0), True)
         sender = self.senders.get(dst)
         if sender is not None:
             sender.check_room()
@@ -249,8 +249,11 @@ class Node:
         if sender is not None:  # the hot path: one transfer onto its channel, no effect objects
             self.process.debit(dst=dst, amount=amount)
             lsn = self.last_lsn + 1
-            self._append(
-                wal.Send(lsn=lsn, msg_id=msg_id, src=self.node_id, dst=dst, seq=seq, amount=amount, request_id=request_id)
+            # _append, inline (issue 23: the per-transfer path)
+            self.last_lsn = lsn
+            self._segment_count += 1
+            self._out.append(
+                Append(wal.send_record(lsn, msg_id, self.node_id, dst, seq, amount, request_id))
             )
             sender.enqueue(lsn=lsn, amount=amount)
         else:  # no such channel: the core refuses it, naming why
@@ -258,8 +261,9 @@ class Node:
         balance = self.process.balance
         if request_id:
             self._requests.paid(request_id, requests.Paid(msg_id, balance, self.wall, self.last_lsn))
-        self._end_step()
-        return Accepted(msg_id=msg_id, balance=balance, lsn=self.last_lsn)
+        if self._segment_count >= self.segment_records:  # _end_step, inline
+            self._seal()
+        return Accepted(msg_id, balance, self.last_lsn)
 
     def start_snapshot(self, snapshot_id: str) -> None:
         self._drain(self.process.start_snapshot(snapshot_id))
@@ -338,7 +342,10 @@ class Node:
                 effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, amount=amount, seq=seq))
                 if effects:
                     self._drain(effects)
-            self._append(wal.Recv(lsn=self.last_lsn + 1, msg_id=msg_id, src=src, dst=me, seq=seq, amount=amount))
+            lsn = self.last_lsn + 1  # _append, inline (issue 23: the per-transfer path)
+            self.last_lsn = lsn
+            self._segment_count += 1
+            self._out.append(Append(wal.recv_record(lsn, msg_id, src, me, seq, amount)))
             self.transfers_received += 1
         receiver.applied(seq, self.last_lsn)
 

@@ -214,6 +214,51 @@ class Unknown(Record):
     kind: str
 
 
+# Positional constructors for the two records of every transfer (issue 23): the same
+# frozen, slotted objects the dataclass __init__ makes (equal, hashable, immutable
+# afterwards), their slots filled through the slot descriptors instead of one
+# `object.__setattr__(self, name, value)` per field. tests/test_perf_paths.py pins them.
+
+
+def _send_maker():
+    lsn_, msg_id_, src_, dst_, seq_, amount_, request_id_ = (getattr(Send, f.name).__set__ for f in fields(Send))
+    new = object.__new__
+
+    def send_record(lsn: int, msg_id: str, src: str, dst: str, seq: int, amount: int, request_id: str = "") -> Send:
+        r = new(Send)
+        lsn_(r, lsn)
+        msg_id_(r, msg_id)
+        src_(r, src)
+        dst_(r, dst)
+        seq_(r, seq)
+        amount_(r, amount)
+        request_id_(r, request_id)
+        return r
+
+    return send_record
+
+
+def _recv_maker():
+    lsn_, msg_id_, src_, dst_, seq_, amount_ = (getattr(Recv, f.name).__set__ for f in fields(Recv))
+    new = object.__new__
+
+    def recv_record(lsn: int, msg_id: str, src: str, dst: str, seq: int, amount: int) -> Recv:
+        r = new(Recv)
+        lsn_(r, lsn)
+        msg_id_(r, msg_id)
+        src_(r, src)
+        dst_(r, dst)
+        seq_(r, seq)
+        amount_(r, amount)
+        return r
+
+    return recv_record
+
+
+send_record = _send_maker()
+recv_record = _recv_maker()
+
+
 KNOWN: tuple[type[Record], ...] = (
     Init, Restart, Send, Recv, Cut, MarkerSent, MarkerRecv, Abort, Checkpoint, Restore, Replay,
 )

@@ -122,3 +122,33 @@ def test_restore_records_round_trip_set_the_epoch_and_the_newest_one_is_resumed(
     assert J.last_restore(decoded) == restored
     assert J.last_restore(decoded[:-2]) == restoring  # a crash mid-restore: resumed from this one
     assert J.last_restore(RECORDS) is None
+
+
+def test_the_live_byte_count_is_kept_per_write_and_matches_the_frames_and_the_rewritten_file(tmp_path):
+    """Issue 23: the live size is kept as frames come and go (no sum over every
+    snapshot not yet filed on each write); it must equal that sum, before and
+    after a rewrite, and be the rewritten file's size."""
+    path = tmp_path / "journal"
+
+    def summed(journal: J.Journal) -> int:
+        return sum(len(f) for frames in journal._live.values() for f in frames)
+
+    async def run():
+        journal = J.Journal(path)
+        journal.open()
+        await asyncio.gather(*(journal.append(r) for r in RECORDS))
+        assert journal._live_bytes == summed(journal) == path.stat().st_size
+        journal.forget("a")
+        await journal.barrier()
+        assert journal._live_bytes == summed(journal) < path.stat().st_size
+        await journal.close()
+        reopened = J.Journal(path, rotate_bytes=1)  # every frame live again until forgotten
+        reopened.open()
+        assert reopened._live_bytes == summed(reopened) == path.stat().st_size
+        reopened.forget("b")
+        reopened.forget("c")  # only the next frame stays live: under half the file, so it is rewritten
+        await reopened.append(J.Reported(state=report("b", "p1", 60), wall=1000.7))
+        assert reopened._live_bytes == summed(reopened) == path.stat().st_size
+        await reopened.close()
+
+    asyncio.run(run())

@@ -216,6 +216,7 @@ class Journal:
         self._fd = -1
         self._size = 0
         self._live: dict[str, list[bytes]] = {}  # snapshot id -> its frames, until filed
+        self._live_bytes = 0  # their total size, kept as they come and go (not summed per write)
         self._queue: list[tuple[str, str, bytes, asyncio.Future[None] | None]] = []
         self._cond = threading.Condition()
         self._closing = False
@@ -242,6 +243,7 @@ class Journal:
             length, _ = _HEADER.unpack_from(data, offset)
             end = offset + _HEADER.size + length
             self._live.setdefault(record.snapshot_id, []).append(data[offset:end])
+            self._live_bytes += end - offset
             offset = end
         self._loop = asyncio.get_running_loop()
         self._thread = threading.Thread(target=self._run, name="controller-journal", daemon=True)
@@ -307,17 +309,18 @@ class Journal:
         data = bytearray()
         for op, sid, frame, _ in batch:
             if op == "forget":
-                self._live.pop(sid, None)
+                self._live_bytes -= sum(len(f) for f in self._live.pop(sid, ()))
             elif frame:
                 data += frame
                 self._live.setdefault(sid, []).append(frame)
+                self._live_bytes += len(frame)
         if data:
             view = memoryview(data)
             while view:
                 view = view[os.write(self._fd, view):]
             os.fdatasync(self._fd)
             self._size += len(data)
-        live = sum(len(f) for frames in self._live.values() for f in frames)
+        live = self._live_bytes  # per write: O(this batch), not O(every snapshot not yet filed)
         if self._size > self.rotate_bytes and live < self._size // 2:
             self._rewrite(live)
 

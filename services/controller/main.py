@@ -68,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
         "--keep", type=_count, metavar="N",
         help="keep the files of the N newest COMPLETE snapshots (and the one last restored); default: controller.keep, else all",
     )
+    parser.add_argument(
+        "--max-concurrent-snapshots", type=_count, metavar="N",
+        help="refuse a trigger (RESOURCE_EXHAUSTED) while N snapshots are in progress; "
+        "default: controller.max_concurrent_snapshots, else 32",
+    )
     parser.add_argument("--interval", type=_positive, metavar="S", help="also take a snapshot every S seconds")
     parser.add_argument(
         "--deadline", type=_positive, metavar="S", help="fail a snapshot not finished after S seconds "
@@ -90,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         "controller", lambda: serve(
             cfg, interval=args.interval, deadline=args.deadline, identity=identity,
             keep=args.keep if args.keep is not None else cfg.controller.keep,
+            max_concurrent=args.max_concurrent_snapshots or cfg.controller.max_concurrent_snapshots,
         )
     )
 
@@ -101,6 +107,7 @@ async def serve(
     deadline: float | None,
     identity: security.Identity | None = None,
     keep: int = 0,
+    max_concurrent: int = 0,
 ) -> int:
     try:
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
@@ -113,7 +120,10 @@ async def serve(
         print(f"snapmesh controller: cannot lock data dir {cfg.data_dir}: {exc}", file=sys.stderr)
         return 2
     try:
-        return await _serve_locked(cfg, interval=interval, deadline=deadline, identity=identity, keep=keep)
+        return await _serve_locked(
+            cfg, interval=interval, deadline=deadline, identity=identity, keep=keep,
+            max_concurrent=max_concurrent or cfg.controller.max_concurrent_snapshots,
+        )
     finally:
         lock.release()
 
@@ -125,6 +135,7 @@ async def _serve_locked(
     deadline: float | None,
     identity: security.Identity | None,
     keep: int,
+    max_concurrent: int = 0,
 ) -> int:
     tracker = Tracker(
         topology=cfg.topology,
@@ -153,7 +164,7 @@ async def _serve_locked(
     writer = StoreWriter(store, on_filed=on_filed)
     try:
         last_restore = _recover(tracker, store, journal, writer, filed={s.snapshot_id for s in snapshots}, keep=keep)
-        return await _serve(cfg, tracker, journal, writer, interval, identity, last_restore, keep)
+        return await _serve(cfg, tracker, journal, writer, interval, identity, last_restore, keep, max_concurrent)
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
@@ -202,11 +213,13 @@ async def _serve(
     identity: security.Identity | None = None,
     last_restore: pb.Restore | None = None,
     keep: int = 0,
+    max_concurrent: int = 0,
 ) -> int:
     registry = CollectorRegistry()
     service = ControllerService(
         config=cfg, tracker=tracker, journal=journal, writer=writer,
         metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity, keep=keep,
+        max_concurrent=max_concurrent,
     )
     host = ServiceHost(
         bind_address=cfg.bind_address(cfg.controller),

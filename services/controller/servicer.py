@@ -75,6 +75,10 @@ class _FellBehind:
     """Put in a dropped watcher's queue in place of what it had not read."""
 
 
+class TooManySnapshots(RuntimeError):
+    """A trigger past the admission limit (issue 23): nothing was started or journaled."""
+
+
 def system_now() -> Now:
     return Now(mono=time.monotonic(), wall=time.time())
 
@@ -149,6 +153,11 @@ class ControllerMetrics:
         )
         for status in ("restored", "failed"):
             self.restores.labels(status=status)
+        self.refused_triggers = Counter(
+            "snapmesh_snapshot_triggers_refused_total",
+            "TriggerSnapshot calls (and periodic ticks) refused at the limit of snapshots in progress",
+            registry=registry,
+        )
         self._last_complete_s = 0.0
 
     def observe(self, snapshot: pb.Snapshot) -> None:
@@ -188,8 +197,10 @@ class ControllerService(pb_grpc.ControllerServicer):
         rng: random.Random | None = None,
         identity: security.Identity | None = None,  # None: plaintext
         keep: int = 0,
+        max_concurrent: int = 0,  # admission: at most this many snapshots in progress (0: no limit)
     ) -> None:
         self.identity = identity
+        self.max_concurrent = max_concurrent
         self.config = config
         self.tracker = tracker
         self.journal = journal
@@ -279,7 +290,9 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     async def trigger(self, initiator: str) -> pb.Snapshot:
         """Start a snapshot at `initiator` (a node of the topology): journaled
-        before StartSnapshot leaves and before this returns."""
+        before StartSnapshot leaves and before this returns. Raises
+        TooManySnapshots, changing nothing, at the admission limit."""
+        self._admit()
         now = self._clock()
         # Ids sort in start order, even for two starts within one clock tick.
         wall = max(now.wall, self._last_start + 1e-6)
@@ -303,6 +316,19 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._spawn(self._start_at(initiator, snapshot_id))
         log.info("snapshot %s started at %s", snapshot_id, initiator)
         return snapshot
+
+    def _admit(self) -> None:
+        """Flink's max-concurrent-checkpoints: a snapshot starts only while fewer
+        than `max_concurrent` are in progress, so a trigger rate the cluster cannot
+        follow is answered at once instead of piling up markers and reports."""
+        running = self.tracker.in_progress
+        if self.max_concurrent and running >= self.max_concurrent:
+            self.metrics.refused_triggers.inc()
+            raise TooManySnapshots(
+                f"{running} snapshots in progress, the limit is {self.max_concurrent} "
+                f"(controller.max_concurrent_snapshots in {self.config.path}, or snapmesh controller "
+                f"--max-concurrent-snapshots N); retry once one finishes"
+            )
 
     async def wait_finished(self, snapshot_id: str) -> pb.Snapshot:
         future = self._done.get(snapshot_id)
@@ -416,7 +442,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         """`--keep N`: a newer snapshot is COMPLETE, so the files of those past
         the N newest COMPLETE ones go (never the one last restored)."""
         protect = self.restorer.last.snapshot_id if self.restorer is not None and self.restorer.last else ""
-        for sid in past_retention(self.tracker.all(), self.keep, protect):
+        for sid in past_retention(self.tracker.finished(), self.keep, protect):  # no copies (issue 23)
             if sid not in self._discarded:
                 self._discarded.add(sid)
                 self.writer.discard(sid)
@@ -474,7 +500,10 @@ class ControllerService(pb_grpc.ControllerServicer):
         """Trigger a snapshot at a random node every `interval_s` seconds."""
         while True:
             await asyncio.sleep(interval_s)
-            await self.trigger(self._rng.choice(self._nodes))
+            try:
+                await self.trigger(self._rng.choice(self._nodes))
+            except TooManySnapshots as exc:  # this tick is skipped; the next one tries again
+                log.warning("periodic snapshot skipped: %s", exc)
 
     # -- RPCs
 
@@ -487,6 +516,8 @@ class ControllerService(pb_grpc.ControllerServicer):
             )
         try:
             snapshot = await self.trigger(initiator)
+        except TooManySnapshots as exc:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except OSError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the snapshot: {exc}")
         if not request.wait:

@@ -149,6 +149,12 @@ class Tracker:
             return pb.Snapshot.IN_PROGRESS
         return self._finished[snapshot_id].status
 
+    def finished(self) -> list[pb.Snapshot]:
+        """The finished snapshots themselves, not copies (read them, never change
+        them): retention scans these on every COMPLETE, and copying every kept
+        snapshot there made each completion cost grow with the snapshots kept."""
+        return list(self._finished.values())
+
     @property
     def in_progress(self) -> int:
         return len(self._pending)

@@ -23,6 +23,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from services.node.channels import LOW_WATER, IncomingChannel, OutgoingChannel
 from services.node.metrics import NodeMetrics
@@ -35,6 +36,13 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 log = logging.getLogger(__name__)
 
 GapError = link.GapError
+
+
+class Refused(NamedTuple):
+    """A transfer of a batch the node refused, and the balance when it did."""
+
+    error: core.LocalProtocolError
+    balance: int
 
 
 class Engine:
@@ -79,6 +87,30 @@ class Engine:
             return self.node.transfer(dst, amount)
         finally:
             self._run(metrics=False)  # once per RPC instead: transfers_done
+
+    def transfer_batch(self, items: Iterable[tuple[str, int, str, int]]) -> list[machine.Accepted | Refused]:
+        """A TransferBatch's transfers (dst, amount, request_id, first_sent_unix_ms), in order, as one
+        step for the shell (issue 23): the node applies and logs each as
+        `transfer` does, and its effects are carried out once for the batch, not
+        per transfer (the log order is the apply order either way: one effect
+        list). Each result is the answer or the refusal (nothing changed for it)."""
+        node = self.node
+        transfer = node.transfer
+        results: list[machine.Accepted | Refused] = []
+        append = results.append
+        wall = time.time()  # one reading for the batch: the request-id window's clock
+        try:
+            for dst, amount, request_id, first_sent_unix_ms in items:
+                try:
+                    if request_id:
+                        append(transfer(dst, amount, request_id, wall=wall, first_sent_unix_ms=first_sent_unix_ms))
+                    else:
+                        append(transfer(dst, amount))
+                except core.LocalProtocolError as exc:
+                    append(Refused(exc, node.balance))
+        finally:
+            self._run(metrics=False)  # once per RPC instead: transfers_done
+        return results
 
     def transfers_done(self, count: int) -> None:
         """Metrics for `count` accepted transfers, once per RPC instead of per transfer."""

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 import grpc
 
 from services.node.channels import AckWriter, read_or_end
-from services.node.engine import Engine, GapError
+from services.node.engine import Engine, GapError, Refused
 from services.node.translog import LogClosedError
 from snapmesh import core, security
 from snapmesh.config import CONTROLLER_NAME
@@ -88,18 +88,24 @@ class NodeServicer(pb_grpc.NodeServicer):
         response = pb.TransferBatchResponse()
         add = response.results.add
         engine = self._engine
-        node = engine.node
         accepted = 0
         destinations: set[str] = set()
-        for index, item in enumerate(request.transfers):
-            if index and not index % YIELD_EVERY:
-                await asyncio.sleep(0)  # let the loop run acks, frames and other calls
-            try:
-                answer = engine.transfer(item.to, item.amount, item.request_id, item.first_sent_unix_ms)
-            except core.LocalProtocolError as exc:
-                code = REFUSAL_STATUS[exc.kind]
+        items = request.transfers
+        # One engine step per YIELD_EVERY transfers (issue 23: effects carried out once
+        # per step), handing the loop back between steps (acks, frames, other calls).
+        answers = []
+        for start in range(0, len(items), YIELD_EVERY):
+            if start:
+                await asyncio.sleep(0)
+            answers += engine.transfer_batch(
+                [(item.to, item.amount, item.request_id, item.first_sent_unix_ms)
+                 for item in items[start : start + YIELD_EVERY]]
+            )
+        for item, answer in zip(items, answers, strict=True):
+            if type(answer) is Refused:
+                code = REFUSAL_STATUS[answer.error.kind]
                 engine.metrics.refused(code.name).inc()
-                add(code=code.value[0], message=str(exc), balance=node.balance)
+                add(code=code.value[0], message=str(answer.error), balance=answer.balance)
                 continue
             add(code=_OK, msg_id=answer.msg_id, balance=answer.balance)
             accepted += 0 if answer.repeated else 1
