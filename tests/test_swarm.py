@@ -246,9 +246,10 @@ def test_a_snapshot_is_complete_and_prometheus_scrapes_every_node_by_service_nam
         except OSError:
             return None
         up = {t["labels"]["instance"] for t in active if t["health"] == "up"}
-        return up if {f"{n}:{9100 + i}" for i, n in enumerate(NODES, 1)} <= up else None
+        wanted = {"controller:9100"} | {f"{n}:{9100 + i}" for i, n in enumerate(NODES, 1)}
+        return up if wanted <= up else None
 
-    up = wait_for(targets, timeout=120, interval=2, what="Prometheus scraping every node by its service name")
+    up = wait_for(targets, timeout=120, interval=2, what="Prometheus scraping the controller and every node by its service name")
     log(f"prometheus: up {sorted(up)}")
     assert "controller:9100" in up
 
