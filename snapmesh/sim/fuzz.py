@@ -460,10 +460,10 @@ class World:
             self.faults["crash during a restore"] += 1
             self.crash(node_id, rng)
 
-    def restore_calls(self) -> None:
+    def restore_calls(self, *, always: bool = False) -> None:
         """Clients call RestoreSnapshot: one call, a retry, or a burst of concurrent calls."""
         rng = self.restore_rng
-        if rng.random() >= 0.04 or not self.controller_up or not self.snapshots:
+        if (not always and rng.random() >= 0.04) or not self.controller_up or not self.snapshots:
             return
         for _ in range(rng.choice([1, 1, 2, 3])):
             keys = list(self.key_snapshot)
@@ -472,14 +472,36 @@ class World:
                 key = rng.choice(keys)
                 sid = self.key_snapshot[key]
             elif keys and roll < 0.5:  # an earlier key, another snapshot
-                key, sid = rng.choice(keys), rng.choice(sorted(self.snapshots))
+                key, sid = rng.choice(keys), self._restore_target(rng)
             else:
-                sid = rng.choice(sorted(self.snapshots))
+                sid = self._restore_target(rng)
                 key = ""
                 if rng.random() < 0.7:
                     self.next_restore_key += 1
                     key = f"k{self.next_restore_key}"
             self.restore_call(sid, key)
+
+    def _restore_target(self, rng: random.Random) -> str:
+        """Mostly a COMPLETE snapshot (so calls start, join, get answers and Busy), sometimes any."""
+        complete = sorted(sid for sid, snap in self.snapshots.items() if snap.status == "COMPLETE")
+        if complete and rng.random() < 0.85:
+            return rng.choice(complete)
+        return rng.choice(sorted(self.snapshots))
+
+    def settle_restore_calls(self) -> None:
+        """Once snapshots have completed: rounds of calls, each round moving the restore on by one node."""
+        rng = self.restore_rng
+        for _ in range(rng.randint(0, 8)):
+            self.restore_calls(always=True)
+            if self.restoring is not None:
+                self.restore_one(rng)
+            if rng.random() < 0.1:  # the controller crashes and comes back: the gate is rebuilt from the journal
+                self.faults["controller crash"] += 1
+                self.restart_controller()
+            for node_id in self.ids:
+                if self.nodes[node_id] is None:
+                    self._start_node(node_id)
+            self._drain_all()
 
     def restore_call(self, sid: str, key: str) -> None:
         status = self.snapshots[sid].status
@@ -491,6 +513,7 @@ class World:
             if key:
                 self.key_snapshot.setdefault(key, sid)
             self._begin_restore(sid, key)
+            self.faults["restore call started a restore"] += 1
         elif kind is restoregate.Join:
             if self.restoring != sid:
                 raise Violation(f"restore: a call for {sid} joined the restore of {self.restoring}")
@@ -638,6 +661,7 @@ class World:
             if self.nodes[node_id] is None:
                 self._start_node(node_id)
         self._drain_all()
+        self.settle_restore_calls()
         if self.rng.random() < 0.5:  # one more restore, with crashes in it, once snapshots have completed
             self.start_restore(self.rng)
         for _ in range(1000):
