@@ -26,11 +26,15 @@ prefix of what is buffered durable, time passing, and the faults:
   restore calls  clients call RestoreSnapshot through the controller's own gate
               (snapmesh.restoregate): bursts of concurrent calls, retries with
               the same idempotency key, a key reused for another snapshot,
-              snapshots that cannot be restored. At most one restore runs, and
-              a key never rolls back twice in one controller lifetime (after a
-              controller restart the gate knows the journal's newest restore only,
-              as the real controller does). These calls come from their own
-              generator, so a seed without them replays as it did before.
+              snapshots that cannot be restored; mostly of COMPLETE snapshots,
+              so calls start, join, get answers, Busy and key-reuse refusals.
+              Most snapshots complete only once faults stop, so the settling
+              phase also runs rounds of calls, each round moving the running
+              restore on by one node, sometimes restarting the controller.
+              At most one restore runs, and a key never rolls back twice in one
+              controller lifetime (after a controller restart the gate knows
+              the journal's newest restore only, as the real controller does).
+              These calls come from their own generator (restore_rng).
 
 After every step `invariants.Checker` judges; then faults stop, everything is
 healed, restarted and delivered, and the quiescent invariants are checked.
