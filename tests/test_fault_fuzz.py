@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from snapmesh import link, recovery, requests
+from snapmesh import link, recovery, requests, restoregate
 from snapmesh import node as node_mod
 from snapmesh.sim import cli, fuzz
 
@@ -47,6 +47,10 @@ def test_every_fault_kind_happens() -> None:
         "snapshot failed: deadline", "snapshot complete", "transfer refused: channel full",
         "retry answered, not paid", "restore", "crash during a restore", "overtaken transfers recorded",
         "request refused: request-id window full", "request refused: request outcome unknown",
+        # RestoreSnapshot calls through the controller's gate (issue 26.4)
+        "restore call started a restore", "restore call joined the running restore",
+        "restore retry answered, not rolled back", "restore refused: another restore runs",
+        "restore refused: key of another snapshot", "restore refused: not restorable",
     ):
         assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
 
@@ -176,7 +180,38 @@ def _restore_keeps_every_id(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recovery.requests, "forget_restored", lambda paid, cuts, snapshot_id: None)
 
 
+def _restore_claim_after_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The defect of issue 26.4: check and claim are two steps; the claim lands only after
+    the next call was handled (that call still sees no restore running and starts its own)."""
+    request = restoregate.RestoreGate.request
+
+    def broken(self, snapshot_id, request_id, now, problem=""):
+        late = self.__dict__.pop("_late_claim", None)
+        decision = request(self, snapshot_id, request_id, now, problem)
+        if isinstance(decision, restoregate.Start):
+            self.running = late  # not claimed yet (the RESTORING record is being fsynced)
+            self._late_claim = decision
+        elif late is not None and self.running is None:
+            self.running = late
+        return decision
+
+    monkeypatch.setattr(restoregate.RestoreGate, "request", broken)
+
+
+def _restore_forgets_finished_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The defect of issue 26.4: a finished restore's key is forgotten; its retry rolls back again."""
+
+    def broken(self, result):
+        claim, self.running = self.running, None
+        if claim is not None:
+            self._by_key.pop(claim.request_id, None)
+
+    monkeypatch.setattr(restoregate.RestoreGate, "finished", broken)
+
+
 MUTATIONS = {
+    "restore-claim-two-steps": _restore_claim_after_the_check,
+    "restore-forgets-finished-keys": _restore_forgets_finished_keys,
     "request-window": _window_by_count,
     "request-restore": _restore_keeps_every_id,
     "overtake-outbox": _overtake_forgets_the_outbox,

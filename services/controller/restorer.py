@@ -17,7 +17,9 @@ Steps 1-3 claim the restore in one synchronous step (no await between the
 check and the claim), so two concurrent calls never start two restores: the
 second waits for the first when it names the same snapshot, and is refused
 otherwise. A call with the `request_id` of a restore already started answers
-that restore (running or finished) instead of rolling back again.
+that restore (running or finished) instead of rolling back again. These
+decisions are `snapmesh.restoregate.RestoreGate`'s, a pure state machine the
+fault simulator drives too.
 
 The cluster is fenced at E+1 from step 2 on, whatever happens next: a node
 still in epoch E cannot open a channel to a restored node, and a controller
@@ -35,6 +37,7 @@ from collections.abc import Callable
 import grpc
 
 from services.controller import journal as J
+from snapmesh import restoregate
 from services.controller.tracker import COMPLETE, Tracker
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -44,8 +47,8 @@ log = logging.getLogger(__name__)
 RESTORE_TIMEOUT_S = 30.0  # how long a node that cannot be reached is retried
 CALL_TIMEOUT_S = 5.0
 RETRY_S = 0.25
-KEYS_KEPT = 1_000  # the idempotency keys of the newest restores, answered from memory
-MAX_KEY_BYTES = 128
+KEYS_KEPT = restoregate.KEYS_KEPT  # the idempotency keys of the newest restores, answered from memory
+MAX_KEY_BYTES = restoregate.MAX_KEY_BYTES
 
 
 class RestoreRefused(Exception):
@@ -69,16 +72,21 @@ def plan(snapshot: pb.Snapshot, epoch: int) -> dict[str, pb.RestoreStateRequest]
     return requests
 
 
-def check(snapshot: pb.Snapshot) -> None:
-    """Raise RestoreRefused(FAILED_PRECONDITION) for a snapshot one cannot restore."""
+def problem(snapshot: pb.Snapshot) -> str:
+    """Why one cannot restore `snapshot` ("" when one can)."""
     if snapshot.status != COMPLETE:
         status = pb.Snapshot.Status.Name(snapshot.status)
-        raise RestoreRefused(grpc.StatusCode.FAILED_PRECONDITION, f"snapshot {snapshot.snapshot_id} is {status}, not COMPLETE")
+        return f"snapshot {snapshot.snapshot_id} is {status}, not COMPLETE"
     if not snapshot.conserved:
-        raise RestoreRefused(
-            grpc.StatusCode.FAILED_PRECONDITION,
-            f"snapshot {snapshot.snapshot_id} is not conserved (total {snapshot.total}, expected {snapshot.expected_total})",
-        )
+        return f"snapshot {snapshot.snapshot_id} is not conserved (total {snapshot.total}, expected {snapshot.expected_total})"
+    return ""
+
+
+def check(snapshot: pb.Snapshot) -> None:
+    """Raise RestoreRefused(FAILED_PRECONDITION) for a snapshot one cannot restore."""
+    why = problem(snapshot)
+    if why:
+        raise RestoreRefused(grpc.StatusCode.FAILED_PRECONDITION, why)
 
 
 class Restorer:
@@ -104,17 +112,19 @@ class Restorer:
         self._on_finished = on_finished  # each RESTORED or FAILED restore, once journaled (the metrics)
         self.last: pb.Restore | None = None  # the newest restore, as journaled
         self._running: asyncio.Task[pb.Restore] | None = None
-        self._by_key: dict[str, pb.Restore] = {}  # idempotency key -> its restore (newest KEYS_KEPT)
+        self.gate = restoregate.RestoreGate(keys_kept=KEYS_KEPT, max_key_bytes=MAX_KEY_BYTES)
 
     def taken_back(self, last: pb.Restore | None) -> None:
         """After a restart: the journal's newest restore (its key answers a
         retry); resume it if it was RESTORING."""
         self.last = last
-        if last is not None:
-            self._keep_key(last)
-        if last is not None and last.status == pb.Restore.RESTORING:
+        if last is None:
+            return
+        resume = last.status == pb.Restore.RESTORING
+        self.gate.taken_back(last.snapshot_id, last.request_id, last, running=resume)
+        if resume:
             log.warning("restore of %s (epoch %d) was under way: resuming it", last.snapshot_id, last.epoch)
-            self._running = asyncio.get_running_loop().create_task(self._drive(last), name="restore")
+            self._running = asyncio.get_running_loop().create_task(self._run(self._drive(last)), name="restore")
 
     @property
     def last_restored(self) -> str:
@@ -122,49 +132,38 @@ class Restorer:
 
     async def restore(self, snapshot_id: str, request_id: str = "") -> pb.Restore:
         """Restore `snapshot_id` (raises RestoreRefused when it cannot start).
-        Check and claim are one synchronous step: nothing awaits before
-        `self._running` is set (issue 26.4)."""
-        if len(request_id.encode()) > MAX_KEY_BYTES:
-            raise RestoreRefused(grpc.StatusCode.INVALID_ARGUMENT, f"request_id is longer than {MAX_KEY_BYTES} bytes")
+        Check and claim are one synchronous step: nothing awaits between the
+        gate's decision and `self._running` being set (issue 26.4)."""
+        refused = restoregate.key_problem(request_id, MAX_KEY_BYTES)
+        if refused is not None:
+            raise RestoreRefused(grpc.StatusCode[refused.code], refused.message)
         snapshot = self._lookup(snapshot_id)  # UnknownSnapshot -> NOT_FOUND
-        running = self._running is not None and not self._running.done()
-        if request_id and request_id in self._by_key:
-            earlier = self._by_key[request_id]
-            if earlier.snapshot_id != snapshot_id:
-                raise RestoreRefused(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"request_id {request_id!r} started the restore of {earlier.snapshot_id}, not {snapshot_id}",
-                )
-            if running and self.last is not None and self.last.request_id == request_id:
-                return await asyncio.shield(self._running)  # type: ignore[arg-type]
-            return self._by_key[request_id]  # a retry of a finished restore: its answer, nothing rolled back
-        check(snapshot)
-        if running:
-            if self.last is not None and self.last.snapshot_id == snapshot_id:
-                return await asyncio.shield(self._running)  # type: ignore[arg-type]  # the same restore: wait for it
-            raise RestoreRefused(
-                grpc.StatusCode.FAILED_PRECONDITION, f"a restore to {self.last.snapshot_id if self.last else '?'} is running"
-            )
+        decision = self.gate.request(snapshot_id, request_id, time.time(), problem(snapshot))
+        if isinstance(decision, restoregate.Answer):
+            return decision.result  # a retry of a finished restore: its answer, nothing rolled back
+        if isinstance(decision, restoregate.Join):
+            return await asyncio.shield(self._running)  # type: ignore[arg-type]  # the same restore: wait for it
+        if isinstance(decision, (restoregate.Refuse, restoregate.Busy)):
+            raise RestoreRefused(grpc.StatusCode[decision.code], decision.message)
         epoch = self.tracker.epoch + 1
         self.tracker.epoch = epoch  # from here on, reports of the older epoch are refused
         self._fail_in_progress(f"restored to {snapshot_id}")
         started = pb.Restore(snapshot_id=snapshot_id, epoch=epoch, status=pb.Restore.RESTORING, request_id=request_id)
-        started.started_at.FromNanoseconds(time.time_ns())
+        started.started_at.FromNanoseconds(int(decision.at * 1e9))
         self.last = started
-        self._keep_key(started)
-        self._running = asyncio.get_running_loop().create_task(self._start(started), name="restore")
+        self._running = asyncio.get_running_loop().create_task(self._run(self._start(started)), name="restore")
         return await asyncio.shield(self._running)
+
+    async def _run(self, restore) -> pb.Restore:
+        """Run the claimed restore; the gate hears its end (its newest record), whatever happens."""
+        try:
+            return await restore
+        finally:
+            self.gate.finished(self.last)
 
     async def _start(self, started: pb.Restore) -> pb.Restore:
         await self._journal(started)  # RESTORING is durable before any node hears of it
         return await self._drive(started)
-
-    def _keep_key(self, restore: pb.Restore) -> None:
-        if restore.request_id:
-            self._by_key.pop(restore.request_id, None)
-            self._by_key[restore.request_id] = restore
-            while len(self._by_key) > KEYS_KEPT:
-                del self._by_key[next(iter(self._by_key))]
 
     async def _drive(self, started: pb.Restore) -> pb.Restore:
         self.tracker.epoch = max(self.tracker.epoch, started.epoch)
@@ -206,6 +205,5 @@ class Restorer:
 
     async def _journal(self, restore: pb.Restore) -> None:
         self.last = restore
-        self._keep_key(restore)
         await self.journal.append(J.Restored(restore=restore))
 

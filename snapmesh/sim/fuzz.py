@@ -23,6 +23,18 @@ prefix of what is buffered durable, time passing, and the faults:
               then the nodes take the restore one by one, some crashing right
               after theirs; connections are fenced by epoch as the gRPC node
               fences them (a frame or ack of another epoch is refused)
+  restore calls  clients call RestoreSnapshot through the controller's own gate
+              (snapmesh.restoregate): bursts of concurrent calls, retries with
+              the same idempotency key, a key reused for another snapshot,
+              snapshots that cannot be restored; mostly of COMPLETE snapshots,
+              so calls start, join, get answers, Busy and key-reuse refusals.
+              Most snapshots complete only once faults stop, so the settling
+              phase also runs rounds of calls, each round moving the running
+              restore on by one node, sometimes restarting the controller.
+              At most one restore runs, and a key never rolls back twice in one
+              controller lifetime (after a controller restart the gate knows
+              the journal's newest restore only, as the real controller does).
+              These calls come from their own generator (restore_rng).
 
 After every step `invariants.Checker` judges; then faults stop, everything is
 healed, restarted and delivered, and the quiescent invariants are checked.
@@ -37,7 +49,7 @@ import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from snapmesh import core, link, overtake, recovery, wal
+from snapmesh import core, link, overtake, recovery, restoregate, wal
 from snapmesh import node as node_mod
 from snapmesh.sim.invariants import Checker, Violation
 
@@ -139,6 +151,14 @@ class World:
         self.faults: Counter[str] = Counter()  # what happened, so tests can see every kind was exercised
         self.epoch = 1  # the controller's
         self.restoring: str | None = None  # the snapshot being restored in `epoch`, until every node has it
+        # RestoreSnapshot calls through the controller's gate, from their own generator (see the module doc).
+        self.restore_rng = random.Random(seed * 104_729 + 2)
+        self.gate = restoregate.RestoreGate()
+        self.restore_key = ""  # the key of the restore running or last run
+        self.last_restore: tuple[str, str, int] | None = None  # (snapshot, key, epoch), as journaled
+        self.key_snapshot: dict[str, str] = {}  # key -> the snapshot its first call named
+        self.rolled_back: Counter[str] = Counter()  # key -> restores it started, this controller lifetime
+        self.next_restore_key = 0
         for i in self.ids:
             self._start_node(i)
 
@@ -381,6 +401,12 @@ class World:
 
     def restart_controller(self) -> None:
         self.controller_up = True
+        # The gate is rebuilt from the journal's newest restore (resumed if it was running).
+        self.gate = restoregate.RestoreGate()
+        if self.last_restore is not None:
+            sid, key, epoch = self.last_restore
+            self.gate.taken_back(sid, key, (sid, epoch), running=self.restoring is not None)
+        self.rolled_back = Counter({k: n for k, n in self.rolled_back.items() if self.last_restore and k == self.last_restore[1]})
         for sid, snap in self.snapshots.items():
             if snap.status == "IN_PROGRESS":
                 self.fail(sid, "controller restarted")
@@ -392,8 +418,21 @@ class World:
         if not self.controller_up or self.restoring is not None or not complete:
             return
         sid = rng.choice(complete)
+        if isinstance(self.gate.request(sid, "", self.now), restoregate.Start):
+            self._begin_restore(sid, "")
+
+    def _begin_restore(self, sid: str, key: str) -> None:
+        """The gate said Start: roll back to `sid` in a new epoch."""
+        if self.restoring is not None:
+            raise Violation(f"restore: a second restore ({sid}) started while the restore of {self.restoring} runs")
+        if key:
+            self.rolled_back[key] += 1
+            if self.rolled_back[key] > 1:
+                raise Violation(f"restore: request_id {key!r} rolled back a second time (to {sid})")
         self.epoch += 1
         self.restoring = sid
+        self.restore_key = key
+        self.last_restore = (sid, key, self.epoch)
         self.faults["restore"] += 1
         for other, snap in self.snapshots.items():
             if snap.status == "IN_PROGRESS":
@@ -408,6 +447,7 @@ class World:
         if not behind:
             if all(n is not None for n in self.nodes.values()):
                 self.restoring = None  # every node has it: RESTORED
+                self.gate.finished((sid, self.epoch))
             return
         node_id = rng.choice(behind)
         node = self.nodes[node_id]
@@ -423,6 +463,79 @@ class World:
         if crash and rng.random() < 0.25:
             self.faults["crash during a restore"] += 1
             self.crash(node_id, rng)
+
+    def restore_calls(self, *, always: bool = False) -> None:
+        """Clients call RestoreSnapshot: one call, a retry, or a burst of concurrent calls."""
+        rng = self.restore_rng
+        if (not always and rng.random() >= 0.04) or not self.controller_up or not self.snapshots:
+            return
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            keys = list(self.key_snapshot)
+            roll = rng.random()
+            if keys and roll < 0.4:  # a retry of an earlier call
+                key = rng.choice(keys)
+                sid = self.key_snapshot[key]
+            elif keys and roll < 0.5:  # an earlier key, another snapshot
+                key, sid = rng.choice(keys), self._restore_target(rng)
+            else:
+                sid = self._restore_target(rng)
+                key = ""
+                if rng.random() < 0.7:
+                    self.next_restore_key += 1
+                    key = f"k{self.next_restore_key}"
+            self.restore_call(sid, key)
+
+    def _restore_target(self, rng: random.Random) -> str:
+        """Mostly a COMPLETE snapshot (so calls start, join, get answers and Busy), sometimes any."""
+        complete = sorted(sid for sid, snap in self.snapshots.items() if snap.status == "COMPLETE")
+        if complete and rng.random() < 0.85:
+            return rng.choice(complete)
+        return rng.choice(sorted(self.snapshots))
+
+    def settle_restore_calls(self) -> None:
+        """Once snapshots have completed: rounds of calls, each round moving the restore on by one node."""
+        rng = self.restore_rng
+        for _ in range(rng.randint(0, 8)):
+            self.restore_calls(always=True)
+            if self.restoring is not None:
+                self.restore_one(rng)
+            if rng.random() < 0.1:  # the controller crashes and comes back: the gate is rebuilt from the journal
+                self.faults["controller crash"] += 1
+                self.restart_controller()
+            for node_id in self.ids:
+                if self.nodes[node_id] is None:
+                    self._start_node(node_id)
+            self._drain_all()
+
+    def restore_call(self, sid: str, key: str) -> None:
+        status = self.snapshots[sid].status
+        problem = "" if status == "COMPLETE" else f"snapshot {sid} is {status}, not COMPLETE"
+        known = self.key_snapshot.get(key) if key else None
+        decision = self.gate.request(sid, key, self.now, problem)
+        kind = type(decision)
+        if kind is restoregate.Start:
+            if key:
+                self.key_snapshot.setdefault(key, sid)
+            self._begin_restore(sid, key)
+            self.faults["restore call started a restore"] += 1
+        elif kind is restoregate.Join:
+            if self.restoring != sid:
+                raise Violation(f"restore: a call for {sid} joined the restore of {self.restoring}")
+            self.faults["restore call joined the running restore"] += 1
+        elif kind is restoregate.Answer:
+            if decision.result is None or decision.result[0] != sid:
+                raise Violation(f"restore: a retry of {key!r} for {sid} was answered {decision.result!r}")
+            self.faults["restore retry answered, not rolled back"] += 1
+        elif kind is restoregate.Busy:
+            if self.restoring is None or self.restoring == sid:
+                raise Violation(f"restore: a call for {sid} refused busy while {self.restoring} runs")
+            self.faults["restore refused: another restore runs"] += 1
+        elif decision.code == "INVALID_ARGUMENT":
+            if known is None or known == sid:
+                raise Violation(f"restore: {key!r} for {sid} refused: {decision.message}")
+            self.faults["restore refused: key of another snapshot"] += 1
+        else:
+            self.faults["restore refused: not restorable"] += 1
 
     # -- clients
 
@@ -455,6 +568,7 @@ class World:
     # -- the schedule
 
     def step(self) -> None:
+        self.restore_calls()
         rng = self.rng
         if rng.random() < 0.03:
             if self.restoring is None:
@@ -551,6 +665,7 @@ class World:
             if self.nodes[node_id] is None:
                 self._start_node(node_id)
         self._drain_all()
+        self.settle_restore_calls()
         if self.rng.random() < 0.5:  # one more restore, with crashes in it, once snapshots have completed
             self.start_restore(self.rng)
         for _ in range(1000):
