@@ -132,7 +132,10 @@ def _wait_controller_idle(cluster: Cluster, cap_s: float) -> float:
 
 def _markers_per_snapshot(cluster: Cluster) -> dict[str, int]:
     """marker_sent records per snapshot id, from every node's transfer log."""
-    paths = [str(cluster.config.log_path(n)) for n in cluster.node_ids]
+    from snapmesh.node_logs import log_files
+
+    # every segment, sealed ones too: at today's rates a run fills several
+    paths = [str(p) for n in cluster.node_ids for p in log_files(cluster.config.data_dir, n)]
     out = subprocess.run(
         ["grep", "-hF", '"kind":"marker_sent"', *paths], capture_output=True, text=True, check=False
     ).stdout
