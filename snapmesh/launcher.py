@@ -95,6 +95,33 @@ def address_lines(cfg: cluster_config.ClusterConfig) -> str:
     return "\n".join(lines)
 
 
+def serve_page(cluster, listen: str):
+    """The snapshot page on `listen` (its `ui:` line printed), or None for `off` or
+    when it cannot bind: the cluster is worth more than its page."""
+    if listen == "off":
+        return None
+    from snapmesh.ui.server import start_page
+
+    try:
+        page = start_page(cluster, listen)
+    except OSError as exc:
+        print(f"snapmesh cluster: no snapshot page on {listen}: {exc}", file=sys.stderr, flush=True)
+        return None
+    print(f"ui: {page.url}", flush=True)
+    return page
+
+
+def watch_children(cluster) -> None:
+    """Until a stop signal: say once on stderr when a child exits."""
+    reported: set[str] = set()
+    while True:
+        time.sleep(0.5)
+        for name, alive in cluster.alive().items():
+            if not alive and name not in reported:
+                reported.add(name)
+                print(f"snapmesh cluster: {name} exited; see {cluster.log_dir}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(_parser(), argv)
     if isinstance(args, int):
@@ -163,21 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             token = cluster.client_identity.token if cluster.client_identity else None
             print(f"grpcurl: {security.grpcurl_line(cluster.controller_address, tls_dir, token)}", flush=True)
         print(address_lines(cluster.config), flush=True)
-        if args.ui != "off":
-            from snapmesh.ui.server import start_page
-
-            try:
-                ui = start_page(cluster, args.ui)
-                print(f"ui: {ui.url}", flush=True)
-            except OSError as exc:  # the cluster is worth more than its page
-                print(f"snapmesh cluster: no snapshot page on {args.ui}: {exc}", file=sys.stderr, flush=True)
-        reported: set[str] = set()
-        while True:
-            time.sleep(0.5)
-            for name, alive in cluster.alive().items():
-                if not alive and name not in reported:
-                    reported.add(name)
-                    print(f"snapmesh cluster: {name} exited; see {cluster.log_dir}", file=sys.stderr, flush=True)
+        ui = serve_page(cluster, args.ui)
+        watch_children(cluster)
     except (ConfigError, DataDirLocked) as exc:
         print(f"snapmesh cluster: {exc}", file=sys.stderr)
         return 2

@@ -16,7 +16,6 @@ import argparse
 import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from snapmesh import security
@@ -24,7 +23,7 @@ from snapmesh.config import ConfigError
 from snapmesh.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
 from snapmesh.hosts.cluster import HostsCluster
 from snapmesh.hosts.net import SUBNET_PREFIX, MissingRights, NetworkError, missing_rights
-from snapmesh.launcher import address_lines
+from snapmesh.launcher import address_lines, serve_page, watch_children
 from snapmesh.supervisor import SupervisorError
 
 
@@ -76,21 +75,8 @@ def up(args: argparse.Namespace) -> int:
             token = cluster.client_identity.token if cluster.client_identity else None
             print(f"grpcurl: {security.grpcurl_line(cluster.controller_address, work / 'tls', token)}", flush=True)
         print(address_lines(hosts.addressed_config()), flush=True)
-        if args.ui != "off":
-            from snapmesh.ui.server import start_page
-
-            try:
-                ui = start_page(cluster, args.ui)
-                print(f"ui: {ui.url}", flush=True)
-            except OSError as exc:  # the cluster is worth more than its page
-                print(f"snapmesh cluster: no snapshot page on {args.ui}: {exc}", file=sys.stderr, flush=True)
-        reported: set[str] = set()
-        while True:
-            time.sleep(0.5)
-            for name, alive in cluster.alive().items():
-                if not alive and name not in reported:
-                    reported.add(name)
-                    print(f"snapmesh cluster: {name} exited; see {cluster.log_dir}", file=sys.stderr, flush=True)
+        ui = serve_page(cluster, args.ui)
+        watch_children(cluster)
     except (ConfigError, DataDirLocked) as exc:
         print(f"snapmesh cluster: {exc}", file=sys.stderr)
         return 2
