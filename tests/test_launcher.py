@@ -202,3 +202,19 @@ def test_a_node_that_cannot_start_stops_the_rest_and_exits_1(launched, tmp_path)
     assert proc.returncode == 1, err
     assert "p2" in err
     assert out == ""
+
+
+def test_a_child_that_dies_is_reported_once_on_stderr_and_the_rest_keep_serving(launched, tmp_path):
+    proc = launched("--nodes", "2", "--data-dir", str(tmp_path), "--ui", "off")
+    assert read_line(proc, 60).startswith("controller: ")
+    children = launched.remember(proc)
+    p2 = [pid for pid in children if b"--id\x00p2\x00" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(p2) == 1, children
+    os.kill(p2[0], signal.SIGKILL)
+    time.sleep(2)  # the launcher looks every 0.5 s; give it several looks, to see it says so only once
+    assert proc.poll() is None  # the launcher keeps the rest running
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert err.count("snapmesh cluster: p2 exited; see ") == 1, err
+    assert wait_gone(children) == set()
