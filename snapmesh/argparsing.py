@@ -14,3 +14,14 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
         return parser.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 2
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number above 0 (seconds, mostly)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value

@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 
 from snapmesh import security
-from snapmesh.argparsing import parse_args
+from snapmesh.argparsing import parse_args, positive_float
 from snapmesh.health import _valid_target
 from snapmesh.snapshots import fetch, pages  # noqa: F401  (part of this module's API)
 
@@ -59,16 +59,6 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Take, list, show, watch and verify snapshots.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser,
@@ -81,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--tls-dir", metavar="DIR",
                              help="client certificate of a TLS cluster (default: $SNAPMESH_TLS_DIR)")
         if remote and timeout:
-            sub.add_argument("--timeout", type=_positive, default=60.0, metavar="S",
+            sub.add_argument("--timeout", type=positive_float, default=60.0, metavar="S",
                              help="give up on a call after S seconds (default: 60)")
         sub.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
         return sub

@@ -29,7 +29,7 @@ from services.controller.store import SnapshotStore, StoreWriter, past_retention
 from services.controller.tracker import Tracker
 from snapmesh import config as cluster_config
 from snapmesh import security
-from snapmesh.argparsing import parse_args
+from snapmesh.argparsing import parse_args, positive_float
 from snapmesh.datalock import CONTROLLER, DataDirLock, DataDirLocked
 from snapmesh.runtime import CONTROLLER_RECEIVE_BYTES, ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -43,16 +43,6 @@ SERVICE_NAME = "snapmesh.v1.Controller"
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:
         self.exit(2, f"snapmesh controller: {message}\n")
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
 
 
 def _count(text: str) -> int:
@@ -73,9 +63,9 @@ def _parser() -> argparse.ArgumentParser:
         help="refuse a trigger (RESOURCE_EXHAUSTED) while N snapshots are in progress; "
         "default: controller.max_concurrent_snapshots, else 32",
     )
-    parser.add_argument("--interval", type=_positive, metavar="S", help="also take a snapshot every S seconds")
+    parser.add_argument("--interval", type=positive_float, metavar="S", help="also take a snapshot every S seconds")
     parser.add_argument(
-        "--deadline", type=_positive, metavar="S", help="fail a snapshot not finished after S seconds "
+        "--deadline", type=positive_float, metavar="S", help="fail a snapshot not finished after S seconds "
         "(default: controller.snapshot_deadline_s)"
     )
     return parser
