@@ -28,11 +28,11 @@ $(BIN)/helm: deploy/helm/fetch_helm.py | $(STAMP)
 	$(PY) deploy/helm/fetch_helm.py $@
 
 proto: $(STAMP)
-	$(PY) -m snapmesh.protogen
+	$(PY) -m snapmesh.commands.protogen
 	touch $(PROTO_STAMP)
 
 $(PROTO_STAMP): $(STAMP) $(PROTOS)
-	$(PY) -m snapmesh.protogen
+	$(PY) -m snapmesh.commands.protogen
 	touch $@
 
 # The driver JVM's classes in one archive (snapmesh/reconcile/cds.py): a small
@@ -82,7 +82,7 @@ lint: install
 
 # ---- deployment: images without a registry, the compose stack, Terraform checks
 # Compose v2 (`docker compose`) where it answers, else v1 (`docker-compose`, end-of-life,
-# still Debian 12's); SNAPMESH_COMPOSE=... chooses. snapmesh/compose_cli.py decides alike.
+# still Debian 12's); SNAPMESH_COMPOSE=... chooses. snapmesh/processes/compose_cli.py decides alike.
 SNAPMESH_COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 COMPOSE = $(SNAPMESH_COMPOSE) -f deploy/compose/docker-compose.yml
 CHECKOV_VERSION := 3.3.30

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent
 
 def _protogen():
     # By path: the package itself is not importable while it is being built.
-    spec = importlib.util.spec_from_file_location("_snapmesh_protogen", ROOT / "snapmesh" / "protogen.py")
+    spec = importlib.util.spec_from_file_location("_snapmesh_protogen", ROOT / "snapmesh" / "commands" / "protogen.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -27,7 +27,7 @@ results and prints the table. The table says how much CPU the generator used
 beside the nodes, and how busy the rest of the machine was, so a reader can
 judge whether it was the bottleneck.
 
-Clusters are started by the supervisor (`snapmesh.supervisor.Cluster`) in a
+Clusters are started by the supervisor (`snapmesh.processes.supervisor.Cluster`) in a
 temporary directory that is removed at the end; every process started here is
 stopped (the load generator also exits on its own when this process goes away:
 its stdin closes).
@@ -47,11 +47,11 @@ import grpc
 from bench.loadgen import LoadGen
 from bench.observe import Observer, cpu_s, window_between
 from bench.report import Latency, Markers, Results, p50_p99, table
-from snapmesh.config import write_cluster
-from snapmesh.runtime import CLIENT_OPTIONS
-from snapmesh.scrape import largest
-from snapmesh.snapshots import duration_s
-from snapmesh.supervisor import Cluster
+from snapmesh.settings.config import write_cluster
+from snapmesh.serving.runtime import CLIENT_OPTIONS
+from snapmesh.checking.scrape import largest
+from snapmesh.checking.snapshots import duration_s
+from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -132,7 +132,7 @@ def _wait_controller_idle(cluster: Cluster, cap_s: float) -> float:
 
 def _markers_per_snapshot(cluster: Cluster) -> dict[str, int]:
     """marker_sent records per snapshot id, from every node's transfer log."""
-    from snapmesh.node_logs import log_files
+    from snapmesh.checking.node_logs import log_files
 
     # every segment, sealed ones too: at today's rates a run fills several
     paths = [str(p) for n in cluster.node_ids for p in log_files(cluster.config.data_dir, n)]

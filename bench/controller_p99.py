@@ -27,8 +27,8 @@ from bench.controller_store import merge_results
 from bench.loadgen import LoadGen
 from bench.observe import Observer, cpu_s
 from bench.report import percentile
-from snapmesh.runtime import CLIENT_OPTIONS
-from snapmesh.snapshots import duration_s
+from snapmesh.serving.runtime import CLIENT_OPTIONS
+from snapmesh.checking.snapshots import duration_s
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 

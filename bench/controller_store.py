@@ -25,8 +25,8 @@ from pathlib import Path
 from bench import results
 from services.controller import export, journal
 from services.controller.store import SnapshotStore
-from snapmesh.durable import write_atomically
-from snapmesh.topology import Topology
+from snapmesh.serving.durable import write_atomically
+from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 NODES = 8

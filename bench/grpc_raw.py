@@ -17,7 +17,7 @@ import time
 import grpc
 
 from bench.report import percentile
-from snapmesh.runtime import CLIENT_OPTIONS
+from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 

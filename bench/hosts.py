@@ -36,7 +36,7 @@ from bench.cluster import INITIAL_BALANCE, _latency_run, _paced_callers
 from bench.loadgen import LoadGen
 from snapmesh.hosts.cluster import NODE_PORT, HostsCluster
 from snapmesh.hosts.net import missing_rights
-from snapmesh.runtime import CLIENT_OPTIONS
+from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 NODES = 8

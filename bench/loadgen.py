@@ -1,6 +1,6 @@
 """The bench's load generator, in a process of its own: `python -m bench.loadgen`.
 
-It is the project's load generator (`snapmesh.load.LoadGenerator`) run without
+It is the project's load generator (`snapmesh.bank.load.LoadGenerator`) run without
 tallying: it sends pre-serialized batches and does not parse the answers, so
 it stays cheap beside the nodes it loads. `LoadGen` is the parent's handle;
 the two talk over the child's stdin and stdout:
@@ -19,8 +19,8 @@ import json
 import subprocess
 import sys
 
-from snapmesh.load import LoadGenerator
-from snapmesh.supervisor import Cluster
+from snapmesh.bank.load import LoadGenerator
+from snapmesh.processes.supervisor import Cluster
 
 MAX_AMOUNT = 100
 

@@ -1,6 +1,6 @@
 """A micro-driver of the pure per-transfer path, for instruction counts (issue 23).
 
-Two `snapmesh.node.Node` machines, a -> b and b -> a, driven as the node's shell
+Two `snapmesh.protocol.node.Node` machines, a -> b and b -> a, driven as the node's shell
 drives them but with no I/O: client batches of BATCH transfers at a, every
 Append encoded to its log line (`wal.Encoder`, as the transfer log does), the
 log made durable once per batch, each Transmit delivered to b as one frame,
@@ -22,9 +22,9 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter
 
-from snapmesh import node as machine
-from snapmesh.recovery import fresh
-from snapmesh.wal import Encoder
+from snapmesh.protocol import node as machine
+from snapmesh.protocol.recovery import fresh
+from snapmesh.protocol.wal import Encoder
 
 BATCH = 200
 

@@ -1,5 +1,5 @@
 """What the bench sees of a running cluster: the nodes' Prometheus metrics
-(`snapmesh.scrape`), the CPU of every process
+(`snapmesh.checking.scrape`), the CPU of every process
 (utime+stime from /proc/<pid>/stat) and of the whole machine, over windows."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import grpc
 
 from bench.loadgen import LoadGen
-from snapmesh.scrape import largest, sums
-from snapmesh.supervisor import Cluster
+from snapmesh.checking.scrape import largest, sums
+from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 

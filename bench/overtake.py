@@ -34,9 +34,9 @@ from bench import results
 from bench.cluster import INITIAL_BALANCE, _finished, _latency_run, _paced_callers, _wait_controller_idle
 from bench.loadgen import LoadGen
 from bench.observe import Observer, busy_fraction
-from snapmesh.config import write_cluster
-from snapmesh.runtime import CLIENT_OPTIONS
-from snapmesh.supervisor import Cluster
+from snapmesh.settings.config import write_cluster
+from snapmesh.serving.runtime import CLIENT_OPTIONS
+from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 

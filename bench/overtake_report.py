@@ -26,9 +26,9 @@ import time
 from bench.controller_store import merge_results
 from services.controller.tracker import Now, Tracker
 from services.node.reporter import full_state_message
-from snapmesh import core
-from snapmesh.link import Entry
-from snapmesh.topology import Topology
+from snapmesh.protocol import core
+from snapmesh.protocol.link import Entry
+from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 NODES = ("p1", "p2", "p3", "p4")

@@ -31,9 +31,9 @@ import grpc
 from bench.cluster import INITIAL_BALANCE
 from bench.loadgen import LoadGen
 from bench.observe import Observer
-from snapmesh.config import write_cluster
-from snapmesh.runtime import CLIENT_OPTIONS
-from snapmesh.supervisor import Cluster
+from snapmesh.settings.config import write_cluster
+from snapmesh.serving.runtime import CLIENT_OPTIONS
+from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -44,11 +44,11 @@ RATE_HZ = 250  # samples per second per process
 # A frame is "function (file:line)" in py-spy's collapsed format.
 RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("metrics", ("prometheus_client", "services/node/metrics.py", "_metrics (services/node/engine.py")),
-    ("log encode", ("Encoder.", "encode (snapmesh/wal.py", "append_record (services/node/translog.py")),
+    ("log encode", ("Encoder.", "encode (snapmesh/protocol/wal.py", "append_record (services/node/translog.py")),
     ("commit (write + fdatasync)", ("_write_all_and_sync", "_flush_once", "_chunks (services/node/translog.py")),
     ("snapshot report", ("services/node/reporter.py", "full_state_message")),
-    ("core + link (pure machine)", ("snapmesh/core.py", "snapmesh/link.py", "snapmesh/node.py")),
-    ("overtake merge", ("snapmesh/overtake.py",)),
+    ("core + link (pure machine)", ("snapmesh/protocol/core.py", "snapmesh/protocol/link.py", "snapmesh/protocol/node.py")),
+    ("overtake merge", ("snapmesh/protocol/overtake.py",)),
     ("engine (effects, frames out)", ("services/node/engine.py",)),
     ("channels (frames in and out, acks)", ("services/node/channels.py", "_decode (services/node/servicer.py")),
     ("client RPC (TransferBatch servicer)", ("services/node/servicer.py",)),
@@ -73,7 +73,7 @@ def _sync_lines() -> tuple[str, ...]:
     """'file:line' of every fsync / fdatasync call in the project's own code."""
     root = Path(__file__).resolve().parent.parent
     out = []
-    for rel in ("services/node/translog.py", "services/controller/journal.py", "snapmesh/durable.py",
+    for rel in ("services/node/translog.py", "services/controller/journal.py", "snapmesh/serving/durable.py",
                 "services/node/reporter.py", "services/controller/store.py"):
         try:
             lines = (root / rel).read_text().splitlines()

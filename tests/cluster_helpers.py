@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable
 
 import grpc
 
-from snapmesh.logcheck import Report, check_logs
-from snapmesh.node_logs import read_logs
-from snapmesh import security
+from snapmesh.checking.logcheck import Report, check_logs
+from snapmesh.checking.node_logs import read_logs
+from snapmesh.settings import security
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 
@@ -29,7 +29,7 @@ def node_stub(address: str, identity=None, server_name: str | None = None) -> tu
 
 
 def check_against_logs(cluster, snapshots: Iterable, logs: dict[str, list[dict]] | None = None) -> Report:
-    """The one checker (snapmesh/logcheck.py): a `supervisor.Cluster`'s node logs
+    """The one checker (snapmesh/checking/logcheck.py): a `supervisor.Cluster`'s node logs
     (read now unless given) against its COMPLETE controller `snapshots`."""
     if logs is None:
         logs = read_logs(cluster.data_dir, cluster.node_ids)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 # Before anything imports grpc: with gRPC's fork support on, a child forked to
-# run a preexec_fn (snapmesh.launcher's death signal) while this process has
+# run a preexec_fn (snapmesh.processes.launcher's death signal) while this process has
 # live channels restarts gRPC's poller, whose epoll fd close_fds then closes:
 # the child aborts (SIGABRT) before exec, about 1 start in 25 under load
 # (grpc/grpc#43055). The tests never use gRPC across a fork.

@@ -348,7 +348,7 @@ class PodRunner:
         from cryptography.hazmat.primitives.asymmetric import ec
         from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-        from snapmesh import security
+        from snapmesh.settings import security
 
         ca_key, ca_cert = security.make_ca("cert-manager stand-in CA")
         ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from cluster_helpers import controller_stub, node_stub  # noqa: F401  (re-exported for the deploy tests)
 from snapmesh.chaos.compose import project_leftovers  # noqa: F401  (re-exported for the compose tests)
-from snapmesh.ports import free_ports
+from snapmesh.processes.ports import free_ports
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE_DIR = REPO / "deploy" / "compose"
@@ -338,8 +338,8 @@ def build_images(tag: str = "latest") -> dict[str, str]:
 
 
 def compose_bin() -> list[str] | None:
-    """`docker compose` (v2) where it answers, else `docker-compose` (v1): snapmesh.compose_cli."""
-    from snapmesh.compose_cli import compose_command
+    """`docker compose` (v2) where it answers, else `docker-compose` (v1): snapmesh.processes.compose_cli."""
+    from snapmesh.processes.compose_cli import compose_command
 
     return compose_command()
 

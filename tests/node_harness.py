@@ -1,7 +1,7 @@
 """Real node processes on loopback for the node tests, through the supervisor.
 
 - `cluster_file(...)`: a temp cluster file (free ports, data_dir in tmp).
-- `Cluster`: a `snapmesh.supervisor.Cluster` of nodes only, with a `ReportSink`
+- `Cluster`: a `snapmesh.processes.supervisor.Cluster` of nodes only, with a `ReportSink`
   on the controller's port instead of the controller, so these tests exercise
   the node alone; plus client stubs and what the logs say.
 - `ReportSink`: a tiny real gRPC `Controller` server (in a thread of the test
@@ -24,12 +24,12 @@ from pathlib import Path
 
 import grpc
 
-from snapmesh.logcheck import RecordedSnapshot, check_logs
-from snapmesh.node_logs import money_check, read_logs
-from snapmesh import supervisor
-from snapmesh.config import write_cluster
-from snapmesh.ports import free_ports
-from snapmesh.ports import port_is_free as _port_is_free
+from snapmesh.checking.logcheck import RecordedSnapshot, check_logs
+from snapmesh.checking.node_logs import money_check, read_logs
+from snapmesh.processes import supervisor
+from snapmesh.settings.config import write_cluster
+from snapmesh.processes.ports import free_ports
+from snapmesh.processes.ports import port_is_free as _port_is_free
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -193,7 +193,7 @@ class Cluster(supervisor.Cluster):
         return logs
 
     def check_snapshots(self, logs: dict[str, list[dict]], *reports: dict[str, pb.FullState]) -> None:
-        """The one log checker (snapmesh/logcheck.py) on snapshots given as every node's FullState."""
+        """The one log checker (snapmesh/checking/logcheck.py) on snapshots given as every node's FullState."""
         snapshots = [RecordedSnapshot.from_states(states) for states in reports]
         check_logs(logs, snapshots, channels=self.channels, total=self.total)
 

@@ -18,8 +18,8 @@ import pytest
 
 from services.node import main as node_main
 from services.node import servicer as node_servicer
-from snapmesh import config as cluster_config
-from snapmesh.runtime import CLIENT_OPTIONS
+from snapmesh.settings import config as cluster_config
+from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 from tests.node_harness import cluster_file

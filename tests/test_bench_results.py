@@ -52,12 +52,12 @@ def test_cpu_per_transfer_is_the_whole_machines_busy_cpu_over_the_node_counted_r
 def test_profile_categories_take_the_innermost_named_frame_and_set_waiting_apart(tmp_path: Path) -> None:
     from bench.profile import WAITING, categorize, shares, table
 
-    rpc = "measured (snapmesh/metrics.py:118);NodeServicer.TransferBatch (services/node/servicer.py:83)"
-    core = rpc + ";Engine.transfer_batch (services/node/engine.py:90);Node.transfer (snapmesh/node.py:238)"
+    rpc = "measured (snapmesh/serving/metrics.py:118);NodeServicer.TransferBatch (services/node/servicer.py:83)"
+    core = rpc + ";Engine.transfer_batch (services/node/engine.py:90);Node.transfer (snapmesh/protocol/node.py:238)"
     assert categorize(rpc) == "client RPC (TransferBatch servicer)"
     assert categorize(core) == "core + link (pure machine)"  # the innermost frame a rule names
-    assert categorize(core + ";send_record (snapmesh/wal.py:220)") == "core + link (pure machine)"  # making it
-    assert categorize(core + ";Engine._run (services/node/engine.py:186);Encoder.record (snapmesh/wal.py:330)") == (
+    assert categorize(core + ";send_record (snapmesh/protocol/wal.py:220)") == "core + link (pure machine)"  # making it
+    assert categorize(core + ";Engine._run (services/node/engine.py:186);Encoder.record (snapmesh/protocol/wal.py:330)") == (
         "log encode")  # writing it
     assert categorize("_run_once (asyncio/base_events.py:1910);EpollSelector.select (selectors.py:468)") == WAITING
     raw = tmp_path / "raw.txt"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from snapmesh import chunking
+from snapmesh.protocol import chunking
 
 
 def test_a_peer_past_its_bound_is_refused_and_takes_nothing() -> None:

@@ -17,11 +17,11 @@ import grpc
 import pytest
 
 from cluster_helpers import check_against_logs, controller_stub
-from snapmesh import config
-from snapmesh.config import write_cluster
-from snapmesh.load import BackgroundLoad
-from snapmesh.security import write_certs
-from snapmesh.supervisor import Cluster
+from snapmesh.settings import config
+from snapmesh.settings.config import write_cluster
+from snapmesh.bank.load import BackgroundLoad
+from snapmesh.settings.security import write_certs
+from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -49,7 +49,7 @@ def make_cluster(tmp_path, tls):
 
 
 def assert_consistent_with_logs(cluster: Cluster, snapshots: list[pb.Snapshot]) -> None:
-    """The one checker (snapmesh/logcheck.py): the nodes' logs against every snapshot."""
+    """The one checker (snapmesh/checking/logcheck.py): the nodes' logs against every snapshot."""
     report = check_against_logs(cluster, snapshots)
     assert report.transfers > 0 and len(report.snapshots) >= len(snapshots)
 
@@ -179,7 +179,7 @@ def test_the_app_exits_2_with_a_clear_message_when_the_controller_is_unreachable
     import subprocess
     import sys
 
-    from snapmesh.ports import free_ports
+    from snapmesh.processes.ports import free_ports
 
     [port] = free_ports(1)
     result = subprocess.run(

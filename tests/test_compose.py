@@ -52,7 +52,7 @@ from helpers_deploy import (
     trigger_snapshot,
     wait_for,
 )
-from snapmesh.security import load_tls_dir
+from snapmesh.settings.security import load_tls_dir
 
 NODES = [f"p{i}" for i in range(1, 5)]
 EXPECTED_TOTAL = 1000 * len(NODES)
@@ -76,7 +76,7 @@ def test_generated_files_are_up_to_date(tmp_path):
 
 
 def test_generator_scales_to_n_nodes(tmp_path):
-    from snapmesh import config
+    from snapmesh.settings import config
 
     result = subprocess.run([sys.executable, str(COMPOSE_DIR / "generate.py"), "--nodes", "6", "--out", str(tmp_path)],
                             capture_output=True, text=True, check=True)
@@ -90,7 +90,7 @@ def test_generator_scales_to_n_nodes(tmp_path):
 
 
 def test_committed_cluster_toml_loads():
-    from snapmesh import config
+    from snapmesh.settings import config
 
     cfg = config.load(COMPOSE_DIR / "cluster.toml", env={"SNAPMESH_DATA_DIR": "/data"})
     assert [n.id for n in cfg.nodes] == NODES and cfg.controller.port == CONTROLLER_PORT
@@ -138,7 +138,7 @@ def test_health_command_exit_codes(capsys):
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
     from helpers_deploy import free_ports
-    from snapmesh.health import main as health_main
+    from snapmesh.commands.health import main as health_main
 
     server = grpc.server(futures.ThreadPoolExecutor(2))
     servicer = health.HealthServicer()

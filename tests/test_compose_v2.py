@@ -1,6 +1,6 @@
 """Compose v2 (`docker compose`) first, v1 (`docker-compose`) where only that exists.
 
-The Makefile, snapmesh.compose_cli (the chaos campaign, the tests) and the EC2
+The Makefile, snapmesh.processes.compose_cli (the chaos campaign, the tests) and the EC2
 user data each choose, the same way. This machine has only v1, so v2 is played by
 a stand-in `docker` script on PATH that answers `docker compose ...` (and v1-only
 by a `docker` that refuses it): the choice is what is tested here; the real
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from snapmesh import compose_cli
+from snapmesh.processes import compose_cli
 
 REPO = Path(__file__).resolve().parent.parent
 USER_DATA = REPO / "deploy" / "terraform-ec2" / "user_data.sh.tftpl"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from snapmesh import config
+from snapmesh.settings import config
 
 GOOD = """\
 data_dir = "data"

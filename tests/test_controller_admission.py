@@ -15,9 +15,9 @@ import tomli_w
 
 from cluster_helpers import controller_stub
 from services.controller.main import main as controller_main
-from snapmesh import config as cluster_config
-from snapmesh.config import write_cluster
-from snapmesh.supervisor import Cluster
+from snapmesh.settings import config as cluster_config
+from snapmesh.settings.config import write_cluster
+from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 IN_PROGRESS, COMPLETE = pb.Snapshot.IN_PROGRESS, pb.Snapshot.COMPLETE

@@ -7,7 +7,7 @@ import asyncio
 
 from services.controller import journal as J
 from services.controller.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker
-from snapmesh.topology import Topology
+from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 NODES = ("p1", "p2")

@@ -12,10 +12,10 @@ import pytest
 from google.protobuf import json_format
 
 from cluster_helpers import check_against_logs, controller_stub, poll
-from snapmesh.node_logs import read_logs
-from snapmesh.config import write_cluster
-from snapmesh.supervisor import Cluster
-from snapmesh import snapshot_file
+from snapmesh.checking.node_logs import read_logs
+from snapmesh.settings.config import write_cluster
+from snapmesh.processes.supervisor import Cluster
+from snapmesh.checking import snapshot_file
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]

@@ -18,7 +18,7 @@ from services.controller.tracker import (
     duration_s,
     new_snapshot_id,
 )
-from snapmesh.topology import Topology
+from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 NODES = ("p1", "p2", "p3")

@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from services.node.servicer import REFUSAL_STATUS
-from snapmesh import core
+from snapmesh.protocol import core
 
 
 def process() -> core.Process:

@@ -31,8 +31,8 @@ from helpers_deploy import (
     trigger_snapshot,
     wait_for,
 )
-from snapmesh.config import write_cluster
-from snapmesh.supervisor import Cluster
+from snapmesh.settings.config import write_cluster
+from snapmesh.processes.supervisor import Cluster
 
 pytestmark = pytest.mark.cluster
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from snapmesh.config import write_cluster
-from snapmesh.supervisor import Cluster
+from snapmesh.settings.config import write_cluster
+from snapmesh.processes.supervisor import Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
@@ -83,7 +83,7 @@ def test_cluster_up_with_tls_on_a_live_data_dir_writes_no_certificates(live):
 
 def test_a_nodes_lock_alone_also_stops_cluster_up(tmp_path):
     # Only p2 runs here (another cluster's node, say): no file is written either.
-    from snapmesh.datalock import DataDirLock
+    from snapmesh.serving.datalock import DataDirLock
 
     lock = DataDirLock.acquire(tmp_path, "p2")
     try:
@@ -98,7 +98,7 @@ def test_a_nodes_lock_alone_also_stops_cluster_up(tmp_path):
 def test_cluster_up_is_not_ready_on_another_processs_answer(live, tmp_path):
     # This cluster's p1 has the live cluster's p1 port: the live p1 answers SERVING
     # there, but the p1 just started cannot bind and exits.
-    from snapmesh.ports import free_ports, port_is_free
+    from snapmesh.processes.ports import free_ports, port_is_free
 
     taken = live.config.node("p1").port
     ports = free_ports(5)
@@ -118,8 +118,8 @@ def test_cluster_up_is_not_ready_on_another_processs_answer(live, tmp_path):
 def test_every_health_answer_carries_the_instance_id_of_this_start(live):
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from snapmesh.runtime import INSTANCE_METADATA
-    from snapmesh.security import open_channel
+    from snapmesh.serving.runtime import INSTANCE_METADATA
+    from snapmesh.settings.security import open_channel
 
     before = live.nodes["p2"].instance_id
     live.restart_node("p2")

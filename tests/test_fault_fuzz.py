@@ -16,8 +16,8 @@ from collections import Counter
 
 import pytest
 
-from snapmesh import link, recovery, requests, restoregate
-from snapmesh import node as node_mod
+from snapmesh.protocol import link, recovery, requests, restoregate
+from snapmesh.protocol import node as node_mod
 from snapmesh.sim import cli, fuzz
 
 CASES = int(os.environ.get("SNAPMESH_FUZZ_CASES", "10000"))

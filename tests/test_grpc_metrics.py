@@ -1,4 +1,4 @@
-"""The gRPC server metrics interceptor (snapmesh/metrics.py) on a real grpc.aio
+"""The gRPC server metrics interceptor (snapmesh/serving/metrics.py) on a real grpc.aio
 server over loopback: each RPC shape, each way an RPC ends (OK, an abort with a
 code, an exception, a client's cancel), and a call the token check refuses."""
 
@@ -10,8 +10,8 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from snapmesh import security
-from snapmesh.metrics import GrpcServerMetrics
+from snapmesh.settings import security
+from snapmesh.serving.metrics import GrpcServerMetrics
 
 SERVICE = "test.Echo"
 

@@ -1,5 +1,5 @@
 """SNAPMESH_HEALTH_PORT: the health service alone, in plaintext, beside a mutual-TLS
-port (what the Helm chart's kubelet gRPC probes call; snapmesh/runtime.py).
+port (what the Helm chart's kubelet gRPC probes call; snapmesh/serving/runtime.py).
 
 A real controller process with TLS on: its health port answers SERVING in
 plaintext for the whole server and for snapmesh.v1.Controller, serves nothing
@@ -19,8 +19,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from snapmesh import config as cluster_config
-from snapmesh.ports import free_ports
+from snapmesh.settings import config as cluster_config
+from snapmesh.processes.ports import free_ports
 
 SNAPMESH = str(Path(sys.executable).parent / "snapmesh")
 

@@ -29,7 +29,7 @@ import kubernetes_validate
 import pytest
 
 from helm_chart import CHART, HELM, by_kind, helm, one, render
-from snapmesh import config as cluster_config
+from snapmesh.settings import config as cluster_config
 
 K8S_VERSION = "1.34.0"  # the kubectl that ships beside the helm binary is 1.34
 K8S_VERSIONS = (K8S_VERSION, "1.37.0")  # and the newest schema kubernetes-validate 1.37.0 carries

@@ -24,9 +24,9 @@ from cluster_helpers import check_against_logs, controller_stub, poll
 from snapmesh.hosts import net, plan
 from snapmesh.hosts.cluster import HostsCluster
 from snapmesh.hosts.plan import Bench, PlanError
-from snapmesh.load import BackgroundLoad
-from snapmesh.security import load_tls_dir
-from snapmesh.node_logs import money_check, read_logs
+from snapmesh.bank.load import BackgroundLoad
+from snapmesh.settings.security import load_tls_dir
+from snapmesh.checking.node_logs import money_check, read_logs
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 REPO = Path(__file__).resolve().parent.parent

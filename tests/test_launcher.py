@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from snapmesh import config as cluster_config
-from snapmesh.config import write_cluster
-from snapmesh.ports import port_is_free
+from snapmesh.settings import config as cluster_config
+from snapmesh.settings.config import write_cluster
+from snapmesh.processes.ports import port_is_free
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 

@@ -1,4 +1,4 @@
-"""The one snapshot-versus-log checker (snapmesh/logcheck.py `check_logs`) on a
+"""The one snapshot-versus-log checker (snapmesh/checking/logcheck.py `check_logs`) on a
 hand-written two-node run: it passes the honest logs, read from sealed
 segments and an active file with a torn last line and a record kind it does
 not know, and it catches each kind of lie."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from snapmesh.logcheck import InvariantViolation, RecordedSnapshot, check_logs
-from snapmesh.node_logs import read_logs
+from snapmesh.checking.logcheck import InvariantViolation, RecordedSnapshot, check_logs
+from snapmesh.checking.node_logs import read_logs
 
 # p2 starts s1 while p1's transfer of 10 is on the wire: it is in flight on p1->p2.
 P1 = [

@@ -1,4 +1,4 @@
-"""The log checker's indexes (snapmesh/logcheck.py `_ChannelLine`, `_TraceIndex`,
+"""The log checker's indexes (snapmesh/checking/logcheck.py `_ChannelLine`, `_TraceIndex`,
 `_LogIndex`) answer each snapshot's questions by binary search instead of a scan
 of the whole trace; here each answer is compared with the definition, computed
 by brute force, on random channels: FIFO or not, some transfers never received,
@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from snapmesh.logcheck import INFINITY, _ChannelLine, _LogIndex, _Send, _TraceIndex
+from snapmesh.checking.logcheck import INFINITY, _ChannelLine, _LogIndex, _Send, _TraceIndex
 
 SEEDS = range(300)
 

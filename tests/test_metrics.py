@@ -17,8 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster_helpers import controller_stub, node_stub
-from snapmesh.config import write_cluster
-from snapmesh.supervisor import Cluster
+from snapmesh.settings.config import write_cluster
+from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = pytest.mark.cluster

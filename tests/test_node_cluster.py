@@ -12,8 +12,8 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from node_harness import Cluster, port_is_free
-from snapmesh.node_logs import money_check
-from snapmesh.load import BackgroundLoad
+from snapmesh.checking.node_logs import money_check
+from snapmesh.bank.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]

@@ -25,16 +25,16 @@ import pytest
 
 from cluster_helpers import check_against_logs, controller_stub, node_stub
 from node_harness import Cluster, ReportSink, run_node_once
-from snapmesh.node_logs import money_check, read_logs
-from snapmesh.datalock import DataDirLock, DataDirLocked
+from snapmesh.checking.node_logs import money_check, read_logs
+from snapmesh.serving.datalock import DataDirLock, DataDirLocked
 from services.node.recovery import recover
 from services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from services.node import translog
 from services.node.translog import LogClosedError, TransferLog
-from snapmesh.chunking import CHUNK_BYTES, BadChunks, StateAssembler, StateTooLarge, split_state
-from snapmesh import supervisor
-from snapmesh.config import write_cluster
-from snapmesh.load import BackgroundLoad
+from snapmesh.protocol.chunking import CHUNK_BYTES, BadChunks, StateAssembler, StateTooLarge, split_state
+from snapmesh.processes import supervisor
+from snapmesh.settings.config import write_cluster
+from snapmesh.bank.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 

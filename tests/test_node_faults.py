@@ -12,8 +12,8 @@ import pytest
 
 from snapmesh.chaos.proxy import ChaosProxy
 from node_harness import Cluster
-from snapmesh import scrape
-from snapmesh.load import BackgroundLoad
+from snapmesh.checking import scrape
+from snapmesh.bank.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]

@@ -1,4 +1,4 @@
-"""snapmesh/node.py and snapmesh/recovery.py: whole node machines over in-memory links.
+"""snapmesh/protocol/node.py and snapmesh/protocol/recovery.py: whole node machines over in-memory links.
 
 Also the pure half of defects 3 (aborts replayed), 4 (a marker never without its
 cut), 5 (checkpoints and segments), 6a (a full channel refuses at once) and 9
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from snapmesh import core, link, overtake, recovery, wal
-from snapmesh.node import Accepted, Ack, Append, Node, Report, Seal, Transmit
+from snapmesh.protocol import core, link, overtake, recovery, wal
+from snapmesh.protocol.node import Accepted, Ack, Append, Node, Report, Seal, Transmit
 
 
 class Machines:

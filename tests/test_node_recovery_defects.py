@@ -13,10 +13,10 @@ import grpc
 import pytest
 
 from node_harness import Cluster
-from snapmesh.node_logs import money_check
+from snapmesh.checking.node_logs import money_check
 from services.node.recovery import recover
-from snapmesh import wal
-from snapmesh.load import BackgroundLoad
+from snapmesh.protocol import wal
+from snapmesh.bank.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]

@@ -16,7 +16,7 @@ from node_harness import cluster_file, run_node_once
 from services.node.recovery import CorruptLogError, OutboxEntry, recover
 from services.node import translog
 from services.node.translog import TransferLog
-from snapmesh.supervisor import Cluster
+from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -299,7 +299,7 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], mes
 
 
 def test_seal_renames_the_active_segment_and_opens_the_next_with_its_checkpoint(tmp_path: Path) -> None:
-    from snapmesh import wal
+    from snapmesh.protocol import wal
 
     path = tmp_path / "p1.log.jsonl"
 

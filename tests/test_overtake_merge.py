@@ -1,4 +1,4 @@
-"""`snapmesh.overtake.merge` (O3), which the simulator and the controller both use
+"""`snapmesh.protocol.overtake.merge` (O3), which the simulator and the controller both use
 to assemble a channel in overtake mode, against its definition on random inputs:
 every seq the receiver recorded or the sender's outbox holds past the receiver's
 position, once, in seq order. A failure prints the seed that reproduces it."""
@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from snapmesh.core import Transfer
-from snapmesh.overtake import merge
+from snapmesh.protocol.core import Transfer
+from snapmesh.protocol.overtake import merge
 
 
 @pytest.mark.parametrize("seed", range(300))

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from services.controller import journal
-from snapmesh import config
-from snapmesh.launcher import write_config
+from snapmesh.settings import config
+from snapmesh.processes.launcher import write_config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from test_readme_grpcurl import grpcurl_binary
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from services.controller.store import past_retention
 from services.controller.tracker import Now, Tracker
-from snapmesh.topology import Topology
+from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 NODES = ("p1", "p2")
@@ -43,7 +43,7 @@ def test_the_fast_record_constructors_make_the_very_records_the_dataclasses_make
 
     import pytest
 
-    from snapmesh import wal
+    from snapmesh.protocol import wal
 
     rng = random.Random(23)
     encoder = wal.Encoder("p1")

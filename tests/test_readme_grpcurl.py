@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from snapmesh import config
-from snapmesh.config import write_cluster
-from snapmesh.security import write_certs
-from snapmesh.supervisor import Cluster
+from snapmesh.settings import config
+from snapmesh.settings.config import write_cluster
+from snapmesh.settings.security import write_certs
+from snapmesh.processes.supervisor import Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 

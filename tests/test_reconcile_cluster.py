@@ -17,12 +17,12 @@ import pytest
 from google.protobuf import json_format
 
 from cluster_helpers import controller_stub
-from snapmesh.logcheck import check_logs
-from snapmesh.node_logs import read_logs
-from snapmesh.config import write_cluster
-from snapmesh.load import BackgroundLoad
+from snapmesh.checking.logcheck import check_logs
+from snapmesh.checking.node_logs import read_logs
+from snapmesh.settings.config import write_cluster
+from snapmesh.bank.load import BackgroundLoad
 from snapmesh.reconcile.main import format_table, reconcile
-from snapmesh.supervisor import Cluster
+from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from spark_fixtures import spark  # noqa: F401  (the session-wide fixture)
 
@@ -88,7 +88,7 @@ def test_every_complete_snapshot_of_a_real_run_is_consistent(spark, cluster_run)
 
 
 def test_the_same_run_passes_the_test_suites_own_log_checker(cluster_run):
-    """The tests' checker (snapmesh/logcheck.py), independent of the Spark job, on the
+    """The tests' checker (snapmesh/checking/logcheck.py), independent of the Spark job, on the
     same logs: a SIGKILL and restart, resends and abandoned snapshots included."""
     snapshots = [json_format.Parse(f.read_text(), pb.Snapshot()) for f in sorted((cluster_run / "snapshots").glob("*.json"))]
     complete = [s for s in snapshots if s.status == pb.Snapshot.COMPLETE]

@@ -1,4 +1,4 @@
-"""Issue 26, points 2, 3 and 9 on the pure node machine (snapmesh/requests.py, node.py, recovery.py).
+"""Issue 26, points 2, 3 and 9 on the pure node machine (snapmesh/protocol/requests.py, node.py, recovery.py).
 
 2. A retry with the same request_id is never paid twice: one burst of 10,001
    ids does not push the first out, and after a restart from a checkpoint the
@@ -19,7 +19,7 @@ import pytest
 from test_node_machine import Machines
 from test_restore_machine import _restore_all, _snapshot_with_one_in_flight
 
-from snapmesh import core, requests, wal
+from snapmesh.protocol import core, requests, wal
 
 
 def test_a_burst_of_ten_thousand_ids_does_not_push_out_the_first() -> None:

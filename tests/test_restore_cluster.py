@@ -24,10 +24,10 @@ import pytest
 
 from cluster_helpers import controller_stub, node_stub
 from cluster_helpers import poll as _poll
-from snapmesh.logcheck import check_logs_by_epoch, check_restore
-from snapmesh.node_logs import read_logs
-from snapmesh.launcher import LocalCluster, write_config
-from snapmesh.load import BackgroundLoad
+from snapmesh.checking.logcheck import check_logs_by_epoch, check_restore
+from snapmesh.checking.node_logs import read_logs
+from snapmesh.processes.launcher import LocalCluster, write_config
+from snapmesh.bank.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]

@@ -1,10 +1,10 @@
-"""RestoreGate (snapmesh/restoregate.py): who may start a restore, as a pure state machine (issue 26.4)."""
+"""RestoreGate (snapmesh/protocol/restoregate.py): who may start a restore, as a pure state machine (issue 26.4)."""
 
 from __future__ import annotations
 
 import pytest
 
-from snapmesh.restoregate import MAX_KEY_BYTES, Answer, Busy, Join, Refuse, RestoreGate, Start, key_problem
+from snapmesh.protocol.restoregate import MAX_KEY_BYTES, Answer, Busy, Join, Refuse, RestoreGate, Start, key_problem
 
 
 def test_a_call_with_nothing_running_claims_the_restore_in_the_same_step() -> None:

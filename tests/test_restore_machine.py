@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from test_node_machine import Machines, kinds
 
-from snapmesh import core, recovery, wal
+from snapmesh.protocol import core, recovery, wal
 
 
 def _snapshot_with_one_in_flight(m: Machines) -> dict[str, core.FullState]:

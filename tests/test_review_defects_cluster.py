@@ -18,9 +18,9 @@ import grpc
 import pytest
 
 from cluster_helpers import controller_stub, node_stub, poll
-from snapmesh.config import write_cluster
-from snapmesh.launcher import LocalCluster, write_config
-from snapmesh.supervisor import Cluster
+from snapmesh.settings.config import write_cluster
+from snapmesh.processes.launcher import LocalCluster, write_config
+from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]

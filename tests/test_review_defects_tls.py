@@ -21,11 +21,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from snapmesh import config, security
-from snapmesh.config import write_cluster
-from snapmesh.launcher import LocalCluster, write_config
-from snapmesh.security import write_certs
-from snapmesh.supervisor import Cluster
+from snapmesh.settings import config, security
+from snapmesh.settings.config import write_cluster
+from snapmesh.processes.launcher import LocalCluster, write_config
+from snapmesh.settings.security import write_certs
+from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 from tests.test_readme_grpcurl import grpcurl_binary

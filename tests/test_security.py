@@ -23,9 +23,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.controller.main import main as controller_main
 from services.node.main import main as node_main
-from snapmesh import config, security
-from snapmesh.launcher import LocalCluster, write_config
-from snapmesh.security import load_tls_dir, open_channel, write_certs
+from snapmesh.settings import config, security
+from snapmesh.processes.launcher import LocalCluster, write_config
+from snapmesh.settings.security import load_tls_dir, open_channel, write_certs
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -267,7 +267,7 @@ def test_certs_command_writes_named_certificates(tmp_path):
 
 @pytest.mark.cluster
 def test_health_checks_a_tls_server_with_tls_dir_only(tls_cluster, capsys):
-    from snapmesh.health import main as health_main
+    from snapmesh.commands.health import main as health_main
 
     tls_dir = str(tls_cluster.config.tls.ca.parent)
     address = tls_cluster.node_address("p1")
@@ -280,8 +280,8 @@ def test_health_checks_a_tls_server_with_tls_dir_only(tls_cluster, capsys):
 
 @pytest.mark.cluster
 def test_a_plaintext_cli_against_tls_says_tls_is_on_and_which_flag(tls_cluster, capsys, monkeypatch):
-    from snapmesh.restore import main as restore_main
-    from snapmesh.snapshot_cli import main as snapshot_main
+    from snapmesh.commands.restore import main as restore_main
+    from snapmesh.commands.snapshot_cli import main as snapshot_main
 
     monkeypatch.delenv("SNAPMESH_TLS_DIR", raising=False)
     address = tls_cluster.controller_address

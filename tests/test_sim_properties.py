@@ -1,4 +1,4 @@
-"""Property tests: random scenarios through the simulator, judged by snapmesh/logcheck.py.
+"""Property tests: random scenarios through the simulator, judged by snapmesh/checking/logcheck.py.
 
 Deterministic simulation with one seed per case (FoundationDB / TigerBeetle VOPR
 style): `random.Random(seed)` derives the whole case (topology kind and size,
@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from snapmesh import logcheck as invariants  # noqa: E402
+from snapmesh.checking import logcheck as invariants  # noqa: E402
 
-from snapmesh import core  # noqa: E402
+from snapmesh.protocol import core  # noqa: E402
 from snapmesh.sim import from_dict, simulate  # noqa: E402
 from snapmesh.sim.scenario import Deliver, Run, Send, StartSnapshot  # noqa: E402
 from snapmesh.sim.simulator import Simulator  # noqa: E402

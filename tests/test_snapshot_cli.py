@@ -20,9 +20,11 @@ import grpc
 import pytest
 
 from cluster_helpers import controller_stub, node_stub, poll
-from snapmesh import chunking, snapshot_cli, snapshot_file
-from snapmesh.config import write_cluster
-from snapmesh.supervisor import Cluster
+from snapmesh.protocol import chunking
+from snapmesh.commands import snapshot_cli
+from snapmesh.checking import snapshot_file
+from snapmesh.settings.config import write_cluster
+from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -289,7 +291,7 @@ def test_verify_by_id_checks_both_files_and_passes(cluster, run, stub):
 
 
 def test_snapshots_taken_under_load_verify_with_their_in_flight_transfers(cluster, stub, run):
-    from snapmesh.load import BackgroundLoad
+    from snapmesh.bank.load import BackgroundLoad
 
     taken_ids = []
     with BackgroundLoad.for_cluster(cluster, seed=5, batch=50, max_amount=20, interval=0.0) as load:
@@ -471,7 +473,7 @@ def test_a_snapshot_over_4_mib_is_refused_by_get_saying_how_and_served_in_chunks
         stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=20)
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "GetSnapshotChunks" in info.value.details() and f"snapmesh snapshot get {sid}" in info.value.details()
-    from snapmesh.runtime import CLIENT_OPTIONS
+    from snapmesh.serving.runtime import CLIENT_OPTIONS
 
     with grpc.insecure_channel(cluster.controller_address, options=CLIENT_OPTIONS) as channel:  # takes 64 MiB
         whole = pb_grpc_controller(channel).GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid, max_bytes=64 << 20),
@@ -511,7 +513,7 @@ def test_a_default_client_reads_every_page_however_large_the_snapshots(cluster, 
 
 
 def snapshots_list_all(stub):
-    from snapmesh.snapshots import list_all
+    from snapmesh.checking.snapshots import list_all
 
     return list_all(stub, timeout=20)
 
@@ -582,7 +584,7 @@ def test_grpcurl_lists_and_describes_both_reflection_services(cluster):
 
 
 def test_a_tls_client_against_this_plaintext_cluster_is_told_to_drop_tls_dir(cluster, run, tmp_path):
-    from snapmesh.security import write_certs
+    from snapmesh.settings.security import write_certs
 
     write_certs(cluster.config, tmp_path / "tls")
     code, out, err = run("list", "--tls-dir", str(tmp_path / "tls"), "--timeout", "5")

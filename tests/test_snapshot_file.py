@@ -1,4 +1,4 @@
-"""Checksummed snapshot files (snapmesh/snapshot_file.py) as the controller's
+"""Checksummed snapshot files (snapmesh/checking/snapshot_file.py) as the controller's
 store writes and loads them: intact ones load, damaged ones are named and
 remembered, files from before checksums load as before."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from services.controller.export import snapshot_json
 from services.controller.store import SnapshotStore, StoreWriter
-from snapmesh import snapshot_file
+from snapmesh.checking import snapshot_file
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from cluster_helpers import controller_stub
-from snapmesh.config import write_cluster
-from snapmesh.snapshot_cli import SUMMARY
-from snapmesh.supervisor import Cluster
+from snapmesh.settings.config import write_cluster
+from snapmesh.commands.snapshot_cli import SUMMARY
+from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]

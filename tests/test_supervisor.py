@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from cluster_helpers import controller_stub
-from snapmesh.node_logs import read_logs
-from snapmesh.config import ConfigError, write_cluster
-from snapmesh.ports import port_is_free
-from snapmesh.supervisor import Cluster, SupervisorError, wait_serving
+from snapmesh.checking.node_logs import read_logs
+from snapmesh.settings.config import ConfigError, write_cluster
+from snapmesh.processes.ports import port_is_free
+from snapmesh.processes.supervisor import Cluster, SupervisorError, wait_serving
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]

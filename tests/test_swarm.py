@@ -46,8 +46,8 @@ from helpers_deploy import (
     trigger_snapshot,
     wait_for,
 )
-from snapmesh.ports import free_ports
-from snapmesh.security import load_tls_dir
+from snapmesh.processes.ports import free_ports
+from snapmesh.settings.security import load_tls_dir
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1200)]
 

@@ -166,9 +166,9 @@ def test_the_grpcurl_output_works_against_a_tls_controller(tf, tmp_path):
     cluster's and ./snapmesh-tls holding the client's files, run by bash and the real grpcurl."""
     from test_readme_grpcurl import grpcurl_binary
 
-    from snapmesh import config
-    from snapmesh.launcher import LocalCluster, write_config
-    from snapmesh.security import write_certs
+    from snapmesh.settings import config
+    from snapmesh.processes.launcher import LocalCluster, write_config
+    from snapmesh.settings.security import write_certs
 
     path = write_config(tmp_path / "cluster.toml", nodes=2)
     write_certs(config.load(path), tmp_path / "certs")

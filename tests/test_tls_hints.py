@@ -13,11 +13,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from snapmesh import config
-from snapmesh.health import main as health_main
-from snapmesh.launcher import write_config
-from snapmesh.ports import free_ports
-from snapmesh.security import load_tls_dir, write_certs
+from snapmesh.settings import config
+from snapmesh.commands.health import main as health_main
+from snapmesh.processes.launcher import write_config
+from snapmesh.processes.ports import free_ports
+from snapmesh.settings.security import load_tls_dir, write_certs
 
 
 @pytest.fixture(scope="module")

@@ -258,7 +258,7 @@ def test_a_real_clusters_logs(tmp_path):
     snapshot's in-flight transfers are those the controller recorded, and the demo's
     picture is written."""
     from snapmesh.bank.workload import WorkloadParams, run_workload
-    from snapmesh.launcher import LocalCluster, write_config
+    from snapmesh.processes.launcher import LocalCluster, write_config
     from snapmesh.trace.main import write_run_trace
 
     data_dir = tmp_path / "run"

@@ -27,10 +27,10 @@ import pytest
 
 from cluster_helpers import controller_stub
 from snapmesh.bank.workload import WorkloadParams, run_workload
-from snapmesh.config import write_cluster
-from snapmesh.load import BackgroundLoad
-from snapmesh.security import write_certs
-from snapmesh.supervisor import Cluster
+from snapmesh.settings.config import write_cluster
+from snapmesh.bank.load import BackgroundLoad
+from snapmesh.settings.security import write_certs
+from snapmesh.processes.supervisor import Cluster
 from snapmesh.ui import browser as B
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -260,7 +260,7 @@ def test_the_controller_down_gives_a_clear_message_not_a_stack_trace(env, browse
 
 def test_a_tls_clusters_page_carries_no_token(tmp_path):
     config = write_cluster(tmp_path / "cluster.toml", nodes=2, data_dir=tmp_path)
-    from snapmesh import config as cluster_config
+    from snapmesh.settings import config as cluster_config
 
     tls_dir = tmp_path / "tls"
     write_certs(cluster_config.load(config), tls_dir, token="sekrit-token-24")

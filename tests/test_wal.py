@@ -1,4 +1,4 @@
-"""snapmesh/wal.py: the one definition of the log record."""
+"""snapmesh/protocol/wal.py: the one definition of the log record."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from snapmesh import wal
+from snapmesh.protocol import wal
 
 SAMPLES = [
     wal.Init(lsn=1, balance=100),

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from services.controller.servicer import ControllerMetrics, ControllerService
 from services.controller.tracker import Tracker
-from snapmesh import config
+from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 

@@ -83,7 +83,7 @@ def test_the_installed_commands_answer(installed, tmp_path):
     assert run(installed, "--version", cwd=tmp_path).stdout.startswith("snapmesh ")
     helped = run(installed, "controller", "--help", cwd=tmp_path)
     assert helped.returncode == 0 and "usage: snapmesh controller" in helped.stdout, helped.stderr
-    where = subprocess.run([str(installed / "python"), "-c", "import snapmesh.v1, snapmesh.config as c; "
+    where = subprocess.run([str(installed / "python"), "-c", "import snapmesh.v1, snapmesh.settings.config as c; "
                             "print(snapmesh.v1.__file__); print(c.load().data_dir)"],
                            capture_output=True, text=True, timeout=60, cwd=tmp_path, env=user_env())
     module, data_dir = where.stdout.splitlines()

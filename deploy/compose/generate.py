@@ -21,7 +21,7 @@ writes, next to this script (or into --out DIR):
   certificates and the token as Swarm secrets, restart on failure.
 
 Changing N is this one command; the files for N=4 are committed. The cluster
-file is written by `snapmesh.config` (the project's one writer), so run it with
+file is written by `snapmesh.settings.config` (the project's one writer), so run it with
 the project's Python (`.venv/bin/python deploy/compose/generate.py`).
 """
 
@@ -32,9 +32,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent.parent))  # the repository: snapmesh.config
+sys.path.insert(0, str(HERE.parent.parent))  # the repository: snapmesh.settings.config
 
-from snapmesh import config  # noqa: E402
+from snapmesh.settings import config  # noqa: E402
 
 CONTROLLER_PORT = 50050
 CONTROLLER_METRICS_PORT = 9100

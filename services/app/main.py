@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from snapmesh import security
+from snapmesh.settings import security
 from snapmesh.bank.workload import ControllerUnreachable, WorkloadParams, run_workload
-from snapmesh.argparsing import parse_args
+from snapmesh.commands.argparsing import parse_args
 
 
 class _Parser(argparse.ArgumentParser):

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.controller.tracker import COMPLETE, FAILED, Now, Tracker, TrackerError, TrackerMisuse
-from snapmesh.durable import fsync_dir
+from snapmesh.serving.durable import fsync_dir
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ exported to `<data_dir>/snapshots/` (proto JSON) in the background. On start it
 loads the files, replays the journal, files what was not filed yet, and takes
 back the snapshots still in progress: they complete from the nodes' re-sent
 reports or fail as "controller restarted" at their deadline. Before it reads or
-writes anything there it locks `<data_dir>/controller.lock` (snapmesh.datalock): a
+writes anything there it locks `<data_dir>/controller.lock` (snapmesh.serving.datalock): a
 second controller on a live data dir exits 2 naming the dir and the holder's pid.
 Exit status: 0 after a clean stop on SIGINT/SIGTERM, 1 when it cannot bind, 2 for
 bad arguments, a malformed cluster file or a data dir in use.
@@ -27,11 +27,11 @@ from services.controller import journal as J
 from services.controller.servicer import ControllerMetrics, ControllerService, system_now
 from services.controller.store import SnapshotStore, StoreWriter, past_retention
 from services.controller.tracker import Tracker
-from snapmesh import config as cluster_config
-from snapmesh import security
-from snapmesh.argparsing import parse_args, positive_float
-from snapmesh.datalock import CONTROLLER, DataDirLock, DataDirLocked
-from snapmesh.runtime import CONTROLLER_RECEIVE_BYTES, ServiceHost, run_service, wait_for_stop_signal
+from snapmesh.settings import config as cluster_config
+from snapmesh.settings import security
+from snapmesh.commands.argparsing import parse_args, positive_float
+from snapmesh.serving.datalock import CONTROLLER, DataDirLock, DataDirLocked
+from snapmesh.serving.runtime import CONTROLLER_RECEIVE_BYTES, ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 

@@ -18,7 +18,7 @@ check and the claim), so two concurrent calls never start two restores: the
 second waits for the first when it names the same snapshot, and is refused
 otherwise. A call with the `request_id` of a restore already started answers
 that restore (running or finished) instead of rolling back again. These
-decisions are `snapmesh.restoregate.RestoreGate`'s, a pure state machine the
+decisions are `snapmesh.protocol.restoregate.RestoreGate`'s, a pure state machine the
 fault simulator drives too.
 
 The cluster is fenced at E+1 from step 2 on, whatever happens next: a node
@@ -37,7 +37,7 @@ from collections.abc import Callable
 import grpc
 
 from services.controller import journal as J
-from snapmesh import restoregate
+from snapmesh.protocol import restoregate
 from services.controller.tracker import COMPLETE, Tracker
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc

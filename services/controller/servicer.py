@@ -41,9 +41,10 @@ from services.controller.tracker import (
     duration_s,
     new_snapshot_id,
 )
-from snapmesh import chunking, security
-from snapmesh.config import ClusterConfig
-from snapmesh.runtime import CLIENT_OPTIONS
+from snapmesh.protocol import chunking
+from snapmesh.settings import security
+from snapmesh.settings.config import ClusterConfig
+from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -663,7 +664,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         return pb.ReportStateResponse()
 
     async def ReportStateChunks(self, request_iterator, context) -> pb.ReportStateResponse:
-        """A FullState too large for one message, in pieces (snapmesh.chunking):
+        """A FullState too large for one message, in pieces (snapmesh.protocol.chunking):
         reassembled, it takes the ReportState path. Issue 26.5: with TLS only a
         node's certificate may send one (checked before any chunk is read); the
         bytes held are bounded per peer and in all, and a chunk past a bound

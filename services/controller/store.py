@@ -14,7 +14,7 @@ durable in the journal (`journal.py`), which is what makes the answer safe. Each
 file is written atomically (temporary file, fsync, rename, fsync of the
 directory), so a crash leaves either no file or the whole file, and a missing
 one is written again after the restart. Both files carry the checksum of the
-snapshot's content (snapmesh/snapshot_file.py); a file without one (written
+snapshot's content (snapmesh/checking/snapshot_file.py); a file without one (written
 before checksums) loads as before. Loading skips, with a warning naming the
 file, anything it cannot read back or whose checksum does not match, and
 remembers in `damaged` each snapshot it found no intact file of, so that asking
@@ -30,8 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from services.controller import export
-from snapmesh import snapshot_file
-from snapmesh.durable import write_atomically
+from snapmesh.checking import snapshot_file
+from snapmesh.serving.durable import write_atomically
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 log = logging.getLogger(__name__)

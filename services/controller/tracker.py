@@ -46,8 +46,8 @@ from typing import NamedTuple
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from snapmesh import overtake
-from snapmesh.topology import Topology
+from snapmesh.protocol import overtake
+from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 IN_PROGRESS = pb.Snapshot.IN_PROGRESS
@@ -338,7 +338,7 @@ class Tracker:
 
     @staticmethod
     def _overtake_parts(pending: _Pending) -> tuple[dict, dict]:
-        """Overtake mode (snapmesh/overtake.py O3): each sender's outbox at its cut
+        """Overtake mode (snapmesh/protocol/overtake.py O3): each sender's outbox at its cut
         and each receiver's position at its cut, by channel."""
         outbox: dict[tuple[str, str], tuple] = {
             (c.src, c.dst): ([t.seq for t in c.in_flight], [t.amount for t in c.in_flight])  # a node before outbox_runs

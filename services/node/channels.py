@@ -6,8 +6,8 @@ last seq it holds durably), i resends every message after it, then streams
 `batch` frames; j applies each batch in order and acks cumulatively once the
 batch is on disk. When the stream breaks, i reconnects with jittered
 exponential backoff. Every rule of the channel itself (seq, outbox, resend,
-duplicate drop, gaps, epochs, flow control) lives in `snapmesh.link`, inside
-`snapmesh.node.Node`; this module only moves frames and reports what the
+duplicate drop, gaps, epochs, flow control) lives in `snapmesh.protocol.link`, inside
+`snapmesh.protocol.node.Node`; this module only moves frames and reports what the
 stream did.
 
 `OutgoingChannel` is the sending side (one task per channel, explicit states);
@@ -27,9 +27,9 @@ from collections.abc import Callable
 import grpc
 
 from services.node.metrics import NodeMetrics
-from snapmesh import security
-from snapmesh.core import RemoteProtocolError
-from snapmesh.link import Entry
+from snapmesh.settings import security
+from snapmesh.protocol.core import RemoteProtocolError
+from snapmesh.protocol.link import Entry
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -84,7 +84,7 @@ _SENDER_TRANSITIONS: dict[SenderState, frozenset[SenderState]] = {
 class OutgoingChannel:
     """The stream side of src->dst: keeps one `Node.Channel` stream open to dst
     and writes the frames the node machine hands it (`push`). The channel's
-    rules (seq, outbox, acks, resume, bound) are `snapmesh.link.Sender`'s,
+    rules (seq, outbox, acks, resume, bound) are `snapmesh.protocol.link.Sender`'s,
     inside the node; this task only tells the node what the stream did:
     `on_open(dst, epoch, resume)`, `on_ack(dst, epoch, seq)`, `on_lost(dst)`.
     """
@@ -262,7 +262,7 @@ class IncomingChannel:
     """The receiving side of src->dst: which of several streams for the channel is
     the live one (the newest), its epoch, and its ack writer. A newer stream
     supersedes the older one: the older is told to end (its `ending` future gets
-    a reason); the node fences its frames by epoch (`snapmesh.link`, L6)."""
+    a reason); the node fences its frames by epoch (`snapmesh.protocol.link`, L6)."""
 
     def __init__(self, *, src: str, dst: str) -> None:
         self.src = src

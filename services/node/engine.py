@@ -1,4 +1,4 @@
-"""The shell around the node machine: feed `snapmesh.node.Node` events, carry out its effects.
+"""The shell around the node machine: feed `snapmesh.protocol.node.Node` events, carry out its effects.
 
 Every input (a client transfer, a frame from a channel, a snapshot start or
 abort, the log becoming durable, a timer) is one synchronous call on the
@@ -29,8 +29,8 @@ from services.node.channels import LOW_WATER, IncomingChannel, OutgoingChannel
 from services.node.metrics import NodeMetrics
 from services.node.reporter import StateReporter, full_state_message
 from services.node.translog import TransferLog
-from snapmesh import core, link, wal
-from snapmesh import node as machine
+from snapmesh.protocol import core, link, wal
+from snapmesh.protocol import node as machine
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -21,19 +21,19 @@ import sys
 import time
 
 from services.node.channels import HIGH_WATER, IncomingChannel, OutgoingChannel
-from snapmesh.datalock import DataDirLock, DataDirLocked
+from snapmesh.serving.datalock import DataDirLock, DataDirLocked
 from services.node.engine import Engine
 from services.node.metrics import NodeMetrics
 from services.node.recovery import CorruptLogError, recover
 from services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from services.node.servicer import REFUSAL_STATUS, NodeServicer
 from services.node.translog import TransferLog
-from snapmesh import config as cluster_config
-from snapmesh import security
-from snapmesh.durable import fsync_dir
-from snapmesh.node import Node
-from snapmesh.argparsing import parse_args
-from snapmesh.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal
+from snapmesh.settings import config as cluster_config
+from snapmesh.settings import security
+from snapmesh.serving.durable import fsync_dir
+from snapmesh.protocol.node import Node
+from snapmesh.commands.argparsing import parse_args
+from snapmesh.serving.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -128,7 +128,7 @@ async def _serve_locked(
             sum(len(v) for v in recovered.outbox.values()),
             len(recovered.abandoned),
         )
-    # The node machine: core + links + log positions (snapmesh/node.py); everything below is its shell.
+    # The node machine: core + links + log positions (snapmesh/protocol/node.py); everything below is its shell.
     node_machine = Node(
         node_id=node_id,
         incoming=incoming,

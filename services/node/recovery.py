@@ -1,8 +1,8 @@
 """Read a node's active log segment from disk and rebuild its state.
 
 The file side only: find the active segment (finishing a seal a crash
-interrupted), cut off a torn last line, parse each line with `snapmesh.wal`
-and hand the records to the pure `snapmesh.recovery.recover`, which the
+interrupted), cut off a torn last line, parse each line with `snapmesh.protocol.wal`
+and hand the records to the pure `snapmesh.protocol.recovery.recover`, which the
 simulator runs too. Sealed segments (`<node>.log.<first lsn>.jsonl`) are never
 read here: the active one opens with a checkpoint holding everything before.
 
@@ -18,9 +18,9 @@ import logging
 import os
 from pathlib import Path
 
-from snapmesh import recovery, wal
-from snapmesh.link import Entry as OutboxEntry
-from snapmesh.recovery import Recovered
+from snapmesh.protocol import recovery, wal
+from snapmesh.protocol.link import Entry as OutboxEntry
+from snapmesh.protocol.recovery import Recovered
 
 __all__ = ["CorruptLogError", "OutboxEntry", "Recovered", "next_path", "recover"]
 

@@ -4,7 +4,7 @@ In the background, one task per snapshot: wait until everything the FullState
 rests on is durable in the log, then call the controller, retrying with backoff
 until it succeeds, the controller says it will never accept it, or the
 snapshot is aborted. The channel path never waits for any of this. A state too
-large for one gRPC message goes by `ReportStateChunks` (see snapmesh.chunking).
+large for one gRPC message goes by `ReportStateChunks` (see snapmesh.protocol.chunking).
 
 A finished part survives a crash: `keep` writes the FullState to
 `<data_dir>/<node_id>.reports/` (`PendingReports`, atomically), synchronously,
@@ -31,8 +31,9 @@ from google.protobuf.message import DecodeError
 from services.node.channels import backoff_delay
 from services.node.metrics import NodeMetrics
 from services.node.translog import LogClosedError, TransferLog
-from snapmesh.durable import write_atomically
-from snapmesh import chunking, core, security
+from snapmesh.serving.durable import write_atomically
+from snapmesh.protocol import chunking, core
+from snapmesh.settings import security
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -75,7 +76,7 @@ def full_state_message(state: core.FullState, node_id: str, cut_at_ns: int = 0) 
 
 
 def _overtake_fields(state: core.FullState, node_id: str) -> dict:
-    """Overtake mode's positions and outbox (snapmesh/overtake.py); nothing in classic mode."""
+    """Overtake mode's positions and outbox (snapmesh/protocol/overtake.py); nothing in classic mode."""
     if not state.positions:
         return {}
     return {

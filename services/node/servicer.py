@@ -18,8 +18,9 @@ import grpc
 from services.node.channels import AckWriter, read_or_end
 from services.node.engine import Engine, GapError, Refused
 from services.node.translog import LogClosedError
-from snapmesh import core, security
-from snapmesh.config import CONTROLLER_NAME
+from snapmesh.protocol import core
+from snapmesh.settings import security
+from snapmesh.settings.config import CONTROLLER_NAME
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 

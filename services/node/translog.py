@@ -1,6 +1,6 @@
 """The transfer log on disk: `<data_dir>/<node_id>.log.jsonl`, the node's source of truth.
 
-The record format (kinds, fields, encoding) is `snapmesh.wal`'s; this module
+The record format (kinds, fields, encoding) is `snapmesh.protocol.wal`'s; this module
 is the file side: group commit, fsync, and sealing segments.
 
 Group commit: `append_*` only encodes the record into an in-memory buffer and
@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.node.recovery import next_path
-from snapmesh import wal
-from snapmesh.durable import fsync_dir
+from snapmesh.protocol import wal
+from snapmesh.serving.durable import fsync_dir
 
 log = logging.getLogger(__name__)
 

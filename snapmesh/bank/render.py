@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from snapmesh.snapshots import duration_s
+from snapmesh.checking.snapshots import duration_s
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """The bank workload: money moves between nodes while snapshots are taken.
 
 Every `transfer_interval` each node pays a random 1..`max_amount` to a random
-node it has a channel to (the project's load generator, `snapmesh.load`);
+node it has a channel to (the project's load generator, `snapmesh.bank.load`);
 every `snapshot_every` seconds a random node starts a snapshot; after
 `duration` seconds it waits for the snapshots still running and prints a
 summary. The seed draws every choice, so a seed replays the same requests
@@ -25,10 +25,10 @@ from typing import TextIO
 
 import grpc
 
-from snapmesh import security
+from snapmesh.settings import security
 from snapmesh.bank.render import progress_line, snapshot_table, summary_lines
-from snapmesh.load import LoadGenerator
-from snapmesh.runtime import CLIENT_OPTIONS
+from snapmesh.bank.load import LoadGenerator
+from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -119,7 +119,7 @@ async def workload(
         try:
             cluster = await controller.GetCluster(pb.GetClusterRequest(), timeout=RPC_TIMEOUT_S)
         except grpc.aio.AioRpcError as error:
-            from snapmesh.client_errors import explain
+            from snapmesh.commands.client_errors import explain
 
             raise ControllerUnreachable(
                 f"cannot reach the controller at {controller_address}: {explain(error, controller_address, identity)}"

@@ -34,12 +34,12 @@ from typing import Protocol
 import grpc
 
 from snapmesh.chaos import schedule as sched
-from snapmesh.config import ClusterConfig
-from snapmesh.load import BackgroundLoad
-from snapmesh.node_logs import money_check
-from snapmesh.security import Identity
-from snapmesh.snapshots import list_all
-from snapmesh.supervisor import SupervisorError
+from snapmesh.settings.config import ClusterConfig
+from snapmesh.bank.load import BackgroundLoad
+from snapmesh.checking.node_logs import money_check
+from snapmesh.settings.security import Identity
+from snapmesh.checking.snapshots import list_all
+from snapmesh.processes.supervisor import SupervisorError
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 

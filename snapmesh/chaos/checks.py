@@ -1,7 +1,7 @@
 """The verdicts on a finished campaign, and its table of figures.
 
 Every check reads what the run left on disk (the nodes' transfer logs, read
-independently of the node's code by snapmesh.node_logs) and what the
+independently of the node's code by snapmesh.checking.node_logs) and what the
 controller says; `checks` returns one (name, ok, detail) per line, and the
 run passes only if all do.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from snapmesh.chaos.campaign import Outcome
-from snapmesh.logcheck import InvariantViolation, check_logs
-from snapmesh.node_logs import money_check
+from snapmesh.checking.logcheck import InvariantViolation, check_logs
+from snapmesh.checking.node_logs import money_check
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 Check = tuple[str, bool, str]

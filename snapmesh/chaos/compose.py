@@ -39,13 +39,13 @@ from pathlib import Path
 import grpc
 
 import snapmesh
-from snapmesh import compose_cli
-from snapmesh import config as cluster_config
+from snapmesh.processes import compose_cli
+from snapmesh.settings import config as cluster_config
 from snapmesh.chaos.campaign import Options
-from snapmesh.node_logs import read_node_log
-from snapmesh.ports import free_ports
-from snapmesh.security import load_tls_dir
-from snapmesh.supervisor import Security, SupervisorError, wait_serving
+from snapmesh.checking.node_logs import read_node_log
+from snapmesh.processes.ports import free_ports
+from snapmesh.settings.security import load_tls_dir
+from snapmesh.processes.supervisor import Security, SupervisorError, wait_serving
 
 COMPOSE_DIR = Path(snapmesh.__file__).resolve().parent.parent / "deploy" / "compose"
 IMAGE = "snapmesh:latest"

@@ -19,14 +19,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from snapmesh import config as cluster_config
+from snapmesh.settings import config as cluster_config
 from snapmesh.chaos import schedule as sched
 from snapmesh.chaos.campaign import Options
 from snapmesh.chaos.local import DISK_SIZE, STARTUP_TIMEOUT_S, LocalBackend
 from snapmesh.hosts import plan as net
 from snapmesh.hosts.cluster import NODE_PORT, HostsCluster
 from snapmesh.hosts.plan import Fault
-from snapmesh.supervisor import Cluster
+from snapmesh.processes.supervisor import Cluster
 
 
 class HostsBackend(LocalBackend):

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import grpc
 
-from snapmesh import config as cluster_config
+from snapmesh.settings import config as cluster_config
 from snapmesh.chaos.campaign import Options
 from snapmesh.chaos.proxy import ChaosProxy
-from snapmesh.node_logs import read_node_log
-from snapmesh.ports import free_ports
-from snapmesh.supervisor import Cluster
+from snapmesh.checking.node_logs import read_node_log
+from snapmesh.processes.ports import free_ports
+from snapmesh.processes.supervisor import Cluster
 
 DISK_SIZE = "128m"  # the small disk's size between full-disk faults
 STARTUP_TIMEOUT_S = 120.0  # a restart on a loaded 2-core machine may take long; slow is not failed

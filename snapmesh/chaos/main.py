@@ -27,12 +27,12 @@ from pathlib import Path
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-from snapmesh.argparsing import parse_args  # noqa: E402
+from snapmesh.commands.argparsing import parse_args  # noqa: E402
 from snapmesh.chaos import checks as verdicts  # noqa: E402
 from snapmesh.chaos.campaign import Campaign, Options  # noqa: E402
 from snapmesh.chaos import compose  # noqa: E402
 from snapmesh.chaos.local import LocalBackend  # noqa: E402
-from snapmesh.supervisor import SupervisorError  # noqa: E402
+from snapmesh.processes.supervisor import SupervisorError  # noqa: E402
 
 
 STACK_NODES = 4  # deploy/compose as committed

@@ -22,11 +22,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from snapmesh import config as cluster_config
-from snapmesh import security
+from snapmesh.settings import config as cluster_config
+from snapmesh.settings import security
 from snapmesh.hosts.net import Network
 from snapmesh.hosts.plan import Bench
-from snapmesh.supervisor import STARTUP_TIMEOUT_S, Cluster
+from snapmesh.processes.supervisor import STARTUP_TIMEOUT_S, Cluster
 
 CONTROLLER_PORT, CONTROLLER_METRICS = 50050, 9100
 NODE_PORT, NODE_METRICS = 50051, 9101

@@ -29,7 +29,7 @@ import struct
 import sys
 import time
 
-from snapmesh.orphans import die_with_parent_if_asked
+from snapmesh.processes.orphans import die_with_parent_if_asked
 
 NETLINK_NETFILTER = 12
 NFNL_SUBSYS_QUEUE = 3

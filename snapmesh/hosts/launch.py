@@ -18,13 +18,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from snapmesh import security
-from snapmesh.config import ConfigError
-from snapmesh.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
+from snapmesh.settings import security
+from snapmesh.settings.config import ConfigError
+from snapmesh.serving.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
 from snapmesh.hosts.cluster import HostsCluster
 from snapmesh.hosts.net import SUBNET_PREFIX, MissingRights, NetworkError, missing_rights
-from snapmesh.launcher import address_lines, serve_page, watch_children
-from snapmesh.supervisor import SupervisorError
+from snapmesh.processes.launcher import address_lines, serve_page, watch_children
+from snapmesh.processes.supervisor import SupervisorError
 
 
 # The addresses of a run's subnet, less the network's, the broadcast's, the gateway's and the controller's.

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from snapmesh.hosts import plan
 from snapmesh.hosts.plan import Bench, Command, Fault
-from snapmesh.supervisor import Child, Host, SupervisorError
+from snapmesh.processes.supervisor import Child, Host, SupervisorError
 
 SUBNETS = ipaddress.IPv4Network("10.231.0.0/16")  # each run takes a free /24 of it
 SUBNET_PREFIX = 24
@@ -241,7 +241,7 @@ class Network:
         """The round trip from host `src` to `dst`'s `port` (snapmesh.hosts.probe), in ms."""
         import json
 
-        from snapmesh.supervisor import run_on_host
+        from snapmesh.processes.supervisor import run_on_host
 
         done = run_on_host(self.hosts[src], [sys.executable, "-m", "snapmesh.hosts.probe", "rtt", dst, str(port),
                                              "--count", str(count)], env=self._env)
@@ -252,7 +252,7 @@ class Network:
     def reaches(self, src: str, dst: str, port: int = 9999) -> bool:
         """Do datagrams `src` sends reach `dst`? (One way: what a TCP connect cannot tell.)
         The listener answers at the first datagram; after the sender is done it has `grace` s more."""
-        from snapmesh.supervisor import run_on_host
+        from snapmesh.processes.supervisor import run_on_host
 
         grace = 0.5
         argv = [sys.executable, "-m", "snapmesh.hosts.probe"]
@@ -274,7 +274,7 @@ class Network:
         """Seconds for `src` to send `size` bytes over TCP to `dst` (a bandwidth limit shows here)."""
         import json
 
-        from snapmesh.supervisor import run_on_host
+        from snapmesh.processes.supervisor import run_on_host
 
         argv = [sys.executable, "-m", "snapmesh.hosts.probe"]
         receiver = subprocess.Popen(self.hosts[dst].command([*argv, "sink", dst, str(port)]),

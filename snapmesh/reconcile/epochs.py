@@ -1,6 +1,6 @@
 """Epochs: each node's log cut at its ``restore`` records, checked one epoch at a time.
 
-A restore to snapshot S starts epoch E+1 (see ``snapmesh.wal``'s ``restore`` and
+A restore to snapshot S starts epoch E+1 (see ``snapmesh.protocol.wal``'s ``restore`` and
 ``replay``): channels start again at seq 1, so msg ids and seqs repeat across
 epochs and the epochs must never mix. A record's epoch is the running max of
 ``restore.epoch`` in its node's log by lsn (1 before any restore). Epoch E > 1 of a

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
-from snapmesh import wal
+from snapmesh.protocol import wal
 
 CORRUPT_COLUMN = "_corrupt"
 
@@ -29,7 +29,7 @@ ACTIVE_FIRST_LSN = (1 << 63) - 1  # the active file sorts after every sealed seg
 
 
 def segment_file_name(node_file_stem: str, first_lsn: int) -> str:
-    """``p1.log.000000000001.jsonl``: the name of a sealed segment (`snapmesh.wal`'s)."""
+    """``p1.log.000000000001.jsonl``: the name of a sealed segment (`snapmesh.protocol.wal`'s)."""
     return wal.sealed_name(node_file_stem, first_lsn)
 
 
@@ -38,7 +38,7 @@ def _fields(*pairs: tuple[str, T.DataType], nullable: bool = True) -> list[T.Str
     return [T.StructField(name, type_, nullable) for name, type_ in pairs]
 
 
-# The kinds the checks read; their required fields, in the order `snapmesh.wal.SPEC`
+# The kinds the checks read; their required fields, in the order `snapmesh.protocol.wal.SPEC`
 # (the one definition of the log record) gives them, make the columns.
 CHECKED_KINDS = ("init", "send", "recv", "cut", "marker_sent", "marker_recv", "restore", "replay")
 _SPARK_TYPES = {int: T.LongType(), str: T.StringType()}

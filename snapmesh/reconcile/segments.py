@@ -106,7 +106,7 @@ def read_text_logs(spark: SparkSession, files: list[LogFile]) -> DataFrame:
 def torn_tails(spark: SparkSession, files: list[LogFile]) -> list[str]:
     """The names of the active files (``<node>.log.jsonl``) that end in a torn
     line: bytes after their last newline, a write cut short. This is
-    ``snapmesh.wal.split_lines``' reading, which the node's recovery (it cuts the
+    ``snapmesh.protocol.wal.split_lines``' reading, which the node's recovery (it cuts the
     line off) and ``snapmesh trace`` share: such a line is not in the log, whether
     or not it parses. Read on the driver: the last byte of each active file."""
     torn = []

@@ -28,7 +28,7 @@ from types import TracebackType
 
 import pyspark
 
-from ..launcher import free_ports
+from snapmesh.processes.ports import free_ports
 
 SPARK_HOME = Path(pyspark.__file__).parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"

@@ -2,7 +2,7 @@
 
 Each case builds a random cluster (2 to 5 nodes, a random strongly connected
 topology, small balances, small channel bounds and segments) of
-`snapmesh.node.Node` machines, the code the gRPC node runs, each over a
+`snapmesh.protocol.node.Node` machines, the code the gRPC node runs, each over a
 simulated disk, plus a small simulated controller. One `random.Random(seed)`
 chooses every step: client transfers (some with a request_id, some retried),
 snapshots, connections opening, frames and acks delivered, the disk making a
@@ -24,7 +24,7 @@ prefix of what is buffered durable, time passing, and the faults:
               after theirs; connections are fenced by epoch as the gRPC node
               fences them (a frame or ack of another epoch is refused)
   restore calls  clients call RestoreSnapshot through the controller's own gate
-              (snapmesh.restoregate): bursts of concurrent calls, retries with
+              (snapmesh.protocol.restoregate): bursts of concurrent calls, retries with
               the same idempotency key, a key reused for another snapshot,
               snapshots that cannot be restored; mostly of COMPLETE snapshots,
               so calls start, join, get answers, Busy and key-reuse refusals.
@@ -40,7 +40,7 @@ After every step `invariants.Checker` judges; then faults stop, everything is
 healed, restarted and delivered, and the quiescent invariants are checked.
 A case is one seed: `snapmesh sim fuzz --seed N --cases 1` replays it exactly.
 Even seeds run the nodes in classic snapshot mode, odd seeds in overtake mode
-(snapmesh/overtake.py), so every run covers both.
+(snapmesh/protocol/overtake.py), so every run covers both.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from snapmesh import core, link, overtake, recovery, restoregate, wal
-from snapmesh import node as node_mod
+from snapmesh.protocol import core, link, overtake, recovery, restoregate, wal
+from snapmesh.protocol import node as node_mod
 from snapmesh.sim.invariants import Checker, Violation
 
 DEADLINE = 3.0  # the controller's snapshot deadline (simulated seconds)
@@ -127,7 +127,7 @@ class World:
         self.bound = rng.choice([3, 6, 1000])
         self.segment_records = rng.choice([8, 20, 10**6])
         self.steps = rng.randint(50, 250)
-        # The request-id window (snapmesh/requests.py), from its own generator so
+        # The request-id window (snapmesh/protocol/requests.py), from its own generator so
         # the rest of a seed's case is what it was before it was modelled.
         window_rng = random.Random(seed * 7919 + 1)
         self.request_ttl = window_rng.choice([0.5, 2.0, 900.0])

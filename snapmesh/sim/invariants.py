@@ -16,7 +16,7 @@ After every step:
   S5 no recording outlives the node's ttl;
   S6 one request_id, one send record; except that a restore takes back the
      ids a node paid after the restored snapshot's cut there, and one of them
-     may then be paid once more (snapmesh/requests.py W4);
+     may then be paid once more (snapmesh/protocol/requests.py W4);
   S7 no `cut` for a snapshot after the node logged an `abort` for it (no zombie).
 When the controller marks a snapshot COMPLETE:
   C1 every node's recorded balance is its log's balance at its cut;
@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from snapmesh import core, overtake, wal
+from snapmesh.protocol import core, overtake, wal
 
 
 class Violation(AssertionError):

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from snapmesh.topology import Channel, Topology, TopologyError, channel_name
+from snapmesh.protocol.topology import Channel, Topology, TopologyError, channel_name
 
 TOP_LEVEL_KEYS = ("nodes", "channels", "steps")
 

@@ -7,7 +7,7 @@ delivers next, so the same scenario and seed always give the same run and
 byte-identical output.
 
 Besides the output (docs/scenarios.md), the simulator records a trace: a plain
-list of event dicts that snapmesh/logcheck.py checks without looking at anything
+list of event dicts that snapmesh/checking/logcheck.py checks without looking at anything
 else. Every event that happens at a node carries that node's local position
 (0, 1, 2, ... in the order things happened there):
 
@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from snapmesh import core
+from snapmesh.protocol import core
 from snapmesh.sim.scenario import Deliver, Run, Scenario, ScenarioError, Send, StartSnapshot, Step
-from snapmesh.topology import Channel, channel_name
+from snapmesh.protocol.topology import Channel, channel_name
 
 Event = dict[str, Any]
 

@@ -1,6 +1,6 @@
 """Reading a data dir's transfer logs for `snapmesh trace`: every node's
 records in lsn order (sealed segments too, a torn last line skipped), by the
-one log reader, `snapmesh.node_logs`. Kinds are not checked here: the trace
+one log reader, `snapmesh.checking.node_logs`. Kinds are not checked here: the trace
 ignores the ones it does not know.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from snapmesh.node_logs import LogReadError as LogError
-from snapmesh.node_logs import log_nodes, read_logs
+from snapmesh.checking.node_logs import LogReadError as LogError
+from snapmesh.checking.node_logs import log_nodes, read_logs
 
 __all__ = ["LogError", "read_data_dir"]
 

@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from snapmesh.snapshots import duration_s
+from snapmesh.checking.snapshots import duration_s
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 COMPLETE, FAILED, IN_PROGRESS = pb.Snapshot.COMPLETE, pb.Snapshot.FAILED, pb.Snapshot.IN_PROGRESS

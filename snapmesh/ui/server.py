@@ -29,8 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from snapmesh import security
-from snapmesh.argparsing import parse_args
+from snapmesh.settings import security
+from snapmesh.commands.argparsing import parse_args
 from snapmesh.ui import model, pages
 from snapmesh.ui.source import ControllerDown, NotFound, Source
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import grpc
 
-from snapmesh import security
-from snapmesh.runtime import CLIENT_OPTIONS
+from snapmesh.settings import security
+from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -62,7 +62,7 @@ class Source:
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.NOT_FOUND:
                 raise NotFound(error.details()) from None
-            from snapmesh.client_errors import explain  # what to change: TLS on or off, a node's address
+            from snapmesh.commands.client_errors import explain  # what to change: TLS on or off, a node's address
 
             raise ControllerDown(
                 f"the controller at {self.controller} does not answer: {explain(error, self.controller, self.identity)}"
@@ -142,7 +142,7 @@ class Source:
         where an IN_PROGRESS snapshot's records are); (None, why) without readable logs."""
         if self.data_dir is None:
             return None, "no --data-dir: the controller's view only (which nodes reported)"
-        from snapmesh.node_logs import log_files
+        from snapmesh.checking.node_logs import log_files
 
         found: dict[str, list[dict]] = {}
         try:

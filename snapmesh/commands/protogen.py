@@ -1,6 +1,6 @@
 """Generate the Python protobuf and gRPC code from protos/ into snapmesh/v1/.
 
-The one command that makes generated code: `python -m snapmesh.protogen` (`make proto`).
+The one command that makes generated code: `python -m snapmesh.commands.protogen` (`make proto`).
 The output is not committed; it is reproducible from the .proto files alone. A
 package build runs it too (setup.py), into the wheel's build directory.
 """
@@ -11,7 +11,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROTO_DIR = ROOT / "protos"
 OUT_DIR = ROOT  # protos/snapmesh/v1/x.proto -> snapmesh/v1/x_pb2.py
 

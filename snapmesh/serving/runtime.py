@@ -1,6 +1,6 @@
 """What every snapmesh server shares: a grpc.aio server with health checking and
 reflection (v1 and v1alpha), a Prometheus endpoint (with the standard families of
-snapmesh/metrics.py), and a graceful stop on SIGINT/SIGTERM.
+snapmesh/serving/metrics.py), and a graceful stop on SIGINT/SIGTERM.
 
 Health says SERVING only after the server is bound and started; on stop it turns
 NOT_SERVING first, so load balancers and healthchecks drain before the port closes.
@@ -30,7 +30,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, start_http_server
 
-from snapmesh import metrics, reflection, security
+from snapmesh.serving import metrics, reflection
+from snapmesh.settings import security
 
 log = logging.getLogger(__name__)
 

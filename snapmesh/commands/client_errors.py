@@ -69,7 +69,7 @@ def hint(error: grpc.RpcError, address: str, identity, *, service: str = "snapme
 
 def node_at(address: str, identity) -> str:
     """The id of the node serving at `address` ("" when none answers GetState there)."""
-    from snapmesh import security
+    from snapmesh.settings import security
     from snapmesh.v1 import snapmesh_pb2 as pb
     from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from snapmesh import security
-from snapmesh.runtime import CLIENT_OPTIONS
+from snapmesh.settings import security
+from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 TRANSFER_BATCH = "/snapmesh.v1.Node/TransferBatch"

@@ -17,7 +17,7 @@ What is rebuilt:
   `marker_recv` counts even without its `cut` (defect 4), an `abort` even
   without a recording here (defect 3);
 - the client request ids of the transfers made (request_id -> msg_id, balance
-  after, when, send lsn: snapmesh/requests.py), so a retry is answered, not
+  after, when, send lsn: snapmesh/protocol/requests.py), so a retry is answered, not
   paid again; and the lsn of each recent cut, so a restore forgets the ids paid
   after the restored snapshot's cut (requests.py W4);
 - the epoch (1, or the last `restore` record's) and the restore itself: a
@@ -35,11 +35,11 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from snapmesh import requests, wal
-from snapmesh.link import Entry
+from snapmesh.protocol import requests, wal
+from snapmesh.protocol.link import Entry
 
 # How many recent abandoned snapshot ids (and cut lsns) a checkpoint carries;
-# the request-id window is by age (snapmesh/requests.py).
+# the request-id window is by age (snapmesh/protocol/requests.py).
 ABANDONED_WINDOW = 1_000
 
 

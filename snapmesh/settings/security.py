@@ -46,9 +46,9 @@ from typing import Any
 
 import grpc
 
-from snapmesh import config as cluster_config
-from snapmesh.argparsing import parse_args
-from snapmesh.config import CA_FILE, CLIENT_NAME, CONTROLLER_NAME, TOKEN_FILE, ClusterConfig, ConfigError, TlsSettings
+from snapmesh.settings import config as cluster_config
+from snapmesh.commands.argparsing import parse_args
+from snapmesh.settings.config import CA_FILE, CLIENT_NAME, CONTROLLER_NAME, TOKEN_FILE, ClusterConfig, ConfigError, TlsSettings
 
 # The calls that change the cluster: a token is asked for them.
 CONTROL_PLANE = frozenset({

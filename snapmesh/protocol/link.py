@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections import deque
 from typing import NamedTuple
 
-from snapmesh.core import LocalProtocolError, Refusal, RemoteProtocolError
+from snapmesh.protocol.core import LocalProtocolError, Refusal, RemoteProtocolError
 
 DEFAULT_MARK = 2_000
 DEFAULT_BOUND = 100_000

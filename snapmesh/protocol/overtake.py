@@ -48,7 +48,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from snapmesh import core
+from snapmesh.protocol import core
 
 T = TypeVar("T")
 

@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-CONTROLLER = "controller"  # the controller's lock name; never a node id (snapmesh.config)
+CONTROLLER = "controller"  # the controller's lock name; never a node id (snapmesh.settings.config)
 
 
 class DataDirLocked(RuntimeError):

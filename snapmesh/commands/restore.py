@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from snapmesh import security
-from snapmesh.argparsing import parse_args
-from snapmesh.health import _valid_target
+from snapmesh.settings import security
+from snapmesh.commands.argparsing import parse_args
+from snapmesh.commands.health import _valid_target
 
 
 class _Parser(argparse.ArgumentParser):
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import grpc
 
-    from snapmesh import client_errors
+    from snapmesh.commands import client_errors
     from snapmesh.v1 import snapmesh_pb2 as pb
     from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 

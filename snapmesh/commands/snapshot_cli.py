@@ -17,7 +17,7 @@ arrives; `list` pages through ListSnapshots (`--limit N`: the N newest).
 `verify` reads a stored file, the `.pb` or `.json` given, or by id both files
 under `--data-dir` (default: $SNAPMESH_DATA_DIR), and checks without restoring
 that it is intact (its checksum), COMPLETE, conserved and consistent with
-itself (snapmesh/snapshot_file.py).
+itself (snapmesh/checking/snapshot_file.py).
 
 Exit status, as `restore`'s: 0 when done (trigger --wait: COMPLETE and
 conserved; verify: every check passed); 1 when the snapshot FAILED or is not
@@ -35,10 +35,10 @@ import os
 import sys
 from pathlib import Path
 
-from snapmesh import security
-from snapmesh.argparsing import parse_args, positive_float
-from snapmesh.health import _valid_target
-from snapmesh.snapshots import fetch, pages  # noqa: F401  (part of this module's API)
+from snapmesh.settings import security
+from snapmesh.commands.argparsing import parse_args, positive_float
+from snapmesh.commands.health import _valid_target
+from snapmesh.checking.snapshots import fetch, pages  # noqa: F401  (part of this module's API)
 
 PROG = "snapmesh snapshot"
 STATUSES = ("IN_PROGRESS", "COMPLETE", "FAILED")
@@ -133,7 +133,7 @@ SUMMARY = ["snapshot", "status", "initiator", "epoch", "started (UTC)", "duratio
 
 
 def summary_row(snapshot) -> list[str]:
-    from snapmesh.snapshots import duration_s
+    from snapmesh.checking.snapshots import duration_s
     from snapmesh.v1 import snapmesh_pb2 as pb
 
     duration = f"{duration_s(snapshot):.3f}s" if snapshot.HasField("finished_at") else "-"
@@ -262,7 +262,7 @@ def stored_files(target: str, data_dir: str | None) -> list[Path]:
 
 
 def _verify(args) -> int:
-    from snapmesh import snapshot_file
+    from snapmesh.checking import snapshot_file
 
     files = stored_files(args.target, args.data_dir)
     verdicts = [snapshot_file.check(p) for p in files]
@@ -309,8 +309,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import grpc
 
-    from snapmesh import client_errors
-    from snapmesh.runtime import CLIENT_OPTIONS
+    from snapmesh.commands import client_errors
+    from snapmesh.serving.runtime import CLIENT_OPTIONS
     from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
     try:

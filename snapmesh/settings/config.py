@@ -10,7 +10,7 @@ TOML, for example::
     #                          a Transfer is refused at once (RESOURCE_EXHAUSTED)
     # segment_records = 100000 optional: records per transfer-log segment
     # snapshot_mode = "classic"  optional: "classic" (FIFO markers) or "overtake"
-    #                          (markers overtake queued transfers; see snapmesh/overtake.py)
+    #                          (markers overtake queued transfers; see snapmesh/protocol/overtake.py)
 
     [controller]
     host = "127.0.0.1"         # the address others dial
@@ -64,10 +64,10 @@ from typing import Any
 
 import tomli_w
 
-from snapmesh.ports import free_ports
-from snapmesh.topology import Topology, TopologyError
+from snapmesh.processes.ports import free_ports
+from snapmesh.protocol.topology import Topology, TopologyError
 
-SHIPPED_CONFIGS = Path(__file__).resolve().parent / "configs"
+SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 DEFAULT_CONFIG = SHIPPED_CONFIGS / "local-4.toml"
 
 
@@ -129,7 +129,7 @@ TOKEN_FILE = "token"
 
 @dataclass(frozen=True, slots=True)
 class TlsSettings:
-    """Where the certificates are (the files are read and checked by snapmesh.security)."""
+    """Where the certificates are (the files are read and checked by snapmesh.settings.security)."""
 
     ca: Path
     cert: str  # a path with {name}: a node id, "controller" or "client"
@@ -479,4 +479,4 @@ def write_cluster(
         if listen_ports and node_id in listen_ports:
             node["listen_port"] = listen_ports[node_id]
         document["nodes"].append(node)
-    return write(path, document, comment="Written by snapmesh.config.write_cluster")
+    return write(path, document, comment="Written by snapmesh.settings.config.write_cluster")

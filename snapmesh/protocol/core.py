@@ -30,7 +30,7 @@ R4. Concurrency. Several snapshots may be in progress at once; each has its own
     recording state and a transfer is recorded in every snapshot whose channel
     is still open. Starting S at a process that already recorded S is a no-op,
     so one id started by several initiators is one snapshot.
-R6. Overtake mode (`mode="overtake"`, snapmesh/overtake.py has the whole
+R6. Overtake mode (`mode="overtake"`, snapmesh/protocol/overtake.py has the whole
     design). A marker may reach a channel twice: once early, ahead of queued
     transfers, and once in its FIFO place. Either closes the channel; the
     other is then ignored rather than a protocol violation. Channel state is
@@ -45,7 +45,7 @@ R5. Abort. A snapshot may be abandoned (it failed elsewhere, or this process
     node's recording ttl (node rule N6) and the controller refuses its report
     (the snapshot finished there long ago), so nothing wrong is ever reported.
 
-Invariants this keeps (checked by snapmesh/logcheck.py after every simulation)
+Invariants this keeps (checked by snapmesh/checking/logcheck.py after every simulation)
 -----------------------------------------------------------------------------
 - Consistent cut: a transfer received before the receiver's cut was sent before
   the sender's cut; a transfer sent after the sender's cut appears nowhere in
@@ -92,7 +92,7 @@ class Refusal(enum.Enum):
     INVALID_TRANSFER = "invalid transfer"  # no channel to that destination (itself included), or a bad amount
     INSUFFICIENT_FUNDS = "insufficient funds"  # a valid transfer that the balance does not cover
     CHANNEL_FULL = "channel full"  # the link below holds its bound of unacknowledged messages (link.ChannelFull)
-    REQUESTS_FULL = "request-id window full"  # snapmesh/requests.py W2
+    REQUESTS_FULL = "request-id window full"  # snapmesh/protocol/requests.py W2
     REQUEST_UNKNOWN = "request outcome unknown"  # a retry past the window or in doubt after a restore (W4)
 
 

@@ -37,7 +37,7 @@ N4. Abort is logged (so a restart remembers it, defect 3), as is every
 N5. A transfer with a client `request_id` that was already paid is answered
     with the first answer and moves no money; the id is in the `send` record,
     so recovery rebuilds the map (defect 9). The ids are kept by age, across
-    checkpoints and restores, as snapmesh/requests.py says (issue 26).
+    checkpoints and restores, as snapmesh/protocol/requests.py says (issue 26).
 N6. A recording older than `recording_ttl` (by `now`) is dropped as an abort.
 N7. When the active segment holds `segment_records` records, the node seals
     it between two steps and opens the next with a checkpoint (defect 5).
@@ -50,7 +50,7 @@ N8. Restore (issue 10). `restore` moves the node to a newer epoch in one step:
     shell refuses older-epoch connections. A repeat for the current epoch is a
     no-op, an older epoch is refused; a restore cut short by a crash (fewer
     replays logged than announced) is redone from the start.
-N9. Overtake mode (snapmesh/overtake.py): at a cut the node keeps, per
+N9. Overtake mode (snapmesh/protocol/overtake.py): at a cut the node keeps, per
     incoming channel, the last seq applied and, per outgoing channel, the
     unacknowledged transfers; they go into the FullState. Each marker also
     leaves early, ahead of queued transfers (link L8); an early marker
@@ -66,9 +66,9 @@ from collections.abc import Iterable
 from types import MappingProxyType
 from typing import NamedTuple
 
-from snapmesh import core, requests, wal
-from snapmesh.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
-from snapmesh.recovery import ABANDONED_WINDOW, Recovered, checkpoint_fields
+from snapmesh.protocol import core, requests, wal
+from snapmesh.protocol.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
+from snapmesh.protocol.recovery import ABANDONED_WINDOW, Recovered, checkpoint_fields
 
 DEFAULT_SEGMENT_RECORDS = 100_000
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from snapmesh import security
-from snapmesh.argparsing import parse_args
+from snapmesh.settings import security
+from snapmesh.commands.argparsing import parse_args
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             detail = f"no answer within {args.timeout:g}s"
         elif code == grpc.StatusCode.UNAVAILABLE:
-            from snapmesh.client_errors import hint
+            from snapmesh.commands.client_errors import hint
 
             detail = f"unreachable: {error.details()}"
             fix = hint(error, args.target, identity, service="")  # TLS on one side only: say so

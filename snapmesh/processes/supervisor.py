@@ -23,7 +23,7 @@ the fault campaign. Two layers:
 No orphans: every child runs in its own session (a Ctrl-C in a terminal reaches
 only the supervising process, which stops the children in order) and asks the
 kernel to SIGKILL it when its parent dies (PR_SET_PDEATHSIG, armed by the child
-itself: `snapmesh.orphans`), so even a SIGKILLed supervisor leaves nothing
+itself: `snapmesh.processes.orphans`), so even a SIGKILLed supervisor leaves nothing
 behind. PR_SET_PDEATHSIG is tied to the thread that forked the child: start
 and restart children from a long-lived thread, normally the main one. Not
 thread-safe.
@@ -54,15 +54,15 @@ from pathlib import Path
 
 import grpc
 
-from snapmesh import config as cluster_config
-from snapmesh import security as tls
-from snapmesh import orphans
-from snapmesh.config import ClusterConfig
-from snapmesh.runtime import INSTANCE_ENV, INSTANCE_METADATA
+from snapmesh.settings import config as cluster_config
+from snapmesh.settings import security as tls
+from snapmesh.processes import orphans
+from snapmesh.settings.config import ClusterConfig
+from snapmesh.serving.runtime import INSTANCE_ENV, INSTANCE_METADATA
 
 STARTUP_TIMEOUT_S = 30.0  # longest wait for a child to answer SERVING
 STOP_TIMEOUT_S = 5.0  # grace between SIGTERM and SIGKILL
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 class SupervisorError(RuntimeError):
@@ -72,7 +72,7 @@ class SupervisorError(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class Security:
     """How children are reached: plaintext (`identity` None), or mutual TLS with
-    the client identity `identity` (snapmesh.security). The children find their
+    the client identity `identity` (snapmesh.settings.security). The children find their
     own certificates in the cluster file's [tls] or SNAPMESH_TLS_DIR (`Cluster`'s
     `tls_dir` sets it), so they need no extra flags."""
 
@@ -124,7 +124,7 @@ def wait_serving(
 ) -> None:
     """Block until the gRPC server at `address` answers SERVING on health checking.
 
-    `instance`: only an answer carrying that instance id counts (snapmesh.runtime):
+    `instance`: only an answer carrying that instance id counts (snapmesh.serving.runtime):
     the process just started, not another one on the same port.
     SupervisorError on timeout, or at once when `child` exits first.
     """
@@ -343,7 +343,7 @@ class Cluster:
         self.config = cluster_config.load(self.config_path, env=self._env)
         if self.config_path.parent == cluster_config.SHIPPED_CONFIGS:
             # A shipped file's relative data_dir depends on the current directory
-            # (snapmesh.config): the children get it as resolved here.
+            # (snapmesh.settings.config): the children get it as resolved here.
             self._env["SNAPMESH_DATA_DIR"] = str(self.config.data_dir)
         if security is PLAINTEXT and self.config.tls is not None:
             try:  # the client's certificate and token, as the cluster file or tls_dir names them
@@ -378,7 +378,7 @@ class Cluster:
     @property
     def client_identity(self) -> tls.Identity | None:
         """What a client of this cluster presents (None: plaintext): for
-        snapmesh.security.open_channel."""
+        snapmesh.settings.security.open_channel."""
         return self.security.identity
 
     @property

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 from snapmesh.bank.workload import ControllerUnreachable, WorkloadParams, run_workload
-from snapmesh.config import write_cluster
-from snapmesh.supervisor import Cluster, SupervisorError
+from snapmesh.settings.config import write_cluster
+from snapmesh.processes.supervisor import Cluster, SupervisorError
 
 DEFAULT_DATA_ROOT = Path("data")
 DEFAULT_BURST = 40
@@ -162,8 +162,8 @@ def point_at_in_flight(summary, out) -> str | None:
 def restore_finale(cluster: Cluster, out, snapshot_id: str | None = None) -> int:
     """Roll the idle cluster back to COMPLETE snapshot `snapshot_id` (default: the last
     one) and show it; 0 when RESTORED. Its in-flight transfers are delivered again."""
-    from snapmesh import security
-    from snapmesh.restore import render
+    from snapmesh.settings import security
+    from snapmesh.commands.restore import render
     from snapmesh.v1 import snapmesh_pb2 as pb
     from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 

@@ -6,7 +6,7 @@ With no arguments it runs the shipped 4-node full mesh (snapmesh/configs/local-4
 `--nodes N` writes an N-node full-mesh config on free loopback ports into the data
 dir (a new temporary directory unless --data-dir is given) and runs that.
 It starts the controller and every node through the supervisor
-(`snapmesh.supervisor.Cluster`), which waits until each one answers SERVING on
+(`snapmesh.processes.supervisor.Cluster`), which waits until each one answers SERVING on
 gRPC health; prints the line `controller: HOST:PORT` on stdout first, then
 (after the `grpcurl:` line of a TLS cluster) one line per process with its
 addresses, `controller metrics: http://HOST:PORT/metrics` and
@@ -24,10 +24,10 @@ It also serves the snapshot page (`snapmesh ui`, read-only) on `--ui HOST:PORT`
 none) and prints its URL last: `ui: http://HOST:PORT/`.
 
 Before it writes anything into the data dir (cluster.toml, certificates, logs) it
-takes the controller's and every node's data-dir lock (snapmesh.datalock), so
+takes the controller's and every node's data-dir lock (snapmesh.serving.datalock), so
 `cluster up` on a live cluster's data dir exits 2 naming the dir and the holder's
 pid, and changes nothing there. It prints `controller:` only once every child it
-started answers SERVING itself (its per-run instance id: snapmesh.supervisor); a
+started answers SERVING itself (its per-run instance id: snapmesh.processes.supervisor); a
 child that exits first fails the start with its log's last lines, and the others
 are stopped.
 
@@ -46,13 +46,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from snapmesh import config as cluster_config
-from snapmesh import security
-from snapmesh.argparsing import parse_args
-from snapmesh.config import ConfigError, write_cluster
-from snapmesh.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
-from snapmesh.ports import NoFreePorts, free_ports, port_is_free
-from snapmesh.supervisor import Cluster, SupervisorError
+from snapmesh.settings import config as cluster_config
+from snapmesh.settings import security
+from snapmesh.commands.argparsing import parse_args
+from snapmesh.settings.config import ConfigError, write_cluster
+from snapmesh.serving.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
+from snapmesh.processes.ports import NoFreePorts, free_ports, port_is_free
+from snapmesh.processes.supervisor import Cluster, SupervisorError
 
 # The names this module had before the supervisor and the config writer got
 # their own homes; kept so callers written against them keep working.

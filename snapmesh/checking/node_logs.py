@@ -5,7 +5,7 @@
   `<node>.log.jsonl`. A torn last line of the active file (the bytes after its
   last newline: a node still writing, or one that crashed mid-write) is left
   out; anything else unreadable fails naming file and line.
-- `log_events(logs)`: the records as the trace events `snapmesh.logcheck` checks
+- `log_events(logs)`: the records as the trace events `snapmesh.checking.logcheck` checks
   (kinds it does not know, such as `restart` and `abort`, are skipped).
 - `money_check(logs)`: sends against receives over all the logs.
 """
@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from snapmesh import wal
+from snapmesh.protocol import wal
 
 class LogReadError(AssertionError):
     """A log file cannot be read as the format says (file:line: problem)."""

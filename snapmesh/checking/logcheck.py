@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from snapmesh.node_logs import log_events
+from snapmesh.checking.node_logs import log_events
 
 Event = Mapping[str, Any]
 Channel = tuple[str, str]
