@@ -62,9 +62,9 @@ class Machines:
             elif isinstance(effect, Seal):
                 self.logs[n].append([])
             elif isinstance(effect, Transmit):
-                self.wires.setdefault((n, effect.dst), []).append(("data", effect.epoch, effect.entries))
+                self.wires.setdefault((n, effect.dst), []).append(("data", effect.conn_no, effect.entries))
             elif isinstance(effect, Ack):
-                self.wires.setdefault((effect.src, n), []).append(("ack", effect.epoch, effect.seq))
+                self.wires.setdefault((effect.src, n), []).append(("ack", effect.conn_no, effect.seq))
             elif isinstance(effect, Report):
                 self.reports.append(effect.state)
 

@@ -92,6 +92,30 @@ def test_a_crash_during_or_after_a_restore_recovers_exactly_once(cut: str) -> No
     assert m.nodes["b"].balance == 80
 
 
+def test_the_epoch_fence_refuses_older_calls_and_holds_newer_ones_until_restored() -> None:
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    b = m.nodes["b"]
+    assert b.fence(1, "channel a->b") is None and b.fence_clients() is None
+    ahead = b.fence(2, "snapshot s2")
+    assert ahead is not None and not ahead.stale and ahead.reason == "b has not restored epoch 2 yet"
+    _restore_all(m, parts, epoch=2)
+    stale = b.fence(1, "snapshot s2")
+    assert stale is not None and stale.stale and stale.reason == "snapshot s2 is from epoch 1; b is in epoch 2"
+    assert b.fence(2, "snapshot s2") is None
+    restore_lsn = next(r.lsn for r in m.records("b") if isinstance(r, wal.Restore))
+    m.durable["b"] = restore_lsn  # a crash loses the replay: the restore is unfinished
+    m.crash("b")
+    m.start("b")
+    b = m.nodes["b"]
+    unfinished = b.fence(2, "channel a->b")
+    assert unfinished is not None and not unfinished.stale
+    client = b.fence_clients()
+    assert client is not None and not client.stale and client.reason == "b is finishing a restore"
+    b.restore(snapshot_id="s1", epoch=2, balance=parts["b"].balance, in_flight=[("a", "a:b:1", 1, 30)])
+    assert b.fence(2, "channel a->b") is None and b.fence_clients() is None
+
+
 def test_restore_and_replay_records_round_trip_and_recovery_refuses_a_stray_replay() -> None:
     r = wal.Restore(lsn=7, snapshot_id="s1", epoch=3, balance=40, deliveries=2)
     assert wal.parse(wal.encode(r, "b"), "x", node_id="b") == r

@@ -226,9 +226,9 @@ class Engine:
                 elif type(record) is wal.Abort:
                     log.warning("snapshot %s: dropped here (%s)", record.snapshot_id, record.reason or "no reason given")
             elif kind is machine.Transmit:
-                self.outgoing[effect.dst].push(effect.epoch, effect.entries)
+                self.outgoing[effect.dst].push(effect.conn_no, effect.entries)
             elif kind is machine.Ack:
-                self.incoming[effect.src].post(effect.epoch, effect.seq)
+                self.incoming[effect.src].post(effect.conn_no, effect.seq)
             elif kind is machine.Seal:
                 self._seal_first = effect.first_lsn
             elif kind is machine.Finished:

@@ -181,18 +181,18 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def _fence(self, context: grpc.aio.ServicerContext, epoch: int, kind: str, what: str) -> None:
         """Refuse what comes from an older epoch (counted); ask what comes from a
         newer one to wait until this node has restored (UNAVAILABLE, retried)."""
-        node = self._engine.node
-        if epoch < node.epoch:
+        fenced = self._engine.node.fence(epoch, what)
+        if fenced is None:
+            return
+        if fenced.stale:
             self._engine.metrics.stale_epoch(kind).inc()
-            await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION, f"{what} is from epoch {epoch}; {node.node_id} is in epoch {node.epoch}"
-            )
-        if epoch > node.epoch or node.restore_incomplete:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{node.node_id} has not restored epoch {epoch} yet")
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, fenced.reason)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, fenced.reason)
 
     async def _refuse_while_restoring(self, context: grpc.aio.ServicerContext) -> None:
-        if self._engine.node.restore_incomplete:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{self._engine.node_id} is finishing a restore")
+        fenced = self._engine.node.fence_clients()
+        if fenced is not None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, fenced.reason)
 
     # -- the channel stream src -> this node
 

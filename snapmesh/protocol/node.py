@@ -92,13 +92,13 @@ class Seal(NamedTuple):
 
 class Transmit(NamedTuple):
     dst: str
-    epoch: int
+    conn_no: int  # the connection these frames belong to (link L6)
     entries: tuple[Entry, ...]
 
 
 class Ack(NamedTuple):
     src: str
-    epoch: int
+    conn_no: int
     seq: int
 
 
@@ -119,6 +119,15 @@ class ReportCancelled(NamedTuple):
 
 
 Effect = Append | Seal | Transmit | Ack | Finished | Report | ReportCancelled
+
+
+class Fenced(NamedTuple):
+    """Why the node will not take a call now (`Node.fence`, `Node.fence_clients`).
+    `stale`: from an older epoch, refused for good; otherwise the caller asks
+    again later (a newer epoch, or this node's restore is not finished yet)."""
+
+    stale: bool
+    reason: str
 
 
 class Accepted(NamedTuple):
@@ -226,6 +235,26 @@ class Node:
         if self.recording_ttl is None or not self._recorded_at:
             return None
         return min(self._recorded_at.values()) + self.recording_ttl
+
+    # -- the epoch fence (N8)
+
+    def fence(self, epoch: int, what: str = "") -> Fenced | None:
+        """May a call of the cluster's `epoch` (a snapshot start, a channel's
+        open; `what` names it) go on? None: yes. Older than this node's epoch:
+        stale, refused for good. Newer, or this node's restore unfinished: not
+        yet, it waits until this node has restored."""
+        if epoch < self.epoch:
+            return Fenced(True, f"{what} is from epoch {epoch}; {self.node_id} is in epoch {self.epoch}")
+        if epoch > self.epoch or self.restore_incomplete:
+            return Fenced(False, f"{self.node_id} has not restored epoch {epoch} yet")
+        return None
+
+    def fence_clients(self) -> Fenced | None:
+        """Clients' transfers wait (None: go on) while a restore cut short by a
+        crash is redone here: the balance is not the restored one yet."""
+        if self.restore_incomplete:
+            return Fenced(False, f"{self.node_id} is finishing a restore")
+        return None
 
     # -- client events
 
