@@ -36,11 +36,6 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 500  # messages per frame: batching is where the throughput is
-# Flow control. A marker waits behind everything already queued on its channel, so
-# a deep outbox is snapshot latency: at saturation 20,000 gave multi-second snapshots
-# (some past their deadline), 2,000 keeps them well under a second (bench/cluster.py).
-HIGH_WATER = 2_000  # unacknowledged messages above which new transfers wait
-LOW_WATER = 1_000  # ... until the outbox is back below this
 BACKOFF_FIRST_S = 0.1
 BACKOFF_CAP_S = 2.0
 RESUME_TIMEOUT_S = 10.0  # a peer that opens the stream but never answers `open`

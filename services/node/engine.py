@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from services.node.channels import LOW_WATER, IncomingChannel, OutgoingChannel
+from services.node.channels import IncomingChannel, OutgoingChannel
 from services.node.metrics import NodeMetrics
 from services.node.reporter import StateReporter, full_state_message
 from services.node.translog import TransferLog
@@ -267,7 +267,7 @@ class Engine:
             self._counted = counted
         for dst, sender in node.senders.items():
             self._unacked[dst].set(sender.unacked)
-            if sender.unacked <= LOW_WATER:
+            if sender.unacked <= link.LOW_MARK:
                 self.outgoing[dst].room.set()
         m.balance.set(node.balance)
 

@@ -42,7 +42,11 @@ from typing import NamedTuple
 
 from snapmesh.protocol.core import LocalProtocolError, Refusal, RemoteProtocolError
 
-DEFAULT_MARK = 2_000
+# Flow control (L7). A marker waits behind everything already queued on its channel, so
+# a deep outbox is snapshot latency: at saturation 20,000 gave multi-second snapshots
+# (some past their deadline), 2,000 keeps them well under a second (bench/cluster.py).
+DEFAULT_MARK = 2_000  # unacknowledged messages above which new transfers wait
+LOW_MARK = 1_000  # ... until the outbox is back at or below this
 DEFAULT_BOUND = 100_000
 
 
