@@ -248,7 +248,7 @@ def flow_mark() -> int:
 
 
 def receive_limit(incoming: int, channel_bound: int, longest_id: int) -> int:
-    """The largest message this node's API needs (issue 26.6), not gRPC's 64 MiB:
+    """The largest message this node's API needs, not gRPC's 64 MiB:
     a RestoreState carries the transfers recorded in flight into this node, at
     most `channel_bound` per incoming channel (a sender holds no more unacked), each
     at most 2 ids long plus 64 bytes of numbers and framing; a TransferBatch of
