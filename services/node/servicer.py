@@ -173,7 +173,8 @@ class NodeServicer(pb_grpc.NodeServicer):
         try:
             engine.restore(request.snapshot_id, request.epoch, request.balance, in_flight)
         except core.RemoteProtocolError as exc:
-            if request.epoch < engine.node.epoch:
+            fenced = engine.node.fence(request.epoch)
+            if fenced is not None and fenced.stale:
                 engine.metrics.stale_epoch("restore").inc()
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         await self._durable(self._log.last_lsn, context)

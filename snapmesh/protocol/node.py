@@ -458,12 +458,7 @@ class Node:
             else:  # pragma: no cover  (a new effect type must be routed here)
                 raise TypeError(f"unrouted effect {effect!r}")
         if marker_recv is not None:  # after its cut (N3), before the report that rests on it
-            self._append(
-                wal.MarkerRecv(
-                    lsn=self.last_lsn + 1, snapshot_id=marker_recv.snapshot_id, src=marker_recv.src,
-                    dst=marker_recv.dst, seq=marker_recv.seq,
-                )
-            )
+            self._append(dataclasses.replace(marker_recv, lsn=self.last_lsn + 1))
         for state in completed:
             self.snapshots_completed += 1
             self._recorded_at.pop(state.snapshot_id, None)
