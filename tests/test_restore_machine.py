@@ -116,6 +116,27 @@ def test_the_epoch_fence_refuses_older_calls_and_holds_newer_ones_until_restored
     assert b.fence(2, "channel a->b") is None and b.fence_clients() is None
 
 
+@pytest.mark.parametrize(
+    "balance, in_flight, refusal",
+    [
+        (50, [("c", "c:b:1", 1, 30)], r"cannot replay 'c:b:1' \(30\) from 'c'"),  # no channel c->b
+        (50, [("a", "a:b:1", 1, 0)], r"cannot replay 'a:b:1' \(0\) from 'a'"),
+        (50, [("a", "", 1, 30)], r"cannot replay '' \(30\) from 'a'"),
+        (-1, [], "a recorded balance of -1"),
+    ],
+)
+def test_a_restore_that_cannot_be_right_is_refused_and_changes_nothing(balance, in_flight, refusal: str) -> None:
+    m = Machines({"a": 100, "b": 50})
+    m.settle()
+    b = m.nodes["b"]
+    before = len(m.records("b"))
+    with pytest.raises(core.RemoteProtocolError, match=refusal):
+        b.restore(snapshot_id="s1", epoch=2, balance=balance, in_flight=in_flight)
+    m.route("b")
+    assert len(m.records("b")) == before and (b.epoch, b.balance, b.restored) == (1, 50, "")
+    assert b.fence(1) is None and b.fence(2) is not None
+
+
 def test_restore_and_replay_records_round_trip_and_recovery_refuses_a_stray_replay() -> None:
     r = wal.Restore(lsn=7, snapshot_id="s1", epoch=3, balance=40, deliveries=2)
     assert wal.parse(wal.encode(r, "b"), "x", node_id="b") == r
