@@ -234,3 +234,20 @@ def test_the_event_loop_phase_runs_for_real_in_a_smoke_and_leaves_results_json_a
     assert figures["uvloop_over_asyncio_rate_4n"] == pytest.approx(
         figures["cluster_rate_4n_uvloop"] / figures["cluster_rate_4n_asyncio"], rel=0.01)
     assert (REPO / "bench" / "results.json").read_bytes() == before
+
+
+def test_markers_are_counted_in_every_log_segment_sealed_ones_too(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from bench.lab import markers_per_snapshot
+    from snapmesh.protocol.wal import active_name, sealed_name
+
+    def marker(sid: str) -> str:
+        return json.dumps({"kind": "marker_sent", "snapshot_id": sid}, separators=(",", ":")) + "\n"
+
+    (tmp_path / sealed_name("p1", 1)).write_text(marker("s1") + marker("s2"))
+    (tmp_path / sealed_name("p1", 90)).write_text(marker("s2"))
+    (tmp_path / active_name("p1")).write_text(marker("s3") + '{"kind":"marker_sent","snap')  # a torn last line
+    (tmp_path / active_name("p2")).write_text(marker("s1") + '{"kind":"transfer_sent"}\n')
+    cluster = SimpleNamespace(node_ids=["p1", "p2"], config=SimpleNamespace(data_dir=tmp_path))
+    assert markers_per_snapshot(cluster) == {"s1": 2, "s2": 2, "s3": 1}
