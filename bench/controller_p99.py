@@ -22,7 +22,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.lab import BATCH, start_cluster
+from bench.lab import BATCH, settled, start_cluster
 from bench import results
 from bench.loadgen import LoadGen
 from bench.observe import Observer, cpu_s
@@ -62,15 +62,7 @@ def _trigger_and_probe(controller, seconds: float) -> tuple[list[str], list[floa
 
 def _outcomes(controller, ids: list[str], wait_s: float = 30.0) -> list[pb.Snapshot]:
     deadline = time.monotonic() + wait_s
-    done = []
-    for sid in ids:
-        while True:
-            snapshot = controller.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=10)
-            if snapshot.status != pb.Snapshot.IN_PROGRESS or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        done.append(snapshot)
-    return done
+    return [settled(controller, sid, deadline, poll_s=0.05) for sid in ids]
 
 
 def measure(say=print) -> dict[str, float]:

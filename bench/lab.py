@@ -74,17 +74,22 @@ def latency_run(controller, count: int, cap_s: float, statuses: dict[str, int]):
     return client, server, failed, in_flight
 
 
+def settled(controller, snapshot_id: str, deadline: float, poll_s: float = 0.1) -> pb.Snapshot:
+    """The snapshot once it is no longer IN_PROGRESS, or as it is at `deadline` (time.monotonic)."""
+    while True:
+        snapshot = controller.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=snapshot_id), timeout=10)
+        if snapshot.status != pb.Snapshot.IN_PROGRESS or time.monotonic() > deadline:
+            return snapshot
+        time.sleep(poll_s)
+
+
 def finished(controller, ids: list[str], statuses: dict[str, int], wait_s: float = 15.0):
     """Controller-side durations (ms) and in-flight counts of the COMPLETE ones;
     how many FAILED; how many were still running after `wait_s`."""
     deadline = time.monotonic() + wait_s
     durations, in_flight, failed, running = [], [], 0, 0
     for sid in ids:
-        while True:
-            snapshot = controller.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=10)
-            if snapshot.status != pb.Snapshot.IN_PROGRESS or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+        snapshot = settled(controller, sid, deadline)
         statuses[sid] = snapshot.status
         if snapshot.status == pb.Snapshot.COMPLETE:
             durations.append(duration_s(snapshot) * 1e3)

@@ -49,7 +49,7 @@ SERVER_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ("grpc.http2.max_pings_without_data", 0),
-    # What the API needs (issue 26.6): a node's largest request is a RestoreState
+    # What the API needs, no more: a node's largest request is a RestoreState
     # holding every transfer recorded in flight into it (up to channel_bound per
     # channel), sent by the controller only; ServiceHost lowers it for the
     # controller (CONTROLLER_RECEIVE_BYTES).
