@@ -44,7 +44,7 @@ from bench import results as bench_results
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = phases.parse("cluster", phases.own_argv(argv))
+    args = phases.parse("cluster", phases.own_argv("cluster", argv))
     started = time.perf_counter()
     run = phases.run_set("cluster", phases.sayer(), settings=phases.settings_for("cluster", args.smoke),
                          only=tuple(args.phases), peak=args.peak)

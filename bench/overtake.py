@@ -34,7 +34,7 @@ from bench import phases, results
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = phases.parse("overtake", phases.own_argv(argv))
+    args = phases.parse("overtake", phases.own_argv("overtake", argv))
     started = time.perf_counter()
     run = phases.run_set("overtake", phases.sayer(), settings=phases.settings_for("overtake", args.smoke),
                          only=tuple(args.phases), peak=args.peak)

@@ -447,12 +447,14 @@ def parse(set_name: str, argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def own_argv(argv: list[str] | None) -> list[str]:
-    """The flags meant for this bench: from the first flag on (as `python -m bench` hands them on)."""
+def own_argv(set_name: str, argv: list[str] | None) -> list[str]:
+    """The flags meant for this bench: from the first flag on, when it is the one bench
+    named (`python -m bench NAME --flag`, `python -m bench.NAME --flag`); else none."""
     if argv is not None:
         return argv
     args = sys.argv[1:]
-    return args[next((i for i, a in enumerate(args) if a.startswith("-")), len(args)):]
+    first_flag = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
+    return args[first_flag:] if args[:first_flag] in ([], [set_name]) else []
 
 
 def settings_for(set_name: str, smoke: bool) -> Settings:

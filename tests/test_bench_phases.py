@@ -213,8 +213,10 @@ def test_a_phase_paced_at_the_peak_needs_the_ramp_or_a_given_peak() -> None:
 
 def test_flags_come_from_the_first_flag_on_and_smoke_shortens_every_phase(monkeypatch) -> None:
     monkeypatch.setattr(sys, "argv", ["bench", "overtake", "--smoke", "--phases", "loops"])
-    args = phases.parse("overtake", phases.own_argv(None))
+    args = phases.parse("overtake", phases.own_argv("overtake", None))
     assert args.smoke and args.phases == ["loops"] and not args.no_write
+    monkeypatch.setattr(sys, "argv", ["bench", "overtake", "reconcile", "--size", "5"])
+    assert phases.own_argv("overtake", None) == []  # another bench's flags
     smoke = phases.settings_for("overtake", True)
     assert smoke.large_mesh == 0 and smoke.window_s < phases.OVERTAKE.window_s
     assert phases.settings_for("cluster", False) is phases.CLUSTER
