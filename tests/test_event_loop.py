@@ -69,3 +69,12 @@ def test_unset_or_empty_means_uvloop_when_installed_and_values_are_taken_as_give
     assert event_loop_from_env({"SNAPMESH_EVENT_LOOP": "uvloop"}) == "uvloop"
     with pytest.raises(EnvironmentSettingError, match="SNAPMESH_EVENT_LOOP='tokio'"):
         event_loop_from_env({"SNAPMESH_EVENT_LOOP": "tokio"})
+
+
+def test_without_uvloop_the_default_is_asyncio_and_asking_for_uvloop_says_it_is_missing(monkeypatch) -> None:
+    from snapmesh.serving import runtime
+
+    monkeypatch.setattr(runtime, "_uvloop_installed", lambda: False)
+    assert event_loop_from_env({}) == "asyncio"
+    with pytest.raises(EnvironmentSettingError, match="SNAPMESH_EVENT_LOOP=uvloop: the uvloop package is not installed"):
+        event_loop_from_env({"SNAPMESH_EVENT_LOOP": "uvloop"})
