@@ -96,3 +96,69 @@ def test_the_rule_catches_what_it_forbids(source, word):
 
 def test_the_rule_lets_pure_imports_through():
     assert violations("from collections import deque\nfrom snapmesh.protocol import wal\nimport json\n") == []
+
+
+# The layers, lowest first. A module may import its own layer and the layers
+# below it, never a layer above: docs/architecture.md draws the same table.
+LAYERS = [
+    ("pure protocol", ["snapmesh.protocol", "snapmesh.v1"]),
+    ("settings", ["snapmesh.settings"]),
+    ("checking", ["snapmesh.checking", "snapmesh.reconcile", "snapmesh.sim", "snapmesh.trace"]),
+    ("shells", ["snapmesh.serving", "services.node", "services.controller"]),
+    (
+        "tools",
+        ["snapmesh.commands", "snapmesh.processes", "snapmesh.hosts", "snapmesh.ui", "snapmesh.bank",
+         "snapmesh.chaos", "services.app", "services", "snapmesh.cli", "snapmesh.version", "snapmesh", "bench"],
+    ),
+]
+
+
+def layer_of(module: str) -> int | None:
+    """The layer a dotted module belongs to (the longest matching prefix), or None if it is not ours."""
+    best = None
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                if best is None or len(prefix) > best[1]:
+                    best = (rank, len(prefix))
+    return None if best is None else best[0]
+
+
+def source_modules() -> list[tuple[str, Path]]:
+    files = [*ROOT.glob("snapmesh/**/*.py"), *ROOT.glob("services/**/*.py"), *ROOT.glob("bench/*.py")]
+    return [
+        (".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"), p)
+        for p in sorted(files)
+        if "v1" not in p.relative_to(ROOT).parts
+    ]
+
+
+def upward_imports(module: str, source: str) -> list[str]:
+    """Imports (at any depth in the file) that reach a layer above the module's own."""
+    own = layer_of(module)
+    package = module if source_is_package(module) else module.rpartition(".")[0]
+    found = []
+    for line, target in imported_modules(ast.parse(source), package):
+        rank = layer_of(target)
+        if rank is not None and own is not None and rank > own:
+            found.append(f"{module} line {line} imports {target} ({LAYERS[rank][0]} is above {LAYERS[own][0]})")
+    return found
+
+
+def source_is_package(module: str) -> bool:
+    return (ROOT / Path(*module.split(".")) / "__init__.py").exists()
+
+
+def test_every_module_has_a_layer():
+    assert [m for m, _ in source_modules() if layer_of(m) is None] == []
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    problems = [p for module, path in source_modules() for p in upward_imports(module, path.read_text(encoding="utf-8"))]
+    assert not problems, "imports that go up a layer:\n" + "\n".join(problems)
+
+
+def test_the_layer_rule_catches_an_upward_import():
+    assert upward_imports("snapmesh.checking.x", "from snapmesh.serving import runtime\n")
+    assert upward_imports("snapmesh.protocol.node", "def f():\n    from services.node import engine\n")
+    assert not upward_imports("services.node.engine", "from snapmesh.protocol import node\n")

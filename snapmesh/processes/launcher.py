@@ -48,10 +48,10 @@ from pathlib import Path
 
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
-from snapmesh.commands.argparsing import parse_args
+from snapmesh.settings.argparsing import parse_args
 from snapmesh.settings.config import ConfigError, write_cluster
 from snapmesh.serving.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
-from snapmesh.processes.ports import NoFreePorts, free_ports, port_is_free
+from snapmesh.settings.ports import NoFreePorts, free_ports, port_is_free
 from snapmesh.processes.supervisor import Cluster, SupervisorError
 
 # The names this module had before the supervisor and the config writer got
