@@ -6,30 +6,20 @@ with the judge's words."""
 from __future__ import annotations
 
 import pytest
+from test_cut import P1, P2
 
-from snapmesh.protocol import core, wal
+from snapmesh.protocol import core
 from snapmesh.sim.invariants import Checker, Violation
 
-P1 = [
-    wal.Init(lsn=1, balance=100),
-    wal.Send(lsn=2, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, amount=10),
-    wal.Cut(lsn=3, snapshot_id="s1", balance=90),
-    wal.MarkerSent(lsn=4, snapshot_id="s1", src="p1", dst="p2", seq=2),
-]
-P2 = [
-    wal.Init(lsn=1, balance=100),
-    wal.Cut(lsn=2, snapshot_id="s1", balance=100),
-    wal.MarkerSent(lsn=3, snapshot_id="s1", src="p2", dst="p1", seq=1),
-    wal.Recv(lsn=4, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, amount=10),
-    wal.MarkerRecv(lsn=5, snapshot_id="s1", src="p1", dst="p2", seq=2),
-]
+# The two logs' records in an order they could have happened in (a receipt after its send).
+ORDER = ["p1", "p1", "p2", "p2", "p2", "p1", "p1", "p1", "p1", "p2", "p2", "p2"]
 
 
 def checker() -> Checker:
     judge = Checker({"p1": 100, "p2": 100}, [("p1", "p2"), ("p2", "p1")], ttl=10.0)
-    for node, log in (("p1", P1), ("p2", P2)):
-        for record in log:
-            judge.appended(node, record, now=0.0)
+    logs = {"p1": iter(P1), "p2": iter(P2)}
+    for node in ORDER:
+        judge.appended(node, next(logs[node]), now=0.0)
     return judge
 
 
