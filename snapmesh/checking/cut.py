@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from snapmesh.protocol import wal
 
@@ -66,6 +66,22 @@ IN_FLIGHT_RULES = (
     MISSING_IN_FLIGHT, IN_FLIGHT_NEVER_SENT, IN_FLIGHT_OTHER_CHANNEL, IN_FLIGHT_AFTER_CUT, IN_FLIGHT_RECEIVED,
     UNEXPECTED_IN_FLIGHT, IN_FLIGHT_LISTED_TWICE, IN_FLIGHT_AMOUNT, IN_FLIGHT_SEQ, IN_FLIGHT_ORDER,
 )
+
+
+# The kinds the rules read, and their fields (the required ones of `wal.SPEC`).
+READ_KINDS = ("init", "send", "recv", "cut", "marker_sent", "marker_recv", "restore", "replay")
+_READ_FIELDS = {kind: tuple(name for name, _, required in wal.SPEC[kind] if required) for kind in READ_KINDS}
+
+
+def record(raw: Mapping[str, Any]) -> wal.Record:
+    """A log line its reader already parsed and checked (a dict) as the `wal` record
+    the rules read; a kind they do not read (abort, restart, checkpoint, ...) as
+    `wal.Unknown`, whatever its fields."""
+    kind = raw["kind"]
+    fields = _READ_FIELDS.get(kind)
+    if fields is None:
+        return wal.Unknown(lsn=raw["lsn"], kind=kind)
+    return wal.BY_KIND[kind](lsn=raw["lsn"], **{name: raw[name] for name in fields})
 
 
 class Problem(NamedTuple):

@@ -27,7 +27,6 @@ from snapmesh.checking import cut
 from snapmesh.checking.node_logs import log_events
 from snapmesh.checking.steps import StepChecker
 from snapmesh.checking.trace import INFINITY, Channel, Event, InvariantViolation, Report, _name, check_trace
-from snapmesh.protocol import wal
 
 __all__ = [
     "INFINITY", "InvariantViolation", "RecordedSnapshot", "Report", "StepChecker", "check_logs",
@@ -101,8 +100,7 @@ def check_logs(
     initial = {node: r["balance"] for node, records in logs.items() for r in records if r.get("kind") == "init"}
     expected_total = sum(initial.values()) if total is None else total
     index = cut.LogIndex.of(
-        {node: [wal.from_dict(r if "node" in r else {**r, "node": node}, f"{node}'s log, lsn {r.get('lsn')}")
-                for r in records] for node, records in logs.items()},
+        {node: [cut.record(r) for r in records] for node, records in logs.items()},
         snapshot_ids=[snap.snapshot_id for snap in recorded],
     )
     for snap in recorded:

@@ -18,7 +18,6 @@ from collections import defaultdict
 from typing import Any
 
 from snapmesh.checking import cut
-from snapmesh.protocol import wal
 
 from . import messages as M
 from .schema import INT_COLUMNS, REQUIRED_FIELDS, SCOPE_LOGS, SCOPE_SNAPSHOT, STR_COLUMNS
@@ -58,14 +57,6 @@ def _problem(rec: Any, file_node: str) -> str | None:
     return None
 
 
-def _record(rec: dict[str, Any]) -> wal.Record:
-    """A checked line as its `wal` record (kinds the checks do not read: `Unknown`)."""
-    kind = rec["kind"]
-    if kind not in REQUIRED_FIELDS:
-        return wal.Unknown(lsn=rec["lsn"], kind=kind)
-    return wal.BY_KIND[kind](lsn=rec["lsn"], **{f: rec[f] for f in REQUIRED_FIELDS[kind]})
-
-
 def reconcile(data_dir: str) -> list[dict[str, Any]]:
     """Verdict rows (same fields and order as the Spark job). Raises BadInput."""
     log_found: list[tuple[int, str]] = []
@@ -95,7 +86,7 @@ def reconcile(data_dir: str) -> list[dict[str, Any]]:
                 if bad:
                     continue  # only collecting bad lines from now on
                 node, kind, lsn = rec["node"], rec["kind"], rec["lsn"]
-                index.add(node, _record(rec))
+                index.add(node, cut.record(rec))
                 info = nodes.setdefault(node, {"inits": 0, "init_lsn": None, "init_balance": 0})
                 if lsn != line_no:
                     log_found.append(M.LSN_NOT_LINE.format(node, line_no, lsn))
