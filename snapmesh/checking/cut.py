@@ -73,15 +73,17 @@ READ_KINDS = ("init", "send", "recv", "cut", "marker_sent", "marker_recv", "rest
 _READ_FIELDS = {kind: tuple(name for name, _, required in wal.SPEC[kind] if required) for kind in READ_KINDS}
 
 
-def record(raw: Mapping[str, Any]) -> wal.Record:
+def record(raw: Mapping[str, Any], node: str | None = None) -> wal.Record:
     """A log line its reader already parsed and checked (a dict) as the `wal` record
     the rules read; a kind they do not read (abort, restart, checkpoint, ...) as
-    `wal.Unknown`, whatever its fields."""
+    `wal.Unknown`, whatever its fields. With `node` (whose log it is), a line may
+    leave out its own end of the channel (`src` of a send, `dst` of a receipt)."""
     kind = raw["kind"]
     fields = _READ_FIELDS.get(kind)
     if fields is None:
         return wal.Unknown(lsn=raw["lsn"], kind=kind)
-    return wal.BY_KIND[kind](lsn=raw["lsn"], **{name: raw[name] for name in fields})
+    own = {"src": node} if kind in ("send", "marker_sent") else {"dst": node} if kind in ("recv", "marker_recv") else {}
+    return wal.BY_KIND[kind](lsn=raw["lsn"], **{name: raw[name] if name in raw else own[name] for name in fields})
 
 
 class Problem(NamedTuple):

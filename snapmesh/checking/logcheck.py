@@ -100,7 +100,7 @@ def check_logs(
     initial = {node: r["balance"] for node, records in logs.items() for r in records if r.get("kind") == "init"}
     expected_total = sum(initial.values()) if total is None else total
     index = cut.LogIndex.of(
-        {node: [cut.record(r) for r in records] for node, records in logs.items()},
+        {node: [cut.record(r, node) for r in records] for node, records in logs.items()} if recorded else {},
         snapshot_ids=[snap.snapshot_id for snap in recorded],
     )
     for snap in recorded:
