@@ -1,7 +1,9 @@
 """The Spark job and the pure checker (snapmesh/checking/cut.py) on the same
 generated corruptions (`snapmesh synth --corrupt`, every kind that leaves the input
 readable, and none): per COMPLETE snapshot they agree on consistent or not and, when
-both name a problem, on its kind. The seed is printed (SNAPMESH_AGREE_SEED replays)."""
+both name a problem, on its kind; and the plain-Python baseline, which asks `cut`,
+gives the job's verdict rows exactly. The seed is printed (SNAPMESH_AGREE_SEED
+replays)."""
 
 from __future__ import annotations
 
@@ -68,5 +70,8 @@ def test_the_spark_job_and_the_pure_checker_agree(spark, tmp_path: Path, corrupt
     by_cut = pure_verdicts(data)
     print(f"spark {by_spark}\ncut   {by_cut}")
     assert by_spark == by_cut, f"seed {SEED}, corruption {corruption}"
+    # The plain-Python baseline (cut plus the whole-log checks) gives the job's rows, field for field.
+    rows = {(v["scope"], v["snapshot_id"]): v for v in outcome.verdicts}
+    assert {(v["scope"], v["snapshot_id"]): v for v in baseline.reconcile(str(data))} == rows, f"seed {SEED}"
     if corruption in ("balance", "missing-inflight", "extra-inflight", "missing-node"):
         assert by_cut[result.detail["snapshot_id"]][0] is False, f"seed {SEED}: the corruption went unseen"
