@@ -1,6 +1,6 @@
 """The checks of a run: a trace, or real nodes' logs against their snapshots.
 
-- `check_trace(events)` and `StepChecker` (from `trace` and `steps`): a list of
+- `trace.check_trace(events)` and `steps.StepChecker`: a list of
   trace events (a simulator's, or `node_logs.log_events` of real logs), after the
   run or step by step.
 - `check_logs(logs, snapshots, channels=...)`: the nodes' transfer logs (read with
@@ -25,12 +25,11 @@ from typing import Any
 
 from snapmesh.checking import cut
 from snapmesh.checking.node_logs import log_events
-from snapmesh.checking.steps import StepChecker
-from snapmesh.checking.trace import INFINITY, Channel, Event, InvariantViolation, Report, _name, check_trace
+from snapmesh.checking.trace import Channel, Event, InvariantViolation, Report, _name, check_trace
 
 __all__ = [
-    "INFINITY", "InvariantViolation", "RecordedSnapshot", "Report", "StepChecker", "check_logs",
-    "check_logs_by_epoch", "check_restore", "check_trace", "restores_in_logs", "split_epochs",
+    "InvariantViolation", "RecordedSnapshot", "Report", "check_logs",
+    "check_logs_by_epoch", "check_restore", "restores_in_logs", "split_epochs",
 ]
 
 # ------------------------------------------------------------ real node logs
