@@ -19,7 +19,6 @@ import pytest
 
 from cluster_helpers import controller_stub, node_stub, poll
 from snapmesh.settings.config import write_cluster
-from snapmesh.processes.launcher import LocalCluster, write_config
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -28,8 +27,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    path = write_config(tmp_path_factory.mktemp("review") / "cluster.toml", nodes=3, initial_balance=100_000)
-    with LocalCluster(path) as running:
+    path = write_cluster(tmp_path_factory.mktemp("review") / "cluster.toml", nodes=3, initial_balance=100_000)
+    with Cluster(path) as running:
         yield running
 
 

@@ -23,7 +23,6 @@ import pytest
 
 from snapmesh.settings import config, security
 from snapmesh.settings.config import write_cluster
-from snapmesh.processes.launcher import LocalCluster, write_config
 from snapmesh.settings.security import write_certs
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -115,7 +114,7 @@ def test_report_state_chunks_checks_the_caller_before_buffering(tls_cluster):
 
 def test_metrics_are_behind_mutual_tls_when_reads_are_protected(tmp_path):
     """10. With protect_reads = true, /metrics (balances among them) no longer answers plain HTTP."""
-    path = write_config(tmp_path / "cluster.toml", nodes=2)
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2)
     write_certs(config.load(path), tmp_path / "certs")
     path.write_text(path.read_text() + (
         '\n[tls]\nca = "certs/ca.pem"\ncert = "certs/{name}.pem"\nkey = "certs/{name}-key.pem"\n'
@@ -123,7 +122,7 @@ def test_metrics_are_behind_mutual_tls_when_reads_are_protected(tmp_path):
         '\n[auth]\ntoken_file = "certs/token"\nprotect_reads = true\n'
     ))
     certs = tmp_path / "certs"
-    with LocalCluster(path) as cluster:
+    with Cluster(path) as cluster:
         for process in (*cluster.config.nodes, cluster.config.controller):
             address = process.metrics_address
             with pytest.raises(OSError):  # plain HTTP: the TLS server drops it

@@ -15,7 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from snapmesh.settings import config
 from snapmesh.commands.health import main as health_main
-from snapmesh.processes.launcher import write_config
+from snapmesh.settings.config import write_cluster
 from snapmesh.processes.ports import free_ports
 from snapmesh.settings.security import load_tls_dir, write_certs
 
@@ -23,7 +23,7 @@ from snapmesh.settings.security import load_tls_dir, write_certs
 @pytest.fixture(scope="module")
 def tls_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("hints")
-    write_certs(config.load(write_config(root / "cluster.toml", nodes=1)), root / "tls")
+    write_certs(config.load(write_cluster(root / "cluster.toml", nodes=1)), root / "tls")
     return root / "tls"
 
 
