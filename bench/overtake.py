@@ -6,7 +6,7 @@ Figures (all from this one run; compare them as ratios):
   - per mode, on a 4-node mesh at that peak load: rate with a snapshot every
     100 ms / without (interleaved A/B windows) and the controller-side p99 of
     those snapshots, and how many FAILED;
-  - CPU per transfer (issue 23): the whole machine's busy CPU microseconds per
+  - CPU per transfer: the whole machine's busy CPU microseconds per
     transfer the nodes counted, at the 4-node peak and, per phase, on the
     8-node mesh paced before its snapshots run (a window without snapshots);
   - per mode, on an 8-node mesh paced at 50% of the 4-node peak: snapshot p99,

@@ -1,4 +1,4 @@
-"""Where a transfer's CPU goes: `python -m bench.profile` (issue 23).
+"""Where a transfer's CPU goes: `python -m bench.profile`.
 
 Starts a 4-node mesh (the bench's load generator at a closed-loop load, a
 snapshot every 100 ms from here), samples one node and the controller with

@@ -1,4 +1,4 @@
-"""Issue 25, paging: "past roughly 9,500 snapshots [one ListSnapshots answer]
+"""Paging: "past roughly 9,500 snapshots [one ListSnapshots answer]
 exceeds grpcurl's 4 MiB limit". Here, 10,000 finished snapshots of about the
 size the issue measured (~480 bytes each: 4.8 MB in one answer), and the real
 grpcurl binary (pinned 1.8.6, 4 MiB receive limit) against a real controller

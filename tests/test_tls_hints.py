@@ -1,5 +1,5 @@
-"""Clients say what to do when their TLS and the server's differ (issue 25, "errors
-that say what to do"), beyond `snapmesh snapshot`/`restore`/`app` (tested in
+"""Clients say what to do when their TLS and the server's differ (errors
+that say what to do), beyond `snapmesh snapshot`/`restore`/`app` (tested in
 test_security.py and test_snapshot_cli.py): `snapmesh health` and
 `snapmesh ui`'s "controller does not answer" page. Real gRPC servers on loopback,
 one plaintext and one with the cluster's TLS (certificates from `write_certs`)."""
