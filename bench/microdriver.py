@@ -1,4 +1,4 @@
-"""A micro-driver of the pure per-transfer path, for instruction counts.
+"""A micro-driver of the pure per-transfer path, for instruction counts per transfer.
 
 Two `snapmesh.protocol.node.Node` machines, a -> b and b -> a, driven as the node's shell
 drives them but with no I/O: client batches of BATCH transfers at a, every

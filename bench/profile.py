@@ -1,4 +1,4 @@
-"""Where a transfer's CPU goes: `python -m bench.profile`.
+"""Where a transfer's CPU goes: `python -m bench.profile` (py-spy flame graphs under load).
 
 Starts a 4-node mesh (the bench's load generator at a closed-loop load, a
 snapshot every 100 ms from here), samples one node and the controller with
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.cluster import INITIAL_BALANCE
+from bench.calls import INITIAL_BALANCE
 from bench.loadgen import LoadGen
 from bench.observe import Observer
 from snapmesh.settings.config import write_cluster

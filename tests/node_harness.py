@@ -28,8 +28,8 @@ from snapmesh.checking.logcheck import RecordedSnapshot, check_logs
 from snapmesh.checking.node_logs import money_check, read_logs
 from snapmesh.processes import supervisor
 from snapmesh.settings.config import write_cluster
-from snapmesh.processes.ports import free_ports
-from snapmesh.processes.ports import port_is_free as _port_is_free
+from snapmesh.settings.ports import free_ports
+from snapmesh.settings.ports import port_is_free as _port_is_free
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 

@@ -16,7 +16,7 @@ import pytest
 
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings.config import write_cluster
-from snapmesh.processes.ports import port_is_free
+from snapmesh.settings.ports import port_is_free
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 

@@ -98,35 +98,82 @@ def test_the_rule_lets_pure_imports_through():
     assert violations("from collections import deque\nfrom snapmesh.protocol import wal\nimport json\n") == []
 
 
+# The layers, lowest first. A module may import its own layer and the layers
+# below it, never a layer above: docs/architecture.md draws the same table.
+LAYERS = [
+    ("pure protocol", ["snapmesh.protocol", "snapmesh.v1"]),
+    ("settings", ["snapmesh.settings"]),
+    ("checking", ["snapmesh.checking", "snapmesh.reconcile", "snapmesh.sim", "snapmesh.trace"]),
+    ("shells", ["snapmesh.serving", "services.node", "services.controller"]),
+    (
+        "tools",
+        ["snapmesh.commands", "snapmesh.processes", "snapmesh.hosts", "snapmesh.ui", "snapmesh.bank",
+         "snapmesh.chaos", "services.app", "services", "snapmesh.cli", "snapmesh.version", "snapmesh", "bench"],
+    ),
+]
+
+
+def layer_of(module: str) -> int | None:
+    """The layer a dotted module belongs to (the longest matching prefix), or None if it is not ours."""
+    best = None
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                if best is None or len(prefix) > best[1]:
+                    best = (rank, len(prefix))
+    return None if best is None else best[0]
+
+
+def source_modules() -> list[tuple[str, Path]]:
+    files = [*ROOT.glob("snapmesh/**/*.py"), *ROOT.glob("services/**/*.py"), *ROOT.glob("bench/*.py")]
+    return [
+        (".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"), p)
+        for p in sorted(files)
+        if "v1" not in p.relative_to(ROOT).parts
+    ]
+
+
+def upward_imports(module: str, source: str) -> list[str]:
+    """Imports (at any depth in the file) that reach a layer above the module's own."""
+    own = layer_of(module)
+    package = module if source_is_package(module) else module.rpartition(".")[0]
+    found = []
+    for line, target in imported_modules(ast.parse(source), package):
+        rank = layer_of(target)
+        if rank is not None and own is not None and rank > own:
+            found.append(f"{module} line {line} imports {target} ({LAYERS[rank][0]} is above {LAYERS[own][0]})")
+    return found
+
+
+def source_is_package(module: str) -> bool:
+    return (ROOT / Path(*module.split(".")) / "__init__.py").exists()
+
+
+def test_every_module_has_a_layer():
+    assert [m for m, _ in source_modules() if layer_of(m) is None] == []
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    problems = [p for module, path in source_modules() for p in upward_imports(module, path.read_text(encoding="utf-8"))]
+    assert not problems, "imports that go up a layer:\n" + "\n".join(problems)
+
+
+def test_the_layer_rule_catches_an_upward_import():
+    assert upward_imports("snapmesh.checking.x", "from snapmesh.serving import runtime\n")
+    assert upward_imports("snapmesh.protocol.node", "def f():\n    from services.node import engine\n")
+    assert not upward_imports("services.node.engine", "from snapmesh.protocol import node\n")
+
+
 # ---- No import cycles --------------------------------------------------------
 # Read from the source, not from sys.modules: an import inside a function or
 # under `if TYPE_CHECKING:` is an edge too, since a cycle there still ties two
 # modules together so that neither can be read or moved without the other.
 
-GRAPH_ROOTS = ("snapmesh", "services", "bench")
 # Modules another helper is untangling; the lead empties this set at merge. Each
 # entry is one strongly connected group, so a new module joining it still fails.
 KNOWN_CYCLES = {
     frozenset({"snapmesh.reconcile.cds", "snapmesh.reconcile.ingest", "snapmesh.reconcile.main"}),
-    # bench.hosts borrows bench.cluster's latency driver while bench.cluster runs the
-    # hosts phase: one driver of phases (the bench restructure) removes the loop.
-    frozenset({"bench.cluster", "bench.hosts"}),
 }
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def source_modules() -> dict[str, Path]:
-    """Every hand-written module of the graph's roots by dotted name (generated code left out)."""
-    found = {}
-    for root in GRAPH_ROOTS:
-        for path in sorted((ROOT / root).rglob("*.py")):
-            if "v1" not in path.relative_to(ROOT).parts and ".venv" not in path.parts:
-                found[module_name(path)] = path
-    return found
 
 
 def import_edges(source: str, name: str, is_package: bool, known: set[str]) -> set[str]:
@@ -155,7 +202,7 @@ def import_edges(source: str, name: str, is_package: bool, known: set[str]) -> s
 
 
 def import_graph() -> dict[str, set[str]]:
-    modules = source_modules()
+    modules = dict(source_modules())
     known = set(modules)
     return {
         name: import_edges(path.read_text(encoding="utf-8"), name, path.name == "__init__.py", known)

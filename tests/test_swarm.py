@@ -46,7 +46,7 @@ from helpers_deploy import (
     trigger_snapshot,
     wait_for,
 )
-from snapmesh.processes.ports import free_ports
+from snapmesh.settings.ports import free_ports
 from snapmesh.settings.security import load_tls_dir
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1200)]

@@ -16,7 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from snapmesh.settings import config
 from snapmesh.commands.health import main as health_main
 from snapmesh.settings.config import write_cluster
-from snapmesh.processes.ports import free_ports
+from snapmesh.settings.ports import free_ports
 from snapmesh.settings.security import load_tls_dir, write_certs
 
 

@@ -29,7 +29,7 @@ from services.controller.store import SnapshotStore, StoreWriter, past_retention
 from services.controller.tracker import Tracker
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
-from snapmesh.commands.argparsing import parse_args, positive_float
+from snapmesh.settings.argparsing import parse_args, positive_float
 from snapmesh.serving.datalock import CONTROLLER, serve_holding
 from snapmesh.serving.runtime import CONTROLLER_RECEIVE_BYTES, ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -32,7 +32,7 @@ from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 from snapmesh.serving.durable import fsync_dir
 from snapmesh.protocol.node import Node
-from snapmesh.commands.argparsing import parse_args
+from snapmesh.settings.argparsing import parse_args
 from snapmesh.serving.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc

@@ -47,11 +47,11 @@ from pathlib import Path
 
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
-from snapmesh.commands.argparsing import parse_args
+from snapmesh.settings.argparsing import parse_args
 from snapmesh.settings.config import ConfigError, write_cluster
 from snapmesh.serving.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
 from snapmesh.processes.foreground import serve_until_stopped
-from snapmesh.processes.ports import NoFreePorts
+from snapmesh.settings.ports import NoFreePorts
 from snapmesh.processes.supervisor import Cluster, SupervisorError
 
 

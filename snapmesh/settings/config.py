@@ -64,7 +64,7 @@ from typing import Any
 
 import tomli_w
 
-from snapmesh.processes.ports import free_ports
+from snapmesh.settings.ports import free_ports
 from snapmesh.protocol.topology import Topology, TopologyError
 
 SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"

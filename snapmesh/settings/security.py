@@ -46,7 +46,7 @@ import grpc
 
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import devcerts
-from snapmesh.commands.argparsing import parse_args
+from snapmesh.settings.argparsing import parse_args
 from snapmesh.settings.config import CA_FILE, CLIENT_NAME, CONTROLLER_NAME, TOKEN_FILE, ClusterConfig, ConfigError, TlsSettings
 
 # The calls that change the cluster: a token is asked for them.
