@@ -1,10 +1,10 @@
-"""A node's data safety, each on real node processes:
+"""Defects 1, 2, 6 (second half) and 8 of issue 8, each on real node processes:
 
-- a second process on a live node's data dir exits 2 and touches nothing;
-- after a failed write or fsync the log writes nothing more, the node stops,
+1. a second process on a live node's data dir exits 2 and touches nothing;
+2. after a failed write or fsync the log writes nothing more, the node stops,
    and a restart recovers from what is on disk (a full tmpfs under load);
-- a FullState too large for one gRPC message is delivered in chunks;
-- a finished part survives a crash before it was reported.
+6. a FullState too large for one gRPC message is delivered in chunks;
+8. a finished part survives a crash before it was reported.
 """
 
 from __future__ import annotations
@@ -466,7 +466,7 @@ def test_a_node_sigkilled_five_times_under_load_while_snapshots_run(tmp_path: Pa
         complete = [s for s in snapshots if s.status == pb.Snapshot.COMPLETE]
         failed = {s.snapshot_id: s.reason for s in snapshots if s.status == pb.Snapshot.FAILED}
         p2 = logs["p2"]
-        # A finished part survives a crash: p2 finished its part (its cut and both markers with no restart
+        # Defect 8: p2 finished its part (its cut and both markers with no restart
         # and no abort between them), then was killed (a restart follows, with no
         # abort before it), and the snapshot failed for want of p2's report.
         restarts = [r["lsn"] for r in p2 if r["kind"] == "restart"]
@@ -484,13 +484,13 @@ def test_a_node_sigkilled_five_times_under_load_while_snapshots_run(tmp_path: Pa
         # restart (a report after the restart may come too late: the deadline is 5 s).
         said = (cluster.log_dir / "p2.log").read_text()
         never_reported = [sid for sid in lost if f"snapshot {sid}: report" not in said]
-        # An abort is final: p2 must not record a snapshot after it logged the abort of it (a zombie).
+        # Defect 3: p2 recorded a snapshot after it had logged the abort of it (a zombie).
         aborted_at = {r["snapshot_id"]: r["lsn"] for r in reversed(p2) if r["kind"] == "abort"}
         zombies = [r["snapshot_id"] for r in p2 if r["kind"] == "cut" and r["lsn"] > aborted_at.get(r["snapshot_id"], 1e18)]
         print(f"{len(snapshots)} snapshots: {len(complete)} COMPLETE, {len(failed)} FAILED; "
               f"p2 finished, was killed, and the snapshot failed: {lost}, never reported: {never_reported}; "
               f"recorded at p2 after their abort: {zombies}")
-        assert not never_reported, "finished parts lost in a crash"
+        assert not never_reported, "finished parts lost in a crash (defect 8)"
         for snapshot in complete:
             assert snapshot.conserved, snapshot.reason
         check_against_logs(cluster, complete, logs)

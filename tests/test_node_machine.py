@@ -1,8 +1,8 @@
 """snapmesh/protocol/node.py and snapmesh/protocol/recovery.py: whole node machines over in-memory links.
 
-Also the pure half of: aborts replayed, a marker never without its cut,
-checkpoints and segments, a full channel refusing at once, and a retried request
-not paid twice (across restarts too).
+Also the pure half of defects 3 (aborts replayed), 4 (a marker never without its
+cut), 5 (checkpoints and segments), 6a (a full channel refuses at once) and 9
+(a retried request is not paid twice, across restarts too).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def test_restart_rebuilds_balance_and_resends_the_unacknowledged() -> None:
     assert m.nodes["b"].balance == 6 and m.nodes["a"].senders["b"].unacked == 0
 
 
-def test_a_full_channel_refuses_at_once_and_moves_no_money() -> None:
+def test_a_full_channel_refuses_at_once_and_moves_no_money() -> None:  # defect 6, first half
     m = Machines({"a": 100, "b": 0}, bound=2)
     m.nodes["a"].transfer("b", 1)
     m.nodes["a"].transfer("b", 1)
@@ -167,7 +167,7 @@ def test_a_full_channel_refuses_at_once_and_moves_no_money() -> None:
     m.nodes["a"].transfer("b", 1)  # room again once acknowledged
 
 
-def test_a_retried_request_is_answered_not_paid_again_across_restarts() -> None:
+def test_a_retried_request_is_answered_not_paid_again_across_restarts() -> None:  # defect 9
     m = Machines({"a": 100, "b": 0})
     first = m.nodes["a"].transfer("b", 10, request_id="r1")
     again = m.nodes["a"].transfer("b", 10, request_id="r1")
@@ -182,7 +182,7 @@ def test_a_retried_request_is_answered_not_paid_again_across_restarts() -> None:
     assert [r.request_id for r in m.records("a") if isinstance(r, wal.Send)] == ["r1"]
 
 
-def test_an_abort_is_remembered_across_a_restart() -> None:
+def test_an_abort_is_remembered_across_a_restart() -> None:  # defect 3
     m = Machines({"a": 100, "b": 0})
     m.nodes["b"].abort_snapshot("s1", "deadline")  # b never recorded s1
     m.route("b")
@@ -197,7 +197,7 @@ def test_an_abort_is_remembered_across_a_restart() -> None:
     assert m.nodes["b"].stale_markers == 1
 
 
-def test_a_marker_recv_is_logged_after_its_cut_and_recovery_never_sees_one_alone() -> None:
+def test_a_marker_recv_is_logged_after_its_cut_and_recovery_never_sees_one_alone() -> None:  # defect 4
     m = Machines({"a": 100, "b": 0})
     m.nodes["a"].start_snapshot("s1")
     m.route("a")
@@ -213,7 +213,7 @@ def test_a_marker_recv_is_logged_after_its_cut_and_recovery_never_sees_one_alone
     assert "s1" in state.abandoned
 
 
-def test_segments_checkpoint_and_recovery_reads_only_the_active_one() -> None:
+def test_segments_checkpoint_and_recovery_reads_only_the_active_one() -> None:  # defect 5
     m = Machines({"a": 1000, "b": 0}, segment_records=10)
     for i in range(40):
         m.nodes["a"].transfer("b", 1, request_id=f"r{i}")

@@ -170,7 +170,7 @@ def test_recovery_rebuilds_balance_positions_outbox_and_abandoned(tmp_path: Path
     assert state.last_lsn == 12
     assert state.next_seq == {"p2": 4, "p3": 2}
     assert state.last_received == {"p2": 1, "p3": 2}
-    assert set(state.abandoned) == {"s1", "s2"}  # s2 was aborted here without a recording: an abort is replayed
+    assert set(state.abandoned) == {"s1", "s2"}  # s2 was aborted here without a recording (defect 3)
     assert state.outbox["p2"] == [
         OutboxEntry(seq=1, amount=10, snapshot_id=""),
         OutboxEntry(seq=2, amount=0, snapshot_id="s1"),

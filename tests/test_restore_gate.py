@@ -1,6 +1,4 @@
-"""RestoreGate (snapmesh/protocol/restoregate.py): who may start a restore, as a pure state machine.
-
-One restore at a time; a retry is answered, not redone."""
+"""RestoreGate (snapmesh/protocol/restoregate.py): who may start a restore, as a pure state machine (issue 26.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Restore on the pure node machine and its recovery.
+"""Restore on the pure node machine (issue 10, node rule N8) and its recovery.
 
 Two machines over in-memory links (the test_node_machine harness): a restore
 sets the balance, replays the recorded in-flight transfers exactly once, starts

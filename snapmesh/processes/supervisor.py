@@ -169,9 +169,6 @@ class Cluster:
         """Nodes first, then the controller: the order they are stopped in."""
         return [*self.nodes.values(), *([self.controller] if self.controller else [])]
 
-    def pids(self) -> list[int]:
-        return [c.pid for c in self.children() if c.alive]
-
     def alive(self) -> dict[str, bool]:
         result = {"controller": self.controller.alive} if self.controller else {}
         result.update({n: c.alive for n, c in self.nodes.items()})

@@ -45,8 +45,8 @@ R5. Abort. A snapshot may be abandoned (it failed elsewhere, or this process
     node's recording ttl (node rule N6) and the controller refuses its report
     (the snapshot finished there long ago), so nothing wrong is ever reported.
 
-Invariants this keeps (checked by snapmesh/checking/logcheck.py after every simulation)
------------------------------------------------------------------------------
+Invariants this keeps (snapmesh/checking checks them against the logs)
+----------------------------------------------------------------------
 - Consistent cut: a transfer received before the receiver's cut was sent before
   the sender's cut; a transfer sent after the sender's cut appears nowhere in
   the snapshot.
