@@ -308,8 +308,9 @@ def test_a_cycle_is_found_and_named():
 
 # ---- Modules that fit in a head ----------------------------------------------
 # Hand-written Python of the product, the benchmarks and the deploy scripts. The
-# tests are left out: a test file reads top to bottom, one case after another,
-# and is split by subject when it grows, not by line count.
+# tests are left out: a test module is a list of cases, often sharing one real
+# cluster started once per module, and splitting it by line count would start
+# that cluster again for each part.
 
 MAX_LINES = 500
 SIZED_ROOTS = ("snapmesh", "services", "bench", "deploy")
