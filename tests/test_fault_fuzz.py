@@ -62,17 +62,17 @@ def test_every_fault_kind_happens() -> None:
 def _no_resend(monkeypatch: pytest.MonkeyPatch) -> None:
     connect = link.Sender.connect
 
-    def broken(self: link.Sender, epoch: int) -> None:
+    def broken(self: link.Sender, conn_no: int) -> None:
         sent = self.sent
-        connect(self, epoch)
+        connect(self, conn_no)
         self.sent = max(sent, self.acked)  # carry on after what was sent, as if the wire lost nothing
 
     monkeypatch.setattr(link.Sender, "connect", broken)
 
 
 def _no_duplicate_drop(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self: link.Receiver, epoch: int, seq: int) -> bool:
-        if epoch != self.epoch:
+    def broken(self: link.Receiver, conn_no: int, seq: int) -> bool:
+        if conn_no != self.conn_no:
             return False
         if seq > self.last_seq + 1:
             raise link.RemoteProtocolError("gap")

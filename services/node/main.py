@@ -20,7 +20,7 @@ import random
 import sys
 import time
 
-from services.node.channels import HIGH_WATER, IncomingChannel, OutgoingChannel
+from services.node.channels import IncomingChannel, OutgoingChannel
 from snapmesh.serving.datalock import serve_holding
 from services.node.engine import Engine
 from services.node.metrics import NodeMetrics
@@ -31,6 +31,7 @@ from services.node.translog import TransferLog
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 from snapmesh.serving.durable import fsync_dir
+from snapmesh.protocol.link import DEFAULT_MARK
 from snapmesh.protocol.node import Node
 from snapmesh.settings.argparsing import parse_args
 from snapmesh.serving.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal
@@ -222,16 +223,12 @@ async def _serve_locked(
     return status
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def flow_mark() -> int:
-    """The flow-control mark (link L7): HIGH_WATER, or SNAPMESH_FLOW_MARK (for the
+    """The flow-control mark (link L7): link.DEFAULT_MARK, or SNAPMESH_FLOW_MARK (for the
     benchmark that shows snapshot latency at two marks). A bad value exits 2."""
     text = os.environ.get("SNAPMESH_FLOW_MARK", "")
     if not text:
-        return HIGH_WATER
+        return DEFAULT_MARK
     if not text.isdigit() or int(text) < 1:
         print(f"SNAPMESH_FLOW_MARK: must be a positive integer, got {text!r}", file=sys.stderr)
         raise SystemExit(2)
@@ -239,7 +236,7 @@ def flow_mark() -> int:
 
 
 def receive_limit(incoming: int, channel_bound: int, longest_id: int) -> int:
-    """The largest message this node's API needs (issue 26.6), not gRPC's 64 MiB:
+    """The largest message this node's API needs, not gRPC's 64 MiB:
     a RestoreState carries the transfers recorded in flight into this node, at
     most `channel_bound` per incoming channel (a sender holds no more unacked), each
     at most 2 ids long plus 64 bytes of numbers and framing; a TransferBatch of
@@ -247,3 +244,7 @@ def receive_limit(incoming: int, channel_bound: int, longest_id: int) -> int:
     gRPC's default."""
     restore = incoming * channel_bound * (64 + 2 * longest_id) + 1024 * 1024
     return max(4 * 1024 * 1024, restore)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

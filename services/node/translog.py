@@ -52,8 +52,6 @@ from snapmesh.serving.durable import fsync_dir
 
 log = logging.getLogger(__name__)
 
-KINDS = wal.KINDS
-
 INLINE_SYNC_MAX_BYTES = 8192  # ~80 records: at most this many bytes per round are synced on the loop
 INLINE_SYNC_MAX_S = 0.002  # ... and only while the last sync took at most this long
 
@@ -133,31 +131,6 @@ class TransferLog:
         self._lsn = checkpoint.lsn
         sealed = self.path.with_name(wal.sealed_name(self.node_id, first_lsn))
         return self._add(_Seal(sealed, self._encoder.record(checkpoint)))
-
-    def append_init(self, balance: int) -> int:
-        return self.append_record(wal.Init(lsn=self._lsn + 1, balance=int(balance)))
-
-    def append_restart(self) -> int:
-        return self.append_record(wal.Restart(lsn=self._lsn + 1))
-
-    def append_send(self, src: str, dst: str, seq: int, amount: int) -> int:
-        """msg_id is `src:dst:seq`."""
-        self._lsn += 1
-        return self._add(self._encoder.send(self._lsn, src, dst, seq, amount, f"{src}:{dst}:{seq}"))
-
-    def append_recv(self, src: str, dst: str, seq: int, msg_id: str, amount: int) -> int:
-        self._lsn += 1
-        return self._add(self._encoder.recv(self._lsn, src, dst, seq, amount, msg_id))
-
-    def append_cut(self, snapshot_id: str, balance: int) -> int:
-        return self.append_record(wal.Cut(lsn=self._lsn + 1, snapshot_id=snapshot_id, balance=balance))
-
-    def append_marker(self, kind: str, snapshot_id: str, src: str, dst: str, seq: int) -> int:
-        cls = {"marker_sent": wal.MarkerSent, "marker_recv": wal.MarkerRecv}[kind]
-        return self.append_record(cls(lsn=self._lsn + 1, snapshot_id=snapshot_id, src=src, dst=dst, seq=seq))
-
-    def append_abort(self, snapshot_id: str, reason: str) -> int:
-        return self.append_record(wal.Abort(lsn=self._lsn + 1, snapshot_id=snapshot_id, reason=reason))
 
     # ------------------------------------------------------------ durability
 

@@ -19,7 +19,7 @@ SNAPMESH_EVENT_LOOP=uvloop|asyncio chooses the event loop every server runs on
 (`run_service`): uvloop (libuv; less CPU per wake-up, so per frame and per
 transfer) by default when it is installed, else asyncio's own. Any other value, or
 uvloop asked for where it is not installed, stops the server at start-up (exit 2).
-The server logs `event loop: <name> (<loop class>)` once it runs.
+The server logs `event loop: <name> (<loop class>)` once it serves.
 """
 
 from __future__ import annotations
@@ -179,6 +179,10 @@ class ServiceHost:
                 raise BindError(f"cannot bind health address {address}")
             await self._health_server.start()
         await self.server.start()
+        # Logged once serving, not before: a refusal at start-up stays one line on stderr.
+        loop = asyncio.get_running_loop()
+        kind = "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+        log.info("event loop: %s (%s.%s)", kind, type(loop).__module__, type(loop).__qualname__)
         for name in ("", *self._service_names):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
@@ -246,8 +250,6 @@ def run_service(name: str, body: Callable[[], Awaitable[int]]) -> int:
     try:
         chosen = event_loop_from_env()
         with asyncio.Runner(loop_factory=loop_factory(chosen)) as runner:
-            loop = runner.get_loop()
-            log.info("event loop: %s (%s.%s)", chosen, type(loop).__module__, type(loop).__qualname__)
             return runner.run(body())
     except BindError as exc:
         log.error("%s", exc)

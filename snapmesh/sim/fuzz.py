@@ -94,7 +94,7 @@ class Disk:
 
 @dataclass(slots=True)
 class Conn:
-    epoch: int
+    conn_no: int  # the connection's number on its channel, each newer than the last
     # eager: the sender resends from its own last ack at once; otherwise it waits for the
     # receiver's first ack (its resume point), as the gRPC node does.
     eager: bool
@@ -138,7 +138,7 @@ class World:
         self.nodes: dict[str, node_mod.Node | None] = {}
         self.conns: dict[tuple[str, str], Conn | None] = dict.fromkeys(self.channels)
         self.stale: list[tuple[tuple[str, str], Conn]] = []  # cut connections whose wires still deliver
-        self.next_epoch = dict.fromkeys(self.channels, 0)
+        self.next_conn_no = dict.fromkeys(self.channels, 0)
         self.partition: dict[str, int] | None = None
         self.controller_up = True
         self.snapshots: dict[str, Snapshot] = {}
@@ -215,11 +215,11 @@ class World:
                 self.checker.appended(node_id, effect.record, self.now)
             elif kind is node_mod.Transmit:
                 conn = self.conns[(node_id, effect.dst)]
-                if conn is not None and conn.epoch == effect.epoch:
+                if conn is not None and conn.conn_no == effect.conn_no:
                     conn.forward.append(("data", effect.entries))
             elif kind is node_mod.Ack:
                 conn = self.conns[(effect.src, node_id)]
-                if conn is not None and conn.epoch == effect.epoch:
+                if conn is not None and conn.conn_no == effect.conn_no:
                     conn.back.append(effect.seq)
             elif kind is node_mod.Report:
                 self.reports.append((node_id, effect.state))
@@ -283,14 +283,14 @@ class World:
         if self.conns[channel] is not None or not self.reachable(src, dst):
             return
         a, b = self.nodes[src], self.nodes[dst]
-        if a.epoch != b.epoch or a.restore_incomplete or b.restore_incomplete:  # type: ignore[union-attr]
+        if a.restore_incomplete or b.fence(a.epoch):  # type: ignore[union-attr]
             return  # the receiver refuses the open (stale) or asks to wait (not restored yet)
-        self.next_epoch[channel] += 1
-        conn = self.conns[channel] = Conn(self.next_epoch[channel], eager=self.rng.random() < 0.5)
+        self.next_conn_no[channel] += 1
+        conn = self.conns[channel] = Conn(self.next_conn_no[channel], eager=self.rng.random() < 0.5)
         conn.cluster_epoch = a.epoch  # type: ignore[union-attr]
         conn.forward.append(("open",))
         if conn.eager:
-            self.nodes[src].connect(dst, conn.epoch)  # type: ignore[union-attr]
+            self.nodes[src].connect(dst, conn.conn_no)  # type: ignore[union-attr]
             self._route(src)
 
     def cut(self, channel: tuple[str, str], keep_wire: bool) -> None:
@@ -311,15 +311,15 @@ class World:
         node = self.nodes[dst]
         if node is None:
             return
-        if conn.cluster_epoch != node.epoch:
+        if node.fence(conn.cluster_epoch):
             self.faults["stale epoch refused"] += 1
             return
         try:
             if item[0] == "open":
-                node.opened(src, conn.epoch)
+                node.opened(src, conn.conn_no)
             else:
                 for entry in item[1]:
-                    node.received(src, conn.epoch, entry.seq, amount=entry.amount, snapshot_id=entry.snapshot_id)
+                    node.received(src, conn.conn_no, entry.seq, amount=entry.amount, snapshot_id=entry.snapshot_id)
                 node.end_frame()
         except core.ProtocolError as exc:
             self._route(dst)
@@ -332,15 +332,15 @@ class World:
         node = self.nodes[src]
         if node is None:
             return
-        if conn.cluster_epoch != node.epoch:
+        if node.fence(conn.cluster_epoch):
             self.faults["stale epoch refused"] += 1
             return
         try:
             if not conn.eager and not conn.resumed and self.conns[channel] is conn:
                 conn.resumed = True
-                node.connect(dst, conn.epoch, resume=seq)
+                node.connect(dst, conn.conn_no, resume=seq)
             else:
-                node.acked(dst, conn.epoch, seq)
+                node.acked(dst, conn.conn_no, seq)
         except core.ProtocolError as exc:
             raise Violation(f"{src}: protocol error on the acks of {src}->{dst}: {exc}") from None
         self._route(src)
@@ -354,7 +354,7 @@ class World:
         initiator = rng.choice(self.ids)
         snap = self.snapshots[sid] = Snapshot("IN_PROGRESS", self.now + DEADLINE, epoch=self.epoch)
         node = self.nodes[initiator]
-        if node is None or node.epoch != self.epoch or node.restore_incomplete:
+        if node is None or node.fence(self.epoch):
             snap.status = "FAILED"  # StartSnapshot failed: nothing was recorded
             return
         node.start_snapshot(sid)
@@ -541,7 +541,7 @@ class World:
 
     def transfer(self, node_id: str, dst: str, amount: int, request_id: str) -> None:
         node = self.nodes[node_id]
-        if node is None or node.restore_incomplete:  # UNAVAILABLE: the client retries
+        if node is None or node.fence_clients():  # UNAVAILABLE: the client retries
             self.unanswered.append((node_id, dst, amount, request_id))
             return
         # Every retry says when it was first sent: one older than the node's window
