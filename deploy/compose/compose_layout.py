@@ -1,4 +1,4 @@
-"""What every file deploy/compose/generate.py writes agrees on: the node ids, the ports, the healthcheck."""
+"""What every file deploy/compose/generate.py writes agrees on: the node ids, the ports, a node's service, the healthcheck."""
 
 from __future__ import annotations
 
@@ -21,4 +21,13 @@ def healthcheck(port: int) -> str:
       timeout: 5s
       retries: 20
       start_period: 5s
+"""
+
+
+def node_service(node: str) -> str:
+    """The start of node `node`'s service, the same in the compose file and the Swarm stack."""
+    return f"""  {node}:
+    <<: *snapmesh
+    hostname: {node}
+    command: ["node", "--config", "/etc/snapmesh/cluster.toml", "--id", "{node}"]
 """

@@ -46,6 +46,7 @@ from compose_layout import (  # noqa: E402
     SNAPSHOT_DEADLINE_S,
     healthcheck,
     node_ids,
+    node_service,
 )
 from swarm_stack import docker_stack_monitoring_yml, docker_stack_yml  # noqa: E402
 
@@ -252,11 +253,8 @@ def docker_compose_yml(n: int, spark_workers: int = SPARK_WORKERS) -> str:
     ]
     for i, node in enumerate(ids, start=1):
         out.append(
-            f"""  {node}:
-    <<: *snapmesh
-    hostname: {node}
-    command: ["node", "--config", "/etc/snapmesh/cluster.toml", "--id", "{node}"]
-    depends_on:
+            node_service(node)
+            + """    depends_on:
       certs:
         condition: service_completed_successfully
 """
