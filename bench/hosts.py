@@ -32,7 +32,7 @@ from pathlib import Path
 import grpc
 
 from bench import results as bench_results
-from bench.lab import INITIAL_BALANCE, latency_run, paced_callers
+from bench.calls import INITIAL_BALANCE, latency_run, paced_callers
 from bench.loadgen import LoadGen
 from snapmesh.hosts.cluster import NODE_PORT, HostsCluster
 from snapmesh.hosts.net import missing_rights

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import grpc
 
+from bench.calls import DEADLINE_S, INITIAL_BALANCE, latency_run
 from bench.loadgen import LoadGen
 from bench.observe import Observer, Sample, Window, cpu_s, window_between
 from bench.report import Markers
@@ -33,8 +34,6 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 BATCH = 200  # transfers per TransferBatch call
-INITIAL_BALANCE = 10**12  # nobody runs out of money: refusals would not be load
-DEADLINE_S = 10.0
 
 
 def p99(values: list[float]) -> float:
@@ -43,35 +42,6 @@ def p99(values: list[float]) -> float:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-
-
-def paced_callers(nodes: int) -> int:
-    """Paced callers per node: enough that the pacing, not round trips, sets the rate."""
-    return 4 if nodes <= 4 else 2
-
-
-def latency_run(controller, count: int, cap_s: float, statuses: dict[str, int]):
-    """Back-to-back snapshots with wait=true: client and controller durations (ms)."""
-    client, server, in_flight, failed = [], [], [], 0
-    until = time.perf_counter() + cap_s
-    for _ in range(count):
-        if time.perf_counter() > until:
-            break
-        t0 = time.perf_counter()
-        try:
-            snapshot = controller.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=DEADLINE_S + 10)
-        except grpc.RpcError:
-            failed += 1
-            continue
-        elapsed = time.perf_counter() - t0
-        statuses[snapshot.snapshot_id] = snapshot.status
-        if snapshot.status != pb.Snapshot.COMPLETE:
-            failed += 1
-            continue
-        client.append(elapsed * 1e3)
-        server.append(duration_s(snapshot) * 1e3)
-        in_flight.append(sum(len(c.in_flight) for c in snapshot.channels))
-    return client, server, failed, in_flight
 
 
 def settled(controller, snapshot_id: str, deadline: float, poll_s: float = 0.1) -> pb.Snapshot:

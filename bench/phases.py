@@ -34,7 +34,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.lab import BATCH, Lab, p99, paced_callers
+from bench.calls import paced_callers
+from bench.lab import BATCH, Lab, p99
 from bench.observe import Window, busy_fraction
 from bench.report import Latency, Results, p50_p99
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.lab import INITIAL_BALANCE
+from bench.calls import INITIAL_BALANCE
 from bench.loadgen import LoadGen
 from bench.observe import Observer
 from snapmesh.settings.config import write_cluster

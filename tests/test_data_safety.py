@@ -1,4 +1,4 @@
-"""Data safety on one machine (issue 25, section 1): a second controller or
+"""Data safety on one machine: a second controller or
 `cluster up` on a live cluster's data dir refuses before it reads or writes
 anything there; `cluster up` is ready only when every process it started
 answers itself, not another process on the same port."""

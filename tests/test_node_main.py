@@ -13,7 +13,7 @@ from pathlib import Path
 
 from node_harness import REPO, cluster_file
 
-from snapmesh.processes.supervisor import wait_serving
+from snapmesh.processes.child import wait_serving
 
 
 def _node_module(*args: str, env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:

@@ -1,4 +1,4 @@
-"""The stack on Docker Swarm, on this machine's real engine (issue 21, section 2).
+"""The stack on Docker Swarm, on this machine's real engine.
 
 deploy/compose/generate.py writes the stack (3 nodes, one host h1), and
 deploy/compose/swarm.sh deploys it, as docs/deploy.md says: certificates and the

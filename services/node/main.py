@@ -21,7 +21,7 @@ import sys
 import time
 
 from services.node.channels import IncomingChannel, OutgoingChannel
-from snapmesh.serving.datalock import DataDirLock, DataDirLocked
+from snapmesh.serving.datalock import serve_holding
 from services.node.engine import Engine
 from services.node.metrics import NodeMetrics
 from services.node.recovery import CorruptLogError, recover
@@ -70,20 +70,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def serve(cfg: cluster_config.ClusterConfig, node_id: str, identity: security.Identity | None = None) -> int:
-    try:
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
-        # Before anything in the data dir is read or written: one process per node.
-        lock = DataDirLock.acquire(cfg.data_dir, node_id)
-    except DataDirLocked as exc:
-        print(f"snapmesh node: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"snapmesh node: cannot lock data dir {cfg.data_dir}: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return await _serve_locked(cfg, node_id, identity)
-    finally:
-        lock.release()
+    # One process per node: the lock is taken before anything in the data dir is read or written.
+    return await serve_holding(cfg.data_dir, node_id, "snapmesh node", lambda: _serve_locked(cfg, node_id, identity))
 
 
 async def _serve_locked(

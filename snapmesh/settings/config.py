@@ -116,7 +116,7 @@ DEFAULT_MAX_CONCURRENT_SNAPSHOTS = 32
 class ControllerConfig(Endpoint):
     snapshot_deadline_s: float
     keep: int = 0  # retention: the snapshot files of the N newest COMPLETE ones are kept (0: all)
-    # Admission (issue 23, Flink's max-concurrent-checkpoints): a trigger past this many in progress is refused.
+    # Admission (Flink's max-concurrent-checkpoints): a trigger past this many in progress is refused.
     max_concurrent_snapshots: int = DEFAULT_MAX_CONCURRENT_SNAPSHOTS
 
 
