@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from node_harness import append_send
 from services.node import translog
 from services.node.channels import IncomingChannel
 from services.node.engine import Engine
@@ -24,6 +25,7 @@ from services.node.reporter import PendingReports, StateReporter
 from services.node.translog import TransferLog
 from snapmesh.protocol import core
 from snapmesh.protocol.node import Node
+from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -88,7 +90,7 @@ class Sink:
         self.sent: list[tuple[str, int]] = []
 
 
-async def one_snapshot(tmp_path: Path, ops: FileOps, transfers_before: int) -> tuple[list[str], Sink, PendingReports]:
+async def one_snapshot(tmp_path: Path, transfers_before: int) -> tuple[list[str], Sink, PendingReports]:
     """p1 (one incoming channel, from p2) takes `transfers_before` transfers and
     then s1's marker in one frame: cut, recvs, marker_recv, and its part is done."""
     data_dir = tmp_path / "data"
@@ -125,7 +127,7 @@ def test_the_report_file_is_on_disk_before_the_marker_recv_is_written(
 ) -> None:
     ops = FileOps(tmp_path)
     ops.install(monkeypatch)
-    lines, sink, pending = asyncio.run(one_snapshot(tmp_path, ops, transfers_before))
+    lines, sink, pending = asyncio.run(one_snapshot(tmp_path, transfers_before))
 
     marker_lsn = next(i for i, line in enumerate(lines, start=1) if '"marker_recv"' in line)
     assert sink.sent == [("s1", marker_lsn)]  # reported once durable, resting on the marker_recv
@@ -152,7 +154,7 @@ def test_a_failed_save_is_logged_the_state_reported_and_the_log_goes_on(
 ) -> None:
     ops = FileOps(tmp_path, fail_replace=True)
     ops.install(monkeypatch)
-    lines, sink, pending = asyncio.run(one_snapshot(tmp_path, ops, 0))
+    lines, sink, pending = asyncio.run(one_snapshot(tmp_path, 0))
 
     marker_lsn = next(i for i, line in enumerate(lines, start=1) if '"marker_recv"' in line)
     assert sink.sent == [("s1", marker_lsn)]  # reported all the same
@@ -174,8 +176,6 @@ def test_an_action_that_raises_does_not_fail_the_log_and_actions_keep_their_orde
     async def go() -> None:
         log = TransferLog(path, "p1", last_lsn=0)
         log.start()
-        from node_harness import append_send
-
         log.before_records(lambda: done.append(f"first, file holds {len(path.read_text().splitlines())} lines"))
         append_send(log, "p1", "p2", 1, 5)
         log.before_records(broken)
@@ -206,8 +206,6 @@ def test_the_round_path_counts_the_actions_bytes(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(translog, "_write_all_and_sync", spy)
 
     async def go() -> None:
-        from node_harness import append_send
-
         log = TransferLog(tmp_path / "p1.log.jsonl", "p1", last_lsn=0)
         log.start()
         append_send(log, "p1", "p2", 1, 5)
@@ -224,9 +222,6 @@ def test_the_round_path_counts_the_actions_bytes(tmp_path: Path, monkeypatch: py
 def test_a_cancel_before_the_save_ran_leaves_no_file(tmp_path: Path) -> None:
     """An abort that comes while the save is still queued in the log: the
     removal follows the save, so no file is left for a snapshot that was dropped."""
-    from node_harness import append_send
-    from snapmesh.v1 import snapmesh_pb2 as pb
-
     pending = PendingReports(tmp_path / "p1.reports")
     pending.load()
 
