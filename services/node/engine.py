@@ -8,8 +8,8 @@ abort, the log becoming durable, a timer) is one synchronous call on the
     Seal + Append(cp)     -> the log seals its segment, cp opens the next
     Transmit(dst, ...)    -> that channel's stream
     Ack(src, ...)         -> that channel's live stream
-    Finished(state, lsn)  -> the reporter keeps it on disk now, before the
-                             marker_recv it rests on can reach the log
+    Finished(state, lsn)  -> the reporter has the log save it ahead of the
+                             buffered marker_recv it rests on
     Report(state)         -> the reporter sends it (already durable)
     ReportCancelled(sid)  -> the reporter drops it
 
@@ -237,6 +237,7 @@ class Engine:
                 message = full_state_message(effect.state, self.node_id, self._cut_at_ns.pop(sid, 0))
                 message.epoch = node.epoch
                 self._finished[sid] = message
+                # The log's next round saves it before writing the records buffered now (the marker_recv).
                 self.reporter.keep(message, effect.lsn)
             elif kind is fx.Report:
                 self.reporter.send(self._finished.pop(effect.state.snapshot_id), self.log.durable_lsn)
