@@ -427,7 +427,7 @@ def _in_trace_words(
                     say(f"snapshot {sid}: transfer {by_seq[seq][0]} was sent after {src}'s cut but received "
                         f"before {dst}'s cut")
         elif rule == cut.IN_FLIGHT_AFTER_CUT or (
-            # No cut at one end: "after the sender's cut" is by position (none: all is after).
+            # A cut missing at one end: "sent after the sender's cut" by its position alone.
             rule == cut.UNEXPECTED_IN_FLIGHT and not ix.sends[args[2]].pos < ix.cut_pos(sid, args[0])
         ):
             after_cut.setdefault(args[2], args[0])
