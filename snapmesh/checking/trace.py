@@ -274,29 +274,29 @@ def trace_logs(
     marker rules are the trace's own (a trace may lack marker receipts, and it
     judges snapshots still open)."""
     seq_of: dict[tuple[Channel, str], int] = {}
-    sent: Counter[Channel] = Counter()
+    sent: dict[Channel, int] = {}
     for node in initial:
         for _, kind, event in at_node.get(node, ()):
             if kind == "send":
-                sent[(node, event["dst"])] += 1
-                seq_of[((node, event["dst"]), event["msg"])] = sent[(node, event["dst"])]
+                channel = (node, event["dst"])
+                seq_of[(channel, event["msg"])] = sent[channel] = sent.get(channel, 0) + 1
     index = cut.LogIndex(snapshot_ids)
-    sent.clear()
+    add, send, recv, cut_record = index.add, wal.Send, wal.Recv, wal.Cut
     for node, balance in initial.items():
         history = at_node.get(node, [])
-        index.add(node, wal.Init(lsn=history[0][0] - 1 if history else 0, balance=balance))
+        add(node, wal.Init(lsn=history[0][0] - 1 if history else 0, balance=balance))
         for pos, kind, event in history:
             if kind == "send":
-                channel = (node, event["dst"])
-                sent[channel] += 1
-                index.add(node, wal.Send(lsn=pos, msg_id=event["msg"], src=node, dst=event["dst"], seq=sent[channel],
-                                         amount=event["amount"]))
+                dst, msg = event["dst"], event["msg"]
+                # A msg id sent twice on a channel: both take the later seq (the trace reports it).
+                add(node, send(lsn=pos, msg_id=msg, src=node, dst=dst, seq=seq_of[((node, dst), msg)],
+                               amount=event["amount"]))
             elif kind == "receive":
-                seq = seq_of.get(((event["src"], node), event["msg"]), 0)
-                index.add(node, wal.Recv(lsn=pos, msg_id=event["msg"], src=event["src"], dst=node, seq=seq,
-                                         amount=event["amount"]))
+                src, msg = event["src"], event["msg"]
+                add(node, recv(lsn=pos, msg_id=msg, src=src, dst=node, seq=seq_of.get(((src, node), msg), 0),
+                               amount=event["amount"]))
             elif kind == "cut":
-                index.add(node, wal.Cut(lsn=pos, snapshot_id=event["snapshot"], balance=event["balance"]))
+                add(node, cut_record(lsn=pos, snapshot_id=event["snapshot"], balance=event["balance"]))
     return index, seq_of
 
 
