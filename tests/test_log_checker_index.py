@@ -1,8 +1,8 @@
-"""The checkers' indexes (snapmesh/checking/trace.py `_ChannelLine`, `_TraceIndex`;
-snapmesh/checking/cut.py `LogIndex`) answer each snapshot's questions by binary search instead of a scan
-of the whole trace; here each answer is compared with the definition, computed
-by brute force, on random channels: FIFO or not, some transfers never received,
-cuts anywhere (or none). A failure prints the seed that reproduces it."""
+"""The checkers' indexes (snapmesh/checking/trace.py `_ChannelLine` and `trace_logs`,
+the trace as logs; snapmesh/checking/cut.py `LogIndex`) answer each snapshot's questions
+without a scan of the whole trace; here each answer is compared with the definition,
+computed by brute force, on random channels: FIFO or not, some transfers never
+received, cuts anywhere (or none). A failure prints the seed that reproduces it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import random
 import pytest
 
 from snapmesh.checking import cut
-from snapmesh.checking.trace import INFINITY, _ChannelLine, _Send, _TraceIndex
+from snapmesh.checking.trace import INFINITY, _ChannelLine, _Send, trace_logs
 from snapmesh.protocol import wal
 
 SEEDS = range(300)
@@ -38,16 +38,9 @@ def _cut(rng: random.Random) -> float:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_channel_line_answers_as_the_definition(seed: int) -> None:
     rng = random.Random(seed)
-    sent, receives = _channel(rng)
-    line = _ChannelLine(sent, receives)
-    recv_pos = {msg: receives[msg][1] for msg in receives}
+    sent, _ = _channel(rng)
+    line = _ChannelLine(sent)
     for _ in range(10):
-        sender_cut, receiver_cut = _cut(rng), _cut(rng)
-        expected = [(m, s.amount) for m, s in sent if s.pos <= sender_cut and recv_pos.get(m, -1) > receiver_cut]
-        assert line.in_flight(sender_cut, receiver_cut) == expected, f"seed {seed}"
-        start = rng.randint(0, len(sent))
-        late = [i for i in range(start, len(sent)) if recv_pos.get(sent[i][0], INFINITY) < receiver_cut]
-        assert line.received_before_from(start, receiver_cut) == late, f"seed {seed}"
         low, high = sorted((_cut(rng), _cut(rng)))
         assert list(line.sent_between(low, high)) == [i for i, (_, s) in enumerate(sent) if low < s.pos < high], (
             f"seed {seed}"
@@ -55,19 +48,38 @@ def test_a_channel_line_answers_as_the_definition(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_a_balance_before_a_cut_is_the_sum_of_the_moves_before_it(seed: int) -> None:
+def test_the_trace_as_logs_gives_the_balance_and_seqs_before_each_cut(seed: int) -> None:
+    """`trace_logs`: a node's balance at a cut is its initial balance plus the moves
+    at positions before it; a channel's sends are seqs 1..n in position order and a
+    receive takes its send's seq, so the highest seq before a cut counts the sends
+    (or receives) before it."""
     rng = random.Random(seed)
-    history = []
-    for pos in sorted(rng.sample(range(1, 100), rng.randint(0, 30))):
-        kind = rng.choice(["send", "receive", "cut", "marker_sent"])
-        history.append((pos, kind, {"amount": rng.randint(1, 9)}))
-    index = _TraceIndex(
-        nodes=["a"], channels=[], initial={"a": 50}, sends={}, receives={}, at_node={"a": history}, cuts={},
-        markers_sent={}, markers_received={}, recorded={}, completed={},
-    )
-    for pos in range(0, 101, 7):
-        moves = [(-1 if k == "send" else 1) * e["amount"] for p, k, e in history if p < pos and k in ("send", "receive")]
-        assert index.balance_before("a", pos) == 50 + sum(moves), f"seed {seed}"
+    sent, receives = _channel(rng)
+    at_a = [(s.pos, "send", {"dst": "b", "msg": m, "amount": s.amount}) for m, s in sent]
+    amount = {m: s.amount for m, s in sent}
+    at_b = [(pos, "receive", {"src": "a", "msg": m, "amount": amount[m]}) for m, (_, pos, _) in receives.items()]
+    cuts = {}
+    for node, history in (("a", at_a), ("b", at_b)):
+        taken = {pos for pos, _, _ in history}
+        for k in range(rng.randint(0, 3)):
+            pos = rng.choice([p for p in range(0, 202) if p not in taken])
+            taken.add(pos)
+            history.append((pos, "cut", {"snapshot": f"s{k}", "balance": 0}))
+            cuts[(f"s{k}", node)] = pos
+        history.sort(key=lambda item: item[0])
+    index, seq_of = trace_logs({"a": 500, "b": 7}, {"a": at_a, "b": at_b}, {sid for sid, _ in cuts})
+    assert [seq_of[(("a", "b"), m)] for m, _ in sent] == list(range(1, len(sent) + 1)), f"seed {seed}"
+    for (sid, node), pos in cuts.items():
+        state = index.cut(sid, node)
+        if node == "a":
+            before = [s for _, s in sent if s.pos < pos]
+            assert state.balance == 500 - sum(s.amount for s in before), f"seed {seed}"
+            assert state.links.get(("out", "b"), (0, 0, 0))[:2] == (len(before), len(before)), f"seed {seed}"
+        else:
+            got = [m for m, (_, p, _) in receives.items() if p < pos]
+            assert state.balance == 7 + sum(amount[m] for m in got), f"seed {seed}"
+            top = max((seq_of[(("a", "b"), m)] for m in got), default=0)
+            assert state.links.get(("in", "a"), (0, 0, 0))[:2] == (len(got), top), f"seed {seed}"
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -3,7 +3,8 @@
 Pure: records from `snapmesh.protocol.wal` in, problems out; no file, clock or
 network (callers read the files). The real-log checker (`logcheck.check_logs`), the
 plain-Python reconciler (`snapmesh.reconcile.baseline`, and through it the rows the
-Spark job must match) and the fault fuzzer's judge (`snapmesh.sim.invariants`) all
+Spark job must match), the fault fuzzer's judge (`snapmesh.sim.invariants`) and the
+trace checker (`trace.check_trace`, the simulator's, over the trace read as logs) all
 ask `check_snapshot`; each words the problems its own way. docs/reconcile.md,
 "The rules", lists the rules with the name each has here.
 

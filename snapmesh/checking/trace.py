@@ -20,9 +20,14 @@ Events:
 
 `check_trace(events)` checks after the run, independent of the order of the list
 (only positions matter), so events merged from several logs work as they are.
-`steps.StepChecker` checks the same events one by one as they happen. A trace has
-positions and message ids but no seqs and no log records, so its questions are
-answered here; a snapshot against the logs of real nodes is `cut.check_snapshot`.
+`steps.StepChecker` checks the same events one by one as they happen.
+
+What is the trace's own is checked here: the events' fields, the transport
+(FIFO, each transfer received once, unchanged), positions, balances never
+negative, completion, the markers. Whether each snapshot is a consistent cut is
+`cut.check_snapshot`, the one definition, asked about the trace read as the
+nodes' logs (`trace_logs`: seqs from the positions); its problems are then said
+in this checker's words.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from snapmesh.checking import cut
+from snapmesh.protocol import wal
 
 Event = Mapping[str, Any]
 Channel = tuple[str, str]
@@ -240,54 +248,63 @@ def _check_fifo(
 
 
 class _ChannelLine:
-    """One channel's sends in send order, each with where it was received (so a
-    snapshot's questions about the channel are a binary search, not a scan)."""
+    """One channel's sends in send order (so "what left between two positions" is
+    a binary search, not a scan)."""
 
-    __slots__ = ("msgs", "amounts", "send_pos", "recv_pos", "suffix_min_recv", "received", "fifo")
+    __slots__ = ("msgs", "send_pos")
 
-    def __init__(self, sent: list[tuple[str, _Send]], receives: Mapping[str, tuple[Channel, int, int]]) -> None:
+    def __init__(self, sent: list[tuple[str, _Send]]) -> None:
         self.msgs = [msg for msg, _ in sent]
-        self.amounts = [send.amount for _, send in sent]
         self.send_pos = [send.pos for _, send in sent]
-        self.recv_pos: list[float] = [receives[m][1] if m in receives else INFINITY for m in self.msgs]
-        suffix, low = [INFINITY] * (len(sent) + 1), INFINITY
-        for i in range(len(sent) - 1, -1, -1):
-            low = min(low, self.recv_pos[i])
-            suffix[i] = low
-        self.suffix_min_recv = suffix
-        # FIFO as far as this question goes: the received sends are a prefix, received in send order.
-        self.received = sum(1 for p in self.recv_pos if p != INFINITY)
-        head = self.recv_pos[: self.received]
-        self.fifo = all(p != INFINITY for p in head) and all(a < b for a, b in zip(head, head[1:], strict=False))
 
     def sent_between(self, low: float, high: float) -> range:
         """Indexes of the sends with low < pos < high."""
         return range(bisect.bisect_right(self.send_pos, low), bisect.bisect_left(self.send_pos, high))
 
-    def received_before_from(self, start: int, before: float) -> list[int]:
-        """Indexes >= start of the sends received at a position < `before`."""
-        if self.suffix_min_recv[start] >= before:
-            return []
-        return [i for i in range(start, len(self.msgs)) if self.recv_pos[i] < before]
 
-    def in_flight(self, sender_cut: float, receiver_cut: float) -> list[tuple[str, int]]:
-        """(msg, amount) of the sends before `sender_cut` received after `receiver_cut`, in send order."""
-        end = bisect.bisect_right(self.send_pos, sender_cut)
-        if self.fifo:
-            end = min(end, self.received)
-            start = bisect.bisect_right(self.recv_pos, receiver_cut, 0, end)
-            return list(zip(self.msgs[start:end], self.amounts[start:end], strict=True))
-        return [
-            (self.msgs[i], self.amounts[i])
-            for i in range(end)
-            if self.recv_pos[i] != INFINITY and self.recv_pos[i] > receiver_cut
-        ]
+def trace_logs(
+    initial: Mapping[str, int], at_node: Mapping[str, list[tuple[int, str, Event]]], snapshot_ids: Iterable[str],
+) -> tuple[cut.LogIndex, dict[tuple[Channel, str], int]]:
+    """The trace as the nodes' `wal` logs, read into a `cut.LogIndex`, and each
+    transfer's seq ((channel, msg) -> seq). `at_node`: each declared node's events
+    sorted by position. A channel's sends get seqs 1..n in the sender's position
+    order; a receive takes the seq of the send with its msg id on its channel (0
+    when there is none: a receive the trace's own checks report, which still
+    counts in the receiver's balance); cuts stay cuts. Markers are left out: the
+    marker rules are the trace's own (a trace may lack marker receipts, and it
+    judges snapshots still open)."""
+    seq_of: dict[tuple[Channel, str], int] = {}
+    sent: dict[Channel, int] = {}
+    for node in initial:
+        for _, kind, event in at_node.get(node, ()):
+            if kind == "send":
+                channel = (node, event["dst"])
+                seq_of[(channel, event["msg"])] = sent[channel] = sent.get(channel, 0) + 1
+    index = cut.LogIndex(snapshot_ids)
+    add, send, recv, cut_record = index.add, wal.Send, wal.Recv, wal.Cut
+    for node, balance in initial.items():
+        history = at_node.get(node, [])
+        add(node, wal.Init(lsn=history[0][0] - 1 if history else 0, balance=balance))
+        for pos, kind, event in history:
+            if kind == "send":
+                dst, msg = event["dst"], event["msg"]
+                # A msg id sent twice on a channel: both take the later seq (the trace reports it).
+                add(node, send(lsn=pos, msg_id=msg, src=node, dst=dst, seq=seq_of[((node, dst), msg)],
+                               amount=event["amount"]))
+            elif kind == "receive":
+                src, msg = event["src"], event["msg"]
+                add(node, recv(lsn=pos, msg_id=msg, src=src, dst=node, seq=seq_of.get(((src, node), msg), 0),
+                               amount=event["amount"]))
+            elif kind == "cut":
+                add(node, cut_record(lsn=pos, snapshot_id=event["snapshot"], balance=event["balance"]))
+    return index, seq_of
 
 
 class _TraceIndex:
     """What `check_trace` gathered, indexed once so that checking each snapshot
     costs about its own size, not the trace's (a 30-minute campaign has
-    thousands of snapshots over hundreds of thousands of events)."""
+    thousands of snapshots over hundreds of thousands of events): the trace as
+    logs for `cut.check_snapshot`, and what the trace's own rules read."""
 
     def __init__(
         self,
@@ -305,36 +322,23 @@ class _TraceIndex:
         completed: Mapping[tuple[str, str], int],
     ) -> None:
         self.nodes, self.channels, self.channel_set = nodes, channels, set(channels)
-        self.initial, self.sends, self.receives, self.cuts = initial, sends, receives, cuts
+        self.sends, self.receives, self.cuts = sends, receives, cuts
         self.markers_sent, self.markers_received, self.completed = markers_sent, markers_received, completed
         by_channel: dict[Channel, list[tuple[str, _Send]]] = defaultdict(list)
         for msg, send in sorted(sends.items(), key=lambda kv: kv[1].pos):
             by_channel[send.channel].append((msg, send))
-        self.lines = {channel: _ChannelLine(sent, receives) for channel, sent in by_channel.items()}
-        # Per node: positions of its sends and receives (sorted) and the balance change up to each.
-        self.moves: dict[str, tuple[list[int], list[int]]] = {}
-        for node, history in at_node.items():
-            positions, running, total = [], [], 0
-            for pos, kind, event in history:  # sorted by position
-                if kind in ("send", "receive"):
-                    total += -event["amount"] if kind == "send" else event["amount"]
-                    positions.append(pos)
-                    running.append(total)
-            self.moves[node] = (positions, running)
+        self.lines = {channel: _ChannelLine(sent) for channel, sent in by_channel.items()}
         self.recorded_by_sid: dict[str, list[tuple[Channel, list[tuple[str, int]]]]] = defaultdict(list)
         for (sid, channel), items in recorded.items():
             self.recorded_by_sid[sid].append((channel, items))
         self.marker_channels_by_sid: dict[str, list[Channel]] = defaultdict(list)
         for sid, channel in markers_sent:
             self.marker_channels_by_sid[sid].append(channel)
+        sids = {sid for sid, _ in cuts} | {sid for sid, _ in recorded}
+        self.logs, self.seq_of = trace_logs(initial, at_node, sids)
 
     def cut_pos(self, sid: str, node: str) -> float:
         return self.cuts[(sid, node)][0] if (sid, node) in self.cuts else INFINITY
-
-    def balance_before(self, node: str, pos: int) -> int:
-        positions, running = self.moves.get(node, ([], []))
-        i = bisect.bisect_left(positions, pos)
-        return self.initial[node] + (running[i - 1] if i else 0)
 
 
 def _check_snapshot(sid: str, ix: _TraceIndex, *, total: int, require_complete: bool) -> list[str]:
@@ -379,57 +383,67 @@ def _check_snapshot(sid: str, ix: _TraceIndex, *, total: int, require_complete: 
         if channel not in ix.channel_set:
             say(f"snapshot {sid}: marker sent on {_name(channel)}, which the topology lacks")
 
-    # Recorded balances: initial + received - sent before the cut.
-    recorded_total = 0
-    for node in nodes:
-        if (sid, node) not in cuts:
-            continue
-        pos, balance = cuts[(sid, node)]
-        expected = ix.balance_before(node, pos)
-        if balance != expected:
-            say(f"snapshot {sid}: {node} recorded {balance}, but its trace before the cut gives {expected}")
-        recorded_total += balance
-
-    # Consistent cut, transfer by transfer. A node that never recorded the
-    # snapshot (it abandoned it before the marker came: a restart, an abort) has
-    # no cut to be before; the marker reached it first all the same (FIFO), so
-    # a transfer it received is no violation.
-    for (src, dst), line in ix.lines.items():
-        if (sid, dst) not in cuts:
-            continue
-        first_after_cut = bisect.bisect_left(line.send_pos, cut_pos(src))
-        for i in line.received_before_from(first_after_cut, cut_pos(dst)):
-            say(f"snapshot {sid}: transfer {line.msgs[i]} was sent after {src}'s cut but received before {dst}'s cut")
-    in_snapshot = dict.fromkeys(msg for items in recorded.values() for msg, _ in items)
-    for msg in in_snapshot:
-        send = ix.sends.get(msg)
-        if send is not None and not send.pos < cut_pos(send.channel[0]):
-            say(f"snapshot {sid}: transfer {msg} was sent after {send.channel[0]}'s cut but is recorded in flight")
-
-    # Channel states: exactly the transfers sent before the sender's cut and
-    # received after the receiver's cut, in FIFO order, with their amounts.
+    # A recorded transfer the trace never delivers (a run judged after it drained).
     for channel, items in recorded.items():
-        src, dst = channel
-        if channel not in ix.channel_set:
-            say(f"snapshot {sid}: recorded a state for {_name(channel)}, which the topology lacks")
-            continue
-        for msg, _amount in items:
-            if msg not in ix.sends:
-                say(f"snapshot {sid}: {_name(channel)} records transfer {msg}, which was never sent")
-            elif msg not in ix.receives:
+        for msg, _ in items:
+            if msg in ix.sends and msg not in ix.receives:
                 say(f"snapshot {sid}: {_name(channel)} records transfer {msg}, which was never received")
-        if (sid, dst) in cuts and completed.get((sid, dst)):
-            line = ix.lines.get(channel)
-            expected_items = line.in_flight(cut_pos(src), cut_pos(dst)) if line else []
-            if items != expected_items:
-                say(
-                    f"snapshot {sid}: {_name(channel)} recorded {items}; sent before {src}'s cut and "
-                    f"received after {dst}'s cut: {expected_items}"
-                )
-        recorded_total += sum(amount for _, amount in items)
+
+    # Against the logs the trace is: `cut.check_snapshot`, in this checker's words.
+    snap = cut.Snapshot(
+        snapshot_id=sid,
+        nodes=[(node, cuts[(sid, node)][1]) for node in nodes if (sid, node) in cuts],
+        channels=[(src, dst, [(msg, amount, ix.seq_of.get(((src, dst), msg), 0)) for msg, amount in items])
+                  for (src, dst), items in recorded.items()],
+    )
+    verdict = cut.check_snapshot(ix.logs, snap, topology=channels, total=total)
+    p += _in_trace_words(sid, ix, verdict, recorded)
 
     # Conservation, once the whole snapshot is in.
     is_complete = all((sid, n) in cuts for n in nodes) and all(c in recorded for c in channels)
-    if is_complete and recorded_total != total:
-        say(f"snapshot {sid}: recorded balances + in-flight = {recorded_total}, but the total is {total}")
+    if is_complete and any(q.rule == cut.CONSERVATION for q in verdict.problems):
+        say(f"snapshot {sid}: recorded balances + in-flight = {verdict.observed}, but the total is {total}")
+    return p
+
+
+def _in_trace_words(
+    sid: str, ix: _TraceIndex, verdict: cut.Verdict, recorded: Mapping[Channel, list[tuple[str, int]]],
+) -> list[str]:
+    """The problems `cut.check_snapshot` found that the trace's rules name, in the
+    trace's words; the rest are the trace's own checks' (FIFO, receives, liveness)."""
+    p: list[str] = []
+    say = p.append
+    after_cut: dict[str, str] = {}  # msg -> its sender, recorded in flight though sent after the sender's cut
+    for q in verdict.problems:
+        rule, args = q.rule, q.args
+        if rule == cut.BALANCE:
+            node, balance, expected = args
+            say(f"snapshot {sid}: {node} recorded {balance}, but its trace before the cut gives {expected}")
+        elif rule == cut.ORPHAN_RECEIPT:
+            src, dst, _, received_upto, _, sent_upto = args
+            by_seq = ix.logs.send_by_seq.get((src, dst), {})
+            for seq in range(sent_upto + 1, received_upto + 1):
+                if seq in by_seq:
+                    say(f"snapshot {sid}: transfer {by_seq[seq][0]} was sent after {src}'s cut but received "
+                        f"before {dst}'s cut")
+        elif rule == cut.IN_FLIGHT_AFTER_CUT or (
+            # A cut missing at one end: "sent after the sender's cut" by its position alone.
+            rule == cut.UNEXPECTED_IN_FLIGHT and not ix.sends[args[2]].pos < ix.cut_pos(sid, args[0])
+        ):
+            after_cut.setdefault(args[2], args[0])
+        elif rule == cut.UNKNOWN_CHANNEL:
+            say(f"snapshot {sid}: recorded a state for {_name(args)}, which the topology lacks")
+        elif rule == cut.IN_FLIGHT_NEVER_SENT and args[:2] in ix.channel_set:
+            say(f"snapshot {sid}: {_name(args[:2])} records transfer {args[2]}, which was never sent")
+    for msg, src in after_cut.items():
+        say(f"snapshot {sid}: transfer {msg} was sent after {src}'s cut but is recorded in flight")
+    # A recording is final once its receiver completed: then it is exactly what the logs give.
+    for (src, dst), items in recorded.items():
+        expected = verdict.expected.get((src, dst))
+        if expected is None or not ix.completed.get((sid, dst)):
+            continue
+        want = [(msg, amount) for msg, amount, _ in expected]
+        if items != want:
+            say(f"snapshot {sid}: {_name((src, dst))} recorded {items}; sent before {src}'s cut and "
+                f"received after {dst}'s cut: {want}")
     return p
