@@ -13,8 +13,9 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.controller.servicer import ControllerMetrics, ControllerService
-from services.controller.tracker import Tracker
+from services.controller.metrics import ControllerMetrics
+from services.controller.servicer import ControllerService
+from snapmesh.protocol.tracker import Tracker
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
