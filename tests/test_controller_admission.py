@@ -1,4 +1,4 @@
-"""The controller's admission limit on snapshots in progress (issue 23, Flink's
+"""The controller's admission limit on snapshots in progress (Flink's
 max-concurrent-checkpoints): a trigger past it is answered RESOURCE_EXHAUSTED,
 naming the limit and how to change it, and starts nothing."""
 

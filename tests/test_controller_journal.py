@@ -126,7 +126,7 @@ def test_restore_records_round_trip_set_the_epoch_and_the_newest_one_is_resumed(
 
 
 def test_the_live_byte_count_is_kept_per_write_and_matches_the_frames_and_the_rewritten_file(tmp_path):
-    """Issue 23: the live size is kept as frames come and go (no sum over every
+    """The live size is kept as frames come and go (no sum over every
     snapshot not yet filed on each write); it must equal that sum, before and
     after a rewrite, and be the rewritten file's size."""
     path = tmp_path / "journal"

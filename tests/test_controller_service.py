@@ -161,7 +161,7 @@ def test_a_complete_snapshot_carries_flink_style_stats_also_as_histograms(cluste
     assert stats.in_flight_messages == sum(len(c.in_flight) for c in snapshot.channels)
     text = urllib.request.urlopen(f"http://{cluster.config.controller.metrics_address}/metrics", timeout=5).read().decode()
     lines = text.splitlines()
-    # Seconds, not milliseconds (issue 25): no `_ms` histogram is left.
+    # Seconds, not milliseconds (Prometheus' base unit): no `_ms` histogram is left.
     assert not [line for line in lines if "_ms_" in line or "_ms{" in line or "_ms " in line]
     for name in ("start_delay", "recording_duration", "report_time"):  # per node, labelled `node`
         for node in ("p1", "p2", "p3"):

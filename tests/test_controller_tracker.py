@@ -158,7 +158,7 @@ def test_a_bad_report_is_refused_with_a_typed_error_and_changes_nothing(mutate, 
 
 
 def test_an_identical_repeat_of_a_report_is_accepted_and_changes_nothing():
-    """Defect 10: a node retrying after a lost answer sends the same FullState again."""
+    """A node retrying after a lost answer sends the same FullState again."""
     t = tracker()
     t.start("s1", "p1", at())
     first = t.report(state(t, "s1", "p1", 100, {"p2": [4]}), at(0.1))

@@ -1,4 +1,4 @@
-"""Issue 26.7, the tracker half: the controller keeps a bounded working set of
+"""The bounded working set, the tracker half: the controller keeps a bounded working set of
 finished snapshots in memory and reads older ones from its store.
 
 The tracker (pure) drops filed snapshots past `kept`, oldest first, never one

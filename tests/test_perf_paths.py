@@ -1,4 +1,4 @@
-"""Issue 23: work per event that must not grow with history, and the batch
+"""Work per event that must not grow with history, and the batch
 path that must answer exactly as the per-transfer one did."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Restore on real processes (issue 10): RestoreSnapshot rolls a running cluster
+"""Restore on real processes: RestoreSnapshot rolls a running cluster
 back to a COMPLETE snapshot in a new epoch.
 
 One 3-node cluster for the module, the tests in order: a restore under load;

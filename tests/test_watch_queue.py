@@ -1,4 +1,4 @@
-"""Issue 26.7, the watcher half: a WatchSnapshots watcher that does not read is
+"""The bounded working set, the watcher half: a WatchSnapshots watcher that does not read is
 dropped with RESOURCE_EXHAUSTED once WATCH_QUEUE updates wait for it, instead of
 queueing every update forever. The controller service runs in this process
 behind a real gRPC server on loopback (its journal, store and nodes are not
