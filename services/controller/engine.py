@@ -32,7 +32,7 @@ from services.controller import journal as J
 from services.controller.metrics import ControllerMetrics
 from services.controller.restorer import Restorer
 from services.controller.store import StoreWriter, past_retention
-from snapmesh.protocol import controller as machine
+from snapmesh.protocol import controller as ctl
 from snapmesh.protocol import controller_journal as records
 from snapmesh.protocol.tracker import COMPLETE, FAILED, Now, Tracker, UnknownSnapshot, duration_s, new_snapshot_id
 from snapmesh.serving.runtime import CLIENT_OPTIONS
@@ -76,13 +76,13 @@ class ControllerEngine:
         identity: security.Identity | None = None,  # None: plaintext
         keep: int = 0,
         max_concurrent: int = 0,  # admission: at most this many snapshots in progress (0: no limit)
-        machine_: machine.Controller | None = None,  # the journal already replayed into it (else a fresh one)
+        machine: ctl.Controller | None = None,  # the journal already replayed into it (else a fresh one)
     ) -> None:
         self.identity = identity
         self.max_concurrent = max_concurrent
         self.config = config
         self.tracker = tracker
-        self.machine = machine_ if machine_ is not None else machine.Controller(tracker)
+        self.machine = machine if machine is not None else ctl.Controller(tracker)
         self.journal = journal
         self.writer = writer
         self.metrics = metrics
@@ -138,34 +138,34 @@ class ControllerEngine:
 
     # -- carrying out effects
 
-    def journal_step(self, effects: list[machine.Effect]) -> asyncio.Future[None] | None:
+    def journal_step(self, effects: list[ctl.Effect]) -> asyncio.Future[None] | None:
         """Append every record of one step (call with no await since the machine
         changed); returns when the last of them is durable (None: no record)."""
         durable = None
         for effect in effects:
-            if isinstance(effect, machine.Journal):
+            if isinstance(effect, ctl.Journal):
                 durable = self.journal.append(effect.record)
                 if isinstance(effect.record, (records.Started, records.Finished)):
                     self._unsettled[effect.record.snapshot_id] = durable
-            elif isinstance(effect, machine.Barrier):
+            elif isinstance(effect, ctl.Barrier):
                 durable = self.journal.barrier()
         return durable
 
-    async def show_step(self, effects: list[machine.Effect], durable: asyncio.Future[None] | None) -> None:
+    async def show_step(self, effects: list[ctl.Effect], durable: asyncio.Future[None] | None) -> None:
         """The rest of a step's effects, in order; what shows a change waits for
         `durable` (an OSError from it propagates, and what is left does not go out)."""
         for effect in effects:
-            if isinstance(effect, (machine.Journal, machine.Barrier)):
+            if isinstance(effect, (ctl.Journal, ctl.Barrier)):
                 continue
-            if isinstance(effect, machine.Finished):
+            if isinstance(effect, ctl.Finished):
                 sid = effect.snapshot.snapshot_id
                 await self._after_finish(effect.snapshot, self._unsettled.get(sid) or _resolved())
                 continue
             if durable is not None:
                 await asyncio.shield(durable)
-            if isinstance(effect, machine.Publish):
+            if isinstance(effect, ctl.Publish):
                 self._publish(effect.snapshot)
-            elif isinstance(effect, machine.StartAt):
+            elif isinstance(effect, ctl.StartAt):
                 self.spawn(self._start_at(effect.node, effect.snapshot_id, effect.epoch))
             else:
                 raise TypeError(f"not an effect this step carries out: {effect!r}")
@@ -173,7 +173,7 @@ class ControllerEngine:
     def node_stub(self, node: str) -> pb_grpc.NodeStub:
         return self._stubs[node]
 
-    async def carry_out(self, effects: list[machine.Effect]) -> None:
+    async def carry_out(self, effects: list[ctl.Effect]) -> None:
         await self.show_step(effects, self.journal_step(effects))
 
     # -- snapshots
@@ -225,11 +225,11 @@ class ControllerEngine:
         self.machine.reported(state, self._clock())
         effects = self.machine.drain()
         durable = self.journal_step(effects)
-        finish = [e for e in effects if isinstance(e, machine.Finished)]
+        finish = [e for e in effects if isinstance(e, ctl.Finished)]
         await self.show_step(finish, None)  # the outcome's own record is in the same group commit
         if durable is not None:
             await asyncio.shield(durable)
-        await self.show_step([e for e in effects if isinstance(e, machine.Publish)], durable)
+        await self.show_step([e for e in effects if isinstance(e, ctl.Publish)], durable)
 
     async def wait_finished(self, snapshot_id: str) -> pb.Snapshot:
         future = self._done.get(snapshot_id)

@@ -209,7 +209,7 @@ async def _serve(
 ) -> int:
     registry = CollectorRegistry()
     service = ControllerService(
-        config=cfg, tracker=machine.tracker, machine_=machine, journal=journal, writer=writer,
+        config=cfg, tracker=machine.tracker, machine=machine, journal=journal, writer=writer,
         metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity, keep=keep,
         max_concurrent=max_concurrent,
     )

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from snapmesh.protocol import controller as machine
+from snapmesh.protocol import controller as ctl
 from snapmesh.protocol import restoregate
 from snapmesh.protocol.tracker import Now
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -110,24 +110,24 @@ class Restorer:
         finally:
             self.machine.restore_settled()
 
-    async def _start(self, effects: list[machine.Effect], durable: asyncio.Future[None] | None) -> pb.Restore:
-        finished = [e for e in effects if isinstance(e, machine.Finished)]
+    async def _start(self, effects: list[ctl.Effect], durable: asyncio.Future[None] | None) -> pb.Restore:
+        finished = [e for e in effects if isinstance(e, ctl.Finished)]
         self.engine.spawn(self.engine.show_step(finished, None))  # the snapshots in progress failed
         if durable is not None:
             await asyncio.shield(durable)  # RESTORING is durable before any node hears of it
-        return await self._send([e for e in effects if isinstance(e, machine.RestoreAt)])
+        return await self._send([e for e in effects if isinstance(e, ctl.RestoreAt)])
 
     async def _resume(self, last: pb.Restore) -> pb.Restore:
         self.machine.resume(self.engine.lookup(last.snapshot_id))
-        return await self._send([e for e in self.machine.drain() if isinstance(e, machine.RestoreAt)])
+        return await self._send([e for e in self.machine.drain() if isinstance(e, ctl.RestoreAt)])
 
-    async def _send(self, parts: list[machine.RestoreAt]) -> pb.Restore:
+    async def _send(self, parts: list[ctl.RestoreAt]) -> pb.Restore:
         results = await asyncio.gather(*(self._restore_node(p.node, p.request) for p in parts))
         now = self._clock()
         for part, result in zip(parts, results, strict=True):
             self.machine.node_restored(part.node, result, now)
         effects = self.machine.drain()
-        done = next(e.restore for e in effects if isinstance(e, machine.RestoreDone))
+        done = next(e.restore for e in effects if isinstance(e, ctl.RestoreDone))
         if done.status == pb.Restore.FAILED:
             log.error("restore of %s: %s", done.snapshot_id, done.reason)
         else:
