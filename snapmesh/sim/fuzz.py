@@ -54,9 +54,6 @@ from snapmesh.sim.controller import DEADLINE
 from snapmesh.sim.invariants import Violation
 from snapmesh.sim.world import TTL, World
 
-__all__ = ["World", "fuzz", "replay_command", "run_case"]
-
-
 def step(world: World) -> None:
     """One step of the schedule: a client call, a delivery, time, or a fault."""
     control = world.controller
