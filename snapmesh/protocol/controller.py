@@ -237,10 +237,6 @@ class Controller:
 
     # -- restore
 
-    @property
-    def restoring(self) -> bool:
-        return self.gate.running is not None
-
     def restore(self, snapshot: pb.Snapshot, request_id: str, now: Now) -> restoregate.Decision:
         """A RestoreSnapshot call for `snapshot` (R1, R4): the gate's decision; on
         Start the epoch moves, snapshots in progress fail, and the restore begins."""
@@ -322,9 +318,3 @@ class Controller:
         self.tracker.epoch = max(self.tracker.epoch, last.epoch)
         running = last.status == pb.Restore.RESTORING
         self.gate.taken_back(last.snapshot_id, last.request_id, last, running=running)
-
-    @property
-    def last_restored(self) -> str:
-        last = self.last_restore
-        return last.snapshot_id if last is not None and last.status == pb.Restore.RESTORED else ""
-
