@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 import grpc
 
@@ -33,9 +33,7 @@ from snapmesh.protocol import controller as ctl
 from snapmesh.protocol import restoregate
 from snapmesh.protocol.tracker import Now
 from snapmesh.v1 import snapmesh_pb2 as pb
-
-if TYPE_CHECKING:
-    from services.controller.engine import ControllerEngine
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +51,29 @@ class RestoreRefused(Exception):
         self.code = code
 
 
+class Engine(Protocol):
+    """What the restorer uses of the controller's engine (services/controller/engine.py)."""
+
+    machine: ctl.Controller
+
+    def lookup(self, snapshot_id: str) -> pb.Snapshot: ...
+
+    def journal_step(self, effects: list[ctl.Effect]) -> asyncio.Future[None] | None: ...
+
+    async def show_step(self, effects: list[ctl.Effect], durable: asyncio.Future[None] | None) -> None: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None: ...
+
+    def node_stub(self, node: str) -> pb_grpc.NodeStub: ...
+
+
 class Restorer:
     """Runs the machine's one restore at a time, journaled at each step (see the module doc)."""
 
     def __init__(
         self,
         *,
-        engine: ControllerEngine,
+        engine: Engine,
         clock: Callable[[], Now],
         timeout_s: float = RESTORE_TIMEOUT_S,
         on_finished: Callable[[pb.Restore], None] | None = None,

@@ -29,18 +29,19 @@ from __future__ import annotations
 
 import random
 from collections import Counter, deque
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 from snapmesh.protocol import controller as machine
 from snapmesh.protocol import controller_journal as records
 from snapmesh.protocol import core, overtake, restoregate
+from snapmesh.protocol import node as node_mod
 from snapmesh.protocol.topology import Topology
 from snapmesh.protocol.tracker import COMPLETE, FAILED, InvalidReport, Now, Tracker, TrackerError, DuplicateReport
-from snapmesh.sim.invariants import Violation
+from snapmesh.sim.disk import Disk
+from snapmesh.sim.invariants import Checker, Violation
+from snapmesh.sim.network import Network
 from snapmesh.v1 import snapmesh_pb2 as pb
-
-if TYPE_CHECKING:
-    from snapmesh.sim.world import World
 
 DEADLINE = 3.0  # the controller's snapshot deadline (simulated seconds)
 
@@ -53,8 +54,30 @@ def _kind_of_failure(reason: str) -> str:
     return reason
 
 
+class Cluster(Protocol):
+    """What the simulated controller uses of the world (snapmesh/sim/world.py)."""
+
+    ids: list[str]
+    channels: list[tuple[str, str]]
+    balances: Mapping[str, int]
+    mode: str
+    now: float
+    nodes: dict[str, node_mod.Node | None]
+    disks: Mapping[str, Disk]
+    network: Network
+    checker: Checker
+    faults: Counter[str]
+
+    @property
+    def wall(self) -> float: ...
+
+    def route(self, node_id: str) -> None: ...
+
+    def crash(self, node_id: str, rng: random.Random) -> None: ...
+
+
 class SimController:
-    def __init__(self, world: World, seed: int) -> None:
+    def __init__(self, world: Cluster, seed: int) -> None:
         self.world = world
         self.faults: Counter[str] = world.faults
         self.topology = Topology.build(world.ids, world.channels)
