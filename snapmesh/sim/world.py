@@ -195,7 +195,10 @@ class World:
         self.route(node_id)
         if answer.repeated:
             self.faults["retry answered, not paid"] += 1
-        self.replies.append((node_id, answer, request_id, dst, amount))
+        if answer.lsn <= self.disks[node_id].durable_lsn:  # already durable (a retry's answer): it goes back at once
+            self.checker.replied_transfer(node_id, answer.msg_id, request_id)
+        else:
+            self.replies.append((node_id, answer, request_id, dst, amount))
         if request_id and self.rng.random() < 0.3:
             self.unanswered.append((node_id, dst, amount, request_id))  # the client will retry it
 
