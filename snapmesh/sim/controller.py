@@ -104,10 +104,6 @@ class SimController:
         )
         return machine.Controller(tracker)
 
-    @property
-    def epoch(self) -> int:
-        return self.machine.epoch
-
     def now(self) -> Now:
         return Now(mono=self.world.now, wall=self.world.wall)
 
