@@ -129,14 +129,22 @@ class Network:
 
     # -- delivery
 
+    def _end(self, node_id: str, conn: Conn) -> node_mod.Node | None:
+        """The node at this end of `conn`, if it is up and takes what the
+        connection carries (the cluster epoch it opened in is the node's)."""
+        node = self.nodes[node_id]
+        if node is None:
+            return None
+        if conn.cluster_epoch != node.epoch:
+            self.faults["stale epoch refused"] += 1
+            return None
+        return node
+
     def deliver_forward(self, channel: Channel, conn: Conn) -> None:
         src, dst = channel
         item = conn.forward.popleft()
-        node = self.nodes[dst]
+        node = self._end(dst, conn)
         if node is None:
-            return
-        if conn.cluster_epoch != node.epoch:
-            self.faults["stale epoch refused"] += 1
             return
         try:
             if item[0] == "open":
@@ -153,11 +161,8 @@ class Network:
     def deliver_back(self, channel: Channel, conn: Conn) -> None:
         src, dst = channel
         seq = conn.back.popleft()
-        node = self.nodes[src]
+        node = self._end(src, conn)
         if node is None:
-            return
-        if conn.cluster_epoch != node.epoch:
-            self.faults["stale epoch refused"] += 1
             return
         try:
             if not conn.eager and not conn.resumed and self.conns[channel] is conn:
