@@ -22,8 +22,8 @@ from pathlib import Path
 
 import grpc
 
-from bench.cluster import BATCH, _start_cluster
-from bench.controller_store import merge_results
+from bench.lab import BATCH, settled, start_cluster
+from bench import results
 from bench.loadgen import LoadGen
 from bench.observe import Observer, cpu_s
 from bench.report import percentile
@@ -62,20 +62,12 @@ def _trigger_and_probe(controller, seconds: float) -> tuple[list[str], list[floa
 
 def _outcomes(controller, ids: list[str], wait_s: float = 30.0) -> list[pb.Snapshot]:
     deadline = time.monotonic() + wait_s
-    done = []
-    for sid in ids:
-        while True:
-            snapshot = controller.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=10)
-            if snapshot.status != pb.Snapshot.IN_PROGRESS or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        done.append(snapshot)
-    return done
+    return [settled(controller, sid, deadline, poll_s=0.05) for sid in ids]
 
 
 def measure(say=print) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        cluster = _start_cluster(Path(tmp), NODES)
+        cluster = start_cluster(Path(tmp), NODES)
         loadgen = None
         channel = grpc.insecure_channel(cluster.controller_address, options=CLIENT_OPTIONS)
         try:
@@ -136,7 +128,7 @@ def measure(say=print) -> dict[str, float]:
 def main() -> int:
     figures = measure()
     print(f"controller p99 / unary p99 (same run): {figures['controller_p99_over_unary_p99_100ms']}x")
-    merge_results(figures)
+    results.merge(figures)
     return 0 if figures["controller_failed_100ms"] == 0 else 1
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import grpc
 
 from bench import results as bench_results
-from bench.cluster import INITIAL_BALANCE, _latency_run, _paced_callers
+from bench.calls import INITIAL_BALANCE, latency_run, paced_callers
 from bench.loadgen import LoadGen
 from snapmesh.hosts.cluster import NODE_PORT, HostsCluster
 from snapmesh.hosts.net import missing_rights
@@ -72,11 +72,11 @@ def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], sna
         say(f"  {mode}: {NODES} nodes on hosts (run {hosts.run_id}), {DELAY_MS:g} ms one way on every link; "
             f"paced {rate:,.0f}/s")
         loadgen = LoadGen(hosts.cluster, batch=BATCH, seed=NODES)
-        loadgen.set(_paced_callers(NODES), rate=rate)
+        loadgen.set(paced_callers(NODES), rate=rate)
         time.sleep(SETTLE_S)
         rtt = hosts.network.probe("p1", "p2", NODE_PORT, count=PROBES)
         channel = grpc.insecure_channel(hosts.controller_address, options=CLIENT_OPTIONS)
-        client, _, failed, _ = _latency_run(pb_grpc.ControllerStub(channel), snapshots, CAP_S, {})
+        client, _, failed, _ = latency_run(pb_grpc.ControllerStub(channel), snapshots, CAP_S, {})
         stats = loadgen.stats()
         loadgen.set(0)
     finally:
@@ -95,13 +95,13 @@ def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], sna
 
 
 def measure(peak_per_s: float, say: Callable[[str], None], *, snapshots: int = SNAPSHOTS,
-            modes: tuple[str, ...] = MODES) -> dict[str, float]:
-    """The phase's figures, as bench/results.json keys."""
+            modes: tuple[str, ...] = MODES, run=run_mode) -> dict[str, float]:
+    """The phase's figures, as bench/results.json keys; `run` measures one mode (`run_mode`'s arguments)."""
     rate = FRACTION * peak_per_s
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="snapmesh-bench-hosts-") as tmp:
         for mode in modes:
-            figures = run_mode(Path(tmp), mode, rate, say, snapshots)
+            figures = run(Path(tmp), mode, rate, say, snapshots)
             out[f"host_rtt_ms_5ms_{mode}"] = figures["host_rtt_ms"]
             out[f"snapshot_p50_ms_8n_hosts_5ms_{mode}"] = figures["p50"]
             out[f"snapshot_p99_ms_8n_hosts_5ms_{mode}"] = figures["p99"]

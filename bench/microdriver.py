@@ -1,4 +1,4 @@
-"""A micro-driver of the pure per-transfer path, for instruction counts (issue 23).
+"""A micro-driver of the pure per-transfer path, for instruction counts per transfer.
 
 Two `snapmesh.protocol.node.Node` machines, a -> b and b -> a, driven as the node's shell
 drives them but with no I/O: client batches of BATCH transfers at a, every
@@ -86,7 +86,7 @@ def run(transfers: int) -> int:
             for frame in frames:
                 received = b.node.received
                 for entry in frame.entries:
-                    received("a", frame.epoch, entry.seq, amount=entry.amount)
+                    received("a", frame.conn_no, entry.seq, amount=entry.amount)
                 b.node.end_frame()
             frames.clear()
             b.received.inc(b.node.transfers_received - b._counted)
@@ -95,7 +95,7 @@ def run(transfers: int) -> int:
             _commit(b)
             _effects(b, a, frames, acks)
             for ack in acks:
-                a.node.acked("b", ack.epoch, ack.seq)
+                a.node.acked("b", ack.conn_no, ack.seq)
             acks.clear()
             _effects(a, b, frames, acks)
         done += n

@@ -131,7 +131,7 @@ def _trigger_every(controller: pb_grpc.ControllerStub, every: float, until: floa
             time.sleep(delay)
         try:
             snapshot = controller.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=False), timeout=5)
-        except grpc.RpcError as error:  # the controller's admission limit (issue 23): this tick is skipped
+        except grpc.RpcError as error:  # past the controller's admission limit on snapshots in progress: this tick is skipped
             if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
                 raise
         else:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from bench.controller_store import merge_results
+from bench import results as bench_results
 from snapmesh.protocol.tracker import Now, Tracker
 from services.node.reporter import full_state_message
 from snapmesh.protocol import core
@@ -107,7 +107,7 @@ def main() -> int:
     print(f"{'packed outbox columns (now)':<46} {figures['overtake_report_ms_packed']:>12.2f}")
     print(f"packed: {figures['overtake_report_packed_speedup']}x less time, "
           f"{figures['overtake_report_bytes_ratio']}x fewer bytes on the wire")
-    merge_results(figures)
+    bench_results.merge(figures)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Where a transfer's CPU goes: `python -m bench.profile` (issue 23).
+"""Where a transfer's CPU goes: `python -m bench.profile` (py-spy flame graphs under load).
 
 Starts a 4-node mesh (the bench's load generator at a closed-loop load, a
 snapshot every 100 ms from here), samples one node and the controller with
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.cluster import INITIAL_BALANCE
+from bench.calls import INITIAL_BALANCE
 from bench.loadgen import LoadGen
 from bench.observe import Observer
 from snapmesh.settings.config import write_cluster
@@ -47,7 +47,8 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("log encode", ("Encoder.", "encode (snapmesh/protocol/wal.py", "append_record (services/node/translog.py")),
     ("commit (write + fdatasync)", ("_write_all_and_sync", "_flush_once", "_chunks (services/node/translog.py")),
     ("snapshot report", ("services/node/reporter.py", "full_state_message")),
-    ("core + link (pure machine)", ("snapmesh/protocol/core.py", "snapmesh/protocol/link.py", "snapmesh/protocol/node.py")),
+    ("core + link (pure machine)", ("snapmesh/protocol/core.py", "snapmesh/protocol/link.py", "snapmesh/protocol/node.py",
+                                     "snapmesh/protocol/node_effects.py", "snapmesh/protocol/epochs.py")),
     ("overtake merge", ("snapmesh/protocol/overtake.py",)),
     ("engine (effects, frames out)", ("services/node/engine.py",)),
     ("channels (frames in and out, acks)", ("services/node/channels.py", "_decode (services/node/servicer.py")),

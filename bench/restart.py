@@ -1,4 +1,5 @@
-"""Benchmark: a node's restart after 1M logged transfers, before and after log segments (defect 5).
+"""Benchmark: a node's restart after 1M logged transfers, before and after log segments (a restart
+reads the active segment from its checkpoint, not the whole history).
 
 One history, written twice: the pure node machine (`snapmesh.protocol.node.Node`, with
 segments of `segment_records`) pays N transfers to a peer that acknowledges

@@ -22,7 +22,8 @@ from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
 from snapmesh.reconcile.common import InputError
-from snapmesh.reconcile.main import EXIT_BAD_INPUT, build_session, parser, run_job, wait_for_executors, wait_for_master
+from snapmesh.reconcile.main import parser, run_job
+from snapmesh.reconcile.session import EXIT_BAD_INPUT, build_session, wait_for_executors, wait_for_master
 
 
 def main(argv: list[str]) -> int:

@@ -348,9 +348,9 @@ class PodRunner:
         from cryptography.hazmat.primitives.asymmetric import ec
         from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-        from snapmesh.settings import security
+        from snapmesh.settings import devcerts
 
-        ca_key, ca_cert = security.make_ca("cert-manager stand-in CA")
+        ca_key, ca_cert = devcerts.make_ca("cert-manager stand-in CA")
         ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
         usages = {"server auth": ExtendedKeyUsageOID.SERVER_AUTH, "client auth": ExtendedKeyUsageOID.CLIENT_AUTH}
         made = []

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from cluster_helpers import controller_stub, node_stub  # noqa: F401  (re-exported for the deploy tests)
 from snapmesh.chaos.compose import project_leftovers  # noqa: F401  (re-exported for the compose tests)
-from snapmesh.processes.ports import free_ports
+from snapmesh.settings.ports import free_ports
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE_DIR = REPO / "deploy" / "compose"

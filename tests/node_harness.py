@@ -28,12 +28,24 @@ from snapmesh.checking.logcheck import RecordedSnapshot, check_logs
 from snapmesh.checking.node_logs import money_check, read_logs
 from snapmesh.processes import supervisor
 from snapmesh.settings.config import write_cluster
-from snapmesh.processes.ports import free_ports
-from snapmesh.processes.ports import port_is_free as _port_is_free
+from snapmesh.settings.ports import free_ports
+from snapmesh.settings.ports import port_is_free as _port_is_free
+from snapmesh.protocol import wal
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def append(log, kind: type[wal.Record], **fields) -> int:
+    """Write one record of `kind` (a wal record class) with the log's next lsn to
+    `log` (a services.node.translog.TransferLog); returns its lsn."""
+    return log.append_record(kind(lsn=log.last_lsn + 1, **fields))
+
+
+def append_send(log, src: str, dst: str, seq: int, amount: int) -> int:
+    """A transfer's `send` record (msg_id `src:dst:seq`), as the node writes it."""
+    return append(log, wal.Send, msg_id=f"{src}:{dst}:{seq}", src=src, dst=dst, seq=seq, amount=amount)
 
 
 def port_is_free(port: int) -> bool:

@@ -5,7 +5,7 @@ against a real scrape of a running cluster.
 
 SnapmeshNoCompleteSnapshot counts from the controller's start while it has no
 COMPLETE snapshot yet (its gauge is 0 then): a cluster started a minute ago is not
-"without a COMPLETE snapshot for 10 minutes" (issue 25's alert, read literally,
+"without a COMPLETE snapshot for 10 minutes" (the alert, read literally,
 fired one minute after every fresh start, saying the last one was 56 years ago)."""
 
 from __future__ import annotations

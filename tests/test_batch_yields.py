@@ -1,4 +1,4 @@
-"""A large TransferBatch does not starve the node's event loop (issue 26.6).
+"""A large TransferBatch does not starve the node's event loop.
 
 Two real nodes serve gRPC in this test's event loop. A watcher task on the same
 loop reads, at every turn it gets, how many records p1 has logged; a real gRPC

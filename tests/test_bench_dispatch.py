@@ -36,3 +36,10 @@ def test_an_unknown_name_exits_2_naming_it_and_runs_nothing(monkeypatch, capsys)
     assert dispatch.main(["one", "nosuch", "--size", "5"]) == 2
     assert "unknown benchmark(s): nosuch" in capsys.readouterr().err
     assert ran == []
+
+
+def test_every_benchmark_named_imports_and_has_a_main() -> None:
+    import importlib
+
+    for name, module in dispatch.BENCHMARKS.items():
+        assert callable(importlib.import_module(module).main), name

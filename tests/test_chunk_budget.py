@@ -1,4 +1,4 @@
-"""Issue 26.5, the pure half: ReportStateChunks' bytes in flight are bounded per peer and in all."""
+"""The pure half: ReportStateChunks' bytes in flight are bounded per peer and in all."""
 
 from __future__ import annotations
 

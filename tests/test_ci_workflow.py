@@ -124,7 +124,7 @@ def base_images_the_tests_build_on() -> set[str]:
 
 @pytest.mark.parametrize("job", ["test", "chaos"])
 def test_the_cache_holds_every_base_image_the_tests_build_on(workflow, job):
-    """Issue 25: the workflow cached snapmesh-base:bookworm while the tests build on
+    """The workflow once cached snapmesh-base:bookworm while the tests build on
     snapmesh-base-slim:bookworm, so every run debootstrapped it again (as root)."""
     needed = base_images_the_tests_build_on()
     assert needed >= {"snapmesh-base-slim:bookworm", "snapmesh-base:bookworm"}, needed

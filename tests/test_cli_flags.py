@@ -1,4 +1,4 @@
-"""Every `snapmesh` command's flags (issue 25): each has help text, the data dir
+"""Every `snapmesh` command's flags: each has help text, the data dir
 is `--data-dir` wherever one is taken (`chaos --dir` stays as its alias), and
 an output is named for what it is."""
 

@@ -1,4 +1,4 @@
-"""Every flag of every `snapmesh` command has help text (issue 25, consistent flags),
+"""Every flag of every `snapmesh` command has help text (consistent flags),
 found the way a user reaches it: each command's own `main(argv)` is called, and
 every argparse parser it builds is caught as it starts to parse, so a parser made
 inline in a `main` (not by a builder function) or reached by a word before any

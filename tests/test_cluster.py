@@ -179,7 +179,7 @@ def test_the_app_exits_2_with_a_clear_message_when_the_controller_is_unreachable
     import subprocess
     import sys
 
-    from snapmesh.processes.ports import free_ports
+    from snapmesh.settings.ports import free_ports
 
     [port] = free_ports(1)
     result = subprocess.run(

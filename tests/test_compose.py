@@ -1,4 +1,4 @@
-"""deploy/compose on this machine's real Docker engine (issue 5).
+"""deploy/compose on this machine's real Docker engine.
 
 The `docker`-marked tests build the base image (debootstrap, reused when it
 exists), the wheels (host cache) and both images, start the stack under a

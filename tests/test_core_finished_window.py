@@ -1,4 +1,4 @@
-"""Issue 26.8: core.Process remembers the FINISHED_WINDOW newest finished snapshots, not every one."""
+"""Bounded memory: core.Process remembers the FINISHED_WINDOW newest finished snapshots, not every one."""
 
 from __future__ import annotations
 

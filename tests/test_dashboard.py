@@ -54,7 +54,7 @@ REQUIRED_PANELS = [
     ("memory", "process_resident_memory_bytes"),
     ("since the last complete", "snapmesh_last_complete_snapshot_timestamp_seconds"),
 ]
-# The alerts issue 25 asks deploy/compose/rules.yml for.
+# The alerts deploy/compose/rules.yml must hold: an operator pages on these.
 REQUIRED_ALERTS = {
     "SnapmeshNoCompleteSnapshot": "snapmesh_last_complete_snapshot_timestamp_seconds",
     "SnapmeshNodeDown": 'up{job="snapmesh-nodes"}',
@@ -74,7 +74,7 @@ def test_dashboard_json_has_the_panels_issues_5_and_25_list():
     provider_yml = (COMPOSE_DIR / "grafana/provisioning/dashboards/snapmesh.yml").read_text()
     assert "uid: snapmesh-prometheus" in datasource_yml and "url: http://prometheus:9090" in datasource_yml
     assert "path: /var/lib/grafana/dashboards" in provider_yml
-    # The datasource is a template variable, not a hard-coded uid (issue 25).
+    # The datasource is a template variable, not a hard-coded uid: the dashboard imports into any Grafana.
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     assert "snapmesh-prometheus" not in DASHBOARD.read_text()
@@ -92,7 +92,7 @@ def test_dashboard_json_has_the_panels_issues_5_and_25_list():
         assert metric in exprs, f"panel {words!r} does not query {metric}"
     balance_exprs = [t["expr"] for p in panels if "balances" in p["title"].lower() for t in p["targets"]]
     assert "sum(snapmesh_balance)" in balance_exprs, "the balances panel needs the total line"
-    assert "_ms_" not in DASHBOARD.read_text(), "durations are in seconds (issue 25)"
+    assert "_ms_" not in DASHBOARD.read_text(), "durations are in seconds"
 
 
 def test_rules_are_valid_for_promtool_and_hold_the_alerts_issue_25_lists():

@@ -1,4 +1,4 @@
-"""Data safety on one machine (issue 25, section 1): a second controller or
+"""Data safety on one machine: a second controller or
 `cluster up` on a live cluster's data dir refuses before it reads or writes
 anything there; `cluster up` is ready only when every process it started
 answers itself, not another process on the same port."""
@@ -98,7 +98,7 @@ def test_a_nodes_lock_alone_also_stops_cluster_up(tmp_path):
 def test_cluster_up_is_not_ready_on_another_processs_answer(live, tmp_path):
     # This cluster's p1 has the live cluster's p1 port: the live p1 answers SERVING
     # there, but the p1 just started cannot bind and exits.
-    from snapmesh.processes.ports import free_ports, port_is_free
+    from snapmesh.settings.ports import free_ports, port_is_free
 
     taken = live.config.node("p1").port
     ports = free_ports(5)

@@ -1,4 +1,4 @@
-"""Issue 24, part 1: the demo's snapshots record money in flight, from the workload.
+"""The demo's snapshots record money in flight, from the workload.
 
 The workload's burst (transfers at every node as each snapshot is triggered) on a
 real 3-node cluster: some COMPLETE snapshot records in-flight transfers, its table

@@ -47,7 +47,7 @@ def test_every_fault_kind_happens() -> None:
         "snapshot failed: deadline", "snapshot complete", "transfer refused: channel full",
         "retry answered, not paid", "restore", "crash during a restore", "overtaken transfers recorded",
         "request refused: request-id window full", "request refused: request outcome unknown",
-        # RestoreSnapshot calls through the controller's gate (issue 26.4)
+        # RestoreSnapshot calls through the controller's gate (one restore at a time)
         "restore call started a restore", "restore call joined the running restore",
         "restore retry answered, not rolled back", "restore refused: another restore runs",
         "restore refused: key of another snapshot", "restore refused: not restorable",
@@ -62,17 +62,17 @@ def test_every_fault_kind_happens() -> None:
 def _no_resend(monkeypatch: pytest.MonkeyPatch) -> None:
     connect = link.Sender.connect
 
-    def broken(self: link.Sender, epoch: int) -> None:
+    def broken(self: link.Sender, conn_no: int) -> None:
         sent = self.sent
-        connect(self, epoch)
+        connect(self, conn_no)
         self.sent = max(sent, self.acked)  # carry on after what was sent, as if the wire lost nothing
 
     monkeypatch.setattr(link.Sender, "connect", broken)
 
 
 def _no_duplicate_drop(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self: link.Receiver, epoch: int, seq: int) -> bool:
-        if epoch != self.epoch:
+    def broken(self: link.Receiver, conn_no: int, seq: int) -> bool:
+        if conn_no != self.conn_no:
             return False
         if seq > self.last_seq + 1:
             raise link.RemoteProtocolError("gap")
@@ -163,7 +163,7 @@ def _overtake_positions_after_the_cut(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _window_by_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The defect of issue 26.2: a full window evicts its oldest id instead of refusing."""
+    """The broken window: a full window evicts its oldest id instead of refusing."""
     lookup = requests.RequestWindow.lookup
 
     def broken(self, request_id, now, first_sent_unix_ms=0):
@@ -175,13 +175,13 @@ def _window_by_count(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _restore_keeps_every_id(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The defect of issue 26.3: a restore forgets no request id."""
+    """The broken restore: it forgets no request id (a retry of a rolled-back one is not paid again)."""
     monkeypatch.setattr(requests.RequestWindow, "restored", lambda self, cuts, snapshot_id: None)
     monkeypatch.setattr(recovery.requests, "forget_restored", lambda paid, cuts, snapshot_id: None)
 
 
 def _restore_claim_after_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The defect of issue 26.4: check and claim are two steps; the claim lands only after
+    """The broken gate: check and claim are two steps; the claim lands only after
     the next call was handled (that call still sees no restore running and starts its own)."""
     request = restoregate.RestoreGate.request
 
@@ -199,7 +199,7 @@ def _restore_claim_after_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _restore_forgets_finished_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The defect of issue 26.4: a finished restore's key is forgotten; its retry rolls back again."""
+    """The broken gate: a finished restore's key is forgotten; its retry rolls back again."""
 
     def broken(self, result):
         claim, self.running = self.running, None

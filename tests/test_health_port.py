@@ -20,7 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from snapmesh.settings import config as cluster_config
-from snapmesh.processes.ports import free_ports
+from snapmesh.settings.ports import free_ports
 
 SNAPMESH = str(Path(sys.executable).parent / "snapmesh")
 

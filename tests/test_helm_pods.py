@@ -44,7 +44,7 @@ from helm_chart import CHART, REPO, by_kind, helm, render, set_args
 from helm_pods import PlanError, PodRunner, docker
 from helpers_deploy import build_images, docker_engine_answers, log, status_name
 from snapmesh.settings import security
-from snapmesh.processes.ports import free_ports
+from snapmesh.settings.ports import free_ports
 
 NODES = 3
 OVERLAY = "snapmesh-helm-test"

@@ -16,7 +16,7 @@ import pytest
 
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings.config import write_cluster
-from snapmesh.processes.ports import port_is_free
+from snapmesh.settings.ports import port_is_free
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
@@ -120,7 +120,7 @@ def test_cluster_up_prints_the_addresses_and_sigterm_stops_every_child(launched,
     assert match, line
     children = launched.remember(proc)
     cfg = cluster_config.load(tmp_path / "cluster.toml")
-    # then each process's addresses (issue 25), then the snapshot page (issue 24)
+    # then each process's addresses, then the snapshot page
     addresses = [read_line(proc, 10) for _ in range(1 + len(cfg.nodes))]
     assert addresses == [f"controller metrics: http://{cfg.controller.metrics_address}/metrics\n"] + [
         f"node {n.id}: {n.address} metrics: http://{n.metrics_address}/metrics\n" for n in cfg.nodes

@@ -16,13 +16,13 @@ class Pair:
         self.lsn = 0  # the receiver's log
         self.wire: list[link.Entry] = []
         self.applied: list[int] = []
-        self.epoch = 0
+        self.conn_no = 0
 
     def connect(self) -> None:
-        self.epoch += 1
+        self.conn_no += 1
         self.wire.clear()
-        self.tx.connect(self.epoch)
-        self.rx.open(self.epoch, self.lsn)
+        self.tx.connect(self.conn_no)
+        self.rx.open(self.conn_no, self.lsn)
 
     def send(self, n: int, amount: int = 1) -> None:
         for _ in range(n):
@@ -34,7 +34,7 @@ class Pair:
     def deliver(self, count: int | None = None) -> None:
         todo, self.wire = (self.wire, []) if count is None else (self.wire[:count], self.wire[count:])
         for entry in todo:
-            if self.rx.admit(self.epoch, entry.seq):
+            if self.rx.admit(self.conn_no, entry.seq):
                 self.lsn += 1
                 self.rx.applied(entry.seq, self.lsn)
                 self.applied.append(entry.seq)
@@ -42,7 +42,7 @@ class Pair:
     def ack(self, durable_rx: int | None = None) -> int | None:
         seq = self.rx.ack_due(self.lsn if durable_rx is None else durable_rx)
         if seq is not None:
-            self.tx.on_ack(self.epoch, seq)
+            self.tx.on_ack(self.conn_no, seq)
         return seq
 
 
@@ -112,9 +112,9 @@ def test_frames_acks_and_opens_of_an_older_connection_are_fenced() -> None:
     pair.pump()
     old = pair.wire[:]
     pair.connect()
-    assert not pair.rx.admit(1, old[0].seq)  # a frame of epoch 1 after epoch 2 opened
-    assert not pair.rx.open(1, 0)  # a late open of epoch 1
-    assert not pair.tx.on_ack(1, 1)  # an ack of epoch 1
+    assert not pair.rx.admit(1, old[0].seq)  # a frame of connection 1 after connection 2 opened
+    assert not pair.rx.open(1, 0)  # a late open of connection 1
+    assert not pair.tx.on_ack(1, 1)  # an ack of connection 1
     assert pair.tx.unacked == 1
 
 

@@ -1,4 +1,4 @@
-"""What a real controller and a real node export on /metrics (issue 25): exactly the
+"""What a real controller and a real node export on /metrics: exactly the
 table of docs/metrics.md, durations in seconds, the standard families (process_*,
 python_*, snapmesh_build_info), gRPC server metrics per method and code, and the
 controller's epoch and time of the last COMPLETE snapshot, kept across a restart."""

@@ -61,7 +61,7 @@ def test_a_newer_stream_supersedes_the_older_one() -> None:
         rx = IncomingChannel(src="p2", dst="p1")
         first = rx.claim()
         second = rx.claim()
-        assert rx.epoch == 2  # each stream is a new epoch; the node fences older ones
+        assert rx.conn_no == 2  # each stream is a new connection; the node fences older ones
         assert first.done() and "superseded" in first.result()
         assert rx.owned_by(second) and not rx.owned_by(first)
         rx.release(first)  # the old stream ending does not release the new one

@@ -1,10 +1,10 @@
-"""Defects 1, 2, 6 (second half) and 8 of issue 8, each on real node processes:
+"""Node safety on real node processes:
 
-1. a second process on a live node's data dir exits 2 and touches nothing;
-2. after a failed write or fsync the log writes nothing more, the node stops,
-   and a restart recovers from what is on disk (a full tmpfs under load);
-6. a FullState too large for one gRPC message is delivered in chunks;
-8. a finished part survives a crash before it was reported.
+- a second process on a live node's data dir exits 2 and touches nothing;
+- after a failed write or fsync the log writes nothing more, the node stops,
+  and a restart recovers from what is on disk (a full tmpfs under load);
+- a FullState too large for one gRPC message is delivered in chunks;
+- a finished part survives a crash before it was reported.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ import grpc
 import pytest
 
 from cluster_helpers import check_against_logs, controller_stub, node_stub
-from node_harness import Cluster, ReportSink, run_node_once
+from node_harness import Cluster, ReportSink, append, append_send, run_node_once
 from snapmesh.checking.node_logs import money_check, read_logs
 from snapmesh.serving.datalock import DataDirLock, DataDirLocked
 from services.node.recovery import recover
 from services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from services.node import translog
 from services.node.translog import LogClosedError, TransferLog
+from snapmesh.protocol import wal
 from snapmesh.protocol.chunking import CHUNK_BYTES, BadChunks, StateAssembler, StateTooLarge, split_state
 from snapmesh.processes import supervisor
 from snapmesh.settings.config import write_cluster
@@ -125,20 +126,20 @@ def test_after_a_failed_write_or_fsync_the_log_writes_nothing_more(
 
     async def go() -> tuple[bytes, BaseException]:
         log = TransferLog(path, "p1", last_lsn=0)
-        log.append_init(100 * sends)
+        append(log, wal.Init, balance=100 * sends)
         log.flush_sync()
         synced_on.clear()
         armed.set()
         log.start()
         for seq in range(1, sends + 1):  # this round fails
-            lsn = log.append_send("p1", "p2", seq, 10)
+            lsn = append_send(log, "p1", "p2", seq, 10)
         with pytest.raises(LogClosedError, match="injected"):
             await asyncio.wait_for(log.wait_durable(lsn), 5)
         assert log.flusher is not None and log.flusher.done()
         failure = log.flusher.exception()
         after_failure = path.read_bytes()
         # The engine keeps applying while the node goes down: none of it may reach the file.
-        later = log.append_send("p1", "p2", sends + 1, 20)
+        later = append_send(log, "p1", "p2", sends + 1, 20)
         with pytest.raises(LogClosedError):
             await asyncio.wait_for(log.wait_durable(later), 5)
         log.flush_sync()
@@ -466,7 +467,7 @@ def test_a_node_sigkilled_five_times_under_load_while_snapshots_run(tmp_path: Pa
         complete = [s for s in snapshots if s.status == pb.Snapshot.COMPLETE]
         failed = {s.snapshot_id: s.reason for s in snapshots if s.status == pb.Snapshot.FAILED}
         p2 = logs["p2"]
-        # Defect 8: p2 finished its part (its cut and both markers with no restart
+        # A finished part survives a crash: p2 finished its part (its cut and both markers with no restart
         # and no abort between them), then was killed (a restart follows, with no
         # abort before it), and the snapshot failed for want of p2's report.
         restarts = [r["lsn"] for r in p2 if r["kind"] == "restart"]
@@ -484,13 +485,13 @@ def test_a_node_sigkilled_five_times_under_load_while_snapshots_run(tmp_path: Pa
         # restart (a report after the restart may come too late: the deadline is 5 s).
         said = (cluster.log_dir / "p2.log").read_text()
         never_reported = [sid for sid in lost if f"snapshot {sid}: report" not in said]
-        # Defect 3: p2 recorded a snapshot after it had logged the abort of it (a zombie).
+        # An abort is remembered: no recording at p2 after it had logged the abort of it (a zombie).
         aborted_at = {r["snapshot_id"]: r["lsn"] for r in reversed(p2) if r["kind"] == "abort"}
         zombies = [r["snapshot_id"] for r in p2 if r["kind"] == "cut" and r["lsn"] > aborted_at.get(r["snapshot_id"], 1e18)]
         print(f"{len(snapshots)} snapshots: {len(complete)} COMPLETE, {len(failed)} FAILED; "
               f"p2 finished, was killed, and the snapshot failed: {lost}, never reported: {never_reported}; "
               f"recorded at p2 after their abort: {zombies}")
-        assert not never_reported, "finished parts lost in a crash (defect 8)"
+        assert not never_reported, "finished parts lost in a crash"
         for snapshot in complete:
             assert snapshot.conserved, snapshot.reason
         check_against_logs(cluster, complete, logs)

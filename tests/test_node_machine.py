@@ -1,8 +1,8 @@
 """snapmesh/protocol/node.py and snapmesh/protocol/recovery.py: whole node machines over in-memory links.
 
-Also the pure half of defects 3 (aborts replayed), 4 (a marker never without its
-cut), 5 (checkpoints and segments), 6a (a full channel refuses at once) and 9
-(a retried request is not paid twice, across restarts too).
+Also the pure half of: aborts replayed, a marker never without its cut,
+checkpoints and segments, a full channel refuses at once, and a retried
+request is not paid twice (across restarts too).
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from snapmesh.protocol import core, link, overtake, recovery, wal
-from snapmesh.protocol.node import Accepted, Ack, Append, Node, Report, Seal, Transmit
+from snapmesh.protocol.node import Node
+from snapmesh.protocol.node_effects import Accepted, Ack, Append, Report, Seal, Transmit
 
 
 class Machines:
@@ -24,7 +25,7 @@ class Machines:
         self.logs: dict[str, list[list[wal.Record]]] = {n: [[]] for n in self.ids}  # segments
         self.durable = dict.fromkeys(self.ids, 0)
         self.wires: dict[tuple[str, str], list] = {}
-        self.epochs: dict[tuple[str, str], int] = {}
+        self.conn_nos: dict[tuple[str, str], int] = {}
         self.reports: list[core.FullState] = []
         self.nodes: dict[str, Node] = {}
         for n in self.ids:
@@ -62,9 +63,9 @@ class Machines:
             elif isinstance(effect, Seal):
                 self.logs[n].append([])
             elif isinstance(effect, Transmit):
-                self.wires.setdefault((n, effect.dst), []).append(("data", effect.epoch, effect.entries))
+                self.wires.setdefault((n, effect.dst), []).append(("data", effect.conn_no, effect.entries))
             elif isinstance(effect, Ack):
-                self.wires.setdefault((effect.src, n), []).append(("ack", effect.epoch, effect.seq))
+                self.wires.setdefault((effect.src, n), []).append(("ack", effect.conn_no, effect.seq))
             elif isinstance(effect, Report):
                 self.reports.append(effect.state)
 
@@ -80,11 +81,11 @@ class Machines:
         for src in self.nodes:
             for dst in self.nodes:
                 if src != dst and (src, dst) not in self.wires:
-                    epoch = self.epochs[(src, dst)] = self.epochs.get((src, dst), 0) + 1
+                    conn_no = self.conn_nos[(src, dst)] = self.conn_nos.get((src, dst), 0) + 1
                     self.wires[(src, dst)] = []
-                    self.nodes[dst].opened(src, epoch)
+                    self.nodes[dst].opened(src, conn_no)
                     self.route(dst)
-                    self.nodes[src].connect(dst, epoch)
+                    self.nodes[src].connect(dst, conn_no)
                     self.route(src)
 
     def settle(self) -> None:
@@ -96,14 +97,14 @@ class Machines:
             for (src, dst), wire in list(self.wires.items()):
                 while wire:
                     moved = True
-                    kind, epoch, body = wire.pop(0)
+                    kind, conn_no, body = wire.pop(0)
                     if kind == "data":
                         for e in body:
-                            self.nodes[dst].received(src, epoch, e.seq, amount=e.amount, snapshot_id=e.snapshot_id)
+                            self.nodes[dst].received(src, conn_no, e.seq, amount=e.amount, snapshot_id=e.snapshot_id)
                         self.nodes[dst].end_frame()
                         self.route(dst)
                     else:
-                        self.nodes[src].acked(dst, epoch, body)
+                        self.nodes[src].acked(dst, conn_no, body)
                         self.route(src)
             if not moved:
                 return
@@ -155,7 +156,7 @@ def test_restart_rebuilds_balance_and_resends_the_unacknowledged() -> None:
     assert m.nodes["b"].balance == 6 and m.nodes["a"].senders["b"].unacked == 0
 
 
-def test_a_full_channel_refuses_at_once_and_moves_no_money() -> None:  # defect 6, first half
+def test_a_full_channel_refuses_at_once_and_moves_no_money() -> None:
     m = Machines({"a": 100, "b": 0}, bound=2)
     m.nodes["a"].transfer("b", 1)
     m.nodes["a"].transfer("b", 1)
@@ -167,7 +168,7 @@ def test_a_full_channel_refuses_at_once_and_moves_no_money() -> None:  # defect 
     m.nodes["a"].transfer("b", 1)  # room again once acknowledged
 
 
-def test_a_retried_request_is_answered_not_paid_again_across_restarts() -> None:  # defect 9
+def test_a_retried_request_is_answered_not_paid_again_across_restarts() -> None:
     m = Machines({"a": 100, "b": 0})
     first = m.nodes["a"].transfer("b", 10, request_id="r1")
     again = m.nodes["a"].transfer("b", 10, request_id="r1")
@@ -182,7 +183,7 @@ def test_a_retried_request_is_answered_not_paid_again_across_restarts() -> None:
     assert [r.request_id for r in m.records("a") if isinstance(r, wal.Send)] == ["r1"]
 
 
-def test_an_abort_is_remembered_across_a_restart() -> None:  # defect 3
+def test_an_abort_is_remembered_across_a_restart() -> None:
     m = Machines({"a": 100, "b": 0})
     m.nodes["b"].abort_snapshot("s1", "deadline")  # b never recorded s1
     m.route("b")
@@ -197,7 +198,7 @@ def test_an_abort_is_remembered_across_a_restart() -> None:  # defect 3
     assert m.nodes["b"].stale_markers == 1
 
 
-def test_a_marker_recv_is_logged_after_its_cut_and_recovery_never_sees_one_alone() -> None:  # defect 4
+def test_a_marker_recv_is_logged_after_its_cut_and_recovery_never_sees_one_alone() -> None:
     m = Machines({"a": 100, "b": 0})
     m.nodes["a"].start_snapshot("s1")
     m.route("a")
@@ -213,7 +214,7 @@ def test_a_marker_recv_is_logged_after_its_cut_and_recovery_never_sees_one_alone
     assert "s1" in state.abandoned
 
 
-def test_segments_checkpoint_and_recovery_reads_only_the_active_one() -> None:  # defect 5
+def test_segments_checkpoint_and_recovery_reads_only_the_active_one() -> None:
     m = Machines({"a": 1000, "b": 0}, segment_records=10)
     for i in range(40):
         m.nodes["a"].transfer("b", 1, request_id=f"r{i}")
@@ -298,15 +299,15 @@ def test_overtake_an_early_marker_finishes_the_receiver_ahead_of_a_queued_backlo
     early = frames[-1][2][0]
     assert (early.seq, early.amount, early.snapshot_id) == (0, 10, "s1")  # ahead of the FIFO marker, seq 11
     # b gets the early marker before the backlog: it cuts and is done with a->b at once.
-    kind, epoch, entries = frames.pop()
+    kind, conn_no, entries = frames.pop()
     for e in entries[:1]:
-        m.nodes["b"].received("a", epoch, e.seq, amount=e.amount, snapshot_id=e.snapshot_id)
+        m.nodes["b"].received("a", conn_no, e.seq, amount=e.amount, snapshot_id=e.snapshot_id)
     m.nodes["b"].end_frame()
     m.route("b")
     m.flush("b")
     b_state = next(s for s in m.reports if s.node_id == "b")
     assert b_state.balance == 0 and b_state.positions == {"a": 0} and b_state.channels == {"a": ()}
-    m.wires[("a", "b")].append((kind, epoch, entries[1:]))
+    m.wires[("a", "b")].append((kind, conn_no, entries[1:]))
     m.settle()  # the backlog, then the FIFO marker (ignored: the channel is closed)
     reports = {s.node_id: s for s in m.reports}
     assert [t.seq for t in overtake.channel_state(reports, "a", "b")] == list(range(1, 11))
@@ -325,7 +326,7 @@ def test_overtake_drops_an_early_marker_behind_transfers_past_the_cut() -> None:
     m.route("a")
     m.settle()
     records = len(m.records("b"))
-    m.nodes["b"].received("a", m.epochs[("a", "b")], 0, amount=0, snapshot_id="s9")
+    m.nodes["b"].received("a", m.conn_nos[("a", "b")], 0, amount=0, snapshot_id="s9")
     assert not list(m.nodes["b"].process.in_progress())  # no recording started
     assert len(m.records("b")) == records  # no cut, nothing logged
     assert m.nodes["b"].stale_markers == 1

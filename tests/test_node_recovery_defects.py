@@ -1,6 +1,6 @@
-"""Issue 8's node defects, each against real node processes (and each failing before its fix):
-3 forgotten aborts, 4 a marker without its cut, 5 segments and checkpoints,
-6 (first half) a full channel refuses at once, 9 a retried request pays once."""
+"""What a node keeps across restarts and under load, against real node processes:
+aborts are remembered, a marker_recv is never logged without its cut, segments
+seal with a checkpoint, a full channel refuses at once, a retried request pays once."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def bounded_pair(tmp_path: Path):
 
 
 def test_a_full_channel_refuses_at_once_with_resource_exhausted_and_moves_no_money(bounded_pair: Cluster) -> None:
-    pair = bounded_pair  # defect 6, first half
+    pair = bounded_pair
     pair.start("p1")  # p2 is down: nothing sent to it is acknowledged
     p1 = pair.stub("p1")
     for _ in range(20):

@@ -12,10 +12,12 @@ import pytest
 
 import grpc
 
-from node_harness import cluster_file, run_node_once
-from services.node.recovery import CorruptLogError, OutboxEntry, recover
+from node_harness import append, append_send, cluster_file, run_node_once
+from services.node.recovery import CorruptLogError, recover
 from services.node import translog
 from services.node.translog import TransferLog
+from snapmesh.protocol import wal
+from snapmesh.protocol.link import Entry
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -39,15 +41,15 @@ def test_every_record_kind_is_one_json_line_with_node_and_lsn(tmp_path: Path) ->
     async def go() -> None:
         log = TransferLog(tmp_path / "p1.log.jsonl", 'p"1', last_lsn=0)
         log.start()
-        log.append_init(100)
-        log.append_send('p"1', "p2", 1, 7)
-        log.append_recv("p2", 'p"1', 1, "p2:p\"1:1", 3)
-        log.append_recv("p2", 'p"1', 2, "custom id", 4)
-        log.append_cut('s"1', 96)
-        log.append_marker("marker_sent", 's"1', 'p"1', "p2", 2)
-        log.append_marker("marker_recv", 's"1', "p2", 'p"1', 3)
-        log.append_abort('s"1', "deadline: p3 did not report")
-        log.append_restart()
+        append(log, wal.Init, balance=100)
+        append_send(log, 'p"1', "p2", 1, 7)
+        append(log, wal.Recv, src="p2", dst='p"1', seq=1, msg_id="p2:p\"1:1", amount=3)
+        append(log, wal.Recv, src="p2", dst='p"1', seq=2, msg_id="custom id", amount=4)
+        append(log, wal.Cut, snapshot_id='s"1', balance=96)
+        append(log, wal.MarkerSent, snapshot_id='s"1', src='p"1', dst="p2", seq=2)
+        append(log, wal.MarkerRecv, snapshot_id='s"1', src="p2", dst='p"1', seq=3)
+        append(log, wal.Abort, snapshot_id='s"1', reason="deadline: p3 did not report")
+        append(log, wal.Restart)
         await log.wait_durable(log.last_lsn)
         assert log.durable_lsn == 9
         await log.close()
@@ -80,10 +82,13 @@ def test_group_commit_durable_lsn_never_runs_ahead_of_the_file(tmp_path: Path) -
     async def go() -> None:
         log = TransferLog(path, "p1", last_lsn=0, on_durable=on_durable)
         log.start()
-        log.append_init(10)
+        append(log, wal.Init, balance=10)
         waiters = []
         for i in range(1, 2001):
-            log.append_send("p1", "p2", i, 1) if i <= 10 else log.append_recv("p2", "p1", i, f"p2:p1:{i}", 1)
+            if i <= 10:
+                append_send(log, "p1", "p2", i, 1)
+            else:
+                append(log, wal.Recv, src="p2", dst="p1", seq=i, msg_id=f"p2:p1:{i}", amount=1)
             if i % 100 == 0:
                 waiters.append(asyncio.ensure_future(log.wait_durable(log.last_lsn)))
                 await asyncio.sleep(0)
@@ -120,17 +125,17 @@ def test_small_rounds_sync_on_the_loop_large_ones_and_a_slow_disk_on_a_thread(tm
     async def go() -> None:
         log = TransferLog(path, "p1", last_lsn=0)
         log.start()
-        log.append_init(10_000)
+        append(log, wal.Init, balance=10_000)
         await log.wait_durable(log.last_lsn)  # small
         for seq in range(1, 201):
-            log.append_send("p1", "p2", seq, 1)
+            append_send(log, "p1", "p2", seq, 1)
         await log.wait_durable(log.last_lsn)  # 200 records: large
         slow["next"] = True
-        log.append_send("p1", "p2", 201, 1)
+        append_send(log, "p1", "p2", 201, 1)
         await log.wait_durable(log.last_lsn)  # small, on the loop, but slow
-        log.append_send("p1", "p2", 202, 1)
+        append_send(log, "p1", "p2", 202, 1)
         await log.wait_durable(log.last_lsn)  # small after a slow one: a thread (it is fast again)
-        log.append_send("p1", "p2", 203, 1)
+        append_send(log, "p1", "p2", 203, 1)
         await log.wait_durable(log.last_lsn)  # small: back on the loop
         await log.close()
 
@@ -170,13 +175,13 @@ def test_recovery_rebuilds_balance_positions_outbox_and_abandoned(tmp_path: Path
     assert state.last_lsn == 12
     assert state.next_seq == {"p2": 4, "p3": 2}
     assert state.last_received == {"p2": 1, "p3": 2}
-    assert set(state.abandoned) == {"s1", "s2"}  # s2 was aborted here without a recording (defect 3)
+    assert set(state.abandoned) == {"s1", "s2"}  # s2 was aborted here without a recording
     assert state.outbox["p2"] == [
-        OutboxEntry(seq=1, amount=10, snapshot_id=""),
-        OutboxEntry(seq=2, amount=0, snapshot_id="s1"),
-        OutboxEntry(seq=3, amount=5, snapshot_id=""),
+        Entry(seq=1, amount=10, snapshot_id=""),
+        Entry(seq=2, amount=0, snapshot_id="s1"),
+        Entry(seq=3, amount=5, snapshot_id=""),
     ]
-    assert state.outbox["p3"] == [OutboxEntry(seq=1, amount=0, snapshot_id="s1")]
+    assert state.outbox["p3"] == [Entry(seq=1, amount=0, snapshot_id="s1")]
 
 
 def test_missing_or_empty_log_is_a_fresh_node(tmp_path: Path) -> None:
@@ -299,19 +304,17 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], mes
 
 
 def test_seal_renames_the_active_segment_and_opens_the_next_with_its_checkpoint(tmp_path: Path) -> None:
-    from snapmesh.protocol import wal
-
     path = tmp_path / "p1.log.jsonl"
 
     async def go() -> None:
         log = TransferLog(path, "p1", last_lsn=0)
         log.start()
-        log.append_init(100)
-        log.append_send("p1", "p2", 1, 7)
+        append(log, wal.Init, balance=100)
+        append_send(log, "p1", "p2", 1, 7)
         log.seal(1, wal.Checkpoint(lsn=3, balance=93, next_seq={"p2": 2, "p3": 1}, acked={"p2": 0, "p3": 0},
                                    received={"p2": 0, "p3": 0}, outbox={"p2": [[1, 7, ""]], "p3": []},
                                    abandoned=[], requests={}))
-        log.append_send("p1", "p2", 2, 3)
+        append_send(log, "p1", "p2", 2, 3)
         await log.wait_durable(log.last_lsn)
         await log.close()
 

@@ -1,4 +1,4 @@
-"""Issue 25, paging: "past roughly 9,500 snapshots [one ListSnapshots answer]
+"""Paging: "past roughly 9,500 snapshots [one ListSnapshots answer]
 exceeds grpcurl's 4 MiB limit". Here, 10,000 finished snapshots of about the
 size the issue measured (~480 bytes each: 4.8 MB in one answer), and the real
 grpcurl binary (pinned 1.8.6, 4 MiB receive limit) against a real controller
@@ -25,7 +25,7 @@ import pytest
 
 from snapmesh.protocol import controller_journal as journal
 from snapmesh.settings import config
-from snapmesh.processes.launcher import write_config
+from snapmesh.settings.config import write_cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from test_readme_grpcurl import grpcurl_binary
 
@@ -53,7 +53,7 @@ def write_journal(data_dir: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory):
     root = tmp_path_factory.mktemp("paging")
-    cfg = config.load(write_config(root / "cluster.toml", nodes=3))
+    cfg = config.load(write_cluster(root / "cluster.toml", nodes=3))
     ids = write_journal(cfg.data_dir)
     snapmesh = Path(sys.executable).with_name("snapmesh")
     log = (root / "controller.out").open("w")

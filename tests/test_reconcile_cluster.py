@@ -73,7 +73,7 @@ def test_every_complete_snapshot_of_a_real_run_is_consistent(spark, cluster_run)
     assert checked == complete
     assert all(v["consistent"] is not False for v in outcome.verdicts)
 
-    # The verdict table's "in flight" column (issue 24: the demo's snapshot with money in
+    # The verdict table's "in flight" column (the demo's snapshot with money in
     # flight, shown consistent): what each snapshot recorded, counted by the job.
     recorded = {
         d["snapshot_id"]: (sum(len(c.get("in_flight", [])) for c in d.get("channels", [])),

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from snapmesh.processes.launcher import free_ports, port_is_free
+from snapmesh.settings.ports import free_ports, port_is_free
 from snapmesh.reconcile import ingest, synth
 from snapmesh.reconcile import main as reconcile
 from snapmesh.reconcile.standalone import StandaloneCluster

@@ -26,7 +26,8 @@ from cluster_helpers import controller_stub, node_stub
 from cluster_helpers import poll as _poll
 from snapmesh.checking.logcheck import check_logs_by_epoch, check_restore
 from snapmesh.checking.node_logs import read_logs
-from snapmesh.processes.launcher import LocalCluster, write_config
+from snapmesh.processes.supervisor import Cluster
+from snapmesh.settings.config import write_cluster
 from snapmesh.bank.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -38,8 +39,8 @@ RESTORED = pb.Restore.RESTORED
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    path = write_config(tmp_path_factory.mktemp("restore") / "cluster.toml", nodes=3, deadline=5.0)
-    with LocalCluster(path) as running:
+    path = write_cluster(tmp_path_factory.mktemp("restore") / "cluster.toml", nodes=3, deadline=5.0)
+    with Cluster(path) as running:
         yield running
 
 

@@ -1,4 +1,4 @@
-"""Restore on the pure node machine (issue 10, node rule N8) and its recovery.
+"""Restore on the pure node machine (node rule N8), its epoch fence, and its recovery.
 
 Two machines over in-memory links (the test_node_machine harness): a restore
 sets the balance, replays the recorded in-flight transfers exactly once, starts
@@ -90,6 +90,51 @@ def test_a_crash_during_or_after_a_restore_recovers_exactly_once(cut: str) -> No
     m.crash("b")  # and once more from the complete log
     m.start("b")
     assert m.nodes["b"].balance == 80
+
+
+def test_the_epoch_fence_refuses_older_calls_and_holds_newer_ones_until_restored() -> None:
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    b = m.nodes["b"]
+    assert b.fence(1, "channel a->b") is None and b.fence_clients() is None
+    ahead = b.fence(2, "snapshot s2")
+    assert ahead is not None and not ahead.stale and ahead.reason == "b has not restored epoch 2 yet"
+    _restore_all(m, parts, epoch=2)
+    stale = b.fence(1, "snapshot s2")
+    assert stale is not None and stale.stale and stale.reason == "snapshot s2 is from epoch 1; b is in epoch 2"
+    assert b.fence(2, "snapshot s2") is None
+    restore_lsn = next(r.lsn for r in m.records("b") if isinstance(r, wal.Restore))
+    m.durable["b"] = restore_lsn  # a crash loses the replay: the restore is unfinished
+    m.crash("b")
+    m.start("b")
+    b = m.nodes["b"]
+    unfinished = b.fence(2, "channel a->b")
+    assert unfinished is not None and not unfinished.stale
+    client = b.fence_clients()
+    assert client is not None and not client.stale and client.reason == "b is finishing a restore"
+    b.restore(snapshot_id="s1", epoch=2, balance=parts["b"].balance, in_flight=[("a", "a:b:1", 1, 30)])
+    assert b.fence(2, "channel a->b") is None and b.fence_clients() is None
+
+
+@pytest.mark.parametrize(
+    "balance, in_flight, refusal",
+    [
+        (50, [("c", "c:b:1", 1, 30)], r"cannot replay 'c:b:1' \(30\) from 'c'"),  # no channel c->b
+        (50, [("a", "a:b:1", 1, 0)], r"cannot replay 'a:b:1' \(0\) from 'a'"),
+        (50, [("a", "", 1, 30)], r"cannot replay '' \(30\) from 'a'"),
+        (-1, [], "a recorded balance of -1"),
+    ],
+)
+def test_a_restore_that_cannot_be_right_is_refused_and_changes_nothing(balance, in_flight, refusal: str) -> None:
+    m = Machines({"a": 100, "b": 50})
+    m.settle()
+    b = m.nodes["b"]
+    before = len(m.records("b"))
+    with pytest.raises(core.RemoteProtocolError, match=refusal):
+        b.restore(snapshot_id="s1", epoch=2, balance=balance, in_flight=in_flight)
+    m.route("b")
+    assert len(m.records("b")) == before and (b.epoch, b.balance, b.restored) == (1, 50, "")
+    assert b.fence(1) is None and b.fence(2) is not None
 
 
 def test_restore_and_replay_records_round_trip_and_recovery_refuses_a_stray_replay() -> None:

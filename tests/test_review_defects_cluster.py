@@ -1,13 +1,13 @@
-"""Issue 26 on one real plaintext cluster (controller and node processes, real gRPC).
+"""Request ids, restores, message limits and retention on one real plaintext cluster (controller and node processes, real gRPC).
 
-2. One TransferBatch of 10,000 request ids does not push an older id out.
-4. Two concurrent RestoreSnapshot calls start one restore (one new epoch, not
+- One TransferBatch of 10,000 request ids does not push an older id out.
+- Two concurrent RestoreSnapshot calls start one restore (one new epoch, not
    two); a retry with the same request_id after it finished answers it and
    rolls nothing back again; the same key for another snapshot is refused.
-6. A request_id over 128 bytes and a TransferBatch over 10,000 transfers are
+- A request_id over 128 bytes and a TransferBatch over 10,000 transfers are
    INVALID_ARGUMENT naming the limit, and nothing is logged; the controller
    receives at most 4 MiB per message.
-10. Snapshot files `--keep` deleted stay deleted across a controller restart.
+- Snapshot files `--keep` deleted stay deleted across a controller restart.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import pytest
 
 from cluster_helpers import controller_stub, node_stub, poll
 from snapmesh.settings.config import write_cluster
-from snapmesh.processes.launcher import LocalCluster, write_config
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -28,8 +27,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    path = write_config(tmp_path_factory.mktemp("review") / "cluster.toml", nodes=3, initial_balance=100_000)
-    with LocalCluster(path) as running:
+    path = write_cluster(tmp_path_factory.mktemp("review") / "cluster.toml", nodes=3, initial_balance=100_000)
+    with Cluster(path) as running:
         yield running
 
 

@@ -1,12 +1,12 @@
-"""Issue 26 on one real --tls cluster, with the real grpcurl where a client would use it.
+"""Who may call what, on one real --tls cluster, with the real grpcurl where a client would use it.
 
-1. The node's control RPCs (StartSnapshot, AbortSnapshot, RestoreState) answer
+- The node's control RPCs (StartSnapshot, AbortSnapshot, RestoreState) answer
    only the controller's certificate: the client's certificate plus the token,
    and a node's own certificate plus the token, are PERMISSION_DENIED and change
    nothing. The controller itself still restores (the control).
-5. ReportStateChunks checks the caller's certificate before it reads a chunk:
+- ReportStateChunks checks the caller's certificate before it reads a chunk:
    a client streaming 600 MiB is refused at once, not after buffering 512 MiB.
-10. With protect_reads, /metrics is served over mutual TLS only.
+- With protect_reads, /metrics is served over mutual TLS only.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import pytest
 
 from snapmesh.settings import config, security
 from snapmesh.settings.config import write_cluster
-from snapmesh.processes.launcher import LocalCluster, write_config
 from snapmesh.settings.security import write_certs
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -65,7 +64,7 @@ def test_node_control_rpcs_refuse_a_client_and_a_node_certificate(tls_cluster):
         ("StartSnapshot", {"snapshot_id": "intruder"}),
         ("AbortSnapshot", {"snapshot_id": "intruder", "reason": "x"}),
     ]
-    for who in ("client", "p2"):  # the client's credentials, and node p2's own (defect 1: p2 set p3's balance)
+    for who in ("client", "p2"):  # the client's credentials, and node p2's own (a node's own once set another's balance)
         for method, body in calls:
             result = grpcurl(tls, who, cluster.node_address("p3"), method, body)
             assert result.returncode != 0, f"{who} called {method}: {result.stdout}"
@@ -115,7 +114,7 @@ def test_report_state_chunks_checks_the_caller_before_buffering(tls_cluster):
 
 def test_metrics_are_behind_mutual_tls_when_reads_are_protected(tmp_path):
     """10. With protect_reads = true, /metrics (balances among them) no longer answers plain HTTP."""
-    path = write_config(tmp_path / "cluster.toml", nodes=2)
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2)
     write_certs(config.load(path), tmp_path / "certs")
     path.write_text(path.read_text() + (
         '\n[tls]\nca = "certs/ca.pem"\ncert = "certs/{name}.pem"\nkey = "certs/{name}-key.pem"\n'
@@ -123,7 +122,7 @@ def test_metrics_are_behind_mutual_tls_when_reads_are_protected(tmp_path):
         '\n[auth]\ntoken_file = "certs/token"\nprotect_reads = true\n'
     ))
     certs = tmp_path / "certs"
-    with LocalCluster(path) as cluster:
+    with Cluster(path) as cluster:
         for process in (*cluster.config.nodes, cluster.config.controller):
             address = process.metrics_address
             with pytest.raises(OSError):  # plain HTTP: the TLS server drops it

@@ -24,7 +24,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from services.controller.main import main as controller_main
 from services.node.main import main as node_main
 from snapmesh.settings import config, security
-from snapmesh.processes.launcher import LocalCluster, write_config
+from snapmesh.processes.supervisor import Cluster
+from snapmesh.settings.config import write_cluster
 from snapmesh.settings.security import load_tls_dir, open_channel, write_certs
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -35,9 +36,9 @@ pytestmark = [pytest.mark.timeout(180)]
 @pytest.fixture(scope="module")
 def tls_cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("tls")
-    path = write_config(root / "cluster.toml", nodes=3, initial_balance=1000)
+    path = write_cluster(root / "cluster.toml", nodes=3, initial_balance=1000)
     write_certs(config.load(path), root / "tls")
-    with LocalCluster(path, tls_dir=root / "tls") as cluster:
+    with Cluster(path, tls_dir=root / "tls") as cluster:
         yield cluster
 
 
@@ -165,14 +166,14 @@ def test_a_missing_or_wrong_token_is_unauthenticated_and_changes_nothing(tls_clu
 @pytest.mark.cluster
 def test_cluster_file_tls_section_and_protect_reads(tmp_path):
     """[tls] paths relative to the cluster file, [auth] protect_reads = true: reads need the token too."""
-    path = write_config(tmp_path / "cluster.toml", nodes=2)
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2)
     write_certs(config.load(path), tmp_path / "certs")
     path.write_text(path.read_text() + (
         '\n[tls]\nca = "certs/ca.pem"\ncert = "certs/{name}.pem"\nkey = "certs/{name}-key.pem"\n'
         'client_cert = "certs/client.pem"\nclient_key = "certs/client-key.pem"\n'
         '\n[auth]\ntoken_file = "certs/token"\nprotect_reads = true\n'
     ))
-    with LocalCluster(path) as cluster:
+    with Cluster(path) as cluster:
         assert cluster.client_identity is not None and cluster.client_identity.protect_reads
         no_token = dataclasses.replace(cluster.client_identity, token=None)
         with open_channel(cluster.controller_address, no_token) as channel:
@@ -190,7 +191,7 @@ def test_cluster_file_tls_section_and_protect_reads(tmp_path):
 
 @pytest.fixture()
 def certs(tmp_path):
-    path = write_config(tmp_path / "cluster.toml", nodes=2)
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2)
     write_certs(config.load(path), tmp_path / "tls")
     return path, tmp_path / "tls"
 
@@ -236,7 +237,7 @@ def test_a_certificate_from_another_ca_stops_start_up(certs, tmp_path, monkeypat
 
 
 def test_auth_without_tls_is_a_config_error(tmp_path):
-    path = write_config(tmp_path / "cluster.toml", nodes=2)
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2)
     path.write_text(path.read_text() + '\n[auth]\ntoken_file = "token"\n')
     with pytest.raises(config.ConfigError, match=r"auth: needs a \[tls\] section"):
         config.load(path)
@@ -246,7 +247,7 @@ def test_auth_without_tls_is_a_config_error(tmp_path):
 
 
 def test_certs_command_writes_named_certificates(tmp_path):
-    path = write_config(tmp_path / "cluster.toml", nodes=3)
+    path = write_cluster(tmp_path / "cluster.toml", nodes=3)
     result = subprocess.run(
         [sys.executable, "-m", "snapmesh.cli", "certs", "--config", str(path), "--out",
          str(tmp_path / "out")],

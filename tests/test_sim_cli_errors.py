@@ -27,7 +27,7 @@ def scenario(steps, nodes=None, **extra):
 
 # name -> (file content, fragments the one line must contain)
 CASES: dict[str, tuple[str | bytes, list[str]]] = {
-    # The cases issue 2 names.
+    # A name the scenario never declared, at each place a name is used.
     "unknown node": (scenario([["run"], ["send", "A", "Q", 5]]), ['step 1 ["send","A","Q",5]', "unknown node 'Q'"]),
     "unknown node in snapshot": (scenario([["snapshot", "Q", "s"]]), ["step 0", "unknown node 'Q'"]),
     "unknown step": (scenario([["run"], ["run"], ["jump", "A"]]), ['step 2 ["jump","A"]', "unknown step 'jump'"]),

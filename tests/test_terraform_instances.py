@@ -1,4 +1,4 @@
-"""deploy/terraform-ec2 with `instance_count` (issue 21) and its data safety (issue 25).
+"""deploy/terraform-ec2 with `instance_count` and its data safety.
 
 The user data of the manager and of the workers for N = 3 (and of the single
 instance for N = 1) is rendered by the real terraform (PyPI's
@@ -212,7 +212,7 @@ def test_the_join_token_is_readable_by_the_instances_role_only(resources):
 
 
 def test_no_new_ami_or_changed_user_data_replaces_an_instance(resources):
-    """Issue 25: `most_recent` AMI and user_data_replace_on_change replaced the instance (and its data)."""
+    """Data safety: `most_recent` AMI and user_data_replace_on_change must not replace the instance (and its data)."""
     for name in ("aws_instance.snapmesh", "aws_instance.worker"):
         instance = resources["resource"][name]
         ignored = one(instance["lifecycle"])["ignore_changes"]

@@ -1,5 +1,5 @@
-"""Clients say what to do when their TLS and the server's differ (issue 25, "errors
-that say what to do"), beyond `snapmesh snapshot`/`restore`/`app` (tested in
+"""Clients say what to do when their TLS and the server's differ (errors
+that say what to do), beyond `snapmesh snapshot`/`restore`/`app` (tested in
 test_security.py and test_snapshot_cli.py): `snapmesh health` and
 `snapmesh ui`'s "controller does not answer" page. Real gRPC servers on loopback,
 one plaintext and one with the cluster's TLS (certificates from `write_certs`)."""
@@ -15,15 +15,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from snapmesh.settings import config
 from snapmesh.commands.health import main as health_main
-from snapmesh.processes.launcher import write_config
-from snapmesh.processes.ports import free_ports
+from snapmesh.settings.config import write_cluster
+from snapmesh.settings.ports import free_ports
 from snapmesh.settings.security import load_tls_dir, write_certs
 
 
 @pytest.fixture(scope="module")
 def tls_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("hints")
-    write_certs(config.load(write_config(root / "cluster.toml", nodes=1)), root / "tls")
+    write_certs(config.load(write_cluster(root / "cluster.toml", nodes=1)), root / "tls")
     return root / "tls"
 
 

@@ -1,4 +1,4 @@
-"""One reading of a torn last line (issue 25): `snapmesh trace` and `snapmesh
+"""One reading of a torn last line: `snapmesh trace` and `snapmesh
 reconcile` agree with the node's own recovery (`wal.split_lines`). A torn line is
 the bytes after the last newline of a node's active file, a write cut short: left
 out whether or not it parses. A complete line (newline-terminated) that is not a

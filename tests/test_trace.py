@@ -258,11 +258,12 @@ def test_a_real_clusters_logs(tmp_path):
     snapshot's in-flight transfers are those the controller recorded, and the demo's
     picture is written."""
     from snapmesh.bank.workload import WorkloadParams, run_workload
-    from snapmesh.processes.launcher import LocalCluster, write_config
+    from snapmesh.processes.supervisor import Cluster
+    from snapmesh.settings.config import write_cluster
     from snapmesh.trace.main import write_run_trace
 
     data_dir = tmp_path / "run"
-    with LocalCluster(write_config(data_dir / "cluster.toml", nodes=4, data_dir=data_dir)) as cluster:
+    with Cluster(write_cluster(data_dir / "cluster.toml", nodes=4, data_dir=data_dir)) as cluster:
         params = WorkloadParams(duration=2.5, transfer_interval=0.02, snapshot_every=0.8, seed=5)
         summary = run_workload(cluster.controller_address, params, out=io.StringIO())
         # The workload stops sending, but its last transfers may still be on their

@@ -1,4 +1,4 @@
-"""Issue 24, part 3: the snapshot page (`snapmesh ui`) in a real headless Chromium.
+"""The snapshot page (`snapmesh ui`) in a real headless Chromium.
 
 One 4-node cluster (real processes, the supervisor) under load for the whole module,
 `snapmesh ui` as its own process against it (plaintext; a TLS cluster's page is

@@ -1,4 +1,4 @@
-"""The wheel a user gets (issue 25, section 2): built from a clean checkout (the
+"""The wheel a user gets: built from a clean checkout (the
 files git would have: no generated snapmesh/v1, no .venv), with build isolation, so
 the build itself must generate the protobuf code; installed into a fresh virtualenv
 with no extras; run from outside the checkout, as a user would.

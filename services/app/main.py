@@ -15,7 +15,7 @@ import sys
 
 from snapmesh.settings import security
 from snapmesh.bank.workload import ControllerUnreachable, WorkloadParams, run_workload
-from snapmesh.commands.argparsing import parse_args
+from snapmesh.settings.argparsing import parse_args
 
 
 class _Parser(argparse.ArgumentParser):

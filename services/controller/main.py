@@ -32,8 +32,8 @@ from snapmesh.protocol.controller import Controller
 from snapmesh.protocol.tracker import Tracker
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
-from snapmesh.commands.argparsing import parse_args, positive_float
-from snapmesh.serving.datalock import CONTROLLER, DataDirLock, DataDirLocked
+from snapmesh.settings.argparsing import parse_args, positive_float
+from snapmesh.serving.datalock import CONTROLLER, serve_holding
 from snapmesh.serving.runtime import CONTROLLER_RECEIVE_BYTES, ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -101,23 +101,11 @@ async def serve(
     keep: int = 0,
     max_concurrent: int = 0,
 ) -> int:
-    try:
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
-        # Before anything in the data dir is read or written: one controller per data dir.
-        lock = DataDirLock.acquire(cfg.data_dir, CONTROLLER)
-    except DataDirLocked as exc:
-        print(f"snapmesh controller: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"snapmesh controller: cannot lock data dir {cfg.data_dir}: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return await _serve_locked(
-            cfg, interval=interval, deadline=deadline, identity=identity, keep=keep,
-            max_concurrent=max_concurrent or cfg.controller.max_concurrent_snapshots,
-        )
-    finally:
-        lock.release()
+    # One controller per data dir: the lock is taken before anything there is read or written.
+    return await serve_holding(cfg.data_dir, CONTROLLER, "snapmesh controller", lambda: _serve_locked(
+        cfg, interval=interval, deadline=deadline, identity=identity, keep=keep,
+        max_concurrent=max_concurrent or cfg.controller.max_concurrent_snapshots,
+    ))
 
 
 async def _serve_locked(

@@ -6,13 +6,13 @@ last seq it holds durably), i resends every message after it, then streams
 `batch` frames; j applies each batch in order and acks cumulatively once the
 batch is on disk. When the stream breaks, i reconnects with jittered
 exponential backoff. Every rule of the channel itself (seq, outbox, resend,
-duplicate drop, gaps, epochs, flow control) lives in `snapmesh.protocol.link`, inside
+duplicate drop, gaps, connection numbers, flow control) lives in `snapmesh.protocol.link`, inside
 `snapmesh.protocol.node.Node`; this module only moves frames and reports what the
 stream did.
 
 `OutgoingChannel` is the sending side (one task per channel, explicit states);
 `IncomingChannel` decides which of several streams for one channel is the live
-one (the newest) and numbers them (the epoch).
+one (the newest) and numbers them (`conn_no`: not the cluster epoch).
 """
 
 from __future__ import annotations
@@ -36,11 +36,6 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 500  # messages per frame: batching is where the throughput is
-# Flow control. A marker waits behind everything already queued on its channel, so
-# a deep outbox is snapshot latency: at saturation 20,000 gave multi-second snapshots
-# (some past their deadline), 2,000 keeps them well under a second (bench/cluster.py).
-HIGH_WATER = 2_000  # unacknowledged messages above which new transfers wait
-LOW_WATER = 1_000  # ... until the outbox is back below this
 BACKOFF_FIRST_S = 0.1
 BACKOFF_CAP_S = 2.0
 RESUME_TIMEOUT_S = 10.0  # a peer that opens the stream but never answers `open`
@@ -86,7 +81,7 @@ class OutgoingChannel:
     and writes the frames the node machine hands it (`push`). The channel's
     rules (seq, outbox, acks, resume, bound) are `snapmesh.protocol.link.Sender`'s,
     inside the node; this task only tells the node what the stream did:
-    `on_open(dst, epoch, resume)`, `on_ack(dst, epoch, seq)`, `on_lost(dst)`.
+    `on_open(dst, conn_no, resume)`, `on_ack(dst, conn_no, seq)`, `on_lost(dst)`.
     """
 
     def __init__(
@@ -115,7 +110,7 @@ class OutgoingChannel:
         self._options = channel_options or []
         self._identity = identity
         self.state = SenderState.IDLE
-        self.epoch = 0  # of the current stream
+        self.conn_no = 0  # of the current stream
         self._frames: deque[tuple[int, tuple[Entry, ...]]] = deque()
         self._wake = asyncio.Event()
         self.room = asyncio.Event()  # set when the node says the outbox went below its low mark
@@ -128,12 +123,12 @@ class OutgoingChannel:
             raise RuntimeError(f"channel {self.src}->{self.dst}: {self.state.value} -> {new.value} is not a transition")
         self.state = new
 
-    def push(self, epoch: int, entries: tuple[Entry, ...]) -> None:
-        """Frames the node wants on the stream of `epoch` (dropped if that stream is gone)."""
+    def push(self, conn_no: int, entries: tuple[Entry, ...]) -> None:
+        """Frames the node wants on the stream of `conn_no` (dropped if that stream is gone)."""
         if self.state is SenderState.CLOSED:
             raise ChannelClosedError(f"channel {self.src}->{self.dst} is closed")
-        if epoch == self.epoch:
-            self._frames.append((epoch, entries))
+        if conn_no == self.conn_no:
+            self._frames.append((conn_no, entries))
             self._wake.set()
 
     # -- the stream task
@@ -206,16 +201,16 @@ class OutgoingChannel:
             first = await asyncio.wait_for(call.read(), RESUME_TIMEOUT_S)
             if first is grpc.aio.EOF:
                 raise StreamBrokenError("the peer closed the stream before its resume point")
-            self.epoch += 1
+            self.conn_no += 1
             self._frames.clear()
             # Resend from the receiver's position; a resume point the sender
             # cannot accept (never sent, or below an earlier ack) raises.
-            self._on_open(self.dst, self.epoch, first.acked_seq)
+            self._on_open(self.dst, self.conn_no, first.acked_seq)
             self._set(SenderState.OPEN)
             self._reconnects.inc()
             log.info("channel %s->%s open (peer holds seq %d)", self.src, self.dst, first.acked_seq)
-            reader = asyncio.ensure_future(self._read_acks(call, self.epoch))
-            writer = asyncio.ensure_future(self._write_frames(call, self.epoch))
+            reader = asyncio.ensure_future(self._read_acks(call, self.conn_no))
+            writer = asyncio.ensure_future(self._write_frames(call, self.conn_no))
             try:
                 done, _ = await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -228,21 +223,21 @@ class OutgoingChannel:
         finally:
             call.cancel()
 
-    async def _read_acks(self, call: grpc.aio.StreamStreamCall, epoch: int) -> None:
+    async def _read_acks(self, call: grpc.aio.StreamStreamCall, conn_no: int) -> None:
         while True:
             ack = await call.read()
             if ack is grpc.aio.EOF:
                 return
-            self._on_ack(self.dst, epoch, ack.acked_seq)
+            self._on_ack(self.dst, conn_no, ack.acked_seq)
 
-    async def _write_frames(self, call: grpc.aio.StreamStreamCall, epoch: int) -> None:
+    async def _write_frames(self, call: grpc.aio.StreamStreamCall, conn_no: int) -> None:
         while True:
             if not self._frames:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            frame_epoch, entries = self._frames.popleft()
-            if frame_epoch != epoch:
+            frame_conn_no, entries = self._frames.popleft()
+            if frame_conn_no != conn_no:
                 continue
             frame = pb.ChannelFrame()
             add = frame.batch.messages.add
@@ -260,14 +255,14 @@ class OutgoingChannel:
 
 class IncomingChannel:
     """The receiving side of src->dst: which of several streams for the channel is
-    the live one (the newest), its epoch, and its ack writer. A newer stream
+    the live one (the newest), its number (`conn_no`), and its ack writer. A newer stream
     supersedes the older one: the older is told to end (its `ending` future gets
-    a reason); the node fences its frames by epoch (`snapmesh.protocol.link`, L6)."""
+    a reason); the node fences its frames by conn_no (`snapmesh.protocol.link`, L6)."""
 
     def __init__(self, *, src: str, dst: str) -> None:
         self.src = src
         self.dst = dst
-        self.epoch = 0
+        self.conn_no = 0
         self._owner: asyncio.Future[str] | None = None
         self._acks: AckWriter | None = None
 
@@ -279,16 +274,16 @@ class IncomingChannel:
             self._owner.set_result("superseded by a newer stream for the same channel")
         self._owner = ending
         self._acks = None
-        self.epoch += 1
+        self.conn_no += 1
         return ending
 
     def attach(self, acks: AckWriter) -> None:
-        """The live stream's ack writer: acks of its epoch go there."""
+        """The live stream's ack writer: acks of its connection go there."""
         self._acks = acks
 
-    def post(self, epoch: int, seq: int) -> None:
-        """The node acknowledges `seq` on the stream of `epoch` (if it is still live)."""
-        if epoch == self.epoch and self._acks is not None:
+    def post(self, conn_no: int, seq: int) -> None:
+        """The node acknowledges `seq` on the stream of `conn_no` (if it is still live)."""
+        if conn_no == self.conn_no and self._acks is not None:
             self._acks.post(seq)
 
     def owned_by(self, ending: asyncio.Future[str]) -> bool:

@@ -7,9 +7,9 @@ abort, the log becoming durable, a timer) is one synchronous call on the
     Append(record)        -> the transfer log's buffer (group-committed)
     Seal + Append(cp)     -> the log seals its segment, cp opens the next
     Transmit(dst, ...)    -> that channel's stream
-    Ack(src, epoch, seq)  -> that channel's live stream
-    Finished(state, lsn)  -> the reporter keeps it on disk now, before the
-                             marker_recv it rests on can reach the log (defect 8)
+    Ack(src, ...)         -> that channel's live stream
+    Finished(state, lsn)  -> the reporter has the log save it ahead of the
+                             buffered marker_recv it rests on
     Report(state)         -> the reporter sends it (already durable)
     ReportCancelled(sid)  -> the reporter drops it
 
@@ -25,17 +25,16 @@ import time
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from services.node.channels import LOW_WATER, IncomingChannel, OutgoingChannel
+from services.node.channels import IncomingChannel, OutgoingChannel
 from services.node.metrics import NodeMetrics
 from services.node.reporter import StateReporter, full_state_message
 from services.node.translog import TransferLog
 from snapmesh.protocol import core, link, wal
-from snapmesh.protocol import node as machine
+from snapmesh.protocol import node_effects as fx
+from snapmesh.protocol.node import Node
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 log = logging.getLogger(__name__)
-
-GapError = link.GapError
 
 
 class Refused(NamedTuple):
@@ -49,7 +48,7 @@ class Engine:
     def __init__(
         self,
         *,
-        node: machine.Node,
+        node: Node,
         log_: TransferLog,
         outgoing: dict[str, OutgoingChannel],
         incoming: dict[str, IncomingChannel],
@@ -76,7 +75,7 @@ class Engine:
 
     # -- local inputs
 
-    def transfer(self, dst: str, amount: int, request_id: str = "", first_sent_unix_ms: int = 0) -> machine.Accepted:
+    def transfer(self, dst: str, amount: int, request_id: str = "", first_sent_unix_ms: int = 0) -> fx.Accepted:
         """Pay `amount` to `dst`. Raises core.LocalProtocolError (link.ChannelFull
         when the channel is at its bound) and changes nothing when refused."""
         try:
@@ -88,15 +87,15 @@ class Engine:
         finally:
             self._run(metrics=False)  # once per RPC instead: transfers_done
 
-    def transfer_batch(self, items: Iterable[tuple[str, int, str, int]]) -> list[machine.Accepted | Refused]:
+    def transfer_batch(self, items: Iterable[tuple[str, int, str, int]]) -> list[fx.Accepted | Refused]:
         """A TransferBatch's transfers (dst, amount, request_id, first_sent_unix_ms), in order, as one
-        step for the shell (issue 23): the node applies and logs each as
+        step for the shell (the per-transfer path): the node applies and logs each as
         `transfer` does, and its effects are carried out once for the batch, not
         per transfer (the log order is the apply order either way: one effect
         list). Each result is the answer or the refusal (nothing changed for it)."""
         node = self.node
         transfer = node.transfer
-        results: list[machine.Accepted | Refused] = []
+        results: list[fx.Accepted | Refused] = []
         append = results.append
         wall = time.time()  # one reading for the batch: the request-id window's clock
         try:
@@ -162,7 +161,7 @@ class Engine:
 
     # -- the channels
 
-    def receive_batch(self, src: str, epoch: int, messages: Iterable[tuple[int, object]]) -> None:
+    def receive_batch(self, src: str, conn_no: int, messages: Iterable[tuple[int, object]]) -> None:
         """Apply the (seq, message) pairs of one frame, decoded by the servicer
         (a core.Marker, or anything with `amount` and `msg_id`), in order.
         Duplicates and stale frames are dropped; raises link.GapError or
@@ -174,29 +173,29 @@ class Engine:
         try:
             for seq, message in messages:
                 if isinstance(message, core.Marker):
-                    received(src, epoch, seq, snapshot_id=message.snapshot_id, amount=message.last_seq)
+                    received(src, conn_no, seq, snapshot_id=message.snapshot_id, amount=message.last_seq)
                 else:
-                    received(src, epoch, seq, amount=message.amount, msg_id=message.msg_id)
+                    received(src, conn_no, seq, amount=message.amount, msg_id=message.msg_id)
         finally:
             node.end_frame()
             self._run()
 
-    def opened(self, src: str, epoch: int) -> None:
-        self.node.opened(src, epoch)
+    def opened(self, src: str, conn_no: int) -> None:
+        self.node.opened(src, conn_no)
         self._run()
 
-    def link_open(self, dst: str, epoch: int, resume: int) -> None:
+    def link_open(self, dst: str, conn_no: int, resume: int) -> None:
         sent_before = self.node.senders[dst].sent  # the highest seq the broken stream carried
         try:
-            self.node.connect(dst, epoch, resume)
+            self.node.connect(dst, conn_no, resume)
         finally:
             self._run()
         if sent_before > resume:
             self.metrics.resent(dst).inc(sent_before - resume)
 
-    def link_ack(self, dst: str, epoch: int, seq: int) -> None:
+    def link_ack(self, dst: str, conn_no: int, seq: int) -> None:
         try:
-            self.node.acked(dst, epoch, seq)
+            self.node.acked(dst, conn_no, seq)
         finally:
             self._run()
 
@@ -213,7 +212,7 @@ class Engine:
         node = self.node
         for effect in node.drain():
             kind = type(effect)
-            if kind is machine.Append:
+            if kind is fx.Append:
                 record = effect.record
                 if self._seal_first is not None:
                     self.log.seal(self._seal_first, record)  # type: ignore[arg-type]
@@ -225,23 +224,24 @@ class Engine:
                     log.info("snapshot %s: recorded local state (balance %d)", record.snapshot_id, record.balance)
                 elif type(record) is wal.Abort:
                     log.warning("snapshot %s: dropped here (%s)", record.snapshot_id, record.reason or "no reason given")
-            elif kind is machine.Transmit:
-                self.outgoing[effect.dst].push(effect.epoch, effect.entries)
-            elif kind is machine.Ack:
-                self.incoming[effect.src].post(effect.epoch, effect.seq)
-            elif kind is machine.Seal:
+            elif kind is fx.Transmit:
+                self.outgoing[effect.dst].push(effect.conn_no, effect.entries)
+            elif kind is fx.Ack:
+                self.incoming[effect.src].post(effect.conn_no, effect.seq)
+            elif kind is fx.Seal:
                 self._seal_first = effect.first_lsn
-            elif kind is machine.Finished:
+            elif kind is fx.Finished:
                 sid = effect.state.snapshot_id
                 log.info("snapshot %s: done here", sid)
                 # Wall-clock times for the controller's statistics; a cut from before a restart is unknown (0).
                 message = full_state_message(effect.state, self.node_id, self._cut_at_ns.pop(sid, 0))
                 message.epoch = node.epoch
                 self._finished[sid] = message
+                # The log's next round saves it before writing the records buffered now (the marker_recv).
                 self.reporter.keep(message, effect.lsn)
-            elif kind is machine.Report:
+            elif kind is fx.Report:
                 self.reporter.send(self._finished.pop(effect.state.snapshot_id), self.log.durable_lsn)
-            elif kind is machine.ReportCancelled:
+            elif kind is fx.ReportCancelled:
                 self._cut_at_ns.pop(effect.snapshot_id, None)
                 self._finished.pop(effect.snapshot_id, None)
                 self.reporter.cancel(effect.snapshot_id)
@@ -267,7 +267,7 @@ class Engine:
             self._counted = counted
         for dst, sender in node.senders.items():
             self._unacked[dst].set(sender.unacked)
-            if sender.unacked <= LOW_WATER:
+            if sender.unacked <= link.LOW_MARK:
                 self.outgoing[dst].room.set()
         m.balance.set(node.balance)
 

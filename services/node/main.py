@@ -20,8 +20,8 @@ import random
 import sys
 import time
 
-from services.node.channels import HIGH_WATER, IncomingChannel, OutgoingChannel
-from snapmesh.serving.datalock import DataDirLock, DataDirLocked
+from services.node.channels import IncomingChannel, OutgoingChannel
+from snapmesh.serving.datalock import serve_holding
 from services.node.engine import Engine
 from services.node.metrics import NodeMetrics
 from services.node.recovery import CorruptLogError, recover
@@ -31,8 +31,9 @@ from services.node.translog import TransferLog
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 from snapmesh.serving.durable import fsync_dir
+from snapmesh.protocol.link import DEFAULT_MARK
 from snapmesh.protocol.node import Node
-from snapmesh.commands.argparsing import parse_args
+from snapmesh.settings.argparsing import parse_args
 from snapmesh.serving.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -69,20 +70,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def serve(cfg: cluster_config.ClusterConfig, node_id: str, identity: security.Identity | None = None) -> int:
-    try:
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
-        # Before anything in the data dir is read or written: one process per node.
-        lock = DataDirLock.acquire(cfg.data_dir, node_id)
-    except DataDirLocked as exc:
-        print(f"snapmesh node: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"snapmesh node: cannot lock data dir {cfg.data_dir}: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return await _serve_locked(cfg, node_id, identity)
-    finally:
-        lock.release()
+    # One process per node: the lock is taken before anything in the data dir is read or written.
+    return await serve_holding(cfg.data_dir, node_id, "snapmesh node", lambda: _serve_locked(cfg, node_id, identity))
 
 
 async def _serve_locked(
@@ -234,16 +223,12 @@ async def _serve_locked(
     return status
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def flow_mark() -> int:
-    """The flow-control mark (link L7): HIGH_WATER, or SNAPMESH_FLOW_MARK (for the
+    """The flow-control mark (link L7): link.DEFAULT_MARK, or SNAPMESH_FLOW_MARK (for the
     benchmark that shows snapshot latency at two marks). A bad value exits 2."""
     text = os.environ.get("SNAPMESH_FLOW_MARK", "")
     if not text:
-        return HIGH_WATER
+        return DEFAULT_MARK
     if not text.isdigit() or int(text) < 1:
         print(f"SNAPMESH_FLOW_MARK: must be a positive integer, got {text!r}", file=sys.stderr)
         raise SystemExit(2)
@@ -251,7 +236,7 @@ def flow_mark() -> int:
 
 
 def receive_limit(incoming: int, channel_bound: int, longest_id: int) -> int:
-    """The largest message this node's API needs (issue 26.6), not gRPC's 64 MiB:
+    """The largest message this node's API needs, not gRPC's 64 MiB:
     a RestoreState carries the transfers recorded in flight into this node, at
     most `channel_bound` per incoming channel (a sender holds no more unacked), each
     at most 2 ids long plus 64 bytes of numbers and framing; a TransferBatch of
@@ -259,3 +244,7 @@ def receive_limit(incoming: int, channel_bound: int, longest_id: int) -> int:
     gRPC's default."""
     restore = incoming * channel_bound * (64 + 2 * longest_id) + 1024 * 1024
     return max(4 * 1024 * 1024, restore)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -76,7 +76,7 @@ class NodeMetrics:
 
         self._stale_epoch = Counter(
             "snapmesh_stale_epoch_refused_total",
-            "Channel opens, snapshot starts and restores from an older epoch, refused (issue 10)",
+            "Channel opens, snapshot starts and restores from an older epoch, refused",
             ["node", "kind"],
             registry=r,
         )

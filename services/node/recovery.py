@@ -19,10 +19,7 @@ import os
 from pathlib import Path
 
 from snapmesh.protocol import recovery, wal
-from snapmesh.protocol.link import Entry as OutboxEntry
 from snapmesh.protocol.recovery import Recovered
-
-__all__ = ["CorruptLogError", "OutboxEntry", "Recovered", "next_path", "recover"]
 
 log = logging.getLogger(__name__)
 

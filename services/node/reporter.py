@@ -6,12 +6,18 @@ until it succeeds, the controller says it will never accept it, or the
 snapshot is aborted. The channel path never waits for any of this. A state too
 large for one gRPC message goes by `ReportStateChunks` (see snapmesh.protocol.chunking).
 
-A finished part survives a crash: `keep` writes the FullState to
-`<data_dir>/<node_id>.reports/` (`PendingReports`, atomically), synchronously,
-so the file is on disk before the record that completed the snapshot (the last
-`marker_recv`) is, and hence before that marker is acknowledged and can never
-be resent. The file goes once the controller accepted the state, refused it for
-good, or the snapshot was aborted. A restarted node reports what it finds there
+A finished part survives a crash: `keep` has the FullState written to
+`<data_dir>/<node_id>.reports/` (`PendingReports`, atomically) by the transfer
+log, as work carried out before the records buffered with it
+(`TransferLog.before_records`): the log round that writes the record that
+completed the snapshot (the last `marker_recv`) first writes the file, on
+that round's path, so the event loop neither waits for the file's fsyncs nor
+pays a thread hand-off for them. The file is on disk before that record is,
+and hence before that marker is acknowledged and can never be resent. A save
+that fails is logged and the state is reported all the same, only not
+crash-safe; it never fails the log. The file goes once the controller
+accepted the state, refused it for good, or the snapshot was aborted (an
+abort's removal also goes through the log, so it follows the save). A restarted node reports what it finds there
 (`resume`), except a state resting on records that never reached the log: the
 snapshot then runs again here when its markers are resent.
 """
@@ -19,6 +25,7 @@ snapshot then runs again here when its markers are resent.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import random
@@ -80,9 +87,16 @@ class PendingReports:
     def _path(self, snapshot_id: str) -> Path:
         return self.directory / (hashlib.sha256(snapshot_id.encode()).hexdigest()[:32] + self.SUFFIX)
 
+    def encode(self, message: pb.FullState, lsn: int) -> bytes:
+        """The file's contents for `message` resting on the log up to `lsn`."""
+        return self._MAGIC + str(lsn).encode() + b"\n" + message.SerializeToString()
+
+    def write(self, snapshot_id: str, data: bytes) -> None:
+        """Write `encode`'s bytes atomically (temp file, fsync, rename, fsync the directory)."""
+        write_atomically(self._path(snapshot_id), data)
+
     def save(self, message: pb.FullState, lsn: int) -> None:
-        """Write atomically (temp file, fsync, rename, fsync the directory)."""
-        write_atomically(self._path(message.snapshot_id), self._MAGIC + str(lsn).encode() + b"\n" + message.SerializeToString())
+        self.write(message.snapshot_id, self.encode(message, lsn))
 
     def remove(self, snapshot_id: str) -> None:
         # No directory fsync: a file that comes back after a crash is reported
@@ -139,14 +153,19 @@ class StateReporter:
 
     def keep(self, message: pb.FullState, lsn: int) -> None:
         """Keep `message` for a report after a crash. Call it in the same
-        synchronous step that logged the records the state rests on (up to `lsn`),
-        so the file is on disk before they can be."""
+        synchronous step that logged the records the state rests on (up to `lsn`):
+        the log writes the file before any of them that is still buffered."""
         if self._pending is not None:
-            try:
-                self._pending.save(message, lsn)
-            except OSError as exc:  # reported all the same, only not crash-safe
-                log.error("snapshot %s: cannot keep the state for a report after a crash: %s",
-                          message.snapshot_id, exc)
+            data = self._pending.encode(message, lsn)
+            self._log.before_records(functools.partial(self._save, message.snapshot_id, data), len(data))
+
+    def _save(self, snapshot_id: str, data: bytes) -> None:
+        """Run by the log's round (on the event loop or its worker thread)."""
+        assert self._pending is not None
+        try:
+            self._pending.write(snapshot_id, data)
+        except OSError as exc:  # reported all the same, only not crash-safe
+            log.error("snapshot %s: cannot keep the state for a report after a crash: %s", snapshot_id, exc)
 
     def send(self, message: pb.FullState, lsn: int) -> None:
         """Report a kept `message` once the log is durable up to `lsn`."""
@@ -183,7 +202,12 @@ class StateReporter:
         task = self._tasks.pop(snapshot_id, None)
         if task is not None:
             task.cancel()
-        self._forget(snapshot_id)
+        if self._pending is None:
+            return
+        if self._log.failure is None:  # after its save, which may still be queued in the log
+            self._log.before_records(functools.partial(self._forget, snapshot_id))
+        else:  # no round runs any more, so no save can follow
+            self._forget(snapshot_id)
 
     async def _report(self, message: pb.FullState, lsn: int) -> None:
         try:

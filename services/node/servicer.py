@@ -16,9 +16,10 @@ from collections.abc import Iterable, Iterator
 import grpc
 
 from services.node.channels import AckWriter, read_or_end
-from services.node.engine import Engine, GapError, Refused
+from services.node.engine import Engine, Refused
 from services.node.translog import LogClosedError
 from snapmesh.protocol import core
+from snapmesh.protocol.link import GapError
 from snapmesh.settings import security
 from snapmesh.settings.config import CONTROLLER_NAME
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -40,7 +41,7 @@ REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {
 # A response waits at most this long for room in a full outbox (flow control);
 # after that it answers anyway, so a dead peer slows clients but never hangs them.
 FLOW_CONTROL_WAIT_S = 2.0
-# Issue 26.6: a TransferBatch holds at most MAX_BATCH transfers (INVALID_ARGUMENT
+# A TransferBatch holds at most MAX_BATCH transfers (INVALID_ARGUMENT
 # naming the limit otherwise), and a long one gives the event loop back every
 # YIELD_EVERY transfers, so acks, channel frames and GetState are not starved.
 MAX_BATCH = 10_000
@@ -92,7 +93,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         accepted = 0
         destinations: set[str] = set()
         items = request.transfers
-        # One engine step per YIELD_EVERY transfers (issue 23: effects carried out once
+        # One engine step per YIELD_EVERY transfers (effects carried out once
         # per step), handing the loop back between steps (acks, frames, other calls).
         answers = []
         for start in range(0, len(items), YIELD_EVERY):
@@ -151,7 +152,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         await self._durable(self._log.last_lsn, context)
         return pb.AbortSnapshotResponse()
 
-    # -- restore and epochs (issue 10)
+    # -- restore and epochs
 
     async def RestoreState(
         self, request: pb.RestoreStateRequest, context: grpc.aio.ServicerContext
@@ -172,7 +173,8 @@ class NodeServicer(pb_grpc.NodeServicer):
         try:
             engine.restore(request.snapshot_id, request.epoch, request.balance, in_flight)
         except core.RemoteProtocolError as exc:
-            if request.epoch < engine.node.epoch:
+            fenced = engine.node.fence(request.epoch)
+            if fenced is not None and fenced.stale:
                 engine.metrics.stale_epoch("restore").inc()
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         await self._durable(self._log.last_lsn, context)
@@ -181,18 +183,18 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def _fence(self, context: grpc.aio.ServicerContext, epoch: int, kind: str, what: str) -> None:
         """Refuse what comes from an older epoch (counted); ask what comes from a
         newer one to wait until this node has restored (UNAVAILABLE, retried)."""
-        node = self._engine.node
-        if epoch < node.epoch:
+        fenced = self._engine.node.fence(epoch, what)
+        if fenced is None:
+            return
+        if fenced.stale:
             self._engine.metrics.stale_epoch(kind).inc()
-            await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION, f"{what} is from epoch {epoch}; {node.node_id} is in epoch {node.epoch}"
-            )
-        if epoch > node.epoch or node.restore_incomplete:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{node.node_id} has not restored epoch {epoch} yet")
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, fenced.reason)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, fenced.reason)
 
     async def _refuse_while_restoring(self, context: grpc.aio.ServicerContext) -> None:
-        if self._engine.node.restore_incomplete:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{self._engine.node_id} is finishing a restore")
+        fenced = self._engine.node.fence_clients()
+        if fenced is not None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, fenced.reason)
 
     # -- the channel stream src -> this node
 
@@ -215,12 +217,12 @@ class NodeServicer(pb_grpc.NodeServicer):
         await self._fence(context, first.open.epoch or 1, "channel", f"channel {src}->{dst}")
         rx = engine.incoming[src]
         ending = rx.claim()
-        epoch = rx.epoch
+        conn_no = rx.conn_no
         acks = AckWriter(context)
         rx.attach(acks)
         try:
             # The node answers with its position (the resume point) once it is durable.
-            engine.opened(src, epoch)
+            engine.opened(src, conn_no)
             while True:
                 frame = await read_or_end(context, ending)
                 if frame is None:
@@ -232,7 +234,7 @@ class NodeServicer(pb_grpc.NodeServicer):
                 if frame.WhichOneof("body") != "batch":
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "only `batch` frames may follow `open`")
                 try:
-                    engine.receive_batch(src, epoch, _decode(src, dst, frame.batch.messages))
+                    engine.receive_batch(src, conn_no, _decode(src, dst, frame.batch.messages))
                 except GapError as exc:
                     engine.metrics.stream_errors(src, "receiver").inc()
                     log.error("%s; closing the stream (DATA_LOSS)", exc)

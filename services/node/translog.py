@@ -19,6 +19,17 @@ took ~20 ms against a 0.3 ms fdatasync, and more CPU than the sync. A large
 round comes at high load, where the node should go on applying while the disk
 works; a slow disk must never stall the loop for long.
 
+Work that must reach the disk before records (`before_records(action, nbytes)`):
+the action joins the round that writes the records buffered now, and that
+round carries it out first, before writing any of them, on the path the round
+takes (`sync_inline`, its bytes counted with the records'), so it costs no
+thread hand-off of its own. The node's pending-report save is one: the report
+file is on disk before the marker_recv it rests on can be (see
+services/node/reporter.py). Actions run in the order given, each at most once;
+one that raises is logged and the round goes on: it never fails the log. A
+round with actions and no records is a round too. After the log failed none
+runs (no record after them will be written either).
+
 Segments: `seal(first_lsn, checkpoint)` queues a seal behind what is buffered.
 The flusher writes and syncs the records before it, writes the checkpoint to
 `<active>.next` and syncs it, renames the active file to its sealed name
@@ -52,8 +63,6 @@ from snapmesh.serving.durable import fsync_dir
 
 log = logging.getLogger(__name__)
 
-KINDS = wal.KINDS
-
 INLINE_SYNC_MAX_BYTES = 8192  # ~80 records: at most this many bytes per round are synced on the loop
 INLINE_SYNC_MAX_S = 0.002  # ... and only while the last sync took at most this long
 
@@ -61,6 +70,12 @@ INLINE_SYNC_MAX_S = 0.002  # ... and only while the last sync took at most this 
 def sync_inline(nbytes: int, last_sync_s: float) -> bool:
     """Whether a round of `nbytes` is written and synced on the event loop (see the module doc)."""
     return nbytes <= INLINE_SYNC_MAX_BYTES and last_sync_s <= INLINE_SYNC_MAX_S
+
+
+@dataclass(frozen=True, slots=True)
+class _Action:
+    run: Callable[[], None]
+    nbytes: int  # what it writes, for the round's path (sync_inline)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +110,7 @@ class TransferLog:
         self._lsn = last_lsn  # last lsn handed out
         self.durable_lsn = last_lsn  # last lsn on disk
         self._buffer: list[str | _Seal] = []
+        self._before: list[_Action] = []  # carried out by the next round before it writes the buffer
         self._encoder = wal.Encoder(node_id)
         self._on_durable = on_durable
         self._observe_fsync = observe_fsync
@@ -134,30 +150,13 @@ class TransferLog:
         sealed = self.path.with_name(wal.sealed_name(self.node_id, first_lsn))
         return self._add(_Seal(sealed, self._encoder.record(checkpoint)))
 
-    def append_init(self, balance: int) -> int:
-        return self.append_record(wal.Init(lsn=self._lsn + 1, balance=int(balance)))
-
-    def append_restart(self) -> int:
-        return self.append_record(wal.Restart(lsn=self._lsn + 1))
-
-    def append_send(self, src: str, dst: str, seq: int, amount: int) -> int:
-        """msg_id is `src:dst:seq`."""
-        self._lsn += 1
-        return self._add(self._encoder.send(self._lsn, src, dst, seq, amount, f"{src}:{dst}:{seq}"))
-
-    def append_recv(self, src: str, dst: str, seq: int, msg_id: str, amount: int) -> int:
-        self._lsn += 1
-        return self._add(self._encoder.recv(self._lsn, src, dst, seq, amount, msg_id))
-
-    def append_cut(self, snapshot_id: str, balance: int) -> int:
-        return self.append_record(wal.Cut(lsn=self._lsn + 1, snapshot_id=snapshot_id, balance=balance))
-
-    def append_marker(self, kind: str, snapshot_id: str, src: str, dst: str, seq: int) -> int:
-        cls = {"marker_sent": wal.MarkerSent, "marker_recv": wal.MarkerRecv}[kind]
-        return self.append_record(cls(lsn=self._lsn + 1, snapshot_id=snapshot_id, src=src, dst=dst, seq=seq))
-
-    def append_abort(self, snapshot_id: str, reason: str) -> int:
-        return self.append_record(wal.Abort(lsn=self._lsn + 1, snapshot_id=snapshot_id, reason=reason))
+    def before_records(self, action: Callable[[], None], nbytes: int = 0) -> None:
+        """Carry out `action` in the next round, before it writes any record
+        buffered now or later (see the module doc); `nbytes`: what it writes."""
+        if self.failure is not None:
+            return
+        self._before.append(_Action(action, nbytes))
+        self._pending.set()
 
     # ------------------------------------------------------------ durability
 
@@ -186,21 +185,27 @@ class TransferLog:
 
     async def _flush_once(self, loop: asyncio.AbstractEventLoop) -> None:
         self._pending.clear()
-        if not self._buffer:
+        if not self._buffer and not self._before:
             return
         items, self._buffer = self._buffer, []
+        before, self._before = self._before, []
         upto = self._lsn
         # A large round syncs off the loop, so the node keeps applying (into the
         # next buffer) while the disk works; a small one on it (sync_inline).
         try:
             for data, seal in _chunks(items):
-                started = time.perf_counter()
-                if data and sync_inline(len(data), self._last_sync_s):
-                    self._last_sync_s = _write_all_and_sync(self._fd, data)
-                elif data:
-                    self._last_sync_s = await loop.run_in_executor(None, _write_all_and_sync, self._fd, data)
-                if data and self._observe_fsync is not None:
-                    self._observe_fsync(time.perf_counter() - started, len(data))
+                nbytes = len(data) + sum(a.nbytes for a in before)
+                if data or before:
+                    started = time.perf_counter()
+                    if sync_inline(nbytes, self._last_sync_s):
+                        took = self._write_round(before, data)
+                    else:
+                        took = await loop.run_in_executor(None, self._write_round, before, data)
+                    if data:
+                        self._last_sync_s = took[1]
+                        if self._observe_fsync is not None:
+                            self._observe_fsync(time.perf_counter() - started - took[0], len(data))
+                    before = []
                 if seal is not None:
                     await loop.run_in_executor(None, self._seal_files, seal)
         except OSError as exc:
@@ -214,6 +219,17 @@ class TransferLog:
             waiters.set_result(None)
         if self._on_durable is not None:
             self._on_durable(upto)
+
+    def _write_round(self, before: list[_Action], data: bytes) -> tuple[float, float]:
+        """The actions, then `data` appended and synced; returns the seconds each took."""
+        started = time.perf_counter()
+        for action in before:
+            try:
+                action.run()
+            except Exception:  # an action never fails the log (see the module doc)
+                log.exception("%s: work queued before lsn %d failed; the log goes on", self.path, self.durable_lsn + 1)
+        actions_s = time.perf_counter() - started
+        return actions_s, (_write_all_and_sync(self._fd, data) if data else 0.0)
 
     def _seal_files(self, seal: _Seal) -> None:
         """The active segment is synced: rename it sealed, the next one in (see the module doc)."""
@@ -234,6 +250,7 @@ class TransferLog:
         """No more writes, ever; wake every waiter so it sees the failure."""
         self.failure = exc
         self._buffer = []
+        self._before = []
         log.error("%s: write or fdatasync failed (%s); writing nothing more after lsn %d", self.path, exc, self.durable_lsn)
         waiters, self._round = self._round, None
         if waiters is not None and not waiters.done():
@@ -244,12 +261,14 @@ class TransferLog:
         Writes nothing once the log failed; raises OSError if this write fails."""
         if self.failure is not None:
             return
-        if self._buffer:
+        if self._buffer or self._before:
             items, self._buffer = self._buffer, []
+            before, self._before = self._before, []
             try:
                 for data, seal in _chunks(items):
-                    if data:
-                        _write_all_and_sync(self._fd, data)
+                    if data or before:
+                        self._write_round(before, data)
+                        before = []
                     if seal is not None:
                         self._seal_files(seal)
             except OSError as exc:

@@ -1,14 +1,9 @@
-"""Text for the bank workload: progress lines, snapshot tables, the summary."""
+"""Text for the bank workload: progress lines and snapshot tables."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from snapmesh.checking.snapshots import duration_s
 from snapmesh.v1 import snapmesh_pb2 as pb
-
-if TYPE_CHECKING:
-    from snapmesh.bank.workload import Summary
 
 _MAX_LISTED = 20  # in-flight amounts shown per channel before "... and N more"
 
@@ -79,26 +74,4 @@ def snapshot_table(snapshot: pb.Snapshot) -> list[str]:
         f"  |   end to end {snapshot.stats.end_to_end_duration_ms:.1f} ms, state size {snapshot.stats.state_size_bytes} bytes"
     )
     lines.append("  +--")
-    return lines
-
-
-def summary_lines(summary: Summary) -> list[str]:
-    complete, failed = summary.complete, summary.failed
-    violated = [s for s in complete if not s.conserved]
-    lines = [
-        "",
-        f"summary (seed {summary.seed}, {summary.elapsed_s:.1f}s):",
-        f"  transfers: {summary.transfers_made} made, {summary.transfers_refused} refused (insufficient funds), "
-        f"{summary.transfers_failed} failed; {summary.moved} moved"
-        + (f" ({summary.burst_made} made in the bursts as snapshots started)" if summary.burst_made else ""),
-        f"  snapshots: {len(complete)} complete ({len(complete) - len(violated)} conserved, "
-        f"{len(violated)} violated), {len(failed)} failed, {len(summary.snapshot_errors)} not finished",
-    ]
-    for snapshot in failed:
-        lines.append(f"    FAILED {snapshot.snapshot_id}: {snapshot.reason}")
-    for snapshot in violated:
-        lines.append(f"    VIOLATED {snapshot.snapshot_id}: {snapshot.reason}")
-    for error in summary.snapshot_errors:
-        lines.append(f"    NOT FINISHED {error}")
-    lines.append(f"  all snapshots conserved: {'yes' if summary.all_conserved else 'NO'}")
     return lines

@@ -26,7 +26,7 @@ from typing import TextIO
 import grpc
 
 from snapmesh.settings import security
-from snapmesh.bank.render import progress_line, snapshot_table, summary_lines
+from snapmesh.bank.render import progress_line, snapshot_table
 from snapmesh.bank.load import LoadGenerator
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -92,6 +92,28 @@ class Summary:
     @property
     def exit_code(self) -> int:
         return 0 if self.all_conserved else 1
+
+
+def summary_lines(summary: Summary) -> list[str]:
+    complete, failed = summary.complete, summary.failed
+    violated = [s for s in complete if not s.conserved]
+    lines = [
+        "",
+        f"summary (seed {summary.seed}, {summary.elapsed_s:.1f}s):",
+        f"  transfers: {summary.transfers_made} made, {summary.transfers_refused} refused (insufficient funds), "
+        f"{summary.transfers_failed} failed; {summary.moved} moved"
+        + (f" ({summary.burst_made} made in the bursts as snapshots started)" if summary.burst_made else ""),
+        f"  snapshots: {len(complete)} complete ({len(complete) - len(violated)} conserved, "
+        f"{len(violated)} violated), {len(failed)} failed, {len(summary.snapshot_errors)} not finished",
+    ]
+    for snapshot in failed:
+        lines.append(f"    FAILED {snapshot.snapshot_id}: {snapshot.reason}")
+    for snapshot in violated:
+        lines.append(f"    VIOLATED {snapshot.snapshot_id}: {snapshot.reason}")
+    for error in summary.snapshot_errors:
+        lines.append(f"    NOT FINISHED {error}")
+    lines.append(f"  all snapshots conserved: {'yes' if summary.all_conserved else 'NO'}")
+    return lines
 
 
 def run_workload(

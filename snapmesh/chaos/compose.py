@@ -43,9 +43,9 @@ from snapmesh.processes import compose_cli
 from snapmesh.settings import config as cluster_config
 from snapmesh.chaos.campaign import Options
 from snapmesh.checking.node_logs import read_node_log
-from snapmesh.processes.ports import free_ports
+from snapmesh.settings.ports import free_ports
 from snapmesh.settings.security import load_tls_dir
-from snapmesh.processes.supervisor import Security, SupervisorError, wait_serving
+from snapmesh.processes.child import Security, SupervisorError, wait_serving
 
 COMPOSE_DIR = Path(snapmesh.__file__).resolve().parent.parent / "deploy" / "compose"
 IMAGE = "snapmesh:latest"

@@ -25,7 +25,7 @@ from snapmesh.settings import config as cluster_config
 from snapmesh.chaos.campaign import Options
 from snapmesh.chaos.proxy import ChaosProxy
 from snapmesh.checking.node_logs import read_node_log
-from snapmesh.processes.ports import free_ports
+from snapmesh.settings.ports import free_ports
 from snapmesh.processes.supervisor import Cluster
 
 DISK_SIZE = "128m"  # the small disk's size between full-disk faults

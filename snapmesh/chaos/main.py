@@ -27,7 +27,7 @@ from pathlib import Path
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-from snapmesh.commands.argparsing import parse_args  # noqa: E402
+from snapmesh.settings.argparsing import parse_args  # noqa: E402
 from snapmesh.chaos import checks as verdicts  # noqa: E402
 from snapmesh.chaos.campaign import Campaign, Options  # noqa: E402
 from snapmesh.chaos import compose  # noqa: E402

@@ -23,8 +23,6 @@ class ChaosProxy:
         self.listen_port = listen_port
         self.target_port = target_port
         self.host = host
-        self.accepted = 0
-        self.killed = 0
         self.blocked = False  # a partition: new connections are reset at once
         self._writers: set[asyncio.StreamWriter] = set()
         self._loop = asyncio.new_event_loop()
@@ -50,7 +48,6 @@ class ChaosProxy:
         self._loop.run_forever()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
         if self.blocked:
             _reset(writer)
             return
@@ -78,7 +75,6 @@ class ChaosProxy:
             return len(writers) // 2
 
         count = asyncio.run_coroutine_threadsafe(_call(kill), self._loop).result(5)
-        self.killed += count
         return count
 
     def block(self) -> int:

@@ -1,2 +1,8 @@
 """Reading what a cluster did, to check it: transfer logs, stored snapshots,
-snapshot messages, Prometheus scrapes, and the snapshot-versus-log checker."""
+snapshot messages, Prometheus scrapes, and the checkers.
+
+`cut` is the one definition of a snapshot consistent with the logs (pure: wal
+records in, problems out; it imports no I/O). `trace` and `steps` check a list of
+trace events (after the run, or step by step); `logcheck` checks real nodes' logs
+against their snapshots with both.
+"""

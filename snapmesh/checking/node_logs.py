@@ -5,7 +5,7 @@
   `<node>.log.jsonl`. A torn last line of the active file (the bytes after its
   last newline: a node still writing, or one that crashed mid-write) is left
   out; anything else unreadable fails naming file and line.
-- `log_events(logs)`: the records as the trace events `snapmesh.checking.logcheck` checks
+- `log_events(logs)`: the records as the trace events `snapmesh.checking.trace` checks
   (kinds it does not know, such as `restart` and `abort`, are skipped).
 - `money_check(logs)`: sends against receives over all the logs.
 """
@@ -66,7 +66,7 @@ def read_node_log(data_dir: Path, node: str) -> list[dict[str, Any]]:
 
 
 def log_events(logs: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The logs as trace events for `logcheck.check_trace` (position = lsn)."""
+    """The logs as trace events for `trace.check_trace` (position = lsn)."""
     events: list[dict[str, Any]] = []
     for node, records in logs.items():
         for r in records:

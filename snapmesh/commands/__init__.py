@@ -1,2 +1,2 @@
 """The `snapmesh` subcommands that talk to a running cluster (health, restore,
-snapshot), their shared argument parsing and error words, and protogen."""
+snapshot), the words their errors are explained in, and protogen."""

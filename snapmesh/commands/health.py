@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from snapmesh.settings import security
-from snapmesh.commands.argparsing import parse_args
+from snapmesh.settings.argparsing import parse_args
 
 
 class _Parser(argparse.ArgumentParser):

@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from snapmesh.settings import security
-from snapmesh.commands.argparsing import parse_args
+from snapmesh.settings.argparsing import parse_args
 from snapmesh.commands.health import _valid_target
 
 

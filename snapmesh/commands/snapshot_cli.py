@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 
 from snapmesh.settings import security
-from snapmesh.commands.argparsing import parse_args, positive_float
+from snapmesh.settings.argparsing import parse_args, positive_float
 from snapmesh.commands.health import _valid_target
 from snapmesh.checking.snapshots import fetch, pages  # noqa: F401  (part of this module's API)
 

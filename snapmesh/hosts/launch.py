@@ -18,12 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from snapmesh.settings import security
 from snapmesh.settings.config import ConfigError
 from snapmesh.serving.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
 from snapmesh.hosts.cluster import HostsCluster
 from snapmesh.hosts.net import SUBNET_PREFIX, MissingRights, NetworkError, missing_rights
-from snapmesh.processes.launcher import address_lines, serve_page, watch_children
+from snapmesh.processes.foreground import serve_until_stopped
 from snapmesh.processes.supervisor import SupervisorError
 
 
@@ -53,7 +52,6 @@ def up(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     hosts: HostsCluster | None = None
-    ui = None
     locks = []
     try:
         work = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="snapmesh-hosts-"))
@@ -69,14 +67,7 @@ def up(args: argparse.Namespace) -> int:
         print(f"snapmesh cluster: starting {len(hosts.node_ids)} nodes on hosts (run {hosts.run_id}); logs in "
               f"{work / 'data' / 'logs'}", file=sys.stderr, flush=True)
         hosts.start(before=lambda cluster: release_all(locks))  # the children take them again, each its own
-        cluster = hosts.cluster
-        print(f"controller: {cluster.controller_address}", flush=True)
-        if args.tls:
-            token = cluster.client_identity.token if cluster.client_identity else None
-            print(f"grpcurl: {security.grpcurl_line(cluster.controller_address, work / 'tls', token)}", flush=True)
-        print(address_lines(hosts.addressed_config()), flush=True)
-        ui = serve_page(cluster, args.ui)
-        watch_children(cluster)
+        serve_until_stopped(hosts.cluster, hosts.addressed_config(), work / "tls" if args.tls else None, args.ui)
     except (ConfigError, DataDirLocked) as exc:
         print(f"snapmesh cluster: {exc}", file=sys.stderr)
         return 2
@@ -93,8 +84,6 @@ def up(args: argparse.Namespace) -> int:
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)
         release_all(locks)
-        if ui is not None:
-            ui.close()
         if hosts is not None:
             if left := hosts.stop():
                 print(f"snapmesh cluster: left behind: {', '.join(left)}", file=sys.stderr)

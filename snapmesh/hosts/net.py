@@ -3,7 +3,7 @@ starts the daemons a fault needs (through the supervisor, on their host), and
 takes everything down again.
 
     with Network(["controller", "p1", "p2"], log_dir=work / "logs") as net:
-        net.hosts["p1"]                      # supervisor.Host: where to start p1
+        net.hosts["p1"]                      # child.Host: where to start p1
         cut = net.apply(net.plan.partition(["p1"], ["p2"], one_way=True))
         net.heal(cut)
     # gone: namespaces, links, the bridge, firewall rules, hosts files
@@ -39,7 +39,7 @@ from pathlib import Path
 
 from snapmesh.hosts import plan
 from snapmesh.hosts.plan import Bench, Command, Fault
-from snapmesh.processes.supervisor import Child, Host, SupervisorError
+from snapmesh.processes.child import Child, Host, SupervisorError, run_on_host
 
 SUBNETS = ipaddress.IPv4Network("10.231.0.0/16")  # each run takes a free /24 of it
 SUBNET_PREFIX = 24
@@ -241,8 +241,6 @@ class Network:
         """The round trip from host `src` to `dst`'s `port` (snapmesh.hosts.probe), in ms."""
         import json
 
-        from snapmesh.processes.supervisor import run_on_host
-
         done = run_on_host(self.hosts[src], [sys.executable, "-m", "snapmesh.hosts.probe", "rtt", dst, str(port),
                                              "--count", str(count)], env=self._env)
         if done.returncode != 0:
@@ -252,8 +250,6 @@ class Network:
     def reaches(self, src: str, dst: str, port: int = 9999) -> bool:
         """Do datagrams `src` sends reach `dst`? (One way: what a TCP connect cannot tell.)
         The listener answers at the first datagram; after the sender is done it has `grace` s more."""
-        from snapmesh.processes.supervisor import run_on_host
-
         grace = 0.5
         argv = [sys.executable, "-m", "snapmesh.hosts.probe"]
         listener = subprocess.Popen(self.hosts[dst].command([*argv, "listen", dst, str(port), "--seconds", "60"]),
@@ -273,8 +269,6 @@ class Network:
     def send_time(self, src: str, dst: str, size: int, port: int = 9998) -> float:
         """Seconds for `src` to send `size` bytes over TCP to `dst` (a bandwidth limit shows here)."""
         import json
-
-        from snapmesh.processes.supervisor import run_on_host
 
         argv = [sys.executable, "-m", "snapmesh.hosts.probe"]
         receiver = subprocess.Popen(self.hosts[dst].command([*argv, "sink", dst, str(port)]),

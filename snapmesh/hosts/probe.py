@@ -9,7 +9,7 @@ and a one-way reachability check with UDP datagrams.
 
 A connect returns when the SYN-ACK is back: one round trip, through both
 hosts' links (and their delays), without any server code in the path.
-Run on a host (`supervisor.run_on_host`); prints one JSON line
+Run on a host (`snapmesh.processes.child.run_on_host`); prints one JSON line
 {"count", "min_ms", "median_ms", "p90_ms"}. Runs under SCHED_FIFO when it may,
 so a busy machine's late wake-ups do not count as network time.
 Exit 1 when no connect succeeded. A TCP connect needs both ways, so a one-way

@@ -1,2 +1,3 @@
-"""Starting and supervising processes: local clusters on loopback, their free
-ports, children that die with their parent, and which Docker Compose to run."""
+"""Starting and supervising processes: local clusters on loopback (`cluster up`),
+children that die with their parent, and which Docker Compose to run.
+`snapmesh/hosts/` puts the same processes on hosts of their own."""

@@ -43,23 +43,16 @@ import os
 import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
-from snapmesh.commands.argparsing import parse_args
+from snapmesh.settings.argparsing import parse_args
 from snapmesh.settings.config import ConfigError, write_cluster
 from snapmesh.serving.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
-from snapmesh.processes.ports import NoFreePorts, free_ports, port_is_free
+from snapmesh.processes.foreground import serve_until_stopped
+from snapmesh.settings.ports import NoFreePorts
 from snapmesh.processes.supervisor import Cluster, SupervisorError
-
-# The names this module had before the supervisor and the config writer got
-# their own homes; kept so callers written against them keep working.
-LocalCluster = Cluster
-ClusterError = SupervisorError
-write_config = write_cluster
-__all__ = ["ClusterError", "LocalCluster", "free_ports", "main", "port_is_free", "write_config"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,40 +81,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def address_lines(cfg: cluster_config.ClusterConfig) -> str:
-    """Where each process serves gRPC and its Prometheus metrics."""
-    lines = [f"controller metrics: http://{cfg.controller.metrics_address}/metrics"]
-    lines += [f"node {n.id}: {n.address} metrics: http://{n.metrics_address}/metrics" for n in cfg.nodes]
-    return "\n".join(lines)
-
-
-def serve_page(cluster, listen: str):
-    """The snapshot page on `listen` (its `ui:` line printed), or None for `off` or
-    when it cannot bind: the cluster is worth more than its page."""
-    if listen == "off":
-        return None
-    from snapmesh.ui.server import start_page
-
-    try:
-        page = start_page(cluster, listen)
-    except OSError as exc:
-        print(f"snapmesh cluster: no snapshot page on {listen}: {exc}", file=sys.stderr, flush=True)
-        return None
-    print(f"ui: {page.url}", flush=True)
-    return page
-
-
-def watch_children(cluster) -> None:
-    """Until a stop signal: say once on stderr when a child exits."""
-    reported: set[str] = set()
-    while True:
-        time.sleep(0.5)
-        for name, alive in cluster.alive().items():
-            if not alive and name not in reported:
-                reported.add(name)
-                print(f"snapmesh cluster: {name} exited; see {cluster.log_dir}", file=sys.stderr, flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(_parser(), argv)
     if isinstance(args, int):
@@ -148,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     cluster: Cluster | None = None
-    ui = None
     try:
         env = dict(os.environ)
         if args.nodes is not None:
@@ -185,13 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snapmesh cluster: starting {len(cluster.config.nodes)} nodes; logs in {cluster.log_dir}",
               file=sys.stderr, flush=True)
         cluster.start()
-        print(f"controller: {cluster.controller_address}", flush=True)
-        if tls_dir is not None:
-            token = cluster.client_identity.token if cluster.client_identity else None
-            print(f"grpcurl: {security.grpcurl_line(cluster.controller_address, tls_dir, token)}", flush=True)
-        print(address_lines(cluster.config), flush=True)
-        ui = serve_page(cluster, args.ui)
-        watch_children(cluster)
+        serve_until_stopped(cluster, cluster.config, tls_dir, args.ui)
     except (ConfigError, DataDirLocked) as exc:
         print(f"snapmesh cluster: {exc}", file=sys.stderr)
         return 2
@@ -204,8 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)
-        if ui is not None:
-            ui.close()
         if cluster is not None:
             cluster.stop()
         for sig, handler in previous.items():

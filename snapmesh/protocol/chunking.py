@@ -27,8 +27,8 @@ CHUNK_BYTES = 1024 * 1024  # well under gRPC's default 4 MiB per message
 # What one reassembled state may reach: the controller holds every state of a
 # snapshot in memory, so one stream must not be able to take all of it.
 MAX_STATE_BYTES = 512 * 1024 * 1024
-# The bytes all ReportStateChunks streams may hold at once, per peer and in all
-# (issue 26.5): a stream that would go past either is refused at once
+# The bytes all ReportStateChunks streams may hold at once, per peer and in all,
+# so many peers cannot exhaust memory together: a stream that would go past either is refused at once
 # (RESOURCE_EXHAUSTED; a node's reporter retries it later).
 MAX_INFLIGHT_PER_PEER = MAX_STATE_BYTES
 MAX_INFLIGHT_TOTAL = 768 * 1024 * 1024

@@ -39,14 +39,14 @@ R5. Abort. A snapshot may be abandoned (it failed elsewhere, or this process
     lost its recording in a restart). Markers that later arrive for it are
     dropped and reported, never mistaken for a new snapshot.
     The process remembers the FINISHED_WINDOW newest finished (completed or
-    abandoned) snapshots, no more (issue 26.8): memory stays bounded. A marker
+    abandoned) snapshots, no more: memory stays bounded. A marker
     for a snapshot older than that window (FINISHED_WINDOW snapshots finished
     here since) is taken as a new snapshot: its recording is dropped after the
     node's recording ttl (node rule N6) and the controller refuses its report
     (the snapshot finished there long ago), so nothing wrong is ever reported.
 
-Invariants this keeps (checked by snapmesh/checking/logcheck.py after every simulation)
------------------------------------------------------------------------------
+Invariants this keeps (the checks in snapmesh/checking/ test them against real logs)
+-----------------------------------------------------------------------------------
 - Consistent cut: a transfer received before the receiver's cut was sent before
   the sender's cut; a transfer sent after the sender's cut appears nowhere in
   the snapshot.

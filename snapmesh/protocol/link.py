@@ -16,14 +16,15 @@ L2. Durability first. A message leaves only once the log record behind it is
     the record of receiving it is durable (`ack_due(durable_lsn)`).
 L3. Cumulative acks. An ack for seq n acknowledges 1..n. The sender keeps every
     unacknowledged message (the outbox) and drops a prefix on each ack.
-L4. Resume. Each connection has an epoch, larger than every earlier one. On
+L4. Resume. Each connection has a number, `conn_no`, larger than every
+    earlier one's on the channel (the cluster's epoch is another thing). On
     connecting, the sender resends from its resume point: everything after the
     last ack it holds. The receiver answers with its own position (an ack).
 L5. Duplicates and gaps. The receiver drops a seq it already holds (a resend)
     and refuses a seq past the next one (a gap means something was lost below
     the algorithm): `RemoteProtocolError`, the connection must be dropped.
-L6. Epoch fencing. A frame or ack from an older epoch than the current one is
-    stale (its connection is gone) and is ignored.
+L6. Connection fencing. A frame or ack of another connection than the current
+    one is stale (its connection is gone) and is ignored.
 L7. Flow control. Above `mark` unacknowledged messages the channel says so
     (`over_mark`) and the caller slows its clients; at `bound` it refuses new
     transfers at once (`ChannelFull`), and nothing is queued or debited.
@@ -42,7 +43,11 @@ from typing import NamedTuple
 
 from snapmesh.protocol.core import LocalProtocolError, Refusal, RemoteProtocolError
 
-DEFAULT_MARK = 2_000
+# Flow control (L7). A marker waits behind everything already queued on its channel, so
+# a deep outbox is snapshot latency: at saturation 20,000 gave multi-second snapshots
+# (some past their deadline), 2,000 keeps them well under a second (bench/cluster.py).
+DEFAULT_MARK = 2_000  # unacknowledged messages above which new transfers wait
+LOW_MARK = 1_000  # ... until the outbox is back at or below this
 DEFAULT_BOUND = 100_000
 
 
@@ -88,7 +93,7 @@ class Sender:
         self.acked = acked if acked is not None else (self.outbox[0].seq - 1 if self.outbox else next_seq - 1)
         self.mark = mark
         self.bound = bound
-        self.epoch = 0  # of the current connection; 0: none yet
+        self.conn_no = 0  # of the current connection; 0: none yet
         self.connected = False
         self.sent = self.acked  # highest seq transmitted on the current connection
         self.notices: list[Entry] = []  # early markers waiting to overtake (L8)
@@ -127,12 +132,12 @@ class Sender:
             self.notices = [n for n in self.notices if n.lsn > durable_lsn]
         return ready
 
-    def connect(self, epoch: int) -> None:
-        """A new connection: resend from the resume point (L4). The epoch is the
-        connection's name; the receiver fences older ones."""
-        if epoch == self.epoch:
-            raise LocalProtocolError(f"channel {self.src}->{self.dst}: epoch {epoch} is the current one")
-        self.epoch = epoch
+    def connect(self, conn_no: int) -> None:
+        """A new connection, numbered `conn_no`: resend from the resume point
+        (L4); the receiver fences older connections (L6)."""
+        if conn_no == self.conn_no:
+            raise LocalProtocolError(f"channel {self.src}->{self.dst}: connection {conn_no} is the current one")
+        self.conn_no = conn_no
         self.connected = True
         self.sent = self.acked
 
@@ -157,9 +162,9 @@ class Sender:
             self.sent = out[-1].seq
         return out
 
-    def on_ack(self, epoch: int, seq: int) -> bool:
+    def on_ack(self, conn_no: int, seq: int) -> bool:
         """A cumulative ack (L3). Returns False when it was stale (L6)."""
-        if epoch != self.epoch or not self.connected:
+        if conn_no != self.conn_no or not self.connected:
             return False
         if seq >= self.next_seq:
             raise RemoteProtocolError(f"channel {self.src}->{self.dst}: ack {seq} for a seq never sent")
@@ -182,29 +187,29 @@ class Receiver:
         self.src = src
         self.dst = dst
         self.last_seq = last_seq  # applied (logged, maybe not durable yet)
-        self.epoch = 0
+        self.conn_no = 0
         self.duplicates = 0
         # (seq, lsn) of applied messages not yet acknowledged, newest last.
         self._pending: deque[tuple[int, int]] = deque()
         self._acked = last_seq  # highest seq acknowledged on the current connection
         self._owed = False  # the current connection is owed an ack (its open, or new data)
 
-    def open(self, epoch: int, last_lsn: int) -> bool:
-        """A connection of a newer epoch supersedes the current one; it is owed
+    def open(self, conn_no: int, last_lsn: int) -> bool:
+        """A newer connection supersedes the current one; it is owed
         our position once `last_lsn` (everything applied so far) is durable.
         An open older than the current connection is stale: False, ignored (L6)."""
-        if epoch <= self.epoch:
+        if conn_no <= self.conn_no:
             return False
-        self.epoch = epoch
+        self.conn_no = conn_no
         self._pending.append((self.last_seq, last_lsn))
         self._acked = -1
         self._owed = True
         return True
 
-    def admit(self, epoch: int, seq: int) -> bool:
-        """Should the message `seq` of a frame of `epoch` be applied? False for a
+    def admit(self, conn_no: int, seq: int) -> bool:
+        """Should the message `seq` of a frame of connection `conn_no` be applied? False for a
         stale frame (L6) or a duplicate (L5); raises on a gap."""
-        if epoch != self.epoch:
+        if conn_no != self.conn_no:
             return False
         if seq <= self.last_seq:
             self.duplicates += 1

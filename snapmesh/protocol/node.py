@@ -8,17 +8,10 @@ never does I/O and never reads a clock: `now` is an argument. The gRPC node
 (services/node) and the fault simulator (snapmesh/sim/fuzz.py) drive this
 same object.
 
-Events                                    Effects
-  transfer(dst, amount, request_id)         Append(record)     write it to the log
-  start_snapshot / abort_snapshot           Seal(first, next)  seal the active segment
-  connect(dst, epoch) / disconnect(dst)     Transmit(dst, epoch, entries)
-  opened(src, epoch)                        Ack(src, epoch, seq)
-  received(src, epoch, seq, ...)            Finished(state, lsn) keep it safe from a crash, now
-  acked(dst, epoch, seq)                    Report(state)      a FullState to the controller
-                                            ReportCancelled(snapshot_id)
-  durable(lsn)
-  tick(now)
-  restore(snapshot_id, epoch, balance, in_flight)
+Events: transfer(dst, amount, request_id); start_snapshot / abort_snapshot;
+connect(dst, conn_no) / disconnect(dst); opened(src, conn_no); received(src,
+conn_no, seq, ...); acked(dst, conn_no, seq); durable(lsn); tick(now);
+restore(snapshot_id, epoch, balance, in_flight). Effects: node_effects.py.
 
 Rules
 -----
@@ -29,27 +22,29 @@ N2. Nothing leaves before its record is durable: frames (link L2), acks (L2)
     caller must see durable before replying. A finished part is handed out
     twice: `Finished` in the step that logs its last marker_recv (so the shell
     keeps the state before that record can reach the disk, and a crash that
-    keeps the record keeps the state too: defect 8), `Report` once durable.
+    keeps the record keeps the state too), `Report` once durable.
 N3. A recording's `cut` precedes the `marker_recv` that caused it, in the same
     step: a log cut short after the marker_recv always holds the cut.
-N4. Abort is logged (so a restart remembers it, defect 3), as is every
+N4. Abort is logged (so a restart remembers it), as is every
     marker; recovery abandons every snapshot id the log names.
 N5. A transfer with a client `request_id` that was already paid is answered
     with the first answer and moves no money; the id is in the `send` record,
-    so recovery rebuilds the map (defect 9). The ids are kept by age, across
-    checkpoints and restores, as snapmesh/protocol/requests.py says (issue 26).
+    so recovery rebuilds the map. The ids are kept by age, across
+    checkpoints and restores, as snapmesh/protocol/requests.py says.
 N6. A recording older than `recording_ttl` (by `now`) is dropped as an abort.
 N7. When the active segment holds `segment_records` records, the node seals
-    it between two steps and opens the next with a checkpoint (defect 5).
-N8. Restore (issue 10). `restore` moves the node to a newer epoch in one step:
+    it between two steps and opens the next with a checkpoint, so recovery
+    reads only the active segment.
+N8. Restore. `restore` moves the node to a newer epoch in one step:
     snapshots in progress are aborted ("restored to S"), the epoch's links and
     outboxes are dropped, the balance is set to the recorded one, and the
     transfers recorded in flight towards this node are delivered to it, in
     channel order, as `replay` records after one `restore` record. The links
-    start again at seq 1, so nothing of the older epoch can be admitted; the
-    shell refuses older-epoch connections. A repeat for the current epoch is a
-    no-op, an older epoch is refused; a restore cut short by a crash (fewer
-    replays logged than announced) is redone from the start.
+    start again at seq 1, so nothing of the older epoch can be admitted. A
+    repeat for the current epoch is a no-op, an older epoch is refused; a
+    restore cut short by a crash (fewer replays logged than announced) is
+    redone from the start. The epoch and its fence are epochs.py's: every shell
+    asks `fence` / `fence_clients` which calls may go on.
 N9. Overtake mode (snapmesh/protocol/overtake.py): at a cut the node keeps, per
     incoming channel, the last seq applied and, per outgoing channel, the
     unacknowledged transfers; they go into the FullState. Each marker also
@@ -64,77 +59,20 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Iterable
 from types import MappingProxyType
-from typing import NamedTuple
 
 from snapmesh.protocol import core, requests, wal
+from snapmesh.protocol.epochs import EpochState, Fenced
 from snapmesh.protocol.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
+from snapmesh.protocol.node_effects import Accepted, Ack, Append, Effect, Finished, Report, ReportCancelled, Seal, Transmit
 from snapmesh.protocol.recovery import ABANDONED_WINDOW, Recovered, checkpoint_fields
 
 DEFAULT_SEGMENT_RECORDS = 100_000
-
-# ----------------------------------------------------------------- effects
-# NamedTuples: immutable, and cheap to make on the per-message path.
-
-
-class Append(NamedTuple):
-    record: wal.Record
-
-
-class Seal(NamedTuple):
-    """Every record before `next_lsn` belongs to the segment that began at
-    `first_lsn`; the record `next_lsn` (a checkpoint) opens the next segment.
-    Seal and checkpoint must reach the disk together (the shell writes the
-    checkpoint to a new file and renames)."""
-
-    first_lsn: int
-    next_lsn: int
-
-
-class Transmit(NamedTuple):
-    dst: str
-    epoch: int
-    entries: tuple[Entry, ...]
-
-
-class Ack(NamedTuple):
-    src: str
-    epoch: int
-    seq: int
-
-
-class Finished(NamedTuple):
-    """This node's part of a snapshot is done; `state` rests on the records up
-    to `lsn`, which are not durable yet. `Report(state)` follows once they are."""
-
-    state: core.FullState
-    lsn: int
-
-
-class Report(NamedTuple):
-    state: core.FullState
-
-
-class ReportCancelled(NamedTuple):
-    snapshot_id: str
-
-
-Effect = Append | Seal | Transmit | Ack | Finished | Report | ReportCancelled
-
-
-class Accepted(NamedTuple):
-    """A transfer's answer; reply once `lsn` is durable. `repeated`: a retry."""
-
-    msg_id: str
-    balance: int
-    lsn: int
-    repeated: bool = False
-
 
 # -------------------------------------------------------------------- node
 
 
 class Node:
-    """One node's whole logic (rules N1-N7 above). Drive it from one task."""
+    """One node's whole logic (rules N1-N9 above). Drive it from one task."""
 
     def __init__(
         self,
@@ -159,10 +97,9 @@ class Node:
         self.node_id = node_id
         self.recording_ttl = recording_ttl
         self._mark, self._bound = mark, bound
-        self.epoch = recovered.epoch
-        self.restored = recovered.restored
-        self.restore_incomplete = recovered.restore_incomplete
-        self.restored_balance = recovered.restored_balance  # right after the last restore (its answer)
+        self.epochs = EpochState(
+            node_id, recovered.epoch, recovered.restored, recovered.restore_incomplete, recovered.restored_balance
+        )
         self.segment_records = segment_records
         self._abandoned: OrderedDict[str, None] = OrderedDict(recovered.abandoned)
         self.process = core.Process(
@@ -175,19 +112,7 @@ class Node:
         )
         self.overtake = snapshot_mode == "overtake"
         self._at_cut: dict[str, tuple[dict[str, int], dict[str, tuple[Entry, ...]]]] = {}
-        self.senders = {
-            dst: Sender(
-                src=node_id,
-                dst=dst,
-                next_seq=recovered.next_seq[dst],
-                acked=recovered.acked[dst],
-                outbox=recovered.outbox[dst],
-                mark=mark,
-                bound=bound,
-            )
-            for dst in outgoing
-        }
-        self.receivers = {src: Receiver(src=src, dst=node_id, last_seq=recovered.last_received[src]) for src in incoming}
+        self._links(incoming, outgoing, recovered)
         self.wall = now if wall is None else wall
         # An id read from a send record is as old as this restart (requests.py W3).
         self._requests = requests.RequestWindow(
@@ -227,6 +152,21 @@ class Node:
             return None
         return min(self._recorded_at.values()) + self.recording_ttl
 
+    # -- the epoch (N8)
+
+    epoch = property(lambda self: self.epochs.epoch, doc="The cluster epoch this node is in.")
+    restored = property(lambda self: self.epochs.restored, doc="The snapshot restored into `epoch`, if any.")
+    restore_incomplete = property(lambda self: self.epochs.restore_incomplete, doc="A restore cut short: redo it.")
+    restored_balance = property(lambda self: self.epochs.restored_balance, doc="The balance right after the last restore.")
+
+    def fence(self, epoch: int, what: str = "") -> Fenced | None:
+        """May a call of the cluster's `epoch` go on (epochs.py)? None: yes."""
+        return self.epochs.fence(epoch, what)
+
+    def fence_clients(self) -> Fenced | None:
+        """May a client's transfer go on (epochs.py)? None: yes."""
+        return self.epochs.fence_clients()
+
     # -- client events
 
     def transfer(
@@ -249,7 +189,7 @@ class Node:
         if sender is not None:  # the hot path: one transfer onto its channel, no effect objects
             self.process.debit(dst=dst, amount=amount)
             lsn = self.last_lsn + 1
-            # _append, inline (issue 23: the per-transfer path)
+            # _append, inline (the per-transfer path)
             self.last_lsn = lsn
             self._segment_count += 1
             self._out.append(
@@ -292,42 +232,42 @@ class Node:
 
     # -- link events
 
-    def connect(self, dst: str, epoch: int, resume: int | None = None) -> None:
+    def connect(self, dst: str, conn_no: int, resume: int | None = None) -> None:
         """A connection to `dst` opened: resend from the resume point. With
         `resume` (the receiver's answer, when the caller waited for it), start
         after what the receiver already holds."""
         sender = self.senders[dst]
-        sender.connect(epoch)
+        sender.connect(conn_no)
         if resume is not None:
-            sender.on_ack(epoch, resume)
+            sender.on_ack(conn_no, resume)
         self._transmit(sender)
 
     def disconnect(self, dst: str) -> None:
         self.senders[dst].disconnect()
 
-    def acked(self, dst: str, epoch: int, seq: int) -> None:
+    def acked(self, dst: str, conn_no: int, seq: int) -> None:
         sender = self.senders[dst]
-        if sender.on_ack(epoch, seq):
+        if sender.on_ack(conn_no, seq):
             self._transmit(sender)
 
-    def opened(self, src: str, epoch: int) -> None:
+    def opened(self, src: str, conn_no: int) -> None:
         """A connection from `src` opened; it gets our position once durable."""
         receiver = self.receivers.get(src)
         if receiver is None:
             raise core.RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
-        if receiver.open(epoch, self.last_lsn):
+        if receiver.open(conn_no, self.last_lsn):
             self._ack(receiver)
 
-    def received(self, src: str, epoch: int, seq: int, *, amount: int = 0, snapshot_id: str = "", msg_id: str = "") -> None:
+    def received(self, src: str, conn_no: int, seq: int, *, amount: int = 0, snapshot_id: str = "", msg_id: str = "") -> None:
         """One message of a frame from `src`. A stale or duplicate one is dropped;
         a gap or a protocol violation raises core.RemoteProtocolError."""
         receiver = self.receivers.get(src)
         if receiver is None:
             raise core.RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
         if seq == 0 and snapshot_id and self.overtake:
-            self._early_marker(receiver, epoch, snapshot_id, last_seq=amount)
+            self._early_marker(receiver, conn_no, snapshot_id, last_seq=amount)
             return
-        if not receiver.admit(epoch, seq):
+        if not receiver.admit(conn_no, seq):
             return
         me = self.node_id
         if snapshot_id:
@@ -342,7 +282,7 @@ class Node:
                 effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, amount=amount, seq=seq))
                 if effects:
                     self._drain(effects)
-            lsn = self.last_lsn + 1  # _append, inline (issue 23: the per-transfer path)
+            lsn = self.last_lsn + 1  # _append, inline (the per-transfer path)
             self.last_lsn = lsn
             self._segment_count += 1
             self._out.append(Append(wal.recv_record(lsn, msg_id, src, me, seq, amount)))
@@ -376,22 +316,11 @@ class Node:
         (already restored in `epoch`). Raises core.RemoteProtocolError for an
         older epoch or a transfer on a channel that does not exist; nothing
         changes then."""
-        if epoch < self.epoch:
-            raise core.RemoteProtocolError(f"{self.node_id} is in epoch {self.epoch}; a restore for epoch {epoch} is stale")
-        if epoch == self.epoch and not self.restore_incomplete:
-            if self.restored and self.restored != snapshot_id:
-                raise core.RemoteProtocolError(
-                    f"{self.node_id} restored {self.restored!r} in epoch {epoch}, not {snapshot_id!r}"
-                )
-            return False
         deliveries = list(in_flight)
-        for src, msg_id, _, amount in deliveries:
-            if src not in self.receivers or amount < 1 or not msg_id:
-                raise core.RemoteProtocolError(f"{self.node_id}: cannot replay {msg_id!r} ({amount}) from {src!r}")
-        if balance < 0:
-            raise core.RemoteProtocolError(f"{self.node_id}: a recorded balance of {balance}")
+        if not self.epochs.takes_restore(epoch, snapshot_id, balance, deliveries, self.receivers):
+            return False
         reason = f"restored to {snapshot_id}"
-        self._requests.restored(self._cuts, snapshot_id)  # the ids paid after its cut were taken back (issue 26.3)
+        self._requests.restored(self._cuts, snapshot_id)  # the ids paid after its cut were taken back
         for sid in self.process.in_progress():
             self._drain(self.process.abort_snapshot(sid))
             self._append(wal.Abort(lsn=self.last_lsn + 1, snapshot_id=sid, reason=reason))
@@ -418,21 +347,16 @@ class Node:
             mode=self.process.mode,
         )
         self._at_cut.clear()  # the recordings in progress were aborted above
-        self.senders = {
-            dst: Sender(src=me, dst=dst, next_seq=1, acked=0, outbox=[], mark=self._mark, bound=self._bound)
-            for dst in outgoing
-        }
-        self.receivers = {src: Receiver(src=src, dst=me, last_seq=0) for src in incoming}
-        self.epoch, self.restored, self.restore_incomplete = epoch, snapshot_id, False
-        self.restored_balance = self.process.balance
+        self._links(incoming, outgoing, None)
+        self.epochs.entered(epoch, snapshot_id, self.process.balance)
         self._end_step()
         return True
 
     # -- overtake mode (N9)
 
-    def _early_marker(self, receiver: Receiver, epoch: int, snapshot_id: str, *, last_seq: int) -> None:
+    def _early_marker(self, receiver: Receiver, conn_no: int, snapshot_id: str, *, last_seq: int) -> None:
         """An early marker from `receiver.src`: it closes the channel now (core R6)."""
-        if epoch != receiver.epoch:
+        if conn_no != receiver.conn_no:
             return  # from a connection that is gone (L6)
         if receiver.last_seq > last_seq:
             # Past the sender's cut already: the marker's in-band copy (seq last_seq + 1)
@@ -456,17 +380,30 @@ class Node:
 
     # -- internals
 
+    def _links(self, incoming: tuple[str, ...], outgoing: tuple[str, ...], recovered: Recovered | None) -> None:
+        """One Sender per outgoing channel, one Receiver per incoming one, where
+        `recovered` left them, or at their start (a new epoch: None)."""
+        me, r = self.node_id, recovered
+        self.senders = {
+            dst: Sender(
+                src=me, dst=dst, next_seq=r.next_seq[dst] if r else 1, acked=r.acked[dst] if r else 0,
+                outbox=r.outbox[dst] if r else [], mark=self._mark, bound=self._bound,
+            )
+            for dst in outgoing
+        }
+        self.receivers = {src: Receiver(src=src, dst=me, last_seq=r.last_received[src] if r else 0) for src in incoming}
+
     def _ack(self, receiver: Receiver) -> None:
         seq = receiver.ack_due(self.durable_lsn)
         if seq is not None:
-            self._out.append(Ack(receiver.src, receiver.epoch, seq))
+            self._out.append(Ack(receiver.src, receiver.conn_no, seq))
 
     def _transmit(self, sender: Sender) -> None:
         while True:
             entries = sender.poll(self.durable_lsn)
             if not entries:
                 return
-            self._out.append(Transmit(sender.dst, sender.epoch, tuple(entries)))
+            self._out.append(Transmit(sender.dst, sender.conn_no, tuple(entries)))
 
     def _append(self, record: wal.Record) -> int:
         self.last_lsn = record.lsn
@@ -521,12 +458,7 @@ class Node:
             else:  # pragma: no cover  (a new effect type must be routed here)
                 raise TypeError(f"unrouted effect {effect!r}")
         if marker_recv is not None:  # after its cut (N3), before the report that rests on it
-            self._append(
-                wal.MarkerRecv(
-                    lsn=self.last_lsn + 1, snapshot_id=marker_recv.snapshot_id, src=marker_recv.src,
-                    dst=marker_recv.dst, seq=marker_recv.seq,
-                )
-            )
+            self._append(dataclasses.replace(marker_recv, lsn=self.last_lsn + 1))
         for state in completed:
             self.snapshots_completed += 1
             self._recorded_at.pop(state.snapshot_id, None)

@@ -14,8 +14,8 @@ What is rebuilt:
 - the snapshots to treat as abandoned: every id with a `cut`, a `marker_recv`,
   a `marker_sent` or an `abort` record. Its recording (if any) was in memory and
   is gone, and a late marker for it must not start a zombie recording. A
-  `marker_recv` counts even without its `cut` (defect 4), an `abort` even
-  without a recording here (defect 3);
+  `marker_recv` counts even without its `cut` (a log cut short between them), an
+  `abort` even without a recording here (an abort is remembered across a restart);
 - the client request ids of the transfers made (request_id -> msg_id, balance
   after, when, send lsn: snapmesh/protocol/requests.py), so a retry is answered, not
   paid again; and the lsn of each recent cut, so a restore forgets the ids paid

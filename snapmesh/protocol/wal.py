@@ -214,7 +214,7 @@ class Unknown(Record):
     kind: str
 
 
-# Positional constructors for the two records of every transfer (issue 23): the same
+# Positional constructors for the two records of every transfer (the per-transfer path): the same
 # frozen, slotted objects the dataclass __init__ makes (equal, hashable, immutable
 # afterwards), their slots filled through the slot descriptors instead of one
 # `object.__setattr__(self, name, value)` per field. tests/test_perf_paths.py pins them.

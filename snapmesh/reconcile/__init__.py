@@ -5,7 +5,10 @@ check by aggregates), ``log_checks`` and ``snapshot_checks`` (the exact checks, 
 joins, for what the checksums do not settle), ``verdicts`` (the rows). ``schema`` holds
 the record schema, ``segments`` the log files (sealed segments, Parquet), ``ingest``
 the conversion to Parquet (`snapmesh reconcile ingest`), ``main`` the thin command
-(`snapmesh reconcile`), ``standalone`` a Spark standalone cluster from the pip pyspark,
-``synth`` the synthetic data generator (`snapmesh synth`) and ``baseline`` a
-single-process plain-Python computation of the same verdicts.
+(`snapmesh reconcile`), ``session`` its Spark session and exit statuses, ``cds`` and
+``warmup`` the driver JVM's class archive (`snapmesh reconcile prepare`),
+``standalone`` a Spark standalone cluster from the pip pyspark, ``synth`` the
+synthetic data generator (`snapmesh synth`) and ``baseline`` a single-process
+plain-Python computation of the same verdicts (through `snapmesh.checking.cut`).
+The rules: docs/reconcile.md "The rules".
 """

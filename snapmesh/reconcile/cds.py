@@ -93,32 +93,6 @@ def java_options() -> str:
 # ------------------------------------------------------------------ preparing it
 
 
-def _dump(archive_tmp: str, scratch: str) -> None:
-    """In a child process: a small reconcile whose driver JVM dumps its classes at exit."""
-    from pyspark import SparkContext
-
-    from . import main as job
-    from . import synth
-
-    data = os.path.join(scratch, "data")
-    synth.generate(data, nodes=3, transfers=200, snapshots=3, seed=1)
-    os.environ["SNAPMESH_SPARK_CDS"] = "off"  # not mapping an older archive while dumping a new one
-    os.environ["SNAPMESH_SPARK_JAVA_OPTIONS"] = (
-        f"{os.environ.get('SNAPMESH_SPARK_JAVA_OPTIONS', '')} -XX:ArchiveClassesAtExit={archive_tmp} -Xlog:cds=off"
-    )
-    spark = job.build_session("local[*]", app_name="snapmesh-cds", small=True)
-    status = job.run_job(spark, data, os.path.join(scratch, "out"), quiet=True)
-    if status != job.EXIT_OK:
-        raise SystemExit(f"the warm-up reconcile exited {status}")
-    spark.stop()
-    # pyspark keeps the JVM for a later session; it writes the archive as it exits.
-    gateway = SparkContext._gateway
-    proc = gateway.proc
-    gateway.shutdown()
-    proc.stdin.close()
-    proc.wait(timeout=DUMP_TIMEOUT_S)
-
-
 def prepare() -> Path:
     """Dump a fresh archive for this JVM and pyspark; return its path. RuntimeError if it fails."""
     key = fingerprint()
@@ -130,7 +104,7 @@ def prepare() -> Path:
         tmp = archive.with_name(f".{archive.name}.{os.getpid()}.tmp")
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "snapmesh.reconcile.cds", "--dump", str(tmp), scratch],
+                [sys.executable, "-m", "snapmesh.reconcile.warmup", str(tmp), scratch],
                 capture_output=True, text=True, timeout=DUMP_TIMEOUT_S,
                 env=dict(os.environ, SPARK_LOCAL_IP=os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")),
             )
@@ -155,11 +129,7 @@ def main(argv: list[str]) -> int:
         "local `snapmesh reconcile` starts in about half the time (see docs/reconcile.md).",
     )
     p.add_argument("--check", action="store_true", help="only say whether an archive for this JVM and pyspark is ready")
-    p.add_argument("--dump", nargs=2, metavar=("ARCHIVE", "SCRATCH"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.dump:
-        _dump(*args.dump)
-        return 0
     if args.check:
         opts = java_options()
         print(f"ready: {opts.split()[0].split('=', 1)[1]}" if opts else f"no archive in {archive_dir()}")

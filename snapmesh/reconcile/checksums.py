@@ -5,7 +5,7 @@ of the snapshots; the exact joins of ``log_checks``/``snapshot_checks`` run only
 name the discrepancies of what a checksum did not certify. The Spark side builds
 the aggregates (``cut_rows``, ``interval_sums``, ``sends_upto``, ``snapshot_sums``);
 ``certify`` compares them on the driver (they are per node, per cut and per
-channel: small) and is pure Python.
+channel: small) and is pure Python. It certifies docs/reconcile.md "The rules" 1-7.
 
 What the aggregates prove, per channel j->i (P = 2**31 - 1, h = xxhash64(seq, amount)
 split in two 31-bit halves, so no sum of 2**32 rows overflows a long):

@@ -13,7 +13,7 @@ the log of the epoch it was taken in (``Snapshot.epoch``).
 The restore itself is checked on the driver (restores and their replays are few):
 the restore record's balance is the snapshot's recorded balance of that node, and
 its replays are, per channel and in order, the snapshot's in-flight transfers
-towards it (the reference: ``tests/invariants.py`` ``check_restore``).
+towards it (the reference: ``snapmesh/checking/logcheck.py`` ``check_restore``).
 """
 
 from __future__ import annotations

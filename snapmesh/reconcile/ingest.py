@@ -40,6 +40,7 @@ from .checksums import MARKER_KINDS, SEGMENT_SUMS, cut_rows, interval_sums, inte
 from .common import InputError
 from .parse import file_first_lsn, locate_lines, parse_log_lines
 from .schema import INGESTED
+from .session import EXIT_BAD_INPUT, build_session, stop_session
 from .segments import (
     COLUMNAR_DIR,
     MARKERS_DIR,
@@ -159,8 +160,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from .main import EXIT_BAD_INPUT, build_session, stop_session
-
     args = parser().parse_args(argv)
     existing = SparkSession.getActiveSession()
     spark = existing or build_session(args.master)

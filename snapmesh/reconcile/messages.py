@@ -1,5 +1,8 @@
 """Every discrepancy the reconciliation can report: a priority and a printf template.
 
+Each snapshot message is named as its rule in `snapmesh.checking.cut` (docs/reconcile.md
+"The rules"): `getattr(messages, problem.rule)` words a `cut.Problem`.
+
 Shared by the Spark job (``format_string``) and the plain-Python baseline (``%``),
 so both say the same thing in the same words. A verdict's "first discrepancy" is the
 smallest (priority, text): completeness before balances, balances before channels,

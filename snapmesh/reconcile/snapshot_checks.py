@@ -1,5 +1,8 @@
 """Step 3, snapshot checks: every COMPLETE snapshot against the logs, exact.
 
+The rules are docs/reconcile.md "The rules" (the pure `snapmesh.checking.cut` states
+them in Python); the comments below name the rule each join implements.
+
 How "before the cut" is computed without a join per snapshot. Each node's cut
 records split its log (ordered by lsn) into intervals ``[previous cut, this cut)``.
 Every log record is assigned to its interval by an equi-join on (node, lsn bucket)
@@ -109,7 +112,7 @@ def snapshot_discrepancies(
     before = _before_cuts(evs, cuts, bucket)
     ids = complete.select(S)
 
-    # 1 + 4 (nodes): completeness and balances.
+    # Rules 1 and 3 (docs/reconcile.md "The rules").
     in_logs = ids.crossJoin(summary.per_node.select("node")).withColumn("in_logs", F.lit(True))
     recorded = (
         complete.select(S, F.explode("nodes").alias("n"))
@@ -145,7 +148,7 @@ def snapshot_discrepancies(
         ],
     )
 
-    # 2 + 4 (channels): completeness, cut positions, in-flight contents.
+    # Rules 2, 4, 5 and the order of 6.
     seqs = F.transform("c.in_flight", lambda m: m.seq)
     recorded_channels = (
         complete.select(S, F.explode("channels").alias("c"))
@@ -213,8 +216,7 @@ def snapshot_discrepancies(
         ],
     )
 
-    # In flight on j->i in S: the transfers j sent with seq in (b, a], a the highest
-    # transfer seq j sent before its cut, b the highest i received before its cut.
+    # Rule 6: the in-flight transfers the logs give (the seq range (b, a]).
     state = channels.filter(cut_pair).select(
         S, "src", "dst", F.col("sent_ttop").alias("a"), F.col("got_ttop").alias("b")
     )
@@ -258,7 +260,7 @@ def snapshot_discrepancies(
             ),
         ],
     )
-    # Recorded but not expected: say why, from the send record (looked up by msg_id).
+    # Rule 6, recorded but not expected: why, from the send record (by msg_id).
     unexpected = compared.filter(F.col("expected").isNull()).select(S, "src", "dst", "msg_id")
     sent_as = sends.select(
         "msg_id", F.col("src").alias("s_src"), F.col("dst").alias("s_dst"), F.col("seq").alias("s_seq")
@@ -279,7 +281,7 @@ def snapshot_discrepancies(
         .alias("d"),
     )
 
-    # 3: conservation, and the snapshot's own claims.
+    # Rule 7.
     totals = snapshot_totals(complete).crossJoin(summary.facts.select("initial_total"))
     total_found = found(
         totals,

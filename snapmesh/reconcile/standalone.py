@@ -28,7 +28,7 @@ from types import TracebackType
 
 import pyspark
 
-from snapmesh.processes.ports import free_ports
+from snapmesh.settings.ports import free_ports
 
 SPARK_HOME = Path(pyspark.__file__).parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"

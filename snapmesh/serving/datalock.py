@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterable
+import sys
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 CONTROLLER = "controller"  # the controller's lock name; never a node id (snapmesh.settings.config)
@@ -92,4 +93,25 @@ def acquire_all(data_dir: Path, names: Iterable[str]) -> list[DataDirLock]:
 
 def release_all(locks: Iterable[DataDirLock]) -> None:
     for lock in locks:
+        lock.release()
+
+
+async def serve_holding(data_dir: Path, name: str, program: str, serve: Callable[[], Awaitable[int]]) -> int:
+    """A server's start: take `name`'s lock (a node id, CONTROLLER) in `data_dir`
+    before anything there is read or written, run `serve` holding it, release it.
+
+    A data dir another process holds, or one that cannot be made or locked: one
+    line on stderr after `program` ("snapmesh node"), exit status 2, nothing served."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock = DataDirLock.acquire(data_dir, name)
+    except DataDirLocked as exc:
+        print(f"{program}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"{program}: cannot lock data dir {data_dir}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return await serve()
+    finally:
         lock.release()

@@ -1,4 +1,4 @@
-"""The metric families every snapmesh server exports beside its own (issue 25):
+"""The metric families every snapmesh server exports beside its own:
 
 * the default collectors of prometheus_client: `process_*` (CPU, memory, file
   descriptors, start time) and `python_*` (`python_info`, the garbage collector);

@@ -14,6 +14,12 @@ Every health answer carries the process's instance id in its trailing metadata
 (`snapmesh-instance-id`; SNAPMESH_INSTANCE_ID, which the supervisor sets to a new
 value for each start, else a random one): a supervisor waiting for the process it
 just started can tell its answer from another process's on the same port.
+
+SNAPMESH_EVENT_LOOP=uvloop|asyncio chooses the event loop every server runs on
+(`run_service`): uvloop (libuv; less CPU per wake-up, so per frame and per
+transfer) by default when it is installed, else asyncio's own. Any other value, or
+uvloop asked for where it is not installed, stops the server at start-up (exit 2).
+The server logs `event loop: <name> (<loop class>)` once it serves.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ SERVER_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ("grpc.http2.max_pings_without_data", 0),
-    # What the API needs (issue 26.6): a node's largest request is a RestoreState
+    # What the API needs, no more: a node's largest request is a RestoreState
     # holding every transfer recorded in flight into it (up to channel_bound per
     # channel), sent by the controller only; ServiceHost lowers it for the
     # controller (CONTROLLER_RECEIVE_BYTES).
@@ -173,6 +179,10 @@ class ServiceHost:
                 raise BindError(f"cannot bind health address {address}")
             await self._health_server.start()
         await self.server.start()
+        # Logged once serving, not before: a refusal at start-up stays one line on stderr.
+        loop = asyncio.get_running_loop()
+        kind = "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+        log.info("event loop: %s (%s.%s)", kind, type(loop).__module__, type(loop).__qualname__)
         for name in ("", *self._service_names):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
@@ -201,11 +211,46 @@ async def wait_for_stop_signal() -> signal.Signals:
             loop.remove_signal_handler(sig)
 
 
+EVENT_LOOP_ENV = "SNAPMESH_EVENT_LOOP"
+EVENT_LOOPS = ("uvloop", "asyncio")
+
+
+def _uvloop_installed() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def event_loop_from_env(env: dict[str, str] | None = None) -> str:
+    """SNAPMESH_EVENT_LOOP as one of EVENT_LOOPS; unset or empty: uvloop when installed, else asyncio."""
+    text = (os.environ if env is None else env).get(EVENT_LOOP_ENV, "").strip()
+    if not text:
+        return "uvloop" if _uvloop_installed() else "asyncio"
+    if text not in EVENT_LOOPS:
+        raise EnvironmentSettingError(f"{EVENT_LOOP_ENV}={text!r}: must be one of {', '.join(EVENT_LOOPS)}")
+    if text == "uvloop" and not _uvloop_installed():
+        raise EnvironmentSettingError(f"{EVENT_LOOP_ENV}=uvloop: the uvloop package is not installed (or use asyncio)")
+    return text
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """A new-loop function for one of EVENT_LOOPS."""
+    if name == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    return asyncio.new_event_loop
+
+
 def run_service(name: str, body: Callable[[], Awaitable[int]]) -> int:
-    """Run a service's async main, mapping start-up failures to exit codes."""
+    """Run a service's async main on the SNAPMESH_EVENT_LOOP loop, mapping start-up failures to exit codes."""
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
     try:
-        return asyncio.run(body())
+        chosen = event_loop_from_env()
+        with asyncio.Runner(loop_factory=loop_factory(chosen)) as runner:
+            return runner.run(body())
     except BindError as exc:
         log.error("%s", exc)
         return 1

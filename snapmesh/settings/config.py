@@ -64,7 +64,7 @@ from typing import Any
 
 import tomli_w
 
-from snapmesh.processes.ports import free_ports
+from snapmesh.settings.ports import free_ports
 from snapmesh.protocol.topology import Topology, TopologyError
 
 SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -116,7 +116,7 @@ DEFAULT_MAX_CONCURRENT_SNAPSHOTS = 32
 class ControllerConfig(Endpoint):
     snapshot_deadline_s: float
     keep: int = 0  # retention: the snapshot files of the N newest COMPLETE ones are kept (0: all)
-    # Admission (issue 23, Flink's max-concurrent-checkpoints): a trigger past this many in progress is refused.
+    # Admission (Flink's max-concurrent-checkpoints): a trigger past this many in progress is refused.
     max_concurrent_snapshots: int = DEFAULT_MAX_CONCURRENT_SNAPSHOTS
 
 

@@ -24,7 +24,7 @@ that does not match its certificate, or a certificate the CA did not sign is a
 `SecurityError` naming the file (exit 2 at start-up), never a fall-back to
 plaintext.
 
-`snapmesh certs --config FILE --out DIR` makes dev certificates with
+`snapmesh certs --config FILE --out DIR` makes dev certificates (snapmesh.settings.devcerts) with
 `cryptography`: a CA, one certificate per node and for the controller (SANs: the
 name, its host, localhost, 127.0.0.1), a client certificate and a random token.
 """
@@ -32,9 +32,7 @@ name, its host, localhost, 127.0.0.1), a client certificate and a random token.
 from __future__ import annotations
 
 import argparse
-import datetime
 import hmac
-import ipaddress
 import os
 import secrets
 import shlex
@@ -47,7 +45,8 @@ from typing import Any
 import grpc
 
 from snapmesh.settings import config as cluster_config
-from snapmesh.commands.argparsing import parse_args
+from snapmesh.settings import devcerts
+from snapmesh.settings.argparsing import parse_args
 from snapmesh.settings.config import CA_FILE, CLIENT_NAME, CONTROLLER_NAME, TOKEN_FILE, ClusterConfig, ConfigError, TlsSettings
 
 # The calls that change the cluster: a token is asked for them.
@@ -67,7 +66,6 @@ READ_ONLY = frozenset({
     "/snapmesh.v1.Controller/GetCluster",
     "/snapmesh.v1.Node/GetState",
 })
-CERT_DAYS = 365
 
 
 class SecurityError(ValueError):
@@ -247,7 +245,7 @@ def open_server_port(server: grpc.aio.Server, address: str, identity: Identity |
 
 
 def metrics_tls(identity: Identity | None) -> dict[str, Any]:
-    """The `start_http_server` arguments for a process's /metrics (issue 26.10):
+    """The `start_http_server` arguments for a process's /metrics:
     with `protect_reads` the metrics (balances among them) are read-protected
     too, so they are served over HTTPS that asks for a client certificate
     signed by the cluster's CA, the same mutual TLS as the gRPC port. Otherwise
@@ -326,93 +324,6 @@ async def require_peer(context: grpc.aio.ServicerContext, name: str) -> None:
 # ---------------------------------------------------------------- dev certificates
 
 
-def _subject_alt_names(name: str, host: str | None):
-    from cryptography import x509
-
-    entries: list[x509.GeneralName] = [x509.DNSName(name)]
-    hosts = [host] if host else []
-    if name != CLIENT_NAME:
-        hosts += ["localhost", "127.0.0.1", "::1"]
-    for entry in dict.fromkeys(hosts):
-        try:
-            entries.append(x509.IPAddress(ipaddress.ip_address(entry)))
-        except ValueError:
-            if entry != name:
-                entries.append(x509.DNSName(entry))
-    return x509.SubjectAlternativeName(entries)
-
-
-def _new_key():
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _pem(key) -> bytes:
-    from cryptography.hazmat.primitives import serialization
-
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-
-
-def make_ca(common_name: str = "snapmesh dev CA"):
-    """(key, certificate) of a new self-signed CA."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.x509.oid import NameOID
-
-    key = _new_key()
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=CERT_DAYS))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                          key_encipherment=False, data_encipherment=False, key_agreement=False,
-                          encipher_only=False, decipher_only=False),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return key, cert
-
-
-def issue(ca_key, ca_cert, name: str, host: str | None = None) -> tuple[bytes, bytes]:
-    """(certificate PEM, key PEM) for `name`, signed by the CA; usable as server and client."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    key = _new_key()
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=CERT_DAYS))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(_subject_alt_names(name, host), critical=False)
-        .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
-        )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), _pem(key)
-
-
 def _write(path: Path, data: bytes, *, private: bool) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
     with os.fdopen(fd, "wb") as out:
@@ -427,13 +338,13 @@ def write_certs(cfg: ClusterConfig, out_dir: str | os.PathLike[str], *, token: s
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ca_key, ca_cert = make_ca()
+    ca_key, ca_cert = devcerts.make_ca()
     written = [out / CA_FILE]
     _write(written[0], ca_cert.public_bytes(serialization.Encoding.PEM), private=False)
     holders = [(node.id, node.host) for node in cfg.nodes]
     holders += [(CONTROLLER_NAME, cfg.controller.host), (CLIENT_NAME, None)]
     for name, host in holders:
-        cert_pem, key_pem = issue(ca_key, ca_cert, name, host)
+        cert_pem, key_pem = devcerts.issue(ca_key, ca_cert, name, host)
         _write(out / f"{name}.pem", cert_pem, private=False)
         _write(out / f"{name}-key.pem", key_pem, private=True)
         written += [out / f"{name}.pem", out / f"{name}-key.pem"]

@@ -132,7 +132,7 @@ class SimController:
 
     def _start_at(self, effect: machine.StartAt) -> None:
         node = self.world.nodes[effect.node]
-        if node is None or node.epoch != effect.epoch or node.restore_incomplete:
+        if node is None or node.fence(effect.epoch):
             reason = f"initiator {effect.node} unreachable: StartSnapshot failed"
             self.machine.start_failed(effect.snapshot_id, reason, self.now())
             return

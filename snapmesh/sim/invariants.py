@@ -18,12 +18,13 @@ After every step:
      ids a node paid after the restored snapshot's cut there, and one of them
      may then be paid once more (snapmesh/protocol/requests.py W4);
   S7 no `cut` for a snapshot after the node logged an `abort` for it (no zombie).
-When the controller marks a snapshot COMPLETE:
+When the controller marks a snapshot COMPLETE, `snapmesh.checking.cut.check_snapshot`
+(the one definition of a snapshot consistent with the logs):
   C1 every node's recorded balance is its log's balance at its cut;
-  C2 every channel's recorded transfers are exactly the sends after the
-     receiver's position at its cut and before the sender's marker;
+  C2 every channel's recorded transfers are exactly the sends before the
+     sender's cut not received before the receiver's cut;
   C3 the snapshot conserves the total.
-Across restores (issue 10), everything above is per epoch: a node's `restore`
+Across restores, everything above is per epoch: a node's `restore`
 record starts its new epoch (channels keyed by the epoch they were used in);
 S1 is checked whenever every node is in the same epoch and no restore is cut
 short (a crash between its `restore` and its last `replay` holds money until the
@@ -43,6 +44,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from snapmesh.checking import cut
 from snapmesh.protocol import core, overtake, wal
 
 
@@ -256,56 +258,37 @@ class Checker:
     # -- a COMPLETE snapshot (C1-C3)
 
     def check_complete(self, snapshot_id: str, reports: Mapping[str, core.FullState], epoch: int = 1) -> None:
+        """C1-C3: the snapshot against the log of its epoch, by `cut.check_snapshot`
+        (the one definition the real-log checker and the reconcilers use)."""
         self.complete[snapshot_id] = reports
-        cut_balance: dict[str, int] = {}
-        position: dict[tuple[str, str], int] = {}  # (src, dst) -> last seq dst received before its cut
-        marker: dict[tuple[str, str], int] = {}  # (src, dst) -> seq of src's marker
-        for node, log in self.logs.items():
-            balance = self.initial[node]
-            upto: dict[str, int] = {}
-            for record in log:
-                kind = type(record)
-                if kind is wal.Init:
-                    balance = record.balance
-                elif kind is wal.Restore:
-                    balance, upto = record.balance, {}
-                elif kind is wal.Replay:
-                    balance += record.amount
-                elif kind is wal.Send:
-                    balance -= record.amount
-                elif kind is wal.Recv:
-                    balance += record.amount
-                    upto[record.src] = record.seq
-                elif kind is wal.MarkerRecv:
-                    upto[record.src] = record.seq
-                elif kind is wal.MarkerSent and record.snapshot_id == snapshot_id:
-                    marker[(node, record.dst)] = record.seq
-                elif kind is wal.Cut and record.snapshot_id == snapshot_id:
-                    cut_balance[node] = balance
-                    for src, dst in self.channels:
-                        if dst == node:
-                            position[(src, dst)] = upto.get(src, 0)
-        total = 0
+        index = cut.LogIndex.of(cut.epoch_logs(self.logs, epoch), snapshot_ids=[snapshot_id])
+        channels = {
+            (src, dst): [(t.msg_id, t.amount, t.seq) for t in overtake.channel_state(reports, src, dst)]
+            for src, dst in self.channels
+        }
+        snapshot = cut.Snapshot(
+            snapshot_id,
+            nodes=[(node, state.balance) for node, state in reports.items()],
+            channels=[(src, dst, items) for (src, dst), items in channels.items()],
+        )
+        verdict = cut.check_snapshot(index, snapshot, topology=self.channels, total=self.total)
+        problems = verdict.problems
         for node, state in reports.items():
-            if cut_balance.get(node) != state.balance:
-                logged = cut_balance.get(node)
+            if any(p.rule in cut.NODE_RULES and p.args[0] == node for p in problems):
+                at_cut = index.cut(snapshot_id, node)
+                logged = at_cut.balance if at_cut is not None else None
                 raise Violation(f"snapshot {snapshot_id}: {node} recorded {state.balance}, its log says {logged} at its cut")
-            total += state.balance
+        if problems and problems[0].rule in cut.NODE_RULES:
+            raise Violation(f"snapshot {snapshot_id}: COMPLETE but {problems[0].rule} for {problems[0].args[0]}")
         for src, dst in self.channels:
-            if (src, dst) not in marker or (src, dst) not in position:
-                raise Violation(f"snapshot {snapshot_id}: COMPLETE but {src}->{dst} has no marker or no cut in the logs")
-            sent = self.sent[(src, dst, epoch)]
-            expected = [s for s in range(position[(src, dst)] + 1, marker[(src, dst)]) if sent[s][0]]
-            recorded = overtake.channel_state(reports, src, dst)
-            if [t.seq for t in recorded] != expected or any(
-                t.amount != sent[t.seq][0] for t in recorded
-            ):
+            if any(p.args[:2] == (src, dst) and p.rule not in cut.NODE_RULES for p in problems):
+                expected = [seq for _, _, seq in verdict.expected.get((src, dst), [])]
                 raise Violation(
-                    f"snapshot {snapshot_id}: {src}->{dst} recorded seqs {[t.seq for t in recorded]}, the logs say {expected}"
+                    f"snapshot {snapshot_id}: {src}->{dst} recorded seqs {[seq for _, _, seq in channels[(src, dst)]]}, "
+                    f"the logs say {expected}"
                 )
-            total += sum(t.amount for t in recorded)
-        if total != self.total:
-            raise Violation(f"snapshot {snapshot_id}: recorded total {total} != {self.total}")
+        if problems:
+            raise Violation(f"snapshot {snapshot_id}: recorded total {verdict.observed} != {self.total}")
 
     # -- after quiescence (Q1-Q3)
 

@@ -29,7 +29,7 @@ Channel = tuple[str, str]
 
 @dataclass(slots=True)
 class Conn:
-    epoch: int
+    conn_no: int  # the connection's number on its channel, each newer than the last
     eager: bool
     forward: deque = field(default_factory=deque)  # ("open",) / ("data", entries) to dst
     back: deque = field(default_factory=deque)  # acks to src
@@ -53,19 +53,19 @@ class Network:
         self.faults = faults
         self.conns: dict[Channel, Conn | None] = dict.fromkeys(channels)
         self.stale: list[tuple[Channel, Conn]] = []  # cut connections whose wires still deliver
-        self.next_epoch = dict.fromkeys(channels, 0)
+        self.next_conn_no = dict.fromkeys(channels, 0)
         self.partition: dict[str, int] | None = None
 
     # -- effects of the node machines
 
     def transmit(self, src: str, effect: node_mod.Transmit) -> None:
         conn = self.conns[(src, effect.dst)]
-        if conn is not None and conn.epoch == effect.epoch:
+        if conn is not None and conn.conn_no == effect.conn_no:
             conn.forward.append(("data", effect.entries))
 
     def ack(self, dst: str, effect: node_mod.Ack) -> None:
         conn = self.conns[(effect.src, dst)]
-        if conn is not None and conn.epoch == effect.epoch:
+        if conn is not None and conn.conn_no == effect.conn_no:
             conn.back.append(effect.seq)
 
     # -- connections
@@ -80,14 +80,14 @@ class Network:
         if self.conns[channel] is not None or not self.reachable(src, dst):
             return
         a, b = self.nodes[src], self.nodes[dst]
-        if a.epoch != b.epoch or a.restore_incomplete or b.restore_incomplete:  # type: ignore[union-attr]
+        if a.restore_incomplete or b.fence(a.epoch):  # type: ignore[union-attr]
             return  # the receiver refuses the open (stale) or asks to wait (not restored yet)
-        self.next_epoch[channel] += 1
-        conn = self.conns[channel] = Conn(self.next_epoch[channel], eager=self.rng.random() < 0.5)
+        self.next_conn_no[channel] += 1
+        conn = self.conns[channel] = Conn(self.next_conn_no[channel], eager=self.rng.random() < 0.5)
         conn.cluster_epoch = a.epoch  # type: ignore[union-attr]
         conn.forward.append(("open",))
         if conn.eager:
-            a.connect(dst, conn.epoch)  # type: ignore[union-attr]
+            a.connect(dst, conn.conn_no)  # type: ignore[union-attr]
             self.route(src)
 
     def cut(self, channel: Channel, keep_wire: bool) -> None:
@@ -131,11 +131,11 @@ class Network:
 
     def _end(self, node_id: str, conn: Conn) -> node_mod.Node | None:
         """The node at this end of `conn`, if it is up and takes what the
-        connection carries (the cluster epoch it opened in is the node's)."""
+        connection carries (the node's epoch fence lets the epoch it opened in through)."""
         node = self.nodes[node_id]
         if node is None:
             return None
-        if conn.cluster_epoch != node.epoch:
+        if node.fence(conn.cluster_epoch):
             self.faults["stale epoch refused"] += 1
             return None
         return node
@@ -148,10 +148,10 @@ class Network:
             return
         try:
             if item[0] == "open":
-                node.opened(src, conn.epoch)
+                node.opened(src, conn.conn_no)
             else:
                 for entry in item[1]:
-                    node.received(src, conn.epoch, entry.seq, amount=entry.amount, snapshot_id=entry.snapshot_id)
+                    node.received(src, conn.conn_no, entry.seq, amount=entry.amount, snapshot_id=entry.snapshot_id)
                 node.end_frame()
         except core.ProtocolError as exc:
             self.route(dst)
@@ -167,9 +167,9 @@ class Network:
         try:
             if not conn.eager and not conn.resumed and self.conns[channel] is conn:
                 conn.resumed = True
-                node.connect(dst, conn.epoch, resume=seq)
+                node.connect(dst, conn.conn_no, resume=seq)
             else:
-                node.acked(dst, conn.epoch, seq)
+                node.acked(dst, conn.conn_no, seq)
         except core.ProtocolError as exc:
             raise Violation(f"{src}: protocol error on the acks of {src}->{dst}: {exc}") from None
         self.route(src)

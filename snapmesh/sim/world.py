@@ -175,7 +175,7 @@ class World:
 
     def transfer(self, node_id: str, dst: str, amount: int, request_id: str) -> None:
         node = self.nodes[node_id]
-        if node is None or node.restore_incomplete:  # UNAVAILABLE: the client retries
+        if node is None or node.fence_clients():  # UNAVAILABLE: the client retries
             self.unanswered.append((node_id, dst, amount, request_id))
             return
         # Every retry says when it was first sent: one older than the node's window

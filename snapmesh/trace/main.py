@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from snapmesh.commands.argparsing import parse_args
+from snapmesh.settings.argparsing import parse_args
 from snapmesh.trace.clocks import Trace, TraceError, build_trace
 from snapmesh.trace.layout import LayoutError, busiest_snapshot, layout
 from snapmesh.trace.logs import LogError, read_data_dir

@@ -1,4 +1,4 @@
-"""`snapmesh ui`: a read-only web page over the controller's gRPC API (issue 24).
+"""`snapmesh ui`: a read-only web page over the controller's gRPC API.
 
 - `model.py`: pure: snapshots in, what the page shows out (counts, percentiles,
   history pages, in-flight tables, where an IN_PROGRESS snapshot is stuck).

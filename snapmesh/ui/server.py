@@ -30,7 +30,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from snapmesh.settings import security
-from snapmesh.commands.argparsing import parse_args
+from snapmesh.settings.argparsing import parse_args
 from snapmesh.ui import model, pages
 from snapmesh.ui.source import ControllerDown, NotFound, Source
 

@@ -1,0 +1,47 @@
+"""What the bench's phases share with the phase on hosts: the cluster's money, its
+callers per node, and back-to-back snapshots timed from the client and the controller.
+
+Its own module so that `bench.lab` (which starts the phase on hosts) and
+`bench.hosts` (which measures with these) do not import each other.
+"""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+
+from snapmesh.checking.snapshots import duration_s
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+INITIAL_BALANCE = 10**12  # nobody runs out of money: refusals would not be load
+DEADLINE_S = 10.0
+
+
+def paced_callers(nodes: int) -> int:
+    """Paced callers per node: enough that the pacing, not round trips, sets the rate."""
+    return 4 if nodes <= 4 else 2
+
+
+def latency_run(controller, count: int, cap_s: float, statuses: dict[str, int]):
+    """Back-to-back snapshots with wait=true: client and controller durations (ms)."""
+    client, server, in_flight, failed = [], [], [], 0
+    until = time.perf_counter() + cap_s
+    for _ in range(count):
+        if time.perf_counter() > until:
+            break
+        t0 = time.perf_counter()
+        try:
+            snapshot = controller.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=DEADLINE_S + 10)
+        except grpc.RpcError:
+            failed += 1
+            continue
+        elapsed = time.perf_counter() - t0
+        statuses[snapshot.snapshot_id] = snapshot.status
+        if snapshot.status != pb.Snapshot.COMPLETE:
+            failed += 1
+            continue
+        client.append(elapsed * 1e3)
+        server.append(duration_s(snapshot) * 1e3)
+        in_flight.append(sum(len(c.in_flight) for c in snapshot.channels))
+    return client, server, failed, in_flight

@@ -1,0 +1,33 @@
+"""What every file deploy/compose/generate.py writes agrees on: the node ids, the ports, a node's service, the healthcheck."""
+
+from __future__ import annotations
+
+CONTROLLER_PORT = 50050
+CONTROLLER_METRICS_PORT = 9100
+NODE_PORT_BASE = 50050  # node i listens on 50050 + i
+NODE_METRICS_BASE = 9100  # and serves /metrics on 9100 + i
+INITIAL_BALANCE = 1000
+SNAPSHOT_DEADLINE_S = 10
+
+
+def node_ids(n: int) -> list[str]:
+    return [f"p{i}" for i in range(1, n + 1)]
+
+
+def healthcheck(port: int) -> str:
+    return f"""    healthcheck:
+      test: ["CMD", "snapmesh", "health", "127.0.0.1:{port}", "--timeout", "2"]
+      interval: 3s
+      timeout: 5s
+      retries: 20
+      start_period: 5s
+"""
+
+
+def node_service(node: str) -> str:
+    """The start of node `node`'s service, the same in the compose file and the Swarm stack."""
+    return f"""  {node}:
+    <<: *snapmesh
+    hostname: {node}
+    command: ["node", "--config", "/etc/snapmesh/cluster.toml", "--id", "{node}"]
+"""

@@ -1,0 +1,367 @@
+"""Is a snapshot a consistent cut of what the logs say happened? The one definition.
+
+Pure: records from `snapmesh.protocol.wal` in, problems out; no file, clock or
+network (callers read the files). The real-log checker (`logcheck.check_logs`), the
+plain-Python reconciler (`snapmesh.reconcile.baseline`, and through it the rows the
+Spark job must match) and the fault fuzzer's judge (`snapmesh.sim.invariants`) all
+ask `check_snapshot`; each words the problems its own way. docs/reconcile.md,
+"The rules", lists the rules with the name each has here.
+
+`LogIndex` reads every node's records once, in lsn order (`add` one at a time, for a
+reader that streams, or `LogIndex.of(logs)`): per node the balance and, per channel
+end, (records, highest seq, highest transfer seq) before every `cut`; per channel the
+sends by seq; the markers. `check_snapshot(index, snapshot)` then costs about the
+snapshot's size.
+
+With per-channel seqs over FIFO channels, "the sends j logged before its cut minus
+the receives i logged before its cut" is the sends with seq in (b, a]: a the highest
+transfer seq j sent before its cut, b the highest i received before its cut. The
+prefix rules (each end's seqs before its cut are 1..n) are what make the two the same.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from snapmesh.protocol import wal
+
+Channel = tuple[str, str]
+Transfer = tuple[str, int, int]  # (msg_id, amount, seq)
+
+# The rules, by the problem each reports (the order of docs/reconcile.md "The rules").
+MISSING_NODE = "MISSING_NODE"  # a node the logs show is not in the snapshot
+UNKNOWN_NODE = "UNKNOWN_NODE"  # a node in the snapshot has no log
+NODE_LISTED_TWICE = "NODE_LISTED_TWICE"
+NO_CUT = "NO_CUT"  # a node of the logs has no `cut` record for the snapshot
+MANY_CUTS = "MANY_CUTS"
+MISSING_CHANNEL = "MISSING_CHANNEL"  # a channel (of the logs, or the topology) is not in the snapshot
+UNKNOWN_CHANNEL = "UNKNOWN_CHANNEL"  # only against a topology: a recorded channel outside it
+CHANNEL_LISTED_TWICE = "CHANNEL_LISTED_TWICE"
+BALANCE = "BALANCE"  # recorded balance != init + received - sent before the cut
+CUT_BALANCE = "CUT_BALANCE"  # the cut record's balance != the same
+SENDER_NOT_PREFIX = "SENDER_NOT_PREFIX"  # the sender's seqs before its cut are not 1..n
+RECEIVER_NOT_PREFIX = "RECEIVER_NOT_PREFIX"
+ORPHAN_RECEIPT = "ORPHAN_RECEIPT"  # received before the receiver's cut, sent after the sender's
+MISSING_IN_FLIGHT = "MISSING_IN_FLIGHT"  # sent before the sender's cut, not received before the receiver's
+IN_FLIGHT_NEVER_SENT = "IN_FLIGHT_NEVER_SENT"
+IN_FLIGHT_OTHER_CHANNEL = "IN_FLIGHT_OTHER_CHANNEL"
+IN_FLIGHT_AFTER_CUT = "IN_FLIGHT_AFTER_CUT"  # nothing sent after a cut appears in the snapshot
+IN_FLIGHT_RECEIVED = "IN_FLIGHT_RECEIVED"
+UNEXPECTED_IN_FLIGHT = "UNEXPECTED_IN_FLIGHT"
+IN_FLIGHT_LISTED_TWICE = "IN_FLIGHT_LISTED_TWICE"
+IN_FLIGHT_AMOUNT = "IN_FLIGHT_AMOUNT"
+IN_FLIGHT_SEQ = "IN_FLIGHT_SEQ"
+IN_FLIGHT_ORDER = "IN_FLIGHT_ORDER"
+CONSERVATION = "CONSERVATION"  # recorded balances + in flight != the total
+CLAIMED_TOTAL = "CLAIMED_TOTAL"  # the snapshot's own `total` is not its parts' sum
+CLAIMED_EXPECTED = "CLAIMED_EXPECTED"  # its `expected_total` is not the logs' total
+MARKERS = "MARKERS"  # only with markers=True: not one marker out and one in per channel
+MARKER_BEFORE_CUT = "MARKER_BEFORE_CUT"  # only with markers=True
+
+NODE_RULES = (MISSING_NODE, UNKNOWN_NODE, NODE_LISTED_TWICE, NO_CUT, MANY_CUTS, BALANCE, CUT_BALANCE)
+IN_FLIGHT_RULES = (
+    MISSING_IN_FLIGHT, IN_FLIGHT_NEVER_SENT, IN_FLIGHT_OTHER_CHANNEL, IN_FLIGHT_AFTER_CUT, IN_FLIGHT_RECEIVED,
+    UNEXPECTED_IN_FLIGHT, IN_FLIGHT_LISTED_TWICE, IN_FLIGHT_AMOUNT, IN_FLIGHT_SEQ, IN_FLIGHT_ORDER,
+)
+
+
+# The kinds the rules read, and their fields (the required ones of `wal.SPEC`).
+READ_KINDS = ("init", "send", "recv", "cut", "marker_sent", "marker_recv", "restore", "replay")
+_READ_FIELDS = {kind: tuple(name for name, _, required in wal.SPEC[kind] if required) for kind in READ_KINDS}
+
+
+def record(raw: Mapping[str, Any], node: str | None = None) -> wal.Record:
+    """A log line its reader already parsed and checked (a dict) as the `wal` record
+    the rules read; a kind they do not read (abort, restart, checkpoint, ...) as
+    `wal.Unknown`, whatever its fields. With `node` (whose log it is), a line may
+    leave out its own end of the channel (`src` of a send, `dst` of a receipt)."""
+    kind = raw["kind"]
+    fields = _READ_FIELDS.get(kind)
+    if fields is None:
+        return wal.Unknown(lsn=raw["lsn"], kind=kind)
+    own = {"src": node} if kind in ("send", "marker_sent") else {"dst": node} if kind in ("recv", "marker_recv") else {}
+    return wal.BY_KIND[kind](lsn=raw["lsn"], **{name: raw[name] if name in raw else own[name] for name in fields})
+
+
+class Problem(NamedTuple):
+    """One broken rule: `rule` (a name above) and the values its message shows, in
+    the order of `snapmesh.reconcile.messages` (the first is the node or the src)."""
+
+    rule: str
+    args: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class CutState:
+    """A node at one of its `cut` records: the record's lsn and balance, the balance
+    its log gives before it, and per ("out", dst) / ("in", src) the (records, highest
+    seq, highest transfer seq) before it."""
+
+    lsn: int
+    cut_balance: int
+    balance: int
+    links: Mapping[tuple[str, str], tuple[int, int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a snapshot recorded, as listed (a node or channel may be listed twice)."""
+
+    snapshot_id: str
+    nodes: Sequence[tuple[str, int]]  # (node, recorded balance)
+    channels: Sequence[tuple[str, str, Sequence[Transfer]]]  # (src, dst, in flight in the listed order)
+    total: int | None = None  # the snapshot's own claims, when it makes them
+    expected_total: int | None = None
+
+
+@dataclass(slots=True)
+class Verdict:
+    """`check_snapshot`'s answer: the problems (rule order, not yet sorted) and, per
+    channel with both cuts, the in-flight transfers the logs give, in seq order."""
+
+    snapshot_id: str
+    problems: list[Problem] = field(default_factory=list)
+    expected: dict[Channel, list[Transfer]] = field(default_factory=dict)
+    balances: int = 0
+    in_flight: int = 0
+    total: int = 0
+
+    @property
+    def observed(self) -> int:
+        return self.balances + self.in_flight
+
+    @property
+    def consistent(self) -> bool:
+        return not self.problems
+
+
+class LogIndex:
+    """Every node's records read once (see the module docstring). `snapshot_ids`:
+    keep cut states for these snapshots only (None: all)."""
+
+    def __init__(self, snapshot_ids: Iterable[str] | None = None) -> None:
+        self.wanted = None if snapshot_ids is None else set(snapshot_ids)
+        self.nodes: dict[str, None] = {}  # in the order first seen
+        self.initial_total = 0
+        self.cuts: dict[tuple[str, str], list[CutState]] = defaultdict(list)  # (sid, node) ->
+        self.send_by_seq: dict[Channel, dict[int, tuple[str, int]]] = defaultdict(dict)  # seq -> (msg_id, amount)
+        self.first_send: dict[str, tuple[str, str, int, int]] = {}  # msg_id -> min (src, dst, seq, amount)
+        self.channels: set[Channel] = set()
+        self.markers_sent: dict[tuple[str, Channel], list[int]] = defaultdict(list)  # -> lsns
+        self.markers_recv: Counter[tuple[str, Channel]] = Counter()
+        self._balance: dict[str, int] = defaultdict(int)
+        self._links: dict[str, dict[tuple[str, str], list[int]]] = defaultdict(dict)
+
+    @classmethod
+    def of(cls, logs: Mapping[str, Iterable[wal.Record]], snapshot_ids: Iterable[str] | None = None) -> LogIndex:
+        index = cls(snapshot_ids)
+        for node, records in logs.items():
+            for record in records:
+                index.add(node, record)
+        return index
+
+    def _link(self, node: str, key: tuple[str, str], seq: int, transfer: bool) -> None:
+        link = self._links[node].get(key)
+        if link is None:
+            link = self._links[node][key] = [0, 0, 0]
+        link[0] += 1
+        link[1] = max(link[1], seq)
+        if transfer:
+            link[2] = max(link[2], seq)
+
+    def add(self, node: str, r: wal.Record) -> None:
+        """The next record of `node`'s log (each node's in lsn order)."""
+        self.nodes.setdefault(node)
+        kind = type(r)
+        if kind is wal.Send:
+            self._balance[node] -= r.amount  # type: ignore[attr-defined]
+            channel = (r.src, r.dst)  # type: ignore[attr-defined]
+            self._link(node, ("out", r.dst), r.seq, True)  # type: ignore[attr-defined]
+            self.send_by_seq[channel][r.seq] = (r.msg_id, r.amount)  # type: ignore[attr-defined]
+            sent = (r.src, r.dst, r.seq, r.amount)  # type: ignore[attr-defined]
+            first = self.first_send.get(r.msg_id)  # type: ignore[attr-defined]
+            self.first_send[r.msg_id] = sent if first is None else min(first, sent)  # type: ignore[attr-defined]
+            self.channels.add(channel)
+        elif kind is wal.Recv:
+            self._balance[node] += r.amount  # type: ignore[attr-defined]
+            self._link(node, ("in", r.src), r.seq, True)  # type: ignore[attr-defined]
+            self.channels.add((r.src, r.dst))  # type: ignore[attr-defined]
+        elif kind is wal.MarkerSent:
+            self._link(node, ("out", r.dst), r.seq, False)  # type: ignore[attr-defined]
+            self.markers_sent[(r.snapshot_id, (r.src, r.dst))].append(r.lsn)  # type: ignore[attr-defined]
+            self.channels.add((r.src, r.dst))  # type: ignore[attr-defined]
+        elif kind is wal.MarkerRecv:
+            self._link(node, ("in", r.src), r.seq, False)  # type: ignore[attr-defined]
+            self.markers_recv[(r.snapshot_id, (r.src, r.dst))] += 1  # type: ignore[attr-defined]
+            self.channels.add((r.src, r.dst))  # type: ignore[attr-defined]
+        elif kind is wal.Init:
+            self._balance[node] += r.balance  # type: ignore[attr-defined]
+            self.initial_total += r.balance  # type: ignore[attr-defined]
+        elif kind is wal.Cut and (self.wanted is None or r.snapshot_id in self.wanted):  # type: ignore[attr-defined]
+            links = {key: (v[0], v[1], v[2]) for key, v in self._links[node].items()}
+            self.cuts[(r.snapshot_id, node)].append(CutState(r.lsn, r.balance, self._balance[node], links))  # type: ignore[attr-defined]
+
+    def cut(self, sid: str, node: str) -> CutState | None:
+        """The node's cut for `sid` (the first, when a log has several)."""
+        states = self.cuts.get((sid, node))
+        return min(states, key=lambda c: (c.lsn, c.cut_balance)) if states else None
+
+
+def epoch_logs(logs: Mapping[str, Sequence[wal.Record]], epoch: int) -> dict[str, list[wal.Record]]:
+    """Each node's log in `epoch`, as a run of its own: epoch 1 up to the first
+    `restore`; epoch E from the last `restore` record of E, which becomes an `init`
+    holding the restored balance plus the replays after it (seqs start over)."""
+    out: dict[str, list[wal.Record]] = {}
+    for node, records in logs.items():
+        current: list[wal.Record] | None = None
+        if epoch == 1:
+            current = out[node] = []
+        for r in records:
+            if type(r) is wal.Restore:
+                current = [wal.Init(lsn=r.lsn, balance=r.balance)] if r.epoch == epoch else None
+                if current is not None:
+                    out[node] = current  # a restore redone after a crash replaces the cut-short one
+            elif current is None:
+                continue
+            elif type(r) is wal.Replay:
+                current[0] = wal.Init(lsn=current[0].lsn, balance=current[0].balance + r.amount)  # type: ignore[attr-defined]
+            else:
+                current.append(r)
+    return out
+
+
+def check_snapshot(
+    index: LogIndex,
+    snap: Snapshot,
+    *,
+    topology: Iterable[Channel] | None = None,
+    total: int | None = None,
+    markers: bool = False,
+) -> Verdict:
+    """Every rule on one snapshot. `topology`: the channels there are (default: the
+    ones the logs show; given, a recorded channel outside it is UNKNOWN_CHANNEL).
+    `total`: the money there is (default: the logs' `init` balances). `markers`:
+    also one marker out and one in per channel, sent after the sender's cut (the
+    Spark job does not read markers, so the reconcilers leave it off)."""
+    sid = snap.snapshot_id
+    verdict = Verdict(sid, total=index.initial_total if total is None else total)
+    say = verdict.problems.append
+    listed: dict[str, list[int]] = defaultdict(list)
+    for node, balance in snap.nodes:
+        listed[node].append(balance)
+    for node in sorted(set(index.nodes) | set(listed)):
+        in_logs, balances, cut = node in index.nodes, listed.get(node), index.cut(sid, node)
+        if in_logs and not balances:
+            say(Problem(MISSING_NODE, (node,)))
+        if not in_logs:
+            say(Problem(UNKNOWN_NODE, (node,)))
+        if balances and len(balances) > 1:
+            say(Problem(NODE_LISTED_TWICE, (node, len(balances))))
+        if in_logs and cut is None:
+            say(Problem(NO_CUT, (node,)))
+        if cut is not None and len(index.cuts[(sid, node)]) > 1:
+            say(Problem(MANY_CUTS, (node, len(index.cuts[(sid, node)]))))
+        if balances and cut is not None and min(balances) != cut.balance:
+            say(Problem(BALANCE, (node, min(balances), cut.balance)))
+        if cut is not None and cut.cut_balance != cut.balance:
+            say(Problem(CUT_BALANCE, (node, cut.cut_balance, cut.balance)))
+
+    by_channel: dict[Channel, list[Sequence[Transfer]]] = defaultdict(list)
+    for src, dst, items in snap.channels:
+        by_channel[(src, dst)].append(items)
+    channels = set(index.channels) if topology is None else set(topology)
+    for src, dst in sorted(channels | set(by_channel)):
+        _check_channel(index, sid, src, dst, channels, by_channel.get((src, dst), []), topology is not None,
+                       verdict)
+    if markers:
+        for src, dst in sorted(channels):
+            _check_markers(index, sid, src, dst, say)
+
+    verdict.balances = sum(b for _, b in snap.nodes)
+    verdict.in_flight = sum(amount for _, _, items in snap.channels for _, amount, _ in items)
+    if verdict.observed != verdict.total:
+        say(Problem(CONSERVATION, (verdict.observed, verdict.balances, verdict.in_flight, verdict.total)))
+    if snap.total is not None and snap.total != verdict.observed:
+        say(Problem(CLAIMED_TOTAL, (snap.total, verdict.observed)))
+    if snap.expected_total is not None and snap.expected_total != verdict.total:
+        say(Problem(CLAIMED_EXPECTED, (snap.expected_total, verdict.total)))
+    return verdict
+
+
+def _check_channel(
+    index: LogIndex, sid: str, src: str, dst: str, channels: set[Channel], entries: list[Sequence[Transfer]],
+    strict: bool, verdict: Verdict,
+) -> None:
+    say = verdict.problems.append
+    if (src, dst) in channels and not entries:
+        say(Problem(MISSING_CHANNEL, (src, dst)))
+    if strict and (src, dst) not in channels:
+        say(Problem(UNKNOWN_CHANNEL, (src, dst)))
+    if len(entries) > 1:
+        say(Problem(CHANNEL_LISTED_TWICE, (src, dst, len(entries))))
+    for items in entries:
+        seqs = [seq for _, _, seq in items]
+        if seqs != sorted(seqs):
+            say(Problem(IN_FLIGHT_ORDER, (src, dst)))
+            break
+    recorded: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for items in entries:
+        for msg_id, amount, seq in items:
+            recorded[msg_id].append((amount, seq))
+    sender, receiver = index.cut(sid, src), index.cut(sid, dst)
+    expected: dict[str, tuple[int, int]] = {}
+    a = b = None
+    if sender is not None and receiver is not None:
+        sent_n, sent_top, a = sender.links.get(("out", dst), (0, 0, 0))
+        got_n, got_top, b = receiver.links.get(("in", src), (0, 0, 0))
+        if sent_n != sent_top:
+            say(Problem(SENDER_NOT_PREFIX, (src, dst, src, sent_n, sent_top)))
+        if got_n != got_top:
+            say(Problem(RECEIVER_NOT_PREFIX, (src, dst, dst, got_n, got_top)))
+        if b > a:
+            say(Problem(ORPHAN_RECEIPT, (src, dst, dst, b, src, a)))
+        by_seq = index.send_by_seq.get((src, dst), {})
+        for seq in range(b + 1, a + 1):
+            if seq in by_seq:
+                msg_id, amount = by_seq[seq]
+                expected[msg_id] = (amount, seq)
+        verdict.expected[(src, dst)] = [(m, amount, seq) for m, (amount, seq) in expected.items()]
+    for msg_id, (amount, seq) in expected.items():
+        got = recorded.get(msg_id)
+        if not got:
+            say(Problem(MISSING_IN_FLIGHT, (src, dst, msg_id)))
+            continue
+        rec_amount, rec_seq = min(x[0] for x in got), min(x[1] for x in got)
+        if rec_amount != amount:
+            say(Problem(IN_FLIGHT_AMOUNT, (src, dst, msg_id, rec_amount, amount)))
+        if rec_seq != seq:
+            say(Problem(IN_FLIGHT_SEQ, (src, dst, msg_id, rec_seq, seq)))
+    for msg_id, got in recorded.items():
+        if len(got) > 1:
+            say(Problem(IN_FLIGHT_LISTED_TWICE, (src, dst, msg_id, len(got))))
+        if msg_id in expected:
+            continue
+        sent = index.first_send.get(msg_id)
+        if sent is None:
+            say(Problem(IN_FLIGHT_NEVER_SENT, (src, dst, msg_id)))
+        elif (sent[0], sent[1]) != (src, dst):
+            say(Problem(IN_FLIGHT_OTHER_CHANNEL, (src, dst, msg_id, sent[0], sent[1])))
+        elif a is not None and sent[2] > a:
+            say(Problem(IN_FLIGHT_AFTER_CUT, (src, dst, msg_id, src)))
+        elif b is not None and sent[2] <= b:
+            say(Problem(IN_FLIGHT_RECEIVED, (src, dst, msg_id, dst)))
+        else:
+            say(Problem(UNEXPECTED_IN_FLIGHT, (src, dst, msg_id)))
+
+
+def _check_markers(index: LogIndex, sid: str, src: str, dst: str, say) -> None:  # noqa: ANN001
+    sent = index.markers_sent.get((sid, (src, dst)), [])
+    got = index.markers_recv.get((sid, (src, dst)), 0)
+    sender = index.cut(sid, src)
+    if len(sent) != 1 or got != 1:
+        say(Problem(MARKERS, (src, dst, len(sent), got)))
+    elif sender is not None and sent[0] < sender.lsn:
+        say(Problem(MARKER_BEFORE_CUT, (src, dst, src)))

@@ -1,0 +1,84 @@
+"""A node's epoch: which calls it lets through, and which restore it takes (node rule N8).
+
+The cluster's epoch goes up by one with every restore. A node is in one epoch
+at a time, and every shell asks this one object, never its own copy:
+
+- `fence(epoch)`: a call of an older epoch (a snapshot start, a channel's
+  open, a restore) is stale, refused for good; one of a newer epoch, or any
+  while this node's restore is unfinished, waits until this node has restored
+  (the caller asks again later);
+- `fence_clients()`: clients' transfers wait while a restore cut short by a
+  crash is redone (the balance is not the restored one yet);
+- `takes_restore(epoch, snapshot_id)`: a restore into a newer epoch, or the
+  unfinished one, is done; a repeat of the one done is a no-op; an older epoch,
+  or another snapshot in this epoch, is refused.
+
+A connection's own number (link `conn_no`) is another thing: it names one
+connection of one channel, and the link fences older ones (link L6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from snapmesh.protocol.core import RemoteProtocolError
+
+
+class Fenced(NamedTuple):
+    """Why the node will not take a call now. `stale`: from an older epoch,
+    refused for good; otherwise the caller asks again later (a newer epoch, or
+    this node's restore is not finished yet)."""
+
+    stale: bool
+    reason: str
+
+
+@dataclass(slots=True)
+class EpochState:
+    node_id: str
+    epoch: int = 1  # the cluster epoch this node is in
+    restored: str = ""  # the snapshot restored into `epoch`, if any
+    restore_incomplete: bool = False  # cut short by a crash: it must be done again
+    restored_balance: int = 0  # the balance right after the last restore (its answer)
+
+    def fence(self, epoch: int, what: str = "") -> Fenced | None:
+        """May a call of the cluster's `epoch` (`what` names it) go on? None: yes."""
+        if epoch < self.epoch:
+            return Fenced(True, f"{what} is from epoch {epoch}; {self.node_id} is in epoch {self.epoch}")
+        if epoch > self.epoch or self.restore_incomplete:
+            return Fenced(False, f"{self.node_id} has not restored epoch {epoch} yet")
+        return None
+
+    def fence_clients(self) -> Fenced | None:
+        """May a client's transfer go on? None: yes."""
+        if self.restore_incomplete:
+            return Fenced(False, f"{self.node_id} is finishing a restore")
+        return None
+
+    def takes_restore(
+        self, epoch: int, snapshot_id: str, balance: int, deliveries: list[tuple[str, str, int, int]], incoming: Collection[str]
+    ) -> bool:
+        """Is a restore of `snapshot_id` into `epoch` (`balance`, and the
+        `deliveries` (src, msg_id, seq, amount) to replay) to be done? False for
+        a repeat of the one done. Raises RemoteProtocolError for an older epoch,
+        another snapshot than the one restored into this epoch, a delivery on
+        no channel in `incoming` or a negative balance."""
+        if epoch < self.epoch:
+            raise RemoteProtocolError(f"{self.node_id} is in epoch {self.epoch}; a restore for epoch {epoch} is stale")
+        if epoch == self.epoch and not self.restore_incomplete:
+            if self.restored and self.restored != snapshot_id:
+                raise RemoteProtocolError(f"{self.node_id} restored {self.restored!r} in epoch {epoch}, not {snapshot_id!r}")
+            return False
+        for src, msg_id, _, amount in deliveries:
+            if src not in incoming or amount < 1 or not msg_id:
+                raise RemoteProtocolError(f"{self.node_id}: cannot replay {msg_id!r} ({amount}) from {src!r}")
+        if balance < 0:
+            raise RemoteProtocolError(f"{self.node_id}: a recorded balance of {balance}")
+        return True
+
+    def entered(self, epoch: int, snapshot_id: str, balance: int) -> None:
+        """The restore of `snapshot_id` into `epoch` is done; `balance` is its answer."""
+        self.epoch, self.restored, self.restore_incomplete = epoch, snapshot_id, False
+        self.restored_balance = balance
