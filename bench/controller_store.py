@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from bench import results
-from services.controller import export, journal
+from services.controller import export
+from snapmesh.protocol import controller_journal as journal
 from services.controller.store import SnapshotStore
 from snapmesh.serving.durable import write_atomically
 from snapmesh.protocol.topology import Topology

@@ -24,7 +24,7 @@ import statistics
 import time
 
 from bench import results as bench_results
-from services.controller.tracker import Now, Tracker
+from snapmesh.protocol.tracker import Now, Tracker
 from services.node.reporter import full_state_message
 from snapmesh.protocol import core
 from snapmesh.protocol.link import Entry

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from services.controller import journal as J
-from services.controller.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker
+from snapmesh.protocol import controller_journal as R
+from snapmesh.protocol.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -22,14 +23,14 @@ def report(sid: str, node: str, balance: int, amounts=()) -> pb.FullState:
 
 
 RECORDS = [
-    J.Started(snapshot_id="a", initiator="p1", wall=1000.0),
-    J.Reported(state=report("a", "p1", 60, [5]), wall=1000.1),
-    J.Started(snapshot_id="b", initiator="p2", wall=1000.2),
-    J.Reported(state=report("a", "p2", 35), wall=1000.3),
-    J.Finished(snapshot_id="a", status=COMPLETE, reason="", wall=1000.3),
-    J.Reported(state=report("b", "p2", 40), wall=1000.4),
-    J.Started(snapshot_id="c", initiator="p1", wall=1000.5),
-    J.Finished(snapshot_id="c", status=FAILED, reason="initiator p1 unreachable", wall=1000.6),
+    R.Started(snapshot_id="a", initiator="p1", wall=1000.0),
+    R.Reported(state=report("a", "p1", 60, [5]), wall=1000.1),
+    R.Started(snapshot_id="b", initiator="p2", wall=1000.2),
+    R.Reported(state=report("a", "p2", 35), wall=1000.3),
+    R.Finished(snapshot_id="a", status=COMPLETE, reason="", wall=1000.3),
+    R.Reported(state=report("b", "p2", 40), wall=1000.4),
+    R.Started(snapshot_id="c", initiator="p1", wall=1000.5),
+    R.Finished(snapshot_id="c", status=FAILED, reason="initiator p1 unreachable", wall=1000.6),
 ]
 
 
@@ -51,28 +52,28 @@ def live_tracker() -> Tracker:
 
 
 def test_records_round_trip_and_a_torn_or_corrupt_tail_ends_the_journal():
-    data = b"".join(J.encode(r) for r in RECORDS)
-    records, good, problem = J.decode_all(data)
+    data = b"".join(R.encode(r) for r in RECORDS)
+    records, good, problem = R.decode_all(data)
     assert records == RECORDS and good == len(data) and problem is None
-    last = len(J.encode(RECORDS[-1]))
+    last = len(R.encode(RECORDS[-1]))
     for cut in (1, 7, last - 1):  # a crash mid-write
-        records, good, problem = J.decode_all(data[:-cut])
+        records, good, problem = R.decode_all(data[:-cut])
         assert records == RECORDS[:-1] and good == len(data) - last and "torn" in problem
     flipped = bytearray(data)
     flipped[-2] ^= 0xFF
-    records, good, problem = J.decode_all(bytes(flipped))
+    records, good, problem = R.decode_all(bytes(flipped))
     assert records == RECORDS[:-1] and "checksum" in problem
 
 
 def test_replay_rebuilds_exactly_what_was_answered():
     rebuilt = tracker()
-    finished, warnings = J.replay(RECORDS, rebuilt, Now(mono=500.0, wall=2000.0), skip=set())
+    finished, warnings = R.replay(RECORDS, rebuilt, Now(mono=500.0, wall=2000.0), skip=set())
     assert finished == ["a", "c"] and warnings == []
     assert rebuilt.all() == live_tracker().all()
     assert rebuilt.get("a").status == COMPLETE and rebuilt.get("b").status == IN_PROGRESS
     # a snapshot already filed is left alone
     skipped = tracker()
-    J.replay(RECORDS, skipped, Now(mono=500.0, wall=2000.0), skip={"a"})
+    R.replay(RECORDS, skipped, Now(mono=500.0, wall=2000.0), skip={"a"})
     assert [s.snapshot_id for s in skipped.all()] == ["b", "c"]
 
 
@@ -90,13 +91,13 @@ def test_the_file_survives_reopening_cuts_a_torn_tail_and_drops_filed_snapshots_
 
     assert asyncio.run(write(RECORDS[:4])) == ([], [])
     with path.open("ab") as f:  # a crash in the middle of the next frame
-        f.write(J.encode(RECORDS[4])[:9])
+        f.write(R.encode(RECORDS[4])[:9])
     found, warnings = asyncio.run(write(RECORDS[4:]))
     assert found == RECORDS[:4] and "torn" in warnings[0]
     found, warnings = asyncio.run(write([]))
     assert found == RECORDS and warnings == []
     # "a" and "c" are filed: a tiny rotation threshold makes the next sync rewrite the file
-    found, _ = asyncio.run(write([J.Reported(state=report("b", "p1", 60), wall=1000.7)], rotate_bytes=1, forget="ac"))
+    found, _ = asyncio.run(write([R.Reported(state=report("b", "p1", 60), wall=1000.7)], rotate_bytes=1, forget="ac"))
     found, warnings = asyncio.run(write([]))
     assert {r.snapshot_id for r in found} == {"b"} and warnings == []
     assert len(found) == 3  # b's start, its two reports
@@ -109,19 +110,19 @@ def test_restore_records_round_trip_set_the_epoch_and_the_newest_one_is_resumed(
     )
     records = [
         *RECORDS[:5],
-        J.Restored(restore=restoring),
-        J.Started(snapshot_id="d", initiator="p2", wall=1001.0, epoch=2),
-        J.Restored(restore=restored),
+        R.Restored(restore=restoring),
+        R.Started(snapshot_id="d", initiator="p2", wall=1001.0, epoch=2),
+        R.Restored(restore=restored),
     ]
-    decoded, _, problem = J.decode_all(b"".join(J.encode(r) for r in records))
+    decoded, _, problem = R.decode_all(b"".join(R.encode(r) for r in records))
     assert decoded == records and problem is None
-    assert J.Restored(restore=restoring).snapshot_id == "restore@2"  # its own journal key, never filed
+    assert R.Restored(restore=restoring).snapshot_id == "restore@2"  # its own journal key, never filed
     rebuilt = tracker()
-    J.replay(decoded, rebuilt, Now(mono=500.0, wall=2000.0), skip=set())
+    R.replay(decoded, rebuilt, Now(mono=500.0, wall=2000.0), skip=set())
     assert rebuilt.epoch == 2 and rebuilt.get("d").epoch == 2 and rebuilt.get("a").epoch == 1
-    assert J.last_restore(decoded) == restored
-    assert J.last_restore(decoded[:-2]) == restoring  # a crash mid-restore: resumed from this one
-    assert J.last_restore(RECORDS) is None
+    assert R.last_restore(decoded) == restored
+    assert R.last_restore(decoded[:-2]) == restoring  # a crash mid-restore: resumed from this one
+    assert R.last_restore(RECORDS) is None
 
 
 def test_the_live_byte_count_is_kept_per_write_and_matches_the_frames_and_the_rewritten_file(tmp_path):
@@ -147,7 +148,7 @@ def test_the_live_byte_count_is_kept_per_write_and_matches_the_frames_and_the_re
         assert reopened._live_bytes == summed(reopened) == path.stat().st_size
         reopened.forget("b")
         reopened.forget("c")  # only the next frame stays live: under half the file, so it is rewritten
-        await reopened.append(J.Reported(state=report("b", "p1", 60), wall=1000.7))
+        await reopened.append(R.Reported(state=report("b", "p1", 60), wall=1000.7))
         assert reopened._live_bytes == summed(reopened) == path.stat().st_size
         await reopened.close()
 

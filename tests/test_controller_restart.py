@@ -1,6 +1,6 @@
 """The controller SIGKILLed and restarted on real processes: nothing it started or
-answered is forgotten (defect 7 of issue 8; "persistence off the reply path" of
-issue 11). Every snapshot ends COMPLETE or FAILED("controller restarted"), never
+answered is forgotten, though its files are written off the reply path. Every
+snapshot ends COMPLETE or FAILED("controller restarted"), never
 NOT_FOUND or stuck, and one answered COMPLETE comes back the same."""
 
 from __future__ import annotations

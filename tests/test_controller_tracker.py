@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.controller.tracker import (
+from snapmesh.protocol.tracker import (
     COMPLETE,
     FAILED,
     IN_PROGRESS,
@@ -158,7 +158,7 @@ def test_a_bad_report_is_refused_with_a_typed_error_and_changes_nothing(mutate, 
 
 
 def test_an_identical_repeat_of_a_report_is_accepted_and_changes_nothing():
-    """Defect 10: a node retrying after a lost answer sends the same FullState again."""
+    """A node retrying after a lost answer sends the same FullState again."""
     t = tracker()
     t.start("s1", "p1", at())
     first = t.report(state(t, "s1", "p1", 100, {"p2": [4]}), at(0.1))
@@ -361,3 +361,19 @@ def test_a_report_in_another_snapshot_mode_is_refused_naming_the_field():
         t2 = Tracker(topology=t.topology, expected_total=300, deadline_s=5, snapshot_mode="overtake")
         t2.start("s1", "p1", at())
         t2.report(overtake_state(t2, "s1", "p1", 100, {"p2": 0}, {}), at())
+
+
+def test_snapshot_id_stamps_match_the_time_module_utc_formatting():
+    # The tracker formats UTC itself (the pure layer has no time module): it must
+    # agree with time.strftime(gmtime) across leap years, century rules and the epoch.
+    import random
+    import time
+
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    samples = [0, 59, 86_399, 86_400, 951_782_400, 4_107_542_399, 4_107_542_400, 1_709_164_800]
+    samples += [rng.randrange(0, 10**10) for _ in range(2_000)]
+    for seconds in samples:
+        expected = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds))
+        assert new_snapshot_id(seconds, b"\x01").startswith(expected + ".000000Z-"), (seed, seconds)

@@ -1,4 +1,4 @@
-"""Issue 26.7, the tracker half: the controller keeps a bounded working set of
+"""The bounded working set, the tracker half: the controller keeps a bounded working set of
 finished snapshots in memory and reads older ones from its store.
 
 The tracker (pure) drops filed snapshots past `kept`, oldest first, never one
@@ -15,9 +15,10 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.controller.servicer import ControllerMetrics, ControllerService
+from services.controller.metrics import ControllerMetrics
+from services.controller.servicer import ControllerService
 from services.controller.store import SnapshotStore, StoreWriter
-from services.controller.tracker import FINISHED_KEPT, Tracker, UnknownSnapshot
+from snapmesh.protocol.tracker import FINISHED_KEPT, Tracker, UnknownSnapshot
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc

@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from snapmesh.protocol import link, recovery, requests, restoregate
+from snapmesh.protocol import controller, link, recovery, requests, restoregate, tracker
 from snapmesh.protocol import node as node_mod
 from snapmesh.sim import cli, fuzz
 
@@ -209,7 +209,34 @@ def _restore_forgets_finished_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(restoregate.RestoreGate, "finished", broken)
 
 
+def _restore_plan_drops_a_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine's restore plan loses the first in-flight transfer of a
+    channel: the fuzzer runs production's plan, so a node replays too little."""
+    plan = controller.plan
+
+    def broken(snapshot, epoch):
+        parts = plan(snapshot, epoch)
+        for part in parts.values():
+            for channel in part.channels:
+                del channel.in_flight[:1]
+        return parts
+
+    monkeypatch.setattr(controller, "plan", broken)
+
+
+def _tracker_forgets_overtaken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's tracker completes an overtake snapshot without the senders'
+    outboxes (what an early marker overtook is lost from the total)."""
+
+    def broken(pending):
+        return {}, {(p.src, p.dst): p.seq for r in pending.reports.values() for p in r.positions}
+
+    monkeypatch.setattr(tracker.Tracker, "_overtake_parts", staticmethod(broken))
+
+
 MUTATIONS = {
+    "controller-restore-plan": _restore_plan_drops_a_transfer,
+    "controller-overtake-merge": _tracker_forgets_overtaken,
     "restore-claim-two-steps": _restore_claim_after_the_check,
     "restore-forgets-finished-keys": _restore_forgets_finished_keys,
     "request-window": _window_by_count,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from services.controller import journal
+from snapmesh.protocol import controller_journal as journal
 from snapmesh.settings import config
 from snapmesh.settings.config import write_cluster
 from snapmesh.v1 import snapmesh_pb2 as pb

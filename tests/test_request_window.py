@@ -1,14 +1,14 @@
-"""Issue 26, points 2, 3 and 9 on the pure node machine (snapmesh/protocol/requests.py, node.py, recovery.py).
+"""Retry keys on the pure node machine (snapmesh/protocol/requests.py, node.py, recovery.py).
 
-2. A retry with the same request_id is never paid twice: one burst of 10,001
+- A retry with the same request_id is never paid twice: one burst of 10,001
    ids does not push the first out, and after a restart from a checkpoint the
    ids are still kept oldest first (not in key order). Ids leave by age only; a
    retry older than the window that says so is refused, a full window refuses
    new ids.
-3. A restore forgets the ids paid after the restored snapshot's cut (a retry
+- A restore forgets the ids paid after the restored snapshot's cut (a retry
    pays again in the new epoch) and keeps those paid before it, across a
    restart too; with the cut forgotten, a retry is refused, never answered.
-9. A checkpoint keeps the last restore: after restore, seal and restart, a
+- A checkpoint keeps the last restore: after restore, seal and restart, a
    repeated RestoreState answers the restored balance and another snapshot in
    the same epoch is refused.
 """

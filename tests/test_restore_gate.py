@@ -1,4 +1,6 @@
-"""RestoreGate (snapmesh/protocol/restoregate.py): who may start a restore, as a pure state machine (issue 26.4)."""
+"""RestoreGate (snapmesh/protocol/restoregate.py): who may start a restore, as a pure state machine.
+
+One restore at a time, and a key never rolls back twice."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 26.7, the watcher half: a WatchSnapshots watcher that does not read is
+"""The bounded working set, the watcher half: a WatchSnapshots watcher that does not read is
 dropped with RESOURCE_EXHAUSTED once WATCH_QUEUE updates wait for it, instead of
 queueing every update forever. The controller service runs in this process
 behind a real gRPC server on loopback (its journal, store and nodes are not
@@ -13,8 +13,9 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.controller.servicer import ControllerMetrics, ControllerService
-from services.controller.tracker import Tracker
+from services.controller.metrics import ControllerMetrics
+from services.controller.servicer import ControllerService
+from snapmesh.protocol.tracker import Tracker
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc

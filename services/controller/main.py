@@ -24,15 +24,17 @@ import sys
 from prometheus_client import CollectorRegistry
 
 from services.controller import journal as J
-from services.controller.servicer import ControllerMetrics, ControllerService, system_now
+from services.controller.engine import system_now
+from services.controller.metrics import ControllerMetrics
+from services.controller.servicer import ControllerService
 from services.controller.store import SnapshotStore, StoreWriter, past_retention
-from services.controller.tracker import Tracker
+from snapmesh.protocol.controller import Controller
+from snapmesh.protocol.tracker import Tracker
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 from snapmesh.settings.argparsing import parse_args, positive_float
 from snapmesh.serving.datalock import CONTROLLER, serve_holding
 from snapmesh.serving.runtime import CONTROLLER_RECEIVE_BYTES, ServiceHost, run_service, wait_for_stop_signal
-from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 log = logging.getLogger("snapmesh.controller")
@@ -135,32 +137,34 @@ async def _serve_locked(
     def on_filed(snapshot_id: str) -> None:  # on the writer's thread
         journal.forget(snapshot_id)
         try:
-            loop.call_soon_threadsafe(tracker.filed, snapshot_id)  # it may leave memory now (issue 26.7)
+            loop.call_soon_threadsafe(tracker.filed, snapshot_id)  # it may leave memory now (the working set)
         except RuntimeError:  # pragma: no cover  (the loop closed first: at exit)
             pass
 
     writer = StoreWriter(store, on_filed=on_filed)
     try:
-        last_restore = _recover(tracker, store, journal, writer, filed={s.snapshot_id for s in snapshots}, keep=keep)
-        return await _serve(cfg, tracker, journal, writer, interval, identity, last_restore, keep, max_concurrent)
+        machine = Controller(tracker)
+        _recover(machine, store, journal, writer, filed={s.snapshot_id for s in snapshots}, keep=keep)
+        return await _serve(cfg, machine, journal, writer, interval, identity, keep, max_concurrent)
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
 
 
 def _recover(
-    tracker: Tracker, store: SnapshotStore, journal: J.Journal, writer: StoreWriter, *, filed: set[str], keep: int = 0
-) -> pb.Restore | None:
-    """Replay the journal into the tracker (before serving anything); returns
-    the newest restore it holds (resumed if it was RESTORING). With `keep`, a
-    snapshot the journal still holds but retention deleted (or would delete)
-    is not filed again (issue 26.10: --keep's deletions came back)."""
+    machine: Controller, store: SnapshotStore, journal: J.Journal, writer: StoreWriter, *, filed: set[str], keep: int = 0
+) -> None:
+    """Replay the journal into the machine (before serving anything): the
+    snapshots, the epoch and the newest restore (resumed at start if it was
+    RESTORING). With `keep`, a snapshot the journal still holds but retention
+    deleted (or would delete) is not filed again, so --keep's deletions stay deleted."""
+    tracker = machine.tracker
     records, warnings = journal.open()
     now = system_now()
-    rebuilt, more = J.replay(records, tracker, now, skip=filed)
+    rebuilt, more = machine.replayed(records, now, skip=filed)
     for warning in (*warnings, *more):
         log.warning("%s", warning)
-    last = J.last_restore(records)
+    last = machine.last_restore
     retired = set(past_retention(tracker.all(), keep, last.snapshot_id if last else "")) if keep else set()
     for sid in [s for s in rebuilt if s in retired]:
         rebuilt.remove(sid)
@@ -179,23 +183,21 @@ def _recover(
             "journal: %d finished snapshot(s) rebuilt, %d still in progress taken back (%s)",
             len(rebuilt), len(resumed), ", ".join(resumed) or "none",
         )
-    return last
 
 
 async def _serve(
     cfg: cluster_config.ClusterConfig,
-    tracker: Tracker,
+    machine: Controller,
     journal: J.Journal,
     writer: StoreWriter,
     interval: float | None,
     identity: security.Identity | None = None,
-    last_restore: pb.Restore | None = None,
     keep: int = 0,
     max_concurrent: int = 0,
 ) -> int:
     registry = CollectorRegistry()
     service = ControllerService(
-        config=cfg, tracker=tracker, journal=journal, writer=writer,
+        config=cfg, tracker=machine.tracker, machine=machine, journal=journal, writer=writer,
         metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity, keep=keep,
         max_concurrent=max_concurrent,
     )
@@ -207,14 +209,13 @@ async def _serve(
         max_receive_bytes=CONTROLLER_RECEIVE_BYTES,
     )
     host.add(pb_grpc.add_ControllerServicer_to_server, service, SERVICE_NAME)
-    service.restore_taken_back = last_restore
     await service.start()
     periodic = asyncio.create_task(service.periodic(interval)) if interval else None
     try:
         await host.start()
         log.info(
             "serving on %s (metrics %s:%d), %d nodes, deadline %gs",
-            host.bind_address, *cfg.metrics_bind(cfg.controller), len(cfg.nodes), tracker.deadline_s,
+            host.bind_address, *cfg.metrics_bind(cfg.controller), len(cfg.nodes), machine.tracker.deadline_s,
         )
         stop = asyncio.create_task(wait_for_stop_signal())
         mismatch = asyncio.create_task(service.mode_mismatch())

@@ -40,6 +40,7 @@ from services.node.metrics import NodeMetrics
 from services.node.translog import LogClosedError, TransferLog
 from snapmesh.serving.durable import write_atomically
 from snapmesh.protocol import chunking, core
+from snapmesh.protocol.controller import report_message
 from snapmesh.settings import security
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -64,36 +65,7 @@ _FINAL_CODES = frozenset(
 def full_state_message(state: core.FullState, node_id: str, cut_at_ns: int = 0) -> pb.FullState:
     """Built when the last marker is in (stamped now); `cut_at_ns` is the local
     cut's wall-clock time (0: unknown). Both feed the controller's statistics."""
-    return pb.FullState(
-        snapshot_id=state.snapshot_id,
-        node_id=state.node_id,
-        balance=state.balance,
-        cut_at_unix_ns=cut_at_ns,
-        done_at_unix_ns=time.time_ns(),
-        channels=[
-            pb.ChannelState(
-                src=src,
-                dst=node_id,
-                in_flight=[pb.InFlightTransfer(msg_id=t.msg_id, amount=t.amount, seq=t.seq) for t in transfers],
-            )
-            for src, transfers in state.channels.items()
-        ],
-        **_overtake_fields(state, node_id),
-    )
-
-
-def _overtake_fields(state: core.FullState, node_id: str) -> dict:
-    """Overtake mode's positions and outbox (snapmesh/protocol/overtake.py); nothing in classic mode."""
-    if not state.positions:
-        return {}
-    return {
-        "snapshot_mode": "overtake",
-        "positions": [pb.ChannelPosition(src=src, dst=node_id, seq=seq) for src, seq in state.positions.items()],
-        "outbox_runs": [
-            pb.OutboxRun(src=node_id, dst=dst, seqs=[e.seq for e in entries], amounts=[e.amount for e in entries])
-            for dst, entries in state.outbox.items()
-        ],
-    }
+    return report_message(state, cut_at_ns=cut_at_ns, done_at_ns=time.time_ns())
 
 
 class CorruptReportError(ValueError):

@@ -1,4 +1,4 @@
-"""The request-id window: the client retry keys a node remembers (pure; issue 26).
+"""The request-id window: the client retry keys a node remembers (pure): a retry is answered, never paid twice.
 
 A client may send a transfer with a `request_id`; a retry with the same id gets
 the first answer and moves no money again. The node keeps the ids it paid

@@ -1,7 +1,9 @@
-"""Who may start a restore: the controller's claim logic as a pure state machine (issue 26.4).
+"""Who may start a restore: the controller's claim logic as a pure state machine.
 
-`services/controller/restorer.py` asks this gate before it rolls anything back,
-and the fault simulator (snapmesh/sim/fuzz.py) drives the same gate with
+One restore at a time, and a key never rolls back twice.
+
+The controller machine (snapmesh/protocol/controller.py) asks this gate before it
+rolls anything back, and the fault simulator (snapmesh/sim) drives the same gate with
 concurrent and retried restores. No I/O, no clock: time is passed in.
 
 Events in:

@@ -50,10 +50,10 @@ def _positive(text: str) -> int:
 
 
 def run_fuzz(seed: int, cases: int) -> int:
-    from snapmesh.sim import fuzz
+    from snapmesh.sim import fuzz, world
 
     if cases == 1:
-        print(f"seed {seed}: {fuzz.World(seed).describe()}")
+        print(f"seed {seed}: {world.World(seed).describe()}")
     started = time.perf_counter()
     ran, failure = fuzz.fuzz(seed, cases)
     elapsed = time.perf_counter() - started

@@ -120,7 +120,7 @@ class Source:
             return cluster.last_restore, ""
         if self.data_dir is None:
             return None, "none"
-        from services.controller import journal as J
+        from snapmesh.protocol import controller_journal as J
 
         path = self.data_dir / "controller" / "journal"
         try:

@@ -39,7 +39,6 @@ FAILED_PRECONDITION.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -97,7 +96,7 @@ class _Pending:
     reports: dict[str, pb.FullState] = field(default_factory=dict)
 
 
-# Issue 26.7: the finished snapshots the tracker holds in memory. Older ones
+# The finished snapshots the tracker holds in memory (a bounded working set). Older ones
 # leave once they are in their file (`filed`); the controller reads them from
 # the store.
 FINISHED_KEPT = 1_000
@@ -124,7 +123,7 @@ class Tracker:
         self._finished: dict[str, pb.Snapshot] = {}  # in the order they finished (or were loaded)
         self._filed: set[str] = set()  # finished ones in the store: may leave memory
         self.kept = kept
-        self.epoch = 1  # the cluster's epoch: one more per restore (issue 10)
+        self.epoch = 1  # the cluster's epoch: one more per restore; older reports are refused
 
     # -- queries
 
@@ -419,8 +418,23 @@ def new_snapshot_id(now: float, suffix: Iterable[int]) -> str:
     """
     micros = int(round(now * 1_000_000))
     whole, fraction = divmod(micros, 1_000_000)
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(whole))  # formatting only, no clock
-    return f"{stamp}.{fraction:06d}Z-{bytes(suffix).hex()}"
+    return f"{_utc_stamp(whole)}.{fraction:06d}Z-{bytes(suffix).hex()}"
+
+
+def _utc_stamp(seconds: int) -> str:
+    """`seconds` since the Unix epoch as YYYYmmddTHHMMSS in UTC, by the civil-from-days
+    rule of the proleptic Gregorian calendar (no clock and no time module)."""
+    days, rest = divmod(seconds, 86_400)
+    hour, rest = divmod(rest, 3_600)
+    minute, second = divmod(rest, 60)
+    era, day_of_era = divmod(days + 719_468, 146_097)  # 400-year eras from 0000-03-01
+    year_of_era = (day_of_era - day_of_era // 1_460 + day_of_era // 36_524 - day_of_era // 146_096) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    shifted_month = (5 * day_of_year + 2) // 153  # 0 = March
+    day = day_of_year - (153 * shifted_month + 2) // 5 + 1
+    month = shifted_month + 3 if shifted_month < 10 else shifted_month - 9
+    year = year_of_era + era * 400 + (month <= 2)
+    return f"{year:04d}{month:02d}{day:02d}T{hour:02d}{minute:02d}{second:02d}"
 
 
 def _timestamp(now: float) -> Timestamp:

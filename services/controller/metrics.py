@@ -1,0 +1,110 @@
+"""The controller's Prometheus metrics (names and labels: docs/metrics.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+
+class ControllerMetrics:
+    """The controller's metrics (names and labels: docs/metrics.md). Durations in
+    seconds; the per-node snapshot histograms carry a `node` label."""
+
+    def __init__(self, registry: CollectorRegistry, nodes: Iterable[str] = ()) -> None:
+        self.snapshots = Counter(
+            "snapmesh_snapshots_total", "Finished snapshots by final status", ["status"], registry=registry
+        )
+        for status in ("complete", "failed"):
+            self.snapshots.labels(status=status)
+        self.duration = Histogram(
+            "snapmesh_snapshot_duration_seconds",
+            "Time from trigger to COMPLETE or FAILED",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=registry,
+        )
+        self.in_progress = Gauge(
+            "snapmesh_snapshots_in_progress", "Snapshots started and not yet finished", registry=registry
+        )
+        # Flink's checkpoint statistics, one observation per node report (per COMPLETE snapshot below).
+        seconds = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+        self.start_delay = Histogram(
+            "snapmesh_snapshot_start_delay_seconds", "Per node: trigger to the node's local cut", ["node"],
+            buckets=seconds, registry=registry,
+        )
+        self.recording = Histogram(
+            "snapmesh_snapshot_recording_duration_seconds", "Per node: local cut to the last marker in", ["node"],
+            buckets=seconds, registry=registry,
+        )
+        self.report_time = Histogram(
+            "snapmesh_snapshot_report_time_seconds", "Per node: node done to the report accepted", ["node"],
+            buckets=seconds, registry=registry,
+        )
+        counts = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000)
+        self.node_in_flight = Histogram(
+            "snapmesh_snapshot_node_in_flight_messages", "Per node: in-flight transfers recorded", ["node"],
+            buckets=counts, registry=registry,
+        )
+        self.node_in_flight_bytes = Histogram(
+            "snapmesh_snapshot_node_in_flight_bytes", "Per node: bytes of in-flight transfers recorded", ["node"],
+            buckets=(0, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000), registry=registry,
+        )
+        self._per_node = (self.start_delay, self.recording, self.report_time, self.node_in_flight, self.node_in_flight_bytes)
+        for node in nodes:  # every node's series exists from the start (0 observations)
+            for histogram in self._per_node:
+                histogram.labels(node)
+        self.end_to_end = Histogram(
+            "snapmesh_snapshot_end_to_end_duration_seconds", "Per COMPLETE snapshot: trigger to the last report",
+            buckets=seconds, registry=registry,
+        )
+        self.state_size = Histogram(
+            "snapmesh_snapshot_state_size_bytes", "Per COMPLETE snapshot: bytes of every report",
+            buckets=(100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000), registry=registry,
+        )
+        self.stale_reports = Counter(
+            "snapmesh_stale_epoch_reports_refused_total",
+            "ReportState calls from an epoch before the last restore, refused",
+            registry=registry,
+        )
+        self.last_complete = Gauge(
+            "snapmesh_last_complete_snapshot_timestamp_seconds",
+            "When the newest COMPLETE snapshot finished (Unix time; 0: none yet)",
+            registry=registry,
+        )
+        self.epoch = Gauge("snapmesh_controller_epoch", "The controller's epoch (one more per restore)", registry=registry)
+        self.restores = Counter(
+            "snapmesh_restores_total", "Finished restores by outcome", ["status"], registry=registry
+        )
+        for status in ("restored", "failed"):
+            self.restores.labels(status=status)
+        self.refused_triggers = Counter(
+            "snapmesh_snapshot_triggers_refused_total",
+            "TriggerSnapshot calls (and periodic ticks) refused at the limit of snapshots in progress",
+            registry=registry,
+        )
+        self._last_complete_s = 0.0
+
+    def observe(self, snapshot: pb.Snapshot) -> None:
+        """A COMPLETE snapshot's statistics (the per-node ones per report)."""
+        stats = snapshot.stats
+        for node in stats.nodes:
+            self.start_delay.labels(node.node_id).observe(node.start_delay_ms / 1e3)
+            self.recording.labels(node.node_id).observe(node.recording_duration_ms / 1e3)
+            self.report_time.labels(node.node_id).observe(node.report_time_ms / 1e3)
+            self.node_in_flight.labels(node.node_id).observe(node.in_flight_messages)
+            self.node_in_flight_bytes.labels(node.node_id).observe(node.in_flight_bytes)
+        self.end_to_end.observe(stats.end_to_end_duration_ms / 1e3)
+        self.state_size.observe(stats.state_size_bytes)
+        self.completed_at(snapshot)
+
+    def completed_at(self, snapshot: pb.Snapshot) -> None:
+        """Move the last-COMPLETE time forward to `snapshot`'s finish (never back)."""
+        finished = snapshot.finished_at.ToNanoseconds() / 1e9
+        if finished > self._last_complete_s:
+            self._last_complete_s = finished
+            self.last_complete.set(finished)
+
+    def restored(self, restore: pb.Restore) -> None:
+        self.restores.labels(status="restored" if restore.status == pb.Restore.RESTORED else "failed").inc()

@@ -1,0 +1,320 @@
+"""The controller as one pure machine: the tracker, the cluster epoch, the restore gate and plan.
+
+The gRPC controller (services/controller/engine.py) and the fault simulator
+(snapmesh/sim) drive this same object. It never reads a clock, opens a socket
+or writes a file: time comes in as `Now`, and what is to happen comes out as
+effects, taken with `drain()` after each event.
+
+Events in:
+  trigger(snapshot_id, initiator, now)   a snapshot starts at `initiator`
+  start_failed(snapshot_id, reason, now) StartSnapshot (or journaling the start) failed
+  reported(state, now)                   a node's FullState (raises the TrackerError kinds)
+  tick(now)                              time passed: snapshots past their deadline fail
+  restore(snapshot, request_id, now)     a RestoreSnapshot call (the gate decides)
+  resume(snapshot)                       after a restart: the journal's RESTORING restore runs again
+  node_restored(node, answer, now)       a node took its part (or why it could not)
+  restore_settled()                      the restore's last record is durable (or cannot be)
+  replayed(records, now, skip)           the journal read back after a restart
+
+Effects out (in order; the shell carries them out in that order):
+  Journal(record)        append this record; every effect after it in the same
+                         drain shows the change, so it waits until the record is durable
+  Barrier()              wait until everything journaled so far is durable
+  StartAt(node, sid, epoch)   send StartSnapshot
+  Finished(snapshot)     a snapshot ended: metrics, waiters and watchers, its file,
+                         and for FAILED an abort at every node (AbortAt)
+  Publish(snapshot)      show the snapshot's new state to watchers
+  RestoreAt(node, request)    send this node its part of the restore
+  RestoreDone(restore)   the restore ended (RESTORED or FAILED), as journaled
+
+Restore rules (one restore at a time, decided by `restoregate.RestoreGate`):
+R1. The check and the claim are one step: `restore` decides and, on Start,
+    moves the epoch to E+1 at once, so every report of epoch E is refused from
+    then on, and every snapshot in progress fails "restored to S".
+R2. RESTORING is journaled before any node hears of it (Journal before RestoreAt).
+R3. Each node gets its recorded balance and the recorded in-flight transfers of
+    every channel into it (`plan`); the restore is RESTORED when every node took
+    its part, FAILED naming the nodes that could not, and the cluster stays
+    fenced at E+1 either way.
+R4. A key answers its own restore (running: join it; finished: its answer, once
+    that answer is durable), never starts another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from snapmesh.protocol import controller_journal as journal
+from snapmesh.protocol import core, restoregate
+from snapmesh.protocol.tracker import COMPLETE, Now, Reported, Tracker
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+
+# ------------------------------------------------------------------ effects
+
+
+@dataclass(frozen=True, slots=True)
+class Journal:
+    record: journal.Record
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class StartAt:
+    node: str
+    snapshot_id: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    snapshot: pb.Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    snapshot: pb.Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreAt:
+    node: str
+    request: pb.RestoreStateRequest
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreDone:
+    restore: pb.Restore
+
+
+Effect = Journal | Barrier | StartAt | Finished | Publish | RestoreAt | RestoreDone
+
+
+# ------------------------------------------------------------ the restore plan
+
+
+def plan(snapshot: pb.Snapshot, epoch: int) -> dict[str, pb.RestoreStateRequest]:
+    """Each node's part of restoring `snapshot` in `epoch`: its recorded balance
+    and the recorded state of every channel into it (in channel order)."""
+    requests = {
+        n.node_id: pb.RestoreStateRequest(snapshot_id=snapshot.snapshot_id, epoch=epoch, balance=n.balance)
+        for n in snapshot.nodes
+    }
+    for channel in snapshot.channels:
+        if channel.in_flight:
+            requests[channel.dst].channels.append(channel)
+    return requests
+
+
+def problem(snapshot: pb.Snapshot) -> str:
+    """Why one cannot restore `snapshot` ("" when one can)."""
+    if snapshot.status != COMPLETE:
+        status = pb.Snapshot.Status.Name(snapshot.status)
+        return f"snapshot {snapshot.snapshot_id} is {status}, not COMPLETE"
+    if not snapshot.conserved:
+        return f"snapshot {snapshot.snapshot_id} is not conserved (total {snapshot.total}, expected {snapshot.expected_total})"
+    return ""
+
+
+def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0, done_at_ns: int = 0) -> pb.FullState:
+    """A node machine's finished part as the ReportState message the controller takes
+    (overtake mode: with its positions and outbox runs). `cut_at_ns` and `done_at_ns`
+    are wall-clock times for the statistics only (0: unknown)."""
+    node_id = state.node_id
+    message = pb.FullState(
+        snapshot_id=state.snapshot_id,
+        node_id=node_id,
+        balance=state.balance,
+        epoch=epoch,
+        cut_at_unix_ns=cut_at_ns,
+        done_at_unix_ns=done_at_ns,
+        channels=[
+            pb.ChannelState(
+                src=src,
+                dst=node_id,
+                in_flight=[pb.InFlightTransfer(msg_id=t.msg_id, amount=t.amount, seq=t.seq) for t in transfers],
+            )
+            for src, transfers in state.channels.items()
+        ],
+    )
+    if state.positions:
+        message.snapshot_mode = "overtake"
+        message.positions.extend(pb.ChannelPosition(src=src, dst=node_id, seq=seq) for src, seq in state.positions.items())
+        message.outbox_runs.extend(
+            pb.OutboxRun(src=node_id, dst=dst, seqs=[e.seq for e in entries], amounts=[e.amount for e in entries])
+            for dst, entries in state.outbox.items()
+        )
+    return message
+
+
+def stale_report(report_epoch: int, epoch: int) -> str:
+    """Why a report of `report_epoch` is refused in cluster epoch `epoch` ("" when it is not)."""
+    if report_epoch and report_epoch < epoch:
+        return f"a report from epoch {report_epoch}; the cluster is in epoch {epoch}"
+    return ""
+
+
+# ------------------------------------------------------------------ the machine
+
+
+class Controller:
+    def __init__(
+        self,
+        tracker: Tracker,
+        *,
+        keys_kept: int = restoregate.KEYS_KEPT,
+        max_key_bytes: int = restoregate.MAX_KEY_BYTES,
+    ) -> None:
+        self.tracker = tracker
+        self.gate = restoregate.RestoreGate(keys_kept=keys_kept, max_key_bytes=max_key_bytes)
+        self.last_restore: pb.Restore | None = None  # the newest restore, as journaled
+        self._parts: dict[str, pb.RestoreStateRequest] = {}  # the running restore's, by node
+        self._answers: dict[str, pb.RestoreStateResponse | str] = {}
+        self._effects: list[Effect] = []
+
+    @property
+    def epoch(self) -> int:
+        """The cluster's epoch: one more per restore; reports of an older one are refused."""
+        return self.tracker.epoch
+
+    def drain(self) -> list[Effect]:
+        effects, self._effects = self._effects, []
+        return effects
+
+    # -- snapshots
+
+    def trigger(self, snapshot_id: str, initiator: str, now: Now) -> pb.Snapshot:
+        snapshot = self.tracker.start(snapshot_id, initiator, now)
+        self._effects += [
+            Journal(journal.Started(snapshot_id=snapshot_id, initiator=initiator, wall=now.wall, epoch=snapshot.epoch)),
+            Publish(snapshot),
+            StartAt(initiator, snapshot_id, snapshot.epoch),
+        ]
+        return snapshot
+
+    def start_failed(self, snapshot_id: str, reason: str, now: Now) -> pb.Snapshot | None:
+        """The snapshot could not start: it fails (None if it already finished)."""
+        return self._fail(snapshot_id, reason, now)
+
+    def reported(self, state: pb.FullState, now: Now) -> Reported:
+        """A node's part (raises TrackerError, changing nothing, for a refused one)."""
+        snapshot, duplicate = answer = self.tracker.report(state, now)
+        if duplicate:  # the first copy may still be on its way to the disk
+            self._effects.append(Barrier())
+            return answer
+        self._effects.append(Journal(journal.Reported(state=state, wall=now.wall)))
+        if snapshot.status == COMPLETE:  # its outcome goes in the same group commit
+            self._finished(snapshot)
+        else:
+            self._effects.append(Publish(snapshot))
+        return answer
+
+    def tick(self, now: Now) -> list[pb.Snapshot]:
+        """Fail every snapshot past its deadline; the caller comes back at `next_deadline()`."""
+        expired = self.tracker.expire(now)
+        for snapshot in expired:
+            self._finished(snapshot)
+        return expired
+
+    def next_deadline(self) -> float | None:
+        return self.tracker.next_deadline()
+
+    def _fail(self, snapshot_id: str, reason: str, now: Now) -> pb.Snapshot | None:
+        failed = self.tracker.fail(snapshot_id, reason, now)
+        if failed is not None:
+            self._finished(failed)
+        return failed
+
+    def _finished(self, snapshot: pb.Snapshot) -> None:
+        wall = snapshot.finished_at.ToNanoseconds() / 1e9
+        record = journal.Finished(snapshot_id=snapshot.snapshot_id, status=snapshot.status, reason=snapshot.reason, wall=wall)
+        self._effects += [Journal(record), Finished(snapshot)]
+
+    # -- restore
+
+    def restore(self, snapshot: pb.Snapshot, request_id: str, now: Now) -> restoregate.Decision:
+        """A RestoreSnapshot call for `snapshot` (R1, R4): the gate's decision; on
+        Start the epoch moves, snapshots in progress fail, and the restore begins."""
+        decision = self.gate.request(snapshot.snapshot_id, request_id, now.wall, problem(snapshot))
+        if not isinstance(decision, restoregate.Start):
+            return decision
+        epoch = self.tracker.epoch + 1
+        self.tracker.epoch = epoch  # from here on, reports of the older epoch are refused
+        for sid in self.tracker.pending_ids():
+            self._fail(sid, f"restored to {snapshot.snapshot_id}", now)
+        started = pb.Restore(
+            snapshot_id=snapshot.snapshot_id, epoch=epoch, status=pb.Restore.RESTORING, request_id=request_id
+        )
+        started.started_at.FromNanoseconds(int(decision.at * 1e9))
+        self.last_restore = started
+        self._effects.append(Journal(journal.Restored(restore=started)))  # R2: before any node hears of it
+        self._send_parts(snapshot, started)
+        return decision
+
+    def resume(self, snapshot: pb.Snapshot) -> None:
+        """After a restart: run the journal's RESTORING restore again (same epoch, same snapshot)."""
+        started = self.last_restore
+        assert started is not None and started.status == pb.Restore.RESTORING, "nothing to resume"
+        self.tracker.epoch = max(self.tracker.epoch, started.epoch)
+        self._send_parts(snapshot, started)
+
+    def _send_parts(self, snapshot: pb.Snapshot, started: pb.Restore) -> None:
+        self._parts = plan(snapshot, started.epoch)
+        self._answers = {}
+        self._effects += [RestoreAt(node, self._parts[node]) for node in sorted(self._parts)]
+
+    def node_restored(self, node: str, answer: pb.RestoreStateResponse | str, now: Now) -> pb.Restore | None:
+        """`node`'s answer to its part, or why it could not take it (R3). Once
+        every node answered: the restore's outcome, journaled (else None)."""
+        started = self.last_restore
+        if started is None or started.status != pb.Restore.RESTORING or node not in self._parts:
+            return None
+        self._answers[node] = answer
+        if len(self._answers) < len(self._parts):
+            return None
+        names = sorted(self._parts)
+        done = pb.Restore()
+        done.CopyFrom(started)
+        failures = [f"{n}: {self._answers[n]}" for n in names if isinstance(self._answers[n], str)]
+        if failures:
+            done.status = pb.Restore.FAILED
+            done.reason = "not restored on " + "; ".join(failures) + f" (the cluster is fenced at epoch {started.epoch})"
+        else:
+            done.status = pb.Restore.RESTORED
+            done.nodes.extend(pb.NodeBalance(node_id=n, balance=self._answers[n].balance) for n in names)  # type: ignore[union-attr]
+        done.finished_at.FromNanoseconds(int(round(now.wall * 1e9)))
+        self.last_restore = done
+        self._parts, self._answers = {}, {}
+        self._effects += [Journal(journal.Restored(restore=done)), RestoreDone(done)]
+        return done
+
+    def restore_settled(self) -> None:
+        """The running restore's newest record is durable (or can no longer be):
+        the gate hears its end, and a retry of its key is answered from now on (R4)."""
+        self.gate.finished(self.last_restore)
+
+    # -- after a restart
+
+    def replayed(self, records: Iterable[journal.Record], now: Now, *, skip: set[str]) -> tuple[list[str], list[str]]:
+        """The journal read back: snapshots rebuilt (`journal.replay`), the epoch and
+        the newest restore taken back (its key answers a retry; RESTORING is to be
+        resumed). Returns the ids finished here and the warnings."""
+        records = list(records)
+        finished, warnings = journal.replay(records, self.tracker, now, skip=skip)
+        self.taken_back(journal.last_restore(records))
+        return finished, warnings
+
+    def taken_back(self, last: pb.Restore | None) -> None:
+        """The journal's newest restore, known after a restart (resume it with `resume`
+        when it is RESTORING)."""
+        self.last_restore = last
+        if last is None:
+            return
+        self.tracker.epoch = max(self.tracker.epoch, last.epoch)
+        running = last.status == pb.Restore.RESTORING
+        self.gate.taken_back(last.snapshot_id, last.request_id, last, running=running)

@@ -1,0 +1,186 @@
+"""The controller journal's records and their rules, pure (the file is services/controller/journal.py).
+
+One framed record per fact the controller must not forget in a crash:
+
+    started   a snapshot began        durable before TriggerSnapshot answers and
+                                      before StartSnapshot leaves
+    reported  a FullState was taken   durable before ReportState answers OK, so a
+                                      node re-sends exactly what was never acknowledged
+    finished  COMPLETE or FAILED      durable before anyone is shown the outcome
+    restore   a restore's progress    RESTORING durable before any node is told,
+                                      RESTORED/FAILED before the caller is answered;
+                                      never forgotten (the epoch and the restore to
+                                      resume after a crash come from these)
+
+A COMPLETE snapshot is a pure function of its start and its reports, so these
+records are enough to rebuild every snapshot the controller ever answered for
+(`replay` feeds them back to the tracker).
+
+Frame: u32 length, u32 CRC-32 of the payload, payload = kind byte + body. A
+`started` or `finished` body is small JSON; a `reported` body is the wall time
+(f64) then the FullState's protobuf bytes (the compact format: no per-entry
+text). A torn or corrupt frame (a crash mid-write) ends the journal: `decode_all`
+stops there and says where.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from snapmesh.protocol.tracker import COMPLETE, FAILED, Now, Tracker, TrackerError, TrackerMisuse
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+HEADER = struct.Struct("<II")  # payload length, crc32
+_WALL = struct.Struct("<d")
+_STARTED, _REPORTED, _FINISHED, _RESTORE = b"S", b"R", b"F", b"X"
+
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Started:
+    snapshot_id: str
+    initiator: str
+    wall: float
+    epoch: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reported:
+    state: pb.FullState
+    wall: float
+
+    @property
+    def snapshot_id(self) -> str:
+        return self.state.snapshot_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finished:
+    snapshot_id: str
+    status: int
+    reason: str
+    wall: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Restored:
+    """A restore's state: the whole pb.Restore, journaled at each step."""
+
+    restore: pb.Restore
+
+    @property
+    def snapshot_id(self) -> str:  # the journal's key: one per epoch, never forgotten
+        return f"restore@{self.restore.epoch}"
+
+
+Record = Started | Reported | Finished | Restored
+
+
+class CorruptJournal(Exception):
+    pass
+
+
+def encode(record: Record) -> bytes:
+    if isinstance(record, Reported):
+        payload = _REPORTED + _WALL.pack(record.wall) + record.state.SerializeToString()
+    elif isinstance(record, Restored):
+        payload = _RESTORE + record.restore.SerializeToString()
+    elif isinstance(record, Started):
+        body = {"id": record.snapshot_id, "initiator": record.initiator, "wall": record.wall, "epoch": record.epoch}
+        payload = _STARTED + json.dumps(body).encode()
+    else:
+        body = {"id": record.snapshot_id, "status": record.status, "reason": record.reason, "wall": record.wall}
+        payload = _FINISHED + json.dumps(body).encode()
+    return HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def decode_all(data: bytes) -> tuple[list[Record], int, str | None]:
+    """The records of a journal, the length of its good prefix, and what ended it early."""
+    records: list[Record] = []
+    offset = 0
+    while offset < len(data):
+        if offset + HEADER.size > len(data):
+            return records, offset, f"torn frame header at byte {offset}"
+        length, crc = HEADER.unpack_from(data, offset)
+        start, end = offset + HEADER.size, offset + HEADER.size + length
+        if end > len(data):
+            return records, offset, f"torn frame at byte {offset} ({length} bytes announced, {len(data) - start} there)"
+        payload = data[start:end]
+        if zlib.crc32(payload) != crc:
+            return records, offset, f"checksum mismatch in the frame at byte {offset}"
+        try:
+            records.append(_decode(payload))
+        except (CorruptJournal, ValueError, KeyError, TypeError) as exc:
+            return records, offset, f"unreadable frame at byte {offset}: {exc}"
+        offset = end
+    return records, offset, None
+
+
+def _decode(payload: bytes) -> Record:
+    kind, body = payload[:1], payload[1:]
+    if kind == _REPORTED:
+        (wall,) = _WALL.unpack_from(body)
+        state = pb.FullState()
+        state.ParseFromString(body[_WALL.size:])
+        return Reported(state=state, wall=wall)
+    if kind == _STARTED:
+        fields = json.loads(body)
+        return Started(
+            snapshot_id=fields["id"], initiator=fields["initiator"], wall=float(fields["wall"]),
+            epoch=int(fields.get("epoch", 1)),
+        )
+    if kind == _RESTORE:
+        restore = pb.Restore()
+        restore.ParseFromString(body)
+        return Restored(restore=restore)
+    if kind == _FINISHED:
+        fields = json.loads(body)
+        return Finished(
+            snapshot_id=fields["id"], status=int(fields["status"]), reason=fields["reason"], wall=float(fields["wall"])
+        )
+    raise CorruptJournal(f"unknown record kind {kind!r}")
+
+
+def last_restore(records: Iterable[Record]) -> pb.Restore | None:
+    """The newest restore the journal holds (the highest epoch, its latest state)."""
+    latest: pb.Restore | None = None
+    for record in records:
+        if isinstance(record, Restored) and (latest is None or record.restore.epoch >= latest.epoch):
+            latest = record.restore
+    return latest
+
+
+def replay(records: Iterable[Record], tracker: Tracker, now: Now, *, skip: set[str]) -> tuple[list[str], list[str]]:
+    """Feed the journal back to a tracker: every snapshot not in `skip` (already
+    loaded from its file) is rebuilt as it was answered. Returns the ids of the
+    snapshots finished here and the warnings for records that did not fit."""
+    finished: list[str] = []
+    warnings: list[str] = []
+    for record in records:
+        if isinstance(record, Restored):  # the epoch only; the restore itself is the restorer's
+            tracker.epoch = max(tracker.epoch, record.restore.epoch)
+            continue
+        sid = record.snapshot_id
+        if sid in skip:
+            continue
+        at = Now(mono=now.mono, wall=record.wall)
+        try:
+            if isinstance(record, Started):
+                tracker.start(sid, record.initiator, at, epoch=record.epoch)
+            elif isinstance(record, Reported):
+                tracker.report(record.state, at)
+            elif record.status == FAILED:
+                tracker.fail(sid, record.reason, at)
+                finished.append(sid)
+            elif record.status == COMPLETE:
+                if tracker.get(sid).status != COMPLETE:
+                    warnings.append(f"journal: snapshot {sid} was answered COMPLETE but its reports do not complete it")
+                    continue
+                finished.append(sid)
+        except (TrackerError, TrackerMisuse) as exc:
+            warnings.append(f"journal: skipping a {type(record).__name__.lower()} record of snapshot {sid}: {exc}")
+    return finished, warnings

@@ -1,0 +1,338 @@
+"""The controller process in the simulator: the production machine, a journal, the restore calls.
+
+`snapmesh.protocol.controller.Controller` (the code the gRPC controller runs)
+decides here too: which snapshots start, complete and fail, the cluster epoch,
+which restore calls start, join, get an answer or are refused, and each node's
+part of a restore (`plan`). This module only carries out its effects on the
+simulated cluster, as services/controller/engine.py does on the real one:
+
+  Journal(record)   the journal (a list; durable at once): a controller crash
+                    loses nothing journaled, and a restart replays it
+  StartAt           the initiator starts the snapshot, or (down, fenced) the
+                    start fails
+  Finished          COMPLETE: checked against the logs (invariants C1-C3);
+                    FAILED: every live node aborts it
+  RestoreAt         the node's part waits for `restore_one`; its answer goes
+                    back once the node's log is durable, and a node that crashed
+                    first gets its part again (the real restorer retries)
+  RestoreDone       the restore ended
+
+Controller faults: crash (reports on the way are lost) and restart (the
+journal replayed: finished snapshots come back, those in progress get a fresh
+deadline and fail "controller restarted" unless their reports come in, and a
+RESTORING restore resumes at every node). RestoreSnapshot calls come from their
+own generator (`restore_rng`): bursts of concurrent calls, retries with the same
+key, a key reused for another snapshot, snapshots that cannot be restored.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, deque
+from collections.abc import Mapping
+from typing import Protocol
+
+from snapmesh.protocol import controller as machine
+from snapmesh.protocol import controller_journal as records
+from snapmesh.protocol import core, overtake, restoregate
+from snapmesh.protocol import node as node_mod
+from snapmesh.protocol.topology import Topology
+from snapmesh.protocol.tracker import COMPLETE, FAILED, InvalidReport, Now, Tracker, TrackerError, DuplicateReport
+from snapmesh.sim.disk import Disk
+from snapmesh.sim.invariants import Checker, Violation
+from snapmesh.sim.network import Network
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+DEADLINE = 3.0  # the controller's snapshot deadline (simulated seconds)
+
+
+def _kind_of_failure(reason: str) -> str:
+    """A FAILED snapshot's reason, in the few words the fault counts use."""
+    for kind in ("deadline", "controller restarted", "initiator"):
+        if reason.startswith(kind):
+            return "StartSnapshot failed" if kind == "initiator" else kind
+    return reason
+
+
+class Cluster(Protocol):
+    """What the simulated controller uses of the world (snapmesh/sim/world.py)."""
+
+    ids: list[str]
+    channels: list[tuple[str, str]]
+    balances: Mapping[str, int]
+    mode: str
+    now: float
+    nodes: dict[str, node_mod.Node | None]
+    disks: Mapping[str, Disk]
+    network: Network
+    checker: Checker
+    faults: Counter[str]
+
+    @property
+    def wall(self) -> float: ...
+
+    def route(self, node_id: str) -> None: ...
+
+    def crash(self, node_id: str, rng: random.Random) -> None: ...
+
+
+class SimController:
+    def __init__(self, world: Cluster, seed: int) -> None:
+        self.world = world
+        self.faults: Counter[str] = world.faults
+        self.topology = Topology.build(world.ids, world.channels)
+        self.expected_total = sum(world.balances.values())
+        self.journal: list[records.Record] = []
+        self.up = True
+        self.machine = self._machine()
+        self.reports: deque[tuple[str, core.FullState, int]] = deque()  # (node, part, its epoch) on the way here
+        self.parts: dict[str, pb.RestoreStateRequest] = {}  # the running restore's parts not yet taken
+        self.waiting: dict[str, tuple[int, pb.RestoreStateRequest]] = {}  # node -> (lsn to be durable, its part)
+        self.recorded: dict[str, dict[str, core.FullState]] = {}  # snapshot -> the parts taken, as the nodes made them
+        self.next_snapshot = 0
+        # RestoreSnapshot calls (see the module doc), and what the fuzzer checks of the answers.
+        self.restore_rng = random.Random(seed * 104_729 + 2)
+        self.restoring: str | None = None  # the snapshot of the restore started and not yet ended
+        self.key_snapshot: dict[str, str] = {}  # key -> the snapshot its first call named
+        self.rolled_back: Counter[str] = Counter()  # key -> restores it started, this controller lifetime
+        self.next_restore_key = 0
+
+    def _machine(self) -> machine.Controller:
+        tracker = Tracker(
+            topology=self.topology, expected_total=self.expected_total, deadline_s=DEADLINE,
+            snapshot_mode=self.world.mode,
+        )
+        return machine.Controller(tracker)
+
+    def now(self) -> Now:
+        return Now(mono=self.world.now, wall=self.world.wall)
+
+    def statuses(self) -> dict[str, str]:
+        return {s.snapshot_id: pb.Snapshot.Status.Name(s.status) for s in self.machine.tracker.all()}
+
+    # -- carrying out the machine's effects
+
+    def carry_out(self) -> None:
+        while effects := self.machine.drain():
+            for effect in effects:
+                kind = type(effect)
+                if kind is machine.Journal:
+                    self.journal.append(effect.record)
+                elif kind is machine.StartAt:
+                    self._start_at(effect)
+                elif kind is machine.Finished:
+                    self._finished(effect.snapshot)
+                elif kind is machine.RestoreAt:
+                    self.parts[effect.node] = effect.request
+                elif kind is machine.RestoreDone:
+                    self.restoring = None
+                    self.machine.restore_settled()  # its record is durable at once here
+                elif kind not in (machine.Publish, machine.Barrier):  # pragma: no cover
+                    raise TypeError(f"unrouted effect {effect!r}")
+
+    def _start_at(self, effect: machine.StartAt) -> None:
+        node = self.world.nodes[effect.node]
+        if node is None or node.fence(effect.epoch):
+            reason = f"initiator {effect.node} unreachable: StartSnapshot failed"
+            self.machine.start_failed(effect.snapshot_id, reason, self.now())
+            return
+        node.start_snapshot(effect.snapshot_id)
+        self.world.route(effect.node)
+
+    def _finished(self, snapshot: pb.Snapshot) -> None:
+        sid = snapshot.snapshot_id
+        if snapshot.status == COMPLETE:
+            self.faults["snapshot complete"] += 1
+            reports = self.recorded[sid]
+            self.world.checker.check_complete(sid, reports, snapshot.epoch)
+            if not snapshot.conserved:
+                raise Violation(f"snapshot {sid}: the controller's total {snapshot.total} != {snapshot.expected_total}")
+            if self.world.mode == "overtake" and self._overtaken(reports):
+                self.faults["overtaken transfers recorded"] += 1
+            return
+        assert snapshot.status == FAILED
+        self.faults[f"snapshot failed: {_kind_of_failure(snapshot.reason)}"] += 1
+        for node_id, node in self.world.nodes.items():
+            if node is not None:
+                node.abort_snapshot(sid, snapshot.reason)
+                self.world.route(node_id)
+
+    def _overtaken(self, reports: dict[str, core.FullState]) -> bool:
+        """Did an early marker close a channel ahead of transfers the snapshot holds?"""
+        return any(
+            len(overtake.channel_state(reports, src, dst)) > len(reports[dst].channels.get(src, ()))
+            for src, dst in self.world.channels
+        )
+
+    # -- snapshots
+
+    def start_snapshot(self, rng: random.Random) -> None:
+        if not self.up:
+            return
+        self.next_snapshot += 1
+        self.machine.trigger(f"s{self.next_snapshot}", rng.choice(self.world.ids), self.now())
+        self.carry_out()
+
+    def deliver_report(self) -> None:
+        node_id, state, epoch = self.reports.popleft()
+        if not self.up:
+            return
+        message = machine.report_message(state, epoch=epoch)
+        if machine.stale_report(epoch, self.machine.epoch):
+            self.faults["stale report refused"] += 1
+            return
+        try:
+            _, duplicate = self.machine.reported(message, self.now())
+        except (InvalidReport, DuplicateReport) as exc:
+            raise Violation(f"{node_id}: the controller refused its report of {state.snapshot_id}: {exc}") from None
+        except TrackerError:
+            return  # too late (the snapshot failed): the node's part is dropped
+        if not duplicate:
+            self.recorded.setdefault(state.snapshot_id, {})[node_id] = state
+        self.carry_out()
+
+    def tick(self) -> None:
+        if self.up:
+            self.machine.tick(self.now())
+            self.carry_out()
+
+    def crash(self) -> None:
+        self.faults["controller crash"] += self.up
+        self.up = False
+        self.reports.clear()
+
+    def restart(self) -> None:
+        """A new controller process: the machine rebuilt from the journal."""
+        self.up = True
+        self.machine = self._machine()
+        now = self.now()
+        self.machine.replayed(self.journal, now, skip=set())
+        self.machine.tracker.restarted(now)
+        last = self.machine.last_restore
+        self.rolled_back = Counter({k: n for k, n in self.rolled_back.items() if last is not None and k == last.request_id})
+        self.parts.clear()
+        self.waiting.clear()
+        if last is not None and last.status == pb.Restore.RESTORING:
+            self.machine.resume(self.machine.tracker.get(last.snapshot_id))
+        self.carry_out()
+
+    # -- restore
+
+    def restore_one(self, rng: random.Random, crash: bool = True) -> None:
+        """The controller's RestoreState reaches one node that has not taken its part yet."""
+        if self.restoring is None or not self.up:
+            return
+        ready = sorted(n for n in self.parts if self.world.nodes[n] is not None)
+        if not ready:
+            return
+        node_id = rng.choice(ready)
+        request = self.parts.pop(node_id)
+        node = self.world.nodes[node_id]
+        in_flight = [(c.src, t.msg_id, t.seq, t.amount) for c in request.channels for t in c.in_flight]
+        node.restore(snapshot_id=request.snapshot_id, epoch=request.epoch, balance=request.balance, in_flight=in_flight)  # type: ignore[union-attr]
+        self.world.route(node_id)
+        # Every stream of the older epoch ends, with what is on its wires.
+        self.world.network.cut_all(node_id)
+        self.world.network.forget_stale(node_id)
+        self.waiting[node_id] = (node.last_lsn, request)  # type: ignore[union-attr]  # answered once durable
+        self.durable(node_id)
+        if crash and rng.random() < 0.25:
+            self.faults["crash during a restore"] += 1
+            self.world.crash(node_id, rng)
+
+    def durable(self, node_id: str) -> None:
+        """`node_id`'s log grew durable: its restore answer goes back if it waited for that."""
+        waiting = self.waiting.get(node_id)
+        node = self.world.nodes[node_id]
+        if waiting is None or node is None or self.world.disks[node_id].durable_lsn < waiting[0]:
+            return
+        del self.waiting[node_id]
+        if self.up:
+            answer = pb.RestoreStateResponse(epoch=node.epoch, balance=node.restored_balance)
+            self.machine.node_restored(node_id, answer, self.now())
+            self.carry_out()
+
+    def crashed(self, node_id: str) -> None:
+        """`node_id` died: a restore answer it owed is lost, and its part is sent again."""
+        waiting = self.waiting.pop(node_id, None)
+        if waiting is not None and self.up:
+            self.parts[node_id] = waiting[1]
+
+    def start_restore(self, rng: random.Random) -> None:
+        complete = [s.snapshot_id for s in self.machine.tracker.all() if s.status == COMPLETE]
+        if not self.up or self.restoring is not None or not complete:
+            return
+        sid = rng.choice(complete)
+        if isinstance(self.machine.restore(self.machine.tracker.get(sid), "", self.now()), restoregate.Start):
+            self._started(sid, "")
+
+    def _started(self, sid: str, key: str) -> None:
+        """The machine said Start: it rolls back to `sid` in a new epoch."""
+        if self.restoring is not None:
+            raise Violation(f"restore: a second restore ({sid}) started while the restore of {self.restoring} runs")
+        if key:
+            self.rolled_back[key] += 1
+            if self.rolled_back[key] > 1:
+                raise Violation(f"restore: request_id {key!r} rolled back a second time (to {sid})")
+        self.restoring = sid
+        self.faults["restore"] += 1
+        self.parts.clear()
+        self.waiting.clear()
+        self.carry_out()
+
+    def restore_calls(self, *, always: bool = False) -> None:
+        """Clients call RestoreSnapshot: one call, a retry, or a burst of concurrent calls."""
+        rng = self.restore_rng
+        ids = self.machine.tracker.ids()
+        if (not always and rng.random() >= 0.04) or not self.up or not ids:
+            return
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            keys = list(self.key_snapshot)
+            roll = rng.random()
+            if keys and roll < 0.4:  # a retry of an earlier call
+                key = rng.choice(keys)
+                sid = self.key_snapshot[key]
+            elif keys and roll < 0.5:  # an earlier key, another snapshot
+                key, sid = rng.choice(keys), self._restore_target(rng, ids)
+            else:
+                sid = self._restore_target(rng, ids)
+                key = ""
+                if rng.random() < 0.7:
+                    self.next_restore_key += 1
+                    key = f"k{self.next_restore_key}"
+            self.restore_call(sid, key)
+
+    def _restore_target(self, rng: random.Random, ids: list[str]) -> str:
+        """Mostly a COMPLETE snapshot (so calls start, join, get answers and Busy), sometimes any."""
+        complete = [sid for sid in ids if self.machine.tracker.status(sid) == COMPLETE]
+        if complete and rng.random() < 0.85:
+            return rng.choice(complete)
+        return rng.choice(ids)
+
+    def restore_call(self, sid: str, key: str) -> None:
+        known = self.key_snapshot.get(key) if key else None
+        decision = self.machine.restore(self.machine.tracker.get(sid), key, self.now())
+        kind = type(decision)
+        if kind is restoregate.Start:
+            if key:
+                self.key_snapshot.setdefault(key, sid)
+            self._started(sid, key)
+            self.faults["restore call started a restore"] += 1
+        elif kind is restoregate.Join:
+            if self.restoring != sid:
+                raise Violation(f"restore: a call for {sid} joined the restore of {self.restoring}")
+            self.faults["restore call joined the running restore"] += 1
+        elif kind is restoregate.Answer:
+            if decision.result is None or decision.result.snapshot_id != sid:
+                raise Violation(f"restore: a retry of {key!r} for {sid} was answered {decision.result!r}")
+            self.faults["restore retry answered, not rolled back"] += 1
+        elif kind is restoregate.Busy:
+            if self.restoring is None or self.restoring == sid:
+                raise Violation(f"restore: a call for {sid} refused busy while {self.restoring} runs")
+            self.faults["restore refused: another restore runs"] += 1
+        elif decision.code == "INVALID_ARGUMENT":
+            if known is None or known == sid:
+                raise Violation(f"restore: {key!r} for {sid} refused: {decision.message}")
+            self.faults["restore refused: key of another snapshot"] += 1
+        else:
+            self.faults["restore refused: not restorable"] += 1

@@ -1,0 +1,214 @@
+"""The simulated network between node machines: connections that drop, arrive late or split.
+
+Each channel has at most one live connection. A connection carries frames
+forward (an open, then data) and acks back, one item at a time as the
+schedule delivers them. Faults:
+
+  cut         a connection drops what is on the wire, or leaves it to arrive
+              later (stale): the cluster epoch and the connection's number must fence it
+  partition   the nodes split in two until heal; no connection crosses
+  crash       a node's connections all drop (the world calls `cut` for each)
+
+An eager connection's sender resends from its own last ack at once; otherwise
+it waits for the receiver's first ack (its resume point), as the gRPC node does.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from snapmesh.protocol import core
+from snapmesh.protocol import node as node_mod
+from snapmesh.sim.invariants import Violation
+
+Channel = tuple[str, str]
+
+
+@dataclass(slots=True)
+class Conn:
+    conn_no: int  # the connection's number on its channel, each newer than the last
+    eager: bool
+    forward: deque = field(default_factory=deque)  # ("open",) / ("data", entries) to dst
+    back: deque = field(default_factory=deque)  # acks to src
+    resumed: bool = False
+    cluster_epoch: int = 1  # the sender's epoch when it opened (ChannelOpen.epoch)
+
+
+class Network:
+    def __init__(
+        self,
+        channels: list[Channel],
+        nodes: Mapping[str, node_mod.Node | None],
+        route: Callable[[str], None],
+        rng: random.Random,
+        faults: Counter[str],
+    ) -> None:
+        self.channels = channels
+        self.nodes = nodes  # the world's: a node is None while it is down
+        self.route = route  # carry out a node's effects after each event
+        self.rng = rng
+        self.faults = faults
+        self.conns: dict[Channel, Conn | None] = dict.fromkeys(channels)
+        self.stale: list[tuple[Channel, Conn]] = []  # cut connections whose wires still deliver
+        self.next_conn_no = dict.fromkeys(channels, 0)
+        self.partition: dict[str, int] | None = None
+
+    # -- effects of the node machines
+
+    def transmit(self, src: str, effect: node_mod.Transmit) -> None:
+        conn = self.conns[(src, effect.dst)]
+        if conn is not None and conn.conn_no == effect.conn_no:
+            conn.forward.append(("data", effect.entries))
+
+    def ack(self, dst: str, effect: node_mod.Ack) -> None:
+        conn = self.conns[(effect.src, dst)]
+        if conn is not None and conn.conn_no == effect.conn_no:
+            conn.back.append(effect.seq)
+
+    # -- connections
+
+    def reachable(self, a: str, b: str) -> bool:
+        if self.nodes[a] is None or self.nodes[b] is None:
+            return False
+        return self.partition is None or self.partition[a] == self.partition[b]
+
+    def connect(self, channel: Channel) -> None:
+        src, dst = channel
+        if self.conns[channel] is not None or not self.reachable(src, dst):
+            return
+        a, b = self.nodes[src], self.nodes[dst]
+        if a.restore_incomplete or b.fence(a.epoch):  # type: ignore[union-attr]
+            return  # the receiver refuses the open (stale) or asks to wait (not restored yet)
+        self.next_conn_no[channel] += 1
+        conn = self.conns[channel] = Conn(self.next_conn_no[channel], eager=self.rng.random() < 0.5)
+        conn.cluster_epoch = a.epoch  # type: ignore[union-attr]
+        conn.forward.append(("open",))
+        if conn.eager:
+            a.connect(dst, conn.conn_no)  # type: ignore[union-attr]
+            self.route(src)
+
+    def cut(self, channel: Channel, keep_wire: bool) -> None:
+        conn = self.conns[channel]
+        if conn is None:
+            return
+        self.conns[channel] = None
+        self.faults["connection cut"] += 1
+        if keep_wire and (conn.forward or conn.back):
+            self.stale.append((channel, conn))
+        src = self.nodes[channel[0]]
+        if src is not None:
+            src.disconnect(channel[1])
+
+    def cut_all(self, node_id: str) -> None:
+        """Every connection of `node_id` ends, with what is on its wires."""
+        for channel in self.channels:
+            if node_id in channel:
+                self.cut(channel, keep_wire=False)
+
+    def forget_stale(self, node_id: str) -> None:
+        self.stale = [(c, conn) for c, conn in self.stale if node_id not in c]
+
+    def split(self, rng: random.Random, ids: list[str]) -> None:
+        """A partition starts (nodes on two sides, connections across cut), or heals."""
+        if self.partition is None and len(ids) > 1:
+            side = {i: rng.randint(0, 1) for i in ids}
+            self.partition = side
+            self.faults["partition"] += 1
+            for channel in self.channels:
+                if side[channel[0]] != side[channel[1]]:
+                    self.cut(channel, keep_wire=rng.random() < 0.5)
+        else:
+            self.partition = None
+
+    def heal(self) -> None:
+        self.partition = None
+        self.stale.clear()
+
+    # -- delivery
+
+    def _end(self, node_id: str, conn: Conn) -> node_mod.Node | None:
+        """The node at this end of `conn`, if it is up and takes what the
+        connection carries (the node's epoch fence lets the epoch it opened in through)."""
+        node = self.nodes[node_id]
+        if node is None:
+            return None
+        if node.fence(conn.cluster_epoch):
+            self.faults["stale epoch refused"] += 1
+            return None
+        return node
+
+    def deliver_forward(self, channel: Channel, conn: Conn) -> None:
+        src, dst = channel
+        item = conn.forward.popleft()
+        node = self._end(dst, conn)
+        if node is None:
+            return
+        try:
+            if item[0] == "open":
+                node.opened(src, conn.conn_no)
+            else:
+                for entry in item[1]:
+                    node.received(src, conn.conn_no, entry.seq, amount=entry.amount, snapshot_id=entry.snapshot_id)
+                node.end_frame()
+        except core.ProtocolError as exc:
+            self.route(dst)
+            raise Violation(f"{dst}: protocol error on {src}->{dst}: {exc}") from None
+        self.route(dst)
+
+    def deliver_back(self, channel: Channel, conn: Conn) -> None:
+        src, dst = channel
+        seq = conn.back.popleft()
+        node = self._end(src, conn)
+        if node is None:
+            return
+        try:
+            if not conn.eager and not conn.resumed and self.conns[channel] is conn:
+                conn.resumed = True
+                node.connect(dst, conn.conn_no, resume=seq)
+            else:
+                node.acked(dst, conn.conn_no, seq)
+        except core.ProtocolError as exc:
+            raise Violation(f"{src}: protocol error on the acks of {src}->{dst}: {exc}") from None
+        self.route(src)
+
+    def deliver_one(self, rng: random.Random) -> None:
+        """One item off one wire: sometimes a stale connection's, else a live one's."""
+        if self.stale and rng.random() < 0.3:
+            index = rng.randrange(len(self.stale))
+            channel, conn = self.stale[index]
+            self.faults["stale frame delivered"] += 1
+            if conn.forward:
+                self.deliver_forward(channel, conn)
+            elif conn.back:
+                self.deliver_back(channel, conn)
+            if not conn.forward and not conn.back:
+                self.stale.pop(index)
+            return
+        busy = [(c, conn) for c, conn in self.conns.items() if conn is not None and (conn.forward or conn.back)]
+        if not busy:
+            return
+        channel, conn = rng.choice(busy)
+        if conn.forward and (not conn.back or rng.random() < 0.5):
+            self.deliver_forward(channel, conn)
+        else:
+            self.deliver_back(channel, conn)
+
+    def drain(self) -> bool:
+        """Open what can open and deliver everything on the live wires; True if anything moved."""
+        moved = False
+        for channel in self.channels:
+            if self.conns[channel] is None:
+                self.connect(channel)
+                moved = moved or self.conns[channel] is not None
+        for channel, conn in list(self.conns.items()):
+            while conn is not None and (conn.forward or conn.back):
+                if conn.forward:
+                    self.deliver_forward(channel, conn)
+                else:
+                    self.deliver_back(channel, conn)
+                moved = True
+                conn = self.conns[channel]
+        return moved

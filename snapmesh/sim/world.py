@@ -1,0 +1,224 @@
+"""One simulated cluster: node machines on simulated disks, a network, the controller, clients.
+
+Every piece of logic that decides something is production code: the node
+machines (`snapmesh.protocol.node.Node`, recovered through `wal` and
+`recovery`) and the controller machine (`snapmesh.protocol.controller`). The
+world only routes their effects (`route` for a node's, `SimController.carry_out`
+for the controller's) to the simulated disk, network and clients, and tells
+the invariant checker what happened. The schedule that drives it is
+snapmesh/sim/fuzz.py's.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from snapmesh.protocol import core, link, recovery, wal
+from snapmesh.protocol import node as node_mod
+from snapmesh.sim.controller import DEADLINE, SimController
+from snapmesh.sim.disk import Disk
+from snapmesh.sim.invariants import Checker
+from snapmesh.sim.network import Network
+
+TTL = 2 * DEADLINE  # a node drops a recording after this, as the real node does
+
+
+class World:
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.mode = "overtake" if seed % 2 else "classic"
+        rng = self.rng = random.Random(seed)
+        n = rng.randint(2, 5)
+        self.ids = [f"n{i}" for i in range(n)]
+        self.channels = _topology(rng, self.ids)
+        self.incoming = {i: tuple(s for s, d in self.channels if d == i) for i in self.ids}
+        self.outgoing = {i: tuple(d for s, d in self.channels if s == i) for i in self.ids}
+        self.balances = {i: rng.randint(0, 60) for i in self.ids}
+        self.mark = rng.choice([2, 4, 1000])
+        self.bound = rng.choice([3, 6, 1000])
+        self.segment_records = rng.choice([8, 20, 10**6])
+        self.steps = rng.randint(50, 250)
+        # The request-id window (snapmesh/protocol/requests.py), from its own generator.
+        window_rng = random.Random(seed * 7919 + 1)
+        self.request_ttl = window_rng.choice([0.5, 2.0, 900.0])
+        self.request_capacity = window_rng.choice([4, 64, 200_000])
+        self.first_sent: dict[str, float] = {}  # request_id -> the client's wall time of its first attempt
+        self.now = 0.0
+        self.faults: Counter[str] = Counter()  # what happened, so tests can see every kind was exercised
+        self.disks = {i: Disk(i) for i in self.ids}
+        self.nodes: dict[str, node_mod.Node | None] = {}
+        self.network = Network(self.channels, self.nodes, self.route, rng, self.faults)
+        # Answers a client waits for: (node, answer, request_id, dst, amount).
+        self.replies: list[tuple[str, node_mod.Accepted, str, str, int]] = []
+        self.unanswered: list[tuple[str, str, int, str]] = []  # (node, dst, amount, request_id) to retry
+        self.next_request = 0
+        self.checker = Checker(self.balances, self.channels, TTL)
+        self.controller = SimController(self, seed)
+        for i in self.ids:
+            self.start_node(i)
+
+    @property
+    def wall(self) -> float:
+        """The wall clock the nodes' request-id windows, the clients and the controller share (never 0)."""
+        return 1000.0 + self.now
+
+    def describe(self) -> str:
+        return (
+            f"nodes {self.balances} channels {len(self.channels)} mark {self.mark} bound {self.bound} "
+            f"segment {self.segment_records} steps {self.steps} mode {self.mode} "
+            f"requests {self.request_capacity}/{self.request_ttl:g}s"
+        )
+
+    # -- nodes
+
+    def start_node(self, node_id: str) -> None:
+        records = self.disks[node_id].read_active()
+        if records and isinstance(records[0][1], wal.Checkpoint):
+            self.faults["restart from a checkpoint"] += 1
+        state = recovery.recover(
+            records,
+            node_id=node_id,
+            initial_balance=self.balances[node_id],
+            incoming=self.incoming[node_id],
+            outgoing=self.outgoing[node_id],
+        )
+        self.nodes[node_id] = node_mod.Node(
+            node_id=node_id,
+            incoming=self.incoming[node_id],
+            outgoing=self.outgoing[node_id],
+            recovered=state,
+            now=self.now,
+            mark=self.mark,
+            bound=self.bound,
+            recording_ttl=TTL,
+            segment_records=self.segment_records,
+            snapshot_mode=self.mode,
+            wall=self.wall,
+            request_ttl_s=self.request_ttl,
+            request_capacity=self.request_capacity,
+        )
+        self.route(node_id)
+
+    def restart_down_nodes(self) -> None:
+        for node_id in self.ids:
+            if self.nodes[node_id] is None:
+                self.start_node(node_id)
+
+    def route(self, node_id: str) -> None:
+        """Carry out a node machine's effects: its disk, its wires, its reports."""
+        node = self.nodes[node_id]
+        assert node is not None
+        disk = self.disks[node_id]
+        for effect in node.drain():
+            kind = type(effect)
+            if kind is node_mod.Append:
+                disk.pending.append(effect.record)
+                self.checker.appended(node_id, effect.record, self.now)
+            elif kind is node_mod.Transmit:
+                self.network.transmit(node_id, effect)
+            elif kind is node_mod.Ack:
+                self.network.ack(node_id, effect)
+            elif kind is node_mod.Report:
+                self.controller.reports.append((node_id, effect.state, node.epoch))
+            elif kind is node_mod.Finished:
+                pass  # no pending-report store is simulated: the part is reported on Report, once durable
+            elif kind is node_mod.Seal:
+                disk.pending.append(effect)
+                self.faults["segment sealed"] += 1
+            elif kind is node_mod.ReportCancelled:
+                pass
+            else:  # pragma: no cover
+                raise TypeError(f"unrouted effect {effect!r}")
+
+    def crash(self, node_id: str, rng: random.Random) -> None:
+        disk = self.disks[node_id]
+        if disk.crash(rng):
+            self.faults["torn write"] += 1
+        self.faults["crash"] += 1
+        self.nodes[node_id] = None
+        self.checker.crashed(node_id, disk.durable_lsn)
+        self.controller.crashed(node_id)
+        # Clients waiting on this node see the call fail; those with a request_id retry later.
+        self.unanswered += [(n, dst, amount, rid) for n, _, rid, dst, amount in self.replies if n == node_id and rid]
+        self.replies = [r for r in self.replies if r[0] != node_id]
+        self.network.cut_all(node_id)
+
+    def durable(self, node_id: str, count: int) -> None:
+        disk = self.disks[node_id]
+        node = self.nodes[node_id]
+        if node is None:
+            return
+        disk.flush(count)
+        node.durable(disk.durable_lsn)
+        self.route(node_id)
+        still = []
+        for reply in self.replies:
+            who, answer, rid = reply[:3]
+            if who == node_id and answer.lsn <= disk.durable_lsn:
+                self.checker.replied_transfer(who, answer.msg_id, rid)
+            else:
+                still.append(reply)
+        self.replies = still
+        self.controller.durable(node_id)
+
+    def tick(self, dt: float) -> None:
+        """Time passes: the controller fails late snapshots, nodes drop recordings past their ttl."""
+        self.now += dt
+        self.controller.tick()
+        for node_id, node in self.nodes.items():
+            if node is not None:
+                node.tick(self.now)
+                self.route(node_id)
+
+    # -- clients
+
+    def transfer(self, node_id: str, dst: str, amount: int, request_id: str) -> None:
+        node = self.nodes[node_id]
+        if node is None or node.fence_clients():  # UNAVAILABLE: the client retries
+            self.unanswered.append((node_id, dst, amount, request_id))
+            return
+        # Every retry says when it was first sent: one older than the node's window
+        # is refused (requests.RequestExpired), never paid again.
+        first = self.first_sent.setdefault(request_id, self.wall) if request_id else 0.0
+        try:
+            answer = node.transfer(dst, amount, request_id, wall=self.wall, first_sent_unix_ms=int(first * 1000))
+        except link.ChannelFull:
+            self.faults["transfer refused: channel full"] += 1
+            self.route(node_id)
+            return
+        except core.LocalProtocolError as exc:
+            if exc.kind in (core.Refusal.REQUESTS_FULL, core.Refusal.REQUEST_UNKNOWN):
+                self.faults[f"request refused: {exc.kind.value}"] += 1
+            self.route(node_id)
+            return
+        self.route(node_id)
+        if answer.repeated:
+            self.faults["retry answered, not paid"] += 1
+        if answer.lsn <= self.disks[node_id].durable_lsn:  # already durable (a retry's answer): it goes back at once
+            self.checker.replied_transfer(node_id, answer.msg_id, request_id)
+        else:
+            self.replies.append((node_id, answer, request_id, dst, amount))
+        if request_id and self.rng.random() < 0.3:
+            self.unanswered.append((node_id, dst, amount, request_id))  # the client will retry it
+
+    # -- invariants
+
+    def live(self) -> dict[str, node_mod.Node]:
+        return {i: n for i, n in self.nodes.items() if n is not None}
+
+    def check(self) -> None:
+        self.checker.check_step(self.live(), self.now)
+
+
+def _topology(rng: random.Random, ids: list[str]) -> list[tuple[str, str]]:
+    """A random strongly connected topology: a ring in random order plus chords."""
+    order = ids[:]
+    rng.shuffle(order)
+    n = len(order)
+    edges = {(order[i], order[(i + 1) % n]) for i in range(n)} if n > 1 else set()
+    for a in ids:
+        for b in ids:
+            if a != b and rng.random() < 0.3:
+                edges.add((a, b))
+    return sorted(edges)

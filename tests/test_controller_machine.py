@@ -1,0 +1,176 @@
+"""The controller machine (snapmesh/protocol/controller.py): events in, effects out, no I/O.
+
+The gRPC engine and the fault simulator drive this object; these tests drive it
+by hand and read the effects it asks for, in order.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from snapmesh.protocol import controller as M
+from snapmesh.protocol import controller_journal as R
+from snapmesh.protocol import restoregate
+from snapmesh.protocol.topology import Topology
+from snapmesh.protocol.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+T0 = Now(mono=100.0, wall=1_700_000_000.0)
+
+
+def machine(deadline_s: float = 5.0) -> M.Controller:
+    topology = Topology.build(["a", "b"], None)
+    return M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=deadline_s))
+
+
+def part(sid: str, node: str, balance: int, in_flight: list[int] = ()) -> pb.FullState:
+    other = "b" if node == "a" else "a"
+    channel = pb.ChannelState(src=other, dst=node, in_flight=[
+        pb.InFlightTransfer(msg_id=f"{other}:{node}:{i}", amount=x, seq=i) for i, x in enumerate(in_flight, 1)
+    ])
+    return pb.FullState(snapshot_id=sid, node_id=node, balance=balance, channels=[channel])
+
+
+def kinds(effects: list[M.Effect]) -> list[str]:
+    return [type(e).__name__ + (f":{type(e.record).__name__}" if isinstance(e, M.Journal) else "") for e in effects]
+
+
+def complete(m: M.Controller, sid: str = "s1") -> pb.Snapshot:
+    m.trigger(sid, "a", T0)
+    m.reported(part(sid, "a", 60), T0)
+    snapshot, _ = m.reported(part(sid, "b", 30, [10]), T0)
+    m.drain()
+    return snapshot
+
+
+def test_a_trigger_journals_the_start_before_it_is_shown_or_sent() -> None:
+    m = machine()
+    snapshot = m.trigger("s1", "a", T0)
+    effects = m.drain()
+    assert kinds(effects) == ["Journal:Started", "Publish", "StartAt"]
+    assert effects[0].record == R.Started(snapshot_id="s1", initiator="a", wall=T0.wall, epoch=1)
+    assert effects[2] == M.StartAt("a", "s1", 1)
+    assert snapshot.status == IN_PROGRESS and m.drain() == []
+
+
+def test_reports_journal_then_publish_and_the_last_one_finishes_in_the_same_step() -> None:
+    m = machine()
+    m.trigger("s1", "a", T0)
+    m.drain()
+    m.reported(part("s1", "a", 60), T0)
+    assert kinds(m.drain()) == ["Journal:Reported", "Publish"]
+    snapshot, duplicate = m.reported(part("s1", "b", 30, [10]), T0)
+    assert not duplicate and snapshot.status == COMPLETE and snapshot.conserved
+    effects = m.drain()
+    assert kinds(effects) == ["Journal:Reported", "Journal:Finished", "Finished"]
+    assert effects[1].record.status == COMPLETE
+    # a repeat of a report already taken changes nothing, but waits for the first copy's record
+    assert m.reported(part("s1", "a", 60), T0).duplicate
+    assert kinds(m.drain()) == ["Barrier"]
+
+
+def test_a_refused_report_asks_for_nothing() -> None:
+    m = machine()
+    m.trigger("s1", "a", T0)
+    m.drain()
+    with pytest.raises(Exception, match="negative balance"):
+        m.reported(part("s1", "a", -1), T0)
+    assert m.drain() == []
+
+
+def test_a_tick_past_the_deadline_fails_and_journals_the_outcome() -> None:
+    m = machine(deadline_s=5.0)
+    m.trigger("s1", "a", T0)
+    m.drain()
+    assert m.next_deadline() == T0.mono + 5.0
+    assert m.tick(Now(mono=T0.mono + 4.9, wall=T0.wall)) == [] and m.drain() == []
+    [failed] = m.tick(Now(mono=T0.mono + 5.0, wall=T0.wall + 5))
+    assert failed.status == FAILED and "no report from a, b" in failed.reason
+    assert kinds(m.drain()) == ["Journal:Finished", "Finished"]
+
+
+def test_start_failed_fails_once() -> None:
+    m = machine()
+    m.trigger("s1", "a", T0)
+    m.drain()
+    assert m.start_failed("s1", "initiator a unreachable", T0).reason == "initiator a unreachable"
+    assert kinds(m.drain()) == ["Journal:Finished", "Finished"]
+    assert m.start_failed("s1", "again", T0) is None and m.drain() == []
+
+
+def test_a_restore_moves_the_epoch_fails_what_runs_and_journals_restoring_before_any_node_hears() -> None:
+    m = machine()
+    target = complete(m)
+    m.trigger("s2", "b", T0)
+    m.drain()
+    decision = m.restore(target, "k1", T0)
+    assert isinstance(decision, restoregate.Start)
+    assert m.epoch == 2 and M.stale_report(1, m.epoch) and not M.stale_report(2, m.epoch) and not M.stale_report(0, 2)
+    effects = m.drain()
+    assert kinds(effects) == ["Journal:Finished", "Finished", "Journal:Restored", "RestoreAt", "RestoreAt"]
+    assert effects[1].snapshot.reason == "restored to s1"
+    assert effects[2].record.restore.status == pb.Restore.RESTORING
+    parts = {e.node: e.request for e in effects if isinstance(e, M.RestoreAt)}
+    assert parts["a"].balance == 60 and parts["b"].balance == 30 and parts["b"].epoch == 2
+    assert [t.amount for c in parts["b"].channels for t in c.in_flight] == [10]
+    # a second call joins, another snapshot is busy, and the same key is not answered before the outcome is durable
+    assert isinstance(m.restore(target, "k1", T0), restoregate.Join)
+    assert m.node_restored("a", pb.RestoreStateResponse(balance=60), T0) is None
+    done = m.node_restored("b", pb.RestoreStateResponse(balance=40), T0)
+    assert done.status == pb.Restore.RESTORED and [n.balance for n in done.nodes] == [60, 40]
+    assert kinds(m.drain()) == ["Journal:Restored", "RestoreDone"]
+    assert isinstance(m.restore(target, "k1", T0), restoregate.Join)
+    m.restore_settled()
+    answer = m.restore(target, "k1", T0)
+    assert isinstance(answer, restoregate.Answer) and answer.result == done and m.epoch == 2
+    assert m.last_restore == done
+
+
+def test_a_node_that_cannot_take_its_part_fails_the_restore_and_names_it() -> None:
+    m = machine()
+    target = complete(m)
+    m.restore(target, "", T0)
+    m.drain()
+    m.node_restored("b", "UNAVAILABLE: down", T0)
+    done = m.node_restored("a", pb.RestoreStateResponse(balance=60), T0)
+    assert done.status == pb.Restore.FAILED
+    assert done.reason == "not restored on b: UNAVAILABLE: down (the cluster is fenced at epoch 2)"
+
+
+def test_a_snapshot_that_cannot_be_restored_is_refused_and_nothing_changes() -> None:
+    m = machine()
+    m.trigger("s1", "a", T0)
+    running = m.trigger("s2", "a", T0)
+    m.drain()
+    decision = m.restore(running, "", T0)
+    assert isinstance(decision, restoregate.Refuse) and "IN_PROGRESS, not COMPLETE" in decision.message
+    assert m.epoch == 1 and m.drain() == []
+
+
+def test_the_journal_replayed_gives_back_the_epoch_and_resumes_a_restore_under_way() -> None:
+    m = machine()
+    target = complete(m)
+    m.restore(target, "k1", T0)
+    journaled = [e.record for e in m.drain() if isinstance(e, M.Journal)]
+    records = [
+        R.Started(snapshot_id="s1", initiator="a", wall=T0.wall),
+        R.Reported(state=part("s1", "a", 60), wall=T0.wall),
+        R.Reported(state=part("s1", "b", 30, [10]), wall=T0.wall),
+        R.Finished(snapshot_id="s1", status=COMPLETE, reason="", wall=T0.wall),
+        *journaled,
+    ]
+    again = machine()
+    finished, warnings = again.replayed(records, T0, skip=set())
+    assert (finished, warnings, again.epoch) == (["s1"], [], 2)
+    assert isinstance(again.restore(target, "k1", T0), restoregate.Join)  # the key's restore runs
+    again.resume(again.tracker.get("s1"))
+    assert kinds(again.drain()) == ["RestoreAt", "RestoreAt"]  # RESTORING is already durable
+
+
+def test_plan_and_problem() -> None:
+    m = machine()
+    target = complete(m)
+    assert M.problem(target) == ""
+    assert set(M.plan(target, 3)) == {"a", "b"}
+    target.conserved = False
+    assert "not conserved" in M.problem(target)
