@@ -1,7 +1,7 @@
 """A server's start holds its data-dir lock (snapmesh.serving.datalock.serve_holding):
 it serves only while it holds the lock, and a dir another holder has, or one that
 cannot be made, is one line on stderr and exit status 2 with nothing served.
-The whole servers on real processes are in test_data_safety.py and test_node_defects.py."""
+The whole servers on real processes are in test_data_safety.py and test_node_failure_modes.py."""
 
 from __future__ import annotations
 

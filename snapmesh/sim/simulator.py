@@ -206,7 +206,7 @@ class Simulator:
     # -- output
 
     def output(self) -> dict[str, Any]:
-        """The result as issue 2 specifies it; dict keys in topology order."""
+        """The result as docs/scenarios.md specifies it; dict keys in topology order."""
         topo = self.topology
         snapshots = []
         for log in self._snapshots.values():
