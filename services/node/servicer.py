@@ -76,6 +76,9 @@ class NodeServicer(pb_grpc.NodeServicer):
         self._engine.transfers_done(0 if answer.repeated else 1)
         await self._durable(answer.lsn, context)
         await self._engine.wait_for_room({request.to}, FLOW_CONTROL_WAIT_S)
+        taken_back = self._taken_back(answer.lsn)  # no await from here to the answer: a restore cannot slip in
+        if taken_back is not None:
+            await context.abort(grpc.StatusCode.ABORTED, taken_back)
         return pb.TransferResponse(msg_id=answer.msg_id, balance=answer.balance)
 
     async def TransferBatch(
@@ -92,6 +95,8 @@ class NodeServicer(pb_grpc.NodeServicer):
         engine = self._engine
         accepted = 0
         destinations: set[str] = set()
+        paid = []  # (result, lsn) of each item answered OK: a restore may take it back before it is durable
+        epoch = engine.node.epoch
         items = request.transfers
         # One engine step per YIELD_EVERY transfers (effects carried out once
         # per step), handing the loop back between steps (acks, frames, other calls).
@@ -109,13 +114,30 @@ class NodeServicer(pb_grpc.NodeServicer):
                 engine.metrics.refused(code.name).inc()
                 add(code=code.value[0], message=str(answer.error), balance=answer.balance)
                 continue
-            add(code=_OK, msg_id=answer.msg_id, balance=answer.balance)
+            paid.append((add(code=_OK, msg_id=answer.msg_id, balance=answer.balance), answer.lsn))
             accepted += 0 if answer.repeated else 1
             destinations.add(item.to)
         engine.transfers_done(accepted)
         await self._durable(self._log.last_lsn, context)
         await engine.wait_for_room(destinations, FLOW_CONTROL_WAIT_S)
+        if engine.node.epoch != epoch:  # a restore came in meanwhile: the items it took back fail, as refusals do
+            for result, lsn in paid:
+                taken_back = self._taken_back(lsn)
+                if taken_back is not None:
+                    result.code, result.message, result.msg_id = grpc.StatusCode.ABORTED.value[0], taken_back, ""
         return response
+
+    def _taken_back(self, lsn: int) -> str | None:
+        """Why the transfer applied at `lsn`, now durable, must not be answered
+        "paid" (a restore since took it back), or None: it stands."""
+        snapshot_id = self._engine.node.taken_back(lsn)
+        if snapshot_id is None:
+            return None
+        self._engine.metrics.refused(grpc.StatusCode.ABORTED.name).inc()
+        return (
+            f"taken back by the restore of snapshot {snapshot_id} on {self._engine.node_id}: not paid; "
+            "retrying (same request_id) pays it anew"
+        )
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
         balance = self._engine.node.balance

@@ -44,7 +44,8 @@ N8. Restore. `restore` moves the node to a newer epoch in one step:
     repeat for the current epoch is a no-op, an older epoch is refused; a
     restore cut short by a crash (fewer replays logged than announced) is
     redone from the start. The epoch and its fence are epochs.py's: every shell
-    asks `fence` / `fence_clients` which calls may go on.
+    asks `fence` / `fence_clients` which calls may go on, and `taken_back(lsn)`
+    before answering a transfer "paid" once durable.
 N9. Overtake mode (snapmesh/protocol/overtake.py): at a cut the node keeps, per
     incoming channel, the last seq applied and, per outgoing channel, the
     unacknowledged transfers; they go into the FullState. Each marker also
@@ -166,6 +167,10 @@ class Node:
     def fence_clients(self) -> Fenced | None:
         """May a client's transfer go on (epochs.py)? None: yes."""
         return self.epochs.fence_clients()
+
+    def taken_back(self, lsn: int) -> str | None:
+        """The snapshot whose restore took back the transfer applied at `lsn`, or None (epochs.py)."""
+        return self.epochs.taken_back(lsn)
 
     # -- client events
 
@@ -329,7 +334,7 @@ class Node:
             self._out.append(ReportCancelled(state.snapshot_id))
         self._reports = []
         self._recorded_at.clear()
-        self._append(
+        at = self._append(
             wal.Restore(lsn=self.last_lsn + 1, snapshot_id=snapshot_id, epoch=epoch, balance=balance, deliveries=len(deliveries))
         )
         me = self.node_id
@@ -348,7 +353,7 @@ class Node:
         )
         self._at_cut.clear()  # the recordings in progress were aborted above
         self._links(incoming, outgoing, None)
-        self.epochs.entered(epoch, snapshot_id, self.process.balance)
+        self.epochs.entered(epoch, snapshot_id, self.process.balance, lsn=at, cut=self._cuts.get(snapshot_id))
         self._end_step()
         return True
 
