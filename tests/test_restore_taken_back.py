@@ -6,7 +6,9 @@ cut here is before L -> taken back (naming the snapshot); a cut after L -> it
 stands; a transfer after the restore stands. Through the node's gRPC servicer
 with an in-process engine and a real transfer log held back from the disk: a
 Transfer waiting for its fsync while RestoreState takes it back is answered
-ABORTED, and a TransferBatch fails that item the way it fails a refusal.
+ABORTED, and a TransferBatch fails that item the way it fails a refusal. In
+the fault simulator: the seed that found it passes, and fails on a node that
+never asks.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from services.node.servicer import NodeServicer
 from services.node.translog import TransferLog
 from snapmesh.protocol import epochs, wal
 from snapmesh.protocol.node import Node
+from snapmesh.sim import fuzz
+from snapmesh.sim.invariants import Violation
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = pytest.mark.timeout(60)
@@ -163,3 +167,19 @@ def test_a_batch_item_a_restore_took_back_fails_like_a_refusal(tmp_path: Path) -
     [result] = response.results
     assert result.code == grpc.StatusCode.ABORTED.value[0] and not result.msg_id
     assert "restore of snapshot s1" in result.message
+
+
+# ------------------------------------------------------- the fault simulator
+
+TAKEN_BACK_SEED = 105991  # overtake mode: r15 paid at n1, then a restore to a cut before it, then its fsync
+
+
+def test_the_simulator_answers_the_taken_back_transfer_aborted() -> None:
+    print(f"seed {TAKEN_BACK_SEED}: {fuzz.replay_command(TAKEN_BACK_SEED)}")
+    assert fuzz.run_case(TAKEN_BACK_SEED).faults["transfer taken back by a restore"] > 0
+
+
+def test_the_simulator_notices_a_node_that_answers_it_paid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Node, "taken_back", lambda self, lsn: None)
+    with pytest.raises(Violation, match="after a restore took it back"):
+        fuzz.run_case(TAKEN_BACK_SEED)
