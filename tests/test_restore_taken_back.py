@@ -46,12 +46,14 @@ def test_a_restore_to_a_cut_before_the_transfer_takes_it_back() -> None:
     a.start_snapshot("s1")
     m.route("a")
     answer = a.transfer("b", 10, "r1")  # after s1's cut at a: not in s1
-    assert _cut(m, "a", "s1") < answer.lsn and a.taken_back(answer.lsn) is None
+    assert _cut(m, "a", "s1") < answer.lsn and a.taken_back(answer) is None
     a.restore(snapshot_id="s1", epoch=2, balance=100, in_flight=[])
     m.route("a")
-    assert a.taken_back(answer.lsn) == "s1"
+    assert a.taken_back(answer) == "s1"
     later = a.transfer("b", 5, "r2")  # in the new epoch: it stands
-    assert a.taken_back(later.lsn) is None
+    assert a.taken_back(later) is None
+    again = a.transfer("b", 10, "r1")  # the retry: the restore forgot r1, so it is paid anew, and stands
+    assert not again.repeated and a.taken_back(again) is None
 
 
 def test_a_restore_to_a_cut_after_the_transfer_keeps_it() -> None:
@@ -63,7 +65,7 @@ def test_a_restore_to_a_cut_after_the_transfer_keeps_it() -> None:
     assert _cut(m, "a", "s1") > answer.lsn
     a.restore(snapshot_id="s1", epoch=2, balance=90, in_flight=[])
     m.route("a")
-    assert a.taken_back(answer.lsn) is None
+    assert a.taken_back(answer) is None
     assert a.transfer("b", 10, "r1").repeated  # and the window still answers its retry
 
 
@@ -75,20 +77,22 @@ def test_a_later_restore_to_an_older_cut_takes_back_what_an_earlier_one_kept() -
     a.start_snapshot("s1")
     m.route("a")
     a.restore(snapshot_id="s1", epoch=2, balance=90, in_flight=[])
-    assert a.taken_back(answer.lsn) is None
+    assert a.taken_back(answer) is None
     a.restore(snapshot_id="s0", epoch=3, balance=100, in_flight=[])
-    assert a.taken_back(answer.lsn) == "s0"
+    assert a.taken_back(answer) == "s0"
 
 
 def test_a_restore_of_an_unknown_cut_takes_back_and_past_the_kept_restores_too() -> None:
     state = epochs.EpochState("a")
-    state.entered(2, "old", 0, lsn=20, cut=None)  # its cut is older than every one the node kept
-    assert state.taken_back(19) == "old" and state.taken_back(21) is None
+    state.entered(2, "old", 0, cut=None)  # its cut is older than every one the node kept
+    assert state.taken_back(19, 1) == "old" and state.taken_back(21, 2) is None
     for k in range(epochs.RESTORES_KEPT):
-        state.entered(3 + k, f"s{k}", 0, lsn=40 + 10 * k, cut=35 + 10 * k)
+        state.entered(3 + k, f"s{k}", 0, cut=35 + 10 * k)
     assert len(state.restores) == epochs.RESTORES_KEPT  # bounded: nothing per transfer, a few restores
-    assert state.taken_back(19) == "old"  # dropped from the kept ones: still not "paid"
-    assert state.taken_back(34) is None and state.taken_back(36) == "s0" and state.taken_back(46) == "s1"
+    assert state.taken_back(19, 1) == "old"  # dropped from the kept ones: still not "paid"
+    assert state.taken_back(36, 2) == "s0" and state.taken_back(46, 3) == "s1"
+    assert state.taken_back(34, 2) is None  # before every later cut
+    assert state.taken_back(19, 3 + epochs.RESTORES_KEPT) is None  # answered after every restore: stands
 
 
 # ------------------------------------------------------- the servicer path
@@ -180,6 +184,6 @@ def test_the_simulator_answers_the_taken_back_transfer_aborted() -> None:
 
 
 def test_the_simulator_notices_a_node_that_answers_it_paid(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Node, "taken_back", lambda self, lsn: None)
+    monkeypatch.setattr(Node, "taken_back", lambda self, answer: None)
     with pytest.raises(Violation, match="after a restore took it back"):
         fuzz.run_case(TAKEN_BACK_SEED)

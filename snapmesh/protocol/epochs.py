@@ -12,13 +12,14 @@ at a time, and every shell asks this one object, never its own copy:
 - `takes_restore(epoch, snapshot_id)`: a restore into a newer epoch, or the
   unfinished one, is done; a repeat of the one done is a no-op; an older epoch,
   or another snapshot in this epoch, is refused;
-- `taken_back(lsn)`: did a restore since take back what the node applied at
-  `lsn` (its snapshot's cut here is before `lsn`)? A client's transfer answered
-  only once durable asks this first: a restore between its apply and its
-  durability rolled it back, so it must not be answered "paid". The node keeps
-  the last `RESTORES_KEPT` restores (lsn of the restore record, lsn of the cut),
-  nothing per transfer; past them, the answer is conservatively "taken back"
-  (a retry with the same request id then gets the true answer).
+- `taken_back(lsn, epoch)`: did a restore since the answer (given in `epoch`)
+  take back what the node applied at `lsn` (its snapshot's cut here is before
+  `lsn`)? A client's transfer answered only once durable asks this first: a
+  restore between its answer and its durability rolled it back, so it must not
+  be answered "paid". The node keeps the last `RESTORES_KEPT` restores (epoch,
+  lsn of the cut), nothing per transfer; past them, the answer is
+  conservatively "taken back" (a retry with the same request id, answered in
+  the new epoch, then gets the window's answer).
 
 A connection's own number (link `conn_no`) is another thing: it names one
 connection of one channel, and the link fences older ones (link L6).
@@ -38,11 +39,11 @@ RESTORES_KEPT = 8  # restores remembered for `taken_back`; a transfer waits for 
 
 
 class Restored(NamedTuple):
-    """One restore this node did: its `restore` record's lsn, the restored
+    """One restore this node did: the epoch it entered, the restored
     snapshot, and the lsn of that snapshot's cut here (None: unknown, older
     than every cut kept)."""
 
-    lsn: int
+    epoch: int
     snapshot_id: str
     cut: int | None
 
@@ -102,22 +103,21 @@ class EpochState:
             raise RemoteProtocolError(f"{self.node_id}: a recorded balance of {balance}")
         return True
 
-    def entered(self, epoch: int, snapshot_id: str, balance: int, *, lsn: int = 0, cut: int | None = None) -> None:
+    def entered(self, epoch: int, snapshot_id: str, balance: int, *, cut: int | None = None) -> None:
         """The restore of `snapshot_id` into `epoch` is done; `balance` is its
-        answer, `lsn` its `restore` record, `cut` the lsn of the snapshot's cut
-        here (None: unknown)."""
+        answer, `cut` the lsn of the snapshot's cut here (None: unknown)."""
         self.epoch, self.restored, self.restore_incomplete = epoch, snapshot_id, False
         self.restored_balance = balance
-        self.restores.append(Restored(lsn, snapshot_id, cut))
+        self.restores.append(Restored(epoch, snapshot_id, cut))
         if len(self.restores) > RESTORES_KEPT:
             self.forgotten = self.restores.popleft()
 
-    def taken_back(self, lsn: int) -> str | None:
-        """The snapshot whose restore took back what was applied at `lsn`
-        (logged after its cut, before its restore), or None: it stands."""
+    def taken_back(self, lsn: int, epoch: int) -> str | None:
+        """The snapshot whose restore, after an answer given in `epoch`, took
+        back what was applied at `lsn` (logged after its cut), or None: it stands."""
         for restore in self.restores:
-            if restore.lsn > lsn and (restore.cut is None or restore.cut < lsn):
+            if restore.epoch > epoch and (restore.cut is None or restore.cut < lsn):
                 return restore.snapshot_id
-        if self.forgotten is not None and self.forgotten.lsn > lsn:
+        if self.forgotten is not None and self.forgotten.epoch > epoch:
             return self.forgotten.snapshot_id  # past what is kept: not known to stand
         return None

@@ -205,7 +205,7 @@ class World:
     def _answer(self, node: node_mod.Node, node_id: str, answer: node_mod.Accepted, rid: str, dst: str, amount: int) -> None:
         """A durable transfer's answer goes back: "paid", unless a restore since
         took it back (ABORTED, as the real node answers; the client retries)."""
-        if node.taken_back(answer.lsn) is None:
+        if node.taken_back(answer) is None:
             self.checker.replied_transfer(node_id, answer.msg_id, rid)
             return
         self.faults["transfer taken back by a restore"] += 1
