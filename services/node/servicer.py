@@ -20,6 +20,7 @@ from services.node.engine import Engine, Refused
 from services.node.translog import LogClosedError
 from snapmesh.protocol import core
 from snapmesh.protocol.link import GapError
+from snapmesh.protocol.node_effects import Accepted
 from snapmesh.settings import security
 from snapmesh.settings.config import CONTROLLER_NAME
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -76,6 +77,9 @@ class NodeServicer(pb_grpc.NodeServicer):
         self._engine.transfers_done(0 if answer.repeated else 1)
         await self._durable(answer.lsn, context)
         await self._engine.wait_for_room({request.to}, FLOW_CONTROL_WAIT_S)
+        taken_back = self._taken_back(answer)  # no await from here to the answer: a restore cannot slip in
+        if taken_back is not None:
+            await context.abort(grpc.StatusCode.ABORTED, taken_back)
         return pb.TransferResponse(msg_id=answer.msg_id, balance=answer.balance)
 
     async def TransferBatch(
@@ -92,6 +96,8 @@ class NodeServicer(pb_grpc.NodeServicer):
         engine = self._engine
         accepted = 0
         destinations: set[str] = set()
+        paid = []  # (result, answer) of each item answered OK: a restore may take it back before it is durable
+        epoch = engine.node.epoch
         items = request.transfers
         # One engine step per YIELD_EVERY transfers (effects carried out once
         # per step), handing the loop back between steps (acks, frames, other calls).
@@ -109,13 +115,30 @@ class NodeServicer(pb_grpc.NodeServicer):
                 engine.metrics.refused(code.name).inc()
                 add(code=code.value[0], message=str(answer.error), balance=answer.balance)
                 continue
-            add(code=_OK, msg_id=answer.msg_id, balance=answer.balance)
+            paid.append((add(code=_OK, msg_id=answer.msg_id, balance=answer.balance), answer))
             accepted += 0 if answer.repeated else 1
             destinations.add(item.to)
         engine.transfers_done(accepted)
         await self._durable(self._log.last_lsn, context)
         await engine.wait_for_room(destinations, FLOW_CONTROL_WAIT_S)
+        if engine.node.epoch != epoch:  # a restore came in meanwhile: the items it took back fail, as refusals do
+            for result, answer in paid:
+                taken_back = self._taken_back(answer)
+                if taken_back is not None:
+                    result.code, result.message, result.msg_id = grpc.StatusCode.ABORTED.value[0], taken_back, ""
         return response
+
+    def _taken_back(self, answer: Accepted) -> str | None:
+        """Why the transfer `answer` says paid, now durable, must not be
+        answered "paid" (a restore since took it back), or None: it stands."""
+        snapshot_id = self._engine.node.taken_back(answer)
+        if snapshot_id is None:
+            return None
+        self._engine.metrics.refused(grpc.StatusCode.ABORTED.name).inc()
+        return (
+            f"taken back by the restore of snapshot {snapshot_id} on {self._engine.node_id}: not paid; "
+            "retrying (same request_id) pays it anew"
+        )
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
         balance = self._engine.node.balance

@@ -11,7 +11,15 @@ at a time, and every shell asks this one object, never its own copy:
   crash is redone (the balance is not the restored one yet);
 - `takes_restore(epoch, snapshot_id)`: a restore into a newer epoch, or the
   unfinished one, is done; a repeat of the one done is a no-op; an older epoch,
-  or another snapshot in this epoch, is refused.
+  or another snapshot in this epoch, is refused;
+- `taken_back(lsn, epoch)`: did a restore since the answer (given in `epoch`)
+  take back what the node applied at `lsn` (its snapshot's cut here is before
+  `lsn`)? A client's transfer answered only once durable asks this first: a
+  restore between its answer and its durability rolled it back, so it must not
+  be answered "paid". The node keeps the last `RESTORES_KEPT` restores (epoch,
+  lsn of the cut), nothing per transfer; past them, the answer is
+  conservatively "taken back" (a retry with the same request id, answered in
+  the new epoch, then gets the window's answer).
 
 A connection's own number (link `conn_no`) is another thing: it names one
 connection of one channel, and the link fences older ones (link L6).
@@ -19,11 +27,25 @@ connection of one channel, and the link fences older ones (link L6).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from snapmesh.protocol.core import RemoteProtocolError
+
+
+RESTORES_KEPT = 8  # restores remembered for `taken_back`; a transfer waits for its fsync, not for 8 restores
+
+
+class Restored(NamedTuple):
+    """One restore this node did: the epoch it entered, the restored
+    snapshot, and the lsn of that snapshot's cut here (None: unknown, older
+    than every cut kept)."""
+
+    epoch: int
+    snapshot_id: str
+    cut: int | None
 
 
 class Fenced(NamedTuple):
@@ -42,6 +64,9 @@ class EpochState:
     restored: str = ""  # the snapshot restored into `epoch`, if any
     restore_incomplete: bool = False  # cut short by a crash: it must be done again
     restored_balance: int = 0  # the balance right after the last restore (its answer)
+    # The last RESTORES_KEPT restores, oldest first, and the newest one dropped from them.
+    restores: deque[Restored] = field(default_factory=deque)
+    forgotten: Restored | None = None
 
     def fence(self, epoch: int, what: str = "") -> Fenced | None:
         """May a call of the cluster's `epoch` (`what` names it) go on? None: yes."""
@@ -78,7 +103,21 @@ class EpochState:
             raise RemoteProtocolError(f"{self.node_id}: a recorded balance of {balance}")
         return True
 
-    def entered(self, epoch: int, snapshot_id: str, balance: int) -> None:
-        """The restore of `snapshot_id` into `epoch` is done; `balance` is its answer."""
+    def entered(self, epoch: int, snapshot_id: str, balance: int, *, cut: int | None = None) -> None:
+        """The restore of `snapshot_id` into `epoch` is done; `balance` is its
+        answer, `cut` the lsn of the snapshot's cut here (None: unknown)."""
         self.epoch, self.restored, self.restore_incomplete = epoch, snapshot_id, False
         self.restored_balance = balance
+        self.restores.append(Restored(epoch, snapshot_id, cut))
+        if len(self.restores) > RESTORES_KEPT:
+            self.forgotten = self.restores.popleft()
+
+    def taken_back(self, lsn: int, epoch: int) -> str | None:
+        """The snapshot whose restore, after an answer given in `epoch`, took
+        back what was applied at `lsn` (logged after its cut), or None: it stands."""
+        for restore in self.restores:
+            if restore.epoch > epoch and (restore.cut is None or restore.cut < lsn):
+                return restore.snapshot_id
+        if self.forgotten is not None and self.forgotten.epoch > epoch:
+            return self.forgotten.snapshot_id  # past what is kept: not known to stand
+        return None

@@ -44,7 +44,8 @@ N8. Restore. `restore` moves the node to a newer epoch in one step:
     repeat for the current epoch is a no-op, an older epoch is refused; a
     restore cut short by a crash (fewer replays logged than announced) is
     redone from the start. The epoch and its fence are epochs.py's: every shell
-    asks `fence` / `fence_clients` which calls may go on.
+    asks `fence` / `fence_clients` which calls may go on, and `taken_back(answer)`
+    before answering a transfer "paid" once durable.
 N9. Overtake mode (snapmesh/protocol/overtake.py): at a cut the node keeps, per
     incoming channel, the last seq applied and, per outgoing channel, the
     unacknowledged transfers; they go into the FullState. Each marker also
@@ -167,6 +168,10 @@ class Node:
         """May a client's transfer go on (epochs.py)? None: yes."""
         return self.epochs.fence_clients()
 
+    def taken_back(self, answer: Accepted) -> str | None:
+        """The snapshot whose restore took back the transfer `answer` says paid, or None (epochs.py)."""
+        return self.epochs.taken_back(answer.lsn, answer.epoch)
+
     # -- client events
 
     def transfer(
@@ -180,7 +185,7 @@ class Node:
                 self.wall = wall
             first = self._requests.lookup(request_id, self.wall, first_sent_unix_ms)
             if first is not None:
-                return Accepted(first.msg_id, first.balance, max(first.lsn, 0), True)
+                return Accepted(first.msg_id, first.balance, max(first.lsn, 0), True, self.epochs.epoch)
         sender = self.senders.get(dst)
         if sender is not None:
             sender.check_room()
@@ -203,7 +208,7 @@ class Node:
             self._requests.paid(request_id, requests.Paid(msg_id, balance, self.wall, self.last_lsn))
         if self._segment_count >= self.segment_records:  # _end_step, inline
             self._seal()
-        return Accepted(msg_id, balance, self.last_lsn)
+        return Accepted(msg_id, balance, self.last_lsn, False, self.epochs.epoch)
 
     def start_snapshot(self, snapshot_id: str) -> None:
         self._drain(self.process.start_snapshot(snapshot_id))
@@ -348,7 +353,7 @@ class Node:
         )
         self._at_cut.clear()  # the recordings in progress were aborted above
         self._links(incoming, outgoing, None)
-        self.epochs.entered(epoch, snapshot_id, self.process.balance)
+        self.epochs.entered(epoch, snapshot_id, self.process.balance, cut=self._cuts.get(snapshot_id))
         self._end_step()
         return True
 

@@ -69,9 +69,11 @@ Effect = Append | Seal | Transmit | Ack | Finished | Report | ReportCancelled
 
 
 class Accepted(NamedTuple):
-    """A transfer's answer; reply once `lsn` is durable. `repeated`: a retry."""
+    """A transfer's answer; reply once `lsn` is durable, unless the node says
+    a restore since `epoch` (when it was given) took it back. `repeated`: a retry."""
 
     msg_id: str
     balance: int
     lsn: int
     repeated: bool = False
+    epoch: int = 1

@@ -156,7 +156,7 @@ class World:
         for reply in self.replies:
             who, answer, rid = reply[:3]
             if who == node_id and answer.lsn <= disk.durable_lsn:
-                self.checker.replied_transfer(who, answer.msg_id, rid)
+                self._answer(node, *reply)
             else:
                 still.append(reply)
         self.replies = still
@@ -196,11 +196,21 @@ class World:
         if answer.repeated:
             self.faults["retry answered, not paid"] += 1
         if answer.lsn <= self.disks[node_id].durable_lsn:  # already durable (a retry's answer): it goes back at once
-            self.checker.replied_transfer(node_id, answer.msg_id, request_id)
+            self._answer(node, node_id, answer, request_id, dst, amount)
         else:
             self.replies.append((node_id, answer, request_id, dst, amount))
         if request_id and self.rng.random() < 0.3:
             self.unanswered.append((node_id, dst, amount, request_id))  # the client will retry it
+
+    def _answer(self, node: node_mod.Node, node_id: str, answer: node_mod.Accepted, rid: str, dst: str, amount: int) -> None:
+        """A durable transfer's answer goes back: "paid", unless a restore since
+        took it back (ABORTED, as the real node answers; the client retries)."""
+        if node.taken_back(answer) is None:
+            self.checker.replied_transfer(node_id, answer.msg_id, rid)
+            return
+        self.faults["transfer taken back by a restore"] += 1
+        if rid:
+            self.unanswered.append((node_id, dst, amount, rid))
 
     # -- invariants
 
