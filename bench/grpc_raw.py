@@ -10,6 +10,7 @@ frame, `GetState` answers at once. The client measures, in one run:
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -87,7 +88,14 @@ async def _stream_rate(stub, total: int, batch: int) -> float:
     return total / elapsed
 
 
-async def _measure(port: int) -> dict[str, float]:
+def _cpu_s(pid: int) -> float:
+    """utime + stime of process `pid`, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _measure(port: int, server_pid: int) -> dict[str, float]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=CLIENT_OPTIONS) as channel:
         stub = pb_grpc.NodeStub(channel)
         for _ in range(200):  # warm up
@@ -99,13 +107,16 @@ async def _measure(port: int) -> dict[str, float]:
             await stub.GetState(pb.GetStateRequest())
             latencies.append(time.perf_counter() - t0)
         unary_elapsed = time.perf_counter() - start
+        cpu_before = _cpu_s(os.getpid()) + _cpu_s(server_pid)
         single = await _stream_rate(stub, STREAM_MESSAGES, 1)
+        frame_cpu_s = (_cpu_s(os.getpid()) + _cpu_s(server_pid) - cpu_before) / STREAM_MESSAGES
         batched = await _stream_rate(stub, BATCHED_MESSAGES, BATCH)
     return {
         "unary_p50_ms": percentile(latencies, 50) * 1e3,
         "unary_p99_ms": percentile(latencies, 99) * 1e3,
         "unary_per_s": UNARY_CALLS / unary_elapsed,
         "stream_single_per_s": single,
+        "cpu_us_per_frame_acked": frame_cpu_s * 1e6,
         "stream_batched_per_s": batched,
     }
 
@@ -116,7 +127,7 @@ def measure() -> dict[str, float]:
     )
     try:
         port = int(server.stdout.readline())
-        return asyncio.run(_measure(port))
+        return asyncio.run(_measure(port, server.pid))
     finally:
         server.stdin.close()
         try:
@@ -133,6 +144,7 @@ def main() -> int:
     print(f"{'unary round trip p99 (ms)':<52} {figures['unary_p99_ms']:>14.3f}")
     print(f"{'unary sequential calls/s':<52} {figures['unary_per_s']:>14,.0f}")
     print(f"{'one stream, 1 msg/frame, acked: msgs/s':<52} {figures['stream_single_per_s']:>14,.0f}")
+    print(f"{'CPU per frame and its ack, both processes (µs)':<52} {figures['cpu_us_per_frame_acked']:>14.1f}")
     print(f"{f'one stream, {BATCH} msgs/frame, acked: msgs/s':<52} {figures['stream_batched_per_s']:>14,.0f}")
     ratio = figures["stream_batched_per_s"] / figures["stream_single_per_s"]
     print(f"{'batched / single (ratio, same run)':<52} {ratio:>14.1f}x")

@@ -51,6 +51,7 @@ class Window:
     sent_per_s: float
     commits_per_s: float
     cpu: dict[str, float]  # cores used, by group
+    frames_per_s: float = 0.0  # channel frames the nodes wrote (each one read and acked by its receiver)
     snapshots: list[str] = field(default_factory=list)
     max_unacked: float = 0.0
     machine_cores: float = 0.0  # the whole machine's busy cores (every process, ours or not)
@@ -115,6 +116,7 @@ def window_between(start: Sample, end: Sample, snapshots: list[str], max_unacked
         received_per_s=rate("snapmesh_transfers_received_total"),
         sent_per_s=rate("snapmesh_transfers_sent_total"),
         commits_per_s=rate("snapmesh_log_fsync_seconds_count"),
+        frames_per_s=rate("snapmesh_channel_frames_sent_total"),
         cpu=cpu,
         snapshots=snapshots,
         max_unacked=max_unacked,

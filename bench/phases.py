@@ -188,20 +188,25 @@ def latencies(run: Run, mesh) -> None:
                 f"{len(client)} COMPLETE, {failed} not; client p50/p99 {p50_p99(client)} ms")
 
 
-def paced_latency(run: Run, mesh, rate: float, *, probe: bool = True) -> tuple[float, int, int, float, float, float]:
+def paced_latency(
+    run: Run, mesh, rate: float, *, probe: bool = True
+) -> tuple[float, int, int, float, float, float, float]:
     """At a paced load: client-side snapshot p99 (ms), how many COMPLETE, how many
     not; with `probe`, the p99 (ms) of one node round trip under the same load (else
     NaN); the fraction of the machine busy while the snapshots ran; with `probe`, the
-    machine's CPU µs per transfer in a window before them (else NaN)."""
+    machine's CPU µs per transfer and the channel frames per transfer in a window
+    before them (else NaN)."""
     s = run.settings
     mesh.load(paced_callers(mesh.nodes), rate=rate, settle_s=s.settle_s)
-    cpu_us = mesh.window(s.window_s).cpu_us_per_transfer if probe else float("nan")
+    before = mesh.window(s.window_s) if probe else None
+    cpu_us = before.cpu_us_per_transfer if before else float("nan")
+    frames = before.frames_per_s / before.received_per_s if before and before.received_per_s else float("nan")
     node_rtt = mesh.node_rtt_p99(s.node_rtt_calls, s.node_rtt_gap_s) if probe else float("nan")
     start = mesh.sample()
     client, _, failed, _ = mesh.latency_run(s.latency_snapshots, s.latency_cap_s)
     busy = busy_fraction(start, mesh.sample())
     mesh.load(0)
-    return p99(client), len(client), failed, node_rtt, busy, cpu_us
+    return p99(client), len(client), failed, node_rtt, busy, cpu_us, frames
 
 
 def closing(run: Run, mesh) -> None:
@@ -225,12 +230,13 @@ def _baseline(run: Run) -> None:
     run.results.raw = run.lab.raw()
 
 
-@phase("raw", keys=("unary_rtt_p99_ms", "raw_batched_stream_msgs_per_s"))
+@phase("raw", keys=("unary_rtt_p99_ms", "raw_batched_stream_msgs_per_s", "raw_cpu_us_per_frame_acked"))
 def _raw(run: Run) -> None:
     run.say(" raw gRPC baseline")
     run.results.raw = raw = run.lab.raw()
     run.out["unary_rtt_p99_ms"] = raw["unary_p99_ms"]
     run.out["raw_batched_stream_msgs_per_s"] = raw["stream_batched_per_s"]
+    run.out["raw_cpu_us_per_frame_acked"] = raw["cpu_us_per_frame_acked"]
 
 
 @phase("mesh4")
@@ -325,8 +331,8 @@ def _modes4(run: Run) -> None:
 
 @phase("paced8", keys=(
     *(f"{k}_{eight_node_suffix(*p)}" for p in EIGHT_NODES
-      for k in ("snapshot_p99_ms", "node_rtt_p99_ms", "cpu_busy", "cpu_us_per_transfer")),
-    "cpu_us_per_transfer_8n_25pct", "snapshot_p99_ms_8n_50pct_overtake_mark2000",
+      for k in ("snapshot_p99_ms", "node_rtt_p99_ms", "cpu_busy", "cpu_us_per_transfer", "frames_per_transfer")),
+    "cpu_us_per_transfer_8n_25pct", "cpu_us_per_transfer_8n_25pct_frame_floor", "snapshot_p99_ms_8n_50pct_overtake_mark2000",
     "snapshot_p99_over_unary_p99_overtake", "snapshot_p99_over_node_rtt_p99_overtake"))
 def _paced8(run: Run) -> None:
     """8 nodes paced at fractions of the 4-node peak, per mode and mark: snapshot p99,
@@ -337,7 +343,7 @@ def _paced8(run: Run) -> None:
         run.say(f" 8-node mesh, {mode}, mark {mark or MARKS[0]}, paced {rate:,.0f}/s "
                 f"({fraction:.0%} of the 4-node peak)")
         with run.lab.mesh(8, mode=mode, mark=mark, startup_timeout=run.settings.startup_timeout) as mesh:
-            snapshot_p99, done, failed, node_rtt, busy, cpu_us = paced_latency(run, mesh, rate)
+            snapshot_p99, done, failed, node_rtt, busy, cpu_us, frames = paced_latency(run, mesh, rate)
         run.say(f"  snapshot p99 {snapshot_p99:.1f} ms ({done} COMPLETE, {failed} not); node round trip p99 "
                 f"{node_rtt:.1f} ms; machine {busy:.0%} busy; {cpu_us:.1f} µs CPU per transfer before")
         suffix = eight_node_suffix(fraction, mode, mark)
@@ -345,9 +351,15 @@ def _paced8(run: Run) -> None:
         out[f"node_rtt_p99_ms_{suffix}"] = node_rtt
         out[f"cpu_busy_{suffix}"] = busy
         out[f"cpu_us_per_transfer_{suffix}"] = cpu_us
+        out[f"frames_per_transfer_{suffix}"] = frames
     # The issue's figure: 8 nodes paced at 25% of the 4-node peak, overtake mode (the
     # controller_p99_ms_100ms convention); the classic one is beside it.
     out["cpu_us_per_transfer_8n_25pct"] = out["cpu_us_per_transfer_8n_25pct_overtake"]
+    # What the raw gRPC stream alone costs for the frames those transfers rode in
+    # (a frame and its ack, measured in this run with nothing of snapmesh in it).
+    frame_cpu = out.get("raw_cpu_us_per_frame_acked") or run.results.raw.get("cpu_us_per_frame_acked")
+    if frame_cpu:
+        out["cpu_us_per_transfer_8n_25pct_frame_floor"] = out["frames_per_transfer_8n_25pct_overtake"] * frame_cpu
     out["snapshot_p99_ms_8n_50pct_overtake_mark2000"] = out["snapshot_p99_ms_8n_50pct_overtake"]
     unary = out.get("unary_rtt_p99_ms") or run.results.raw.get("unary_p99_ms")
     if unary:
@@ -365,7 +377,7 @@ def _large(run: Run) -> None:
     run.say(f" {nodes}-node mesh ({nodes * (nodes - 1)} channels), overtake, light paced load")
     try:
         with run.lab.mesh(nodes, mode="overtake", startup_timeout=run.settings.startup_timeout) as mesh:
-            snapshot_p99, done, failed, _, _, _ = paced_latency(run, mesh, 0.05 * run.peak, probe=False)
+            snapshot_p99, done, failed, *_ = paced_latency(run, mesh, 0.05 * run.peak, probe=False)
     except Exception as exc:  # report it; the other figures stand
         run.say(f"  {nodes}-node mesh failed: {type(exc).__name__}: {exc}")
         return

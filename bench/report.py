@@ -82,6 +82,9 @@ def table(r: Results) -> list[str]:
     rows = [_row("snapmesh on loopback, one run", "figure")]
     rows.append(_row("raw gRPC: one stream, 100 msgs/frame, acked (msgs/s)", f"{raw['stream_batched_per_s']:,.0f}"))
     rows.append(_row("raw gRPC: one stream, 1 msg/frame, acked (msgs/s)", f"{raw['stream_single_per_s']:,.0f}"))
+    if "cpu_us_per_frame_acked" in raw:
+        rows.append(_row("raw gRPC: CPU per frame and its ack, both processes (µs)",
+                         f"{raw['cpu_us_per_frame_acked']:.1f}"))
     rows.append(_row("raw gRPC: unary round trip p50 / p99 (ms)", f"{raw['unary_p50_ms']:.3f} / {raw['unary_p99_ms']:.3f}"))
     rows.append(_row("raw gRPC: unary sequential calls/s", f"{raw['unary_per_s']:,.0f}"))
     a_windows = [a for a, _ in r.ab]

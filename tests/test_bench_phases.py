@@ -52,6 +52,11 @@ EVENT_LOOP_KEYS = {  # new: asyncio vs uvloop side by side
     "uvloop_over_asyncio_rate_4n", "cluster_rate_4n_asyncio", "cluster_rate_4n_uvloop",
     "cpu_us_per_transfer_4n_peak_asyncio", "cpu_us_per_transfer_4n_peak_uvloop",
 }
+FRAME_KEYS = {  # new: channel frames per transfer, and what the raw stream costs for them
+    "raw_cpu_us_per_frame_acked", "cpu_us_per_transfer_8n_25pct_frame_floor",
+    *(f"frames_per_transfer_8n_{p}" for p in ("25pct_classic", "25pct_overtake", "50pct_classic",
+                                              "50pct_overtake", "50pct_overtake_mark20000")),
+}
 OTHER_BENCHES = {  # written by reconcile, store, controller and report, not by a phase set
     "controller_p99_ms_100ms", "controller_start_delay_p99_ms_100ms", "controller_recording_p99_ms_100ms",
     "controller_report_time_p99_ms_100ms", "controller_p50_ms_100ms", "controller_p99_over_unary_p99_100ms",
@@ -68,7 +73,7 @@ OTHER_BENCHES = {  # written by reconcile, store, controller and report, not by 
 def _window(rate: float, *, snapshots: list[str] | None = None) -> Window:
     cpu = {"nodes": 1.0, "controller": 0.1, "loadgen": 0.1, "bench": 0.0, "other": 0.1}
     return Window(seconds=1.0, received_per_s=rate, sent_per_s=rate, commits_per_s=rate / 100, cpu=cpu,
-                  snapshots=snapshots or [], max_unacked=10.0, machine_cores=1.3)
+                  snapshots=snapshots or [], max_unacked=10.0, machine_cores=1.3, frames_per_s=rate / 40)
 
 
 class FakeMesh:
@@ -133,7 +138,7 @@ class FakeLab:
 
     def raw(self) -> dict[str, float]:
         return {"stream_batched_per_s": 100_000.0, "stream_single_per_s": 10_000.0, "unary_p50_ms": 0.2,
-                "unary_p99_ms": 0.5, "unary_per_s": 5_000.0}
+                "unary_p99_ms": 0.5, "unary_per_s": 5_000.0, "cpu_us_per_frame_acked": 200.0}
 
     def mesh(self, nodes: int, **options) -> FakeMesh:
         return FakeMesh(self, nodes, **options)
@@ -165,13 +170,13 @@ def test_each_phase_set_writes_exactly_the_keys_its_phases_declare(set_name: str
 
 
 def test_the_sets_name_the_keys_bench_results_json_has_always_had_plus_the_event_loops() -> None:
-    assert phases.declared_keys("overtake") - OVERTAKE_BEFORE == EVENT_LOOP_KEYS
+    assert phases.declared_keys("overtake") - OVERTAKE_BEFORE == EVENT_LOOP_KEYS | FRAME_KEYS
     assert OVERTAKE_BEFORE - phases.declared_keys("overtake") == set()
     assert phases.declared_keys("cluster") == CLUSTER_BEFORE
     written = set(json.loads((REPO / "bench" / "results.json").read_text())) - {"date", "machine"}
     every_set = phases.declared_keys("overtake") | phases.declared_keys("cluster")
     assert written - every_set <= OTHER_BENCHES  # nothing in the file that no bench writes
-    assert (every_set - EVENT_LOOP_KEYS) - written == set()  # every key the sets wrote before is in the file
+    assert (every_set - EVENT_LOOP_KEYS - FRAME_KEYS) - written == set()  # every key the sets wrote before is in the file
 
 
 def test_the_event_loop_phase_puts_both_loops_side_by_side_as_a_ratio() -> None:
@@ -253,3 +258,10 @@ def test_markers_are_counted_in_every_log_segment_sealed_ones_too(tmp_path: Path
     (tmp_path / active_name("p2")).write_text(marker("s1") + '{"kind":"transfer_sent"}\n')
     cluster = SimpleNamespace(node_ids=["p1", "p2"], config=SimpleNamespace(data_dir=tmp_path))
     assert markers_per_snapshot(cluster) == {"s1": 2, "s2": 2, "s3": 1}
+
+
+def test_the_frame_floor_is_the_frames_per_transfer_times_the_raw_cost_of_a_frame() -> None:
+    run = _run("overtake", only=("raw", "modes4", "paced8"))
+    assert run.out["raw_cpu_us_per_frame_acked"] == 200.0
+    assert run.out["frames_per_transfer_8n_25pct_overtake"] == pytest.approx(1 / 40)  # the stand-in's frames
+    assert run.out["cpu_us_per_transfer_8n_25pct_frame_floor"] == pytest.approx(200.0 / 40)
