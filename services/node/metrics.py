@@ -55,6 +55,11 @@ class NodeMetrics:
             "snapmesh_channel_resent_messages_total", "Messages sent again after a reconnect", ["node", "peer"],
             registry=r,
         )
+        self._frames_sent = Counter(
+            "snapmesh_channel_frames_sent_total",
+            "Frames written on the channel stream to `peer` (each carries one or more messages and is acked once)",
+            ["node", "peer"], registry=r,
+        )
         self._stream_errors = Counter(
             "snapmesh_channel_stream_errors_total", "Channel streams that ended in an error", ["node", "peer", "side"],
             registry=r,
@@ -95,6 +100,7 @@ class NodeMetrics:
             self.unacked(peer)
             self.reconnects(peer)
             self.resent(peer)
+            self.frames_sent(peer)
             self.stream_errors(peer, "sender")
         for code in codes:
             self.refused(code)
@@ -110,6 +116,9 @@ class NodeMetrics:
 
     def resent(self, peer: str) -> Counter:
         return self._resent.labels(self._node, peer)
+
+    def frames_sent(self, peer: str) -> Counter:
+        return self._frames_sent.labels(self._node, peer)
 
     def stream_errors(self, peer: str, side: str) -> Counter:
         return self._stream_errors.labels(self._node, peer, side)
