@@ -419,3 +419,9 @@ def test_malformed_runs_get_the_per_message_status_codes(tmp_path, monkeypatch) 
             await stopping()
 
     asyncio.run(go())
+
+
+def test_the_microdriver_logs_the_same_bytes_whatever_the_frame_form() -> None:
+    from bench import microdriver
+
+    assert microdriver.run(700, "runs") == microdriver.run(700, "messages") == microdriver.run(700)

@@ -25,7 +25,6 @@ import logging
 import random
 from collections import deque
 from collections.abc import Callable
-from operator import itemgetter
 
 import grpc
 
@@ -247,8 +246,6 @@ class OutgoingChannel:
             await call.write(encode_frame(entries, runs=runs))
 
 
-_seq, _amount, _snapshot_id = itemgetter(0), itemgetter(1), itemgetter(2)
-
 
 def encode_frame(entries: tuple[Entry, ...], *, runs: bool) -> pb.ChannelFrame:
     """The `batch` frame of `entries` (in channel order: early markers, then
@@ -256,12 +253,13 @@ def encode_frame(entries: tuple[Entry, ...], *, runs: bool) -> pb.ChannelFrame:
     `messages` (the receiver merges them back by seq); without, one message each."""
     frame = pb.ChannelFrame()
     batch = frame.batch
-    if runs and entries and not any(map(_snapshot_id, entries)):
-        # The common frame: transfers only, seqs consecutive (the outbox's are),
-        # one run built from two C-level passes instead of a message per transfer.
-        first, count = entries[0].seq, len(entries)
-        if first and list(map(_seq, entries)) == list(range(first, first + count)):
-            batch.runs.add(first_seq=first, amounts=list(map(_amount, entries)))
+    if runs and entries:
+        # The common frame: transfers only, seqs consecutive (the outbox's are): one
+        # run from the entries' columns (one C-level transpose), not a message per transfer.
+        seqs, amounts, snapshot_ids, _ = zip(*entries, strict=True)
+        first = seqs[0]
+        if first and not any(snapshot_ids) and seqs == tuple(range(first, first + len(seqs))):
+            batch.runs.add(first_seq=first, amounts=amounts)
             return frame
     add = batch.messages.add
     if runs and _in_order(entries):
