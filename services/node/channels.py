@@ -246,7 +246,6 @@ class OutgoingChannel:
             await call.write(encode_frame(entries, runs=runs))
 
 
-
 def encode_frame(entries: tuple[Entry, ...], *, runs: bool) -> pb.ChannelFrame:
     """The `batch` frame of `entries` (in channel order: early markers, then
     seqs ascending). With `runs`, transfers go in packed runs and markers in
