@@ -4,7 +4,9 @@ Each directed channel i->j is one long-lived `Node.Channel` bidi stream that i
 opens on j. Frame 1 is `open{src, dst}`; j answers with its resume point (the
 last seq it holds durably), i resends every message after it, then streams
 `batch` frames; j applies each batch in order and acks cumulatively once the
-batch is on disk. When the stream breaks, i reconnects with jittered
+batch is on disk. A batch carries its transfers as packed runs (`encode_frame`)
+once j's first ack on the stream said it reads them (`accepts_runs`), as one
+message each otherwise. When the stream breaks, i reconnects with jittered
 exponential backoff. Every rule of the channel itself (seq, outbox, resend,
 duplicate drop, gaps, connection numbers, flow control) lives in `snapmesh.protocol.link`, inside
 `snapmesh.protocol.node.Node`; this module only moves frames and reports what the
@@ -209,8 +211,10 @@ class OutgoingChannel:
             self._set(SenderState.OPEN)
             self._reconnects.inc()
             log.info("channel %s->%s open (peer holds seq %d)", self.src, self.dst, first.acked_seq)
+            # Runs only to a receiver that said on this stream that it reads them: an
+            # older one would drop field 2 (the transfers) without a word.
             reader = asyncio.ensure_future(self._read_acks(call, self.conn_no))
-            writer = asyncio.ensure_future(self._write_frames(call, self.conn_no))
+            writer = asyncio.ensure_future(self._write_frames(call, self.conn_no, first.accepts_runs))
             try:
                 done, _ = await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -230,7 +234,7 @@ class OutgoingChannel:
                 return
             self._on_ack(self.dst, conn_no, ack.acked_seq)
 
-    async def _write_frames(self, call: grpc.aio.StreamStreamCall, conn_no: int) -> None:
+    async def _write_frames(self, call: grpc.aio.StreamStreamCall, conn_no: int, runs: bool) -> None:
         while True:
             if not self._frames:
                 self._wake.clear()
@@ -239,15 +243,70 @@ class OutgoingChannel:
             frame_conn_no, entries = self._frames.popleft()
             if frame_conn_no != conn_no:
                 continue
-            frame = pb.ChannelFrame()
-            add = frame.batch.messages.add
-            for entry in entries:
-                if entry.snapshot_id:  # seq 0: an early marker, `amount` its last seq (link L8)
-                    last = entry.amount if entry.seq == 0 else 0
-                    add(seq=entry.seq, marker=pb.MarkerMessage(snapshot_id=entry.snapshot_id, last_seq=last))
-                else:  # no msg_id on the wire: the receiver derives it, `src:dst:seq` (3x less CPU per message)
-                    add(seq=entry.seq).transfer.amount = entry.amount
-            await call.write(frame)
+            await call.write(encode_frame(entries, runs=runs))
+
+
+def encode_frame(entries: tuple[Entry, ...], *, runs: bool) -> pb.ChannelFrame:
+    """The `batch` frame of `entries` (in channel order: early markers, then
+    seqs ascending). With `runs`, transfers go in packed runs and markers in
+    `messages` (the receiver merges them back by seq); without, one message each."""
+    frame = pb.ChannelFrame()
+    batch = frame.batch
+    if runs and entries:
+        # The common frame: transfers only, seqs consecutive (the outbox's are): one
+        # run from the entries' columns (one C-level transpose), not a message per transfer.
+        seqs, amounts, snapshot_ids, _ = zip(*entries, strict=True)
+        first = seqs[0]
+        if first and not any(snapshot_ids) and seqs == tuple(range(first, first + len(seqs))):
+            batch.runs.add(first_seq=first, amounts=amounts)
+            return frame
+    add = batch.messages.add
+    if runs and _in_order(entries):
+        run_first, amounts, next_seq = 0, [], 0
+        for entry in entries:
+            if not entry.snapshot_id and entry.seq == next_seq:
+                amounts.append(entry.amount)
+                next_seq += 1
+                continue
+            if amounts:
+                batch.runs.add(first_seq=run_first, amounts=amounts)
+                amounts = []
+            if entry.snapshot_id:
+                _add_marker(add, entry)
+                next_seq = 0
+            else:
+                run_first, next_seq = entry.seq, entry.seq + 1
+                amounts.append(entry.amount)
+        if amounts:
+            batch.runs.add(first_seq=run_first, amounts=amounts)
+        return frame
+    for entry in entries:
+        if entry.snapshot_id:
+            _add_marker(add, entry)
+        else:  # no msg_id on the wire: the receiver derives it, `src:dst:seq` (3x less CPU per message)
+            add(seq=entry.seq).transfer.amount = entry.amount
+    return frame
+
+
+def _add_marker(add: Callable[..., pb.ChannelMessage], entry: Entry) -> None:
+    # seq 0: an early marker, `amount` its last seq (link L8)
+    last = entry.amount if entry.seq == 0 else 0
+    add(seq=entry.seq, marker=pb.MarkerMessage(snapshot_id=entry.snapshot_id, last_seq=last))
+
+
+def _in_order(entries: tuple[Entry, ...]) -> bool:
+    """Early markers (seq 0) first, then seqs strictly ascending, no transfer at
+    seq 0: what the receiver's merge by seq gives back in the same order. (The
+    outbox's entries always are; anything else goes one message each, as is.)"""
+    previous = 0
+    for entry in entries:
+        seq = entry.seq
+        if seq == 0 and (previous or not entry.snapshot_id):
+            return False
+        if seq and seq <= previous:
+            return False
+        previous = seq
+    return True
 
 
 # ---------------------------------------------------------------- receiving
@@ -314,8 +373,9 @@ class AckWriter:
     log holds what they acknowledge, and the newest posted wins (acks coalesce
     while the stream is busy)."""
 
-    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+    def __init__(self, context: grpc.aio.ServicerContext, *, accepts_runs: bool = True) -> None:
         self._context = context
+        self._accepts_runs = accepts_runs  # said on every ack: the sender reads it from the first
         self._posted: int | None = None
         self._event = asyncio.Event()
         self._task = asyncio.ensure_future(self._run())
@@ -331,7 +391,7 @@ class AckWriter:
             if self._posted is None:
                 continue
             seq, self._posted = self._posted, None
-            await self._context.write(pb.ChannelAck(acked_seq=seq))
+            await self._context.write(pb.ChannelAck(acked_seq=seq, accepts_runs=self._accepts_runs))
 
     @property
     def failed(self) -> bool:

@@ -180,6 +180,22 @@ class Engine:
             node.end_frame()
             self._run()
 
+    def receive_runs(self, src: str, conn_no: int, runs: Iterable[tuple[int, Iterable[int]]]) -> None:
+        """Apply the runs of one frame with no markers, in order: each
+        (first_seq, amounts) is the transfers first_seq, first_seq + 1, ...
+        Exactly `receive_batch` of the same transfers, without an object per
+        transfer: the same drops, the same errors, what was applied stays."""
+        node = self.node
+        node.tick(self._now())
+        received = node.received
+        try:
+            for first_seq, amounts in runs:
+                for seq, amount in enumerate(amounts, first_seq):
+                    received(src, conn_no, seq, amount=amount)
+        finally:
+            node.end_frame()
+            self._run()
+
     def opened(self, src: str, conn_no: int) -> None:
         self.node.opened(src, conn_no)
         self._run()

@@ -10,8 +10,10 @@ in one table, `REFUSAL_STATUS`.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 import grpc
 
@@ -54,6 +56,9 @@ class NodeServicer(pb_grpc.NodeServicer):
         self._engine = engine
         self._log = engine.log
         self.stopping = False
+        # Acks say the channel streams into this node may carry packed runs; False
+        # acks as a receiver from before runs did (its senders send one message each).
+        self.accepts_runs = True
 
     async def _durable(self, lsn: int, context: grpc.aio.ServicerContext) -> None:
         """Wait until the log holds `lsn`. A log that failed or closed will never
@@ -241,7 +246,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         rx = engine.incoming[src]
         ending = rx.claim()
         conn_no = rx.conn_no
-        acks = AckWriter(context)
+        acks = AckWriter(context, accepts_runs=self.accepts_runs)
         rx.attach(acks)
         try:
             # The node answers with its position (the resume point) once it is durable.
@@ -257,7 +262,7 @@ class NodeServicer(pb_grpc.NodeServicer):
                 if frame.WhichOneof("body") != "batch":
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "only `batch` frames may follow `open`")
                 try:
-                    engine.receive_batch(src, conn_no, _decode(src, dst, frame.batch.messages))
+                    _receive(engine, src, dst, conn_no, frame.batch)
                 except GapError as exc:
                     engine.metrics.stream_errors(src, "receiver").inc()
                     log.error("%s; closing the stream (DATA_LOSS)", exc)
@@ -269,6 +274,45 @@ class NodeServicer(pb_grpc.NodeServicer):
         finally:
             await acks.close()
             rx.release(ending)
+
+
+def _receive(engine: Engine, src: str, dst: str, conn_no: int, batch: pb.ChannelBatch) -> None:
+    """Apply one batch: its messages and its runs merged by seq (snapmesh.proto,
+    ChannelBatch), exactly as the same content sent one message each would be."""
+    runs = batch.runs
+    if not runs:  # a sender from before runs, or a receiver that did not say it reads them
+        engine.receive_batch(src, conn_no, _decode(src, dst, batch.messages))
+        return
+    # Malformed before anything of the frame is applied: seq 0 is only ever an early marker.
+    if any(run.first_seq == 0 for run in runs):
+        raise core.RemoteProtocolError(f"channel {src}->{dst}: a run of transfers starts at seq 0")
+    if not batch.messages:  # the common frame: ints straight from the packed columns
+        engine.receive_runs(src, conn_no, [(run.first_seq, run.amounts) for run in runs])
+    else:  # markers among the runs: rare (one per snapshot and channel), one object per transfer is fine
+        engine.receive_batch(src, conn_no, _decode_merged(src, dst, batch))
+
+
+class _RunTransfer(NamedTuple):
+    """A transfer of a run, as the engine reads a TransferMessage (the receiver derives its msg_id)."""
+
+    amount: int
+    msg_id: str = ""
+
+
+def _seq_of(item: pb.ChannelMessage | tuple[int, int]) -> int:
+    return item[0] if type(item) is tuple else item.seq  # type: ignore[union-attr,index]
+
+
+def _decode_merged(src: str, dst: str, batch: pb.ChannelBatch) -> Iterator[tuple[int, core.Marker | object]]:
+    """The batch's messages and its runs' transfers merged by seq, a message
+    first on a tie (each list in its own order): the per-message form of the
+    frame, decoded one message at a time as `_decode` does."""
+    transfers = ((seq, amount) for run in batch.runs for seq, amount in enumerate(run.amounts, run.first_seq))
+    for item in heapq.merge(batch.messages, transfers, key=_seq_of):
+        if type(item) is tuple:
+            yield item[0], _RunTransfer(item[1])
+        else:
+            yield from _decode(src, dst, (item,))
 
 
 def _decode(
