@@ -218,6 +218,11 @@ def test_reflection_health_metrics_and_clean_stop(mesh: Cluster) -> None:
         'snapmesh_channel_recorded_messages_total{node="p2"} 0.0',
     ):
         assert line in text, line
+    assert 'snapmesh_channel_frames_sent_total{node="p2",peer="p1"}' in text  # known peers start at 0
+    sender = urllib.request.urlopen(f"http://127.0.0.1:{mesh.ports['p1']['metrics']}/metrics", timeout=5).read().decode()
+    frames = [float(line.rsplit(" ", 1)[1]) for line in sender.splitlines()
+              if line.startswith('snapmesh_channel_frames_sent_total{node="p1",peer="p2"}')]
+    assert frames and frames[0] >= 1  # the transfer left p1 in a frame
 
     started = time.monotonic()
     codes = [node.stop() for node in mesh.nodes.values()]

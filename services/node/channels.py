@@ -119,6 +119,7 @@ class OutgoingChannel:
         self._task: asyncio.Task[None] | None = None
         self._reconnects = metrics.reconnects(dst)
         self._errors = metrics.stream_errors(dst, "sender")
+        self._frames_sent = metrics.frames_sent(dst)
 
     def _set(self, new: SenderState) -> None:
         if new not in _SENDER_TRANSITIONS[self.state]:
@@ -244,6 +245,7 @@ class OutgoingChannel:
             if frame_conn_no != conn_no:
                 continue
             await call.write(encode_frame(entries, runs=runs))
+            self._frames_sent.inc()
 
 
 def encode_frame(entries: tuple[Entry, ...], *, runs: bool) -> pb.ChannelFrame:
