@@ -155,3 +155,9 @@ def test_the_exported_file_loads_back_equal(tmp_path) -> None:
     assert json.loads(path.read_text())["snapshot_id"] == "s-7"
     loaded, warnings = store.load_all()  # no compact file: read from the JSON export
     assert warnings == [] and loaded == [snapshot]
+
+
+def test_plain_ids_are_exactly_the_ones_the_encoder_leaves_alone() -> None:
+    for code in range(0x800):  # every ASCII character, and some beyond
+        text = f"p1:p2:{chr(code)}"
+        assert export._plain(text) == (json.dumps(text) == f'"{text}"'), hex(code)

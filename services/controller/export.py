@@ -42,6 +42,8 @@ _TIMESTAMP = "google.protobuf.Timestamp"
 _CHANNEL = pb.ChannelState.DESCRIPTOR
 _NODE = pb.NodeBalance.DESCRIPTOR
 _COLUMNS = attrgetter("msg_id", "amount", "seq")
+# What json.encoder escapes even in ASCII: control characters, quote, backslash, DEL.
+_ESCAPED = bytes(range(0x20)) + b'"\\\x7f'
 _PADS = tuple("\n" + "  " * level for level in range(16))
 
 
@@ -94,18 +96,28 @@ def _message(message, level: int, out: list[str], checksum: str = "") -> None:
         out.append(f'{"{" if first else ","}{sep}"{field.name}": ')
         first = False
         _value(field, value, inner, out)
-    for field in desc.fields:
-        if field.number in listed or field.has_presence:
+    for number, name, default in _defaults(desc):
+        if number in listed:
             continue
-        out.append(f'{"{" if first else ","}{sep}"{field.name}": ')
+        out.append(f'{"{" if first else ","}{sep}"{name}": ')
         first = False
-        if _repeated(field):
-            out.append("[]")
-        elif checksum and level == 0 and field.name == "checksum":
-            out.append(f'"{checksum}"')  # as sealed_json puts it
-        else:
-            _scalar(field, field.default_value, inner, out)
+        out.append(f'"{checksum}"' if checksum and level == 0 and name == "checksum" else default)  # as sealed_json has it
     out.append("{}" if first else _pad(level) + "}")
+
+
+_DEFAULTS: dict = {}
+
+
+def _defaults(desc) -> tuple[tuple[int, str, str], ...]:
+    """(number, name, default value as printed) of each field without presence
+    (the ones printed even when unset), in declaration order; once per type."""
+    found = _DEFAULTS.get(desc)
+    if found is None:
+        found = _DEFAULTS[desc] = tuple(
+            (f.number, f.name, "[]" if _repeated(f) else _text(f, f.cpp_type, f.default_value))
+            for f in desc.fields if not f.has_presence
+        )
+    return found
 
 
 def _repeated(field) -> bool:
@@ -115,9 +127,10 @@ def _repeated(field) -> bool:
 
 
 def _value(field, value, level: int, out: list[str]) -> None:
-    if not _repeated(field):
+    if not field.is_repeated:
         _scalar(field, value, level, out)
         return
+    _repeated(field)  # a map: not covered
     if not value:
         out.append("[]")
         return
@@ -221,8 +234,11 @@ def _in_flight(entries, pad: str, item: str) -> str:
 
 def _plain(text: str) -> bool:
     """Whether the JSON encoder would print `text` as it is between the quotes:
-    ASCII, no control character, no quote, no backslash."""
-    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
+    ASCII (an O(1) flag of the string), with none of the bytes it escapes."""
+    if not text.isascii():
+        return False
+    data = text.encode("ascii")
+    return len(data.translate(None, _ESCAPED)) == len(data)
 
 
 def _entry(t: pb.InFlightTransfer, level: int) -> str:
