@@ -6,6 +6,7 @@ import json
 import random
 
 import pytest
+from google.protobuf import json_format
 
 from services.controller import export
 from services.controller.store import SnapshotStore
@@ -62,7 +63,7 @@ def _fill(channel: pb.ChannelState, rng: random.Random) -> None:
     "src:dst:seq" ids: the bulk shortcut), real but for one odd msg_id (every field
     set, so only the id check keeps it off the shortcut), and anything."""
     kind = rng.choice(["real", "one odd id", "any"])
-    for _ in range(rng.choice([0, 0, 1, 3, 50])):
+    for _ in range(rng.choice([0, 0, 1, 3, 4, 5, 50])):  # below, at and above export._BULK
         seq = rng.randint(1, 2**64 - 1)
         if kind == "any":
             channel.in_flight.add(
@@ -111,8 +112,9 @@ def test_real_channels_take_the_bulk_shortcut(monkeypatch) -> None:
     rng = random.Random(1)
     snapshot = pb.Snapshot(snapshot_id="s", status=pb.Snapshot.COMPLETE)
     for src, dst in (("p1", "p2"), ("p2", "p1"), ("p1", "p3")):
-        _fill(snapshot.channels.add(src=src, dst=dst), random.Random(0))
-        snapshot.channels[-1].in_flight.add(msg_id=f"{src}:{dst}:1", amount=rng.randint(1, 9), seq=1)
+        channel = snapshot.channels.add(src=src, dst=dst)
+        for seq in range(1, export._BULK + rng.randint(0, 50)):
+            channel.in_flight.add(msg_id=f"{src}:{dst}:{seq}", amount=rng.randint(1, 9), seq=seq)
     reference = export.printed(snapshot)
     monkeypatch.setattr(export, "_entry", lambda *args: pytest.fail("went entry by entry"))
     assert export.snapshot_json(snapshot) == reference
@@ -122,7 +124,7 @@ def test_real_channels_take_the_bulk_shortcut(monkeypatch) -> None:
 def test_an_odd_msg_id_keeps_its_channel_off_the_bulk_shortcut(odd: str) -> None:
     snapshot = pb.Snapshot(snapshot_id="s")
     channel = snapshot.channels.add(src="p1", dst="p2")
-    for seq in range(1, 4):
+    for seq in range(1, export._BULK + 3):
         channel.in_flight.add(msg_id=f"p1:p2:{seq}", amount=5, seq=seq)
     channel.in_flight[1].msg_id = odd
     assert export.snapshot_json(snapshot) == export.printed(snapshot)
@@ -161,3 +163,12 @@ def test_plain_ids_are_exactly_the_ones_the_encoder_leaves_alone() -> None:
     for code in range(0x800):  # every ASCII character, and some beyond
         text = f"p1:p2:{chr(code)}"
         assert export._plain(text) == (json.dumps(text) == f'"{text}"'), hex(code)
+
+
+def test_a_timestamp_the_printer_refuses_is_refused_the_same_way() -> None:
+    snapshot = pb.Snapshot(snapshot_id="s")
+    snapshot.started_at.seconds = 2**40  # past year 9999
+    with pytest.raises(json_format.SerializeToJsonError):
+        export.printed(snapshot)
+    with pytest.raises(json_format.SerializeToJsonError):
+        export.snapshot_json(snapshot)

@@ -39,10 +39,6 @@ log = logging.getLogger(__name__)
 FINISHED = (pb.Snapshot.COMPLETE, pb.Snapshot.FAILED)
 
 
-def to_json(snapshot: pb.Snapshot) -> str:
-    return export.snapshot_json(snapshot)
-
-
 class SnapshotStore:
     def __init__(self, directory: Path, compact_directory: Path) -> None:
         self.directory = Path(directory)  # the JSON exports
