@@ -13,11 +13,18 @@ file's fixed cost (fsync, rename) is spread thin. Rounds alternate the methods a
 the median round counts. Keys merged into bench/results.json:
 `store_us_per_entry_printer`, `store_us_per_entry_protojson`, `store_export_speedup`,
 `store_us_per_entry_compact`, `store_compact_speedup`, `journal_us_per_entry`.
+
+`python -m bench store --no-write` renders only (no file, no fsync: the CPU the
+writer thread holds the GIL for, steadier on a shared machine) and merges nothing
+into bench/results.json. It adds the common case at low load: small snapshots
+(8 nodes, 0-50 entries, per-node stats as the tracker fills them), in µs per snapshot.
 """
 
 from __future__ import annotations
 
+import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -55,6 +62,64 @@ def _snapshot(entries: int) -> tuple[pb.Snapshot, list[pb.FullState]]:
     return snapshot, list(reports.values())
 
 
+def _small(entries: int, rng: random.Random) -> pb.Snapshot:
+    """A snapshot as the tracker finishes it at low load: `entries` transfers on random channels."""
+    snapshot, _ = _snapshot(0)
+    snapshot.snapshot_id = f"20261126T010203.{entries:06d}Z-p1"
+    for seq in range(1, entries + 1):
+        channel = rng.choice(snapshot.channels)
+        channel.in_flight.add(msg_id=f"{channel.src}:{channel.dst}:{seq}", amount=rng.randint(1, 97), seq=seq)
+    start = snapshot.started_at.ToNanoseconds()
+    for node in snapshot.nodes:
+        stats = snapshot.stats.nodes.add(node_id=node.node_id, start_delay_ms=rng.random() * 5,
+                                         recording_duration_ms=rng.random() * 20, report_time_ms=rng.random() * 3)
+        stats.ack_timestamp.FromNanoseconds(start + rng.randint(0, 10**8))
+    snapshot.stats.end_to_end_duration_ms = rng.random() * 100
+    snapshot.stats.in_flight_messages = entries
+    return snapshot
+
+
+def render_only(entries: int = ENTRIES, rounds: int = ROUNDS) -> dict[str, float]:
+    """µs per entry (large) and per snapshot (small) to render, printer vs export.py, no files."""
+    large, _ = _snapshot(entries)
+    n = sum(len(c.in_flight) for c in large.channels)
+    small = [_small(k, random.Random(k)) for k in range(51)]
+    for s in (large, *small):
+        assert export.snapshot_json(s) == export.printed(s)
+    times: dict[str, list[float]] = {k: [] for k in ("printer", "protojson", "compact", "small_printer", "small_protojson")}
+    for _ in range(rounds):
+        for name, work in (
+            ("printer", lambda: export.printed(large)),
+            ("protojson", lambda: export.snapshot_json(large)),
+            ("compact", lambda: large.SerializeToString(deterministic=True)),
+            ("small_printer", lambda: [export.printed(s) for s in small]),
+            ("small_protojson", lambda: [export.snapshot_json(s) for s in small]),
+        ):
+            start = time.perf_counter()
+            work()
+            times[name].append(time.perf_counter() - start)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "us_per_entry_printer": med["printer"] / n * 1e6, "us_per_entry_protojson": med["protojson"] / n * 1e6,
+        "us_per_entry_compact": med["compact"] / n * 1e6, "entries": n,
+        "us_per_small_printer": med["small_printer"] / len(small) * 1e6,
+        "us_per_small_protojson": med["small_protojson"] / len(small) * 1e6,
+    }
+
+
+def main_render_only() -> int:
+    f = render_only()
+    print(f"render only (no files, nothing merged into bench/results.json), median of {ROUNDS} rounds, one run")
+    print(f"{'large snapshot, ' + format(f['entries'], ',') + ' entries':<44} {'us/entry':>9}")
+    print(f"{'proto JSON, protobuf printer':<44} {f['us_per_entry_printer']:>9.3f}")
+    print(f"{'proto JSON, export.py (same bytes)':<44} {f['us_per_entry_protojson']:>9.3f}")
+    print(f"{'protobuf bytes (the compact file)':<44} {f['us_per_entry_compact']:>9.3f}")
+    print(f"{'small snapshots, 8 nodes, 0-50 entries':<44} {'us/snap':>9}")
+    print(f"{'proto JSON, protobuf printer':<44} {f['us_per_small_printer']:>9.1f}")
+    print(f"{'proto JSON, export.py (same bytes)':<44} {f['us_per_small_protojson']:>9.1f}")
+    return 0
+
+
 def measure(entries: int = ENTRIES, rounds: int = ROUNDS) -> dict[str, float]:
     snapshot, reports = _snapshot(entries)
     n = sum(len(c.in_flight) for c in snapshot.channels)
@@ -87,7 +152,13 @@ def measure(entries: int = ENTRIES, rounds: int = ROUNDS) -> dict[str, float]:
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[2:] if argv is None and sys.argv[1:2] == ["store"] else (argv or [])
+    if argv == ["--no-write"]:
+        return main_render_only()
+    if argv:
+        print("usage: python -m bench store [--no-write]", file=sys.stderr)
+        return 2
     figures = measure()
     print(f"{figures['store_entries']:,} in-flight entries per snapshot, median of {ROUNDS} rounds, one run")
     print(f"{'write a finished snapshot':<44} {'us/entry':>9}")
@@ -102,4 +173,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

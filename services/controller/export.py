@@ -1,25 +1,56 @@
 """A Snapshot as proto JSON, byte for byte what `json_format.MessageToJson` prints
 (snake_case names, every field, indent 2), at a fraction of its cost.
 
-`json_format`'s printer builds a dict per in-flight transfer in pure Python
-and then indents it with the pure-Python JSON encoder: ~15 µs per entry. At a
-snapshot every 100 ms under load, that export took over half of the
-controller's CPU (on the writer thread, holding the GIL the event loop needs).
-Here the printer renders the snapshot without its in-flight entries, and the
-entries are formatted directly into their places: one f-string per entry. The
-layout is pinned to the printer's by `tests/test_controller_export.py`;
-anything this shortcut is not sure of goes to the printer itself.
+`json_format`'s printer builds a dict per message in pure Python and then
+indents it with the pure-Python JSON encoder (`indent` turns off the C one):
+1-2 ms for a snapshot of 8 nodes with nothing in flight, ~15 µs more per
+in-flight entry. The controller writes one per finished snapshot, on the writer
+thread, holding the GIL the event loop needs. Here the text is written directly,
+following the printer's rules:
+
+- the fields `ListFields` returns (the set ones, in field-number order) come
+  first, then every field without presence still at its default, in declaration
+  order; unset message fields are left out;
+- int64/uint64 as quoted decimals, enums by name, doubles as `repr` (infinities
+  and NaN as strings), strings through the JSON encoder's own ASCII escaper,
+  Timestamps as their `ToJsonString()`;
+- `json.dumps(indent=2)`'s layout: one item per line, `[]`/`{}` when empty.
+
+Channels, nodes and in-flight entries, the bulk of a snapshot, have shortcuts for
+the shapes real snapshots have (every field set); anything else goes through the
+general rules, and anything those do not cover (maps, bytes, floats, other
+well-known types) raises `_Unsure` and the printer itself renders the snapshot.
+`tests/test_controller_export.py` pins the text to the printer's.
 """
 
 from __future__ import annotations
 
-from json.encoder import encode_basestring_ascii
+import math
+from itertools import chain
+from json.encoder import encode_basestring_ascii as _quote
+from operator import attrgetter
 
-from google.protobuf import json_format
+from google.protobuf import descriptor, json_format
 
+from snapmesh.checking import snapshot_file
 from snapmesh.v1 import snapmesh_pb2 as pb
 
-_EMPTY = '"in_flight": []'
+_FD = descriptor.FieldDescriptor
+_MESSAGE = _FD.CPPTYPE_MESSAGE
+_INT64 = (_FD.CPPTYPE_INT64, _FD.CPPTYPE_UINT64)
+_INT32 = (_FD.CPPTYPE_INT32, _FD.CPPTYPE_UINT32)
+_TIMESTAMP = "google.protobuf.Timestamp"
+_CHANNEL = pb.ChannelState.DESCRIPTOR
+_NODE = pb.NodeBalance.DESCRIPTOR
+_COLUMNS = attrgetter("msg_id", "amount", "seq")
+_BULK = 4  # entries from which the bulk path is cheaper (its fixed cost is ~2 entries' worth)
+# What json.encoder escapes even in ASCII: control characters, quote, backslash, DEL.
+_ESCAPED = bytes(range(0x20)) + b'"\\\x7f'
+_PADS = tuple("\n" + "  " * level for level in range(16))
+
+
+class _Unsure(Exception):
+    """A field the rules here do not cover: the printer renders the snapshot."""
 
 
 def printed(message) -> str:
@@ -27,38 +58,194 @@ def printed(message) -> str:
     return json_format.MessageToJson(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
 
 
-def snapshot_json(snapshot: pb.Snapshot) -> str:
-    channels = snapshot.channels
-    # A channel with an empty src or dst prints its fields in another order; real ones never have one.
-    if not any(c.in_flight for c in channels) or not all(c.src and c.dst for c in channels):
-        return printed(snapshot)
-    skeleton = pb.Snapshot()
-    skeleton.CopyFrom(snapshot)
-    for channel in skeleton.channels:
-        del channel.in_flight[:]
-    parts = printed(skeleton).split(_EMPTY)
-    if len(parts) != len(channels) + 1:  # pragma: no cover  (the token appears once per channel, nowhere else)
-        return printed(snapshot)
-    out = [parts[0]]
-    for channel, after in zip(channels, parts[1:], strict=True):
-        out.append(_in_flight(channel.in_flight))
-        out.append(after)
+def snapshot_json(snapshot: pb.Snapshot, checksum: str = "") -> str:
+    """The export; with `checksum`, the top-level checksum field (when empty)
+    shows it: what `snapshot_file.sealed_json` makes of the export, in one pass."""
+    if checksum and snapshot.checksum:  # never the store's case (it seals unsealed copies)
+        return snapshot_file.sealed_json(snapshot_json(snapshot), checksum)
+    out: list[str] = []
+    try:
+        _message(snapshot, 0, out, checksum)
+    except (_Unsure, ValueError):  # ValueError: a Timestamp out of range, the printer says so its way
+        text = printed(snapshot)
+        return snapshot_file.sealed_json(text, checksum) if checksum else text
     return "".join(out)
 
 
-def _in_flight(entries) -> str:
-    if not entries:
-        return _EMPTY
-    return '"in_flight": [\n' + ",\n".join([_entry(t) for t in entries]) + "\n      ]"
+def _pad(level: int) -> str:
+    """The line break and indent before an item at `level`."""
+    return _PADS[level] if level < len(_PADS) else "\n" + "  " * level
 
 
-def _entry(t: pb.InFlightTransfer) -> str:
+def _message(message, level: int, out: list[str], checksum: str = "") -> None:
+    """Append `message` at nesting `level` to `out`: its opening brace goes where
+    `out` ends, its fields one level deeper. One list for the whole text, joined
+    once: a large snapshot is megabytes, and each concatenation would copy it."""
+    desc = message.DESCRIPTOR
+    if desc.full_name == _TIMESTAMP:
+        out.append(_quote(message.ToJsonString()))
+        return
+    if desc.file.package == "google.protobuf":  # other well-known types print their own way
+        raise _Unsure(desc.full_name)
+    inner = level + 1
+    sep = _pad(inner)
+    listed = set()
+    first = True
+    for field, value in message.ListFields():
+        if field.is_extension:
+            raise _Unsure(field.full_name)
+        listed.add(field.number)
+        out.append(f'{"{" if first else ","}{sep}"{field.name}": ')
+        first = False
+        cpp = field.cpp_type
+        if field.is_repeated:
+            _list(field, value, inner, out)
+        elif cpp == _MESSAGE:
+            _message(value, inner, out)
+        else:
+            out.append(_text(field, cpp, value))
+    for number, name, default in _defaults(desc):
+        if number in listed:
+            continue
+        out.append(f'{"{" if first else ","}{sep}"{name}": ')
+        first = False
+        out.append(f'"{checksum}"' if checksum and level == 0 and name == "checksum" else default)  # as sealed_json has it
+    out.append("{}" if first else _pad(level) + "}")
+
+
+_DEFAULTS: dict = {}
+
+
+def _defaults(desc) -> tuple[tuple[int, str, str], ...]:
+    """(number, name, default value as printed) of each field without presence
+    (the ones printed even when unset), in declaration order; once per type."""
+    found = _DEFAULTS.get(desc)
+    if found is None:
+        found = _DEFAULTS[desc] = tuple(
+            (f.number, f.name, "[]" if _repeated(f) else _text(f, f.cpp_type, f.default_value))
+            for f in desc.fields if not f.has_presence
+        )
+    return found
+
+
+def _repeated(field) -> bool:
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        raise _Unsure(field.full_name)
+    return field.is_repeated
+
+
+def _list(field, value, level: int, out: list[str]) -> None:
+    _repeated(field)  # a map: not covered
+    if not value:  # (ListFields lists no empty one)
+        out.append("[]")
+        return
+    if field.message_type is _CHANNEL:
+        _channels(value, level, out)
+        return
+    inner = level + 1
+    sep = "," + _pad(inner)
+    out.append("[" + _pad(inner))
+    cpp = field.cpp_type
+    for i, v in enumerate(value):
+        if i:
+            out.append(sep)
+        if field.message_type is _NODE:
+            _node(v, inner, out)
+        elif cpp == _MESSAGE:
+            _message(v, inner, out)
+        else:
+            out.append(_text(field, cpp, v))
+    out.append(_pad(level) + "]")
+
+
+def _text(field, cpp: int, value) -> str:
+    if cpp == _FD.CPPTYPE_STRING:
+        if field.type == _FD.TYPE_BYTES:
+            raise _Unsure(field.full_name)
+        return _quote(value)
+    if cpp in _INT64:
+        return f'"{value}"'
+    if cpp == _FD.CPPTYPE_BOOL:
+        return "true" if value else "false"
+    if cpp in _INT32:
+        return str(int(value))
+    if cpp == _FD.CPPTYPE_ENUM:
+        enum = field.enum_type
+        if enum.full_name == "google.protobuf.NullValue":
+            raise _Unsure(field.full_name)
+        named = enum.values_by_number.get(value)
+        if named is not None and not named.has_options:
+            return _quote(named.name)
+        if named is None and not enum.is_closed:
+            return str(int(value))
+        raise _Unsure(field.full_name)
+    if cpp == _FD.CPPTYPE_DOUBLE:
+        if math.isinf(value):
+            return '"-Infinity"' if value < 0 else '"Infinity"'
+        return '"NaN"' if math.isnan(value) else float.__repr__(value)
+    raise _Unsure(field.full_name)  # float (its shortest form), or a type added later
+
+
+def _node(node: pb.NodeBalance, level: int, out: list[str]) -> None:
+    node_id = node.node_id
+    if not node_id:  # balance would print first
+        _message(node, level, out)
+        return
+    pad = _pad(level + 1)
+    out.append(f'{{{pad}"node_id": {_quote(node_id)},{pad}"balance": "{node.balance}"{_pad(level)}}}')
+
+
+def _channels(channels, level: int, out: list[str]) -> None:
+    """A list of channels at `level`, each on its own lines at `level + 1`."""
+    item, field, entry = _pad(level + 1), _pad(level + 2), _pad(level + 3)
+    close = item + "}"
+    for i, channel in enumerate(channels):
+        out.append(("," if i else "[") + item)
+        src, dst = channel.src, channel.dst
+        if not (src and dst):  # a channel with an empty src or dst prints its fields in another order
+            _message(channel, level + 1, out)
+            continue
+        head = f'{{{field}"src": {_quote(src)},{field}"dst": {_quote(dst)},{field}"in_flight": '
+        entries = channel.in_flight
+        if entries:
+            out.append(head)
+            out.append(_in_flight(entries, field, entry))
+            out.append(close)
+        else:
+            out.append(head + "[]" + close)
+    out.append(_pad(level) + "]")
+
+
+def _in_flight(entries, pad: str, item: str) -> str:
+    """A channel's in-flight entries (the list's closing bracket on `pad`, each entry
+    opening on `item`). From _BULK entries on, when they are the usual ones (every
+    field set, plain ASCII msg_ids), their columns are read in one C-level pass and
+    formatted by one %-format over the whole channel; otherwise entry by entry."""
+    if len(entries) >= _BULK:
+        flat = tuple(chain.from_iterable(map(_COLUMNS, entries)))
+        ids = flat[0::3]
+        if all(ids) and all(flat[1::3]) and all(flat[2::3]) and _plain("".join(ids)):
+            inner = item + "  "
+            template = f'{{{inner}"msg_id": "%s",{inner}"amount": "%d",{inner}"seq": "%d"{item}}}'
+            return "[" + item + ("," + item).join([template] * len(entries)) % flat + pad + "]"
+    level = (len(item) - 1) // 2  # item is "\n" and two spaces a level
+    return "[" + item + ("," + item).join([_entry(t, level) for t in entries]) + pad + "]"
+
+
+def _plain(text: str) -> bool:
+    """Whether the JSON encoder would print `text` as it is between the quotes:
+    ASCII (an O(1) flag of the string), with none of the bytes it escapes."""
+    if not text.isascii():
+        return False
+    data = text.encode("ascii")
+    return len(data.translate(None, _ESCAPED)) == len(data)
+
+
+def _entry(t: pb.InFlightTransfer, level: int) -> str:
     msg_id, amount, seq = t.msg_id, t.amount, t.seq
-    if msg_id and amount and seq:  # every real entry: all three set, in field order
-        return (f'        {{\n          "msg_id": {encode_basestring_ascii(msg_id)},\n'
-                f'          "amount": "{amount}",\n          "seq": "{seq}"\n        }}')
-    # The printer puts fields holding their default value after the others.
-    fields = [("msg_id", encode_basestring_ascii(msg_id), msg_id), ("amount", f'"{amount}"', amount),
-              ("seq", f'"{seq}"', seq)]
-    ordered = [f for f in fields if f[2]] + [f for f in fields if not f[2]]
-    return "        {\n" + ",\n".join(f'          "{name}": {text}' for name, text, _ in ordered) + "\n        }"
+    if not (msg_id and amount and seq):  # fields at their default print after the others
+        out: list[str] = []
+        _message(t, level, out)
+        return "".join(out)
+    inner, pad = _pad(level + 1), _pad(level)
+    return f'{{{inner}"msg_id": {_quote(msg_id)},{inner}"amount": "{amount}",{inner}"seq": "{seq}"{pad}}}'

@@ -39,10 +39,6 @@ log = logging.getLogger(__name__)
 FINISHED = (pb.Snapshot.COMPLETE, pb.Snapshot.FAILED)
 
 
-def to_json(snapshot: pb.Snapshot) -> str:
-    return export.snapshot_json(snapshot)
-
-
 class SnapshotStore:
     def __init__(self, directory: Path, compact_directory: Path) -> None:
         self.directory = Path(directory)  # the JSON exports
@@ -62,8 +58,10 @@ class SnapshotStore:
         return digest
 
     def export_json(self, snapshot: pb.Snapshot, digest: str = "") -> Path:
-        """Write the JSON export (`digest`: the snapshot's checksum, when known)."""
-        text = snapshot_file.sealed_json(to_json(snapshot), digest or snapshot_file.checksum(snapshot))
+        """Write the JSON export (`digest`: the snapshot's checksum, when known):
+        `snapshot_file.sealed_json` of the export, rendered with the checksum in
+        place rather than rendered and then copied to put it in."""
+        text = export.snapshot_json(snapshot, digest or snapshot_file.checksum(snapshot))
         return write_atomically(self.path(snapshot.snapshot_id), (text + "\n").encode("utf-8"))
 
     def damage(self, snapshot_id: str) -> str:
