@@ -39,11 +39,13 @@ FAILED_PRECONDITION.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import operator
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from google.protobuf.timestamp_pb2 import Timestamp
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from snapmesh.protocol import overtake
 from snapmesh.protocol.topology import Topology
@@ -52,6 +54,10 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 IN_PROGRESS = pb.Snapshot.IN_PROGRESS
 COMPLETE = pb.Snapshot.COMPLETE
 FAILED = pb.Snapshot.FAILED
+
+_SEQ = operator.attrgetter("seq")
+_AMOUNT = operator.attrgetter("amount")
+_BYTE_SIZE = pb.InFlightTransfer.ByteSize
 
 
 class TrackerError(Exception):
@@ -318,18 +324,15 @@ class Tracker:
             snapshot.nodes.add(node_id=node, balance=balance)
             total += balance
         by_channel = {(c.src, c.dst): c for r in pending.reports.values() for c in r.channels}
-        overtake_parts = self._overtake_parts(pending) if self.snapshot_mode == "overtake" else None
-        for src, dst in self.topology.channels:
-            in_flight = by_channel[(src, dst)].in_flight
-            if overtake_parts is not None:
-                outbox, positions = overtake_parts
+        if self.snapshot_mode == "overtake":
+            outbox, positions = self._overtake_parts(pending)
+            for src, dst in self.topology.channels:
                 seqs, amounts = outbox.get((src, dst), ((), ()))
-                in_flight = overtake.merge(
-                    in_flight, seqs, amounts, positions.get((src, dst), 0),
-                    lambda seq, amount, s=src, d=dst: pb.InFlightTransfer(msg_id=f"{s}:{d}:{seq}", amount=amount, seq=seq),
-                )
-            snapshot.channels.add(src=src, dst=dst, in_flight=in_flight)
-            total += sum(item.amount for item in in_flight)
+                total += _assemble(snapshot.channels, by_channel[(src, dst)], src, dst, seqs, amounts,
+                                   positions.get((src, dst), 0))
+        else:
+            for src, dst in self.topology.channels:
+                total += _assemble(snapshot.channels, by_channel[(src, dst)], src, dst, None, (), 0)
         snapshot.total = total
         snapshot.conserved = total == self.expected_total
         reason = "" if snapshot.conserved else f"total {total} != expected {self.expected_total}"
@@ -386,9 +389,38 @@ def _add_node_stats(snapshot: pb.Snapshot, state: pb.FullState, received_wall: f
         recording_duration_ms=(done - cut) / 1e6 if cut and done else 0.0,
         report_time_ms=(received_ns - done) / 1e6 if done else 0.0,
         in_flight_messages=sum(len(c.in_flight) for c in state.channels),
-        in_flight_bytes=sum(t.ByteSize() for c in state.channels for t in c.in_flight),
+        in_flight_bytes=sum(sum(map(_BYTE_SIZE, c.in_flight)) for c in state.channels),
     )
     stats.ack_timestamp.FromNanoseconds(received_ns)
+
+
+def _assemble(channels, recorded: pb.ChannelState, src: str, dst: str,
+              seqs: Sequence[int] | None, amounts: Sequence[int], position: int) -> int:
+    """Add channel src->dst to `channels` as O3 assembles it (`seqs` None, classic
+    mode: what dst recorded, as it is); returns its in-flight amount. What the
+    receiver recorded is copied as one block where it can be (a protobuf copy in C,
+    not one per item), and a message is made only for an outbox transfer it did
+    not record."""
+    items = recorded.in_flight
+    runs = [(True, 0, len(items))] if seqs is None else overtake.runs(list(map(_SEQ, items)), seqs, position)
+    channel = channels.add()
+    if runs and runs[0] == (True, 0, len(items)) and not len(UnknownFieldSet(recorded)):
+        channel.MergeFrom(recorded)  # src, dst and every item (unknown fields in items kept, as a copy keeps them)
+        total = sum(map(_AMOUNT, items))
+        runs = runs[1:]
+    else:
+        channel.src, channel.dst, total = src, dst, 0
+    add = channel.in_flight.add
+    for from_recorded, i, j in runs:
+        if from_recorded:
+            part = items[i:j]
+            channel.in_flight.extend(part)
+            total += sum(map(_AMOUNT, part))
+        else:
+            for seq, amount in zip(seqs[i:j], amounts[i:j], strict=True):
+                add(msg_id=f"{src}:{dst}:{seq}", amount=amount, seq=seq)
+            total += sum(amounts[i:j])
+    return total
 
 
 def _same_part(state: pb.FullState, other: pb.FullState) -> bool:
