@@ -304,9 +304,9 @@ class Tracker:
             if channel.src in seen:
                 raise InvalidReport(f"channel {name} is reported twice")
             seen.add(channel.src)
-            for item in channel.in_flight:
-                if item.amount <= 0:
-                    raise InvalidReport(f"channel {name}: transfer {item.msg_id!r} has amount {item.amount}")
+            if min(map(_AMOUNT, channel.in_flight), default=1) <= 0:  # one pass in C; the name only on a refusal
+                item = next(t for t in channel.in_flight if t.amount <= 0)
+                raise InvalidReport(f"channel {name}: transfer {item.msg_id!r} has amount {item.amount}")
         if mode == "overtake":
             _check_overtake_parts(state, expected)
         missing = sorted(expected - seen)
@@ -496,14 +496,15 @@ def _check_overtake_parts(state: pb.FullState, incoming: set[str]) -> None:
             raise InvalidReport(f"node {node!r} reported the outbox of {node}->{channel.dst} twice")
         reported.add(channel.dst)
     for channel in state.outbox:
-        for item in channel.in_flight:
-            if item.amount <= 0:
-                raise InvalidReport(f"outbox {node}->{channel.dst}: transfer {item.msg_id!r} has amount {item.amount}")
+        if min(map(_AMOUNT, channel.in_flight), default=1) <= 0:
+            item = next(t for t in channel.in_flight if t.amount <= 0)
+            raise InvalidReport(f"outbox {node}->{channel.dst}: transfer {item.msg_id!r} has amount {item.amount}")
     for run in state.outbox_runs:
         name = f"outbox_runs {node}->{run.dst}"
         if len(run.seqs) != len(run.amounts):
             raise InvalidReport(f"{name}: {len(run.seqs)} seqs but {len(run.amounts)} amounts")
-        if any(b <= a for a, b in zip(run.seqs, run.seqs[1:], strict=False)) or (run.seqs and run.seqs[0] == 0):
+        seqs = list(run.seqs)
+        if not all(map(operator.lt, seqs, seqs[1:])) or (seqs and seqs[0] == 0):
             raise InvalidReport(f"{name}: seqs must be positive and increasing")
         if run.amounts and min(run.amounts) <= 0:
             raise InvalidReport(f"{name}: amount {min(run.amounts)} is not positive")
