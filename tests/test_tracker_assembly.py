@@ -147,7 +147,7 @@ def test_the_complete_snapshot_is_the_one_the_earlier_assembly_built(seed: int) 
     rng = random.Random(seed)
     nodes = [f"p{i}" for i in range(1, rng.randint(2, 5) + 1)]
     ring = rng.random() < 0.3
-    topology = Topology.build(nodes, [(a, b) for a, b in zip(nodes, nodes[1:] + nodes[:1])] if ring else None)
+    topology = Topology.build(nodes, [(a, b) for a, b in zip(nodes, nodes[1:] + nodes[:1], strict=True)] if ring else None)
     mode = "overtake" if rng.random() < 0.8 else "classic"
     reports = _reports(rng, nodes, topology.channels, mode)
     expected_total = rng.choice([0, sum(r.balance for r in reports)])

@@ -40,14 +40,13 @@ FAILED_PRECONDITION.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from google.protobuf.timestamp_pb2 import Timestamp
-from google.protobuf.unknown_fields import UnknownFieldSet
 
-from snapmesh.protocol import overtake
+from snapmesh.protocol.assembly import add_node_stats, assemble
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -55,9 +54,7 @@ IN_PROGRESS = pb.Snapshot.IN_PROGRESS
 COMPLETE = pb.Snapshot.COMPLETE
 FAILED = pb.Snapshot.FAILED
 
-_SEQ = operator.attrgetter("seq")
 _AMOUNT = operator.attrgetter("amount")
-_BYTE_SIZE = pb.InFlightTransfer.ByteSize
 
 
 class TrackerError(Exception):
@@ -230,7 +227,7 @@ class Tracker:
             return Reported(self.get(state.snapshot_id), duplicate=True)
         pending.reports[state.node_id] = _copy(state)
         pending.snapshot.nodes.add(node_id=state.node_id, balance=state.balance)
-        _add_node_stats(pending.snapshot, state, now.wall)
+        add_node_stats(pending.snapshot, state, now.wall)
         if len(pending.reports) < len(self.topology.nodes):
             return Reported(_copy(pending.snapshot), duplicate=False)
         return Reported(self._complete(pending, now), duplicate=False)
@@ -328,11 +325,11 @@ class Tracker:
             outbox, positions = self._overtake_parts(pending)
             for src, dst in self.topology.channels:
                 seqs, amounts = outbox.get((src, dst), ((), ()))
-                total += _assemble(snapshot.channels, by_channel[(src, dst)], src, dst, seqs, amounts,
+                total += assemble(snapshot.channels, by_channel[(src, dst)], src, dst, seqs, amounts,
                                    positions.get((src, dst), 0))
         else:
             for src, dst in self.topology.channels:
-                total += _assemble(snapshot.channels, by_channel[(src, dst)], src, dst, None, (), 0)
+                total += assemble(snapshot.channels, by_channel[(src, dst)], src, dst, None, (), 0)
         snapshot.total = total
         snapshot.conserved = total == self.expected_total
         reason = "" if snapshot.conserved else f"total {total} != expected {self.expected_total}"
@@ -376,51 +373,6 @@ def duration_s(snapshot: pb.Snapshot) -> float:
 
 def _seconds(ts: Timestamp) -> float:
     return ts.seconds + ts.nanos / 1e9
-
-
-def _add_node_stats(snapshot: pb.Snapshot, state: pb.FullState, received_wall: float) -> None:
-    """Flink's per-subtask figures for one accepted report (0 for a time the node left out)."""
-    trigger_ns = snapshot.started_at.ToNanoseconds()
-    received_ns = int(round(received_wall * 1e9))
-    cut, done = state.cut_at_unix_ns, state.done_at_unix_ns
-    stats = snapshot.stats.nodes.add(
-        node_id=state.node_id,
-        start_delay_ms=(cut - trigger_ns) / 1e6 if cut else 0.0,
-        recording_duration_ms=(done - cut) / 1e6 if cut and done else 0.0,
-        report_time_ms=(received_ns - done) / 1e6 if done else 0.0,
-        in_flight_messages=sum(len(c.in_flight) for c in state.channels),
-        in_flight_bytes=sum(sum(map(_BYTE_SIZE, c.in_flight)) for c in state.channels),
-    )
-    stats.ack_timestamp.FromNanoseconds(received_ns)
-
-
-def _assemble(channels, recorded: pb.ChannelState, src: str, dst: str,
-              seqs: Sequence[int] | None, amounts: Sequence[int], position: int) -> int:
-    """Add channel src->dst to `channels` as O3 assembles it (`seqs` None, classic
-    mode: what dst recorded, as it is); returns its in-flight amount. What the
-    receiver recorded is copied as one block where it can be (a protobuf copy in C,
-    not one per item), and a message is made only for an outbox transfer it did
-    not record."""
-    items = recorded.in_flight
-    runs = [(True, 0, len(items))] if seqs is None else overtake.runs(list(map(_SEQ, items)), seqs, position)
-    channel = channels.add()
-    if runs and runs[0] == (True, 0, len(items)) and not len(UnknownFieldSet(recorded)):
-        channel.MergeFrom(recorded)  # src, dst and every item (unknown fields in items kept, as a copy keeps them)
-        total = sum(map(_AMOUNT, items))
-        runs = runs[1:]
-    else:
-        channel.src, channel.dst, total = src, dst, 0
-    add = channel.in_flight.add
-    for from_recorded, i, j in runs:
-        if from_recorded:
-            part = items[i:j]
-            channel.in_flight.extend(part)
-            total += sum(map(_AMOUNT, part))
-        else:
-            for seq, amount in zip(seqs[i:j], amounts[i:j], strict=True):
-                add(msg_id=f"{src}:{dst}:{seq}", amount=amount, seq=seq)
-            total += sum(amounts[i:j])
-    return total
 
 
 def _same_part(state: pb.FullState, other: pb.FullState) -> bool:
