@@ -47,6 +47,7 @@ from typing import NamedTuple
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from snapmesh.protocol.assembly import add_node_stats, assemble
+from snapmesh.protocol.retention import Retention
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -125,6 +126,7 @@ class Tracker:
         self._pending: dict[str, _Pending] = {}
         self._finished: dict[str, pb.Snapshot] = {}  # in the order they finished (or were loaded)
         self._filed: set[str] = set()  # finished ones in the store: may leave memory
+        self._retention = Retention()  # which of the finished ones `--keep` retires
         self.kept = kept
         self.epoch = 1  # the cluster's epoch: one more per restore; older reports are refused
 
@@ -201,14 +203,24 @@ class Tracker:
         snapshots, the filed ones leave memory (oldest first)."""
         if snapshot_id in self._finished:
             self._filed.add(snapshot_id)
-        if len(self._finished) <= self.kept:
+        excess = len(self._finished) - self.kept
+        if excess <= 0:
             return
-        for sid in list(self._finished):
-            if len(self._finished) <= self.kept:
-                return
+        leaving = []  # found from the oldest on, without copying the working set
+        for sid in self._finished:
             if sid in self._filed:
-                del self._finished[sid]
-                self._filed.discard(sid)
+                leaving.append(sid)
+                if len(leaving) == excess:
+                    break
+        for sid in leaving:
+            self._retention.remove(sid, self._finished.pop(sid).status == COMPLETE)
+            self._filed.discard(sid)
+
+    def retired(self, keep: int, protect: str = "") -> list[str]:
+        """`--keep keep`: the finished snapshots in memory older than the `keep` newest
+        COMPLETE ones, except `protect`, that no earlier call returned (the rule of
+        `services.controller.store.past_retention`, over `finished()`), in id order."""
+        return self._retention.retire(keep, protect)
 
     def restore(self, snapshot: pb.Snapshot) -> None:
         """Take back a finished snapshot (loaded from disk after a restart; it
@@ -217,7 +229,11 @@ class Tracker:
             raise TrackerMisuse(f"snapshot {snapshot.snapshot_id!r} is not finished")
         if not snapshot.snapshot_id or snapshot.snapshot_id in self._pending:
             raise TrackerMisuse(f"cannot restore snapshot {snapshot.snapshot_id!r}")
+        earlier = self._finished.get(snapshot.snapshot_id)
+        if earlier is not None:
+            self._retention.remove(snapshot.snapshot_id, earlier.status == COMPLETE)
         self._finished[snapshot.snapshot_id] = _copy(snapshot)
+        self._retention.add(snapshot.snapshot_id, snapshot.status == COMPLETE)
         self._filed.add(snapshot.snapshot_id)
 
     def report(self, state: pb.FullState, now: Now) -> Reported:
@@ -361,6 +377,7 @@ class Tracker:
         stats.in_flight_bytes = sum(n.in_flight_bytes for n in stats.nodes)
         del self._pending[snapshot.snapshot_id]
         self._finished[snapshot.snapshot_id] = snapshot
+        self._retention.add(snapshot.snapshot_id, status == COMPLETE)
         return _copy(snapshot)
 
 
