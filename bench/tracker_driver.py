@@ -16,9 +16,11 @@ and report generation cancel out). Scenarios: `peak` is a 4-node overtake mesh
 at a cut under load (12 channels, about 1-6k transfers in flight per snapshot:
 receivers record runs past their positions, senders' outboxes overlap them and
 reach past them, a marker's seq now and then leaves a gap); `low` is an 8-node
-overtake mesh (56 channels) with a few transfers per channel. `parse` as a third
-argument only decodes the reports (the servicer's share, to subtract). Without
-valgrind it prints µs per snapshot.
+overtake mesh (56 channels) with a few transfers per channel. A third argument:
+`parse` only decodes the reports (the servicer's share, to subtract); `full`
+starts with the tracker's working set full (1,000 finished snapshots, as in a
+long run), where `--keep` retention's cost shows. Without valgrind it prints
+µs per snapshot.
 """
 
 from __future__ import annotations
@@ -81,12 +83,27 @@ def report_sets(nodes: int, busy: bool, seed: int = 1) -> list[list[bytes]]:
     return sets
 
 
-def run(scenario: str, snapshots: int, parse_only: bool = False) -> int:
+def _retire(tracker: Tracker, discarded: set[str]) -> list[str]:
+    """What the engine's `--keep` retention does on a COMPLETE (before `Tracker.retired`:
+    the rule over the whole working set, each id once)."""
+    retired = getattr(tracker, "retired", None)
+    if retired is not None:
+        return retired(KEEP, "")
+    fresh = [sid for sid in past_retention(tracker.finished(), KEEP) if sid not in discarded]
+    discarded.update(fresh)
+    return fresh
+
+
+def run(scenario: str, snapshots: int, parse_only: bool = False, full: bool = False) -> int:
     nodes, busy = {"peak": (4, True), "low": (8, False)}[scenario]
     sets = report_sets(nodes, busy)
     tracker = Tracker(topology=Topology.build([f"p{i}" for i in range(1, nodes + 1)], None),
                       expected_total=BALANCE * nodes, deadline_s=60, snapshot_mode="overtake")
+    if full:  # the working set as in a long run: FINISHED_KEPT finished snapshots in memory
+        for i in range(tracker.kept):
+            tracker.restore(pb.Snapshot(snapshot_id=f"2025{i:012d}", status=COMPLETE if i % 10 else pb.Snapshot.FAILED))
     machine = Controller(tracker)
+    discarded: set[str] = set()
     complete = 0
     for i in range(snapshots):
         sid = f"2026{i:012d}"
@@ -105,7 +122,7 @@ def run(scenario: str, snapshots: int, parse_only: bool = False) -> int:
             machine.drain()
         if snapshot.status == COMPLETE:
             complete += 1
-            past_retention(tracker.finished(), KEEP)
+            _retire(tracker, discarded)
             tracker.filed(sid)
     return complete
 
@@ -113,9 +130,9 @@ def run(scenario: str, snapshots: int, parse_only: bool = False) -> int:
 def main(argv: list[str]) -> int:
     scenario = argv[0] if argv else "peak"
     snapshots = int(argv[1]) if len(argv) > 1 else 200
-    parse_only = argv[2:3] == ["parse"]
+    parse_only, full = argv[2:3] == ["parse"], argv[2:3] == ["full"]
     started = time.perf_counter()
-    complete = run(scenario, snapshots, parse_only)
+    complete = run(scenario, snapshots, parse_only, full)
     elapsed = time.perf_counter() - started
     print(f"{scenario}: {snapshots} snapshots ({complete} complete), {elapsed / snapshots * 1e6:.1f} µs per snapshot "
           "(report generation included)")

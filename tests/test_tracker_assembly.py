@@ -46,7 +46,7 @@ class _Reference(tr.Tracker):
     """The tracker with its earlier assembly and per-node statistics."""
 
     def report(self, state, now):
-        pending = self._check_report(state)
+        pending, _ = self._check_report(state)
         if pending is None:
             return tr.Reported(self.get(state.snapshot_id), duplicate=True)
         pending.reports[state.node_id] = tr._copy(state)

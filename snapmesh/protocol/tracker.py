@@ -55,6 +55,7 @@ IN_PROGRESS = pb.Snapshot.IN_PROGRESS
 COMPLETE = pb.Snapshot.COMPLETE
 FAILED = pb.Snapshot.FAILED
 
+_SEQ = operator.attrgetter("seq")
 _AMOUNT = operator.attrgetter("amount")
 
 
@@ -98,6 +99,8 @@ class _Pending:
     deadline: float  # monotonic
     restarted: bool = False  # taken back from the journal after a controller restart
     reports: dict[str, pb.FullState] = field(default_factory=dict)
+    # Per channel, what dst recorded: its seqs and their amounts' sum, read once at the report.
+    recorded: dict[tuple[str, str], tuple[list[int], int]] = field(default_factory=dict)
 
 
 # The finished snapshots the tracker holds in memory (a bounded working set). Older ones
@@ -238,12 +241,14 @@ class Tracker:
 
     def report(self, state: pb.FullState, now: Now) -> Reported:
         """Accept one node's part; returns the snapshot (COMPLETE once all reported)."""
-        pending = self._check_report(state)
+        pending, items = self._check_report(state)
         if pending is None:
             return Reported(self.get(state.snapshot_id), duplicate=True)
         pending.reports[state.node_id] = _copy(state)
+        for src, channel_items in items.items():
+            pending.recorded[(src, state.node_id)] = (list(map(_SEQ, channel_items)), sum(map(_AMOUNT, channel_items)))
         pending.snapshot.nodes.add(node_id=state.node_id, balance=state.balance)
-        add_node_stats(pending.snapshot, state, now.wall)
+        add_node_stats(pending.snapshot, state, now.wall, items.values())
         if len(pending.reports) < len(self.topology.nodes):
             return Reported(_copy(pending.snapshot), duplicate=False)
         return Reported(self._complete(pending, now), duplicate=False)
@@ -271,8 +276,10 @@ class Tracker:
 
     # -- internals
 
-    def _check_report(self, state: pb.FullState) -> _Pending | None:
-        """The snapshot the report belongs to; None for an identical repeat."""
+    def _check_report(self, state: pb.FullState) -> tuple[_Pending | None, dict[str, list[pb.InFlightTransfer]]]:
+        """The snapshot the report belongs to (None for an identical repeat) and each
+        channel's items by source. A protobuf item is a new Python object at every
+        access; the lists made here serve every later pass over the report's items."""
         if not state.snapshot_id:
             raise InvalidReport("snapshot_id is empty")
         if not state.node_id:
@@ -283,7 +290,7 @@ class Tracker:
         if finished is not None:
             if finished.status == COMPLETE:
                 if _same_part(state, _part_of(finished, state.node_id)):
-                    return None
+                    return None, {}
                 raise DuplicateReport(
                     f"node {state.node_id!r} already reported snapshot {state.snapshot_id!r} (now complete) "
                     "with a different state"
@@ -294,7 +301,7 @@ class Tracker:
             raise UnknownSnapshot(f"no snapshot {state.snapshot_id!r}")
         if state.node_id in pending.reports:
             if _same_part(state, pending.reports[state.node_id]):
-                return None
+                return None, {}
             raise DuplicateReport(
                 f"node {state.node_id!r} already reported snapshot {state.snapshot_id!r} with a different state"
             )
@@ -307,7 +314,7 @@ class Tracker:
                 "every process must read the same snapshot_mode from the cluster file"
             )
         expected = self._incoming[state.node_id]
-        seen: set[str] = set()
+        seen: dict[str, list[pb.InFlightTransfer]] = {}
         for channel in state.channels:
             name = f"{channel.src}->{channel.dst}"
             if channel.dst != state.node_id:
@@ -316,17 +323,17 @@ class Tracker:
                 raise InvalidReport(f"channel {name} is not in the topology")
             if channel.src in seen:
                 raise InvalidReport(f"channel {name} is reported twice")
-            seen.add(channel.src)
-            if min(map(_AMOUNT, channel.in_flight), default=1) <= 0:  # one pass in C; the name only on a refusal
-                item = next(t for t in channel.in_flight if t.amount <= 0)
+            seen[channel.src] = items = list(channel.in_flight)
+            if min(map(_AMOUNT, items), default=1) <= 0:  # one pass in C; the item named only on a refusal
+                item = next(t for t in items if t.amount <= 0)
                 raise InvalidReport(f"channel {name}: transfer {item.msg_id!r} has amount {item.amount}")
         if mode == "overtake":
             _check_overtake_parts(state, expected)
-        missing = sorted(expected - seen)
+        missing = sorted(expected - seen.keys())
         if missing:
             names = ", ".join(f"{src}->{state.node_id}" for src in missing)
             raise InvalidReport(f"node {state.node_id!r} did not report its incoming channel(s) {names}")
-        return pending
+        return pending, seen
 
     def _complete(self, pending: _Pending, now: Now) -> pb.Snapshot:
         snapshot = pending.snapshot
@@ -341,11 +348,11 @@ class Tracker:
             outbox, positions = self._overtake_parts(pending)
             for src, dst in self.topology.channels:
                 seqs, amounts = outbox.get((src, dst), ((), ()))
-                total += assemble(snapshot.channels, by_channel[(src, dst)], src, dst, seqs, amounts,
-                                   positions.get((src, dst), 0))
+                total += assemble(snapshot.channels, by_channel[(src, dst)], *pending.recorded[(src, dst)],
+                                   seqs, amounts, positions.get((src, dst), 0))
         else:
             for src, dst in self.topology.channels:
-                total += assemble(snapshot.channels, by_channel[(src, dst)], src, dst, None, (), 0)
+                total += assemble(snapshot.channels, by_channel[(src, dst)], *pending.recorded[(src, dst)])
         snapshot.total = total
         snapshot.conserved = total == self.expected_total
         reason = "" if snapshot.conserved else f"total {total} != expected {self.expected_total}"
