@@ -245,10 +245,10 @@ class Tracker:
         if pending is None:
             return Reported(self.get(state.snapshot_id), duplicate=True)
         pending.reports[state.node_id] = _copy(state)
-        for src, channel_items in items.items():
-            pending.recorded[(src, state.node_id)] = (list(map(_SEQ, channel_items)), sum(map(_AMOUNT, channel_items)))
+        for src, (channel_items, amounts) in items.items():
+            pending.recorded[(src, state.node_id)] = (list(map(_SEQ, channel_items)), sum(amounts))
         pending.snapshot.nodes.add(node_id=state.node_id, balance=state.balance)
-        add_node_stats(pending.snapshot, state, now.wall, items.values())
+        add_node_stats(pending.snapshot, state, now.wall, [channel_items for channel_items, _ in items.values()])
         if len(pending.reports) < len(self.topology.nodes):
             return Reported(_copy(pending.snapshot), duplicate=False)
         return Reported(self._complete(pending, now), duplicate=False)
@@ -276,10 +276,10 @@ class Tracker:
 
     # -- internals
 
-    def _check_report(self, state: pb.FullState) -> tuple[_Pending | None, dict[str, list[pb.InFlightTransfer]]]:
+    def _check_report(self, state: pb.FullState) -> tuple[_Pending | None, dict[str, tuple[list, list[int]]]]:
         """The snapshot the report belongs to (None for an identical repeat) and each
-        channel's items by source. A protobuf item is a new Python object at every
-        access; the lists made here serve every later pass over the report's items."""
+        channel's items and their amounts, by source. A protobuf item is a new Python
+        object at every access; the lists made here serve every later pass over them."""
         if not state.snapshot_id:
             raise InvalidReport("snapshot_id is empty")
         if not state.node_id:
@@ -314,7 +314,7 @@ class Tracker:
                 "every process must read the same snapshot_mode from the cluster file"
             )
         expected = self._incoming[state.node_id]
-        seen: dict[str, list[pb.InFlightTransfer]] = {}
+        seen: dict[str, tuple[list, list[int]]] = {}
         for channel in state.channels:
             name = f"{channel.src}->{channel.dst}"
             if channel.dst != state.node_id:
@@ -323,8 +323,9 @@ class Tracker:
                 raise InvalidReport(f"channel {name} is not in the topology")
             if channel.src in seen:
                 raise InvalidReport(f"channel {name} is reported twice")
-            seen[channel.src] = items = list(channel.in_flight)
-            if min(map(_AMOUNT, items), default=1) <= 0:  # one pass in C; the item named only on a refusal
+            items = list(channel.in_flight)
+            seen[channel.src] = items, (amounts := list(map(_AMOUNT, items)))
+            if min(amounts, default=1) <= 0:  # the item named only on a refusal
                 item = next(t for t in items if t.amount <= 0)
                 raise InvalidReport(f"channel {name}: transfer {item.msg_id!r} has amount {item.amount}")
         if mode == "overtake":
