@@ -8,19 +8,20 @@ retention checked on every COMPLETE (as the engine does). Deterministic (seeded
 reports, fixed clock), so under `valgrind --tool=callgrind` its instruction
 count is free of machine noise:
 
-    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p .venv/bin/python -m bench.tracker_driver peak 20
-    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p .venv/bin/python -m bench.tracker_driver peak 220
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p .venv/bin/python -m bench.tracker_driver peak 10
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p .venv/bin/python -m bench.tracker_driver peak 60
 
-(instructions per snapshot = the difference of the two totals / 200; start-up
+(instructions per snapshot = the difference of the two totals / 50; start-up
 and report generation cancel out). Scenarios: `peak` is a 4-node overtake mesh
-at a cut under load (12 channels, about 1-6k transfers in flight per snapshot:
-receivers record runs past their positions, senders' outboxes overlap them and
-reach past them, a marker's seq now and then leaves a gap); `low` is an 8-node
-overtake mesh (56 channels) with a few transfers per channel. A third argument:
-`parse` only decodes the reports (the servicer's share, to subtract); `full`
-starts with the tracker's working set full (1,000 finished snapshots, as in a
-long run), where `--keep` retention's cost shows. Without valgrind it prints
-µs per snapshot.
+at a cut under load (12 channels; per snapshot 1.9-3.5k transfers recorded and
+2.8-4.1k in the senders' outboxes, about 800 of those not recorded): receivers
+record runs past their positions, senders' outboxes overlap them and reach past
+them, a marker's seq now and then leaves a gap. `low` is an 8-node overtake mesh
+(56 channels) with a few transfers per channel (70-80 recorded per snapshot). A
+third argument: `parse` only decodes the reports (the servicer's share, to
+subtract); `full` starts with the tracker's working set full (1,000 finished
+snapshots, as in a long run), where `--keep` retention's cost shows. Without
+valgrind it prints µs per snapshot.
 """
 
 from __future__ import annotations
