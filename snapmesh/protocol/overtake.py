@@ -108,7 +108,7 @@ def runs(held: Sequence[int], seqs: Sequence[int], position: int) -> list[tuple[
         above = max(start, bisect.bisect_right(seqs, held[-1]))
         return [r for r in ((False, start, below), (True, 0, len(held)), (False, above, len(seqs))) if r[1] < r[2]]
     have = set(held)
-    extra = [i for i in range(start, len(seqs)) if seqs[i] not in have]
+    extra = [i for i, seq in enumerate(seqs[start:], start) if seq not in have]
     if in_order and (not extra or not held or seqs[extra[0]] > held[-1]):
         # The usual case with a gap: the outbox's part comes after the receiver's.
         return ([(True, 0, len(held))] if held else []) + _coalesce([(False, i) for i in extra])
