@@ -31,7 +31,7 @@ import grpc
 from services.controller import journal as J
 from services.controller.metrics import ControllerMetrics
 from services.controller.restorer import Restorer
-from services.controller.store import StoreWriter, past_retention
+from services.controller.store import StoreWriter
 from snapmesh.protocol import controller as ctl
 from snapmesh.protocol import controller_journal as records
 from snapmesh.protocol.tracker import COMPLETE, FAILED, Now, Tracker, UnknownSnapshot, duration_s, new_snapshot_id
@@ -105,7 +105,6 @@ class ControllerEngine:
         # Started or finished in the machine, journal record not yet durable: not to be shown.
         self._unsettled: dict[str, asyncio.Future[None]] = {}
         self.keep = keep  # retention: snapshot files kept (0: all)
-        self._discarded: set[str] = set()
         self.restorer: Restorer | None = None
 
     # -- lifecycle
@@ -334,10 +333,8 @@ class ControllerEngine:
         """`--keep N`: a newer snapshot is COMPLETE, so the files of those past
         the N newest COMPLETE ones go (never the one last restored)."""
         protect = self.machine.last_restore.snapshot_id if self.machine.last_restore else ""
-        for sid in past_retention(self.tracker.finished(), self.keep, protect):
-            if sid not in self._discarded:
-                self._discarded.add(sid)
-                self.writer.discard(sid)
+        for sid in self.tracker.retired(self.keep, protect):  # each once; no scan of the working set
+            self.writer.discard(sid)
 
     def _publish(self, snapshot: pb.Snapshot) -> None:
         for queue in list(self._watchers):

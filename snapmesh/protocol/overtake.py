@@ -85,7 +85,20 @@ def merge(
     (`make(seq, amount)`) only for an outbox seq the receiver did not record, so
     the part it also holds (most of it) costs no object. Where both hold a seq
     they hold the same transfer; the receiver's copy is kept."""
-    held = [t.seq for t in recorded]  # type: ignore[attr-defined]  (the one pass over the items)
+    merged: list[T] = []
+    for from_recorded, i, j in runs([t.seq for t in recorded], seqs, position):  # type: ignore[attr-defined]
+        if from_recorded:
+            merged += recorded[i:j]
+        else:
+            merged += [make(seq, amount) for seq, amount in zip(seqs[i:j], amounts[i:j], strict=True)]
+    return merged
+
+
+def runs(held: Sequence[int], seqs: Sequence[int], position: int) -> list[tuple[bool, int, int]]:
+    """`merge` as runs, in order, without touching an item: (True, i, j) is
+    recorded[i:j] (`held` = their seqs), (False, i, j) the outbox's seqs[i:j]. The
+    controller copies a recorded run as one protobuf block, which a list of
+    items would not let it do."""
     in_order = all(map(operator.lt, held, held[1:]))
     start = bisect.bisect_right(seqs, position)
     if in_order and held and held[-1] - held[0] + 1 == len(held):
@@ -93,14 +106,26 @@ def merge(
         # the outbox's new part is what lies outside that range, no set needed.
         below = max(start, bisect.bisect_left(seqs, held[0]))
         above = max(start, bisect.bisect_right(seqs, held[-1]))
-        extra = [make(seq, amount) for seq, amount in zip(seqs[start:below], amounts[start:below], strict=True)]
-        extra += [make(seq, amount) for seq, amount in zip(seqs[above:], amounts[above:], strict=True)]
-    else:
-        have = set(held)
-        extra = [make(seq, amount) for seq, amount in zip(seqs[start:], amounts[start:], strict=True) if seq not in have]
-    if in_order and (not extra or not held or extra[0].seq > held[-1]):  # type: ignore[attr-defined]
-        return [*recorded, *extra]  # the usual case: the outbox's part comes after the receiver's
-    by_seq: dict[int, T] = {}
-    for item in [*recorded, *extra]:
-        by_seq.setdefault(item.seq, item)  # type: ignore[attr-defined]
-    return [by_seq[seq] for seq in sorted(by_seq)]
+        return [r for r in ((False, start, below), (True, 0, len(held)), (False, above, len(seqs))) if r[1] < r[2]]
+    have = set(held)
+    extra = [i for i, seq in enumerate(seqs[start:], start) if seq not in have]
+    if in_order and (not extra or not held or seqs[extra[0]] > held[-1]):
+        # The usual case with a gap: the outbox's part comes after the receiver's.
+        return ([(True, 0, len(held))] if held else []) + _coalesce([(False, i) for i in extra])
+    by_seq: dict[int, tuple[bool, int]] = {}
+    for i, seq in enumerate(held):
+        by_seq.setdefault(seq, (True, i))
+    for i in extra:
+        by_seq.setdefault(seqs[i], (False, i))
+    return _coalesce([by_seq[seq] for seq in sorted(by_seq)])
+
+
+def _coalesce(picks: list[tuple[bool, int]]) -> list[tuple[bool, int, int]]:
+    """Single picks (source, index) as runs of consecutive indexes from one source."""
+    out: list[tuple[bool, int, int]] = []
+    for source, i in picks:
+        if out and out[-1][0] == source and out[-1][2] == i:
+            out[-1] = (source, out[-1][1], i + 1)
+        else:
+            out.append((source, i, i + 1))
+    return out

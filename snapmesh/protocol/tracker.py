@@ -39,19 +39,24 @@ FAILED_PRECONDITION.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from snapmesh.protocol import overtake
+from snapmesh.protocol.assembly import add_node_stats, assemble
+from snapmesh.protocol.retention import Retention
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 IN_PROGRESS = pb.Snapshot.IN_PROGRESS
 COMPLETE = pb.Snapshot.COMPLETE
 FAILED = pb.Snapshot.FAILED
+
+_SEQ = operator.attrgetter("seq")
+_AMOUNT = operator.attrgetter("amount")
 
 
 class TrackerError(Exception):
@@ -94,6 +99,8 @@ class _Pending:
     deadline: float  # monotonic
     restarted: bool = False  # taken back from the journal after a controller restart
     reports: dict[str, pb.FullState] = field(default_factory=dict)
+    # Per channel, what dst recorded: its seqs and their amounts' sum, read once at the report.
+    recorded: dict[tuple[str, str], tuple[list[int], int]] = field(default_factory=dict)
 
 
 # The finished snapshots the tracker holds in memory (a bounded working set). Older ones
@@ -122,6 +129,7 @@ class Tracker:
         self._pending: dict[str, _Pending] = {}
         self._finished: dict[str, pb.Snapshot] = {}  # in the order they finished (or were loaded)
         self._filed: set[str] = set()  # finished ones in the store: may leave memory
+        self._retention = Retention()  # which of the finished ones `--keep` retires
         self.kept = kept
         self.epoch = 1  # the cluster's epoch: one more per restore; older reports are refused
 
@@ -198,14 +206,24 @@ class Tracker:
         snapshots, the filed ones leave memory (oldest first)."""
         if snapshot_id in self._finished:
             self._filed.add(snapshot_id)
-        if len(self._finished) <= self.kept:
+        excess = len(self._finished) - self.kept
+        if excess <= 0:
             return
-        for sid in list(self._finished):
-            if len(self._finished) <= self.kept:
-                return
+        leaving = []  # found from the oldest on, without copying the working set
+        for sid in self._finished:
             if sid in self._filed:
-                del self._finished[sid]
-                self._filed.discard(sid)
+                leaving.append(sid)
+                if len(leaving) == excess:
+                    break
+        for sid in leaving:
+            self._retention.remove(sid, self._finished.pop(sid).status == COMPLETE)
+            self._filed.discard(sid)
+
+    def retired(self, keep: int, protect: str = "") -> list[str]:
+        """`--keep keep`: the finished snapshots in memory older than the `keep` newest
+        COMPLETE ones, except `protect`, that no earlier call returned (the rule of
+        `services.controller.store.past_retention`, over `finished()`), in id order."""
+        return self._retention.retire(keep, protect)
 
     def restore(self, snapshot: pb.Snapshot) -> None:
         """Take back a finished snapshot (loaded from disk after a restart; it
@@ -214,17 +232,23 @@ class Tracker:
             raise TrackerMisuse(f"snapshot {snapshot.snapshot_id!r} is not finished")
         if not snapshot.snapshot_id or snapshot.snapshot_id in self._pending:
             raise TrackerMisuse(f"cannot restore snapshot {snapshot.snapshot_id!r}")
+        earlier = self._finished.get(snapshot.snapshot_id)
+        if earlier is not None:
+            self._retention.remove(snapshot.snapshot_id, earlier.status == COMPLETE)
         self._finished[snapshot.snapshot_id] = _copy(snapshot)
+        self._retention.add(snapshot.snapshot_id, snapshot.status == COMPLETE)
         self._filed.add(snapshot.snapshot_id)
 
     def report(self, state: pb.FullState, now: Now) -> Reported:
         """Accept one node's part; returns the snapshot (COMPLETE once all reported)."""
-        pending = self._check_report(state)
+        pending, items = self._check_report(state)
         if pending is None:
             return Reported(self.get(state.snapshot_id), duplicate=True)
         pending.reports[state.node_id] = _copy(state)
+        for src, (channel_items, amounts) in items.items():
+            pending.recorded[(src, state.node_id)] = (list(map(_SEQ, channel_items)), sum(amounts))
         pending.snapshot.nodes.add(node_id=state.node_id, balance=state.balance)
-        _add_node_stats(pending.snapshot, state, now.wall)
+        add_node_stats(pending.snapshot, state, now.wall, [channel_items for channel_items, _ in items.values()])
         if len(pending.reports) < len(self.topology.nodes):
             return Reported(_copy(pending.snapshot), duplicate=False)
         return Reported(self._complete(pending, now), duplicate=False)
@@ -252,8 +276,10 @@ class Tracker:
 
     # -- internals
 
-    def _check_report(self, state: pb.FullState) -> _Pending | None:
-        """The snapshot the report belongs to; None for an identical repeat."""
+    def _check_report(self, state: pb.FullState) -> tuple[_Pending | None, dict[str, tuple[list, list[int]]]]:
+        """The snapshot the report belongs to (None for an identical repeat) and each
+        channel's items and their amounts, by source. A protobuf item is a new Python
+        object at every access; the lists made here serve every later pass over them."""
         if not state.snapshot_id:
             raise InvalidReport("snapshot_id is empty")
         if not state.node_id:
@@ -264,7 +290,7 @@ class Tracker:
         if finished is not None:
             if finished.status == COMPLETE:
                 if _same_part(state, _part_of(finished, state.node_id)):
-                    return None
+                    return None, {}
                 raise DuplicateReport(
                     f"node {state.node_id!r} already reported snapshot {state.snapshot_id!r} (now complete) "
                     "with a different state"
@@ -275,7 +301,7 @@ class Tracker:
             raise UnknownSnapshot(f"no snapshot {state.snapshot_id!r}")
         if state.node_id in pending.reports:
             if _same_part(state, pending.reports[state.node_id]):
-                return None
+                return None, {}
             raise DuplicateReport(
                 f"node {state.node_id!r} already reported snapshot {state.snapshot_id!r} with a different state"
             )
@@ -288,7 +314,7 @@ class Tracker:
                 "every process must read the same snapshot_mode from the cluster file"
             )
         expected = self._incoming[state.node_id]
-        seen: set[str] = set()
+        seen: dict[str, tuple[list, list[int]]] = {}
         for channel in state.channels:
             name = f"{channel.src}->{channel.dst}"
             if channel.dst != state.node_id:
@@ -297,17 +323,18 @@ class Tracker:
                 raise InvalidReport(f"channel {name} is not in the topology")
             if channel.src in seen:
                 raise InvalidReport(f"channel {name} is reported twice")
-            seen.add(channel.src)
-            for item in channel.in_flight:
-                if item.amount <= 0:
-                    raise InvalidReport(f"channel {name}: transfer {item.msg_id!r} has amount {item.amount}")
+            items = list(channel.in_flight)
+            seen[channel.src] = items, (amounts := list(map(_AMOUNT, items)))
+            if min(amounts, default=1) <= 0:  # the item named only on a refusal
+                item = next(t for t in items if t.amount <= 0)
+                raise InvalidReport(f"channel {name}: transfer {item.msg_id!r} has amount {item.amount}")
         if mode == "overtake":
             _check_overtake_parts(state, expected)
-        missing = sorted(expected - seen)
+        missing = sorted(expected - seen.keys())
         if missing:
             names = ", ".join(f"{src}->{state.node_id}" for src in missing)
             raise InvalidReport(f"node {state.node_id!r} did not report its incoming channel(s) {names}")
-        return pending
+        return pending, seen
 
     def _complete(self, pending: _Pending, now: Now) -> pb.Snapshot:
         snapshot = pending.snapshot
@@ -318,18 +345,15 @@ class Tracker:
             snapshot.nodes.add(node_id=node, balance=balance)
             total += balance
         by_channel = {(c.src, c.dst): c for r in pending.reports.values() for c in r.channels}
-        overtake_parts = self._overtake_parts(pending) if self.snapshot_mode == "overtake" else None
-        for src, dst in self.topology.channels:
-            in_flight = by_channel[(src, dst)].in_flight
-            if overtake_parts is not None:
-                outbox, positions = overtake_parts
+        if self.snapshot_mode == "overtake":
+            outbox, positions = self._overtake_parts(pending)
+            for src, dst in self.topology.channels:
                 seqs, amounts = outbox.get((src, dst), ((), ()))
-                in_flight = overtake.merge(
-                    in_flight, seqs, amounts, positions.get((src, dst), 0),
-                    lambda seq, amount, s=src, d=dst: pb.InFlightTransfer(msg_id=f"{s}:{d}:{seq}", amount=amount, seq=seq),
-                )
-            snapshot.channels.add(src=src, dst=dst, in_flight=in_flight)
-            total += sum(item.amount for item in in_flight)
+                total += assemble(snapshot.channels, by_channel[(src, dst)], *pending.recorded[(src, dst)],
+                                   seqs, amounts, positions.get((src, dst), 0))
+        else:
+            for src, dst in self.topology.channels:
+                total += assemble(snapshot.channels, by_channel[(src, dst)], *pending.recorded[(src, dst)])
         snapshot.total = total
         snapshot.conserved = total == self.expected_total
         reason = "" if snapshot.conserved else f"total {total} != expected {self.expected_total}"
@@ -361,6 +385,7 @@ class Tracker:
         stats.in_flight_bytes = sum(n.in_flight_bytes for n in stats.nodes)
         del self._pending[snapshot.snapshot_id]
         self._finished[snapshot.snapshot_id] = snapshot
+        self._retention.add(snapshot.snapshot_id, status == COMPLETE)
         return _copy(snapshot)
 
 
@@ -373,22 +398,6 @@ def duration_s(snapshot: pb.Snapshot) -> float:
 
 def _seconds(ts: Timestamp) -> float:
     return ts.seconds + ts.nanos / 1e9
-
-
-def _add_node_stats(snapshot: pb.Snapshot, state: pb.FullState, received_wall: float) -> None:
-    """Flink's per-subtask figures for one accepted report (0 for a time the node left out)."""
-    trigger_ns = snapshot.started_at.ToNanoseconds()
-    received_ns = int(round(received_wall * 1e9))
-    cut, done = state.cut_at_unix_ns, state.done_at_unix_ns
-    stats = snapshot.stats.nodes.add(
-        node_id=state.node_id,
-        start_delay_ms=(cut - trigger_ns) / 1e6 if cut else 0.0,
-        recording_duration_ms=(done - cut) / 1e6 if cut and done else 0.0,
-        report_time_ms=(received_ns - done) / 1e6 if done else 0.0,
-        in_flight_messages=sum(len(c.in_flight) for c in state.channels),
-        in_flight_bytes=sum(t.ByteSize() for c in state.channels for t in c.in_flight),
-    )
-    stats.ack_timestamp.FromNanoseconds(received_ns)
 
 
 def _same_part(state: pb.FullState, other: pb.FullState) -> bool:
@@ -464,14 +473,15 @@ def _check_overtake_parts(state: pb.FullState, incoming: set[str]) -> None:
             raise InvalidReport(f"node {node!r} reported the outbox of {node}->{channel.dst} twice")
         reported.add(channel.dst)
     for channel in state.outbox:
-        for item in channel.in_flight:
-            if item.amount <= 0:
-                raise InvalidReport(f"outbox {node}->{channel.dst}: transfer {item.msg_id!r} has amount {item.amount}")
+        if min(map(_AMOUNT, channel.in_flight), default=1) <= 0:
+            item = next(t for t in channel.in_flight if t.amount <= 0)
+            raise InvalidReport(f"outbox {node}->{channel.dst}: transfer {item.msg_id!r} has amount {item.amount}")
     for run in state.outbox_runs:
         name = f"outbox_runs {node}->{run.dst}"
         if len(run.seqs) != len(run.amounts):
             raise InvalidReport(f"{name}: {len(run.seqs)} seqs but {len(run.amounts)} amounts")
-        if any(b <= a for a, b in zip(run.seqs, run.seqs[1:], strict=False)) or (run.seqs and run.seqs[0] == 0):
+        seqs = list(run.seqs)
+        if not all(map(operator.lt, seqs, seqs[1:])) or (seqs and seqs[0] == 0):
             raise InvalidReport(f"{name}: seqs must be positive and increasing")
         if run.amounts and min(run.amounts) <= 0:
             raise InvalidReport(f"{name}: amount {min(run.amounts)} is not positive")

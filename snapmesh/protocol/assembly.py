@@ -1,0 +1,71 @@
+"""How the tracker builds a snapshot from the reports it took, pure: the per-node
+statistics of one report, and one channel of a COMPLETE snapshot (O3 in overtake
+mode, snapmesh/protocol/overtake.py).
+
+Both run once per report or per channel of every snapshot, on reports of up to
+thousands of transfers, so they work on whole protobuf blocks and columns and
+touch an item from Python only where they must: `merge`'s runs copy what the
+receiver recorded in one C-level copy, and a message is made only for an outbox
+transfer the receiver did not record.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Sequence
+
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from snapmesh.protocol import overtake
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+_AMOUNT = operator.attrgetter("amount")
+_BYTE_SIZE = pb.InFlightTransfer.ByteSize
+
+
+def add_node_stats(snapshot: pb.Snapshot, state: pb.FullState, received_wall: float,
+                   items: Iterable[list[pb.InFlightTransfer]]) -> None:
+    """Flink's per-subtask figures for one accepted report (0 for a time the node left
+    out); `items`: the items of each of its channels."""
+    trigger_ns = snapshot.started_at.ToNanoseconds()
+    received_ns = int(round(received_wall * 1e9))
+    cut, done = state.cut_at_unix_ns, state.done_at_unix_ns
+    stats = snapshot.stats.nodes.add(
+        node_id=state.node_id,
+        start_delay_ms=(cut - trigger_ns) / 1e6 if cut else 0.0,
+        recording_duration_ms=(done - cut) / 1e6 if cut and done else 0.0,
+        report_time_ms=(received_ns - done) / 1e6 if done else 0.0,
+        in_flight_messages=sum(map(len, items)),
+        in_flight_bytes=sum(sum(map(_BYTE_SIZE, channel)) for channel in items),
+    )
+    stats.ack_timestamp.FromNanoseconds(received_ns)
+
+
+def assemble(channels, recorded: pb.ChannelState, held: list[int], held_total: int,
+             seqs: Sequence[int] | None = None, amounts: Sequence[int] = (), position: int = 0) -> int:
+    """Add channel src->dst to `channels` as O3 assembles it from what dst recorded
+    (`recorded`; `held` its seqs, `held_total` their amounts' sum) and the outbox
+    columns of src past dst's `position` (`seqs` None, classic mode: what dst
+    recorded, as it is); returns its in-flight amount. What the receiver recorded
+    is copied as one block where it can be (a protobuf copy in C, not one per
+    item), and a message is made only for an outbox transfer it did not record."""
+    src, dst, items = recorded.src, recorded.dst, recorded.in_flight
+    runs = [(True, 0, len(held))] if seqs is None else overtake.runs(held, seqs, position)
+    channel = channels.add()
+    if runs and runs[0] == (True, 0, len(held)) and not len(UnknownFieldSet(recorded)):
+        channel.MergeFrom(recorded)  # src, dst and every item (unknown fields in items kept, as a copy keeps them)
+        total = held_total
+        runs = runs[1:]
+    else:
+        channel.src, channel.dst, total = src, dst, 0
+    add = channel.in_flight.add
+    for from_recorded, i, j in runs:
+        if from_recorded:
+            part = items[i:j]
+            channel.in_flight.extend(part)
+            total += sum(map(_AMOUNT, part))
+        else:
+            for seq, amount in zip(seqs[i:j], amounts[i:j], strict=True):
+                add(msg_id=f"{src}:{dst}:{seq}", amount=amount, seq=seq)
+            total += sum(amounts[i:j])
+    return total
