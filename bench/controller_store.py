@@ -33,6 +33,7 @@ from bench import results
 from services.controller import export
 from snapmesh.protocol import controller_journal as journal
 from services.controller.store import SnapshotStore
+from snapmesh.checking import snapshot_file
 from snapmesh.serving.durable import write_atomically
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -137,9 +138,13 @@ def measure(entries: int = ENTRIES, rounds: int = ROUNDS) -> dict[str, float]:
                 start = time.perf_counter()
                 write()
                 times[name].append(time.perf_counter() - start)
-        # the export is the printer's text; the compact file reads back to the same snapshot
-        assert store.path(snapshot.snapshot_id).read_text() == export.printed(snapshot) + "\n"
-        assert pb.Snapshot.FromString(store.compact_path(snapshot.snapshot_id).read_bytes()) == snapshot
+        # the export is the printer's text with its checksum; the compact file reads back to the same snapshot
+        sealed = snapshot_file.sealed_json(export.printed(snapshot), snapshot_file.checksum(snapshot))
+        assert store.path(snapshot.snapshot_id).read_text() == sealed + "\n"
+        stored = pb.Snapshot.FromString(store.compact_path(snapshot.snapshot_id).read_bytes())
+        assert stored.checksum == snapshot_file.checksum(snapshot)
+        stored.ClearField("checksum")
+        assert stored == snapshot
     per_entry = {k: statistics.median(v) / n * 1e6 for k, v in times.items()}
     return {
         "store_us_per_entry_printer": round(per_entry["printer"], 4),

@@ -64,3 +64,10 @@ def test_retention_keeps_the_n_newest_complete_and_the_one_last_restored(tmp_pat
     loaded, _ = store.load_all()
     assert [s.snapshot_id for s in loaded] == ["c", "d", "e", "f"]
     assert not store.path("a").exists() and not store.compact_path("b").exists()
+
+
+def test_bench_store_measures_files_that_are_the_printers_text_sealed() -> None:
+    from bench import controller_store
+
+    figures = controller_store.measure(entries=300, rounds=1)  # its own checks: the export's bytes, the compact file
+    assert figures["store_us_per_entry_protojson"] > 0 and figures["store_us_per_entry_compact"] > 0
