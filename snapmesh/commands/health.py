@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from snapmesh.settings import security
+from snapmesh.settings import security, target
 from snapmesh.settings.argparsing import parse_args
 
 
@@ -44,21 +44,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _valid_target(target: str) -> bool:
-    host, sep, port = target.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        return False
-    if host.startswith("[") != host.endswith("]"):
-        return False
-    return 0 < int(port) < 65536
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(_parser(), argv)
     if isinstance(args, int):
         return args
-    if not _valid_target(args.target):
-        print(f"snapmesh health: {args.target!r} is not HOST:PORT", file=sys.stderr)
+    try:
+        target.check_address(args.target, "the address")
+    except target.TargetError as exc:
+        print(f"snapmesh health: {exc}", file=sys.stderr)
         return 2
     if not args.timeout > 0:
         print(f"snapmesh health: --timeout must be positive, got {args.timeout}", file=sys.stderr)
