@@ -31,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--service",
         default="",
+        metavar="NAME",
         help="service name to check (default: '' = the server as a whole)",
     )
     parser.add_argument(
