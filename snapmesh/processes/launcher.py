@@ -177,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             release_all(locks)  # the children take them again, each its own
         cluster = Cluster(config_path, data_dir=data_dir, tls_dir=tls_dir)
-        print(f"snapmesh cluster: starting {len(cluster.config.nodes)} nodes; logs in {cluster.log_dir}",
-              file=sys.stderr, flush=True)
+        print(f"snapmesh cluster: starting {len(cluster.config.nodes)} nodes in data dir {data_dir} (clients: "
+              f"--data-dir {data_dir}; `snapmesh cluster down --data-dir {data_dir}` stops them); logs in "
+              f"{cluster.log_dir}", file=sys.stderr, flush=True)
         cluster.start()
         serve_until_stopped(cluster, cluster.config, tls_dir, args.ui)
     except (ConfigError, DataDirLocked) as exc:
