@@ -133,3 +133,9 @@ def test_tls_prints_no_token_its_grpcurl_line_works_and_another_ca_gets_one_line
             f"{prog}: the certificates of {address} are from another CA than this client's: check "
             "--tls-dir (or $SNAPMESH_TLS_DIR, or --data-dir's tls/) names this cluster's ca.pem, client.pem and "
             "client-key.pem"], result.stderr
+    app = snapmesh("app", "--duration", "1", "--data-dir", str(tmp_path), "--tls-dir", str(other))
+    assert app.returncode == 1 and len(app.stderr.strip().splitlines()) == 1, app.stderr
+    assert "are from another CA than this client's: check --tls-dir" in app.stderr
+    health = snapmesh("health", address, "--tls-dir", str(other))
+    assert health.returncode == 1 and health.stderr == "" and len(health.stdout.strip().splitlines()) == 1, health
+    assert "are from another CA than this client's: check --tls-dir" in health.stdout

@@ -81,8 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             detail = f"no answer within {args.timeout:g}s"
         elif code == grpc.StatusCode.UNAVAILABLE:
-            from snapmesh.commands.client_errors import hint
+            from snapmesh.commands.client_errors import another_ca_line, hint, other_ca
 
+            if other_ca(error, identity):  # one line: the certificates, not the TLS library's words
+                print(f"{name}: NOT SERVING ({another_ca_line(args.target)})")
+                return 1
             detail = f"unreachable: {error.details()}"
             fix = hint(error, args.target, identity, service="")  # TLS on one side only: say so
         elif code == grpc.StatusCode.NOT_FOUND:
