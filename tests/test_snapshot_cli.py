@@ -171,6 +171,20 @@ def test_get_shows_each_nodes_timings_and_the_transfers_in_flight_as_the_page(cl
     assert transfers == [[src, "p1", "1", str(seq), f"{src}:p1:{seq}"] for seq in (1, 2, 3)], out
 
 
+def test_get_of_a_snapshot_in_progress_shows_the_nodes_yet_to_report(cluster, run, stub):
+    cluster.pause_node("p1")  # the snapshot stays ours: p1 starts nothing
+    try:
+        held = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=5)
+        stub.ReportState(big_state(cluster, held.snapshot_id, "p2", 0), timeout=20)
+        code, out, err = run("get", held.snapshot_id)
+    finally:
+        cluster.resume_node("p1")
+    assert code == 0, err
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:] if line.split()[:1] in (["p1"], ["p2"], ["p3"])}
+    assert rows["p1"] == rows["p3"] == ["-"] * 5, out
+    assert rows["p2"][0] == "1000" and rows["p2"][1].endswith("ms"), out
+
+
 def test_get_latest_is_the_newest_snapshot(run, stub):
     newest = taken(stub, "p3").snapshot_id
     code, out, err = run("get", "latest", "--json")

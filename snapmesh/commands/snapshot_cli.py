@@ -161,14 +161,15 @@ def _ms(value: float) -> str:
     return f"{value:.1f}ms"
 
 
-def render_detail(snapshot) -> str:
+def render_detail(snapshot, node_ids=()) -> str:
     """`get`, what the snapshot's page shows: the summary; each node's balance and
     timings (trigger to its cut, cut to its last marker, its report; "-" for a node
-    that has not reported); each channel; the transfers in flight; the sum."""
+    of `node_ids`, the cluster's, that has not reported); each channel; the
+    transfers in flight; the sum."""
     lines = [render_summary([snapshot])]
     balances = {n.node_id: str(n.balance) for n in snapshot.nodes}
     stats = {n.node_id: n for n in snapshot.stats.nodes}
-    ids = [n.node_id for n in snapshot.nodes] + [n for n in stats if n not in balances]
+    ids = list(dict.fromkeys([*node_ids, *(n.node_id for n in snapshot.nodes), *stats]))
     if ids:
         rows = []
         for node in ids:
@@ -244,7 +245,13 @@ def _get(stub, args) -> int:
             return 1
         sid = newest[0].snapshot_id
     snapshot = fetch(stub, sid, args.timeout)
-    print(to_json(snapshot) if args.json else render_detail(snapshot))
+    if args.json:
+        print(to_json(snapshot))
+        return 0
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    cluster = stub.GetCluster(pb.GetClusterRequest(), timeout=args.timeout)  # the nodes yet to report, too
+    print(render_detail(snapshot, [n.node_id for n in cluster.nodes]))
     return 0
 
 
