@@ -167,6 +167,94 @@ def test_the_journal_replayed_gives_back_the_epoch_and_resumes_a_restore_under_w
     assert kinds(again.drain()) == ["RestoreAt", "RestoreAt"]  # RESTORING is already durable
 
 
+def _restored(m: M.Controller, target: pb.Snapshot, key: str) -> pb.Restore:
+    """Run a restore of `target` under `key` to its end; its records are in the journal list."""
+    assert isinstance(m.restore(target, key, T0), restoregate.Start)
+    m.node_restored("a", pb.RestoreStateResponse(balance=60), T0)
+    done = m.node_restored("b", pb.RestoreStateResponse(balance=40), T0)
+    m.restore_settled()
+    return done
+
+
+def _journal(m: M.Controller) -> list[R.Record]:
+    return [e.record for e in m.drain() if isinstance(e, M.Journal)]
+
+
+def _s1() -> list[R.Record]:
+    """The journal of `complete(m, "s1")`."""
+    return [
+        R.Started(snapshot_id="s1", initiator="a", wall=T0.wall),
+        R.Reported(state=part("s1", "a", 60), wall=T0.wall),
+        R.Reported(state=part("s1", "b", 30, [10]), wall=T0.wall),
+        R.Finished(snapshot_id="s1", status=COMPLETE, reason="", wall=T0.wall),
+    ]
+
+
+def test_a_key_that_joined_a_restore_is_journaled_and_answered_by_it_after_a_restart() -> None:
+    """Issue 33, bug 1: K2 joins K1's running restore; a retry of K2 after the end, and
+    after a controller restart, gets that restore's answer and rolls nothing back."""
+    m = machine()
+    target = complete(m)
+    records = _s1()
+    assert isinstance(m.restore(target, "k1", T0), restoregate.Start)
+    records += _journal(m)
+    joined = m.restore(target, "k2", T0)
+    assert joined == restoregate.Join("s1", "k2")
+    effects = m.drain()
+    assert kinds(effects) == ["Journal:Joined"] and effects[0].record == R.Joined(request_id="k2", epoch=2)
+    records.append(effects[0].record)
+    assert m.restore(target, "k2", T0) == restoregate.Join("s1") and m.drain() == []  # known now: nothing more
+    m.node_restored("a", pb.RestoreStateResponse(balance=60), T0)
+    done = m.node_restored("b", pb.RestoreStateResponse(balance=40), T0)
+    records += _journal(m)
+    m.restore_settled()
+    assert m.restore(target, "k2", T0) == restoregate.Answer(done) and m.epoch == 2
+    again = machine()
+    assert again.replayed(records, T0, skip=set())[1] == []
+    assert again.restore(again.tracker.get("s1"), "k2", T0) == restoregate.Answer(done)
+    assert again.epoch == 2 and again.drain() == []
+
+
+def test_a_key_that_joined_a_restore_under_way_at_a_restart_joins_it_again() -> None:
+    m = machine()
+    target = complete(m)
+    records = _s1()
+    m.restore(target, "k1", T0)
+    m.restore(target, "k2", T0)
+    records += _journal(m)  # the controller dies here, mid-restore
+    again = machine()
+    again.replayed(records, T0, skip=set())
+    assert again.restore(target, "k2", T0) == restoregate.Join("s1") and again.drain() == []
+    assert isinstance(again.restore(target, "k9", T0), restoregate.Join)
+
+
+def test_after_a_restart_every_kept_restore_key_is_answered_not_only_the_newest() -> None:
+    """Issue 33, bug 2: a client retrying K1 after a later restore (K3) and a controller
+    restart rolled the cluster back to K1's snapshot again."""
+    m = machine()
+    s1 = complete(m, "s1")
+    first = _restored(m, s1, "k1")
+    s2 = complete(m, "s2")
+    second = _restored(m, s2, "k3")
+    records = [*_s1(), R.Restored(restore=first), R.Restored(restore=second)]
+    again = machine()
+    again.replayed(records, T0, skip=set())
+    assert again.epoch == 3 and again.last_restore == second
+    assert again.restore(again.tracker.get("s1"), "k1", T0) == restoregate.Answer(first)
+    assert again.epoch == 3 and again.drain() == []
+
+
+def test_after_a_restart_the_window_keeps_the_newest_keys() -> None:
+    restores = [
+        (pb.Restore(snapshot_id="s1", epoch=e, status=pb.Restore.RESTORED, request_id=f"k{e}"), [f"j{e}"])
+        for e in (2, 3)
+    ]
+    m = M.Controller(machine().tracker, keys_kept=3)
+    m.taken_back(restores)
+    assert list(m.gate._by_key) == ["j2", "k3", "j3"]  # oldest first; k2 went first
+    assert m.epoch == 3 and m.last_restore == restores[-1][0]
+
+
 def test_plan_and_problem() -> None:
     m = machine()
     target = complete(m)

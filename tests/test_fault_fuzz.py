@@ -51,6 +51,7 @@ def test_every_fault_kind_happens() -> None:
         "restore call started a restore", "restore call joined the running restore",
         "restore retry answered, not rolled back", "restore refused: another restore runs",
         "restore refused: key of another snapshot", "restore refused: not restorable",
+        "restore call joined under its own key", "restore retry answered across a controller restart",
     ):
         assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
 
@@ -209,6 +210,45 @@ def _restore_forgets_finished_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(restoregate.RestoreGate, "finished", broken)
 
 
+def _restore_forgets_joined_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken gate (issue 33, bug 1): a key that joins a running restore is not
+    remembered; its retry after the restore ended rolls back a second time."""
+    request = restoregate.RestoreGate.request
+
+    def broken(self, snapshot_id, request_id, now, problem=""):
+        decision = request(self, snapshot_id, request_id, now, problem)
+        if isinstance(decision, restoregate.Join) and decision.joined_key:
+            self.running_keys.remove(decision.joined_key)
+            self._by_key.pop(decision.joined_key)
+            return restoregate.Join(snapshot_id)
+        return decision
+
+    monkeypatch.setattr(restoregate.RestoreGate, "request", broken)
+
+
+def _restore_joins_not_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken restart: the journal's `joined` records are not taken back; a key
+    that joined a restore rolls back again when retried after a controller restart."""
+    restores = controller.journal.restores
+
+    def broken(records):
+        found, warnings = restores(records)
+        return [(restore, []) for restore, _ in found], warnings
+
+    monkeypatch.setattr(controller.journal, "restores", broken)
+
+
+def _restore_replays_the_newest_key_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken restart (issue 33, bug 2): only the journal's newest restore is
+    taken back; a retry of an older key after a restart rolls back again."""
+    taken_back = controller.Controller.taken_back
+
+    def broken(self, restores):
+        taken_back(self, [(restore, []) for restore, _ in restores[-1:]])
+
+    monkeypatch.setattr(controller.Controller, "taken_back", broken)
+
+
 def _restore_plan_drops_a_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller machine's restore plan loses the first in-flight transfer of a
     channel: the fuzzer runs production's plan, so a node replays too little."""
@@ -239,6 +279,9 @@ MUTATIONS = {
     "controller-overtake-merge": _tracker_forgets_overtaken,
     "restore-claim-two-steps": _restore_claim_after_the_check,
     "restore-forgets-finished-keys": _restore_forgets_finished_keys,
+    "restore-forgets-joined-keys": _restore_forgets_joined_keys,
+    "restore-joins-not-replayed": _restore_joins_not_replayed,
+    "restore-replays-newest-key-only": _restore_replays_the_newest_key_only,
     "request-window": _window_by_count,
     "request-restore": _restore_keeps_every_id,
     "overtake-outbox": _overtake_forgets_the_outbox,

@@ -37,7 +37,10 @@ R3. Each node gets its recorded balance and the recorded in-flight transfers of
     its part, FAILED naming the nodes that could not, and the cluster stays
     fenced at E+1 either way.
 R4. A key answers its own restore (running: join it; finished: its answer, once
-    that answer is durable), never starts another.
+    that answer is durable), never starts another. A key that joins a running
+    restore becomes that restore's: its `joined` record is journaled (the call
+    is answered once it is durable), and after a restart every kept key, oldest
+    first, is taken back with the restore it started or joined.
 """
 
 from __future__ import annotations
@@ -241,6 +244,10 @@ class Controller:
         """A RestoreSnapshot call for `snapshot` (R1, R4): the gate's decision; on
         Start the epoch moves, snapshots in progress fail, and the restore begins."""
         decision = self.gate.request(snapshot.snapshot_id, request_id, now.wall, problem(snapshot))
+        if isinstance(decision, restoregate.Join) and decision.joined_key:
+            running = self.last_restore
+            assert running is not None and running.status == pb.Restore.RESTORING, "a join without a running restore"
+            self._effects.append(Journal(journal.Joined(request_id=decision.joined_key, epoch=running.epoch)))
         if not isinstance(decision, restoregate.Start):
             return decision
         epoch = self.tracker.epoch + 1
@@ -301,20 +308,21 @@ class Controller:
     # -- after a restart
 
     def replayed(self, records: Iterable[journal.Record], now: Now, *, skip: set[str]) -> tuple[list[str], list[str]]:
-        """The journal read back: snapshots rebuilt (`journal.replay`), the epoch and
-        the newest restore taken back (its key answers a retry; RESTORING is to be
-        resumed). Returns the ids finished here and the warnings."""
+        """The journal read back: snapshots rebuilt (`journal.replay`), the epoch, and
+        every restore taken back with its keys (R4; the newest is to be resumed
+        when it is RESTORING). Returns the ids finished here and the warnings."""
         records = list(records)
         finished, warnings = journal.replay(records, self.tracker, now, skip=skip)
-        self.taken_back(journal.last_restore(records))
-        return finished, warnings
+        restores, more = journal.restores(records)
+        self.taken_back(restores)
+        return finished, warnings + more
 
-    def taken_back(self, last: pb.Restore | None) -> None:
-        """The journal's newest restore, known after a restart (resume it with `resume`
-        when it is RESTORING)."""
-        self.last_restore = last
-        if last is None:
-            return
-        self.tracker.epoch = max(self.tracker.epoch, last.epoch)
-        running = last.status == pb.Restore.RESTORING
-        self.gate.taken_back(last.snapshot_id, last.request_id, last, running=running)
+    def taken_back(self, restores: list[tuple[pb.Restore, list[str]]]) -> None:
+        """The journal's restores, oldest first, each with the keys that joined it: the
+        gate answers every kept key (its window drops the oldest), the newest is
+        `last_restore` (resume it with `resume` when it is RESTORING)."""
+        for restore, joined in restores:
+            running = restore is restores[-1][0] and restore.status == pb.Restore.RESTORING
+            self.gate.taken_back(restore.snapshot_id, restore.request_id, restore, running=running, joined=joined)
+            self.tracker.epoch = max(self.tracker.epoch, restore.epoch)
+        self.last_restore = restores[-1][0] if restores else None

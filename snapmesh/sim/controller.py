@@ -21,8 +21,11 @@ Controller faults: crash (reports on the way are lost) and restart (the
 journal replayed: finished snapshots come back, those in progress get a fresh
 deadline and fail "controller restarted" unless their reports come in, and a
 RESTORING restore resumes at every node). RestoreSnapshot calls come from their
-own generator (`restore_rng`): bursts of concurrent calls, retries with the same
-key, a key reused for another snapshot, snapshots that cannot be restored.
+own generator (`restore_rng`): bursts of concurrent calls, new keys joining the
+running restore, retries with the same key (while it runs, after it ended, and
+after a controller restart), a key reused for another snapshot, snapshots that
+cannot be restored. A key that started or joined a restore never starts another
+while the gate's window holds it, across controller restarts too.
 """
 
 from __future__ import annotations
@@ -94,7 +97,8 @@ class SimController:
         self.restore_rng = random.Random(seed * 104_729 + 2)
         self.restoring: str | None = None  # the snapshot of the restore started and not yet ended
         self.key_snapshot: dict[str, str] = {}  # key -> the snapshot its first call named
-        self.rolled_back: Counter[str] = Counter()  # key -> restores it started, this controller lifetime
+        self.answered: dict[str, str] = {}  # key -> the snapshot of the restore it started or joined (never forgotten)
+        self.keys_at_restart: set[str] = set()  # the keys answered before the newest controller restart
         self.next_restore_key = 0
 
     def _machine(self) -> machine.Controller:
@@ -209,7 +213,7 @@ class SimController:
         self.machine.replayed(self.journal, now, skip=set())
         self.machine.tracker.restarted(now)
         last = self.machine.last_restore
-        self.rolled_back = Counter({k: n for k, n in self.rolled_back.items() if last is not None and k == last.request_id})
+        self.keys_at_restart = set(self.answered)
         self.parts.clear()
         self.waiting.clear()
         if last is not None and last.status == pb.Restore.RESTORING:
@@ -270,10 +274,13 @@ class SimController:
         """The machine said Start: it rolls back to `sid` in a new epoch."""
         if self.restoring is not None:
             raise Violation(f"restore: a second restore ({sid}) started while the restore of {self.restoring} runs")
+        if key in self.answered and len(self.answered) <= self.machine.gate.keys_kept:
+            raise Violation(
+                f"restore: request_id {key!r} rolled back a second time (to {sid}); it already started or joined"
+                f" the restore of {self.answered[key]}"
+            )
         if key:
-            self.rolled_back[key] += 1
-            if self.rolled_back[key] > 1:
-                raise Violation(f"restore: request_id {key!r} rolled back a second time (to {sid})")
+            self.answered[key] = sid
         self.restoring = sid
         self.faults["restore"] += 1
         self.parts.clear()
@@ -294,6 +301,9 @@ class SimController:
                 sid = self.key_snapshot[key]
             elif keys and roll < 0.5:  # an earlier key, another snapshot
                 key, sid = rng.choice(keys), self._restore_target(rng, ids)
+            elif self.restoring is not None and roll < 0.65:  # a new key for the restore that runs: it joins
+                self.next_restore_key += 1
+                key, sid = f"k{self.next_restore_key}", self.restoring
             else:
                 sid = self._restore_target(rng, ids)
                 key = ""
@@ -322,10 +332,19 @@ class SimController:
             if self.restoring != sid:
                 raise Violation(f"restore: a call for {sid} joined the restore of {self.restoring}")
             self.faults["restore call joined the running restore"] += 1
+            if key and key not in self.answered:  # the key is this restore's from now on, journaled
+                if decision.joined_key != key:
+                    raise Violation(f"restore: the new key {key!r} joined the restore of {sid} unjournaled")
+                self.key_snapshot.setdefault(key, sid)
+                self.answered[key] = sid
+                self.faults["restore call joined under its own key"] += 1
+            self.carry_out()
         elif kind is restoregate.Answer:
             if decision.result is None or decision.result.snapshot_id != sid:
                 raise Violation(f"restore: a retry of {key!r} for {sid} was answered {decision.result!r}")
             self.faults["restore retry answered, not rolled back"] += 1
+            if key in self.keys_at_restart:
+                self.faults["restore retry answered across a controller restart"] += 1
         elif kind is restoregate.Busy:
             if self.restoring is None or self.restoring == sid:
                 raise Violation(f"restore: a call for {sid} refused busy while {self.restoring} runs")

@@ -30,15 +30,17 @@ passing, and the faults:
               frame or ack of another epoch is refused)
   restore calls  clients call RestoreSnapshot on the controller machine (its
               gate is snapmesh.protocol.restoregate): bursts of concurrent
-              calls, retries with the same idempotency key, a key reused for another snapshot,
+              calls, new keys joining the running restore, retries with the
+              same idempotency key (while it runs, after it ended, after a
+              controller restart), a key reused for another snapshot,
               snapshots that cannot be restored; mostly of COMPLETE snapshots,
               so calls start, join, get answers, Busy and key-reuse refusals.
               Most snapshots complete only once faults stop, so the settling
               phase also runs rounds of calls, each round moving the running
               restore on by one node, sometimes restarting the controller.
-              At most one restore runs, and a key never rolls back twice in one
-              controller lifetime (after a controller restart the gate knows
-              the journal's newest restore only, as the real controller does).
+              At most one restore runs, and a key that started or joined a
+              restore never rolls back again, across controller restarts too
+              (the journal keeps every restore and every key that joined one).
               These calls come from their own generator (restore_rng).
 
 After every step `invariants.Checker` judges; then faults stop, everything is
