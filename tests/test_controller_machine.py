@@ -167,6 +167,52 @@ def test_the_journal_replayed_gives_back_the_epoch_and_resumes_a_restore_under_w
     assert kinds(again.drain()) == ["RestoreAt", "RestoreAt"]  # RESTORING is already durable
 
 
+def test_a_report_of_an_older_epoch_is_refused_by_the_machine_changing_nothing() -> None:
+    m = machine()
+    target = complete(m)
+    m.restore(target, "", T0)
+    m.drain()
+    started = m.trigger("s2", "a", T0)
+    m.drain()
+    assert started.epoch == 2
+    old = part("s2", "a", 60)
+    old.epoch = 1
+    with pytest.raises(M.StaleReport, match="a report from epoch 1; the cluster is in epoch 2") as refused:
+        m.reported(old, T0)
+    assert isinstance(refused.value, M.TrackerError)  # the shells map it with the tracker's refusals
+    assert m.drain() == [] and m.tracker.get("s2").status == IN_PROGRESS
+    copy = part("s1", "b", 30, [10])  # a late copy of a report the COMPLETE snapshot took: refused too
+    copy.epoch = 1
+    with pytest.raises(M.StaleReport):
+        m.reported(copy, T0)
+    current, unknown = part("s2", "a", 60), part("s2", "b", 40)
+    current.epoch = 2  # the cluster's epoch, or 0 (a node that does not say): taken
+    m.reported(current, T0)
+    snapshot, _ = m.reported(unknown, T0)
+    assert snapshot.status == COMPLETE
+
+
+def test_a_trigger_at_the_admission_limit_is_refused_and_starts_nothing() -> None:
+    topology = Topology.build(["a", "b"], None)
+    m = M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0), max_concurrent=2)
+    m.trigger("s1", "a", T0)
+    m.trigger("s2", "b", T0)
+    m.drain()
+    with pytest.raises(M.TooManySnapshots, match="^2 snapshots in progress, the limit is 2$"):
+        m.trigger("s3", "a", T0)
+    assert m.drain() == [] and m.tracker.ids() == ["s1", "s2"]
+    m.start_failed("s1", "initiator a unreachable", T0)  # one ends: the next is admitted
+    m.drain()
+    m.trigger("s3", "a", T0)
+    assert m.tracker.in_progress == 2
+    unlimited = machine()
+    for n in range(50):
+        unlimited.trigger(f"s{n}", "a", T0)
+    assert unlimited.tracker.in_progress == 50
+    with pytest.raises(ValueError, match="max_concurrent must not be negative, got -1"):
+        M.Controller(unlimited.tracker, max_concurrent=-1)
+
+
 def _restored(m: M.Controller, target: pb.Snapshot, key: str) -> pb.Restore:
     """Run a restore of `target` under `key` to its end; its records are in the journal list."""
     assert isinstance(m.restore(target, key, T0), restoregate.Start)

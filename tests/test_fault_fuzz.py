@@ -52,6 +52,7 @@ def test_every_fault_kind_happens() -> None:
         "restore retry answered, not rolled back", "restore refused: another restore runs",
         "restore refused: key of another snapshot", "restore refused: not restorable",
         "restore call joined under its own key", "restore retry answered across a controller restart",
+        "stale report refused", "snapshot refused: too many in progress",
     ):
         assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
 
@@ -249,6 +250,25 @@ def _restore_replays_the_newest_key_only(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(controller.Controller, "taken_back", broken)
 
 
+def _controller_takes_stale_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine takes a report of an epoch before a restore."""
+    monkeypatch.setattr(controller, "stale_report", lambda report_epoch, epoch: "")
+
+
+def _controller_admits_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine starts a snapshot past its admission limit (A1)."""
+    trigger = controller.Controller.trigger
+
+    def broken(self, *args):
+        limit, self.max_concurrent = self.max_concurrent, 0
+        try:
+            return trigger(self, *args)
+        finally:
+            self.max_concurrent = limit
+
+    monkeypatch.setattr(controller.Controller, "trigger", broken)
+
+
 def _restore_plan_drops_a_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller machine's restore plan loses the first in-flight transfer of a
     channel: the fuzzer runs production's plan, so a node replays too little."""
@@ -277,6 +297,8 @@ def _tracker_forgets_overtaken(monkeypatch: pytest.MonkeyPatch) -> None:
 MUTATIONS = {
     "controller-restore-plan": _restore_plan_drops_a_transfer,
     "controller-overtake-merge": _tracker_forgets_overtaken,
+    "controller-stale-report": _controller_takes_stale_reports,
+    "controller-admission": _controller_admits_everything,
     "restore-claim-two-steps": _restore_claim_after_the_check,
     "restore-forgets-finished-keys": _restore_forgets_finished_keys,
     "restore-forgets-joined-keys": _restore_forgets_joined_keys,

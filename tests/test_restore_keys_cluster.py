@@ -7,13 +7,16 @@ One 3-node cluster (controller and node processes, real gRPC), the tests in orde
   answers that restore: the 250 stays, the epoch does not move.
 - A later restore under K3 and a controller restart: a retry of K1 still answers
   K1's restore, it does not roll the cluster back to K1's snapshot again.
+- A report of an older epoch is refused (by the controller machine) and counted.
 """
 
 from __future__ import annotations
 
 import signal
 import time
+import urllib.request
 
+import grpc
 import pytest
 
 from cluster_helpers import controller_stub, node_stub, poll
@@ -129,3 +132,22 @@ def test_after_a_later_restore_and_a_restart_an_older_key_is_still_answered(clus
         assert restore(stub, k1.snapshot_id, "K1") == k1  # not a third restore, back to K1's snapshot
         assert restore(stub, later.snapshot_id, "K3") == k3
     assert settled(cluster) == before, "a retry of an older key rolled the cluster back again"
+
+
+def _stale_refused(cluster) -> float:
+    address = cluster.config.controller.metrics_address
+    text = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
+    name = "snapmesh_stale_epoch_reports_refused_total "
+    return float(next(line for line in text.splitlines() if line.startswith(name)).split()[-1])
+
+
+def test_the_controller_machine_refuses_a_report_of_an_older_epoch(cluster):
+    """The servicer no longer asks first: the machine refuses it, and the refusal is counted."""
+    before = _stale_refused(cluster)
+    channel, stub = controller_stub(cluster.controller_address)
+    with channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ReportState(pb.FullState(snapshot_id="from-the-past", node_id="p1", epoch=1), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "a report from epoch 1; the cluster is in epoch" in refused.value.details()
+    assert _stale_refused(cluster) == before + 1

@@ -54,8 +54,7 @@ class FellBehind:
     """Put in a dropped watcher's queue in place of what it had not read."""
 
 
-class TooManySnapshots(RuntimeError):
-    """A trigger past the admission limit: nothing was started or journaled."""
+TooManySnapshots = ctl.TooManySnapshots  # a trigger past the admission limit (the machine's rule A1)
 
 
 def system_now() -> Now:
@@ -75,11 +74,9 @@ class ControllerEngine:
         rng: random.Random | None = None,
         identity: security.Identity | None = None,  # None: plaintext
         keep: int = 0,
-        max_concurrent: int = 0,  # admission: at most this many snapshots in progress (0: no limit)
         machine: ctl.Controller | None = None,  # the journal already replayed into it (else a fresh one)
     ) -> None:
         self.identity = identity
-        self.max_concurrent = max_concurrent
         self.config = config
         self.tracker = tracker
         self.machine = machine if machine is not None else ctl.Controller(tracker)
@@ -180,14 +177,20 @@ class ControllerEngine:
     async def trigger(self, initiator: str) -> pb.Snapshot:
         """Start a snapshot at `initiator` (a node of the topology): journaled
         before StartSnapshot leaves and before this returns. Raises
-        TooManySnapshots, changing nothing, at the admission limit."""
-        self._admit()
+        TooManySnapshots, changing nothing, at the admission limit (the machine's A1)."""
         now = self._clock()
         # Ids sort in start order, even for two starts within one clock tick.
         wall = max(now.wall, self._last_start + 1e-6)
         self._last_start = wall
         snapshot_id = new_snapshot_id(wall, os.urandom(4))
-        snapshot = self.machine.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall))
+        try:
+            snapshot = self.machine.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall))
+        except TooManySnapshots as exc:
+            self.metrics.refused_triggers.inc()
+            raise TooManySnapshots(
+                f"{exc} (controller.max_concurrent_snapshots in {self.config.path}, or snapmesh controller "
+                f"--max-concurrent-snapshots N); retry once one finishes"
+            ) from None
         self._done[snapshot_id] = asyncio.get_running_loop().create_future()
         effects = self.machine.drain()
         durable = self.journal_step(effects)
@@ -203,19 +206,6 @@ class ControllerEngine:
         await self.show_step(effects, durable)
         log.info("snapshot %s started at %s", snapshot_id, initiator)
         return snapshot
-
-    def _admit(self) -> None:
-        """Flink's max-concurrent-checkpoints: a snapshot starts only while fewer
-        than `max_concurrent` are in progress, so a trigger rate the cluster cannot
-        follow is answered at once instead of piling up markers and reports."""
-        running = self.tracker.in_progress
-        if self.max_concurrent and running >= self.max_concurrent:
-            self.metrics.refused_triggers.inc()
-            raise TooManySnapshots(
-                f"{running} snapshots in progress, the limit is {self.max_concurrent} "
-                f"(controller.max_concurrent_snapshots in {self.config.path}, or snapmesh controller "
-                f"--max-concurrent-snapshots N); retry once one finishes"
-            )
 
     async def report(self, state: pb.FullState) -> None:
         """A node's part: journaled (with the snapshot's outcome when it completes

@@ -143,9 +143,9 @@ async def _serve_locked(
 
     writer = StoreWriter(store, on_filed=on_filed)
     try:
-        machine = Controller(tracker)
+        machine = Controller(tracker, max_concurrent=max_concurrent)
         _recover(machine, store, journal, writer, filed={s.snapshot_id for s in snapshots}, keep=keep)
-        return await _serve(cfg, machine, journal, writer, interval, identity, keep, max_concurrent)
+        return await _serve(cfg, machine, journal, writer, interval, identity, keep)
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
@@ -193,13 +193,11 @@ async def _serve(
     interval: float | None,
     identity: security.Identity | None = None,
     keep: int = 0,
-    max_concurrent: int = 0,
 ) -> int:
     registry = CollectorRegistry()
     service = ControllerService(
         config=cfg, tracker=machine.tracker, machine=machine, journal=journal, writer=writer,
         metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity, keep=keep,
-        max_concurrent=max_concurrent,
     )
     host = ServiceHost(
         bind_address=cfg.bind_address(cfg.controller),

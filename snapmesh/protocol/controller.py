@@ -6,9 +6,12 @@ or writes a file: time comes in as `Now`, and what is to happen comes out as
 effects, taken with `drain()` after each event.
 
 Events in:
-  trigger(snapshot_id, initiator, now)   a snapshot starts at `initiator`
+  trigger(snapshot_id, initiator, now)   a snapshot starts at `initiator` (raises
+                                         TooManySnapshots, changing nothing, at the
+                                         admission limit `max_concurrent`)
   start_failed(snapshot_id, reason, now) StartSnapshot (or journaling the start) failed
-  reported(state, now)                   a node's FullState (raises the TrackerError kinds)
+  reported(state, now)                   a node's FullState (raises the TrackerError kinds;
+                                         StaleReport for one of an epoch before the cluster's)
   tick(now)                              time passed: snapshots past their deadline fail
   restore(snapshot, request_id, now)     a RestoreSnapshot call (the gate decides)
   resume(snapshot)                       after a restart: the journal's RESTORING restore runs again
@@ -26,6 +29,11 @@ Effects out (in order; the shell carries them out in that order):
   Publish(snapshot)      show the snapshot's new state to watchers
   RestoreAt(node, request)    send this node its part of the restore
   RestoreDone(restore)   the restore ended (RESTORED or FAILED), as journaled
+
+Admission (Flink's max-concurrent-checkpoints):
+A1. With `max_concurrent` N > 0, a trigger while N snapshots are in progress is
+    refused and starts nothing, so a trigger rate the cluster cannot follow is
+    answered at once instead of piling up markers and reports.
 
 Restore rules (one restore at a time, decided by `restoregate.RestoreGate`):
 R1. The check and the claim are one step: `restore` decides and, on Start,
@@ -50,8 +58,20 @@ from dataclasses import dataclass
 
 from snapmesh.protocol import controller_journal as journal
 from snapmesh.protocol import core, restoregate
-from snapmesh.protocol.tracker import COMPLETE, Now, Reported, Tracker
+from snapmesh.protocol.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
 from snapmesh.v1 import snapmesh_pb2 as pb
+
+
+# ------------------------------------------------------------------ refusals
+
+
+class TooManySnapshots(Exception):
+    """A trigger at the admission limit (A1): nothing started or journaled (RESOURCE_EXHAUSTED)."""
+
+
+class StaleReport(TrackerError):
+    """A report from an epoch before the cluster's (a node not restored yet, or a
+    message from before a restore): refused, changing nothing (FAILED_PRECONDITION)."""
 
 
 # ------------------------------------------------------------------ effects
@@ -172,7 +192,11 @@ class Controller:
         *,
         keys_kept: int = restoregate.KEYS_KEPT,
         max_key_bytes: int = restoregate.MAX_KEY_BYTES,
+        max_concurrent: int = 0,  # A1: at most this many snapshots in progress (0: no limit)
     ) -> None:
+        if max_concurrent < 0:
+            raise ValueError(f"max_concurrent must not be negative, got {max_concurrent}")
+        self.max_concurrent = max_concurrent
         self.tracker = tracker
         self.gate = restoregate.RestoreGate(keys_kept=keys_kept, max_key_bytes=max_key_bytes)
         self.last_restore: pb.Restore | None = None  # the newest restore, as journaled
@@ -192,6 +216,9 @@ class Controller:
     # -- snapshots
 
     def trigger(self, snapshot_id: str, initiator: str, now: Now) -> pb.Snapshot:
+        running = self.tracker.in_progress
+        if self.max_concurrent and running >= self.max_concurrent:  # A1
+            raise TooManySnapshots(f"{running} snapshots in progress, the limit is {self.max_concurrent}")
         snapshot = self.tracker.start(snapshot_id, initiator, now)
         self._effects += [
             Journal(journal.Started(snapshot_id=snapshot_id, initiator=initiator, wall=now.wall, epoch=snapshot.epoch)),
@@ -205,7 +232,11 @@ class Controller:
         return self._fail(snapshot_id, reason, now)
 
     def reported(self, state: pb.FullState, now: Now) -> Reported:
-        """A node's part (raises TrackerError, changing nothing, for a refused one)."""
+        """A node's part (raises TrackerError, changing nothing, for a refused one:
+        StaleReport first, for a report of an older epoch, R1)."""
+        stale = stale_report(state.epoch, self.epoch)
+        if stale:
+            raise StaleReport(stale)
         snapshot, duplicate = answer = self.tracker.report(state, now)
         if duplicate:  # the first copy may still be on its way to the disk
             self._effects.append(Barrier())

@@ -17,7 +17,8 @@ simulated cluster, as services/controller/engine.py does on the real one:
                     first gets its part again (the real restorer retries)
   RestoreDone       the restore ended
 
-Controller faults: crash (reports on the way are lost) and restart (the
+Controller faults: crash (reports on the way are lost), a report sent again
+whose copy arrives only after a restore began (refused: its epoch is stale), and restart (the
 journal replayed: finished snapshots come back, those in progress get a fresh
 deadline and fail "controller restarted" unless their reports come in, and a
 RESTORING restore resumes at every node). RestoreSnapshot calls come from their
@@ -87,6 +88,8 @@ class SimController:
         self.expected_total = sum(world.balances.values())
         self.journal: list[records.Record] = []
         self.up = True
+        # Admission (the machine's A1): at most this many snapshots in progress (0: no limit).
+        self.max_concurrent = random.Random(seed * 104_729 + 4).choice([0, 0, 1, 2, 3])
         self.machine = self._machine()
         self.reports: deque[tuple[str, core.FullState, int]] = deque()  # (node, part, its epoch) on the way here
         self.parts: dict[str, pb.RestoreStateRequest] = {}  # the running restore's parts not yet taken
@@ -95,6 +98,10 @@ class SimController:
         self.next_snapshot = 0
         # RestoreSnapshot calls (see the module doc), and what the fuzzer checks of the answers.
         self.restore_rng = random.Random(seed * 104_729 + 2)
+        # Reports taken whose answer is lost: the node sends them again, and the copy
+        # is late, arriving once a restore has begun (the controller must refuse it).
+        self.resend_rng = random.Random(seed * 104_729 + 3)
+        self.resent: deque[tuple[str, core.FullState, int]] = deque(maxlen=8)
         self.restoring: str | None = None  # the snapshot of the restore started and not yet ended
         self.key_snapshot: dict[str, str] = {}  # key -> the snapshot its first call named
         self.answered: dict[str, str] = {}  # key -> the snapshot of the restore it started or joined (never forgotten)
@@ -106,7 +113,7 @@ class SimController:
             topology=self.topology, expected_total=self.expected_total, deadline_s=DEADLINE,
             snapshot_mode=self.world.mode,
         )
-        return machine.Controller(tracker)
+        return machine.Controller(tracker, max_concurrent=self.max_concurrent)
 
     def now(self) -> Now:
         return Now(mono=self.world.now, wall=self.world.wall)
@@ -174,7 +181,18 @@ class SimController:
         if not self.up:
             return
         self.next_snapshot += 1
-        self.machine.trigger(f"s{self.next_snapshot}", rng.choice(self.world.ids), self.now())
+        before, limit = self.machine.tracker.in_progress, self.max_concurrent
+        try:
+            self.machine.trigger(f"s{self.next_snapshot}", rng.choice(self.world.ids), self.now())
+        except machine.TooManySnapshots as exc:
+            if not limit or before < limit:
+                raise Violation(
+                    f"admission: a trigger refused with {before} in progress, the limit is {limit}: {exc}"
+                ) from None
+            self.faults["snapshot refused: too many in progress"] += 1
+            return
+        if limit and self.machine.tracker.in_progress > limit:
+            raise Violation(f"admission: {self.machine.tracker.in_progress} snapshots in progress, the limit is {limit}")
         self.carry_out()
 
     def deliver_report(self) -> None:
@@ -182,17 +200,22 @@ class SimController:
         if not self.up:
             return
         message = machine.report_message(state, epoch=epoch)
-        if machine.stale_report(epoch, self.machine.epoch):
-            self.faults["stale report refused"] += 1
-            return
+        current = self.machine.epoch
         try:
             _, duplicate = self.machine.reported(message, self.now())
+        except machine.StaleReport:
+            self.faults["stale report refused"] += 1
+            return
         except (InvalidReport, DuplicateReport) as exc:
             raise Violation(f"{node_id}: the controller refused its report of {state.snapshot_id}: {exc}") from None
         except TrackerError:
             return  # too late (the snapshot failed): the node's part is dropped
+        if 0 < epoch < current:
+            raise Violation(f"{node_id}: the controller in epoch {current} took a report of epoch {epoch}")
         if not duplicate:
             self.recorded.setdefault(state.snapshot_id, {})[node_id] = state
+        if self.resend_rng.random() < 0.2:
+            self.resent.append((node_id, state, epoch))
         self.carry_out()
 
     def tick(self) -> None:
@@ -283,6 +306,8 @@ class SimController:
             self.answered[key] = sid
         self.restoring = sid
         self.faults["restore"] += 1
+        self.reports.extendleft(self.resent)  # the late copies arrive now, from the epoch before
+        self.resent.clear()
         self.parts.clear()
         self.waiting.clear()
         self.carry_out()
