@@ -86,7 +86,9 @@ def test_a_tick_past_the_deadline_fails_and_journals_the_outcome() -> None:
     assert m.tick(Now(mono=T0.mono + 4.9, wall=T0.wall)) == [] and m.drain() == []
     [failed] = m.tick(Now(mono=T0.mono + 5.0, wall=T0.wall + 5))
     assert failed.status == FAILED and "no report from a, b" in failed.reason
-    assert kinds(m.drain()) == ["Journal:Finished", "Finished"]
+    effects = m.drain()
+    assert kinds(effects) == ["Journal:Finished", "Finished", "AbortAt", "AbortAt"]  # persist, show, then send
+    assert effects[2:] == [M.AbortAt("a", "s1", failed.reason), M.AbortAt("b", "s1", failed.reason)]
 
 
 def test_start_failed_fails_once() -> None:
@@ -94,7 +96,7 @@ def test_start_failed_fails_once() -> None:
     m.trigger("s1", "a", T0)
     m.drain()
     assert m.start_failed("s1", "initiator a unreachable", T0).reason == "initiator a unreachable"
-    assert kinds(m.drain()) == ["Journal:Finished", "Finished"]
+    assert kinds(m.drain()) == ["Journal:Finished", "Finished", "AbortAt", "AbortAt"]
     assert m.start_failed("s1", "again", T0) is None and m.drain() == []
 
 
@@ -107,9 +109,11 @@ def test_a_restore_moves_the_epoch_fails_what_runs_and_journals_restoring_before
     assert isinstance(decision, restoregate.Start)
     assert m.epoch == 2 and M.stale_report(1, m.epoch) and not M.stale_report(2, m.epoch) and not M.stale_report(0, 2)
     effects = m.drain()
-    assert kinds(effects) == ["Journal:Finished", "Finished", "Journal:Restored", "RestoreAt", "RestoreAt"]
+    assert kinds(effects) == [
+        "Journal:Finished", "Finished", "AbortAt", "AbortAt", "Journal:Restored", "RestoreAt", "RestoreAt"
+    ]
     assert effects[1].snapshot.reason == "restored to s1"
-    assert effects[2].record.restore.status == pb.Restore.RESTORING
+    assert effects[4].record.restore.status == pb.Restore.RESTORING
     parts = {e.node: e.request for e in effects if isinstance(e, M.RestoreAt)}
     assert parts["a"].balance == 60 and parts["b"].balance == 30 and parts["b"].epoch == 2
     assert [t.amount for c in parts["b"].channels for t in c.in_flight] == [10]

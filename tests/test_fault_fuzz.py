@@ -269,6 +269,17 @@ def _controller_admits_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(controller.Controller, "trigger", broken)
 
 
+def _controller_fails_without_aborts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine fails a snapshot and tells no node to abort it."""
+    finished = controller.Controller._finished
+
+    def broken(self, snapshot):
+        finished(self, snapshot)
+        self._effects = [e for e in self._effects if not isinstance(e, controller.AbortAt)]
+
+    monkeypatch.setattr(controller.Controller, "_finished", broken)
+
+
 def _restore_plan_drops_a_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller machine's restore plan loses the first in-flight transfer of a
     channel: the fuzzer runs production's plan, so a node replays too little."""
@@ -299,6 +310,7 @@ MUTATIONS = {
     "controller-overtake-merge": _tracker_forgets_overtaken,
     "controller-stale-report": _controller_takes_stale_reports,
     "controller-admission": _controller_admits_everything,
+    "controller-abort-on-fail": _controller_fails_without_aborts,
     "restore-claim-two-steps": _restore_claim_after_the_check,
     "restore-forgets-finished-keys": _restore_forgets_finished_keys,
     "restore-forgets-joined-keys": _restore_forgets_joined_keys,

@@ -8,6 +8,7 @@ One 3-node cluster (controller and node processes, real gRPC), the tests in orde
 - A later restore under K3 and a controller restart: a retry of K1 still answers
   K1's restore, it does not roll the cluster back to K1's snapshot again.
 - A report of an older epoch is refused (by the controller machine) and counted.
+- A FAILED snapshot is aborted at the nodes with the controller's reason (AbortAt).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import grpc
 import pytest
 
 from cluster_helpers import controller_stub, node_stub, poll
+from snapmesh.checking.node_logs import read_node_log
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.protocol import controller_journal
 from snapmesh.settings.config import write_cluster
@@ -151,3 +153,25 @@ def test_the_controller_machine_refuses_a_report_of_an_older_epoch(cluster):
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "a report from epoch 1; the cluster is in epoch" in refused.value.details()
     assert _stale_refused(cluster) == before + 1
+
+
+def test_a_failed_snapshot_is_aborted_at_the_nodes_by_the_machines_abort_effects(cluster):
+    """AbortAt: the controller machine names every node of a FAILED snapshot; the engine only sends."""
+    cluster.signal_node("p3", signal.SIGSTOP)  # p3 never reports: the snapshot fails at its deadline
+    try:
+        channel, stub = controller_stub(cluster.controller_address)
+        with channel:
+            started = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=10)
+            request = pb.GetSnapshotRequest(snapshot_id=started.snapshot_id)
+            failed = poll(lambda: stub.GetSnapshot(request, timeout=5), lambda s: s.status == pb.Snapshot.FAILED,
+                          timeout=60.0, interval=0.2)
+        assert "p3" in failed.reason
+
+        def aborts(node: str) -> list[str]:
+            return [r["reason"] for r in read_node_log(cluster.data_dir, node)
+                    if r["kind"] == "abort" and r.get("snapshot_id") == failed.snapshot_id]
+
+        for node in ("p1", "p2"):  # the controller's reason, not a node's own expiry
+            assert poll(lambda node=node: aborts(node), bool, timeout=30.0, interval=0.1) == [failed.reason], node
+    finally:
+        cluster.signal_node("p3", signal.SIGCONT)

@@ -9,8 +9,9 @@ carried out here:
     Barrier()          -> wait for everything journaled so far
     Publish(snapshot)  -> the WatchSnapshots watchers   } only once the step's
     StartAt(node, ...) -> StartSnapshot at that node    } records are durable
-    Finished(snapshot) -> metrics, waiters, watchers, the file writer, retention,
-                          and for FAILED AbortSnapshot at every node
+    Finished(snapshot) -> metrics, waiters, watchers, the file writer, retention
+    AbortAt(node, ...) -> AbortSnapshot at that node (the machine emits one per node
+                          for a FAILED snapshot, after its Finished)
     RestoreAt, RestoreDone -> the restorer (services/controller/restorer.py)
 
 Durability before answers: nothing that shows a change (an RPC answer, a
@@ -161,6 +162,8 @@ class ControllerEngine:
                 await asyncio.shield(durable)
             if isinstance(effect, ctl.Publish):
                 self._publish(effect.snapshot)
+            elif isinstance(effect, ctl.AbortAt):
+                self.spawn(self._abort_at(effect))
             elif isinstance(effect, ctl.StartAt):
                 self.spawn(self._start_at(effect.node, effect.snapshot_id, effect.epoch))
             else:
@@ -293,7 +296,6 @@ class ControllerEngine:
             self.metrics.observe(snapshot)
         if snapshot.status == FAILED:
             log.warning("snapshot %s FAILED: %s", snapshot.snapshot_id, snapshot.reason)
-            self.spawn(self._abort_everywhere(snapshot.snapshot_id, snapshot.reason))
         else:
             verdict = "conserved" if snapshot.conserved else f"NOT conserved ({snapshot.reason})"
             log.info(
@@ -308,16 +310,12 @@ class ControllerEngine:
         if future is not None and not future.done():
             future.set_result(snapshot)
 
-    async def _abort_everywhere(self, snapshot_id: str, reason: str) -> None:
-        request = pb.AbortSnapshotRequest(snapshot_id=snapshot_id, reason=reason)
-
-        async def tell(node: str) -> None:
-            try:
-                await self._stubs[node].AbortSnapshot(request, timeout=ABORT_TIMEOUT_S)
-            except grpc.aio.AioRpcError as error:
-                log.info("AbortSnapshot %s at %s: %s", snapshot_id, node, error.code().name)
-
-        await asyncio.gather(*(tell(n) for n in self._nodes))
+    async def _abort_at(self, effect: ctl.AbortAt) -> None:
+        request = pb.AbortSnapshotRequest(snapshot_id=effect.snapshot_id, reason=effect.reason)
+        try:
+            await self._stubs[effect.node].AbortSnapshot(request, timeout=ABORT_TIMEOUT_S)
+        except grpc.aio.AioRpcError as error:
+            log.info("AbortSnapshot %s at %s: %s", effect.snapshot_id, effect.node, error.code().name)
 
     def _apply_retention(self) -> None:
         """`--keep N`: a newer snapshot is COMPLETE, so the files of those past

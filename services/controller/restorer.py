@@ -134,6 +134,7 @@ class Restorer:
         self.engine.spawn(self.engine.show_step(finished, None))  # the snapshots in progress failed
         if durable is not None:
             await asyncio.shield(durable)  # RESTORING is durable before any node hears of it
+        self.engine.spawn(self.engine.show_step([e for e in effects if isinstance(e, ctl.AbortAt)], None))
         return await self._send([e for e in effects if isinstance(e, ctl.RestoreAt)])
 
     async def _resume(self, last: pb.Restore) -> pb.Restore:

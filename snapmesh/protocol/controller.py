@@ -24,8 +24,9 @@ Effects out (in order; the shell carries them out in that order):
                          drain shows the change, so it waits until the record is durable
   Barrier()              wait until everything journaled so far is durable
   StartAt(node, sid, epoch)   send StartSnapshot
-  Finished(snapshot)     a snapshot ended: metrics, waiters and watchers, its file,
-                         and for FAILED an abort at every node (AbortAt)
+  Finished(snapshot)     a snapshot ended: metrics, waiters and watchers, its file
+  AbortAt(node, sid, reason)  a FAILED snapshot: send AbortSnapshot to this node
+                         (one per node of the topology, after its Finished)
   Publish(snapshot)      show the snapshot's new state to watchers
   RestoreAt(node, request)    send this node its part of the restore
   RestoreDone(restore)   the restore ended (RESTORED or FAILED), as journaled
@@ -100,6 +101,13 @@ class Finished:
 
 
 @dataclass(frozen=True, slots=True)
+class AbortAt:
+    node: str
+    snapshot_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Publish:
     snapshot: pb.Snapshot
 
@@ -115,7 +123,7 @@ class RestoreDone:
     restore: pb.Restore
 
 
-Effect = Journal | Barrier | StartAt | Finished | Publish | RestoreAt | RestoreDone
+Effect = Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt | RestoreDone
 
 
 # ------------------------------------------------------------ the restore plan
@@ -268,6 +276,9 @@ class Controller:
         wall = snapshot.finished_at.ToNanoseconds() / 1e9
         record = journal.Finished(snapshot_id=snapshot.snapshot_id, status=snapshot.status, reason=snapshot.reason, wall=wall)
         self._effects += [Journal(record), Finished(snapshot)]
+        if snapshot.status != COMPLETE:  # every node drops its recording (it may be one that never heard)
+            sid, reason = snapshot.snapshot_id, snapshot.reason
+            self._effects += [AbortAt(node, sid, reason) for node in self.tracker.topology.nodes]
 
     # -- restore
 

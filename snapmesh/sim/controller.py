@@ -10,8 +10,9 @@ simulated cluster, as services/controller/engine.py does on the real one:
                     loses nothing journaled, and a restart replays it
   StartAt           the initiator starts the snapshot, or (down, fenced) the
                     start fails
-  Finished          COMPLETE: checked against the logs (invariants C1-C3);
-                    FAILED: every live node aborts it
+  Finished          COMPLETE: checked against the logs (invariants C1-C3)
+  AbortAt           a FAILED snapshot: the node, if up, aborts it (every node
+                    of the topology must get one: checked)
   RestoreAt         the node's part waits for `restore_one`; its answer goes
                     back once the node's log is durable, and a node that crashed
                     first gets its part again (the real restorer retries)
@@ -95,6 +96,7 @@ class SimController:
         self.parts: dict[str, pb.RestoreStateRequest] = {}  # the running restore's parts not yet taken
         self.waiting: dict[str, tuple[int, pb.RestoreStateRequest]] = {}  # node -> (lsn to be durable, its part)
         self.recorded: dict[str, dict[str, core.FullState]] = {}  # snapshot -> the parts taken, as the nodes made them
+        self.unaborted: dict[str, set[str]] = {}  # a FAILED snapshot -> the nodes not yet told to abort it
         self.next_snapshot = 0
         # RestoreSnapshot calls (see the module doc), and what the fuzzer checks of the answers.
         self.restore_rng = random.Random(seed * 104_729 + 2)
@@ -125,6 +127,7 @@ class SimController:
 
     def carry_out(self) -> None:
         while effects := self.machine.drain():
+            failed = [e.snapshot.snapshot_id for e in effects if type(e) is machine.Finished and e.snapshot.status == FAILED]
             for effect in effects:
                 kind = type(effect)
                 if kind is machine.Journal:
@@ -133,6 +136,8 @@ class SimController:
                     self._start_at(effect)
                 elif kind is machine.Finished:
                     self._finished(effect.snapshot)
+                elif kind is machine.AbortAt:
+                    self._abort_at(effect)
                 elif kind is machine.RestoreAt:
                     self.parts[effect.node] = effect.request
                 elif kind is machine.RestoreDone:
@@ -140,6 +145,9 @@ class SimController:
                     self.machine.restore_settled()  # its record is durable at once here
                 elif kind not in (machine.Publish, machine.Barrier):  # pragma: no cover
                     raise TypeError(f"unrouted effect {effect!r}")
+            for sid in failed:  # each FAILED snapshot's AbortAt effects come in the step that failed it
+                if self.unaborted.get(sid):
+                    raise Violation(f"snapshot {sid} FAILED without an abort at {sorted(self.unaborted[sid])}")
 
     def _start_at(self, effect: machine.StartAt) -> None:
         node = self.world.nodes[effect.node]
@@ -163,10 +171,19 @@ class SimController:
             return
         assert snapshot.status == FAILED
         self.faults[f"snapshot failed: {_kind_of_failure(snapshot.reason)}"] += 1
-        for node_id, node in self.world.nodes.items():
-            if node is not None:
-                node.abort_snapshot(sid, snapshot.reason)
-                self.world.route(node_id)
+        self.unaborted[sid] = set(self.world.ids)  # each node must be told (AbortAt)
+
+    def _abort_at(self, effect: machine.AbortAt) -> None:
+        owed = self.unaborted.get(effect.snapshot_id)
+        if owed is None or effect.node not in owed:
+            raise Violation(f"AbortAt {effect.node} for {effect.snapshot_id}, which did not just fail there")
+        owed.discard(effect.node)
+        if not owed:
+            del self.unaborted[effect.snapshot_id]
+        node = self.world.nodes[effect.node]
+        if node is not None:
+            node.abort_snapshot(effect.snapshot_id, effect.reason)
+            self.world.route(effect.node)
 
     def _overtaken(self, reports: dict[str, core.FullState]) -> bool:
         """Did an early marker close a channel ahead of transfers the snapshot holds?"""
