@@ -12,7 +12,7 @@ from snapmesh.protocol import controller as M
 from snapmesh.protocol import controller_journal as R
 from snapmesh.protocol import restoregate
 from snapmesh.protocol.topology import Topology
-from snapmesh.protocol.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker
+from snapmesh.protocol.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker, UnknownSnapshot
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 T0 = Now(mono=100.0, wall=1_700_000_000.0)
@@ -215,6 +215,23 @@ def test_a_trigger_at_the_admission_limit_is_refused_and_starts_nothing() -> Non
     assert unlimited.tracker.in_progress == 50
     with pytest.raises(ValueError, match="max_concurrent must not be negative, got -1"):
         M.Controller(unlimited.tracker, max_concurrent=-1)
+
+
+def test_the_read_api_answers_from_the_tracker_without_changing_anything() -> None:
+    m = machine()
+    done = complete(m, "s1")
+    m.trigger("s2", "b", T0)
+    m.drain()
+    assert m.ids() == ["s1", "s2"] and [s.snapshot_id for s in m.all()] == ["s1", "s2"]
+    assert (m.status("s1"), m.status("s2"), m.in_progress) == (COMPLETE, IN_PROGRESS, 1)
+    copy = m.get("s1")
+    assert copy == done
+    copy.total = -1  # a copy: the machine's snapshot is not touched
+    assert m.get("s1").total == done.total
+    with pytest.raises(UnknownSnapshot):
+        m.get("nope")
+    m.filed("s1")  # an event: within the working set, nothing leaves memory
+    assert m.get("s1") == done and m.drain() == []
 
 
 def _restored(m: M.Controller, target: pb.Snapshot, key: str) -> pb.Restore:

@@ -197,7 +197,7 @@ class ControllerEngine:
         self._done[snapshot_id] = asyncio.get_running_loop().create_future()
         effects = self.machine.drain()
         durable = self.journal_step(effects)
-        self.metrics.in_progress.set(self.tracker.in_progress)
+        self.metrics.in_progress.set(self.machine.in_progress)
         self._wake.set()
         try:
             await self._settle(snapshot_id, durable)
@@ -234,7 +234,7 @@ class ControllerEngine:
         """The snapshot from the tracker's working set, else from the store;
         UnknownSnapshot when neither has it."""
         try:
-            return self.tracker.get(snapshot_id)
+            return self.machine.get(snapshot_id)
         except UnknownSnapshot:
             snapshot = self.writer.store.load(snapshot_id)
             if snapshot is None:
@@ -291,7 +291,7 @@ class ControllerEngine:
         status = "complete" if snapshot.status == COMPLETE else "failed"
         self.metrics.snapshots.labels(status=status).inc()
         self.metrics.duration.observe(duration_s(snapshot))
-        self.metrics.in_progress.set(self.tracker.in_progress)
+        self.metrics.in_progress.set(self.machine.in_progress)
         if snapshot.status == COMPLETE:
             self.metrics.observe(snapshot)
         if snapshot.status == FAILED:

@@ -137,13 +137,13 @@ async def _serve_locked(
     def on_filed(snapshot_id: str) -> None:  # on the writer's thread
         journal.forget(snapshot_id)
         try:
-            loop.call_soon_threadsafe(tracker.filed, snapshot_id)  # it may leave memory now (the working set)
+            loop.call_soon_threadsafe(machine.filed, snapshot_id)  # an event on the loop: it may leave memory now
         except RuntimeError:  # pragma: no cover  (the loop closed first: at exit)
             pass
 
+    machine = Controller(tracker, max_concurrent=max_concurrent)
     writer = StoreWriter(store, on_filed=on_filed)
     try:
-        machine = Controller(tracker, max_concurrent=max_concurrent)
         _recover(machine, store, journal, writer, filed={s.snapshot_id for s in snapshots}, keep=keep)
         return await _serve(cfg, machine, journal, writer, interval, identity, keep)
     finally:

@@ -18,6 +18,10 @@ Events in:
   node_restored(node, answer, now)       a node took its part (or why it could not)
   restore_settled()                      the restore's last record is durable (or cannot be)
   replayed(records, now, skip)           the journal read back after a restart
+  filed(snapshot_id)                     the snapshot's file is written (it may leave memory)
+
+Reads (no change): get(id), all(), ids(), status(id), in_progress; shells read
+through these, not through `tracker`.
 
 Effects out (in order; the shell carries them out in that order):
   Journal(record)        append this record; every effect after it in the same
@@ -265,6 +269,29 @@ class Controller:
 
     def next_deadline(self) -> float | None:
         return self.tracker.next_deadline()
+
+    def filed(self, snapshot_id: str) -> None:
+        """The snapshot's file is written: past the working set, it may leave memory."""
+        self.tracker.filed(snapshot_id)
+
+    # -- reads
+
+    def get(self, snapshot_id: str) -> pb.Snapshot:
+        """A copy of the snapshot (raises UnknownSnapshot)."""
+        return self.tracker.get(snapshot_id)
+
+    def all(self) -> list[pb.Snapshot]:
+        return self.tracker.all()
+
+    def ids(self) -> list[str]:
+        return self.tracker.ids()
+
+    def status(self, snapshot_id: str) -> int:
+        return self.tracker.status(snapshot_id)
+
+    @property
+    def in_progress(self) -> int:
+        return self.tracker.in_progress
 
     def _fail(self, snapshot_id: str, reason: str, now: Now) -> pb.Snapshot | None:
         failed = self.tracker.fail(snapshot_id, reason, now)

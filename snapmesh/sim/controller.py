@@ -121,7 +121,7 @@ class SimController:
         return Now(mono=self.world.now, wall=self.world.wall)
 
     def statuses(self) -> dict[str, str]:
-        return {s.snapshot_id: pb.Snapshot.Status.Name(s.status) for s in self.machine.tracker.all()}
+        return {s.snapshot_id: pb.Snapshot.Status.Name(s.status) for s in self.machine.all()}
 
     # -- carrying out the machine's effects
 
@@ -198,7 +198,7 @@ class SimController:
         if not self.up:
             return
         self.next_snapshot += 1
-        before, limit = self.machine.tracker.in_progress, self.max_concurrent
+        before, limit = self.machine.in_progress, self.max_concurrent
         try:
             self.machine.trigger(f"s{self.next_snapshot}", rng.choice(self.world.ids), self.now())
         except machine.TooManySnapshots as exc:
@@ -208,8 +208,8 @@ class SimController:
                 ) from None
             self.faults["snapshot refused: too many in progress"] += 1
             return
-        if limit and self.machine.tracker.in_progress > limit:
-            raise Violation(f"admission: {self.machine.tracker.in_progress} snapshots in progress, the limit is {limit}")
+        if limit and self.machine.in_progress > limit:
+            raise Violation(f"admission: {self.machine.in_progress} snapshots in progress, the limit is {limit}")
         self.carry_out()
 
     def deliver_report(self) -> None:
@@ -257,7 +257,7 @@ class SimController:
         self.parts.clear()
         self.waiting.clear()
         if last is not None and last.status == pb.Restore.RESTORING:
-            self.machine.resume(self.machine.tracker.get(last.snapshot_id))
+            self.machine.resume(self.machine.get(last.snapshot_id))
         self.carry_out()
 
     # -- restore
@@ -303,11 +303,11 @@ class SimController:
             self.parts[node_id] = waiting[1]
 
     def start_restore(self, rng: random.Random) -> None:
-        complete = [s.snapshot_id for s in self.machine.tracker.all() if s.status == COMPLETE]
+        complete = [s.snapshot_id for s in self.machine.all() if s.status == COMPLETE]
         if not self.up or self.restoring is not None or not complete:
             return
         sid = rng.choice(complete)
-        if isinstance(self.machine.restore(self.machine.tracker.get(sid), "", self.now()), restoregate.Start):
+        if isinstance(self.machine.restore(self.machine.get(sid), "", self.now()), restoregate.Start):
             self._started(sid, "")
 
     def _started(self, sid: str, key: str) -> None:
@@ -332,7 +332,7 @@ class SimController:
     def restore_calls(self, *, always: bool = False) -> None:
         """Clients call RestoreSnapshot: one call, a retry, or a burst of concurrent calls."""
         rng = self.restore_rng
-        ids = self.machine.tracker.ids()
+        ids = self.machine.ids()
         if (not always and rng.random() >= 0.04) or not self.up or not ids:
             return
         for _ in range(rng.choice([1, 1, 2, 3])):
@@ -356,14 +356,14 @@ class SimController:
 
     def _restore_target(self, rng: random.Random, ids: list[str]) -> str:
         """Mostly a COMPLETE snapshot (so calls start, join, get answers and Busy), sometimes any."""
-        complete = [sid for sid in ids if self.machine.tracker.status(sid) == COMPLETE]
+        complete = [sid for sid in ids if self.machine.status(sid) == COMPLETE]
         if complete and rng.random() < 0.85:
             return rng.choice(complete)
         return rng.choice(ids)
 
     def restore_call(self, sid: str, key: str) -> None:
         known = self.key_snapshot.get(key) if key else None
-        decision = self.machine.restore(self.machine.tracker.get(sid), key, self.now())
+        decision = self.machine.restore(self.machine.get(sid), key, self.now())
         kind = type(decision)
         if kind is restoregate.Start:
             if key:
