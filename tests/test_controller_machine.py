@@ -282,6 +282,24 @@ def test_a_key_that_joined_a_restore_is_journaled_and_answered_by_it_after_a_res
     assert again.epoch == 2 and again.drain() == []
 
 
+def test_a_key_that_joins_after_the_outcome_but_before_it_is_durable_gets_that_outcome() -> None:
+    m = machine()
+    target = complete(m)
+    records = _s1()
+    m.restore(target, "k1", T0)
+    m.node_restored("a", pb.RestoreStateResponse(balance=60), T0)
+    done = m.node_restored("b", pb.RestoreStateResponse(balance=40), T0)
+    records += _journal(m)  # RESTORED is journaled, not yet durable: the gate still runs it
+    assert m.restore(target, "k5", T0) == restoregate.Join("s1", "k5")
+    records += _journal(m)
+    assert records[-1] == R.Joined(request_id="k5", epoch=2)
+    m.restore_settled()
+    assert m.restore(target, "k5", T0) == restoregate.Answer(done)
+    again = machine()
+    again.replayed(records, T0, skip=set())
+    assert again.restore(target, "k5", T0) == restoregate.Answer(done) and again.epoch == 2
+
+
 def test_a_key_that_joined_a_restore_under_way_at_a_restart_joins_it_again() -> None:
     m = machine()
     target = complete(m)

@@ -17,8 +17,10 @@ from collections import Counter
 import pytest
 
 from snapmesh.protocol import controller, link, recovery, requests, restoregate, tracker
+from snapmesh.protocol import controller_journal as journal
 from snapmesh.protocol import node as node_mod
 from snapmesh.sim import cli, fuzz
+from snapmesh.v1 import snapmesh_pb2 as pb
 
 CASES = int(os.environ.get("SNAPMESH_FUZZ_CASES", "10000"))
 BASE = int(os.environ.get("SNAPMESH_FUZZ_BASE", "0"))
@@ -53,6 +55,7 @@ def test_every_fault_kind_happens() -> None:
         "restore refused: key of another snapshot", "restore refused: not restorable",
         "restore call joined under its own key", "restore retry answered across a controller restart",
         "stale report refused", "snapshot refused: too many in progress",
+        "restore call joined under its own key after the restore ended",
     ):
         assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
 
@@ -239,6 +242,20 @@ def _restore_joins_not_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(controller.journal, "restores", broken)
 
 
+def _restore_join_after_the_end_unjournaled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken machine: a key that joins a restore which has ended (its outcome not yet
+    durable) is not journaled; after a controller restart its retry rolls back again."""
+    restore = controller.Controller.restore
+
+    def broken(self, snapshot, request_id, now):
+        decision = restore(self, snapshot, request_id, now)
+        if isinstance(decision, restoregate.Join) and self.last_restore.status != pb.Restore.RESTORING:
+            self._effects = [e for e in self._effects if not isinstance(getattr(e, "record", None), journal.Joined)]
+        return decision
+
+    monkeypatch.setattr(controller.Controller, "restore", broken)
+
+
 def _restore_replays_the_newest_key_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """The broken restart (issue 33, bug 2): only the journal's newest restore is
     taken back; a retry of an older key after a restart rolls back again."""
@@ -315,6 +332,7 @@ MUTATIONS = {
     "restore-forgets-finished-keys": _restore_forgets_finished_keys,
     "restore-forgets-joined-keys": _restore_forgets_joined_keys,
     "restore-joins-not-replayed": _restore_joins_not_replayed,
+    "restore-join-after-the-end": _restore_join_after_the_end_unjournaled,
     "restore-replays-newest-key-only": _restore_replays_the_newest_key_only,
     "request-window": _window_by_count,
     "request-restore": _restore_keeps_every_id,

@@ -314,8 +314,8 @@ class Controller:
         Start the epoch moves, snapshots in progress fail, and the restore begins."""
         decision = self.gate.request(snapshot.snapshot_id, request_id, now.wall, problem(snapshot))
         if isinstance(decision, restoregate.Join) and decision.joined_key:
-            running = self.last_restore
-            assert running is not None and running.status == pb.Restore.RESTORING, "a join without a running restore"
+            running = self.last_restore  # RESTORING, or already ended with its record not yet durable
+            assert running is not None, "the gate joined a restore the machine does not know"
             self._effects.append(Journal(journal.Joined(request_id=decision.joined_key, epoch=running.epoch)))
         if not isinstance(decision, restoregate.Start):
             return decision

@@ -16,7 +16,9 @@ simulated cluster, as services/controller/engine.py does on the real one:
   RestoreAt         the node's part waits for `restore_one`; its answer goes
                     back once the node's log is durable, and a node that crashed
                     first gets its part again (the real restorer retries)
-  RestoreDone       the restore ended
+  RestoreDone       the restore ended; the machine hears it settled (its record
+                    durable) only at the next `restore_one`, so calls can come in
+                    between: a new key then joins the restore that has ended
 
 Controller faults: crash (reports on the way are lost), a report sent again
 whose copy arrives only after a restore began (refused: its epoch is stale), and restart (the
@@ -104,7 +106,8 @@ class SimController:
         # is late, arriving once a restore has begun (the controller must refuse it).
         self.resend_rng = random.Random(seed * 104_729 + 3)
         self.resent: deque[tuple[str, core.FullState, int]] = deque(maxlen=8)
-        self.restoring: str | None = None  # the snapshot of the restore started and not yet ended
+        self.restoring: str | None = None  # the snapshot of the restore started and not yet settled
+        self.settling = False  # the restore ended (RestoreDone), the machine not yet told it settled
         self.key_snapshot: dict[str, str] = {}  # key -> the snapshot its first call named
         self.answered: dict[str, str] = {}  # key -> the snapshot of the restore it started or joined (never forgotten)
         self.keys_at_restart: set[str] = set()  # the keys answered before the newest controller restart
@@ -141,8 +144,7 @@ class SimController:
                 elif kind is machine.RestoreAt:
                     self.parts[effect.node] = effect.request
                 elif kind is machine.RestoreDone:
-                    self.restoring = None
-                    self.machine.restore_settled()  # its record is durable at once here
+                    self.settling = True  # settled at the next restore_one (the engine awaits the record)
                 elif kind not in (machine.Publish, machine.Barrier):  # pragma: no cover
                     raise TypeError(f"unrouted effect {effect!r}")
             for sid in failed:  # each FAILED snapshot's AbortAt effects come in the step that failed it
@@ -256,15 +258,24 @@ class SimController:
         self.keys_at_restart = set(self.answered)
         self.parts.clear()
         self.waiting.clear()
+        self.settling = False  # the journal holds the outcome (durable at once here): the restore ended
         if last is not None and last.status == pb.Restore.RESTORING:
             self.machine.resume(self.machine.get(last.snapshot_id))
+        else:
+            self.restoring = None
         self.carry_out()
 
     # -- restore
 
     def restore_one(self, rng: random.Random, crash: bool = True) -> None:
-        """The controller's RestoreState reaches one node that has not taken its part yet."""
+        """The controller's RestoreState reaches one node that has not taken its part yet
+        (or, once the restore ended, the machine hears it settled)."""
         if self.restoring is None or not self.up:
+            return
+        if self.settling:
+            self.settling = False
+            self.restoring = None
+            self.machine.restore_settled()
             return
         ready = sorted(n for n in self.parts if self.world.nodes[n] is not None)
         if not ready:
@@ -380,7 +391,13 @@ class SimController:
                 self.key_snapshot.setdefault(key, sid)
                 self.answered[key] = sid
                 self.faults["restore call joined under its own key"] += 1
+                if self.settling:
+                    self.faults["restore call joined under its own key after the restore ended"] += 1
             self.carry_out()
+            if decision.joined_key and not any(  # R4: answered only once its joined record is durable
+                type(r) is records.Joined and r.request_id == key for r in reversed(self.journal[-4:])
+            ):
+                raise Violation(f"restore: {key!r} joined the restore of {sid} and no joined record is journaled")
         elif kind is restoregate.Answer:
             if decision.result is None or decision.result.snapshot_id != sid:
                 raise Violation(f"restore: a retry of {key!r} for {sid} was answered {decision.result!r}")

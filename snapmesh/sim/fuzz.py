@@ -19,7 +19,10 @@ passing, and the faults:
   partition   the nodes split in two until heal; no connection crosses
   delay       durability comes late and in parts (every disk step is random)
   controller  crash and restart: the journal is replayed; unfinished snapshots
-              fail "controller restarted" unless their reports come in
+              fail "controller restarted" unless their reports come in. Each
+              case draws an admission limit (or none) that triggers must keep;
+              a report sent again may arrive after a restore began (refused: a
+              stale epoch); a FAILED snapshot must bring an abort for every node
   deadline    time passes: the controller fails late snapshots and aborts them,
               nodes drop recordings past their ttl
   restore     the controller rolls the cluster back to a COMPLETE snapshot in a
@@ -30,7 +33,8 @@ passing, and the faults:
               frame or ack of another epoch is refused)
   restore calls  clients call RestoreSnapshot on the controller machine (its
               gate is snapmesh.protocol.restoregate): bursts of concurrent
-              calls, new keys joining the running restore, retries with the
+              calls, new keys joining the running restore (also once it has
+              ended and before its outcome is durable), retries with the
               same idempotency key (while it runs, after it ended, after a
               controller restart), a key reused for another snapshot,
               snapshots that cannot be restored; mostly of COMPLETE snapshots,
