@@ -153,3 +153,26 @@ def test_the_live_byte_count_is_kept_per_write_and_matches_the_frames_and_the_re
         await reopened.close()
 
     asyncio.run(run())
+
+
+def test_joined_records_round_trip_and_go_with_their_restore_oldest_first():
+    first = pb.Restore(snapshot_id="a", epoch=2, status=pb.Restore.RESTORED, request_id="k1")
+    second = pb.Restore(snapshot_id="b", epoch=3, status=pb.Restore.RESTORING, request_id="k3")
+    records = [
+        R.Restored(restore=pb.Restore(snapshot_id="a", epoch=2, status=pb.Restore.RESTORING, request_id="k1")),
+        R.Joined(request_id="k2", epoch=2),
+        R.Restored(restore=first),
+        R.Restored(restore=second),
+        R.Joined(request_id="k4", epoch=3),
+        R.Joined(request_id="k5", epoch=3),
+        R.Joined(request_id="lost", epoch=9),
+    ]
+    decoded, _, problem = R.decode_all(b"".join(R.encode(r) for r in records))
+    assert decoded == records and problem is None
+    assert R.Joined(request_id="k2", epoch=2).snapshot_id == "restore@2"  # kept with its restore, never filed
+    restores, warnings = R.restores(decoded)
+    assert restores == [(first, ["k2"]), (second, ["k4", "k5"])]
+    assert warnings == ["journal: key 'lost' joined no restore of epoch 9; ignored"]
+    rebuilt = tracker()
+    assert R.replay(decoded, rebuilt, Now(mono=500.0, wall=2000.0), skip=set()) == ([], [])
+    assert rebuilt.epoch == 3

@@ -12,7 +12,7 @@ from snapmesh.protocol import controller as M
 from snapmesh.protocol import controller_journal as R
 from snapmesh.protocol import restoregate
 from snapmesh.protocol.topology import Topology
-from snapmesh.protocol.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker
+from snapmesh.protocol.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker, UnknownSnapshot
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 T0 = Now(mono=100.0, wall=1_700_000_000.0)
@@ -86,7 +86,9 @@ def test_a_tick_past_the_deadline_fails_and_journals_the_outcome() -> None:
     assert m.tick(Now(mono=T0.mono + 4.9, wall=T0.wall)) == [] and m.drain() == []
     [failed] = m.tick(Now(mono=T0.mono + 5.0, wall=T0.wall + 5))
     assert failed.status == FAILED and "no report from a, b" in failed.reason
-    assert kinds(m.drain()) == ["Journal:Finished", "Finished"]
+    effects = m.drain()
+    assert kinds(effects) == ["Journal:Finished", "Finished", "AbortAt", "AbortAt"]  # persist, show, then send
+    assert effects[2:] == [M.AbortAt("a", "s1", failed.reason), M.AbortAt("b", "s1", failed.reason)]
 
 
 def test_start_failed_fails_once() -> None:
@@ -94,7 +96,7 @@ def test_start_failed_fails_once() -> None:
     m.trigger("s1", "a", T0)
     m.drain()
     assert m.start_failed("s1", "initiator a unreachable", T0).reason == "initiator a unreachable"
-    assert kinds(m.drain()) == ["Journal:Finished", "Finished"]
+    assert kinds(m.drain()) == ["Journal:Finished", "Finished", "AbortAt", "AbortAt"]
     assert m.start_failed("s1", "again", T0) is None and m.drain() == []
 
 
@@ -107,9 +109,11 @@ def test_a_restore_moves_the_epoch_fails_what_runs_and_journals_restoring_before
     assert isinstance(decision, restoregate.Start)
     assert m.epoch == 2 and M.stale_report(1, m.epoch) and not M.stale_report(2, m.epoch) and not M.stale_report(0, 2)
     effects = m.drain()
-    assert kinds(effects) == ["Journal:Finished", "Finished", "Journal:Restored", "RestoreAt", "RestoreAt"]
+    assert kinds(effects) == [
+        "Journal:Finished", "Finished", "AbortAt", "AbortAt", "Journal:Restored", "RestoreAt", "RestoreAt"
+    ]
     assert effects[1].snapshot.reason == "restored to s1"
-    assert effects[2].record.restore.status == pb.Restore.RESTORING
+    assert effects[4].record.restore.status == pb.Restore.RESTORING
     parts = {e.node: e.request for e in effects if isinstance(e, M.RestoreAt)}
     assert parts["a"].balance == 60 and parts["b"].balance == 30 and parts["b"].epoch == 2
     assert [t.amount for c in parts["b"].channels for t in c.in_flight] == [10]
@@ -165,6 +169,175 @@ def test_the_journal_replayed_gives_back_the_epoch_and_resumes_a_restore_under_w
     assert isinstance(again.restore(target, "k1", T0), restoregate.Join)  # the key's restore runs
     again.resume(again.tracker.get("s1"))
     assert kinds(again.drain()) == ["RestoreAt", "RestoreAt"]  # RESTORING is already durable
+
+
+def test_a_report_of_an_older_epoch_is_refused_by_the_machine_changing_nothing() -> None:
+    m = machine()
+    target = complete(m)
+    m.restore(target, "", T0)
+    m.drain()
+    started = m.trigger("s2", "a", T0)
+    m.drain()
+    assert started.epoch == 2
+    old = part("s2", "a", 60)
+    old.epoch = 1
+    with pytest.raises(M.StaleReport, match="a report from epoch 1; the cluster is in epoch 2") as refused:
+        m.reported(old, T0)
+    assert isinstance(refused.value, M.TrackerError)  # the shells map it with the tracker's refusals
+    assert m.drain() == [] and m.tracker.get("s2").status == IN_PROGRESS
+    copy = part("s1", "b", 30, [10])  # a late copy of a report the COMPLETE snapshot took: refused too
+    copy.epoch = 1
+    with pytest.raises(M.StaleReport):
+        m.reported(copy, T0)
+    current, unknown = part("s2", "a", 60), part("s2", "b", 40)
+    current.epoch = 2  # the cluster's epoch, or 0 (a node that does not say): taken
+    m.reported(current, T0)
+    snapshot, _ = m.reported(unknown, T0)
+    assert snapshot.status == COMPLETE
+
+
+def test_a_trigger_at_the_admission_limit_is_refused_and_starts_nothing() -> None:
+    topology = Topology.build(["a", "b"], None)
+    m = M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0), max_concurrent=2)
+    m.trigger("s1", "a", T0)
+    m.trigger("s2", "b", T0)
+    m.drain()
+    with pytest.raises(M.TooManySnapshots, match="^2 snapshots in progress, the limit is 2$"):
+        m.trigger("s3", "a", T0)
+    assert m.drain() == [] and m.tracker.ids() == ["s1", "s2"]
+    m.start_failed("s1", "initiator a unreachable", T0)  # one ends: the next is admitted
+    m.drain()
+    m.trigger("s3", "a", T0)
+    assert m.tracker.in_progress == 2
+    unlimited = machine()
+    for n in range(50):
+        unlimited.trigger(f"s{n}", "a", T0)
+    assert unlimited.tracker.in_progress == 50
+    with pytest.raises(ValueError, match="max_concurrent must not be negative, got -1"):
+        M.Controller(unlimited.tracker, max_concurrent=-1)
+
+
+def test_the_read_api_answers_from_the_tracker_without_changing_anything() -> None:
+    m = machine()
+    done = complete(m, "s1")
+    m.trigger("s2", "b", T0)
+    m.drain()
+    assert m.ids() == ["s1", "s2"] and [s.snapshot_id for s in m.all()] == ["s1", "s2"]
+    assert (m.status("s1"), m.status("s2"), m.in_progress) == (COMPLETE, IN_PROGRESS, 1)
+    copy = m.get("s1")
+    assert copy == done
+    copy.total = -1  # a copy: the machine's snapshot is not touched
+    assert m.get("s1").total == done.total
+    with pytest.raises(UnknownSnapshot):
+        m.get("nope")
+    m.filed("s1")  # an event: within the working set, nothing leaves memory
+    assert m.get("s1") == done and m.drain() == []
+
+
+def _restored(m: M.Controller, target: pb.Snapshot, key: str) -> pb.Restore:
+    """Run a restore of `target` under `key` to its end; its records are in the journal list."""
+    assert isinstance(m.restore(target, key, T0), restoregate.Start)
+    m.node_restored("a", pb.RestoreStateResponse(balance=60), T0)
+    done = m.node_restored("b", pb.RestoreStateResponse(balance=40), T0)
+    m.restore_settled()
+    return done
+
+
+def _journal(m: M.Controller) -> list[R.Record]:
+    return [e.record for e in m.drain() if isinstance(e, M.Journal)]
+
+
+def _s1() -> list[R.Record]:
+    """The journal of `complete(m, "s1")`."""
+    return [
+        R.Started(snapshot_id="s1", initiator="a", wall=T0.wall),
+        R.Reported(state=part("s1", "a", 60), wall=T0.wall),
+        R.Reported(state=part("s1", "b", 30, [10]), wall=T0.wall),
+        R.Finished(snapshot_id="s1", status=COMPLETE, reason="", wall=T0.wall),
+    ]
+
+
+def test_a_key_that_joined_a_restore_is_journaled_and_answered_by_it_after_a_restart() -> None:
+    """Issue 33, bug 1: K2 joins K1's running restore; a retry of K2 after the end, and
+    after a controller restart, gets that restore's answer and rolls nothing back."""
+    m = machine()
+    target = complete(m)
+    records = _s1()
+    assert isinstance(m.restore(target, "k1", T0), restoregate.Start)
+    records += _journal(m)
+    joined = m.restore(target, "k2", T0)
+    assert joined == restoregate.Join("s1", "k2")
+    effects = m.drain()
+    assert kinds(effects) == ["Journal:Joined"] and effects[0].record == R.Joined(request_id="k2", epoch=2)
+    records.append(effects[0].record)
+    assert m.restore(target, "k2", T0) == restoregate.Join("s1") and m.drain() == []  # known now: nothing more
+    m.node_restored("a", pb.RestoreStateResponse(balance=60), T0)
+    done = m.node_restored("b", pb.RestoreStateResponse(balance=40), T0)
+    records += _journal(m)
+    m.restore_settled()
+    assert m.restore(target, "k2", T0) == restoregate.Answer(done) and m.epoch == 2
+    again = machine()
+    assert again.replayed(records, T0, skip=set())[1] == []
+    assert again.restore(again.tracker.get("s1"), "k2", T0) == restoregate.Answer(done)
+    assert again.epoch == 2 and again.drain() == []
+
+
+def test_a_key_that_joins_after_the_outcome_but_before_it_is_durable_gets_that_outcome() -> None:
+    m = machine()
+    target = complete(m)
+    records = _s1()
+    m.restore(target, "k1", T0)
+    m.node_restored("a", pb.RestoreStateResponse(balance=60), T0)
+    done = m.node_restored("b", pb.RestoreStateResponse(balance=40), T0)
+    records += _journal(m)  # RESTORED is journaled, not yet durable: the gate still runs it
+    assert m.restore(target, "k5", T0) == restoregate.Join("s1", "k5")
+    records += _journal(m)
+    assert records[-1] == R.Joined(request_id="k5", epoch=2)
+    m.restore_settled()
+    assert m.restore(target, "k5", T0) == restoregate.Answer(done)
+    again = machine()
+    again.replayed(records, T0, skip=set())
+    assert again.restore(target, "k5", T0) == restoregate.Answer(done) and again.epoch == 2
+
+
+def test_a_key_that_joined_a_restore_under_way_at_a_restart_joins_it_again() -> None:
+    m = machine()
+    target = complete(m)
+    records = _s1()
+    m.restore(target, "k1", T0)
+    m.restore(target, "k2", T0)
+    records += _journal(m)  # the controller dies here, mid-restore
+    again = machine()
+    again.replayed(records, T0, skip=set())
+    assert again.restore(target, "k2", T0) == restoregate.Join("s1") and again.drain() == []
+    assert isinstance(again.restore(target, "k9", T0), restoregate.Join)
+
+
+def test_after_a_restart_every_kept_restore_key_is_answered_not_only_the_newest() -> None:
+    """Issue 33, bug 2: a client retrying K1 after a later restore (K3) and a controller
+    restart rolled the cluster back to K1's snapshot again."""
+    m = machine()
+    s1 = complete(m, "s1")
+    first = _restored(m, s1, "k1")
+    s2 = complete(m, "s2")
+    second = _restored(m, s2, "k3")
+    records = [*_s1(), R.Restored(restore=first), R.Restored(restore=second)]
+    again = machine()
+    again.replayed(records, T0, skip=set())
+    assert again.epoch == 3 and again.last_restore == second
+    assert again.restore(again.tracker.get("s1"), "k1", T0) == restoregate.Answer(first)
+    assert again.epoch == 3 and again.drain() == []
+
+
+def test_after_a_restart_the_window_keeps_the_newest_keys() -> None:
+    restores = [
+        (pb.Restore(snapshot_id="s1", epoch=e, status=pb.Restore.RESTORED, request_id=f"k{e}"), [f"j{e}"])
+        for e in (2, 3)
+    ]
+    m = M.Controller(machine().tracker, keys_kept=3)
+    m.taken_back(restores)
+    assert list(m.gate._by_key) == ["j2", "k3", "j3"]  # oldest first; k2 went first
+    assert m.epoch == 3 and m.last_restore == restores[-1][0]
 
 
 def test_plan_and_problem() -> None:

@@ -17,8 +17,10 @@ from collections import Counter
 import pytest
 
 from snapmesh.protocol import controller, link, recovery, requests, restoregate, tracker
+from snapmesh.protocol import controller_journal as journal
 from snapmesh.protocol import node as node_mod
 from snapmesh.sim import cli, fuzz
+from snapmesh.v1 import snapmesh_pb2 as pb
 
 CASES = int(os.environ.get("SNAPMESH_FUZZ_CASES", "10000"))
 BASE = int(os.environ.get("SNAPMESH_FUZZ_BASE", "0"))
@@ -51,6 +53,9 @@ def test_every_fault_kind_happens() -> None:
         "restore call started a restore", "restore call joined the running restore",
         "restore retry answered, not rolled back", "restore refused: another restore runs",
         "restore refused: key of another snapshot", "restore refused: not restorable",
+        "restore call joined under its own key", "restore retry answered across a controller restart",
+        "stale report refused", "snapshot refused: too many in progress",
+        "restore call joined under its own key after the restore ended",
     ):
         assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
 
@@ -209,6 +214,89 @@ def _restore_forgets_finished_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(restoregate.RestoreGate, "finished", broken)
 
 
+def _restore_forgets_joined_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken gate (issue 33, bug 1): a key that joins a running restore is not
+    remembered; its retry after the restore ended rolls back a second time."""
+    request = restoregate.RestoreGate.request
+
+    def broken(self, snapshot_id, request_id, now, problem=""):
+        decision = request(self, snapshot_id, request_id, now, problem)
+        if isinstance(decision, restoregate.Join) and decision.joined_key:
+            self.running_keys.remove(decision.joined_key)
+            self._by_key.pop(decision.joined_key)
+            return restoregate.Join(snapshot_id)
+        return decision
+
+    monkeypatch.setattr(restoregate.RestoreGate, "request", broken)
+
+
+def _restore_joins_not_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken restart: the journal's `joined` records are not taken back; a key
+    that joined a restore rolls back again when retried after a controller restart."""
+    restores = controller.journal.restores
+
+    def broken(records):
+        found, warnings = restores(records)
+        return [(restore, []) for restore, _ in found], warnings
+
+    monkeypatch.setattr(controller.journal, "restores", broken)
+
+
+def _restore_join_after_the_end_unjournaled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken machine: a key that joins a restore which has ended (its outcome not yet
+    durable) is not journaled; after a controller restart its retry rolls back again."""
+    restore = controller.Controller.restore
+
+    def broken(self, snapshot, request_id, now):
+        decision = restore(self, snapshot, request_id, now)
+        if isinstance(decision, restoregate.Join) and self.last_restore.status != pb.Restore.RESTORING:
+            self._effects = [e for e in self._effects if not isinstance(getattr(e, "record", None), journal.Joined)]
+        return decision
+
+    monkeypatch.setattr(controller.Controller, "restore", broken)
+
+
+def _restore_replays_the_newest_key_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken restart (issue 33, bug 2): only the journal's newest restore is
+    taken back; a retry of an older key after a restart rolls back again."""
+    taken_back = controller.Controller.taken_back
+
+    def broken(self, restores):
+        taken_back(self, [(restore, []) for restore, _ in restores[-1:]])
+
+    monkeypatch.setattr(controller.Controller, "taken_back", broken)
+
+
+def _controller_takes_stale_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine takes a report of an epoch before a restore."""
+    monkeypatch.setattr(controller, "stale_report", lambda report_epoch, epoch: "")
+
+
+def _controller_admits_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine starts a snapshot past its admission limit (A1)."""
+    trigger = controller.Controller.trigger
+
+    def broken(self, *args):
+        limit, self.max_concurrent = self.max_concurrent, 0
+        try:
+            return trigger(self, *args)
+        finally:
+            self.max_concurrent = limit
+
+    monkeypatch.setattr(controller.Controller, "trigger", broken)
+
+
+def _controller_fails_without_aborts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine fails a snapshot and tells no node to abort it."""
+    finished = controller.Controller._finished
+
+    def broken(self, snapshot):
+        finished(self, snapshot)
+        self._effects = [e for e in self._effects if not isinstance(e, controller.AbortAt)]
+
+    monkeypatch.setattr(controller.Controller, "_finished", broken)
+
+
 def _restore_plan_drops_a_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller machine's restore plan loses the first in-flight transfer of a
     channel: the fuzzer runs production's plan, so a node replays too little."""
@@ -237,8 +325,15 @@ def _tracker_forgets_overtaken(monkeypatch: pytest.MonkeyPatch) -> None:
 MUTATIONS = {
     "controller-restore-plan": _restore_plan_drops_a_transfer,
     "controller-overtake-merge": _tracker_forgets_overtaken,
+    "controller-stale-report": _controller_takes_stale_reports,
+    "controller-admission": _controller_admits_everything,
+    "controller-abort-on-fail": _controller_fails_without_aborts,
     "restore-claim-two-steps": _restore_claim_after_the_check,
     "restore-forgets-finished-keys": _restore_forgets_finished_keys,
+    "restore-forgets-joined-keys": _restore_forgets_joined_keys,
+    "restore-joins-not-replayed": _restore_joins_not_replayed,
+    "restore-join-after-the-end": _restore_join_after_the_end_unjournaled,
+    "restore-replays-newest-key-only": _restore_replays_the_newest_key_only,
     "request-window": _window_by_count,
     "request-restore": _restore_keeps_every_id,
     "overtake-outbox": _overtake_forgets_the_outbox,

@@ -33,7 +33,7 @@ def test_the_same_key_or_the_same_snapshot_joins_the_running_restore() -> None:
     gate.request("s1", "k1", 0.0)
     assert gate.request("s1", "k1", 1.0) == Join("s1")  # a retry while it runs
     assert gate.request("s1", "", 1.0) == Join("s1")  # no key, the same snapshot
-    assert gate.request("s1", "k9", 1.0) == Join("s1")  # another key, the same snapshot
+    assert gate.request("s1", "k9", 1.0) == Join("s1", "k9")  # another key, the same snapshot: it joins for good
     assert gate.running == Start("s1", "k1", 0.0)  # none of them claimed anything
 
 
@@ -154,3 +154,45 @@ def test_only_one_of_a_burst_of_calls_starts(key: str) -> None:
     gate = RestoreGate()
     decisions = [gate.request(sid, f"{key}{n}" if key else "", 0.0) for n, sid in enumerate(["s1", "s2", "s1", "s3"])]
     assert [type(d) for d in decisions] == [Start, Busy, Join, Busy]
+
+
+def test_a_key_that_joins_a_running_restore_is_answered_by_it_and_never_starts_another() -> None:
+    """Issue 33, bug 1: K2 joined K1's restore of s1; a retry of K2 after the restore
+    ended used to start a second rollback (K2 had never been remembered)."""
+    gate = RestoreGate()
+    assert gate.request("s1", "k1", 0.0) == Start("s1", "k1", 0.0)
+    assert gate.request("s1", "k2", 1.0) == Join("s1", "k2")  # a new key: to be journaled
+    assert gate.request("s1", "k2", 2.0) == Join("s1")  # its retry while it runs: already known
+    gate.finished("restored s1")
+    assert gate.request("s1", "k2", 3.0) == Answer("restored s1")  # not a second Start
+    assert gate.running is None
+    refused = gate.request("s2", "k2", 4.0)  # a joined key belongs to that restore, like the claim's
+    assert isinstance(refused, Refuse) and refused.code == "INVALID_ARGUMENT" and "s1" in refused.message
+
+
+def test_a_joined_key_is_answered_after_a_restart_whether_the_restore_ran_or_ended() -> None:
+    gate = RestoreGate()
+    gate.taken_back("s1", "k1", "restored s1", running=False, joined=["k2"])
+    gate.taken_back("s3", "k3", None, running=True, joined=["k4", "", "k3"])  # blanks and repeats are harmless
+    assert gate.running == Start("s3", "k3", 0.0) and gate.running_keys == ["k3", "k4"]
+    assert gate.request("s1", "k2", 1.0) == Answer("restored s1")
+    assert gate.request("s3", "k4", 1.0) == Join("s3")
+    gate.finished("restored s3")
+    assert gate.request("s3", "k4", 2.0) == Answer("restored s3")
+    assert gate.request("s3", "k3", 2.0) == Answer("restored s3")
+
+
+def test_joined_keys_take_their_place_in_the_window() -> None:
+    gate = RestoreGate(keys_kept=2)
+    gate.request("s1", "k1", 0.0)
+    gate.request("s1", "k2", 0.0)
+    gate.request("s1", "k3", 0.0)  # k1 goes: the window holds the two newest keys
+    gate.finished("r1")
+    assert gate.request("s1", "k3", 1.0) == Answer("r1")
+    assert gate.request("s1", "k2", 1.0) == Answer("r1")
+    assert gate.request("s1", "k1", 1.0) == Start("s1", "k1", 1.0)
+
+
+def test_a_window_of_no_keys_is_refused() -> None:
+    with pytest.raises(ValueError, match="keys_kept must be at least 1, got 0"):
+        RestoreGate(keys_kept=0)

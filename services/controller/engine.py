@@ -9,8 +9,9 @@ carried out here:
     Barrier()          -> wait for everything journaled so far
     Publish(snapshot)  -> the WatchSnapshots watchers   } only once the step's
     StartAt(node, ...) -> StartSnapshot at that node    } records are durable
-    Finished(snapshot) -> metrics, waiters, watchers, the file writer, retention,
-                          and for FAILED AbortSnapshot at every node
+    Finished(snapshot) -> metrics, waiters, watchers, the file writer, retention
+    AbortAt(node, ...) -> AbortSnapshot at that node (the machine emits one per node
+                          for a FAILED snapshot, after its Finished)
     RestoreAt, RestoreDone -> the restorer (services/controller/restorer.py)
 
 Durability before answers: nothing that shows a change (an RPC answer, a
@@ -54,8 +55,7 @@ class FellBehind:
     """Put in a dropped watcher's queue in place of what it had not read."""
 
 
-class TooManySnapshots(RuntimeError):
-    """A trigger past the admission limit: nothing was started or journaled."""
+TooManySnapshots = ctl.TooManySnapshots  # a trigger past the admission limit (the machine's rule A1)
 
 
 def system_now() -> Now:
@@ -75,11 +75,9 @@ class ControllerEngine:
         rng: random.Random | None = None,
         identity: security.Identity | None = None,  # None: plaintext
         keep: int = 0,
-        max_concurrent: int = 0,  # admission: at most this many snapshots in progress (0: no limit)
         machine: ctl.Controller | None = None,  # the journal already replayed into it (else a fresh one)
     ) -> None:
         self.identity = identity
-        self.max_concurrent = max_concurrent
         self.config = config
         self.tracker = tracker
         self.machine = machine if machine is not None else ctl.Controller(tracker)
@@ -164,6 +162,8 @@ class ControllerEngine:
                 await asyncio.shield(durable)
             if isinstance(effect, ctl.Publish):
                 self._publish(effect.snapshot)
+            elif isinstance(effect, ctl.AbortAt):
+                self.spawn(self._abort_at(effect))
             elif isinstance(effect, ctl.StartAt):
                 self.spawn(self._start_at(effect.node, effect.snapshot_id, effect.epoch))
             else:
@@ -180,18 +180,24 @@ class ControllerEngine:
     async def trigger(self, initiator: str) -> pb.Snapshot:
         """Start a snapshot at `initiator` (a node of the topology): journaled
         before StartSnapshot leaves and before this returns. Raises
-        TooManySnapshots, changing nothing, at the admission limit."""
-        self._admit()
+        TooManySnapshots, changing nothing, at the admission limit (the machine's A1)."""
         now = self._clock()
         # Ids sort in start order, even for two starts within one clock tick.
         wall = max(now.wall, self._last_start + 1e-6)
         self._last_start = wall
         snapshot_id = new_snapshot_id(wall, os.urandom(4))
-        snapshot = self.machine.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall))
+        try:
+            snapshot = self.machine.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall))
+        except TooManySnapshots as exc:
+            self.metrics.refused_triggers.inc()
+            raise TooManySnapshots(
+                f"{exc} (controller.max_concurrent_snapshots in {self.config.path}, or snapmesh controller "
+                f"--max-concurrent-snapshots N); retry once one finishes"
+            ) from None
         self._done[snapshot_id] = asyncio.get_running_loop().create_future()
         effects = self.machine.drain()
         durable = self.journal_step(effects)
-        self.metrics.in_progress.set(self.tracker.in_progress)
+        self.metrics.in_progress.set(self.machine.in_progress)
         self._wake.set()
         try:
             await self._settle(snapshot_id, durable)
@@ -203,19 +209,6 @@ class ControllerEngine:
         await self.show_step(effects, durable)
         log.info("snapshot %s started at %s", snapshot_id, initiator)
         return snapshot
-
-    def _admit(self) -> None:
-        """Flink's max-concurrent-checkpoints: a snapshot starts only while fewer
-        than `max_concurrent` are in progress, so a trigger rate the cluster cannot
-        follow is answered at once instead of piling up markers and reports."""
-        running = self.tracker.in_progress
-        if self.max_concurrent and running >= self.max_concurrent:
-            self.metrics.refused_triggers.inc()
-            raise TooManySnapshots(
-                f"{running} snapshots in progress, the limit is {self.max_concurrent} "
-                f"(controller.max_concurrent_snapshots in {self.config.path}, or snapmesh controller "
-                f"--max-concurrent-snapshots N); retry once one finishes"
-            )
 
     async def report(self, state: pb.FullState) -> None:
         """A node's part: journaled (with the snapshot's outcome when it completes
@@ -241,7 +234,7 @@ class ControllerEngine:
         """The snapshot from the tracker's working set, else from the store;
         UnknownSnapshot when neither has it."""
         try:
-            return self.tracker.get(snapshot_id)
+            return self.machine.get(snapshot_id)
         except UnknownSnapshot:
             snapshot = self.writer.store.load(snapshot_id)
             if snapshot is None:
@@ -298,12 +291,11 @@ class ControllerEngine:
         status = "complete" if snapshot.status == COMPLETE else "failed"
         self.metrics.snapshots.labels(status=status).inc()
         self.metrics.duration.observe(duration_s(snapshot))
-        self.metrics.in_progress.set(self.tracker.in_progress)
+        self.metrics.in_progress.set(self.machine.in_progress)
         if snapshot.status == COMPLETE:
             self.metrics.observe(snapshot)
         if snapshot.status == FAILED:
             log.warning("snapshot %s FAILED: %s", snapshot.snapshot_id, snapshot.reason)
-            self.spawn(self._abort_everywhere(snapshot.snapshot_id, snapshot.reason))
         else:
             verdict = "conserved" if snapshot.conserved else f"NOT conserved ({snapshot.reason})"
             log.info(
@@ -318,16 +310,12 @@ class ControllerEngine:
         if future is not None and not future.done():
             future.set_result(snapshot)
 
-    async def _abort_everywhere(self, snapshot_id: str, reason: str) -> None:
-        request = pb.AbortSnapshotRequest(snapshot_id=snapshot_id, reason=reason)
-
-        async def tell(node: str) -> None:
-            try:
-                await self._stubs[node].AbortSnapshot(request, timeout=ABORT_TIMEOUT_S)
-            except grpc.aio.AioRpcError as error:
-                log.info("AbortSnapshot %s at %s: %s", snapshot_id, node, error.code().name)
-
-        await asyncio.gather(*(tell(n) for n in self._nodes))
+    async def _abort_at(self, effect: ctl.AbortAt) -> None:
+        request = pb.AbortSnapshotRequest(snapshot_id=effect.snapshot_id, reason=effect.reason)
+        try:
+            await self._stubs[effect.node].AbortSnapshot(request, timeout=ABORT_TIMEOUT_S)
+        except grpc.aio.AioRpcError as error:
+            log.info("AbortSnapshot %s at %s: %s", effect.snapshot_id, effect.node, error.code().name)
 
     def _apply_retention(self) -> None:
         """`--keep N`: a newer snapshot is COMPLETE, so the files of those past

@@ -137,15 +137,15 @@ async def _serve_locked(
     def on_filed(snapshot_id: str) -> None:  # on the writer's thread
         journal.forget(snapshot_id)
         try:
-            loop.call_soon_threadsafe(tracker.filed, snapshot_id)  # it may leave memory now (the working set)
+            loop.call_soon_threadsafe(machine.filed, snapshot_id)  # an event on the loop: it may leave memory now
         except RuntimeError:  # pragma: no cover  (the loop closed first: at exit)
             pass
 
+    machine = Controller(tracker, max_concurrent=max_concurrent)
     writer = StoreWriter(store, on_filed=on_filed)
     try:
-        machine = Controller(tracker)
         _recover(machine, store, journal, writer, filed={s.snapshot_id for s in snapshots}, keep=keep)
-        return await _serve(cfg, machine, journal, writer, interval, identity, keep, max_concurrent)
+        return await _serve(cfg, machine, journal, writer, interval, identity, keep)
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
@@ -193,13 +193,11 @@ async def _serve(
     interval: float | None,
     identity: security.Identity | None = None,
     keep: int = 0,
-    max_concurrent: int = 0,
 ) -> int:
     registry = CollectorRegistry()
     service = ControllerService(
         config=cfg, tracker=machine.tracker, machine=machine, journal=journal, writer=writer,
         metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity, keep=keep,
-        max_concurrent=max_concurrent,
     )
     host = ServiceHost(
         bind_address=cfg.bind_address(cfg.controller),

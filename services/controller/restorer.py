@@ -7,7 +7,8 @@ rules R1-R4). This adapter carries it out:
 1. a RestoreSnapshot call is checked (a key too long: INVALID_ARGUMENT; an
    unknown snapshot: NOT_FOUND) and handed to the machine, which answers at
    once from its gate: start, join the running restore, a finished restore's
-   answer, or a refusal (FAILED_PRECONDITION or INVALID_ARGUMENT);
+   answer, or a refusal (FAILED_PRECONDITION or INVALID_ARGUMENT); a call that
+   joins under a new key is answered once its `joined` record is durable;
 2. on start: the RESTORING record is journaled in the same synchronous step,
    and no node hears of the restore before it is durable;
 3. every node is sent `RestoreState{S, E+1, its recorded balance, the recorded
@@ -108,8 +109,12 @@ class Restorer:
         decision = self.machine.restore(snapshot, request_id, self._clock())
         if isinstance(decision, restoregate.Answer):
             return decision.result  # a retry of a finished restore: its answer, nothing rolled back
-        if isinstance(decision, restoregate.Join):
-            return await asyncio.shield(self._running)  # type: ignore[arg-type]  # the same restore: wait for it
+        if isinstance(decision, restoregate.Join):  # the same restore: wait for it
+            durable = self.engine.journal_step(self.machine.drain())  # a new key's `joined` record (R4)
+            answer = await asyncio.shield(self._running)  # type: ignore[arg-type]
+            if durable is not None:
+                await asyncio.shield(durable)  # the key is the restore's after a restart too
+            return answer
         if isinstance(decision, (restoregate.Refuse, restoregate.Busy)):
             raise RestoreRefused(grpc.StatusCode[decision.code], decision.message)
         effects = self.machine.drain()
@@ -129,6 +134,7 @@ class Restorer:
         self.engine.spawn(self.engine.show_step(finished, None))  # the snapshots in progress failed
         if durable is not None:
             await asyncio.shield(durable)  # RESTORING is durable before any node hears of it
+        self.engine.spawn(self.engine.show_step([e for e in effects if isinstance(e, ctl.AbortAt)], None))
         return await self._send([e for e in effects if isinstance(e, ctl.RestoreAt)])
 
     async def _resume(self, last: pb.Restore) -> pb.Restore:

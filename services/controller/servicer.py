@@ -18,7 +18,7 @@ import grpc
 from services.controller.engine import ControllerEngine, FellBehind, TooManySnapshots
 from services.controller.restorer import RestoreRefused
 from snapmesh.protocol import chunking
-from snapmesh.protocol.controller import stale_report
+from snapmesh.protocol.controller import StaleReport
 from snapmesh.protocol.tracker import (
     DuplicateReport,
     InvalidReport,
@@ -35,6 +35,7 @@ _ERROR_CODES: dict[type[TrackerError], grpc.StatusCode] = {
     InvalidReport: grpc.StatusCode.INVALID_ARGUMENT,
     DuplicateReport: grpc.StatusCode.ALREADY_EXISTS,
     NotInProgress: grpc.StatusCode.FAILED_PRECONDITION,
+    StaleReport: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 # What any gRPC client takes in one message by default (grpcurl's limit too): a
@@ -233,14 +234,12 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
         )
 
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
-        stale = stale_report(request.epoch, self.machine.epoch)
-        if stale:
-            self.metrics.stale_reports.inc()
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, stale)
         await security.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
         try:
             await self.report(request)
         except TrackerError as exc:
+            if isinstance(exc, StaleReport):
+                self.metrics.stale_reports.inc()
             await context.abort(_ERROR_CODES[type(exc)], str(exc))
         except OSError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the report: {exc}")

@@ -6,26 +6,39 @@ or writes a file: time comes in as `Now`, and what is to happen comes out as
 effects, taken with `drain()` after each event.
 
 Events in:
-  trigger(snapshot_id, initiator, now)   a snapshot starts at `initiator`
+  trigger(snapshot_id, initiator, now)   a snapshot starts at `initiator` (raises
+                                         TooManySnapshots, changing nothing, at the
+                                         admission limit `max_concurrent`)
   start_failed(snapshot_id, reason, now) StartSnapshot (or journaling the start) failed
-  reported(state, now)                   a node's FullState (raises the TrackerError kinds)
+  reported(state, now)                   a node's FullState (raises the TrackerError kinds;
+                                         StaleReport for one of an epoch before the cluster's)
   tick(now)                              time passed: snapshots past their deadline fail
   restore(snapshot, request_id, now)     a RestoreSnapshot call (the gate decides)
   resume(snapshot)                       after a restart: the journal's RESTORING restore runs again
   node_restored(node, answer, now)       a node took its part (or why it could not)
   restore_settled()                      the restore's last record is durable (or cannot be)
   replayed(records, now, skip)           the journal read back after a restart
+  filed(snapshot_id)                     the snapshot's file is written (it may leave memory)
+
+Reads (no change): get(id), all(), ids(), status(id), in_progress; shells read
+through these, not through `tracker`.
 
 Effects out (in order; the shell carries them out in that order):
   Journal(record)        append this record; every effect after it in the same
                          drain shows the change, so it waits until the record is durable
   Barrier()              wait until everything journaled so far is durable
   StartAt(node, sid, epoch)   send StartSnapshot
-  Finished(snapshot)     a snapshot ended: metrics, waiters and watchers, its file,
-                         and for FAILED an abort at every node (AbortAt)
+  Finished(snapshot)     a snapshot ended: metrics, waiters and watchers, its file
+  AbortAt(node, sid, reason)  a FAILED snapshot: send AbortSnapshot to this node
+                         (one per node of the topology, after its Finished)
   Publish(snapshot)      show the snapshot's new state to watchers
   RestoreAt(node, request)    send this node its part of the restore
   RestoreDone(restore)   the restore ended (RESTORED or FAILED), as journaled
+
+Admission (Flink's max-concurrent-checkpoints):
+A1. With `max_concurrent` N > 0, a trigger while N snapshots are in progress is
+    refused and starts nothing, so a trigger rate the cluster cannot follow is
+    answered at once instead of piling up markers and reports.
 
 Restore rules (one restore at a time, decided by `restoregate.RestoreGate`):
 R1. The check and the claim are one step: `restore` decides and, on Start,
@@ -37,7 +50,10 @@ R3. Each node gets its recorded balance and the recorded in-flight transfers of
     its part, FAILED naming the nodes that could not, and the cluster stays
     fenced at E+1 either way.
 R4. A key answers its own restore (running: join it; finished: its answer, once
-    that answer is durable), never starts another.
+    that answer is durable), never starts another. A key that joins a running
+    restore becomes that restore's: its `joined` record is journaled (the call
+    is answered once it is durable), and after a restart every kept key, oldest
+    first, is taken back with the restore it started or joined.
 """
 
 from __future__ import annotations
@@ -47,8 +63,20 @@ from dataclasses import dataclass
 
 from snapmesh.protocol import controller_journal as journal
 from snapmesh.protocol import core, restoregate
-from snapmesh.protocol.tracker import COMPLETE, Now, Reported, Tracker
+from snapmesh.protocol.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
 from snapmesh.v1 import snapmesh_pb2 as pb
+
+
+# ------------------------------------------------------------------ refusals
+
+
+class TooManySnapshots(Exception):
+    """A trigger at the admission limit (A1): nothing started or journaled (RESOURCE_EXHAUSTED)."""
+
+
+class StaleReport(TrackerError):
+    """A report from an epoch before the cluster's (a node not restored yet, or a
+    message from before a restore): refused, changing nothing (FAILED_PRECONDITION)."""
 
 
 # ------------------------------------------------------------------ effects
@@ -77,6 +105,13 @@ class Finished:
 
 
 @dataclass(frozen=True, slots=True)
+class AbortAt:
+    node: str
+    snapshot_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Publish:
     snapshot: pb.Snapshot
 
@@ -92,7 +127,7 @@ class RestoreDone:
     restore: pb.Restore
 
 
-Effect = Journal | Barrier | StartAt | Finished | Publish | RestoreAt | RestoreDone
+Effect = Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt | RestoreDone
 
 
 # ------------------------------------------------------------ the restore plan
@@ -169,7 +204,11 @@ class Controller:
         *,
         keys_kept: int = restoregate.KEYS_KEPT,
         max_key_bytes: int = restoregate.MAX_KEY_BYTES,
+        max_concurrent: int = 0,  # A1: at most this many snapshots in progress (0: no limit)
     ) -> None:
+        if max_concurrent < 0:
+            raise ValueError(f"max_concurrent must not be negative, got {max_concurrent}")
+        self.max_concurrent = max_concurrent
         self.tracker = tracker
         self.gate = restoregate.RestoreGate(keys_kept=keys_kept, max_key_bytes=max_key_bytes)
         self.last_restore: pb.Restore | None = None  # the newest restore, as journaled
@@ -189,6 +228,9 @@ class Controller:
     # -- snapshots
 
     def trigger(self, snapshot_id: str, initiator: str, now: Now) -> pb.Snapshot:
+        running = self.tracker.in_progress
+        if self.max_concurrent and running >= self.max_concurrent:  # A1
+            raise TooManySnapshots(f"{running} snapshots in progress, the limit is {self.max_concurrent}")
         snapshot = self.tracker.start(snapshot_id, initiator, now)
         self._effects += [
             Journal(journal.Started(snapshot_id=snapshot_id, initiator=initiator, wall=now.wall, epoch=snapshot.epoch)),
@@ -202,7 +244,11 @@ class Controller:
         return self._fail(snapshot_id, reason, now)
 
     def reported(self, state: pb.FullState, now: Now) -> Reported:
-        """A node's part (raises TrackerError, changing nothing, for a refused one)."""
+        """A node's part (raises TrackerError, changing nothing, for a refused one:
+        StaleReport first, for a report of an older epoch, R1)."""
+        stale = stale_report(state.epoch, self.epoch)
+        if stale:
+            raise StaleReport(stale)
         snapshot, duplicate = answer = self.tracker.report(state, now)
         if duplicate:  # the first copy may still be on its way to the disk
             self._effects.append(Barrier())
@@ -224,6 +270,29 @@ class Controller:
     def next_deadline(self) -> float | None:
         return self.tracker.next_deadline()
 
+    def filed(self, snapshot_id: str) -> None:
+        """The snapshot's file is written: past the working set, it may leave memory."""
+        self.tracker.filed(snapshot_id)
+
+    # -- reads
+
+    def get(self, snapshot_id: str) -> pb.Snapshot:
+        """A copy of the snapshot (raises UnknownSnapshot)."""
+        return self.tracker.get(snapshot_id)
+
+    def all(self) -> list[pb.Snapshot]:
+        return self.tracker.all()
+
+    def ids(self) -> list[str]:
+        return self.tracker.ids()
+
+    def status(self, snapshot_id: str) -> int:
+        return self.tracker.status(snapshot_id)
+
+    @property
+    def in_progress(self) -> int:
+        return self.tracker.in_progress
+
     def _fail(self, snapshot_id: str, reason: str, now: Now) -> pb.Snapshot | None:
         failed = self.tracker.fail(snapshot_id, reason, now)
         if failed is not None:
@@ -234,6 +303,9 @@ class Controller:
         wall = snapshot.finished_at.ToNanoseconds() / 1e9
         record = journal.Finished(snapshot_id=snapshot.snapshot_id, status=snapshot.status, reason=snapshot.reason, wall=wall)
         self._effects += [Journal(record), Finished(snapshot)]
+        if snapshot.status != COMPLETE:  # every node drops its recording (it may be one that never heard)
+            sid, reason = snapshot.snapshot_id, snapshot.reason
+            self._effects += [AbortAt(node, sid, reason) for node in self.tracker.topology.nodes]
 
     # -- restore
 
@@ -241,6 +313,10 @@ class Controller:
         """A RestoreSnapshot call for `snapshot` (R1, R4): the gate's decision; on
         Start the epoch moves, snapshots in progress fail, and the restore begins."""
         decision = self.gate.request(snapshot.snapshot_id, request_id, now.wall, problem(snapshot))
+        if isinstance(decision, restoregate.Join) and decision.joined_key:
+            running = self.last_restore  # RESTORING, or already ended with its record not yet durable
+            assert running is not None, "the gate joined a restore the machine does not know"
+            self._effects.append(Journal(journal.Joined(request_id=decision.joined_key, epoch=running.epoch)))
         if not isinstance(decision, restoregate.Start):
             return decision
         epoch = self.tracker.epoch + 1
@@ -301,20 +377,21 @@ class Controller:
     # -- after a restart
 
     def replayed(self, records: Iterable[journal.Record], now: Now, *, skip: set[str]) -> tuple[list[str], list[str]]:
-        """The journal read back: snapshots rebuilt (`journal.replay`), the epoch and
-        the newest restore taken back (its key answers a retry; RESTORING is to be
-        resumed). Returns the ids finished here and the warnings."""
+        """The journal read back: snapshots rebuilt (`journal.replay`), the epoch, and
+        every restore taken back with its keys (R4; the newest is to be resumed
+        when it is RESTORING). Returns the ids finished here and the warnings."""
         records = list(records)
         finished, warnings = journal.replay(records, self.tracker, now, skip=skip)
-        self.taken_back(journal.last_restore(records))
-        return finished, warnings
+        restores, more = journal.restores(records)
+        self.taken_back(restores)
+        return finished, warnings + more
 
-    def taken_back(self, last: pb.Restore | None) -> None:
-        """The journal's newest restore, known after a restart (resume it with `resume`
-        when it is RESTORING)."""
-        self.last_restore = last
-        if last is None:
-            return
-        self.tracker.epoch = max(self.tracker.epoch, last.epoch)
-        running = last.status == pb.Restore.RESTORING
-        self.gate.taken_back(last.snapshot_id, last.request_id, last, running=running)
+    def taken_back(self, restores: list[tuple[pb.Restore, list[str]]]) -> None:
+        """The journal's restores, oldest first, each with the keys that joined it: the
+        gate answers every kept key (its window drops the oldest), the newest is
+        `last_restore` (resume it with `resume` when it is RESTORING)."""
+        for restore, joined in restores:
+            running = restore is restores[-1][0] and restore.status == pb.Restore.RESTORING
+            self.gate.taken_back(restore.snapshot_id, restore.request_id, restore, running=running, joined=joined)
+            self.tracker.epoch = max(self.tracker.epoch, restore.epoch)
+        self.last_restore = restores[-1][0] if restores else None

@@ -11,6 +11,10 @@ One framed record per fact the controller must not forget in a crash:
                                       RESTORED/FAILED before the caller is answered;
                                       never forgotten (the epoch and the restore to
                                       resume after a crash come from these)
+    joined    a new request_id joined the running restore
+                                      durable before that call is answered;
+                                      never forgotten (a retry of the key is
+                                      answered by that restore, after a restart too)
 
 A COMPLETE snapshot is a pure function of its start and its reports, so these
 records are enough to rebuild every snapshot the controller ever answered for
@@ -36,7 +40,7 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 
 HEADER = struct.Struct("<II")  # payload length, crc32
 _WALL = struct.Struct("<d")
-_STARTED, _REPORTED, _FINISHED, _RESTORE = b"S", b"R", b"F", b"X"
+_STARTED, _REPORTED, _FINISHED, _RESTORE, _JOINED = b"S", b"R", b"F", b"X", b"J"
 
 
 
@@ -77,7 +81,19 @@ class Restored:
         return f"restore@{self.restore.epoch}"
 
 
-Record = Started | Reported | Finished | Restored
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Joined:
+    """A key that joined the restore of `epoch` while it ran: that restore answers it."""
+
+    request_id: str
+    epoch: int
+
+    @property
+    def snapshot_id(self) -> str:  # kept with its restore's records, never forgotten
+        return f"restore@{self.epoch}"
+
+
+Record = Started | Reported | Finished | Restored | Joined
 
 
 class CorruptJournal(Exception):
@@ -89,6 +105,8 @@ def encode(record: Record) -> bytes:
         payload = _REPORTED + _WALL.pack(record.wall) + record.state.SerializeToString()
     elif isinstance(record, Restored):
         payload = _RESTORE + record.restore.SerializeToString()
+    elif isinstance(record, Joined):
+        payload = _JOINED + json.dumps({"key": record.request_id, "epoch": record.epoch}).encode()
     elif isinstance(record, Started):
         body = {"id": record.snapshot_id, "initiator": record.initiator, "wall": record.wall, "epoch": record.epoch}
         payload = _STARTED + json.dumps(body).encode()
@@ -137,6 +155,9 @@ def _decode(payload: bytes) -> Record:
         restore = pb.Restore()
         restore.ParseFromString(body)
         return Restored(restore=restore)
+    if kind == _JOINED:
+        fields = json.loads(body)
+        return Joined(request_id=str(fields["key"]), epoch=int(fields["epoch"]))
     if kind == _FINISHED:
         fields = json.loads(body)
         return Finished(
@@ -154,6 +175,24 @@ def last_restore(records: Iterable[Record]) -> pb.Restore | None:
     return latest
 
 
+def restores(records: Iterable[Record]) -> tuple[list[tuple[pb.Restore, list[str]]], list[str]]:
+    """Every restore the journal holds, oldest (lowest epoch) first: its latest state
+    and the keys that joined it, in the order they joined. And the warnings for
+    `joined` records that name no restore."""
+    latest: dict[int, pb.Restore] = {}
+    joined: dict[int, list[str]] = {}
+    warnings: list[str] = []
+    for record in records:
+        if isinstance(record, Restored):
+            latest[record.restore.epoch] = record.restore
+        elif isinstance(record, Joined):
+            if record.epoch not in latest:
+                warnings.append(f"journal: key {record.request_id!r} joined no restore of epoch {record.epoch}; ignored")
+                continue
+            joined.setdefault(record.epoch, []).append(record.request_id)
+    return [(latest[e], joined.get(e, [])) for e in sorted(latest)], warnings
+
+
 def replay(records: Iterable[Record], tracker: Tracker, now: Now, *, skip: set[str]) -> tuple[list[str], list[str]]:
     """Feed the journal back to a tracker: every snapshot not in `skip` (already
     loaded from its file) is rebuilt as it was answered. Returns the ids of the
@@ -161,8 +200,10 @@ def replay(records: Iterable[Record], tracker: Tracker, now: Now, *, skip: set[s
     finished: list[str] = []
     warnings: list[str] = []
     for record in records:
-        if isinstance(record, Restored):  # the epoch only; the restore itself is the restorer's
+        if isinstance(record, Restored):  # the epoch only; the restore itself is the machine's
             tracker.epoch = max(tracker.epoch, record.restore.epoch)
+            continue
+        if isinstance(record, Joined):  # the machine's (`restores`)
             continue
         sid = record.snapshot_id
         if sid in skip:

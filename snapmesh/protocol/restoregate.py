@@ -10,24 +10,29 @@ Events in:
   request(snapshot_id, request_id, now, problem)  a RestoreSnapshot call; `problem`
       says why the snapshot cannot be restored (not COMPLETE, not conserved), or "".
   finished(result)    the running restore ended (RESTORED or FAILED), with its answer.
-  taken_back(...)     after a controller restart: the journal's restores.
+  taken_back(...)     after a controller restart: the journal's restores, oldest
+                      first, each with the keys that joined it.
 
 Decisions out (exactly one per request):
   Start      nothing runs: this call claims the restore in the same step as the
              check (no other call can claim in between) and must run it.
   Join       the restore asked for is the one running (same key, or same snapshot):
-             wait for its answer, start nothing.
+             wait for its answer, start nothing. A new key joins it for good:
+             `joined_key` names it, to be journaled, and from now on that key
+             is that restore's (its retry joins it, or once it ended gets its answer).
   Answer     the key names a finished restore: its answer, nothing rolled back again.
   Refuse     INVALID_ARGUMENT (a key too long, or a key that started another
              snapshot's restore) or FAILED_PRECONDITION (the snapshot's problem).
   Busy       another snapshot's restore runs (FAILED_PRECONDITION).
 
-The keys of the newest `keys_kept` restores are kept (oldest forgotten first).
+The newest `keys_kept` keys are kept (oldest forgotten first), whether they
+started a restore or joined one.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +50,7 @@ class Start:
 @dataclass(frozen=True, slots=True)
 class Join:
     snapshot_id: str  # the running restore, the one asked for
+    joined_key: str = ""  # a key that joins it for the first time (to be journaled); "" for none
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +88,12 @@ class RestoreGate:
     """One restore at a time; a key answers its own restore, never starts another."""
 
     def __init__(self, *, keys_kept: int = KEYS_KEPT, max_key_bytes: int = MAX_KEY_BYTES) -> None:
+        if keys_kept < 1:
+            raise ValueError(f"keys_kept must be at least 1, got {keys_kept}")
         self.keys_kept = keys_kept
         self.max_key_bytes = max_key_bytes
         self.running: Start | None = None  # the claimed restore, until `finished`
+        self.running_keys: list[str] = []  # every key of the running restore: its claim's, then those that joined
         self._by_key: OrderedDict[str, tuple[str, Any]] = OrderedDict()  # key -> (snapshot_id, answer or None)
 
     def request(self, snapshot_id: str, request_id: str, now: float, problem: str = "") -> Decision:
@@ -98,28 +107,43 @@ class RestoreGate:
                 return Refuse(
                     "INVALID_ARGUMENT", f"request_id {request_id!r} started the restore of {earlier}, not {snapshot_id}"
                 )
-            if running is not None and running.request_id == request_id:
+            if running is not None and request_id in self.running_keys:
                 return Join(snapshot_id)
             return Answer(answer)  # a retry of a finished restore: nothing rolled back
         if problem:
             return Refuse("FAILED_PRECONDITION", problem)
         if running is not None:
-            return Join(snapshot_id) if running.snapshot_id == snapshot_id else Busy(running.snapshot_id)
+            if running.snapshot_id != snapshot_id:
+                return Busy(running.snapshot_id)
+            if not request_id:
+                return Join(snapshot_id)
+            self.running_keys.append(request_id)  # this key is the running restore's from now on
+            self._keep(request_id, snapshot_id, None)
+            return Join(snapshot_id, request_id)
         claim = self.running = Start(snapshot_id, request_id, now)  # the check and the claim: one step
+        self.running_keys = [request_id] if request_id else []
         self._keep(request_id, snapshot_id, None)
         return claim
 
     def finished(self, result: Any) -> None:
-        """The running restore ended with `result` (its answer to a retry)."""
+        """The running restore ended with `result`: the answer to a retry of every key it has."""
         claim, self.running = self.running, None
+        keys, self.running_keys = self.running_keys, []
         if claim is not None:
-            self._keep(claim.request_id, claim.snapshot_id, result)
+            for key in keys:
+                self._keep(key, claim.snapshot_id, result)
 
-    def taken_back(self, snapshot_id: str, request_id: str, result: Any, *, running: bool) -> None:
-        """After a restart: a journaled restore (oldest first); `running` resumes it."""
+    def taken_back(
+        self, snapshot_id: str, request_id: str, result: Any, *, running: bool, joined: Iterable[str] = ()
+    ) -> None:
+        """After a restart: a journaled restore (call it oldest first), with the keys
+        that `joined` it; `running` resumes it."""
+        keys = [k for k in dict.fromkeys((request_id, *joined)) if k]
         if running:
             self.running = Start(snapshot_id, request_id, 0.0)
-        self._keep(request_id, snapshot_id, None if running else result)
+            self.running_keys = keys
+        for key in keys:
+            self._keep(key, snapshot_id, None if running else result)
 
     def _keep(self, request_id: str, snapshot_id: str, result: Any) -> None:
         if request_id:

@@ -10,19 +10,26 @@ simulated cluster, as services/controller/engine.py does on the real one:
                     loses nothing journaled, and a restart replays it
   StartAt           the initiator starts the snapshot, or (down, fenced) the
                     start fails
-  Finished          COMPLETE: checked against the logs (invariants C1-C3);
-                    FAILED: every live node aborts it
+  Finished          COMPLETE: checked against the logs (invariants C1-C3)
+  AbortAt           a FAILED snapshot: the node, if up, aborts it (every node
+                    of the topology must get one: checked)
   RestoreAt         the node's part waits for `restore_one`; its answer goes
                     back once the node's log is durable, and a node that crashed
                     first gets its part again (the real restorer retries)
-  RestoreDone       the restore ended
+  RestoreDone       the restore ended; the machine hears it settled (its record
+                    durable) only at the next `restore_one`, so calls can come in
+                    between: a new key then joins the restore that has ended
 
-Controller faults: crash (reports on the way are lost) and restart (the
+Controller faults: crash (reports on the way are lost), a report sent again
+whose copy arrives only after a restore began (refused: its epoch is stale), and restart (the
 journal replayed: finished snapshots come back, those in progress get a fresh
 deadline and fail "controller restarted" unless their reports come in, and a
 RESTORING restore resumes at every node). RestoreSnapshot calls come from their
-own generator (`restore_rng`): bursts of concurrent calls, retries with the same
-key, a key reused for another snapshot, snapshots that cannot be restored.
+own generator (`restore_rng`): bursts of concurrent calls, new keys joining the
+running restore, retries with the same key (while it runs, after it ended, and
+after a controller restart), a key reused for another snapshot, snapshots that
+cannot be restored. A key that started or joined a restore never starts another
+while the gate's window holds it, across controller restarts too.
 """
 
 from __future__ import annotations
@@ -84,17 +91,26 @@ class SimController:
         self.expected_total = sum(world.balances.values())
         self.journal: list[records.Record] = []
         self.up = True
+        # Admission (the machine's A1): at most this many snapshots in progress (0: no limit).
+        self.max_concurrent = random.Random(seed * 104_729 + 4).choice([0, 0, 1, 2, 3])
         self.machine = self._machine()
         self.reports: deque[tuple[str, core.FullState, int]] = deque()  # (node, part, its epoch) on the way here
         self.parts: dict[str, pb.RestoreStateRequest] = {}  # the running restore's parts not yet taken
         self.waiting: dict[str, tuple[int, pb.RestoreStateRequest]] = {}  # node -> (lsn to be durable, its part)
         self.recorded: dict[str, dict[str, core.FullState]] = {}  # snapshot -> the parts taken, as the nodes made them
+        self.unaborted: dict[str, set[str]] = {}  # a FAILED snapshot -> the nodes not yet told to abort it
         self.next_snapshot = 0
         # RestoreSnapshot calls (see the module doc), and what the fuzzer checks of the answers.
         self.restore_rng = random.Random(seed * 104_729 + 2)
-        self.restoring: str | None = None  # the snapshot of the restore started and not yet ended
+        # Reports taken whose answer is lost: the node sends them again, and the copy
+        # is late, arriving once a restore has begun (the controller must refuse it).
+        self.resend_rng = random.Random(seed * 104_729 + 3)
+        self.resent: deque[tuple[str, core.FullState, int]] = deque(maxlen=8)
+        self.restoring: str | None = None  # the snapshot of the restore started and not yet settled
+        self.settling = False  # the restore ended (RestoreDone), the machine not yet told it settled
         self.key_snapshot: dict[str, str] = {}  # key -> the snapshot its first call named
-        self.rolled_back: Counter[str] = Counter()  # key -> restores it started, this controller lifetime
+        self.answered: dict[str, str] = {}  # key -> the snapshot of the restore it started or joined (never forgotten)
+        self.keys_at_restart: set[str] = set()  # the keys answered before the newest controller restart
         self.next_restore_key = 0
 
     def _machine(self) -> machine.Controller:
@@ -102,18 +118,19 @@ class SimController:
             topology=self.topology, expected_total=self.expected_total, deadline_s=DEADLINE,
             snapshot_mode=self.world.mode,
         )
-        return machine.Controller(tracker)
+        return machine.Controller(tracker, max_concurrent=self.max_concurrent)
 
     def now(self) -> Now:
         return Now(mono=self.world.now, wall=self.world.wall)
 
     def statuses(self) -> dict[str, str]:
-        return {s.snapshot_id: pb.Snapshot.Status.Name(s.status) for s in self.machine.tracker.all()}
+        return {s.snapshot_id: pb.Snapshot.Status.Name(s.status) for s in self.machine.all()}
 
     # -- carrying out the machine's effects
 
     def carry_out(self) -> None:
         while effects := self.machine.drain():
+            failed = [e.snapshot.snapshot_id for e in effects if type(e) is machine.Finished and e.snapshot.status == FAILED]
             for effect in effects:
                 kind = type(effect)
                 if kind is machine.Journal:
@@ -122,13 +139,17 @@ class SimController:
                     self._start_at(effect)
                 elif kind is machine.Finished:
                     self._finished(effect.snapshot)
+                elif kind is machine.AbortAt:
+                    self._abort_at(effect)
                 elif kind is machine.RestoreAt:
                     self.parts[effect.node] = effect.request
                 elif kind is machine.RestoreDone:
-                    self.restoring = None
-                    self.machine.restore_settled()  # its record is durable at once here
+                    self.settling = True  # settled at the next restore_one (the engine awaits the record)
                 elif kind not in (machine.Publish, machine.Barrier):  # pragma: no cover
                     raise TypeError(f"unrouted effect {effect!r}")
+            for sid in failed:  # each FAILED snapshot's AbortAt effects come in the step that failed it
+                if self.unaborted.get(sid):
+                    raise Violation(f"snapshot {sid} FAILED without an abort at {sorted(self.unaborted[sid])}")
 
     def _start_at(self, effect: machine.StartAt) -> None:
         node = self.world.nodes[effect.node]
@@ -152,10 +173,19 @@ class SimController:
             return
         assert snapshot.status == FAILED
         self.faults[f"snapshot failed: {_kind_of_failure(snapshot.reason)}"] += 1
-        for node_id, node in self.world.nodes.items():
-            if node is not None:
-                node.abort_snapshot(sid, snapshot.reason)
-                self.world.route(node_id)
+        self.unaborted[sid] = set(self.world.ids)  # each node must be told (AbortAt)
+
+    def _abort_at(self, effect: machine.AbortAt) -> None:
+        owed = self.unaborted.get(effect.snapshot_id)
+        if owed is None or effect.node not in owed:
+            raise Violation(f"AbortAt {effect.node} for {effect.snapshot_id}, which did not just fail there")
+        owed.discard(effect.node)
+        if not owed:
+            del self.unaborted[effect.snapshot_id]
+        node = self.world.nodes[effect.node]
+        if node is not None:
+            node.abort_snapshot(effect.snapshot_id, effect.reason)
+            self.world.route(effect.node)
 
     def _overtaken(self, reports: dict[str, core.FullState]) -> bool:
         """Did an early marker close a channel ahead of transfers the snapshot holds?"""
@@ -170,7 +200,18 @@ class SimController:
         if not self.up:
             return
         self.next_snapshot += 1
-        self.machine.trigger(f"s{self.next_snapshot}", rng.choice(self.world.ids), self.now())
+        before, limit = self.machine.in_progress, self.max_concurrent
+        try:
+            self.machine.trigger(f"s{self.next_snapshot}", rng.choice(self.world.ids), self.now())
+        except machine.TooManySnapshots as exc:
+            if not limit or before < limit:
+                raise Violation(
+                    f"admission: a trigger refused with {before} in progress, the limit is {limit}: {exc}"
+                ) from None
+            self.faults["snapshot refused: too many in progress"] += 1
+            return
+        if limit and self.machine.in_progress > limit:
+            raise Violation(f"admission: {self.machine.in_progress} snapshots in progress, the limit is {limit}")
         self.carry_out()
 
     def deliver_report(self) -> None:
@@ -178,17 +219,22 @@ class SimController:
         if not self.up:
             return
         message = machine.report_message(state, epoch=epoch)
-        if machine.stale_report(epoch, self.machine.epoch):
-            self.faults["stale report refused"] += 1
-            return
+        current = self.machine.epoch
         try:
             _, duplicate = self.machine.reported(message, self.now())
+        except machine.StaleReport:
+            self.faults["stale report refused"] += 1
+            return
         except (InvalidReport, DuplicateReport) as exc:
             raise Violation(f"{node_id}: the controller refused its report of {state.snapshot_id}: {exc}") from None
         except TrackerError:
             return  # too late (the snapshot failed): the node's part is dropped
+        if 0 < epoch < current:
+            raise Violation(f"{node_id}: the controller in epoch {current} took a report of epoch {epoch}")
         if not duplicate:
             self.recorded.setdefault(state.snapshot_id, {})[node_id] = state
+        if self.resend_rng.random() < 0.2:
+            self.resent.append((node_id, state, epoch))
         self.carry_out()
 
     def tick(self) -> None:
@@ -209,18 +255,27 @@ class SimController:
         self.machine.replayed(self.journal, now, skip=set())
         self.machine.tracker.restarted(now)
         last = self.machine.last_restore
-        self.rolled_back = Counter({k: n for k, n in self.rolled_back.items() if last is not None and k == last.request_id})
+        self.keys_at_restart = set(self.answered)
         self.parts.clear()
         self.waiting.clear()
+        self.settling = False  # the journal holds the outcome (durable at once here): the restore ended
         if last is not None and last.status == pb.Restore.RESTORING:
-            self.machine.resume(self.machine.tracker.get(last.snapshot_id))
+            self.machine.resume(self.machine.get(last.snapshot_id))
+        else:
+            self.restoring = None
         self.carry_out()
 
     # -- restore
 
     def restore_one(self, rng: random.Random, crash: bool = True) -> None:
-        """The controller's RestoreState reaches one node that has not taken its part yet."""
+        """The controller's RestoreState reaches one node that has not taken its part yet
+        (or, once the restore ended, the machine hears it settled)."""
         if self.restoring is None or not self.up:
+            return
+        if self.settling:
+            self.settling = False
+            self.restoring = None
+            self.machine.restore_settled()
             return
         ready = sorted(n for n in self.parts if self.world.nodes[n] is not None)
         if not ready:
@@ -259,23 +314,28 @@ class SimController:
             self.parts[node_id] = waiting[1]
 
     def start_restore(self, rng: random.Random) -> None:
-        complete = [s.snapshot_id for s in self.machine.tracker.all() if s.status == COMPLETE]
+        complete = [s.snapshot_id for s in self.machine.all() if s.status == COMPLETE]
         if not self.up or self.restoring is not None or not complete:
             return
         sid = rng.choice(complete)
-        if isinstance(self.machine.restore(self.machine.tracker.get(sid), "", self.now()), restoregate.Start):
+        if isinstance(self.machine.restore(self.machine.get(sid), "", self.now()), restoregate.Start):
             self._started(sid, "")
 
     def _started(self, sid: str, key: str) -> None:
         """The machine said Start: it rolls back to `sid` in a new epoch."""
         if self.restoring is not None:
             raise Violation(f"restore: a second restore ({sid}) started while the restore of {self.restoring} runs")
+        if key in self.answered and len(self.answered) <= self.machine.gate.keys_kept:
+            raise Violation(
+                f"restore: request_id {key!r} rolled back a second time (to {sid}); it already started or joined"
+                f" the restore of {self.answered[key]}"
+            )
         if key:
-            self.rolled_back[key] += 1
-            if self.rolled_back[key] > 1:
-                raise Violation(f"restore: request_id {key!r} rolled back a second time (to {sid})")
+            self.answered[key] = sid
         self.restoring = sid
         self.faults["restore"] += 1
+        self.reports.extendleft(self.resent)  # the late copies arrive now, from the epoch before
+        self.resent.clear()
         self.parts.clear()
         self.waiting.clear()
         self.carry_out()
@@ -283,7 +343,7 @@ class SimController:
     def restore_calls(self, *, always: bool = False) -> None:
         """Clients call RestoreSnapshot: one call, a retry, or a burst of concurrent calls."""
         rng = self.restore_rng
-        ids = self.machine.tracker.ids()
+        ids = self.machine.ids()
         if (not always and rng.random() >= 0.04) or not self.up or not ids:
             return
         for _ in range(rng.choice([1, 1, 2, 3])):
@@ -294,6 +354,9 @@ class SimController:
                 sid = self.key_snapshot[key]
             elif keys and roll < 0.5:  # an earlier key, another snapshot
                 key, sid = rng.choice(keys), self._restore_target(rng, ids)
+            elif self.restoring is not None and roll < 0.65:  # a new key for the restore that runs: it joins
+                self.next_restore_key += 1
+                key, sid = f"k{self.next_restore_key}", self.restoring
             else:
                 sid = self._restore_target(rng, ids)
                 key = ""
@@ -304,14 +367,14 @@ class SimController:
 
     def _restore_target(self, rng: random.Random, ids: list[str]) -> str:
         """Mostly a COMPLETE snapshot (so calls start, join, get answers and Busy), sometimes any."""
-        complete = [sid for sid in ids if self.machine.tracker.status(sid) == COMPLETE]
+        complete = [sid for sid in ids if self.machine.status(sid) == COMPLETE]
         if complete and rng.random() < 0.85:
             return rng.choice(complete)
         return rng.choice(ids)
 
     def restore_call(self, sid: str, key: str) -> None:
         known = self.key_snapshot.get(key) if key else None
-        decision = self.machine.restore(self.machine.tracker.get(sid), key, self.now())
+        decision = self.machine.restore(self.machine.get(sid), key, self.now())
         kind = type(decision)
         if kind is restoregate.Start:
             if key:
@@ -322,10 +385,25 @@ class SimController:
             if self.restoring != sid:
                 raise Violation(f"restore: a call for {sid} joined the restore of {self.restoring}")
             self.faults["restore call joined the running restore"] += 1
+            if key and key not in self.answered:  # the key is this restore's from now on, journaled
+                if decision.joined_key != key:
+                    raise Violation(f"restore: the new key {key!r} joined the restore of {sid} unjournaled")
+                self.key_snapshot.setdefault(key, sid)
+                self.answered[key] = sid
+                self.faults["restore call joined under its own key"] += 1
+                if self.settling:
+                    self.faults["restore call joined under its own key after the restore ended"] += 1
+            self.carry_out()
+            if decision.joined_key and not any(  # R4: answered only once its joined record is durable
+                type(r) is records.Joined and r.request_id == key for r in reversed(self.journal[-4:])
+            ):
+                raise Violation(f"restore: {key!r} joined the restore of {sid} and no joined record is journaled")
         elif kind is restoregate.Answer:
             if decision.result is None or decision.result.snapshot_id != sid:
                 raise Violation(f"restore: a retry of {key!r} for {sid} was answered {decision.result!r}")
             self.faults["restore retry answered, not rolled back"] += 1
+            if key in self.keys_at_restart:
+                self.faults["restore retry answered across a controller restart"] += 1
         elif kind is restoregate.Busy:
             if self.restoring is None or self.restoring == sid:
                 raise Violation(f"restore: a call for {sid} refused busy while {self.restoring} runs")

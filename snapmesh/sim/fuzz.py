@@ -19,7 +19,10 @@ passing, and the faults:
   partition   the nodes split in two until heal; no connection crosses
   delay       durability comes late and in parts (every disk step is random)
   controller  crash and restart: the journal is replayed; unfinished snapshots
-              fail "controller restarted" unless their reports come in
+              fail "controller restarted" unless their reports come in. Each
+              case draws an admission limit (or none) that triggers must keep;
+              a report sent again may arrive after a restore began (refused: a
+              stale epoch); a FAILED snapshot must bring an abort for every node
   deadline    time passes: the controller fails late snapshots and aborts them,
               nodes drop recordings past their ttl
   restore     the controller rolls the cluster back to a COMPLETE snapshot in a
@@ -30,15 +33,18 @@ passing, and the faults:
               frame or ack of another epoch is refused)
   restore calls  clients call RestoreSnapshot on the controller machine (its
               gate is snapmesh.protocol.restoregate): bursts of concurrent
-              calls, retries with the same idempotency key, a key reused for another snapshot,
+              calls, new keys joining the running restore (also once it has
+              ended and before its outcome is durable), retries with the
+              same idempotency key (while it runs, after it ended, after a
+              controller restart), a key reused for another snapshot,
               snapshots that cannot be restored; mostly of COMPLETE snapshots,
               so calls start, join, get answers, Busy and key-reuse refusals.
               Most snapshots complete only once faults stop, so the settling
               phase also runs rounds of calls, each round moving the running
               restore on by one node, sometimes restarting the controller.
-              At most one restore runs, and a key never rolls back twice in one
-              controller lifetime (after a controller restart the gate knows
-              the journal's newest restore only, as the real controller does).
+              At most one restore runs, and a key that started or joined a
+              restore never rolls back again, across controller restarts too
+              (the journal keeps every restore and every key that joined one).
               These calls come from their own generator (restore_rng).
 
 After every step `invariants.Checker` judges; then faults stop, everything is

@@ -67,7 +67,7 @@ class World:
         return (
             f"nodes {self.balances} channels {len(self.channels)} mark {self.mark} bound {self.bound} "
             f"segment {self.segment_records} steps {self.steps} mode {self.mode} "
-            f"requests {self.request_capacity}/{self.request_ttl:g}s"
+            f"requests {self.request_capacity}/{self.request_ttl:g}s admission {self.controller.max_concurrent or 'off'}"
         )
 
     # -- nodes
