@@ -19,6 +19,7 @@ from services.controller.engine import ControllerEngine, FellBehind, TooManySnap
 from services.controller.restorer import RestoreRefused
 from snapmesh.protocol import chunking
 from snapmesh.protocol.controller import stale_report
+from snapmesh.protocol.snapshot_ids import snapshot_id_problem
 from snapmesh.protocol.tracker import (
     DuplicateReport,
     InvalidReport,
@@ -76,8 +77,7 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
         return ""
 
     async def RestoreSnapshot(self, request: pb.RestoreSnapshotRequest, context) -> pb.Restore:
-        if not request.snapshot_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id is empty")
+        await _check_id(request.snapshot_id, context)
         assert self.restorer is not None, "start() first"
         damaged = await self._damage(request.snapshot_id)
         if damaged:
@@ -122,8 +122,7 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
         return await self.wait_finished(snapshot.snapshot_id)
 
     async def _snapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
-        if not request.snapshot_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id is empty")
+        await _check_id(request.snapshot_id, context)
         if request.max_bytes < 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"max_bytes must not be negative, got {request.max_bytes}")
         await self._shown([request.snapshot_id])
@@ -238,6 +237,7 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
             self.metrics.stale_reports.inc()
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, stale)
         await security.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
+        await _check_id(request.snapshot_id, context)
         try:
             await self.report(request)
         except TrackerError as exc:
@@ -280,6 +280,13 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
             self._chunk_budget.give_back(peer, held)
         del assembler
         return await self.ReportState(state, context)
+
+
+async def _check_id(snapshot_id: str, context) -> None:
+    """INVALID_ARGUMENT, before anything is looked up, for a text that is not a
+    snapshot id: only ids the tracker makes ever name a file in the store."""
+    if problem := snapshot_id_problem(snapshot_id):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
 
 
 def _page_token(last_id: str, status: int) -> str:

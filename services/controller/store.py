@@ -14,8 +14,9 @@ durable in the journal (`journal.py`), which is what makes the answer safe. Each
 file is written atomically (temporary file, fsync, rename, fsync of the
 directory), so a crash leaves either no file or the whole file, and a missing
 one is written again after the restart. Both files carry the checksum of the
-snapshot's content (snapmesh/checking/snapshot_file.py); a file without one (written
-before checksums) loads as before. Loading skips, with a warning naming the
+snapshot's content (snapmesh/checking/snapshot_file.py), and are marked as
+carrying it: a marked file without one is damaged; an unmarked one without one
+(written before checksums) loads as before. Loading skips, with a warning naming the
 file, anything it cannot read back or whose checksum does not match, and
 remembers in `damaged` each snapshot it found no intact file of, so that asking
 for it says DATA_LOSS, naming the file, rather than "unknown".
@@ -83,15 +84,14 @@ class SnapshotStore:
             if path.stem in found:
                 continue
             try:
-                snapshot = snapshot_file.read(path)
+                snapshot, marked = snapshot_file.read_marked(path)
             except snapshot_file.Unreadable as exc:
                 warnings.append(f"skipping snapshot file {path}: cannot parse it: {exc}")
                 self.damaged.setdefault(path.stem, str(exc))
                 continue
-            if snapshot.checksum and snapshot.checksum != snapshot_file.checksum(snapshot):
-                why = f"{path}: content does not match its checksum {snapshot.checksum}"
-                warnings.append(f"skipping snapshot file {path}: {why.removeprefix(f'{path}: ')}")
-                self.damaged.setdefault(path.stem, why)
+            if problem := snapshot_file.checksum_problem(snapshot, marked):
+                warnings.append(f"skipping snapshot file {path}: {problem}")
+                self.damaged.setdefault(path.stem, f"{path}: {problem}")
                 continue
             snapshot.ClearField("checksum")  # the controller's copy: answers carry none
             if _check(snapshot, path, warnings):
@@ -101,16 +101,20 @@ class SnapshotStore:
 
     def load(self, snapshot_id: str) -> pb.Snapshot | None:
         """One filed snapshot from its compact file; None when there is none
-        (or it cannot be read)."""
+        (or it cannot be read). A file whose checksum fails it, or that holds
+        another snapshot than its name, is remembered in `damaged`."""
         if not snapshot_id or "/" in snapshot_id or snapshot_id.startswith("."):
             return None
         path = self.compact_path(snapshot_id)
         try:
-            snapshot = snapshot_file.read(path)
+            snapshot, marked = snapshot_file.read_marked(path)
         except (OSError, snapshot_file.Unreadable):
             return None
-        if snapshot.checksum and snapshot.checksum != snapshot_file.checksum(snapshot):
-            self.damaged.setdefault(snapshot_id, f"{path}: content does not match its checksum {snapshot.checksum}")
+        problem = snapshot_file.checksum_problem(snapshot, marked)
+        if not problem and snapshot.snapshot_id != snapshot_id:
+            problem = f"holds snapshot_id {snapshot.snapshot_id!r}, not {snapshot_id!r}"
+        if problem:
+            self.damaged.setdefault(snapshot_id, f"{path}: {problem}")
             return None
         snapshot.ClearField("checksum")  # the controller's copy: answers carry none
         return snapshot
