@@ -17,23 +17,24 @@ from pathlib import Path
 import json
 
 from snapmesh.checking.node_logs import LogReadError as LogError
-from snapmesh.checking.node_logs import log_files, log_nodes, read_logs
+from snapmesh.checking.node_logs import LeftOut, log_files, log_nodes, read_logs
 from snapmesh.protocol import wal
 
-__all__ = ["LogError", "read_around", "read_data_dir"]
+__all__ = ["LeftOut", "LogError", "read_around", "read_data_dir"]
 
 MARGIN = 400  # lines kept either side of a node's lines naming the snapshot
 
 
-def read_data_dir(data_dir: str | Path) -> dict[str, list[dict]]:
-    """node -> records in lsn order, for every node with a log in `data_dir`."""
+def read_data_dir(data_dir: str | Path, left_out: list[LeftOut] | None = None) -> dict[str, list[dict]]:
+    """node -> records in lsn order, for every node with a log in `data_dir`; each
+    torn last line left out is added to `left_out`."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise LogError(f"{data_dir}: no such directory")
     nodes = log_nodes(data_dir)
     if not nodes:
         raise LogError(f"{data_dir}: no transfer logs (<node>.log.jsonl)")
-    return read_logs(data_dir, nodes)
+    return read_logs(data_dir, nodes, left_out)
 
 
 def read_around(data_dir: str | Path, snapshot_id: str, margin: int = MARGIN) -> dict[str, list[dict]]:
