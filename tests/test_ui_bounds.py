@@ -193,3 +193,20 @@ def test_the_picture_reads_only_the_lines_around_the_cut(tmp_path):
     assert [r["lsn"] for r in read_around(tmp_path, sid, margin=50)["a"]] == list(range(11, 41))  # one file each side
     with pytest.raises(IsADirectoryError):  # proof the directory stands where a log file is read
         read_data_dir(tmp_path)
+
+
+def test_the_logs_of_a_stuck_snapshot_are_read_by_one_visitor_at_a_time(tmp_path):
+    sid, other = "20260101T000000.000000Z-00000001", "20260101T000000.000000Z-00000002"
+    records = [{"node": "a", "lsn": 1, "kind": "send", "dst": "b", "msg_id": "a:b:1", "amount": 1, "seq": 1},
+               {"node": "a", "lsn": 2, "kind": "cut", "snapshot_id": sid, "balance": 9},
+               {"node": "a", "lsn": 3, "kind": "cut", "snapshot_id": other, "balance": 9}]
+    text = "".join(json.dumps(r) + "\n" for r in records) + '{"node": "a", "lsn": 4, "kind": "marker_recv", "snap'
+    (tmp_path / "a.log.jsonl").write_text(text)
+    source = Source("127.0.0.1:1", None, tmp_path)
+    try:
+        assert source.log_records(["a"], sid) == ({"a": [records[1]]}, "")  # only that snapshot's lines
+        with source._reading:  # another visitor reads them
+            assert source.log_records(["a"], sid) == (
+                None, "the logs are being read for another visitor: the controller's view for now")
+    finally:
+        source.close()

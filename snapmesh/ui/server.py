@@ -203,7 +203,7 @@ class _Handler(BaseHTTPRequestHandler):
         node_ids = [n.node_id for n in cluster.nodes]
         stuck, stuck_note = None, ""
         if snapshot.status == model.IN_PROGRESS:
-            records, stuck_note = source.log_records(node_ids)
+            records, stuck_note = source.log_records(node_ids, snapshot_id)
             stuck = model.stuck(snapshot, node_ids, [(c.src, c.dst) for c in cluster.channels], time.time(), records)
         svg, trace_note = None, "drawn once the snapshot is COMPLETE"
         if snapshot.status == model.COMPLETE:

@@ -11,7 +11,8 @@ NotFound without a call; an id the controller does not know is remembered as
 such for UNKNOWN_KEPT_S; a picture is drawn from the log lines around its cut
 only (`snapmesh.trace.logs.read_around`), one at a time (`Busy` meanwhile), and
 both the pictures and the reasons there is none are kept (the newest TRACES_KEPT
-and NO_PICTURE_KEPT).
+and NO_PICTURE_KEPT). The logs of a stuck snapshot are read by one visitor at a
+time, a file at a time, parsing only the lines that name it.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class Source:
         self._no_picture: OrderedDict[str, str] = OrderedDict()  # snapshot id -> why it has no picture
         self._unknown: OrderedDict[str, float] = OrderedDict()  # snapshot id -> when the controller did not know it
         self._drawing = threading.Lock()  # one picture at a time
+        self._reading = threading.Lock()  # one reader of the logs for a stuck snapshot at a time
         self._journal_cache: tuple[Any, tuple[pb.Restore | None, str]] | None = None
 
     def close(self) -> None:
@@ -170,27 +172,28 @@ class Source:
         self._journal_cache = (key, answer)
         return answer
 
-    def log_records(self, node_ids: list[str]) -> tuple[dict[str, list[dict]] | None, str]:
-        """Each node's recent log records (its last sealed segment and its active file:
-        where an IN_PROGRESS snapshot's records are); (None, why) without readable logs."""
+    def log_records(self, node_ids: list[str], snapshot_id: str) -> tuple[dict[str, list[dict]] | None, str]:
+        """Each node's log records of `snapshot_id` in its last sealed segment and its
+        active file (where an IN_PROGRESS snapshot's records are); (None, why) without
+        readable logs, or while another page reads them (one reader at a time, a file
+        at a time: the page then shows the controller's view)."""
         if self.data_dir is None:
             return None, "no --data-dir: the controller's view only (which nodes reported)"
         from snapmesh.checking.node_logs import log_files
 
+        if not self._reading.acquire(blocking=False):
+            return None, "the logs are being read for another visitor: the controller's view for now"
+        needle = f'"{snapshot_id}"'.encode()
         found: dict[str, list[dict]] = {}
         try:
             for node in node_ids:
                 found[node] = []
                 for path in log_files(self.data_dir, node)[-2:]:
-                    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                        if '"snapshot_id"' not in line:
-                            continue  # transfers: most of the log, never what this looks for
-                        try:
-                            found[node].append(json.loads(line))
-                        except json.JSONDecodeError:
-                            continue  # the torn last line of a node still writing
+                    found[node] += _lines_naming(path.read_bytes(), needle)
         except OSError as exc:
             return None, f"the logs in {self.data_dir} cannot be read: {exc.strerror or exc}"
+        finally:
+            self._reading.release()
         return found, ""
 
     def trace_svg(self, snapshot_id: str) -> tuple[str | None, str]:
@@ -236,6 +239,22 @@ class Source:
         with self._lock:
             _keep(self._traces, snapshot_id, svg, TRACES_KEPT)
         return svg, ""
+
+
+def _lines_naming(data: bytes, needle: bytes) -> list[dict]:
+    """The records of the lines of `data` holding `needle` (only those are split off
+    and parsed: transfers and other snapshots are most of a log)."""
+    found = []
+    at = data.find(needle)
+    while at >= 0:
+        start, end = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
+        end = len(data) if end < 0 else end
+        try:
+            found.append(json.loads(data[start:end]))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            pass  # the torn last line of a node still writing
+        at = data.find(needle, end)
+    return found
 
 
 def _keep(kept: OrderedDict, key: str, value, most: int) -> None:
