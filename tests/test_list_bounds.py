@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sys
 import time
 
@@ -86,12 +87,15 @@ def file_snapshots(store: SnapshotStore, count: int) -> list[str]:
 
 def test_a_filtered_list_of_100k_filed_snapshots_is_fast_and_never_stalls_the_loop(tmp_path):
     store = SnapshotStore(tmp_path / "snapshots", tmp_path / "controller" / "snapshots")
-    ids = file_snapshots(store, FILED)
-    loaded, warnings = store.load_all()  # as at start: this builds the index
-    assert len(loaded) == FILED and warnings == []
-    newest = loaded[-20:]  # the working set holds the newest; the rest are only in the store
-    del loaded
-    rounds = asyncio.run(_paged(store, newest))
+    try:
+        ids = file_snapshots(store, FILED)
+        loaded, warnings = store.load_all()  # as at start: this builds the index
+        assert len(loaded) == FILED and warnings == []
+        newest = loaded[-20:]  # the working set holds the newest; the rest are only in the store
+        del loaded
+        rounds = asyncio.run(_paged(store, newest))
+    finally:
+        shutil.rmtree(store.compact_directory, ignore_errors=True)  # 100,000 files: not kept for pytest's tmp history
 
     failed = [sid for i, sid in enumerate(ids) if i % 100 == 7]
     figures = []
