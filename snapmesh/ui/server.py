@@ -91,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
 
 class UiServer(ThreadingHTTPServer):
     daemon_threads = True
+    # The listen backlog (socketserver's default is 5): a burst of visitors past it has
+    # its connections dropped and retried by the client's TCP (1 s, 3 s, 7 s later).
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], source: Source, allow_hosts: tuple[str, ...] = ()) -> None:
         self.source = source
