@@ -141,7 +141,7 @@ def measure(entries: int = ENTRIES, rounds: int = ROUNDS) -> dict[str, float]:
         # the export is the printer's text with its checksum; the compact file reads back to the same snapshot
         sealed = snapshot_file.sealed_json(export.printed(snapshot), snapshot_file.checksum(snapshot))
         assert store.path(snapshot.snapshot_id).read_text() == sealed + "\n"
-        stored = pb.Snapshot.FromString(store.compact_path(snapshot.snapshot_id).read_bytes())
+        stored = snapshot_file.read(store.compact_path(snapshot.snapshot_id))
         assert stored.checksum == snapshot_file.checksum(snapshot)
         stored.ClearField("checksum")
         assert stored == snapshot

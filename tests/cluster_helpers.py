@@ -7,7 +7,8 @@ stubs, and the one log checker run on a cluster's controller snapshots.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
 
 import grpc
 
@@ -15,6 +16,24 @@ from snapmesh.checking.logcheck import Report, check_logs
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.settings import security
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+
+@asynccontextmanager
+async def served_in_process(service) -> AsyncIterator[pb_grpc.ControllerStub]:
+    """A ControllerService of this process behind a real gRPC server on loopback,
+    and an asyncio stub to it (both stopped on exit); `stub.address` is where it
+    listens, for a client in another process."""
+    server = grpc.aio.server()
+    pb_grpc.add_ControllerServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.ControllerStub(channel)
+            stub.address = f"127.0.0.1:{port}"
+            yield stub
+    finally:
+        await server.stop(0)
 
 
 def controller_stub(address: str, identity=None) -> tuple[grpc.Channel, pb_grpc.ControllerStub]:

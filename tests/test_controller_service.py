@@ -193,7 +193,9 @@ def test_trigger_with_an_unknown_initiator_is_invalid_and_starts_nothing(stub):
 
 
 @pytest.mark.parametrize(
-    "snapshot_id, code", [("", grpc.StatusCode.INVALID_ARGUMENT), ("no-such-snapshot", grpc.StatusCode.NOT_FOUND)]
+    "snapshot_id, code", [("", grpc.StatusCode.INVALID_ARGUMENT), ("no-such-snapshot", grpc.StatusCode.INVALID_ARGUMENT),
+                          ("../snapshots/x", grpc.StatusCode.INVALID_ARGUMENT),
+                          ("20260101T000000.000000Z-00000000", grpc.StatusCode.NOT_FOUND)]
 )
 def test_get_snapshot_with_an_empty_or_unknown_id(stub, snapshot_id, code):
     before = listed(stub)
@@ -204,7 +206,7 @@ def test_get_snapshot_with_an_empty_or_unknown_id(stub, snapshot_id, code):
 
 def test_report_for_an_unknown_snapshot_is_not_found(cluster, stub):
     before = listed(stub)
-    error = rpc_error(stub.ReportState, full_state(cluster, "no-such-snapshot", "p1"), timeout=5)
+    error = rpc_error(stub.ReportState, full_state(cluster, "20260101T000000.000000Z-00000000", "p1"), timeout=5)
     assert error.code() == grpc.StatusCode.NOT_FOUND
     assert listed(stub) == before
 

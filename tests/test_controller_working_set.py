@@ -18,16 +18,21 @@ from prometheus_client import CollectorRegistry
 from services.controller.metrics import ControllerMetrics
 from services.controller.servicer import ControllerService
 from services.controller.store import SnapshotStore, StoreWriter
-from snapmesh.protocol.tracker import FINISHED_KEPT, Tracker, UnknownSnapshot
+from snapmesh.protocol.tracker import FINISHED_KEPT, Tracker, UnknownSnapshot, new_snapshot_id
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
-from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+from cluster_helpers import served_in_process
 
 pytestmark = [pytest.mark.timeout(60)]
 
 
+def sid(i: int) -> str:
+    """The i-th snapshot id, in the tracker's format (ids sort in start order)."""
+    return new_snapshot_id(1_767_225_600 + i, b"\0\0\0\0")
+
+
 def finished(i: int) -> pb.Snapshot:
-    return pb.Snapshot(snapshot_id=f"s{i:03d}", initiator="p1", status=pb.Snapshot.COMPLETE, total=10,
+    return pb.Snapshot(snapshot_id=sid(i), initiator="p1", status=pb.Snapshot.COMPLETE, total=10,
                        expected_total=10, conserved=True)
 
 
@@ -41,15 +46,15 @@ def test_the_tracker_keeps_the_newest_and_every_unfiled_one() -> None:
     tracker = new_tracker(kept=2)
     for i in range(5):
         tracker.restore(finished(i))
-    tracker._filed.discard("s001")  # as if s001's file were not written yet
-    tracker.filed("s004")
-    # Two kept: the newest, and s001, which must stay until it is in its file.
-    assert [s.snapshot_id for s in tracker.all()] == ["s001", "s004"]
+    tracker._filed.discard(sid(1))  # as if snapshot 1's file were not written yet
+    tracker.filed(sid(4))
+    # Two kept: the newest, and snapshot 1, which must stay until it is in its file.
+    assert [s.snapshot_id for s in tracker.all()] == [sid(1), sid(4)]
     with pytest.raises(UnknownSnapshot):
-        tracker.get("s000")
+        tracker.get(sid(0))
     tracker.restore(finished(5))
-    tracker.filed("s001")
-    assert [s.snapshot_id for s in tracker.all()] == ["s004", "s005"]
+    tracker.filed(sid(1))
+    assert [s.snapshot_id for s in tracker.all()] == [sid(4), sid(5)]
 
 
 def test_older_snapshots_are_read_from_the_store(tmp_path) -> None:
@@ -66,25 +71,17 @@ async def _served_from_the_store(tmp_path) -> None:
                                 metrics=ControllerMetrics(CollectorRegistry()))
     for i in range(5):
         tracker.restore(finished(i))
-        tracker._filed.discard(f"s{i:03d}")
+        tracker._filed.discard(sid(i))
         writer.submit(finished(i))
     await asyncio.to_thread(writer.close)
-    for sid in filed:
-        tracker.filed(sid)
+    for filed_id in filed:
+        tracker.filed(filed_id)
     assert len(tracker.all()) == 2
-    server = grpc.aio.server()
-    pb_grpc.add_ControllerServicer_to_server(service, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = pb_grpc.ControllerStub(channel)
-            old = await stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id="s000"), timeout=10)
-            assert old == finished(0)
-            listed = await stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10)
-            assert [s.snapshot_id for s in listed.snapshots] == [f"s{i:03d}" for i in range(5)]
-            with pytest.raises(grpc.aio.AioRpcError) as missing:
-                await stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id="../nope"), timeout=10)
-            assert missing.value.code() == grpc.StatusCode.NOT_FOUND
-    finally:
-        await server.stop(0)
+    async with served_in_process(service) as stub:
+        old = await stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid(0)), timeout=10)
+        assert old == finished(0)
+        listed = await stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10)
+        assert [s.snapshot_id for s in listed.snapshots] == [sid(i) for i in range(5)]
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            await stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid(9)), timeout=10)
+        assert missing.value.code() == grpc.StatusCode.NOT_FOUND

@@ -88,7 +88,7 @@ def activity(cluster):
         snapshot = controller.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=30)
         assert pb.Snapshot.Status.Name(snapshot.status) == "COMPLETE"
         with pytest.raises(grpc.RpcError) as missing:
-            controller.GetSnapshot(pb.GetSnapshotRequest(snapshot_id="no-such-snapshot"), timeout=10)
+            controller.GetSnapshot(pb.GetSnapshotRequest(snapshot_id="20260101T000000.000000Z-00000000"), timeout=10)
         assert missing.value.code() == grpc.StatusCode.NOT_FOUND
     return {
         "snapshot": snapshot,

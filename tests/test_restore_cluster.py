@@ -239,7 +239,8 @@ def test_the_cli_and_the_refusals(cluster, history):
     assert _controller_metric(cluster, restored) == before + 1
     assert _controller_metric(cluster, "snapmesh_controller_epoch") == 6
     unknown = subprocess.run(
-        [sys.executable, "-m", "snapmesh.cli", "restore", "--yes", "--controller", cluster.controller_address, "no-such-id"],
+        [sys.executable, "-m", "snapmesh.cli", "restore", "--yes", "--controller", cluster.controller_address,
+         "20260101T000000.000000Z-00000000"],
         capture_output=True, text=True, timeout=60,
     )
     assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr

@@ -149,8 +149,10 @@ def test_get_shows_nodes_channels_and_the_sum_and_json_is_the_api_answer(run, st
     from google.protobuf import json_format
 
     assert json_format.Parse(out, pb.Snapshot()) == snapshot
-    code, out, err = run("get", "no-such-id")
-    assert code == 1 and "NOT_FOUND" in err and "no-such-id" in err and out == ""
+    code, out, err = run("get", "20260101T000000.000000Z-00000000")
+    assert code == 1 and "NOT_FOUND" in err and "20260101T000000.000000Z-00000000" in err and out == ""
+    code, out, err = run("get", "../no-such-id")
+    assert code == 1 and "INVALID_ARGUMENT" in err and "'../no-such-id' is not a snapshot id" in err and out == ""
 
 
 def test_get_shows_each_nodes_timings_and_the_transfers_in_flight_as_the_page(cluster, run, stub):

@@ -59,21 +59,50 @@ def run_reconcile(data: Path, tmp_path: Path, capsys) -> tuple[int, str]:
     return code, captured.out + captured.err
 
 
-def test_a_cut_short_line_is_left_out_by_both(spark, clean, tmp_path, capsys):  # noqa: F811
-    data, _ = variant(clean, tmp_path, b'{"node": "p1", "lsn": 9')
-    assert run_trace(data, tmp_path, capsys)[0] == 0
+def notices(said: str, command: str) -> list[str]:
+    return [line for line in said.splitlines() if line.startswith(f"snapmesh {command}: notice: ")]
+
+
+def left_out_says(active: Path, size: int) -> str:
+    return f"{active}: left out its last {size} bytes (from byte {active.stat().st_size - size})"
+
+
+def test_a_cut_short_line_is_left_out_by_both_and_each_says_so(spark, clean, tmp_path, capsys):  # noqa: F811
+    tail = b'{"node": "p1", "lsn": 9'
+    data, active = variant(clean, tmp_path, tail)
+    code, said = run_trace(data, tmp_path, capsys)
+    assert code == 0
+    assert len(notices(said, "trace")) == 1 and left_out_says(active, len(tail)) in said, said
     code, said = run_reconcile(data, tmp_path, capsys)
     assert code == 0, said  # not bad input: the node is still writing it, or cuts it off on restart
+    assert len(notices(said, "reconcile")) == 1 and left_out_says(active, len(tail)) in said, said
+    summary = json.loads((tmp_path / "verdicts" / "summary.json").read_text())
+    rows = [v for v in summary["verdicts"] if v["scope"] == "left_out"]
+    assert len(rows) == 1 and left_out_says(active, len(tail)) in rows[0]["first_discrepancy"], summary["verdicts"]
+    assert summary["left_out"] == [{"file": str(active), "offset": active.stat().st_size - len(tail),
+                                    "bytes": len(tail), "notice": rows[0]["first_discrepancy"]}]
+    assert "(left out)" in said and "notice" in said  # the row in the printed table
+
+
+def test_a_clean_log_has_no_notice(spark, clean, tmp_path, capsys):  # noqa: F811
+    data, _ = variant(clean, tmp_path, b"")
+    code, said = run_trace(data, tmp_path, capsys)
+    assert code == 0 and notices(said, "trace") == [], said
+    code, said = run_reconcile(data, tmp_path, capsys)
+    assert code == 0 and notices(said, "reconcile") == [] and "(left out)" not in said, said
 
 
 def test_a_whole_record_without_its_newline_is_torn_too_and_left_out_by_both(spark, clean, tmp_path, capsys):  # noqa: F811
     data, active = variant(clean, tmp_path, b"")
-    active.write_bytes(active.read_bytes() + phantom_recv(active))  # only the newline is missing
-    code, _ = run_trace(data, tmp_path, capsys)
+    phantom = phantom_recv(active)
+    active.write_bytes(active.read_bytes() + phantom)  # only the newline is missing
+    code, said = run_trace(data, tmp_path, capsys)
     assert code == 0
     assert "999999" not in (tmp_path / "t.shiviz").read_text()
+    assert left_out_says(active, len(phantom)) in said, said
     code, said = run_reconcile(data, tmp_path, capsys)
     assert code == 0, said  # counted, the phantom receive would be a discrepancy (exit 1)
+    assert left_out_says(active, len(phantom)) in said, said
 
 
 def test_a_complete_line_that_is_no_record_is_refused_by_both_naming_it(spark, clean, tmp_path, capsys):  # noqa: F811

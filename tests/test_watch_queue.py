@@ -11,6 +11,7 @@ import asyncio
 
 import grpc
 import pytest
+from cluster_helpers import served_in_process
 from prometheus_client import CollectorRegistry
 
 from services.controller.metrics import ControllerMetrics
@@ -18,7 +19,6 @@ from services.controller.servicer import ControllerService
 from snapmesh.protocol.tracker import Tracker
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
-from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -33,26 +33,19 @@ async def _slow_watcher() -> None:
     service = ControllerService(config=cfg, tracker=tracker, journal=None, writer=None,  # type: ignore[arg-type]
                                 metrics=ControllerMetrics(CollectorRegistry()))
     service.watch_queue = 8
-    server = grpc.aio.server()
-    pb_grpc.add_ControllerServicer_to_server(service, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            call = pb_grpc.ControllerStub(channel).WatchSnapshots(pb.WatchSnapshotsRequest())
-            while not service._watchers:
-                await asyncio.sleep(0.01)
-            big = pb.Snapshot(snapshot_id="s", reason="x" * 200_000)  # fills the stream's flow-control window fast
-            for _ in range(200):  # the watcher reads none of them
-                service._publish(big)
-                await asyncio.sleep(0)
-            assert not service._watchers, "the slow watcher was not dropped"
-            received = 0
-            with pytest.raises(grpc.aio.AioRpcError) as dropped:
-                async for _ in call:
-                    received += 1
-            assert dropped.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert "fell 8 updates behind" in dropped.value.details()
-            assert received < 200
-    finally:
-        await server.stop(0)
+    async with served_in_process(service) as stub:
+        call = stub.WatchSnapshots(pb.WatchSnapshotsRequest())
+        while not service._watchers:
+            await asyncio.sleep(0.01)
+        big = pb.Snapshot(snapshot_id="s", reason="x" * 200_000)  # fills the stream's flow-control window fast
+        for _ in range(200):  # the watcher reads none of them
+            service._publish(big)
+            await asyncio.sleep(0)
+        assert not service._watchers, "the slow watcher was not dropped"
+        received = 0
+        with pytest.raises(grpc.aio.AioRpcError) as dropped:
+            async for _ in call:
+                received += 1
+        assert dropped.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "fell 8 updates behind" in dropped.value.details()
+        assert received < 200

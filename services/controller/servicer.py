@@ -19,6 +19,7 @@ from services.controller.engine import ControllerEngine, FellBehind, TooManySnap
 from services.controller.restorer import RestoreRefused
 from snapmesh.protocol import chunking
 from snapmesh.protocol.controller import StaleReport
+from snapmesh.protocol.snapshot_ids import snapshot_id_problem
 from snapmesh.protocol.tracker import (
     DuplicateReport,
     InvalidReport,
@@ -45,6 +46,7 @@ CLIENT_DEFAULT_BYTES = 4 * 1024 * 1024
 PAGE_BYTES = CLIENT_DEFAULT_BYTES - 64 * 1024
 MAX_PAGE_SIZE = 1000
 SNAPSHOT_CHUNK_BYTES = chunking.CHUNK_BYTES
+LOAD_BATCH = 256  # filed snapshots read per trip off the event loop, for a page without a page_size
 
 
 class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
@@ -77,8 +79,7 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
         return ""
 
     async def RestoreSnapshot(self, request: pb.RestoreSnapshotRequest, context) -> pb.Restore:
-        if not request.snapshot_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id is empty")
+        await _check_id(request.snapshot_id, context)
         assert self.restorer is not None, "start() first"
         damaged = await self._damage(request.snapshot_id)
         if damaged:
@@ -123,8 +124,7 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
         return await self.wait_finished(snapshot.snapshot_id)
 
     async def _snapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
-        if not request.snapshot_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id is empty")
+        await _check_id(request.snapshot_id, context)
         if request.max_bytes < 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"max_bytes must not be negative, got {request.max_bytes}")
         await self._shown([request.snapshot_id])
@@ -176,25 +176,10 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
         limit = min(request.page_size, MAX_PAGE_SIZE) if request.page_size else None
         page = pb.ListSnapshotsResponse()
         size = 0
-        # the tracker's working set and the snapshots that left it for the store only
-        in_memory = set(self.tracker.ids())
-        ids = sorted(in_memory.union(self.writer.store.filed_ids()))
-        start = _bisect_after(ids, after)
-        for i in range(start, len(ids)):
-            sid = ids[i]
-            if sid in in_memory:
-                if request.status and self.tracker.status(sid) != request.status:
-                    continue
-                snapshot = None
-            elif (snapshot := self.writer.store.load(sid)) is None or (
-                request.status and snapshot.status != request.status
-            ):
-                continue
+        async for snapshot in self._listed(after, request.status, (limit or LOAD_BATCH - 1) + 1):
             if limit is not None and len(page.snapshots) >= limit:
                 page.next_page_token = _page_token(page.snapshots[-1].snapshot_id, request.status)
                 break
-            if snapshot is None:
-                snapshot = self.tracker.get(sid)
             if (own := snapshot.ByteSize() + 8) > PAGE_BYTES:  # alone larger than a page: without its in-flight lists
                 for channel in snapshot.channels:
                     del channel.in_flight[:]
@@ -206,6 +191,41 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
                 break
             page.snapshots.append(snapshot)
         return page
+
+    async def _listed(self, after: str, status: int, batch: int) -> AsyncIterator[pb.Snapshot]:
+        """The snapshots after the id `after` with `status` (0: any), in id order:
+        the tracker's working set, and the store's index for those that left it.
+        No file is read but the ones listed, `batch` at a time, off the event loop."""
+        store = self.writer.store
+        in_memory = [sid for sid in self.tracker.ids() if sid > after]
+        if status:
+            in_memory = [sid for sid in in_memory if self.tracker.status(sid) == status]
+        held = set(in_memory)
+        cursor = after
+        while True:
+            filed = store.index.after(cursor, status, batch)
+            bound = filed[-1] if len(filed) == batch else None  # None: the index has no more
+            taken = bisect.bisect_right(in_memory, bound) if bound is not None else len(in_memory)
+            ids = sorted(set(filed).union(in_memory[:taken]))
+            del in_memory[:taken]
+            if not ids:
+                return
+            loaded = await asyncio.to_thread(_load_each, store, [sid for sid in ids if sid not in held])
+            for sid in ids:
+                snapshot = self._held(sid) if sid in held else loaded[sid]
+                if snapshot is None and sid in held:  # it left the working set meanwhile
+                    snapshot = await asyncio.to_thread(store.load, sid)
+                if snapshot is not None and (not status or snapshot.status == status):
+                    yield snapshot
+            cursor = ids[-1]
+            if bound is None and not in_memory:
+                return
+
+    def _held(self, snapshot_id: str) -> pb.Snapshot | None:
+        try:
+            return self.tracker.get(snapshot_id)
+        except UnknownSnapshot:
+            return None
 
     async def WatchSnapshots(self, request: pb.WatchSnapshotsRequest, context) -> AsyncIterator[pb.Snapshot]:
         queue: asyncio.Queue[pb.Snapshot | FellBehind | None] = asyncio.Queue(maxsize=self.watch_queue)
@@ -235,6 +255,7 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
 
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
         await security.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
+        await _check_id(request.snapshot_id, context)
         try:
             await self.report(request)
         except TrackerError as exc:
@@ -281,6 +302,13 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
         return await self.ReportState(state, context)
 
 
+async def _check_id(snapshot_id: str, context) -> None:
+    """INVALID_ARGUMENT, before anything is looked up, for a text that is not a
+    snapshot id: only ids the tracker makes ever name a file in the store."""
+    if problem := snapshot_id_problem(snapshot_id):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+
+
 def _page_token(last_id: str, status: int) -> str:
     """Opaque to clients: where the next page starts, and the filter it was for."""
     raw = json.dumps({"after": last_id, "status": status}, separators=(",", ":")).encode()
@@ -299,5 +327,5 @@ def _page_after(token: str, status: int) -> str | None:
     return fields["after"] or None
 
 
-def _bisect_after(ids: list[str], after: str) -> int:
-    return bisect.bisect_right(ids, after) if after else 0
+def _load_each(store, snapshot_ids: list[str]) -> dict[str, pb.Snapshot | None]:
+    return {sid: store.load(sid) for sid in snapshot_ids}

@@ -14,15 +14,22 @@ durable in the journal (`journal.py`), which is what makes the answer safe. Each
 file is written atomically (temporary file, fsync, rename, fsync of the
 directory), so a crash leaves either no file or the whole file, and a missing
 one is written again after the restart. Both files carry the checksum of the
-snapshot's content (snapmesh/checking/snapshot_file.py); a file without one (written
-before checksums) loads as before. Loading skips, with a warning naming the
+snapshot's content (snapmesh/checking/snapshot_file.py), and are marked as
+carrying it: a marked file without one is damaged; an unmarked one without one
+(written before checksums) loads as before. Loading skips, with a warning naming the
 file, anything it cannot read back or whose checksum does not match, and
 remembers in `damaged` each snapshot it found no intact file of, so that asking
 for it says DATA_LOSS, naming the file, rather than "unknown".
+
+The store keeps an index of its filed snapshots, id -> status (`FiledIndex`):
+built by `load_all` at start, kept up to date as files are written and deleted.
+A filtered ListSnapshots pages through it without reading a file or listing the
+directory; only the snapshots of the page are read (off the event loop).
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import queue
 import threading
@@ -39,11 +46,63 @@ log = logging.getLogger(__name__)
 FINISHED = (pb.Snapshot.COMPLETE, pb.Snapshot.FAILED)
 
 
+class FiledIndex:
+    """Id -> status of every filed snapshot, and the ids in order, in all and per
+    status. Thread-safe: the writer's thread adds and removes, the event loop reads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._status: dict[str, int] = {}
+        self._ordered: dict[int, list[str]] = {0: []}  # status -> sorted ids; 0: every status
+
+    def add(self, snapshot_id: str, status: int) -> None:
+        with self._lock:
+            if self._status.get(snapshot_id) == status:
+                return
+            self._remove(snapshot_id)
+            self._status[snapshot_id] = status
+            for key in (0, status):
+                ids = self._ordered.setdefault(key, [])
+                if not ids or ids[-1] < snapshot_id:
+                    ids.append(snapshot_id)  # the usual case: a new id sorts last
+                else:
+                    bisect.insort(ids, snapshot_id)
+
+    def remove(self, snapshot_id: str) -> None:
+        with self._lock:
+            self._remove(snapshot_id)
+
+    def _remove(self, snapshot_id: str) -> None:
+        status = self._status.pop(snapshot_id, None)
+        if status is None:
+            return
+        for key in (0, status):
+            ids = self._ordered[key]
+            i = bisect.bisect_left(ids, snapshot_id)
+            if i < len(ids) and ids[i] == snapshot_id:
+                del ids[i]
+
+    def after(self, after: str, status: int = 0, count: int = 100) -> list[str]:
+        """Up to `count` ids greater than `after` ("" : from the first), in order;
+        `status` 0: any status."""
+        with self._lock:
+            ids = self._ordered.get(status, [])
+            start = bisect.bisect_right(ids, after) if after else 0
+            return ids[start : start + count]
+
+    def status(self, snapshot_id: str) -> int | None:
+        return self._status.get(snapshot_id)
+
+    def __len__(self) -> int:
+        return len(self._status)
+
+
 class SnapshotStore:
     def __init__(self, directory: Path, compact_directory: Path) -> None:
         self.directory = Path(directory)  # the JSON exports
         self.compact_directory = Path(compact_directory)
         self.damaged: dict[str, str] = {}  # by load_all: snapshot id -> why no file of it is intact
+        self.index = FiledIndex()  # by load_all and every write and delete here
 
     def path(self, snapshot_id: str) -> Path:
         return self.directory / f"{snapshot_id}.json"
@@ -55,7 +114,14 @@ class SnapshotStore:
         """Write the compact file; returns the checksum it carries."""
         data, digest = snapshot_file.sealed_bytes(snapshot)
         write_atomically(self.compact_path(snapshot.snapshot_id), data)
+        self.index.add(snapshot.snapshot_id, snapshot.status)
         return digest
+
+    def delete(self, snapshot_id: str) -> None:
+        """Both files of `snapshot_id` (retention); it leaves the index first."""
+        self.index.remove(snapshot_id)
+        for path in (self.compact_path(snapshot_id), self.path(snapshot_id)):
+            path.unlink(missing_ok=True)
 
     def export_json(self, snapshot: pb.Snapshot, digest: str = "") -> Path:
         """Write the JSON export (`digest`: the snapshot's checksum, when known):
@@ -83,41 +149,42 @@ class SnapshotStore:
             if path.stem in found:
                 continue
             try:
-                snapshot = snapshot_file.read(path)
+                snapshot, marked = snapshot_file.read_marked(path)
             except snapshot_file.Unreadable as exc:
                 warnings.append(f"skipping snapshot file {path}: cannot parse it: {exc}")
                 self.damaged.setdefault(path.stem, str(exc))
                 continue
-            if snapshot.checksum and snapshot.checksum != snapshot_file.checksum(snapshot):
-                why = f"{path}: content does not match its checksum {snapshot.checksum}"
-                warnings.append(f"skipping snapshot file {path}: {why.removeprefix(f'{path}: ')}")
-                self.damaged.setdefault(path.stem, why)
+            if problem := snapshot_file.checksum_problem(snapshot, marked):
+                warnings.append(f"skipping snapshot file {path}: {problem}")
+                self.damaged.setdefault(path.stem, f"{path}: {problem}")
                 continue
             snapshot.ClearField("checksum")  # the controller's copy: answers carry none
             if _check(snapshot, path, warnings):
                 found[snapshot.snapshot_id] = snapshot
                 self.damaged.pop(snapshot.snapshot_id, None)
+                if path.suffix == ".pb":
+                    self.index.add(snapshot.snapshot_id, snapshot.status)
         return [found[k] for k in sorted(found)], warnings
 
     def load(self, snapshot_id: str) -> pb.Snapshot | None:
         """One filed snapshot from its compact file; None when there is none
-        (or it cannot be read)."""
+        (or it cannot be read). A file whose checksum fails it, or that holds
+        another snapshot than its name, is remembered in `damaged`."""
         if not snapshot_id or "/" in snapshot_id or snapshot_id.startswith("."):
             return None
         path = self.compact_path(snapshot_id)
         try:
-            snapshot = snapshot_file.read(path)
+            snapshot, marked = snapshot_file.read_marked(path)
         except (OSError, snapshot_file.Unreadable):
             return None
-        if snapshot.checksum and snapshot.checksum != snapshot_file.checksum(snapshot):
-            self.damaged.setdefault(snapshot_id, f"{path}: content does not match its checksum {snapshot.checksum}")
+        problem = snapshot_file.checksum_problem(snapshot, marked)
+        if not problem and snapshot.snapshot_id != snapshot_id:
+            problem = f"holds snapshot_id {snapshot.snapshot_id!r}, not {snapshot_id!r}"
+        if problem:
+            self.damaged.setdefault(snapshot_id, f"{path}: {problem}")
             return None
         snapshot.ClearField("checksum")  # the controller's copy: answers carry none
         return snapshot
-
-    def filed_ids(self) -> list[str]:
-        """The ids of every snapshot with a compact file, sorted."""
-        return sorted(p.stem for p in _listing(self.compact_directory, "*.pb"))
 
     def missing_files(self, snapshot_id: str) -> tuple[bool, bool]:
         """(compact missing, JSON missing) for one snapshot."""
@@ -182,8 +249,7 @@ class StoreWriter:
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
             if isinstance(item, str):
-                for path in (self.store.compact_path(item), self.store.path(item)):
-                    path.unlink(missing_ok=True)
+                self.store.delete(item)
                 log.info("snapshot %s: files deleted (retention)", item)
                 continue
             snapshot, compact, json = item

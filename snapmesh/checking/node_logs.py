@@ -4,7 +4,9 @@
   sealed segments `<node>.log.<first lsn, 12 digits>.jsonl` and its active
   `<node>.log.jsonl`. A torn last line of the active file (the bytes after its
   last newline: a node still writing, or one that crashed mid-write) is left
-  out; anything else unreadable fails naming file and line.
+  out, and said so: a `LeftOut` per file, whose `notice` names the file and the
+  bytes (`snapmesh trace` and `snapmesh reconcile` print it); anything else
+  unreadable fails naming file and line.
 - `log_events(logs)`: the records as the trace events `snapmesh.checking.trace` checks
   (kinds it does not know, such as `restart` and `abort`, are skipped).
 - `money_check(logs)`: sends against receives over all the logs.
@@ -16,6 +18,7 @@ import glob
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,20 @@ from snapmesh.protocol import wal
 
 class LogReadError(AssertionError):
     """A log file cannot be read as the format says (file:line: problem)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeftOut:
+    """The torn last line of a node's active file, left out of what was read."""
+
+    file: str
+    offset: int  # where the torn bytes start
+    size: int  # how many there are
+
+    @property
+    def notice(self) -> str:
+        return (f"{self.file}: left out its last {self.size} bytes (from byte {self.offset}): a line cut short, "
+                "with no newline after it (a node still writing, or one that crashed mid-write)")
 
 
 def log_files(data_dir: Path, node: str) -> list[Path]:
@@ -36,22 +53,29 @@ def log_nodes(data_dir: Path) -> list[str]:
     return sorted({node for path in Path(data_dir).glob("*.jsonl") if (node := wal.log_file_node(path.name))})
 
 
-def read_logs(data_dir: Path, nodes: Iterable[str] | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Every node's records, in lsn order (default: every node with a log file)."""
-    return {node: read_node_log(data_dir, node) for node in (log_nodes(data_dir) if nodes is None else nodes)}
+def read_logs(
+    data_dir: Path, nodes: Iterable[str] | None = None, left_out: list[LeftOut] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """Every node's records, in lsn order (default: every node with a log file);
+    each torn last line left out is added to `left_out`."""
+    return {node: read_node_log(data_dir, node, left_out) for node in (log_nodes(data_dir) if nodes is None else nodes)}
 
 
-def read_node_log(data_dir: Path, node: str) -> list[dict[str, Any]]:
+def read_node_log(data_dir: Path, node: str, left_out: list[LeftOut] | None = None) -> list[dict[str, Any]]:
     """A node's records in lsn order. A torn last line is what `wal.split_lines`
     says it is, as for the node's own recovery and `snapmesh reconcile`: the bytes
-    after the last newline of the active file (a write cut short), left out. Any
-    other line that is not a record, the last complete one too, is an error."""
+    after the last newline of the active file (a write cut short), left out (and
+    added to `left_out`). Any other line that is not a record, the last complete
+    one too, is an error."""
     files = log_files(data_dir, node)
     records: list[dict[str, Any]] = []
     for path in files:
-        lines, torn_at = wal.split_lines(path.read_bytes(), str(path))
+        data = path.read_bytes()
+        lines, torn_at = wal.split_lines(data, str(path))
         if torn_at is not None and path.name != f"{node}.log.jsonl":
             raise LogReadError(f"{path}:{len(lines) + 1}: a sealed segment ends in a line cut short")
+        if torn_at is not None and left_out is not None:
+            left_out.append(LeftOut(file=str(path), offset=torn_at, size=len(data) - torn_at))
         for where, raw in lines:
             try:
                 record = json.loads(raw)

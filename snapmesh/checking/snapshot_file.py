@@ -8,9 +8,15 @@ files: the JSON file is checked by parsing it and encoding what it holds. A file
 changed on disk (a flipped bit, a truncated write, a hand edit of a balance) no
 longer matches it.
 
-A file from before checksums has none: it still loads and restores as before,
-and `check` reports its checksum as "absent (written before checksums)" without
-failing it; its other checks still run. That is the most one can say of it.
+Every file this version writes is marked as such, and a marked file without
+its checksum is damaged (a `.pb` cut at a field boundary parses, but loses the
+checksum, which is its last field). The `.pb` file starts with `FORMAT_MARK`, an
+unknown protobuf field (999, format 2) that any protobuf reader skips; the
+`.json` export always has a top-level "checksum" key. A file without the mark
+(written before checksums, or before the mark) may lack the checksum: it still
+loads and restores as before, and `check` reports its checksum as "absent
+(written before checksums)" without failing it; its other checks still run.
+That is the most one can say of it.
 
 `check(path)` is `snapmesh snapshot verify`: without restoring anything, is the
 stored snapshot
@@ -28,6 +34,7 @@ refused with DATA_LOSS, a COMPLETE but odd one by the restorer's own checks.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +45,9 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 
 PREFIX = "sha256:"
 NO_CHECKSUM = "absent (written before checksums)"
+# Field 999, varint, value 2: the first bytes of every `.pb` file this version
+# writes. Protobuf readers skip it as an unknown field; `read` takes it off first.
+FORMAT_MARK = b"\xb8\x3e\x02"
 
 
 def checksum(snapshot: pb.Snapshot) -> str:
@@ -58,7 +68,7 @@ def sealed_bytes(snapshot: pb.Snapshot) -> tuple[bytes, str]:
     assert not snapshot.checksum, "seal an unsealed snapshot"
     data = snapshot.SerializeToString(deterministic=True)
     digest = PREFIX + hashlib.sha256(data).hexdigest()
-    return data + pb.Snapshot(checksum=digest).SerializeToString(), digest
+    return FORMAT_MARK + data + pb.Snapshot(checksum=digest).SerializeToString(), digest
 
 
 def sealed_json(rendered: str, digest: str) -> str:
@@ -106,6 +116,13 @@ class Verdict:
 
 def read(path: Path) -> pb.Snapshot:
     """The snapshot in a `.pb` or `.json` file (Unreadable when it is not one)."""
+    return read_marked(path)[0]
+
+
+def read_marked(path: Path) -> tuple[pb.Snapshot, bool]:
+    """The snapshot in a `.pb` or `.json` file, and whether the file is marked as
+    written by this version (so it must carry its checksum); Unreadable when it
+    is not a snapshot file."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -113,23 +130,39 @@ def read(path: Path) -> pb.Snapshot:
         raise Unreadable(f"{path}: cannot read it: {exc.strerror or exc}") from None
     try:
         if path.suffix == ".json":
-            return json_format.Parse(data.decode("utf-8"), pb.Snapshot())
-        return pb.Snapshot.FromString(data)
-    except (DecodeError, UnicodeDecodeError, json_format.ParseError) as exc:
+            fields = json.loads(data.decode("utf-8"))
+            if not isinstance(fields, dict):
+                raise json_format.ParseError("not a JSON object")
+            return json_format.ParseDict(fields, pb.Snapshot()), "checksum" in fields
+        marked = data.startswith(FORMAT_MARK)
+        return pb.Snapshot.FromString(data[len(FORMAT_MARK):] if marked else data), marked
+    except (DecodeError, UnicodeDecodeError, ValueError, json_format.ParseError) as exc:
         raise Unreadable(f"{path}: not a snapshot file: {exc}") from None
+
+
+def checksum_problem(snapshot: pb.Snapshot, marked: bool) -> str:
+    """Why the checksum of a snapshot read from a file fails it ("" when it does
+    not): it does not match the content, or the file is marked as written by this
+    version and has none."""
+    if not snapshot.checksum:
+        return "has no checksum, yet its format always carries one (cut short?)" if marked else ""
+    if snapshot.checksum != (computed := checksum(snapshot)):
+        return f"content does not match its checksum {snapshot.checksum} (computed {computed})"
+    return ""
 
 
 def damage(path: Path) -> str:
     """Why the stored file `path` is damaged ("" when intact): it cannot be read,
-    its checksum does not match, or it holds another snapshot than its name."""
+    its checksum does not match or is missing from a file that must carry one, or
+    it holds another snapshot than its name."""
     try:
-        snapshot = read(path)
+        snapshot, marked = read_marked(path)
     except Unreadable as exc:
         return str(exc)
     if snapshot.snapshot_id != Path(path).stem:
         return f"{path}: holds snapshot_id {snapshot.snapshot_id!r}, not {Path(path).stem!r}"
-    if snapshot.checksum and snapshot.checksum != checksum(snapshot):
-        return f"{path}: content does not match its checksum {snapshot.checksum} (computed {checksum(snapshot)})"
+    if problem := checksum_problem(snapshot, marked):
+        return f"{path}: {problem}"
     return ""
 
 
@@ -137,17 +170,15 @@ def check(path: Path) -> Verdict:
     """Every check of the module doc on the stored file `path` (read only)."""
     path = Path(path)
     try:
-        snapshot = read(path)
+        snapshot, marked = read_marked(path)
     except Unreadable as exc:
         return Verdict(path, path.stem, [Check("intact", False, str(exc).removeprefix(f"{path}: "))])
     verdict = Verdict(path, snapshot.snapshot_id)
     add = verdict.checks.append
-    if not snapshot.checksum:
-        add(Check("checksum", True, NO_CHECKSUM))
-    elif snapshot.checksum == (computed := checksum(snapshot)):
-        add(Check("checksum", True, snapshot.checksum))
+    if problem := checksum_problem(snapshot, marked):
+        add(Check("checksum", False, problem))
     else:
-        add(Check("checksum", False, f"content does not match: stored {snapshot.checksum}, computed {computed}"))
+        add(Check("checksum", True, snapshot.checksum or NO_CHECKSUM))
     named = path.stem == snapshot.snapshot_id
     add(Check("name", named, f"holds {snapshot.snapshot_id!r}" + ("" if named else f", not {path.stem!r}")))
     status = pb.Snapshot.Status.Name(snapshot.status) if snapshot.status in pb.Snapshot.Status.values() else str(

@@ -40,7 +40,6 @@ FAILED_PRECONDITION.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -48,6 +47,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from snapmesh.protocol.assembly import add_node_stats, assemble
 from snapmesh.protocol.retention import Retention
+from snapmesh.protocol.snapshot_ids import new_snapshot_id, snapshot_id_problem  # noqa: F401  (the tracker's ids)
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -417,33 +417,6 @@ def _part_of(snapshot: pb.Snapshot, node_id: str) -> pb.FullState:
         balance=balance,
         channels=[c for c in snapshot.channels if c.dst == node_id],
     )
-
-
-def new_snapshot_id(now: float, suffix: Iterable[int]) -> str:
-    """A time-ordered id: UTC start time to the microsecond, then a random suffix.
-
-    `suffix` is random bytes from the caller, so ids stay unique across restarts
-    and several controllers without the tracker drawing randomness itself.
-    """
-    micros = int(round(now * 1_000_000))
-    whole, fraction = divmod(micros, 1_000_000)
-    return f"{_utc_stamp(whole)}.{fraction:06d}Z-{bytes(suffix).hex()}"
-
-
-def _utc_stamp(seconds: int) -> str:
-    """`seconds` since the Unix epoch as YYYYmmddTHHMMSS in UTC, by the civil-from-days
-    rule of the proleptic Gregorian calendar (no clock and no time module)."""
-    days, rest = divmod(seconds, 86_400)
-    hour, rest = divmod(rest, 3_600)
-    minute, second = divmod(rest, 60)
-    era, day_of_era = divmod(days + 719_468, 146_097)  # 400-year eras from 0000-03-01
-    year_of_era = (day_of_era - day_of_era // 1_460 + day_of_era // 36_524 - day_of_era // 146_096) // 365
-    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
-    shifted_month = (5 * day_of_year + 2) // 153  # 0 = March
-    day = day_of_year - (153 * shifted_month + 2) // 5 + 1
-    month = shifted_month + 3 if shifted_month < 10 else shifted_month - 9
-    year = year_of_era + era * 400 + (month <= 2)
-    return f"{year:04d}{month:02d}{day:02d}T{hour:02d}{minute:02d}{second:02d}"
 
 
 def _timestamp(now: float) -> Timestamp:

@@ -4,7 +4,10 @@ The thin main: parse arguments, get a SparkSession, read, run the steps (``parse
 the checksums of ``checksums``, and the exact ``log_checks``/``snapshot_checks``/
 ``verdicts`` only for what a checksum did not certify), collect the verdict rows and
 small per-cut tables, write them, print them, and turn them into an exit status:
-0 every snapshot consistent, 1 a discrepancy, 2 bad input.
+0 every snapshot consistent, 1 a discrepancy, 2 bad input. The torn last line of an
+active file (a write cut short) is left out, as the node's recovery does, and said
+so: one notice per file on stderr, naming it and the bytes, and a "left_out" row
+in the verdicts (``summary.json`` lists them under "left_out" too).
 
 ``run_job(spark, data_dir, out_dir)`` runs the same job on an existing session (tests
 and ``jobs/reconcile_job.py`` use it); ``main(argv)`` works in-process too and reuses
@@ -19,7 +22,7 @@ import os
 import sys
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlparse
 
@@ -31,7 +34,9 @@ from . import cds, checksums
 from . import parse as T_parse
 from . import verdicts as V
 from .common import BUCKET, InputError
-from .schema import CORRUPT_COLUMN, EVENT, SNAPSHOT, VERDICT
+from snapmesh.checking.node_logs import LeftOut
+
+from .schema import CORRUPT_COLUMN, EVENT, SCOPE_LEFT_OUT, SNAPSHOT, VERDICT
 from .segments import Logs, read_logs, write_text_file
 from .session import (
     EXIT_BAD_INPUT,
@@ -53,6 +58,8 @@ class Outcome:
     # snapshot id -> (transfers, amount) recorded in flight, as the snapshot files say: the
     # verdict "ok" on such a snapshot means the logs confirm each of them.
     in_flight: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # the torn last lines of active files, left out of the log as the node's recovery does
+    left_out: list[LeftOut] = field(default_factory=list)
 
     @property
     def exit_status(self) -> int:
@@ -170,6 +177,7 @@ def reconcile(
         raise InputError(f"data dir {data_dir} does not exist")
     spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
     logs = read_logs(spark, data_dir, summed=summed)
+    left_out = [replace(t, file=_local(t.file)) for t in logs.left_out]
     located = logs.located
     raw_snaps = read_snapshots(spark, data_dir)
     try:
@@ -186,7 +194,7 @@ def reconcile(
             key=lambda b: (b["file"], b["line"]),
         ) + _bad_snapshots(snaps)
         if bad:
-            return Outcome(bad_input=bad)
+            return Outcome(bad_input=bad, left_out=left_out)
         evs = T_parse.events(located)
         typed = raw_snaps.transform(T_parse.typed_snapshots)
         presummed = None
@@ -209,9 +217,15 @@ def reconcile(
             )
             for s in snaps
         }
-        return Outcome(verdicts=rows, in_flight=in_flight)
+        return Outcome(verdicts=rows + [left_out_row(t) for t in left_out], in_flight=in_flight, left_out=left_out)
     finally:
         logs.release()
+
+
+def left_out_row(torn: LeftOut) -> dict[str, Any]:
+    """A torn last line as a verdict row: a notice (neither consistent nor not)."""
+    return {**dict.fromkeys(VERDICT.fieldNames()), "scope": SCOPE_LEFT_OUT, "status": "-",
+            "first_discrepancy": torn.notice}
 
 
 def write_outputs(spark: SparkSession, outcome: Outcome, data_dir: str, out_dir: str) -> None:
@@ -228,6 +242,7 @@ def write_outputs(spark: SparkSession, outcome: Outcome, data_dir: str, out_dir:
         "consistent": outcome.exit_status == EXIT_OK,
         "verdicts": outcome.verdicts,
         "bad_input": outcome.bad_input,
+        "left_out": [{"file": t.file, "offset": t.offset, "bytes": t.size, "notice": t.notice} for t in outcome.left_out],
     }
     write_text_file(spark, f"{out_dir}/summary.json", json.dumps(summary, indent=2) + "\n")
 
@@ -252,6 +267,8 @@ def format_table(verdicts: list[dict[str, Any]], in_flight: dict[str, tuple[int,
         return "-" if found is None else f"{found[0]} ({found[1]})"
 
     def verdict(v: dict[str, Any]) -> str:
+        if v["scope"] == SCOPE_LEFT_OUT:
+            return "notice"
         return {True: "ok", False: "INCONSISTENT", None: "skipped"}[v["consistent"]]
 
     def show(x: Any) -> str:
@@ -259,7 +276,8 @@ def format_table(verdicts: list[dict[str, Any]], in_flight: dict[str, tuple[int,
 
     body = [
         (
-            {"logs": "(whole log)", "restore": f"restore of {v['snapshot_id']}"}.get(v["scope"], v["snapshot_id"]),
+            {"logs": "(whole log)", "restore": f"restore of {v['snapshot_id']}", SCOPE_LEFT_OUT: "(left out)"}.get(
+                v["scope"], v["snapshot_id"]),
             v["status"],
             verdict(v),
             show(v["nodes_checked"]),
@@ -288,6 +306,8 @@ def run_job(
         print(f"snapmesh reconcile: bad input: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     write_outputs(spark, outcome, data_dir, out_dir)
+    for torn in outcome.left_out:  # one notice per file: nothing is left out silently
+        print(f"snapmesh reconcile: notice: {torn.notice}", file=sys.stderr)
     if outcome.bad_input:
         print(format_bad_input(outcome.bad_input), file=sys.stderr)
     elif not quiet:

@@ -122,10 +122,11 @@ SNAPSHOT_WITH_FILE = T.StructType([T.StructField("file", T.StringType())] + SNAP
 SCOPE_LOGS = "logs"
 SCOPE_SNAPSHOT = "snapshot"
 SCOPE_RESTORE = "restore"
+SCOPE_LEFT_OUT = "left_out"  # a notice: the torn last line of an active file, left out
 
 VERDICT = T.StructType(
     _fields(
-        ("scope", T.StringType()),  # "logs" (whole-log checks), "snapshot" or "restore"
+        ("scope", T.StringType()),  # "logs" (whole-log checks), "snapshot", "restore" or "left_out" (a notice)
         ("snapshot_id", T.StringType()),  # null on the "logs" row
         ("status", T.StringType()),  # snapshot status; "-" on the "logs" row
         ("consistent", T.BooleanType()),  # null: skipped (snapshot not COMPLETE)

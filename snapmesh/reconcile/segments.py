@@ -39,6 +39,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from snapmesh.checking.node_logs import LeftOut
+
 from .checksums import MARKER_COLUMNS, SEGMENT_SUMS
 from .common import InputError
 from .parse import locate_lines, parse_log_lines
@@ -103,26 +105,44 @@ def read_text_logs(spark: SparkSession, files: list[LogFile]) -> DataFrame:
     )
 
 
-def torn_tails(spark: SparkSession, files: list[LogFile]) -> list[str]:
-    """The names of the active files (``<node>.log.jsonl``) that end in a torn
-    line: bytes after their last newline, a write cut short. This is
-    ``snapmesh.protocol.wal.split_lines``' reading, which the node's recovery (it cuts the
-    line off) and ``snapmesh trace`` share: such a line is not in the log, whether
-    or not it parses. Read on the driver: the last byte of each active file."""
+def torn_tails(spark: SparkSession, files: list[LogFile]) -> list[LeftOut]:
+    """The active files (``<node>.log.jsonl``) that end in a torn line: bytes
+    after their last newline, a write cut short, each with where those bytes
+    start and how many there are. This is ``snapmesh.protocol.wal.split_lines``'
+    reading, which the node's recovery (it cuts the line off) and ``snapmesh
+    trace`` share: such a line is not in the log, whether or not it parses. Read
+    on the driver, backwards from the end of each active file."""
     torn = []
     for f in files:
         if f.first_lsn is not None or f.size == 0:
             continue
-        target, fs = _fs(spark, f.uri)
-        stream = fs.open(target)
-        try:
-            stream.seek(f.size - 1)
-            last = stream.read()
-        finally:
-            stream.close()
-        if last != ord("\n"):
-            torn.append(f.name)
+        start = _last_line_start(spark, f)
+        if start < f.size:
+            torn.append(LeftOut(file=f.uri, offset=start, size=f.size - start))
     return torn
+
+
+def _last_line_start(spark: SparkSession, f: LogFile) -> int:
+    """Where the bytes after the last newline of ``f`` start (``f.size``: none)."""
+    target, fs = _fs(spark, f.uri)
+    stream = fs.open(target)
+    try:
+        stream.seek(f.size - 1)
+        if stream.read() == ord("\n"):
+            return f.size
+        io = spark.sparkContext._jvm.org.apache.commons.io.IOUtils  # Spark ships commons-io
+        end = f.size
+        while end > 0:  # a torn line is short: one block back, usually
+            begin = max(0, end - 4096)
+            stream.seek(begin)
+            data = bytes(io.toByteArray(stream, end - begin))  # py4j hands a byte[] over as bytes
+            newline = data.rfind(b"\n")
+            if newline >= 0:
+                return begin + newline + 1
+            end = begin
+        return 0
+    finally:
+        stream.close()
 
 
 def without_last_lines(located: DataFrame, names: list[str]) -> DataFrame:
@@ -160,6 +180,7 @@ class Logs:
     unsummed: DataFrame | None = None
     columnar_root: str = ""
     release: Callable[[], None] = field(default=lambda: None)
+    left_out: list[LeftOut] = field(default_factory=list)  # the torn last lines left out, one per file
 
     def check_markers(self, found: dict[str, int]) -> None:
         """InputError unless ``found`` (segment -> marker records read) matches the manifest."""
@@ -369,6 +390,7 @@ def read_logs(spark: SparkSession, data_dir: str, *, summed: bool = True) -> Log
     scanned = _part(spark, data_dir, chosen.parquet, parquet, lambda f: f.name not in chosen.indexed)
     unsummed = _part(spark, data_dir, chosen.parquet, parquet, lambda f: f.name not in sums)
     release: Callable[[], None] = lambda: None  # noqa: E731
+    left_out: list[LeftOut] = []
     located = parquet
     jsonl = [f for f in chosen.jsonl if f.size > 0]  # an empty file has no record to read
     if jsonl:
@@ -376,8 +398,9 @@ def read_logs(spark: SparkSession, data_dir: str, *, summed: bool = True) -> Log
         # cache(): MEMORY_AND_DISK_DESER. (pyspark's StorageLevel.MEMORY_AND_DISK is the
         # serialized level: every scan would deserialize the whole table again.)
         cached = locate_lines(parse_log_lines(read_text_logs(spark, jsonl)), base).cache()
-        torn = torn_tails(spark, jsonl)
+        left_out = torn_tails(spark, jsonl)
         # rare (a node still writing, or killed mid-write): one pass over the cache
+        torn = [f.name for f in jsonl if any(t.file == f.uri for t in left_out)]
         kept = without_last_lines(cached, torn) if torn else cached
         text = kept if parquet is None else kept.select(*parquet.columns)
         located = text if parquet is None else parquet.unionByName(text)
@@ -397,6 +420,7 @@ def read_logs(spark: SparkSession, data_dir: str, *, summed: bool = True) -> Log
         unsummed=unsummed,
         columnar_root=f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}",
         release=release,
+        left_out=left_out,
     )
 
 

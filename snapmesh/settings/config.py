@@ -59,6 +59,7 @@ file snapmesh writes goes through `dumps`, so escaping is tomli-w's, not ours.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -83,6 +84,10 @@ def _relative_base(path: Path) -> Path:
 
 
 SNAPSHOT_MODES = ("classic", "overtake")
+
+
+NODE_ID_MAX = 64
+_NODE_ID = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 class ConfigError(ValueError):
@@ -271,7 +276,7 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         fields.reject_unknown(node_raw, {"id", "host", "port", "metrics_port", "listen_port"}, where)
         nodes.append(
             NodeConfig(
-                id=fields.string(node_raw, "id", f"{where}.id"),
+                id=fields.node_id(node_raw, "id", f"{where}.id"),
                 host=fields.string(node_raw, "host", f"{where}.host"),
                 port=fields.port(node_raw, "port", f"{where}.port"),
                 metrics_port=fields.port(node_raw, "metrics_port", f"{where}.metrics_port"),
@@ -390,6 +395,18 @@ class _Fields:
         value = raw.get(key)
         if not isinstance(value, str) or not value:
             raise self.error(name, "missing" if value is None else f"must be a non-empty string, got {value!r}")
+        return value
+
+    def node_id(self, raw: Mapping[str, Any], key: str, name: str) -> str:
+        """A node id: it names files (`<id>.log.jsonl`, certificates, `/etc/netns/<id>`
+        under --hosts) and is a part of msg ids (`src:dst:seq`), so only
+        NODE_ID_CHARS, no leading ".", at most NODE_ID_MAX characters."""
+        value = self.string(raw, key, name)
+        if len(value) > NODE_ID_MAX:
+            raise self.error(name, f"{value[:NODE_ID_MAX]!r}... is {len(value)} characters, at most {NODE_ID_MAX}")
+        if not _NODE_ID.fullmatch(value) or value.startswith("."):
+            raise self.error(name, f"{value!r} is not a node id: letters, digits, '_', '.' and '-' only "
+                             "(no ':', '/' or spaces), not starting with '.'")
         return value
 
     def integer(self, raw: Mapping[str, Any], key: str, name: str, *, minimum: int) -> int:

@@ -7,6 +7,10 @@ the chosen snapshot's (`--snapshot ID`, default: the one with the most in-flight
 transfers) in-flight transfers highlighted; `--window FROM:TO` picks the stretch
 of Lamport time drawn (default: around the chosen snapshot).
 
+A torn last line of a node's active file (a write cut short) is left out, as the
+node's recovery does, with one notice per file on stderr naming the file and the
+bytes; the summary line counts them.
+
 Exit 0 written, 2 bad input (no logs, an unreadable record, an unknown snapshot,
 a bad window) or png without the `png` extra (cairosvg), each named in one line.
 """
@@ -20,7 +24,7 @@ from pathlib import Path
 from snapmesh.settings.argparsing import parse_args
 from snapmesh.trace.clocks import Trace, TraceError, build_trace
 from snapmesh.trace.layout import LayoutError, busiest_snapshot, layout
-from snapmesh.trace.logs import LogError, read_data_dir
+from snapmesh.trace.logs import LeftOut, LogError, read_data_dir
 from snapmesh.trace.shiviz import render_shiviz
 from snapmesh.trace.svg import png_unavailable, render_png, render_svg
 
@@ -94,8 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.format == "png" and (problem := png_unavailable()):
         print(f"snapmesh trace: {problem}", file=sys.stderr)
         return 2
+    left_out: list[LeftOut] = []
     try:
-        trace = build_trace(read_data_dir(args.data_dir))
+        trace = build_trace(read_data_dir(args.data_dir, left_out))
+        for torn in left_out:  # one notice per file: nothing is left out silently
+            print(f"snapmesh trace: notice: {torn.notice}", file=sys.stderr)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         summary = write_trace(trace, args.format, args.out, snapshot=args.snapshot, window=args.window,
                               title=f"snapmesh trace of {args.data_dir}")
@@ -105,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"snapmesh trace: cannot write {args.out}: {exc}", file=sys.stderr)
         return 2
+    if left_out:
+        summary += f"; left out {len(left_out)} torn last line(s): " + ", ".join(
+            f"{t.file} ({t.size} bytes)" for t in left_out)
     print(f"snapmesh trace: wrote {args.out} ({summary})")
     return 0
 

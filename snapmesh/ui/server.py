@@ -12,7 +12,13 @@ token ever appears in a URL or a page. The page has no control action.
 Routes: `/` (`?page=N` of the history; `?last=N`: the snapshots the summary and the
 timeline cover, default 50), `/snapshot/ID`, `/snapshot/ID/trace.svg`, `/healthz`.
 An unknown snapshot id answers 404 with a "not found" page; a controller that
-does not answer, 503 with a page that says so (the page keeps retrying).
+does not answer, 503 with a page that says so (the page keeps retrying). The
+picture is drawn only for a snapshot the controller answers COMPLETE, one at a
+time (503 with Retry-After while another is drawn).
+
+DNS rebinding: a request whose Host header names neither an IP address nor the
+listen address (for loopback also `localhost`; for 0.0.0.0 or :: this machine's
+names), nor a name given with --allow-host, is refused with 421 and nothing else.
 
 Exit 0 after SIGINT/SIGTERM, 2 for bad arguments or an address it cannot bind.
 """
@@ -20,7 +26,9 @@ Exit 0 after SIGINT/SIGTERM, 2 for bad arguments or an address it cannot bind.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import signal
+import socket
 import sys
 import threading
 import time
@@ -32,7 +40,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from snapmesh.settings import target
 from snapmesh.settings.argparsing import parse_args
 from snapmesh.ui import model, pages
-from snapmesh.ui.source import ControllerDown, NotFound, Source
+from snapmesh.ui.source import Busy, ControllerDown, NotFound, Source
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 PER_PAGE = 20
@@ -75,20 +83,64 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", type=Path, metavar="DIR",
                         help="the cluster's data dir: node logs (where a snapshot is stuck, its picture) and the "
                         "controller's journal (the last restore); its cluster.toml names the controller (default: none)")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                        help="a further name the page may be reached by (a proxy's, a container service's): the Host "
+                        "header must name an IP address, the listen address or one of these (against DNS rebinding)")
     return parser
 
 
 class UiServer(ThreadingHTTPServer):
     daemon_threads = True
+    # The listen backlog (socketserver's default is 5): a burst of visitors past it has
+    # its connections dropped and retried by the client's TCP (1 s, 3 s, 7 s later).
+    request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], source: Source) -> None:
+    def __init__(self, address: tuple[str, int], source: Source, allow_hosts: tuple[str, ...] = ()) -> None:
         self.source = source
         super().__init__(address, _Handler)
+        self.host_names = host_names(address[0], self.server_address[0], allow_hosts)
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
         return f"http://{host}:{port}/"
+
+
+def host_names(listen: str, bound: str, allowed: tuple[str, ...] = ()) -> frozenset[str]:
+    """The names a Host header may give (an IP address is always right: a rebinding
+    page can only send its own DNS name): the listen name, `localhost` on loopback,
+    this machine's names on a wildcard address, and `allowed`."""
+    names = {listen.lower(), *(name.lower() for name in allowed)}
+    try:
+        address = ipaddress.ip_address(bound)
+    except ValueError:
+        address = None
+    if address is not None and address.is_loopback:
+        names.add("localhost")
+    if address is not None and address.is_unspecified:
+        names.update({"localhost", socket.gethostname().lower(), socket.getfqdn().lower()})
+    return frozenset(names)
+
+
+def host_problem(header: str | None, names: frozenset[str]) -> str:
+    """Why a Host header is refused ("" when it is not)."""
+    if not header:
+        return "no Host header"
+    name = header.strip().lower()
+    if name.startswith("["):  # [v6]:port
+        name = name[1 : name.find("]")] if "]" in name else name
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    name = name.rstrip(".")
+    try:
+        ipaddress.ip_address(name)
+        return ""
+    except ValueError:
+        pass
+    if name in names:
+        return ""
+    return (f"Host {header!r} is not an address of this page ({', '.join(sorted(names))}, or an IP address): "
+            "refused against DNS rebinding; snapmesh ui --allow-host NAME allows another name")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -99,6 +151,8 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # quiet: one line per refresh would drown the demo's output
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if refused := host_problem(self.headers.get("Host"), self.server.host_names):
+            return self._send(HTTPStatus.MISDIRECTED_REQUEST, (refused + "\n").encode(), "text/plain; charset=utf-8")
         url = urlsplit(self.path)
         partial = self.headers.get("X-Snapmesh-Partial") == "1"
         snapshot_id = ""
@@ -110,12 +164,16 @@ class _Handler(BaseHTTPRequestHandler):
             if url.path.startswith("/snapshot/"):
                 rest = url.path[len("/snapshot/"):]
                 if rest.endswith("/trace.svg"):
-                    return self._trace(unquote(rest[: -len("/trace.svg")]))
+                    snapshot_id = unquote(rest[: -len("/trace.svg")])
+                    return self._trace(snapshot_id)
                 snapshot_id = unquote(rest)
                 return self._page(f"snapshot {snapshot_id}", self._detail(snapshot_id), partial)
             return self._page("not found", pages.problem("Not found", f"there is no page {url.path}"), partial,
                               HTTPStatus.NOT_FOUND)
         except NotFound:
+            if url.path.endswith("/trace.svg"):
+                return self._send(HTTPStatus.NOT_FOUND, f"no snapshot {snapshot_id!r}\n".encode(),
+                                  "text/plain; charset=utf-8")
             return self._page("snapshot not found", pages.problem(
                 "Snapshot not found", f"the controller knows no snapshot {snapshot_id!r}"), partial, HTTPStatus.NOT_FOUND)
         except ControllerDown as exc:
@@ -148,15 +206,30 @@ class _Handler(BaseHTTPRequestHandler):
         node_ids = [n.node_id for n in cluster.nodes]
         stuck, stuck_note = None, ""
         if snapshot.status == model.IN_PROGRESS:
-            records, stuck_note = source.log_records(node_ids)
+            records, stuck_note = source.log_records(node_ids, snapshot_id)
             stuck = model.stuck(snapshot, node_ids, [(c.src, c.dst) for c in cluster.channels], time.time(), records)
-        svg, trace_note = source.trace_svg(snapshot_id) if snapshot.status == model.COMPLETE else (
-            None, "drawn once the snapshot is COMPLETE")
+        svg, trace_note = None, "drawn once the snapshot is COMPLETE"
+        if snapshot.status == model.COMPLETE:
+            try:
+                svg, trace_note = source.trace_svg(snapshot_id)
+            except Busy:
+                trace_note = "another picture is being drawn: this one comes with one of the next refreshes"
         return pages.detail(snapshot, node_ids=node_ids, stuck=stuck, stuck_note=stuck_note, has_trace=svg is not None,
                             trace_note=trace_note, now=time.time())
 
     def _trace(self, snapshot_id: str) -> None:
-        svg, note = self.server.source.trace_svg(snapshot_id)
+        """The picture of a snapshot the controller answers COMPLETE (NotFound and
+        ControllerDown go to do_GET's answers)."""
+        source = self.server.source
+        snapshot = source.snapshot(snapshot_id)
+        if snapshot.status != model.COMPLETE:
+            return self._send(HTTPStatus.NOT_FOUND, f"snapshot {snapshot_id} is {model.status_name(snapshot)}: its "
+                              f"picture is drawn once it is COMPLETE\n".encode(), "text/plain; charset=utf-8")
+        try:
+            svg, note = source.trace_svg(snapshot_id)
+        except Busy as exc:
+            return self._send(HTTPStatus.SERVICE_UNAVAILABLE, f"{exc}\n".encode(), "text/plain; charset=utf-8",
+                              retry_after=1)
         if svg is None:
             return self._send(HTTPStatus.NOT_FOUND, (note + "\n").encode(), "text/plain; charset=utf-8")
         # Drawn once per snapshot: the browser may keep it (the live refresh re-renders the page).
@@ -166,8 +239,11 @@ class _Handler(BaseHTTPRequestHandler):
         html = main if partial else pages.layout(title, main, controller=self.server.source.controller, status=code)
         self._send(code, html.encode(), "text/html; charset=utf-8")
 
-    def _send(self, code: HTTPStatus, body: bytes, content_type: str, cache: str = "no-store") -> None:
+    def _send(self, code: HTTPStatus, body: bytes, content_type: str, cache: str = "no-store",
+              retry_after: int | None = None) -> None:
         self.send_response(code)
+        if retry_after is not None:
+            self.send_header("Retry-After", str(retry_after))
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", cache)
@@ -178,9 +254,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def serve(source: Source, listen: tuple[str, int]) -> UiServer:
+def serve(source: Source, listen: tuple[str, int], allow_hosts: tuple[str, ...] = ()) -> UiServer:
     """A bound server (not yet serving); `serve_forever` or `start_in_thread` it."""
-    return UiServer(listen, source)
+    return UiServer(listen, source, allow_hosts)
 
 
 def start_in_thread(server: UiServer) -> threading.Thread:
@@ -236,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     source = Source(found.address, found.identity, args.data_dir)
     try:
-        server = serve(source, args.listen)
+        server = serve(source, args.listen, tuple(args.allow_host))
     except OSError as exc:
         source.close()
         print(f"snapmesh ui: cannot listen on {args.listen[0]}:{args.listen[1]}: {exc.strerror or exc}", file=sys.stderr)

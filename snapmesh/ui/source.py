@@ -5,12 +5,21 @@ dir, the files the cluster writes. Read-only: no call here changes anything.
 snapshot id. Everything else a file can fail with becomes a note on the page
 (`Source.trace_svg`, `Source.last_restore`, `Source.log_records` return None
 and a reason), never an error page.
+
+What any visitor can make it do is bounded: a text that is not a snapshot id is
+NotFound without a call; an id the controller does not know is remembered as
+such for UNKNOWN_KEPT_S; a picture is drawn from the log lines around its cut
+only (`snapmesh.trace.logs.read_around`), one at a time (`Busy` meanwhile), and
+both the pictures and the reasons there is none are kept (the newest TRACES_KEPT
+and NO_PICTURE_KEPT). The logs of a stuck snapshot are read by one visitor at a
+time, a file at a time, parsing only the lines that name it.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,6 +27,7 @@ from typing import Any
 
 import grpc
 
+from snapmesh.protocol.snapshot_ids import snapshot_id_problem
 from snapmesh.settings import security
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -26,6 +36,9 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 RPC_TIMEOUT_S = 3.0
 NODE_TIMEOUT_S = 0.5  # a paused node must not stall the page
 TRACES_KEPT = 8  # pictures kept drawn
+NO_PICTURE_KEPT = 256  # reasons a picture could not be drawn, kept
+UNKNOWN_KEPT = 4096  # ids the controller said it does not know, kept ...
+UNKNOWN_KEPT_S = 30.0  # ... for this long
 MAX_PAGES = 100  # of ListSnapshots, where the controller pages its answer
 
 
@@ -35,6 +48,10 @@ class ControllerDown(RuntimeError):
 
 class NotFound(LookupError):
     pass
+
+
+class Busy(RuntimeError):
+    """Another picture is being drawn (one at a time): ask again shortly."""
 
 
 class Source:
@@ -48,6 +65,10 @@ class Source:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ui-nodes")
         self._traces: OrderedDict[str, str] = OrderedDict()  # snapshot id -> svg, the newest last
+        self._no_picture: OrderedDict[str, str] = OrderedDict()  # snapshot id -> why it has no picture
+        self._unknown: OrderedDict[str, float] = OrderedDict()  # snapshot id -> when the controller did not know it
+        self._drawing = threading.Lock()  # one picture at a time
+        self._reading = threading.Lock()  # one reader of the logs for a stuck snapshot at a time
         self._journal_cache: tuple[Any, tuple[pb.Restore | None, str]] | None = None
 
     def close(self) -> None:
@@ -60,7 +81,7 @@ class Source:
         try:
             return method(request, timeout=RPC_TIMEOUT_S)
         except grpc.RpcError as error:
-            if error.code() == grpc.StatusCode.NOT_FOUND:
+            if error.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
                 raise NotFound(error.details()) from None
             from snapmesh.commands.client_errors import explain  # what to change: TLS on or off, a node's address
 
@@ -86,7 +107,21 @@ class Source:
         return found
 
     def snapshot(self, snapshot_id: str) -> pb.Snapshot:
-        return self._call(self._stub.GetSnapshot, pb.GetSnapshotRequest(snapshot_id=snapshot_id))
+        """The controller's snapshot; NotFound, without asking it, for a text that is
+        not a snapshot id or an id it did not know a moment ago."""
+        if problem := snapshot_id_problem(snapshot_id):
+            raise NotFound(problem)
+        now = time.monotonic()
+        with self._lock:
+            asked = self._unknown.get(snapshot_id)
+            if asked is not None and now - asked < UNKNOWN_KEPT_S:
+                raise NotFound(f"no snapshot {snapshot_id!r}")
+        try:
+            return self._call(self._stub.GetSnapshot, pb.GetSnapshotRequest(snapshot_id=snapshot_id))
+        except NotFound:
+            with self._lock:
+                _keep(self._unknown, snapshot_id, now, UNKNOWN_KEPT)
+            raise
 
     def cluster(self) -> pb.Cluster:
         return self._call(self._stub.GetCluster, pb.GetClusterRequest())
@@ -137,49 +172,94 @@ class Source:
         self._journal_cache = (key, answer)
         return answer
 
-    def log_records(self, node_ids: list[str]) -> tuple[dict[str, list[dict]] | None, str]:
-        """Each node's recent log records (its last sealed segment and its active file:
-        where an IN_PROGRESS snapshot's records are); (None, why) without readable logs."""
+    def log_records(self, node_ids: list[str], snapshot_id: str) -> tuple[dict[str, list[dict]] | None, str]:
+        """Each node's log records of `snapshot_id` in its last sealed segment and its
+        active file (where an IN_PROGRESS snapshot's records are); (None, why) without
+        readable logs, or while another page reads them (one reader at a time, a file
+        at a time: the page then shows the controller's view)."""
         if self.data_dir is None:
             return None, "no --data-dir: the controller's view only (which nodes reported)"
         from snapmesh.checking.node_logs import log_files
 
+        if not self._reading.acquire(blocking=False):
+            return None, "the logs are being read for another visitor: the controller's view for now"
+        needle = f'"{snapshot_id}"'.encode()
         found: dict[str, list[dict]] = {}
         try:
             for node in node_ids:
                 found[node] = []
                 for path in log_files(self.data_dir, node)[-2:]:
-                    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                        if '"snapshot_id"' not in line:
-                            continue  # transfers: most of the log, never what this looks for
-                        try:
-                            found[node].append(json.loads(line))
-                        except json.JSONDecodeError:
-                            continue  # the torn last line of a node still writing
+                    found[node] += _lines_naming(path.read_bytes(), needle)
         except OSError as exc:
             return None, f"the logs in {self.data_dir} cannot be read: {exc.strerror or exc}"
+        finally:
+            self._reading.release()
         return found, ""
 
     def trace_svg(self, snapshot_id: str) -> tuple[str | None, str]:
-        """The space-time picture (`snapmesh trace`) around a COMPLETE snapshot's cut.
-        Drawn once per snapshot (what happened around a past cut does not change)."""
+        """The space-time picture (`snapmesh trace`) around a COMPLETE snapshot's cut
+        (the caller asks the controller first), drawn from the log lines around it.
+        Drawn once per snapshot (what happened around a past cut does not change), and
+        one at a time: Busy while another is drawn. A reason there is none is kept too."""
         if self.data_dir is None:
             return None, "no --data-dir: the logs the picture is drawn from are not readable here"
+        if (known := self._drawn(snapshot_id)) is not None:
+            return known
+        if not self._drawing.acquire(blocking=False):
+            raise Busy("another picture is being drawn; ask again in a moment")
+        try:
+            if (known := self._drawn(snapshot_id)) is not None:  # drawn while this one waited
+                return known
+            return self._draw(snapshot_id)
+        finally:
+            self._drawing.release()
+
+    def _drawn(self, snapshot_id: str) -> tuple[str | None, str] | None:
         with self._lock:
             if snapshot_id in self._traces:
+                self._traces.move_to_end(snapshot_id)
                 return self._traces[snapshot_id], ""
+            if snapshot_id in self._no_picture:
+                return None, self._no_picture[snapshot_id]
+        return None
+
+    def _draw(self, snapshot_id: str) -> tuple[str | None, str]:
         from snapmesh.trace.clocks import TraceError, build_trace
         from snapmesh.trace.layout import LayoutError, layout
-        from snapmesh.trace.logs import LogError, read_data_dir
+        from snapmesh.trace.logs import LogError, read_around
         from snapmesh.trace.svg import render_svg
 
         try:
-            trace = build_trace(read_data_dir(self.data_dir))
+            trace = build_trace(read_around(self.data_dir, snapshot_id))
             svg = render_svg(layout(trace, chosen=snapshot_id), title=f"snapshot {snapshot_id}")
         except (LogError, TraceError, LayoutError, OSError) as exc:
+            with self._lock:
+                _keep(self._no_picture, snapshot_id, f"no picture: {exc}", NO_PICTURE_KEPT)
             return None, f"no picture: {exc}"
         with self._lock:
-            self._traces[snapshot_id] = svg
-            while len(self._traces) > TRACES_KEPT:
-                self._traces.popitem(last=False)
+            _keep(self._traces, snapshot_id, svg, TRACES_KEPT)
         return svg, ""
+
+
+def _lines_naming(data: bytes, needle: bytes) -> list[dict]:
+    """The records of the lines of `data` holding `needle` (only those are split off
+    and parsed: transfers and other snapshots are most of a log)."""
+    found = []
+    at = data.find(needle)
+    while at >= 0:
+        start, end = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
+        end = len(data) if end < 0 else end
+        try:
+            found.append(json.loads(data[start:end]))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            pass  # the torn last line of a node still writing
+        at = data.find(needle, end)
+    return found
+
+
+def _keep(kept: OrderedDict, key: str, value, most: int) -> None:
+    """Put `key` in `kept` as its newest entry, dropping the oldest past `most`."""
+    kept[key] = value
+    kept.move_to_end(key)
+    while len(kept) > most:
+        kept.popitem(last=False)
