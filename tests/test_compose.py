@@ -11,7 +11,10 @@ unique compose project, and then, against the controller's published port:
 * `pause`/`unpause` a node, and `docker network disconnect`/`connect` it: same;
 * after the load stops, the node balances (GetState) add up to the expected
   total: no transfer lost or duplicated;
-* `down` without -v keeps the data volume: the snapshots are still listed after `up`;
+* each container holds only its own key and data: p1 finds no other private key, even
+  as root, nothing p1 or the app holds passes for the controller on Node.RestoreState,
+  and p1's writes never reach p2's log or the controller's snapshots;
+* `down` without -v keeps the data volumes: the snapshots are still listed after `up`;
 * the reconcile job container reports every snapshot consistent.
 
 Teardown (`down -v`) always runs and checks no container, network or volume of
@@ -22,6 +25,7 @@ The unmarked tests (generated files, pins, `docker-compose config`) are fast.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import re
 import subprocess
@@ -300,6 +304,120 @@ def test_stack_healthy_app_runs_and_snapshots_complete(stack):
         stack.assert_complete_and_conserved("healthy stack")
 
 
+# ----------------------------------------- each process holds only its own key and data
+
+
+def in_container(stack: Stack, service: str, script: str, *, root: bool = False) -> subprocess.CompletedProcess:
+    user = ["-u", "0"] if root else []
+    return run(["docker", "exec", *user, stack.cid(service), "sh", "-c", script], quiet=True, check=False)
+
+
+def private_keys(stack: Stack, service: str) -> dict[str, str]:
+    """Every `*-key.pem` anywhere in the service's container (searched as root), and the file it resolves to."""
+    found = in_container(stack, service, "find / \\( -path /proc -o -path /sys \\) -prune -o -name '*-key.pem' "
+                         "-print | while read -r f; do echo \"$f $(readlink -f \"$f\")\"; done", root=True)
+    assert found.returncode == 0, found.stderr
+    return dict(line.split() for line in found.stdout.splitlines())
+
+
+def named_mounts(stack: Stack, service: str) -> set[tuple[str, str, bool]]:
+    """(volume or host file, where, writable) of every mount but the image's anonymous /data."""
+    out = run(["docker", "inspect", "-f", "{{json .Mounts}}", stack.cid(service)], quiet=True).stdout
+    mounts = set()
+    for mount in json.loads(out):
+        name = mount.get("Name") or ""
+        if mount["Type"] == "volume" and not name.startswith(f"{stack.project}_"):
+            continue  # anonymous: the Dockerfile's VOLUME, the container's own
+        source = name.removeprefix(f"{stack.project}_") if name else Path(mount["Source"]).name
+        mounts.add((source, mount["Destination"], mount["RW"]))
+    return mounts
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_each_container_holds_only_its_own_key(stack):
+    """p1 finds no private key but its own anywhere in its container, even as root, nor a copy of the
+    controller's or p2's key under another name; the app only the client's; the controller only its own."""
+    own = {
+        "p1": {"/tls/p1-key.pem": "/tls/p1-key.pem", "/tls/self/client-key.pem": "/tls/p1-key.pem"},
+        "controller": {"/tls/controller-key.pem": "/tls/controller-key.pem",
+                       "/tls/self/client-key.pem": "/tls/controller-key.pem"},
+        "app": {"/tls/client-key.pem": "/tls/client-key.pem"},
+    }
+    for service, expected in own.items():
+        assert private_keys(stack, service) == expected, service
+    assert in_container(stack, "p1", "cat /tls/controller-key.pem").returncode != 0
+    assert in_container(stack, "p1", "cat /tls/p2-key.pem").returncode != 0
+    for holder, key in (("controller", "controller-key.pem"), ("p2", "p2-key.pem")):
+        body = in_container(stack, holder, f"sed -n 2p /tls/{key}").stdout.strip()
+        assert len(body) > 40, f"{holder}'s {key} has no PEM body: {body!r}"
+        copies = in_container(stack, "p1", f"grep -rlF '{body}' / --exclude-dir=proc --exclude-dir=sys"
+                              " --exclude-dir=usr --exclude-dir=opt", root=True)
+        assert copies.stdout.strip() == "", f"p1 holds {holder}'s key as {copies.stdout.split()}"
+    assert named_mounts(stack, "p1") == {
+        ("p1-data", "/data", True), ("p1-tls", "/tls", False), ("cluster.toml", "/etc/snapmesh/cluster.toml", False)}
+    assert named_mounts(stack, "app") == {("app-tls", "/tls", False)}
+
+
+def identities_in(stack: Stack, service: str, workdir: Path) -> dict[str, object]:
+    """Every certificate and key pair in the service's /tls (with the CA and token there), loaded."""
+    from snapmesh.settings import security
+
+    workdir.mkdir()
+    for name in in_container(stack, service, "ls /tls").stdout.split():
+        done = run(["docker", "exec", stack.cid(service), "cat", f"/tls/{name}"], quiet=True, check=False)
+        if done.returncode == 0:
+            (workdir / name).write_text(done.stdout)
+    pairs = {}
+    for key in workdir.glob("*-key.pem"):
+        name = key.name.removesuffix("-key.pem")
+        pairs[name] = security.load_files(name, ca=workdir / "ca.pem", cert=workdir / f"{name}.pem", key=key,
+                                          token_file=workdir / "token")
+    return pairs
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_nothing_a_node_or_the_app_holds_passes_for_the_controller(stack, tmp_path):
+    """With every certificate and key p1 (or the app) holds, and the token, Node.RestoreState on p2
+    is refused: only the controller's certificate may restore a node."""
+    import grpc
+
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    tried = []
+    for service in ("p1", "app"):
+        for name, identity in identities_in(stack, service, tmp_path / service).items():
+            channel, stub = node_stub(stack.node_address("p2"), identity, server_name="p2")
+            with channel, pytest.raises(grpc.RpcError) as refused:
+                stub.RestoreState(pb.RestoreStateRequest(snapshot_id="probe-from-" + service, epoch=1), timeout=10)
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, (service, name, refused.value)
+            tried.append(f"{service}:{name}")
+    log(f"RestoreState refused for {tried}")
+    assert sorted(tried) == ["app:client", "p1:p1"]
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_a_node_cannot_write_another_nodes_data(stack):
+    """Root in p1's container writes where p2's log and the controller's snapshots would be: the
+    writes land on p1's own volume; p2's log and the controller's snapshots never see them."""
+    marker = f"written-by-p1-{uuid.uuid4().hex}"
+    wrote = in_container(stack, "p1", f"mkdir -p /data/snapshots && echo {marker} >> /data/p2.log.jsonl"
+                         f" && echo {marker} > /data/snapshots/{marker}.json", root=True)
+    try:
+        assert wrote.returncode == 0, wrote.stderr
+        p2_log = in_container(stack, "p2", "cat /data/p2.log.jsonl")
+        assert p2_log.returncode == 0 and p2_log.stdout, "p2 has no log"
+        assert marker not in p2_log.stdout, "p1 appended to p2's transfer log"
+        snapshots = in_container(stack, "controller", "ls /data/snapshots").stdout.split()
+        assert snapshots and f"{marker}.json" not in snapshots, "p1 wrote into the controller's snapshots"
+        assert in_container(stack, "p1", "ls /data").stdout.split().count("p1.log.jsonl") == 1
+    finally:
+        in_container(stack, "p1", f"rm -f /data/p2.log.jsonl /data/snapshots/{marker}.json"
+                     " && rmdir /data/snapshots", root=True)
+
+
 @pytest.mark.docker
 @pytest.mark.timeout(300)
 def test_killed_node_fails_snapshot_then_recovers_from_its_log(stack):
@@ -372,8 +490,9 @@ def test_data_volume_survives_down_without_v(stack):
         before = {s.snapshot_id for s in stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10).snapshots}
     assert before
     stack.compose("down", "-t", "5")
-    volumes = run(["docker", "volume", "ls", "-q", "--filter", f"name={stack.project}_snapmesh-data"], quiet=True)
-    assert volumes.stdout.strip(), "the data volume did not survive `down`"
+    for volume in ("controller-data", *(f"{node}-data" for node in NODES)):
+        found = run(["docker", "volume", "ls", "-q", "--filter", f"name={stack.project}_{volume}"], quiet=True)
+        assert found.stdout.strip(), f"the volume {volume} did not survive `down`"
     stack.env["SNAPMESH_APP_FLAGS"] = "--duration 2 --snapshot-every 0 --transfer-interval 0.05"
     stack.compose("up", "-d")
     stack.wait_healthy()
@@ -426,8 +545,9 @@ def test_reconcile_job_reports_every_snapshot_consistent(stack, tmp_path):
     output = result.stdout + result.stderr
     log("reconcile: " + " | ".join(result.stdout.strip().splitlines()[-3:]))
     if result.returncode != 0:
-        saved = copy_volume(f"{stack.project}_snapmesh-data", tmp_path / "data")
-        pytest.fail(f"reconcile exited {result.returncode} (the data volume is copied to {saved}):\n{output[-4000:]}")
+        for volume in ("controller-data", *(f"{node}-data" for node in NODES)):
+            copy_volume(f"{stack.project}_{volume}", tmp_path / volume)
+        pytest.fail(f"reconcile exited {result.returncode} (the data volumes are copied to {tmp_path}):\n{output[-4000:]}")
     assert "all consistent" in output, output[-4000:]
 
 
