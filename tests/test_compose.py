@@ -45,12 +45,17 @@ from helpers_deploy import (
     container_health,
     container_id,
     controller_stub,
+    copies_in,
     copy_volume,
     docker_engine_answers,
+    exec_in,
+    identities_in,
     live_log,
     log,
     node_stub,
+    private_keys_in,
     project_leftovers,
+    restore_state_refused,
     run,
     status_name,
     trigger_snapshot,
@@ -308,16 +313,7 @@ def test_stack_healthy_app_runs_and_snapshots_complete(stack):
 
 
 def in_container(stack: Stack, service: str, script: str, *, root: bool = False) -> subprocess.CompletedProcess:
-    user = ["-u", "0"] if root else []
-    return run(["docker", "exec", *user, stack.cid(service), "sh", "-c", script], quiet=True, check=False)
-
-
-def private_keys(stack: Stack, service: str) -> dict[str, str]:
-    """Every `*-key.pem` anywhere in the service's container (searched as root), and the file it resolves to."""
-    found = in_container(stack, service, "find / \\( -path /proc -o -path /sys \\) -prune -o -name '*-key.pem' "
-                         "-print | while read -r f; do echo \"$f $(readlink -f \"$f\")\"; done", root=True)
-    assert found.returncode == 0, found.stderr
-    return dict(line.split() for line in found.stdout.splitlines())
+    return exec_in(stack.cid(service), script, root=root)
 
 
 def named_mounts(stack: Stack, service: str) -> set[tuple[str, str, bool]]:
@@ -336,7 +332,7 @@ def named_mounts(stack: Stack, service: str) -> set[tuple[str, str, bool]]:
 @pytest.mark.docker
 @pytest.mark.timeout(300)
 def test_each_container_holds_only_its_own_key(stack):
-    """p1 finds no private key but its own anywhere in its container, even as root, nor a copy of the
+    """p1 finds no private key but its own anywhere in its container (as root or its user), nor a copy of the
     controller's or p2's key under another name; the app only the client's; the controller only its own."""
     own = {
         "p1": {"/tls/p1-key.pem": "/tls/p1-key.pem", "/tls/self/client-key.pem": "/tls/p1-key.pem"},
@@ -345,35 +341,15 @@ def test_each_container_holds_only_its_own_key(stack):
         "app": {"/tls/client-key.pem": "/tls/client-key.pem"},
     }
     for service, expected in own.items():
-        assert private_keys(stack, service) == expected, service
+        assert private_keys_in(stack.cid(service)) == expected, service
     assert in_container(stack, "p1", "cat /tls/controller-key.pem").returncode != 0
     assert in_container(stack, "p1", "cat /tls/p2-key.pem").returncode != 0
     for holder, key in (("controller", "controller-key.pem"), ("p2", "p2-key.pem")):
-        body = in_container(stack, holder, f"sed -n 2p /tls/{key}").stdout.strip()
-        assert len(body) > 40, f"{holder}'s {key} has no PEM body: {body!r}"
-        copies = in_container(stack, "p1", f"grep -rlF '{body}' / --exclude-dir=proc --exclude-dir=sys"
-                              " --exclude-dir=usr --exclude-dir=opt", root=True)
-        assert copies.stdout.strip() == "", f"p1 holds {holder}'s key as {copies.stdout.split()}"
+        pem = in_container(stack, holder, f"cat /tls/{key}").stdout
+        assert copies_in(stack.cid("p1"), pem) == [], f"p1 holds {holder}'s key"
     assert named_mounts(stack, "p1") == {
         ("p1-data", "/data", True), ("p1-tls", "/tls", False), ("cluster.toml", "/etc/snapmesh/cluster.toml", False)}
     assert named_mounts(stack, "app") == {("app-tls", "/tls", False)}
-
-
-def identities_in(stack: Stack, service: str, workdir: Path) -> dict[str, object]:
-    """Every certificate and key pair in the service's /tls (with the CA and token there), loaded."""
-    from snapmesh.settings import security
-
-    workdir.mkdir()
-    for name in in_container(stack, service, "ls /tls").stdout.split():
-        done = run(["docker", "exec", stack.cid(service), "cat", f"/tls/{name}"], quiet=True, check=False)
-        if done.returncode == 0:
-            (workdir / name).write_text(done.stdout)
-    pairs = {}
-    for key in workdir.glob("*-key.pem"):
-        name = key.name.removesuffix("-key.pem")
-        pairs[name] = security.load_files(name, ca=workdir / "ca.pem", cert=workdir / f"{name}.pem", key=key,
-                                          token_file=workdir / "token")
-    return pairs
 
 
 @pytest.mark.docker
@@ -381,17 +357,10 @@ def identities_in(stack: Stack, service: str, workdir: Path) -> dict[str, object
 def test_nothing_a_node_or_the_app_holds_passes_for_the_controller(stack, tmp_path):
     """With every certificate and key p1 (or the app) holds, and the token, Node.RestoreState on p2
     is refused: only the controller's certificate may restore a node."""
-    import grpc
-
-    from snapmesh.v1 import snapmesh_pb2 as pb
-
     tried = []
     for service in ("p1", "app"):
-        for name, identity in identities_in(stack, service, tmp_path / service).items():
-            channel, stub = node_stub(stack.node_address("p2"), identity, server_name="p2")
-            with channel, pytest.raises(grpc.RpcError) as refused:
-                stub.RestoreState(pb.RestoreStateRequest(snapshot_id="probe-from-" + service, epoch=1), timeout=10)
-            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, (service, name, refused.value)
+        for name, identity in identities_in(stack.cid(service), "/tls", tmp_path / service).items():
+            assert restore_state_refused(stack.node_address("p2"), "p2", identity)
             tried.append(f"{service}:{name}")
     log(f"RestoreState refused for {tried}")
     assert sorted(tried) == ["app:client", "p1:p1"]
