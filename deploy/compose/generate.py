@@ -142,10 +142,10 @@ def _hand_out(name: str) -> str:
     the CA, its certificate and key, the token, and self/ (the same certificate under
     the client's file names, for its healthcheck's `snapmesh health --tls-dir`)."""
     out = f"/out/{name}"
-    return (
-        f"        && rm -rf {out}/* && cp /tls/ca.pem /tls/token /tls/{name}.pem /tls/{name}-key.pem {out}/\n"
-        f"        && mkdir {out}/self && ln -s ../ca.pem {out}/self/ca.pem\n"
-        f"        && ln -s ../{name}.pem {out}/self/client.pem && ln -s ../{name}-key.pem {out}/self/client-key.pem\n"
+    return (  # in place, never emptied first: a running server's healthcheck reads them
+        f"        && cp /tls/ca.pem /tls/token /tls/{name}.pem /tls/{name}-key.pem {out}/\n"
+        f"        && mkdir -p {out}/self && ln -sfn ../ca.pem {out}/self/ca.pem\n"
+        f"        && ln -sfn ../{name}.pem {out}/self/client.pem && ln -sfn ../{name}-key.pem {out}/self/client-key.pem\n"
     )
 
 
@@ -173,7 +173,7 @@ def certs_service(ids: list[str]) -> str:
         && chown -R 0:0 /tls && chmod -R go= /tls
 """
         + "".join(_hand_out(name) for name in servers)
-        + f"""        && rm -rf /out/app/* && cp {client} /out/app/
+        + f"""        && cp {client} /out/app/
         && chown -R 10001:10001 /out && chmod -R u=rwX,go= /out
         && cp {client} /export/
         && chown --reference=/export {exported}
