@@ -537,3 +537,40 @@ def test_the_service_image_is_lean_and_the_reconcile_image_has_spark(stack):
     for image in ("snapmesh:latest", "snapmesh-reconcile:latest"):
         size = int(run(["docker", "image", "inspect", "--format", "{{.Size}}", image], quiet=True).stdout)
         log(f"{image}: {size / 1e6:.0f} MB")
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_migrate_data_moves_the_shared_volume_to_each_process_its_own():
+    """deploy/compose/migrate-data.sh: an old stack's one `snapmesh-data` volume is split into
+    each node's and the controller's volumes, each holding its own files only; a second run moves nothing."""
+    if not docker_engine_answers():
+        pytest.skip("NO DOCKER ENGINE ANSWERS: migrate-data.sh was NOT tested")
+    if run(["docker", "image", "inspect", "snapmesh:latest"], check=False, quiet=True).returncode != 0:
+        build_images()
+    project = f"snapmeshmigrate-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    old = f"{project}_snapmesh-data"
+    volumes = [old, f"{project}_controller-data", *(f"{project}_{node}-data" for node in NODES)]
+
+    def files(volume: str) -> list[str]:
+        out = run(["docker", "run", "--rm", "--entrypoint", "/bin/sh", "-v", f"{volume}:/v:ro", "snapmesh:latest",
+                   "-c", "cd /v && find . -type f | sort"], quiet=True)
+        return out.stdout.split()
+
+    try:
+        made = " && ".join([*(f"echo log-of-{n} > {n}.log.jsonl && echo 1 > {n}.log.000001.jsonl" for n in NODES),
+                            "mkdir -p snapshots controller && echo s > snapshots/s1.json && echo j > controller/journal"])
+        run(["docker", "run", "--rm", "--entrypoint", "/bin/sh", "-v", f"{old}:/data", "snapmesh:latest", "-c",
+             f"cd /data && {made}"], quiet=True)
+        moved = run([str(COMPOSE_DIR / "migrate-data.sh"), project])
+        log("migrate-data: " + " | ".join(moved.stdout.splitlines()))
+        for node in NODES:
+            assert files(f"{project}_{node}-data") == [f"./{node}.log.000001.jsonl", f"./{node}.log.jsonl"], node
+        assert files(f"{project}_controller-data") == ["./controller/journal", "./snapshots/s1.json"]
+        assert len(files(old)) == 2 * len(NODES) + 2, "the old volume is left as it was"
+        again = run([str(COMPOSE_DIR / "migrate-data.sh"), project])
+        assert "nothing to move" in again.stdout
+    finally:
+        run(["docker", "volume", "rm", "-f", *volumes], check=False, quiet=True)
+        left = run(["docker", "volume", "ls", "-q", "--filter", f"name={project}"], quiet=True).stdout.split()
+        assert not left, f"left behind: {left}"
