@@ -17,7 +17,9 @@ What a kubelet and the cluster's DNS would do, from the rendered objects only:
   one Docker volume;
 * env: `value`, `fieldRef` (metadata.name, metadata.namespace) and
   `secretKeyRef`;
-* a Job's init containers run to completion in order, then its containers;
+* a pod's init containers run to completion in order, then its containers (an
+  emptyDir, `medium: Memory` too, is one directory they all share, kept across a
+  restart of the container as the pod keeps it);
 * probes: the kubelet's gRPC health check, plaintext, on the probe's port and
   service, is `snapmesh health` inside the container with no TLS dir.
 
@@ -300,7 +302,13 @@ class PodRunner:
         return args
 
     def start(self, pod: Pod, publish: dict[int, int] | None = None) -> str:
-        """Start a long-running pod's one container; returns the container name."""
+        """Run a long-running pod's init containers to completion, in order (one that
+        fails is an AssertionError with its logs, as it would keep the pod from starting),
+        then start its one container; returns the container name."""
+        for init in pod.spec.get("initContainers", []):
+            code, logs = self._run_to_completion(pod, init, timeout=120)
+            if code != 0:
+                raise AssertionError(f"pod {pod.name}: init container {init['name']} exited {code}:\n{logs}")
         [container] = pod.spec["containers"]
         name = f"{self.id}-{pod.name}"
         docker("run", "-d", *self._run_args(pod, container, name, self.aliases(pod), publish or {}))
@@ -313,15 +321,22 @@ class PodRunner:
         for container in [*pod.spec.get("initContainers", []), *pod.spec["containers"]]:
             if container["name"] in skip:
                 continue
-            name = f"{self.id}-{pod.name}-{container['name']}"
-            docker("run", "-d", *self._run_args(pod, container, name, [], {}))
-            code = int(docker("wait", name, timeout=timeout).stdout.strip())
-            logs = docker("logs", name, check=False)
-            results.append((container["name"], code, logs.stdout + logs.stderr))
-            docker("rm", "-f", name, check=False)
+            code, logs = self._run_to_completion(pod, container, timeout=timeout)
+            results.append((container["name"], code, logs))
             if code != 0:
                 break
         return results
+
+    def _run_to_completion(self, pod: Pod, container: dict, timeout: float) -> tuple[int, str]:
+        """One container of the pod run until it exits, then removed: its exit code and logs."""
+        name = f"{self.id}-{pod.name}-{container['name']}"
+        docker("run", "-d", *self._run_args(pod, container, name, [], {}))
+        try:
+            code = int(docker("wait", name, timeout=timeout).stdout.strip())
+            logs = docker("logs", name, check=False)
+        finally:
+            docker("rm", "-f", name, check=False)
+        return code, logs.stdout + logs.stderr
 
     def job_dir(self, pod: Pod, volume: str) -> Path:
         return self.workdir / self.id / "pods" / pod.name / volume

@@ -372,3 +372,72 @@ def copy_volume(volume: str, dest: Path, image: str = "snapmesh:latest") -> Path
     finally:
         run(["docker", "rm", "-f", name], quiet=True, check=False)
     return dest
+
+
+# ------------------------------------------------- what a container holds (keys, data)
+
+
+def exec_in(cid: str, script: str, *, root: bool = False) -> subprocess.CompletedProcess:
+    """`sh -c script` in the container, as its own user or as root (with the container's
+    capabilities: root without them cannot read what only its user may)."""
+    user = ["-u", "0"] if root else []
+    return run(["docker", "exec", *user, cid, "sh", "-c", script], quiet=True, check=False)
+
+
+def _as_root_and_user(cid: str, script: str) -> list[str]:
+    """The lines `script` prints as root and as the container's own user (a file either can read)."""
+    return sorted({line for root in (True, False) for line in exec_in(cid, script, root=root).stdout.splitlines()})
+
+
+def private_keys_in(cid: str) -> dict[str, str]:
+    """Every `*-key.pem` anywhere in the container, searched as root and as its own user,
+    and the file each resolves to."""
+    found = _as_root_and_user(cid, "find / \\( -path /proc -o -path /sys \\) -prune -o -name '*-key.pem' -print"
+                                   " 2>/dev/null | while read -r f; do echo \"$f $(readlink -f \"$f\")\"; done")
+    return dict(line.split() for line in found)
+
+
+def copies_in(cid: str, pem: str) -> list[str]:
+    """The files in the container (searched as root and as its own user; not the image's
+    /usr and /opt, made before any key existed) holding the body of the PEM `pem`, under any name."""
+    body = pem.splitlines()[1]
+    assert len(body) > 40, f"no PEM body: {body!r}"
+    return _as_root_and_user(cid, f"grep -rlF '{body}' / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr"
+                                  " --exclude-dir=opt 2>/dev/null")
+
+
+def identities_in(cid: str, directory: str, workdir: Path) -> dict[str, Any]:
+    """Every certificate and key pair in the container's `directory`, with the CA and
+    token there, loaded as the identity it would present."""
+    from snapmesh.settings import security
+
+    workdir.mkdir(parents=True)
+    for name in exec_in(cid, f"ls {directory}").stdout.split():
+        done = run(["docker", "exec", cid, "cat", f"{directory}/{name}"], quiet=True, check=False)
+        if done.returncode == 0:
+            (workdir / name).write_text(done.stdout)
+    pairs = {}
+    for key in workdir.glob("*-key.pem"):
+        name = key.name.removesuffix("-key.pem")
+        pairs[name] = security.load_files(name, ca=workdir / "ca.pem", cert=workdir / f"{name}.pem", key=key,
+                                          token_file=workdir / "token")
+    return pairs
+
+
+def restore_state_refused(address: str, server_name: str, identity) -> bool:
+    """Node.RestoreState with `identity` (and its token) answers PERMISSION_DENIED; any
+    other answer, a success included, raises naming it."""
+    import grpc
+
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    channel, stub = node_stub(address, identity, server_name=server_name)
+    with channel:
+        try:
+            answer = stub.RestoreState(pb.RestoreStateRequest(snapshot_id="probe-not-the-controller", epoch=1),
+                                       timeout=10)
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.PERMISSION_DENIED:
+                return True
+            raise AssertionError(f"RestoreState as {identity.name}: {error.code().name} {error.details()}") from None
+    raise AssertionError(f"RestoreState as {identity.name} was accepted: {answer}")

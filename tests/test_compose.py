@@ -11,7 +11,10 @@ unique compose project, and then, against the controller's published port:
 * `pause`/`unpause` a node, and `docker network disconnect`/`connect` it: same;
 * after the load stops, the node balances (GetState) add up to the expected
   total: no transfer lost or duplicated;
-* `down` without -v keeps the data volume: the snapshots are still listed after `up`;
+* each container holds only its own key and data: p1 finds no other private key, even
+  as root, nothing p1 or the app holds passes for the controller on Node.RestoreState,
+  and p1's writes never reach p2's log or the controller's snapshots;
+* `down` without -v keeps the data volumes: the snapshots are still listed after `up`;
 * the reconcile job container reports every snapshot consistent.
 
 Teardown (`down -v`) always runs and checks no container, network or volume of
@@ -22,6 +25,7 @@ The unmarked tests (generated files, pins, `docker-compose config`) are fast.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import re
 import subprocess
@@ -41,12 +45,17 @@ from helpers_deploy import (
     container_health,
     container_id,
     controller_stub,
+    copies_in,
     copy_volume,
     docker_engine_answers,
+    exec_in,
+    identities_in,
     live_log,
     log,
     node_stub,
+    private_keys_in,
     project_leftovers,
+    restore_state_refused,
     run,
     status_name,
     trigger_snapshot,
@@ -300,6 +309,84 @@ def test_stack_healthy_app_runs_and_snapshots_complete(stack):
         stack.assert_complete_and_conserved("healthy stack")
 
 
+# ----------------------------------------- each process holds only its own key and data
+
+
+def in_container(stack: Stack, service: str, script: str, *, root: bool = False) -> subprocess.CompletedProcess:
+    return exec_in(stack.cid(service), script, root=root)
+
+
+def named_mounts(stack: Stack, service: str) -> set[tuple[str, str, bool]]:
+    """(volume or host file, where, writable) of every mount but the image's anonymous /data."""
+    out = run(["docker", "inspect", "-f", "{{json .Mounts}}", stack.cid(service)], quiet=True).stdout
+    mounts = set()
+    for mount in json.loads(out):
+        name = mount.get("Name") or ""
+        if mount["Type"] == "volume" and not name.startswith(f"{stack.project}_"):
+            continue  # anonymous: the Dockerfile's VOLUME, the container's own
+        source = name.removeprefix(f"{stack.project}_") if name else Path(mount["Source"]).name
+        mounts.add((source, mount["Destination"], mount["RW"]))
+    return mounts
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_each_container_holds_only_its_own_key(stack):
+    """p1 finds no private key but its own anywhere in its container (as root or its user), nor a copy of the
+    controller's or p2's key under another name; the app only the client's; the controller only its own."""
+    own = {
+        "p1": {"/tls/p1-key.pem": "/tls/p1-key.pem", "/tls/self/client-key.pem": "/tls/p1-key.pem"},
+        "controller": {"/tls/controller-key.pem": "/tls/controller-key.pem",
+                       "/tls/self/client-key.pem": "/tls/controller-key.pem"},
+        "app": {"/tls/client-key.pem": "/tls/client-key.pem"},
+    }
+    for service, expected in own.items():
+        assert private_keys_in(stack.cid(service)) == expected, service
+    assert in_container(stack, "p1", "cat /tls/controller-key.pem").returncode != 0
+    assert in_container(stack, "p1", "cat /tls/p2-key.pem").returncode != 0
+    for holder, key in (("controller", "controller-key.pem"), ("p2", "p2-key.pem")):
+        pem = in_container(stack, holder, f"cat /tls/{key}").stdout
+        assert copies_in(stack.cid("p1"), pem) == [], f"p1 holds {holder}'s key"
+    assert named_mounts(stack, "p1") == {
+        ("p1-data", "/data", True), ("p1-tls", "/tls", False), ("cluster.toml", "/etc/snapmesh/cluster.toml", False)}
+    assert named_mounts(stack, "app") == {("app-tls", "/tls", False)}
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_nothing_a_node_or_the_app_holds_passes_for_the_controller(stack, tmp_path):
+    """With every certificate and key p1 (or the app) holds, and the token, Node.RestoreState on p2
+    is refused: only the controller's certificate may restore a node."""
+    tried = []
+    for service in ("p1", "app"):
+        for name, identity in identities_in(stack.cid(service), "/tls", tmp_path / service).items():
+            assert restore_state_refused(stack.node_address("p2"), "p2", identity)
+            tried.append(f"{service}:{name}")
+    log(f"RestoreState refused for {tried}")
+    assert sorted(tried) == ["app:client", "p1:p1"]
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_a_node_cannot_write_another_nodes_data(stack):
+    """Root in p1's container writes where p2's log and the controller's snapshots would be: the
+    writes land on p1's own volume; p2's log and the controller's snapshots never see them."""
+    marker = f"written-by-p1-{uuid.uuid4().hex}"
+    wrote = in_container(stack, "p1", f"mkdir -p /data/snapshots && echo {marker} >> /data/p2.log.jsonl"
+                         f" && echo {marker} > /data/snapshots/{marker}.json", root=True)
+    try:
+        assert wrote.returncode == 0, wrote.stderr
+        p2_log = in_container(stack, "p2", "cat /data/p2.log.jsonl")
+        assert p2_log.returncode == 0 and p2_log.stdout, "p2 has no log"
+        assert marker not in p2_log.stdout, "p1 appended to p2's transfer log"
+        snapshots = in_container(stack, "controller", "ls /data/snapshots").stdout.split()
+        assert snapshots and f"{marker}.json" not in snapshots, "p1 wrote into the controller's snapshots"
+        assert in_container(stack, "p1", "ls /data").stdout.split().count("p1.log.jsonl") == 1
+    finally:
+        in_container(stack, "p1", f"rm -f /data/p2.log.jsonl /data/snapshots/{marker}.json"
+                     " && rmdir /data/snapshots", root=True)
+
+
 @pytest.mark.docker
 @pytest.mark.timeout(300)
 def test_killed_node_fails_snapshot_then_recovers_from_its_log(stack):
@@ -372,8 +459,9 @@ def test_data_volume_survives_down_without_v(stack):
         before = {s.snapshot_id for s in stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10).snapshots}
     assert before
     stack.compose("down", "-t", "5")
-    volumes = run(["docker", "volume", "ls", "-q", "--filter", f"name={stack.project}_snapmesh-data"], quiet=True)
-    assert volumes.stdout.strip(), "the data volume did not survive `down`"
+    for volume in ("controller-data", *(f"{node}-data" for node in NODES)):
+        found = run(["docker", "volume", "ls", "-q", "--filter", f"name={stack.project}_{volume}"], quiet=True)
+        assert found.stdout.strip(), f"the volume {volume} did not survive `down`"
     stack.env["SNAPMESH_APP_FLAGS"] = "--duration 2 --snapshot-every 0 --transfer-interval 0.05"
     stack.compose("up", "-d")
     stack.wait_healthy()
@@ -426,8 +514,9 @@ def test_reconcile_job_reports_every_snapshot_consistent(stack, tmp_path):
     output = result.stdout + result.stderr
     log("reconcile: " + " | ".join(result.stdout.strip().splitlines()[-3:]))
     if result.returncode != 0:
-        saved = copy_volume(f"{stack.project}_snapmesh-data", tmp_path / "data")
-        pytest.fail(f"reconcile exited {result.returncode} (the data volume is copied to {saved}):\n{output[-4000:]}")
+        for volume in ("controller-data", *(f"{node}-data" for node in NODES)):
+            copy_volume(f"{stack.project}_{volume}", tmp_path / volume)
+        pytest.fail(f"reconcile exited {result.returncode} (the data volumes are copied to {tmp_path}):\n{output[-4000:]}")
     assert "all consistent" in output, output[-4000:]
 
 
@@ -448,3 +537,40 @@ def test_the_service_image_is_lean_and_the_reconcile_image_has_spark(stack):
     for image in ("snapmesh:latest", "snapmesh-reconcile:latest"):
         size = int(run(["docker", "image", "inspect", "--format", "{{.Size}}", image], quiet=True).stdout)
         log(f"{image}: {size / 1e6:.0f} MB")
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_migrate_data_moves_the_shared_volume_to_each_process_its_own():
+    """deploy/compose/migrate-data.sh: an old stack's one `snapmesh-data` volume is split into
+    each node's and the controller's volumes, each holding its own files only; a second run moves nothing."""
+    if not docker_engine_answers():
+        pytest.skip("NO DOCKER ENGINE ANSWERS: migrate-data.sh was NOT tested")
+    if run(["docker", "image", "inspect", "snapmesh:latest"], check=False, quiet=True).returncode != 0:
+        build_images()
+    project = f"snapmeshmigrate-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    old = f"{project}_snapmesh-data"
+    volumes = [old, f"{project}_controller-data", *(f"{project}_{node}-data" for node in NODES)]
+
+    def files(volume: str) -> list[str]:
+        out = run(["docker", "run", "--rm", "--entrypoint", "/bin/sh", "-v", f"{volume}:/v:ro", "snapmesh:latest",
+                   "-c", "cd /v && find . -type f | sort"], quiet=True)
+        return out.stdout.split()
+
+    try:
+        made = " && ".join([*(f"echo log-of-{n} > {n}.log.jsonl && echo 1 > {n}.log.000001.jsonl" for n in NODES),
+                            "mkdir -p snapshots controller && echo s > snapshots/s1.json && echo j > controller/journal"])
+        run(["docker", "run", "--rm", "--entrypoint", "/bin/sh", "-v", f"{old}:/data", "snapmesh:latest", "-c",
+             f"cd /data && {made}"], quiet=True)
+        moved = run([str(COMPOSE_DIR / "migrate-data.sh"), project])
+        log("migrate-data: " + " | ".join(moved.stdout.splitlines()))
+        for node in NODES:
+            assert files(f"{project}_{node}-data") == [f"./{node}.log.000001.jsonl", f"./{node}.log.jsonl"], node
+        assert files(f"{project}_controller-data") == ["./controller/journal", "./snapshots/s1.json"]
+        assert len(files(old)) == 2 * len(NODES) + 2, "the old volume is left as it was"
+        again = run([str(COMPOSE_DIR / "migrate-data.sh"), project])
+        assert "nothing to move" in again.stdout
+    finally:
+        run(["docker", "volume", "rm", "-f", *volumes], check=False, quiet=True)
+        left = run(["docker", "volume", "ls", "-q", "--filter", f"name={project}"], quiet=True).stdout.split()
+        assert not left, f"left behind: {left}"

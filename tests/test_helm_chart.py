@@ -41,7 +41,8 @@ VARIANTS = {
     "servicemonitor": {"metrics.serviceMonitor.enabled": True},
     "cert-manager": {"tls.source": "certManager"},
     "existing-secret": {"tls.source": "existingSecret", "tls.existingSecret": "my-certs"},
-    "nodes-3": {"nodes.replicas": 3},
+    "nodes-3": {"nodes.replicas": 3, "networkPolicy.controllerClientLabels.snapmesh-client": "yes",
+                "networkPolicy.metricsPodLabels.app": "prometheus"},
     "nodes-7": {"nodes.replicas": 7, "networkPolicy.controllerCIDR": "10.0.0.0/8", "reconcile.schedule": "*/30 * * * *"},
 }
 
@@ -187,10 +188,21 @@ def test_network_policy(rendered):
     components = [f["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for f in peers["from"]]
     assert components == ["node", "controller"]
     assert [p["port"] for p in metrics["ports"]] == [9101] and [p["port"] for p in health["ports"]] == [50059]
+    monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    assert metrics["from"] == [monitoring]  # the labelled monitoring namespace, no other
+    node_pods = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "snapmesh", "app.kubernetes.io/instance": "snapmesh",
+                                                 "app.kubernetes.io/component": "node"}}}
     ctrl = one(rendered["default"], "NetworkPolicy", "snapmesh-controller")
-    assert ctrl["spec"]["ingress"][0]["from"][1] == {"podSelector": {}}  # the namespace
+    [grpc_in, ctrl_metrics, _] = ctrl["spec"]["ingress"]
+    assert grpc_in["from"] == [node_pods]  # by default the nodes only
+    assert ctrl_metrics["from"] == [monitoring] and [p["port"] for p in ctrl_metrics["ports"]] == [9100]
     ctrl7 = one(rendered["nodes-7"], "NetworkPolicy", "snapmesh-controller")
-    assert ctrl7["spec"]["ingress"][0]["from"][1] == {"ipBlock": {"cidr": "10.0.0.0/8"}}
+    assert ctrl7["spec"]["ingress"][0]["from"] == [node_pods, {"ipBlock": {"cidr": "10.0.0.0/8"}}]
+    # Opt-in: the labelled client pods; metrics from the monitoring namespace's labelled pods only.
+    ctrl3 = one(rendered["nodes-3"], "NetworkPolicy", "snapmesh-controller")
+    assert ctrl3["spec"]["ingress"][0]["from"] == [node_pods, {"podSelector": {"matchLabels": {"snapmesh-client": "yes"}}}]
+    nodes3 = one(rendered["nodes-3"], "NetworkPolicy", "snapmesh-node")
+    assert nodes3["spec"]["ingress"][1]["from"] == [monitoring | {"podSelector": {"matchLabels": {"app": "prometheus"}}}]
 
 
 def test_secrets_tls_on_by_default(rendered):
@@ -205,7 +217,7 @@ def test_secrets_tls_on_by_default(rendered):
     sts = one(objects, "StatefulSet", "snapmesh-node")
     env = {e["name"]: e.get("value") for e in _pod(sts)["containers"][0]["env"]}
     assert env["SNAPMESH_TLS_DIR"] == "/tls"
-    [tls] = [v for v in _pod(sts)["volumes"] if v["name"] == "tls"]
+    [tls] = [v for v in _pod(sts)["volumes"] if v["name"] == "tls-nodes"]
     sources = tls["projected"]["sources"]
     assert sources[0]["secret"]["name"] == "snapmesh-tls"
     assert {"key": "node-3-key.pem", "path": "node-3-key.pem"} in sources[0]["secret"]["items"]
@@ -221,7 +233,7 @@ def test_existing_secret_and_cert_manager(rendered):
     existing = rendered["existing-secret"]
     assert not [j for j in by_kind(existing, "Job") if "certs" in j["metadata"]["name"]]
     sts = one(existing, "StatefulSet", "snapmesh-node")
-    [tls] = [v for v in _pod(sts)["volumes"] if v["name"] == "tls"]
+    [tls] = [v for v in _pod(sts)["volumes"] if v["name"] == "tls-nodes"]
     assert tls["projected"]["sources"][0]["secret"]["name"] == "my-certs"
     cm = rendered["cert-manager"]
     certs = {c["metadata"]["name"]: c for c in by_kind(cm, "Certificate")}
@@ -231,6 +243,38 @@ def test_existing_secret_and_cert_manager(rendered):
     assert certs["snapmesh-tls-node-2"]["spec"]["privateKey"]["encoding"] == "PKCS8"
     assert certs["snapmesh-tls-node-2"]["spec"]["issuerRef"] == {"name": "snapmesh-ca", "kind": "Issuer"}
     assert {i["metadata"]["name"] for i in by_kind(cm, "Issuer")} == {"snapmesh-selfsigned", "snapmesh-ca"}
+
+
+def _secret_items(volume: dict) -> set[str]:
+    """The files a projected TLS volume holds."""
+    return {item["path"] for source in volume["projected"]["sources"] for item in source["secret"].get("items", [])}
+
+
+@pytest.mark.parametrize("variant", ["default", "cert-manager", "existing-secret", "nodes-7"])
+def test_a_node_pod_holds_its_own_key_only(rendered, variant):
+    """The node container mounts only the in-memory `tls` its init container fills with
+    node-<ordinal>'s files; the nodes' Secret is mounted by that init container alone and
+    carries no controller or client key; the controller pod holds no node's key."""
+    sts = one(rendered[variant], "StatefulSet", "snapmesh-node")
+    spec = _pod(sts)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["tls"] == {"name": "tls", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+    [container] = spec["containers"]
+    assert {"name": "tls", "mountPath": "/tls", "readOnly": True} in container["volumeMounts"]
+    assert "tls-nodes" not in {m["name"] for m in container["volumeMounts"]}
+    [init] = spec["initContainers"]
+    assert {m["name"] for m in init["volumeMounts"]} == {"tls-nodes", "tls"}
+    assert '"/tls-nodes/$id.pem" "/tls-nodes/$id-key.pem"' in init["args"][0] and "node-${POD_NAME##*-}" in init["args"][0]
+    held = _secret_items(volumes["tls-nodes"])
+    assert not {f for f in held if f.startswith(("controller", "client"))}, held
+    controller = {v["name"]: v for v in _pod(one(rendered[variant], "StatefulSet", "snapmesh-controller"))["volumes"]}
+    assert not {f for f in _secret_items(controller["tls"]) if f.startswith("node-")}
+
+
+def test_a_plain_token_needs_allow_plain_token():
+    objects = render({"auth.token": "a-plain-token", "auth.allowPlainToken": True})
+    token = one(objects, "Secret", "snapmesh-token")
+    assert base64.b64decode(token["data"]["token"]) == b"a-plain-token"
 
 
 def test_service_monitor_and_reconcile(rendered):
@@ -269,6 +313,8 @@ def test_notes_print_grpcurl_and_restore():
     ({"networkPolicy.controllerCIDR": "everyone"}, "/networkPolicy/controllerCIDR"),
     ({"healthPort": 50051}, "nodes.port (50051), nodes.metricsPort (9101) and healthPort (50051) must differ"),
     ({"tls.source": "existingSecret"}, "tls.existingSecret names no Secret"),
+    ({"auth.token": "a-plain-token"}, "/auth/allowPlainToken"),  # a token in the values: only when asked for
+    ({"networkPolicy.metricsNamespaceLabels": "null"}, "/networkPolicy/metricsNamespaceLabels"),
 ])
 def test_bad_values_are_refused_by_name(values, message):
     from helm_chart import set_args

@@ -13,6 +13,9 @@ token Secret is the rendered one, and the controller's port is published on
 it, so the test runs the code it ships with):
 
 * every pod passes its gRPC readiness probe (plaintext, health port, service);
+* a node's container holds its own key only (its init container copies it out of
+  the nodes' Secret): no other key anywhere in it, as root or its user; nothing it holds
+  passes for the controller on Node.RestoreState; it cannot write another node's log;
 * a snapshot under load is COMPLETE and conserved;
 * a node's container killed and started again on its volume is back SERVING and
   the next snapshot is COMPLETE;
@@ -42,7 +45,17 @@ import pytest
 
 from helm_chart import CHART, REPO, by_kind, helm, render, set_args
 from helm_pods import PlanError, PodRunner, docker
-from helpers_deploy import build_images, docker_engine_answers, log, status_name
+from helpers_deploy import (
+    build_images,
+    copies_in,
+    docker_engine_answers,
+    exec_in,
+    identities_in,
+    log,
+    private_keys_in,
+    restore_state_refused,
+    status_name,
+)
 from snapmesh.settings import security
 from snapmesh.settings.ports import free_ports
 
@@ -174,6 +187,60 @@ def test_pods_answer_to_the_services_names(cluster):
         assert "SERVING" in out
 
 
+# ---------------------------------------------- each node pod holds its own key only
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_a_node_pod_holds_only_its_own_key(cluster):
+    """node-1's container finds no private key but its own anywhere (as root or its user), nor a
+    copy of the controller's, the client's or node-0's key under another name."""
+    runner = cluster.runner
+    node1 = runner.containers["snapmesh-node-1"]
+    assert private_keys_in(node1) == {"/tls/node-1-key.pem": "/tls/node-1-key.pem"}
+    assert sorted(exec_in(node1, "ls /tls").stdout.split()) == ["ca.pem", "node-1-key.pem", "node-1.pem", "token"]
+    for key in ("controller-key.pem", "node-0-key.pem"):
+        assert exec_in(node1, f"cat /tls/{key}").returncode != 0, key
+    secret = runner.secrets["snapmesh-tls"]
+    for key in ("controller-key.pem", "client-key.pem", "node-0-key.pem", "node-2-key.pem"):
+        assert copies_in(node1, secret[key].decode()) == [], f"node-1 holds {key}"
+    mounts = json.loads(docker("inspect", "-f", "{{json .Mounts}}", node1).stdout)
+    assert {m["Destination"] for m in mounts} == {"/data", "/etc/snapmesh", "/tmp", "/tls"}
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_nothing_a_node_pod_holds_passes_for_the_controller(cluster, tmp_path):
+    """With every certificate and key in node-1's container, and the token, Node.RestoreState on
+    node-0 is refused: only the controller's certificate may restore a node."""
+    runner = cluster.runner
+    pairs = identities_in(runner.containers["snapmesh-node-1"], "/tls", tmp_path / "node-1")
+    assert sorted(pairs) == ["node-1"]
+    template = f'{{{{(index .NetworkSettings.Networks "{runner.network}").IPAddress}}}}'
+    ip = docker("inspect", "-f", template, runner.containers["snapmesh-node-0"]).stdout.strip()
+    for identity in pairs.values():
+        assert restore_state_refused(f"{ip}:50051", "node-0", identity)
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_a_node_pod_cannot_write_another_nodes_data(cluster):
+    """node-1 writes where node-0's log would be: it lands on node-1's own claim; node-0's log never sees it."""
+    import uuid
+
+    runner = cluster.runner
+    node0, node1 = runner.containers["snapmesh-node-0"], runner.containers["snapmesh-node-1"]
+    marker = f"written-by-node-1-{uuid.uuid4().hex}"
+    wrote = exec_in(node1, f"echo {marker} >> /data/node-0.log.jsonl")
+    try:
+        assert wrote.returncode == 0, wrote.stderr
+        log0 = exec_in(node0, "cat /data/node-0.log.jsonl")
+        assert log0.returncode == 0 and log0.stdout, "node-0 has no log"
+        assert marker not in log0.stdout, "node-1 appended to node-0's transfer log"
+    finally:
+        exec_in(node1, "rm -f /data/node-0.log.jsonl")
+
+
 @pytest.mark.docker
 @pytest.mark.timeout(600)
 def test_snapshot_under_load_is_complete(cluster):
@@ -297,16 +364,16 @@ def test_a_secret_key_typo_is_refused(tmp_path):
     objects = render({"nodes.replicas": NODES})
     for obj in objects:
         if obj["kind"] == "StatefulSet" and obj["metadata"]["name"] == "snapmesh-node":
-            tls = next(v for v in obj["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
+            tls = next(v for v in obj["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls-nodes")
             tls["projected"]["sources"][1]["secret"]["items"][0]["key"] = "tokn"
     runner = PodRunner(objects, tmp_path)
     pod = runner.statefulset_pods("snapmesh-node")[0]
-    tls = next(v for v in pod.spec["volumes"] if v["name"] == "tls")
+    tls = next(v for v in pod.spec["volumes"] if v["name"] == "tls-nodes")
     # The hook Job's Secret, as `snapmesh certs` names its files (the Job itself runs in the cluster test).
     runner.secrets["snapmesh-tls"] = {item["key"]: b"pem" for item in tls["projected"]["sources"][0]["secret"]["items"]}
     runner._materialize(pod, copy.deepcopy(tls) | {"projected": {"sources": tls["projected"]["sources"][:1]}}, None)
     with pytest.raises(PlanError, match="no key 'tokn'"):
-        runner._materialize(pod, next(v for v in pod.spec["volumes"] if v["name"] == "tls"), None)
+        runner._materialize(pod, next(v for v in pod.spec["volumes"] if v["name"] == "tls-nodes"), None)
 
 
 @pytest.mark.docker

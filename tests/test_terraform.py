@@ -243,3 +243,11 @@ def test_terraform_fmt_check_catches_a_misformatted_copy(tmp_path):
     main_tf.write_text(main_tf.read_text().replace(" = ", "   =   ", 1))
     result = terraform_fmt_check(copy)
     assert result.returncode != 0 and "main.tf" in result.stdout
+
+
+def test_user_data_moves_an_older_stacks_data_before_up():
+    """An instance replaced under a stack of the shared-volume layout finds its data again:
+    deploy/compose/migrate-data.sh (tests/test_compose.py runs it) splits it before `up`."""
+    text = (TERRAFORM_DIR / "user_data.sh.tftpl").read_text()
+    build = text.index("compose --profile reconcile build controller reconcile")  # the image it runs
+    assert build < text.index("\n./migrate-data.sh compose\n") < text.index("\ncompose up -d")

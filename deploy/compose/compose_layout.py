@@ -14,9 +14,12 @@ def node_ids(n: int) -> list[str]:
     return [f"p{i}" for i in range(1, n + 1)]
 
 
-def healthcheck(port: int) -> str:
+def healthcheck(port: int, tls_dir: str = "") -> str:
+    """`snapmesh health` on the server's own port; `tls_dir`: the certificate it presents
+    (default: the client's in $SNAPMESH_TLS_DIR)."""
+    tls = f', "--tls-dir", "{tls_dir}"' if tls_dir else ""
     return f"""    healthcheck:
-      test: ["CMD", "snapmesh", "health", "127.0.0.1:{port}", "--timeout", "2"]
+      test: ["CMD", "snapmesh", "health", "127.0.0.1:{port}", "--timeout", "2"{tls}]
       interval: 3s
       timeout: 5s
       retries: 20

@@ -7,7 +7,8 @@ writes, next to this script (or into --out DIR):
 
 * ``cluster.toml``: the cluster file every container reads (nodes p1..pN, full mesh);
 * ``docker-compose.yml``: the one-shot ``certs`` (mutual TLS and the token are on by
-  default: certificates made at deploy time, never committed), nodes p1..pN, the
+  default: certificates made at deploy time, never committed; each process gets its
+  own key only, on a TLS volume of its own, and its own data volume), nodes p1..pN, the
   controller (gRPC port published for grpcurl), the app, the one-shot ``reconcile``
   job (profile ``reconcile``), a Spark standalone cluster and the job submitted to it
   (profile ``spark``), and Prometheus + Grafana (profile ``monitoring``);
@@ -102,7 +103,9 @@ scrape_configs:
     )
 
 
-# Shared blocks, YAML anchors in an `x-` extension field (compose >= 1.27).
+# Shared blocks, YAML anchors in an `x-` extension field (compose >= 1.27). No
+# volumes here: each service lists its own (a merged `volumes:` list would replace,
+# not add to, the anchor's), so none mounts what it does not need.
 COMMON = """x-snapmesh: &snapmesh
   image: ${SNAPMESH_IMAGE:-snapmesh:latest}
   build:
@@ -117,19 +120,48 @@ COMMON = """x-snapmesh: &snapmesh
     SNAPMESH_DATA_DIR: /data
     SNAPMESH_BIND_HOST: 0.0.0.0
     SNAPMESH_TLS_DIR: /tls
-  volumes:
-    - snapmesh-data:/data
-    - snapmesh-tls:/tls:ro
-    - ./cluster.toml:/etc/snapmesh/cluster.toml:ro
   networks: [mesh]
 """
 
-# Runs as root once per `up`: makes the CA, every process's certificate and the
-# token in the snapmesh-tls volume unless they are there already (`--keep`), hands
-# them to the services' user (uid 10001), and copies what a client needs to the
-# host directory SNAPMESH_TLS_EXPORT (default deploy/compose/tls/, git-ignored),
-# owned like that directory.
-CERTS = """  certs:
+CLUSTER_FILE = "./cluster.toml:/etc/snapmesh/cluster.toml:ro"
+CLIENT_FILES = ("ca.pem", "client.pem", "client-key.pem", "token")
+HEALTH_TLS_DIR = "/tls/self"  # a server's healthcheck presents the server's own certificate
+
+
+def server_volumes(name: str) -> str:
+    """A node's or the controller's mounts: its own data, its own TLS files, the cluster file."""
+    return f"""    volumes:
+      - {name}-data:/data
+      - {name}-tls:/tls:ro
+      - {CLUSTER_FILE}
+"""
+
+
+def _hand_out(name: str) -> str:
+    """The certs command's lines that fill `name`'s TLS volume with its files only:
+    the CA, its certificate and key, the token, and self/ (the same certificate under
+    the client's file names, for its healthcheck's `snapmesh health --tls-dir`)."""
+    out = f"/out/{name}"
+    return (  # in place, never emptied first: a running server's healthcheck reads them
+        f"        && cp /tls/ca.pem /tls/token /tls/{name}.pem /tls/{name}-key.pem {out}/\n"
+        f"        && mkdir -p {out}/self && ln -sfn ../ca.pem {out}/self/ca.pem\n"
+        f"        && ln -sfn ../{name}.pem {out}/self/client.pem && ln -sfn ../{name}-key.pem {out}/self/client-key.pem\n"
+    )
+
+
+def certs_service(ids: list[str]) -> str:
+    """Runs as root once per `up`: makes the CA, every process's certificate and the
+    token in the snapmesh-tls volume (mounted here only) unless they are there already
+    (`--keep`); copies into each server's own TLS volume its own key and nothing else,
+    into the app's the client's files, hands them to the services' user (uid 10001);
+    and copies what a client needs to the host directory SNAPMESH_TLS_EXPORT (default
+    deploy/compose/tls/, git-ignored), owned like that directory."""
+    servers = [*ids, "controller"]
+    client = " ".join(f"/tls/{f}" for f in CLIENT_FILES)
+    exported = " ".join(f"/export/{f}" for f in CLIENT_FILES)
+    mounts = "".join(f"      - {name}-tls:/out/{name}\n" for name in (*servers, "app"))
+    return (
+        """  certs:
     <<: *snapmesh
     hostname: certs
     user: "0"
@@ -138,14 +170,38 @@ CERTS = """  certs:
     command:
       - >-
         snapmesh certs --config /etc/snapmesh/cluster.toml --tls-dir /tls --keep
-        && chown -R 10001:10001 /tls && chmod 0700 /tls
-        && cp /tls/ca.pem /tls/client.pem /tls/client-key.pem /tls/token /export/
-        && chown --reference=/export /export/ca.pem /export/client.pem /export/client-key.pem /export/token
+        && chown -R 0:0 /tls && chmod -R go= /tls
+"""
+        + "".join(_hand_out(name) for name in servers)
+        + f"""        && cp {client} /out/app/
+        && chown -R 10001:10001 /out && chmod -R u=rwX,go= /out
+        && cp {client} /export/
+        && chown --reference=/export {exported}
     volumes:
       - snapmesh-tls:/tls
-      - ./cluster.toml:/etc/snapmesh/cluster.toml:ro
-      - ${SNAPMESH_TLS_EXPORT:-./tls}:/export
+      - {CLUSTER_FILE}
+{mounts}      - ${{SNAPMESH_TLS_EXPORT:-./tls}}:/export
 """
+    )
+
+
+# The jobs that read every process's data (reconcile, the Spark job and its workers)
+# mount each data volume read-only at /volumes/<name> and link its files into /data,
+# the one directory `snapmesh reconcile --data-dir` reads; their own output goes to
+# the reconcile-data volume.
+LINK_DATA = (
+    'find /data -maxdepth 1 -xtype l -delete;'
+    ' for f in /volumes/*/*; do [ -e "$$f" ] && ln -sn "$$f" /data/ 2>/dev/null; done; exec "$$0" "$$@"'
+)
+
+
+def reader_volumes(ids: list[str], extra: str = "") -> str:
+    data = "".join(f"      - {name}-data:/volumes/{name}:ro\n" for name in (*ids, "controller"))
+    return "    volumes:\n" + data + "      - reconcile-data:/data\n" + extra
+
+
+def reader_entrypoint(program: str) -> str:
+    return f"""    entrypoint: ["/bin/sh", "-c", '{LINK_DATA}', "{program}"]\n"""
 
 
 # ------------------------------------------------------------ Spark (profile spark)
@@ -163,12 +219,12 @@ def _spark_probe(host: str, port: int) -> str:
 """
 
 
-def spark_services(workers: int) -> str:
+def spark_services(ids: list[str], workers: int) -> str:
     """A standalone master, ``workers`` workers and the job submitted to them.
 
     All run the reconcile image (pyspark's ``spark-class``/``spark-submit``, Java);
-    the job reads the logs on the shared data volume at the same path (/data) the
-    executors do. SPARK_LOCAL_IP is each container's own name (the image's default,
+    the job and the workers' executors read every process's data at the same path
+    (/data, linked to the read-only volumes: reader_volumes). SPARK_LOCAL_IP is each container's own name (the image's default,
     127.0.0.1, would make them unreachable from each other).
     """
     image = "${SNAPMESH_RECONCILE_IMAGE:-snapmesh-reconcile:latest}"
@@ -176,8 +232,6 @@ def spark_services(workers: int) -> str:
     common = f"""    image: {image}
     profiles: [spark]
     init: true
-    volumes:
-      - snapmesh-data:/data
     networks: [mesh]
 """
     out = [
@@ -200,8 +254,8 @@ def spark_services(workers: int) -> str:
     restart: ${{SNAPMESH_RESTART:-unless-stopped}}
     environment:
       SPARK_LOCAL_IP: spark-worker-{i}
-    entrypoint: ["spark-class", "org.apache.spark.deploy.worker.Worker"]
-    command: ["{master}", "--host", "spark-worker-{i}", "-c", "1", "-m", "1g", "-d", "/tmp/spark-work"]
+{reader_volumes(ids)}{reader_entrypoint("spark-class")}    command: ["org.apache.spark.deploy.worker.Worker",
+              "{master}", "--host", "spark-worker-{i}", "-c", "1", "-m", "1g", "-d", "/tmp/spark-work"]
     depends_on:
       spark-master:
         condition: service_healthy
@@ -210,16 +264,15 @@ def spark_services(workers: int) -> str:
     workers_up = "".join(
         f"      spark-worker-{i}:\n        condition: service_started\n" for i in range(1, workers + 1)
     )
-    jobs = "      - snapmesh-data:/data\n      - ../../jobs:/opt/snapmesh-jobs:ro\n"  # the spark-submit script
-    job_common = common.replace("      - snapmesh-data:/data\n", jobs)
+    jobs = reader_volumes(ids, "      - ../../jobs:/opt/snapmesh-jobs:ro\n")  # + the spark-submit script
+    spark_submit = reader_entrypoint("spark-submit")
     out.append(
         f"""  reconcile-spark:
-{job_common}    hostname: reconcile-spark
+{common}{jobs}    hostname: reconcile-spark
     restart: "no"
     environment:
       SPARK_LOCAL_IP: reconcile-spark
-    entrypoint: ["spark-submit"]
-    command: ["--master", "{master}", "--executor-memory", "768m", "--conf", "spark.ui.enabled=false",
+{spark_submit}    command: ["--master", "{master}", "--executor-memory", "768m", "--conf", "spark.ui.enabled=false",
               "/opt/snapmesh-jobs/reconcile_job.py", "--data-dir", "/data", "--out", "/data/reconcile-spark"]
     depends_on:
       spark-master:
@@ -249,43 +302,51 @@ def docker_compose_yml(n: int, spark_workers: int = SPARK_WORKERS) -> str:
 """,
         COMMON,
         "services:\n",
-        CERTS,
+        certs_service(ids),
     ]
     for i, node in enumerate(ids, start=1):
         out.append(
             node_service(node)
+            + server_volumes(node)
             + """    depends_on:
       certs:
         condition: service_completed_successfully
 """
-            + healthcheck(NODE_PORT_BASE + i)
+            + healthcheck(NODE_PORT_BASE + i, HEALTH_TLS_DIR)
         )
     depends = "".join(f"      {node}:\n        condition: service_healthy\n" for node in ids)
+    tls_volumes = "".join(f"  {name}-tls: {{}}\n" for name in (*ids, "controller", "app"))
+    reconcile_mounts = reader_volumes(ids) + reader_entrypoint("snapmesh")
+    data_volumes = "".join(f"  {name}-data: {{}}\n" for name in (*ids, "controller"))
     out.append(
         f"""  controller:
     <<: *snapmesh
     hostname: controller
     # Periodic snapshots: SNAPMESH_CONTROLLER_FLAGS="--interval 30" (default: none).
     command: "controller --config /etc/snapmesh/cluster.toml ${{SNAPMESH_CONTROLLER_FLAGS:-}}"
-    ports:
+{server_volumes("controller")}    ports:
       - "${{SNAPMESH_CONTROLLER_PUBLISH:-127.0.0.1:{CONTROLLER_PORT}}}:{CONTROLLER_PORT}"
     depends_on:
 {depends}"""
-        + healthcheck(CONTROLLER_PORT)
+        + healthcheck(CONTROLLER_PORT, HEALTH_TLS_DIR)
     )
-    out.append(spark_services(spark_workers))
+    out.append(spark_services(ids, spark_workers))
     out.append(
         f"""  app:
     <<: *snapmesh
     hostname: app
     # The bank workload; it finds the nodes through the controller's GetCluster.
+    # It holds the client's certificate, key and the token; no data, no cluster file.
+    volumes:
+      - app-tls:/tls:ro
     command: "app --controller controller:{CONTROLLER_PORT} ${{SNAPMESH_APP_FLAGS:---duration 31536000 --snapshot-every 10}}"
     depends_on:
       controller:
         condition: service_healthy
 
   # One-shot: `docker compose --profile reconcile run --rm reconcile`. Reads the
-  # transfer logs and snapshots on the data volume; exit 0 when all are consistent.
+  # transfer logs and snapshots on the data volumes (read-only); exit 0 when all are
+  # consistent. The verdicts land on the reconcile-data volume.
   reconcile:
     <<: *snapmesh
     image: ${{SNAPMESH_RECONCILE_IMAGE:-snapmesh-reconcile:latest}}
@@ -298,7 +359,7 @@ def docker_compose_yml(n: int, spark_workers: int = SPARK_WORKERS) -> str:
         RECONCILE_BASE_IMAGE: ${{SNAPMESH_RECONCILE_BASE_IMAGE:-python:3.11-slim-bookworm}}
     profiles: [reconcile]
     restart: "no"
-    command: ["reconcile", "--data-dir", "/data", "--verdicts-dir", "/data/reconcile"]
+{reconcile_mounts}    command: ["reconcile", "--data-dir", "/data", "--verdicts-dir", "/data/reconcile"]
 
   prometheus:
     image: ${{PROMETHEUS_IMAGE:-prom/prometheus:v2.53.1}}
@@ -339,11 +400,16 @@ def docker_compose_yml(n: int, spark_workers: int = SPARK_WORKERS) -> str:
 networks:
   mesh: {{}}
 
+# Everything survives `down` without -v.
 volumes:
-  # Transfer logs (<node>.log.jsonl) and snapshots/: survive `down` without -v.
-  snapmesh-data: {{}}
-  # The CA, certificates and token (made by `certs`): survive `down` without -v.
+  # The CA, every certificate and key, the token: made by `certs`, mounted by it alone.
   snapmesh-tls: {{}}
+  # Each process's own files, copied there by `certs`: the CA, its certificate and
+  # key, the token (app-tls: the client's). The controller's key is in controller-tls only.
+{tls_volumes}  # Each node's transfer log (<node>.log.jsonl) on its own volume, the controller's
+  # snapshots/ and journal on controller-data: a node cannot write another's.
+{data_volumes}  # The reconcile jobs' links to the data and their verdicts.
+  reconcile-data: {{}}
   prometheus-data: {{}}
 """
     )

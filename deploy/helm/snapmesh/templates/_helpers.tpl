@@ -69,13 +69,13 @@ snapshot_deadline_s = {{ .Values.cluster.snapshotDeadlineSeconds }}
 {{- end -}}
 
 {{/*
-The projected /tls volume of a pod: CA, the certificate and key of each name in
+The projected TLS volume of a pod: CA, the certificate and key of each name in
 .names, and the token; laid out as `snapmesh certs` writes them (SNAPMESH_TLS_DIR).
-(dict "ctx" $ "names" (list ...))
+(dict "ctx" $ "names" (list ...) ["volume" "tls"]): .volume names it (default tls).
 */}}
 {{- define "snapmesh.tlsVolume" -}}
 {{- $ctx := .ctx -}}
-- name: tls
+- name: {{ default "tls" .volume }}
   projected:
     defaultMode: 0440
     sources:
