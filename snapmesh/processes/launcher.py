@@ -1,6 +1,6 @@
 """`snapmesh cluster up`: a whole cluster as local processes on loopback.
 
-    snapmesh cluster up [--config FILE] [--nodes N] [--data-dir DIR] [--tls]
+    snapmesh cluster up [--config FILE] [--nodes N] [--data-dir DIR] [--tls] [--app MODULE:ATTR]
 
 With no arguments it runs the shipped 4-node full mesh (snapmesh/configs/local-4.toml).
 `--nodes N` writes an N-node full-mesh config on free loopback ports into the data
@@ -22,6 +22,10 @@ prints a second line `grpcurl: ...` with the command to trigger a snapshot.
 It also serves the snapshot page (`snapmesh ui`, read-only) on `--ui HOST:PORT`
 (default 127.0.0.1:8080, a free loopback port when that one is taken; `--ui off`:
 none) and prints its URL last: `ui: http://HOST:PORT/`.
+`--app module:attr` runs that app (snapmesh.app) on every node in place of the
+cluster file's [app] (default: the bank); the children get it as SNAPMESH_APP.
+It is imported here first, from the working directory or PYTHONPATH: an app that
+does not load exits 2 with one line, before anything starts.
 
 Before it writes anything into the data dir (cluster.toml, certificates, logs) it
 takes the controller's and every node's data-dir lock (snapmesh.serving.datalock), so
@@ -78,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="one host per process: each in its own network namespace (root; see docs/hosts.md)")
     up.add_argument("--ui", default="127.0.0.1:8080", metavar="HOST:PORT",
                     help="serve the snapshot page here (default 127.0.0.1:8080; off: no page)")
+    up.add_argument("--app", metavar="MODULE:ATTR",
+                    help="the app every node runs (snapmesh.app), imported from the working directory or "
+                    "PYTHONPATH; default: the cluster file's [app], else the bank")
     return parser
 
 
@@ -95,6 +102,12 @@ def main(argv: list[str] | None = None) -> int:
             parse_listen(args.ui)
         except ValueError as exc:
             print(f"snapmesh cluster: --ui: {exc}", file=sys.stderr)
+            return 2
+
+    if args.app is not None:
+        problem = app_problem(args.app)
+        if problem:
+            print(f"snapmesh cluster: {problem}", file=sys.stderr)
             return 2
 
     if args.hosts:
@@ -139,7 +152,11 @@ def main(argv: list[str] | None = None) -> int:
                     raise ConfigError(f"cannot write certificates into {tls_dir}: {exc}") from None
         finally:
             release_all(locks)  # the children take them again, each its own
-        cluster = Cluster(config_path, data_dir=config_dir, tls_dir=tls_dir)
+        cluster = Cluster(config_path, data_dir=config_dir, tls_dir=tls_dir, app=args.app)
+        if args.app is None and not cluster_config.runs_bank(cluster.config.app):  # the file's [app]
+            problem = app_problem(cluster.config.app.module)
+            if problem:
+                raise ConfigError(f"{cluster.config_path}: [app]: {problem}")
         print(f"snapmesh cluster: starting {len(cluster.config.nodes)} nodes; logs in {cluster.log_dir}",
               file=sys.stderr, flush=True)
         cluster.start()
@@ -160,6 +177,18 @@ def main(argv: list[str] | None = None) -> int:
             cluster.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def app_problem(spec: str) -> str:
+    """Why `--app spec` cannot run ("" when it loads), in one line."""
+    from snapmesh.app import AppError, load_app
+
+    try:
+        cluster_config.check_app_spec(spec, lambda problem: ConfigError(f"--app: {problem}"))
+        load_app(spec)
+    except (ConfigError, AppError) as exc:
+        return str(exc)
+    return ""
 
 
 if __name__ == "__main__":

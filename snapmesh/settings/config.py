@@ -38,12 +38,20 @@ TOML, for example::
     token_file = "tls/token"
     protect_reads = false               # true: read-only calls need the token too
 
+    # Optional: the app every node runs (snapmesh.app); without it, the bank.
+    [app]
+    module = "token_ring:app"           # module:attr, imported from the working
+                                        # directory or PYTHONPATH
+    tokens = 1                          # every other key: the app's NodeInfo.params
+
 Environment overrides, for containers: SNAPMESH_DATA_DIR replaces `data_dir`;
 SNAPMESH_BIND_HOST is the address every server binds to (default: its `host`),
 so a container can listen on 0.0.0.0 while peers dial it by service name;
 SNAPMESH_TLS_DIR=D turns TLS and the token on with the files `snapmesh certs`
 writes into D (D/ca.pem, D/{name}.pem, D/{name}-key.pem, D/client.pem,
 D/client-key.pem, D/token), in place of the file's [tls] paths and token_file.
+SNAPMESH_APP=module:attr is the app in place of [app].module (how `snapmesh
+cluster up --app` tells its children; [app]'s params stay the file's).
 
 A malformed file raises `ConfigError` naming the file and the field.
 
@@ -57,8 +65,8 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +170,14 @@ class AuthSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AppSettings:
+    """The [app] table: which app the nodes run and its parameters."""
+
+    module: str = ""  # "module:attr" (snapmesh.app.load_app); "": the bank
+    params: Mapping[str, Any] = field(default_factory=dict)  # NodeInfo.params: every other key of [app]
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterConfig:
     path: Path
     data_dir: Path
@@ -175,6 +191,7 @@ class ClusterConfig:
     snapshot_mode: str = "classic"  # one of SNAPSHOT_MODES
     tls: TlsSettings | None = None  # None: plaintext
     auth: AuthSettings | None = None  # None: no token asked for
+    app: AppSettings = AppSettings()  # default: the bank
 
     def node(self, node_id: str) -> NodeConfig:
         for node in self.nodes:
@@ -219,7 +236,7 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
 def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> ClusterConfig:
     fields = _Fields(path)
     known = {"data_dir", "initial_balance", "channels", "controller", "nodes", "channel_bound", "segment_records",
-             "snapshot_mode", "tls", "auth"}
+             "snapshot_mode", "tls", "auth", "app"}
     fields.reject_unknown(raw, known, "")
 
     data_dir_text = env.get("SNAPMESH_DATA_DIR") or fields.string(raw, "data_dir", "data_dir")
@@ -304,7 +321,44 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         snapshot_mode=snapshot_mode,
         tls=tls,
         auth=auth,
+        app=_app(fields, raw, env),
     )
+
+
+def _app(fields: _Fields, raw: Mapping[str, Any], env: Mapping[str, str]) -> AppSettings:
+    """[app] (module = "module:attr", the rest its params), SNAPMESH_APP in place of its module."""
+    app_raw = raw.get("app", {})
+    if not isinstance(app_raw, dict):
+        raise fields.error("app", "must be a table")
+    params = {key: value for key, value in app_raw.items() if key != "module"}
+    module = env.get("SNAPMESH_APP") or (fields.string(app_raw, "module", "app.module") if "app" in raw else "")
+    if module:
+        check_app_spec(module, lambda problem: fields.error("SNAPMESH_APP" if env.get("SNAPMESH_APP") else "app.module",
+                                                             problem))
+    return AppSettings(module=module, params=params)
+
+
+def check_app_spec(spec: str, error: Callable[[str], Exception] = ConfigError) -> str:
+    """`spec` if it has the form module:attr, or is a bare name (a built-in app:
+    snapmesh.app.BUILT_IN); else raises error(problem). Importing it is load_app's."""
+    module, colon, attr = spec.partition(":")
+    names = [*module.split("."), *attr.split(".")] if colon else [spec]
+    if not all(part.isidentifier() for part in names):
+        raise error(f"must be module:attr (a Python module and an attribute in it) or a built-in app, got {spec!r}")
+    return spec
+
+
+def runs_bank(app: AppSettings) -> bool:
+    """Whether the nodes run the bank (its int-only fast path, no app object)."""
+    return app.module in ("", "bank")
+
+
+def with_app(cfg: ClusterConfig, spec: str | None) -> ClusterConfig:
+    """`cfg` running the app `spec` (a --app option) in place of the file's; as it is for None."""
+    if not spec:
+        return cfg
+    check_app_spec(spec, lambda problem: ConfigError(f"--app: {problem}"))
+    return replace(cfg, app=AppSettings(module=spec, params=cfg.app.params))
 
 
 def _security(
