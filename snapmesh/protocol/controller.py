@@ -46,7 +46,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from snapmesh.protocol import controller_journal as journal
-from snapmesh.protocol import core, restoregate
+from snapmesh.protocol import appstate, core, restoregate
 from snapmesh.protocol.tracker import COMPLETE, Now, Reported, Tracker
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -102,7 +102,9 @@ def plan(snapshot: pb.Snapshot, epoch: int) -> dict[str, pb.RestoreStateRequest]
     """Each node's part of restoring `snapshot` in `epoch`: its recorded balance
     and the recorded state of every channel into it (in channel order)."""
     requests = {
-        n.node_id: pb.RestoreStateRequest(snapshot_id=snapshot.snapshot_id, epoch=epoch, balance=n.balance)
+        n.node_id: pb.RestoreStateRequest(
+            snapshot_id=snapshot.snapshot_id, epoch=epoch, balance=n.balance, state=n.state if n.HasField("state") else None
+        )
         for n in snapshot.nodes
     }
     for channel in snapshot.channels:
@@ -118,6 +120,10 @@ def problem(snapshot: pb.Snapshot) -> str:
         return f"snapshot {snapshot.snapshot_id} is {status}, not COMPLETE"
     if not snapshot.conserved:
         return f"snapshot {snapshot.snapshot_id} is not conserved (total {snapshot.total}, expected {snapshot.expected_total})"
+    broken = appstate.failed_invariants(snapshot)
+    if broken:
+        names = ", ".join(repr(b.name) for b in broken)
+        return f"snapshot {snapshot.snapshot_id} breaks the app's invariant(s) {names}: {snapshot.reason}"
     return ""
 
 

@@ -38,11 +38,8 @@ TOML, for example::
     token_file = "tls/token"
     protect_reads = false               # true: read-only calls need the token too
 
-    # Optional: the app every node runs (snapmesh.app); without it, the bank.
-    [app]
-    module = "token_ring:app"           # module:attr, imported from the working
-                                        # directory or PYTHONPATH
-    tokens = 1                          # every other key: the app's NodeInfo.params
+    [app]                               # optional: the app the nodes run (default: the bank)
+    module = "token_ring:app"           # module:attr; the other keys: its params (appsettings.py)
 
 Environment overrides, for containers: SNAPMESH_DATA_DIR replaces `data_dir`;
 SNAPMESH_BIND_HOST is the address every server binds to (default: its `host`),
@@ -65,13 +62,16 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
+from snapmesh.settings.appsettings import AppSettings as AppSettings
+from snapmesh.settings.appsettings import check_app_spec, parse_app
+from snapmesh.settings.appsettings import runs_bank as runs_bank
 from snapmesh.settings.ports import free_ports
 from snapmesh.protocol.topology import Topology, TopologyError
 
@@ -167,14 +167,6 @@ class TlsSettings:
 class AuthSettings:
     token_file: Path
     protect_reads: bool = False  # True: read-only RPCs need the token too
-
-
-@dataclass(frozen=True, slots=True)
-class AppSettings:
-    """The [app] table: which app the nodes run and its parameters."""
-
-    module: str = ""  # "module:attr" (snapmesh.app.load_app); "": the bank
-    params: Mapping[str, Any] = field(default_factory=dict)  # NodeInfo.params: every other key of [app]
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,43 +313,15 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         snapshot_mode=snapshot_mode,
         tls=tls,
         auth=auth,
-        app=_app(fields, raw, env),
+        app=parse_app(raw, env, fields.error),
     )
-
-
-def _app(fields: _Fields, raw: Mapping[str, Any], env: Mapping[str, str]) -> AppSettings:
-    """[app] (module = "module:attr", the rest its params), SNAPMESH_APP in place of its module."""
-    app_raw = raw.get("app", {})
-    if not isinstance(app_raw, dict):
-        raise fields.error("app", "must be a table")
-    params = {key: value for key, value in app_raw.items() if key != "module"}
-    module = env.get("SNAPMESH_APP") or (fields.string(app_raw, "module", "app.module") if "app" in raw else "")
-    if module:
-        check_app_spec(module, lambda problem: fields.error("SNAPMESH_APP" if env.get("SNAPMESH_APP") else "app.module",
-                                                             problem))
-    return AppSettings(module=module, params=params)
-
-
-def check_app_spec(spec: str, error: Callable[[str], Exception] = ConfigError) -> str:
-    """`spec` if it has the form module:attr, or is a bare name (a built-in app:
-    snapmesh.app.BUILT_IN); else raises error(problem). Importing it is load_app's."""
-    module, colon, attr = spec.partition(":")
-    names = [*module.split("."), *attr.split(".")] if colon else [spec]
-    if not all(part.isidentifier() for part in names):
-        raise error(f"must be module:attr (a Python module and an attribute in it) or a built-in app, got {spec!r}")
-    return spec
-
-
-def runs_bank(app: AppSettings) -> bool:
-    """Whether the nodes run the bank (its int-only fast path, no app object)."""
-    return app.module in ("", "bank")
 
 
 def with_app(cfg: ClusterConfig, spec: str | None) -> ClusterConfig:
     """`cfg` running the app `spec` (a --app option) in place of the file's; as it is for None."""
     if not spec:
         return cfg
-    check_app_spec(spec, lambda problem: ConfigError(f"--app: {problem}"))
+    check_app_spec(spec, lambda problem: ConfigError(f"--app: {problem}"))  # the file's params stay
     return replace(cfg, app=AppSettings(module=spec, params=cfg.app.params))
 
 
