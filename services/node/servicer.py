@@ -39,6 +39,8 @@ REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {
     core.Refusal.INSUFFICIENT_FUNDS: grpc.StatusCode.FAILED_PRECONDITION,
     core.Refusal.CHANNEL_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
     core.Refusal.REQUESTS_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    core.Refusal.APP_REFUSED: grpc.StatusCode.FAILED_PRECONDITION,  # unless the app named one (AppRefusal.code)
+    core.Refusal.APP_FAILED: grpc.StatusCode.UNKNOWN,  # the app raised: its text goes with it
     core.Refusal.REQUEST_UNKNOWN: grpc.StatusCode.FAILED_PRECONDITION,
 }
 # A response waits at most this long for room in a full outbox (flow control);

@@ -184,8 +184,8 @@ class App:
     describe: Callable[[View], Mapping[str, Any]] | None = None  # a JSON-able summary for the page and CLI
     sql_invariants: Mapping[str, str] = field(default_factory=dict)  # Spark SQL over `views`; each row a violation
     views: Mapping[str, Callable[[View], list[Mapping[str, Any]]]] = field(default_factory=dict)  # table -> rows
-    # workload(nodes: Sequence[str], params: Mapping, rng: random.Random) -> Iterator[(node_id, command)]:
-    # endless commands for `snapmesh app --app X`; a refused command is an answer, counted, not a failure.
+    # workload(nodes: Sequence[NodeInfo], rng: random.Random) -> Iterator[(node_id, command bytes)]: endless
+    # commands for `snapmesh app --app X`, rng the only randomness; a refusal is an answer, counted, not a failure.
     workload: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
