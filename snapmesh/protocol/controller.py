@@ -143,16 +143,19 @@ def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0,
             pb.ChannelState(
                 src=src,
                 dst=node_id,
-                in_flight=[pb.InFlightTransfer(msg_id=t.msg_id, amount=t.amount, seq=t.seq) for t in transfers],
+                in_flight=[appstate.in_flight_item(t) for t in transfers],
             )
             for src, transfers in state.channels.items()
         ],
     )
+    if state.state is not None:  # an app's node
+        message.state = state.state
     if state.positions:
         message.snapshot_mode = "overtake"
         message.positions.extend(pb.ChannelPosition(src=src, dst=node_id, seq=seq) for src, seq in state.positions.items())
         message.outbox_runs.extend(
-            pb.OutboxRun(src=node_id, dst=dst, seqs=[e.seq for e in entries], amounts=[e.amount for e in entries])
+            pb.OutboxRun(src=node_id, dst=dst, seqs=[e.seq for e in entries], amounts=[e.amount for e in entries],
+                         payloads=[e.payload for e in entries] if state.state is not None else ())
             for dst, entries in state.outbox.items()
         )
     return message
