@@ -40,6 +40,20 @@ EXAMPLES = ROOT / "examples"
 APP = "token_ring:app"
 CLI = [sys.executable, "-m", "snapmesh.cli"]
 
+CRASHING_RING = '''\
+"""token_ring whose second node cannot take the token."""
+from snapmesh.app import App
+from token_ring import TokenRing, one_token
+
+
+class Butterfingers(TokenRing):
+    def on_message(self, src, payload, ctx):
+        raise RuntimeError(f"{self.me} dropped the token from {src}")
+
+
+app = App(name="crashing_ring", new=Butterfingers, invariants={"one token": one_token})
+'''
+
 RANDOM_RING = '''\
 """token_ring with a bug: on_message asks random() whether to pass the token straight on."""
 import random
@@ -183,6 +197,9 @@ def test_commands_go_through_submit_by_grpcurl(ring):
         submit(p2, b"x" * (1024 * 1024 + 1))
     assert too_big.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert tokens(ring.cfg) == 1
+    with grpc.insecure_channel(p2) as channel:
+        state = pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=10)
+    assert (state.app, state.app_state_bytes) == (APP, 1) and state.app_state_digest.startswith("sha256:")
 
 
 def test_twenty_snapshots_all_hold_one_token_and_one_catches_it_in_flight(ring):
@@ -253,6 +270,20 @@ def test_an_app_that_asks_random_refuses_to_restart_naming_the_log_position(tmp_
     assert again.returncode == 2, again.stderr
     lines = again.stderr.strip().splitlines()
     assert len(lines) == 1 and "not deterministic" in lines[0] and "lsn" in lines[0], again.stderr
+
+
+def test_an_app_that_raises_on_a_message_stops_the_node_with_its_text(tmp_path):
+    (tmp_path / "crashing_ring.py").write_text(CRASHING_RING, encoding="utf-8")
+    env = env_with(tmp_path, EXAMPLES)
+    with Cluster(config.write_cluster(tmp_path / "cluster.toml", nodes=2), env=env, app="crashing_ring:app") as cluster:
+        assert submit(cluster.node_address("p1"), b"pass") == b"passed to p2"
+        deadline = time.monotonic() + 30
+        while cluster.alive()["p2"]:
+            assert time.monotonic() < deadline, "p2 took a message its app raised on and kept running"
+            time.sleep(0.2)
+        assert cluster.node("p2").returncode == 1
+        text = (cluster.log_dir / "p2.log").read_text()
+        assert "the app failed on a message" in text and "p2 dropped the token from p1" in text
 
 
 @pytest.mark.parametrize("command", [["cluster", "up", "--nodes", "2", "--ui", "off"], ["node", "--id", "p1"]])
