@@ -47,6 +47,15 @@ def test_the_example_is_one_short_file_on_the_contract_alone():
     assert {m for m in modules if m not in sys.stdlib_module_names} == {"snapmesh.app"}, modules
 
 
+def test_the_tutorial_shows_the_example_as_it_is():
+    # docs/apps.md quotes the file part by part; each quoted block must still be in it, word for word.
+    doc = (EXAMPLES.parent / "docs" / "apps.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n# examples/token_ring.py\n(.*?)```", doc, flags=re.S)
+    source = SOURCE.read_text(encoding="utf-8")
+    assert len(blocks) >= 5
+    assert [b[:60] for b in blocks if b not in source] == []
+
+
 def test_the_holder_passes_and_the_others_are_refused(app):
     cluster = Cluster(app, RING)
     assert holders(cluster) == ["p1"]
