@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from snapmesh.app import (
-    App, AppError, Context, NodeInfo, Refused, View, check_invariants, load_app, new_machine, validate_machine,
+    App, AppError, Context, NodeInfo, Refused, STATUS_CODES, View, check_invariants, load_app, new_machine, validate_machine,
 )
 from snapmesh.app.testing import Cluster, InvariantBroken, run, sql_violations
 from services.app import bank
@@ -195,6 +195,12 @@ def test_refuse_raises_refused_with_a_status_name():
         Refused("NOPE", "x")
     with pytest.raises(ValueError):
         Refused("OK", "a refusal is not OK")
+
+
+def test_the_status_names_are_grpcs():
+    import grpc
+
+    assert STATUS_CODES == {code.name for code in grpc.StatusCode} - {"OK"}
 
 
 # ---- check_invariants
