@@ -11,9 +11,9 @@ ASCII. Command: JSON {"to": NODE, "amount": N} pays N to NODE, answered with
 {"balance": ...}; {"op": "balance"} reads it.
 
 params (the cluster file's [app] table):
-  initial_balance  each node's balance at the start (default 1000, the cluster file's
-                   own default; the node service hands the cluster's `initial_balance`
-                   here when the [app] table does not set it)
+  initial_balance  each node's balance at the start (default 1000, as the cluster file's
+                   own `initial_balance`; the generic path reads only the [app] table, so
+                   a cluster with another top-level balance sets it here too)
   total            what the snapshot must hold in all; default initial_balance x nodes
   max_amount       the workload pays 1..max_amount (default 100)
 Invariant "conserved": the balances plus the amounts in flight add up to the total.

@@ -263,7 +263,7 @@ def encode_frame(entries: tuple[Entry, ...], *, runs: bool) -> pb.ChannelFrame:
     if runs and entries:
         # The common frame: transfers only, seqs consecutive (the outbox's are): one
         # run from the entries' columns (one C-level transpose), not a message per transfer.
-        seqs, amounts, snapshot_ids = tuple(zip(*entries, strict=True))[:3]
+        seqs, amounts, snapshot_ids, _, _ = zip(*entries, strict=True)
         first = seqs[0]
         if first and not any(snapshot_ids) and seqs == tuple(range(first, first + len(seqs))):
             batch.runs.add(first_seq=first, amounts=amounts)

@@ -83,7 +83,7 @@ DEFAULT_SEGMENT_RECORDS = 100_000
 
 
 class Node(NodeSteps):
-    """One node's whole logic (rules N1-N9 above). Drive it from one task."""
+    """One node's whole logic (rules N1-N10 above). Drive it from one task."""
 
     def __init__(
         self,
@@ -207,9 +207,7 @@ class Node(NodeSteps):
         when the channel is at its bound; requests.py's refusals for a request id)
         and changes nothing when refused. `wall`: wall-clock seconds now."""
         if self.host is not None:
-            raise core.LocalProtocolError(
-                f"{self.node_id} runs app {self.host.app.name!r}, not the bank: send it commands with Submit"
-            )
+            raise core.LocalProtocolError(f"{self.node_id} runs app {self.host.app.name!r}, not the bank: use Submit")
         if request_id:
             if wall is not None:
                 self.wall = wall
