@@ -198,7 +198,14 @@ def test_commands_go_through_submit_by_grpcurl(ring):
     assert too_big.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert tokens(ring.cfg) == 1
     with grpc.insecure_channel(p2) as channel:
-        state = pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=10)
+        node = pb_grpc.NodeStub(channel)
+        first = node.Submit(pb.SubmitRequest(request_id="once", command=b"pass"), timeout=10)
+        again = node.Submit(pb.SubmitRequest(request_id="once", command=b"pass"), timeout=10)  # a client's retry
+        assert (first.reply, first.replayed, again.reply, again.replayed) == (b"passed to p3", False,
+                                                                               b"passed to p3", True)
+        assert first.epoch == again.epoch == 1
+        state = node.GetState(pb.GetStateRequest(), timeout=10)
+    assert tokens(ring.cfg) == 1 and submit(ring.cfg.node("p3").address, b"has") == b"1"
     assert (state.app, state.app_state_bytes) == (APP, 1) and state.app_state_digest.startswith("sha256:")
 
 
@@ -298,3 +305,19 @@ def test_a_bad_app_exits_2_with_one_line(tmp_path, command):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "no_such_module_anywhere" in lines[0], result.stderr
     assert not list(tmp_path.glob("*.log.jsonl")), "a bad app must stop before anything starts"
+
+
+def test_overtake_mode_keeps_the_token_in_the_senders_outbox(tmp_path):
+    """Markers overtake queued messages: an app's outbox at the cut (OutboxRun.payloads) completes the channels."""
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=3, snapshot_mode="overtake")
+    with Cluster(path, env=env_with(EXAMPLES), app=APP) as cluster:
+        passer = Passer(cluster.config)
+        controller = grpc.insecure_channel(cluster.controller_address)
+        try:
+            stub = pb_grpc.ControllerStub(controller)
+            for _ in range(10):
+                checked(stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60))
+        finally:
+            passer.stop()
+            controller.close()
+        assert tokens(cluster.config) == 1

@@ -218,7 +218,8 @@ async def _serve_locked(
 
     host = ServiceHost(
         bind_address=cfg.bind_address(node), metrics_bind=cfg.metrics_bind(node), registry=metrics.registry, identity=identity,
-        max_receive_bytes=receive_limit(len(incoming), cfg.channel_bound, max(len(n.id) for n in cfg.nodes)),
+        max_receive_bytes=receive_limit(len(incoming), cfg.channel_bound, max(len(n.id) for n in cfg.nodes),
+                                        app=app is not None),
     )
     host.add(pb_grpc.add_NodeServicer_to_server, servicer, pb.DESCRIPTOR.services_by_name["Node"].full_name)
     translog.start()
@@ -286,15 +287,20 @@ def flow_mark() -> int:
     return int(text)
 
 
-def receive_limit(incoming: int, channel_bound: int, longest_id: int) -> int:
+# An app node's largest message: a RestoreState carries its state and payloads of
+# the app's own size, which no bound of ours predicts (gRPC's own ceiling is 2 GiB).
+APP_RECEIVE_BYTES = 256 * 1024 * 1024
+
+
+def receive_limit(incoming: int, channel_bound: int, longest_id: int, *, app: bool = False) -> int:
     """The largest message this node's API needs, not gRPC's 64 MiB:
     a RestoreState carries the transfers recorded in flight into this node, at
     most `channel_bound` per incoming channel (a sender holds no more unacked), each
     at most 2 ids long plus 64 bytes of numbers and framing; a TransferBatch of
     MAX_BATCH transfers with 128-byte request ids is about 2 MiB. Never under 4 MiB,
-    gRPC's default."""
+    gRPC's default. An app node: APP_RECEIVE_BYTES at least."""
     restore = incoming * channel_bound * (64 + 2 * longest_id) + 1024 * 1024
-    return max(4 * 1024 * 1024, restore)
+    return max(4 * 1024 * 1024, restore, APP_RECEIVE_BYTES if app else 0)
 
 
 if __name__ == "__main__":
