@@ -54,8 +54,9 @@ def test_every_fault_kind_happens_to_kvshard() -> None:
         "restore refused: key of another snapshot", "restore refused: not restorable",
         # the app's own: commands answered, retried, refused, and its messages inside snapshots
         "command answered", "retry answered, not run again", "command refused: channel full",
+        "command taken back by a restore",
         "command refused by the app: FAILED_PRECONDITION", "command refused by the app: NOT_FOUND",
-        "snapshot complete with app messages in flight",
+        "snapshot complete with app messages in flight", "restore part with app messages in flight",
     ):
         assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
 

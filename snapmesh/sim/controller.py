@@ -239,6 +239,8 @@ class SimController:
         request = self.parts.pop(node_id)
         node = self.world.nodes[node_id]
         in_flight, app = apps.restore_part(request, app=self.world.app is not None)  # an app's: state and payloads too
+        if app and in_flight:
+            self.faults["restore part with app messages in flight"] += 1
         node.restore(snapshot_id=request.snapshot_id, epoch=request.epoch, balance=request.balance, in_flight=in_flight, **app)  # type: ignore[union-attr]
         self.world.route(node_id)
         # Every stream of the older epoch ends, with what is on its wires.

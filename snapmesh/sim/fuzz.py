@@ -79,13 +79,8 @@ def step(world: World) -> None:
         return
     roll = rng.random()
     live = [i for i in world.ids if world.nodes[i] is not None]
-    if roll < 0.22 and world.app is not None:  # a client's command from the app's workload
-        node_id, command = next(world.commands)
-        rid = ""
-        if rng.random() < 0.3:
-            world.next_request += 1
-            rid = f"r{world.next_request}"
-        world.submit(node_id, command, rid)
+    if roll < 0.22 and world.app is not None:
+        command(world)
     elif roll < 0.22 and live:
         src = rng.choice(live)
         if world.outgoing[src]:
@@ -128,6 +123,16 @@ def step(world: World) -> None:
         control.restart()
 
 
+def command(world: World) -> None:
+    """A client's command from the app's workload, with a request_id or not."""
+    node_id, data = next(world.commands)
+    rid = ""
+    if world.rng.random() < 0.3:
+        world.next_request += 1
+        rid = f"r{world.next_request}"
+    world.submit(node_id, data, rid)
+
+
 def settle_restore_calls(world: World) -> None:
     """Once snapshots have completed: rounds of calls, each round moving the restore on by one node."""
     control = world.controller
@@ -157,6 +162,9 @@ def settle(world: World) -> None:
     for _ in range(1000):
         if control.restoring is None:
             break
+        if world.app is not None:  # commands racing the restore: one answered after it is taken back, and retried
+            for _ in range(world.rng.randint(0, 3)):
+                command(world)
         control.restore_one(world.rng)
         world.restart_down_nodes()
         for node_id in world.ids:
