@@ -153,6 +153,8 @@ class Checker:
         first = self.requests.get((node, request_id))
         if request_id and first is not None and first[0] != reply:
             raise Violation(f"{node}: request_id {request_id!r} answered {reply!r}, first run replied {first[0]!r}")
+        if request_id and first is None and (node, request_id) in self.taken_back:
+            raise Violation(f"{node}: request_id {request_id!r} answered (lsn {lsn}) after a restore took its run back")
 
     def _take_back(self, node: str, snapshot_id: str) -> None:
         """A restore of `snapshot_id` at `node`: the ids it paid after its cut are forgotten."""
