@@ -5,7 +5,7 @@ the seed and the command that replays it:
 
     snapmesh sim fuzz --seed N --cases 1 --app kvshard
 
-Knobs (environment): SNAPMESH_FUZZ_APP_CASES (default 600 per mode),
+Knobs (environment): SNAPMESH_FUZZ_APP_CASES (default 500 per mode),
 SNAPMESH_FUZZ_APP_BASE (first seed, default 0).
 """
 
@@ -27,7 +27,7 @@ from snapmesh.sim import cli, fuzz
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_fault_fuzz import MUTATIONS  # noqa: E402
 
-CASES = int(os.environ.get("SNAPMESH_FUZZ_APP_CASES", "600"))
+CASES = int(os.environ.get("SNAPMESH_FUZZ_APP_CASES", "500"))
 BASE = int(os.environ.get("SNAPMESH_FUZZ_APP_BASE", "0"))
 MODES = {"classic": 0, "overtake": 1}  # a seed's parity picks its mode (sim/world.py)
 
