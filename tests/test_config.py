@@ -161,3 +161,33 @@ def test_controller_keep_is_a_positive_count_or_absent(tmp_path):
     bad = GOOD.replace("snapshot_deadline_s = 2.5", "snapshot_deadline_s = 2.5\nkeep = 0")
     with pytest.raises(config.ConfigError, match="controller.keep"):
         config.load(write(tmp_path, bad), env={})
+
+
+def test_the_app_defaults_to_the_bank_and_app_takes_a_module_and_params(tmp_path):
+    assert config.load(write(tmp_path, GOOD), env={}).app == config.AppSettings()
+    assert config.runs_bank(config.load(write(tmp_path, GOOD), env={}).app)
+    cfg = config.load(write(tmp_path, GOOD + '\n[app]\nmodule = "token_ring:app"\ntokens = 2\n'), env={})
+    assert (cfg.app.module, dict(cfg.app.params)) == ("token_ring:app", {"tokens": 2})
+    assert not config.runs_bank(cfg.app)
+    moved = config.load(write(tmp_path, GOOD + '\n[app]\nmodule = "a:b"\ntokens = 2\n'), env={"SNAPMESH_APP": "c.d:e"})
+    assert (moved.app.module, dict(moved.app.params)) == ("c.d:e", {"tokens": 2})
+    assert config.with_app(cfg, "kvshard").app.module == "kvshard"
+    assert config.with_app(cfg, None) is cfg
+
+
+@pytest.mark.parametrize(
+    ("table", "env", "message"),
+    [
+        ('[app]\nmodule = "no colon here"\n', {}, "app.module: must be module:attr"),
+        ("[app]\ntokens = 1\n", {}, "app.module: missing"),
+        ('app = "x:y"\n', {}, "app: must be a table"),
+        ("", {"SNAPMESH_APP": "a:"}, "SNAPMESH_APP: must be module:attr"),
+    ],
+)
+def test_a_bad_app_table_names_the_file_and_the_key(tmp_path, table, env, message):
+    text = table + GOOD if table.startswith("app =") else GOOD + "\n" + table
+    with pytest.raises(config.ConfigError, match=message) as caught:
+        config.load(write(tmp_path, text), env=env)
+    assert str(tmp_path / "cluster.toml") in str(caught.value)
+    with pytest.raises(config.ConfigError, match="--app: must be module:attr"):
+        config.with_app(config.load(write(tmp_path, GOOD), env={}), "a.py")

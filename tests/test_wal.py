@@ -41,7 +41,7 @@ def test_spec_is_data_every_kind_with_ordered_typed_fields() -> None:
     assert set(wal.SPEC) == wal.KINDS
     assert wal.SPEC["send"] == (
         ("msg_id", str, True), ("src", str, True), ("dst", str, True), ("seq", int, True),
-        ("amount", int, True), ("request_id", str, False),
+        ("amount", int, True), ("request_id", str, False), ("payload", str, False),
     )
     assert wal.SPEC["restart"] == ()
     assert wal.SPEC["checkpoint"][0] == ("balance", int, True)

@@ -10,8 +10,13 @@ back the snapshots still in progress: they complete from the nodes' re-sent
 reports or fail as "controller restarted" at their deadline. Before it reads or
 writes anything there it locks `<data_dir>/controller.lock` (snapmesh.serving.datalock): a
 second controller on a live data dir exits 2 naming the dir and the holder's pid.
+An app cluster (`--app`, else the cluster file's [app]; snapmesh.app): every
+COMPLETE snapshot is judged by the app's invariants (snapmesh.protocol.appstate),
+and a restore to one that breaks an invariant is refused. When the controller
+cannot import the file's app it warns once and completes snapshots "unchecked";
+an `--app` of its own that does not load exits 2 with one line.
 Exit status: 0 after a clean stop on SIGINT/SIGTERM, 1 when it cannot bind, 2 for
-bad arguments, a malformed cluster file or a data dir in use.
+bad arguments, a malformed cluster file, an --app that does not load or a data dir in use.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from services.controller.engine import system_now
 from services.controller.metrics import ControllerMetrics
 from services.controller.servicer import ControllerService
 from services.controller.store import SnapshotStore, StoreWriter, past_retention
+from snapmesh.app import AppError, load_app
+from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.controller import Controller
 from snapmesh.protocol.tracker import Tracker
 from snapmesh.settings import config as cluster_config
@@ -65,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
         help="refuse a trigger (RESOURCE_EXHAUSTED) while N snapshots are in progress; "
         "default: controller.max_concurrent_snapshots, else 32",
     )
+    parser.add_argument("--app", metavar="MODULE:ATTR",
+                        help="the app the nodes run, to check its invariants; default: the cluster file's [app]")
     parser.add_argument("--interval", type=positive_float, metavar="S", help="also take a snapshot every S seconds")
     parser.add_argument(
         "--deadline", type=positive_float, metavar="S", help="fail a snapshot not finished after S seconds "
@@ -78,18 +87,35 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(args, int):
         return args
     try:
-        cfg = cluster_config.load(args.config)
+        cfg = cluster_config.with_app(cluster_config.load(args.config), args.app)
         identity = security.load_identity(cfg, cluster_config.CONTROLLER_NAME)
-    except (cluster_config.ConfigError, security.SecurityError) as exc:
+        checker = app_checker(cfg, explicit=args.app is not None)
+    except (cluster_config.ConfigError, security.SecurityError, AppError) as exc:
         print(f"snapmesh controller: {exc}", file=sys.stderr)
         return 2
     return run_service(
         "controller", lambda: serve(
-            cfg, interval=args.interval, deadline=args.deadline, identity=identity,
+            cfg, interval=args.interval, deadline=args.deadline, identity=identity, checker=checker,
             keep=args.keep if args.keep is not None else cfg.controller.keep,
             max_concurrent=args.max_concurrent_snapshots or cfg.controller.max_concurrent_snapshots,
         )
     )
+
+
+def app_checker(cfg: cluster_config.ClusterConfig, *, explicit: bool) -> AppChecker | None:
+    """The judge of the snapshots of the app `cfg` names (None: the bank). An app
+    that does not load raises AppError when `explicit` (--app); else the snapshots
+    complete "unchecked", saying why."""
+    if cluster_config.runs_bank(cfg.app):
+        return None
+    try:
+        app = load_app(cfg.app.module)
+    except AppError as exc:
+        if explicit:
+            raise
+        log.warning("cannot load the app %s (%s): its snapshots complete unchecked", cfg.app.module, exc)
+        return AppChecker(cfg.app.module, None, why=str(exc), params=cfg.app.params)
+    return AppChecker(cfg.app.module, app, params=cfg.app.params)
 
 
 async def serve(
@@ -100,11 +126,12 @@ async def serve(
     identity: security.Identity | None = None,
     keep: int = 0,
     max_concurrent: int = 0,
+    checker: AppChecker | None = None,
 ) -> int:
     # One controller per data dir: the lock is taken before anything there is read or written.
     return await serve_holding(cfg.data_dir, CONTROLLER, "snapmesh controller", lambda: _serve_locked(
         cfg, interval=interval, deadline=deadline, identity=identity, keep=keep,
-        max_concurrent=max_concurrent or cfg.controller.max_concurrent_snapshots,
+        max_concurrent=max_concurrent or cfg.controller.max_concurrent_snapshots, checker=checker,
     ))
 
 
@@ -116,12 +143,14 @@ async def _serve_locked(
     identity: security.Identity | None,
     keep: int,
     max_concurrent: int = 0,
+    checker: AppChecker | None = None,
 ) -> int:
     tracker = Tracker(
         topology=cfg.topology,
         expected_total=cfg.expected_total,
         deadline_s=deadline or cfg.controller.snapshot_deadline_s,
         snapshot_mode=cfg.snapshot_mode,
+        checker=checker,
     )
     store = SnapshotStore(cfg.snapshots_dir, cfg.data_dir / "controller" / "snapshots")
     snapshots, warnings = store.load_all()

@@ -251,18 +251,23 @@ class OutgoingChannel:
 def encode_frame(entries: tuple[Entry, ...], *, runs: bool) -> pb.ChannelFrame:
     """The `batch` frame of `entries` (in channel order: early markers, then
     seqs ascending). With `runs`, transfers go in packed runs and markers in
-    `messages` (the receiver merges them back by seq); without, one message each."""
+    `messages` (the receiver merges them back by seq); without, one message each.
+    An app's messages (a payload) always go one message each: runs hold ints only."""
     frame = pb.ChannelFrame()
     batch = frame.batch
+    add = batch.messages.add
+    if _carries_payloads(entries):
+        for entry in entries:
+            _add_message(add, entry)
+        return frame
     if runs and entries:
         # The common frame: transfers only, seqs consecutive (the outbox's are): one
         # run from the entries' columns (one C-level transpose), not a message per transfer.
-        seqs, amounts, snapshot_ids, _ = zip(*entries, strict=True)
+        seqs, amounts, snapshot_ids, _, _ = zip(*entries, strict=True)
         first = seqs[0]
         if first and not any(snapshot_ids) and seqs == tuple(range(first, first + len(seqs))):
             batch.runs.add(first_seq=first, amounts=amounts)
             return frame
-    add = batch.messages.add
     if runs and _in_order(entries):
         run_first, amounts, next_seq = 0, [], 0
         for entry in entries:
@@ -283,11 +288,27 @@ def encode_frame(entries: tuple[Entry, ...], *, runs: bool) -> pb.ChannelFrame:
             batch.runs.add(first_seq=run_first, amounts=amounts)
         return frame
     for entry in entries:
-        if entry.snapshot_id:
-            _add_marker(add, entry)
-        else:  # no msg_id on the wire: the receiver derives it, `src:dst:seq` (3x less CPU per message)
-            add(seq=entry.seq).transfer.amount = entry.amount
+        _add_message(add, entry)
     return frame
+
+
+def _carries_payloads(entries: tuple[Entry, ...]) -> bool:
+    """Whether these are an app's messages. A channel carries an app's messages
+    (and markers) or the bank's transfers (and markers), never both: its first
+    message that is not a marker says which, at no cost per transfer."""
+    for entry in entries:
+        if not entry.snapshot_id:
+            return entry.payload is not None
+    return False
+
+
+def _add_message(add: Callable[..., pb.ChannelMessage], entry: Entry) -> None:
+    if entry.snapshot_id:
+        _add_marker(add, entry)
+    elif entry.payload is not None:  # an app's message: its bytes (amount 0)
+        add(seq=entry.seq).transfer.payload = entry.payload
+    else:  # no msg_id on the wire: the receiver derives it, `src:dst:seq` (3x less CPU per message)
+        add(seq=entry.seq).transfer.amount = entry.amount
 
 
 def _add_marker(add: Callable[..., pb.ChannelMessage], entry: Entry) -> None:

@@ -37,6 +37,13 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 log = logging.getLogger(__name__)
 
 
+class AppMessage(NamedTuple):
+    """An app's message of a frame, as the servicer decodes it (snapmesh.app): its bytes."""
+
+    payload: bytes
+    msg_id: str = ""
+
+
 class Refused(NamedTuple):
     """A transfer of a batch the node refused, and the balance when it did."""
 
@@ -54,8 +61,11 @@ class Engine:
         incoming: dict[str, IncomingChannel],
         metrics: NodeMetrics,
         reporter: StateReporter,
+        app_spec: str = "",  # the app's module:attr ("": the bank)
     ) -> None:
         self.node = node
+        self.app_spec = app_spec
+        self._app_failed: asyncio.Future[str] | None = None
         self.node_id = node.node_id
         self.log = log_
         self.outgoing = outgoing
@@ -111,6 +121,16 @@ class Engine:
             self._run(metrics=False)  # once per RPC instead: transfers_done
         return results
 
+    def submit(self, command: bytes, request_id: str = "", first_sent_unix_ms: int = 0) -> fx.Submitted:
+        """A client's command to the app, as `transfer`: raises core.LocalProtocolError
+        (core.AppRefusal when the app refused or raised) and changes nothing then."""
+        try:
+            if request_id:
+                return self.node.submit(command, request_id, wall=time.time(), first_sent_unix_ms=first_sent_unix_ms)
+            return self.node.submit(command)
+        finally:
+            self._run()
+
     def transfers_done(self, count: int) -> None:
         """Metrics for `count` accepted transfers, once per RPC instead of per transfer."""
         if count:
@@ -141,12 +161,20 @@ class Engine:
         self.node.abort_snapshot(snapshot_id, reason)
         self._run()
 
-    def restore(self, snapshot_id: str, epoch: int, balance: int, in_flight: list[tuple[str, str, int, int]]) -> bool:
+    def restore(
+        self, snapshot_id: str, epoch: int, balance: int, in_flight: list[tuple], state: bytes | None = None
+    ) -> bool:
         """Restore (node rule N8); then every stream of the older epoch ends:
         outgoing ones reopen with the new epoch, incoming ones must be reopened
-        by their senders in the new epoch. False: a repeat, nothing changed."""
+        by their senders in the new epoch. False: a repeat, nothing changed.
+        An app node: `state` its bytes, each in-flight (src, msg_id, seq, amount, payload)."""
         try:
-            changed = self.node.restore(snapshot_id=snapshot_id, epoch=epoch, balance=balance, in_flight=in_flight)
+            changed = self.node.restore(
+                snapshot_id=snapshot_id, epoch=epoch, balance=balance, in_flight=in_flight, state=state
+            )
+        except core.AppFailed as exc:
+            self.fail_app(str(exc))
+            raise
         finally:
             self._run()
         if changed:
@@ -156,7 +184,10 @@ class Engine:
                 channel.restart()
             for channel in self.incoming.values():
                 channel.end_stream(f"{self.node_id} restored {snapshot_id} in epoch {epoch}")
-            log.warning("restored snapshot %s: epoch %d, balance %d", snapshot_id, epoch, self.node.balance)
+            if state is None:
+                log.warning("restored snapshot %s: epoch %d, balance %d", snapshot_id, epoch, self.node.balance)
+            else:
+                log.warning("restored snapshot %s: epoch %d, app state %d bytes", snapshot_id, epoch, len(state))
         return changed
 
     # -- the channels
@@ -174,8 +205,13 @@ class Engine:
             for seq, message in messages:
                 if isinstance(message, core.Marker):
                     received(src, conn_no, seq, snapshot_id=message.snapshot_id, amount=message.last_seq)
+                elif type(message) is AppMessage:
+                    received(src, conn_no, seq, payload=message.payload, msg_id=message.msg_id)
                 else:
                     received(src, conn_no, seq, amount=message.amount, msg_id=message.msg_id)
+        except core.AppFailed as exc:
+            self.fail_app(str(exc))
+            raise
         finally:
             node.end_frame()
             self._run()
@@ -195,6 +231,17 @@ class Engine:
         finally:
             node.end_frame()
             self._run()
+
+    @property
+    def app_failed(self) -> asyncio.Future[str]:
+        """Set (to the app's text) when the app raised on a peer's message: the node must stop (main.py)."""
+        if self._app_failed is None:
+            self._app_failed = asyncio.get_running_loop().create_future()
+        return self._app_failed
+
+    def fail_app(self, text: str) -> None:
+        if not self.app_failed.done():
+            self.app_failed.set_result(text)
 
     def opened(self, src: str, conn_no: int) -> None:
         self.node.opened(src, conn_no)

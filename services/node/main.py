@@ -1,13 +1,23 @@
-"""`snapmesh node --config FILE --id NODE_ID`: run one node.
+"""`snapmesh node --config FILE --id NODE_ID [--app MODULE:ATTR]`: run one node.
 
 Start-up: load the cluster file, recover from the transfer log (or start a new
 one), open a channel stream to every outgoing peer, serve `snapmesh.v1.Node`
 with health and reflection, metrics on the node's metrics port. SIGINT/SIGTERM:
 health NOT_SERVING, stop accepting, close streams, flush the log, exit 0.
 
-Exit codes: 0 clean stop; 1 cannot bind or the log cannot be written; 2 bad
-arguments, a bad cluster file, a corrupt log, or the data dir in use by another
-process for this node (one line on stderr; nothing in the data dir touched).
+The app (snapmesh.app) is `--app`, else the cluster file's [app], else the bank.
+It is loaded before anything starts, and one machine is made and snapshotted as a
+probe: an app that does not import, lacks a method, whose `new` raises or whose
+`snapshot()` is not bytes exits 2 with one line. A replay of the log through the
+app that sends other messages than the log holds (a non-deterministic app)
+exits 2 naming the log position. An app that raises in `on_message` stops the
+node (exit 1) with the app's text: that message is neither applied nor acknowledged,
+and the restarted node meets it again.
+
+Exit codes: 0 clean stop; 1 cannot bind, the log cannot be written, or the app
+failed on a message; 2 bad arguments, a bad cluster file or app, a corrupt log,
+or the data dir in use by another process for this node (one line on stderr;
+nothing in the data dir touched).
 """
 
 from __future__ import annotations
@@ -24,10 +34,11 @@ from services.node.channels import IncomingChannel, OutgoingChannel
 from snapmesh.serving.datalock import serve_holding
 from services.node.engine import Engine
 from services.node.metrics import NodeMetrics
-from services.node.recovery import CorruptLogError, recover
+from services.node.recovery import CorruptLogError, NonDeterministicError, recover
 from services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from services.node.servicer import REFUSAL_STATUS, NodeServicer
 from services.node.translog import TransferLog
+from snapmesh.app import App, AppError, NodeInfo, load_app, new_machine
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 from snapmesh.serving.durable import fsync_dir
@@ -52,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="snapmesh node", description="Run one snapmesh node (a gRPC server).")
     parser.add_argument("--config", default=None, help="cluster file (TOML); default: the shipped 4-node config")
     parser.add_argument("--id", required=True, dest="node_id", help="this node's id in the cluster file")
+    parser.add_argument("--app", metavar="MODULE:ATTR",
+                        help="the app this node runs (snapmesh.app); default: the cluster file's [app], else the bank")
     return parser
 
 
@@ -60,22 +73,45 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(args, int):
         return args
     try:
-        cfg = cluster_config.load(args.config)
+        cfg = cluster_config.with_app(cluster_config.load(args.config), args.app)
         cfg.node(args.node_id)
         identity = security.load_identity(cfg, args.node_id)
-    except (cluster_config.ConfigError, security.SecurityError) as exc:
+        app = load_node_app(cfg, args.node_id)
+    except (cluster_config.ConfigError, security.SecurityError, AppError) as exc:
         print(f"snapmesh node: {exc}", file=sys.stderr)
         return 2
-    return run_service(f"node {args.node_id}", lambda: serve(cfg, args.node_id, identity))
+    return run_service(f"node {args.node_id}", lambda: serve(cfg, args.node_id, identity, app))
 
 
-async def serve(cfg: cluster_config.ClusterConfig, node_id: str, identity: security.Identity | None = None) -> int:
+def load_node_app(cfg: cluster_config.ClusterConfig, node_id: str) -> App | None:
+    """The app `cfg` names (None: the bank), loaded and probed: one machine made
+    for this node, whose snapshot() must be bytes. Raises AppError (one line)."""
+    if cluster_config.runs_bank(cfg.app):
+        return None
+    app = load_app(cfg.app.module)
+    info = NodeInfo(node_id=node_id, peers_out=cfg.topology.outgoing(node_id), peers_in=cfg.topology.incoming(node_id),
+                    params=cfg.app.params)
+    machine = new_machine(app, info)
+    try:
+        state = machine.snapshot()
+    except Exception as exc:  # the app's code
+        raise AppError(f"app {app.name!r}: snapshot() of a new machine raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(state, bytes):
+        raise AppError(f"app {app.name!r}: snapshot() returned {type(state).__name__}, not bytes")
+    return app
+
+
+async def serve(
+    cfg: cluster_config.ClusterConfig, node_id: str, identity: security.Identity | None = None, app: App | None = None
+) -> int:
     # One process per node: the lock is taken before anything in the data dir is read or written.
-    return await serve_holding(cfg.data_dir, node_id, "snapmesh node", lambda: _serve_locked(cfg, node_id, identity))
+    return await serve_holding(
+        cfg.data_dir, node_id, "snapmesh node", lambda: _serve_locked(cfg, node_id, identity, app)
+    )
 
 
 async def _serve_locked(
-    cfg: cluster_config.ClusterConfig, node_id: str, identity: security.Identity | None = None
+    cfg: cluster_config.ClusterConfig, node_id: str, identity: security.Identity | None = None, app: App | None = None
 ) -> int:
     node = cfg.node(node_id)
     incoming = cfg.topology.incoming(node_id)
@@ -83,10 +119,14 @@ async def _serve_locked(
     path = cfg.log_path(node_id)
     try:
         recovered = recover(
-            path, node_id, initial_balance=cfg.initial_balance, incoming=incoming, outgoing=outgoing
+            path, node_id, initial_balance=cfg.initial_balance, incoming=incoming, outgoing=outgoing,
+            app=app, app_params=cfg.app.params,
         )
         pending = PendingReports(cfg.data_dir / f"{node_id}.reports")
         unreported = pending.load()
+    except NonDeterministicError as exc:
+        print(f"snapmesh node: the app is not deterministic, refusing to start: {exc}", file=sys.stderr)
+        return 2
     except CorruptLogError as exc:
         print(f"snapmesh node: corrupt transfer log, refusing to start: {exc}", file=sys.stderr)
         return 2
@@ -131,6 +171,8 @@ async def _serve_locked(
         snapshot_mode=cfg.snapshot_mode,
         now=asyncio.get_running_loop().time(),
         wall=time.time(),  # the request-id window's clock (it outlives restarts)
+        app=app,
+        app_params=cfg.app.params,
     )
 
     rng = random.Random()
@@ -161,6 +203,7 @@ async def _serve_locked(
         incoming={src: IncomingChannel(src=src, dst=node_id) for src in incoming},
         metrics=metrics,
         reporter=reporter,
+        app_spec="" if app is None else cfg.app.module,
     )
     try:
         translog.flush_sync()
@@ -175,7 +218,8 @@ async def _serve_locked(
 
     host = ServiceHost(
         bind_address=cfg.bind_address(node), metrics_bind=cfg.metrics_bind(node), registry=metrics.registry, identity=identity,
-        max_receive_bytes=receive_limit(len(incoming), cfg.channel_bound, max(len(n.id) for n in cfg.nodes)),
+        max_receive_bytes=receive_limit(len(incoming), cfg.channel_bound, max(len(n.id) for n in cfg.nodes),
+                                        app=app is not None),
     )
     host.add(pb_grpc.add_NodeServicer_to_server, servicer, pb.DESCRIPTOR.services_by_name["Node"].full_name)
     translog.start()
@@ -187,14 +231,22 @@ async def _serve_locked(
     for channel in channels.values():
         channel.start()
     reporter.resume(unreported, recovered.last_lsn)
-    log.info("node %s serving on %s (balance %d)", node_id, host.bind_address, node_machine.balance)
+    if app is None:
+        log.info("node %s serving on %s (balance %d)", node_id, host.bind_address, node_machine.balance)
+    else:
+        log.info("node %s serving on %s (app %s)", node_id, host.bind_address, cfg.app.module)
 
     stop = asyncio.ensure_future(wait_for_stop_signal())
     assert translog.flusher is not None
-    done, _ = await asyncio.wait((stop, translog.flusher), return_when=asyncio.FIRST_COMPLETED)
+    done, _ = await asyncio.wait((stop, translog.flusher, engine.app_failed), return_when=asyncio.FIRST_COMPLETED)
     status = 0
     if stop in done:
         log.info("node %s: %s received, stopping", node_id, stop.result().name)
+    elif engine.app_failed in done:
+        stop.cancel()
+        log.error("node %s: the app failed on a message, stopping (the message is not applied; the restarted "
+                  "node meets it again): %s", node_id, engine.app_failed.result())
+        status = 1
     else:
         stop.cancel()
         # Nothing more is written (see translog); stop serving now. What the file
@@ -235,15 +287,20 @@ def flow_mark() -> int:
     return int(text)
 
 
-def receive_limit(incoming: int, channel_bound: int, longest_id: int) -> int:
+# An app node's largest message: a RestoreState carries its state and payloads of
+# the app's own size, which no bound of ours predicts (gRPC's own ceiling is 2 GiB).
+APP_RECEIVE_BYTES = 256 * 1024 * 1024
+
+
+def receive_limit(incoming: int, channel_bound: int, longest_id: int, *, app: bool = False) -> int:
     """The largest message this node's API needs, not gRPC's 64 MiB:
     a RestoreState carries the transfers recorded in flight into this node, at
     most `channel_bound` per incoming channel (a sender holds no more unacked), each
     at most 2 ids long plus 64 bytes of numbers and framing; a TransferBatch of
     MAX_BATCH transfers with 128-byte request ids is about 2 MiB. Never under 4 MiB,
-    gRPC's default."""
+    gRPC's default. An app node: APP_RECEIVE_BYTES at least."""
     restore = incoming * channel_bound * (64 + 2 * longest_id) + 1024 * 1024
-    return max(4 * 1024 * 1024, restore)
+    return max(4 * 1024 * 1024, restore, APP_RECEIVE_BYTES if app else 0)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
+from snapmesh.app import App
 from snapmesh.protocol import recovery, wal
 from snapmesh.protocol.recovery import Recovered
 
@@ -26,6 +30,10 @@ log = logging.getLogger(__name__)
 
 class CorruptLogError(ValueError):
     """The log is damaged beyond a torn last line; the message is `file:line: problem`."""
+
+
+class NonDeterministicError(CorruptLogError):
+    """A replay through the app sent other messages than the log holds; the message names the file:line and lsn."""
 
 
 def next_path(path: Path) -> Path:
@@ -56,10 +64,12 @@ def recover(
     incoming: tuple[str, ...],
     outgoing: tuple[str, ...],
     repair: bool = True,
+    app: App | None = None,
+    app_params: Mapping[str, Any] = MappingProxyType({}),
 ) -> Recovered:
     """Read the active segment at `path` (a missing or empty file means a fresh
     node). With `repair`, a torn last line is truncated and an interrupted seal
-    finished, in place."""
+    finished, in place. With `app`, the logged inputs replay through it (None: the bank)."""
     if repair:
         finish_interrupted_seal(path)
     try:
@@ -82,7 +92,10 @@ def recover(
     try:
         records = ((where, wal.parse(raw, where, node_id=node_id)) for where, raw in lines)
         return recovery.recover(
-            records, node_id=node_id, initial_balance=initial_balance, incoming=incoming, outgoing=outgoing
+            records, node_id=node_id, initial_balance=initial_balance, incoming=incoming, outgoing=outgoing,
+            app=app, app_params=app_params,
         )
+    except recovery.NonDeterministic as exc:
+        raise NonDeterministicError(str(exc)) from None
     except (wal.CorruptRecord, recovery.CorruptLog) as exc:
         raise CorruptLogError(str(exc)) from None

@@ -18,11 +18,12 @@ from typing import NamedTuple
 import grpc
 
 from services.node.channels import AckWriter, read_or_end
-from services.node.engine import Engine, Refused
+from services.node.engine import AppMessage, Engine, Refused
 from services.node.translog import LogClosedError
 from snapmesh.protocol import core
 from snapmesh.protocol.link import GapError
-from snapmesh.protocol.node_effects import Accepted
+from snapmesh.protocol.appstate import digest
+from snapmesh.protocol.node_effects import Accepted, Submitted
 from snapmesh.settings import security
 from snapmesh.settings.config import CONTROLLER_NAME
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -39,6 +40,8 @@ REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {
     core.Refusal.INSUFFICIENT_FUNDS: grpc.StatusCode.FAILED_PRECONDITION,
     core.Refusal.CHANNEL_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
     core.Refusal.REQUESTS_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    core.Refusal.APP_REFUSED: grpc.StatusCode.FAILED_PRECONDITION,  # unless the app named one (AppRefusal.code)
+    core.Refusal.APP_FAILED: grpc.StatusCode.UNKNOWN,  # the app raised: its text goes with it
     core.Refusal.REQUEST_UNKNOWN: grpc.StatusCode.FAILED_PRECONDITION,
 }
 # A response waits at most this long for room in a full outbox (flow control);
@@ -49,6 +52,8 @@ FLOW_CONTROL_WAIT_S = 2.0
 # YIELD_EVERY transfers, so acks, channel frames and GetState are not starved.
 MAX_BATCH = 10_000
 YIELD_EVERY = 500
+# A Submit's command holds at most this many bytes (INVALID_ARGUMENT naming the limit otherwise).
+MAX_COMMAND_BYTES = 1024 * 1024
 
 
 class NodeServicer(pb_grpc.NodeServicer):
@@ -133,7 +138,32 @@ class NodeServicer(pb_grpc.NodeServicer):
                     result.code, result.message, result.msg_id = grpc.StatusCode.ABORTED.value[0], taken_back, ""
         return response
 
-    def _taken_back(self, answer: Accepted) -> str | None:
+    # -- an app's commands
+
+    async def Submit(self, request: pb.SubmitRequest, context: grpc.aio.ServicerContext) -> pb.SubmitResponse:
+        engine = self._engine
+        if not engine.app_spec:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"node {engine.node_id} runs the bank, not an app: use Transfer")
+        if len(request.command) > MAX_COMMAND_BYTES:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"a command holds at most {MAX_COMMAND_BYTES} bytes, got {len(request.command)}",
+            )
+        await self._refuse_while_restoring(context)
+        try:
+            answer = engine.submit(request.command, request.request_id, request.first_sent_unix_ms)
+        except core.LocalProtocolError as exc:
+            code = refusal_status(exc)
+            engine.metrics.refused(code.name).inc()
+            await context.abort(code, str(exc))
+        await self._durable(answer.lsn, context)
+        await engine.wait_for_room(set(engine.outgoing), FLOW_CONTROL_WAIT_S)
+        taken_back = self._taken_back(answer)  # no await from here to the answer: a restore cannot slip in
+        if taken_back is not None:
+            await context.abort(grpc.StatusCode.ABORTED, taken_back)
+        return pb.SubmitResponse(reply=answer.reply, replayed=answer.repeated, epoch=answer.epoch)
+
+    def _taken_back(self, answer: Accepted | Submitted) -> str | None:
         """Why the transfer `answer` says paid, now durable, must not be
         answered "paid" (a restore since took it back), or None: it stands."""
         snapshot_id = self._engine.node.taken_back(answer)
@@ -146,14 +176,19 @@ class NodeServicer(pb_grpc.NodeServicer):
         )
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
-        balance = self._engine.node.balance
+        engine = self._engine
+        balance = engine.node.balance
+        state = engine.node.app_state()
         await self._durable(self._log.last_lsn, context)  # never show what a crash could take back
-        return pb.NodeStateResponse(
-            node_id=self._engine.node_id,
+        response = pb.NodeStateResponse(
+            node_id=engine.node_id,
             balance=balance,
-            epoch=self._engine.node.epoch,
-            snapshot_mode=self._engine.node.process.mode,
+            epoch=engine.node.epoch,
+            snapshot_mode=engine.node.process.mode,
         )
+        if state is not None:
+            response.app, response.app_state_bytes, response.app_state_digest = engine.app_spec, len(state), digest(state)
+        return response
 
     # -- snapshots
 
@@ -197,9 +232,15 @@ class NodeServicer(pb_grpc.NodeServicer):
                 await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT, f"no channel {channel.src!r}->{channel.dst!r} into {engine.node_id}"
                 )
-            in_flight += [(channel.src, t.msg_id, t.seq, t.amount) for t in channel.in_flight]
+            in_flight += [
+                (channel.src, t.msg_id, t.seq, t.amount, t.payload if t.HasField("payload") else None)
+                for t in channel.in_flight
+            ]
+        state = request.state if request.HasField("state") else None
         try:
-            engine.restore(request.snapshot_id, request.epoch, request.balance, in_flight)
+            engine.restore(request.snapshot_id, request.epoch, request.balance, in_flight, state)
+        except core.AppFailed as exc:  # the app cannot take the snapshot's state: the node stops (main.py)
+            await context.abort(grpc.StatusCode.INTERNAL, f"node {engine.node_id} cannot restore: {exc}")
         except core.RemoteProtocolError as exc:
             fenced = engine.node.fence(request.epoch)
             if fenced is not None and fenced.stale:
@@ -271,9 +312,18 @@ class NodeServicer(pb_grpc.NodeServicer):
                     engine.metrics.stream_errors(src, "receiver").inc()
                     log.error("channel %s->%s: the peer broke the protocol: %s; closing the stream", src, dst, exc)
                     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"protocol violation: {exc}")
+                except core.AppFailed as exc:  # the engine has the node stop; the message is not acknowledged
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, f"node {engine.node_id} is stopping: {exc}")
         finally:
             await acks.close()
             rx.release(ending)
+
+
+def refusal_status(exc: core.LocalProtocolError) -> grpc.StatusCode:
+    """The status a refused request gets: the one the app named (ctx.refuse), else REFUSAL_STATUS's."""
+    if isinstance(exc, core.AppRefusal) and exc.code in grpc.StatusCode.__members__:
+        return grpc.StatusCode[exc.code]
+    return REFUSAL_STATUS[exc.kind]
 
 
 def _receive(engine: Engine, src: str, dst: str, conn_no: int, batch: pb.ChannelBatch) -> None:
@@ -324,9 +374,13 @@ def _decode(
     for message in messages:
         body = message.WhichOneof("body")
         if body == "transfer":
-            # The protobuf message itself (it has `amount` and `msg_id`, "" when the
-            # sender left it out): no per-message object on the hot path.
-            yield message.seq, message.transfer
+            transfer = message.transfer
+            if transfer.HasField("payload"):  # an app's message
+                yield message.seq, AppMessage(transfer.payload, transfer.msg_id)
+            else:
+                # The protobuf message itself (it has `amount` and `msg_id`, "" when the
+                # sender left it out): no per-message object on the hot path.
+                yield message.seq, transfer
         elif body == "marker":
             if not message.marker.snapshot_id:
                 raise core.RemoteProtocolError(f"channel {src}->{dst}: marker {message.seq} has an empty snapshot id")

@@ -1,6 +1,6 @@
 """`snapmesh cluster up|down|status`: a whole cluster as local processes on loopback.
 
-    snapmesh cluster up [--config FILE | --nodes N] [--data-dir DIR] [--tls] [--ui HOST:PORT]
+    snapmesh cluster up [--config FILE | --nodes N] [--data-dir DIR] [--tls] [--ui HOST:PORT] [--app MODULE:ATTR]
     snapmesh cluster down [--data-dir DIR]
     snapmesh cluster status [--data-dir DIR]
 
@@ -34,6 +34,10 @@ prints a second line `grpcurl: ...` with the command to trigger a snapshot.
 It also serves the snapshot page (`snapmesh ui`, read-only) on `--ui HOST:PORT`
 (default 127.0.0.1:8080, a free loopback port when that one is taken; `--ui off`:
 none) and prints its URL last: `ui: http://HOST:PORT/`.
+`--app module:attr` runs that app (snapmesh.app) on every node in place of the
+cluster file's [app] (default: the bank); the children get it as SNAPMESH_APP.
+It is imported here first, from the working directory or PYTHONPATH: an app that
+does not load exits 2 with one line, before anything starts.
 
 Before it writes anything into the data dir (cluster.toml, certificates, logs) it
 takes the controller's and every node's data-dir lock (snapmesh.serving.datalock), so
@@ -96,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="one host per process: each in its own network namespace (root; see docs/hosts.md)")
     up.add_argument("--ui", default="127.0.0.1:8080", metavar="HOST:PORT",
                     help="serve the snapshot page here (default 127.0.0.1:8080; off: no page)")
+    up.add_argument("--app", metavar="MODULE:ATTR",
+                    help="the app every node runs (snapmesh.app), imported from the working directory or "
+                    "PYTHONPATH; default: the cluster file's [app], else the bank")
     for name, help_ in (("down", "stop the cluster `cluster up` runs on a data dir (from any shell)"),
                         ("status", "whether the cluster of a data dir runs: its launcher and each process's health")):
         sub = commands.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
@@ -125,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
             parse_listen(args.ui)
         except ValueError as exc:
             print(f"snapmesh cluster: --ui: {exc}", file=sys.stderr)
+            return 2
+
+    if args.app is not None:
+        problem = app_problem(args.app)
+        if problem:
+            print(f"snapmesh cluster: {problem}", file=sys.stderr)
             return 2
 
     if args.hosts:
@@ -176,7 +189,11 @@ def main(argv: list[str] | None = None) -> int:
             running = hold_launcher(data_dir)  # `cluster down/status --data-dir D` find this process by it
         finally:
             release_all(locks)  # the children take them again, each its own
-        cluster = Cluster(config_path, data_dir=data_dir, tls_dir=tls_dir)
+        cluster = Cluster(config_path, data_dir=data_dir, tls_dir=tls_dir, app=args.app)
+        if args.app is None and not cluster_config.runs_bank(cluster.config.app):  # the file's [app]
+            problem = app_problem(cluster.config.app.module)
+            if problem:
+                raise ConfigError(f"{cluster.config_path}: [app]: {problem}")
         print(f"snapmesh cluster: starting {len(cluster.config.nodes)} nodes in data dir {data_dir} (clients: "
               f"--data-dir {data_dir}; `snapmesh cluster down --data-dir {data_dir}` stops them); logs in "
               f"{cluster.log_dir}", file=sys.stderr, flush=True)
@@ -248,6 +265,18 @@ def taken_ports(cfg: cluster_config.ClusterConfig) -> None:
             if not port_is_free(host, port):
                 raise SupervisorError(f"{host}:{port}, the {kind} port of {owner} in {cfg.path}, is taken by "
                                       "another process: stop that process, or edit the port in the file")
+
+
+def app_problem(spec: str) -> str:
+    """Why `--app spec` cannot run ("" when it loads), in one line."""
+    from snapmesh.app import AppError, load_app
+
+    try:
+        cluster_config.check_app_spec(spec, lambda problem: ConfigError(f"--app: {problem}"))
+        load_app(spec)
+    except (ConfigError, AppError) as exc:
+        return str(exc)
+    return ""
 
 
 if __name__ == "__main__":

@@ -66,6 +66,8 @@ class Cluster:
     token file is a ConfigError naming it.
     `hosts`: name ("controller" or a node id) -> the Host it runs on (the
     multi-host bench); every member is then dialled at its host's address.
+    `app`: the app every member runs ("module:attr", through SNAPMESH_APP) in
+    place of the cluster file's [app] (None: the file's, by default the bank).
     Children's output goes to `<data_dir>/logs/<controller|node id>.log`.
     """
 
@@ -82,9 +84,12 @@ class Cluster:
         env: dict[str, str] | None = None,
         tls_dir: str | os.PathLike[str] | None = None,
         hosts: Mapping[str, Host] | None = None,
+        app: str | None = None,
     ) -> None:
         self.hosts: dict[str, Host] = dict(hosts or {})
         self._env = dict(os.environ if env is None else env)
+        if app:
+            self._env["SNAPMESH_APP"] = app
         if data_dir is not None:
             self._env["SNAPMESH_DATA_DIR"] = str(Path(data_dir).resolve())
         if tls_dir is not None:

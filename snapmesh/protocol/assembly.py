@@ -42,11 +42,12 @@ def add_node_stats(snapshot: pb.Snapshot, state: pb.FullState, received_wall: fl
 
 
 def assemble(channels, recorded: pb.ChannelState, held: list[int], held_total: int,
-             seqs: Sequence[int] | None = None, amounts: Sequence[int] = (), position: int = 0) -> int:
+             seqs: Sequence[int] | None = None, amounts: Sequence[int] = (), position: int = 0,
+             payloads: Sequence[bytes] = ()) -> int:
     """Add channel src->dst to `channels` as O3 assembles it from what dst recorded
     (`recorded`; `held` its seqs, `held_total` their amounts' sum) and the outbox
     columns of src past dst's `position` (`seqs` None, classic mode: what dst
-    recorded, as it is); returns its in-flight amount. What the receiver recorded
+    recorded, as it is; `payloads`: an app's, one per seq); returns its in-flight amount. What the receiver recorded
     is copied as one block where it can be (a protobuf copy in C, not one per
     item), and a message is made only for an outbox transfer it did not record."""
     src, dst, items = recorded.src, recorded.dst, recorded.in_flight
@@ -65,7 +66,7 @@ def assemble(channels, recorded: pb.ChannelState, held: list[int], held_total: i
             channel.in_flight.extend(part)
             total += sum(map(_AMOUNT, part))
         else:
-            for seq, amount in zip(seqs[i:j], amounts[i:j], strict=True):
-                add(msg_id=f"{src}:{dst}:{seq}", amount=amount, seq=seq)
+            for k, (seq, amount) in enumerate(zip(seqs[i:j], amounts[i:j], strict=True), i):
+                add(msg_id=f"{src}:{dst}:{seq}", amount=amount, seq=seq, payload=payloads[k] if payloads else None)
             total += sum(amounts[i:j])
     return total

@@ -62,7 +62,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from snapmesh.protocol import controller_journal as journal
-from snapmesh.protocol import core, restoregate
+from snapmesh.protocol import appstate, core, restoregate
 from snapmesh.protocol.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -137,7 +137,9 @@ def plan(snapshot: pb.Snapshot, epoch: int) -> dict[str, pb.RestoreStateRequest]
     """Each node's part of restoring `snapshot` in `epoch`: its recorded balance
     and the recorded state of every channel into it (in channel order)."""
     requests = {
-        n.node_id: pb.RestoreStateRequest(snapshot_id=snapshot.snapshot_id, epoch=epoch, balance=n.balance)
+        n.node_id: pb.RestoreStateRequest(
+            snapshot_id=snapshot.snapshot_id, epoch=epoch, balance=n.balance, state=n.state if n.HasField("state") else None
+        )
         for n in snapshot.nodes
     }
     for channel in snapshot.channels:
@@ -153,6 +155,10 @@ def problem(snapshot: pb.Snapshot) -> str:
         return f"snapshot {snapshot.snapshot_id} is {status}, not COMPLETE"
     if not snapshot.conserved:
         return f"snapshot {snapshot.snapshot_id} is not conserved (total {snapshot.total}, expected {snapshot.expected_total})"
+    broken = appstate.failed_invariants(snapshot)
+    if broken:
+        names = ", ".join(repr(b.name) for b in broken)
+        return f"snapshot {snapshot.snapshot_id} breaks the app's invariant(s) {names}: {snapshot.reason}"
     return ""
 
 
@@ -172,16 +178,19 @@ def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0,
             pb.ChannelState(
                 src=src,
                 dst=node_id,
-                in_flight=[pb.InFlightTransfer(msg_id=t.msg_id, amount=t.amount, seq=t.seq) for t in transfers],
+                in_flight=[appstate.in_flight_item(t) for t in transfers],
             )
             for src, transfers in state.channels.items()
         ],
     )
+    if state.state is not None:  # an app's node
+        message.state = state.state
     if state.positions:
         message.snapshot_mode = "overtake"
         message.positions.extend(pb.ChannelPosition(src=src, dst=node_id, seq=seq) for src, seq in state.positions.items())
         message.outbox_runs.extend(
-            pb.OutboxRun(src=node_id, dst=dst, seqs=[e.seq for e in entries], amounts=[e.amount for e in entries])
+            pb.OutboxRun(src=node_id, dst=dst, seqs=[e.seq for e in entries], amounts=[e.amount for e in entries],
+                         payloads=[e.payload for e in entries] if state.state is not None else ())
             for dst, entries in state.outbox.items()
         )
     return message

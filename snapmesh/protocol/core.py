@@ -94,6 +94,8 @@ class Refusal(enum.Enum):
     CHANNEL_FULL = "channel full"  # the link below holds its bound of unacknowledged messages (link.ChannelFull)
     REQUESTS_FULL = "request-id window full"  # snapmesh/protocol/requests.py W2
     REQUEST_UNKNOWN = "request outcome unknown"  # a retry past the window or in doubt after a restore (W4)
+    APP_REFUSED = "refused by the app"  # ctx.refuse(code, text): `code` is the gRPC status name
+    APP_FAILED = "the app raised"  # on_command raised: the step is refused, nothing logged
 
 
 class LocalProtocolError(ProtocolError):
@@ -104,8 +106,22 @@ class LocalProtocolError(ProtocolError):
         self.kind = kind
 
 
+class AppRefusal(LocalProtocolError):
+    """The hosted app refused a client's command (`ctx.refuse`) or raised in
+    `on_command`; `code` is the gRPC status name to answer with."""
+
+    def __init__(self, message: str, kind: Refusal, code: str) -> None:
+        super().__init__(message, kind)
+        self.code = code
+
+
 class RemoteProtocolError(ProtocolError):
     """A peer sent something the protocol forbids."""
+
+
+class AppFailed(ProtocolError):
+    """The hosted app raised while handling a peer's message: the node cannot
+    skip the message (the channel is FIFO and lossless) and must stop."""
 
 
 # ---------------------------------------------------------------- messages
@@ -113,12 +129,14 @@ class RemoteProtocolError(ProtocolError):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Transfer:
-    """Money on a channel. `msg_id` and `seq` are the caller's labels, carried
-    through untouched into recorded channel state."""
+    """A message on a channel: money (the bank's fast path, `amount` > 0) or an
+    app's opaque `payload` (`amount` 0). `msg_id` and `seq` are the caller's
+    labels, carried through untouched into recorded channel state."""
 
     msg_id: str
     amount: int
     seq: int = 0
+    payload: bytes | None = None  # an app message (snapmesh.app); None: money
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -166,6 +184,7 @@ class FullState:
     positions: Mapping[str, int] = field(default_factory=dict)  # incoming src -> last seq applied at the cut
     # outgoing dst -> unacked transfers at the cut, as the link holds them (link.Entry: seq, amount)
     outbox: Mapping[str, tuple] = field(default_factory=dict)
+    state: bytes | None = None  # an app's snapshot() at this node's cut (None: the bank; `balance` holds it)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -350,7 +369,10 @@ class Process:
         return getattr(self, handler)(snapshot_id, src)
 
     def _receive_transfer(self, src: str, transfer: Transfer) -> list[Effect]:
-        if not _is_int(transfer.amount) or transfer.amount <= 0:
+        if transfer.payload is not None:
+            if transfer.amount != 0 or not isinstance(transfer.payload, bytes):
+                raise RemoteProtocolError(f"app message {transfer.msg_id!r} from {src!r}: an amount, or a non-bytes payload")
+        elif not _is_int(transfer.amount) or transfer.amount <= 0:
             raise RemoteProtocolError(f"transfer {transfer.msg_id!r} from {src!r} has amount {transfer.amount!r}")
         self._balance += transfer.amount
         for recording in self._recordings.values():

@@ -96,8 +96,10 @@ class EpochState:
             if self.restored and self.restored != snapshot_id:
                 raise RemoteProtocolError(f"{self.node_id} restored {self.restored!r} in epoch {epoch}, not {snapshot_id!r}")
             return False
-        for src, msg_id, _, amount in deliveries:
-            if src not in incoming or amount < 1 or not msg_id:
+        for src, msg_id, _, amount, *app in deliveries:
+            payload = app[0] if app else None  # an app message: amount 0, its bytes
+            bad = amount < 1 if payload is None else (amount != 0 or not isinstance(payload, bytes))
+            if src not in incoming or bad or not msg_id:
                 raise RemoteProtocolError(f"{self.node_id}: cannot replay {msg_id!r} ({amount}) from {src!r}")
         if balance < 0:
             raise RemoteProtocolError(f"{self.node_id}: a recorded balance of {balance}")

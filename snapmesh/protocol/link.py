@@ -70,6 +70,7 @@ class Entry(NamedTuple):
     amount: int  # 0 for a marker
     snapshot_id: str  # "" for a transfer (its msg_id is `src:dst:seq`)
     lsn: int = 0  # 0: recovered from the log, durable
+    payload: bytes | None = None  # an app message's bytes (amount 0); None: money or a marker
 
 
 class Sender:
@@ -115,10 +116,10 @@ class Sender:
                 f"channel {self.src}->{self.dst} holds {self.unacked} unacknowledged messages (bound {self.bound})"
             )
 
-    def enqueue(self, *, lsn: int, amount: int = 0, snapshot_id: str = "") -> int:
+    def enqueue(self, *, lsn: int, amount: int = 0, snapshot_id: str = "", payload: bytes | None = None) -> int:
         """Queue one message (its record is `lsn`); returns its seq."""
         seq = self.next_seq
-        self.outbox.append(Entry(seq, amount, snapshot_id, lsn))
+        self.outbox.append(Entry(seq, amount, snapshot_id, lsn, payload))
         self.next_seq = seq + 1
         return seq
 

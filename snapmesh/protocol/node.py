@@ -8,10 +8,9 @@ never does I/O and never reads a clock: `now` is an argument. The gRPC node
 (services/node) and the fault simulator (snapmesh/sim/fuzz.py) drive this
 same object.
 
-Events: transfer(dst, amount, request_id); start_snapshot / abort_snapshot;
-connect(dst, conn_no) / disconnect(dst); opened(src, conn_no); received(src,
-conn_no, seq, ...); acked(dst, conn_no, seq); durable(lsn); tick(now);
-restore(snapshot_id, epoch, balance, in_flight). Effects: node_effects.py.
+Events: transfer / submit (an app's command); start_snapshot / abort_snapshot;
+connect / disconnect; opened; received; acked; durable(lsn); tick(now);
+restore (node_steps.py has it and the app's steps). Effects: node_effects.py.
 
 Rules
 -----
@@ -52,19 +51,30 @@ N9. Overtake mode (snapmesh/protocol/overtake.py): at a cut the node keeps, per
     leaves early, ahead of queued transfers (link L8); an early marker
     (seq 0) is not logged: only its effect, the cut, is. A restore (N8) keeps
     the mode.
+N10. A hosted app (snapmesh.app; `app` given, apphost.py calls it). A
+    client's command is one step: the app runs first, and only if it replies
+    are a `command` record (with the reply) and one `send` record per message
+    it sent appended; a refusal logs nothing. A peer's app message is one
+    step: a `recv` record, then its sends. At a cut the app's snapshot() is
+    taken in the same step as the `cut` record (which holds its digest) and
+    rides in the FullState. Checkpoints carry snapshot(); recovery restores
+    it and replays the logged inputs through the app (recovery.py). The
+    bank needs no app: its int amounts are the fast path.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
+from typing import Any
 
-from snapmesh.protocol import core, requests, wal
+from snapmesh.protocol import apphost, core, requests, wal
 from snapmesh.protocol.epochs import EpochState, Fenced
 from snapmesh.protocol.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
 from snapmesh.protocol.node_effects import Accepted, Ack, Append, Effect, Finished, Report, ReportCancelled, Seal, Transmit
+from snapmesh.protocol.node_steps import NodeSteps, state_digest
 from snapmesh.protocol.recovery import ABANDONED_WINDOW, Recovered, checkpoint_fields
 
 DEFAULT_SEGMENT_RECORDS = 100_000
@@ -72,8 +82,8 @@ DEFAULT_SEGMENT_RECORDS = 100_000
 # -------------------------------------------------------------------- node
 
 
-class Node:
-    """One node's whole logic (rules N1-N9 above). Drive it from one task."""
+class Node(NodeSteps):
+    """One node's whole logic (rules N1-N10 above). Drive it from one task."""
 
     def __init__(
         self,
@@ -91,11 +101,21 @@ class Node:
         wall: float | None = None,
         request_ttl_s: float = requests.REQUEST_TTL_S,
         request_capacity: int = requests.REQUEST_CAPACITY,
+        app: Any = None,
+        app_params: Mapping[str, Any] | None = None,
     ) -> None:
         """`wall`: wall-clock seconds now (for the request-id window, which
-        outlives restarts); `now` when not given."""
+        outlives restarts); `now` when not given. `app`: a snapmesh.app.App to
+        host (N10); None runs the bank."""
         incoming, outgoing = tuple(incoming), tuple(outgoing)
         self.node_id = node_id
+        self.host: apphost.Host | None = None
+        if app is not None:
+            self.host = recovered.host or apphost.Host(
+                app, node_id=node_id, incoming=incoming, outgoing=outgoing, params=app_params
+            )
+            self.host.snapshot()  # an app whose snapshot() is not bytes fails here, before anything starts
+        self._app_cuts: dict[str, bytes] = {}  # snapshot id -> the app's state at its cut here (N10)
         self.recording_ttl = recording_ttl
         self._mark, self._bound = mark, bound
         self.epochs = EpochState(
@@ -136,6 +156,8 @@ class Node:
         if recovered.fresh:
             self._append(wal.Init(lsn=self.last_lsn + 1, balance=recovered.balance))
         else:
+            if recovered.pending_sends:  # the rest of a step a crash cut short: the replay made them again
+                self._app_sends(recovered.pending_sends)
             self._append(wal.Restart(lsn=self.last_lsn + 1))
 
     # -- queries
@@ -143,6 +165,10 @@ class Node:
     @property
     def balance(self) -> int:
         return self.process.balance
+
+    def app_state(self) -> bytes | None:
+        """The hosted app's state now (its snapshot()); None for the bank."""
+        return None if self.host is None else self.host.snapshot()
 
     def drain(self) -> list[Effect]:
         out, self._out = self._out, []
@@ -180,6 +206,8 @@ class Node:
         """Pay `amount` to `dst`. Raises core.LocalProtocolError (link.ChannelFull
         when the channel is at its bound; requests.py's refusals for a request id)
         and changes nothing when refused. `wall`: wall-clock seconds now."""
+        if self.host is not None:
+            raise core.LocalProtocolError(f"{self.node_id} runs app {self.host.app.name!r}, not the bank: use Submit")
         if request_id:
             if wall is not None:
                 self.wall = wall
@@ -220,6 +248,7 @@ class Node:
         self._remember(snapshot_id)
         self._recorded_at.pop(snapshot_id, None)
         self._at_cut.pop(snapshot_id, None)
+        self._app_cuts.pop(snapshot_id, None)
         before = len(self._reports)
         self._reports = [(lsn, s) for lsn, s in self._reports if s.snapshot_id != snapshot_id]
         if len(self._reports) != before:
@@ -263,9 +292,13 @@ class Node:
         if receiver.open(conn_no, self.last_lsn):
             self._ack(receiver)
 
-    def received(self, src: str, conn_no: int, seq: int, *, amount: int = 0, snapshot_id: str = "", msg_id: str = "") -> None:
-        """One message of a frame from `src`. A stale or duplicate one is dropped;
-        a gap or a protocol violation raises core.RemoteProtocolError."""
+    def received(
+        self, src: str, conn_no: int, seq: int, *, amount: int = 0, snapshot_id: str = "", msg_id: str = "",
+        payload: bytes | None = None,
+    ) -> None:
+        """One message of a frame from `src` (`payload`: an app message). A stale
+        or duplicate one is dropped; a gap or a protocol violation raises
+        core.RemoteProtocolError; an app that raises on it, core.AppFailed."""
         receiver = self.receivers.get(src)
         if receiver is None:
             raise core.RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
@@ -281,7 +314,11 @@ class Node:
             self._remember(snapshot_id)
             marker = wal.MarkerRecv(lsn=0, snapshot_id=snapshot_id, src=src, dst=me, seq=seq)
             self._drain(effects, marker_recv=marker)
+        elif payload is not None:
+            self._app_message(src, seq, msg_id or f"{src}:{me}:{seq}", payload)
         else:
+            if self.host is not None:
+                raise core.RemoteProtocolError(f"{me} runs app {self.host.app.name!r}: money from {src!r} has no meaning here")
             msg_id = msg_id or f"{src}:{me}:{seq}"
             if not self.process.credit(src=src, amount=amount):  # a snapshot is recording here
                 effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, amount=amount, seq=seq))
@@ -311,51 +348,6 @@ class Node:
             ready = [s for at, s in self._reports if at <= lsn]
             self._reports = [(at, s) for at, s in self._reports if at > lsn]
             self._out += [Report(s) for s in ready]
-
-    # -- restore (N8)
-
-    def restore(self, *, snapshot_id: str, epoch: int, balance: int, in_flight: Iterable[tuple[str, str, int, int]]) -> bool:
-        """Enter `epoch` holding snapshot `snapshot_id`'s state here: `balance`
-        and the recorded in-flight transfers towards this node, each
-        (src, msg_id, seq, amount) in channel order. Returns False for a repeat
-        (already restored in `epoch`). Raises core.RemoteProtocolError for an
-        older epoch or a transfer on a channel that does not exist; nothing
-        changes then."""
-        deliveries = list(in_flight)
-        if not self.epochs.takes_restore(epoch, snapshot_id, balance, deliveries, self.receivers):
-            return False
-        reason = f"restored to {snapshot_id}"
-        self._requests.restored(self._cuts, snapshot_id)  # the ids paid after its cut were taken back
-        for sid in self.process.in_progress():
-            self._drain(self.process.abort_snapshot(sid))
-            self._append(wal.Abort(lsn=self.last_lsn + 1, snapshot_id=sid, reason=reason))
-            self._remember(sid)
-        for _, state in self._reports:  # finished in the older epoch, not yet reported: the controller would refuse them
-            self._out.append(ReportCancelled(state.snapshot_id))
-        self._reports = []
-        self._recorded_at.clear()
-        self._append(
-            wal.Restore(lsn=self.last_lsn + 1, snapshot_id=snapshot_id, epoch=epoch, balance=balance, deliveries=len(deliveries))
-        )
-        me = self.node_id
-        for src, msg_id, seq, amount in deliveries:
-            self._append(
-                wal.Replay(lsn=self.last_lsn + 1, snapshot_id=snapshot_id, msg_id=msg_id, src=src, dst=me, seq=seq, amount=amount)
-            )
-        incoming, outgoing = tuple(self.receivers), tuple(self.senders)
-        self.process = core.Process(
-            node_id=me,
-            balance=balance + sum(d[3] for d in deliveries),
-            incoming=incoming,
-            outgoing=outgoing,
-            abandoned=self._abandoned,
-            mode=self.process.mode,
-        )
-        self._at_cut.clear()  # the recordings in progress were aborted above
-        self._links(incoming, outgoing, None)
-        self.epochs.entered(epoch, snapshot_id, self.process.balance, cut=self._cuts.get(snapshot_id))
-        self._end_step()
-        return True
 
     # -- overtake mode (N9)
 
@@ -446,7 +438,13 @@ class Node:
                         sender.notify(lsn=lsn, snapshot_id=message.snapshot_id, last_seq=seq - 1)
                     self.markers_sent += 1
             elif isinstance(effect, core.LocalStateRecorded):
-                self._append(wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, balance=effect.balance))
+                digest = ""
+                if self.host is not None:
+                    state = self._app_cuts[effect.snapshot_id] = self.host.snapshot()
+                    digest = state_digest(state)
+                self._append(
+                    wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, balance=effect.balance, digest=digest)
+                )
                 self._remember(effect.snapshot_id)
                 self._cuts[effect.snapshot_id] = self.last_lsn
                 if len(self._cuts) > ABANDONED_WINDOW:
@@ -469,6 +467,8 @@ class Node:
             self._recorded_at.pop(state.snapshot_id, None)
             if self.overtake:
                 state = self._with_cut(state)
+            if self.host is not None:
+                state = dataclasses.replace(state, state=self._app_cuts.pop(state.snapshot_id))
             self._reports.append((self.last_lsn, state))
             self._out.append(Finished(state, self.last_lsn))
 
@@ -495,4 +495,5 @@ class Node:
         self._out.append(Seal(self.segment_first, lsn))
         self.segment_first = lsn
         self._segment_count = 0
-        self._append(wal.Checkpoint(lsn=lsn, **checkpoint_fields(state)))
+        app_state = wal.pack(self.host.snapshot()) if self.host is not None else ""
+        self._append(wal.Checkpoint(lsn=lsn, **checkpoint_fields(state), state=app_state))

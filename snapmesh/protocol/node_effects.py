@@ -77,3 +77,13 @@ class Accepted(NamedTuple):
     lsn: int
     repeated: bool = False
     epoch: int = 1
+
+
+class Submitted(NamedTuple):
+    """An app command's answer (Node.submit), under the same rule as `Accepted`:
+    reply once `lsn` is durable, unless a restore since `epoch` took it back."""
+
+    reply: bytes
+    lsn: int
+    repeated: bool = False
+    epoch: int = 1

@@ -24,18 +24,24 @@ What is rebuilt:
   `restore` record sets the balance and starts every channel over (seq 1, empty
   outbox); each `replay` after it adds one recorded in-flight transfer. A restore
   with fewer replays in the log than it announced (a crash in the middle) is
-  `restore_incomplete`: the node must do it again before taking any traffic.
+  `restore_incomplete`: the node must do it again before taking any traffic;
+- an app node (node rule N10): the app, from the checkpoint's `state` (or new
+  at `init`), then every `command`, `recv` and `replay` replayed through it;
+  each replay's sends must be the `send` records that follow it
+  (`NonDeterministic` names the lsn otherwise). Sends a crash cut off the end
+  of the log are `pending_sends`: the node logs them before anything else.
 
 Anything that cannot be trusted raises `CorruptLog` naming `file:line`.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Iterable
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from snapmesh.protocol import requests, wal
+from snapmesh.protocol import core, requests, wal
 from snapmesh.protocol.link import Entry
 
 # How many recent abandoned snapshot ids (and cut lsns) a checkpoint carries;
@@ -45,6 +51,12 @@ ABANDONED_WINDOW = 1_000
 
 class CorruptLog(ValueError):
     """The log is damaged; the message starts with `file:line:`."""
+
+
+class NonDeterministic(CorruptLog):
+    """Replaying the log through the hosted app did not make the sends (or the
+    reply) the log holds: the app is not deterministic, or not the app that
+    wrote the log. The node refuses to start; the message names the position."""
 
 
 @dataclass(slots=True)
@@ -66,6 +78,8 @@ class Recovered:
     restored: str = ""  # the snapshot id of the last restore, if any
     replays_missing: int = 0  # replays the last restore announced and the log does not hold
     restored_balance: int = 0  # the balance right after the last restore (recorded + replays)
+    host: Any = None  # an app node: its apphost.Host, replayed up to the log's end
+    pending_sends: list[tuple[str, bytes]] = field(default_factory=list)  # the app's sends a crash left out of the log
 
     @property
     def restore_incomplete(self) -> bool:
@@ -90,12 +104,91 @@ def recover(
     initial_balance: int,
     incoming: Iterable[str],
     outgoing: Iterable[str],
+    app: Any = None,
+    app_params: Mapping[str, Any] | None = None,
 ) -> Recovered:
+    """The node's state at the log's end. With `app` (a snapmesh.app.App) the
+    app is rebuilt too: the checkpoint's state, then every logged input
+    replayed through it, its sends compared with the log's (NonDeterministic)."""
     incoming, outgoing = tuple(incoming), tuple(outgoing)
     state = fresh(initial_balance=initial_balance, incoming=incoming, outgoing=outgoing)
+    replayer = None
+    if app is not None:
+        from snapmesh.protocol.apphost import Host  # the app layer, for app nodes only
+
+        replayer = _Replayer(Host(app, node_id=node_id, incoming=incoming, outgoing=outgoing, params=app_params))
+        state.host = replayer.host
     for where, record in records:
         _apply(state, record, where, node_id, incoming, outgoing)
+        if replayer is not None:
+            replayer.step(record, where)
+        elif type(record) is wal.Command or (type(record) in _MESSAGES and record.amount == 0):  # type: ignore[attr-defined]
+            raise CorruptLog(f"{where}: an app's record in the log of a node that runs the bank (start it with its --app)")
+    if replayer is not None:
+        state.pending_sends = list(replayer.expected)
     return state
+
+
+_MESSAGES = (wal.Send, wal.Recv, wal.Replay)
+
+
+class _Replayer:
+    """Recovery's half of node rule N10: the logged inputs through the app, in log order."""
+
+    def __init__(self, host: Any) -> None:
+        self.host = host
+        self.expected: deque[tuple[str, bytes]] = deque()  # the sends the last input made, not yet matched
+        self.cause = ""
+
+    def step(self, record: wal.Record, where: str) -> None:
+        kind = type(record)
+        if kind in _MESSAGES and record.amount:  # type: ignore[attr-defined]
+            raise CorruptLog(f"{where}: money in the log of a node that runs app {self.host.app.name!r}")
+        if kind is wal.Send:
+            self._match(record, where)  # type: ignore[arg-type]
+            return
+        if self.expected:
+            raise NonDeterministic(
+                f"{where}: lsn {record.lsn}: replaying {self.cause}, app {self.host.app.name!r} sent"
+                f" {len(self.expected)} more message(s) than the log holds (is the app deterministic?)"
+            )
+        try:
+            if kind is wal.Init:
+                self.host.fresh()
+            elif kind is wal.Checkpoint or kind is wal.Restore:
+                self.host.restore(wal.unpack(record.state, where))  # type: ignore[attr-defined]
+            elif kind is wal.Command:
+                self._command(record, where)  # type: ignore[arg-type]
+            elif kind is wal.Recv or kind is wal.Replay:
+                self.cause = f"the message at lsn {record.lsn}"
+                payload = wal.unpack(record.payload, where)  # type: ignore[attr-defined]
+                self.expected.extend(self.host.message(record.src, payload))  # type: ignore[attr-defined]
+        except (core.AppFailed, core.AppRefusal) as exc:
+            raise NonDeterministic(f"{where}: lsn {record.lsn}: replaying it, {exc}") from None
+
+    def _command(self, record: wal.Command, where: str) -> None:
+        self.cause = f"the command at lsn {record.lsn}"
+        reply, sends = self.host.command(wal.unpack(record.command, where))
+        if wal.pack(reply) != record.reply:
+            raise NonDeterministic(
+                f"{where}: lsn {record.lsn}: replaying the command, app {self.host.app.name!r} replied"
+                f" {reply[:40]!r}; the log holds {wal.unpack(record.reply, where)[:40]!r} (is the app deterministic?)"
+            )
+        self.expected.extend(sends)
+
+    def _match(self, record: wal.Send, where: str) -> None:
+        payload = wal.unpack(record.payload, where)
+        if not self.expected:
+            raise NonDeterministic(
+                f"{where}: lsn {record.lsn}: the log holds a message to {record.dst} that replaying"
+                f" {self.cause or 'the log'} did not make (is the app deterministic?)"
+            )
+        dst, made = self.expected.popleft()
+        if (dst, made) != (record.dst, payload):
+            raise NonDeterministic(
+                f"{where}: lsn {record.lsn}: replaying {self.cause}, app {self.host.app.name!r} sent"
+                f" {made[:40]!r} to {dst}; the log holds {payload[:40]!r} to {record.dst} (is the app deterministic?)"
+            )
 
 
 def _apply(
@@ -121,8 +214,10 @@ def _apply(
             raise CorruptLog(f"{where}: {_kind(record)} seq {seq} on {node_id}->{dst}, expected {state.next_seq[dst]}")
         state.next_seq[dst] = seq + 1
         if kind is wal.Send:
-            state.balance -= record.amount  # type: ignore[attr-defined]
-            state.outbox[dst].append(Entry(seq, record.amount, ""))  # type: ignore[attr-defined]
+            amount = record.amount  # type: ignore[attr-defined]
+            state.balance -= amount
+            payload = wal.unpack(record.payload, where) if amount == 0 else None  # type: ignore[attr-defined]
+            state.outbox[dst].append(Entry(seq, amount, "", 0, payload))
             if record.request_id:  # type: ignore[attr-defined]
                 state.requests[record.request_id] = requests.Paid(record.msg_id, state.balance, 0.0, record.lsn)  # type: ignore[attr-defined]
                 state.requests.move_to_end(record.request_id)  # type: ignore[attr-defined]
@@ -154,6 +249,11 @@ def _apply(
         state.replays_missing -= 1
         state.balance += record.amount  # type: ignore[attr-defined]
         state.restored_balance += record.amount  # type: ignore[attr-defined]
+    elif kind is wal.Command:
+        if record.request_id:  # type: ignore[attr-defined]
+            # An app's Paid holds its reply (base64) where the bank's holds the msg id.
+            state.requests[record.request_id] = requests.Paid(record.reply, 0, 0.0, record.lsn)  # type: ignore[attr-defined]
+            state.requests.move_to_end(record.request_id)  # type: ignore[attr-defined]
     elif kind is wal.Init:
         if not first:
             raise CorruptLog(f"{where}: a second init record")
@@ -196,7 +296,7 @@ def _load_checkpoint(
         for dst in outgoing:
             state.next_seq[dst] = int(cp.next_seq[dst])
             state.acked[dst] = int(cp.acked[dst])
-            state.outbox[dst] = [Entry(int(seq), int(amount), str(sid)) for seq, amount, sid in cp.outbox[dst]]
+            state.outbox[dst] = [_outbox_entry(entry, where) for entry in cp.outbox[dst]]
             expected = list(range(state.acked[dst] + 1, state.next_seq[dst]))
             if [e.seq for e in state.outbox[dst]] != expected:
                 raise CorruptLog(f"{where}: checkpoint outbox to {dst} does not hold seqs {state.acked[dst] + 1}..")
@@ -222,7 +322,7 @@ def checkpoint_fields(state: Recovered) -> dict:
         "next_seq": dict(state.next_seq),
         "acked": dict(state.acked),
         "received": dict(state.last_received),
-        "outbox": {dst: [[e.seq, e.amount, e.snapshot_id] for e in entries] for dst, entries in state.outbox.items()},
+        "outbox": {dst: [_outbox_item(e) for e in entries] for dst, entries in state.outbox.items()},
         "abandoned": list(state.abandoned),
         "requests": requests.to_checkpoint(state.requests),
         "epoch": state.epoch,
@@ -230,6 +330,18 @@ def checkpoint_fields(state: Recovered) -> dict:
         "restored": state.restored,
         "restored_balance": state.restored_balance,
     }
+
+
+def _outbox_item(e: Entry) -> list:
+    """A checkpoint's outbox entry: [seq, amount, snapshot_id], and an app message's payload (base64)."""
+    if e.payload is None:
+        return [e.seq, e.amount, e.snapshot_id]
+    return [e.seq, e.amount, e.snapshot_id, wal.pack(e.payload)]
+
+
+def _outbox_entry(item: list, where: str) -> Entry:
+    seq, amount, sid, *app = item
+    return Entry(int(seq), int(amount), str(sid), 0, wal.unpack(app[0], where) if app else None)
 
 
 def _remember(window: OrderedDict, key: str, value: object, limit: int) -> None:

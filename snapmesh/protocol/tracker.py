@@ -28,6 +28,8 @@ T4. A FAILED snapshot's reason names what went wrong: on expiry, the nodes that
     after a restart (`restarted`), it starts with "controller restarted".
 T5. Statistics (`Snapshot.stats`, Flink's vocabulary) are derived from the
     reports and the wall-clock times only; they never change a status.
+T6. An app cluster (`checker`; snapmesh/protocol/appstate.py): the COMPLETE snapshot keeps
+    the nodes' state bytes and in-flight payloads, judged by the checker before it is final.
 
 Errors: `UnknownSnapshot` (no such id), `InvalidReport` (the report is
 malformed for this topology), `DuplicateReport` (this node already reported
@@ -45,6 +47,7 @@ from typing import NamedTuple
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from snapmesh.protocol.appstate import AppChecker, digest
 from snapmesh.protocol.assembly import add_node_stats, assemble
 from snapmesh.protocol.retention import Retention
 from snapmesh.protocol.snapshot_ids import new_snapshot_id, snapshot_id_problem  # noqa: F401  (the tracker's ids)
@@ -118,6 +121,7 @@ class Tracker:
         deadline_s: float,
         snapshot_mode: str = "classic",
         kept: int = FINISHED_KEPT,
+        checker: AppChecker | None = None,  # an app cluster (T6); None: the bank
     ) -> None:
         if deadline_s <= 0:
             raise TrackerMisuse(f"deadline must be positive, got {deadline_s!r}")
@@ -132,6 +136,7 @@ class Tracker:
         self._retention = Retention()  # which of the finished ones `--keep` retires
         self.kept = kept
         self.epoch = 1  # the cluster's epoch: one more per restore; older reports are refused
+        self.checker = checker
 
     # -- queries
 
@@ -325,7 +330,7 @@ class Tracker:
                 raise InvalidReport(f"channel {name} is reported twice")
             items = list(channel.in_flight)
             seen[channel.src] = items, (amounts := list(map(_AMOUNT, items)))
-            if min(amounts, default=1) <= 0:  # the item named only on a refusal
+            if min(amounts, default=1) <= 0 and not state.HasField("state"):  # an app's messages carry 0 (T6)
                 item = next(t for t in items if t.amount <= 0)
                 raise InvalidReport(f"channel {name}: transfer {item.msg_id!r} has amount {item.amount}")
         if mode == "overtake":
@@ -341,22 +346,27 @@ class Tracker:
         del snapshot.nodes[:]
         total = 0
         for node in self.topology.nodes:
-            balance = pending.reports[node].balance
-            snapshot.nodes.add(node_id=node, balance=balance)
-            total += balance
+            report = pending.reports[node]
+            entry = snapshot.nodes.add(node_id=node, balance=report.balance)
+            if report.HasField("state"):  # an app's node (T6)
+                entry.state, entry.state_digest = report.state, digest(report.state)
+            total += report.balance
         by_channel = {(c.src, c.dst): c for r in pending.reports.values() for c in r.channels}
         if self.snapshot_mode == "overtake":
             outbox, positions = self._overtake_parts(pending)
             for src, dst in self.topology.channels:
-                seqs, amounts = outbox.get((src, dst), ((), ()))
+                seqs, amounts, *payloads = outbox.get((src, dst), ((), ()))
                 total += assemble(snapshot.channels, by_channel[(src, dst)], *pending.recorded[(src, dst)],
-                                   seqs, amounts, positions.get((src, dst), 0))
+                                   seqs, amounts, positions.get((src, dst), 0), *payloads)
         else:
             for src, dst in self.topology.channels:
                 total += assemble(snapshot.channels, by_channel[(src, dst)], *pending.recorded[(src, dst)])
         snapshot.total = total
         snapshot.conserved = total == self.expected_total
         reason = "" if snapshot.conserved else f"total {total} != expected {self.expected_total}"
+        if self.checker is not None:
+            self.checker.judge(snapshot)
+            reason = snapshot.reason
         return self._finish(pending, COMPLETE, reason, now)
 
     @staticmethod
@@ -368,7 +378,8 @@ class Tracker:
             for r in pending.reports.values()
             for c in r.outbox
         }
-        outbox.update({(run.src, run.dst): (run.seqs, run.amounts) for r in pending.reports.values() for run in r.outbox_runs})
+        outbox.update({(run.src, run.dst): (run.seqs, run.amounts, *([run.payloads] if run.payloads else []))
+                       for r in pending.reports.values() for run in r.outbox_runs})  # an app's: its payloads too
         positions = {(p.src, p.dst): p.seq for r in pending.reports.values() for p in r.positions}
         return outbox, positions
 
@@ -403,18 +414,20 @@ def _seconds(ts: Timestamp) -> float:
 def _same_part(state: pb.FullState, other: pb.FullState) -> bool:
     """Whether two reports record the same thing (timestamps aside)."""
     def key(s: pb.FullState):
-        return s.balance, sorted((c.src, c.SerializeToString(deterministic=True)) for c in s.channels)
+        state = s.state if s.HasField("state") else None
+        return s.balance, state, sorted((c.src, c.SerializeToString(deterministic=True)) for c in s.channels)
 
     return key(state) == key(other)
 
 
 def _part_of(snapshot: pb.Snapshot, node_id: str) -> pb.FullState:
     """The report a COMPLETE snapshot holds for one node, rebuilt from its tables."""
-    balance = next(n.balance for n in snapshot.nodes if n.node_id == node_id)
+    node = next(n for n in snapshot.nodes if n.node_id == node_id)
     return pb.FullState(
         snapshot_id=snapshot.snapshot_id,
         node_id=node_id,
-        balance=balance,
+        balance=node.balance,
+        state=node.state if node.HasField("state") else None,
         channels=[c for c in snapshot.channels if c.dst == node_id],
     )
 
@@ -451,10 +464,10 @@ def _check_overtake_parts(state: pb.FullState, incoming: set[str]) -> None:
             raise InvalidReport(f"outbox {node}->{channel.dst}: transfer {item.msg_id!r} has amount {item.amount}")
     for run in state.outbox_runs:
         name = f"outbox_runs {node}->{run.dst}"
-        if len(run.seqs) != len(run.amounts):
-            raise InvalidReport(f"{name}: {len(run.seqs)} seqs but {len(run.amounts)} amounts")
+        if len(run.seqs) != len(run.amounts) or len(run.payloads) not in (0, len(run.seqs)):
+            raise InvalidReport(f"{name}: {len(run.seqs)} seqs but {len(run.amounts)} amounts, {len(run.payloads)} payloads")
         seqs = list(run.seqs)
         if not all(map(operator.lt, seqs, seqs[1:])) or (seqs and seqs[0] == 0):
             raise InvalidReport(f"{name}: seqs must be positive and increasing")
-        if run.amounts and min(run.amounts) <= 0:
+        if run.amounts and min(run.amounts) <= 0 and not run.payloads:  # an app's messages carry 0 (T6)
             raise InvalidReport(f"{name}: amount {min(run.amounts)} is not positive")

@@ -20,6 +20,7 @@ readers skip it (old readers do the same with new kinds).
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import re
@@ -92,30 +93,48 @@ class Restart(Record):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Send(Record):
     KIND: ClassVar[str] = "send"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"request_id"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"request_id", "payload"})
     msg_id: str
     src: str
     dst: str
     seq: int
-    amount: int
+    amount: int  # 0: an app message, its bytes in `payload`
     request_id: str = ""  # the client's retry key; omitted when empty
+    payload: str = ""  # an app message's bytes, base64 (amount 0); omitted when empty
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Recv(Record):
     KIND: ClassVar[str] = "recv"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"payload"})
     msg_id: str
     src: str
     dst: str
     seq: int
-    amount: int
+    amount: int  # 0: an app message, its bytes in `payload`
+    payload: str = ""  # base64; an app's input, replayed through it by recovery
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Cut(Record):
     KIND: ClassVar[str] = "cut"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"digest"})
     snapshot_id: str
     balance: int
+    digest: str = ""  # an app's state at the cut: sha256 of its snapshot() bytes, hex (the report carries the bytes)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Command(Record):
+    """A client's command to the hosted app (snapmesh.app), an input recovery
+    replays: the sends it made follow as `send` records in the same step.
+    `reply` is the answer given, so a retry of `request_id` gets it again."""
+
+    KIND: ClassVar[str] = "command"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"request_id", "command", "reply"})
+    request_id: str = ""
+    command: str = ""  # base64
+    reply: str = ""  # base64
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -163,7 +182,7 @@ class Checkpoint(Record):
     """
 
     KIND: ClassVar[str] = "checkpoint"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"epoch", "cuts", "restored", "restored_balance"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"epoch", "cuts", "restored", "restored_balance", "state"})
     balance: int
     next_seq: dict
     acked: dict
@@ -175,6 +194,7 @@ class Checkpoint(Record):
     cuts: dict = field(default_factory=dict)
     restored: str = ""
     restored_balance: int = 0
+    state: str = ""  # the hosted app's snapshot() bytes, base64 (an app node; the bank: empty)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -186,10 +206,12 @@ class Restore(Record):
     done again from the start (the balance is set, not added to)."""
 
     KIND: ClassVar[str] = "restore"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"state"})
     snapshot_id: str
     epoch: int
     balance: int
     deliveries: int
+    state: str = ""  # an app node: the restored snapshot() bytes, base64
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -198,12 +220,14 @@ class Replay(Record):
     `seq` is its position on the channel in the snapshot's (older) epoch."""
 
     KIND: ClassVar[str] = "replay"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"payload"})
     snapshot_id: str
     msg_id: str
     src: str
     dst: str
     seq: int
-    amount: int
+    amount: int  # 0: an app message, its bytes in `payload`
+    payload: str = ""  # base64
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -221,7 +245,7 @@ class Unknown(Record):
 
 
 def _send_maker():
-    lsn_, msg_id_, src_, dst_, seq_, amount_, request_id_ = (getattr(Send, f.name).__set__ for f in fields(Send))
+    lsn_, msg_id_, src_, dst_, seq_, amount_, request_id_, payload_ = (getattr(Send, f.name).__set__ for f in fields(Send))
     new = object.__new__
 
     def send_record(lsn: int, msg_id: str, src: str, dst: str, seq: int, amount: int, request_id: str = "") -> Send:
@@ -233,13 +257,14 @@ def _send_maker():
         seq_(r, seq)
         amount_(r, amount)
         request_id_(r, request_id)
+        payload_(r, "")
         return r
 
     return send_record
 
 
 def _recv_maker():
-    lsn_, msg_id_, src_, dst_, seq_, amount_ = (getattr(Recv, f.name).__set__ for f in fields(Recv))
+    lsn_, msg_id_, src_, dst_, seq_, amount_, payload_ = (getattr(Recv, f.name).__set__ for f in fields(Recv))
     new = object.__new__
 
     def recv_record(lsn: int, msg_id: str, src: str, dst: str, seq: int, amount: int) -> Recv:
@@ -250,6 +275,7 @@ def _recv_maker():
         dst_(r, dst)
         seq_(r, seq)
         amount_(r, amount)
+        payload_(r, "")
         return r
 
     return recv_record
@@ -260,7 +286,7 @@ recv_record = _recv_maker()
 
 
 KNOWN: tuple[type[Record], ...] = (
-    Init, Restart, Send, Recv, Cut, MarkerSent, MarkerRecv, Abort, Checkpoint, Restore, Replay,
+    Init, Restart, Send, Recv, Cut, MarkerSent, MarkerRecv, Abort, Checkpoint, Restore, Replay, Command,
 )
 BY_KIND: dict[str, type[Record]] = {cls.KIND: cls for cls in KNOWN}
 KINDS = frozenset(BY_KIND)
@@ -291,8 +317,8 @@ def encode(record: Record, node_id: str) -> str:
     parts = [f'{{"node":{_js(node_id)},"lsn":{record.lsn},"kind":"{cls.KIND}"']
     for name, kind, required in SPEC[cls.KIND]:
         value = getattr(record, name)
-        if not required and not value:
-            continue
+        if not required and not value and not (name == "payload" and record.amount == 0):  # type: ignore[attr-defined]
+            continue  # an app message's payload is written even when empty: amount 0 needs it
         if kind is str:
             parts.append(f',"{name}":{_js(value)}')
         elif kind is int:
@@ -332,13 +358,26 @@ class Encoder:
         return f'{self._prefix}{lsn},"kind":"recv"{mid}{ends},"seq":{seq},"amount":{amount}}}\n'
 
     def record(self, record: Record) -> str:
-        if type(record) is Send:
+        if type(record) is Send and record.amount:  # type: ignore[attr-defined]  (an app message: encode)
             r = record
             return self.send(r.lsn, r.src, r.dst, r.seq, r.amount, r.msg_id, r.request_id)  # type: ignore[attr-defined]
-        if type(record) is Recv:
+        if type(record) is Recv and record.amount:  # type: ignore[attr-defined]
             r = record
             return self.recv(r.lsn, r.src, r.dst, r.seq, r.amount, r.msg_id)  # type: ignore[attr-defined]
         return encode(record, self.node_id)
+
+
+def pack(data: bytes) -> str:
+    """An app's bytes (payload, command, reply, state) as a log field: base64."""
+    return base64.b64encode(data).decode("ascii")
+
+
+def unpack(text: str, where: str) -> bytes:
+    """The inverse of `pack`; CorruptRecord naming `where` for text that is not base64."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:  # binascii.Error is one
+        raise CorruptRecord(f"{where}: not base64: {text[:40]!r}") from None
 
 
 # ------------------------------------------------------------------ parsing
@@ -382,8 +421,10 @@ def from_dict(raw: Any, where: str, *, node_id: str | None = None) -> Record:
         values[name] = value
     if kind in ("send", "recv", "marker_sent", "marker_recv") and values["seq"] < 1:
         raise CorruptRecord(f"{where}: {kind} seq must be >= 1, got {values['seq']}")
-    if kind in ("send", "recv", "replay") and values["amount"] < 1:
+    if kind in ("send", "recv", "replay") and values["amount"] < (0 if "payload" in values else 1):
         raise CorruptRecord(f"{where}: {kind} amount must be >= 1, got {values['amount']}")
+    if kind in ("send", "recv", "replay") and values.get("payload") and values["amount"] != 0:
+        raise CorruptRecord(f"{where}: {kind} carries both an amount and an app payload")
     return cls(lsn=lsn, **values)
 
 

@@ -41,12 +41,17 @@ TOML, for example::
     token_file = "tls/token"
     protect_reads = false               # true: read-only calls need the token too
 
+    [app]                               # optional: the app the nodes run (default: the bank)
+    module = "token_ring:app"           # module:attr; the other keys: its params (appsettings.py)
+
 Environment overrides, for containers: SNAPMESH_DATA_DIR replaces `data_dir`;
 SNAPMESH_BIND_HOST is the address every server binds to (default: its `host`),
 so a container can listen on 0.0.0.0 while peers dial it by service name;
 SNAPMESH_TLS_DIR=D turns TLS and the token on with the files `snapmesh certs`
 writes into D (D/ca.pem, D/{name}.pem, D/{name}-key.pem, D/client.pem,
 D/client-key.pem, D/token), in place of the file's [tls] paths and token_file.
+SNAPMESH_APP=module:attr is the app in place of [app].module (how `snapmesh
+cluster up --app` tells its children; [app]'s params stay the file's).
 
 A malformed file raises `ConfigError` naming the file and the field.
 
@@ -62,12 +67,15 @@ import os
 import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
+from snapmesh.settings.appsettings import AppSettings as AppSettings
+from snapmesh.settings.appsettings import check_app_spec, parse_app
+from snapmesh.settings.appsettings import runs_bank as runs_bank
 from snapmesh.settings.ports import free_ports
 from snapmesh.protocol.topology import Topology, TopologyError
 
@@ -183,6 +191,7 @@ class ClusterConfig:
     snapshot_mode: str = "classic"  # one of SNAPSHOT_MODES
     tls: TlsSettings | None = None  # None: plaintext
     auth: AuthSettings | None = None  # None: no token asked for
+    app: AppSettings = AppSettings()  # default: the bank
 
     def node(self, node_id: str) -> NodeConfig:
         for node in self.nodes:
@@ -227,7 +236,7 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
 def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> ClusterConfig:
     fields = _Fields(path)
     known = {"data_dir", "initial_balance", "channels", "controller", "nodes", "channel_bound", "segment_records",
-             "snapshot_mode", "tls", "auth"}
+             "snapshot_mode", "tls", "auth", "app"}
     fields.reject_unknown(raw, known, "")
 
     data_dir_text = env.get("SNAPMESH_DATA_DIR") or fields.string(raw, "data_dir", "data_dir")
@@ -312,7 +321,16 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         snapshot_mode=snapshot_mode,
         tls=tls,
         auth=auth,
+        app=parse_app(raw, env, fields.error),
     )
+
+
+def with_app(cfg: ClusterConfig, spec: str | None) -> ClusterConfig:
+    """`cfg` running the app `spec` (a --app option) in place of the file's; as it is for None."""
+    if not spec:
+        return cfg
+    check_app_spec(spec, lambda problem: ConfigError(f"--app: {problem}"))  # the file's params stay
+    return replace(cfg, app=AppSettings(module=spec, params=cfg.app.params))
 
 
 def _security(

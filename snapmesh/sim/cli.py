@@ -1,5 +1,6 @@
 """`snapmesh sim run FILE [--seed N]`: run a scenario, print the result as JSON.
-`snapmesh sim fuzz [--seed N] [--cases N]`: the fault fuzzer (snapmesh/sim/fuzz.py).
+`snapmesh sim fuzz [--seed N] [--cases N] [--app APP]`: the fault fuzzer (snapmesh/sim/fuzz.py);
+with --app (a built-in name such as kvshard, or module:attr) the nodes host that app.
 
 The JSON goes to stdout with indent=2 and keys in topology order (never sorted),
 followed by one newline; the same file and seed give byte-identical output.
@@ -9,7 +10,8 @@ as written, e.g. `step 4 ["deliver","A","B"]: channel A->B is empty`).
 
 `fuzz` runs `--cases` cases, seeds N, N+1, and on, and stops at the first broken
 invariant: it prints the seed, what broke and the one command that replays
-that case, and exits 1. All passed: one summary line, exit 0.
+that case, and exits 1. All passed: one summary line, exit 0. An --app that
+does not load (snapmesh.app.load_app) or has no workload exits 2 with one line.
 """
 
 from __future__ import annotations
@@ -36,6 +38,14 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz = commands.add_parser("fuzz", help="random clusters under random faults, invariants after every step")
     fuzz.add_argument("--seed", type=int, default=0, metavar="N", help="first case's seed (default 0)")
     fuzz.add_argument("--cases", type=_positive, default=1000, metavar="N", help="how many cases (default 1000)")
+    fuzz.add_argument(
+        "--app", default="", metavar="APP",
+        help="the app the nodes host: a built-in (kvshard, bank) or module:attr (default: the bank's own fast path)",
+    )
+    fuzz.add_argument(
+        "--app-param", action="append", default=[], metavar="KEY=VALUE", type=_param,
+        help="one entry of the app's [app] table (VALUE read as JSON, else as text); repeatable",
+    )
     return parser
 
 
@@ -49,20 +59,40 @@ def _positive(text: str) -> int:
     return value
 
 
-def run_fuzz(seed: int, cases: int) -> int:
+def _param(text: str) -> tuple[str, object]:
+    key, eq, value = text.partition("=")
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def run_fuzz(seed: int, cases: int, app_spec: str = "", params: dict | None = None) -> int:
+    from snapmesh.app import AppError, load_app
     from snapmesh.sim import fuzz, world
 
+    app = None
+    if app_spec:
+        try:
+            app = load_app(app_spec)
+        except AppError as exc:
+            return _fail(str(exc))
+        if app.workload is None:
+            return _fail(f"--app {app_spec}: app {app.name!r} has no workload, so the fuzzer has no commands to send")
     if cases == 1:
-        print(f"seed {seed}: {world.World(seed).describe()}")
+        print(f"seed {seed}: {world.World(seed, app, params).describe()}")
     started = time.perf_counter()
-    ran, failure = fuzz.fuzz(seed, cases)
+    ran, failure = fuzz.fuzz(seed, cases, app, params)
     elapsed = time.perf_counter() - started
     if failure is not None:
         bad_seed, why = failure
         print(f"FAIL seed {bad_seed} (case {ran} of {cases}): {why}")
-        print(f"replay: {fuzz.replay_command(bad_seed)}")
+        given = "".join(f" --app-param {k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in (params or {}).items())
+        print(f"replay: {fuzz.replay_command(bad_seed, app_spec)}{given}")
         return 1
-    print(f"ok: {ran} cases, seeds {seed}..{seed + ran - 1}, {elapsed:.1f}s")
+    print(f"ok: {ran} cases, seeds {seed}..{seed + ran - 1}{f', app {app.name}' if app else ''}, {elapsed:.1f}s")
     return 0
 
 
@@ -76,7 +106,7 @@ def run_file(path: str, seed: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "fuzz":
-        return run_fuzz(args.seed, args.cases)
+        return run_fuzz(args.seed, args.cases, args.app, dict(args.app_param))
     try:
         output = run_file(args.file, args.seed)
     except ScenarioError as exc:

@@ -37,14 +37,16 @@ from __future__ import annotations
 import random
 from collections import Counter, deque
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from snapmesh.protocol import controller as machine
 from snapmesh.protocol import controller_journal as records
 from snapmesh.protocol import core, overtake, restoregate
 from snapmesh.protocol import node as node_mod
+from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.topology import Topology
 from snapmesh.protocol.tracker import COMPLETE, FAILED, InvalidReport, Now, Tracker, TrackerError, DuplicateReport
+from snapmesh.sim import apps
 from snapmesh.sim.disk import Disk
 from snapmesh.sim.invariants import Checker, Violation
 from snapmesh.sim.network import Network
@@ -69,6 +71,8 @@ class Cluster(Protocol):
     balances: Mapping[str, int]
     mode: str
     now: float
+    app: Any  # a snapmesh.app.App, or None (the bank)
+    app_params: Mapping[str, Any]
     nodes: dict[str, node_mod.Node | None]
     disks: Mapping[str, Disk]
     network: Network
@@ -114,9 +118,11 @@ class SimController:
         self.next_restore_key = 0
 
     def _machine(self) -> machine.Controller:
+        app = self.world.app
         tracker = Tracker(
             topology=self.topology, expected_total=self.expected_total, deadline_s=DEADLINE,
             snapshot_mode=self.world.mode,
+            checker=AppChecker(app.name, app, params=self.world.app_params) if app is not None else None,
         )
         return machine.Controller(tracker, max_concurrent=self.max_concurrent)
 
@@ -166,6 +172,10 @@ class SimController:
             self.faults["snapshot complete"] += 1
             reports = self.recorded[sid]
             self.world.checker.check_complete(sid, reports, snapshot.epoch)
+            if self.world.app is not None:  # the controller's verdict agrees with the checker's (A2)
+                apps.agrees(snapshot)
+                if any(c.in_flight for c in snapshot.channels):
+                    self.faults["snapshot complete with app messages in flight"] += 1
             if not snapshot.conserved:
                 raise Violation(f"snapshot {sid}: the controller's total {snapshot.total} != {snapshot.expected_total}")
             if self.world.mode == "overtake" and self._overtaken(reports):
@@ -283,8 +293,10 @@ class SimController:
         node_id = rng.choice(ready)
         request = self.parts.pop(node_id)
         node = self.world.nodes[node_id]
-        in_flight = [(c.src, t.msg_id, t.seq, t.amount) for c in request.channels for t in c.in_flight]
-        node.restore(snapshot_id=request.snapshot_id, epoch=request.epoch, balance=request.balance, in_flight=in_flight)  # type: ignore[union-attr]
+        in_flight, app = apps.restore_part(request, app=self.world.app is not None)  # an app's: state and payloads too
+        if app and in_flight:
+            self.faults["restore part with app messages in flight"] += 1
+        node.restore(snapshot_id=request.snapshot_id, epoch=request.epoch, balance=request.balance, in_flight=in_flight, **app)  # type: ignore[union-attr]
         self.world.route(node_id)
         # Every stream of the older epoch ends, with what is on its wires.
         self.world.network.cut_all(node_id)

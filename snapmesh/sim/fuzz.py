@@ -52,10 +52,22 @@ healed, restarted and delivered, and the quiescent invariants are checked.
 A case is one seed: `snapmesh sim fuzz --seed N --cases 1` replays it exactly.
 Even seeds run the nodes in classic snapshot mode, odd seeds in overtake mode
 (snapmesh/protocol/overtake.py), so every run covers both.
+
+With an app (`snapmesh sim fuzz --app kvshard`, `run_case(seed, app)`) the nodes
+host it (node rule N10) and the clients send its workload's commands instead of
+transfers, under the same faults; the checker adds the app's rules (A1-A6 of
+sim/apps.py: payloads, state digests, the app's invariants on every COMPLETE
+snapshot and at the end, its state against its log). A bank case draws the
+same numbers with or without this: its seeds replay as before.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from snapmesh.app import App
+from snapmesh.sim import apps
+from snapmesh.sim.apps import AppViolation
 from snapmesh.sim.controller import DEADLINE
 from snapmesh.sim.invariants import Violation
 from snapmesh.sim.world import TTL, World
@@ -73,7 +85,9 @@ def step(world: World) -> None:
         return
     roll = rng.random()
     live = [i for i in world.ids if world.nodes[i] is not None]
-    if roll < 0.22 and live:
+    if roll < 0.22 and world.app is not None:
+        command(world)
+    elif roll < 0.22 and live:
         src = rng.choice(live)
         if world.outgoing[src]:
             dst = rng.choice(world.outgoing[src])
@@ -84,7 +98,7 @@ def step(world: World) -> None:
                 rid = f"r{world.next_request}"
             world.transfer(src, dst, amount, rid)
     elif roll < 0.27 and world.unanswered:
-        world.transfer(*world.unanswered.pop(rng.randrange(len(world.unanswered))))
+        world.call(*world.unanswered.pop(rng.randrange(len(world.unanswered))))
     elif roll < 0.42 and live:
         node_id = rng.choice(live)
         world.durable(node_id, rng.randint(1, 1 + len(world.disks[node_id].pending)))
@@ -113,6 +127,16 @@ def step(world: World) -> None:
         control.crash()
     elif not control.up:
         control.restart()
+
+
+def command(world: World) -> None:
+    """A client's command from the app's workload, with a request_id or not."""
+    node_id, data = next(world.commands)
+    rid = ""
+    if world.rng.random() < 0.3:
+        world.next_request += 1
+        rid = f"r{world.next_request}"
+    world.submit(node_id, data, rid)
 
 
 def settle_restore_calls(world: World) -> None:
@@ -144,12 +168,15 @@ def settle(world: World) -> None:
     for _ in range(1000):
         if control.restoring is None:
             break
+        if world.app is not None:  # commands racing the restore: one answered after it is taken back, and retried
+            for _ in range(world.rng.randint(0, 3)):
+                command(world)
         control.restore_one(world.rng)
         world.restart_down_nodes()
         for node_id in world.ids:
             world.durable(node_id, len(world.disks[node_id].pending))
     for unanswered in world.unanswered:
-        world.transfer(*unanswered)
+        world.call(*unanswered)
     world.unanswered.clear()
     for _ in range(3):
         drain_all(world)
@@ -179,28 +206,34 @@ def drain_all(world: World) -> None:
     raise Violation("quiescent: the cluster never settled")
 
 
-def run_case(seed: int) -> World:
-    """One case; raises Violation (with the world's description) when an invariant breaks."""
-    world = World(seed)
+def run_case(seed: int, app: App | None = None, app_params: dict[str, Any] | None = None) -> World:
+    """One case (of the bank, or of `app`); raises Violation (with the world's description) when an invariant breaks."""
+    world = World(seed, app, app_params)
     try:
+        if app is not None:  # A5 before the first step
+            first = {i: node.app_state() for i, node in world.live().items()}
+            apps.check_quiescent(app, first, world.app_params, where="at the start")  # type: ignore[arg-type]
         for _ in range(world.steps):
             step(world)
             world.check()
         settle(world)
-    except Violation as exc:
+    except (Violation, AppViolation) as exc:
         raise Violation(f"{exc} [{world.describe()}, t={world.now:g}]") from None
     return world
 
 
-def replay_command(seed: int) -> str:
-    return f"snapmesh sim fuzz --seed {seed} --cases 1"
+def replay_command(seed: int, app: str = "") -> str:
+    """The command that replays case `seed` (`app`: the --app it ran)."""
+    return f"snapmesh sim fuzz --seed {seed} --cases 1" + (f" --app {app}" if app else "")
 
 
-def fuzz(seed: int, cases: int) -> tuple[int, tuple[int, str] | None]:
+def fuzz(
+    seed: int, cases: int, app: App | None = None, app_params: dict[str, Any] | None = None
+) -> tuple[int, tuple[int, str] | None]:
     """Run `cases` cases from `seed` on; returns (cases run, (failing seed, why) or None)."""
     for index in range(cases):
         try:
-            run_case(seed + index)
+            run_case(seed + index, app, app_params)
         except Violation as exc:
             return index + 1, (seed + index, str(exc))
         except Exception as exc:  # a crash of the code under test is a failure too

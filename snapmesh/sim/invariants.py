@@ -37,15 +37,20 @@ After quiescence (faults stopped, everything healed and delivered):
   Q1 every transfer logged as sent is received exactly once; outboxes empty;
   Q2 every snapshot ended COMPLETE or FAILED; no recording left anywhere;
   Q3 every transfer a client was told about is in its sender's log.
+With an app (`app`): A1-A5 of snapmesh/sim/apps.py besides (payloads, the
+state digests, the app's invariants on every COMPLETE snapshot and at the end,
+the commands' request ids and replies).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from snapmesh.checking import cut
 from snapmesh.protocol import core, overtake, wal
+from snapmesh.sim import apps
 
 
 class Violation(AssertionError):
@@ -53,10 +58,15 @@ class Violation(AssertionError):
 
 
 class Checker:
-    def __init__(self, balances: Mapping[str, int], channels: Iterable[tuple[str, str]], ttl: float) -> None:
+    def __init__(
+        self, balances: Mapping[str, int], channels: Iterable[tuple[str, str]], ttl: float, *,
+        app: Any = None, app_params: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.app, self.app_params = app, dict(app_params or {})  # a snapmesh.app.App: A1-A6 too
         self.total = sum(balances.values())
         self.initial = dict(balances)
         self.channels = list(channels)
+        self.infos = apps.infos(list(balances), self.channels, self.app_params)  # what each node's app is told
         self.ttl = ttl
         self.logs: dict[str, list[wal.Record]] = {n: [] for n in balances}
         self.recorded_at: dict[tuple[str, str], float] = {}
@@ -77,6 +87,8 @@ class Checker:
             raise Violation(f"{node}: lsn {record.lsn} appended after {expected - 1}")
         log.append(record)
         kind = type(record)
+        if self.fold is not None:
+            self.fold.apply(node, record)
         if kind is wal.Send:
             self._fold_send(node, record)  # type: ignore[arg-type]
             rid = record.request_id  # type: ignore[attr-defined]
@@ -86,6 +98,12 @@ class Checker:
                     raise Violation(f"{node}: request_id {rid!r} paid twice ({first}, {record.msg_id})")  # type: ignore[attr-defined]
                 self.requests[(node, rid)] = (record.msg_id, record.lsn)  # type: ignore[attr-defined]
                 self.taken_back.pop((node, rid), None)
+        elif kind is wal.Command and record.request_id:  # type: ignore[attr-defined]
+            rid = record.request_id  # type: ignore[attr-defined]
+            if (node, rid) in self.requests:  # A4: S6 for commands
+                raise Violation(f"{node}: request_id {rid!r} run twice (lsn {self.requests[(node, rid)][1]}, {record.lsn})")
+            self.requests[(node, rid)] = (record.reply, record.lsn)  # type: ignore[attr-defined]
+            self.taken_back.pop((node, rid), None)
         elif kind is wal.Recv or kind is wal.MarkerRecv:
             self._fold_recv(node, record)
         elif kind is wal.Init:
@@ -121,6 +139,23 @@ class Checker:
         if request_id and (node, request_id) not in self.requests and self.taken_back.get((node, request_id)) == msg_id:
             raise Violation(f"{node}: request_id {request_id!r} answered as paid ({msg_id}) after a restore took it back")
 
+    def replied_command(self, node: str, lsn: int, reply: str, request_id: str) -> None:
+        """A4: an answered command (`lsn` its answer's, `reply` base64) is the `command`
+        record before the sends of its step (and a checkpoint, if the step sealed a
+        segment), with that reply and request id."""
+        log = self.logs[node]
+        at = lsn - 1
+        while at >= 0 and type(log[at]) in (wal.Send, wal.Checkpoint):
+            at -= 1
+        record = log[at] if at >= 0 else None
+        if type(record) is not wal.Command or (record.reply, record.request_id) != (reply, request_id):
+            raise Violation(f"{node}: command {request_id!r} answered {reply!r} (lsn {lsn}); its log holds {record}")
+        first = self.requests.get((node, request_id))
+        if request_id and first is not None and first[0] != reply:
+            raise Violation(f"{node}: request_id {request_id!r} answered {reply!r}, first run replied {first[0]!r}")
+        if request_id and first is None and (node, request_id) in self.taken_back:
+            raise Violation(f"{node}: request_id {request_id!r} answered (lsn {lsn}) after a restore took its run back")
+
     def _take_back(self, node: str, snapshot_id: str) -> None:
         """A restore of `snapshot_id` at `node`: the ids it paid after its cut are forgotten."""
         cut = self.cuts.get((node, snapshot_id))
@@ -136,6 +171,7 @@ class Checker:
         # (src, dst, epoch) -> {seq: (amount, msg_id)} and the last seq received, per epoch
         self.sent: defaultdict[tuple[str, str, int], dict[int, tuple[int, str]]] = defaultdict(dict)
         self.received_upto: defaultdict[tuple[str, str, int], int] = defaultdict(int)
+        self.payloads: defaultdict[tuple[str, str, int], dict[int, str]] = defaultdict(dict)  # A1, app mode only
         self.epoch = dict.fromkeys(self.initial, 1)
         self._replays: dict[str, list] = {}  # node -> the replays its last restore still owes (R1)
         # node -> replays its last restore announced and has not logged yet: a restore
@@ -145,8 +181,11 @@ class Checker:
         self.cuts = {}
         self.taken_back = {}
         self.aborted: set[tuple[str, str]] = set()
+        self.fold = apps.StateFold(self.app, self.infos) if self.app is not None else None  # A6
         for node, log in self.logs.items():
             for record in log:
+                if self.fold is not None:
+                    self.fold.apply(node, record)
                 if type(record) is wal.Abort:
                     self.aborted.add((node, record.snapshot_id))
                 if type(record) is wal.Cut:
@@ -155,6 +194,8 @@ class Checker:
                     self._fold_send(node, record)
                     if record.request_id:
                         self.requests[(node, record.request_id)] = (record.msg_id, record.lsn)
+                elif type(record) is wal.Command and record.request_id:
+                    self.requests[(node, record.request_id)] = (record.reply, record.lsn)
                 elif type(record) is wal.MarkerSent:
                     self._sent(node, record.dst)[record.seq] = (0, "")
                 elif type(record) is wal.Init:
@@ -201,7 +242,14 @@ class Checker:
                     raise Violation(
                         f"{node}: restored {record.snapshot_id} with balance {record.balance}, recorded {part.balance}"
                     )
-                self._replays[node] = [(src, t.msg_id, t.amount) for src, t in overtake.in_flight_towards(reports, node)]
+                if self.app is None:
+                    self._replays[node] = [(src, t.msg_id, t.amount) for src, t in overtake.in_flight_towards(reports, node)]
+                else:  # A3: the state and the payloads too
+                    if record.state != wal.pack(part.state or b""):
+                        raise Violation(f"{node}: restored {record.snapshot_id} with another app state than it recorded")
+                    self._replays[node] = [
+                        (src, t.msg_id, t.amount, wal.pack(t.payload or b"")) for src, t in apps.in_flight_towards(reports, node)
+                    ]
                 if len(self._replays[node]) != record.deliveries:
                     raise Violation(
                         f"{node}: restore announces {record.deliveries} replays, the snapshot holds {self._replays[node]}"
@@ -211,13 +259,16 @@ class Checker:
         self._unreplayed[node] -= 1
         owed = self._replays.get(node)
         if check and owed is not None:
-            if not owed or owed[0] != (record.src, record.msg_id, record.amount):
+            got = (record.src, record.msg_id, record.amount) + ((record.payload,) if self.app is not None else ())
+            if not owed or owed[0] != got:
                 raise Violation(f"{node}: replayed {record.msg_id} ({record.amount}) from {record.src}, expected {owed[:1]}")
             owed.pop(0)
 
     def _fold_send(self, node: str, record: wal.Send) -> None:
         self.balance[node] -= record.amount
         self._sent(node, record.dst)[record.seq] = (record.amount, record.msg_id)
+        if self.app is not None:
+            self.payloads[(node, record.dst, self.epoch[node])][record.seq] = record.payload
 
     def _fold_recv(
         self, node: str, record: wal.Recv | wal.MarkerRecv, epoch: int | None = None, *, credit: bool = True
@@ -232,6 +283,9 @@ class Checker:
         amount = record.amount if type(record) is wal.Recv else 0
         if sent is None or sent[0] != amount:
             raise Violation(f"{node}: received seq {record.seq} on {record.src}->{node}, the sender logged {sent}")
+        if self.app is not None and type(record) is wal.Recv and self.payloads[channel].get(record.seq) != record.payload:
+            logged = self.payloads[channel].get(record.seq)
+            raise Violation(f"{node}: received {record.payload!r} as seq {record.seq} from {record.src}, sent as {logged!r}")
         self.received_upto[channel] = record.seq
         if amount and credit:
             self.balance[node] += amount
@@ -245,6 +299,8 @@ class Checker:
             raise Violation(
                 f"conservation: balances {self.balance} + in flight {self.in_flight} != total {self.total}"
             )
+        if self.fold is not None:
+            apps.check_states(self.fold, live)
         for node_id, node in live.items():
             if node.balance != self.balance[node_id]:  # type: ignore[attr-defined]
                 raise Violation(f"{node_id}: balance {node.balance} in memory, its log says {self.balance[node_id]}")  # type: ignore[attr-defined]
@@ -289,6 +345,10 @@ class Checker:
                 )
         if problems:
             raise Violation(f"snapshot {snapshot_id}: recorded total {verdict.observed} != {self.total}")
+        if self.app is not None:  # A2
+            digests = {node: index_cut_digest(self.logs[node], self.cuts.get((node, snapshot_id))) for node in reports}
+            sent = {(s, d, seq): p for (s, d, e), by_seq in self.payloads.items() if e == epoch for seq, p in by_seq.items()}
+            apps.check_complete(self.app, snapshot_id, reports, self.channels, self.app_params, digests, sent)
 
     # -- after quiescence (Q1-Q3)
 
@@ -315,3 +375,13 @@ class Checker:
         lost = sorted(set(self.replied) - logged)
         if lost:
             raise Violation(f"quiescent: transfers answered to a client but not in the log: {lost[:5]}")
+        if self.app is not None:  # A5
+            apps.check_quiescent(self.app, {n: node.app_state() for n, node in live.items()}, self.app_params)  # type: ignore[attr-defined]
+
+
+def index_cut_digest(log: list[wal.Record], lsn: int | None) -> str | None:
+    """The digest of the `cut` record at `lsn` in `log` (lsns are 1, 2, 3, ...: S4)."""
+    if lsn is None or not 0 < lsn <= len(log):
+        return None
+    record = log[lsn - 1]
+    return record.digest if type(record) is wal.Cut else None  # type: ignore[attr-defined]

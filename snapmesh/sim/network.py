@@ -151,9 +151,12 @@ class Network:
                 node.opened(src, conn.conn_no)
             else:
                 for entry in item[1]:
-                    node.received(src, conn.conn_no, entry.seq, amount=entry.amount, snapshot_id=entry.snapshot_id)
+                    node.received(
+                        src, conn.conn_no, entry.seq, amount=entry.amount, snapshot_id=entry.snapshot_id,
+                        payload=entry.payload,
+                    )
                 node.end_frame()
-        except core.ProtocolError as exc:
+        except core.ProtocolError as exc:  # an app's AppFailed too: a FIFO lossless channel cannot skip a message
             self.route(dst)
             raise Violation(f"{dst}: protocol error on {src}->{dst}: {exc}") from None
         self.route(dst)

@@ -6,7 +6,8 @@ machines (`snapmesh.protocol.node.Node`, recovered through `wal` and
 world only routes their effects (`route` for a node's, `SimController.carry_out`
 for the controller's) to the simulated disk, network and clients, and tells
 the invariant checker what happened. The schedule that drives it is
-snapmesh/sim/fuzz.py's.
+snapmesh/sim/fuzz.py's. With an app the nodes host it and the clients send its
+commands (snapmesh/sim/apps.py); without, they move the bank's money.
 """
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+from typing import Any
+
+from snapmesh.app import App
 from snapmesh.protocol import core, link, recovery, wal
 from snapmesh.protocol import node as node_mod
+from snapmesh.sim import apps
 from snapmesh.sim.controller import DEADLINE, SimController
 from snapmesh.sim.disk import Disk
 from snapmesh.sim.invariants import Checker
@@ -25,8 +30,12 @@ TTL = 2 * DEADLINE  # a node drops a recording after this, as the real node does
 
 
 class World:
-    def __init__(self, seed: int) -> None:
+    """One case. `app` (a snapmesh.app.App, `app_params` its [app] table): the nodes
+    host it and clients send its workload's commands (sim/apps.py); None: the bank."""
+
+    def __init__(self, seed: int, app: App | None = None, app_params: dict[str, Any] | None = None) -> None:
         self.seed = seed
+        self.app, self.app_params = app, dict(app_params or {})
         self.mode = "overtake" if seed % 2 else "classic"
         rng = self.rng = random.Random(seed)
         n = rng.randint(2, 5)
@@ -35,6 +44,8 @@ class World:
         self.incoming = {i: tuple(s for s, d in self.channels if d == i) for i in self.ids}
         self.outgoing = {i: tuple(d for s, d in self.channels if s == i) for i in self.ids}
         self.balances = {i: rng.randint(0, 60) for i in self.ids}
+        if app is not None:  # an app's nodes hold no money: every balance and amount is 0
+            self.balances = dict.fromkeys(self.ids, 0)
         self.mark = rng.choice([2, 4, 1000])
         self.bound = rng.choice([3, 6, 1000])
         self.segment_records = rng.choice([8, 20, 10**6])
@@ -49,14 +60,18 @@ class World:
         self.disks = {i: Disk(i) for i in self.ids}
         self.nodes: dict[str, node_mod.Node | None] = {}
         self.network = Network(self.channels, self.nodes, self.route, rng, self.faults)
-        # Answers a client waits for: (node, answer, request_id, dst, amount).
-        self.replies: list[tuple[str, node_mod.Accepted, str, str, int]] = []
-        self.unanswered: list[tuple[str, str, int, str]] = []  # (node, dst, amount, request_id) to retry
+        # Answers a client waits for: (node, answer, request_id, the call). A call is the
+        # arguments of `call`: (node, dst, amount, request_id), or (node, command, request_id).
+        self.replies: list[tuple[str, Any, str, tuple]] = []
+        self.unanswered: list[tuple] = []  # calls to retry
         self.next_request = 0
-        self.checker = Checker(self.balances, self.channels, TTL)
+        self.checker = Checker(self.balances, self.channels, TTL, app=app, app_params=self.app_params)
         self.controller = SimController(self, seed)
         for i in self.ids:
             self.start_node(i)
+        if app is not None:
+            nodes = apps.infos(self.ids, self.channels, self.app_params).values()
+            self.commands = apps.commands(app, list(nodes), random.Random(rng.getrandbits(64)))
 
     @property
     def wall(self) -> float:
@@ -68,6 +83,7 @@ class World:
             f"nodes {self.balances} channels {len(self.channels)} mark {self.mark} bound {self.bound} "
             f"segment {self.segment_records} steps {self.steps} mode {self.mode} "
             f"requests {self.request_capacity}/{self.request_ttl:g}s admission {self.controller.max_concurrent or 'off'}"
+            + (f" app {self.app.name} {self.app_params}" if self.app is not None else "")
         )
 
     # -- nodes
@@ -82,6 +98,8 @@ class World:
             initial_balance=self.balances[node_id],
             incoming=self.incoming[node_id],
             outgoing=self.outgoing[node_id],
+            app=self.app,
+            app_params=self.app_params,
         )
         self.nodes[node_id] = node_mod.Node(
             node_id=node_id,
@@ -97,6 +115,8 @@ class World:
             wall=self.wall,
             request_ttl_s=self.request_ttl,
             request_capacity=self.request_capacity,
+            app=self.app,
+            app_params=self.app_params,
         )
         self.route(node_id)
 
@@ -140,7 +160,7 @@ class World:
         self.checker.crashed(node_id, disk.durable_lsn)
         self.controller.crashed(node_id)
         # Clients waiting on this node see the call fail; those with a request_id retry later.
-        self.unanswered += [(n, dst, amount, rid) for n, _, rid, dst, amount in self.replies if n == node_id and rid]
+        self.unanswered += [call for n, _, rid, call in self.replies if n == node_id and rid]
         self.replies = [r for r in self.replies if r[0] != node_id]
         self.network.cut_all(node_id)
 
@@ -156,7 +176,7 @@ class World:
         for reply in self.replies:
             who, answer, rid = reply[:3]
             if who == node_id and answer.lsn <= disk.durable_lsn:
-                self._answer(node, *reply)
+                self._answer(node, answer, *reply[2:])
             else:
                 still.append(reply)
         self.replies = still
@@ -174,17 +194,35 @@ class World:
     # -- clients
 
     def transfer(self, node_id: str, dst: str, amount: int, request_id: str) -> None:
+        self.call(node_id, dst, amount, request_id)
+
+    def submit(self, node_id: str, command: bytes, request_id: str) -> None:
+        """A client's command to the app at `node_id` (Node.submit), answered as a transfer is."""
+        self.call(node_id, command, request_id)
+
+    def call(self, *call: Any) -> None:
+        """A client's call (or its retry): (node, dst, amount, request_id) a transfer,
+        (node, command, request_id) an app's command."""
+        node_id, request_id = call[0], call[-1]
         node = self.nodes[node_id]
         if node is None or node.fence_clients():  # UNAVAILABLE: the client retries
-            self.unanswered.append((node_id, dst, amount, request_id))
+            self.unanswered.append(call)
             return
         # Every retry says when it was first sent: one older than the node's window
         # is refused (requests.RequestExpired), never paid again.
         first = self.first_sent.setdefault(request_id, self.wall) if request_id else 0.0
+        when = {"wall": self.wall, "first_sent_unix_ms": int(first * 1000)}
         try:
-            answer = node.transfer(dst, amount, request_id, wall=self.wall, first_sent_unix_ms=int(first * 1000))
+            if self.app is None:
+                answer = node.transfer(call[1], call[2], request_id, **when)
+            else:
+                answer = node.submit(call[1], request_id, **when)
         except link.ChannelFull:
-            self.faults["transfer refused: channel full"] += 1
+            self.faults["transfer refused: channel full" if self.app is None else "command refused: channel full"] += 1
+            self.route(node_id)
+            return
+        except core.AppRefusal as exc:  # (the bank's transfers raise none)
+            self.faults[f"command refused by the app: {exc.code}"] += 1
             self.route(node_id)
             return
         except core.LocalProtocolError as exc:
@@ -194,23 +232,28 @@ class World:
             return
         self.route(node_id)
         if answer.repeated:
-            self.faults["retry answered, not paid"] += 1
+            self.faults["retry answered, not paid" if self.app is None else "retry answered, not run again"] += 1
         if answer.lsn <= self.disks[node_id].durable_lsn:  # already durable (a retry's answer): it goes back at once
-            self._answer(node, node_id, answer, request_id, dst, amount)
+            self._answer(node, answer, request_id, call)
         else:
-            self.replies.append((node_id, answer, request_id, dst, amount))
+            self.replies.append((node_id, answer, request_id, call))
         if request_id and self.rng.random() < 0.3:
-            self.unanswered.append((node_id, dst, amount, request_id))  # the client will retry it
+            self.unanswered.append(call)  # the client will retry it
 
-    def _answer(self, node: node_mod.Node, node_id: str, answer: node_mod.Accepted, rid: str, dst: str, amount: int) -> None:
-        """A durable transfer's answer goes back: "paid", unless a restore since
-        took it back (ABORTED, as the real node answers; the client retries)."""
+    def _answer(self, node: node_mod.Node, answer: Any, rid: str, call: tuple) -> None:
+        """A durable answer goes back: "paid" (the app's reply), unless a restore
+        since took it back (ABORTED, as the real node answers; the client retries)."""
+        node_id = call[0]
         if node.taken_back(answer) is None:
-            self.checker.replied_transfer(node_id, answer.msg_id, rid)
+            if self.app is None:
+                self.checker.replied_transfer(node_id, answer.msg_id, rid)
+            else:
+                self.faults["command answered"] += 1
+                self.checker.replied_command(node_id, answer.lsn, wal.pack(answer.reply), rid)
             return
-        self.faults["transfer taken back by a restore"] += 1
+        self.faults["transfer taken back by a restore" if self.app is None else "command taken back by a restore"] += 1
         if rid:
-            self.unanswered.append((node_id, dst, amount, rid))
+            self.unanswered.append(call)
 
     # -- invariants
 

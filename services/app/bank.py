@@ -1,0 +1,154 @@
+"""The bank as an App: money moves between nodes, and a snapshot must find all of it.
+
+The gRPC node runs the bank natively (packed int64 transfers: the fast path, its
+`Transfer` RPC and log shape unchanged). This module is the bank's description
+for the generic checks (invariants, describe, views, SQL) and a Machine that
+keeps the same rules through the contract, so the bank also runs on the generic
+path (`Submit`) and in snapmesh.app.testing.
+
+State: the balance, as decimal ASCII (b"1000"). Message: an amount, as decimal
+ASCII. Command: JSON {"to": NODE, "amount": N} pays N to NODE, answered with
+{"balance": ...}; {"op": "balance"} reads it.
+
+params (the cluster file's [app] table):
+  initial_balance  each node's balance at the start (default 1000, as the cluster file's
+                   own `initial_balance`; the generic path reads only the [app] table, so
+                   a cluster with another top-level balance sets it here too)
+  total            what the snapshot must hold in all; default initial_balance x nodes
+  max_amount       the workload pays 1..max_amount (default 100)
+Invariant "conserved": the balances plus the amounts in flight add up to the total.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from snapmesh.app import App, Context, NodeInfo, View
+
+DEFAULT_INITIAL_BALANCE = 1000
+
+
+def decimal(data: bytes, what: str) -> int:
+    """A non-negative decimal ASCII integer, or ValueError naming `what`."""
+    if not data.isdigit():
+        raise ValueError(f"{what} is not decimal ASCII: {data[:40]!r}")
+    return int(data)
+
+
+class Bank:
+    """One account (the rules of snapmesh/protocol/core.py's transfer, through the contract)."""
+
+    def __init__(self, info: NodeInfo):
+        self.me = info.node_id
+        self.peers_out = info.peers_out
+        self.balance = int(info.params.get("initial_balance", DEFAULT_INITIAL_BALANCE))
+        if self.balance < 0:
+            raise ValueError(f"initial_balance must be >= 0, got {self.balance}")
+
+    def on_command(self, command: bytes, ctx: Context) -> bytes:
+        try:
+            request = json.loads(command)
+        except ValueError:
+            ctx.refuse("INVALID_ARGUMENT", 'a command is JSON: {"to": NODE, "amount": N} or {"op": "balance"}')
+        if request == {"op": "balance"}:
+            return json.dumps({"balance": self.balance}).encode()
+        if not isinstance(request, dict) or set(request) != {"to", "amount"}:
+            ctx.refuse("INVALID_ARGUMENT", 'a transfer is {"to": NODE, "amount": N}')
+        dst, amount = request["to"], request["amount"]
+        if dst not in self.peers_out:
+            ctx.refuse("INVALID_ARGUMENT", f"no channel {self.me} -> {dst}; {self.me} pays {', '.join(self.peers_out)}")
+        if type(amount) is not int or amount <= 0:
+            ctx.refuse("INVALID_ARGUMENT", f"amount must be a positive integer, got {amount!r}")
+        if amount > self.balance:
+            ctx.refuse("FAILED_PRECONDITION", f"insufficient funds: {self.me} has {self.balance}, asked {amount}")
+        ctx.send(dst, str(amount).encode())
+        self.balance -= amount
+        return json.dumps({"balance": self.balance}).encode()
+
+    def on_message(self, src: str, payload: bytes, ctx: Context) -> None:
+        self.balance += decimal(payload, f"the amount from {src}")
+
+    def snapshot(self) -> bytes:
+        return str(self.balance).encode()
+
+    def restore(self, state: bytes) -> None:
+        self.balance = decimal(state, "a bank state")
+
+
+def expected_total(view: View) -> int:
+    """params["total"], else initial_balance (default 1000) times the number of nodes."""
+    if "total" in view.params:
+        return int(view.params["total"])
+    return int(view.params.get("initial_balance", DEFAULT_INITIAL_BALANCE)) * len(view.states)
+
+
+def _money(view: View) -> tuple[dict[str, int], list[tuple[str, str, int, int]]]:
+    balances = {node: decimal(state, f"the state of {node}") for node, state in sorted(view.states.items())}
+    moving = [(src, dst, seq, decimal(p, f"the message {src}->{dst} seq {seq}")) for src, dst, seq, p in view.in_flight]
+    return balances, moving
+
+
+def conserved(view: View) -> list[str]:
+    balances, moving = _money(view)
+    at_nodes, in_flight, total = sum(balances.values()), sum(m[3] for m in moving), expected_total(view)
+    if at_nodes + in_flight == total:
+        return []
+    return [f"balances {at_nodes} + in flight {in_flight} = {at_nodes + in_flight}, not the total {total}"]
+
+
+def describe(view: View) -> Mapping[str, Any]:
+    balances, moving = _money(view)
+    per_channel: dict[str, int] = {}
+    for src, dst, _, amount in moving:
+        per_channel[f"{src}->{dst}"] = per_channel.get(f"{src}->{dst}", 0) + amount
+    return {"balances": balances, "in_flight": per_channel, "total": sum(balances.values()) + sum(per_channel.values()),
+            "expected_total": expected_total(view)}
+
+
+def balance_rows(view: View) -> list[Mapping[str, Any]]:
+    balances, _ = _money(view)
+    return [{"snapshot_id": view.snapshot_id, "node": node, "balance": b} for node, b in balances.items()]
+
+
+def in_flight_rows(view: View) -> list[Mapping[str, Any]]:
+    _, moving = _money(view)
+    return [{"snapshot_id": view.snapshot_id, "src": s, "dst": d, "seq": q, "amount": a} for s, d, q, a in moving]
+
+
+def total_rows(view: View) -> list[Mapping[str, Any]]:
+    return [{"snapshot_id": view.snapshot_id, "expected_total": expected_total(view)}]
+
+
+# A row per snapshot whose money does not add up.
+CONSERVED = """
+SELECT t.snapshot_id, t.expected_total, COALESCE(b.at_nodes, 0) + COALESCE(f.in_flight, 0) AS found
+FROM bank_total t
+LEFT JOIN (SELECT snapshot_id, SUM(balance) AS at_nodes FROM bank_balances GROUP BY snapshot_id) b
+  ON b.snapshot_id = t.snapshot_id
+LEFT JOIN (SELECT snapshot_id, SUM(amount) AS in_flight FROM bank_in_flight GROUP BY snapshot_id) f
+  ON f.snapshot_id = t.snapshot_id
+WHERE COALESCE(b.at_nodes, 0) + COALESCE(f.in_flight, 0) <> t.expected_total
+"""
+
+
+def workload(nodes: Sequence[NodeInfo], rng: Any) -> Iterator[tuple[str, bytes]]:
+    """Random transfers of 1..max_amount along random channels (some refused: insufficient funds)."""
+    payers = [n for n in nodes if n.peers_out]
+    top = int(payers[0].params.get("max_amount", 100)) if payers else 0
+    while payers:
+        node = rng.choice(payers)
+        transfer = {"to": rng.choice(node.peers_out), "amount": rng.randint(1, top)}
+        yield node.node_id, json.dumps(transfer, sort_keys=True).encode()
+
+
+app = App(
+    name="bank",
+    new=Bank,
+    invariants={"conserved": conserved},
+    describe=describe,
+    views={"bank_balances": balance_rows, "bank_in_flight": in_flight_rows, "bank_total": total_rows},
+    sql_invariants={"conserved": CONSERVED},
+    workload=workload,
+)

@@ -1,0 +1,265 @@
+"""kvshard: a sharded key-value store whose keys migrate between nodes by handoff messages.
+
+Every key lives at exactly one node, or in exactly one handoff on a channel, mid-move.
+A snapshot must find each key once: a cut that loses one key and doubles another
+passes a count but fails "every key exactly once".
+
+Commands (JSON objects, one per Submit; replies are JSON objects):
+  {"op": "put", "key": K, "value": V}   create K (K1) or update it here; forwarded if it moved on (K4)
+  {"op": "get", "key": K}               its value, if K is here
+  {"op": "move", "key": K, "to": N}     hand K, with its value, to N (K3)
+  {"op": "delete", "key": K}            delete K here (K5)
+Messages (JSON): {"type": "handoff", "key", "value", "created_at"} and {"type": "update", "key", "value"}.
+
+Rules
+K1. A node creates keys in its own namespace only: names that start with its id and
+    "/" ("p1/apple" is created at p1). It lists the names it created ("created"), and
+    never creates one of them again: a name exists once in the cluster's history.
+K2. A key is in one place: a node's "keys", or one handoff on one channel.
+K3. move: the key leaves this node's "keys" in the same step that sends its handoff,
+    and the node keeps a pointer (key -> destination). A handoff that arrives clears
+    the receiver's pointer for that key.
+K4. A put of a key this node moved away follows the pointer as an "update" message on
+    the same channel as the handoff, so FIFO delivers it after the handoff, at every
+    hop. An update that finds neither the key, nor a pointer, nor a tombstone means
+    the channel reordered messages: the node stops (on_message raises).
+K5. delete (at the key's node) removes the key and leaves a tombstone ("deleted"); an
+    update that arrives for it later is dropped. The name is never created again (K1).
+Invariant: the names created minus the names deleted appear exactly once each in the
+states plus the handoffs in flight, and nothing else appears. The state is sorted JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from snapmesh.app import App, Context, NodeInfo, View
+
+MAX_KEY = 200  # characters in a key's name
+
+
+def encode(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+class KVShard:
+    """One node of the store (rules K1-K5 above)."""
+
+    def __init__(self, info: NodeInfo):
+        self.me = info.node_id
+        self.peers_out = info.peers_out
+        self.keys: dict[str, dict[str, Any]] = {}  # key -> {"value", "created_at"}
+        self.moved: dict[str, str] = {}  # key -> the node it was handed to (K3)
+        self.created: set[str] = set()  # names this node created (K1)
+        self.deleted: set[str] = set()  # names deleted here: tombstones (K5)
+
+    # ---- commands
+    def on_command(self, command: bytes, ctx: Context) -> bytes:
+        try:
+            request = json.loads(command)
+        except (UnicodeDecodeError, ValueError):
+            ctx.refuse("INVALID_ARGUMENT", "a command is a JSON object, e.g. {\"op\": \"get\", \"key\": \"p1/a\"}")
+        if not isinstance(request, dict) or request.get("op") not in ("put", "get", "move", "delete"):
+            ctx.refuse("INVALID_ARGUMENT", "op must be one of put, get, move, delete")
+        key = request.get("key")
+        if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY:
+            ctx.refuse("INVALID_ARGUMENT", f"key must be a string of 1..{MAX_KEY} characters")
+        op = request["op"]
+        if op == "put":
+            if "value" not in request:
+                ctx.refuse("INVALID_ARGUMENT", "put needs a value")
+            return encode(self._put(key, request["value"], ctx))
+        if op == "move":
+            dst = request.get("to")
+            if dst not in self.peers_out:
+                ctx.refuse("INVALID_ARGUMENT", f"to must be a node {self.me} sends to: {', '.join(self.peers_out)}")
+        entry = self._here(key, ctx)
+        if op == "get":
+            return encode({"key": key, "value": entry["value"], "at": self.me})
+        if op == "move":
+            ctx.send(dst, encode({"type": "handoff", "key": key, **entry}))
+            del self.keys[key]
+            self.moved[key] = dst
+            return encode({"key": key, "moved_to": dst})
+        del self.keys[key]
+        self.deleted.add(key)
+        return encode({"key": key, "deleted_at": self.me})
+
+    def _here(self, key: str, ctx: Context) -> dict[str, Any]:
+        """The key's entry if it is here; otherwise the refusal that says where it went."""
+        if key in self.keys:
+            return self.keys[key]
+        if key in self.moved:
+            ctx.refuse("FAILED_PRECONDITION", f"key {key} is not at {self.me}: it was moved to {self.moved[key]}")
+        if key in self.deleted:
+            ctx.refuse("NOT_FOUND", f"key {key} was deleted at {self.me}")
+        ctx.refuse("NOT_FOUND", f"key {key} is not at {self.me}")
+
+    def _put(self, key: str, value: Any, ctx: Context) -> dict[str, Any]:
+        if key in self.keys:
+            self.keys[key]["value"] = value
+            return {"key": key, "updated_at": self.me}
+        if key in self.moved:  # K4: after the handoff, on the same channel
+            ctx.send(self.moved[key], encode({"type": "update", "key": key, "value": value}))
+            return {"key": key, "forwarded_to": self.moved[key]}
+        if key in self.deleted or key in self.created:
+            ctx.refuse("FAILED_PRECONDITION", f"key {key} was deleted; a name is not created twice")
+        if not key.startswith(self.me + "/"):
+            ctx.refuse("FAILED_PRECONDITION", f"key {key} is not at {self.me}, which creates only keys named {self.me}/...")
+        self.keys[key] = {"value": value, "created_at": self.me}
+        self.created.add(key)
+        return {"key": key, "created_at": self.me}
+
+    # ---- messages
+    def on_message(self, src: str, payload: bytes, ctx: Context) -> None:
+        message = json.loads(payload)
+        key = message["key"]
+        if message["type"] == "handoff":
+            if key in self.keys or key in self.deleted:
+                raise ValueError(f"{self.me}: a handoff of {key} from {src}, which is already here or deleted here")
+            self.keys[key] = {"value": message["value"], "created_at": message["created_at"]}
+            self.moved.pop(key, None)
+        elif message["type"] == "update":
+            if key in self.keys:
+                self.keys[key]["value"] = message["value"]
+            elif key in self.moved:
+                ctx.send(self.moved[key], payload)
+            elif key not in self.deleted:
+                raise ValueError(f"{self.me}: an update of {key} from {src} before its handoff: the channel reordered")
+        else:
+            raise ValueError(f"{self.me}: unknown message type {message['type']!r} from {src}")
+
+    # ---- state
+    def snapshot(self) -> bytes:
+        return encode({"keys": self.keys, "moved": self.moved,
+                       "created": sorted(self.created), "deleted": sorted(self.deleted)})
+
+    def restore(self, state: bytes) -> None:
+        decoded = json.loads(state)
+        self.keys, self.moved = decoded["keys"], decoded["moved"]
+        self.created, self.deleted = set(decoded["created"]), set(decoded["deleted"])
+
+
+# ---- checks over a snapshot
+def _decode(view: View) -> tuple[dict[str, dict], list[tuple[str, str, int, dict]]]:
+    states = {node: json.loads(state) for node, state in view.states.items()}
+    return states, [(src, dst, seq, json.loads(payload)) for src, dst, seq, payload in view.in_flight]
+
+
+def places(view: View) -> dict[str, list[str]]:
+    """Where each key is in the snapshot: its node, or the channel and seq of its handoff."""
+    states, in_flight = _decode(view)
+    found: dict[str, list[str]] = {}
+    for node, state in sorted(states.items()):
+        for key in state["keys"]:
+            found.setdefault(key, []).append(f"at {node}")
+    for src, dst, seq, message in in_flight:
+        if message["type"] == "handoff":
+            found.setdefault(message["key"], []).append(f"in flight {src}->{dst} seq {seq}")
+    return found
+
+
+def every_key_exactly_once(view: View) -> list[str]:
+    states, _ = _decode(view)
+    created = Counter(name for state in states.values() for name in state["created"])
+    deleted = Counter(name for state in states.values() for name in state["deleted"])
+    found = places(view)
+    problems = [f"key {k} created {n} times" for k, n in sorted(created.items()) if n > 1]
+    problems += [f"key {k} deleted {n} times" for k, n in sorted(deleted.items()) if n > 1]
+    problems += [f"key {k} deleted but never created" for k in sorted(set(deleted) - set(created))]
+    expected = set(created) - set(deleted)
+    for key in sorted(expected | set(found)):
+        seen = found.get(key, [])
+        if key not in expected:
+            problems.append(f"key {key} seen {len(seen)} times ({', '.join(seen)}) but is not a live key")
+        elif len(seen) != 1:
+            problems.append(f"key {key} seen {len(seen)} times" + (f" ({', '.join(seen)})" if seen else " (lost)"))
+    return problems
+
+
+def describe(view: View) -> dict[str, Any]:
+    states, in_flight = _decode(view)
+    handoffs = [f"{m['key']}: {src}->{dst}" for src, dst, _, m in in_flight if m["type"] == "handoff"]
+    return {
+        "keys_per_node": {node: len(state["keys"]) for node, state in sorted(states.items())},
+        "keys_in_flight": len(handoffs),
+        "handoffs_in_flight": handoffs[:20],
+        "updates_in_flight": sum(1 for *_, m in in_flight if m["type"] == "update"),
+        "created": sum(len(s["created"]) for s in states.values()),
+        "deleted": sum(len(s["deleted"]) for s in states.values()),
+    }
+
+
+def key_rows(view: View) -> list[dict[str, Any]]:
+    """kv_keys: one row per place a key is found (a node, or a handoff in flight)."""
+    return [{"snapshot_id": view.snapshot_id, "key": key, "place": place}
+            for key, where in sorted(places(view).items()) for place in where]
+
+
+def name_rows(view: View) -> list[dict[str, Any]]:
+    """kv_names: one row per name created or deleted, and where."""
+    states, _ = _decode(view)
+    return [{"snapshot_id": view.snapshot_id, "key": name, "node": node, "event": event}
+            for node, state in sorted(states.items()) for event in ("created", "deleted") for name in state[event]]
+
+
+# A row per key seen other than once: lost (0), doubled (2+), or alive without being a live name.
+KEYS_SEEN_ONCE = """
+WITH expected AS (
+  SELECT snapshot_id, key FROM kv_names GROUP BY snapshot_id, key
+  HAVING SUM(CASE WHEN event = 'created' THEN 1 ELSE 0 END) = 1
+     AND SUM(CASE WHEN event = 'deleted' THEN 1 ELSE 0 END) = 0),
+seen AS (SELECT snapshot_id, key, COUNT(*) AS seen FROM kv_keys GROUP BY snapshot_id, key)
+SELECT COALESCE(e.snapshot_id, s.snapshot_id) AS snapshot_id, COALESCE(e.key, s.key) AS key,
+       COALESCE(s.seen, 0) AS seen, e.key IS NOT NULL AS live
+FROM expected e FULL OUTER JOIN seen s ON e.snapshot_id = s.snapshot_id AND e.key = s.key
+WHERE e.key IS NULL OR COALESCE(s.seen, 0) <> 1
+"""
+
+
+def workload(nodes: Sequence[NodeInfo], rng: Any) -> Iterator[tuple[str, bytes]]:
+    """Creates, updates, reads, moves and deletes, from a guess of where each key is.
+
+    The guess follows the commands as if each one went through; a command sent on a
+    wrong guess (a handoff still in flight, a refused move) is refused, and counted.
+    params "keys" bounds the live keys (default 100).
+    """
+    limit = int(nodes[0].params.get("keys", 100)) if nodes else 0
+    made = dict.fromkeys((n.node_id for n in nodes), 0)
+    out = {n.node_id: n.peers_out for n in nodes}
+    owner: dict[str, str] = {}  # key -> the node we think holds it
+    while nodes:
+        roll = rng.random()
+        if not owner or (roll < 0.3 and len(owner) < limit):
+            node = rng.choice(nodes).node_id
+            key = f"{node}/k{made[node]}"
+            made[node] += 1
+            owner[key] = node
+            yield node, encode({"op": "put", "key": key, "value": rng.randrange(1000)})
+            continue
+        key = rng.choice(sorted(owner))
+        at = owner[key] if rng.random() < 0.9 else rng.choice(nodes).node_id
+        if roll < 0.5:
+            yield at, encode({"op": "put", "key": key, "value": rng.randrange(1000)})
+        elif roll < 0.6:
+            yield at, encode({"op": "get", "key": key})
+        elif roll < 0.9 and out[at]:
+            owner[key] = rng.choice(out[at])
+            yield at, encode({"op": "move", "key": key, "to": owner[key]})
+        else:
+            del owner[key]
+            yield at, encode({"op": "delete", "key": key})
+
+
+app = App(
+    name="kvshard",
+    new=KVShard,
+    invariants={"every key exactly once": every_key_exactly_once},
+    describe=describe,
+    views={"kv_keys": key_rows, "kv_names": name_rows},
+    sql_invariants={"every key exactly once": KEYS_SEEN_ONCE},
+    workload=workload,
+)

@@ -1,0 +1,286 @@
+"""The app contract: what snapmesh asks of a service it snapshots.
+
+snapmesh owns the channels, the markers, the sequence numbers, the log and the
+epochs; the app owns its state and its messages, both as bytes (etcd raft's
+`Propose([]byte)` is the model). The framework never imports the app's types, and
+the app never sees a marker, a seq or an epoch, so it cannot get them wrong.
+
+An app is an `App`: a name, `new(info) -> machine`, and checks over snapshots. A
+machine is one node's state, with four methods (see `Machine`):
+
+    on_command(command: bytes, ctx) -> bytes       a client's request -> its reply
+    on_message(src: str, payload: bytes, ctx)      the next message on channel src -> me
+    snapshot() -> bytes                            the state, as a copy, at the cut
+    restore(state: bytes)                          on a fresh instance, from snapshot() bytes
+
+Rules the app must keep
+-----------------------
+A1. One task drives a machine, never concurrently: no locks are needed.
+A2. Determinism is the app's duty. `on_command` and `on_message` depend only on
+    the machine's state and their arguments: no clock, no random numbers, no I/O,
+    no iteration over an unordered set whose order can change between runs.
+    Recovery restores the last checkpoint and replays the logged inputs through a
+    fresh machine; if the replayed sends differ from the logged ones, the node
+    refuses to start and names the log position.
+A3. Messages leave only through `ctx.send(dst, payload)`, to a node of
+    `info.peers_out`. Each channel is FIFO and lossless: `on_message` sees the
+    payloads of one channel in the order they were sent, each once.
+A4. `ctx.refuse(code, text)` (or any exception) in `on_command` refuses that step:
+    the client gets the named gRPC status, nothing is logged, no send leaves. The
+    machine must then be unchanged: validate before mutating. An exception in
+    `on_message` stops the node with the exception's text.
+A5. `snapshot()` returns bytes that do not change afterwards (a copy).
+A6. A restore makes a fresh machine with `new(info)`, calls `restore(state)`
+    with the recorded bytes, then hands it the messages recorded in flight
+    towards it, per channel in order, through `on_message`. Then new work starts.
+
+Checks over a snapshot take a `View` (the states and the in-flight payloads of
+one consistent cut): `invariants` return a list of problems ([] means it holds),
+`describe` a JSON-able summary, `views` rows for Spark, whose `sql_invariants`
+return one row per violation. docs/apps.md is the tutorial.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, Protocol
+
+__all__ = [
+    "App", "AppError", "Context", "Machine", "NodeInfo", "Refused", "View",
+    "BUILT_IN", "STATUS_CODES", "check_invariants", "load_app", "new_machine", "validate_machine",
+]
+
+# The gRPC status names a refusal may carry (grpc.StatusCode without OK).
+STATUS_CODES = frozenset({
+    "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+    "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+})
+# Bare names `load_app` resolves to the apps shipped with snapmesh.
+BUILT_IN = {"bank": "services.app.bank:app", "kvshard": "services.app.kvshard:app"}
+MACHINE_METHODS = ("on_command", "on_message", "snapshot", "restore")
+
+
+class AppError(Exception):
+    """Misuse of the contract by an app, or a bad `--app`: the message says what and where."""
+
+
+class Refused(Exception):
+    """A command refused by the app (`ctx.refuse`): `code` is a gRPC status name, `text` the reason."""
+
+    def __init__(self, code: str, text: str):
+        if code not in STATUS_CODES:
+            raise ValueError(f"unknown status code {code!r}; valid: {', '.join(sorted(STATUS_CODES))}")
+        super().__init__(f"{code}: {text}")
+        self.code = code
+        self.text = str(text)
+
+
+def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    return types.MappingProxyType(dict(value))
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeInfo:
+    """What a machine knows of its place: its id, its channels, and the cluster file's [app] table."""
+
+    node_id: str
+    peers_out: tuple[str, ...]  # nodes this node may ctx.send to
+    peers_in: tuple[str, ...]  # nodes that send to this node
+    params: Mapping[str, Any] = field(default_factory=dict)  # the [app] table minus "module", read-only
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "peers_out", tuple(self.peers_out))
+        object.__setattr__(self, "peers_in", tuple(self.peers_in))
+        object.__setattr__(self, "params", _frozen_mapping(self.params))
+
+
+class Context:
+    """One step's handle for a machine: `send` collects messages, `refuse` refuses the command.
+
+    The framework makes one per step and reads `sends` after the step returns;
+    nothing leaves if the step raises.
+    """
+
+    def __init__(self, node_id: str, peers_out: Iterable[str]):
+        self.node_id = node_id
+        self.peers_out = frozenset(peers_out)
+        self.sends: list[tuple[str, bytes]] = []
+
+    def send(self, dst: str, payload: bytes) -> None:
+        """Queue `payload` for the channel to `dst`; it leaves once this step is durable."""
+        if not isinstance(payload, bytes):
+            raise AppError(f"node {self.node_id}: ctx.send({dst!r}, ...) needs bytes, got {type(payload).__name__}")
+        if dst == self.node_id:
+            raise AppError(f"node {self.node_id}: ctx.send to itself; there is no channel {dst} -> {dst}")
+        if dst not in self.peers_out:
+            known = ", ".join(sorted(self.peers_out)) or "none"
+            raise AppError(f"node {self.node_id}: ctx.send to {dst!r}, not a peer it sends to (peers_out: {known})")
+        self.sends.append((dst, payload))
+
+    def refuse(self, code: str, text: str) -> NoReturn:
+        """Refuse this command with a gRPC status name (e.g. "FAILED_PRECONDITION") and a reason."""
+        raise Refused(code, text)
+
+
+class Machine(Protocol):
+    """One node's state (rules A1-A6 above). `App.new(info)` makes one."""
+
+    def on_command(self, command: bytes, ctx: Context) -> bytes: ...
+
+    def on_message(self, src: str, payload: bytes, ctx: Context) -> None: ...
+
+    def snapshot(self) -> bytes: ...
+
+    def restore(self, state: bytes) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class View:
+    """One snapshot as the app's checks see it.
+
+    `params` is the [app] table the nodes were given (empty where the checker
+    does not know it), for checks that need a configured constant.
+    """
+
+    snapshot_id: str
+    states: Mapping[str, bytes]  # node -> its snapshot() bytes at the cut
+    in_flight: Sequence[tuple[str, str, int, bytes]]  # (src, dst, seq, payload), per channel in seq order
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _check_app(app: App, where: str) -> None:
+    """Raise AppError naming the first field of `app` that breaks the contract."""
+    if not isinstance(app.name, str) or not app.name:
+        raise AppError(f"{where}: name must be a non-empty str, got {app.name!r}")
+    if not callable(app.new):
+        raise AppError(f"{where}: new must be callable (NodeInfo -> machine), got {type(app.new).__name__}")
+    for kind in ("invariants", "views", "sql_invariants"):
+        table = getattr(app, kind)
+        if not isinstance(table, Mapping):
+            raise AppError(f"{where}: {kind} must be a mapping of name -> ..., got {type(table).__name__}")
+        for name, value in table.items():
+            wanted = str if kind == "sql_invariants" else Callable
+            if not isinstance(name, str) or (not isinstance(value, str) if wanted is str else not callable(value)):
+                what = "a SQL string" if wanted is str else "callable"
+                raise AppError(f"{where}: {kind}[{name!r}] must be {what}, got {type(value).__name__}")
+    for kind in ("describe", "workload"):
+        if getattr(app, kind) is not None and not callable(getattr(app, kind)):
+            raise AppError(f"{where}: {kind} must be callable or None, got {type(getattr(app, kind)).__name__}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class App:
+    """An app snapmesh can host: how to make a node's machine, and the checks over a snapshot."""
+
+    name: str
+    new: Callable[[NodeInfo], Any]  # NodeInfo -> a Machine
+    invariants: Mapping[str, Callable[[View], list[str]]] = field(default_factory=dict)  # [] means it holds
+    describe: Callable[[View], Mapping[str, Any]] | None = None  # a JSON-able summary for the page and CLI
+    sql_invariants: Mapping[str, str] = field(default_factory=dict)  # Spark SQL over `views`; each row a violation
+    views: Mapping[str, Callable[[View], list[Mapping[str, Any]]]] = field(default_factory=dict)  # table -> rows
+    # workload(nodes: Sequence[NodeInfo], rng: random.Random) -> Iterator[(node_id, command bytes)]: endless
+    # commands for `snapmesh app --app X`, rng the only randomness; a refusal is an answer, counted, not a failure.
+    workload: Callable[..., Any] | None = None
+
+    def __post_init__(self) -> None:
+        _check_app(self, f"App {self.name!r}")
+        for kind in ("invariants", "views", "sql_invariants"):
+            object.__setattr__(self, kind, _frozen_mapping(getattr(self, kind)))
+
+
+def validate_machine(machine: Any, info: NodeInfo) -> None:
+    """Raise AppError if `machine` (made for `info`) lacks one of the four methods."""
+    for method in MACHINE_METHODS:
+        if not callable(getattr(machine, method, None)):
+            raise AppError(f"node {info.node_id}: the machine ({type(machine).__name__}) has no method {method}()")
+
+
+def new_machine(app: App, info: NodeInfo) -> Any:
+    """`app.new(info)`, checked: an exception or a machine without the four methods is one AppError line."""
+    try:
+        machine = app.new(info)
+    except Exception as exc:  # the app's own code: any failure is reported, not raised through
+        raise AppError(f"app {app.name!r}: new() for node {info.node_id} raised {_one_line(exc)}") from exc
+    validate_machine(machine, info)
+    return machine
+
+
+def check_invariants(app: App, view: View) -> dict[str, list[str]]:
+    """Every invariant of `app` over `view`: name -> problems ([] holds). A check that raises is a problem."""
+    results: dict[str, list[str]] = {}
+    for name, check in app.invariants.items():
+        try:
+            problems = check(view)
+        except Exception as exc:  # the app's code: a crash is a verdict, not a crash of the checker
+            results[name] = [f"the check raised {_one_line(exc)}"]
+            continue
+        if not isinstance(problems, list):
+            results[name] = [f"the check returned {type(problems).__name__}, not a list of problems"]
+        else:
+            results[name] = [p if isinstance(p, str) else repr(p) for p in problems]
+    return results
+
+
+def load_app(spec: str) -> App:
+    """The App named by `spec`: "module:attr" (module from the working directory or PYTHONPATH), or a built-in name.
+
+    Every failure is one AppError line saying what is wrong with which spec.
+    """
+    spec = spec.strip()
+    target = BUILT_IN.get(spec, spec)
+    module_name, colon, attr = target.partition(":")
+    if not colon or not module_name or not attr:
+        if spec.endswith(".py") or "/" in spec:
+            stem = os.path.basename(spec).removesuffix(".py") or "module"
+            raise AppError(f"--app {spec}: a path is not a module; run from its directory with --app {stem}:app")
+        raise AppError(f"--app {spec}: expected module:attr or a built-in ({', '.join(sorted(BUILT_IN))})")
+    _search_working_directory()
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise AppError(f"--app {spec}: no module named {module_name!r} in the working directory "
+                           f"({os.getcwd()}) or on PYTHONPATH") from None
+        raise AppError(f"--app {spec}: module {module_name!r} does not import: {_one_line(exc)}") from exc
+    except Exception as exc:  # a module's top level can raise anything; say which and why
+        raise AppError(f"--app {spec}: module {module_name!r} does not import: {_one_line(exc)}") from exc
+    app: Any = module
+    for part in attr.split("."):
+        if not hasattr(app, part):
+            raise AppError(f"--app {spec}: module {module_name!r} has no attribute {attr!r}")
+        app = getattr(app, part)
+    if not isinstance(app, App):
+        raise AppError(f"--app {spec}: {attr} is a {type(app).__name__}, not a snapmesh.app.App")
+    _check_app(app, f"--app {spec}")
+    return app
+
+
+def _search_working_directory() -> None:
+    # `python -m` puts the working directory on the path; the `snapmesh` script does not.
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.append(cwd)
+
+
+def _one_line(exc: BaseException) -> str:
+    """`Type: message (file:line)` of an exception, on one line, at the deepest frame of its traceback."""
+    text = " ".join(str(exc).split())
+    where = ""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f" ({os.path.basename(exc.filename)}:{exc.lineno})"
+        text = " ".join(str(exc.msg).split())
+    else:
+        tb = exc.__traceback__
+        while tb is not None:  # the deepest frame that is not the import machinery's
+            filename = tb.tb_frame.f_code.co_filename
+            if not filename.startswith("<frozen"):
+                where = f" ({os.path.basename(filename)}:{tb.tb_lineno})"
+            tb = tb.tb_next
+    return f"{type(exc).__name__}: {text}{where}" if text else f"{type(exc).__name__}{where}"
+

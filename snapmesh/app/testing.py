@@ -1,0 +1,251 @@
+"""Test an app without a cluster: its machines over in-memory FIFO channels.
+
+    cluster = Cluster(app, channels=[("a", "b"), ("b", "a")])
+    reply = cluster.command("a", b"...")    # the reply, or Refused
+    cluster.deliver("a", "b")               # the next message on the channel a -> b
+    check_invariants(app, cluster.view())   # the states plus every queued message
+    run(cluster, seed=7, steps=500)         # the app's workload, a seeded schedule, a check per step
+
+Between two steps, the machines' states plus the queued messages form a
+consistent cut (the global state at an instant), the state a Chandy-Lamport
+snapshot records without stopping anything. `Cluster.restore(view)` does what a
+restore does to the app (rule A6 of snapmesh.app), and `Cluster.replay(node)`
+what recovery does (A2): a fresh machine, the checkpoint, the logged inputs, and
+the sends compared with the log. `Cluster.command` also checks rule A4: a
+refused command leaves the state as it was. The framework holds a running app to
+the same rules; this module finds a broken one in a unit test. One seeded
+`random.Random` is the only randomness, and every failure names its seed.
+"""
+
+from __future__ import annotations
+
+import random
+import types
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from snapmesh.app import App, AppError, Context, NodeInfo, Refused, View, check_invariants, new_machine
+
+
+class InvariantBroken(AssertionError):
+    """An invariant failed during `run`: the message names the seed, the step and the problems."""
+
+
+@dataclass(frozen=True)
+class Logged:
+    """One input a node took since its checkpoint, with the sends it made: what a node's log holds."""
+
+    kind: str  # "command" or "message"
+    src: str  # the sender of a message; "" for a command
+    data: bytes
+    sends: tuple[tuple[str, bytes], ...]
+
+
+@dataclass
+class RunStats:
+    seed: int
+    commands: int = 0
+    refused: dict[str, int] = field(default_factory=dict)  # status code -> count
+    delivered: int = 0
+    replays: int = 0
+    restores: int = 0
+
+
+class Cluster:
+    """An app's machines, one per node, over FIFO lossless channels; one step at a time."""
+
+    def __init__(self, app: App, channels: Iterable[tuple[str, str]], params: Mapping[str, Any] | None = None):
+        self.app = app
+        self.channels = sorted(set(channels))
+        if any(src == dst for src, dst in self.channels):
+            raise AppError("a channel needs two different nodes")
+        self.params = types.MappingProxyType(dict(params or {}))
+        nodes = sorted({node for channel in self.channels for node in channel})
+        self.infos = {
+            n: NodeInfo(node_id=n, peers_out=tuple(d for s, d in self.channels if s == n),
+                        peers_in=tuple(s for s, d in self.channels if d == n), params=self.params)
+            for n in nodes
+        }
+        self.machines = {n: new_machine(app, info) for n, info in self.infos.items()}
+        self.queues: dict[tuple[str, str], deque[tuple[int, bytes]]] = {}
+        self._seqs: dict[tuple[str, str], int] = {}
+        self._clear_channels()
+        self.checkpoints = {n: self.snapshot(n) for n in nodes}
+        self.logs: dict[str, list[Logged]] = {n: [] for n in nodes}
+
+    # ---- steps
+    def command(self, node: str, command: bytes) -> bytes:
+        """`on_command` at `node`: its reply; Refused (or the app's exception) passes through, state unchanged."""
+        ctx = Context(node, self.infos[node].peers_out)
+        before = self.snapshot(node)
+        try:
+            reply = self.machines[node].on_command(command, ctx)
+        except Exception as exc:
+            if self.snapshot(node) != before:
+                raise AppError(f"node {node}: on_command raised {type(exc).__name__} and changed the state; "
+                               "a refused step must leave it as it was (validate before mutating)") from exc
+            raise
+        if not isinstance(reply, bytes):
+            raise AppError(f"node {node}: on_command returned {type(reply).__name__}, not bytes")
+        self._took(node, Logged("command", "", command, tuple(ctx.sends)))
+        return reply
+
+    def deliver(self, src: str, dst: str) -> None:
+        """The next message on the channel src -> dst, through `on_message` at dst."""
+        _, payload = self.queues[(src, dst)].popleft()
+        ctx = Context(dst, self.infos[dst].peers_out)
+        self.machines[dst].on_message(src, payload, ctx)
+        self._took(dst, Logged("message", src, payload, tuple(ctx.sends)))
+
+    def pending(self) -> list[tuple[str, str]]:
+        """The channels with a message queued, in order."""
+        return [channel for channel in self.channels if self.queues[channel]]
+
+    def drain(self, rng: random.Random | None = None, max_steps: int = 100_000) -> int:
+        """Deliver until every channel is empty (in a random channel order if `rng`); the number delivered."""
+        for count in range(max_steps + 1):
+            pending = self.pending()
+            if not pending:
+                return count
+            self.deliver(*(rng.choice(pending) if rng else pending[0]))
+        raise AppError(f"the channels are not empty after {max_steps} deliveries: the app keeps sending")
+
+    # ---- a cut, a restore, a recovery
+    def snapshot(self, node: str) -> bytes:
+        state = self.machines[node].snapshot()
+        if not isinstance(state, bytes):
+            raise AppError(f"node {node}: snapshot() returned {type(state).__name__}, not bytes")
+        return state
+
+    def view(self, snapshot_id: str = "now") -> View:
+        """The states and the queued messages: a consistent cut, as a snapshot's View."""
+        in_flight = [(src, dst, seq, payload) for (src, dst) in self.channels for seq, payload in self.queues[(src, dst)]]
+        return View(snapshot_id=snapshot_id, states={n: self.snapshot(n) for n in self.machines},
+                    in_flight=in_flight, params=self.params)
+
+    def restore(self, view: View) -> None:
+        """Rule A6: fresh machines, `restore(state)`, then each node's in-flight messages through on_message."""
+        if set(view.states) != set(self.machines):
+            raise AppError(f"the view's nodes {sorted(view.states)} are not the cluster's {sorted(self.machines)}")
+        self._clear_channels()
+        for node, state in view.states.items():
+            self.machines[node] = new_machine(self.app, self.infos[node])
+            self.machines[node].restore(state)
+            self.checkpoints[node], self.logs[node] = state, []
+        for src, dst, _, payload in view.in_flight:  # per channel in seq order, as recorded
+            ctx = Context(dst, self.infos[dst].peers_out)
+            self.machines[dst].on_message(src, payload, ctx)
+            self._took(dst, Logged("message", src, payload, tuple(ctx.sends)))
+
+    def checkpoint(self, node: str) -> None:
+        """Keep `node`'s state as its checkpoint and forget its log, as a node's log rotation does."""
+        self.checkpoints[node], self.logs[node] = self.snapshot(node), []
+
+    def replay(self, node: str) -> None:
+        """Rule A2, as recovery does it: a fresh machine, the checkpoint, the logged inputs, the sends compared."""
+        machine = new_machine(self.app, self.infos[node])
+        machine.restore(self.checkpoints[node])
+        for position, entry in enumerate(self.logs[node]):
+            ctx = Context(node, self.infos[node].peers_out)
+            where = f"node {node}: replay of log position {position} ({entry.kind}"
+            try:
+                if entry.kind == "command":
+                    machine.on_command(entry.data, ctx)
+                else:
+                    machine.on_message(entry.src, entry.data, ctx)
+            except Exception as exc:
+                raise AppError(f"{where}) raised {type(exc).__name__}: {exc}; the first run did not") from exc
+            if tuple(ctx.sends) != entry.sends:
+                raise AppError(f"{where}) sent {list(ctx.sends)}, the log holds {list(entry.sends)}: not deterministic")
+        if machine.snapshot() != self.snapshot(node):
+            raise AppError(f"node {node}: the replay of {len(self.logs[node])} inputs ends in another state")
+        self.machines[node] = machine
+
+    # ---- inside
+    def _clear_channels(self) -> None:
+        self.queues = {channel: deque() for channel in self.channels}
+        self._seqs = {channel: 0 for channel in self.channels}
+
+    def _took(self, node: str, entry: Logged) -> None:
+        self.logs[node].append(entry)
+        for dst, payload in entry.sends:
+            self._seqs[(node, dst)] += 1
+            self.queues[(node, dst)].append((self._seqs[(node, dst)], payload))
+
+
+def run(cluster: Cluster, *, seed: int, steps: int, commands: Iterator[tuple[str, bytes]] | None = None,
+        command_share: float = 0.3, replay_share: float = 0.0, restore_share: float = 0.0) -> RunStats:
+    """A seeded random schedule of commands (the app's workload unless given) and deliveries.
+
+    After every step the app's invariants are checked on the cut the cluster is
+    in. With `replay_share`, a random node is recovered by replay (its sends
+    checked); with `restore_share`, the cluster is restored to a cut taken
+    earlier in the run. A failure raises, naming the seed and the step.
+    """
+    rng = random.Random(seed)
+    stats = RunStats(seed=seed)
+    if commands is None:
+        if cluster.app.workload is None:
+            raise AppError(f"app {cluster.app.name!r} has no workload; pass commands=")
+        commands = iter(cluster.app.workload(list(cluster.infos.values()), rng))
+    cuts: list[View] = []
+    for step in range(steps):
+        try:
+            pending = cluster.pending()
+            roll = rng.random()
+            if roll < replay_share:
+                cluster.replay(rng.choice(sorted(cluster.machines)))
+                stats.replays += 1
+            elif roll < replay_share + restore_share and cuts:
+                cluster.restore(rng.choice(cuts))
+                stats.restores += 1
+            elif not pending or rng.random() < command_share:
+                node, command = next(commands)
+                stats.commands += 1
+                try:
+                    cluster.command(node, command)
+                except Refused as refused:
+                    stats.refused[refused.code] = stats.refused.get(refused.code, 0) + 1
+            else:
+                cluster.deliver(*rng.choice(pending))
+                stats.delivered += 1
+            view = cluster.view(f"step-{step}")
+        except AppError as exc:
+            raise AppError(f"seed {seed}, step {step}: {exc}") from exc
+        broken = {name: problems for name, problems in check_invariants(cluster.app, view).items() if problems}
+        if broken:
+            raise InvariantBroken(f"seed {seed}, step {step}: {broken}")
+        if restore_share and rng.random() < 0.05:
+            cuts.append(view)
+    return stats
+
+
+_SQL_TYPES = {bool: "BOOLEAN", int: "BIGINT", float: "DOUBLE", str: "VARCHAR", bytes: "BLOB"}
+
+
+def sql_violations(app: App, views: Iterable[View]) -> dict[str, list[tuple]]:
+    """The app's `sql_invariants` over the tables its `views` decode, in DuckDB: each query's rows.
+
+    A quick check of a query's logic in a unit test (needs the `duckdb` package);
+    `snapmesh reconcile` runs the same queries in Spark SQL. A column's type is
+    taken from its first row; a table with no row at all cannot be typed here.
+    """
+    try:
+        import duckdb
+    except ImportError as exc:
+        raise AppError("sql_violations needs the duckdb package (pip install duckdb)") from exc
+    tables: dict[str, list[Mapping[str, Any]]] = {name: [] for name in app.views}
+    for view in views:
+        for name, decode in app.views.items():
+            tables[name] += decode(view)
+    con = duckdb.connect()
+    for name, rows in tables.items():
+        if not rows:
+            raise AppError(f"view table {name} has no rows: its columns cannot be typed")
+        columns = list(rows[0])
+        con.execute(f"CREATE TABLE {name} ({', '.join(f'{c} {_SQL_TYPES[type(rows[0][c])]}' for c in columns)})")
+        con.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' for _ in columns)})",
+                        [[row[c] for c in columns] for row in rows])
+    return {name: con.execute(query).fetchall() for name, query in app.sql_invariants.items()}

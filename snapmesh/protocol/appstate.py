@@ -1,0 +1,95 @@
+"""An app's snapshot on the wire and its verdict, pure (snapmesh.app).
+
+The node machine records an app's state as its `snapshot()` bytes and every
+message in flight as its payload; this module is where those meet the public
+messages: a node's report carries them (`in_flight_item`), the tracker keeps
+them in the COMPLETE snapshot (`NodeBalance.state`, `InFlightTransfer.payload`),
+and `AppChecker.judge` runs the app's invariants over it.
+
+Rules
+-----
+V1. A COMPLETE snapshot of an app cluster says which app (`Snapshot.app`) and
+    whether it was checked: APP_CHECKED with one InvariantResult per invariant
+    (ok, or the app's problems), or APP_UNCHECKED when the controller could not
+    load the app's module: it completes all the same, and nothing is claimed.
+V2. A check that raises or returns something other than a list is a failed
+    invariant naming what happened (snapmesh.app.check_invariants), never a
+    crash of the controller.
+V3. The bank's fields stay the bank's: an app cluster moves no money, so an app
+    snapshot's `total` is its `expected_total` and it is `conserved`; whether it
+    may be restored is its invariants' call (snapmesh.protocol.controller.problem).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from snapmesh.app import App, View, check_invariants
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+CHECKED = pb.Snapshot.APP_CHECKED
+UNCHECKED = pb.Snapshot.APP_UNCHECKED
+
+
+def digest(state: bytes) -> str:
+    """"sha256:<hex>" of an app's state bytes (what GetState and the snapshot show)."""
+    return "sha256:" + hashlib.sha256(state).hexdigest()
+
+
+def in_flight_item(transfer: Any) -> pb.InFlightTransfer:
+    """A recorded message (core.Transfer) as the report carries it: an app's with its payload."""
+    return pb.InFlightTransfer(msg_id=transfer.msg_id, amount=transfer.amount, seq=transfer.seq, payload=transfer.payload)
+
+
+def view_of(snapshot: pb.Snapshot, params: Mapping[str, Any] = MappingProxyType({})) -> View:
+    """The app's `View` of a COMPLETE snapshot: each node's state bytes, and every
+    in-flight payload as (src, dst, seq, payload), channel by channel in seq order."""
+    return View(
+        snapshot_id=snapshot.snapshot_id,
+        states={n.node_id: n.state for n in snapshot.nodes},
+        in_flight=[
+            (channel.src, channel.dst, item.seq, item.payload)
+            for channel in snapshot.channels
+            for item in channel.in_flight
+        ],
+        params=params,
+    )
+
+
+def failed_invariants(snapshot: pb.Snapshot) -> list[pb.InvariantResult]:
+    """The invariants a checked snapshot found broken (none for the bank or an unchecked one)."""
+    return [result for result in snapshot.invariants if not result.ok]
+
+
+class AppChecker:
+    """The controller's judge of an app cluster's snapshots (V1-V3): `spec` the
+    app's module:attr, `app` the loaded App (None: the controller could not load
+    it, and `why` says why), `params` the cluster file's [app] table."""
+
+    def __init__(
+        self, spec: str, app: App | None, *, why: str = "", params: Mapping[str, Any] = MappingProxyType({})
+    ) -> None:
+        self.spec = spec
+        self.app = app
+        self.why = why
+        self.params = MappingProxyType(dict(params))
+
+    def judge(self, snapshot: pb.Snapshot) -> None:
+        """Fill in a just COMPLETE snapshot's app fields (V1-V3)."""
+        snapshot.app = self.spec
+        snapshot.expected_total = snapshot.total
+        snapshot.conserved = True
+        del snapshot.invariants[:]
+        if self.app is None:
+            snapshot.app_check = UNCHECKED
+            snapshot.reason = f"unchecked: {self.why}" if self.why else "unchecked"
+            return
+        snapshot.app_check = CHECKED
+        results = check_invariants(self.app, view_of(snapshot, self.params))
+        for name, problems in results.items():
+            snapshot.invariants.add(name=name, ok=not problems, problems=problems)
+        broken = [f"{name}: {'; '.join(problems)}" for name, problems in results.items() if problems]
+        snapshot.reason = ("invariant broken: " + " | ".join(broken)) if broken else ""

@@ -1,0 +1,152 @@
+"""The node machine's steps that change what the node holds wholesale or host
+an app: restore (node rule N8) and the hosted app's steps (N10). A mixin of
+`node.Node`, split out to keep one module per concern short; it reads and
+writes the node's own fields, never anything else."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+from snapmesh.protocol import core, requests, wal
+from snapmesh.protocol.node_effects import ReportCancelled, Submitted
+
+
+class NodeSteps:
+    """Mixed into `node.Node`: these methods use its fields (`process`, `senders`, `host`, ...)."""
+
+    # -- restore (N8)
+
+    def restore(
+        self, *, snapshot_id: str, epoch: int, balance: int, in_flight: Iterable[tuple], state: bytes | None = None
+    ) -> bool:
+        """Enter `epoch` holding snapshot `snapshot_id`'s state here: `balance`
+        (an app node: its `state` bytes) and the recorded in-flight messages
+        towards this node, each (src, msg_id, seq, amount[, payload]) in channel
+        order. Returns False for a repeat (already restored in `epoch`). Raises
+        core.RemoteProtocolError for an older epoch, a message on a channel that
+        does not exist or a state that does not fit the node; nothing changes
+        then."""
+        deliveries = [d if len(d) == 5 else (*d, None) for d in in_flight]
+        if (self.host is None) != (state is None) or (state is not None and not isinstance(state, bytes)):
+            raise core.RemoteProtocolError(
+                f"{self.node_id}: a restore {'without' if state is None else 'with'} app state"
+                f" for a node that {'runs an app' if self.host else 'runs the bank'}"
+            )
+        if not self.epochs.takes_restore(epoch, snapshot_id, balance, deliveries, self.receivers):
+            return False
+        reason = f"restored to {snapshot_id}"
+        self._requests.restored(self._cuts, snapshot_id)  # the ids paid after its cut were taken back
+        for sid in self.process.in_progress():
+            self._drain(self.process.abort_snapshot(sid))
+            self._append(wal.Abort(lsn=self.last_lsn + 1, snapshot_id=sid, reason=reason))
+            self._remember(sid)
+        for _, state in self._reports:  # finished in the older epoch, not yet reported: the controller would refuse them
+            self._out.append(ReportCancelled(state.snapshot_id))
+        self._reports = []
+        self._recorded_at.clear()
+        if self.host is not None:
+            self.host.restore(state)  # type: ignore[arg-type]  (H3: the old instance stays if this raises)
+        self._append(
+            wal.Restore(
+                lsn=self.last_lsn + 1, snapshot_id=snapshot_id, epoch=epoch, balance=balance, deliveries=len(deliveries),
+                state=wal.pack(state) if state is not None else "",
+            )
+        )
+        me = self.node_id
+        incoming, outgoing = tuple(self.receivers), tuple(self.senders)
+        self._links(incoming, outgoing, None)  # before the replays: an app's replies go on the new epoch's links
+        for src, msg_id, seq, amount, payload in deliveries:
+            self._append(
+                wal.Replay(
+                    lsn=self.last_lsn + 1, snapshot_id=snapshot_id, msg_id=msg_id, src=src, dst=me, seq=seq, amount=amount,
+                    payload=wal.pack(payload) if payload is not None else "",
+                )
+            )
+            if self.host is not None:
+                self._app_sends(self.host.message(src, payload))  # type: ignore[arg-type]
+        self.process = core.Process(
+            node_id=me,
+            balance=balance + sum(d[3] for d in deliveries),
+            incoming=incoming,
+            outgoing=outgoing,
+            abandoned=self._abandoned,
+            mode=self.process.mode,
+        )
+        self._at_cut.clear()  # the recordings in progress were aborted above
+        self._app_cuts.clear()
+        self.epochs.entered(epoch, snapshot_id, self.process.balance, cut=self._cuts.get(snapshot_id))
+        self._end_step()
+        return True
+
+    # -- the hosted app (N10)
+
+    def submit(
+        self, command: bytes, request_id: str = "", *, wall: float | None = None, first_sent_unix_ms: int = 0
+    ) -> Submitted:
+        """A client's command to the hosted app (N10), one step. Raises
+        core.AppRefusal when the app refuses or raises, link.ChannelFull when an
+        outgoing channel is at its bound, requests.py's refusals for a request
+        id; nothing changes then. A retry of `request_id` gets the first reply."""
+        host = self.host
+        if host is None:
+            raise core.LocalProtocolError(f"{self.node_id} runs the bank, not an app: use Transfer")
+        if not isinstance(command, bytes | bytearray):
+            raise core.LocalProtocolError(f"a command is bytes, got {type(command).__name__}")
+        if request_id:
+            if wall is not None:
+                self.wall = wall
+            first = self._requests.lookup(request_id, self.wall, first_sent_unix_ms)
+            if first is not None:
+                return Submitted(wal.unpack(first.msg_id, request_id), max(first.lsn, 0), True, self.epochs.epoch)
+        for sender in self.senders.values():  # before the app runs: a refusal must change nothing
+            sender.check_room()
+        reply, sends = host.command(bytes(command))
+        packed = wal.pack(reply)
+        lsn = self._append(
+            wal.Command(lsn=self.last_lsn + 1, request_id=request_id, command=wal.pack(bytes(command)), reply=packed)
+        )
+        self._app_sends(sends)
+        if request_id:
+            # An app's Paid holds its reply (base64) where the bank's holds the msg id.
+            self._requests.paid(request_id, requests.Paid(packed, 0, self.wall, lsn))
+        self._end_step()
+        return Submitted(reply, self.last_lsn, False, self.epochs.epoch)
+
+
+    def _app_message(self, src: str, seq: int, msg_id: str, payload: bytes) -> None:
+        """An app message from `src`: the app first (AppFailed: nothing logged), then its records."""
+        host = self.host
+        if host is None:
+            raise core.RemoteProtocolError(f"{self.node_id} runs the bank: an app message from {src!r} has no meaning here")
+        sends = host.message(src, payload)
+        effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, amount=0, seq=seq, payload=payload))
+        if effects:
+            self._drain(effects)
+        self._append(
+            wal.Recv(
+                lsn=self.last_lsn + 1, msg_id=msg_id, src=src, dst=self.node_id, seq=seq, amount=0, payload=wal.pack(payload)
+            )
+        )
+        self.transfers_received += 1
+        self._app_sends(sends)
+
+    def _app_sends(self, sends: Iterable[tuple[str, bytes]]) -> None:
+        """The messages one app step sent: a `send` record each, then onto its channel."""
+        me = self.node_id
+        for dst, payload in sends:
+            sender = self.senders[dst]
+            seq = sender.next_seq
+            lsn = self._append(
+                wal.Send(
+                    lsn=self.last_lsn + 1, msg_id=f"{me}:{dst}:{seq}", src=me, dst=dst, seq=seq, amount=0,
+                    payload=wal.pack(payload),
+                )
+            )
+            sender.enqueue(lsn=lsn, payload=payload)
+
+
+def state_digest(state: bytes) -> str:
+    """What a `cut` record holds of an app's state: sha256, hex (the checks compare it with the report's bytes)."""
+    return hashlib.sha256(state).hexdigest()
+

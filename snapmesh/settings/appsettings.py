@@ -1,0 +1,54 @@
+"""The cluster file's [app] table: which app (snapmesh.app) the nodes run, and its parameters.
+
+    [app]
+    module = "token_ring:app"   # module:attr, or a built-in name (snapmesh.app.BUILT_IN)
+    holder = "p2"               # every other key: the app's NodeInfo.params
+
+No [app]: the bank. SNAPMESH_APP=module:attr stands in for `module` (how `cluster
+up --app` tells its children); the params stay the file's. Only the form is checked
+here; importing the module is snapmesh.app.load_app's, in the process that runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["AppSettings", "check_app_spec", "parse_app", "runs_bank"]
+
+
+@dataclass(frozen=True, slots=True)
+class AppSettings:
+    module: str = ""  # "module:attr" (snapmesh.app.load_app); "": the bank
+    params: Mapping[str, Any] = field(default_factory=dict)  # NodeInfo.params: every other key of [app]
+
+
+def parse_app(raw: Mapping[str, Any], env: Mapping[str, str], error: Callable[[str, str], Exception]) -> AppSettings:
+    """[app] of the parsed file `raw`, SNAPMESH_APP in place of its module;
+    `error(key, problem)` is the exception for a bad key."""
+    app_raw = raw.get("app", {})
+    if not isinstance(app_raw, dict):
+        raise error("app", "must be a table")
+    params = {key: value for key, value in app_raw.items() if key != "module"}
+    key, module = ("SNAPMESH_APP", env["SNAPMESH_APP"]) if env.get("SNAPMESH_APP") else ("app.module", app_raw.get("module"))
+    if "app" in raw or key == "SNAPMESH_APP":
+        if not isinstance(module, str) or not module:
+            raise error(key, "missing" if module is None else f"must be a non-empty string, got {module!r}")
+        check_app_spec(module, lambda problem: error(key, problem))
+    return AppSettings(module=module or "", params=params)
+
+
+def check_app_spec(spec: str, error: Callable[[str], Exception] = ValueError) -> str:
+    """`spec` if it has the form module:attr, or is a bare name (a built-in app);
+    else raises error(problem)."""
+    module, colon, attr = spec.partition(":")
+    names = [*module.split("."), *attr.split(".")] if colon else [spec]
+    if not all(part.isidentifier() for part in names):
+        raise error(f"must be module:attr (a Python module and an attribute in it) or a built-in app, got {spec!r}")
+    return spec
+
+
+def runs_bank(app: AppSettings) -> bool:
+    """Whether the nodes run the bank (its int-only fast path, no app object)."""
+    return app.module in ("", "bank")

@@ -1,0 +1,97 @@
+"""An app cluster's snapshots at the controller: states and payloads kept, invariants judged (appstate V1-V3).
+
+A two-node token ring described inline (snapmesh.app only): the tracker keeps each
+node's state bytes and each in-flight payload, the checker runs the app's
+invariant on every COMPLETE snapshot, a broken one refuses the restore, a
+controller without the app's module completes it "unchecked", and a restore's
+plan carries the states and payloads to the nodes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from snapmesh.app import App, View
+from snapmesh.protocol import controller
+from snapmesh.protocol.appstate import AppChecker, digest, view_of
+from snapmesh.protocol.topology import Topology
+from snapmesh.protocol.tracker import COMPLETE, DuplicateReport, Now, Tracker
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+NOW = Now(mono=0.0, wall=1_795_000_000.0)
+TOKEN = b"token"
+
+
+def one_token(view: View) -> list[str]:
+    count = sum(int(state) for state in view.states.values()) + sum(p == TOKEN for *_, p in view.in_flight)
+    return [] if count == 1 else [f"{count} tokens"]
+
+
+APP = App(name="ring", new=lambda info: None, invariants={"one token": one_token})
+
+
+def tracker(checker: AppChecker | None) -> Tracker:
+    return Tracker(topology=Topology.build(["a", "b"], None), expected_total=0, deadline_s=5, checker=checker)
+
+
+def report(node: str, state: bytes, in_flight: list[bytes] = ()) -> pb.FullState:
+    src = "b" if node == "a" else "a"
+    items = [pb.InFlightTransfer(msg_id=f"{src}:{node}:{seq}", seq=seq, payload=p) for seq, p in enumerate(in_flight, 1)]
+    return pb.FullState(snapshot_id="s1", node_id=node, state=state, channels=[pb.ChannelState(src=src, dst=node,
+                                                                                              in_flight=items)])
+
+
+def complete(checker: AppChecker | None, a: pb.FullState, b: pb.FullState) -> pb.Snapshot:
+    machine = tracker(checker)
+    machine.start("s1", "a", NOW)
+    machine.report(a, NOW)
+    snapshot = machine.report(b, NOW).snapshot
+    assert snapshot.status == COMPLETE, snapshot.reason
+    return snapshot
+
+
+def test_a_token_in_flight_is_kept_with_its_seq_and_the_invariant_holds():
+    snapshot = complete(AppChecker("ring:app", APP), report("a", b"0"), report("b", b"0", [TOKEN]))
+    assert [(n.node_id, n.state, n.state_digest) for n in snapshot.nodes] == [
+        ("a", b"0", digest(b"0")), ("b", b"0", digest(b"0"))]
+    assert view_of(snapshot).in_flight == [("a", "b", 1, TOKEN)]
+    assert snapshot.app == "ring:app" and snapshot.app_check == pb.Snapshot.APP_CHECKED
+    assert [(i.name, i.ok, list(i.problems)) for i in snapshot.invariants] == [("one token", True, [])]
+    assert snapshot.conserved and controller.problem(snapshot) == ""
+    plan = controller.plan(snapshot, epoch=2)
+    assert plan["a"].state == b"0" and plan["b"].HasField("state")
+    assert [(t.seq, t.payload) for c in plan["b"].channels for t in c.in_flight] == [(1, TOKEN)]
+
+
+def test_a_second_token_breaks_the_invariant_and_refuses_the_restore():
+    snapshot = complete(AppChecker("ring:app", APP), report("a", b"1"), report("b", b"0", [TOKEN]))
+    assert [(i.name, i.ok, list(i.problems)) for i in snapshot.invariants] == [("one token", False, ["2 tokens"])]
+    assert "one token" in snapshot.reason
+    assert "breaks the app's invariant(s) 'one token'" in controller.problem(snapshot)
+
+
+def test_without_the_apps_module_the_snapshot_completes_unchecked():
+    snapshot = complete(AppChecker("ring:app", None, why="no module named 'ring'"), report("a", b"5"), report("b", b"0"))
+    assert snapshot.app_check == pb.Snapshot.APP_UNCHECKED and not snapshot.invariants
+    assert snapshot.reason == "unchecked: no module named 'ring'"
+    assert controller.problem(snapshot) == ""
+
+
+def test_a_check_that_raises_is_a_broken_invariant_not_a_crash():
+    def boom(view: View) -> list[str]:
+        raise RuntimeError("bad check")
+
+    app = App(name="ring", new=lambda info: None, invariants={"boom": boom})
+    snapshot = complete(AppChecker("ring:app", app), report("a", b"1"), report("b", b"0"))
+    assert not snapshot.invariants[0].ok and "bad check" in snapshot.invariants[0].problems[0]
+
+
+def test_a_repeated_app_report_is_a_duplicate_and_a_different_state_is_refused():
+    machine = tracker(AppChecker("ring:app", APP))
+    machine.start("s1", "a", NOW)
+    machine.report(report("a", b"1"), NOW)
+    assert machine.report(report("a", b"1"), NOW).duplicate
+    machine.report(report("b", b"0"), NOW)
+    assert machine.report(report("a", b"1"), NOW).duplicate  # once COMPLETE too
+    with pytest.raises(DuplicateReport, match="different state"):
+        machine.report(report("a", b"0"), NOW)
