@@ -226,9 +226,10 @@ def test_the_stack_is_what_the_issue_asks(stack):
         assert task["RestartPolicy"]["Condition"] == "on-failure"
         mounts = {m["Target"]: m["Source"] for m in task["ContainerSpec"]["Mounts"]}
         assert mounts["/data"] == f"{stack.name}_{node}-data", "each node has its own volume"
-        secrets = {s["File"]["Name"] for s in task["ContainerSpec"]["Secrets"]}
-        assert {f"{node}.pem", f"{node}-key.pem", "ca.pem", "token"} <= secrets
-        assert not any(s.endswith("-key.pem") and s not in (f"{node}-key.pem", "client-key.pem") for s in secrets)
+        secrets = {s["File"]["Name"]: s["SecretName"] for s in task["ContainerSpec"]["Secrets"]}
+        assert {f"{node}.pem", f"{node}-key.pem", "ca.pem", "token"} <= set(secrets)
+        keys = {source for source in secrets.values() if source.endswith("-key.pem")}
+        assert keys == {f"{stack.name}-{node}-key.pem"}, f"{node} holds {keys}: its own key only"
     ports = services["controller"]["EndpointSpec"]["Ports"]
     assert [(p["TargetPort"], p["PublishedPort"]) for p in ports] == [(50050, int(stack.controller.rsplit(":", 1)[1]))]
     network = json.loads(docker("network", "inspect", f"{stack.name}_mesh").stdout)[0]

@@ -45,8 +45,10 @@ def test_secrets_are_external_and_each_process_gets_its_own_key_only(spread):
     assert "ca-key.pem" not in stack["secrets"]
     for name, service in stack["services"].items():
         keys = {s["source"] for s in service["secrets"] if s["source"].endswith("-key.pem")}
-        own = {f"{name}-key.pem"} if name != "app" else set()
-        assert keys == own | {"client-key.pem"}, (name, keys)
+        own = f"{name}-key.pem" if name != "app" else "client-key.pem"
+        assert keys == {own}, (name, keys)  # no node or controller holds the client's key
+        targets = {s["target"]: s["source"] for s in service["secrets"]}
+        assert targets["client-key.pem"] == own  # a server's healthcheck presents its own pair
     assert stack["networks"]["mesh"]["driver"] == "overlay"
     ports = stack["services"]["controller"]["ports"]
     assert ports[0]["target"] == 50050 and ports[0]["mode"] == "host"

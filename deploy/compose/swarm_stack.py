@@ -32,12 +32,18 @@ def _placement(host: str) -> str:
 
 
 def _secrets(name: str) -> str:
-    """The files SNAPMESH_TLS_DIR=/run/secrets holds for one process (its own key only)."""
-    files = ["ca.pem", "token", "client.pem", "client-key.pem"]  # client: the healthcheck's identity
-    if name != "client":
-        files[2:2] = [f"{name}.pem", f"{name}-key.pem"]
+    """The files SNAPMESH_TLS_DIR=/run/secrets holds for one process: its own key only. A
+    server's own pair is there a second time under the client's file names: the identity
+    its healthcheck (`snapmesh health`) presents, so no node holds the client's key."""
+    files = [("ca.pem", "ca.pem"), ("token", "token")]
+    if name == "client":
+        files += [("client.pem", "client.pem"), ("client-key.pem", "client-key.pem")]
+    else:
+        files += [(f"{name}.pem", f"{name}.pem"), (f"{name}-key.pem", f"{name}-key.pem"),
+                  (f"{name}.pem", "client.pem"), (f"{name}-key.pem", "client-key.pem")]
     return "    secrets:\n" + "".join(
-        f'      - {{source: {file}, target: {file}, uid: "10001", gid: "10001", mode: 0400}}\n' for file in files
+        f'      - {{source: {source}, target: {target}, uid: "10001", gid: "10001", mode: 0400}}\n'
+        for source, target in files
     )
 
 
