@@ -12,7 +12,8 @@ a compose project of its own, plus an override file this run writes:
   network, `sleep infinity`) also mounts, so the tmpfs outlives the node's
   container between a kill and the restart; the keeper fills it (dd until
   ENOSPC) for a full-disk fault and empties it again. The keeper also mounts
-  the shared data volume: the logs and snapshots are copied out through it.
+  every process's data volume (`<name>-data` at /data/<name>): the logs and
+  snapshots are copied out through it.
 
 The faults, in docker terms: `docker kill -s KILL` then `docker start`;
 `docker pause`/`unpause`; cut streams: every established connection into the
@@ -155,7 +156,8 @@ class ComposeBackend:
         services[disk_node]["volumes"] = ["chaos-disk:/disk"]
         services[KEEPER] = {
             "image": "${SNAPMESH_IMAGE:-snapmesh:latest}", "entrypoint": ["sleep", "infinity"], "init": True,
-            "restart": "no", "network_mode": "none", "volumes": ["snapmesh-data:/data", "chaos-disk:/disk"],
+            "restart": "no", "network_mode": "none",
+            "volumes": [*(f"{name}-data:/data/{name}" for name in (*self.ids, "controller")), "chaos-disk:/disk"],
         }
         volumes = {"chaos-disk": {"driver": "local",
                                   "driver_opts": {"type": "tmpfs", "device": "tmpfs", "o": f"size={DISK_SIZE},mode=1777"}}}
@@ -296,7 +298,7 @@ class ComposeBackend:
 
     def read_logs(self) -> dict[str, list[dict]]:
         self.data_dir.mkdir(exist_ok=True)
-        for directory in ("/data", "/disk"):
+        for directory in (*(f"/data/{node}" for node in self.ids), "/disk"):
             self._copy_out(directory, logs_only=True)
         return {n: read_node_log(self.data_dir, n) for n in self.ids}
 
@@ -310,8 +312,8 @@ class ComposeBackend:
         docker("docker", "stop", "-t", "10", *(self.cids[n] for n in self.ids), timeout=120)
         docker("docker", "stop", "-t", "10", self.cids["controller"], timeout=60)
         self.data_dir.mkdir(exist_ok=True)
-        self._copy_out("/data", logs_only=False)
-        self._copy_out("/disk", logs_only=False)
+        for directory in (*(f"/data/{name}" for name in (*self.ids, "controller")), "/disk"):
+            self._copy_out(directory, logs_only=False)
         return {n: self._state(n)[1] for n in self.ids}
 
     def teardown(self) -> str:
