@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from snapmesh.app import App, View
+from snapmesh.checking import snapshot_file
 from snapmesh.protocol import controller
 from snapmesh.protocol.appstate import AppChecker, digest, view_of
 from snapmesh.protocol.topology import Topology
@@ -95,3 +96,19 @@ def test_a_repeated_app_report_is_a_duplicate_and_a_different_state_is_refused()
     assert machine.report(report("a", b"1"), NOW).duplicate  # once COMPLETE too
     with pytest.raises(DuplicateReport, match="different state"):
         machine.report(report("a", b"0"), NOW)
+
+
+def test_snapshot_verify_reads_an_apps_file_its_invariants_and_its_state_digests(tmp_path):
+    snapshot = complete(AppChecker("ring:app", APP), report("a", b"0"), report("b", b"0", [TOKEN]))
+    path = tmp_path / f"{snapshot.snapshot_id}.pb"
+    path.write_bytes(snapshot_file.sealed_bytes(snapshot)[0])
+    verdict = snapshot_file.check(path)
+    assert verdict.ok, verdict.failed()
+    assert [c.detail for c in verdict.checks if c.name == "invariants"] == ["1 of app ring:app held"]
+
+    broken = complete(AppChecker("ring:app", APP), report("a", b"1"), report("b", b"0", [TOKEN]))
+    broken.nodes[1].state = b"7"  # and a state that no longer matches its digest
+    path.write_bytes(snapshot_file.sealed_bytes(broken)[0])
+    failed = {c.name: c.detail for c in snapshot_file.check(path).failed()}
+    assert failed["invariants"] == "one token: 2 tokens"
+    assert "node b: its state does not match its digest" in failed["consistent"]
