@@ -293,7 +293,8 @@ def test_an_app_that_raises_on_a_message_stops_the_node_with_its_text(tmp_path):
         assert "the app failed on a message" in text and "p2 dropped the token from p1" in text
 
 
-@pytest.mark.parametrize("command", [["cluster", "up", "--nodes", "2", "--ui", "off"], ["node", "--id", "p1"]])
+@pytest.mark.parametrize("command", [["cluster", "up", "--nodes", "2", "--ui", "off"], ["node", "--id", "p1"],
+                                     ["controller"]])
 def test_a_bad_app_exits_2_with_one_line(tmp_path, command):
     args = [*CLI, *command, "--app", "no_such_module_anywhere:app"]
     if command[0] == "cluster":
@@ -304,7 +305,8 @@ def test_a_bad_app_exits_2_with_one_line(tmp_path, command):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "no_such_module_anywhere" in lines[0], result.stderr
-    assert not list(tmp_path.glob("*.log.jsonl")), "a bad app must stop before anything starts"
+    assert not list(tmp_path.glob("*.log.jsonl")) and not (tmp_path / "controller").exists(), \
+        "a bad app must stop before anything starts"
 
 
 def test_overtake_mode_keeps_the_token_in_the_senders_outbox(tmp_path):
@@ -321,3 +323,16 @@ def test_overtake_mode_keeps_the_token_in_the_senders_outbox(tmp_path):
             passer.stop()
             controller.close()
         assert tokens(cluster.config) == 1
+
+
+def test_an_app_whose_snapshot_is_not_bytes_exits_2_before_anything_starts(tmp_path):
+    (tmp_path / "text_ring.py").write_text(
+        "from snapmesh.app import App\nfrom token_ring import TokenRing\n\n\n"
+        "class Text(TokenRing):\n    def snapshot(self):\n        return str(self.tokens)\n\n\n"
+        "app = App(name='text_ring', new=Text)\n", encoding="utf-8")
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=2)
+    result = subprocess.run([*CLI, "node", "--config", str(path), "--id", "p1", "--app", "text_ring:app"],
+                            capture_output=True, text=True, env=env_with(tmp_path, EXAMPLES), timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == "snapmesh node: app 'text_ring': snapshot() returned str, not bytes"
+    assert not list(tmp_path.glob("*.log.jsonl"))
