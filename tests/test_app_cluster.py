@@ -336,3 +336,29 @@ def test_an_app_whose_snapshot_is_not_bytes_exits_2_before_anything_starts(tmp_p
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == "snapmesh node: app 'text_ring': snapshot() returned str, not bytes"
     assert not list(tmp_path.glob("*.log.jsonl"))
+
+
+def test_a_controller_without_the_apps_module_completes_snapshots_unchecked(tmp_path):
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=2)
+    with Cluster(path, env=env_with(EXAMPLES), app=APP, controller=False) as cluster:
+        env = {**env_with(), "SNAPMESH_APP": APP}  # the nodes' app, but not its module
+        controller = subprocess.Popen([*CLI, "controller", "--config", str(path)], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+        try:
+            deadline = time.monotonic() + 60
+            with grpc.insecure_channel(cluster.controller_address) as channel:
+                stub = pb_grpc.ControllerStub(channel)
+                while True:
+                    try:
+                        snapshot = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=30)
+                        break
+                    except grpc.RpcError:
+                        assert controller.poll() is None and time.monotonic() < deadline, "no controller"
+                        time.sleep(0.3)
+        finally:
+            controller.send_signal(signal.SIGTERM)
+            _, err = controller.communicate(timeout=60)
+    assert snapshot.status == pb.Snapshot.COMPLETE and snapshot.app_check == pb.Snapshot.APP_UNCHECKED, snapshot
+    assert snapshot.reason.startswith("unchecked: --app token_ring:app: no module named 'token_ring'")
+    assert [n.state for n in snapshot.nodes] == [b"1", b"0"] and not snapshot.invariants
+    assert "its snapshots complete unchecked" in err
