@@ -138,8 +138,8 @@ class Passer:
 
 def checked(snapshot: pb.Snapshot) -> None:
     assert snapshot.status == pb.Snapshot.COMPLETE, snapshot.reason
-    assert snapshot.app == APP and snapshot.app_check == pb.Snapshot.APP_CHECKED, snapshot
-    assert [(i.name, i.ok) for i in snapshot.invariants] == [("one token", True)], snapshot.invariants
+    assert snapshot.app.spec == APP and snapshot.app.status == pb.AppCheck.CHECKED, snapshot
+    assert [(i.name, i.ok) for i in snapshot.app.invariants] == [("one token", True)], snapshot.app
 
 
 def in_flight(snapshot: pb.Snapshot) -> list[tuple[str, str, int, bytes]]:
@@ -358,7 +358,7 @@ def test_a_controller_without_the_apps_module_completes_snapshots_unchecked(tmp_
         finally:
             controller.send_signal(signal.SIGTERM)
             _, err = controller.communicate(timeout=60)
-    assert snapshot.status == pb.Snapshot.COMPLETE and snapshot.app_check == pb.Snapshot.APP_UNCHECKED, snapshot
+    assert snapshot.status == pb.Snapshot.COMPLETE and snapshot.app.status == pb.AppCheck.UNCHECKED, snapshot
     assert snapshot.reason.startswith("unchecked: --app token_ring:app: no module named 'token_ring'")
-    assert [n.state for n in snapshot.nodes] == [b"1", b"0"] and not snapshot.invariants
+    assert [n.state for n in snapshot.nodes] == [b"1", b"0"] and not snapshot.app.invariants
     assert "its snapshots complete unchecked" in err

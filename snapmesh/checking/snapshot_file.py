@@ -159,11 +159,11 @@ def check(path: Path) -> Verdict:
               status + (f": {snapshot.reason}" if snapshot.reason else "")))
     add(Check("conserved", snapshot.conserved and snapshot.total == snapshot.expected_total,
               f"total {snapshot.total}, expected {snapshot.expected_total}"))
-    if snapshot.app:
-        broken = [f"{i.name}: {'; '.join(i.problems)}" for i in snapshot.invariants if not i.ok]
-        checked = snapshot.app_check == pb.Snapshot.APP_CHECKED
+    if snapshot.HasField("app"):
+        app = snapshot.app
+        broken = [f"{i.name}: {'; '.join(i.problems)}" for i in app.invariants if not i.ok]
         add(Check("invariants", not broken, "; ".join(broken) if broken else
-                  f"{len(snapshot.invariants)} of app {snapshot.app} held" if checked else "unchecked"))
+                  f"{len(app.invariants)} of app {app.spec} held" if app.status == pb.AppCheck.CHECKED else "unchecked"))
     problems = inconsistencies(snapshot)
     add(Check("consistent", not problems, "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else "")
               if problems else f"{len(snapshot.nodes)} nodes, {len(snapshot.channels)} channels, "
