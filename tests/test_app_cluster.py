@@ -362,3 +362,13 @@ def test_a_controller_without_the_apps_module_completes_snapshots_unchecked(tmp_
     assert snapshot.reason.startswith("unchecked: --app token_ring:app: no module named 'token_ring'")
     assert [n.state for n in snapshot.nodes] == [b"1", b"0"] and not snapshot.app.invariants
     assert "its snapshots complete unchecked" in err
+
+
+def test_a_controller_that_runs_another_app_than_the_nodes_exits_2(tmp_path):
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=2)
+    with Cluster(path, env=env_with(EXAMPLES), app=APP, controller=False):
+        controller = subprocess.run([*CLI, "controller", "--config", str(path)], capture_output=True, text=True,
+                                    env=env_with(EXAMPLES), timeout=120)  # the bank: no --app, no [app]
+    assert controller.returncode == 2, controller.stderr
+    assert f"the controller runs the bank but node 'p1' runs {APP}; every process must run the same app" in \
+        controller.stderr
