@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from snapmesh.app import NodeInfo, load_app
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -377,10 +379,6 @@ def test_a_controller_that_runs_another_app_than_the_nodes_exits_2(tmp_path):
 def test_kvshard_on_a_cluster_finds_every_key_once_through_snapshots_and_a_kill(tmp_path):
     """The built-in kvshard (keys that move by handoff): its workload through Submit, snapshots
     checked by its invariant, a node killed with SIGKILL and started again on its log."""
-    import random
-
-    from snapmesh.app import NodeInfo, load_app
-
     kvshard = load_app("kvshard")
     path = config.write_cluster(tmp_path / "cluster.toml", nodes=3)
     with Cluster(path, app="kvshard") as cluster:
