@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from snapmesh.app import NodeInfo, load_app
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -138,8 +140,8 @@ class Passer:
 
 def checked(snapshot: pb.Snapshot) -> None:
     assert snapshot.status == pb.Snapshot.COMPLETE, snapshot.reason
-    assert snapshot.app == APP and snapshot.app_check == pb.Snapshot.APP_CHECKED, snapshot
-    assert [(i.name, i.ok) for i in snapshot.invariants] == [("one token", True)], snapshot.invariants
+    assert snapshot.app.spec == APP and snapshot.app.status == pb.AppCheck.CHECKED, snapshot
+    assert [(i.name, i.ok) for i in snapshot.app.invariants] == [("one token", True)], snapshot.app
 
 
 def in_flight(snapshot: pb.Snapshot) -> list[tuple[str, str, int, bytes]]:
@@ -293,7 +295,8 @@ def test_an_app_that_raises_on_a_message_stops_the_node_with_its_text(tmp_path):
         assert "the app failed on a message" in text and "p2 dropped the token from p1" in text
 
 
-@pytest.mark.parametrize("command", [["cluster", "up", "--nodes", "2", "--ui", "off"], ["node", "--id", "p1"]])
+@pytest.mark.parametrize("command", [["cluster", "up", "--nodes", "2", "--ui", "off"], ["node", "--id", "p1"],
+                                     ["controller"]])
 def test_a_bad_app_exits_2_with_one_line(tmp_path, command):
     args = [*CLI, *command, "--app", "no_such_module_anywhere:app"]
     if command[0] == "cluster":
@@ -304,7 +307,8 @@ def test_a_bad_app_exits_2_with_one_line(tmp_path, command):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "no_such_module_anywhere" in lines[0], result.stderr
-    assert not list(tmp_path.glob("*.log.jsonl")), "a bad app must stop before anything starts"
+    assert not list(tmp_path.glob("*.log.jsonl")) and not (tmp_path / "controller").exists(), \
+        "a bad app must stop before anything starts"
 
 
 def test_overtake_mode_keeps_the_token_in_the_senders_outbox(tmp_path):
@@ -321,3 +325,104 @@ def test_overtake_mode_keeps_the_token_in_the_senders_outbox(tmp_path):
             passer.stop()
             controller.close()
         assert tokens(cluster.config) == 1
+
+
+def test_an_app_whose_snapshot_is_not_bytes_exits_2_before_anything_starts(tmp_path):
+    (tmp_path / "text_ring.py").write_text(
+        "from snapmesh.app import App\nfrom token_ring import TokenRing\n\n\n"
+        "class Text(TokenRing):\n    def snapshot(self):\n        return str(self.tokens)\n\n\n"
+        "app = App(name='text_ring', new=Text)\n", encoding="utf-8")
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=2)
+    result = subprocess.run([*CLI, "node", "--config", str(path), "--id", "p1", "--app", "text_ring:app"],
+                            capture_output=True, text=True, env=env_with(tmp_path, EXAMPLES), timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == "snapmesh node: app 'text_ring': snapshot() returned str, not bytes"
+    assert not list(tmp_path.glob("*.log.jsonl"))
+
+
+def test_a_controller_without_the_apps_module_completes_snapshots_unchecked(tmp_path):
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=2)
+    with Cluster(path, env=env_with(EXAMPLES), app=APP, controller=False) as cluster:
+        env = {**env_with(), "SNAPMESH_APP": APP}  # the nodes' app, but not its module
+        controller = subprocess.Popen([*CLI, "controller", "--config", str(path)], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+        try:
+            deadline = time.monotonic() + 60
+            with grpc.insecure_channel(cluster.controller_address) as channel:
+                stub = pb_grpc.ControllerStub(channel)
+                while True:
+                    try:
+                        snapshot = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=30)
+                        break
+                    except grpc.RpcError:
+                        assert controller.poll() is None and time.monotonic() < deadline, "no controller"
+                        time.sleep(0.3)
+        finally:
+            controller.send_signal(signal.SIGTERM)
+            _, err = controller.communicate(timeout=60)
+    assert snapshot.status == pb.Snapshot.COMPLETE and snapshot.app.status == pb.AppCheck.UNCHECKED, snapshot
+    assert snapshot.reason.startswith("unchecked: --app token_ring:app: no module named 'token_ring'")
+    assert [n.state for n in snapshot.nodes] == [b"1", b"0"] and not snapshot.app.invariants
+    assert "its snapshots complete unchecked" in err
+
+
+def test_a_controller_that_runs_another_app_than_the_nodes_exits_2(tmp_path):
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=2)
+    with Cluster(path, env=env_with(EXAMPLES), app=APP, controller=False):
+        controller = subprocess.run([*CLI, "controller", "--config", str(path)], capture_output=True, text=True,
+                                    env=env_with(EXAMPLES), timeout=120)  # the bank: no --app, no [app]
+    assert controller.returncode == 2, controller.stderr
+    assert f"the controller runs the bank but node 'p1' runs {APP}; every process must run the same app" in \
+        controller.stderr
+
+
+def test_kvshard_on_a_cluster_finds_every_key_once_through_snapshots_and_a_kill(tmp_path):
+    """The built-in kvshard (keys that move by handoff): its workload through Submit, snapshots
+    checked by its invariant, a node killed with SIGKILL and started again on its log."""
+    kvshard = load_app("kvshard")
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=3)
+    with Cluster(path, app="kvshard") as cluster:
+        cfg = cluster.config
+        infos = [NodeInfo(node_id=n.id, peers_out=cfg.topology.outgoing(n.id), peers_in=cfg.topology.incoming(n.id))
+                 for n in cfg.nodes]
+        commands = kvshard.workload(infos, random.Random(7))
+        stop = threading.Event()
+        answered = [0]
+
+        def drive() -> None:
+            channels = {n.id: grpc.insecure_channel(n.address) for n in cfg.nodes}
+            try:
+                while not stop.is_set():
+                    node, command = next(commands)
+                    try:
+                        pb_grpc.NodeStub(channels[node]).Submit(pb.SubmitRequest(command=command), timeout=5)
+                        answered[0] += 1
+                    except grpc.RpcError:
+                        pass  # a guess that missed (the key moved on), or a node being restarted
+            finally:
+                for channel in channels.values():
+                    channel.close()
+
+        driver = threading.Thread(target=drive, daemon=True)
+        driver.start()
+        with grpc.insecure_channel(cluster.controller_address) as channel:
+            stub = pb_grpc.ControllerStub(channel)
+
+            def judged() -> pb.Snapshot:
+                snapshot = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60)
+                assert snapshot.status == pb.Snapshot.COMPLETE, snapshot.reason
+                assert [(i.name, i.ok) for i in snapshot.app.invariants] == [
+                    (name, True) for name in kvshard.invariants], snapshot.app
+                return snapshot
+
+            try:
+                for _ in range(5):
+                    judged()
+                cluster.kill_node("p2")
+                cluster.start_node("p2")
+                for _ in range(5):
+                    judged()
+            finally:
+                stop.set()
+                driver.join(30)
+        assert answered[0] > 50

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from snapmesh.app import App, View
+from snapmesh.checking import snapshot_file
 from snapmesh.protocol import controller
 from snapmesh.protocol.appstate import AppChecker, digest, view_of
 from snapmesh.protocol.topology import Topology
@@ -55,8 +56,8 @@ def test_a_token_in_flight_is_kept_with_its_seq_and_the_invariant_holds():
     assert [(n.node_id, n.state, n.state_digest) for n in snapshot.nodes] == [
         ("a", b"0", digest(b"0")), ("b", b"0", digest(b"0"))]
     assert view_of(snapshot).in_flight == [("a", "b", 1, TOKEN)]
-    assert snapshot.app == "ring:app" and snapshot.app_check == pb.Snapshot.APP_CHECKED
-    assert [(i.name, i.ok, list(i.problems)) for i in snapshot.invariants] == [("one token", True, [])]
+    assert snapshot.app.spec == "ring:app" and snapshot.app.status == pb.AppCheck.CHECKED
+    assert [(i.name, i.ok, list(i.problems)) for i in snapshot.app.invariants] == [("one token", True, [])]
     assert snapshot.conserved and controller.problem(snapshot) == ""
     plan = controller.plan(snapshot, epoch=2)
     assert plan["a"].state == b"0" and plan["b"].HasField("state")
@@ -65,14 +66,14 @@ def test_a_token_in_flight_is_kept_with_its_seq_and_the_invariant_holds():
 
 def test_a_second_token_breaks_the_invariant_and_refuses_the_restore():
     snapshot = complete(AppChecker("ring:app", APP), report("a", b"1"), report("b", b"0", [TOKEN]))
-    assert [(i.name, i.ok, list(i.problems)) for i in snapshot.invariants] == [("one token", False, ["2 tokens"])]
+    assert [(i.name, i.ok, list(i.problems)) for i in snapshot.app.invariants] == [("one token", False, ["2 tokens"])]
     assert "one token" in snapshot.reason
     assert "breaks the app's invariant(s) 'one token'" in controller.problem(snapshot)
 
 
 def test_without_the_apps_module_the_snapshot_completes_unchecked():
     snapshot = complete(AppChecker("ring:app", None, why="no module named 'ring'"), report("a", b"5"), report("b", b"0"))
-    assert snapshot.app_check == pb.Snapshot.APP_UNCHECKED and not snapshot.invariants
+    assert snapshot.app.status == pb.AppCheck.UNCHECKED and not snapshot.app.invariants
     assert snapshot.reason == "unchecked: no module named 'ring'"
     assert controller.problem(snapshot) == ""
 
@@ -83,7 +84,8 @@ def test_a_check_that_raises_is_a_broken_invariant_not_a_crash():
 
     app = App(name="ring", new=lambda info: None, invariants={"boom": boom})
     snapshot = complete(AppChecker("ring:app", app), report("a", b"1"), report("b", b"0"))
-    assert not snapshot.invariants[0].ok and "bad check" in snapshot.invariants[0].problems[0]
+    [result] = snapshot.app.invariants
+    assert not result.ok and "bad check" in result.problems[0]
 
 
 def test_a_repeated_app_report_is_a_duplicate_and_a_different_state_is_refused():
@@ -95,3 +97,19 @@ def test_a_repeated_app_report_is_a_duplicate_and_a_different_state_is_refused()
     assert machine.report(report("a", b"1"), NOW).duplicate  # once COMPLETE too
     with pytest.raises(DuplicateReport, match="different state"):
         machine.report(report("a", b"0"), NOW)
+
+
+def test_snapshot_verify_reads_an_apps_file_its_invariants_and_its_state_digests(tmp_path):
+    snapshot = complete(AppChecker("ring:app", APP), report("a", b"0"), report("b", b"0", [TOKEN]))
+    path = tmp_path / f"{snapshot.snapshot_id}.pb"
+    path.write_bytes(snapshot_file.sealed_bytes(snapshot)[0])
+    verdict = snapshot_file.check(path)
+    assert verdict.ok, verdict.failed()
+    assert [c.detail for c in verdict.checks if c.name == "invariants"] == ["1 of app ring:app held"]
+
+    broken = complete(AppChecker("ring:app", APP), report("a", b"1"), report("b", b"0", [TOKEN]))
+    broken.nodes[1].state = b"7"  # and a state that no longer matches its digest
+    path.write_bytes(snapshot_file.sealed_bytes(broken)[0])
+    failed = {c.name: c.detail for c in snapshot_file.check(path).failed()}
+    assert failed["invariants"] == "one token: 2 tokens"
+    assert "node b: its state does not match its digest" in failed["consistent"]

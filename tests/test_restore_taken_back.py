@@ -18,15 +18,9 @@ from pathlib import Path
 
 import grpc
 import pytest
+from engine_harness import Aborted, ServicerContext, held_node, outcome
 from test_node_machine import Machines
 
-from services.node.channels import IncomingChannel, OutgoingChannel
-from services.node.engine import Engine
-from services.node.metrics import NodeMetrics
-from services.node.recovery import recover
-from services.node.reporter import PendingReports, StateReporter
-from services.node.servicer import NodeServicer
-from services.node.translog import TransferLog
 from snapmesh.protocol import epochs, wal
 from snapmesh.protocol.node import Node
 from snapmesh.sim import fuzz
@@ -98,71 +92,29 @@ def test_a_restore_of_an_unknown_cut_takes_back_and_past_the_kept_restores_too()
 # ------------------------------------------------------- the servicer path
 
 
-class _Aborted(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(f"{code.name}: {details}")
-        self.code, self.details = code, details
-
-
-class _Context:
-    async def abort(self, code: grpc.StatusCode, details: str) -> None:
-        raise _Aborted(code, details)
-
-    def auth_context(self) -> dict:
-        return {}
-
-    def peer(self) -> str:
-        return "ipv4:127.0.0.1:1"
-
-    def invocation_metadata(self) -> tuple:
-        return ()
-
-
-async def _node(tmp_path: Path) -> tuple[Engine, TransferLog, NodeServicer]:
-    """p1 (p2 -> p1 -> p2) on a real transfer log that is not flushing: nothing
-    becomes durable until the test calls `flush_sync`."""
-    path = tmp_path / "p1.log.jsonl"
-    recovered = recover(path, "p1", initial_balance=100, incoming=("p2",), outgoing=("p2",))
-    engine: Engine | None = None
-    log = TransferLog(path, "p1", last_lsn=recovered.last_lsn,
-                      on_durable=lambda lsn: engine.durable(lsn) if engine is not None else None)
-    metrics = NodeMetrics("p1")
-    reporter = StateReporter(address="127.0.0.1:1", log_=log, metrics=metrics, options=[],
-                             pending=PendingReports(tmp_path / "p1.reports"))
-    node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=recovered, now=0.0, wall=0.0)
-    never_started = OutgoingChannel(src="p1", dst="p2", address="127.0.0.1:1", metrics=metrics,
-                                    on_open=lambda *_: None, on_ack=lambda *_: None, on_lost=lambda *_: None)
-    engine = Engine(node=node, log_=log, outgoing={"p2": never_started},
-                    incoming={"p2": IncomingChannel(src="p2", dst="p1")}, metrics=metrics, reporter=reporter)
-    log.flush_sync()
-    return engine, log, NodeServicer(engine)
-
-
 async def _taken_back_while_waiting(tmp_path: Path, batch: bool) -> object:
-    engine, log, servicer = await _node(tmp_path)
+    engine, log, servicer = await held_node(tmp_path)
     engine.start_snapshot("s1")
     log.flush_sync()
     if batch:
         request = pb.TransferBatchRequest(transfers=[pb.TransferRequest(to="p2", amount=7, request_id="r1")])
-        call = asyncio.ensure_future(servicer.TransferBatch(request, _Context()))
+        call = asyncio.ensure_future(servicer.TransferBatch(request, ServicerContext()))
     else:
         request = pb.TransferRequest(to="p2", amount=7, request_id="r1")
-        call = asyncio.ensure_future(servicer.Transfer(request, _Context()))
+        call = asyncio.ensure_future(servicer.Transfer(request, ServicerContext()))
     await asyncio.sleep(0.05)
     assert not call.done()  # applied and logged, waiting for its fsync
     engine.restore("s1", 2, 100, [])  # s1's cut is before the transfer
     log.flush_sync()
     try:
-        return await asyncio.wait_for(call, 10)
-    except _Aborted as exc:
-        return exc
+        return await outcome(call)
     finally:
         await log.close()
 
 
 def test_a_transfer_a_restore_took_back_before_its_fsync_is_answered_aborted(tmp_path: Path) -> None:
     answer = asyncio.run(_taken_back_while_waiting(tmp_path, batch=False))
-    assert isinstance(answer, _Aborted) and answer.code is grpc.StatusCode.ABORTED, answer
+    assert isinstance(answer, Aborted) and answer.code is grpc.StatusCode.ABORTED, answer
     assert "restore of snapshot s1" in answer.details and "not paid" in answer.details
 
 

@@ -27,6 +27,7 @@ from snapmesh.protocol.tracker import (
     TrackerError,
     UnknownSnapshot,
 )
+from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -55,10 +56,11 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
         self._chunk_budget = chunking.ChunkBudget()  # ReportStateChunks' bytes in flight, per peer and in all
 
     async def mode_mismatch(self, retry_s: float = 0.5) -> str:
-        """Ask every node its snapshot_mode (GetState, retried until it answers);
-        return the first disagreement with the controller's, in words. Never
-        returns while every node agrees (a mixed cluster is refused, not run)."""
+        """Ask every node its snapshot_mode and its app (GetState, retried until it
+        answers); return the first disagreement with the controller's, in words.
+        Never returns while every node agrees (a mixed cluster is refused, not run)."""
         mine = self.config.snapshot_mode
+        my_app = "" if cluster_config.runs_bank(self.config.app) else self.config.app.module
         waiting = set(self._stubs)
         while waiting:
             for node in sorted(waiting):
@@ -72,6 +74,11 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
                     return (
                         f"{self.config.path}: snapshot_mode: the controller runs {mine!r} but node {node!r} runs "
                         f"{theirs!r}; every process must read the same snapshot_mode"
+                    )
+                if state.app != my_app:
+                    return (
+                        f"{self.config.path}: [app]: the controller runs {my_app or 'the bank'} but node {node!r} "
+                        f"runs {state.app or 'the bank'}; every process must run the same app"
                     )
             if waiting:
                 await asyncio.sleep(retry_s)

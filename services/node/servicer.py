@@ -164,16 +164,15 @@ class NodeServicer(pb_grpc.NodeServicer):
         return pb.SubmitResponse(reply=answer.reply, replayed=answer.repeated, epoch=answer.epoch)
 
     def _taken_back(self, answer: Accepted | Submitted) -> str | None:
-        """Why the transfer `answer` says paid, now durable, must not be
-        answered "paid" (a restore since took it back), or None: it stands."""
+        """Why the transfer (or command) `answer` says done, now durable, must not
+        be answered done (a restore since took it back), or None: it stands."""
         snapshot_id = self._engine.node.taken_back(answer)
         if snapshot_id is None:
             return None
         self._engine.metrics.refused(grpc.StatusCode.ABORTED.name).inc()
-        return (
-            f"taken back by the restore of snapshot {snapshot_id} on {self._engine.node_id}: not paid; "
-            "retrying (same request_id) pays it anew"
-        )
+        undone = "not done; retrying (same request_id) runs it anew" if type(answer) is Submitted else (
+            "not paid; retrying (same request_id) pays it anew")
+        return f"taken back by the restore of snapshot {snapshot_id} on {self._engine.node_id}: {undone}"
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
         engine = self._engine

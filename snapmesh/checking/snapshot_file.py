@@ -26,7 +26,10 @@ stored snapshot
 - consistent with itself: the total is the recorded balances plus the
   in-flight amounts, `conserved` agrees with the totals, each node and channel
   appears once, every channel joins two recorded nodes, in-flight seqs increase
-  and msg_ids are unique, amounts are positive.
+  and msg_ids are unique, amounts are positive (an app's messages: a payload,
+  amount 0), each app state matches its digest;
+- for an app: its invariants held when the controller checked them ("unchecked"
+  passes, saying so).
 The restore path (`damage`) asks only the first question: a damaged file is
 refused with DATA_LOSS, a COMPLETE but odd one by the restorer's own checks.
 """
@@ -187,6 +190,11 @@ def check(path: Path) -> Verdict:
               status + (f": {snapshot.reason}" if snapshot.reason else "")))
     add(Check("conserved", snapshot.conserved and snapshot.total == snapshot.expected_total,
               f"total {snapshot.total}, expected {snapshot.expected_total}"))
+    if snapshot.HasField("app"):
+        app = snapshot.app
+        broken = [f"{i.name}: {'; '.join(i.problems)}" for i in app.invariants if not i.ok]
+        add(Check("invariants", not broken, "; ".join(broken) if broken else
+                  f"{len(app.invariants)} of app {app.spec} held" if app.status == pb.AppCheck.CHECKED else "unchecked"))
     problems = inconsistencies(snapshot)
     add(Check("consistent", not problems, "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else "")
               if problems else f"{len(snapshot.nodes)} nodes, {len(snapshot.channels)} channels, "
@@ -216,7 +224,7 @@ def inconsistencies(snapshot: pb.Snapshot) -> list[str]:
         last = 0
         for transfer in channel.in_flight:
             in_flight += transfer.amount
-            if transfer.amount <= 0:
+            if transfer.amount <= 0 and not transfer.HasField("payload"):
                 problems.append(f"{name}: in-flight {transfer.msg_id} has amount {transfer.amount}")
             if transfer.seq and transfer.seq <= last:
                 problems.append(f"{name}: seq {transfer.seq} after {last}")
@@ -224,6 +232,9 @@ def inconsistencies(snapshot: pb.Snapshot) -> list[str]:
             if transfer.msg_id in msg_ids:
                 problems.append(f"{name}: msg_id {transfer.msg_id} recorded twice")
             msg_ids.add(transfer.msg_id)
+    for node in snapshot.nodes:
+        if node.HasField("state") and node.state_digest != PREFIX + hashlib.sha256(node.state).hexdigest():
+            problems.append(f"node {node.node_id}: its state does not match its digest {node.state_digest}")
     balances = sum(n.balance for n in snapshot.nodes)
     if snapshot.status == pb.Snapshot.COMPLETE and balances + in_flight != snapshot.total:
         problems.append(f"total {snapshot.total} is not balances {balances} + in flight {in_flight}")

@@ -63,7 +63,8 @@ def up(args: argparse.Namespace) -> int:
             locks = acquire_all(work / "data", [CONTROLLER, *(f"p{i}" for i in range(1, nodes + 1))])
         except OSError as exc:
             raise ConfigError(f"cannot lock data dir {work / 'data'}: {exc}") from None
-        hosts = HostsCluster(work, nodes=nodes, tls=args.tls)
+        app = getattr(args, "app", None)  # --app: the cluster file's [app] (the launcher loaded it already)
+        hosts = HostsCluster(work, nodes=nodes, tls=args.tls, settings={"app": {"module": app}} if app else None)
         print(f"snapmesh cluster: starting {len(hosts.node_ids)} nodes on hosts (run {hosts.run_id}); logs in "
               f"{work / 'data' / 'logs'}", file=sys.stderr, flush=True)
         hosts.start(before=lambda cluster: release_all(locks))  # the children take them again, each its own

@@ -8,10 +8,10 @@ and `AppChecker.judge` runs the app's invariants over it.
 
 Rules
 -----
-V1. A COMPLETE snapshot of an app cluster says which app (`Snapshot.app`) and
-    whether it was checked: APP_CHECKED with one InvariantResult per invariant
-    (ok, or the app's problems), or APP_UNCHECKED when the controller could not
-    load the app's module: it completes all the same, and nothing is claimed.
+V1. A COMPLETE snapshot of an app cluster says which app (`Snapshot.app.spec`) and
+    whether it was checked: CHECKED with one InvariantResult per invariant (ok,
+    or the app's problems), or UNCHECKED when the controller could not load the
+    app's module: it completes all the same, and nothing is claimed.
 V2. A check that raises or returns something other than a list is a failed
     invariant naming what happened (snapmesh.app.check_invariants), never a
     crash of the controller.
@@ -30,8 +30,8 @@ from typing import Any
 from snapmesh.app import App, View, check_invariants
 from snapmesh.v1 import snapmesh_pb2 as pb
 
-CHECKED = pb.Snapshot.APP_CHECKED
-UNCHECKED = pb.Snapshot.APP_UNCHECKED
+CHECKED = pb.AppCheck.CHECKED
+UNCHECKED = pb.AppCheck.UNCHECKED
 
 
 def digest(state: bytes) -> str:
@@ -61,7 +61,7 @@ def view_of(snapshot: pb.Snapshot, params: Mapping[str, Any] = MappingProxyType(
 
 def failed_invariants(snapshot: pb.Snapshot) -> list[pb.InvariantResult]:
     """The invariants a checked snapshot found broken (none for the bank or an unchecked one)."""
-    return [result for result in snapshot.invariants if not result.ok]
+    return [result for result in snapshot.app.invariants if not result.ok]
 
 
 class AppChecker:
@@ -79,17 +79,18 @@ class AppChecker:
 
     def judge(self, snapshot: pb.Snapshot) -> None:
         """Fill in a just COMPLETE snapshot's app fields (V1-V3)."""
-        snapshot.app = self.spec
         snapshot.expected_total = snapshot.total
         snapshot.conserved = True
-        del snapshot.invariants[:]
+        verdict = snapshot.app
+        verdict.Clear()
+        verdict.spec = self.spec
         if self.app is None:
-            snapshot.app_check = UNCHECKED
+            verdict.status = UNCHECKED
             snapshot.reason = f"unchecked: {self.why}" if self.why else "unchecked"
             return
-        snapshot.app_check = CHECKED
+        verdict.status = CHECKED
         results = check_invariants(self.app, view_of(snapshot, self.params))
         for name, problems in results.items():
-            snapshot.invariants.add(name=name, ok=not problems, problems=problems)
+            verdict.invariants.add(name=name, ok=not problems, problems=problems)
         broken = [f"{name}: {'; '.join(problems)}" for name, problems in results.items() if problems]
         snapshot.reason = ("invariant broken: " + " | ".join(broken)) if broken else ""
