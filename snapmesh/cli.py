@@ -8,6 +8,7 @@ argument parser.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from snapmesh.processes.orphans import die_with_parent_if_asked
@@ -30,6 +31,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "trace": ("snapmesh.trace.main", "the message flow from the logs: a ShiViz log, an SVG or PNG diagram"),
     "ui": ("snapmesh.ui.server", "a read-only web page of the snapshots (overview, history, one snapshot)"),
 }
+
+
+# The client commands: gRPC's C-core logs nothing on their stderr (a failed TLS
+# handshake would log a line before the call fails); each says what went wrong in
+# its own words (snapmesh.commands.client_errors). GRPC_VERBOSITY set by the user
+# wins. Not the servers: `cluster` passes its environment on to them.
+CLIENTS = ("app", "restore", "snapshot", "health", "ui")
 
 
 def usage() -> str:
@@ -55,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"snapmesh: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
+    if name in CLIENTS:
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # before grpc is imported
     module = importlib.import_module(COMMANDS[name][0])
     return module.main(rest)
 

@@ -97,3 +97,34 @@ def test_every_option_of_every_parser_has_help_text(name, module_name, argv):
             missing.append(f"{where} {flag}")
     assert missing == [], f"options without help text: {missing}"
     assert hidden == [], f"options hidden from --help: {hidden}"
+
+
+# The value names the commands share, by the type they parse; any other value has its own word.
+METAVARS = {int: "N", float: "S"}
+# `snapmesh node` is the node shell's (services/node/main.py), named by its own owner.
+OWN_WORDS = {"snapmesh node"}
+
+
+@pytest.mark.parametrize("name, module_name, argv", [e for e in entry_points() if e[0] not in OWN_WORDS],
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_every_value_has_its_metavar_and_every_default_is_in_the_help(name, module_name, argv):
+    from snapmesh.settings.argparsing import positive_float
+
+    problems = []
+    for where, action in walk(name, caught_parser(module_name, argv)):
+        if not isinstance(action, argparse.Action) or action.nargs == 0 or not action.option_strings:
+            continue
+        flag = "/".join(action.option_strings)
+        kind = float if action.type is positive_float else action.type
+        if action.metavar is None and action.choices is None:
+            problems.append(f"{where} {flag}: no metavar (the help shows {action.dest.upper()})")
+        elif kind in METAVARS and action.metavar != METAVARS[kind]:
+            problems.append(f"{where} {flag}: {kind.__name__} shown as {action.metavar}, not {METAVARS[kind]}")
+        if any(o in ("--config",) for o in action.option_strings) and action.metavar != "FILE":
+            problems.append(f"{where} {flag}: a file shown as {action.metavar}, not FILE")
+        if any(o in ("--controller", "--listen", "--ui") for o in action.option_strings) and action.metavar != "HOST:PORT":
+            problems.append(f"{where} {flag}: an address shown as {action.metavar}, not HOST:PORT")
+        default = action.default
+        if not (default is None or default is False or default == argparse.SUPPRESS) and "default" not in action.help:
+            problems.append(f"{where} {flag}: its default {default!r} is not in its help")
+    assert problems == [], "\n".join(problems)

@@ -105,16 +105,16 @@ def test_trigger_without_wait_returns_at_once_and_bad_input_says_what(run):
     assert "INVALID_ARGUMENT" in err and "'p9'" in err and "p1, p2, p3" in err
 
 
-def test_list_shows_every_snapshot_oldest_first_and_limit_keeps_the_newest(run, stub):
+def test_list_shows_every_snapshot_newest_first_as_the_page_and_limit_keeps_the_newest(run, stub):
     ids = [taken(stub).snapshot_id for _ in range(3)]
     code, out, err = run("list", "--json")
     assert code == 0, err
     listed = [s["snapshot_id"] for s in json.loads(out)["snapshots"]]
-    assert listed == sorted(listed) and listed[-3:] == ids
+    assert listed == sorted(listed, reverse=True) and listed[:3] == ids[::-1]
     code, out, err = run("list", "--limit", "2", "--status", "complete")
     assert code == 0, err
     rows = out.splitlines()[1:]
-    assert [r.split()[0] for r in rows] == ids[-2:]
+    assert [r.split()[0] for r in rows] == [ids[2], ids[1]]
     code, out, _ = run("list", "--status", "FAILED")
     assert code == 0 and out.startswith("no snapshots with status FAILED")
 
@@ -142,7 +142,7 @@ def test_get_shows_nodes_channels_and_the_sum_and_json_is_the_api_answer(run, st
     code, out, err = run("get", snapshot.snapshot_id)
     assert code == 0, err
     for node in snapshot.nodes:
-        assert any(line.split() == [node.node_id, str(node.balance)] for line in out.splitlines()), out
+        assert any(line.split()[:2] == [node.node_id, str(node.balance)] for line in out.splitlines()), out
     assert "p1->p2" in out and "= 3000; expected 3000" in out
     code, out, err = run("get", snapshot.snapshot_id, "--json")
     assert code == 0, err
@@ -153,6 +153,45 @@ def test_get_shows_nodes_channels_and_the_sum_and_json_is_the_api_answer(run, st
     assert code == 1 and "NOT_FOUND" in err and "20260101T000000.000000Z-00000000" in err and out == ""
     code, out, err = run("get", "../no-such-id")
     assert code == 1 and "INVALID_ARGUMENT" in err and "'../no-such-id' is not a snapshot id" in err and out == ""
+
+
+def test_get_shows_each_nodes_timings_and_the_transfers_in_flight_as_the_page(cluster, run, stub):
+    sid = held_snapshot(cluster, stub, 3)  # three transfers of 1 in flight towards p1
+    snapshot = snapshot_cli.fetch(stub, sid, 20)
+    code, out, err = run("get", sid)
+    assert code == 0, err
+    lines = out.splitlines()
+    header = next(line for line in lines if line.startswith("node "))
+    assert header.split() == ["node", "balance", "start", "delay", "recording", "report", "in", "flight"]
+    for n in snapshot.stats.nodes:
+        row = next(line.split() for line in lines if line.split()[:1] == [n.node_id])
+        assert row[2:5] == [f"{n.start_delay_ms:.1f}ms", f"{n.recording_duration_ms:.1f}ms", f"{n.report_time_ms:.1f}ms"]
+        assert row[5] == str(n.in_flight_messages)
+    assert "transfers in flight: 3" in lines
+    src = cluster.config.topology.incoming("p1")[0]
+    transfers = [line.split() for line in lines if line.startswith(f"{src} ") and line.split()[1:2] == ["p1"]]
+    assert transfers == [[src, "p1", "1", str(seq), f"{src}:p1:{seq}"] for seq in (1, 2, 3)], out
+
+
+def test_get_of_a_snapshot_in_progress_shows_the_nodes_yet_to_report(cluster, run, stub):
+    cluster.pause_node("p1")  # the snapshot stays ours: p1 starts nothing
+    try:
+        held = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=5)
+        stub.ReportState(big_state(cluster, held.snapshot_id, "p2", 0), timeout=20)
+        code, out, err = run("get", held.snapshot_id)
+    finally:
+        cluster.resume_node("p1")
+    assert code == 0, err
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:] if line.split()[:1] in (["p1"], ["p2"], ["p3"])}
+    assert rows["p1"] == rows["p3"] == ["-"] * 5, out
+    assert rows["p2"][0] == "1000" and rows["p2"][1].endswith("ms"), out
+
+
+def test_get_latest_is_the_newest_snapshot(run, stub):
+    newest = taken(stub, "p3").snapshot_id
+    code, out, err = run("get", "latest", "--json")
+    assert code == 0, err
+    assert json.loads(out)["snapshot_id"] == newest
 
 
 # ------------------------------------------------------------------ watch
@@ -225,9 +264,14 @@ def test_watch_prints_a_table_row_per_update_and_ctrl_c_exits_0(cluster, stub):
     code, err = watcher.finish()
     assert code == 0, err
     assert "Traceback" not in err
-    assert watcher.lines[0].split()[:2] == ["snapshot", "status"]
-    statuses = [line.split()[1] for line in watcher.seen(snapshot.snapshot_id)]
+    assert watcher.lines[0].split()[:3] == ["snapshot", "status", "reported"]
+    rows = watcher.seen(snapshot.snapshot_id)
+    statuses = [line.split()[1] for line in rows]
     assert statuses[0] == "IN_PROGRESS" and statuses[-1] == "COMPLETE", watcher.lines
+    # One row per change: each node's report moves "reported N/3" on, and no row is shown twice.
+    reported = [line.split()[2] for line in rows]
+    assert reported[-1] == "3/3" and reported == sorted(reported) and len(set(rows)) == len(rows), rows
+    assert all(line.split()[2].endswith("/3") for line in watcher.lines[1:]), watcher.lines
 
 
 # ------------------------------------------------------------------ bad arguments
@@ -235,7 +279,8 @@ def test_watch_prints_a_table_row_per_update_and_ctrl_c_exits_0(cluster, stub):
 
 @pytest.mark.parametrize("args", [
     ["list", "--controller", "nowhere"],
-    ["list"],
+    ["list", "--controller", "http://127.0.0.1:1"],
+    ["list", "--data-dir", "/nonexistent/data"],
     ["list", "--controller", "127.0.0.1:1", "--limit", "0"],
     ["list", "--controller", "127.0.0.1:1", "--status", "DONE"],
     ["get", "--controller", "127.0.0.1:1", " "],
@@ -598,7 +643,7 @@ def test_app_and_snapshot_given_a_nodes_address_say_it_is_a_node(cluster, capsys
     from services.app.main import main as app_main
 
     node = cluster.node_address("p3")
-    assert app_main(["--controller", node, "--duration", "1"]) == 2
+    assert app_main(["--controller", node, "--duration", "1"]) == 1  # as snapshot: the call failed
     err = capsys.readouterr().err
     assert f"{node} is node p3's address, not the controller's" in err
     assert snapshot_cli.main(["get", "--controller", node, "some-id"]) == 1

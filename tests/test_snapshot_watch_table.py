@@ -15,7 +15,7 @@ import pytest
 
 from cluster_helpers import controller_stub
 from snapmesh.settings.config import write_cluster
-from snapmesh.commands.snapshot_cli import SUMMARY
+from snapmesh.commands.snapshot_cli import WATCH
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -33,7 +33,7 @@ def lone_controller(tmp_path):
 
 
 def column_starts(header: str) -> list[int]:
-    return [header.index(name) for name in SUMMARY]
+    return [header.index(name) for name in WATCH]
 
 
 def test_watch_rows_line_up_with_the_header(lone_controller):
@@ -57,7 +57,7 @@ def test_watch_rows_line_up_with_the_header(lone_controller):
     assert [row.split()[1] for row in rows] == ["IN_PROGRESS", "FAILED"], rows
     starts = column_starts(header)
     for row in rows:
-        for name, start in zip(SUMMARY[1:], starts[1:], strict=True):
+        for name, start in zip(WATCH[1:], starts[1:], strict=True):
             if start < len(row):  # an empty last cell (no reason yet) is cut off
                 assert row[start - 2:start] == "  " and row[start] != " ", (name, header, row)
     assert len(rows[1]) > starts[-1]  # the FAILED row has its reason

@@ -16,7 +16,8 @@ def ui(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--listen", "127.0.0.1:8080"], "--controller"),  # required
+        (["--controller", "http://127.0.0.1:1"], "is a URL, not HOST:PORT: give it without the scheme (127.0.0.1:1)"),
+        (["--data-dir", "/tmp"], "--data-dir /tmp: no cluster.toml there"),  # it names no controller
         (["--controller", "127.0.0.1:1", "--listen", "nonsense"], "'nonsense' is not HOST:PORT"),
         (["--controller", "127.0.0.1:1", "--listen", "127.0.0.1:99999"], "is not HOST:PORT"),
         (["--controller", "127.0.0.1:1", "--data-dir", "/no/such/dir"], "--data-dir /no/such/dir is not a directory"),

@@ -118,3 +118,38 @@ def test_a_cluster_runs_from_the_wheel(installed, tmp_path):
         launcher.stdout.close()
         launcher.stderr.close()
     assert (tmp_path / "run" / "logs" / "p1.log").exists()
+
+
+def readme_first_block() -> list[str]:
+    """The commands of the README's first code block, without their comments."""
+    block = (ROOT / "README.md").read_text(encoding="utf-8").split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_readmes_first_block_runs_as_written_without_copying_an_address(installed, tmp_path):
+    from snapmesh.settings import config
+    from snapmesh.settings.ports import port_is_free
+
+    lines = readme_first_block()
+    assert lines == ["pip install <wheel>", "snapmesh cluster up", "snapmesh snapshot trigger"]  # `installed` did the first
+    shipped = config.load(config.DEFAULT_CONFIG)
+    ports = [p for e in (shipped.controller, *shipped.nodes) for p in (e.port, e.metrics_port)]
+    assert all(port_is_free("127.0.0.1", p) for p in ports), f"another process holds one of the default ports {ports}"
+    launcher = subprocess.Popen([str(installed / "snapmesh"), *lines[1].split()[1:]], cwd=tmp_path, env=user_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = launcher.stdout.readline()
+        assert line == f"controller: {shipped.controller.address}\n", (line, launcher.poll())
+        second = subprocess.run([str(installed / "snapmesh"), *lines[2].split()[1:]], capture_output=True, text=True,
+                                timeout=60, cwd=tmp_path.parent, env=user_env())  # another shell, elsewhere
+        assert second.returncode == 0, second.stderr
+        assert second.stdout.splitlines()[1].split()[1] in ("IN_PROGRESS", "COMPLETE"), second.stdout
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(timeout=30) == 0
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        launcher.stdout.close()
+        launcher.stderr.close()
+    assert config.load(tmp_path / "data" / "cluster.toml").controller.address == shipped.controller.address

@@ -1,11 +1,14 @@
-"""`snapmesh app --controller HOST:PORT [--duration S] [--transfer-interval S]
+"""`snapmesh app [--controller HOST:PORT] [--data-dir DIR] [--duration S] [--transfer-interval S]
 [--snapshot-every S] [--seed N] [--max-amount N] [--tls-dir DIR]`: the bank workload.
 
-`--tls-dir DIR` (default: $SNAPMESH_TLS_DIR): a TLS cluster's client certificate
+The controller: `--controller`, else $SNAPMESH_CONTROLLER, else `--data-dir D`'s
+cluster.toml, else 127.0.0.1:50050 (snapmesh.settings.target). `--tls-dir DIR`
+(default: $SNAPMESH_TLS_DIR, else D/tls/): a TLS cluster's client certificate
 and token, as `snapmesh certs` or `cluster up --tls` wrote them.
 
-Exit status: 0 when every snapshot finished and was conserved, 1 otherwise,
-2 when the controller cannot be reached or an argument is bad.
+Exit status: 0 when every snapshot finished and was conserved, 1 otherwise or
+when the controller cannot be reached (as every client command), 2 when an
+argument is bad.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from snapmesh.settings import security
+from snapmesh.settings import target
 from snapmesh.bank.workload import ControllerUnreachable, WorkloadParams, run_workload
 from snapmesh.settings.argparsing import parse_args
 
@@ -26,18 +29,20 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     defaults = WorkloadParams()
     parser = _Parser(prog="snapmesh app", description="Move money between nodes and take snapshots.")
-    parser.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's address")
+    parser.add_argument("--controller", metavar="HOST:PORT", help=target.CONTROLLER_HELP)
+    parser.add_argument("--data-dir", metavar="DIR", help=target.DATA_DIR_HELP)
     parser.add_argument("--duration", type=float, default=defaults.duration, metavar="S",
                         help=f"run for S seconds (default: {defaults.duration:g})")
     parser.add_argument("--transfer-interval", type=float, default=defaults.transfer_interval, metavar="S",
-                        help="each node makes one transfer every S seconds")
+                        help=f"each node makes one transfer every S seconds (default: {defaults.transfer_interval:g})")
     parser.add_argument("--snapshot-every", type=float, default=defaults.snapshot_every, metavar="S",
-                        help="a snapshot at a random node every S seconds (0: none)")
-    parser.add_argument("--seed", type=int, default=None, metavar="N", help="seed of every random choice")
+                        help=f"a snapshot at a random node every S seconds (0: none; default: {defaults.snapshot_every:g})")
+    parser.add_argument("--seed", type=int, default=None, metavar="N", help="seed of every random choice "
+                        "(default: a random one, printed)")
     parser.add_argument("--max-amount", type=int, default=defaults.max_amount, metavar="N",
                         help=f"each transfer pays 1..N (default: {defaults.max_amount})")
     parser.add_argument("--tls-dir", metavar="DIR", help="client certificate and token of a TLS cluster "
-                        "(default: $SNAPMESH_TLS_DIR; none: plaintext)")
+                        "(default: $SNAPMESH_TLS_DIR, else --data-dir's tls/, else plaintext)")
     return parser
 
 
@@ -58,15 +63,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snapmesh app: {exc}", file=sys.stderr)
         return 2
     try:
-        identity = security.client_identity(args.tls_dir)
-    except security.SecurityError as exc:
+        found = target.find(args.controller, args.data_dir, args.tls_dir)
+    except target.TargetError as exc:
         print(f"snapmesh app: {exc}", file=sys.stderr)
         return 2
     try:
-        summary = run_workload(args.controller, params, out=sys.stdout, identity=identity)
+        summary = run_workload(found.address, params, out=sys.stdout, identity=found.identity)
     except ControllerUnreachable as exc:
         print(f"snapmesh app: {exc}", file=sys.stderr)
-        return 2
+        return 1
     except KeyboardInterrupt:
         return 130
     return summary.exit_code

@@ -39,14 +39,15 @@ DEFAULT_BURST = 40
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="snapmesh demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=4, help="cluster size (default 4)")
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds of workload (default 10)")
-    parser.add_argument("--snapshot-every", type=float, default=2.0, help="seconds between snapshots (default 2)")
-    parser.add_argument("--seed", type=int, default=None, help="workload seed (default: random, printed)")
+    parser.add_argument("--nodes", type=int, default=4, metavar="N", help="cluster size (default 4)")
+    parser.add_argument("--duration", type=float, default=10.0, metavar="S", help="seconds of workload (default 10)")
+    parser.add_argument("--snapshot-every", type=float, default=2.0, metavar="S", help="seconds between snapshots (default 2)")
+    parser.add_argument("--seed", type=int, default=None, metavar="N", help="workload seed (default: random, printed)")
     parser.add_argument(
         "--burst",
         type=int,
         default=DEFAULT_BURST,
+        metavar="N",
         help=f"transfers each node sends at once as each snapshot starts, so that the cut finds money "
         f"in flight (default {DEFAULT_BURST}; 0: none)",
     )
@@ -54,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         "--data-dir",
         type=Path,
         default=None,
+        metavar="DIR",
         help="where logs and snapshots go (default: a new data/demo-<time> directory)",
     )
     parser.add_argument("--skip-reconcile", action="store_true", help="do not run the Spark job at the end")

@@ -57,7 +57,7 @@ def _positive(text: str) -> float:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="snapmesh chaos", description=__doc__.splitlines()[0])
-    p.add_argument("--seed", type=int, help="draws the fault schedule (default: a random one, printed)")
+    p.add_argument("--seed", type=int, metavar="N", help="draws the fault schedule (default: a random one, printed)")
     p.add_argument("--duration", type=_positive, default=120.0, metavar="S", help="seconds of faults (default 120)")
     p.add_argument("--nodes", type=int, choices=range(2, 10), metavar="N",
                    help="nodes (default 4; with --compose the stack's, deploy/compose/generate.py sets it)")

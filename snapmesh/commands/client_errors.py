@@ -41,14 +41,35 @@ def speaks_tls(address: str, timeout: float = 2.0) -> bool | None:
 
 
 def explain(error: grpc.RpcError, address: str, identity, *, service: str = "snapmesh.v1.Controller") -> str:
-    """`CODE: details`, then, when the cause is likely the client's, what to change."""
+    """`CODE: details`, then, when the cause is likely the client's, what to change;
+    certificates from another CA: one line that says so, without the TLS library's words."""
+    if other_ca(error, identity):
+        return another_ca_line(address)
     text = f"{error.code().name}: {error.details() or ''}"
     fix = hint(error, address, identity, service=service)
     return f"{text}\n{fix}" if fix else text
 
 
+# What the TLS library says when the server's certificate is not signed by our CA
+# (ours: CERTIFICATE_VERIFY_FAILED), or ours not by the server's (its alert).
+_OTHER_CA = ("CERTIFICATE_VERIFY_FAILED", "ALERT_UNKNOWN_CA", "ALERT_BAD_CERTIFICATE", "ALERT_CERTIFICATE_UNKNOWN")
+
+
+def other_ca(error: grpc.RpcError, identity) -> bool:
+    """The TLS handshake failed because the two sides' certificates are from different CAs."""
+    details = (error.details() or "").upper()
+    return identity is not None and error.code() == grpc.StatusCode.UNAVAILABLE and any(w in details for w in _OTHER_CA)
+
+
+def another_ca_line(address: str) -> str:
+    return (f"the certificates of {address} are from another CA than this client's: check --tls-dir "
+            "(or $SNAPMESH_TLS_DIR, or --data-dir's tls/) names this cluster's ca.pem, client.pem and client-key.pem")
+
+
 def hint(error: grpc.RpcError, address: str, identity, *, service: str = "snapmesh.v1.Controller") -> str:
     """What to change when the failure is the client's mistake ("" otherwise)."""
+    if other_ca(error, identity):
+        return another_ca_line(address)
     code = error.code()
     tls = speaks_tls(address) if code == grpc.StatusCode.UNAVAILABLE else None
     if tls is not None and tls == (identity is None):

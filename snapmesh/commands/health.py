@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from snapmesh.settings import security
+from snapmesh.settings import security, target
 from snapmesh.settings.argparsing import parse_args
 
 
@@ -31,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--service",
         default="",
+        metavar="NAME",
         help="service name to check (default: '' = the server as a whole)",
     )
     parser.add_argument(
@@ -44,21 +45,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _valid_target(target: str) -> bool:
-    host, sep, port = target.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        return False
-    if host.startswith("[") != host.endswith("]"):
-        return False
-    return 0 < int(port) < 65536
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(_parser(), argv)
     if isinstance(args, int):
         return args
-    if not _valid_target(args.target):
-        print(f"snapmesh health: {args.target!r} is not HOST:PORT", file=sys.stderr)
+    try:
+        target.check_address(args.target, "the address")
+    except target.TargetError as exc:
+        print(f"snapmesh health: {exc}", file=sys.stderr)
         return 2
     if not args.timeout > 0:
         print(f"snapmesh health: --timeout must be positive, got {args.timeout}", file=sys.stderr)
@@ -87,8 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             detail = f"no answer within {args.timeout:g}s"
         elif code == grpc.StatusCode.UNAVAILABLE:
-            from snapmesh.commands.client_errors import hint
+            from snapmesh.commands.client_errors import another_ca_line, hint, other_ca
 
+            if other_ca(error, identity):  # one line: the certificates, not the TLS library's words
+                print(f"{name}: NOT SERVING ({another_ca_line(args.target)})")
+                return 1
             detail = f"unreachable: {error.details()}"
             fix = hint(error, args.target, identity, service="")  # TLS on one side only: say so
         elif code == grpc.StatusCode.NOT_FOUND:

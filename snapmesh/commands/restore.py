@@ -1,12 +1,14 @@
-"""`snapmesh restore --controller HOST:PORT SNAPSHOT_ID`: roll the cluster back to a snapshot.
+"""`snapmesh restore [--controller HOST:PORT] ID`: roll the cluster back to a snapshot.
 
 Calls `Controller.RestoreSnapshot` and prints the result as a table: the
 snapshot, the new epoch, the status and each node's balance right after the
 restore (its recorded balance plus the in-flight transfers replayed to it).
 Exit status: 0 when RESTORED; 1 when FAILED, refused (NOT_FOUND,
 FAILED_PRECONDITION) or the controller cannot be reached; 2 for bad arguments
-or a bad certificate file. `--tls-dir DIR` (default: $SNAPMESH_TLS_DIR): the
-client certificate and token of a TLS cluster. On a terminal it asks for
+or a bad certificate file. The controller: `--controller`, else
+$SNAPMESH_CONTROLLER, else `--data-dir D`'s cluster.toml, else 127.0.0.1:50050
+(snapmesh.settings.target). `--tls-dir DIR` (default: $SNAPMESH_TLS_DIR, else
+D/tls/): the client certificate and token of a TLS cluster. On a terminal it asks for
 confirmation first (anything but y/yes changes nothing, exit 1); `--yes` skips
 that, and scripts (stdin not a terminal) are not asked.
 """
@@ -17,8 +19,8 @@ import argparse
 import sys
 
 from snapmesh.settings import security
-from snapmesh.settings.argparsing import parse_args
-from snapmesh.commands.health import _valid_target
+from snapmesh.settings import target
+from snapmesh.settings.argparsing import parse_args, positive_float
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,10 +30,13 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="snapmesh restore", description="Roll the whole cluster back to a COMPLETE snapshot.")
-    parser.add_argument("snapshot_id", metavar="SNAPSHOT_ID", help="the snapshot to restore")
-    parser.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's gRPC address")
-    parser.add_argument("--timeout", type=float, default=120.0, metavar="S", help="give up after S seconds (default: 120)")
-    parser.add_argument("--tls-dir", metavar="DIR", help="client certificate of a TLS cluster (default: $SNAPMESH_TLS_DIR)")
+    parser.add_argument("snapshot_id", metavar="ID", help="the snapshot to restore")
+    parser.add_argument("--controller", metavar="HOST:PORT", help=target.CONTROLLER_HELP)
+    parser.add_argument("--data-dir", metavar="DIR", help=target.DATA_DIR_HELP)
+    parser.add_argument("--timeout", type=positive_float, default=120.0, metavar="S",
+                        help="give up after S seconds (default: 120)")
+    parser.add_argument("--tls-dir", metavar="DIR", help="client certificate of a TLS cluster "
+                        "(default: $SNAPMESH_TLS_DIR, else --data-dir's tls/, else plaintext)")
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation on a terminal")
     return parser
 
@@ -66,19 +71,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(_parser(), argv)
     if isinstance(args, int):
         return args
-    if not _valid_target(args.controller):
-        print(f"snapmesh restore: --controller {args.controller!r} is not HOST:PORT", file=sys.stderr)
-        return 2
     if not args.snapshot_id.strip():
-        print("snapmesh restore: SNAPSHOT_ID is empty", file=sys.stderr)
+        print("snapmesh restore: ID is empty", file=sys.stderr)
         return 2
     try:
-        identity = security.client_identity(args.tls_dir)
-    except security.SecurityError as exc:
+        found = target.find(args.controller, args.data_dir, args.tls_dir)
+    except target.TargetError as exc:
         print(f"snapmesh restore: {exc}", file=sys.stderr)
         return 2
+    identity = found.identity
 
-    if not args.yes and sys.stdin.isatty() and not confirmed(args.controller, args.snapshot_id):
+    if not args.yes and sys.stdin.isatty() and not confirmed(found.address, args.snapshot_id):
         print("snapmesh restore: not confirmed; nothing changed", file=sys.stderr)
         return 1
 
@@ -89,12 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
     try:
-        with security.open_channel(args.controller, identity) as channel:
+        with security.open_channel(found.address, identity) as channel:
             restore = pb_grpc.ControllerStub(channel).RestoreSnapshot(
                 pb.RestoreSnapshotRequest(snapshot_id=args.snapshot_id), timeout=args.timeout
             )
     except grpc.RpcError as error:
-        print(f"snapmesh restore: {client_errors.explain(error, args.controller, identity)}", file=sys.stderr)
+        print(f"snapmesh restore: {client_errors.explain(error, found.address, identity)}", file=sys.stderr)
         return 1
     print(render(restore))
     return 0 if restore.status == pb.Restore.RESTORED else 1

@@ -1,16 +1,24 @@
 """`snapmesh snapshot`: take, list, show, watch and verify snapshots.
 
-    snapmesh snapshot trigger --controller HOST:PORT [--initiator ID] [--wait]
-    snapmesh snapshot list    --controller HOST:PORT [--status S] [--limit N]
-    snapmesh snapshot get     --controller HOST:PORT ID
-    snapmesh snapshot watch   --controller HOST:PORT [--count N]
+    snapmesh snapshot trigger [--controller HOST:PORT] [--initiator ID] [--wait]
+    snapmesh snapshot list    [--controller HOST:PORT] [--status S] [--limit N]
+    snapmesh snapshot get     [--controller HOST:PORT] ID|latest
+    snapmesh snapshot watch   [--controller HOST:PORT] [--count N]
     snapmesh snapshot verify  ID|FILE [--data-dir DIR]
+
+The controller, as for `restore`, `app` and `ui` (snapmesh.settings.target):
+`--controller`, else $SNAPMESH_CONTROLLER, else the controller of `--data-dir
+D`'s cluster.toml, else 127.0.0.1:50050 (`snapmesh cluster up`'s). `--tls-dir
+DIR` (default: $SNAPMESH_TLS_DIR, else D/tls/): the client certificate and
+token of a TLS cluster.
 
 Tables by default; `--json` prints proto JSON (snake_case names, as the
 exported files) for scripts: one object for trigger and get, `{"snapshots":
 [...]}` for list, one object per line for watch, the verdict for verify.
-`--controller` and `--tls-dir DIR` (default: $SNAPMESH_TLS_DIR, the client
-certificate and token of a TLS cluster) are `snapmesh restore`'s.
+`list` is newest first, as the page; `get` shows what the snapshot's page
+shows (each node's timings, the transfers in flight); `get latest` the newest.
+`watch` prints a row when a snapshot changes (started, each node's report as
+"reported N/M", finished), never the same row twice.
 
 `get` fetches the snapshot in pieces (GetSnapshotChunks), so one of any size
 arrives; `list` pages through ListSnapshots (`--limit N`: the N newest).
@@ -29,7 +37,6 @@ Ctrl-C (exit 0), `--count` updates, or the controller ends the stream.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
 import sys
@@ -37,10 +44,11 @@ from pathlib import Path
 
 from snapmesh.settings import security
 from snapmesh.settings.argparsing import parse_args, positive_float
-from snapmesh.commands.health import _valid_target
+from snapmesh.settings import target
 from snapmesh.checking.snapshots import fetch, pages  # noqa: F401  (part of this module's API)
 
 PROG = "snapmesh snapshot"
+LATEST = "latest"  # `get latest`: the newest snapshot
 STATUSES = ("IN_PROGRESS", "COMPLETE", "FAILED")
 
 
@@ -67,24 +75,26 @@ def _parser() -> argparse.ArgumentParser:
     def command(name: str, help_: str, *, remote: bool = True, timeout: bool = True) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
         if remote:
-            sub.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's gRPC address")
-            sub.add_argument("--tls-dir", metavar="DIR",
-                             help="client certificate of a TLS cluster (default: $SNAPMESH_TLS_DIR)")
+            sub.add_argument("--controller", metavar="HOST:PORT", help=target.CONTROLLER_HELP)
+            sub.add_argument("--data-dir", metavar="DIR", help=target.DATA_DIR_HELP)
+            sub.add_argument("--tls-dir", metavar="DIR", help="client certificate of a TLS cluster "
+                             "(default: $SNAPMESH_TLS_DIR, else --data-dir's tls/, else plaintext)")
         if remote and timeout:
             sub.add_argument("--timeout", type=positive_float, default=60.0, metavar="S",
                              help="give up on a call after S seconds (default: 60)")
-        sub.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
+        if remote:
+            sub.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
         return sub
 
     trigger = command("trigger", "start a snapshot")
     trigger.add_argument("--initiator", metavar="ID", help="the node that starts it (default: a random node)")
     trigger.add_argument("--wait", action="store_true", help="return once it is COMPLETE or FAILED")
-    listing = command("list", "list snapshots, oldest first")
+    listing = command("list", "list snapshots, newest first")
     listing.add_argument("--status", type=str.upper, choices=STATUSES, metavar="S",
                          help=f"only snapshots with status S ({', '.join(STATUSES)})")
     listing.add_argument("--limit", type=_positive_int, metavar="N", help="only the N newest (default: all)")
-    get = command("get", "show one snapshot: its nodes and channels")
-    get.add_argument("snapshot_id", metavar="ID", help="the snapshot's id")
+    get = command("get", "show one snapshot: its nodes with their timings, its channels and the transfers in flight")
+    get.add_argument("snapshot_id", metavar="ID", help=f"the snapshot's id, or {LATEST} for the newest")
     watch = command("watch", "print every snapshot update (started, finished, failed) as it happens",
                     timeout=False)
     watch.add_argument("--count", type=_positive_int, metavar="N", help="stop after N updates (default: Ctrl-C)")
@@ -94,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
                         ".pb or .json snapshot file")
     verify.add_argument("--data-dir", metavar="DIR",
                         help="the cluster's data dir, to find a snapshot by id (default: $SNAPMESH_DATA_DIR)")
+    verify.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
     return parser
 
 
@@ -146,19 +157,40 @@ def render_summary(snapshots) -> str:
     return _table(SUMMARY, [summary_row(s) for s in snapshots], right={3, 5, 6})
 
 
-def render_detail(snapshot) -> str:
-    """`get`: the summary, then each node's balance and each channel's in-flight transfers."""
+def _ms(value: float) -> str:
+    return f"{value:.1f}ms"
+
+
+def render_detail(snapshot, node_ids=()) -> str:
+    """`get`, what the snapshot's page shows: the summary; each node's balance and
+    timings (trigger to its cut, cut to its last marker, its report; "-" for a node
+    of `node_ids`, the cluster's, that has not reported); each channel; the
+    transfers in flight; the sum."""
     lines = [render_summary([snapshot])]
-    if snapshot.nodes:
-        lines += ["", _table(["node", "balance"], [[n.node_id, str(n.balance)] for n in snapshot.nodes], right={1})]
+    balances = {n.node_id: str(n.balance) for n in snapshot.nodes}
+    stats = {n.node_id: n for n in snapshot.stats.nodes}
+    ids = list(dict.fromkeys([*node_ids, *(n.node_id for n in snapshot.nodes), *stats]))
+    if ids:
+        rows = []
+        for node in ids:
+            n = stats.get(node)
+            figures = ([_ms(n.start_delay_ms), _ms(n.recording_duration_ms), _ms(n.report_time_ms),
+                        str(n.in_flight_messages)] if n is not None else ["-"] * 4)
+            rows.append([node, balances.get(node, "-"), *figures])
+        header = ["node", "balance", "start delay", "recording", "report", "in flight"]
+        lines += ["", _table(header, rows, right={1, 2, 3, 4, 5})]
     if snapshot.channels:
         rows = [[f"{c.src}->{c.dst}", str(len(c.in_flight)), str(sum(t.amount for t in c.in_flight))]
                 for c in snapshot.channels]
         lines += ["", _table(["channel", "in flight", "amount"], rows, right={1, 2})]
+        transfers = [[c.src, c.dst, str(t.amount), str(t.seq), t.msg_id] for c in snapshot.channels for t in c.in_flight]
+        lines += ["", f"transfers in flight: {len(transfers)}" if transfers else "transfers in flight: none"]
+        if transfers:
+            lines.append(_table(["from", "to", "amount", "seq", "msg id"], transfers, right={2, 3}))
     if snapshot.nodes:
         in_flight = sum(t.amount for c in snapshot.channels for t in c.in_flight)
-        balances = sum(n.balance for n in snapshot.nodes)
-        lines += ["", f"balances {balances} + in flight {in_flight} = {balances + in_flight}; "
+        balances_total = sum(n.balance for n in snapshot.nodes)
+        lines += ["", f"balances {balances_total} + in flight {in_flight} = {balances_total + in_flight}; "
                       f"expected {snapshot.expected_total}"]
     return "\n".join(lines)
 
@@ -189,7 +221,7 @@ def _list(stub, args) -> int:
     from snapmesh.v1 import snapmesh_pb2 as pb
 
     status = pb.Snapshot.Status.Value(args.status) if args.status else 0
-    found = collections.deque(pages(stub, status=status, timeout=args.timeout), maxlen=args.limit)
+    found = newest_first(pages(stub, status=status, timeout=args.timeout))[:args.limit]
     if args.json:
         print(to_json(pb.ListSnapshotsResponse(snapshots=found)))
     elif found:
@@ -199,30 +231,63 @@ def _list(stub, args) -> int:
     return 0
 
 
+def newest_first(snapshots) -> list:
+    """As the page lists them: by start time, then id, the newest first."""
+    return sorted(snapshots, key=lambda s: (s.started_at.ToNanoseconds(), s.snapshot_id), reverse=True)
+
+
 def _get(stub, args) -> int:
-    snapshot = fetch(stub, args.snapshot_id, args.timeout)
-    print(to_json(snapshot) if args.json else render_detail(snapshot))
+    sid = args.snapshot_id
+    if sid == LATEST:
+        newest = newest_first(pages(stub, timeout=args.timeout))
+        if not newest:
+            print(f"{PROG} get: no snapshots yet, so no {LATEST}", file=sys.stderr)
+            return 1
+        sid = newest[0].snapshot_id
+    snapshot = fetch(stub, sid, args.timeout)
+    if args.json:
+        print(to_json(snapshot))
+        return 0
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    cluster = stub.GetCluster(pb.GetClusterRequest(), timeout=args.timeout)  # the nodes yet to report, too
+    print(render_detail(snapshot, [n.node_id for n in cluster.nodes]))
     return 0
 
 
 # `watch` prints rows as they come, so its columns cannot fit the rows: each is as wide
 # as a typical value (a longer one pushes only its own row), the header aligned with them.
-WATCH_WIDTHS = [" " * n for n in (32, 11, 9, 5, 19, 9, 7, 9, 0)]
+WATCH = [*SUMMARY[:2], "reported", *SUMMARY[2:]]
+WATCH_WIDTHS = [" " * n for n in (32, 11, 8, 9, 5, 19, 9, 7, 9, 0)]
+
+
+def watch_row(snapshot, nodes: int) -> list[str]:
+    """A summary row with "reported N/M": N nodes of M have sent their part."""
+    row = summary_row(snapshot)
+    return [*row[:2], f"{len(snapshot.stats.nodes)}/{nodes}", *row[2:]]
 
 
 def _watch(stub, args) -> int:
     from snapmesh.v1 import snapmesh_pb2 as pb
 
+    nodes = len(stub.GetCluster(pb.GetClusterRequest(), timeout=30).nodes)
     stream = stub.WatchSnapshots(pb.WatchSnapshotsRequest())
     seen = 0
+    shown: dict[str, list[str]] = {}  # each snapshot's last row: an update that changes nothing shown is not printed
     try:
         if not args.json:
-            print(_table(SUMMARY, [WATCH_WIDTHS]).split("\n")[0], flush=True)  # the header, its columns as wide as a typical row
+            print(_table(WATCH, [WATCH_WIDTHS]).split("\n")[0], flush=True)  # the header, its columns as wide as a typical row
         for snapshot in stream:
+            row = watch_row(snapshot, nodes)
+            if shown.get(snapshot.snapshot_id) == row:
+                continue
+            shown[snapshot.snapshot_id] = row
+            if snapshot.status != pb.Snapshot.IN_PROGRESS:
+                del shown[snapshot.snapshot_id]  # finished: no more updates of it
             if args.json:
                 print(to_json(snapshot, indent=None), flush=True)
             else:
-                print(_table(SUMMARY, [WATCH_WIDTHS, summary_row(snapshot)]).split("\n")[2], flush=True)
+                print(_table(WATCH, [WATCH_WIDTHS, row]).split("\n")[2], flush=True)
             seen += 1
             if args.count is not None and seen >= args.count:
                 break
@@ -295,17 +360,15 @@ def main(argv: list[str] | None = None) -> int:
         except LookupError as exc:
             print(f"{prog}: {exc}", file=sys.stderr)
             return 1
-    if not _valid_target(args.controller):
-        print(f"{prog}: --controller {args.controller!r} is not HOST:PORT", file=sys.stderr)
-        return 2
     if args.command == "get" and not args.snapshot_id.strip():
         print(f"{prog}: ID is empty", file=sys.stderr)
         return 2
     try:
-        identity = security.client_identity(args.tls_dir)
-    except security.SecurityError as exc:
+        found = target.find(args.controller, args.data_dir, args.tls_dir)
+    except target.TargetError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
+    identity = found.identity
 
     import grpc
 
@@ -314,10 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
     try:
-        with security.open_channel(args.controller, identity, options=CLIENT_OPTIONS) as channel:
+        with security.open_channel(found.address, identity, options=CLIENT_OPTIONS) as channel:
             return REMOTE[args.command](pb_grpc.ControllerStub(channel), args)
     except grpc.RpcError as error:
-        print(f"{prog}: {client_errors.explain(error, args.controller, identity)}", file=sys.stderr)
+        print(f"{prog}: {client_errors.explain(error, found.address, identity)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0 if args.command == "watch" else 130

@@ -59,7 +59,8 @@ def serve_until_stopped(cluster, addressed: cluster_config.ClusterConfig, tls_di
     print(f"controller: {cluster.controller_address}", flush=True)
     if tls_dir is not None:
         token = cluster.client_identity.token if cluster.client_identity else None
-        print(f"grpcurl: {security.grpcurl_line(cluster.controller_address, tls_dir, token)}", flush=True)
+        token_file = tls_dir / cluster_config.TOKEN_FILE if token is not None else None  # the path, never the token
+        print(f"grpcurl: {security.grpcurl_line(cluster.controller_address, tls_dir, token_file)}", flush=True)
     print(address_lines(addressed), flush=True)
     page = serve_page(cluster, listen)
     try:

@@ -1,10 +1,22 @@
-"""`snapmesh cluster up`: a whole cluster as local processes on loopback.
+"""`snapmesh cluster up|down|status`: a whole cluster as local processes on loopback.
 
-    snapmesh cluster up [--config FILE] [--nodes N] [--data-dir DIR] [--tls]
+    snapmesh cluster up [--config FILE | --nodes N] [--data-dir DIR] [--tls] [--ui HOST:PORT]
+    snapmesh cluster down [--data-dir DIR]
+    snapmesh cluster status [--data-dir DIR]
 
-With no arguments it runs the shipped 4-node full mesh (snapmesh/configs/local-4.toml).
-`--nodes N` writes an N-node full-mesh config on free loopback ports into the data
-dir (a new temporary directory unless --data-dir is given) and runs that.
+The cluster lives in its data dir D, which holds the cluster file it runs,
+`D/cluster.toml`; the client commands find the controller there (`--data-dir D`,
+snapmesh.settings.target). With no arguments D is ./data and the cluster is the
+shipped 4-node full mesh (snapmesh/configs/local-4.toml, controller on
+127.0.0.1:50050), copied into D. `--nodes N` (N >= 2) writes an N-node
+full-mesh config on free loopback ports into D (a new temporary directory
+unless --data-dir is given); `--config FILE` copies FILE into D (its data dir,
+or --data-dir). A D that already holds a cluster.toml is started again from it,
+on the same ports, so every address stays put across restarts; a port of it
+that another process listens on is said plainly (exit 1) before anything starts.
+`cluster down` and `cluster status` find the running launcher by D
+(snapmesh.processes.cluster_admin), from any shell.
+
 It starts the controller and every node through the supervisor
 (`snapmesh.processes.supervisor.Cluster`), which waits until each one answers SERVING on
 gRPC health; prints the line `controller: HOST:PORT` on stdout first, then
@@ -47,11 +59,13 @@ from pathlib import Path
 
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
-from snapmesh.settings.argparsing import parse_args
+from snapmesh.settings.argparsing import parse_args, positive_float
 from snapmesh.settings.config import ConfigError, write_cluster
 from snapmesh.serving.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
 from snapmesh.processes.foreground import serve_until_stopped
-from snapmesh.settings.ports import NoFreePorts
+from snapmesh.settings.ports import NoFreePorts, port_is_free
+from snapmesh.settings.target import CLUSTER_FILE
+from snapmesh.processes.cluster_admin import hold_launcher
 from snapmesh.processes.supervisor import Cluster, SupervisorError
 
 
@@ -66,18 +80,29 @@ class _StopRequested(Exception):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="snapmesh cluster", description="Run a local cluster on loopback.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND",
+                                     help="up, down or status; `snapmesh cluster COMMAND --help` for its flags")
     up = commands.add_parser("up", help="start the controller and every node; Ctrl-C stops them")
     source = up.add_mutually_exclusive_group()
     source.add_argument("--config", metavar="FILE", help="cluster file (default: the shipped 4-node mesh)")
-    source.add_argument("--nodes", type=int, metavar="N", help="an N-node full mesh on free loopback ports")
-    up.add_argument("--data-dir", metavar="DIR", help="where logs, snapshots and node logs go")
+    source.add_argument("--nodes", type=int, metavar="N",
+                        help="an N-node full mesh (N >= 2) on free loopback ports (default: the shipped 4-node mesh)")
+    up.add_argument("--data-dir", metavar="DIR",
+                    help="where cluster.toml, logs and snapshots go; a D holding a cluster.toml starts that "
+                    "cluster again on its ports (default: ./data; with --nodes: a new temporary dir)")
     up.add_argument("--tls", action="store_true",
                     help="mutual TLS and a control-plane token, dev certificates made into <data_dir>/tls/")
     up.add_argument("--hosts", action="store_true",
                     help="one host per process: each in its own network namespace (root; see docs/hosts.md)")
     up.add_argument("--ui", default="127.0.0.1:8080", metavar="HOST:PORT",
                     help="serve the snapshot page here (default 127.0.0.1:8080; off: no page)")
+    for name, help_ in (("down", "stop the cluster `cluster up` runs on a data dir (from any shell)"),
+                        ("status", "whether the cluster of a data dir runs: its launcher and each process's health")):
+        sub = commands.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
+        sub.add_argument("--data-dir", metavar="DIR", help="the cluster's data dir (default: ./data, or "
+                         "$SNAPMESH_DATA_DIR: where `snapmesh cluster up` with no arguments runs)")
+        sub.add_argument("--timeout", type=positive_float, default=30.0, metavar="S",
+                         help="down: wait S seconds for the stop; status: give each health check S seconds (default: 30)")
     return parser
 
 
@@ -85,8 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(_parser(), argv)
     if isinstance(args, int):
         return args
-    if args.nodes is not None and args.nodes < 1:
-        print(f"snapmesh cluster: --nodes must be at least 1, got {args.nodes}", file=sys.stderr)
+    if args.command in ("down", "status"):
+        from snapmesh.processes import cluster_admin
+
+        return cluster_admin.main(args)
+    if args.nodes is not None and args.nodes < 2:
+        print(f"snapmesh cluster: --nodes must be at least 2 (a snapshot needs a channel), got {args.nodes}",
+              file=sys.stderr)
         return 2
     if args.ui != "off":
         from snapmesh.ui.server import parse_listen
@@ -107,21 +137,19 @@ def main(argv: list[str] | None = None) -> int:
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     cluster: Cluster | None = None
+    running = None
     try:
-        env = dict(os.environ)
-        if args.nodes is not None:
-            data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="snapmesh-"))
-            config_path = data_dir / "cluster.toml"
-            config_dir = None
-            node_ids = [f"p{i}" for i in range(1, args.nodes + 1)]
+        data_dir, source = _data_dir_and_source(args)
+        config_path = data_dir / CLUSTER_FILE
+        reused = source is None
+        if reused:
+            existing = cluster_config.load(config_path, env={})
+            node_ids = [n.id for n in existing.nodes]
+        elif isinstance(source, int):
+            node_ids = [f"p{i}" for i in range(1, source + 1)]
         else:
-            config_path = Path(args.config or cluster_config.DEFAULT_CONFIG)
-            config_dir = args.data_dir
-            if config_dir is not None:
-                env["SNAPMESH_DATA_DIR"] = str(Path(config_dir).resolve())
-            plain = cluster_config.load(config_path, env=env)
-            data_dir, node_ids = plain.data_dir, [n.id for n in plain.nodes]
-        tls_dir = data_dir.resolve() / "tls" if args.tls else None
+            node_ids = [n.id for n in cluster_config.load(source, env=dict(os.environ)).nodes]
+        tls_dir = data_dir / "tls" if args.tls else None
         # Every lock of the cluster about to start, before anything is written in its
         # data dir: a second `cluster up` on a live one changes nothing there.
         try:
@@ -130,18 +158,28 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             raise ConfigError(f"cannot lock data dir {data_dir}: {exc}") from None
         try:
-            if args.nodes is not None:
+            if reused and args.nodes is not None and args.nodes != len(node_ids):
+                raise ConfigError(f"data dir {data_dir} holds a {len(node_ids)}-node cluster ({config_path}); "
+                                  f"give --nodes {len(node_ids)}, or another --data-dir for {args.nodes} nodes")
+            if isinstance(source, int):
                 write_cluster(config_path, nodes=node_ids, data_dir=data_dir)
+            elif source is not None:
+                cluster_config.write(config_path, runnable_copy(source, data_dir),
+                                     comment=f"Written by snapmesh cluster up from {source}")
+            if args.config is None:  # D's own ports, or the shipped ones: say plainly when one is taken
+                taken_ports(cluster_config.load(config_path, env={}))
             if tls_dir is not None:
                 try:
-                    security.write_certs(cluster_config.load(config_path, env=env), tls_dir)
+                    security.write_certs(cluster_config.load(config_path, env={}), tls_dir)
                 except OSError as exc:
                     raise ConfigError(f"cannot write certificates into {tls_dir}: {exc}") from None
+            running = hold_launcher(data_dir)  # `cluster down/status --data-dir D` find this process by it
         finally:
             release_all(locks)  # the children take them again, each its own
-        cluster = Cluster(config_path, data_dir=config_dir, tls_dir=tls_dir)
-        print(f"snapmesh cluster: starting {len(cluster.config.nodes)} nodes; logs in {cluster.log_dir}",
-              file=sys.stderr, flush=True)
+        cluster = Cluster(config_path, data_dir=data_dir, tls_dir=tls_dir)
+        print(f"snapmesh cluster: starting {len(cluster.config.nodes)} nodes in data dir {data_dir} (clients: "
+              f"--data-dir {data_dir}; `snapmesh cluster down --data-dir {data_dir}` stops them); logs in "
+              f"{cluster.log_dir}", file=sys.stderr, flush=True)
         cluster.start()
         serve_until_stopped(cluster, cluster.config, tls_dir, args.ui)
     except (ConfigError, DataDirLocked) as exc:
@@ -158,8 +196,58 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, signal.SIG_IGN)
         if cluster is not None:
             cluster.stop()
+        if running is not None:
+            running.release()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _data_dir_and_source(args) -> tuple[Path, Path | int | None]:
+    """The data dir D, and what to write into D/cluster.toml before the start:
+    None (D's own file, as it is: its ports stay), an int N (an N-node mesh on free
+    ports) or a cluster file (copied, with D as its data dir)."""
+    env = dict(os.environ)
+    if args.data_dir is not None:
+        env["SNAPMESH_DATA_DIR"] = str(Path(args.data_dir).resolve())
+    if args.config is not None:
+        source = Path(args.config).resolve()
+        data_dir = cluster_config.load(source, env=env).data_dir
+        return data_dir, None if (data_dir / CLUSTER_FILE).resolve() == source else source
+    if args.nodes is not None:
+        data_dir = Path(args.data_dir).resolve() if args.data_dir else Path(tempfile.mkdtemp(prefix="snapmesh-"))
+    else:
+        data_dir = cluster_config.load(cluster_config.DEFAULT_CONFIG, env=env).data_dir
+    if (data_dir / CLUSTER_FILE).is_file():
+        return data_dir, None
+    return data_dir, args.nodes if args.nodes is not None else cluster_config.DEFAULT_CONFIG
+
+
+def runnable_copy(source: Path, data_dir: Path) -> dict:
+    """The document of cluster file `source` with `data_dir` as its data dir and its
+    certificate paths made absolute, so that the copy runs from inside the data dir."""
+    import tomllib
+
+    document = tomllib.loads(source.read_text(encoding="utf-8"))
+    document["data_dir"] = str(data_dir)
+    base = source.parent
+    for section, keys in (("tls", ("ca", "cert", "key", "client_cert", "client_key")), ("auth", ("token_file",))):
+        table = document.get(section)
+        for key in keys if isinstance(table, dict) else ():
+            if isinstance(table.get(key), str) and not Path(table[key]).is_absolute():
+                table[key] = str(base / table[key])
+    return document
+
+
+def taken_ports(cfg: cluster_config.ClusterConfig) -> None:
+    """SupervisorError naming the first port of the cluster file that something else listens on."""
+    endpoints = [("the controller", cfg.controller), *((f"node {n.id}", n) for n in cfg.nodes)]
+    for owner, endpoint in endpoints:
+        listen = getattr(endpoint, "listen_port", None) or endpoint.port
+        for kind, port in (("gRPC", listen), ("metrics", endpoint.metrics_port)):
+            host = cfg.bind_host or endpoint.host
+            if not port_is_free(host, port):
+                raise SupervisorError(f"{host}:{port}, the {kind} port of {owner} in {cfg.path}, is taken by "
+                                      "another process: stop that process, or edit the port in the file")
 
 
 if __name__ == "__main__":

@@ -347,8 +347,8 @@ def parser(prog: str = "snapmesh reconcile") -> argparse.ArgumentParser:
         "--master-timeout",
         type=float,
         default=30.0,
-        metavar="SECONDS",
-        help="how long a spark:// master may take to answer and give an executor (default 30; then exit 2)",
+        metavar="S",
+        help="give a spark:// master S seconds to answer and give an executor (default 30; then exit 2)",
     )
     p.add_argument(
         "--exact",

@@ -323,12 +323,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--data-dir", "--out", dest="out", required=True, metavar="DIR",
                    help="the data dir to write (<node>.log.jsonl, snapshots/); --out is its old name")
-    p.add_argument("--nodes", type=int, default=4, help="nodes, full mesh (default 4)")
-    p.add_argument("--transfers", type=int, default=1000, help="transfers; records ~= 2 x transfers")
-    p.add_argument("--snapshots", type=int, default=5, help="complete snapshots")
-    p.add_argument("--failed", type=int, default=0, help="extra snapshots that abort (status FAILED)")
-    p.add_argument("--seed", type=int, default=1, help="seed of every random choice (default 1)")
-    p.add_argument("--initial-balance", type=int, default=1_000_000, help="each node's balance at the start "
+    p.add_argument("--nodes", type=int, default=4, metavar="N", help="nodes, full mesh (default 4)")
+    p.add_argument("--transfers", type=int, default=1000, metavar="N", help="transfers; records ~= 2 x transfers (default 1000)")
+    p.add_argument("--snapshots", type=int, default=5, metavar="N", help="complete snapshots (default 5)")
+    p.add_argument("--failed", type=int, default=0, metavar="N", help="extra snapshots that abort (status FAILED; default 0)")
+    p.add_argument("--seed", type=int, default=1, metavar="N", help="seed of every random choice (default 1)")
+    p.add_argument("--initial-balance", type=int, default=1_000_000, metavar="N", help="each node's balance at the start "
                    "(default 1000000)")
     p.add_argument("--corrupt", choices=sorted(CORRUPTIONS), metavar="KIND", help="inject one inconsistency: " + ", ".join(CORRUPTIONS))
     return p

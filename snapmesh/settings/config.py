@@ -1,5 +1,8 @@
 """The cluster file: who the nodes are, how they are joined, where data lives.
 
+The reference, every key with its default: docs/cluster-file.md
+(tests/test_cluster_file_doc.py holds it to this reader).
+
 TOML, for example::
 
     data_dir = "data"          # relative paths are relative to this file (in a file

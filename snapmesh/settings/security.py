@@ -353,21 +353,26 @@ def write_certs(cfg: ClusterConfig, out_dir: str | os.PathLike[str], *, token: s
     return written
 
 
-def grpcurl_tls_flags(tls_dir: str | os.PathLike[str], token: str | None) -> list[str]:
-    """The grpcurl flags for a client of a TLS cluster (certificates in `tls_dir`)."""
+def grpcurl_tls_flags(tls_dir: str | os.PathLike[str]) -> list[str]:
+    """grpcurl's certificate flags for a client of a TLS cluster (certificates in `tls_dir`)."""
     directory = Path(tls_dir)
-    flags = ["-cacert", str(directory / CA_FILE), "-cert", str(directory / f"{CLIENT_NAME}.pem"),
-             "-key", str(directory / f"{CLIENT_NAME}-key.pem")]
-    if token is not None:
-        flags += ["-H", f"authorization: Bearer {token}"]
-    return flags
+    return ["-cacert", str(directory / CA_FILE), "-cert", str(directory / f"{CLIENT_NAME}.pem"),
+            "-key", str(directory / f"{CLIENT_NAME}-key.pem")]
 
 
-def grpcurl_line(address: str, tls_dir: str | os.PathLike[str], token: str | None) -> str:
-    """A grpcurl command that triggers a snapshot and waits for it."""
-    argv = ["grpcurl", *grpcurl_tls_flags(tls_dir, token), "-d", '{"wait": true}', address,
-            "snapmesh.v1.Controller/TriggerSnapshot"]
-    return shlex.join(argv)
+def token_header(token_file: str | os.PathLike[str]) -> str:
+    """grpcurl's `-H` flag that reads the token from its file when the shell runs it:
+    a line printed on a terminal (or kept in a scrollback, a CI log) never holds the token."""
+    return f'-H "authorization: Bearer $(cat {shlex.quote(str(token_file))})"'
+
+
+def grpcurl_line(address: str, tls_dir: str | os.PathLike[str], token_file: str | os.PathLike[str] | None) -> str:
+    """A grpcurl command that triggers a snapshot and waits for it (`token_file`: None
+    when the cluster asks for no token)."""
+    line = shlex.join(["grpcurl", *grpcurl_tls_flags(tls_dir)])
+    if token_file is not None:
+        line += " " + token_header(token_file)
+    return line + " " + shlex.join(["-d", '{"wait": true}', address, "snapmesh.v1.Controller/TriggerSnapshot"])
 
 
 # ---------------------------------------------------------------- CLI: snapmesh certs
@@ -415,13 +420,12 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"snapmesh certs: cannot write into {args.out}: {exc}", file=sys.stderr)
         return 2
-    token = read_token(out / TOKEN_FILE)
     print(f"snapmesh certs: wrote {len(written)} files into {out}")
     print("\nFor the cluster file (or set SNAPMESH_TLS_DIR=" + str(out) + "):\n")
     print(f'[tls]\nca = "{out / CA_FILE}"\ncert = "{out}/{{name}}.pem"\nkey = "{out}/{{name}}-key.pem"')
     print(f'client_cert = "{out / "client.pem"}"\nclient_key = "{out / "client-key.pem"}"\n')
     print(f'[auth]\ntoken_file = "{out / TOKEN_FILE}"\n')
-    print("grpcurl: " + grpcurl_line(cfg.controller.address, out, token))
+    print("grpcurl: " + grpcurl_line(cfg.controller.address, out, out / TOKEN_FILE))
     return 0
 
 

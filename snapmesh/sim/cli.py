@@ -1,5 +1,5 @@
 """`snapmesh sim run FILE [--seed N]`: run a scenario, print the result as JSON.
-`snapmesh sim fuzz [--seed N] [--cases M]`: the fault fuzzer (snapmesh/sim/fuzz.py).
+`snapmesh sim fuzz [--seed N] [--cases N]`: the fault fuzzer (snapmesh/sim/fuzz.py).
 
 The JSON goes to stdout with indent=2 and keys in topology order (never sorted),
 followed by one newline; the same file and seed give byte-identical output.
@@ -7,7 +7,7 @@ An invalid scenario, an unreadable file or bad JSON exits 2 with one line on
 stderr that names the file and the problem (for a step: its index and the step
 as written, e.g. `step 4 ["deliver","A","B"]: channel A->B is empty`).
 
-`fuzz` runs cases seed N, N+1, ..., N+M-1 and stops at the first broken
+`fuzz` runs `--cases` cases, seeds N, N+1, and on, and stops at the first broken
 invariant: it prints the seed, what broke and the one command that replays
 that case, and exits 1. All passed: one summary line, exit 0.
 """
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0, metavar="N", help="scheduler seed for `run` steps (default 0)")
     fuzz = commands.add_parser("fuzz", help="random clusters under random faults, invariants after every step")
     fuzz.add_argument("--seed", type=int, default=0, metavar="N", help="first case's seed (default 0)")
-    fuzz.add_argument("--cases", type=_positive, default=1000, metavar="M", help="how many cases (default 1000)")
+    fuzz.add_argument("--cases", type=_positive, default=1000, metavar="N", help="how many cases (default 1000)")
     return parser
 
 

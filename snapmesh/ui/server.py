@@ -1,4 +1,4 @@
-"""`snapmesh ui --controller HOST:PORT [--listen 127.0.0.1:8080] [--tls-dir DIR] [--data-dir DIR]`
+"""`snapmesh ui [--controller HOST:PORT] [--listen 127.0.0.1:8080] [--tls-dir DIR] [--data-dir DIR]`
 
 A read-only web page over the controller's gRPC API: the snapshots' overview,
 history, summary statistics and timeline, and one snapshot's nodes, phases,
@@ -37,7 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from snapmesh.settings import security
+from snapmesh.settings import target
 from snapmesh.settings.argparsing import parse_args
 from snapmesh.ui import model, pages
 from snapmesh.ui.source import Busy, ControllerDown, NotFound, Source
@@ -75,17 +75,18 @@ def _address(text: str) -> tuple[str, int]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="snapmesh ui", description=__doc__.split("\n\n")[1].replace("\n", " "))
-    parser.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's gRPC address")
+    parser.add_argument("--controller", metavar="HOST:PORT", help=target.CONTROLLER_HELP)
     parser.add_argument("--listen", type=_address, default=DEFAULT_LISTEN, metavar="HOST:PORT",
                         help=f"where the page is served (default {DEFAULT_LISTEN}: loopback only; port 0: a free one)")
     parser.add_argument("--tls-dir", metavar="DIR", help="client certificate and token of a TLS cluster "
-                        "(default: $SNAPMESH_TLS_DIR)")
+                        "(default: $SNAPMESH_TLS_DIR, else --data-dir's tls/, else plaintext)")
     parser.add_argument("--data-dir", type=Path, metavar="DIR",
                         help="the cluster's data dir: node logs (where a snapshot is stuck, its picture) and the "
-                        "controller's journal (the last restore)")
+                        "controller's journal (the last restore); its cluster.toml names the controller (default: none)")
     parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                         help="a further name the page may be reached by (a proxy's, a container service's): the Host "
-                        "header must name an IP address, the listen address or one of these (against DNS rebinding)")
+                        "header must name an IP address, the listen address or one of these, against DNS rebinding "
+                        "(repeatable; default: none)")
     return parser
 
 
@@ -302,15 +303,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(_parser(), argv)
     if isinstance(args, int):
         return args
-    try:
-        identity = security.client_identity(args.tls_dir)
-    except security.SecurityError as exc:
-        print(f"snapmesh ui: {exc}", file=sys.stderr)
-        return 2
     if args.data_dir is not None and not args.data_dir.is_dir():
         print(f"snapmesh ui: --data-dir {args.data_dir} is not a directory", file=sys.stderr)
         return 2
-    source = Source(args.controller, identity, args.data_dir)
+    try:  # --controller, $SNAPMESH_CONTROLLER, --data-dir's cluster.toml, the default (snapmesh.settings.target)
+        found = target.find(args.controller, args.data_dir, args.tls_dir)
+    except target.TargetError as exc:
+        print(f"snapmesh ui: {exc}", file=sys.stderr)
+        return 2
+    source = Source(found.address, found.identity, args.data_dir)
     try:
         server = serve(source, args.listen, tuple(args.allow_host))
     except OSError as exc:
