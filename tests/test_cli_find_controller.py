@@ -51,7 +51,7 @@ def test_each_client_command_finds_the_controller_by_the_data_dir_alone(cluster)
     for command in ("list", "get latest"):  # watch waits for an update: below
         result = snapmesh("snapshot", *command.split(), "--data-dir", data_dir)
         assert result.returncode == 0, (command, result.stderr)
-    restore = snapmesh("restore", "no-such-id", "--yes", "--data-dir", data_dir)
+    restore = snapmesh("restore", "20260101T000000.000000Z-00000000", "--yes", "--data-dir", data_dir)
     assert restore.returncode == 1 and "NOT_FOUND" in restore.stderr, restore.stderr  # it reached the controller
     app = snapmesh("app", "--data-dir", data_dir, "--duration", "1", "--snapshot-every", "0", "--seed", "1")
     assert app.returncode == 0, app.stderr

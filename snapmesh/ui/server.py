@@ -85,7 +85,8 @@ def _parser() -> argparse.ArgumentParser:
                         "controller's journal (the last restore); its cluster.toml names the controller (default: none)")
     parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                         help="a further name the page may be reached by (a proxy's, a container service's): the Host "
-                        "header must name an IP address, the listen address or one of these (against DNS rebinding)")
+                        "header must name an IP address, the listen address or one of these, against DNS rebinding "
+                        "(repeatable; default: none)")
     return parser
 
 
