@@ -3,46 +3,10 @@
 The reference, every key with its default: docs/cluster-file.md
 (tests/test_cluster_file_doc.py holds it to this reader).
 
-TOML, for example::
-
-    data_dir = "data"          # relative paths are relative to this file (in a file
-                               # shipped in the package: to the current directory)
-    initial_balance = 1000
-    # channels = [["p1", "p2"], ["p2", "p1"]]   optional; default: full mesh
-    # channel_bound = 100000   optional: unacknowledged messages per channel past which
-    #                          a Transfer is refused at once (RESOURCE_EXHAUSTED)
-    # segment_records = 100000 optional: records per transfer-log segment
-    # snapshot_mode = "classic"  optional: "classic" (FIFO markers) or "overtake"
-    #                          (markers overtake queued transfers; see snapmesh/protocol/overtake.py)
-
-    [controller]
-    host = "127.0.0.1"         # the address others dial
-    port = 50050
-    metrics_port = 9100
-    snapshot_deadline_s = 10
-
-    [[nodes]]
-    id = "p1"
-    host = "127.0.0.1"
-    port = 50051
-    metrics_port = 9101
-
-    # Optional: mutual TLS on every connection, a token for the control plane.
-    # Paths are relative to this file; {name} is a node id or "controller".
-    # `snapmesh certs --config FILE --out tls` writes these files.
-    [tls]
-    ca = "tls/ca.pem"
-    cert = "tls/{name}.pem"
-    key = "tls/{name}-key.pem"
-    client_cert = "tls/client.pem"      # what the CLI clients present
-    client_key = "tls/client-key.pem"
-
-    [auth]                              # needs [tls]: a token is never sent in plaintext
-    token_file = "tls/token"
-    protect_reads = false               # true: read-only calls need the token too
-
-    [app]                               # optional: the app the nodes run (default: the bank)
-    module = "token_ring:app"           # module:attr; the other keys: its params (appsettings.py)
+TOML: `data_dir`, `initial_balance`, `channels` (default: full mesh), `channel_bound`,
+`segment_records`, `snapshot_mode`; `[controller]`, `[[nodes]]` (id, host, port,
+metrics_port); optional `[tls]` and `[auth]` (mutual TLS, the control-plane token) and
+`[app]` (`module = "module:attr"`, the rest its params; default: the bank).
 
 Environment overrides, for containers: SNAPMESH_DATA_DIR replaces `data_dir`;
 SNAPMESH_BIND_HOST is the address every server binds to (default: its `host`),

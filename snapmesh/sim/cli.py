@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fuzz.add_argument(
         "--app-param", action="append", default=[], metavar="KEY=VALUE", type=_param,
-        help="one entry of the app's [app] table (VALUE read as JSON, else as text); repeatable",
+        help="one entry of the app's [app] table (VALUE read as JSON, else as text); repeatable (default: none)",
     )
     return parser
 
