@@ -120,10 +120,12 @@ def test_the_fuzzer_catches_each_app_mutation(name: str, seed: int, caught: str,
 # The bank fuzzer's mutations of the framework (tests/test_fault_fuzz.py), under kvshard: each
 # fails a fixed seed. Two are left out: they change only balance arithmetic, and an app moves no money.
 BANK_MUTATIONS_SEEDS = {
-    "controller-restore-plan": 2, "controller-overtake-merge": 7, "restore-claim-two-steps": 2,
-    "restore-forgets-finished-keys": 7, "request-window": 0, "request-restore": 2, "overtake-outbox": 7,
-    "overtake-positions": 61, "resend": 0, "duplicate-drop": 0, "recovery-outbox": 0, "recovery-aborts": 3,
-    "restore-replay": 2,
+    "controller-restore-plan": 2, "controller-overtake-merge": 37, "controller-stale-report": 7,
+    "controller-admission": 1, "controller-abort-on-fail": 0, "restore-claim-two-steps": 2,
+    "restore-forgets-finished-keys": 2, "restore-forgets-joined-keys": 2, "restore-join-after-the-end": 2,
+    "request-window": 0, "request-restore": 2, "overtake-outbox": 37, "overtake-positions": 59, "resend": 0,
+    "duplicate-drop": 0, "recovery-outbox": 0, "recovery-aborts": 1, "restore-replay": 2,
+    "restore-joins-not-replayed": 450, "restore-replays-newest-key-only": 450,
 }
 
 

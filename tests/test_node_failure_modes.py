@@ -318,11 +318,11 @@ class ChunkSink(ReportSink):
 
 
 def test_a_full_state_larger_than_one_grpc_message_is_delivered(tmp_path: Path) -> None:
-    """A ring a->b->c->a with long node ids (so each msg_id is ~250 bytes). b is
-    stopped, so a's marker waits there while c pays a 20,000 times: a records
-    them all on c->a, a FullState of ~5 MB, over the 4 MiB a gRPC server takes
-    in one message by default."""
-    a, b, c = ("a" * 120, "b" * 120, "c" * 120)
+    """A ring a->b->c->a with node ids as long as allowed (64 characters, so each
+    msg_id is ~135 bytes). b is stopped, so a's marker waits there while c pays a
+    36,000 times: a records them all on c->a, a FullState of ~5 MB, over the
+    4 MiB a gRPC server takes in one message by default."""
+    a, b, c = ("a" * 64, "b" * 64, "c" * 64)
     cluster = Cluster(tmp_path, [a, b, c], balance=100_000, channels=[(a, b), (b, c), (c, a)])
     cluster.sink.close()
     cluster.sink = ChunkSink(cluster.ports["controller"])
@@ -330,15 +330,15 @@ def test_a_full_state_larger_than_one_grpc_message_is_delivered(tmp_path: Path) 
         cluster.start()
         cluster.pause_node(b)
         cluster.stub(a).StartSnapshot(pb.StartSnapshotRequest(snapshot_id="big"), timeout=5)
-        for _ in range(20):
+        for _ in range(36):
             batch = pb.TransferBatchRequest(transfers=[pb.TransferRequest(to=a, amount=1)] * 1000)
             assert all(r.code == 0 for r in cluster.stub(c).TransferBatch(batch, timeout=30).results)
-        wait_until(lambda: sum(r["kind"] == "recv" for r in cluster.logs()[a]) == 20_000, 60, "a received all",
+        wait_until(lambda: sum(r["kind"] == "recv" for r in cluster.logs()[a]) == 36_000, 60, "a received all",
                    interval=0.5)
         cluster.resume_node(b)
         states = cluster.sink.wait_for("big", {a, b, c}, timeout=60)
         assert states[a].ByteSize() > 4 * 1024 * 1024
-        assert sum(len(ch.in_flight) for ch in states[a].channels) == 20_000
+        assert sum(len(ch.in_flight) for ch in states[a].channels) == 36_000
         cluster.check_snapshots(cluster.logs(), states)
     finally:
         if cluster.nodes[b].alive:

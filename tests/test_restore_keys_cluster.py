@@ -149,7 +149,7 @@ def test_the_controller_machine_refuses_a_report_of_an_older_epoch(cluster):
     channel, stub = controller_stub(cluster.controller_address)
     with channel:
         with pytest.raises(grpc.RpcError) as refused:
-            stub.ReportState(pb.FullState(snapshot_id="from-the-past", node_id="p1", epoch=1), timeout=10)
+            stub.ReportState(pb.FullState(snapshot_id="20200101T000000.000000Z-0badc0de", node_id="p1", epoch=1), timeout=10)
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "a report from epoch 1; the cluster is in epoch" in refused.value.details()
     assert _stale_refused(cluster) == before + 1

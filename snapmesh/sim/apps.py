@@ -131,10 +131,11 @@ def check_complete(
 
 def agrees(snapshot: pb.Snapshot) -> None:
     """The controller machine judged a COMPLETE snapshot the checker found whole (A2): checked, all ok."""
-    failed = [r.name for r in snapshot.invariants if not r.ok]
-    if snapshot.app_check != pb.Snapshot.APP_CHECKED or failed or not snapshot.invariants:
+    verdict = snapshot.app
+    failed = [r.name for r in verdict.invariants if not r.ok]
+    if verdict.status != pb.AppCheck.CHECKED or failed or not verdict.invariants:
         raise AppViolation(
-            f"snapshot {snapshot.snapshot_id}: the controller says {pb.Snapshot.AppCheck.Name(snapshot.app_check)},"
+            f"snapshot {snapshot.snapshot_id}: the controller says {pb.AppCheck.Status.Name(verdict.status)},"
             f" failed {failed}, reason {snapshot.reason!r}; the checker found every invariant holds"
         )
 
