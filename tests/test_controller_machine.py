@@ -234,6 +234,23 @@ def test_the_read_api_answers_from_the_tracker_without_changing_anything() -> No
     assert m.get("s1") == done and m.drain() == []
 
 
+def test_a_restore_of_a_missing_snapshot_is_refused_by_the_gate_which_alone_checks_the_key() -> None:
+    m = machine()
+    target = complete(m)
+    refused = m.restore(None, "k0", T0, snapshot_id="gone")
+    assert refused == restoregate.Refuse("NOT_FOUND", "no snapshot 'gone'") and m.epoch == 1
+    too_long = m.restore(None, "x" * 200, T0, snapshot_id="gone")
+    assert isinstance(too_long, restoregate.Refuse) and too_long.code == "INVALID_ARGUMENT"
+    done = _restored(m, target, "k1")
+    m.drain()
+    assert m.restore(None, "k1", T0, snapshot_id="s1") == restoregate.Answer(done)  # its file gone since
+    assert m.epoch == 2 and m.drain() == []
+    with pytest.raises(ValueError, match="no snapshot and no snapshot_id"):
+        m.restore(None, "k1", T0)
+    with pytest.raises(ValueError, match="is not the snapshot's"):
+        m.restore(target, "k1", T0, snapshot_id="s9")
+
+
 def _restored(m: M.Controller, target: pb.Snapshot, key: str) -> pb.Restore:
     """Run a restore of `target` under `key` to its end; its records are in the journal list."""
     assert isinstance(m.restore(target, key, T0), restoregate.Start)

@@ -56,6 +56,7 @@ def test_every_fault_kind_happens() -> None:
         "restore call joined under its own key", "restore retry answered across a controller restart",
         "stale report refused", "snapshot refused: too many in progress",
         "restore call joined under its own key after the restore ended",
+        "restore refused: no such snapshot",
     ):
         assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
 
@@ -190,9 +191,9 @@ def _restore_claim_after_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
     the next call was handled (that call still sees no restore running and starts its own)."""
     request = restoregate.RestoreGate.request
 
-    def broken(self, snapshot_id, request_id, now, problem=""):
+    def broken(self, snapshot_id, request_id, now, problem="", **kwargs):
         late = self.__dict__.pop("_late_claim", None)
-        decision = request(self, snapshot_id, request_id, now, problem)
+        decision = request(self, snapshot_id, request_id, now, problem, **kwargs)
         if isinstance(decision, restoregate.Start):
             self.running = late  # not claimed yet (the RESTORING record is being fsynced)
             self._late_claim = decision
@@ -219,8 +220,8 @@ def _restore_forgets_joined_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     remembered; its retry after the restore ended rolls back a second time."""
     request = restoregate.RestoreGate.request
 
-    def broken(self, snapshot_id, request_id, now, problem=""):
-        decision = request(self, snapshot_id, request_id, now, problem)
+    def broken(self, snapshot_id, request_id, now, problem="", **kwargs):
+        decision = request(self, snapshot_id, request_id, now, problem, **kwargs)
         if isinstance(decision, restoregate.Join) and decision.joined_key:
             self.running_keys.remove(decision.joined_key)
             self._by_key.pop(decision.joined_key)
@@ -247,8 +248,8 @@ def _restore_join_after_the_end_unjournaled(monkeypatch: pytest.MonkeyPatch) -> 
     durable) is not journaled; after a controller restart its retry rolls back again."""
     restore = controller.Controller.restore
 
-    def broken(self, snapshot, request_id, now):
-        decision = restore(self, snapshot, request_id, now)
+    def broken(self, snapshot, request_id, now, **kwargs):
+        decision = restore(self, snapshot, request_id, now, **kwargs)
         if isinstance(decision, restoregate.Join) and self.last_restore.status != pb.Restore.RESTORING:
             self._effects = [e for e in self._effects if not isinstance(getattr(e, "record", None), journal.Joined)]
         return decision
@@ -354,6 +355,7 @@ def test_the_fuzzer_catches_each_mutation(name: str, monkeypatch: pytest.MonkeyP
     ran, failure = fuzz.fuzz(0, 500)
     assert failure is not None, f"mutation {name!r} survived 500 cases"
     seed, why = failure
+    assert not why.startswith("TypeError"), f"mutation {name!r}: its wrapper broke, it was not caught: {why}"
     print(f"mutation {name}: caught at seed {seed} ({ran} cases): {why}")
     # The failing seed replays: the same case fails the same way.
     assert fuzz.fuzz(seed, 1) == (1, (seed, why))

@@ -196,3 +196,17 @@ def test_joined_keys_take_their_place_in_the_window() -> None:
 def test_a_window_of_no_keys_is_refused() -> None:
     with pytest.raises(ValueError, match="keys_kept must be at least 1, got 0"):
         RestoreGate(keys_kept=0)
+
+
+def test_a_missing_snapshot_is_not_found_after_the_key_checks_and_a_keyed_retry_still_gets_its_answer() -> None:
+    gate = RestoreGate()
+    long_key = "x" * (MAX_KEY_BYTES + 1)
+    assert gate.request("gone", long_key, 0.0, missing=True).code == "INVALID_ARGUMENT"  # the key first
+    assert gate.request("gone", "k0", 0.0, missing=True) == Refuse("NOT_FOUND", "no snapshot 'gone'")
+    gate.request("s1", "k1", 0.0)
+    gate.finished("restored s1")
+    # s1's file was deleted since (retention): a retry of its key still gets its answer
+    assert gate.request("s1", "k1", 1.0, missing=True) == Answer("restored s1")
+    assert gate.request("s2", "k1", 1.0, missing=True).code == "INVALID_ARGUMENT"  # k1 is s1's
+    assert gate.request("s1", "", 1.0, missing=True).code == "NOT_FOUND"
+    assert gate.running is None

@@ -7,6 +7,8 @@ One 3-node cluster (controller and node processes, real gRPC), the tests in orde
   answers that restore: the 250 stays, the epoch does not move.
 - A later restore under K3 and a controller restart: a retry of K1 still answers
   K1's restore, it does not roll the cluster back to K1's snapshot again.
+- A restore of a snapshot that does not exist: the gate checks the key first
+  (INVALID_ARGUMENT), then NOT_FOUND.
 - A report of an older epoch is refused (by the controller machine) and counted.
 - A FAILED snapshot is aborted at the nodes with the controller's reason (AbortAt).
 """
@@ -134,6 +136,21 @@ def test_after_a_later_restore_and_a_restart_an_older_key_is_still_answered(clus
         assert restore(stub, k1.snapshot_id, "K1") == k1  # not a third restore, back to K1's snapshot
         assert restore(stub, later.snapshot_id, "K3") == k3
     assert settled(cluster) == before, "a retry of an older key rolled the cluster back again"
+
+
+@pytest.mark.parametrize(("key", "code", "says"), [
+    ("", grpc.StatusCode.NOT_FOUND, "no snapshot 'no-such-snapshot'"),
+    ("K1", grpc.StatusCode.INVALID_ARGUMENT, "request_id 'K1' started the restore of"),
+    ("x" * 129, grpc.StatusCode.INVALID_ARGUMENT, "request_id is longer than 128 bytes"),
+])
+def test_a_restore_of_a_missing_snapshot_is_refused_by_the_gate_key_first(cluster, key, code, says):
+    before = settled(cluster)
+    channel, stub = controller_stub(cluster.controller_address)
+    with channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            restore(stub, "no-such-snapshot", key)
+    assert refused.value.code() == code and says in refused.value.details(), refused.value.details()
+    assert settled(cluster) == before
 
 
 def _stale_refused(cluster) -> float:

@@ -4,10 +4,11 @@ What a restore decides (the gate, the epoch, which snapshots fail, each node's
 part, the outcome) is the controller machine's (snapmesh/protocol/controller.py,
 rules R1-R4). This adapter carries it out:
 
-1. a RestoreSnapshot call is checked (a key too long: INVALID_ARGUMENT; an
-   unknown snapshot: NOT_FOUND) and handed to the machine, which answers at
-   once from its gate: start, join the running restore, a finished restore's
-   answer, or a refusal (FAILED_PRECONDITION or INVALID_ARGUMENT); a call that
+1. a RestoreSnapshot call is handed to the machine (with the snapshot, or
+   None when there is none), which answers at once from its gate: start, join
+   the running restore, a finished restore's answer, or a refusal
+   (INVALID_ARGUMENT for a key too long or of another snapshot, NOT_FOUND,
+   FAILED_PRECONDITION); a call that
    joins under a new key is answered once its `joined` record is durable;
 2. on start: the RESTORING record is journaled in the same synchronous step,
    and no node hears of the restore before it is durable;
@@ -32,7 +33,7 @@ import grpc
 
 from snapmesh.protocol import controller as ctl
 from snapmesh.protocol import restoregate
-from snapmesh.protocol.tracker import Now
+from snapmesh.protocol.tracker import Now, UnknownSnapshot
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -41,7 +42,6 @@ log = logging.getLogger(__name__)
 RESTORE_TIMEOUT_S = 30.0  # how long a node that cannot be reached is retried
 CALL_TIMEOUT_S = 5.0
 RETRY_S = 0.25
-MAX_KEY_BYTES = restoregate.MAX_KEY_BYTES
 
 
 class RestoreRefused(Exception):
@@ -102,11 +102,11 @@ class Restorer:
         """Restore `snapshot_id` (raises RestoreRefused when it cannot start).
         Check and claim are one synchronous step: nothing awaits between the
         machine's decision and `self._running` being set."""
-        refused = restoregate.key_problem(request_id, MAX_KEY_BYTES)
-        if refused is not None:
-            raise RestoreRefused(grpc.StatusCode[refused.code], refused.message)
-        snapshot = self.engine.lookup(snapshot_id)  # UnknownSnapshot -> NOT_FOUND
-        decision = self.machine.restore(snapshot, request_id, self._clock())
+        try:
+            snapshot: pb.Snapshot | None = self.engine.lookup(snapshot_id)
+        except UnknownSnapshot:
+            snapshot = None  # the gate says NOT_FOUND, or answers a retry of a key that restored it
+        decision = self.machine.restore(snapshot, request_id, self._clock(), snapshot_id=snapshot_id)
         if isinstance(decision, restoregate.Answer):
             return decision.result  # a retry of a finished restore: its answer, nothing rolled back
         if isinstance(decision, restoregate.Join):  # the same restore: wait for it

@@ -13,7 +13,8 @@ Events in:
   reported(state, now)                   a node's FullState (raises the TrackerError kinds;
                                          StaleReport for one of an epoch before the cluster's)
   tick(now)                              time passed: snapshots past their deadline fail
-  restore(snapshot, request_id, now)     a RestoreSnapshot call (the gate decides)
+  restore(snapshot, request_id, now)     a RestoreSnapshot call (the gate decides; snapshot
+                                         None with snapshot_id: there is no such snapshot)
   resume(snapshot)                       after a restart: the journal's RESTORING restore runs again
   node_restored(node, answer, now)       a node took its part (or why it could not)
   restore_settled()                      the restore's last record is durable (or cannot be)
@@ -318,10 +319,20 @@ class Controller:
 
     # -- restore
 
-    def restore(self, snapshot: pb.Snapshot, request_id: str, now: Now) -> restoregate.Decision:
-        """A RestoreSnapshot call for `snapshot` (R1, R4): the gate's decision; on
-        Start the epoch moves, snapshots in progress fail, and the restore begins."""
-        decision = self.gate.request(snapshot.snapshot_id, request_id, now.wall, problem(snapshot))
+    def restore(
+        self, snapshot: pb.Snapshot | None, request_id: str, now: Now, *, snapshot_id: str = ""
+    ) -> restoregate.Decision:
+        """A RestoreSnapshot call for `snapshot` (R1, R4), or for `snapshot_id` when
+        there is no such snapshot: the gate's decision (it alone checks the key);
+        on Start the epoch moves, snapshots in progress fail, and the restore begins."""
+        if snapshot is None:
+            if not snapshot_id:
+                raise ValueError("restore: no snapshot and no snapshot_id")
+            decision = self.gate.request(snapshot_id, request_id, now.wall, missing=True)
+        else:
+            if snapshot_id and snapshot_id != snapshot.snapshot_id:
+                raise ValueError(f"restore: snapshot_id {snapshot_id!r} is not the snapshot's ({snapshot.snapshot_id!r})")
+            decision = self.gate.request(snapshot.snapshot_id, request_id, now.wall, problem(snapshot))
         if isinstance(decision, restoregate.Join) and decision.joined_key:
             running = self.last_restore  # RESTORING, or already ended with its record not yet durable
             assert running is not None, "the gate joined a restore the machine does not know"

@@ -7,8 +7,10 @@ rolls anything back, and the fault simulator (snapmesh/sim) drives the same gate
 concurrent and retried restores. No I/O, no clock: time is passed in.
 
 Events in:
-  request(snapshot_id, request_id, now, problem)  a RestoreSnapshot call; `problem`
-      says why the snapshot cannot be restored (not COMPLETE, not conserved), or "".
+  request(snapshot_id, request_id, now, problem, missing)  a RestoreSnapshot call;
+      `problem` says why the snapshot cannot be restored (not COMPLETE, not
+      conserved), or ""; `missing`: there is no such snapshot (NOT_FOUND, unless
+      the key answers it: a retry after the snapshot's file was deleted).
   finished(result)    the running restore ended (RESTORED or FAILED), with its answer.
   taken_back(...)     after a controller restart: the journal's restores, oldest
                       first, each with the keys that joined it.
@@ -22,7 +24,9 @@ Decisions out (exactly one per request):
              is that restore's (its retry joins it, or once it ended gets its answer).
   Answer     the key names a finished restore: its answer, nothing rolled back again.
   Refuse     INVALID_ARGUMENT (a key too long, or a key that started another
-             snapshot's restore) or FAILED_PRECONDITION (the snapshot's problem).
+             snapshot's restore), NOT_FOUND (no such snapshot) or
+             FAILED_PRECONDITION (the snapshot's problem). The key is checked
+             here only, before anything else.
   Busy       another snapshot's restore runs (FAILED_PRECONDITION).
 
 The newest `keys_kept` keys are kept (oldest forgotten first), whether they
@@ -96,7 +100,9 @@ class RestoreGate:
         self.running_keys: list[str] = []  # every key of the running restore: its claim's, then those that joined
         self._by_key: OrderedDict[str, tuple[str, Any]] = OrderedDict()  # key -> (snapshot_id, answer or None)
 
-    def request(self, snapshot_id: str, request_id: str, now: float, problem: str = "") -> Decision:
+    def request(
+        self, snapshot_id: str, request_id: str, now: float, problem: str = "", *, missing: bool = False
+    ) -> Decision:
         refused = key_problem(request_id, self.max_key_bytes)
         if refused is not None:
             return refused
@@ -110,6 +116,8 @@ class RestoreGate:
             if running is not None and request_id in self.running_keys:
                 return Join(snapshot_id)
             return Answer(answer)  # a retry of a finished restore: nothing rolled back
+        if missing:
+            return Refuse("NOT_FOUND", f"no snapshot {snapshot_id!r}")
         if problem:
             return Refuse("FAILED_PRECONDITION", problem)
         if running is not None:

@@ -378,15 +378,18 @@ class SimController:
             self.restore_call(sid, key)
 
     def _restore_target(self, rng: random.Random, ids: list[str]) -> str:
-        """Mostly a COMPLETE snapshot (so calls start, join, get answers and Busy), sometimes any."""
+        """Mostly a COMPLETE snapshot (so calls start, join, get answers and Busy), sometimes
+        any, now and then one that does not exist."""
         complete = [sid for sid in ids if self.machine.status(sid) == COMPLETE]
-        if complete and rng.random() < 0.85:
+        roll = rng.random()
+        if complete and roll < 0.85:
             return rng.choice(complete)
-        return rng.choice(ids)
+        return "gone" if roll > 0.97 else rng.choice(ids)
 
     def restore_call(self, sid: str, key: str) -> None:
         known = self.key_snapshot.get(key) if key else None
-        decision = self.machine.restore(self.machine.get(sid), key, self.now())
+        snapshot = self.machine.get(sid) if sid in self.machine.ids() else None
+        decision = self.machine.restore(snapshot, key, self.now(), snapshot_id=sid)
         kind = type(decision)
         if kind is restoregate.Start:
             if key:
@@ -424,5 +427,9 @@ class SimController:
             if known is None or known == sid:
                 raise Violation(f"restore: {key!r} for {sid} refused: {decision.message}")
             self.faults["restore refused: key of another snapshot"] += 1
+        elif decision.code == "NOT_FOUND":
+            if snapshot is not None:
+                raise Violation(f"restore: {sid}, which exists, refused NOT_FOUND: {decision.message}")
+            self.faults["restore refused: no such snapshot"] += 1
         else:
             self.faults["restore refused: not restorable"] += 1
