@@ -139,7 +139,7 @@ def test_after_a_later_restore_and_a_restart_an_older_key_is_still_answered(clus
 
 
 @pytest.mark.parametrize(("key", "code", "says"), [
-    ("", grpc.StatusCode.NOT_FOUND, "no snapshot 'no-such-snapshot'"),
+    ("", grpc.StatusCode.NOT_FOUND, "no snapshot '20200101T000000.000000Z-0badc0de'"),
     ("K1", grpc.StatusCode.INVALID_ARGUMENT, "request_id 'K1' started the restore of"),
     ("x" * 129, grpc.StatusCode.INVALID_ARGUMENT, "request_id is longer than 128 bytes"),
 ])
@@ -148,7 +148,7 @@ def test_a_restore_of_a_missing_snapshot_is_refused_by_the_gate_key_first(cluste
     channel, stub = controller_stub(cluster.controller_address)
     with channel:
         with pytest.raises(grpc.RpcError) as refused:
-            restore(stub, "no-such-snapshot", key)
+            restore(stub, "20200101T000000.000000Z-0badc0de", key)
     assert refused.value.code() == code and says in refused.value.details(), refused.value.details()
     assert settled(cluster) == before
 
