@@ -37,8 +37,8 @@ CONSISTENT = "every COMPLETE snapshot is consistent with the logs"
 MESSAGES = "every message sent is received exactly once"
 
 
-def verdicts(outcome) -> dict[str, tuple[bool | None, str]]:
-    return {name: (ok, detail) for name, ok, detail in app_checks(outcome)}
+def verdicts(outcome, reconcile: bool = False) -> dict[str, tuple[bool | None, str]]:
+    return {name: (ok, detail) for name, ok, detail in app_checks(outcome, reconcile=reconcile)}
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +49,14 @@ def outcome(tmp_path_factory):
 
 
 @pytest.mark.cluster
+@pytest.mark.spark
 @pytest.mark.timeout(900)
 def test_a_seeded_kvshard_campaign_loses_and_doubles_no_key(outcome) -> None:
     replay = f"snapmesh chaos --seed {SEED} --duration 60 --app kvshard"
-    found = verdicts(outcome)
+    found = verdicts(outcome, reconcile=True)
     assert found.pop("money is conserved")[0] is None  # skipped, and said so
     assert all(ok for ok, _ in found.values()), f"replay: {replay}\n{json.dumps(found, indent=1)}"
-    assert "the money rules skipped (app mode" in found[CONSISTENT][1]
+    assert "the money rules skipped (app mode" in found[CONSISTENT][1] and "reconcile (msg ids" in found[CONSISTENT][1]
     figures = checks.figures(outcome)
     table = checks.table(figures)
     assert "money lost                              skipped: the app kvshard holds no money" in table, table

@@ -6,7 +6,8 @@ restart clean). The money check cannot apply and is skipped, saying so (ok
 None); the per-message check counts messages by msg_id and compares their
 bytes. Added: every COMPLETE snapshot's invariants hold (the controller's
 verdict, and checked again here over the snapshot's states and in-flight
-payloads, whose bytes are held against the logs), and, once the faults
+payloads, whose bytes are held against the logs; Spark's reconciliation
+checks msg ids and seqs, not payloads), and, once the faults
 stopped and the cluster settled, a snapshot whose invariants hold; for
 kvshard, its keys against what the client was told: none lost, none doubled.
 """
@@ -16,27 +17,27 @@ from __future__ import annotations
 from services.app.drive import snapshot_problems
 from snapmesh.chaos import appmode
 from snapmesh.chaos.campaign import Outcome
-from snapmesh.chaos.checks import Check, restarts, snapshot_ids
+from snapmesh.chaos.checks import Check, restarts, snapshot_ids, spark_reconcile
 from snapmesh.checking.logcheck import InvariantViolation, check_logs
 from snapmesh.checking.node_logs import money_check
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
-def app_checks(outcome: Outcome) -> list[Check]:
+def app_checks(outcome: Outcome, *, reconcile: bool = True) -> list[Check]:
     app = outcome.app
     result: list[Check] = [("money is conserved", None,
                             f"skipped: the app {app.name} holds no money (app mode); its invariants are checked below")]
     result.append(_messages(outcome))
     result.append(snapshot_ids(outcome))
     complete = [s for s in outcome.snapshots.values() if s.status == pb.Snapshot.COMPLETE]
-    result.append(_consistency(outcome, complete))
+    result.append(_consistency(outcome, complete, reconcile))
     result.append(_invariants(outcome, complete))
     result.append(_settled(outcome))
     result.append(restarts(outcome))
     return result
 
 
-def _consistency(outcome: Outcome, complete: list[pb.Snapshot]) -> Check:
+def _consistency(outcome: Outcome, complete: list[pb.Snapshot], reconcile: bool) -> Check:
     name = "every COMPLETE snapshot is consistent with the logs"
     logs, recorded = appmode.unit_logs(outcome.logs, complete)
     try:
@@ -45,9 +46,14 @@ def _consistency(outcome: Outcome, complete: list[pb.Snapshot]) -> Check:
         return name, False, str(violation).splitlines()[0]
     if wrong := appmode.snapshot_against_logs(outcome.logs, complete):
         return name, False, "; ".join(wrong[:3]) + (f" ... {len(wrong)} in all" if len(wrong) > 3 else "")
-    return name, True, (f"{len(complete)} COMPLETE snapshots against the logs: in-flight lists, markers, messages "
-                        "sent = received + in flight, payloads and state digests; the money rules skipped (app mode: "
-                        "each message counted as one unit); Spark reconciliation skipped (app mode)")
+    detail = (f"{len(complete)} COMPLETE snapshots against the logs: in-flight lists, markers, messages sent = "
+              "received + in flight, payloads and state digests; the money rules skipped (app mode: each message "
+              "counted as one unit)")
+    if not reconcile:
+        return name, True, detail + "; Spark reconciliation skipped"
+    if problem := spark_reconcile(outcome):
+        return name, False, problem
+    return name, True, detail + "; snapmesh reconcile (msg ids and seqs; it reads no payloads yet): exit 0"
 
 
 def _messages(outcome: Outcome) -> Check:

@@ -99,14 +99,21 @@ def _consistency(outcome: Outcome, reconcile: bool) -> Check:
     detail = f"{len(complete)} COMPLETE snapshots against the logs"
     if not reconcile:
         return "every COMPLETE snapshot is consistent with the logs", True, detail + " (Spark reconciliation skipped)"
+    problem = spark_reconcile(outcome)
+    if problem:
+        return "every COMPLETE snapshot is consistent with the logs", False, problem
+    return "every COMPLETE snapshot is consistent with the logs", True, detail + "; snapmesh reconcile: exit 0"
+
+
+def spark_reconcile(outcome: Outcome) -> str:
+    """`snapmesh reconcile` on the run's data dir: "" when it exits 0, else what it said last."""
     argv = [sys.executable, "-m", "snapmesh.cli", "reconcile", "--data-dir", str(outcome.data_dir),
             "--out", str(outcome.data_dir.parent / "reconcile")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
-        return "every COMPLETE snapshot is consistent with the logs", False, f"snapmesh reconcile exited " \
-            f"{done.returncode}: {' | '.join(tail)}"
-    return "every COMPLETE snapshot is consistent with the logs", True, detail + "; snapmesh reconcile: exit 0"
+        return f"snapmesh reconcile exited {done.returncode}: {' | '.join(tail)}"
+    return ""
 
 
 def figures(outcome: Outcome) -> dict[str, Any]:

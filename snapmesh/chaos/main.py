@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if outcome.app is not None:  # ok None: a check skipped, its detail says why
-        results = app_checks(outcome)  # no Spark reconciliation of an app's logs yet: its verdict says so
+        results = app_checks(outcome, reconcile=not args.no_reconcile)
     else:
         results = verdicts.checks(outcome, reconcile=not args.no_reconcile)
     figures = verdicts.figures(outcome)
