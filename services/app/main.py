@@ -1,12 +1,19 @@
-"""`snapmesh app [--controller HOST:PORT] [--data-dir DIR] [--duration S] [--transfer-interval S]
-[--snapshot-every S] [--seed N] [--max-amount N] [--tls-dir DIR]`: the bank workload.
+"""`snapmesh app [--app NAME|module:attr] [--controller HOST:PORT] [--data-dir DIR] [--duration S]
+[--transfer-interval S] [--snapshot-every S] [--seed N] [--max-amount N] [--tls-dir DIR]`: a workload.
+
+Without `--app`, the bank's: transfers between the nodes. With `--app` (a
+built-in such as kvshard, or module:attr), that app's `workload` sent through
+`Node.Submit` (services/app/drive.py), counting replies and refusals per node;
+each COMPLETE snapshot's invariants are the controller's verdict and are checked
+again here (the [app] params: --data-dir's cluster file, else none).
 
 The controller: `--controller`, else $SNAPMESH_CONTROLLER, else `--data-dir D`'s
 cluster.toml, else 127.0.0.1:50050 (snapmesh.settings.target). `--tls-dir DIR`
 (default: $SNAPMESH_TLS_DIR, else D/tls/): a TLS cluster's client certificate
 and token, as `snapmesh certs` or `cluster up --tls` wrote them.
 
-Exit status: 0 when every snapshot finished and was conserved, 1 otherwise or
+Exit status: 0 when every snapshot finished and was conserved (an app: COMPLETE
+with every invariant holding, and no command given up on), 1 otherwise or
 when the controller cannot be reached (as every client command), 2 when an
 argument is bad.
 """
@@ -29,18 +36,20 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     defaults = WorkloadParams()
     parser = _Parser(prog="snapmesh app", description="Move money between nodes and take snapshots.")
+    parser.add_argument("--app", metavar="NAME|module:attr", help="drive this app's workload through "
+                        "Node.Submit (a built-in: bank, kvshard; default: the bank's transfers)")
     parser.add_argument("--controller", metavar="HOST:PORT", help=target.CONTROLLER_HELP)
     parser.add_argument("--data-dir", metavar="DIR", help=target.DATA_DIR_HELP)
     parser.add_argument("--duration", type=float, default=defaults.duration, metavar="S",
                         help=f"run for S seconds (default: {defaults.duration:g})")
-    parser.add_argument("--transfer-interval", type=float, default=defaults.transfer_interval, metavar="S",
-                        help=f"each node makes one transfer every S seconds (default: {defaults.transfer_interval:g})")
+    parser.add_argument("--transfer-interval", type=float, default=None, metavar="S",
+                        help=f"the bank: each node makes one transfer every S seconds (default: {defaults.transfer_interval:g})")
     parser.add_argument("--snapshot-every", type=float, default=defaults.snapshot_every, metavar="S",
                         help=f"a snapshot at a random node every S seconds (0: none; default: {defaults.snapshot_every:g})")
     parser.add_argument("--seed", type=int, default=None, metavar="N", help="seed of every random choice "
                         "(default: a random one, printed)")
-    parser.add_argument("--max-amount", type=int, default=defaults.max_amount, metavar="N",
-                        help=f"each transfer pays 1..N (default: {defaults.max_amount})")
+    parser.add_argument("--max-amount", type=int, default=None, metavar="N",
+                        help=f"the bank: each transfer pays 1..N (default: {defaults.max_amount})")
     parser.add_argument("--tls-dir", metavar="DIR", help="client certificate and token of a TLS cluster "
                         "(default: $SNAPMESH_TLS_DIR, else --data-dir's tls/, else plaintext)")
     return parser
@@ -50,12 +59,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(_parser(), argv)
     if isinstance(args, int):
         return args
+    if args.app is not None and args.app.strip() != "bank":
+        from services.app.appload import run_app
+
+        return run_app(args)
+    defaults = WorkloadParams()
     params = WorkloadParams(
         duration=args.duration,
-        transfer_interval=args.transfer_interval,
+        transfer_interval=defaults.transfer_interval if args.transfer_interval is None else args.transfer_interval,
         snapshot_every=args.snapshot_every,
         seed=args.seed,
-        max_amount=args.max_amount,
+        max_amount=defaults.max_amount if args.max_amount is None else args.max_amount,
     )
     try:
         params.check()

@@ -29,10 +29,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 
+from snapmesh.app import App, load_app
+from snapmesh.chaos import appmode
 from snapmesh.chaos import schedule as sched
 from snapmesh.settings.config import ClusterConfig
 from snapmesh.bank.load import BackgroundLoad
@@ -59,6 +61,7 @@ class Options:
     workdir: Path = Path("chaos-run")
     compose: bool = False  # the Docker compose stack instead of local processes
     hosts: bool = False  # the multi-host bench (snapmesh.chaos.hosts), with the network faults
+    app: str = ""  # an app's workload instead of the bank's (snapmesh.chaos.appmode); "": the bank
 
 
 @dataclass
@@ -91,6 +94,9 @@ class Outcome:
     logs: dict[str, list[dict]] = field(default_factory=dict)
     settle_error: str = ""
     faults_s: float | None = None  # how long the faults ran (past `duration` when the first round took longer)
+    app: App | None = None  # the app the nodes ran (None: the bank)
+    settled: pb.Snapshot | None = None  # an app's snapshot once faults stopped and every send was received
+    keys: Any = None  # kvshard: the client's KeyTally (snapmesh.chaos.appmode)
 
 
 class Backend(Protocol):
@@ -153,6 +159,7 @@ class Campaign:
         self.disk_node = sched.disk_node(options.seed, self.ids)
         self.outcome = Outcome(options, self.backend.data_dir, self.backend.config.topology.channels,
                                self.backend.config.expected_total)
+        self.app = self.outcome.app = load_app(options.app) if options.app else None
         self._channels: list[grpc.Channel] = []
         self._stop_triggers = threading.Event()
         self._faults_running = False
@@ -171,8 +178,11 @@ class Campaign:
             if self.backend.disk_skip:
                 self.say(f"note: {self.backend.disk_skip}: full-disk faults skipped")
             self.controller = self._stub(pb_grpc.ControllerStub, self.backend.controller_address)
-            self.load = BackgroundLoad.for_cluster(self.backend, callers=1, interval=0.05, batch=2, max_amount=20,
-                                                   seed=self.o.seed, timeout=10.0)
+            if self.app is not None:
+                self.load = appmode.load(self)
+            else:
+                self.load = BackgroundLoad.for_cluster(self.backend, callers=1, interval=0.05, batch=2,
+                                                       max_amount=20, seed=self.o.seed, timeout=10.0)
             with self.load:
                 trigger_thread = threading.Thread(target=self._trigger_loop, name="snapshots", daemon=True)
                 trigger_thread.start()
@@ -306,6 +316,8 @@ class Campaign:
 
     def _fault_retry(self, fault: sched.Fault) -> float:
         """The same request_id before and after the node's SIGKILL: one answer, one send."""
+        if self.app is not None:
+            return appmode.retry_fault(self, fault)
         (node,) = fault.nodes
         stub = self._stub(pb_grpc.NodeStub, self.backend.direct_address(node))
         request = pb.TransferRequest(to=self.backend.config.topology.outgoing(node)[0], amount=1,
@@ -378,6 +390,8 @@ class Campaign:
         if unreceived:
             self.outcome.settle_error = f"{len(unreceived)} sends not received after {SETTLE_TIMEOUT_S:g} s, " \
                                         f"e.g. {unreceived[:3]}"
+        if self.app is not None:
+            self.outcome.settled = appmode.settled_snapshot(self)
         deadline = time.monotonic() + 3 * self.backend.deadline + 10
         while time.monotonic() < deadline:
             snapshots = list_all(self.controller, timeout=10)  # every page, each snapshot whole

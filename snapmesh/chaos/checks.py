@@ -25,6 +25,7 @@ Check = tuple[str, bool, str]
 
 
 def checks(outcome: Outcome, *, reconcile: bool = True) -> list[Check]:
+    """The bank's verdicts, one (name, ok, detail) each (an app's: snapmesh.chaos.appchecks)."""
     logs = outcome.logs
     try:
         money = money_check(logs)
@@ -52,20 +53,24 @@ def checks(outcome: Outcome, *, reconcile: bool = True) -> list[Check]:
         detail += f"; retried transfers with no send in the logs: {retried[:3]}"
     result.append(("every transfer sent is received exactly once", not bad and not retried, detail))
 
-    result.append(_snapshot_ids(outcome))
+    result.append(snapshot_ids(outcome))
     result.append(_consistency(outcome, reconcile))
 
+    result.append(restarts(outcome))
+    return result
+
+
+def restarts(outcome: Outcome) -> Check:
     ok = not outcome.problems and outcome.second_instances == Counter(f.kind for f in outcome.faults
                                                                      if not f.skipped)["second_instance"]
     detail = f"{outcome.restarts} restarts, {outcome.second_instances} second instances refused (exit 2)"
     if outcome.problems:
         detail = "; ".join(outcome.problems[:5]) + (f" ... and {len(outcome.problems) - 5} more"
                                                    if len(outcome.problems) > 5 else "")
-    result.append(("every restart succeeded and the second instance was refused", ok, detail))
-    return result
+    return "every restart succeeded and the second instance was refused", ok, detail
 
 
-def _snapshot_ids(outcome: Outcome) -> Check:
+def snapshot_ids(outcome: Outcome) -> Check:
     nodes = sorted(outcome.served_balances) or sorted(outcome.logs)
     unknown, stuck, unexplained = [], [], []
     for sid, _ in outcome.triggered:
@@ -94,14 +99,21 @@ def _consistency(outcome: Outcome, reconcile: bool) -> Check:
     detail = f"{len(complete)} COMPLETE snapshots against the logs"
     if not reconcile:
         return "every COMPLETE snapshot is consistent with the logs", True, detail + " (Spark reconciliation skipped)"
+    problem = spark_reconcile(outcome)
+    if problem:
+        return "every COMPLETE snapshot is consistent with the logs", False, problem
+    return "every COMPLETE snapshot is consistent with the logs", True, detail + "; snapmesh reconcile: exit 0"
+
+
+def spark_reconcile(outcome: Outcome) -> str:
+    """`snapmesh reconcile` on the run's data dir: "" when it exits 0, else what it said last."""
     argv = [sys.executable, "-m", "snapmesh.cli", "reconcile", "--data-dir", str(outcome.data_dir),
             "--out", str(outcome.data_dir.parent / "reconcile")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
-        return "every COMPLETE snapshot is consistent with the logs", False, f"snapmesh reconcile exited " \
-            f"{done.returncode}: {' | '.join(tail)}"
-    return "every COMPLETE snapshot is consistent with the logs", True, detail + "; snapmesh reconcile: exit 0"
+        return f"snapmesh reconcile exited {done.returncode}: {' | '.join(tail)}"
+    return ""
 
 
 def figures(outcome: Outcome) -> dict[str, Any]:
@@ -110,7 +122,7 @@ def figures(outcome: Outcome) -> dict[str, Any]:
     during = [sid for sid, faulty in outcome.triggered if faulty]
     complete_during = sum(1 for sid in during if sid in outcome.snapshots
                           and outcome.snapshots[sid].status == pb.Snapshot.COMPLETE)
-    money = _money(outcome)
+    money = _money(outcome) if outcome.app is None else {"lost": None, "duplicates": _duplicates(outcome)}
     recovery = {}
     for kind in sorted({f.kind for f in applied}):
         times = [f.recover_s for f in applied if f.kind == kind and f.recover_s is not None]
@@ -127,7 +139,10 @@ def figures(outcome: Outcome) -> dict[str, Any]:
         "faults_total": len(applied),
         "skipped": dict(Counter(f.kind for f in outcome.faults if f.skipped)),
         "skipped_why": {f.kind: f.skipped for f in outcome.faults if f.skipped},
-        "transfers": outcome.transfers,
+        "app": outcome.app.name if outcome.app else "bank",
+        "commands" if outcome.app else "transfers": outcome.transfers,
+        **({"keys": _keys(outcome)} if outcome.keys is not None else {}),
+        **({"in_flight": _in_flight(outcome)} if outcome.app is not None else {}),
         "snapshots": {"COMPLETE": statuses.get("COMPLETE", 0), "FAILED": statuses.get("FAILED", 0),
                       "IN_PROGRESS": statuses.get("IN_PROGRESS", 0)},
         "money_lost": money["lost"],
@@ -149,16 +164,50 @@ def _money(outcome: Outcome) -> dict[str, int]:
     return {"lost": outcome.total - sum(report["balances"].values()), "duplicates": len(report["duplicated"])}
 
 
+def _duplicates(outcome: Outcome) -> int:
+    try:
+        return len(money_check(outcome.logs)["duplicated"])
+    except AssertionError:
+        return -1
+
+
+def _in_flight(outcome: Outcome) -> dict[str, int]:
+    """An app's COMPLETE snapshots that caught messages in flight, and how many messages."""
+    counts = [sum(len(c.in_flight) for c in s.channels) for s in outcome.snapshots.values()
+              if s.status == pb.Snapshot.COMPLETE]
+    return {"snapshots": sum(1 for n in counts if n), "messages": sum(counts)}
+
+
+def _keys(outcome: Outcome) -> dict[str, Any]:
+    """kvshard: the settled snapshot's keys against the client's tally (lost and duplicated as counts)."""
+    if outcome.settled is None:
+        return {"lost": None, "duplicated": None}
+    found = outcome.keys.against(outcome.settled)
+    return {**found, **{k: len(found[k]) for k in ("lost", "duplicated", "stray")}}
+
+
 def table(fig: dict[str, Any]) -> str:
     rows = [("faults injected", f"{fig['faults_total']} in {fig['faults_s']:g} s (seed {fig['seed']}, "
                                    f"{fig.get('cluster', 'local')})")]
     rows += [(f"  {kind}", str(count)) for kind, count in fig["faults"].items()]
     rows += [(f"  {kind}", f"skipped: {reason}") for kind, reason in fig["skipped_why"].items()]
-    t = fig["transfers"]
-    rows.append(("transfers ok / refused / failed", f"{t.get('ok', 0)} / {t.get('refused', 0)} / {t.get('failed', 0)}"))
+    kind = "transfers" if "transfers" in fig else "commands"
+    t = fig[kind]
+    rows.append((f"{kind} ok / refused / failed", f"{t.get('ok', 0)} / {t.get('refused', 0)} / {t.get('failed', 0)}"))
     s = fig["snapshots"]
     rows.append(("snapshots COMPLETE / FAILED", f"{s['COMPLETE']} / {s['FAILED']}"))
-    rows.append(("money lost", str(fig["money_lost"])))
+    if fig["money_lost"] is None:
+        rows.append(("money lost", f"skipped: the app {fig.get('app')} holds no money"))
+    else:
+        rows.append(("money lost", str(fig["money_lost"])))
+    if "keys" in fig:
+        k = fig["keys"]
+        rows.append(("keys created / deleted / live", f"{k.get('created')} / {k.get('deleted')} / {k.get('live')} "
+                                                       f"(the settled snapshot holds {k.get('found')})"))
+        rows.append(("keys lost / duplicated", f"{k['lost']} / {k['duplicated']}"))
+    if "in_flight" in fig:
+        rows.append(("snapshots with messages in flight", f"{fig['in_flight']['snapshots']} "
+                                                          f"({fig['in_flight']['messages']} messages)"))
     rows.append(("duplicates", str(fig["duplicates"])))
     rows.append(("time to recover (p50 / max)", ""))
     for kind, r in fig["recovery"].items():

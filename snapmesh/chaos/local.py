@@ -44,7 +44,7 @@ class LocalBackend:
             data_dir=work / "data", ports=ports[: 2 + 2 * len(ids)],
             listen_ports=dict(zip(ids, ports[2 + 2 * len(ids):], strict=True)),
         )
-        self.cluster = Cluster(self.config_path, startup_timeout=STARTUP_TIMEOUT_S)
+        self.cluster = Cluster(self.config_path, startup_timeout=STARTUP_TIMEOUT_S, app=options.app or None)
         self.config = self.cluster.config
         self.ids = ids
         self.data_dir = self.cluster.data_dir

@@ -1,0 +1,156 @@
+"""`snapmesh app --app X`: an app's workload against a running cluster, with snapshots.
+
+The controller is found as every client command finds it (snapmesh.settings.target);
+the nodes and channels are the controller's (GetCluster), the [app] params those of
+`--data-dir`'s cluster file (none without it). One command at a time goes through
+`Node.Submit` (services/app/drive.py); a snapshot at a random node every
+`--snapshot-every` seconds, each judged by the controller and checked again here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import threading
+
+import grpc
+
+from services.app.drive import Driver, node_infos, snapshot_problems
+from snapmesh.app import App, AppError, load_app
+from snapmesh.serving.runtime import CLIENT_OPTIONS
+from snapmesh.settings import security, target
+from snapmesh.v1 import snapmesh_pb2 as pb
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+RPC_TIMEOUT_S = 5.0
+SNAPSHOT_TIMEOUT_S = 60.0
+
+
+def _say(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def run_app(args: argparse.Namespace) -> int:
+    """The exit status: 0 clean, 1 a snapshot failed or broke an invariant (or the cluster is unreachable), 2 bad input."""
+    def usage(problem: str) -> int:
+        print(f"snapmesh app: {problem}", file=sys.stderr)
+        return 2
+
+    bank_only = [flag for flag, value in (("--transfer-interval", args.transfer_interval),
+                                          ("--max-amount", args.max_amount)) if value is not None]
+    if bank_only:
+        return usage(f"{' and '.join(bank_only)}: the bank's only, not with --app {args.app}")
+    if not args.duration > 0 or args.snapshot_every < 0:
+        return usage("--duration must be positive and --snapshot-every >= 0")
+    try:
+        app = load_app(args.app)
+    except AppError as exc:
+        return usage(str(exc))
+    if app.workload is None:
+        return usage(f"--app {args.app}: the app {app.name!r} has no workload to drive")
+    try:
+        found = target.find(args.controller, args.data_dir, args.tls_dir)
+        params = dict(target.cluster_file(args.data_dir).app.params) if args.data_dir else {}
+    except target.TargetError as exc:
+        return usage(str(exc))
+    with security.open_channel(found.address, found.identity, options=CLIENT_OPTIONS) as channel:
+        controller = pb_grpc.ControllerStub(channel)
+        try:
+            cluster = controller.GetCluster(pb.GetClusterRequest(), timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError as error:
+            from snapmesh.commands.client_errors import explain
+
+            print(f"snapmesh app: cannot reach the controller at {found.address}: "
+                  f"{explain(error, found.address, found.identity)}", file=sys.stderr)
+            return 1
+        targets = {n.node_id: n.address for n in cluster.nodes}
+        if problem := _runs_other_app(app, args.app, targets, found.identity):
+            return usage(problem)
+        return _drive(app, args, params, cluster, targets, controller, found.identity)
+
+
+def _runs_other_app(app: App, spec: str, targets: dict[str, str], identity) -> str:
+    """Why the cluster's nodes cannot take this app's commands ("" when they can or cannot be asked)."""
+    node, address = next(iter(sorted(targets.items())))
+    with security.open_channel(address, identity, options=CLIENT_OPTIONS) as channel:
+        try:
+            state = pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError:
+            return ""  # a node down: its Submit will say so, and is retried
+    if not state.app:
+        return f"--app {spec}: the cluster runs the bank (node {node}); start it with `snapmesh cluster up --app {spec}`"
+    try:
+        theirs = load_app(state.app).name
+    except AppError:
+        return ""
+    if theirs != app.name:
+        return f"--app {spec}: the cluster runs the app {theirs!r} ({state.app}), not {app.name!r}"
+    return ""
+
+
+def _drive(app: App, args, params, cluster: pb.Cluster, targets, controller, identity) -> int:
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    channels = [(c.src, c.dst) for c in cluster.channels]
+    infos = node_infos(sorted(targets), channels, params)
+    _say(f"{app.name} workload: seed {seed} (rerun with --seed {seed}); {len(targets)} nodes, {len(channels)} "
+         f"channels; commands through Node.Submit one at a time; a snapshot every {args.snapshot_every:g}s; "
+         f"{args.duration:g}s in all")
+    taken: list[pb.Snapshot] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def snapshots() -> None:
+        rng = random.Random(f"snapshots:{seed}")
+        while args.snapshot_every and not stop.wait(args.snapshot_every):
+            initiator = rng.choice(sorted(targets))
+            try:
+                snap = controller.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator=initiator, wait=True),
+                                                  timeout=SNAPSHOT_TIMEOUT_S)
+            except grpc.RpcError as error:
+                errors.append(f"snapshot at {initiator}: {error.code().name}: {error.details()}")
+                _say(f"  ! {errors[-1]}")
+                continue
+            taken.append(snap)
+            _say(_snapshot_line(app, snap, params))
+
+    trigger = threading.Thread(target=snapshots, name="snapshots", daemon=True)
+    driver = Driver(app, targets, infos, seed=seed, identity=identity)
+    trigger.start()
+    try:
+        stats = driver.run(args.duration)
+    except KeyboardInterrupt:
+        _say("  stopped by a signal")
+        stats = driver.stats
+    finally:
+        stop.set()
+        driver.close()
+        trigger.join(SNAPSHOT_TIMEOUT_S + 5)
+    complete = [s for s in taken if s.status == pb.Snapshot.COMPLETE]
+    broken = [p for s in complete for p in snapshot_problems(app, s, params)]
+    failed = [s for s in taken if s.status != pb.Snapshot.COMPLETE]
+    _say()
+    _say(f"summary (seed {seed}):")
+    _say(f"  commands: {stats.accepted} replies, {stats.refused} refused, {stats.failed} given up; "
+         f"{stats.retries} retries of a request id")
+    for line in stats.lines():
+        _say(line)
+    _say(f"  snapshots: {len(complete)} complete, {len(failed)} failed, {len(errors)} not finished; "
+         f"invariants broken: {len(broken)}")
+    for snap in failed:
+        _say(f"    FAILED {snap.snapshot_id}: {snap.reason}")
+    for problem in broken[:20]:
+        _say(f"    BROKEN {problem}")
+    ok = not (failed or errors or broken or stats.failed)
+    _say(f"  every snapshot complete with its invariants holding: {'yes' if ok else 'NO'}")
+    return 0 if ok else 1
+
+
+def _snapshot_line(app: App, snap: pb.Snapshot, params) -> str:
+    status = pb.Snapshot.Status.Name(snap.status)
+    if snap.status != pb.Snapshot.COMPLETE:
+        return f"  snapshot {snap.snapshot_id}: {status}: {snap.reason}"
+    in_flight = sum(len(c.in_flight) for c in snap.channels)
+    verdicts = ", ".join(f"{i.name} {'ok' if i.ok else 'BROKEN'}" for i in snap.invariants) or "unchecked"
+    again = "ok" if not snapshot_problems(app, snap, params) else "BROKEN"
+    return f"  snapshot {snap.snapshot_id}: COMPLETE, {in_flight} in flight; invariants: {verdicts} (checked again: {again})"

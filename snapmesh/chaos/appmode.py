@@ -1,0 +1,232 @@
+"""The fault campaign running an app (`snapmesh chaos --app kvshard`) instead of the bank.
+
+What changes with an app, and only that (the faults, the schedule, recovery
+timing and quiescence are the bank's):
+
+- the load is the app's `workload`, one command at a time through `Node.Submit`
+  (services/app/drive.py), each retried under its request id while its node is down;
+- the `retry` fault sends an app command (a move: a command with a send) under
+  one request id before and after its node's SIGKILL: the same reply twice, the
+  second replayed, and one command record in the logs;
+- once the faults stop and every send is received, one more snapshot: settled,
+  COMPLETE, its invariants holding;
+- kvshard: a tally of the keys the client was told were created and deleted
+  (`KeyTally`), held against that settled snapshot: no key lost, none doubled.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from services.app import kvshard
+from services.app.drive import Driver, node_infos, snapshot_view
+from snapmesh.checking.logcheck import RecordedSnapshot
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+SETTLED_TRIES = 10  # triggers until the settled snapshot is COMPLETE
+GIVE_UP_S = 60.0  # a command whose node does not answer for this long: outcome unknown
+
+
+@dataclass
+class KeyTally:
+    """kvshard's keys as the client knows them from the replies it got."""
+
+    created: set[str] = field(default_factory=set)
+    deleted: set[str] = field(default_factory=set)
+    unknown: set[str] = field(default_factory=set)  # a create or delete never answered: either way is right
+
+    def see(self, node: str, command: bytes, reply: bytes | None, status: str) -> None:
+        request = json.loads(command)
+        if reply is None:
+            if status in _UNKNOWN and request.get("op") in ("put", "delete"):
+                self.unknown.add(request["key"])
+            return
+        answer = json.loads(reply)
+        if "created_at" in answer:
+            self.created.add(answer["key"])
+        elif "deleted_at" in answer:
+            self.deleted.add(answer["key"])
+
+    def against(self, snapshot: pb.Snapshot) -> dict[str, Any]:
+        """The settled snapshot's keys against the tally: figures and the keys wrong."""
+        view = snapshot_view(snapshot)
+        found = kvshard.places(view)
+        states = {node: json.loads(state) for node, state in view.states.items()}
+        made = Counter(name for s in states.values() for name in s["created"])
+        gone = {name for s in states.values() for name in s["deleted"]}
+        expected = self.created - self.deleted
+        lost = sorted(expected - set(found) - self.unknown)
+        doubled = sorted(key for key, where in found.items() if len(where) > 1)
+        stray = sorted(set(found) - expected - self.unknown)
+        return {"created": len(self.created), "deleted": len(self.deleted), "live": len(expected),
+                "found": len(found), "snapshot_created": len(made), "snapshot_live": len(set(made) - gone),
+                "unknown": len(self.unknown), "lost": lost, "duplicated": doubled, "stray": stray}
+
+
+_UNKNOWN = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})  # given up, not refused
+
+
+def load(campaign) -> Driver:
+    """The app's workload on every node of the campaign's cluster, dialled directly (past the proxies)."""
+    backend, app = campaign.backend, campaign.app
+    topology = backend.config.topology
+    infos = node_infos(list(topology.nodes), topology.channels, backend.config.app.params)
+    tally = campaign.outcome.keys = KeyTally() if app.name == kvshard.app.name else None
+    return Driver(app, {n: backend.direct_address(n) for n in topology.nodes}, infos, seed=campaign.o.seed,
+                  identity=backend.client_identity, timeout=10.0, give_up_s=GIVE_UP_S,
+                  on_answer=tally.see if tally else None)
+
+
+def retry_fault(campaign, fault) -> float:
+    """A kvshard move under one request id, before and after its node's SIGKILL: one answer, one run."""
+    (node,) = fault.nodes
+    backend, outcome = campaign.backend, campaign.outcome
+    if outcome.keys is None:
+        return _retry_any(campaign, fault)
+    driver = Driver(campaign.app, {node: backend.direct_address(node)}, [], seed=campaign.o.seed,
+                    identity=backend.client_identity, timeout=5.0, give_up_s=30.0,
+                    on_answer=outcome.keys.see if outcome.keys else None)
+    key, rid = f"{node}/chaos-retry-{fault.index}", f"chaos-{campaign.o.seed}-{fault.index}"
+    to = backend.config.topology.outgoing(node)[0]
+    try:
+        made = driver.submit(node, kvshard.encode({"op": "put", "key": key, "value": fault.index}), f"{rid}-put")
+        move = kvshard.encode({"op": "move", "key": key, "to": to})
+        first = driver.submit(node, move, rid)
+        repaired = campaign._fault_kill(fault)
+        second = driver.submit(node, move, rid)
+    finally:
+        driver.close()
+    if made is None or first is None or second is None:
+        outcome.problems.append(f"retry {rid} at {node}: no answer ({driver.stats.last_error})")
+    elif (second.reply, second.replayed) != (first.reply, True):
+        outcome.problems.append(f"retry {rid} at {node}: first reply {first.reply!r}, the retry's {second.reply!r} "
+                                f"(replayed: {second.replayed})")
+    else:
+        outcome.retries.append((rid, "answered"))
+    return repaired
+
+
+def _retry_any(campaign, fault) -> float:
+    """Any other app: the first command its workload makes for the node, before and after the kill."""
+    (node,) = fault.nodes
+    backend, outcome = campaign.backend, campaign.outcome
+    topology = backend.config.topology
+    infos = node_infos(list(topology.nodes), topology.channels, backend.config.app.params)
+    command = next(c for n, c in campaign.app.workload(infos, random.Random(f"retry:{fault.index}")) if n == node)
+    driver = Driver(campaign.app, {node: backend.direct_address(node)}, [], seed=campaign.o.seed,
+                    identity=backend.client_identity, timeout=5.0, give_up_s=30.0)
+    rid = f"chaos-{campaign.o.seed}-{fault.index}"
+    try:
+        first = driver.submit(node, command, rid)
+        repaired = campaign._fault_kill(fault)
+        second = driver.submit(node, command, rid)
+    finally:
+        driver.close()
+    if driver.stats.nodes[node].given_up:
+        outcome.problems.append(f"retry {rid} at {node}: no answer ({driver.stats.last_error})")
+    elif (first is None) != (second is None) or (first and (second.reply, second.replayed) != (first.reply, True)):
+        outcome.problems.append(f"retry {rid} at {node}: answered {first} then {second}")
+    else:
+        outcome.retries.append((rid, "answered" if first else "refused"))
+    return repaired
+
+
+def settled_snapshot(campaign) -> pb.Snapshot | None:
+    """Once faults stop and every send is received: a snapshot, retried until COMPLETE."""
+    for _ in range(SETTLED_TRIES):
+        snap = campaign._trigger(campaign.ids[0], during_faults=False, wait=True)
+        if snap is not None and snap.status == pb.Snapshot.COMPLETE:
+            return _whole(campaign, snap)
+        time.sleep(1.0)
+    campaign.outcome.problems.append(f"no COMPLETE snapshot once settled, in {SETTLED_TRIES} tries")
+    return None
+
+
+def _whole(campaign, snap: pb.Snapshot) -> pb.Snapshot:
+    try:
+        return campaign.controller.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=snap.snapshot_id), timeout=10)
+    except grpc.RpcError:
+        return snap
+
+
+def command_runs(logs: dict[str, list[dict]], request_ids: list[str]) -> dict[str, int]:
+    """How many command records each request id has across the logs (a retry must not run it again)."""
+    wanted = set(request_ids)
+    runs = Counter(r["request_id"] for records in logs.values() for r in records
+                   if r.get("kind") == "command" and r.get("request_id") in wanted)
+    return {rid: runs.get(rid, 0) for rid in request_ids}
+
+
+UNITS = 10**12  # each node's units in `unit_logs`: more messages than any run sends
+
+
+def unit_logs(logs: dict[str, list[dict]], snapshots: list[pb.Snapshot]) -> tuple[dict, list[RecordedSnapshot]]:
+    """The logs and COMPLETE snapshots as the bank's log checker reads them, every message one unit.
+
+    An app's messages carry no amount (0) and its nodes no balance, so the checker's money
+    rules (a positive amount, a balance never negative, each cut's balance as logged) cannot
+    apply: here every message counts 1, each node starts with UNITS, and each cut holds the
+    units its log gives before it. What stays checked is the rest: each channel's in-flight
+    list exactly the sends before the sender's cut and not received before the receiver's,
+    in seq order; FIFO; one marker per channel each way after the cut; and, as conservation,
+    messages sent = received + in flight at every cut.
+    """
+    units: dict[str, list[dict]] = {}
+    at_cut: dict[tuple[str, str], int] = {}
+    for node, records in logs.items():
+        held, out = UNITS, []
+        for r in records:
+            kind = r.get("kind")
+            if kind == "init":
+                r = {**r, "balance": UNITS}
+            elif kind in ("send", "recv"):
+                held += 1 if kind == "recv" else -1
+                r = {**r, "amount": 1}
+            elif kind == "cut":
+                at_cut[(node, r["snapshot_id"])] = held
+                r = {**r, "balance": held}
+            out.append(r)
+        units[node] = out
+    recorded = [RecordedSnapshot(snapshot_id=s.snapshot_id,
+                                 balances={n.node_id: at_cut.get((n.node_id, s.snapshot_id), -1) for n in s.nodes},
+                                 in_flight={(c.src, c.dst): [(t.msg_id, 1, t.seq) for t in c.in_flight]
+                                            for c in s.channels})
+                for s in snapshots]
+    return units, recorded
+
+
+def payload_mismatches(logs: dict[str, list[dict]]) -> list[str]:
+    """Messages whose received bytes are not the bytes sent (by msg_id, within an epoch's logs)."""
+    sent = {r["msg_id"]: r.get("payload", "") for records in logs.values() for r in records if r.get("kind") == "send"}
+    return sorted(r["msg_id"] for records in logs.values() for r in records
+                  if r.get("kind") == "recv" and r["msg_id"] in sent and r.get("payload", "") != sent[r["msg_id"]])
+
+
+def snapshot_against_logs(logs: dict[str, list[dict]], snapshots: list[pb.Snapshot]) -> list[str]:
+    """Each COMPLETE app snapshot's bytes against the logs: every in-flight payload is the one
+    sent under its msg_id, and every node's state hashes to the digest its cut record holds."""
+    import hashlib
+
+    sent = {r["msg_id"]: r.get("payload", "") for records in logs.values() for r in records if r.get("kind") == "send"}
+    cuts = {(node, r["snapshot_id"]): r.get("digest", "") for node, records in logs.items() for r in records
+            if r.get("kind") == "cut"}
+    problems = []
+    for snap in snapshots:
+        for channel in snap.channels:
+            for t in channel.in_flight:
+                if base64.b64encode(t.payload).decode() != sent.get(t.msg_id):
+                    problems.append(f"{snap.snapshot_id}: {t.msg_id} in flight holds other bytes than its send")
+        for node in snap.nodes:
+            logged = cuts.get((node.node_id, snap.snapshot_id))
+            if logged is not None and hashlib.sha256(node.state).hexdigest() != logged:
+                problems.append(f"{snap.snapshot_id}: {node.node_id}'s state does not hash to its cut's digest")
+    return problems
+
