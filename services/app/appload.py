@@ -151,6 +151,6 @@ def _snapshot_line(app: App, snap: pb.Snapshot, params) -> str:
     if snap.status != pb.Snapshot.COMPLETE:
         return f"  snapshot {snap.snapshot_id}: {status}: {snap.reason}"
     in_flight = sum(len(c.in_flight) for c in snap.channels)
-    verdicts = ", ".join(f"{i.name} {'ok' if i.ok else 'BROKEN'}" for i in snap.invariants) or "unchecked"
+    verdicts = ", ".join(f"{i.name} {'ok' if i.ok else 'BROKEN'}" for i in snap.app.invariants) or "unchecked"
     again = "ok" if not snapshot_problems(app, snap, params) else "BROKEN"
     return f"  snapshot {snap.snapshot_id}: COMPLETE, {in_flight} in flight; invariants: {verdicts} (checked again: {again})"

@@ -183,12 +183,13 @@ def snapshot_problems(app: App, snapshot: pb.Snapshot, params: Mapping[str, obje
     invariant, or none checked) and this client's own `check_invariants` over it."""
     sid = snapshot.snapshot_id
     problems = []
-    if snapshot.app_check == pb.Snapshot.APP_CHECKED:
+    verdict = snapshot.app
+    if verdict.status == pb.AppCheck.CHECKED:
         problems += [f"{sid}: the controller found {i.name!r} broken: {'; '.join(i.problems[:3])}"
-                     for i in snapshot.invariants if not i.ok]
+                     for i in verdict.invariants if not i.ok]
     else:
         problems.append(f"{sid}: the controller did not check the app's invariants "
-                        f"({pb.Snapshot.AppCheck.Name(snapshot.app_check)})")
+                        f"({pb.AppCheck.Status.Name(verdict.status)})")
     for name, found in check_invariants(app, snapshot_view(snapshot, params)).items():
         if found:
             problems.append(f"{sid}: {name!r} broken (checked again here): {'; '.join(found[:3])}")

@@ -80,7 +80,7 @@ def _messages(outcome: Outcome) -> Check:
 def _invariants(outcome: Outcome, complete: list[pb.Snapshot]) -> Check:
     problems = [p for snap in complete for p in snapshot_problems(outcome.app, snap)]
     names = ", ".join(outcome.app.invariants) or "none"
-    detail = f"{len(complete)} COMPLETE snapshots, each APP_CHECKED by the controller and checked again: {names}"
+    detail = f"{len(complete)} COMPLETE snapshots, each CHECKED by the controller and checked again: {names}"
     if problems:
         detail = "; ".join(problems[:3]) + (f" ... {len(problems)} in all" if len(problems) > 3 else "")
     return "every COMPLETE snapshot's app invariants hold", bool(complete) and not problems, detail
