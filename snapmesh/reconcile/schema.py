@@ -112,6 +112,40 @@ SNAPSHOT = T.StructType(
         ("started_at", T.StringType()),
         ("finished_at", T.StringType()),
         ("epoch", T.StringType()),  # the epoch it was taken in; absent (0) or "1": epoch 1
+        ("app", _strings("spec")),  # an app's snapshot: app.spec its module:attr; absent: the bank
+        (CORRUPT_COLUMN, T.StringType()),
+    )
+)
+
+# What the app checks read of a snapshot file (`apps`, `invariants`): an app's bytes, as
+# protobuf JSON has them: a node's state (its snapshot() bytes, base64) and state_digest
+# ("sha256:<hex>"), each in-flight message's payload (base64). The bank has none of them.
+APP_SNAPSHOT = T.StructType(
+    _fields(
+        ("snapshot_id", T.StringType()),
+        ("status", T.StringType()),
+        ("app", _strings("spec")),
+        ("started_at", T.StringType()),
+        (
+            "nodes",
+            T.ArrayType(
+                T.StructType(_fields(("node_id", T.StringType()), ("state", T.StringType()),
+                                     ("state_digest", T.StringType())))
+            ),
+        ),
+        (
+            "channels",
+            T.ArrayType(
+                T.StructType(
+                    _fields(
+                        ("src", T.StringType()),
+                        ("dst", T.StringType()),
+                        ("in_flight", T.ArrayType(T.StructType(_fields(("seq", T.StringType()),
+                                                                       ("payload", T.StringType()))))),
+                    )
+                )
+            ),
+        ),
         (CORRUPT_COLUMN, T.StringType()),
     )
 )
@@ -123,10 +157,11 @@ SCOPE_LOGS = "logs"
 SCOPE_SNAPSHOT = "snapshot"
 SCOPE_RESTORE = "restore"
 SCOPE_LEFT_OUT = "left_out"  # a notice: the torn last line of an active file, left out
+SCOPE_INVARIANT = "invariant"  # an app's SQL invariant (`reconcile --app`): violated in a snapshot, or held
 
 VERDICT = T.StructType(
     _fields(
-        ("scope", T.StringType()),  # "logs" (whole-log checks), "snapshot", "restore" or "left_out" (a notice)
+        ("scope", T.StringType()),  # "logs" (whole-log checks), "snapshot", "restore", "invariant" or "left_out"
         ("snapshot_id", T.StringType()),  # null on the "logs" row
         ("status", T.StringType()),  # snapshot status; "-" on the "logs" row
         ("consistent", T.BooleanType()),  # null: skipped (snapshot not COMPLETE)
