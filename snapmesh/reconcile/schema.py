@@ -81,7 +81,17 @@ INGESTED = T.StructType(
     + _fields(("problem", T.StringType()))
 )
 
-_IN_FLIGHT = T.StructType(_fields(("msg_id", T.StringType()), ("amount", T.StringType()), ("seq", T.StringType())))
+def _strings(*names: str) -> T.StructType:
+    return T.StructType(_fields(*((name, T.StringType()) for name in names)))
+
+
+def _channels(in_flight: T.StructType) -> T.ArrayType:
+    """A snapshot's channels, each with its in-flight entries of `in_flight`."""
+    return T.ArrayType(T.StructType(_fields(("src", T.StringType()), ("dst", T.StringType()),
+                                            ("in_flight", T.ArrayType(in_flight)))))
+
+
+_IN_FLIGHT = _strings("msg_id", "amount", "seq")
 
 # One snapshot file (snapshot_pb2.Snapshot in protobuf JSON form).
 SNAPSHOT = T.StructType(
@@ -90,22 +100,8 @@ SNAPSHOT = T.StructType(
         ("initiator", T.StringType()),
         ("status", T.StringType()),
         ("reason", T.StringType()),
-        (
-            "nodes",
-            T.ArrayType(T.StructType(_fields(("node_id", T.StringType()), ("balance", T.StringType())))),
-        ),
-        (
-            "channels",
-            T.ArrayType(
-                T.StructType(
-                    _fields(
-                        ("src", T.StringType()),
-                        ("dst", T.StringType()),
-                        ("in_flight", T.ArrayType(_IN_FLIGHT)),
-                    )
-                )
-            ),
-        ),
+        ("nodes", T.ArrayType(_strings("node_id", "balance"))),
+        ("channels", _channels(_IN_FLIGHT)),
         ("total", T.StringType()),
         ("conserved", T.BooleanType()),
         ("expected_total", T.StringType()),
@@ -126,26 +122,8 @@ APP_SNAPSHOT = T.StructType(
         ("status", T.StringType()),
         ("app", _strings("spec")),
         ("started_at", T.StringType()),
-        (
-            "nodes",
-            T.ArrayType(
-                T.StructType(_fields(("node_id", T.StringType()), ("state", T.StringType()),
-                                     ("state_digest", T.StringType())))
-            ),
-        ),
-        (
-            "channels",
-            T.ArrayType(
-                T.StructType(
-                    _fields(
-                        ("src", T.StringType()),
-                        ("dst", T.StringType()),
-                        ("in_flight", T.ArrayType(T.StructType(_fields(("seq", T.StringType()),
-                                                                       ("payload", T.StringType()))))),
-                    )
-                )
-            ),
-        ),
+        ("nodes", T.ArrayType(_strings("node_id", "state", "state_digest"))),
+        ("channels", _channels(_strings("seq", "payload"))),
         (CORRUPT_COLUMN, T.StringType()),
     )
 )
