@@ -123,6 +123,12 @@ def test_the_apps_sql_gives_one_verdict_per_violated_snapshot_and_skips_an_empty
     assert [(r["consistent"], r["first_discrepancy"]) for r in skipped] == [
         (None, "invariant 'nothing moves' skipped: view(s) moving had no rows in any snapshot (no schema to give them)")]
 
+    wrong = App(name="wrong", new=token_ring.TokenRing, views={"tokens": token_ring.token_rows},
+                sql_invariants={"typo": "SELECT snapshot_id, nope FROM tokens"})
+    failed = invariants.invariant_verdicts(spark, wrong, views)
+    assert [(r["consistent"], r["snapshot_id"]) for r in failed] == [(False, None)]
+    assert failed[0]["first_discrepancy"].startswith("invariant 'typo': the query failed: ")
+
 
 def test_a_bad_app_is_one_line_and_exit_2_before_spark_starts(capsys, tmp_path):
     assert reconcile_main.main(["--data-dir", str(tmp_path), "--app", "no_such_module_anywhere:app"]) == 2

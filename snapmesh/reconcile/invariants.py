@@ -195,15 +195,23 @@ def invariant_verdicts(spark: SparkSession, app: App, views: list[View]) -> list
     return out
 
 
+def _failed(name: str, e: Exception) -> dict[str, Any]:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return _row(name, None, False, 1, f"invariant {name!r}: the query failed: {first}")
+
+
 def _run(spark: SparkSession, name: str, sql: str, empty: list[str], snapshots: int) -> list[dict[str, Any]]:
     try:
         found = [r.asDict(recursive=True) for r in spark.sql(sql).collect()]
     except AnalysisException as e:
-        missing = [t for t in empty if t.lower() in str(e).lower()]
+        text = str(e).lower()
+        missing = [t for t in empty if "table_or_view_not_found" in text and f"`{t.lower()}`" in text]
         if missing:
             return [_row(name, None, None, 0, f"invariant {name!r} skipped: view(s) {', '.join(missing)} "
                                               "had no rows in any snapshot (no schema to give them)")]
-        return [_row(name, None, False, 1, f"invariant {name!r}: the query failed: {str(e).splitlines()[0]}")]
+        return [_failed(name, e)]
+    except Exception as e:  # noqa: BLE001  (a query that fails as it runs: the app's SQL, a verdict)
+        return [_failed(name, e)]
     if not found:
         return [_row(name, None, True, 0, f"invariant {name!r} holds in {snapshots} snapshot(s)")]
     by_snapshot: dict[str | None, list[dict[str, Any]]] = {}
