@@ -22,7 +22,8 @@ from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
 from snapmesh.reconcile.common import InputError
-from snapmesh.reconcile.main import parser, run_job
+from snapmesh.app import AppError
+from snapmesh.reconcile.main import app_of, parser, run_job
 from snapmesh.reconcile.session import EXIT_BAD_INPUT, build_session, wait_for_executors, wait_for_master
 
 
@@ -30,6 +31,11 @@ def main(argv: list[str]) -> int:
     p = parser(prog="reconcile_job.py")
     p.set_defaults(master=None)  # spark-submit decides unless --master is given
     args = p.parse_args(argv)
+    try:
+        app, app_module = app_of(args.app)  # --app: its module on the driver's path (--py-files ships it too)
+    except AppError as e:
+        print(f"reconcile_job.py: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     master = args.master or SparkConf().get("spark.master", "")
     standalone = master.startswith("spark://")
     try:
@@ -43,7 +49,7 @@ def main(argv: list[str]) -> int:
     try:
         if standalone:
             wait_for_executors(spark, master, args.master_timeout)
-        return run_job(spark, args.data_dir, args.out, exact=args.exact)
+        return run_job(spark, args.data_dir, args.out, exact=args.exact, app=app, app_module=app_module)
     except InputError as e:
         print(f"reconcile_job.py: bad input: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -147,6 +147,15 @@ def test_a_channel_without_src_falls_back_to_the_printer() -> None:
     assert export.snapshot_json(snapshot) == export.printed(snapshot)
 
 
+def test_an_app_nodes_state_is_exported_with_nothing_in_flight() -> None:
+    snapshot = pb.Snapshot(snapshot_id="s")
+    snapshot.app.spec = "token_ring:app"
+    snapshot.nodes.add(node_id="p1", state=b"0", state_digest="sha256:5fec")  # the fast path printed neither
+    snapshot.channels.add(src="p1", dst="p2")
+    text = export.snapshot_json(snapshot)
+    assert text == export.printed(snapshot) and '"state": "MA=="' in text and '"state_digest"' in text
+
+
 def test_the_exported_file_loads_back_equal(tmp_path) -> None:
     snapshot = random_snapshot(random.Random(7))
     snapshot.status = pb.Snapshot.COMPLETE

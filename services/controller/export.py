@@ -188,7 +188,8 @@ def _text(field, cpp: int, value) -> str:
 
 def _node(node: pb.NodeBalance, level: int, out: list[str]) -> None:
     node_id = node.node_id
-    if not node_id:  # balance would print first
+    # Without node_id, balance would print first; an app's state is bytes (the printer's).
+    if not node_id or node.HasField("state") or node.HasField("state_digest"):
         _message(node, level, out)
         return
     pad = _pad(level + 1)

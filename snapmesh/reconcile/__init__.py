@@ -10,5 +10,7 @@ the conversion to Parquet (`snapmesh reconcile ingest`), ``main`` the thin comma
 ``standalone`` a Spark standalone cluster from the pip pyspark, ``synth`` the
 synthetic data generator (`snapmesh synth`) and ``baseline`` a single-process
 plain-Python computation of the same verdicts (through `snapmesh.checking.cut`).
+An app's snapshots (snapmesh.app): ``apps`` checks their payloads and states
+against the logs, ``invariants`` runs the app's SQL invariants (`reconcile --app`).
 The rules: docs/reconcile.md "The rules".
 """

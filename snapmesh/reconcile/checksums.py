@@ -202,7 +202,7 @@ def snapshot_sums(typed: DataFrame) -> DataFrame:
             (seqs == F.array_sort(seqs)).alias("ordered"),
         )
 
-    passed = [c for c in ("file", "problem") if c in typed.columns]  # bad-input columns, when given
+    passed = [c for c in ("file", "problem", "app") if c in typed.columns]  # bad-input columns and app, when given
     return typed.select(
         *passed,
         "snapshot_id",

@@ -29,14 +29,16 @@ from urllib.parse import urlparse
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from . import cds, checksums
+from . import apps, cds, checksums
 from . import parse as T_parse
 from . import verdicts as V
 from .common import BUCKET, InputError
+from snapmesh.app import BUILT_IN, App, AppError, load_app
 from snapmesh.checking.node_logs import LeftOut
 
-from .schema import CORRUPT_COLUMN, EVENT, SCOPE_LEFT_OUT, SNAPSHOT, VERDICT
+from .schema import APP_SNAPSHOT, CORRUPT_COLUMN, EVENT, SCOPE_INVARIANT, SCOPE_LEFT_OUT, SNAPSHOT, VERDICT
 from .segments import Logs, read_logs, write_text_file
 from .session import (
     EXIT_BAD_INPUT,
@@ -90,7 +92,7 @@ def _read(reader: Any, path: str, what: str) -> DataFrame:
         raise
 
 
-def read_snapshots(spark: SparkSession, data_dir: str) -> DataFrame:
+def read_snapshots(spark: SparkSession, data_dir: str, schema: T.StructType = SNAPSHOT) -> DataFrame:
     """Every ``<data_dir>/snapshots/*.json`` (one pretty-printed object each) + file.
 
     The directory is read with a file-name filter rather than a glob: Spark lists a
@@ -98,7 +100,7 @@ def read_snapshots(spark: SparkSession, data_dir: str) -> DataFrame:
     task per file), a directory with one driver-side listing.
     """
     reader = (
-        spark.read.schema(SNAPSHOT)
+        spark.read.schema(schema)
         .option("multiLine", True)
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
@@ -109,7 +111,7 @@ def read_snapshots(spark: SparkSession, data_dir: str) -> DataFrame:
     snaps = _read(reader, path, "snapshots")
     if not snaps.inputFiles():  # the listing, already made on the driver: no job
         raise InputError(f"no snapshots: nothing matches {path}/*.json")
-    return snaps.select(F.input_file_name().alias("file"), *SNAPSHOT.fieldNames())
+    return snaps.select(F.input_file_name().alias("file"), *schema.fieldNames())
 
 
 # ------------------------------------------------------------------------ the job
@@ -161,7 +163,14 @@ def _as_dict(row: Any) -> Any:
 
 
 def reconcile(
-    spark: SparkSession, data_dir: str, bucket: int = BUCKET, *, exact: bool = False, summed: bool = True
+    spark: SparkSession,
+    data_dir: str,
+    bucket: int = BUCKET,
+    *,
+    exact: bool = False,
+    summed: bool = True,
+    app: App | None = None,
+    app_module: str = "",
 ) -> Outcome:
     """Run every check; return the verdict rows, or the bad input found first.
 
@@ -172,6 +181,10 @@ def reconcile(
     are compared on the driver. Only what the checksums do not certify goes to the
     exact joins of ``verdicts`` (``exact`` sends everything). ``summed=False``
     aggregates the ingested segments' rows instead of reading their sums.
+
+    An app's COMPLETE snapshots (the export names the app) get the checks of ``apps``
+    too; with ``app`` (its module ``app_module``, shipped to the executors), its SQL
+    invariants over its views (``invariants``) add their verdict rows.
     """
     if _is_local(data_dir) and not os.path.isdir(_local(data_dir)):
         raise InputError(f"data dir {data_dir} does not exist")
@@ -181,7 +194,12 @@ def reconcile(
     located = logs.located
     raw_snaps = read_snapshots(spark, data_dir)
     try:
-        checked = raw_snaps.select("file", T_parse.snapshot_problem().alias("problem"), *T_parse.typed_snapshot_columns())
+        checked = raw_snaps.select(
+            "file",
+            T_parse.snapshot_problem().alias("problem"),
+            F.coalesce("app.spec", F.lit("")).alias("app"),
+            *T_parse.typed_snapshot_columns(),
+        )
         with ThreadPoolExecutor(max_workers=1) as pool:  # small jobs at once: the snapshots and sums beside the log
             snaps_future = pool.submit(lambda: [_as_dict(r) for r in checksums.snapshot_sums(checked).collect()])
             sums_future = pool.submit(lambda: [] if logs.sums is None else [r.asDict() for r in logs.sums.collect()])
@@ -210,6 +228,14 @@ def reconcile(
             bucket=bucket,
             exact=exact,
         )
+        if any(s["app"] and s["status"] == "COMPLETE" for s in snaps):
+            app_snaps = read_snapshots(spark, data_dir, APP_SNAPSHOT)
+            rows = apps.fold(rows, apps.checked(spark, data_dir, app_snaps))
+            if app is not None:
+                rows += app_invariants(spark, app, app_module, app_snaps, data_dir)
+        elif app is not None:
+            rows.append({**dict.fromkeys(VERDICT.fieldNames()), "scope": SCOPE_INVARIANT, "status": "-",
+                         "first_discrepancy": f"skipped: no COMPLETE snapshot of an app to check {app.name}'s invariants on"})
         in_flight = {
             s["snapshot_id"]: (
                 sum(max(c["tn"] or 0, 0) for c in s["channels"] or ()),  # size() of a missing list is -1
@@ -220,6 +246,17 @@ def reconcile(
         return Outcome(verdicts=rows + [left_out_row(t) for t in left_out], in_flight=in_flight, left_out=left_out)
     finally:
         logs.release()
+
+
+def app_invariants(spark: SparkSession, app: App, module: str, raw_snaps: DataFrame, data_dir: str) -> list[dict[str, Any]]:
+    """The verdict rows of the app's SQL invariants (``invariants``), its module shipped first."""
+    from . import invariants
+
+    if module:
+        invariants.ship_module(spark, module)
+        invariants.check_shipped(spark, module)
+    views = invariants.app_views(raw_snaps, invariants.cluster_params(_local(data_dir)))
+    return invariants.invariant_verdicts(spark, app, views)
 
 
 def left_out_row(torn: LeftOut) -> dict[str, Any]:
@@ -269,6 +306,8 @@ def format_table(verdicts: list[dict[str, Any]], in_flight: dict[str, tuple[int,
     def verdict(v: dict[str, Any]) -> str:
         if v["scope"] == SCOPE_LEFT_OUT:
             return "notice"
+        if v["scope"] == SCOPE_INVARIANT:
+            return {True: "holds", False: "VIOLATED", None: "skipped"}[v["consistent"]]
         return {True: "ok", False: "INCONSISTENT", None: "skipped"}[v["consistent"]]
 
     def show(x: Any) -> str:
@@ -276,8 +315,8 @@ def format_table(verdicts: list[dict[str, Any]], in_flight: dict[str, tuple[int,
 
     body = [
         (
-            {"logs": "(whole log)", "restore": f"restore of {v['snapshot_id']}", SCOPE_LEFT_OUT: "(left out)"}.get(
-                v["scope"], v["snapshot_id"]),
+            {"logs": "(whole log)", "restore": f"restore of {v['snapshot_id']}", SCOPE_LEFT_OUT: "(left out)",
+             SCOPE_INVARIANT: v["snapshot_id"] or "(app invariant)"}.get(v["scope"], v["snapshot_id"]),
             v["status"],
             verdict(v),
             show(v["nodes_checked"]),
@@ -296,12 +335,19 @@ def format_table(verdicts: list[dict[str, Any]], in_flight: dict[str, tuple[int,
 
 
 def run_job(
-    spark: SparkSession, data_dir: str, out_dir: str | None = None, *, quiet: bool = False, exact: bool = False
+    spark: SparkSession,
+    data_dir: str,
+    out_dir: str | None = None,
+    *,
+    quiet: bool = False,
+    exact: bool = False,
+    app: App | None = None,
+    app_module: str = "",
 ) -> int:
     """The whole job on an existing session: check, write, print; the exit status."""
     out_dir = out_dir or f"{data_dir.rstrip('/')}/reconcile"
     try:
-        outcome = reconcile(spark, data_dir, exact=exact)
+        outcome = reconcile(spark, data_dir, exact=exact, app=app, app_module=app_module)
     except InputError as e:
         print(f"snapmesh reconcile: bad input: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -351,11 +397,24 @@ def parser(prog: str = "snapmesh reconcile") -> argparse.ArgumentParser:
         help="give a spark:// master S seconds to answer and give an executor (default 30; then exit 2)",
     )
     p.add_argument(
+        "--app",
+        metavar="MODULE:ATTR",
+        help="also run the app's SQL invariants over its views of every COMPLETE snapshot "
+        "(module from the working directory or PYTHONPATH, shipped to the executors; or bank, kvshard)",
+    )
+    p.add_argument(
         "--exact",
         action="store_true",
         help="skip the checksums: check everything with the exact joins (slower; same verdicts)",
     )
     return p
+
+
+def app_of(spec: str | None) -> tuple[App | None, str]:
+    """The app of ``--app`` and its module's name ((None, "") without one); AppError: one line."""
+    if spec is None:
+        return None, ""
+    return load_app(spec), BUILT_IN.get(spec.strip(), spec.strip()).partition(":")[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -367,6 +426,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["prepare"]:
         return cds.main(argv[1:])
     args = parser().parse_args(argv)
+    try:
+        app, app_module = app_of(args.app)
+    except AppError as e:
+        print(f"snapmesh reconcile: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     existing = SparkSession.getActiveSession()
     standalone = existing is None and args.master.startswith("spark://")
     try:
@@ -380,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if standalone:
             wait_for_executors(spark, args.master, args.master_timeout)
-        return run_job(spark, args.data_dir, args.out, exact=args.exact)
+        return run_job(spark, args.data_dir, args.out, exact=args.exact, app=app, app_module=app_module)
     except InputError as e:
         print(f"snapmesh reconcile: bad input: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

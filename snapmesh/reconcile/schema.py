@@ -81,7 +81,17 @@ INGESTED = T.StructType(
     + _fields(("problem", T.StringType()))
 )
 
-_IN_FLIGHT = T.StructType(_fields(("msg_id", T.StringType()), ("amount", T.StringType()), ("seq", T.StringType())))
+def _strings(*names: str) -> T.StructType:
+    return T.StructType(_fields(*((name, T.StringType()) for name in names)))
+
+
+def _channels(in_flight: T.StructType) -> T.ArrayType:
+    """A snapshot's channels, each with its in-flight entries of `in_flight`."""
+    return T.ArrayType(T.StructType(_fields(("src", T.StringType()), ("dst", T.StringType()),
+                                            ("in_flight", T.ArrayType(in_flight)))))
+
+
+_IN_FLIGHT = _strings("msg_id", "amount", "seq")
 
 # One snapshot file (snapshot_pb2.Snapshot in protobuf JSON form).
 SNAPSHOT = T.StructType(
@@ -90,28 +100,30 @@ SNAPSHOT = T.StructType(
         ("initiator", T.StringType()),
         ("status", T.StringType()),
         ("reason", T.StringType()),
-        (
-            "nodes",
-            T.ArrayType(T.StructType(_fields(("node_id", T.StringType()), ("balance", T.StringType())))),
-        ),
-        (
-            "channels",
-            T.ArrayType(
-                T.StructType(
-                    _fields(
-                        ("src", T.StringType()),
-                        ("dst", T.StringType()),
-                        ("in_flight", T.ArrayType(_IN_FLIGHT)),
-                    )
-                )
-            ),
-        ),
+        ("nodes", T.ArrayType(_strings("node_id", "balance"))),
+        ("channels", _channels(_IN_FLIGHT)),
         ("total", T.StringType()),
         ("conserved", T.BooleanType()),
         ("expected_total", T.StringType()),
         ("started_at", T.StringType()),
         ("finished_at", T.StringType()),
         ("epoch", T.StringType()),  # the epoch it was taken in; absent (0) or "1": epoch 1
+        ("app", _strings("spec")),  # an app's snapshot: app.spec its module:attr; absent: the bank
+        (CORRUPT_COLUMN, T.StringType()),
+    )
+)
+
+# What the app checks read of a snapshot file (`apps`, `invariants`): an app's bytes, as
+# protobuf JSON has them: a node's state (its snapshot() bytes, base64) and state_digest
+# ("sha256:<hex>"), each in-flight message's payload (base64). The bank has none of them.
+APP_SNAPSHOT = T.StructType(
+    _fields(
+        ("snapshot_id", T.StringType()),
+        ("status", T.StringType()),
+        ("app", _strings("spec")),
+        ("started_at", T.StringType()),
+        ("nodes", T.ArrayType(_strings("node_id", "state", "state_digest"))),
+        ("channels", _channels(_strings("seq", "payload"))),
         (CORRUPT_COLUMN, T.StringType()),
     )
 )
@@ -123,10 +135,11 @@ SCOPE_LOGS = "logs"
 SCOPE_SNAPSHOT = "snapshot"
 SCOPE_RESTORE = "restore"
 SCOPE_LEFT_OUT = "left_out"  # a notice: the torn last line of an active file, left out
+SCOPE_INVARIANT = "invariant"  # an app's SQL invariant (`reconcile --app`): violated in a snapshot, or held
 
 VERDICT = T.StructType(
     _fields(
-        ("scope", T.StringType()),  # "logs" (whole-log checks), "snapshot", "restore" or "left_out" (a notice)
+        ("scope", T.StringType()),  # "logs" (whole-log checks), "snapshot", "restore", "invariant" or "left_out"
         ("snapshot_id", T.StringType()),  # null on the "logs" row
         ("status", T.StringType()),  # snapshot status; "-" on the "logs" row
         ("consistent", T.BooleanType()),  # null: skipped (snapshot not COMPLETE)

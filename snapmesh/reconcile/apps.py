@@ -1,0 +1,197 @@
+"""An app's snapshots (snapmesh.app) against the logs: what the bank's checks do not see.
+
+The bank's checks already hold every COMPLETE snapshot of an app cluster to the
+rules (docs/reconcile.md "The rules"): each channel's in-flight messages are exactly
+the ones sent before the sender's cut and received after the receiver's cut, in seq
+order, by msg_id and seq (an app's amount is 0). What they do not read is the
+app's bytes; these checks do, with no app code:
+
+* each in-flight message's payload, by digest, against the payload its sender
+  logged for that seq, in the epoch of the sender's cut (the last send of that seq
+  on that channel before the cut and after the sender's last restore before it);
+* each node's state: the export's ``state_digest`` and the sha256 of its state
+  bytes against the ``digest`` of the node's ``cut`` record.
+
+A snapshot is an app's when its export names the app (``Snapshot.app.spec``). The
+logs are read again from their JSONL (the bank's columns carry no payload), the
+send, cut and restore records only; nothing is read when no snapshot is an app's.
+``app_discrepancies`` is the check, DataFrames to DataFrame; ``fold`` adds what it
+finds to the snapshots' verdict rows (their messages come after the bank's).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from . import messages as M
+from .common import COMPLETE, found, message
+from .schema import SCOPE_SNAPSHOT
+from .segments import list_logs
+
+S = "snapshot_id"
+
+# The fields of a log record these checks read (snapmesh.protocol.wal: send, cut, restore).
+APP_LOG = T.StructType(
+    [
+        T.StructField(name, type_)
+        for name, type_ in (
+            ("node", T.StringType()), ("lsn", T.LongType()), ("kind", T.StringType()), ("src", T.StringType()),
+            ("dst", T.StringType()), ("seq", T.LongType()), ("snapshot_id", T.StringType()),
+            ("digest", T.StringType()), ("payload", T.StringType()),
+        )
+    ]
+)
+APP_KINDS = ("send", "cut", "restore")
+
+
+def sha256_of_base64(text: Column) -> Column:
+    """sha256 (hex) of the bytes a base64 text holds; null for null or text that is not base64."""
+    return F.sha2(F.try_to_binary(text, F.lit("base64")), 256)
+
+
+def _short(digest: Column) -> Column:
+    return F.substring(digest, 1, 12)
+
+
+def is_app_complete() -> Column:
+    """A snapshot row (schema.APP_SNAPSHOT) that is an app's and COMPLETE."""
+    return (F.coalesce(F.col("app.spec"), F.lit("")) != "") & (F.col("status") == COMPLETE)
+
+
+# ------------------------------------------------------------------ reading
+
+
+def read_app_log(spark: SparkSession, data_dir: str) -> DataFrame:
+    """(node, lsn, kind, src, dst, seq, snapshot_id, digest, payload) of every send, cut
+    and restore record in the data dir's JSONL logs (lines that do not parse are the
+    bank's checks' bad input, reported there)."""
+    lines = spark.read.text([f.uri for f in list_logs(spark, data_dir)])
+    records = lines.select(F.from_json("value", APP_LOG).alias("r")).select("r.*")
+    return records.filter(F.col("kind").isin(*APP_KINDS) & F.col("node").isNotNull() & F.col("lsn").isNotNull())
+
+
+def app_nodes(raw: DataFrame) -> DataFrame:
+    """Snapshots (schema.APP_SNAPSHOT) -> (snapshot_id, node, state_sha, state_digest) of COMPLETE app snapshots."""
+    n = F.col("n")
+    return (
+        raw.filter(is_app_complete())
+        .select(S, F.explode(F.coalesce("nodes", F.array())).alias("n"))
+        .select(S, n.node_id.alias("node"), sha256_of_base64(n.state).alias("state_sha"), n.state_digest.alias("state_digest"))
+    )
+
+
+def app_in_flight(raw: DataFrame) -> DataFrame:
+    """Snapshots (schema.APP_SNAPSHOT) -> (snapshot_id, src, dst, seq, payload_sha) of COMPLETE app snapshots."""
+    m = F.col("m")
+    return (
+        raw.filter(is_app_complete())
+        .select(S, F.explode(F.coalesce("channels", F.array())).alias("c"))
+        .select(S, "c.src", "c.dst", F.explode(F.coalesce("c.in_flight", F.array())).alias("m"))
+        .select(S, "src", "dst", m.seq.try_cast("long").alias("seq"), sha256_of_base64(m.payload).alias("payload_sha"))
+    )
+
+
+# ------------------------------------------------------------------ the check
+
+
+def app_discrepancies(log: DataFrame, nodes: DataFrame, in_flight: DataFrame) -> DataFrame:
+    """(snapshot_id, d: struct<priority, text>) for every app-specific discrepancy.
+
+    ``log``: APP_LOG rows; ``nodes``: ``app_nodes``; ``in_flight``: ``app_in_flight``.
+    A node without a cut record, or an in-flight message with no send of its seq in
+    the window, is left to the bank's checks (NO_CUT, IN_FLIGHT_*), which name it.
+    """
+    cuts = (
+        log.filter(F.col("kind") == "cut")
+        .groupBy(S, "node")
+        .agg(F.min(F.struct("lsn", "digest")).alias("c"))
+        .select(S, "node", F.col("c.lsn").alias("cut_lsn"), F.col("c.digest").alias("digest"))
+    )
+    has_cut = F.col("cut_lsn").isNotNull()
+    has_digest = has_cut & (F.coalesce(F.col("digest"), F.lit("")) != "")
+    node_found = found(
+        nodes.join(cuts, [S, "node"], "left"),
+        [S],
+        [
+            (has_cut & ~has_digest, message(M.NO_CUT_DIGEST, "node")),
+            (F.col("state_sha").isNull(), message(M.NO_STATE, "node")),
+            (
+                has_digest & ~F.coalesce(F.col("state_digest") == F.concat(F.lit("sha256:"), "digest"), F.lit(False)),
+                message(M.STATE_DIGEST, "node", F.coalesce(F.substring("state_digest", 1, 19), F.lit("none")),
+                        _short(F.col("digest"))),
+            ),
+            (
+                has_digest & (F.col("state_sha") != F.col("digest")),
+                message(M.STATE_BYTES, "node", _short(F.col("state_sha")), _short(F.col("digest"))),
+            ),
+        ],
+    )
+
+    # The sender's window per snapshot: (its last restore before the cut, the cut).
+    restores = log.filter(F.col("kind") == "restore").select(F.col("node").alias("src"), F.col("lsn").alias("r_lsn"))
+    windows = (
+        cuts.select(S, F.col("node").alias("src"), "cut_lsn")
+        .join(restores, ["src"], "left")
+        .groupBy(S, "src", "cut_lsn")
+        .agg(F.coalesce(F.max(F.when(F.col("r_lsn") < F.col("cut_lsn"), F.col("r_lsn"))), F.lit(0)).alias("lo"))
+    )
+    entries = in_flight.filter(F.col("payload_sha").isNotNull()).join(windows, [S, "src"], "inner")
+    sends = log.filter(F.col("kind") == "send").select(
+        F.col("node").alias("src"),
+        "dst",
+        "seq",
+        F.col("lsn").alias("s_lsn"),
+        sha256_of_base64(F.coalesce(F.col("payload"), F.lit(""))).alias("log_sha"),  # b"" is logged as no payload
+    )
+    logged = (
+        sends.join(F.broadcast(entries), ["src", "dst", "seq"], "inner")
+        .filter((F.col("s_lsn") > F.col("lo")) & (F.col("s_lsn") < F.col("cut_lsn")))
+        .groupBy(S, "src", "dst", "seq", "payload_sha")
+        .agg(F.max(F.struct("s_lsn", "log_sha")).alias("s"))
+        .select(S, "src", "dst", "seq", "payload_sha", F.col("s.log_sha").alias("log_sha"))
+    )
+    payload_found = found(
+        logged,
+        [S],
+        [
+            (
+                F.col("log_sha") != F.col("payload_sha"),
+                message(M.IN_FLIGHT_PAYLOAD, "src", "dst", "seq", _short(F.col("payload_sha")), "src",
+                        _short(F.col("log_sha"))),
+            )
+        ],
+    )
+    unpaid = found(in_flight, [S], [(F.col("payload_sha").isNull(), message(M.NO_PAYLOAD, "src", "dst", "seq"))])
+    return node_found.unionByName(payload_found).unionByName(unpaid)
+
+
+def per_snapshot(found_: DataFrame) -> DataFrame:
+    """(snapshot_id, discrepancies, first): the discrepancies' count and the first one's text."""
+    return found_.groupBy(S).agg(F.count(F.lit(1)).alias("discrepancies"), F.min("d").alias("first")).select(
+        S, "discrepancies", F.col("first.text").alias("first")
+    )
+
+
+def checked(spark: SparkSession, data_dir: str, raw: DataFrame) -> dict[str, tuple[int, str]]:
+    """snapshot id -> (discrepancies, the first one) of the COMPLETE app snapshots with any."""
+    found_ = app_discrepancies(read_app_log(spark, data_dir), app_nodes(raw), app_in_flight(raw))
+    return {r[S]: (r["discrepancies"], r["first"]) for r in per_snapshot(found_).collect()}
+
+
+def fold(rows: list[dict[str, Any]], found_: dict[str, tuple[int, str]]) -> list[dict[str, Any]]:
+    """The verdict rows with the app checks' discrepancies added to their snapshots'
+    rows: counted, and the first one named when the bank's checks found none."""
+    out = []
+    for row in rows:
+        got = found_.get(row[S]) if row["scope"] == SCOPE_SNAPSHOT and row["consistent"] is not None else None
+        if got is not None:
+            n, first = got
+            row = {**row, "discrepancies": (row["discrepancies"] or 0) + n}
+            if row["consistent"]:
+                row.update(consistent=False, first_discrepancy=first)
+        out.append(row)
+    return out
