@@ -80,6 +80,17 @@ def test_get_cluster_names_every_node_with_its_addresses_and_every_channel(clust
     assert [(c.src, c.dst) for c in answer.channels] == list(cluster.config.topology.channels)
 
 
+def test_get_cluster_returns_the_snapshot_settings_the_controller_runs_with(cluster, stub):
+    answer = stub.GetCluster(pb.GetClusterRequest(), timeout=5)
+    settings = answer.settings
+    # The cluster file's deadline (60), classic mode, no --interval, no --keep, the default limit.
+    assert (settings.snapshot_mode, settings.deadline_s, settings.interval_s, settings.keep,
+            settings.max_concurrent_snapshots) == ("classic", 60.0, 0.0, 0, cluster.config.controller.max_concurrent_snapshots)
+    assert settings.max_concurrent_snapshots > 0
+    done = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30)
+    assert stub.GetCluster(pb.GetClusterRequest(), timeout=5).epoch == done.epoch >= 1
+
+
 def test_trigger_and_wait_returns_the_complete_snapshot_which_get_and_list_serve(stub):
     snapshot = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=30)
     assert snapshot.status == COMPLETE, snapshot.reason

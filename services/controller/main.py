@@ -237,6 +237,7 @@ async def _serve(
     )
     host.add(pb_grpc.add_ControllerServicer_to_server, service, SERVICE_NAME)
     await service.start()
+    service.interval_s = interval or 0.0
     periodic = asyncio.create_task(service.periodic(interval)) if interval else None
     try:
         await host.start()
