@@ -150,7 +150,7 @@ def test_metrics_count_finished_snapshots_and_their_durations(cluster, stub):
     stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30)
     url = f"http://{cluster.config.controller.metrics_address}/metrics"
     text = urllib.request.urlopen(url, timeout=5).read().decode()
-    complete = next(line for line in text.splitlines() if line.startswith('snapmesh_snapshots_total{status="complete"}'))
+    complete = next(line for line in text.splitlines() if line.startswith('snapmesh_snapshots_total{status="COMPLETE"}'))
     assert float(complete.split()[-1]) >= 1
     assert "snapmesh_snapshot_duration_seconds_bucket" in text
     assert "snapmesh_snapshots_in_progress" in text
@@ -187,7 +187,7 @@ def test_a_complete_snapshot_carries_flink_style_stats_also_as_histograms(cluste
     for node, seconds in delays.items():  # the sum over every snapshot so far includes this one, in seconds
         assert seconds >= mine[node].start_delay_ms / 1e3 - 1e-9, (node, seconds)
         assert seconds < 60, f"{node}: {seconds} looks like milliseconds"
-    count = next(line for line in lines if line.startswith("snapmesh_snapshot_end_to_end_duration_seconds_count"))
+    count = next(line for line in lines if line.startswith('snapmesh_snapshot_duration_seconds_count{status="COMPLETE"}'))
     assert float(count.split()[-1]) >= 1
     last = next(line for line in lines if line.startswith("snapmesh_last_complete_snapshot_timestamp_seconds "))
     assert float(last.split()[-1]) >= snapshot.finished_at.ToNanoseconds() / 1e9 - 1e-3
