@@ -101,12 +101,9 @@ def test_every_option_of_every_parser_has_help_text(name, module_name, argv):
 
 # The value names the commands share, by the type they parse; any other value has its own word.
 METAVARS = {int: "N", float: "S"}
-# `snapmesh node` is the node shell's (services/node/main.py), named by its own owner.
-OWN_WORDS = {"snapmesh node"}
 
 
-@pytest.mark.parametrize("name, module_name, argv", [e for e in entry_points() if e[0] not in OWN_WORDS],
-                         ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize("name, module_name, argv", entry_points(), ids=lambda v: v if isinstance(v, str) else None)
 def test_every_value_has_its_metavar_and_every_default_is_in_the_help(name, module_name, argv):
     from snapmesh.settings.argparsing import positive_float
 
