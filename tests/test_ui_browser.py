@@ -37,6 +37,8 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 
 DEADLINE_S = 8.0  # long enough to look at a snapshot held IN_PROGRESS, short enough to see it FAIL
+INTERVAL_S = 3600  # the controller's --interval: shown, never reached while the module runs
+KEEP = 500  # the controller's --keep
 ARTIFACTS = Path(os.environ.get("SNAPMESH_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts")) / "ui"
 
 
@@ -85,7 +87,9 @@ def browser():
 def env(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("ui-cluster")
     config = write_cluster(data_dir / "cluster.toml", nodes=4, data_dir=data_dir, deadline=DEADLINE_S)
-    with Cluster(config) as cluster:
+    # Settings the page must show as the controller runs with them (GetCluster): an interval
+    # too long to fire during the module, and a retention that keeps every file here.
+    with Cluster(config, controller_args=["--interval", str(INTERVAL_S), "--keep", str(KEEP)]) as cluster:
         # Snapshots with money in flight first: the workload's burst at each trigger.
         out = io.StringIO()
         summary = run_workload(cluster.controller_address,
@@ -149,6 +153,66 @@ def test_the_history_lists_the_controllers_snapshots_with_their_statuses(env, br
         "return Array.from(document.querySelectorAll('#timeline .strip a')).map(a => a.className)")
     assert boxes == [pb.Snapshot.Status.Name(s.status) for s in oldest_first], boxes
     shot(browser, "overview")
+
+
+def test_the_configuration_and_the_node_view_are_the_controllers_and_the_nodes(env, browser):
+    browser.get(env["url"])
+    settings = {r["data"]["setting"]: r["text"] for r in cells(browser, "#configuration dd")}
+    told = env["stub"].GetCluster(pb.GetClusterRequest(), timeout=5)
+    assert settings == {
+        "mode": "classic", "deadline": f"{DEADLINE_S:g} s", "interval": f"every {INTERVAL_S} s",
+        "retention": f"the files of the newest {KEEP} COMPLETE", "epoch": str(told.epoch),
+        "concurrency limit": f"{told.settings.max_concurrent_snapshots} in progress"}, settings
+    assert told.settings.deadline_s == DEADLINE_S and told.settings.interval_s == INTERVAL_S
+    cluster = env["cluster"]
+    rows = {r["data"]["node"]: r["cells"] for r in cells(browser, "#node-view tr[data-node]")}
+    assert {n: c[:4] for n, c in rows.items()} == {
+        n.id: [n.id, n.address, "yes", str(told.epoch)] for n in cluster.config.nodes}
+    # Every node reported to the workload's snapshots: its last report names one of them.
+    snaps = {s.snapshot_id for s in env["stub"].ListSnapshots(pb.ListSnapshotsRequest(), timeout=5).snapshots}
+    for node, row in rows.items():
+        assert row[4].endswith(")") and row[4].split("(")[-1].rstrip(")") in snaps, (node, row)
+    # The timeline: every bar spans its snapshot's duration on one axis (widths in proportion).
+    bars = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#timeline .strip a')).map(function(a){"
+        " return [a.dataset.snapshotId, Number(a.dataset.durationMs), a.getBoundingClientRect().width,"
+        "         a.parentElement.getBoundingClientRect().width]; })")
+    assert len(bars) >= 3
+    finished = [b for b in bars if b[1] > 0]
+    longest = max(finished, key=lambda b: b[1])
+    assert longest[2] > 3  # drawn to scale: the longest one is wider than the minimum sliver
+    ticks = cells(browser, "#timeline .axis span")
+    assert len(ticks) == 5 and all(t["text"].count(":") == 2 for t in ticks)
+    shot(browser, "configuration")
+
+
+def test_a_snapshots_page_links_its_neighbours_and_export_and_shows_its_restore_command(env, browser):
+    ordered = sorted(env["summary"].complete, key=lambda s: s.started_at.ToNanoseconds())
+    assert len(ordered) >= 3
+    middle = ordered[1]
+    browser.get(f"{env['url']}snapshot/{middle.snapshot_id}")
+    command = text(browser, "restore-command")
+    assert command == f"snapmesh restore --controller {env['cluster'].controller_address} {middle.snapshot_id}"
+    assert text(browser, "restore-refused") is None  # COMPLETE and conserved: the controller would take it
+    # previous/next: the snapshots started just before and after it, whatever else the controller listed
+    listed_ = sorted(env["stub"].ListSnapshots(pb.ListSnapshotsRequest(), timeout=5).snapshots,
+                     key=lambda s: (s.started_at.ToNanoseconds(), s.snapshot_id))
+    at = [s.snapshot_id for s in listed_].index(middle.snapshot_id)
+    # (links read by one script each: the page replaces its content every 2 s)
+    def follow(link_id: str) -> None:
+        browser.get(browser.execute_script("return document.getElementById(arguments[0]).href", link_id))
+
+    assert text(browser, "previous").endswith(listed_[at - 1].snapshot_id)
+    follow("next")
+    assert listed_[at + 1].snapshot_id in text(browser, "snapshot")
+    follow("previous")
+    assert middle.snapshot_id in text(browser, "snapshot")
+    # Its export: the file the controller wrote, byte for byte.
+    href = browser.execute_script("return document.getElementById('export').href")
+    code, body = http_get(href)
+    exported = env["cluster"].data_dir / "snapshots" / f"{middle.snapshot_id}.json"
+    assert code == 200 and body == exported.read_text(encoding="utf-8")
+    assert http_get(f"{env['url']}snapshot/no-such-id/export.json")[0] == 404
 
 
 def test_a_snapshot_with_money_in_flight_lists_those_transfers_and_the_totals_add_up(env, browser):
