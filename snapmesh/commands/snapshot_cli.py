@@ -187,12 +187,29 @@ def render_detail(snapshot, node_ids=()) -> str:
         lines += ["", f"transfers in flight: {len(transfers)}" if transfers else "transfers in flight: none"]
         if transfers:
             lines.append(_table(["from", "to", "amount", "seq", "msg id"], transfers, right={2, 3}))
-    if snapshot.nodes:
+    from snapmesh.checking import described
+
+    if described.is_app(snapshot):  # an app's: its verdicts and its describe, not the bank's sums
+        lines += ["", *render_app(snapshot, described.describe(snapshot))]
+    elif snapshot.nodes:
         in_flight = sum(t.amount for c in snapshot.channels for t in c.in_flight)
         balances_total = sum(n.balance for n in snapshot.nodes)
         lines += ["", f"balances {balances_total} + in flight {in_flight} = {balances_total + in_flight}; "
                       f"expected {snapshot.expected_total}"]
     return "\n".join(lines)
+
+
+def render_app(snapshot, about) -> list[str]:
+    """An app snapshot's lines: the controller's verdict per invariant, then what the
+    app's `describe` returns (or why there is nothing: snapmesh.checking.described)."""
+    from snapmesh.checking import described
+
+    lines = [f"app {snapshot.app.spec}", _table(["invariant", "verdict"], described.verdicts(snapshot))]
+    if about is None:
+        return lines
+    if about.summary is None:
+        return [*lines, "", f"describe: {about.note}"]
+    return [*lines, "", "describe:", _table(["name", "value"], described.rows(about.summary))]
 
 
 def to_json(message, *, indent: int | None = 2) -> str:
