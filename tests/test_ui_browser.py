@@ -13,6 +13,7 @@ The tests run in file order and share the cluster: the last one stops its contro
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import signal
@@ -42,10 +43,10 @@ KEEP = 500  # the controller's --keep
 ARTIFACTS = Path(os.environ.get("SNAPMESH_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts")) / "ui"
 
 
-def start_ui(controller: str, *extra: str) -> tuple[subprocess.Popen, str]:
+def start_ui(controller: str, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "snapmesh.cli", "ui", "--controller", controller, "--listen", "127.0.0.1:0", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
     line = proc.stdout.readline()
     assert line.startswith("ui: http://127.0.0.1:"), line + proc.stderr.read()
@@ -347,3 +348,47 @@ def test_a_tls_clusters_page_carries_no_token(tmp_path):
         assert code == 200 and done.snapshot_id in body
         assert "sekrit-token-24" not in body and "token" not in body.lower().replace("no token", "")
         assert "<form" not in body and "<button" not in body  # read-only: nothing to press
+
+
+def test_an_app_snapshots_page_and_snapshot_get_show_what_its_describe_returns(tmp_path, browser, monkeypatch):
+    """The token ring (examples/token_ring.py) on a real cluster: the page and `snapshot get`
+    load it from the snapshot's app spec, as a user's PYTHONPATH has it, and show its
+    invariant's verdict and its describe (where the token is) in place of the money lines."""
+    import grpc
+
+    from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(examples), os.environ.get("PYTHONPATH")])))
+    monkeypatch.syspath_prepend(str(examples))
+    from token_ring import where_tokens_are
+
+    from snapmesh.protocol.appstate import view_of
+
+    config = write_cluster(tmp_path / "cluster.toml", nodes=3, data_dir=tmp_path)
+    with Cluster(config, env=env, app="token_ring:app") as cluster:
+        holder = cluster.config.node("p1").address  # the smallest id holds the token first
+        with grpc.insecure_channel(holder) as channel:
+            reply = pb_grpc.NodeStub(channel).Submit(pb.SubmitRequest(command=b"pass"), timeout=10)
+        assert reply.reply == b"passed to p2", reply
+        channel, stub = controller_stub(cluster.controller_address)
+        with channel:
+            done = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p3", wait=True), timeout=30)
+        assert done.status == pb.Snapshot.COMPLETE and done.app.spec == "token_ring:app", done
+        token = json.dumps(where_tokens_are(view_of(done)), separators=(", ", ": "))
+        assert token in ('["at p2"]', '["in flight p1->p2 (seq 1)"]'), token
+        proc, url = start_ui(cluster.controller_address, "--data-dir", str(tmp_path), env=env)
+        try:
+            browser.get(f"{url}snapshot/{done.snapshot_id}")
+            [verdict] = [r["cells"] for r in cells(browser, "#invariants tr[data-invariant]")]
+            assert verdict == ["one token", "ok"]
+            assert [r["cells"] for r in cells(browser, "#described tr[data-key]")] == [["token", token]]
+            assert text(browser, "conservation") is None  # the bank's line is not an app's
+            shot(browser, "app-token-ring")
+        finally:
+            stop_ui(proc)
+        got = subprocess.run([sys.executable, "-m", "snapmesh.cli", "snapshot", "get", done.snapshot_id,
+                              "--controller", cluster.controller_address],
+                             capture_output=True, text=True, timeout=60, env=env)
+    assert got.returncode == 0, got.stderr
+    assert "one token  ok" in got.stdout and f"token  {token}" in got.stdout, got.stdout
