@@ -124,4 +124,8 @@ def test_every_value_has_its_metavar_and_every_default_is_in_the_help(name, modu
         default = action.default
         if not (default is None or default is False or default == argparse.SUPPRESS) and "default" not in action.help:
             problems.append(f"{where} {flag}: its default {default!r} is not in its help")
+        elif not action.required and "default" not in (action.help or ""):  # None too: say what leaving it out means
+            problems.append(f"{where} {flag}: its help does not say what leaving it out means (no \"default\")")
+        if action.metavar == "S" and (kind is int or action.choices is not None):  # S is seconds everywhere
+            problems.append(f"{where} {flag}: S shown for a value that is not seconds")
     assert problems == [], "\n".join(problems)

@@ -1,7 +1,7 @@
 """`snapmesh snapshot`: take, list, show, watch and verify snapshots.
 
     snapmesh snapshot trigger [--controller HOST:PORT] [--initiator ID] [--wait]
-    snapmesh snapshot list    [--controller HOST:PORT] [--status S] [--limit N]
+    snapmesh snapshot list    [--controller HOST:PORT] [--status STATUS] [--limit N]
     snapmesh snapshot get     [--controller HOST:PORT] ID|latest
     snapmesh snapshot watch   [--controller HOST:PORT] [--count N]
     snapmesh snapshot verify  ID|FILE [--data-dir DIR]
@@ -90,8 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     trigger.add_argument("--initiator", metavar="ID", help="the node that starts it (default: a random node)")
     trigger.add_argument("--wait", action="store_true", help="return once it is COMPLETE or FAILED")
     listing = command("list", "list snapshots, newest first")
-    listing.add_argument("--status", type=str.upper, choices=STATUSES, metavar="S",
-                         help=f"only snapshots with status S ({', '.join(STATUSES)})")
+    listing.add_argument("--status", type=str.upper, choices=STATUSES, metavar="STATUS",
+                         help=f"only snapshots with this status ({', '.join(STATUSES)}; default: all)")
     listing.add_argument("--limit", type=_positive_int, metavar="N", help="only the N newest (default: all)")
     get = command("get", "show one snapshot: its nodes with their timings, its channels and the transfers in flight")
     get.add_argument("snapshot_id", metavar="ID", help=f"the snapshot's id, or {LATEST} for the newest")
