@@ -88,6 +88,8 @@ def test_the_page_shows_the_invariants_and_the_describe_instead_of_the_money_lin
     assert "id='conservation'" not in html and "balances 0" not in html
     assert "<tr class='message'><td>p1</td><td>p3</td><td class='num'>4</td><td class='num'>5</td>" in html
     assert "1 message in flight" in html
+    assert "<th class='num'>state bytes</th>" in html and "recorded balance" not in html
+    assert "<tr data-node='p1'><td>p1</td><td class='num'>1</td>" in html  # b"0": one byte of state
     broken = ring_snapshot(None, ok=False)
     html = pages.detail(broken, node_ids=[], stuck=None, stuck_note="", has_trace=False, trace_note="", now=0,
                         described=described.describe(broken))

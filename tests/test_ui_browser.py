@@ -384,6 +384,8 @@ def test_an_app_snapshots_page_and_snapshot_get_show_what_its_describe_returns(t
             assert verdict == ["one token", "ok"]
             assert [r["cells"] for r in cells(browser, "#described tr[data-key]")] == [["token", token]]
             assert text(browser, "conservation") is None  # the bank's line is not an app's
+            states = {r["data"]["node"]: r["cells"][1] for r in cells(browser, "#nodes tr[data-node]")}
+            assert states == {n.node_id: str(len(n.state)) for n in done.nodes}  # state bytes, not a balance
             shot(browser, "app-token-ring")
         finally:
             stop_ui(proc)

@@ -38,7 +38,7 @@ td.num,th.num{text-align:right}
 .axis span:first-child{transform:none}.axis span:last-child{transform:translateX(-100%)}
 dl.config{display:grid;grid-template-columns:max-content auto;gap:2px 16px;margin:0}
 dl.config dt{color:#555}dl.config dd{margin:0;font-weight:bold}
-.nav a{margin-right:16px}
+.nav a,.nav span{margin-right:16px}
 pre.command{background:#f1f1f1;padding:4px 8px;display:inline-block;margin:4px 0;user-select:all}
 .unreachable{color:#b71c1c}
 .strip a.COMPLETE{background:#43a047}.strip a.FAILED{background:#e53935}.strip a.IN_PROGRESS{background:#fb8c00}
@@ -356,10 +356,14 @@ def _stuck(st: model.Stuck, note: str) -> str:
 
 
 def _nodes(s: pb.Snapshot, node_ids: Sequence[str]) -> str:
-    head = ("node", "recorded balance", "start delay", "recording", "report", "in-flight msgs", "in-flight bytes")
+    # An app's node records its state bytes, not a balance: its size is what can be said here.
+    app = described_.is_app(s)
+    sizes = {n.node_id: len(n.state) for n in s.nodes}
+    head = ("node", "state bytes" if app else "recorded balance", "start delay", "recording", "report",
+            "in-flight msgs", "in-flight bytes")
     rows = "".join(
         f"<tr data-node='{escape(r.node_id)}'><td>{escape(r.node_id)}</td>"
-        f"<td class='num'>{dash(r.balance)}</td><td class='num'>{ms(r.start_delay_ms)}</td>"
+        f"<td class='num'>{dash(sizes.get(r.node_id) if app else r.balance)}</td><td class='num'>{ms(r.start_delay_ms)}</td>"
         f"<td class='num'>{ms(r.recording_ms)}</td><td class='num'>{ms(r.report_ms)}</td>"
         f"<td class='num'>{dash(r.in_flight_messages)}</td><td class='num'>{dash(r.in_flight_bytes)}</td></tr>"
         for r in model.node_rows(s, node_ids)
