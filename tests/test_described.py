@@ -4,6 +4,7 @@ loaded by its module:attr, as a reader of the snapshot loads it."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -101,6 +102,10 @@ def test_snapshot_get_prints_the_verdicts_and_the_describe():
     text = render_detail(ring_snapshot("p3"), ["p1", "p2", "p3"])
     assert "app token_ring:app\ninvariant  verdict\none token  ok\n\ndescribe:\nname   value\ntoken  [\"at p3\"]" in text
     assert "balances" not in text.split("app token_ring:app")[1]
+    assert "node  state bytes" in text and re.search(r"\np3 +1 ", text)  # b"1": one byte, not a balance
+    moving = render_detail(ring_snapshot(None, in_flight_to="p2"))
+    assert "channel  in flight  payload bytes\np1->p2           1              5" in moving
+    assert re.search(r"messages in flight: 1\nfrom +to +payload bytes +seq +msg id\np1 +p2 +5 +4 +p1:p2:4", moving), moving
     bank = pb.Snapshot(snapshot_id="b", status=pb.Snapshot.COMPLETE, expected_total=10)
     bank.nodes.add(node_id="p1", balance=10)
     assert render_detail(bank).endswith("balances 10 + in flight 0 = 10; expected 10")

@@ -166,8 +166,11 @@ def render_detail(snapshot, node_ids=()) -> str:
     timings (trigger to its cut, cut to its last marker, its report; "-" for a node
     of `node_ids`, the cluster's, that has not reported); each channel; the
     transfers in flight; the sum."""
+    from snapmesh.checking import described
+
     lines = [render_summary([snapshot])]
-    balances = {n.node_id: str(n.balance) for n in snapshot.nodes}
+    app = described.is_app(snapshot)  # an app's node recorded state bytes, not a balance
+    balances = {n.node_id: str(len(n.state) if app else n.balance) for n in snapshot.nodes}
     stats = {n.node_id: n for n in snapshot.stats.nodes}
     ids = list(dict.fromkeys([*node_ids, *(n.node_id for n in snapshot.nodes), *stats]))
     if ids:
@@ -177,19 +180,20 @@ def render_detail(snapshot, node_ids=()) -> str:
             figures = ([_ms(n.start_delay_ms), _ms(n.recording_duration_ms), _ms(n.report_time_ms),
                         str(n.in_flight_messages)] if n is not None else ["-"] * 4)
             rows.append([node, balances.get(node, "-"), *figures])
-        header = ["node", "balance", "start delay", "recording", "report", "in flight"]
+        header = ["node", "state bytes" if app else "balance", "start delay", "recording", "report", "in flight"]
         lines += ["", _table(header, rows, right={1, 2, 3, 4, 5})]
     if snapshot.channels:
-        rows = [[f"{c.src}->{c.dst}", str(len(c.in_flight)), str(sum(t.amount for t in c.in_flight))]
+        # An app's messages carry payloads, not amounts: their sizes (what they mean is its describe's).
+        size, what, unit = ((lambda t: len(t.payload)), "messages", "payload bytes") if app else \
+            ((lambda t: t.amount), "transfers", "amount")
+        rows = [[f"{c.src}->{c.dst}", str(len(c.in_flight)), str(sum(size(t) for t in c.in_flight))]
                 for c in snapshot.channels]
-        lines += ["", _table(["channel", "in flight", "amount"], rows, right={1, 2})]
-        transfers = [[c.src, c.dst, str(t.amount), str(t.seq), t.msg_id] for c in snapshot.channels for t in c.in_flight]
-        lines += ["", f"transfers in flight: {len(transfers)}" if transfers else "transfers in flight: none"]
+        lines += ["", _table(["channel", "in flight", unit], rows, right={1, 2})]
+        transfers = [[c.src, c.dst, str(size(t)), str(t.seq), t.msg_id] for c in snapshot.channels for t in c.in_flight]
+        lines += ["", f"{what} in flight: {len(transfers)}" if transfers else f"{what} in flight: none"]
         if transfers:
-            lines.append(_table(["from", "to", "amount", "seq", "msg id"], transfers, right={2, 3}))
-    from snapmesh.checking import described
-
-    if described.is_app(snapshot):  # an app's: its verdicts and its describe, not the bank's sums
+            lines.append(_table(["from", "to", unit, "seq", "msg id"], transfers, right={2, 3}))
+    if app:  # an app's: its verdicts and its describe, not the bank's sums
         lines += ["", *render_app(snapshot, described.describe(snapshot))]
     elif snapshot.nodes:
         in_flight = sum(t.amount for c in snapshot.channels for t in c.in_flight)
