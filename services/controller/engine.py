@@ -288,9 +288,7 @@ class ControllerEngine:
             await self._settle(snapshot.snapshot_id, durable)
         except OSError as exc:  # the journal is broken: the outcome may not survive a crash
             log.error("snapshot %s: cannot journal its outcome: %s", snapshot.snapshot_id, exc)
-        status = "complete" if snapshot.status == COMPLETE else "failed"
-        self.metrics.snapshots.labels(status=status).inc()
-        self.metrics.duration.observe(duration_s(snapshot))
+        self.metrics.finished(snapshot)
         self.metrics.in_progress.set(self.machine.in_progress)
         if snapshot.status == COMPLETE:
             self.metrics.observe(snapshot)

@@ -74,7 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--app", metavar="MODULE:ATTR",
                         help="the app the nodes run, to check its invariants; default: the cluster file's [app]")
-    parser.add_argument("--interval", type=positive_float, metavar="S", help="also take a snapshot every S seconds")
+    parser.add_argument("--interval", type=positive_float, metavar="S",
+                        help="also take a snapshot every S seconds (default: none, only when triggered)")
     parser.add_argument(
         "--deadline", type=positive_float, metavar="S", help="fail a snapshot not finished after S seconds "
         "(default: controller.snapshot_deadline_s)"
@@ -237,6 +238,7 @@ async def _serve(
     )
     host.add(pb_grpc.add_ControllerServicer_to_server, service, SERVICE_NAME)
     await service.start()
+    service.interval_s = interval or 0.0
     periodic = asyncio.create_task(service.periodic(interval)) if interval else None
     try:
         await host.start()

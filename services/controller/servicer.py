@@ -54,6 +54,7 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._chunk_budget = chunking.ChunkBudget()  # ReportStateChunks' bytes in flight, per peer and in all
+        self.interval_s = 0.0  # periodic snapshots (main sets it): GetCluster tells clients
 
     async def mode_mismatch(self, retry_s: float = 0.5) -> str:
         """Ask every node its snapshot_mode and its app (GetState, retried until it
@@ -258,6 +259,14 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
             ],
             channels=[pb.ChannelId(src=s, dst=d) for s, d in self.tracker.topology.channels],
             last_restore=last,  # the snapshot page's "last restore"
+            settings=pb.SnapshotSettings(
+                snapshot_mode=self.tracker.snapshot_mode,
+                deadline_s=self.tracker.deadline_s,
+                interval_s=self.interval_s,
+                keep=self.keep,
+                max_concurrent_snapshots=self.machine.max_concurrent,
+            ),
+            epoch=self.tracker.epoch,
         )
 
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:

@@ -61,10 +61,11 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="snapmesh node", description="Run one snapmesh node (a gRPC server).")
-    parser.add_argument("--config", default=None, help="cluster file (TOML); default: the shipped 4-node config")
-    parser.add_argument("--id", required=True, dest="node_id", help="this node's id in the cluster file")
+    parser.add_argument("--config", metavar="FILE", help="cluster file (TOML) (default: the shipped 4-node config)")
+    parser.add_argument("--id", required=True, dest="node_id", metavar="ID",
+                        help="this node's id in the cluster file (required: no default)")
     parser.add_argument("--app", metavar="MODULE:ATTR",
-                        help="the app this node runs (snapmesh.app); default: the cluster file's [app], else the bank")
+                        help="the app this node runs (snapmesh.app) (default: the cluster file's [app], else the bank)")
     return parser
 
 

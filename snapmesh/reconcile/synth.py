@@ -333,7 +333,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1, metavar="N", help="seed of every random choice (default 1)")
     p.add_argument("--initial-balance", type=int, default=1_000_000, metavar="N", help="each node's balance at the start "
                    "(default 1000000)")
-    p.add_argument("--corrupt", choices=sorted(CORRUPTIONS), metavar="KIND", help="inject one inconsistency: " + ", ".join(CORRUPTIONS))
+    p.add_argument("--corrupt", choices=sorted(CORRUPTIONS), metavar="KIND", help="inject one inconsistency: " + ", ".join(CORRUPTIONS) + " (default: none)")
     return p
 
 
