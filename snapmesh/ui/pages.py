@@ -15,6 +15,7 @@ from html import escape
 from urllib.parse import quote
 
 from snapmesh.ui import model
+from snapmesh.ui.appview import Described
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 STYLE = """
@@ -150,7 +151,7 @@ def _overview(o: model.Overview, node_epochs, restore: pb.Restore | None, restor
     if o.latest_complete is not None:
         s = o.latest_complete
         lines.append(f"<div id='latest-complete'>latest COMPLETE: {link(s.snapshot_id)} at {when(s.finished_at)}, "
-                     f"{model.conservation(s).line}</div>")
+                     f"{escape(verdict_line(s))}</div>")
     else:
         lines.append("<div id='latest-complete'>latest COMPLETE: none</div>")
     if o.latest_failed is not None:
@@ -219,6 +220,7 @@ def detail(
     has_trace: bool,
     trace_note: str,
     now: float,
+    described: Described | None = None,
 ) -> str:
     messages, nbytes = in_flight_totals(s)
     head = [
@@ -230,9 +232,11 @@ def detail(
         if s.status == pb.Snapshot.COMPLETE else  # zeros would read as "nothing in flight"
         f"<div id='totals'>in flight and state size: known once the snapshot is COMPLETE ({model.status_name(s)})</div>",
     ]
-    if s.status == pb.Snapshot.COMPLETE:
+    if s.status == pb.Snapshot.COMPLETE and not s.app.spec:  # money is the bank's: an app has its own checks
         head.append(f"<div id='conservation'>{escape(model.conservation(s).line)}</div>")
     parts = [f"<section id='snapshot'><h2>Snapshot {escape(s.snapshot_id)}</h2>{''.join(head)}</section>"]
+    if s.app.spec:
+        parts.append(_app(s, described or Described(None, "")))
     if stuck is not None:
         parts.append(_stuck(stuck, stuck_note))
     parts.append(_nodes(s, node_ids))
@@ -242,6 +246,34 @@ def detail(
                f"src='/snapshot/{quote(s.snapshot_id, safe='')}/trace.svg'>" if has_trace else escape(trace_note))
     parts.append(f"<section id='trace'><h2>Message flow around its cut (snapmesh trace)</h2>{picture}</section>")
     return "".join(parts)
+
+
+def verdict_line(s: pb.Snapshot) -> str:
+    """One line on a COMPLETE snapshot's checks: the bank's money, or the app's invariants."""
+    if not s.app.spec:
+        return model.conservation(s).line
+    if s.app.status != pb.AppCheck.CHECKED:
+        return f"app {s.app.spec}: invariants not checked"
+    broken = [i.name for i in s.app.invariants if not i.ok]
+    return (f"app {s.app.spec}: " + (f"VIOLATED: {', '.join(broken)}" if broken else
+                                     f"{len(s.app.invariants)} invariant(s) hold"))
+
+
+def _app(s: pb.Snapshot, described: Described) -> str:
+    """The app's verdict (the controller's) and what the app's `describe` says of the snapshot."""
+    rows = "".join(
+        f"<tr data-invariant='{escape(i.name)}' data-ok='{str(i.ok).lower()}'><td>{escape(i.name)}</td>"
+        f"<td class='{'COMPLETE' if i.ok else 'FAILED'}'>{'ok' if i.ok else 'VIOLATED'}</td>"
+        f"<td class='reason'>{escape('; '.join(i.problems))}</td></tr>"
+        for i in s.app.invariants
+    )
+    checked = (f"<table id='invariants'><tr><th>invariant</th><th>verdict</th><th>problems</th></tr>{rows}</table>"
+               if s.app.status == pb.AppCheck.CHECKED else
+               f"<div id='invariants'>not checked ({escape(pb.AppCheck.Status.Name(s.app.status))})</div>")
+    said = (f"<pre id='described'>{escape(described.text)}</pre>" if described.text is not None
+            else f"<div id='described-note'>{escape(described.note)}</div>")
+    return (f"<section id='app'><h2>App <code id='app-spec'>{escape(s.app.spec)}</code></h2>{checked}"
+            f"<h3>What the app says of it (describe)</h3>{said}</section>")
 
 
 def _stuck(st: model.Stuck, note: str) -> str:

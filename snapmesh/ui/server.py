@@ -40,6 +40,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from snapmesh.settings import target
 from snapmesh.settings.argparsing import parse_args
 from snapmesh.ui import model, pages
+from snapmesh.ui.appview import Describer
 from snapmesh.ui.source import Busy, ControllerDown, NotFound, Source
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
@@ -96,8 +97,10 @@ class UiServer(ThreadingHTTPServer):
     # its connections dropped and retried by the client's TCP (1 s, 3 s, 7 s later).
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], source: Source, allow_hosts: tuple[str, ...] = ()) -> None:
+    def __init__(self, address: tuple[str, int], source: Source, allow_hosts: tuple[str, ...] = (),
+                 describer: Describer | None = None) -> None:
         self.source = source
+        self.describer = describer or Describer()
         super().__init__(address, _Handler)
         self.host_names = host_names(address[0], self.server_address[0], allow_hosts)
 
@@ -216,7 +219,7 @@ class _Handler(BaseHTTPRequestHandler):
             except Busy:
                 trace_note = "another picture is being drawn: this one comes with one of the next refreshes"
         return pages.detail(snapshot, node_ids=node_ids, stuck=stuck, stuck_note=stuck_note, has_trace=svg is not None,
-                            trace_note=trace_note, now=time.time())
+                            trace_note=trace_note, now=time.time(), described=self.server.describer(snapshot))
 
     def _trace(self, snapshot_id: str) -> None:
         """The picture of a snapshot the controller answers COMPLETE (NotFound and
@@ -255,9 +258,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def serve(source: Source, listen: tuple[str, int], allow_hosts: tuple[str, ...] = ()) -> UiServer:
+def serve(source: Source, listen: tuple[str, int], allow_hosts: tuple[str, ...] = (),
+          describer: Describer | None = None) -> UiServer:
     """A bound server (not yet serving); `serve_forever` or `start_in_thread` it."""
-    return UiServer(listen, source, allow_hosts)
+    return UiServer(listen, source, allow_hosts, describer)
 
 
 def start_in_thread(server: UiServer) -> threading.Thread:
@@ -288,11 +292,12 @@ def start_page(cluster, listen: str = DEFAULT_LISTEN) -> RunningPage:
     dir) on `listen`, or on a free port of the same host when that one is taken."""
     host, port = parse_listen(listen)
     source = Source(cluster.controller_address, cluster.client_identity, cluster.data_dir)
+    describer = Describer(cluster.config.app.params)  # the [app] table the nodes run with
     try:
         try:
-            server = serve(source, (host, port))
+            server = serve(source, (host, port), describer=describer)
         except OSError:
-            server = serve(source, (host, 0))
+            server = serve(source, (host, 0), describer=describer)
     except OSError:
         source.close()
         raise
