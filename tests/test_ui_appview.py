@@ -76,3 +76,14 @@ def test_a_bank_snapshots_page_keeps_its_money_and_has_no_app_section():
     s.nodes.add(node_id="p1", balance=10)
     html = detail(s)
     assert "id='conservation'" in html and "id='app'" not in html
+
+
+def test_snapshot_get_prints_the_apps_verdict_and_description(on_path):
+    from snapmesh.commands.snapshot_cli import render_detail
+
+    s = ring_snapshot()
+    text = render_detail(s, ["p1", "p2", "p3"], Describer()(s))
+    assert "app token_ring:app: 1 invariant(s) hold\n  one token: ok\ndescribed:\n{" in text, text
+    assert '"in flight p1->p2 (seq 3)"' in text and "balances" not in text
+    broken = render_detail(ring_snapshot("gone:app", ok=False), ["p1"], Describer()(ring_snapshot("gone:app")))
+    assert "  one token: VIOLATED: 2 tokens: at p1, at p3\ndescribed: not described: --app gone:app: no module" in broken

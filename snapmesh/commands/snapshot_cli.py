@@ -161,11 +161,23 @@ def _ms(value: float) -> str:
     return f"{value:.1f}ms"
 
 
-def render_detail(snapshot, node_ids=()) -> str:
+def app_lines(snapshot, described) -> list[str]:
+    """An app snapshot's verdict per invariant, then what its `describe` said (or why not)."""
+    from snapmesh.ui.pages import verdict_line
+
+    lines = [verdict_line(snapshot)]
+    lines += [f"  {i.name}: " + ("ok" if i.ok else f"VIOLATED: {'; '.join(i.problems)}") for i in snapshot.app.invariants]
+    if described is not None:
+        lines.append(f"described:\n{described.text}" if described.text is not None else f"described: {described.note}")
+    return lines
+
+
+def render_detail(snapshot, node_ids=(), described=None) -> str:
     """`get`, what the snapshot's page shows: the summary; each node's balance and
     timings (trigger to its cut, cut to its last marker, its report; "-" for a node
     of `node_ids`, the cluster's, that has not reported); each channel; the
-    transfers in flight; the sum."""
+    transfers in flight; the sum, or an app's invariants and `described`
+    (snapmesh.ui.appview.Described: what its describe says)."""
     lines = [render_summary([snapshot])]
     balances = {n.node_id: str(n.balance) for n in snapshot.nodes}
     stats = {n.node_id: n for n in snapshot.stats.nodes}
@@ -187,7 +199,9 @@ def render_detail(snapshot, node_ids=()) -> str:
         lines += ["", f"transfers in flight: {len(transfers)}" if transfers else "transfers in flight: none"]
         if transfers:
             lines.append(_table(["from", "to", "amount", "seq", "msg id"], transfers, right={2, 3}))
-    if snapshot.nodes:
+    if snapshot.app.spec:  # an app's checks and summary in place of the bank's money
+        lines += ["", *app_lines(snapshot, described)]
+    elif snapshot.nodes:
         in_flight = sum(t.amount for c in snapshot.channels for t in c.in_flight)
         balances_total = sum(n.balance for n in snapshot.nodes)
         lines += ["", f"balances {balances_total} + in flight {in_flight} = {balances_total + in_flight}; "
@@ -251,7 +265,12 @@ def _get(stub, args) -> int:
     from snapmesh.v1 import snapmesh_pb2 as pb
 
     cluster = stub.GetCluster(pb.GetClusterRequest(), timeout=args.timeout)  # the nodes yet to report, too
-    print(render_detail(snapshot, [n.node_id for n in cluster.nodes]))
+    described = None
+    if snapshot.app.spec:
+        from snapmesh.ui.appview import Describer
+
+        described = Describer()(snapshot)  # the app from the working directory or PYTHONPATH, as --app
+    print(render_detail(snapshot, [n.node_id for n in cluster.nodes], described))
     return 0
 
 
