@@ -19,6 +19,7 @@ import pytest
 from snapmesh.protocol import controller, link, recovery, requests, restoregate, tracker
 from snapmesh.protocol import controller_journal as journal
 from snapmesh.protocol import node as node_mod
+from snapmesh.protocol import node_steps
 from snapmesh.sim import cli, fuzz
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -323,7 +324,14 @@ def _tracker_forgets_overtaken(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tracker.Tracker, "_overtake_parts", staticmethod(broken))
 
 
+def _reply_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node machine answers a client before the answer's record is durable (node
+    rule N11): a crash then takes back a transfer the client was told is paid."""
+    monkeypatch.setattr(node_steps.NodeSteps, "_wait_or_reply", lambda self, waiting: self._reply(waiting))
+
+
 MUTATIONS = {
+    "node-reply-before-durable": _reply_before_durable,
     "controller-restore-plan": _restore_plan_drops_a_transfer,
     "controller-overtake-merge": _tracker_forgets_overtaken,
     "controller-stale-report": _controller_takes_stale_reports,
