@@ -330,8 +330,21 @@ def _reply_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(node_steps.NodeSteps, "_wait_or_reply", lambda self, waiting: self._reply(waiting))
 
 
+def _report_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node machine says "send" for a finished part before the records it rests on
+    are durable (node rule N2): a crash could keep the report and lose its marker_recv."""
+    drain = node_mod.Node._drain
+
+    def broken(self, *args, **kwargs):
+        drain(self, *args, **kwargs)
+        self._reports = [(0, sid) for _, sid in self._reports]  # due at the next durable(), whatever its lsn
+
+    monkeypatch.setattr(node_mod.Node, "_drain", broken)
+
+
 MUTATIONS = {
     "node-reply-before-durable": _reply_before_durable,
+    "node-report-before-durable": _report_before_durable,
     "controller-restore-plan": _restore_plan_drops_a_transfer,
     "controller-overtake-merge": _tracker_forgets_overtaken,
     "controller-stale-report": _controller_takes_stale_reports,

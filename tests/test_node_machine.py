@@ -28,6 +28,7 @@ class Machines:
         self.conn_nos: dict[tuple[str, str], int] = {}
         self.reports: list[core.FullState] = []
         self.finished: dict[tuple[str, str], core.FullState] = {}  # (snapshot id, node) -> part, until Report
+        self.handed_out: list[Finished] = []
         self.nodes: dict[str, Node] = {}
         for n in self.ids:
             self.start(n)
@@ -69,6 +70,7 @@ class Machines:
                 self.wires.setdefault((effect.src, n), []).append(("ack", effect.conn_no, effect.seq))
             elif isinstance(effect, Finished):
                 self.finished[effect.state.snapshot_id, n] = effect.state
+                self.handed_out.append(effect)
             elif isinstance(effect, Report):
                 self.reports.append(self.finished.pop((effect.snapshot_id, n)))
 

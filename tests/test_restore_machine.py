@@ -141,6 +141,23 @@ def test_the_events_that_carry_an_epoch_are_fenced_by_the_node_itself_and_change
     assert "s4" in b.process.in_progress()
 
 
+def test_a_finished_part_is_handed_out_once_with_its_epoch_and_wall_times() -> None:
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    _restore_all(m, parts, epoch=2)
+    m.settle()
+    a, b = m.nodes["a"], m.nodes["b"]
+    a.tick(0.0, wall=1000.5)
+    a.start_snapshot("s2", epoch=2)
+    m.route("a")
+    b.tick(0.0, wall=1001.25)
+    m.settle()
+    finished = [e for e in m.handed_out if type(e).__name__ == "Finished" and e.state.snapshot_id == "s2"]
+    got = sorted((f.state.node_id, f.epoch, f.cut_at_ns, f.done_at_ns) for f in finished)
+    assert got == [("a", 2, 1000_500_000_000, 1000_500_000_000), ("b", 2, 1001_250_000_000, 1001_250_000_000)]
+    assert sorted(s.node_id for s in m.reports if s.snapshot_id == "s2") == ["a", "b"]  # sent once each
+
+
 def test_a_clients_step_while_a_restore_is_redone_is_refused_by_the_node() -> None:
     m = Machines({"a": 100, "b": 50})
     parts = _snapshot_with_one_in_flight(m)

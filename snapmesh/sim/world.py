@@ -24,7 +24,7 @@ from snapmesh.protocol import node as node_mod
 from snapmesh.sim import apps
 from snapmesh.sim.controller import DEADLINE, SimController
 from snapmesh.sim.disk import Disk
-from snapmesh.sim.invariants import Checker
+from snapmesh.sim.invariants import Checker, Violation
 from snapmesh.sim.network import Network
 
 TTL = 2 * DEADLINE  # a node drops a recording after this, as the real node does
@@ -64,8 +64,8 @@ class World:
         # Calls waiting for their node's Reply. A call is the arguments of `call`:
         # (node, dst, amount, request_id), or (node, command, request_id); the node's `reply_to`.
         self.replies: list[tuple] = []
-        # Finished parts not yet reported: node -> snapshot id -> (state, epoch) (kept at Finished, sent at Report).
-        self.finished: dict[str, dict[str, tuple[Any, int]]] = {}
+        # Finished parts not yet reported: node -> snapshot id -> the Finished effect (kept, sent at Report).
+        self.finished: dict[str, dict[str, node_mod.Finished]] = {}
         self.unanswered: list[tuple] = []  # calls to retry
         self.next_request = 0
         self.checker = Checker(self.balances, self.channels, TTL, app=app, app_params=self.app_params)
@@ -146,11 +146,12 @@ class World:
                 self.replies.remove(effect.to)
                 self._answer(effect)
             elif kind is node_mod.Report:
-                state, epoch = self.finished[node_id].pop(effect.snapshot_id)
-                self.controller.reports.append((node_id, state, epoch))
+                part = self.finished[node_id].pop(effect.snapshot_id)
+                _check_report(node_id, node, part, disk.durable_lsn)
+                self.controller.reports.append((node_id, part.state, part.epoch))
             elif kind is node_mod.Finished:
                 # No pending-report store is simulated: a crash loses the part, as if its file were lost.
-                self.finished.setdefault(node_id, {})[effect.state.snapshot_id] = (effect.state, effect.epoch)
+                self.finished.setdefault(node_id, {})[effect.state.snapshot_id] = effect
             elif kind is node_mod.Seal:
                 disk.pending += (effect, effect.checkpoint)  # the disk writes the checkpoint with its seal
                 self.checker.appended(node_id, effect.checkpoint, self.now)
@@ -269,6 +270,16 @@ class World:
 
     def check(self) -> None:
         self.checker.check_step(self.live(), self.now)
+
+
+def _check_report(node_id: str, node: node_mod.Node, part: node_mod.Finished, durable_lsn: int) -> None:
+    """Node rule N2: a part leaves only once what it rests on is durable, and in the epoch it finished in
+    (a restore in between cancels it)."""
+    sid = part.state.snapshot_id
+    if durable_lsn < part.lsn:
+        raise Violation(f"{node_id}: snapshot {sid} reported resting on lsn {part.lsn}, durable only to {durable_lsn}")
+    if part.epoch != node.epoch:
+        raise Violation(f"{node_id}: snapshot {sid}'s part of epoch {part.epoch} reported in epoch {node.epoch}")
 
 
 def _topology(rng: random.Random, ids: list[str]) -> list[tuple[str, str]]:
