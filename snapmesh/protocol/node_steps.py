@@ -191,9 +191,10 @@ class NodeSteps:
 
     def reply_batch(self, to: object, answers: Iterable[Accepted | Submitted]) -> None:
         """A client waits for `answers` (steps taken without `reply_to`) together:
-        one `ReplyBatch` once every one is durable (N11)."""
-        answers = tuple(answers)
-        self._wait_or_reply((max((a.lsn for a in answers), default=0), to, answers, True))
+        one `ReplyBatch` once the log is durable up to now (N11). Up to now, not
+        only to its answers' records: the batch shows balances (its refusals' too),
+        and a balance must not show what a crash could take back."""
+        self._wait_or_reply((self.last_lsn, to, tuple(answers), True))
 
     def _wait_or_reply(self, waiting: tuple) -> None:
         if waiting[0] <= self.durable_lsn:  # a retry's first answer, or nothing new: no fsync to wait for
