@@ -19,6 +19,7 @@ import pytest
 from snapmesh.protocol import controller, link, recovery, requests, restoregate, tracker
 from snapmesh.protocol import controller_journal as journal
 from snapmesh.protocol import node as node_mod
+from snapmesh.protocol import node_steps
 from snapmesh.sim import cli, fuzz
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -323,7 +324,27 @@ def _tracker_forgets_overtaken(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tracker.Tracker, "_overtake_parts", staticmethod(broken))
 
 
+def _reply_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node machine answers a client before the answer's record is durable (node
+    rule N11): a crash then takes back a transfer the client was told is paid."""
+    monkeypatch.setattr(node_steps.NodeSteps, "_wait_or_reply", lambda self, waiting: self._reply(waiting))
+
+
+def _report_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node machine says "send" for a finished part before the records it rests on
+    are durable (node rule N2): a crash could keep the report and lose its marker_recv."""
+    drain = node_mod.Node._drain
+
+    def broken(self, *args, **kwargs):
+        drain(self, *args, **kwargs)
+        self._reports = [(0, sid) for _, sid in self._reports]  # due at the next durable(), whatever its lsn
+
+    monkeypatch.setattr(node_mod.Node, "_drain", broken)
+
+
 MUTATIONS = {
+    "node-reply-before-durable": _reply_before_durable,
+    "node-report-before-durable": _report_before_durable,
     "controller-restore-plan": _restore_plan_drops_a_transfer,
     "controller-overtake-merge": _tracker_forgets_overtaken,
     "controller-stale-report": _controller_takes_stale_reports,

@@ -159,12 +159,16 @@ class SimController:
 
     def _start_at(self, effect: machine.StartAt) -> None:
         node = self.world.nodes[effect.node]
-        if node is None or node.fence(effect.epoch):
-            reason = f"initiator {effect.node} unreachable: StartSnapshot failed"
-            self.machine.start_failed(effect.snapshot_id, reason, self.now())
-            return
-        node.start_snapshot(effect.snapshot_id)
-        self.world.route(effect.node)
+        if node is not None:
+            try:
+                node.start_snapshot(effect.snapshot_id, epoch=effect.epoch)  # the node's own fence (N8)
+            except node_mod.EpochFenced:
+                pass  # refused, changing nothing: as a down node, StartSnapshot failed
+            else:
+                self.world.route(effect.node)
+                return
+        reason = f"initiator {effect.node} unreachable: StartSnapshot failed"
+        self.machine.start_failed(effect.snapshot_id, reason, self.now())
 
     def _finished(self, snapshot: pb.Snapshot) -> None:
         sid = snapshot.snapshot_id
