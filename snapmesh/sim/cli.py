@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--app-param", action="append", default=[], metavar="KEY=VALUE", type=_param,
         help="one entry of the app's [app] table (VALUE read as JSON, else as text); repeatable (default: none)",
     )
+    fuzz.add_argument(
+        "--broadcast", action="store_true",
+        help="every snapshot starts at every node at once (TriggerSnapshot broadcast; default: at one initiator)",
+    )
     return parser
 
 
@@ -69,7 +73,7 @@ def _param(text: str) -> tuple[str, object]:
         return key, value
 
 
-def run_fuzz(seed: int, cases: int, app_spec: str = "", params: dict | None = None) -> int:
+def run_fuzz(seed: int, cases: int, app_spec: str = "", params: dict | None = None, broadcast: bool = False) -> int:
     from snapmesh.app import AppError, load_app
     from snapmesh.sim import fuzz, world
 
@@ -82,17 +86,18 @@ def run_fuzz(seed: int, cases: int, app_spec: str = "", params: dict | None = No
         if app.workload is None:
             return _fail(f"--app {app_spec}: app {app.name!r} has no workload, so the fuzzer has no commands to send")
     if cases == 1:
-        print(f"seed {seed}: {world.World(seed, app, params).describe()}")
+        print(f"seed {seed}: {world.World(seed, app, params).describe()}" + (" broadcast" if broadcast else ""))
     started = time.perf_counter()
-    ran, failure = fuzz.fuzz(seed, cases, app, params)
+    ran, failure = fuzz.fuzz(seed, cases, app, params, broadcast=broadcast)
     elapsed = time.perf_counter() - started
     if failure is not None:
         bad_seed, why = failure
         print(f"FAIL seed {bad_seed} (case {ran} of {cases}): {why}")
         given = "".join(f" --app-param {k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in (params or {}).items())
-        print(f"replay: {fuzz.replay_command(bad_seed, app_spec)}{given}")
+        print(f"replay: {fuzz.replay_command(bad_seed, app_spec, broadcast=broadcast)}{given}")
         return 1
-    print(f"ok: {ran} cases, seeds {seed}..{seed + ran - 1}{f', app {app.name}' if app else ''}, {elapsed:.1f}s")
+    print(f"ok: {ran} cases, seeds {seed}..{seed + ran - 1}{f', app {app.name}' if app else ''}"
+          f"{', broadcast' if broadcast else ''}, {elapsed:.1f}s")
     return 0
 
 
@@ -106,7 +111,7 @@ def run_file(path: str, seed: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "fuzz":
-        return run_fuzz(args.seed, args.cases, args.app, dict(args.app_param))
+        return run_fuzz(args.seed, args.cases, args.app, dict(args.app_param), broadcast=args.broadcast)
     try:
         output = run_file(args.file, args.seed)
     except ScenarioError as exc:

@@ -206,9 +206,13 @@ def drain_all(world: World) -> None:
     raise Violation("quiescent: the cluster never settled")
 
 
-def run_case(seed: int, app: App | None = None, app_params: dict[str, Any] | None = None) -> World:
-    """One case (of the bank, or of `app`); raises Violation (with the world's description) when an invariant breaks."""
+def run_case(seed: int, app: App | None = None, app_params: dict[str, Any] | None = None, *,
+             broadcast: bool = False) -> World:
+    """One case (of the bank, or of `app`); raises Violation (with the world's description) when an
+    invariant breaks. `broadcast`: every snapshot starts at every node at once (a flag, not a draw,
+    so every seed without it replays as before)."""
     world = World(seed, app, app_params)
+    world.controller.broadcast = broadcast
     try:
         if app is not None:  # A5 before the first step
             first = {i: node.app_state() for i, node in world.live().items()}
@@ -222,18 +226,20 @@ def run_case(seed: int, app: App | None = None, app_params: dict[str, Any] | Non
     return world
 
 
-def replay_command(seed: int, app: str = "") -> str:
+def replay_command(seed: int, app: str = "", *, broadcast: bool = False) -> str:
     """The command that replays case `seed` (`app`: the --app it ran)."""
-    return f"snapmesh sim fuzz --seed {seed} --cases 1" + (f" --app {app}" if app else "")
+    return (f"snapmesh sim fuzz --seed {seed} --cases 1" + (f" --app {app}" if app else "")
+            + (" --broadcast" if broadcast else ""))
 
 
 def fuzz(
-    seed: int, cases: int, app: App | None = None, app_params: dict[str, Any] | None = None
+    seed: int, cases: int, app: App | None = None, app_params: dict[str, Any] | None = None, *,
+    broadcast: bool = False,
 ) -> tuple[int, tuple[int, str] | None]:
     """Run `cases` cases from `seed` on; returns (cases run, (failing seed, why) or None)."""
     for index in range(cases):
         try:
-            run_case(seed + index, app, app_params)
+            run_case(seed + index, app, app_params, broadcast=broadcast)
         except Violation as exc:
             return index + 1, (seed + index, str(exc))
         except Exception as exc:  # a crash of the code under test is a failure too
