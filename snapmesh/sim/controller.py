@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 from snapmesh.protocol import controller as machine
 from snapmesh.protocol import controller_journal as records
-from snapmesh.protocol import core, overtake, restoregate
+from snapmesh.protocol import core, hybrid, overtake, restoregate
 from snapmesh.protocol import node as node_mod
 from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.topology import Topology
@@ -122,7 +122,7 @@ class SimController:
         app = self.world.app
         tracker = Tracker(
             topology=self.topology, expected_total=self.expected_total, deadline_s=DEADLINE,
-            snapshot_mode=self.world.mode,
+            snapshot_mode=hybrid.wire_mode(self.world.mode),  # a hybrid node reports as overtake (H1)
             checker=AppChecker(app.name, app, params=self.world.app_params) if app is not None else None,
         )
         return machine.Controller(tracker, max_concurrent=self.max_concurrent)
@@ -179,7 +179,7 @@ class SimController:
                     self.faults["snapshot complete with app messages in flight"] += 1
             if not snapshot.conserved:
                 raise Violation(f"snapshot {sid}: the controller's total {snapshot.total} != {snapshot.expected_total}")
-            if self.world.mode == "overtake" and self._overtaken(reports):
+            if hybrid.wire_mode(self.world.mode) == "overtake" and self._overtaken(reports):
                 self.faults["overtaken transfers recorded"] += 1
             return
         assert snapshot.status == FAILED
