@@ -167,3 +167,67 @@ def test_the_fuzz_cli_takes_hybrid_mode_and_refuses_a_timeout_without_it(capsys)
     assert exit_.value.code == 2
     assert fuzz.replay_command(3, mode="hybrid", align_timeout=0.02) == (
         "snapmesh sim fuzz --seed 3 --cases 1 --mode hybrid --align-timeout-ms 20")
+
+
+@pytest.mark.parametrize("bad, why", [
+    (-1, "must be a number of milliseconds >= 0, got -1"),
+    ("5", "must be a number of milliseconds >= 0, got '5'"),
+    (True, "must be a number of milliseconds >= 0, got True"),
+])
+def test_a_bad_align_timeout_in_the_cluster_file_is_refused_naming_the_key(tmp_path, bad, why) -> None:
+    from snapmesh.settings import config
+
+    with pytest.raises(config.ConfigError, match=f"align_timeout_ms: {why}"):  # write_cluster reads it back
+        config.write_cluster(tmp_path / "cluster.toml", nodes=2, snapshot_mode="hybrid", settings={"align_timeout_ms": bad})
+    with pytest.raises(config.ConfigError, match="align_timeout_ms: applies to snapshot_mode = \"hybrid\" only"):
+        config.write_cluster(tmp_path / "classic.toml", nodes=2, settings={"align_timeout_ms": 5})
+    hybrid = config.write_cluster(tmp_path / "hybrid.toml", nodes=2, snapshot_mode="hybrid",
+                                  settings={"align_timeout_ms": 2.5})
+    assert config.load(hybrid).align_timeout_ms == 2.5
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("align_timeout_ms", [0, 60_000])
+def test_hybrid_snapshots_on_a_real_cluster_are_complete_and_consistent(tmp_path, align_timeout_ms) -> None:
+    import time
+
+    from cluster_helpers import check_against_logs, controller_stub
+    from snapmesh.bank.load import BackgroundLoad
+    from snapmesh.processes.supervisor import Cluster
+    from snapmesh.settings.config import write_cluster
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    path = write_cluster(tmp_path / "cluster.toml", nodes=4, initial_balance=1000, deadline=10, snapshot_mode="hybrid",
+                         settings={"align_timeout_ms": align_timeout_ms})
+    with Cluster(path) as cluster:
+        channel, stub = controller_stub(cluster.controller_address)
+        with channel, BackgroundLoad.for_cluster(cluster, seed=35, batch=20, max_amount=20, interval=0.01) as load:
+            time.sleep(0.5)
+            snapshots = [stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=30) for _ in range(5)]
+            load.stop()
+        for node in cluster.node_ids:
+            with _node_stub(cluster, node) as node_stub:  # the controller checked this too at start-up
+                assert node_stub.GetState(pb.GetStateRequest(), timeout=5).snapshot_mode == "hybrid"
+        for snapshot in snapshots:
+            assert snapshot.status == pb.Snapshot.COMPLETE, snapshot.reason
+            assert snapshot.conserved
+        assert len(check_against_logs(cluster, snapshots).snapshots) >= len(snapshots)
+
+
+class _node_stub:
+    """A Node stub to one node of a supervisor cluster, closed on exit."""
+
+    def __init__(self, cluster, node: str) -> None:
+        import grpc
+
+        from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+        self.channel = grpc.insecure_channel(cluster.node_address(node))
+        self.stub = pb_grpc.NodeStub(self.channel)
+
+    def __enter__(self):
+        return self.stub
+
+    def __exit__(self, *exc) -> None:
+        self.channel.close()
