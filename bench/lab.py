@@ -252,3 +252,9 @@ class Lab:
         from bench import hosts
 
         return hosts.measure(peak_per_s, say, snapshots=snapshots)
+
+    def hosts_util(self, start_per_s: float, say, snapshots: int) -> dict[str, float]:
+        """The phase on hosts paced to a measured utilisation (bench.hosts.measure_util)."""
+        from bench import hosts
+
+        return hosts.measure_util(start_per_s, say, snapshots=snapshots)

@@ -135,6 +135,24 @@ def _hosts(run: Run) -> None:
     run.out.update(run.lab.hosts(run.peak, run.say, snapshots=run.settings.latency_snapshots))
 
 
+def _hosts_util_keys() -> tuple[str, ...]:
+    from bench.hosts import util_keys
+
+    return util_keys()
+
+
+@phase("hosts_util", keys=_hosts_util_keys())
+def _hosts_util(run: Run) -> None:
+    """The phase on hosts again, paced to a measured utilisation of 0.5 (bench.hosts.measure_util)."""
+    if problem := run.lab.missing_rights():
+        print(f"bench cluster: the phase on hosts {problem}", file=sys.stderr)
+        run.status = 2
+        return
+    start = 0.1 * run.peak_rate if run.peak_rate else util_phase.START_RATE
+    run.say(" 8 nodes on hosts, 5 ms one way, paced to a measured utilisation of 50%")
+    run.out.update(run.lab.hosts_util(start, run.say, snapshots=run.settings.latency_snapshots))
+
+
 @phase("modes4", keys=(
     "cluster_rate_4n", "cluster_rate_4n_over_raw_batched", "cpu_us_per_transfer_4n_peak", "cpu_busy_4n_peak",
     "frames_per_transfer_4n_peak",
@@ -259,7 +277,7 @@ def _loops(run: Run) -> None:
 
 
 PHASE_SETS: dict[str, tuple[str, ...]] = {
-    "cluster": ("baseline", "mesh4", "mesh8", "table", "hosts"),
+    "cluster": ("baseline", "mesh4", "mesh8", "table", "hosts", "hosts_util"),
     "overtake": ("raw", "modes4", "paced8", "util8", "large", "loops"),
 }
 SETTINGS = {"cluster": CLUSTER, "overtake": OVERTAKE}

@@ -6,8 +6,9 @@ figures of `paced8` (CPU and frames per transfer in a window before, a node roun
 trip, snapshot p99) with what makes them readable beside them: the machine's busy
 fraction while the snapshots ran, each process's run-queue wait, and each
 snapshot's split into trigger -> cuts -> COMPLETE. Keys end in
-`_8n_util50_<mode>` / `_8n_util80_<mode>`; the broadcast trigger is measured
-beside overtake (`_overtake_broadcast`).
+`_8n_util50_<mode>` / `_8n_util80_<mode>` (classic, overtake, hybrid at the cluster
+file's default align_timeout_ms); the broadcast trigger is measured beside overtake
+(`_overtake_broadcast`).
 
 Alone: `python -m bench overtake --phases util8 [--smoke] [--no-write]`.
 """
@@ -24,7 +25,7 @@ from bench.utilisation import TARGETS, find_pace, split_figures, util_suffix, wa
 
 NODES = 8
 # (snapshot mode, broadcast trigger): each its own mesh.
-VARIANTS = (("classic", False), ("overtake", False), ("overtake", True))
+VARIANTS = (("classic", False), ("overtake", False), ("hybrid", False), ("overtake", True))
 FIGURES = ("snapshot_p99_ms", "snapshot_p50_ms", "snapshots_not_complete", "node_rtt_p99_ms", "cpu_busy", "pace_per_s",
            "cpu_us_per_transfer", "frames_per_transfer", "runq_wait_nodes_mean", "runq_wait_nodes_max",
            "runq_wait_controller", "trigger_to_cut_p99_ms", "trigger_to_last_cut_p99_ms", "last_cut_to_complete_p99_ms")

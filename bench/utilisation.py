@@ -20,9 +20,14 @@ loopback mesh and the phase on hosts search the same way.
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.calls import paced_callers
+from bench.observe import machine_busy_s
 
 TARGETS = (0.5, 0.8)  # the utilisations the issue states its goals at
 TOLERANCE = 0.05  # a pace within this of the target is found
@@ -131,3 +136,44 @@ def split_figures(snapshots: list, p99: Callable[[list[float]], float]) -> dict[
         tail.append(rest)
     return {"trigger_to_cut_p99_ms": p99(every), "trigger_to_last_cut_p99_ms": p99(last),
             "last_cut_to_complete_p99_ms": p99(tail)}
+
+
+def busy_over(seconds: float) -> float:
+    """The whole machine's busy fraction over the next `seconds`."""
+    start, at = machine_busy_s(), time.perf_counter()
+    time.sleep(seconds)
+    elapsed = time.perf_counter() - at
+    return (machine_busy_s() - start) / (elapsed * (os.cpu_count() or 1))
+
+
+def search_on(loadgen, nodes: int, target: float, start: float, settle_s: float, say: Callable[[str], None],
+              window_s: float = 3.0) -> float:
+    """`find_pace` with a running load generator (the phase on hosts): the pace found."""
+
+    def measure(rate: float) -> float:
+        if rate > 0:
+            loadgen.set(paced_callers(nodes), rate=rate)
+        else:
+            loadgen.set(0)
+        time.sleep(settle_s)
+        return busy_over(window_s)
+
+    pace = find_pace(measure, target, start=start)
+    say(f"  pace {pace.rate:,.0f}/s: {pace.busy:.0%} busy (target {target:.0%}"
+        f"{'' if pace.found(target) else ', NOT REACHED'}; idle {pace.idle_busy:.0%}, {pace.steps} steps)")
+    return pace.rate
+
+
+class Watch:
+    """A supervisor cluster's machine busy fraction and run-queue waits from now to `stop()`."""
+
+    def __init__(self, cluster) -> None:
+        self.pids = {n: cluster.node_pid(n) for n in cluster.node_ids}
+        self.pids["controller"] = cluster.controller_pid
+        self.waits = {name: runq_wait_ns(pid) for name, pid in self.pids.items()}
+        self.busy, self.at = machine_busy_s(), time.perf_counter()
+
+    def stop(self) -> dict[str, float]:
+        elapsed = time.perf_counter() - self.at
+        waits = {name: (runq_wait_ns(pid) - self.waits[name]) / 1e9 / elapsed for name, pid in self.pids.items()}
+        return {"cpu_busy": (machine_busy_s() - self.busy) / (elapsed * (os.cpu_count() or 1)), **wait_figures(waits)}

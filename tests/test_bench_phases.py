@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import phases, util_phase
+from bench import hosts, phases, util_phase
 from bench.observe import Sample, Window
 from bench.report import Markers
 from bench.utilisation import RUNQ_FIGURES
@@ -64,6 +64,7 @@ UTIL_KEYS = {  # new (issue 35): the phase paced to a measured utilisation, run-
     *(f"{k}_8n_{p}" for k in RUNQ_FIGURES for p in ("25pct_classic", "25pct_overtake", "50pct_classic",
                                                      "50pct_overtake", "50pct_overtake_mark20000")),
 }
+HOSTS_UTIL_KEYS = set(hosts.util_keys())  # new (issue 35): the phase on hosts at a measured utilisation of 0.5
 OTHER_BENCHES = {  # written by reconcile, store, controller and report, not by a phase set
     "controller_p99_ms_100ms", "controller_start_delay_p99_ms_100ms", "controller_recording_p99_ms_100ms",
     "controller_report_time_p99_ms_100ms", "controller_p50_ms_100ms", "controller_p99_over_unary_p99_100ms",
@@ -88,7 +89,7 @@ class FakeMesh:
     and a uvloop mesh is 1.25 times an asyncio one."""
 
     def __init__(self, lab: FakeLab, nodes: int, *, mode=None, mark=None, loop=None, startup_timeout=None) -> None:
-        self.lab, self.nodes, self.loop = lab, nodes, loop
+        self.lab, self.nodes, self.loop, self.mode = lab, nodes, loop, mode
         self.callers, self.rate, self.closed, self.triggered, self.samples = 0, 0.0, False, 0, 0
         self.complete: list[pb.Snapshot] = []
         self.runq_reads = 0
@@ -172,6 +173,15 @@ class FakeLab:
 
         return hosts.measure(peak_per_s, say, snapshots=snapshots, run=run_mode)
 
+    def hosts_util(self, start_per_s: float, say, snapshots: int) -> dict[str, float]:
+        from bench import hosts
+
+        def run_mode(root, mode, rate, say, snapshots, target):
+            figures = {k: 0.5 for k in hosts.UTIL_FIGURES}
+            return {"host_rtt_ms": 10.0, "p50": 30.0, "p99": 40.0, "complete": snapshots, "failed": 0, **figures}
+
+        return hosts.measure_util(start_per_s, say, snapshots=snapshots, run=run_mode)
+
 
 def _run(set_name: str, lab: FakeLab | None = None, **kw) -> phases.Run:
     lab = lab or FakeLab()
@@ -190,11 +200,11 @@ def test_each_phase_set_writes_exactly_the_keys_its_phases_declare(set_name: str
 def test_the_sets_name_the_keys_bench_results_json_has_always_had_plus_the_event_loops() -> None:
     assert phases.declared_keys("overtake") - OVERTAKE_BEFORE == EVENT_LOOP_KEYS | FRAME_KEYS | UTIL_KEYS
     assert OVERTAKE_BEFORE - phases.declared_keys("overtake") == set()
-    assert phases.declared_keys("cluster") == CLUSTER_BEFORE
+    assert phases.declared_keys("cluster") == CLUSTER_BEFORE | HOSTS_UTIL_KEYS
     written = set(json.loads((REPO / "bench" / "results.json").read_text())) - {"date", "machine"}
     every_set = phases.declared_keys("overtake") | phases.declared_keys("cluster")
     assert written - every_set <= OTHER_BENCHES  # nothing in the file that no bench writes
-    new = EVENT_LOOP_KEYS | FRAME_KEYS | UTIL_KEYS
+    new = EVENT_LOOP_KEYS | FRAME_KEYS | UTIL_KEYS | HOSTS_UTIL_KEYS
     assert (every_set - new) - written == set()  # every key the sets wrote before is in the file
 
 
@@ -290,10 +300,22 @@ def test_the_utilisation_phase_writes_the_hop_split_and_run_queue_waits_of_each_
     lab = FakeLab()
     run = _run("overtake", lab, only=("util8",))
     assert set(run.out) == set(util_phase.util_keys())
-    assert [m.nodes for m in lab.meshes] == [8, 8, 8]  # classic, overtake, overtake with the broadcast trigger
+    assert [(m.nodes, m.mode) for m in lab.meshes] == [(8, "classic"), (8, "overtake"), (8, "hybrid"), (8, "overtake")]
+    assert "snapshot_p99_ms_8n_util80_hybrid" in run.out  # the issue's goal: <= classic's, <= overtake's x 1.2
     for suffix in ("8n_util50_classic", "8n_util80_overtake_broadcast"):
         assert run.out[f"trigger_to_last_cut_p99_ms_{suffix}"] == 8.0  # the stand-in's 8th node cut at 8 ms
         assert run.out[f"trigger_to_cut_p99_ms_{suffix}"] == 8.0
         assert run.out[f"last_cut_to_complete_p99_ms_{suffix}"] == 3.0
         assert run.out[f"runq_wait_nodes_mean_{suffix}"] > 0  # 10 ms per read over one stand-in second
     assert run.out["snapshot_p99_over_node_rtt_p99_8n_util50_overtake"] == 5.0  # 10 ms / 2 ms
+
+
+def test_the_phase_on_hosts_at_a_measured_utilisation_writes_the_issues_goal_key() -> None:
+    run = _run_no_mesh("cluster", only=("hosts_util",), peak=10_000.0)
+    assert set(run.out) == HOSTS_UTIL_KEYS
+    assert run.out["snapshot_p99_over_host_rtt_8n_hosts_5ms_util50"] == 4.0  # 40 ms over a 10 ms round trip
+    assert run.out["runq_wait_nodes_mean_8n_hosts_5ms_util50_overtake"] == 0.5
+
+
+def _run_no_mesh(set_name: str, **kw) -> phases.Run:
+    return phases.run_set(set_name, lambda text: None, lab=FakeLab(), **kw)
