@@ -231,3 +231,40 @@ class _node_stub:
 
     def __exit__(self, *exc) -> None:
         self.channel.close()
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(120)
+def test_cluster_up_mode_hybrid_writes_the_mode_and_a_data_dir_in_another_mode_is_refused(tmp_path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from snapmesh.settings import config
+    from test_launcher import REPO, cluster_up, read_line, wait_gone, children_of
+
+    proc = cluster_up("--nodes", "2", "--mode", "hybrid", "--align-timeout-ms", "5", "--ui", "off",
+                      "--data-dir", str(tmp_path))
+    try:
+        assert read_line(proc, 60).startswith("controller: ")  # up: the controller checked every node's mode
+        children = children_of(proc.pid)
+        cfg = config.load(tmp_path / "cluster.toml")
+        assert (cfg.snapshot_mode, cfg.align_timeout_ms) == ("hybrid", 5.0)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert wait_gone(children) == set()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def up(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "snapmesh.cli", "cluster", "up", "--ui", "off", *args], cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+
+    again = up("--data-dir", str(tmp_path), "--mode", "overtake")
+    assert again.returncode == 2 and "snapshot_mode = 'hybrid'" in again.stderr and "--data-dir" in again.stderr
+    alone = up("--nodes", "2", "--align-timeout-ms", "5")
+    assert alone.returncode == 2 and "--align-timeout-ms applies to --mode hybrid only" in alone.stderr
+    negative = up("--nodes", "2", "--mode", "hybrid", "--align-timeout-ms", "-1")
+    assert negative.returncode == 2 and "--align-timeout-ms" in negative.stderr and "Traceback" not in negative.stderr
