@@ -129,3 +129,19 @@ def test_broadcast_snapshots_on_a_real_cluster_are_complete_consistent_and_cut_b
             assert all(set(cut_by_a_start(logs, s.snapshot_id)) <= {"p1"} for s in single)
             starts = [cut_by_a_start(logs, s.snapshot_id) for s in snapshots]
             assert any(set(s) - {"p1"} for s in starts), starts  # another node cut by the controller's start
+
+
+@pytest.mark.parametrize("flags, broadcast", [([], False), (["--broadcast"], True)])
+def test_snapshot_trigger_broadcast_sends_the_option(flags, broadcast, capsys) -> None:
+    from snapmesh.commands import snapshot_cli
+
+    sent: list[pb.TriggerSnapshotRequest] = []
+
+    class Stub:
+        def TriggerSnapshot(self, request, timeout):  # noqa: N802 - the RPC's name
+            sent.append(request)
+            return pb.Snapshot(snapshot_id="s1", status=pb.Snapshot.IN_PROGRESS, initiator="p1")
+
+    args = snapshot_cli._parser().parse_args(["trigger", "--initiator", "p1", *flags])
+    assert snapshot_cli._trigger(Stub(), args) == 0
+    assert [(r.initiator, r.broadcast) for r in sent] == [("p1", broadcast)]
