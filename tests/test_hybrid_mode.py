@@ -266,5 +266,7 @@ def test_cluster_up_mode_hybrid_writes_the_mode_and_a_data_dir_in_another_mode_i
     assert again.returncode == 2 and "snapshot_mode = 'hybrid'" in again.stderr and "--data-dir" in again.stderr
     alone = up("--nodes", "2", "--align-timeout-ms", "5")
     assert alone.returncode == 2 and "--align-timeout-ms applies to --mode hybrid only" in alone.stderr
+    hosts = up("--hosts", "--mode", "hybrid")
+    assert hosts.returncode == 2 and "do not apply with --hosts yet" in hosts.stderr
     negative = up("--nodes", "2", "--mode", "hybrid", "--align-timeout-ms", "-1")
     assert negative.returncode == 2 and "--align-timeout-ms" in negative.stderr and "Traceback" not in negative.stderr

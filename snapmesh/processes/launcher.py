@@ -153,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.hosts:
         from snapmesh.hosts.launch import up as up_on_hosts
 
+        if args.mode or args.align_timeout_ms is not None:  # the hosts launcher writes its own cluster file
+            print("snapmesh cluster: --mode and --align-timeout-ms do not apply with --hosts yet", file=sys.stderr)
+            return 2
+
         return up_on_hosts(args)
 
     def request_stop(signum, frame) -> None:
