@@ -278,10 +278,10 @@ def _controller_admits_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller machine starts a snapshot past its admission limit (A1)."""
     trigger = controller.Controller.trigger
 
-    def broken(self, *args):
+    def broken(self, *args, **kwargs):
         limit, self.max_concurrent = self.max_concurrent, 0
         try:
-            return trigger(self, *args)
+            return trigger(self, *args, **kwargs)
         finally:
             self.max_concurrent = limit
 

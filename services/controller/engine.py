@@ -177,8 +177,9 @@ class ControllerEngine:
 
     # -- snapshots
 
-    async def trigger(self, initiator: str) -> pb.Snapshot:
-        """Start a snapshot at `initiator` (a node of the topology): journaled
+    async def trigger(self, initiator: str, *, broadcast: bool = False) -> pb.Snapshot:
+        """Start a snapshot at `initiator` (a node of the topology), or with
+        `broadcast` at every node (the machine's B1): journaled
         before StartSnapshot leaves and before this returns. Raises
         TooManySnapshots, changing nothing, at the admission limit (the machine's A1)."""
         now = self._clock()
@@ -187,7 +188,7 @@ class ControllerEngine:
         self._last_start = wall
         snapshot_id = new_snapshot_id(wall, os.urandom(4))
         try:
-            snapshot = self.machine.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall))
+            snapshot = self.machine.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall), broadcast=broadcast)
         except TooManySnapshots as exc:
             self.metrics.refused_triggers.inc()
             raise TooManySnapshots(
@@ -207,7 +208,7 @@ class ControllerEngine:
             self.spawn(self.show_step(failed, self.journal_step(failed)))
             raise
         await self.show_step(effects, durable)
-        log.info("snapshot %s started at %s", snapshot_id, initiator)
+        log.info("snapshot %s started at %s", snapshot_id, "every node" if broadcast else initiator)
         return snapshot
 
     async def report(self, state: pb.FullState) -> None:

@@ -36,6 +36,7 @@ from services.controller.store import SnapshotStore, StoreWriter, past_retention
 from snapmesh.app import AppError, load_app
 from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.controller import Controller
+from snapmesh.protocol.hybrid import wire_mode
 from snapmesh.protocol.tracker import Tracker
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
@@ -150,7 +151,7 @@ async def _serve_locked(
         topology=cfg.topology,
         expected_total=cfg.expected_total,
         deadline_s=deadline or cfg.controller.snapshot_deadline_s,
-        snapshot_mode=cfg.snapshot_mode,
+        snapshot_mode=wire_mode(cfg.snapshot_mode),  # hybrid nodes report as overtake ones (protocol/hybrid.py H1)
         checker=checker,
     )
     store = SnapshotStore(cfg.snapshots_dir, cfg.data_dir / "controller" / "snapshots")

@@ -122,7 +122,7 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
                 f"unknown initiator {initiator!r} (nodes: {', '.join(self._nodes)})",
             )
         try:
-            snapshot = await self.trigger(initiator)
+            snapshot = await self.trigger(initiator, broadcast=request.broadcast)
         except TooManySnapshots as exc:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except OSError as exc:

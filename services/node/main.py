@@ -43,6 +43,7 @@ from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 from snapmesh.serving.durable import fsync_dir
 from snapmesh.protocol.link import DEFAULT_MARK
+from snapmesh.protocol.hybrid import HybridNode
 from snapmesh.protocol.node import Node
 from snapmesh.settings.argparsing import parse_args
 from snapmesh.serving.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal
@@ -159,7 +160,9 @@ async def _serve_locked(
             len(recovered.abandoned),
         )
     # The node machine: core + links + log positions (snapmesh/protocol/node.py); everything below is its shell.
-    node_machine = Node(
+    hybrid = {"align_timeout": cfg.align_timeout_ms / 1e3} if cfg.snapshot_mode == "hybrid" else {}
+    node_machine = (HybridNode if hybrid else Node)(
+        **hybrid,
         node_id=node_id,
         incoming=incoming,
         outgoing=outgoing,

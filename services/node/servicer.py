@@ -189,7 +189,7 @@ class NodeServicer(pb_grpc.NodeServicer):
             node_id=engine.node_id,
             balance=balance,
             epoch=engine.node.epoch,
-            snapshot_mode=engine.node.process.mode,
+            snapshot_mode=getattr(engine.node, "snapshot_mode", engine.node.process.mode),  # a HybridNode's is its own
         )
         if state is not None:
             response.app, response.app_state_bytes, response.app_state_digest = engine.app_spec, len(state), digest(state)

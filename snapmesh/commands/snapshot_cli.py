@@ -1,6 +1,6 @@
 """`snapmesh snapshot`: take, list, show, watch and verify snapshots.
 
-    snapmesh snapshot trigger [--controller HOST:PORT] [--initiator ID] [--wait]
+    snapmesh snapshot trigger [--controller HOST:PORT] [--initiator ID] [--broadcast] [--wait]
     snapmesh snapshot list    [--controller HOST:PORT] [--status STATUS] [--limit N]
     snapmesh snapshot get     [--controller HOST:PORT] ID|latest
     snapmesh snapshot watch   [--controller HOST:PORT] [--count N]
@@ -88,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
 
     trigger = command("trigger", "start a snapshot")
     trigger.add_argument("--initiator", metavar="ID", help="the node that starts it (default: a random node)")
+    trigger.add_argument("--broadcast", action="store_true",
+                         help="start it at every node at once, not at the initiator alone (one hop less)")
     trigger.add_argument("--wait", action="store_true", help="return once it is COMPLETE or FAILED")
     listing = command("list", "list snapshots, newest first")
     listing.add_argument("--status", type=str.upper, choices=STATUSES, metavar="STATUS",
@@ -230,7 +232,7 @@ def to_json(message, *, indent: int | None = 2) -> str:
 def _trigger(stub, args) -> int:
     from snapmesh.v1 import snapmesh_pb2 as pb
 
-    request = pb.TriggerSnapshotRequest(initiator=args.initiator or "", wait=args.wait)
+    request = pb.TriggerSnapshotRequest(initiator=args.initiator or "", wait=args.wait, broadcast=args.broadcast)
     snapshot = stub.TriggerSnapshot(request, timeout=args.timeout)
     print(to_json(snapshot) if args.json else render_summary([snapshot]))
     if not args.wait:

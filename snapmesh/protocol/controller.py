@@ -6,7 +6,9 @@ or writes a file: time comes in as `Now`, and what is to happen comes out as
 effects, taken with `drain()` after each event.
 
 Events in:
-  trigger(snapshot_id, initiator, now)   a snapshot starts at `initiator` (raises
+  trigger(snapshot_id, initiator, now, broadcast=False)
+                                         a snapshot starts at `initiator`, or with
+                                         `broadcast` at every node (B1) (raises
                                          TooManySnapshots, changing nothing, at the
                                          admission limit `max_concurrent`)
   start_failed(snapshot_id, reason, now) StartSnapshot (or journaling the start) failed
@@ -40,6 +42,16 @@ Admission (Flink's max-concurrent-checkpoints):
 A1. With `max_concurrent` N > 0, a trigger while N snapshots are in progress is
     refused and starts nothing, so a trigger rate the cluster cannot follow is
     answered at once instead of piling up markers and reports.
+
+Broadcast trigger (Flink and Hazelcast Jet signal every source at once):
+B1. With `broadcast`, the trigger emits one StartAt per node of the topology, the
+    named initiator first, instead of one at the initiator. Chandy-Lamport allows
+    any number of initiators of one snapshot: a node started after a marker for
+    it already arrived ignores the start (core R4), so each node still cuts once
+    and each channel still carries one marker. What it saves is the marker hop
+    from the initiator to the others on the way to every cut. The journal's
+    Started record is the same either way: after a restart the nodes' re-sent
+    reports finish the snapshot, and nothing is started again.
 
 Restore rules (one restore at a time, decided by `restoregate.RestoreGate`):
 R1. The check and the claim are one step: `restore` decides and, on Start,
@@ -204,15 +216,18 @@ class Controller:
 
     # -- snapshots
 
-    def trigger(self, snapshot_id: str, initiator: str, now: Now) -> pb.Snapshot:
+    def trigger(self, snapshot_id: str, initiator: str, now: Now, *, broadcast: bool = False) -> pb.Snapshot:
         running = self.tracker.in_progress
         if self.max_concurrent and running >= self.max_concurrent:  # A1
             raise TooManySnapshots(f"{running} snapshots in progress, the limit is {self.max_concurrent}")
         snapshot = self.tracker.start(snapshot_id, initiator, now)
+        starts = [initiator]
+        if broadcast:  # B1
+            starts += [n for n in self.tracker.topology.nodes if n != initiator]
         self._effects += [
             Journal(journal.Started(snapshot_id=snapshot_id, initiator=initiator, wall=now.wall, epoch=snapshot.epoch)),
             Publish(snapshot),
-            StartAt(initiator, snapshot_id, snapshot.epoch),
+            *(StartAt(node, snapshot_id, snapshot.epoch) for node in starts),
         ]
         return snapshot
 

@@ -8,8 +8,8 @@ simulated cluster, as services/controller/engine.py does on the real one:
 
   Journal(record)   the journal (a list; durable at once): a controller crash
                     loses nothing journaled, and a restart replays it
-  StartAt           the initiator starts the snapshot, or (down, fenced) the
-                    start fails
+  StartAt           the initiator (with a broadcast trigger: each node) starts
+                    the snapshot, or (down, fenced) the start fails
   Finished          COMPLETE: checked against the logs (invariants C1-C3)
   AbortAt           a FAILED snapshot: the node, if up, aborts it (every node
                     of the topology must get one: checked)
@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 from snapmesh.protocol import controller as machine
 from snapmesh.protocol import controller_journal as records
-from snapmesh.protocol import core, overtake, restoregate
+from snapmesh.protocol import core, hybrid, overtake, restoregate
 from snapmesh.protocol import node as node_mod
 from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.topology import Topology
@@ -104,6 +104,7 @@ class SimController:
         self.recorded: dict[str, dict[str, core.FullState]] = {}  # snapshot -> the parts taken, as the nodes made them
         self.unaborted: dict[str, set[str]] = {}  # a FAILED snapshot -> the nodes not yet told to abort it
         self.next_snapshot = 0
+        self.broadcast = False  # every snapshot starts at every node at once (the machine's B1; fuzz --broadcast)
         # RestoreSnapshot calls (see the module doc), and what the fuzzer checks of the answers.
         self.restore_rng = random.Random(seed * 104_729 + 2)
         # Reports taken whose answer is lost: the node sends them again, and the copy
@@ -121,7 +122,7 @@ class SimController:
         app = self.world.app
         tracker = Tracker(
             topology=self.topology, expected_total=self.expected_total, deadline_s=DEADLINE,
-            snapshot_mode=self.world.mode,
+            snapshot_mode=hybrid.wire_mode(self.world.mode),  # a hybrid node reports as overtake (H1)
             checker=AppChecker(app.name, app, params=self.world.app_params) if app is not None else None,
         )
         return machine.Controller(tracker, max_concurrent=self.max_concurrent)
@@ -182,7 +183,7 @@ class SimController:
                     self.faults["snapshot complete with app messages in flight"] += 1
             if not snapshot.conserved:
                 raise Violation(f"snapshot {sid}: the controller's total {snapshot.total} != {snapshot.expected_total}")
-            if self.world.mode == "overtake" and self._overtaken(reports):
+            if hybrid.wire_mode(self.world.mode) == "overtake" and self._overtaken(reports):
                 self.faults["overtaken transfers recorded"] += 1
             return
         assert snapshot.status == FAILED
@@ -216,7 +217,8 @@ class SimController:
         self.next_snapshot += 1
         before, limit = self.machine.in_progress, self.max_concurrent
         try:
-            self.machine.trigger(f"s{self.next_snapshot}", rng.choice(self.world.ids), self.now())
+            self.machine.trigger(f"s{self.next_snapshot}", rng.choice(self.world.ids), self.now(),
+                                 broadcast=self.broadcast)
         except machine.TooManySnapshots as exc:
             if not limit or before < limit:
                 raise Violation(

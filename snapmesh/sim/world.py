@@ -19,7 +19,7 @@ from collections import Counter
 from typing import Any
 
 from snapmesh.app import App
-from snapmesh.protocol import core, link, recovery, wal
+from snapmesh.protocol import core, hybrid, link, recovery, wal
 from snapmesh.protocol import node as node_mod
 from snapmesh.sim import apps
 from snapmesh.sim.controller import DEADLINE, SimController
@@ -34,10 +34,13 @@ class World:
     """One case. `app` (a snapmesh.app.App, `app_params` its [app] table): the nodes
     host it and clients send its workload's commands (sim/apps.py); None: the bank."""
 
-    def __init__(self, seed: int, app: App | None = None, app_params: dict[str, Any] | None = None) -> None:
+    def __init__(self, seed: int, app: App | None = None, app_params: dict[str, Any] | None = None, *,
+                 mode: str | None = None, align_timeout: float = hybrid.DEFAULT_ALIGN_TIMEOUT_S) -> None:
+        """`mode`: the nodes' snapshot_mode (None: by the seed, overtake when odd); `align_timeout`: hybrid's."""
         self.seed = seed
         self.app, self.app_params = app, dict(app_params or {})
-        self.mode = "overtake" if seed % 2 else "classic"
+        self.mode = mode or ("overtake" if seed % 2 else "classic")
+        self.align_timeout = align_timeout
         rng = self.rng = random.Random(seed)
         n = rng.randint(2, 5)
         self.ids = [f"n{i}" for i in range(n)]
@@ -104,7 +107,9 @@ class World:
             app=self.app,
             app_params=self.app_params,
         )
-        self.nodes[node_id] = node_mod.Node(
+        hybrid_mode = {"align_timeout": self.align_timeout} if self.mode == "hybrid" else {}
+        self.nodes[node_id] = (hybrid.HybridNode if hybrid_mode else node_mod.Node)(
+            **hybrid_mode,
             node_id=node_id,
             incoming=self.incoming[node_id],
             outgoing=self.outgoing[node_id],
