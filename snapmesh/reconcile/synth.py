@@ -144,7 +144,7 @@ def generate(
             watch_node, watch_sid = i, snap.sid
         send_markers(i, snap.sid)
 
-    for i, n in enumerate(names):
+    for i in range(nodes):
         emit(i, encoders[i].record(wal.Init(lsn=next_lsn(i), balance=initial_balance)))
 
     slot = 0
