@@ -65,8 +65,8 @@ class HybridNode(Node):
         for sender in self.senders.values():
             sender.hold = self.align_timeout
 
-    def tick(self, now: float) -> None:
-        super().tick(now)
+    def tick(self, now: float, wall: float | None = None) -> None:
+        super().tick(now, wall)
         for sender in self.senders.values():
             overtaking, dropped = sender.release(now)
             self.early_sent += overtaking
