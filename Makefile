@@ -58,7 +58,7 @@ test: install browser
 # The pure lanes (tests/lanes.py: the machines and the checks), in about a minute: the
 # fuzzer and the property runs at a tenth of their cases (`make test` runs them all).
 test-pure: install
-	SNAPMESH_FUZZ_CASES=1000 SNAPMESH_PROP_CASES=300 SNAPMESH_FUZZ_APP_CASES=50 \
+	SNAPMESH_FUZZ_CASES=400 SNAPMESH_PROP_CASES=200 SNAPMESH_FUZZ_APP_CASES=50 \
 		$(PY) -m pytest -m 'protocol or checking' -q $(PYTEST_ARGS)
 
 # The inner loop: no Docker images, no compose stack.
