@@ -303,8 +303,9 @@ def test_service_monitor_and_reconcile(rendered):
     assert not by_kind(rendered["default"], "ServiceMonitor")
     [sm] = by_kind(rendered["servicemonitor"], "ServiceMonitor")
     assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
+    services = by_kind(rendered["servicemonitor"], "Service")
     labelled = {s["metadata"]["name"]: s["metadata"]["labels"]["snapmesh.dev/job"]
-                for s in by_kind(rendered["servicemonitor"], "Service") if s["metadata"]["labels"].get("snapmesh.dev/metrics") == "true"}
+                for s in services if s["metadata"]["labels"].get("snapmesh.dev/metrics") == "true"}
     # Compose's job names, so its alerts and dashboard apply unchanged.
     assert labelled == {"snapmesh-nodes": "snapmesh-nodes", "snapmesh-controller-headless": "snapmesh-controller"}
     assert sm["spec"]["jobLabel"] == "snapmesh.dev/job"
