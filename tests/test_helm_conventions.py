@@ -196,6 +196,7 @@ def test_the_notes_give_the_page():
                "--set", "ingress.hosts[0].host=snapmesh.example.com").stdout
     notes = out[out.index("NOTES:"):]
     assert "kubectl -n default port-forward svc/snapmesh-ui 8080:8080" in notes
+    assert "statefulset/snapmesh-controller deployment/snapmesh-ui" in notes  # rollout status waits for it too
     assert "http://127.0.0.1:8080/" in notes and "http://snapmesh.example.com/" in notes
 
 
