@@ -345,8 +345,8 @@ class PodRunner:
         try:
             code = int(docker("wait", name, timeout=timeout).stdout.strip())
             logs = docker("logs", name, check=False)
-        finally:
-            docker("rm", "-f", name, check=False)
+        finally:  # -v: the image's VOLUME /data gives each run an anonymous volume
+            docker("rm", "-f", "-v", name, check=False)
         return code, logs.stdout + logs.stderr
 
     def job_dir(self, pod: Pod, volume: str) -> Path:
