@@ -3,7 +3,8 @@ can run on this machine). tests/test_helm_pods.py drives it.
 
 What a kubelet and the cluster's DNS would do, from the rendered objects only:
 
-* a StatefulSet's pod N is a container with hostname `<sts>-N`, the pod
+* a StatefulSet's pod N (a Deployment's pod) is a container with hostname `<sts>-N`
+  (`<deployment>-<hash>`), the pod
   template's command, args, env, user and security context (read-only root file
   system, capabilities dropped, no privilege escalation) and resource limits;
 * its names: `<pod>.<svc>` for the headless Service named by `serviceName`
@@ -116,6 +117,16 @@ class PodRunner:
             claims = {c["metadata"]["name"]: f"{c['metadata']['name']}-{pod_name}" for c in templates}
             pods.append(Pod(pod_name, template["spec"], template["metadata"].get("labels", {}), pod_name,
                             sts["spec"]["serviceName"], claims))
+        return pods
+
+    def deployment_pods(self, name: str) -> list[Pod]:
+        """A Deployment's replicas, named as its ReplicaSet would (`<name>-<hash>`)."""
+        deployment = self.get("Deployment", name)
+        template = deployment["spec"]["template"]
+        pods = []
+        for _ in range(deployment["spec"].get("replicas", 1)):
+            pod_name = f"{name}-{uuid.uuid4().hex[:10]}"
+            pods.append(Pod(pod_name, template["spec"], template["metadata"].get("labels", {}), pod_name, None))
         return pods
 
     def job_pod(self, name: str) -> Pod:
@@ -334,8 +345,8 @@ class PodRunner:
         try:
             code = int(docker("wait", name, timeout=timeout).stdout.strip())
             logs = docker("logs", name, check=False)
-        finally:
-            docker("rm", "-f", name, check=False)
+        finally:  # -v: the image's VOLUME /data gives each run an anonymous volume
+            docker("rm", "-f", "-v", name, check=False)
         return code, logs.stdout + logs.stderr
 
     def job_dir(self, pod: Pod, volume: str) -> Path:

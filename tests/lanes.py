@@ -41,7 +41,7 @@ LANES: dict[str, str] = {
         spark_agrees_with_cut torn_line
     """,
     "deploy": """
-        alert_rules ci_workflow compose compose_v2 dashboard helm_chart helm_pods package
+        alert_rules ci_workflow compose compose_v2 dashboard helm_chart helm_conventions helm_pods package
         reconcile_compose swarm swarm_stack terraform terraform_instances wheel wheel_app
     """,
     "hosts": """

@@ -187,6 +187,7 @@ class Stack:
             **{k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "SNAPMESH_"))},
             "SNAPMESH_RESTART": "no",  # a killed node stays down until the test starts it
             "SNAPMESH_CONTROLLER_PUBLISH": "127.0.0.1:",  # a free host port
+            "SNAPMESH_UI_PUBLISH": "127.0.0.1:",
             "SNAPMESH_APP_FLAGS": "--duration 3600 --snapshot-every 0 --transfer-interval 0.05 --seed 7",
             "SNAPMESH_CONTROLLER_FLAGS": "",
             "COMPOSE_PROFILES": "",
@@ -200,7 +201,7 @@ class Stack:
     def cid(self, service: str) -> str:
         return container_id(self.project, service, self.env)
 
-    def wait_healthy(self, services=(*NODES, "controller"), timeout: float = 120) -> None:
+    def wait_healthy(self, services=(*NODES, "controller", "ui"), timeout: float = 120) -> None:
         def healthy() -> bool:
             states = {s: container_health(self.cid(s)) for s in services}
             return all(state == "healthy" for state in states.values()) or None
@@ -339,6 +340,7 @@ def test_each_container_holds_only_its_own_key(stack):
         "controller": {"/tls/controller-key.pem": "/tls/controller-key.pem",
                        "/tls/self/client-key.pem": "/tls/controller-key.pem"},
         "app": {"/tls/client-key.pem": "/tls/client-key.pem"},
+        "ui": {"/tls/client-key.pem": "/tls/client-key.pem"},
     }
     for service, expected in own.items():
         assert private_keys_in(stack.cid(service)) == expected, service
@@ -350,6 +352,38 @@ def test_each_container_holds_only_its_own_key(stack):
     assert named_mounts(stack, "p1") == {
         ("p1-data", "/data", True), ("p1-tls", "/tls", False), ("cluster.toml", "/etc/snapmesh/cluster.toml", False)}
     assert named_mounts(stack, "app") == {("app-tls", "/tls", False)}
+    assert named_mounts(stack, "ui") == {("ui-tls", "/tls", False)}
+    assert sorted(in_container(stack, "ui", "ls /tls").stdout.split()) == ["ca.pem", "client-key.pem", "client.pem"]
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_the_page_answers_from_the_host(stack):
+    """The page beside the controller, by its published port: it lists a snapshot just
+    taken; the others reach it by its service name; a foreign Host header is refused."""
+    import urllib.error
+    import urllib.request
+
+    snapshot = stack.assert_complete_and_conserved("for the page")
+    out = stack.compose("port", "ui", "8080").stdout.strip()
+    assert re.fullmatch(r"127\.0\.0\.1:\d+", out), out
+    url = f"http://{out}/"
+
+    def page():
+        try:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                return answer.status == 200 and answer.read().decode()
+        except OSError:
+            return None
+
+    html = wait_for(lambda: (text := page()) and snapshot.snapshot_id in text and text, timeout=60, interval=1,
+                    what=f"the page at {url} listing {snapshot.snapshot_id}")
+    assert "<html" in html.lower()
+    by_name = in_container(stack, "app", "python -c \"import urllib.request as u; print(u.urlopen('http://ui:8080/healthz').status)\"")
+    assert by_name.stdout.strip() == "200", by_name.stderr
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(urllib.request.Request(url, headers={"Host": "attacker.example"}), timeout=10)
+    assert refused.value.code == 421
 
 
 @pytest.mark.docker

@@ -33,7 +33,8 @@ from snapmesh.settings import config as cluster_config
 
 K8S_VERSION = "1.34.0"  # the kubectl that ships beside the helm binary is 1.34
 K8S_VERSIONS = (K8S_VERSION, "1.37.0")  # and the newest schema kubernetes-validate 1.37.0 carries
-CRD_KINDS = {"ServiceMonitor": "monitoring.coreos.com/v1", "Certificate": "cert-manager.io/v1", "Issuer": "cert-manager.io/v1"}
+CRD_KINDS = {"ServiceMonitor": "monitoring.coreos.com/v1", "Certificate": "cert-manager.io/v1", "Issuer": "cert-manager.io/v1",
+             "PrometheusRule": "monitoring.coreos.com/v1"}
 
 VARIANTS = {
     "default": {},
@@ -44,6 +45,17 @@ VARIANTS = {
     "nodes-3": {"nodes.replicas": 3, "networkPolicy.controllerClientLabels.snapmesh-client": "yes",
                 "networkPolicy.metricsPodLabels.app": "prometheus"},
     "nodes-7": {"nodes.replicas": 7, "networkPolicy.controllerCIDR": "10.0.0.0/8", "reconcile.schedule": "*/30 * * * *"},
+    # The conventional values, every one set (tests/test_helm_chart.py, "conventions").
+    "conventions": {"commonLabels.team": "payments", "podAnnotations.example\\.com/owner": "alice",
+                    "podLabels.tier": "snapshots", "serviceAccount.annotations.example\\.com/role": "reader",
+                    "serviceAccount.name": "snapmesh-sa", "controller.service.type": "LoadBalancer",
+                    "controller.service.annotations.example\\.com/lb": "internal",
+                    "nodes.service.annotations.example\\.com/dns": "off", "ui.service.annotations.example\\.com/ui": "yes",
+                    "ingress.enabled": True, "ingress.className": "nginx", "ingress.hosts[0].host": "snapmesh.example.com",
+                    "ingress.tls[0].secretName": "page-tls", "ingress.tls[0].hosts[0]": "snapmesh.example.com",
+                    "ui.nodeSelector.disk": "ssd", "ui.tolerations[0].key": "dedicated", "ui.tolerations[0].operator": "Exists",
+                    "controller.snapshotInterval": 30, "metrics.serviceMonitor.enabled": True,
+                    "metrics.prometheusRule.enabled": True, "metrics.grafanaDashboard.enabled": True},
 }
 
 
@@ -134,13 +146,15 @@ def test_cluster_file_is_one_source_snapmesh_accepts(rendered, variant, count, t
     ports = {p["name"]: p["containerPort"] for p in _pod(sts)["containers"][0]["ports"]}
     assert (ports["grpc"], ports["metrics"]) == (50051, 9101)
     ctrl = one(objects, "Service", "snapmesh-controller")
-    assert {p["name"]: p["port"] for p in ctrl["spec"]["ports"]} == {"grpc": 50050, "metrics": 9100}
+    assert {p["name"]: p["port"] for p in ctrl["spec"]["ports"]} == {"grpc": 50050}  # metrics: only when asked
+    headless = one(objects, "Service", "snapmesh-controller-headless")
+    assert {p["name"]: p["port"] for p in headless["spec"]["ports"]} == {"grpc": 50050, "metrics": 9100}
     if "snapmesh-certs-cluster" in {o["metadata"]["name"] for o in objects}:
         assert one(objects, "ConfigMap", "snapmesh-certs-cluster")["data"]["cluster.toml"] == text
 
 
 def test_cluster_file_follows_the_values(tmp_path):
-    objects = render({"cluster.snapshot_mode": "overtake", "cluster.channel_bound": 500, "cluster.segment_records": 1000,
+    objects = render({"cluster.snapshotMode": "overtake", "cluster.channelBound": 500, "cluster.segmentRecords": 1000,
                       "cluster.snapshotDeadlineSeconds": 3, "nodes.port": 7000, "controller.port": 7100})
     path = tmp_path / "cluster.toml"
     path.write_text(one(objects, "ConfigMap", "snapmesh-cluster")["data"]["cluster.toml"])
@@ -162,7 +176,7 @@ def test_controller_statefulset_service_and_claim(rendered):
 
 def test_hardening(rendered):
     objects = rendered["default"]
-    for kind in ("StatefulSet", "Job"):
+    for kind in ("StatefulSet", "Deployment", "Job"):
         for obj in by_kind(objects, kind):
             pod = _pod(obj)
             assert pod["securityContext"]["runAsNonRoot"] is True, obj["metadata"]["name"]
@@ -172,9 +186,10 @@ def test_hardening(rendered):
                 assert sc["readOnlyRootFilesystem"] is True, where
                 assert sc["allowPrivilegeEscalation"] is False, where
                 assert sc["capabilities"]["drop"] == ["ALL"], where
-    for obj in by_kind(objects, "StatefulSet"):
+    for obj in by_kind(objects, "StatefulSet") + by_kind(objects, "Deployment"):
         resources = _pod(obj)["containers"][0]["resources"]
         assert resources["requests"] and resources["limits"]
+    for obj in by_kind(objects, "StatefulSet"):
         annotations = obj["spec"]["template"]["metadata"]["annotations"]
         assert annotations["prometheus.io/scrape"] == "true"
     pdb = one(objects, "PodDisruptionBudget", "snapmesh-node")
@@ -192,15 +207,22 @@ def test_network_policy(rendered):
     assert metrics["from"] == [monitoring]  # the labelled monitoring namespace, no other
     node_pods = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "snapmesh", "app.kubernetes.io/instance": "snapmesh",
                                                  "app.kubernetes.io/component": "node"}}}
+    component = lambda name: {"podSelector": {"matchLabels": node_pods["podSelector"]["matchLabels"]  # noqa: E731
+                                                             | {"app.kubernetes.io/component": name}}}
     ctrl = one(rendered["default"], "NetworkPolicy", "snapmesh-controller")
     [grpc_in, ctrl_metrics, _] = ctrl["spec"]["ingress"]
-    assert grpc_in["from"] == [node_pods]  # by default the nodes only
+    # By default the nodes, the page and the `helm test` pod (it takes a snapshot) only.
+    assert grpc_in["from"] == [node_pods, component("ui"), component("reconcile")]
     assert ctrl_metrics["from"] == [monitoring] and [p["port"] for p in ctrl_metrics["ports"]] == [9100]
     ctrl7 = one(rendered["nodes-7"], "NetworkPolicy", "snapmesh-controller")
-    assert ctrl7["spec"]["ingress"][0]["from"] == [node_pods, {"ipBlock": {"cidr": "10.0.0.0/8"}}]
+    # A CronJob reconciles there: no `helm test` pod to let in.
+    assert ctrl7["spec"]["ingress"][0]["from"] == [node_pods, component("ui"), {"ipBlock": {"cidr": "10.0.0.0/8"}}]
     # Opt-in: the labelled client pods; metrics from the monitoring namespace's labelled pods only.
     ctrl3 = one(rendered["nodes-3"], "NetworkPolicy", "snapmesh-controller")
-    assert ctrl3["spec"]["ingress"][0]["from"] == [node_pods, {"podSelector": {"matchLabels": {"snapmesh-client": "yes"}}}]
+    assert ctrl3["spec"]["ingress"][0]["from"] == [node_pods, component("ui"), component("reconcile"),
+                                                   {"podSelector": {"matchLabels": {"snapmesh-client": "yes"}}}]
+    ui = one(rendered["default"], "NetworkPolicy", "snapmesh-ui")
+    assert ui["spec"]["ingress"] == [{"ports": [{"port": 8080, "protocol": "TCP"}]}]
     nodes3 = one(rendered["nodes-3"], "NetworkPolicy", "snapmesh-node")
     assert nodes3["spec"]["ingress"][1]["from"] == [monitoring | {"podSelector": {"matchLabels": {"app": "prometheus"}}}]
 
@@ -281,9 +303,12 @@ def test_service_monitor_and_reconcile(rendered):
     assert not by_kind(rendered["default"], "ServiceMonitor")
     [sm] = by_kind(rendered["servicemonitor"], "ServiceMonitor")
     assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
-    labelled = {s["metadata"]["name"] for s in by_kind(rendered["servicemonitor"], "Service")
-                if s["metadata"]["labels"].get("snapmesh.dev/metrics") == "true"}
-    assert labelled == {"snapmesh-nodes", "snapmesh-controller"}
+    services = by_kind(rendered["servicemonitor"], "Service")
+    labelled = {s["metadata"]["name"]: s["metadata"]["labels"]["snapmesh.dev/job"]
+                for s in services if s["metadata"]["labels"].get("snapmesh.dev/metrics") == "true"}
+    # Compose's job names, so its alerts and dashboard apply unchanged.
+    assert labelled == {"snapmesh-nodes": "snapmesh-nodes", "snapmesh-controller-headless": "snapmesh-controller"}
+    assert sm["spec"]["jobLabel"] == "snapmesh.dev/job"
     job = one(rendered["default"], "Job", "snapmesh-reconcile")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "test"
     claims = [v["persistentVolumeClaim"]["claimName"] for v in _pod(job)["volumes"] if "persistentVolumeClaim" in v]
@@ -305,8 +330,17 @@ def test_notes_print_grpcurl_and_restore():
 @pytest.mark.parametrize("values,message", [
     ({"nodes.replicas": 1}, "/nodes/replicas"),
     ({"nodes.replicas": 65}, "/nodes/replicas"),
-    ({"cluster.snapshot_mode": "fast"}, "/cluster/snapshot_mode"),
-    ({"cluster.channel_bound": 0}, "/cluster/channel_bound"),
+    ({"cluster.snapshotMode": "fast"}, "/cluster/snapshotMode"),
+    ({"cluster.channelBound": 0}, "/cluster/channelBound"),
+    ({"cluster.snapshot_mode": "overtake"}, "cluster.snapshot_mode was renamed cluster.snapshotMode"),
+    ({"cluster.channel_bound": 500}, "cluster.channel_bound was renamed cluster.channelBound"),
+    ({"cluster.segment_records": 1000}, "cluster.segment_records was renamed cluster.segmentRecords"),
+    ({"controller.snapshotInterval": -1}, "/controller/snapshotInterval"),
+    ({"ingress.enabled": True}, "ingress.hosts names no host"),
+    ({"ingress.enabled": True, "ingress.hosts[0].host": "a b"}, "/ingress/hosts/0/host"),
+    ({"ingress.enabled": True, "ingress.hosts[0].host": "x.example", "ui.enabled": False}, "the Ingress is the page's"),
+    ({"podLabels.tier": 3}, "/podLabels/tier"),
+    ({"serviceAccount.create": "yes"}, "/serviceAccount/create"),
     ({"nodes.port": 70000}, "/nodes/port"),
     ({"tls.source": "vault"}, "/tls/source"),
     ({"nodes.replicaz": 3}, "replicaz"),
@@ -346,7 +380,7 @@ class _FakeApi(BaseHTTPRequestHandler):
     TOKEN = "kept-token-from-the-install"
     KINDS = {  # group/version -> the kinds the chart renders
         "v1": ["Secret", "ConfigMap", "Service", "ServiceAccount"],
-        "apps/v1": ["StatefulSet"],
+        "apps/v1": ["StatefulSet", "Deployment"],
         "batch/v1": ["Job", "CronJob"],
         "policy/v1": ["PodDisruptionBudget"],
         "networking.k8s.io/v1": ["NetworkPolicy"],
@@ -451,7 +485,7 @@ def test_the_issue_command_renders_what_it_names():
     toml = one(objects, "ConfigMap", "release-name-snapmesh-cluster")["data"]["cluster.toml"]
     assert 'host = "release-name-snapmesh-node-0.release-name-snapmesh-nodes"' in toml
     assert {o["metadata"]["name"] for o in by_kind(objects, "NetworkPolicy")} == {
-        "release-name-snapmesh-node", "release-name-snapmesh-controller"}
+        "release-name-snapmesh-node", "release-name-snapmesh-controller", "release-name-snapmesh-ui"}
     secrets = {o["metadata"]["name"]: o for o in by_kind(objects, "Secret")}
     assert set(secrets) == {"release-name-snapmesh-token", "release-name-snapmesh-tls"}
     assert secrets["release-name-snapmesh-tls"]["metadata"]["annotations"]["helm.sh/hook"] == "pre-install"

@@ -12,6 +12,10 @@ token Secret is the rendered one, and the controller's port is published on
 `make images` (the service image with this checkout's Python code copied over
 it, so the test runs the code it ships with):
 
+* `helm test` on the fresh install (no snapshot yet): its Job's init container takes
+  one, then the reconcile container exits 0;
+* the page's pod answers through its published port, as a port-forward, by the
+  Ingress's host name, and by its Service's name from another pod;
 * every pod passes its gRPC readiness probe (plaintext, health port, service);
 * a node's container holds its own key only (its init container copies it out of
   the nodes' Secret): no other key anywhere in it, as root or its user; nothing it holds
@@ -55,6 +59,7 @@ from helpers_deploy import (
     private_keys_in,
     restore_state_refused,
     status_name,
+    wait_for,
 )
 from snapmesh.settings import security
 from snapmesh.settings.ports import free_ports
@@ -63,10 +68,12 @@ NODES = 3
 OVERLAY = "snapmesh-helm-test"
 SNAPMESH = str(Path(sys.executable).parent / "snapmesh")
 NODE_PODS = [f"snapmesh-node-{i}" for i in range(NODES)]
+PAGE_HOST = "snapmesh.example.com"  # the Ingress's host: the page must accept it
 
 
 def _values(tag: str) -> dict:
-    return {"nodes.replicas": NODES, "image.repository": OVERLAY, "image.tag": tag}
+    return {"nodes.replicas": NODES, "image.repository": OVERLAY, "image.tag": tag,
+            "ingress.enabled": True, "ingress.hosts[0].host": PAGE_HOST}
 
 
 def _overlay_image(tag: str, workdir: Path) -> str:
@@ -84,8 +91,8 @@ def _overlay_image(tag: str, workdir: Path) -> str:
 
 
 class Cluster:
-    def __init__(self, runner: PodRunner, port: int, tls_dir: Path, tag: str = "") -> None:
-        self.runner, self.port, self.tls_dir, self.tag = runner, port, tls_dir, tag
+    def __init__(self, runner: PodRunner, port: int, tls_dir: Path, tag: str = "", page_port: int = 0) -> None:
+        self.runner, self.port, self.tls_dir, self.tag, self.page_port = runner, port, tls_dir, tag, page_port
         self.address = f"127.0.0.1:{port}"
         self.identity = security.load_tls_dir(tls_dir)
         self.expected_total = 1000 * NODES
@@ -142,25 +149,77 @@ def cluster(tmp_path_factory):
         assert [(name, code) for name, code, _ in results] == [("certs", 0), ("manifest", 0)], results
         secret = runner.add_secret_manifest(runner.job_dir(certs, "out") / "secret.json")
         assert secret == "snapmesh-tls"
-        [port] = free_ports(1, "127.0.0.1")
+        port, page_port = free_ports(2, "127.0.0.1")
         for pod in runner.statefulset_pods("snapmesh-node"):
             runner.start(pod)
         [controller] = runner.statefulset_pods("snapmesh-controller")
         runner.start(controller, publish={50050: port})
         runner.wait_ready([*NODE_PODS, "snapmesh-controller-0"])
+        [page] = runner.deployment_pods("snapmesh-ui")
+        runner.start(page, publish={8080: page_port})  # `kubectl port-forward svc/snapmesh-ui 8080`
         tls_dir = workdir / "client-tls"  # what NOTES.txt has the user fetch from the Secrets
         tls_dir.mkdir()
         for name in ("ca.pem", "client.pem", "client-key.pem"):
             (tls_dir / name).write_bytes(runner.secrets["snapmesh-tls"][name])
         (tls_dir / "token").write_bytes(runner.secrets["snapmesh-token"]["token"])
         log(f"helm pods: {NODES} nodes and the controller ready in {time.monotonic() - started:.0f} s")
-        yield Cluster(runner, port, tls_dir, tag)
+        yield Cluster(runner, port, tls_dir, tag, page_port)
     finally:
         if runner is not None:
             runner.close()
             assert not runner.leftovers(), f"left behind: {runner.leftovers()}"
         docker("rmi", "-f", f"{OVERLAY}:{tag}", check=False)
         log(f"helm pods: total {time.monotonic() - started:.0f} s")
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(900)
+def test_helm_test_passes_on_a_fresh_install(cluster):
+    """`helm test` right after `helm install`, before anyone took a snapshot: the test
+    Job's init container takes one, then reconcile finds it consistent with the logs."""
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    channel, stub = cluster.stub()
+    with channel:
+        assert not stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10).snapshots, "not a fresh install"
+    results = cluster.runner.run_job(cluster.runner.job_pod("snapmesh-reconcile"), timeout=600)
+    assert [(name, code) for name, code, _ in results] == [("snapshot", 0), ("reconcile", 0)], results[-1][2][-4000:]
+    assert "COMPLETE" in results[0][2], results[0][2]
+    log("helm test on a fresh install: " + " | ".join(results[1][2].splitlines()[-3:]))
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_the_page_answers_through_its_service(cluster):
+    """The page's pod, reached as a port-forward would (Host 127.0.0.1), by the Ingress's
+    host name, and by its Service's name from another pod; a foreign Host is refused."""
+    import urllib.error
+    import urllib.request
+
+    snapshot = cluster.complete_snapshot("for the page", tries=2)
+    url = f"http://127.0.0.1:{cluster.page_port}/"
+
+    def page(host: str | None = None):
+        request = urllib.request.Request(url, headers={"Host": host} if host else {})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.read().decode()
+        except urllib.error.HTTPError as refused:
+            return refused.code
+        except OSError:
+            return None
+
+    def listed():
+        text = page()
+        return isinstance(text, str) and snapshot.snapshot_id in text and text
+
+    html = wait_for(listed, timeout=60, interval=1, what=f"the page listing {snapshot.snapshot_id}")
+    assert "<html" in html.lower()
+    assert snapshot.snapshot_id in page(PAGE_HOST)
+    assert page("attacker.example") == 421
+    by_name = exec_in(cluster.runner.containers["snapmesh-controller-0"],
+                      "python -c \"import urllib.request as u; print(u.urlopen('http://snapmesh-ui:8080/healthz').status)\"")
+    assert by_name.stdout.strip() == "200", by_name.stderr
 
 
 @pytest.mark.docker
@@ -296,8 +355,8 @@ def test_the_notes_grpcurl_line_takes_a_snapshot(cluster):
 def test_reconcile_job_exits_0(cluster):
     runner = cluster.runner
     results = runner.run_job(runner.job_pod("snapmesh-reconcile"), timeout=600)
-    [(name, code, logs)] = results
-    assert (name, code) == ("reconcile", 0), logs[-4000:]
+    assert [(name, code) for name, code, _ in results] == [("snapshot", 0), ("reconcile", 0)], results[-1][2][-4000:]
+    logs = results[-1][2]
     log("reconcile job: " + " | ".join(line for line in logs.splitlines()[-3:]))
 
 

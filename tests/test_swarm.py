@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -148,7 +149,7 @@ class Stack:
         self.work = work
         self.stack_dir = work / "stack"
         self.tls = work / "tls"
-        controller_port, self.prometheus_port = free_ports(2)
+        controller_port, self.prometheus_port, self.ui_port = free_ports(3)
         self.controller = f"127.0.0.1:{controller_port}"
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("SNAPMESH_", "PROMETHEUS_", "GRAFANA_"))},
@@ -158,6 +159,7 @@ class Stack:
             "SNAPMESH_CONTROLLER_FLAGS": "--deadline 30",
             "SNAPMESH_APP_FLAGS": "--duration 31536000 --snapshot-every 0 --transfer-interval 0.2",
             "PROMETHEUS_PORT": str(self.prometheus_port),
+            "SNAPMESH_UI_PORT": str(self.ui_port),
             "GRAFANA_REPLICAS": "0",
         }
         self.identity = None
@@ -200,8 +202,8 @@ def stack(swarm, tmp_path_factory):
         st.swarm_sh("deploy", name)
         st.identity = load_tls_dir(st.tls)
         wait_for(lambda: all(running_task_container(name, s) and healthy(running_task_container(name, s))
-                             for s in [*NODES, "controller"]),
-                 timeout=240, interval=2, what="every node and the controller healthy")
+                             for s in [*NODES, "controller", "ui"]),
+                 timeout=240, interval=2, what="every node, the controller and the page healthy")
         log(f"swarm: stack {name} healthy in {time.monotonic() - started:.0f}s")
         yield st
     finally:
@@ -219,7 +221,7 @@ def test_the_stack_is_what_the_issue_asks(stack):
                        "--format", "{{.Name}}").stdout.split():
         spec = json.loads(docker("service", "inspect", line).stdout)[0]["Spec"]
         services[line.removeprefix(f"{stack.name}_")] = spec
-    assert {*NODES, "controller", "app", "prometheus", "grafana"} <= set(services)
+    assert {*NODES, "controller", "app", "ui", "prometheus", "grafana"} <= set(services)
     for node in NODES:
         task = services[node]["TaskTemplate"]
         assert task["Placement"]["Constraints"] == ["node.labels.snapmesh.host == h1"]
@@ -234,6 +236,32 @@ def test_the_stack_is_what_the_issue_asks(stack):
     assert [(p["TargetPort"], p["PublishedPort"]) for p in ports] == [(50050, int(stack.controller.rsplit(":", 1)[1]))]
     network = json.loads(docker("network", "inspect", f"{stack.name}_mesh").stdout)[0]
     assert network["Driver"] == "overlay"
+    ui = services["ui"]["TaskTemplate"]
+    assert [(p["TargetPort"], p["PublishedPort"]) for p in services["ui"]["EndpointSpec"]["Ports"]] == [(8080, stack.ui_port)]
+    ui_files = {s["File"]["Name"] for s in ui["ContainerSpec"]["Secrets"]}
+    assert ui_files == {"ca.pem", "client.pem", "client-key.pem"}, "the page reads: the client's pair, no token"
+
+
+def test_the_page_answers_from_the_host(stack):
+    """The page beside the controller, by its published port: its snapshot list (a
+    snapshot taken first, so the list is not empty), and a foreign Host refused."""
+    snap = stack.snapshot("for the page")
+    url = f"http://127.0.0.1:{stack.ui_port}/"
+
+    def page():
+        try:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                return answer.status == 200 and answer.read().decode()
+        except OSError:
+            return None
+
+    html = wait_for(lambda: (text := page()) and snap.snapshot_id in text and text, timeout=60, interval=2,
+                    what=f"the page at {url} listing {snap.snapshot_id}")
+    assert "<html" in html.lower()
+    request = urllib.request.Request(url, headers={"Host": "attacker.example"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 421
 
 
 def test_a_snapshot_is_complete_and_prometheus_scrapes_every_node_by_service_name(stack):
@@ -277,19 +305,28 @@ def test_a_killed_node_gets_a_new_task_and_a_later_snapshot_is_complete(stack):
     stack.snapshot("after p2's restart")
 
 
+def reconciling_block() -> str:
+    """The first sh block of docs/deploy.md's Swarm "Reconciling" paragraph, as a user copies it."""
+    text = (REPO / "docs" / "deploy.md").read_text()
+    rest = text[text.index("**Reconciling.** The Spark job"):]
+    block = rest[rest.index("```sh\n") + len("```sh\n"):]
+    return block[: block.index("```")]
+
+
+def test_the_reconciling_block_has_no_placeholder():
+    block = reconciling_block()
+    assert "..." not in block and "<" not in block, block
+    assert block.startswith("STACK=snapmesh\n"), block
+
+
 def test_the_spark_job_reconciles_the_snapshots_with_the_logs(stack):
-    docker("service", "scale", "-d", f"{stack.name}_app=0")  # no transfer mid-copy
-    time.sleep(2)
-    mounts = ["-v", f"{stack.name}_controller-data:/src/controller:ro"]
-    for node in NODES:
-        mounts += ["-v", f"{stack.name}_{node}-data:/src/{node}:ro"]
-    script = ("mkdir -p /tmp/data && cp -r /src/*/. /tmp/data/ && spark-submit --master 'local[2]' "
-              "--conf spark.ui.enabled=false /opt/snapmesh-jobs/reconcile_job.py --data-dir /tmp/data "
-              "--out /tmp/data/reconcile-spark >&2; code=$?; cat /tmp/data/reconcile-spark/summary.json; exit $code")
-    done = run(["docker", "run", "--rm", "--network", "none", *mounts, "-v", f"{REPO / 'jobs'}:/opt/snapmesh-jobs:ro",
-                "--entrypoint", "sh", "snapmesh-reconcile:latest", "-c", script], timeout=600, check=False)
+    """docs/deploy.md's Reconciling block, run as written from the repository root (its
+    stack name set to this test's): every COMPLETE snapshot consistent with the logs."""
+    block = reconciling_block().replace("STACK=snapmesh\n", f"STACK={stack.name}\n", 1)
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
-    verdicts = json.loads(done.stdout)["verdicts"]
+    verdicts = json.loads(done.stdout[done.stdout.index("{"):])["verdicts"]
     complete = [v for v in verdicts if v["scope"] == "snapshot" and v["status"] == "COMPLETE"]
     log(f"spark: {len(verdicts)} verdict(s): " + ", ".join(f"{v['scope']} {v['status']} {v['consistent']}" for v in verdicts))
     assert len(complete) >= 2 and all(v["consistent"] is True for v in complete), verdicts

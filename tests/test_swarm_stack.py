@@ -32,7 +32,7 @@ def test_hosts_spread_the_nodes_by_label_and_keep_the_rest_on_h1(spread):
         assert constraint(services[node]) == [f"node.labels.snapmesh.host == {host}"]
         assert services[node]["volumes"] == [f"{node}-data:/data"]
         assert services[node]["deploy"]["restart_policy"]["condition"] == "on-failure"
-    for service in ("controller", "app"):
+    for service in ("controller", "app", "ui"):
         assert constraint(services[service]) == ["node.labels.snapmesh.host == h1"]
     monitoring = spread["docker-stack.monitoring.yml"]["services"]
     assert all(constraint(monitoring[s]) == ["node.labels.snapmesh.host == h1"] for s in ("prometheus", "grafana"))
@@ -45,13 +45,23 @@ def test_secrets_are_external_and_each_process_gets_its_own_key_only(spread):
     assert "ca-key.pem" not in stack["secrets"]
     for name, service in stack["services"].items():
         keys = {s["source"] for s in service["secrets"] if s["source"].endswith("-key.pem")}
-        own = f"{name}-key.pem" if name != "app" else "client-key.pem"
+        own = f"{name}-key.pem" if name not in ("app", "ui") else "client-key.pem"
         assert keys == {own}, (name, keys)  # no node or controller holds the client's key
         targets = {s["target"]: s["source"] for s in service["secrets"]}
         assert targets["client-key.pem"] == own  # a server's healthcheck presents its own pair
     assert stack["networks"]["mesh"]["driver"] == "overlay"
     ports = stack["services"]["controller"]["ports"]
     assert ports[0]["target"] == 50050 and ports[0]["mode"] == "host"
+    # The page only reads: the client's pair, no token.
+    assert {s["target"] for s in stack["services"]["ui"]["secrets"]} == {"ca.pem", "client.pem", "client-key.pem"}
+
+
+def test_the_page_runs_beside_the_controller(spread):
+    ui = spread["docker-stack.yml"]["services"]["ui"]
+    assert ui["command"][:5] == ["ui", "--controller", "controller:50050", "--listen", "0.0.0.0:8080"]
+    assert ui["command"][5:] == ["--allow-host", "ui"]  # its service name, besides IP addresses and localhost
+    assert ui["ports"] == [{"target": 8080, "published": "${SNAPMESH_UI_PORT:-8080}", "protocol": "tcp", "mode": "host"}]
+    assert "/healthz" in " ".join(ui["healthcheck"]["test"])
 
 
 def test_prometheus_scrapes_every_node_by_its_service_name(tmp_path):

@@ -34,3 +34,28 @@ def node_service(node: str) -> str:
     hostname: {node}
     command: ["node", "--config", "/etc/snapmesh/cluster.toml", "--id", "{node}"]
 """
+
+
+UI_PORT = 8080
+# The page holds the client's certificate and key but not the token: it only reads.
+UI_FILES = ("ca.pem", "client.pem", "client-key.pem")
+
+
+def ui_command() -> str:
+    """`snapmesh ui` beside the controller. It listens on every address of its container
+    (published on the host), and `--allow-host ui` lets the other containers reach it by
+    its service name too: a wildcard listen accepts IP addresses and `localhost` only,
+    against DNS rebinding."""
+    return (f'    command: ["ui", "--controller", "controller:{CONTROLLER_PORT}", "--listen", "0.0.0.0:{UI_PORT}",'
+            ' "--allow-host", "ui"]\n')
+
+
+def ui_healthcheck() -> str:
+    """The page's own /healthz over HTTP (the image has no curl or wget)."""
+    return f"""    healthcheck:
+      test: ["CMD", "python", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:{UI_PORT}/healthz', timeout=2)"]
+      interval: 3s
+      timeout: 5s
+      retries: 20
+      start_period: 5s
+"""

@@ -9,7 +9,8 @@ writes, next to this script (or into --out DIR):
 * ``docker-compose.yml``: the one-shot ``certs`` (mutual TLS and the token are on by
   default: certificates made at deploy time, never committed; each process gets its
   own key only, on a TLS volume of its own, and its own data volume), nodes p1..pN, the
-  controller (gRPC port published for grpcurl), the app, the one-shot ``reconcile``
+  controller (gRPC port published for grpcurl), the app, the snapshot page ``ui``
+  (published on 127.0.0.1:8080), the one-shot ``reconcile``
   job (profile ``reconcile``), a Spark standalone cluster and the job submitted to it
   (profile ``spark``), and Prometheus + Grafana (profile ``monitoring``);
 * ``prometheus.yml``: scrapes the controller and every node and loads the alerts of
@@ -45,9 +46,13 @@ from compose_layout import (  # noqa: E402
     NODE_METRICS_BASE,
     NODE_PORT_BASE,
     SNAPSHOT_DEADLINE_S,
+    UI_FILES,
+    UI_PORT,
     healthcheck,
     node_ids,
     node_service,
+    ui_command,
+    ui_healthcheck,
 )
 from swarm_stack import docker_stack_monitoring_yml, docker_stack_yml  # noqa: E402
 
@@ -153,13 +158,14 @@ def certs_service(ids: list[str]) -> str:
     """Runs as root once per `up`: makes the CA, every process's certificate and the
     token in the snapmesh-tls volume (mounted here only) unless they are there already
     (`--keep`); copies into each server's own TLS volume its own key and nothing else,
-    into the app's the client's files, hands them to the services' user (uid 10001);
+    into the app's the client's files (the page's: the same without the token), hands them to the services' user (uid 10001);
     and copies what a client needs to the host directory SNAPMESH_TLS_EXPORT (default
     deploy/compose/tls/, git-ignored), owned like that directory."""
     servers = [*ids, "controller"]
     client = " ".join(f"/tls/{f}" for f in CLIENT_FILES)
     exported = " ".join(f"/export/{f}" for f in CLIENT_FILES)
-    mounts = "".join(f"      - {name}-tls:/out/{name}\n" for name in (*servers, "app"))
+    mounts = "".join(f"      - {name}-tls:/out/{name}\n" for name in (*servers, "app", "ui"))
+    ui_files = " ".join(f"/tls/{f}" for f in UI_FILES)
     return (
         """  certs:
     <<: *snapmesh
@@ -174,6 +180,7 @@ def certs_service(ids: list[str]) -> str:
 """
         + "".join(_hand_out(name) for name in servers)
         + f"""        && cp {client} /out/app/
+        && cp {ui_files} /out/ui/
         && chown -R 10001:10001 /out && chmod -R u=rwX,go= /out
         && cp {client} /export/
         && chown --reference=/export {exported}
@@ -289,13 +296,14 @@ def docker_compose_yml(n: int, spark_workers: int = SPARK_WORKERS) -> str:
         """# Run from the repository root (see docs/deploy.md, "Run with Docker Compose"):
 # (Compose v2, `docker compose`; with v1 type `docker-compose` instead: same arguments)
 #   make images        # or: docker compose -f deploy/compose/docker-compose.yml build
-#   make compose-up    # nodes, controller, app
+#   make compose-up    # nodes, controller, app, the page (http://127.0.0.1:8080/)
 #   docker compose -f deploy/compose/docker-compose.yml --profile monitoring up -d   # + Prometheus, Grafana
 #   docker compose -f deploy/compose/docker-compose.yml --profile reconcile run --rm reconcile
 # Variables (all optional): SNAPMESH_IMAGE, SNAPMESH_RECONCILE_IMAGE, SNAPMESH_BASE_IMAGE,
 # SNAPMESH_RECONCILE_BASE_IMAGE,
 # SNAPMESH_CONTROLLER_PUBLISH (host side of the controller's gRPC port, default
-# 127.0.0.1:50050), SNAPMESH_CONTROLLER_FLAGS, SNAPMESH_APP_FLAGS, SNAPMESH_RESTART,
+# 127.0.0.1:50050), SNAPMESH_UI_PUBLISH (the page's, default 127.0.0.1:8080),
+# SNAPMESH_CONTROLLER_FLAGS, SNAPMESH_APP_FLAGS, SNAPMESH_RESTART,
 # SNAPMESH_TLS_EXPORT (where the client's certificate and token land on the host,
 # default deploy/compose/tls/), PROMETHEUS_IMAGE, GRAFANA_IMAGE, PROMETHEUS_PUBLISH,
 # GRAFANA_PUBLISH.
@@ -315,7 +323,7 @@ def docker_compose_yml(n: int, spark_workers: int = SPARK_WORKERS) -> str:
             + healthcheck(NODE_PORT_BASE + i, HEALTH_TLS_DIR)
         )
     depends = "".join(f"      {node}:\n        condition: service_healthy\n" for node in ids)
-    tls_volumes = "".join(f"  {name}-tls: {{}}\n" for name in (*ids, "controller", "app"))
+    tls_volumes = "".join(f"  {name}-tls: {{}}\n" for name in (*ids, "controller", "app", "ui"))
     reconcile_mounts = reader_volumes(ids) + reader_entrypoint("snapmesh")
     data_volumes = "".join(f"  {name}-data: {{}}\n" for name in (*ids, "controller"))
     out.append(
@@ -343,7 +351,22 @@ def docker_compose_yml(n: int, spark_workers: int = SPARK_WORKERS) -> str:
     depends_on:
       controller:
         condition: service_healthy
-
+  # The snapshot page: http://127.0.0.1:8080/ (SNAPMESH_UI_PUBLISH moves it).
+  ui:
+    <<: *snapmesh
+    hostname: ui
+"""
+        + ui_command()
+        + f"""    volumes:
+      - ui-tls:/tls:ro
+    ports:
+      - "${{SNAPMESH_UI_PUBLISH:-127.0.0.1:{UI_PORT}}}:{UI_PORT}"
+    depends_on:
+      controller:
+        condition: service_healthy
+"""
+        + ui_healthcheck()
+        + f"""
   # One-shot: `docker compose --profile reconcile run --rm reconcile`. Reads the
   # transfer logs and snapshots on the data volumes (read-only); exit 0 when all are
   # consistent. The verdicts land on the reconcile-data volume.
@@ -405,7 +428,8 @@ volumes:
   # The CA, every certificate and key, the token: made by `certs`, mounted by it alone.
   snapmesh-tls: {{}}
   # Each process's own files, copied there by `certs`: the CA, its certificate and
-  # key, the token (app-tls: the client's). The controller's key is in controller-tls only.
+  # key, the token (app-tls: the client's; ui-tls: the client's pair without the token).
+  # The controller's key is in controller-tls only.
 {tls_volumes}  # Each node's transfer log (<node>.log.jsonl) on its own volume, the controller's
   # snapshots/ and journal on controller-data: a node cannot write another's.
 {data_volumes}  # The reconcile jobs' links to the data and their verdicts.

@@ -14,6 +14,7 @@
 
 {{- define "snapmesh.nodes" -}}{{ include "snapmesh.fullname" . }}-node{{- end -}}
 {{- define "snapmesh.nodesService" -}}{{ include "snapmesh.fullname" . }}-nodes{{- end -}}
+{{- define "snapmesh.ui" -}}{{ include "snapmesh.fullname" . }}-ui{{- end -}}
 {{- define "snapmesh.controller" -}}{{ include "snapmesh.fullname" . }}-controller{{- end -}}
 {{- define "snapmesh.tlsSecret" -}}{{ default (printf "%s-tls" (include "snapmesh.fullname" .)) .Values.tls.existingSecret }}{{- end -}}
 {{- define "snapmesh.tokenSecret" -}}{{ default (printf "%s-token" (include "snapmesh.fullname" .)) .Values.auth.existingSecret }}{{- end -}}
@@ -28,6 +29,32 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* A pod template's labels: (dict "ctx" $ "component" "node") */}}
+{{- define "snapmesh.podLabels" -}}
+{{ include "snapmesh.commonLabels" .ctx }}
+{{- with .ctx.Values.podLabels }}
+{{ toYaml . }}
+{{- end }}
+{{ include "snapmesh.selectorLabels" . }}
+{{- end -}}
+
+{{- define "snapmesh.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{ default (include "snapmesh.fullname" .) .Values.serviceAccount.name }}
+{{- else -}}
+{{ default "default" .Values.serviceAccount.name }}
+{{- end -}}
+{{- end -}}
+
+{{/* Who runs a pod: the ServiceAccount, its token mounted only when asked. */}}
+{{- define "snapmesh.podIdentity" -}}
+serviceAccountName: {{ include "snapmesh.serviceAccountName" . }}
+automountServiceAccountToken: {{ .Values.serviceAccount.automount }}
 {{- end -}}
 
 {{/* Selector labels of one component: (dict "ctx" $ "component" "node") */}}
@@ -37,7 +64,8 @@ app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
-{{- define "snapmesh.image" -}}{{ printf "%s:%s" .repository .tag }}{{- end -}}
+{{/* An image: (dict "image" .Values.image "ctx" $); an empty tag is the chart's appVersion. */}}
+{{- define "snapmesh.image" -}}{{ printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion .image.tag) }}{{- end -}}
 
 {{/* A node's id is node-<ordinal of its pod>. */}}
 {{- define "snapmesh.nodeIds" -}}
@@ -52,9 +80,9 @@ app.kubernetes.io/component: {{ .component }}
 # SNAPMESH_DATA_DIR=/data (the pod's volume) and SNAPMESH_BIND_HOST=0.0.0.0.
 data_dir = "/data"
 initial_balance = {{ int .Values.cluster.initialBalance }}
-snapshot_mode = {{ .Values.cluster.snapshot_mode | quote }}
-channel_bound = {{ int .Values.cluster.channel_bound }}
-segment_records = {{ int .Values.cluster.segment_records }}
+snapshot_mode = {{ .Values.cluster.snapshotMode | quote }}
+channel_bound = {{ int .Values.cluster.channelBound }}
+segment_records = {{ int .Values.cluster.segmentRecords }}
 nodes = [
 {{- range $i := until (int .Values.nodes.replicas) }}
     { id = "node-{{ $i }}", host = "{{ $nodes }}-{{ $i }}.{{ $svc }}", port = {{ int $.Values.nodes.port }}, metrics_port = {{ int $.Values.nodes.metricsPort }} },
@@ -71,7 +99,8 @@ snapshot_deadline_s = {{ .Values.cluster.snapshotDeadlineSeconds }}
 {{/*
 The projected TLS volume of a pod: CA, the certificate and key of each name in
 .names, and the token; laid out as `snapmesh certs` writes them (SNAPMESH_TLS_DIR).
-(dict "ctx" $ "names" (list ...) ["volume" "tls"]): .volume names it (default tls).
+(dict "ctx" $ "names" (list ...) ["volume" "tls"] ["noToken" true]): .volume names it
+(default tls); noToken leaves the token out (a pod that only reads).
 */}}
 {{- define "snapmesh.tlsVolume" -}}
 {{- $ctx := .ctx -}}
@@ -100,10 +129,12 @@ The projected TLS volume of a pod: CA, the certificate and key of each name in
             - {key: {{ $name }}-key.pem, path: {{ $name }}-key.pem}
             {{- end }}
 {{- end }}
+{{- if not .noToken }}
       - secret:
           name: {{ include "snapmesh.tokenSecret" $ctx }}
           items:
             - {key: token, path: token}
+{{- end }}
 {{- end -}}
 
 {{/* The environment every snapmesh server shares. */}}
@@ -144,6 +175,9 @@ livenessProbe:
 {{- end -}}
 
 {{- define "snapmesh.podAnnotations" -}}
+{{- with .ctx.Values.podAnnotations }}
+{{ toYaml . }}
+{{- end }}
 checksum/cluster: {{ include "snapmesh.clusterToml" .ctx | sha256sum }}
 {{- if .ctx.Values.metrics.scrapeAnnotations }}
 prometheus.io/scrape: "true"
@@ -154,6 +188,18 @@ prometheus.io/path: /metrics
 
 {{/* Values the schema cannot check alone; fails with the reason. */}}
 {{- define "snapmesh.validate" -}}
+{{- /* The 0.1 chart's snake_case names: the schema lets them through so the hint can name the new one. */ -}}
+{{- range $old, $new := dict "snapshot_mode" "snapshotMode" "channel_bound" "channelBound" "segment_records" "segmentRecords" -}}
+{{- if hasKey $.Values.cluster $old -}}
+{{- fail (printf "cluster.%s was renamed cluster.%s (values are camelCase since chart 0.2.0): set cluster.%s instead" $old $new $new) -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.ingress.enabled (not .Values.ui.enabled) -}}
+{{- fail "ingress.enabled: the Ingress is the page's, and ui.enabled is false" -}}
+{{- end -}}
+{{- if and .Values.ingress.enabled (not .Values.ingress.hosts) -}}
+{{- fail "ingress.enabled: ingress.hosts names no host (e.g. [{host: snapmesh.example.com}])" -}}
+{{- end -}}
 {{- $ports := list (int .Values.nodes.port) (int .Values.nodes.metricsPort) (int .Values.healthPort) -}}
 {{- if ne (len (uniq $ports)) 3 -}}
 {{- fail (printf "nodes.port (%v), nodes.metricsPort (%v) and healthPort (%v) must differ" .Values.nodes.port .Values.nodes.metricsPort .Values.healthPort) -}}
