@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from snapmesh.protocol import controller, link, recovery, requests, restoregate, tracker
+from snapmesh.protocol import controller, link, recovery, requests, restoregate, retention, tracker
 from snapmesh.protocol import controller_journal as journal
 from snapmesh.protocol import node as node_mod
 from snapmesh.sim import cli, fuzz
@@ -56,7 +56,7 @@ def test_every_fault_kind_happens() -> None:
         "restore call joined under its own key", "restore retry answered across a controller restart",
         "stale report refused", "snapshot refused: too many in progress",
         "restore call joined under its own key after the restore ended",
-        "restore refused: no such snapshot",
+        "restore refused: no such snapshot", "snapshot retired (--keep)",
     ):
         assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
 
@@ -323,7 +323,21 @@ def _tracker_forgets_overtaken(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tracker.Tracker, "_overtake_parts", staticmethod(broken))
 
 
+def _retention_keeps_one_too_few(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's retention (K1) is off by one: it keeps N-1 COMPLETE snapshots."""
+    retire = retention.Retention.retire
+    monkeypatch.setattr(retention.Retention, "retire", lambda self, keep, protect="": retire(self, keep - 1, protect))
+
+
+def _retention_forgets_the_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's retention (K1) retires the snapshot last restored too."""
+    retire = retention.Retention.retire
+    monkeypatch.setattr(retention.Retention, "retire", lambda self, keep, protect="": retire(self, keep))
+
+
 MUTATIONS = {
+    "controller-retention-off-by-one": _retention_keeps_one_too_few,
+    "controller-retention-protect": _retention_forgets_the_restored,
     "controller-restore-plan": _restore_plan_drops_a_transfer,
     "controller-overtake-merge": _tracker_forgets_overtaken,
     "controller-stale-report": _controller_takes_stale_reports,

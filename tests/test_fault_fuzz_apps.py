@@ -126,6 +126,7 @@ BANK_MUTATIONS_SEEDS = {
     "restore-join-after-the-end": 70, "restore-replays-newest-key-only": 185, "request-window": 0,
     "request-restore": 9, "overtake-outbox": 37, "overtake-positions": 59, "resend": 0, "duplicate-drop": 0,
     "recovery-outbox": 0, "recovery-aborts": 1, "restore-replay": 5,
+    "controller-retention-off-by-one": 7, "controller-retention-protect": 69,
 }
 
 

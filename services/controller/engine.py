@@ -9,9 +9,10 @@ carried out here:
     Barrier()          -> wait for everything journaled so far
     Publish(snapshot)  -> the WatchSnapshots watchers   } only once the step's
     StartAt(node, ...) -> StartSnapshot at that node    } records are durable
-    Finished(snapshot) -> metrics, waiters, watchers, the file writer, retention
+    Finished(snapshot) -> metrics, waiters, watchers, the file writer
     AbortAt(node, ...) -> AbortSnapshot at that node (the machine emits one per node
                           for a FAILED snapshot, after its Finished)
+    Retire(snapshot_id) -> the file writer deletes its files
     RestoreAt, RestoreDone -> the restorer (services/controller/restorer.py)
 
 Durability before answers: nothing that shows a change (an RPC answer, a
@@ -74,7 +75,6 @@ class ControllerEngine:
         clock: Callable[[], Now] = system_now,
         rng: random.Random | None = None,
         identity: security.Identity | None = None,  # None: plaintext
-        keep: int = 0,
         machine: ctl.Controller | None = None,  # the journal already replayed into it (else a fresh one)
     ) -> None:
         self.identity = identity
@@ -102,7 +102,6 @@ class ControllerEngine:
         self._last_start = 0.0
         # Started or finished in the machine, journal record not yet durable: not to be shown.
         self._unsettled: dict[str, asyncio.Future[None]] = {}
-        self.keep = keep  # retention: snapshot files kept (0: all)
         self.restorer: Restorer | None = None
 
     # -- lifecycle
@@ -164,6 +163,8 @@ class ControllerEngine:
                 self._publish(effect.snapshot)
             elif isinstance(effect, ctl.AbortAt):
                 self.spawn(self._abort_at(effect))
+            elif isinstance(effect, ctl.Retire):  # after the COMPLETE that retires it is durable
+                self.writer.discard(effect.snapshot_id)
             elif isinstance(effect, ctl.StartAt):
                 self.spawn(self._start_at(effect.node, effect.snapshot_id, effect.epoch))
             else:
@@ -303,8 +304,6 @@ class ControllerEngine:
                 snapshot.snapshot_id, duration_s(snapshot), snapshot.total, verdict,
             )
         self.writer.submit(snapshot)  # the files, off the reply path
-        if snapshot.status == COMPLETE and self.keep:
-            self._apply_retention()
         self._publish(snapshot)
         future = self._done.pop(snapshot.snapshot_id, None)
         if future is not None and not future.done():
@@ -316,13 +315,6 @@ class ControllerEngine:
             await self._stubs[effect.node].AbortSnapshot(request, timeout=ABORT_TIMEOUT_S)
         except grpc.aio.AioRpcError as error:
             log.info("AbortSnapshot %s at %s: %s", effect.snapshot_id, effect.node, error.code().name)
-
-    def _apply_retention(self) -> None:
-        """`--keep N`: a newer snapshot is COMPLETE, so the files of those past
-        the N newest COMPLETE ones go (never the one last restored)."""
-        protect = self.machine.last_restore.snapshot_id if self.machine.last_restore else ""
-        for sid in self.tracker.retired(self.keep, protect):  # each once; no scan of the working set
-            self.writer.discard(sid)
 
     def _publish(self, snapshot: pb.Snapshot) -> None:
         for queue in list(self._watchers):

@@ -50,6 +50,7 @@ from snapmesh.sim import apps
 from snapmesh.sim.disk import Disk
 from snapmesh.sim.invariants import Checker, Violation
 from snapmesh.sim.network import Network
+from snapmesh.sim.retention import RetentionCheck
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 DEADLINE = 3.0  # the controller's snapshot deadline (simulated seconds)
@@ -97,6 +98,8 @@ class SimController:
         self.up = True
         # Admission (the machine's A1): at most this many snapshots in progress (0: no limit).
         self.max_concurrent = random.Random(seed * 104_729 + 4).choice([0, 0, 1, 2, 3])
+        # Retention (the machine's K1): the snapshot files of the `keep` newest COMPLETE ones kept (0: all).
+        self.retention = RetentionCheck(random.Random(seed * 104_729 + 5).choice([0, 1, 2, 3]))
         self.machine = self._machine()
         self.reports: deque[tuple[str, core.FullState, int]] = deque()  # (node, part, its epoch) on the way here
         self.parts: dict[str, pb.RestoreStateRequest] = {}  # the running restore's parts not yet taken
@@ -124,7 +127,7 @@ class SimController:
             snapshot_mode=self.world.mode,
             checker=AppChecker(app.name, app, params=self.world.app_params) if app is not None else None,
         )
-        return machine.Controller(tracker, max_concurrent=self.max_concurrent)
+        return machine.Controller(tracker, max_concurrent=self.max_concurrent, keep=self.retention.keep)
 
     def now(self) -> Now:
         return Now(mono=self.world.now, wall=self.world.wall)
@@ -135,8 +138,10 @@ class SimController:
     # -- carrying out the machine's effects
 
     def carry_out(self) -> None:
+        completed = False
         while effects := self.machine.drain():
             failed = [e.snapshot.snapshot_id for e in effects if type(e) is machine.Finished and e.snapshot.status == FAILED]
+            completed |= any(type(e) is machine.Finished and e.snapshot.status == COMPLETE for e in effects)
             for effect in effects:
                 kind = type(effect)
                 if kind is machine.Journal:
@@ -151,11 +156,20 @@ class SimController:
                     self.parts[effect.node] = effect.request
                 elif kind is machine.RestoreDone:
                     self.settling = True  # settled at the next restore_one (the engine awaits the record)
+                elif kind is machine.Retire:
+                    self.retention.retire(effect.snapshot_id, self.machine.all(), self._protected())
+                    self.faults["snapshot retired (--keep)"] += 1
                 elif kind not in (machine.Publish, machine.Barrier):  # pragma: no cover
                     raise TypeError(f"unrouted effect {effect!r}")
             for sid in failed:  # each FAILED snapshot's AbortAt effects come in the step that failed it
                 if self.unaborted.get(sid):
                     raise Violation(f"snapshot {sid} FAILED without an abort at {sorted(self.unaborted[sid])}")
+        if completed and self.retention.keep:
+            self.retention.settled(self.machine.all(), self._protected())
+
+    def _protected(self) -> str:
+        last = self.machine.last_restore
+        return last.snapshot_id if last is not None else ""
 
     def _start_at(self, effect: machine.StartAt) -> None:
         node = self.world.nodes[effect.node]
@@ -261,6 +275,7 @@ class SimController:
         """A new controller process: the machine rebuilt from the journal."""
         self.up = True
         self.machine = self._machine()
+        self.retention.restarted()
         now = self.now()
         self.machine.replayed(self.journal, now, skip=set())
         self.machine.tracker.restarted(now)
@@ -274,6 +289,8 @@ class SimController:
         else:
             self.restoring = None
         self.carry_out()
+        if self.retention.keep:
+            self.retention.settled(self.machine.all(), self._protected())
 
     # -- restore
 

@@ -22,7 +22,9 @@ passing, and the faults:
               fail "controller restarted" unless their reports come in. Each
               case draws an admission limit (or none) that triggers must keep;
               a report sent again may arrive after a restore began (refused: a
-              stale epoch); a FAILED snapshot must bring an abort for every node
+              stale epoch); a FAILED snapshot must bring an abort for every node;
+              each case draws a `--keep` (or none) whose Retire effects must
+              follow the rule (sim/retention.py)
   deadline    time passes: the controller fails late snapshots and aborts them,
               nodes drop recordings past their ttl
   restore     the controller rolls the cluster back to a COMPLETE snapshot in a
