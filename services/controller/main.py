@@ -29,7 +29,7 @@ import sys
 from prometheus_client import CollectorRegistry
 
 from services.controller import journal as J
-from services.controller.engine import system_now
+from services.controller.engine import ControllerEngine, system_now
 from services.controller.metrics import ControllerMetrics
 from services.controller.servicer import ControllerService
 from services.controller.store import SnapshotStore, StoreWriter
@@ -225,10 +225,11 @@ async def _serve(
     identity: security.Identity | None = None,
 ) -> int:
     registry = CollectorRegistry()
-    service = ControllerService(
+    engine = ControllerEngine(
         config=cfg, tracker=machine.tracker, machine=machine, journal=journal, writer=writer,
         metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity,
     )
+    service = ControllerService(engine)
     host = ServiceHost(
         bind_address=cfg.bind_address(cfg.controller),
         metrics_bind=cfg.metrics_bind(cfg.controller),
@@ -237,8 +238,8 @@ async def _serve(
         max_receive_bytes=CONTROLLER_RECEIVE_BYTES,
     )
     host.add(pb_grpc.add_ControllerServicer_to_server, service, SERVICE_NAME)
-    await service.start()
-    periodic = asyncio.create_task(service.periodic(interval)) if interval else None
+    await engine.start()
+    periodic = asyncio.create_task(engine.periodic(interval)) if interval else None
     try:
         await host.start()
         log.info(
@@ -257,7 +258,7 @@ async def _serve(
     finally:
         if periodic is not None:
             periodic.cancel()
-        service.end_streams()
+        engine.end_streams()
         await host.stop()
-        await service.close()
+        await engine.close()
     return 0
