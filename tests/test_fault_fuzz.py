@@ -56,7 +56,7 @@ def test_every_fault_kind_happens() -> None:
         "restore call joined under its own key", "restore retry answered across a controller restart",
         "stale report refused", "snapshot refused: too many in progress",
         "restore call joined under its own key after the restore ended",
-        "restore refused: no such snapshot", "snapshot retired (--keep)",
+        "restore refused: no such snapshot", "snapshot retired (--keep)", "controller journal lagged",
     ):
         assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
 
@@ -335,7 +335,38 @@ def _retention_forgets_the_restored(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(retention.Retention, "retire", lambda self, keep, protect="": retire(self, keep))
 
 
+def _controller_starts_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine asks for StartSnapshot before the start's record (a crash
+    in between leaves a node recording a snapshot the restarted controller never heard of)."""
+    trigger = controller.Controller.trigger
+
+    def broken(self, *args):
+        snapshot = trigger(self, *args)
+        records = [e for e in self._effects if isinstance(e, controller.Journal)]
+        self._effects = [e for e in self._effects if not isinstance(e, controller.Journal)] + records
+        return snapshot
+
+    monkeypatch.setattr(controller.Controller, "trigger", broken)
+
+
+def _controller_finishes_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine shows a snapshot's outcome before its record is in the journal."""
+    finished = controller.Controller._finished
+
+    def broken(self, snapshot):
+        before = len(self._effects)
+        finished(self, snapshot)
+        step = self._effects[before:]
+        self._effects[before:] = [e for e in step if not isinstance(e, controller.Journal)] + [
+            e for e in step if isinstance(e, controller.Journal)
+        ]
+
+    monkeypatch.setattr(controller.Controller, "_finished", broken)
+
+
 MUTATIONS = {
+    "controller-start-before-durable": _controller_starts_before_durable,
+    "controller-finish-before-durable": _controller_finishes_before_durable,
     "controller-retention-off-by-one": _retention_keeps_one_too_few,
     "controller-retention-protect": _retention_forgets_the_restored,
     "controller-restore-plan": _restore_plan_drops_a_transfer,

@@ -140,9 +140,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         except UnknownSnapshot as exc:
             damaged = self.engine.writer.store.damaged
             if request.snapshot_id in damaged:
-                await context.abort(
-                    grpc.StatusCode.DATA_LOSS, f"snapshot {request.snapshot_id} is damaged on disk: {damaged[request.snapshot_id]}"
-                )
+                why = damaged[request.snapshot_id]
+                await context.abort(grpc.StatusCode.DATA_LOSS, f"snapshot {request.snapshot_id} is damaged on disk: {why}")
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         await self.engine.durable()  # what was read is what the journal holds
         return snapshot
