@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: install browser proto test test-fast demo bench chaos lint clean images compose-up compose-down checkov-venv checkov
+.PHONY: test-pure install browser proto test test-fast demo bench chaos lint clean images compose-up compose-down checkov-venv checkov
 
 install: $(STAMP) $(PROTO_STAMP) $(CDS_STAMP) $(BIN)/helm
 
@@ -54,6 +54,12 @@ browser:
 # Everything, the Docker compose stack included when a Docker engine answers.
 test: install browser
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The pure lanes (tests/lanes.py: the machines and the checks), in about a minute: the
+# fuzzer and the property runs at a tenth of their cases (`make test` runs them all).
+test-pure: install
+	SNAPMESH_FUZZ_CASES=1000 SNAPMESH_PROP_CASES=300 SNAPMESH_FUZZ_APP_CASES=50 \
+		$(PY) -m pytest -m 'protocol or checking' -q $(PYTEST_ARGS)
 
 # The inner loop: no Docker images, no compose stack.
 test-fast: install browser

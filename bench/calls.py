@@ -23,8 +23,11 @@ def paced_callers(nodes: int) -> int:
     return 4 if nodes <= 4 else 2
 
 
-def latency_run(controller, count: int, cap_s: float, statuses: dict[str, int]):
-    """Back-to-back snapshots with wait=true: client and controller durations (ms)."""
+def latency_run(controller, count: int, cap_s: float, statuses: dict[str, int], complete: list | None = None,
+                broadcast: bool = False):
+    """Back-to-back snapshots with wait=true: client and controller durations (ms).
+    `complete` gets each COMPLETE snapshot (its statistics split the latency by hop);
+    `broadcast` asks the controller to start each at every node at once."""
     client, server, in_flight, failed = [], [], [], 0
     until = time.perf_counter() + cap_s
     for _ in range(count):
@@ -32,7 +35,8 @@ def latency_run(controller, count: int, cap_s: float, statuses: dict[str, int]):
             break
         t0 = time.perf_counter()
         try:
-            snapshot = controller.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=DEADLINE_S + 10)
+            snapshot = controller.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True, broadcast=broadcast),
+                                                  timeout=DEADLINE_S + 10)
         except grpc.RpcError:
             failed += 1
             continue
@@ -41,6 +45,8 @@ def latency_run(controller, count: int, cap_s: float, statuses: dict[str, int]):
         if snapshot.status != pb.Snapshot.COMPLETE:
             failed += 1
             continue
+        if complete is not None:
+            complete.append(snapshot)
         client.append(elapsed * 1e3)
         server.append(duration_s(snapshot) * 1e3)
         in_flight.append(sum(len(c.in_flight) for c in snapshot.channels))

@@ -32,6 +32,7 @@ from pathlib import Path
 import grpc
 
 from bench import results as bench_results
+from bench import utilisation
 from bench.calls import INITIAL_BALANCE, latency_run, paced_callers
 from bench.loadgen import LoadGen
 from snapmesh.hosts.cluster import NODE_PORT, HostsCluster
@@ -50,6 +51,7 @@ DEADLINE_S = 10.0
 PROBES = 50
 MODES = ("classic", "overtake")
 GOAL_RTTS = 5.0  # snapshot p99 <= this many host round trips
+UTIL_TARGET = 0.5  # the paced-to-utilisation variant (issue 35): the machine measured this busy
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -59,9 +61,12 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], snapshots: int = SNAPSHOTS
-             ) -> dict[str, float]:
-    """One mode: the hosts cluster, the delays, the paced load, the probe, the snapshots."""
+def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], snapshots: int = SNAPSHOTS,
+             target: float | None = None) -> dict[str, float]:
+    """One mode: the hosts cluster, the delays, the paced load, the probe, the snapshots.
+    With `target`, `rate` is only where the search for the pace at that measured
+    utilisation starts (bench.utilisation), and the figures add the busy fraction,
+    the run-queue waits and the hop split."""
     hosts = HostsCluster(root / f"hosts-{mode}", nodes=NODES, deadline=DEADLINE_S, initial_balance=INITIAL_BALANCE,
                          snapshot_mode=mode, startup_timeout=120)
     loadgen = channel = None
@@ -72,11 +77,18 @@ def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], sna
         say(f"  {mode}: {NODES} nodes on hosts (run {hosts.run_id}), {DELAY_MS:g} ms one way on every link; "
             f"paced {rate:,.0f}/s")
         loadgen = LoadGen(hosts.cluster, batch=BATCH, seed=NODES)
+        extra: dict[str, float] = {}
+        if target is not None:
+            rate = utilisation.search_on(loadgen, NODES, target, rate, SETTLE_S, say)
         loadgen.set(paced_callers(NODES), rate=rate)
         time.sleep(SETTLE_S)
         rtt = hosts.network.probe("p1", "p2", NODE_PORT, count=PROBES)
         channel = grpc.insecure_channel(hosts.controller_address, options=CLIENT_OPTIONS)
-        client, _, failed, _ = latency_run(pb_grpc.ControllerStub(channel), snapshots, CAP_S, {})
+        watch = utilisation.Watch(hosts.cluster)
+        complete: list = []
+        client, _, failed, _ = latency_run(pb_grpc.ControllerStub(channel), snapshots, CAP_S, {}, complete)
+        extra = {**watch.stop(), **utilisation.split_figures(complete, lambda v: _percentile(v, 0.99)),
+                 "pace_per_s": rate}
         stats = loadgen.stats()
         loadgen.set(0)
     finally:
@@ -91,7 +103,8 @@ def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], sna
     say(f"  {mode}: host round trip {rtt['median_ms']:.2f} ms (min {rtt['min_ms']:.2f}, p90 {rtt['p90_ms']:.2f}); "
         f"snapshot p50/p99 {p50:.1f} / {p99:.1f} ms ({len(client)} COMPLETE, {failed} not); "
         f"p99 = {p99 / rtt['median_ms']:.1f} round trips (goal <= {GOAL_RTTS:g}); load errors {stats['errors']}")
-    return {"host_rtt_ms": rtt["median_ms"], "p50": p50, "p99": p99, "complete": len(client), "failed": failed}
+    return {"host_rtt_ms": rtt["median_ms"], "p50": p50, "p99": p99, "complete": len(client), "failed": failed,
+            **extra}
 
 
 def measure(peak_per_s: float, say: Callable[[str], None], *, snapshots: int = SNAPSHOTS,
@@ -110,6 +123,41 @@ def measure(peak_per_s: float, say: Callable[[str], None], *, snapshots: int = S
     first = "classic" if "classic" in modes else modes[0]
     for key in ("host_rtt_ms_5ms", "snapshot_p50_ms_8n_hosts_5ms", "snapshot_p99_ms_8n_hosts_5ms",
                 "snapshot_p99_over_host_rtt_8n_hosts_5ms"):
+        out[key] = out[f"{key}_{first}"]
+    return out
+
+
+UTIL_FIGURES = ("cpu_busy", "pace_per_s", *utilisation.RUNQ_FIGURES, "trigger_to_cut_p99_ms",
+                "trigger_to_last_cut_p99_ms", "last_cut_to_complete_p99_ms")
+
+
+def util_keys(target: float = UTIL_TARGET) -> tuple[str, ...]:
+    suffix = f"8n_hosts_5ms_{utilisation.util_suffix(target)}"
+    names = (f"host_rtt_ms_5ms_{utilisation.util_suffix(target)}", f"snapshot_p50_ms_{suffix}",
+             f"snapshot_p99_ms_{suffix}", f"snapshot_p99_over_host_rtt_{suffix}")
+    per_mode = (*names, f"snapshots_not_complete_{suffix}", *(f"{k}_{suffix}" for k in UTIL_FIGURES))
+    return (*names, *(f"{n}_{m}" for m in MODES for n in per_mode))
+
+
+def measure_util(start_per_s: float, say: Callable[[str], None], *, target: float = UTIL_TARGET,
+                 snapshots: int = SNAPSHOTS, modes: tuple[str, ...] = MODES, run=run_mode) -> dict[str, float]:
+    """The phase on hosts paced to a measured utilisation (`target`), as bench/results.json keys;
+    the search starts at `start_per_s` (`run` measures one mode, `run_mode`'s arguments)."""
+    util = utilisation.util_suffix(target)
+    suffix = f"8n_hosts_5ms_{util}"
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="snapmesh-bench-hosts-util-") as tmp:
+        for mode in modes:
+            f = run(Path(tmp), mode, start_per_s, say, snapshots, target)
+            out[f"host_rtt_ms_5ms_{util}_{mode}"] = f["host_rtt_ms"]
+            out[f"snapshot_p50_ms_{suffix}_{mode}"] = f["p50"]
+            out[f"snapshot_p99_ms_{suffix}_{mode}"] = f["p99"]
+            out[f"snapshots_not_complete_{suffix}_{mode}"] = f["failed"]
+            out[f"snapshot_p99_over_host_rtt_{suffix}_{mode}"] = f["p99"] / f["host_rtt_ms"]
+            out.update({f"{k}_{suffix}_{mode}": f[k] for k in UTIL_FIGURES})
+    first = "classic" if "classic" in modes else modes[0]
+    for key in (f"host_rtt_ms_5ms_{util}", f"snapshot_p50_ms_{suffix}", f"snapshot_p99_ms_{suffix}",
+                f"snapshot_p99_over_host_rtt_{suffix}"):
         out[key] = out[f"{key}_{first}"]
     return out
 

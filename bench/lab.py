@@ -25,6 +25,7 @@ from bench.calls import DEADLINE_S, INITIAL_BALANCE, latency_run
 from bench.loadgen import LoadGen
 from bench.observe import Observer, Sample, Window, cpu_s, window_between
 from bench.report import Markers
+from bench.utilisation import runq_wait_ns
 from snapmesh.checking.scrape import largest
 from snapmesh.checking.snapshots import duration_s
 from snapmesh.processes.supervisor import Cluster
@@ -140,6 +141,7 @@ class Mesh:
             raise
         self.nodes = nodes
         self.statuses: dict[str, int] = {}  # snapshot id -> status, of every snapshot seen finished
+        self.complete: list[pb.Snapshot] = []  # every COMPLETE snapshot of a latency run, with its statistics
 
     def close(self) -> None:
         self.channel.close()
@@ -174,8 +176,14 @@ class Mesh:
 
     # -- snapshots
 
-    def latency_run(self, count: int, cap_s: float):
-        return latency_run(self.controller, count, cap_s, self.statuses)
+    def latency_run(self, count: int, cap_s: float, *, broadcast: bool = False):
+        return latency_run(self.controller, count, cap_s, self.statuses, self.complete, broadcast=broadcast)
+
+    def runq(self) -> dict[str, int]:
+        """Each process's run-queue wait so far (ns; bench.utilisation), by node id and "controller"."""
+        pids = {n: self.cluster.node_pid(n) for n in self.cluster.node_ids}
+        pids["controller"] = self.cluster.controller_pid
+        return {name: runq_wait_ns(pid) for name, pid in pids.items()}
 
     def finished(self, ids: list[str]):
         return finished(self.controller, ids, self.statuses)
@@ -244,3 +252,9 @@ class Lab:
         from bench import hosts
 
         return hosts.measure(peak_per_s, say, snapshots=snapshots)
+
+    def hosts_util(self, start_per_s: float, say, snapshots: int) -> dict[str, float]:
+        """The phase on hosts paced to a measured utilisation (bench.hosts.measure_util)."""
+        from bench import hosts
+
+        return hosts.measure_util(start_per_s, say, snapshots=snapshots)

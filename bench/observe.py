@@ -29,7 +29,7 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
 
 
-def _machine_busy_s() -> float:
+def machine_busy_s() -> float:
     """CPU seconds the whole machine spent not idle (all cores)."""
     values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     idle = values[3] + values[4]  # idle, iowait
@@ -81,7 +81,7 @@ class Observer:
             "loadgen": cpu_s(self.loadgen.pid),
             "bench": cpu_s(os.getpid()),
         }
-        return Sample(time.perf_counter(), totals, cpu, _machine_busy_s())
+        return Sample(time.perf_counter(), totals, cpu, machine_busy_s())
 
     def window(self, seconds: float, *, snapshot_every: float = 0.0, controller=None) -> Window:
         start = self.sample()

@@ -24,49 +24,30 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.calls import paced_callers
+from bench import util_phase
 from bench.lab import BATCH, Lab, p99
-from bench.observe import Window, busy_fraction
-from bench.report import Latency, Results, p50_p99
+from bench.observe import Window
+from bench.phase_kit import (PHASES, Phase, Run, Settings, ab, closing, eight_node_suffix, latencies, paced_latency,
+                             phase, ramp)
+from bench.utilisation import RUNQ_FIGURES
 
-
-@dataclass(frozen=True)
-class Settings:
-    """How long and how hard each phase measures."""
-
-    ramp_callers: tuple[int, ...]  # concurrent callers per node, in ramp order
-    window_s: float  # one measurement window
-    ab_pairs: int  # A (no snapshots) / B (a snapshot every 100 ms) window pairs
-    latency_snapshots: int  # per cluster size and load, back to back with wait=true
-    latency_cap_s: float  # ... or fewer, if they take longer than this in all
-    drain_cap_s: float  # longest wait for the controller to go idle after a B window
-    ramp_growth: float = 1.05  # a step that beats the best so far by less than 5% does not count as growth
-    ramp_patience: int = 2  # the ramp ends after this many steps in a row without growth
-    settle_s: float = 1.5  # after a load change, before a window opens
-    snapshot_every_s: float = 0.1
-    latency_fractions: tuple[float, ...] = (0.25, 0.5)  # paced load, as fractions of the 4-node peak
-    node_rtt_calls: int = 100
-    node_rtt_gap_s: float = 0.01
-    large_mesh: int = 32  # nodes of the light-load latency phase (0: skip it)
-    startup_timeout: float | None = None  # None: the supervisor's
-
+__all__ = ["PHASES", "Phase", "Run", "Settings", "util_phase"]  # tests and benches reach these through here
 
 CLUSTER = Settings(ramp_callers=(1, 2, 4, 8, 16, 32), window_s=4.0, ab_pairs=5, latency_snapshots=50,
                    latency_cap_s=20.0, drain_cap_s=30.0)
 OVERTAKE = Settings(ramp_callers=(4, 16), window_s=3.0, ab_pairs=2, latency_snapshots=30, latency_cap_s=15.0,
                     drain_cap_s=20.0, startup_timeout=120)
 SMOKE = dict(ramp_callers=(4,), window_s=0.5, ab_pairs=1, latency_snapshots=3, latency_cap_s=5.0, drain_cap_s=5.0,
-             settle_s=0.3, node_rtt_calls=5, large_mesh=0)
+             settle_s=0.3, node_rtt_calls=5, large_mesh=0, util_search_steps=2)
 
 MARKS = (2_000, 20_000)  # flow-control marks: the nodes' default, and the one before it
 # The 8-node paced phases: (fraction of the 4-node peak, mode, flow-control mark or None for the default).
@@ -74,150 +55,6 @@ EIGHT_NODES = ((0.5, "classic", None), (0.5, "overtake", None), (0.5, "overtake"
                (0.25, "classic", None), (0.25, "overtake", None))
 MODES = ("classic", "overtake")
 LOOPS = ("asyncio", "uvloop")  # SNAPMESH_EVENT_LOOP values, measured side by side
-
-
-@dataclass
-class Run:
-    """One run of a phase set: what its phases share."""
-
-    settings: Settings
-    lab: Any  # bench.lab.Lab, or a test's stand-in
-    say: Callable[[str], None]
-    out: dict[str, float] = field(default_factory=dict)  # bench/results.json keys
-    results: Results = field(default_factory=Results)  # the cluster table
-    peak_rate: float | None = None  # the 4-node peak (transfers/s): the ramp's best window
-    status: int = 0  # the bench's exit status
-
-    @property
-    def peak(self) -> float:
-        if self.peak_rate is None:
-            raise RuntimeError("this phase paces at a fraction of the 4-node peak: run the ramp or give --peak")
-        return self.peak_rate
-
-
-@dataclass(frozen=True)
-class Phase:
-    name: str
-    keys: tuple[str, ...]  # the bench/results.json keys it writes (when it completes)
-    run: Callable[[Run], None]
-
-
-PHASES: dict[str, Phase] = {}
-
-
-def phase(name: str, keys: tuple[str, ...] = ()) -> Callable[[Callable[[Run], None]], Callable[[Run], None]]:
-    def register(fn: Callable[[Run], None]) -> Callable[[Run], None]:
-        PHASES[name] = Phase(name, tuple(keys), fn)
-        return fn
-
-    return register
-
-
-# ------------------------------------------------------------------ steps shared by phases
-
-
-def ramp(run: Run, mesh, log: str = "") -> None:
-    """More concurrent callers (closed loop) until the achieved rate stops growing;
-    the best window is the 4-node peak."""
-    s, r = run.settings, run.results
-    best, flat = 0.0, 0
-    for callers in s.ramp_callers:
-        mesh.load(callers, settle_s=s.settle_s)
-        window = mesh.window(s.window_s)
-        r.ramp.append((callers, window))
-        run.say(f"  ramp{log}: {callers} callers/node -> {window.received_per_s:,.0f} transfers/s, "
-                f"{window.cpu_us_per_transfer:.1f} µs CPU per transfer ({window.machine_cores:.2f} cores busy)")
-        if r.peak is None or window.received_per_s > r.peak.received_per_s:
-            r.peak, r.peak_callers = window, callers
-        if window.received_per_s < best * s.ramp_growth:
-            flat += 1
-            if flat == s.ramp_patience:
-                break  # stopped growing
-        else:
-            flat = 0
-        best = max(best, window.received_per_s)
-    run.peak_rate = r.peak.received_per_s
-
-
-@dataclass
-class AB:
-    pairs: list[tuple[Window, Window]]
-    drain_s: list[float]
-    durations: list[float]  # controller-side, of the B snapshots that completed
-    in_flight: list[int]
-    failed: int
-    running: int
-
-    @property
-    def ratio(self) -> float:
-        """The mean of the per-pair rate ratios, with snapshots / without."""
-        return statistics.mean(b.received_per_s / a.received_per_s for a, b in self.pairs)
-
-
-def ab(run: Run, mesh, callers: int, label: str = "") -> AB:
-    """A/B at one offered load: A without snapshots, B with one every 100 ms. After
-    each B the controller still persists what finished; wait for it, so no window
-    pays for the previous one's snapshots."""
-    s = run.settings
-    mesh.load(callers, settle_s=s.settle_s)
-    pairs, drains, ids = [], [], []
-    for _ in range(s.ab_pairs):
-        a = mesh.window(s.window_s)
-        b = mesh.window(s.window_s, snapshot_every=s.snapshot_every_s)
-        pairs.append((a, b))
-        ids += b.snapshots
-        drains.append(mesh.wait_controller_idle(s.drain_cap_s))
-        run.say(f"  A/B{label}: {a.received_per_s:,.0f} / {b.received_per_s:,.0f} transfers/s "
-                f"({len(b.snapshots)} snapshots; controller busy {drains[-1]:.1f}s after)")
-    mesh.load(0)
-    durations, in_flight, failed, running = mesh.finished(ids)
-    return AB(pairs, drains, durations, in_flight, failed, running)
-
-
-def latencies(run: Run, mesh) -> None:
-    """Back-to-back snapshot latency at each paced fraction of the 4-node peak (table rows)."""
-    s = run.settings
-    for fraction in s.latency_fractions:
-        rate = fraction * run.peak
-        mesh.load(paced_callers(mesh.nodes), rate=rate, settle_s=s.settle_s)
-        start = mesh.sample()
-        client, server, failed, in_flight = mesh.latency_run(s.latency_snapshots, s.latency_cap_s)
-        window = mesh.window_since(start)
-        run.results.latency.append(Latency(mesh.nodes, fraction, client, server, failed, in_flight, window))
-        run.say(f"  latency, {mesh.nodes} nodes, offered {rate:,.0f}/s, achieved {window.received_per_s:,.0f}/s: "
-                f"{len(client)} COMPLETE, {failed} not; client p50/p99 {p50_p99(client)} ms")
-
-
-def paced_latency(
-    run: Run, mesh, rate: float, *, probe: bool = True
-) -> tuple[float, int, int, float, float, float, float]:
-    """At a paced load: client-side snapshot p99 (ms), how many COMPLETE, how many
-    not; with `probe`, the p99 (ms) of one node round trip under the same load (else
-    NaN); the fraction of the machine busy while the snapshots ran; with `probe`, the
-    machine's CPU µs per transfer and the channel frames per transfer in a window
-    before them (else NaN)."""
-    s = run.settings
-    mesh.load(paced_callers(mesh.nodes), rate=rate, settle_s=s.settle_s)
-    before = mesh.window(s.window_s) if probe else None
-    cpu_us = before.cpu_us_per_transfer if before else float("nan")
-    frames = before.frames_per_s / before.received_per_s if before and before.received_per_s else float("nan")
-    node_rtt = mesh.node_rtt_p99(s.node_rtt_calls, s.node_rtt_gap_s) if probe else float("nan")
-    start = mesh.sample()
-    client, _, failed, _ = mesh.latency_run(s.latency_snapshots, s.latency_cap_s)
-    busy = busy_fraction(start, mesh.sample())
-    mesh.load(0)
-    return p99(client), len(client), failed, node_rtt, busy, cpu_us, frames
-
-
-def closing(run: Run, mesh) -> None:
-    """After a cluster-table mesh: the load stopped, its errors and its markers kept."""
-    mesh.load(0)
-    run.results.gen_errors += mesh.gen_errors()
-    run.results.markers.append(mesh.markers())
-
-
-def eight_node_suffix(fraction: float, mode: str, mark: int | None) -> str:
-    return f"8n_{fraction * 100:.0f}pct_{mode}" + (f"_mark{mark}" if mark else "")
 
 
 # ------------------------------------------------------------------ the phases
@@ -298,8 +135,27 @@ def _hosts(run: Run) -> None:
     run.out.update(run.lab.hosts(run.peak, run.say, snapshots=run.settings.latency_snapshots))
 
 
+def _hosts_util_keys() -> tuple[str, ...]:
+    from bench.hosts import util_keys
+
+    return util_keys()
+
+
+@phase("hosts_util", keys=_hosts_util_keys())
+def _hosts_util(run: Run) -> None:
+    """The phase on hosts again, paced to a measured utilisation of 0.5 (bench.hosts.measure_util)."""
+    if problem := run.lab.missing_rights():
+        print(f"bench cluster: the phase on hosts {problem}", file=sys.stderr)
+        run.status = 2
+        return
+    start = 0.1 * run.peak_rate if run.peak_rate else util_phase.START_RATE
+    run.say(" 8 nodes on hosts, 5 ms one way, paced to a measured utilisation of 50%")
+    run.out.update(run.lab.hosts_util(start, run.say, snapshots=run.settings.latency_snapshots))
+
+
 @phase("modes4", keys=(
     "cluster_rate_4n", "cluster_rate_4n_over_raw_batched", "cpu_us_per_transfer_4n_peak", "cpu_busy_4n_peak",
+    "frames_per_transfer_4n_peak",
     *(f"{k}_{m}" for m in MODES for k in ("overhead_ratio_100ms", "controller_p99_ms_100ms",
                                           "snapshots_not_complete_100ms")),
     "controller_p99_ms_100ms"))
@@ -316,6 +172,8 @@ def _modes4(run: Run) -> None:
                 out["cluster_rate_4n"] = peak.received_per_s
                 out["cpu_us_per_transfer_4n_peak"] = peak.cpu_us_per_transfer
                 out["cpu_busy_4n_peak"] = peak.machine_cores / (os.cpu_count() or 1)
+                out["frames_per_transfer_4n_peak"] = (
+                    peak.frames_per_s / peak.received_per_s if peak.received_per_s else float("nan"))
                 raw = out.get("raw_batched_stream_msgs_per_s") or run.results.raw.get("stream_batched_per_s")
                 if raw:
                     out["cluster_rate_4n_over_raw_batched"] = peak.received_per_s / raw
@@ -331,7 +189,8 @@ def _modes4(run: Run) -> None:
 
 @phase("paced8", keys=(
     *(f"{k}_{eight_node_suffix(*p)}" for p in EIGHT_NODES
-      for k in ("snapshot_p99_ms", "node_rtt_p99_ms", "cpu_busy", "cpu_us_per_transfer", "frames_per_transfer")),
+      for k in ("snapshot_p99_ms", "node_rtt_p99_ms", "cpu_busy", "cpu_us_per_transfer", "frames_per_transfer",
+                *RUNQ_FIGURES)),
     "cpu_us_per_transfer_8n_25pct", "cpu_us_per_transfer_8n_25pct_frame_floor", "snapshot_p99_ms_8n_50pct_overtake_mark2000",
     "snapshot_p99_over_unary_p99_overtake", "snapshot_p99_over_node_rtt_p99_overtake"))
 def _paced8(run: Run) -> None:
@@ -343,7 +202,7 @@ def _paced8(run: Run) -> None:
         run.say(f" 8-node mesh, {mode}, mark {mark or MARKS[0]}, paced {rate:,.0f}/s "
                 f"({fraction:.0%} of the 4-node peak)")
         with run.lab.mesh(8, mode=mode, mark=mark, startup_timeout=run.settings.startup_timeout) as mesh:
-            snapshot_p99, done, failed, node_rtt, busy, cpu_us, frames = paced_latency(run, mesh, rate)
+            snapshot_p99, done, failed, node_rtt, busy, cpu_us, frames, runq = paced_latency(run, mesh, rate)
         run.say(f"  snapshot p99 {snapshot_p99:.1f} ms ({done} COMPLETE, {failed} not); node round trip p99 "
                 f"{node_rtt:.1f} ms; machine {busy:.0%} busy; {cpu_us:.1f} µs CPU per transfer before")
         suffix = eight_node_suffix(fraction, mode, mark)
@@ -352,6 +211,7 @@ def _paced8(run: Run) -> None:
         out[f"cpu_busy_{suffix}"] = busy
         out[f"cpu_us_per_transfer_{suffix}"] = cpu_us
         out[f"frames_per_transfer_{suffix}"] = frames
+        out.update({f"{k}_{suffix}": v for k, v in runq.items()})
     # The issue's figure: 8 nodes paced at 25% of the 4-node peak, overtake mode (the
     # controller_p99_ms_100ms convention); the classic one is beside it.
     out["cpu_us_per_transfer_8n_25pct"] = out["cpu_us_per_transfer_8n_25pct_overtake"]
@@ -417,8 +277,8 @@ def _loops(run: Run) -> None:
 
 
 PHASE_SETS: dict[str, tuple[str, ...]] = {
-    "cluster": ("baseline", "mesh4", "mesh8", "table", "hosts"),
-    "overtake": ("raw", "modes4", "paced8", "large", "loops"),
+    "cluster": ("baseline", "mesh4", "mesh8", "table", "hosts", "hosts_util"),
+    "overtake": ("raw", "modes4", "paced8", "util8", "large", "loops"),
 }
 SETTINGS = {"cluster": CLUSTER, "overtake": OVERTAKE}
 

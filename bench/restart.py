@@ -88,6 +88,9 @@ def write_history(data: Path, transfers: int, segment_records: int) -> tuple[Pat
                 os.replace(seg_dir / wal.active_name("p1"), seg_dir / wal.sealed_name("p1", first))
                 first = effect.next_lsn
                 active = open(seg_dir / wal.active_name("p1"), "w")
+                line = encoder.record(effect.checkpoint)  # the checkpoint opens the next segment
+                active.write(line)
+                single.write(line)
 
     for i in range(1, transfers + 1):
         node.transfer("p2", 1)

@@ -27,7 +27,7 @@ def no_complete_case(last_complete: str, started: str, eval_time: str, fires: st
     `fires`: how long ago the description says (None: the alert must not fire)."""
     description = (f"No snapshot has completed for {fires} (since the newest COMPLETE one, or since the "
                    "controller started if it has none). Without a recent snapshot a restore loses more; check "
-                   "the controller's log and snapmesh_snapshots_total{status=\"failed\"}.")
+                   "the controller's log and snapmesh_snapshots_total{status=\"FAILED\"}.")
     expected = [{"exp_labels": {"severity": "warning"},
                  "exp_annotations": {"summary": "No COMPLETE snapshot for 10 minutes", "description": description}}]
     expected = expected if fires else []

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import phases
+from bench import hosts, phases, util_phase
 from bench.observe import Sample, Window
 from bench.report import Markers
+from bench.utilisation import RUNQ_FIGURES
+from snapmesh.v1 import snapmesh_pb2 as pb
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -57,6 +59,12 @@ FRAME_KEYS = {  # new: channel frames per transfer, and what the raw stream cost
     *(f"frames_per_transfer_8n_{p}" for p in ("25pct_classic", "25pct_overtake", "50pct_classic",
                                               "50pct_overtake", "50pct_overtake_mark20000")),
 }
+UTIL_KEYS = {  # new (issue 35): the phase paced to a measured utilisation, run-queue waits beside paced8's
+    *util_phase.util_keys(), "frames_per_transfer_4n_peak",
+    *(f"{k}_8n_{p}" for k in RUNQ_FIGURES for p in ("25pct_classic", "25pct_overtake", "50pct_classic",
+                                                     "50pct_overtake", "50pct_overtake_mark20000")),
+}
+HOSTS_UTIL_KEYS = set(hosts.util_keys())  # new (issue 35): the phase on hosts at a measured utilisation of 0.5
 OTHER_BENCHES = {  # written by reconcile, store, controller and report, not by a phase set
     "controller_p99_ms_100ms", "controller_start_delay_p99_ms_100ms", "controller_recording_p99_ms_100ms",
     "controller_report_time_p99_ms_100ms", "controller_p50_ms_100ms", "controller_p99_over_unary_p99_100ms",
@@ -81,8 +89,10 @@ class FakeMesh:
     and a uvloop mesh is 1.25 times an asyncio one."""
 
     def __init__(self, lab: FakeLab, nodes: int, *, mode=None, mark=None, loop=None, startup_timeout=None) -> None:
-        self.lab, self.nodes, self.loop = lab, nodes, loop
+        self.lab, self.nodes, self.loop, self.mode = lab, nodes, loop, mode
         self.callers, self.rate, self.closed, self.triggered, self.samples = 0, 0.0, False, 0, 0
+        self.complete: list[pb.Snapshot] = []
+        self.runq_reads = 0
         lab.meshes.append(self)
 
     def __enter__(self) -> FakeMesh:
@@ -111,8 +121,17 @@ class FakeMesh:
     def window_since(self, start: Sample) -> Window:
         return _window(self._rate())
 
-    def latency_run(self, count: int, cap_s: float):
+    def latency_run(self, count: int, cap_s: float, *, broadcast: bool = False):
+        for _ in range(count):  # each node cut 1..N ms after the trigger, COMPLETE 3 ms after the last
+            stats = pb.SnapshotStats(end_to_end_duration_ms=self.nodes + 3.0, nodes=[
+                pb.NodeSnapshotStats(node_id=f"p{i}", start_delay_ms=float(i)) for i in range(1, self.nodes + 1)])
+            self.complete.append(pb.Snapshot(status=pb.Snapshot.COMPLETE, stats=stats))
         return [10.0] * count, [8.0] * count, 0, [1] * count
+
+    def runq(self) -> dict[str, int]:
+        self.runq_reads += 1  # every process waits 10 ms more at each read
+        return {**{f"p{i}": self.runq_reads * 10**7 for i in range(1, self.nodes + 1)},
+                "controller": self.runq_reads * 10**7}
 
     def finished(self, ids: list[str]):
         return [5.0] * len(ids), [1] * len(ids), 0, 0
@@ -154,6 +173,15 @@ class FakeLab:
 
         return hosts.measure(peak_per_s, say, snapshots=snapshots, run=run_mode)
 
+    def hosts_util(self, start_per_s: float, say, snapshots: int) -> dict[str, float]:
+        from bench import hosts
+
+        def run_mode(root, mode, rate, say, snapshots, target):
+            figures = {k: 0.5 for k in hosts.UTIL_FIGURES}
+            return {"host_rtt_ms": 10.0, "p50": 30.0, "p99": 40.0, "complete": snapshots, "failed": 0, **figures}
+
+        return hosts.measure_util(start_per_s, say, snapshots=snapshots, run=run_mode)
+
 
 def _run(set_name: str, lab: FakeLab | None = None, **kw) -> phases.Run:
     lab = lab or FakeLab()
@@ -170,13 +198,14 @@ def test_each_phase_set_writes_exactly_the_keys_its_phases_declare(set_name: str
 
 
 def test_the_sets_name_the_keys_bench_results_json_has_always_had_plus_the_event_loops() -> None:
-    assert phases.declared_keys("overtake") - OVERTAKE_BEFORE == EVENT_LOOP_KEYS | FRAME_KEYS
+    assert phases.declared_keys("overtake") - OVERTAKE_BEFORE == EVENT_LOOP_KEYS | FRAME_KEYS | UTIL_KEYS
     assert OVERTAKE_BEFORE - phases.declared_keys("overtake") == set()
-    assert phases.declared_keys("cluster") == CLUSTER_BEFORE
+    assert phases.declared_keys("cluster") == CLUSTER_BEFORE | HOSTS_UTIL_KEYS
     written = set(json.loads((REPO / "bench" / "results.json").read_text())) - {"date", "machine"}
     every_set = phases.declared_keys("overtake") | phases.declared_keys("cluster")
     assert written - every_set <= OTHER_BENCHES  # nothing in the file that no bench writes
-    assert (every_set - EVENT_LOOP_KEYS - FRAME_KEYS) - written == set()  # every key the sets wrote before is in the file
+    new = EVENT_LOOP_KEYS | FRAME_KEYS | UTIL_KEYS | HOSTS_UTIL_KEYS
+    assert (every_set - new) - written == set()  # every key the sets wrote before is in the file
 
 
 def test_the_event_loop_phase_puts_both_loops_side_by_side_as_a_ratio() -> None:
@@ -265,3 +294,28 @@ def test_the_frame_floor_is_the_frames_per_transfer_times_the_raw_cost_of_a_fram
     assert run.out["raw_cpu_us_per_frame_acked"] == 200.0
     assert run.out["frames_per_transfer_8n_25pct_overtake"] == pytest.approx(1 / 40)  # the stand-in's frames
     assert run.out["cpu_us_per_transfer_8n_25pct_frame_floor"] == pytest.approx(200.0 / 40)
+
+
+def test_the_utilisation_phase_writes_the_hop_split_and_run_queue_waits_of_each_variant() -> None:
+    lab = FakeLab()
+    run = _run("overtake", lab, only=("util8",))
+    assert set(run.out) == set(util_phase.util_keys())
+    assert [(m.nodes, m.mode) for m in lab.meshes] == [(8, "classic"), (8, "overtake"), (8, "hybrid"), (8, "overtake")]
+    assert "snapshot_p99_ms_8n_util80_hybrid" in run.out  # the issue's goal: <= classic's, <= overtake's x 1.2
+    for suffix in ("8n_util50_classic", "8n_util80_overtake_broadcast"):
+        assert run.out[f"trigger_to_last_cut_p99_ms_{suffix}"] == 8.0  # the stand-in's 8th node cut at 8 ms
+        assert run.out[f"trigger_to_cut_p99_ms_{suffix}"] == 8.0
+        assert run.out[f"last_cut_to_complete_p99_ms_{suffix}"] == 3.0
+        assert run.out[f"runq_wait_nodes_mean_{suffix}"] > 0  # 10 ms per read over one stand-in second
+    assert run.out["snapshot_p99_over_node_rtt_p99_8n_util50_overtake"] == 5.0  # 10 ms / 2 ms
+
+
+def test_the_phase_on_hosts_at_a_measured_utilisation_writes_the_issues_goal_key() -> None:
+    run = _run_no_mesh("cluster", only=("hosts_util",), peak=10_000.0)
+    assert set(run.out) == HOSTS_UTIL_KEYS
+    assert run.out["snapshot_p99_over_host_rtt_8n_hosts_5ms_util50"] == 4.0  # 40 ms over a 10 ms round trip
+    assert run.out["runq_wait_nodes_mean_8n_hosts_5ms_util50_overtake"] == 0.5
+
+
+def _run_no_mesh(set_name: str, **kw) -> phases.Run:
+    return phases.run_set(set_name, lambda text: None, lab=FakeLab(), **kw)

@@ -83,8 +83,8 @@ class _Reporter:
         message.cut_at_unix_ns = message.done_at_unix_ns = 0  # wall-clock times, not content
         self.kept.append((message.SerializeToString(deterministic=True), lsn))
 
-    def send(self, message, lsn: int) -> None:
-        self.kept.append(("send", message.snapshot_id))
+    def send(self, snapshot_id: str) -> None:
+        self.kept.append(("send", snapshot_id))
 
     def cancel(self, snapshot_id: str) -> None:
         self.kept.append(("cancel", snapshot_id))

@@ -101,12 +101,9 @@ def test_every_option_of_every_parser_has_help_text(name, module_name, argv):
 
 # The value names the commands share, by the type they parse; any other value has its own word.
 METAVARS = {int: "N", float: "S"}
-# `snapmesh node` is the node shell's (services/node/main.py), named by its own owner.
-OWN_WORDS = {"snapmesh node"}
 
 
-@pytest.mark.parametrize("name, module_name, argv", [e for e in entry_points() if e[0] not in OWN_WORDS],
-                         ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize("name, module_name, argv", entry_points(), ids=lambda v: v if isinstance(v, str) else None)
 def test_every_value_has_its_metavar_and_every_default_is_in_the_help(name, module_name, argv):
     from snapmesh.settings.argparsing import positive_float
 
@@ -127,4 +124,8 @@ def test_every_value_has_its_metavar_and_every_default_is_in_the_help(name, modu
         default = action.default
         if not (default is None or default is False or default == argparse.SUPPRESS) and "default" not in action.help:
             problems.append(f"{where} {flag}: its default {default!r} is not in its help")
+        elif not action.required and "default" not in (action.help or ""):  # None too: say what leaving it out means
+            problems.append(f"{where} {flag}: its help does not say what leaving it out means (no \"default\")")
+        if action.metavar == "S" and (kind is int or action.choices is not None):  # S is seconds everywhere
+            problems.append(f"{where} {flag}: S shown for a value that is not seconds")
     assert problems == [], "\n".join(problems)

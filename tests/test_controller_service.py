@@ -80,6 +80,17 @@ def test_get_cluster_names_every_node_with_its_addresses_and_every_channel(clust
     assert [(c.src, c.dst) for c in answer.channels] == list(cluster.config.topology.channels)
 
 
+def test_get_cluster_returns_the_snapshot_settings_the_controller_runs_with(cluster, stub):
+    answer = stub.GetCluster(pb.GetClusterRequest(), timeout=5)
+    settings = answer.settings
+    # The cluster file's deadline (60), classic mode, no --interval, no --keep, the default limit.
+    assert (settings.snapshot_mode, settings.deadline_s, settings.interval_s, settings.keep,
+            settings.max_concurrent_snapshots) == ("classic", 60.0, 0.0, 0, cluster.config.controller.max_concurrent_snapshots)
+    assert settings.max_concurrent_snapshots > 0
+    done = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30)
+    assert stub.GetCluster(pb.GetClusterRequest(), timeout=5).epoch == done.epoch >= 1
+
+
 def test_trigger_and_wait_returns_the_complete_snapshot_which_get_and_list_serve(stub):
     snapshot = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=30)
     assert snapshot.status == COMPLETE, snapshot.reason
@@ -139,7 +150,7 @@ def test_metrics_count_finished_snapshots_and_their_durations(cluster, stub):
     stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30)
     url = f"http://{cluster.config.controller.metrics_address}/metrics"
     text = urllib.request.urlopen(url, timeout=5).read().decode()
-    complete = next(line for line in text.splitlines() if line.startswith('snapmesh_snapshots_total{status="complete"}'))
+    complete = next(line for line in text.splitlines() if line.startswith('snapmesh_snapshots_total{status="COMPLETE"}'))
     assert float(complete.split()[-1]) >= 1
     assert "snapmesh_snapshot_duration_seconds_bucket" in text
     assert "snapmesh_snapshots_in_progress" in text
@@ -176,7 +187,7 @@ def test_a_complete_snapshot_carries_flink_style_stats_also_as_histograms(cluste
     for node, seconds in delays.items():  # the sum over every snapshot so far includes this one, in seconds
         assert seconds >= mine[node].start_delay_ms / 1e3 - 1e-9, (node, seconds)
         assert seconds < 60, f"{node}: {seconds} looks like milliseconds"
-    count = next(line for line in lines if line.startswith("snapmesh_snapshot_end_to_end_duration_seconds_count"))
+    count = next(line for line in lines if line.startswith('snapmesh_snapshot_duration_seconds_count{status="COMPLETE"}'))
     assert float(count.split()[-1]) >= 1
     last = next(line for line in lines if line.startswith("snapmesh_last_complete_snapshot_timestamp_seconds "))
     assert float(last.split()[-1]) >= snapshot.finished_at.ToNanoseconds() / 1e9 - 1e-3

@@ -58,7 +58,7 @@ REQUIRED_PANELS = [
 REQUIRED_ALERTS = {
     "SnapmeshNoCompleteSnapshot": "snapmesh_last_complete_snapshot_timestamp_seconds",
     "SnapmeshNodeDown": 'up{job="snapmesh-nodes"}',
-    "SnapmeshSnapshotsFailing": 'snapmesh_snapshots_total{status="failed"}',
+    "SnapmeshSnapshotsFailing": 'snapmesh_snapshots_total{status="FAILED"}',
     "SnapmeshFsyncSlow": "snapmesh_log_fsync_seconds_bucket",
 }
 

@@ -129,3 +129,24 @@ def test_the_demo_names_its_in_flight_snapshot_draws_it_and_screenshots_the_page
     # The page the screenshot shows lists that snapshot's transfers in flight, every one.
     assert (f"== page screenshots: {data_dir / 'ui.png'}, {data_dir / 'ui-snapshot.png'} "
             f"(snapshot {named[1]}: {named[2]} transfer(s) in flight on the page)") in out, out[-2000:]
+
+
+def test_the_demo_keeps_taking_snapshots_until_one_finds_money_in_flight(tmp_path):
+    """No snapshot in the timed part (one every 60 s, 1.5 s of load): only the extra
+    snapshots at the end can find money in flight, and one of them must."""
+    import re
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "snapmesh.cli", "demo", "--duration", "1.5", "--snapshot-every", "60", "--seed", "7",
+         "--skip-reconcile", "--data-dir", str(tmp_path / "demo")],
+        capture_output=True, text=True, timeout=120,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    assert "no snapshot found money in flight yet: up to 20 more, each with a burst" in out, out
+    named = re.search(r"^== money in flight: snapshot (\S+) recorded (\d+) transfer\(s\)", out, re.M)
+    assert named and int(named[2]) > 0, out
+    tables = re.findall(r"^  \+-- snapshot (\S+) ", out, re.M)
+    assert 1 <= len(tables) <= 20 and tables[-1] == named[1], tables  # it stopped at the first that found some

@@ -19,6 +19,7 @@ import pytest
 from snapmesh.protocol import controller, link, recovery, requests, restoregate, retention, tracker
 from snapmesh.protocol import controller_journal as journal
 from snapmesh.protocol import node as node_mod
+from snapmesh.protocol import node_steps
 from snapmesh.sim import cli, fuzz
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -277,10 +278,10 @@ def _controller_admits_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller machine starts a snapshot past its admission limit (A1)."""
     trigger = controller.Controller.trigger
 
-    def broken(self, *args):
+    def broken(self, *args, **kwargs):
         limit, self.max_concurrent = self.max_concurrent, 0
         try:
-            return trigger(self, *args)
+            return trigger(self, *args, **kwargs)
         finally:
             self.max_concurrent = limit
 
@@ -340,8 +341,8 @@ def _controller_starts_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
     in between leaves a node recording a snapshot the restarted controller never heard of)."""
     trigger = controller.Controller.trigger
 
-    def broken(self, *args):
-        snapshot = trigger(self, *args)
+    def broken(self, *args, **kwargs):
+        snapshot = trigger(self, *args, **kwargs)
         records = [e for e in self._effects if isinstance(e, controller.Journal)]
         self._effects = [e for e in self._effects if not isinstance(e, controller.Journal)] + records
         return snapshot
@@ -364,11 +365,31 @@ def _controller_finishes_before_durable(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(controller.Controller, "_finished", broken)
 
 
+def _reply_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node machine answers a client before the answer's record is durable (node
+    rule N11): a crash then takes back a transfer the client was told is paid."""
+    monkeypatch.setattr(node_steps.NodeSteps, "_wait_or_reply", lambda self, waiting: self._reply(waiting))
+
+
+def _report_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node machine says "send" for a finished part before the records it rests on
+    are durable (node rule N2): a crash could keep the report and lose its marker_recv."""
+    drain = node_mod.Node._drain
+
+    def broken(self, *args, **kwargs):
+        drain(self, *args, **kwargs)
+        self._reports = [(0, sid) for _, sid in self._reports]  # due at the next durable(), whatever its lsn
+
+    monkeypatch.setattr(node_mod.Node, "_drain", broken)
+
+
 MUTATIONS = {
     "controller-start-before-durable": _controller_starts_before_durable,
     "controller-finish-before-durable": _controller_finishes_before_durable,
     "controller-retention-off-by-one": _retention_keeps_one_too_few,
     "controller-retention-protect": _retention_forgets_the_restored,
+    "node-reply-before-durable": _reply_before_durable,
+    "node-report-before-durable": _report_before_durable,
     "controller-restore-plan": _restore_plan_drops_a_transfer,
     "controller-overtake-merge": _tracker_forgets_overtaken,
     "controller-stale-report": _controller_takes_stale_reports,

@@ -24,6 +24,7 @@ from cluster_helpers import check_against_logs, controller_stub, poll
 from snapmesh.hosts import net, plan
 from snapmesh.hosts.cluster import HostsCluster
 from snapmesh.hosts.plan import Bench, PlanError
+from snapmesh.processes.cluster_admin import running_launcher
 from snapmesh.bank.load import BackgroundLoad
 from snapmesh.settings.security import load_tls_dir
 from snapmesh.checking.node_logs import money_check, read_logs
@@ -268,8 +269,11 @@ def test_ctrl_c_on_cluster_up_hosts_tls_stops_everything_and_removes_the_network
         pids = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
                                                text=True).stdout.split()]
         assert len(pids) == 3
+        # it holds D/cluster.pid as `cluster up` does: `cluster status/down --data-dir D` find it
+        assert running_launcher(tmp_path) == proc.pid
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
+        assert running_launcher(tmp_path) is None
     finally:
         proc.kill()
         proc.wait()

@@ -113,18 +113,24 @@ def test_the_docs_table_is_exactly_what_the_processes_export(activity):
 
 def test_durations_are_seconds_and_counters_total(activity):
     for process in ("controller", "node"):
-        for name, (kind, _labels) in families(activity[process]).items():
+        for name, (kind, labels) in families(activity[process]).items():
             assert not re.search(r"_ms($|_)", name), f"{process}: {name} is in milliseconds"
             if kind == "counter":
                 assert name.endswith("_total"), name
+            # One label name per idea: a gRPC status is `grpc_code` everywhere (grpc_server_handled_total's).
+            assert "code" not in labels, f"{process}: {name} labels a gRPC status `code`, not `grpc_code`"
         assert "_created" not in activity[process]
     snapshot, text = activity["snapshot"], activity["controller"]
     for stats in snapshot.stats.nodes:  # the first snapshot: each node's one observation, in seconds
         observed = value(text, "snapmesh_snapshot_start_delay_seconds_sum", node=stats.node_id)
         assert observed == pytest.approx(stats.start_delay_ms / 1e3), stats.node_id
         assert value(text, "snapmesh_snapshot_start_delay_seconds_count", node=stats.node_id) == 1
-    assert value(text, "snapmesh_snapshot_end_to_end_duration_seconds_sum") == pytest.approx(
+    # One histogram of the snapshot's duration, labelled with its status as the API names it.
+    assert value(text, "snapmesh_snapshot_duration_seconds_sum", status="COMPLETE") == pytest.approx(
         snapshot.stats.end_to_end_duration_ms / 1e3)
+    assert value(text, "snapmesh_snapshot_duration_seconds_count", status="FAILED") == 0
+    assert "snapmesh_snapshot_end_to_end_duration_seconds" not in text
+    assert value(text, "snapmesh_snapshots_total", status="COMPLETE") == 1
     assert value(text, "snapmesh_stale_epoch_reports_refused_total") == 0
 
 
@@ -144,7 +150,7 @@ def test_grpc_server_metrics_per_method_and_code(activity):
     node = {"grpc_service": "snapmesh.v1.Node", "grpc_type": "unary", "grpc_method": "Transfer"}
     assert value(node_text, "grpc_server_handled_total", grpc_code="OK", **node) == 1
     assert value(node_text, "grpc_server_handled_total", grpc_code="INVALID_ARGUMENT", **node) == 1
-    assert value(node_text, "snapmesh_transfers_refused_total", node="p1", code="INVALID_ARGUMENT") == 1
+    assert value(node_text, "snapmesh_transfers_refused_total", node="p1", grpc_code="INVALID_ARGUMENT") == 1
     # The channel streams into p1 (from p2 and p3) are open bidirectional streams.
     stream = {"grpc_service": "snapmesh.v1.Node", "grpc_type": "bidi_stream", "grpc_method": "Channel"}
     assert value(node_text, "grpc_server_started_total", **stream) >= 2
@@ -167,7 +173,7 @@ def test_the_controllers_epoch_and_last_complete_snapshot_survive_a_restart(clus
     text = activity["controller"]
     assert value(text, "snapmesh_controller_epoch") == 1
     assert value(text, "snapmesh_last_complete_snapshot_timestamp_seconds") == pytest.approx(finished, abs=1e-3)
-    assert value(text, "snapmesh_restores_total", status="restored") == 0
+    assert value(text, "snapmesh_restores_total", status="RESTORED") == 0
     cluster.stop_controller()
     cluster.start_controller()
     text = scrape(cluster.config.controller.metrics_address)

@@ -17,7 +17,7 @@ import pytest
 from snapmesh.app import App, View, check_invariants
 from snapmesh.protocol import core, recovery, wal
 from snapmesh.protocol.node import Node, state_digest
-from snapmesh.protocol.node_effects import Ack, Append, Finished, Report, Transmit
+from snapmesh.protocol.node_effects import Ack, Append, Finished, Report, Seal, Transmit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import token_ring  # noqa: E402
@@ -33,6 +33,7 @@ class Mesh:
         self.logs: dict[str, list[wal.Record]] = {i: [] for i in IDS}
         self.wires: dict[tuple[str, str], list] = {}
         self.reports: dict[str, dict[str, core.FullState]] = {}
+        self.finished: dict[tuple[str, str], core.FullState] = {}  # (snapshot id, node) -> part, until Report
         self.nodes = {i: self.start(i) for i in IDS}
 
     def peers(self, me: str) -> tuple[str, ...]:
@@ -65,15 +66,20 @@ class Mesh:
                 node.durable(effect.record.lsn)  # every record durable at once: the disk is not the subject here
             elif isinstance(effect, Transmit):
                 self.wires.setdefault((me, effect.dst), []).append(effect.entries)
+            elif isinstance(effect, Seal):  # one segment here: its checkpoint is the next record
+                self.logs[me].append(effect.checkpoint)
+                node.durable(effect.checkpoint.lsn)
+            elif isinstance(effect, Finished):
+                self.finished[effect.state.snapshot_id, me] = effect.state
             elif isinstance(effect, Report):
-                self.reports.setdefault(effect.state.snapshot_id, {})[me] = effect.state
+                self.reports.setdefault(effect.snapshot_id, {})[me] = self.finished.pop((effect.snapshot_id, me))
             elif isinstance(effect, Ack):  # straight back to the sender (the ack's wire is not the subject)
                 sender = self.nodes.get(effect.src) if hasattr(self, "nodes") else None
                 if sender is not None:
                     sender.acked(me, effect.conn_no, effect.seq)
                     self.route(effect.src, sender)
-            elif not isinstance(effect, Finished):
-                assert type(effect).__name__ in ("Seal", "ReportCancelled"), effect
+            else:
+                assert type(effect).__name__ == "ReportCancelled", effect
 
     def deliver(self) -> bool:
         busy = [k for k, frames in self.wires.items() if frames]

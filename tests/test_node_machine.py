@@ -11,7 +11,7 @@ import pytest
 
 from snapmesh.protocol import core, link, overtake, recovery, wal
 from snapmesh.protocol.node import Node
-from snapmesh.protocol.node_effects import Accepted, Ack, Append, Report, Seal, Transmit
+from snapmesh.protocol.node_effects import Accepted, Ack, Append, Finished, Report, Seal, Transmit
 
 
 class Machines:
@@ -27,6 +27,8 @@ class Machines:
         self.wires: dict[tuple[str, str], list] = {}
         self.conn_nos: dict[tuple[str, str], int] = {}
         self.reports: list[core.FullState] = []
+        self.finished: dict[tuple[str, str], core.FullState] = {}  # (snapshot id, node) -> part, until Report
+        self.handed_out: list[Finished] = []
         self.nodes: dict[str, Node] = {}
         for n in self.ids:
             self.start(n)
@@ -61,13 +63,16 @@ class Machines:
             if isinstance(effect, Append):
                 self.logs[n][-1].append(effect.record)
             elif isinstance(effect, Seal):
-                self.logs[n].append([])
+                self.logs[n].append([effect.checkpoint])
             elif isinstance(effect, Transmit):
                 self.wires.setdefault((n, effect.dst), []).append(("data", effect.conn_no, effect.entries))
             elif isinstance(effect, Ack):
                 self.wires.setdefault((effect.src, n), []).append(("ack", effect.conn_no, effect.seq))
+            elif isinstance(effect, Finished):
+                self.finished[effect.state.snapshot_id, n] = effect.state
+                self.handed_out.append(effect)
             elif isinstance(effect, Report):
-                self.reports.append(effect.state)
+                self.reports.append(self.finished.pop((effect.snapshot_id, n)))
 
     def records(self, n: str) -> list[wal.Record]:
         return [r for seg in self.logs[n] for r in seg]

@@ -104,7 +104,7 @@ async def one_snapshot(tmp_path: Path, transfers_before: int) -> tuple[list[str]
     pending.load()
     sink = Sink()
     reporter = StateReporter(address="127.0.0.1:1", log_=log, metrics=NodeMetrics("p1"), options=[], pending=pending)
-    reporter.send = lambda message, lsn: sink.sent.append((message.snapshot_id, lsn))  # type: ignore[method-assign]
+    reporter._start = lambda message, lsn: sink.sent.append((message.snapshot_id, lsn))  # type: ignore[method-assign]
     node = Node(node_id="p1", incoming=("p2",), outgoing=(), recovered=recovered, now=0.0, wall=0.0)
     engine = Engine(node=node, log_=log, outgoing={}, incoming={"p2": IncomingChannel(src="p2", dst="p1")},
                     metrics=NodeMetrics("p1"), reporter=reporter)

@@ -226,7 +226,7 @@ def _controller_metric(cluster, line_start: str) -> float:
 
 def test_the_cli_and_the_refusals(cluster, history):
     target = history["snapshots"][-1]
-    restored = 'snapmesh_restores_total{status="restored"}'
+    restored = 'snapmesh_restores_total{status="RESTORED"}'
     before = _controller_metric(cluster, restored)
     run = subprocess.run(
         [sys.executable, "-m", "snapmesh.cli", "restore", "--yes", "--controller", cluster.controller_address,

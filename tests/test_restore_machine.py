@@ -12,6 +12,7 @@ import pytest
 from test_node_machine import Machines, kinds
 
 from snapmesh.protocol import core, recovery, wal
+from snapmesh.protocol.epochs import EpochFenced
 
 
 def _snapshot_with_one_in_flight(m: Machines) -> dict[str, core.FullState]:
@@ -114,6 +115,63 @@ def test_the_epoch_fence_refuses_older_calls_and_holds_newer_ones_until_restored
     assert client is not None and not client.stale and client.reason == "b is finishing a restore"
     b.restore(snapshot_id="s1", epoch=2, balance=parts["b"].balance, in_flight=[("a", "a:b:1", 1, 30)])
     assert b.fence(2, "channel a->b") is None and b.fence_clients() is None
+
+
+def test_the_events_that_carry_an_epoch_are_fenced_by_the_node_itself_and_change_nothing() -> None:
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    b = m.nodes["b"]
+    with pytest.raises(EpochFenced, match="b has not restored epoch 2 yet") as ahead:
+        b.start_snapshot("s2", epoch=2)
+    assert not ahead.value.stale
+    _restore_all(m, parts, epoch=2)
+    before = len(m.records("b"))
+    with pytest.raises(EpochFenced, match="snapshot s3 is from epoch 1; b is in epoch 2") as stale:
+        b.start_snapshot("s3", epoch=1)
+    assert stale.value.stale and not b.process.in_progress()
+    with pytest.raises(EpochFenced, match="channel a->b is from epoch 1") as stale:
+        b.opened("a", 7, epoch=1)
+    assert stale.value.stale and b.receivers["a"].conn_no != 7
+    with pytest.raises(EpochFenced, match="a restore for epoch 1 is stale") as stale:
+        b.restore(snapshot_id="s1", epoch=1, balance=parts["b"].balance, in_flight=[])
+    assert stale.value.stale
+    m.route("b")
+    assert len(m.records("b")) == before  # nothing logged for any of them
+    b.start_snapshot("s4", epoch=2)  # the node's own epoch goes through
+    assert "s4" in b.process.in_progress()
+
+
+def test_a_finished_part_is_handed_out_once_with_its_epoch_and_wall_times() -> None:
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    _restore_all(m, parts, epoch=2)
+    m.settle()
+    a, b = m.nodes["a"], m.nodes["b"]
+    a.tick(0.0, wall=1000.5)
+    a.start_snapshot("s2", epoch=2)
+    m.route("a")
+    b.tick(0.0, wall=1001.25)
+    m.settle()
+    finished = [e for e in m.handed_out if type(e).__name__ == "Finished" and e.state.snapshot_id == "s2"]
+    got = sorted((f.state.node_id, f.epoch, f.cut_at_ns, f.done_at_ns) for f in finished)
+    assert got == [("a", 2, 1000_500_000_000, 1000_500_000_000), ("b", 2, 1001_250_000_000, 1001_250_000_000)]
+    assert sorted(s.node_id for s in m.reports if s.snapshot_id == "s2") == ["a", "b"]  # sent once each
+
+
+def test_a_clients_step_while_a_restore_is_redone_is_refused_by_the_node() -> None:
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    _restore_all(m, parts, epoch=2)
+    m.durable["b"] = next(r.lsn for r in m.records("b") if isinstance(r, wal.Restore))  # the replay is lost
+    m.crash("b")
+    m.start("b")
+    b = m.nodes["b"]
+    before = (b.balance, b.last_lsn)
+    with pytest.raises(core.LocalProtocolError, match="b is finishing a restore") as refused:
+        b.transfer("a", 5, "r1")
+    assert refused.value.kind is core.Refusal.RESTORING and (b.balance, b.last_lsn) == before
+    b.restore(snapshot_id="s1", epoch=2, balance=parts["b"].balance, in_flight=[("a", "a:b:1", 1, 30)])
+    assert b.transfer("a", 5, "r1").balance == 75
 
 
 @pytest.mark.parametrize(

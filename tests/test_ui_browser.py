@@ -13,6 +13,7 @@ The tests run in file order and share the cluster: the last one stops its contro
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import signal
@@ -37,13 +38,15 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 
 DEADLINE_S = 8.0  # long enough to look at a snapshot held IN_PROGRESS, short enough to see it FAIL
+INTERVAL_S = 3600  # the controller's --interval: shown, never reached while the module runs
+KEEP = 500  # the controller's --keep
 ARTIFACTS = Path(os.environ.get("SNAPMESH_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts")) / "ui"
 
 
-def start_ui(controller: str, *extra: str) -> tuple[subprocess.Popen, str]:
+def start_ui(controller: str, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "snapmesh.cli", "ui", "--controller", controller, "--listen", "127.0.0.1:0", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
     line = proc.stdout.readline()
     assert line.startswith("ui: http://127.0.0.1:"), line + proc.stderr.read()
@@ -85,7 +88,9 @@ def browser():
 def env(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("ui-cluster")
     config = write_cluster(data_dir / "cluster.toml", nodes=4, data_dir=data_dir, deadline=DEADLINE_S)
-    with Cluster(config) as cluster:
+    # Settings the page must show as the controller runs with them (GetCluster): an interval
+    # too long to fire during the module, and a retention that keeps every file here.
+    with Cluster(config, controller_args=["--interval", str(INTERVAL_S), "--keep", str(KEEP)]) as cluster:
         # Snapshots with money in flight first: the workload's burst at each trigger.
         out = io.StringIO()
         summary = run_workload(cluster.controller_address,
@@ -149,6 +154,66 @@ def test_the_history_lists_the_controllers_snapshots_with_their_statuses(env, br
         "return Array.from(document.querySelectorAll('#timeline .strip a')).map(a => a.className)")
     assert boxes == [pb.Snapshot.Status.Name(s.status) for s in oldest_first], boxes
     shot(browser, "overview")
+
+
+def test_the_configuration_and_the_node_view_are_the_controllers_and_the_nodes(env, browser):
+    browser.get(env["url"])
+    settings = {r["data"]["setting"]: r["text"] for r in cells(browser, "#configuration dd")}
+    told = env["stub"].GetCluster(pb.GetClusterRequest(), timeout=5)
+    assert settings == {
+        "mode": "classic", "deadline": f"{DEADLINE_S:g} s", "interval": f"every {INTERVAL_S} s",
+        "retention": f"the files of the newest {KEEP} COMPLETE", "epoch": str(told.epoch),
+        "concurrency limit": f"{told.settings.max_concurrent_snapshots} in progress"}, settings
+    assert told.settings.deadline_s == DEADLINE_S and told.settings.interval_s == INTERVAL_S
+    cluster = env["cluster"]
+    rows = {r["data"]["node"]: r["cells"] for r in cells(browser, "#node-view tr[data-node]")}
+    assert {n: c[:4] for n, c in rows.items()} == {
+        n.id: [n.id, n.address, "yes", str(told.epoch)] for n in cluster.config.nodes}
+    # Every node reported to the workload's snapshots: its last report names one of them.
+    snaps = {s.snapshot_id for s in env["stub"].ListSnapshots(pb.ListSnapshotsRequest(), timeout=5).snapshots}
+    for node, row in rows.items():
+        assert row[4].endswith(")") and row[4].split("(")[-1].rstrip(")") in snaps, (node, row)
+    # The timeline: every bar spans its snapshot's duration on one axis (widths in proportion).
+    bars = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#timeline .strip a')).map(function(a){"
+        " return [a.dataset.snapshotId, Number(a.dataset.durationMs), a.getBoundingClientRect().width,"
+        "         a.parentElement.getBoundingClientRect().width]; })")
+    assert len(bars) >= 3
+    finished = [b for b in bars if b[1] > 0]
+    longest = max(finished, key=lambda b: b[1])
+    assert longest[2] > 3  # drawn to scale: the longest one is wider than the minimum sliver
+    ticks = cells(browser, "#timeline .axis span")
+    assert len(ticks) == 5 and all(t["text"].count(":") == 2 for t in ticks)
+    shot(browser, "configuration")
+
+
+def test_a_snapshots_page_links_its_neighbours_and_export_and_shows_its_restore_command(env, browser):
+    ordered = sorted(env["summary"].complete, key=lambda s: s.started_at.ToNanoseconds())
+    assert len(ordered) >= 3
+    middle = ordered[1]
+    browser.get(f"{env['url']}snapshot/{middle.snapshot_id}")
+    command = text(browser, "restore-command")
+    assert command == f"snapmesh restore --controller {env['cluster'].controller_address} {middle.snapshot_id}"
+    assert text(browser, "restore-refused") is None  # COMPLETE and conserved: the controller would take it
+    # previous/next: the snapshots started just before and after it, whatever else the controller listed
+    listed_ = sorted(env["stub"].ListSnapshots(pb.ListSnapshotsRequest(), timeout=5).snapshots,
+                     key=lambda s: (s.started_at.ToNanoseconds(), s.snapshot_id))
+    at = [s.snapshot_id for s in listed_].index(middle.snapshot_id)
+    # (links read by one script each: the page replaces its content every 2 s)
+    def follow(link_id: str) -> None:
+        browser.get(browser.execute_script("return document.getElementById(arguments[0]).href", link_id))
+
+    assert text(browser, "previous").endswith(listed_[at - 1].snapshot_id)
+    follow("next")
+    assert listed_[at + 1].snapshot_id in text(browser, "snapshot")
+    follow("previous")
+    assert middle.snapshot_id in text(browser, "snapshot")
+    # Its export: the file the controller wrote, byte for byte.
+    href = browser.execute_script("return document.getElementById('export').href")
+    code, body = http_get(href)
+    exported = env["cluster"].data_dir / "snapshots" / f"{middle.snapshot_id}.json"
+    assert code == 200 and body == exported.read_text(encoding="utf-8")
+    assert http_get(f"{env['url']}snapshot/no-such-id/export.json")[0] == 404
 
 
 def test_a_snapshot_with_money_in_flight_lists_those_transfers_and_the_totals_add_up(env, browser):
@@ -283,3 +348,49 @@ def test_a_tls_clusters_page_carries_no_token(tmp_path):
         assert code == 200 and done.snapshot_id in body
         assert "sekrit-token-24" not in body and "token" not in body.lower().replace("no token", "")
         assert "<form" not in body and "<button" not in body  # read-only: nothing to press
+
+
+def test_an_app_snapshots_page_and_snapshot_get_show_what_its_describe_returns(tmp_path, browser, monkeypatch):
+    """The token ring (examples/token_ring.py) on a real cluster: the page and `snapshot get`
+    load it from the snapshot's app spec, as a user's PYTHONPATH has it, and show its
+    invariant's verdict and its describe (where the token is) in place of the money lines."""
+    import grpc
+
+    from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(examples), os.environ.get("PYTHONPATH")])))
+    monkeypatch.syspath_prepend(str(examples))
+    from token_ring import where_tokens_are
+
+    from snapmesh.protocol.appstate import view_of
+
+    config = write_cluster(tmp_path / "cluster.toml", nodes=3, data_dir=tmp_path)
+    with Cluster(config, env=env, app="token_ring:app") as cluster:
+        holder = cluster.config.node("p1").address  # the smallest id holds the token first
+        with grpc.insecure_channel(holder) as channel:
+            reply = pb_grpc.NodeStub(channel).Submit(pb.SubmitRequest(command=b"pass"), timeout=10)
+        assert reply.reply == b"passed to p2", reply
+        channel, stub = controller_stub(cluster.controller_address)
+        with channel:
+            done = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p3", wait=True), timeout=30)
+        assert done.status == pb.Snapshot.COMPLETE and done.app.spec == "token_ring:app", done
+        token = json.dumps(where_tokens_are(view_of(done)), separators=(", ", ": "))
+        assert token in ('["at p2"]', '["in flight p1->p2 (seq 1)"]'), token
+        proc, url = start_ui(cluster.controller_address, "--data-dir", str(tmp_path), env=env)
+        try:
+            browser.get(f"{url}snapshot/{done.snapshot_id}")
+            [verdict] = [r["cells"] for r in cells(browser, "#invariants tr[data-invariant]")]
+            assert verdict == ["one token", "ok"]
+            assert [r["cells"] for r in cells(browser, "#described tr[data-key]")] == [["token", token]]
+            assert text(browser, "conservation") is None  # the bank's line is not an app's
+            states = {r["data"]["node"]: r["cells"][1] for r in cells(browser, "#nodes tr[data-node]")}
+            assert states == {n.node_id: str(len(n.state)) for n in done.nodes}  # state bytes, not a balance
+            shot(browser, "app-token-ring")
+        finally:
+            stop_ui(proc)
+        got = subprocess.run([sys.executable, "-m", "snapmesh.cli", "snapshot", "get", done.snapshot_id,
+                              "--controller", cluster.controller_address],
+                             capture_output=True, text=True, timeout=60, env=env)
+    assert got.returncode == 0, got.stderr
+    assert "one token  ok" in got.stdout and f"token  {token}" in got.stdout, got.stdout

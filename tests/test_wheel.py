@@ -1,18 +1,15 @@
-"""The wheel a user gets: built from a clean checkout (the
-files git would have: no generated snapmesh/v1, no .venv), with build isolation, so
+"""The wheel a user gets: built from a clean checkout, with build isolation, so
 the build itself must generate the protobuf code; installed into a fresh virtualenv
 with no extras; run from outside the checkout, as a user would.
 
-Speed: the wheel is built with --no-deps, and the fresh venv gets no pip of its own
-(this venv's pip installs into it); both use pip's cache (and PIP_FIND_LINKS when
-set). Needs the package index, or those wheels in a find-links directory."""
+The wheel is built once per run (tests/wheel_build.py, shared with
+tests/test_wheel_app.py). Needs the package index, or the dependencies' wheels in
+a find-links directory."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -20,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cluster_helpers import controller_stub
+from wheel_build import built_wheel, fresh_venv, user_env
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -27,37 +25,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def clean_checkout(into: Path) -> Path:
-    """The working tree's files git tracks or would track (not what .gitignore excludes)."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, listed):
-        source = ROOT / name
-        if source.is_file():
-            target = into / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(source.read_bytes())
-    assert not (into / "snapmesh" / "v1").exists()
-    return into
-
-
-def user_env() -> dict[str, str]:
-    """This environment without anything that points into the checkout."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(str(ROOT)))
-    return env
-
-
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     """A fresh virtualenv with the wheel installed; returns its bin/ directory."""
-    root = tmp_path_factory.mktemp("wheel")
-    source = clean_checkout(root / "src")
-    pip = [sys.executable, "-m", "pip"]
-    built = subprocess.run([*pip, "wheel", "-q", "--no-deps", "-w", str(root / "dist"), str(source)],
-                           capture_output=True, text=True, timeout=240)
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (root / "dist").glob("snapmesh-*.whl")
+    wheel = built_wheel(tmp_path_factory)
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         assert {"snapmesh/v1/snapmesh_pb2.py", "snapmesh/v1/snapmesh_pb2_grpc.py", "snapmesh/configs/local-4.toml"} <= names
@@ -65,13 +36,7 @@ def installed(tmp_path_factory) -> Path:
     assert metadata["License-Expression"] == "Apache-2.0"
     assert metadata.get_all("Project-URL") and metadata.get_all("Classifier")
     assert any("extra == \"png\"" in r and r.lower().startswith("cairosvg") for r in metadata.get_all("Requires-Dist"))
-
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
-    install = subprocess.run([*pip, "--python", str(venv / "bin" / "python"), "install", "-q",
-                              "-c", str(ROOT / "constraints.txt"), str(wheel)], capture_output=True, text=True, timeout=240)
-    assert install.returncode == 0, install.stderr
-    return venv / "bin"
+    return fresh_venv(wheel, tmp_path_factory.mktemp("wheel-venv") / "venv")
 
 
 def run(bin_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -97,6 +97,7 @@ class ControllerEngine:
         self.topology = tracker.topology
         self.nodes = list(tracker.topology.nodes)
         self.deadline_s = tracker.deadline_s
+        self.snapshot_mode = tracker.snapshot_mode  # as GetCluster reports it
         self.stubs: dict[str, pb_grpc.NodeStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._done: dict[str, asyncio.Future[pb.Snapshot]] = {}
@@ -194,8 +195,9 @@ class ControllerEngine:
 
     # -- events
 
-    async def trigger(self, initiator: str) -> pb.Snapshot:
-        """Start a snapshot at `initiator` (a node of the topology): journaled
+    async def trigger(self, initiator: str, *, broadcast: bool = False) -> pb.Snapshot:
+        """Start a snapshot at `initiator` (a node of the topology), or with
+        `broadcast` at every node (the machine's B1): journaled
         before StartSnapshot leaves and before this returns. Raises
         TooManySnapshots, changing nothing, at the admission limit (the machine's A1)."""
         now = self._clock()
@@ -204,7 +206,7 @@ class ControllerEngine:
         self._last_start = wall
         snapshot_id = new_snapshot_id(wall, os.urandom(4))
         try:
-            snapshot = self.machine.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall))
+            snapshot = self.machine.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall), broadcast=broadcast)
         except TooManySnapshots as exc:
             self.metrics.refused_triggers.inc()
             raise TooManySnapshots(
@@ -221,7 +223,7 @@ class ControllerEngine:
             self.machine.start_failed(snapshot_id, f"cannot journal the start: {exc}", self._clock())
             self.carry_out(self.machine.drain())
             raise
-        log.info("snapshot %s started at %s", snapshot_id, initiator)
+        log.info("snapshot %s started at %s", snapshot_id, "every node" if broadcast else initiator)
         return snapshot
 
     async def report(self, state: pb.FullState) -> None:
@@ -324,9 +326,7 @@ class ControllerEngine:
             self.carry_out(self.machine.drain())
 
     def _finished(self, snapshot: pb.Snapshot) -> None:
-        status = "complete" if snapshot.status == COMPLETE else "failed"
-        self.metrics.snapshots.labels(status=status).inc()
-        self.metrics.duration.observe(duration_s(snapshot))
+        self.metrics.finished(snapshot)
         self.metrics.in_progress.set(self.machine.in_progress)
         if snapshot.status == COMPLETE:
             self.metrics.observe(snapshot)

@@ -6,7 +6,10 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from snapmesh.protocol.tracker import duration_s
 from snapmesh.v1 import snapmesh_pb2 as pb
+
+FINISHED = ("COMPLETE", "FAILED")  # a finished snapshot's status, as the API names it
 
 
 class ControllerMetrics:
@@ -14,17 +17,25 @@ class ControllerMetrics:
     seconds; the per-node snapshot histograms carry a `node` label."""
 
     def __init__(self, registry: CollectorRegistry, nodes: Iterable[str] = ()) -> None:
+        # Status label values are the API's (Snapshot.Status, Restore.Status names), so a
+        # query and a GetSnapshot answer spell them alike.
         self.snapshots = Counter(
             "snapmesh_snapshots_total", "Finished snapshots by final status", ["status"], registry=registry
         )
-        for status in ("complete", "failed"):
+        for status in FINISHED:
             self.snapshots.labels(status=status)
+        # The one histogram of a snapshot's duration (0.1.0 also had an end-to-end one
+        # measuring the same thing); `status` keeps FAILED ones, which last until the
+        # deadline, out of the COMPLETE quantiles.
         self.duration = Histogram(
             "snapmesh_snapshot_duration_seconds",
-            "Time from trigger to COMPLETE or FAILED",
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            "Per finished snapshot: trigger to COMPLETE (the last report) or FAILED",
+            ["status"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
             registry=registry,
         )
+        for status in FINISHED:
+            self.duration.labels(status=status)
         self.in_progress = Gauge(
             "snapmesh_snapshots_in_progress", "Snapshots started and not yet finished", registry=registry
         )
@@ -55,10 +66,6 @@ class ControllerMetrics:
         for node in nodes:  # every node's series exists from the start (0 observations)
             for histogram in self._per_node:
                 histogram.labels(node)
-        self.end_to_end = Histogram(
-            "snapmesh_snapshot_end_to_end_duration_seconds", "Per COMPLETE snapshot: trigger to the last report",
-            buckets=seconds, registry=registry,
-        )
         self.state_size = Histogram(
             "snapmesh_snapshot_state_size_bytes", "Per COMPLETE snapshot: bytes of every report",
             buckets=(100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000), registry=registry,
@@ -77,7 +84,7 @@ class ControllerMetrics:
         self.restores = Counter(
             "snapmesh_restores_total", "Finished restores by outcome", ["status"], registry=registry
         )
-        for status in ("restored", "failed"):
+        for status in ("RESTORED", "FAILED"):
             self.restores.labels(status=status)
         self.refused_triggers = Counter(
             "snapmesh_snapshot_triggers_refused_total",
@@ -95,9 +102,14 @@ class ControllerMetrics:
             self.report_time.labels(node.node_id).observe(node.report_time_ms / 1e3)
             self.node_in_flight.labels(node.node_id).observe(node.in_flight_messages)
             self.node_in_flight_bytes.labels(node.node_id).observe(node.in_flight_bytes)
-        self.end_to_end.observe(stats.end_to_end_duration_ms / 1e3)
         self.state_size.observe(stats.state_size_bytes)
         self.completed_at(snapshot)
+
+    def finished(self, snapshot: pb.Snapshot) -> None:
+        """A snapshot COMPLETE or FAILED: counted and its duration observed, by status."""
+        status = pb.Snapshot.Status.Name(snapshot.status)
+        self.snapshots.labels(status=status).inc()
+        self.duration.labels(status=status).observe(duration_s(snapshot))
 
     def completed_at(self, snapshot: pb.Snapshot) -> None:
         """Move the last-COMPLETE time forward to `snapshot`'s finish (never back)."""
@@ -107,4 +119,4 @@ class ControllerMetrics:
             self.last_complete.set(finished)
 
     def restored(self, restore: pb.Restore) -> None:
-        self.restores.labels(status="restored" if restore.status == pb.Restore.RESTORED else "failed").inc()
+        self.restores.labels(status="RESTORED" if restore.status == pb.Restore.RESTORED else "FAILED").inc()

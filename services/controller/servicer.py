@@ -54,6 +54,7 @@ class ControllerService(pb_grpc.ControllerServicer):
     def __init__(self, engine: ControllerEngine) -> None:
         self.engine = engine
         self._chunk_budget = chunking.ChunkBudget()  # ReportStateChunks' bytes in flight, per peer and in all
+        self.interval_s = 0.0  # periodic snapshots (main sets it): GetCluster tells clients
 
     async def mode_mismatch(self, retry_s: float = 0.5) -> str:
         """Ask every node its snapshot_mode and its app (GetState, retried until it
@@ -122,7 +123,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                 f"unknown initiator {initiator!r} (nodes: {', '.join(nodes)})",
             )
         try:
-            snapshot = await self.engine.trigger(initiator)
+            snapshot = await self.engine.trigger(initiator, broadcast=request.broadcast)
         except TooManySnapshots as exc:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except OSError as exc:
@@ -260,6 +261,14 @@ class ControllerService(pb_grpc.ControllerServicer):
             ],
             channels=[pb.ChannelId(src=s, dst=d) for s, d in engine.topology.channels],
             last_restore=engine.machine.last_restore,  # the snapshot page's "last restore"
+            settings=pb.SnapshotSettings(
+                snapshot_mode=engine.snapshot_mode,
+                deadline_s=engine.deadline_s,
+                interval_s=self.interval_s,
+                keep=engine.machine.keep,
+                max_concurrent_snapshots=engine.machine.max_concurrent,
+            ),
+            epoch=engine.machine.epoch,
         )
 
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:

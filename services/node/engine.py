@@ -5,16 +5,17 @@ abort, the log becoming durable, a timer) is one synchronous call on the
 `Node`, followed by draining its effects here and nowhere else:
 
     Append(record)        -> the transfer log's buffer (group-committed)
-    Seal + Append(cp)     -> the log seals its segment, cp opens the next
+    Seal(first, cp)       -> the log seals its segment, cp opens the next
     Transmit(dst, ...)    -> that channel's stream
     Ack(src, ...)         -> that channel's live stream
-    Finished(state, lsn)  -> the reporter has the log save it ahead of the
+    Finished(state, ...)  -> the reporter has the log save it ahead of the
                              buffered marker_recv it rests on
-    Report(state)         -> the reporter sends it (already durable)
+    Report(sid)           -> the reporter sends what it kept (already durable)
     ReportCancelled(sid)  -> the reporter drops it
+    Reply / ReplyBatch    -> the waiting client call's future
 
-Nothing here awaits except flow control: durability is the log's business,
-and it calls `durable(lsn)` back.
+Nothing here awaits except flow control and a client's answer: durability is
+the log's business, and it calls `durable(lsn)` back.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ from typing import NamedTuple
 
 from services.node.channels import IncomingChannel, OutgoingChannel
 from services.node.metrics import NodeMetrics
-from services.node.reporter import StateReporter, full_state_message
-from services.node.translog import TransferLog
+from services.node.reporter import StateReporter
+from services.node.translog import LogClosedError, TransferLog
 from snapmesh.protocol import core, link, wal
 from snapmesh.protocol import node_effects as fx
 from snapmesh.protocol.node import Node
-from snapmesh.v1 import snapmesh_pb2 as pb
+from snapmesh.protocol.reports import report_message
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +73,9 @@ class Engine:
         self.incoming = incoming
         self.metrics = metrics
         self.reporter = reporter
-        self._seal_first: int | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._counted = (0, 0, 0, 0, 0)
-        self._cut_at_ns: dict[str, int] = {}  # snapshot id -> wall-clock ns of the cut (for stats)
-        self._finished: dict[str, pb.FullState] = {}  # kept, not yet durable: snapshot id -> its report
         self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
         metrics.balance.set(node.balance)
         metrics.epoch.set(node.epoch)
@@ -85,17 +83,21 @@ class Engine:
 
     # -- local inputs
 
-    def transfer(self, dst: str, amount: int, request_id: str = "", first_sent_unix_ms: int = 0) -> fx.Accepted:
-        """Pay `amount` to `dst`. Raises core.LocalProtocolError (link.ChannelFull
-        when the channel is at its bound) and changes nothing when refused."""
+    def transfer(
+        self, dst: str, amount: int, request_id: str = "", first_sent_unix_ms: int = 0
+    ) -> tuple[fx.Accepted, asyncio.Future[fx.Reply]]:
+        """Pay `amount` to `dst`: the answer, and the future the node's `Reply`
+        resolves (`replied`). Raises core.LocalProtocolError (link.ChannelFull when
+        the channel is at its bound) and changes nothing when refused."""
+        waiting = asyncio.get_running_loop().create_future()
         try:
-            if request_id:
-                return self.node.transfer(
-                    dst, amount, request_id, wall=time.time(), first_sent_unix_ms=first_sent_unix_ms
-                )
-            return self.node.transfer(dst, amount)
+            wall = time.time() if request_id else None
+            answer = self.node.transfer(
+                dst, amount, request_id, wall=wall, first_sent_unix_ms=first_sent_unix_ms, reply_to=waiting
+            )
         finally:
             self._run(metrics=False)  # once per RPC instead: transfers_done
+        return answer, waiting
 
     def transfer_batch(self, items: Iterable[tuple[str, int, str, int]]) -> list[fx.Accepted | Refused]:
         """A TransferBatch's transfers (dst, amount, request_id, first_sent_unix_ms), in order, as one
@@ -121,15 +123,38 @@ class Engine:
             self._run(metrics=False)  # once per RPC instead: transfers_done
         return results
 
-    def submit(self, command: bytes, request_id: str = "", first_sent_unix_ms: int = 0) -> fx.Submitted:
+    def submit(
+        self, command: bytes, request_id: str = "", first_sent_unix_ms: int = 0
+    ) -> tuple[fx.Submitted, asyncio.Future[fx.Reply]]:
         """A client's command to the app, as `transfer`: raises core.LocalProtocolError
         (core.AppRefusal when the app refused or raised) and changes nothing then."""
+        waiting = asyncio.get_running_loop().create_future()
         try:
-            if request_id:
-                return self.node.submit(command, request_id, wall=time.time(), first_sent_unix_ms=first_sent_unix_ms)
-            return self.node.submit(command)
+            wall = time.time() if request_id else None
+            answer = self.node.submit(
+                command, request_id, wall=wall, first_sent_unix_ms=first_sent_unix_ms, reply_to=waiting
+            )
         finally:
             self._run()
+        return answer, waiting
+
+    def reply_batch(self, answers: list[fx.Accepted]) -> asyncio.Future[fx.ReplyBatch]:
+        """The future the node's `ReplyBatch` for `answers` (a batch's paid ones) resolves."""
+        waiting = asyncio.get_running_loop().create_future()
+        self.node.reply_batch(waiting, answers)
+        self._run(metrics=False)
+        return waiting
+
+    async def replied(self, waiting: asyncio.Future) -> fx.Reply | fx.ReplyBatch:
+        """The node's answer to a client's call, once the log made it durable.
+        Raises LogClosedError when the log never will (it failed or closed)."""
+        if not waiting.done():
+            await self.log.wait_durable(self.log.last_lsn)  # the answer's lsn is at most this
+            if not waiting.done():  # durable by a flush that calls nobody back (start-up, close)
+                self.durable(self.log.durable_lsn)
+        if not waiting.done():  # pragma: no cover  (the node answers every call durable up to durable_lsn)
+            raise LogClosedError(f"{self.log.path}: no answer for a call the log holds")
+        return waiting.result()
 
     def transfers_done(self, count: int) -> None:
         """Metrics for `count` accepted transfers, once per RPC instead of per transfer."""
@@ -150,10 +175,11 @@ class Engine:
             except asyncio.TimeoutError:
                 pass
 
-    def start_snapshot(self, snapshot_id: str) -> None:
-        self.node.tick(self._now())
+    def start_snapshot(self, snapshot_id: str, epoch: int = 0) -> None:
+        """Raises EpochFenced (node.py), changing nothing, when the node refuses `epoch`."""
+        self.node.tick(self._now(), time.time())
         try:
-            self.node.start_snapshot(snapshot_id)
+            self.node.start_snapshot(snapshot_id, epoch=epoch)
         finally:
             self._run()
 
@@ -178,7 +204,6 @@ class Engine:
         finally:
             self._run()
         if changed:
-            self._cut_at_ns.clear()
             self.metrics.epoch.set(epoch)
             for channel in self.outgoing.values():
                 channel.restart()
@@ -199,7 +224,7 @@ class Engine:
         core.RemoteProtocolError, and what was applied before the bad message
         stays applied and logged."""
         node = self.node
-        node.tick(self._now())
+        node.tick(self._now(), time.time())
         received = node.received
         try:
             for seq, message in messages:
@@ -222,7 +247,7 @@ class Engine:
         Exactly `receive_batch` of the same transfers, without an object per
         transfer: the same drops, the same errors, what was applied stays."""
         node = self.node
-        node.tick(self._now())
+        node.tick(self._now(), time.time())
         received = node.received
         try:
             for first_seq, amounts in runs:
@@ -243,9 +268,16 @@ class Engine:
         if not self.app_failed.done():
             self.app_failed.set_result(text)
 
-    def opened(self, src: str, conn_no: int) -> None:
-        self.node.opened(src, conn_no)
-        self._run()
+    def opened(self, src: str, epoch: int, acks: object = None) -> asyncio.Future[str]:
+        """A stream from `src`, opened in `epoch`, takes the channel (its acks go
+        to `acks`); returns its `ending` future. Raises EpochFenced (node.py) when
+        the node refuses `epoch`: then nothing changed, the live stream stays."""
+        rx = self.incoming[src]
+        self.node.opened(src, rx.conn_no + 1, epoch=epoch)  # the number `claim` gives it, just below
+        ending = rx.claim()
+        rx.attach(acks)  # type: ignore[arg-type]
+        self._run()  # the node's answer (the resume point) goes to the new stream
+        return ending
 
     def link_open(self, dst: str, conn_no: int, resume: int) -> None:
         sent_before = self.node.senders[dst].sent  # the highest seq the broken stream carried
@@ -277,13 +309,8 @@ class Engine:
             kind = type(effect)
             if kind is fx.Append:
                 record = effect.record
-                if self._seal_first is not None:
-                    self.log.seal(self._seal_first, record)  # type: ignore[arg-type]
-                    self._seal_first = None
-                else:
-                    self.log.append_record(record)
+                self.log.append_record(record)
                 if type(record) is wal.Cut:
-                    self._cut_at_ns[record.snapshot_id] = time.time_ns()
                     log.info("snapshot %s: recorded local state (balance %d)", record.snapshot_id, record.balance)
                 elif type(record) is wal.Abort:
                     log.warning("snapshot %s: dropped here (%s)", record.snapshot_id, record.reason or "no reason given")
@@ -291,22 +318,21 @@ class Engine:
                 self.outgoing[effect.dst].push(effect.conn_no, effect.entries)
             elif kind is fx.Ack:
                 self.incoming[effect.src].post(effect.conn_no, effect.seq)
+            elif kind is fx.Reply or kind is fx.ReplyBatch:
+                if not effect.to.done():  # a client that went away (cancelled) needs no answer
+                    effect.to.set_result(effect)
             elif kind is fx.Seal:
-                self._seal_first = effect.first_lsn
+                self.log.seal(effect.first_lsn, effect.checkpoint)
             elif kind is fx.Finished:
-                sid = effect.state.snapshot_id
-                log.info("snapshot %s: done here", sid)
-                # Wall-clock times for the controller's statistics; a cut from before a restart is unknown (0).
-                message = full_state_message(effect.state, self.node_id, self._cut_at_ns.pop(sid, 0))
-                message.epoch = node.epoch
-                self._finished[sid] = message
+                log.info("snapshot %s: done here", effect.state.snapshot_id)
+                message = report_message(
+                    effect.state, epoch=effect.epoch, cut_at_ns=effect.cut_at_ns, done_at_ns=effect.done_at_ns
+                )
                 # The log's next round saves it before writing the records buffered now (the marker_recv).
                 self.reporter.keep(message, effect.lsn)
             elif kind is fx.Report:
-                self.reporter.send(self._finished.pop(effect.state.snapshot_id), self.log.durable_lsn)
+                self.reporter.send(effect.snapshot_id)
             elif kind is fx.ReportCancelled:
-                self._cut_at_ns.pop(effect.snapshot_id, None)
-                self._finished.pop(effect.snapshot_id, None)
                 self.reporter.cancel(effect.snapshot_id)
             else:  # pragma: no cover  (a new effect type must be routed here)
                 raise TypeError(f"unrouted effect {effect!r}")
@@ -348,5 +374,5 @@ class Engine:
 
     def _on_timer(self) -> None:
         self._timer = self._timer_at = None
-        self.node.tick(self._now())
+        self.node.tick(self._now(), time.time())
         self._run()

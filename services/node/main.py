@@ -43,6 +43,7 @@ from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 from snapmesh.serving.durable import fsync_dir
 from snapmesh.protocol.link import DEFAULT_MARK
+from snapmesh.protocol.hybrid import HybridNode
 from snapmesh.protocol.node import Node
 from snapmesh.settings.argparsing import parse_args
 from snapmesh.serving.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal
@@ -61,10 +62,11 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="snapmesh node", description="Run one snapmesh node (a gRPC server).")
-    parser.add_argument("--config", default=None, help="cluster file (TOML); default: the shipped 4-node config")
-    parser.add_argument("--id", required=True, dest="node_id", help="this node's id in the cluster file")
+    parser.add_argument("--config", metavar="FILE", help="cluster file (TOML) (default: the shipped 4-node config)")
+    parser.add_argument("--id", required=True, dest="node_id", metavar="ID",
+                        help="this node's id in the cluster file (required: no default)")
     parser.add_argument("--app", metavar="MODULE:ATTR",
-                        help="the app this node runs (snapmesh.app); default: the cluster file's [app], else the bank")
+                        help="the app this node runs (snapmesh.app) (default: the cluster file's [app], else the bank)")
     return parser
 
 
@@ -158,7 +160,9 @@ async def _serve_locked(
             len(recovered.abandoned),
         )
     # The node machine: core + links + log positions (snapmesh/protocol/node.py); everything below is its shell.
-    node_machine = Node(
+    hybrid = {"align_timeout": cfg.align_timeout_ms / 1e3} if cfg.snapshot_mode == "hybrid" else {}
+    node_machine = (HybridNode if hybrid else Node)(
+        **hybrid,
         node_id=node_id,
         incoming=incoming,
         outgoing=outgoing,

@@ -23,7 +23,7 @@ class NodeMetrics:
             "snapmesh_transfers_received_total", "Transfers this node received and applied", ["node"], registry=r
         ).labels(node_id)
         self.transfers_refused = Counter(
-            "snapmesh_transfers_refused_total", "Transfer requests refused (bad argument, no funds)", ["node", "code"],
+            "snapmesh_transfers_refused_total", "Transfer requests refused (bad argument, no funds)", ["node", "grpc_code"],
             registry=r,
         )
         self.balance = Gauge("snapmesh_balance", "This node's current balance", ["node"], registry=r).labels(node_id)

@@ -1,9 +1,10 @@
 """Reports finished snapshots to the controller (`Controller.ReportState`).
 
-In the background, one task per snapshot: wait until everything the FullState
-rests on is durable in the log, then call the controller, retrying with backoff
-until it succeeds, the controller says it will never accept it, or the
-snapshot is aborted. The channel path never waits for any of this. A state too
+The node machine hands a finished part out once (`keep`, at its Finished
+effect) and says when everything it rests on is durable (`send`, at its
+Report effect). Then, in the background, one task per snapshot calls the
+controller, retrying with backoff until it succeeds, the controller says it
+will never accept it, or the snapshot is aborted. The channel path never waits for any of this. A state too
 large for one gRPC message goes by `ReportStateChunks` (see snapmesh.protocol.chunking).
 
 A finished part survives a crash: `keep` has the FullState written to
@@ -37,10 +38,10 @@ from google.protobuf.message import DecodeError
 
 from services.node.channels import backoff_delay
 from services.node.metrics import NodeMetrics
-from services.node.translog import LogClosedError, TransferLog
+from services.node.translog import TransferLog
 from snapmesh.serving.durable import write_atomically
 from snapmesh.protocol import chunking, core
-from snapmesh.protocol.controller import report_message
+from snapmesh.protocol.reports import report_message
 from snapmesh.settings import security
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -150,11 +151,13 @@ class StateReporter:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._rng = random.Random()
         self._pending = pending
+        self._kept: dict[str, tuple[pb.FullState, int]] = {}  # finished, not yet durable: sent at `send`
 
     def keep(self, message: pb.FullState, lsn: int) -> None:
-        """Keep `message` for a report after a crash. Call it in the same
-        synchronous step that logged the records the state rests on (up to `lsn`):
-        the log writes the file before any of them that is still buffered."""
+        """Keep `message` until `send`, and for a report after a crash. Call it in
+        the same synchronous step that logged the records the state rests on (up
+        to `lsn`): the log writes the file before any of them that is still buffered."""
+        self._kept[message.snapshot_id] = (message, lsn)
         if self._pending is not None:
             data = self._pending.encode(message, lsn)
             self._log.before_records(functools.partial(self._save, message.snapshot_id, data), len(data))
@@ -167,9 +170,9 @@ class StateReporter:
         except OSError as exc:  # reported all the same, only not crash-safe
             log.error("snapshot %s: cannot keep the state for a report after a crash: %s", snapshot_id, exc)
 
-    def send(self, message: pb.FullState, lsn: int) -> None:
-        """Report a kept `message` once the log is durable up to `lsn`."""
-        self._start(message, lsn)
+    def send(self, snapshot_id: str) -> None:
+        """Report the state kept for `snapshot_id`: the node says it is durable."""
+        self._start(*self._kept.pop(snapshot_id))
 
     def resume(self, found: list[tuple[pb.FullState, int]], last_lsn: int) -> None:
         """After a restart: report the pending states whose records are all in the
@@ -199,6 +202,7 @@ class StateReporter:
         task.add_done_callback(lambda t, sid=sid: self._tasks.get(sid) is t and self._tasks.pop(sid))
 
     def cancel(self, snapshot_id: str) -> None:
+        self._kept.pop(snapshot_id, None)
         task = self._tasks.pop(snapshot_id, None)
         if task is not None:
             task.cancel()
@@ -210,10 +214,7 @@ class StateReporter:
             self._forget(snapshot_id)
 
     async def _report(self, message: pb.FullState, lsn: int) -> None:
-        try:
-            await self._log.wait_durable(lsn)
-        except LogClosedError:
-            return
+        # No wait for the log here: the node sends (and `resume` keeps) only states durable up to `lsn`.
         assert self._channel is not None
         stub = pb_grpc.ControllerStub(self._channel)
         attempt = 0

@@ -3,8 +3,10 @@
 Each RPC validates what the core cannot, decodes protobuf into the core's own
 messages (the engine never sees protobuf), makes one synchronous engine call,
 then waits until the log holds what it did before answering: a response never
-runs ahead of the disk. Why the core refused a transfer maps to a status code
-in one table, `REFUSAL_STATUS`.
+runs ahead of the disk. A client's answer is the node machine's `Reply` (node
+rule N11): this module only turns it into a response. Why the core refused a
+transfer maps to a status code in one table, `REFUSAL_STATUS`; the node's
+epoch fence (EpochFenced) to FAILED_PRECONDITION (stale) or UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from services.node.translog import LogClosedError
 from snapmesh.protocol import core
 from snapmesh.protocol.link import GapError
 from snapmesh.protocol.appstate import digest
-from snapmesh.protocol.node_effects import Accepted, Submitted
+from snapmesh.protocol.epochs import EpochFenced
+from snapmesh.protocol.node_effects import Reply, ReplyBatch
 from snapmesh.settings import security
 from snapmesh.settings.config import CONTROLLER_NAME
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -43,6 +46,7 @@ REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {
     core.Refusal.APP_REFUSED: grpc.StatusCode.FAILED_PRECONDITION,  # unless the app named one (AppRefusal.code)
     core.Refusal.APP_FAILED: grpc.StatusCode.UNKNOWN,  # the app raised: its text goes with it
     core.Refusal.REQUEST_UNKNOWN: grpc.StatusCode.FAILED_PRECONDITION,
+    core.Refusal.RESTORING: grpc.StatusCode.UNAVAILABLE,  # a restore cut short is redone first: retry
 }
 # A response waits at most this long for room in a full outbox (flow control);
 # after that it answers anyway, so a dead peer slows clients but never hangs them.
@@ -74,28 +78,37 @@ class NodeServicer(pb_grpc.NodeServicer):
         except LogClosedError as exc:  # LogFailedError too
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"node {self._engine.node_id} is stopping: {exc}")
 
+    async def _replied(self, waiting: asyncio.Future, context: grpc.aio.ServicerContext) -> Reply | ReplyBatch:
+        """The node's answer to a call, once durable. A log that failed or closed
+        will never make it so: the client is told UNAVAILABLE (retry elsewhere
+        or later), and nothing it asked for is shown as done."""
+        try:
+            return await self._engine.replied(waiting)
+        except LogClosedError as exc:  # LogFailedError too
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"node {self._engine.node_id} is stopping: {exc}")
+            raise  # pragma: no cover  (abort raises)
+
     # -- transfers
 
     async def Transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
-        await self._refuse_while_restoring(context)
         try:
-            answer = self._engine.transfer(request.to, request.amount, request.request_id, request.first_sent_unix_ms)
+            answer, waiting = self._engine.transfer(
+                request.to, request.amount, request.request_id, request.first_sent_unix_ms
+            )
         except core.LocalProtocolError as exc:
             code = REFUSAL_STATUS[exc.kind]
             self._engine.metrics.refused(code.name).inc()
             await context.abort(code, str(exc))
         self._engine.transfers_done(0 if answer.repeated else 1)
-        await self._durable(answer.lsn, context)
         await self._engine.wait_for_room({request.to}, FLOW_CONTROL_WAIT_S)
-        taken_back = self._taken_back(answer)  # no await from here to the answer: a restore cannot slip in
-        if taken_back is not None:
-            await context.abort(grpc.StatusCode.ABORTED, taken_back)
+        reply = await self._replied(waiting, context)
+        if reply.taken_back:
+            await context.abort(grpc.StatusCode.ABORTED, self._taken_back(reply.taken_back, "not paid"))
         return pb.TransferResponse(msg_id=answer.msg_id, balance=answer.balance)
 
     async def TransferBatch(
         self, request: pb.TransferBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.TransferBatchResponse:
-        await self._refuse_while_restoring(context)
         if len(request.transfers) > MAX_BATCH:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -107,7 +120,6 @@ class NodeServicer(pb_grpc.NodeServicer):
         accepted = 0
         destinations: set[str] = set()
         paid = []  # (result, answer) of each item answered OK: a restore may take it back before it is durable
-        epoch = engine.node.epoch
         items = request.transfers
         # One engine step per YIELD_EVERY transfers (effects carried out once
         # per step), handing the loop back between steps (acks, frames, other calls).
@@ -129,13 +141,13 @@ class NodeServicer(pb_grpc.NodeServicer):
             accepted += 0 if answer.repeated else 1
             destinations.add(item.to)
         engine.transfers_done(accepted)
-        await self._durable(self._log.last_lsn, context)
+        waiting = engine.reply_batch([answer for _, answer in paid])
         await engine.wait_for_room(destinations, FLOW_CONTROL_WAIT_S)
-        if engine.node.epoch != epoch:  # a restore came in meanwhile: the items it took back fail, as refusals do
-            for result, answer in paid:
-                taken_back = self._taken_back(answer)
-                if taken_back is not None:
-                    result.code, result.message, result.msg_id = grpc.StatusCode.ABORTED.value[0], taken_back, ""
+        reply = await self._replied(waiting, context)
+        for (result, _), snapshot_id in zip(paid, reply.taken_back, strict=True):
+            if snapshot_id:  # fails, as a refusal does
+                message = self._taken_back(snapshot_id, "not paid")
+                result.code, result.message, result.msg_id = grpc.StatusCode.ABORTED.value[0], message, ""
         return response
 
     # -- an app's commands
@@ -149,30 +161,24 @@ class NodeServicer(pb_grpc.NodeServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"a command holds at most {MAX_COMMAND_BYTES} bytes, got {len(request.command)}",
             )
-        await self._refuse_while_restoring(context)
         try:
-            answer = engine.submit(request.command, request.request_id, request.first_sent_unix_ms)
+            answer, waiting = engine.submit(request.command, request.request_id, request.first_sent_unix_ms)
         except core.LocalProtocolError as exc:
             code = refusal_status(exc)
             engine.metrics.refused(code.name).inc()
             await context.abort(code, str(exc))
-        await self._durable(answer.lsn, context)
         await engine.wait_for_room(set(engine.outgoing), FLOW_CONTROL_WAIT_S)
-        taken_back = self._taken_back(answer)  # no await from here to the answer: a restore cannot slip in
-        if taken_back is not None:
-            await context.abort(grpc.StatusCode.ABORTED, taken_back)
+        reply = await self._replied(waiting, context)
+        if reply.taken_back:
+            await context.abort(grpc.StatusCode.ABORTED, self._taken_back(reply.taken_back, "not done"))
         return pb.SubmitResponse(reply=answer.reply, replayed=answer.repeated, epoch=answer.epoch)
 
-    def _taken_back(self, answer: Accepted | Submitted) -> str | None:
-        """Why the transfer (or command) `answer` says done, now durable, must not
-        be answered done (a restore since took it back), or None: it stands."""
-        snapshot_id = self._engine.node.taken_back(answer)
-        if snapshot_id is None:
-            return None
+    def _taken_back(self, snapshot_id: str, undone: str) -> str:
+        """The ABORTED message for an answer the node says the restore of `snapshot_id` took back (counted)."""
         self._engine.metrics.refused(grpc.StatusCode.ABORTED.name).inc()
-        undone = "not done; retrying (same request_id) runs it anew" if type(answer) is Submitted else (
-            "not paid; retrying (same request_id) pays it anew")
-        return f"taken back by the restore of snapshot {snapshot_id} on {self._engine.node_id}: {undone}"
+        again = "runs it anew" if undone == "not done" else "pays it anew"
+        return (f"taken back by the restore of snapshot {snapshot_id} on {self._engine.node_id}: "
+                f"{undone}; retrying (same request_id) {again}")
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
         engine = self._engine
@@ -183,7 +189,7 @@ class NodeServicer(pb_grpc.NodeServicer):
             node_id=engine.node_id,
             balance=balance,
             epoch=engine.node.epoch,
-            snapshot_mode=engine.node.process.mode,
+            snapshot_mode=getattr(engine.node, "snapshot_mode", engine.node.process.mode),  # a HybridNode's is its own
         )
         if state is not None:
             response.app, response.app_state_bytes, response.app_state_digest = engine.app_spec, len(state), digest(state)
@@ -197,9 +203,10 @@ class NodeServicer(pb_grpc.NodeServicer):
         await security.require_peer(context, CONTROLLER_NAME)  # with TLS: the controller's certificate only
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id must not be empty")
-        if request.epoch:
-            await self._fence(context, request.epoch, "start_snapshot", f"snapshot {request.snapshot_id}")
-        self._engine.start_snapshot(request.snapshot_id)
+        try:
+            self._engine.start_snapshot(request.snapshot_id, request.epoch)
+        except EpochFenced as exc:
+            await self._fenced(context, exc, "start_snapshot")
         await self._durable(self._log.last_lsn, context)
         return pb.StartSnapshotResponse()
 
@@ -240,29 +247,20 @@ class NodeServicer(pb_grpc.NodeServicer):
             engine.restore(request.snapshot_id, request.epoch, request.balance, in_flight, state)
         except core.AppFailed as exc:  # the app cannot take the snapshot's state: the node stops (main.py)
             await context.abort(grpc.StatusCode.INTERNAL, f"node {engine.node_id} cannot restore: {exc}")
+        except EpochFenced as exc:  # an older epoch's restore: stale
+            await self._fenced(context, exc, "restore")
         except core.RemoteProtocolError as exc:
-            fenced = engine.node.fence(request.epoch)
-            if fenced is not None and fenced.stale:
-                engine.metrics.stale_epoch("restore").inc()
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         await self._durable(self._log.last_lsn, context)
         return pb.RestoreStateResponse(epoch=engine.node.epoch, balance=engine.node.restored_balance)
 
-    async def _fence(self, context: grpc.aio.ServicerContext, epoch: int, kind: str, what: str) -> None:
-        """Refuse what comes from an older epoch (counted); ask what comes from a
-        newer one to wait until this node has restored (UNAVAILABLE, retried)."""
-        fenced = self._engine.node.fence(epoch, what)
-        if fenced is None:
-            return
-        if fenced.stale:
+    async def _fenced(self, context: grpc.aio.ServicerContext, exc: EpochFenced, kind: str) -> None:
+        """The node refused a call of another epoch: an older one's for good
+        (counted), a newer one's until this node has restored (UNAVAILABLE, retried)."""
+        if exc.stale:
             self._engine.metrics.stale_epoch(kind).inc()
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, fenced.reason)
-        await context.abort(grpc.StatusCode.UNAVAILABLE, fenced.reason)
-
-    async def _refuse_while_restoring(self, context: grpc.aio.ServicerContext) -> None:
-        fenced = self._engine.node.fence_clients()
-        if fenced is not None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, fenced.reason)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
 
     # -- the channel stream src -> this node
 
@@ -282,15 +280,16 @@ class NodeServicer(pb_grpc.NodeServicer):
                 f"no channel {src!r}->{dst!r} into node {engine.node_id} (incoming: {', '.join(engine.incoming)})",
             )
         await security.require_peer(context, src)  # with TLS: only src's certificate may open src->here
-        await self._fence(context, first.open.epoch or 1, "channel", f"channel {src}->{dst}")
         rx = engine.incoming[src]
-        ending = rx.claim()
-        conn_no = rx.conn_no
         acks = AckWriter(context, accepts_runs=self.accepts_runs)
-        rx.attach(acks)
         try:
             # The node answers with its position (the resume point) once it is durable.
-            engine.opened(src, conn_no)
+            ending = engine.opened(src, first.open.epoch or 1, acks)
+        except EpochFenced as exc:
+            await acks.close()
+            await self._fenced(context, exc, "channel")
+        conn_no = rx.conn_no
+        try:
             while True:
                 frame = await read_or_end(context, ending)
                 if frame is None:

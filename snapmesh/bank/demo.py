@@ -29,12 +29,13 @@ import sys
 import time
 from pathlib import Path
 
-from snapmesh.bank.workload import ControllerUnreachable, WorkloadParams, run_workload
+from snapmesh.bank.workload import ControllerUnreachable, WorkloadParams, money_in_flight, run_workload
 from snapmesh.settings.config import write_cluster
 from snapmesh.processes.supervisor import Cluster, SupervisorError
 
 DEFAULT_DATA_ROOT = Path("data")
 DEFAULT_BURST = 40
+IN_FLIGHT_TRIES = 20  # extra snapshots at the end when none found money in flight (the demo is there to show one)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"== snapmesh demo: {args.nodes} nodes, data in {data_dir}")
 
     params = WorkloadParams(duration=args.duration, snapshot_every=args.snapshot_every, seed=args.seed,
-                            burst=args.burst)
+                            burst=args.burst, in_flight_tries=IN_FLIGHT_TRIES if args.burst else 0)
     try:
         with Cluster(config_path) as cluster:
             print(f"controller: {cluster.controller_address}  (process logs in {cluster.log_dir})", flush=True)
@@ -140,16 +141,12 @@ def page_screenshots(url: str, data_dir: Path, snapshot_id: str | None) -> str:
 def point_at_in_flight(summary, out) -> str | None:
     """Name the COMPLETE snapshot that recorded the most money in flight (the one the
     picture draws); None (and say so) when none did."""
-    def in_flight(snapshot) -> tuple[int, int]:
-        transfers = [t for c in snapshot.channels for t in c.in_flight]
-        return len(transfers), sum(t.amount for t in transfers)
-
-    recorded = [s for s in summary.complete if in_flight(s)[0]]
+    recorded = [s for s in summary.complete if money_in_flight(s)[0]]
     if not recorded:
         print("== no snapshot recorded money in flight this time (try a larger --burst)", file=out, flush=True)
         return None
-    best = max(recorded, key=lambda s: in_flight(s))
-    count, amount = in_flight(best)
+    best = max(recorded, key=money_in_flight)
+    count, amount = money_in_flight(best)
     balances = sum(n.balance for n in best.nodes)
     print(
         f"== money in flight: snapshot {best.snapshot_id} recorded {count} transfer(s) worth {amount} still on the "

@@ -52,10 +52,16 @@ class WorkloadParams:
     # Transfers each node sends in one TransferBatch as each snapshot is triggered (0: none):
     # the channels are busy while the markers cross them, so the cut records money in flight.
     burst: int = 0
+    # After `duration`, if no COMPLETE snapshot recorded money in flight, up to this many more
+    # snapshots (each with its burst), one after another, until one does (0: none). Whether a
+    # cut finds money on a channel is a race with the network; the demo wants to show one.
+    in_flight_tries: int = 0
 
     def check(self) -> None:
         if self.burst < 0:
             raise ValueError(f"burst must be >= 0, got {self.burst}")
+        if self.in_flight_tries < 0:
+            raise ValueError(f"in_flight_tries must be >= 0, got {self.in_flight_tries}")
         for name in ("duration", "transfer_interval", "report_every", "snapshot_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -92,6 +98,12 @@ class Summary:
     @property
     def exit_code(self) -> int:
         return 0 if self.all_conserved else 1
+
+
+def money_in_flight(snapshot: pb.Snapshot) -> tuple[int, int]:
+    """(transfers, amount) a snapshot recorded on its channels."""
+    transfers = [t for c in snapshot.channels for t in c.in_flight]
+    return len(transfers), sum(t.amount for t in transfers)
 
 
 def summary_lines(summary: Summary) -> list[str]:
@@ -290,6 +302,15 @@ async def _run(params, rng, summary, controller, stubs, neighbours, load: LoadGe
             await asyncio.wait_for(stop.wait(), max(0.0, wake - loop.time()))
         except TimeoutError:
             pass
+    tries = 0
+    while tries < params.in_flight_tries and not stop.is_set():
+        await asyncio.gather(*snapshot_tasks)  # those already started may have found some
+        if any(money_in_flight(s)[0] for s in summary.complete):
+            break
+        if not tries:
+            say(f"  no snapshot found money in flight yet: up to {params.in_flight_tries} more, each with a burst")
+        tries += 1
+        snapshot_tasks.append(asyncio.create_task(snapshot(rng.choice(node_ids))))
     await load.set(callers=0)
     count()
     if snapshot_tasks:

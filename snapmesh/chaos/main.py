@@ -67,8 +67,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hosts", action="store_true",
                    help="one host per process (the multi-host bench, root) and network faults in the schedule")
     p.add_argument("--app", metavar="NAME|module:attr", help="run this app's workload instead of the bank's "
-                   "(a built-in such as kvshard, or module:attr; local processes only)")
-    p.add_argument("--json", type=Path, metavar="FILE", help="write the figures and the checks as JSON")
+                   "(a built-in such as kvshard, or module:attr; local processes only; default: the bank)")
+    p.add_argument("--json", type=Path, metavar="FILE", help="write the figures and the checks as JSON (default: none)")
     p.add_argument("--data-dir", "--dir", dest="data_dir", type=Path, metavar="DIR",
                    help="where the run's cluster file, logs and snapshots go (default: a temporary dir, "
                         "kept when a check fails); --dir is its old name")

@@ -1,7 +1,7 @@
 """`snapmesh snapshot`: take, list, show, watch and verify snapshots.
 
-    snapmesh snapshot trigger [--controller HOST:PORT] [--initiator ID] [--wait]
-    snapmesh snapshot list    [--controller HOST:PORT] [--status S] [--limit N]
+    snapmesh snapshot trigger [--controller HOST:PORT] [--initiator ID] [--broadcast] [--wait]
+    snapmesh snapshot list    [--controller HOST:PORT] [--status STATUS] [--limit N]
     snapmesh snapshot get     [--controller HOST:PORT] ID|latest
     snapmesh snapshot watch   [--controller HOST:PORT] [--count N]
     snapmesh snapshot verify  ID|FILE [--data-dir DIR]
@@ -88,10 +88,12 @@ def _parser() -> argparse.ArgumentParser:
 
     trigger = command("trigger", "start a snapshot")
     trigger.add_argument("--initiator", metavar="ID", help="the node that starts it (default: a random node)")
+    trigger.add_argument("--broadcast", action="store_true",
+                         help="start it at every node at once, not at the initiator alone (one hop less)")
     trigger.add_argument("--wait", action="store_true", help="return once it is COMPLETE or FAILED")
     listing = command("list", "list snapshots, newest first")
-    listing.add_argument("--status", type=str.upper, choices=STATUSES, metavar="S",
-                         help=f"only snapshots with status S ({', '.join(STATUSES)})")
+    listing.add_argument("--status", type=str.upper, choices=STATUSES, metavar="STATUS",
+                         help=f"only snapshots with this status ({', '.join(STATUSES)}; default: all)")
     listing.add_argument("--limit", type=_positive_int, metavar="N", help="only the N newest (default: all)")
     get = command("get", "show one snapshot: its nodes with their timings, its channels and the transfers in flight")
     get.add_argument("snapshot_id", metavar="ID", help=f"the snapshot's id, or {LATEST} for the newest")
@@ -166,8 +168,11 @@ def render_detail(snapshot, node_ids=()) -> str:
     timings (trigger to its cut, cut to its last marker, its report; "-" for a node
     of `node_ids`, the cluster's, that has not reported); each channel; the
     transfers in flight; the sum."""
+    from snapmesh.checking import described
+
     lines = [render_summary([snapshot])]
-    balances = {n.node_id: str(n.balance) for n in snapshot.nodes}
+    app = described.is_app(snapshot)  # an app's node recorded state bytes, not a balance
+    balances = {n.node_id: str(len(n.state) if app else n.balance) for n in snapshot.nodes}
     stats = {n.node_id: n for n in snapshot.stats.nodes}
     ids = list(dict.fromkeys([*node_ids, *(n.node_id for n in snapshot.nodes), *stats]))
     if ids:
@@ -177,22 +182,40 @@ def render_detail(snapshot, node_ids=()) -> str:
             figures = ([_ms(n.start_delay_ms), _ms(n.recording_duration_ms), _ms(n.report_time_ms),
                         str(n.in_flight_messages)] if n is not None else ["-"] * 4)
             rows.append([node, balances.get(node, "-"), *figures])
-        header = ["node", "balance", "start delay", "recording", "report", "in flight"]
+        header = ["node", "state bytes" if app else "balance", "start delay", "recording", "report", "in flight"]
         lines += ["", _table(header, rows, right={1, 2, 3, 4, 5})]
     if snapshot.channels:
-        rows = [[f"{c.src}->{c.dst}", str(len(c.in_flight)), str(sum(t.amount for t in c.in_flight))]
+        # An app's messages carry payloads, not amounts: their sizes (what they mean is its describe's).
+        size, what, unit = ((lambda t: len(t.payload)), "messages", "payload bytes") if app else \
+            ((lambda t: t.amount), "transfers", "amount")
+        rows = [[f"{c.src}->{c.dst}", str(len(c.in_flight)), str(sum(size(t) for t in c.in_flight))]
                 for c in snapshot.channels]
-        lines += ["", _table(["channel", "in flight", "amount"], rows, right={1, 2})]
-        transfers = [[c.src, c.dst, str(t.amount), str(t.seq), t.msg_id] for c in snapshot.channels for t in c.in_flight]
-        lines += ["", f"transfers in flight: {len(transfers)}" if transfers else "transfers in flight: none"]
+        lines += ["", _table(["channel", "in flight", unit], rows, right={1, 2})]
+        transfers = [[c.src, c.dst, str(size(t)), str(t.seq), t.msg_id] for c in snapshot.channels for t in c.in_flight]
+        lines += ["", f"{what} in flight: {len(transfers)}" if transfers else f"{what} in flight: none"]
         if transfers:
-            lines.append(_table(["from", "to", "amount", "seq", "msg id"], transfers, right={2, 3}))
-    if snapshot.nodes:
+            lines.append(_table(["from", "to", unit, "seq", "msg id"], transfers, right={2, 3}))
+    if app:  # an app's: its verdicts and its describe, not the bank's sums
+        lines += ["", *render_app(snapshot, described.describe(snapshot))]
+    elif snapshot.nodes:
         in_flight = sum(t.amount for c in snapshot.channels for t in c.in_flight)
         balances_total = sum(n.balance for n in snapshot.nodes)
         lines += ["", f"balances {balances_total} + in flight {in_flight} = {balances_total + in_flight}; "
                       f"expected {snapshot.expected_total}"]
     return "\n".join(lines)
+
+
+def render_app(snapshot, about) -> list[str]:
+    """An app snapshot's lines: the controller's verdict per invariant, then what the
+    app's `describe` returns (or why there is nothing: snapmesh.checking.described)."""
+    from snapmesh.checking import described
+
+    lines = [f"app {snapshot.app.spec}", _table(["invariant", "verdict"], described.verdicts(snapshot))]
+    if about is None:
+        return lines
+    if about.summary is None:
+        return [*lines, "", f"describe: {about.note}"]
+    return [*lines, "", "describe:", _table(["name", "value"], described.rows(about.summary))]
 
 
 def to_json(message, *, indent: int | None = 2) -> str:
@@ -209,7 +232,7 @@ def to_json(message, *, indent: int | None = 2) -> str:
 def _trigger(stub, args) -> int:
     from snapmesh.v1 import snapmesh_pb2 as pb
 
-    request = pb.TriggerSnapshotRequest(initiator=args.initiator or "", wait=args.wait)
+    request = pb.TriggerSnapshotRequest(initiator=args.initiator or "", wait=args.wait, broadcast=args.broadcast)
     snapshot = stub.TriggerSnapshot(request, timeout=args.timeout)
     print(to_json(snapshot) if args.json else render_summary([snapshot]))
     if not args.wait:

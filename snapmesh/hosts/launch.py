@@ -6,7 +6,8 @@ its `grpcurl:` line), then a line per process with its gRPC and metrics
 addresses (its host's), then the snapshot page's `ui:` line (`--ui`, `off`:
 none); `--nodes` (default 4), `--data-dir` (default: a new temporary dir; a
 live cluster's data dir exits 2 and changes nothing there, as without
-`--hosts`); Ctrl-C or SIGTERM stops every process and removes the network.
+`--hosts`); it holds `D/cluster.pid` as `cluster up` does, so `cluster down
+--data-dir D` stops it; Ctrl-C or SIGTERM stops every process and removes the network.
 Exit 2, with one line naming it, when the machine lacks the rights.
 """
 
@@ -22,6 +23,7 @@ from snapmesh.settings.config import ConfigError
 from snapmesh.serving.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
 from snapmesh.hosts.cluster import HostsCluster
 from snapmesh.hosts.net import SUBNET_PREFIX, MissingRights, NetworkError, missing_rights
+from snapmesh.processes.cluster_admin import hold_launcher
 from snapmesh.processes.foreground import serve_until_stopped
 from snapmesh.processes.supervisor import SupervisorError
 
@@ -53,6 +55,7 @@ def up(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     hosts: HostsCluster | None = None
     locks = []
+    running = None
     try:
         work = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="snapmesh-hosts-"))
         nodes = args.nodes or 4
@@ -63,6 +66,9 @@ def up(args: argparse.Namespace) -> int:
             locks = acquire_all(work / "data", [CONTROLLER, *(f"p{i}" for i in range(1, nodes + 1))])
         except OSError as exc:
             raise ConfigError(f"cannot lock data dir {work / 'data'}: {exc}") from None
+        # D/cluster.pid, as `cluster up` holds it: `cluster down/status --data-dir D` find this
+        # process, and a second launcher on D is refused (DataDirLocked, exit 2).
+        running = hold_launcher(work)
         app = getattr(args, "app", None)  # --app: the cluster file's [app] (the launcher loaded it already)
         hosts = HostsCluster(work, nodes=nodes, tls=args.tls, settings={"app": {"module": app}} if app else None)
         print(f"snapmesh cluster: starting {len(hosts.node_ids)} nodes on hosts (run {hosts.run_id}); logs in "
@@ -88,5 +94,7 @@ def up(args: argparse.Namespace) -> int:
         if hosts is not None:
             if left := hosts.stop():
                 print(f"snapmesh cluster: left behind: {', '.join(left)}", file=sys.stderr)
+        if running is not None:  # after the children stopped: `cluster down` waits for this
+            running.release()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

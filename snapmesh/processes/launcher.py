@@ -103,6 +103,12 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--app", metavar="MODULE:ATTR",
                     help="the app every node runs (snapmesh.app), imported from the working directory or "
                     "PYTHONPATH; default: the cluster file's [app], else the bank")
+    up.add_argument("--mode", choices=cluster_config.SNAPSHOT_MODES, metavar="MODE",
+                    help="snapshot_mode written into the cluster file: classic, overtake or hybrid "
+                    "(default: the file's, else classic; docs/modes.md)")
+    up.add_argument("--align-timeout-ms", type=_non_negative_ms, metavar="T",
+                    help="hybrid mode: ms a marker keeps its FIFO place before it overtakes (default: the file's, "
+                    f"else {cluster_config.ALIGN_TIMEOUT_MS:g}; only with --mode hybrid)")
     for name, help_ in (("down", "stop the cluster `cluster up` runs on a data dir (from any shell)"),
                         ("status", "whether the cluster of a data dir runs: its launcher and each process's health")):
         sub = commands.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
@@ -134,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"snapmesh cluster: --ui: {exc}", file=sys.stderr)
             return 2
 
+    if args.align_timeout_ms is not None and args.mode != "hybrid":
+        print(f"snapmesh cluster: --align-timeout-ms applies to --mode hybrid only, not to "
+              f"{'--mode ' + args.mode if args.mode else 'the cluster file mode'}", file=sys.stderr)
+        return 2
     if args.app is not None:
         problem = app_problem(args.app)
         if problem:
@@ -142,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.hosts:
         from snapmesh.hosts.launch import up as up_on_hosts
+
+        if args.mode or args.align_timeout_ms is not None:  # the hosts launcher writes its own cluster file
+            print("snapmesh cluster: --mode and --align-timeout-ms do not apply with --hosts yet", file=sys.stderr)
+            return 2
 
         return up_on_hosts(args)
 
@@ -174,11 +188,14 @@ def main(argv: list[str] | None = None) -> int:
             if reused and args.nodes is not None and args.nodes != len(node_ids):
                 raise ConfigError(f"data dir {data_dir} holds a {len(node_ids)}-node cluster ({config_path}); "
                                   f"give --nodes {len(node_ids)}, or another --data-dir for {args.nodes} nodes")
+            mode = _mode_keys(args)
             if isinstance(source, int):
-                write_cluster(config_path, nodes=node_ids, data_dir=data_dir)
+                write_cluster(config_path, nodes=node_ids, data_dir=data_dir, settings=mode)
             elif source is not None:
-                cluster_config.write(config_path, runnable_copy(source, data_dir),
+                cluster_config.write(config_path, {**runnable_copy(source, data_dir), **mode},
                                      comment=f"Written by snapmesh cluster up from {source}")
+            elif mode:
+                _same_mode(cluster_config.load(config_path, env={}), mode, config_path)
             if args.config is None:  # D's own ports, or the shipped ones: say plainly when one is taken
                 taken_ports(cluster_config.load(config_path, env={}))
             if tls_dir is not None:
@@ -237,6 +254,33 @@ def _data_dir_and_source(args) -> tuple[Path, Path | int | None]:
     if (data_dir / CLUSTER_FILE).is_file():
         return data_dir, None
     return data_dir, args.nodes if args.nodes is not None else cluster_config.DEFAULT_CONFIG
+
+
+def _non_negative_ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of milliseconds: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _mode_keys(args: argparse.Namespace) -> dict:
+    """The cluster file's keys --mode and --align-timeout-ms set (none when not given)."""
+    keys: dict = {"snapshot_mode": args.mode} if args.mode else {}
+    if args.align_timeout_ms is not None:
+        keys["align_timeout_ms"] = args.align_timeout_ms
+    return keys
+
+
+def _same_mode(existing, keys: dict, path: Path) -> None:
+    """A data dir started again keeps its file: a --mode that differs is refused, not applied."""
+    have = {"snapshot_mode": existing.snapshot_mode, "align_timeout_ms": existing.align_timeout_ms}
+    for key, value in keys.items():
+        if have[key] != value:
+            raise ConfigError(f"data dir {path.parent} holds a cluster with {key} = {have[key]!r} ({path}); "
+                              f"give another --data-dir for {key} = {value!r}")
 
 
 def runnable_copy(source: Path, data_dir: Path) -> dict:

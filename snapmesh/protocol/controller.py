@@ -6,7 +6,9 @@ or writes a file: time comes in as `Now`, and what is to happen comes out as
 effects, taken with `drain()` after each event.
 
 Events in:
-  trigger(snapshot_id, initiator, now)   a snapshot starts at `initiator` (raises
+  trigger(snapshot_id, initiator, now, broadcast=False)
+                                         a snapshot starts at `initiator`, or with
+                                         `broadcast` at every node (B1) (raises
                                          TooManySnapshots, changing nothing, at the
                                          admission limit `max_concurrent`)
   start_failed(snapshot_id, reason, now) StartSnapshot (or journaling the start) failed
@@ -49,6 +51,16 @@ K1. The finished snapshots older than the N newest COMPLETE ones (ids sort in
     Retire effects follow its Finished) and once after a restart (`replayed`),
     so the files of snapshots that are not worth keeping are never filed again.
 
+Broadcast trigger (Flink and Hazelcast Jet signal every source at once):
+B1. With `broadcast`, the trigger emits one StartAt per node of the topology, the
+    named initiator first, instead of one at the initiator. Chandy-Lamport allows
+    any number of initiators of one snapshot: a node started after a marker for
+    it already arrived ignores the start (core R4), so each node still cuts once
+    and each channel still carries one marker. What it saves is the marker hop
+    from the initiator to the others on the way to every cut. The journal's
+    Started record is the same either way: after a restart the nodes' re-sent
+    reports finish the snapshot, and nothing is started again.
+
 Restore rules (one restore at a time, decided by `restoregate.RestoreGate`):
 R1. The check and the claim are one step: `restore` decides and, on Start,
     moves the epoch to E+1 at once, so every report of epoch E is refused from
@@ -71,7 +83,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from snapmesh.protocol import controller_journal as journal
-from snapmesh.protocol import appstate, core, restoregate
+from snapmesh.protocol import appstate, restoregate
+from snapmesh.protocol.reports import report_message  # noqa: F401  (re-exported: the simulator calls machine.report_message)
 from snapmesh.protocol.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -176,40 +189,6 @@ def problem(snapshot: pb.Snapshot) -> str:
     return ""
 
 
-def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0, done_at_ns: int = 0) -> pb.FullState:
-    """A node machine's finished part as the ReportState message the controller takes
-    (overtake mode: with its positions and outbox runs). `cut_at_ns` and `done_at_ns`
-    are wall-clock times for the statistics only (0: unknown)."""
-    node_id = state.node_id
-    message = pb.FullState(
-        snapshot_id=state.snapshot_id,
-        node_id=node_id,
-        balance=state.balance,
-        epoch=epoch,
-        cut_at_unix_ns=cut_at_ns,
-        done_at_unix_ns=done_at_ns,
-        channels=[
-            pb.ChannelState(
-                src=src,
-                dst=node_id,
-                in_flight=[appstate.in_flight_item(t) for t in transfers],
-            )
-            for src, transfers in state.channels.items()
-        ],
-    )
-    if state.state is not None:  # an app's node
-        message.state = state.state
-    if state.positions:
-        message.snapshot_mode = "overtake"
-        message.positions.extend(pb.ChannelPosition(src=src, dst=node_id, seq=seq) for src, seq in state.positions.items())
-        message.outbox_runs.extend(
-            pb.OutboxRun(src=node_id, dst=dst, seqs=[e.seq for e in entries], amounts=[e.amount for e in entries],
-                         payloads=[e.payload for e in entries] if state.state is not None else ())
-            for dst, entries in state.outbox.items()
-        )
-    return message
-
-
 def stale_report(report_epoch: int, epoch: int) -> str:
     """Why a report of `report_epoch` is refused in cluster epoch `epoch` ("" when it is not)."""
     if report_epoch and report_epoch < epoch:
@@ -254,15 +233,18 @@ class Controller:
 
     # -- snapshots
 
-    def trigger(self, snapshot_id: str, initiator: str, now: Now) -> pb.Snapshot:
+    def trigger(self, snapshot_id: str, initiator: str, now: Now, *, broadcast: bool = False) -> pb.Snapshot:
         running = self.tracker.in_progress
         if self.max_concurrent and running >= self.max_concurrent:  # A1
             raise TooManySnapshots(f"{running} snapshots in progress, the limit is {self.max_concurrent}")
         snapshot = self.tracker.start(snapshot_id, initiator, now)
+        starts = [initiator]
+        if broadcast:  # B1
+            starts += [n for n in self.tracker.topology.nodes if n != initiator]
         self._effects += [
             Journal(journal.Started(snapshot_id=snapshot_id, initiator=initiator, wall=now.wall, epoch=snapshot.epoch)),
             Publish(snapshot),
-            StartAt(initiator, snapshot_id, snapshot.epoch),
+            *(StartAt(node, snapshot_id, snapshot.epoch) for node in starts),
         ]
         return snapshot
 

@@ -1,14 +1,16 @@
 """A node's epoch: which calls it lets through, and which restore it takes (node rule N8).
 
 The cluster's epoch goes up by one with every restore. A node is in one epoch
-at a time, and every shell asks this one object, never its own copy:
+at a time. The node machine's events carry the epoch they come from and ask
+this one object themselves (a shell never asks first):
 
-- `fence(epoch)`: a call of an older epoch (a snapshot start, a channel's
-  open, a restore) is stale, refused for good; one of a newer epoch, or any
-  while this node's restore is unfinished, waits until this node has restored
-  (the caller asks again later);
-- `fence_clients()`: clients' transfers wait while a restore cut short by a
-  crash is redone (the balance is not the restored one yet);
+- `check(epoch)` / `fence(epoch)`: a call of an older epoch (a snapshot start,
+  a channel's open, a restore) is stale, refused for good; one of a newer
+  epoch, or any while this node's restore is unfinished, waits until this
+  node has restored (the caller asks again later); `check` raises EpochFenced;
+- `check_clients()` / `fence_clients()`: clients' transfers wait while a
+  restore cut short by a crash is redone (the balance is not the restored one
+  yet); `check_clients` raises LocalProtocolError (Refusal.RESTORING);
 - `takes_restore(epoch, snapshot_id)`: a restore into a newer epoch, or the
   unfinished one, is done; a repeat of the one done is a no-op; an older epoch,
   or another snapshot in this epoch, is refused;
@@ -32,7 +34,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from snapmesh.protocol.core import RemoteProtocolError
+from snapmesh.protocol.core import LocalProtocolError, Refusal, RemoteProtocolError
 
 
 RESTORES_KEPT = 8  # restores remembered for `taken_back`; a transfer waits for its fsync, not for 8 restores
@@ -57,6 +59,16 @@ class Fenced(NamedTuple):
     reason: str
 
 
+class EpochFenced(RemoteProtocolError):
+    """A call the epoch fence refuses; nothing changed. `stale`: from an older
+    epoch, refused for good (FAILED_PRECONDITION); otherwise the caller asks
+    again later (UNAVAILABLE)."""
+
+    def __init__(self, fenced: Fenced) -> None:
+        super().__init__(fenced.reason)
+        self.stale = fenced.stale
+
+
 @dataclass(slots=True)
 class EpochState:
     node_id: str
@@ -76,11 +88,22 @@ class EpochState:
             return Fenced(False, f"{self.node_id} has not restored epoch {epoch} yet")
         return None
 
+    def check(self, epoch: int, what: str = "") -> None:
+        """`fence`, as an event's first step: raises EpochFenced when the call may not go on."""
+        fenced = self.fence(epoch, what)
+        if fenced is not None:
+            raise EpochFenced(fenced)
+
     def fence_clients(self) -> Fenced | None:
         """May a client's transfer go on? None: yes."""
         if self.restore_incomplete:
             return Fenced(False, f"{self.node_id} is finishing a restore")
         return None
+
+    def check_clients(self) -> None:
+        """`fence_clients`, as a client step's first step: raises LocalProtocolError (RESTORING)."""
+        if self.restore_incomplete:
+            raise LocalProtocolError(f"{self.node_id} is finishing a restore", Refusal.RESTORING)
 
     def takes_restore(
         self, epoch: int, snapshot_id: str, balance: int, deliveries: list[tuple[str, str, int, int]], incoming: Collection[str]
@@ -91,7 +114,7 @@ class EpochState:
         another snapshot than the one restored into this epoch, a delivery on
         no channel in `incoming` or a negative balance."""
         if epoch < self.epoch:
-            raise RemoteProtocolError(f"{self.node_id} is in epoch {self.epoch}; a restore for epoch {epoch} is stale")
+            raise EpochFenced(Fenced(True, f"{self.node_id} is in epoch {self.epoch}; a restore for epoch {epoch} is stale"))
         if epoch == self.epoch and not self.restore_incomplete:
             if self.restored and self.restored != snapshot_id:
                 raise RemoteProtocolError(f"{self.node_id} restored {self.restored!r} in epoch {epoch}, not {snapshot_id!r}")

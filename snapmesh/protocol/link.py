@@ -34,6 +34,15 @@ L8. Early markers (overtake mode). `notify` queues a marker that overtakes:
     connection loses it, the marker's FIFO copy in the outbox still follows).
     On the wire it is an Entry with seq 0, `amount` holding the last seq the
     sender assigned before its cut.
+L9. Held early markers (hybrid mode, Flink's aligned-checkpoint-timeout). With
+    `hold` set, `notify` keeps the early copy back: the marker first travels in
+    its FIFO place, as in classic mode. The sender learns the time only from
+    `release(now)`, so a copy's `hold` seconds start at the first release after
+    its notify, and `next_release` asks for that release at once. A later
+    release lets each copy due by `now` overtake (L8) unless its FIFO copy is
+    already acknowledged (it arrived in order: nothing to overtake), which it
+    drops. So a quiet channel behaves as classic, and a backed-up one switches
+    that snapshot to overtaking `hold` seconds after the cut.
 """
 
 from __future__ import annotations
@@ -98,6 +107,8 @@ class Sender:
         self.connected = False
         self.sent = self.acked  # highest seq transmitted on the current connection
         self.notices: list[Entry] = []  # early markers waiting to overtake (L8)
+        self.hold: float | None = None  # hybrid mode: seconds an early marker is held back (L9); None: not held
+        self.held: list[tuple[float | None, Entry]] = []  # (due, early marker), oldest first; due None: not timed yet
         if self.outbox and (self.outbox[0].seq != self.acked + 1 or self.outbox[-1].seq != next_seq - 1):
             raise LocalProtocolError(f"channel {src}->{dst}: outbox does not hold {self.acked + 1}..{next_seq - 1}")
 
@@ -124,8 +135,31 @@ class Sender:
         return seq
 
     def notify(self, *, lsn: int, snapshot_id: str, last_seq: int) -> None:
-        """Queue an early marker for `snapshot_id` (L8); its record is `lsn`."""
-        self.notices.append(Entry(0, last_seq, snapshot_id, lsn))
+        """Queue an early marker for `snapshot_id` (L8), or hold it back (L9); its record is `lsn`."""
+        if self.hold is None:
+            self.notices.append(Entry(0, last_seq, snapshot_id, lsn))
+        else:
+            self.held.append((None, Entry(0, last_seq, snapshot_id, lsn)))
+
+    def release(self, now: float) -> tuple[int, int]:
+        """Time passed (L9): copies not timed yet are due `hold` from `now`; those due by
+        `now` overtake, or are dropped when their FIFO copy (seq last_seq + 1) is
+        acknowledged. Returns (how many now wait to overtake, how many were dropped)."""
+        if not self.held:
+            return 0, 0
+        hold = self.hold or 0.0
+        timed = [(now + hold if at is None else at, e) for at, e in self.held]
+        self.held = [(at, e) for at, e in timed if at > now]
+        due = [e for at, e in timed if at <= now]
+        overtaking = [e for e in due if self.acked <= e.amount]  # amount: the last seq before the cut
+        self.notices += overtaking
+        return len(overtaking), len(due) - len(overtaking)
+
+    def next_release(self, now: float) -> float | None:
+        """When `release` is next due (L9): `now` for a copy not timed yet; None when none is held."""
+        if not self.held:
+            return None
+        return min(now if at is None else at for at, _ in self.held)
 
     def _take_notices(self, durable_lsn: int) -> list[Entry]:
         ready = [n for n in self.notices if n.lsn <= durable_lsn]

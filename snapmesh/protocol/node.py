@@ -8,20 +8,22 @@ never does I/O and never reads a clock: `now` is an argument. The gRPC node
 (services/node) and the fault simulator (snapmesh/sim/fuzz.py) drive this
 same object.
 
-Events: transfer / submit (an app's command); start_snapshot / abort_snapshot;
-connect / disconnect; opened; received; acked; durable(lsn); tick(now);
-restore (node_steps.py has it and the app's steps). Effects: node_effects.py.
+Events: transfer / submit (an app's command; `reply_to`: answer it with an
+effect), reply_batch; start_snapshot / abort_snapshot; connect / disconnect;
+opened; received; acked; durable(lsn); tick(now, wall); restore (node_steps.py
+has it and the app's steps). Effects: node_effects.py.
 
 Rules
 -----
 N1. One step, one log order. Each event applies to the core and appends its
     records in one call, so the log order is the order the core saw.
-N2. Nothing leaves before its record is durable: frames (link L2), acks (L2)
-    and reports wait for `durable(lsn)`. A client's answer carries the lsn the
-    caller must see durable before replying. A finished part is handed out
-    twice: `Finished` in the step that logs its last marker_recv (so the shell
-    keeps the state before that record can reach the disk, and a crash that
-    keeps the record keeps the state too), `Report` once durable.
+N2. Nothing leaves before its record is durable: frames (link L2), acks (L2),
+    reports and clients' answers (N11) wait for `durable(lsn)`. A finished
+    part is handed out once, with its epoch and wall times (`tick`'s `wall`:
+    the cut's, the completion's): `Finished` in the step that logs its last
+    marker_recv (so the shell keeps the state before that record can reach
+    the disk, and a crash that keeps the record keeps the state too);
+    `Report(snapshot_id)` says "send it" once durable.
 N3. A recording's `cut` precedes the `marker_recv` that caused it, in the same
     step: a log cut short after the marker_recv always holds the cut.
 N4. Abort is logged (so a restart remembers it), as is every
@@ -32,8 +34,8 @@ N5. A transfer with a client `request_id` that was already paid is answered
     checkpoints and restores, as snapmesh/protocol/requests.py says.
 N6. A recording older than `recording_ttl` (by `now`) is dropped as an abort.
 N7. When the active segment holds `segment_records` records, the node seals
-    it between two steps and opens the next with a checkpoint, so recovery
-    reads only the active segment.
+    it between two steps and opens the next with a checkpoint (one `Seal`
+    effect carries both), so recovery reads only the active segment.
 N8. Restore. `restore` moves the node to a newer epoch in one step:
     snapshots in progress are aborted ("restored to S"), the epoch's links and
     outboxes are dropped, the balance is set to the recorded one, and the
@@ -42,9 +44,10 @@ N8. Restore. `restore` moves the node to a newer epoch in one step:
     start again at seq 1, so nothing of the older epoch can be admitted. A
     repeat for the current epoch is a no-op, an older epoch is refused; a
     restore cut short by a crash (fewer replays logged than announced) is
-    redone from the start. The epoch and its fence are epochs.py's: every shell
-    asks `fence` / `fence_clients` which calls may go on, and `taken_back(answer)`
-    before answering a transfer "paid" once durable.
+    redone from the start. The epoch and its fence are epochs.py's, and the
+    events that come from an epoch carry it (start_snapshot, opened, restore):
+    the node refuses a stale one itself (EpochFenced), and a client's step
+    while a restore is redone (Refusal.RESTORING). No shell asks first.
 N9. Overtake mode (snapmesh/protocol/overtake.py): at a cut the node keeps, per
     incoming channel, the last seq applied and, per outgoing channel, the
     unacknowledged transfers; they go into the FullState. Each marker also
@@ -60,6 +63,11 @@ N10. A hosted app (snapmesh.app; `app` given, apphost.py calls it). A
     rides in the FullState. Checkpoints carry snapshot(); recovery restores
     it and replays the logged inputs through the app (recovery.py). The
     bank needs no app: its int amounts are the fast path.
+N11. A client's answer is an effect. A step given `reply_to` (or a batch's
+    `reply_batch`) is answered by `Reply` (`ReplyBatch`) once its lsn is
+    durable, carrying whether a restore since the answer took it back
+    (epochs.py `taken_back`): then it must be told "not done", never "done".
+    The shell only carries the effect to the waiting client.
 """
 
 from __future__ import annotations
@@ -67,15 +75,16 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from types import MappingProxyType
 from typing import Any
 
 from snapmesh.protocol import apphost, core, requests, wal
-from snapmesh.protocol.epochs import EpochState, Fenced
+from snapmesh.protocol.epochs import EpochFenced, EpochState, Fenced  # noqa: F401  (EpochFenced: the shells catch it from here)
 from snapmesh.protocol.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
-from snapmesh.protocol.node_effects import Accepted, Ack, Append, Effect, Finished, Report, ReportCancelled, Seal, Transmit
+from snapmesh.protocol.node_effects import (  # noqa: F401  (re-exported: the drivers name the effects through this module)
+    Accepted, Ack, Append, Effect, Finished, Reply, ReplyBatch, Report, ReportCancelled, Seal, Submitted, Transmit,
+)
 from snapmesh.protocol.node_steps import NodeSteps, state_digest
-from snapmesh.protocol.recovery import ABANDONED_WINDOW, Recovered, checkpoint_fields
+from snapmesh.protocol.recovery import ABANDONED_WINDOW, Recovered
 
 DEFAULT_SEGMENT_RECORDS = 100_000
 
@@ -147,7 +156,11 @@ class Node(NodeSteps):
         self.segment_first = recovered.last_lsn - recovered.records + 1 if not recovered.fresh else 1
         self._segment_count = recovered.records
         self._recorded_at: dict[str, float] = {}
-        self._reports: list[tuple[int, core.FullState]] = []
+        self._reports: list[tuple[int, str]] = []  # (lsn it rests on, snapshot id), finished, not yet durable
+        self._cut_wall: dict[str, float] = {}  # snapshot id -> wall seconds of its cut here (statistics)
+        self.wall_seen = 0.0  # the last wall clock `tick` was given (0: none yet)
+        # Client calls waiting for durability (N11): (lsn, to, answer or a batch's answers, is a batch).
+        self._waiting: list[tuple[int, object, Any, bool]] = []
         self._out: list[Effect] = []
         self.now = now
         # Counters the shell turns into metrics.
@@ -187,25 +200,31 @@ class Node(NodeSteps):
     restored_balance = property(lambda self: self.epochs.restored_balance, doc="The balance right after the last restore.")
 
     def fence(self, epoch: int, what: str = "") -> Fenced | None:
-        """May a call of the cluster's `epoch` go on (epochs.py)? None: yes."""
+        """Would a call of the cluster's `epoch` go on (epochs.py)? None: yes. A
+        query for tests and metrics: the events check it themselves."""
         return self.epochs.fence(epoch, what)
 
     def fence_clients(self) -> Fenced | None:
         """May a client's transfer go on (epochs.py)? None: yes."""
         return self.epochs.fence_clients()
 
-    def taken_back(self, answer: Accepted) -> str | None:
-        """The snapshot whose restore took back the transfer `answer` says paid, or None (epochs.py)."""
+    def taken_back(self, answer: Accepted | Submitted) -> str | None:
+        """The snapshot whose restore took back the transfer `answer` says paid, or
+        None (epochs.py): the rule `Reply` carries (N11)."""
         return self.epochs.taken_back(answer.lsn, answer.epoch)
 
     # -- client events
 
     def transfer(
-        self, dst: str, amount: int, request_id: str = "", *, wall: float | None = None, first_sent_unix_ms: int = 0
+        self, dst: str, amount: int, request_id: str = "", *, wall: float | None = None, first_sent_unix_ms: int = 0,
+        reply_to: object = None,
     ) -> Accepted:
         """Pay `amount` to `dst`. Raises core.LocalProtocolError (link.ChannelFull
-        when the channel is at its bound; requests.py's refusals for a request id)
-        and changes nothing when refused. `wall`: wall-clock seconds now."""
+        when the channel is at its bound; requests.py's refusals for a request id;
+        RESTORING while a restore is redone) and changes nothing when refused.
+        `wall`: wall-clock seconds now. `reply_to`: answer it by `Reply` (N11)."""
+        if self.epochs.restore_incomplete:
+            self.epochs.check_clients()
         if self.host is not None:
             raise core.LocalProtocolError(f"{self.node_id} runs app {self.host.app.name!r}, not the bank: use Submit")
         if request_id:
@@ -213,7 +232,9 @@ class Node(NodeSteps):
                 self.wall = wall
             first = self._requests.lookup(request_id, self.wall, first_sent_unix_ms)
             if first is not None:
-                return Accepted(first.msg_id, first.balance, max(first.lsn, 0), True, self.epochs.epoch)
+                return self._reply_when_durable(
+                    reply_to, Accepted(first.msg_id, first.balance, max(first.lsn, 0), True, self.epochs.epoch)
+                )
         sender = self.senders.get(dst)
         if sender is not None:
             sender.check_room()
@@ -236,9 +257,15 @@ class Node(NodeSteps):
             self._requests.paid(request_id, requests.Paid(msg_id, balance, self.wall, self.last_lsn))
         if self._segment_count >= self.segment_records:  # _end_step, inline
             self._seal()
-        return Accepted(msg_id, balance, self.last_lsn, False, self.epochs.epoch)
+        answer = Accepted(msg_id, balance, self.last_lsn, False, self.epochs.epoch)
+        return answer if reply_to is None else self._reply_when_durable(reply_to, answer)
 
-    def start_snapshot(self, snapshot_id: str) -> None:
+    def start_snapshot(self, snapshot_id: str, *, epoch: int = 0) -> None:
+        """Start `snapshot_id` here, for the controller in `epoch` (0: a caller
+        that does not say). Raises EpochFenced, changing nothing, when the fence
+        refuses `epoch` (N8)."""
+        if epoch:
+            self.epochs.check(epoch, f"snapshot {snapshot_id}")
         self._drain(self.process.start_snapshot(snapshot_id))
         self._end_step()
 
@@ -247,17 +274,21 @@ class Node(NodeSteps):
         self._append(wal.Abort(lsn=self.last_lsn + 1, snapshot_id=snapshot_id, reason=reason))
         self._remember(snapshot_id)
         self._recorded_at.pop(snapshot_id, None)
+        self._cut_wall.pop(snapshot_id, None)
         self._at_cut.pop(snapshot_id, None)
         self._app_cuts.pop(snapshot_id, None)
         before = len(self._reports)
-        self._reports = [(lsn, s) for lsn, s in self._reports if s.snapshot_id != snapshot_id]
+        self._reports = [(lsn, s) for lsn, s in self._reports if s != snapshot_id]
         if len(self._reports) != before:
             self._out.append(ReportCancelled(snapshot_id))
         self._end_step()
 
-    def tick(self, now: float) -> None:
-        """Time passed: drop recordings older than the ttl (N6)."""
+    def tick(self, now: float, wall: float | None = None) -> None:
+        """Time passed: drop recordings older than the ttl (N6). `wall`: the wall
+        clock (seconds), which times a cut and a finished part for statistics (N2)."""
         self.now = now
+        if wall is not None:
+            self.wall_seen = wall
         if self.recording_ttl is None:
             return
         for sid, at in list(self._recorded_at.items()):
@@ -284,11 +315,15 @@ class Node(NodeSteps):
         if sender.on_ack(conn_no, seq):
             self._transmit(sender)
 
-    def opened(self, src: str, conn_no: int) -> None:
-        """A connection from `src` opened; it gets our position once durable."""
+    def opened(self, src: str, conn_no: int, *, epoch: int = 0) -> None:
+        """A connection from `src`, opened in the sender's `epoch` (0: not said),
+        gets our position once durable. Raises EpochFenced, changing nothing,
+        when the fence refuses `epoch` (N8)."""
         receiver = self.receivers.get(src)
         if receiver is None:
             raise core.RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
+        if epoch:
+            self.epochs.check(epoch, f"channel {src}->{self.node_id}")
         if receiver.open(conn_no, self.last_lsn):
             self._ack(receiver)
 
@@ -348,32 +383,8 @@ class Node(NodeSteps):
             ready = [s for at, s in self._reports if at <= lsn]
             self._reports = [(at, s) for at, s in self._reports if at > lsn]
             self._out += [Report(s) for s in ready]
-
-    # -- overtake mode (N9)
-
-    def _early_marker(self, receiver: Receiver, conn_no: int, snapshot_id: str, *, last_seq: int) -> None:
-        """An early marker from `receiver.src`: it closes the channel now (core R6)."""
-        if conn_no != receiver.conn_no:
-            return  # from a connection that is gone (L6)
-        if receiver.last_seq > last_seq:
-            # Past the sender's cut already: the marker's in-band copy (seq last_seq + 1)
-            # came first and closed the channel (a resend after a reconnect can overtake
-            # an early copy still on the old wire). Applying it now would cut this node
-            # after transfers sent past the sender's cut; dropping it is always safe.
-            self.stale_markers += 1
-            return
-        self._drain(self.process.receive(src=receiver.src, message=core.Marker(snapshot_id=snapshot_id)))
-
-    def _keep_cut(self, snapshot_id: str) -> None:
-        """At a cut: the positions of the incoming channels, the outboxes' transfers."""
-        positions = {src: r.last_seq for src, r in self.receivers.items()}
-        # The link's own entries (seq, amount): no object per entry at every cut.
-        outbox = {dst: tuple(e for e in s.outbox if not e.snapshot_id) for dst, s in self.senders.items()}
-        self._at_cut[snapshot_id] = (positions, outbox)
-
-    def _with_cut(self, state: core.FullState) -> core.FullState:
-        positions, outbox = self._at_cut.pop(state.snapshot_id)
-        return dataclasses.replace(state, positions=MappingProxyType(positions), outbox=MappingProxyType(outbox))
+        if self._waiting:
+            self._replies_due()
 
     # -- internals
 
@@ -450,6 +461,7 @@ class Node(NodeSteps):
                 if len(self._cuts) > ABANDONED_WINDOW:
                     self._cuts.popitem(last=False)
                 self._recorded_at[effect.snapshot_id] = self.now
+                self._cut_wall[effect.snapshot_id] = self.wall_seen
                 if self.overtake:
                     self._keep_cut(effect.snapshot_id)
             elif isinstance(effect, core.ChannelRecorded):
@@ -469,31 +481,16 @@ class Node(NodeSteps):
                 state = self._with_cut(state)
             if self.host is not None:
                 state = dataclasses.replace(state, state=self._app_cuts.pop(state.snapshot_id))
-            self._reports.append((self.last_lsn, state))
-            self._out.append(Finished(state, self.last_lsn))
+            self._reports.append((self.last_lsn, state.snapshot_id))
+            cut_wall = self._cut_wall.pop(state.snapshot_id, 0.0)  # a cut from before a restart: unknown
+            self._out.append(Finished(state, self.last_lsn, self.epochs.epoch, _ns(cut_wall), _ns(self.wall_seen)))
 
     def _end_step(self) -> None:
         if self._segment_count >= self.segment_records:
             self._seal()
 
-    def _seal(self) -> None:
-        """Close the active segment; open the next with a checkpoint (N7)."""
-        state = Recovered(
-            balance=self.process.balance,
-            next_seq={d: s.next_seq for d, s in self.senders.items()},
-            acked={d: s.acked for d, s in self.senders.items()},
-            outbox={d: list(s.outbox) for d, s in self.senders.items()},
-            last_received={s: r.last_seq for s, r in self.receivers.items()},
-            abandoned=self._abandoned,
-            requests=self._requests.as_dict(self.wall),
-            cuts=self._cuts,
-            epoch=self.epoch,
-            restored=self.restored,
-            restored_balance=self.restored_balance,
-        )
-        lsn = self.last_lsn + 1
-        self._out.append(Seal(self.segment_first, lsn))
-        self.segment_first = lsn
-        self._segment_count = 0
-        app_state = wal.pack(self.host.snapshot()) if self.host is not None else ""
-        self._append(wal.Checkpoint(lsn=lsn, **checkpoint_fields(state), state=app_state))
+
+
+def _ns(wall: float) -> int:
+    """Wall seconds as the report's nanoseconds (0 stays 0: unknown)."""
+    return int(wall * 1e9)

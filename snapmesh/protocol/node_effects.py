@@ -4,12 +4,15 @@ Effects come out of `Node.drain()`, in order; the shell carries each out
 (services/node/engine.py, the fault simulator, the tests):
 
   Append(record)            write it to the log
-  Seal(first, next)         seal the active segment
+  Seal(first, checkpoint)   seal the active segment; the checkpoint opens the next
   Transmit(dst, conn_no, entries)
   Ack(src, conn_no, seq)
-  Finished(state, lsn)      keep it safe from a crash, now
-  Report(state)             a FullState to the controller
+  Finished(state, lsn, ...) the part, with its epoch and wall times: keep it safe
+                            from a crash, now (the only effect that hands it out)
+  Report(snapshot_id)       send the part kept at Finished to the controller
   ReportCancelled(snapshot_id)
+  Reply(to, answer, taken_back)    a client's call is answered (node rule N11)
+  ReplyBatch(to, taken_back)       a batch of them, in one answer
 
 `Accepted` is a transfer's answer. All are NamedTuples: immutable, and cheap
 to make on the per-message path.
@@ -28,13 +31,17 @@ class Append(NamedTuple):
 
 
 class Seal(NamedTuple):
-    """Every record before `next_lsn` belongs to the segment that began at
-    `first_lsn`; the record `next_lsn` (a checkpoint) opens the next segment.
-    Seal and checkpoint must reach the disk together (the shell writes the
-    checkpoint to a new file and renames)."""
+    """Every record before the checkpoint belongs to the segment that began at
+    `first_lsn`; `checkpoint` opens the next segment. One effect, because seal
+    and checkpoint must reach the disk together (the shell writes the
+    checkpoint to a new file and renames): a shell cannot do one without the other."""
 
     first_lsn: int
-    next_lsn: int
+    checkpoint: wal.Checkpoint
+
+    @property
+    def next_lsn(self) -> int:
+        return self.checkpoint.lsn
 
 
 class Transmit(NamedTuple):
@@ -51,21 +58,47 @@ class Ack(NamedTuple):
 
 class Finished(NamedTuple):
     """This node's part of a snapshot is done; `state` rests on the records up
-    to `lsn`, which are not durable yet. `Report(state)` follows once they are."""
+    to `lsn`, which are not durable yet. `Report(snapshot_id)` follows once they
+    are (or `ReportCancelled`). `epoch`: the node's when it finished; the wall
+    times (ns, 0: unknown, as for a cut from before a restart) feed the
+    controller's statistics only."""
 
     state: core.FullState
     lsn: int
+    epoch: int = 1
+    cut_at_ns: int = 0
+    done_at_ns: int = 0
 
 
 class Report(NamedTuple):
-    state: core.FullState
+    """Send the part kept at `Finished`: everything it rests on is durable."""
+
+    snapshot_id: str
 
 
 class ReportCancelled(NamedTuple):
     snapshot_id: str
 
 
-Effect = Append | Seal | Transmit | Ack | Finished | Report | ReportCancelled
+class Reply(NamedTuple):
+    """Answer the client call `to` (the caller's token) with `answer`: it is
+    durable. `taken_back`: the snapshot whose restore took it back since ("": it
+    stands), which the client must hear as not done, never as done."""
+
+    to: object
+    answer: Accepted | Submitted
+    taken_back: str = ""
+
+
+class ReplyBatch(NamedTuple):
+    """Answer the batch call `to`: every answer it waited for is durable;
+    `taken_back` holds, per answer in the order given, what Reply's does."""
+
+    to: object
+    taken_back: tuple[str, ...]
+
+
+Effect = Append | Seal | Transmit | Ack | Finished | Report | ReportCancelled | Reply | ReplyBatch
 
 
 class Accepted(NamedTuple):

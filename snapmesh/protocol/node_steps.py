@@ -1,15 +1,21 @@
 """The node machine's steps that change what the node holds wholesale or host
-an app: restore (node rule N8) and the hosted app's steps (N10). A mixin of
-`node.Node`, split out to keep one module per concern short; it reads and
-writes the node's own fields, never anything else."""
+an app: restore (node rule N8) and the hosted app's steps (N10); and the
+node's rarer paths: overtake mode's cut (N9), clients' answers (N11) and
+sealing a segment (N7). A mixin of `node.Node`, split out to keep one module
+per concern short; it reads and writes the node's own fields, never anything else."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterable
+from types import MappingProxyType
+from typing import Any
 
 from snapmesh.protocol import core, requests, wal
-from snapmesh.protocol.node_effects import ReportCancelled, Submitted
+from snapmesh.protocol.link import Receiver
+from snapmesh.protocol.node_effects import Accepted, Reply, ReplyBatch, ReportCancelled, Seal, Submitted
+from snapmesh.protocol.recovery import Recovered, checkpoint_fields
 
 
 class NodeSteps:
@@ -41,10 +47,11 @@ class NodeSteps:
             self._drain(self.process.abort_snapshot(sid))
             self._append(wal.Abort(lsn=self.last_lsn + 1, snapshot_id=sid, reason=reason))
             self._remember(sid)
-        for _, state in self._reports:  # finished in the older epoch, not yet reported: the controller would refuse them
-            self._out.append(ReportCancelled(state.snapshot_id))
+        for _, sid in self._reports:  # finished in the older epoch, not yet reported: the controller would refuse them
+            self._out.append(ReportCancelled(sid))
         self._reports = []
         self._recorded_at.clear()
+        self._cut_wall.clear()
         if self.host is not None:
             self.host.restore(state)  # type: ignore[arg-type]  (H3: the old instance stays if this raises)
         self._append(
@@ -82,12 +89,15 @@ class NodeSteps:
     # -- the hosted app (N10)
 
     def submit(
-        self, command: bytes, request_id: str = "", *, wall: float | None = None, first_sent_unix_ms: int = 0
+        self, command: bytes, request_id: str = "", *, wall: float | None = None, first_sent_unix_ms: int = 0,
+        reply_to: object = None,
     ) -> Submitted:
         """A client's command to the hosted app (N10), one step. Raises
         core.AppRefusal when the app refuses or raises, link.ChannelFull when an
         outgoing channel is at its bound, requests.py's refusals for a request
-        id; nothing changes then. A retry of `request_id` gets the first reply."""
+        id, RESTORING while a restore is redone; nothing changes then. A retry
+        of `request_id` gets the first reply. `reply_to`: answer it by `Reply` (N11)."""
+        self.epochs.check_clients()
         host = self.host
         if host is None:
             raise core.LocalProtocolError(f"{self.node_id} runs the bank, not an app: use Transfer")
@@ -98,7 +108,8 @@ class NodeSteps:
                 self.wall = wall
             first = self._requests.lookup(request_id, self.wall, first_sent_unix_ms)
             if first is not None:
-                return Submitted(wal.unpack(first.msg_id, request_id), max(first.lsn, 0), True, self.epochs.epoch)
+                answer = Submitted(wal.unpack(first.msg_id, request_id), max(first.lsn, 0), True, self.epochs.epoch)
+                return self._reply_when_durable(reply_to, answer)
         for sender in self.senders.values():  # before the app runs: a refusal must change nothing
             sender.check_room()
         reply, sends = host.command(bytes(command))
@@ -111,7 +122,7 @@ class NodeSteps:
             # An app's Paid holds its reply (base64) where the bank's holds the msg id.
             self._requests.paid(request_id, requests.Paid(packed, 0, self.wall, lsn))
         self._end_step()
-        return Submitted(reply, self.last_lsn, False, self.epochs.epoch)
+        return self._reply_when_durable(reply_to, Submitted(reply, self.last_lsn, False, self.epochs.epoch))
 
 
     def _app_message(self, src: str, seq: int, msg_id: str, payload: bytes) -> None:
@@ -144,6 +155,95 @@ class NodeSteps:
                 )
             )
             sender.enqueue(lsn=lsn, payload=payload)
+
+    # -- overtake mode (N9)
+
+    def _early_marker(self, receiver: Receiver, conn_no: int, snapshot_id: str, *, last_seq: int) -> None:
+        """An early marker from `receiver.src`: it closes the channel now (core R6)."""
+        if conn_no != receiver.conn_no:
+            return  # from a connection that is gone (L6)
+        if receiver.last_seq > last_seq:
+            # Past the sender's cut already: the marker's in-band copy (seq last_seq + 1)
+            # came first and closed the channel (a resend after a reconnect can overtake
+            # an early copy still on the old wire). Applying it now would cut this node
+            # after transfers sent past the sender's cut; dropping it is always safe.
+            self.stale_markers += 1
+            return
+        self._drain(self.process.receive(src=receiver.src, message=core.Marker(snapshot_id=snapshot_id)))
+
+    def _keep_cut(self, snapshot_id: str) -> None:
+        """At a cut: the positions of the incoming channels, the outboxes' transfers."""
+        positions = {src: r.last_seq for src, r in self.receivers.items()}
+        # The link's own entries (seq, amount): no object per entry at every cut.
+        outbox = {dst: tuple(e for e in s.outbox if not e.snapshot_id) for dst, s in self.senders.items()}
+        self._at_cut[snapshot_id] = (positions, outbox)
+
+    def _with_cut(self, state: core.FullState) -> core.FullState:
+        positions, outbox = self._at_cut.pop(state.snapshot_id)
+        return dataclasses.replace(state, positions=MappingProxyType(positions), outbox=MappingProxyType(outbox))
+
+    # -- clients' answers (N11)
+
+    def _reply_when_durable(self, to: object, answer: Any) -> Any:
+        if to is not None:
+            self._wait_or_reply((answer.lsn, to, answer, False))
+        return answer
+
+    def reply_batch(self, to: object, answers: Iterable[Accepted | Submitted]) -> None:
+        """A client waits for `answers` (steps taken without `reply_to`) together:
+        one `ReplyBatch` once the log is durable up to now (N11). Up to now, not
+        only to its answers' records: the batch shows balances (its refusals' too),
+        and a balance must not show what a crash could take back."""
+        self._wait_or_reply((self.last_lsn, to, tuple(answers), True))
+
+    def _wait_or_reply(self, waiting: tuple) -> None:
+        if waiting[0] <= self.durable_lsn:  # a retry's first answer, or nothing new: no fsync to wait for
+            self._reply(waiting)
+        else:
+            self._waiting.append(waiting)
+
+    def _replies_due(self) -> None:
+        """Answer every waiting call that is durable now."""
+        durable = self.durable_lsn
+        still = []
+        for waiting in self._waiting:
+            if waiting[0] > durable:
+                still.append(waiting)
+            else:
+                self._reply(waiting)
+        self._waiting = still
+
+    def _reply(self, waiting: tuple) -> None:
+        """The answer, saying what a restore since took back (epochs.py `taken_back`)."""
+        _, to, answer, batch = waiting
+        taken_back = self.taken_back  # type: ignore[attr-defined]  (node.Node's: the one rule)
+        if batch:
+            self._out.append(ReplyBatch(to, tuple(taken_back(a) or "" for a in answer)))
+        else:
+            self._out.append(Reply(to, answer, taken_back(answer) or ""))
+
+    # -- segments (N7)
+
+    def _seal(self) -> None:
+        """Close the active segment; open the next with a checkpoint (N7)."""
+        state = Recovered(
+            balance=self.process.balance,
+            next_seq={d: s.next_seq for d, s in self.senders.items()},
+            acked={d: s.acked for d, s in self.senders.items()},
+            outbox={d: list(s.outbox) for d, s in self.senders.items()},
+            last_received={s: r.last_seq for s, r in self.receivers.items()},
+            abandoned=self._abandoned,
+            requests=self._requests.as_dict(self.wall),
+            cuts=self._cuts,
+            epoch=self.epoch,
+            restored=self.restored,
+            restored_balance=self.restored_balance,
+        )
+        lsn = self.last_lsn + 1
+        app_state = wal.pack(self.host.snapshot()) if self.host is not None else ""
+        self._out.append(Seal(self.segment_first, wal.Checkpoint(lsn=lsn, **checkpoint_fields(state), state=app_state)))
+        self.segment_first = self.last_lsn = lsn
+        self._segment_count = 1  # the checkpoint
 
 
 def state_digest(state: bytes) -> str:

@@ -400,7 +400,8 @@ def parser(prog: str = "snapmesh reconcile") -> argparse.ArgumentParser:
         "--app",
         metavar="MODULE:ATTR",
         help="also run the app's SQL invariants over its views of every COMPLETE snapshot "
-        "(module from the working directory or PYTHONPATH, shipped to the executors; or bank, kvshard)",
+        "(module from the working directory or PYTHONPATH, shipped to the executors; or bank, kvshard) "
+        "(default: none, the log checks only)",
     )
     p.add_argument(
         "--exact",

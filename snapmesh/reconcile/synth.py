@@ -8,9 +8,9 @@ transfers. The output is consistent by construction unless ``--corrupt KIND`` in
 one inconsistency (what and where is printed). ``--failed N`` adds snapshots that
 aborted (status FAILED: skipped by the reconciliation).
 
-Logs are written as they happen, one JSON object per line formatted with plain
-string formatting and buffered writes: ~10M records fit in a few minutes of one core
-and little memory. Only the snapshots (small) are kept until the end.
+Logs are written as they happen, each line by the node's own `wal.Encoder` (so the
+bytes are exactly what a node writes), with buffered writes: ~10M records fit in a few
+minutes of one core and little memory. Only the snapshots (small) are kept until the end.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
+
+from snapmesh.protocol import wal
 
 CORRUPTIONS = {
     "balance": "a snapshot records a node balance off by one",
@@ -96,6 +98,7 @@ def generate(
     os.makedirs(os.path.join(out_dir, "snapshots"), exist_ok=True)
     files = [open(os.path.join(out_dir, f"{n}.log.jsonl"), "w", encoding="ascii") for n in names]
     bufs: list[list[str]] = [[] for _ in names]
+    encoders = [wal.Encoder(n) for n in names]
     result = Result()
     total_slots = snapshots + failed
     starts = [(k + 1) * transfers // (total_slots + 1) for k in range(total_slots)]
@@ -125,13 +128,13 @@ def generate(
         for c in outgoing[i]:
             seqs[c] += 1
             q, d = seqs[c], names[chans[c][1]]
-            emit(i, f'{{"node":"{n}","lsn":{next_lsn(i)},"kind":"marker_sent","snapshot_id":"{sid}","src":"{n}","dst":"{d}","seq":{q}}}\n')
+            emit(i, encoders[i].record(wal.MarkerSent(lsn=next_lsn(i), snapshot_id=sid, src=n, dst=d, seq=q)))
             queues[c].append((None, q, sid))
 
     def record(i: int, snap: _Snapshot, closed_channel: int | None) -> None:
         nonlocal watch_node, watch_sid
         snap.cut[i] = bal[i]
-        emit(i, f'{{"node":"{names[i]}","lsn":{next_lsn(i)},"kind":"cut","snapshot_id":"{snap.sid}","balance":{bal[i]}}}\n')
+        emit(i, encoders[i].record(wal.Cut(lsn=next_lsn(i), snapshot_id=snap.sid, balance=bal[i])))
         for c in incoming[i]:
             if c == closed_channel:
                 snap.closed += 1
@@ -141,8 +144,8 @@ def generate(
             watch_node, watch_sid = i, snap.sid
         send_markers(i, snap.sid)
 
-    for i, n in enumerate(names):
-        emit(i, f'{{"node":"{n}","lsn":{next_lsn(i)},"kind":"init","balance":{initial_balance}}}\n')
+    for i in range(nodes):
+        emit(i, encoders[i].record(wal.Init(lsn=next_lsn(i), balance=initial_balance)))
 
     slot = 0
     while True:
@@ -152,8 +155,8 @@ def generate(
             i = randrange(nodes)
             if slot in failed_slots:
                 # Aborted: the initiator recorded its state, then gave up.
-                emit(i, f'{{"node":"{names[i]}","lsn":{next_lsn(i)},"kind":"cut","snapshot_id":"{sid}","balance":{bal[i]}}}\n')
-                emit(i, f'{{"node":"{names[i]}","lsn":{next_lsn(i)},"kind":"abort","snapshot_id":"{sid}"}}\n')
+                emit(i, encoders[i].record(wal.Cut(lsn=next_lsn(i), snapshot_id=sid, balance=bal[i])))
+                emit(i, encoders[i].record(wal.Abort(lsn=next_lsn(i), snapshot_id=sid, reason="deadline")))
                 done.append(_Snapshot(sid=sid, initiator=i, started=step, finished=step + 1, failed=True))
             else:
                 active = _Snapshot(sid=sid, initiator=i, started=step)
@@ -175,16 +178,16 @@ def generate(
             s, d = names[src], names[dst]
             msg_id = f"{s}:{d}:{q}"
             bal[src] -= amount
-            emit(src, f'{{"node":"{s}","lsn":{next_lsn(src)},"kind":"send","msg_id":"{msg_id}","src":"{s}","dst":"{d}","seq":{q},"amount":{amount}}}\n')
+            emit(src, encoders[src].send(next_lsn(src), s, d, q, amount, msg_id))
             queue.append((msg_id, q, amount))
             sent += 1
             if src == watch_node and captured is None:
                 captured = (watch_sid, c, msg_id, amount, q)
             if sent == midpoint:
-                emit(0, f'{{"node":"{names[0]}","lsn":{next_lsn(0)},"kind":"restart"}}\n')
+                emit(0, encoders[0].record(wal.Restart(lsn=next_lsn(0))))
             if corrupt == "truncated" and sent == midpoint:
-                line = f'{{"node":"{s}","lsn":{next_lsn(src)},"kind":"send","msg_id":"x","src":"{s}","dst":"{d}","seq":'
-                emit(src, line + "\n")
+                whole = encoders[src].send(next_lsn(src), s, d, seqs[c] + 1, 1, "x")
+                emit(src, whole[: whole.index('"seq":') + 6] + "\n")  # cut short after "seq":
                 result.detail = {"file": f"{s}.log.jsonl", "line": lsn[src]}
                 result.corruption = f"truncated: {s}.log.jsonl line {lsn[src]} cut short"
             continue
@@ -196,7 +199,7 @@ def generate(
         src, dst = chans[c]
         s, d = names[src], names[dst]
         if msg_id is None:  # a marker for snapshot `payload`
-            emit(dst, f'{{"node":"{d}","lsn":{next_lsn(dst)},"kind":"marker_recv","snapshot_id":"{payload}","src":"{s}","dst":"{d}","seq":{q}}}\n')
+            emit(dst, encoders[dst].record(wal.MarkerRecv(lsn=next_lsn(dst), snapshot_id=payload, src=s, dst=d, seq=q)))
             snap = active
             assert snap is not None and snap.sid == payload
             if dst not in snap.cut:
@@ -211,7 +214,7 @@ def generate(
             continue
         copies = 2 if corrupt == "duplicate-recv" and delivered == midpoint else 1
         for _ in range(copies):
-            emit(dst, f'{{"node":"{d}","lsn":{next_lsn(dst)},"kind":"recv","msg_id":"{msg_id}","src":"{s}","dst":"{d}","seq":{q},"amount":{payload}}}\n')
+            emit(dst, encoders[dst].recv(next_lsn(dst), s, d, q, payload, msg_id))
             bal[dst] += payload
         if copies == 2:
             result.detail = {"msg_id": msg_id}
@@ -330,7 +333,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1, metavar="N", help="seed of every random choice (default 1)")
     p.add_argument("--initial-balance", type=int, default=1_000_000, metavar="N", help="each node's balance at the start "
                    "(default 1000000)")
-    p.add_argument("--corrupt", choices=sorted(CORRUPTIONS), metavar="KIND", help="inject one inconsistency: " + ", ".join(CORRUPTIONS))
+    p.add_argument("--corrupt", choices=sorted(CORRUPTIONS), metavar="KIND", help="inject one inconsistency: " + ", ".join(CORRUPTIONS) + " (default: none)")
     return p
 
 

@@ -55,7 +55,8 @@ def _relative_base(path: Path) -> Path:
     return Path.cwd() if parent == SHIPPED_CONFIGS else parent
 
 
-SNAPSHOT_MODES = ("classic", "overtake")
+SNAPSHOT_MODES = ("classic", "overtake", "hybrid")
+ALIGN_TIMEOUT_MS = 50.0  # hybrid mode's default (snapmesh/protocol/hybrid.py)
 
 
 NODE_ID_MAX = 64
@@ -153,6 +154,7 @@ class ClusterConfig:
     channel_bound: int = 100_000
     segment_records: int = 100_000
     snapshot_mode: str = "classic"  # one of SNAPSHOT_MODES
+    align_timeout_ms: float = ALIGN_TIMEOUT_MS  # hybrid mode: how long a marker keeps its FIFO place
     tls: TlsSettings | None = None  # None: plaintext
     auth: AuthSettings | None = None  # None: no token asked for
     app: AppSettings = AppSettings()  # default: the bank
@@ -200,7 +202,7 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
 def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> ClusterConfig:
     fields = _Fields(path)
     known = {"data_dir", "initial_balance", "channels", "controller", "nodes", "channel_bound", "segment_records",
-             "snapshot_mode", "tls", "auth", "app"}
+             "snapshot_mode", "align_timeout_ms", "tls", "auth", "app"}
     fields.reject_unknown(raw, known, "")
 
     data_dir_text = env.get("SNAPMESH_DATA_DIR") or fields.string(raw, "data_dir", "data_dir")
@@ -216,6 +218,12 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
     snapshot_mode = raw.get("snapshot_mode", "classic")
     if snapshot_mode not in SNAPSHOT_MODES:
         raise fields.error("snapshot_mode", f"must be one of {', '.join(map(repr, SNAPSHOT_MODES))}, got {snapshot_mode!r}")
+    align_timeout_ms = raw.get("align_timeout_ms", ALIGN_TIMEOUT_MS)
+    if isinstance(align_timeout_ms, bool) or not isinstance(align_timeout_ms, (int, float)) or not (
+            0 <= align_timeout_ms < float("inf")):
+        raise fields.error("align_timeout_ms", f"must be a number of milliseconds >= 0, got {align_timeout_ms!r}")
+    if "align_timeout_ms" in raw and snapshot_mode != "hybrid":
+        raise fields.error("align_timeout_ms", f"applies to snapshot_mode = \"hybrid\" only, not {snapshot_mode!r}")
 
     controller_raw = fields.table(raw, "controller", "controller")
     fields.reject_unknown(
@@ -283,6 +291,7 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         channel_bound=channel_bound,
         segment_records=segment_records,
         snapshot_mode=snapshot_mode,
+        align_timeout_ms=float(align_timeout_ms),
         tls=tls,
         auth=auth,
         app=parse_app(raw, env, fields.error),
@@ -460,7 +469,7 @@ def write_cluster(
         "initial_balance": int(initial_balance),
         **(settings or {}),
     }
-    if snapshot_mode is not None:  # "classic" or "overtake"; left out: the default (classic)
+    if snapshot_mode is not None:  # "classic", "overtake" or "hybrid"; left out: the default (classic)
         document["snapshot_mode"] = snapshot_mode
     if topology == "ring":
         document["channels"] = [[ids[i], ids[(i + 1) % len(ids)]] for i in range(len(ids))] if len(ids) > 1 else []

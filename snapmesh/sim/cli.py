@@ -1,6 +1,7 @@
 """`snapmesh sim run FILE [--seed N]`: run a scenario, print the result as JSON.
-`snapmesh sim fuzz [--seed N] [--cases N] [--app APP]`: the fault fuzzer (snapmesh/sim/fuzz.py);
-with --app (a built-in name such as kvshard, or module:attr) the nodes host that app.
+`snapmesh sim fuzz [--seed N] [--cases N] [--app APP] [--broadcast] [--mode hybrid --align-timeout-ms T]`:
+the fault fuzzer (snapmesh/sim/fuzz.py); with --app (a built-in name such as kvshard, or
+module:attr) the nodes host that app.
 
 The JSON goes to stdout with indent=2 and keys in topology order (never sorted),
 followed by one newline; the same file and seed give byte-identical output.
@@ -22,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from snapmesh.protocol.hybrid import DEFAULT_ALIGN_TIMEOUT_S, MODES
 from snapmesh.sim.scenario import ScenarioError, loads
 from snapmesh.sim.simulator import simulate
 
@@ -46,7 +48,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--app-param", action="append", default=[], metavar="KEY=VALUE", type=_param,
         help="one entry of the app's [app] table (VALUE read as JSON, else as text); repeatable (default: none)",
     )
+    fuzz.add_argument(
+        "--broadcast", action="store_true",
+        help="every snapshot starts at every node at once (TriggerSnapshot broadcast; default: at one initiator)",
+    )
+    fuzz.add_argument(
+        "--mode", choices=MODES, default=None,
+        help="every node's snapshot_mode (default: classic on even seeds, overtake on odd ones)",
+    )
+    fuzz.add_argument(
+        "--align-timeout-ms", type=_milliseconds, default=None, metavar="T",
+        help=f"hybrid mode: ms a marker keeps its FIFO place before it overtakes "
+             f"(default {DEFAULT_ALIGN_TIMEOUT_S * 1e3:g}; only with --mode hybrid)",
+    )
     return parser
+
+
+def _milliseconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of milliseconds: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -69,7 +94,8 @@ def _param(text: str) -> tuple[str, object]:
         return key, value
 
 
-def run_fuzz(seed: int, cases: int, app_spec: str = "", params: dict | None = None) -> int:
+def run_fuzz(seed: int, cases: int, app_spec: str = "", params: dict | None = None, broadcast: bool = False,
+             mode: str | None = None, align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S) -> int:
     from snapmesh.app import AppError, load_app
     from snapmesh.sim import fuzz, world
 
@@ -82,17 +108,21 @@ def run_fuzz(seed: int, cases: int, app_spec: str = "", params: dict | None = No
         if app.workload is None:
             return _fail(f"--app {app_spec}: app {app.name!r} has no workload, so the fuzzer has no commands to send")
     if cases == 1:
-        print(f"seed {seed}: {world.World(seed, app, params).describe()}")
+        described = world.World(seed, app, params, mode=mode, align_timeout=align_timeout).describe()
+        hybrid = f" align timeout {align_timeout * 1e3:g} ms" if mode == "hybrid" else ""
+        print(f"seed {seed}: {described}{hybrid}" + (" broadcast" if broadcast else ""))
     started = time.perf_counter()
-    ran, failure = fuzz.fuzz(seed, cases, app, params)
+    options = dict(broadcast=broadcast, mode=mode, align_timeout=align_timeout)
+    ran, failure = fuzz.fuzz(seed, cases, app, params, **options)
     elapsed = time.perf_counter() - started
     if failure is not None:
         bad_seed, why = failure
         print(f"FAIL seed {bad_seed} (case {ran} of {cases}): {why}")
         given = "".join(f" --app-param {k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in (params or {}).items())
-        print(f"replay: {fuzz.replay_command(bad_seed, app_spec)}{given}")
+        print(f"replay: {fuzz.replay_command(bad_seed, app_spec, **options)}{given}")
         return 1
-    print(f"ok: {ran} cases, seeds {seed}..{seed + ran - 1}{f', app {app.name}' if app else ''}, {elapsed:.1f}s")
+    print(f"ok: {ran} cases, seeds {seed}..{seed + ran - 1}{f', app {app.name}' if app else ''}"
+          f"{', broadcast' if broadcast else ''}{f', mode {mode}' if mode else ''}, {elapsed:.1f}s")
     return 0
 
 
@@ -106,7 +136,12 @@ def run_file(path: str, seed: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "fuzz":
-        return run_fuzz(args.seed, args.cases, args.app, dict(args.app_param))
+        if args.align_timeout_ms is not None and args.mode != "hybrid":
+            given = args.mode or "the mode by seed"
+            return _fail(f"--align-timeout-ms {args.align_timeout_ms:g}: applies to --mode hybrid only, not to {given}")
+        align = DEFAULT_ALIGN_TIMEOUT_S if args.align_timeout_ms is None else args.align_timeout_ms / 1e3
+        return run_fuzz(args.seed, args.cases, args.app, dict(args.app_param), broadcast=args.broadcast,
+                        mode=args.mode, align_timeout=align)
     try:
         output = run_file(args.file, args.seed)
     except ScenarioError as exc:

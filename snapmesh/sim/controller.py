@@ -11,8 +11,8 @@ simulated cluster, as services/controller/engine.py does on the real one:
                     waits for it, a controller crash loses what is pending,
                     and a restart replays what is durable
   Retire            judged against the fuzzer's own retention rule (sim/retention.py)
-  StartAt           the initiator starts the snapshot, or (down, fenced) the
-                    start fails
+  StartAt           the initiator (with a broadcast trigger: each node) starts
+                    the snapshot, or (down, fenced) the start fails
   Finished          COMPLETE: checked against the logs (invariants C1-C3)
   AbortAt           a FAILED snapshot: the node, if up, aborts it (every node
                     of the topology must get one: checked)
@@ -44,7 +44,7 @@ from typing import Any, Protocol
 
 from snapmesh.protocol import controller as machine
 from snapmesh.protocol import controller_journal as records
-from snapmesh.protocol import core, overtake, restoregate
+from snapmesh.protocol import core, hybrid, overtake, restoregate
 from snapmesh.protocol import node as node_mod
 from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.topology import Topology
@@ -110,6 +110,7 @@ class SimController:
         self.waiting: dict[str, tuple[int, pb.RestoreStateRequest]] = {}  # node -> (lsn to be durable, its part)
         self.recorded: dict[str, dict[str, core.FullState]] = {}  # snapshot -> the parts taken, as the nodes made them
         self.next_snapshot = 0
+        self.broadcast = False  # every snapshot starts at every node at once (the machine's B1; fuzz --broadcast)
         # RestoreSnapshot calls (see the module doc), and what the fuzzer checks of the answers.
         self.restore_rng = random.Random(seed * 104_729 + 2)
         # Reports taken whose answer is lost: the node sends them again, and the copy
@@ -128,7 +129,7 @@ class SimController:
         app = self.world.app
         tracker = Tracker(
             topology=self.topology, expected_total=self.expected_total, deadline_s=DEADLINE,
-            snapshot_mode=self.world.mode,
+            snapshot_mode=hybrid.wire_mode(self.world.mode),  # a hybrid node reports as overtake (H1)
             checker=AppChecker(app.name, app, params=self.world.app_params) if app is not None else None,
         )
         return machine.Controller(tracker, max_concurrent=self.max_concurrent, keep=self.retention.keep)
@@ -209,12 +210,16 @@ class SimController:
 
     def _start_at(self, effect: machine.StartAt) -> None:
         node = self.world.nodes[effect.node]
-        if node is None or node.fence(effect.epoch):
-            reason = f"initiator {effect.node} unreachable: StartSnapshot failed"
-            self.machine.start_failed(effect.snapshot_id, reason, self.now())
-            return
-        node.start_snapshot(effect.snapshot_id)
-        self.world.route(effect.node)
+        if node is not None:
+            try:
+                node.start_snapshot(effect.snapshot_id, epoch=effect.epoch)  # the node's own fence (N8)
+            except node_mod.EpochFenced:
+                pass  # refused, changing nothing: as a down node, StartSnapshot failed
+            else:
+                self.world.route(effect.node)
+                return
+        reason = f"initiator {effect.node} unreachable: StartSnapshot failed"
+        self.machine.start_failed(effect.snapshot_id, reason, self.now())
 
     def _finished(self, snapshot: pb.Snapshot) -> None:
         sid = snapshot.snapshot_id
@@ -228,7 +233,7 @@ class SimController:
                     self.faults["snapshot complete with app messages in flight"] += 1
             if not snapshot.conserved:
                 raise Violation(f"snapshot {sid}: the controller's total {snapshot.total} != {snapshot.expected_total}")
-            if self.world.mode == "overtake" and self._overtaken(reports):
+            if hybrid.wire_mode(self.world.mode) == "overtake" and self._overtaken(reports):
                 self.faults["overtaken transfers recorded"] += 1
             return
         assert snapshot.status == FAILED
@@ -249,7 +254,8 @@ class SimController:
         self.next_snapshot += 1
         before, limit = self.machine.in_progress, self.max_concurrent
         try:
-            self.machine.trigger(f"s{self.next_snapshot}", rng.choice(self.world.ids), self.now())
+            self.machine.trigger(f"s{self.next_snapshot}", rng.choice(self.world.ids), self.now(),
+                                 broadcast=self.broadcast)
         except machine.TooManySnapshots as exc:
             if not limit or before < limit:
                 raise Violation(

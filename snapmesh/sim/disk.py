@@ -38,7 +38,7 @@ class Disk:
             item = self.pending.popleft()
             if isinstance(item, node_mod.Seal):
                 self.segments.append([])
-                item = self.pending.popleft()  # the checkpoint, atomically with its seal
+                item = self.pending.popleft()  # its checkpoint (queued after it, counted as one write), atomically
             self.segments[-1].append(encode(item))
             self.durable_lsn = item.lsn
             count -= 1

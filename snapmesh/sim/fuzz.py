@@ -55,7 +55,9 @@ After every step `invariants.Checker` judges; then faults stop, everything is
 healed, restarted and delivered, and the quiescent invariants are checked.
 A case is one seed: `snapmesh sim fuzz --seed N --cases 1` replays it exactly.
 Even seeds run the nodes in classic snapshot mode, odd seeds in overtake mode
-(snapmesh/protocol/overtake.py), so every run covers both.
+(snapmesh/protocol/overtake.py), so every run covers both; `--mode hybrid
+--align-timeout-ms T` runs every case in hybrid mode (snapmesh/protocol/hybrid.py),
+and `--broadcast` starts every snapshot at every node (controller rule B1).
 
 With an app (`snapmesh sim fuzz --app kvshard`, `run_case(seed, app)`) the nodes
 host it (node rule N10) and the clients send its workload's commands instead of
@@ -70,6 +72,7 @@ from __future__ import annotations
 from typing import Any
 
 from snapmesh.app import App
+from snapmesh.protocol.hybrid import DEFAULT_ALIGN_TIMEOUT_S
 from snapmesh.sim import apps
 from snapmesh.sim.apps import AppViolation
 from snapmesh.sim.controller import DEADLINE
@@ -215,9 +218,14 @@ def drain_all(world: World) -> None:
     raise Violation("quiescent: the cluster never settled")
 
 
-def run_case(seed: int, app: App | None = None, app_params: dict[str, Any] | None = None) -> World:
-    """One case (of the bank, or of `app`); raises Violation (with the world's description) when an invariant breaks."""
-    world = World(seed, app, app_params)
+def run_case(seed: int, app: App | None = None, app_params: dict[str, Any] | None = None, *,
+             broadcast: bool = False, mode: str | None = None, align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S) -> World:
+    """One case (of the bank, or of `app`); raises Violation (with the world's description) when an
+    invariant breaks. `broadcast`: every snapshot starts at every node at once; `mode`: every node's
+    snapshot_mode (None: by the seed), `align_timeout` hybrid's (seconds). Flags, not draws, so every
+    seed without them replays as before."""
+    world = World(seed, app, app_params, mode=mode, align_timeout=align_timeout)
+    world.controller.broadcast = broadcast
     try:
         if app is not None:  # A5 before the first step
             first = {i: node.app_state() for i, node in world.live().items()}
@@ -231,18 +239,22 @@ def run_case(seed: int, app: App | None = None, app_params: dict[str, Any] | Non
     return world
 
 
-def replay_command(seed: int, app: str = "") -> str:
+def replay_command(seed: int, app: str = "", *, broadcast: bool = False, mode: str | None = None,
+                   align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S) -> str:
     """The command that replays case `seed` (`app`: the --app it ran)."""
-    return f"snapmesh sim fuzz --seed {seed} --cases 1" + (f" --app {app}" if app else "")
+    return (f"snapmesh sim fuzz --seed {seed} --cases 1" + (f" --app {app}" if app else "")
+            + (" --broadcast" if broadcast else "") + (f" --mode {mode}" if mode else "")
+            + (f" --align-timeout-ms {align_timeout * 1e3:g}" if mode == "hybrid" else ""))
 
 
 def fuzz(
-    seed: int, cases: int, app: App | None = None, app_params: dict[str, Any] | None = None
+    seed: int, cases: int, app: App | None = None, app_params: dict[str, Any] | None = None, *,
+    broadcast: bool = False, mode: str | None = None, align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S,
 ) -> tuple[int, tuple[int, str] | None]:
     """Run `cases` cases from `seed` on; returns (cases run, (failing seed, why) or None)."""
     for index in range(cases):
         try:
-            run_case(seed + index, app, app_params)
+            run_case(seed + index, app, app_params, broadcast=broadcast, mode=mode, align_timeout=align_timeout)
         except Violation as exc:
             return index + 1, (seed + index, str(exc))
         except Exception as exc:  # a crash of the code under test is a failure too

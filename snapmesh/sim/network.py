@@ -148,7 +148,7 @@ class Network:
             return
         try:
             if item[0] == "open":
-                node.opened(src, conn.conn_no)
+                node.opened(src, conn.conn_no, epoch=conn.cluster_epoch)
             else:
                 for entry in item[1]:
                     node.received(

@@ -5,7 +5,8 @@ machines (`snapmesh.protocol.node.Node`, recovered through `wal` and
 `recovery`) and the controller machine (`snapmesh.protocol.controller`). The
 world only routes their effects (`route` for a node's, `SimController.carry_out`
 for the controller's) to the simulated disk, network and clients, and tells
-the invariant checker what happened. The schedule that drives it is
+the invariant checker what happened; a client's answer is the node's `Reply`
+effect, carried to the client. The schedule that drives it is
 snapmesh/sim/fuzz.py's. With an app the nodes host it and the clients send its
 commands (snapmesh/sim/apps.py); without, they move the bank's money.
 """
@@ -18,12 +19,12 @@ from collections import Counter
 from typing import Any
 
 from snapmesh.app import App
-from snapmesh.protocol import core, link, recovery, wal
+from snapmesh.protocol import core, hybrid, link, recovery, wal
 from snapmesh.protocol import node as node_mod
 from snapmesh.sim import apps
 from snapmesh.sim.controller import DEADLINE, SimController
 from snapmesh.sim.disk import Disk
-from snapmesh.sim.invariants import Checker
+from snapmesh.sim.invariants import Checker, Violation
 from snapmesh.sim.network import Network
 
 TTL = 2 * DEADLINE  # a node drops a recording after this, as the real node does
@@ -33,10 +34,13 @@ class World:
     """One case. `app` (a snapmesh.app.App, `app_params` its [app] table): the nodes
     host it and clients send its workload's commands (sim/apps.py); None: the bank."""
 
-    def __init__(self, seed: int, app: App | None = None, app_params: dict[str, Any] | None = None) -> None:
+    def __init__(self, seed: int, app: App | None = None, app_params: dict[str, Any] | None = None, *,
+                 mode: str | None = None, align_timeout: float = hybrid.DEFAULT_ALIGN_TIMEOUT_S) -> None:
+        """`mode`: the nodes' snapshot_mode (None: by the seed, overtake when odd); `align_timeout`: hybrid's."""
         self.seed = seed
         self.app, self.app_params = app, dict(app_params or {})
-        self.mode = "overtake" if seed % 2 else "classic"
+        self.mode = mode or ("overtake" if seed % 2 else "classic")
+        self.align_timeout = align_timeout
         rng = self.rng = random.Random(seed)
         n = rng.randint(2, 5)
         self.ids = [f"n{i}" for i in range(n)]
@@ -60,9 +64,11 @@ class World:
         self.disks = {i: Disk(i) for i in self.ids}
         self.nodes: dict[str, node_mod.Node | None] = {}
         self.network = Network(self.channels, self.nodes, self.route, rng, self.faults)
-        # Answers a client waits for: (node, answer, request_id, the call). A call is the
-        # arguments of `call`: (node, dst, amount, request_id), or (node, command, request_id).
-        self.replies: list[tuple[str, Any, str, tuple]] = []
+        # Calls waiting for their node's Reply. A call is the arguments of `call`:
+        # (node, dst, amount, request_id), or (node, command, request_id); the node's `reply_to`.
+        self.replies: list[tuple] = []
+        # Finished parts not yet reported: node -> snapshot id -> the Finished effect (kept, sent at Report).
+        self.finished: dict[str, dict[str, node_mod.Finished]] = {}
         self.unanswered: list[tuple] = []  # calls to retry
         self.next_request = 0
         self.checker = Checker(self.balances, self.channels, TTL, app=app, app_params=self.app_params)
@@ -101,7 +107,9 @@ class World:
             app=self.app,
             app_params=self.app_params,
         )
-        self.nodes[node_id] = node_mod.Node(
+        hybrid_mode = {"align_timeout": self.align_timeout} if self.mode == "hybrid" else {}
+        self.nodes[node_id] = (hybrid.HybridNode if hybrid_mode else node_mod.Node)(
+            **hybrid_mode,
             node_id=node_id,
             incoming=self.incoming[node_id],
             outgoing=self.outgoing[node_id],
@@ -139,15 +147,22 @@ class World:
                 self.network.transmit(node_id, effect)
             elif kind is node_mod.Ack:
                 self.network.ack(node_id, effect)
+            elif kind is node_mod.Reply:
+                self.replies.remove(effect.to)
+                self._answer(effect)
             elif kind is node_mod.Report:
-                self.controller.reports.append((node_id, effect.state, node.epoch))
+                part = self.finished[node_id].pop(effect.snapshot_id)
+                _check_report(node_id, node, part, disk.durable_lsn)
+                self.controller.reports.append((node_id, part.state, part.epoch))
             elif kind is node_mod.Finished:
-                pass  # no pending-report store is simulated: the part is reported on Report, once durable
+                # No pending-report store is simulated: a crash loses the part, as if its file were lost.
+                self.finished.setdefault(node_id, {})[effect.state.snapshot_id] = effect
             elif kind is node_mod.Seal:
-                disk.pending.append(effect)
+                disk.pending += (effect, effect.checkpoint)  # the disk writes the checkpoint with its seal
+                self.checker.appended(node_id, effect.checkpoint, self.now)
                 self.faults["segment sealed"] += 1
             elif kind is node_mod.ReportCancelled:
-                pass
+                self.finished.get(node_id, {}).pop(effect.snapshot_id, None)
             else:  # pragma: no cover
                 raise TypeError(f"unrouted effect {effect!r}")
 
@@ -157,11 +172,12 @@ class World:
             self.faults["torn write"] += 1
         self.faults["crash"] += 1
         self.nodes[node_id] = None
+        self.finished.pop(node_id, None)
         self.checker.crashed(node_id, disk.durable_lsn)
         self.controller.crashed(node_id)
         # Clients waiting on this node see the call fail; those with a request_id retry later.
-        self.unanswered += [call for n, _, rid, call in self.replies if n == node_id and rid]
-        self.replies = [r for r in self.replies if r[0] != node_id]
+        self.unanswered += [call for call in self.replies if call[0] == node_id and call[-1]]
+        self.replies = [call for call in self.replies if call[0] != node_id]
         self.network.cut_all(node_id)
 
     def durable(self, node_id: str, count: int) -> None:
@@ -171,15 +187,7 @@ class World:
             return
         disk.flush(count)
         node.durable(disk.durable_lsn)
-        self.route(node_id)
-        still = []
-        for reply in self.replies:
-            who, answer, rid = reply[:3]
-            if who == node_id and answer.lsn <= disk.durable_lsn:
-                self._answer(node, answer, *reply[2:])
-            else:
-                still.append(reply)
-        self.replies = still
+        self.route(node_id)  # its Reply effects answer the clients
         self.controller.durable(node_id)
 
     def tick(self, dt: float) -> None:
@@ -188,7 +196,7 @@ class World:
         self.controller.tick()
         for node_id, node in self.nodes.items():
             if node is not None:
-                node.tick(self.now)
+                node.tick(self.now, self.wall)
                 self.route(node_id)
 
     # -- clients
@@ -205,46 +213,51 @@ class World:
         (node, command, request_id) an app's command."""
         node_id, request_id = call[0], call[-1]
         node = self.nodes[node_id]
-        if node is None or node.fence_clients():  # UNAVAILABLE: the client retries
+        if node is None:  # UNAVAILABLE: the client retries
             self.unanswered.append(call)
             return
         # Every retry says when it was first sent: one older than the node's window
         # is refused (requests.RequestExpired), never paid again.
+        new = bool(request_id) and request_id not in self.first_sent
         first = self.first_sent.setdefault(request_id, self.wall) if request_id else 0.0
-        when = {"wall": self.wall, "first_sent_unix_ms": int(first * 1000)}
+        when = {"wall": self.wall, "first_sent_unix_ms": int(first * 1000), "reply_to": call}
+        self.replies.append(call)
         try:
             if self.app is None:
                 answer = node.transfer(call[1], call[2], request_id, **when)
             else:
                 answer = node.submit(call[1], request_id, **when)
-        except link.ChannelFull:
-            self.faults["transfer refused: channel full" if self.app is None else "command refused: channel full"] += 1
-            self.route(node_id)
-            return
-        except core.AppRefusal as exc:  # (the bank's transfers raise none)
-            self.faults[f"command refused by the app: {exc.code}"] += 1
-            self.route(node_id)
-            return
         except core.LocalProtocolError as exc:
-            if exc.kind in (core.Refusal.REQUESTS_FULL, core.Refusal.REQUEST_UNKNOWN):
-                self.faults[f"request refused: {exc.kind.value}"] += 1
-            self.route(node_id)
+            self.replies.remove(call)
+            if exc.kind is core.Refusal.RESTORING:  # UNAVAILABLE: never taken, so its retry is the first sent
+                if new:
+                    del self.first_sent[request_id]
+                self.unanswered.append(call)
+                return
+            self._refused(node_id, exc)
             return
-        self.route(node_id)
+        self.route(node_id)  # a Reply for an answer durable already (a retry's) answers the client at once
         if answer.repeated:
             self.faults["retry answered, not paid" if self.app is None else "retry answered, not run again"] += 1
-        if answer.lsn <= self.disks[node_id].durable_lsn:  # already durable (a retry's answer): it goes back at once
-            self._answer(node, answer, request_id, call)
-        else:
-            self.replies.append((node_id, answer, request_id, call))
         if request_id and self.rng.random() < 0.3:
             self.unanswered.append(call)  # the client will retry it
 
-    def _answer(self, node: node_mod.Node, answer: Any, rid: str, call: tuple) -> None:
-        """A durable answer goes back: "paid" (the app's reply), unless a restore
-        since took it back (ABORTED, as the real node answers; the client retries)."""
-        node_id = call[0]
-        if node.taken_back(answer) is None:
+    def _refused(self, node_id: str, exc: core.LocalProtocolError) -> None:
+        """The node refused a call: nothing changed (counted by why)."""
+        if isinstance(exc, link.ChannelFull):
+            self.faults["transfer refused: channel full" if self.app is None else "command refused: channel full"] += 1
+        elif isinstance(exc, core.AppRefusal):  # (the bank's transfers raise none)
+            self.faults[f"command refused by the app: {exc.code}"] += 1
+        elif exc.kind in (core.Refusal.REQUESTS_FULL, core.Refusal.REQUEST_UNKNOWN):
+            self.faults[f"request refused: {exc.kind.value}"] += 1
+        self.route(node_id)
+
+    def _answer(self, reply: node_mod.Reply) -> None:
+        """The node's durable answer goes back: "paid" (the app's reply), unless it
+        says a restore took it back (ABORTED, as the real node answers; the client retries)."""
+        call, answer = reply.to, reply.answer
+        node_id, rid = call[0], call[-1]
+        if not reply.taken_back:
             if self.app is None:
                 self.checker.replied_transfer(node_id, answer.msg_id, rid)
             else:
@@ -262,6 +275,16 @@ class World:
 
     def check(self) -> None:
         self.checker.check_step(self.live(), self.now)
+
+
+def _check_report(node_id: str, node: node_mod.Node, part: node_mod.Finished, durable_lsn: int) -> None:
+    """Node rule N2: a part leaves only once what it rests on is durable, and in the epoch it finished in
+    (a restore in between cancels it)."""
+    sid = part.state.snapshot_id
+    if durable_lsn < part.lsn:
+        raise Violation(f"{node_id}: snapshot {sid} reported resting on lsn {part.lsn}, durable only to {durable_lsn}")
+    if part.epoch != node.epoch:
+        raise Violation(f"{node_id}: snapshot {sid}'s part of epoch {part.epoch} reported in epoch {node.epoch}")
 
 
 def _topology(rng: random.Random, ids: list[str]) -> list[tuple[str, str]]:

@@ -51,8 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", required=True, type=Path, metavar="DIR", help="the run's data dir (<node>.log.jsonl)")
     parser.add_argument("--format", required=True, choices=FORMATS, help="shiviz log, SVG or PNG diagram")
     parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="file to write")
-    parser.add_argument("--snapshot", metavar="ID", help="svg/png: the snapshot whose in-flight transfers are highlighted")
-    parser.add_argument("--window", type=_window, metavar="FROM:TO", help="svg/png: Lamport time range drawn")
+    parser.add_argument("--snapshot", metavar="ID", help="svg/png: the snapshot whose in-flight transfers are highlighted "
+                        "(default: the one with the most in flight)")
+    parser.add_argument("--window", type=_window, metavar="FROM:TO",
+                        help="svg/png: Lamport time range drawn (default: around the chosen snapshot)")
     return parser
 
 

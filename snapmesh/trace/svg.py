@@ -4,6 +4,7 @@ the tests can look for them in the rendered picture."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
 from snapmesh.trace.layout import BOTTOM, Layout, Point
@@ -39,8 +40,12 @@ def _tick_step(span: int) -> int:
     return int(next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw))
 
 
-def render_svg(layout: Layout, *, title: str = "") -> str:
-    w, h = layout.width, layout.height
+CAPTION_LINE = 18  # px per caption line, under the plot
+
+
+def render_svg(layout: Layout, *, title: str = "", caption: Sequence[str] = ()) -> str:
+    """The picture; `caption`: lines printed under it (an app's describe of the chosen snapshot)."""
+    w, h = layout.width, layout.height + (CAPTION_LINE * len(caption) + 8 if caption else 0)
     left, right = layout.plot_left, layout.plot_right
     first_lane = min(layout.lanes.values())
     last_lane = max(layout.lanes.values())
@@ -107,7 +112,10 @@ def render_svg(layout: Layout, *, title: str = "") -> str:
         label = f'<text x="{_num(head.x)}" y="{_num(first_lane - 14)}" text-anchor="middle" fill="{colour}" font-size="11"'
         out.append(f'{label} font-weight="{"bold" if cut.chosen else "normal"}">{escape(_short(cut.snapshot_id))}</text>')
     out.append("</g>")
-    out += _legend(layout, h - BOTTOM + 62)
+    out += _legend(layout, layout.height - BOTTOM + 62)
+    for i, line in enumerate(caption):
+        out.append(f'<text x="{left}" y="{_num(layout.height + 4 + CAPTION_LINE * i)}" fill="#333" '
+                   f'class="caption">{escape(line)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

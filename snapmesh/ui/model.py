@@ -8,6 +8,7 @@ without a server.
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -258,3 +259,125 @@ def phases(snapshot: pb.Snapshot) -> list[Phase]:
 def strip(snapshots: Sequence[pb.Snapshot], last_n: int) -> list[pb.Snapshot]:
     """The newest `last_n` snapshots, oldest first (a timeline reads left to right)."""
     return list(reversed(newest_first(snapshots)[:last_n]))
+
+
+TICKS = 4  # intervals on the timeline's axis (five labelled times)
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    snapshot: pb.Snapshot
+    left_pct: float  # where it starts on the axis, 0..100
+    width_pct: float  # its duration on the axis (the page draws at least a sliver)
+    duration_ms: float
+    lane: int  # 0 = top row
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    start_s: float  # the axis, seconds since the epoch
+    end_s: float
+    bars: list[Bar]
+    ticks: list[tuple[float, float]]  # (position 0..100, seconds since the epoch)
+    lanes: int
+
+
+def timeline(snapshots: Sequence[pb.Snapshot], last_n: int, now: float) -> Timeline:
+    """The newest `last_n` snapshots on a time axis: each a bar from its start to its
+    finish (to `now` while in progress), in the first lane where it overlaps no other,
+    so concurrent snapshots sit one above the other instead of hiding each other."""
+    recent = strip(snapshots, last_n)
+    spans = [(s, started_s(s), started_s(s) + age_ms(s, now) / 1000) for s in recent if s.HasField("started_at")]
+    if not spans:
+        return Timeline(start_s=now, end_s=now, bars=[], ticks=[], lanes=0)
+    start, end = min(a for _, a, _ in spans), max(b for _, _, b in spans)
+    width = max(end - start, 1e-3)
+    lane_ends: list[float] = []
+    bars = []
+    for s, a, b in spans:
+        lane = next((i for i, last in enumerate(lane_ends) if last <= a), len(lane_ends))
+        if lane == len(lane_ends):
+            lane_ends.append(b)
+        lane_ends[lane] = b
+        bars.append(Bar(snapshot=s, left_pct=100 * (a - start) / width, width_pct=100 * (b - a) / width,
+                        duration_ms=(b - a) * 1000, lane=lane))
+    ticks = [(100 * i / TICKS, start + width * i / TICKS) for i in range(TICKS + 1)]
+    return Timeline(start_s=start, end_s=start + width, bars=bars, ticks=ticks, lanes=len(lane_ends))
+
+
+# ------------------------------------------------------------------ the cluster
+
+
+def configuration(cluster: pb.Cluster, epoch: int) -> list[tuple[str, str]]:
+    """The controller's snapshot settings (GetCluster), in words, as Flink's
+    checkpoint tab lists its configuration. `epoch`: the page's, for a controller
+    that does not send one."""
+    epoch_text = str(cluster.epoch or epoch)
+    if not cluster.HasField("settings"):  # a controller before 0.2.0 does not send them
+        return [("settings", "not sent by this controller (it predates GetCluster's settings)"), ("epoch", epoch_text)]
+    s = cluster.settings
+    return [
+        ("mode", s.snapshot_mode or "classic"),
+        ("deadline", f"{s.deadline_s:g} s"),
+        ("interval", f"every {s.interval_s:g} s" if s.interval_s else "none: only when triggered"),
+        ("retention", f"the files of the newest {s.keep} COMPLETE" if s.keep else "every snapshot's file"),
+        ("concurrency limit", f"{s.max_concurrent_snapshots} in progress" if s.max_concurrent_snapshots else "none"),
+        ("epoch", epoch_text),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    node_id: str
+    address: str
+    reachable: bool  # it answered GetState just now
+    epoch: int | None  # None: it did not answer
+    last_report_s: float | None  # when the controller last accepted its report; None: never
+    last_report_snapshot: str
+
+
+def node_views(cluster: pb.Cluster, node_epochs: Mapping[str, int | None],
+               snapshots: Iterable[pb.Snapshot]) -> list[NodeView]:
+    last: dict[str, tuple[float, str]] = {}
+    for s in snapshots:
+        for n in s.stats.nodes:
+            if n.HasField("ack_timestamp"):
+                at = n.ack_timestamp.ToNanoseconds() / 1e9
+                if at > last.get(n.node_id, (0.0, ""))[0]:
+                    last[n.node_id] = (at, s.snapshot_id)
+    views = []
+    for n in cluster.nodes:
+        epoch = node_epochs.get(n.node_id)
+        at, sid = last.get(n.node_id, (None, ""))
+        views.append(NodeView(node_id=n.node_id, address=n.address, reachable=epoch is not None, epoch=epoch,
+                              last_report_s=at, last_report_snapshot=sid))
+    return views
+
+
+def neighbours(snapshots: Sequence[pb.Snapshot], snapshot_id: str) -> tuple[str | None, str | None]:
+    """(the snapshot started just before `snapshot_id`, the one just after); None at either end."""
+    ordered = [s.snapshot_id for s in reversed(newest_first(snapshots))]
+    if snapshot_id not in ordered:
+        return None, None
+    at = ordered.index(snapshot_id)
+    return (ordered[at - 1] if at > 0 else None), (ordered[at + 1] if at + 1 < len(ordered) else None)
+
+
+def plural(count: int, noun: str) -> str:
+    """"1 message", "2 messages", "0 messages"."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def restore_command(snapshot: pb.Snapshot, controller: str, tls_dir: str | None) -> tuple[str, str]:
+    """(the `snapmesh restore` line that rolls the cluster back to `snapshot`, why it
+    would be refused: "" when it would not). The page only shows it: it changes nothing."""
+    line = shlex.join(["snapmesh", "restore", "--controller", controller,
+                       *(["--tls-dir", tls_dir] if tls_dir else []), snapshot.snapshot_id])
+    if snapshot.status != COMPLETE:
+        return line, f"only a COMPLETE snapshot can be restored; this one is {status_name(snapshot)}"
+    failed = [r.name for r in snapshot.app.invariants if not r.ok]
+    if failed:
+        return line, f"the controller refuses it: invariant {', '.join(failed)} does not hold"
+    if not snapshot.HasField("app") and not snapshot.conserved:
+        return line, "the controller refuses it: not conserved"
+    return line, ""

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from html import escape
 from urllib.parse import quote
 
+from snapmesh.checking import described as described_
 from snapmesh.ui import model
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -30,8 +31,16 @@ th,td{padding:2px 8px;text-align:left;border-bottom:1px solid #eee;white-space:n
 td.num,th.num{text-align:right}
 .COMPLETE{color:#1b5e20}.FAILED{color:#b71c1c}.IN_PROGRESS{color:#e65100}
 .counts span{display:inline-block;margin-right:18px;font-size:18px}
-.strip{display:flex;gap:2px;flex-wrap:wrap}
-.strip a{display:block;width:14px;height:22px;border-radius:2px}
+.strip{position:relative;width:100%;min-width:480px;background:#f7f7f7;border-bottom:1px solid #999}
+.strip a{position:absolute;display:block;height:16px;min-width:3px;border-radius:2px;opacity:.85}
+.axis{position:relative;width:100%;min-width:480px;height:18px;font-size:11px;color:#555}
+.axis span{position:absolute;transform:translateX(-50%);white-space:nowrap}
+.axis span:first-child{transform:none}.axis span:last-child{transform:translateX(-100%)}
+dl.config{display:grid;grid-template-columns:max-content auto;gap:2px 16px;margin:0}
+dl.config dt{color:#555}dl.config dd{margin:0;font-weight:bold}
+.nav a,.nav span{margin-right:16px}
+pre.command{background:#f1f1f1;padding:4px 8px;display:inline-block;margin:4px 0;user-select:all}
+.unreachable{color:#b71c1c}
 .strip a.COMPLETE{background:#43a047}.strip a.FAILED{background:#e53935}.strip a.IN_PROGRESS{background:#fb8c00}
 .bar{display:flex;height:14px;width:480px;background:#f1f1f1}
 .bar span{display:block;height:14px}
@@ -84,6 +93,13 @@ def when(ts) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
+def seconds_when(moment: float, clock_only: bool = False) -> str:
+    """A time in seconds since the epoch, as `when` prints one (`clock_only`: HH:MM:SS.mmm)."""
+    at = dt.datetime.fromtimestamp(moment, tz=dt.UTC)
+    text = at.strftime("%H:%M:%S." if clock_only else "%Y-%m-%d %H:%M:%S.") + f"{at.microsecond // 1000:03d}"
+    return text if clock_only else text + "Z"
+
+
 def ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
 
@@ -118,6 +134,7 @@ def in_flight_totals(snapshot: pb.Snapshot) -> tuple[int, int]:
 def index(
     snapshots: Sequence[pb.Snapshot],
     *,
+    cluster: pb.Cluster,
     node_epochs: dict[str, int | None],
     restore: pb.Restore | None,
     restore_note: str,
@@ -127,9 +144,29 @@ def index(
     now: float,
 ) -> str:
     o = model.overview(snapshots, node_epochs)
-    parts = [_overview(o, node_epochs, restore, restore_note), _summary(model.summary(snapshots, last_n)),
-             _strip(model.strip(snapshots, last_n), last_n), _history(model.history(snapshots, page, per_page), now)]
+    parts = [_overview(o, node_epochs, restore, restore_note), _configuration(model.configuration(cluster, o.epoch)),
+             _node_view(model.node_views(cluster, node_epochs, snapshots)), _summary(model.summary(snapshots, last_n)),
+             _timeline(model.timeline(snapshots, last_n, now), last_n), _history(model.history(snapshots, page, per_page), now)]
     return "".join(parts)
+
+
+def _configuration(rows: list[tuple[str, str]]) -> str:
+    items = "".join(f"<dt>{escape(name)}</dt><dd data-setting='{escape(name)}'>{escape(value)}</dd>"
+                    for name, value in rows)
+    return f"<section id='configuration'><h2>Configuration</h2><dl class='config'>{items}</dl></section>"
+
+
+def _node_view(views: list[model.NodeView]) -> str:
+    rows = "".join(
+        f"<tr data-node='{escape(v.node_id)}'><td>{escape(v.node_id)}</td><td>{escape(v.address)}</td>"
+        + ("<td>yes</td>" if v.reachable else "<td class='unreachable'>no</td>")
+        + f"<td class='num'>{dash(v.epoch)}</td>"
+        + (f"<td>{seconds_when(v.last_report_s)} ({link(v.last_report_snapshot)})</td>" if v.last_report_s else "<td>never</td>")
+        + "</tr>"
+        for v in views
+    )
+    return ("<section id='node-view'><h2>Nodes</h2><table><tr><th>node</th><th>address</th><th>reachable</th>"
+            f"<th class='num'>epoch</th><th>last report</th></tr>{rows}</table></section>")
 
 
 def _overview(o: model.Overview, node_epochs, restore: pb.Restore | None, restore_note: str) -> str:
@@ -149,8 +186,10 @@ def _overview(o: model.Overview, node_epochs, restore: pb.Restore | None, restor
     ]
     if o.latest_complete is not None:
         s = o.latest_complete
+        verdict = (model.conservation(s).line if not described_.is_app(s) else
+                   "invariants: " + ("; ".join(f"{n} {v}" for n, v in described_.verdicts(s)) or "none"))
         lines.append(f"<div id='latest-complete'>latest COMPLETE: {link(s.snapshot_id)} at {when(s.finished_at)}, "
-                     f"{model.conservation(s).line}</div>")
+                     f"{escape(verdict)}</div>")
     else:
         lines.append("<div id='latest-complete'>latest COMPLETE: none</div>")
     if o.latest_failed is not None:
@@ -172,14 +211,26 @@ def _summary(s: model.Summary) -> str:
             "</table></section>")
 
 
-def _strip(recent: list[pb.Snapshot], last_n: int) -> str:
+LANE_PX = 20  # one row of the timeline: a bar and its gap
+
+
+def _timeline(t: model.Timeline, last_n: int) -> str:
+    # Each bar spans its snapshot's start to its finish on one time axis; snapshots
+    # that overlap take the next row down.
     boxes = "".join(
-        f"<a class='{model.status_name(s)}' href='/snapshot/{quote(s.snapshot_id, safe='')}' "
-        f"title='{escape(s.snapshot_id)} {model.status_name(s)}'></a>"
-        for s in recent
+        f"<a class='{model.status_name(b.snapshot)}' href='/snapshot/{quote(b.snapshot.snapshot_id, safe='')}' "
+        f"data-snapshot-id='{escape(b.snapshot.snapshot_id)}' data-duration-ms='{b.duration_ms:.1f}' "
+        f"style='left:{b.left_pct:.3f}%;width:{b.width_pct:.3f}%;top:{b.lane * LANE_PX + 2}px' "
+        f"title='{escape(b.snapshot.snapshot_id)} {model.status_name(b.snapshot)} {ms(b.duration_ms)}'></a>"
+        for b in t.bars
     )
-    return (f"<section id='timeline'><h2>Timeline: the last {last_n}, oldest first</h2>"
-            f"<div class='strip'>{boxes or 'no snapshots yet'}</div></section>")
+    if not boxes:
+        return f"<section id='timeline'><h2>Timeline: the last {last_n}</h2>no snapshots yet</section>"
+    ticks = "".join(f"<span style='left:{at:.3f}%'>{seconds_when(moment, clock_only=True)}</span>" for at, moment in t.ticks)
+    span = (t.end_s - t.start_s) * 1000
+    return (f"<section id='timeline'><h2>Timeline: the last {last_n} on a time axis of {ms(span)} (UTC)</h2>"
+            f"<div class='strip' style='height:{t.lanes * LANE_PX + 2}px'>{boxes}</div>"
+            f"<div class='axis'>{ticks}</div></section>")
 
 
 def _history(p: model.Page, now: float) -> str:
@@ -219,6 +270,9 @@ def detail(
     has_trace: bool,
     trace_note: str,
     now: float,
+    neighbours: tuple[str | None, str | None] = (None, None),
+    restore: tuple[str, str] = ("", ""),
+    described: described_.Described | None = None,
 ) -> str:
     messages, nbytes = in_flight_totals(s)
     head = [
@@ -226,15 +280,27 @@ def detail(
         + (f" <span class='reason' id='reason'>{escape(s.reason)}</span>" if s.reason else "") + "</div>",
         f"<div>initiator {escape(s.initiator)}, epoch {s.epoch}, started {when(s.started_at)}, "
         f"{'took' if s.HasField('finished_at') else 'running for'} {ms(model.age_ms(s, now))}</div>",
-        f"<div id='totals'>in flight: {messages} messages, {nbytes} bytes; state size {s.stats.state_size_bytes} bytes</div>"
+        f"<div id='totals'>in flight: {model.plural(messages, 'message')}, {model.plural(nbytes, 'byte')}; "
+        f"state size {model.plural(s.stats.state_size_bytes, 'byte')}</div>"
         if s.status == pb.Snapshot.COMPLETE else  # zeros would read as "nothing in flight"
         f"<div id='totals'>in flight and state size: known once the snapshot is COMPLETE ({model.status_name(s)})</div>",
     ]
-    if s.status == pb.Snapshot.COMPLETE:
+    if s.status == pb.Snapshot.COMPLETE and not described_.is_app(s):  # the bank's line; an app has its section
         head.append(f"<div id='conservation'>{escape(model.conservation(s).line)}</div>")
-    parts = [f"<section id='snapshot'><h2>Snapshot {escape(s.snapshot_id)}</h2>{''.join(head)}</section>"]
+    if s.HasField("finished_at"):  # exported once it finished
+        head.append(f"<div>export: <a id='export' href='/snapshot/{quote(s.snapshot_id, safe='')}/export.json'>"
+                    f"{escape(s.snapshot_id)}.json</a> (proto JSON, as in the data dir's snapshots/)</div>")
+    line, refused = restore
+    if line:
+        head.append(f"<div>restore it with: <pre class='command' id='restore-command'>{escape(line)}</pre>"
+                    + (f" <span class='reason' id='restore-refused'>({escape(refused)})</span>" if refused else "")
+                    + "</div>")
+    parts = [_nav(neighbours),
+             f"<section id='snapshot'><h2>Snapshot {escape(s.snapshot_id)}</h2>{''.join(head)}</section>"]
     if stuck is not None:
         parts.append(_stuck(stuck, stuck_note))
+    if described_.is_app(s) and s.status == pb.Snapshot.COMPLETE:
+        parts.append(_app(s, described))
     parts.append(_nodes(s, node_ids))
     parts.append(_phases(model.phases(s)))
     parts.append(_channels(s))
@@ -242,6 +308,34 @@ def detail(
                f"src='/snapshot/{quote(s.snapshot_id, safe='')}/trace.svg'>" if has_trace else escape(trace_note))
     parts.append(f"<section id='trace'><h2>Message flow around its cut (snapmesh trace)</h2>{picture}</section>")
     return "".join(parts)
+
+
+def _app(s: pb.Snapshot, d: described_.Described | None) -> str:
+    """An app's snapshot: the controller's verdict per invariant, then what the app's
+    `describe` makes of it (the bank's money lines have no meaning here)."""
+    checks = "".join(
+        f"<tr data-invariant='{escape(name)}'><td>{escape(name)}</td>"
+        f"<td class='{'COMPLETE' if verdict == 'ok' else 'FAILED'}'>{escape(verdict)}</td></tr>"
+        for name, verdict in described_.verdicts(s))
+    if d is None or d.summary is None:
+        summary = f"<p id='described-note'>{escape(d.note if d else 'no description')}</p>"
+    else:
+        summary = ("<table id='described'>" + "".join(
+            f"<tr data-key='{escape(k)}'><td>{escape(k)}</td><td>{escape(v)}</td></tr>"
+            for k, v in described_.rows(d.summary)) + "</table>")
+    return (f"<section id='app'><h2>App {escape(s.app.spec)}</h2>"
+            f"<h3>Invariants</h3><table id='invariants'>{checks or '<tr><td>none</td></tr>'}</table>"
+            f"<h3>What the app describes (its describe)</h3>{summary}</section>")
+
+
+def _nav(neighbours: tuple[str | None, str | None]) -> str:
+    older, newer = neighbours
+    return ("<div class='nav'>"
+            + (f"<a id='previous' href='/snapshot/{quote(older, safe='')}'>&larr; previous {escape(older)}</a>"
+               if older else "<span>no previous snapshot</span> ")
+            + (f"<a id='next' href='/snapshot/{quote(newer, safe='')}'>next {escape(newer)} &rarr;</a>"
+               if newer else "<span>no next snapshot</span>")
+            + "</div>")
 
 
 def _stuck(st: model.Stuck, note: str) -> str:
@@ -262,10 +356,14 @@ def _stuck(st: model.Stuck, note: str) -> str:
 
 
 def _nodes(s: pb.Snapshot, node_ids: Sequence[str]) -> str:
-    head = ("node", "recorded balance", "start delay", "recording", "report", "in-flight msgs", "in-flight bytes")
+    # An app's node records its state bytes, not a balance: its size is what can be said here.
+    app = described_.is_app(s)
+    sizes = {n.node_id: len(n.state) for n in s.nodes}
+    head = ("node", "state bytes" if app else "recorded balance", "start delay", "recording", "report",
+            "in-flight msgs", "in-flight bytes")
     rows = "".join(
         f"<tr data-node='{escape(r.node_id)}'><td>{escape(r.node_id)}</td>"
-        f"<td class='num'>{dash(r.balance)}</td><td class='num'>{ms(r.start_delay_ms)}</td>"
+        f"<td class='num'>{dash(sizes.get(r.node_id) if app else r.balance)}</td><td class='num'>{ms(r.start_delay_ms)}</td>"
         f"<td class='num'>{ms(r.recording_ms)}</td><td class='num'>{ms(r.report_ms)}</td>"
         f"<td class='num'>{dash(r.in_flight_messages)}</td><td class='num'>{dash(r.in_flight_bytes)}</td></tr>"
         for r in model.node_rows(s, node_ids)
@@ -295,6 +393,8 @@ def _phases(phases: list[model.Phase]) -> str:
 
 
 def _channels(s: pb.Snapshot) -> str:
+    if described_.is_app(s):
+        return _app_channels(s)
     transfers = model.in_flight(s)
     rows = "".join(
         f"<tr class='transfer'><td>{escape(t.src)}</td><td>{escape(t.dst)}</td><td class='num amount'>{t.amount}</td>"
@@ -309,11 +409,29 @@ def _channels(s: pb.Snapshot) -> str:
     if s.status != pb.Snapshot.COMPLETE:
         return "<section id='channels'><h2>Channels</h2>recorded once the snapshot is COMPLETE</section>"
     return (
-        f"<section id='channels'><h2>Channels ({len(s.channels)}; {len(transfers)} transfers in flight)</h2>"
+        f"<section id='channels'><h2>Channels ({len(s.channels)}; {model.plural(len(transfers), 'transfer')} in flight)</h2>"
         f"<table><tr><th>channel</th><th class='num'>in flight</th><th class='num'>amount</th></tr>{per_channel}</table>"
         f"<h3>Transfers in flight</h3><table id='in-flight'><tr><th>from</th><th>to</th><th class='num'>amount</th>"
         f"<th class='num'>seq</th><th>msg id</th></tr>{rows or '<tr><td colspan=5>none</td></tr>'}</table></section>"
     )
+
+
+def _app_channels(s: pb.Snapshot) -> str:
+    """An app's channels: its messages in flight, by payload size (what they mean is its describe's)."""
+    if s.status != pb.Snapshot.COMPLETE:
+        return "<section id='channels'><h2>Channels</h2>recorded once the snapshot is COMPLETE</section>"
+    per_channel = "".join(
+        f"<tr><td>{escape(c.src)} -&gt; {escape(c.dst)}</td><td class='num'>{len(c.in_flight)}</td>"
+        f"<td class='num'>{sum(len(t.payload) for t in c.in_flight)}</td></tr>" for c in s.channels)
+    rows = "".join(
+        f"<tr class='message'><td>{escape(c.src)}</td><td>{escape(c.dst)}</td><td class='num'>{t.seq}</td>"
+        f"<td class='num'>{len(t.payload)}</td><td>{escape(t.msg_id)}</td></tr>" for c in s.channels for t in c.in_flight)
+    count = sum(len(c.in_flight) for c in s.channels)
+    return (f"<section id='channels'><h2>Channels ({len(s.channels)}; {model.plural(count, 'message')} in flight)</h2>"
+            f"<table><tr><th>channel</th><th class='num'>in flight</th><th class='num'>payload bytes</th></tr>"
+            f"{per_channel}</table><h3>Messages in flight</h3><table id='in-flight'><tr><th>from</th><th>to</th>"
+            f"<th class='num'>seq</th><th class='num'>payload bytes</th><th>msg id</th></tr>"
+            f"{rows or '<tr><td colspan=5>none</td></tr>'}</table></section>")
 
 
 # ------------------------------------------------------------------ errors

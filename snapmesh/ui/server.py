@@ -10,7 +10,8 @@ the client certificate and token and sends them to the controller itself: no
 token ever appears in a URL or a page. The page has no control action.
 
 Routes: `/` (`?page=N` of the history; `?last=N`: the snapshots the summary and the
-timeline cover, default 50), `/snapshot/ID`, `/snapshot/ID/trace.svg`, `/healthz`.
+timeline cover, default 50), `/snapshot/ID`, `/snapshot/ID/trace.svg`,
+`/snapshot/ID/export.json` (a finished snapshot's proto JSON export), `/healthz`.
 An unknown snapshot id answers 404 with a "not found" page; a controller that
 does not answer, 503 with a page that says so (the page keeps retrying). The
 picture is drawn only for a snapshot the controller answers COMPLETE, one at a
@@ -37,6 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from snapmesh.checking import described
 from snapmesh.settings import target
 from snapmesh.settings.argparsing import parse_args
 from snapmesh.ui import model, pages
@@ -167,12 +169,15 @@ class _Handler(BaseHTTPRequestHandler):
                 if rest.endswith("/trace.svg"):
                     snapshot_id = unquote(rest[: -len("/trace.svg")])
                     return self._trace(snapshot_id)
+                if rest.endswith("/export.json"):
+                    snapshot_id = unquote(rest[: -len("/export.json")])
+                    return self._export(snapshot_id)
                 snapshot_id = unquote(rest)
                 return self._page(f"snapshot {snapshot_id}", self._detail(snapshot_id), partial)
             return self._page("not found", pages.problem("Not found", f"there is no page {url.path}"), partial,
                               HTTPStatus.NOT_FOUND)
         except NotFound:
-            if url.path.endswith("/trace.svg"):
+            if url.path.endswith(("/trace.svg", "/export.json")):
                 return self._send(HTTPStatus.NOT_FOUND, f"no snapshot {snapshot_id!r}\n".encode(),
                                   "text/plain; charset=utf-8")
             return self._page("snapshot not found", pages.problem(
@@ -197,7 +202,8 @@ class _Handler(BaseHTTPRequestHandler):
         snapshots = source.snapshots()
         cluster = source.cluster()
         restore, note = source.last_restore(cluster)
-        return pages.index(snapshots, node_epochs=source.node_epochs(cluster), restore=restore, restore_note=note,
+        return pages.index(snapshots, cluster=cluster, node_epochs=source.node_epochs(cluster), restore=restore,
+                           restore_note=note,
                            page=page, per_page=PER_PAGE, last_n=last_n, now=time.time())
 
     def _detail(self, snapshot_id: str) -> str:
@@ -210,13 +216,28 @@ class _Handler(BaseHTTPRequestHandler):
             records, stuck_note = source.log_records(node_ids, snapshot_id)
             stuck = model.stuck(snapshot, node_ids, [(c.src, c.dst) for c in cluster.channels], time.time(), records)
         svg, trace_note = None, "drawn once the snapshot is COMPLETE"
+        about = described.describe(snapshot)
         if snapshot.status == model.COMPLETE:
             try:
-                svg, trace_note = source.trace_svg(snapshot_id)
+                svg, trace_note = source.trace_svg(snapshot_id, caption(about))
             except Busy:
                 trace_note = "another picture is being drawn: this one comes with one of the next refreshes"
         return pages.detail(snapshot, node_ids=node_ids, stuck=stuck, stuck_note=stuck_note, has_trace=svg is not None,
-                            trace_note=trace_note, now=time.time())
+                            trace_note=trace_note, now=time.time(),
+                            neighbours=model.neighbours(source.snapshots(), snapshot_id),
+                            restore=model.restore_command(snapshot, source.controller, source.tls_dir),
+                            described=about)
+
+    def _export(self, snapshot_id: str) -> None:
+        """The snapshot's export: the file in the data dir's snapshots/ when the page has
+        it (byte for byte), else the controller's answer printed the same way."""
+        snapshot = self.server.source.snapshot(snapshot_id)  # NotFound for an id the controller does not know
+        if not snapshot.HasField("finished_at"):
+            return self._send(HTTPStatus.NOT_FOUND, f"snapshot {snapshot_id} is {model.status_name(snapshot)}: it is "
+                              "exported once it finishes\n".encode(), "text/plain; charset=utf-8")
+        body = self.server.source.export(snapshot)
+        return self._send(HTTPStatus.OK, body, "application/json",
+                          disposition=f"inline; filename=\"{snapshot_id}.json\"")
 
     def _trace(self, snapshot_id: str) -> None:
         """The picture of a snapshot the controller answers COMPLETE (NotFound and
@@ -227,7 +248,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(HTTPStatus.NOT_FOUND, f"snapshot {snapshot_id} is {model.status_name(snapshot)}: its "
                               f"picture is drawn once it is COMPLETE\n".encode(), "text/plain; charset=utf-8")
         try:
-            svg, note = source.trace_svg(snapshot_id)
+            svg, note = source.trace_svg(snapshot_id, caption(described.describe(snapshot)))
         except Busy as exc:
             return self._send(HTTPStatus.SERVICE_UNAVAILABLE, f"{exc}\n".encode(), "text/plain; charset=utf-8",
                               retry_after=1)
@@ -241,10 +262,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, html.encode(), "text/html; charset=utf-8")
 
     def _send(self, code: HTTPStatus, body: bytes, content_type: str, cache: str = "no-store",
-              retry_after: int | None = None) -> None:
+              retry_after: int | None = None, disposition: str = "") -> None:
         self.send_response(code)
         if retry_after is not None:
             self.send_header("Retry-After", str(retry_after))
+        if disposition:
+            self.send_header("Content-Disposition", disposition)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", cache)
@@ -253,6 +276,15 @@ class _Handler(BaseHTTPRequestHandler):
                          "script-src 'unsafe-inline'; img-src 'self'")
         self.end_headers()
         self.wfile.write(body)
+
+
+def caption(about: described.Described | None) -> tuple[str, ...]:
+    """The lines under an app snapshot's picture: what its describe says (none for the bank)."""
+    if about is None:
+        return ()
+    if about.summary is None:
+        return (f"app {about.spec}: {about.note}",)
+    return (f"app {about.spec}:", *(f"{name}: {value}" for name, value in described.rows(about.summary)))
 
 
 def serve(source: Source, listen: tuple[str, int], allow_hosts: tuple[str, ...] = ()) -> UiServer:

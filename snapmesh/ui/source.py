@@ -126,6 +126,25 @@ class Source:
     def cluster(self) -> pb.Cluster:
         return self._call(self._stub.GetCluster, pb.GetClusterRequest())
 
+    @property
+    def tls_dir(self) -> str | None:
+        """Where the client's certificate came from (the restore command names it); None: plaintext."""
+        if self.identity is None or self.identity.files is None:
+            return None
+        return str(self.identity.files[0].parent)
+
+    def export(self, snapshot: pb.Snapshot) -> bytes:
+        """A finished snapshot's proto JSON: the controller's file in the data dir when
+        there is one (with its checksum), else the same printing of `snapshot`."""
+        if self.data_dir is not None:
+            try:  # the id is a checked snapshot id (Source.snapshot): no path in it
+                return (self.data_dir / "snapshots" / f"{snapshot.snapshot_id}.json").read_bytes()
+            except OSError:
+                pass  # not written yet, or retention removed it: print the controller's answer
+        from services.controller.export import snapshot_json
+
+        return snapshot_json(snapshot).encode()
+
     # ---------------------------------------------------------------- nodes
 
     def node_epochs(self, cluster: pb.Cluster) -> dict[str, int | None]:
@@ -196,9 +215,10 @@ class Source:
             self._reading.release()
         return found, ""
 
-    def trace_svg(self, snapshot_id: str) -> tuple[str | None, str]:
+    def trace_svg(self, snapshot_id: str, caption: tuple[str, ...] = ()) -> tuple[str | None, str]:
         """The space-time picture (`snapmesh trace`) around a COMPLETE snapshot's cut
-        (the caller asks the controller first), drawn from the log lines around it.
+        (the caller asks the controller first), drawn from the log lines around it,
+        `caption` under it (an app's describe of the snapshot).
         Drawn once per snapshot (what happened around a past cut does not change), and
         one at a time: Busy while another is drawn. A reason there is none is kept too."""
         if self.data_dir is None:
@@ -210,7 +230,7 @@ class Source:
         try:
             if (known := self._drawn(snapshot_id)) is not None:  # drawn while this one waited
                 return known
-            return self._draw(snapshot_id)
+            return self._draw(snapshot_id, caption)
         finally:
             self._drawing.release()
 
@@ -223,7 +243,7 @@ class Source:
                 return None, self._no_picture[snapshot_id]
         return None
 
-    def _draw(self, snapshot_id: str) -> tuple[str | None, str]:
+    def _draw(self, snapshot_id: str, caption: tuple[str, ...] = ()) -> tuple[str | None, str]:
         from snapmesh.trace.clocks import TraceError, build_trace
         from snapmesh.trace.layout import LayoutError, layout
         from snapmesh.trace.logs import LogError, read_around
@@ -231,7 +251,7 @@ class Source:
 
         try:
             trace = build_trace(read_around(self.data_dir, snapshot_id))
-            svg = render_svg(layout(trace, chosen=snapshot_id), title=f"snapshot {snapshot_id}")
+            svg = render_svg(layout(trace, chosen=snapshot_id), title=f"snapshot {snapshot_id}", caption=caption)
         except (LogError, TraceError, LayoutError, OSError) as exc:
             with self._lock:
                 _keep(self._no_picture, snapshot_id, f"no picture: {exc}", NO_PICTURE_KEPT)

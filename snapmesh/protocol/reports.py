@@ -1,0 +1,45 @@
+"""A node's finished part of a snapshot as the ReportState message.
+
+Shared by the node's shell (which sends it) and the controller machine and the
+simulator (which take it): it lives here, not in the controller machine, so
+the node's shell needs nothing of the controller to report.
+"""
+
+from __future__ import annotations
+
+from snapmesh.protocol import appstate, core
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+
+def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0, done_at_ns: int = 0) -> pb.FullState:
+    """A node machine's finished part as the ReportState message the controller takes
+    (overtake mode: with its positions and outbox runs). `cut_at_ns` and `done_at_ns`
+    are wall-clock times for the statistics only (0: unknown)."""
+    node_id = state.node_id
+    message = pb.FullState(
+        snapshot_id=state.snapshot_id,
+        node_id=node_id,
+        balance=state.balance,
+        epoch=epoch,
+        cut_at_unix_ns=cut_at_ns,
+        done_at_unix_ns=done_at_ns,
+        channels=[
+            pb.ChannelState(
+                src=src,
+                dst=node_id,
+                in_flight=[appstate.in_flight_item(t) for t in transfers],
+            )
+            for src, transfers in state.channels.items()
+        ],
+    )
+    if state.state is not None:  # an app's node
+        message.state = state.state
+    if state.positions:
+        message.snapshot_mode = "overtake"
+        message.positions.extend(pb.ChannelPosition(src=src, dst=node_id, seq=seq) for src, seq in state.positions.items())
+        message.outbox_runs.extend(
+            pb.OutboxRun(src=node_id, dst=dst, seqs=[e.seq for e in entries], amounts=[e.amount for e in entries],
+                         payloads=[e.payload for e in entries] if state.state is not None else ())
+            for dst, entries in state.outbox.items()
+        )
+    return message

@@ -1,0 +1,96 @@
+"""bench.utilisation: the pace search, run-queue waits from /proc, a snapshot's hop split."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bench.lab import p99
+from bench.utilisation import Pace, find_pace, runq_wait_ns, split, split_figures, wait_figures
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+
+def machine(idle: float, per_rate: float):
+    """A machine whose busy fraction grows linearly with the rate, saturating at 1."""
+    seen: list[float] = []
+
+    def measure(rate: float) -> float:
+        seen.append(rate)
+        return min(1.0, idle + per_rate * rate)
+
+    return measure, seen
+
+
+@pytest.mark.parametrize("target", [0.5, 0.8])
+def test_the_search_finds_the_rate_at_the_measured_utilisation_not_a_fraction_of_a_peak(target: float) -> None:
+    measure, seen = machine(idle=0.1, per_rate=1e-4)  # 0.5 at 4000/s, 0.8 at 7000/s
+    pace = find_pace(measure, target, start=500.0)
+    assert pace.found(target) and abs(pace.busy - target) <= 0.05
+    assert pace.rate == pytest.approx((target - 0.1) / 1e-4, rel=0.15)
+    assert seen[0] == 0.0  # the idle point is measured first
+    assert pace.steps <= 5
+
+
+def test_a_low_first_reading_cannot_push_the_search_into_saturation() -> None:
+    measure, seen = machine(idle=0.0, per_rate=1e-6)  # 0.5 needs 500,000/s: far from the start
+    pace = find_pace(measure, 0.5, start=100.0, steps=3)
+    assert seen[1:] == [100.0, 400.0, 1600.0]  # at most 4x per step
+    assert not pace.found(0.5) and pace.rate == 1600.0  # the closest seen, and it says it was not found
+
+
+def test_a_machine_already_busy_without_load_is_not_paced_up_and_says_the_target_was_missed() -> None:
+    measure, seen = machine(idle=0.97, per_rate=1e-4)  # other tenants keep it busy
+    pace = find_pace(measure, 0.5, start=1000.0)
+    assert seen == [0.0, 1000.0] and pace.rate == 1000.0 and not pace.found(0.5)
+
+
+def test_a_reading_below_idle_steps_towards_the_target() -> None:
+    readings = iter([0.3, 0.2, 0.9, 0.5])  # idle, then a noisy reading under it, then past, then on target
+    seen: list[float] = []
+
+    def measure(rate: float) -> float:
+        seen.append(rate)
+        return next(readings)
+
+    pace = find_pace(measure, 0.5, start=100.0)
+    assert seen[:3] == [0.0, 100.0, 400.0] and pace.found(0.5)
+
+
+def test_the_search_refuses_a_target_it_cannot_mean() -> None:
+    measure, _ = machine(0.1, 1e-4)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        find_pace(measure, 1.0, start=100.0)
+    with pytest.raises(ValueError, match="start rate"):
+        find_pace(measure, 0.5, start=0.0)
+
+
+def test_run_queue_wait_is_field_2_of_schedstat_and_grows_when_processes_outnumber_cores() -> None:
+    assert runq_wait_ns(2**31 - 1) == 0  # no such process
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        time.sleep(0.1)
+        before = runq_wait_ns(os.getpid())
+        stop = time.perf_counter() + 0.5
+        while time.perf_counter() < stop:  # runnable all along, against twice as many spinners as cores
+            pass
+        assert runq_wait_ns(os.getpid()) > before
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+
+
+def test_the_split_is_trigger_to_each_cut_and_last_cut_to_complete() -> None:
+    snapshot = pb.Snapshot(stats=pb.SnapshotStats(end_to_end_duration_ms=20.0, nodes=[
+        pb.NodeSnapshotStats(node_id="p1", start_delay_ms=2.0), pb.NodeSnapshotStats(node_id="p2", start_delay_ms=9.0)]))
+    assert split(snapshot) == ([2.0, 9.0], 11.0)
+    figures = split_figures([snapshot, snapshot], p99)
+    assert figures == {"trigger_to_cut_p99_ms": 9.0, "trigger_to_last_cut_p99_ms": 9.0,
+                       "last_cut_to_complete_p99_ms": 11.0}
+    assert wait_figures({"p1": 0.1, "p2": 0.3, "controller": 0.05}) == pytest.approx(
+        {"runq_wait_nodes_mean": 0.2, "runq_wait_nodes_max": 0.3, "runq_wait_controller": 0.05})
+    assert Pace(1.0, 0.52, 0.1, 2).found(0.5) and not Pace(1.0, 0.6, 0.1, 2).found(0.5)
