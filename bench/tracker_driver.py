@@ -30,7 +30,7 @@ import random
 import sys
 import time
 
-from services.controller.store import past_retention
+from snapmesh.sim.retention import due as past_retention  # the fuzzer's own statement of the rule (K1)
 from snapmesh.protocol.controller import Controller
 from snapmesh.protocol.topology import Topology
 from snapmesh.protocol.tracker import COMPLETE, Now, Tracker

@@ -364,3 +364,53 @@ def test_plan_and_problem() -> None:
     assert set(M.plan(target, 3)) == {"a", "b"}
     target.conserved = False
     assert "not conserved" in M.problem(target)
+
+
+def _kept(keep: int) -> M.Controller:
+    topology = Topology.build(["a", "b"], None)
+    return M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0), keep=keep)
+
+
+def _complete_effects(m: M.Controller, sid: str) -> list[M.Effect]:
+    m.trigger(sid, "a", T0)
+    m.reported(part(sid, "a", 60), T0)
+    m.drain()
+    m.reported(part(sid, "b", 30, [10]), T0)
+    return m.drain()
+
+
+def test_retention_retires_past_the_n_newest_complete_after_the_finish_each_once_never_the_restored() -> None:
+    m = _kept(2)
+    assert [kinds(_complete_effects(m, sid)) for sid in ("s1", "s2")][-1] == ["Journal:Reported", "Journal:Finished", "Finished"]
+    m.trigger("s3", "a", T0)
+    m.start_failed("s3", "initiator down", T0)  # a FAILED one goes too once two newer COMPLETE ones are kept
+    m.drain()
+    effects = _complete_effects(m, "s4")
+    assert kinds(effects) == ["Journal:Reported", "Journal:Finished", "Finished", "Retire"]  # after the outcome
+    assert effects[-1] == M.Retire("s1")
+    assert m.restore(m.get("s2"), "k", T0) and m.drain()  # s2 is the one last restored: it stays
+    m.node_restored("a", pb.RestoreStateResponse(balance=60), T0)
+    m.node_restored("b", pb.RestoreStateResponse(balance=40), T0)
+    m.restore_settled()
+    m.drain()
+    assert [e for e in _complete_effects(m, "s5") if isinstance(e, M.Retire)] == [M.Retire("s3")]
+    assert [e for e in _complete_effects(m, "s6") if isinstance(e, M.Retire)] == [M.Retire("s4")]  # not s1 again
+    with pytest.raises(ValueError, match="keep must not be negative"):
+        _kept(-1)
+
+
+def test_retention_runs_once_after_a_restart_over_everything_replayed() -> None:
+    records: list[R.Record] = []  # the journal of three COMPLETE snapshots
+    for sid in ("s1", "s2", "s3"):
+        records += [
+            R.Started(snapshot_id=sid, initiator="a", wall=T0.wall),
+            R.Reported(state=part(sid, "a", 60), wall=T0.wall),
+            R.Reported(state=part(sid, "b", 30, [10]), wall=T0.wall),
+            R.Finished(snapshot_id=sid, status=COMPLETE, reason="", wall=T0.wall),
+        ]
+    again = _kept(1)
+    again.replayed(records, T0, skip=set())
+    assert again.drain() == [M.Retire("s1"), M.Retire("s2")]
+    none = _kept(0)
+    none.replayed(records, T0, skip=set())
+    assert none.drain() == []  # keep 0: every file stays

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from services.controller.metrics import ControllerMetrics
+from services.controller.engine import ControllerEngine
 from services.controller.servicer import ControllerService
 from services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.protocol.tracker import FINISHED_KEPT, Tracker, UnknownSnapshot, new_snapshot_id
@@ -67,8 +68,8 @@ async def _served_from_the_store(tmp_path) -> None:
     store = SnapshotStore(tmp_path / "json", tmp_path / "compact")
     filed: list[str] = []
     writer = StoreWriter(store, on_filed=filed.append)
-    service = ControllerService(config=cfg, tracker=tracker, journal=None, writer=writer,  # type: ignore[arg-type]
-                                metrics=ControllerMetrics(CollectorRegistry()))
+    service = ControllerService(ControllerEngine(config=cfg, tracker=tracker, journal=None, writer=writer,  # type: ignore[arg-type]
+                                metrics=ControllerMetrics(CollectorRegistry())))
     for i in range(5):
         tracker.restore(finished(i))
         tracker._filed.discard(sid(i))

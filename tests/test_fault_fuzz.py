@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from snapmesh.protocol import controller, link, recovery, requests, restoregate, tracker
+from snapmesh.protocol import controller, link, recovery, requests, restoregate, retention, tracker
 from snapmesh.protocol import controller_journal as journal
 from snapmesh.protocol import node as node_mod
 from snapmesh.protocol import node_steps
@@ -57,7 +57,7 @@ def test_every_fault_kind_happens() -> None:
         "restore call joined under its own key", "restore retry answered across a controller restart",
         "stale report refused", "snapshot refused: too many in progress",
         "restore call joined under its own key after the restore ended",
-        "restore refused: no such snapshot",
+        "restore refused: no such snapshot", "snapshot retired (--keep)", "controller journal lagged",
     ):
         assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
 
@@ -324,6 +324,47 @@ def _tracker_forgets_overtaken(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tracker.Tracker, "_overtake_parts", staticmethod(broken))
 
 
+def _retention_keeps_one_too_few(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's retention (K1) is off by one: it keeps N-1 COMPLETE snapshots."""
+    retire = retention.Retention.retire
+    monkeypatch.setattr(retention.Retention, "retire", lambda self, keep, protect="": retire(self, keep - 1, protect))
+
+
+def _retention_forgets_the_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's retention (K1) retires the snapshot last restored too."""
+    retire = retention.Retention.retire
+    monkeypatch.setattr(retention.Retention, "retire", lambda self, keep, protect="": retire(self, keep))
+
+
+def _controller_starts_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine asks for StartSnapshot before the start's record (a crash
+    in between leaves a node recording a snapshot the restarted controller never heard of)."""
+    trigger = controller.Controller.trigger
+
+    def broken(self, *args, **kwargs):
+        snapshot = trigger(self, *args, **kwargs)
+        records = [e for e in self._effects if isinstance(e, controller.Journal)]
+        self._effects = [e for e in self._effects if not isinstance(e, controller.Journal)] + records
+        return snapshot
+
+    monkeypatch.setattr(controller.Controller, "trigger", broken)
+
+
+def _controller_finishes_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine shows a snapshot's outcome before its record is in the journal."""
+    finished = controller.Controller._finished
+
+    def broken(self, snapshot):
+        before = len(self._effects)
+        finished(self, snapshot)
+        step = self._effects[before:]
+        self._effects[before:] = [e for e in step if not isinstance(e, controller.Journal)] + [
+            e for e in step if isinstance(e, controller.Journal)
+        ]
+
+    monkeypatch.setattr(controller.Controller, "_finished", broken)
+
+
 def _reply_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
     """The node machine answers a client before the answer's record is durable (node
     rule N11): a crash then takes back a transfer the client was told is paid."""
@@ -343,6 +384,10 @@ def _report_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 MUTATIONS = {
+    "controller-start-before-durable": _controller_starts_before_durable,
+    "controller-finish-before-durable": _controller_finishes_before_durable,
+    "controller-retention-off-by-one": _retention_keeps_one_too_few,
+    "controller-retention-protect": _retention_forgets_the_restored,
     "node-reply-before-durable": _reply_before_durable,
     "node-report-before-durable": _report_before_durable,
     "controller-restore-plan": _restore_plan_drops_a_transfer,

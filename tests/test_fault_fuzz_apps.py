@@ -123,10 +123,12 @@ def test_the_fuzzer_catches_each_app_mutation(name: str, seed: int, caught: str,
 BANK_MUTATIONS_SEEDS = {
     "controller-restore-plan": 5, "controller-overtake-merge": 37, "controller-stale-report": 7,
     "controller-admission": 1, "controller-abort-on-fail": 0, "restore-claim-two-steps": 5,
-    "restore-forgets-finished-keys": 10, "restore-forgets-joined-keys": 5, "restore-joins-not-replayed": 185,
-    "restore-join-after-the-end": 70, "restore-replays-newest-key-only": 185, "request-window": 0,
+    "restore-forgets-finished-keys": 10, "restore-forgets-joined-keys": 5, "restore-joins-not-replayed": 703,
+    "restore-join-after-the-end": 70, "restore-replays-newest-key-only": 703, "request-window": 0,
     "request-restore": 9, "overtake-outbox": 37, "overtake-positions": 59, "resend": 0, "duplicate-drop": 0,
     "recovery-outbox": 0, "recovery-aborts": 1, "restore-replay": 5, "node-report-before-durable": 0,
+    "controller-retention-off-by-one": 7, "controller-retention-protect": 170,
+    "controller-start-before-durable": 95, "controller-finish-before-durable": 118,
 }
 
 

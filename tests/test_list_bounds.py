@@ -32,6 +32,7 @@ from cluster_helpers import served_in_process
 from prometheus_client import CollectorRegistry
 
 from services.controller.metrics import ControllerMetrics
+from services.controller.engine import ControllerEngine
 from services.controller.servicer import ControllerService
 from services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.checking import snapshot_file
@@ -120,8 +121,8 @@ async def _paged(store: SnapshotStore, newest: list[pb.Snapshot]) -> dict:
     for snapshot in newest:
         tracker.restore(snapshot)
     writer = StoreWriter(store, on_filed=lambda sid: None)
-    service = ControllerService(config=cfg, tracker=tracker, journal=None, writer=writer,  # type: ignore[arg-type]
-                                metrics=ControllerMetrics(CollectorRegistry()))
+    service = ControllerService(ControllerEngine(config=cfg, tracker=tracker, journal=None, writer=writer,  # type: ignore[arg-type]
+                                metrics=ControllerMetrics(CollectorRegistry())))
     async def probe(lags: list[tuple[float, float]], done: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         while not done.is_set():

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from services.controller.metrics import ControllerMetrics
+from services.controller.engine import ControllerEngine
 from services.controller.servicer import ControllerService
 from services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.checking import snapshot_file
@@ -69,8 +70,8 @@ async def _ids_at_rpcs(tmp_path) -> None:
     tracker = Tracker(topology=cfg.topology, expected_total=20, deadline_s=5)
     store = written(tmp_path, A)
     writer = StoreWriter(store, on_filed=lambda sid: None)
-    service = ControllerService(config=cfg, tracker=tracker, journal=None, writer=writer,  # type: ignore[arg-type]
-                                metrics=ControllerMetrics(CollectorRegistry()))
+    service = ControllerService(ControllerEngine(config=cfg, tracker=tracker, journal=None, writer=writer,  # type: ignore[arg-type]
+                                metrics=ControllerMetrics(CollectorRegistry())))
     # Files outside the store that a `../` id would reach: a damaged one (its parse
     # error would come back in DATA_LOSS) and a readable one (it would be served).
     (tmp_path / "data" / "probe.pb").write_bytes(b"\xff\xff\xff not a snapshot")

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from services.controller.store import past_retention
+from snapmesh.sim.retention import due as past_retention  # the fuzzer's own statement of the rule
 from snapmesh.protocol.retention import Retention
 from snapmesh.protocol.topology import Topology
 from snapmesh.protocol.tracker import Now, Tracker

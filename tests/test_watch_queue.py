@@ -15,6 +15,7 @@ from cluster_helpers import served_in_process
 from prometheus_client import CollectorRegistry
 
 from services.controller.metrics import ControllerMetrics
+from services.controller.engine import ControllerEngine
 from services.controller.servicer import ControllerService
 from snapmesh.protocol.tracker import Tracker
 from snapmesh.settings import config
@@ -30,18 +31,18 @@ def test_a_slow_watcher_is_dropped_with_a_clear_status() -> None:
 async def _slow_watcher() -> None:
     cfg = config.load(config.DEFAULT_CONFIG)
     tracker = Tracker(topology=cfg.topology, expected_total=cfg.expected_total, deadline_s=5)
-    service = ControllerService(config=cfg, tracker=tracker, journal=None, writer=None,  # type: ignore[arg-type]
-                                metrics=ControllerMetrics(CollectorRegistry()))
-    service.watch_queue = 8
+    service = ControllerService(ControllerEngine(config=cfg, tracker=tracker, journal=None, writer=None,  # type: ignore[arg-type]
+                                metrics=ControllerMetrics(CollectorRegistry())))
+    service.engine.watch_queue = 8
     async with served_in_process(service) as stub:
         call = stub.WatchSnapshots(pb.WatchSnapshotsRequest())
-        while not service._watchers:
+        while not service.engine.watchers:
             await asyncio.sleep(0.01)
         big = pb.Snapshot(snapshot_id="s", reason="x" * 200_000)  # fills the stream's flow-control window fast
         for _ in range(200):  # the watcher reads none of them
-            service._publish(big)
+            service.engine._publish(big)
             await asyncio.sleep(0)
-        assert not service._watchers, "the slow watcher was not dropped"
+        assert not service.engine.watchers, "the slow watcher was not dropped"
         received = 0
         with pytest.raises(grpc.aio.AioRpcError) as dropped:
             async for _ in call:

@@ -1,21 +1,26 @@
 """The shell around the controller machine: feed `snapmesh.protocol.controller.Controller` events, carry out its effects.
 
-Every input (a trigger, a report, a deadline, a restore call, a StartSnapshot
-that failed) is one synchronous call on the machine, then its effects are
-carried out here:
+Every input (a trigger, a report, a deadline, a restore call, a node's answer to
+its part, a StartSnapshot that failed) is one synchronous call on the machine,
+then `carry_out` takes its effects in one loop, in order (etcd/raft's Ready:
+persist, then show and send):
 
-    Journal(record)    -> the journal file (group-committed); appended in the same
-                          synchronous step as the change, before anything awaits
-    Barrier()          -> wait for everything journaled so far
-    Publish(snapshot)  -> the WatchSnapshots watchers   } only once the step's
-    StartAt(node, ...) -> StartSnapshot at that node    } records are durable
-    Finished(snapshot) -> metrics, waiters, watchers, the file writer, retention
-    AbortAt(node, ...) -> AbortSnapshot at that node (the machine emits one per node
-                          for a FAILED snapshot, after its Finished)
-    RestoreAt, RestoreDone -> the restorer (services/controller/restorer.py)
+    Journal(record)    -> the journal file (group-committed), appended at once so the
+                          journal's order is the machine's; every later effect of
+                          the step waits until the record is durable
+    Barrier()          -> the same, for everything journaled so far
+    Publish(snapshot)  -> the WatchSnapshots watchers
+    StartAt(node, ...) -> StartSnapshot at that node (a failure: the machine's start_failed)
+    Finished(snapshot) -> metrics, the file writer, watchers, the trigger's waiter
+    AbortAt(node, ...) -> AbortSnapshot at that node
+    Retire(snapshot_id) -> the file writer deletes its files
+    RestoreAt(node, request) -> RestoreState, retried (restorer.py); the answer is
+                          the machine's node_restored
+    RestoreDone(restore) -> the restore's callers are answered; the machine hears it settled
 
-Durability before answers: nothing that shows a change (an RPC answer, a
-watcher update, StartSnapshot) goes out before that change's record is durable.
+A record that cannot be made durable (OSError) ends its step there: nothing
+after it is shown or sent, and the caller gets the error. Reads wait until
+everything journaled when they read is durable (`durable`).
 """
 
 from __future__ import annotations
@@ -31,11 +36,11 @@ import grpc
 
 from services.controller import journal as J
 from services.controller.metrics import ControllerMetrics
-from services.controller.restorer import Restorer
+from services.controller.restorer import RESTORE_TIMEOUT_S, RestoreRefused, restore_node
 from services.controller.store import StoreWriter
 from snapmesh.protocol import controller as ctl
-from snapmesh.protocol import controller_journal as records
-from snapmesh.protocol.tracker import COMPLETE, FAILED, Now, Tracker, UnknownSnapshot, duration_s, new_snapshot_id
+from snapmesh.protocol import restoregate
+from snapmesh.protocol.tracker import COMPLETE, Now, Tracker, UnknownSnapshot, duration_s, new_snapshot_id
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import security
 from snapmesh.settings.config import ClusterConfig
@@ -74,36 +79,37 @@ class ControllerEngine:
         clock: Callable[[], Now] = system_now,
         rng: random.Random | None = None,
         identity: security.Identity | None = None,  # None: plaintext
-        keep: int = 0,
         machine: ctl.Controller | None = None,  # the journal already replayed into it (else a fresh one)
+        restore_timeout_s: float = RESTORE_TIMEOUT_S,
     ) -> None:
         self.identity = identity
         self.config = config
-        self.tracker = tracker
         self.machine = machine if machine is not None else ctl.Controller(tracker)
         self.journal = journal
         self.writer = writer
         self.metrics = metrics
-        metrics.epoch.set_function(lambda: tracker.epoch)
-        for snapshot in tracker.all():  # loaded from the files and the journal
+        metrics.epoch.set_function(lambda: self.machine.epoch)
+        for snapshot in self.machine.all():  # loaded from the files and the journal
             if snapshot.status == COMPLETE:
                 metrics.completed_at(snapshot)
         self._clock = clock
-        self._rng = rng or random.Random()
-        self._nodes = list(tracker.topology.nodes)
-        self._stubs: dict[str, pb_grpc.NodeStub] = {}
+        self.rng = rng or random.Random()
+        self.topology = tracker.topology
+        self.nodes = list(tracker.topology.nodes)
+        self.deadline_s = tracker.deadline_s
+        self.snapshot_mode = tracker.snapshot_mode  # as GetCluster reports it
+        self.stubs: dict[str, pb_grpc.NodeStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._done: dict[str, asyncio.Future[pb.Snapshot]] = {}
-        self._watchers: set[asyncio.Queue[pb.Snapshot | FellBehind | None]] = set()
+        self.watchers: set[asyncio.Queue[pb.Snapshot | FellBehind | None]] = set()
         self.watch_queue = WATCH_QUEUE
         self._background: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
         self._last_start = 0.0
-        # Started or finished in the machine, journal record not yet durable: not to be shown.
-        self._unsettled: dict[str, asyncio.Future[None]] = {}
-        self.keep = keep  # retention: snapshot files kept (0: all)
-        self.restorer: Restorer | None = None
+        self._tail: asyncio.Future[None] | None = None  # the newest record's durability
+        self._restore: asyncio.Future[pb.Restore] | None = None  # the running restore's outcome
+        self.restore_timeout_s = restore_timeout_s
 
     # -- lifecycle
 
@@ -111,14 +117,18 @@ class ControllerEngine:
         for node in self.config.nodes:
             channel = security.open_channel(node.address, self.identity, options=CLIENT_OPTIONS, aio=True)
             self._channels.append(channel)
-            self._stubs[node.id] = pb_grpc.NodeStub(channel)
+            self.stubs[node.id] = pb_grpc.NodeStub(channel)
         self._timer = asyncio.create_task(self._expiry_loop(), name="snapshot-deadlines")
-        self.restorer = Restorer(engine=self, clock=self._clock, on_finished=self.metrics.restored)
-        self.restorer.resume_if_running()
+        last = self.machine.last_restore
+        if last is not None and last.status == pb.Restore.RESTORING:
+            log.warning("restore of %s (epoch %d) was under way: resuming it", last.snapshot_id, last.epoch)
+            self.machine.resume(self.lookup(last.snapshot_id))
+            self._restore = asyncio.get_running_loop().create_future()
+            self.carry_out(self.machine.drain())
 
     def end_streams(self) -> None:
         """End every WatchSnapshots stream (before the server drains)."""
-        for queue in self._watchers:
+        for queue in self.watchers:
             try:
                 queue.put_nowait(None)
             except asyncio.QueueFull:
@@ -133,49 +143,57 @@ class ControllerEngine:
         for channel in self._channels:
             await channel.close()
 
-    # -- carrying out effects
+    # -- the loop
 
-    def journal_step(self, effects: list[ctl.Effect]) -> asyncio.Future[None] | None:
-        """Append every record of one step (call with no await since the machine
-        changed); returns when the last of them is durable (None: no record)."""
-        durable = None
+    def carry_out(self, effects: list[ctl.Effect]) -> asyncio.Task[None]:
+        """One step's effects: its records are appended now (call with no await since
+        the machine changed); the rest runs in a task, in order, each effect after
+        the durability of the records before it. Await the task (shielded: a caller
+        that goes away does not stop the step) to answer once all of it is durable."""
+        durable: asyncio.Future[None] | None = None
+        steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]] = []
         for effect in effects:
             if isinstance(effect, ctl.Journal):
-                durable = self.journal.append(effect.record)
-                if isinstance(effect.record, (records.Started, records.Finished)):
-                    self._unsettled[effect.record.snapshot_id] = durable
+                durable = self._tail = self.journal.append(effect.record)
             elif isinstance(effect, ctl.Barrier):
-                durable = self.journal.barrier()
-        return durable
+                durable = self._tail = self.journal.barrier()
+            else:
+                steps.append((effect, durable))
+        return self.spawn(self._in_order(steps, durable))
 
-    async def show_step(self, effects: list[ctl.Effect], durable: asyncio.Future[None] | None) -> None:
-        """The rest of a step's effects, in order; what shows a change waits for
-        `durable` (an OSError from it propagates, and what is left does not go out)."""
-        for effect in effects:
-            if isinstance(effect, (ctl.Journal, ctl.Barrier)):
-                continue
-            if isinstance(effect, ctl.Finished):
-                sid = effect.snapshot.snapshot_id
-                await self._after_finish(effect.snapshot, self._unsettled.get(sid) or _resolved())
-                continue
+    async def _in_order(self, steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]], last) -> None:
+        for effect, durable in steps:
             if durable is not None:
                 await asyncio.shield(durable)
-            if isinstance(effect, ctl.Publish):
-                self._publish(effect.snapshot)
-            elif isinstance(effect, ctl.AbortAt):
-                self.spawn(self._abort_at(effect))
-            elif isinstance(effect, ctl.StartAt):
-                self.spawn(self._start_at(effect.node, effect.snapshot_id, effect.epoch))
-            else:
-                raise TypeError(f"not an effect this step carries out: {effect!r}")
+            self._effect(effect)
+        if last is not None:
+            await asyncio.shield(last)
 
-    def node_stub(self, node: str) -> pb_grpc.NodeStub:
-        return self._stubs[node]
+    def _effect(self, effect: ctl.Effect) -> None:
+        if isinstance(effect, ctl.Publish):
+            self._publish(effect.snapshot)
+        elif isinstance(effect, ctl.StartAt):
+            self.spawn(self._start_at(effect))
+        elif isinstance(effect, ctl.Finished):
+            self._finished(effect.snapshot)
+        elif isinstance(effect, ctl.AbortAt):
+            self.spawn(self._abort_at(effect))
+        elif isinstance(effect, ctl.Retire):
+            self.writer.discard(effect.snapshot_id)
+        elif isinstance(effect, ctl.RestoreAt):
+            self.spawn(self._restore_at(effect))
+        elif isinstance(effect, ctl.RestoreDone):
+            self._restore_ended(effect.restore)
+        else:
+            raise TypeError(f"not an effect the controller carries out: {effect!r}")
 
-    async def carry_out(self, effects: list[ctl.Effect]) -> None:
-        await self.show_step(effects, self.journal_step(effects))
+    async def durable(self) -> None:
+        """Wait until everything journaled so far is durable (a read shows only that)."""
+        tail = self._tail
+        if tail is not None and not tail.done():
+            await asyncio.wait({tail})
 
-    # -- snapshots
+    # -- events
 
     async def trigger(self, initiator: str, *, broadcast: bool = False) -> pb.Snapshot:
         """Start a snapshot at `initiator` (a node of the topology), or with
@@ -196,18 +214,15 @@ class ControllerEngine:
                 f"--max-concurrent-snapshots N); retry once one finishes"
             ) from None
         self._done[snapshot_id] = asyncio.get_running_loop().create_future()
-        effects = self.machine.drain()
-        durable = self.journal_step(effects)
+        step = self.carry_out(self.machine.drain())
         self.metrics.in_progress.set(self.machine.in_progress)
         self._wake.set()
         try:
-            await self._settle(snapshot_id, durable)
+            await asyncio.shield(step)
         except OSError as exc:
             self.machine.start_failed(snapshot_id, f"cannot journal the start: {exc}", self._clock())
-            failed = self.machine.drain()
-            self.spawn(self.show_step(failed, self.journal_step(failed)))
+            self.carry_out(self.machine.drain())
             raise
-        await self.show_step(effects, durable)
         log.info("snapshot %s started at %s", snapshot_id, "every node" if broadcast else initiator)
         return snapshot
 
@@ -216,23 +231,65 @@ class ControllerEngine:
         it) before this returns. Raises TrackerError for a refused report and
         OSError when it cannot be journaled."""
         self.machine.reported(state, self._clock())
-        effects = self.machine.drain()
-        durable = self.journal_step(effects)
-        finish = [e for e in effects if isinstance(e, ctl.Finished)]
-        await self.show_step(finish, None)  # the outcome's own record is in the same group commit
-        if durable is not None:
-            await asyncio.shield(durable)
-        await self.show_step([e for e in effects if isinstance(e, ctl.Publish)], durable)
+        await asyncio.shield(self.carry_out(self.machine.drain()))
+
+    async def restore(self, snapshot_id: str, request_id: str = "") -> pb.Restore:
+        """A RestoreSnapshot call: the machine's gate decides (R1, R4); a call that
+        starts or joins the restore is answered with its outcome, once durable.
+        Raises RestoreRefused, and OSError when the restore cannot be journaled."""
+        try:
+            snapshot: pb.Snapshot | None = self.lookup(snapshot_id)
+        except UnknownSnapshot:
+            snapshot = None  # the gate says NOT_FOUND, or answers a retry of a key that restored it
+        decision = self.machine.restore(snapshot, request_id, self._clock(), snapshot_id=snapshot_id)
+        if isinstance(decision, restoregate.Answer):
+            return decision.result  # a retry of a finished restore: its answer, nothing rolled back
+        if isinstance(decision, (restoregate.Refuse, restoregate.Busy)):
+            raise RestoreRefused(grpc.StatusCode[decision.code], decision.message)
+        if isinstance(decision, restoregate.Start):
+            self._restore = asyncio.get_running_loop().create_future()
+        running = self._restore
+        assert running is not None, "the machine joined a restore the engine does not run"
+        try:  # Start: RESTORING durable before any node hears of it; Join: the key's record (R4)
+            await asyncio.shield(self.carry_out(self.machine.drain()))
+        except OSError as exc:
+            if isinstance(decision, restoregate.Start):
+                self._restore_ended(exc)
+            raise
+        return await asyncio.shield(running)
+
+    async def _restore_at(self, effect: ctl.RestoreAt) -> None:
+        answer = await restore_node(self.stubs[effect.node], effect.request, self.restore_timeout_s)
+        self.machine.node_restored(effect.node, answer, self._clock())
+        try:
+            await self.carry_out(self.machine.drain())
+        except OSError as exc:  # the outcome may not survive a crash: the callers hear so
+            self._restore_ended(exc)
+
+    def _restore_ended(self, outcome: pb.Restore | OSError) -> None:
+        self.machine.restore_settled()
+        if isinstance(outcome, pb.Restore):
+            self.metrics.restored(outcome)
+            if outcome.status == pb.Restore.FAILED:
+                log.error("restore of %s: %s", outcome.snapshot_id, outcome.reason)
+            else:
+                log.info("restored %s in epoch %d", outcome.snapshot_id, outcome.epoch)
+        running, self._restore = self._restore, None
+        if running is not None and not running.done():
+            if isinstance(outcome, OSError):
+                running.set_exception(outcome)
+                running.exception()  # retrieved here: a restore nobody waits for is no warning
+            else:
+                running.set_result(outcome)
 
     async def wait_finished(self, snapshot_id: str) -> pb.Snapshot:
         future = self._done.get(snapshot_id)
-        if future is None:
-            await self._shown([snapshot_id])
+        if future is None:  # finished and shown already
             return self.lookup(snapshot_id)
         return await asyncio.shield(future)
 
     def lookup(self, snapshot_id: str) -> pb.Snapshot:
-        """The snapshot from the tracker's working set, else from the store;
+        """The snapshot from the machine's working set, else from the store;
         UnknownSnapshot when neither has it."""
         try:
             return self.machine.get(snapshot_id)
@@ -241,20 +298,6 @@ class ControllerEngine:
             if snapshot is None:
                 raise
             return snapshot
-
-    async def _start_at(self, initiator: str, snapshot_id: str, epoch: int) -> None:
-        try:
-            await self._stubs[initiator].StartSnapshot(
-                pb.StartSnapshotRequest(snapshot_id=snapshot_id, epoch=epoch),
-                timeout=self.tracker.deadline_s,
-            )
-        except grpc.aio.AioRpcError as error:
-            reason = (
-                f"initiator {initiator} unreachable: StartSnapshot failed with "
-                f"{error.code().name}: {error.details()}"
-            )
-            self.machine.start_failed(snapshot_id, reason, self._clock())
-            await self.carry_out(self.machine.drain())
 
     async def _expiry_loop(self) -> None:
         while True:
@@ -266,44 +309,35 @@ class ControllerEngine:
             except TimeoutError:
                 pass
             self.machine.tick(self._clock())
-            await self.carry_out(self.machine.drain())  # each outcome journaled in the same step
+            self.carry_out(self.machine.drain())  # each outcome journaled in the same step
 
-    async def _settle(self, snapshot_id: str, durable: asyncio.Future[None] | None) -> None:
-        if durable is None:
-            return
-        self._unsettled[snapshot_id] = durable
+    # -- what the effects do
+
+    async def _start_at(self, effect: ctl.StartAt) -> None:
+        request = pb.StartSnapshotRequest(snapshot_id=effect.snapshot_id, epoch=effect.epoch)
         try:
-            await asyncio.shield(durable)
-        finally:
-            if self._unsettled.get(snapshot_id) is durable:
-                del self._unsettled[snapshot_id]
+            await self.stubs[effect.node].StartSnapshot(request, timeout=self.deadline_s)
+        except grpc.aio.AioRpcError as error:
+            reason = (
+                f"initiator {effect.node} unreachable: StartSnapshot failed with "
+                f"{error.code().name}: {error.details()}"
+            )
+            self.machine.start_failed(effect.snapshot_id, reason, self._clock())
+            self.carry_out(self.machine.drain())
 
-    async def _shown(self, snapshot_ids) -> None:
-        """Wait until these snapshots' latest journal records are durable."""
-        waits = [self._unsettled[s] for s in snapshot_ids if s in self._unsettled]
-        if waits:
-            await asyncio.gather(*(asyncio.shield(w) for w in waits), return_exceptions=True)
-
-    async def _after_finish(self, snapshot: pb.Snapshot, durable: asyncio.Future[None]) -> None:
-        try:
-            await self._settle(snapshot.snapshot_id, durable)
-        except OSError as exc:  # the journal is broken: the outcome may not survive a crash
-            log.error("snapshot %s: cannot journal its outcome: %s", snapshot.snapshot_id, exc)
+    def _finished(self, snapshot: pb.Snapshot) -> None:
         self.metrics.finished(snapshot)
         self.metrics.in_progress.set(self.machine.in_progress)
         if snapshot.status == COMPLETE:
             self.metrics.observe(snapshot)
-        if snapshot.status == FAILED:
-            log.warning("snapshot %s FAILED: %s", snapshot.snapshot_id, snapshot.reason)
-        else:
             verdict = "conserved" if snapshot.conserved else f"NOT conserved ({snapshot.reason})"
             log.info(
                 "snapshot %s COMPLETE in %.3fs: total %d, %s",
                 snapshot.snapshot_id, duration_s(snapshot), snapshot.total, verdict,
             )
+        else:
+            log.warning("snapshot %s FAILED: %s", snapshot.snapshot_id, snapshot.reason)
         self.writer.submit(snapshot)  # the files, off the reply path
-        if snapshot.status == COMPLETE and self.keep:
-            self._apply_retention()
         self._publish(snapshot)
         future = self._done.pop(snapshot.snapshot_id, None)
         if future is not None and not future.done():
@@ -312,45 +346,43 @@ class ControllerEngine:
     async def _abort_at(self, effect: ctl.AbortAt) -> None:
         request = pb.AbortSnapshotRequest(snapshot_id=effect.snapshot_id, reason=effect.reason)
         try:
-            await self._stubs[effect.node].AbortSnapshot(request, timeout=ABORT_TIMEOUT_S)
+            await self.stubs[effect.node].AbortSnapshot(request, timeout=ABORT_TIMEOUT_S)
         except grpc.aio.AioRpcError as error:
             log.info("AbortSnapshot %s at %s: %s", effect.snapshot_id, effect.node, error.code().name)
 
-    def _apply_retention(self) -> None:
-        """`--keep N`: a newer snapshot is COMPLETE, so the files of those past
-        the N newest COMPLETE ones go (never the one last restored)."""
-        protect = self.machine.last_restore.snapshot_id if self.machine.last_restore else ""
-        for sid in self.tracker.retired(self.keep, protect):  # each once; no scan of the working set
-            self.writer.discard(sid)
-
     def _publish(self, snapshot: pb.Snapshot) -> None:
-        for queue in list(self._watchers):
+        for queue in list(self.watchers):
             try:
                 queue.put_nowait(snapshot)
             except asyncio.QueueFull:
-                self._watchers.discard(queue)
+                self.watchers.discard(queue)
                 log.warning("a WatchSnapshots watcher fell %d updates behind: dropped", self.watch_queue)
                 _replace_all(queue, FellBehind())
 
-    def spawn(self, coro) -> None:
+    def spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
         self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._ended)
+        return task
+
+    def _ended(self, task: asyncio.Task) -> None:
+        self._background.discard(task)
+        error = None if task.cancelled() else task.exception()
+        if isinstance(error, OSError):  # a caller that waited for the step has it too
+            log.error("cannot journal: %s (the rest of that step was not shown or sent)", error)
+        elif error is not None:
+            log.error("controller step failed", exc_info=error)
 
     async def periodic(self, interval_s: float) -> None:
         """Trigger a snapshot at a random node every `interval_s` seconds."""
         while True:
             await asyncio.sleep(interval_s)
             try:
-                await self.trigger(self._rng.choice(self._nodes))
+                await self.trigger(self.rng.choice(self.nodes))
             except TooManySnapshots as exc:  # this tick is skipped; the next one tries again
                 log.warning("periodic snapshot skipped: %s", exc)
-
-
-def _resolved() -> asyncio.Future[None]:
-    future = asyncio.get_running_loop().create_future()
-    future.set_result(None)
-    return future
+            except OSError as exc:
+                log.error("periodic snapshot: %s", exc)
 
 
 def _replace_all(queue: asyncio.Queue, item) -> None:

@@ -29,13 +29,13 @@ import sys
 from prometheus_client import CollectorRegistry
 
 from services.controller import journal as J
-from services.controller.engine import system_now
+from services.controller.engine import ControllerEngine, system_now
 from services.controller.metrics import ControllerMetrics
 from services.controller.servicer import ControllerService
-from services.controller.store import SnapshotStore, StoreWriter, past_retention
+from services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.app import AppError, load_app
 from snapmesh.protocol.appstate import AppChecker
-from snapmesh.protocol.controller import Controller
+from snapmesh.protocol.controller import Controller, Retire
 from snapmesh.protocol.hybrid import wire_mode
 from snapmesh.protocol.tracker import Tracker
 from snapmesh.settings import config as cluster_config
@@ -172,36 +172,38 @@ async def _serve_locked(
         except RuntimeError:  # pragma: no cover  (the loop closed first: at exit)
             pass
 
-    machine = Controller(tracker, max_concurrent=max_concurrent)
+    machine = Controller(tracker, max_concurrent=max_concurrent, keep=keep)
     writer = StoreWriter(store, on_filed=on_filed)
     try:
-        _recover(machine, store, journal, writer, filed={s.snapshot_id for s in snapshots}, keep=keep)
-        return await _serve(cfg, machine, journal, writer, interval, identity, keep)
+        _recover(machine, store, journal, writer, filed={s.snapshot_id for s in snapshots})
+        return await _serve(cfg, machine, journal, writer, interval, identity)
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
 
 
 def _recover(
-    machine: Controller, store: SnapshotStore, journal: J.Journal, writer: StoreWriter, *, filed: set[str], keep: int = 0
+    machine: Controller, store: SnapshotStore, journal: J.Journal, writer: StoreWriter, *, filed: set[str]
 ) -> None:
     """Replay the journal into the machine (before serving anything): the
     snapshots, the epoch and the newest restore (resumed at start if it was
-    RESTORING). With `keep`, a snapshot the journal still holds but retention
-    deleted (or would delete) is not filed again, so --keep's deletions stay deleted."""
+    RESTORING). What the machine's retention retires (K1) goes, files and journal
+    records, and is not filed again, so --keep's deletions stay deleted."""
     tracker = machine.tracker
     records, warnings = journal.open()
     now = system_now()
     rebuilt, more = machine.replayed(records, now, skip=filed)
     for warning in (*warnings, *more):
         log.warning("%s", warning)
-    last = machine.last_restore
-    retired = set(past_retention(tracker.all(), keep, last.snapshot_id if last else "")) if keep else set()
-    for sid in [s for s in rebuilt if s in retired]:
-        rebuilt.remove(sid)
-        journal.forget(sid)
-        writer.discard(sid)
-    for sid in filed:
+    retired = set()
+    for effect in machine.drain():
+        if not isinstance(effect, Retire):
+            raise TypeError(f"not an effect of a replay: {effect!r}")
+        retired.add(effect.snapshot_id)
+        journal.forget(effect.snapshot_id)
+        writer.discard(effect.snapshot_id)
+    rebuilt = [sid for sid in rebuilt if sid not in retired]
+    for sid in filed - retired:
         journal.forget(sid)
         compact, json_ = store.missing_files(sid)
         if compact or json_:
@@ -223,13 +225,13 @@ async def _serve(
     writer: StoreWriter,
     interval: float | None,
     identity: security.Identity | None = None,
-    keep: int = 0,
 ) -> int:
     registry = CollectorRegistry()
-    service = ControllerService(
+    engine = ControllerEngine(
         config=cfg, tracker=machine.tracker, machine=machine, journal=journal, writer=writer,
-        metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity, keep=keep,
+        metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity,
     )
+    service = ControllerService(engine)
     host = ServiceHost(
         bind_address=cfg.bind_address(cfg.controller),
         metrics_bind=cfg.metrics_bind(cfg.controller),
@@ -238,9 +240,9 @@ async def _serve(
         max_receive_bytes=CONTROLLER_RECEIVE_BYTES,
     )
     host.add(pb_grpc.add_ControllerServicer_to_server, service, SERVICE_NAME)
-    await service.start()
+    await engine.start()
     service.interval_s = interval or 0.0
-    periodic = asyncio.create_task(service.periodic(interval)) if interval else None
+    periodic = asyncio.create_task(engine.periodic(interval)) if interval else None
     try:
         await host.start()
         log.info(
@@ -259,7 +261,7 @@ async def _serve(
     finally:
         if periodic is not None:
             periodic.cancel()
-        service.end_streams()
+        engine.end_streams()
         await host.stop()
-        await service.close()
+        await engine.close()
     return 0

@@ -50,9 +50,9 @@ SNAPSHOT_CHUNK_BYTES = chunking.CHUNK_BYTES
 LOAD_BATCH = 256  # filed snapshots read per trip off the event loop, for a page without a page_size
 
 
-class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
+class ControllerService(pb_grpc.ControllerServicer):
+    def __init__(self, engine: ControllerEngine) -> None:
+        self.engine = engine
         self._chunk_budget = chunking.ChunkBudget()  # ReportStateChunks' bytes in flight, per peer and in all
         self.interval_s = 0.0  # periodic snapshots (main sets it): GetCluster tells clients
 
@@ -60,25 +60,26 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
         """Ask every node its snapshot_mode and its app (GetState, retried until it
         answers); return the first disagreement with the controller's, in words.
         Never returns while every node agrees (a mixed cluster is refused, not run)."""
-        mine = self.config.snapshot_mode
-        my_app = "" if cluster_config.runs_bank(self.config.app) else self.config.app.module
-        waiting = set(self._stubs)
+        config = self.engine.config
+        mine = config.snapshot_mode
+        my_app = "" if cluster_config.runs_bank(config.app) else config.app.module
+        waiting = set(self.engine.stubs)
         while waiting:
             for node in sorted(waiting):
                 try:
-                    state = await self._stubs[node].GetState(pb.GetStateRequest(), timeout=2)
+                    state = await self.engine.stubs[node].GetState(pb.GetStateRequest(), timeout=2)
                 except grpc.aio.AioRpcError:
                     continue
                 waiting.discard(node)
                 theirs = state.snapshot_mode or "classic"
                 if theirs != mine:
                     return (
-                        f"{self.config.path}: snapshot_mode: the controller runs {mine!r} but node {node!r} runs "
+                        f"{config.path}: snapshot_mode: the controller runs {mine!r} but node {node!r} runs "
                         f"{theirs!r}; every process must read the same snapshot_mode"
                     )
                 if state.app != my_app:
                     return (
-                        f"{self.config.path}: [app]: the controller runs {my_app or 'the bank'} but node {node!r} "
+                        f"{config.path}: [app]: the controller runs {my_app or 'the bank'} but node {node!r} "
                         f"runs {state.app or 'the bank'}; every process must run the same app"
                     )
             if waiting:
@@ -88,7 +89,6 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
 
     async def RestoreSnapshot(self, request: pb.RestoreSnapshotRequest, context) -> pb.Restore:
         await _check_id(request.snapshot_id, context)
-        assert self.restorer is not None, "start() first"
         damaged = await self._damage(request.snapshot_id)
         if damaged:
             await context.abort(
@@ -96,7 +96,7 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
                 f"snapshot {request.snapshot_id} is damaged on disk, not restored (nothing changed): {damaged}",
             )
         try:
-            return await self.restorer.restore(request.snapshot_id, request.request_id)
+            return await self.engine.restore(request.snapshot_id, request.request_id)
         except UnknownSnapshot as exc:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except RestoreRefused as exc:
@@ -107,7 +107,7 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
     async def _damage(self, snapshot_id: str) -> str:
         """Why the stored files of `snapshot_id` are damaged ("" when intact or
         not written yet): found so at start-up, or checked now (off the loop)."""
-        store = self.writer.store
+        store = self.engine.writer.store
         if snapshot_id in store.damaged:
             return store.damaged[snapshot_id]
         return await asyncio.to_thread(store.damage, snapshot_id)
@@ -115,36 +115,37 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
     # -- RPCs
 
     async def TriggerSnapshot(self, request: pb.TriggerSnapshotRequest, context) -> pb.Snapshot:
-        initiator = request.initiator or self._rng.choice(self._nodes)
-        if initiator not in self._stubs:
+        nodes = self.engine.nodes
+        initiator = request.initiator or self.engine.rng.choice(nodes)
+        if initiator not in nodes:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
-                f"unknown initiator {initiator!r} (nodes: {', '.join(self._nodes)})",
+                f"unknown initiator {initiator!r} (nodes: {', '.join(nodes)})",
             )
         try:
-            snapshot = await self.trigger(initiator, broadcast=request.broadcast)
+            snapshot = await self.engine.trigger(initiator, broadcast=request.broadcast)
         except TooManySnapshots as exc:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except OSError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the snapshot: {exc}")
         if not request.wait:
             return snapshot
-        return await self.wait_finished(snapshot.snapshot_id)
+        return await self.engine.wait_finished(snapshot.snapshot_id)
 
     async def _snapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
         await _check_id(request.snapshot_id, context)
         if request.max_bytes < 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"max_bytes must not be negative, got {request.max_bytes}")
-        await self._shown([request.snapshot_id])
         try:
-            return self.lookup(request.snapshot_id)
+            snapshot = self.engine.lookup(request.snapshot_id)
         except UnknownSnapshot as exc:
-            if request.snapshot_id in self.writer.store.damaged:
-                await context.abort(
-                    grpc.StatusCode.DATA_LOSS,
-                    f"snapshot {request.snapshot_id} is damaged on disk: {self.writer.store.damaged[request.snapshot_id]}",
-                )
+            damaged = self.engine.writer.store.damaged
+            if request.snapshot_id in damaged:
+                why = damaged[request.snapshot_id]
+                await context.abort(grpc.StatusCode.DATA_LOSS, f"snapshot {request.snapshot_id} is damaged on disk: {why}")
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        await self.engine.durable()  # what was read is what the journal holds
+        return snapshot
 
     async def GetSnapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
         snapshot = await self._snapshot(request, context)
@@ -179,7 +180,6 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
                     f"page_token {request.page_token!r} is not a next_page_token of a ListSnapshots with the "
                     f"same status filter",
                 )
-        await self._shown(list(self._unsettled))
         # page_size 0: as many as fit under PAGE_BYTES (every snapshot, for most clusters).
         limit = min(request.page_size, MAX_PAGE_SIZE) if request.page_size else None
         page = pb.ListSnapshotsResponse()
@@ -198,16 +198,17 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
                 page.next_page_token = _page_token(page.snapshots[-1].snapshot_id, request.status)
                 break
             page.snapshots.append(snapshot)
+        await self.engine.durable()  # what was read is what the journal holds
         return page
 
     async def _listed(self, after: str, status: int, batch: int) -> AsyncIterator[pb.Snapshot]:
         """The snapshots after the id `after` with `status` (0: any), in id order:
         the tracker's working set, and the store's index for those that left it.
         No file is read but the ones listed, `batch` at a time, off the event loop."""
-        store = self.writer.store
-        in_memory = [sid for sid in self.tracker.ids() if sid > after]
+        store, machine = self.engine.writer.store, self.engine.machine
+        in_memory = [sid for sid in machine.ids() if sid > after]
         if status:
-            in_memory = [sid for sid in in_memory if self.tracker.status(sid) == status]
+            in_memory = [sid for sid in in_memory if machine.status(sid) == status]
         held = set(in_memory)
         cursor = after
         while True:
@@ -231,52 +232,53 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
 
     def _held(self, snapshot_id: str) -> pb.Snapshot | None:
         try:
-            return self.tracker.get(snapshot_id)
+            return self.engine.machine.get(snapshot_id)
         except UnknownSnapshot:
             return None
 
     async def WatchSnapshots(self, request: pb.WatchSnapshotsRequest, context) -> AsyncIterator[pb.Snapshot]:
-        queue: asyncio.Queue[pb.Snapshot | FellBehind | None] = asyncio.Queue(maxsize=self.watch_queue)
-        self._watchers.add(queue)
+        watch_queue = self.engine.watch_queue
+        queue: asyncio.Queue[pb.Snapshot | FellBehind | None] = asyncio.Queue(maxsize=watch_queue)
+        self.engine.watchers.add(queue)
         try:
             while (snapshot := await queue.get()) is not None:
                 if isinstance(snapshot, FellBehind):
                     await context.abort(
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"this watcher fell {self.watch_queue} updates behind and was dropped; watch again "
+                        f"this watcher fell {watch_queue} updates behind and was dropped; watch again "
                         "(ListSnapshots or GetSnapshot has what it missed)",
                     )
                 yield snapshot
         finally:
-            self._watchers.discard(queue)
+            self.engine.watchers.discard(queue)
 
     async def GetCluster(self, request: pb.GetClusterRequest, context) -> pb.Cluster:
-        last = self.restorer.last if self.restorer is not None else None
+        engine = self.engine
         return pb.Cluster(
             nodes=[
                 pb.NodeInfo(node_id=n.id, address=n.address, metrics_address=n.metrics_address)
-                for n in self.config.nodes
+                for n in engine.config.nodes
             ],
-            channels=[pb.ChannelId(src=s, dst=d) for s, d in self.tracker.topology.channels],
-            last_restore=last,  # the snapshot page's "last restore"
+            channels=[pb.ChannelId(src=s, dst=d) for s, d in engine.topology.channels],
+            last_restore=engine.machine.last_restore,  # the snapshot page's "last restore"
             settings=pb.SnapshotSettings(
-                snapshot_mode=self.tracker.snapshot_mode,
-                deadline_s=self.tracker.deadline_s,
+                snapshot_mode=engine.snapshot_mode,
+                deadline_s=engine.deadline_s,
                 interval_s=self.interval_s,
-                keep=self.keep,
-                max_concurrent_snapshots=self.machine.max_concurrent,
+                keep=engine.machine.keep,
+                max_concurrent_snapshots=engine.machine.max_concurrent,
             ),
-            epoch=self.tracker.epoch,
+            epoch=engine.machine.epoch,
         )
 
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
         await security.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
         await _check_id(request.snapshot_id, context)
         try:
-            await self.report(request)
+            await self.engine.report(request)
         except TrackerError as exc:
             if isinstance(exc, StaleReport):
-                self.metrics.stale_reports.inc()
+                self.engine.metrics.stale_reports.inc()
             await context.abort(_ERROR_CODES[type(exc)], str(exc))
         except OSError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the report: {exc}")
@@ -292,7 +294,7 @@ class ControllerService(ControllerEngine, pb_grpc.ControllerServicer):
         if names is None:
             peer = context.peer().rsplit(":", 1)[0]  # plaintext: the address, without the port
         else:
-            nodes = sorted(names & set(self._nodes))
+            nodes = sorted(names & set(self.engine.nodes))
             if not nodes:
                 await context.abort(
                     grpc.StatusCode.PERMISSION_DENIED,

@@ -209,20 +209,6 @@ def _check(snapshot: pb.Snapshot, path: Path, warnings: list[str]) -> bool:
     return True
 
 
-def past_retention(snapshots: list[pb.Snapshot], keep: int, protect: str = "") -> list[str]:
-    """Retention (`--keep N`): the finished snapshots older than the `keep` newest
-    COMPLETE ones (ids sort in start order), except `protect` (the one last
-    restored). Nothing goes until `keep` COMPLETE snapshots are newer."""
-    complete = sorted(s.snapshot_id for s in snapshots if s.status == pb.Snapshot.COMPLETE)
-    if keep < 1 or len(complete) <= keep:
-        return []
-    oldest_kept = complete[-keep]
-    return sorted(
-        s.snapshot_id for s in snapshots
-        if s.status in FINISHED and s.snapshot_id < oldest_kept and s.snapshot_id != protect
-    )
-
-
 class StoreWriter:
     """One background thread writing finished snapshots: the compact file, then
     `on_filed(id)` (its journal records may go), then the JSON export."""

@@ -37,11 +37,19 @@ Effects out (in order; the shell carries them out in that order):
   Publish(snapshot)      show the snapshot's new state to watchers
   RestoreAt(node, request)    send this node its part of the restore
   RestoreDone(restore)   the restore ended (RESTORED or FAILED), as journaled
+  Retire(snapshot_id)    retention (K1): delete the snapshot's files
 
 Admission (Flink's max-concurrent-checkpoints):
 A1. With `max_concurrent` N > 0, a trigger while N snapshots are in progress is
     refused and starts nothing, so a trigger rate the cluster cannot follow is
     answered at once instead of piling up markers and reports.
+
+Retention (`--keep N`, `keep`):
+K1. The finished snapshots older than the N newest COMPLETE ones (ids sort in
+    start order) are retired, each once, except the one last restored (it goes
+    once another restore replaced it). The rule runs on every COMPLETE (its
+    Retire effects follow its Finished) and once after a restart (`replayed`),
+    so the files of snapshots that are not worth keeping are never filed again.
 
 Broadcast trigger (Flink and Hazelcast Jet signal every source at once):
 B1. With `broadcast`, the trigger emits one StartAt per node of the topology, the
@@ -141,7 +149,12 @@ class RestoreDone:
     restore: pb.Restore
 
 
-Effect = Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt | RestoreDone
+@dataclass(frozen=True, slots=True)
+class Retire:
+    snapshot_id: str
+
+
+Effect = Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt | RestoreDone | Retire
 
 
 # ------------------------------------------------------------ the restore plan
@@ -194,10 +207,14 @@ class Controller:
         keys_kept: int = restoregate.KEYS_KEPT,
         max_key_bytes: int = restoregate.MAX_KEY_BYTES,
         max_concurrent: int = 0,  # A1: at most this many snapshots in progress (0: no limit)
+        keep: int = 0,  # K1: the COMPLETE snapshots whose files are kept (0: all)
     ) -> None:
         if max_concurrent < 0:
             raise ValueError(f"max_concurrent must not be negative, got {max_concurrent}")
+        if keep < 0:
+            raise ValueError(f"keep must not be negative, got {keep}")
         self.max_concurrent = max_concurrent
+        self.keep = keep
         self.tracker = tracker
         self.gate = restoregate.RestoreGate(keys_kept=keys_kept, max_key_bytes=max_key_bytes)
         self.last_restore: pb.Restore | None = None  # the newest restore, as journaled
@@ -298,6 +315,13 @@ class Controller:
         if snapshot.status != COMPLETE:  # every node drops its recording (it may be one that never heard)
             sid, reason = snapshot.snapshot_id, snapshot.reason
             self._effects += [AbortAt(node, sid, reason) for node in self.tracker.topology.nodes]
+        elif self.keep:
+            self._retire()
+
+    def _retire(self) -> None:
+        """K1 (the tracker keeps the ids sorted, so this costs the ids it retires)."""
+        protect = self.last_restore.snapshot_id if self.last_restore is not None else ""
+        self._effects += [Retire(sid) for sid in self.tracker.retired(self.keep, protect)]
 
     # -- restore
 
@@ -381,11 +405,14 @@ class Controller:
     def replayed(self, records: Iterable[journal.Record], now: Now, *, skip: set[str]) -> tuple[list[str], list[str]]:
         """The journal read back: snapshots rebuilt (`journal.replay`), the epoch, and
         every restore taken back with its keys (R4; the newest is to be resumed
-        when it is RESTORING). Returns the ids finished here and the warnings."""
+        when it is RESTORING), then retention over all the machine holds (K1: Retire
+        effects). Returns the ids finished here and the warnings."""
         records = list(records)
         finished, warnings = journal.replay(records, self.tracker, now, skip=skip)
         restores, more = journal.restores(records)
         self.taken_back(restores)
+        if self.keep:
+            self._retire()
         return finished, warnings + more
 
     def taken_back(self, restores: list[tuple[pb.Restore, list[str]]]) -> None:

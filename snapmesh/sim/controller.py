@@ -6,8 +6,11 @@ which restore calls start, join, get an answer or are refused, and each node's
 part of a restore (`plan`). This module only carries out its effects on the
 simulated cluster, as services/controller/engine.py does on the real one:
 
-  Journal(record)   the journal (a list; durable at once): a controller crash
-                    loses nothing journaled, and a restart replays it
+  Journal(record)   the journal (sim/journal.py): pending until a flush makes it
+                    durable, in half the cases; every later effect of the step
+                    waits for it, a controller crash loses what is pending,
+                    and a restart replays what is durable
+  Retire            judged against the fuzzer's own retention rule (sim/retention.py)
   StartAt           the initiator (with a broadcast trigger: each node) starts
                     the snapshot, or (down, fenced) the start fails
   Finished          COMPLETE: checked against the logs (invariants C1-C3)
@@ -49,7 +52,9 @@ from snapmesh.protocol.tracker import COMPLETE, FAILED, InvalidReport, Now, Trac
 from snapmesh.sim import apps
 from snapmesh.sim.disk import Disk
 from snapmesh.sim.invariants import Checker, Violation
+from snapmesh.sim.journal import SimJournal
 from snapmesh.sim.network import Network
+from snapmesh.sim.retention import RetentionCheck
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 DEADLINE = 3.0  # the controller's snapshot deadline (simulated seconds)
@@ -93,16 +98,17 @@ class SimController:
         self.faults: Counter[str] = world.faults
         self.topology = Topology.build(world.ids, world.channels)
         self.expected_total = sum(world.balances.values())
-        self.journal: list[records.Record] = []
+        self.journal = SimJournal(random.Random(seed * 104_729 + 6))
         self.up = True
         # Admission (the machine's A1): at most this many snapshots in progress (0: no limit).
         self.max_concurrent = random.Random(seed * 104_729 + 4).choice([0, 0, 1, 2, 3])
+        # Retention (the machine's K1): the snapshot files of the `keep` newest COMPLETE ones kept (0: all).
+        self.retention = RetentionCheck(random.Random(seed * 104_729 + 5).choice([0, 1, 2, 3]))
         self.machine = self._machine()
         self.reports: deque[tuple[str, core.FullState, int]] = deque()  # (node, part, its epoch) on the way here
         self.parts: dict[str, pb.RestoreStateRequest] = {}  # the running restore's parts not yet taken
         self.waiting: dict[str, tuple[int, pb.RestoreStateRequest]] = {}  # node -> (lsn to be durable, its part)
         self.recorded: dict[str, dict[str, core.FullState]] = {}  # snapshot -> the parts taken, as the nodes made them
-        self.unaborted: dict[str, set[str]] = {}  # a FAILED snapshot -> the nodes not yet told to abort it
         self.next_snapshot = 0
         self.broadcast = False  # every snapshot starts at every node at once (the machine's B1; fuzz --broadcast)
         # RestoreSnapshot calls (see the module doc), and what the fuzzer checks of the answers.
@@ -115,6 +121,7 @@ class SimController:
         self.settling = False  # the restore ended (RestoreDone), the machine not yet told it settled
         self.key_snapshot: dict[str, str] = {}  # key -> the snapshot its first call named
         self.answered: dict[str, str] = {}  # key -> the snapshot of the restore it started or joined (never forgotten)
+        self.answered_at: dict[str, int] = {}  # key -> the journal's length once its record is in
         self.keys_at_restart: set[str] = set()  # the keys answered before the newest controller restart
         self.next_restore_key = 0
 
@@ -125,7 +132,7 @@ class SimController:
             snapshot_mode=hybrid.wire_mode(self.world.mode),  # a hybrid node reports as overtake (H1)
             checker=AppChecker(app.name, app, params=self.world.app_params) if app is not None else None,
         )
-        return machine.Controller(tracker, max_concurrent=self.max_concurrent)
+        return machine.Controller(tracker, max_concurrent=self.max_concurrent, keep=self.retention.keep)
 
     def now(self) -> Now:
         return Now(mono=self.world.now, wall=self.world.wall)
@@ -136,27 +143,70 @@ class SimController:
     # -- carrying out the machine's effects
 
     def carry_out(self) -> None:
+        """The engine's loop: each step's effects in order, each after the records before it are durable."""
+        completed = False
         while effects := self.machine.drain():
-            failed = [e.snapshot.snapshot_id for e in effects if type(e) is machine.Finished and e.snapshot.status == FAILED]
+            completed |= self._judge(effects)
+            needed = 0
             for effect in effects:
                 kind = type(effect)
                 if kind is machine.Journal:
-                    self.journal.append(effect.record)
-                elif kind is machine.StartAt:
-                    self._start_at(effect)
-                elif kind is machine.Finished:
-                    self._finished(effect.snapshot)
-                elif kind is machine.AbortAt:
-                    self._abort_at(effect)
-                elif kind is machine.RestoreAt:
-                    self.parts[effect.node] = effect.request
-                elif kind is machine.RestoreDone:
-                    self.settling = True  # settled at the next restore_one (the engine awaits the record)
-                elif kind not in (machine.Publish, machine.Barrier):  # pragma: no cover
-                    raise TypeError(f"unrouted effect {effect!r}")
-            for sid in failed:  # each FAILED snapshot's AbortAt effects come in the step that failed it
-                if self.unaborted.get(sid):
-                    raise Violation(f"snapshot {sid} FAILED without an abort at {sorted(self.unaborted[sid])}")
+                    needed = self.journal.append(effect.record)
+                elif kind is machine.Barrier:
+                    needed = self.journal.appended
+                elif kind not in (machine.Publish, machine.Retire):  # nothing to show in the simulator
+                    self.journal.defer(needed, lambda effect=effect: self._effect(effect))
+        if completed and self.retention.keep:
+            self.retention.settled(self.machine.all(), self._protected())
+
+    def _effect(self, effect: machine.Effect) -> None:
+        kind = type(effect)
+        if kind is machine.StartAt:
+            self.journal.shown.setdefault(effect.snapshot_id, pb.Snapshot.IN_PROGRESS)
+            self._start_at(effect)
+        elif kind is machine.Finished:
+            self.journal.shown[effect.snapshot.snapshot_id] = effect.snapshot.status
+            self._finished(effect.snapshot)
+        elif kind is machine.AbortAt:
+            node = self.world.nodes[effect.node]
+            if node is not None:
+                node.abort_snapshot(effect.snapshot_id, effect.reason)
+                self.world.route(effect.node)
+        elif kind is machine.RestoreAt:
+            self.journal.shown_epoch = max(self.journal.shown_epoch, effect.request.epoch)
+            self.parts[effect.node] = effect.request
+        elif kind is machine.RestoreDone:
+            self.settling = True  # settled at the next restore_one (the engine awaits the record)
+        else:  # pragma: no cover
+            raise TypeError(f"unrouted effect {effect!r}")
+
+    def _judge(self, effects: list[machine.Effect]) -> bool:
+        """The machine's decisions in one step: every FAILED snapshot brings an abort for every
+        node of the topology, and only those; each Retire keeps the rule. True if one completed."""
+        failed = {e.snapshot.snapshot_id for e in effects if type(e) is machine.Finished and e.snapshot.status == FAILED}
+        aborted: dict[str, set[str]] = {}
+        for effect in effects:
+            if type(effect) is machine.AbortAt:
+                if effect.snapshot_id not in failed or effect.node in aborted.get(effect.snapshot_id, ()):
+                    raise Violation(f"AbortAt {effect.node} for {effect.snapshot_id}, which did not just fail there")
+                aborted.setdefault(effect.snapshot_id, set()).add(effect.node)
+            elif type(effect) is machine.Retire:
+                self.retention.retire(effect.snapshot_id, self.machine.all(), self._protected())
+                self.faults["snapshot retired (--keep)"] += 1
+        for sid in failed:
+            if aborted.get(sid, set()) != set(self.world.ids):
+                missing = sorted(set(self.world.ids) - aborted.get(sid, set()))
+                raise Violation(f"snapshot {sid} FAILED without an abort at {missing}")
+        return any(type(e) is machine.Finished and e.snapshot.status == COMPLETE for e in effects)
+
+    def journal_step(self) -> None:
+        """A scheduler step: the journal may make some of what is pending durable."""
+        if self.up and self.journal.step():
+            self.faults["controller journal lagged"] += 1
+
+    def _protected(self) -> str:
+        last = self.machine.last_restore
+        return last.snapshot_id if last is not None else ""
 
     def _start_at(self, effect: machine.StartAt) -> None:
         node = self.world.nodes[effect.node]
@@ -188,19 +238,6 @@ class SimController:
             return
         assert snapshot.status == FAILED
         self.faults[f"snapshot failed: {_kind_of_failure(snapshot.reason)}"] += 1
-        self.unaborted[sid] = set(self.world.ids)  # each node must be told (AbortAt)
-
-    def _abort_at(self, effect: machine.AbortAt) -> None:
-        owed = self.unaborted.get(effect.snapshot_id)
-        if owed is None or effect.node not in owed:
-            raise Violation(f"AbortAt {effect.node} for {effect.snapshot_id}, which did not just fail there")
-        owed.discard(effect.node)
-        if not owed:
-            del self.unaborted[effect.snapshot_id]
-        node = self.world.nodes[effect.node]
-        if node is not None:
-            node.abort_snapshot(effect.snapshot_id, effect.reason)
-            self.world.route(effect.node)
 
     def _overtaken(self, reports: dict[str, core.FullState]) -> bool:
         """Did an early marker close a channel ahead of transfers the snapshot holds?"""
@@ -262,24 +299,32 @@ class SimController:
         self.faults["controller crash"] += self.up
         self.up = False
         self.reports.clear()
+        self.journal.crash()
 
     def restart(self) -> None:
         """A new controller process: the machine rebuilt from the journal."""
         self.up = True
         self.machine = self._machine()
+        self.retention.restarted()
         now = self.now()
-        self.machine.replayed(self.journal, now, skip=set())
+        self.journal.crash()  # a new process: whatever was pending is gone
+        self.machine.replayed(self.journal.durable, now, skip=set())
+        self.journal.restarted({s.snapshot_id: s.status for s in self.machine.all()}, self.machine.epoch)
         self.machine.tracker.restarted(now)
         last = self.machine.last_restore
+        # A key whose record was still pending was never answered: the machine rightly forgot it.
+        self.answered = {k: v for k, v in self.answered.items() if self.answered_at[k] <= len(self.journal.durable)}
         self.keys_at_restart = set(self.answered)
         self.parts.clear()
         self.waiting.clear()
-        self.settling = False  # the journal holds the outcome (durable at once here): the restore ended
+        self.settling = False  # a RestoreDone not yet carried out: its record may be durable or lost
         if last is not None and last.status == pb.Restore.RESTORING:
             self.machine.resume(self.machine.get(last.snapshot_id))
         else:
             self.restoring = None
         self.carry_out()
+        if self.retention.keep:
+            self.retention.settled(self.machine.all(), self._protected())
 
     # -- restore
 
@@ -348,8 +393,6 @@ class SimController:
                 f"restore: request_id {key!r} rolled back a second time (to {sid}); it already started or joined"
                 f" the restore of {self.answered[key]}"
             )
-        if key:
-            self.answered[key] = sid
         self.restoring = sid
         self.faults["restore"] += 1
         self.reports.extendleft(self.resent)  # the late copies arrive now, from the epoch before
@@ -357,6 +400,9 @@ class SimController:
         self.parts.clear()
         self.waiting.clear()
         self.carry_out()
+        if key:
+            self.answered[key] = sid
+            self.answered_at[key] = self.journal.appended  # its RESTORING record
 
     def restore_calls(self, *, always: bool = False) -> None:
         """Clients call RestoreSnapshot: one call, a retry, or a burst of concurrent calls."""
@@ -411,12 +457,14 @@ class SimController:
                     raise Violation(f"restore: the new key {key!r} joined the restore of {sid} unjournaled")
                 self.key_snapshot.setdefault(key, sid)
                 self.answered[key] = sid
+                self.answered_at[key] = self.journal.appended + 1  # its joined record, journaled just below
                 self.faults["restore call joined under its own key"] += 1
                 if self.settling:
                     self.faults["restore call joined under its own key after the restore ended"] += 1
             self.carry_out()
             if decision.joined_key and not any(  # R4: answered only once its joined record is durable
-                type(r) is records.Joined and r.request_id == key for r in reversed(self.journal[-4:])
+                type(r) is records.Joined and r.request_id == key
+                for r in reversed([*self.journal.durable[-4:], *self.journal.pending][-4:])
             ):
                 raise Violation(f"restore: {key!r} joined the restore of {sid} and no joined record is journaled")
         elif kind is restoregate.Answer:

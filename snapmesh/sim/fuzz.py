@@ -17,12 +17,16 @@ passing, and the faults:
   cut         a connection drops what is on the wire (or leaves it to arrive
               later, stale: epochs must fence it)
   partition   the nodes split in two until heal; no connection crosses
-  delay       durability comes late and in parts (every disk step is random)
+  delay       durability comes late and in parts (every disk step is random), the
+              controller's journal too in half the cases (sim/journal.py): what
+              the controller shows or sends waits until its record is durable
   controller  crash and restart: the journal is replayed; unfinished snapshots
               fail "controller restarted" unless their reports come in. Each
               case draws an admission limit (or none) that triggers must keep;
               a report sent again may arrive after a restore began (refused: a
-              stale epoch); a FAILED snapshot must bring an abort for every node
+              stale epoch); a FAILED snapshot must bring an abort for every node;
+              each case draws a `--keep` (or none) whose Retire effects must
+              follow the rule (sim/retention.py)
   deadline    time passes: the controller fails late snapshots and aborts them,
               nodes drop recordings past their ttl
   restore     the controller rolls the cluster back to a COMPLETE snapshot in a
@@ -78,6 +82,7 @@ from snapmesh.sim.world import TTL, World
 def step(world: World) -> None:
     """One step of the schedule: a client call, a delivery, time, or a fault."""
     control = world.controller
+    control.journal_step()
     control.restore_calls()
     rng = world.rng
     if rng.random() < 0.03:
@@ -175,6 +180,7 @@ def settle(world: World) -> None:
             for _ in range(world.rng.randint(0, 3)):
                 command(world)
         control.restore_one(world.rng)
+        control.journal.flush()
         world.restart_down_nodes()
         for node_id in world.ids:
             world.durable(node_id, len(world.disks[node_id].pending))
@@ -200,6 +206,9 @@ def drain_all(world: World) -> None:
                 world.durable(node_id, len(world.disks[node_id].pending))
                 moved = True
         moved = world.network.drain() or moved
+        if control.up and control.journal.pending:
+            control.journal.flush()
+            moved = True
         while control.reports:
             control.deliver_report()
             moved = True
