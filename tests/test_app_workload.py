@@ -73,11 +73,16 @@ def test_a_command_retried_across_a_kill_gets_its_first_reply(shard):
     try:
         first = driver.submit("p2", command, "retry-across-a-kill")
         shard.kill_node("p2")
-        restart = threading.Timer(1.0, lambda: shard.start("p2"))
-        restart.start()
         began = time.monotonic()
-        again = driver.submit("p2", command, "retry-across-a-kill")  # UNAVAILABLE until p2 is back
-        restart.join()
+        answers = []
+        # The retry runs on a thread and the restart on this one: a child started from a
+        # short-lived thread dies with it (PR_SET_PDEATHSIG is the forking thread's).
+        retry = threading.Thread(target=lambda: answers.append(driver.submit("p2", command, "retry-across-a-kill")))
+        retry.start()  # UNAVAILABLE until p2 is back
+        time.sleep(1.0)
+        shard.start("p2")
+        retry.join()
+        [again] = answers
     finally:
         driver.close()
     assert first is not None and again is not None, driver.stats.last_error
