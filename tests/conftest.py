@@ -18,7 +18,7 @@ import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
-from helpers_deploy import docker_engine_answers  # noqa: E402
+from support.helpers_deploy import docker_engine_answers  # noqa: E402
 from lanes import LANES, lane_of  # noqa: E402
 
 

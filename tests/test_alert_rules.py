@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from helpers_deploy import prometheus_bin
+from support.helpers_deploy import prometheus_bin
 
 RULES = Path(__file__).resolve().parent.parent / "deploy" / "compose" / "rules.yml"
 CONTROLLER = 'job="snapmesh-controller",instance="controller:9100"'

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from engine_harness import Aborted, ServicerContext, held_node, outcome
+from support.engine_harness import Aborted, ServicerContext, held_node, outcome
 
 from services.node.servicer import MAX_COMMAND_BYTES, NodeServicer
 from services.node.translog import TransferLog

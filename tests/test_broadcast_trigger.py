@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from cluster_helpers import check_against_logs, controller_stub
+from support.cluster_helpers import check_against_logs, controller_stub
 from snapmesh.app import load_app
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.processes.supervisor import Cluster

@@ -34,7 +34,7 @@ from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import config as cluster_config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
-from tests.node_harness import cluster_file
+from support.node_harness import cluster_file
 
 pytestmark = pytest.mark.timeout(120)
 

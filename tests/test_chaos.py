@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers_deploy import build_images, docker_engine_answers, live_log, log
+from support.helpers_deploy import build_images, docker_engine_answers, live_log, log
 from snapmesh.chaos import checks
 from snapmesh.chaos import schedule as sched
 from snapmesh.chaos.campaign import Options, Outcome

@@ -114,7 +114,7 @@ def base_images_the_tests_build_on() -> set[str]:
     found = set(re.findall(pattern, script, re.M))
     sys.path.insert(0, str(REPO / "tests"))
     try:
-        from helpers_deploy import BASE_IMAGE as tests_base
+        from support.helpers_deploy import BASE_IMAGE as tests_base
     finally:
         sys.path.remove(str(REPO / "tests"))
     from snapmesh.chaos.compose import BASE_IMAGE as chaos_base

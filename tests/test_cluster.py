@@ -16,7 +16,7 @@ import time
 import grpc
 import pytest
 
-from cluster_helpers import check_against_logs, controller_stub
+from support.cluster_helpers import check_against_logs, controller_stub
 from snapmesh.settings import config
 from snapmesh.settings.config import write_cluster
 from snapmesh.bank.load import BackgroundLoad

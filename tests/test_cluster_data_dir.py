@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from test_launcher import children_of, read_line, wait_gone
-from test_readme_grpcurl import grpcurl_binary
+from support.processes import children_of, read_line, wait_gone
+from support.binaries import grpcurl_binary
 from snapmesh.settings import config as cluster_config
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers_deploy import (
+from support.helpers_deploy import (
     COMPOSE_DIR,
     build_images,
     compose_bin,
@@ -146,7 +146,7 @@ def test_health_command_exit_codes(capsys):
     import grpc
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-    from helpers_deploy import free_ports
+    from support.helpers_deploy import free_ports
     from snapmesh.commands.health import main as health_main
 
     server = grpc.server(futures.ThreadPoolExecutor(2))

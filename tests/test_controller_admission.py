@@ -13,7 +13,7 @@ import grpc
 import pytest
 import tomli_w
 
-from cluster_helpers import controller_stub
+from support.cluster_helpers import controller_stub
 from services.controller.main import main as controller_main
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings.config import write_cluster

@@ -11,7 +11,7 @@ import signal
 import pytest
 from google.protobuf import json_format
 
-from cluster_helpers import check_against_logs, controller_stub, poll
+from support.cluster_helpers import check_against_logs, controller_stub, poll
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.settings.config import write_cluster
 from snapmesh.processes.supervisor import Cluster

@@ -22,7 +22,7 @@ from services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.protocol.tracker import FINISHED_KEPT, Tracker, UnknownSnapshot, new_snapshot_id
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
-from cluster_helpers import served_in_process
+from support.cluster_helpers import served_in_process
 
 pytestmark = [pytest.mark.timeout(60)]
 

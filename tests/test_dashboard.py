@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers_deploy import (
+from support.helpers_deploy import (
     COMPOSE_DIR,
     DASHBOARD,
     SNAPMESH,

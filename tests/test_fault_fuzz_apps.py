@@ -25,7 +25,7 @@ from snapmesh.protocol import apphost
 from snapmesh.sim import cli, fuzz
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_fault_fuzz import MUTATIONS  # noqa: E402
+from support.mutations import MUTATIONS
 
 CASES = int(os.environ.get("SNAPMESH_FUZZ_APP_CASES", "500"))
 BASE = int(os.environ.get("SNAPMESH_FUZZ_APP_BASE", "0"))

@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import kubernetes_validate
 import pytest
 
-from helm_chart import CHART, HELM, by_kind, helm, one, render
+from support.helm_chart import CHART, HELM, by_kind, helm, one, render
 from snapmesh.settings import config as cluster_config
 
 K8S_VERSION = "1.34.0"  # the kubectl that ships beside the helm binary is 1.34
@@ -351,7 +351,7 @@ def test_notes_print_grpcurl_and_restore():
     ({"networkPolicy.metricsNamespaceLabels": "null"}, "/networkPolicy/metricsNamespaceLabels"),
 ])
 def test_bad_values_are_refused_by_name(values, message):
-    from helm_chart import set_args
+    from support.helm_chart import set_args
 
     result = helm("template", "snapmesh", str(CHART), *set_args(values), check=False)
     assert result.returncode != 0
@@ -473,7 +473,7 @@ def test_the_issue_command_renders_what_it_names():
 
     import yaml
 
-    from helm_chart import REPO
+    from support.helm_chart import REPO
 
     out = subprocess.run([str(HELM), "template", "deploy/helm/snapmesh"], cwd=REPO, capture_output=True, text=True,
                          timeout=120, check=True).stdout

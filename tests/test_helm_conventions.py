@@ -21,7 +21,7 @@ import re
 import pytest
 import yaml
 
-from helm_chart import CHART, REPO, by_kind, helm, one, render
+from support.helm_chart import CHART, REPO, by_kind, helm, one, render
 
 COMPOSE = REPO / "deploy" / "compose"
 POD_KINDS = ("StatefulSet", "Deployment", "Job", "CronJob")

@@ -47,9 +47,9 @@ from pathlib import Path
 
 import pytest
 
-from helm_chart import CHART, REPO, by_kind, helm, render, set_args
-from helm_pods import PlanError, PodRunner, docker
-from helpers_deploy import (
+from support.helm_chart import CHART, REPO, by_kind, helm, render, set_args
+from support.helm_pods import PlanError, PodRunner, docker
+from support.helpers_deploy import (
     build_images,
     copies_in,
     docker_engine_answers,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_helpers import check_against_logs, controller_stub, poll
+from support.cluster_helpers import check_against_logs, controller_stub, poll
 from snapmesh.hosts import net, plan
 from snapmesh.hosts.cluster import HostsCluster
 from snapmesh.hosts.plan import Bench, PlanError

@@ -14,7 +14,7 @@ import pytest
 from snapmesh.protocol import core, link, overtake, recovery, wal
 from snapmesh.protocol.hybrid import HybridNode, check_align_timeout, wire_mode
 from snapmesh.sim import cli, fuzz
-from test_node_machine import Machines
+from support.machines import Machines
 
 
 def sender(hold: float | None) -> link.Sender:
@@ -192,7 +192,7 @@ def test_a_bad_align_timeout_in_the_cluster_file_is_refused_naming_the_key(tmp_p
 def test_hybrid_snapshots_on_a_real_cluster_are_complete_and_consistent(tmp_path, align_timeout_ms) -> None:
     import time
 
-    from cluster_helpers import check_against_logs, controller_stub
+    from support.cluster_helpers import check_against_logs, controller_stub
     from snapmesh.bank.load import BackgroundLoad
     from snapmesh.processes.supervisor import Cluster
     from snapmesh.settings.config import write_cluster
@@ -241,7 +241,7 @@ def test_cluster_up_mode_hybrid_writes_the_mode_and_a_data_dir_in_another_mode_i
     import sys
 
     from snapmesh.settings import config
-    from test_launcher import REPO, cluster_up, read_line, wait_gone, children_of
+    from support.processes import REPO, cluster_up, read_line, wait_gone, children_of
 
     proc = cluster_up("--nodes", "2", "--mode", "hybrid", "--align-timeout-ms", "5", "--ui", "off",
                       "--data-dir", str(tmp_path))

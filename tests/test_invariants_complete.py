@@ -6,7 +6,7 @@ with the judge's words."""
 from __future__ import annotations
 
 import pytest
-from test_cut import P1, P2
+from support.logs import P1, P2
 
 from snapmesh.protocol import core
 from snapmesh.sim.invariants import Checker, Violation

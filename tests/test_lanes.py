@@ -9,7 +9,8 @@ from lanes import LANES, PURE, lane_of
 TESTS = Path(__file__).resolve().parent
 # What a pure lane's module may not import: each starts processes, serves sockets or Spark.
 NOT_PURE = ("subprocess", "snapmesh.processes", "pyspark", "snapmesh.reconcile", "services.node.main",
-            "services.controller.main", "cluster_helpers", "node_harness", "engine_harness", "spark_fixtures")
+            "services.controller.main", "support.cluster_helpers", "support.node_harness", "support.engine_harness",
+            "support.spark_fixtures", "support.ring", "support.processes")
 
 
 def _imports(path: Path) -> set[str]:
@@ -39,6 +40,15 @@ def test_the_pure_lanes_start_nothing() -> None:
         for module, lane in lanes.items() if lane in PURE
     }
     assert not {m: bad for m, bad in offenders.items() if bad}, offenders
+
+
+def test_no_test_module_imports_another() -> None:
+    """What several test modules share lives in tests/support/, one import style: `from support.x import y`."""
+    offenders = {
+        path.name: sorted(m for m in _imports(path) if m.split(".")[-1].startswith("test_") or m.startswith("tests."))
+        for path in [*TESTS.glob("test_*.py"), *TESTS.glob("support/*.py"), TESTS / "conftest.py"]
+    }
+    assert not {name: bad for name, bad in offenders.items() if bad}, offenders
 
 
 def test_the_purity_check_sees_a_subprocess(tmp_path) -> None:

@@ -28,7 +28,7 @@ import sys
 import time
 
 import pytest
-from cluster_helpers import served_in_process
+from support.cluster_helpers import served_in_process
 from prometheus_client import CollectorRegistry
 
 from services.controller.metrics import ControllerMetrics

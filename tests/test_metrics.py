@@ -16,7 +16,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster_helpers import controller_stub, node_stub
+from support.cluster_helpers import controller_stub, node_stub
 from snapmesh.settings.config import write_cluster
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from node_harness import Cluster, port_is_free
+from support.node_harness import Cluster, port_is_free
 from snapmesh.checking.node_logs import money_check
 from snapmesh.bank.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -23,8 +23,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cluster_helpers import check_against_logs, controller_stub, node_stub
-from node_harness import Cluster, ReportSink, append, append_send, run_node_once
+from support.cluster_helpers import check_against_logs, controller_stub, node_stub
+from support.node_harness import Cluster, ReportSink, append, append_send, run_node_once
 from snapmesh.checking.node_logs import money_check, read_logs
 from snapmesh.serving.datalock import DataDirLock, DataDirLocked
 from services.node.recovery import recover

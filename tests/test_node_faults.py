@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from snapmesh.chaos.proxy import ChaosProxy
-from node_harness import Cluster
+from support.node_harness import Cluster
 from snapmesh.checking import scrape
 from snapmesh.bank.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb

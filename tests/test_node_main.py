@@ -11,7 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
-from node_harness import REPO, cluster_file
+from support.node_harness import REPO, cluster_file
 
 from snapmesh.processes.child import wait_serving
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from node_harness import Cluster
+from support.node_harness import Cluster
 from snapmesh.checking.node_logs import money_check
 from services.node.recovery import recover
 from snapmesh.protocol import wal

@@ -12,7 +12,7 @@ import pytest
 
 import grpc
 
-from node_harness import append, append_send, cluster_file, run_node_once
+from support.node_harness import append, append_send, cluster_file, run_node_once
 from services.node.recovery import CorruptLogError, recover
 from services.node import translog
 from services.node.translog import TransferLog
@@ -288,7 +288,7 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], mes
     import subprocess
     import sys
 
-    from node_harness import REPO
+    from support.node_harness import REPO
 
     config, _ = cluster_file(tmp_path, ["p1", "p2"])
     if "--config" not in args:

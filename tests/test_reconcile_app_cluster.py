@@ -30,8 +30,8 @@ from snapmesh.reconcile.standalone import StandaloneCluster
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
-from spark_fixtures import spark  # noqa: F401
-from tests.test_app_cluster import APP, EXAMPLES, Passer, checked, env_with, in_flight
+from support.spark_fixtures import spark  # noqa: F401
+from support.ring import APP, EXAMPLES, Passer, checked, env_with, in_flight
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(600)]
 

@@ -16,7 +16,7 @@ import time
 import pytest
 from google.protobuf import json_format
 
-from cluster_helpers import controller_stub
+from support.cluster_helpers import controller_stub
 from snapmesh.checking.logcheck import check_logs
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.settings.config import write_cluster
@@ -24,7 +24,7 @@ from snapmesh.bank.load import BackgroundLoad
 from snapmesh.reconcile.main import format_table, reconcile
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
-from spark_fixtures import spark  # noqa: F401  (the session-wide fixture)
+from support.spark_fixtures import spark  # noqa: F401  (the session-wide fixture)
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(300)]
 

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from helpers_deploy import build_images, compose_bin, compose_cmd, docker_engine_answers, log, project_leftovers, run
+from support.helpers_deploy import build_images, compose_bin, compose_cmd, docker_engine_answers, log, project_leftovers, run
 
 pytestmark = [pytest.mark.docker, pytest.mark.spark, pytest.mark.timeout(1800)]
 

@@ -16,28 +16,14 @@ import pytest
 
 from snapmesh.reconcile import ingest, synth
 from snapmesh.reconcile import main as reconcile
-from snapmesh.reconcile.schema import segment_file_name
 from snapmesh.reconcile.segments import read_logs
-from spark_fixtures import spark  # noqa: F401
+from support.spark_fixtures import spark  # noqa: F401
+from support.spark_data import SIZE, split_logs
 
 pytestmark = pytest.mark.spark
 
-SIZE = dict(nodes=3, transfers=300, snapshots=3, seed=11)
-CUTS = (70, 140)  # each node's log: [1, 70) [70, 140) sealed, the rest active
 
 
-def split_logs(data: Path, cuts: tuple[int, ...] = CUTS) -> None:
-    """Seal each active <node>.log.jsonl up to each lsn of ``cuts`` (the rest stays active)."""
-    for log in sorted(data.glob("*.log.jsonl")):
-        stem = log.name.removesuffix(".log.jsonl")
-        lines = log.read_text().splitlines(keepends=True)
-        first = json.loads(lines[0])["lsn"]
-        starts = [first, *(c for c in cuts if first < c < first + len(lines))]
-        for start, end in zip(starts, [*starts[1:], None], strict=True):
-            if end is None:
-                log.write_text("".join(lines[start - first :]))
-            else:
-                (data / segment_file_name(stem, start)).write_text("".join(lines[start - first : end - first]))
 
 
 def verdicts_of(spark, data: Path) -> list[dict]:  # noqa: F811
@@ -301,7 +287,7 @@ def write_run(data: Path, logs: dict[str, list[dict]], snapshots: list[tuple]) -
 
 
 def test_a_log_with_a_restore_is_checked_by_epoch_from_its_rows_with_sums_ingested(spark, tmp_path, certified):  # noqa: F811
-    from test_reconcile_transforms import snapshot_doc, two_epochs
+    from support.spark_data import snapshot_doc, two_epochs
 
     data = tmp_path / "data"
     logs = two_epochs(p3_restored_to=101)  # a wrong restore balance: the restore row names it

@@ -21,8 +21,8 @@ from snapmesh.settings.ports import free_ports, port_is_free
 from snapmesh.reconcile import ingest, synth
 from snapmesh.reconcile import main as reconcile
 from snapmesh.reconcile.standalone import StandaloneCluster
-from spark_fixtures import spark  # noqa: F401
-from test_reconcile_segments import SIZE, split_logs
+from support.spark_fixtures import spark  # noqa: F401
+from support.spark_data import SIZE, split_logs
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 

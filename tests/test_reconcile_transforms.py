@@ -16,60 +16,21 @@ from pyspark.testing import assertDataFrameEqual
 from snapmesh.reconcile import checksums, log_checks, parse
 from snapmesh.reconcile import verdicts as V
 from snapmesh.reconcile.schema import EVENT, SNAPSHOT, VERDICT
-from spark_fixtures import spark  # noqa: F401
+from support.spark_fixtures import spark  # noqa: F401
+from support.spark_data import LOGS, recv, send, snapshot_doc, two_epochs
 
 pytestmark = pytest.mark.spark
 
-IDS = ("ok", "bal", "miss", "extra", "node")
 
 
-def send(msg: str, src: str, dst: str, seq: int, amount: int) -> dict:
-    return dict(kind="send", msg_id=msg, src=src, dst=dst, seq=seq, amount=amount)
 
 
-def recv(msg: str, src: str, dst: str, seq: int, amount: int) -> dict:
-    return dict(kind="recv", msg_id=msg, src=src, dst=dst, seq=seq, amount=amount)
 
 
-def marker(kind: str, src: str, dst: str, seq: int) -> dict:
-    return dict(kind=kind, snapshot_id="ok", src=src, dst=dst, seq=seq)
 
 
-def cuts(balance: int) -> list[dict]:
-    return [dict(kind="cut", snapshot_id=sid, balance=balance) for sid in IDS]
 
 
-LOGS: dict[str, list[dict]] = {
-    "p1": [
-        dict(kind="init", balance=100),
-        send("p1:p2:1", "p1", "p2", 1, 10),
-        *cuts(90),
-        marker("marker_sent", "p1", "p2", 2),
-        marker("marker_sent", "p1", "p3", 1),
-        send("p1:p2:3", "p1", "p2", 3, 5),  # after p1's cut: not in flight
-        marker("marker_recv", "p2", "p1", 1),
-        marker("marker_recv", "p3", "p1", 1),
-    ],
-    "p2": [
-        dict(kind="init", balance=100),
-        marker("marker_recv", "p3", "p2", 1),
-        *cuts(100),
-        marker("marker_sent", "p2", "p1", 1),
-        marker("marker_sent", "p2", "p3", 1),
-        recv("p1:p2:1", "p1", "p2", 1, 10),  # after p2's cut: in flight
-        marker("marker_recv", "p1", "p2", 2),
-        dict(kind="restart"),  # unknown kinds are ignored
-        recv("p1:p2:3", "p1", "p2", 3, 5),
-    ],
-    "p3": [
-        dict(kind="init", balance=100),
-        marker("marker_recv", "p1", "p3", 1),
-        *cuts(100),
-        marker("marker_sent", "p3", "p1", 1),
-        marker("marker_sent", "p3", "p2", 1),
-        marker("marker_recv", "p2", "p3", 1),
-    ],
-}
 
 
 def event_rows(logs: dict[str, list[dict]]) -> list[tuple]:
@@ -81,32 +42,6 @@ def event_rows(logs: dict[str, list[dict]]) -> list[tuple]:
     return rows
 
 
-def snapshot_doc(
-    sid: str, order: int, *, balances=None, p1_p2=None, status="COMPLETE", reason="", epoch=None
-) -> tuple:
-    balances = {"p1": 90, "p2": 100, "p3": 100} if balances is None else balances
-    p1_p2 = [("p1:p2:1", 10, 1)] if p1_p2 is None else p1_p2
-    channels = [
-        (src, dst, [(m, str(a), str(q)) for m, a, q in (p1_p2 if (src, dst) == ("p1", "p2") else [])])
-        for src in ("p1", "p2", "p3")
-        for dst in ("p1", "p2", "p3")
-        if src != dst
-    ]
-    doc = dict(
-        snapshot_id=sid,
-        initiator="p1",
-        status=status,
-        reason=reason,
-        nodes=[(n, str(b)) for n, b in balances.items()] if status == "COMPLETE" else [],
-        channels=channels if status == "COMPLETE" else [],
-        total="300",
-        conserved=True,
-        expected_total="300",
-        started_at=f"2026-11-21T20:00:0{order}.000Z",
-        finished_at=None,
-        epoch=epoch,
-    )
-    return tuple(doc.get(name) for name in SNAPSHOT.fieldNames())
 
 
 SNAPSHOTS = [
@@ -234,22 +169,10 @@ def test_truncated_and_malformed_lines_named_with_file_and_line(spark):  # noqa:
 # Snapshot "e2" is taken right after the restore.
 
 
-def restore(balance: int, deliveries: int) -> dict:
-    return dict(kind="restore", snapshot_id="ok", epoch=2, balance=balance, deliveries=deliveries)
 
 
-REPLAY = dict(kind="replay", snapshot_id="ok", msg_id="p1:p2:1", src="p1", dst="p2", seq=1, amount=10)
 
 
-def two_epochs(*, p3_restored_to: int = 100, replay: bool = True) -> dict[str, list[dict]]:
-    epoch1 = {n: [r for r in rs if r["kind"] != "cut" or r["snapshot_id"] == "ok"] for n, rs in LOGS.items()}
-    e2 = lambda b: dict(kind="cut", snapshot_id="e2", balance=b)  # noqa: E731
-    return {
-        "p1": epoch1["p1"] + [restore(90, 0), e2(90), send("p1:p2:1", "p1", "p2", 1, 7)],
-        "p2": epoch1["p2"] + [restore(100, 1), *([REPLAY] if replay else []), e2(110),
-                              recv("p1:p2:1", "p1", "p2", 1, 7)],
-        "p3": epoch1["p3"] + [restore(p3_restored_to, 0), e2(100)],
-    }
 
 
 def epoch_verdicts(spark, logs) -> dict:  # noqa: F811

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from node_harness import append_send
+from support.node_harness import append_send
 from services.node import translog
 from services.node.channels import IncomingChannel
 from services.node.engine import Engine

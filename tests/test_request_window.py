@@ -16,8 +16,8 @@
 from __future__ import annotations
 
 import pytest
-from test_node_machine import Machines
-from test_restore_machine import _restore_all, _snapshot_with_one_in_flight
+from support.machines import Machines
+from support.machines import _restore_all, _snapshot_with_one_in_flight
 
 from snapmesh.protocol import core, requests, wal
 

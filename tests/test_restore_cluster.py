@@ -22,8 +22,8 @@ import urllib.request
 import grpc
 import pytest
 
-from cluster_helpers import controller_stub, node_stub
-from cluster_helpers import poll as _poll
+from support.cluster_helpers import controller_stub, node_stub
+from support.cluster_helpers import poll as _poll
 from snapmesh.checking.logcheck import check_logs_by_epoch, check_restore
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.processes.supervisor import Cluster

@@ -22,7 +22,7 @@ import urllib.request
 import grpc
 import pytest
 
-from cluster_helpers import controller_stub, node_stub, poll
+from support.cluster_helpers import controller_stub, node_stub, poll
 from snapmesh.checking.node_logs import read_node_log
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.protocol import controller_journal

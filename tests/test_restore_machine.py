@@ -9,27 +9,15 @@ the same state (or is redone from the start when the replays were cut short).
 from __future__ import annotations
 
 import pytest
-from test_node_machine import Machines, kinds
+from support.machines import Machines, kinds
 
 from snapmesh.protocol import core, recovery, wal
 from snapmesh.protocol.epochs import EpochFenced
+from support.machines import _restore_all, _snapshot_with_one_in_flight
 
 
-def _snapshot_with_one_in_flight(m: Machines) -> dict[str, core.FullState]:
-    m.nodes["a"].transfer("b", 30)
-    m.nodes["b"].start_snapshot("s1")  # b records before the transfer reaches it: 30 in flight a->b
-    m.route("a")
-    m.route("b")
-    m.settle()
-    return {s.node_id: s for s in m.reports}
 
 
-def _restore_all(m: Machines, parts: dict[str, core.FullState], epoch: int) -> None:
-    for n, part in parts.items():
-        in_flight = [(src, t.msg_id, t.seq, t.amount) for src, ts in part.channels.items() for t in ts]
-        m.nodes[n].restore(snapshot_id=part.snapshot_id, epoch=epoch, balance=part.balance, in_flight=in_flight)
-        m.route(n)
-    m.wires.clear()  # every stream of the older epoch ends (the shell does this)
 
 
 def test_restore_sets_recorded_balances_replays_in_flight_and_new_traffic_flows() -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from engine_harness import Aborted, ServicerContext, held_node, outcome
-from test_node_machine import Machines
+from support.engine_harness import Aborted, ServicerContext, held_node, outcome
+from support.machines import Machines
 
 from snapmesh.protocol import epochs, wal
 from snapmesh.protocol.node import Node

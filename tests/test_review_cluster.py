@@ -17,7 +17,7 @@ import time
 import grpc
 import pytest
 
-from cluster_helpers import controller_stub, node_stub, poll
+from support.cluster_helpers import controller_stub, node_stub, poll
 from snapmesh.settings.config import write_cluster
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -27,7 +27,7 @@ from snapmesh.settings.security import write_certs
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
-from tests.test_readme_grpcurl import grpcurl_binary
+from support.binaries import grpcurl_binary
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cluster_helpers import controller_stub, node_stub, poll
+from support.cluster_helpers import controller_stub, node_stub, poll
 from snapmesh.protocol import chunking
 from snapmesh.commands import snapshot_cli
 from snapmesh.checking import snapshot_file
@@ -610,7 +610,7 @@ def test_reflection_v1_and_v1alpha_list_and_describe_the_services(cluster, versi
 
 
 def test_grpcurl_lists_and_describes_both_reflection_services(cluster):
-    from test_readme_grpcurl import grpcurl_binary
+    from support.binaries import grpcurl_binary
 
     def grpcurl(*args: str) -> str:
         result = subprocess.run([str(grpcurl_binary()), "-plaintext", *args], capture_output=True, text=True,

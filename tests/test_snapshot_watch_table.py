@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_helpers import controller_stub
+from support.cluster_helpers import controller_stub
 from snapmesh.settings.config import write_cluster
 from snapmesh.commands.snapshot_cli import WATCH
 from snapmesh.processes.supervisor import Cluster

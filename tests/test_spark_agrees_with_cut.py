@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-from spark_fixtures import spark  # noqa: F401
+from support.spark_fixtures import spark  # noqa: F401
 
 from snapmesh.checking import cut
 from snapmesh.checking.node_logs import read_logs

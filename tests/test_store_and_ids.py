@@ -25,7 +25,7 @@ from snapmesh.protocol.snapshot_ids import new_snapshot_id, snapshot_id_problem
 from snapmesh.protocol.tracker import Tracker
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
-from cluster_helpers import served_in_process
+from support.cluster_helpers import served_in_process
 
 pytestmark = [pytest.mark.timeout(60)]
 

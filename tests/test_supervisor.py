@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_helpers import controller_stub
+from support.cluster_helpers import controller_stub
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.settings.config import ConfigError, write_cluster
 from snapmesh.settings.ports import port_is_free

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers_deploy import (
+from support.helpers_deploy import (
     COMPOSE_DIR,
     build_images,
     docker_engine_answers,

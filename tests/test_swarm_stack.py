@@ -9,7 +9,7 @@ import sys
 import pytest
 from ruamel.yaml import YAML
 
-from helpers_deploy import COMPOSE_DIR
+from support.helpers_deploy import COMPOSE_DIR
 
 
 @pytest.fixture(scope="module")

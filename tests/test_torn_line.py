@@ -16,7 +16,7 @@ import pytest
 from snapmesh.reconcile import main as reconcile
 from snapmesh.reconcile import synth
 from snapmesh.trace import main as trace
-from spark_fixtures import spark  # noqa: F401
+from support.spark_fixtures import spark  # noqa: F401
 
 pytestmark = pytest.mark.spark
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_helpers import controller_stub, node_stub, poll
+from support.cluster_helpers import controller_stub, node_stub, poll
 from snapmesh.checking.scrape import samples
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.settings.config import write_cluster

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_helpers import controller_stub
+from support.cluster_helpers import controller_stub
 from snapmesh.bank.workload import WorkloadParams, run_workload
 from snapmesh.settings.config import write_cluster
 from snapmesh.bank.load import BackgroundLoad

@@ -11,7 +11,7 @@ import asyncio
 
 import grpc
 import pytest
-from cluster_helpers import served_in_process
+from support.cluster_helpers import served_in_process
 from prometheus_client import CollectorRegistry
 
 from services.controller.metrics import ControllerMetrics

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster_helpers import controller_stub
-from wheel_build import built_wheel, fresh_venv, user_env
+from support.cluster_helpers import controller_stub
+from support.wheel_build import built_wheel, fresh_venv, user_env
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]

@@ -50,8 +50,8 @@ from snapmesh.settings import config
 from snapmesh.ui import browser as B
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
-from tests.test_app_cluster import Passer, grpcurl_submit, in_flight, submit, tokens, wait_serving
-from wheel_build import ROOT, built_wheel, fresh_venv, user_env
+from support.ring import Passer, grpcurl_submit, in_flight, submit, tokens, wait_serving
+from support.wheel_build import ROOT, built_wheel, fresh_venv, user_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(600)]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PIP = [sys.executable, "-m", "pip"]
 
 _built: dict[str, Path] = {}  # "wheel" -> the wheel built in this pytest process

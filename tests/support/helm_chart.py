@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "snapmesh"
 HELM = Path(sys.executable).parent / "helm"
 RELEASE = "snapmesh"

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cluster_helpers import controller_stub, node_stub  # noqa: F401  (re-exported for the deploy tests)
+from support.cluster_helpers import controller_stub, node_stub  # noqa: F401  (re-exported for the deploy tests)
 from snapmesh.chaos.compose import project_leftovers  # noqa: F401  (re-exported for the compose tests)
 from snapmesh.settings.ports import free_ports
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = REPO / "deploy" / "compose"
 TERRAFORM_DIR = REPO / "deploy" / "terraform-ec2"
 DASHBOARD = COMPOSE_DIR / "grafana" / "dashboards" / "snapmesh.json"

@@ -34,7 +34,7 @@ from snapmesh.protocol import wal
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def append(log, kind: type[wal.Record], **fields) -> int:
