@@ -1,4 +1,4 @@
-"""The Helm chart's rendering, for tests/test_helm_chart.py and tests/test_helm_pods.py.
+"""The Helm chart's rendering, for tests/deploy/test_helm_chart.py and tests/deploy/test_helm_pods.py.
 
 `render(values)` runs the real helm (`.venv/bin/helm`, put there by `make install`
 from a pinned PyPI package: deploy/helm/fetch_helm.py) and returns the objects.

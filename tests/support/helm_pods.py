@@ -1,5 +1,5 @@
 """Run the Helm chart's rendered pods as Docker containers (no Kubernetes API server
-can run on this machine). tests/test_helm_pods.py drives it.
+can run on this machine). tests/deploy/test_helm_pods.py drives it.
 
 What a kubelet and the cluster's DNS would do, from the rendered objects only:
 

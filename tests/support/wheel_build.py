@@ -1,7 +1,7 @@
 """The wheel a user gets, built once per test run, and fresh virtualenvs with it installed.
 
-Shared by tests/test_wheel.py (the wheel's contents and commands) and
-tests/test_wheel_app.py (a one-file app on a cluster run from the wheel): building
+Shared by tests/deploy/test_wheel.py (the wheel's contents and commands) and
+tests/deploy/test_wheel_app.py (a one-file app on a cluster run from the wheel): building
 it with isolation generates the protobuf code and costs a minute on a loaded
 machine, so it is built once per pytest process (`built_wheel`), and each module
 installs it into a virtualenv of its own, with only the extras it needs.
