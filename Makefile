@@ -55,11 +55,11 @@ browser:
 test: install browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The pure lanes (tests/lanes.py: the machines and the checks), in about a minute: the
+# The pure lanes (tests/protocol, tests/checking: the machines and the checks), in about a minute: the
 # fuzzer and the property runs at a tenth of their cases (`make test` runs them all).
 test-pure: install
 	SNAPMESH_FUZZ_CASES=400 SNAPMESH_PROP_CASES=200 SNAPMESH_FUZZ_APP_CASES=50 \
-		$(PY) -m pytest -m 'protocol or checking' -q $(PYTEST_ARGS)
+		$(PY) -m pytest tests/protocol tests/checking -q $(PYTEST_ARGS)
 
 # The inner loop: no Docker images, no compose stack.
 test-fast: install browser

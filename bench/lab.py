@@ -5,7 +5,7 @@ N-node `Mesh` (a supervisor `Cluster` in a temporary directory, its controller s
 the bench's load generator and an `Observer`), and the phase on hosts
 (`bench.hosts`). A `Mesh` offers each measurement as one method, so a phase reads as
 the steps it takes, and a test can hand the driver a lab of its own that answers
-without processes (tests/test_bench_phases.py).
+without processes (tests/cluster/test_bench_phases.py).
 
 Every process a mesh starts is stopped when it closes; the load generator also exits
 on its own when this process goes away (its stdin closes).

@@ -11,7 +11,7 @@ keys it declares. A phase set is the ordered phases one bench runs:
 
 A new figure is one phase (or one more key of a phase) here, and a place in a set.
 The driver refuses a key a phase did not declare, so the declared keys are the keys
-written; tests/test_bench_phases.py runs every set on a lab without processes and
+written; tests/cluster/test_bench_phases.py runs every set on a lab without processes and
 checks them against the keys bench/results.json has always had.
 
 Flags (after the bench's name): `--phases NAME ...` runs only those phases of the set

@@ -18,21 +18,15 @@ import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
-from helpers_deploy import docker_engine_answers  # noqa: E402
-from lanes import LANES, lane_of  # noqa: E402
+from support.helpers_deploy import docker_engine_answers  # noqa: E402
+from support.lanes import LANES  # noqa: E402
+
+
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for lane in LANES:
-        config.addinivalue_line("markers", f"{lane}: a test of the {lane} lane (tests/lanes.py)")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    lanes = lane_of()
-    for item in items:
-        lane = lanes.get(item.module.__name__ if item.module else "")
-        if lane is not None:  # a module without one fails tests/test_lanes.py, not collection
-            item.add_marker(getattr(pytest.mark, lane))
+    for lane in LANES:  # each lane's conftest.py marks its tests
+        config.addinivalue_line("markers", f"{lane}: a test in tests/{lane}/")
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -11,7 +11,7 @@
 # 3. snapmesh:TAG (node, controller, app: lean) and snapmesh-reconcile:TAG
 #    (+ Spark, Java), each tagged with the version in pyproject.toml too (the Helm
 #    chart's default tag); prints each image's size.
-# `make images` runs this; so does tests/test_compose.py.
+# `make images` runs this; so does tests/deploy/test_compose.py.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"

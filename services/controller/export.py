@@ -20,7 +20,7 @@ Channels, nodes and in-flight entries, the bulk of a snapshot, have shortcuts fo
 the shapes real snapshots have (every field set); anything else goes through the
 general rules, and anything those do not cover (maps, bytes, floats, other
 well-known types) raises `_Unsure` and the printer itself renders the snapshot.
-`tests/test_controller_export.py` pins the text to the printer's.
+`tests/shells/test_controller_export.py` pins the text to the printer's.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ node (its effects, its epoch and fence), overtaking markers, topologies,
 chunking, the request-id window and the restore gate. Events go in, effects
 come out, and time is passed in as a number.
 
-The rule (checked by tests/test_layers.py): nothing in this package imports
+The rule (checked by tests/checking/test_layers.py): nothing in this package imports
 asyncio, grpc, socket, threading, time, random, os, the file system or any other
 snapmesh layer. The gRPC processes (`services/`), the simulator (`snapmesh.sim`)
 and the tests drive the same code.

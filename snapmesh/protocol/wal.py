@@ -241,7 +241,7 @@ class Unknown(Record):
 # Positional constructors for the two records of every transfer (the per-transfer path): the same
 # frozen, slotted objects the dataclass __init__ makes (equal, hashable, immutable
 # afterwards), their slots filled through the slot descriptors instead of one
-# `object.__setattr__(self, name, value)` per field. tests/test_perf_paths.py pins them.
+# `object.__setattr__(self, name, value)` per field. tests/shells/test_perf_paths.py pins them.
 
 
 def _send_maker():

@@ -1,7 +1,7 @@
 """The cluster file: who the nodes are, how they are joined, where data lives.
 
 The reference, every key with its default: docs/cluster-file.md
-(tests/test_cluster_file_doc.py holds it to this reader).
+(tests/shells/test_cluster_file_doc.py holds it to this reader).
 
 TOML: `data_dir`, `initial_balance`, `channels` (default: full mesh), `channel_bound`,
 `segment_records`, `snapshot_mode`; `[controller]`, `[[nodes]]` (id, host, port,

@@ -1,0 +1,125 @@
+"""Node.Submit through the node's gRPC servicer, with an in-process engine and a real transfer log.
+
+An app command is answered with the app's reply only once durable; a retry with
+its request_id gets the first reply and does not run again; the app's refusal
+is the status it named, its exception UNKNOWN with its text; a command over the
+size limit is INVALID_ARGUMENT and a bank node says UNIMPLEMENTED; and a restore
+to a cut before a command still waiting for its fsync answers it ABORTED, as it
+does a Transfer (tests/shells/test_restore_taken_back.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+import pytest
+
+from support.engine_harness import Aborted, ServicerContext, held_node, outcome
+
+from services.node.servicer import MAX_COMMAND_BYTES, NodeServicer
+from services.node.translog import TransferLog
+from snapmesh.app import App, Context, NodeInfo
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Counter:
+    def __init__(self, info: NodeInfo) -> None:
+        self.count = 0
+
+    def on_command(self, command: bytes, ctx: Context) -> bytes:
+        if command == b"refuse":
+            ctx.refuse("NOT_FOUND", "nothing here")
+        if command == b"boom":
+            raise RuntimeError("kaboom")
+        self.count += 1
+        ctx.send("p2", str(self.count).encode())
+        return str(self.count).encode()
+
+    def on_message(self, src: str, payload: bytes, ctx: Context) -> None:
+        pass
+
+    def snapshot(self) -> bytes:
+        return str(self.count).encode()
+
+    def restore(self, state: bytes) -> None:
+        self.count = int(state)
+
+
+APP = App(name="counter", new=Counter)
+
+
+async def _answer(servicer: NodeServicer, log: TransferLog, command: bytes, request_id: str = "") -> object:
+    call = asyncio.ensure_future(servicer.Submit(pb.SubmitRequest(command=command, request_id=request_id),
+                                                 ServicerContext()))
+    await asyncio.sleep(0.02)
+    log.flush_sync()
+    return await outcome(call)
+
+
+def test_the_reply_waits_for_the_disk_and_a_retry_gets_it_again(tmp_path: Path) -> None:
+    async def run() -> list[object]:
+        engine, log, servicer = await held_node(tmp_path, APP)
+        call = asyncio.ensure_future(servicer.Submit(pb.SubmitRequest(command=b"inc", request_id="r1"), ServicerContext()))
+        await asyncio.sleep(0.05)
+        assert not call.done()  # applied and logged, waiting for its fsync
+        log.flush_sync()
+        first = await asyncio.wait_for(call, 10)
+        answers = [first, await _answer(servicer, log, b"inc", "r1"), await _answer(servicer, log, b"inc")]
+        await log.close()
+        return answers
+
+    first, again, second = asyncio.run(run())
+    assert (first.reply, first.replayed, first.epoch) == (b"1", False, 1)
+    assert (again.reply, again.replayed) == (b"1", True)
+    assert second.reply == b"2"
+
+
+def test_refusals_take_the_apps_status_and_text(tmp_path: Path) -> None:
+    async def run() -> list[object]:
+        engine, log, servicer = await held_node(tmp_path, APP)
+        answers = [await _answer(servicer, log, command) for command in (b"refuse", b"boom", b"x" * (MAX_COMMAND_BYTES + 1))]
+        answers.append(await _answer(servicer, log, b"inc"))  # nothing of the refused ones ran
+        await log.close()
+        return answers
+
+    refused, failed, too_big, ok = asyncio.run(run())
+    assert refused.code is grpc.StatusCode.NOT_FOUND and "nothing here" in refused.details
+    assert failed.code is grpc.StatusCode.UNKNOWN and "kaboom" in failed.details
+    assert too_big.code is grpc.StatusCode.INVALID_ARGUMENT and str(MAX_COMMAND_BYTES) in too_big.details
+    assert ok.reply == b"1"
+
+
+def test_a_bank_node_takes_no_command(tmp_path: Path) -> None:
+    async def run() -> object:
+        engine, log, servicer = await held_node(tmp_path)
+        answer = await _answer(servicer, log, b"inc")
+        await log.close()
+        return answer
+
+    answer = asyncio.run(run())
+    assert answer.code is grpc.StatusCode.UNIMPLEMENTED and "use Transfer" in answer.details
+
+
+def test_a_command_a_restore_took_back_before_its_fsync_is_answered_aborted(tmp_path: Path) -> None:
+    async def run() -> object:
+        engine, log, servicer = await held_node(tmp_path, APP)
+        engine.start_snapshot("s1")
+        log.flush_sync()
+        call = asyncio.ensure_future(servicer.Submit(pb.SubmitRequest(command=b"inc", request_id="r1"), ServicerContext()))
+        await asyncio.sleep(0.05)
+        assert not call.done()
+        engine.restore("s1", 2, 100, [], state=b"0")  # s1's cut is before the command
+        log.flush_sync()
+        try:
+            return await outcome(call)
+        finally:
+            assert engine.node.app_state() == b"0"
+            await log.close()
+
+    answer = asyncio.run(run())
+    assert isinstance(answer, Aborted) and answer.code is grpc.StatusCode.ABORTED, answer
+    assert "restore of snapshot s1" in answer.details and "not done" in answer.details

@@ -1,0 +1,337 @@
+"""The transfer log and recovery from it: unit tests, plus the node's start-up
+refusals (corrupt log, bad config) as real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+import grpc
+
+from support.node_harness import append, append_send, cluster_file, run_node_once
+from services.node.recovery import CorruptLogError, recover
+from services.node import translog
+from services.node.translog import TransferLog
+from snapmesh.protocol import wal
+from snapmesh.protocol.link import Entry
+from snapmesh.processes.supervisor import Cluster
+from snapmesh.v1 import snapmesh_pb2 as pb
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def write_records(path: Path, node: str, records: list[dict]) -> None:
+    lines = [json.dumps({"node": node, "lsn": i, **r}) for i, r in enumerate(records, start=1)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# ------------------------------------------------------------------ writing
+
+
+def test_every_record_kind_is_one_json_line_with_node_and_lsn(tmp_path: Path) -> None:
+    async def go() -> None:
+        log = TransferLog(tmp_path / "p1.log.jsonl", 'p"1', last_lsn=0)
+        log.start()
+        append(log, wal.Init, balance=100)
+        append_send(log, 'p"1', "p2", 1, 7)
+        append(log, wal.Recv, src="p2", dst='p"1', seq=1, msg_id="p2:p\"1:1", amount=3)
+        append(log, wal.Recv, src="p2", dst='p"1', seq=2, msg_id="custom id", amount=4)
+        append(log, wal.Cut, snapshot_id='s"1', balance=96)
+        append(log, wal.MarkerSent, snapshot_id='s"1', src='p"1', dst="p2", seq=2)
+        append(log, wal.MarkerRecv, snapshot_id='s"1', src="p2", dst='p"1', seq=3)
+        append(log, wal.Abort, snapshot_id='s"1', reason="deadline: p3 did not report")
+        append(log, wal.Restart)
+        await log.wait_durable(log.last_lsn)
+        assert log.durable_lsn == 9
+        await log.close()
+
+    asyncio.run(go())
+    records = lines(tmp_path / "p1.log.jsonl")
+    assert [r["lsn"] for r in records] == list(range(1, 10))
+    assert all(r["node"] == 'p"1' for r in records)
+    assert records[0] == {"node": 'p"1', "lsn": 1, "kind": "init", "balance": 100}
+    assert records[1] == {"node": 'p"1', "lsn": 2, "kind": "send", "src": 'p"1', "dst": "p2",
+                          "msg_id": 'p"1:p2:1', "seq": 1, "amount": 7}
+    assert records[2]["msg_id"] == 'p2:p"1:1' and records[2]["kind"] == "recv"
+    assert records[3]["msg_id"] == "custom id"
+    assert records[4] == {"node": 'p"1', "lsn": 5, "kind": "cut", "snapshot_id": 's"1', "balance": 96}
+    assert records[5] == {"node": 'p"1', "lsn": 6, "kind": "marker_sent", "snapshot_id": 's"1',
+                          "src": 'p"1', "dst": "p2", "seq": 2}
+    assert records[6]["kind"] == "marker_recv" and records[6]["src"] == "p2"
+    assert records[7] == {"node": 'p"1', "lsn": 8, "kind": "abort", "snapshot_id": 's"1',
+                          "reason": "deadline: p3 did not report"}
+    assert records[8] == {"node": 'p"1', "lsn": 9, "kind": "restart"}
+
+
+def test_group_commit_durable_lsn_never_runs_ahead_of_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "p1.log.jsonl"
+    seen: list[tuple[int, int]] = []
+
+    def on_durable(lsn: int) -> None:
+        seen.append((lsn, len(path.read_text().splitlines())))
+
+    async def go() -> None:
+        log = TransferLog(path, "p1", last_lsn=0, on_durable=on_durable)
+        log.start()
+        append(log, wal.Init, balance=10)
+        waiters = []
+        for i in range(1, 2001):
+            if i <= 10:
+                append_send(log, "p1", "p2", i, 1)
+            else:
+                append(log, wal.Recv, src="p2", dst="p1", seq=i, msg_id=f"p2:p1:{i}", amount=1)
+            if i % 100 == 0:
+                waiters.append(asyncio.ensure_future(log.wait_durable(log.last_lsn)))
+                await asyncio.sleep(0)
+        await asyncio.gather(*waiters)
+        assert log.durable_lsn == 2001
+        await log.close()
+
+    asyncio.run(go())
+    assert seen, "no flush round happened"
+    assert len(seen) < 2001 / 10, f"{len(seen)} fsyncs for 2001 records: not group-committed"
+    for lsn, on_disk in seen:
+        assert on_disk >= lsn
+
+
+def test_small_rounds_sync_on_the_loop_large_ones_and_a_slow_disk_on_a_thread(tmp_path: Path, monkeypatch) -> None:
+    """Where each round's write + fdatasync runs (translog.sync_inline): a
+    small round on the event loop's thread, a large one on a worker, and after
+    a slow sync every round on a worker until a sync is fast again."""
+    path = tmp_path / "p1.log.jsonl"
+    rounds: list[tuple[int, bool]] = []  # (bytes, on the loop's thread)
+    slow = {"next": False}
+    real = translog._write_all_and_sync
+
+    def spy(fd: int, data: bytes) -> float:
+        rounds.append((len(data), threading.current_thread() is threading.main_thread()))
+        took = real(fd, data)
+        if slow["next"]:
+            slow["next"] = False
+            return translog.INLINE_SYNC_MAX_S * 10  # as if the disk had stalled
+        return took
+
+    monkeypatch.setattr(translog, "_write_all_and_sync", spy)
+
+    async def go() -> None:
+        log = TransferLog(path, "p1", last_lsn=0)
+        log.start()
+        append(log, wal.Init, balance=10_000)
+        await log.wait_durable(log.last_lsn)  # small
+        for seq in range(1, 201):
+            append_send(log, "p1", "p2", seq, 1)
+        await log.wait_durable(log.last_lsn)  # 200 records: large
+        slow["next"] = True
+        append_send(log, "p1", "p2", 201, 1)
+        await log.wait_durable(log.last_lsn)  # small, on the loop, but slow
+        append_send(log, "p1", "p2", 202, 1)
+        await log.wait_durable(log.last_lsn)  # small after a slow one: a thread (it is fast again)
+        append_send(log, "p1", "p2", 203, 1)
+        await log.wait_durable(log.last_lsn)  # small: back on the loop
+        await log.close()
+
+    asyncio.run(go())
+    sizes = [n for n, _ in rounds]
+    assert sizes[1] > translog.INLINE_SYNC_MAX_BYTES >= max(sizes[:1] + sizes[2:]), sizes
+    assert [on_loop for _, on_loop in rounds] == [True, False, True, False, True], rounds
+    assert [json.loads(line)["lsn"] for line in path.read_text().splitlines()] == list(range(1, 205))
+
+
+# ----------------------------------------------------------------- recovery
+
+
+def recover_p1(path: Path, **kw):
+    return recover(path, "p1", initial_balance=100, incoming=("p2", "p3"), outgoing=("p2", "p3"), **kw)
+
+
+def test_recovery_rebuilds_balance_positions_outbox_and_abandoned(tmp_path: Path) -> None:
+    path = tmp_path / "p1.log.jsonl"
+    write_records(path, "p1", [
+        {"kind": "init", "balance": 100},
+        {"kind": "send", "msg_id": "p1:p2:1", "src": "p1", "dst": "p2", "seq": 1, "amount": 10},
+        {"kind": "recv", "msg_id": "p2:p1:1", "src": "p2", "dst": "p1", "seq": 1, "amount": 4},
+        {"kind": "cut", "snapshot_id": "s1", "balance": 94},
+        {"kind": "marker_sent", "snapshot_id": "s1", "src": "p1", "dst": "p2", "seq": 2},
+        {"kind": "marker_sent", "snapshot_id": "s1", "src": "p1", "dst": "p3", "seq": 1},
+        {"kind": "future_kind", "whatever": True},
+        {"kind": "send", "msg_id": "p1:p2:3", "src": "p1", "dst": "p2", "seq": 3, "amount": 5},
+        {"kind": "marker_recv", "snapshot_id": "s1", "src": "p3", "dst": "p1", "seq": 1},
+        {"kind": "recv", "msg_id": "p3:p1:2", "src": "p3", "dst": "p1", "seq": 2, "amount": 20},
+        {"kind": "abort", "snapshot_id": "s2", "reason": "x"},
+        {"kind": "restart"},
+    ])
+    state = recover_p1(path)
+    assert not state.fresh
+    assert state.balance == 100 - 10 + 4 - 5 + 20
+    assert state.last_lsn == 12
+    assert state.next_seq == {"p2": 4, "p3": 2}
+    assert state.last_received == {"p2": 1, "p3": 2}
+    assert set(state.abandoned) == {"s1", "s2"}  # s2 was aborted here without a recording
+    assert state.outbox["p2"] == [
+        Entry(seq=1, amount=10, snapshot_id=""),
+        Entry(seq=2, amount=0, snapshot_id="s1"),
+        Entry(seq=3, amount=5, snapshot_id=""),
+    ]
+    assert state.outbox["p3"] == [Entry(seq=1, amount=0, snapshot_id="s1")]
+
+
+def test_missing_or_empty_log_is_a_fresh_node(tmp_path: Path) -> None:
+    assert recover_p1(tmp_path / "none.jsonl").fresh
+    (tmp_path / "empty.jsonl").write_text("")
+    state = recover_p1(tmp_path / "empty.jsonl")
+    assert state.fresh and state.balance == 100 and state.next_seq == {"p2": 1, "p3": 1}
+
+
+def test_torn_last_line_is_truncated_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "p1.log.jsonl"
+    write_records(path, "p1", [
+        {"kind": "init", "balance": 100},
+        {"kind": "send", "msg_id": "p1:p2:1", "src": "p1", "dst": "p2", "seq": 1, "amount": 10},
+    ])
+    good = path.read_bytes()
+    path.write_bytes(good + b'{"node":"p1","lsn":3,"kind":"send","src":"p1","dst":"p2","msg_id":"p1:p2:2","se')
+    state = recover_p1(path)
+    assert state.balance == 90 and state.last_lsn == 2 and state.next_seq["p2"] == 2
+    assert path.read_bytes() == good
+    assert "torn last line" in caplog.text and f"{path}:3" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("records", "raw_tail", "line", "problem"),
+    [
+        ([{"kind": "init", "balance": 100}], b"this is not json\n" + b'{"node":"p1","lsn":3,"kind":"restart"}\n',
+         2, "not a JSON record"),
+        ([{"kind": "init", "balance": 100}], b'{"node":"p1","lsn":3,"kind":"restart"}\n', 2, "lsn 3 where 2"),
+        ([{"kind": "init", "balance": 100}], b'{"node":"p9","lsn":2,"kind":"restart"}\n', 2, "node 'p9'"),
+        ([], b'{"node":"p1","lsn":1,"kind":"restart"}\n', 1, "first record must be init"),
+        ([{"kind": "init", "balance": 100}],
+         b'{"node":"p1","lsn":2,"kind":"send","msg_id":"p1:p2:2","src":"p1","dst":"p2","seq":2,"amount":1}\n',
+         2, "seq 2 on p1->p2, expected 1"),
+        ([{"kind": "init", "balance": 100}],
+         b'{"node":"p1","lsn":2,"kind":"recv","msg_id":"p9:p1:1","src":"p9","dst":"p1","seq":1,"amount":1}\n',
+         2, "not a channel into p1"),
+        ([{"kind": "init", "balance": 100}],
+         b'{"node":"p1","lsn":2,"kind":"send","msg_id":"p1:p2:1","src":"p1","dst":"p2","seq":1,"amount":"7"}\n',
+         2, "integer 'amount'"),
+    ],
+    ids=["not-json", "lsn-gap", "foreign-node", "no-init", "seq-gap", "unknown-channel", "bad-field"],
+)
+def test_corrupt_log_names_file_and_line(tmp_path: Path, records, raw_tail: bytes, line: int, problem: str) -> None:
+    path = tmp_path / "p1.log.jsonl"
+    write_records(path, "p1", records) if records else path.write_text("")
+    path.write_bytes(path.read_bytes() + raw_tail)
+    before = path.read_bytes()
+    with pytest.raises(CorruptLogError) as info:
+        recover_p1(path)
+    assert str(info.value).startswith(f"{path}:{line}: ")
+    assert problem in str(info.value)
+    assert path.read_bytes() == before  # a corrupt log is left alone for a human
+
+
+# ------------------------------------------------- the node refuses to start
+
+
+def test_node_with_corrupt_log_exits_2_naming_file_and_line(tmp_path: Path) -> None:
+    config, _ = cluster_file(tmp_path, ["p1", "p2"])
+    data = tmp_path / "data"
+    data.mkdir()
+    path = data / "p1.log.jsonl"
+    write_records(path, "p1", [{"kind": "init", "balance": 1000}, {"kind": "restart"}])
+    path.write_text(path.read_text().replace('"lsn": 2', '"lsn": 5'))
+    result = run_node_once(config, "p1")
+    assert result.returncode == 2, result.stderr
+    assert f"{path}:2: lsn 5 where 2 was expected" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_node_truncates_torn_line_and_starts(tmp_path: Path) -> None:
+    config, _ = cluster_file(tmp_path, ["p1", "p2"])
+    data = tmp_path / "data"
+    data.mkdir()
+    path = data / "p1.log.jsonl"
+    write_records(path, "p1", [
+        {"kind": "init", "balance": 1000},
+        {"kind": "send", "msg_id": "p1:p2:1", "src": "p1", "dst": "p2", "seq": 1, "amount": 10},
+    ])
+    path.write_bytes(path.read_bytes() + b'{"node":"p1","ls')
+    cluster = Cluster(config, controller=False)
+    try:
+        cluster.start("p1")
+        with grpc.insecure_channel(cluster.node_address("p1")) as channel:
+            state = pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=5)
+        assert state.balance == 990
+        assert cluster.stop_node("p1") == 0
+    finally:
+        cluster.stop()
+    assert f"{path}:3: torn last line" in cluster.node("p1").output()
+    assert [r["kind"] for r in lines(path)] == ["init", "send", "restart"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--id", "p9"], "no node 'p9'"),
+        (["--config", "/nonexistent/cluster.toml", "--id", "p1"], "no such file"),
+        ([], "--id"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    import subprocess
+    import sys
+
+    from support.node_harness import REPO
+
+    config, _ = cluster_file(tmp_path, ["p1", "p2"])
+    if "--config" not in args:
+        args = ["--config", str(config), *args]
+    result = subprocess.run([sys.executable, "-m", "snapmesh.cli", "node", *args], cwd=REPO, capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+# ------------------------------------------------------------------ segments
+
+
+def test_seal_renames_the_active_segment_and_opens_the_next_with_its_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "p1.log.jsonl"
+
+    async def go() -> None:
+        log = TransferLog(path, "p1", last_lsn=0)
+        log.start()
+        append(log, wal.Init, balance=100)
+        append_send(log, "p1", "p2", 1, 7)
+        log.seal(1, wal.Checkpoint(lsn=3, balance=93, next_seq={"p2": 2, "p3": 1}, acked={"p2": 0, "p3": 0},
+                                   received={"p2": 0, "p3": 0}, outbox={"p2": [[1, 7, ""]], "p3": []},
+                                   abandoned=[], requests={}))
+        append_send(log, "p1", "p2", 2, 3)
+        await log.wait_durable(log.last_lsn)
+        await log.close()
+
+    asyncio.run(go())
+    assert [r["kind"] for r in lines(tmp_path / "p1.log.000000000001.jsonl")] == ["init", "send"]
+    assert [r["lsn"] for r in lines(path)] == [3, 4]
+    state = recover_p1(path)
+    assert state.balance == 90 and state.next_seq == {"p2": 3, "p3": 1} and state.records == 2
+    assert [e.seq for e in state.outbox["p2"]] == [1, 2]
+
+
+def test_an_interrupted_seal_is_undone_or_finished(tmp_path: Path) -> None:
+    path = tmp_path / "p1.log.jsonl"
+    pending = tmp_path / "p1.log.jsonl.next"
+    write_records(path, "p1", [{"kind": "init", "balance": 100}])
+    pending.write_text("half a checkpoint")
+    assert recover_p1(path).last_lsn == 1 and not pending.exists()  # crashed before the rename: undone
+    path.rename(tmp_path / "p1.log.000000000001.jsonl")
+    write_records(pending, "p1", [{"kind": "init", "balance": 100}, {"kind": "restart"}])
+    assert recover_p1(path).last_lsn == 2 and path.exists() and not pending.exists()  # after it: finished

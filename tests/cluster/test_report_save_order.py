@@ -1,0 +1,242 @@
+"""The pending-report save rides the transfer log's round: the report file is on
+disk (renamed into place, its directory synced) before the marker_recv it rests
+on is written, on whichever path the round takes, and a failed save never fails
+the log. Driven through the real engine, node machine, log and reporter, with
+every file operation of the data directory recorded in order."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from support.node_harness import append_send
+from services.node import translog
+from services.node.channels import IncomingChannel
+from services.node.engine import Engine
+from services.node.metrics import NodeMetrics
+from services.node.recovery import recover
+from services.node.reporter import PendingReports, StateReporter
+from services.node.translog import TransferLog
+from snapmesh.protocol import core
+from snapmesh.protocol.node import Node
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@dataclass
+class FileOps:
+    """os.open/write/fsync/fdatasync/replace on paths under `root`, in order:
+    (op, path, thread is the main one, bytes written or b"")."""
+
+    root: Path
+    ops: list[tuple[str, str, bool, bytes]] = field(default_factory=list)
+    paths: dict[int, str] = field(default_factory=dict)
+    fail_replace: bool = False
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        real_open, real_write, real_fsync = os.open, os.write, os.fsync
+        real_fdatasync, real_replace = os.fdatasync, os.replace
+
+        def note(op: str, path: str, data: bytes = b"") -> None:
+            if path.startswith(str(self.root)):
+                self.ops.append((op, path, threading.current_thread() is threading.main_thread(), data))
+
+        def fake_open(path, flags, mode=0o777, *args, **kw):
+            fd = real_open(path, flags, mode, *args, **kw)
+            self.paths[fd] = str(path)
+            return fd
+
+        def fake_write(fd, data):
+            note("write", self.paths.get(fd, ""), bytes(data))
+            return real_write(fd, data)
+
+        def fake_fsync(fd):
+            note("fsync", self.paths.get(fd, ""))
+            return real_fsync(fd)
+
+        def fake_fdatasync(fd):
+            note("fdatasync", self.paths.get(fd, ""))
+            return real_fdatasync(fd)
+
+        def fake_replace(src, dst, *args, **kw):
+            note("replace", str(dst))
+            if self.fail_replace and str(dst).endswith(PendingReports.SUFFIX):
+                raise OSError(errno.EIO, "injected EIO on the report's rename")
+            return real_replace(src, dst, *args, **kw)
+
+        monkeypatch.setattr(os, "open", fake_open)
+        monkeypatch.setattr(os, "write", fake_write)
+        monkeypatch.setattr(os, "fsync", fake_fsync)
+        monkeypatch.setattr(os, "fdatasync", fake_fdatasync)
+        monkeypatch.setattr(os, "replace", fake_replace)
+
+    def index(self, op: str, predicate) -> int:
+        found = [i for i, (o, path, _, data) in enumerate(self.ops) if o == op and predicate(path, data)]
+        assert len(found) == 1, (op, found, self.ops)
+        return found[0]
+
+
+class Sink:
+    """Stands in for the controller: the reporter's sends land here."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, int]] = []
+
+
+async def one_snapshot(tmp_path: Path, transfers_before: int) -> tuple[list[str], Sink, PendingReports]:
+    """p1 (one incoming channel, from p2) takes `transfers_before` transfers and
+    then s1's marker in one frame: cut, recvs, marker_recv, and its part is done."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    path = data_dir / "p1.log.jsonl"
+    recovered = recover(path, "p1", initial_balance=100, incoming=("p2",), outgoing=())
+    engine: Engine | None = None
+    log = TransferLog(path, "p1", last_lsn=recovered.last_lsn,
+                      on_durable=lambda lsn: engine.durable(lsn) if engine is not None else None)
+    pending = PendingReports(data_dir / "p1.reports")
+    pending.load()
+    sink = Sink()
+    reporter = StateReporter(address="127.0.0.1:1", log_=log, metrics=NodeMetrics("p1"), options=[], pending=pending)
+    reporter._start = lambda message, lsn: sink.sent.append((message.snapshot_id, lsn))  # type: ignore[method-assign]
+    node = Node(node_id="p1", incoming=("p2",), outgoing=(), recovered=recovered, now=0.0, wall=0.0)
+    engine = Engine(node=node, log_=log, outgoing={}, incoming={"p2": IncomingChannel(src="p2", dst="p1")},
+                    metrics=NodeMetrics("p1"), reporter=reporter)
+    log.flush_sync()
+    engine.durable(log.durable_lsn)
+    log.start()
+    engine.opened("p2", 1)
+    frame = [(seq, core.Transfer(msg_id=f"p2:p1:{seq}", amount=1, seq=seq)) for seq in range(1, transfers_before + 1)]
+    frame.append((transfers_before + 1, core.Marker(snapshot_id="s1")))
+    engine.receive_batch("p2", 1, frame)
+    await asyncio.wait_for(log.wait_durable(log.last_lsn), 10)
+    await log.close()
+    return path.read_text().splitlines(), sink, pending
+
+
+@pytest.mark.parametrize(("transfers_before", "on_loop"), [(0, True), (200, False)],
+                         ids=["small-round-on-the-loop", "large-round-on-a-thread"])
+def test_the_report_file_is_on_disk_before_the_marker_recv_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transfers_before: int, on_loop: bool
+) -> None:
+    ops = FileOps(tmp_path)
+    ops.install(monkeypatch)
+    lines, sink, pending = asyncio.run(one_snapshot(tmp_path, transfers_before))
+
+    marker_lsn = next(i for i, line in enumerate(lines, start=1) if '"marker_recv"' in line)
+    assert sink.sent == [("s1", marker_lsn)]  # reported once durable, resting on the marker_recv
+    [(state, lsn)] = pending.load()
+    assert state.snapshot_id == "s1" and lsn == marker_lsn and state.balance == 100 + transfers_before
+
+    reports = str(pending.directory)
+    renamed = ops.index("replace", lambda p, _: p.startswith(reports) and p.endswith(PendingReports.SUFFIX))
+    dir_synced = ops.index("fsync", lambda p, _: p == reports)
+    marker_written = ops.index("write", lambda p, d: p.endswith("p1.log.jsonl") and b'"marker_recv"' in d)
+    assert renamed < dir_synced < marker_written, ops.ops
+    # No round before it wrote the records the state rests on: the cut and the
+    # recvs go in the same write, after the file too.
+    assert b'"kind":"cut"' in ops.ops[marker_written][3]
+    # The save ran on the round's own path: the loop for a small round, the
+    # worker thread, with the log's write, for a large one.
+    save_threads = {on_main for _, p, on_main, _ in ops.ops[:marker_written] if p.startswith(reports)}
+    assert save_threads == {on_loop}, ops.ops
+    assert ops.ops[marker_written][2] is on_loop
+
+
+def test_a_failed_save_is_logged_the_state_reported_and_the_log_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    ops = FileOps(tmp_path, fail_replace=True)
+    ops.install(monkeypatch)
+    lines, sink, pending = asyncio.run(one_snapshot(tmp_path, 0))
+
+    marker_lsn = next(i for i, line in enumerate(lines, start=1) if '"marker_recv"' in line)
+    assert sink.sent == [("s1", marker_lsn)]  # reported all the same
+    assert pending.load() == []  # only not crash-safe (the temp file is dropped)
+    assert "snapshot s1: cannot keep the state for a report after a crash: " in caplog.text
+    assert "injected EIO" in caplog.text
+
+
+def test_an_action_that_raises_does_not_fail_the_log_and_actions_keep_their_order(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "p1.log.jsonl"
+    done: list[str] = []
+
+    def broken() -> None:
+        done.append("broken")
+        raise OSError(errno.ENOSPC, "injected ENOSPC in an action")
+
+    async def go() -> None:
+        log = TransferLog(path, "p1", last_lsn=0)
+        log.start()
+        log.before_records(lambda: done.append(f"first, file holds {len(path.read_text().splitlines())} lines"))
+        append_send(log, "p1", "p2", 1, 5)
+        log.before_records(broken)
+        log.before_records(lambda: done.append(f"third, file holds {len(path.read_text().splitlines())} lines"))
+        append_send(log, "p1", "p2", 2, 5)
+        await asyncio.wait_for(log.wait_durable(log.last_lsn), 10)
+        assert log.failure is None and log.durable_lsn == 2
+        log.before_records(lambda: done.append("alone"))  # a round with no records
+        append_send(log, "p1", "p2", 3, 5)
+        await asyncio.wait_for(log.wait_durable(log.last_lsn), 10)
+        await log.close()
+
+    asyncio.run(go())
+    assert done == ["first, file holds 0 lines", "broken", "third, file holds 0 lines", "alone"]
+    assert len(path.read_text().splitlines()) == 3
+    assert "injected ENOSPC in an action" in caplog.text and "the log goes on" in caplog.text
+
+
+def test_the_round_path_counts_the_actions_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large save with a small round goes to the worker thread (sync_inline on both)."""
+    threads: list[bool] = []
+    real = translog._write_all_and_sync
+
+    def spy(fd: int, data: bytes) -> float:
+        threads.append(threading.current_thread() is threading.main_thread())
+        return real(fd, data)
+
+    monkeypatch.setattr(translog, "_write_all_and_sync", spy)
+
+    async def go() -> None:
+        log = TransferLog(tmp_path / "p1.log.jsonl", "p1", last_lsn=0)
+        log.start()
+        append_send(log, "p1", "p2", 1, 5)
+        await log.wait_durable(log.last_lsn)
+        log.before_records(lambda: None, translog.INLINE_SYNC_MAX_BYTES)
+        append_send(log, "p1", "p2", 2, 5)
+        await log.wait_durable(log.last_lsn)
+        await log.close()
+
+    asyncio.run(go())
+    assert threads == [True, False]
+
+
+def test_a_cancel_before_the_save_ran_leaves_no_file(tmp_path: Path) -> None:
+    """An abort that comes while the save is still queued in the log: the
+    removal follows the save, so no file is left for a snapshot that was dropped."""
+    pending = PendingReports(tmp_path / "p1.reports")
+    pending.load()
+
+    async def go() -> None:
+        log = TransferLog(tmp_path / "p1.log.jsonl", "p1", last_lsn=0)
+        reporter = StateReporter(address="127.0.0.1:1", log_=log, metrics=NodeMetrics("p1"), options=[],
+                                 pending=pending)
+        log.start()
+        lsn = append_send(log, "p1", "p2", 1, 5)
+        reporter.keep(pb.FullState(snapshot_id="s1", node_id="p1", balance=95), lsn)
+        reporter.keep(pb.FullState(snapshot_id="s2", node_id="p1", balance=95), lsn)
+        reporter.cancel("s1")
+        await asyncio.wait_for(log.wait_durable(lsn), 10)
+        await reporter.close()
+        await log.close()
+
+    asyncio.run(go())
+    assert [(m.snapshot_id, lsn) for m, lsn in pending.load()] == [("s2", 1)]

@@ -1,0 +1,194 @@
+"""Restore on the pure node machine (node rule N8), its epoch fence, and its recovery.
+
+Two machines over in-memory links (the test_node_machine harness): a restore
+sets the balance, replays the recorded in-flight transfers exactly once, starts
+the channels over in the new epoch, and a crash at any point of it recovers to
+the same state (or is redone from the start when the replays were cut short).
+"""
+
+from __future__ import annotations
+
+import pytest
+from support.machines import Machines, kinds
+
+from snapmesh.protocol import core, recovery, wal
+from snapmesh.protocol.epochs import EpochFenced
+from support.machines import _restore_all, _snapshot_with_one_in_flight
+
+
+
+
+
+
+def test_restore_sets_recorded_balances_replays_in_flight_and_new_traffic_flows() -> None:
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    m.nodes["a"].transfer("b", 10)  # after the snapshot: undone by the restore
+    m.settle()
+    _restore_all(m, parts, epoch=2)
+    assert (m.nodes["a"].balance, m.nodes["b"].balance) == (70, 80)  # 50 recorded + 30 replayed
+    assert m.nodes["b"].epoch == 2 and kinds(m.records("b"))[-2:] == ["restore", "replay"]
+    m.nodes["a"].transfer("b", 5)  # epoch-2 traffic starts at seq 1 again
+    m.settle()
+    assert (m.nodes["a"].balance, m.nodes["b"].balance) == (65, 85)
+    assert [r.seq for r in m.records("b") if isinstance(r, wal.Recv)][-1] == 1
+
+
+def test_a_repeat_is_a_no_op_and_an_older_epoch_is_refused() -> None:
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    _restore_all(m, parts, epoch=2)
+    before = len(m.records("b"))
+    assert m.nodes["b"].restore(snapshot_id="s1", epoch=2, balance=50, in_flight=[("a", "a:b:1", 1, 30)]) is False
+    m.route("b")
+    assert len(m.records("b")) == before and m.nodes["b"].balance == 80
+    with pytest.raises(core.RemoteProtocolError, match="stale"):
+        m.nodes["b"].restore(snapshot_id="s1", epoch=1, balance=50, in_flight=[])
+
+
+def test_a_snapshot_in_progress_is_aborted_as_restored_to_s() -> None:
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    m.nodes["a"].start_snapshot("s2")
+    m.route("a")
+    _restore_all(m, parts, epoch=2)
+    aborts = [r for r in m.records("a") if isinstance(r, wal.Abort)]
+    assert [(r.snapshot_id, r.reason) for r in aborts] == [("s2", "restored to s1")]
+    assert not m.nodes["a"].process.in_progress()
+
+
+@pytest.mark.parametrize("cut", ["after_restore", "after_replay", "durable"])
+def test_a_crash_during_or_after_a_restore_recovers_exactly_once(cut: str) -> None:
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    _restore_all(m, parts, epoch=2)
+    lsns = [r.lsn for r in m.records("b")]
+    restore_lsn = next(r.lsn for r in m.records("b") if isinstance(r, wal.Restore))
+    m.durable["b"] = {"after_restore": restore_lsn, "after_replay": restore_lsn + 1, "durable": lsns[-1]}[cut]
+    m.crash("b")
+    m.start("b")
+    b = m.nodes["b"]
+    assert b.epoch == 2
+    if cut == "after_restore":  # the replay is lost: the restore must be done again, and it is, once
+        assert b.restore_incomplete
+        part = parts["b"]
+        assert b.restore(snapshot_id="s1", epoch=2, balance=part.balance, in_flight=[("a", "a:b:1", 1, 30)]) is True
+        m.route("b")
+    assert b.balance == b.restored_balance == 80 and not b.restore_incomplete
+    m.durable["b"] = m.records("b")[-1].lsn
+    m.crash("b")  # and once more from the complete log
+    m.start("b")
+    assert m.nodes["b"].balance == 80
+
+
+def test_the_epoch_fence_refuses_older_calls_and_holds_newer_ones_until_restored() -> None:
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    b = m.nodes["b"]
+    assert b.fence(1, "channel a->b") is None and b.fence_clients() is None
+    ahead = b.fence(2, "snapshot s2")
+    assert ahead is not None and not ahead.stale and ahead.reason == "b has not restored epoch 2 yet"
+    _restore_all(m, parts, epoch=2)
+    stale = b.fence(1, "snapshot s2")
+    assert stale is not None and stale.stale and stale.reason == "snapshot s2 is from epoch 1; b is in epoch 2"
+    assert b.fence(2, "snapshot s2") is None
+    restore_lsn = next(r.lsn for r in m.records("b") if isinstance(r, wal.Restore))
+    m.durable["b"] = restore_lsn  # a crash loses the replay: the restore is unfinished
+    m.crash("b")
+    m.start("b")
+    b = m.nodes["b"]
+    unfinished = b.fence(2, "channel a->b")
+    assert unfinished is not None and not unfinished.stale
+    client = b.fence_clients()
+    assert client is not None and not client.stale and client.reason == "b is finishing a restore"
+    b.restore(snapshot_id="s1", epoch=2, balance=parts["b"].balance, in_flight=[("a", "a:b:1", 1, 30)])
+    assert b.fence(2, "channel a->b") is None and b.fence_clients() is None
+
+
+def test_the_events_that_carry_an_epoch_are_fenced_by_the_node_itself_and_change_nothing() -> None:
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    b = m.nodes["b"]
+    with pytest.raises(EpochFenced, match="b has not restored epoch 2 yet") as ahead:
+        b.start_snapshot("s2", epoch=2)
+    assert not ahead.value.stale
+    _restore_all(m, parts, epoch=2)
+    before = len(m.records("b"))
+    with pytest.raises(EpochFenced, match="snapshot s3 is from epoch 1; b is in epoch 2") as stale:
+        b.start_snapshot("s3", epoch=1)
+    assert stale.value.stale and not b.process.in_progress()
+    with pytest.raises(EpochFenced, match="channel a->b is from epoch 1") as stale:
+        b.opened("a", 7, epoch=1)
+    assert stale.value.stale and b.receivers["a"].conn_no != 7
+    with pytest.raises(EpochFenced, match="a restore for epoch 1 is stale") as stale:
+        b.restore(snapshot_id="s1", epoch=1, balance=parts["b"].balance, in_flight=[])
+    assert stale.value.stale
+    m.route("b")
+    assert len(m.records("b")) == before  # nothing logged for any of them
+    b.start_snapshot("s4", epoch=2)  # the node's own epoch goes through
+    assert "s4" in b.process.in_progress()
+
+
+def test_a_finished_part_is_handed_out_once_with_its_epoch_and_wall_times() -> None:
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    _restore_all(m, parts, epoch=2)
+    m.settle()
+    a, b = m.nodes["a"], m.nodes["b"]
+    a.tick(0.0, wall=1000.5)
+    a.start_snapshot("s2", epoch=2)
+    m.route("a")
+    b.tick(0.0, wall=1001.25)
+    m.settle()
+    finished = [e for e in m.handed_out if type(e).__name__ == "Finished" and e.state.snapshot_id == "s2"]
+    got = sorted((f.state.node_id, f.epoch, f.cut_at_ns, f.done_at_ns) for f in finished)
+    assert got == [("a", 2, 1000_500_000_000, 1000_500_000_000), ("b", 2, 1001_250_000_000, 1001_250_000_000)]
+    assert sorted(s.node_id for s in m.reports if s.snapshot_id == "s2") == ["a", "b"]  # sent once each
+
+
+def test_a_clients_step_while_a_restore_is_redone_is_refused_by_the_node() -> None:
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    _restore_all(m, parts, epoch=2)
+    m.durable["b"] = next(r.lsn for r in m.records("b") if isinstance(r, wal.Restore))  # the replay is lost
+    m.crash("b")
+    m.start("b")
+    b = m.nodes["b"]
+    before = (b.balance, b.last_lsn)
+    with pytest.raises(core.LocalProtocolError, match="b is finishing a restore") as refused:
+        b.transfer("a", 5, "r1")
+    assert refused.value.kind is core.Refusal.RESTORING and (b.balance, b.last_lsn) == before
+    b.restore(snapshot_id="s1", epoch=2, balance=parts["b"].balance, in_flight=[("a", "a:b:1", 1, 30)])
+    assert b.transfer("a", 5, "r1").balance == 75
+
+
+@pytest.mark.parametrize(
+    "balance, in_flight, refusal",
+    [
+        (50, [("c", "c:b:1", 1, 30)], r"cannot replay 'c:b:1' \(30\) from 'c'"),  # no channel c->b
+        (50, [("a", "a:b:1", 1, 0)], r"cannot replay 'a:b:1' \(0\) from 'a'"),
+        (50, [("a", "", 1, 30)], r"cannot replay '' \(30\) from 'a'"),
+        (-1, [], "a recorded balance of -1"),
+    ],
+)
+def test_a_restore_that_cannot_be_right_is_refused_and_changes_nothing(balance, in_flight, refusal: str) -> None:
+    m = Machines({"a": 100, "b": 50})
+    m.settle()
+    b = m.nodes["b"]
+    before = len(m.records("b"))
+    with pytest.raises(core.RemoteProtocolError, match=refusal):
+        b.restore(snapshot_id="s1", epoch=2, balance=balance, in_flight=in_flight)
+    m.route("b")
+    assert len(m.records("b")) == before and (b.epoch, b.balance, b.restored) == (1, 50, "")
+    assert b.fence(1) is None and b.fence(2) is not None
+
+
+def test_restore_and_replay_records_round_trip_and_recovery_refuses_a_stray_replay() -> None:
+    r = wal.Restore(lsn=7, snapshot_id="s1", epoch=3, balance=40, deliveries=2)
+    assert wal.parse(wal.encode(r, "b"), "x", node_id="b") == r
+    lines = [
+        ("b.log.jsonl:1", wal.Init(lsn=1, balance=10)),
+        ("b.log.jsonl:2", wal.Replay(lsn=2, snapshot_id="s1", msg_id="a:b:1", src="a", dst="b", seq=1, amount=5)),
+    ]
+    with pytest.raises(recovery.CorruptLog, match="b.log.jsonl:2: replay of a:b:1 that no restore announced"):
+        recovery.recover(lines, node_id="b", initial_balance=10, incoming=["a"], outgoing=["a"])

@@ -1,0 +1,154 @@
+"""End to end: the Spark job on the logs and snapshots of a real cluster run.
+
+A 4-node cluster runs under load with overlapping snapshots from every
+initiator; one node is SIGKILLed and restarted on its log midway (so the logs
+hold `restart` records, resends and an abandoned snapshot). Then the job must
+find every COMPLETE snapshot consistent, and a deliberately damaged copy of the
+same data must be caught.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+from google.protobuf import json_format
+
+from support.cluster_helpers import controller_stub
+from snapmesh.checking.logcheck import check_logs
+from snapmesh.checking.node_logs import read_logs
+from snapmesh.settings.config import write_cluster
+from snapmesh.bank.load import BackgroundLoad
+from snapmesh.reconcile.main import format_table, reconcile
+from snapmesh.processes.supervisor import Cluster
+from snapmesh.v1 import snapmesh_pb2 as pb
+from support.spark_fixtures import spark  # noqa: F401  (the session-wide fixture)
+
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def cluster_run(tmp_path_factory):
+    """The data dir of a finished cluster run and the snapshots it produced."""
+    root = tmp_path_factory.mktemp("reconcile-e2e")
+    config = write_cluster(root / "cluster.toml", nodes=4, initial_balance=1000, deadline=5)
+    snapshots: list[pb.Snapshot] = []
+    with Cluster(config) as cluster:
+        channel, stub = controller_stub(cluster.controller_address)
+        with channel, BackgroundLoad.for_cluster(cluster, batch=50, max_amount=30, interval=0.01):
+            for round_ in range(3):
+                for initiator in cluster.node_ids:  # overlapping: none is waited for
+                    snapshots.append(stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator=initiator), timeout=10))
+                if round_ == 1:
+                    cluster.restart_node("p3", kill=True)
+            snapshots.append(stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30))
+            # Every snapshot finishes (COMPLETE, or FAILED at its deadline) before the stop.
+            for snapshot in snapshots:
+                assert wait_finished(stub, snapshot.snapshot_id).status != pb.Snapshot.IN_PROGRESS
+    return cluster.config.data_dir
+
+
+def wait_finished(stub, snapshot_id: str, timeout_s: float = 30) -> pb.Snapshot:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        snapshot = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=snapshot_id), timeout=5)
+        if snapshot.status != pb.Snapshot.IN_PROGRESS or time.monotonic() > deadline:
+            return snapshot
+        time.sleep(0.1)
+
+
+def test_every_complete_snapshot_of_a_real_run_is_consistent(spark, cluster_run):  # noqa: F811
+    data_dir = cluster_run
+    files = sorted((data_dir / "snapshots").glob("*.json"))
+    documents = [json.loads(f.read_text()) for f in files]
+    complete = {d["snapshot_id"] for d in documents if d["status"] == "COMPLETE"}
+    assert len(complete) >= 5, f"too few COMPLETE snapshots to mean anything: {len(complete)}"
+    assert "restart" in (data_dir / "p3.log.jsonl").read_text(), "the restart left no trace in the log"
+
+    outcome = reconcile(spark, str(data_dir))
+    assert outcome.exit_status == 0, outcome.verdicts
+    checked = {v["snapshot_id"] for v in outcome.verdicts if v["scope"] == "snapshot" and v["consistent"] is True}
+    assert checked == complete
+    assert all(v["consistent"] is not False for v in outcome.verdicts)
+
+    # The verdict table's "in flight" column (the demo's snapshot with money in
+    # flight, shown consistent): what each snapshot recorded, counted by the job.
+    recorded = {
+        d["snapshot_id"]: (sum(len(c.get("in_flight", [])) for c in d.get("channels", [])),
+                           sum(int(t["amount"]) for c in d.get("channels", []) for t in c.get("in_flight", [])))
+        for d in documents if d["status"] == "COMPLETE"
+    }
+    assert {sid: outcome.in_flight.get(sid) for sid in recorded} == recorded
+    busiest = max(recorded, key=lambda sid: recorded[sid][0])
+    assert recorded[busiest][0] > 0, "no snapshot of this run recorded money in flight"
+    [row] = [line for line in format_table(outcome.verdicts, outcome.in_flight).splitlines() if line.startswith(busiest)]
+    assert "  ok  " in row and f"  {recorded[busiest][0]} ({recorded[busiest][1]})  " in row, row
+
+
+def test_the_same_run_passes_the_test_suites_own_log_checker(cluster_run):
+    """The tests' checker (snapmesh/checking/logcheck.py), independent of the Spark job, on the
+    same logs: a SIGKILL and restart, resends and abandoned snapshots included."""
+    snapshots = [json_format.Parse(f.read_text(), pb.Snapshot()) for f in sorted((cluster_run / "snapshots").glob("*.json"))]
+    complete = [s for s in snapshots if s.status == pb.Snapshot.COMPLETE]
+    logs = read_logs(cluster_run, [n.node_id for n in complete[0].nodes])
+    report = check_logs(logs, complete, channels=[(c.src, c.dst) for c in complete[0].channels], total=4000)
+    assert report.transfers > 0 and set(report.snapshots) >= {s.snapshot_id for s in complete}
+
+
+def test_a_damaged_copy_of_the_same_run_is_caught(spark, cluster_run, tmp_path):  # noqa: F811
+    data_dir = cluster_run
+    copy = tmp_path / "damaged"
+    shutil.copytree(data_dir, copy, ignore=shutil.ignore_patterns("logs", "reconcile"))
+    victim = next(
+        f for f in sorted((copy / "snapshots").glob("*.json")) if json.loads(f.read_text())["status"] == "COMPLETE"
+    )
+    snapshot = json.loads(victim.read_text())
+    node = snapshot["nodes"][1]
+    node["balance"] = str(int(node["balance"]) + 1)  # proto JSON: int64 as a string
+    victim.write_text(json.dumps(snapshot))
+
+    outcome = reconcile(spark, str(copy))
+    assert outcome.exit_status == 1
+    [verdict] = [v for v in outcome.verdicts if v.get("snapshot_id") == snapshot["snapshot_id"]]
+    assert verdict["consistent"] is False
+    assert f"node {node['node_id']}: recorded {node['balance']}" in verdict["first_discrepancy"], verdict
+
+
+@pytest.fixture(scope="module")
+def restored_run(tmp_path_factory):
+    """The data dir of a 3-node run under load with two restores (epochs 1, 2 and 3)."""
+    config = write_cluster(tmp_path_factory.mktemp("reconcile-restores") / "cluster.toml", nodes=3, deadline=5)
+    with Cluster(config) as cluster:
+        channel, stub = controller_stub(cluster.controller_address)
+        with channel, BackgroundLoad.for_cluster(cluster, batch=20, interval=0.01) as load:
+
+            def snapshot() -> pb.Snapshot:
+                done = load.stats.accepted
+                deadline = time.monotonic() + 60
+                while load.stats.accepted < done + 100 and time.monotonic() < deadline:  # load in between
+                    time.sleep(0.05)
+                taken = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=60)
+                assert taken.status == pb.Snapshot.COMPLETE, taken.reason
+                return taken
+
+            first, second = snapshot(), snapshot()
+            for target in (second, first):  # epoch 2 from the newer one, epoch 3 from the older one
+                answer = stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=target.snapshot_id), timeout=90)
+                assert answer.status == pb.Restore.RESTORED, answer.reason
+                snapshot()
+    return cluster.config.data_dir
+
+
+def test_a_run_with_two_restores_is_consistent_epoch_by_epoch(spark, restored_run):  # noqa: F811
+    documents = [json.loads(f.read_text()) for f in sorted((restored_run / "snapshots").glob("*.json"))]
+    complete = {d["snapshot_id"] for d in documents if d["status"] == "COMPLETE"}
+    assert {d.get("epoch", "1") for d in documents} >= {"1", "2", "3"}
+
+    outcome = reconcile(spark, str(restored_run))
+    assert outcome.exit_status == 0, outcome.verdicts
+    checked = {v["snapshot_id"] for v in outcome.verdicts if v["scope"] == "snapshot" and v["consistent"] is True}
+    assert checked == complete
+    restores = [v for v in outcome.verdicts if v["scope"] == "restore"]
+    assert [(v["status"], v["consistent"]) for v in restores] == [("epoch 2", True), ("epoch 3", True)]

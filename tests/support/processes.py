@@ -1,0 +1,70 @@
+"""Shared by several test modules (moved out of the test module that first had it)."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import sys
+import time
+from pathlib import Path
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def children_of(pid: int) -> set[int]:
+    """Every live descendant of `pid` (from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z":
+            parents[int(entry.name)] = int(fields[1])
+    found, frontier = set(), [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, ppid in parents.items():
+            if ppid == parent and child not in found:
+                found.add(child)
+                frontier.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def wait_gone(pids, timeout: float = 15) -> set[int]:
+    deadline = time.monotonic() + timeout
+    while (left := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def read_line(proc: subprocess.Popen, timeout: float) -> str:
+    # A thread, not select(): lines the reader already buffered would not wake select.
+    line: list[str] = []
+    reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    assert line, f"no line on stdout within {timeout}s"
+    return line[0]
+
+
+def cluster_up(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "snapmesh.cli", "cluster", "up", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
