@@ -38,36 +38,37 @@ def cluster(tmp_path_factory):
 
 
 @pytest.mark.cluster
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_a_trigger_past_the_limit_is_refused_with_resource_exhausted_and_starts_nothing(cluster):
     channel, stub = controller_stub(cluster.controller_address)
     with channel:
         cluster.signal_node("p1", signal.SIGSTOP)  # StartSnapshot hangs: both stay IN_PROGRESS
         try:
-            held = [stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=5) for _ in range(2)]
+            # Each is answered once journaled; a loaded machine's fsyncs take seconds, hence the timeouts.
+            held = [stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=30) for _ in range(2)]
             assert [s.status for s in held] == [IN_PROGRESS, IN_PROGRESS]
-            before = stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=5).snapshots
+            before = stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=30).snapshots
             with pytest.raises(grpc.RpcError) as info:
-                stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2"), timeout=5)
+                stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2"), timeout=30)
             error = info.value
             assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "2 snapshots in progress, the limit is 2" in error.details()
             assert "controller.max_concurrent_snapshots" in error.details()
             assert "--max-concurrent-snapshots" in error.details()
-            assert stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=5).snapshots == before  # nothing started
+            assert stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=30).snapshots == before  # nothing started
         finally:
             cluster.signal_node("p1", signal.SIGCONT)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # a loaded machine: fsyncs and a resumed p1
         for snapshot in held:  # once they finish, triggers are admitted again
-            while stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=snapshot.snapshot_id), timeout=5).status == IN_PROGRESS:
+            while stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=snapshot.snapshot_id), timeout=30).status == IN_PROGRESS:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
-        again = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=30)
+        again = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=60)
         assert again.status == COMPLETE, again.reason
         metrics = cluster.config.controller.metrics_address
         import urllib.request
 
-        text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode()
+        text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=30).read().decode()
         assert "snapmesh_snapshot_triggers_refused_total 1.0" in text
 
 
