@@ -13,7 +13,7 @@ import grpc
 import pytest
 import tomli_w
 
-from support.cluster_helpers import controller_stub
+from support.cluster_helpers import controller_stub, first_complete
 from services.controller.main import main as controller_main
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings.config import write_cluster
@@ -34,6 +34,9 @@ def _with_limit(path: Path, limit) -> Path:
 def cluster(tmp_path_factory):
     path = write_cluster(tmp_path_factory.mktemp("admission") / "cluster.toml", nodes=2, deadline=60)
     with Cluster(_with_limit(path, 2)) as running:
+        channel, stub = controller_stub(running.controller_address)
+        with channel:  # the controller reaches both nodes before the test holds p1
+            assert first_complete(stub, "p1").status == COMPLETE
         yield running
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.cluster_helpers import controller_stub
+from support.cluster_helpers import controller_stub, first_complete
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.settings.config import ConfigError, write_cluster
 from snapmesh.settings.ports import port_is_free
@@ -21,7 +21,7 @@ def test_fault_operations_keep_the_data_dir(tmp_path) -> None:
     with Cluster(write_cluster(tmp_path / "cluster.toml", nodes=2, deadline=5)) as cluster:
         channel, stub = controller_stub(cluster.controller_address)
         with channel:
-            first = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30)
+            first = first_complete(stub, "p1")
             assert first.status == pb.Snapshot.COMPLETE
 
             cluster.pause_node("p2")
@@ -40,7 +40,7 @@ def test_fault_operations_keep_the_data_dir(tmp_path) -> None:
         channel, stub = controller_stub(cluster.controller_address)
         with channel:
             assert cluster.controller_pid != pid
-            kept = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=first.snapshot_id), timeout=5)
+            kept = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=first.snapshot_id), timeout=30)
             assert kept == first
             after = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=30)
             assert after.status == pb.Snapshot.COMPLETE
