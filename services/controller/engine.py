@@ -50,6 +50,8 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 ABORT_TIMEOUT_S = 2.0
+# How long a StartSnapshot that met an unavailable channel waits for it once more.
+START_RETRY_S = 3.0
 # The updates one WatchSnapshots watcher may have queued. A watcher that falls
 # this far behind is dropped with RESOURCE_EXHAUSTED (it watches again and
 # reads what it missed with ListSnapshots or GetSnapshot).
@@ -316,7 +318,15 @@ class ControllerEngine:
     async def _start_at(self, effect: ctl.StartAt) -> None:
         request = pb.StartSnapshotRequest(snapshot_id=effect.snapshot_id, epoch=effect.epoch)
         try:
-            await self.stubs[effect.node].StartSnapshot(request, timeout=self.deadline_s)
+            try:
+                await self.stubs[effect.node].StartSnapshot(request, timeout=self.deadline_s)
+            except grpc.aio.AioRpcError as error:
+                if error.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                # A channel that met the node before it served sits in reconnect backoff (at most
+                # 2 s, serving/runtime.py) and fails calls at once: one try that waits out one backoff.
+                await self.stubs[effect.node].StartSnapshot(
+                    request, timeout=min(self.deadline_s, START_RETRY_S), wait_for_ready=True)
         except grpc.aio.AioRpcError as error:
             reason = (
                 f"initiator {effect.node} unreachable: StartSnapshot failed with "

@@ -64,6 +64,10 @@ class Options:
     app: str = ""  # an app's workload instead of the bank's (snapmesh.chaos.appmode); "": the bank
 
 
+class FaultNotApplied(Exception):
+    """A backend could not apply a fault and left the cluster as it was: the fault is skipped, with this reason."""
+
+
 @dataclass
 class FaultRecord:
     index: int
@@ -218,7 +222,12 @@ class Campaign:
                 record.skipped = self.backend.disk_skip
                 continue
             self.say(f"[{record.at:7.1f}s] fault {fault.index}: {fault.kind} {' '.join(fault.nodes)}".rstrip())
-            repaired = getattr(self, f"_fault_{fault.kind}", self._fault_network)(fault)
+            try:
+                repaired = getattr(self, f"_fault_{fault.kind}", self._fault_network)(fault)
+            except FaultNotApplied as exc:
+                record.skipped = str(exc)
+                self.say(f"          skipped: {exc}")
+                continue
             record.recover_s = self._recovered(repaired, fault)
             self.outcome.faults_s = round(time.monotonic() - begin, 1)
 

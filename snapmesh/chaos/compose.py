@@ -42,7 +42,7 @@ import grpc
 import snapmesh
 from snapmesh.processes import compose_cli
 from snapmesh.settings import config as cluster_config
-from snapmesh.chaos.campaign import Options
+from snapmesh.chaos.campaign import FaultNotApplied, Options
 from snapmesh.checking.node_logs import read_node_log
 from snapmesh.settings.ports import free_ports
 from snapmesh.settings.security import load_tls_dir
@@ -55,6 +55,7 @@ DISK_SIZE = "64m"  # the disk node's tmpfs
 KEEPER = "disk-keeper"
 STARTUP_TIMEOUT_S = 120.0
 COMPOSE_TIMEOUT_S = 300.0
+PAUSE_TRIES = 3
 
 
 class ComposeError(SupervisorError):
@@ -231,7 +232,18 @@ class ComposeBackend:
         return self._state(node)[0]
 
     def pause_node(self, node: str) -> None:
-        docker("docker", "pause", self.cids[node])
+        """`docker pause`, tried PAUSE_TRIES times: the cgroup freezer gives up ("unable to freeze")
+        when a task does not stop in time, and runc then thaws the container, so a pause that
+        never took is a fault not applied, not a broken cluster."""
+        for attempt in range(1, PAUSE_TRIES + 1):
+            done = docker("docker", "pause", self.cids[node], check=False)
+            if done.returncode == 0:
+                return
+            if docker("docker", "inspect", "-f", "{{.State.Paused}}", self.cids[node]).stdout.strip() == "true":
+                return
+            if attempt < PAUSE_TRIES:
+                time.sleep(1.0)
+        raise FaultNotApplied(f"docker pause failed {PAUSE_TRIES} times: {done.stderr.strip()[-300:]}")
 
     def resume_node(self, node: str) -> None:
         docker("docker", "unpause", self.cids[node])
