@@ -35,7 +35,7 @@ $(PROTO_STAMP): $(STAMP) $(PROTOS)
 	$(PY) -m snapmesh.commands.protogen
 	touch $@
 
-# The driver JVM's classes in one archive (snapmesh/reconcile/cds.py): a small
+# The driver JVM's classes in one archive (snapmesh/spark/cds.py): a small
 # `snapmesh reconcile` starts in about half the time. A cache: if it cannot be made,
 # say so and go on (reconcile works without it); the next `make` tries again.
 $(CDS_STAMP): $(STAMP) $(PROTO_STAMP)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from bench import results
 from services.controller import export
-from snapmesh.protocol import controller_journal as journal
+from snapmesh.protocol.controller import journal
 from services.controller.store import SnapshotStore
 from snapmesh.checking import snapshot_file
 from snapmesh.serving.durable import write_atomically

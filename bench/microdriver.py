@@ -1,6 +1,6 @@
 """A micro-driver of the pure per-transfer path, for instruction counts per transfer.
 
-Two `snapmesh.protocol.node.Node` machines, a -> b and b -> a, driven as the node's shell
+Two `snapmesh.protocol.node.machine.Node` machines, a -> b and b -> a, driven as the node's shell
 drives them but with no I/O: client batches of BATCH transfers at a, every
 Append encoded to its log line (`wal.Encoder`, as the transfer log does), the
 log made durable once per batch, each Transmit delivered to b as one frame,
@@ -33,8 +33,8 @@ from prometheus_client import CollectorRegistry, Counter
 from services.node.channels import encode_frame
 from services.node.engine import Engine
 from services.node.servicer import _receive
-from snapmesh.protocol import node as machine
-from snapmesh.protocol.recovery import fresh
+from snapmesh.protocol.node import machine
+from snapmesh.protocol.node.recovery import fresh
 from snapmesh.protocol.wal import Encoder
 from snapmesh.v1 import snapmesh_pb2 as pb
 

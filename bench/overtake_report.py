@@ -24,10 +24,10 @@ import statistics
 import time
 
 from bench import results as bench_results
-from snapmesh.protocol.tracker import Now, Tracker
+from snapmesh.protocol.controller.tracker import Now, Tracker
 from services.node.reporter import full_state_message
-from snapmesh.protocol import core
-from snapmesh.protocol.link import Entry
+from snapmesh.protocol.node import core
+from snapmesh.protocol.node.link import Entry
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 

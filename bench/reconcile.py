@@ -67,7 +67,7 @@ def _env() -> dict[str, str]:
 def _worker(data_dir: str, master: str, what: str) -> None:
     """Start a session, time the named work, print one JSON line."""
     from snapmesh.reconcile import ingest
-    from snapmesh.reconcile import main as job
+    from snapmesh.reconcile import job
 
     started = time.perf_counter()
     spark = job.build_session(master, app_name="snapmesh-bench")
@@ -201,7 +201,8 @@ def small_wall(scratch: str) -> tuple[dict[str, float], bool]:
     """The small run as a user runs it, and beside it (interleaved, twice each, the best
     kept): the same without the class archive, and Spark's own floor, a fresh process
     that starts a session the same way and runs a trivial job."""
-    from snapmesh.reconcile import baseline, synth
+    from snapmesh.reconcile import baseline
+    from snapmesh.synth import writer as synth
 
     data = os.path.join(scratch, "small")
     synth.generate(data, nodes=4, transfers=SMALL_TRANSFERS, snapshots=4, seed=1)
@@ -224,15 +225,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         _worker(*args.worker)
         return 0
-    from snapmesh.reconcile import synth
-    from snapmesh.reconcile.standalone import StandaloneCluster
+    from snapmesh.synth import writer as synth
+    from snapmesh.spark.standalone import StandaloneCluster
 
     scratch = os.environ.get("BENCH_RECONCILE_DIR") or tempfile.mkdtemp(prefix="snapmesh-bench-")
     load = os.getloadavg()[0]
     print(f"reconcile benchmark: {os.cpu_count()} cores, load {load:.1f} at start, scratch {scratch}", flush=True)
     ok = True
     try:
-        from snapmesh.reconcile import cds
+        from snapmesh.spark import cds
 
         archived = "with" if cds.java_options() else "WITHOUT (run `snapmesh reconcile prepare`)"
         small, agree = small_wall(scratch)

@@ -1,7 +1,7 @@
 """Benchmark: a node's restart after 1M logged transfers, before and after log segments (a restart
 reads the active segment from its checkpoint, not the whole history).
 
-One history, written twice: the pure node machine (`snapmesh.protocol.node.Node`, with
+One history, written twice: the pure node machine (`snapmesh.protocol.node.machine.Node`, with
 segments of `segment_records`) pays N transfers to a peer that acknowledges
 every 1,000. "after" is the data dir that node leaves: sealed segments plus an
 active one that opens with a checkpoint. "before" is the same records in one
@@ -33,8 +33,8 @@ _CHILD = r"""
 import json, sys, time, tracemalloc
 sys.path.insert(0, sys.argv[3])
 from pathlib import Path
-from snapmesh.protocol import core
-import services.node.recovery, snapmesh.protocol.node
+from snapmesh.protocol.node import core
+import services.node.recovery, snapmesh.protocol.node.machine
 which, path, traced = sys.argv[1], Path(sys.argv[2]), sys.argv[4] == "memory"
 if which == "before":
     import old_recovery
@@ -48,7 +48,7 @@ if which == "before":
     outbox = sum(len(v) for v in state.outbox.values())
 else:
     from services.node.recovery import recover
-    from snapmesh.protocol.node import Node
+    from snapmesh.protocol.node.machine import Node
     state = recover(path, "p1", initial_balance=10**9, incoming=("p2",), outgoing=("p2",), repair=False)
     node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=state)
     outbox = node.senders["p2"].unacked
@@ -60,8 +60,9 @@ print(json.dumps({"seconds": elapsed, "peak_mib": peak / 2**20, "balance": state
 
 def write_history(data: Path, transfers: int, segment_records: int) -> tuple[Path, Path]:
     """The node's segmented data dir, and the same records as one old-style file."""
-    from snapmesh.protocol import recovery, wal
-    from snapmesh.protocol.node import Append, Node, Seal
+    from snapmesh.protocol.node import recovery
+    from snapmesh.protocol import wal
+    from snapmesh.protocol.node.machine import Append, Node, Seal
 
     seg_dir, one_dir = data / "after", data / "before"
     seg_dir.mkdir(parents=True)

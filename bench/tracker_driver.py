@@ -1,6 +1,6 @@
 """A driver of the controller's per-report path, for instruction counts per snapshot.
 
-The pure controller machine (`snapmesh.protocol.controller.Controller` over a
+The pure controller machine (`snapmesh.protocol.controller.machine.Controller` over a
 `Tracker`) fed as the gRPC shell feeds it, with no I/O: `trigger`, every node's
 FullState decoded from its wire bytes and `reported`, the effects drained, the
 snapshot `filed` once COMPLETE (as the store's writer does), and `--keep`
@@ -31,9 +31,9 @@ import sys
 import time
 
 from snapmesh.sim.retention import due as past_retention  # the fuzzer's own statement of the rule (K1)
-from snapmesh.protocol.controller import Controller
+from snapmesh.protocol.controller.machine import Controller
 from snapmesh.protocol.topology import Topology
-from snapmesh.protocol.tracker import COMPLETE, Now, Tracker
+from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 BALANCE = 10_000_000

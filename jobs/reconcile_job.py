@@ -23,8 +23,8 @@ from pyspark.sql import SparkSession
 
 from snapmesh.reconcile.common import InputError
 from snapmesh.app import AppError
-from snapmesh.reconcile.main import app_of, parser, run_job
-from snapmesh.reconcile.session import EXIT_BAD_INPUT, build_session, wait_for_executors, wait_for_master
+from snapmesh.reconcile.job import app_of, parser, run_job
+from snapmesh.spark.session import EXIT_BAD_INPUT, build_session, wait_for_executors, wait_for_master
 
 
 def main(argv: list[str]) -> int:

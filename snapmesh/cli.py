@@ -15,20 +15,20 @@ from snapmesh.processes.orphans import die_with_parent_if_asked
 
 # name -> (module with main(argv), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "sim": ("snapmesh.sim.cli", "run a scenario in the deterministic simulator"),
-    "node": ("services.node.main", "run one node (gRPC server)"),
-    "controller": ("services.controller.main", "run the snapshot controller"),
-    "app": ("services.app.main", "run the bank workload against a running cluster"),
+    "sim": ("snapmesh.commands.sim", "run a scenario in the deterministic simulator"),
+    "node": ("services.node.process", "run one node (gRPC server)"),
+    "controller": ("services.controller.process", "run the snapshot controller"),
+    "app": ("snapmesh.commands.app", "run the bank workload against a running cluster"),
     "cluster": ("snapmesh.processes.launcher", "start a local cluster on loopback (cluster up)"),
     "demo": ("snapmesh.bank.demo", "cluster + workload + reconciliation, end to end"),
-    "reconcile": ("snapmesh.reconcile.main", "check exported snapshots against the transfer logs (Spark)"),
-    "synth": ("snapmesh.reconcile.synth", "write synthetic transfer logs and snapshots"),
+    "reconcile": ("snapmesh.reconcile.job", "check exported snapshots against the transfer logs (Spark)"),
+    "synth": ("snapmesh.synth.writer", "write synthetic transfer logs and snapshots"),
     "restore": ("snapmesh.commands.restore", "roll the whole cluster back to a COMPLETE snapshot"),
     "snapshot": ("snapmesh.commands.snapshot_cli", "take, list, show, watch and verify snapshots"),
     "health": ("snapmesh.commands.health", "exit 0 when a server's gRPC health check says SERVING"),
     "certs": ("snapmesh.settings.security", "make dev certificates (CA, nodes, controller, client) and a token"),
-    "chaos": ("snapmesh.chaos.main", "a seeded fault campaign on a local cluster, checked against the logs"),
-    "trace": ("snapmesh.trace.main", "the message flow from the logs: a ShiViz log, an SVG or PNG diagram"),
+    "chaos": ("snapmesh.commands.chaos", "a seeded fault campaign on a local cluster, checked against the logs"),
+    "trace": ("snapmesh.commands.trace", "the message flow from the logs: a ShiViz log, an SVG or PNG diagram"),
     "ui": ("snapmesh.ui.server", "a read-only web page of the snapshots (overview, history, one snapshot)"),
 }
 

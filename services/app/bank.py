@@ -38,7 +38,7 @@ def decimal(data: bytes, what: str) -> int:
 
 
 class Bank:
-    """One account (the rules of snapmesh/protocol/core.py's transfer, through the contract)."""
+    """One account (the rules of snapmesh/protocol/node/core.py's transfer, through the contract)."""
 
     def __init__(self, info: NodeInfo):
         self.me = info.node_id

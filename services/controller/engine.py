@@ -1,4 +1,4 @@
-"""The shell around the controller machine: feed `snapmesh.protocol.controller.Controller` events, carry out its effects.
+"""The shell around the controller machine: feed `snapmesh.protocol.controller.machine.Controller` events, carry out its effects.
 
 Every input (a trigger, a report, a deadline, a restore call, a node's answer to
 its part, a StartSnapshot that failed) is one synchronous call on the machine,
@@ -38,9 +38,9 @@ from services.controller import journal as J
 from services.controller.metrics import ControllerMetrics
 from services.controller.restorer import RESTORE_TIMEOUT_S, RestoreRefused, restore_node
 from services.controller.store import StoreWriter
-from snapmesh.protocol import controller as ctl
-from snapmesh.protocol import restoregate
-from snapmesh.protocol.tracker import COMPLETE, Now, Tracker, UnknownSnapshot, duration_s, new_snapshot_id
+from snapmesh.protocol.controller import machine as ctl
+from snapmesh.protocol.controller import restoregate
+from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker, UnknownSnapshot, duration_s, new_snapshot_id
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import security
 from snapmesh.settings.config import ClusterConfig

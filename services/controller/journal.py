@@ -2,7 +2,7 @@
 
 `<data_dir>/controller/journal`, append-only, one framed record per fact. Which
 records there are, when each must be durable and how they are encoded is
-`snapmesh.protocol.controller_journal`'s (pure); this module holds the file.
+`snapmesh.protocol.controller.journal`'s (pure); this module holds the file.
 
 The full snapshot file is written later, in the background
 (`store.StoreWriter`); once it is, `forget` marks the snapshot's records dead,
@@ -24,7 +24,7 @@ import os
 import threading
 from pathlib import Path
 
-from snapmesh.protocol.controller_journal import HEADER, Record, decode_all, encode
+from snapmesh.protocol.controller.journal import HEADER, Record, decode_all, encode
 from snapmesh.serving.durable import fsync_dir
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from snapmesh.protocol.tracker import duration_s
+from snapmesh.protocol.controller.tracker import duration_s
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 FINISHED = ("COMPLETE", "FAILED")  # a finished snapshot's status, as the API names it

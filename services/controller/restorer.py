@@ -1,7 +1,7 @@
 """RestoreState at one node, retried: the I/O of a restore.
 
 What a restore decides (the gate, the epoch, which snapshots fail, each node's
-part, the outcome) is the controller machine's (snapmesh/protocol/controller.py,
+part, the outcome) is the controller machine's (snapmesh/protocol/controller/machine.py,
 rules R1-R4); the engine's loop sends each RestoreAt part through `restore_node`
 and hands the answer to the machine's `node_restored`. A node that cannot be
 reached is retried until `timeout_s`: the node's side is idempotent, so a

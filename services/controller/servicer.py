@@ -18,9 +18,9 @@ import grpc
 from services.controller.engine import ControllerEngine, FellBehind, TooManySnapshots
 from services.controller.restorer import RestoreRefused
 from snapmesh.protocol import chunking
-from snapmesh.protocol.controller import StaleReport
-from snapmesh.protocol.snapshot_ids import snapshot_id_problem
-from snapmesh.protocol.tracker import (
+from snapmesh.protocol.controller.machine import StaleReport
+from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
+from snapmesh.protocol.controller.tracker import (
     DuplicateReport,
     InvalidReport,
     NotInProgress,

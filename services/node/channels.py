@@ -8,8 +8,8 @@ batch is on disk. A batch carries its transfers as packed runs (`encode_frame`)
 once j's first ack on the stream said it reads them (`accepts_runs`), as one
 message each otherwise. When the stream breaks, i reconnects with jittered
 exponential backoff. Every rule of the channel itself (seq, outbox, resend,
-duplicate drop, gaps, connection numbers, flow control) lives in `snapmesh.protocol.link`, inside
-`snapmesh.protocol.node.Node`; this module only moves frames and reports what the
+duplicate drop, gaps, connection numbers, flow control) lives in `snapmesh.protocol.node.link`, inside
+`snapmesh.protocol.node.machine.Node`; this module only moves frames and reports what the
 stream did.
 
 `OutgoingChannel` is the sending side (one task per channel, explicit states);
@@ -30,8 +30,8 @@ import grpc
 
 from services.node.metrics import NodeMetrics
 from snapmesh.settings import security
-from snapmesh.protocol.core import RemoteProtocolError
-from snapmesh.protocol.link import Entry
+from snapmesh.protocol.node.core import RemoteProtocolError
+from snapmesh.protocol.node.link import Entry
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -81,7 +81,7 @@ _SENDER_TRANSITIONS: dict[SenderState, frozenset[SenderState]] = {
 class OutgoingChannel:
     """The stream side of src->dst: keeps one `Node.Channel` stream open to dst
     and writes the frames the node machine hands it (`push`). The channel's
-    rules (seq, outbox, acks, resume, bound) are `snapmesh.protocol.link.Sender`'s,
+    rules (seq, outbox, acks, resume, bound) are `snapmesh.protocol.node.link.Sender`'s,
     inside the node; this task only tells the node what the stream did:
     `on_open(dst, conn_no, resume)`, `on_ack(dst, conn_no, seq)`, `on_lost(dst)`.
     """
@@ -339,7 +339,7 @@ class IncomingChannel:
     """The receiving side of src->dst: which of several streams for the channel is
     the live one (the newest), its number (`conn_no`), and its ack writer. A newer stream
     supersedes the older one: the older is told to end (its `ending` future gets
-    a reason); the node fences its frames by conn_no (`snapmesh.protocol.link`, L6)."""
+    a reason); the node fences its frames by conn_no (`snapmesh.protocol.node.link`, L6)."""
 
     def __init__(self, *, src: str, dst: str) -> None:
         self.src = src

@@ -1,4 +1,4 @@
-"""The shell around the node machine: feed `snapmesh.protocol.node.Node` events, carry out its effects.
+"""The shell around the node machine: feed `snapmesh.protocol.node.machine.Node` events, carry out its effects.
 
 Every input (a client transfer, a frame from a channel, a snapshot start or
 abort, the log becoming durable, a timer) is one synchronous call on the
@@ -30,9 +30,10 @@ from services.node.channels import IncomingChannel, OutgoingChannel
 from services.node.metrics import NodeMetrics
 from services.node.reporter import StateReporter
 from services.node.translog import LogClosedError, TransferLog
-from snapmesh.protocol import core, link, wal
-from snapmesh.protocol import node_effects as fx
-from snapmesh.protocol.node import Node
+from snapmesh.protocol.node import core, link
+from snapmesh.protocol import wal
+from snapmesh.protocol.node import effects as fx
+from snapmesh.protocol.node.machine import Node
 from snapmesh.protocol.reports import report_message
 
 log = logging.getLogger(__name__)
@@ -176,7 +177,7 @@ class Engine:
                 pass
 
     def start_snapshot(self, snapshot_id: str, epoch: int = 0) -> None:
-        """Raises EpochFenced (node.py), changing nothing, when the node refuses `epoch`."""
+        """Raises EpochFenced (protocol/node/machine.py), changing nothing, when the node refuses `epoch`."""
         self.node.tick(self._now(), time.time())
         try:
             self.node.start_snapshot(snapshot_id, epoch=epoch)
@@ -259,7 +260,7 @@ class Engine:
 
     @property
     def app_failed(self) -> asyncio.Future[str]:
-        """Set (to the app's text) when the app raised on a peer's message: the node must stop (main.py)."""
+        """Set (to the app's text) when the app raised on a peer's message: the node must stop (process.py)."""
         if self._app_failed is None:
             self._app_failed = asyncio.get_running_loop().create_future()
         return self._app_failed
@@ -270,7 +271,7 @@ class Engine:
 
     def opened(self, src: str, epoch: int, acks: object = None) -> asyncio.Future[str]:
         """A stream from `src`, opened in `epoch`, takes the channel (its acks go
-        to `acks`); returns its `ending` future. Raises EpochFenced (node.py) when
+        to `acks`); returns its `ending` future. Raises EpochFenced (protocol/node/machine.py) when
         the node refuses `epoch`: then nothing changed, the live stream stays."""
         rx = self.incoming[src]
         self.node.opened(src, rx.conn_no + 1, epoch=epoch)  # the number `claim` gives it, just below

@@ -2,7 +2,7 @@
 
 The file side only: find the active segment (finishing a seal a crash
 interrupted), cut off a torn last line, parse each line with `snapmesh.protocol.wal`
-and hand the records to the pure `snapmesh.protocol.recovery.recover`, which the
+and hand the records to the pure `snapmesh.protocol.node.recovery.recover`, which the
 simulator runs too. Sealed segments (`<node>.log.<first lsn>.jsonl`) are never
 read here: the active one opens with a checkpoint holding everything before.
 
@@ -22,8 +22,9 @@ from types import MappingProxyType
 from typing import Any
 
 from snapmesh.app import App
-from snapmesh.protocol import recovery, wal
-from snapmesh.protocol.recovery import Recovered
+from snapmesh.protocol.node import recovery
+from snapmesh.protocol import wal
+from snapmesh.protocol.node.recovery import Recovered
 
 log = logging.getLogger(__name__)
 

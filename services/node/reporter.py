@@ -40,7 +40,8 @@ from services.node.channels import backoff_delay
 from services.node.metrics import NodeMetrics
 from services.node.translog import TransferLog
 from snapmesh.serving.durable import write_atomically
-from snapmesh.protocol import chunking, core
+from snapmesh.protocol import chunking
+from snapmesh.protocol.node import core
 from snapmesh.protocol.reports import report_message
 from snapmesh.settings import security
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -22,11 +22,11 @@ import grpc
 from services.node.channels import AckWriter, read_or_end
 from services.node.engine import AppMessage, Engine, Refused
 from services.node.translog import LogClosedError
-from snapmesh.protocol import core
-from snapmesh.protocol.link import GapError
+from snapmesh.protocol.node import core
+from snapmesh.protocol.node.link import GapError
 from snapmesh.protocol.appstate import digest
-from snapmesh.protocol.epochs import EpochFenced
-from snapmesh.protocol.node_effects import Reply, ReplyBatch
+from snapmesh.protocol.node.epochs import EpochFenced
+from snapmesh.protocol.node.effects import Reply, ReplyBatch
 from snapmesh.settings import security
 from snapmesh.settings.config import CONTROLLER_NAME
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -245,7 +245,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         state = request.state if request.HasField("state") else None
         try:
             engine.restore(request.snapshot_id, request.epoch, request.balance, in_flight, state)
-        except core.AppFailed as exc:  # the app cannot take the snapshot's state: the node stops (main.py)
+        except core.AppFailed as exc:  # the app cannot take the snapshot's state: the node stops (process.py)
             await context.abort(grpc.StatusCode.INTERNAL, f"node {engine.node_id} cannot restore: {exc}")
         except EpochFenced as exc:  # an older epoch's restore: stale
             await self._fenced(context, exc, "restore")

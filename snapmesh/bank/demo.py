@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snapmesh demo: {exc}", file=sys.stderr)
         return 1
     print("== cluster stopped")
-    from snapmesh.trace.main import write_run_trace
+    from snapmesh.commands.trace import write_run_trace
 
     print(f"== {write_run_trace(data_dir, snapshot=busiest)}", flush=True)
     status = summary.exit_code or restored
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         return status
 
     print("== reconciling every snapshot against the transfer logs (Spark, local mode)", flush=True)
-    from snapmesh.reconcile.main import main as reconcile_main
+    from snapmesh.reconcile.job import main as reconcile_main
 
     verdict = reconcile_main(["--data-dir", str(data_dir), "--out", str(data_dir / "reconcile")])
     print(f"== demo {'passed' if status == 0 and verdict == 0 else 'FAILED'}: data in {data_dir}")

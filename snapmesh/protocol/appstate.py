@@ -17,7 +17,7 @@ V2. A check that raises or returns something other than a list is a failed
     crash of the controller.
 V3. The bank's fields stay the bank's: an app cluster moves no money, so an app
     snapshot's `total` is its `expected_total` and it is `conserved`; whether it
-    may be restored is its invariants' call (snapmesh.protocol.controller.problem).
+    may be restored is its invariants' call (snapmesh.protocol.controller.machine.problem).
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from snapmesh.protocol.core import LocalProtocolError
-from snapmesh.protocol.node import Node
+from snapmesh.protocol.node.core import LocalProtocolError
+from snapmesh.protocol.node.machine import Node
 
 MODES = ("classic", "overtake", "hybrid")  # every snapshot_mode a node runs
 DEFAULT_ALIGN_TIMEOUT_S = 0.05  # Flink has no default (off); ours is a few log rounds on loopback

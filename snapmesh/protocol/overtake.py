@@ -48,7 +48,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from snapmesh.protocol import core
+from snapmesh.protocol.node import core
 
 T = TypeVar("T")
 

@@ -7,7 +7,8 @@ the node's shell needs nothing of the controller to report.
 
 from __future__ import annotations
 
-from snapmesh.protocol import appstate, core
+from snapmesh.protocol import appstate
+from snapmesh.protocol.node import core
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 

@@ -174,7 +174,7 @@ class Checkpoint(Record):
       each [seq, amount, snapshot_id] (amount 0 for a marker, "" for a transfer);
     abandoned: snapshot ids a restart must treat as abandoned (recent ones);
     requests: client request_id -> [msg_id, balance after, wall-clock seconds
-      paid, lsn of its send record] (the window, snapmesh/protocol/requests.py; older
+      paid, lsn of its send record] (the window, snapmesh/protocol/node/requests.py; older
       logs: [msg_id, balance after]);
     cuts: snapshot id -> the lsn of its cut here (recent ones);
     restored, restored_balance: the last restore's snapshot id and the balance

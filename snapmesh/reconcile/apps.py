@@ -27,10 +27,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import messages as M
-from .common import COMPLETE, found, message
-from .schema import SCOPE_SNAPSHOT
-from .segments import list_logs
+from snapmesh.reconcile import messages as M
+from snapmesh.reconcile.common import COMPLETE, found, message
+from snapmesh.reconcile.schema import SCOPE_SNAPSHOT
+from snapmesh.reconcile.segments import list_logs
 
 S = "snapshot_id"
 

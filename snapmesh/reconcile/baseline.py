@@ -19,8 +19,8 @@ from typing import Any
 
 from snapmesh.checking import cut
 
-from . import messages as M
-from .schema import INT_COLUMNS, REQUIRED_FIELDS, SCOPE_LOGS, SCOPE_SNAPSHOT, STR_COLUMNS
+from snapmesh.reconcile import messages as M
+from snapmesh.reconcile.schema import INT_COLUMNS, REQUIRED_FIELDS, SCOPE_LOGS, SCOPE_SNAPSHOT, STR_COLUMNS
 
 SENDS = ("send", "marker_sent")
 RECEIPTS = ("recv", "marker_recv")

@@ -41,9 +41,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import messages as M
-from .common import BUCKET, CHANNEL_KINDS, COMPLETE, RECEIPTS, SENDS, TRANSFERS, kind_in
-from .schema import SCOPE_LOGS, SCOPE_SNAPSHOT
+from snapmesh.reconcile import messages as M
+from snapmesh.reconcile.common import BUCKET, CHANNEL_KINDS, COMPLETE, RECEIPTS, SENDS, TRANSFERS, kind_in
+from snapmesh.reconcile.schema import SCOPE_LOGS, SCOPE_SNAPSHOT
 
 P = 2_147_483_647  # 2**31 - 1: power sums mod P of values < 2**31 fit a long
 TAIL = (1 << 63) - 1  # the interval after a node's last cut

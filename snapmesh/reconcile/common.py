@@ -11,7 +11,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .messages import Message
+from snapmesh.reconcile.messages import Message
 
 COMPLETE = "COMPLETE"
 # lsn/seq bucket width of the range joins: small enough that a record meets few

@@ -26,7 +26,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .schema import EVENT, SCOPE_RESTORE
+from snapmesh.reconcile.schema import EVENT, SCOPE_RESTORE
 
 _END = (1 << 63) - 1
 

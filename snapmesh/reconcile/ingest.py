@@ -36,12 +36,12 @@ from collections import Counter
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from .checksums import MARKER_KINDS, SEGMENT_SUMS, cut_rows, interval_sums, interval_table
-from .common import InputError
-from .parse import file_first_lsn, locate_lines, parse_log_lines
-from .schema import INGESTED
-from .session import EXIT_BAD_INPUT, build_session, stop_session
-from .segments import (
+from snapmesh.reconcile.checksums import MARKER_KINDS, SEGMENT_SUMS, cut_rows, interval_sums, interval_table
+from snapmesh.reconcile.common import InputError
+from snapmesh.reconcile.parse import file_first_lsn, locate_lines, parse_log_lines
+from snapmesh.reconcile.schema import INGESTED
+from snapmesh.spark.session import EXIT_BAD_INPUT, build_session, stop_session
+from snapmesh.reconcile.segments import (
     COLUMNAR_DIR,
     MARKERS_DIR,
     SEGMENTS_DIR,

@@ -41,9 +41,9 @@ from pyspark.sql import functions as F
 
 from snapmesh.app import App, View
 
-from .apps import is_app_complete
-from .common import InputError
-from .schema import SCOPE_INVARIANT, VERDICT
+from snapmesh.reconcile.apps import is_app_complete
+from snapmesh.reconcile.common import InputError
+from snapmesh.reconcile.schema import SCOPE_INVARIANT, VERDICT
 
 MAX_ROWS_SHOWN = 5  # violation rows a verdict names (the count says how many there are)
 

@@ -14,8 +14,8 @@ from typing import NamedTuple
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from . import messages as M
-from .common import CHANNEL_KINDS, SENDS, found, kind_in, message, shared
+from snapmesh.reconcile import messages as M
+from snapmesh.reconcile.common import CHANNEL_KINDS, SENDS, found, kind_in, message, shared
 
 
 class LogSummary(NamedTuple):

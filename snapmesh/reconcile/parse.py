@@ -15,8 +15,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from .common import RECEIPTS, SENDS, first_when, kind_in
-from .schema import ACTIVE_FIRST_LSN, CORRUPT_COLUMN, EVENT, LOG_FILE_PATTERN, LOG_RECORD, REQUIRED_FIELDS
+from snapmesh.reconcile.common import RECEIPTS, SENDS, first_when, kind_in
+from snapmesh.reconcile.schema import ACTIVE_FIRST_LSN, CORRUPT_COLUMN, EVENT, LOG_FILE_PATTERN, LOG_RECORD, REQUIRED_FIELDS
 
 # ---------------------------------------------------------------------------- logs
 

@@ -41,10 +41,10 @@ from pyspark.sql import types as T
 
 from snapmesh.checking.node_logs import LeftOut
 
-from .checksums import MARKER_COLUMNS, SEGMENT_SUMS
-from .common import InputError
-from .parse import locate_lines, parse_log_lines
-from .schema import INGESTED, LOG_FILE_PATTERN
+from snapmesh.reconcile.checksums import MARKER_COLUMNS, SEGMENT_SUMS
+from snapmesh.reconcile.common import InputError
+from snapmesh.reconcile.parse import locate_lines, parse_log_lines
+from snapmesh.reconcile.schema import INGESTED, LOG_FILE_PATTERN
 
 COLUMNAR_DIR = "columnar"
 MANIFEST = "manifest.json"

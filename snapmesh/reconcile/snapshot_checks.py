@@ -22,9 +22,9 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from . import messages as M
-from .common import BUCKET, FLOW_KINDS, RECEIPTS, SENDS, first_when, found, kind_in, message, shared
-from .log_checks import LogSummary, summarize_logs
+from snapmesh.reconcile import messages as M
+from snapmesh.reconcile.common import BUCKET, FLOW_KINDS, RECEIPTS, SENDS, first_when, found, kind_in, message, shared
+from snapmesh.reconcile.log_checks import LogSummary, summarize_logs
 
 
 def _cuts(evs: DataFrame) -> DataFrame:

@@ -13,13 +13,13 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from . import checksums
-from . import messages as M
-from .common import BUCKET, COMPLETE, shared
-from .epochs import Epochs, merge_logs_rows, restore_row
-from .log_checks import log_discrepancies, summarize_logs
-from .schema import SCOPE_LOGS, SCOPE_SNAPSHOT, VERDICT
-from .snapshot_checks import observed_total, snapshot_discrepancies
+from snapmesh.reconcile import checksums
+from snapmesh.reconcile import messages as M
+from snapmesh.reconcile.common import BUCKET, COMPLETE, shared
+from snapmesh.reconcile.epochs import Epochs, merge_logs_rows, restore_row
+from snapmesh.reconcile.log_checks import log_discrepancies, summarize_logs
+from snapmesh.reconcile.schema import SCOPE_LOGS, SCOPE_SNAPSHOT, VERDICT
+from snapmesh.reconcile.snapshot_checks import observed_total, snapshot_discrepancies
 
 
 def _as_dict(row: Any) -> dict[str, Any]:

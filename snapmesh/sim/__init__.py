@@ -1,7 +1,7 @@
 """The deterministic simulator: scenario files in, snapshots out (docs/scenarios.md).
 
 The fault fuzzer (`fuzz`) runs the production machines, the nodes'
-(snapmesh.protocol.node) and the controller's (snapmesh.protocol.controller),
+(snapmesh.protocol.node.machine) and the controller's (snapmesh.protocol.controller.machine),
 in a simulated world (`world`: `disk`, `network`, `controller`) under random faults.
 """
 

@@ -43,8 +43,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from snapmesh.app import App, Context, NodeInfo, Refused, View, check_invariants, new_machine
-from snapmesh.protocol import core, overtake, wal
-from snapmesh.protocol.node_steps import state_digest
+from snapmesh.protocol.node import core
+from snapmesh.protocol import overtake, wal
+from snapmesh.protocol.node.steps import state_digest
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 

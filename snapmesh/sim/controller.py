@@ -1,6 +1,6 @@
 """The controller process in the simulator: the production machine, a journal, the restore calls.
 
-`snapmesh.protocol.controller.Controller` (the code the gRPC controller runs)
+`snapmesh.protocol.controller.machine.Controller` (the code the gRPC controller runs)
 decides here too: which snapshots start, complete and fail, the cluster epoch,
 which restore calls start, join, get an answer or are refused, and each node's
 part of a restore (`plan`). This module only carries out its effects on the
@@ -42,13 +42,15 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from snapmesh.protocol import controller as machine
-from snapmesh.protocol import controller_journal as records
-from snapmesh.protocol import core, hybrid, overtake, restoregate
-from snapmesh.protocol import node as node_mod
+from snapmesh.protocol.controller import machine
+from snapmesh.protocol.controller import journal as records
+from snapmesh.protocol.node import core
+from snapmesh.protocol import hybrid, overtake
+from snapmesh.protocol.controller import restoregate
+from snapmesh.protocol.node import machine as node_mod
 from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.topology import Topology
-from snapmesh.protocol.tracker import COMPLETE, FAILED, InvalidReport, Now, Tracker, TrackerError, DuplicateReport
+from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, InvalidReport, Now, Tracker, TrackerError, DuplicateReport
 from snapmesh.sim import apps
 from snapmesh.sim.disk import Disk
 from snapmesh.sim.invariants import Checker, Violation

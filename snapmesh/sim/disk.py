@@ -14,7 +14,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from snapmesh.protocol import node as node_mod
+from snapmesh.protocol.node import machine as node_mod
 from snapmesh.protocol import wal
 
 

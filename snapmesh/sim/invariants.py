@@ -16,7 +16,7 @@ After every step:
   S5 no recording outlives the node's ttl;
   S6 one request_id, one send record; except that a restore takes back the
      ids a node paid after the restored snapshot's cut there, and one of them
-     may then be paid once more (snapmesh/protocol/requests.py W4);
+     may then be paid once more (snapmesh/protocol/node/requests.py W4);
   S7 no `cut` for a snapshot after the node logged an `abort` for it (no zombie).
 When the controller marks a snapshot COMPLETE, `snapmesh.checking.cut.check_snapshot`
 (the one definition of a snapshot consistent with the logs):
@@ -49,7 +49,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from snapmesh.checking import cut
-from snapmesh.protocol import core, overtake, wal
+from snapmesh.protocol.node import core
+from snapmesh.protocol import overtake, wal
 from snapmesh.sim import apps
 
 

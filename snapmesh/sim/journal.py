@@ -20,7 +20,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 
-from snapmesh.protocol import controller_journal as records
+from snapmesh.protocol.controller import journal as records
 from snapmesh.sim.invariants import Violation
 from snapmesh.v1 import snapmesh_pb2 as pb
 

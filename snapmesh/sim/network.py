@@ -20,8 +20,8 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from snapmesh.protocol import core
-from snapmesh.protocol import node as node_mod
+from snapmesh.protocol.node import core
+from snapmesh.protocol.node import machine as node_mod
 from snapmesh.sim.invariants import Violation
 
 Channel = tuple[str, str]

@@ -1,6 +1,6 @@
 """The fuzzer's own statement of `--keep` retention, to judge the controller machine's Retire effects.
 
-The rule (the machine's K1, written here apart from `snapmesh.protocol.retention`
+The rule (the machine's K1, written here apart from `snapmesh.protocol.controller.retention`
 so that a broken rule there disagrees with this one): with `keep` N > 0, the
 finished snapshots older, in id order, than the N newest COMPLETE ones are
 retired, except the one last restored. The checker holds the machine to it:

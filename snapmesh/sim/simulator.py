@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from snapmesh.protocol import core
+from snapmesh.protocol.node import core
 from snapmesh.sim.scenario import Deliver, Run, Scenario, ScenarioError, Send, StartSnapshot, Step
 from snapmesh.protocol.topology import Channel, channel_name
 

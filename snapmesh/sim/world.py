@@ -1,13 +1,13 @@
 """One simulated cluster: node machines on simulated disks, a network, the controller, clients.
 
 Every piece of logic that decides something is production code: the node
-machines (`snapmesh.protocol.node.Node`, recovered through `wal` and
-`recovery`) and the controller machine (`snapmesh.protocol.controller`). The
+machines (`snapmesh.protocol.node.machine.Node`, recovered through `wal` and
+`recovery`) and the controller machine (`snapmesh.protocol.controller.machine`). The
 world only routes their effects (`route` for a node's, `SimController.carry_out`
 for the controller's) to the simulated disk, network and clients, and tells
 the invariant checker what happened; a client's answer is the node's `Reply`
 effect, carried to the client. The schedule that drives it is
-snapmesh/sim/fuzz.py's. With an app the nodes host it and the clients send its
+snapmesh/fuzzer/fuzz.py's. With an app the nodes host it and the clients send its
 commands (snapmesh/sim/apps.py); without, they move the bank's money.
 """
 
@@ -19,8 +19,9 @@ from collections import Counter
 from typing import Any
 
 from snapmesh.app import App
-from snapmesh.protocol import core, hybrid, link, recovery, wal
-from snapmesh.protocol import node as node_mod
+from snapmesh.protocol.node import core, link, recovery
+from snapmesh.protocol import hybrid, wal
+from snapmesh.protocol.node import machine as node_mod
 from snapmesh.sim import apps
 from snapmesh.sim.controller import DEADLINE, SimController
 from snapmesh.sim.disk import Disk
@@ -54,7 +55,7 @@ class World:
         self.bound = rng.choice([3, 6, 1000])
         self.segment_records = rng.choice([8, 20, 10**6])
         self.steps = rng.randint(50, 250)
-        # The request-id window (snapmesh/protocol/requests.py), from its own generator.
+        # The request-id window (snapmesh/protocol/node/requests.py), from its own generator.
         window_rng = random.Random(seed * 7919 + 1)
         self.request_ttl = window_rng.choice([0.5, 2.0, 900.0])
         self.request_capacity = window_rng.choice([4, 64, 200_000])

@@ -5,5 +5,5 @@
     shiviz.py   events -> a ShiViz / GoVector log (pure)
     layout.py   events -> a space-time diagram's geometry (pure)
     svg.py      geometry -> SVG text; PNG through cairosvg
-    main.py     the command line
+    (the command line is snapmesh/commands/trace.py)
 """

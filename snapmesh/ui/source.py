@@ -27,7 +27,7 @@ from typing import Any
 
 import grpc
 
-from snapmesh.protocol.snapshot_ids import snapshot_id_problem
+from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
 from snapmesh.settings import security
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -174,7 +174,7 @@ class Source:
             return cluster.last_restore, ""
         if self.data_dir is None:
             return None, "none"
-        from snapmesh.protocol import controller_journal as J
+        from snapmesh.protocol.controller import journal as J
 
         path = self.data_dir / "controller" / "journal"
         try:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from snapmesh.checking.steps import StepChecker  # noqa: E402
 from snapmesh.checking.trace import InvariantViolation, check_trace  # noqa: E402
 
-from snapmesh.protocol import core  # noqa: E402
+from snapmesh.protocol.node import core# noqa: E402
 from snapmesh.sim import from_dict, simulate  # noqa: E402
 from snapmesh.sim.scenario import Deliver, Run, Send, StartSnapshot  # noqa: E402
 from snapmesh.sim.simulator import Simulator  # noqa: E402

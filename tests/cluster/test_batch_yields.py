@@ -16,7 +16,7 @@ import signal
 import grpc
 import pytest
 
-from services.node import main as node_main
+from services.node import process as node_main
 from services.node import servicer as node_servicer
 from snapmesh.settings import config as cluster_config
 from snapmesh.serving.runtime import CLIENT_OPTIONS

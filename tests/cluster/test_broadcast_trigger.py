@@ -16,13 +16,14 @@ from support.cluster_helpers import check_against_logs, controller_stub
 from snapmesh.app import load_app
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.processes.supervisor import Cluster
-from snapmesh.protocol import controller as M
-from snapmesh.protocol import controller_journal as R
+from snapmesh.protocol.controller import machine as M
+from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.topology import Topology
-from snapmesh.protocol.tracker import Now, Tracker
+from snapmesh.protocol.controller.tracker import Now, Tracker
 from snapmesh.settings.config import write_cluster
 from snapmesh.bank.load import BackgroundLoad
-from snapmesh.sim import cli, fuzz
+from snapmesh.commands import sim as cli
+from snapmesh.fuzzer import fuzz
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 T0 = Now(mono=100.0, wall=1_700_000_000.0)

@@ -21,15 +21,15 @@ import signal
 import grpc
 import pytest
 
-from services.node import main as node_main
+from services.node import process as node_main
 from services.node.channels import IncomingChannel, encode_frame
 from services.node.engine import Engine
 from services.node.metrics import NodeMetrics
 from services.node.servicer import _receive
-from snapmesh.protocol import core
-from snapmesh.protocol.link import Entry
-from snapmesh.protocol.node import Node
-from snapmesh.protocol.recovery import fresh
+from snapmesh.protocol.node import core
+from snapmesh.protocol.node.link import Entry
+from snapmesh.protocol.node.machine import Node
+from snapmesh.protocol.node.recovery import fresh
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import config as cluster_config
 from snapmesh.v1 import snapmesh_pb2 as pb

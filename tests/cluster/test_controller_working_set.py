@@ -19,7 +19,7 @@ from services.controller.metrics import ControllerMetrics
 from services.controller.engine import ControllerEngine
 from services.controller.servicer import ControllerService
 from services.controller.store import SnapshotStore, StoreWriter
-from snapmesh.protocol.tracker import FINISHED_KEPT, Tracker, UnknownSnapshot, new_snapshot_id
+from snapmesh.protocol.controller.tracker import FINISHED_KEPT, Tracker, UnknownSnapshot, new_snapshot_id
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from support.cluster_helpers import served_in_process

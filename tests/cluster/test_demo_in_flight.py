@@ -16,7 +16,7 @@ import pytest
 from snapmesh.bank.workload import WorkloadParams, run_workload
 from snapmesh.settings.config import write_cluster
 from snapmesh.bank.demo import point_at_in_flight
-from snapmesh.reconcile.main import format_table
+from snapmesh.reconcile.job import format_table
 from snapmesh.processes.supervisor import Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]

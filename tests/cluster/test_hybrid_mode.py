@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from snapmesh.protocol import core, link, overtake, recovery, wal
+from snapmesh.protocol.node import core, link, recovery
+from snapmesh.protocol import overtake, wal
 from snapmesh.protocol.hybrid import HybridNode, check_align_timeout, wire_mode
-from snapmesh.sim import cli, fuzz
+from snapmesh.commands import sim as cli
+from snapmesh.fuzzer import fuzz
 from support.machines import Machines
 
 

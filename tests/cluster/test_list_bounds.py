@@ -36,8 +36,8 @@ from services.controller.engine import ControllerEngine
 from services.controller.servicer import ControllerService
 from services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.checking import snapshot_file
-from snapmesh.protocol.snapshot_ids import new_snapshot_id
-from snapmesh.protocol.tracker import Tracker
+from snapmesh.protocol.controller.snapshot_ids import new_snapshot_id
+from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 

@@ -17,7 +17,7 @@ from services.node.recovery import CorruptLogError, recover
 from services.node import translog
 from services.node.translog import TransferLog
 from snapmesh.protocol import wal
-from snapmesh.protocol.link import Entry
+from snapmesh.protocol.node.link import Entry
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from snapmesh.protocol import controller_journal as journal
+from snapmesh.protocol.controller import journal
 from snapmesh.settings import config
 from snapmesh.settings.config import write_cluster
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -23,8 +23,8 @@ from services.node.metrics import NodeMetrics
 from services.node.recovery import recover
 from services.node.reporter import PendingReports, StateReporter
 from services.node.translog import TransferLog
-from snapmesh.protocol import core
-from snapmesh.protocol.node import Node
+from snapmesh.protocol.node import core
+from snapmesh.protocol.node.machine import Node
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = pytest.mark.timeout(60)

@@ -25,7 +25,7 @@ import pytest
 from support.cluster_helpers import controller_stub, node_stub, poll
 from snapmesh.checking.node_logs import read_node_log
 from snapmesh.processes.supervisor import Cluster
-from snapmesh.protocol import controller_journal
+from snapmesh.protocol.controller import journal as controller_journal
 from snapmesh.settings.config import write_cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 

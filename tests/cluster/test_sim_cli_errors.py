@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from snapmesh.sim import cli
+from snapmesh.commands import sim as cli
 
 MESH2 = {"A": 10, "B": 10}
 TRIANGLE = [["A", "B"], ["B", "C"], ["C", "A"]]

@@ -1,7 +1,7 @@
 """Hand-computed scenarios: exact output of `snapmesh sim run` for examples/*.json.
 
 Each expected result below was worked out by hand, step by step, from the rules
-at the top of snapmesh/protocol/core.py; the comments show the working. Steps are
+at the top of snapmesh/protocol/node/core.py; the comments show the working. Steps are
 numbered from 0. "M" is a marker. Channel lists in the comments show what is
 waiting on a channel, oldest first.
 """

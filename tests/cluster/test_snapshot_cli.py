@@ -640,7 +640,7 @@ def test_a_tls_client_against_this_plaintext_cluster_is_told_to_drop_tls_dir(clu
 
 
 def test_app_and_snapshot_given_a_nodes_address_say_it_is_a_node(cluster, capsys):
-    from services.app.main import main as app_main
+    from snapmesh.commands.app import main as app_main
 
     node = cluster.node_address("p3")
     assert app_main(["--controller", node, "--duration", "1"]) == 1  # as snapshot: the call failed

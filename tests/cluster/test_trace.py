@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from snapmesh.reconcile.synth import main as synth_main
+from snapmesh.synth.writer import main as synth_main
 from snapmesh.trace.clocks import build_trace, happened_before
 from snapmesh.trace.layout import layout
 from snapmesh.trace.logs import LogError, read_data_dir
-from snapmesh.trace.main import main as trace_main
+from snapmesh.commands.trace import main as trace_main
 from snapmesh.trace.shiviz import SHIVIZ_REGEX, render_shiviz
 from snapmesh.trace.svg import CHOSEN_CUT_COLOUR, render_png, render_svg
 
@@ -260,7 +260,7 @@ def test_a_real_clusters_logs(tmp_path):
     from snapmesh.bank.workload import WorkloadParams, run_workload
     from snapmesh.processes.supervisor import Cluster
     from snapmesh.settings.config import write_cluster
-    from snapmesh.trace.main import write_run_trace
+    from snapmesh.commands.trace import write_run_trace
 
     data_dir = tmp_path / "run"
     with Cluster(write_cluster(data_dir / "cluster.toml", nodes=4, data_dir=data_dir)) as cluster:

@@ -13,10 +13,10 @@ import pytest
 
 from snapmesh.app import App, View
 from snapmesh.checking import snapshot_file
-from snapmesh.protocol import controller
+from snapmesh.protocol.controller import machine as controller
 from snapmesh.protocol.appstate import AppChecker, digest, view_of
 from snapmesh.protocol.topology import Topology
-from snapmesh.protocol.tracker import COMPLETE, DuplicateReport, Now, Tracker
+from snapmesh.protocol.controller.tracker import COMPLETE, DuplicateReport, Now, Tracker
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 NOW = Now(mono=0.0, wall=1_795_000_000.0)

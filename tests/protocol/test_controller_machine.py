@@ -1,4 +1,4 @@
-"""The controller machine (snapmesh/protocol/controller.py): events in, effects out, no I/O.
+"""The controller machine (snapmesh/protocol/controller/machine.py): events in, effects out, no I/O.
 
 The gRPC engine and the fault simulator drive this object; these tests drive it
 by hand and read the effects it asks for, in order.
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from snapmesh.protocol import controller as M
-from snapmesh.protocol import controller_journal as R
-from snapmesh.protocol import restoregate
+from snapmesh.protocol.controller import machine as M
+from snapmesh.protocol.controller import journal as R
+from snapmesh.protocol.controller import restoregate
 from snapmesh.protocol.topology import Topology
-from snapmesh.protocol.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker, UnknownSnapshot
+from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker, UnknownSnapshot
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 T0 = Now(mono=100.0, wall=1_700_000_000.0)

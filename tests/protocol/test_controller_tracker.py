@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from snapmesh.protocol.tracker import (
+from snapmesh.protocol.controller.tracker import (
     COMPLETE,
     FAILED,
     IN_PROGRESS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from snapmesh.protocol import core
+from snapmesh.protocol.node import core
 
 
 def finish(p: core.Process, sid: str) -> None:

@@ -1,7 +1,7 @@
 """The core's whole transition table, and every protocol violation.
 
 For every (phase, input) pair: either the transition the rules in
-snapmesh/protocol/core.py describe, with exactly the effects they imply, or the right
+snapmesh/protocol/node/core.py describe, with exactly the effects they imply, or the right
 typed error, and an error never changes the process (its whole internal state
 is compared before and after). A hypothesis test then drives a process with
 random input sequences, valid and invalid, against a small reference model
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from snapmesh.protocol import core
-from snapmesh.protocol.core import (
+from snapmesh.protocol.node import core
+from snapmesh.protocol.node.core import (
     ChannelRecorded,
     LocalProtocolError,
     LocalStateRecorded,
@@ -326,7 +326,7 @@ class ModelRecording:
 
 @dataclass
 class Model:
-    """The rules of snapmesh/protocol/core.py, restated as simply as possible."""
+    """The rules of snapmesh/protocol/node/core.py, restated as simply as possible."""
 
     balance: int
     phases: dict[str, Phase] = field(default_factory=dict)

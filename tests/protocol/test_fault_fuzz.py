@@ -1,4 +1,4 @@
-"""The fault fuzzer (snapmesh/sim/fuzz.py): 10,000 cases, and proof that its checker bites.
+"""The fault fuzzer (snapmesh/fuzzer/fuzz.py): 10,000 cases, and proof that its checker bites.
 
 Each case is one seed; a failure prints the seed and the command that replays it:
 
@@ -15,7 +15,8 @@ from collections import Counter
 
 import pytest
 
-from snapmesh.sim import cli, fuzz
+from snapmesh.commands import sim as cli
+from snapmesh.fuzzer import fuzz
 from support.mutations import (
     MUTATIONS,
     _no_duplicate_drop,

@@ -21,8 +21,9 @@ import pytest
 
 from services.app import kvshard
 from snapmesh.app import App
-from snapmesh.protocol import apphost
-from snapmesh.sim import cli, fuzz
+from snapmesh.protocol.node import apphost
+from snapmesh.commands import sim as cli
+from snapmesh.fuzzer import fuzz
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support.mutations import MUTATIONS

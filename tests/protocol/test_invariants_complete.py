@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from support.logs import P1, P2
 
-from snapmesh.protocol import core
+from snapmesh.protocol.node import core
 from snapmesh.sim.invariants import Checker, Violation
 
 # The two logs' records in an order they could have happened in (a receipt after its send).

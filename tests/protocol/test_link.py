@@ -1,10 +1,10 @@
-"""snapmesh/protocol/link.py: a Sender and a Receiver over an in-memory wire (h11's ConnectionPair idea)."""
+"""snapmesh/protocol/node/link.py: a Sender and a Receiver over an in-memory wire (h11's ConnectionPair idea)."""
 
 from __future__ import annotations
 
 import pytest
 
-from snapmesh.protocol import core, link
+from snapmesh.protocol.node import core, link
 
 
 class Pair:

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from snapmesh.app import App, View, check_invariants
-from snapmesh.protocol import core, recovery, wal
-from snapmesh.protocol.node import Node, state_digest
-from snapmesh.protocol.node_effects import Ack, Append, Finished, Report, Seal, Transmit
+from snapmesh.protocol.node import core, recovery
+from snapmesh.protocol import wal
+from snapmesh.protocol.node.machine import Node, state_digest
+from snapmesh.protocol.node.effects import Ack, Append, Finished, Report, Seal, Transmit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import token_ring  # noqa: E402

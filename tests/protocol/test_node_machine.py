@@ -1,4 +1,4 @@
-"""snapmesh/protocol/node.py and snapmesh/protocol/recovery.py: whole node machines over in-memory links.
+"""snapmesh/protocol/node/machine.py and snapmesh/protocol/node/recovery.py: whole node machines over in-memory links.
 
 Also the pure half of: aborts replayed, a marker never without its cut,
 checkpoints and segments, a full channel refuses at once, and a retried
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from snapmesh.protocol import core, link, overtake, recovery, wal
-from snapmesh.protocol.node_effects import Accepted, Append, Transmit
+from snapmesh.protocol.node import core, link, recovery
+from snapmesh.protocol import overtake, wal
+from snapmesh.protocol.node.effects import Accepted, Append, Transmit
 from support.machines import Machines, kinds
 
 

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from snapmesh.protocol.core import Transfer
+from snapmesh.protocol.node.core import Transfer
 from snapmesh.protocol.overtake import merge
 
 

@@ -1,4 +1,4 @@
-"""Retry keys on the pure node machine (snapmesh/protocol/requests.py, node.py, recovery.py).
+"""Retry keys on the pure node machine (snapmesh/protocol/node/requests.py, machine.py, recovery.py).
 
 - A retry with the same request_id is never paid twice: one burst of 10,001
    ids does not push the first out, and after a restart from a checkpoint the
@@ -19,7 +19,8 @@ import pytest
 from support.machines import Machines
 from support.machines import _restore_all, _snapshot_with_one_in_flight
 
-from snapmesh.protocol import core, requests, wal
+from snapmesh.protocol.node import core, requests
+from snapmesh.protocol import wal
 
 
 def test_a_burst_of_ten_thousand_ids_does_not_push_out_the_first() -> None:

@@ -1,4 +1,4 @@
-"""RestoreGate (snapmesh/protocol/restoregate.py): who may start a restore, as a pure state machine.
+"""RestoreGate (snapmesh/protocol/controller/restoregate.py): who may start a restore, as a pure state machine.
 
 One restore at a time, and a key never rolls back twice."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from snapmesh.protocol.restoregate import MAX_KEY_BYTES, Answer, Busy, Join, Refuse, RestoreGate, Start, key_problem
+from snapmesh.protocol.controller.restoregate import MAX_KEY_BYTES, Answer, Busy, Join, Refuse, RestoreGate, Start, key_problem
 
 
 def test_a_call_with_nothing_running_claims_the_restore_in_the_same_step() -> None:

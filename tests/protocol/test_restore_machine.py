@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 from support.machines import Machines, kinds
 
-from snapmesh.protocol import core, recovery, wal
-from snapmesh.protocol.epochs import EpochFenced
+from snapmesh.protocol.node import core, recovery
+from snapmesh.protocol import wal
+from snapmesh.protocol.node.epochs import EpochFenced
 from support.machines import _restore_all, _snapshot_with_one_in_flight
 
 

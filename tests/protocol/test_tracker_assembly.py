@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from snapmesh.protocol import tracker as tr
+from snapmesh.protocol.controller import tracker as tr
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 

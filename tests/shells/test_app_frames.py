@@ -12,8 +12,8 @@ import pytest
 from services.node.channels import encode_frame
 from services.node.engine import AppMessage
 from services.node.servicer import _decode
-from snapmesh.protocol import core
-from snapmesh.protocol.link import Entry
+from snapmesh.protocol.node import core
+from snapmesh.protocol.node.link import Entry
 
 APP_ENTRIES = (
     Entry(seq=0, amount=3, snapshot_id="s0"),  # an early marker (overtake)

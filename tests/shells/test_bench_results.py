@@ -53,7 +53,7 @@ def test_profile_categories_take_the_innermost_named_frame_and_set_waiting_apart
     from bench.profile import WAITING, categorize, shares, table
 
     rpc = "measured (snapmesh/serving/metrics.py:118);NodeServicer.TransferBatch (services/node/servicer.py:83)"
-    core = rpc + ";Engine.transfer_batch (services/node/engine.py:90);Node.transfer (snapmesh/protocol/node.py:238)"
+    core = rpc + ";Engine.transfer_batch (services/node/engine.py:90);Node.transfer (snapmesh/protocol/node/machine.py:238)"
     assert categorize(rpc) == "client RPC (TransferBatch servicer)"
     assert categorize(core) == "core + link (pure machine)"  # the innermost frame a rule names
     assert categorize(core + ";send_record (snapmesh/protocol/wal.py:220)") == "core + link (pure machine)"  # making it

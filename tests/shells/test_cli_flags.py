@@ -60,7 +60,7 @@ def test_the_data_dir_is_data_dir_everywhere():
 
 @pytest.mark.parametrize("old, new", [(["--dir"], ["--data-dir"])])
 def test_chaos_takes_the_old_dir_flag_as_an_alias(old, new, tmp_path):
-    from snapmesh.chaos.main import parser
+    from snapmesh.commands.chaos import parser
 
     for flag in (*old, *new):
         args = parser().parse_args([flag, str(tmp_path)])
@@ -68,13 +68,13 @@ def test_chaos_takes_the_old_dir_flag_as_an_alias(old, new, tmp_path):
 
 
 @pytest.mark.parametrize("module, builder, new, old, dest", [
-    ("snapmesh.reconcile.synth", "parser", "--data-dir", "--out", "out"),  # it writes a data dir
-    ("snapmesh.reconcile.main", "parser", "--verdicts-dir", "--out", "out"),
+    ("snapmesh.synth.writer", "parser", "--data-dir", "--out", "out"),  # it writes a data dir
+    ("snapmesh.reconcile.job", "parser", "--verdicts-dir", "--out", "out"),
     ("snapmesh.settings.security", "_parser", "--tls-dir", "--out", "out"),  # what clients then give as --tls-dir
 ])
 def test_outputs_are_named_for_what_they_are_and_the_old_names_still_work(module, builder, new, old, dest, tmp_path):
     build = getattr(importlib.import_module(module), builder)
-    required = ["--data-dir", "d"] if module == "snapmesh.reconcile.main" else []
+    required = ["--data-dir", "d"] if module == "snapmesh.reconcile.job" else []
     for flag in (new, old):
         args = build().parse_args([*required, flag, str(tmp_path)])
         assert getattr(args, dest) == str(tmp_path)

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from services.controller.engine import ControllerEngine
 from services.controller.metrics import ControllerMetrics
-from snapmesh.protocol.tracker import Tracker
+from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from services.controller import journal as J
-from snapmesh.protocol import controller_journal as R
-from snapmesh.protocol.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker
+from snapmesh.protocol.controller import journal as R
+from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 

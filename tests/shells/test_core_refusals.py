@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from services.node.servicer import REFUSAL_STATUS
-from snapmesh.protocol import core
+from snapmesh.protocol.node import core
 
 
 def process() -> core.Process:

@@ -112,7 +112,7 @@ def test_snapshot_get_prints_the_verdicts_and_the_describe():
 
 
 def test_the_picture_carries_the_describe_under_it(tmp_path):
-    from snapmesh.reconcile.synth import main as synth_main
+    from snapmesh.synth.writer import main as synth_main
     from snapmesh.trace.clocks import build_trace
     from snapmesh.trace.layout import layout
     from snapmesh.trace.logs import read_data_dir

@@ -17,7 +17,7 @@ from services.node.channels import (
     backoff_delay,
 )
 from services.node.metrics import NodeMetrics
-from snapmesh.protocol.link import Entry
+from snapmesh.protocol.node.link import Entry
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -4,7 +4,7 @@ path that must answer exactly as the per-transfer one did."""
 from __future__ import annotations
 
 from snapmesh.sim.retention import due as past_retention  # the fuzzer's own statement of the rule
-from snapmesh.protocol.tracker import Now, Tracker
+from snapmesh.protocol.controller.tracker import Now, Tracker
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 

@@ -21,10 +21,11 @@ import pytest
 from support.engine_harness import Aborted, ServicerContext, held_node, outcome
 from support.machines import Machines
 
-from snapmesh.protocol import epochs, wal
-from snapmesh.protocol.node import Node
+from snapmesh.protocol.node import epochs
+from snapmesh.protocol import wal
+from snapmesh.protocol.node.machine import Node
 from services.app import kvshard
-from snapmesh.sim import fuzz
+from snapmesh.fuzzer import fuzz
 from snapmesh.sim.invariants import Violation
 from snapmesh.v1 import snapmesh_pb2 as pb
 

@@ -11,9 +11,9 @@ import random
 import pytest
 
 from snapmesh.sim.retention import due as past_retention  # the fuzzer's own statement of the rule
-from snapmesh.protocol.retention import Retention
+from snapmesh.protocol.controller.retention import Retention
 from snapmesh.protocol.topology import Topology
-from snapmesh.protocol.tracker import Now, Tracker
+from snapmesh.protocol.controller.tracker import Now, Tracker
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 NODES = ("p1", "p2")

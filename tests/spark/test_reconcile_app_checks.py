@@ -17,8 +17,9 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from snapmesh.app import App, View
-from snapmesh.reconcile import apps, invariants, synth
-from snapmesh.reconcile import main as reconcile_main
+from snapmesh.reconcile import apps, invariants
+from snapmesh.synth import writer as synth
+from snapmesh.reconcile import job as reconcile_main
 from support.spark_fixtures import spark  # noqa: F401
 
 pytestmark = [pytest.mark.spark]

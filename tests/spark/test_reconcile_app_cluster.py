@@ -25,8 +25,8 @@ import pytest
 
 from snapmesh.app import load_app
 from snapmesh.processes.supervisor import Cluster
-from snapmesh.reconcile.main import reconcile
-from snapmesh.reconcile.standalone import StandaloneCluster
+from snapmesh.reconcile.job import reconcile
+from snapmesh.spark.standalone import StandaloneCluster
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc

@@ -1,4 +1,4 @@
-"""The driver JVM's class archive (snapmesh/reconcile/cds.py).
+"""The driver JVM's class archive (snapmesh/spark/cds.py).
 
 Unit: which archives are mapped (intact, keyed by the JVM and pyspark) and which are
 not (truncated, not an archive, disabled). End to end, in real processes: `snapmesh
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from snapmesh.reconcile import cds, synth
+from snapmesh.spark import cds
+from snapmesh.synth import writer as synth
 
 pytestmark = pytest.mark.spark
 

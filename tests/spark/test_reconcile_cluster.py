@@ -21,7 +21,7 @@ from snapmesh.checking.logcheck import check_logs
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.settings.config import write_cluster
 from snapmesh.bank.load import BackgroundLoad
-from snapmesh.reconcile.main import format_table, reconcile
+from snapmesh.reconcile.job import format_table, reconcile
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from support.spark_fixtures import spark  # noqa: F401  (the session-wide fixture)

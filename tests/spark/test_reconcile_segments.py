@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from snapmesh.reconcile import ingest, synth
-from snapmesh.reconcile import main as reconcile
+from snapmesh.reconcile import ingest
+from snapmesh.synth import writer as synth
+from snapmesh.reconcile import job as reconcile
 from snapmesh.reconcile.segments import read_logs
 from support.spark_fixtures import spark  # noqa: F401
 from support.spark_data import SIZE, split_logs

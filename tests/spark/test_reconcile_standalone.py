@@ -18,9 +18,10 @@ import time
 import pytest
 
 from snapmesh.settings.ports import free_ports, port_is_free
-from snapmesh.reconcile import ingest, synth
-from snapmesh.reconcile import main as reconcile
-from snapmesh.reconcile.standalone import StandaloneCluster
+from snapmesh.reconcile import ingest
+from snapmesh.synth import writer as synth
+from snapmesh.reconcile import job as reconcile
+from snapmesh.spark.standalone import StandaloneCluster
 from support.spark_fixtures import spark  # noqa: F401
 from support.spark_data import SIZE, split_logs
 

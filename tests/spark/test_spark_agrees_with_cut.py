@@ -18,8 +18,9 @@ from support.spark_fixtures import spark  # noqa: F401
 
 from snapmesh.checking import cut
 from snapmesh.checking.node_logs import read_logs
-from snapmesh.reconcile import baseline, synth
-from snapmesh.reconcile import main as job
+from snapmesh.reconcile import baseline
+from snapmesh.synth import writer as synth
+from snapmesh.reconcile import job
 from snapmesh.reconcile import messages as M
 
 pytestmark = pytest.mark.spark

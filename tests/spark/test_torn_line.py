@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from snapmesh.reconcile import main as reconcile
-from snapmesh.reconcile import synth
-from snapmesh.trace import main as trace
+from snapmesh.reconcile import job as reconcile
+from snapmesh.synth import writer as synth
+from snapmesh.commands import trace
 from support.spark_fixtures import spark  # noqa: F401
 
 pytestmark = pytest.mark.spark

@@ -22,7 +22,7 @@ from services.node.reporter import PendingReports, StateReporter
 from services.node.servicer import NodeServicer
 from services.node.translog import TransferLog
 from snapmesh.app import App
-from snapmesh.protocol.node import Node
+from snapmesh.protocol.node.machine import Node
 
 
 class Aborted(Exception):

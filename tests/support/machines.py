@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from snapmesh.protocol import core, recovery, wal
-from snapmesh.protocol.node import Node
-from snapmesh.protocol.node_effects import Ack, Append, Finished, Report, Seal, Transmit
+from snapmesh.protocol.node import core, recovery
+from snapmesh.protocol import wal
+from snapmesh.protocol.node.machine import Node
+from snapmesh.protocol.node.effects import Ack, Append, Finished, Report, Seal, Transmit
 
 
 class Machines:

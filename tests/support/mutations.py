@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import pytest
-from snapmesh.protocol import controller, link, recovery, requests, restoregate, retention, tracker
-from snapmesh.protocol import controller_journal as journal
-from snapmesh.protocol import node as node_mod
-from snapmesh.protocol import node_steps
+from snapmesh.protocol.controller import machine as controller, restoregate, retention, tracker
+from snapmesh.protocol.node import link, recovery, requests
+from snapmesh.protocol.controller import journal
+from snapmesh.protocol.node import machine as node_mod
+from snapmesh.protocol.node import steps as node_steps
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from snapmesh.protocol import core
+from snapmesh.protocol.node import core
 
 MAX_ID_BYTES = 128  # a longer request_id is refused (INVALID_ARGUMENT), never logged
 REQUEST_TTL_S = 900.0  # 15 minutes

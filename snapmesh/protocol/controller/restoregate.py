@@ -2,7 +2,7 @@
 
 One restore at a time, and a key never rolls back twice.
 
-The controller machine (snapmesh/protocol/controller.py) asks this gate before it
+The controller machine (snapmesh/protocol/controller/machine.py) asks this gate before it
 rolls anything back, and the fault simulator (snapmesh/sim) drives the same gate with
 concurrent and retried restores. No I/O, no clock: time is passed in.
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections import deque
 from typing import NamedTuple
 
-from snapmesh.protocol.core import LocalProtocolError, Refusal, RemoteProtocolError
+from snapmesh.protocol.node.core import LocalProtocolError, Refusal, RemoteProtocolError
 
 # Flow control (L7). A marker waits behind everything already queued on its channel, so
 # a deep outbox is snapshot latency: at saturation 20,000 gave multi-second snapshots

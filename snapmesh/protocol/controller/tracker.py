@@ -48,9 +48,9 @@ from typing import NamedTuple
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from snapmesh.protocol.appstate import AppChecker, digest
-from snapmesh.protocol.assembly import add_node_stats, assemble
-from snapmesh.protocol.retention import Retention
-from snapmesh.protocol.snapshot_ids import new_snapshot_id, snapshot_id_problem  # noqa: F401  (the tracker's ids)
+from snapmesh.protocol.controller.assembly import add_node_stats, assemble
+from snapmesh.protocol.controller.retention import Retention
+from snapmesh.protocol.controller.snapshot_ids import new_snapshot_id, snapshot_id_problem  # noqa: F401  (the tracker's ids)
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 

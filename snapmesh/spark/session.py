@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from . import cds
-from .common import InputError
+from snapmesh.spark import cds
+from snapmesh.reconcile.common import InputError
 
 EXIT_OK, EXIT_INCONSISTENT, EXIT_BAD_INPUT = 0, 1, 2
 

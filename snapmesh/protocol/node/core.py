@@ -92,7 +92,7 @@ class Refusal(enum.Enum):
     INVALID_TRANSFER = "invalid transfer"  # no channel to that destination (itself included), or a bad amount
     INSUFFICIENT_FUNDS = "insufficient funds"  # a valid transfer that the balance does not cover
     CHANNEL_FULL = "channel full"  # the link below holds its bound of unacknowledged messages (link.ChannelFull)
-    REQUESTS_FULL = "request-id window full"  # snapmesh/protocol/requests.py W2
+    REQUESTS_FULL = "request-id window full"  # snapmesh/protocol/node/requests.py W2
     REQUEST_UNKNOWN = "request outcome unknown"  # a retry past the window or in doubt after a restore (W4)
     APP_REFUSED = "refused by the app"  # ctx.refuse(code, text): `code` is the gRPC status name
     APP_FAILED = "the app raised"  # on_command raised: the step is refused, nothing logged

@@ -1,4 +1,4 @@
-"""What the node machine (`snapmesh.protocol.node.Node`) hands its shell.
+"""What the node machine (`snapmesh.protocol.node.machine.Node`) hands its shell.
 
 Effects come out of `Node.drain()`, in order; the shell carries each out
 (services/node/engine.py, the fault simulator, the tests):
@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from snapmesh.protocol import core, wal
-from snapmesh.protocol.link import Entry
+from snapmesh.protocol.node import core
+from snapmesh.protocol import wal
+from snapmesh.protocol.node.link import Entry
 
 
 class Append(NamedTuple):

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from snapmesh.app import App, Context, NodeInfo, Refused, validate_machine
-from snapmesh.protocol.core import AppFailed, AppRefusal, Refusal
+from snapmesh.protocol.node.core import AppFailed, AppRefusal, Refusal
 
 Sends = list[tuple[str, bytes]]
 

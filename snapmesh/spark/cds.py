@@ -104,7 +104,7 @@ def prepare() -> Path:
         tmp = archive.with_name(f".{archive.name}.{os.getpid()}.tmp")
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "snapmesh.reconcile.warmup", str(tmp), scratch],
+                [sys.executable, "-m", "snapmesh.spark.warmup", str(tmp), scratch],
                 capture_output=True, text=True, timeout=DUMP_TIMEOUT_S,
                 env=dict(os.environ, SPARK_LOCAL_IP=os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")),
             )

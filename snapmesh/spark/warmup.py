@@ -1,6 +1,6 @@
 """The run `snapmesh reconcile prepare` dumps the driver JVM's classes from (``cds``).
 
-``python -m snapmesh.reconcile.warmup ARCHIVE SCRATCH``, in a child process: a small
+``python -m snapmesh.spark.warmup ARCHIVE SCRATCH``, in a child process: a small
 reconcile on synthetic data whose JVM writes its class archive to ARCHIVE as it
 exits. Apart from ``cds`` because it runs the job (``main``), which maps the archive
 ``cds`` names: so neither imports the other's importer.
@@ -13,10 +13,10 @@ import sys
 
 from pyspark import SparkContext
 
-from . import synth
-from .cds import DUMP_TIMEOUT_S
-from .main import run_job
-from .session import EXIT_OK, build_session
+from snapmesh.synth import writer as synth
+from snapmesh.spark.cds import DUMP_TIMEOUT_S
+from snapmesh.reconcile.job import run_job
+from snapmesh.spark.session import EXIT_OK, build_session
 
 
 def dump(archive_tmp: str, scratch: str) -> None:

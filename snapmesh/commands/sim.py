@@ -1,6 +1,6 @@
 """`snapmesh sim run FILE [--seed N]`: run a scenario, print the result as JSON.
 `snapmesh sim fuzz [--seed N] [--cases N] [--app APP] [--broadcast] [--mode hybrid --align-timeout-ms T]`:
-the fault fuzzer (snapmesh/sim/fuzz.py); with --app (a built-in name such as kvshard, or
+the fault fuzzer (snapmesh/fuzzer/fuzz.py); with --app (a built-in name such as kvshard, or
 module:attr) the nodes host that app.
 
 The JSON goes to stdout with indent=2 and keys in topology order (never sorted),
@@ -97,7 +97,8 @@ def _param(text: str) -> tuple[str, object]:
 def run_fuzz(seed: int, cases: int, app_spec: str = "", params: dict | None = None, broadcast: bool = False,
              mode: str | None = None, align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S) -> int:
     from snapmesh.app import AppError, load_app
-    from snapmesh.sim import fuzz, world
+    from snapmesh.fuzzer import fuzz
+    from snapmesh.sim import world
 
     app = None
     if app_spec:

@@ -5,13 +5,13 @@ channel, one `link.Receiver` per incoming channel, and the log's positions
 (last lsn handed out, last lsn durable, the active segment). Events go in as
 method calls; what the node wants done comes out of `drain()` as effects. It
 never does I/O and never reads a clock: `now` is an argument. The gRPC node
-(services/node) and the fault simulator (snapmesh/sim/fuzz.py) drive this
+(services/node) and the fault simulator (snapmesh/fuzzer/fuzz.py) drive this
 same object.
 
 Events: transfer / submit (an app's command; `reply_to`: answer it with an
 effect), reply_batch; start_snapshot / abort_snapshot; connect / disconnect;
-opened; received; acked; durable(lsn); tick(now, wall); restore (node_steps.py
-has it and the app's steps). Effects: node_effects.py.
+opened; received; acked; durable(lsn); tick(now, wall); restore (steps.py
+has it and the app's steps). Effects: effects.py.
 
 Rules
 -----
@@ -31,7 +31,7 @@ N4. Abort is logged (so a restart remembers it), as is every
 N5. A transfer with a client `request_id` that was already paid is answered
     with the first answer and moves no money; the id is in the `send` record,
     so recovery rebuilds the map. The ids are kept by age, across
-    checkpoints and restores, as snapmesh/protocol/requests.py says.
+    checkpoints and restores, as snapmesh/protocol/node/requests.py says.
 N6. A recording older than `recording_ttl` (by `now`) is dropped as an abort.
 N7. When the active segment holds `segment_records` records, the node seals
     it between two steps and opens the next with a checkpoint (one `Seal`
@@ -77,14 +77,15 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from snapmesh.protocol import apphost, core, requests, wal
-from snapmesh.protocol.epochs import EpochFenced, EpochState, Fenced  # noqa: F401  (EpochFenced: the shells catch it from here)
-from snapmesh.protocol.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
-from snapmesh.protocol.node_effects import (  # noqa: F401  (re-exported: the drivers name the effects through this module)
+from snapmesh.protocol.node import apphost, core, requests
+from snapmesh.protocol import wal
+from snapmesh.protocol.node.epochs import EpochFenced, EpochState, Fenced  # noqa: F401  (EpochFenced: the shells catch it from here)
+from snapmesh.protocol.node.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
+from snapmesh.protocol.node.effects import (  # noqa: F401  (re-exported: the drivers name the effects through this module)
     Accepted, Ack, Append, Effect, Finished, Reply, ReplyBatch, Report, ReportCancelled, Seal, Submitted, Transmit,
 )
-from snapmesh.protocol.node_steps import NodeSteps, state_digest
-from snapmesh.protocol.recovery import ABANDONED_WINDOW, Recovered
+from snapmesh.protocol.node.steps import NodeSteps, state_digest
+from snapmesh.protocol.node.recovery import ABANDONED_WINDOW, Recovered
 
 DEFAULT_SEGMENT_RECORDS = 100_000
 

@@ -17,7 +17,7 @@ What is rebuilt:
   `marker_recv` counts even without its `cut` (a log cut short between them), an
   `abort` even without a recording here (an abort is remembered across a restart);
 - the client request ids of the transfers made (request_id -> msg_id, balance
-  after, when, send lsn: snapmesh/protocol/requests.py), so a retry is answered, not
+  after, when, send lsn: snapmesh/protocol/node/requests.py), so a retry is answered, not
   paid again; and the lsn of each recent cut, so a restore forgets the ids paid
   after the restored snapshot's cut (requests.py W4);
 - the epoch (1, or the last `restore` record's) and the restore itself: a
@@ -41,11 +41,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from snapmesh.protocol import core, requests, wal
-from snapmesh.protocol.link import Entry
+from snapmesh.protocol.node import core, requests
+from snapmesh.protocol import wal
+from snapmesh.protocol.node.link import Entry
 
 # How many recent abandoned snapshot ids (and cut lsns) a checkpoint carries;
-# the request-id window is by age (snapmesh/protocol/requests.py).
+# the request-id window is by age (snapmesh/protocol/node/requests.py).
 ABANDONED_WINDOW = 1_000
 
 
@@ -114,7 +115,7 @@ def recover(
     state = fresh(initial_balance=initial_balance, incoming=incoming, outgoing=outgoing)
     replayer = None
     if app is not None:
-        from snapmesh.protocol.apphost import Host  # the app layer, for app nodes only
+        from snapmesh.protocol.node.apphost import Host  # the app layer, for app nodes only
 
         replayer = _Replayer(Host(app, node_id=node_id, incoming=incoming, outgoing=outgoing, params=app_params))
         state.host = replayer.host

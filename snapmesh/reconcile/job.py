@@ -31,16 +31,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import apps, cds, checksums
-from . import parse as T_parse
-from . import verdicts as V
-from .common import BUCKET, InputError
+from snapmesh.reconcile import apps, checksums
+from snapmesh.spark import cds
+from snapmesh.reconcile import parse as T_parse
+from snapmesh.reconcile import verdicts as V
+from snapmesh.reconcile.common import BUCKET, InputError
 from snapmesh.app import BUILT_IN, App, AppError, load_app
 from snapmesh.checking.node_logs import LeftOut
 
-from .schema import APP_SNAPSHOT, CORRUPT_COLUMN, EVENT, SCOPE_INVARIANT, SCOPE_LEFT_OUT, SNAPSHOT, VERDICT
-from .segments import Logs, read_logs, write_text_file
-from .session import (
+from snapmesh.reconcile.schema import APP_SNAPSHOT, CORRUPT_COLUMN, EVENT, SCOPE_INVARIANT, SCOPE_LEFT_OUT, SNAPSHOT, VERDICT
+from snapmesh.reconcile.segments import Logs, read_logs, write_text_file
+from snapmesh.spark.session import (
     EXIT_BAD_INPUT,
     EXIT_INCONSISTENT,
     EXIT_OK,
@@ -250,7 +251,7 @@ def reconcile(
 
 def app_invariants(spark: SparkSession, app: App, module: str, raw_snaps: DataFrame, data_dir: str) -> list[dict[str, Any]]:
     """The verdict rows of the app's SQL invariants (``invariants``), its module shipped first."""
-    from . import invariants
+    from snapmesh.reconcile import invariants
 
     if module:
         invariants.ship_module(spark, module)
@@ -421,7 +422,7 @@ def app_of(spec: str | None) -> tuple[App | None, str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["ingest"]:
-        from . import ingest
+        from snapmesh.reconcile import ingest
 
         return ingest.main(argv[1:])
     if argv[:1] == ["prepare"]:

@@ -2,9 +2,9 @@
 
 Each case builds a random cluster (2 to 5 nodes, a random strongly connected
 topology, small balances, small channel bounds and segments) of
-`snapmesh.protocol.node.Node` machines, the code the gRPC node runs, each over a
+`snapmesh.protocol.node.machine.Node` machines, the code the gRPC node runs, each over a
 simulated disk (sim/disk.py), joined by a simulated network (sim/network.py),
-and the `snapmesh.protocol.controller.Controller` machine, the code the gRPC
+and the `snapmesh.protocol.controller.machine.Controller` machine, the code the gRPC
 controller runs, with its restore plan (sim/controller.py); sim/world.py holds
 them together. One `random.Random(seed)` chooses every step: client transfers
 (some with a request_id, some retried), snapshots, connections opening, frames
@@ -36,7 +36,7 @@ passing, and the faults:
               connections are fenced by epoch as the gRPC node fences them (a
               frame or ack of another epoch is refused)
   restore calls  clients call RestoreSnapshot on the controller machine (its
-              gate is snapmesh.protocol.restoregate): bursts of concurrent
+              gate is snapmesh.protocol.controller.restoregate): bursts of concurrent
               calls, new keys joining the running restore (also once it has
               ended and before its outcome is durable), retries with the
               same idempotency key (while it runs, after it ended, after a

@@ -42,9 +42,9 @@ from snapmesh.app import App, AppError, NodeInfo, load_app, new_machine
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 from snapmesh.serving.durable import fsync_dir
-from snapmesh.protocol.link import DEFAULT_MARK
+from snapmesh.protocol.node.link import DEFAULT_MARK
 from snapmesh.protocol.hybrid import HybridNode
-from snapmesh.protocol.node import Node
+from snapmesh.protocol.node.machine import Node
 from snapmesh.settings.argparsing import parse_args
 from snapmesh.serving.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -159,7 +159,7 @@ async def _serve_locked(
             sum(len(v) for v in recovered.outbox.values()),
             len(recovered.abandoned),
         )
-    # The node machine: core + links + log positions (snapmesh/protocol/node.py); everything below is its shell.
+    # The node machine: core + links + log positions (snapmesh/protocol/node/machine.py); everything below is its shell.
     hybrid = {"align_timeout": cfg.align_timeout_ms / 1e3} if cfg.snapshot_mode == "hybrid" else {}
     node_machine = (HybridNode if hybrid else Node)(
         **hybrid,

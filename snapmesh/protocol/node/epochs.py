@@ -34,7 +34,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from snapmesh.protocol.core import LocalProtocolError, Refusal, RemoteProtocolError
+from snapmesh.protocol.node.core import LocalProtocolError, Refusal, RemoteProtocolError
 
 
 RESTORES_KEPT = 8  # restores remembered for `taken_back`; a transfer waits for its fsync, not for 8 restores

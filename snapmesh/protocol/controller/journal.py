@@ -35,7 +35,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from snapmesh.protocol.tracker import COMPLETE, FAILED, Now, Tracker, TrackerError, TrackerMisuse
+from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, Now, Tracker, TrackerError, TrackerMisuse
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 HEADER = struct.Struct("<II")  # payload length, crc32

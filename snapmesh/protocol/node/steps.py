@@ -12,10 +12,11 @@ from collections.abc import Iterable
 from types import MappingProxyType
 from typing import Any
 
-from snapmesh.protocol import core, requests, wal
-from snapmesh.protocol.link import Receiver
-from snapmesh.protocol.node_effects import Accepted, Reply, ReplyBatch, ReportCancelled, Seal, Submitted
-from snapmesh.protocol.recovery import Recovered, checkpoint_fields
+from snapmesh.protocol.node import core, requests
+from snapmesh.protocol import wal
+from snapmesh.protocol.node.link import Receiver
+from snapmesh.protocol.node.effects import Accepted, Reply, ReplyBatch, ReportCancelled, Seal, Submitted
+from snapmesh.protocol.node.recovery import Recovered, checkpoint_fields
 
 
 class NodeSteps:

@@ -35,9 +35,9 @@ from services.controller.servicer import ControllerService
 from services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.app import AppError, load_app
 from snapmesh.protocol.appstate import AppChecker
-from snapmesh.protocol.controller import Controller, Retire
+from snapmesh.protocol.controller.machine import Controller, Retire
 from snapmesh.protocol.hybrid import wire_mode
-from snapmesh.protocol.tracker import Tracker
+from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 from snapmesh.settings.argparsing import parse_args, positive_float

@@ -1,0 +1,1 @@
+"""Synthetic transfer logs and snapshots (`snapmesh synth`), written through the log's own encoder."""
