@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "restore": ("snapmesh.commands.restore", "roll the whole cluster back to a COMPLETE snapshot"),
     "snapshot": ("snapmesh.commands.snapshot_cli", "take, list, show, watch and verify snapshots"),
     "health": ("snapmesh.commands.health", "exit 0 when a server's gRPC health check says SERVING"),
-    "certs": ("snapmesh.settings.security", "make dev certificates (CA, nodes, controller, client) and a token"),
+    "certs": ("snapmesh.commands.certs", "make dev certificates (CA, nodes, controller, client) and a token"),
     "chaos": ("snapmesh.commands.chaos", "a seeded fault campaign on a local cluster, checked against the logs"),
     "trace": ("snapmesh.commands.trace", "the message flow from the logs: a ShiViz log, an SVG or PNG diagram"),
     "ui": ("snapmesh.ui.server", "a read-only web page of the snapshots (overview, history, one snapshot)"),

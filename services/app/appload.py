@@ -19,7 +19,8 @@ import grpc
 from services.app.drive import Driver, node_infos, snapshot_problems
 from snapmesh.app import App, AppError, load_app
 from snapmesh.serving.runtime import CLIENT_OPTIONS
-from snapmesh.settings import security, target
+from snapmesh.settings import target
+from snapmesh.serving import credentials
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -54,7 +55,7 @@ def run_app(args: argparse.Namespace) -> int:
         params = dict(target.cluster_file(args.data_dir).app.params) if args.data_dir else {}
     except target.TargetError as exc:
         return usage(str(exc))
-    with security.open_channel(found.address, found.identity, options=CLIENT_OPTIONS) as channel:
+    with credentials.open_channel(found.address, found.identity, options=CLIENT_OPTIONS) as channel:
         controller = pb_grpc.ControllerStub(channel)
         try:
             cluster = controller.GetCluster(pb.GetClusterRequest(), timeout=RPC_TIMEOUT_S)
@@ -73,7 +74,7 @@ def run_app(args: argparse.Namespace) -> int:
 def _runs_other_app(app: App, spec: str, targets: dict[str, str], identity) -> str:
     """Why the cluster's nodes cannot take this app's commands ("" when they can or cannot be asked)."""
     node, address = next(iter(sorted(targets.items())))
-    with security.open_channel(address, identity, options=CLIENT_OPTIONS) as channel:
+    with credentials.open_channel(address, identity, options=CLIENT_OPTIONS) as channel:
         try:
             state = pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=RPC_TIMEOUT_S)
         except grpc.RpcError:

@@ -29,6 +29,7 @@ import grpc
 from snapmesh.app import App, NodeInfo, View, check_invariants
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import security
+from snapmesh.serving import credentials
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -99,7 +100,7 @@ class Driver:
         self.on_answer = on_answer
         self.prefix = f"{app.name}-{seed}-{uuid.uuid4().hex[:8]}"  # unique per run: ids never meet an old window
         self.stats = DriveStats(nodes={n.node_id: NodeCounts() for n in self.nodes})
-        self._channels = {n: security.open_channel(a, identity, options=CLIENT_OPTIONS) for n, a in targets.items()}
+        self._channels = {n: credentials.open_channel(a, identity, options=CLIENT_OPTIONS) for n, a in targets.items()}
         self._stubs = {n: pb_grpc.NodeStub(c) for n, c in self._channels.items()}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

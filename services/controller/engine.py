@@ -43,6 +43,7 @@ from snapmesh.protocol.controller import restoregate
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker, UnknownSnapshot, duration_s, new_snapshot_id
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import security
+from snapmesh.serving import credentials
 from snapmesh.settings.config import ClusterConfig
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -117,7 +118,7 @@ class ControllerEngine:
 
     async def start(self) -> None:
         for node in self.config.nodes:
-            channel = security.open_channel(node.address, self.identity, options=CLIENT_OPTIONS, aio=True)
+            channel = credentials.open_channel(node.address, self.identity, options=CLIENT_OPTIONS, aio=True)
             self._channels.append(channel)
             self.stubs[node.id] = pb_grpc.NodeStub(channel)
         self._timer = asyncio.create_task(self._expiry_loop(), name="snapshot-deadlines")

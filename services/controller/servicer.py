@@ -28,7 +28,7 @@ from snapmesh.protocol.controller.tracker import (
     UnknownSnapshot,
 )
 from snapmesh.settings import config as cluster_config
-from snapmesh.settings import security
+from snapmesh.serving import credentials
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -272,7 +272,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         )
 
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
-        await security.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
+        await credentials.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
         await _check_id(request.snapshot_id, context)
         try:
             await self.engine.report(request)
@@ -290,7 +290,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         node's certificate may send one (checked before any chunk is read); the
         bytes held are bounded per peer and in all, and a chunk past a bound
         ends the stream at once (RESOURCE_EXHAUSTED)."""
-        names = security.peer_names(context)
+        names = credentials.peer_names(context)
         if names is None:
             peer = context.peer().rsplit(":", 1)[0]  # plaintext: the address, without the port
         else:

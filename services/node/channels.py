@@ -30,6 +30,7 @@ import grpc
 
 from services.node.metrics import NodeMetrics
 from snapmesh.settings import security
+from snapmesh.serving import credentials
 from snapmesh.protocol.node.core import RemoteProtocolError
 from snapmesh.protocol.node.link import Entry
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -164,7 +165,7 @@ class OutgoingChannel:
 
     async def _run(self) -> None:
         attempt = 0
-        async with security.open_channel(self.address, self._identity, options=self._options, aio=True) as channel:
+        async with credentials.open_channel(self.address, self._identity, options=self._options, aio=True) as channel:
             stub = pb_grpc.NodeStub(channel)
             while True:
                 self._set(SenderState.CONNECTING)

@@ -44,6 +44,7 @@ from snapmesh.protocol import chunking
 from snapmesh.protocol.node import core
 from snapmesh.protocol.reports import report_message
 from snapmesh.settings import security
+from snapmesh.serving import credentials
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -196,7 +197,7 @@ class StateReporter:
 
     def _start(self, message: pb.FullState, lsn: int) -> None:
         if self._channel is None:
-            self._channel = security.open_channel(self._address, self._identity, options=self._options, aio=True)
+            self._channel = credentials.open_channel(self._address, self._identity, options=self._options, aio=True)
         sid = message.snapshot_id
         task = asyncio.get_running_loop().create_task(self._report(message, lsn), name=f"report {sid}")
         self._tasks[sid] = task

@@ -27,7 +27,7 @@ from snapmesh.protocol.node.link import GapError
 from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.node.epochs import EpochFenced
 from snapmesh.protocol.node.effects import Reply, ReplyBatch
-from snapmesh.settings import security
+from snapmesh.serving import credentials
 from snapmesh.settings.config import CONTROLLER_NAME
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -200,7 +200,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def StartSnapshot(
         self, request: pb.StartSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.StartSnapshotResponse:
-        await security.require_peer(context, CONTROLLER_NAME)  # with TLS: the controller's certificate only
+        await credentials.require_peer(context, CONTROLLER_NAME)  # with TLS: the controller's certificate only
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id must not be empty")
         try:
@@ -213,7 +213,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def AbortSnapshot(
         self, request: pb.AbortSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.AbortSnapshotResponse:
-        await security.require_peer(context, CONTROLLER_NAME)
+        await credentials.require_peer(context, CONTROLLER_NAME)
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id must not be empty")
         self._engine.abort_snapshot(request.snapshot_id, request.reason)
@@ -229,7 +229,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         engine = self._engine
         # With TLS only the controller's certificate may restore: the balance and the
         # in-flight transfers are the snapshot's the controller names, never a caller's.
-        await security.require_peer(context, CONTROLLER_NAME)
+        await credentials.require_peer(context, CONTROLLER_NAME)
         if not request.snapshot_id or request.epoch < 2:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a restore needs a snapshot_id and an epoch >= 2")
         in_flight = []
@@ -279,7 +279,7 @@ class NodeServicer(pb_grpc.NodeServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"no channel {src!r}->{dst!r} into node {engine.node_id} (incoming: {', '.join(engine.incoming)})",
             )
-        await security.require_peer(context, src)  # with TLS: only src's certificate may open src->here
+        await credentials.require_peer(context, src)  # with TLS: only src's certificate may open src->here
         rx = engine.incoming[src]
         acks = AckWriter(context, accepts_runs=self.accepts_runs)
         try:

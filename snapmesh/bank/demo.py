@@ -161,7 +161,7 @@ def point_at_in_flight(summary, out) -> str | None:
 def restore_finale(cluster: Cluster, out, snapshot_id: str | None = None) -> int:
     """Roll the idle cluster back to COMPLETE snapshot `snapshot_id` (default: the last
     one) and show it; 0 when RESTORED. Its in-flight transfers are delivered again."""
-    from snapmesh.settings import security
+    from snapmesh.serving import credentials
     from snapmesh.commands.restore import render
     from snapmesh.v1 import snapmesh_pb2 as pb
     from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -171,7 +171,7 @@ def restore_finale(cluster: Cluster, out, snapshot_id: str | None = None) -> int
     def balances() -> dict[str, int]:
         found = {}
         for node in cluster.node_ids:
-            with security.open_channel(cluster.node_address(node), identity) as channel:
+            with credentials.open_channel(cluster.node_address(node), identity) as channel:
                 found[node] = pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=10).balance
         return found
 
@@ -181,7 +181,7 @@ def restore_finale(cluster: Cluster, out, snapshot_id: str | None = None) -> int
             print(f"  {node:<6} {balance:>10}", file=out)
         print(f"  {'total':<6} {sum(rows.values()):>10}", file=out, flush=True)
 
-    with security.open_channel(cluster.controller_address, identity) as channel:
+    with credentials.open_channel(cluster.controller_address, identity) as channel:
         stub = pb_grpc.ControllerStub(channel)
         complete = [s for s in stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=10).snapshots
                     if s.status == pb.Snapshot.COMPLETE]

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import grpc
 
 from snapmesh.settings import security
+from snapmesh.serving import credentials
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -90,7 +91,7 @@ class LoadGenerator:
 
     async def __aenter__(self) -> LoadGenerator:
         for node, address in self.targets.items():
-            channel = security.open_channel(address, self._identity, options=CLIENT_OPTIONS, aio=True)
+            channel = credentials.open_channel(address, self._identity, options=CLIENT_OPTIONS, aio=True)
             self._channels[node] = channel
             # Bytes in, bytes out: nothing is serialized or parsed per call unless asked.
             self._calls[node] = channel.unary_unary(TRANSFER_BATCH)

@@ -26,6 +26,7 @@ from typing import TextIO
 import grpc
 
 from snapmesh.settings import security
+from snapmesh.serving import credentials
 from snapmesh.bank.render import progress_line, snapshot_table
 from snapmesh.bank.load import LoadGenerator
 from snapmesh.serving.runtime import CLIENT_OPTIONS
@@ -148,7 +149,7 @@ async def workload(
     def say(line: str = "") -> None:
         print(line, file=out, flush=True)
 
-    async with security.open_channel(controller_address, identity, options=CLIENT_OPTIONS, aio=True) as controller_channel:
+    async with credentials.open_channel(controller_address, identity, options=CLIENT_OPTIONS, aio=True) as controller_channel:
         controller = pb_grpc.ControllerStub(controller_channel)
         try:
             cluster = await controller.GetCluster(pb.GetClusterRequest(), timeout=RPC_TIMEOUT_S)
@@ -167,7 +168,7 @@ async def workload(
         )
         targets = {n.node_id: n.address for n in cluster.nodes}
         channels = {
-            node: security.open_channel(address, identity, options=CLIENT_OPTIONS, aio=True)
+            node: credentials.open_channel(address, identity, options=CLIENT_OPTIONS, aio=True)
             for node, address in targets.items()
         }
         stubs = {node: pb_grpc.NodeStub(ch) for node, ch in channels.items()}

@@ -90,12 +90,12 @@ def hint(error: grpc.RpcError, address: str, identity, *, service: str = "snapme
 
 def node_at(address: str, identity) -> str:
     """The id of the node serving at `address` ("" when none answers GetState there)."""
-    from snapmesh.settings import security
+    from snapmesh.serving import credentials
     from snapmesh.v1 import snapmesh_pb2 as pb
     from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
     try:
-        with security.open_channel(address, identity) as channel:
+        with credentials.open_channel(address, identity) as channel:
             return pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=2).node_id
     except grpc.RpcError:
         return ""

@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from snapmesh.settings import security, target
+from snapmesh.serving import credentials
 from snapmesh.settings.argparsing import parse_args
 
 
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
     name = f"{args.target} service {args.service!r}" if args.service else args.target
     try:
-        with security.open_channel(args.target, identity) as channel:
+        with credentials.open_channel(args.target, identity) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             response = stub.Check(
                 health_pb2.HealthCheckRequest(service=args.service),

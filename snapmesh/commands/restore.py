@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from snapmesh.settings import security
+from snapmesh.serving import credentials
 from snapmesh.settings import target
 from snapmesh.settings.argparsing import parse_args, positive_float
 
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
     try:
-        with security.open_channel(found.address, identity) as channel:
+        with credentials.open_channel(found.address, identity) as channel:
             restore = pb_grpc.ControllerStub(channel).RestoreSnapshot(
                 pb.RestoreSnapshotRequest(snapshot_id=args.snapshot_id), timeout=args.timeout
             )

@@ -42,7 +42,7 @@ import os
 import sys
 from pathlib import Path
 
-from snapmesh.settings import security
+from snapmesh.serving import credentials
 from snapmesh.settings.argparsing import parse_args, positive_float
 from snapmesh.settings import target
 from snapmesh.checking.snapshots import fetch, pages  # noqa: F401  (part of this module's API)
@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
     try:
-        with security.open_channel(found.address, identity, options=CLIENT_OPTIONS) as channel:
+        with credentials.open_channel(found.address, identity, options=CLIENT_OPTIONS) as channel:
             return REMOTE[args.command](pb_grpc.ControllerStub(channel), args)
     except grpc.RpcError as error:
         print(f"{prog}: {client_errors.explain(error, found.address, identity)}", file=sys.stderr)

@@ -42,6 +42,7 @@ import grpc
 from snapmesh.processes import orphans
 from snapmesh.serving.runtime import INSTANCE_ENV, INSTANCE_METADATA
 from snapmesh.settings import security as tls
+from snapmesh.serving import credentials
 
 STARTUP_TIMEOUT_S = 30.0  # longest wait for a child to answer SERVING
 STOP_TIMEOUT_S = 5.0  # grace between SIGTERM and SIGKILL
@@ -64,7 +65,7 @@ class Security:
         return []
 
     def channel(self, address: str) -> grpc.Channel:
-        return tls.open_channel(address, self.identity)
+        return credentials.open_channel(address, self.identity)
 
 
 PLAINTEXT = Security()

@@ -106,10 +106,10 @@ def health(address: str, identity, timeout: float) -> str:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from snapmesh.settings import security
+    from snapmesh.serving import credentials
 
     try:
-        with security.open_channel(address, identity) as channel:
+        with credentials.open_channel(address, identity) as channel:
             answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
     except grpc.RpcError as error:
         return "unreachable" if error.code() == grpc.StatusCode.UNAVAILABLE else error.code().name

@@ -134,7 +134,7 @@ class Cluster:
     @property
     def client_identity(self) -> tls.Identity | None:
         """What a client of this cluster presents (None: plaintext): for
-        snapmesh.settings.security.open_channel."""
+        snapmesh.serving.credentials.open_channel."""
         return self.security.identity
 
     @property

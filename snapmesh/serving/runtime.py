@@ -38,6 +38,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from snapmesh.serving import metrics, reflection
 from snapmesh.settings import security
+from snapmesh.serving import credentials
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ class ServiceHost:
         if max_receive_bytes is not None:
             options = [o for o in options if o[0] != "grpc.max_receive_message_length"]
             options.append(("grpc.max_receive_message_length", max_receive_bytes))
-        self.server = security.new_server(identity, options, outer=[metrics.GrpcServerMetrics(registry)])
+        self.server = credentials.new_server(identity, options, outer=[metrics.GrpcServerMetrics(registry)])
         self.instance_id = instance_id()
         self._health = _HealthServicer(self.instance_id)
         self._service_names: list[str] = []
@@ -153,7 +154,7 @@ class ServiceHost:
         names = [*self._service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
         reflection.enable(names, self.server)  # grpc.reflection.v1 and v1alpha
         try:
-            self.port = security.open_server_port(self.server, self.bind_address, self._identity)
+            self.port = credentials.open_server_port(self.server, self.bind_address, self._identity)
         except RuntimeError as exc:
             raise BindError(f"cannot bind gRPC address {self.bind_address}: {exc}") from None
         if self.port == 0:
@@ -162,7 +163,7 @@ class ServiceHost:
             host, port = self._metrics_bind
             try:
                 self._metrics_server, _ = start_http_server(
-                    port, addr=host, registry=self._registry, **security.metrics_tls(self._identity)
+                    port, addr=host, registry=self._registry, **credentials.metrics_tls(self._identity)
                 )
             except OSError as exc:
                 raise BindError(f"cannot bind metrics address {host}:{port}: {exc}") from None

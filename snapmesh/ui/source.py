@@ -29,6 +29,7 @@ import grpc
 
 from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
 from snapmesh.settings import security
+from snapmesh.serving import credentials
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -59,7 +60,7 @@ class Source:
         self.controller = controller
         self.identity = identity
         self.data_dir = data_dir
-        self._channel = security.open_channel(controller, identity, options=CLIENT_OPTIONS)
+        self._channel = credentials.open_channel(controller, identity, options=CLIENT_OPTIONS)
         self._stub = pb_grpc.ControllerStub(self._channel)
         self._node_channels: dict[str, grpc.Channel] = {}
         self._lock = threading.Lock()
@@ -154,7 +155,7 @@ class Source:
             with self._lock:
                 channel = self._node_channels.get(node.address)
                 if channel is None:
-                    channel = security.open_channel(node.address, self.identity, options=CLIENT_OPTIONS)
+                    channel = credentials.open_channel(node.address, self.identity, options=CLIENT_OPTIONS)
                     self._node_channels[node.address] = channel
             try:
                 return pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=NODE_TIMEOUT_S).epoch

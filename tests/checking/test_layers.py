@@ -114,6 +114,15 @@ def source_is_package(module: str) -> bool:
     return (ROOT / Path(*module.split(".")) / "__init__.py").exists()
 
 
+def test_the_settings_open_no_grpc():
+    # settings read files; every server and channel is opened by snapmesh/serving (credentials.py)
+    problems = [f"{module} line {line} imports {target}" for module, path in source_modules()
+                if module.startswith("snapmesh.settings")
+                for line, target in imported_modules(ast.parse(path.read_text(encoding="utf-8")), module)
+                if target == "grpc" or target.startswith("grpc.")]
+    assert not problems, "\n".join(problems)
+
+
 def test_every_module_has_a_layer():
     assert [m for m, _ in source_modules() if layer_of(m) is None] == []
 

@@ -119,7 +119,7 @@ def test_every_health_answer_carries_the_instance_id_of_this_start(live):
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from snapmesh.serving.runtime import INSTANCE_METADATA
-    from snapmesh.settings.security import open_channel
+    from snapmesh.serving.credentials import open_channel
 
     before = live.nodes["p2"].instance_id
     live.restart_node("p2")

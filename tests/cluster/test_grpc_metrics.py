@@ -10,7 +10,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from snapmesh.settings import security
+from snapmesh.serving import credentials
 from snapmesh.serving.metrics import GrpcServerMetrics
 
 SERVICE = "test.Echo"
@@ -60,7 +60,7 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
 
 
 async def exercise(registry: CollectorRegistry) -> None:
-    token = security._TokenInterceptor("secret", frozenset({f"/{SERVICE}/Guarded"}))
+    token = credentials._TokenInterceptor("secret", frozenset({f"/{SERVICE}/Guarded"}))
     server = grpc.aio.server(interceptors=[GrpcServerMetrics(registry), token])
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, HANDLERS),))
     port = server.add_insecure_port("127.0.0.1:0")

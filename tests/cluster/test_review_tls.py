@@ -22,6 +22,7 @@ import grpc
 import pytest
 
 from snapmesh.settings import config, security
+from snapmesh.serving import credentials
 from snapmesh.settings.config import write_cluster
 from snapmesh.settings.security import write_certs
 from snapmesh.processes.supervisor import Cluster
@@ -51,7 +52,7 @@ def grpcurl(tls: Path, who: str, address: str, method: str, body: dict) -> subpr
 
 
 def node_state(cluster, node_id: str) -> pb.NodeStateResponse:
-    with security.open_channel(cluster.node_address(node_id), cluster.client_identity) as channel:
+    with credentials.open_channel(cluster.node_address(node_id), cluster.client_identity) as channel:
         return pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=10)
 
 
@@ -75,7 +76,7 @@ def test_node_control_rpcs_refuse_a_client_and_a_node_certificate(tls_cluster):
 
 def test_the_controller_still_restores_over_tls(tls_cluster):
     _, cluster = tls_cluster
-    with security.open_channel(cluster.controller_address, cluster.client_identity) as channel:
+    with credentials.open_channel(cluster.controller_address, cluster.client_identity) as channel:
         stub = pb_grpc.ControllerStub(channel)
         snapshot = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30)
         assert snapshot.status == pb.Snapshot.COMPLETE
@@ -104,7 +105,7 @@ def test_report_state_chunks_checks_the_caller_before_buffering(tls_cluster):
             yield piece
 
     started = time.monotonic()
-    with security.open_channel(cluster.controller_address, cluster.client_identity) as channel:
+    with credentials.open_channel(cluster.controller_address, cluster.client_identity) as channel:
         with pytest.raises(grpc.RpcError) as refused:
             pb_grpc.ControllerStub(channel).ReportStateChunks(chunks(), timeout=60)
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, refused.value.details()

@@ -26,7 +26,8 @@ from services.node.process import main as node_main
 from snapmesh.settings import config, security
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.settings.config import write_cluster
-from snapmesh.settings.security import load_tls_dir, open_channel, write_certs
+from snapmesh.settings.security import load_tls_dir, write_certs
+from snapmesh.serving.credentials import open_channel
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 

@@ -62,6 +62,7 @@ from support.helpers_deploy import (
     wait_for,
 )
 from snapmesh.settings import security
+from snapmesh.serving import credentials
 from snapmesh.settings.ports import free_ports
 
 NODES = 3
@@ -100,7 +101,7 @@ class Cluster:
     def stub(self):
         from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
-        channel = security.open_channel(self.address, self.identity)
+        channel = credentials.open_channel(self.address, self.identity)
         return channel, pb_grpc.ControllerStub(channel)
 
     def snapshot(self):

@@ -70,7 +70,7 @@ def test_chaos_takes_the_old_dir_flag_as_an_alias(old, new, tmp_path):
 @pytest.mark.parametrize("module, builder, new, old, dest", [
     ("snapmesh.synth.writer", "parser", "--data-dir", "--out", "out"),  # it writes a data dir
     ("snapmesh.reconcile.job", "parser", "--verdicts-dir", "--out", "out"),
-    ("snapmesh.settings.security", "_parser", "--tls-dir", "--out", "out"),  # what clients then give as --tls-dir
+    ("snapmesh.commands.certs", "_parser", "--tls-dir", "--out", "out"),  # what clients then give as --tls-dir
 ])
 def test_outputs_are_named_for_what_they_are_and_the_old_names_still_work(module, builder, new, old, dest, tmp_path):
     build = getattr(importlib.import_module(module), builder)

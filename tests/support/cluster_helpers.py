@@ -14,7 +14,7 @@ import grpc
 
 from snapmesh.checking.logcheck import Report, check_logs
 from snapmesh.checking.node_logs import read_logs
-from snapmesh.settings import security
+from snapmesh.serving import credentials
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 
@@ -37,13 +37,13 @@ async def served_in_process(service) -> AsyncIterator[pb_grpc.ControllerStub]:
 
 
 def controller_stub(address: str, identity=None) -> tuple[grpc.Channel, pb_grpc.ControllerStub]:
-    channel = security.open_channel(address, identity)
+    channel = credentials.open_channel(address, identity)
     return channel, pb_grpc.ControllerStub(channel)
 
 
 def node_stub(address: str, identity=None, server_name: str | None = None) -> tuple[grpc.Channel, pb_grpc.NodeStub]:
     """`server_name`: the name the node's certificate holds, when dialling an address it does not (a container IP)."""
-    channel = security.open_channel(address, identity, server_name=server_name)
+    channel = credentials.open_channel(address, identity, server_name=server_name)
     return channel, pb_grpc.NodeStub(channel)
 
 
