@@ -103,6 +103,8 @@ def swarm(pytestconfig):
         fcntl.flock(lock, fcntl.LOCK_EX)
         made = False
         state = swarm_state()
+        # swarm init makes the docker_gwbridge network, and leaving keeps it: a test leaves nothing behind
+        had_gwbridge = docker("network", "inspect", "docker_gwbridge", check=False).returncode == 0
         try:
             if state == "inactive":
                 made = True
@@ -120,6 +122,8 @@ def swarm(pytestconfig):
         finally:
             if made:
                 docker("swarm", "leave", "--force", check=False)
+                if not had_gwbridge:
+                    docker("network", "rm", "docker_gwbridge", check=False)
                 log(f"swarm: left ({swarm_state()})")
 
 
