@@ -53,7 +53,16 @@ def test_two_concurrent_restores_start_one(cluster):
         snapshot = take_snapshot(stub)
         epoch = states(cluster)["p1"].epoch
         request = pb.RestoreSnapshotRequest(snapshot_id=snapshot.snapshot_id)
-        calls = [stub.RestoreSnapshot.future(request, timeout=60) for _ in range(2)]
+        # A restore takes ~50 ms: on a loaded machine the second call once arrived after the first
+        # had finished, and rightly started a second restore. p3 paused holds the first one open
+        # (its RestoreState is retried for 30 s) until the second has surely arrived.
+        cluster.pause_node("p3")
+        try:
+            calls = [stub.RestoreSnapshot.future(request, timeout=60) for _ in range(2)]
+            time.sleep(2.0)
+            assert not any(call.done() for call in calls), [call.result() for call in calls if call.done()]
+        finally:
+            cluster.resume_node("p3")
         answers = [call.result() for call in calls]
     assert [a.status for a in answers] == [pb.Restore.RESTORED] * 2, [a.reason for a in answers]
     assert {a.epoch for a in answers} == {epoch + 1}, "two restores were started"
