@@ -13,13 +13,13 @@ import os
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import sys  # noqa: E402
-import time  # noqa: E402
 import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 from support.helpers_deploy import docker_engine_answers  # noqa: E402
 from support.lanes import LANES  # noqa: E402
+from support.polling import WaitTimedOut, wait_for  # noqa: E402
 
 
 
@@ -82,12 +82,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     before = session.config.stash.get(_BEFORE, {})
-    deadline = time.monotonic() + 10  # children get a moment to finish exiting
-    while True:
-        leaked = {pid: cmd for pid, cmd in _our_processes().items() if pid not in before}
-        if not leaked or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+
+    def leaked_now() -> dict[int, str]:
+        return {pid: cmd for pid, cmd in _our_processes().items() if pid not in before}
+
+    try:  # children get a moment to finish exiting
+        leaked = wait_for(leaked_now, until=lambda found: not found, timeout=10, interval=0.2, what="no leaked process")
+    except WaitTimedOut:
+        leaked = leaked_now()
     if leaked:
         lines = "\n".join(f"  pid {pid}: {cmd}" for pid, cmd in sorted(leaked.items()))
         print(f"\nLEAKED PROCESSES (started by these tests, still running):\n{lines}", file=sys.stderr)

@@ -32,6 +32,7 @@ from snapmesh.processes.supervisor import Cluster
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+from support.polling import wait_for
 from support.ring import (
     APP,
     CLI,
@@ -210,10 +211,9 @@ def test_a_node_killed_mid_passing_recovers_through_the_app(ring):
         time.sleep(0.5)
         passer.stop()
         checked(ring.snapshot())
-        deadline = time.monotonic() + 30
-        while tokens(ring.cfg) != 1:  # the token may be on a channel between two answers
-            assert time.monotonic() < deadline, "not exactly one token after the restart"
-            time.sleep(0.2)
+        # the token may be on a channel between two answers
+        wait_for(lambda: tokens(ring.cfg), until=lambda n: n == 1, timeout=30, interval=0.2,
+                 what="exactly one token after the restart")
     finally:
         restarted.send_signal(signal.SIGTERM)
         _, err = restarted.communicate(timeout=60)
@@ -242,10 +242,8 @@ def test_an_app_that_raises_on_a_message_stops_the_node_with_its_text(tmp_path):
     env = env_with(tmp_path, EXAMPLES)
     with Cluster(config.write_cluster(tmp_path / "cluster.toml", nodes=2), env=env, app="crashing_ring:app") as cluster:
         assert submit(cluster.node_address("p1"), b"pass") == b"passed to p2"
-        deadline = time.monotonic() + 30
-        while cluster.alive()["p2"]:
-            assert time.monotonic() < deadline, "p2 took a message its app raised on and kept running"
-            time.sleep(0.2)
+        wait_for(lambda: not cluster.alive()["p2"], timeout=30, interval=0.2,
+                 what="p2 to stop on a message its app raised on")
         assert cluster.node("p2").returncode == 1
         text = (cluster.log_dir / "p2.log").read_text()
         assert "the app failed on a message" in text and "p2 dropped the token from p1" in text
@@ -303,16 +301,15 @@ def test_a_controller_without_the_apps_module_completes_snapshots_unchecked(tmp_
         controller = subprocess.Popen([*CLI, "controller", "--config", str(path)], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
         try:
-            deadline = time.monotonic() + 60
             with grpc.insecure_channel(cluster.controller_address) as channel:
                 stub = pb_grpc.ControllerStub(channel)
-                while True:
-                    try:
-                        snapshot = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=30)
-                        break
-                    except grpc.RpcError:
-                        assert controller.poll() is None and time.monotonic() < deadline, "no controller"
-                        time.sleep(0.3)
+
+                def trigger() -> pb.Snapshot:
+                    assert controller.poll() is None, "no controller"
+                    return stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=30)
+
+                snapshot = wait_for(trigger, until=lambda _: True, timeout=60, interval=0.3, retry_on=grpc.RpcError,
+                                    what="a snapshot from the controller")
         finally:
             controller.send_signal(signal.SIGTERM)
             _, err = controller.communicate(timeout=60)

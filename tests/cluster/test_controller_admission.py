@@ -5,7 +5,6 @@ naming the limit and how to change it, and starts nothing."""
 from __future__ import annotations
 
 import signal
-import time
 import tomllib
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 import tomli_w
 
 from support.cluster_helpers import controller_stub, first_complete
+from support.polling import wait_for
 from services.controller.process import main as controller_main
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings.config import write_cluster
@@ -61,11 +61,10 @@ def test_a_trigger_past_the_limit_is_refused_with_resource_exhausted_and_starts_
             assert stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=30).snapshots == before  # nothing started
         finally:
             cluster.signal_node("p1", signal.SIGCONT)
-        deadline = time.monotonic() + 90  # a loaded machine: fsyncs and a resumed p1
-        for snapshot in held:  # once they finish, triggers are admitted again
-            while stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=snapshot.snapshot_id), timeout=30).status == IN_PROGRESS:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+        # Once they finish, triggers are admitted again; a loaded machine: fsyncs and a resumed p1.
+        wait_for(lambda: [stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=s.snapshot_id), timeout=30).status for s in held],
+                 until=lambda statuses: IN_PROGRESS not in statuses, timeout=90, interval=0.05,
+                 what="both held snapshots to finish")
         again = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=60)
         assert again.status == COMPLETE, again.reason
         metrics = cluster.config.controller.metrics_address

@@ -11,7 +11,8 @@ import signal
 import pytest
 from google.protobuf import json_format
 
-from support.cluster_helpers import check_against_logs, controller_stub, poll
+from support.cluster_helpers import check_against_logs, controller_stub
+from support.polling import wait_for
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.settings.config import write_cluster
 from snapmesh.processes.supervisor import Cluster
@@ -57,15 +58,15 @@ def test_a_snapshot_in_progress_completes_from_the_reports_the_nodes_resend(clus
     cluster.signal_node("p3", signal.SIGSTOP)
     try:
         sid = trigger(cluster, "p1").snapshot_id
-        poll(lambda: log_records(cluster, "p1", sid, "cut"), lambda n: n == 1)
+        wait_for(lambda: log_records(cluster, "p1", sid, "cut"), until=lambda n: n == 1)
         assert cluster.stop_controller(signal.SIGKILL) == -signal.SIGKILL
     finally:
         cluster.signal_node("p3", signal.SIGCONT)
     # every node finishes and tries to report to a controller that is not there
     for node in cluster.node_ids:
-        poll(lambda node=node: log_records(cluster, node, sid, "marker_recv"), lambda n: n == 2)
+        wait_for(lambda node=node: log_records(cluster, node, sid, "marker_recv"), until=lambda n: n == 2)
     cluster.start_controller()
-    snapshot = poll(lambda: get(cluster, sid), lambda s: s.status != IN_PROGRESS)
+    snapshot = wait_for(lambda: get(cluster, sid), until=lambda s: s.status != IN_PROGRESS)
     assert snapshot.status == COMPLETE, snapshot.reason
     assert snapshot.conserved and snapshot.total == snapshot.expected_total
     check_against_logs(cluster, [snapshot])
@@ -78,7 +79,7 @@ def test_a_snapshot_that_cannot_complete_fails_as_controller_restarted(cluster):
         sid = trigger(cluster, "p1").snapshot_id
         kill_and_restart_controller(cluster)
         assert get(cluster, sid).status == IN_PROGRESS
-        failed = poll(lambda: get(cluster, sid), lambda s: s.status != IN_PROGRESS, timeout=DEADLINE_S + 20)
+        failed = wait_for(lambda: get(cluster, sid), until=lambda s: s.status != IN_PROGRESS, timeout=DEADLINE_S + 20)
     finally:
         cluster.signal_node("p1", signal.SIGCONT)
     assert failed.status == FAILED
@@ -100,7 +101,7 @@ def test_a_snapshot_answered_complete_survives_a_kill_right_after_the_answer(clu
         assert get(cluster, snapshot.snapshot_id) == snapshot
         # the proto JSON export is (re)written in the background, same content
         path = cluster.config.snapshots_dir / f"{snapshot.snapshot_id}.json"
-        text = poll(lambda path=path: path.read_text() if path.exists() else "", bool)
+        text = wait_for(lambda path=path: path.read_text() if path.exists() else "", until=bool)
         stored = json_format.Parse(text, pb.Snapshot())
         assert stored.checksum == snapshot_file.checksum(snapshot)  # the files carry it; answers do not
         stored.ClearField("checksum")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import threading
@@ -14,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from support.cluster_helpers import controller_stub
+from support.polling import WaitTimedOut, wait_for
 from snapmesh.settings.config import write_cluster
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -106,10 +108,8 @@ def test_trigger_and_wait_returns_the_complete_snapshot_which_get_and_list_serve
 def test_trigger_without_wait_returns_in_progress_and_an_empty_initiator_picks_a_node(stub):
     started = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(), timeout=5)
     assert started.status == IN_PROGRESS and started.initiator in ("p1", "p2", "p3")
-    deadline = time.monotonic() + 20
-    while (got := stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=started.snapshot_id))).status == IN_PROGRESS:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    got = wait_for(lambda: stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=started.snapshot_id)),
+                   until=lambda s: s.status != IN_PROGRESS, timeout=20, what="the snapshot to finish")
     assert got.status == COMPLETE and got.conserved
 
 
@@ -136,9 +136,8 @@ def test_watch_streams_the_start_and_the_finish_of_a_snapshot(stub):
     subscribed.wait()
     time.sleep(0.3)  # the stream is open server-side before the trigger
     snapshot = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30)
-    deadline = time.monotonic() + 10
-    while snapshot not in updates and time.monotonic() < deadline:
-        time.sleep(0.05)
+    with contextlib.suppress(WaitTimedOut):  # checked below, once the stream is closed
+        wait_for(lambda: snapshot in updates, timeout=10, what="the finished snapshot on the stream")
     call.cancel()
     reader.join(timeout=10)
     mine = [u for u in updates if u.snapshot_id == snapshot.snapshot_id]
@@ -295,10 +294,8 @@ def test_interval_takes_periodic_snapshots(tmp_path):
         periodic.start_controller()
         channel, stub = controller_stub(periodic.controller_address)
         with channel:
-            deadline = time.monotonic() + 15
-            while len(snapshots := [s for s in listed(stub) if s.status != IN_PROGRESS]) < 3:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+            snapshots = wait_for(lambda: [s for s in listed(stub) if s.status != IN_PROGRESS], until=lambda done: len(done) >= 3,
+                                 timeout=15, interval=0.1, what="three finished periodic snapshots")
         # no node runs, so each one fails (after one wait for the channel), naming its initiator
         assert all(s.status == FAILED and "unreachable" in s.reason for s in snapshots)
         assert {s.initiator for s in snapshots} <= {"p1", "p2"}
@@ -315,10 +312,8 @@ def test_finished_snapshots_survive_a_controller_restart_and_a_corrupt_file_is_s
 
     snapshots_dir = cluster.config.snapshots_dir
     exported = snapshots_dir / f"{complete.snapshot_id}.json"
-    deadline = time.monotonic() + 10
-    while not exported.exists():  # written in the background, off the reply path
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    # written in the background, off the reply path
+    wait_for(exported.exists, timeout=10, what=f"{exported} written")
     on_disk = json.loads(exported.read_text())
     assert on_disk["snapshot_id"] == complete.snapshot_id and on_disk["status"] == "COMPLETE"
     assert "expected_total" in on_disk and "finished_at" in on_disk  # snake_case names

@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from support.polling import wait_for
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings.ports import free_ports
 
@@ -50,16 +50,17 @@ def test_plaintext_health_beside_tls(tls_cluster):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         address = f"127.0.0.1:{health_port}"
-        deadline = time.monotonic() + 30
-        while True:
+
+        def serving() -> bool:
             try:
                 if _health(address, "") == health_pb2.HealthCheckResponse.SERVING:
-                    break
+                    return True
             except grpc.RpcError:
                 pass
             assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "health port never SERVING"
-            time.sleep(0.2)
+            return False
+
+        wait_for(serving, timeout=30, interval=0.2, what="the health port SERVING")
         assert _health(address, "snapmesh.v1.Controller") == health_pb2.HealthCheckResponse.SERVING
         with grpc.insecure_channel(address) as channel:
             get_cluster = channel.unary_unary("/snapmesh.v1.Controller/GetCluster", request_serializer=lambda _: b"",

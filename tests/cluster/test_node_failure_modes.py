@@ -25,6 +25,7 @@ import pytest
 
 from support.cluster_helpers import check_against_logs, controller_stub, node_stub
 from support.node_harness import Cluster, ReportSink, append, append_send, run_node_once
+from support.polling import wait_for
 from snapmesh.checking.node_logs import money_check, read_logs
 from snapmesh.serving.datalock import DataDirLock, DataDirLocked
 from services.node.recovery import recover
@@ -202,12 +203,14 @@ def test_a_full_disk_stops_the_node_and_a_restart_recovers_with_no_money_lost(tm
     try:
         cluster.start()
         with BackgroundLoad.for_cluster(cluster, batch=100, max_amount=10):
-            deadline = time.monotonic() + 60
-            while p2.alive:
-                assert time.monotonic() < deadline, "p2 never stopped on a full disk"
+            def p2_stopped() -> bool:
+                if not p2.alive:
+                    return True
                 if ballast.exists() and "cannot be written" in p2.output():
                     ballast.unlink()  # room again while p2 is going down: it must still write nothing
-                time.sleep(0.02)
+                return False
+
+            wait_for(p2_stopped, timeout=60, interval=0.02, what="p2 to stop on a full disk")
             assert p2.proc.returncode == 1, p2.output()
             assert not ballast.exists(), "p2 stopped before it said why"
             said = p2.output()
@@ -226,14 +229,6 @@ def test_a_full_disk_stops_the_node_and_a_restart_recovers_with_no_money_lost(tm
 
 
 # ----------------------------------------- 8. a finished part lost in a crash
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
-        time.sleep(interval)
-    return result
 
 
 def finished_here(cluster: supervisor.Cluster, node: str, sid: str) -> bool:
@@ -262,15 +257,15 @@ def test_a_part_finished_before_a_crash_is_reported_after_the_restart(tmp_path: 
             time.sleep(1.0)  # StartSnapshot leaves the controller
             cluster.pause_controller()
             cluster.signal_node("p1", signal.SIGCONT)
-            wait_until(lambda: all(finished_here(cluster, n, sid) for n in cluster.node_ids), 20, "every part done")
+            wait_for(lambda: all(finished_here(cluster, n, sid) for n in cluster.node_ids), timeout=20, what="every part done")
             time.sleep(0.3)
             cluster.kill_node("p2")
             cluster.start_node("p2")
             cluster.resume_controller()
-            snapshot = wait_until(
+            snapshot = wait_for(
                 lambda: (s := stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5)).status
                 != pb.Snapshot.IN_PROGRESS and s,
-                45, f"snapshot {sid} finished",
+                timeout=45, what=f"snapshot {sid} finished",
             )
         assert snapshot.status == pb.Snapshot.COMPLETE, snapshot.reason
         assert snapshot.conserved
@@ -333,7 +328,7 @@ def test_a_full_state_larger_than_one_grpc_message_is_delivered(tmp_path: Path) 
         for _ in range(36):
             batch = pb.TransferBatchRequest(transfers=[pb.TransferRequest(to=a, amount=1)] * 1000)
             assert all(r.code == 0 for r in cluster.stub(c).TransferBatch(batch, timeout=30).results)
-        wait_until(lambda: sum(r["kind"] == "recv" for r in cluster.logs()[a]) == 36_000, 60, "a received all",
+        wait_for(lambda: sum(r["kind"] == "recv" for r in cluster.logs()[a]) == 36_000, timeout=60, what="a received all",
                    interval=0.5)
         cluster.resume_node(b)
         states = cluster.sink.wait_for("big", {a, b, c}, timeout=60)
@@ -446,13 +441,13 @@ def test_a_node_sigkilled_five_times_under_load_while_snapshots_run(tmp_path: Pa
             stop_triggers.set()
             triggers.join(10)
             assert load.stats.accepted > 0 and len(started) > 5
-            snapshots = wait_until(
+            snapshots = wait_for(
                 lambda: (s := list(stub.ListSnapshots(pb.ListSnapshotsRequest(), timeout=5).snapshots))
                 and all(x.status != pb.Snapshot.IN_PROGRESS for x in s) and s,
-                30, "every snapshot finished",
+                timeout=30, what="every snapshot finished",
             )
-            logs = wait_until(lambda: (lg := read_logs(data_dir, cluster.node_ids))
-                              and not money_check(lg)["unreceived"] and lg, 60, "every send received")
+            logs = wait_for(lambda: (lg := read_logs(data_dir, cluster.node_ids))
+                              and not money_check(lg)["unreceived"] and lg, timeout=60, what="every send received")
             served = {}
             for node in cluster.node_ids:
                 node_channel, node_client = node_stub(cluster.node_address(node))

@@ -4,6 +4,7 @@ seal with a checkpoint, a full channel refuses at once, a retried request pays o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -13,6 +14,7 @@ import grpc
 import pytest
 
 from support.node_harness import Cluster
+from support.polling import WaitTimedOut, wait_for
 from snapmesh.checking.node_logs import money_check
 from services.node.recovery import recover
 from snapmesh.protocol import wal
@@ -53,14 +55,16 @@ def test_a_full_channel_refuses_at_once_with_resource_exhausted_and_moves_no_mon
     assert p1.GetState(pb.GetStateRequest(), timeout=5).balance == 980
     assert sum(r["kind"] == "send" for r in pair.logs()["p1"]) == 20
     pair.start("p2")  # the channel drains; transfers are accepted again
-    deadline = time.monotonic() + 30
-    while True:
+
+    def accepted() -> bool:
         try:
             p1.Transfer(pb.TransferRequest(to="p2", amount=1), timeout=5)
-            break
         except grpc.RpcError as exc:
-            assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() < deadline
-            time.sleep(0.1)
+            assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            return False
+        return True
+
+    wait_for(accepted, timeout=30, interval=0.1, what="a transfer accepted once p2 drains the channel")
     pair.wait_settled(20)
 
 
@@ -92,10 +96,8 @@ def test_an_abort_is_remembered_so_a_late_marker_starts_no_zombie_recording(pair
     pair.kill_node("p1")
     pair.start("p1")
     p2.StartSnapshot(pb.StartSnapshotRequest(snapshot_id="s-late"), timeout=5)  # its marker reaches p1 late
-    deadline = time.monotonic() + 20
-    while not any(r["kind"] == "marker_recv" for r in pair.logs()["p1"]):
-        assert time.monotonic() < deadline, "the marker never arrived"
-        time.sleep(0.1)
+    wait_for(lambda: any(r["kind"] == "marker_recv" for r in pair.logs()["p1"]), timeout=20, interval=0.1,
+             what="the late marker at p1")
     assert not [r for r in pair.logs()["p1"] if r["kind"] == "cut"], "p1 started a zombie recording"
 
 
@@ -113,13 +115,8 @@ def test_recovery_treats_a_marker_recv_without_its_cut_as_a_recording(tmp_path: 
 def test_a_node_logs_the_cut_before_the_marker_recv_that_caused_it(pair: Cluster) -> None:  # 4
     pair.start()
     pair.stub("p2").StartSnapshot(pb.StartSnapshotRequest(snapshot_id="s1"), timeout=5)
-    deadline = time.monotonic() + 20
-    while True:
-        kinds = [r["kind"] for r in pair.logs()["p1"] if r.get("snapshot_id") == "s1"]
-        if "marker_recv" in kinds:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    kinds = wait_for(lambda: [r["kind"] for r in pair.logs()["p1"] if r.get("snapshot_id") == "s1"],
+                     until=lambda found: "marker_recv" in found, timeout=20, interval=0.1, what="p1's marker_recv of s1")
     assert kinds.index("cut") < kinds.index("marker_recv")
 
 
@@ -128,9 +125,9 @@ def test_segments_seal_with_a_checkpoint_and_a_restart_reads_only_the_active_one
     try:
         cluster.start()
         with BackgroundLoad.for_cluster(cluster, batch=50, max_amount=3) as load:
-            deadline = time.monotonic() + 30
-            while load.stats.accepted < 3000 and time.monotonic() < deadline:
-                time.sleep(0.1)
+            with contextlib.suppress(WaitTimedOut):  # up to 30 s of load, then the segments are counted
+                wait_for(lambda: load.stats.accepted, until=lambda n: n >= 3000, timeout=30, interval=0.1,
+                         what="3000 transfers")
         logs = cluster.wait_settled(30)
         data = cluster.data_dir
         sealed = sorted(n for n in os.listdir(data) if wal.sealed_first_lsn(n, "p1") is not None)

@@ -28,6 +28,7 @@ from snapmesh.settings import config
 from snapmesh.settings.config import write_cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from support.binaries import grpcurl_binary
+from support.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -61,11 +62,14 @@ def controller(tmp_path_factory):
                             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "SNAPMESH_TLS_DIR": ""})
     address = f"{cfg.controller.host}:{cfg.controller.port}"
     try:
-        deadline = time.monotonic() + 60
-        while subprocess.run([str(snapmesh), "health", address], capture_output=True).returncode != 0:
+
+        def serving() -> bool:
+            if subprocess.run([str(snapmesh), "health", address], capture_output=True).returncode == 0:
+                return True
             assert proc.poll() is None, (root / "controller.out").read_text()
-            assert time.monotonic() < deadline, "the controller did not serve within 60 s"
-            time.sleep(0.3)
+            return False
+
+        wait_for(serving, timeout=60, interval=0.3, what="the controller to serve")
         yield address, ids
     finally:
         # SIGKILL, not SIGTERM: a clean stop first files every one of the 10,000 rebuilt

@@ -23,7 +23,7 @@ import grpc
 import pytest
 
 from support.cluster_helpers import controller_stub, node_stub
-from support.cluster_helpers import poll as _poll
+from support.polling import wait_for as _wait_for
 from snapmesh.checking.logcheck import check_logs_by_epoch, check_restore
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.processes.supervisor import Cluster
@@ -51,7 +51,7 @@ def history():
 
 
 # Restores move every node: a minute before a wait fails.
-poll = partial(_poll, timeout=60.0, interval=0.1)
+wait_for = partial(_wait_for, timeout=60.0, interval=0.1)
 
 
 def snapshot(cluster, history, initiator: str = "p1") -> pb.Snapshot:
@@ -102,21 +102,21 @@ def quiet_balances(cluster, epoch: int) -> dict[str, int]:
         balances = {n: s.balance for n, s in now.items()}
         return balances if sum(balances.values()) == cluster.config.expected_total else None
 
-    return poll(settled, lambda b: b is not None)
+    return wait_for(settled, until=lambda b: b is not None)
 
 
 def test_a_restore_under_load(cluster, history):
     with BackgroundLoad.for_cluster(cluster, batch=20) as load:
-        poll(lambda: load.stats.accepted, lambda n: n > 200)
+        wait_for(lambda: load.stats.accepted, until=lambda n: n > 200)
         s1 = snapshot(cluster, history)
         assert s1.epoch == 1
-        poll(lambda: load.stats.accepted, lambda n: n > 600)  # money moves on after s1: the restore undoes it
+        wait_for(lambda: load.stats.accepted, until=lambda n: n > 600)  # money moves on after s1: the restore undoes it
         answer = restore(cluster, history, s1.snapshot_id)
         assert answer.status == RESTORED, answer.reason
         assert answer.epoch == 2 and answer.snapshot_id == s1.snapshot_id
         assert {n.node_id: n.balance for n in answer.nodes} == expected_after(s1)
         assert answer.finished_at.ToNanoseconds() >= answer.started_at.ToNanoseconds() > 0
-        poll(lambda: load.stats.accepted, lambda n: n > 1200)  # and the load goes on in epoch 2
+        wait_for(lambda: load.stats.accepted, until=lambda n: n > 1200)  # and the load goes on in epoch 2
     assert sum(quiet_balances(cluster, 2).values()) == cluster.config.expected_total
     after = snapshot(cluster, history)
     assert after.epoch == 2
@@ -124,10 +124,10 @@ def test_a_restore_under_load(cluster, history):
 
 def test_a_restore_to_an_older_snapshot_after_newer_ones_fails_the_one_in_progress(cluster, history):
     with BackgroundLoad.for_cluster(cluster, batch=10) as load:
-        poll(lambda: load.stats.accepted, lambda n: n > 100)
+        wait_for(lambda: load.stats.accepted, until=lambda n: n > 100)
         older = snapshot(cluster, history)
         for _ in range(3):
-            poll(lambda: load.stats.accepted, lambda n, before=load.stats.accepted: n > before + 100)
+            wait_for(lambda: load.stats.accepted, until=lambda n, before=load.stats.accepted: n > before + 100)
             snapshot(cluster, history)
     # A snapshot in progress at the restore: p3 paused, so it cannot finish.
     cluster.signal_node("p3", signal.SIGSTOP)
@@ -159,7 +159,7 @@ def test_a_node_sigkilled_during_a_restore(cluster, history):
     answers: list = []
     thread = threading.Thread(target=lambda: answers.append(restore(cluster, history, target.snapshot_id)))
     thread.start()
-    poll(lambda: [state(cluster, n) for n in ("p1", "p3")], lambda s: all(x is not None and x.epoch == 4 for x in s))
+    wait_for(lambda: [state(cluster, n) for n in ("p1", "p3")], until=lambda s: all(x is not None and x.epoch == 4 for x in s))
     cluster.start_node("p2")  # the restore reaches it once it is back
     thread.join(120)
     (answer,) = answers
@@ -185,7 +185,8 @@ def test_the_controller_restarted_during_a_restore(cluster, history):
 
         thread = threading.Thread(target=call)
         thread.start()
-        poll(lambda: [state(cluster, n) for n in ("p1", "p2")], lambda s: all(x is not None and x.epoch == 5 for x in s))
+        wait_for(lambda: [state(cluster, n) for n in ("p1", "p2")],
+                 until=lambda s: all(x is not None and x.epoch == 5 for x in s))
         assert cluster.stop_controller(signal.SIGKILL) == -signal.SIGKILL
         thread.join(30)
         assert errors == [grpc.StatusCode.UNAVAILABLE]

@@ -22,7 +22,8 @@ import urllib.request
 import grpc
 import pytest
 
-from support.cluster_helpers import controller_stub, node_stub, poll
+from support.cluster_helpers import controller_stub, node_stub
+from support.polling import wait_for
 from snapmesh.checking.node_logs import read_node_log
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.protocol.controller import journal as controller_journal
@@ -64,7 +65,7 @@ def settled(cluster) -> dict[str, tuple[int, int]]:
     def quiet(now):
         return len({e for e, _ in now.values()}) == 1 and sum(b for _, b in now.values()) == TOTAL
 
-    return poll(lambda: balances(cluster), quiet, timeout=60.0, interval=0.1)
+    return wait_for(lambda: balances(cluster), until=quiet, timeout=60.0, interval=0.1)
 
 
 def take_snapshot(stub) -> pb.Snapshot:
@@ -94,7 +95,7 @@ def test_a_key_that_joined_a_restore_never_rolls_back_a_payment_made_after_it(cl
             first = stub.RestoreSnapshot.future(
                 pb.RestoreSnapshotRequest(snapshot_id=snapshot.snapshot_id, request_id="K1"), timeout=90
             )
-            poll(lambda: balances(cluster, ("p1",))["p1"][0], lambda e: e == epoch + 1)  # K1 claimed the restore
+            wait_for(lambda: balances(cluster, ("p1",))["p1"][0], until=lambda e: e == epoch + 1)  # K1 claimed the restore
             joined = stub.RestoreSnapshot.future(
                 pb.RestoreSnapshotRequest(snapshot_id=snapshot.snapshot_id, request_id="K2"), timeout=90
             )
@@ -180,7 +181,7 @@ def test_a_failed_snapshot_is_aborted_at_the_nodes_by_the_machines_abort_effects
         with channel:
             started = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=10)
             request = pb.GetSnapshotRequest(snapshot_id=started.snapshot_id)
-            failed = poll(lambda: stub.GetSnapshot(request, timeout=5), lambda s: s.status == pb.Snapshot.FAILED,
+            failed = wait_for(lambda: stub.GetSnapshot(request, timeout=5), until=lambda s: s.status == pb.Snapshot.FAILED,
                           timeout=60.0, interval=0.2)
         assert "p3" in failed.reason
 
@@ -189,6 +190,6 @@ def test_a_failed_snapshot_is_aborted_at_the_nodes_by_the_machines_abort_effects
                     if r["kind"] == "abort" and r.get("snapshot_id") == failed.snapshot_id]
 
         for node in ("p1", "p2"):  # the controller's reason, not a node's own expiry
-            assert poll(lambda node=node: aborts(node), bool, timeout=30.0, interval=0.1) == [failed.reason], node
+            assert wait_for(lambda node=node: aborts(node), until=bool, timeout=30.0, interval=0.1) == [failed.reason], node
     finally:
         cluster.signal_node("p3", signal.SIGCONT)

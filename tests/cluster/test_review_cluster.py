@@ -17,7 +17,8 @@ import time
 import grpc
 import pytest
 
-from support.cluster_helpers import controller_stub, node_stub, poll
+from support.cluster_helpers import controller_stub, node_stub
+from support.polling import wait_for
 from snapmesh.settings.config import write_cluster
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -79,7 +80,7 @@ def test_a_retried_restore_with_its_key_does_not_roll_back_again(cluster):
         node_channel, node = node_stub(cluster.node_address("p1"))
         with node_channel:
             node.Transfer(pb.TransferRequest(to="p2", amount=7), timeout=10)  # after the restore: must stay
-        before = poll(lambda: states(cluster), lambda s: sum(n.balance for n in s.values()) == 300_000)  # delivered
+        before = wait_for(lambda: states(cluster), until=lambda s: sum(n.balance for n in s.values()) == 300_000)  # delivered
         again = stub.RestoreSnapshot(request, timeout=60)
         assert again == first
         assert states(cluster) == before, "the retry rolled the cluster back again"
@@ -159,7 +160,7 @@ def test_keep_deletions_do_not_come_back_after_a_controller_restart(tmp_path):
         def files() -> set[str]:
             return {p.stem for d in (directory, compact) if d.is_dir() for p in d.iterdir() if p.suffix in (".json", ".pb")}
 
-        poll(files, lambda names: ids[-1] in names and not names & set(ids[:2]))
+        wait_for(files, until=lambda names: ids[-1] in names and not names & set(ids[:2]))
         running.restart_controller(kill=True)  # the journal is not rewritten on the way out
         channel, stub = controller_stub(running.controller_address)
         with channel:

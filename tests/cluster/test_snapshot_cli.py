@@ -7,19 +7,20 @@ over real gRPC) except where the process itself matters (watch and Ctrl-C).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import grpc
 import pytest
 
-from support.cluster_helpers import controller_stub, node_stub, poll
+from support.cluster_helpers import controller_stub, node_stub
+from support.polling import WaitTimedOut, wait_for
 from snapmesh.protocol import chunking
 from snapmesh.commands import snapshot_cli
 from snapmesh.checking import snapshot_file
@@ -73,7 +74,7 @@ def taken(stub, initiator: str = "p1") -> pb.Snapshot:
 
 def compact_file(cluster, sid: str) -> Path:
     path = cluster.data_dir / "controller" / "snapshots" / f"{sid}.pb"
-    return poll(lambda: path, lambda p: p.exists() and (cluster.data_dir / "snapshots" / f"{sid}.json").exists())
+    return wait_for(lambda: path, until=lambda p: p.exists() and (cluster.data_dir / "snapshots" / f"{sid}.json").exists())
 
 
 # ------------------------------------------------------------------ trigger, list, get
@@ -123,8 +124,8 @@ def test_list_status_filter_finds_a_failed_snapshot(cluster, run, stub):
     cluster.pause_node("p1")  # StartSnapshot hangs: FAILED at the deadline
     try:
         held = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=5)
-        poll(lambda: stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=held.snapshot_id), timeout=5).status,
-             lambda s: s == FAILED, timeout=DEADLINE_S * 5)
+        wait_for(lambda: stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=held.snapshot_id), timeout=5).status,
+             until=lambda s: s == FAILED, timeout=DEADLINE_S * 5)
     finally:
         cluster.resume_node("p1")
     code, out, err = run("list", "--status", "failed", "--json")
@@ -220,15 +221,17 @@ class Watcher:
 
     def subscribe(self, stub) -> None:
         """Trigger snapshots until one shows: from then on the stream sees every update."""
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and self.proc.poll() is None:
+        def shown() -> bool:
+            assert self.proc.poll() is None, f"watch exited: {self.lines}"
             sid = taken(stub, "p1").snapshot_id
-            shown_by = time.monotonic() + 2
-            while time.monotonic() < shown_by:
-                if self.seen(sid):
-                    return
-                time.sleep(0.05)
-        raise AssertionError(f"watch never showed an update: {self.lines}")
+            with contextlib.suppress(WaitTimedOut):
+                return bool(wait_for(lambda: self.seen(sid), timeout=2, what=f"{sid} on the watch"))
+            return False
+
+        try:
+            wait_for(shown, timeout=60, interval=0, what="the watch to show an update")
+        except WaitTimedOut:
+            raise AssertionError(f"watch never showed an update: {self.lines}") from None
 
     def finish(self, timeout: float = 30) -> tuple[int, str]:
         try:
@@ -244,10 +247,14 @@ class Watcher:
 def test_watch_prints_each_update_as_a_json_line_and_stops_after_count(cluster, stub):
     watcher = Watcher(cluster, "--json", "--count", "2")
     ids = set()
-    deadline = time.monotonic() + 60
-    while watcher.proc.poll() is None and time.monotonic() < deadline:
+
+    def stopped() -> bool:
+        if watcher.proc.poll() is not None:
+            return True
         ids.add(taken(stub, "p3").snapshot_id)
-        time.sleep(0.2)
+        return False
+
+    wait_for(stopped, timeout=60, interval=0.2, what="the watch to stop by itself after two updates")
     code, err = watcher.finish()
     assert code == 0, err  # it stopped by itself after two updates
     updates = [json.loads(line) for line in watcher.lines]
@@ -259,7 +266,7 @@ def test_watch_prints_a_table_row_per_update_and_ctrl_c_exits_0(cluster, stub):
     watcher = Watcher(cluster)
     watcher.subscribe(stub)
     snapshot = taken(stub, "p2")
-    poll(lambda: [line.split()[1] for line in watcher.seen(snapshot.snapshot_id)], lambda s: "COMPLETE" in s)
+    wait_for(lambda: [line.split()[1] for line in watcher.seen(snapshot.snapshot_id)], until=lambda s: "COMPLETE" in s)
     watcher.proc.send_signal(signal.SIGINT)
     code, err = watcher.finish()
     assert code == 0, err
@@ -342,7 +349,7 @@ def test_snapshots_taken_under_load_verify_with_their_in_flight_transfers(cluste
 
     taken_ids = []
     with BackgroundLoad.for_cluster(cluster, seed=5, batch=50, max_amount=20, interval=0.0) as load:
-        poll(lambda: load.stats.accepted, lambda n: n > 200)
+        wait_for(lambda: load.stats.accepted, until=lambda n: n > 200)
         while len(taken_ids) < 6 or not any(
                 c.in_flight for s in taken_ids for c in stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=s)).channels):
             assert len(taken_ids) < 30, "no snapshot caught a transfer in flight"
@@ -714,7 +721,7 @@ def test_damaged_files_of_a_snapshot_the_journal_still_holds_are_written_again(c
     channel, fresh = controller_stub(cluster.controller_address)
     with channel:
         assert fresh.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=10) == snapshot
-    poll(lambda: run("verify", sid, "--data-dir", str(cluster.data_dir))[0], lambda code: code == 0)
+    wait_for(lambda: run("verify", sid, "--data-dir", str(cluster.data_dir))[0], until=lambda code: code == 0)
 
 
 def test_a_snapshot_whose_files_are_damaged_at_start_up_is_data_loss_not_unknown(cluster, stub, run):

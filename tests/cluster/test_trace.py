@@ -13,12 +13,13 @@ import io
 import json
 import re
 import shutil
-import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 from PIL import Image
+
+from support.polling import wait_for
 
 from snapmesh.synth.writer import main as synth_main
 from snapmesh.trace.clocks import build_trace, happened_before
@@ -237,18 +238,10 @@ def test_cli_bad_logs_exit_2_naming_file_and_line(small, tmp_path, capsys):
 # ------------------------------------------------------------------ a real run
 
 
-def _wait_until_every_send_is_received(data_dir: Path, timeout: float) -> list:
-    """Read the running nodes' logs until no sent message lacks its receive (or
-    `timeout` passes); returns the unmatched messages of the last reading."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            unmatched = [m for m in build_trace(read_data_dir(data_dir)).messages if m.recv is None]
-        except LogError:  # a line the node is writing right now
-            unmatched = ["a log could not be read yet"]
-        if not unmatched or time.monotonic() > deadline:
-            return unmatched
-        time.sleep(0.1)
+def _unmatched(data_dir: Path) -> list:
+    """The sent messages of the running nodes' logs that lack their receive (a LogError:
+    a line a node is writing right now)."""
+    return [m for m in build_trace(read_data_dir(data_dir)).messages if m.recv is None]
 
 
 @pytest.mark.cluster
@@ -268,9 +261,9 @@ def test_a_real_clusters_logs(tmp_path):
         summary = run_workload(cluster.controller_address, params, out=io.StringIO())
         # The workload stops sending, but its last transfers may still be on their
         # way: stop the cluster only once every logged send has its receive.
-        unmatched = _wait_until_every_send_is_received(data_dir, timeout=30.0)
+        wait_for(lambda: _unmatched(data_dir), until=lambda unmatched: not unmatched, timeout=30.0, interval=0.1,
+                 retry_on=LogError, what="every message received before the cluster stops")
     assert summary.exit_code == 0
-    assert not unmatched, f"every message was received before the cluster stopped: {unmatched[:3]}"
     trace = build_trace(read_data_dir(data_dir))
     assert not [m for m in trace.messages if m.recv is None]
     for message in trace.messages:

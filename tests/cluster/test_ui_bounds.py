@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from support.cluster_helpers import controller_stub, node_stub, poll
+from support.cluster_helpers import controller_stub, node_stub
+from support.polling import wait_for
 from snapmesh.checking.scrape import samples
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.settings.config import write_cluster
@@ -122,7 +123,7 @@ def test_an_unknown_id_is_asked_about_once_and_a_non_id_never(env):
     unknown = "20260101T000000.000000Z-feedf00d"
     calls = get_snapshot_calls(cluster)
     assert get(f"{url}snapshot/{unknown}/trace.svg")[0] == 404
-    poll(lambda: get_snapshot_calls(cluster), lambda n: n == calls + 1, timeout=10)  # counted once answered
+    wait_for(lambda: get_snapshot_calls(cluster), until=lambda n: n == calls + 1, timeout=10)  # counted once answered
     for path in (f"snapshot/{unknown}/trace.svg", f"snapshot/{unknown}", "snapshot/..%2Fx/trace.svg", "snapshot/x"):
         assert get(url + path)[0] == 404
     time.sleep(1)  # as long as the first one took to be counted, at least
@@ -140,8 +141,8 @@ def test_no_picture_of_a_snapshot_in_progress_and_its_page_reads_only_its_lines(
             started = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=10)
         assert started.status == pb.Snapshot.IN_PROGRESS
         sid = started.snapshot_id
-        poll(lambda: get(f"{url}snapshot/{sid}")[1].decode(),
-             lambda page: "data-channel='p2-&gt;p3'" in page or "data-channel='p2->p3'" in page, timeout=30)
+        wait_for(lambda: get(f"{url}snapshot/{sid}")[1].decode(),
+             until=lambda page: "data-channel='p2-&gt;p3'" in page or "data-channel='p2->p3'" in page, timeout=30)
         code, body, _ = get(f"{url}snapshot/{sid}/trace.svg")
         assert code == 404 and f"snapshot {sid} is IN_PROGRESS".encode() in body, (code, body[:200])
         page = get(f"{url}snapshot/{sid}")[1].decode()

@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from support.cluster_helpers import controller_stub
+from support.polling import wait_for
 from snapmesh.bank.workload import WorkloadParams, run_workload
 from snapmesh.settings.config import write_cluster
 from snapmesh.bank.load import BackgroundLoad
@@ -64,16 +64,6 @@ def http_get(url: str) -> tuple[int, str]:
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
-
-
-def wait_for(predicate, timeout: float, what: str, step: float = 0.2):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +223,8 @@ def test_a_snapshot_with_money_in_flight_lists_those_transfers_and_the_totals_ad
     node_balances = {r["data"]["node"]: int(r["cells"][1]) for r in cells(browser, "#nodes tr[data-node]")}
     assert node_balances == {n.node_id: n.balance for n in s.nodes}
     wait_for(lambda: browser.execute_script(
-        "var i = document.querySelector('img.trace'); return i && i.complete && i.naturalWidth > 0"), 20, "the picture")
+        "var i = document.querySelector('img.trace'); return i && i.complete && i.naturalWidth > 0"),
+        timeout=20, what="the picture", interval=0.2)
     shot(browser, "in-flight")
 
 
@@ -243,7 +234,8 @@ def test_the_page_updates_itself_when_a_new_snapshot_finishes(env, browser):
     before = history(browser)
     done = env["stub"].TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=30)
     assert done.status == pb.Snapshot.COMPLETE and done.snapshot_id not in before
-    wait_for(lambda: history(browser).get(done.snapshot_id) == "COMPLETE", 15, "the new snapshot on the page")
+    wait_for(lambda: history(browser).get(done.snapshot_id) == "COMPLETE",
+             timeout=15, what="the new snapshot on the page", interval=0.2)
     assert browser.execute_script("return window.notReloaded === true"), "the page was reloaded"
 
 
@@ -267,7 +259,8 @@ def test_a_snapshot_held_in_progress_names_the_paused_node_and_its_open_channels
             return seen["nodes"] == ["p3"] and seen["channels"] == into_p3 | out_of_p3
 
         try:
-            wait_for(stuck, DEADLINE_S - 2, "p3 and its channels as the only ones the snapshot waits for")
+            wait_for(stuck, timeout=DEADLINE_S - 2, interval=0.2,
+                     what="p3 and its channels as the only ones the snapshot waits for")
         except AssertionError as error:
             raise AssertionError(f"{error}; the page said {seen}") from None
         assert "IN_PROGRESS" in text(browser, "status")
@@ -277,11 +270,11 @@ def test_a_snapshot_held_in_progress_names_the_paused_node_and_its_open_channels
         assert code == 200 and "id='count-IN_PROGRESS'>1</b>" in overview, overview[:3000]
         failed = wait_for(lambda: (s := stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=started.snapshot_id),
                                                          timeout=5)).status == pb.Snapshot.FAILED and s,
-                          DEADLINE_S + 10, "the snapshot to fail at its deadline")
+                          timeout=DEADLINE_S + 10, what="the snapshot to fail at its deadline", interval=0.2)
     finally:
         cluster.resume_node("p3")
     assert failed.reason
-    wait_for(lambda: "FAILED" in (text(browser, "status") or ""), 10, "the page to show FAILED")
+    wait_for(lambda: "FAILED" in (text(browser, "status") or ""), timeout=10, what="the page to show FAILED", interval=0.2)
     assert text(browser, "reason") == failed.reason
     browser.get(env["url"])
     assert history(browser)[failed.snapshot_id] == "FAILED"
@@ -312,7 +305,7 @@ def test_the_controller_down_gives_a_clear_message_not_a_stack_trace(env, browse
     browser.execute_script("window.notReloaded = true")
     env["cluster"].stop_controller()
     # The open page says so at its next refresh; a fresh load answers 503.
-    wait_for(lambda: text(browser, "problem"), 20, "the live page to report the controller down")
+    wait_for(lambda: text(browser, "problem"), timeout=20, what="the live page to report the controller down", interval=0.2)
     assert "The controller does not answer" in text(browser, "problem")
     assert browser.execute_script("return window.notReloaded === true")
     code, body = http_get(env["url"])

@@ -59,8 +59,8 @@ from support.helpers_deploy import (
     run,
     status_name,
     trigger_snapshot,
-    wait_for,
 )
+from support.polling import wait_for
 from snapmesh.settings.security import load_tls_dir
 
 NODES = [f"p{i}" for i in range(1, 5)]
@@ -206,7 +206,7 @@ class Stack:
             states = {s: container_health(self.cid(s)) for s in services}
             return all(state == "healthy" for state in states.values()) or None
 
-        wait_for(healthy, timeout=timeout, interval=1, what=f"{', '.join(services)} healthy")
+        wait_for(healthy, timeout=timeout, interval=1, what=f"{', '.join(services)} healthy", retry_on=(Exception,))
 
     def published_controller(self) -> str:
         out = self.compose("port", "controller", str(CONTROLLER_PORT)).stdout.strip()
@@ -251,7 +251,7 @@ class Stack:
                 lambda: (s := stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=started.snapshot_id), timeout=5))
                 and s.status != pb.Snapshot.IN_PROGRESS and s,
                 timeout=60,
-                what=f"{what}: snapshot {started.snapshot_id} to finish",
+                what=f"{what}: snapshot {started.snapshot_id} to finish", interval=0.5, retry_on=(Exception,),
             )
         log(f"{what}: snapshot {final.snapshot_id} {status_name(final)}: {final.reason}")
         assert status_name(final) == "FAILED", f"{what}: {final}"
@@ -304,8 +304,8 @@ def stack(pytestconfig, tmp_path_factory):
 @pytest.mark.docker
 @pytest.mark.timeout(900)  # includes building the base image and both images on a fresh machine
 def test_stack_healthy_app_runs_and_snapshots_complete(stack):
-    wait_for(stack.app_running, timeout=30, what="the app container running")
-    wait_for(stack.transfers_flowing, timeout=30, what="the app moving money")
+    wait_for(stack.app_running, timeout=30, what="the app container running", interval=0.5, retry_on=(Exception,))
+    wait_for(stack.transfers_flowing, timeout=30, what="the app moving money", interval=0.5, retry_on=(Exception,))
     for _ in range(3):
         stack.assert_complete_and_conserved("healthy stack")
 
@@ -377,7 +377,7 @@ def test_the_page_answers_from_the_host(stack):
             return None
 
     html = wait_for(lambda: (text := page()) and snapshot.snapshot_id in text and text, timeout=60, interval=1,
-                    what=f"the page at {url} listing {snapshot.snapshot_id}")
+                    what=f"the page at {url} listing {snapshot.snapshot_id}", retry_on=(Exception,))
     assert "<html" in html.lower()
     by_name = in_container(stack, "app", "python -c \"import urllib.request as u; print(u.urlopen('http://ui:8080/healthz').status)\"")
     assert by_name.stdout.strip() == "200", by_name.stderr
@@ -458,7 +458,7 @@ def test_partitioned_node_fails_snapshot_then_recovers(stack):
         run(["docker", "network", "connect", "--alias", "p4", stack.network, cid])
     stack.wait_healthy()
     # Peers reach p4 again at its (possibly new) address under the same name.
-    wait_for(lambda: stack.balances(), timeout=30, what="every node answering GetState")
+    wait_for(lambda: stack.balances(), timeout=30, what="every node answering GetState", interval=0.5, retry_on=(Exception,))
     time.sleep(3)
     stack.assert_complete_and_conserved("p4 reconnected")
 
@@ -475,7 +475,7 @@ def test_no_transfer_lost_or_duplicated(stack):
         second = stack.balances()
         return first == second and second
 
-    balances = wait_for(quiescent_total, timeout=60, interval=1, what="balances to stop changing")
+    balances = wait_for(quiescent_total, timeout=60, interval=1, what="balances to stop changing", retry_on=(Exception,))
     log(f"quiescent balances {balances}")
     assert sum(balances.values()) == EXPECTED_TOTAL, f"balances {balances} add up to {sum(balances.values())}"
     snapshot = stack.assert_complete_and_conserved("quiescent")

@@ -29,8 +29,8 @@ from support.helpers_deploy import (
     start_prometheus,
     status_name,
     trigger_snapshot,
-    wait_for,
 )
+from support.polling import wait_for
 from snapmesh.settings.config import write_cluster
 from snapmesh.processes.supervisor import Cluster
 
@@ -138,7 +138,7 @@ def cluster_and_prometheus(tmp_path_factory):
             lambda: len([s for s in prometheus.query("up == 1")]) == wanted,
             timeout=60,
             interval=1,
-            what=f"{wanted} targets up in prometheus",
+            what=f"{wanted} targets up in prometheus", retry_on=(Exception,),
         )
         log(f"prometheus scrapes all {wanted} targets")
         # Load and snapshots: the app moves money and snapshots every second...
@@ -184,7 +184,7 @@ def test_every_dashboard_expression_returns_data(cluster_and_prometheus):
         return not empty
 
     try:
-        wait_for(all_return_data, timeout=30, interval=1, what="every dashboard expression to return data")
+        wait_for(all_return_data, timeout=30, interval=1, what="every dashboard expression to return data", retry_on=(Exception,))
     except TimeoutError:
         pytest.fail("dashboard expressions without data:\n" + "\n".join(
             f"  [{title}] {expr} -> {result}" for expr, (title, result) in empty.items()))
@@ -195,7 +195,7 @@ def test_every_dashboard_expression_returns_data(cluster_and_prometheus):
         lambda: finite_values(prometheus.query("sum(snapmesh_balance)")) == [expected],
         timeout=20,
         interval=1,
-        what=f"sum(snapmesh_balance) == {expected} after the load stopped",
+        what=f"sum(snapmesh_balance) == {expected} after the load stopped", retry_on=(Exception,),
     )
 
 
@@ -209,7 +209,7 @@ def test_every_alert_evaluates_against_the_scrape_and_a_node_down_fires(cluster_
     rules = wait_for(
         lambda: [r for g in prometheus.api("/api/v1/rules")["groups"] for r in g["rules"] if r.get("lastEvaluation", "")
                  and not r["lastEvaluation"].startswith("0001")],
-        timeout=30, interval=1, what="the rules evaluated once",
+        timeout=30, interval=1, what="the rules evaluated once", retry_on=(Exception,),
     )
     by_name = {r["name"]: r for r in rules}
     assert set(REQUIRED_ALERTS) <= set(by_name), sorted(by_name)
@@ -234,5 +234,5 @@ def test_every_alert_evaluates_against_the_scrape_and_a_node_down_fires(cluster_
         return [a for a in prometheus.api("/api/v1/alerts")["alerts"]
                 if a["labels"]["alertname"] == "SnapmeshNodeDown" and a["labels"].get("instance") == instance]
 
-    alerts = wait_for(node_down_alert, timeout=30, interval=1, what="SnapmeshNodeDown for p4")
+    alerts = wait_for(node_down_alert, timeout=30, interval=1, what="SnapmeshNodeDown for p4", retry_on=(Exception,))
     assert alerts[0]["state"] in ("pending", "firing"), alerts

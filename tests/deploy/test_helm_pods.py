@@ -59,8 +59,8 @@ from support.helpers_deploy import (
     private_keys_in,
     restore_state_refused,
     status_name,
-    wait_for,
 )
+from support.polling import wait_for
 from snapmesh.settings import security
 from snapmesh.serving import credentials
 from snapmesh.settings.ports import free_ports
@@ -214,7 +214,7 @@ def test_the_page_answers_through_its_service(cluster):
         text = page()
         return isinstance(text, str) and snapshot.snapshot_id in text and text
 
-    html = wait_for(listed, timeout=60, interval=1, what=f"the page listing {snapshot.snapshot_id}")
+    html = wait_for(listed, timeout=60, interval=1, what=f"the page listing {snapshot.snapshot_id}", retry_on=(Exception,))
     assert "<html" in html.lower()
     assert snapshot.snapshot_id in page(PAGE_HOST)
     assert page("attacker.example") == 421

@@ -45,8 +45,8 @@ from support.helpers_deploy import (
     run,
     status_name,
     trigger_snapshot,
-    wait_for,
 )
+from support.polling import wait_for
 from snapmesh.settings.ports import free_ports
 from snapmesh.settings.security import load_tls_dir
 
@@ -184,7 +184,8 @@ class Stack:
             last[:] = [f"{status_name(snap)} {snap.reason}"]
             return snap if status_name(snap) == "COMPLETE" else None
 
-        snap = wait_for(attempt, timeout=180, interval=2, what=f"{what}: a COMPLETE snapshot (last: {last})")
+        snap = wait_for(attempt, timeout=180, interval=2, what=f"{what}: a COMPLETE snapshot (last: {last})",
+                        retry_on=(Exception,))
         log(f"{what}: snapshot {snap.snapshot_id} COMPLETE, total {snap.total}")
         assert snap.conserved and sorted(n.node_id for n in snap.nodes) == NODES
         return snap
@@ -207,7 +208,7 @@ def stack(swarm, tmp_path_factory):
         st.identity = load_tls_dir(st.tls)
         wait_for(lambda: all(running_task_container(name, s) and healthy(running_task_container(name, s))
                              for s in [*NODES, "controller", "ui"]),
-                 timeout=240, interval=2, what="every node, the controller and the page healthy")
+                 timeout=240, interval=2, what="every node, the controller and the page healthy", retry_on=(Exception,))
         log(f"swarm: stack {name} healthy in {time.monotonic() - started:.0f}s")
         yield st
     finally:
@@ -260,7 +261,7 @@ def test_the_page_answers_from_the_host(stack):
             return None
 
     html = wait_for(lambda: (text := page()) and snap.snapshot_id in text and text, timeout=60, interval=2,
-                    what=f"the page at {url} listing {snap.snapshot_id}")
+                    what=f"the page at {url} listing {snap.snapshot_id}", retry_on=(Exception,))
     assert "<html" in html.lower()
     request = urllib.request.Request(url, headers={"Host": "attacker.example"})
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -282,7 +283,8 @@ def test_a_snapshot_is_complete_and_prometheus_scrapes_every_node_by_service_nam
         wanted = {"controller:9100"} | {f"{n}:{9100 + i}" for i, n in enumerate(NODES, 1)}
         return up if wanted <= up else None
 
-    up = wait_for(targets, timeout=120, interval=2, what="Prometheus scraping the controller and every node by its service name")
+    up = wait_for(targets, timeout=120, interval=2, what="Prometheus scraping the controller and every node by its service name",
+                  retry_on=(Exception,))
     log(f"prometheus: up {sorted(up)}")
     assert "controller:9100" in up
 
@@ -302,7 +304,7 @@ def test_a_killed_node_gets_a_new_task_and_a_later_snapshot_is_complete(stack):
     docker("kill", old)
     log(f"swarm: killed p2's container {old[:12]}")
     new = wait_for(lambda: (c := running_task_container(stack.name, "p2")) and c != old and healthy(c) and c,
-                   timeout=180, interval=2, what="a new healthy task for p2")
+                   timeout=180, interval=2, what="a new healthy task for p2", retry_on=(Exception,))
     tasks = docker("service", "ps", "-q", f"{stack.name}_p2").stdout.split()
     log(f"swarm: p2 runs again in {new[:12]} ({len(tasks)} tasks)")
     assert len(tasks) >= 2

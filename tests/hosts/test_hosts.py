@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from support.cluster_helpers import check_against_logs, controller_stub, poll
+from support.cluster_helpers import check_against_logs, controller_stub
+from support.polling import wait_for
 from snapmesh.hosts import net, plan
 from snapmesh.hosts.cluster import HostsCluster
 from snapmesh.hosts.plan import Bench, PlanError
@@ -198,7 +199,7 @@ def test_each_process_runs_on_its_own_host_and_peers_dial_each_other_by_name(hos
         assert f"{hosts.plan.host('p2').address} p2" in done.stdout
     channel, stub = controller_stub(cluster.controller_address, cluster.client_identity)
     with channel, BackgroundLoad.for_cluster(cluster, interval=0.01, batch=5) as load:
-        poll(lambda: load.stats.accepted, lambda n: n >= 20)
+        wait_for(lambda: load.stats.accepted, until=lambda n: n >= 20)
         snap = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30)
     assert snap.status == pb.Snapshot.COMPLETE, snap
     report = check_against_logs(cluster, [snap])
@@ -333,14 +334,14 @@ def test_under_partitions_one_way_included_the_snapshots_hold_against_the_logs(h
             snapshots.append(stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=10))
             time.sleep(1.0)
             network.heal(fault)
-            done = poll(lambda: stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=60),
-                        lambda snap: snap.status == pb.Snapshot.COMPLETE, timeout=60)
+            done = wait_for(lambda: stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p2", wait=True), timeout=60),
+                        until=lambda snap: snap.status == pb.Snapshot.COMPLETE, timeout=60)
             snapshots.append(done)
     assert load.stats.accepted > 0
-    final = poll(lambda: stub_list(cluster), lambda snaps: all(s.status != pb.Snapshot.IN_PROGRESS for s in snaps))
+    final = wait_for(lambda: stub_list(cluster), until=lambda snaps: all(s.status != pb.Snapshot.IN_PROGRESS for s in snaps))
     complete = [s for s in final if s.status == pb.Snapshot.COMPLETE]
     assert len(complete) >= len(faults)
-    poll(lambda: money_check(read_logs(cluster.data_dir, cluster.node_ids))["unreceived"], lambda u: not u)
+    wait_for(lambda: money_check(read_logs(cluster.data_dir, cluster.node_ids))["unreceived"], until=lambda u: not u)
     report = check_against_logs(cluster, complete)
     assert report.transfers > 0 and sum(report.snapshots.values()) == len(complete)
 

@@ -9,14 +9,15 @@ same data must be caught.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
-import time
 
 import pytest
 from google.protobuf import json_format
 
 from support.cluster_helpers import controller_stub
+from support.polling import WaitTimedOut, wait_for
 from snapmesh.checking.logcheck import check_logs
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.settings.config import write_cluster
@@ -46,17 +47,11 @@ def cluster_run(tmp_path_factory):
             snapshots.append(stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=30))
             # Every snapshot finishes (COMPLETE, or FAILED at its deadline) before the stop.
             for snapshot in snapshots:
-                assert wait_finished(stub, snapshot.snapshot_id).status != pb.Snapshot.IN_PROGRESS
+                request = pb.GetSnapshotRequest(snapshot_id=snapshot.snapshot_id)
+                wait_for(lambda request=request: stub.GetSnapshot(request, timeout=5),
+                         until=lambda s: s.status != pb.Snapshot.IN_PROGRESS,
+                         timeout=30, interval=0.1, what=f"snapshot {snapshot.snapshot_id} to finish")
     return cluster.config.data_dir
-
-
-def wait_finished(stub, snapshot_id: str, timeout_s: float = 30) -> pb.Snapshot:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        snapshot = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=snapshot_id), timeout=5)
-        if snapshot.status != pb.Snapshot.IN_PROGRESS or time.monotonic() > deadline:
-            return snapshot
-        time.sleep(0.1)
 
 
 def test_every_complete_snapshot_of_a_real_run_is_consistent(spark, cluster_run):  # noqa: F811
@@ -126,9 +121,9 @@ def restored_run(tmp_path_factory):
 
             def snapshot() -> pb.Snapshot:
                 done = load.stats.accepted
-                deadline = time.monotonic() + 60
-                while load.stats.accepted < done + 100 and time.monotonic() < deadline:  # load in between
-                    time.sleep(0.05)
+                with contextlib.suppress(WaitTimedOut):  # load in between (up to a minute of it)
+                    wait_for(lambda: load.stats.accepted, until=lambda n: n >= done + 100, timeout=60, interval=0.05,
+                             what="100 more transfers before the snapshot")
                 taken = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1", wait=True), timeout=60)
                 assert taken.status == pb.Snapshot.COMPLETE, taken.reason
                 return taken

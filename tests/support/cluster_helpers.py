@@ -7,7 +7,7 @@ stubs, and the one log checker run on a cluster's controller snapshots.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
 import grpc
@@ -54,17 +54,6 @@ def check_against_logs(cluster, snapshots: Iterable, logs: dict[str, list[dict]]
         logs = read_logs(cluster.data_dir, cluster.node_ids)
     return check_logs(logs, snapshots, channels=cluster.config.topology.channels,
                       total=cluster.config.expected_total)
-
-
-def poll(what: Callable, condition: Callable, timeout: float = 30.0, interval: float = 0.05):
-    """`what()` until `condition` holds of it; its last value then. Fails naming the value at `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if condition(value):
-            return value
-        assert time.monotonic() < deadline, f"still {value!r} after {timeout}s"
-        time.sleep(interval)
 
 
 def first_complete(stub: pb_grpc.ControllerStub, initiator: str, tries: int = 5):

@@ -38,10 +38,11 @@ import os
 import re
 import shutil
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from support.polling import WaitTimedOut, wait_for
 
 LABEL = "snapmesh.helm-test"
 
@@ -434,18 +435,21 @@ class PodRunner:
         raise PlanError(f"no StatefulSet makes pod {pod_name}")
 
     def wait_ready(self, pods: list[str], timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
         waiting = list(pods)
-        while waiting:
-            waiting = [p for p in waiting if not self.probe(p)]
+
+        def all_ready() -> bool:
+            waiting[:] = [p for p in waiting if not self.probe(p)]
             for pod in waiting:
                 state = docker("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", self.containers[pod]).stdout.split()
                 if state[0] == "exited":
                     raise AssertionError(f"pod {pod} exited {state[1]}:\n{self.logs(pod)}")
-            if waiting and time.monotonic() > deadline:
-                raise AssertionError(f"not ready after {timeout:.0f} s: {waiting}\n" + "\n".join(self.logs(p) for p in waiting))
-            if waiting:
-                time.sleep(1)
+            return not waiting
+
+        try:
+            wait_for(all_ready, timeout=timeout, interval=1, what=f"pods {pods} ready")
+        except WaitTimedOut:
+            logs = "\n".join(self.logs(p) for p in waiting)
+            raise AssertionError(f"not ready after {timeout:.0f} s: {waiting}\n{logs}") from None
 
     def logs(self, pod_name: str) -> str:
         result = docker("logs", "--tail", "40", self.containers[pod_name], check=False)

@@ -18,12 +18,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from support.cluster_helpers import controller_stub, node_stub  # noqa: F401  (re-exported for the deploy tests)
+from support.polling import wait_for
 from snapmesh.chaos.compose import project_leftovers  # noqa: F401  (re-exported for the compose tests)
 from snapmesh.settings.ports import free_ports
 
@@ -37,9 +37,6 @@ SNAPMESH = str(VENV_BIN / "snapmesh")
 
 CHECKOV_VERSION = "3.3.30"
 CHECKOV_VENV = REPO / ".venv-checkov"
-
-T = TypeVar("T")
-
 
 _live = None  # (terminal reporter, capture manager), once a test hands them over (live_log)
 
@@ -60,24 +57,6 @@ def log(message: str) -> None:
         reporter, capture = _live
         with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
             reporter.write_line(line)
-
-
-def wait_for(probe: Callable[[], T | None], *, timeout: float, interval: float = 0.5, what: str = "condition") -> T:
-    """Call `probe` until it returns something truthy; its last exception or a
-    TimeoutError naming `what` otherwise."""
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            result = probe()
-            if result:
-                return result
-        except Exception as exc:  # noqa: BLE001 - reported below if it persists
-            last_error = exc
-        if time.monotonic() > deadline:
-            detail = f": last error {last_error!r}" if last_error else ""
-            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}{detail}")
-        time.sleep(interval)
 
 
 def port_is_open(host: str, port: int) -> bool:
@@ -231,7 +210,7 @@ def start_prometheus(
         wait_for(
             lambda: _ready(prometheus),
             timeout=30,
-            what=f"prometheus ready on :{port} (log: {log_path})",
+            what=f"prometheus ready on :{port} (log: {log_path})", interval=0.5, retry_on=(Exception,),
         )
     except BaseException:
         prometheus.stop()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import grpc
 
+from support.polling import wait_for
 from snapmesh.checking.logcheck import RecordedSnapshot, check_logs
 from snapmesh.checking.node_logs import money_check, read_logs
 from snapmesh.processes import supervisor
@@ -181,15 +182,14 @@ class Cluster(supervisor.Cluster):
 
     def wait_settled(self, timeout: float = 30.0) -> dict[str, list[dict]]:
         """Wait until every logged send has its recv; returns the logs."""
-        deadline = time.monotonic() + timeout
-        while True:
-            logs = self.logs()
-            report = money_check(logs)
-            if not report["unreceived"]:
-                return logs
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{len(report['unreceived'])} sends never received, e.g. {report['unreceived'][:5]}")
-            time.sleep(0.1)
+        read: dict[str, dict[str, list[dict]]] = {}
+
+        def unreceived() -> list:
+            read["logs"] = self.logs()
+            return money_check(read["logs"])["unreceived"]
+
+        wait_for(unreceived, until=lambda sends: not sends, timeout=timeout, interval=0.1, what="every logged send received")
+        return read["logs"]
 
     def assert_money_intact(self, timeout: float = 60) -> dict[str, list[dict]]:
         """After quiescence: every send received exactly once, nothing received that

@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 import threading
 import sys
-import time
 from pathlib import Path
 
+from support.polling import WaitTimedOut, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,10 +44,12 @@ def alive(pid: int) -> bool:
 
 
 def wait_gone(pids, timeout: float = 15) -> set[int]:
-    deadline = time.monotonic() + timeout
-    while (left := {p for p in pids if alive(p)}) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
+    """The `pids` still alive after up to `timeout` s: empty once they are all gone."""
+    try:
+        return wait_for(lambda: {p for p in pids if alive(p)}, until=lambda left: not left, timeout=timeout,
+                        what="the processes to end")
+    except WaitTimedOut:
+        return {p for p in pids if alive(p)}
 
 
 def read_line(proc: subprocess.Popen, timeout: float) -> str:

@@ -8,10 +8,10 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 import grpc
 from support.binaries import grpcurl_binary
+from support.polling import wait_for
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -54,22 +54,16 @@ def tokens(cfg: config.ClusterConfig) -> int:
 def held_by(cfg: config.ClusterConfig, node: str, seconds: float = 10) -> None:
     """Wait until `node` holds the token: a pass is answered once logged, and the
     token then takes a channel hop to arrive (until then every node says 0)."""
-    deadline = time.monotonic() + seconds
-    while submit(cfg.node(node).address, b"has") != b"1":
-        assert time.monotonic() < deadline, f"{node} never got the token within {seconds}s"
-        time.sleep(0.02)
+    wait_for(lambda: submit(cfg.node(node).address, b"has"), until=lambda has: has == b"1", timeout=seconds, interval=0.02,
+             what=f"{node} to get the token")
 
 
 def wait_serving(address: str, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            with grpc.insecure_channel(address) as channel:
-                pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=2)
-                return
-        except grpc.RpcError:
-            assert time.monotonic() < deadline, f"{address} did not serve within {seconds} s"
-            time.sleep(0.3)
+    def state():
+        with grpc.insecure_channel(address) as channel:
+            return pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=2)
+
+    wait_for(state, until=lambda _: True, timeout=seconds, interval=0.3, retry_on=grpc.RpcError, what=f"{address} to serve")
 
 
 class Passer:
