@@ -245,6 +245,23 @@ def _controller_fails_without_aborts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(controller.Controller, "_finished", broken)
 
 
+def _replay_without_the_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine's replay (S1) takes back the snapshots in progress as if no
+    restart had happened: they fail as an ordinary "deadline", not "controller restarted"."""
+    monkeypatch.setattr(tracker.Tracker, "restarted", lambda self, now: sorted(self._pending))
+
+
+def _replay_without_a_fresh_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine's replay (S1) gives the snapshots in progress no time after the
+    restart: their deadline is the restart itself, so the reports the nodes send again are too late."""
+    restarted = tracker.Tracker.restarted
+
+    def broken(self, now):
+        return restarted(self, tracker.Now(mono=now.mono - self.deadline_s, wall=now.wall))
+
+    monkeypatch.setattr(tracker.Tracker, "restarted", broken)
+
+
 def _restore_plan_drops_a_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller machine's restore plan loses the first in-flight transfer of a
     channel: the fuzzer runs production's plan, so a node replays too little."""
@@ -341,6 +358,8 @@ MUTATIONS = {
     "controller-stale-report": _controller_takes_stale_reports,
     "controller-admission": _controller_admits_everything,
     "controller-abort-on-fail": _controller_fails_without_aborts,
+    "controller-replay-not-restarted": _replay_without_the_restart,
+    "controller-replay-no-fresh-deadline": _replay_without_a_fresh_deadline,
     "restore-claim-two-steps": _restore_claim_after_the_check,
     "restore-forgets-finished-keys": _restore_forgets_finished_keys,
     "restore-forgets-joined-keys": _restore_forgets_joined_keys,
