@@ -334,6 +334,14 @@ def _reply_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(node_steps.NodeSteps, "_wait_or_reply", lambda self, waiting: self._reply(waiting))
 
 
+def _open_ignores_the_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node machine takes a channel opened in another epoch (node rule N8): a sender
+    not restored yet delivers what the restore rolled back, or a receiver takes the new
+    epoch's traffic before its own restore."""
+    opened = node_mod.Node.opened
+    monkeypatch.setattr(node_mod.Node, "opened", lambda self, src, conn_no, *, epoch=0: opened(self, src, conn_no))
+
+
 def _report_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
     """The node machine says "send" for a finished part before the records it rests on
     are durable (node rule N2): a crash could keep the report and lose its marker_recv."""
@@ -353,6 +361,7 @@ MUTATIONS = {
     "controller-retention-protect": _retention_forgets_the_restored,
     "node-reply-before-durable": _reply_before_durable,
     "node-report-before-durable": _report_before_durable,
+    "node-open-ignores-epoch": _open_ignores_the_epoch,
     "controller-restore-plan": _restore_plan_drops_a_transfer,
     "controller-overtake-merge": _tracker_forgets_overtaken,
     "controller-stale-report": _controller_takes_stale_reports,
