@@ -46,6 +46,7 @@ from snapmesh.protocol.controller import machine
 from snapmesh.protocol.controller import journal as records
 from snapmesh.protocol.node import core
 from snapmesh.protocol import hybrid, overtake
+from snapmesh.protocol.reports import report_message
 from snapmesh.protocol.controller import restoregate
 from snapmesh.protocol.node import machine as node_mod
 from snapmesh.protocol.appstate import AppChecker
@@ -278,7 +279,7 @@ class SimController:
         node_id, state, epoch = self.reports.popleft()
         if not self.up:
             return
-        message = machine.report_message(state, epoch=epoch)
+        message = report_message(state, epoch=epoch)
         current = self.machine.epoch
         try:
             _, duplicate = self.machine.reported(message, self.now())

@@ -93,7 +93,6 @@ from dataclasses import dataclass
 from snapmesh.protocol.controller import journal
 from snapmesh.protocol import appstate
 from snapmesh.protocol.controller import restoregate
-from snapmesh.protocol.reports import report_message  # noqa: F401  (re-exported: the simulator calls machine.report_message)
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
 from snapmesh.v1 import snapmesh_pb2 as pb
 
