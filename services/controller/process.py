@@ -186,14 +186,13 @@ def _recover(
     machine: Controller, store: SnapshotStore, journal: J.Journal, writer: StoreWriter, *, filed: set[str]
 ) -> None:
     """Replay the journal into the machine (before serving anything): the
-    snapshots, the epoch and the newest restore (resumed at start if it was
-    RESTORING). What the machine's retention retires (K1) goes, files and journal
-    records, and is not filed again, so --keep's deletions stay deleted."""
-    tracker = machine.tracker
+    snapshots (those in progress with a fresh deadline: the machine's S1), the epoch
+    and the newest restore (resumed at start if it was RESTORING). What the
+    machine's retention retires (K1) goes, files and journal records, and is not
+    filed again, so --keep's deletions stay deleted."""
     records, warnings = journal.open()
-    now = system_now()
-    rebuilt, more = machine.replayed(records, now, skip=filed)
-    for warning in (*warnings, *more):
+    replayed = machine.replayed(records, system_now(), skip=filed)
+    for warning in (*warnings, *replayed.warnings):
         log.warning("%s", warning)
     retired = set()
     for effect in machine.drain():
@@ -202,15 +201,15 @@ def _recover(
         retired.add(effect.snapshot_id)
         journal.forget(effect.snapshot_id)
         writer.discard(effect.snapshot_id)
-    rebuilt = [sid for sid in rebuilt if sid not in retired]
+    rebuilt = [sid for sid in replayed.finished if sid not in retired]
     for sid in filed - retired:
         journal.forget(sid)
         compact, json_ = store.missing_files(sid)
         if compact or json_:
-            writer.submit(tracker.get(sid), compact=compact, json=json_)
+            writer.submit(machine.get(sid), compact=compact, json=json_)
     for sid in rebuilt:
-        writer.submit(tracker.get(sid))
-    resumed = tracker.restarted(now)
+        writer.submit(machine.get(sid))
+    resumed = replayed.in_progress
     if rebuilt or resumed:
         log.info(
             "journal: %d finished snapshot(s) rebuilt, %d still in progress taken back (%s)",

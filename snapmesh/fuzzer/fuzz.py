@@ -15,7 +15,7 @@ passing, and the faults:
               may reach the disk, the last record torn mid-line; restart it
               from its log (the active segment only, through wal and recovery)
   cut         a connection drops what is on the wire (or leaves it to arrive
-              later, stale: epochs must fence it)
+              later, stale: its number must fence it, and its open the epoch)
   partition   the nodes split in two until heal; no connection crosses
   delay       durability comes late and in parts (every disk step is random), the
               controller's journal too in half the cases (sim/journal.py): what
@@ -33,8 +33,8 @@ passing, and the faults:
               new epoch: snapshots in progress fail "restored to S", then the
               nodes take their parts one by one, some crashing right after
               theirs (a part is answered once durable, else sent again);
-              connections are fenced by epoch as the gRPC node fences them (a
-              frame or ack of another epoch is refused)
+              a connection opened in another epoch is refused by the receiving
+              node's machine (`opened` raises EpochFenced), as on the gRPC node
   restore calls  clients call RestoreSnapshot on the controller machine (its
               gate is snapmesh.protocol.controller.restoregate): bursts of concurrent
               calls, new keys joining the running restore (also once it has

@@ -46,6 +46,7 @@ from snapmesh.protocol.controller import machine
 from snapmesh.protocol.controller import journal as records
 from snapmesh.protocol.node import core
 from snapmesh.protocol import hybrid, overtake
+from snapmesh.protocol.reports import report_message
 from snapmesh.protocol.controller import restoregate
 from snapmesh.protocol.node import machine as node_mod
 from snapmesh.protocol.appstate import AppChecker
@@ -56,6 +57,7 @@ from snapmesh.sim.disk import Disk
 from snapmesh.sim.invariants import Checker, Violation
 from snapmesh.sim.journal import SimJournal
 from snapmesh.sim.network import Network
+from snapmesh.sim.restarts import RestartCheck
 from snapmesh.sim.retention import RetentionCheck
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -125,6 +127,7 @@ class SimController:
         self.answered: dict[str, str] = {}  # key -> the snapshot of the restore it started or joined (never forgotten)
         self.answered_at: dict[str, int] = {}  # key -> the journal's length once its record is in
         self.keys_at_restart: set[str] = set()  # the keys answered before the newest controller restart
+        self.restarts = RestartCheck(DEADLINE)  # the machine's S1, judged (sim/restarts.py)
         self.next_restore_key = 0
 
     def _machine(self) -> machine.Controller:
@@ -239,7 +242,10 @@ class SimController:
                 self.faults["overtaken transfers recorded"] += 1
             return
         assert snapshot.status == FAILED
-        self.faults[f"snapshot failed: {_kind_of_failure(snapshot.reason)}"] += 1
+        kind = _kind_of_failure(snapshot.reason)
+        if kind in ("deadline", "controller restarted"):
+            self.restarts.expired(sid, kind, self.world.now)
+        self.faults[f"snapshot failed: {kind}"] += 1
 
     def _overtaken(self, reports: dict[str, core.FullState]) -> bool:
         """Did an early marker close a channel ahead of transfers the snapshot holds?"""
@@ -273,7 +279,7 @@ class SimController:
         node_id, state, epoch = self.reports.popleft()
         if not self.up:
             return
-        message = machine.report_message(state, epoch=epoch)
+        message = report_message(state, epoch=epoch)
         current = self.machine.epoch
         try:
             _, duplicate = self.machine.reported(message, self.now())
@@ -310,9 +316,9 @@ class SimController:
         self.retention.restarted()
         now = self.now()
         self.journal.crash()  # a new process: whatever was pending is gone
-        self.machine.replayed(self.journal.durable, now, skip=set())
+        replayed = self.machine.replayed(self.journal.durable, now, skip=set())  # S1: deadlines from `now` too
         self.journal.restarted({s.snapshot_id: s.status for s in self.machine.all()}, self.machine.epoch)
-        self.machine.tracker.restarted(now)
+        self.restarts.replayed(replayed, self.machine.all(), now.mono)
         last = self.machine.last_restore
         # A key whose record was still pending was never answered: the machine rightly forgot it.
         self.answered = {k: v for k, v in self.answered.items() if self.answered_at[k] <= len(self.journal.durable)}

@@ -5,12 +5,20 @@ forward (an open, then data) and acks back, one item at a time as the
 schedule delivers them. Faults:
 
   cut         a connection drops what is on the wire, or leaves it to arrive
-              later (stale): the cluster epoch and the connection's number must fence it
+              later (stale): the connection's number must fence it (link L6)
   partition   the nodes split in two until heal; no connection crosses
   crash       a node's connections all drop (the world calls `cut` for each)
 
 An eager connection's sender resends from its own last ack at once; otherwise
 it waits for the receiver's first ack (its resume point), as the gRPC node does.
+
+Epochs (node rule N8) are the node machine's: a connection opens in its
+sender's epoch, and the receiver's `opened` refuses it (EpochFenced, changing
+nothing) when the fence does, stale or not restored yet. The network only acts
+on the refusal, as the gRPC node's Channel stream is aborted: the connection
+ends with what is on its wire, and the sender dials again later. A restore
+ends every connection of the node (sim/controller.py), as the gRPC engine
+ends every stream of the older epoch.
 """
 
 from __future__ import annotations
@@ -79,9 +87,9 @@ class Network:
         src, dst = channel
         if self.conns[channel] is not None or not self.reachable(src, dst):
             return
-        a, b = self.nodes[src], self.nodes[dst]
-        if a.restore_incomplete or b.fence(a.epoch):  # type: ignore[union-attr]
-            return  # the receiver refuses the open (stale) or asks to wait (not restored yet)
+        a = self.nodes[src]
+        if a.restore_incomplete:  # type: ignore[union-attr]
+            return  # the sender redoes its restore first
         self.next_conn_no[channel] += 1
         conn = self.conns[channel] = Conn(self.next_conn_no[channel], eager=self.rng.random() < 0.5)
         conn.cluster_epoch = a.epoch  # type: ignore[union-attr]
@@ -129,26 +137,32 @@ class Network:
 
     # -- delivery
 
-    def _end(self, node_id: str, conn: Conn) -> node_mod.Node | None:
-        """The node at this end of `conn`, if it is up and takes what the
-        connection carries (the node's epoch fence lets the epoch it opened in through)."""
-        node = self.nodes[node_id]
-        if node is None:
-            return None
-        if node.fence(conn.cluster_epoch):
-            self.faults["stale epoch refused"] += 1
-            return None
-        return node
+    def _refused(self, channel: Channel, conn: Conn) -> None:
+        """The receiver's machine refused the open (EpochFenced): the connection
+        ends with what is on its wire; the sender dials again later."""
+        self.faults["stale epoch refused"] += 1
+        conn.forward.clear()
+        conn.back.clear()
+        if self.conns[channel] is conn:
+            self.conns[channel] = None
+            src = self.nodes[channel[0]]
+            if src is not None:
+                src.disconnect(channel[1])
 
-    def deliver_forward(self, channel: Channel, conn: Conn) -> None:
+    def deliver_forward(self, channel: Channel, conn: Conn) -> bool:
+        """One item to the receiver; False when its machine refused the open (nothing moved)."""
         src, dst = channel
         item = conn.forward.popleft()
-        node = self._end(dst, conn)
+        node = self.nodes[dst]
         if node is None:
-            return
+            return True
         try:
             if item[0] == "open":
-                node.opened(src, conn.conn_no, epoch=conn.cluster_epoch)
+                try:
+                    node.opened(src, conn.conn_no, epoch=conn.cluster_epoch)  # the node's own fence (N8)
+                except node_mod.EpochFenced:
+                    self._refused(channel, conn)
+                    return False
             else:
                 for entry in item[1]:
                     node.received(
@@ -160,11 +174,12 @@ class Network:
             self.route(dst)
             raise Violation(f"{dst}: protocol error on {src}->{dst}: {exc}") from None
         self.route(dst)
+        return True
 
     def deliver_back(self, channel: Channel, conn: Conn) -> None:
         src, dst = channel
         seq = conn.back.popleft()
-        node = self._end(src, conn)
+        node = self.nodes[src]
         if node is None:
             return
         try:
@@ -200,18 +215,18 @@ class Network:
             self.deliver_back(channel, conn)
 
     def drain(self) -> bool:
-        """Open what can open and deliver everything on the live wires; True if anything moved."""
+        """Open what can open and deliver everything on the live wires; True if anything moved
+        (an open the receiver refused is no move: it is dialed again at the next drain)."""
         moved = False
         for channel in self.channels:
             if self.conns[channel] is None:
                 self.connect(channel)
-                moved = moved or self.conns[channel] is not None
         for channel, conn in list(self.conns.items()):
             while conn is not None and (conn.forward or conn.back):
                 if conn.forward:
-                    self.deliver_forward(channel, conn)
+                    moved = self.deliver_forward(channel, conn) or moved
                 else:
                     self.deliver_back(channel, conn)
-                moved = True
+                    moved = True
                 conn = self.conns[channel]
         return moved

@@ -164,8 +164,8 @@ def test_the_journal_replayed_gives_back_the_epoch_and_resumes_a_restore_under_w
         *journaled,
     ]
     again = machine()
-    finished, warnings = again.replayed(records, T0, skip=set())
-    assert (finished, warnings, again.epoch) == (["s1"], [], 2)
+    replayed = again.replayed(records, T0, skip=set())
+    assert (replayed.finished, replayed.warnings, again.epoch) == (["s1"], [], 2)
     assert isinstance(again.restore(target, "k1", T0), restoregate.Join)  # the key's restore runs
     again.resume(again.tracker.get("s1"))
     assert kinds(again.drain()) == ["RestoreAt", "RestoreAt"]  # RESTORING is already durable
@@ -294,7 +294,7 @@ def test_a_key_that_joined_a_restore_is_journaled_and_answered_by_it_after_a_res
     m.restore_settled()
     assert m.restore(target, "k2", T0) == restoregate.Answer(done) and m.epoch == 2
     again = machine()
-    assert again.replayed(records, T0, skip=set())[1] == []
+    assert again.replayed(records, T0, skip=set()).warnings == []
     assert again.restore(again.tracker.get("s1"), "k2", T0) == restoregate.Answer(done)
     assert again.epoch == 2 and again.drain() == []
 
@@ -344,6 +344,29 @@ def test_after_a_restart_every_kept_restore_key_is_answered_not_only_the_newest(
     assert again.epoch == 3 and again.last_restore == second
     assert again.restore(again.tracker.get("s1"), "k1", T0) == restoregate.Answer(first)
     assert again.epoch == 3 and again.drain() == []
+
+
+def test_a_replay_takes_back_the_snapshots_in_progress_with_a_fresh_deadline_from_the_restart() -> None:
+    """S1: the machine's replay, not a shell, gives each snapshot still in progress a whole
+    deadline from the restart; one whose reports do not come in fails "controller restarted"."""
+    records = [
+        *_s1(),
+        R.Started(snapshot_id="s2", initiator="a", wall=T0.wall),
+        R.Reported(state=part("s2", "a", 60), wall=T0.wall),
+        R.Started(snapshot_id="s3", initiator="b", wall=T0.wall),
+    ]
+    again = machine(deadline_s=5.0)
+    restart = Now(mono=T0.mono + 100.0, wall=T0.wall + 100.0)  # long past the journaled starts
+    replayed = again.replayed(records, restart, skip=set())
+    assert replayed == M.Replayed(finished=["s1"], in_progress=["s2", "s3"], warnings=[])
+    assert again.next_deadline() == restart.mono + 5.0 and again.drain() == []
+    assert again.tick(Now(mono=restart.mono + 4.9, wall=restart.wall + 4.9)) == []
+    again.reported(part("s2", "b", 30, [10]), restart)  # a node sends its report again: s2 completes
+    assert again.get("s2").status == COMPLETE
+    expired = again.tick(Now(mono=restart.mono + 5.0, wall=restart.wall + 5.0))
+    assert [s.snapshot_id for s in expired] == ["s3"] and expired[0].status == FAILED
+    assert expired[0].reason.startswith("controller restarted; ") and "within 5s of the restart" in expired[0].reason
+    assert machine().replayed(_s1(), restart, skip=set()).in_progress == []  # nothing in progress: nothing taken back
 
 
 def test_after_a_restart_the_window_keeps_the_newest_keys() -> None:

@@ -130,6 +130,7 @@ BANK_MUTATIONS_SEEDS = {
     "recovery-outbox": 0, "recovery-aborts": 1, "restore-replay": 5, "node-report-before-durable": 0,
     "controller-retention-off-by-one": 7, "controller-retention-protect": 170,
     "controller-start-before-durable": 95, "controller-finish-before-durable": 118,
+    "controller-replay-not-restarted": 0, "controller-replay-no-fresh-deadline": 2, "node-open-ignores-epoch": 5,
 }
 
 

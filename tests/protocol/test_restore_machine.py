@@ -130,6 +130,33 @@ def test_the_events_that_carry_an_epoch_are_fenced_by_the_node_itself_and_change
     assert "s4" in b.process.in_progress()
 
 
+def test_a_channel_open_of_another_epoch_is_refused_by_the_node_itself_changing_nothing() -> None:
+    """N8 at a channel's open: the shells (the gRPC Channel stream, the simulator's network)
+    call `opened` with the sender's epoch and only act on the refusal. An open of an older
+    epoch is refused for good, one of a newer epoch until this node has restored; neither
+    touches the live connection, the log or the effects."""
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    b = m.nodes["b"]
+    live = b.receivers["a"].conn_no
+    with pytest.raises(EpochFenced, match="b has not restored epoch 2 yet") as ahead:
+        b.opened("a", live + 1, epoch=2)
+    assert not ahead.value.stale and b.receivers["a"].conn_no == live and b.drain() == []
+    _restore_all(m, parts, epoch=2)
+    m.settle()  # the channels open again in epoch 2
+    live, held, records = b.receivers["a"].conn_no, b.receivers["a"].last_seq, len(m.records("b"))
+    with pytest.raises(EpochFenced, match="channel a->b is from epoch 1; b is in epoch 2") as stale:
+        b.opened("a", live + 5, epoch=1)  # a newer connection number does not help a stale epoch
+    assert stale.value.stale and b.drain() == [] and len(m.records("b")) == records
+    assert (b.receivers["a"].conn_no, b.receivers["a"].last_seq) == (live, held)
+    m.nodes["a"].transfer("b", 5)  # the live connection still carries epoch 2's traffic
+    m.route("a")
+    m.settle()
+    assert b.balance == 85 and b.receivers["a"].last_seq == held + 1
+    b.opened("a", live + 5, epoch=2)  # the node's own epoch goes through: the newer connection takes over
+    assert b.receivers["a"].conn_no == live + 5
+
+
 def test_a_finished_part_is_handed_out_once_with_its_epoch_and_wall_times() -> None:
     m = Machines({"a": 100, "b": 50})
     parts = _snapshot_with_one_in_flight(m)

@@ -245,6 +245,23 @@ def _controller_fails_without_aborts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(controller.Controller, "_finished", broken)
 
 
+def _replay_without_the_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine's replay (S1) takes back the snapshots in progress as if no
+    restart had happened: they fail as an ordinary "deadline", not "controller restarted"."""
+    monkeypatch.setattr(tracker.Tracker, "restarted", lambda self, now: sorted(self._pending))
+
+
+def _replay_without_a_fresh_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine's replay (S1) gives the snapshots in progress no time after the
+    restart: their deadline is the restart itself, so the reports the nodes send again are too late."""
+    restarted = tracker.Tracker.restarted
+
+    def broken(self, now):
+        return restarted(self, tracker.Now(mono=now.mono - self.deadline_s, wall=now.wall))
+
+    monkeypatch.setattr(tracker.Tracker, "restarted", broken)
+
+
 def _restore_plan_drops_a_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller machine's restore plan loses the first in-flight transfer of a
     channel: the fuzzer runs production's plan, so a node replays too little."""
@@ -317,6 +334,14 @@ def _reply_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(node_steps.NodeSteps, "_wait_or_reply", lambda self, waiting: self._reply(waiting))
 
 
+def _open_ignores_the_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node machine takes a channel opened in another epoch (node rule N8): a sender
+    not restored yet delivers what the restore rolled back, or a receiver takes the new
+    epoch's traffic before its own restore."""
+    opened = node_mod.Node.opened
+    monkeypatch.setattr(node_mod.Node, "opened", lambda self, src, conn_no, *, epoch=0: opened(self, src, conn_no))
+
+
 def _report_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
     """The node machine says "send" for a finished part before the records it rests on
     are durable (node rule N2): a crash could keep the report and lose its marker_recv."""
@@ -336,11 +361,14 @@ MUTATIONS = {
     "controller-retention-protect": _retention_forgets_the_restored,
     "node-reply-before-durable": _reply_before_durable,
     "node-report-before-durable": _report_before_durable,
+    "node-open-ignores-epoch": _open_ignores_the_epoch,
     "controller-restore-plan": _restore_plan_drops_a_transfer,
     "controller-overtake-merge": _tracker_forgets_overtaken,
     "controller-stale-report": _controller_takes_stale_reports,
     "controller-admission": _controller_admits_everything,
     "controller-abort-on-fail": _controller_fails_without_aborts,
+    "controller-replay-not-restarted": _replay_without_the_restart,
+    "controller-replay-no-fresh-deadline": _replay_without_a_fresh_deadline,
     "restore-claim-two-steps": _restore_claim_after_the_check,
     "restore-forgets-finished-keys": _restore_forgets_finished_keys,
     "restore-forgets-joined-keys": _restore_forgets_joined_keys,

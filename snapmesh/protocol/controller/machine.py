@@ -20,7 +20,8 @@ Events in:
   resume(snapshot)                       after a restart: the journal's RESTORING restore runs again
   node_restored(node, answer, now)       a node took its part (or why it could not)
   restore_settled()                      the restore's last record is durable (or cannot be)
-  replayed(records, now, skip)           the journal read back after a restart
+  replayed(records, now, skip)           the journal read back after a restart (S1):
+                                         returns a `Replayed`, what it took back
   filed(snapshot_id)                     the snapshot's file is written (it may leave memory)
 
 Reads (no change): get(id), all(), ids(), status(id), in_progress; shells read
@@ -50,6 +51,13 @@ K1. The finished snapshots older than the N newest COMPLETE ones (ids sort in
     once another restore replaced it). The rule runs on every COMPLETE (its
     Retire effects follow its Finished) and once after a restart (`replayed`),
     so the files of snapshots that are not worth keeping are never filed again.
+
+Restart (`replayed`):
+S1. The journal read back is one event: finished snapshots are rebuilt, the epoch
+    and every restore with its keys taken back (R4), and every snapshot still in
+    progress gets a fresh deadline from `now` (the restart) and fails "controller
+    restarted" unless its reports come in by then (the nodes send them again).
+    Its `Replayed` names what it took back; no shell touches the tracker for it.
 
 Broadcast trigger (Flink and Hazelcast Jet signal every source at once):
 B1. With `broadcast`, the trigger emits one StartAt per node of the topology, the
@@ -85,7 +93,6 @@ from dataclasses import dataclass
 from snapmesh.protocol.controller import journal
 from snapmesh.protocol import appstate
 from snapmesh.protocol.controller import restoregate
-from snapmesh.protocol.reports import report_message  # noqa: F401  (re-exported: the simulator calls machine.report_message)
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -156,6 +163,15 @@ class Retire:
 
 
 Effect = Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt | RestoreDone | Retire
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """What `Controller.replayed` took back from the journal (S1)."""
+
+    finished: list[str]  # snapshots finished in the journal and rebuilt here (not yet filed)
+    in_progress: list[str]  # snapshots still in progress: a fresh deadline from the restart, in id order
+    warnings: list[str]  # records that did not fit
 
 
 # ------------------------------------------------------------ the restore plan
@@ -403,18 +419,20 @@ class Controller:
 
     # -- after a restart
 
-    def replayed(self, records: Iterable[journal.Record], now: Now, *, skip: set[str]) -> tuple[list[str], list[str]]:
-        """The journal read back: snapshots rebuilt (`journal.replay`), the epoch, and
-        every restore taken back with its keys (R4; the newest is to be resumed
-        when it is RESTORING), then retention over all the machine holds (K1: Retire
-        effects). Returns the ids finished here and the warnings."""
+    def replayed(self, records: Iterable[journal.Record], now: Now, *, skip: set[str]) -> Replayed:
+        """The journal read back after a restart at `now` (S1): snapshots rebuilt
+        (`journal.replay`), the epoch, every restore taken back with its keys (R4;
+        the newest is to be resumed when it is RESTORING), every snapshot still in
+        progress given a fresh deadline from `now`, then retention over all the
+        machine holds (K1: Retire effects)."""
         records = list(records)
         finished, warnings = journal.replay(records, self.tracker, now, skip=skip)
         restores, more = journal.restores(records)
         self.taken_back(restores)
+        in_progress = self.tracker.restarted(now)
         if self.keep:
             self._retire()
-        return finished, warnings + more
+        return Replayed(finished=finished, in_progress=in_progress, warnings=warnings + more)
 
     def taken_back(self, restores: list[tuple[pb.Restore, list[str]]]) -> None:
         """The journal's restores, oldest first, each with the keys that joined it: the

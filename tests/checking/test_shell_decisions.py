@@ -1,0 +1,68 @@
+"""Issue 33: the machines decide, the shells only carry out. Read from the source: no
+shell (services/, the simulator, the fuzzer) asks a machine's internals for a decision
+the machine now makes in its own events.
+
+  tracker.restarted(   the controller machine's replay gives the snapshots in
+                       progress their fresh deadline (rule S1), not a shell after it
+  .fence(              the node machine's events that carry an epoch (start_snapshot,
+                       opened, restore) refuse a stale one themselves (N8, EpochFenced)
+  stale_report(        the controller machine's `reported` refuses a stale report
+  machine.report_message  the report message is snapmesh/protocol/reports.py's, not
+                       the controller machine's
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SHELLS = sorted([*ROOT.glob("services/**/*.py"), *ROOT.glob("snapmesh/sim/*.py"), *ROOT.glob("snapmesh/fuzzer/*.py")])
+FORBIDDEN = {
+    "tracker.restarted(": re.compile(r"\btracker\.restarted\("),
+    ".fence(": re.compile(r"\.fence(_clients)?\("),
+    "stale_report(": re.compile(r"\bstale_report\("),
+    "machine.report_message": re.compile(r"\bmachine\.report_message\b"),
+}
+
+
+def decisions(source: str) -> list[str]:
+    """The forbidden calls in `source`, as "line N: <what>" (comments are skipped)."""
+    found = []
+    for number, line in enumerate(source.splitlines(), 1):
+        code = line.split("#", 1)[0]
+        found += [f"line {number}: {name}" for name, pattern in FORBIDDEN.items() if pattern.search(code)]
+    return found
+
+
+def test_the_shells_are_found():
+    names = {str(p.relative_to(ROOT)) for p in SHELLS}
+    assert {"services/controller/process.py", "services/node/servicer.py", "snapmesh/sim/network.py",
+            "snapmesh/sim/controller.py"} <= names
+
+
+@pytest.mark.parametrize("path", SHELLS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_shell_makes_a_decision_of_a_machine(path: Path) -> None:
+    found = decisions(path.read_text(encoding="utf-8"))
+    assert not found, f"{path.relative_to(ROOT)} decides what a machine decides:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "source, name",
+    [
+        ("self.machine.tracker.restarted(now)\n", "tracker.restarted("),
+        ("if node.fence(conn.cluster_epoch):\n", ".fence("),
+        ("if b.fence_clients():\n", ".fence("),
+        ("stale = machine.stale_report(state.epoch, epoch)\n", "stale_report("),
+        ("message = machine.report_message(state)\n", "machine.report_message"),
+    ],
+)
+def test_the_rule_catches_what_it_forbids(source: str, name: str) -> None:
+    assert decisions(source) == [f"line 1: {name}"]
+
+
+def test_the_rule_lets_the_events_through():
+    source = "node.opened(src, conn_no, epoch=epoch)  # the node's own fence (N8)\nmachine.replayed(r, now, skip=s)\n"
+    assert decisions(source) == []
