@@ -323,6 +323,8 @@ class SimController:
         # A key whose record was still pending was never answered: the machine rightly forgot it.
         self.answered = {k: v for k, v in self.answered.items() if self.answered_at[k] <= len(self.journal.durable)}
         self.keys_at_restart = set(self.answered)
+        # ... and a key it forgot may start another snapshot's restore: which snapshot it names is open again
+        self.key_snapshot = {k: v for k, v in self.key_snapshot.items() if k in self.answered}
         self.parts.clear()
         self.waiting.clear()
         self.settling = False  # a RestoreDone not yet carried out: its record may be durable or lost
@@ -452,8 +454,8 @@ class SimController:
         decision = self.machine.restore(snapshot, key, self.now(), snapshot_id=sid)
         kind = type(decision)
         if kind is restoregate.Start:
-            if key:
-                self.key_snapshot.setdefault(key, sid)
+            if key:  # the gate did not know the key (never durable, or out of its window): it is this restore's now
+                self.key_snapshot[key] = sid
             self._started(sid, key)
             self.faults["restore call started a restore"] += 1
         elif kind is restoregate.Join:
@@ -463,7 +465,7 @@ class SimController:
             if key and key not in self.answered:  # the key is this restore's from now on, journaled
                 if decision.joined_key != key:
                     raise Violation(f"restore: the new key {key!r} joined the restore of {sid} unjournaled")
-                self.key_snapshot.setdefault(key, sid)
+                self.key_snapshot[key] = sid
                 self.answered[key] = sid
                 self.answered_at[key] = self.journal.appended + 1  # its joined record, journaled just below
                 self.faults["restore call joined under its own key"] += 1
