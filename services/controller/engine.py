@@ -329,11 +329,8 @@ class ControllerEngine:
                 await self.stubs[effect.node].StartSnapshot(
                     request, timeout=min(self.deadline_s, START_RETRY_S), wait_for_ready=True)
         except grpc.aio.AioRpcError as error:
-            reason = (
-                f"initiator {effect.node} unreachable: StartSnapshot failed with "
-                f"{error.code().name}: {error.details()}"
-            )
-            self.machine.start_failed(effect.snapshot_id, reason, self._clock())
+            detail = f"{error.code().name}: {error.details()}"
+            self.machine.start_unreachable(effect.snapshot_id, effect.node, detail, self._clock())
             self.carry_out(self.machine.drain())
 
     def _finished(self, snapshot: pb.Snapshot) -> None:

@@ -223,8 +223,7 @@ class SimController:
             else:
                 self.world.route(effect.node)
                 return
-        reason = f"initiator {effect.node} unreachable: StartSnapshot failed"
-        self.machine.start_failed(effect.snapshot_id, reason, self.now())
+        self.machine.start_unreachable(effect.snapshot_id, effect.node, "", self.now())
 
     def _finished(self, snapshot: pb.Snapshot) -> None:
         sid = snapshot.snapshot_id

@@ -53,9 +53,20 @@ def test_a_broadcast_trigger_at_the_admission_limit_starts_nothing_and_one_faile
     with pytest.raises(M.TooManySnapshots):
         m.trigger("s2", "a", T0, broadcast=True)
     assert m.drain() == []
-    assert m.start_failed("s1", "node c unreachable", T0).status == pb.Snapshot.FAILED
-    assert m.start_failed("s1", "node b unreachable", T0) is None  # the second failed start finds it finished
+    failed = m.start_unreachable("s1", "c", "UNAVAILABLE: connection refused", T0)
+    assert failed.status == pb.Snapshot.FAILED
+    assert failed.reason == "node c unreachable: StartSnapshot failed with UNAVAILABLE: connection refused"
+    assert m.start_unreachable("s1", "a", "", T0) is None  # the second failed start finds it finished
     assert [type(e).__name__ for e in m.drain()] == ["Journal", "Finished", "AbortAt", "AbortAt", "AbortAt"]
+
+
+def test_a_failed_start_names_the_initiator_as_the_initiator_and_any_other_node_as_a_node() -> None:
+    m = machine()
+    m.trigger("s1", "b", T0)
+    assert m.start_unreachable("s1", "b", "", T0).reason == "initiator b unreachable: StartSnapshot failed"
+    m.trigger("s2", "b", T0, broadcast=True)
+    assert m.start_unreachable("s2", "a", "", T0).reason == "node a unreachable: StartSnapshot failed"
+    m.drain()
 
 
 @pytest.mark.parametrize("first", [70_000, 70_100])  # fresh seeds; even ones classic, odd ones overtake

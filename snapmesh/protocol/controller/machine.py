@@ -12,6 +12,9 @@ Events in:
                                          TooManySnapshots, changing nothing, at the
                                          admission limit `max_concurrent`)
   start_failed(snapshot_id, reason, now) StartSnapshot (or journaling the start) failed
+  start_unreachable(snapshot_id, node, detail, now)
+                                         StartSnapshot at `node` failed: the reason names it
+                                         as the initiator, or as a node of a broadcast
   reported(state, now)                   a node's FullState (raises the TrackerError kinds;
                                          StaleReport for one of an epoch before the cluster's)
   tick(now)                              time passed: snapshots past their deadline fail
@@ -268,6 +271,16 @@ class Controller:
     def start_failed(self, snapshot_id: str, reason: str, now: Now) -> pb.Snapshot | None:
         """The snapshot could not start: it fails (None if it already finished)."""
         return self._fail(snapshot_id, reason, now)
+
+    def start_unreachable(self, snapshot_id: str, node: str, detail: str, now: Now) -> pb.Snapshot | None:
+        """StartSnapshot at `node` failed (`detail`: the status, "" when unknown): the
+        snapshot fails, naming `node` as its initiator or as one node of a broadcast (B1)."""
+        try:
+            role = "initiator" if self.tracker.get(snapshot_id).initiator == node else "node"
+        except TrackerError:  # finished and left memory before its start failed
+            return None
+        reason = f"{role} {node} unreachable: StartSnapshot failed" + (f" with {detail}" if detail else "")
+        return self.start_failed(snapshot_id, reason, now)
 
     def reported(self, state: pb.FullState, now: Now) -> Reported:
         """A node's part (raises TrackerError, changing nothing, for a refused one:
