@@ -62,6 +62,7 @@ class Options:
     compose: bool = False  # the Docker compose stack instead of local processes
     hosts: bool = False  # the multi-host bench (snapmesh.chaos.hosts), with the network faults
     app: str = ""  # an app's workload instead of the bank's (snapmesh.chaos.appmode); "": the bank
+    mode: str = ""  # every node's snapshot_mode (local processes); "": the cluster file's default
 
 
 class FaultNotApplied(Exception):
@@ -101,6 +102,7 @@ class Outcome:
     app: App | None = None  # the app the nodes ran (None: the bank)
     settled: pb.Snapshot | None = None  # an app's snapshot once faults stopped and every send was received
     keys: Any = None  # kvshard: the client's KeyTally (snapmesh.chaos.appmode)
+    mode: str = "classic"  # the nodes' snapshot_mode, as their cluster file says
 
 
 class Backend(Protocol):
@@ -162,7 +164,7 @@ class Campaign:
         self.ids = self.backend.ids
         self.disk_node = sched.disk_node(options.seed, self.ids)
         self.outcome = Outcome(options, self.backend.data_dir, self.backend.config.topology.channels,
-                               self.backend.config.expected_total)
+                               self.backend.config.expected_total, mode=self.backend.config.snapshot_mode)
         self.app = self.outcome.app = load_app(options.app) if options.app else None
         self._channels: list[grpc.Channel] = []
         self._stop_triggers = threading.Event()

@@ -140,6 +140,7 @@ def figures(outcome: Outcome) -> dict[str, Any]:
         "skipped": dict(Counter(f.kind for f in outcome.faults if f.skipped)),
         "skipped_why": {f.kind: f.skipped for f in outcome.faults if f.skipped},
         "app": outcome.app.name if outcome.app else "bank",
+        "mode": outcome.mode,
         "commands" if outcome.app else "transfers": outcome.transfers,
         **({"keys": _keys(outcome)} if outcome.keys is not None else {}),
         **({"in_flight": _in_flight(outcome)} if outcome.app is not None else {}),

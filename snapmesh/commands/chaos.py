@@ -68,6 +68,8 @@ def parser() -> argparse.ArgumentParser:
                    help="one host per process (the multi-host bench, root) and network faults in the schedule")
     p.add_argument("--app", metavar="NAME|module:attr", help="run this app's workload instead of the bank's "
                    "(a built-in such as kvshard, or module:attr; local processes only; default: the bank)")
+    p.add_argument("--mode", choices=("classic", "overtake", "hybrid"),
+                   help="every node's snapshot_mode (local processes only; default: the cluster file's, classic)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the figures and the checks as JSON (default: none)")
     p.add_argument("--data-dir", "--dir", dest="data_dir", type=Path, metavar="DIR",
                    help="where the run's cluster file, logs and snapshots go (default: a temporary dir, "
@@ -90,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.app and (args.compose or args.hosts):
         print(f"snapmesh chaos: --app with --{'compose' if args.compose else 'hosts'}: an app runs on local "
               "processes only", file=sys.stderr)
+        return 2
+    if args.mode and (args.compose or args.hosts):
+        print(f"snapmesh chaos: --mode with --{'compose' if args.compose else 'hosts'}: that cluster's file sets "
+              "its mode; --mode is for local processes", file=sys.stderr)
         return 2
     if args.app:
         from snapmesh.app import AppError, load_app
@@ -120,14 +126,17 @@ def main(argv: list[str] | None = None) -> int:
         replay += " --hosts"
     if args.app:
         replay += f" --app {args.app}"
+    if args.mode:
+        replay += f" --mode {args.mode}"
     if args.no_reconcile:
         replay += " --no-reconcile"
     workdir = args.data_dir or Path(tempfile.mkdtemp(prefix=f"snapmesh-chaos-{seed}-"))
     load = f", the app {args.app}'s workload" if args.app else ""
-    print(f"snapmesh chaos: seed {seed}, {args.duration:g} s of faults, {nodes} nodes ({cluster}){load}, in {workdir}",
-          flush=True)
+    mode = f", {args.mode} mode" if args.mode else ""
+    print(f"snapmesh chaos: seed {seed}, {args.duration:g} s of faults, {nodes} nodes ({cluster}){load}{mode}, "
+          f"in {workdir}", flush=True)
     options = Options(seed=seed, duration=args.duration, nodes=nodes, workdir=workdir, compose=args.compose,
-                      hosts=args.hosts, app=args.app or "")
+                      hosts=args.hosts, app=args.app or "", mode=args.mode or "")
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         backend = compose.ComposeBackend if args.compose else LocalBackend
