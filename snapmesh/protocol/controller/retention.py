@@ -1,6 +1,6 @@
 """Which finished snapshots `--keep N` retention deletes, kept current as snapshots come and go, pure.
 
-The rule (`services.controller.store.past_retention`): the finished snapshots
+The one rule (K1; the machine emits Retire for what it returns): the finished snapshots
 older than the N newest COMPLETE ones (ids sort in start order), except the one
 last restored. The controller applies it on every COMPLETE to the tracker's
 working set (up to a thousand snapshots); sorting that set each time made a

@@ -226,8 +226,8 @@ class Tracker:
 
     def retired(self, keep: int, protect: str = "") -> list[str]:
         """`--keep keep`: the finished snapshots in memory older than the `keep` newest
-        COMPLETE ones, except `protect`, that no earlier call returned (the rule of
-        `services.controller.store.past_retention`, over `finished()`), in id order."""
+        COMPLETE ones, except `protect`, that no earlier call returned (the one rule,
+        retention.py, over `finished()`), in id order."""
         return self._retention.retire(keep, protect)
 
     def restore(self, snapshot: pb.Snapshot) -> None:
