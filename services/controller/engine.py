@@ -100,7 +100,8 @@ class ControllerEngine:
         self.topology = tracker.topology
         self.nodes = list(tracker.topology.nodes)
         self.deadline_s = tracker.deadline_s
-        self.snapshot_mode = tracker.snapshot_mode  # as GetCluster reports it
+        # As GetCluster reports it: the cluster file's (a hybrid cluster's tracker reads overtake reports)
+        self.snapshot_mode = config.snapshot_mode
         self.stubs: dict[str, pb_grpc.NodeStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._done: dict[str, asyncio.Future[pb.Snapshot]] = {}

@@ -208,6 +208,8 @@ def test_hybrid_snapshots_on_a_real_cluster_are_complete_and_consistent(tmp_path
             time.sleep(0.5)
             snapshots = [stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=30) for _ in range(5)]
             load.stop()
+            # what the page shows as the cluster's mode: the cluster file's, not the reports' wire form
+            assert stub.GetCluster(pb.GetClusterRequest(), timeout=5).settings.snapshot_mode == "hybrid"
         for node in cluster.node_ids:
             with _node_stub(cluster, node) as node_stub:  # the controller checked this too at start-up
                 assert node_stub.GetState(pb.GetStateRequest(), timeout=5).snapshot_mode == "hybrid"
