@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -86,4 +87,56 @@ async def _persist_before_show() -> None:
     failed = [s for s in engine.machine.all() if s.snapshot_id != snapshot.snapshot_id]
     assert [s.status for s in failed] == [pb.Snapshot.FAILED]  # the machine's start_failed, itself journaled
     assert "cannot journal the start: no space left" in failed[0].reason
+    await engine.close()
+
+
+class DurableJournal(HeldJournal):
+    def append(self, record) -> asyncio.Future[None]:
+        future = super().append(record)
+        future.set_result(None)
+        return future
+
+
+class BackingOffNode:
+    """A node whose channel is in reconnect backoff: a call fails UNAVAILABLE at once unless it
+    waits for the channel (`wait_for_ready`), which then succeeds, or never does when `down`."""
+
+    def __init__(self, down: bool = False) -> None:
+        self.down = down
+        self.calls: list[bool] = []  # wait_for_ready of each StartSnapshot
+
+    async def StartSnapshot(self, request, timeout, wait_for_ready=False):
+        self.calls.append(wait_for_ready)
+        if self.down or not wait_for_ready:
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       details="connection refused")
+        return pb.StartSnapshotResponse()
+
+    async def AbortSnapshot(self, request, timeout):
+        pass
+
+
+@pytest.mark.parametrize("down", [False, True])
+def test_a_start_that_meets_a_channel_in_backoff_waits_for_it_once_before_the_snapshot_fails(down: bool) -> None:
+    asyncio.run(_start_through_backoff(down))
+
+
+async def _start_through_backoff(down: bool) -> None:
+    cfg = config.load(config.DEFAULT_CONFIG)
+    engine = ControllerEngine(
+        config=cfg, tracker=Tracker(topology=cfg.topology, expected_total=cfg.expected_total, deadline_s=5),
+        journal=DurableJournal(), writer=None, metrics=ControllerMetrics(CollectorRegistry()),  # type: ignore[arg-type]
+    )
+    node = BackingOffNode(down)
+    engine.stubs = {n: node for n in engine.nodes}  # type: ignore[misc]
+    snapshot = await engine.trigger(engine.nodes[0])
+    await asyncio.sleep(0.05)
+    assert node.calls == [False, True]  # one plain call, then one that waits for the channel, no more
+    status = engine.machine.get(snapshot.snapshot_id)
+    if down:
+        assert status.status == pb.Snapshot.FAILED
+        why = f"initiator {engine.nodes[0]} unreachable: StartSnapshot failed with UNAVAILABLE: connection refused"
+        assert status.reason == why
+    else:
+        assert status.status == pb.Snapshot.IN_PROGRESS, status.reason
     await engine.close()
