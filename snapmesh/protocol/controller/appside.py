@@ -58,7 +58,9 @@ class AppSide(Protocol):
         ...
 
     def judge(self, snapshot: pb.Snapshot, tally: int) -> None:
-        """The snapshot is whole: fill its verdict fields and its reason ("" when it is right)."""
+        """The snapshot is whole: fill its verdict, the v1 fields every client reads
+        (`total`, `expected_total`, `conserved`: machine.problem restores only a
+        conserved snapshot) and any of its own, and its reason ("" when it is right)."""
         ...
 
     def restore_part(self, request: pb.RestoreStateRequest, entry: pb.NodeBalance) -> None:
