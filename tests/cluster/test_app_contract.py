@@ -17,7 +17,7 @@ from snapmesh.app import (
     App, AppError, Context, NodeInfo, Refused, STATUS_CODES, View, check_invariants, load_app, new_machine, validate_machine,
 )
 from snapmesh.app.testing import Cluster, InvariantBroken, run, sql_violations
-from services.app import bank
+from snapmesh.services.app import bank
 
 MESH = [(a, b) for a in ("p1", "p2", "p3") for b in ("p1", "p2", "p3") if a != b]
 
@@ -86,7 +86,15 @@ def test_a_module_in_the_working_directory_loads(app_dir):
 def test_the_built_ins_resolve():
     assert load_app("bank").name == "bank"
     assert load_app("kvshard").name == "kvshard"
+    assert load_app("snapmesh.services.app.kvshard:app") is load_app("kvshard")
+    # the name cluster files used before services/ shipped inside snapmesh still loads the same app
     assert load_app("services.app.kvshard:app") is load_app("kvshard")
+
+
+def test_services_import_only_as_snapmesh_services():
+    # one import path: a second one would load each server module twice, each copy with its own state
+    with pytest.raises(ImportError, match="import snapmesh.services, not services"):
+        __import__("services")
 
 
 @pytest.mark.parametrize(
