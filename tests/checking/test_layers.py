@@ -79,7 +79,7 @@ LAYERS = [
     (
         "tools",
         ["snapmesh.commands", "snapmesh.processes", "snapmesh.hosts", "snapmesh.ui", "snapmesh.bank",
-         "snapmesh.chaos", "snapmesh.services.app", "services", "snapmesh.cli", "snapmesh.version", "snapmesh", "bench"],
+         "snapmesh.chaos", "snapmesh.services.app", "snapmesh.services", "snapmesh.cli", "snapmesh.version", "snapmesh", "bench"],
     ),
 ]
 
@@ -97,8 +97,10 @@ def layer_of(module: str) -> int | None:
 
 def source_modules() -> list[tuple[str, Path]]:
     files = [*ROOT.glob("snapmesh/**/*.py"), *ROOT.glob("services/**/*.py"), *ROOT.glob("bench/*.py")]
+    # services/ is imported as snapmesh.services (snapmesh/services links to it)
     return [
-        (".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"), p)
+        (".".join(("snapmesh", *p.relative_to(ROOT).with_suffix("").parts) if p.relative_to(ROOT).parts[0] == "services"
+                  else p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"), p)
         for p in sorted(files)
         if "v1" not in p.relative_to(ROOT).parts
     ]
