@@ -2,15 +2,13 @@
 
 Requests are checked and turned into the engine's events; the machine's error
 kinds become status codes here (NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS,
-FAILED_PRECONDITION), and the answers are paged and sized for gRPC clients.
+FAILED_PRECONDITION); what a read answers (pages, tokens, sizes) is
+snapmesh/protocol/controller/listing.py's, and this module fetches it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import bisect
-import json
 from collections.abc import AsyncIterator
 
 import grpc
@@ -18,6 +16,7 @@ import grpc
 from snapmesh.services.controller.engine import ControllerEngine, FellBehind, TooManySnapshots
 from snapmesh.services.controller.restorer import RestoreRefused
 from snapmesh.protocol import chunking
+from snapmesh.protocol.controller import listing
 from snapmesh.protocol.controller.machine import StaleReport
 from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
 from snapmesh.protocol.controller.tracker import (
@@ -40,14 +39,7 @@ _ERROR_CODES: dict[type[TrackerError], grpc.StatusCode] = {
     StaleReport: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
-# What any gRPC client takes in one message by default (grpcurl's limit too): a
-# ListSnapshots page ends before it, a larger GetSnapshot answer is refused
-# saying how to fetch it. The margin leaves room for the framing.
-CLIENT_DEFAULT_BYTES = 4 * 1024 * 1024
-PAGE_BYTES = CLIENT_DEFAULT_BYTES - 64 * 1024
-MAX_PAGE_SIZE = 1000
 SNAPSHOT_CHUNK_BYTES = chunking.CHUNK_BYTES
-LOAD_BATCH = 256  # filed snapshots read per trip off the event loop, for a page without a page_size
 
 
 class ControllerService(pb_grpc.ControllerServicer):
@@ -134,8 +126,8 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     async def _snapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
         await _check_id(request.snapshot_id, context)
-        if request.max_bytes < 0:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"max_bytes must not be negative, got {request.max_bytes}")
+        if problem := listing.max_bytes_problem(request.max_bytes):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         try:
             snapshot = self.engine.lookup(request.snapshot_id)
         except UnknownSnapshot as exc:
@@ -149,15 +141,8 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     async def GetSnapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
         snapshot = await self._snapshot(request, context)
-        limit = request.max_bytes or CLIENT_DEFAULT_BYTES
-        if (size := snapshot.ByteSize()) > limit:
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"snapshot {request.snapshot_id} is {size} bytes, more than the {limit} this client takes "
-                f"(max_bytes; 0 means gRPC's default 4 MiB): fetch it in pieces with GetSnapshotChunks "
-                f"(`snapmesh snapshot get {request.snapshot_id}` does), or set max_bytes to {size} "
-                f"with a client whose receive limit is that high",
-            )
+        if problem := listing.too_large(request.snapshot_id, snapshot.ByteSize(), request.max_bytes):
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, problem)
         return snapshot
 
     async def GetSnapshotChunks(self, request: pb.GetSnapshotRequest, context) -> AsyncIterator[pb.SnapshotChunk]:
@@ -167,68 +152,31 @@ class ControllerService(pb_grpc.ControllerServicer):
             yield pb.SnapshotChunk(data=data[i : i + SNAPSHOT_CHUNK_BYTES])
 
     async def ListSnapshots(self, request: pb.ListSnapshotsRequest, context) -> pb.ListSnapshotsResponse:
-        if request.page_size < 0:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"page_size must not be negative, got {request.page_size}")
-        if request.status not in pb.Snapshot.Status.values():
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"status {request.status} is not a Snapshot.Status")
-        after = ""
-        if request.page_token:
-            after = _page_after(request.page_token, request.status)
-            if after is None:
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"page_token {request.page_token!r} is not a next_page_token of a ListSnapshots with the "
-                    f"same status filter",
-                )
-        # page_size 0: as many as fit under PAGE_BYTES (every snapshot, for most clusters).
-        limit = min(request.page_size, MAX_PAGE_SIZE) if request.page_size else None
-        page = pb.ListSnapshotsResponse()
-        size = 0
-        async for snapshot in self._listed(after, request.status, (limit or LOAD_BATCH - 1) + 1):
-            if limit is not None and len(page.snapshots) >= limit:
-                page.next_page_token = _page_token(page.snapshots[-1].snapshot_id, request.status)
+        try:
+            start = listing.list_start(request)
+        except listing.BadRequest as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        page = listing.Page(start, request.status)
+        async for snapshot in self._listed(start, request.status):
+            if not page.offer(snapshot):
                 break
-            if (own := snapshot.ByteSize() + 8) > PAGE_BYTES:  # alone larger than a page: without its in-flight lists
-                for channel in snapshot.channels:
-                    del channel.in_flight[:]
-                snapshot.in_flight_omitted = True
-                own = snapshot.ByteSize() + 8
-            size += own
-            if page.snapshots and size > PAGE_BYTES:
-                page.next_page_token = _page_token(page.snapshots[-1].snapshot_id, request.status)
-                break
-            page.snapshots.append(snapshot)
         await self.engine.durable()  # what was read is what the journal holds
-        return page
+        return page.response
 
-    async def _listed(self, after: str, status: int, batch: int) -> AsyncIterator[pb.Snapshot]:
-        """The snapshots after the id `after` with `status` (0: any), in id order:
-        the tracker's working set, and the store's index for those that left it.
-        No file is read but the ones listed, `batch` at a time, off the event loop."""
+    async def _listed(self, start: listing.Start, status: int) -> AsyncIterator[pb.Snapshot | None]:
+        """The snapshots `listing.Merge` names (None: gone meanwhile), in id order.
+        No file is read but the ones listed, a batch at a time, off the event loop."""
         store, machine = self.engine.writer.store, self.engine.machine
-        in_memory = [sid for sid in machine.ids() if sid > after]
-        if status:
-            in_memory = [sid for sid in in_memory if machine.status(sid) == status]
-        held = set(in_memory)
-        cursor = after
-        while True:
-            filed = store.index.after(cursor, status, batch)
-            bound = filed[-1] if len(filed) == batch else None  # None: the index has no more
-            taken = bisect.bisect_right(in_memory, bound) if bound is not None else len(in_memory)
-            ids = sorted(set(filed).union(in_memory[:taken]))
-            del in_memory[:taken]
-            if not ids:
-                return
+        held = {sid for sid in machine.ids() if sid > start.after and (not status or machine.status(sid) == status)}
+        merge = listing.Merge(sorted(held), start.after, start.batch)
+        while not merge.done:
+            ids = merge.take(store.index.after(merge.cursor, status, start.batch))
             loaded = await asyncio.to_thread(_load_each, store, [sid for sid in ids if sid not in held])
             for sid in ids:
                 snapshot = self._held(sid) if sid in held else loaded[sid]
                 if snapshot is None and sid in held:  # it left the working set meanwhile
                     snapshot = await asyncio.to_thread(store.load, sid)
-                if snapshot is not None and (not status or snapshot.status == status):
-                    yield snapshot
-            cursor = ids[-1]
-            if bound is None and not in_memory:
-                return
+                yield snapshot
 
     def _held(self, snapshot_id: str) -> pb.Snapshot | None:
         try:
@@ -325,24 +273,6 @@ async def _check_id(snapshot_id: str, context) -> None:
     snapshot id: only ids the tracker makes ever name a file in the store."""
     if problem := snapshot_id_problem(snapshot_id):
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-
-
-def _page_token(last_id: str, status: int) -> str:
-    """Opaque to clients: where the next page starts, and the filter it was for."""
-    raw = json.dumps({"after": last_id, "status": status}, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode("ascii")
-
-
-def _page_after(token: str, status: int) -> str | None:
-    """The id a page token says to continue after; None for a token this
-    controller did not give for this filter."""
-    try:
-        fields = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
-    except (ValueError, UnicodeError):
-        return None
-    if not isinstance(fields, dict) or fields.get("status") != status or not isinstance(fields.get("after"), str):
-        return None
-    return fields["after"] or None
 
 
 def _load_each(store, snapshot_ids: list[str]) -> dict[str, pb.Snapshot | None]:
