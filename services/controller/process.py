@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
 
 from prometheus_client import CollectorRegistry
 
@@ -40,19 +39,15 @@ from snapmesh.protocol.hybrid import wire_mode
 from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
-from snapmesh.settings.argparsing import parse_args, positive_float
+from snapmesh.settings.argparsing import positive_float
 from snapmesh.serving.datalock import CONTROLLER, serve_holding
-from snapmesh.serving.runtime import CONTROLLER_RECEIVE_BYTES, ServiceHost, run_service, wait_for_stop_signal
+from snapmesh.serving.runtime import CONTROLLER_RECEIVE_BYTES, ServiceHost, wait_for_stop_signal
+from snapmesh.serving.startup import OneLineParser, Prepared, server_main
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 log = logging.getLogger("snapmesh.controller")
 
 SERVICE_NAME = "snapmesh.v1.Controller"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        self.exit(2, f"snapmesh controller: {message}\n")
 
 
 def _count(text: str) -> int:
@@ -62,7 +57,7 @@ def _count(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="snapmesh controller", description="Run the snapshot controller.")
+    parser = OneLineParser(prog="snapmesh controller", description="Run the snapshot controller.")
     parser.add_argument("--config", metavar="FILE", help="cluster file (default: the shipped 4-node config)")
     parser.add_argument(
         "--keep", type=_count, metavar="N",
@@ -85,22 +80,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(_parser(), argv)
-    if isinstance(args, int):
-        return args
-    try:
-        cfg = cluster_config.with_app(cluster_config.load(args.config), args.app)
-        identity = security.load_identity(cfg, cluster_config.CONTROLLER_NAME)
-        checker = app_checker(cfg, explicit=args.app is not None)
-    except (cluster_config.ConfigError, security.SecurityError, AppError) as exc:
-        print(f"snapmesh controller: {exc}", file=sys.stderr)
-        return 2
-    return run_service(
-        "controller", lambda: serve(
-            cfg, interval=args.interval, deadline=args.deadline, identity=identity, checker=checker,
-            keep=args.keep if args.keep is not None else cfg.controller.keep,
-            max_concurrent=args.max_concurrent_snapshots or cfg.controller.max_concurrent_snapshots,
-        )
+    return server_main(_parser(), argv, _prepare)
+
+
+def _prepare(args: argparse.Namespace, cfg: cluster_config.ClusterConfig) -> Prepared:
+    identity = security.load_identity(cfg, cluster_config.CONTROLLER_NAME)
+    checker = app_checker(cfg, explicit=args.app is not None)
+    return "controller", lambda: serve(
+        cfg, interval=args.interval, deadline=args.deadline, identity=identity, checker=checker,
+        keep=args.keep if args.keep is not None else cfg.controller.keep,
+        max_concurrent=args.max_concurrent_snapshots or cfg.controller.max_concurrent_snapshots,
     )
 
 
