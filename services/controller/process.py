@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
@@ -83,13 +84,30 @@ def main(argv: list[str] | None = None) -> int:
     return server_main(_parser(), argv, _prepare)
 
 
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What the command line decided, the cluster file's defaults filled in."""
+
+    interval: float | None  # periodic snapshots every this many seconds (None: only when triggered)
+    deadline: float
+    keep: int  # 0: every snapshot's files
+    max_concurrent: int
+    identity: security.Identity | None  # None: plaintext
+    checker: AppChecker | None
+
+
 def _prepare(args: argparse.Namespace, cfg: cluster_config.ClusterConfig) -> Prepared:
-    identity = security.load_identity(cfg, cluster_config.CONTROLLER_NAME)
-    checker = app_checker(cfg, explicit=args.app is not None)
-    return "controller", lambda: serve(
-        cfg, interval=args.interval, deadline=args.deadline, identity=identity, checker=checker,
+    options = Options(
+        interval=args.interval,
+        deadline=args.deadline or cfg.controller.snapshot_deadline_s,
         keep=args.keep if args.keep is not None else cfg.controller.keep,
         max_concurrent=args.max_concurrent_snapshots or cfg.controller.max_concurrent_snapshots,
+        identity=security.load_identity(cfg, cluster_config.CONTROLLER_NAME),
+        checker=app_checker(cfg, explicit=args.app is not None),
+    )
+    # One controller per data dir: the lock is taken before anything there is read or written.
+    return "controller", lambda: serve_holding(
+        cfg.data_dir, CONTROLLER, "snapmesh controller", lambda: _serve_locked(cfg, options)
     )
 
 
@@ -109,39 +127,13 @@ def app_checker(cfg: cluster_config.ClusterConfig, *, explicit: bool) -> AppChec
     return AppChecker(cfg.app.module, app, params=cfg.app.params)
 
 
-async def serve(
-    cfg: cluster_config.ClusterConfig,
-    *,
-    interval: float | None,
-    deadline: float | None,
-    identity: security.Identity | None = None,
-    keep: int = 0,
-    max_concurrent: int = 0,
-    checker: AppChecker | None = None,
-) -> int:
-    # One controller per data dir: the lock is taken before anything there is read or written.
-    return await serve_holding(cfg.data_dir, CONTROLLER, "snapmesh controller", lambda: _serve_locked(
-        cfg, interval=interval, deadline=deadline, identity=identity, keep=keep,
-        max_concurrent=max_concurrent or cfg.controller.max_concurrent_snapshots, checker=checker,
-    ))
-
-
-async def _serve_locked(
-    cfg: cluster_config.ClusterConfig,
-    *,
-    interval: float | None,
-    deadline: float | None,
-    identity: security.Identity | None,
-    keep: int,
-    max_concurrent: int = 0,
-    checker: AppChecker | None = None,
-) -> int:
+async def _serve_locked(cfg: cluster_config.ClusterConfig, options: Options) -> int:
     tracker = Tracker(
         topology=cfg.topology,
         expected_total=cfg.expected_total,
-        deadline_s=deadline or cfg.controller.snapshot_deadline_s,
+        deadline_s=options.deadline,
         snapshot_mode=wire_mode(cfg.snapshot_mode),  # hybrid nodes report as overtake ones (protocol/hybrid.py H1)
-        checker=checker,
+        checker=options.checker,
     )
     store = SnapshotStore(cfg.snapshots_dir, cfg.data_dir / "controller" / "snapshots")
     snapshots, warnings = store.load_all()
@@ -161,11 +153,11 @@ async def _serve_locked(
         except RuntimeError:  # pragma: no cover  (the loop closed first: at exit)
             pass
 
-    machine = Controller(tracker, max_concurrent=max_concurrent, keep=keep)
+    machine = Controller(tracker, max_concurrent=options.max_concurrent, keep=options.keep)
     writer = StoreWriter(store, on_filed=on_filed)
     try:
         _recover(machine, store, journal, writer, filed={s.snapshot_id for s in snapshots})
-        return await _serve(cfg, machine, journal, writer, interval, identity)
+        return await _serve(cfg, options, machine, journal, writer)
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
@@ -207,13 +199,9 @@ def _recover(
 
 
 async def _serve(
-    cfg: cluster_config.ClusterConfig,
-    machine: Controller,
-    journal: J.Journal,
-    writer: StoreWriter,
-    interval: float | None,
-    identity: security.Identity | None = None,
+    cfg: cluster_config.ClusterConfig, options: Options, machine: Controller, journal: J.Journal, writer: StoreWriter
 ) -> int:
+    interval, identity = options.interval, options.identity
     registry = CollectorRegistry()
     engine = ControllerEngine(
         config=cfg, tracker=machine.tracker, machine=machine, journal=journal, writer=writer,
