@@ -40,7 +40,8 @@ from snapmesh.services.controller.restorer import RESTORE_TIMEOUT_S, RestoreRefu
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import restoregate
-from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker, UnknownSnapshot, duration_s, new_snapshot_id
+from snapmesh.protocol.controller.snapshot_ids import StartClock
+from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker, UnknownSnapshot, duration_s
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import security
 from snapmesh.serving import credentials
@@ -110,7 +111,7 @@ class ControllerEngine:
         self._background: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
-        self._last_start = 0.0
+        self._starts = StartClock()  # ids in start order
         self._tail: asyncio.Future[None] | None = None  # the newest record's durability
         self._restore: asyncio.Future[pb.Restore] | None = None  # the running restore's outcome
         self.restore_timeout_s = restore_timeout_s
@@ -205,10 +206,7 @@ class ControllerEngine:
         before StartSnapshot leaves and before this returns. Raises
         TooManySnapshots, changing nothing, at the admission limit (the machine's A1)."""
         now = self._clock()
-        # Ids sort in start order, even for two starts within one clock tick.
-        wall = max(now.wall, self._last_start + 1e-6)
-        self._last_start = wall
-        snapshot_id = new_snapshot_id(wall, os.urandom(4))
+        snapshot_id, wall = self._starts.start(now.wall, os.urandom(4))
         try:
             snapshot = self.machine.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall), broadcast=broadcast)
         except TooManySnapshots as exc:
