@@ -52,9 +52,6 @@ class ControllerService(pb_grpc.ControllerServicer):
         """Ask every node its snapshot_mode and its app (GetState, retried until it
         answers); return the first disagreement with the controller's, in words.
         Never returns while every node agrees (a mixed cluster is refused, not run)."""
-        config = self.engine.config
-        mine = config.snapshot_mode
-        my_app = "" if cluster_config.runs_bank(config.app) else config.app.module
         waiting = set(self.engine.stubs)
         while waiting:
             for node in sorted(waiting):
@@ -63,17 +60,8 @@ class ControllerService(pb_grpc.ControllerServicer):
                 except grpc.aio.AioRpcError:
                     continue
                 waiting.discard(node)
-                theirs = state.snapshot_mode or "classic"
-                if theirs != mine:
-                    return (
-                        f"{config.path}: snapshot_mode: the controller runs {mine!r} but node {node!r} runs "
-                        f"{theirs!r}; every process must read the same snapshot_mode"
-                    )
-                if state.app != my_app:
-                    return (
-                        f"{config.path}: [app]: the controller runs {cluster_config.app_named(my_app)} but node "
-                        f"{node!r} runs {cluster_config.app_named(state.app)}; every process must run the same app"
-                    )
+                if problem := cluster_config.disagreement(self.engine.config, node, state.snapshot_mode, state.app):
+                    return problem
             if waiting:
                 await asyncio.sleep(retry_s)
         await asyncio.Event().wait()  # all agree: nothing to report, ever
