@@ -26,7 +26,7 @@ from snapmesh.protocol.controller.tracker import (
     TrackerError,
     UnknownSnapshot,
 )
-from snapmesh.settings import config as cluster_config
+from snapmesh.settings.agreement import disagreement
 from snapmesh.serving import credentials
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -60,7 +60,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                 except grpc.aio.AioRpcError:
                     continue
                 waiting.discard(node)
-                if problem := cluster_config.disagreement(self.engine.config, node, state.snapshot_mode, state.app):
+                if problem := disagreement(self.engine.config, node, state.snapshot_mode, state.app):
                     return problem
             if waiting:
                 await asyncio.sleep(retry_s)

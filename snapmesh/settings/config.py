@@ -307,25 +307,6 @@ def with_app(cfg: ClusterConfig, spec: str | None) -> ClusterConfig:
     return replace(cfg, app=AppSettings(module=spec, params=cfg.app.params))
 
 
-def disagreement(cfg: ClusterConfig, node: str, snapshot_mode: str, app: str) -> str:
-    """Why a node that runs `snapshot_mode` ("": classic) and `app` (GetState's: "" for
-    the bank) cannot be in the cluster `cfg` describes, in words ("" when it agrees):
-    a mixed cluster is refused, not run."""
-    theirs, mine = snapshot_mode or "classic", cfg.snapshot_mode
-    if theirs != mine:
-        return (
-            f"{cfg.path}: snapshot_mode: the controller runs {mine!r} but node {node!r} runs "
-            f"{theirs!r}; every process must read the same snapshot_mode"
-        )
-    my_app = "" if runs_bank(cfg.app) else cfg.app.module
-    if app != my_app:
-        return (
-            f"{cfg.path}: [app]: the controller runs {app_named(my_app)} but node "
-            f"{node!r} runs {app_named(app)}; every process must run the same app"
-        )
-    return ""
-
-
 def _security(
     fields: _Fields, raw: Mapping[str, Any], path: Path, env: Mapping[str, str]
 ) -> tuple[TlsSettings | None, AuthSettings | None]:
