@@ -1,8 +1,8 @@
 """The Controller gRPC service: RPCs in, the engine's calls out (services/controller/engine.py).
 
 Requests are checked and turned into the engine's events; the machine's error
-kinds become status codes here (NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS,
-FAILED_PRECONDITION); what a read answers (pages, tokens, sizes) is
+kinds name their status codes (NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS,
+FAILED_PRECONDITION) and become them here; what a read answers (pages, tokens, sizes) is
 snapmesh/protocol/controller/listing.py's, and this module fetches it.
 """
 
@@ -19,25 +19,11 @@ from snapmesh.protocol import chunking
 from snapmesh.protocol.controller import listing
 from snapmesh.protocol.controller.machine import StaleReport
 from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
-from snapmesh.protocol.controller.tracker import (
-    DuplicateReport,
-    InvalidReport,
-    NotInProgress,
-    TrackerError,
-    UnknownSnapshot,
-)
+from snapmesh.protocol.controller.tracker import TrackerError, UnknownSnapshot
 from snapmesh.settings.agreement import disagreement
 from snapmesh.serving import credentials
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
-
-_ERROR_CODES: dict[type[TrackerError], grpc.StatusCode] = {
-    UnknownSnapshot: grpc.StatusCode.NOT_FOUND,
-    InvalidReport: grpc.StatusCode.INVALID_ARGUMENT,
-    DuplicateReport: grpc.StatusCode.ALREADY_EXISTS,
-    NotInProgress: grpc.StatusCode.FAILED_PRECONDITION,
-    StaleReport: grpc.StatusCode.FAILED_PRECONDITION,
-}
 
 SNAPSHOT_CHUNK_BYTES = chunking.CHUNK_BYTES
 
@@ -215,7 +201,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         except TrackerError as exc:
             if isinstance(exc, StaleReport):
                 self.engine.metrics.stale_reports.inc()
-            await context.abort(_ERROR_CODES[type(exc)], str(exc))
+            await context.abort(grpc.StatusCode[exc.code], str(exc))
         except OSError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the report: {exc}")
         return pb.ReportStateResponse()

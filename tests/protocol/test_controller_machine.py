@@ -437,3 +437,14 @@ def test_retention_runs_once_after_a_restart_over_everything_replayed() -> None:
     none = _kept(0)
     none.replayed(records, T0, skip=set())
     assert none.drain() == []  # keep 0: every file stays
+
+
+def test_every_refused_report_names_its_status_code():
+    from snapmesh.protocol.controller.machine import StaleReport
+    from snapmesh.protocol.controller.tracker import DuplicateReport, InvalidReport, NotInProgress, UnknownSnapshot
+
+    codes = {kind: kind.code for kind in (UnknownSnapshot, InvalidReport, DuplicateReport, NotInProgress, StaleReport)}
+    assert codes == {
+        UnknownSnapshot: "NOT_FOUND", InvalidReport: "INVALID_ARGUMENT", DuplicateReport: "ALREADY_EXISTS",
+        NotInProgress: "FAILED_PRECONDITION", StaleReport: "FAILED_PRECONDITION",
+    }

@@ -111,7 +111,9 @@ class TooManySnapshots(Exception):
 
 class StaleReport(TrackerError):
     """A report from an epoch before the cluster's (a node not restored yet, or a
-    message from before a restore): refused, changing nothing (FAILED_PRECONDITION)."""
+    message from before a restore): refused, changing nothing."""
+
+    code = "FAILED_PRECONDITION"
 
 
 # ------------------------------------------------------------------ effects
