@@ -212,32 +212,19 @@ class ControllerService(pb_grpc.ControllerServicer):
         node's certificate may send one (checked before any chunk is read); the
         bytes held are bounded per peer and in all, and a chunk past a bound
         ends the stream at once (RESOURCE_EXHAUSTED)."""
-        names = credentials.peer_names(context)
-        if names is None:
-            peer = context.peer().rsplit(":", 1)[0]  # plaintext: the address, without the port
-        else:
-            nodes = sorted(names & set(self.engine.nodes))
-            if not nodes:
-                await context.abort(
-                    grpc.StatusCode.PERMISSION_DENIED,
-                    f"the peer's certificate names {', '.join(sorted(names)) or 'nothing'}, not a node",
-                )
-            peer = nodes[0]
-        assembler = chunking.StateAssembler()
-        held = 0
+        try:
+            peer = chunking.charged_peer(credentials.peer_names(context), self.engine.nodes, context.peer())
+        except chunking.NotANode as exc:
+            await context.abort(grpc.StatusCode[exc.code], str(exc))
+        assembler = chunking.StateAssembler(budget=self._chunk_budget, peer=peer)
         try:
             async for chunk in request_iterator:
-                size = len(chunk.data)
-                self._chunk_budget.take(peer, size)
-                held += size
                 assembler.add(chunk)
             state = assembler.finish()
-        except (chunking.StateTooLarge, chunking.Busy) as exc:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-        except chunking.BadChunks as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except chunking.ChunkError as exc:
+            await context.abort(grpc.StatusCode[exc.code], str(exc))
         finally:
-            self._chunk_budget.give_back(peer, held)
+            assembler.release()
         del assembler
         return await self.ReportState(state, context)
 
