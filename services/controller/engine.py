@@ -203,8 +203,8 @@ class ControllerEngine:
     async def trigger(self, initiator: str, *, broadcast: bool = False) -> pb.Snapshot:
         """Start a snapshot at `initiator` (a node of the topology), or with
         `broadcast` at every node (the machine's B1): journaled
-        before StartSnapshot leaves and before this returns. Raises
-        TooManySnapshots, changing nothing, at the admission limit (the machine's A1)."""
+        before StartSnapshot leaves and before this returns. Raises UnknownInitiator
+        (the machine's A2) or TooManySnapshots at the admission limit (A1), changing nothing."""
         now = self._clock()
         snapshot_id, wall = self._starts.start(now.wall, os.urandom(4))
         try:

@@ -17,7 +17,7 @@ from snapmesh.services.controller.engine import ControllerEngine, FellBehind, To
 from snapmesh.services.controller.restorer import RestoreRefused
 from snapmesh.protocol import chunking
 from snapmesh.protocol.controller import listing
-from snapmesh.protocol.controller.machine import StaleReport
+from snapmesh.protocol.controller.machine import StaleReport, UnknownInitiator
 from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
 from snapmesh.protocol.controller.tracker import TrackerError, UnknownSnapshot
 from snapmesh.settings.agreement import disagreement
@@ -81,17 +81,11 @@ class ControllerService(pb_grpc.ControllerServicer):
     # -- RPCs
 
     async def TriggerSnapshot(self, request: pb.TriggerSnapshotRequest, context) -> pb.Snapshot:
-        nodes = self.engine.nodes
-        initiator = request.initiator or self.engine.rng.choice(nodes)
-        if initiator not in nodes:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"unknown initiator {initiator!r} (nodes: {', '.join(nodes)})",
-            )
+        initiator = request.initiator or self.engine.rng.choice(self.engine.nodes)
         try:
             snapshot = await self.engine.trigger(initiator, broadcast=request.broadcast)
-        except TooManySnapshots as exc:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        except (UnknownInitiator, TooManySnapshots) as exc:
+            await context.abort(grpc.StatusCode[exc.code], str(exc))
         except OSError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the snapshot: {exc}")
         if not request.wait:

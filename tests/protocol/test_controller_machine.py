@@ -448,3 +448,15 @@ def test_every_refused_report_names_its_status_code():
         UnknownSnapshot: "NOT_FOUND", InvalidReport: "INVALID_ARGUMENT", DuplicateReport: "ALREADY_EXISTS",
         NotInProgress: "FAILED_PRECONDITION", StaleReport: "FAILED_PRECONDITION",
     }
+
+
+def test_a_trigger_naming_no_node_is_refused_before_admission_and_starts_nothing() -> None:
+    topology = Topology.build(["a", "b"], None)
+    m = M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0), max_concurrent=1)
+    with pytest.raises(M.UnknownInitiator, match=r"^unknown initiator 'zz' \(nodes: a, b\)$") as refused:
+        m.trigger("s1", "zz", T0)
+    assert refused.value.code == "INVALID_ARGUMENT" and m.drain() == [] and m.tracker.ids() == []
+    m.trigger("s1", "a", T0)
+    with pytest.raises(M.UnknownInitiator):  # A2 before A1: at the limit, the name is what is wrong
+        m.trigger("s2", "", T0)
+    assert M.TooManySnapshots.code == "RESOURCE_EXHAUSTED"

@@ -9,8 +9,9 @@ Events in:
   trigger(snapshot_id, initiator, now, broadcast=False)
                                          a snapshot starts at `initiator`, or with
                                          `broadcast` at every node (B1) (raises
-                                         TooManySnapshots, changing nothing, at the
-                                         admission limit `max_concurrent`)
+                                         UnknownInitiator, A2, or TooManySnapshots at
+                                         the admission limit `max_concurrent`, A1,
+                                         changing nothing)
   start_failed(snapshot_id, reason, now) StartSnapshot (or journaling the start) failed
   start_unreachable(snapshot_id, node, detail, now)
                                          StartSnapshot at `node` failed: the reason names it
@@ -47,6 +48,8 @@ Admission (Flink's max-concurrent-checkpoints):
 A1. With `max_concurrent` N > 0, a trigger while N snapshots are in progress is
     refused and starts nothing, so a trigger rate the cluster cannot follow is
     answered at once instead of piling up markers and reports.
+A2. A trigger naming a node outside the topology (a remote's mistake, not the
+    tracker's misuse) is refused, starting nothing, before A1 is asked.
 
 Retention (`--keep N`, `keep`):
 K1. The finished snapshots older than the N newest COMPLETE ones (ids sort in
@@ -106,7 +109,15 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 
 
 class TooManySnapshots(Exception):
-    """A trigger at the admission limit (A1): nothing started or journaled (RESOURCE_EXHAUSTED)."""
+    """A trigger at the admission limit (A1): nothing started or journaled."""
+
+    code = "RESOURCE_EXHAUSTED"
+
+
+class UnknownInitiator(Exception):
+    """A trigger naming a node outside the topology (A2): nothing started or journaled."""
+
+    code = "INVALID_ARGUMENT"
 
 
 class StaleReport(TrackerError):
@@ -269,6 +280,9 @@ class Controller:
     # -- snapshots
 
     def trigger(self, snapshot_id: str, initiator: str, now: Now, *, broadcast: bool = False) -> pb.Snapshot:
+        nodes = self.tracker.topology.nodes
+        if initiator not in nodes:  # A2
+            raise UnknownInitiator(f"unknown initiator {initiator!r} (nodes: {', '.join(nodes)})")
         running = self.tracker.in_progress
         if self.max_concurrent and running >= self.max_concurrent:  # A1
             raise TooManySnapshots(f"{running} snapshots in progress, the limit is {self.max_concurrent}")
