@@ -175,26 +175,23 @@ def _recover(
     replayed = machine.replayed(records, system_now(), skip=filed)
     for warning in (*warnings, *replayed.warnings):
         log.warning("%s", warning)
-    retired = set()
     for effect in machine.drain():
         if not isinstance(effect, Retire):
             raise TypeError(f"not an effect of a replay: {effect!r}")
-        retired.add(effect.snapshot_id)
         journal.forget(effect.snapshot_id)
         writer.discard(effect.snapshot_id)
-    rebuilt = [sid for sid in replayed.finished if sid not in retired]
-    for sid in filed - retired:
+    for sid in replayed.filed:  # its records are dead; a file lost since is written again
         journal.forget(sid)
         compact, json_ = store.missing_files(sid)
         if compact or json_:
             writer.submit(machine.get(sid), compact=compact, json=json_)
-    for sid in rebuilt:
+    for sid in replayed.finished:
         writer.submit(machine.get(sid))
     resumed = replayed.in_progress
-    if rebuilt or resumed:
+    if replayed.finished or resumed:
         log.info(
             "journal: %d finished snapshot(s) rebuilt, %d still in progress taken back (%s)",
-            len(rebuilt), len(resumed), ", ".join(resumed) or "none",
+            len(replayed.finished), len(resumed), ", ".join(resumed) or "none",
         )
 
 

@@ -460,3 +460,22 @@ def test_a_trigger_naming_no_node_is_refused_before_admission_and_starts_nothing
     with pytest.raises(M.UnknownInitiator):  # A2 before A1: at the limit, the name is what is wrong
         m.trigger("s2", "", T0)
     assert M.TooManySnapshots.code == "RESOURCE_EXHAUSTED"
+
+
+def test_a_restart_files_again_only_what_retention_keeps() -> None:
+    records: list[R.Record] = []
+    for sid in ("s2", "s4"):  # finished in the journal only
+        records += [
+            R.Started(snapshot_id=sid, initiator="a", wall=T0.wall),
+            R.Reported(state=part(sid, "a", 60), wall=T0.wall),
+            R.Reported(state=part(sid, "b", 30, [10]), wall=T0.wall),
+            R.Finished(snapshot_id=sid, status=COMPLETE, reason="", wall=T0.wall),
+        ]
+    source, again = _kept(0), _kept(2)
+    for sid in ("s1", "s3"):  # filed: loaded from their files before the replay
+        _complete_effects(source, sid)
+        again.tracker.restore(source.get(sid))
+    replayed = again.replayed(records, T0, skip={"s1", "s3"})
+    assert again.drain() == [M.Retire("s1"), M.Retire("s2")]
+    assert (replayed.finished, replayed.filed) == (["s4"], ["s3"])  # retired: neither filed again nor kept
+    assert _kept(0).replayed(records, T0, skip=set()).finished == ["s2", "s4"]

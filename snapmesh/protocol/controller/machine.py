@@ -95,7 +95,7 @@ R4. A key answers its own restore (running: join it; finished: its answer, once
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from snapmesh.protocol.controller import journal
 from snapmesh.protocol import appstate
@@ -187,9 +187,10 @@ Effect = Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt 
 class Replayed:
     """What `Controller.replayed` took back from the journal (S1)."""
 
-    finished: list[str]  # snapshots finished in the journal and rebuilt here (not yet filed)
+    finished: list[str]  # snapshots finished in the journal, rebuilt here and kept (K1): to be filed
     in_progress: list[str]  # snapshots still in progress: a fresh deadline from the restart, in id order
     warnings: list[str]  # records that did not fit
+    filed: list[str] = field(default_factory=list)  # of `skip` (filed before), those kept (K1), in id order
 
 
 # ------------------------------------------------------------ the restore plan
@@ -473,9 +474,15 @@ class Controller:
         restores, more = journal.restores(records)
         self.taken_back(restores)
         in_progress = self.tracker.restarted(now)
+        before = len(self._effects)
         if self.keep:
             self._retire()
-        return Replayed(finished=finished, in_progress=in_progress, warnings=warnings + more)
+        # What retention retires is neither filed again nor kept: --keep's deletions stay deleted.
+        retired = {e.snapshot_id for e in self._effects[before:] if isinstance(e, Retire)}
+        return Replayed(
+            finished=[sid for sid in finished if sid not in retired], in_progress=in_progress,
+            warnings=warnings + more, filed=sorted(skip - retired),
+        )
 
     def taken_back(self, restores: list[tuple[pb.Restore, list[str]]]) -> None:
         """The journal's restores, oldest first, each with the keys that joined it: the
