@@ -36,7 +36,7 @@ import grpc
 
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.metrics import ControllerMetrics
-from snapmesh.services.controller.restorer import RESTORE_TIMEOUT_S, RestoreRefused, restore_node
+from snapmesh.services.controller.restorer import RESTORE_TIMEOUT_S, restore_node
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import restoregate
@@ -238,7 +238,7 @@ class ControllerEngine:
     async def restore(self, snapshot_id: str, request_id: str = "") -> pb.Restore:
         """A RestoreSnapshot call: the machine's gate decides (R1, R4); a call that
         starts or joins the restore is answered with its outcome, once durable.
-        Raises RestoreRefused, and OSError when the restore cannot be journaled."""
+        Raises restoregate.Refused, and OSError when the restore cannot be journaled."""
         try:
             snapshot: pb.Snapshot | None = self.lookup(snapshot_id)
         except UnknownSnapshot:
@@ -247,7 +247,7 @@ class ControllerEngine:
         if isinstance(decision, restoregate.Answer):
             return decision.result  # a retry of a finished restore: its answer, nothing rolled back
         if isinstance(decision, (restoregate.Refuse, restoregate.Busy)):
-            raise RestoreRefused(grpc.StatusCode[decision.code], decision.message)
+            raise restoregate.Refused(decision)
         if isinstance(decision, restoregate.Start):
             self._restore = asyncio.get_running_loop().create_future()
         running = self._restore

@@ -14,9 +14,8 @@ from collections.abc import AsyncIterator
 import grpc
 
 from snapmesh.services.controller.engine import ControllerEngine, FellBehind, TooManySnapshots
-from snapmesh.services.controller.restorer import RestoreRefused
 from snapmesh.protocol import chunking
-from snapmesh.protocol.controller import listing
+from snapmesh.protocol.controller import listing, restoregate
 from snapmesh.protocol.controller.machine import StaleReport, UnknownInitiator
 from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
 from snapmesh.protocol.controller.tracker import TrackerError, UnknownSnapshot
@@ -63,10 +62,8 @@ class ControllerService(pb_grpc.ControllerServicer):
             )
         try:
             return await self.engine.restore(request.snapshot_id, request.request_id)
-        except UnknownSnapshot as exc:
-            await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
-        except RestoreRefused as exc:
-            await context.abort(exc.code, str(exc))
+        except (UnknownSnapshot, restoregate.Refused) as exc:
+            await context.abort(grpc.StatusCode[exc.code], str(exc))
         except OSError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the restore: {exc}")
 
