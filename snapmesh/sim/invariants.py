@@ -50,7 +50,7 @@ from typing import Any
 
 from snapmesh.checking import cut
 from snapmesh.protocol.node import core
-from snapmesh.protocol import overtake, wal
+from snapmesh.protocol import bank_cut, overtake, wal
 from snapmesh.sim import apps
 
 
@@ -318,7 +318,8 @@ class Checker:
         """C1-C3: the snapshot against the log of its epoch, by `cut.check_snapshot`
         (the one definition the real-log checker and the reconcilers use)."""
         self.complete[snapshot_id] = reports
-        index = cut.LogIndex.of(cut.epoch_logs(self.logs, epoch), snapshot_ids=[snapshot_id])
+        bank = bank_cut.Reading(self.total)
+        index = cut.LogIndex.of(cut.epoch_logs(self.logs, epoch, bank), snapshot_ids=[snapshot_id], reading=bank)
         channels = {
             (src, dst): [(t.msg_id, t.amount, t.seq) for t in overtake.channel_state(reports, src, dst)]
             for src, dst in self.channels
@@ -328,24 +329,24 @@ class Checker:
             nodes=[(node, state.balance) for node, state in reports.items()],
             channels=[(src, dst, items) for (src, dst), items in channels.items()],
         )
-        verdict = cut.check_snapshot(index, snapshot, topology=self.channels, total=self.total)
-        problems = verdict.problems
+        verdict = cut.check_snapshot(index, snapshot, topology=self.channels)
+        problems, node_rules = verdict.problems, cut.NODE_RULES + bank.node_rules
         for node, state in reports.items():
-            if any(p.rule in cut.NODE_RULES and p.args[0] == node for p in problems):
+            if any(p.rule in node_rules and p.args[0] == node for p in problems):
                 at_cut = index.cut(snapshot_id, node)
-                logged = at_cut.balance if at_cut is not None else None
+                logged = bank.state(node, at_cut) if at_cut is not None else None
                 raise Violation(f"snapshot {snapshot_id}: {node} recorded {state.balance}, its log says {logged} at its cut")
-        if problems and problems[0].rule in cut.NODE_RULES:
+        if problems and problems[0].rule in node_rules:
             raise Violation(f"snapshot {snapshot_id}: COMPLETE but {problems[0].rule} for {problems[0].args[0]}")
         for src, dst in self.channels:
-            if any(p.args[:2] == (src, dst) and p.rule not in cut.NODE_RULES for p in problems):
+            if any(p.args[:2] == (src, dst) and p.rule not in node_rules for p in problems):
                 expected = [seq for _, _, seq in verdict.expected.get((src, dst), [])]
                 raise Violation(
                     f"snapshot {snapshot_id}: {src}->{dst} recorded seqs {[seq for _, _, seq in channels[(src, dst)]]}, "
                     f"the logs say {expected}"
                 )
         if problems:
-            raise Violation(f"snapshot {snapshot_id}: recorded total {verdict.observed} != {self.total}")
+            raise Violation(f"snapshot {snapshot_id}: recorded total {verdict.whole.observed} != {self.total}")
         if self.app is not None:  # A2
             digests = {node: index_cut_digest(self.logs[node], self.cuts.get((node, snapshot_id))) for node in reports}
             sent = {(s, d, seq): p for (s, d, e), by_seq in self.payloads.items() if e == epoch for seq, p in by_seq.items()}
