@@ -348,9 +348,8 @@ class Checker:
         if problems:
             raise Violation(f"snapshot {snapshot_id}: recorded total {verdict.whole.observed} != {self.total}")
         if self.app is not None:  # A2
-            digests = {node: index_cut_digest(self.logs[node], self.cuts.get((node, snapshot_id))) for node in reports}
-            sent = {(s, d, seq): p for (s, d, e), by_seq in self.payloads.items() if e == epoch for seq, p in by_seq.items()}
-            apps.check_complete(self.app, snapshot_id, reports, self.channels, self.app_params, digests, sent)
+            logs = cut.epoch_logs(self.logs, epoch, cut.Payloads())
+            apps.check_complete(self.app, snapshot_id, reports, self.channels, self.app_params, logs)
 
     # -- after quiescence (Q1-Q3)
 
@@ -379,11 +378,3 @@ class Checker:
             raise Violation(f"quiescent: transfers answered to a client but not in the log: {lost[:5]}")
         if self.app is not None:  # A5
             apps.check_quiescent(self.app, {n: node.app_state() for n, node in live.items()}, self.app_params)  # type: ignore[attr-defined]
-
-
-def index_cut_digest(log: list[wal.Record], lsn: int | None) -> str | None:
-    """The digest of the `cut` record at `lsn` in `log` (lsns are 1, 2, 3, ...: S4)."""
-    if lsn is None or not 0 < lsn <= len(log):
-        return None
-    record = log[lsn - 1]
-    return record.digest if type(record) is wal.Cut else None  # type: ignore[attr-defined]
