@@ -284,7 +284,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         acks = AckWriter(context, accepts_runs=self.accepts_runs)
         try:
             # The node answers with its position (the resume point) once it is durable.
-            ending = engine.opened(src, first.open.epoch or 1, acks)
+            ending = engine.opened(src, first.open.epoch, acks)  # 0 (not said): the machine's to read (N8)
         except EpochFenced as exc:
             await acks.close()
             await self._fenced(context, exc, "channel")

@@ -9,6 +9,8 @@ the machine now makes in its own events.
   stale_report(        the controller machine's `reported` refuses a stale report
   machine.report_message  the report message is snapmesh/protocol/reports.py's, not
                        the controller machine's
+  epoch or 1           a channel open that names no epoch is epoch 1 to the node
+                       machine's `opened` (N8), not a default the shell fills in
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ FORBIDDEN = {
     ".fence(": re.compile(r"\.fence(_clients)?\("),
     "stale_report(": re.compile(r"\bstale_report\("),
     "machine.report_message": re.compile(r"\bmachine\.report_message\b"),
+    "epoch or 1": re.compile(r"\bepoch\)?\s+or\s+1\b"),
 }
 
 
@@ -57,6 +60,7 @@ def test_no_shell_makes_a_decision_of_a_machine(path: Path) -> None:
         ("if b.fence_clients():\n", ".fence("),
         ("stale = machine.stale_report(state.epoch, epoch)\n", "stale_report("),
         ("message = machine.report_message(state)\n", "machine.report_message"),
+        ("ending = engine.opened(src, first.open.epoch or 1, acks)\n", "epoch or 1"),
     ],
 )
 def test_the_rule_catches_what_it_forbids(source: str, name: str) -> None:

@@ -157,6 +157,20 @@ def test_a_channel_open_of_another_epoch_is_refused_by_the_node_itself_changing_
     assert b.receivers["a"].conn_no == live + 5
 
 
+def test_an_open_that_names_no_epoch_is_epoch_1_to_the_node_itself() -> None:
+    """Issue 33: a sender from before restores sends no epoch (0 on the wire). The node
+    machine reads it as epoch 1, not the shell: taken in epoch 1, stale after a restore."""
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    b = m.nodes["b"]
+    b.opened("a", b.receivers["a"].conn_no + 1)  # epoch 1: taken
+    _restore_all(m, parts, epoch=2)
+    live = b.receivers["a"].conn_no
+    with pytest.raises(EpochFenced, match="channel a->b is from epoch 1; b is in epoch 2") as stale:
+        b.opened("a", live + 1, epoch=0)
+    assert stale.value.stale and b.receivers["a"].conn_no == live and b.drain() == []
+
+
 def test_a_finished_part_is_handed_out_once_with_its_epoch_and_wall_times() -> None:
     m = Machines({"a": 100, "b": 50})
     parts = _snapshot_with_one_in_flight(m)

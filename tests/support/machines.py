@@ -82,7 +82,7 @@ class Machines:
                 if src != dst and (src, dst) not in self.wires:
                     conn_no = self.conn_nos[(src, dst)] = self.conn_nos.get((src, dst), 0) + 1
                     self.wires[(src, dst)] = []
-                    self.nodes[dst].opened(src, conn_no)
+                    self.nodes[dst].opened(src, conn_no, epoch=self.nodes[src].epoch)
                     self.route(dst)
                     self.nodes[src].connect(dst, conn_no)
                     self.route(src)

@@ -317,14 +317,14 @@ class Node(NodeSteps):
             self._transmit(sender)
 
     def opened(self, src: str, conn_no: int, *, epoch: int = 0) -> None:
-        """A connection from `src`, opened in the sender's `epoch` (0: not said),
-        gets our position once durable. Raises EpochFenced, changing nothing,
-        when the fence refuses `epoch` (N8)."""
+        """A connection from `src`, opened in the sender's `epoch`, gets our
+        position once durable. Epoch 0 (a sender that does not say, from before
+        restores) is epoch 1. Raises EpochFenced, changing nothing, when the
+        fence refuses it (N8)."""
         receiver = self.receivers.get(src)
         if receiver is None:
             raise core.RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
-        if epoch:
-            self.epochs.check(epoch, f"channel {src}->{self.node_id}")
+        self.epochs.check(epoch or 1, f"channel {src}->{self.node_id}")
         if receiver.open(conn_no, self.last_lsn):
             self._ack(receiver)
 
