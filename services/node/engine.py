@@ -13,6 +13,7 @@ abort, the log becoming durable, a timer) is one synchronous call on the
     Report(sid)           -> the reporter sends what it kept (already durable)
     ReportCancelled(sid)  -> the reporter drops it
     Reply / ReplyBatch    -> the waiting client call's future
+    RestoreReply          -> the waiting RestoreState call's future
 
 Nothing here awaits except flow control and a client's answer: durability is
 the log's business, and it calls `durable(lsn)` back.
@@ -146,8 +147,8 @@ class Engine:
         self._run(metrics=False)
         return waiting
 
-    async def replied(self, waiting: asyncio.Future) -> fx.Reply | fx.ReplyBatch:
-        """The node's answer to a client's call, once the log made it durable.
+    async def replied(self, waiting: asyncio.Future) -> fx.Reply | fx.ReplyBatch | fx.RestoreReply:
+        """The node's answer to a call (a client's, a restore), once the log made it durable.
         Raises LogClosedError when the log never will (it failed or closed)."""
         if not waiting.done():
             await self.log.wait_durable(self.log.last_lsn)  # the answer's lsn is at most this
@@ -190,14 +191,16 @@ class Engine:
 
     def restore(
         self, snapshot_id: str, epoch: int, balance: int, in_flight: list[tuple], state: bytes | None = None
-    ) -> bool:
+    ) -> asyncio.Future[fx.RestoreReply]:
         """Restore (node rule N8); then every stream of the older epoch ends:
         outgoing ones reopen with the new epoch, incoming ones must be reopened
-        by their senders in the new epoch. False: a repeat, nothing changed.
+        by their senders in the new epoch. Returns the future the node's
+        `RestoreReply` resolves (`replied`); a repeat changes nothing else.
         An app node: `state` its bytes, each in-flight (src, msg_id, seq, amount, payload)."""
+        waiting = asyncio.get_running_loop().create_future()
         try:
             changed = self.node.restore(
-                snapshot_id=snapshot_id, epoch=epoch, balance=balance, in_flight=in_flight, state=state
+                snapshot_id=snapshot_id, epoch=epoch, balance=balance, in_flight=in_flight, state=state, reply_to=waiting
             )
         except core.AppFailed as exc:
             self.fail_app(str(exc))
@@ -214,7 +217,7 @@ class Engine:
                 log.warning("restored snapshot %s: epoch %d, balance %d", snapshot_id, epoch, self.node.balance)
             else:
                 log.warning("restored snapshot %s: epoch %d, app state %d bytes", snapshot_id, epoch, len(state))
-        return changed
+        return waiting
 
     # -- the channels
 
@@ -319,7 +322,7 @@ class Engine:
                 self.outgoing[effect.dst].push(effect.conn_no, effect.entries)
             elif kind is fx.Ack:
                 self.incoming[effect.src].post(effect.conn_no, effect.seq)
-            elif kind is fx.Reply or kind is fx.ReplyBatch:
+            elif kind is fx.Reply or kind is fx.ReplyBatch or kind is fx.RestoreReply:
                 if not effect.to.done():  # a client that went away (cancelled) needs no answer
                     effect.to.set_result(effect)
             elif kind is fx.Seal:

@@ -9,6 +9,8 @@ the machine now makes in its own events.
   stale_report(        the controller machine's `reported` refuses a stale report
   machine.report_message  the report message is snapmesh/protocol/reports.py's, not
                        the controller machine's
+  .restored_balance    RestoreState's answer is the node machine's RestoreReply, once
+                       durable (N8): no shell reads the node for it or waits itself
   epoch or 1           a channel open that names no epoch is epoch 1 to the node
                        machine's `opened` (N8), not a default the shell fills in
 """
@@ -27,6 +29,7 @@ FORBIDDEN = {
     ".fence(": re.compile(r"\.fence(_clients)?\("),
     "stale_report(": re.compile(r"\bstale_report\("),
     "machine.report_message": re.compile(r"\bmachine\.report_message\b"),
+    ".restored_balance": re.compile(r"\.restored_balance\b"),
     "epoch or 1": re.compile(r"\bepoch\)?\s+or\s+1\b"),
 }
 
@@ -60,6 +63,7 @@ def test_no_shell_makes_a_decision_of_a_machine(path: Path) -> None:
         ("if b.fence_clients():\n", ".fence("),
         ("stale = machine.stale_report(state.epoch, epoch)\n", "stale_report("),
         ("message = machine.report_message(state)\n", "machine.report_message"),
+        ("return pb.RestoreStateResponse(epoch=node.epoch, balance=node.restored_balance)\n", ".restored_balance"),
         ("ending = engine.opened(src, first.open.epoch or 1, acks)\n", "epoch or 1"),
     ],
 )

@@ -14,6 +14,7 @@ from support.machines import Machines, kinds
 from snapmesh.protocol.node import core, recovery
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.epochs import EpochFenced
+from snapmesh.protocol.node.effects import Append, RestoreReply
 from support.machines import _restore_all, _snapshot_with_one_in_flight
 
 
@@ -45,6 +46,29 @@ def test_a_repeat_is_a_no_op_and_an_older_epoch_is_refused() -> None:
     assert len(m.records("b")) == before and m.nodes["b"].balance == 80
     with pytest.raises(core.RemoteProtocolError, match="stale"):
         m.nodes["b"].restore(snapshot_id="s1", epoch=1, balance=50, in_flight=[])
+
+
+def test_the_restore_is_answered_by_an_effect_once_its_records_are_durable() -> None:
+    """Issue 33: RestoreState's answer is the machine's `RestoreReply`, not a shell's wait:
+    it comes once the restore's last record is durable (a crash before could take the
+    restore back after the controller heard it was done), and a repeat waits too."""
+    m = Machines({"a": 100, "b": 50})
+    _snapshot_with_one_in_flight(m)
+    b = m.nodes["b"]
+    assert b.restore(snapshot_id="s1", epoch=2, balance=50, in_flight=[("a", "a:b:1", 1, 30)], reply_to="call 1")
+    effects = b.drain()
+    assert not [e for e in effects if isinstance(e, RestoreReply)]  # nothing durable yet
+    last = max(e.record.lsn for e in effects if isinstance(e, Append))
+    assert b.restore(snapshot_id="s1", epoch=2, balance=50, in_flight=[("a", "a:b:1", 1, 30)], reply_to="call 2") is False
+    assert b.drain() == []  # the repeat rests on the same records: it waits as well
+    b.durable(last - 1)
+    assert not [e for e in b.drain() if isinstance(e, RestoreReply)]
+    b.durable(last)
+    assert [e for e in b.drain() if isinstance(e, RestoreReply)] == [
+        RestoreReply("call 1", 2, 80), RestoreReply("call 2", 2, 80)
+    ]
+    assert b.restore(snapshot_id="s1", epoch=2, balance=50, in_flight=[], reply_to="call 3") is False
+    assert b.drain() == [RestoreReply("call 3", 2, 80)]  # all durable already: answered in the step
 
 
 def test_a_snapshot_in_progress_is_aborted_as_restored_to_s() -> None:

@@ -8,6 +8,7 @@ from snapmesh.protocol.controller import machine as controller, restoregate, ret
 from snapmesh.protocol.node import link, recovery, requests
 from snapmesh.protocol.controller import journal
 from snapmesh.protocol.node import machine as node_mod
+from snapmesh.protocol.node import effects as node_effects
 from snapmesh.protocol.node import steps as node_steps
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -334,6 +335,17 @@ def _reply_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(node_steps.NodeSteps, "_wait_or_reply", lambda self, waiting: self._reply(waiting))
 
 
+def _restore_answer_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node machine answers RestoreState before the restore's records are durable
+    (node rule N8): a crash then takes back a restore the controller was told is done."""
+
+    def broken(self, to: object) -> None:
+        if to is not None:
+            self._out.append(node_effects.RestoreReply(to, self.epochs.epoch, self.epochs.restored_balance))
+
+    monkeypatch.setattr(node_steps.NodeSteps, "_restore_reply", broken)
+
+
 def _open_ignores_the_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
     """The node machine takes a channel opened in another epoch (node rule N8): a sender
     not restored yet delivers what the restore rolled back, or a receiver takes the new
@@ -362,6 +374,7 @@ MUTATIONS = {
     "node-reply-before-durable": _reply_before_durable,
     "node-report-before-durable": _report_before_durable,
     "node-open-ignores-epoch": _open_ignores_the_epoch,
+    "node-restore-answer-before-durable": _restore_answer_before_durable,
     "controller-restore-plan": _restore_plan_drops_a_transfer,
     "controller-overtake-merge": _tracker_forgets_overtaken,
     "controller-stale-report": _controller_takes_stale_reports,

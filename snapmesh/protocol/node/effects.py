@@ -13,6 +13,7 @@ Effects come out of `Node.drain()`, in order; the shell carries each out
   ReportCancelled(snapshot_id)
   Reply(to, answer, taken_back)    a client's call is answered (node rule N11)
   ReplyBatch(to, taken_back)       a batch of them, in one answer
+  RestoreReply(to, epoch, balance) a restore call is answered: its records are durable (N8)
 
 `Accepted` is a transfer's answer. All are NamedTuples: immutable, and cheap
 to make on the per-message path.
@@ -99,7 +100,18 @@ class ReplyBatch(NamedTuple):
     taken_back: tuple[str, ...]
 
 
-Effect = Append | Seal | Transmit | Ack | Finished | Report | ReportCancelled | Reply | ReplyBatch
+class RestoreReply(NamedTuple):
+    """Answer the restore call `to` (the caller's token): the restore, or for a
+    repeat everything logged when it came, is durable (N8), so a crash cannot
+    take back what the controller is told. `epoch`, `balance`: the node's right
+    after the restore."""
+
+    to: object
+    epoch: int
+    balance: int
+
+
+Effect = Append | Seal | Transmit | Ack | Finished | Report | ReportCancelled | Reply | ReplyBatch | RestoreReply
 
 
 class Accepted(NamedTuple):
