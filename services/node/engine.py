@@ -14,6 +14,7 @@ abort, the log becoming durable, a timer) is one synchronous call on the
     ReportCancelled(sid)  -> the reporter drops it
     Reply / ReplyBatch    -> the waiting client call's future
     RestoreReply          -> the waiting RestoreState call's future
+    EndStreams(...)       -> those outgoing streams reopen, those incoming ones end
 
 Nothing here awaits except flow control and a client's answer: durability is
 the log's business, and it calls `durable(lsn)` back.
@@ -192,14 +193,13 @@ class Engine:
     def restore(
         self, snapshot_id: str, epoch: int, balance: int, in_flight: list[tuple], state: bytes | None = None
     ) -> asyncio.Future[fx.RestoreReply]:
-        """Restore (node rule N8); then every stream of the older epoch ends:
-        outgoing ones reopen with the new epoch, incoming ones must be reopened
-        by their senders in the new epoch. Returns the future the node's
-        `RestoreReply` resolves (`replied`); a repeat changes nothing else.
-        An app node: `state` its bytes, each in-flight (src, msg_id, seq, amount, payload)."""
+        """Restore (node rule N8); the node's `EndStreams` says which streams
+        of the older epoch end. Returns the future the node's `RestoreReply`
+        resolves (`replied`). An app node: `state` its bytes, each in-flight
+        (src, msg_id, seq, amount, payload)."""
         waiting = asyncio.get_running_loop().create_future()
         try:
-            changed = self.node.restore(
+            self.node.restore(
                 snapshot_id=snapshot_id, epoch=epoch, balance=balance, in_flight=in_flight, state=state, reply_to=waiting
             )
         except core.AppFailed as exc:
@@ -207,16 +207,7 @@ class Engine:
             raise
         finally:
             self._run()
-        if changed:
-            self.metrics.epoch.set(epoch)
-            for channel in self.outgoing.values():
-                channel.restart()
-            for channel in self.incoming.values():
-                channel.end_stream(f"{self.node_id} restored {snapshot_id} in epoch {epoch}")
-            if state is None:
-                log.warning("restored snapshot %s: epoch %d, balance %d", snapshot_id, epoch, self.node.balance)
-            else:
-                log.warning("restored snapshot %s: epoch %d, app state %d bytes", snapshot_id, epoch, len(state))
+            self.metrics.epoch.set(self.node.epoch)
         return waiting
 
     # -- the channels
@@ -338,6 +329,12 @@ class Engine:
                 self.reporter.send(effect.snapshot_id)
             elif kind is fx.ReportCancelled:
                 self.reporter.cancel(effect.snapshot_id)
+            elif kind is fx.EndStreams:
+                log.warning("%s (balance %d): ending the older epoch's streams", effect.reason, node.balance)
+                for dst in effect.outgoing:
+                    self.outgoing[dst].restart()
+                for src in effect.incoming:
+                    self.incoming[src].end_stream(effect.reason)
             else:  # pragma: no cover  (a new effect type must be routed here)
                 raise TypeError(f"unrouted effect {effect!r}")
         if metrics:

@@ -361,10 +361,7 @@ class SimController:
             snapshot_id=request.snapshot_id, epoch=request.epoch, balance=request.balance, in_flight=in_flight,
             reply_to=request, **app,
         )
-        self.world.route(node_id)
-        # Every stream of the older epoch ends, with what is on its wires.
-        self.world.network.cut_all(node_id)
-        self.world.network.forget_stale(node_id)
+        self.world.route(node_id)  # its EndStreams ends the older epoch's connections
         if crash and rng.random() < 0.25:
             self.faults["crash during a restore"] += 1
             self.world.crash(node_id, rng)

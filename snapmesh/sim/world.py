@@ -167,6 +167,8 @@ class World:
                 self.finished.get(node_id, {}).pop(effect.snapshot_id, None)
             elif kind is node_mod.RestoreReply:
                 restored.append(effect)
+            elif kind is node_mod.EndStreams:
+                self.network.end_streams(node_id, effect)
             else:  # pragma: no cover
                 raise TypeError(f"unrouted effect {effect!r}")
         for effect in restored:

@@ -14,7 +14,7 @@ from support.machines import Machines, kinds
 from snapmesh.protocol.node import core, recovery
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.epochs import EpochFenced
-from snapmesh.protocol.node.effects import Append, RestoreReply
+from snapmesh.protocol.node.effects import Append, EndStreams, RestoreReply
 from support.machines import _restore_all, _snapshot_with_one_in_flight
 
 
@@ -69,6 +69,22 @@ def test_the_restore_is_answered_by_an_effect_once_its_records_are_durable() -> 
     ]
     assert b.restore(snapshot_id="s1", epoch=2, balance=50, in_flight=[], reply_to="call 3") is False
     assert b.drain() == [RestoreReply("call 3", 2, 80)]  # all durable already: answered in the step
+
+
+def test_the_restore_names_the_connections_to_end_and_a_repeat_names_none() -> None:
+    """Issue 33: which streams end at a restore is the machine's `EndStreams`, not a
+    shell's choice: every channel, in and out (the links of the older epoch are gone),
+    after the restore's records; a repeat changes no link and ends nothing."""
+    m = Machines({"a": 100, "b": 50, "c": 10})
+    parts = _snapshot_with_one_in_flight(m)
+    b = m.nodes["b"]
+    b.restore(snapshot_id="s1", epoch=2, balance=parts["b"].balance, in_flight=[("a", "a:b:1", 1, 30)])
+    effects = b.drain()
+    ends = [e for e in effects if isinstance(e, EndStreams)]
+    assert ends == [EndStreams(("a", "c"), ("a", "c"), "b restored s1 in epoch 2")]
+    assert effects.index(ends[0]) > max(i for i, e in enumerate(effects) if isinstance(e, Append))
+    assert b.restore(snapshot_id="s1", epoch=2, balance=parts["b"].balance, in_flight=[("a", "a:b:1", 1, 30)]) is False
+    assert not [e for e in b.drain() if isinstance(e, EndStreams)]
 
 
 def test_a_snapshot_in_progress_is_aborted_as_restored_to_s() -> None:

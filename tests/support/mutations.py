@@ -346,6 +346,19 @@ def _restore_answer_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(node_steps.NodeSteps, "_restore_reply", broken)
 
 
+def _restore_keeps_the_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node machine names no connection to end at a restore (node rule N8): the
+    older epoch's connections live on, though the links behind them started over."""
+    restore = node_steps.NodeSteps.restore
+
+    def broken(self, **kwargs):
+        done = restore(self, **kwargs)
+        self._out = [e for e in self._out if type(e) is not node_effects.EndStreams]
+        return done
+
+    monkeypatch.setattr(node_steps.NodeSteps, "restore", broken)
+
+
 def _open_ignores_the_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
     """The node machine takes a channel opened in another epoch (node rule N8): a sender
     not restored yet delivers what the restore rolled back, or a receiver takes the new
@@ -375,6 +388,7 @@ MUTATIONS = {
     "node-report-before-durable": _report_before_durable,
     "node-open-ignores-epoch": _open_ignores_the_epoch,
     "node-restore-answer-before-durable": _restore_answer_before_durable,
+    "node-restore-keeps-streams": _restore_keeps_the_streams,
     "controller-restore-plan": _restore_plan_drops_a_transfer,
     "controller-overtake-merge": _tracker_forgets_overtaken,
     "controller-stale-report": _controller_takes_stale_reports,

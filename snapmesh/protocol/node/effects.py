@@ -14,6 +14,8 @@ Effects come out of `Node.drain()`, in order; the shell carries each out
   Reply(to, answer, taken_back)    a client's call is answered (node rule N11)
   ReplyBatch(to, taken_back)       a batch of them, in one answer
   RestoreReply(to, epoch, balance) a restore call is answered: its records are durable (N8)
+  EndStreams(outgoing, incoming, reason)  a restore: these channels' connections
+                            carry the older epoch; end them (N8)
 
 `Accepted` is a transfer's answer. All are NamedTuples: immutable, and cheap
 to make on the per-message path.
@@ -111,7 +113,19 @@ class RestoreReply(NamedTuple):
     balance: int
 
 
-Effect = Append | Seal | Transmit | Ack | Finished | Report | ReportCancelled | Reply | ReplyBatch | RestoreReply
+class EndStreams(NamedTuple):
+    """End every connection of these channels: they carry the epoch a restore
+    left (N8), and the links start again at seq 1. An outgoing one opens again
+    in the new epoch; an incoming one waits for its sender to."""
+
+    outgoing: tuple[str, ...]
+    incoming: tuple[str, ...]
+    reason: str
+
+
+Effect = (
+    Append | Seal | Transmit | Ack | Finished | Report | ReportCancelled | Reply | ReplyBatch | RestoreReply | EndStreams
+)
 
 
 class Accepted(NamedTuple):

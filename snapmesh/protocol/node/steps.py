@@ -15,7 +15,9 @@ from typing import Any
 from snapmesh.protocol.node import core, requests
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.link import Receiver
-from snapmesh.protocol.node.effects import Accepted, Reply, ReplyBatch, ReportCancelled, RestoreReply, Seal, Submitted
+from snapmesh.protocol.node.effects import (
+    Accepted, EndStreams, Reply, ReplyBatch, ReportCancelled, RestoreReply, Seal, Submitted,
+)
 from snapmesh.protocol.node.recovery import Recovered, checkpoint_fields
 
 
@@ -86,6 +88,8 @@ class NodeSteps:
         self._at_cut.clear()  # the recordings in progress were aborted above
         self._app_cuts.clear()
         self.epochs.entered(epoch, snapshot_id, self.process.balance, cut=self._cuts.get(snapshot_id))
+        # Every link was replaced: a connection of the older epoch must carry nothing more.
+        self._out.append(EndStreams(outgoing, incoming, f"{me} restored {snapshot_id} in epoch {epoch}"))
         self._end_step()
         self._restore_reply(reply_to)
         return True
