@@ -318,7 +318,6 @@ class SimController:
         replayed = self.machine.replayed(self.journal.durable, now, skip=set())  # S1: deadlines from `now` too
         self.journal.restarted({s.snapshot_id: s.status for s in self.machine.all()}, self.machine.epoch)
         self.restarts.replayed(replayed, self.machine.all(), now.mono)
-        last = self.machine.last_restore
         # A key whose record was still pending was never answered: the machine rightly forgot it.
         self.answered = {k: v for k, v in self.answered.items() if self.answered_at[k] <= len(self.journal.durable)}
         self.keys_at_restart = set(self.answered)
@@ -327,8 +326,8 @@ class SimController:
         self.parts.clear()
         self.waiting.clear()
         self.settling = False  # a RestoreDone not yet carried out: its record may be durable or lost
-        if last is not None and last.status == pb.Restore.RESTORING:
-            self.machine.resume(self.machine.get(last.snapshot_id))
+        if self.machine.to_resume:  # the replay says a restore was under way
+            self.machine.resume(self.machine.get(self.machine.to_resume))
         else:
             self.restoring = None
         self.carry_out()

@@ -14,6 +14,8 @@ the machine now makes in its own events.
   = node.restore(      which streams end at a restore is the node machine's EndStreams
   network.cut_all(     (N8); no shell decides it from restore's result or ends them
                        all itself (a crash ends a node's connections: world.py's)
+  Restore.RESTORING    which restore to resume after a restart is the controller
+                       machine's replay's (`to_resume`), not a shell's reading of it
   epoch or 1           a channel open that names no epoch is epoch 1 to the node
                        machine's `opened` (N8), not a default the shell fills in
 """
@@ -35,6 +37,7 @@ FORBIDDEN = {
     ".restored_balance": re.compile(r"\.restored_balance\b"),
     "= node.restore(": re.compile(r"=\s*(self\.)?node\.restore\("),
     "network.cut_all(": re.compile(r"\bnetwork\.cut_all\("),
+    "Restore.RESTORING": re.compile(r"\bRestore\.RESTORING\b"),
     "epoch or 1": re.compile(r"\bepoch\)?\s+or\s+1\b"),
 }
 # Where a forbidden call is no decision: a crash (a fault the world injects) drops every connection.
@@ -75,6 +78,7 @@ def test_no_shell_makes_a_decision_of_a_machine(path: Path) -> None:
         ("return pb.RestoreStateResponse(epoch=node.epoch, balance=node.restored_balance)\n", ".restored_balance"),
         ("            changed = self.node.restore(\n", "= node.restore("),
         ("        self.world.network.cut_all(node_id)\n", "network.cut_all("),
+        ("        if last is not None and last.status == pb.Restore.RESTORING:\n", "Restore.RESTORING"),
         ("ending = engine.opened(src, first.open.epoch or 1, acks)\n", "epoch or 1"),
     ],
 )

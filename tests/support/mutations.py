@@ -263,6 +263,19 @@ def _replay_without_a_fresh_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tracker.Tracker, "restarted", broken)
 
 
+def _replay_forgets_the_running_restore(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine's replay does not name the restore still RESTORING in its
+    journal (`to_resume`): after a restart no node that missed its part hears of it again."""
+    replayed = controller.Controller.replayed
+
+    def broken(self, *args, **kwargs):
+        found = replayed(self, *args, **kwargs)
+        self.to_resume = ""
+        return found
+
+    monkeypatch.setattr(controller.Controller, "replayed", broken)
+
+
 def _restore_plan_drops_a_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller machine's restore plan loses the first in-flight transfer of a
     channel: the fuzzer runs production's plan, so a node replays too little."""
@@ -396,6 +409,7 @@ MUTATIONS = {
     "controller-abort-on-fail": _controller_fails_without_aborts,
     "controller-replay-not-restarted": _replay_without_the_restart,
     "controller-replay-no-fresh-deadline": _replay_without_a_fresh_deadline,
+    "controller-replay-no-resume": _replay_forgets_the_running_restore,
     "restore-claim-two-steps": _restore_claim_after_the_check,
     "restore-forgets-finished-keys": _restore_forgets_finished_keys,
     "restore-forgets-joined-keys": _restore_forgets_joined_keys,
