@@ -16,7 +16,9 @@ Epochs (node rule N8) are the node machine's: a connection opens in its
 sender's epoch, and the receiver's `opened` refuses it (EpochFenced, changing
 nothing) when the fence does, stale or not restored yet. The network only acts
 on the refusal, as the gRPC node's Channel stream is aborted: the connection
-ends with what is on its wire, and the sender dials again later. At a restore
+ends with what is on its wire, and the sender dials again later. A node
+redoing a restore cut short dials too, as the gRPC node does: it has nothing of
+an epoch to send, and the receiver's fence decides. At a restore
 the node machine's `EndStreams` names the connections to end (`end_streams`),
 as the gRPC engine ends those streams.
 """
@@ -88,8 +90,6 @@ class Network:
         if self.conns[channel] is not None or not self.reachable(src, dst):
             return
         a = self.nodes[src]
-        if a.restore_incomplete:  # type: ignore[union-attr]
-            return  # the sender redoes its restore first
         self.next_conn_no[channel] += 1
         conn = self.conns[channel] = Conn(self.next_conn_no[channel], eager=self.rng.random() < 0.5)
         conn.cluster_epoch = a.epoch  # type: ignore[union-attr]

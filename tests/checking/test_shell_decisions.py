@@ -14,6 +14,8 @@ the machine now makes in its own events.
   = node.restore(      which streams end at a restore is the node machine's EndStreams
   network.cut_all(     (N8); no shell decides it from restore's result or ends them
                        all itself (a crash ends a node's connections: world.py's)
+  .restore_incomplete  a node redoing a restore dials like any other (the gRPC node
+                       and the simulator alike); its peers' `opened` fences (N8)
   Restore.RESTORING    which restore to resume after a restart is the controller
                        machine's replay's (`to_resume`), not a shell's reading of it
   epoch or 1           a channel open that names no epoch is epoch 1 to the node
@@ -37,6 +39,7 @@ FORBIDDEN = {
     ".restored_balance": re.compile(r"\.restored_balance\b"),
     "= node.restore(": re.compile(r"=\s*(self\.)?node\.restore\("),
     "network.cut_all(": re.compile(r"\bnetwork\.cut_all\("),
+    ".restore_incomplete": re.compile(r"\.restore_incomplete\b"),
     "Restore.RESTORING": re.compile(r"\bRestore\.RESTORING\b"),
     "epoch or 1": re.compile(r"\bepoch\)?\s+or\s+1\b"),
 }
@@ -79,6 +82,7 @@ def test_no_shell_makes_a_decision_of_a_machine(path: Path) -> None:
         ("            changed = self.node.restore(\n", "= node.restore("),
         ("        self.world.network.cut_all(node_id)\n", "network.cut_all("),
         ("        if last is not None and last.status == pb.Restore.RESTORING:\n", "Restore.RESTORING"),
+        ("        if a.restore_incomplete:  # type: ignore[union-attr]\n", ".restore_incomplete"),
         ("ending = engine.opened(src, first.open.epoch or 1, acks)\n", "epoch or 1"),
     ],
 )

@@ -14,7 +14,7 @@ from support.machines import Machines, kinds
 from snapmesh.protocol.node import core, recovery
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.epochs import EpochFenced
-from snapmesh.protocol.node.effects import Append, EndStreams, RestoreReply
+from snapmesh.protocol.node.effects import Append, EndStreams, RestoreReply, Transmit
 from support.machines import _restore_all, _snapshot_with_one_in_flight
 
 
@@ -120,6 +120,35 @@ def test_a_crash_during_or_after_a_restore_recovers_exactly_once(cut: str) -> No
     m.crash("b")  # and once more from the complete log
     m.start("b")
     assert m.nodes["b"].balance == 80
+
+
+def test_a_node_redoing_a_restore_may_dial_out_it_has_nothing_of_an_epoch_to_send() -> None:
+    """Issue 33: whether a node whose restore was cut short dials is no decision for a
+    shell (the gRPC node dials, the simulator too): its peer's fence takes the open
+    (same epoch), the node sends nothing (its links started over at the restore
+    record, clients and snapshots are refused), and the redo ends that connection
+    (EndStreams) before the new epoch's traffic flows."""
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    _restore_all(m, parts, epoch=2)
+    m.durable["b"] = next(r.lsn for r in m.records("b") if isinstance(r, wal.Restore))
+    m.crash("b")  # the replay is lost: b redoes the restore
+    m.start("b")
+    a, b = m.nodes["a"], m.nodes["b"]
+    assert b.restore_incomplete and b.epoch == 2
+    conn_no = m.conn_nos[("b", "a")] = m.conn_nos.get(("b", "a"), 0) + 1
+    m.wires[("b", "a")] = []
+    a.opened("b", conn_no, epoch=b.epoch)  # a is in epoch 2: the open is taken
+    m.route("a")
+    b.connect("a", conn_no)
+    assert not [e for e in b.drain() if isinstance(e, Transmit)]
+    b.restore(snapshot_id="s1", epoch=2, balance=parts["b"].balance, in_flight=[("a", "a:b:1", 1, 30)])
+    m.route("b")  # its EndStreams ends that connection
+    assert ("b", "a") not in m.wires and not b.restore_incomplete
+    b.transfer("a", 5)
+    m.route("b")
+    m.settle()
+    assert (a.balance, b.balance) == (75, 75) and a.receivers["b"].last_seq == 1
 
 
 def test_the_epoch_fence_refuses_older_calls_and_holds_newer_ones_until_restored() -> None:
