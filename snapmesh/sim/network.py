@@ -17,8 +17,9 @@ sender's epoch, and the receiver's `opened` refuses it (EpochFenced, changing
 nothing) when the fence does, stale or not restored yet. The network only acts
 on the refusal, as the gRPC node's Channel stream is aborted: the connection
 ends with what is on its wire, and the sender dials again later. A node
-redoing a restore cut short dials too, as the gRPC node does: it has nothing of
-an epoch to send, and the receiver's fence decides. At a restore
+redoing a restore cut short dials too, as the gRPC node does: its links started
+over at the restore record, so all it can send is what the redo sends again (an
+app's replies to the replays logged), and the receiver's fence decides. At a restore
 the node machine's `EndStreams` names the connections to end (`end_streams`),
 as the gRPC engine ends those streams.
 """

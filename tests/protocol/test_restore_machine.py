@@ -125,8 +125,9 @@ def test_a_crash_during_or_after_a_restore_recovers_exactly_once(cut: str) -> No
 def test_a_node_redoing_a_restore_may_dial_out_it_has_nothing_of_an_epoch_to_send() -> None:
     """Issue 33: whether a node whose restore was cut short dials is no decision for a
     shell (the gRPC node dials, the simulator too): its peer's fence takes the open
-    (same epoch), the node sends nothing (its links started over at the restore
-    record, clients and snapshots are refused), and the redo ends that connection
+    (same epoch); its links started over at the restore record and clients and
+    snapshots are refused, so the bank sends nothing (an app only its replies to the
+    replays logged, which the redo makes again); the redo ends that connection
     (EndStreams) before the new epoch's traffic flows."""
     m = Machines({"a": 100, "b": 50})
     parts = _snapshot_with_one_in_flight(m)
