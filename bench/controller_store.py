@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 
 from bench import results
-from services.controller import export
+from snapmesh.services.controller import export
 from snapmesh.protocol.controller import journal
-from services.controller.store import SnapshotStore
+from snapmesh.services.controller.store import SnapshotStore
 from snapmesh.checking import snapshot_file
 from snapmesh.serving.durable import write_atomically
 from snapmesh.protocol.topology import Topology

@@ -30,9 +30,9 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter
 
-from services.node.channels import encode_frame
-from services.node.engine import Engine
-from services.node.servicer import _receive
+from snapmesh.services.node.channels import encode_frame
+from snapmesh.services.node.engine import Engine
+from snapmesh.services.node.servicer import _receive
 from snapmesh.protocol.node import machine
 from snapmesh.protocol.node.recovery import fresh
 from snapmesh.protocol.wal import Encoder

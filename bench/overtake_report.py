@@ -25,7 +25,7 @@ import time
 
 from bench import results as bench_results
 from snapmesh.protocol.controller.tracker import Now, Tracker
-from services.node.reporter import full_state_message
+from snapmesh.services.node.reporter import full_state_message
 from snapmesh.protocol.node import core
 from snapmesh.protocol.node.link import Entry
 from snapmesh.protocol.topology import Topology

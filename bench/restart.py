@@ -11,7 +11,7 @@ process, under tracemalloc) the peak memory that rebuilding allocated:
 
 - before: the pre-segment recovery (`git show BASE:services/node/recovery.py`:
   the whole file is read, the outbox holds every message ever sent) + core.Process;
-- after: `services.node.recovery.recover` (the active segment only) + `Node`.
+- after: `snapmesh.services.node.recovery.recover` (the active segment only) + `Node`.
 
 `python -m bench restart` (or `python -m bench.restart [--transfers N] [--base REV]`).
 """
@@ -34,7 +34,7 @@ import json, sys, time, tracemalloc
 sys.path.insert(0, sys.argv[3])
 from pathlib import Path
 from snapmesh.protocol.node import core
-import services.node.recovery, snapmesh.protocol.node.machine
+import snapmesh.services.node.recovery, snapmesh.protocol.node.machine
 which, path, traced = sys.argv[1], Path(sys.argv[2]), sys.argv[4] == "memory"
 if which == "before":
     import old_recovery
@@ -47,7 +47,7 @@ if which == "before":
                            abandoned=state.abandoned)
     outbox = sum(len(v) for v in state.outbox.values())
 else:
-    from services.node.recovery import recover
+    from snapmesh.services.node.recovery import recover
     from snapmesh.protocol.node.machine import Node
     state = recover(path, "p1", initial_balance=10**9, incoming=("p2",), outgoing=("p2",), repair=False)
     node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=state)
@@ -111,7 +111,7 @@ def old_recovery_module(where: Path, base: str) -> None:
         ["git", "show", f"{base}:services/node/recovery.py"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout
     kinds = 'frozenset({"init", "restart", "send", "recv", "cut", "marker_sent", "marker_recv", "abort"})'
-    source = source.replace("from services.node.translog import KINDS", f"KINDS = {kinds}")
+    source = source.replace("from snapmesh.services.node.translog import KINDS", f"KINDS = {kinds}")
     (where / "old_recovery.py").write_text(source)
 
 

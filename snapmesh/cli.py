@@ -16,8 +16,8 @@ from snapmesh.processes.orphans import die_with_parent_if_asked
 # name -> (module with main(argv), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("snapmesh.commands.sim", "run a scenario in the deterministic simulator"),
-    "node": ("services.node.process", "run one node (gRPC server)"),
-    "controller": ("services.controller.process", "run the snapshot controller"),
+    "node": ("snapmesh.services.node.process", "run one node (gRPC server)"),
+    "controller": ("snapmesh.services.controller.process", "run the snapshot controller"),
     "app": ("snapmesh.commands.app", "run the bank workload against a running cluster"),
     "cluster": ("snapmesh.processes.launcher", "start a local cluster on loopback (cluster up)"),
     "demo": ("snapmesh.bank.demo", "cluster + workload + reconciliation, end to end"),

@@ -16,7 +16,7 @@ import threading
 
 import grpc
 
-from services.app.drive import Driver, node_infos, snapshot_problems
+from snapmesh.services.app.drive import Driver, node_infos, snapshot_problems
 from snapmesh.app import App, AppError, load_app
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import target

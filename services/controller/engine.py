@@ -34,10 +34,10 @@ from collections.abc import Callable
 
 import grpc
 
-from services.controller import journal as J
-from services.controller.metrics import ControllerMetrics
-from services.controller.restorer import RESTORE_TIMEOUT_S, RestoreRefused, restore_node
-from services.controller.store import StoreWriter
+from snapmesh.services.controller import journal as J
+from snapmesh.services.controller.metrics import ControllerMetrics
+from snapmesh.services.controller.restorer import RESTORE_TIMEOUT_S, RestoreRefused, restore_node
+from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import restoregate
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker, UnknownSnapshot, duration_s, new_snapshot_id

@@ -28,11 +28,11 @@ import sys
 
 from prometheus_client import CollectorRegistry
 
-from services.controller import journal as J
-from services.controller.engine import ControllerEngine, system_now
-from services.controller.metrics import ControllerMetrics
-from services.controller.servicer import ControllerService
-from services.controller.store import SnapshotStore, StoreWriter
+from snapmesh.services.controller import journal as J
+from snapmesh.services.controller.engine import ControllerEngine, system_now
+from snapmesh.services.controller.metrics import ControllerMetrics
+from snapmesh.services.controller.servicer import ControllerService
+from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.app import AppError, load_app
 from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.controller.machine import Controller, Retire

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from services.controller.engine import ControllerEngine, FellBehind, TooManySnapshots
-from services.controller.restorer import RestoreRefused
+from snapmesh.services.controller.engine import ControllerEngine, FellBehind, TooManySnapshots
+from snapmesh.services.controller.restorer import RestoreRefused
 from snapmesh.protocol import chunking
 from snapmesh.protocol.controller.machine import StaleReport
 from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem

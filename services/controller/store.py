@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from services.controller import export
+from snapmesh.services.controller import export
 from snapmesh.checking import snapshot_file
 from snapmesh.serving.durable import write_atomically
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import grpc
 
-from services.node.metrics import NodeMetrics
+from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.settings import security
 from snapmesh.serving import credentials
 from snapmesh.protocol.node.core import RemoteProtocolError

@@ -28,10 +28,10 @@ import time
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from services.node.channels import IncomingChannel, OutgoingChannel
-from services.node.metrics import NodeMetrics
-from services.node.reporter import StateReporter
-from services.node.translog import LogClosedError, TransferLog
+from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
+from snapmesh.services.node.metrics import NodeMetrics
+from snapmesh.services.node.reporter import StateReporter
+from snapmesh.services.node.translog import LogClosedError, TransferLog
 from snapmesh.protocol.node import core, link
 from snapmesh.protocol import wal
 from snapmesh.protocol.node import effects as fx

@@ -30,14 +30,14 @@ import random
 import sys
 import time
 
-from services.node.channels import IncomingChannel, OutgoingChannel
+from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
 from snapmesh.serving.datalock import serve_holding
-from services.node.engine import Engine
-from services.node.metrics import NodeMetrics
-from services.node.recovery import CorruptLogError, NonDeterministicError, recover
-from services.node.reporter import CorruptReportError, PendingReports, StateReporter
-from services.node.servicer import REFUSAL_STATUS, NodeServicer
-from services.node.translog import TransferLog
+from snapmesh.services.node.engine import Engine
+from snapmesh.services.node.metrics import NodeMetrics
+from snapmesh.services.node.recovery import CorruptLogError, NonDeterministicError, recover
+from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
+from snapmesh.services.node.servicer import REFUSAL_STATUS, NodeServicer
+from snapmesh.services.node.translog import TransferLog
 from snapmesh.app import App, AppError, NodeInfo, load_app, new_machine
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
@@ -50,7 +50,7 @@ from snapmesh.serving.runtime import CLIENT_OPTIONS, ServiceHost, run_service, w
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
-log = logging.getLogger("services.node")
+log = logging.getLogger("snapmesh.services.node")
 
 STOP_GRACE_S = 2.0
 

@@ -36,9 +36,9 @@ import time
 import grpc
 from google.protobuf.message import DecodeError
 
-from services.node.channels import backoff_delay
-from services.node.metrics import NodeMetrics
-from services.node.translog import TransferLog
+from snapmesh.services.node.channels import backoff_delay
+from snapmesh.services.node.metrics import NodeMetrics
+from snapmesh.services.node.translog import TransferLog
 from snapmesh.serving.durable import write_atomically
 from snapmesh.protocol import chunking
 from snapmesh.protocol.node import core

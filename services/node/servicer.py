@@ -19,9 +19,9 @@ from typing import NamedTuple
 
 import grpc
 
-from services.node.channels import AckWriter, read_or_end
-from services.node.engine import AppMessage, Engine, Refused
-from services.node.translog import LogClosedError
+from snapmesh.services.node.channels import AckWriter, read_or_end
+from snapmesh.services.node.engine import AppMessage, Engine, Refused
+from snapmesh.services.node.translog import LogClosedError
 from snapmesh.protocol.node import core
 from snapmesh.protocol.node.link import GapError
 from snapmesh.protocol.appstate import digest

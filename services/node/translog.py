@@ -35,7 +35,7 @@ The flusher writes and syncs the records before it, writes the checkpoint to
 `<active>.next` and syncs it, renames the active file to its sealed name
 `<node>.log.<first lsn, 12 digits>.jsonl`, renames `.next` to the active name
 and syncs the directory. A crash anywhere in between is finished or undone by
-recovery (`services.node.recovery.finish_interrupted_seal`).
+recovery (`snapmesh.services.node.recovery.finish_interrupted_seal`).
 
 A failed write or fdatasync fails the log for good: the file may now end in a
 torn line, and after a failed fdatasync the kernel may have dropped the dirty
@@ -57,7 +57,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.node.recovery import next_path
+from snapmesh.services.node.recovery import next_path
 from snapmesh.protocol import wal
 from snapmesh.serving.durable import fsync_dir
 

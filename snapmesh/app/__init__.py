@@ -62,7 +62,7 @@ STATUS_CODES = frozenset({
     "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
 })
 # Bare names `load_app` resolves to the apps shipped with snapmesh.
-BUILT_IN = {"bank": "services.app.bank:app", "kvshard": "services.app.kvshard:app"}
+BUILT_IN = {"bank": "snapmesh.services.app.bank:app", "kvshard": "snapmesh.services.app.kvshard:app"}
 MACHINE_METHODS = ("on_command", "on_message", "snapshot", "restore")
 
 

@@ -14,7 +14,7 @@ kvshard, its keys against what the client was told: none lost, none doubled.
 
 from __future__ import annotations
 
-from services.app.drive import snapshot_problems
+from snapmesh.services.app.drive import snapshot_problems
 from snapmesh.chaos import appmode
 from snapmesh.chaos.campaign import Outcome
 from snapmesh.chaos.checks import Check, restarts, snapshot_ids, spark_reconcile

@@ -26,8 +26,8 @@ from typing import Any
 
 import grpc
 
-from services.app import kvshard
-from services.app.drive import Driver, node_infos, snapshot_view
+from snapmesh.services.app import kvshard
+from snapmesh.services.app.drive import Driver, node_infos, snapshot_view
 from snapmesh.checking.logcheck import RecordedSnapshot
 from snapmesh.v1 import snapmesh_pb2 as pb
 

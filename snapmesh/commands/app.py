@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(args, int):
         return args
     if args.app is not None and args.app.strip() != "bank":
-        from services.app.appload import run_app
+        from snapmesh.services.app.appload import run_app
 
         return run_app(args)
     defaults = WorkloadParams()

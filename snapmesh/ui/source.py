@@ -142,7 +142,7 @@ class Source:
                 return (self.data_dir / "snapshots" / f"{snapshot.snapshot_id}.json").read_bytes()
             except OSError:
                 pass  # not written yet, or retention removed it: print the controller's answer
-        from services.controller.export import snapshot_json
+        from snapmesh.services.controller.export import snapshot_json
 
         return snapshot_json(snapshot).encode()
 

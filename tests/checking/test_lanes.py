@@ -9,8 +9,8 @@ from support.lanes import LANES, PURE
 
 TESTS = Path(__file__).resolve().parents[1]
 # What a pure lane's module may not import: each starts processes, serves sockets or Spark.
-NOT_PURE = ("subprocess", "snapmesh.processes", "pyspark", "snapmesh.reconcile", "services.node.process",
-            "services.controller.process", "support.cluster_helpers", "support.node_harness", "support.engine_harness",
+NOT_PURE = ("subprocess", "snapmesh.processes", "pyspark", "snapmesh.reconcile", "snapmesh.services.node.process",
+            "snapmesh.services.controller.process", "support.cluster_helpers", "support.node_harness", "support.engine_harness",
             "support.spark_fixtures", "support.ring", "support.processes")
 
 

@@ -69,11 +69,11 @@ LAYERS = [
     ("settings", ["snapmesh.settings"]),
     ("checking", ["snapmesh.checking", "snapmesh.reconcile", "snapmesh.spark", "snapmesh.synth", "snapmesh.sim",
                   "snapmesh.fuzzer", "snapmesh.trace"]),
-    ("shells", ["snapmesh.serving", "services.node", "services.controller"]),
+    ("shells", ["snapmesh.serving", "snapmesh.services.node", "snapmesh.services.controller"]),
     (
         "tools",
         ["snapmesh.commands", "snapmesh.processes", "snapmesh.hosts", "snapmesh.ui", "snapmesh.bank",
-         "snapmesh.chaos", "services.app", "services", "snapmesh.cli", "snapmesh.version", "snapmesh", "bench"],
+         "snapmesh.chaos", "snapmesh.services.app", "services", "snapmesh.cli", "snapmesh.version", "snapmesh", "bench"],
     ),
 ]
 
@@ -135,8 +135,8 @@ def test_no_module_imports_a_layer_above_its_own():
 def test_the_layer_rule_catches_an_upward_import():
     assert upward_imports("snapmesh.app", "from snapmesh.protocol import core\n")
     assert upward_imports("snapmesh.checking.x", "from snapmesh.serving import runtime\n")
-    assert upward_imports("snapmesh.protocol.node.machine", "def f():\n    from services.node import engine\n")
-    assert not upward_imports("services.node.engine", "from snapmesh.protocol import node\n")
+    assert upward_imports("snapmesh.protocol.node.machine", "def f():\n    from snapmesh.services.node import engine\n")
+    assert not upward_imports("snapmesh.services.node.engine", "from snapmesh.protocol import node\n")
 
 
 # ---- No import cycles --------------------------------------------------------

@@ -17,7 +17,7 @@ from snapmesh.app import (
     App, AppError, Context, NodeInfo, Refused, STATUS_CODES, View, check_invariants, load_app, new_machine, validate_machine,
 )
 from snapmesh.app.testing import Cluster, InvariantBroken, run, sql_violations
-from services.app import bank
+from snapmesh.services.app import bank
 
 MESH = [(a, b) for a in ("p1", "p2", "p3") for b in ("p1", "p2", "p3") if a != b]
 
@@ -86,7 +86,7 @@ def test_a_module_in_the_working_directory_loads(app_dir):
 def test_the_built_ins_resolve():
     assert load_app("bank").name == "bank"
     assert load_app("kvshard").name == "kvshard"
-    assert load_app("services.app.kvshard:app") is load_app("kvshard")
+    assert load_app("snapmesh.services.app.kvshard:app") is load_app("kvshard")
 
 
 @pytest.mark.parametrize(

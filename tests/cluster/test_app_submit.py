@@ -18,8 +18,8 @@ import pytest
 
 from support.engine_harness import Aborted, ServicerContext, held_node, outcome
 
-from services.node.servicer import MAX_COMMAND_BYTES, NodeServicer
-from services.node.translog import TransferLog
+from snapmesh.services.node.servicer import MAX_COMMAND_BYTES, NodeServicer
+from snapmesh.services.node.translog import TransferLog
 from snapmesh.app import App, Context, NodeInfo
 from snapmesh.v1 import snapmesh_pb2 as pb
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from services.app import kvshard
-from services.app.drive import Driver, node_infos, snapshot_problems, snapshot_view
+from snapmesh.services.app import kvshard
+from snapmesh.services.app.drive import Driver, node_infos, snapshot_problems, snapshot_view
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -16,8 +16,8 @@ import signal
 import grpc
 import pytest
 
-from services.node import process as node_main
-from services.node import servicer as node_servicer
+from snapmesh.services.node import process as node_main
+from snapmesh.services.node import servicer as node_servicer
 from snapmesh.settings import config as cluster_config
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -21,11 +21,11 @@ import signal
 import grpc
 import pytest
 
-from services.node import process as node_main
-from services.node.channels import IncomingChannel, encode_frame
-from services.node.engine import Engine
-from services.node.metrics import NodeMetrics
-from services.node.servicer import _receive
+from snapmesh.services.node import process as node_main
+from snapmesh.services.node.channels import IncomingChannel, encode_frame
+from snapmesh.services.node.engine import Engine
+from snapmesh.services.node.metrics import NodeMetrics
+from snapmesh.services.node.servicer import _receive
 from snapmesh.protocol.node import core
 from snapmesh.protocol.node.link import Entry
 from snapmesh.protocol.node.machine import Node

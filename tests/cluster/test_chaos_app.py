@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from services.app import kvshard
+from snapmesh.services.app import kvshard
 from snapmesh.chaos import checks
 from snapmesh.chaos import schedule as sched
 from snapmesh.chaos.appchecks import app_checks

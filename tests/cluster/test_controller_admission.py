@@ -14,7 +14,7 @@ import tomli_w
 
 from support.cluster_helpers import controller_stub, first_complete
 from support.polling import wait_for
-from services.controller.process import main as controller_main
+from snapmesh.services.controller.process import main as controller_main
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings.config import write_cluster
 from snapmesh.processes.supervisor import Cluster

@@ -15,10 +15,10 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.controller.metrics import ControllerMetrics
-from services.controller.engine import ControllerEngine
-from services.controller.servicer import ControllerService
-from services.controller.store import SnapshotStore, StoreWriter
+from snapmesh.services.controller.metrics import ControllerMetrics
+from snapmesh.services.controller.engine import ControllerEngine
+from snapmesh.services.controller.servicer import ControllerService
+from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.protocol.controller.tracker import FINISHED_KEPT, Tracker, UnknownSnapshot, new_snapshot_id
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb

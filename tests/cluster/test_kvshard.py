@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from snapmesh.app import Context, NodeInfo, Refused, check_invariants, load_app
 from snapmesh.app.testing import Cluster, run, sql_violations
-from services.app import kvshard
+from snapmesh.services.app import kvshard
 
 APP = kvshard.app
 MESH = [(a, b) for a in ("p1", "p2", "p3") for b in ("p1", "p2", "p3") if a != b]

@@ -31,10 +31,10 @@ import pytest
 from support.cluster_helpers import served_in_process
 from prometheus_client import CollectorRegistry
 
-from services.controller.metrics import ControllerMetrics
-from services.controller.engine import ControllerEngine
-from services.controller.servicer import ControllerService
-from services.controller.store import SnapshotStore, StoreWriter
+from snapmesh.services.controller.metrics import ControllerMetrics
+from snapmesh.services.controller.engine import ControllerEngine
+from snapmesh.services.controller.servicer import ControllerService
+from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol.controller.snapshot_ids import new_snapshot_id
 from snapmesh.protocol.controller.tracker import Tracker

@@ -28,10 +28,10 @@ from support.node_harness import Cluster, ReportSink, append, append_send, run_n
 from support.polling import wait_for
 from snapmesh.checking.node_logs import money_check, read_logs
 from snapmesh.serving.datalock import DataDirLock, DataDirLocked
-from services.node.recovery import recover
-from services.node.reporter import CorruptReportError, PendingReports, StateReporter
-from services.node import translog
-from services.node.translog import LogClosedError, TransferLog
+from snapmesh.services.node.recovery import recover
+from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
+from snapmesh.services.node import translog
+from snapmesh.services.node.translog import LogClosedError, TransferLog
 from snapmesh.protocol import wal
 from snapmesh.protocol.chunking import CHUNK_BYTES, BadChunks, StateAssembler, StateTooLarge, split_state
 from snapmesh.processes import supervisor

@@ -1,4 +1,4 @@
-"""`python -m services.node.process`: the node's module runs as a program, every
+"""`python -m snapmesh.services.node.process`: the node's module runs as a program, every
 name it needs defined before `main()` runs (a helper defined below the
 `__main__` guard raised NameError at start-up)."""
 
@@ -18,7 +18,7 @@ from snapmesh.processes.child import wait_serving
 
 def _node_module(*args: str, env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "services.node.process", *args],
+        [sys.executable, "-m", "snapmesh.services.node.process", *args],
         cwd=REPO,
         env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,

@@ -16,7 +16,7 @@ import pytest
 from support.node_harness import Cluster
 from support.polling import WaitTimedOut, wait_for
 from snapmesh.checking.node_logs import money_check
-from services.node.recovery import recover
+from snapmesh.services.node.recovery import recover
 from snapmesh.protocol import wal
 from snapmesh.bank.load import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -13,9 +13,9 @@ import pytest
 import grpc
 
 from support.node_harness import append, append_send, cluster_file, run_node_once
-from services.node.recovery import CorruptLogError, recover
-from services.node import translog
-from services.node.translog import TransferLog
+from snapmesh.services.node.recovery import CorruptLogError, recover
+from snapmesh.services.node import translog
+from snapmesh.services.node.translog import TransferLog
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.link import Entry
 from snapmesh.processes.supervisor import Cluster

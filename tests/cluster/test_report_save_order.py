@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from support.node_harness import append_send
-from services.node import translog
-from services.node.channels import IncomingChannel
-from services.node.engine import Engine
-from services.node.metrics import NodeMetrics
-from services.node.recovery import recover
-from services.node.reporter import PendingReports, StateReporter
-from services.node.translog import TransferLog
+from snapmesh.services.node import translog
+from snapmesh.services.node.channels import IncomingChannel
+from snapmesh.services.node.engine import Engine
+from snapmesh.services.node.metrics import NodeMetrics
+from snapmesh.services.node.recovery import recover
+from snapmesh.services.node.reporter import PendingReports, StateReporter
+from snapmesh.services.node.translog import TransferLog
 from snapmesh.protocol.node import core
 from snapmesh.protocol.node.machine import Node
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -172,7 +172,7 @@ def test_keep_deletions_do_not_come_back_after_a_controller_restart(tmp_path):
 
 def test_a_node_receives_no_more_than_its_api_needs(cluster):
     """6. A node's receive limit follows from its channels and channel_bound, not gRPC's 64 MiB."""
-    from services.node.process import receive_limit
+    from snapmesh.services.node.process import receive_limit
 
     limit = receive_limit(2, cluster.config.channel_bound, 2)
     assert limit < 64 * 1024 * 1024

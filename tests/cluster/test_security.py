@@ -21,8 +21,8 @@ import pytest
 from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.controller.process import main as controller_main
-from services.node.process import main as node_main
+from snapmesh.services.controller.process import main as controller_main
+from snapmesh.services.node.process import main as node_main
 from snapmesh.settings import config, security
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.settings.config import write_cluster

@@ -405,7 +405,7 @@ def test_verify_fails_a_changed_file_a_torn_one_and_a_not_conserved_one(cluster,
 def test_a_file_from_before_checksums_still_verifies_and_says_so(cluster, run, stub, tmp_path):
     snapshot = taken(stub)
     old = tmp_path / f"{snapshot.snapshot_id}.json"
-    from services.controller.export import snapshot_json
+    from snapmesh.services.controller.export import snapshot_json
 
     old.write_text(snapshot_json(snapshot).replace("\n  \"checksum\": \"\",", ""))  # as controllers wrote them before
     assert "checksum" not in old.read_text()

@@ -16,10 +16,10 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.controller.metrics import ControllerMetrics
-from services.controller.engine import ControllerEngine
-from services.controller.servicer import ControllerService
-from services.controller.store import SnapshotStore, StoreWriter
+from snapmesh.services.controller.metrics import ControllerMetrics
+from snapmesh.services.controller.engine import ControllerEngine
+from snapmesh.services.controller.servicer import ControllerService
+from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol.controller.snapshot_ids import new_snapshot_id, snapshot_id_problem
 from snapmesh.protocol.controller.tracker import Tracker

@@ -14,9 +14,9 @@ import pytest
 from support.cluster_helpers import served_in_process
 from prometheus_client import CollectorRegistry
 
-from services.controller.metrics import ControllerMetrics
-from services.controller.engine import ControllerEngine
-from services.controller.servicer import ControllerService
+from snapmesh.services.controller.metrics import ControllerMetrics
+from snapmesh.services.controller.engine import ControllerEngine
+from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from services.app import kvshard
+from snapmesh.services.app import kvshard
 from snapmesh.app import App
 from snapmesh.protocol.node import apphost
 from snapmesh.commands import sim as cli

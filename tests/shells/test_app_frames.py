@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.node.channels import encode_frame
-from services.node.engine import AppMessage
-from services.node.servicer import _decode
+from snapmesh.services.node.channels import encode_frame
+from snapmesh.services.node.engine import AppMessage
+from snapmesh.services.node.servicer import _decode
 from snapmesh.protocol.node import core
 from snapmesh.protocol.node.link import Entry
 

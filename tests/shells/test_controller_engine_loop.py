@@ -14,8 +14,8 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.controller.engine import ControllerEngine
-from services.controller.metrics import ControllerMetrics
+from snapmesh.services.controller.engine import ControllerEngine
+from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -8,8 +8,8 @@ import random
 import pytest
 from google.protobuf import json_format
 
-from services.controller import export
-from services.controller.store import SnapshotStore
+from snapmesh.services.controller import export
+from snapmesh.services.controller.store import SnapshotStore
 from snapmesh.checking import snapshot_file
 from snapmesh.v1 import snapmesh_pb2 as pb
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.controller import journal as J
+from snapmesh.services.controller import journal as J
 from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker
 from snapmesh.protocol.topology import Topology

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from services.controller.store import SnapshotStore, StoreWriter
+from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 

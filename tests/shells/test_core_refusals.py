@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from services.node.servicer import REFUSAL_STATUS
+from snapmesh.services.node.servicer import REFUSAL_STATUS
 from snapmesh.protocol.node import core
 
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from services.node.channels import (
+from snapmesh.services.node.channels import (
     BACKOFF_CAP_S,
     ChannelClosedError,
     IncomingChannel,
@@ -16,7 +16,7 @@ from services.node.channels import (
     SenderState,
     backoff_delay,
 )
-from services.node.metrics import NodeMetrics
+from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.protocol.node.link import Entry
 
 pytestmark = pytest.mark.timeout(30)

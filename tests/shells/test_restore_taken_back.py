@@ -24,7 +24,7 @@ from support.machines import Machines
 from snapmesh.protocol.node import epochs
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.machine import Node
-from services.app import kvshard
+from snapmesh.services.app import kvshard
 from snapmesh.fuzzer import fuzz
 from snapmesh.sim.invariants import Violation
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -4,8 +4,8 @@ remembered, files from before checksums load as before."""
 
 from __future__ import annotations
 
-from services.controller.export import snapshot_json
-from services.controller.store import SnapshotStore, StoreWriter
+from snapmesh.services.controller.export import snapshot_json
+from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.checking import snapshot_file
 from snapmesh.v1 import snapmesh_pb2 as pb
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import grpc
 
-from services.node.channels import IncomingChannel, OutgoingChannel
-from services.node.engine import Engine
-from services.node.metrics import NodeMetrics
-from services.node.recovery import recover
-from services.node.reporter import PendingReports, StateReporter
-from services.node.servicer import NodeServicer
-from services.node.translog import TransferLog
+from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
+from snapmesh.services.node.engine import Engine
+from snapmesh.services.node.metrics import NodeMetrics
+from snapmesh.services.node.recovery import recover
+from snapmesh.services.node.reporter import PendingReports, StateReporter
+from snapmesh.services.node.servicer import NodeServicer
+from snapmesh.services.node.translog import TransferLog
 from snapmesh.app import App
 from snapmesh.protocol.node.machine import Node
 

@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def append(log, kind: type[wal.Record], **fields) -> int:
     """Write one record of `kind` (a wal record class) with the log's next lsn to
-    `log` (a services.node.translog.TransferLog); returns its lsn."""
+    `log` (a snapmesh.services.node.translog.TransferLog); returns its lsn."""
     return log.append_record(kind(lsn=log.last_lsn + 1, **fields))
 
 
