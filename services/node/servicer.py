@@ -254,7 +254,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         except core.RemoteProtocolError as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         reply = await self._replied(waiting, context)  # the node's RestoreReply: once durable (N8)
-        return pb.RestoreStateResponse(epoch=reply.epoch, balance=reply.balance)
+        return pb.RestoreStateResponse(epoch=reply.epoch, balance=reply.tally)
 
     async def _fenced(self, context: grpc.aio.ServicerContext, exc: EpochFenced, kind: str) -> None:
         """The node refused a call of another epoch: an older one's for good

@@ -371,7 +371,7 @@ class SimController:
             return
         del self.waiting[node_id]
         if self.up:
-            answer = pb.RestoreStateResponse(epoch=reply.epoch, balance=reply.balance)
+            answer = pb.RestoreStateResponse(epoch=reply.epoch, balance=reply.tally)
             self.machine.node_restored(node_id, answer, self.now())
             self.carry_out()
 

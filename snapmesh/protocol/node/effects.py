@@ -13,7 +13,7 @@ Effects come out of `Node.drain()`, in order; the shell carries each out
   ReportCancelled(snapshot_id)
   Reply(to, answer, taken_back)    a client's call is answered (node rule N11)
   ReplyBatch(to, taken_back)       a batch of them, in one answer
-  RestoreReply(to, epoch, balance) a restore call is answered: its records are durable (N8)
+  RestoreReply(to, epoch, tally) a restore call is answered: its records are durable (N8)
   EndStreams(outgoing, incoming, reason)  a restore: these channels' connections
                             carry the older epoch; end them (N8)
 
@@ -105,12 +105,12 @@ class ReplyBatch(NamedTuple):
 class RestoreReply(NamedTuple):
     """Answer the restore call `to` (the caller's token): the restore, or for a
     repeat everything logged when it came, is durable (N8), so a crash cannot
-    take back what the controller is told. `epoch`, `balance`: the node's right
-    after the restore."""
+    take back what the controller is told. `epoch`, `tally`: the node's right
+    after the restore (`tally`: the native int64 state, which the bank's reply names)."""
 
     to: object
     epoch: int
-    balance: int
+    tally: int
 
 
 class EndStreams(NamedTuple):
