@@ -15,7 +15,7 @@ V1. A COMPLETE snapshot of an app cluster says which app (`Snapshot.app.spec`) a
 V2. A check that raises or returns something other than a list is a failed
     invariant naming what happened (snapmesh.app.check_invariants), never a
     crash of the controller.
-V3. The bank's fields stay the bank's: an app cluster moves no money, so an app
+V3. The bank's fields stay the bank's: an app cluster has no native tally, so an app
     snapshot's `total` is its `expected_total` and it is `conserved`; whether it
     may be restored is its invariants' call (snapmesh.protocol.controller.machine.problem).
 """
