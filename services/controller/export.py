@@ -17,9 +17,11 @@ following the printer's rules:
 - `json.dumps(indent=2)`'s layout: one item per line, `[]`/`{}` when empty.
 
 Channels, nodes and in-flight entries, the bulk of a snapshot, have shortcuts for
-the shapes real snapshots have (every field set); anything else goes through the
-general rules, and anything those do not cover (maps, bytes, floats, other
-well-known types) raises `_Unsure` and the printer itself renders the snapshot.
+the shapes real snapshots have (every field set), made from their descriptors
+(`_Flat`), so they print whatever scalar fields the messages have; anything else
+goes through the general rules, and anything those do not cover (maps, bytes,
+floats, other well-known types) raises `_Unsure` and the printer itself renders
+the snapshot.
 `tests/shells/test_controller_export.py` pins the text to the printer's.
 """
 
@@ -42,7 +44,6 @@ _INT32 = (_FD.CPPTYPE_INT32, _FD.CPPTYPE_UINT32)
 _TIMESTAMP = "google.protobuf.Timestamp"
 _CHANNEL = pb.ChannelState.DESCRIPTOR
 _NODE = pb.NodeBalance.DESCRIPTOR
-_COLUMNS = attrgetter("msg_id", "amount", "seq")
 _BULK = 4  # entries from which the bulk path is cheaper (its fixed cost is ~2 entries' worth)
 # What json.encoder escapes even in ASCII: control characters, quote, backslash, DEL.
 _ESCAPED = bytes(range(0x20)) + b'"\\\x7f'
@@ -51,6 +52,53 @@ _PADS = tuple("\n" + "  " * level for level in range(16))
 
 class _Unsure(Exception):
     """A field the rules here do not cover: the printer renders the snapshot."""
+
+
+class _Flat:
+    """The shortcut for a message whose fields without presence are strings and
+    64-bit integers, read from its descriptor: when every one of them is set and
+    no field with presence is, the printer prints exactly those, in declaration
+    order, so one %-template prints the message (`values` reads them in one call)."""
+
+    def __init__(self, desc) -> None:
+        fields = [f for f in desc.fields if not f.has_presence]
+        if len(fields) < 2:  # attrgetter of one name gives a value, not a tuple
+            raise TypeError(f"{desc.full_name}: fewer than two fields without presence")
+        for f in fields:
+            if f.is_repeated or f.type == _FD.TYPE_BYTES or f.cpp_type not in (_FD.CPPTYPE_STRING, *_INT64):
+                raise TypeError(f"{f.full_name}: not a string or a 64-bit integer")
+        self.names = tuple(f.name for f in fields)
+        self.strings = tuple(i for i, f in enumerate(fields) if f.cpp_type == _FD.CPPTYPE_STRING)
+        self.optional = tuple(f.name for f in desc.fields if f.has_presence)
+        self.values = attrgetter(*self.names)
+        self.width, self.indices = len(fields), range(len(fields))
+        self._templates: dict[tuple[str, str, str], str] = {}
+
+    def template(self, inner: str, close: str, string: str = "%s") -> str:
+        """The message's text with a %-slot per field: `string` for a string (its
+        value quoted, or "%s" between quotes for one known to need no escape), a
+        quoted decimal for an integer. Made once per indent (a snapshot has a few)."""
+        key = (inner, close, string)
+        found = self._templates.get(key)
+        if found is None:
+            slots = [string if i in self.strings else '"%d"' for i in range(len(self.names))]
+            fields = ",".join(f'{inner}"{name}": {slot}' for name, slot in zip(self.names, slots, strict=True))
+            found = self._templates[key] = "{" + fields + close + "}"
+        return found
+
+    def text(self, message, level: int) -> str | None:
+        """The message at `level` by the template, or None when it has another shape."""
+        values = self.values(message)
+        if not all(values) or any(map(message.HasField, self.optional)):
+            return None
+        quoted = list(values)
+        for i in self.strings:
+            quoted[i] = _quote(quoted[i])
+        return self.template(_pad(level + 1), _pad(level)) % tuple(quoted)
+
+
+_NODES = _Flat(_NODE)
+_ITEMS = _Flat(pb.InFlightTransfer.DESCRIPTOR)
 
 
 def printed(message) -> str:
@@ -187,13 +235,12 @@ def _text(field, cpp: int, value) -> str:
 
 
 def _node(node: pb.NodeBalance, level: int, out: list[str]) -> None:
-    node_id = node.node_id
-    # Without node_id, balance would print first; an app's state is bytes (the printer's).
-    if not node_id or node.HasField("state") or node.HasField("state_digest"):
+    # A field at its default would print after the set ones; an app's state is bytes (the printer's).
+    text = _NODES.text(node, level)
+    if text is None:
         _message(node, level, out)
-        return
-    pad = _pad(level + 1)
-    out.append(f'{{{pad}"node_id": {_quote(node_id)},{pad}"balance": "{node.balance}"{_pad(level)}}}')
+    else:
+        out.append(text)
 
 
 def _channels(channels, level: int, out: list[str]) -> None:
@@ -223,11 +270,12 @@ def _in_flight(entries, pad: str, item: str) -> str:
     field set, plain ASCII msg_ids), their columns are read in one C-level pass and
     formatted by one %-format over the whole channel; otherwise entry by entry."""
     if len(entries) >= _BULK:
-        flat = tuple(chain.from_iterable(map(_COLUMNS, entries)))
-        ids = flat[0::3]
-        if all(ids) and all(flat[1::3]) and all(flat[2::3]) and _plain("".join(ids)):
-            inner = item + "  "
-            template = f'{{{inner}"msg_id": "%s",{inner}"amount": "%d",{inner}"seq": "%d"{item}}}'
+        # The fields with presence are not read here: an entry that has one (an app's
+        # payload) has a plain field at its default (snapmesh.proto), so this fails.
+        flat = tuple(chain.from_iterable(map(_ITEMS.values, entries)))
+        columns = [flat[k::_ITEMS.width] for k in _ITEMS.indices]
+        if all(map(all, columns)) and all(_plain("".join(columns[k])) for k in _ITEMS.strings):
+            template = _ITEMS.template(item + "  ", item, string='"%s"')
             return "[" + item + ("," + item).join([template] * len(entries)) % flat + pad + "]"
     level = (len(item) - 1) // 2  # item is "\n" and two spaces a level
     return "[" + item + ("," + item).join([_entry(t, level) for t in entries]) + pad + "]"
@@ -243,10 +291,9 @@ def _plain(text: str) -> bool:
 
 
 def _entry(t: pb.InFlightTransfer, level: int) -> str:
-    msg_id, amount, seq = t.msg_id, t.amount, t.seq
-    if not (msg_id and amount and seq):  # fields at their default print after the others
+    text = _ITEMS.text(t, level)
+    if text is None:  # fields at their default print after the others
         out: list[str] = []
         _message(t, level, out)
         return "".join(out)
-    inner, pad = _pad(level + 1), _pad(level)
-    return f'{{{inner}"msg_id": {_quote(msg_id)},{inner}"amount": "{amount}",{inner}"seq": "{seq}"{pad}}}'
+    return text

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def app_checker(cfg: cluster_config.ClusterConfig, *, explicit: bool) -> AppChecker | None:
-    """The judge of the snapshots of the app `cfg` names (None: the bank). An app
+    """The side of the app `cfg` names (None: the default app's, the tracker's own). An app
     that does not load raises AppError when `explicit` (--app); else the snapshots
     complete "unchecked", saying why."""
     if cluster_config.runs_bank(cfg.app):

@@ -79,8 +79,8 @@ class ControllerService(pb_grpc.ControllerServicer):
                     )
                 if state.app != my_app:
                     return (
-                        f"{config.path}: [app]: the controller runs {my_app or 'the bank'} but node {node!r} "
-                        f"runs {state.app or 'the bank'}; every process must run the same app"
+                        f"{config.path}: [app]: the controller runs {cluster_config.app_named(my_app)} but node "
+                        f"{node!r} runs {cluster_config.app_named(state.app)}; every process must run the same app"
                     )
             if waiting:
                 await asyncio.sleep(retry_s)

@@ -63,6 +63,7 @@ STATUS_CODES = frozenset({
 })
 # Bare names `load_app` resolves to the apps shipped with snapmesh.
 BUILT_IN = {"bank": "snapmesh.services.app.bank:app", "kvshard": "snapmesh.services.app.kvshard:app"}
+_OLD_APPS = "services.app."
 MACHINE_METHODS = ("on_command", "on_message", "snapshot", "restore")
 
 
@@ -234,6 +235,8 @@ def load_app(spec: str) -> App:
     """
     spec = spec.strip()
     target = BUILT_IN.get(spec, spec)
+    if target.startswith(_OLD_APPS):  # cluster files written before 0.3 name the apps by their old package
+        target = "snapmesh." + target
     module_name, colon, attr = target.partition(":")
     if not colon or not module_name or not attr:
         if spec.endswith(".py") or "/" in spec:

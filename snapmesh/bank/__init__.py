@@ -1,4 +1,5 @@
 """The bank workload: money moving between nodes while snapshots are taken
 (`workload`), and the text it prints (`render`). `snapmesh app` and `snapmesh
 demo` run it; it talks to a cluster only through the controller's and the
-nodes' gRPC APIs."""
+nodes' gRPC APIs. `ledger` is apart: the bank's side of the controller (its fields
+of the v1 messages and its conservation rule), pure, which the tracker falls back to."""

@@ -15,7 +15,7 @@ V1. A COMPLETE snapshot of an app cluster says which app (`Snapshot.app.spec`) a
 V2. A check that raises or returns something other than a list is a failed
     invariant naming what happened (snapmesh.app.check_invariants), never a
     crash of the controller.
-V3. The bank's fields stay the bank's: an app cluster moves no money, so an app
+V3. The bank's fields stay the bank's: an app cluster has no native tally, so an app
     snapshot's `total` is its `expected_total` and it is `conserved`; whether it
     may be restored is its invariants' call (snapmesh.protocol.controller.machine.problem).
 """
@@ -23,11 +23,12 @@ V3. The bank's fields stay the bank's: an app cluster moves no money, so an app
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from snapmesh.app import App, View, check_invariants
+from snapmesh.protocol.controller.appside import PartRefused
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 CHECKED = pb.AppCheck.CHECKED
@@ -65,9 +66,11 @@ def failed_invariants(snapshot: pb.Snapshot) -> list[pb.InvariantResult]:
 
 
 class AppChecker:
-    """The controller's judge of an app cluster's snapshots (V1-V3): `spec` the
+    """The controller's side of an app cluster (appside.AppSide; V1-V3): `spec` the
     app's module:attr, `app` the loaded App (None: the controller could not load
-    it, and `why` says why), `params` the cluster file's [app] table."""
+    it, and `why` says why), `params` the cluster file's [app] table. An app's
+    fields are its state bytes (the tracker keeps them) and its messages'
+    payloads: it keeps no tally, and what it checks is the app's invariants."""
 
     def __init__(
         self, spec: str, app: App | None, *, why: str = "", params: Mapping[str, Any] = MappingProxyType({})
@@ -77,9 +80,42 @@ class AppChecker:
         self.why = why
         self.params = MappingProxyType(dict(params))
 
-    def judge(self, snapshot: pb.Snapshot) -> None:
+    def part(self, state: pb.FullState, items: Mapping[str, list[pb.InFlightTransfer]]) -> dict[str, int]:
+        for run in state.outbox_runs:
+            if len(run.payloads) not in (0, len(run.seqs)):
+                raise PartRefused(f"outbox_runs {state.node_id}->{run.dst}: {len(run.seqs)} seqs but "
+                                  f"{len(run.payloads)} payloads")
+        return dict.fromkeys(items, 0)
+
+    def node(self, entry: pb.NodeBalance, state: pb.FullState) -> int:
+        return 0  # the state bytes are the tracker's to keep
+
+    def item_columns(self, items: Sequence[pb.InFlightTransfer]) -> tuple[Sequence, ...]:
+        return ([t.payload if t.HasField("payload") else None for t in items],)
+
+    def run_columns(self, run: pb.OutboxRun) -> tuple[Sequence, ...]:
+        return (run.payloads,)
+
+    def tally(self, items: Sequence[pb.InFlightTransfer]) -> int:
+        return 0
+
+    def add(self, in_flight, src: str, dst: str, seqs: Sequence[int], columns: tuple[Sequence, ...],
+            start: int, stop: int) -> int:
+        (payloads,) = columns
+        make = in_flight.add
+        for k in range(start, stop):
+            make(msg_id=f"{src}:{dst}:{seqs[k]}", seq=seqs[k], payload=payloads[k] if payloads else None)
+        return 0
+
+    def restore_part(self, request: pb.RestoreStateRequest, entry: pb.NodeBalance) -> None:
+        pass  # the state bytes and the payloads travel in the fields every app has
+
+    def restored(self, entry: pb.NodeBalance, answer: pb.RestoreStateResponse) -> None:
+        pass
+
+    def judge(self, snapshot: pb.Snapshot, tally: int = 0) -> None:
         """Fill in a just COMPLETE snapshot's app fields (V1-V3)."""
-        snapshot.expected_total = snapshot.total
+        snapshot.total = snapshot.expected_total = tally
         snapshot.conserved = True
         verdict = snapshot.app
         verdict.Clear()

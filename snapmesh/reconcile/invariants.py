@@ -54,6 +54,8 @@ MAX_ROWS_SHOWN = 5  # violation rows a verdict names (the count says how many th
 def ship_module(spark: SparkSession, module_name: str) -> str | None:
     """Add the app's module (its top-level package, zipped) to the session's Python
     files; the path shipped, or None when there is nothing to ship (a built-in)."""
+    if module_name.split(".")[0] == "snapmesh":  # the bank and kvshard: the executors run snapmesh already
+        return None
     top = sys.modules.get(module_name.split(".")[0]) or importlib.import_module(module_name.split(".")[0])
     path = getattr(top, "__file__", None)
     if path is None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AppSettings", "check_app_spec", "parse_app", "runs_bank"]
+__all__ = ["AppSettings", "app_named", "check_app_spec", "parse_app", "runs_bank"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +52,9 @@ def check_app_spec(spec: str, error: Callable[[str], Exception] = ValueError) ->
 def runs_bank(app: AppSettings) -> bool:
     """Whether the nodes run the bank (its int-only fast path, no app object)."""
     return app.module in ("", "bank")
+
+
+def app_named(module: str) -> str:
+    """The app a process runs, in words: its module:attr, or "the bank" for the
+    default (GetState's empty `app`, a cluster file without [app])."""
+    return module or "the bank"

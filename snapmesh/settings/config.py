@@ -39,6 +39,7 @@ import tomli_w
 
 from snapmesh.settings.appsettings import AppSettings as AppSettings
 from snapmesh.settings.appsettings import check_app_spec, parse_app
+from snapmesh.settings.appsettings import app_named as app_named
 from snapmesh.settings.appsettings import runs_bank as runs_bank
 from snapmesh.settings.ports import free_ports
 from snapmesh.protocol.topology import Topology, TopologyError

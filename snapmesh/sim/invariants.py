@@ -354,7 +354,10 @@ class Checker:
     # -- after quiescence (Q1-Q3)
 
     def check_quiescent(self, live: Mapping[str, object], snapshot_status: Mapping[str, str]) -> None:
-        (epoch,) = set(self.epoch.values())  # quiescent: every node has every restore
+        epochs = set(self.epoch.values())
+        if len(epochs) != 1:  # quiescent: every node has every restore (one told it was done, then lost it?)
+            raise Violation(f"quiescent: the nodes are in epochs {dict(sorted(self.epoch.items()))}")
+        (epoch,) = epochs
         for src, dst in self.channels:
             sent = self.sent[(src, dst, epoch)]
             last = max(sent, default=0)

@@ -87,6 +87,14 @@ def test_the_built_ins_resolve():
     assert load_app("bank").name == "bank"
     assert load_app("kvshard").name == "kvshard"
     assert load_app("snapmesh.services.app.kvshard:app") is load_app("kvshard")
+    # the name cluster files used before services/ shipped inside snapmesh still loads the same app
+    assert load_app("services.app.kvshard:app") is load_app("kvshard")
+
+
+def test_services_import_only_as_snapmesh_services():
+    # one import path: a second one would load each server module twice, each copy with its own state
+    with pytest.raises(ImportError, match="import snapmesh.services, not services"):
+        __import__("services")
 
 
 @pytest.mark.parametrize(

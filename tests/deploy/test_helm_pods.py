@@ -78,14 +78,13 @@ def _values(tag: str) -> dict:
 
 
 def _overlay_image(tag: str, workdir: Path) -> str:
-    """snapmesh:latest with this checkout's snapmesh/ and services/ copied over its installed ones."""
+    """snapmesh:latest with this checkout's snapmesh/ (services/ inside it, through the link) copied over its installed one."""
     context = workdir / "overlay"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(REPO / "snapmesh", context / "snapmesh", ignore=ignore)
-    shutil.copytree(REPO / "services", context / "services", ignore=ignore)
+    shutil.copytree(REPO / "snapmesh", context / "snapmesh", ignore=ignore)  # follows snapmesh/services -> ../services
     site = "/opt/snapmesh/lib/python3.11/site-packages"
     (context / "Dockerfile").write_text(
-        f"FROM snapmesh:latest\nCOPY snapmesh {site}/snapmesh\nCOPY services {site}/services\n")
+        f"FROM snapmesh:latest\nCOPY snapmesh {site}/snapmesh\n")
     image = f"{OVERLAY}:{tag}"
     docker("build", "-q", "--label", f"snapmesh.helm-test={tag}", "-t", image, str(context), timeout=300)
     return image

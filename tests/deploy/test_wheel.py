@@ -32,6 +32,11 @@ def installed(tmp_path_factory) -> Path:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         assert {"snapmesh/v1/snapmesh_pb2.py", "snapmesh/v1/snapmesh_pb2_grpc.py", "snapmesh/configs/local-4.toml"} <= names
+        # services/ ships inside snapmesh (issue 36): the wheel installs no other top-level package
+        assert {"snapmesh/services/node/process.py", "snapmesh/services/app/bank.py"} <= names
+        assert {n.split("/")[0] for n in names if not n.startswith("snapmesh-")} == {"snapmesh"}
+        top_level = [n for n in names if n.endswith(".dist-info/top_level.txt")]
+        assert [archive.read(n).decode().split() for n in top_level] in ([], [["snapmesh"]])
         metadata = Parser().parsestr(archive.read(f"snapmesh-{wheel.name.split('-')[1]}.dist-info/METADATA").decode())
     assert metadata["License-Expression"] == "Apache-2.0"
     assert metadata.get_all("Project-URL") and metadata.get_all("Classifier")

@@ -32,9 +32,11 @@ def clean_checkout(into: Path) -> Path:
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                             capture_output=True, check=True).stdout.decode().split("\0")
     for name in filter(None, listed):
-        source = ROOT / name
-        if source.is_file():
-            target = into / name
+        source, target = ROOT / name, into / name
+        if source.is_symlink():  # snapmesh/services -> ../services: git keeps the link, so does a checkout
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(os.readlink(source))
+        elif source.is_file():
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(source.read_bytes())
     assert not (into / "snapmesh" / "v1").exists()

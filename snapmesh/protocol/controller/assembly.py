@@ -6,20 +6,19 @@ Both run once per report or per channel of every snapshot, on reports of up to
 thousands of transfers, so they work on whole protobuf blocks and columns and
 touch an item from Python only where they must: `merge`'s runs copy what the
 receiver recorded in one C-level copy, and a message is made only for an outbox
-transfer the receiver did not record.
+entry the receiver did not record (by the app's side, which knows its fields).
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Sequence
 
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from snapmesh.protocol import overtake
+from snapmesh.protocol.controller.appside import AppSide
 from snapmesh.v1 import snapmesh_pb2 as pb
 
-_AMOUNT = operator.attrgetter("amount")
 _BYTE_SIZE = pb.InFlightTransfer.ByteSize
 
 
@@ -41,32 +40,29 @@ def add_node_stats(snapshot: pb.Snapshot, state: pb.FullState, received_wall: fl
     stats.ack_timestamp.FromNanoseconds(received_ns)
 
 
-def assemble(channels, recorded: pb.ChannelState, held: list[int], held_total: int,
-             seqs: Sequence[int] | None = None, amounts: Sequence[int] = (), position: int = 0,
-             payloads: Sequence[bytes] = ()) -> int:
+def assemble(channels, recorded: pb.ChannelState, held: list[int], held_tally: int, side: AppSide,
+             seqs: Sequence[int] | None = None, columns: tuple[Sequence, ...] = (), position: int = 0) -> int:
     """Add channel src->dst to `channels` as O3 assembles it from what dst recorded
-    (`recorded`; `held` its seqs, `held_total` their amounts' sum) and the outbox
-    columns of src past dst's `position` (`seqs` None, classic mode: what dst
-    recorded, as it is; `payloads`: an app's, one per seq); returns its in-flight amount. What the receiver recorded
-    is copied as one block where it can be (a protobuf copy in C, not one per
-    item), and a message is made only for an outbox transfer it did not record."""
+    (`recorded`; `held` its seqs, `held_tally` their tally) and the outbox of src
+    past dst's `position` (`seqs` and the app's `columns`; `seqs` None, classic
+    mode: what dst recorded, as it is); returns the channel's tally (`side`, the
+    app's: appside.py). What the receiver recorded is copied as one block where it
+    can be (a protobuf copy in C, not one per item), and an item is made only for
+    an outbox entry it did not record."""
     src, dst, items = recorded.src, recorded.dst, recorded.in_flight
     runs = [(True, 0, len(held))] if seqs is None else overtake.runs(held, seqs, position)
     channel = channels.add()
     if runs and runs[0] == (True, 0, len(held)) and not len(UnknownFieldSet(recorded)):
         channel.MergeFrom(recorded)  # src, dst and every item (unknown fields in items kept, as a copy keeps them)
-        total = held_total
+        tally = held_tally
         runs = runs[1:]
     else:
-        channel.src, channel.dst, total = src, dst, 0
-    add = channel.in_flight.add
-    for from_recorded, i, j in runs:
+        channel.src, channel.dst, tally = src, dst, 0
+    for from_recorded, i, j in runs:  # a few runs a channel: one call to the side each
         if from_recorded:
             part = items[i:j]
             channel.in_flight.extend(part)
-            total += sum(map(_AMOUNT, part))
+            tally += side.tally(part)
         else:
-            for k, (seq, amount) in enumerate(zip(seqs[i:j], amounts[i:j], strict=True), i):
-                add(msg_id=f"{src}:{dst}:{seq}", amount=amount, seq=seq, payload=payloads[k] if payloads else None)
-            total += sum(amounts[i:j])
-    return total
+            tally += side.add(channel.in_flight, src, dst, seqs, columns, i, j)
+    return tally

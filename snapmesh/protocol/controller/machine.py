@@ -21,14 +21,15 @@ Events in:
   restore(snapshot, request_id, now)     a RestoreSnapshot call (the gate decides; snapshot
                                          None with snapshot_id: there is no such snapshot)
   resume(snapshot)                       after a restart: the journal's RESTORING restore runs again
+                                         (`to_resume` names its snapshot; the shell loads it)
   node_restored(node, answer, now)       a node took its part (or why it could not)
   restore_settled()                      the restore's last record is durable (or cannot be)
   replayed(records, now, skip)           the journal read back after a restart (S1):
                                          returns a `Replayed`, what it took back
   filed(snapshot_id)                     the snapshot's file is written (it may leave memory)
 
-Reads (no change): get(id), all(), ids(), status(id), in_progress; shells read
-through these, not through `tracker`.
+Reads (no change): get(id), all(), ids(), status(id), in_progress, to_resume;
+shells read through these, not through `tracker`.
 
 Effects out (in order; the shell carries them out in that order):
   Journal(record)        append this record; every effect after it in the same
@@ -77,8 +78,9 @@ R1. The check and the claim are one step: `restore` decides and, on Start,
     moves the epoch to E+1 at once, so every report of epoch E is refused from
     then on, and every snapshot in progress fails "restored to S".
 R2. RESTORING is journaled before any node hears of it (Journal before RestoreAt).
-R3. Each node gets its recorded balance and the recorded in-flight transfers of
-    every channel into it (`plan`); the restore is RESTORED when every node took
+R3. Each node gets its recorded part (its entry's app fields, filled by the
+    app's side, appside.py; an app's state bytes) and the recorded in-flight
+    items of every channel into it (`plan`); the restore is RESTORED when every node took
     its part, FAILED naming the nodes that could not, and the cluster stays
     fenced at E+1 either way.
 R4. A key answers its own restore (running: join it; finished: its answer, once
@@ -96,6 +98,7 @@ from dataclasses import dataclass
 from snapmesh.protocol.controller import journal
 from snapmesh.protocol import appstate
 from snapmesh.protocol.controller import restoregate
+from snapmesh.protocol.controller.appside import AppSide
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -181,17 +184,28 @@ class Replayed:
 
 
 def plan(snapshot: pb.Snapshot, epoch: int) -> dict[str, pb.RestoreStateRequest]:
-    """Each node's part of restoring `snapshot` in `epoch`: its recorded balance
-    and the recorded state of every channel into it (in channel order)."""
+    """Each node's part of restoring `snapshot` in `epoch`, as far as every app's is
+    the same: an app's state bytes and the recorded state of every channel into it
+    (in channel order). The app's side adds its own fields (`with_app_fields`)."""
     requests = {
         n.node_id: pb.RestoreStateRequest(
-            snapshot_id=snapshot.snapshot_id, epoch=epoch, balance=n.balance, state=n.state if n.HasField("state") else None
+            snapshot_id=snapshot.snapshot_id, epoch=epoch, state=n.state if n.HasField("state") else None
         )
         for n in snapshot.nodes
     }
     for channel in snapshot.channels:
         if channel.in_flight:
             requests[channel.dst].channels.append(channel)
+    return requests
+
+
+def with_app_fields(
+    requests: dict[str, pb.RestoreStateRequest], snapshot: pb.Snapshot, side: AppSide
+) -> dict[str, pb.RestoreStateRequest]:
+    """`plan`'s requests, each with the app's fields of its node's entry in `snapshot` (R3)."""
+    for entry in snapshot.nodes:
+        if entry.node_id in requests:
+            side.restore_part(requests[entry.node_id], entry)
     return requests
 
 
@@ -238,6 +252,7 @@ class Controller:
         self.tracker = tracker
         self.gate = restoregate.RestoreGate(keys_kept=keys_kept, max_key_bytes=max_key_bytes)
         self.last_restore: pb.Restore | None = None  # the newest restore, as journaled
+        self.to_resume = ""  # set by `replayed`: the snapshot of a restore still RESTORING, for `resume`
         self._parts: dict[str, pb.RestoreStateRequest] = {}  # the running restore's, by node
         self._answers: dict[str, pb.RestoreStateResponse | str] = {}
         self._effects: list[Effect] = []
@@ -393,10 +408,11 @@ class Controller:
         started = self.last_restore
         assert started is not None and started.status == pb.Restore.RESTORING, "nothing to resume"
         self.tracker.epoch = max(self.tracker.epoch, started.epoch)
+        self.to_resume = ""
         self._send_parts(snapshot, started)
 
     def _send_parts(self, snapshot: pb.Snapshot, started: pb.Restore) -> None:
-        self._parts = plan(snapshot, started.epoch)
+        self._parts = with_app_fields(plan(snapshot, started.epoch), snapshot, self.tracker.side)
         self._answers = {}
         self._effects += [RestoreAt(node, self._parts[node]) for node in sorted(self._parts)]
 
@@ -418,7 +434,8 @@ class Controller:
             done.reason = "not restored on " + "; ".join(failures) + f" (the cluster is fenced at epoch {started.epoch})"
         else:
             done.status = pb.Restore.RESTORED
-            done.nodes.extend(pb.NodeBalance(node_id=n, balance=self._answers[n].balance) for n in names)  # type: ignore[union-attr]
+            for n in names:
+                self.tracker.side.restored(done.nodes.add(node_id=n), self._answers[n])  # type: ignore[arg-type]
         done.finished_at.FromNanoseconds(int(round(now.wall * 1e9)))
         self.last_restore = done
         self._parts, self._answers = {}, {}
@@ -437,11 +454,14 @@ class Controller:
         (`journal.replay`), the epoch, every restore taken back with its keys (R4;
         the newest is to be resumed when it is RESTORING), every snapshot still in
         progress given a fresh deadline from `now`, then retention over all the
-        machine holds (K1: Retire effects)."""
+        machine holds (K1: Retire effects). A newest restore still RESTORING is
+        named by `to_resume`: the shell `resume`s it once it can reach the nodes."""
         records = list(records)
         finished, warnings = journal.replay(records, self.tracker, now, skip=skip)
         restores, more = journal.restores(records)
         self.taken_back(restores)
+        last = self.last_restore  # R2: RESTORING was journaled before any node heard of it, so run it again
+        self.to_resume = last.snapshot_id if last is not None and last.status == pb.Restore.RESTORING else ""
         in_progress = self.tracker.restarted(now)
         if self.keep:
             self._retire()

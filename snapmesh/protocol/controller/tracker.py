@@ -1,6 +1,7 @@
 """Snapshot bookkeeping for the controller, as a pure object (sans-I/O).
 
-The tracker knows the topology and the money that should exist. It is told when
+The tracker knows the topology and the app's side (appside.py: the default app's
+unless `checker` names another). It is told when
 a snapshot starts, when a node reports its part (a FullState), and what time it
 is; it answers with the snapshot as it now stands. It never reads a clock, opens
 a socket or sleeps: `now` is always an argument, a `Now` pair of readings: `mono`
@@ -15,21 +16,21 @@ T1. A snapshot is IN_PROGRESS from `start` until every node of the topology has
     caller fails it), when it becomes FAILED. COMPLETE and FAILED are final.
 T2. A report is accepted only for an IN_PROGRESS snapshot, from a node of the
     topology that has not reported yet, and must describe exactly the node's
-    incoming channels (every one, once, with dst = the node) and only positive
-    amounts. A refused report changes nothing. A repeat of a report already
-    taken (same balance, same channels: a node retrying after a lost answer) is
-    accepted as a duplicate and changes nothing, also once the snapshot is
-    COMPLETE; a repeat that differs is refused, naming the node and snapshot.
+    incoming channels (every one, once, with dst = the node), and the app's side
+    must find its fields right. A refused report changes nothing. A repeat of a
+    report already taken (the same node entry and channels: a node retrying after
+    a lost answer) is accepted as a duplicate and changes nothing, also once the
+    snapshot is COMPLETE; a repeat that differs is refused, naming the node and snapshot.
 T3. A COMPLETE snapshot lists every node and every channel of the topology, in
-    topology order; total = recorded balances + in-flight amounts; conserved
-    means total == expected_total.
+    topology order; the app's side, handed the tally it kept of the nodes and the
+    items, judges it (fills its verdict fields and the reason) before it is final.
 T4. A FAILED snapshot's reason names what went wrong: on expiry, the nodes that
     did not report; for a snapshot the controller took back from its journal
     after a restart (`restarted`), it starts with "controller restarted".
 T5. Statistics (`Snapshot.stats`, Flink's vocabulary) are derived from the
     reports and the wall-clock times only; they never change a status.
 T6. An app cluster (`checker`; snapmesh/protocol/appstate.py): the COMPLETE snapshot keeps
-    the nodes' state bytes and in-flight payloads, judged by the checker before it is final.
+    the nodes' state bytes and in-flight payloads, judged by the app's invariants.
 
 Errors: `UnknownSnapshot` (no such id), `InvalidReport` (the report is
 malformed for this topology), `DuplicateReport` (this node already reported
@@ -47,7 +48,9 @@ from typing import NamedTuple
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from snapmesh.protocol.appstate import AppChecker, digest
+from snapmesh.bank.ledger import BankSide
+from snapmesh.protocol.appstate import digest
+from snapmesh.protocol.controller.appside import AppSide, PartRefused
 from snapmesh.protocol.controller.assembly import add_node_stats, assemble
 from snapmesh.protocol.controller.retention import Retention
 from snapmesh.protocol.controller.snapshot_ids import new_snapshot_id, snapshot_id_problem  # noqa: F401  (the tracker's ids)
@@ -59,7 +62,6 @@ COMPLETE = pb.Snapshot.COMPLETE
 FAILED = pb.Snapshot.FAILED
 
 _SEQ = operator.attrgetter("seq")
-_AMOUNT = operator.attrgetter("amount")
 
 
 class TrackerError(Exception):
@@ -102,7 +104,7 @@ class _Pending:
     deadline: float  # monotonic
     restarted: bool = False  # taken back from the journal after a controller restart
     reports: dict[str, pb.FullState] = field(default_factory=dict)
-    # Per channel, what dst recorded: its seqs and their amounts' sum, read once at the report.
+    # Per channel, what dst recorded: its seqs and their tally (appside.py), read once at the report.
     recorded: dict[tuple[str, str], tuple[list[int], int]] = field(default_factory=dict)
 
 
@@ -121,7 +123,7 @@ class Tracker:
         deadline_s: float,
         snapshot_mode: str = "classic",
         kept: int = FINISHED_KEPT,
-        checker: AppChecker | None = None,  # an app cluster (T6); None: the bank
+        checker: AppSide | None = None,  # an app cluster's (T6); None: the default app's, BankSide
     ) -> None:
         if deadline_s <= 0:
             raise TrackerMisuse(f"deadline must be positive, got {deadline_s!r}")
@@ -136,7 +138,7 @@ class Tracker:
         self._retention = Retention()  # which of the finished ones `--keep` retires
         self.kept = kept
         self.epoch = 1  # the cluster's epoch: one more per restore; older reports are refused
-        self.checker = checker
+        self.side: AppSide = checker if checker is not None else BankSide(expected_total)
 
     # -- queries
 
@@ -250,9 +252,9 @@ class Tracker:
         if pending is None:
             return Reported(self.get(state.snapshot_id), duplicate=True)
         pending.reports[state.node_id] = _copy(state)
-        for src, (channel_items, amounts) in items.items():
-            pending.recorded[(src, state.node_id)] = (list(map(_SEQ, channel_items)), sum(amounts))
-        pending.snapshot.nodes.add(node_id=state.node_id, balance=state.balance)
+        for src, (channel_items, tally) in items.items():
+            pending.recorded[(src, state.node_id)] = (list(map(_SEQ, channel_items)), tally)
+        self.side.node(pending.snapshot.nodes.add(node_id=state.node_id), state)
         add_node_stats(pending.snapshot, state, now.wall, [channel_items for channel_items, _ in items.values()])
         if len(pending.reports) < len(self.topology.nodes):
             return Reported(_copy(pending.snapshot), duplicate=False)
@@ -281,9 +283,9 @@ class Tracker:
 
     # -- internals
 
-    def _check_report(self, state: pb.FullState) -> tuple[_Pending | None, dict[str, tuple[list, list[int]]]]:
+    def _check_report(self, state: pb.FullState) -> tuple[_Pending | None, dict[str, tuple[list, int]]]:
         """The snapshot the report belongs to (None for an identical repeat) and each
-        channel's items and their amounts, by source. A protobuf item is a new Python
+        channel's items and their tally, by source. A protobuf item is a new Python
         object at every access; the lists made here serve every later pass over them."""
         if not state.snapshot_id:
             raise InvalidReport("snapshot_id is empty")
@@ -294,7 +296,8 @@ class Tracker:
         finished = self._finished.get(state.snapshot_id)
         if finished is not None:
             if finished.status == COMPLETE:
-                if _same_part(state, _part_of(finished, state.node_id)):
+                entry = next(n for n in finished.nodes if n.node_id == state.node_id)
+                if self._same_part(state, entry, [c for c in finished.channels if c.dst == state.node_id]):
                     return None, {}
                 raise DuplicateReport(
                     f"node {state.node_id!r} already reported snapshot {state.snapshot_id!r} (now complete) "
@@ -305,13 +308,12 @@ class Tracker:
         if pending is None:
             raise UnknownSnapshot(f"no snapshot {state.snapshot_id!r}")
         if state.node_id in pending.reports:
-            if _same_part(state, pending.reports[state.node_id]):
+            earlier = pending.reports[state.node_id]
+            if self._same_part(state, self._entry(earlier), earlier.channels):
                 return None, {}
             raise DuplicateReport(
                 f"node {state.node_id!r} already reported snapshot {state.snapshot_id!r} with a different state"
             )
-        if state.balance < 0:
-            raise InvalidReport(f"node {state.node_id!r} reported a negative balance {state.balance}")
         mode = state.snapshot_mode or "classic"
         if mode != self.snapshot_mode:
             raise InvalidReport(
@@ -319,7 +321,7 @@ class Tracker:
                 "every process must read the same snapshot_mode from the cluster file"
             )
         expected = self._incoming[state.node_id]
-        seen: dict[str, tuple[list, list[int]]] = {}
+        seen: dict[str, list] = {}
         for channel in state.channels:
             name = f"{channel.src}->{channel.dst}"
             if channel.dst != state.node_id:
@@ -328,60 +330,74 @@ class Tracker:
                 raise InvalidReport(f"channel {name} is not in the topology")
             if channel.src in seen:
                 raise InvalidReport(f"channel {name} is reported twice")
-            items = list(channel.in_flight)
-            seen[channel.src] = items, (amounts := list(map(_AMOUNT, items)))
-            if min(amounts, default=1) <= 0 and not state.HasField("state"):  # an app's messages carry 0 (T6)
-                item = next(t for t in items if t.amount <= 0)
-                raise InvalidReport(f"channel {name}: transfer {item.msg_id!r} has amount {item.amount}")
+            seen[channel.src] = list(channel.in_flight)
         if mode == "overtake":
             _check_overtake_parts(state, expected)
         missing = sorted(expected - seen.keys())
         if missing:
             names = ", ".join(f"{src}->{state.node_id}" for src in missing)
             raise InvalidReport(f"node {state.node_id!r} did not report its incoming channel(s) {names}")
-        return pending, seen
+        try:
+            tallies = self.side.part(state, seen)
+        except PartRefused as exc:
+            raise InvalidReport(str(exc)) from None
+        return pending, {src: (items, tallies[src]) for src, items in seen.items()}
 
     def _complete(self, pending: _Pending, now: Now) -> pb.Snapshot:
         snapshot = pending.snapshot
         del snapshot.nodes[:]
-        total = 0
+        side = self.side
+        tally = 0
         for node in self.topology.nodes:
-            report = pending.reports[node]
-            entry = snapshot.nodes.add(node_id=node, balance=report.balance)
-            if report.HasField("state"):  # an app's node (T6)
-                entry.state, entry.state_digest = report.state, digest(report.state)
-            total += report.balance
+            tally += self._fill(snapshot.nodes.add(), pending.reports[node])
         by_channel = {(c.src, c.dst): c for r in pending.reports.values() for c in r.channels}
         if self.snapshot_mode == "overtake":
             outbox, positions = self._overtake_parts(pending)
             for src, dst in self.topology.channels:
-                seqs, amounts, *payloads = outbox.get((src, dst), ((), ()))
-                total += assemble(snapshot.channels, by_channel[(src, dst)], *pending.recorded[(src, dst)],
-                                   seqs, amounts, positions.get((src, dst), 0), *payloads)
+                seqs, *columns = outbox.get((src, dst), ((),))
+                tally += assemble(snapshot.channels, by_channel[(src, dst)], *pending.recorded[(src, dst)], side,
+                                  seqs, tuple(columns), positions.get((src, dst), 0))
         else:
             for src, dst in self.topology.channels:
-                total += assemble(snapshot.channels, by_channel[(src, dst)], *pending.recorded[(src, dst)])
-        snapshot.total = total
-        snapshot.conserved = total == self.expected_total
-        reason = "" if snapshot.conserved else f"total {total} != expected {self.expected_total}"
-        if self.checker is not None:
-            self.checker.judge(snapshot)
-            reason = snapshot.reason
-        return self._finish(pending, COMPLETE, reason, now)
+                tally += assemble(snapshot.channels, by_channel[(src, dst)], *pending.recorded[(src, dst)], side)
+        side.judge(snapshot, tally)
+        return self._finish(pending, COMPLETE, snapshot.reason, now)
 
-    @staticmethod
-    def _overtake_parts(pending: _Pending) -> tuple[dict, dict]:
+    def _overtake_parts(self, pending: _Pending) -> tuple[dict, dict]:
         """Overtake mode (snapmesh/protocol/overtake.py O3): each sender's outbox at its cut
-        and each receiver's position at its cut, by channel."""
+        (its seqs, then the app's columns) and each receiver's position at its cut, by channel."""
+        side = self.side
         outbox: dict[tuple[str, str], tuple] = {
-            (c.src, c.dst): ([t.seq for t in c.in_flight], [t.amount for t in c.in_flight])  # a node before outbox_runs
+            (c.src, c.dst): ([t.seq for t in items], *side.item_columns(items))  # a node before outbox_runs
             for r in pending.reports.values()
             for c in r.outbox
+            for items in [list(c.in_flight)]
         }
-        outbox.update({(run.src, run.dst): (run.seqs, run.amounts, *([run.payloads] if run.payloads else []))
-                       for r in pending.reports.values() for run in r.outbox_runs})  # an app's: its payloads too
+        outbox.update({(run.src, run.dst): (run.seqs, *side.run_columns(run))
+                       for r in pending.reports.values() for run in r.outbox_runs})
         positions = {(p.src, p.dst): p.seq for r in pending.reports.values() for p in r.positions}
         return outbox, positions
+
+    def _fill(self, entry: pb.NodeBalance, report: pb.FullState) -> int:
+        """Fill a COMPLETE snapshot's entry for the node of `report`: its id, an app's
+        state bytes and their digest (T6), then the app's side's fields; the node's tally."""
+        entry.node_id = report.node_id
+        if report.HasField("state"):
+            entry.state, entry.state_digest = report.state, digest(report.state)
+        return self.side.node(entry, report)
+
+    def _entry(self, report: pb.FullState) -> pb.NodeBalance:
+        entry = pb.NodeBalance()
+        self._fill(entry, report)
+        return entry
+
+    def _same_part(self, state: pb.FullState, entry: pb.NodeBalance, channels) -> bool:
+        """Whether a report records what an earlier one did, kept as `entry` and
+        `channels` (timestamps aside)."""
+        def key(channels):
+            return sorted((c.src, c.SerializeToString(deterministic=True)) for c in channels)
+
+        return self._entry(state) == entry and key(state.channels) == key(channels)
 
     def _finish(self, pending: _Pending, status: int, reason: str, now: Now) -> pb.Snapshot:
         snapshot = pending.snapshot
@@ -409,27 +425,6 @@ def duration_s(snapshot: pb.Snapshot) -> float:
     return max(0, snapshot.finished_at.ToNanoseconds() - snapshot.started_at.ToNanoseconds()) / 1e9
 
 
-def _same_part(state: pb.FullState, other: pb.FullState) -> bool:
-    """Whether two reports record the same thing (timestamps aside)."""
-    def key(s: pb.FullState):
-        state = s.state if s.HasField("state") else None
-        return s.balance, state, sorted((c.src, c.SerializeToString(deterministic=True)) for c in s.channels)
-
-    return key(state) == key(other)
-
-
-def _part_of(snapshot: pb.Snapshot, node_id: str) -> pb.FullState:
-    """The report a COMPLETE snapshot holds for one node, rebuilt from its tables."""
-    node = next(n for n in snapshot.nodes if n.node_id == node_id)
-    return pb.FullState(
-        snapshot_id=snapshot.snapshot_id,
-        node_id=node_id,
-        balance=node.balance,
-        state=node.state if node.HasField("state") else None,
-        channels=[c for c in snapshot.channels if c.dst == node_id],
-    )
-
-
 def _timestamp(now: float) -> Timestamp:
     ts = Timestamp()
     ts.FromNanoseconds(int(round(now * 1e9)))
@@ -444,7 +439,8 @@ def _copy(message):
 
 def _check_overtake_parts(state: pb.FullState, incoming: set[str]) -> None:
     """Overtake mode: a position for every incoming channel, an outbox only on the
-    node's own outgoing channels, positive amounts (T2)."""
+    node's own outgoing channels, each once, packed seqs positive and increasing
+    (T2; the app's side checks its own columns)."""
     node = state.node_id
     positions = {p.src for p in state.positions if p.dst == node}
     if positions != incoming or len(state.positions) != len(incoming):
@@ -456,16 +452,7 @@ def _check_overtake_parts(state: pb.FullState, incoming: set[str]) -> None:
         if channel.dst in reported:
             raise InvalidReport(f"node {node!r} reported the outbox of {node}->{channel.dst} twice")
         reported.add(channel.dst)
-    for channel in state.outbox:
-        if min(map(_AMOUNT, channel.in_flight), default=1) <= 0:
-            item = next(t for t in channel.in_flight if t.amount <= 0)
-            raise InvalidReport(f"outbox {node}->{channel.dst}: transfer {item.msg_id!r} has amount {item.amount}")
     for run in state.outbox_runs:
-        name = f"outbox_runs {node}->{run.dst}"
-        if len(run.seqs) != len(run.amounts) or len(run.payloads) not in (0, len(run.seqs)):
-            raise InvalidReport(f"{name}: {len(run.seqs)} seqs but {len(run.amounts)} amounts, {len(run.payloads)} payloads")
         seqs = list(run.seqs)
         if not all(map(operator.lt, seqs, seqs[1:])) or (seqs and seqs[0] == 0):
-            raise InvalidReport(f"{name}: seqs must be positive and increasing")
-        if run.amounts and min(run.amounts) <= 0 and not run.payloads:  # an app's messages carry 0 (T6)
-            raise InvalidReport(f"{name}: amount {min(run.amounts)} is not positive")
+            raise InvalidReport(f"outbox_runs {node}->{run.dst}: seqs must be positive and increasing")

@@ -1,0 +1,72 @@
+"""What the controller asks of the app the nodes run, pure (the tracker's T6).
+
+The tracker and the machine know what every app has in common: nodes, channels,
+seqs, positions, outboxes, an app's state bytes and the topology. Whatever else a
+report or a snapshot carries for the app, and what makes a COMPLETE snapshot
+right, is the app's side's: it checks and reads those fields of a report, fills
+them in the snapshot and in a restore, and judges the snapshot once it is whole.
+Two sides exist: snapmesh.protocol.appstate.AppChecker (an app through the
+contract, snapmesh.app) and snapmesh.bank.ledger.BankSide (the default app, whose
+fields are the v1 messages' own).
+
+A side may keep a tally, a number that each node's part and each in-flight item
+add to; the tracker sums it as it assembles and hands it to `judge` (0 for a side
+that keeps none). Reports carry thousands of items, so the tracker calls a side
+once per report, node, outbox or run of items, never once per item: a side reads
+and writes items a column at a time (protobuf's C-level iteration).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+
+class PartRefused(Exception):
+    """A report whose app fields are wrong: the tracker refuses it (InvalidReport), naming this text."""
+
+
+class AppSide(Protocol):
+    def part(self, state: pb.FullState, items: Mapping[str, list[pb.InFlightTransfer]]) -> dict[str, int]:
+        """Check the app's fields of a report the tracker found well formed
+        (raise PartRefused): the node's own, its incoming channels' items
+        (`items`, by src) and its outbox; return each incoming channel's tally, by src."""
+        ...
+
+    def node(self, entry: pb.NodeBalance, state: pb.FullState) -> int:
+        """Fill a snapshot's entry for a node from its report; return the node's tally."""
+        ...
+
+    def item_columns(self, items: Sequence[pb.InFlightTransfer]) -> tuple[Sequence, ...]:
+        """The app's columns of outbox items sent one message each (FullState.outbox)."""
+        ...
+
+    def run_columns(self, run: pb.OutboxRun) -> tuple[Sequence, ...]:
+        """The app's columns of a packed outbox (OutboxRun), as item_columns gives them."""
+        ...
+
+    def tally(self, items: Sequence[pb.InFlightTransfer]) -> int:
+        """The tally of some items the receiver recorded."""
+        ...
+
+    def add(self, in_flight, src: str, dst: str, seqs: Sequence[int], columns: tuple[Sequence, ...],
+            start: int, stop: int) -> int:
+        """Add to `in_flight` the outbox items at [start, stop) of `seqs` and the
+        columns (msg_id "src:dst:seq"); return their tally."""
+        ...
+
+    def judge(self, snapshot: pb.Snapshot, tally: int) -> None:
+        """The snapshot is whole: fill its verdict, the v1 fields every client reads
+        (`total`, `expected_total`, `conserved`: machine.problem restores only a
+        conserved snapshot) and any of its own, and its reason ("" when it is right)."""
+        ...
+
+    def restore_part(self, request: pb.RestoreStateRequest, entry: pb.NodeBalance) -> None:
+        """Fill a node's restore request with the app's fields of its snapshot entry."""
+        ...
+
+    def restored(self, entry: pb.NodeBalance, answer: pb.RestoreStateResponse) -> None:
+        """Fill a Restore's entry for a node from the node's answer."""
+        ...
