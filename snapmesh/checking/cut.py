@@ -14,7 +14,7 @@ A message's recorded content is compared with the content its send record holds 
 an opaque value, and a node's recorded state with the state the logs give at its
 cut. `Payloads` is an app's reading (snapmesh.app): a message's payload as logged,
 a node's state the digest its cut record holds. The bank's
-(`snapmesh.protocol.bank_cut.Reading`) replays its log to the cut and adds its own
+(`snapmesh.bank.cut.Reading`) replays its log to the cut and adds its own
 rules, conservation among them; none of its arithmetic is here.
 
 `LogIndex` reads every node's records once, in lsn order (`add` one at a time, for a
@@ -42,7 +42,7 @@ Channel = tuple[str, str]
 Transfer = tuple[str, Any, int]  # (msg_id, content as the reading reads it, seq)
 
 # The rules, by the problem each reports (the order of docs/reconcile.md "The rules").
-# A reading adds its own (the bank's: CUT_BALANCE, CONSERVATION, CLAIMED_*).
+# A reading adds its own rules (the bank's: snapmesh/bank/cut.py's RULES).
 MISSING_NODE = "MISSING_NODE"  # a node the logs show is not in the snapshot
 UNKNOWN_NODE = "UNKNOWN_NODE"  # a node in the snapshot has no log
 NODE_LISTED_TWICE = "NODE_LISTED_TWICE"

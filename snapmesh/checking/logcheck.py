@@ -26,7 +26,7 @@ from typing import Any
 from snapmesh.checking import cut
 from snapmesh.checking.node_logs import log_events
 from snapmesh.checking.trace import Channel, Event, InvariantViolation, Report, _name, check_trace
-from snapmesh.protocol import bank_cut
+import snapmesh.bank.cut as bank_cut
 
 __all__ = [
     "InvariantViolation", "RecordedSnapshot", "Report", "check_logs",

@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from snapmesh.checking import cut
-from snapmesh.protocol import bank_cut, wal
+import snapmesh.bank.cut as bank_cut
+from snapmesh.protocol import wal
 
 Event = Mapping[str, Any]
 Channel = tuple[str, str]

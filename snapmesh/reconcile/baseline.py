@@ -18,7 +18,7 @@ from collections import defaultdict
 from typing import Any
 
 from snapmesh.checking import cut
-from snapmesh.protocol import bank_cut
+import snapmesh.bank.cut as bank_cut
 from snapmesh.reconcile import messages as M
 from snapmesh.reconcile.schema import INT_COLUMNS, REQUIRED_FIELDS, SCOPE_LOGS, SCOPE_SNAPSHOT, STR_COLUMNS
 

@@ -1,7 +1,7 @@
 """Every discrepancy the reconciliation can report: a priority and a printf template.
 
 Each snapshot message is named as its rule in `snapmesh.checking.cut`, or in the bank's
-reading `snapmesh.protocol.bank_cut` (docs/reconcile.md "The rules"):
+reading `snapmesh.bank.cut` (docs/reconcile.md "The rules"):
 `getattr(messages, problem.rule)` words a `cut.Problem`.
 
 Shared by the Spark job (``format_string``) and the plain-Python baseline (``%``),

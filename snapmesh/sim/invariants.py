@@ -50,7 +50,8 @@ from typing import Any
 
 from snapmesh.checking import cut
 from snapmesh.protocol.node import core
-from snapmesh.protocol import bank_cut, overtake, wal
+import snapmesh.bank.cut as bank_cut
+from snapmesh.protocol import overtake, wal
 from snapmesh.sim import apps
 
 

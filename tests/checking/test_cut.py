@@ -10,7 +10,8 @@ import pytest
 from support.layers import violations
 
 from snapmesh.checking import cut
-from snapmesh.protocol import bank_cut, wal
+import snapmesh.bank.cut as bank_cut
+from snapmesh.protocol import wal
 from support.logs import P1, P2
 
 HONEST = dict(nodes=[("p1", 90), ("p2", 100)], channels=[("p1", "p2", [("p1:p2:1", 10, 1)]), ("p2", "p1", [])])

@@ -12,7 +12,8 @@ import pytest
 
 from snapmesh.checking import cut
 from snapmesh.checking.trace import INFINITY, _ChannelLine, _Send, trace_logs
-from snapmesh.protocol import bank_cut, wal
+import snapmesh.bank.cut as bank_cut
+from snapmesh.protocol import wal
 
 SEEDS = range(300)
 

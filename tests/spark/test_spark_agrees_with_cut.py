@@ -18,7 +18,7 @@ from support.spark_fixtures import spark  # noqa: F401
 
 from snapmesh.checking import cut
 from snapmesh.checking.node_logs import read_logs
-from snapmesh.protocol import bank_cut
+import snapmesh.bank.cut as bank_cut
 from snapmesh.reconcile import baseline
 from snapmesh.synth import writer as synth
 from snapmesh.reconcile import job
