@@ -124,10 +124,9 @@ class ControllerEngine:
             self._channels.append(channel)
             self.stubs[node.id] = pb_grpc.NodeStub(channel)
         self._timer = asyncio.create_task(self._expiry_loop(), name="snapshot-deadlines")
-        last = self.machine.last_restore
-        if last is not None and last.status == pb.Restore.RESTORING:
-            log.warning("restore of %s (epoch %d) was under way: resuming it", last.snapshot_id, last.epoch)
-            self.machine.resume(self.lookup(last.snapshot_id))
+        if self.machine.to_resume:  # the replay's: a restore under way
+            log.warning("restore of %s (epoch %d) was under way: resuming it", self.machine.to_resume, self.machine.epoch)
+            self.machine.resume(self.lookup(self.machine.to_resume))
             self._restore = asyncio.get_running_loop().create_future()
             self.carry_out(self.machine.drain())
 

@@ -100,7 +100,7 @@ class OutgoingChannel:
         rng: random.Random | None = None,
         channel_options: list | None = None,
         identity: security.Identity | None = None,  # None: plaintext
-        epoch_of: Callable[[], int] = lambda: 0,  # the node's epoch, sent in `open` (0: unchecked)
+        epoch_of: Callable[[], int] = lambda: 0,  # the node's epoch, sent in `open` (0: not said, read as 1)
     ) -> None:
         self.src = src
         self._epoch_of = epoch_of

@@ -13,6 +13,8 @@ abort, the log becoming durable, a timer) is one synchronous call on the
     Report(sid)           -> the reporter sends what it kept (already durable)
     ReportCancelled(sid)  -> the reporter drops it
     Reply / ReplyBatch    -> the waiting client call's future
+    RestoreReply          -> the waiting RestoreState call's future
+    EndStreams(...)       -> those outgoing streams reopen, those incoming ones end
 
 Nothing here awaits except flow control and a client's answer: durability is
 the log's business, and it calls `durable(lsn)` back.
@@ -146,8 +148,8 @@ class Engine:
         self._run(metrics=False)
         return waiting
 
-    async def replied(self, waiting: asyncio.Future) -> fx.Reply | fx.ReplyBatch:
-        """The node's answer to a client's call, once the log made it durable.
+    async def replied(self, waiting: asyncio.Future) -> fx.Reply | fx.ReplyBatch | fx.RestoreReply:
+        """The node's answer to a call (a client's, a restore), once the log made it durable.
         Raises LogClosedError when the log never will (it failed or closed)."""
         if not waiting.done():
             await self.log.wait_durable(self.log.last_lsn)  # the answer's lsn is at most this
@@ -190,31 +192,23 @@ class Engine:
 
     def restore(
         self, snapshot_id: str, epoch: int, balance: int, in_flight: list[tuple], state: bytes | None = None
-    ) -> bool:
-        """Restore (node rule N8); then every stream of the older epoch ends:
-        outgoing ones reopen with the new epoch, incoming ones must be reopened
-        by their senders in the new epoch. False: a repeat, nothing changed.
-        An app node: `state` its bytes, each in-flight (src, msg_id, seq, amount, payload)."""
+    ) -> asyncio.Future[fx.RestoreReply]:
+        """Restore (node rule N8); the node's `EndStreams` says which streams
+        of the older epoch end. Returns the future the node's `RestoreReply`
+        resolves (`replied`). An app node: `state` its bytes, each in-flight
+        (src, msg_id, seq, amount, payload)."""
+        waiting = asyncio.get_running_loop().create_future()
         try:
-            changed = self.node.restore(
-                snapshot_id=snapshot_id, epoch=epoch, balance=balance, in_flight=in_flight, state=state
+            self.node.restore(
+                snapshot_id=snapshot_id, epoch=epoch, balance=balance, in_flight=in_flight, state=state, reply_to=waiting
             )
         except core.AppFailed as exc:
             self.fail_app(str(exc))
             raise
         finally:
             self._run()
-        if changed:
-            self.metrics.epoch.set(epoch)
-            for channel in self.outgoing.values():
-                channel.restart()
-            for channel in self.incoming.values():
-                channel.end_stream(f"{self.node_id} restored {snapshot_id} in epoch {epoch}")
-            if state is None:
-                log.warning("restored snapshot %s: epoch %d, balance %d", snapshot_id, epoch, self.node.balance)
-            else:
-                log.warning("restored snapshot %s: epoch %d, app state %d bytes", snapshot_id, epoch, len(state))
-        return changed
+            self.metrics.epoch.set(self.node.epoch)
+        return waiting
 
     # -- the channels
 
@@ -319,7 +313,7 @@ class Engine:
                 self.outgoing[effect.dst].push(effect.conn_no, effect.entries)
             elif kind is fx.Ack:
                 self.incoming[effect.src].post(effect.conn_no, effect.seq)
-            elif kind is fx.Reply or kind is fx.ReplyBatch:
+            elif kind is fx.Reply or kind is fx.ReplyBatch or kind is fx.RestoreReply:
                 if not effect.to.done():  # a client that went away (cancelled) needs no answer
                     effect.to.set_result(effect)
             elif kind is fx.Seal:
@@ -335,6 +329,12 @@ class Engine:
                 self.reporter.send(effect.snapshot_id)
             elif kind is fx.ReportCancelled:
                 self.reporter.cancel(effect.snapshot_id)
+            elif kind is fx.EndStreams:
+                log.warning("%s (balance %d): ending the older epoch's streams", effect.reason, node.balance)
+                for dst in effect.outgoing:
+                    self.outgoing[dst].restart()
+                for src in effect.incoming:
+                    self.incoming[src].end_stream(effect.reason)
             else:  # pragma: no cover  (a new effect type must be routed here)
                 raise TypeError(f"unrouted effect {effect!r}")
         if metrics:

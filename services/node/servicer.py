@@ -26,7 +26,7 @@ from snapmesh.protocol.node import core
 from snapmesh.protocol.node.link import GapError
 from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.node.epochs import EpochFenced
-from snapmesh.protocol.node.effects import Reply, ReplyBatch
+from snapmesh.protocol.node.effects import Reply, ReplyBatch, RestoreReply
 from snapmesh.serving import credentials
 from snapmesh.settings.config import CONTROLLER_NAME
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -78,7 +78,9 @@ class NodeServicer(pb_grpc.NodeServicer):
         except LogClosedError as exc:  # LogFailedError too
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"node {self._engine.node_id} is stopping: {exc}")
 
-    async def _replied(self, waiting: asyncio.Future, context: grpc.aio.ServicerContext) -> Reply | ReplyBatch:
+    async def _replied(
+        self, waiting: asyncio.Future, context: grpc.aio.ServicerContext
+    ) -> Reply | ReplyBatch | RestoreReply:
         """The node's answer to a call, once durable. A log that failed or closed
         will never make it so: the client is told UNAVAILABLE (retry elsewhere
         or later), and nothing it asked for is shown as done."""
@@ -244,15 +246,15 @@ class NodeServicer(pb_grpc.NodeServicer):
             ]
         state = request.state if request.HasField("state") else None
         try:
-            engine.restore(request.snapshot_id, request.epoch, request.balance, in_flight, state)
+            waiting = engine.restore(request.snapshot_id, request.epoch, request.balance, in_flight, state)
         except core.AppFailed as exc:  # the app cannot take the snapshot's state: the node stops (process.py)
             await context.abort(grpc.StatusCode.INTERNAL, f"node {engine.node_id} cannot restore: {exc}")
         except EpochFenced as exc:  # an older epoch's restore: stale
             await self._fenced(context, exc, "restore")
         except core.RemoteProtocolError as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        await self._durable(self._log.last_lsn, context)
-        return pb.RestoreStateResponse(epoch=engine.node.epoch, balance=engine.node.restored_balance)
+        reply = await self._replied(waiting, context)  # the node's RestoreReply: once durable (N8)
+        return pb.RestoreStateResponse(epoch=reply.epoch, balance=reply.tally)
 
     async def _fenced(self, context: grpc.aio.ServicerContext, exc: EpochFenced, kind: str) -> None:
         """The node refused a call of another epoch: an older one's for good
@@ -284,7 +286,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         acks = AckWriter(context, accepts_runs=self.accepts_runs)
         try:
             # The node answers with its position (the resume point) once it is durable.
-            ending = engine.opened(src, first.open.epoch or 1, acks)
+            ending = engine.opened(src, first.open.epoch, acks)  # 0 (not said): the machine's to read (N8)
         except EpochFenced as exc:
             await acks.close()
             await self._fenced(context, exc, "channel")

@@ -44,7 +44,7 @@ def _consistency(outcome: Outcome, complete: list[pb.Snapshot], reconcile: bool)
         check_logs(logs, recorded, channels=outcome.channels, total=appmode.UNITS * len(logs))
     except InvariantViolation as violation:
         return name, False, str(violation).splitlines()[0]
-    if wrong := appmode.snapshot_against_logs(outcome.logs, complete):
+    if wrong := appmode.snapshot_against_logs(outcome.logs, complete, outcome.channels):
         return name, False, "; ".join(wrong[:3]) + (f" ... {len(wrong)} in all" if len(wrong) > 3 else "")
     detail = (f"{len(complete)} COMPLETE snapshots against the logs: in-flight lists, markers, messages sent = "
               "received + in flight, payloads and state digests; the money rules skipped (app mode: each message "

@@ -16,7 +16,7 @@ timing and quiescence are the bank's):
 
 from __future__ import annotations
 
-import base64
+import hashlib
 import json
 import random
 import time
@@ -28,7 +28,9 @@ import grpc
 
 from snapmesh.services.app import kvshard
 from snapmesh.services.app.drive import Driver, node_infos, snapshot_view
+from snapmesh.checking import cut
 from snapmesh.checking.logcheck import RecordedSnapshot
+from snapmesh.protocol import wal
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 SETTLED_TRIES = 10  # triggers until the settled snapshot is COMPLETE
@@ -210,23 +212,28 @@ def payload_mismatches(logs: dict[str, list[dict]]) -> list[str]:
                   if r.get("kind") == "recv" and r["msg_id"] in sent and r.get("payload", "") != sent[r["msg_id"]])
 
 
-def snapshot_against_logs(logs: dict[str, list[dict]], snapshots: list[pb.Snapshot]) -> list[str]:
-    """Each COMPLETE app snapshot's bytes against the logs: every in-flight payload is the one
-    sent under its msg_id, and every node's state hashes to the digest its cut record holds."""
-    import hashlib
-
-    sent = {r["msg_id"]: r.get("payload", "") for records in logs.values() for r in records if r.get("kind") == "send"}
-    cuts = {(node, r["snapshot_id"]): r.get("digest", "") for node, records in logs.items() for r in records
-            if r.get("kind") == "cut"}
+def snapshot_against_logs(
+    logs: dict[str, list[dict]], snapshots: list[pb.Snapshot], channels: list[tuple[str, str]],
+) -> list[str]:
+    """Each COMPLETE app snapshot's bytes against the logs, by `cut.check_snapshot` (the one
+    definition) with an app's reading, `cut.Payloads`: every in-flight payload is the one its
+    sender logged at its seq, and every node's state hashes to the digest its cut record holds."""
+    index = cut.LogIndex.of({node: [cut.record(r, node) for r in records] for node, records in logs.items()},
+                            [s.snapshot_id for s in snapshots], reading=cut.Payloads())
     problems = []
     for snap in snapshots:
-        for channel in snap.channels:
-            for t in channel.in_flight:
-                if base64.b64encode(t.payload).decode() != sent.get(t.msg_id):
-                    problems.append(f"{snap.snapshot_id}: {t.msg_id} in flight holds other bytes than its send")
-        for node in snap.nodes:
-            logged = cuts.get((node.node_id, snap.snapshot_id))
-            if logged is not None and hashlib.sha256(node.state).hexdigest() != logged:
-                problems.append(f"{snap.snapshot_id}: {node.node_id}'s state does not hash to its cut's digest")
+        sid = snap.snapshot_id
+        listed = cut.Snapshot(
+            sid,
+            nodes=[(n.node_id, hashlib.sha256(n.state).hexdigest()) for n in snap.nodes],
+            channels=[(c.src, c.dst, [(t.msg_id, wal.pack(t.payload), t.seq) for t in c.in_flight])
+                      for c in snap.channels],
+        )
+        for rule, args in cut.check_snapshot(index, listed, topology=channels).problems:
+            if rule == cut.STATE:
+                problems.append(f"{sid}: {args[0]}'s state does not hash to its cut's digest")
+            elif rule == cut.IN_FLIGHT_CONTENT:
+                problems.append(f"{sid}: {args[2]} in flight holds other bytes than its send")
+            else:
+                problems.append(f"{sid}: {rule} {args}")
     return problems
-

@@ -3,16 +3,25 @@
 Pure: records from `snapmesh.protocol.wal` in, problems out; no file, clock or
 network (callers read the files). The real-log checker (`logcheck.check_logs`), the
 plain-Python reconciler (`snapmesh.reconcile.baseline`, and through it the rows the
-Spark job must match), the fault fuzzer's judge (`snapmesh.sim.invariants`) and the
-trace checker (`trace.check_trace`, the simulator's, over the trace read as logs) all
-ask `check_snapshot`; each words the problems its own way. docs/reconcile.md,
-"The rules", lists the rules with the name each has here.
+Spark job must match), the fault fuzzer's judge (`snapmesh.sim.invariants`), the
+trace checker (`trace.check_trace`, the simulator's, over the trace read as logs)
+and an app campaign's checks (`snapmesh.chaos.appchecks`) all ask `check_snapshot`;
+each words the problems its own way. docs/reconcile.md, "The rules", lists the
+rules with the name each has here.
+
+What a message holds and what a node's state is are the app's: a `Reading` says.
+A message's recorded content is compared with the content its send record holds as
+an opaque value, and a node's recorded state with the state the logs give at its
+cut. `Payloads` is an app's reading (snapmesh.app): a message's payload as logged,
+a node's state the digest its cut record holds. The bank's
+(`snapmesh.bank.cut.Reading`) replays its log to the cut and adds its own
+rules, conservation among them; none of its arithmetic is here.
 
 `LogIndex` reads every node's records once, in lsn order (`add` one at a time, for a
-reader that streams, or `LogIndex.of(logs)`): per node the balance and, per channel
-end, (records, highest seq, highest transfer seq) before every `cut`; per channel the
-sends by seq; the markers. `check_snapshot(index, snapshot)` then costs about the
-snapshot's size.
+reader that streams, or `LogIndex.of(logs)`): per node and per channel end,
+(records, highest seq, highest transfer seq) before every `cut`; per channel the
+send records by seq; the markers. `check_snapshot(index, snapshot)` then costs about
+the snapshot's size.
 
 With per-channel seqs over FIFO channels, "the sends j logged before its cut minus
 the receives i logged before its cut" is the sends with seq in (b, a]: a the highest
@@ -25,14 +34,15 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from snapmesh.protocol import wal
 
 Channel = tuple[str, str]
-Transfer = tuple[str, int, int]  # (msg_id, amount, seq)
+Transfer = tuple[str, Any, int]  # (msg_id, content as the reading reads it, seq)
 
 # The rules, by the problem each reports (the order of docs/reconcile.md "The rules").
+# A reading adds its own rules (the bank's: snapmesh/bank/cut.py's RULES).
 MISSING_NODE = "MISSING_NODE"  # a node the logs show is not in the snapshot
 UNKNOWN_NODE = "UNKNOWN_NODE"  # a node in the snapshot has no log
 NODE_LISTED_TWICE = "NODE_LISTED_TWICE"
@@ -41,8 +51,7 @@ MANY_CUTS = "MANY_CUTS"
 MISSING_CHANNEL = "MISSING_CHANNEL"  # a channel (of the logs, or the topology) is not in the snapshot
 UNKNOWN_CHANNEL = "UNKNOWN_CHANNEL"  # only against a topology: a recorded channel outside it
 CHANNEL_LISTED_TWICE = "CHANNEL_LISTED_TWICE"
-BALANCE = "BALANCE"  # recorded balance != init + received - sent before the cut
-CUT_BALANCE = "CUT_BALANCE"  # the cut record's balance != the same
+STATE = "STATE"  # recorded state != the state the logs give at the cut
 SENDER_NOT_PREFIX = "SENDER_NOT_PREFIX"  # the sender's seqs before its cut are not 1..n
 RECEIVER_NOT_PREFIX = "RECEIVER_NOT_PREFIX"
 ORPHAN_RECEIPT = "ORPHAN_RECEIPT"  # received before the receiver's cut, sent after the sender's
@@ -53,25 +62,23 @@ IN_FLIGHT_AFTER_CUT = "IN_FLIGHT_AFTER_CUT"  # nothing sent after a cut appears 
 IN_FLIGHT_RECEIVED = "IN_FLIGHT_RECEIVED"
 UNEXPECTED_IN_FLIGHT = "UNEXPECTED_IN_FLIGHT"
 IN_FLIGHT_LISTED_TWICE = "IN_FLIGHT_LISTED_TWICE"
-IN_FLIGHT_AMOUNT = "IN_FLIGHT_AMOUNT"
+IN_FLIGHT_CONTENT = "IN_FLIGHT_CONTENT"  # recorded content != the send record's
 IN_FLIGHT_SEQ = "IN_FLIGHT_SEQ"
 IN_FLIGHT_ORDER = "IN_FLIGHT_ORDER"
-CONSERVATION = "CONSERVATION"  # recorded balances + in flight != the total
-CLAIMED_TOTAL = "CLAIMED_TOTAL"  # the snapshot's own `total` is not its parts' sum
-CLAIMED_EXPECTED = "CLAIMED_EXPECTED"  # its `expected_total` is not the logs' total
 MARKERS = "MARKERS"  # only with markers=True: not one marker out and one in per channel
 MARKER_BEFORE_CUT = "MARKER_BEFORE_CUT"  # only with markers=True
 
-NODE_RULES = (MISSING_NODE, UNKNOWN_NODE, NODE_LISTED_TWICE, NO_CUT, MANY_CUTS, BALANCE, CUT_BALANCE)
+NODE_RULES = (MISSING_NODE, UNKNOWN_NODE, NODE_LISTED_TWICE, NO_CUT, MANY_CUTS, STATE)
 IN_FLIGHT_RULES = (
     MISSING_IN_FLIGHT, IN_FLIGHT_NEVER_SENT, IN_FLIGHT_OTHER_CHANNEL, IN_FLIGHT_AFTER_CUT, IN_FLIGHT_RECEIVED,
-    UNEXPECTED_IN_FLIGHT, IN_FLIGHT_LISTED_TWICE, IN_FLIGHT_AMOUNT, IN_FLIGHT_SEQ, IN_FLIGHT_ORDER,
+    UNEXPECTED_IN_FLIGHT, IN_FLIGHT_LISTED_TWICE, IN_FLIGHT_CONTENT, IN_FLIGHT_SEQ, IN_FLIGHT_ORDER,
 )
 
 
 # The kinds the rules read, and their fields (the required ones of `wal.SPEC`).
 READ_KINDS = ("init", "send", "recv", "cut", "marker_sent", "marker_recv", "restore", "replay")
 _READ_FIELDS = {kind: tuple(name for name, _, required in wal.SPEC[kind] if required) for kind in READ_KINDS}
+_OPTIONAL_READ = {"send": ("payload",), "cut": ("digest",)}  # what `Payloads` reads besides
 
 
 def record(raw: Mapping[str, Any], node: str | None = None) -> wal.Record:
@@ -84,12 +91,17 @@ def record(raw: Mapping[str, Any], node: str | None = None) -> wal.Record:
     if fields is None:
         return wal.Unknown(lsn=raw["lsn"], kind=kind)
     own = {"src": node} if kind in ("send", "marker_sent") else {"dst": node} if kind in ("recv", "marker_recv") else {}
-    return wal.BY_KIND[kind](lsn=raw["lsn"], **{name: raw[name] if name in raw else own[name] for name in fields})
+    values = {name: raw[name] if name in raw else own[name] for name in fields}
+    for name in _OPTIONAL_READ.get(kind, ()):
+        if name in raw:
+            values[name] = raw[name]
+    return wal.BY_KIND[kind](lsn=raw["lsn"], **values)
 
 
 class Problem(NamedTuple):
-    """One broken rule: `rule` (a name above) and the values its message shows, in
-    the order of `snapmesh.reconcile.messages` (the first is the node or the src)."""
+    """One broken rule: `rule` (a name above, or the reading's) and the values its
+    message shows, in the order of `snapmesh.reconcile.messages` (the first is the
+    node or the src)."""
 
     rule: str
     args: tuple
@@ -97,13 +109,12 @@ class Problem(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class CutState:
-    """A node at one of its `cut` records: the record's lsn and balance, the balance
-    its log gives before it, and per ("out", dst) / ("in", src) the (records, highest
-    seq, highest transfer seq) before it."""
+    """A node at one of its `cut` records: the record's lsn, the record, and per
+    ("out", dst) / ("in", src) the (records, highest seq, highest transfer seq)
+    before it."""
 
     lsn: int
-    cut_balance: int
-    balance: int
+    record: wal.Cut
     links: Mapping[tuple[str, str], tuple[int, int, int]]
 
 
@@ -112,56 +123,118 @@ class Snapshot:
     """What a snapshot recorded, as listed (a node or channel may be listed twice)."""
 
     snapshot_id: str
-    nodes: Sequence[tuple[str, int]]  # (node, recorded balance)
+    nodes: Sequence[tuple[str, Any]]  # (node, recorded state as the reading reads it)
     channels: Sequence[tuple[str, str, Sequence[Transfer]]]  # (src, dst, in flight in the listed order)
-    total: int | None = None  # the snapshot's own claims, when it makes them
-    expected_total: int | None = None
+    claims: Mapping[str, Any] = field(default_factory=dict)  # what the snapshot says of itself (the reading's rules)
 
 
 @dataclass(slots=True)
 class Verdict:
-    """`check_snapshot`'s answer: the problems (rule order, not yet sorted) and, per
-    channel with both cuts, the in-flight transfers the logs give, in seq order."""
+    """`check_snapshot`'s answer: the problems (rule order, not yet sorted), per
+    channel with both cuts the in-flight messages the logs give, in seq order, and
+    what the reading's whole-snapshot rules worked out (the bank's: its totals)."""
 
     snapshot_id: str
     problems: list[Problem] = field(default_factory=list)
     expected: dict[Channel, list[Transfer]] = field(default_factory=dict)
-    balances: int = 0
-    in_flight: int = 0
-    total: int = 0
-
-    @property
-    def observed(self) -> int:
-        return self.balances + self.in_flight
+    whole: Any = None
 
     @property
     def consistent(self) -> bool:
         return not self.problems
 
 
-class LogIndex:
-    """Every node's records read once (see the module docstring). `snapshot_ids`:
-    keep cut states for these snapshots only (None: all)."""
+class Reading(Protocol):
+    """What an app's messages and states are, for the rules. Problems it finds are
+    (rule, args) pairs, worded by `snapmesh.reconcile.messages` like the rules here."""
 
-    def __init__(self, snapshot_ids: Iterable[str] | None = None) -> None:
+    node_rules: tuple[str, ...]  # its rules about one node (args[0] the node)
+
+    def content(self, send: wal.Send) -> Any:
+        """The content a send record logged, compared with the recorded one as it is."""
+
+    def said(self, cut: wal.Cut) -> Any:
+        """What a cut record says of the node's state (and orders two cuts at one lsn)."""
+
+    def state(self, node: str, cut: CutState) -> Any:
+        """The node's state the logs give at `cut`, compared with the recorded one as it is."""
+
+    def feed(self, node: str, records: Sequence[wal.Record]) -> None:
+        """`node`'s records (in lsn order, after those fed before), read once more, as the reading needs."""
+
+    def check_node(self, node: str, cut: CutState) -> Iterable[tuple[str, tuple]]:
+        """More rules on one node at its cut."""
+
+    def check_whole(self, snap: Snapshot, verdict: Verdict) -> tuple[Any, Iterable[tuple[str, tuple]]]:
+        """More rules on the whole snapshot: (what it worked out, the problems)."""
+
+    def opening(self, restore: wal.Restore) -> wal.Record:
+        """The first record of the epoch `restore` starts (`epoch_logs`)."""
+
+    def replayed(self, opening: wal.Record, replay: wal.Replay) -> wal.Record:
+        """That first record with one `replay` after the restore folded in."""
+
+
+class Payloads:
+    """An app's reading (snapmesh.app): a message's content is its payload as logged
+    (base64), a node's state the digest its cut record holds (sha256 of the app's
+    snapshot() bytes, hex). Record a snapshot's in-flight payloads as `wal.pack`
+    gives them and each node's state as that digest of its bytes."""
+
+    node_rules: tuple[str, ...] = ()
+
+    def content(self, send: wal.Send) -> str:
+        return send.payload
+
+    def said(self, cut: wal.Cut) -> str:
+        return cut.digest
+
+    def state(self, node: str, cut: CutState) -> str:
+        return cut.record.digest
+
+    def feed(self, node: str, records: Sequence[wal.Record]) -> None:
+        pass
+
+    def check_node(self, node: str, cut: CutState) -> Iterable[tuple[str, tuple]]:
+        return ()
+
+    def check_whole(self, snap: Snapshot, verdict: Verdict) -> tuple[Any, Iterable[tuple[str, tuple]]]:
+        return None, ()
+
+    def opening(self, restore: wal.Restore) -> wal.Record:
+        return restore  # the rules read no restore record; an app's state is in it
+
+    def replayed(self, opening: wal.Record, replay: wal.Replay) -> wal.Record:
+        return opening
+
+
+class LogIndex:
+    """Every node's records read once (see the module docstring), and by `reading`
+    too (`Reading.feed`: `of` hands it each node's records; a caller of `add` feeds
+    it itself). `snapshot_ids`: keep cut states for these snapshots only (None: all)."""
+
+    def __init__(self, snapshot_ids: Iterable[str] | None = None, *, reading: Reading) -> None:
+        self.reading = reading
         self.wanted = None if snapshot_ids is None else set(snapshot_ids)
         self.nodes: dict[str, None] = {}  # in the order first seen
-        self.initial_total = 0
         self.cuts: dict[tuple[str, str], list[CutState]] = defaultdict(list)  # (sid, node) ->
-        self.send_by_seq: dict[Channel, dict[int, tuple[str, int]]] = defaultdict(dict)  # seq -> (msg_id, amount)
-        self.first_send: dict[str, tuple[str, str, int, int]] = {}  # msg_id -> min (src, dst, seq, amount)
+        self.send_by_seq: dict[Channel, dict[int, wal.Send]] = defaultdict(dict)  # seq -> its send record
+        self.first_send: dict[str, tuple[str, str, int]] = {}  # msg_id -> min (src, dst, seq)
         self.channels: set[Channel] = set()
         self.markers_sent: dict[tuple[str, Channel], list[int]] = defaultdict(list)  # -> lsns
         self.markers_recv: Counter[tuple[str, Channel]] = Counter()
-        self._balance: dict[str, int] = defaultdict(int)
         self._links: dict[str, dict[tuple[str, str], list[int]]] = defaultdict(dict)
 
     @classmethod
-    def of(cls, logs: Mapping[str, Iterable[wal.Record]], snapshot_ids: Iterable[str] | None = None) -> LogIndex:
-        index = cls(snapshot_ids)
+    def of(
+        cls, logs: Mapping[str, Iterable[wal.Record]], snapshot_ids: Iterable[str] | None = None, *, reading: Reading,
+    ) -> LogIndex:
+        index = cls(snapshot_ids, reading=reading)
         for node, records in logs.items():
+            records = records if isinstance(records, Sequence) else list(records)
             for record in records:
                 index.add(node, record)
+            reading.feed(node, records)
         return index
 
     def _link(self, node: str, key: tuple[str, str], seq: int, transfer: bool) -> None:
@@ -178,16 +251,14 @@ class LogIndex:
         self.nodes.setdefault(node)
         kind = type(r)
         if kind is wal.Send:
-            self._balance[node] -= r.amount  # type: ignore[attr-defined]
             channel = (r.src, r.dst)  # type: ignore[attr-defined]
             self._link(node, ("out", r.dst), r.seq, True)  # type: ignore[attr-defined]
-            self.send_by_seq[channel][r.seq] = (r.msg_id, r.amount)  # type: ignore[attr-defined]
-            sent = (r.src, r.dst, r.seq, r.amount)  # type: ignore[attr-defined]
+            self.send_by_seq[channel][r.seq] = r  # type: ignore[assignment, attr-defined]
+            sent = (r.src, r.dst, r.seq)  # type: ignore[attr-defined]
             first = self.first_send.get(r.msg_id)  # type: ignore[attr-defined]
             self.first_send[r.msg_id] = sent if first is None else min(first, sent)  # type: ignore[attr-defined]
             self.channels.add(channel)
         elif kind is wal.Recv:
-            self._balance[node] += r.amount  # type: ignore[attr-defined]
             self._link(node, ("in", r.src), r.seq, True)  # type: ignore[attr-defined]
             self.channels.add((r.src, r.dst))  # type: ignore[attr-defined]
         elif kind is wal.MarkerSent:
@@ -198,23 +269,21 @@ class LogIndex:
             self._link(node, ("in", r.src), r.seq, False)  # type: ignore[attr-defined]
             self.markers_recv[(r.snapshot_id, (r.src, r.dst))] += 1  # type: ignore[attr-defined]
             self.channels.add((r.src, r.dst))  # type: ignore[attr-defined]
-        elif kind is wal.Init:
-            self._balance[node] += r.balance  # type: ignore[attr-defined]
-            self.initial_total += r.balance  # type: ignore[attr-defined]
         elif kind is wal.Cut and (self.wanted is None or r.snapshot_id in self.wanted):  # type: ignore[attr-defined]
             links = {key: (v[0], v[1], v[2]) for key, v in self._links[node].items()}
-            self.cuts[(r.snapshot_id, node)].append(CutState(r.lsn, r.balance, self._balance[node], links))  # type: ignore[attr-defined]
+            self.cuts[(r.snapshot_id, node)].append(CutState(r.lsn, r, links))  # type: ignore[arg-type, attr-defined]
 
     def cut(self, sid: str, node: str) -> CutState | None:
         """The node's cut for `sid` (the first, when a log has several)."""
         states = self.cuts.get((sid, node))
-        return min(states, key=lambda c: (c.lsn, c.cut_balance)) if states else None
+        said = self.reading.said
+        return min(states, key=lambda c: (c.lsn, said(c.record))) if states else None
 
 
-def epoch_logs(logs: Mapping[str, Sequence[wal.Record]], epoch: int) -> dict[str, list[wal.Record]]:
+def epoch_logs(logs: Mapping[str, Sequence[wal.Record]], epoch: int, reading: Reading) -> dict[str, list[wal.Record]]:
     """Each node's log in `epoch`, as a run of its own: epoch 1 up to the first
-    `restore`; epoch E from the last `restore` record of E, which becomes an `init`
-    holding the restored balance plus the replays after it (seqs start over)."""
+    `restore`; epoch E from the last `restore` record of E, which becomes the
+    reading's opening record with the replays after it folded in (seqs start over)."""
     out: dict[str, list[wal.Record]] = {}
     for node, records in logs.items():
         current: list[wal.Record] | None = None
@@ -222,13 +291,13 @@ def epoch_logs(logs: Mapping[str, Sequence[wal.Record]], epoch: int) -> dict[str
             current = out[node] = []
         for r in records:
             if type(r) is wal.Restore:
-                current = [wal.Init(lsn=r.lsn, balance=r.balance)] if r.epoch == epoch else None
+                current = [reading.opening(r)] if r.epoch == epoch else None
                 if current is not None:
                     out[node] = current  # a restore redone after a crash replaces the cut-short one
             elif current is None:
                 continue
             elif type(r) is wal.Replay:
-                current[0] = wal.Init(lsn=current[0].lsn, balance=current[0].balance + r.amount)  # type: ignore[attr-defined]
+                current[0] = reading.replayed(current[0], r)
             else:
                 current.append(r)
     return out
@@ -239,36 +308,37 @@ def check_snapshot(
     snap: Snapshot,
     *,
     topology: Iterable[Channel] | None = None,
-    total: int | None = None,
     markers: bool = False,
 ) -> Verdict:
-    """Every rule on one snapshot. `topology`: the channels there are (default: the
-    ones the logs show; given, a recorded channel outside it is UNKNOWN_CHANNEL).
-    `total`: the money there is (default: the logs' `init` balances). `markers`:
-    also one marker out and one in per channel, sent after the sender's cut (the
-    Spark job does not read markers, so the reconcilers leave it off)."""
-    sid = snap.snapshot_id
-    verdict = Verdict(sid, total=index.initial_total if total is None else total)
+    """Every rule on one snapshot, and the index's reading's. `topology`: the
+    channels there are (default: the ones the logs show; given, a recorded channel
+    outside it is UNKNOWN_CHANNEL). `markers`: also one marker out and one in per
+    channel, sent after the sender's cut (the Spark job does not read markers, so
+    the reconcilers leave it off)."""
+    sid, reading = snap.snapshot_id, index.reading
+    verdict = Verdict(sid)
     say = verdict.problems.append
-    listed: dict[str, list[int]] = defaultdict(list)
-    for node, balance in snap.nodes:
-        listed[node].append(balance)
+    listed: dict[str, list[Any]] = defaultdict(list)
+    for node, state in snap.nodes:
+        listed[node].append(state)
     for node in sorted(set(index.nodes) | set(listed)):
-        in_logs, balances, cut = node in index.nodes, listed.get(node), index.cut(sid, node)
-        if in_logs and not balances:
+        in_logs, states, cut = node in index.nodes, listed.get(node), index.cut(sid, node)
+        if in_logs and not states:
             say(Problem(MISSING_NODE, (node,)))
         if not in_logs:
             say(Problem(UNKNOWN_NODE, (node,)))
-        if balances and len(balances) > 1:
-            say(Problem(NODE_LISTED_TWICE, (node, len(balances))))
+        if states and len(states) > 1:
+            say(Problem(NODE_LISTED_TWICE, (node, len(states))))
         if in_logs and cut is None:
             say(Problem(NO_CUT, (node,)))
         if cut is not None and len(index.cuts[(sid, node)]) > 1:
             say(Problem(MANY_CUTS, (node, len(index.cuts[(sid, node)]))))
-        if balances and cut is not None and min(balances) != cut.balance:
-            say(Problem(BALANCE, (node, min(balances), cut.balance)))
-        if cut is not None and cut.cut_balance != cut.balance:
-            say(Problem(CUT_BALANCE, (node, cut.cut_balance, cut.balance)))
+        if cut is not None:
+            logged = reading.state(node, cut)
+            if states and min(states) != logged:
+                say(Problem(STATE, (node, min(states), logged)))
+            for rule, args in reading.check_node(node, cut):
+                say(Problem(rule, args))
 
     by_channel: dict[Channel, list[Sequence[Transfer]]] = defaultdict(list)
     for src, dst, items in snap.channels:
@@ -281,14 +351,9 @@ def check_snapshot(
         for src, dst in sorted(channels):
             _check_markers(index, sid, src, dst, say)
 
-    verdict.balances = sum(b for _, b in snap.nodes)
-    verdict.in_flight = sum(amount for _, _, items in snap.channels for _, amount, _ in items)
-    if verdict.observed != verdict.total:
-        say(Problem(CONSERVATION, (verdict.observed, verdict.balances, verdict.in_flight, verdict.total)))
-    if snap.total is not None and snap.total != verdict.observed:
-        say(Problem(CLAIMED_TOTAL, (snap.total, verdict.observed)))
-    if snap.expected_total is not None and snap.expected_total != verdict.total:
-        say(Problem(CLAIMED_EXPECTED, (snap.expected_total, verdict.total)))
+    verdict.whole, found = reading.check_whole(snap, verdict)
+    for rule, args in found:
+        say(Problem(rule, args))
     return verdict
 
 
@@ -308,12 +373,12 @@ def _check_channel(
         if seqs != sorted(seqs):
             say(Problem(IN_FLIGHT_ORDER, (src, dst)))
             break
-    recorded: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    recorded: dict[str, list[tuple[Any, int]]] = defaultdict(list)
     for items in entries:
-        for msg_id, amount, seq in items:
-            recorded[msg_id].append((amount, seq))
+        for msg_id, content, seq in items:
+            recorded[msg_id].append((content, seq))
     sender, receiver = index.cut(sid, src), index.cut(sid, dst)
-    expected: dict[str, tuple[int, int]] = {}
+    expected: dict[str, tuple[Any, int]] = {}
     a = b = None
     if sender is not None and receiver is not None:
         sent_n, sent_top, a = sender.links.get(("out", dst), (0, 0, 0))
@@ -324,20 +389,20 @@ def _check_channel(
             say(Problem(RECEIVER_NOT_PREFIX, (src, dst, dst, got_n, got_top)))
         if b > a:
             say(Problem(ORPHAN_RECEIPT, (src, dst, dst, b, src, a)))
-        by_seq = index.send_by_seq.get((src, dst), {})
+        by_seq, content = index.send_by_seq.get((src, dst), {}), index.reading.content
         for seq in range(b + 1, a + 1):
-            if seq in by_seq:
-                msg_id, amount = by_seq[seq]
-                expected[msg_id] = (amount, seq)
-        verdict.expected[(src, dst)] = [(m, amount, seq) for m, (amount, seq) in expected.items()]
-    for msg_id, (amount, seq) in expected.items():
+            send = by_seq.get(seq)
+            if send is not None:
+                expected[send.msg_id] = (content(send), seq)
+        verdict.expected[(src, dst)] = [(m, logged, seq) for m, (logged, seq) in expected.items()]
+    for msg_id, (logged, seq) in expected.items():
         got = recorded.get(msg_id)
         if not got:
             say(Problem(MISSING_IN_FLIGHT, (src, dst, msg_id)))
             continue
-        rec_amount, rec_seq = min(x[0] for x in got), min(x[1] for x in got)
-        if rec_amount != amount:
-            say(Problem(IN_FLIGHT_AMOUNT, (src, dst, msg_id, rec_amount, amount)))
+        rec_content, rec_seq = min(x[0] for x in got), min(x[1] for x in got)
+        if rec_content != logged:
+            say(Problem(IN_FLIGHT_CONTENT, (src, dst, msg_id, rec_content, logged)))
         if rec_seq != seq:
             say(Problem(IN_FLIGHT_SEQ, (src, dst, msg_id, rec_seq, seq)))
     for msg_id, got in recorded.items():

@@ -3,7 +3,7 @@ snapshot get` and the trace picture (snapmesh.app: `App.describe(view)`, a JSON-
 summary).
 
 A bank snapshot has no `Snapshot.app` and is not described here: its readers keep
-their money tables. An app snapshot is described by loading the app its `app.spec`
+their own tables. An app snapshot is described by loading the app its `app.spec`
 names (in this process: from the working directory or PYTHONPATH, as `--app`
 does) and calling `describe` on its view. None of what can go wrong is an error
 for the reader: an app that does not load, has no `describe`, raises in it or

@@ -26,6 +26,7 @@ from typing import Any
 from snapmesh.checking import cut
 from snapmesh.checking.node_logs import log_events
 from snapmesh.checking.trace import Channel, Event, InvariantViolation, Report, _name, check_trace
+import snapmesh.bank.cut as bank_cut
 
 __all__ = [
     "InvariantViolation", "RecordedSnapshot", "Report", "check_logs",
@@ -101,6 +102,7 @@ def check_logs(
     index = cut.LogIndex.of(
         {node: [cut.record(r, node) for r in records] for node, records in logs.items()} if recorded else {},
         snapshot_ids=[snap.snapshot_id for snap in recorded],
+        reading=bank_cut.Reading(expected_total),
     )
     for snap in recorded:
         problems += _snapshot_against_logs(snap, index, channels, expected_total)
@@ -119,7 +121,7 @@ def _snapshot_against_logs(snap: RecordedSnapshot, index: cut.LogIndex, channels
         nodes=list(snap.balances.items()),
         channels=[(src, dst, items) for (src, dst), items in snap.in_flight.items()],
     )
-    verdict = cut.check_snapshot(index, listed, topology=channels, total=total, markers=True)
+    verdict = cut.check_snapshot(index, listed, topology=channels, markers=True)
     rules = {problem.rule for problem in verdict.problems}
     p: list[str] = []
     say = p.append
@@ -131,9 +133,9 @@ def _snapshot_against_logs(snap: RecordedSnapshot, index: cut.LogIndex, channels
         state = index.cut(sid, node)
         if state is None:
             say(f"snapshot {sid}: no cut record in {node}'s log")
-        elif any(q.rule in (cut.BALANCE, cut.CUT_BALANCE) and q.args[0] == node for q in verdict.problems):
-            say(f"snapshot {sid}: {node} recorded {snap.balances.get(node)}, its cut says {state.cut_balance}, "
-                f"its log before the cut gives {state.balance}")
+        elif any(q.rule in (cut.STATE, bank_cut.CUT_BALANCE) and q.args[0] == node for q in verdict.problems):
+            say(f"snapshot {sid}: {node} recorded {snap.balances.get(node)}, its cut says {state.record.balance}, "
+                f"its log before the cut gives {index.reading.state(node, state)}")
     if p:
         return p
 
@@ -152,8 +154,8 @@ def _snapshot_against_logs(snap: RecordedSnapshot, index: cut.LogIndex, channels
                     "expected one")
             elif problem.rule == cut.MARKER_BEFORE_CUT:
                 say(f"snapshot {sid}: {src} sent the marker on {channel} before its cut")
-    if cut.CONSERVATION in rules:
-        say(f"snapshot {sid}: balances + in flight = {verdict.observed}, the total is {total}")
+    if bank_cut.CONSERVATION in rules:
+        say(f"snapshot {sid}: balances + in flight = {verdict.whole.observed}, the total is {total}")
     return p
 
 

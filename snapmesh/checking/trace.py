@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from snapmesh.checking import cut
+import snapmesh.bank.cut as bank_cut
 from snapmesh.protocol import wal
 
 Event = Mapping[str, Any]
@@ -280,24 +281,25 @@ def trace_logs(
             if kind == "send":
                 channel = (node, event["dst"])
                 seq_of[(channel, event["msg"])] = sent[channel] = sent.get(channel, 0) + 1
-    index = cut.LogIndex(snapshot_ids)
-    add, send, recv, cut_record = index.add, wal.Send, wal.Recv, wal.Cut
+    logs: dict[str, list[wal.Record]] = {}
+    send, recv, cut_record = wal.Send, wal.Recv, wal.Cut
     for node, balance in initial.items():
         history = at_node.get(node, [])
-        add(node, wal.Init(lsn=history[0][0] - 1 if history else 0, balance=balance))
+        log = logs[node] = [wal.Init(lsn=history[0][0] - 1 if history else 0, balance=balance)]
+        add = log.append
         for pos, kind, event in history:
             if kind == "send":
                 dst, msg = event["dst"], event["msg"]
                 # A msg id sent twice on a channel: both take the later seq (the trace reports it).
-                add(node, send(lsn=pos, msg_id=msg, src=node, dst=dst, seq=seq_of[((node, dst), msg)],
-                               amount=event["amount"]))
+                add(send(lsn=pos, msg_id=msg, src=node, dst=dst, seq=seq_of[((node, dst), msg)],
+                         amount=event["amount"]))
             elif kind == "receive":
                 src, msg = event["src"], event["msg"]
-                add(node, recv(lsn=pos, msg_id=msg, src=src, dst=node, seq=seq_of.get(((src, node), msg), 0),
-                               amount=event["amount"]))
+                add(recv(lsn=pos, msg_id=msg, src=src, dst=node, seq=seq_of.get(((src, node), msg), 0),
+                         amount=event["amount"]))
             elif kind == "cut":
-                add(node, cut_record(lsn=pos, snapshot_id=event["snapshot"], balance=event["balance"]))
-    return index, seq_of
+                add(cut_record(lsn=pos, snapshot_id=event["snapshot"], balance=event["balance"]))
+    return cut.LogIndex.of(logs, snapshot_ids, reading=bank_cut.Reading()), seq_of
 
 
 class _TraceIndex:
@@ -396,13 +398,13 @@ def _check_snapshot(sid: str, ix: _TraceIndex, *, total: int, require_complete: 
         channels=[(src, dst, [(msg, amount, ix.seq_of.get(((src, dst), msg), 0)) for msg, amount in items])
                   for (src, dst), items in recorded.items()],
     )
-    verdict = cut.check_snapshot(ix.logs, snap, topology=channels, total=total)
+    verdict = cut.check_snapshot(ix.logs, snap, topology=channels)
     p += _in_trace_words(sid, ix, verdict, recorded)
 
     # Conservation, once the whole snapshot is in.
     is_complete = all((sid, n) in cuts for n in nodes) and all(c in recorded for c in channels)
-    if is_complete and any(q.rule == cut.CONSERVATION for q in verdict.problems):
-        say(f"snapshot {sid}: recorded balances + in-flight = {verdict.observed}, but the total is {total}")
+    if is_complete and any(q.rule == bank_cut.CONSERVATION for q in verdict.problems):
+        say(f"snapshot {sid}: recorded balances + in-flight = {verdict.whole.observed}, but the total is {total}")
     return p
 
 
@@ -416,7 +418,7 @@ def _in_trace_words(
     after_cut: dict[str, str] = {}  # msg -> its sender, recorded in flight though sent after the sender's cut
     for q in verdict.problems:
         rule, args = q.rule, q.args
-        if rule == cut.BALANCE:
+        if rule == cut.STATE:
             node, balance, expected = args
             say(f"snapshot {sid}: {node} recorded {balance}, but its trace before the cut gives {expected}")
         elif rule == cut.ORPHAN_RECEIPT:
@@ -424,7 +426,7 @@ def _in_trace_words(
             by_seq = ix.logs.send_by_seq.get((src, dst), {})
             for seq in range(sent_upto + 1, received_upto + 1):
                 if seq in by_seq:
-                    say(f"snapshot {sid}: transfer {by_seq[seq][0]} was sent after {src}'s cut but received "
+                    say(f"snapshot {sid}: transfer {by_seq[seq].msg_id} was sent after {src}'s cut but received "
                         f"before {dst}'s cut")
         elif rule == cut.IN_FLIGHT_AFTER_CUT or (
             # A cut missing at one end: "sent after the sender's cut" by its position alone.

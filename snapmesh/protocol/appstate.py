@@ -15,7 +15,7 @@ V1. A COMPLETE snapshot of an app cluster says which app (`Snapshot.app.spec`) a
 V2. A check that raises or returns something other than a list is a failed
     invariant naming what happened (snapmesh.app.check_invariants), never a
     crash of the controller.
-V3. The bank's fields stay the bank's: an app cluster moves no money, so an app
+V3. The bank's fields stay the bank's: an app cluster has no native tally, so an app
     snapshot's `total` is its `expected_total` and it is `conserved`; whether it
     may be restored is its invariants' call (snapmesh.protocol.controller.machine.problem).
 """
@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import Any
 
 from snapmesh.app import App, View, check_invariants
+from snapmesh.bank.ledger import BankSide
 from snapmesh.protocol.controller.appside import PartRefused
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -87,8 +88,11 @@ class AppChecker:
                                   f"{len(run.payloads)} payloads")
         return dict.fromkeys(items, 0)
 
-    def node(self, entry: pb.NodeBalance, state: pb.FullState) -> int:
-        return 0  # the state bytes are the tracker's to keep
+    # An app node still reports the native int64 field (left at its init): the entry
+    # keeps it as reported, as before the app side existed, so v1 readers and the
+    # log rules (snapmesh reconcile) see what the node logged. The state bytes are
+    # the tracker's to keep.
+    node = BankSide.node
 
     def item_columns(self, items: Sequence[pb.InFlightTransfer]) -> tuple[Sequence, ...]:
         return ([t.payload if t.HasField("payload") else None for t in items],)

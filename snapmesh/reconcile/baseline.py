@@ -18,7 +18,7 @@ from collections import defaultdict
 from typing import Any
 
 from snapmesh.checking import cut
-
+import snapmesh.bank.cut as bank_cut
 from snapmesh.reconcile import messages as M
 from snapmesh.reconcile.schema import INT_COLUMNS, REQUIRED_FIELDS, SCOPE_LOGS, SCOPE_SNAPSHOT, STR_COLUMNS
 
@@ -62,9 +62,10 @@ def reconcile(data_dir: str) -> list[dict[str, Any]]:
     log_found: list[tuple[int, str]] = []
     bad: list[tuple[str, int | None, str]] = []
     nodes: dict[str, dict[str, Any]] = {}
-    msgs: dict[str, list] = {}  # msg_id -> [sends, recvs, got, receiver]
+    msgs: dict[str, list] = {}  # msg_id -> [sends, recvs, got, receiver, sent]
     seqs: dict[tuple[str, str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    index = cut.LogIndex()
+    bank = bank_cut.Reading()
+    index = cut.LogIndex(reading=bank)
     files = sorted(glob.glob(os.path.join(data_dir, "*.log.jsonl")))
     for path in files:
         file_node = os.path.basename(path)[: -len(".log.jsonl")]
@@ -86,7 +87,9 @@ def reconcile(data_dir: str) -> list[dict[str, Any]]:
                 if bad:
                     continue  # only collecting bad lines from now on
                 node, kind, lsn = rec["node"], rec["kind"], rec["lsn"]
-                index.add(node, cut.record(rec))
+                record = cut.record(rec)
+                index.add(node, record)
+                bank.add(node, record)
                 info = nodes.setdefault(node, {"inits": 0, "init_lsn": None, "init_balance": 0})
                 if lsn != line_no:
                     log_found.append(M.LSN_NOT_LINE.format(node, line_no, lsn))
@@ -98,9 +101,12 @@ def reconcile(data_dir: str) -> list[dict[str, Any]]:
                     src, dst, seq = rec["src"], rec["dst"], rec["seq"]
                     seqs[(src, dst, "sender" if kind in SENDS else "receiver")][seq] += 1
                     if kind == "send":
-                        msgs.setdefault(rec["msg_id"], [0, 0, None, None])[0] += 1
+                        m = msgs.setdefault(rec["msg_id"], [0, 0, None, None, None])
+                        transfer = (src, dst, seq, rec["amount"])
+                        m[0] += 1
+                        m[4] = transfer if m[4] is None else min(m[4], transfer)
                     elif kind == "recv":
-                        m = msgs.setdefault(rec["msg_id"], [0, 0, None, None])
+                        m = msgs.setdefault(rec["msg_id"], [0, 0, None, None, None])
                         transfer = (src, dst, seq, rec["amount"])
                         m[1] += 1
                         m[2] = transfer if m[2] is None else min(m[2], transfer)
@@ -124,8 +130,7 @@ def reconcile(data_dir: str) -> list[dict[str, Any]]:
         if info["init_lsn"] is not None and info["init_lsn"] != 1:
             log_found.append(M.INIT_NOT_FIRST.format(node, info["init_lsn"]))
     describe = lambda t: M.TRANSFER % t  # noqa: E731
-    for msg_id, (sends, recvs, got, receiver) in msgs.items():
-        sent = index.first_send.get(msg_id)
+    for msg_id, (sends, recvs, got, receiver, sent) in msgs.items():
         if sends == 0:
             log_found.append(M.RECV_NEVER_SENT.format(msg_id, receiver))
         if sends > 1:
@@ -196,8 +201,7 @@ def snapshot_of(doc: dict[str, Any]) -> cut.Snapshot:
              [(m.get("msg_id"), _i(m.get("amount")), _i(m.get("seq"))) for m in c.get("in_flight") or []])
             for c in doc.get("channels") or []
         ],
-        total=_claim(doc.get("total")),
-        expected_total=_claim(doc.get("expected_total")),
+        claims={"total": _claim(doc.get("total")), "expected_total": _claim(doc.get("expected_total"))},
     )
 
 
@@ -218,13 +222,13 @@ def _check_snapshot(doc: dict[str, Any], index: cut.LogIndex, initial_total: int
     if status != "COMPLETE":
         return row
     snap = snapshot_of(doc)
-    verdict = cut.check_snapshot(index, snap, total=initial_total)
+    verdict = cut.check_snapshot(index, snap)
     found = [getattr(M, p.rule).format(*p.args) for p in verdict.problems]
     row.update(
         consistent=not found,
         nodes_checked=len(snap.nodes),
         channels_checked=len(snap.channels),
-        observed_total=verdict.observed,
+        observed_total=verdict.whole.observed,
         discrepancies=len(found),
         first_discrepancy=min(found)[1] if found else None,
     )

@@ -1,7 +1,8 @@
 """Every discrepancy the reconciliation can report: a priority and a printf template.
 
-Each snapshot message is named as its rule in `snapmesh.checking.cut` (docs/reconcile.md
-"The rules"): `getattr(messages, problem.rule)` words a `cut.Problem`.
+Each snapshot message is named as its rule in `snapmesh.checking.cut`, or in the bank's
+reading `snapmesh.bank.cut` (docs/reconcile.md "The rules"):
+`getattr(messages, problem.rule)` words a `cut.Problem`.
 
 Shared by the Spark job (``format_string``) and the plain-Python baseline (``%``),
 so both say the same thing in the same words. A verdict's "first discrepancy" is the
@@ -46,7 +47,7 @@ NO_CUT = Message(11, "node %s: no cut record for this snapshot")
 MANY_CUTS = Message(11, "node %s: %s cut records for this snapshot")
 MISSING_CHANNEL = Message(12, "snapshot missing channel %s->%s")
 CHANNEL_LISTED_TWICE = Message(12, "channel %s->%s listed %s times")
-BALANCE = Message(20, "node %s: recorded %s, logs say %s before cut")
+STATE = Message(20, "node %s: recorded %s, logs say %s before cut")
 CUT_BALANCE = Message(21, "node %s: cut record says %s, logs say %s before cut")
 SENDER_NOT_PREFIX = Message(30, "channel %s->%s: %s logged %s sends/markers before its cut, highest seq %s")
 RECEIVER_NOT_PREFIX = Message(30, "channel %s->%s: %s logged %s receipts before its cut, highest seq %s")
@@ -58,7 +59,7 @@ IN_FLIGHT_AFTER_CUT = Message(33, "channel %s->%s: in-flight %s was sent after %
 IN_FLIGHT_RECEIVED = Message(33, "channel %s->%s: in-flight %s was received by %s before its cut")
 UNEXPECTED_IN_FLIGHT = Message(33, "channel %s->%s: unexpected in-flight %s")
 IN_FLIGHT_LISTED_TWICE = Message(34, "channel %s->%s: in-flight %s listed %s times")
-IN_FLIGHT_AMOUNT = Message(34, "channel %s->%s: in-flight %s amount %s, logs say %s")
+IN_FLIGHT_CONTENT = Message(34, "channel %s->%s: in-flight %s amount %s, logs say %s")
 IN_FLIGHT_SEQ = Message(34, "channel %s->%s: in-flight %s seq %s, logs say %s")
 IN_FLIGHT_ORDER = Message(35, "channel %s->%s: in-flight not in seq order")
 CONSERVATION = Message(40, "conservation: recorded %s (balances %s + in-flight %s), initial total %s")

@@ -139,7 +139,7 @@ def snapshot_discrepancies(
             (F.col("cuts") > 1, message(M.MANY_CUTS, "node", "cuts")),
             (
                 listed & has_cut & (F.col("recorded") != F.col("balance_before")),
-                message(M.BALANCE, "node", "recorded", "balance_before"),
+                message(M.STATE, "node", "recorded", "balance_before"),
             ),
             (
                 has_cut & (F.col("cut_balance") != F.col("balance_before")),
@@ -252,7 +252,7 @@ def snapshot_discrepancies(
             (F.col("listed") > 1, message(M.IN_FLIGHT_LISTED_TWICE, "src", "dst", "msg_id", "listed")),
             (
                 both & (F.col("rec_amount") != F.col("exp_amount")),
-                message(M.IN_FLIGHT_AMOUNT, "src", "dst", "msg_id", "rec_amount", "exp_amount"),
+                message(M.IN_FLIGHT_CONTENT, "src", "dst", "msg_id", "rec_amount", "exp_amount"),
             ),
             (
                 both & (F.col("rec_seq") != F.col("exp_seq")),

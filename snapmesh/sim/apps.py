@@ -18,7 +18,8 @@ and the checker (sim/invariants.py) adds, in app mode:
   A1 per channel and epoch, each received payload is the one its sender logged
      at that seq (with S3: every message once, in order, none invented);
   A2 a COMPLETE snapshot: each node's state is the one its `cut` record's digest
-     names, each in-flight payload is the one the sender logged at that seq,
+     names, each in-flight payload is the one the sender logged at that seq (both
+     by `snapmesh.checking.cut.check_snapshot` with `cut.Payloads`),
      `check_invariants(app, view)` is all empty, and the controller machine's
      verdict (its AppChecker) says the same;
   A3 a `restore` record holds the snapshot's recorded state for the node, and
@@ -43,6 +44,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from snapmesh.app import App, Context, NodeInfo, Refused, View, check_invariants, new_machine
+from snapmesh.checking import cut
 from snapmesh.protocol.node import core
 from snapmesh.protocol import overtake, wal
 from snapmesh.protocol.node.steps import state_digest
@@ -109,24 +111,35 @@ def check_view(app: App, where: str, snapshot: View) -> None:
 
 def check_complete(
     app: App, snapshot_id: str, reports: Mapping[str, core.FullState], channels: Sequence[tuple[str, str]],
-    params: Mapping[str, Any], cut_digest: Mapping[str, str], sent_payload: Mapping[tuple[str, str, int], str],
+    params: Mapping[str, Any], logs: Mapping[str, Sequence[wal.Record]],
 ) -> None:
-    """A2. `cut_digest`: node -> its cut record's digest; `sent_payload`: (src, dst, seq) ->
-    the payload the sender logged in the snapshot's epoch (base64)."""
-    for node, part in reports.items():
-        if part.state is None or state_digest(part.state) != cut_digest.get(node):
+    """A2. `logs`: each node's log in the snapshot's epoch. The states and the in-flight
+    payloads against them by `cut.check_snapshot` (the one definition) with an app's
+    reading, `cut.Payloads`; then the app's invariants."""
+    recorded = {(src, dst): channel_state(reports, src, dst) for src, dst in channels}
+    snapshot = cut.Snapshot(
+        snapshot_id,
+        nodes=[(node, None if part.state is None else state_digest(part.state)) for node, part in reports.items()],
+        channels=[
+            (src, dst, [(t.msg_id, None if t.payload is None else wal.pack(t.payload), t.seq) for t in items])
+            for (src, dst), items in recorded.items()
+        ],
+    )
+    index = cut.LogIndex.of(logs, [snapshot_id], reading=cut.Payloads())
+    for rule, args in cut.check_snapshot(index, snapshot, topology=channels).problems:
+        if rule == cut.STATE:
+            node, _, logged = args
             raise AppViolation(
-                f"snapshot {snapshot_id}: {node} reported a state whose digest is not its cut record's"
-                f" ({cut_digest.get(node)!r})"
+                f"snapshot {snapshot_id}: {node} reported a state whose digest is not its cut record's ({logged!r})"
             )
-    for src, dst in channels:
-        for t in channel_state(reports, src, dst):
-            logged = sent_payload.get((src, dst, t.seq))
-            if t.payload is None or wal.pack(t.payload) != logged:
-                raise AppViolation(
-                    f"snapshot {snapshot_id}: {src}->{dst} seq {t.seq} recorded payload {t.payload!r},"
-                    f" the sender logged {logged!r}"
-                )
+        if rule == cut.IN_FLIGHT_CONTENT:
+            src, dst, msg_id, _, logged = args
+            t = next(t for t in recorded[(src, dst)] if t.msg_id == msg_id)
+            raise AppViolation(
+                f"snapshot {snapshot_id}: {src}->{dst} seq {t.seq} recorded payload {t.payload!r},"
+                f" the sender logged {logged!r}"
+            )
+        raise AppViolation(f"snapshot {snapshot_id}: {rule} {args}")
     check_view(app, f"snapshot {snapshot_id}", view(snapshot_id, reports, channels, params))
 
 

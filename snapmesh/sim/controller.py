@@ -16,9 +16,9 @@ simulated cluster, as services/controller/engine.py does on the real one:
   Finished          COMPLETE: checked against the logs (invariants C1-C3)
   AbortAt           a FAILED snapshot: the node, if up, aborts it (every node
                     of the topology must get one: checked)
-  RestoreAt         the node's part waits for `restore_one`; its answer goes
-                    back once the node's log is durable, and a node that crashed
-                    first gets its part again (the real restorer retries)
+  RestoreAt         the node's part waits for `restore_one`; its answer is the
+                    node machine's RestoreReply (once durable), and a node that
+                    crashed first gets its part again (the real restorer retries)
   RestoreDone       the restore ended; the machine hears it settled (its record
                     durable) only at the next `restore_one`, so calls can come in
                     between: a new key then joins the restore that has ended
@@ -111,7 +111,7 @@ class SimController:
         self.machine = self._machine()
         self.reports: deque[tuple[str, core.FullState, int]] = deque()  # (node, part, its epoch) on the way here
         self.parts: dict[str, pb.RestoreStateRequest] = {}  # the running restore's parts not yet taken
-        self.waiting: dict[str, tuple[int, pb.RestoreStateRequest]] = {}  # node -> (lsn to be durable, its part)
+        self.waiting: dict[str, pb.RestoreStateRequest] = {}  # node -> its part, taken, its RestoreReply not yet in
         self.recorded: dict[str, dict[str, core.FullState]] = {}  # snapshot -> the parts taken, as the nodes made them
         self.next_snapshot = 0
         self.broadcast = False  # every snapshot starts at every node at once (the machine's B1; fuzz --broadcast)
@@ -318,7 +318,6 @@ class SimController:
         replayed = self.machine.replayed(self.journal.durable, now, skip=set())  # S1: deadlines from `now` too
         self.journal.restarted({s.snapshot_id: s.status for s in self.machine.all()}, self.machine.epoch)
         self.restarts.replayed(replayed, self.machine.all(), now.mono)
-        last = self.machine.last_restore
         # A key whose record was still pending was never answered: the machine rightly forgot it.
         self.answered = {k: v for k, v in self.answered.items() if self.answered_at[k] <= len(self.journal.durable)}
         self.keys_at_restart = set(self.answered)
@@ -327,8 +326,8 @@ class SimController:
         self.parts.clear()
         self.waiting.clear()
         self.settling = False  # a RestoreDone not yet carried out: its record may be durable or lost
-        if last is not None and last.status == pb.Restore.RESTORING:
-            self.machine.resume(self.machine.get(last.snapshot_id))
+        if self.machine.to_resume:  # the replay says a restore was under way
+            self.machine.resume(self.machine.get(self.machine.to_resume))
         else:
             self.restoring = None
         self.carry_out()
@@ -356,26 +355,23 @@ class SimController:
         in_flight, app = apps.restore_part(request, app=self.world.app is not None)  # an app's: state and payloads too
         if app and in_flight:
             self.faults["restore part with app messages in flight"] += 1
-        node.restore(snapshot_id=request.snapshot_id, epoch=request.epoch, balance=request.balance, in_flight=in_flight, **app)  # type: ignore[union-attr]
-        self.world.route(node_id)
-        # Every stream of the older epoch ends, with what is on its wires.
-        self.world.network.cut_all(node_id)
-        self.world.network.forget_stale(node_id)
-        self.waiting[node_id] = (node.last_lsn, request)  # type: ignore[union-attr]  # answered once durable
-        self.durable(node_id)
+        self.waiting[node_id] = request  # the node's RestoreReply answers it (`restored`)
+        node.restore(  # type: ignore[union-attr]
+            snapshot_id=request.snapshot_id, epoch=request.epoch, balance=request.balance, in_flight=in_flight,
+            reply_to=request, **app,
+        )
+        self.world.route(node_id)  # its EndStreams ends the older epoch's connections
         if crash and rng.random() < 0.25:
             self.faults["crash during a restore"] += 1
             self.world.crash(node_id, rng)
 
-    def durable(self, node_id: str) -> None:
-        """`node_id`'s log grew durable: its restore answer goes back if it waited for that."""
-        waiting = self.waiting.get(node_id)
-        node = self.world.nodes[node_id]
-        if waiting is None or node is None or self.world.disks[node_id].durable_lsn < waiting[0]:
+    def restored(self, node_id: str, reply: node_mod.RestoreReply) -> None:
+        """`node_id`'s RestoreReply: the answer goes back (a call this process no longer waits for is gone)."""
+        if self.waiting.get(node_id) is not reply.to:
             return
         del self.waiting[node_id]
         if self.up:
-            answer = pb.RestoreStateResponse(epoch=node.epoch, balance=node.restored_balance)
+            answer = pb.RestoreStateResponse(epoch=reply.epoch, balance=reply.tally)
             self.machine.node_restored(node_id, answer, self.now())
             self.carry_out()
 
@@ -383,7 +379,7 @@ class SimController:
         """`node_id` died: a restore answer it owed is lost, and its part is sent again."""
         waiting = self.waiting.pop(node_id, None)
         if waiting is not None and self.up:
-            self.parts[node_id] = waiting[1]
+            self.parts[node_id] = waiting
 
     def start_restore(self, rng: random.Random) -> None:
         complete = [s.snapshot_id for s in self.machine.all() if s.status == COMPLETE]

@@ -50,6 +50,7 @@ from typing import Any
 
 from snapmesh.checking import cut
 from snapmesh.protocol.node import core
+import snapmesh.bank.cut as bank_cut
 from snapmesh.protocol import overtake, wal
 from snapmesh.sim import apps
 
@@ -318,7 +319,8 @@ class Checker:
         """C1-C3: the snapshot against the log of its epoch, by `cut.check_snapshot`
         (the one definition the real-log checker and the reconcilers use)."""
         self.complete[snapshot_id] = reports
-        index = cut.LogIndex.of(cut.epoch_logs(self.logs, epoch), snapshot_ids=[snapshot_id])
+        bank = bank_cut.Reading(self.total)
+        index = cut.LogIndex.of(cut.epoch_logs(self.logs, epoch, bank), snapshot_ids=[snapshot_id], reading=bank)
         channels = {
             (src, dst): [(t.msg_id, t.amount, t.seq) for t in overtake.channel_state(reports, src, dst)]
             for src, dst in self.channels
@@ -328,33 +330,35 @@ class Checker:
             nodes=[(node, state.balance) for node, state in reports.items()],
             channels=[(src, dst, items) for (src, dst), items in channels.items()],
         )
-        verdict = cut.check_snapshot(index, snapshot, topology=self.channels, total=self.total)
-        problems = verdict.problems
+        verdict = cut.check_snapshot(index, snapshot, topology=self.channels)
+        problems, node_rules = verdict.problems, cut.NODE_RULES + bank.node_rules
         for node, state in reports.items():
-            if any(p.rule in cut.NODE_RULES and p.args[0] == node for p in problems):
+            if any(p.rule in node_rules and p.args[0] == node for p in problems):
                 at_cut = index.cut(snapshot_id, node)
-                logged = at_cut.balance if at_cut is not None else None
+                logged = bank.state(node, at_cut) if at_cut is not None else None
                 raise Violation(f"snapshot {snapshot_id}: {node} recorded {state.balance}, its log says {logged} at its cut")
-        if problems and problems[0].rule in cut.NODE_RULES:
+        if problems and problems[0].rule in node_rules:
             raise Violation(f"snapshot {snapshot_id}: COMPLETE but {problems[0].rule} for {problems[0].args[0]}")
         for src, dst in self.channels:
-            if any(p.args[:2] == (src, dst) and p.rule not in cut.NODE_RULES for p in problems):
+            if any(p.args[:2] == (src, dst) and p.rule not in node_rules for p in problems):
                 expected = [seq for _, _, seq in verdict.expected.get((src, dst), [])]
                 raise Violation(
                     f"snapshot {snapshot_id}: {src}->{dst} recorded seqs {[seq for _, _, seq in channels[(src, dst)]]}, "
                     f"the logs say {expected}"
                 )
         if problems:
-            raise Violation(f"snapshot {snapshot_id}: recorded total {verdict.observed} != {self.total}")
+            raise Violation(f"snapshot {snapshot_id}: recorded total {verdict.whole.observed} != {self.total}")
         if self.app is not None:  # A2
-            digests = {node: index_cut_digest(self.logs[node], self.cuts.get((node, snapshot_id))) for node in reports}
-            sent = {(s, d, seq): p for (s, d, e), by_seq in self.payloads.items() if e == epoch for seq, p in by_seq.items()}
-            apps.check_complete(self.app, snapshot_id, reports, self.channels, self.app_params, digests, sent)
+            logs = cut.epoch_logs(self.logs, epoch, cut.Payloads())
+            apps.check_complete(self.app, snapshot_id, reports, self.channels, self.app_params, logs)
 
     # -- after quiescence (Q1-Q3)
 
     def check_quiescent(self, live: Mapping[str, object], snapshot_status: Mapping[str, str]) -> None:
-        (epoch,) = set(self.epoch.values())  # quiescent: every node has every restore
+        epochs = set(self.epoch.values())
+        if len(epochs) != 1:  # quiescent: every node has every restore (one told it was done, then lost it?)
+            raise Violation(f"quiescent: the nodes are in epochs {dict(sorted(self.epoch.items()))}")
+        (epoch,) = epochs
         for src, dst in self.channels:
             sent = self.sent[(src, dst, epoch)]
             last = max(sent, default=0)
@@ -378,11 +382,3 @@ class Checker:
             raise Violation(f"quiescent: transfers answered to a client but not in the log: {lost[:5]}")
         if self.app is not None:  # A5
             apps.check_quiescent(self.app, {n: node.app_state() for n, node in live.items()}, self.app_params)  # type: ignore[attr-defined]
-
-
-def index_cut_digest(log: list[wal.Record], lsn: int | None) -> str | None:
-    """The digest of the `cut` record at `lsn` in `log` (lsns are 1, 2, 3, ...: S4)."""
-    if lsn is None or not 0 < lsn <= len(log):
-        return None
-    record = log[lsn - 1]
-    return record.digest if type(record) is wal.Cut else None  # type: ignore[attr-defined]

@@ -16,9 +16,12 @@ Epochs (node rule N8) are the node machine's: a connection opens in its
 sender's epoch, and the receiver's `opened` refuses it (EpochFenced, changing
 nothing) when the fence does, stale or not restored yet. The network only acts
 on the refusal, as the gRPC node's Channel stream is aborted: the connection
-ends with what is on its wire, and the sender dials again later. A restore
-ends every connection of the node (sim/controller.py), as the gRPC engine
-ends every stream of the older epoch.
+ends with what is on its wire, and the sender dials again later. A node
+redoing a restore cut short dials too, as the gRPC node does: its links started
+over at the restore record, so all it can send is what the redo sends again (an
+app's replies to the replays logged), and the receiver's fence decides. At a restore
+the node machine's `EndStreams` names the connections to end (`end_streams`),
+as the gRPC engine ends those streams.
 """
 
 from __future__ import annotations
@@ -88,8 +91,6 @@ class Network:
         if self.conns[channel] is not None or not self.reachable(src, dst):
             return
         a = self.nodes[src]
-        if a.restore_incomplete:  # type: ignore[union-attr]
-            return  # the sender redoes its restore first
         self.next_conn_no[channel] += 1
         conn = self.conns[channel] = Conn(self.next_conn_no[channel], eager=self.rng.random() < 0.5)
         conn.cluster_epoch = a.epoch  # type: ignore[union-attr]
@@ -116,8 +117,13 @@ class Network:
             if node_id in channel:
                 self.cut(channel, keep_wire=False)
 
-    def forget_stale(self, node_id: str) -> None:
-        self.stale = [(c, conn) for c, conn in self.stale if node_id not in c]
+    def end_streams(self, node_id: str, effect: node_mod.EndStreams) -> None:
+        """The node's EndStreams: those channels' connections end, with what is on their wires (stale ones too)."""
+        named = {(node_id, dst) for dst in effect.outgoing} | {(src, node_id) for src in effect.incoming}
+        for channel in self.channels:
+            if channel in named:
+                self.cut(channel, keep_wire=False)
+        self.stale = [(c, conn) for c, conn in self.stale if c not in named]
 
     def split(self, rng: random.Random, ids: list[str]) -> None:
         """A partition starts (nodes on two sides, connections across cut), or heals."""

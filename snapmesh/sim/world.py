@@ -139,6 +139,7 @@ class World:
         node = self.nodes[node_id]
         assert node is not None
         disk = self.disks[node_id]
+        restored = []  # answered after the step's other effects: the controller may call nodes back
         for effect in node.drain():
             kind = type(effect)
             if kind is node_mod.Append:
@@ -164,8 +165,14 @@ class World:
                 self.faults["segment sealed"] += 1
             elif kind is node_mod.ReportCancelled:
                 self.finished.get(node_id, {}).pop(effect.snapshot_id, None)
+            elif kind is node_mod.RestoreReply:
+                restored.append(effect)
+            elif kind is node_mod.EndStreams:
+                self.network.end_streams(node_id, effect)
             else:  # pragma: no cover
                 raise TypeError(f"unrouted effect {effect!r}")
+        for effect in restored:
+            self.controller.restored(node_id, effect)
 
     def crash(self, node_id: str, rng: random.Random) -> None:
         disk = self.disks[node_id]
@@ -188,8 +195,7 @@ class World:
             return
         disk.flush(count)
         node.durable(disk.durable_lsn)
-        self.route(node_id)  # its Reply effects answer the clients
-        self.controller.durable(node_id)
+        self.route(node_id)  # its Reply effects answer the clients, its RestoreReply the controller
 
     def tick(self, dt: float) -> None:
         """Time passes: the controller fails late snapshots, nodes drop recordings past their ttl."""

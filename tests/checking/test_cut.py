@@ -10,6 +10,7 @@ import pytest
 from support.layers import violations
 
 from snapmesh.checking import cut
+import snapmesh.bank.cut as bank_cut
 from snapmesh.protocol import wal
 from support.logs import P1, P2
 
@@ -17,7 +18,7 @@ HONEST = dict(nodes=[("p1", 90), ("p2", 100)], channels=[("p1", "p2", [("p1:p2:1
 
 
 def rules(snapshot: cut.Snapshot, logs: dict | None = None, **options) -> list[str]:
-    index = cut.LogIndex.of(logs or {"p1": P1, "p2": P2})
+    index = cut.LogIndex.of(logs or {"p1": P1, "p2": P2}, reading=bank_cut.Reading())
     return [p.rule for p in cut.check_snapshot(index, snapshot, markers=True, **options).problems]
 
 
@@ -27,21 +28,22 @@ def test_cut_is_pure() -> None:
 
 
 def test_the_honest_snapshot_breaks_no_rule() -> None:
-    verdict = cut.check_snapshot(cut.LogIndex.of({"p1": P1, "p2": P2}), cut.Snapshot("s1", **HONEST), markers=True)
-    assert verdict.problems == [] and verdict.observed == verdict.total == 200
+    index = cut.LogIndex.of({"p1": P1, "p2": P2}, reading=bank_cut.Reading())
+    verdict = cut.check_snapshot(index, cut.Snapshot("s1", **HONEST), markers=True)
+    assert verdict.problems == [] and verdict.whole.observed == verdict.whole.total == 200
     assert verdict.expected == {("p1", "p2"): [("p1:p2:1", 10, 1)], ("p2", "p1"): []}
 
 
 @pytest.mark.parametrize(
     ("changes", "rule"),
     [
-        ({"nodes": [("p1", 91), ("p2", 100)]}, cut.BALANCE),
+        ({"nodes": [("p1", 91), ("p2", 100)]}, cut.STATE),
         ({"nodes": [("p1", 90)]}, cut.MISSING_NODE),
         ({"nodes": [("p1", 90), ("p2", 100), ("p9", 0)]}, cut.UNKNOWN_NODE),
         ({"channels": [("p1", "p2", []), ("p2", "p1", [])]}, cut.MISSING_IN_FLIGHT),
         ({"channels": [("p1", "p2", [("p1:p2:1", 10, 1), ("p1:p2:3", 5, 3)]), ("p2", "p1", [])]},
          cut.IN_FLIGHT_AFTER_CUT),
-        ({"channels": [("p1", "p2", [("p1:p2:1", 11, 1)]), ("p2", "p1", [])]}, cut.IN_FLIGHT_AMOUNT),
+        ({"channels": [("p1", "p2", [("p1:p2:1", 11, 1)]), ("p2", "p1", [])]}, cut.IN_FLIGHT_CONTENT),
         ({"channels": [("p1", "p2", [("p1:p2:1", 10, 1)])]}, cut.MISSING_CHANNEL),
     ],
 )
@@ -66,6 +68,7 @@ def test_an_epoch_is_a_run_of_its_own_from_its_restore() -> None:
            wal.Restore(lsn=3, snapshot_id="s", epoch=2, balance=90, deliveries=1),
            wal.Replay(lsn=4, snapshot_id="s", msg_id="r", src="b", dst="a", seq=1, amount=4),
            wal.Cut(lsn=5, snapshot_id="t", balance=94)]
-    assert cut.epoch_logs({"a": log}, 1) == {"a": log[:2]}
-    assert cut.epoch_logs({"a": log}, 2) == {"a": [wal.Init(lsn=3, balance=94), log[4]]}
-    assert cut.epoch_logs({"a": log}, 3) == {}
+    bank = bank_cut.Reading()
+    assert cut.epoch_logs({"a": log}, 1, bank) == {"a": log[:2]}
+    assert cut.epoch_logs({"a": log}, 2, bank) == {"a": [wal.Init(lsn=3, balance=94), log[4]]}
+    assert cut.epoch_logs({"a": log}, 3, bank) == {}

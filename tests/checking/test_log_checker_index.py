@@ -12,6 +12,7 @@ import pytest
 
 from snapmesh.checking import cut
 from snapmesh.checking.trace import INFINITY, _ChannelLine, _Send, trace_logs
+import snapmesh.bank.cut as bank_cut
 from snapmesh.protocol import wal
 
 SEEDS = range(300)
@@ -73,11 +74,11 @@ def test_the_trace_as_logs_gives_the_balance_and_seqs_before_each_cut(seed: int)
         state = index.cut(sid, node)
         if node == "a":
             before = [s for _, s in sent if s.pos < pos]
-            assert state.balance == 500 - sum(s.amount for s in before), f"seed {seed}"
+            assert index.reading.state(node, state) == 500 - sum(s.amount for s in before), f"seed {seed}"
             assert state.links.get(("out", "b"), (0, 0, 0))[:2] == (len(before), len(before)), f"seed {seed}"
         else:
             got = [m for m, (_, p, _) in receives.items() if p < pos]
-            assert state.balance == 7 + sum(amount[m] for m in got), f"seed {seed}"
+            assert index.reading.state(node, state) == 7 + sum(amount[m] for m in got), f"seed {seed}"
             top = max((seq_of[(("a", "b"), m)] for m in got), default=0)
             assert state.links.get(("in", "a"), (0, 0, 0))[:2] == (len(got), top), f"seed {seed}"
 
@@ -109,7 +110,8 @@ def test_the_expected_in_flight_is_sent_before_the_cut_minus_received_before_the
             b_log.append(wal.Recv(lsn=len(b_log) + 1, msg_id=msg, src="a", dst="b", seq=seq_of[msg], amount=amount))
         if b_cut == len(got):
             b_log.append(wal.Cut(lsn=len(b_log) + 1, snapshot_id="s", balance=0))
-        verdict = cut.check_snapshot(cut.LogIndex.of({"a": a_log, "b": b_log}), cut.Snapshot("s", [], []))
+        verdict = cut.check_snapshot(cut.LogIndex.of({"a": a_log, "b": b_log}, reading=bank_cut.Reading()),
+                                     cut.Snapshot("s", [], []))
         before = set(got[:b_cut])
         expected = [(m, s.amount, seq_of[m]) for m, s in sent[:a_cut] if m not in before]
         rules = {p.rule for p in verdict.problems}

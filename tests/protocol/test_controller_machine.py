@@ -166,9 +166,30 @@ def test_the_journal_replayed_gives_back_the_epoch_and_resumes_a_restore_under_w
     again = machine()
     replayed = again.replayed(records, T0, skip=set())
     assert (replayed.finished, replayed.warnings, again.epoch) == (["s1"], [], 2)
+    assert again.to_resume == "s1"  # the machine names the restore to run again, not a shell (issue 33)
     assert isinstance(again.restore(target, "k1", T0), restoregate.Join)  # the key's restore runs
     again.resume(again.tracker.get("s1"))
     assert kinds(again.drain()) == ["RestoreAt", "RestoreAt"]  # RESTORING is already durable
+    assert again.to_resume == ""
+
+
+def test_a_replay_whose_newest_restore_ended_resumes_nothing() -> None:
+    m = machine()
+    target = complete(m)
+    m.restore(target, "k1", T0)
+    records = [e.record for e in m.drain() if isinstance(e, M.Journal)]
+    answer = pb.RestoreStateResponse(epoch=2, balance=1)
+    m.node_restored("a", answer, T0)
+    m.node_restored("b", answer, T0)
+    records += [e.record for e in m.drain() if isinstance(e, M.Journal)]
+    again = machine()
+    again.replayed(
+        [R.Started(snapshot_id="s1", initiator="a", wall=T0.wall), R.Reported(state=part("s1", "a", 60), wall=T0.wall),
+         R.Reported(state=part("s1", "b", 30, [10]), wall=T0.wall),
+         R.Finished(snapshot_id="s1", status=COMPLETE, reason="", wall=T0.wall), *records],
+        T0, skip=set(),
+    )
+    assert again.last_restore.status == pb.Restore.RESTORED and again.to_resume == ""
 
 
 def test_a_report_of_an_older_epoch_is_refused_by_the_machine_changing_nothing() -> None:

@@ -131,6 +131,8 @@ BANK_MUTATIONS_SEEDS = {
     "controller-retention-off-by-one": 7, "controller-retention-protect": 170,
     "controller-start-before-durable": 95, "controller-finish-before-durable": 118,
     "controller-replay-not-restarted": 0, "controller-replay-no-fresh-deadline": 2, "node-open-ignores-epoch": 5,
+    "node-restore-answer-before-durable": 10, "node-restore-keeps-streams": 7,
+    "controller-replay-no-resume": 9,
 }
 
 

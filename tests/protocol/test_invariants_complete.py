@@ -1,14 +1,21 @@
 """The fault fuzzer's judge on a COMPLETE snapshot (snapmesh/sim/invariants.py
 `check_complete`) asks snapmesh/checking/cut.py: an honest snapshot passes, and a
 wrong balance, a dropped in-flight transfer and a snapshot of the wrong epoch fail
-with the judge's words."""
+with the judge's words; and so does an app's (A2, snapmesh/sim/apps.py `check_complete`,
+cut with `cut.Payloads`): a state or an in-flight payload not the logs'."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from support.logs import P1, P2
 
+from snapmesh.app import App
+from snapmesh.protocol import wal
 from snapmesh.protocol.node import core
+from snapmesh.protocol.node.steps import state_digest
+from snapmesh.sim import apps
 from snapmesh.sim.invariants import Checker, Violation
 
 # The two logs' records in an order they could have happened in (a receipt after its send).
@@ -49,3 +56,42 @@ def test_a_lie_is_caught_in_the_judges_words(lie: dict, words: str) -> None:
 def test_a_snapshot_is_judged_against_the_log_of_its_epoch() -> None:
     with pytest.raises(Violation, match="its log says None at its cut"):
         checker().check_complete("s1", reports(), epoch=2)
+
+
+# An app's run (A2): p1 sends b"hi" to p2 before its cut; p2 cuts before it arrives.
+APP_LOGS = {
+    "p1": [wal.Init(lsn=1, balance=0),
+           wal.Send(lsn=2, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, amount=0, payload=wal.pack(b"hi")),
+           wal.Cut(lsn=3, snapshot_id="s1", balance=0, digest=state_digest(b"one"))],
+    "p2": [wal.Init(lsn=1, balance=0), wal.Cut(lsn=2, snapshot_id="s1", balance=0, digest=state_digest(b"two")),
+           wal.Recv(lsn=3, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, amount=0, payload=wal.pack(b"hi"))],
+}
+NO_INVARIANTS = App(name="no-invariants", new=lambda info: None)
+
+
+def app_reports(p1: bytes = b"one", payload: bytes = b"hi") -> dict:
+    sent = (core.Transfer(msg_id="p1:p2:1", amount=0, seq=1, payload=payload),)
+    return {
+        "p1": core.FullState(node_id="p1", snapshot_id="s1", balance=0, channels={"p2": ()}, state=p1),
+        "p2": core.FullState(node_id="p2", snapshot_id="s1", balance=0, channels={"p1": sent}, state=b"two"),
+    }
+
+
+def a2(reports: dict) -> None:
+    apps.check_complete(NO_INVARIANTS, "s1", reports, [("p1", "p2"), ("p2", "p1")], {}, APP_LOGS)
+
+
+def test_an_honest_app_snapshot_passes_a2() -> None:
+    a2(app_reports())
+
+
+@pytest.mark.parametrize(
+    ("lie", "words"),
+    [
+        (app_reports(p1=b"other"), "p1 reported a state whose digest is not its cut record's"),
+        (app_reports(payload=b"ho"), "p1->p2 seq 1 recorded payload b'ho', the sender logged 'aGk='"),
+    ],
+)
+def test_an_app_snapshots_lie_is_caught_by_a2_through_cut(lie: dict, words: str) -> None:
+    with pytest.raises(apps.AppViolation, match=re.escape(words)):
+        a2(lie)

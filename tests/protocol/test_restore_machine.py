@@ -14,6 +14,7 @@ from support.machines import Machines, kinds
 from snapmesh.protocol.node import core, recovery
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.epochs import EpochFenced
+from snapmesh.protocol.node.effects import Append, EndStreams, RestoreReply, Transmit
 from support.machines import _restore_all, _snapshot_with_one_in_flight
 
 
@@ -45,6 +46,45 @@ def test_a_repeat_is_a_no_op_and_an_older_epoch_is_refused() -> None:
     assert len(m.records("b")) == before and m.nodes["b"].balance == 80
     with pytest.raises(core.RemoteProtocolError, match="stale"):
         m.nodes["b"].restore(snapshot_id="s1", epoch=1, balance=50, in_flight=[])
+
+
+def test_the_restore_is_answered_by_an_effect_once_its_records_are_durable() -> None:
+    """Issue 33: RestoreState's answer is the machine's `RestoreReply`, not a shell's wait:
+    it comes once the restore's last record is durable (a crash before could take the
+    restore back after the controller heard it was done), and a repeat waits too."""
+    m = Machines({"a": 100, "b": 50})
+    _snapshot_with_one_in_flight(m)
+    b = m.nodes["b"]
+    assert b.restore(snapshot_id="s1", epoch=2, balance=50, in_flight=[("a", "a:b:1", 1, 30)], reply_to="call 1")
+    effects = b.drain()
+    assert not [e for e in effects if isinstance(e, RestoreReply)]  # nothing durable yet
+    last = max(e.record.lsn for e in effects if isinstance(e, Append))
+    assert b.restore(snapshot_id="s1", epoch=2, balance=50, in_flight=[("a", "a:b:1", 1, 30)], reply_to="call 2") is False
+    assert b.drain() == []  # the repeat rests on the same records: it waits as well
+    b.durable(last - 1)
+    assert not [e for e in b.drain() if isinstance(e, RestoreReply)]
+    b.durable(last)
+    assert [e for e in b.drain() if isinstance(e, RestoreReply)] == [
+        RestoreReply("call 1", 2, 80), RestoreReply("call 2", 2, 80)
+    ]
+    assert b.restore(snapshot_id="s1", epoch=2, balance=50, in_flight=[], reply_to="call 3") is False
+    assert b.drain() == [RestoreReply("call 3", 2, 80)]  # all durable already: answered in the step
+
+
+def test_the_restore_names_the_connections_to_end_and_a_repeat_names_none() -> None:
+    """Issue 33: which streams end at a restore is the machine's `EndStreams`, not a
+    shell's choice: every channel, in and out (the links of the older epoch are gone),
+    after the restore's records; a repeat changes no link and ends nothing."""
+    m = Machines({"a": 100, "b": 50, "c": 10})
+    parts = _snapshot_with_one_in_flight(m)
+    b = m.nodes["b"]
+    b.restore(snapshot_id="s1", epoch=2, balance=parts["b"].balance, in_flight=[("a", "a:b:1", 1, 30)])
+    effects = b.drain()
+    ends = [e for e in effects if isinstance(e, EndStreams)]
+    assert ends == [EndStreams(("a", "c"), ("a", "c"), "b restored s1 in epoch 2")]
+    assert effects.index(ends[0]) > max(i for i, e in enumerate(effects) if isinstance(e, Append))
+    assert b.restore(snapshot_id="s1", epoch=2, balance=parts["b"].balance, in_flight=[("a", "a:b:1", 1, 30)]) is False
+    assert not [e for e in b.drain() if isinstance(e, EndStreams)]
 
 
 def test_a_snapshot_in_progress_is_aborted_as_restored_to_s() -> None:
@@ -80,6 +120,36 @@ def test_a_crash_during_or_after_a_restore_recovers_exactly_once(cut: str) -> No
     m.crash("b")  # and once more from the complete log
     m.start("b")
     assert m.nodes["b"].balance == 80
+
+
+def test_a_node_redoing_a_restore_may_dial_out_it_has_nothing_of_an_epoch_to_send() -> None:
+    """Issue 33: whether a node whose restore was cut short dials is no decision for a
+    shell (the gRPC node dials, the simulator too): its peer's fence takes the open
+    (same epoch); its links started over at the restore record and clients and
+    snapshots are refused, so the bank sends nothing (an app only its replies to the
+    replays logged, which the redo makes again); the redo ends that connection
+    (EndStreams) before the new epoch's traffic flows."""
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    _restore_all(m, parts, epoch=2)
+    m.durable["b"] = next(r.lsn for r in m.records("b") if isinstance(r, wal.Restore))
+    m.crash("b")  # the replay is lost: b redoes the restore
+    m.start("b")
+    a, b = m.nodes["a"], m.nodes["b"]
+    assert b.restore_incomplete and b.epoch == 2
+    conn_no = m.conn_nos[("b", "a")] = m.conn_nos.get(("b", "a"), 0) + 1
+    m.wires[("b", "a")] = []
+    a.opened("b", conn_no, epoch=b.epoch)  # a is in epoch 2: the open is taken
+    m.route("a")
+    b.connect("a", conn_no)
+    assert not [e for e in b.drain() if isinstance(e, Transmit)]
+    b.restore(snapshot_id="s1", epoch=2, balance=parts["b"].balance, in_flight=[("a", "a:b:1", 1, 30)])
+    m.route("b")  # its EndStreams ends that connection
+    assert ("b", "a") not in m.wires and not b.restore_incomplete
+    b.transfer("a", 5)
+    m.route("b")
+    m.settle()
+    assert (a.balance, b.balance) == (75, 75) and a.receivers["b"].last_seq == 1
 
 
 def test_the_epoch_fence_refuses_older_calls_and_holds_newer_ones_until_restored() -> None:
@@ -155,6 +225,20 @@ def test_a_channel_open_of_another_epoch_is_refused_by_the_node_itself_changing_
     assert b.balance == 85 and b.receivers["a"].last_seq == held + 1
     b.opened("a", live + 5, epoch=2)  # the node's own epoch goes through: the newer connection takes over
     assert b.receivers["a"].conn_no == live + 5
+
+
+def test_an_open_that_names_no_epoch_is_epoch_1_to_the_node_itself() -> None:
+    """Issue 33: a sender from before restores sends no epoch (0 on the wire). The node
+    machine reads it as epoch 1, not the shell: taken in epoch 1, stale after a restore."""
+    m = Machines({"a": 100, "b": 50})
+    parts = _snapshot_with_one_in_flight(m)
+    b = m.nodes["b"]
+    b.opened("a", b.receivers["a"].conn_no + 1)  # epoch 1: taken
+    _restore_all(m, parts, epoch=2)
+    live = b.receivers["a"].conn_no
+    with pytest.raises(EpochFenced, match="channel a->b is from epoch 1; b is in epoch 2") as stale:
+        b.opened("a", live + 1, epoch=0)
+    assert stale.value.stale and b.receivers["a"].conn_no == live and b.drain() == []
 
 
 def test_a_finished_part_is_handed_out_once_with_its_epoch_and_wall_times() -> None:

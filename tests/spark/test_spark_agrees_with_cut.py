@@ -1,4 +1,4 @@
-"""The Spark job and the pure checker (snapmesh/checking/cut.py) on the same
+"""The Spark job and the pure checker (snapmesh/checking/cut.py, with the bank's reading) on the same
 generated corruptions (`snapmesh synth --corrupt`, every kind that leaves the input
 readable, and none): per COMPLETE snapshot they agree on consistent or not and, when
 both name a problem, on its kind; and the plain-Python baseline, which asks `cut`,
@@ -18,6 +18,7 @@ from support.spark_fixtures import spark  # noqa: F401
 
 from snapmesh.checking import cut
 from snapmesh.checking.node_logs import read_logs
+import snapmesh.bank.cut as bank_cut
 from snapmesh.reconcile import baseline
 from snapmesh.synth import writer as synth
 from snapmesh.reconcile import job
@@ -31,7 +32,7 @@ CASES = [None] + sorted(kind for kind in synth.CORRUPTIONS if kind != "truncated
 
 def rule_of(text: str) -> str:
     """The rule whose message `text` is (the first whose template matches)."""
-    for name in dir(cut):
+    for name in [*dir(cut), *bank_cut.RULES]:
         message = getattr(M, name, None)
         if name.isupper() and isinstance(message, M.Message):
             pattern = re.escape(message.template).replace(re.escape("%s"), ".*?").replace("%s", ".*?")
@@ -43,7 +44,8 @@ def rule_of(text: str) -> str:
 def pure_verdicts(data: Path) -> dict[str, tuple[bool, str | None]]:
     """snapshot id -> (consistent, kind of the first problem) by `cut` alone."""
     logs = read_logs(data)
-    index = cut.LogIndex.of({node: [cut.record(r) for r in records] for node, records in logs.items()})
+    logs = {node: [cut.record(r) for r in records] for node, records in logs.items()}
+    index = cut.LogIndex.of(logs, reading=bank_cut.Reading())
     out = {}
     for path in sorted((data / "snapshots").glob("*.json")):
         doc = json.loads(path.read_text())

@@ -14,7 +14,7 @@ PURE_ALLOWED = {
     "zlib", "google.protobuf", "snapmesh.protocol", "snapmesh.v1", "snapmesh.app",
     # The default app's side of the controller (the v1 messages' own fields): the
     # tracker falls back to it, so it is pure too (test_layers.PURE_MODULES holds it).
-    "snapmesh.bank.ledger",
+    "snapmesh.bank.ledger", "snapmesh.bank.cut",
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from snapmesh.protocol.node import core, recovery
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.machine import Node
-from snapmesh.protocol.node.effects import Ack, Append, Finished, Report, Seal, Transmit
+from snapmesh.protocol.node.effects import Ack, Append, EndStreams, Finished, Report, Seal, Transmit
 
 
 class Machines:
@@ -67,6 +67,9 @@ class Machines:
                 self.handed_out.append(effect)
             elif isinstance(effect, Report):
                 self.reports.append(self.finished.pop((effect.snapshot_id, n)))
+            elif isinstance(effect, EndStreams):  # the older epoch's wires end with what is on them
+                for channel in [*((n, dst) for dst in effect.outgoing), *((src, n) for src in effect.incoming)]:
+                    self.wires.pop(channel, None)
 
     def records(self, n: str) -> list[wal.Record]:
         return [r for seg in self.logs[n] for r in seg]
@@ -82,7 +85,7 @@ class Machines:
                 if src != dst and (src, dst) not in self.wires:
                     conn_no = self.conn_nos[(src, dst)] = self.conn_nos.get((src, dst), 0) + 1
                     self.wires[(src, dst)] = []
-                    self.nodes[dst].opened(src, conn_no)
+                    self.nodes[dst].opened(src, conn_no, epoch=self.nodes[src].epoch)
                     self.route(dst)
                     self.nodes[src].connect(dst, conn_no)
                     self.route(src)
@@ -128,4 +131,3 @@ def _restore_all(m: Machines, parts: dict[str, core.FullState], epoch: int) -> N
         in_flight = [(src, t.msg_id, t.seq, t.amount) for src, ts in part.channels.items() for t in ts]
         m.nodes[n].restore(snapshot_id=part.snapshot_id, epoch=epoch, balance=part.balance, in_flight=in_flight)
         m.route(n)
-    m.wires.clear()  # every stream of the older epoch ends (the shell does this)

@@ -8,6 +8,7 @@ from snapmesh.protocol.controller import machine as controller, restoregate, ret
 from snapmesh.protocol.node import link, recovery, requests
 from snapmesh.protocol.controller import journal
 from snapmesh.protocol.node import machine as node_mod
+from snapmesh.protocol.node import effects as node_effects
 from snapmesh.protocol.node import steps as node_steps
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -262,6 +263,19 @@ def _replay_without_a_fresh_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tracker.Tracker, "restarted", broken)
 
 
+def _replay_forgets_the_running_restore(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine's replay does not name the restore still RESTORING in its
+    journal (`to_resume`): after a restart no node that missed its part hears of it again."""
+    replayed = controller.Controller.replayed
+
+    def broken(self, *args, **kwargs):
+        found = replayed(self, *args, **kwargs)
+        self.to_resume = ""
+        return found
+
+    monkeypatch.setattr(controller.Controller, "replayed", broken)
+
+
 def _restore_plan_drops_a_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller machine's restore plan loses the first in-flight transfer of a
     channel: the fuzzer runs production's plan, so a node replays too little."""
@@ -334,6 +348,30 @@ def _reply_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(node_steps.NodeSteps, "_wait_or_reply", lambda self, waiting: self._reply(waiting))
 
 
+def _restore_answer_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node machine answers RestoreState before the restore's records are durable
+    (node rule N8): a crash then takes back a restore the controller was told is done."""
+
+    def broken(self, to: object) -> None:
+        if to is not None:
+            self._out.append(node_effects.RestoreReply(to, self.epochs.epoch, self.epochs.restored_balance))
+
+    monkeypatch.setattr(node_steps.NodeSteps, "_restore_reply", broken)
+
+
+def _restore_keeps_the_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node machine names no connection to end at a restore (node rule N8): the
+    older epoch's connections live on, though the links behind them started over."""
+    restore = node_steps.NodeSteps.restore
+
+    def broken(self, **kwargs):
+        done = restore(self, **kwargs)
+        self._out = [e for e in self._out if type(e) is not node_effects.EndStreams]
+        return done
+
+    monkeypatch.setattr(node_steps.NodeSteps, "restore", broken)
+
+
 def _open_ignores_the_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
     """The node machine takes a channel opened in another epoch (node rule N8): a sender
     not restored yet delivers what the restore rolled back, or a receiver takes the new
@@ -362,6 +400,8 @@ MUTATIONS = {
     "node-reply-before-durable": _reply_before_durable,
     "node-report-before-durable": _report_before_durable,
     "node-open-ignores-epoch": _open_ignores_the_epoch,
+    "node-restore-answer-before-durable": _restore_answer_before_durable,
+    "node-restore-keeps-streams": _restore_keeps_the_streams,
     "controller-restore-plan": _restore_plan_drops_a_transfer,
     "controller-overtake-merge": _tracker_forgets_overtaken,
     "controller-stale-report": _controller_takes_stale_reports,
@@ -369,6 +409,7 @@ MUTATIONS = {
     "controller-abort-on-fail": _controller_fails_without_aborts,
     "controller-replay-not-restarted": _replay_without_the_restart,
     "controller-replay-no-fresh-deadline": _replay_without_a_fresh_deadline,
+    "controller-replay-no-resume": _replay_forgets_the_running_restore,
     "restore-claim-two-steps": _restore_claim_after_the_check,
     "restore-forgets-finished-keys": _restore_forgets_finished_keys,
     "restore-forgets-joined-keys": _restore_forgets_joined_keys,

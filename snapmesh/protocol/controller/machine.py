@@ -22,14 +22,15 @@ Events in:
   restore(snapshot, request_id, now)     a RestoreSnapshot call (the gate decides; snapshot
                                          None with snapshot_id: there is no such snapshot)
   resume(snapshot)                       after a restart: the journal's RESTORING restore runs again
+                                         (`to_resume` names its snapshot; the shell loads it)
   node_restored(node, answer, now)       a node took its part (or why it could not)
   restore_settled()                      the restore's last record is durable (or cannot be)
   replayed(records, now, skip)           the journal read back after a restart (S1):
                                          returns a `Replayed`, what it took back
   filed(snapshot_id)                     the snapshot's file is written (it may leave memory)
 
-Reads (no change): get(id), all(), ids(), status(id), in_progress; shells read
-through these, not through `tracker`.
+Reads (no change): get(id), all(), ids(), status(id), in_progress, to_resume;
+shells read through these, not through `tracker`.
 
 Effects out (in order; the shell carries them out in that order):
   Journal(record)        append this record; every effect after it in the same
@@ -265,6 +266,7 @@ class Controller:
         self.tracker = tracker
         self.gate = restoregate.RestoreGate(keys_kept=keys_kept, max_key_bytes=max_key_bytes)
         self.last_restore: pb.Restore | None = None  # the newest restore, as journaled
+        self.to_resume = ""  # set by `replayed`: the snapshot of a restore still RESTORING, for `resume`
         self._parts: dict[str, pb.RestoreStateRequest] = {}  # the running restore's, by node
         self._answers: dict[str, pb.RestoreStateResponse | str] = {}
         self._effects: list[Effect] = []
@@ -423,6 +425,7 @@ class Controller:
         started = self.last_restore
         assert started is not None and started.status == pb.Restore.RESTORING, "nothing to resume"
         self.tracker.epoch = max(self.tracker.epoch, started.epoch)
+        self.to_resume = ""
         self._send_parts(snapshot, started)
 
     def _send_parts(self, snapshot: pb.Snapshot, started: pb.Restore) -> None:
@@ -468,11 +471,14 @@ class Controller:
         (`journal.replay`), the epoch, every restore taken back with its keys (R4;
         the newest is to be resumed when it is RESTORING), every snapshot still in
         progress given a fresh deadline from `now`, then retention over all the
-        machine holds (K1: Retire effects)."""
+        machine holds (K1: Retire effects). A newest restore still RESTORING is
+        named by `to_resume`: the shell `resume`s it once it can reach the nodes."""
         records = list(records)
         finished, warnings = journal.replay(records, self.tracker, now, skip=skip)
         restores, more = journal.restores(records)
         self.taken_back(restores)
+        last = self.last_restore  # R2: RESTORING was journaled before any node heard of it, so run it again
+        self.to_resume = last.snapshot_id if last is not None and last.status == pb.Restore.RESTORING else ""
         in_progress = self.tracker.restarted(now)
         before = len(self._effects)
         if self.keep:

@@ -13,6 +13,9 @@ Effects come out of `Node.drain()`, in order; the shell carries each out
   ReportCancelled(snapshot_id)
   Reply(to, answer, taken_back)    a client's call is answered (node rule N11)
   ReplyBatch(to, taken_back)       a batch of them, in one answer
+  RestoreReply(to, epoch, tally) a restore call is answered: its records are durable (N8)
+  EndStreams(outgoing, incoming, reason)  a restore: these channels' connections
+                            carry the older epoch; end them (N8)
 
 `Accepted` is a transfer's answer. All are NamedTuples: immutable, and cheap
 to make on the per-message path.
@@ -99,7 +102,30 @@ class ReplyBatch(NamedTuple):
     taken_back: tuple[str, ...]
 
 
-Effect = Append | Seal | Transmit | Ack | Finished | Report | ReportCancelled | Reply | ReplyBatch
+class RestoreReply(NamedTuple):
+    """Answer the restore call `to` (the caller's token): the restore, or for a
+    repeat everything logged when it came, is durable (N8), so a crash cannot
+    take back what the controller is told. `epoch`, `tally`: the node's right
+    after the restore (`tally`: the native int64 state, which the bank's reply names)."""
+
+    to: object
+    epoch: int
+    tally: int
+
+
+class EndStreams(NamedTuple):
+    """End every connection of these channels: they carry the epoch a restore
+    left (N8), and the links start again at seq 1. An outgoing one opens again
+    in the new epoch; an incoming one waits for its sender to."""
+
+    outgoing: tuple[str, ...]
+    incoming: tuple[str, ...]
+    reason: str
+
+
+Effect = (
+    Append | Seal | Transmit | Ack | Finished | Report | ReportCancelled | Reply | ReplyBatch | RestoreReply | EndStreams
+)
 
 
 class Accepted(NamedTuple):

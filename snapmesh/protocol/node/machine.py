@@ -48,6 +48,9 @@ N8. Restore. `restore` moves the node to a newer epoch in one step:
     events that come from an epoch carry it (start_snapshot, opened, restore):
     the node refuses a stale one itself (EpochFenced), and a client's step
     while a restore is redone (Refusal.RESTORING). No shell asks first.
+    Its answer is `RestoreReply`, once its records (a repeat's: all logged
+    by then) are durable (as N11), and `EndStreams` names the connections
+    of the older epoch to end (every channel's); a repeat ends none.
 N9. Overtake mode (snapmesh/protocol/overtake.py): at a cut the node keeps, per
     incoming channel, the last seq applied and, per outgoing channel, the
     unacknowledged transfers; they go into the FullState. Each marker also
@@ -82,7 +85,8 @@ from snapmesh.protocol import wal
 from snapmesh.protocol.node.epochs import EpochFenced, EpochState, Fenced  # noqa: F401  (EpochFenced: the shells catch it from here)
 from snapmesh.protocol.node.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
 from snapmesh.protocol.node.effects import (  # noqa: F401  (re-exported: the drivers name the effects through this module)
-    Accepted, Ack, Append, Effect, Finished, Reply, ReplyBatch, Report, ReportCancelled, Seal, Submitted, Transmit,
+    Accepted, Ack, Append, EndStreams, Effect, Finished, Reply, ReplyBatch, Report, ReportCancelled, RestoreReply, Seal,
+    Submitted, Transmit,
 )
 from snapmesh.protocol.node.steps import NodeSteps, state_digest
 from snapmesh.protocol.node.recovery import ABANDONED_WINDOW, Recovered
@@ -317,14 +321,14 @@ class Node(NodeSteps):
             self._transmit(sender)
 
     def opened(self, src: str, conn_no: int, *, epoch: int = 0) -> None:
-        """A connection from `src`, opened in the sender's `epoch` (0: not said),
-        gets our position once durable. Raises EpochFenced, changing nothing,
-        when the fence refuses `epoch` (N8)."""
+        """A connection from `src`, opened in the sender's `epoch`, gets our
+        position once durable. Epoch 0 (a sender that does not say, from before
+        restores) is epoch 1. Raises EpochFenced, changing nothing, when the
+        fence refuses it (N8)."""
         receiver = self.receivers.get(src)
         if receiver is None:
             raise core.RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
-        if epoch:
-            self.epochs.check(epoch, f"channel {src}->{self.node_id}")
+        self.epochs.check(epoch or 1, f"channel {src}->{self.node_id}")
         if receiver.open(conn_no, self.last_lsn):
             self._ack(receiver)
 
@@ -489,7 +493,6 @@ class Node(NodeSteps):
     def _end_step(self) -> None:
         if self._segment_count >= self.segment_records:
             self._seal()
-
 
 
 def _ns(wall: float) -> int:

@@ -15,7 +15,9 @@ from typing import Any
 from snapmesh.protocol.node import core, requests
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.link import Receiver
-from snapmesh.protocol.node.effects import Accepted, Reply, ReplyBatch, ReportCancelled, Seal, Submitted
+from snapmesh.protocol.node.effects import (
+    Accepted, EndStreams, Reply, ReplyBatch, ReportCancelled, RestoreReply, Seal, Submitted,
+)
 from snapmesh.protocol.node.recovery import Recovered, checkpoint_fields
 
 
@@ -25,7 +27,8 @@ class NodeSteps:
     # -- restore (N8)
 
     def restore(
-        self, *, snapshot_id: str, epoch: int, balance: int, in_flight: Iterable[tuple], state: bytes | None = None
+        self, *, snapshot_id: str, epoch: int, balance: int, in_flight: Iterable[tuple], state: bytes | None = None,
+        reply_to: object = None,
     ) -> bool:
         """Enter `epoch` holding snapshot `snapshot_id`'s state here: `balance`
         (an app node: its `state` bytes) and the recorded in-flight messages
@@ -33,7 +36,7 @@ class NodeSteps:
         order. Returns False for a repeat (already restored in `epoch`). Raises
         core.RemoteProtocolError for an older epoch, a message on a channel that
         does not exist or a state that does not fit the node; nothing changes
-        then."""
+        then. `reply_to`: answer it by `RestoreReply` once durable (N8)."""
         deliveries = [d if len(d) == 5 else (*d, None) for d in in_flight]
         if (self.host is None) != (state is None) or (state is not None and not isinstance(state, bytes)):
             raise core.RemoteProtocolError(
@@ -41,6 +44,7 @@ class NodeSteps:
                 f" for a node that {'runs an app' if self.host else 'runs the bank'}"
             )
         if not self.epochs.takes_restore(epoch, snapshot_id, balance, deliveries, self.receivers):
+            self._restore_reply(reply_to)  # the first call's records may not be durable yet
             return False
         reason = f"restored to {snapshot_id}"
         self._requests.restored(self._cuts, snapshot_id)  # the ids paid after its cut were taken back
@@ -84,8 +88,17 @@ class NodeSteps:
         self._at_cut.clear()  # the recordings in progress were aborted above
         self._app_cuts.clear()
         self.epochs.entered(epoch, snapshot_id, self.process.balance, cut=self._cuts.get(snapshot_id))
+        # Every link was replaced: a connection of the older epoch must carry nothing more.
+        self._out.append(EndStreams(outgoing, incoming, f"{me} restored {snapshot_id} in epoch {epoch}"))
         self._end_step()
+        self._restore_reply(reply_to)
         return True
+
+    def _restore_reply(self, to: object) -> None:
+        """The restore's answer, once all logged so far is durable (N8)."""
+        if to is not None:
+            answer = RestoreReply(to, self.epochs.epoch, self.epochs.restored_balance)
+            self._wait_or_reply((self.last_lsn, to, answer, False))
 
     # -- the hosted app (N10)
 
@@ -217,6 +230,9 @@ class NodeSteps:
     def _reply(self, waiting: tuple) -> None:
         """The answer, saying what a restore since took back (epochs.py `taken_back`)."""
         _, to, answer, batch = waiting
+        if type(answer) is RestoreReply:  # the effect itself: a later restore never takes a restore back
+            self._out.append(answer)
+            return
         taken_back = self.taken_back  # type: ignore[attr-defined]  (node.Node's: the one rule)
         if batch:
             self._out.append(ReplyBatch(to, tuple(taken_back(a) or "" for a in answer)))
