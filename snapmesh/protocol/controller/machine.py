@@ -98,9 +98,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from snapmesh.protocol.controller import journal
 from snapmesh.protocol import appstate
-from snapmesh.protocol.controller import restoregate
+from snapmesh.protocol.controller import journal, restoregate
 from snapmesh.protocol.controller.appside import AppSide
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
 from snapmesh.v1 import snapmesh_pb2 as pb
