@@ -36,11 +36,12 @@ import grpc
 
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.metrics import ControllerMetrics
-from snapmesh.services.controller.restorer import RESTORE_TIMEOUT_S, RestoreRefused, restore_node
+from snapmesh.services.controller.restorer import RESTORE_TIMEOUT_S, restore_node
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import restoregate
-from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker, UnknownSnapshot, duration_s, new_snapshot_id
+from snapmesh.protocol.controller.snapshot_ids import StartClock
+from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker, UnknownSnapshot, duration_s
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import security
 from snapmesh.serving import credentials
@@ -110,7 +111,7 @@ class ControllerEngine:
         self._background: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
-        self._last_start = 0.0
+        self._starts = StartClock()  # ids in start order
         self._tail: asyncio.Future[None] | None = None  # the newest record's durability
         self._restore: asyncio.Future[pb.Restore] | None = None  # the running restore's outcome
         self.restore_timeout_s = restore_timeout_s
@@ -201,13 +202,10 @@ class ControllerEngine:
     async def trigger(self, initiator: str, *, broadcast: bool = False) -> pb.Snapshot:
         """Start a snapshot at `initiator` (a node of the topology), or with
         `broadcast` at every node (the machine's B1): journaled
-        before StartSnapshot leaves and before this returns. Raises
-        TooManySnapshots, changing nothing, at the admission limit (the machine's A1)."""
+        before StartSnapshot leaves and before this returns. Raises UnknownInitiator
+        (the machine's A2) or TooManySnapshots at the admission limit (A1), changing nothing."""
         now = self._clock()
-        # Ids sort in start order, even for two starts within one clock tick.
-        wall = max(now.wall, self._last_start + 1e-6)
-        self._last_start = wall
-        snapshot_id = new_snapshot_id(wall, os.urandom(4))
+        snapshot_id, wall = self._starts.start(now.wall, os.urandom(4))
         try:
             snapshot = self.machine.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall), broadcast=broadcast)
         except TooManySnapshots as exc:
@@ -239,7 +237,7 @@ class ControllerEngine:
     async def restore(self, snapshot_id: str, request_id: str = "") -> pb.Restore:
         """A RestoreSnapshot call: the machine's gate decides (R1, R4); a call that
         starts or joins the restore is answered with its outcome, once durable.
-        Raises RestoreRefused, and OSError when the restore cannot be journaled."""
+        Raises restoregate.Refused, and OSError when the restore cannot be journaled."""
         try:
             snapshot: pb.Snapshot | None = self.lookup(snapshot_id)
         except UnknownSnapshot:
@@ -248,7 +246,7 @@ class ControllerEngine:
         if isinstance(decision, restoregate.Answer):
             return decision.result  # a retry of a finished restore: its answer, nothing rolled back
         if isinstance(decision, (restoregate.Refuse, restoregate.Busy)):
-            raise RestoreRefused(grpc.StatusCode[decision.code], decision.message)
+            raise restoregate.Refused(decision)
         if isinstance(decision, restoregate.Start):
             self._restore = asyncio.get_running_loop().create_future()
         running = self._restore

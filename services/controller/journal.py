@@ -7,7 +7,8 @@ records there are, when each must be durable and how they are encoded is
 The full snapshot file is written later, in the background
 (`store.StoreWriter`); once it is, `forget` marks the snapshot's records dead,
 and the file is rewritten with only the live ones when it has grown past
-`ROTATE_BYTES` and is mostly dead.
+`ROTATE_BYTES` and is mostly dead (which frames are live and when to rewrite:
+`LiveFrames`, pure).
 
 One thread writes: every append queued while an fdatasync runs goes into the
 next one (group commit). A torn or corrupt frame (a crash mid-write) ends the
@@ -24,7 +25,7 @@ import os
 import threading
 from pathlib import Path
 
-from snapmesh.protocol.controller.journal import HEADER, Record, decode_all, encode
+from snapmesh.protocol.controller.journal import LiveFrames, Record, decode_all, encode
 from snapmesh.serving.durable import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,8 @@ class Journal:
 
     def __init__(self, path: Path, *, rotate_bytes: int = ROTATE_BYTES) -> None:
         self.path = Path(path)
-        self.rotate_bytes = rotate_bytes
         self._fd = -1
-        self._size = 0
-        self._live: dict[str, list[bytes]] = {}  # snapshot id -> its frames, until filed
-        self._live_bytes = 0  # their total size, kept as they come and go (not summed per write)
+        self._live = LiveFrames(rotate_bytes)  # which frames matter, when to rewrite (pure)
         self._queue: list[tuple[str, str, bytes, asyncio.Future[None] | None]] = []
         self._cond = threading.Condition()
         self._closing = False
@@ -66,14 +64,7 @@ class Journal:
             os.ftruncate(self._fd, good)
             os.fsync(self._fd)
         os.lseek(self._fd, good, os.SEEK_SET)
-        self._size = good
-        offset = 0
-        for record in records:  # every frame starts live; `forget` kills the filed ones
-            length, _ = HEADER.unpack_from(data, offset)
-            end = offset + HEADER.size + length
-            self._live.setdefault(record.snapshot_id, []).append(data[offset:end])
-            self._live_bytes += end - offset
-            offset = end
+        self._live.read(data[:good], records)
         self._loop = asyncio.get_running_loop()
         self._thread = threading.Thread(target=self._run, name="controller-journal", daemon=True)
         self._thread.start()
@@ -138,26 +129,24 @@ class Journal:
         data = bytearray()
         for op, sid, frame, _ in batch:
             if op == "forget":
-                self._live_bytes -= sum(len(f) for f in self._live.pop(sid, ()))
+                self._live.forget(sid)
             elif frame:
                 data += frame
-                self._live.setdefault(sid, []).append(frame)
-                self._live_bytes += len(frame)
+                self._live.appended(sid, frame)
         if data:
             view = memoryview(data)
             while view:
                 view = view[os.write(self._fd, view):]
             os.fdatasync(self._fd)
-            self._size += len(data)
-        live = self._live_bytes  # per write: O(this batch), not O(every snapshot not yet filed)
-        if self._size > self.rotate_bytes and live < self._size // 2:
-            self._rewrite(live)
+            self._live.size += len(data)
+        if self._live.rewrite_due():
+            self._rewrite()
 
-    def _rewrite(self, live: int) -> None:
+    def _rewrite(self) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, b"".join(f for frames in self._live.values() for f in frames))
+            os.write(fd, self._live.rewritten())
             os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -166,8 +155,8 @@ class Journal:
         fsync_dir(self.path.parent)
         os.close(self._fd)
         self._fd = fd
-        self._size = live
-        log.info("journal %s rewritten: %d live bytes", self.path, live)
+        self._live.size = self._live.bytes
+        log.info("journal %s rewritten: %d live bytes", self.path, self._live.size)
 
 
 def _settle(future: asyncio.Future[None], error: OSError | None) -> None:

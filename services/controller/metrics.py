@@ -7,9 +7,14 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from snapmesh.protocol.controller.tracker import duration_s
+from snapmesh.serving.metrics import labelled
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 FINISHED = ("COMPLETE", "FAILED")  # a finished snapshot's status, as the API names it
+
+
+# Flink's checkpoint statistics, one observation per node report (per COMPLETE snapshot below).
+SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 class ControllerMetrics:
@@ -17,55 +22,41 @@ class ControllerMetrics:
     seconds; the per-node snapshot histograms carry a `node` label."""
 
     def __init__(self, registry: CollectorRegistry, nodes: Iterable[str] = ()) -> None:
+        nodes = list(nodes)
+
+        def per_node(name: str, doc: str, buckets: tuple[float, ...] = SECONDS) -> Histogram:
+            # every node's series exists from the start (0 observations)
+            return labelled(Histogram(name, doc, ["node"], buckets=buckets, registry=registry), nodes)
+
         # Status label values are the API's (Snapshot.Status, Restore.Status names), so a
         # query and a GetSnapshot answer spell them alike.
-        self.snapshots = Counter(
+        self.snapshots = labelled(Counter(
             "snapmesh_snapshots_total", "Finished snapshots by final status", ["status"], registry=registry
-        )
-        for status in FINISHED:
-            self.snapshots.labels(status=status)
+        ), FINISHED)
         # The one histogram of a snapshot's duration (0.1.0 also had an end-to-end one
         # measuring the same thing); `status` keeps FAILED ones, which last until the
         # deadline, out of the COMPLETE quantiles.
-        self.duration = Histogram(
+        self.duration = labelled(Histogram(
             "snapmesh_snapshot_duration_seconds",
             "Per finished snapshot: trigger to COMPLETE (the last report) or FAILED",
-            ["status"],
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
-            registry=registry,
-        )
-        for status in FINISHED:
-            self.duration.labels(status=status)
+            ["status"], buckets=(*SECONDS, 30, 60), registry=registry,
+        ), FINISHED)
         self.in_progress = Gauge(
             "snapmesh_snapshots_in_progress", "Snapshots started and not yet finished", registry=registry
         )
-        # Flink's checkpoint statistics, one observation per node report (per COMPLETE snapshot below).
-        seconds = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-        self.start_delay = Histogram(
-            "snapmesh_snapshot_start_delay_seconds", "Per node: trigger to the node's local cut", ["node"],
-            buckets=seconds, registry=registry,
+        self.start_delay = per_node("snapmesh_snapshot_start_delay_seconds", "Per node: trigger to the node's local cut")
+        self.recording = per_node(
+            "snapmesh_snapshot_recording_duration_seconds", "Per node: local cut to the last marker in"
         )
-        self.recording = Histogram(
-            "snapmesh_snapshot_recording_duration_seconds", "Per node: local cut to the last marker in", ["node"],
-            buckets=seconds, registry=registry,
+        self.report_time = per_node("snapmesh_snapshot_report_time_seconds", "Per node: node done to the report accepted")
+        self.node_in_flight = per_node(
+            "snapmesh_snapshot_node_in_flight_messages", "Per node: in-flight transfers recorded",
+            (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000),
         )
-        self.report_time = Histogram(
-            "snapmesh_snapshot_report_time_seconds", "Per node: node done to the report accepted", ["node"],
-            buckets=seconds, registry=registry,
+        self.node_in_flight_bytes = per_node(
+            "snapmesh_snapshot_node_in_flight_bytes", "Per node: bytes of in-flight transfers recorded",
+            (0, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000),
         )
-        counts = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000)
-        self.node_in_flight = Histogram(
-            "snapmesh_snapshot_node_in_flight_messages", "Per node: in-flight transfers recorded", ["node"],
-            buckets=counts, registry=registry,
-        )
-        self.node_in_flight_bytes = Histogram(
-            "snapmesh_snapshot_node_in_flight_bytes", "Per node: bytes of in-flight transfers recorded", ["node"],
-            buckets=(0, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000), registry=registry,
-        )
-        self._per_node = (self.start_delay, self.recording, self.report_time, self.node_in_flight, self.node_in_flight_bytes)
-        for node in nodes:  # every node's series exists from the start (0 observations)
-            for histogram in self._per_node:
-                histogram.labels(node)
         self.state_size = Histogram(
             "snapmesh_snapshot_state_size_bytes", "Per COMPLETE snapshot: bytes of every report",
             buckets=(100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000), registry=registry,
@@ -81,11 +72,9 @@ class ControllerMetrics:
             registry=registry,
         )
         self.epoch = Gauge("snapmesh_controller_epoch", "The controller's epoch (one more per restore)", registry=registry)
-        self.restores = Counter(
+        self.restores = labelled(Counter(
             "snapmesh_restores_total", "Finished restores by outcome", ["status"], registry=registry
-        )
-        for status in ("RESTORED", "FAILED"):
-            self.restores.labels(status=status)
+        ), ("RESTORED", "FAILED"))
         self.refused_triggers = Counter(
             "snapmesh_snapshot_triggers_refused_total",
             "TriggerSnapshot calls (and periodic ticks) refused at the limit of snapshots in progress",

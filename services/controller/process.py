@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
@@ -40,19 +40,15 @@ from snapmesh.protocol.hybrid import wire_mode
 from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
-from snapmesh.settings.argparsing import parse_args, positive_float
+from snapmesh.settings.argparsing import positive_float
 from snapmesh.serving.datalock import CONTROLLER, serve_holding
-from snapmesh.serving.runtime import CONTROLLER_RECEIVE_BYTES, ServiceHost, run_service, wait_for_stop_signal
+from snapmesh.serving.runtime import CONTROLLER_RECEIVE_BYTES, ServiceHost, wait_for_stop_signal
+from snapmesh.serving.startup import OneLineParser, Prepared, server_main
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 log = logging.getLogger("snapmesh.controller")
 
 SERVICE_NAME = "snapmesh.v1.Controller"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        self.exit(2, f"snapmesh controller: {message}\n")
 
 
 def _count(text: str) -> int:
@@ -62,7 +58,7 @@ def _count(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="snapmesh controller", description="Run the snapshot controller.")
+    parser = OneLineParser(prog="snapmesh controller", description="Run the snapshot controller.")
     parser.add_argument("--config", metavar="FILE", help="cluster file (default: the shipped 4-node config)")
     parser.add_argument(
         "--keep", type=_count, metavar="N",
@@ -85,22 +81,33 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(_parser(), argv)
-    if isinstance(args, int):
-        return args
-    try:
-        cfg = cluster_config.with_app(cluster_config.load(args.config), args.app)
-        identity = security.load_identity(cfg, cluster_config.CONTROLLER_NAME)
-        checker = app_checker(cfg, explicit=args.app is not None)
-    except (cluster_config.ConfigError, security.SecurityError, AppError) as exc:
-        print(f"snapmesh controller: {exc}", file=sys.stderr)
-        return 2
-    return run_service(
-        "controller", lambda: serve(
-            cfg, interval=args.interval, deadline=args.deadline, identity=identity, checker=checker,
-            keep=args.keep if args.keep is not None else cfg.controller.keep,
-            max_concurrent=args.max_concurrent_snapshots or cfg.controller.max_concurrent_snapshots,
-        )
+    return server_main(_parser(), argv, _prepare)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What the command line decided, the cluster file's defaults filled in."""
+
+    interval: float | None  # periodic snapshots every this many seconds (None: only when triggered)
+    deadline: float
+    keep: int  # 0: every snapshot's files
+    max_concurrent: int
+    identity: security.Identity | None  # None: plaintext
+    checker: AppChecker | None
+
+
+def _prepare(args: argparse.Namespace, cfg: cluster_config.ClusterConfig) -> Prepared:
+    options = Options(
+        interval=args.interval,
+        deadline=args.deadline or cfg.controller.snapshot_deadline_s,
+        keep=args.keep if args.keep is not None else cfg.controller.keep,
+        max_concurrent=args.max_concurrent_snapshots or cfg.controller.max_concurrent_snapshots,
+        identity=security.load_identity(cfg, cluster_config.CONTROLLER_NAME),
+        checker=app_checker(cfg, explicit=args.app is not None),
+    )
+    # One controller per data dir: the lock is taken before anything there is read or written.
+    return "controller", lambda: serve_holding(
+        cfg.data_dir, CONTROLLER, "snapmesh controller", lambda: _serve_locked(cfg, options)
     )
 
 
@@ -120,39 +127,13 @@ def app_checker(cfg: cluster_config.ClusterConfig, *, explicit: bool) -> AppChec
     return AppChecker(cfg.app.module, app, params=cfg.app.params)
 
 
-async def serve(
-    cfg: cluster_config.ClusterConfig,
-    *,
-    interval: float | None,
-    deadline: float | None,
-    identity: security.Identity | None = None,
-    keep: int = 0,
-    max_concurrent: int = 0,
-    checker: AppChecker | None = None,
-) -> int:
-    # One controller per data dir: the lock is taken before anything there is read or written.
-    return await serve_holding(cfg.data_dir, CONTROLLER, "snapmesh controller", lambda: _serve_locked(
-        cfg, interval=interval, deadline=deadline, identity=identity, keep=keep,
-        max_concurrent=max_concurrent or cfg.controller.max_concurrent_snapshots, checker=checker,
-    ))
-
-
-async def _serve_locked(
-    cfg: cluster_config.ClusterConfig,
-    *,
-    interval: float | None,
-    deadline: float | None,
-    identity: security.Identity | None,
-    keep: int,
-    max_concurrent: int = 0,
-    checker: AppChecker | None = None,
-) -> int:
+async def _serve_locked(cfg: cluster_config.ClusterConfig, options: Options) -> int:
     tracker = Tracker(
         topology=cfg.topology,
         expected_total=cfg.expected_total,
-        deadline_s=deadline or cfg.controller.snapshot_deadline_s,
+        deadline_s=options.deadline,
         snapshot_mode=wire_mode(cfg.snapshot_mode),  # hybrid nodes report as overtake ones (protocol/hybrid.py H1)
-        checker=checker,
+        checker=options.checker,
     )
     store = SnapshotStore(cfg.snapshots_dir, cfg.data_dir / "controller" / "snapshots")
     snapshots, warnings = store.load_all()
@@ -172,11 +153,11 @@ async def _serve_locked(
         except RuntimeError:  # pragma: no cover  (the loop closed first: at exit)
             pass
 
-    machine = Controller(tracker, max_concurrent=max_concurrent, keep=keep)
+    machine = Controller(tracker, max_concurrent=options.max_concurrent, keep=options.keep)
     writer = StoreWriter(store, on_filed=on_filed)
     try:
         _recover(machine, store, journal, writer, filed={s.snapshot_id for s in snapshots})
-        return await _serve(cfg, machine, journal, writer, interval, identity)
+        return await _serve(cfg, options, machine, journal, writer)
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
@@ -194,37 +175,30 @@ def _recover(
     replayed = machine.replayed(records, system_now(), skip=filed)
     for warning in (*warnings, *replayed.warnings):
         log.warning("%s", warning)
-    retired = set()
     for effect in machine.drain():
         if not isinstance(effect, Retire):
             raise TypeError(f"not an effect of a replay: {effect!r}")
-        retired.add(effect.snapshot_id)
         journal.forget(effect.snapshot_id)
         writer.discard(effect.snapshot_id)
-    rebuilt = [sid for sid in replayed.finished if sid not in retired]
-    for sid in filed - retired:
+    for sid in replayed.filed:  # its records are dead; a file lost since is written again
         journal.forget(sid)
         compact, json_ = store.missing_files(sid)
         if compact or json_:
             writer.submit(machine.get(sid), compact=compact, json=json_)
-    for sid in rebuilt:
+    for sid in replayed.finished:
         writer.submit(machine.get(sid))
     resumed = replayed.in_progress
-    if rebuilt or resumed:
+    if replayed.finished or resumed:
         log.info(
             "journal: %d finished snapshot(s) rebuilt, %d still in progress taken back (%s)",
-            len(rebuilt), len(resumed), ", ".join(resumed) or "none",
+            len(replayed.finished), len(resumed), ", ".join(resumed) or "none",
         )
 
 
 async def _serve(
-    cfg: cluster_config.ClusterConfig,
-    machine: Controller,
-    journal: J.Journal,
-    writer: StoreWriter,
-    interval: float | None,
-    identity: security.Identity | None = None,
+    cfg: cluster_config.ClusterConfig, options: Options, machine: Controller, journal: J.Journal, writer: StoreWriter
 ) -> int:
+    interval, identity = options.interval, options.identity
     registry = CollectorRegistry()
     engine = ControllerEngine(
         config=cfg, tracker=machine.tracker, machine=machine, journal=journal, writer=writer,

@@ -22,14 +22,6 @@ CALL_TIMEOUT_S = 5.0
 RETRY_S = 0.25
 
 
-class RestoreRefused(Exception):
-    """The restore cannot start; `code` is the gRPC status for the caller."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
 async def restore_node(
     stub: pb_grpc.NodeStub, request: pb.RestoreStateRequest, timeout_s: float = RESTORE_TIMEOUT_S
 ) -> pb.RestoreStateResponse | str:

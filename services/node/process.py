@@ -45,8 +45,8 @@ from snapmesh.serving.durable import fsync_dir
 from snapmesh.protocol.node.link import DEFAULT_MARK
 from snapmesh.protocol.hybrid import HybridNode
 from snapmesh.protocol.node.machine import Node
-from snapmesh.settings.argparsing import parse_args
-from snapmesh.serving.runtime import CLIENT_OPTIONS, ServiceHost, run_service, wait_for_stop_signal
+from snapmesh.serving.runtime import CLIENT_OPTIONS, ServiceHost, wait_for_stop_signal
+from snapmesh.serving.startup import OneLineParser, Prepared, server_main
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -55,13 +55,8 @@ log = logging.getLogger("snapmesh.services.node")
 STOP_GRACE_S = 2.0
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        self.exit(2, f"snapmesh node: {message}\n")
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="snapmesh node", description="Run one snapmesh node (a gRPC server).")
+    parser = OneLineParser(prog="snapmesh node", description="Run one snapmesh node (a gRPC server).")
     parser.add_argument("--config", metavar="FILE", help="cluster file (TOML) (default: the shipped 4-node config)")
     parser.add_argument("--id", required=True, dest="node_id", metavar="ID",
                         help="this node's id in the cluster file (required: no default)")
@@ -71,18 +66,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(_parser(), argv)
-    if isinstance(args, int):
-        return args
-    try:
-        cfg = cluster_config.with_app(cluster_config.load(args.config), args.app)
-        cfg.node(args.node_id)
-        identity = security.load_identity(cfg, args.node_id)
-        app = load_node_app(cfg, args.node_id)
-    except (cluster_config.ConfigError, security.SecurityError, AppError) as exc:
-        print(f"snapmesh node: {exc}", file=sys.stderr)
-        return 2
-    return run_service(f"node {args.node_id}", lambda: serve(cfg, args.node_id, identity, app))
+    return server_main(_parser(), argv, _prepare)
+
+
+def _prepare(args: argparse.Namespace, cfg: cluster_config.ClusterConfig) -> Prepared:
+    cfg.node(args.node_id)
+    identity = security.load_identity(cfg, args.node_id)
+    app = load_node_app(cfg, args.node_id)
+    return f"node {args.node_id}", lambda: serve(cfg, args.node_id, identity, app)
 
 
 def load_node_app(cfg: cluster_config.ClusterConfig, node_id: str) -> App | None:

@@ -19,6 +19,8 @@ reassemble with `StateAssembler`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from google.protobuf.message import DecodeError
 
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -35,11 +37,16 @@ MAX_INFLIGHT_TOTAL = 768 * 1024 * 1024
 
 
 class ChunkError(ValueError):
-    """The chunks of one stream do not make an acceptable FullState."""
+    """The chunks of one stream do not make an acceptable FullState; `code` names
+    the gRPC status the stream is refused with."""
+
+    code = "INVALID_ARGUMENT"
 
 
 class StateTooLarge(ChunkError):
     """The chunks add up to more than MAX_STATE_BYTES."""
+
+    code = "RESOURCE_EXHAUSTED"
 
 
 class BadChunks(ChunkError):
@@ -48,6 +55,26 @@ class BadChunks(ChunkError):
 
 class Busy(ChunkError):
     """Taking a chunk would put more bytes in flight than a peer or all may hold."""
+
+    code = "RESOURCE_EXHAUSTED"
+
+
+class NotANode(ChunkError):
+    """With TLS, only a node's certificate may send a report (checked before any chunk is read)."""
+
+    code = "PERMISSION_DENIED"
+
+
+def charged_peer(names: set[str] | None, nodes: Iterable[str], peer: str) -> str:
+    """Whose budget a stream's bytes count against: with TLS (`names`: what the peer's
+    certificate names) the first node it names, raising NotANode when it names none;
+    in plaintext the gRPC `peer` ("ipv4:127.0.0.1:5000") without its port."""
+    if names is None:
+        return peer.rsplit(":", 1)[0]
+    named = sorted(names & set(nodes))
+    if not named:
+        raise NotANode(f"the peer's certificate names {', '.join(sorted(names)) or 'nothing'}, not a node")
+    return named[0]
 
 
 class ChunkBudget:
@@ -97,14 +124,20 @@ def split_state(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES) -> list[pb.
 
 
 class StateAssembler:
-    """Feed the chunks of one stream in order with `add`, then `finish`."""
+    """Feed the chunks of one stream in order with `add`, then `finish`. With a
+    `budget`, each chunk is taken from it for `peer` first (Busy past a bound), and
+    `release` gives back what the stream held, whatever its outcome."""
 
-    def __init__(self, max_bytes: int = MAX_STATE_BYTES) -> None:
+    def __init__(self, max_bytes: int = MAX_STATE_BYTES, *, budget: ChunkBudget | None = None, peer: str = "") -> None:
         self._max = max_bytes
         self._pieces: list[bytes] = []
         self._size = 0
+        self._budget, self._peer, self._held = budget, peer, 0
 
     def add(self, chunk: pb.FullStateChunk) -> None:
+        if self._budget is not None:
+            self._budget.take(self._peer, len(chunk.data))
+            self._held += len(chunk.data)
         self._size += len(chunk.data)
         if self._size > self._max:
             raise StateTooLarge(f"the FullState's chunks exceed {self._max} bytes")
@@ -119,3 +152,8 @@ class StateAssembler:
         if not state.snapshot_id or not state.node_id:
             raise BadChunks(f"the {len(self._pieces)} chunk(s) make a FullState without snapshot_id or node_id")
         return state
+
+    def release(self) -> None:
+        if self._budget is not None:
+            self._budget.give_back(self._peer, self._held)
+        self._held = 0

@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from importlib import metadata
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from prometheus_client import (
@@ -35,6 +35,7 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
+Metric = TypeVar("Metric", Counter, Gauge, Histogram)
 _LABELS = ["grpc_service", "grpc_method", "grpc_type"]
 # From a health check (~0.2 ms) to a long-lived channel stream (minutes).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -57,6 +58,14 @@ def add_standard_collectors(registry: CollectorRegistry) -> None:
     Gauge("snapmesh_build_info", "Always 1; the snapmesh version in a label", ["version"], registry=registry).labels(
         version()
     ).set(1)
+
+
+def labelled(metric: Metric, values: Iterable[str]) -> Metric:
+    """`metric` with a series for each of `values` of its one label from the start
+    (0: a query sees a label value before its first event, not no series)."""
+    for value in values:
+        metric.labels(value)
+    return metric
 
 
 def _split(full_method: str) -> tuple[str, str]:

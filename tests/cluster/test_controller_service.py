@@ -359,3 +359,9 @@ def test_health_says_serving_for_the_server_and_the_controller_service(cluster):
         for service in ("", "snapmesh.v1.Controller"):
             answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_an_unknown_initiator_is_invalid_argument_naming_the_nodes(stub):
+    error = rpc_error(stub.TriggerSnapshot, pb.TriggerSnapshotRequest(initiator="zz"), timeout=5)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details() == "unknown initiator 'zz' (nodes: p1, p2, p3)"

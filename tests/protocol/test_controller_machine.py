@@ -458,3 +458,45 @@ def test_retention_runs_once_after_a_restart_over_everything_replayed() -> None:
     none = _kept(0)
     none.replayed(records, T0, skip=set())
     assert none.drain() == []  # keep 0: every file stays
+
+
+def test_every_refused_report_names_its_status_code():
+    from snapmesh.protocol.controller.machine import StaleReport
+    from snapmesh.protocol.controller.tracker import DuplicateReport, InvalidReport, NotInProgress, UnknownSnapshot
+
+    codes = {kind: kind.code for kind in (UnknownSnapshot, InvalidReport, DuplicateReport, NotInProgress, StaleReport)}
+    assert codes == {
+        UnknownSnapshot: "NOT_FOUND", InvalidReport: "INVALID_ARGUMENT", DuplicateReport: "ALREADY_EXISTS",
+        NotInProgress: "FAILED_PRECONDITION", StaleReport: "FAILED_PRECONDITION",
+    }
+
+
+def test_a_trigger_naming_no_node_is_refused_before_admission_and_starts_nothing() -> None:
+    topology = Topology.build(["a", "b"], None)
+    m = M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0), max_concurrent=1)
+    with pytest.raises(M.UnknownInitiator, match=r"^unknown initiator 'zz' \(nodes: a, b\)$") as refused:
+        m.trigger("s1", "zz", T0)
+    assert refused.value.code == "INVALID_ARGUMENT" and m.drain() == [] and m.tracker.ids() == []
+    m.trigger("s1", "a", T0)
+    with pytest.raises(M.UnknownInitiator):  # A2 before A1: at the limit, the name is what is wrong
+        m.trigger("s2", "", T0)
+    assert M.TooManySnapshots.code == "RESOURCE_EXHAUSTED"
+
+
+def test_a_restart_files_again_only_what_retention_keeps() -> None:
+    records: list[R.Record] = []
+    for sid in ("s2", "s4"):  # finished in the journal only
+        records += [
+            R.Started(snapshot_id=sid, initiator="a", wall=T0.wall),
+            R.Reported(state=part(sid, "a", 60), wall=T0.wall),
+            R.Reported(state=part(sid, "b", 30, [10]), wall=T0.wall),
+            R.Finished(snapshot_id=sid, status=COMPLETE, reason="", wall=T0.wall),
+        ]
+    source, again = _kept(0), _kept(2)
+    for sid in ("s1", "s3"):  # filed: loaded from their files before the replay
+        _complete_effects(source, sid)
+        again.tracker.restore(source.get(sid))
+    replayed = again.replayed(records, T0, skip={"s1", "s3"})
+    assert again.drain() == [M.Retire("s1"), M.Retire("s2")]
+    assert (replayed.finished, replayed.filed) == (["s4"], ["s3"])  # retired: neither filed again nor kept
+    assert _kept(0).replayed(records, T0, skip=set()).finished == ["s2", "s4"]

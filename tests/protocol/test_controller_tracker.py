@@ -18,6 +18,7 @@ from snapmesh.protocol.controller.tracker import (
     duration_s,
     new_snapshot_id,
 )
+from snapmesh.protocol.controller.snapshot_ids import StartClock
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -280,6 +281,16 @@ def test_snapshot_ids_sort_by_start_time_and_carry_the_random_suffix():
     assert a < b < c
     assert a == "20231114T221320.000000Z-0001"
     assert c == "20231114T221322.000000Z-0000"
+
+
+def test_start_times_move_forward_within_one_tick_and_when_the_clock_steps_back():
+    starts = StartClock()
+    first, at = starts.start(T0, b"\x09")
+    assert (first, at) == (new_snapshot_id(T0, b"\x09"), T0)
+    second, later = starts.start(T0, b"\x00")  # the same tick, a smaller suffix: still after
+    third, last = starts.start(T0 - 5, b"\x00")  # the clock stepped back
+    assert first < second < third and at < later < last
+    assert starts.start(T0 + 10, b"\x00")[1] == T0 + 10  # a clock ahead is taken as it is
 
 
 # ------------------------------------------------------------ overtake mode

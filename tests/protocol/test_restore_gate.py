@@ -210,3 +210,12 @@ def test_a_missing_snapshot_is_not_found_after_the_key_checks_and_a_keyed_retry_
     assert gate.request("s2", "k1", 1.0, missing=True).code == "INVALID_ARGUMENT"  # k1 is s1's
     assert gate.request("s1", "", 1.0, missing=True).code == "NOT_FOUND"
     assert gate.running is None
+
+
+def test_a_refusal_raised_keeps_its_status_and_words() -> None:
+    from snapmesh.protocol.controller.restoregate import Refused
+
+    busy = Refused(Busy("s1"))
+    assert (busy.code, str(busy)) == ("FAILED_PRECONDITION", "a restore to s1 is running")
+    refused = Refused(Refuse("NOT_FOUND", "no snapshot s9"))
+    assert (refused.code, str(refused)) == ("NOT_FOUND", "no snapshot s9")

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from snapmesh.settings import config
+from snapmesh.settings.agreement import disagreement
 
 GOOD = """\
 data_dir = "data"
@@ -191,3 +192,19 @@ def test_a_bad_app_table_names_the_file_and_the_key(tmp_path, table, env, messag
     assert str(tmp_path / "cluster.toml") in str(caught.value)
     with pytest.raises(config.ConfigError, match="--app: must be module:attr"):
         config.with_app(config.load(write(tmp_path, GOOD), env={}), "a.py")
+
+
+def test_a_node_that_runs_another_snapshot_mode_or_app_is_a_disagreement_in_words(tmp_path):
+    cfg = config.load(write(tmp_path, GOOD), env={})  # classic, the bank
+    assert disagreement(cfg, "a", "", "") == ""  # "": classic, the bank
+    assert disagreement(cfg, "a", "overtake", "") == (
+        f"{cfg.path}: snapshot_mode: the controller runs 'classic' but node 'a' runs 'overtake'; "
+        "every process must read the same snapshot_mode"
+    )
+    assert disagreement(cfg, "b", "classic", "token_ring:app") == (
+        f"{cfg.path}: [app]: the controller runs the bank but node 'b' runs token_ring:app; "
+        "every process must run the same app"
+    )
+    ring = config.with_app(cfg, "token_ring:app")
+    assert disagreement(ring, "b", "classic", "token_ring:app") == ""
+    assert "the controller runs token_ring:app but node 'a' runs the bank" in disagreement(ring, "a", "", "")

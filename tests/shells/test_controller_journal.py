@@ -132,24 +132,24 @@ def test_the_live_byte_count_is_kept_per_write_and_matches_the_frames_and_the_re
     path = tmp_path / "journal"
 
     def summed(journal: J.Journal) -> int:
-        return sum(len(f) for frames in journal._live.values() for f in frames)
+        return len(journal._live.rewritten())
 
     async def run():
         journal = J.Journal(path)
         journal.open()
         await asyncio.gather(*(journal.append(r) for r in RECORDS))
-        assert journal._live_bytes == summed(journal) == path.stat().st_size
+        assert journal._live.bytes == summed(journal) == path.stat().st_size
         journal.forget("a")
         await journal.barrier()
-        assert journal._live_bytes == summed(journal) < path.stat().st_size
+        assert journal._live.bytes == summed(journal) < path.stat().st_size
         await journal.close()
         reopened = J.Journal(path, rotate_bytes=1)  # every frame live again until forgotten
         reopened.open()
-        assert reopened._live_bytes == summed(reopened) == path.stat().st_size
+        assert reopened._live.bytes == summed(reopened) == path.stat().st_size
         reopened.forget("b")
         reopened.forget("c")  # only the next frame stays live: under half the file, so it is rewritten
         await reopened.append(R.Reported(state=report("b", "p1", 60), wall=1000.7))
-        assert reopened._live_bytes == summed(reopened) == path.stat().st_size
+        assert reopened._live.bytes == summed(reopened) == path.stat().st_size
         await reopened.close()
 
     asyncio.run(run())

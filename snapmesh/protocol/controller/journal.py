@@ -138,6 +138,45 @@ def decode_all(data: bytes) -> tuple[list[Record], int, str | None]:
     return records, offset, None
 
 
+class LiveFrames:
+    """Which frames of the journal file still matter, and when the file is worth
+    rewriting with only them. A snapshot's frames are live until its file is
+    written (`forget`); a restore's and a joined key's never go (their snapshot id
+    is never forgotten). The file is rewritten once it is past `rotate_bytes` and
+    mostly dead. The live size is kept as frames come and go: deciding costs the
+    frames of one write, not a sum over every snapshot not yet filed."""
+
+    def __init__(self, rotate_bytes: int) -> None:
+        self.rotate_bytes = rotate_bytes
+        self.size = 0  # the file's
+        self.bytes = 0  # the live frames'
+        self._frames: dict[str, list[bytes]] = {}  # snapshot id -> its frames, until filed
+
+    def read(self, data: bytes, records: list[Record]) -> None:
+        """The file as read (`data`: its good prefix, which holds `records`): every frame starts live."""
+        offset = 0
+        for record in records:
+            length, _ = HEADER.unpack_from(data, offset)
+            end = offset + HEADER.size + length
+            self.appended(record.snapshot_id, data[offset:end])
+            offset = end
+        self.size = len(data)
+
+    def appended(self, snapshot_id: str, frame: bytes) -> None:
+        self._frames.setdefault(snapshot_id, []).append(frame)
+        self.bytes += len(frame)
+
+    def forget(self, snapshot_id: str) -> None:
+        self.bytes -= sum(len(f) for f in self._frames.pop(snapshot_id, ()))
+
+    def rewrite_due(self) -> bool:
+        return self.size > self.rotate_bytes and self.bytes < self.size // 2
+
+    def rewritten(self) -> bytes:
+        """What the file holds once rewritten: every live frame."""
+        return b"".join(f for frames in self._frames.values() for f in frames)
+
+
 def _decode(payload: bytes) -> Record:
     kind, body = payload[:1], payload[1:]
     if kind == _REPORTED:

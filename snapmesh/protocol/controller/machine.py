@@ -9,8 +9,9 @@ Events in:
   trigger(snapshot_id, initiator, now, broadcast=False)
                                          a snapshot starts at `initiator`, or with
                                          `broadcast` at every node (B1) (raises
-                                         TooManySnapshots, changing nothing, at the
-                                         admission limit `max_concurrent`)
+                                         UnknownInitiator, A2, or TooManySnapshots at
+                                         the admission limit `max_concurrent`, A1,
+                                         changing nothing)
   start_failed(snapshot_id, reason, now) StartSnapshot (or journaling the start) failed
   start_unreachable(snapshot_id, node, detail, now)
                                          StartSnapshot at `node` failed: the reason names it
@@ -48,6 +49,8 @@ Admission (Flink's max-concurrent-checkpoints):
 A1. With `max_concurrent` N > 0, a trigger while N snapshots are in progress is
     refused and starts nothing, so a trigger rate the cluster cannot follow is
     answered at once instead of piling up markers and reports.
+A2. A trigger naming a node outside the topology (a remote's mistake, not the
+    tracker's misuse) is refused, starting nothing, before A1 is asked.
 
 Retention (`--keep N`, `keep`):
 K1. The finished snapshots older than the N newest COMPLETE ones (ids sort in
@@ -93,11 +96,10 @@ R4. A key answers its own restore (running: join it; finished: its answer, once
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from snapmesh.protocol.controller import journal
 from snapmesh.protocol import appstate
-from snapmesh.protocol.controller import restoregate
+from snapmesh.protocol.controller import journal, restoregate
 from snapmesh.protocol.controller.appside import AppSide
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -107,12 +109,22 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 
 
 class TooManySnapshots(Exception):
-    """A trigger at the admission limit (A1): nothing started or journaled (RESOURCE_EXHAUSTED)."""
+    """A trigger at the admission limit (A1): nothing started or journaled."""
+
+    code = "RESOURCE_EXHAUSTED"
+
+
+class UnknownInitiator(Exception):
+    """A trigger naming a node outside the topology (A2): nothing started or journaled."""
+
+    code = "INVALID_ARGUMENT"
 
 
 class StaleReport(TrackerError):
     """A report from an epoch before the cluster's (a node not restored yet, or a
-    message from before a restore): refused, changing nothing (FAILED_PRECONDITION)."""
+    message from before a restore): refused, changing nothing."""
+
+    code = "FAILED_PRECONDITION"
 
 
 # ------------------------------------------------------------------ effects
@@ -175,9 +187,10 @@ Effect = Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt 
 class Replayed:
     """What `Controller.replayed` took back from the journal (S1)."""
 
-    finished: list[str]  # snapshots finished in the journal and rebuilt here (not yet filed)
+    finished: list[str]  # snapshots finished in the journal, rebuilt here and kept (K1): to be filed
     in_progress: list[str]  # snapshots still in progress: a fresh deadline from the restart, in id order
     warnings: list[str]  # records that did not fit
+    filed: list[str] = field(default_factory=list)  # of `skip` (filed before), those kept (K1), in id order
 
 
 # ------------------------------------------------------------ the restore plan
@@ -269,6 +282,9 @@ class Controller:
     # -- snapshots
 
     def trigger(self, snapshot_id: str, initiator: str, now: Now, *, broadcast: bool = False) -> pb.Snapshot:
+        nodes = self.tracker.topology.nodes
+        if initiator not in nodes:  # A2
+            raise UnknownInitiator(f"unknown initiator {initiator!r} (nodes: {', '.join(nodes)})")
         running = self.tracker.in_progress
         if self.max_concurrent and running >= self.max_concurrent:  # A1
             raise TooManySnapshots(f"{running} snapshots in progress, the limit is {self.max_concurrent}")
@@ -463,9 +479,15 @@ class Controller:
         last = self.last_restore  # R2: RESTORING was journaled before any node heard of it, so run it again
         self.to_resume = last.snapshot_id if last is not None and last.status == pb.Restore.RESTORING else ""
         in_progress = self.tracker.restarted(now)
+        before = len(self._effects)
         if self.keep:
             self._retire()
-        return Replayed(finished=finished, in_progress=in_progress, warnings=warnings + more)
+        # What retention retires is neither filed again nor kept: --keep's deletions stay deleted.
+        retired = {e.snapshot_id for e in self._effects[before:] if isinstance(e, Retire)}
+        return Replayed(
+            finished=[sid for sid in finished if sid not in retired], in_progress=in_progress,
+            warnings=warnings + more, filed=sorted(skip - retired),
+        )
 
     def taken_back(self, restores: list[tuple[pb.Restore, list[str]]]) -> None:
         """The journal's restores, oldest first, each with the keys that joined it: the

@@ -79,6 +79,15 @@ class Busy:
         return f"a restore to {self.running or '?'} is running"
 
 
+class Refused(Exception):
+    """A Refuse or Busy decision raised, for a caller that answers it as an error;
+    `code` names its gRPC status."""
+
+    def __init__(self, decision: Refuse | Busy) -> None:
+        super().__init__(decision.message)
+        self.code = decision.code
+
+
 Decision = Start | Join | Answer | Refuse | Busy
 
 

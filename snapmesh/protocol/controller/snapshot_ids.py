@@ -24,6 +24,20 @@ def new_snapshot_id(now: float, suffix: Iterable[int]) -> str:
     return f"{_utc_stamp(whole)}.{fraction:06d}Z-{bytes(suffix).hex()}"
 
 
+class StartClock:
+    """The start times of one controller's snapshots, each after the one before:
+    ids sort in start order even for two starts within one clock tick, or after
+    the wall clock stepped back."""
+
+    def __init__(self) -> None:
+        self._last = 0.0
+
+    def start(self, wall: float, suffix: Iterable[int]) -> tuple[str, float]:
+        """The next snapshot's id and start time, at the wall clock's `wall` or just after the last start."""
+        self._last = max(wall, self._last + 1e-6)
+        return new_snapshot_id(self._last, suffix), self._last
+
+
 SNAPSHOT_ID_MAX = 64
 _SNAPSHOT_ID = re.compile(r"[0-9]{8}T[0-9]{6}\.[0-9]{6}Z-[0-9a-f]{2,32}")
 

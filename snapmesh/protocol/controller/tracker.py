@@ -65,23 +65,26 @@ _SEQ = operator.attrgetter("seq")
 
 
 class TrackerError(Exception):
-    """Base of the errors a refused report raises."""
+    """Base of the errors a refused report raises; `code` names the gRPC status the
+    caller gets (as restoregate's decisions do: the shell only looks it up)."""
+
+    code = "FAILED_PRECONDITION"
 
 
 class UnknownSnapshot(TrackerError):
-    pass
+    code = "NOT_FOUND"
 
 
 class InvalidReport(TrackerError):
-    pass
+    code = "INVALID_ARGUMENT"
 
 
 class DuplicateReport(TrackerError):
-    pass
+    code = "ALREADY_EXISTS"
 
 
 class NotInProgress(TrackerError):
-    pass
+    code = "FAILED_PRECONDITION"
 
 
 class TrackerMisuse(Exception):

@@ -1,0 +1,162 @@
+"""What a read of snapshots answers, decided: ListSnapshots' pages and GetSnapshot's size.
+
+The servicer (services/controller/servicer.py) fetches snapshots and answers;
+this module decides, given the request and what was fetched:
+
+L1. A request is refused before anything is read (INVALID_ARGUMENT, `BadRequest`):
+    a negative page_size or max_bytes, a status that is not a Snapshot.Status, a
+    page_token this controller did not give for the same status filter.
+L2. A listing is in id order (start order): the tracker's working set merged with
+    the store's index (`Merge`), a batch of ids at a time, so no file is read but
+    the ones listed.
+L3. A page ends after page_size snapshots (at most MAX_PAGE_SIZE), or before it
+    would pass PAGE_BYTES; page_size 0: as many as fit under PAGE_BYTES (every
+    snapshot, for most clusters). A snapshot alone larger than a page is listed
+    without its in-flight lists (`in_flight_omitted`). A page that ends early
+    carries the next_page_token: opaque to clients, it names the last id listed
+    and the filter it was for.
+L4. GetSnapshot refuses (RESOURCE_EXHAUSTED) an answer larger than the client
+    takes (max_bytes, 0: gRPC's default 4 MiB), saying how to fetch it.
+
+Pure: no file, socket or clock; the servicer hands in the ids and the snapshots.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import json
+from dataclasses import dataclass
+
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+# What any gRPC client takes in one message by default (grpcurl's limit too): a
+# ListSnapshots page ends before it, a larger GetSnapshot answer is refused
+# saying how to fetch it. The margin leaves room for the framing.
+CLIENT_DEFAULT_BYTES = 4 * 1024 * 1024
+PAGE_BYTES = CLIENT_DEFAULT_BYTES - 64 * 1024
+MAX_PAGE_SIZE = 1000
+LOAD_BATCH = 256  # filed snapshots read per trip off the event loop, for a page without a page_size
+
+
+class BadRequest(Exception):
+    """An argument refused before anything is read (INVALID_ARGUMENT), in words (L1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where a listing starts (after this id, "" from the first), its page_size limit
+    (None: only PAGE_BYTES) and how many ids to fetch per batch."""
+
+    after: str
+    limit: int | None
+    batch: int
+
+
+def list_start(request: pb.ListSnapshotsRequest) -> Start:
+    """The listing a ListSnapshots request asks for; raises BadRequest (L1)."""
+    if request.page_size < 0:
+        raise BadRequest(f"page_size must not be negative, got {request.page_size}")
+    if request.status not in pb.Snapshot.Status.values():
+        raise BadRequest(f"status {request.status} is not a Snapshot.Status")
+    after = ""
+    if request.page_token:
+        after = page_after(request.page_token, request.status)
+        if after is None:
+            raise BadRequest(
+                f"page_token {request.page_token!r} is not a next_page_token of a ListSnapshots with the "
+                f"same status filter"
+            )
+    limit = min(request.page_size, MAX_PAGE_SIZE) if request.page_size else None
+    return Start(after=after, limit=limit, batch=(limit or LOAD_BATCH - 1) + 1)  # one more: is there a next page?
+
+
+def max_bytes_problem(max_bytes: int) -> str:
+    """Why a GetSnapshot max_bytes is refused ("" when it is not) (L1)."""
+    return f"max_bytes must not be negative, got {max_bytes}" if max_bytes < 0 else ""
+
+
+def too_large(snapshot_id: str, size: int, max_bytes: int) -> str:
+    """Why a GetSnapshot answer of `size` bytes is refused ("" when it fits) (L4)."""
+    limit = max_bytes or CLIENT_DEFAULT_BYTES
+    if size <= limit:
+        return ""
+    return (
+        f"snapshot {snapshot_id} is {size} bytes, more than the {limit} this client takes "
+        f"(max_bytes; 0 means gRPC's default 4 MiB): fetch it in pieces with GetSnapshotChunks "
+        f"(`snapmesh snapshot get {snapshot_id}` does), or set max_bytes to {size} "
+        f"with a client whose receive limit is that high"
+    )
+
+
+class Merge:
+    """The ids of one listing in order (L2): the working set's (`in_memory`, sorted,
+    those after the start and of the filter) and the store index's, fed a batch at a
+    time. Ask the index for `batch` ids after `cursor`; `take` says which ids come next."""
+
+    def __init__(self, in_memory: list[str], after: str, batch: int) -> None:
+        self._in_memory = list(in_memory)
+        self.cursor = after
+        self.batch = batch
+        self.done = False
+
+    def take(self, filed: list[str]) -> list[str]:
+        """The next ids, in order, given the index's `filed` after `cursor`."""
+        bound = filed[-1] if len(filed) == self.batch else None  # None: the index has no more
+        taken = bisect.bisect_right(self._in_memory, bound) if bound is not None else len(self._in_memory)
+        ids = sorted(set(filed).union(self._in_memory[:taken]))
+        del self._in_memory[:taken]
+        if ids:
+            self.cursor = ids[-1]
+        self.done = not ids or (bound is None and not self._in_memory)
+        return ids
+
+
+class Page:
+    """One ListSnapshots answer, filled in id order (L3): `offer` each snapshot
+    listed until it says the page is full."""
+
+    def __init__(self, start: Start, status: int) -> None:
+        self.response = pb.ListSnapshotsResponse()
+        self._limit = start.limit
+        self._status = status
+        self._size = 0
+
+    def offer(self, snapshot: pb.Snapshot | None) -> bool:
+        """Take `snapshot` (None or one of another status: skipped); False once the
+        page is full, with its next_page_token set (the snapshot not taken)."""
+        if snapshot is None or (self._status and snapshot.status != self._status):
+            return True
+        snapshots = self.response.snapshots
+        if self._limit is not None and len(snapshots) >= self._limit:
+            self.response.next_page_token = page_token(snapshots[-1].snapshot_id, self._status)
+            return False
+        if (own := snapshot.ByteSize() + 8) > PAGE_BYTES:  # alone larger than a page: without its in-flight lists
+            for channel in snapshot.channels:
+                del channel.in_flight[:]
+            snapshot.in_flight_omitted = True
+            own = snapshot.ByteSize() + 8
+        self._size += own
+        if snapshots and self._size > PAGE_BYTES:
+            self.response.next_page_token = page_token(snapshots[-1].snapshot_id, self._status)
+            return False
+        snapshots.append(snapshot)
+        return True
+
+
+def page_token(last_id: str, status: int) -> str:
+    """Opaque to clients: where the next page starts, and the filter it was for."""
+    raw = json.dumps({"after": last_id, "status": status}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode("ascii")
+
+
+def page_after(token: str, status: int) -> str | None:
+    """The id a page token says to continue after; None for a token this
+    controller did not give for this filter."""
+    try:
+        fields = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+    except (ValueError, UnicodeError):
+        return None
+    if not isinstance(fields, dict) or fields.get("status") != status or not isinstance(fields.get("after"), str):
+        return None
+    return fields["after"] or None
