@@ -15,8 +15,9 @@ V1. A COMPLETE snapshot of an app cluster says which app (`Snapshot.app.spec`) a
 V2. A check that raises or returns something other than a list is a failed
     invariant naming what happened (snapmesh.app.check_invariants), never a
     crash of the controller.
-V3. The bank's fields stay the bank's: an app cluster has no native tally, so an app
-    snapshot's `total` is its `expected_total` and it is `conserved`; whether it
+V3. The bank's fields stay the bank's: an app's messages carry no tally, so an app
+    snapshot's `total` (its nodes' native fields as reported, left at their init)
+    is its `expected_total` and it is `conserved`; whether it
     may be restored is its invariants' call (snapmesh.protocol.controller.machine.problem).
 """
 
@@ -71,7 +72,7 @@ class AppChecker:
     app's module:attr, `app` the loaded App (None: the controller could not load
     it, and `why` says why), `params` the cluster file's [app] table. An app's
     fields are its state bytes (the tracker keeps them) and its messages'
-    payloads: it keeps no tally, and what it checks is the app's invariants."""
+    payloads: their tally is 0, and what it checks is the app's invariants."""
 
     def __init__(
         self, spec: str, app: App | None, *, why: str = "", params: Mapping[str, Any] = MappingProxyType({})
