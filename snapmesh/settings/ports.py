@@ -2,17 +2,69 @@
 
 from __future__ import annotations
 
+import collections
+import fcntl
+import os
 import random
 import socket
+import tempfile
+import threading
 from pathlib import Path
+
+# Every process that draws ports takes a lock on one byte per port (the port
+# number as the offset) of one machine-wide file, and holds it while it lives.
+# A port a test's node left free while it is killed and restarted is then not
+# handed to a second test session drawing at the same time. Record locks die
+# with their process, so a crashed session frees its ports; the newest
+# HELD_PER_PROCESS draws are held, so a long session does not hold every port.
+LOCK_FILE = Path(tempfile.gettempdir()) / "snapmesh-ports.lock"
+HELD_PER_PROCESS = 512
 
 
 class NoFreePorts(RuntimeError):
     """Not enough free ports below the ephemeral range."""
 
 
+class _Reservations:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self._fd: int | None = None
+        self._pid = 0
+
+    def take(self, port: int) -> bool:
+        """Hold `port` for this process: False when another process holds it."""
+        with self._lock:
+            fd = self._file()
+            if fd is None:
+                return True  # no lock file (a read-only /tmp): the bind check alone decides
+            if port in self._held:
+                return False  # drawn before by this process: a port is handed out once
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
+            except OSError:
+                return False
+            self._held[port] = None
+            while len(self._held) > HELD_PER_PROCESS:
+                oldest, _ = self._held.popitem(last=False)
+                fcntl.lockf(fd, fcntl.LOCK_UN, 1, oldest)
+            return True
+
+    def _file(self) -> int | None:
+        if self._pid != os.getpid():  # a forked child inherits no record locks: start afresh
+            self._fd, self._pid, self._held = None, os.getpid(), collections.OrderedDict()
+            try:
+                self._fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            except OSError:
+                self._fd = None
+        return self._fd
+
+
+_reservations = _Reservations()
+
+
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct TCP ports that were free a moment ago.
+    """`count` distinct TCP ports that were free a moment ago, held for this process.
 
     Drawn below the kernel's ephemeral range: ports the kernel hands out (to
     every outgoing connection on the machine) would soon be taken by a client
@@ -26,7 +78,7 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
         if len(ports) == count:
             break
         port = rng.choice(candidates)
-        if port not in ports and port_is_free(host, port):
+        if port not in ports and port_is_free(host, port) and _reservations.take(port):
             ports.append(port)
     if len(ports) < count:
         raise NoFreePorts(f"found only {len(ports)} free ports below {low}, needed {count}")
