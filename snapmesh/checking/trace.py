@@ -266,7 +266,7 @@ def trace_logs(
     initial: Mapping[str, int], at_node: Mapping[str, list[tuple[int, str, Event]]], snapshot_ids: Iterable[str],
     reading: Any = None,
 ) -> tuple[cut.LogIndex, dict[tuple[Channel, str], int]]:
-    """The trace as the nodes' `wal` logs, read into a `cut.LogIndex`, and each
+    """The trace as the nodes' logs (`cut.record` of the lines they would write), read into a `cut.LogIndex`, and each
     transfer's seq ((channel, msg) -> seq). `at_node`: each declared node's events
     sorted by position. A channel's sends get seqs 1..n in the sender's position
     order; a receive takes the seq of the send with its msg id on its channel (0
@@ -282,24 +282,25 @@ def trace_logs(
             if kind == "send":
                 channel = (node, event["dst"])
                 seq_of[(channel, event["msg"])] = sent[channel] = sent.get(channel, 0) + 1
+    # Each record is the line its node would log (the keys of the formats), read as the rules read one.
     logs: dict[str, list[wal.Record]] = {}
-    send, recv, cut_record = wal.Send, wal.Recv, wal.Cut
-    for node, balance in initial.items():
+    read = cut.record
+    for node, tally in initial.items():
         history = at_node.get(node, [])
-        log = logs[node] = [wal.Init(lsn=history[0][0] - 1 if history else 0, balance=balance)]
+        log = logs[node] = [read({"lsn": history[0][0] - 1 if history else 0, "kind": "init", NODE_TALLY_KEY: tally})]
         add = log.append
         for pos, kind, event in history:
             if kind == "send":
                 dst, msg = event["dst"], event["msg"]
                 # A msg id sent twice on a channel: both take the later seq (the trace reports it).
-                add(send(lsn=pos, msg_id=msg, src=node, dst=dst, seq=seq_of[((node, dst), msg)],
-                         amount=event["amount"]))
+                add(read({"lsn": pos, "kind": "send", "msg_id": msg, "src": node, "dst": dst,
+                          "seq": seq_of[((node, dst), msg)], MESSAGE_TALLY_KEY: event[MESSAGE_TALLY_KEY]}))
             elif kind == "receive":
                 src, msg = event["src"], event["msg"]
-                add(recv(lsn=pos, msg_id=msg, src=src, dst=node, seq=seq_of.get(((src, node), msg), 0),
-                         amount=event["amount"]))
+                add(read({"lsn": pos, "kind": "recv", "msg_id": msg, "src": src, "dst": node,
+                          "seq": seq_of.get(((src, node), msg), 0), MESSAGE_TALLY_KEY: event[MESSAGE_TALLY_KEY]}))
             elif kind == "cut":
-                add(cut_record(lsn=pos, snapshot_id=event["snapshot"], balance=event["balance"]))
+                add(read({"lsn": pos, "kind": "cut", "snapshot_id": event["snapshot"], NODE_TALLY_KEY: event[NODE_TALLY_KEY]}))
     reading = bank_trace.BANK.reading() if reading is None else reading
     return cut.LogIndex.of(logs, snapshot_ids, reading=reading), seq_of
 

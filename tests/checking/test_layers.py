@@ -348,9 +348,6 @@ APP_NEUTRAL = ("snapmesh/protocol/controller", "services/controller")
 NOT_YET_CLEAN = {
     "snapmesh/protocol": 201,  # outside controller/: node/ (core, machine, recovery...), wal, overtake
     "services/node": 60,  # the node's engine, channels and servicer: the Transfer RPC's fields
-    # trace.py's `trace_logs`: the wal records it builds (Init/Send/Recv/Cut by their fields' names), which the
-    # wal's own rename of those fields clears; the bank's part of the checkers is snapmesh/bank/ (logs, trace, snapshot).
-    "snapmesh/checking": 5,
 }
 
 
@@ -368,10 +365,10 @@ def bank_word_lines(directory: str, *, skip: tuple[str, ...] = ()) -> list[str]:
 
 
 # The one consistency check, over any app's contents and states (the bank's reading is snapmesh/bank/cut.py).
-# The log, trace-step and snapshot-file checkers likewise: they take the bank's part from snapmesh/bank/
-# (logs.py, trace.py, snapshot.py) and name its format keys through snapmesh/bank/formats.py.
-APP_NEUTRAL_FILES = ("snapmesh/checking/cut.py", "snapmesh/checking/logcheck.py", "snapmesh/checking/node_logs.py",
-                     "snapmesh/checking/steps.py", "snapmesh/checking/snapshot_file.py")
+APP_NEUTRAL_FILES = ("snapmesh/checking/cut.py",)
+# Every checker (issue 32): the log, trace, step and snapshot-file checkers take the bank's part from
+# snapmesh/bank/ (logs.py, trace.py, snapshot.py) and name its format keys through snapmesh/bank/formats.py.
+CHECKING_NEUTRAL = ("snapmesh/checking",)
 
 
 @pytest.mark.parametrize("name", APP_NEUTRAL_FILES)
@@ -384,6 +381,13 @@ def test_the_cut_check_has_no_bank_word(name):
 def test_the_controller_has_no_bank_word(directory):
     hits = bank_word_lines(directory)
     assert not hits, f"bank words in {directory} (the bank's fields are snapmesh/bank/ledger.py's):\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize("directory", CHECKING_NEUTRAL)
+def test_the_checkers_have_no_bank_word(directory):
+    hits = bank_word_lines(directory)
+    assert not hits, (f"bank words in {directory} (the bank's part of the checkers is snapmesh/bank/logs.py, trace.py, "
+                      "snapshot.py; its format keys snapmesh/bank/formats.py):\n" + "\n".join(hits))
 
 
 @pytest.mark.parametrize("directory", sorted(NOT_YET_CLEAN))
