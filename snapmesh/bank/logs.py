@@ -2,7 +2,10 @@
 
 The generic log checkers (snapmesh/checking: `logcheck`, `node_logs`) know channels,
 seqs, markers, cuts and restores; what a node's balance is at any point, and that
-money is conserved, is the bank's, and is here:
+money is conserved, is the bank's, and is here; the module itself is the bank's part
+those checkers take (`logcheck.check_logs(..., app=...)`, its default):
+
+- `reading(total)`: the bank's `cut.Reading` (snapmesh/bank/cut.py);
 
 - `money_check(logs)`: sends against receives over all the logs, and each log's
   balance replayed (init + received - sent);
@@ -26,6 +29,11 @@ import snapmesh.bank.cut as bank_cut
 from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY
 
 Record = Mapping[str, Any]
+
+
+def reading(total: int | None = None) -> bank_cut.Reading:
+    """The bank's `cut.Reading` of its logs (`total`: the money there is; None: the logs' `init` balances)."""
+    return bank_cut.Reading(total)
 
 
 def money_check(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:

@@ -28,7 +28,6 @@ from typing import Any
 from snapmesh.checking import cut
 from snapmesh.checking.node_logs import log_events
 from snapmesh.checking.trace import Channel, Event, InvariantViolation, Report, _name, check_trace
-import snapmesh.bank.cut as bank_cut
 import snapmesh.bank.logs as bank_logs
 from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY, RECORDED_TALLIES_KEY
 
@@ -83,10 +82,13 @@ def check_logs(
     *,
     channels: Iterable[Channel],
     total: int | None = None,
+    app: Any = None,
 ) -> Report:
     """Check real node logs and the COMPLETE `snapshots` taken while they were
     written (RecordedSnapshot, or controller Snapshots). `channels`: the
-    topology. `total` defaults to the bank's (`bank_logs.initial_total`). Read the
+    topology. `app`: the app's part (`reading`, `initial_total`, `whole_problems`;
+    default: the bank's, `snapmesh.bank.logs`); `total` defaults to its
+    `initial_total(logs)`. Read the
     logs at rest (no transfer being made), or a receive may outrun the send
     read before it."""
     channels = list(channels)
@@ -106,21 +108,24 @@ def check_logs(
     except InvariantViolation as violation:
         problems += str(violation).splitlines()
         report = Report()
-    expected_total = bank_logs.initial_total(logs) if total is None else total
+    app = bank_logs if app is None else app
+    expected_total = app.initial_total(logs) if total is None else total
     index = cut.LogIndex.of(
         {node: [cut.record(r, node) for r in records] for node, records in logs.items()} if recorded else {},
         snapshot_ids=[snap.snapshot_id for snap in recorded],
-        reading=bank_cut.Reading(expected_total),
+        reading=app.reading(expected_total),
     )
     for snap in recorded:
-        problems += _snapshot_against_logs(snap, index, channels, expected_total)
+        problems += _snapshot_against_logs(snap, index, channels, expected_total, app)
     if problems:
         shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
         raise InvariantViolation("\n".join(shown))
     return report
 
 
-def _snapshot_against_logs(snap: RecordedSnapshot, index: cut.LogIndex, channels: list[Channel], total: int) -> list[str]:
+def _snapshot_against_logs(
+    snap: RecordedSnapshot, index: cut.LogIndex, channels: list[Channel], total: int, app: Any,
+) -> list[str]:
     """`cut.check_snapshot`'s problems in this checker's words (the tests and the
     chaos campaign read them): the nodes first, and only when they hold, the channels."""
     sid = snap.snapshot_id
@@ -162,19 +167,22 @@ def _snapshot_against_logs(snap: RecordedSnapshot, index: cut.LogIndex, channels
                     "expected one")
             elif problem.rule == cut.MARKER_BEFORE_CUT:
                 say(f"snapshot {sid}: {src} sent the marker on {channel} before its cut")
-    p += bank_logs.whole_problems(sid, rules, verdict.whole, total)
+    p += app.whole_problems(sid, rules, verdict.whole, total)
     return p
 
 
 # ------------------------------------------------------------ across epochs (restores)
 
 
-def split_epochs(logs: Mapping[str, list[Mapping[str, Any]]]) -> dict[int, dict[str, list[Mapping[str, Any]]]]:
+def split_epochs(
+    logs: Mapping[str, list[Mapping[str, Any]]], app: Any = None,
+) -> dict[int, dict[str, list[Mapping[str, Any]]]]:
     """Each node's log cut at its `restore` records: {epoch: {node: records}}.
     Epoch 1 is the log up to the first restore; epoch E starts at the (last)
     restore record of E, as an `init` holding the tally after the restore
-    (the bank's: `bank_logs.opening` and `with_replay`), so each epoch is checked as a run
+    (`app.opening` and `app.with_replay`; default the bank's), so each epoch is checked as a run
     of its own (msg ids and seqs start over in every epoch)."""
+    app = bank_logs if app is None else app
     by_epoch: dict[int, dict[str, list[Mapping[str, Any]]]] = defaultdict(dict)
     for node, records in logs.items():
         epoch, current = 1, []
@@ -183,10 +191,10 @@ def split_epochs(logs: Mapping[str, list[Mapping[str, Any]]]) -> dict[int, dict[
             kind = r.get("kind")
             if kind == "restore":
                 epoch = r["epoch"]
-                current = [bank_logs.opening(node, r)]
+                current = [app.opening(node, r)]
                 by_epoch[epoch][node] = current  # a restore redone after a crash replaces the cut-short one
             elif kind == "replay":
-                current[0] = bank_logs.with_replay(current[0], r)
+                current[0] = app.with_replay(current[0], r)
             else:
                 current.append(r)
     return dict(by_epoch)
@@ -206,10 +214,13 @@ def restores_in_logs(logs: Mapping[str, list[Mapping[str, Any]]]) -> dict[int, d
     return dict(found)
 
 
-def check_restore(logs: Mapping[str, list[Mapping[str, Any]]], snapshot: RecordedSnapshot | Any, epoch: int) -> None:
+def check_restore(
+    logs: Mapping[str, list[Mapping[str, Any]]], snapshot: RecordedSnapshot | Any, epoch: int, app: Any = None,
+) -> None:
     """The restore itself: in `epoch` every node's log sets the snapshot's
     recorded tally and then replays, per channel in channel order, exactly
     the transfers the snapshot recorded in flight towards it."""
+    app = bank_logs if app is None else app
     snap = snapshot if isinstance(snapshot, RecordedSnapshot) else RecordedSnapshot.from_proto(snapshot)
     found = restores_in_logs(logs).get(epoch, {})
     problems = []
@@ -218,11 +229,11 @@ def check_restore(logs: Mapping[str, list[Mapping[str, Any]]], snapshot: Recorde
             problems.append(f"restore of {snap.snapshot_id} in epoch {epoch}: no restore record in {node}'s log")
             continue
         record, replays = found[node]
-        problems += bank_logs.restore_problems(epoch, node, record, snap.snapshot_id, tally)
+        problems += app.restore_problems(epoch, node, record, snap.snapshot_id, tally)
         for (src, dst), items in snap.in_flight.items():
             if dst != node:
                 continue
-            got = [bank_logs.replayed_item(r) for r in replays if r["src"] == src]
+            got = [app.replayed_item(r) for r in replays if r["src"] == src]
             if got != list(items):
                 problems.append(f"epoch {epoch}: {src}->{node} replayed {got}, the snapshot holds {items}")
         if len(replays) != record["deliveries"]:
@@ -237,15 +248,16 @@ def check_logs_by_epoch(
     *,
     channels: Iterable[Channel],
     total: int,
+    app: Any = None,
 ) -> dict[int, Report]:
     """`check_logs` on each epoch on its own: every COMPLETE controller
     Snapshot against the log of the epoch it was taken in (`Snapshot.epoch`)."""
     channels = list(channels)
     snapshots = list(snapshots)
     reports = {}
-    for epoch, epoch_logs in sorted(split_epochs(logs).items()):
+    for epoch, epoch_logs in sorted(split_epochs(logs, app).items()):
         if set(epoch_logs) != set(logs):  # a restore some node never took (FAILED): nothing to check there
             continue
         taken = [s for s in snapshots if (s.epoch or 1) == epoch]
-        reports[epoch] = check_logs(epoch_logs, taken, channels=channels, total=total)
+        reports[epoch] = check_logs(epoch_logs, taken, channels=channels, total=total, app=app)
     return reports

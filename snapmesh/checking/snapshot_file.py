@@ -39,6 +39,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -169,8 +170,10 @@ def damage(path: Path) -> str:
     return ""
 
 
-def check(path: Path) -> Verdict:
-    """Every check of the module doc on the stored file `path` (read only)."""
+def check(path: Path, rules: Any = None) -> Verdict:
+    """Every check of the module doc on the stored file `path` (read only). `rules`: the
+    app's arithmetic (`conserved`, `item_problem`, `whole_problems`; default the bank's,
+    `snapmesh.bank.snapshot`)."""
     path = Path(path)
     try:
         snapshot, marked = read_marked(path)
@@ -188,21 +191,23 @@ def check(path: Path) -> Verdict:
         snapshot.status)
     add(Check("complete", snapshot.status == pb.Snapshot.COMPLETE,
               status + (f": {snapshot.reason}" if snapshot.reason else "")))
-    add(Check("conserved", *bank_snapshot.conserved(snapshot)))
+    rules = bank_snapshot if rules is None else rules
+    add(Check("conserved", *rules.conserved(snapshot)))
     if snapshot.HasField("app"):
         app = snapshot.app
         broken = [f"{i.name}: {'; '.join(i.problems)}" for i in app.invariants if not i.ok]
         add(Check("invariants", not broken, "; ".join(broken) if broken else
                   f"{len(app.invariants)} of app {app.spec} held" if app.status == pb.AppCheck.CHECKED else "unchecked"))
-    problems = inconsistencies(snapshot)
+    problems = inconsistencies(snapshot, rules)
     add(Check("consistent", not problems, "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else "")
               if problems else f"{len(snapshot.nodes)} nodes, {len(snapshot.channels)} channels, "
               f"{sum(len(c.in_flight) for c in snapshot.channels)} in flight"))
     return verdict
 
 
-def inconsistencies(snapshot: pb.Snapshot) -> list[str]:
-    """What in `snapshot` contradicts the rest of it (empty: nothing)."""
+def inconsistencies(snapshot: pb.Snapshot, rules: Any = None) -> list[str]:
+    """What in `snapshot` contradicts the rest of it (empty: nothing); `rules` as for `check`."""
+    rules = bank_snapshot if rules is None else rules
     problems: list[str] = []
     nodes = [n.node_id for n in snapshot.nodes]
     if snapshot.status == pb.Snapshot.COMPLETE and not nodes:
@@ -221,7 +226,7 @@ def inconsistencies(snapshot: pb.Snapshot) -> list[str]:
             problems.append(f"channel {name} joins a node the snapshot does not record")
         last = 0
         for transfer in channel.in_flight:
-            if problem := bank_snapshot.item_problem(name, transfer):
+            if problem := rules.item_problem(name, transfer):
                 problems.append(problem)
             if transfer.seq and transfer.seq <= last:
                 problems.append(f"{name}: seq {transfer.seq} after {last}")
@@ -232,5 +237,5 @@ def inconsistencies(snapshot: pb.Snapshot) -> list[str]:
     for node in snapshot.nodes:
         if node.HasField("state") and node.state_digest != PREFIX + hashlib.sha256(node.state).hexdigest():
             problems.append(f"node {node.node_id}: its state does not match its digest {node.state_digest}")
-    problems += bank_snapshot.whole_problems(snapshot)
+    problems += rules.whole_problems(snapshot)
     return problems
