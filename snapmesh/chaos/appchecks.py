@@ -19,7 +19,7 @@ from snapmesh.chaos import appmode
 from snapmesh.chaos.campaign import Outcome
 from snapmesh.chaos.checks import Check, restarts, snapshot_ids, spark_reconcile
 from snapmesh.checking.logcheck import InvariantViolation, check_logs
-from snapmesh.checking.node_logs import money_check
+from snapmesh.bank.logs import money_check
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 

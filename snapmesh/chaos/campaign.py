@@ -38,7 +38,7 @@ from snapmesh.chaos import appmode
 from snapmesh.chaos import schedule as sched
 from snapmesh.settings.config import ClusterConfig
 from snapmesh.bank.load import BackgroundLoad
-from snapmesh.checking.node_logs import money_check
+from snapmesh.bank.logs import money_check
 from snapmesh.settings.security import Identity
 from snapmesh.checking.snapshots import list_all
 from snapmesh.processes.supervisor import SupervisorError

@@ -18,7 +18,7 @@ from typing import Any
 
 from snapmesh.chaos.campaign import Outcome
 from snapmesh.checking.logcheck import InvariantViolation, check_logs
-from snapmesh.checking.node_logs import money_check
+from snapmesh.bank.logs import money_check
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 Check = tuple[str, bool, str]

@@ -7,11 +7,13 @@
   `node_logs.read_logs`) against the COMPLETE snapshots the cluster produced. It
   runs `check_trace` on the logs (every snapshot id in them, finished or not, for
   safety) and asks `cut.check_snapshot`, the one definition of a snapshot
-  consistent with the logs, about each COMPLETE snapshot: each recorded balance is
+  consistent with the logs, about each COMPLETE snapshot: each recorded tally is
   the node's `cut` and what its log gives before the cut; each channel's in-flight
   list is exactly the sends before the sender's cut minus the receives before the
-  receiver's cut, in seq order, with their amounts and seqs; one marker per channel
-  each way, sent after the cut; and balances plus in-flight equal the total.
+  receiver's cut, in seq order, with their tallies and seqs; one marker per channel
+  each way, sent after the cut; and the app's whole-snapshot rule (the bank's
+  conservation, snapmesh/bank/cut.py) holds. What the logs' tallies add up to, and
+  how a restore sets them, is the bank's reading of its logs (snapmesh/bank/logs.py).
 - Across restores: `check_logs_by_epoch` (each epoch on its own) and
   `check_restore` (the restore records themselves).
 """
@@ -26,7 +28,8 @@ from typing import Any
 from snapmesh.checking import cut
 from snapmesh.checking.node_logs import log_events
 from snapmesh.checking.trace import Channel, Event, InvariantViolation, Report, _name, check_trace
-import snapmesh.bank.cut as bank_cut
+import snapmesh.bank.logs as bank_logs
+from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY, RECORDED_TALLIES_KEY
 
 __all__ = [
     "InvariantViolation", "RecordedSnapshot", "Report", "check_logs",
@@ -41,16 +44,16 @@ class RecordedSnapshot:
     """What a COMPLETE snapshot recorded, independent of how it was delivered."""
 
     snapshot_id: str
-    balances: dict[str, int]
-    in_flight: dict[Channel, list[tuple[str, int, int]]]  # (msg_id, amount, seq), in order
+    tallies: dict[str, int]  # node -> the tally it recorded
+    in_flight: dict[Channel, list[tuple[str, int, int]]]  # (msg_id, tally, seq), in order
 
     @classmethod
     def from_proto(cls, snapshot: Any) -> RecordedSnapshot:
         """From a controller `Snapshot` (snapmesh.v1)."""
         return cls(
             snapshot_id=snapshot.snapshot_id,
-            balances={n.node_id: n.balance for n in snapshot.nodes},
-            in_flight={(c.src, c.dst): [(t.msg_id, t.amount, t.seq) for t in c.in_flight] for c in snapshot.channels},
+            tallies={n.node_id: getattr(n, NODE_TALLY_KEY) for n in snapshot.nodes},
+            in_flight={(c.src, c.dst): [_item(t) for t in c.in_flight] for c in snapshot.channels},
         )
 
     @classmethod
@@ -59,13 +62,18 @@ class RecordedSnapshot:
         (sid,) = {s.snapshot_id for s in states.values()}
         return cls(
             snapshot_id=sid,
-            balances={node: s.balance for node, s in states.items()},
+            tallies={node: getattr(s, NODE_TALLY_KEY) for node, s in states.items()},
             in_flight={
-                (c.src, c.dst): [(t.msg_id, t.amount, t.seq) for t in c.in_flight]
+                (c.src, c.dst): [_item(t) for t in c.in_flight]
                 for s in states.values()
                 for c in s.channels
             },
         )
+
+
+def _item(transfer: Any) -> tuple[str, int, int]:
+    """A v1 InFlightTransfer as (msg_id, tally, seq)."""
+    return (transfer.msg_id, getattr(transfer, MESSAGE_TALLY_KEY), transfer.seq)
 
 
 def check_logs(
@@ -74,10 +82,13 @@ def check_logs(
     *,
     channels: Iterable[Channel],
     total: int | None = None,
+    app: Any = None,
 ) -> Report:
     """Check real node logs and the COMPLETE `snapshots` taken while they were
     written (RecordedSnapshot, or controller Snapshots). `channels`: the
-    topology. `total` defaults to the sum of the logs' `init` balances. Read the
+    topology. `app`: the app's part (`reading`, `initial_total`, `whole_problems`;
+    default: the bank's, `snapmesh.bank.logs`); `total` defaults to its
+    `initial_total(logs)`. Read the
     logs at rest (no transfer being made), or a receive may outrun the send
     read before it."""
     channels = list(channels)
@@ -87,38 +98,40 @@ def check_logs(
     for snap in recorded:
         events += [
             {"event": "channel_recorded", "snapshot": snap.snapshot_id, "src": c[0], "dst": c[1],
-             "msgs": [m for m, _, _ in items], "amounts": [a for _, a, _ in items]}
+             "msgs": [m for m, _, _ in items], RECORDED_TALLIES_KEY: [a for _, a, _ in items]}
             for c, items in snap.in_flight.items()
         ]
-        events += [{"event": "completed", "node": n, "snapshot": snap.snapshot_id} for n in snap.balances]
+        events += [{"event": "completed", "node": n, "snapshot": snap.snapshot_id} for n in snap.tallies]
     problems: list[str] = []
     try:
         report = check_trace(events, require_complete=False)
     except InvariantViolation as violation:
         problems += str(violation).splitlines()
         report = Report()
-    initial = {node: r["balance"] for node, records in logs.items() for r in records if r.get("kind") == "init"}
-    expected_total = sum(initial.values()) if total is None else total
+    app = bank_logs if app is None else app
+    expected_total = app.initial_total(logs) if total is None else total
     index = cut.LogIndex.of(
         {node: [cut.record(r, node) for r in records] for node, records in logs.items()} if recorded else {},
         snapshot_ids=[snap.snapshot_id for snap in recorded],
-        reading=bank_cut.Reading(expected_total),
+        reading=app.reading(expected_total),
     )
     for snap in recorded:
-        problems += _snapshot_against_logs(snap, index, channels, expected_total)
+        problems += _snapshot_against_logs(snap, index, channels, expected_total, app)
     if problems:
         shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
         raise InvariantViolation("\n".join(shown))
     return report
 
 
-def _snapshot_against_logs(snap: RecordedSnapshot, index: cut.LogIndex, channels: list[Channel], total: int) -> list[str]:
+def _snapshot_against_logs(
+    snap: RecordedSnapshot, index: cut.LogIndex, channels: list[Channel], total: int, app: Any,
+) -> list[str]:
     """`cut.check_snapshot`'s problems in this checker's words (the tests and the
     chaos campaign read them): the nodes first, and only when they hold, the channels."""
     sid = snap.snapshot_id
     listed = cut.Snapshot(
         snapshot_id=sid,
-        nodes=list(snap.balances.items()),
+        nodes=list(snap.tallies.items()),
         channels=[(src, dst, items) for (src, dst), items in snap.in_flight.items()],
     )
     verdict = cut.check_snapshot(index, listed, topology=channels, markers=True)
@@ -126,15 +139,15 @@ def _snapshot_against_logs(snap: RecordedSnapshot, index: cut.LogIndex, channels
     p: list[str] = []
     say = p.append
     if rules & {cut.MISSING_NODE, cut.UNKNOWN_NODE}:
-        say(f"snapshot {sid}: records nodes {sorted(snap.balances)}, the logs are of {sorted(index.nodes)}")
+        say(f"snapshot {sid}: records nodes {sorted(snap.tallies)}, the logs are of {sorted(index.nodes)}")
     if rules & {cut.MISSING_CHANNEL, cut.UNKNOWN_CHANNEL}:
         say(f"snapshot {sid}: records channels {sorted(snap.in_flight)}, the topology has {sorted(channels)}")
     for node in sorted(index.nodes):
         state = index.cut(sid, node)
         if state is None:
             say(f"snapshot {sid}: no cut record in {node}'s log")
-        elif any(q.rule in (cut.STATE, bank_cut.CUT_BALANCE) and q.args[0] == node for q in verdict.problems):
-            say(f"snapshot {sid}: {node} recorded {snap.balances.get(node)}, its cut says {state.record.balance}, "
+        elif any(q.rule in (cut.STATE, *index.reading.node_rules) and q.args[0] == node for q in verdict.problems):
+            say(f"snapshot {sid}: {node} recorded {snap.tallies.get(node)}, its cut says {index.reading.said(state.record)}, "
                 f"its log before the cut gives {index.reading.state(node, state)}")
     if p:
         return p
@@ -154,20 +167,22 @@ def _snapshot_against_logs(snap: RecordedSnapshot, index: cut.LogIndex, channels
                     "expected one")
             elif problem.rule == cut.MARKER_BEFORE_CUT:
                 say(f"snapshot {sid}: {src} sent the marker on {channel} before its cut")
-    if bank_cut.CONSERVATION in rules:
-        say(f"snapshot {sid}: balances + in flight = {verdict.whole.observed}, the total is {total}")
+    p += app.whole_problems(sid, rules, verdict.whole, total)
     return p
 
 
 # ------------------------------------------------------------ across epochs (restores)
 
 
-def split_epochs(logs: Mapping[str, list[Mapping[str, Any]]]) -> dict[int, dict[str, list[Mapping[str, Any]]]]:
+def split_epochs(
+    logs: Mapping[str, list[Mapping[str, Any]]], app: Any = None,
+) -> dict[int, dict[str, list[Mapping[str, Any]]]]:
     """Each node's log cut at its `restore` records: {epoch: {node: records}}.
     Epoch 1 is the log up to the first restore; epoch E starts at the (last)
-    restore record of E, as an `init` holding the balance after the restore
-    (the recorded balance plus the replays), so each epoch is checked as a run
+    restore record of E, as an `init` holding the tally after the restore
+    (`app.opening` and `app.with_replay`; default the bank's), so each epoch is checked as a run
     of its own (msg ids and seqs start over in every epoch)."""
+    app = bank_logs if app is None else app
     by_epoch: dict[int, dict[str, list[Mapping[str, Any]]]] = defaultdict(dict)
     for node, records in logs.items():
         epoch, current = 1, []
@@ -176,10 +191,10 @@ def split_epochs(logs: Mapping[str, list[Mapping[str, Any]]]) -> dict[int, dict[
             kind = r.get("kind")
             if kind == "restore":
                 epoch = r["epoch"]
-                current = [{"node": node, "lsn": r["lsn"], "kind": "init", "balance": r["balance"]}]
+                current = [app.opening(node, r)]
                 by_epoch[epoch][node] = current  # a restore redone after a crash replaces the cut-short one
             elif kind == "replay":
-                current[0] = {**current[0], "balance": current[0]["balance"] + r["amount"]}
+                current[0] = app.with_replay(current[0], r)
             else:
                 current.append(r)
     return dict(by_epoch)
@@ -199,25 +214,26 @@ def restores_in_logs(logs: Mapping[str, list[Mapping[str, Any]]]) -> dict[int, d
     return dict(found)
 
 
-def check_restore(logs: Mapping[str, list[Mapping[str, Any]]], snapshot: RecordedSnapshot | Any, epoch: int) -> None:
+def check_restore(
+    logs: Mapping[str, list[Mapping[str, Any]]], snapshot: RecordedSnapshot | Any, epoch: int, app: Any = None,
+) -> None:
     """The restore itself: in `epoch` every node's log sets the snapshot's
-    recorded balance and then replays, per channel in channel order, exactly
+    recorded tally and then replays, per channel in channel order, exactly
     the transfers the snapshot recorded in flight towards it."""
+    app = bank_logs if app is None else app
     snap = snapshot if isinstance(snapshot, RecordedSnapshot) else RecordedSnapshot.from_proto(snapshot)
     found = restores_in_logs(logs).get(epoch, {})
     problems = []
-    for node, balance in snap.balances.items():
+    for node, tally in snap.tallies.items():
         if node not in found:
             problems.append(f"restore of {snap.snapshot_id} in epoch {epoch}: no restore record in {node}'s log")
             continue
         record, replays = found[node]
-        if record["snapshot_id"] != snap.snapshot_id or record["balance"] != balance:
-            problems.append(f"epoch {epoch}: {node} restored {record['snapshot_id']} to {record['balance']}, "
-                            f"expected {snap.snapshot_id} at {balance}")
+        problems += app.restore_problems(epoch, node, record, snap.snapshot_id, tally)
         for (src, dst), items in snap.in_flight.items():
             if dst != node:
                 continue
-            got = [(r["msg_id"], r["amount"], r["seq"]) for r in replays if r["src"] == src]
+            got = [app.replayed_item(r) for r in replays if r["src"] == src]
             if got != list(items):
                 problems.append(f"epoch {epoch}: {src}->{node} replayed {got}, the snapshot holds {items}")
         if len(replays) != record["deliveries"]:
@@ -232,15 +248,16 @@ def check_logs_by_epoch(
     *,
     channels: Iterable[Channel],
     total: int,
+    app: Any = None,
 ) -> dict[int, Report]:
     """`check_logs` on each epoch on its own: every COMPLETE controller
     Snapshot against the log of the epoch it was taken in (`Snapshot.epoch`)."""
     channels = list(channels)
     snapshots = list(snapshots)
     reports = {}
-    for epoch, epoch_logs in sorted(split_epochs(logs).items()):
+    for epoch, epoch_logs in sorted(split_epochs(logs, app).items()):
         if set(epoch_logs) != set(logs):  # a restore some node never took (FAILED): nothing to check there
             continue
         taken = [s for s in snapshots if (s.epoch or 1) == epoch]
-        reports[epoch] = check_logs(epoch_logs, taken, channels=channels, total=total)
+        reports[epoch] = check_logs(epoch_logs, taken, channels=channels, total=total, app=app)
     return reports

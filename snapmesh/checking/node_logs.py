@@ -9,20 +9,22 @@
   unreadable fails naming file and line.
 - `log_events(logs)`: the records as the trace events `snapmesh.checking.trace` checks
   (kinds it does not know, such as `restart` and `abort`, are skipped).
-- `money_check(logs)`: sends against receives over all the logs.
+- The bank's reading of the logs (sends against receives, each log's replay)
+  is the bank's: `snapmesh.bank.logs`.
 """
 
 from __future__ import annotations
 
 import glob
 import json
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY
 from snapmesh.protocol import wal
+
 
 class LogReadError(AssertionError):
     """A log file cannot be read as the format says (file:line: problem)."""
@@ -96,13 +98,13 @@ def log_events(logs: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]
         for r in records:
             kind = r.get("kind")
             if kind == "init":
-                events.append({"event": "node", "node": node, "balance": r["balance"]})
+                events.append({"event": "node", "node": node, NODE_TALLY_KEY: r[NODE_TALLY_KEY]})
             elif kind == "send":
                 events.append({"event": "send", "node": node, "pos": r["lsn"], "dst": r["dst"], "msg": r["msg_id"],
-                               "amount": r["amount"]})
+                               MESSAGE_TALLY_KEY: r[MESSAGE_TALLY_KEY]})
             elif kind == "recv":
                 events.append({"event": "receive", "node": node, "pos": r["lsn"], "src": r["src"],
-                               "msg": r["msg_id"], "amount": r["amount"]})
+                               "msg": r["msg_id"], MESSAGE_TALLY_KEY: r[MESSAGE_TALLY_KEY]})
             elif kind == "marker_sent":
                 events.append({"event": "marker_sent", "node": node, "pos": r["lsn"], "dst": r["dst"],
                                "snapshot": r["snapshot_id"]})
@@ -111,35 +113,5 @@ def log_events(logs: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]
                                "snapshot": r["snapshot_id"]})
             elif kind == "cut":
                 events.append({"event": "cut", "node": node, "pos": r["lsn"], "snapshot": r["snapshot_id"],
-                               "balance": r["balance"]})
+                               NODE_TALLY_KEY: r[NODE_TALLY_KEY]})
     return events
-
-
-def money_check(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Sends vs recvs across all logs: each msg_id sent once, received at most
-    once, and what each log's balance is."""
-    sends: dict[str, dict] = {}
-    recvs: dict[str, list[dict]] = defaultdict(list)
-    balances: dict[str, int] = {}
-    for node_id, records in logs.items():
-        balance = 0
-        for record in records:
-            kind = record["kind"]
-            if kind == "init":
-                balance = record["balance"]
-            elif kind == "send":
-                assert record["msg_id"] not in sends, f"msg_id {record['msg_id']} sent twice"
-                sends[record["msg_id"]] = record
-                balance -= record["amount"]
-            elif kind == "recv":
-                recvs[record["msg_id"]].append(record)
-                balance += record["amount"]
-        balances[node_id] = balance
-    return {
-        "sends": sends,
-        "duplicated": sorted(m for m, r in recvs.items() if len(r) > 1),
-        "phantom": sorted(m for m in recvs if m not in sends),
-        "mismatched": sorted(m for m, r in recvs.items() if m in sends and r[0]["amount"] != sends[m]["amount"]),
-        "unreceived": sorted(m for m in sends if m not in recvs),
-        "balances": balances,
-    }

@@ -5,7 +5,7 @@ The controller files each finished snapshot twice (services/controller/store.py)
 Both carry `Snapshot.checksum`: "sha256:" and the SHA-256 of the Snapshot's
 deterministic protobuf encoding without that field. So one checksum covers both
 files: the JSON file is checked by parsing it and encoding what it holds. A file
-changed on disk (a flipped bit, a truncated write, a hand edit of a balance) no
+changed on disk (a flipped bit, a truncated write, a hand edit of a node's state) no
 longer matches it.
 
 Every file this version writes is marked as such, and a marked file without
@@ -22,12 +22,11 @@ That is the most one can say of it.
 stored snapshot
 - intact: it parses, its checksum matches, it is the snapshot its name says;
 - COMPLETE;
-- conserved: its total is the expected total;
-- consistent with itself: the total is the recorded balances plus the
-  in-flight amounts, `conserved` agrees with the totals, each node and channel
-  appears once, every channel joins two recorded nodes, in-flight seqs increase
-  and msg_ids are unique, amounts are positive (an app's messages: a payload,
-  amount 0), each app state matches its digest;
+- conserved: the bank's arithmetic (snapmesh/bank/snapshot.py `conserved`);
+- consistent with itself: each node and channel appears once, every channel
+  joins two recorded nodes, in-flight seqs increase and msg_ids are unique, each
+  app state matches its digest, and the bank's own arithmetic agrees with itself
+  (snapmesh/bank/snapshot.py `item_problem`, `whole_problems`);
 - for an app: its invariants held when the controller checked them ("unchecked"
   passes, saying so).
 The restore path (`damage`) asks only the first question: a damaged file is
@@ -40,10 +39,12 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
+import snapmesh.bank.snapshot as bank_snapshot
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 PREFIX = "sha256:"
@@ -169,8 +170,10 @@ def damage(path: Path) -> str:
     return ""
 
 
-def check(path: Path) -> Verdict:
-    """Every check of the module doc on the stored file `path` (read only)."""
+def check(path: Path, rules: Any = None) -> Verdict:
+    """Every check of the module doc on the stored file `path` (read only). `rules`: the
+    app's arithmetic (`conserved`, `item_problem`, `whole_problems`; default the bank's,
+    `snapmesh.bank.snapshot`)."""
     path = Path(path)
     try:
         snapshot, marked = read_marked(path)
@@ -188,29 +191,29 @@ def check(path: Path) -> Verdict:
         snapshot.status)
     add(Check("complete", snapshot.status == pb.Snapshot.COMPLETE,
               status + (f": {snapshot.reason}" if snapshot.reason else "")))
-    add(Check("conserved", snapshot.conserved and snapshot.total == snapshot.expected_total,
-              f"total {snapshot.total}, expected {snapshot.expected_total}"))
+    rules = bank_snapshot if rules is None else rules
+    add(Check("conserved", *rules.conserved(snapshot)))
     if snapshot.HasField("app"):
         app = snapshot.app
         broken = [f"{i.name}: {'; '.join(i.problems)}" for i in app.invariants if not i.ok]
         add(Check("invariants", not broken, "; ".join(broken) if broken else
                   f"{len(app.invariants)} of app {app.spec} held" if app.status == pb.AppCheck.CHECKED else "unchecked"))
-    problems = inconsistencies(snapshot)
+    problems = inconsistencies(snapshot, rules)
     add(Check("consistent", not problems, "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else "")
               if problems else f"{len(snapshot.nodes)} nodes, {len(snapshot.channels)} channels, "
               f"{sum(len(c.in_flight) for c in snapshot.channels)} in flight"))
     return verdict
 
 
-def inconsistencies(snapshot: pb.Snapshot) -> list[str]:
-    """What in `snapshot` contradicts the rest of it (empty: nothing)."""
+def inconsistencies(snapshot: pb.Snapshot, rules: Any = None) -> list[str]:
+    """What in `snapshot` contradicts the rest of it (empty: nothing); `rules` as for `check`."""
+    rules = bank_snapshot if rules is None else rules
     problems: list[str] = []
     nodes = [n.node_id for n in snapshot.nodes]
     if snapshot.status == pb.Snapshot.COMPLETE and not nodes:
         problems.append("COMPLETE with no node recorded")
     if dupes := sorted({n for n in nodes if nodes.count(n) > 1}):
         problems.append(f"node(s) recorded twice: {', '.join(dupes)}")
-    in_flight = 0
     seen_channels: set[tuple[str, str]] = set()
     msg_ids: set[str] = set()
     for channel in snapshot.channels:
@@ -223,9 +226,8 @@ def inconsistencies(snapshot: pb.Snapshot) -> list[str]:
             problems.append(f"channel {name} joins a node the snapshot does not record")
         last = 0
         for transfer in channel.in_flight:
-            in_flight += transfer.amount
-            if transfer.amount <= 0 and not transfer.HasField("payload"):
-                problems.append(f"{name}: in-flight {transfer.msg_id} has amount {transfer.amount}")
+            if problem := rules.item_problem(name, transfer):
+                problems.append(problem)
             if transfer.seq and transfer.seq <= last:
                 problems.append(f"{name}: seq {transfer.seq} after {last}")
             last = transfer.seq or last
@@ -235,10 +237,5 @@ def inconsistencies(snapshot: pb.Snapshot) -> list[str]:
     for node in snapshot.nodes:
         if node.HasField("state") and node.state_digest != PREFIX + hashlib.sha256(node.state).hexdigest():
             problems.append(f"node {node.node_id}: its state does not match its digest {node.state_digest}")
-    balances = sum(n.balance for n in snapshot.nodes)
-    if snapshot.status == pb.Snapshot.COMPLETE and balances + in_flight != snapshot.total:
-        problems.append(f"total {snapshot.total} is not balances {balances} + in flight {in_flight}")
-    if snapshot.conserved != (snapshot.total == snapshot.expected_total):
-        problems.append(f"conserved is {str(snapshot.conserved).lower()} but total {snapshot.total}, "
-                        f"expected {snapshot.expected_total}")
+    problems += rules.whole_problems(snapshot)
     return problems

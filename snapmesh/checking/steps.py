@@ -2,7 +2,8 @@
 
 `StepChecker`: feed the events in the order they happened (the simulator's trace
 is in that order) and it checks after every step, so a violation is caught at
-the step that causes it.
+the step that causes it. What the tallies mean is the app's (`ledger`: the
+bank's by default: snapmesh/bank/trace.py's `Ledger`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import snapmesh.bank.trace as bank_trace
+from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY, RECORDED_TALLIES_KEY
 from snapmesh.checking.trace import Channel, Event, InvariantViolation, _name, _validate
 
 
@@ -18,10 +21,9 @@ class StepChecker:
     """Feed events in the order they happened; each `feed` checks what can be
     checked at that moment, `check_state` compares with the real system."""
 
-    def __init__(self) -> None:
-        self.initial: dict[str, int] = {}
-        self.balances: dict[str, int] = {}
-        self.queues: dict[Channel, deque[tuple[str, Any, int]]] = {}  # (kind, msg|sid, amount)
+    def __init__(self, ledger: Any = None) -> None:
+        self.ledger = bank_trace.Ledger() if ledger is None else ledger
+        self.queues: dict[Channel, deque[tuple[str, Any, int]]] = {}  # (kind, msg|sid, tally)
         self.sent_at: dict[str, tuple[Channel, int]] = {}  # msg -> (channel, pos)
         self.cuts: dict[tuple[str, str], int] = {}  # (sid, node) -> pos
         self.markers_sent: Counter[tuple[str, Channel]] = Counter()
@@ -31,10 +33,6 @@ class StepChecker:
         self.completed: set[tuple[str, str]] = set()
         self.last_pos: dict[str, int] = {}
         self.fed = 0
-
-    @property
-    def total(self) -> int:
-        return sum(self.initial.values())
 
     def feed_all(self, events: Sequence[Event]) -> None:
         """Feed the events not fed yet (a growing trace list)."""
@@ -50,7 +48,7 @@ class StepChecker:
             return InvariantViolation(f"event #{index} {dict(event)!r}: {problem}")
 
         if kind == "node":
-            self.initial[event["node"]] = self.balances[event["node"]] = event["balance"]
+            self.ledger.declared(event["node"], event[NODE_TALLY_KEY])
             return
         if kind == "channel":
             self.queues[(event["src"], event["dst"])] = deque()
@@ -70,10 +68,9 @@ class StepChecker:
             raise fail(f"the topology has no channel {_name(channel)}")
 
         if kind == "send":
-            self.balances[event["node"]] -= event["amount"]
-            if self.balances[event["node"]] < 0:
-                raise fail(f"{event['node']}'s balance went negative")
-            self.queues[channel].append(("transfer", event["msg"], event["amount"]))
+            if problem := self.ledger.sent(event["node"], event[MESSAGE_TALLY_KEY]):
+                raise fail(problem)
+            self.queues[channel].append(("transfer", event["msg"], event[MESSAGE_TALLY_KEY]))
             self.sent_at[event["msg"]] = (channel, event["pos"])
         elif kind == "marker_sent":
             key = (event["snapshot"], channel)
@@ -88,10 +85,10 @@ class StepChecker:
             expected = ("transfer", event["msg"]) if kind == "receive" else ("marker", event["snapshot"])
             if not queue or queue[0][:2] != expected:
                 raise fail(f"not FIFO: head of {_name(channel)} is {queue[0] if queue else 'nothing'}")
-            _, _, amount = queue.popleft()
+            _, _, tally = queue.popleft()
             if kind == "receive":
-                if amount != event["amount"]:
-                    raise fail(f"amount changed in transit: sent {amount}")
+                if problem := self.ledger.changed(tally, event[MESSAGE_TALLY_KEY]):
+                    raise fail(problem)
                 self._receive(event, channel, fail)
             else:
                 key = (event["snapshot"], channel)
@@ -102,8 +99,8 @@ class StepChecker:
             key = (event["snapshot"], event["node"])
             if key in self.cuts:
                 raise fail("second cut for the same snapshot at the same node")
-            if event["balance"] != self.balances[event["node"]]:
-                raise fail(f"recorded balance differs from the balance {self.balances[event['node']]} at the cut")
+            if problem := self.ledger.cut(event["node"], event[NODE_TALLY_KEY]):
+                raise fail(problem)
             self.cuts[key] = event["pos"]
             for c in self.queues:
                 if c[1] == event["node"]:
@@ -114,7 +111,7 @@ class StepChecker:
                 raise fail("channel recorded twice")
             if key not in self.open_recordings:
                 raise fail("channel recorded before the receiver recorded its state")
-            got = list(zip(event["msgs"], event["amounts"], strict=True))
+            got = list(zip(event["msgs"], event[RECORDED_TALLIES_KEY], strict=True))
             want = self.open_recordings.pop(key)
             if got != want:
                 raise fail(f"recorded {got}, but after the cut the channel delivered {want}")
@@ -131,35 +128,33 @@ class StepChecker:
 
     def _receive(self, event: Event, channel: Channel, fail: Any) -> None:
         src, dst = channel
-        msg, amount = event["msg"], event["amount"]
-        self.balances[dst] += amount
+        msg, tally = event["msg"], event[MESSAGE_TALLY_KEY]
+        self.ledger.received(dst, tally)
         _, send_pos = self.sent_at[msg]
         for (sid, node), pos in self.cuts.items():
             if node != src or send_pos < pos:
                 continue
             # Sent after src's cut for sid: dst must already have cut, or this
-            # transfer would enter dst's recorded balance.
+            # transfer would enter dst's recorded state.
             if (sid, dst) not in self.cuts:
                 raise fail(f"snapshot {sid}: sent after {src}'s cut, received before {dst}'s cut")
         for (sid, c), items in self.open_recordings.items():
             if c == channel:
                 if (sid, src) in self.cuts and send_pos > self.cuts[(sid, src)]:
                     raise fail(f"snapshot {sid}: a transfer sent after {src}'s cut would be recorded in flight")
-                items.append((msg, amount))
+                items.append((msg, tally))
 
     def check_state(
         self,
-        balances: Mapping[str, int] | None = None,
+        tallies: Mapping[str, int] | None = None,
         in_flight: Mapping[Channel, Sequence[int]] | None = None,
     ) -> None:
-        """Conservation now: balances + money on channels = total, per the trace
-        and, when given, per the real system (which must agree with the trace)."""
-        on_channels = {c: [amount for kind, _, amount in q if kind == "transfer"] for c, q in self.queues.items()}
-        money = sum(self.balances.values()) + sum(sum(a) for a in on_channels.values())
-        if money != self.total:
-            raise InvariantViolation(f"money not conserved: balances + channels = {money}, total {self.total}")
-        if balances is not None and dict(balances) != self.balances:
-            raise InvariantViolation(f"balances {dict(balances)} differ from the trace's {self.balances}")
+        """The app's rules now (the bank's: conservation), per the trace and, when
+        given, per the real system's tallies (which must agree with the trace);
+        the channels' contents must agree with the trace's."""
+        on_channels = {c: [tally for kind, _, tally in q if kind == "transfer"] for c, q in self.queues.items()}
+        for problem in self.ledger.now(on_channels, tallies):
+            raise InvariantViolation(problem)
         if in_flight is not None:
             actual = {c: list(v) for c, v in in_flight.items()}
             if actual != on_channels:

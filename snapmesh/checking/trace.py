@@ -5,17 +5,19 @@ records (dicts), so the same checker can be fed a simulator trace or events
 parsed from real nodes' transfer logs (`node_logs.log_events`). Every event that
 happens at a node has that node's position `pos`: any integers, unique per node,
 increasing in the order things happened there (a log sequence number will do).
-Events:
+Events (T is a tally, the native number a node and a message carry, under the
+keys of snapmesh/bank/formats.py: NODE_TALLY_KEY for a node's, MESSAGE_TALLY_KEY
+for a transfer's, RECORDED_TALLIES_KEY for a recorded channel's):
 
-    {"event": "node", "node": N, "balance": B}          initial balance (one per node)
+    {"event": "node", "node": N, NODE: T}               initial tally (one per node)
     {"event": "channel", "src": S, "dst": D}            one per directed channel
-    {"event": "send", "node": S, "pos": P, "dst": D, "msg": M, "amount": A}
-    {"event": "receive", "node": D, "pos": P, "src": S, "msg": M, "amount": A}
+    {"event": "send", "node": S, "pos": P, "dst": D, "msg": M, MESSAGE: T}
+    {"event": "receive", "node": D, "pos": P, "src": S, "msg": M, MESSAGE: T}
     {"event": "marker_sent", "node": S, "pos": P, "dst": D, "snapshot": I}
     {"event": "marker_received", "node": D, "pos": P, "src": S, "snapshot": I}   optional
-    {"event": "cut", "node": N, "pos": P, "snapshot": I, "balance": B}
+    {"event": "cut", "node": N, "pos": P, "snapshot": I, NODE: T}
     {"event": "channel_recorded", "snapshot": I, "src": S, "dst": D,
-     "msgs": [M, ...], "amounts": [A, ...]}             in arrival order
+     "msgs": [M, ...], RECORDED: [T, ...]}              in arrival order
     {"event": "completed", "node": N, "snapshot": I}
 
 `check_trace(events)` checks after the run, independent of the order of the list
@@ -23,8 +25,9 @@ Events:
 `steps.StepChecker` checks the same events one by one as they happen.
 
 What is the trace's own is checked here: the events' fields, the transport
-(FIFO, each transfer received once, unchanged), positions, balances never
-negative, completion, the markers. Whether each snapshot is a consistent cut is
+(FIFO, each transfer received once, unchanged), positions, completion, the
+markers. What the tallies mean is the app's, passed as `app` (by default the
+bank's rules, snapmesh/bank/trace.py). Whether each snapshot is a consistent cut is
 `cut.check_snapshot`, the one definition, asked about the trace read as the
 nodes' logs (`trace_logs`: seqs from the positions); its problems are then said
 in this checker's words.
@@ -38,22 +41,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import snapmesh.bank.trace as bank_trace
+from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY, RECORDED_TALLIES_KEY
 from snapmesh.checking import cut
-import snapmesh.bank.cut as bank_cut
 from snapmesh.protocol import wal
 
 Event = Mapping[str, Any]
 Channel = tuple[str, str]
 
 _FIELDS: dict[str, tuple[str, ...]] = {
-    "node": ("node", "balance"),
+    "node": ("node", NODE_TALLY_KEY),
     "channel": ("src", "dst"),
-    "send": ("node", "pos", "dst", "msg", "amount"),
-    "receive": ("node", "pos", "src", "msg", "amount"),
+    "send": ("node", "pos", "dst", "msg", MESSAGE_TALLY_KEY),
+    "receive": ("node", "pos", "src", "msg", MESSAGE_TALLY_KEY),
     "marker_sent": ("node", "pos", "dst", "snapshot"),
     "marker_received": ("node", "pos", "src", "snapshot"),
-    "cut": ("node", "pos", "snapshot", "balance"),
-    "channel_recorded": ("snapshot", "src", "dst", "msgs", "amounts"),
+    "cut": ("node", "pos", "snapshot", NODE_TALLY_KEY),
+    "channel_recorded": ("snapshot", "src", "dst", "msgs", RECORDED_TALLIES_KEY),
     "completed": ("node", "snapshot"),
 }
 
@@ -82,7 +86,7 @@ def _validate(index: int, event: Event) -> str:
 class _Send:
     channel: Channel
     pos: int
-    amount: int
+    tally: int
 
 
 @dataclass(slots=True)
@@ -98,16 +102,18 @@ class Report:
 # ------------------------------------------------------------ after the run
 
 
-def check_trace(events: Iterable[Event], *, require_complete: bool = True) -> Report:
+def check_trace(events: Iterable[Event], *, require_complete: bool = True, app: Any = None) -> Report:
     """Check a whole trace. With `require_complete`, every snapshot that appears
-    must have finished at every node (the liveness check after a drained run)."""
+    must have finished at every node (the liveness check after a drained run).
+    `app`: what the tallies mean (default: the bank's, `bank_trace.BANK`)."""
+    app = bank_trace.BANK if app is None else app
     problems: list[str] = []
     initial: dict[str, int] = {}
     channels: list[Channel] = []
     sends: dict[str, _Send] = {}
-    receives: dict[str, tuple[Channel, int, int]] = {}  # msg -> (channel, pos, amount)
+    receives: dict[str, tuple[Channel, int, int]] = {}  # msg -> (channel, pos, tally)
     at_node: dict[str, list[tuple[int, str, Event]]] = defaultdict(list)  # node -> (pos, kind, event)
-    cuts: dict[tuple[str, str], tuple[int, int]] = {}  # (snapshot, node) -> (pos, balance)
+    cuts: dict[tuple[str, str], tuple[int, int]] = {}  # (snapshot, node) -> (pos, tally)
     markers_sent: dict[tuple[str, Channel], list[int]] = defaultdict(list)  # -> sender positions
     markers_received: Counter[tuple[str, Channel]] = Counter()
     recorded: dict[tuple[str, Channel], list[tuple[str, int]]] = {}
@@ -119,7 +125,7 @@ def check_trace(events: Iterable[Event], *, require_complete: bool = True) -> Re
         if kind == "node":
             if event["node"] in initial:
                 problems.append(f"node {event['node']} declared twice")
-            initial[event["node"]] = event["balance"]
+            initial[event["node"]] = event[NODE_TALLY_KEY]
             continue
         if kind == "channel":
             channels.append((event["src"], event["dst"]))
@@ -132,12 +138,12 @@ def check_trace(events: Iterable[Event], *, require_complete: bool = True) -> Re
             channel = (event["node"], event["dst"])
             if event["msg"] in sends:
                 problems.append(f"transfer {event['msg']} sent twice")
-            sends[event["msg"]] = _Send(channel, event["pos"], event["amount"])
+            sends[event["msg"]] = _Send(channel, event["pos"], event[MESSAGE_TALLY_KEY])
         elif kind == "receive":
             channel = (event["src"], event["node"])
             if event["msg"] in receives:
                 problems.append(f"transfer {event['msg']} received twice")
-            receives[event["msg"]] = (channel, event["pos"], event["amount"])
+            receives[event["msg"]] = (channel, event["pos"], event[MESSAGE_TALLY_KEY])
         elif kind == "marker_sent":
             markers_sent[(event["snapshot"], (event["node"], event["dst"]))].append(event["pos"])
         elif kind == "marker_received":
@@ -146,14 +152,15 @@ def check_trace(events: Iterable[Event], *, require_complete: bool = True) -> Re
             key = (event["snapshot"], event["node"])
             if key in cuts:
                 problems.append(f"snapshot {key[0]}: {key[1]} recorded its state twice")
-            cuts[key] = (event["pos"], event["balance"])
+            cuts[key] = (event["pos"], event[NODE_TALLY_KEY])
         elif kind == "channel_recorded":
             key = (event["snapshot"], (event["src"], event["dst"]))
             if key in recorded:
                 problems.append(f"snapshot {key[0]}: channel {_name(key[1])} recorded twice")
-            if len(event["msgs"]) != len(event["amounts"]):
-                problems.append(f"snapshot {key[0]}: channel {_name(key[1])}: msgs and amounts differ in length")
-            recorded[key] = list(zip(event["msgs"], event["amounts"], strict=False))  # lengths checked above
+            tallies = event[RECORDED_TALLIES_KEY]
+            if len(event["msgs"]) != len(tallies):
+                problems.append(f"snapshot {key[0]}: channel {_name(key[1])}: msgs and {RECORDED_TALLIES_KEY} differ in length")
+            recorded[key] = list(zip(event["msgs"], tallies, strict=False))  # lengths checked above
         elif kind == "completed":
             completed[(event["snapshot"], event["node"])] += 1
 
@@ -161,25 +168,25 @@ def check_trace(events: Iterable[Event], *, require_complete: bool = True) -> Re
     if len(channel_set) != len(channels):
         problems.append("a channel is declared twice")
     nodes = list(initial)
-    total = sum(initial.values())
+    total = app.total(initial)
 
     # Transport model: sends on existing channels, received at most once, unchanged, FIFO.
     for msg, send in sends.items():
         if send.channel not in channel_set:
             problems.append(f"transfer {msg} sent on {_name(send.channel)}, which the topology lacks")
-        if not isinstance(send.amount, int) or isinstance(send.amount, bool) or send.amount <= 0:
-            problems.append(f"transfer {msg} has non-positive amount {send.amount!r}")
-    for msg, (channel, _, amount) in receives.items():
+        if problem := app.message_problem(msg, send.tally):
+            problems.append(problem)
+    for msg, (channel, _, tally) in receives.items():
         send = sends.get(msg)
         if send is None:
             problems.append(f"transfer {msg} received on {_name(channel)} but never sent")
-        elif send.channel != channel or send.amount != amount:
+        elif send.channel != channel or send.tally != tally:
             problems.append(
-                f"transfer {msg} sent as {send.amount} on {_name(send.channel)}, received as {amount} on {_name(channel)}"
+                f"transfer {msg} sent as {send.tally} on {_name(send.channel)}, received as {tally} on {_name(channel)}"
             )
     problems += _check_fifo(sends, receives, markers_sent, at_node)
 
-    # Per node: positions unique; balance replayed from the trace never negative.
+    # Per node: positions unique; the app's rules over its history (the bank's: never negative).
     for node, history in at_node.items():
         if node not in initial:
             problems.append(f"events at undeclared node {node}")
@@ -188,27 +195,19 @@ def check_trace(events: Iterable[Event], *, require_complete: bool = True) -> Re
         positions = [pos for pos, _, _ in history]
         if len(set(positions)) != len(positions):
             problems.append(f"node {node}: two events share a position")
-        balance = initial[node]
-        for pos, kind, event in history:
-            if kind == "send":
-                balance -= event["amount"]
-            elif kind == "receive":
-                balance += event["amount"]
-            if balance < 0:
-                problems.append(f"node {node}: balance {balance} < 0 after position {pos}")
-                break
+        problems += app.history_problems(node, initial[node], history)
 
     index = _TraceIndex(
         nodes=nodes, channels=channels, initial=initial, sends=sends, receives=receives, at_node=at_node,
         cuts=cuts, markers_sent=markers_sent, markers_received=markers_received, recorded=recorded,
-        completed=completed,
+        completed=completed, reading=app.reading(),
     )
     report = Report(nodes=len(nodes), channels=len(channels), transfers=len(sends))
     for sid in snapshot_ids:
         report.snapshots[sid] = all(completed[(sid, n)] == 1 for n in nodes) and all(
             (sid, c) in recorded for c in channels
         )
-        problems += _check_snapshot(sid, index, total=total, require_complete=require_complete)
+        problems += _check_snapshot(sid, index, app, total=total, require_complete=require_complete)
     if problems:
         shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
         raise InvariantViolation("\n".join(shown))
@@ -265,13 +264,15 @@ class _ChannelLine:
 
 def trace_logs(
     initial: Mapping[str, int], at_node: Mapping[str, list[tuple[int, str, Event]]], snapshot_ids: Iterable[str],
+    reading: Any = None,
 ) -> tuple[cut.LogIndex, dict[tuple[Channel, str], int]]:
-    """The trace as the nodes' `wal` logs, read into a `cut.LogIndex`, and each
+    """The trace as the nodes' logs (`cut.record` of the lines they would write), read into a `cut.LogIndex`, and each
     transfer's seq ((channel, msg) -> seq). `at_node`: each declared node's events
     sorted by position. A channel's sends get seqs 1..n in the sender's position
     order; a receive takes the seq of the send with its msg id on its channel (0
     when there is none: a receive the trace's own checks report, which still
-    counts in the receiver's balance); cuts stay cuts. Markers are left out: the
+    counts in the receiver's tally); cuts stay cuts. `reading`: the app's
+    `cut.Reading` (default: the bank's). Markers are left out: the
     marker rules are the trace's own (a trace may lack marker receipts, and it
     judges snapshots still open)."""
     seq_of: dict[tuple[Channel, str], int] = {}
@@ -281,25 +282,27 @@ def trace_logs(
             if kind == "send":
                 channel = (node, event["dst"])
                 seq_of[(channel, event["msg"])] = sent[channel] = sent.get(channel, 0) + 1
+    # Each record is the line its node would log (the keys of the formats), read as the rules read one.
     logs: dict[str, list[wal.Record]] = {}
-    send, recv, cut_record = wal.Send, wal.Recv, wal.Cut
-    for node, balance in initial.items():
+    read = cut.record
+    for node, tally in initial.items():
         history = at_node.get(node, [])
-        log = logs[node] = [wal.Init(lsn=history[0][0] - 1 if history else 0, balance=balance)]
+        log = logs[node] = [read({"lsn": history[0][0] - 1 if history else 0, "kind": "init", NODE_TALLY_KEY: tally})]
         add = log.append
         for pos, kind, event in history:
             if kind == "send":
                 dst, msg = event["dst"], event["msg"]
                 # A msg id sent twice on a channel: both take the later seq (the trace reports it).
-                add(send(lsn=pos, msg_id=msg, src=node, dst=dst, seq=seq_of[((node, dst), msg)],
-                         amount=event["amount"]))
+                add(read({"lsn": pos, "kind": "send", "msg_id": msg, "src": node, "dst": dst,
+                          "seq": seq_of[((node, dst), msg)], MESSAGE_TALLY_KEY: event[MESSAGE_TALLY_KEY]}))
             elif kind == "receive":
                 src, msg = event["src"], event["msg"]
-                add(recv(lsn=pos, msg_id=msg, src=src, dst=node, seq=seq_of.get(((src, node), msg), 0),
-                         amount=event["amount"]))
+                add(read({"lsn": pos, "kind": "recv", "msg_id": msg, "src": src, "dst": node,
+                          "seq": seq_of.get(((src, node), msg), 0), MESSAGE_TALLY_KEY: event[MESSAGE_TALLY_KEY]}))
             elif kind == "cut":
-                add(cut_record(lsn=pos, snapshot_id=event["snapshot"], balance=event["balance"]))
-    return cut.LogIndex.of(logs, snapshot_ids, reading=bank_cut.Reading()), seq_of
+                add(read({"lsn": pos, "kind": "cut", "snapshot_id": event["snapshot"], NODE_TALLY_KEY: event[NODE_TALLY_KEY]}))
+    reading = bank_trace.BANK.reading() if reading is None else reading
+    return cut.LogIndex.of(logs, snapshot_ids, reading=reading), seq_of
 
 
 class _TraceIndex:
@@ -322,6 +325,7 @@ class _TraceIndex:
         markers_received: Mapping[tuple[str, Channel], int],
         recorded: Mapping[tuple[str, Channel], list[tuple[str, int]]],
         completed: Mapping[tuple[str, str], int],
+        reading: Any,
     ) -> None:
         self.nodes, self.channels, self.channel_set = nodes, channels, set(channels)
         self.sends, self.receives, self.cuts = sends, receives, cuts
@@ -337,13 +341,13 @@ class _TraceIndex:
         for sid, channel in markers_sent:
             self.marker_channels_by_sid[sid].append(channel)
         sids = {sid for sid, _ in cuts} | {sid for sid, _ in recorded}
-        self.logs, self.seq_of = trace_logs(initial, at_node, sids)
+        self.logs, self.seq_of = trace_logs(initial, at_node, sids, reading)
 
     def cut_pos(self, sid: str, node: str) -> float:
         return self.cuts[(sid, node)][0] if (sid, node) in self.cuts else INFINITY
 
 
-def _check_snapshot(sid: str, ix: _TraceIndex, *, total: int, require_complete: bool) -> list[str]:
+def _check_snapshot(sid: str, ix: _TraceIndex, app: Any, *, total: int, require_complete: bool) -> list[str]:
     p: list[str] = []
     say = p.append
     nodes, channels, cuts, completed = ix.nodes, ix.channels, ix.cuts, ix.completed
@@ -395,16 +399,16 @@ def _check_snapshot(sid: str, ix: _TraceIndex, *, total: int, require_complete: 
     snap = cut.Snapshot(
         snapshot_id=sid,
         nodes=[(node, cuts[(sid, node)][1]) for node in nodes if (sid, node) in cuts],
-        channels=[(src, dst, [(msg, amount, ix.seq_of.get(((src, dst), msg), 0)) for msg, amount in items])
+        channels=[(src, dst, [(msg, tally, ix.seq_of.get(((src, dst), msg), 0)) for msg, tally in items])
                   for (src, dst), items in recorded.items()],
     )
     verdict = cut.check_snapshot(ix.logs, snap, topology=channels)
     p += _in_trace_words(sid, ix, verdict, recorded)
 
-    # Conservation, once the whole snapshot is in.
+    # The app's whole-snapshot rules (the bank's conservation), once the whole snapshot is in.
     is_complete = all((sid, n) in cuts for n in nodes) and all(c in recorded for c in channels)
-    if is_complete and any(q.rule == bank_cut.CONSERVATION for q in verdict.problems):
-        say(f"snapshot {sid}: recorded balances + in-flight = {verdict.whole.observed}, but the total is {total}")
+    if is_complete and (problem := app.whole_problem(sid, {q.rule for q in verdict.problems}, verdict.whole, total)):
+        say(problem)
     return p
 
 
@@ -419,8 +423,8 @@ def _in_trace_words(
     for q in verdict.problems:
         rule, args = q.rule, q.args
         if rule == cut.STATE:
-            node, balance, expected = args
-            say(f"snapshot {sid}: {node} recorded {balance}, but its trace before the cut gives {expected}")
+            node, said, expected = args
+            say(f"snapshot {sid}: {node} recorded {said}, but its trace before the cut gives {expected}")
         elif rule == cut.ORPHAN_RECEIPT:
             src, dst, _, received_upto, _, sent_upto = args
             by_seq = ix.logs.send_by_seq.get((src, dst), {})
@@ -444,7 +448,7 @@ def _in_trace_words(
         expected = verdict.expected.get((src, dst))
         if expected is None or not ix.completed.get((sid, dst)):
             continue
-        want = [(msg, amount) for msg, amount, _ in expected]
+        want = [(msg, tally) for msg, tally, _ in expected]
         if items != want:
             say(f"snapshot {sid}: {_name((src, dst))} recorded {items}; sent before {src}'s cut and "
                 f"received after {dst}'s cut: {want}")

@@ -6,7 +6,8 @@ random delivery order across channels, and snapshots started at evenly spaced po
 of the workload while transfers keep flowing, so snapshots have real in-flight
 transfers. The output is consistent by construction unless ``--corrupt KIND`` injects
 one inconsistency (what and where is printed). ``--failed N`` adds snapshots that
-aborted (status FAILED: skipped by the reconciliation).
+aborted (status FAILED: skipped by the reconciliation). ``--app`` writes a tiny app's
+logs and snapshots instead (snapmesh/synth/apps.py), ``--doctor KIND`` doctoring them.
 
 Logs are written as they happen, each line by the node's own `wal.Encoder` (so the
 bytes are exactly what a node writes), with buffered writes: ~10M records fit in a few
@@ -25,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from snapmesh.protocol import wal
+from snapmesh.synth.apps import DOCTORINGS, generate_app
 
 CORRUPTIONS = {
     "balance": "a snapshot records a node balance off by one",
@@ -334,7 +336,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--initial-balance", type=int, default=1_000_000, metavar="N", help="each node's balance at the start "
                    "(default 1000000)")
     p.add_argument("--corrupt", choices=sorted(CORRUPTIONS), metavar="KIND", help="inject one inconsistency: " + ", ".join(CORRUPTIONS) + " (default: none)")
+    p.add_argument("--app", action="store_true", help="write a tiny app's logs and snapshots (payloads, state digests; "
+                   "snapmesh.synth.apps) instead of the bank's; --transfers counts its messages")
+    p.add_argument("--doctor", action="append", default=[], choices=sorted(DOCTORINGS), metavar="KIND",
+                   help="with --app, doctor one snapshot per KIND (repeatable): " + ", ".join(DOCTORINGS) + " (default: none)")
     return p
+
+
+def _main_app(args: argparse.Namespace) -> int:
+    """`--app`: the tiny app's logs and snapshots, each --doctor KIND on a snapshot of its own."""
+    started = time.perf_counter()
+    try:
+        r = generate_app(args.out, nodes=args.nodes, messages=args.transfers, snapshots=args.snapshots, seed=args.seed,
+                         doctor=tuple(args.doctor))
+    except ValueError as e:
+        print(f"snapmesh synth: {e}", file=sys.stderr)
+        return 2
+    print(f"synth: {r.records} records, {r.messages} messages, {len(r.snapshots)} app snapshots in "
+          f"{time.perf_counter() - started:.1f}s")
+    for kind, where in r.doctored.items():
+        print(f"synth: doctored: {kind}: {where}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,6 +365,14 @@ def main(argv: list[str] | None = None) -> int:
         f"synth: seed={args.seed} nodes={args.nodes} transfers={args.transfers} snapshots={args.snapshots} "
         f"failed={args.failed} corrupt={args.corrupt or '-'} out={args.out}"
     )
+    if args.doctor and not args.app:
+        print("snapmesh synth: --doctor needs --app (the bank's logs take --corrupt)", file=sys.stderr)
+        return 2
+    if args.app:
+        if args.corrupt or args.failed:
+            print("snapmesh synth: --app takes --doctor, not --corrupt or --failed", file=sys.stderr)
+            return 2
+        return _main_app(args)
     started = time.perf_counter()
     try:
         r = generate(

@@ -27,7 +27,10 @@ PROTOCOL = ROOT / "snapmesh" / "protocol"
 # The bank's side of the controller and its reading of a cut live with the bank but are
 # held to the pure rules: the tracker falls back to the first (snapmesh/protocol/controller/appside.py),
 # the log checkers pass the second to snapmesh/checking/cut.py.
-BANK_PURE = [ROOT / "snapmesh" / "bank" / "ledger.py", ROOT / "snapmesh" / "bank" / "cut.py"]
+# The bank's reading of raw logs, of a trace and of a snapshot file (logs.py, trace.py, snapshot.py) and the
+# keys of its formats (formats.py) likewise: the log, trace and snapshot-file checkers take them as the app's part.
+BANK_PURE = [ROOT / "snapmesh" / "bank" / name for name in
+             ("ledger.py", "cut.py", "formats.py", "logs.py", "trace.py", "snapshot.py")]
 PURE_MODULES = sorted(PROTOCOL.rglob("*.py")) + BANK_PURE
 
 
@@ -72,7 +75,8 @@ def test_the_rule_lets_pure_imports_through():
 LAYERS = [
     # The public app contract: apps import it, and so does every layer that hosts them.
     ("app contract", ["snapmesh.app"]),
-    ("pure protocol", ["snapmesh.protocol", "snapmesh.v1", "snapmesh.bank.ledger", "snapmesh.bank.cut"]),
+    ("pure protocol", ["snapmesh.protocol", "snapmesh.v1", "snapmesh.bank.ledger", "snapmesh.bank.cut",
+                       "snapmesh.bank.formats", "snapmesh.bank.logs", "snapmesh.bank.trace", "snapmesh.bank.snapshot"]),
     ("settings", ["snapmesh.settings"]),
     ("checking", ["snapmesh.checking", "snapmesh.reconcile", "snapmesh.spark", "snapmesh.synth", "snapmesh.sim",
                   "snapmesh.fuzzer", "snapmesh.trace"]),
@@ -344,7 +348,6 @@ APP_NEUTRAL = ("snapmesh/protocol/controller", "services/controller")
 NOT_YET_CLEAN = {
     "snapmesh/protocol": 201,  # outside controller/: node/ (core, machine, recovery...), wal, overtake
     "services/node": 60,  # the node's engine, channels and servicer: the Transfer RPC's fields
-    "snapmesh/checking": 123,  # logcheck, steps, trace, node_logs, snapshot_file: the bank's trace and file formats
 }
 
 
@@ -363,6 +366,9 @@ def bank_word_lines(directory: str, *, skip: tuple[str, ...] = ()) -> list[str]:
 
 # The one consistency check, over any app's contents and states (the bank's reading is snapmesh/bank/cut.py).
 APP_NEUTRAL_FILES = ("snapmesh/checking/cut.py",)
+# Every checker (issue 32): the log, trace, step and snapshot-file checkers take the bank's part from
+# snapmesh/bank/ (logs.py, trace.py, snapshot.py) and name its format keys through snapmesh/bank/formats.py.
+CHECKING_NEUTRAL = ("snapmesh/checking",)
 
 
 @pytest.mark.parametrize("name", APP_NEUTRAL_FILES)
@@ -375,6 +381,13 @@ def test_the_cut_check_has_no_bank_word(name):
 def test_the_controller_has_no_bank_word(directory):
     hits = bank_word_lines(directory)
     assert not hits, f"bank words in {directory} (the bank's fields are snapmesh/bank/ledger.py's):\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize("directory", CHECKING_NEUTRAL)
+def test_the_checkers_have_no_bank_word(directory):
+    hits = bank_word_lines(directory)
+    assert not hits, (f"bank words in {directory} (the bank's part of the checkers is snapmesh/bank/logs.py, trace.py, "
+                      "snapshot.py; its format keys snapmesh/bank/formats.py):\n" + "\n".join(hits))
 
 
 @pytest.mark.parametrize("directory", sorted(NOT_YET_CLEAN))

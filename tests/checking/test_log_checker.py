@@ -35,7 +35,7 @@ CHANNELS = [("p1", "p2"), ("p2", "p1")]
 def honest() -> RecordedSnapshot:
     return RecordedSnapshot(
         snapshot_id="s1",
-        balances={"p1": 90, "p2": 100},
+        tallies={"p1": 90, "p2": 100},
         in_flight={("p1", "p2"): [("p1:p2:1", 10, 1)], ("p2", "p1"): []},
     )
 
@@ -62,7 +62,7 @@ def test_segments_are_read_in_lsn_order_and_the_honest_run_passes(logs) -> None:
 
 
 def lie(**changes) -> RecordedSnapshot:
-    fields = {"snapshot_id": "s1", "balances": {"p1": 90, "p2": 100},
+    fields = {"snapshot_id": "s1", "tallies": {"p1": 90, "p2": 100},
               "in_flight": {("p1", "p2"): [("p1:p2:1", 10, 1)], ("p2", "p1"): []}}
     return RecordedSnapshot(**{**fields, **changes})
 
@@ -71,7 +71,7 @@ def lie(**changes) -> RecordedSnapshot:
     ("snapshot", "words"),
     [
         (lie(in_flight={("p1", "p2"): [], ("p2", "p1"): []}), "in flight []"),
-        (lie(balances={"p1": 80, "p2": 100}), "p1 recorded 80"),
+        (lie(tallies={"p1": 80, "p2": 100}), "p1 recorded 80"),
         (lie(in_flight={("p1", "p2"): [("p1:p2:1", 11, 1)], ("p2", "p1"): []}), "in flight"),
         (lie(in_flight={("p1", "p2"): [("p1:p2:1", 10, 1)]}), "records channels"),
     ],

@@ -56,8 +56,8 @@ def test_the_trace_as_logs_gives_the_balance_and_seqs_before_each_cut(seed: int)
     (or receives) before it."""
     rng = random.Random(seed)
     sent, receives = _channel(rng)
-    at_a = [(s.pos, "send", {"dst": "b", "msg": m, "amount": s.amount}) for m, s in sent]
-    amount = {m: s.amount for m, s in sent}
+    at_a = [(s.pos, "send", {"dst": "b", "msg": m, "amount": s.tally}) for m, s in sent]
+    amount = {m: s.tally for m, s in sent}
     at_b = [(pos, "receive", {"src": "a", "msg": m, "amount": amount[m]}) for m, (_, pos, _) in receives.items()]
     cuts = {}
     for node, history in (("a", at_a), ("b", at_b)):
@@ -74,7 +74,7 @@ def test_the_trace_as_logs_gives_the_balance_and_seqs_before_each_cut(seed: int)
         state = index.cut(sid, node)
         if node == "a":
             before = [s for _, s in sent if s.pos < pos]
-            assert index.reading.state(node, state) == 500 - sum(s.amount for s in before), f"seed {seed}"
+            assert index.reading.state(node, state) == 500 - sum(s.tally for s in before), f"seed {seed}"
             assert state.links.get(("out", "b"), (0, 0, 0))[:2] == (len(before), len(before)), f"seed {seed}"
         else:
             got = [m for m, (_, p, _) in receives.items() if p < pos]
@@ -98,7 +98,7 @@ def test_the_expected_in_flight_is_sent_before_the_cut_minus_received_before_the
         for i, (msg, send) in enumerate(sent):
             if i == a_cut:
                 a_log.append(wal.Cut(lsn=len(a_log) + 1, snapshot_id="s", balance=0))
-            a_log.append(wal.Send(lsn=len(a_log) + 1, msg_id=msg, src="a", dst="b", seq=seq_of[msg], amount=send.amount))
+            a_log.append(wal.Send(lsn=len(a_log) + 1, msg_id=msg, src="a", dst="b", seq=seq_of[msg], amount=send.tally))
         if a_cut == len(sent):
             a_log.append(wal.Cut(lsn=len(a_log) + 1, snapshot_id="s", balance=0))
         b_log: list = [wal.Init(lsn=1, balance=0)]
@@ -106,13 +106,13 @@ def test_the_expected_in_flight_is_sent_before_the_cut_minus_received_before_the
         for i, msg in enumerate(got):
             if i == b_cut:
                 b_log.append(wal.Cut(lsn=len(b_log) + 1, snapshot_id="s", balance=0))
-            amount = dict(sent)[msg].amount
+            amount = dict(sent)[msg].tally
             b_log.append(wal.Recv(lsn=len(b_log) + 1, msg_id=msg, src="a", dst="b", seq=seq_of[msg], amount=amount))
         if b_cut == len(got):
             b_log.append(wal.Cut(lsn=len(b_log) + 1, snapshot_id="s", balance=0))
         verdict = cut.check_snapshot(cut.LogIndex.of({"a": a_log, "b": b_log}, reading=bank_cut.Reading()),
                                      cut.Snapshot("s", [], []))
         before = set(got[:b_cut])
-        expected = [(m, s.amount, seq_of[m]) for m, s in sent[:a_cut] if m not in before]
+        expected = [(m, s.tally, seq_of[m]) for m, s in sent[:a_cut] if m not in before]
         rules = {p.rule for p in verdict.problems}
         assert cut.RECEIVER_NOT_PREFIX in rules or verdict.expected.get(("a", "b"), []) == expected, f"seed {seed}"

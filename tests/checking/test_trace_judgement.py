@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from snapmesh.bank.trace import BANK, BankTrace
 from snapmesh.checking.trace import InvariantViolation, check_trace
 
 # B starts s1 while A's transfer m1 of 10 is on the wire: m1 is in flight on A->B.
@@ -119,3 +120,20 @@ def test_a_recorded_transfer_never_sent_and_a_channel_the_topology_lacks() -> No
     ))
     assert "snapshot s1: A->B records transfer ghost, which was never sent" in said
     assert "snapshot s1: recorded a state for A->C, which the topology lacks" in said
+
+
+class _Overdrawn(BankTrace):
+    """The bank's rules but for one: a balance may go below zero (an app part of its own)."""
+
+    @staticmethod
+    def history_problems(node: str, initial: int, history: Any) -> list[str]:
+        return []
+
+
+def test_the_app_part_is_a_parameter_and_the_bank_is_the_default() -> None:
+    # A's transfer of 150 overdraws it: the bank's part (the default) says so; an app part that allows it does not.
+    events = trace((0, {"balance": 100}), (4, {"amount": 150}), (8, {"balance": -50}), (12, {"amount": 150}),
+                   (14, {"amounts": [150]}))
+    assert problems(events) == ["node A: balance -50 < 0 after position 1"]
+    assert check_trace(events, app=_Overdrawn()).snapshots == {"s1": True}
+    assert check_trace(trace(), app=BANK).snapshots == {"s1": True}

@@ -26,7 +26,8 @@ import pytest
 from support.cluster_helpers import check_against_logs, controller_stub, node_stub
 from support.node_harness import Cluster, ReportSink, append, append_send, run_node_once
 from support.polling import wait_for
-from snapmesh.checking.node_logs import money_check, read_logs
+from snapmesh.bank.logs import money_check
+from snapmesh.checking.node_logs import read_logs
 from snapmesh.serving.datalock import DataDirLock, DataDirLocked
 from snapmesh.services.node.recovery import recover
 from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter

@@ -15,7 +15,7 @@ import pytest
 
 from support.node_harness import Cluster
 from support.polling import WaitTimedOut, wait_for
-from snapmesh.checking.node_logs import money_check
+from snapmesh.bank.logs import money_check
 from snapmesh.services.node.recovery import recover
 from snapmesh.protocol import wal
 from snapmesh.bank.load import BackgroundLoad

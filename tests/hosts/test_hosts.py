@@ -28,7 +28,8 @@ from snapmesh.hosts.plan import Bench, PlanError
 from snapmesh.processes.cluster_admin import running_launcher
 from snapmesh.bank.load import BackgroundLoad
 from snapmesh.settings.security import load_tls_dir
-from snapmesh.checking.node_logs import money_check, read_logs
+from snapmesh.bank.logs import money_check
+from snapmesh.checking.node_logs import read_logs
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 REPO = Path(__file__).resolve().parents[2]

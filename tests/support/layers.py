@@ -15,6 +15,8 @@ PURE_ALLOWED = {
     # The default app's side of the controller (the v1 messages' own fields): the
     # tracker falls back to it, so it is pure too (test_layers.PURE_MODULES holds it).
     "snapmesh.bank.ledger", "snapmesh.bank.cut",
+    # The bank's format keys and its parts of the log, trace and snapshot-file checkers, pure alike.
+    "snapmesh.bank.formats", "snapmesh.bank.logs", "snapmesh.bank.trace", "snapmesh.bank.snapshot",
 }
 
 

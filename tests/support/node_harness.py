@@ -26,7 +26,8 @@ import grpc
 
 from support.polling import wait_for
 from snapmesh.checking.logcheck import RecordedSnapshot, check_logs
-from snapmesh.checking.node_logs import money_check, read_logs
+from snapmesh.bank.logs import money_check
+from snapmesh.checking.node_logs import read_logs
 from snapmesh.processes import supervisor
 from snapmesh.settings.config import write_cluster
 from snapmesh.settings.ports import free_ports

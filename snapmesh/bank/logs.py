@@ -1,0 +1,102 @@
+"""The bank's reading of raw node logs (the JSON records `node_logs.read_logs` gives).
+
+The generic log checkers (snapmesh/checking: `logcheck`, `node_logs`) know channels,
+seqs, markers, cuts and restores; what a node's balance is at any point, and that
+money is conserved, is the bank's, and is here; the module itself is the bank's part
+those checkers take (`logcheck.check_logs(..., app=...)`, its default):
+
+- `reading(total)`: the bank's `cut.Reading` (snapmesh/bank/cut.py);
+
+- `money_check(logs)`: sends against receives over all the logs, and each log's
+  balance replayed (init + received - sent);
+- `initial_total(logs)`: the money there is, the sum of the logs' `init` balances;
+- `opening(node, restore)` and `with_replay(opening, replay)`: an epoch's first
+  record after a restore, an `init` holding the restored balance plus the replays;
+- `restore_problems(...)`: a restore record against the balance the snapshot recorded;
+- `whole_problems(...)`: conservation broken, in `logcheck`'s words.
+
+Pure (no I/O): records in, values and problems out. The keys are the formats'
+(snapmesh/bank/formats.py).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+import snapmesh.bank.cut as bank_cut
+from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY
+
+Record = Mapping[str, Any]
+
+
+def reading(total: int | None = None) -> bank_cut.Reading:
+    """The bank's `cut.Reading` of its logs (`total`: the money there is; None: the logs' `init` balances)."""
+    return bank_cut.Reading(total)
+
+
+def money_check(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Sends vs recvs across all logs: each msg_id sent once, received at most
+    once, and what each log's balance is."""
+    sends: dict[str, dict] = {}
+    recvs: dict[str, list[dict]] = defaultdict(list)
+    balances: dict[str, int] = {}
+    for node_id, records in logs.items():
+        balance = 0
+        for record in records:
+            kind = record["kind"]
+            if kind == "init":
+                balance = record[NODE_TALLY_KEY]
+            elif kind == "send":
+                assert record["msg_id"] not in sends, f"msg_id {record['msg_id']} sent twice"
+                sends[record["msg_id"]] = record
+                balance -= record[MESSAGE_TALLY_KEY]
+            elif kind == "recv":
+                recvs[record["msg_id"]].append(record)
+                balance += record[MESSAGE_TALLY_KEY]
+        balances[node_id] = balance
+    return {
+        "sends": sends,
+        "duplicated": sorted(m for m, r in recvs.items() if len(r) > 1),
+        "phantom": sorted(m for m in recvs if m not in sends),
+        "mismatched": sorted(m for m, r in recvs.items()
+                             if m in sends and r[0][MESSAGE_TALLY_KEY] != sends[m][MESSAGE_TALLY_KEY]),
+        "unreceived": sorted(m for m in sends if m not in recvs),
+        "balances": balances,
+    }
+
+
+def initial_total(logs: Mapping[str, list[Record]]) -> int:
+    """The money there is: the sum of the logs' `init` balances."""
+    return sum(r[NODE_TALLY_KEY] for records in logs.values() for r in records if r.get("kind") == "init")
+
+
+def opening(node: str, restore: Record) -> dict[str, Any]:
+    """An epoch's first record after `restore`: an `init` holding the restored balance."""
+    return {"node": node, "lsn": restore["lsn"], "kind": "init", NODE_TALLY_KEY: restore[NODE_TALLY_KEY]}
+
+
+def with_replay(first: Record, replay: Record) -> dict[str, Any]:
+    """The epoch's opening `init` with a replayed transfer's amount added to its balance."""
+    return {**first, NODE_TALLY_KEY: first[NODE_TALLY_KEY] + replay[MESSAGE_TALLY_KEY]}
+
+
+def replayed_item(replay: Record) -> tuple[str, int, int]:
+    """A replay record as an in-flight item: (msg_id, amount, seq)."""
+    return (replay["msg_id"], replay[MESSAGE_TALLY_KEY], replay["seq"])
+
+
+def restore_problems(epoch: int, node: str, record: Record, snapshot_id: str, balance: int) -> list[str]:
+    """The restore record of `node` in `epoch` against snapshot `snapshot_id`'s recorded balance."""
+    if record["snapshot_id"] != snapshot_id or record[NODE_TALLY_KEY] != balance:
+        return [f"epoch {epoch}: {node} restored {record['snapshot_id']} to {record[NODE_TALLY_KEY]}, "
+                f"expected {snapshot_id} at {balance}"]
+    return []
+
+
+def whole_problems(snapshot_id: str, rules: set[str], whole: Any, total: int) -> list[str]:
+    """`logcheck`'s words for the bank's CONSERVATION rule, when it is among the broken `rules`."""
+    if bank_cut.CONSERVATION not in rules:
+        return []
+    return [f"snapshot {snapshot_id}: balances + in flight = {whole.observed}, the total is {total}"]
