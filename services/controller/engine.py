@@ -14,7 +14,7 @@ persist, then show and send):
     Finished(snapshot) -> metrics, the file writer, watchers, the trigger's waiter
     AbortAt(node, ...) -> AbortSnapshot at that node
     Retire(snapshot_id) -> the file writer deletes its files
-    RestoreAt(node, request) -> RestoreState, retried (restorer.py); the answer is
+    RestoreAt(node, request) -> RestoreState, retried (`call_node`); the answer is
                           the machine's node_restored
     RestoreDone(restore) -> the restore's callers are answered; the machine hears it settled
 
@@ -30,13 +30,13 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.metrics import ControllerMetrics
-from snapmesh.services.controller.restorer import RESTORE_TIMEOUT_S, restore_node
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import restoregate
@@ -54,6 +54,10 @@ log = logging.getLogger(__name__)
 ABORT_TIMEOUT_S = 2.0
 # How long a StartSnapshot that met an unavailable channel waits for it once more.
 START_RETRY_S = 3.0
+RESTORE_TIMEOUT_S, RESTORE_CALL_S = 30.0, 5.0  # how long a node that cannot be reached is retried; one try
+RETRY_S = 0.25
+# The node said no: asking again gets the same answer.
+REFUSED = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT)
 # The updates one WatchSnapshots watcher may have queued. A watcher that falls
 # this far behind is dropped with RESOURCE_EXHAUSTED (it watches again and
 # reads what it missed with ListSnapshots or GetSnapshot).
@@ -84,7 +88,6 @@ class ControllerEngine:
         rng: random.Random | None = None,
         identity: security.Identity | None = None,  # None: plaintext
         machine: ctl.Controller | None = None,  # the journal already replayed into it (else a fresh one)
-        restore_timeout_s: float = RESTORE_TIMEOUT_S,
     ) -> None:
         self.identity = identity
         self.config = config
@@ -114,7 +117,6 @@ class ControllerEngine:
         self._starts = StartClock()  # ids in start order
         self._tail: asyncio.Future[None] | None = None  # the newest record's durability
         self._restore: asyncio.Future[pb.Restore] | None = None  # the running restore's outcome
-        self.restore_timeout_s = restore_timeout_s
 
     # -- lifecycle
 
@@ -128,7 +130,7 @@ class ControllerEngine:
             log.warning("restore of %s (epoch %d) was under way: resuming it", self.machine.to_resume, self.machine.epoch)
             self.machine.resume(self.lookup(self.machine.to_resume))
             self._restore = asyncio.get_running_loop().create_future()
-            self.carry_out(self.machine.drain())
+            self.carry_out()
 
     def end_streams(self) -> None:
         """End every WatchSnapshots stream (before the server drains)."""
@@ -149,14 +151,14 @@ class ControllerEngine:
 
     # -- the loop
 
-    def carry_out(self, effects: list[ctl.Effect]) -> asyncio.Task[None]:
-        """One step's effects: its records are appended now (call with no await since
-        the machine changed); the rest runs in a task, in order, each effect after
+    def carry_out(self) -> asyncio.Task[None]:
+        """The machine's effects, drained: its records are appended now (call with no
+        await since the machine changed); the rest runs in a task, in order, each effect after
         the durability of the records before it. Await the task (shielded: a caller
         that goes away does not stop the step) to answer once all of it is durable."""
         durable: asyncio.Future[None] | None = None
         steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]] = []
-        for effect in effects:
+        for effect in self.machine.drain():
             if isinstance(effect, ctl.Journal):
                 durable = self._tail = self.journal.append(effect.record)
             elif isinstance(effect, ctl.Barrier):
@@ -215,14 +217,14 @@ class ControllerEngine:
                 f"--max-concurrent-snapshots N); retry once one finishes"
             ) from None
         self._done[snapshot_id] = asyncio.get_running_loop().create_future()
-        step = self.carry_out(self.machine.drain())
+        step = self.carry_out()
         self.metrics.in_progress.set(self.machine.in_progress)
         self._wake.set()
         try:
             await asyncio.shield(step)
         except OSError as exc:
             self.machine.start_failed(snapshot_id, f"cannot journal the start: {exc}", self._clock())
-            self.carry_out(self.machine.drain())
+            self.carry_out()
             raise
         log.info("snapshot %s started at %s", snapshot_id, "every node" if broadcast else initiator)
         return snapshot
@@ -232,7 +234,7 @@ class ControllerEngine:
         it) before this returns. Raises TrackerError for a refused report and
         OSError when it cannot be journaled."""
         self.machine.reported(state, self._clock())
-        await asyncio.shield(self.carry_out(self.machine.drain()))
+        await asyncio.shield(self.carry_out())
 
     async def restore(self, snapshot_id: str, request_id: str = "") -> pb.Restore:
         """A RestoreSnapshot call: the machine's gate decides (R1, R4); a call that
@@ -252,7 +254,7 @@ class ControllerEngine:
         running = self._restore
         assert running is not None, "the machine joined a restore the engine does not run"
         try:  # Start: RESTORING durable before any node hears of it; Join: the key's record (R4)
-            await asyncio.shield(self.carry_out(self.machine.drain()))
+            await asyncio.shield(self.carry_out())
         except OSError as exc:
             if isinstance(decision, restoregate.Start):
                 self._restore_ended(exc)
@@ -260,10 +262,12 @@ class ControllerEngine:
         return await asyncio.shield(running)
 
     async def _restore_at(self, effect: ctl.RestoreAt) -> None:
-        answer = await restore_node(self.stubs[effect.node], effect.request, self.restore_timeout_s)
+        answer = await call_node(self.stubs[effect.node].RestoreState, effect.request, RESTORE_CALL_S, RESTORE_TIMEOUT_S)
+        if isinstance(answer, grpc.aio.AioRpcError):  # what the machine takes: why it could not be restored
+            answer = _why(answer) if answer.code() in REFUSED else f"unreachable for {RESTORE_TIMEOUT_S:g}s ({_why(answer)})"
         self.machine.node_restored(effect.node, answer, self._clock())
         try:
-            await self.carry_out(self.machine.drain())
+            await self.carry_out()
         except OSError as exc:  # the outcome may not survive a crash: the callers hear so
             self._restore_ended(exc)
 
@@ -310,26 +314,17 @@ class ControllerEngine:
             except TimeoutError:
                 pass
             self.machine.tick(self._clock())
-            self.carry_out(self.machine.drain())  # each outcome journaled in the same step
+            self.carry_out()  # each outcome journaled in the same step
 
     # -- what the effects do
 
     async def _start_at(self, effect: ctl.StartAt) -> None:
         request = pb.StartSnapshotRequest(snapshot_id=effect.snapshot_id, epoch=effect.epoch)
-        try:
-            try:
-                await self.stubs[effect.node].StartSnapshot(request, timeout=self.deadline_s)
-            except grpc.aio.AioRpcError as error:
-                if error.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise
-                # A channel that met the node before it served sits in reconnect backoff (at most
-                # 2 s, serving/runtime.py) and fails calls at once: one try that waits out one backoff.
-                await self.stubs[effect.node].StartSnapshot(
-                    request, timeout=min(self.deadline_s, START_RETRY_S), wait_for_ready=True)
-        except grpc.aio.AioRpcError as error:
-            detail = f"{error.code().name}: {error.details()}"
-            self.machine.start_unreachable(effect.snapshot_id, effect.node, detail, self._clock())
-            self.carry_out(self.machine.drain())
+        answer = await call_node(
+            self.stubs[effect.node].StartSnapshot, request, self.deadline_s, START_RETRY_S, tries=2, wait=True)
+        if isinstance(answer, grpc.aio.AioRpcError):
+            self.machine.start_unreachable(effect.snapshot_id, effect.node, _why(answer), self._clock())
+            self.carry_out()
 
     def _finished(self, snapshot: pb.Snapshot) -> None:
         self.metrics.finished(snapshot)
@@ -351,10 +346,9 @@ class ControllerEngine:
 
     async def _abort_at(self, effect: ctl.AbortAt) -> None:
         request = pb.AbortSnapshotRequest(snapshot_id=effect.snapshot_id, reason=effect.reason)
-        try:
-            await self.stubs[effect.node].AbortSnapshot(request, timeout=ABORT_TIMEOUT_S)
-        except grpc.aio.AioRpcError as error:
-            log.info("AbortSnapshot %s at %s: %s", effect.snapshot_id, effect.node, error.code().name)
+        answer = await call_node(self.stubs[effect.node].AbortSnapshot, request, ABORT_TIMEOUT_S, 0, tries=1)
+        if isinstance(answer, grpc.aio.AioRpcError):
+            log.info("AbortSnapshot %s at %s: %s", effect.snapshot_id, effect.node, answer.code().name)
 
     def _publish(self, snapshot: pb.Snapshot) -> None:
         for queue in list(self.watchers):
@@ -396,3 +390,30 @@ def _replace_all(queue: asyncio.Queue, item) -> None:
     while not queue.empty():
         queue.get_nowait()
     queue.put_nowait(item)
+
+
+async def call_node(
+    rpc: Callable[..., Awaitable[Any]], request: Any, timeout_s: float, for_s: float, *, tries: int = 0, wait: bool = False
+) -> Any:
+    """`rpc`'s answer, else its last error (a grpc.aio.AioRpcError). A refusal
+    (REFUSED) is final; any other failure is tried again, `tries` tries in all at
+    most (0: no limit) and until `for_s` have passed: after RETRY_S, or at once
+    and waiting for the channel with `wait` (a channel that met the node before it
+    served sits in reconnect backoff, at most 2 s in serving/runtime.py, and fails
+    calls at once). The nodes' side is idempotent: a repeat is harmless."""
+    loop = asyncio.get_running_loop()
+    give_up, tried = loop.time() + for_s, 0
+    while True:
+        tried += 1
+        try:
+            return await rpc(request, timeout=timeout_s if tried == 1 else min(timeout_s, for_s),
+                             wait_for_ready=wait and tried > 1)
+        except grpc.aio.AioRpcError as error:
+            if error.code() in REFUSED or tried == tries or loop.time() >= give_up:
+                return error
+        if not wait:
+            await asyncio.sleep(RETRY_S)
+
+
+def _why(error: grpc.aio.AioRpcError) -> str:
+    return f"{error.code().name}: {error.details()}"
