@@ -96,6 +96,7 @@ class ControllerEngine:
         self.writer = writer
         self.metrics = metrics
         metrics.epoch.set_function(lambda: self.machine.epoch)
+        metrics.in_progress.set_function(lambda: self.machine.in_progress)
         for snapshot in self.machine.all():  # loaded from the files and the journal
             if snapshot.status == COMPLETE:
                 metrics.completed_at(snapshot)
@@ -218,7 +219,6 @@ class ControllerEngine:
             ) from None
         self._done[snapshot_id] = asyncio.get_running_loop().create_future()
         step = self.carry_out()
-        self.metrics.in_progress.set(self.machine.in_progress)
         self._wake.set()
         try:
             await asyncio.shield(step)
@@ -328,9 +328,7 @@ class ControllerEngine:
 
     def _finished(self, snapshot: pb.Snapshot) -> None:
         self.metrics.finished(snapshot)
-        self.metrics.in_progress.set(self.machine.in_progress)
         if snapshot.status == COMPLETE:
-            self.metrics.observe(snapshot)
             verdict = "conserved" if snapshot.conserved else f"NOT conserved ({snapshot.reason})"
             log.info(
                 "snapshot %s COMPLETE in %.3fs: total %d, %s",
