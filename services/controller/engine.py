@@ -233,7 +233,11 @@ class ControllerEngine:
         """A node's part: journaled (with the snapshot's outcome when it completes
         it) before this returns. Raises TrackerError for a refused report and
         OSError when it cannot be journaled."""
-        self.machine.reported(state, self._clock())
+        try:
+            self.machine.reported(state, self._clock())
+        except ctl.StaleReport:
+            self.metrics.stale_reports.inc()
+            raise
         await asyncio.shield(self.carry_out())
 
     async def restore(self, snapshot_id: str, request_id: str = "") -> pb.Restore:
