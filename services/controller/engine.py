@@ -102,11 +102,8 @@ class ControllerEngine:
                 metrics.completed_at(snapshot)
         self._clock = clock
         self.rng = rng or random.Random()
-        self.topology = tracker.topology
         self.nodes = list(tracker.topology.nodes)
         self.deadline_s = tracker.deadline_s
-        # As GetCluster reports it: the cluster file's (a hybrid cluster's tracker reads overtake reports)
-        self.snapshot_mode = config.snapshot_mode
         self.stubs: dict[str, pb_grpc.NodeStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._done: dict[str, asyncio.Future[pb.Snapshot]] = {}
@@ -135,11 +132,7 @@ class ControllerEngine:
 
     def end_streams(self) -> None:
         """End every WatchSnapshots stream (before the server drains)."""
-        for queue in self.watchers:
-            try:
-                queue.put_nowait(None)
-            except asyncio.QueueFull:
-                _replace_all(queue, None)
+        self._publish(None)
 
     async def close(self) -> None:
         self.end_streams()
@@ -352,14 +345,19 @@ class ControllerEngine:
         if isinstance(answer, grpc.aio.AioRpcError):
             log.info("AbortSnapshot %s at %s: %s", effect.snapshot_id, effect.node, answer.code().name)
 
-    def _publish(self, snapshot: pb.Snapshot) -> None:
+    def _publish(self, snapshot: pb.Snapshot | None) -> None:
+        """To every WatchSnapshots watcher (None: its stream ends). A watcher whose
+        queue is full is dropped: FellBehind in place of what it had not read."""
         for queue in list(self.watchers):
             try:
                 queue.put_nowait(snapshot)
             except asyncio.QueueFull:
                 self.watchers.discard(queue)
-                log.warning("a WatchSnapshots watcher fell %d updates behind: dropped", self.watch_queue)
-                _replace_all(queue, FellBehind())
+                while not queue.empty():
+                    queue.get_nowait()
+                queue.put_nowait(FellBehind() if snapshot is not None else None)
+                if snapshot is not None:
+                    log.warning("a WatchSnapshots watcher fell %d updates behind: dropped", self.watch_queue)
 
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
@@ -385,13 +383,6 @@ class ControllerEngine:
                 log.warning("periodic snapshot skipped: %s", exc)
             except OSError as exc:
                 log.error("periodic snapshot: %s", exc)
-
-
-def _replace_all(queue: asyncio.Queue, item) -> None:
-    """Empty `queue` and put `item` in it (it always fits then)."""
-    while not queue.empty():
-        queue.get_nowait()
-    queue.put_nowait(item)
 
 
 async def call_node(
