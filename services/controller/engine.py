@@ -3,7 +3,8 @@
 Every input (a trigger, a report, a deadline, a restore call, a node's answer to
 its part, a StartSnapshot that failed) is one synchronous call on the machine,
 then `carry_out` takes its effects in one loop, in order (etcd/raft's Ready:
-persist, then show and send):
+persist, then show and send), and re-arms the one timer for the machine's next
+deadline (aioquic's get_timer):
 
     Journal(record)    -> the journal file (group-committed), appended at once so the
                           journal's order is the machine's; every later effect of
@@ -110,8 +111,7 @@ class ControllerEngine:
         self.watchers: set[asyncio.Queue[pb.Snapshot | FellBehind | None]] = set()
         self.watch_queue = WATCH_QUEUE
         self._background: set[asyncio.Task[None]] = set()
-        self._wake = asyncio.Event()
-        self._timer: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None  # at the machine's next deadline
         self._starts = StartClock()  # ids in start order
         self._tail: asyncio.Future[None] | None = None  # the newest record's durability
         self._restore: asyncio.Future[pb.Restore] | None = None  # the running restore's outcome
@@ -123,7 +123,7 @@ class ControllerEngine:
             channel = credentials.open_channel(node.address, self.identity, options=CLIENT_OPTIONS, aio=True)
             self._channels.append(channel)
             self.stubs[node.id] = pb_grpc.NodeStub(channel)
-        self._timer = asyncio.create_task(self._expiry_loop(), name="snapshot-deadlines")
+        self._arm()
         if self.machine.to_resume:  # the replay's: a restore under way
             log.warning("restore of %s (epoch %d) was under way: resuming it", self.machine.to_resume, self.machine.epoch)
             self.machine.resume(self.lookup(self.machine.to_resume))
@@ -136,7 +136,9 @@ class ControllerEngine:
 
     async def close(self) -> None:
         self.end_streams()
-        tasks = [t for t in (self._timer, *self._background) if t is not None]
+        if self._timer is not None:
+            self._timer.cancel()
+        tasks = list(self._background)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -159,6 +161,7 @@ class ControllerEngine:
                 durable = self._tail = self.journal.barrier()
             else:
                 steps.append((effect, durable))
+        self._arm()
         return self.spawn(self._in_order(steps, durable))
 
     async def _in_order(self, steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]], last) -> None:
@@ -212,7 +215,6 @@ class ControllerEngine:
             ) from None
         self._done[snapshot_id] = asyncio.get_running_loop().create_future()
         step = self.carry_out()
-        self._wake.set()
         try:
             await asyncio.shield(step)
         except OSError as exc:
@@ -301,17 +303,17 @@ class ControllerEngine:
                 raise
             return snapshot
 
-    async def _expiry_loop(self) -> None:
-        while True:
-            self._wake.clear()
-            deadline = self.machine.next_deadline()
-            timeout = None if deadline is None else max(0.0, deadline - self._clock().mono)
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
-            self.machine.tick(self._clock())
-            self.carry_out()  # each outcome journaled in the same step
+    def _arm(self) -> None:
+        """The one timer, re-armed after every step for the machine's next deadline."""
+        if self._timer is not None:
+            self._timer.cancel()
+        deadline = self.machine.next_deadline()
+        delay = None if deadline is None else max(0.0, deadline - self._clock().mono)
+        self._timer = None if delay is None else asyncio.get_running_loop().call_later(delay, self._tick)
+
+    def _tick(self) -> None:
+        self.machine.tick(self._clock())
+        self.carry_out()  # each outcome journaled in the same step
 
     # -- what the effects do
 
