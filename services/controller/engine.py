@@ -3,7 +3,8 @@
 Every input (a trigger, a report, a deadline, a restore call, a node's answer to
 its part, a StartSnapshot that failed) is one synchronous call on the machine,
 then `carry_out` takes its effects in one loop, in order (etcd/raft's Ready:
-persist, then show and send):
+persist, then show and send), and re-arms the one timer for the machine's next
+deadline (aioquic's get_timer):
 
     Journal(record)    -> the journal file (group-committed), appended at once so the
                           journal's order is the machine's; every later effect of
@@ -14,7 +15,7 @@ persist, then show and send):
     Finished(snapshot) -> metrics, the file writer, watchers, the trigger's waiter
     AbortAt(node, ...) -> AbortSnapshot at that node
     Retire(snapshot_id) -> the file writer deletes its files
-    RestoreAt(node, request) -> RestoreState, retried (restorer.py); the answer is
+    RestoreAt(node, request) -> RestoreState, retried (`call_node`); the answer is
                           the machine's node_restored
     RestoreDone(restore) -> the restore's callers are answered; the machine hears it settled
 
@@ -30,13 +31,13 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.metrics import ControllerMetrics
-from snapmesh.services.controller.restorer import RESTORE_TIMEOUT_S, restore_node
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import restoregate
@@ -54,6 +55,10 @@ log = logging.getLogger(__name__)
 ABORT_TIMEOUT_S = 2.0
 # How long a StartSnapshot that met an unavailable channel waits for it once more.
 START_RETRY_S = 3.0
+RESTORE_TIMEOUT_S, RESTORE_CALL_S = 30.0, 5.0  # how long a node that cannot be reached is retried; one try
+RETRY_S = 0.25
+# The node said no: asking again gets the same answer.
+REFUSED = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT)
 # The updates one WatchSnapshots watcher may have queued. A watcher that falls
 # this far behind is dropped with RESOURCE_EXHAUSTED (it watches again and
 # reads what it missed with ListSnapshots or GetSnapshot).
@@ -84,7 +89,6 @@ class ControllerEngine:
         rng: random.Random | None = None,
         identity: security.Identity | None = None,  # None: plaintext
         machine: ctl.Controller | None = None,  # the journal already replayed into it (else a fresh one)
-        restore_timeout_s: float = RESTORE_TIMEOUT_S,
     ) -> None:
         self.identity = identity
         self.config = config
@@ -93,28 +97,24 @@ class ControllerEngine:
         self.writer = writer
         self.metrics = metrics
         metrics.epoch.set_function(lambda: self.machine.epoch)
+        metrics.in_progress.set_function(lambda: self.machine.in_progress)
         for snapshot in self.machine.all():  # loaded from the files and the journal
             if snapshot.status == COMPLETE:
                 metrics.completed_at(snapshot)
         self._clock = clock
         self.rng = rng or random.Random()
-        self.topology = tracker.topology
         self.nodes = list(tracker.topology.nodes)
         self.deadline_s = tracker.deadline_s
-        # As GetCluster reports it: the cluster file's (a hybrid cluster's tracker reads overtake reports)
-        self.snapshot_mode = config.snapshot_mode
         self.stubs: dict[str, pb_grpc.NodeStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._done: dict[str, asyncio.Future[pb.Snapshot]] = {}
         self.watchers: set[asyncio.Queue[pb.Snapshot | FellBehind | None]] = set()
         self.watch_queue = WATCH_QUEUE
         self._background: set[asyncio.Task[None]] = set()
-        self._wake = asyncio.Event()
-        self._timer: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None  # at the machine's next deadline
         self._starts = StartClock()  # ids in start order
         self._tail: asyncio.Future[None] | None = None  # the newest record's durability
         self._restore: asyncio.Future[pb.Restore] | None = None  # the running restore's outcome
-        self.restore_timeout_s = restore_timeout_s
 
     # -- lifecycle
 
@@ -123,24 +123,22 @@ class ControllerEngine:
             channel = credentials.open_channel(node.address, self.identity, options=CLIENT_OPTIONS, aio=True)
             self._channels.append(channel)
             self.stubs[node.id] = pb_grpc.NodeStub(channel)
-        self._timer = asyncio.create_task(self._expiry_loop(), name="snapshot-deadlines")
+        self._arm()
         if self.machine.to_resume:  # the replay's: a restore under way
             log.warning("restore of %s (epoch %d) was under way: resuming it", self.machine.to_resume, self.machine.epoch)
             self.machine.resume(self.lookup(self.machine.to_resume))
             self._restore = asyncio.get_running_loop().create_future()
-            self.carry_out(self.machine.drain())
+            self.carry_out()
 
     def end_streams(self) -> None:
         """End every WatchSnapshots stream (before the server drains)."""
-        for queue in self.watchers:
-            try:
-                queue.put_nowait(None)
-            except asyncio.QueueFull:
-                _replace_all(queue, None)
+        self._publish(None)
 
     async def close(self) -> None:
         self.end_streams()
-        tasks = [t for t in (self._timer, *self._background) if t is not None]
+        if self._timer is not None:
+            self._timer.cancel()
+        tasks = list(self._background)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -149,20 +147,21 @@ class ControllerEngine:
 
     # -- the loop
 
-    def carry_out(self, effects: list[ctl.Effect]) -> asyncio.Task[None]:
-        """One step's effects: its records are appended now (call with no await since
-        the machine changed); the rest runs in a task, in order, each effect after
+    def carry_out(self) -> asyncio.Task[None]:
+        """The machine's effects, drained: its records are appended now (call with no
+        await since the machine changed); the rest runs in a task, in order, each effect after
         the durability of the records before it. Await the task (shielded: a caller
         that goes away does not stop the step) to answer once all of it is durable."""
         durable: asyncio.Future[None] | None = None
         steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]] = []
-        for effect in effects:
+        for effect in self.machine.drain():
             if isinstance(effect, ctl.Journal):
                 durable = self._tail = self.journal.append(effect.record)
             elif isinstance(effect, ctl.Barrier):
                 durable = self._tail = self.journal.barrier()
             else:
                 steps.append((effect, durable))
+        self._arm()
         return self.spawn(self._in_order(steps, durable))
 
     async def _in_order(self, steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]], last) -> None:
@@ -215,14 +214,12 @@ class ControllerEngine:
                 f"--max-concurrent-snapshots N); retry once one finishes"
             ) from None
         self._done[snapshot_id] = asyncio.get_running_loop().create_future()
-        step = self.carry_out(self.machine.drain())
-        self.metrics.in_progress.set(self.machine.in_progress)
-        self._wake.set()
+        step = self.carry_out()
         try:
             await asyncio.shield(step)
         except OSError as exc:
             self.machine.start_failed(snapshot_id, f"cannot journal the start: {exc}", self._clock())
-            self.carry_out(self.machine.drain())
+            self.carry_out()
             raise
         log.info("snapshot %s started at %s", snapshot_id, "every node" if broadcast else initiator)
         return snapshot
@@ -231,8 +228,12 @@ class ControllerEngine:
         """A node's part: journaled (with the snapshot's outcome when it completes
         it) before this returns. Raises TrackerError for a refused report and
         OSError when it cannot be journaled."""
-        self.machine.reported(state, self._clock())
-        await asyncio.shield(self.carry_out(self.machine.drain()))
+        try:
+            self.machine.reported(state, self._clock())
+        except ctl.StaleReport:
+            self.metrics.stale_reports.inc()
+            raise
+        await asyncio.shield(self.carry_out())
 
     async def restore(self, snapshot_id: str, request_id: str = "") -> pb.Restore:
         """A RestoreSnapshot call: the machine's gate decides (R1, R4); a call that
@@ -252,7 +253,7 @@ class ControllerEngine:
         running = self._restore
         assert running is not None, "the machine joined a restore the engine does not run"
         try:  # Start: RESTORING durable before any node hears of it; Join: the key's record (R4)
-            await asyncio.shield(self.carry_out(self.machine.drain()))
+            await asyncio.shield(self.carry_out())
         except OSError as exc:
             if isinstance(decision, restoregate.Start):
                 self._restore_ended(exc)
@@ -260,10 +261,12 @@ class ControllerEngine:
         return await asyncio.shield(running)
 
     async def _restore_at(self, effect: ctl.RestoreAt) -> None:
-        answer = await restore_node(self.stubs[effect.node], effect.request, self.restore_timeout_s)
+        answer = await call_node(self.stubs[effect.node].RestoreState, effect.request, RESTORE_CALL_S, RESTORE_TIMEOUT_S)
+        if isinstance(answer, grpc.aio.AioRpcError):  # what the machine takes: why it could not be restored
+            answer = _why(answer) if answer.code() in REFUSED else f"unreachable for {RESTORE_TIMEOUT_S:g}s ({_why(answer)})"
         self.machine.node_restored(effect.node, answer, self._clock())
         try:
-            await self.carry_out(self.machine.drain())
+            await self.carry_out()
         except OSError as exc:  # the outcome may not survive a crash: the callers hear so
             self._restore_ended(exc)
 
@@ -300,42 +303,31 @@ class ControllerEngine:
                 raise
             return snapshot
 
-    async def _expiry_loop(self) -> None:
-        while True:
-            self._wake.clear()
-            deadline = self.machine.next_deadline()
-            timeout = None if deadline is None else max(0.0, deadline - self._clock().mono)
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
-            self.machine.tick(self._clock())
-            self.carry_out(self.machine.drain())  # each outcome journaled in the same step
+    def _arm(self) -> None:
+        """The one timer, re-armed after every step for the machine's next deadline."""
+        if self._timer is not None:
+            self._timer.cancel()
+        deadline = self.machine.next_deadline()
+        delay = None if deadline is None else max(0.0, deadline - self._clock().mono)
+        self._timer = None if delay is None else asyncio.get_running_loop().call_later(delay, self._tick)
+
+    def _tick(self) -> None:
+        self.machine.tick(self._clock())
+        self.carry_out()  # each outcome journaled in the same step
 
     # -- what the effects do
 
     async def _start_at(self, effect: ctl.StartAt) -> None:
         request = pb.StartSnapshotRequest(snapshot_id=effect.snapshot_id, epoch=effect.epoch)
-        try:
-            try:
-                await self.stubs[effect.node].StartSnapshot(request, timeout=self.deadline_s)
-            except grpc.aio.AioRpcError as error:
-                if error.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise
-                # A channel that met the node before it served sits in reconnect backoff (at most
-                # 2 s, serving/runtime.py) and fails calls at once: one try that waits out one backoff.
-                await self.stubs[effect.node].StartSnapshot(
-                    request, timeout=min(self.deadline_s, START_RETRY_S), wait_for_ready=True)
-        except grpc.aio.AioRpcError as error:
-            detail = f"{error.code().name}: {error.details()}"
-            self.machine.start_unreachable(effect.snapshot_id, effect.node, detail, self._clock())
-            self.carry_out(self.machine.drain())
+        answer = await call_node(
+            self.stubs[effect.node].StartSnapshot, request, self.deadline_s, START_RETRY_S, tries=2, wait=True)
+        if isinstance(answer, grpc.aio.AioRpcError):
+            self.machine.start_unreachable(effect.snapshot_id, effect.node, _why(answer), self._clock())
+            self.carry_out()
 
     def _finished(self, snapshot: pb.Snapshot) -> None:
         self.metrics.finished(snapshot)
-        self.metrics.in_progress.set(self.machine.in_progress)
         if snapshot.status == COMPLETE:
-            self.metrics.observe(snapshot)
             verdict = "conserved" if snapshot.conserved else f"NOT conserved ({snapshot.reason})"
             log.info(
                 "snapshot %s COMPLETE in %.3fs: total %d, %s",
@@ -351,19 +343,23 @@ class ControllerEngine:
 
     async def _abort_at(self, effect: ctl.AbortAt) -> None:
         request = pb.AbortSnapshotRequest(snapshot_id=effect.snapshot_id, reason=effect.reason)
-        try:
-            await self.stubs[effect.node].AbortSnapshot(request, timeout=ABORT_TIMEOUT_S)
-        except grpc.aio.AioRpcError as error:
-            log.info("AbortSnapshot %s at %s: %s", effect.snapshot_id, effect.node, error.code().name)
+        answer = await call_node(self.stubs[effect.node].AbortSnapshot, request, ABORT_TIMEOUT_S, 0, tries=1)
+        if isinstance(answer, grpc.aio.AioRpcError):
+            log.info("AbortSnapshot %s at %s: %s", effect.snapshot_id, effect.node, answer.code().name)
 
-    def _publish(self, snapshot: pb.Snapshot) -> None:
+    def _publish(self, snapshot: pb.Snapshot | None) -> None:
+        """To every WatchSnapshots watcher (None: its stream ends). A watcher whose
+        queue is full is dropped: FellBehind in place of what it had not read."""
         for queue in list(self.watchers):
             try:
                 queue.put_nowait(snapshot)
             except asyncio.QueueFull:
                 self.watchers.discard(queue)
-                log.warning("a WatchSnapshots watcher fell %d updates behind: dropped", self.watch_queue)
-                _replace_all(queue, FellBehind())
+                while not queue.empty():
+                    queue.get_nowait()
+                queue.put_nowait(FellBehind() if snapshot is not None else None)
+                if snapshot is not None:
+                    log.warning("a WatchSnapshots watcher fell %d updates behind: dropped", self.watch_queue)
 
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
@@ -391,8 +387,28 @@ class ControllerEngine:
                 log.error("periodic snapshot: %s", exc)
 
 
-def _replace_all(queue: asyncio.Queue, item) -> None:
-    """Empty `queue` and put `item` in it (it always fits then)."""
-    while not queue.empty():
-        queue.get_nowait()
-    queue.put_nowait(item)
+async def call_node(
+    rpc: Callable[..., Awaitable[Any]], request: Any, timeout_s: float, for_s: float, *, tries: int = 0, wait: bool = False
+) -> Any:
+    """`rpc`'s answer, else its last error (a grpc.aio.AioRpcError). A refusal
+    (REFUSED) is final; any other failure is tried again, `tries` tries in all at
+    most (0: no limit) and until `for_s` have passed: after RETRY_S, or at once
+    and waiting for the channel with `wait` (a channel that met the node before it
+    served sits in reconnect backoff, at most 2 s in serving/runtime.py, and fails
+    calls at once). The nodes' side is idempotent: a repeat is harmless."""
+    loop = asyncio.get_running_loop()
+    give_up, tried = loop.time() + for_s, 0
+    while True:
+        tried += 1
+        try:
+            return await rpc(request, timeout=timeout_s if tried == 1 else min(timeout_s, for_s),
+                             wait_for_ready=wait and tried > 1)
+        except grpc.aio.AioRpcError as error:
+            if error.code() in REFUSED or tried == tries or loop.time() >= give_up:
+                return error
+        if not wait:
+            await asyncio.sleep(RETRY_S)
+
+
+def _why(error: grpc.aio.AioRpcError) -> str:
+    return f"{error.code().name}: {error.details()}"

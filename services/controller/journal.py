@@ -44,7 +44,7 @@ class Journal:
         self.path = Path(path)
         self._fd = -1
         self._live = LiveFrames(rotate_bytes)  # which frames matter, when to rewrite (pure)
-        self._queue: list[tuple[str, str, bytes, asyncio.Future[None] | None]] = []
+        self._queue: list[tuple[str, bytes | None, asyncio.Future[None] | None]] = []  # LiveFrames.take's, and who waits
         self._cond = threading.Condition()
         self._closing = False
         self._broken: OSError | None = None
@@ -72,24 +72,24 @@ class Journal:
 
     def append(self, record: Record) -> asyncio.Future[None]:
         """Queue a record; the future resolves once it is durable (or fails with the OSError)."""
-        return self._put("append", record.snapshot_id, encode(record))
+        return self._put(record.snapshot_id, encode(record))
 
     def barrier(self) -> asyncio.Future[None]:
         """Resolves once everything appended so far is durable."""
-        return self._put("append", "", b"")
+        return self._put("", b"")
 
     def forget(self, snapshot_id: str) -> None:
         """The snapshot is in its file: its records need not survive the next rewrite."""
-        self._put("forget", snapshot_id, b"", want_future=False)
+        self._put(snapshot_id, None)
 
-    def _put(self, op: str, sid: str, frame: bytes, want_future: bool = True) -> asyncio.Future[None]:
+    def _put(self, sid: str, frame: bytes | None) -> asyncio.Future[None]:
         assert self._loop is not None, "journal not open"
-        future = self._loop.create_future() if want_future else None
+        future = self._loop.create_future() if frame is not None else None
         with self._cond:
             if self._broken is not None and future is not None:
                 future.set_exception(self._broken)
                 return future
-            self._queue.append((op, sid, frame, future))
+            self._queue.append((sid, frame, future))
             self._cond.notify()
         return future  # type: ignore[return-value]
 
@@ -121,24 +121,17 @@ class Journal:
                     log.error("journal %s: write failed, appending nothing more: %s", self.path, exc)
                     with self._cond:
                         self._broken = error = exc
-            for _, _, _, future in batch:
+            for _, _, future in batch:
                 if future is not None:
                     self._loop.call_soon_threadsafe(_settle, future, error)
 
     def _write(self, batch) -> None:
-        data = bytearray()
-        for op, sid, frame, _ in batch:
-            if op == "forget":
-                self._live.forget(sid)
-            elif frame:
-                data += frame
-                self._live.appended(sid, frame)
+        data = self._live.take((sid, frame) for sid, frame, _ in batch)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view):]
         if data:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view):]
             os.fdatasync(self._fd)
-            self._live.size += len(data)
         if self._live.rewrite_due():
             self._rewrite()
 

@@ -6,28 +6,34 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from snapmesh.protocol.controller.tracker import duration_s
+from snapmesh.protocol.controller.tracker import COMPLETE, duration_s
 from snapmesh.serving.metrics import labelled
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 FINISHED = ("COMPLETE", "FAILED")  # a finished snapshot's status, as the API names it
 
-
 # Flink's checkpoint statistics, one observation per node report (per COMPLETE snapshot below).
 SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+COUNTS = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000)
+BYTES = (0, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
+# Per node of a COMPLETE snapshot, one histogram with a `node` label: its name, what it
+# measures, the field of the node's stats (NodeSnapshotStats) and what it is divided by.
+PER_NODE = (
+    ("snapmesh_snapshot_start_delay_seconds", "Per node: trigger to the node's local cut", "start_delay_ms", 1e3, SECONDS),
+    ("snapmesh_snapshot_recording_duration_seconds", "Per node: local cut to the last marker in",
+     "recording_duration_ms", 1e3, SECONDS),
+    ("snapmesh_snapshot_report_time_seconds", "Per node: node done to the report accepted", "report_time_ms", 1e3, SECONDS),
+    ("snapmesh_snapshot_node_in_flight_messages", "Per node: in-flight transfers recorded", "in_flight_messages", 1, COUNTS),
+    ("snapmesh_snapshot_node_in_flight_bytes", "Per node: bytes of in-flight transfers recorded", "in_flight_bytes", 1, BYTES),
+)
 
 
 class ControllerMetrics:
     """The controller's metrics (names and labels: docs/metrics.md). Durations in
-    seconds; the per-node snapshot histograms carry a `node` label."""
+    seconds; the per-node snapshot histograms carry a `node` label from the start."""
 
     def __init__(self, registry: CollectorRegistry, nodes: Iterable[str] = ()) -> None:
         nodes = list(nodes)
-
-        def per_node(name: str, doc: str, buckets: tuple[float, ...] = SECONDS) -> Histogram:
-            # every node's series exists from the start (0 observations)
-            return labelled(Histogram(name, doc, ["node"], buckets=buckets, registry=registry), nodes)
-
         # Status label values are the API's (Snapshot.Status, Restore.Status names), so a
         # query and a GetSnapshot answer spell them alike.
         self.snapshots = labelled(Counter(
@@ -44,19 +50,10 @@ class ControllerMetrics:
         self.in_progress = Gauge(
             "snapmesh_snapshots_in_progress", "Snapshots started and not yet finished", registry=registry
         )
-        self.start_delay = per_node("snapmesh_snapshot_start_delay_seconds", "Per node: trigger to the node's local cut")
-        self.recording = per_node(
-            "snapmesh_snapshot_recording_duration_seconds", "Per node: local cut to the last marker in"
-        )
-        self.report_time = per_node("snapmesh_snapshot_report_time_seconds", "Per node: node done to the report accepted")
-        self.node_in_flight = per_node(
-            "snapmesh_snapshot_node_in_flight_messages", "Per node: in-flight transfers recorded",
-            (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000),
-        )
-        self.node_in_flight_bytes = per_node(
-            "snapmesh_snapshot_node_in_flight_bytes", "Per node: bytes of in-flight transfers recorded",
-            (0, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000),
-        )
+        self.per_node = [  # every node's series exists from the start (0 observations)
+            (labelled(Histogram(name, doc, ["node"], buckets=buckets, registry=registry), nodes), field, per)
+            for name, doc, field, per, buckets in PER_NODE
+        ]
         self.state_size = Histogram(
             "snapmesh_snapshot_state_size_bytes", "Per COMPLETE snapshot: bytes of every report",
             buckets=(100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000), registry=registry,
@@ -82,23 +79,19 @@ class ControllerMetrics:
         )
         self._last_complete_s = 0.0
 
-    def observe(self, snapshot: pb.Snapshot) -> None:
-        """A COMPLETE snapshot's statistics (the per-node ones per report)."""
-        stats = snapshot.stats
-        for node in stats.nodes:
-            self.start_delay.labels(node.node_id).observe(node.start_delay_ms / 1e3)
-            self.recording.labels(node.node_id).observe(node.recording_duration_ms / 1e3)
-            self.report_time.labels(node.node_id).observe(node.report_time_ms / 1e3)
-            self.node_in_flight.labels(node.node_id).observe(node.in_flight_messages)
-            self.node_in_flight_bytes.labels(node.node_id).observe(node.in_flight_bytes)
-        self.state_size.observe(stats.state_size_bytes)
-        self.completed_at(snapshot)
-
     def finished(self, snapshot: pb.Snapshot) -> None:
-        """A snapshot COMPLETE or FAILED: counted and its duration observed, by status."""
+        """A snapshot COMPLETE or FAILED: counted and its duration observed, by status;
+        a COMPLETE one's statistics (the per-node ones per report)."""
         status = pb.Snapshot.Status.Name(snapshot.status)
         self.snapshots.labels(status=status).inc()
         self.duration.labels(status=status).observe(duration_s(snapshot))
+        if snapshot.status != COMPLETE:
+            return
+        for node in snapshot.stats.nodes:
+            for histogram, field, per in self.per_node:
+                histogram.labels(node.node_id).observe(getattr(node, field) / per)
+        self.state_size.observe(snapshot.stats.state_size_bytes)
+        self.completed_at(snapshot)
 
     def completed_at(self, snapshot: pb.Snapshot) -> None:
         """Move the last-COMPLETE time forward to `snapshot`'s finish (never back)."""

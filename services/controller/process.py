@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
@@ -40,7 +39,7 @@ from snapmesh.protocol.hybrid import wire_mode
 from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
-from snapmesh.settings.argparsing import positive_float
+from snapmesh.settings.argparsing import positive_float, positive_int
 from snapmesh.serving.datalock import CONTROLLER, serve_holding
 from snapmesh.serving.runtime import CONTROLLER_RECEIVE_BYTES, ServiceHost, wait_for_stop_signal
 from snapmesh.serving.startup import OneLineParser, Prepared, server_main
@@ -51,21 +50,15 @@ log = logging.getLogger("snapmesh.controller")
 SERVICE_NAME = "snapmesh.v1.Controller"
 
 
-def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return int(text)
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="snapmesh controller", description="Run the snapshot controller.")
     parser.add_argument("--config", metavar="FILE", help="cluster file (default: the shipped 4-node config)")
     parser.add_argument(
-        "--keep", type=_count, metavar="N",
+        "--keep", type=positive_int, metavar="N",
         help="keep the files of the N newest COMPLETE snapshots (and the one last restored); default: controller.keep, else all",
     )
     parser.add_argument(
-        "--max-concurrent-snapshots", type=_count, metavar="N",
+        "--max-concurrent-snapshots", type=positive_int, metavar="N",
         help="refuse a trigger (RESOURCE_EXHAUSTED) while N snapshots are in progress; "
         "default: controller.max_concurrent_snapshots, else 32",
     )
@@ -84,30 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     return server_main(_parser(), argv, _prepare)
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    """What the command line decided, the cluster file's defaults filled in."""
-
-    interval: float | None  # periodic snapshots every this many seconds (None: only when triggered)
-    deadline: float
-    keep: int  # 0: every snapshot's files
-    max_concurrent: int
-    identity: security.Identity | None  # None: plaintext
-    checker: AppChecker | None
-
-
 def _prepare(args: argparse.Namespace, cfg: cluster_config.ClusterConfig) -> Prepared:
-    options = Options(
-        interval=args.interval,
-        deadline=args.deadline or cfg.controller.snapshot_deadline_s,
-        keep=args.keep if args.keep is not None else cfg.controller.keep,
-        max_concurrent=args.max_concurrent_snapshots or cfg.controller.max_concurrent_snapshots,
-        identity=security.load_identity(cfg, cluster_config.CONTROLLER_NAME),
-        checker=app_checker(cfg, explicit=args.app is not None),
+    cfg = cluster_config.with_controller(
+        cfg, snapshot_deadline_s=args.deadline, keep=args.keep, max_concurrent_snapshots=args.max_concurrent_snapshots
     )
+    identity = security.load_identity(cfg, cluster_config.CONTROLLER_NAME)  # None: plaintext
+    checker = app_checker(cfg, explicit=args.app is not None)
     # One controller per data dir: the lock is taken before anything there is read or written.
     return "controller", lambda: serve_holding(
-        cfg.data_dir, CONTROLLER, "snapmesh controller", lambda: _serve_locked(cfg, options)
+        cfg.data_dir, CONTROLLER, "snapmesh controller", lambda: _serve_locked(cfg, args.interval, identity, checker)
     )
 
 
@@ -127,13 +105,15 @@ def app_checker(cfg: cluster_config.ClusterConfig, *, explicit: bool) -> AppChec
     return AppChecker(cfg.app.module, app, params=cfg.app.params)
 
 
-async def _serve_locked(cfg: cluster_config.ClusterConfig, options: Options) -> int:
+async def _serve_locked(
+    cfg: cluster_config.ClusterConfig, interval: float | None, identity: security.Identity | None, checker: AppChecker | None
+) -> int:
     tracker = Tracker(
         topology=cfg.topology,
         expected_total=cfg.expected_total,
-        deadline_s=options.deadline,
+        deadline_s=cfg.controller.snapshot_deadline_s,
         snapshot_mode=wire_mode(cfg.snapshot_mode),  # hybrid nodes report as overtake ones (protocol/hybrid.py H1)
-        checker=options.checker,
+        checker=checker,
     )
     store = SnapshotStore(cfg.snapshots_dir, cfg.data_dir / "controller" / "snapshots")
     snapshots, warnings = store.load_all()
@@ -153,11 +133,11 @@ async def _serve_locked(cfg: cluster_config.ClusterConfig, options: Options) -> 
         except RuntimeError:  # pragma: no cover  (the loop closed first: at exit)
             pass
 
-    machine = Controller(tracker, max_concurrent=options.max_concurrent, keep=options.keep)
+    machine = Controller(tracker, max_concurrent=cfg.controller.max_concurrent_snapshots, keep=cfg.controller.keep)
     writer = StoreWriter(store, on_filed=on_filed)
     try:
         _recover(machine, store, journal, writer, filed={s.snapshot_id for s in snapshots})
-        return await _serve(cfg, options, machine, journal, writer)
+        return await _serve(cfg, interval, identity, machine, journal, writer)
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
@@ -196,9 +176,9 @@ def _recover(
 
 
 async def _serve(
-    cfg: cluster_config.ClusterConfig, options: Options, machine: Controller, journal: J.Journal, writer: StoreWriter
+    cfg: cluster_config.ClusterConfig, interval: float | None, identity: security.Identity | None,
+    machine: Controller, journal: J.Journal, writer: StoreWriter,
 ) -> int:
-    interval, identity = options.interval, options.identity
     registry = CollectorRegistry()
     engine = ControllerEngine(
         config=cfg, tracker=machine.tracker, machine=machine, journal=journal, writer=writer,

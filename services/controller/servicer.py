@@ -1,23 +1,25 @@
 """The Controller gRPC service: RPCs in, the engine's calls out (services/controller/engine.py).
 
-Requests are checked and turned into the engine's events; the machine's error
-kinds name their status codes (NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS,
-FAILED_PRECONDITION) and become them here; what a read answers (pages, tokens, sizes) is
-snapmesh/protocol/controller/listing.py's, and this module fetches it.
+Requests are checked and turned into the engine's events; each refusal the pure
+layer raises names its status code (`code`: NOT_FOUND, INVALID_ARGUMENT,
+ALREADY_EXISTS, FAILED_PRECONDITION...) and becomes it here (`_answers`); what a
+read answers (pages, tokens, sizes) is snapmesh/protocol/controller/listing.py's,
+and this module fetches it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import grpc
 
 from snapmesh.services.controller.engine import ControllerEngine, FellBehind, TooManySnapshots
 from snapmesh.protocol import chunking
 from snapmesh.protocol.controller import listing, restoregate
-from snapmesh.protocol.controller.machine import StaleReport, UnknownInitiator
-from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
+from snapmesh.protocol.controller.machine import UnknownInitiator
 from snapmesh.protocol.controller.tracker import TrackerError, UnknownSnapshot
 from snapmesh.settings.agreement import disagreement
 from snapmesh.serving import credentials
@@ -25,6 +27,29 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 SNAPSHOT_CHUNK_BYTES = chunking.CHUNK_BYTES
+# What the pure layer refuses, each naming its status (`code`).
+REFUSALS = (TrackerError, restoregate.Refused, UnknownInitiator, TooManySnapshots, chunking.ChunkError, listing.BadRequest)
+
+
+def _answers(journaled: str = "") -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+    """A unary handler whose refusals become their status, and, naming what it
+    `journaled`, a record it could not journal (OSError) UNAVAILABLE."""
+
+    def wrap(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        @functools.wraps(handler)
+        async def answer(self, request, context):
+            try:
+                return await handler(self, request, context)
+            except REFUSALS as exc:
+                await context.abort(grpc.StatusCode[exc.code], str(exc))
+            except OSError as exc:
+                if not journaled:
+                    raise
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the {journaled}: {exc}")
+
+        return answer
+
+    return wrap
 
 
 class ControllerService(pb_grpc.ControllerServicer):
@@ -52,20 +77,15 @@ class ControllerService(pb_grpc.ControllerServicer):
         await asyncio.Event().wait()  # all agree: nothing to report, ever
         return ""
 
+    @_answers("restore")
     async def RestoreSnapshot(self, request: pb.RestoreSnapshotRequest, context) -> pb.Restore:
-        await _check_id(request.snapshot_id, context)
-        damaged = await self._damage(request.snapshot_id)
-        if damaged:
+        listing.check_id(request.snapshot_id)
+        if damaged := await self._damage(request.snapshot_id):
             await context.abort(
                 grpc.StatusCode.DATA_LOSS,
                 f"snapshot {request.snapshot_id} is damaged on disk, not restored (nothing changed): {damaged}",
             )
-        try:
-            return await self.engine.restore(request.snapshot_id, request.request_id)
-        except (UnknownSnapshot, restoregate.Refused) as exc:
-            await context.abort(grpc.StatusCode[exc.code], str(exc))
-        except OSError as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the restore: {exc}")
+        return await self.engine.restore(request.snapshot_id, request.request_id)
 
     async def _damage(self, snapshot_id: str) -> str:
         """Why the stored files of `snapshot_id` are damaged ("" when intact or
@@ -77,30 +97,22 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     # -- RPCs
 
+    @_answers("snapshot")
     async def TriggerSnapshot(self, request: pb.TriggerSnapshotRequest, context) -> pb.Snapshot:
         initiator = request.initiator or self.engine.rng.choice(self.engine.nodes)
-        try:
-            snapshot = await self.engine.trigger(initiator, broadcast=request.broadcast)
-        except (UnknownInitiator, TooManySnapshots) as exc:
-            await context.abort(grpc.StatusCode[exc.code], str(exc))
-        except OSError as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the snapshot: {exc}")
+        snapshot = await self.engine.trigger(initiator, broadcast=request.broadcast)
         if not request.wait:
             return snapshot
         return await self.engine.wait_finished(snapshot.snapshot_id)
 
     async def _snapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
-        await _check_id(request.snapshot_id, context)
-        if problem := listing.max_bytes_problem(request.max_bytes):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         try:
+            listing.check_get(request)
             snapshot = self.engine.lookup(request.snapshot_id)
-        except UnknownSnapshot as exc:
-            damaged = self.engine.writer.store.damaged
-            if request.snapshot_id in damaged:
-                why = damaged[request.snapshot_id]
+        except (listing.BadRequest, UnknownSnapshot) as exc:
+            if isinstance(exc, UnknownSnapshot) and (why := self.engine.writer.store.damaged.get(request.snapshot_id)):
                 await context.abort(grpc.StatusCode.DATA_LOSS, f"snapshot {request.snapshot_id} is damaged on disk: {why}")
-            await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+            await context.abort(grpc.StatusCode[exc.code], str(exc))
         await self.engine.durable()  # what was read is what the journal holds
         return snapshot
 
@@ -116,11 +128,9 @@ class ControllerService(pb_grpc.ControllerServicer):
         for i in range(0, max(len(data), 1), SNAPSHOT_CHUNK_BYTES):
             yield pb.SnapshotChunk(data=data[i : i + SNAPSHOT_CHUNK_BYTES])
 
+    @_answers()
     async def ListSnapshots(self, request: pb.ListSnapshotsRequest, context) -> pb.ListSnapshotsResponse:
-        try:
-            start = listing.list_start(request)
-        except listing.BadRequest as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        start = listing.list_start(request)
         page = listing.Page(start, request.status)
         async for snapshot in self._listed(start, request.status):
             if not page.offer(snapshot):
@@ -172,10 +182,10 @@ class ControllerService(pb_grpc.ControllerServicer):
                 pb.NodeInfo(node_id=n.id, address=n.address, metrics_address=n.metrics_address)
                 for n in engine.config.nodes
             ],
-            channels=[pb.ChannelId(src=s, dst=d) for s, d in engine.topology.channels],
+            channels=[pb.ChannelId(src=s, dst=d) for s, d in engine.machine.tracker.topology.channels],
             last_restore=engine.machine.last_restore,  # the snapshot page's "last restore"
             settings=pb.SnapshotSettings(
-                snapshot_mode=engine.snapshot_mode,
+                snapshot_mode=engine.config.snapshot_mode,  # the file's (a hybrid cluster's tracker reads overtake reports)
                 deadline_s=engine.deadline_s,
                 interval_s=self.interval_s,
                 keep=engine.machine.keep,
@@ -184,47 +194,30 @@ class ControllerService(pb_grpc.ControllerServicer):
             epoch=engine.machine.epoch,
         )
 
+    @_answers("report")
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
         await credentials.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
-        await _check_id(request.snapshot_id, context)
-        try:
-            await self.engine.report(request)
-        except TrackerError as exc:
-            if isinstance(exc, StaleReport):
-                self.engine.metrics.stale_reports.inc()
-            await context.abort(grpc.StatusCode[exc.code], str(exc))
-        except OSError as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the report: {exc}")
+        listing.check_id(request.snapshot_id)
+        await self.engine.report(request)
         return pb.ReportStateResponse()
 
+    @_answers("report")
     async def ReportStateChunks(self, request_iterator, context) -> pb.ReportStateResponse:
         """A FullState too large for one message, in pieces (snapmesh.protocol.chunking):
         reassembled, it takes the ReportState path. With TLS only a
         node's certificate may send one (checked before any chunk is read); the
         bytes held are bounded per peer and in all, and a chunk past a bound
         ends the stream at once (RESOURCE_EXHAUSTED)."""
-        try:
-            peer = chunking.charged_peer(credentials.peer_names(context), self.engine.nodes, context.peer())
-        except chunking.NotANode as exc:
-            await context.abort(grpc.StatusCode[exc.code], str(exc))
+        peer = chunking.charged_peer(credentials.peer_names(context), self.engine.nodes, context.peer())
         assembler = chunking.StateAssembler(budget=self._chunk_budget, peer=peer)
         try:
             async for chunk in request_iterator:
                 assembler.add(chunk)
             state = assembler.finish()
-        except chunking.ChunkError as exc:
-            await context.abort(grpc.StatusCode[exc.code], str(exc))
         finally:
             assembler.release()
         del assembler
         return await self.ReportState(state, context)
-
-
-async def _check_id(snapshot_id: str, context) -> None:
-    """INVALID_ARGUMENT, before anything is looked up, for a text that is not a
-    snapshot id: only ids the tracker makes ever name a file in the store."""
-    if problem := snapshot_id_problem(snapshot_id):
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
 
 
 def _load_each(store, snapshot_ids: list[str]) -> dict[str, pb.Snapshot | None]:

@@ -43,7 +43,7 @@ import sys
 from pathlib import Path
 
 from snapmesh.serving import credentials
-from snapmesh.settings.argparsing import parse_args, positive_float
+from snapmesh.settings.argparsing import parse_args, positive_float, positive_int
 from snapmesh.settings import target
 from snapmesh.checking.snapshots import fetch, pages  # noqa: F401  (part of this module's API)
 
@@ -59,12 +59,6 @@ class _Parser(argparse.ArgumentParser):
 
 class UsageError(Exception):
     """Bad arguments or environment: exit 2."""
-
-
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return int(text)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -94,12 +88,12 @@ def _parser() -> argparse.ArgumentParser:
     listing = command("list", "list snapshots, newest first")
     listing.add_argument("--status", type=str.upper, choices=STATUSES, metavar="STATUS",
                          help=f"only snapshots with this status ({', '.join(STATUSES)}; default: all)")
-    listing.add_argument("--limit", type=_positive_int, metavar="N", help="only the N newest (default: all)")
+    listing.add_argument("--limit", type=positive_int, metavar="N", help="only the N newest (default: all)")
     get = command("get", "show one snapshot: its nodes with their timings, its channels and the transfers in flight")
     get.add_argument("snapshot_id", metavar="ID", help=f"the snapshot's id, or {LATEST} for the newest")
     watch = command("watch", "print every snapshot update (started, finished, failed) as it happens",
                     timeout=False)
-    watch.add_argument("--count", type=_positive_int, metavar="N", help="stop after N updates (default: Ctrl-C)")
+    watch.add_argument("--count", type=positive_int, metavar="N", help="stop after N updates (default: Ctrl-C)")
     verify = command("verify", "check a stored snapshot is intact, COMPLETE, conserved and consistent, "
                      "without restoring it", remote=False)
     verify.add_argument("target", metavar="ID|FILE", help="a snapshot id (its files under --data-dir) or a "

@@ -307,6 +307,11 @@ def with_app(cfg: ClusterConfig, spec: str | None) -> ClusterConfig:
     return replace(cfg, app=AppSettings(module=spec, params=cfg.app.params))
 
 
+def with_controller(cfg: ClusterConfig, **flags: Any) -> ClusterConfig:
+    """`cfg` with the controller's settings a command line gave (a None: the file's)."""
+    return replace(cfg, controller=replace(cfg.controller, **{k: v for k, v in flags.items() if v is not None}))
+
+
 def _security(
     fields: _Fields, raw: Mapping[str, Any], path: Path, env: Mapping[str, str]
 ) -> tuple[TlsSettings | None, AuthSettings | None]:

@@ -40,3 +40,12 @@ def test_the_file_is_rewritten_once_past_the_bound_and_mostly_dead() -> None:
     big.forget("a")
     big.forget("b")
     assert not big.rewrite_due()  # all dead, but a small file is not worth a rewrite
+
+
+def test_a_write_appends_its_frames_and_forgets_the_filed_in_order() -> None:
+    data, records = _frames()
+    live = R.LiveFrames(rotate_bytes=1 << 20)
+    live.read(data, records)
+    out = live.take([("c", b"xyz"), ("", b""), ("a", None), ("a", b"q")])  # a frame, a barrier, filed, a late frame
+    assert out == b"xyzq" and live.size == len(data) + 4
+    assert live.rewritten() == R.encode(records[1]) + b"xyz" + b"q"

@@ -86,3 +86,17 @@ def test_get_snapshot_sizes() -> None:
     text = listing.too_large("s1", 2000, 1000)
     assert text.startswith("snapshot s1 is 2000 bytes, more than the 1000 this client takes")
     assert "GetSnapshotChunks" in text and "set max_bytes to 2000" in text
+
+
+def test_an_rpc_naming_a_snapshot_is_refused_for_a_text_that_is_not_an_id() -> None:
+    sid = "20260101T120000.000000Z-1a2b3c4d"
+    listing.check_id(sid)
+    listing.check_get(pb.GetSnapshotRequest(snapshot_id=sid, max_bytes=10))
+    for request_, text in [
+        (pb.GetSnapshotRequest(snapshot_id=""), "snapshot_id is empty"),
+        (pb.GetSnapshotRequest(snapshot_id="../etc"), "is not a snapshot id"),
+        (pb.GetSnapshotRequest(snapshot_id=sid, max_bytes=-3), "max_bytes must not be negative, got -3"),
+    ]:
+        with pytest.raises(listing.BadRequest, match=text) as refused:
+            listing.check_get(request_)
+        assert refused.value.code == "INVALID_ARGUMENT"

@@ -208,3 +208,13 @@ def test_a_node_that_runs_another_snapshot_mode_or_app_is_a_disagreement_in_word
     ring = config.with_app(cfg, "token_ring:app")
     assert disagreement(ring, "b", "classic", "token_ring:app") == ""
     assert "the controller runs token_ring:app but node 'a' runs the bank" in disagreement(ring, "a", "", "")
+
+
+def test_the_controllers_flags_override_the_files_settings_and_none_keeps_them() -> None:
+    cfg = config.load(config.DEFAULT_CONFIG)
+    same = config.with_controller(cfg, snapshot_deadline_s=None, keep=None, max_concurrent_snapshots=None)
+    assert same.controller == cfg.controller
+    given = config.with_controller(cfg, snapshot_deadline_s=2.5, keep=3, max_concurrent_snapshots=None)
+    assert (given.controller.snapshot_deadline_s, given.controller.keep) == (2.5, 3)
+    assert given.controller.max_concurrent_snapshots == cfg.controller.max_concurrent_snapshots
+    assert given.controller.port == cfg.controller.port

@@ -43,11 +43,11 @@ class Node:
     def __init__(self, sent: list) -> None:
         self.sent = sent
 
-    async def StartSnapshot(self, request, timeout):
+    async def StartSnapshot(self, request, timeout, wait_for_ready=False):
         self.sent.append(("StartSnapshot", request.snapshot_id))
         return pb.StartSnapshotResponse()
 
-    async def AbortSnapshot(self, request, timeout):
+    async def AbortSnapshot(self, request, timeout, wait_for_ready=False):
         self.sent.append(("AbortSnapshot", request.snapshot_id))
 
 
@@ -112,7 +112,7 @@ class BackingOffNode:
                                        details="connection refused")
         return pb.StartSnapshotResponse()
 
-    async def AbortSnapshot(self, request, timeout):
+    async def AbortSnapshot(self, request, timeout, wait_for_ready=False):
         pass
 
 

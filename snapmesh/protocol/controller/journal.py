@@ -169,6 +169,20 @@ class LiveFrames:
     def forget(self, snapshot_id: str) -> None:
         self.bytes -= sum(len(f) for f in self._frames.pop(snapshot_id, ()))
 
+    def take(self, batch: Iterable[tuple[str, bytes | None]]) -> bytes:
+        """One write's queue in order, each a snapshot id and a frame (b"": none, a
+        barrier; None: the snapshot is filed, `forget`): the bytes to append, counted
+        in the file's size."""
+        data = bytearray()
+        for snapshot_id, frame in batch:
+            if frame is None:
+                self.forget(snapshot_id)
+            elif frame:
+                data += frame
+                self.appended(snapshot_id, frame)
+        self.size += len(data)
+        return bytes(data)
+
     def rewrite_due(self) -> bool:
         return self.size > self.rotate_bytes and self.bytes < self.size // 2
 

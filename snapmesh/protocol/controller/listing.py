@@ -4,8 +4,9 @@ The servicer (services/controller/servicer.py) fetches snapshots and answers;
 this module decides, given the request and what was fetched:
 
 L1. A request is refused before anything is read (INVALID_ARGUMENT, `BadRequest`):
-    a negative page_size or max_bytes, a status that is not a Snapshot.Status, a
-    page_token this controller did not give for the same status filter.
+    a snapshot_id that is not one (no other text reaches the store), a negative
+    page_size or max_bytes, a status that is not a Snapshot.Status, a page_token
+    this controller did not give for the same status filter.
 L2. A listing is in id order (start order): the tracker's working set merged with
     the store's index (`Merge`), a batch of ids at a time, so no file is read but
     the ones listed.
@@ -28,6 +29,7 @@ import bisect
 import json
 from dataclasses import dataclass
 
+from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 # What any gRPC client takes in one message by default (grpcurl's limit too): a
@@ -41,6 +43,22 @@ LOAD_BATCH = 256  # filed snapshots read per trip off the event loop, for a page
 
 class BadRequest(Exception):
     """An argument refused before anything is read (INVALID_ARGUMENT), in words (L1)."""
+
+    code = "INVALID_ARGUMENT"
+
+
+def check_id(snapshot_id: str) -> None:
+    """BadRequest for a text that is not a snapshot id, before anything is looked
+    up: only ids the tracker makes ever name a file in the store (L1)."""
+    if problem := snapshot_id_problem(snapshot_id):
+        raise BadRequest(problem)
+
+
+def check_get(request: pb.GetSnapshotRequest) -> None:
+    """A GetSnapshot request's arguments: BadRequest for a bad id or max_bytes (L1)."""
+    check_id(request.snapshot_id)
+    if problem := max_bytes_problem(request.max_bytes):
+        raise BadRequest(problem)
 
 
 @dataclass(frozen=True, slots=True)
