@@ -70,3 +70,124 @@ def test_a_newer_stream_supersedes_the_older_one() -> None:
         assert second.result() == "the node is stopping"
 
     asyncio.run(go())
+
+
+# ------------------------------------------------------------ smart batching
+
+
+class _BlockingCall:
+    """A stream whose writes block until the test lets each one through."""
+
+    def __init__(self) -> None:
+        self.frames: list = []
+        self.gate = asyncio.Event()
+        self.writing = asyncio.Event()
+
+    async def write(self, frame) -> None:
+        self.frames.append(frame)
+        self.writing.set()
+        await self.gate.wait()
+        self.gate.clear()
+
+
+def _channel() -> OutgoingChannel:
+    return OutgoingChannel(
+        src="p1", dst="p2", address="127.0.0.1:1", metrics=NodeMetrics("p1"),
+        on_open=lambda *a: None, on_ack=lambda *a: None, on_lost=lambda *a: None,
+    )
+
+
+def _decoded(frame) -> list[tuple]:
+    """A written frame as the receiver applies it: (seq, amount) or (seq, "marker", id, last_seq)."""
+    from snapmesh.services.node.servicer import _decode_merged
+
+    out: list[tuple] = []
+    for seq, body in _decode_merged("p1", "p2", frame.batch):
+        if hasattr(body, "snapshot_id"):
+            out.append((seq, "marker", body.snapshot_id, body.last_seq))
+        else:
+            out.append((seq, body.amount))
+    return out
+
+
+async def _written_while_blocked(channel: OutgoingChannel, conn_no: int, first, later, *, runs: bool = True) -> list:
+    """Push `first`, let the writer block on it, push `later` (conn_no, entries)
+    pairs, then let every write through; returns the frames written."""
+    call = _BlockingCall()
+    channel.push(conn_no, first)
+    writer = asyncio.ensure_future(channel._write_frames(call, conn_no, runs))  # type: ignore[arg-type]
+    await call.writing.wait()
+    for frame_conn_no, entries in later:
+        if frame_conn_no == channel.conn_no:
+            channel.push(frame_conn_no, entries)
+        else:  # a frame left over from an older stream
+            channel._frames.append((frame_conn_no, entries))
+            channel._wake.set()
+    while channel._frames or len(call.frames) < 2:
+        call.gate.set()
+        await asyncio.sleep(0)
+    call.gate.set()
+    await asyncio.sleep(0)
+    writer.cancel()
+    await asyncio.gather(writer, return_exceptions=True)
+    return call.frames
+
+
+def _t(*seqs: int) -> tuple[Entry, ...]:
+    return tuple(Entry(s, 10 * s, "") for s in seqs)
+
+
+def test_pushes_while_a_write_is_blocked_leave_as_one_frame_in_order() -> None:
+    async def go() -> None:
+        channel = _channel()
+        frames = await _written_while_blocked(channel, 0, _t(1, 2), [(0, _t(3, 4)), (0, _t(5)), (0, _t(6, 7, 8))])
+        assert len(frames) == 2
+        assert _decoded(frames[0]) == [(1, 10), (2, 20)]
+        assert _decoded(frames[1]) == [(s, 10 * s) for s in range(3, 9)]
+        assert len(frames[1].batch.runs) == 1 and not frames[1].batch.messages  # still one packed run
+        assert channel._frames_sent._value.get() == 2  # frames written, not frames pushed
+
+    asyncio.run(go())
+
+
+def test_a_stale_connections_frames_are_not_merged_in() -> None:
+    async def go() -> None:
+        channel = _channel()
+        channel.conn_no = 3
+        frames = await _written_while_blocked(
+            channel, 3, _t(1), [(3, _t(2)), (2, _t(90, 91)), (3, _t(3)), (2, _t(92))]
+        )
+        assert [_decoded(f) for f in frames] == [[(1, 10)], [(2, 20), (3, 30)]]
+
+    asyncio.run(go())
+
+
+def test_markers_keep_their_place_among_the_merged_transfers() -> None:
+    async def go() -> None:
+        for runs in (True, False):
+            channel = _channel()
+            classic = Entry(4, 0, "s1")  # a FIFO marker: a seq of its own
+            early = Entry(0, 6, "s2")  # an overtaking marker: seq 0, its last seq in amount
+            frames = await _written_while_blocked(
+                channel, 0, _t(1), [(0, _t(2, 3)), (0, (classic,) + _t(5, 6)), (0, (early,) + _t(7)), (0, _t(8))],
+                runs=runs,
+            )
+            assert len(frames) == 2
+            assert _decoded(frames[1]) == [
+                (2, 20), (3, 30), (4, "marker", "s1", 0), (5, 50), (6, 60), (0, "marker", "s2", 6), (7, 70), (8, 80),
+            ]
+
+    asyncio.run(go())
+
+
+def test_a_frame_alone_in_the_queue_is_written_as_pushed() -> None:
+    async def go() -> None:
+        channel = _channel()
+        call = _BlockingCall()
+        call.gate.set()
+        entries = (Entry(0, 3, "s1"),) + _t(4, 5)
+        channel.push(0, entries)
+        assert channel._take(0) is entries
+        assert not channel._frames and call.frames == []
+
+    asyncio.run(go())
