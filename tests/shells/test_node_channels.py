@@ -9,6 +9,7 @@ import random
 import pytest
 
 from snapmesh.services.node.channels import (
+    encode_frame,
     BACKOFF_CAP_S,
     ChannelClosedError,
     IncomingChannel,
@@ -191,3 +192,41 @@ def test_a_frame_alone_in_the_queue_is_written_as_pushed() -> None:
         assert not channel._frames and call.frames == []
 
     asyncio.run(go())
+
+
+# ------------------------------------------- receive-side marker priority
+
+
+class _Recorder:
+    """An engine that only notes what `_receive` hands it, in order."""
+
+    def __init__(self) -> None:
+        self.applied: list[tuple] = []
+
+    def receive_batch(self, src, conn_no, messages) -> None:
+        for seq, body in messages:
+            self.applied.append((seq, "marker", body.snapshot_id) if hasattr(body, "snapshot_id") else (seq,))
+
+    def receive_runs(self, src, conn_no, runs) -> None:
+        for first, amounts in runs:
+            self.applied += [(seq,) for seq in range(first, first + len(amounts))]
+
+
+def _applied(entries: tuple[Entry, ...], *, runs: bool) -> list[tuple]:
+    from snapmesh.services.node.servicer import _receive
+
+    engine = _Recorder()
+    _receive(engine, "p1", "p2", 1, encode_frame(entries, runs=runs).batch)  # type: ignore[arg-type]
+    return engine.applied
+
+
+def test_an_early_marker_behind_transfers_in_a_frame_is_applied_first_a_fifo_marker_in_its_place() -> None:
+    early, fifo = Entry(0, 3, "s2"), Entry(4, 0, "s1")
+    merged = _t(1, 2, 3) + (fifo,) + _t(5) + (early,) + _t(6)  # a merged frame: the early copy behind transfers
+    for runs in (True, False):
+        assert _applied(merged, runs=runs) == [
+            (0, "marker", "s2"), (1,), (2,), (3,), (4, "marker", "s1"), (5,), (6,),
+        ]
+        # A frame as the outbox gives it (early markers first) and a classic one are applied as sent.
+        assert _applied((early,) + _t(1, 2), runs=runs) == [(0, "marker", "s2"), (1,), (2,)]
+        assert _applied(_t(1, 2, 3) + (fifo,) + _t(5), runs=runs) == [(1,), (2,), (3,), (4, "marker", "s1"), (5,)]
