@@ -374,10 +374,11 @@ def _seq_of(item: pb.ChannelMessage | tuple[int, int]) -> int:
 
 def _decode_merged(src: str, dst: str, batch: pb.ChannelBatch) -> Iterator[tuple[int, core.Marker | object]]:
     """The batch's messages and its runs' transfers merged by seq, a message
-    first on a tie (each list in its own order): the per-message form of the
-    frame, decoded one message at a time as `_decode` does."""
+    first on a tie (each list in its own order; early markers first, as in
+    `_receive`): the per-message form of the frame, decoded one message at a
+    time as `_decode` does."""
     transfers = ((seq, amount) for run in batch.runs for seq, amount in enumerate(run.amounts, run.first_seq))
-    for item in heapq.merge(batch.messages, transfers, key=_seq_of):
+    for item in heapq.merge(_early_markers_first(batch.messages), transfers, key=_seq_of):
         if type(item) is tuple:
             yield item[0], _RunTransfer(item[1])
         else:

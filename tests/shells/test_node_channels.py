@@ -99,11 +99,12 @@ def _channel() -> OutgoingChannel:
 
 
 def _decoded(frame) -> list[tuple]:
-    """A written frame as the receiver applies it: (seq, amount) or (seq, "marker", id, last_seq)."""
-    from snapmesh.services.node.servicer import _decode_merged
+    """A written frame in its wire order: (seq, amount) or (seq, "marker", id, last_seq)."""
+    from snapmesh.services.node.servicer import _decode, _decode_merged
 
+    batch = frame.batch
     out: list[tuple] = []
-    for seq, body in _decode_merged("p1", "p2", frame.batch):
+    for seq, body in _decode_merged("p1", "p2", batch) if batch.runs else _decode("p1", "p2", batch.messages):
         if hasattr(body, "snapshot_id"):
             out.append((seq, "marker", body.snapshot_id, body.last_seq))
         else:
