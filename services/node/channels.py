@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 MAX_BATCH = 500  # messages per frame: batching is where the throughput is
 # A write merges the frames queued meanwhile (smart batching), up to these.
-MAX_MERGED = 20_000  # messages
+MAX_MERGED = 2_000  # messages: the receiver applies a frame in one step, so this bounds its stall (a few ms)
 MAX_MERGED_PAYLOAD = 4 * 1024 * 1024  # bytes of an app's payloads (a larger frame goes alone)
 BACKOFF_FIRST_S = 0.1
 BACKOFF_CAP_S = 2.0

@@ -231,3 +231,17 @@ def test_an_early_marker_behind_transfers_in_a_frame_is_applied_first_a_fifo_mar
         # A frame as the outbox gives it (early markers first) and a classic one are applied as sent.
         assert _applied((early,) + _t(1, 2), runs=runs) == [(0, "marker", "s2"), (1,), (2,)]
         assert _applied(_t(1, 2, 3) + (fifo,) + _t(5), runs=runs) == [(1,), (2,), (3,), (4, "marker", "s1"), (5,)]
+
+
+def test_a_merged_frame_stops_at_max_merged_messages_and_the_rest_follows() -> None:
+    from snapmesh.services.node.channels import MAX_MERGED
+
+    async def go() -> None:
+        channel = _channel()
+        size = MAX_MERGED // 4
+        later = [(0, _t(*range(2 + i * size, 2 + (i + 1) * size))) for i in range(5)]
+        frames = await _written_while_blocked(channel, 0, _t(1), later)
+        assert [len(f.batch.runs[0].amounts) for f in frames] == [1, MAX_MERGED, size]
+        assert [f.batch.runs[0].first_seq for f in frames] == [1, 2, 2 + MAX_MERGED]
+
+    asyncio.run(go())
