@@ -55,6 +55,12 @@ class Window:
     snapshots: list[str] = field(default_factory=list)
     max_unacked: float = 0.0
     machine_cores: float = 0.0  # the whole machine's busy cores (every process, ours or not)
+    records_per_s: float = 0.0  # log records the nodes' group commits made durable
+
+    @property
+    def records_per_commit(self) -> float:
+        """Log records per group commit (write + fdatasync), over the nodes."""
+        return self.records_per_s / self.commits_per_s if self.commits_per_s else float("nan")
 
     @property
     def cpu_us_per_transfer(self) -> float:
@@ -117,6 +123,7 @@ def window_between(start: Sample, end: Sample, snapshots: list[str], max_unacked
         sent_per_s=rate("snapmesh_transfers_sent_total"),
         commits_per_s=rate("snapmesh_log_fsync_seconds_count"),
         frames_per_s=rate("snapmesh_channel_frames_sent_total"),
+        records_per_s=rate("snapmesh_log_committed_records_total"),
         cpu=cpu,
         snapshots=snapshots,
         max_unacked=max_unacked,

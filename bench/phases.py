@@ -155,7 +155,7 @@ def _hosts_util(run: Run) -> None:
 
 @phase("modes4", keys=(
     "cluster_rate_4n", "cluster_rate_4n_over_raw_batched", "cpu_us_per_transfer_4n_peak", "cpu_busy_4n_peak",
-    "frames_per_transfer_4n_peak",
+    "frames_per_transfer_4n_peak", "records_per_commit_4n_peak",
     *(f"{k}_{m}" for m in MODES for k in ("overhead_ratio_100ms", "controller_p99_ms_100ms",
                                           "snapshots_not_complete_100ms")),
     "controller_p99_ms_100ms"))
@@ -174,6 +174,7 @@ def _modes4(run: Run) -> None:
                 out["cpu_busy_4n_peak"] = peak.machine_cores / (os.cpu_count() or 1)
                 out["frames_per_transfer_4n_peak"] = (
                     peak.frames_per_s / peak.received_per_s if peak.received_per_s else float("nan"))
+                out["records_per_commit_4n_peak"] = peak.records_per_commit
                 raw = out.get("raw_batched_stream_msgs_per_s") or run.results.raw.get("stream_batched_per_s")
                 if raw:
                     out["cluster_rate_4n_over_raw_batched"] = peak.received_per_s / raw

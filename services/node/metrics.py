@@ -74,6 +74,11 @@ class NodeMetrics:
         self.fsync_bytes = Counter(
             "snapmesh_log_written_bytes_total", "Bytes appended to the transfer log", ["node"], registry=r
         ).labels(node_id)
+        self.log_records = Counter(
+            "snapmesh_log_committed_records_total",
+            "Records the transfer log's group commits made durable (over snapmesh_log_fsync_seconds_count: records per commit)",
+            ["node"], registry=r,
+        ).labels(node_id)
         self.report_failures = Counter(
             "snapmesh_report_state_failures_total", "ReportState calls to the controller that failed", ["node"],
             registry=r,
@@ -125,6 +130,9 @@ class NodeMetrics:
 
     def refused(self, code: str) -> Counter:
         return self.transfers_refused.labels(self._node, code)
+
+    def observe_round(self, records: int) -> None:
+        self.log_records.inc(records)
 
     def observe_fsync(self, seconds: float, nbytes: int) -> None:
         self.fsync_seconds.observe(seconds)

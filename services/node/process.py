@@ -138,7 +138,8 @@ async def _serve_locked(
             engine.durable(lsn)
 
     translog = TransferLog(
-        path, node_id, last_lsn=recovered.last_lsn, on_durable=on_durable, observe_fsync=metrics.observe_fsync
+        path, node_id, last_lsn=recovered.last_lsn, on_durable=on_durable, observe_fsync=metrics.observe_fsync,
+        observe_round=metrics.observe_round,
     )
     if not recovered.fresh:
         log.info(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import grpc
@@ -128,7 +128,8 @@ class NodeServicer(pb_grpc.NodeServicer):
         answers = []
         for start in range(0, len(items), YIELD_EVERY):
             if start:
-                await asyncio.sleep(0)
+                with self._log.writer_pending():  # the log's round now waits a turn for the next step's records
+                    await asyncio.sleep(0)
             answers += engine.transfer_batch(
                 [(item.to, item.amount, item.request_id, item.first_sent_unix_ms)
                  for item in items[start : start + YIELD_EVERY]]
@@ -331,7 +332,7 @@ def _receive(engine: Engine, src: str, dst: str, conn_no: int, batch: pb.Channel
     ChannelBatch), exactly as the same content sent one message each would be."""
     runs = batch.runs
     if not runs:  # a sender from before runs, or a receiver that did not say it reads them
-        engine.receive_batch(src, conn_no, _decode(src, dst, batch.messages))
+        engine.receive_batch(src, conn_no, _decode(src, dst, _early_markers_first(batch.messages)))
         return
     # Malformed before anything of the frame is applied: seq 0 is only ever an early marker.
     if any(run.first_seq == 0 for run in runs):
@@ -340,6 +341,24 @@ def _receive(engine: Engine, src: str, dst: str, conn_no: int, batch: pb.Channel
         engine.receive_runs(src, conn_no, [(run.first_seq, run.amounts) for run in runs])
     else:  # markers among the runs: rare (one per snapshot and channel), one object per transfer is fine
         engine.receive_batch(src, conn_no, _decode_merged(src, dst, batch))
+
+
+def _early_markers_first(messages: Sequence[pb.ChannelMessage]) -> Sequence[pb.ChannelMessage]:
+    """Receive-side marker priority (overtake mode, issue 35): a frame's early
+    markers (seq 0, link L8: only a snapshot that overtakes sends them) are
+    applied before its other messages, in their own order; every other message
+    keeps its place. A merged frame (channels.py, smart batching) may carry one
+    behind transfers pushed before it; it is handled at once, not after them.
+    Sound by overtake.py O3: the transfers it now passes left after the
+    sender's cut, so were unacknowledged then and are in its outbox (at most L);
+    one past L passes the FIFO copy too, which is ignored (R6) as when the
+    early copy is first in a frame the sender's outbox gave. A FIFO marker
+    (classic mode, or the copy at L+1) never moves."""
+    early = [i for i, m in enumerate(messages) if not m.seq and m.HasField("marker")]
+    if not early or early[-1] == len(early) - 1:  # none, or already first: the frame as sent
+        return messages
+    moved = set(early)
+    return [messages[i] for i in early] + [m for i, m in enumerate(messages) if i not in moved]
 
 
 class _RunTransfer(NamedTuple):
@@ -355,10 +374,11 @@ def _seq_of(item: pb.ChannelMessage | tuple[int, int]) -> int:
 
 def _decode_merged(src: str, dst: str, batch: pb.ChannelBatch) -> Iterator[tuple[int, core.Marker | object]]:
     """The batch's messages and its runs' transfers merged by seq, a message
-    first on a tie (each list in its own order): the per-message form of the
-    frame, decoded one message at a time as `_decode` does."""
+    first on a tie (each list in its own order; early markers first, as in
+    `_receive`): the per-message form of the frame, decoded one message at a
+    time as `_decode` does."""
     transfers = ((seq, amount) for run in batch.runs for seq, amount in enumerate(run.amounts, run.first_seq))
-    for item in heapq.merge(batch.messages, transfers, key=_seq_of):
+    for item in heapq.merge(_early_markers_first(batch.messages), transfers, key=_seq_of):
         if type(item) is tuple:
             yield item[0], _RunTransfer(item[1])
         else:

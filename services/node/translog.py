@@ -9,6 +9,16 @@ step (log order == apply order). One flusher task writes the whole buffer with
 one write + fdatasync per round; `durable_lsn` says how far the disk holds, and
 `wait_durable(lsn)` is what every acknowledgement awaits.
 
+Who joins a round (Postgres' commit_siblings rule, issue 35): the flusher
+wakes on the first record buffered after a round and takes every record
+buffered by then. It waits longer only when it pays: while a writer is known
+to be pending (`writer_pending()`: a client batch that handed the loop back
+between its steps and appends again on its next turn), it yields the loop once
+so that writer's records join this round; otherwise it flushes at once. No
+timer: a lone record never waits for company. Waiting never lets anything
+out early: `durable_lsn` and `on_durable` move only after the round's write
+and fdatasync, and every ack, frame and answer waits for them.
+
 Where a round syncs (`sync_inline`): a small round (at most
 INLINE_SYNC_MAX_BYTES) on a disk whose last sync was fast is written and
 synced on the event loop itself; a large round, or any round while the disk is
@@ -50,10 +60,11 @@ recovery cuts off), so a restart recovers from it cleanly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,6 +114,7 @@ class TransferLog:
         last_lsn: int,
         on_durable: Callable[[int], None] | None = None,
         observe_fsync: Callable[[float, int], None] | None = None,
+        observe_round: Callable[[int], None] | None = None,  # records each round made durable
     ) -> None:
         self.path = path
         self.node_id = node_id
@@ -114,6 +126,8 @@ class TransferLog:
         self._encoder = wal.Encoder(node_id)
         self._on_durable = on_durable
         self._observe_fsync = observe_fsync
+        self._observe_round = observe_round
+        self._siblings = 0  # writers known to append on their next loop turn (writer_pending)
         self._pending = asyncio.Event()
         self._last_sync_s = 0.0  # how long the last round's write + fdatasync took
         self._round: asyncio.Future[None] | None = None
@@ -177,10 +191,22 @@ class TransferLog:
                 self._round = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._round)
 
+    @contextlib.contextmanager
+    def writer_pending(self) -> Iterator[None]:
+        """Around a writer's await that ends in more appends (one loop turn):
+        a round that starts meanwhile yields the loop once so they join it."""
+        self._siblings += 1
+        try:
+            yield
+        finally:
+            self._siblings -= 1
+
     async def _flush_forever(self) -> None:
         loop = asyncio.get_running_loop()
         while not self._closing:
             await self._pending.wait()
+            if self._siblings:  # a sibling writer is on its way: one loop turn, and its records join
+                await asyncio.sleep(0)
             await self._flush_once(loop)
 
     async def _flush_once(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -211,6 +237,8 @@ class TransferLog:
         except OSError as exc:
             self._fail(exc)
             raise
+        if self._observe_round is not None and upto > self.durable_lsn:
+            self._observe_round(upto - self.durable_lsn)
         self.durable_lsn = upto
         # Wake everyone waiting, including those who came during the write;
         # each re-checks its own lsn and waits for the next round if needed.

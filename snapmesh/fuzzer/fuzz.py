@@ -69,6 +69,7 @@ same numbers with or without this: its seeds replay as before.
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from snapmesh.app import App
@@ -219,13 +220,17 @@ def drain_all(world: World) -> None:
 
 
 def run_case(seed: int, app: App | None = None, app_params: dict[str, Any] | None = None, *,
-             broadcast: bool = False, mode: str | None = None, align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S) -> World:
+             broadcast: bool = False, mode: str | None = None, align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S,
+             batching: bool = False) -> World:
     """One case (of the bank, or of `app`); raises Violation (with the world's description) when an
     invariant breaks. `broadcast`: every snapshot starts at every node at once; `mode`: every node's
-    snapshot_mode (None: by the seed), `align_timeout` hybrid's (seconds). Flags, not draws, so every
-    seed without them replays as before."""
+    snapshot_mode (None: by the seed), `align_timeout` hybrid's (seconds); `batching`: frames merged
+    on the wire and early markers applied first, as the gRPC node does (sim/network.py). Flags, not
+    draws, so every seed without them replays as before."""
     world = World(seed, app, app_params, mode=mode, align_timeout=align_timeout)
     world.controller.broadcast = broadcast
+    if batching:
+        world.network.batching = random.Random(seed)
     try:
         if app is not None:  # A5 before the first step
             first = {i: node.app_state() for i, node in world.live().items()}
@@ -250,11 +255,13 @@ def replay_command(seed: int, app: str = "", *, broadcast: bool = False, mode: s
 def fuzz(
     seed: int, cases: int, app: App | None = None, app_params: dict[str, Any] | None = None, *,
     broadcast: bool = False, mode: str | None = None, align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S,
+    batching: bool = False,
 ) -> tuple[int, tuple[int, str] | None]:
     """Run `cases` cases from `seed` on; returns (cases run, (failing seed, why) or None)."""
     for index in range(cases):
         try:
-            run_case(seed + index, app, app_params, broadcast=broadcast, mode=mode, align_timeout=align_timeout)
+            run_case(seed + index, app, app_params, broadcast=broadcast, mode=mode, align_timeout=align_timeout,
+                     batching=batching)
         except Violation as exc:
             return index + 1, (seed + index, str(exc))
         except Exception as exc:  # a crash of the code under test is a failure too

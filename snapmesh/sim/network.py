@@ -66,6 +66,11 @@ class Network:
         self.stale: list[tuple[Channel, Conn]] = []  # cut connections whose wires still deliver
         self.next_conn_no = dict.fromkeys(channels, 0)
         self.partition: dict[str, int] | None = None
+        # Smart batching and receive-side marker priority (services/node/channels.py and
+        # servicer.py, issue 35), when set: a delivery sometimes merges the data frames
+        # queued behind it on the wire into one, and the receiver applies a frame's early
+        # markers (seq 0) first. Its own generator: the world's draws stay as they were.
+        self.batching: random.Random | None = None
 
     # -- effects of the node machines
 
@@ -170,7 +175,8 @@ class Network:
                     self._refused(channel, conn)
                     return False
             else:
-                for entry in item[1]:
+                entries = item[1] if self.batching is None else self._merged(conn, item[1])
+                for entry in entries:
                     node.received(
                         src, conn.conn_no, entry.seq, amount=entry.amount, snapshot_id=entry.snapshot_id,
                         payload=entry.payload,
@@ -181,6 +187,20 @@ class Network:
             raise Violation(f"{dst}: protocol error on {src}->{dst}: {exc}") from None
         self.route(dst)
         return True
+
+    def _merged(self, conn: Conn, entries: tuple) -> list:
+        """The frame the gRPC node applies for the data frame `entries` (batching on): the sender
+        may merge it with the data frames written after it (stopping at anything else), and the
+        receiver applies early markers first, every other entry in its place."""
+        merged = list(entries)
+        if self.batching is not None and self.batching.random() < 0.5:
+            while conn.forward and conn.forward[0][0] == "data":
+                merged += conn.forward.popleft()[1]
+        early = [e for e in merged if e.seq == 0 and e.snapshot_id]
+        if early:
+            self.faults["early marker applied first"] += int(any(e.seq or not e.snapshot_id for e in merged[: len(early)]))
+            merged = early + [e for e in merged if not (e.seq == 0 and e.snapshot_id)]
+        return merged
 
     def deliver_back(self, channel: Channel, conn: Conn) -> None:
         src, dst = channel

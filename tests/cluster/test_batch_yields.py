@@ -18,6 +18,7 @@ import pytest
 
 from snapmesh.services.node import process as node_main
 from snapmesh.services.node import servicer as node_servicer
+from snapmesh.services.node import translog
 from snapmesh.settings import config as cluster_config
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -86,8 +87,17 @@ def _config(tmp_path) -> cluster_config.ClusterConfig:
 
 
 def test_a_full_batch_hands_the_loop_back_every_yield_every_transfers(tmp_path, monkeypatch):
+    pending = []  # each hand-back tells the log a writer is pending (group commit waits a turn for it)
+    real = translog.TransferLog.writer_pending
+
+    def counting(log):
+        pending.append(log.node_id)
+        return real(log)
+
+    monkeypatch.setattr(translog.TransferLog, "writer_pending", counting)
     largest, added, codes = asyncio.run(_largest_step(_config(tmp_path), monkeypatch))
     assert codes == [0] * BATCH
+    assert pending == ["p1"] * (BATCH // node_servicer.YIELD_EVERY - 1)
     assert added >= BATCH  # every transfer was logged (acks may add a few records)
     assert 0 < largest <= node_servicer.YIELD_EVERY + 50, largest  # 50: what other turns may log meanwhile (acks)
 

@@ -64,6 +64,7 @@ UTIL_KEYS = {  # new (issue 35): the phase paced to a measured utilisation, run-
     *(f"{k}_8n_{p}" for k in RUNQ_FIGURES for p in ("25pct_classic", "25pct_overtake", "50pct_classic",
                                                      "50pct_overtake", "50pct_overtake_mark20000")),
 }
+LATENCY_KEYS = {"records_per_commit_4n_peak"}  # new (issue 35): log records per group commit at the 4-node peak
 HOSTS_UTIL_KEYS = set(hosts.util_keys())  # new (issue 35): the phase on hosts at a measured utilisation of 0.5
 OTHER_BENCHES = {  # written by reconcile, store, controller and report, not by a phase set
     "controller_p99_ms_100ms", "controller_start_delay_p99_ms_100ms", "controller_recording_p99_ms_100ms",
@@ -81,7 +82,8 @@ OTHER_BENCHES = {  # written by reconcile, store, controller and report, not by 
 def _window(rate: float, *, snapshots: list[str] | None = None) -> Window:
     cpu = {"nodes": 1.0, "controller": 0.1, "loadgen": 0.1, "bench": 0.0, "other": 0.1}
     return Window(seconds=1.0, received_per_s=rate, sent_per_s=rate, commits_per_s=rate / 100, cpu=cpu,
-                  snapshots=snapshots or [], max_unacked=10.0, machine_cores=1.3, frames_per_s=rate / 40)
+                  snapshots=snapshots or [], max_unacked=10.0, machine_cores=1.3, frames_per_s=rate / 40,
+                  records_per_s=rate / 50)
 
 
 class FakeMesh:
@@ -198,13 +200,13 @@ def test_each_phase_set_writes_exactly_the_keys_its_phases_declare(set_name: str
 
 
 def test_the_sets_name_the_keys_bench_results_json_has_always_had_plus_the_event_loops() -> None:
-    assert phases.declared_keys("overtake") - OVERTAKE_BEFORE == EVENT_LOOP_KEYS | FRAME_KEYS | UTIL_KEYS
+    assert phases.declared_keys("overtake") - OVERTAKE_BEFORE == EVENT_LOOP_KEYS | FRAME_KEYS | UTIL_KEYS | LATENCY_KEYS
     assert OVERTAKE_BEFORE - phases.declared_keys("overtake") == set()
     assert phases.declared_keys("cluster") == CLUSTER_BEFORE | HOSTS_UTIL_KEYS
     written = set(json.loads((REPO / "bench" / "results.json").read_text())) - {"date", "machine"}
     every_set = phases.declared_keys("overtake") | phases.declared_keys("cluster")
     assert written - every_set <= OTHER_BENCHES  # nothing in the file that no bench writes
-    new = EVENT_LOOP_KEYS | FRAME_KEYS | UTIL_KEYS | HOSTS_UTIL_KEYS
+    new = EVENT_LOOP_KEYS | FRAME_KEYS | UTIL_KEYS | HOSTS_UTIL_KEYS | LATENCY_KEYS
     assert (every_set - new) - written == set()  # every key the sets wrote before is in the file
 
 

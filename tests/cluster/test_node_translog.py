@@ -146,6 +146,68 @@ def test_small_rounds_sync_on_the_loop_large_ones_and_a_slow_disk_on_a_thread(tm
     assert [json.loads(line)["lsn"] for line in path.read_text().splitlines()] == list(range(1, 205))
 
 
+def test_a_round_waits_one_turn_only_for_a_pending_writer_and_nothing_is_durable_before_its_sync(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Group commit's commit_siblings rule: with no writer known to be pending a
+    round flushes at once (a lone record waits for nobody); with one pending
+    (`writer_pending`) the round yields the loop once and that writer's records
+    join it. Either way no waiter, `on_durable` or durable_lsn sees a record
+    before the fdatasync that holds it returned."""
+    path = tmp_path / "p1.log.jsonl"
+    rounds: list[int] = []  # records per write + fdatasync
+    committed: list[int] = []  # observe_round
+    seen: list[tuple[int, int]] = []  # (on_durable lsn, records on disk then)
+    early: list[str] = []
+    waiters: list[tuple[int, asyncio.Future]] = []
+    held: list[TransferLog] = []
+    real = translog._write_all_and_sync
+
+    def spy(fd: int, data: bytes) -> float:
+        rounds.append(data.count(b"\n"))
+        for lsn, waiter in waiters:  # nothing of this round is out yet
+            if lsn > held[0].durable_lsn and waiter.done():
+                early.append(f"lsn {lsn} answered before its round's sync")
+        return real(fd, data)
+
+    def on_durable(lsn: int) -> None:
+        seen.append((lsn, len(path.read_text().splitlines())))
+
+    monkeypatch.setattr(translog, "_write_all_and_sync", spy)
+
+    async def go() -> None:
+        log = TransferLog(path, "p1", last_lsn=0, on_durable=on_durable, observe_round=committed.append)
+        held.append(log)
+        log.start()
+
+        def wait(lsn: int) -> None:
+            waiters.append((lsn, asyncio.ensure_future(log.wait_durable(lsn))))
+
+        # No writer pending: the first record's round does not wait for the second.
+        wait(append(log, wal.Init, balance=10))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        wait(append_send(log, "p1", "p2", 1, 1))
+        await log.wait_durable(log.last_lsn)
+        assert rounds == [1, 1]
+        # A writer pending across its turn: its record joins the round already due.
+        wait(append_send(log, "p1", "p2", 2, 1))
+        with log.writer_pending():
+            await asyncio.sleep(0)
+        assert log.durable_lsn == 2, "the round flushed without waiting for the pending writer"
+        wait(append_send(log, "p1", "p2", 3, 1))
+        await log.wait_durable(log.last_lsn)
+        assert rounds == [1, 1, 2]
+        await asyncio.gather(*(w for _, w in waiters))
+        await log.close()
+
+    asyncio.run(go())
+    assert early == []
+    assert committed == [1, 1, 2]
+    assert [lsn for lsn, _ in seen] == [1, 2, 4]
+    assert all(on_disk >= lsn for lsn, on_disk in seen)
+
+
 # ----------------------------------------------------------------- recovery
 
 
