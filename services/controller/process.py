@@ -34,7 +34,7 @@ from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.app import AppError, load_app
 from snapmesh.protocol.appstate import AppChecker
-from snapmesh.protocol.controller.machine import Controller, Retire
+from snapmesh.protocol.controller.machine import Controller
 from snapmesh.protocol.hybrid import wire_mode
 from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.settings import config as cluster_config
@@ -133,7 +133,9 @@ async def _serve_locked(
         except RuntimeError:  # pragma: no cover  (the loop closed first: at exit)
             pass
 
-    machine = Controller(tracker, max_concurrent=cfg.controller.max_concurrent_snapshots, keep=cfg.controller.keep)
+    machine = Controller(
+        tracker, max_concurrent=cfg.controller.max_concurrent_snapshots, keep=cfg.controller.keep, cluster_file=str(cfg.path)
+    )
     writer = StoreWriter(store, on_filed=on_filed)
     try:
         _recover(machine, store, journal, writer, filed={s.snapshot_id for s in snapshots})
@@ -149,17 +151,13 @@ def _recover(
     """Replay the journal into the machine (before serving anything): the
     snapshots (those in progress with a fresh deadline: the machine's S1), the epoch
     and the newest restore (resumed at start if it was RESTORING). What the
-    machine's retention retires (K1) goes, files and journal records, and is not
-    filed again, so --keep's deletions stay deleted."""
+    machine's retention retires (K1) is not filed again, so --keep's deletions
+    stay deleted: its Retire effects wait in the machine for the engine's first
+    step (`ControllerEngine.start`), which deletes files and journal records."""
     records, warnings = journal.open()
     replayed = machine.replayed(records, system_now(), skip=filed)
     for warning in (*warnings, *replayed.warnings):
         log.warning("%s", warning)
-    for effect in machine.drain():
-        if not isinstance(effect, Retire):
-            raise TypeError(f"not an effect of a replay: {effect!r}")
-        journal.forget(effect.snapshot_id)
-        writer.discard(effect.snapshot_id)
     for sid in replayed.filed:  # its records are dead; a file lost since is written again
         journal.forget(sid)
         compact, json_ = store.missing_files(sid)
