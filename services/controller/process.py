@@ -139,7 +139,45 @@ async def _serve_locked(
     writer = StoreWriter(store, on_filed=on_filed)
     try:
         _recover(machine, store, journal, writer, filed={s.snapshot_id for s in snapshots})
-        return await _serve(cfg, interval, identity, machine, journal, writer)
+        registry = CollectorRegistry()
+        engine = ControllerEngine(
+            config=cfg, tracker=machine.tracker, machine=machine, journal=journal, writer=writer,
+            metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity,
+        )
+        service = ControllerService(engine)
+        host = ServiceHost(
+            bind_address=cfg.bind_address(cfg.controller),
+            metrics_bind=cfg.metrics_bind(cfg.controller),
+            registry=registry,
+            identity=identity,
+            max_receive_bytes=CONTROLLER_RECEIVE_BYTES,
+        )
+        host.add(pb_grpc.add_ControllerServicer_to_server, service, SERVICE_NAME)
+        await engine.start()
+        service.interval_s = interval or 0.0
+        periodic = asyncio.create_task(engine.periodic(interval)) if interval else None
+        try:
+            await host.start()
+            log.info(
+                "serving on %s (metrics %s:%d), %d nodes, deadline %gs",
+                host.bind_address, *cfg.metrics_bind(cfg.controller), len(cfg.nodes), machine.tracker.deadline_s,
+            )
+            stop = asyncio.create_task(wait_for_stop_signal())
+            mismatch = asyncio.create_task(service.mode_mismatch())
+            await asyncio.wait({stop, mismatch}, return_when=asyncio.FIRST_COMPLETED)
+            if mismatch.done():
+                stop.cancel()
+                log.error("%s", mismatch.result())
+                return 2
+            mismatch.cancel()
+            log.info("%s: stopping", stop.result().name)
+        finally:
+            if periodic is not None:
+                periodic.cancel()
+            engine.end_streams()
+            await host.stop()
+            await engine.close()
+        return 0
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
@@ -171,48 +209,3 @@ def _recover(
             "journal: %d finished snapshot(s) rebuilt, %d still in progress taken back (%s)",
             len(replayed.finished), len(resumed), ", ".join(resumed) or "none",
         )
-
-
-async def _serve(
-    cfg: cluster_config.ClusterConfig, interval: float | None, identity: security.Identity | None,
-    machine: Controller, journal: J.Journal, writer: StoreWriter,
-) -> int:
-    registry = CollectorRegistry()
-    engine = ControllerEngine(
-        config=cfg, tracker=machine.tracker, machine=machine, journal=journal, writer=writer,
-        metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity,
-    )
-    service = ControllerService(engine)
-    host = ServiceHost(
-        bind_address=cfg.bind_address(cfg.controller),
-        metrics_bind=cfg.metrics_bind(cfg.controller),
-        registry=registry,
-        identity=identity,
-        max_receive_bytes=CONTROLLER_RECEIVE_BYTES,
-    )
-    host.add(pb_grpc.add_ControllerServicer_to_server, service, SERVICE_NAME)
-    await engine.start()
-    service.interval_s = interval or 0.0
-    periodic = asyncio.create_task(engine.periodic(interval)) if interval else None
-    try:
-        await host.start()
-        log.info(
-            "serving on %s (metrics %s:%d), %d nodes, deadline %gs",
-            host.bind_address, *cfg.metrics_bind(cfg.controller), len(cfg.nodes), machine.tracker.deadline_s,
-        )
-        stop = asyncio.create_task(wait_for_stop_signal())
-        mismatch = asyncio.create_task(service.mode_mismatch())
-        await asyncio.wait({stop, mismatch}, return_when=asyncio.FIRST_COMPLETED)
-        if mismatch.done():
-            stop.cancel()
-            log.error("%s", mismatch.result())
-            return 2
-        mismatch.cancel()
-        log.info("%s: stopping", stop.result().name)
-    finally:
-        if periodic is not None:
-            periodic.cancel()
-        engine.end_streams()
-        await host.stop()
-        await engine.close()
-    return 0
