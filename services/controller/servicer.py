@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from snapmesh.services.controller.engine import ControllerEngine, FellBehind, TooManySnapshots
+from snapmesh.services.controller.engine import ControllerEngine, FellBehind, TooManySnapshots, call_node
 from snapmesh.protocol import chunking
 from snapmesh.protocol.controller import listing, restoregate
 from snapmesh.protocol.controller.machine import UnknownInitiator
@@ -65,10 +65,9 @@ class ControllerService(pb_grpc.ControllerServicer):
         waiting = set(self.engine.stubs)
         while waiting:
             for node in sorted(waiting):
-                try:
-                    state = await self.engine.stubs[node].GetState(pb.GetStateRequest(), timeout=2)
-                except grpc.aio.AioRpcError:
-                    continue
+                state = await call_node(self.engine.stubs[node].GetState, pb.GetStateRequest(), 2, 0, tries=1)
+                if isinstance(state, grpc.aio.AioRpcError):
+                    continue  # asked again in the next round
                 waiting.discard(node)
                 if problem := disagreement(self.engine.config, node, state.snapshot_mode, state.app):
                     return problem
