@@ -123,12 +123,10 @@ class ControllerEngine:
             channel = credentials.open_channel(node.address, self.identity, options=CLIENT_OPTIONS, aio=True)
             self._channels.append(channel)
             self.stubs[node.id] = pb_grpc.NodeStub(channel)
-        self._arm()
-        if self.machine.to_resume:  # the replay's: a restore under way
+        if self.machine.to_resume:  # the replay's: a restore under way (its callers are gone: none waits)
             log.warning("restore of %s (epoch %d) was under way: resuming it", self.machine.to_resume, self.machine.epoch)
             self.machine.resume(self.lookup(self.machine.to_resume))
-            self._restore = asyncio.get_running_loop().create_future()
-            self.carry_out()
+        self.carry_out()  # the replay's Retire effects (K1), and the resumed restore's parts
 
     def end_streams(self) -> None:
         """End every WatchSnapshots stream (before the server drains)."""
@@ -181,7 +179,8 @@ class ControllerEngine:
             self._finished(effect.snapshot)
         elif isinstance(effect, ctl.AbortAt):
             self.spawn(self._abort_at(effect))
-        elif isinstance(effect, ctl.Retire):
+        elif isinstance(effect, ctl.Retire):  # its records go too (a replay's may not be filed yet)
+            self.journal.forget(effect.snapshot_id)
             self.writer.discard(effect.snapshot_id)
         elif isinstance(effect, ctl.RestoreAt):
             self.spawn(self._restore_at(effect))
@@ -207,12 +206,9 @@ class ControllerEngine:
         snapshot_id, wall = self._starts.start(now.wall, os.urandom(4))
         try:
             snapshot = self.machine.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall), broadcast=broadcast)
-        except TooManySnapshots as exc:
+        except TooManySnapshots:  # its text says how to raise the limit (the machine's, A1)
             self.metrics.refused_triggers.inc()
-            raise TooManySnapshots(
-                f"{exc} (controller.max_concurrent_snapshots in {self.config.path}, or snapmesh controller "
-                f"--max-concurrent-snapshots N); retry once one finishes"
-            ) from None
+            raise
         self._done[snapshot_id] = asyncio.get_running_loop().create_future()
         step = self.carry_out()
         try:
@@ -239,19 +235,15 @@ class ControllerEngine:
         """A RestoreSnapshot call: the machine's gate decides (R1, R4); a call that
         starts or joins the restore is answered with its outcome, once durable.
         Raises restoregate.Refused, and OSError when the restore cannot be journaled."""
-        try:
-            snapshot: pb.Snapshot | None = self.lookup(snapshot_id)
-        except UnknownSnapshot:
-            snapshot = None  # the gate says NOT_FOUND, or answers a retry of a key that restored it
-        decision = self.machine.restore(snapshot, request_id, self._clock(), snapshot_id=snapshot_id)
+        # None: the gate says NOT_FOUND, or answers a retry of a key that restored it
+        decision = self.machine.restore(self.find(snapshot_id), request_id, self._clock(), snapshot_id=snapshot_id)
         if isinstance(decision, restoregate.Answer):
             return decision.result  # a retry of a finished restore: its answer, nothing rolled back
         if isinstance(decision, (restoregate.Refuse, restoregate.Busy)):
             raise restoregate.Refused(decision)
-        if isinstance(decision, restoregate.Start):
+        if self._restore is None:  # Start, or the first call to join a restore resumed after a restart
             self._restore = asyncio.get_running_loop().create_future()
         running = self._restore
-        assert running is not None, "the machine joined a restore the engine does not run"
         try:  # Start: RESTORING durable before any node hears of it; Join: the key's record (R4)
             await asyncio.shield(self.carry_out())
         except OSError as exc:
@@ -292,16 +284,19 @@ class ControllerEngine:
             return self.lookup(snapshot_id)
         return await asyncio.shield(future)
 
-    def lookup(self, snapshot_id: str) -> pb.Snapshot:
-        """The snapshot from the machine's working set, else from the store;
-        UnknownSnapshot when neither has it."""
+    def find(self, snapshot_id: str, *, stored: bool = True) -> pb.Snapshot | None:
+        """The snapshot from the machine's working set, else (`stored`) from the
+        store (a read of the disk); None when neither has it."""
         try:
             return self.machine.get(snapshot_id)
         except UnknownSnapshot:
-            snapshot = self.writer.store.load(snapshot_id)
-            if snapshot is None:
-                raise
-            return snapshot
+            return self.writer.store.load(snapshot_id) if stored else None
+
+    def lookup(self, snapshot_id: str) -> pb.Snapshot:
+        """`find`'s snapshot; UnknownSnapshot when there is none."""
+        if (snapshot := self.find(snapshot_id)) is None:
+            raise UnknownSnapshot(f"no snapshot {snapshot_id!r}")
+        return snapshot
 
     def _arm(self) -> None:
         """The one timer, re-armed after every step for the machine's next deadline."""

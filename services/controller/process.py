@@ -34,7 +34,7 @@ from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.app import AppError, load_app
 from snapmesh.protocol.appstate import AppChecker
-from snapmesh.protocol.controller.machine import Controller, Retire
+from snapmesh.protocol.controller.machine import Controller
 from snapmesh.protocol.hybrid import wire_mode
 from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.settings import config as cluster_config
@@ -133,11 +133,51 @@ async def _serve_locked(
         except RuntimeError:  # pragma: no cover  (the loop closed first: at exit)
             pass
 
-    machine = Controller(tracker, max_concurrent=cfg.controller.max_concurrent_snapshots, keep=cfg.controller.keep)
+    machine = Controller(
+        tracker, max_concurrent=cfg.controller.max_concurrent_snapshots, keep=cfg.controller.keep, cluster_file=str(cfg.path)
+    )
     writer = StoreWriter(store, on_filed=on_filed)
     try:
         _recover(machine, store, journal, writer, filed={s.snapshot_id for s in snapshots})
-        return await _serve(cfg, interval, identity, machine, journal, writer)
+        registry = CollectorRegistry()
+        engine = ControllerEngine(
+            config=cfg, tracker=machine.tracker, machine=machine, journal=journal, writer=writer,
+            metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity,
+        )
+        service = ControllerService(engine)
+        host = ServiceHost(
+            bind_address=cfg.bind_address(cfg.controller),
+            metrics_bind=cfg.metrics_bind(cfg.controller),
+            registry=registry,
+            identity=identity,
+            max_receive_bytes=CONTROLLER_RECEIVE_BYTES,
+        )
+        host.add(pb_grpc.add_ControllerServicer_to_server, service, SERVICE_NAME)
+        await engine.start()
+        service.interval_s = interval or 0.0
+        periodic = asyncio.create_task(engine.periodic(interval)) if interval else None
+        try:
+            await host.start()
+            log.info(
+                "serving on %s (metrics %s:%d), %d nodes, deadline %gs",
+                host.bind_address, *cfg.metrics_bind(cfg.controller), len(cfg.nodes), machine.tracker.deadline_s,
+            )
+            stop = asyncio.create_task(wait_for_stop_signal())
+            mismatch = asyncio.create_task(service.mode_mismatch())
+            await asyncio.wait({stop, mismatch}, return_when=asyncio.FIRST_COMPLETED)
+            if mismatch.done():
+                stop.cancel()
+                log.error("%s", mismatch.result())
+                return 2
+            mismatch.cancel()
+            log.info("%s: stopping", stop.result().name)
+        finally:
+            if periodic is not None:
+                periodic.cancel()
+            engine.end_streams()
+            await host.stop()
+            await engine.close()
+        return 0
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
@@ -149,17 +189,13 @@ def _recover(
     """Replay the journal into the machine (before serving anything): the
     snapshots (those in progress with a fresh deadline: the machine's S1), the epoch
     and the newest restore (resumed at start if it was RESTORING). What the
-    machine's retention retires (K1) goes, files and journal records, and is not
-    filed again, so --keep's deletions stay deleted."""
+    machine's retention retires (K1) is not filed again, so --keep's deletions
+    stay deleted: its Retire effects wait in the machine for the engine's first
+    step (`ControllerEngine.start`), which deletes files and journal records."""
     records, warnings = journal.open()
     replayed = machine.replayed(records, system_now(), skip=filed)
     for warning in (*warnings, *replayed.warnings):
         log.warning("%s", warning)
-    for effect in machine.drain():
-        if not isinstance(effect, Retire):
-            raise TypeError(f"not an effect of a replay: {effect!r}")
-        journal.forget(effect.snapshot_id)
-        writer.discard(effect.snapshot_id)
     for sid in replayed.filed:  # its records are dead; a file lost since is written again
         journal.forget(sid)
         compact, json_ = store.missing_files(sid)
@@ -173,48 +209,3 @@ def _recover(
             "journal: %d finished snapshot(s) rebuilt, %d still in progress taken back (%s)",
             len(replayed.finished), len(resumed), ", ".join(resumed) or "none",
         )
-
-
-async def _serve(
-    cfg: cluster_config.ClusterConfig, interval: float | None, identity: security.Identity | None,
-    machine: Controller, journal: J.Journal, writer: StoreWriter,
-) -> int:
-    registry = CollectorRegistry()
-    engine = ControllerEngine(
-        config=cfg, tracker=machine.tracker, machine=machine, journal=journal, writer=writer,
-        metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity,
-    )
-    service = ControllerService(engine)
-    host = ServiceHost(
-        bind_address=cfg.bind_address(cfg.controller),
-        metrics_bind=cfg.metrics_bind(cfg.controller),
-        registry=registry,
-        identity=identity,
-        max_receive_bytes=CONTROLLER_RECEIVE_BYTES,
-    )
-    host.add(pb_grpc.add_ControllerServicer_to_server, service, SERVICE_NAME)
-    await engine.start()
-    service.interval_s = interval or 0.0
-    periodic = asyncio.create_task(engine.periodic(interval)) if interval else None
-    try:
-        await host.start()
-        log.info(
-            "serving on %s (metrics %s:%d), %d nodes, deadline %gs",
-            host.bind_address, *cfg.metrics_bind(cfg.controller), len(cfg.nodes), machine.tracker.deadline_s,
-        )
-        stop = asyncio.create_task(wait_for_stop_signal())
-        mismatch = asyncio.create_task(service.mode_mismatch())
-        await asyncio.wait({stop, mismatch}, return_when=asyncio.FIRST_COMPLETED)
-        if mismatch.done():
-            stop.cancel()
-            log.error("%s", mismatch.result())
-            return 2
-        mismatch.cancel()
-        log.info("%s: stopping", stop.result().name)
-    finally:
-        if periodic is not None:
-            periodic.cancel()
-        engine.end_streams()
-        await host.stop()
-        await engine.close()
-    return 0

@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from snapmesh.services.controller.engine import ControllerEngine, FellBehind, TooManySnapshots
+from snapmesh.services.controller.engine import ControllerEngine, FellBehind, TooManySnapshots, call_node
 from snapmesh.protocol import chunking
 from snapmesh.protocol.controller import listing, restoregate
 from snapmesh.protocol.controller.machine import UnknownInitiator
@@ -65,10 +65,9 @@ class ControllerService(pb_grpc.ControllerServicer):
         waiting = set(self.engine.stubs)
         while waiting:
             for node in sorted(waiting):
-                try:
-                    state = await self.engine.stubs[node].GetState(pb.GetStateRequest(), timeout=2)
-                except grpc.aio.AioRpcError:
-                    continue
+                state = await call_node(self.engine.stubs[node].GetState, pb.GetStateRequest(), 2, 0, tries=1)
+                if isinstance(state, grpc.aio.AioRpcError):
+                    continue  # asked again in the next round
                 waiting.discard(node)
                 if problem := disagreement(self.engine.config, node, state.snapshot_mode, state.app):
                     return problem
@@ -139,25 +138,18 @@ class ControllerService(pb_grpc.ControllerServicer):
         return page.response
 
     async def _listed(self, start: listing.Start, status: int) -> AsyncIterator[pb.Snapshot | None]:
-        """The snapshots `listing.Merge` names (None: gone meanwhile), in id order.
-        No file is read but the ones listed, a batch at a time, off the event loop."""
+        """The snapshots `listing.Merge` names (None: gone meanwhile), in id order:
+        the working set's from memory, the others read a batch at a time, off the
+        event loop (no file is read but the ones listed)."""
         store, machine = self.engine.writer.store, self.engine.machine
-        held = {sid for sid in machine.ids() if sid > start.after and (not status or machine.status(sid) == status)}
-        merge = listing.Merge(sorted(held), start.after, start.batch)
+        held = [sid for sid in machine.ids() if sid > start.after and (not status or machine.status(sid) == status)]
+        merge = listing.Merge(held, start.after, start.batch)
         while not merge.done:
             ids = merge.take(store.index.after(merge.cursor, status, start.batch))
-            loaded = await asyncio.to_thread(_load_each, store, [sid for sid in ids if sid not in held])
+            found = {sid: self.engine.find(sid, stored=False) for sid in ids}  # None: filed, or filed meanwhile
+            found |= await asyncio.to_thread(_load_each, store, [sid for sid in ids if found[sid] is None])
             for sid in ids:
-                snapshot = self._held(sid) if sid in held else loaded[sid]
-                if snapshot is None and sid in held:  # it left the working set meanwhile
-                    snapshot = await asyncio.to_thread(store.load, sid)
-                yield snapshot
-
-    def _held(self, snapshot_id: str) -> pb.Snapshot | None:
-        try:
-            return self.engine.machine.get(snapshot_id)
-        except UnknownSnapshot:
-            return None
+                yield found[sid]
 
     async def WatchSnapshots(self, request: pb.WatchSnapshotsRequest, context) -> AsyncIterator[pb.Snapshot]:
         watch_queue = self.engine.watch_queue

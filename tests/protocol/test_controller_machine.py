@@ -226,6 +226,12 @@ def test_a_trigger_at_the_admission_limit_is_refused_and_starts_nothing() -> Non
     with pytest.raises(M.TooManySnapshots, match="^2 snapshots in progress, the limit is 2$"):
         m.trigger("s3", "a", T0)
     assert m.drain() == [] and m.tracker.ids() == ["s1", "s2"]
+    named = M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0), max_concurrent=1, cluster_file="c.toml")
+    named.trigger("s1", "a", T0)
+    with pytest.raises(M.TooManySnapshots) as refused:  # the machine says how to raise the limit, not a shell
+        named.trigger("s2", "a", T0)
+    assert str(refused.value) == ("1 snapshots in progress, the limit is 1 (controller.max_concurrent_snapshots in c.toml, "
+                                  "or snapmesh controller --max-concurrent-snapshots N); retry once one finishes")
     m.start_failed("s1", "initiator a unreachable", T0)  # one ends: the next is admitted
     m.drain()
     m.trigger("s3", "a", T0)

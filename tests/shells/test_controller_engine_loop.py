@@ -16,7 +16,10 @@ from prometheus_client import CollectorRegistry
 
 from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.services.controller.metrics import ControllerMetrics
-from snapmesh.protocol.controller.tracker import Tracker
+from snapmesh.protocol.controller import journal as R
+from snapmesh.protocol.controller.machine import Controller
+from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker
+from snapmesh.protocol.topology import Topology
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -139,4 +142,51 @@ async def _start_through_backoff(down: bool) -> None:
         assert status.reason == why
     else:
         assert status.status == pb.Snapshot.IN_PROGRESS, status.reason
+    await engine.close()
+
+
+class Forgetting:
+    """A journal that only remembers what it was told to forget; a writer, what to delete."""
+
+    def __init__(self) -> None:
+        self.forgotten: list[str] = []
+        self.discarded: list[str] = []
+
+    def forget(self, snapshot_id: str) -> None:
+        self.forgotten.append(snapshot_id)
+
+    def discard(self, snapshot_id: str) -> None:
+        self.discarded.append(snapshot_id)
+
+
+def test_the_replays_retire_effects_are_carried_out_by_the_engines_first_step() -> None:
+    """--keep's deletions stay deleted after a restart: what the replay retires (K1)
+    waits in the machine, and the engine's start carries it out like any Retire:
+    its journal records are forgotten and its files deleted."""
+    asyncio.run(_replay_retires())
+
+
+async def _replay_retires() -> None:
+    now = Now(mono=1.0, wall=1_700_000_000.0)
+    records: list[R.Record] = []  # the journal of two COMPLETE snapshots of a two-node cluster
+    for sid in ("s1", "s2"):
+        records += [
+            R.Started(snapshot_id=sid, initiator="a", wall=now.wall),
+            R.Reported(state=pb.FullState(snapshot_id=sid, node_id="a", balance=60,
+                                          channels=[pb.ChannelState(src="b", dst="a")]), wall=now.wall),
+            R.Reported(state=pb.FullState(snapshot_id=sid, node_id="b", balance=40,
+                                          channels=[pb.ChannelState(src="a", dst="b")]), wall=now.wall),
+            R.Finished(snapshot_id=sid, status=COMPLETE, reason="", wall=now.wall),
+        ]
+    machine = Controller(Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=5), keep=1)
+    assert machine.replayed(records, now, skip=set()).finished == ["s2"]
+    files = Forgetting()
+    engine = ControllerEngine(
+        config=config.load(config.DEFAULT_CONFIG), tracker=machine.tracker, machine=machine,
+        journal=files, writer=files, metrics=ControllerMetrics(CollectorRegistry()),  # type: ignore[arg-type]
+    )
+    assert files.forgotten == files.discarded == []  # nothing before the engine starts
+    await engine.start()
+    await asyncio.sleep(0)  # the step's task
+    assert files.forgotten == files.discarded == ["s1"]
     await engine.close()

@@ -98,9 +98,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from snapmesh.protocol import appstate
 from snapmesh.protocol.controller import journal, restoregate
-from snapmesh.protocol.controller.appside import AppSide
+from snapmesh.protocol.controller.restoreplan import plan, problem, with_app_fields
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -193,47 +192,7 @@ class Replayed:
     filed: list[str] = field(default_factory=list)  # of `skip` (filed before), those kept (K1), in id order
 
 
-# ------------------------------------------------------------ the restore plan
-
-
-def plan(snapshot: pb.Snapshot, epoch: int) -> dict[str, pb.RestoreStateRequest]:
-    """Each node's part of restoring `snapshot` in `epoch`, as far as every app's is
-    the same: an app's state bytes and the recorded state of every channel into it
-    (in channel order). The app's side adds its own fields (`with_app_fields`)."""
-    requests = {
-        n.node_id: pb.RestoreStateRequest(
-            snapshot_id=snapshot.snapshot_id, epoch=epoch, state=n.state if n.HasField("state") else None
-        )
-        for n in snapshot.nodes
-    }
-    for channel in snapshot.channels:
-        if channel.in_flight:
-            requests[channel.dst].channels.append(channel)
-    return requests
-
-
-def with_app_fields(
-    requests: dict[str, pb.RestoreStateRequest], snapshot: pb.Snapshot, side: AppSide
-) -> dict[str, pb.RestoreStateRequest]:
-    """`plan`'s requests, each with the app's fields of its node's entry in `snapshot` (R3)."""
-    for entry in snapshot.nodes:
-        if entry.node_id in requests:
-            side.restore_part(requests[entry.node_id], entry)
-    return requests
-
-
-def problem(snapshot: pb.Snapshot) -> str:
-    """Why one cannot restore `snapshot` ("" when one can)."""
-    if snapshot.status != COMPLETE:
-        status = pb.Snapshot.Status.Name(snapshot.status)
-        return f"snapshot {snapshot.snapshot_id} is {status}, not COMPLETE"
-    if not snapshot.conserved:
-        return f"snapshot {snapshot.snapshot_id} is not conserved (total {snapshot.total}, expected {snapshot.expected_total})"
-    broken = appstate.failed_invariants(snapshot)
-    if broken:
-        names = ", ".join(repr(b.name) for b in broken)
-        return f"snapshot {snapshot.snapshot_id} breaks the app's invariant(s) {names}: {snapshot.reason}"
-    return ""
+# ------------------------------------------------------------------ refusal reasons
 
 
 def stale_report(report_epoch: int, epoch: int) -> str:
@@ -255,6 +214,7 @@ class Controller:
         max_key_bytes: int = restoregate.MAX_KEY_BYTES,
         max_concurrent: int = 0,  # A1: at most this many snapshots in progress (0: no limit)
         keep: int = 0,  # K1: the COMPLETE snapshots whose files are kept (0: all)
+        cluster_file: str = "",  # the file that sets the limits: A1's refusal says how to raise it ("": it does not)
     ) -> None:
         if max_concurrent < 0:
             raise ValueError(f"max_concurrent must not be negative, got {max_concurrent}")
@@ -262,6 +222,10 @@ class Controller:
             raise ValueError(f"keep must not be negative, got {keep}")
         self.max_concurrent = max_concurrent
         self.keep = keep
+        self._raise_limit = cluster_file and (
+            f" (controller.max_concurrent_snapshots in {cluster_file}, or snapmesh controller "
+            "--max-concurrent-snapshots N); retry once one finishes"
+        )
         self.tracker = tracker
         self.gate = restoregate.RestoreGate(keys_kept=keys_kept, max_key_bytes=max_key_bytes)
         self.last_restore: pb.Restore | None = None  # the newest restore, as journaled
@@ -287,7 +251,7 @@ class Controller:
             raise UnknownInitiator(f"unknown initiator {initiator!r} (nodes: {', '.join(nodes)})")
         running = self.tracker.in_progress
         if self.max_concurrent and running >= self.max_concurrent:  # A1
-            raise TooManySnapshots(f"{running} snapshots in progress, the limit is {self.max_concurrent}")
+            raise TooManySnapshots(f"{running} snapshots in progress, the limit is {self.max_concurrent}{self._raise_limit}")
         snapshot = self.tracker.start(snapshot_id, initiator, now)
         starts = [initiator]
         if broadcast:  # B1
