@@ -12,3 +12,5 @@ through the constants below. Pure: no I/O, importable from the pure layer.
 NODE_TALLY_KEY = "balance"  # a log record's, trace event's or FullState's tally of a node (v1)
 MESSAGE_TALLY_KEY = "amount"  # a send/recv/replay record's or an in-flight item's tally (v1)
 RUN_TALLIES_KEY = "amounts"  # a packed outbox run's tallies, one per seq (OutboxRun.amounts)
+RESTORED_TALLY_KEY = "restored_balance"  # a checkpoint record's tally right after the last restore (v1)
+TALLY_METRIC = "snapmesh_balance"  # the node's gauge of its tally (the dashboards' queries name it)

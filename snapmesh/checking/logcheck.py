@@ -134,7 +134,7 @@ def _snapshot_against_logs(snap: RecordedSnapshot, index: cut.LogIndex, channels
         if state is None:
             say(f"snapshot {sid}: no cut record in {node}'s log")
         elif any(q.rule in (cut.STATE, bank_cut.CUT_BALANCE) and q.args[0] == node for q in verdict.problems):
-            say(f"snapshot {sid}: {node} recorded {snap.balances.get(node)}, its cut says {state.record.balance}, "
+            say(f"snapshot {sid}: {node} recorded {snap.balances.get(node)}, its cut says {state.record.tally}, "
                 f"its log before the cut gives {index.reading.state(node, state)}")
     if p:
         return p

@@ -285,20 +285,20 @@ def trace_logs(
     send, recv, cut_record = wal.Send, wal.Recv, wal.Cut
     for node, balance in initial.items():
         history = at_node.get(node, [])
-        log = logs[node] = [wal.Init(lsn=history[0][0] - 1 if history else 0, balance=balance)]
+        log = logs[node] = [wal.Init(lsn=history[0][0] - 1 if history else 0, tally=balance)]
         add = log.append
         for pos, kind, event in history:
             if kind == "send":
                 dst, msg = event["dst"], event["msg"]
                 # A msg id sent twice on a channel: both take the later seq (the trace reports it).
                 add(send(lsn=pos, msg_id=msg, src=node, dst=dst, seq=seq_of[((node, dst), msg)],
-                         amount=event["amount"]))
+                         tally=event["amount"]))
             elif kind == "receive":
                 src, msg = event["src"], event["msg"]
                 add(recv(lsn=pos, msg_id=msg, src=src, dst=node, seq=seq_of.get(((src, node), msg), 0),
-                         amount=event["amount"]))
+                         tally=event["amount"]))
             elif kind == "cut":
-                add(cut_record(lsn=pos, snapshot_id=event["snapshot"], balance=event["balance"]))
+                add(cut_record(lsn=pos, snapshot_id=event["snapshot"], tally=event["balance"]))
     return cut.LogIndex.of(logs, snapshot_ids, reading=bank_cut.Reading()), seq_of
 
 

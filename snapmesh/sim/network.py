@@ -172,7 +172,7 @@ class Network:
             else:
                 for entry in item[1]:
                     node.received(
-                        src, conn.conn_no, entry.seq, amount=entry.amount, snapshot_id=entry.snapshot_id,
+                        src, conn.conn_no, entry.seq, tally=entry.tally, snapshot_id=entry.snapshot_id,
                         payload=entry.payload,
                     )
                 node.end_frame()

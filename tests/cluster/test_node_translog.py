@@ -150,7 +150,7 @@ def test_small_rounds_sync_on_the_loop_large_ones_and_a_slow_disk_on_a_thread(tm
 
 
 def recover_p1(path: Path, **kw):
-    return recover(path, "p1", initial_balance=100, incoming=("p2", "p3"), outgoing=("p2", "p3"), **kw)
+    return recover(path, "p1", initial_tally=100, incoming=("p2", "p3"), outgoing=("p2", "p3"), **kw)
 
 
 def test_recovery_rebuilds_balance_positions_outbox_and_abandoned(tmp_path: Path) -> None:
@@ -177,11 +177,11 @@ def test_recovery_rebuilds_balance_positions_outbox_and_abandoned(tmp_path: Path
     assert state.last_received == {"p2": 1, "p3": 2}
     assert set(state.abandoned) == {"s1", "s2"}  # s2 was aborted here without a recording
     assert state.outbox["p2"] == [
-        Entry(seq=1, amount=10, snapshot_id=""),
-        Entry(seq=2, amount=0, snapshot_id="s1"),
-        Entry(seq=3, amount=5, snapshot_id=""),
+        Entry(seq=1, tally=10, snapshot_id=""),
+        Entry(seq=2, tally=0, snapshot_id="s1"),
+        Entry(seq=3, tally=5, snapshot_id=""),
     ]
-    assert state.outbox["p3"] == [Entry(seq=1, amount=0, snapshot_id="s1")]
+    assert state.outbox["p3"] == [Entry(seq=1, tally=0, snapshot_id="s1")]
 
 
 def test_missing_or_empty_log_is_a_fresh_node(tmp_path: Path) -> None:
@@ -311,7 +311,7 @@ def test_seal_renames_the_active_segment_and_opens_the_next_with_its_checkpoint(
         log.start()
         append(log, wal.Init, balance=100)
         append_send(log, "p1", "p2", 1, 7)
-        log.seal(1, wal.Checkpoint(lsn=3, balance=93, next_seq={"p2": 2, "p3": 1}, acked={"p2": 0, "p3": 0},
+        log.seal(1, wal.Checkpoint(lsn=3, tally=93, next_seq={"p2": 2, "p3": 1}, acked={"p2": 0, "p3": 0},
                                    received={"p2": 0, "p3": 0}, outbox={"p2": [[1, 7, ""]], "p3": []},
                                    abandoned=[], requests={}))
         append_send(log, "p1", "p2", 2, 3)

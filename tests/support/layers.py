@@ -13,8 +13,9 @@ PURE_ALLOWED = {
     "hashlib", "heapq", "itertools", "json", "math", "operator", "re", "struct", "types", "typing",
     "zlib", "google.protobuf", "snapmesh.protocol", "snapmesh.v1", "snapmesh.app",
     # The default app's side of the controller (the v1 messages' own fields): the
-    # tracker falls back to it, so it is pure too (test_layers.PURE_MODULES holds it).
-    "snapmesh.bank.ledger", "snapmesh.bank.cut",
+    # tracker falls back to it, so it is pure too (test_layers.PURE_MODULES holds it);
+    # so are the bank's log and wire keys, its tally rules and v1 accessors, which the node's layer asks.
+    "snapmesh.bank.ledger", "snapmesh.bank.cut", "snapmesh.bank.formats", "snapmesh.bank.rules", "snapmesh.bank.wire",
 }
 
 
