@@ -120,7 +120,7 @@ def run(transfers: int, frames_as: str = "") -> int:
                     continue
                 received = b.node.received
                 for entry in frame.entries:
-                    received("a", frame.conn_no, entry.seq, tally=entry.amount)
+                    received("a", frame.conn_no, entry.seq, tally=entry.tally)
                 b.node.end_frame()
             frames.clear()
             b.received.inc(b.node.transfers_received - b._counted)

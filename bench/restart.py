@@ -42,7 +42,7 @@ if traced:
     tracemalloc.start()
 started = time.perf_counter()
 if which == "before":
-    state = old_recovery.recover(path, "p1", initial_tally=10**9, incoming=("p2",), outgoing=("p2",), repair=False)
+    state = old_recovery.recover(path, "p1", initial_balance=10**9, incoming=("p2",), outgoing=("p2",), repair=False)
     process = core.Process(node_id="p1", tally=state.balance, incoming=("p2",), outgoing=("p2",),
                            abandoned=state.abandoned)
     outbox = sum(len(v) for v in state.outbox.values())
@@ -54,7 +54,7 @@ else:
     outbox = node.senders["p2"].unacked
 elapsed = time.perf_counter() - started
 peak = tracemalloc.get_traced_memory()[1] if traced else 0
-print(json.dumps({"seconds": elapsed, "peak_mib": peak / 2**20, "balance": state.balance, "outbox": outbox}))
+print(json.dumps({"seconds": elapsed, "peak_mib": peak / 2**20, "balance": state.balance if which == "before" else state.tally, "outbox": outbox}))
 """
 
 

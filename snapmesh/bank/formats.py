@@ -14,3 +14,4 @@ MESSAGE_TALLY_KEY = "amount"  # a send/recv/replay record's or an in-flight item
 RUN_TALLIES_KEY = "amounts"  # a packed outbox run's tallies, one per seq (OutboxRun.amounts)
 RESTORED_TALLY_KEY = "restored_balance"  # a checkpoint record's tally right after the last restore (v1)
 TALLY_METRIC = "snapmesh_balance"  # the node's gauge of its tally (the dashboards' queries name it)
+TALLY_METRIC_HELP = "This node's current balance"  # its HELP text, as scrapers have always read it

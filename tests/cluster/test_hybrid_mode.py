@@ -38,7 +38,7 @@ def test_a_held_early_marker_waits_its_timeout_from_the_first_release_then_overt
     assert s.release(10.4) == (0, 0)
     assert s.release(10.5) == (1, 0) and s.next_release(10.5) is None
     s.sent = s.acked  # a reconnect: the early copy goes ahead of the resent queue
-    assert [(e.seq, e.amount) for e in s.poll(3)][:1] == [(0, 2)]
+    assert [(e.seq, e.tally) for e in s.poll(3)][:1] == [(0, 2)]
 
 
 def test_a_held_early_marker_whose_fifo_copy_is_acknowledged_is_dropped_never_sent() -> None:
@@ -84,9 +84,9 @@ class HybridMachines(Machines):
 def _conserved(m: Machines, total: int) -> None:
     reports = {r.node_id: r for r in m.reports}
     assert set(reports) == set(m.ids)
-    in_flight = sum(t.amount for src in m.ids for dst in m.ids if src != dst
+    in_flight = sum(t.tally for src in m.ids for dst in m.ids if src != dst
                     for t in overtake.channel_state(reports, src, dst))
-    assert sum(r.balance for r in reports.values()) + in_flight == total
+    assert sum(r.tally for r in reports.values()) + in_flight == total
 
 
 def test_on_a_quiet_channel_the_marker_keeps_its_fifo_place_and_no_early_copy_is_sent() -> None:

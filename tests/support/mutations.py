@@ -52,10 +52,10 @@ def _recovery_ignores_receipts(monkeypatch: pytest.MonkeyPatch) -> None:
     apply = recovery._apply
 
     def broken(state, record, *args):
-        before = state.balance
+        before = state.tally
         apply(state, record, *args)
         if type(record).KIND == "recv":
-            state.balance = before
+            state.tally = before
 
     monkeypatch.setattr(recovery, "_apply", broken)
 
@@ -86,10 +86,10 @@ def _recovery_ignores_replays(monkeypatch: pytest.MonkeyPatch) -> None:
     apply = recovery._apply
 
     def broken(state, record, *args):
-        before = state.balance
+        before = state.tally
         apply(state, record, *args)
         if type(record).KIND == "replay":
-            state.balance = before
+            state.tally = before
 
     monkeypatch.setattr(recovery, "_apply", broken)
 
