@@ -45,7 +45,7 @@ class _Side:
     def __init__(self, me: str, peer: str) -> None:
         self.node = machine.Node(
             node_id=me, incoming=(peer,), outgoing=(peer,),
-            recovered=fresh(initial_balance=10**12, incoming=(peer,), outgoing=(peer,)),
+            recovered=fresh(initial_tally=10**12, incoming=(peer,), outgoing=(peer,)),
         )
         self.encoder = Encoder(me)
         self.lines: list[str] = []
@@ -120,7 +120,7 @@ def run(transfers: int, frames_as: str = "") -> int:
                     continue
                 received = b.node.received
                 for entry in frame.entries:
-                    received("a", frame.conn_no, entry.seq, amount=entry.amount)
+                    received("a", frame.conn_no, entry.seq, tally=entry.tally)
                 b.node.end_frame()
             frames.clear()
             b.received.inc(b.node.transfers_received - b._counted)

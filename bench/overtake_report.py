@@ -45,8 +45,8 @@ def _states() -> list[core.FullState]:
     for node in NODES:
         others = [n for n in NODES if n != node]
         states.append(core.FullState(
-            node_id=node, snapshot_id="s", balance=BALANCE - sum(range(1, OUTBOX + 1)) * len(others),
-            channels={src: tuple(core.Transfer(msg_id=f"{src}:{node}:{q}", amount=q, seq=q) for q in range(1, recorded + 1))
+            node_id=node, snapshot_id="s", tally=BALANCE - sum(range(1, OUTBOX + 1)) * len(others),
+            channels={src: tuple(core.Transfer(msg_id=f"{src}:{node}:{q}", tally=q, seq=q) for q in range(1, recorded + 1))
                       for src in others},
             positions={src: 0 for src in others},
             outbox={dst: tuple(Entry(q, q, "") for q in range(1, OUTBOX + 1)) for dst in others},
@@ -60,7 +60,7 @@ def _per_entry(state: core.FullState) -> pb.FullState:
     del report.outbox_runs[:]
     for dst, entries in state.outbox.items():
         report.outbox.add(src=state.node_id, dst=dst, in_flight=[
-            pb.InFlightTransfer(msg_id=f"{state.node_id}:{dst}:{e.seq}", amount=e.amount, seq=e.seq) for e in entries])
+            pb.InFlightTransfer(msg_id=f"{state.node_id}:{dst}:{e.seq}", amount=e.tally, seq=e.seq) for e in entries])
     return report
 
 

@@ -43,18 +43,19 @@ if traced:
 started = time.perf_counter()
 if which == "before":
     state = old_recovery.recover(path, "p1", initial_balance=10**9, incoming=("p2",), outgoing=("p2",), repair=False)
-    process = core.Process(node_id="p1", balance=state.balance, incoming=("p2",), outgoing=("p2",),
+    process = core.Process(node_id="p1", tally=state.balance, incoming=("p2",), outgoing=("p2",),
                            abandoned=state.abandoned)
     outbox = sum(len(v) for v in state.outbox.values())
 else:
     from snapmesh.services.node.recovery import recover
     from snapmesh.protocol.node.machine import Node
-    state = recover(path, "p1", initial_balance=10**9, incoming=("p2",), outgoing=("p2",), repair=False)
+    state = recover(path, "p1", initial_tally=10**9, incoming=("p2",), outgoing=("p2",), repair=False)
     node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=state)
     outbox = node.senders["p2"].unacked
 elapsed = time.perf_counter() - started
 peak = tracemalloc.get_traced_memory()[1] if traced else 0
-print(json.dumps({"seconds": elapsed, "peak_mib": peak / 2**20, "balance": state.balance, "outbox": outbox}))
+tally = state.balance if which == "before" else state.tally
+print(json.dumps({"seconds": elapsed, "peak_mib": peak / 2**20, "balance": tally, "outbox": outbox}))
 """
 
 
@@ -70,7 +71,7 @@ def write_history(data: Path, transfers: int, segment_records: int) -> tuple[Pat
     encoder = wal.Encoder("p1")
     node = Node(
         node_id="p1", incoming=("p2",), outgoing=("p2",), segment_records=segment_records,
-        recovered=recovery.fresh(initial_balance=10**9, incoming=("p2",), outgoing=("p2",)),
+        recovered=recovery.fresh(initial_tally=10**9, incoming=("p2",), outgoing=("p2",)),
     )
     node.connect("p2", 1)
     active = open(seg_dir / wal.active_name("p1"), "w")

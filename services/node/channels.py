@@ -29,6 +29,7 @@ from collections.abc import Callable
 import grpc
 
 from snapmesh.services.node.metrics import NodeMetrics
+from snapmesh.bank.wire import add_run, add_transfer
 from snapmesh.settings import security
 from snapmesh.serving import credentials
 from snapmesh.protocol.node.core import RemoteProtocolError
@@ -295,29 +296,29 @@ def encode_frame(entries: tuple[Entry, ...], *, runs: bool) -> pb.ChannelFrame:
     if runs and entries:
         # The common frame: transfers only, seqs consecutive (the outbox's are): one
         # run from the entries' columns (one C-level transpose), not a message per transfer.
-        seqs, amounts, snapshot_ids, _, _ = zip(*entries, strict=True)
+        seqs, tallies, snapshot_ids, _, _ = zip(*entries, strict=True)
         first = seqs[0]
         if first and not any(snapshot_ids) and seqs == tuple(range(first, first + len(seqs))):
-            batch.runs.add(first_seq=first, amounts=amounts)
+            add_run(batch.runs, tallies, first_seq=first)
             return frame
     if runs and _in_order(entries):
-        run_first, amounts, next_seq = 0, [], 0
+        run_first, tallies, next_seq = 0, [], 0
         for entry in entries:
             if not entry.snapshot_id and entry.seq == next_seq:
-                amounts.append(entry.amount)
+                tallies.append(entry.tally)
                 next_seq += 1
                 continue
-            if amounts:
-                batch.runs.add(first_seq=run_first, amounts=amounts)
-                amounts = []
+            if tallies:
+                add_run(batch.runs, tallies, first_seq=run_first)
+                tallies = []
             if entry.snapshot_id:
                 _add_marker(add, entry)
                 next_seq = 0
             else:
                 run_first, next_seq = entry.seq, entry.seq + 1
-                amounts.append(entry.amount)
-        if amounts:
-            batch.runs.add(first_seq=run_first, amounts=amounts)
+                tallies.append(entry.tally)
+        if tallies:
+            add_run(batch.runs, tallies, first_seq=run_first)
         return frame
     for entry in entries:
         _add_message(add, entry)
@@ -344,15 +345,15 @@ def _carries_payloads(entries: tuple[Entry, ...]) -> bool:
 def _add_message(add: Callable[..., pb.ChannelMessage], entry: Entry) -> None:
     if entry.snapshot_id:
         _add_marker(add, entry)
-    elif entry.payload is not None:  # an app's message: its bytes (amount 0)
+    elif entry.payload is not None:  # an app's message: its bytes (tally 0)
         add(seq=entry.seq).transfer.payload = entry.payload
     else:  # no msg_id on the wire: the receiver derives it, `src:dst:seq` (3x less CPU per message)
-        add(seq=entry.seq).transfer.amount = entry.amount
+        add_transfer(add, entry.seq, entry.tally)
 
 
 def _add_marker(add: Callable[..., pb.ChannelMessage], entry: Entry) -> None:
-    # seq 0: an early marker, `amount` its last seq (link L8)
-    last = entry.amount if entry.seq == 0 else 0
+    # seq 0: an early marker, `tally` its last seq (link L8)
+    last = entry.tally if entry.seq == 0 else 0
     add(seq=entry.seq, marker=pb.MarkerMessage(snapshot_id=entry.snapshot_id, last_seq=last))
 
 

@@ -49,10 +49,10 @@ class AppMessage(NamedTuple):
 
 
 class Refused(NamedTuple):
-    """A transfer of a batch the node refused, and the balance when it did."""
+    """A transfer of a batch the node refused, and the tally when it did."""
 
     error: core.LocalProtocolError
-    balance: int
+    tally: int
 
 
 class Engine:
@@ -80,30 +80,30 @@ class Engine:
         self._timer_at: float | None = None
         self._counted = (0, 0, 0, 0, 0)
         self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
-        metrics.balance.set(node.balance)
+        metrics.tally.set(node.tally)
         metrics.epoch.set(node.epoch)
         self._run()
 
     # -- local inputs
 
     def transfer(
-        self, dst: str, amount: int, request_id: str = "", first_sent_unix_ms: int = 0
+        self, dst: str, tally: int, request_id: str = "", first_sent_unix_ms: int = 0
     ) -> tuple[fx.Accepted, asyncio.Future[fx.Reply]]:
-        """Pay `amount` to `dst`: the answer, and the future the node's `Reply`
+        """Pay `tally` to `dst`: the answer, and the future the node's `Reply`
         resolves (`replied`). Raises core.LocalProtocolError (link.ChannelFull when
         the channel is at its bound) and changes nothing when refused."""
         waiting = asyncio.get_running_loop().create_future()
         try:
             wall = time.time() if request_id else None
             answer = self.node.transfer(
-                dst, amount, request_id, wall=wall, first_sent_unix_ms=first_sent_unix_ms, reply_to=waiting
+                dst, tally, request_id, wall=wall, first_sent_unix_ms=first_sent_unix_ms, reply_to=waiting
             )
         finally:
             self._run(metrics=False)  # once per RPC instead: transfers_done
         return answer, waiting
 
     def transfer_batch(self, items: Iterable[tuple[str, int, str, int]]) -> list[fx.Accepted | Refused]:
-        """A TransferBatch's transfers (dst, amount, request_id, first_sent_unix_ms), in order, as one
+        """A TransferBatch's transfers (dst, tally, request_id, first_sent_unix_ms), in order, as one
         step for the shell (the per-transfer path): the node applies and logs each as
         `transfer` does, and its effects are carried out once for the batch, not
         per transfer (the log order is the apply order either way: one effect
@@ -114,14 +114,14 @@ class Engine:
         append = results.append
         wall = time.time()  # one reading for the batch: the request-id window's clock
         try:
-            for dst, amount, request_id, first_sent_unix_ms in items:
+            for dst, tally, request_id, first_sent_unix_ms in items:
                 try:
                     if request_id:
-                        append(transfer(dst, amount, request_id, wall=wall, first_sent_unix_ms=first_sent_unix_ms))
+                        append(transfer(dst, tally, request_id, wall=wall, first_sent_unix_ms=first_sent_unix_ms))
                     else:
-                        append(transfer(dst, amount))
+                        append(transfer(dst, tally))
                 except core.LocalProtocolError as exc:
-                    append(Refused(exc, node.balance))
+                    append(Refused(exc, node.tally))
         finally:
             self._run(metrics=False)  # once per RPC instead: transfers_done
         return results
@@ -191,16 +191,16 @@ class Engine:
         self._run()
 
     def restore(
-        self, snapshot_id: str, epoch: int, balance: int, in_flight: list[tuple], state: bytes | None = None
+        self, snapshot_id: str, epoch: int, tally: int, in_flight: list[tuple], state: bytes | None = None
     ) -> asyncio.Future[fx.RestoreReply]:
         """Restore (node rule N8); the node's `EndStreams` says which streams
         of the older epoch end. Returns the future the node's `RestoreReply`
         resolves (`replied`). An app node: `state` its bytes, each in-flight
-        (src, msg_id, seq, amount, payload)."""
+        (src, msg_id, seq, tally, payload)."""
         waiting = asyncio.get_running_loop().create_future()
         try:
             self.node.restore(
-                snapshot_id=snapshot_id, epoch=epoch, balance=balance, in_flight=in_flight, state=state, reply_to=waiting
+                snapshot_id=snapshot_id, epoch=epoch, tally=tally, in_flight=in_flight, state=state, reply_to=waiting
             )
         except core.AppFailed as exc:
             self.fail_app(str(exc))
@@ -214,7 +214,7 @@ class Engine:
 
     def receive_batch(self, src: str, conn_no: int, messages: Iterable[tuple[int, object]]) -> None:
         """Apply the (seq, message) pairs of one frame, decoded by the servicer
-        (a core.Marker, or anything with `amount` and `msg_id`), in order.
+        (a core.Marker, or anything with `tally` and `msg_id`), in order.
         Duplicates and stale frames are dropped; raises link.GapError or
         core.RemoteProtocolError, and what was applied before the bad message
         stays applied and logged."""
@@ -224,11 +224,11 @@ class Engine:
         try:
             for seq, message in messages:
                 if isinstance(message, core.Marker):
-                    received(src, conn_no, seq, snapshot_id=message.snapshot_id, amount=message.last_seq)
+                    received(src, conn_no, seq, snapshot_id=message.snapshot_id, tally=message.last_seq)
                 elif type(message) is AppMessage:
                     received(src, conn_no, seq, payload=message.payload, msg_id=message.msg_id)
                 else:
-                    received(src, conn_no, seq, amount=message.amount, msg_id=message.msg_id)
+                    received(src, conn_no, seq, tally=message.tally, msg_id=message.msg_id)
         except core.AppFailed as exc:
             self.fail_app(str(exc))
             raise
@@ -238,16 +238,16 @@ class Engine:
 
     def receive_runs(self, src: str, conn_no: int, runs: Iterable[tuple[int, Iterable[int]]]) -> None:
         """Apply the runs of one frame with no markers, in order: each
-        (first_seq, amounts) is the transfers first_seq, first_seq + 1, ...
+        (first_seq, tallies) is the transfers first_seq, first_seq + 1, ...
         Exactly `receive_batch` of the same transfers, without an object per
         transfer: the same drops, the same errors, what was applied stays."""
         node = self.node
         node.tick(self._now(), time.time())
         received = node.received
         try:
-            for first_seq, amounts in runs:
-                for seq, amount in enumerate(amounts, first_seq):
-                    received(src, conn_no, seq, amount=amount)
+            for first_seq, tallies in runs:
+                for seq, tally in enumerate(tallies, first_seq):
+                    received(src, conn_no, seq, tally=tally)
         finally:
             node.end_frame()
             self._run()
@@ -306,7 +306,7 @@ class Engine:
                 record = effect.record
                 self.log.append_record(record)
                 if type(record) is wal.Cut:
-                    log.info("snapshot %s: recorded local state (balance %d)", record.snapshot_id, record.balance)
+                    log.info("snapshot %s: recorded local state (tally %d)", record.snapshot_id, record.tally)
                 elif type(record) is wal.Abort:
                     log.warning("snapshot %s: dropped here (%s)", record.snapshot_id, record.reason or "no reason given")
             elif kind is fx.Transmit:
@@ -330,7 +330,7 @@ class Engine:
             elif kind is fx.ReportCancelled:
                 self.reporter.cancel(effect.snapshot_id)
             elif kind is fx.EndStreams:
-                log.warning("%s (balance %d): ending the older epoch's streams", effect.reason, node.balance)
+                log.warning("%s (tally %d): ending the older epoch's streams", effect.reason, node.tally)
                 for dst in effect.outgoing:
                     self.outgoing[dst].restart()
                 for src in effect.incoming:
@@ -359,7 +359,7 @@ class Engine:
             self._unacked[dst].set(sender.unacked)
             if sender.unacked <= link.LOW_MARK:
                 self.outgoing[dst].room.set()
-        m.balance.set(node.balance)
+        m.tally.set(node.tally)
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()

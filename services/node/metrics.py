@@ -7,6 +7,8 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from snapmesh.bank.formats import TALLY_METRIC, TALLY_METRIC_HELP
+
 
 STALE_KINDS = ("channel", "start_snapshot", "restore")  # what a node fences by epoch (services/node/servicer.py)
 
@@ -26,7 +28,7 @@ class NodeMetrics:
             "snapmesh_transfers_refused_total", "Transfer requests refused (bad argument, no funds)", ["node", "grpc_code"],
             registry=r,
         )
-        self.balance = Gauge("snapmesh_balance", "This node's current balance", ["node"], registry=r).labels(node_id)
+        self.tally = Gauge(TALLY_METRIC, TALLY_METRIC_HELP, ["node"], registry=r).labels(node_id)
         self.markers_sent = Counter(
             "snapmesh_markers_sent_total", "Snapshot markers this node sent", ["node"], registry=r
         ).labels(node_id)

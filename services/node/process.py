@@ -30,6 +30,7 @@ import random
 import sys
 import time
 
+from snapmesh.bank.rules import starting_tally
 from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
 from snapmesh.serving.datalock import serve_holding
 from snapmesh.services.node.engine import Engine
@@ -112,7 +113,7 @@ async def _serve_locked(
     path = cfg.log_path(node_id)
     try:
         recovered = recover(
-            path, node_id, initial_balance=cfg.initial_balance, incoming=incoming, outgoing=outgoing,
+            path, node_id, initial_tally=0 if app is not None else starting_tally(cfg), incoming=incoming, outgoing=outgoing,
             app=app, app_params=cfg.app.params,
         )
         pending = PendingReports(cfg.data_dir / f"{node_id}.reports")
@@ -143,10 +144,10 @@ async def _serve_locked(
     )
     if not recovered.fresh:
         log.info(
-            "recovered from %s: balance %d, %d records read, %d unacknowledged-or-unknown messages, "
+            "recovered from %s: tally %d, %d records read, %d unacknowledged-or-unknown messages, "
             "abandoned snapshots: %d",
             path,
-            recovered.balance,
+            recovered.tally,
             recovered.records,
             sum(len(v) for v in recovered.outbox.values()),
             len(recovered.abandoned),
@@ -228,7 +229,7 @@ async def _serve_locked(
         channel.start()
     reporter.resume(unreported, recovered.last_lsn)
     if app is None:
-        log.info("node %s serving on %s (balance %d)", node_id, host.bind_address, node_machine.balance)
+        log.info("node %s serving on %s (tally %d)", node_id, host.bind_address, node_machine.tally)
     else:
         log.info("node %s serving on %s (app %s)", node_id, host.bind_address, cfg.app.module)
 

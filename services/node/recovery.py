@@ -61,7 +61,7 @@ def recover(
     path: Path,
     node_id: str,
     *,
-    initial_balance: int,
+    initial_tally: int,
     incoming: tuple[str, ...],
     outgoing: tuple[str, ...],
     repair: bool = True,
@@ -93,7 +93,7 @@ def recover(
     try:
         records = ((where, wal.parse(raw, where, node_id=node_id)) for where, raw in lines)
         return recovery.recover(
-            records, node_id=node_id, initial_balance=initial_balance, incoming=incoming, outgoing=outgoing,
+            records, node_id=node_id, initial_tally=initial_tally, incoming=incoming, outgoing=outgoing,
             app=app, app_params=app_params,
         )
     except recovery.NonDeterministic as exc:

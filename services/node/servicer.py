@@ -27,6 +27,8 @@ from snapmesh.protocol.node.link import GapError
 from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.node.epochs import EpochFenced
 from snapmesh.protocol.node.effects import Reply, ReplyBatch, RestoreReply
+import snapmesh.bank.wire as wire
+from snapmesh.bank.wire import message_tally, run_tallies
 from snapmesh.serving import credentials
 from snapmesh.settings.config import CONTROLLER_NAME
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -94,9 +96,7 @@ class NodeServicer(pb_grpc.NodeServicer):
 
     async def Transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
         try:
-            answer, waiting = self._engine.transfer(
-                request.to, request.amount, request.request_id, request.first_sent_unix_ms
-            )
+            answer, waiting = self._engine.transfer(*wire.transfer(request))
         except core.LocalProtocolError as exc:
             code = REFUSAL_STATUS[exc.kind]
             self._engine.metrics.refused(code.name).inc()
@@ -106,7 +106,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         reply = await self._replied(waiting, context)
         if reply.taken_back:
             await context.abort(grpc.StatusCode.ABORTED, self._taken_back(reply.taken_back, "not paid"))
-        return pb.TransferResponse(msg_id=answer.msg_id, balance=answer.balance)
+        return wire.transfer_response(answer.msg_id, answer.tally)
 
     async def TransferBatch(
         self, request: pb.TransferBatchRequest, context: grpc.aio.ServicerContext
@@ -117,11 +117,9 @@ class NodeServicer(pb_grpc.NodeServicer):
                 f"a TransferBatch holds at most {MAX_BATCH} transfers, got {len(request.transfers)}",
             )
         response = pb.TransferBatchResponse()
-        add = response.results.add
         engine = self._engine
         accepted = 0
         destinations: set[str] = set()
-        paid = []  # (result, answer) of each item answered OK: a restore may take it back before it is durable
         items = request.transfers
         # One engine step per YIELD_EVERY transfers (effects carried out once
         # per step), handing the loop back between steps (acks, frames, other calls).
@@ -130,19 +128,20 @@ class NodeServicer(pb_grpc.NodeServicer):
             if start:
                 with self._log.writer_pending():  # the log's round now waits a turn for the next step's records
                     await asyncio.sleep(0)
-            answers += engine.transfer_batch(
-                [(item.to, item.amount, item.request_id, item.first_sent_unix_ms)
-                 for item in items[start : start + YIELD_EVERY]]
-            )
+            answers += engine.transfer_batch(wire.transfers(items[start : start + YIELD_EVERY]))
+        codes = []
         for item, answer in zip(items, answers, strict=True):
             if type(answer) is Refused:
                 code = REFUSAL_STATUS[answer.error.kind]
                 engine.metrics.refused(code.name).inc()
-                add(code=code.value[0], message=str(answer.error), balance=answer.balance)
+                codes.append(code.value[0])
                 continue
-            paid.append((add(code=_OK, msg_id=answer.msg_id, balance=answer.balance), answer))
+            codes.append(_OK)
             accepted += 0 if answer.repeated else 1
             destinations.add(item.to)
+        results = wire.batch_results(response.results, answers, codes, _OK)
+        # (result, answer) of each item answered OK: a restore may take it back before it is durable
+        paid = [(result, answer) for result, answer, code in zip(results, answers, codes, strict=True) if code == _OK]
         engine.transfers_done(accepted)
         waiting = engine.reply_batch([answer for _, answer in paid])
         await engine.wait_for_room(destinations, FLOW_CONTROL_WAIT_S)
@@ -185,12 +184,12 @@ class NodeServicer(pb_grpc.NodeServicer):
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
         engine = self._engine
-        balance = engine.node.balance
         state = engine.node.app_state()
+        tally = engine.node.tally if state is None else 0  # an app node keeps no native tally
         await self._durable(self._log.last_lsn, context)  # never show what a crash could take back
-        response = pb.NodeStateResponse(
+        response = wire.node_state(
+            tally,
             node_id=engine.node_id,
-            balance=balance,
             epoch=engine.node.epoch,
             snapshot_mode=getattr(engine.node, "snapshot_mode", engine.node.process.mode),  # a HybridNode's is its own
         )
@@ -230,7 +229,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         self, request: pb.RestoreStateRequest, context: grpc.aio.ServicerContext
     ) -> pb.RestoreStateResponse:
         engine = self._engine
-        # With TLS only the controller's certificate may restore: the balance and the
+        # With TLS only the controller's certificate may restore: the tally and the
         # in-flight transfers are the snapshot's the controller names, never a caller's.
         await credentials.require_peer(context, CONTROLLER_NAME)
         if not request.snapshot_id or request.epoch < 2:
@@ -241,13 +240,10 @@ class NodeServicer(pb_grpc.NodeServicer):
                 await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT, f"no channel {channel.src!r}->{channel.dst!r} into {engine.node_id}"
                 )
-            in_flight += [
-                (channel.src, t.msg_id, t.seq, t.amount, t.payload if t.HasField("payload") else None)
-                for t in channel.in_flight
-            ]
+            in_flight += wire.in_flight(channel.src, channel.in_flight)
         state = request.state if request.HasField("state") else None
         try:
-            waiting = engine.restore(request.snapshot_id, request.epoch, request.balance, in_flight, state)
+            waiting = engine.restore(request.snapshot_id, request.epoch, wire.restore_request(request), in_flight, state)
         except core.AppFailed as exc:  # the app cannot take the snapshot's state: the node stops (process.py)
             await context.abort(grpc.StatusCode.INTERNAL, f"node {engine.node_id} cannot restore: {exc}")
         except EpochFenced as exc:  # an older epoch's restore: stale
@@ -255,7 +251,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         except core.RemoteProtocolError as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         reply = await self._replied(waiting, context)  # the node's RestoreReply: once durable (N8)
-        return pb.RestoreStateResponse(epoch=reply.epoch, balance=reply.tally)
+        return wire.restore_response(reply.epoch, reply.tally)
 
     async def _fenced(self, context: grpc.aio.ServicerContext, exc: EpochFenced, kind: str) -> None:
         """The node refused a call of another epoch: an older one's for good
@@ -338,7 +334,7 @@ def _receive(engine: Engine, src: str, dst: str, conn_no: int, batch: pb.Channel
     if any(run.first_seq == 0 for run in runs):
         raise core.RemoteProtocolError(f"channel {src}->{dst}: a run of transfers starts at seq 0")
     if not batch.messages:  # the common frame: ints straight from the packed columns
-        engine.receive_runs(src, conn_no, [(run.first_seq, run.amounts) for run in runs])
+        engine.receive_runs(src, conn_no, [(run.first_seq, run_tallies(run)) for run in runs])
     else:  # markers among the runs: rare (one per snapshot and channel), one object per transfer is fine
         engine.receive_batch(src, conn_no, _decode_merged(src, dst, batch))
 
@@ -364,7 +360,7 @@ def _early_markers_first(messages: Sequence[pb.ChannelMessage]) -> Sequence[pb.C
 class _RunTransfer(NamedTuple):
     """A transfer of a run, as the engine reads a TransferMessage (the receiver derives its msg_id)."""
 
-    amount: int
+    tally: int
     msg_id: str = ""
 
 
@@ -377,7 +373,7 @@ def _decode_merged(src: str, dst: str, batch: pb.ChannelBatch) -> Iterator[tuple
     first on a tie (each list in its own order; early markers first, as in
     `_receive`): the per-message form of the frame, decoded one message at a
     time as `_decode` does."""
-    transfers = ((seq, amount) for run in batch.runs for seq, amount in enumerate(run.amounts, run.first_seq))
+    transfers = ((seq, tally) for run in batch.runs for seq, tally in enumerate(run_tallies(run), run.first_seq))
     for item in heapq.merge(_early_markers_first(batch.messages), transfers, key=_seq_of):
         if type(item) is tuple:
             yield item[0], _RunTransfer(item[1])
@@ -387,8 +383,8 @@ def _decode_merged(src: str, dst: str, batch: pb.ChannelBatch) -> Iterator[tuple
 
 def _decode(
     src: str, dst: str, messages: Iterable[pb.ChannelMessage]
-) -> Iterator[tuple[int, core.Marker | pb.TransferMessage]]:
-    """A frame's messages as (seq, core.Marker or the TransferMessage), one at a
+) -> Iterator[tuple[int, core.Marker | object]]:
+    """A frame's messages as (seq, core.Marker, AppMessage or _RunTransfer), one at a
     time: a message with no body raises RemoteProtocolError there, after those
     before it applied."""
     for message in messages:
@@ -398,9 +394,9 @@ def _decode(
             if transfer.HasField("payload"):  # an app's message
                 yield message.seq, AppMessage(transfer.payload, transfer.msg_id)
             else:
-                # The protobuf message itself (it has `amount` and `msg_id`, "" when the
-                # sender left it out): no per-message object on the hot path.
-                yield message.seq, transfer
+                # msg_id "" when the sender left it out. One message per transfer is
+                # not the hot path: that is a run's packed column (`receive_runs`).
+                yield message.seq, _RunTransfer(message_tally(transfer), transfer.msg_id)
         elif body == "marker":
             if not message.marker.snapshot_id:
                 raise core.RemoteProtocolError(f"channel {src}->{dst}: marker {message.seq} has an empty snapshot id")

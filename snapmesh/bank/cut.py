@@ -1,8 +1,8 @@
 """The bank's reading of its logs for `snapmesh.checking.cut`: money, and its rules.
 
 The bank runs natively on the packed path: a message is an amount, a node's state
-its balance, and the log says both (`wal.Init.balance`, `Send.amount`,
-`Recv.amount`, `Cut.balance`). `cut.check_snapshot` compares a recorded in-flight
+its balance, and the log says both (`wal.Init.tally`, `Send.tally`,
+`Recv.tally`, `Cut.tally`: the log's keys "balance" and "amount"). `cut.check_snapshot` compares a recorded in-flight
 amount with its send record's and a recorded balance with the balance its log
 gives before its cut (`cut.STATE`); the arithmetic behind that balance, and the
 rules that are only money's, are here (docs/reconcile.md "The rules", 3 and 7):
@@ -62,10 +62,10 @@ class Reading:
         return self.initial_total if self.given_total is None else self.given_total
 
     def content(self, send: wal.Send) -> int:
-        return send.amount
+        return send.tally
 
     def said(self, cut: wal.Cut) -> int:
-        return cut.balance
+        return cut.tally
 
     def state(self, node: str, cut: Any) -> int:
         return self.at_cut[(node, cut.lsn)]
@@ -77,12 +77,12 @@ class Reading:
         for r in records:
             kind = type(r)
             if kind is send:
-                held -= r.amount  # type: ignore[attr-defined]
+                held -= r.tally  # type: ignore[attr-defined]
             elif kind is recv:
-                held += r.amount  # type: ignore[attr-defined]
+                held += r.tally  # type: ignore[attr-defined]
             elif kind is init:
-                held += r.balance  # type: ignore[attr-defined]
-                initial += r.balance  # type: ignore[attr-defined]
+                held += r.tally  # type: ignore[attr-defined]
+                initial += r.tally  # type: ignore[attr-defined]
             elif kind is cut:
                 at_cut[(node, r.lsn)] = held
         self.held[node] = held
@@ -93,7 +93,7 @@ class Reading:
         self.feed(node, (record,))
 
     def check_node(self, node: str, cut: Any) -> Iterable[tuple[str, tuple]]:
-        said, before = cut.record.balance, self.state(node, cut)
+        said, before = cut.record.tally, self.state(node, cut)
         return ((CUT_BALANCE, (node, said, before)),) if said != before else ()
 
     def check_whole(self, snap: Any, verdict: Any) -> tuple[Totals, list[tuple[str, tuple]]]:
@@ -113,7 +113,7 @@ class Reading:
         return totals, found
 
     def opening(self, restore: wal.Restore) -> wal.Record:
-        return wal.Init(lsn=restore.lsn, balance=restore.balance)
+        return wal.Init(lsn=restore.lsn, tally=restore.tally)
 
     def replayed(self, opening: wal.Record, replay: wal.Replay) -> wal.Record:
-        return wal.Init(lsn=opening.lsn, balance=opening.balance + replay.amount)  # type: ignore[attr-defined]
+        return wal.Init(lsn=opening.lsn, tally=opening.tally + replay.tally)  # type: ignore[attr-defined]

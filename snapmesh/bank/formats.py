@@ -13,3 +13,6 @@ NODE_TALLY_KEY = "balance"  # a log record's, trace event's or FullState's tally
 MESSAGE_TALLY_KEY = "amount"  # a send/recv/replay record's or an in-flight item's tally (v1)
 RUN_TALLIES_KEY = "amounts"  # a packed outbox run's tallies, one per seq (OutboxRun.amounts)
 RECORDED_TALLIES_KEY = "amounts"  # a trace's channel_recorded event's tallies, one per msg (in arrival order)
+RESTORED_TALLY_KEY = "restored_balance"  # a checkpoint record's tally right after the last restore (v1)
+TALLY_METRIC = "snapmesh_balance"  # the node's gauge of its tally (the dashboards' queries name it)
+TALLY_METRIC_HELP = "This node's current balance"  # its HELP text, as scrapers have always read it

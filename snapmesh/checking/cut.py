@@ -77,7 +77,10 @@ IN_FLIGHT_RULES = (
 
 # The kinds the rules read, and their fields (the required ones of `wal.SPEC`).
 READ_KINDS = ("init", "send", "recv", "cut", "marker_sent", "marker_recv", "restore", "replay")
-_READ_FIELDS = {kind: tuple(name for name, _, required in wal.SPEC[kind] if required) for kind in READ_KINDS}
+_READ_FIELDS = {
+    kind: tuple((key, attr) for (key, _, required), attr in zip(wal.SPEC[kind], wal.ATTRS[kind], strict=True) if required)
+    for kind in READ_KINDS
+}
 _OPTIONAL_READ = {"send": ("payload",), "cut": ("digest",)}  # what `Payloads` reads besides
 
 
@@ -91,7 +94,7 @@ def record(raw: Mapping[str, Any], node: str | None = None) -> wal.Record:
     if fields is None:
         return wal.Unknown(lsn=raw["lsn"], kind=kind)
     own = {"src": node} if kind in ("send", "marker_sent") else {"dst": node} if kind in ("recv", "marker_recv") else {}
-    values = {name: raw[name] if name in raw else own[name] for name in fields}
+    values = {attr: raw[key] if key in raw else own[key] for key, attr in fields}
     for name in _OPTIONAL_READ.get(kind, ()):
         if name in raw:
             values[name] = raw[name]

@@ -100,7 +100,7 @@ def step(world: World) -> None:
         src = rng.choice(live)
         if world.outgoing[src]:
             dst = rng.choice(world.outgoing[src])
-            amount = rng.randint(1, max(1, world.nodes[src].balance // 2 + 2))  # type: ignore[union-attr]
+            amount = rng.randint(1, max(1, world.nodes[src].tally // 2 + 2))  # type: ignore[union-attr]
             rid = ""
             if rng.random() < 0.3:
                 world.next_request += 1

@@ -15,9 +15,8 @@ V1. A COMPLETE snapshot of an app cluster says which app (`Snapshot.app.spec`) a
 V2. A check that raises or returns something other than a list is a failed
     invariant naming what happened (snapmesh.app.check_invariants), never a
     crash of the controller.
-V3. The bank's fields stay the bank's: an app's messages carry no tally, so an app
-    snapshot's `total` (its nodes' native fields as reported, left at their init)
-    is its `expected_total` and it is `conserved`; whether it
+V3. The bank's fields stay the bank's: an app's nodes and messages carry no tally,
+    so an app snapshot's `total` is 0, its `expected_total` too, and it is `conserved`; whether it
     may be restored is its invariants' call (snapmesh.protocol.controller.machine.problem).
 """
 
@@ -29,7 +28,7 @@ from types import MappingProxyType
 from typing import Any
 
 from snapmesh.app import App, View, check_invariants
-from snapmesh.bank.ledger import BankSide
+import snapmesh.bank.wire as wire
 from snapmesh.protocol.controller.appside import PartRefused
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -44,7 +43,7 @@ def digest(state: bytes) -> str:
 
 def in_flight_item(transfer: Any) -> pb.InFlightTransfer:
     """A recorded message (core.Transfer) as the report carries it: an app's with its payload."""
-    return pb.InFlightTransfer(msg_id=transfer.msg_id, amount=transfer.amount, seq=transfer.seq, payload=transfer.payload)
+    return wire.in_flight_item(transfer.msg_id, transfer.tally, transfer.seq, transfer.payload)
 
 
 def view_of(snapshot: pb.Snapshot, params: Mapping[str, Any] = MappingProxyType({})) -> View:
@@ -89,11 +88,11 @@ class AppChecker:
                                   f"{len(run.payloads)} payloads")
         return dict.fromkeys(items, 0)
 
-    # An app node still reports the native int64 field (left at its init): the entry
-    # keeps it as reported, as before the app side existed, so v1 readers and the
-    # log rules (snapmesh reconcile) see what the node logged. The state bytes are
-    # the tracker's to keep.
-    node = BankSide.node
+    def node(self, entry: pb.NodeBalance, state: pb.FullState) -> int:
+        """An app node keeps no native tally (it reports 0, snapmesh/protocol/reports.py):
+        its entry's native field stays 0 and it adds nothing; the state bytes are
+        the tracker's to keep."""
+        return 0
 
     def item_columns(self, items: Sequence[pb.InFlightTransfer]) -> tuple[Sequence, ...]:
         return ([t.payload if t.HasField("payload") else None for t in items],)

@@ -62,8 +62,8 @@ def channel_state(reports: Mapping[str, core.FullState], src: str, dst: str) -> 
         return tuple(recorded)
     outbox = reports[src].outbox.get(dst, ())
     return tuple(merge(
-        tuple(recorded), [e.seq for e in outbox], [e.amount for e in outbox], position,
-        lambda seq, amount: core.Transfer(msg_id=f"{src}:{dst}:{seq}", amount=amount, seq=seq),
+        tuple(recorded), [e.seq for e in outbox], [e.tally for e in outbox], position,
+        lambda seq, tally: core.Transfer(msg_id=f"{src}:{dst}:{seq}", tally=tally, seq=seq),
     ))
 
 
@@ -76,13 +76,13 @@ def in_flight_towards(reports: Mapping[str, core.FullState], dst: str) -> list[t
 
 
 def merge(
-    recorded: Sequence[T], seqs: Sequence[int], amounts: Sequence[int], position: int, make: Callable[[int, int], T]
+    recorded: Sequence[T], seqs: Sequence[int], tallies: Sequence[int], position: int, make: Callable[[int, int], T]
 ) -> list[T]:
     """O3 for the simulator and the controller alike: what the receiver recorded (in
     seq order; anything with a `seq`), plus the sender's outbox past the receiver's
     position, one per seq, in seq order. The outbox comes as columns (increasing
-    `seqs`, their `amounts`), as a report carries it; an item is made
-    (`make(seq, amount)`) only for an outbox seq the receiver did not record, so
+    `seqs`, their `tallies`), as a report carries it; an item is made
+    (`make(seq, tally)`) only for an outbox seq the receiver did not record, so
     the part it also holds (most of it) costs no object. Where both hold a seq
     they hold the same transfer; the receiver's copy is kept."""
     merged: list[T] = []
@@ -90,7 +90,7 @@ def merge(
         if from_recorded:
             merged += recorded[i:j]
         else:
-            merged += [make(seq, amount) for seq, amount in zip(seqs[i:j], amounts[i:j], strict=True)]
+            merged += [make(seq, tally) for seq, tally in zip(seqs[i:j], tallies[i:j], strict=True)]
     return merged
 
 

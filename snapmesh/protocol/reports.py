@@ -7,6 +7,7 @@ the node's shell needs nothing of the controller to report.
 
 from __future__ import annotations
 
+import snapmesh.bank.wire as wire
 from snapmesh.protocol import appstate
 from snapmesh.protocol.node import core
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -17,10 +18,10 @@ def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0,
     (overtake mode: with its positions and outbox runs). `cut_at_ns` and `done_at_ns`
     are wall-clock times for the statistics only (0: unknown)."""
     node_id = state.node_id
-    message = pb.FullState(
+    message = wire.full_state(
+        state.tally if state.state is None else 0,  # an app node's state is its bytes: no native tally
         snapshot_id=state.snapshot_id,
         node_id=node_id,
-        balance=state.balance,
         epoch=epoch,
         cut_at_unix_ns=cut_at_ns,
         done_at_unix_ns=done_at_ns,
@@ -39,8 +40,8 @@ def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0,
         message.snapshot_mode = "overtake"
         message.positions.extend(pb.ChannelPosition(src=src, dst=node_id, seq=seq) for src, seq in state.positions.items())
         message.outbox_runs.extend(
-            pb.OutboxRun(src=node_id, dst=dst, seqs=[e.seq for e in entries], amounts=[e.amount for e in entries],
-                         payloads=[e.payload for e in entries] if state.state is not None else ())
+            wire.outbox_run(node_id, dst, [e.seq for e in entries], [e.tally for e in entries],
+                            payloads=[e.payload for e in entries] if state.state is not None else ())
             for dst, entries in state.outbox.items()
         )
     return message

@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
+from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY, RESTORED_TALLY_KEY
+
 ACTIVE_SUFFIX = ".log.jsonl"
 _SEALED = re.compile(r"^(?P<node>.+)\.log\.(?P<first>\d{12})\.jsonl$")
 
@@ -82,7 +84,7 @@ class Record:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Init(Record):
     KIND: ClassVar[str] = "init"
-    balance: int
+    tally: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -98,9 +100,9 @@ class Send(Record):
     src: str
     dst: str
     seq: int
-    amount: int  # 0: an app message, its bytes in `payload`
+    tally: int  # 0: an app message, its bytes in `payload`
     request_id: str = ""  # the client's retry key; omitted when empty
-    payload: str = ""  # an app message's bytes, base64 (amount 0); omitted when empty
+    payload: str = ""  # an app message's bytes, base64 (tally 0); omitted when empty
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,7 +113,7 @@ class Recv(Record):
     src: str
     dst: str
     seq: int
-    amount: int  # 0: an app message, its bytes in `payload`
+    tally: int  # 0: an app message, its bytes in `payload`
     payload: str = ""  # base64; an app's input, replayed through it by recovery
 
 
@@ -120,7 +122,7 @@ class Cut(Record):
     KIND: ClassVar[str] = "cut"
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"digest"})
     snapshot_id: str
-    balance: int
+    tally: int
     digest: str = ""  # an app's state at the cut: sha256 of its snapshot() bytes, hex (the report carries the bytes)
 
 
@@ -171,19 +173,19 @@ class Checkpoint(Record):
       seq the receiver acknowledged (the ack watermark);
     received: per incoming channel, the last seq received;
     outbox: per outgoing channel, the unacknowledged messages in seq order,
-      each [seq, amount, snapshot_id] (amount 0 for a marker, "" for a transfer);
+      each [seq, tally, snapshot_id] (tally 0 for a marker, "" for a transfer);
     abandoned: snapshot ids a restart must treat as abandoned (recent ones);
-    requests: client request_id -> [msg_id, balance after, wall-clock seconds
+    requests: client request_id -> [msg_id, tally after, wall-clock seconds
       paid, lsn of its send record] (the window, snapmesh/protocol/node/requests.py; older
-      logs: [msg_id, balance after]);
+      logs: [msg_id, tally after]);
     cuts: snapshot id -> the lsn of its cut here (recent ones);
-    restored, restored_balance: the last restore's snapshot id and the balance
+    restored, restored_tally: the last restore's snapshot id and the tally
       right after it (its answer to a repeated RestoreState).
     """
 
     KIND: ClassVar[str] = "checkpoint"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"epoch", "cuts", "restored", "restored_balance", "state"})
-    balance: int
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"epoch", "cuts", "restored", "restored_tally", "state"})
+    tally: int
     next_seq: dict
     acked: dict
     received: dict
@@ -193,23 +195,23 @@ class Checkpoint(Record):
     epoch: int = 0  # the node's epoch (0, omitted: epoch 1, a log from before restores)
     cuts: dict = field(default_factory=dict)
     restored: str = ""
-    restored_balance: int = 0
+    restored_tally: int = 0
     state: str = ""  # the hosted app's snapshot() bytes, base64 (an app node; the bank: empty)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Restore(Record):
-    """The node entered `epoch` by restoring snapshot `snapshot_id`: its balance
-    is now `balance` (the recorded one), every channel starts again at seq 1,
+    """The node entered `epoch` by restoring snapshot `snapshot_id`: its tally
+    is now `tally` (the recorded one), every channel starts again at seq 1,
     and the `deliveries` replay records that follow add the transfers recorded
     in flight towards it. A restore whose replays are not all in the log is
-    done again from the start (the balance is set, not added to)."""
+    done again from the start (the tally is set, not added to)."""
 
     KIND: ClassVar[str] = "restore"
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"state"})
     snapshot_id: str
     epoch: int
-    balance: int
+    tally: int
     deliveries: int
     state: str = ""  # an app node: the restored snapshot() bytes, base64
 
@@ -226,7 +228,7 @@ class Replay(Record):
     src: str
     dst: str
     seq: int
-    amount: int  # 0: an app message, its bytes in `payload`
+    tally: int  # 0: an app message, its bytes in `payload`
     payload: str = ""  # base64
 
 
@@ -245,17 +247,17 @@ class Unknown(Record):
 
 
 def _send_maker():
-    lsn_, msg_id_, src_, dst_, seq_, amount_, request_id_, payload_ = (getattr(Send, f.name).__set__ for f in fields(Send))
+    lsn_, msg_id_, src_, dst_, seq_, tally_, request_id_, payload_ = (getattr(Send, f.name).__set__ for f in fields(Send))
     new = object.__new__
 
-    def send_record(lsn: int, msg_id: str, src: str, dst: str, seq: int, amount: int, request_id: str = "") -> Send:
+    def send_record(lsn: int, msg_id: str, src: str, dst: str, seq: int, tally: int, request_id: str = "") -> Send:
         r = new(Send)
         lsn_(r, lsn)
         msg_id_(r, msg_id)
         src_(r, src)
         dst_(r, dst)
         seq_(r, seq)
-        amount_(r, amount)
+        tally_(r, tally)
         request_id_(r, request_id)
         payload_(r, "")
         return r
@@ -264,17 +266,17 @@ def _send_maker():
 
 
 def _recv_maker():
-    lsn_, msg_id_, src_, dst_, seq_, amount_, payload_ = (getattr(Recv, f.name).__set__ for f in fields(Recv))
+    lsn_, msg_id_, src_, dst_, seq_, tally_, payload_ = (getattr(Recv, f.name).__set__ for f in fields(Recv))
     new = object.__new__
 
-    def recv_record(lsn: int, msg_id: str, src: str, dst: str, seq: int, amount: int) -> Recv:
+    def recv_record(lsn: int, msg_id: str, src: str, dst: str, seq: int, tally: int) -> Recv:
         r = new(Recv)
         lsn_(r, lsn)
         msg_id_(r, msg_id)
         src_(r, src)
         dst_(r, dst)
         seq_(r, seq)
-        amount_(r, amount)
+        tally_(r, tally)
         payload_(r, "")
         return r
 
@@ -291,16 +293,29 @@ KNOWN: tuple[type[Record], ...] = (
 BY_KIND: dict[str, type[Record]] = {cls.KIND: cls for cls in KNOWN}
 KINDS = frozenset(BY_KIND)
 
-# The format as data: kind -> ((field, type, required), ...) after node, lsn, kind.
+_MESSAGES = (Send, Recv, Replay)
+
+
+def _key(cls: type[Record], name: str) -> str:
+    """A record field's key in the log: its name, but for the tallies, whose keys
+    are the v1 format's (snapmesh/bank/formats.py)."""
+    if name == "tally":
+        return MESSAGE_TALLY_KEY if cls in _MESSAGES else NODE_TALLY_KEY
+    return RESTORED_TALLY_KEY if name == "restored_tally" else name
+
+
+# The format as data: kind -> ((key, type, required), ...) after node, lsn, kind;
+# ATTRS: kind -> the record's field for each key, in the same order.
 COMMON: tuple[tuple[str, type, bool], ...] = (("node", str, True), ("lsn", int, True), ("kind", str, True))
 SPEC: Mapping[str, tuple[tuple[str, type, bool], ...]] = {
     cls.KIND: tuple(
-        (f.name, {"int": int, "str": str, "dict": dict, "list": list}[f.type], f.name not in cls.OPTIONAL)
+        (_key(cls, f.name), {"int": int, "str": str, "dict": dict, "list": list}[f.type], f.name not in cls.OPTIONAL)
         for f in fields(cls)
         if f.name != "lsn"
     )
     for cls in KNOWN
 }
+ATTRS: Mapping[str, tuple[str, ...]] = {cls.KIND: tuple(f.name for f in fields(cls) if f.name != "lsn") for cls in KNOWN}
 
 
 # ----------------------------------------------------------------- encoding
@@ -315,10 +330,10 @@ def encode(record: Record, node_id: str) -> str:
     """One line (with its newline). Field order: node, lsn, kind, then SPEC order."""
     cls = type(record)
     parts = [f'{{"node":{_js(node_id)},"lsn":{record.lsn},"kind":"{cls.KIND}"']
-    for name, kind, required in SPEC[cls.KIND]:
-        value = getattr(record, name)
-        if not required and not value and not (name == "payload" and record.amount == 0):  # type: ignore[attr-defined]
-            continue  # an app message's payload is written even when empty: amount 0 needs it
+    for (name, kind, required), attr in zip(SPEC[cls.KIND], ATTRS[cls.KIND], strict=True):
+        value = getattr(record, attr)
+        if not required and not value and not (name == "payload" and record.tally == 0):  # type: ignore[attr-defined]
+            continue  # an app message's payload is written even when empty: tally 0 needs it
         if kind is str:
             parts.append(f',"{name}":{_js(value)}')
         elif kind is int:
@@ -327,6 +342,9 @@ def encode(record: Record, node_id: str) -> str:
             parts.append(f',"{name}":{json.dumps(value, separators=(",", ":"), sort_keys=True)}')
     parts.append("}\n")
     return "".join(parts)
+
+
+_MESSAGE_KEY = f',"{MESSAGE_TALLY_KEY}":'  # a send's or recv's tally, as the log names it
 
 
 class Encoder:
@@ -346,24 +364,24 @@ class Encoder:
             self._fragments[(src, dst)] = frag
         return frag
 
-    def send(self, lsn: int, src: str, dst: str, seq: int, amount: int, msg_id: str, request_id: str = "") -> str:
+    def send(self, lsn: int, src: str, dst: str, seq: int, tally: int, msg_id: str, request_id: str = "") -> str:
         with_id, ends = self._channel(src, dst)
         mid = f'{with_id}{seq}"' if msg_id == f"{src}:{dst}:{seq}" else f',"msg_id":{_js(msg_id)}'
         tail = f',"request_id":{_js(request_id)}}}\n' if request_id else "}\n"
-        return f'{self._prefix}{lsn},"kind":"send"{mid}{ends},"seq":{seq},"amount":{amount}{tail}'
+        return f'{self._prefix}{lsn},"kind":"send"{mid}{ends},"seq":{seq}{_MESSAGE_KEY}{tally}{tail}'
 
-    def recv(self, lsn: int, src: str, dst: str, seq: int, amount: int, msg_id: str) -> str:
+    def recv(self, lsn: int, src: str, dst: str, seq: int, tally: int, msg_id: str) -> str:
         with_id, ends = self._channel(src, dst)
         mid = f'{with_id}{seq}"' if msg_id == f"{src}:{dst}:{seq}" else f',"msg_id":{_js(msg_id)}'
-        return f'{self._prefix}{lsn},"kind":"recv"{mid}{ends},"seq":{seq},"amount":{amount}}}\n'
+        return f'{self._prefix}{lsn},"kind":"recv"{mid}{ends},"seq":{seq}{_MESSAGE_KEY}{tally}}}\n'
 
     def record(self, record: Record) -> str:
-        if type(record) is Send and record.amount:  # type: ignore[attr-defined]  (an app message: encode)
+        if type(record) is Send and record.tally:  # type: ignore[attr-defined]  (an app message: encode)
             r = record
-            return self.send(r.lsn, r.src, r.dst, r.seq, r.amount, r.msg_id, r.request_id)  # type: ignore[attr-defined]
-        if type(record) is Recv and record.amount:  # type: ignore[attr-defined]
+            return self.send(r.lsn, r.src, r.dst, r.seq, r.tally, r.msg_id, r.request_id)  # type: ignore[attr-defined]
+        if type(record) is Recv and record.tally:  # type: ignore[attr-defined]
             r = record
-            return self.recv(r.lsn, r.src, r.dst, r.seq, r.amount, r.msg_id)  # type: ignore[attr-defined]
+            return self.recv(r.lsn, r.src, r.dst, r.seq, r.tally, r.msg_id)  # type: ignore[attr-defined]
         return encode(record, self.node_id)
 
 
@@ -409,7 +427,7 @@ def from_dict(raw: Any, where: str, *, node_id: str | None = None) -> Record:
     if cls is None:
         return Unknown(lsn=lsn, kind=kind)
     values: dict[str, Any] = {}
-    for name, typ, required in SPEC[kind]:
+    for (name, typ, required), attr in zip(SPEC[kind], ATTRS[kind], strict=True):
         if name not in raw:
             if required:
                 raise CorruptRecord(f"{where}: {kind} record needs {_article(typ)} {name!r}")
@@ -418,13 +436,13 @@ def from_dict(raw: Any, where: str, *, node_id: str | None = None) -> Record:
         ok = _is_int(value) if typ is int else isinstance(value, typ)
         if not ok:
             raise CorruptRecord(f"{where}: {kind} record needs {_article(typ)} {name!r}, got {value!r}")
-        values[name] = value
+        values[attr] = value
     if kind in ("send", "recv", "marker_sent", "marker_recv") and values["seq"] < 1:
         raise CorruptRecord(f"{where}: {kind} seq must be >= 1, got {values['seq']}")
-    if kind in ("send", "recv", "replay") and values["amount"] < (0 if "payload" in values else 1):
-        raise CorruptRecord(f"{where}: {kind} amount must be >= 1, got {values['amount']}")
-    if kind in ("send", "recv", "replay") and values.get("payload") and values["amount"] != 0:
-        raise CorruptRecord(f"{where}: {kind} carries both an amount and an app payload")
+    if kind in ("send", "recv", "replay") and values["tally"] < (0 if "payload" in values else 1):
+        raise CorruptRecord(f"{where}: {kind} {MESSAGE_TALLY_KEY} must be >= 1, got {values['tally']}")
+    if kind in ("send", "recv", "replay") and values.get("payload") and values["tally"] != 0:
+        raise CorruptRecord(f"{where}: {kind} carries both an {MESSAGE_TALLY_KEY} and an app payload")
     return cls(lsn=lsn, **values)
 
 

@@ -357,7 +357,7 @@ class SimController:
             self.faults["restore part with app messages in flight"] += 1
         self.waiting[node_id] = request  # the node's RestoreReply answers it (`restored`)
         node.restore(  # type: ignore[union-attr]
-            snapshot_id=request.snapshot_id, epoch=request.epoch, balance=request.balance, in_flight=in_flight,
+            snapshot_id=request.snapshot_id, epoch=request.epoch, tally=request.balance, in_flight=in_flight,
             reply_to=request, **app,
         )
         self.world.route(node_id)  # its EndStreams ends the older epoch's connections

@@ -109,7 +109,7 @@ class Checker:
         elif kind is wal.Recv or kind is wal.MarkerRecv:
             self._fold_recv(node, record)
         elif kind is wal.Init:
-            self.balance[node] = record.balance  # type: ignore[attr-defined]
+            self.balance[node] = record.tally  # type: ignore[attr-defined]
         elif kind is wal.Cut:
             sid = record.snapshot_id  # type: ignore[attr-defined]
             if (node, sid) in self.aborted:
@@ -118,8 +118,8 @@ class Checker:
             self.cuts[(node, sid)] = record.lsn
         elif kind is wal.Abort:
             self.aborted.add((node, record.snapshot_id))  # type: ignore[attr-defined]
-        elif kind is wal.Checkpoint and record.balance != self.balance[node]:  # type: ignore[attr-defined]
-            said = record.balance  # type: ignore[attr-defined]
+        elif kind is wal.Checkpoint and record.tally != self.balance[node]:  # type: ignore[attr-defined]
+            said = record.tally  # type: ignore[attr-defined]
             raise Violation(f"{node}: checkpoint at lsn {record.lsn} says balance {said}, the log says {self.balance[node]}")
         elif kind is wal.MarkerSent:
             self._sent(node, record.dst)[record.seq] = (0, "")  # type: ignore[attr-defined]
@@ -201,7 +201,7 @@ class Checker:
                 elif type(record) is wal.MarkerSent:
                     self._sent(node, record.dst)[record.seq] = (0, "")
                 elif type(record) is wal.Init:
-                    self.balance[node] = record.balance
+                    self.balance[node] = record.tally
                 elif type(record) is wal.Restore or type(record) is wal.Replay:
                     self._fold_restore(node, record, check=False)
                     if type(record) is wal.Restore:
@@ -235,40 +235,40 @@ class Checker:
         """A restore starts the node's new epoch: its balance is set, then each replay adds (R1)."""
         if type(record) is wal.Restore:
             self.epoch[node] = record.epoch
-            self.balance[node] = record.balance
+            self.balance[node] = record.tally
             self._unreplayed[node] = record.deliveries
             reports = self.complete.get(record.snapshot_id)
             if check and reports is not None:
                 part = reports[node]
-                if part.balance != record.balance:
+                if part.tally != record.tally:
                     raise Violation(
-                        f"{node}: restored {record.snapshot_id} with balance {record.balance}, recorded {part.balance}"
+                        f"{node}: restored {record.snapshot_id} with balance {record.tally}, recorded {part.tally}"
                     )
                 if self.app is None:
-                    self._replays[node] = [(src, t.msg_id, t.amount) for src, t in overtake.in_flight_towards(reports, node)]
+                    self._replays[node] = [(src, t.msg_id, t.tally) for src, t in overtake.in_flight_towards(reports, node)]
                 else:  # A3: the state and the payloads too
                     if record.state != wal.pack(part.state or b""):
                         raise Violation(f"{node}: restored {record.snapshot_id} with another app state than it recorded")
                     self._replays[node] = [
-                        (src, t.msg_id, t.amount, wal.pack(t.payload or b"")) for src, t in apps.in_flight_towards(reports, node)
+                        (src, t.msg_id, t.tally, wal.pack(t.payload or b"")) for src, t in apps.in_flight_towards(reports, node)
                     ]
                 if len(self._replays[node]) != record.deliveries:
                     raise Violation(
                         f"{node}: restore announces {record.deliveries} replays, the snapshot holds {self._replays[node]}"
                     )
             return
-        self.balance[node] += record.amount
+        self.balance[node] += record.tally
         self._unreplayed[node] -= 1
         owed = self._replays.get(node)
         if check and owed is not None:
-            got = (record.src, record.msg_id, record.amount) + ((record.payload,) if self.app is not None else ())
+            got = (record.src, record.msg_id, record.tally) + ((record.payload,) if self.app is not None else ())
             if not owed or owed[0] != got:
-                raise Violation(f"{node}: replayed {record.msg_id} ({record.amount}) from {record.src}, expected {owed[:1]}")
+                raise Violation(f"{node}: replayed {record.msg_id} ({record.tally}) from {record.src}, expected {owed[:1]}")
             owed.pop(0)
 
     def _fold_send(self, node: str, record: wal.Send) -> None:
-        self.balance[node] -= record.amount
-        self._sent(node, record.dst)[record.seq] = (record.amount, record.msg_id)
+        self.balance[node] -= record.tally
+        self._sent(node, record.dst)[record.seq] = (record.tally, record.msg_id)
         if self.app is not None:
             self.payloads[(node, record.dst, self.epoch[node])][record.seq] = record.payload
 
@@ -282,7 +282,7 @@ class Checker:
             what = "applied twice" if record.seq <= upto else "a gap"
             raise Violation(f"{node}: logged seq {record.seq} on {record.src}->{node} after {upto} ({what})")
         sent = self.sent[channel].get(record.seq)
-        amount = record.amount if type(record) is wal.Recv else 0
+        amount = record.tally if type(record) is wal.Recv else 0
         if sent is None or sent[0] != amount:
             raise Violation(f"{node}: received seq {record.seq} on {record.src}->{node}, the sender logged {sent}")
         if self.app is not None and type(record) is wal.Recv and self.payloads[channel].get(record.seq) != record.payload:
@@ -304,8 +304,8 @@ class Checker:
         if self.fold is not None:
             apps.check_states(self.fold, live)
         for node_id, node in live.items():
-            if node.balance != self.balance[node_id]:  # type: ignore[attr-defined]
-                raise Violation(f"{node_id}: balance {node.balance} in memory, its log says {self.balance[node_id]}")  # type: ignore[attr-defined]
+            if node.tally != self.balance[node_id]:  # type: ignore[attr-defined]
+                raise Violation(f"{node_id}: balance {node.tally} in memory, its log says {self.balance[node_id]}")  # type: ignore[attr-defined]
             for sid in node.process.in_progress():  # type: ignore[attr-defined]
                 at = self.recorded_at.get((node_id, sid))
                 if at is None:
@@ -322,12 +322,12 @@ class Checker:
         bank = bank_cut.Reading(self.total)
         index = cut.LogIndex.of(cut.epoch_logs(self.logs, epoch, bank), snapshot_ids=[snapshot_id], reading=bank)
         channels = {
-            (src, dst): [(t.msg_id, t.amount, t.seq) for t in overtake.channel_state(reports, src, dst)]
+            (src, dst): [(t.msg_id, t.tally, t.seq) for t in overtake.channel_state(reports, src, dst)]
             for src, dst in self.channels
         }
         snapshot = cut.Snapshot(
             snapshot_id,
-            nodes=[(node, state.balance) for node, state in reports.items()],
+            nodes=[(node, state.tally) for node, state in reports.items()],
             channels=[(src, dst, items) for (src, dst), items in channels.items()],
         )
         verdict = cut.check_snapshot(index, snapshot, topology=self.channels)
@@ -336,7 +336,7 @@ class Checker:
             if any(p.rule in node_rules and p.args[0] == node for p in problems):
                 at_cut = index.cut(snapshot_id, node)
                 logged = bank.state(node, at_cut) if at_cut is not None else None
-                raise Violation(f"snapshot {snapshot_id}: {node} recorded {state.balance}, its log says {logged} at its cut")
+                raise Violation(f"snapshot {snapshot_id}: {node} recorded {state.tally}, its log says {logged} at its cut")
         if problems and problems[0].rule in node_rules:
             raise Violation(f"snapshot {snapshot_id}: COMPLETE but {problems[0].rule} for {problems[0].args[0]}")
         for src, dst in self.channels:

@@ -71,7 +71,7 @@ class Simulator:
         self._processes = {
             node: core.Process(
                 node_id=node,
-                balance=scenario.balances[node],
+                tally=scenario.balances[node],
                 incoming=topo.incoming(node),
                 outgoing=topo.outgoing(node),
             )
@@ -91,7 +91,7 @@ class Simulator:
     # -- queries
 
     def balance(self, node: str) -> int:
-        return self._processes[node].balance
+        return self._processes[node].tally
 
     def pending(self, channel: Channel) -> tuple[core.Message, ...]:
         return tuple(self._queues[channel])
@@ -124,14 +124,14 @@ class Simulator:
 
     def _send(self, step: Send, index: int | None) -> None:
         process = self._processes[step.src]
-        if step.amount > process.balance:
+        if step.amount > process.tally:
             raise self._error(
-                index, step, f"insufficient funds: {step.src} has {process.balance}, cannot send {step.amount}"
+                index, step, f"insufficient funds: {step.src} has {process.tally}, cannot send {step.amount}"
             )
         self._next_msg += 1
         msg_id = f"m{self._next_msg}"
         try:
-            effects = process.send_transfer(dst=step.dst, msg_id=msg_id, amount=step.amount, seq=self._next_msg)
+            effects = process.send_transfer(dst=step.dst, msg_id=msg_id, tally=step.amount, seq=self._next_msg)
         except core.LocalProtocolError as exc:
             raise self._error(index, step, str(exc)) from None
         self._handle(step.src, effects)
@@ -150,7 +150,7 @@ class Simulator:
         if not queue:
             self._nonempty.remove(self._channel_index[channel])
         if isinstance(message, core.Transfer):
-            self._at(dst, "receive", src=src, msg=message.msg_id, amount=message.amount)
+            self._at(dst, "receive", src=src, msg=message.msg_id, amount=message.tally)
         else:
             self._at(dst, "marker_received", src=src, snapshot=message.snapshot_id)
         self._handle(dst, self._processes[dst].receive(src=src, message=message))
@@ -167,16 +167,16 @@ class Simulator:
                 queue.append(effect.message)
                 message = effect.message
                 if isinstance(message, core.Transfer):
-                    self._at(node, "send", dst=effect.dst, msg=message.msg_id, amount=message.amount)
+                    self._at(node, "send", dst=effect.dst, msg=message.msg_id, amount=message.tally)
                 else:
                     self._snapshots[message.snapshot_id].markers += 1
                     self._at(node, "marker_sent", dst=effect.dst, snapshot=message.snapshot_id)
             elif isinstance(effect, core.LocalStateRecorded):
-                self._snapshots[effect.snapshot_id].balances[node] = effect.balance
-                self._at(node, "cut", snapshot=effect.snapshot_id, balance=effect.balance)
+                self._snapshots[effect.snapshot_id].balances[node] = effect.tally
+                self._at(node, "cut", snapshot=effect.snapshot_id, balance=effect.tally)
             elif isinstance(effect, core.ChannelRecorded):
                 transfers = effect.transfers
-                self._snapshots[effect.snapshot_id].channels[(effect.src, node)] = [t.amount for t in transfers]
+                self._snapshots[effect.snapshot_id].channels[(effect.src, node)] = [t.tally for t in transfers]
                 self.trace.append(
                     {
                         "event": "channel_recorded",
@@ -184,7 +184,7 @@ class Simulator:
                         "src": effect.src,
                         "dst": node,
                         "msgs": [t.msg_id for t in transfers],
-                        "amounts": [t.amount for t in transfers],
+                        "amounts": [t.tally for t in transfers],
                     }
                 )
             elif isinstance(effect, core.SnapshotCompleted):
@@ -224,7 +224,7 @@ class Simulator:
         return {
             "seed": self.seed,
             "snapshots": snapshots,
-            "final": {node: self._processes[node].balance for node in topo.nodes},
+            "final": {node: self._processes[node].tally for node in topo.nodes},
         }
 
 

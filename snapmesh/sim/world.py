@@ -102,7 +102,7 @@ class World:
         state = recovery.recover(
             records,
             node_id=node_id,
-            initial_balance=self.balances[node_id],
+            initial_tally=self.balances[node_id],
             incoming=self.incoming[node_id],
             outgoing=self.outgoing[node_id],
             app=self.app,

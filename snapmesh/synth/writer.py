@@ -136,7 +136,7 @@ def generate(
     def record(i: int, snap: _Snapshot, closed_channel: int | None) -> None:
         nonlocal watch_node, watch_sid
         snap.cut[i] = bal[i]
-        emit(i, encoders[i].record(wal.Cut(lsn=next_lsn(i), snapshot_id=snap.sid, balance=bal[i])))
+        emit(i, encoders[i].record(wal.Cut(lsn=next_lsn(i), snapshot_id=snap.sid, tally=bal[i])))
         for c in incoming[i]:
             if c == closed_channel:
                 snap.closed += 1
@@ -147,7 +147,7 @@ def generate(
         send_markers(i, snap.sid)
 
     for i in range(nodes):
-        emit(i, encoders[i].record(wal.Init(lsn=next_lsn(i), balance=initial_balance)))
+        emit(i, encoders[i].record(wal.Init(lsn=next_lsn(i), tally=initial_balance)))
 
     slot = 0
     while True:
@@ -157,7 +157,7 @@ def generate(
             i = randrange(nodes)
             if slot in failed_slots:
                 # Aborted: the initiator recorded its state, then gave up.
-                emit(i, encoders[i].record(wal.Cut(lsn=next_lsn(i), snapshot_id=sid, balance=bal[i])))
+                emit(i, encoders[i].record(wal.Cut(lsn=next_lsn(i), snapshot_id=sid, tally=bal[i])))
                 emit(i, encoders[i].record(wal.Abort(lsn=next_lsn(i), snapshot_id=sid, reason="deadline")))
                 done.append(_Snapshot(sid=sid, initiator=i, started=step, finished=step + 1, failed=True))
             else:

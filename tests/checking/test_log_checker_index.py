@@ -94,22 +94,22 @@ def test_the_expected_in_flight_is_sent_before_the_cut_minus_received_before_the
     seq_of = {msg: i + 1 for i, (msg, _) in enumerate(sent)}
     for _ in range(10):
         a_cut, b_cut = rng.randint(0, len(sent)), rng.randint(0, len(receives))
-        a_log: list = [wal.Init(lsn=1, balance=1000)]
+        a_log: list = [wal.Init(lsn=1, tally=1000)]
         for i, (msg, send) in enumerate(sent):
             if i == a_cut:
-                a_log.append(wal.Cut(lsn=len(a_log) + 1, snapshot_id="s", balance=0))
-            a_log.append(wal.Send(lsn=len(a_log) + 1, msg_id=msg, src="a", dst="b", seq=seq_of[msg], amount=send.tally))
+                a_log.append(wal.Cut(lsn=len(a_log) + 1, snapshot_id="s", tally=0))
+            a_log.append(wal.Send(lsn=len(a_log) + 1, msg_id=msg, src="a", dst="b", seq=seq_of[msg], tally=send.tally))
         if a_cut == len(sent):
-            a_log.append(wal.Cut(lsn=len(a_log) + 1, snapshot_id="s", balance=0))
-        b_log: list = [wal.Init(lsn=1, balance=0)]
+            a_log.append(wal.Cut(lsn=len(a_log) + 1, snapshot_id="s", tally=0))
+        b_log: list = [wal.Init(lsn=1, tally=0)]
         got = sorted(receives, key=lambda m: receives[m][1])
         for i, msg in enumerate(got):
             if i == b_cut:
-                b_log.append(wal.Cut(lsn=len(b_log) + 1, snapshot_id="s", balance=0))
-            amount = dict(sent)[msg].tally
-            b_log.append(wal.Recv(lsn=len(b_log) + 1, msg_id=msg, src="a", dst="b", seq=seq_of[msg], amount=amount))
+                b_log.append(wal.Cut(lsn=len(b_log) + 1, snapshot_id="s", tally=0))
+            tally = dict(sent)[msg].tally
+            b_log.append(wal.Recv(lsn=len(b_log) + 1, msg_id=msg, src="a", dst="b", seq=seq_of[msg], tally=tally))
         if b_cut == len(got):
-            b_log.append(wal.Cut(lsn=len(b_log) + 1, snapshot_id="s", balance=0))
+            b_log.append(wal.Cut(lsn=len(b_log) + 1, snapshot_id="s", tally=0))
         verdict = cut.check_snapshot(cut.LogIndex.of({"a": a_log, "b": b_log}, reading=bank_cut.Reading()),
                                      cut.Snapshot("s", [], []))
         before = set(got[:b_cut])

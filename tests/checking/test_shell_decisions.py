@@ -9,7 +9,7 @@ the machine now makes in its own events.
   stale_report(        the controller machine's `reported` refuses a stale report
   machine.report_message  the report message is snapmesh/protocol/reports.py's, not
                        the controller machine's
-  .restored_balance    RestoreState's answer is the node machine's RestoreReply, once
+  .restored_tally    RestoreState's answer is the node machine's RestoreReply, once
                        durable (N8): no shell reads the node for it or waits itself
   = node.restore(      which streams end at a restore is the node machine's EndStreams
   network.cut_all(     (N8); no shell decides it from restore's result or ends them
@@ -36,7 +36,7 @@ FORBIDDEN = {
     ".fence(": re.compile(r"\.fence(_clients)?\("),
     "stale_report(": re.compile(r"\bstale_report\("),
     "machine.report_message": re.compile(r"\bmachine\.report_message\b"),
-    ".restored_balance": re.compile(r"\.restored_balance\b"),
+    ".restored_tally": re.compile(r"\.restored_tally\b"),
     "= node.restore(": re.compile(r"=\s*(self\.)?node\.restore\("),
     "network.cut_all(": re.compile(r"\bnetwork\.cut_all\("),
     ".restore_incomplete": re.compile(r"\.restore_incomplete\b"),
@@ -78,7 +78,7 @@ def test_no_shell_makes_a_decision_of_a_machine(path: Path) -> None:
         ("if b.fence_clients():\n", ".fence("),
         ("stale = machine.stale_report(state.epoch, epoch)\n", "stale_report("),
         ("message = machine.report_message(state)\n", "machine.report_message"),
-        ("return pb.RestoreStateResponse(epoch=node.epoch, balance=node.restored_balance)\n", ".restored_balance"),
+        ("return pb.RestoreStateResponse(epoch=node.epoch, balance=node.restored_tally)\n", ".restored_tally"),
         ("            changed = self.node.restore(\n", "= node.restore("),
         ("        self.world.network.cut_all(node_id)\n", "network.cut_all("),
         ("        if last is not None and last.status == pb.Restore.RESTORING:\n", "Restore.RESTORING"),

@@ -93,7 +93,7 @@ class _Reporter:
 def _engine(mode: str) -> Engine:
     node = Node(
         node_id="b", incoming=("a",), outgoing=("a",), snapshot_mode=mode, segment_records=50,
-        recovered=fresh(initial_balance=1000, incoming=("a",), outgoing=("a",)),
+        recovered=fresh(initial_tally=1000, incoming=("a",), outgoing=("a",)),
     )
     engine = Engine(
         node=node, log_=_Log(), outgoing={"a": _Outgoing()}, incoming={"a": IncomingChannel(src="a", dst="b")},
@@ -115,7 +115,7 @@ def _apply(engine: Engine, batch: pb.ChannelBatch) -> tuple[str, str] | None:
 def _outcome(engine: Engine) -> tuple:
     node = engine.node
     return (
-        engine.log.records, node.balance, node.receivers["a"].last_seq, node.receivers["a"].duplicates,
+        engine.log.records, node.tally, node.receivers["a"].last_seq, node.receivers["a"].duplicates,
         node.transfers_received, node.markers_received, engine.reporter.kept, engine.outgoing["a"].pushed,
     )
 
@@ -263,7 +263,7 @@ def test_a_run_at_seq_0_is_refused_before_anything_applies() -> None:
         before = list(engine.log.records)
         batch = pb.ChannelBatch(runs=[pb.TransferRun(first_seq=1, amounts=[5]), pb.TransferRun(first_seq=0, amounts=[])])
         assert _apply(engine, batch) == ("RemoteProtocolError", "channel a->b: a run of transfers starts at seq 0")
-        assert engine.log.records == before and engine.node.balance == 1000
+        assert engine.log.records == before and engine.node.tally == 1000
 
     asyncio.run(go())
 
@@ -338,7 +338,7 @@ def test_runs_only_to_a_receiver_that_accepts_them(tmp_path, monkeypatch, old_re
                 if p2.node.transfers_received == 300:
                     break
                 await asyncio.sleep(0.05)
-            assert p2.node.transfers_received == 300 and p2.node.balance == 10_600
+            assert p2.node.transfers_received == 300 and p2.node.tally == 10_600
             if old_receiver:
                 assert seen == {"runs": 0, "messages": 300}
             else:
@@ -398,7 +398,7 @@ def test_malformed_runs_get_the_per_message_status_codes(tmp_path, monkeypatch) 
             # What came before the gap stays applied; the gap is DATA_LOSS.
             acks, code, details = await _raw(address, [opening, runs((1, [5, 6]), (4, [7]))])
             assert code == grpc.StatusCode.DATA_LOSS and "seq 4 after 2" in details
-            assert node.receivers["p1"].last_seq == 2 and node.balance == 10_011
+            assert node.receivers["p1"].last_seq == 2 and node.tally == 10_011
             # A bad amount is a protocol violation, after what came before it.
             acks, code, details = await _raw(address, [opening, runs((3, [1, -5]))])
             assert code == grpc.StatusCode.FAILED_PRECONDITION and "protocol violation" in details
@@ -407,13 +407,13 @@ def test_malformed_runs_get_the_per_message_status_codes(tmp_path, monkeypatch) 
             bad = pb.ChannelMessage(seq=5, marker=pb.MarkerMessage())
             acks, code, details = await _raw(address, [opening, runs((1, [9, 9, 9]), (4, [2, 3]), messages=[bad])])
             assert code == grpc.StatusCode.FAILED_PRECONDITION and "empty snapshot id" in details
-            assert node.receivers["p1"].last_seq == 4 and node.balance == 10_014
+            assert node.receivers["p1"].last_seq == 4 and node.tally == 10_014
             # Old-form frames still work, duplicates dropped; an empty run holds nothing.
             old = pb.ChannelFrame(batch=pb.ChannelBatch(messages=[
                 pb.ChannelMessage(seq=s, transfer=pb.TransferMessage(amount=1)) for s in (4, 5, 6)]))
             acks, code, _ = await _raw(address, [opening, old, runs((7, []), (6, [1, 1]))], until=7)
             assert code is None  # acknowledged, no error
-            assert node.receivers["p1"].last_seq == 7 and node.balance == 10_017
+            assert node.receivers["p1"].last_seq == 7 and node.tally == 10_017
             assert acks[-1].acked_seq == 7
         finally:
             await stopping()

@@ -29,7 +29,7 @@ def sender(hold: float | None) -> link.Sender:
 def test_a_held_early_marker_waits_its_timeout_from_the_first_release_then_overtakes() -> None:
     s = sender(0.5)
     for lsn in (1, 2):
-        s.enqueue(lsn=lsn, amount=10)
+        s.enqueue(lsn=lsn, tally=10)
     s.enqueue(lsn=3, snapshot_id="s1")  # the FIFO copy, seq 3
     s.notify(lsn=3, snapshot_id="s1", last_seq=2)
     assert s.next_release(7.0) == 7.0  # not timed yet: release at once, to start its clock
@@ -38,7 +38,7 @@ def test_a_held_early_marker_waits_its_timeout_from_the_first_release_then_overt
     assert s.release(10.4) == (0, 0)
     assert s.release(10.5) == (1, 0) and s.next_release(10.5) is None
     s.sent = s.acked  # a reconnect: the early copy goes ahead of the resent queue
-    assert [(e.seq, e.amount) for e in s.poll(3)][:1] == [(0, 2)]
+    assert [(e.seq, e.tally) for e in s.poll(3)][:1] == [(0, 2)]
 
 
 def test_a_held_early_marker_whose_fifo_copy_is_acknowledged_is_dropped_never_sent() -> None:
@@ -53,7 +53,7 @@ def test_a_held_early_marker_whose_fifo_copy_is_acknowledged_is_dropped_never_se
 
 def test_without_a_hold_an_early_marker_overtakes_at_once_as_in_overtake_mode() -> None:
     s = sender(None)
-    s.enqueue(lsn=1, amount=5)
+    s.enqueue(lsn=1, tally=5)
     s.notify(lsn=1, snapshot_id="s1", last_seq=1)
     assert [e.seq for e in s.poll(1)] == [0, 1] and s.held == []
 
@@ -69,7 +69,7 @@ class HybridMachines(Machines):
     def start(self, n: str) -> None:
         lines = [(f"{n}.log.jsonl:{i}", wal.parse(wal.encode(r, n), "x", node_id=n))
                  for i, r in enumerate(self.logs[n][-1], start=1)]
-        state = recovery.recover(lines, node_id=n, initial_balance=self.balances[n], incoming=self.others(n),
+        state = recovery.recover(lines, node_id=n, initial_tally=self.balances[n], incoming=self.others(n),
                                  outgoing=self.others(n))
         self.nodes[n] = HybridNode(node_id=n, incoming=self.others(n), outgoing=self.others(n), recovered=state,
                                    **self.node_kw)
@@ -84,9 +84,9 @@ class HybridMachines(Machines):
 def _conserved(m: Machines, total: int) -> None:
     reports = {r.node_id: r for r in m.reports}
     assert set(reports) == set(m.ids)
-    in_flight = sum(t.amount for src in m.ids for dst in m.ids if src != dst
+    in_flight = sum(t.tally for src in m.ids for dst in m.ids if src != dst
                     for t in overtake.channel_state(reports, src, dst))
-    assert sum(r.balance for r in reports.values()) + in_flight == total
+    assert sum(r.tally for r in reports.values()) + in_flight == total
 
 
 def test_on_a_quiet_channel_the_marker_keeps_its_fifo_place_and_no_early_copy_is_sent() -> None:

@@ -128,7 +128,7 @@ def test_after_a_failed_write_or_fsync_the_log_writes_nothing_more(
 
     async def go() -> tuple[bytes, BaseException]:
         log = TransferLog(path, "p1", last_lsn=0)
-        append(log, wal.Init, balance=100 * sends)
+        append(log, wal.Init, tally=100 * sends)
         log.flush_sync()
         synced_on.clear()
         armed.set()
@@ -154,9 +154,9 @@ def test_after_a_failed_write_or_fsync_the_log_writes_nothing_more(
     assert isinstance(failure, OSError)
     lsns = log_lsns(path)
     assert lsns[0] == 1 and set(lsns) <= set(range(1, sends + 2))  # the failed batch may be partly in the file
-    recovered = recover(path, "p1", initial_balance=100 * sends, incoming=("p2",), outgoing=("p2",))
+    recovered = recover(path, "p1", initial_tally=100 * sends, incoming=("p2",), outgoing=("p2",))
     assert recovered.last_lsn == len(lsns)
-    assert recovered.balance == 100 * sends - 10 * (recovered.last_lsn - 1)
+    assert recovered.tally == 100 * sends - 10 * (recovered.last_lsn - 1)
 
 
 def log_lsns(path: Path) -> list[int]:

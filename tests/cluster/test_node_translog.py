@@ -41,11 +41,11 @@ def test_every_record_kind_is_one_json_line_with_node_and_lsn(tmp_path: Path) ->
     async def go() -> None:
         log = TransferLog(tmp_path / "p1.log.jsonl", 'p"1', last_lsn=0)
         log.start()
-        append(log, wal.Init, balance=100)
+        append(log, wal.Init, tally=100)
         append_send(log, 'p"1', "p2", 1, 7)
-        append(log, wal.Recv, src="p2", dst='p"1', seq=1, msg_id="p2:p\"1:1", amount=3)
-        append(log, wal.Recv, src="p2", dst='p"1', seq=2, msg_id="custom id", amount=4)
-        append(log, wal.Cut, snapshot_id='s"1', balance=96)
+        append(log, wal.Recv, src="p2", dst='p"1', seq=1, msg_id="p2:p\"1:1", tally=3)
+        append(log, wal.Recv, src="p2", dst='p"1', seq=2, msg_id="custom id", tally=4)
+        append(log, wal.Cut, snapshot_id='s"1', tally=96)
         append(log, wal.MarkerSent, snapshot_id='s"1', src='p"1', dst="p2", seq=2)
         append(log, wal.MarkerRecv, snapshot_id='s"1', src="p2", dst='p"1', seq=3)
         append(log, wal.Abort, snapshot_id='s"1', reason="deadline: p3 did not report")
@@ -82,13 +82,13 @@ def test_group_commit_durable_lsn_never_runs_ahead_of_the_file(tmp_path: Path) -
     async def go() -> None:
         log = TransferLog(path, "p1", last_lsn=0, on_durable=on_durable)
         log.start()
-        append(log, wal.Init, balance=10)
+        append(log, wal.Init, tally=10)
         waiters = []
         for i in range(1, 2001):
             if i <= 10:
                 append_send(log, "p1", "p2", i, 1)
             else:
-                append(log, wal.Recv, src="p2", dst="p1", seq=i, msg_id=f"p2:p1:{i}", amount=1)
+                append(log, wal.Recv, src="p2", dst="p1", seq=i, msg_id=f"p2:p1:{i}", tally=1)
             if i % 100 == 0:
                 waiters.append(asyncio.ensure_future(log.wait_durable(log.last_lsn)))
                 await asyncio.sleep(0)
@@ -125,7 +125,7 @@ def test_small_rounds_sync_on_the_loop_large_ones_and_a_slow_disk_on_a_thread(tm
     async def go() -> None:
         log = TransferLog(path, "p1", last_lsn=0)
         log.start()
-        append(log, wal.Init, balance=10_000)
+        append(log, wal.Init, tally=10_000)
         await log.wait_durable(log.last_lsn)  # small
         for seq in range(1, 201):
             append_send(log, "p1", "p2", seq, 1)
@@ -212,7 +212,7 @@ def test_a_round_waits_one_turn_only_for_a_pending_writer_and_nothing_is_durable
 
 
 def recover_p1(path: Path, **kw):
-    return recover(path, "p1", initial_balance=100, incoming=("p2", "p3"), outgoing=("p2", "p3"), **kw)
+    return recover(path, "p1", initial_tally=100, incoming=("p2", "p3"), outgoing=("p2", "p3"), **kw)
 
 
 def test_recovery_rebuilds_balance_positions_outbox_and_abandoned(tmp_path: Path) -> None:
@@ -233,24 +233,24 @@ def test_recovery_rebuilds_balance_positions_outbox_and_abandoned(tmp_path: Path
     ])
     state = recover_p1(path)
     assert not state.fresh
-    assert state.balance == 100 - 10 + 4 - 5 + 20
+    assert state.tally == 100 - 10 + 4 - 5 + 20
     assert state.last_lsn == 12
     assert state.next_seq == {"p2": 4, "p3": 2}
     assert state.last_received == {"p2": 1, "p3": 2}
     assert set(state.abandoned) == {"s1", "s2"}  # s2 was aborted here without a recording
     assert state.outbox["p2"] == [
-        Entry(seq=1, amount=10, snapshot_id=""),
-        Entry(seq=2, amount=0, snapshot_id="s1"),
-        Entry(seq=3, amount=5, snapshot_id=""),
+        Entry(seq=1, tally=10, snapshot_id=""),
+        Entry(seq=2, tally=0, snapshot_id="s1"),
+        Entry(seq=3, tally=5, snapshot_id=""),
     ]
-    assert state.outbox["p3"] == [Entry(seq=1, amount=0, snapshot_id="s1")]
+    assert state.outbox["p3"] == [Entry(seq=1, tally=0, snapshot_id="s1")]
 
 
 def test_missing_or_empty_log_is_a_fresh_node(tmp_path: Path) -> None:
     assert recover_p1(tmp_path / "none.jsonl").fresh
     (tmp_path / "empty.jsonl").write_text("")
     state = recover_p1(tmp_path / "empty.jsonl")
-    assert state.fresh and state.balance == 100 and state.next_seq == {"p2": 1, "p3": 1}
+    assert state.fresh and state.tally == 100 and state.next_seq == {"p2": 1, "p3": 1}
 
 
 def test_torn_last_line_is_truncated_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -262,7 +262,7 @@ def test_torn_last_line_is_truncated_with_a_warning(tmp_path: Path, caplog: pyte
     good = path.read_bytes()
     path.write_bytes(good + b'{"node":"p1","lsn":3,"kind":"send","src":"p1","dst":"p2","msg_id":"p1:p2:2","se')
     state = recover_p1(path)
-    assert state.balance == 90 and state.last_lsn == 2 and state.next_seq["p2"] == 2
+    assert state.tally == 90 and state.last_lsn == 2 and state.next_seq["p2"] == 2
     assert path.read_bytes() == good
     assert "torn last line" in caplog.text and f"{path}:3" in caplog.text
 
@@ -371,9 +371,9 @@ def test_seal_renames_the_active_segment_and_opens_the_next_with_its_checkpoint(
     async def go() -> None:
         log = TransferLog(path, "p1", last_lsn=0)
         log.start()
-        append(log, wal.Init, balance=100)
+        append(log, wal.Init, tally=100)
         append_send(log, "p1", "p2", 1, 7)
-        log.seal(1, wal.Checkpoint(lsn=3, balance=93, next_seq={"p2": 2, "p3": 1}, acked={"p2": 0, "p3": 0},
+        log.seal(1, wal.Checkpoint(lsn=3, tally=93, next_seq={"p2": 2, "p3": 1}, acked={"p2": 0, "p3": 0},
                                    received={"p2": 0, "p3": 0}, outbox={"p2": [[1, 7, ""]], "p3": []},
                                    abandoned=[], requests={}))
         append_send(log, "p1", "p2", 2, 3)
@@ -384,7 +384,7 @@ def test_seal_renames_the_active_segment_and_opens_the_next_with_its_checkpoint(
     assert [r["kind"] for r in lines(tmp_path / "p1.log.000000000001.jsonl")] == ["init", "send"]
     assert [r["lsn"] for r in lines(path)] == [3, 4]
     state = recover_p1(path)
-    assert state.balance == 90 and state.next_seq == {"p2": 3, "p3": 1} and state.records == 2
+    assert state.tally == 90 and state.next_seq == {"p2": 3, "p3": 1} and state.records == 2
     assert [e.seq for e in state.outbox["p2"]] == [1, 2]
 
 

@@ -96,7 +96,7 @@ async def one_snapshot(tmp_path: Path, transfers_before: int) -> tuple[list[str]
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     path = data_dir / "p1.log.jsonl"
-    recovered = recover(path, "p1", initial_balance=100, incoming=("p2",), outgoing=())
+    recovered = recover(path, "p1", initial_tally=100, incoming=("p2",), outgoing=())
     engine: Engine | None = None
     log = TransferLog(path, "p1", last_lsn=recovered.last_lsn,
                       on_durable=lambda lsn: engine.durable(lsn) if engine is not None else None)
@@ -112,7 +112,7 @@ async def one_snapshot(tmp_path: Path, transfers_before: int) -> tuple[list[str]
     engine.durable(log.durable_lsn)
     log.start()
     engine.opened("p2", 1)
-    frame = [(seq, core.Transfer(msg_id=f"p2:p1:{seq}", amount=1, seq=seq)) for seq in range(1, transfers_before + 1)]
+    frame = [(seq, core.Transfer(msg_id=f"p2:p1:{seq}", tally=1, seq=seq)) for seq in range(1, transfers_before + 1)]
     frame.append((transfers_before + 1, core.Marker(snapshot_id="s1")))
     engine.receive_batch("p2", 1, frame)
     await asyncio.wait_for(log.wait_durable(log.last_lsn), 10)

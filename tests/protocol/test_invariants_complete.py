@@ -30,10 +30,10 @@ def checker() -> Checker:
     return judge
 
 
-def reports(p1: int = 90, p2: int = 100, in_flight: tuple = (core.Transfer(msg_id="p1:p2:1", amount=10, seq=1),)) -> dict:
+def reports(p1: int = 90, p2: int = 100, in_flight: tuple = (core.Transfer(msg_id="p1:p2:1", tally=10, seq=1),)) -> dict:
     return {
-        "p1": core.FullState(node_id="p1", snapshot_id="s1", balance=p1, channels={"p2": ()}),
-        "p2": core.FullState(node_id="p2", snapshot_id="s1", balance=p2, channels={"p1": in_flight}),
+        "p1": core.FullState(node_id="p1", snapshot_id="s1", tally=p1, channels={"p2": ()}),
+        "p2": core.FullState(node_id="p2", snapshot_id="s1", tally=p2, channels={"p1": in_flight}),
     }
 
 
@@ -60,20 +60,20 @@ def test_a_snapshot_is_judged_against_the_log_of_its_epoch() -> None:
 
 # An app's run (A2): p1 sends b"hi" to p2 before its cut; p2 cuts before it arrives.
 APP_LOGS = {
-    "p1": [wal.Init(lsn=1, balance=0),
-           wal.Send(lsn=2, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, amount=0, payload=wal.pack(b"hi")),
-           wal.Cut(lsn=3, snapshot_id="s1", balance=0, digest=state_digest(b"one"))],
-    "p2": [wal.Init(lsn=1, balance=0), wal.Cut(lsn=2, snapshot_id="s1", balance=0, digest=state_digest(b"two")),
-           wal.Recv(lsn=3, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, amount=0, payload=wal.pack(b"hi"))],
+    "p1": [wal.Init(lsn=1, tally=0),
+           wal.Send(lsn=2, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, tally=0, payload=wal.pack(b"hi")),
+           wal.Cut(lsn=3, snapshot_id="s1", tally=0, digest=state_digest(b"one"))],
+    "p2": [wal.Init(lsn=1, tally=0), wal.Cut(lsn=2, snapshot_id="s1", tally=0, digest=state_digest(b"two")),
+           wal.Recv(lsn=3, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, tally=0, payload=wal.pack(b"hi"))],
 }
 NO_INVARIANTS = App(name="no-invariants", new=lambda info: None)
 
 
 def app_reports(p1: bytes = b"one", payload: bytes = b"hi") -> dict:
-    sent = (core.Transfer(msg_id="p1:p2:1", amount=0, seq=1, payload=payload),)
+    sent = (core.Transfer(msg_id="p1:p2:1", tally=0, seq=1, payload=payload),)
     return {
-        "p1": core.FullState(node_id="p1", snapshot_id="s1", balance=0, channels={"p2": ()}, state=p1),
-        "p2": core.FullState(node_id="p2", snapshot_id="s1", balance=0, channels={"p1": sent}, state=b"two"),
+        "p1": core.FullState(node_id="p1", snapshot_id="s1", tally=0, channels={"p2": ()}, state=p1),
+        "p2": core.FullState(node_id="p2", snapshot_id="s1", tally=0, channels={"p1": sent}, state=b"two"),
     }
 
 

@@ -43,7 +43,7 @@ class Mesh:
     def start(self, me: str) -> Node:
         records = [(f"{me}.log:{n}", r) for n, r in enumerate(self.logs[me], 1)]
         state = recovery.recover(
-            records, node_id=me, initial_balance=0, incoming=self.peers(me), outgoing=self.peers(me), app=self.app
+            records, node_id=me, initial_tally=0, incoming=self.peers(me), outgoing=self.peers(me), app=self.app
         )
         node = Node(
             node_id=me, incoming=self.peers(me), outgoing=self.peers(me), recovered=state, app=self.app,
@@ -90,7 +90,7 @@ class Mesh:
         node = self.nodes[dst]
         node.opened(src, 1)
         for e in self.wires[(src, dst)].pop(0):
-            node.received(src, 1, e.seq, amount=e.amount, snapshot_id=e.snapshot_id, payload=e.payload)
+            node.received(src, 1, e.seq, tally=e.tally, snapshot_id=e.snapshot_id, payload=e.payload)
         node.end_frame()
         self.route(dst, node)
         return True
@@ -225,18 +225,18 @@ def test_a_non_deterministic_app_refuses_to_recover_naming_the_lsn(monkeypatch: 
 
 
 def test_an_app_record_in_a_bank_log_is_corrupt() -> None:
-    records = [("l:1", wal.Init(lsn=1, balance=0)), ("l:2", wal.Command(lsn=2, command=wal.pack(b"x")))]
+    records = [("l:1", wal.Init(lsn=1, tally=0)), ("l:2", wal.Command(lsn=2, command=wal.pack(b"x")))]
     with pytest.raises(recovery.CorruptLog, match="l:2: an app's record"):
-        recovery.recover(records, node_id="p1", initial_balance=0, incoming=(), outgoing=())
+        recovery.recover(records, node_id="p1", initial_tally=0, incoming=(), outgoing=())
 
 
 def test_app_records_round_trip_through_the_log_format() -> None:
     for record in (
-        wal.Send(lsn=3, msg_id="a:b:1", src="a", dst="b", seq=1, amount=0, payload=""),
-        wal.Send(lsn=4, msg_id="a:b:2", src="a", dst="b", seq=2, amount=0, payload=wal.pack(b"\x00hi")),
-        wal.Recv(lsn=5, msg_id="b:a:1", src="b", dst="a", seq=1, amount=0, payload=wal.pack(b"x")),
+        wal.Send(lsn=3, msg_id="a:b:1", src="a", dst="b", seq=1, tally=0, payload=""),
+        wal.Send(lsn=4, msg_id="a:b:2", src="a", dst="b", seq=2, tally=0, payload=wal.pack(b"\x00hi")),
+        wal.Recv(lsn=5, msg_id="b:a:1", src="b", dst="a", seq=1, tally=0, payload=wal.pack(b"x")),
         wal.Command(lsn=6, request_id="r", command=wal.pack(b"pass"), reply=wal.pack(b"ok")),
-        wal.Cut(lsn=7, snapshot_id="s", balance=0, digest=state_digest(b"1")),
+        wal.Cut(lsn=7, snapshot_id="s", tally=0, digest=state_digest(b"1")),
     ):
         line = wal.Encoder("a").record(record)
         assert wal.parse(line, "f:1", node_id="a") == record, line
@@ -246,7 +246,7 @@ def test_app_records_round_trip_through_the_log_format() -> None:
 
 def test_a_bank_node_refuses_submit_and_an_app_node_refuses_transfer() -> None:
     bank = Node(node_id="p1", incoming=["p2"], outgoing=["p2"], recovered=recovery.fresh(
-        initial_balance=5, incoming=["p2"], outgoing=["p2"]))
+        initial_tally=5, incoming=["p2"], outgoing=["p2"]))
     with pytest.raises(core.LocalProtocolError, match="runs the bank"):
         bank.submit(b"pass")
     mesh = Mesh(token_ring.app, random.Random(6))
@@ -286,10 +286,10 @@ def test_restore_puts_the_in_flight_token_back_through_on_message() -> None:
     mesh.command("p2", b"pass")  # work after the snapshot, which the restore takes back
     for node_id, part in mesh.reports["s"].items():
         node = mesh.nodes[node_id]
-        in_flight = [(src, t.msg_id, t.seq, t.amount, t.payload) for src, ts in part.channels.items() for t in ts]
-        assert node.restore(snapshot_id="s", epoch=2, balance=0, in_flight=in_flight, state=part.state)
+        in_flight = [(src, t.msg_id, t.seq, t.tally, t.payload) for src, ts in part.channels.items() for t in ts]
+        assert node.restore(snapshot_id="s", epoch=2, tally=0, in_flight=in_flight, state=part.state)
         mesh.route(node_id, node)
     assert {i: n.app_state() for i, n in mesh.nodes.items()} == {"p1": b"0", "p2": b"1", "p3": b"0"}
     assert view.in_flight  # the token was in flight at the cut, and is held again after the restore
     with pytest.raises(core.RemoteProtocolError, match="without app state"):
-        mesh.nodes["p1"].restore(snapshot_id="s", epoch=3, balance=0, in_flight=[], state=None)
+        mesh.nodes["p1"].restore(snapshot_id="s", epoch=3, tally=0, in_flight=[], state=None)

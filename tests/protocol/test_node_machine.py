@@ -22,15 +22,15 @@ from support.machines import Machines, kinds
 def test_two_machines_move_money_and_take_a_snapshot() -> None:
     m = Machines({"a": 100, "b": 50})
     answer = m.nodes["a"].transfer("b", 30)
-    assert answer == Accepted(msg_id="a:b:1", balance=70, lsn=2)
+    assert answer == Accepted(msg_id="a:b:1", tally=70, lsn=2)
     m.nodes["b"].start_snapshot("s1")  # b records before the transfer reaches it
     m.route("a")
     m.route("b")
     m.settle()
-    assert m.nodes["a"].balance == 70 and m.nodes["b"].balance == 80
-    assert {s.node_id: s.balance for s in m.reports} == {"a": 70, "b": 50}
+    assert m.nodes["a"].tally == 70 and m.nodes["b"].tally == 80
+    assert {s.node_id: s.tally for s in m.reports} == {"a": 70, "b": 50}
     in_flight = {s.node_id: s.channels for s in m.reports}
-    assert [t.amount for t in in_flight["b"]["a"]] == [30]
+    assert [t.tally for t in in_flight["b"]["a"]] == [30]
     assert all(s.unacked == 0 for n in m.nodes.values() for s in n.senders.values())
 
 
@@ -55,9 +55,9 @@ def test_restart_rebuilds_balance_and_resends_the_unacknowledged() -> None:
     m.crash("b")
     m.start("a")
     m.start("b")
-    assert m.nodes["a"].balance == 94 and m.nodes["a"].senders["b"].unacked == 3
+    assert m.nodes["a"].tally == 94 and m.nodes["a"].senders["b"].unacked == 3
     m.settle()
-    assert m.nodes["b"].balance == 6 and m.nodes["a"].senders["b"].unacked == 0
+    assert m.nodes["b"].tally == 6 and m.nodes["a"].senders["b"].unacked == 0
 
 
 def test_a_full_channel_refuses_at_once_and_moves_no_money() -> None:
@@ -67,7 +67,7 @@ def test_a_full_channel_refuses_at_once_and_moves_no_money() -> None:
     m.route("a")
     with pytest.raises(link.ChannelFull):
         m.nodes["a"].transfer("b", 1)
-    assert m.nodes["a"].balance == 98 and m.nodes["a"].drain() == []  # nothing logged, nothing debited
+    assert m.nodes["a"].tally == 98 and m.nodes["a"].drain() == []  # nothing logged, nothing debited
     m.settle()
     m.nodes["a"].transfer("b", 1)  # room again once acknowledged
 
@@ -76,14 +76,14 @@ def test_a_retried_request_is_answered_not_paid_again_across_restarts() -> None:
     m = Machines({"a": 100, "b": 0})
     first = m.nodes["a"].transfer("b", 10, request_id="r1")
     again = m.nodes["a"].transfer("b", 10, request_id="r1")
-    assert again.msg_id == first.msg_id and again.balance == 90 and again.repeated
+    assert again.msg_id == first.msg_id and again.tally == 90 and again.repeated
     m.route("a")
     m.flush("a")
     m.crash("a")
     m.start("a")
     after = m.nodes["a"].transfer("b", 10, request_id="r1")
-    assert (after.msg_id, after.balance, after.repeated) == ("a:b:1", 90, True)
-    assert m.nodes["a"].balance == 90
+    assert (after.msg_id, after.tally, after.repeated) == ("a:b:1", 90, True)
+    assert m.nodes["a"].tally == 90
     assert [r.request_id for r in m.records("a") if isinstance(r, wal.Send)] == ["r1"]
 
 
@@ -112,8 +112,8 @@ def test_a_marker_recv_is_logged_after_its_cut_and_recovery_never_sees_one_alone
     marker = next(r for r in b if isinstance(r, wal.MarkerRecv))
     assert cut.lsn < marker.lsn
     # An old log with the marker_recv but no cut: recovery still abandons the snapshot.
-    old = [wal.Init(lsn=1, balance=0), wal.MarkerRecv(lsn=2, snapshot_id="s1", src="a", dst="b", seq=1)]
-    state = recovery.recover([("b.log.jsonl:%d" % r.lsn, r) for r in old], node_id="b", initial_balance=0,
+    old = [wal.Init(lsn=1, tally=0), wal.MarkerRecv(lsn=2, snapshot_id="s1", src="a", dst="b", seq=1)]
+    state = recovery.recover([("b.log.jsonl:%d" % r.lsn, r) for r in old], node_id="b", initial_tally=0,
                              incoming=["a"], outgoing=["a"])
     assert "s1" in state.abandoned
 
@@ -135,11 +135,11 @@ def test_segments_checkpoint_and_recovery_reads_only_the_active_one() -> None:
     m.start("a")  # from the active segment alone
     a = m.nodes["a"]
     # The outbox is what the last checkpoint's ack watermark left plus the active segment's sends.
-    assert a.balance == 960 and unacked <= a.senders["b"].unacked <= unacked + 10
+    assert a.tally == 960 and unacked <= a.senders["b"].unacked <= unacked + 10
     assert a.process.phase("old") is core.Phase.ABANDONED
     assert a.transfer("b", 1, request_id="r3").repeated
     m.settle()
-    assert m.nodes["b"].balance == 40 and a.senders["b"].unacked == 0
+    assert m.nodes["b"].tally == 40 and a.senders["b"].unacked == 0
 
 
 def test_a_recording_past_its_ttl_is_dropped_and_logged_as_an_abort() -> None:
@@ -157,24 +157,24 @@ def test_a_recording_past_its_ttl_is_dropped_and_logged_as_an_abort() -> None:
 
 
 def test_checkpoint_round_trips_through_the_log() -> None:
-    state = recovery.fresh(initial_balance=5, incoming=["b"], outgoing=["b"])
+    state = recovery.fresh(initial_tally=5, incoming=["b"], outgoing=["b"])
     state.outbox["b"] = [link.Entry(1, 5, "")]
     state.next_seq["b"] = 2
     cp = wal.Checkpoint(lsn=9, **recovery.checkpoint_fields(state))
-    again = recovery.recover([("f:1", wal.parse(wal.encode(cp, "a"), "f:1"))], node_id="a", initial_balance=0,
+    again = recovery.recover([("f:1", wal.parse(wal.encode(cp, "a"), "f:1"))], node_id="a", initial_tally=0,
                              incoming=["b"], outgoing=["b"])
-    assert again.outbox == state.outbox and again.next_seq == state.next_seq and again.balance == 5
+    assert again.outbox == state.outbox and again.next_seq == state.next_seq and again.tally == 5
 
 
 @pytest.mark.parametrize(
     ("records", "problem"),
     [
         ([wal.Restart(lsn=1)], "first record must be init"),
-        ([wal.Init(lsn=1, balance=1), wal.Restart(lsn=3)], "lsn 3 where 2 was expected"),
-        ([wal.Init(lsn=1, balance=1), wal.Init(lsn=2, balance=1)], "a second init"),
-        ([wal.Init(lsn=1, balance=0), wal.Send(lsn=2, msg_id="m", src="a", dst="b", seq=1, amount=1)],
-         "balance would be -1"),
-        ([wal.Init(lsn=1, balance=9), wal.Checkpoint(lsn=2, balance=1, next_seq={"b": 1}, acked={"b": 0},
+        ([wal.Init(lsn=1, tally=1), wal.Restart(lsn=3)], "lsn 3 where 2 was expected"),
+        ([wal.Init(lsn=1, tally=1), wal.Init(lsn=2, tally=1)], "a second init"),
+        ([wal.Init(lsn=1, tally=0), wal.Send(lsn=2, msg_id="m", src="a", dst="b", seq=1, tally=1)],
+         "tally would be -1"),
+        ([wal.Init(lsn=1, tally=9), wal.Checkpoint(lsn=2, tally=1, next_seq={"b": 1}, acked={"b": 0},
                                                      received={"b": 0}, outbox={"b": []}, abandoned=[], requests={})],
          "checkpoint must be the first record"),
     ],
@@ -182,7 +182,7 @@ def test_checkpoint_round_trips_through_the_log() -> None:
 def test_recovery_refuses_a_log_it_cannot_trust(records, problem: str) -> None:
     with pytest.raises(recovery.CorruptLog) as info:
         recovery.recover([(f"a.log.jsonl:{i}", r) for i, r in enumerate(records, start=1)], node_id="a",
-                         initial_balance=0, incoming=["b"], outgoing=["b"])
+                         initial_tally=0, incoming=["b"], outgoing=["b"])
     assert problem in str(info.value) and str(info.value).startswith("a.log.jsonl:")
 
 
@@ -201,24 +201,24 @@ def test_overtake_an_early_marker_finishes_the_receiver_ahead_of_a_queued_backlo
     m.flush("a")
     frames = m.wires[("a", "b")]
     early = frames[-1][2][0]
-    assert (early.seq, early.amount, early.snapshot_id) == (0, 10, "s1")  # ahead of the FIFO marker, seq 11
+    assert (early.seq, early.tally, early.snapshot_id) == (0, 10, "s1")  # ahead of the FIFO marker, seq 11
     # b gets the early marker before the backlog: it cuts and is done with a->b at once.
     kind, conn_no, entries = frames.pop()
     for e in entries[:1]:
-        m.nodes["b"].received("a", conn_no, e.seq, amount=e.amount, snapshot_id=e.snapshot_id)
+        m.nodes["b"].received("a", conn_no, e.seq, tally=e.tally, snapshot_id=e.snapshot_id)
     m.nodes["b"].end_frame()
     m.route("b")
     m.flush("b")
     b_state = next(s for s in m.reports if s.node_id == "b")
-    assert b_state.balance == 0 and b_state.positions == {"a": 0} and b_state.channels == {"a": ()}
+    assert b_state.tally == 0 and b_state.positions == {"a": 0} and b_state.channels == {"a": ()}
     m.wires[("a", "b")].append((kind, conn_no, entries[1:]))
     m.settle()  # the backlog, then the FIFO marker (ignored: the channel is closed)
     reports = {s.node_id: s for s in m.reports}
     assert [t.seq for t in overtake.channel_state(reports, "a", "b")] == list(range(1, 11))
     assert overtake.channel_state(reports, "b", "a") == ()
-    assert reports["a"].balance + reports["b"].balance + 10 == 100
+    assert reports["a"].tally + reports["b"].tally + 10 == 100
     assert [type(r).KIND for r in m.records("b")].count("marker_recv") == 1  # one marker per channel
-    assert m.nodes["b"].balance == 10
+    assert m.nodes["b"].tally == 10
 
 
 def test_overtake_drops_an_early_marker_behind_transfers_past_the_cut() -> None:
@@ -230,7 +230,7 @@ def test_overtake_drops_an_early_marker_behind_transfers_past_the_cut() -> None:
     m.route("a")
     m.settle()
     records = len(m.records("b"))
-    m.nodes["b"].received("a", m.conn_nos[("a", "b")], 0, amount=0, snapshot_id="s9")
+    m.nodes["b"].received("a", m.conn_nos[("a", "b")], 0, tally=0, snapshot_id="s9")
     assert not list(m.nodes["b"].process.in_progress())  # no recording started
     assert len(m.records("b")) == records  # no cut, nothing logged
     assert m.nodes["b"].stale_markers == 1

@@ -30,10 +30,10 @@ def test_a_burst_of_ten_thousand_ids_does_not_push_out_the_first() -> None:
     for i in range(1, 10_001):
         a.transfer("b", 1, f"r-{i}")
     m.route("a")
-    balance = a.balance
+    balance = a.tally
     retry = a.transfer("b", 1, "r-0")
     assert retry.repeated and retry.msg_id == first.msg_id
-    assert a.balance == balance, "the retry was paid twice"
+    assert a.tally == balance, "the retry was paid twice"
 
 
 def test_after_a_checkpoint_the_oldest_ids_are_kept_in_age_order() -> None:
@@ -48,12 +48,12 @@ def test_after_a_checkpoint_the_oldest_ids_are_kept_in_age_order() -> None:
     m.start("a")  # from the last segment: a checkpoint and a few records
     a = m.nodes["a"]
     a.transfer("b", 1, "new-one")
-    balance = a.balance
+    balance = a.tally
     for rid, msg_id in list(firsts.items())[:3] + list(firsts.items())[-3:]:
         retry = a.transfer("b", 1, rid)
         assert retry.repeated and retry.msg_id == msg_id, rid
     assert a.transfer("b", 1, "z-oldest").repeated
-    assert a.balance == balance, "a retry was paid twice"
+    assert a.tally == balance, "a retry was paid twice"
 
 
 def test_ids_leave_by_age_and_a_retry_older_than_the_window_is_refused() -> None:
@@ -63,13 +63,13 @@ def test_ids_leave_by_age_and_a_retry_older_than_the_window_is_refused() -> None
     a.transfer("b", 1, "r2", wall=1030.0)
     with pytest.raises(requests.WindowFull, match="limit 2") as full:
         a.transfer("b", 1, "r3", wall=1050.0)  # both still younger than 60 s: neither is evicted
-    assert full.value.kind is core.Refusal.REQUESTS_FULL and a.balance == 98
+    assert full.value.kind is core.Refusal.REQUESTS_FULL and a.tally == 98
     assert a.transfer("b", 1, "r2", wall=1050.0).repeated
     a.transfer("b", 1, "r3", wall=1070.0)  # r1 (70 s old) has left the window: room again
-    assert a.balance == 97
+    assert a.tally == 97
     with pytest.raises(requests.RequestExpired, match="older than the request-id window") as old:
         a.transfer("b", 1, "r1", wall=1080.0, first_sent_unix_ms=1_000_000)
-    assert old.value.kind is core.Refusal.REQUEST_UNKNOWN and a.balance == 97
+    assert old.value.kind is core.Refusal.REQUEST_UNKNOWN and a.tally == 97
     # After a restart the ids read from send records are as old as the restart
     # (W3): kept longer, never less; r1's retry is answered, not paid.
     m.route("a")
@@ -80,7 +80,7 @@ def test_ids_leave_by_age_and_a_retry_older_than_the_window_is_refused() -> None
     a = m.nodes["a"]
     assert a.transfer("b", 1, "r3", wall=1090.0).repeated
     assert a.transfer("b", 1, "r1", wall=1090.0, first_sent_unix_ms=1_000_000).repeated
-    assert a.balance == 97
+    assert a.tally == 97
 
 
 @pytest.mark.parametrize("restart", [False, True])
@@ -96,12 +96,12 @@ def test_a_restore_forgets_the_ids_paid_after_the_cut(restart: bool) -> None:
         m.crash("a")
         m.start("a")
     a = m.nodes["a"]
-    assert a.balance == 65
+    assert a.tally == 65
     retry = a.transfer("b", 10, "after-cut")  # taken back by the restore: paid again, in epoch 2
-    assert not retry.repeated and a.balance == 55 and retry.msg_id == "a:b:1"
+    assert not retry.repeated and a.tally == 55 and retry.msg_id == "a:b:1"
     assert retry.msg_id != after.msg_id or a.epoch == 2
     again = a.transfer("b", 5, "before-cut")  # part of the restored state: answered, not paid
-    assert again.repeated and again.msg_id == before.msg_id and a.balance == 55
+    assert again.repeated and again.msg_id == before.msg_id and a.tally == 55
 
 
 def test_with_the_cut_forgotten_a_retry_is_refused_not_answered() -> None:
@@ -120,7 +120,7 @@ def test_a_checkpoint_keeps_the_last_restore() -> None:
     _restore_all(m, parts, epoch=2)
     m.settle()
     b = m.nodes["b"]
-    assert b.restored_balance == 80
+    assert b.restored_tally == 80
     for _ in range(5):  # seal: the restore record is in a sealed segment now
         m.nodes["a"].transfer("b", 1)
         m.settle()
@@ -128,7 +128,7 @@ def test_a_checkpoint_keeps_the_last_restore() -> None:
     m.crash("b")
     m.start("b")
     b = m.nodes["b"]
-    assert (b.epoch, b.restored, b.restored_balance) == (2, "s1", 80)
-    assert b.restore(snapshot_id="s1", epoch=2, balance=50, in_flight=[("a", "a:b:1", 1, 30)]) is False
+    assert (b.epoch, b.restored, b.restored_tally) == (2, "s1", 80)
+    assert b.restore(snapshot_id="s1", epoch=2, tally=50, in_flight=[("a", "a:b:1", 1, 30)]) is False
     with pytest.raises(core.RemoteProtocolError, match="restored 's1' in epoch 2"):
-        b.restore(snapshot_id="s-other", epoch=2, balance=7, in_flight=[])
+        b.restore(snapshot_id="s-other", epoch=2, tally=7, in_flight=[])

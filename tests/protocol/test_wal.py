@@ -9,19 +9,19 @@ import pytest
 from snapmesh.protocol import wal
 
 SAMPLES = [
-    wal.Init(lsn=1, balance=100),
+    wal.Init(lsn=1, tally=100),
     wal.Restart(lsn=2),
-    wal.Send(lsn=3, msg_id='p"1:p2:1', src='p"1', dst="p2", seq=1, amount=7),
-    wal.Send(lsn=4, msg_id='p"1:p2:2', src='p"1', dst="p2", seq=2, amount=1, request_id="r-1"),
-    wal.Send(lsn=5, msg_id="custom", src='p"1', dst="p2", seq=3, amount=1),
-    wal.Recv(lsn=6, msg_id='p2:p"1:1', src="p2", dst='p"1', seq=1, amount=3),
-    wal.Recv(lsn=7, msg_id="custom id", src="p2", dst='p"1', seq=2, amount=4),
-    wal.Cut(lsn=8, snapshot_id='s"1', balance=96),
+    wal.Send(lsn=3, msg_id='p"1:p2:1', src='p"1', dst="p2", seq=1, tally=7),
+    wal.Send(lsn=4, msg_id='p"1:p2:2', src='p"1', dst="p2", seq=2, tally=1, request_id="r-1"),
+    wal.Send(lsn=5, msg_id="custom", src='p"1', dst="p2", seq=3, tally=1),
+    wal.Recv(lsn=6, msg_id='p2:p"1:1', src="p2", dst='p"1', seq=1, tally=3),
+    wal.Recv(lsn=7, msg_id="custom id", src="p2", dst='p"1', seq=2, tally=4),
+    wal.Cut(lsn=8, snapshot_id='s"1', tally=96),
     wal.MarkerSent(lsn=9, snapshot_id='s"1', src='p"1', dst="p2", seq=4),
     wal.MarkerRecv(lsn=10, snapshot_id='s"1', src="p2", dst='p"1', seq=3),
     wal.Abort(lsn=11, snapshot_id="s2", reason="deadline: p3 did not report"),
     wal.Checkpoint(
-        lsn=12, balance=96, next_seq={"p2": 5}, acked={"p2": 2}, received={"p2": 3},
+        lsn=12, tally=96, next_seq={"p2": 5}, acked={"p2": 2}, received={"p2": 3},
         outbox={"p2": [[3, 1, ""], [4, 0, 's"1']]}, abandoned=['s"1', "s2"], requests={"r-1": ['p"1:p2:2', 99]},
     ),
 ]

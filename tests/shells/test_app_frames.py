@@ -16,11 +16,11 @@ from snapmesh.protocol.node import core
 from snapmesh.protocol.node.link import Entry
 
 APP_ENTRIES = (
-    Entry(seq=0, amount=3, snapshot_id="s0"),  # an early marker (overtake)
-    Entry(seq=4, amount=0, snapshot_id="", payload=b"token"),
-    Entry(seq=5, amount=0, snapshot_id="s1"),
-    Entry(seq=6, amount=0, snapshot_id="", payload=b""),  # an empty payload is still a payload
-    Entry(seq=7, amount=0, snapshot_id="", payload=b"\x00\xff"),
+    Entry(seq=0, tally=3, snapshot_id="s0"),  # an early marker (overtake)
+    Entry(seq=4, tally=0, snapshot_id="", payload=b"token"),
+    Entry(seq=5, tally=0, snapshot_id="s1"),
+    Entry(seq=6, tally=0, snapshot_id="", payload=b""),  # an empty payload is still a payload
+    Entry(seq=7, tally=0, snapshot_id="", payload=b"\x00\xff"),
 )
 
 
@@ -36,8 +36,8 @@ def test_an_apps_frame_is_one_message_each_and_decodes_to_the_same_payloads(runs
 
 
 def test_a_bank_frame_still_goes_as_one_run() -> None:
-    entries = tuple(Entry(seq=seq, amount=seq * 10, snapshot_id="") for seq in range(1, 6))
+    entries = tuple(Entry(seq=seq, tally=seq * 10, snapshot_id="") for seq in range(1, 6))
     batch = encode_frame(entries, runs=True).batch
     assert not batch.messages and [(r.first_seq, list(r.amounts)) for r in batch.runs] == [(1, [10, 20, 30, 40, 50])]
     decoded = list(_decode("a", "b", encode_frame(entries, runs=False).batch.messages))
-    assert [(seq, m.amount, m.HasField("payload")) for seq, m in decoded] == [(s, s * 10, False) for s in range(1, 6)]
+    assert [(seq, m.tally, type(m) is AppMessage) for seq, m in decoded] == [(s, s * 10, False) for s in range(1, 6)]

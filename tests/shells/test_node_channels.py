@@ -99,7 +99,7 @@ def _channel() -> OutgoingChannel:
 
 
 def _decoded(frame) -> list[tuple]:
-    """A written frame in its wire order: (seq, amount) or (seq, "marker", id, last_seq)."""
+    """A written frame in its wire order: (seq, tally) or (seq, "marker", id, last_seq)."""
     from snapmesh.services.node.servicer import _decode, _decode_merged
 
     batch = frame.batch
@@ -108,7 +108,7 @@ def _decoded(frame) -> list[tuple]:
         if hasattr(body, "snapshot_id"):
             out.append((seq, "marker", body.snapshot_id, body.last_seq))
         else:
-            out.append((seq, body.amount))
+            out.append((seq, body.tally))
     return out
 
 

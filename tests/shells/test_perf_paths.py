@@ -53,12 +53,12 @@ def test_the_fast_record_constructors_make_the_very_records_the_dataclasses_make
         msg_id = f"{src}:{dst}:{seq}" if rng.random() < 0.8 else f"m{rng.random()}"
         request_id = rng.choice(["", "", f"r{rng.randrange(10**6)}"])
         fast = wal.send_record(lsn, msg_id, src, dst, seq, amount, request_id)
-        slow = wal.Send(lsn=lsn, msg_id=msg_id, src=src, dst=dst, seq=seq, amount=amount, request_id=request_id)
+        slow = wal.Send(lsn=lsn, msg_id=msg_id, src=src, dst=dst, seq=seq, tally=amount, request_id=request_id)
         assert type(fast) is wal.Send and fast == slow and hash(fast) == hash(slow)
         assert encoder.record(fast) == wal.encode(slow, "p1")
         fast_r = wal.recv_record(lsn, msg_id, src, dst, seq, amount)
-        slow_r = wal.Recv(lsn=lsn, msg_id=msg_id, src=src, dst=dst, seq=seq, amount=amount)
+        slow_r = wal.Recv(lsn=lsn, msg_id=msg_id, src=src, dst=dst, seq=seq, tally=amount)
         assert type(fast_r) is wal.Recv and fast_r == slow_r and encoder.record(fast_r) == wal.encode(slow_r, "p1")
     assert wal.send_record(1, "a:b:1", "a", "b", 1, 5).request_id == ""  # the default, as the dataclass's
     with pytest.raises(dataclasses.FrozenInstanceError):
-        fast.amount = 1  # still immutable
+        fast.tally = 1  # still immutable

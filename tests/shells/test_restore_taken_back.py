@@ -43,7 +43,7 @@ def test_a_restore_to_a_cut_before_the_transfer_takes_it_back() -> None:
     m.route("a")
     answer = a.transfer("b", 10, "r1")  # after s1's cut at a: not in s1
     assert _cut(m, "a", "s1") < answer.lsn and a.taken_back(answer) is None
-    a.restore(snapshot_id="s1", epoch=2, balance=100, in_flight=[])
+    a.restore(snapshot_id="s1", epoch=2, tally=100, in_flight=[])
     m.route("a")
     assert a.taken_back(answer) == "s1"
     later = a.transfer("b", 5, "r2")  # in the new epoch: it stands
@@ -59,7 +59,7 @@ def test_a_restore_to_a_cut_after_the_transfer_keeps_it() -> None:
     a.start_snapshot("s1")  # its cut holds the transfer
     m.route("a")
     assert _cut(m, "a", "s1") > answer.lsn
-    a.restore(snapshot_id="s1", epoch=2, balance=90, in_flight=[])
+    a.restore(snapshot_id="s1", epoch=2, tally=90, in_flight=[])
     m.route("a")
     assert a.taken_back(answer) is None
     assert a.transfer("b", 10, "r1").repeated  # and the window still answers its retry
@@ -72,9 +72,9 @@ def test_a_later_restore_to_an_older_cut_takes_back_what_an_earlier_one_kept() -
     answer = a.transfer("b", 10)
     a.start_snapshot("s1")
     m.route("a")
-    a.restore(snapshot_id="s1", epoch=2, balance=90, in_flight=[])
+    a.restore(snapshot_id="s1", epoch=2, tally=90, in_flight=[])
     assert a.taken_back(answer) is None
-    a.restore(snapshot_id="s0", epoch=3, balance=100, in_flight=[])
+    a.restore(snapshot_id="s0", epoch=3, tally=100, in_flight=[])
     assert a.taken_back(answer) == "s0"
 
 

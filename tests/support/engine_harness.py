@@ -48,7 +48,7 @@ class ServicerContext:
 async def held_node(tmp_path: Path, app: App | None = None) -> tuple[Engine, TransferLog, NodeServicer]:
     """p1 on a real transfer log that is not flushing (module doc); `app`: the app it hosts (None: the bank)."""
     path = tmp_path / "p1.log.jsonl"
-    recovered = recover(path, "p1", initial_balance=100, incoming=("p2",), outgoing=("p2",), app=app)
+    recovered = recover(path, "p1", initial_tally=100, incoming=("p2",), outgoing=("p2",), app=app)
     engine: Engine | None = None
     log = TransferLog(path, "p1", last_lsn=recovered.last_lsn,
                       on_durable=lambda lsn: engine.durable(lsn) if engine is not None else None)

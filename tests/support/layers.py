@@ -15,8 +15,10 @@ PURE_ALLOWED = {
     # The default app's side of the controller (the v1 messages' own fields): the
     # tracker falls back to it, so it is pure too (test_layers.PURE_MODULES holds it).
     "snapmesh.bank.ledger", "snapmesh.bank.cut",
-    # The bank's format keys and its parts of the log, trace and snapshot-file checkers, pure alike.
+    # The bank's format keys and its parts of the log, trace and snapshot-file checkers, pure alike;
+    # so are its tally rules and v1 accessors, which the node's layer asks.
     "snapmesh.bank.formats", "snapmesh.bank.logs", "snapmesh.bank.trace", "snapmesh.bank.snapshot",
+    "snapmesh.bank.rules", "snapmesh.bank.wire",
 }
 
 

@@ -34,7 +34,7 @@ class Machines:
         lines = [(f"{n}.log.jsonl:{i}", wal.parse(wal.encode(r, n), "x", node_id=n))
                  for i, r in enumerate(self.logs[n][-1], start=1)]
         state = recovery.recover(
-            lines, node_id=n, initial_balance=self.balances[n], incoming=self.others(n), outgoing=self.others(n)
+            lines, node_id=n, initial_tally=self.balances[n], incoming=self.others(n), outgoing=self.others(n)
         )
         self.nodes[n] = Node(node_id=n, incoming=self.others(n), outgoing=self.others(n), recovered=state, **self.node_kw)
         self.route(n)
@@ -102,7 +102,7 @@ class Machines:
                     kind, conn_no, body = wire.pop(0)
                     if kind == "data":
                         for e in body:
-                            self.nodes[dst].received(src, conn_no, e.seq, amount=e.amount, snapshot_id=e.snapshot_id)
+                            self.nodes[dst].received(src, conn_no, e.seq, tally=e.tally, snapshot_id=e.snapshot_id)
                         self.nodes[dst].end_frame()
                         self.route(dst)
                     else:
@@ -128,6 +128,6 @@ def _snapshot_with_one_in_flight(m: Machines) -> dict[str, core.FullState]:
 
 def _restore_all(m: Machines, parts: dict[str, core.FullState], epoch: int) -> None:
     for n, part in parts.items():
-        in_flight = [(src, t.msg_id, t.seq, t.amount) for src, ts in part.channels.items() for t in ts]
-        m.nodes[n].restore(snapshot_id=part.snapshot_id, epoch=epoch, balance=part.balance, in_flight=in_flight)
+        in_flight = [(src, t.msg_id, t.seq, t.tally) for src, ts in part.channels.items() for t in ts]
+        m.nodes[n].restore(snapshot_id=part.snapshot_id, epoch=epoch, tally=part.tally, in_flight=in_flight)
         m.route(n)

@@ -52,10 +52,10 @@ def _recovery_ignores_receipts(monkeypatch: pytest.MonkeyPatch) -> None:
     apply = recovery._apply
 
     def broken(state, record, *args):
-        before = state.balance
+        before = state.tally
         apply(state, record, *args)
         if type(record).KIND == "recv":
-            state.balance = before
+            state.tally = before
 
     monkeypatch.setattr(recovery, "_apply", broken)
 
@@ -86,10 +86,10 @@ def _recovery_ignores_replays(monkeypatch: pytest.MonkeyPatch) -> None:
     apply = recovery._apply
 
     def broken(state, record, *args):
-        before = state.balance
+        before = state.tally
         apply(state, record, *args)
         if type(record).KIND == "replay":
-            state.balance = before
+            state.tally = before
 
     monkeypatch.setattr(recovery, "_apply", broken)
 
@@ -354,7 +354,7 @@ def _restore_answer_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def broken(self, to: object) -> None:
         if to is not None:
-            self._out.append(node_effects.RestoreReply(to, self.epochs.epoch, self.epochs.restored_balance))
+            self._out.append(node_effects.RestoreReply(to, self.epochs.epoch, self.epochs.restored_tally))
 
     monkeypatch.setattr(node_steps.NodeSteps, "_restore_reply", broken)
 

@@ -133,7 +133,7 @@ class Accepted(NamedTuple):
     a restore since `epoch` (when it was given) took it back. `repeated`: a retry."""
 
     msg_id: str
-    balance: int
+    tally: int
     lsn: int
     repeated: bool = False
     epoch: int = 1

@@ -32,7 +32,7 @@ L8. Early markers (overtake mode). `notify` queues a marker that overtakes:
     `poll` puts it ahead of every queued message, once its record is durable,
     on the current connection only, and sends it once (it is a hint: if a cut
     connection loses it, the marker's FIFO copy in the outbox still follows).
-    On the wire it is an Entry with seq 0, `amount` holding the last seq the
+    On the wire it is an Entry with seq 0, `tally` holding the last seq the
     sender assigned before its cut.
 L9. Held early markers (hybrid mode, Flink's aligned-checkpoint-timeout). With
     `hold` set, `notify` keeps the early copy back: the marker first travels in
@@ -76,10 +76,10 @@ class Entry(NamedTuple):
     (A NamedTuple: immutable, and cheap to make on the per-message path.)"""
 
     seq: int
-    amount: int  # 0 for a marker
+    tally: int  # 0 for a marker
     snapshot_id: str  # "" for a transfer (its msg_id is `src:dst:seq`)
     lsn: int = 0  # 0: recovered from the log, durable
-    payload: bytes | None = None  # an app message's bytes (amount 0); None: money or a marker
+    payload: bytes | None = None  # an app message's bytes (tally 0); None: a tally or a marker
 
 
 class Sender:
@@ -127,10 +127,10 @@ class Sender:
                 f"channel {self.src}->{self.dst} holds {self.unacked} unacknowledged messages (bound {self.bound})"
             )
 
-    def enqueue(self, *, lsn: int, amount: int = 0, snapshot_id: str = "", payload: bytes | None = None) -> int:
+    def enqueue(self, *, lsn: int, tally: int = 0, snapshot_id: str = "", payload: bytes | None = None) -> int:
         """Queue one message (its record is `lsn`); returns its seq."""
         seq = self.next_seq
-        self.outbox.append(Entry(seq, amount, snapshot_id, lsn, payload))
+        self.outbox.append(Entry(seq, tally, snapshot_id, lsn, payload))
         self.next_seq = seq + 1
         return seq
 
@@ -151,7 +151,7 @@ class Sender:
         timed = [(now + hold if at is None else at, e) for at, e in self.held]
         self.held = [(at, e) for at, e in timed if at > now]
         due = [e for at, e in timed if at <= now]
-        overtaking = [e for e in due if self.acked <= e.amount]  # amount: the last seq before the cut
+        overtaking = [e for e in due if self.acked <= e.tally]  # tally: the last seq before the cut
         self.notices += overtaking
         return len(overtaking), len(due) - len(overtaking)
 

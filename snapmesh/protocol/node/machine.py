@@ -29,7 +29,7 @@ N3. A recording's `cut` precedes the `marker_recv` that caused it, in the same
 N4. Abort is logged (so a restart remembers it), as is every
     marker; recovery abandons every snapshot id the log names.
 N5. A transfer with a client `request_id` that was already paid is answered
-    with the first answer and moves no money; the id is in the `send` record,
+    with the first answer and sends nothing again; the id is in the `send` record,
     so recovery rebuilds the map. The ids are kept by age, across
     checkpoints and restores, as snapmesh/protocol/node/requests.py says.
 N6. A recording older than `recording_ttl` (by `now`) is dropped as an abort.
@@ -38,7 +38,7 @@ N7. When the active segment holds `segment_records` records, the node seals
     effect carries both), so recovery reads only the active segment.
 N8. Restore. `restore` moves the node to a newer epoch in one step:
     snapshots in progress are aborted ("restored to S"), the epoch's links and
-    outboxes are dropped, the balance is set to the recorded one, and the
+    outboxes are dropped, the tally is set to the recorded one, and the
     transfers recorded in flight towards this node are delivered to it, in
     channel order, as `replay` records after one `restore` record. The links
     start again at seq 1, so nothing of the older epoch can be admitted. A
@@ -65,7 +65,7 @@ N10. A hosted app (snapmesh.app; `app` given, apphost.py calls it). A
     taken in the same step as the `cut` record (which holds its digest) and
     rides in the FullState. Checkpoints carry snapshot(); recovery restores
     it and replays the logged inputs through the app (recovery.py). The
-    bank needs no app: its int amounts are the fast path.
+    bank needs no app: its int tallies are the fast path.
 N11. A client's answer is an effect. A step given `reply_to` (or a batch's
     `reply_batch`) is answered by `Reply` (`ReplyBatch`) once its lsn is
     durable, carrying whether a restore since the answer took it back
@@ -133,17 +133,17 @@ class Node(NodeSteps):
         self.recording_ttl = recording_ttl
         self._mark, self._bound = mark, bound
         self.epochs = EpochState(
-            node_id, recovered.epoch, recovered.restored, recovered.restore_incomplete, recovered.restored_balance
+            node_id, recovered.epoch, recovered.restored, recovered.restore_incomplete, recovered.restored_tally
         )
         self.segment_records = segment_records
         self._abandoned: OrderedDict[str, None] = OrderedDict(recovered.abandoned)
         self.process = core.Process(
             node_id=node_id,
-            balance=recovered.balance,
+            tally=recovered.tally,
             incoming=incoming,
             outgoing=outgoing,
             abandoned=self._abandoned,
-            mode=snapshot_mode,
+            mode=snapshot_mode, rules=core.DEFAULT_RULES if self.host is None else core.NO_RULES,  # an app's tally: 0
         )
         self.overtake = snapshot_mode == "overtake"
         self._at_cut: dict[str, tuple[dict[str, int], dict[str, tuple[Entry, ...]]]] = {}
@@ -172,7 +172,7 @@ class Node(NodeSteps):
         self.markers_sent = self.markers_received = self.recorded_messages = 0
         self.stale_markers = self.snapshots_completed = self.transfers_received = 0
         if recovered.fresh:
-            self._append(wal.Init(lsn=self.last_lsn + 1, balance=recovered.balance))
+            self._append(wal.Init(lsn=self.last_lsn + 1, tally=recovered.tally))
         else:
             if recovered.pending_sends:  # the rest of a step a crash cut short: the replay made them again
                 self._app_sends(recovered.pending_sends)
@@ -181,8 +181,8 @@ class Node(NodeSteps):
     # -- queries
 
     @property
-    def balance(self) -> int:
-        return self.process.balance
+    def tally(self) -> int:
+        return self.process.tally
 
     def app_state(self) -> bytes | None:
         """The hosted app's state now (its snapshot()); None for the bank."""
@@ -202,7 +202,7 @@ class Node(NodeSteps):
     epoch = property(lambda self: self.epochs.epoch, doc="The cluster epoch this node is in.")
     restored = property(lambda self: self.epochs.restored, doc="The snapshot restored into `epoch`, if any.")
     restore_incomplete = property(lambda self: self.epochs.restore_incomplete, doc="A restore cut short: redo it.")
-    restored_balance = property(lambda self: self.epochs.restored_balance, doc="The balance right after the last restore.")
+    restored_tally = property(lambda self: self.epochs.restored_tally, doc="The tally right after the last restore.")
 
     def fence(self, epoch: int, what: str = "") -> Fenced | None:
         """Would a call of the cluster's `epoch` go on (epochs.py)? None: yes. A
@@ -221,10 +221,10 @@ class Node(NodeSteps):
     # -- client events
 
     def transfer(
-        self, dst: str, amount: int, request_id: str = "", *, wall: float | None = None, first_sent_unix_ms: int = 0,
+        self, dst: str, tally: int, request_id: str = "", *, wall: float | None = None, first_sent_unix_ms: int = 0,
         reply_to: object = None,
     ) -> Accepted:
-        """Pay `amount` to `dst`. Raises core.LocalProtocolError (link.ChannelFull
+        """Pay `tally` to `dst`. Raises core.LocalProtocolError (link.ChannelFull
         when the channel is at its bound; requests.py's refusals for a request id;
         RESTORING while a restore is redone) and changes nothing when refused.
         `wall`: wall-clock seconds now. `reply_to`: answer it by `Reply` (N11)."""
@@ -238,7 +238,7 @@ class Node(NodeSteps):
             first = self._requests.lookup(request_id, self.wall, first_sent_unix_ms)
             if first is not None:
                 return self._reply_when_durable(
-                    reply_to, Accepted(first.msg_id, first.balance, max(first.lsn, 0), True, self.epochs.epoch)
+                    reply_to, Accepted(first.msg_id, first.tally, max(first.lsn, 0), True, self.epochs.epoch)
                 )
         sender = self.senders.get(dst)
         if sender is not None:
@@ -246,23 +246,23 @@ class Node(NodeSteps):
         seq = sender.next_seq if sender is not None else 0
         msg_id = f"{self.node_id}:{dst}:{seq}"
         if sender is not None:  # the hot path: one transfer onto its channel, no effect objects
-            self.process.debit(dst=dst, amount=amount)
+            self.process.debit(dst=dst, tally=tally)
             lsn = self.last_lsn + 1
             # _append, inline (the per-transfer path)
             self.last_lsn = lsn
             self._segment_count += 1
             self._out.append(
-                Append(wal.send_record(lsn, msg_id, self.node_id, dst, seq, amount, request_id))
+                Append(wal.send_record(lsn, msg_id, self.node_id, dst, seq, tally, request_id))
             )
-            sender.enqueue(lsn=lsn, amount=amount)
+            sender.enqueue(lsn=lsn, tally=tally)
         else:  # no such channel: the core refuses it, naming why
-            self._drain(self.process.send_transfer(dst=dst, msg_id=msg_id, amount=amount, seq=seq), request_id=request_id)
-        balance = self.process.balance
+            self._drain(self.process.send_transfer(dst=dst, msg_id=msg_id, tally=tally, seq=seq), request_id=request_id)
+        held = self.process.tally
         if request_id:
-            self._requests.paid(request_id, requests.Paid(msg_id, balance, self.wall, self.last_lsn))
+            self._requests.paid(request_id, requests.Paid(msg_id, held, self.wall, self.last_lsn))
         if self._segment_count >= self.segment_records:  # _end_step, inline
             self._seal()
-        answer = Accepted(msg_id, balance, self.last_lsn, False, self.epochs.epoch)
+        answer = Accepted(msg_id, held, self.last_lsn, False, self.epochs.epoch)
         return answer if reply_to is None else self._reply_when_durable(reply_to, answer)
 
     def start_snapshot(self, snapshot_id: str, *, epoch: int = 0) -> None:
@@ -333,7 +333,7 @@ class Node(NodeSteps):
             self._ack(receiver)
 
     def received(
-        self, src: str, conn_no: int, seq: int, *, amount: int = 0, snapshot_id: str = "", msg_id: str = "",
+        self, src: str, conn_no: int, seq: int, *, tally: int = 0, snapshot_id: str = "", msg_id: str = "",
         payload: bytes | None = None,
     ) -> None:
         """One message of a frame from `src` (`payload`: an app message). A stale
@@ -343,7 +343,7 @@ class Node(NodeSteps):
         if receiver is None:
             raise core.RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
         if seq == 0 and snapshot_id and self.overtake:
-            self._early_marker(receiver, conn_no, snapshot_id, last_seq=amount)
+            self._early_marker(receiver, conn_no, snapshot_id, last_seq=tally)
             return
         if not receiver.admit(conn_no, seq):
             return
@@ -358,16 +358,16 @@ class Node(NodeSteps):
             self._app_message(src, seq, msg_id or f"{src}:{me}:{seq}", payload)
         else:
             if self.host is not None:
-                raise core.RemoteProtocolError(f"{me} runs app {self.host.app.name!r}: money from {src!r} has no meaning here")
+                raise core.RemoteProtocolError(f"{me} runs app {self.host.app.name!r}: a tally from {src!r} has no meaning here")
             msg_id = msg_id or f"{src}:{me}:{seq}"
-            if not self.process.credit(src=src, amount=amount):  # a snapshot is recording here
-                effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, amount=amount, seq=seq))
+            if not self.process.credit(src=src, tally=tally):  # a snapshot is recording here
+                effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, tally=tally, seq=seq))
                 if effects:
                     self._drain(effects)
             lsn = self.last_lsn + 1  # _append, inline (the per-transfer path)
             self.last_lsn = lsn
             self._segment_count += 1
-            self._out.append(Append(wal.recv_record(lsn, msg_id, src, me, seq, amount)))
+            self._out.append(Append(wal.recv_record(lsn, msg_id, src, me, seq, tally)))
             self.transfers_received += 1
         receiver.applied(seq, self.last_lsn)
 
@@ -443,10 +443,10 @@ class Node(NodeSteps):
                     self._append(
                         wal.Send(
                             lsn=lsn, msg_id=message.msg_id, src=me, dst=effect.dst, seq=seq,
-                            amount=message.amount, request_id=request_id,
+                            tally=message.tally, request_id=request_id,
                         )
                     )
-                    sender.enqueue(lsn=lsn, amount=message.amount)
+                    sender.enqueue(lsn=lsn, tally=message.tally)
                 else:
                     self._append(wal.MarkerSent(lsn=lsn, snapshot_id=message.snapshot_id, src=me, dst=effect.dst, seq=seq))
                     sender.enqueue(lsn=lsn, snapshot_id=message.snapshot_id)
@@ -459,7 +459,7 @@ class Node(NodeSteps):
                     state = self._app_cuts[effect.snapshot_id] = self.host.snapshot()
                     digest = state_digest(state)
                 self._append(
-                    wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, balance=effect.balance, digest=digest)
+                    wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, tally=effect.tally, digest=digest)
                 )
                 self._remember(effect.snapshot_id)
                 self._cuts[effect.snapshot_id] = self.last_lsn

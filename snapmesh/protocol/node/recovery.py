@@ -6,7 +6,7 @@ a `checkpoint` (every later one), so recovery never reads a sealed segment:
 its cost is bounded by the active segment and what is unacknowledged.
 
 What is rebuilt:
-- the balance (init or checkpoint, minus sends, plus recvs);
+- the tally (init or checkpoint, minus sends, plus recvs);
 - per outgoing channel: the next seq, the ack watermark and the outbox (every
   message after the watermark, in seq order; the receiver's answer on
   reconnect says which of them it already holds);
@@ -16,12 +16,12 @@ What is rebuilt:
   is gone, and a late marker for it must not start a zombie recording. A
   `marker_recv` counts even without its `cut` (a log cut short between them), an
   `abort` even without a recording here (an abort is remembered across a restart);
-- the client request ids of the transfers made (request_id -> msg_id, balance
+- the client request ids of the transfers made (request_id -> msg_id, tally
   after, when, send lsn: snapmesh/protocol/node/requests.py), so a retry is answered, not
   paid again; and the lsn of each recent cut, so a restore forgets the ids paid
   after the restored snapshot's cut (requests.py W4);
 - the epoch (1, or the last `restore` record's) and the restore itself: a
-  `restore` record sets the balance and starts every channel over (seq 1, empty
+  `restore` record sets the tally and starts every channel over (seq 1, empty
   outbox); each `replay` after it adds one recorded in-flight transfer. A restore
   with fewer replays in the log than it announced (a crash in the middle) is
   `restore_incomplete`: the node must do it again before taking any traffic;
@@ -62,7 +62,7 @@ class NonDeterministic(CorruptLog):
 
 @dataclass(slots=True)
 class Recovered:
-    balance: int
+    tally: int
     last_lsn: int = 0
     next_seq: dict[str, int] = field(default_factory=dict)  # dst -> next seq to use
     acked: dict[str, int] = field(default_factory=dict)  # dst -> ack watermark
@@ -78,7 +78,7 @@ class Recovered:
     epoch: int = 1  # the cluster epoch this node is in (one more per restore)
     restored: str = ""  # the snapshot id of the last restore, if any
     replays_missing: int = 0  # replays the last restore announced and the log does not hold
-    restored_balance: int = 0  # the balance right after the last restore (recorded + replays)
+    restored_tally: int = 0  # the tally right after the last restore (recorded + replays)
     host: Any = None  # an app node: its apphost.Host, replayed up to the log's end
     pending_sends: list[tuple[str, bytes]] = field(default_factory=list)  # the app's sends a crash left out of the log
 
@@ -87,10 +87,10 @@ class Recovered:
         return self.replays_missing > 0
 
 
-def fresh(*, initial_balance: int, incoming: Iterable[str], outgoing: Iterable[str]) -> Recovered:
+def fresh(*, initial_tally: int, incoming: Iterable[str], outgoing: Iterable[str]) -> Recovered:
     outgoing = tuple(outgoing)
     return Recovered(
-        balance=initial_balance,
+        tally=initial_tally,
         next_seq=dict.fromkeys(outgoing, 1),
         acked=dict.fromkeys(outgoing, 0),
         outbox={dst: [] for dst in outgoing},
@@ -102,7 +102,7 @@ def recover(
     records: Iterable[tuple[str, wal.Record]],
     *,
     node_id: str,
-    initial_balance: int,
+    initial_tally: int,
     incoming: Iterable[str],
     outgoing: Iterable[str],
     app: Any = None,
@@ -112,7 +112,7 @@ def recover(
     app is rebuilt too: the checkpoint's state, then every logged input
     replayed through it, its sends compared with the log's (NonDeterministic)."""
     incoming, outgoing = tuple(incoming), tuple(outgoing)
-    state = fresh(initial_balance=initial_balance, incoming=incoming, outgoing=outgoing)
+    state = fresh(initial_tally=initial_tally, incoming=incoming, outgoing=outgoing)
     replayer = None
     if app is not None:
         from snapmesh.protocol.node.apphost import Host  # the app layer, for app nodes only
@@ -123,7 +123,7 @@ def recover(
         _apply(state, record, where, node_id, incoming, outgoing)
         if replayer is not None:
             replayer.step(record, where)
-        elif type(record) is wal.Command or (type(record) in _MESSAGES and record.amount == 0):  # type: ignore[attr-defined]
+        elif type(record) is wal.Command or (type(record) in _MESSAGES and record.tally == 0):  # type: ignore[attr-defined]
             raise CorruptLog(f"{where}: an app's record in the log of a node that runs the bank (start it with its --app)")
     if replayer is not None:
         state.pending_sends = list(replayer.expected)
@@ -143,8 +143,8 @@ class _Replayer:
 
     def step(self, record: wal.Record, where: str) -> None:
         kind = type(record)
-        if kind in _MESSAGES and record.amount:  # type: ignore[attr-defined]
-            raise CorruptLog(f"{where}: money in the log of a node that runs app {self.host.app.name!r}")
+        if kind in _MESSAGES and record.tally:  # type: ignore[attr-defined]
+            raise CorruptLog(f"{where}: a tally in the log of a node that runs app {self.host.app.name!r}")
         if kind is wal.Send:
             self._match(record, where)  # type: ignore[arg-type]
             return
@@ -215,12 +215,12 @@ def _apply(
             raise CorruptLog(f"{where}: {_kind(record)} seq {seq} on {node_id}->{dst}, expected {state.next_seq[dst]}")
         state.next_seq[dst] = seq + 1
         if kind is wal.Send:
-            amount = record.amount  # type: ignore[attr-defined]
-            state.balance -= amount
-            payload = wal.unpack(record.payload, where) if amount == 0 else None  # type: ignore[attr-defined]
-            state.outbox[dst].append(Entry(seq, amount, "", 0, payload))
+            tally = record.tally  # type: ignore[attr-defined]
+            state.tally -= tally
+            payload = wal.unpack(record.payload, where) if tally == 0 else None  # type: ignore[attr-defined]
+            state.outbox[dst].append(Entry(seq, tally, "", 0, payload))
             if record.request_id:  # type: ignore[attr-defined]
-                state.requests[record.request_id] = requests.Paid(record.msg_id, state.balance, 0.0, record.lsn)  # type: ignore[attr-defined]
+                state.requests[record.request_id] = requests.Paid(record.msg_id, state.tally, 0.0, record.lsn)  # type: ignore[attr-defined]
                 state.requests.move_to_end(record.request_id)  # type: ignore[attr-defined]
         else:
             state.outbox[dst].append(Entry(seq, 0, record.snapshot_id))  # type: ignore[attr-defined]
@@ -235,7 +235,7 @@ def _apply(
             )
         state.last_received[src] += 1
         if kind is wal.Recv:
-            state.balance += record.amount  # type: ignore[attr-defined]
+            state.tally += record.tally  # type: ignore[attr-defined]
         else:
             _remember(state.abandoned, record.snapshot_id, None, ABANDONED_WINDOW)  # type: ignore[attr-defined]
     elif kind is wal.Cut or kind is wal.Abort:
@@ -248,8 +248,8 @@ def _apply(
         if record.dst != node_id or record.snapshot_id != state.restored or state.replays_missing < 1:  # type: ignore[attr-defined]
             raise CorruptLog(f"{where}: replay of {record.msg_id} that no restore announced")  # type: ignore[attr-defined]
         state.replays_missing -= 1
-        state.balance += record.amount  # type: ignore[attr-defined]
-        state.restored_balance += record.amount  # type: ignore[attr-defined]
+        state.tally += record.tally  # type: ignore[attr-defined]
+        state.restored_tally += record.tally  # type: ignore[attr-defined]
     elif kind is wal.Command:
         if record.request_id:  # type: ignore[attr-defined]
             # An app's Paid holds its reply (base64) where the bank's holds the msg id.
@@ -258,22 +258,22 @@ def _apply(
     elif kind is wal.Init:
         if not first:
             raise CorruptLog(f"{where}: a second init record")
-        state.balance = record.balance  # type: ignore[attr-defined]
+        state.tally = record.tally  # type: ignore[attr-defined]
     elif kind is wal.Checkpoint:
         if not first:
             raise CorruptLog(f"{where}: a checkpoint must be the first record of its segment")
         _load_checkpoint(state, record, where, incoming, outgoing)  # type: ignore[arg-type]
-    if state.balance < 0:
-        raise CorruptLog(f"{where}: balance would be {state.balance}")
+    if state.tally < 0:
+        raise CorruptLog(f"{where}: tally would be {state.tally}")
 
 
 def _apply_restore(state: Recovered, record: wal.Restore, outgoing: tuple[str, ...], incoming: tuple[str, ...]) -> None:
-    """A restore: the epoch-E channels are gone, the balance is the recorded one."""
+    """A restore: the epoch-E channels are gone, the tally is the recorded one."""
     requests.forget_restored(state.requests, state.cuts, record.snapshot_id)
     state.epoch = record.epoch
     state.restored = record.snapshot_id
     state.replays_missing = record.deliveries
-    state.balance = state.restored_balance = record.balance
+    state.tally = state.restored_tally = record.tally
     for dst in outgoing:
         state.next_seq[dst], state.acked[dst], state.outbox[dst] = 1, 0, []
     for src in incoming:
@@ -292,7 +292,7 @@ def _load_checkpoint(
         channels(cp.acked, outgoing, "acked")
         channels(cp.outbox, outgoing, "outbox")
         channels(cp.received, incoming, "received")
-        state.balance = int(cp.balance)
+        state.tally = int(cp.tally)
         state.epoch = int(cp.epoch) or 1
         for dst in outgoing:
             state.next_seq[dst] = int(cp.next_seq[dst])
@@ -309,7 +309,7 @@ def _load_checkpoint(
         for sid, lsn in cp.cuts.items():
             _remember(state.cuts, str(sid), int(lsn), ABANDONED_WINDOW)
         state.restored = str(cp.restored)
-        state.restored_balance = int(cp.restored_balance)
+        state.restored_tally = int(cp.restored_tally)
     except (TypeError, ValueError, KeyError) as exc:
         if isinstance(exc, CorruptLog):
             raise
@@ -319,7 +319,7 @@ def _load_checkpoint(
 def checkpoint_fields(state: Recovered) -> dict:
     """The fields of a checkpoint record holding `state` (the inverse of loading one)."""
     return {
-        "balance": state.balance,
+        "tally": state.tally,
         "next_seq": dict(state.next_seq),
         "acked": dict(state.acked),
         "received": dict(state.last_received),
@@ -329,20 +329,20 @@ def checkpoint_fields(state: Recovered) -> dict:
         "epoch": state.epoch,
         "cuts": dict(state.cuts),
         "restored": state.restored,
-        "restored_balance": state.restored_balance,
+        "restored_tally": state.restored_tally,
     }
 
 
 def _outbox_item(e: Entry) -> list:
-    """A checkpoint's outbox entry: [seq, amount, snapshot_id], and an app message's payload (base64)."""
+    """A checkpoint's outbox entry: [seq, tally, snapshot_id], and an app message's payload (base64)."""
     if e.payload is None:
-        return [e.seq, e.amount, e.snapshot_id]
-    return [e.seq, e.amount, e.snapshot_id, wal.pack(e.payload)]
+        return [e.seq, e.tally, e.snapshot_id]
+    return [e.seq, e.tally, e.snapshot_id, wal.pack(e.payload)]
 
 
 def _outbox_entry(item: list, where: str) -> Entry:
-    seq, amount, sid, *app = item
-    return Entry(int(seq), int(amount), str(sid), 0, wal.unpack(app[0], where) if app else None)
+    seq, tally, sid, *app = item
+    return Entry(int(seq), int(tally), str(sid), 0, wal.unpack(app[0], where) if app else None)
 
 
 def _remember(window: OrderedDict, key: str, value: object, limit: int) -> None:

@@ -1,7 +1,7 @@
 """The request-id window: the client retry keys a node remembers (pure): a retry is answered, never paid twice.
 
 A client may send a transfer with a `request_id`; a retry with the same id gets
-the first answer and moves no money again. The node keeps the ids it paid
+the first answer and sends nothing again. The node keeps the ids it paid
 
 W1. by age, for `REQUEST_TTL_S` seconds of wall-clock time (the caller passes
     the time in), oldest first: an id leaves the window only once it is older
@@ -42,7 +42,7 @@ IN_DOUBT = -1  # the lsn of an id whose payment a restore may have taken back (W
 
 class Paid(NamedTuple):
     msg_id: str
-    balance: int  # the sender's balance after it
+    tally: int  # the sender's tally after it
     at: float  # wall-clock seconds when it was paid (or first known, W3)
     lsn: int  # its send record; IN_DOUBT after a restore whose cut is unknown
 
@@ -92,7 +92,7 @@ class RequestWindow:
             if paid.lsn == IN_DOUBT:
                 raise RequestInDoubt(
                     f"request_id {request_id!r} was paid before a restore that may have taken it back; "
-                    "check the balance before sending it again under a new request_id"
+                    "check the node's state before sending it again under a new request_id"
                 )
             return paid
         if first_sent_unix_ms and first_sent_unix_ms / 1000 < now - self.ttl_s:
@@ -148,20 +148,20 @@ def forget_restored(paid: OrderedDict[str, Paid], cuts: Mapping[str, int], snaps
 
 
 def to_checkpoint(paid: Mapping[str, Paid]) -> dict:
-    return {rid: [p.msg_id, p.balance, p.at, p.lsn] for rid, p in paid.items()}
+    return {rid: [p.msg_id, p.tally, p.at, p.lsn] for rid, p in paid.items()}
 
 
 def from_checkpoint(value: dict) -> list[tuple[str, Paid]]:
     """A checkpoint's `requests`, oldest first. An entry from before W3
-    ([msg_id, balance]) gets `at` 0.0 (the node makes it the restart's time).
+    ([msg_id, tally]) gets `at` 0.0 (the node makes it the restart's time).
     Raises ValueError/TypeError for a malformed entry."""
     out = []
     for rid, entry in value.items():
         if len(entry) == 2:
-            msg_id, balance = entry
+            msg_id, tally = entry
             at, lsn = 0.0, 0
         else:
-            msg_id, balance, at, lsn = entry
-        out.append((str(rid), Paid(str(msg_id), int(balance), float(at), int(lsn))))
+            msg_id, tally, at, lsn = entry
+        out.append((str(rid), Paid(str(msg_id), int(tally), float(at), int(lsn))))
     out.sort(key=lambda item: (item[1].at, item[1].lsn))  # the checkpoint's object is in key order, not age
     return out

@@ -27,12 +27,12 @@ class NodeSteps:
     # -- restore (N8)
 
     def restore(
-        self, *, snapshot_id: str, epoch: int, balance: int, in_flight: Iterable[tuple], state: bytes | None = None,
+        self, *, snapshot_id: str, epoch: int, tally: int, in_flight: Iterable[tuple], state: bytes | None = None,
         reply_to: object = None,
     ) -> bool:
-        """Enter `epoch` holding snapshot `snapshot_id`'s state here: `balance`
+        """Enter `epoch` holding snapshot `snapshot_id`'s state here: `tally`
         (an app node: its `state` bytes) and the recorded in-flight messages
-        towards this node, each (src, msg_id, seq, amount[, payload]) in channel
+        towards this node, each (src, msg_id, seq, tally[, payload]) in channel
         order. Returns False for a repeat (already restored in `epoch`). Raises
         core.RemoteProtocolError for an older epoch, a message on a channel that
         does not exist or a state that does not fit the node; nothing changes
@@ -43,7 +43,7 @@ class NodeSteps:
                 f"{self.node_id}: a restore {'without' if state is None else 'with'} app state"
                 f" for a node that {'runs an app' if self.host else 'runs the bank'}"
             )
-        if not self.epochs.takes_restore(epoch, snapshot_id, balance, deliveries, self.receivers):
+        if not self.epochs.takes_restore(epoch, snapshot_id, tally, deliveries, self.receivers):
             self._restore_reply(reply_to)  # the first call's records may not be durable yet
             return False
         reason = f"restored to {snapshot_id}"
@@ -61,17 +61,17 @@ class NodeSteps:
             self.host.restore(state)  # type: ignore[arg-type]  (H3: the old instance stays if this raises)
         self._append(
             wal.Restore(
-                lsn=self.last_lsn + 1, snapshot_id=snapshot_id, epoch=epoch, balance=balance, deliveries=len(deliveries),
+                lsn=self.last_lsn + 1, snapshot_id=snapshot_id, epoch=epoch, tally=tally, deliveries=len(deliveries),
                 state=wal.pack(state) if state is not None else "",
             )
         )
         me = self.node_id
         incoming, outgoing = tuple(self.receivers), tuple(self.senders)
         self._links(incoming, outgoing, None)  # before the replays: an app's replies go on the new epoch's links
-        for src, msg_id, seq, amount, payload in deliveries:
+        for src, msg_id, seq, carried, payload in deliveries:
             self._append(
                 wal.Replay(
-                    lsn=self.last_lsn + 1, snapshot_id=snapshot_id, msg_id=msg_id, src=src, dst=me, seq=seq, amount=amount,
+                    lsn=self.last_lsn + 1, snapshot_id=snapshot_id, msg_id=msg_id, src=src, dst=me, seq=seq, tally=carried,
                     payload=wal.pack(payload) if payload is not None else "",
                 )
             )
@@ -79,15 +79,16 @@ class NodeSteps:
                 self._app_sends(self.host.message(src, payload))  # type: ignore[arg-type]
         self.process = core.Process(
             node_id=me,
-            balance=balance + sum(d[3] for d in deliveries),
+            tally=tally + sum(d[3] for d in deliveries),
             incoming=incoming,
             outgoing=outgoing,
             abandoned=self._abandoned,
             mode=self.process.mode,
+            rules=self.process.rules,
         )
         self._at_cut.clear()  # the recordings in progress were aborted above
         self._app_cuts.clear()
-        self.epochs.entered(epoch, snapshot_id, self.process.balance, cut=self._cuts.get(snapshot_id))
+        self.epochs.entered(epoch, snapshot_id, self.process.tally, cut=self._cuts.get(snapshot_id))
         # Every link was replaced: a connection of the older epoch must carry nothing more.
         self._out.append(EndStreams(outgoing, incoming, f"{me} restored {snapshot_id} in epoch {epoch}"))
         self._end_step()
@@ -97,7 +98,7 @@ class NodeSteps:
     def _restore_reply(self, to: object) -> None:
         """The restore's answer, once all logged so far is durable (N8)."""
         if to is not None:
-            answer = RestoreReply(to, self.epochs.epoch, self.epochs.restored_balance)
+            answer = RestoreReply(to, self.epochs.epoch, self.epochs.restored_tally)
             self._wait_or_reply((self.last_lsn, to, answer, False))
 
     # -- the hosted app (N10)
@@ -145,12 +146,12 @@ class NodeSteps:
         if host is None:
             raise core.RemoteProtocolError(f"{self.node_id} runs the bank: an app message from {src!r} has no meaning here")
         sends = host.message(src, payload)
-        effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, amount=0, seq=seq, payload=payload))
+        effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, tally=0, seq=seq, payload=payload))
         if effects:
             self._drain(effects)
         self._append(
             wal.Recv(
-                lsn=self.last_lsn + 1, msg_id=msg_id, src=src, dst=self.node_id, seq=seq, amount=0, payload=wal.pack(payload)
+                lsn=self.last_lsn + 1, msg_id=msg_id, src=src, dst=self.node_id, seq=seq, tally=0, payload=wal.pack(payload)
             )
         )
         self.transfers_received += 1
@@ -164,7 +165,7 @@ class NodeSteps:
             seq = sender.next_seq
             lsn = self._append(
                 wal.Send(
-                    lsn=self.last_lsn + 1, msg_id=f"{me}:{dst}:{seq}", src=me, dst=dst, seq=seq, amount=0,
+                    lsn=self.last_lsn + 1, msg_id=f"{me}:{dst}:{seq}", src=me, dst=dst, seq=seq, tally=0,
                     payload=wal.pack(payload),
                 )
             )
@@ -188,7 +189,7 @@ class NodeSteps:
     def _keep_cut(self, snapshot_id: str) -> None:
         """At a cut: the positions of the incoming channels, the outboxes' transfers."""
         positions = {src: r.last_seq for src, r in self.receivers.items()}
-        # The link's own entries (seq, amount): no object per entry at every cut.
+        # The link's own entries (seq, tally): no object per entry at every cut.
         outbox = {dst: tuple(e for e in s.outbox if not e.snapshot_id) for dst, s in self.senders.items()}
         self._at_cut[snapshot_id] = (positions, outbox)
 
@@ -206,8 +207,8 @@ class NodeSteps:
     def reply_batch(self, to: object, answers: Iterable[Accepted | Submitted]) -> None:
         """A client waits for `answers` (steps taken without `reply_to`) together:
         one `ReplyBatch` once the log is durable up to now (N11). Up to now, not
-        only to its answers' records: the batch shows balances (its refusals' too),
-        and a balance must not show what a crash could take back."""
+        only to its answers' records: the batch shows tallies (its refusals' too),
+        and a tally must not show what a crash could take back."""
         self._wait_or_reply((self.last_lsn, to, tuple(answers), True))
 
     def _wait_or_reply(self, waiting: tuple) -> None:
@@ -244,7 +245,7 @@ class NodeSteps:
     def _seal(self) -> None:
         """Close the active segment; open the next with a checkpoint (N7)."""
         state = Recovered(
-            balance=self.process.balance,
+            tally=self.process.tally,
             next_seq={d: s.next_seq for d, s in self.senders.items()},
             acked={d: s.acked for d, s in self.senders.items()},
             outbox={d: list(s.outbox) for d, s in self.senders.items()},
@@ -254,7 +255,7 @@ class NodeSteps:
             cuts=self._cuts,
             epoch=self.epoch,
             restored=self.restored,
-            restored_balance=self.restored_balance,
+            restored_tally=self.restored_tally,
         )
         lsn = self.last_lsn + 1
         app_state = wal.pack(self.host.snapshot()) if self.host is not None else ""
