@@ -71,3 +71,13 @@ def verdicts(snapshot: pb.Snapshot) -> list[tuple[str, str]]:
     if snapshot.app.status == pb.AppCheck.UNCHECKED:
         return [("(unchecked)", snapshot.reason or "the controller could not load the app")]
     return [(r.name, "ok" if r.ok else "; ".join(r.problems) or "does not hold") for r in snapshot.app.invariants]
+
+
+def caption(about: Described | None) -> tuple[str, ...]:
+    """The lines under an app snapshot's trace picture (the page's and `snapmesh
+    trace`'s): what its describe says; none for the bank."""
+    if about is None:
+        return ()
+    if about.summary is None:
+        return (f"app {about.spec}: {about.note}",)
+    return (f"app {about.spec}:", *(f"{name}: {value}" for name, value in rows(about.summary)))

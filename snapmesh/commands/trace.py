@@ -5,7 +5,9 @@ from the logs' send/recv matching. svg / png: a space-time diagram; one line per
 node, arrows for transfers and markers, every snapshot's cut across the lines,
 the chosen snapshot's (`--snapshot ID`, default: the one with the most in-flight
 transfers) in-flight transfers highlighted; `--window FROM:TO` picks the stretch
-of Lamport time drawn (default: around the chosen snapshot).
+of Lamport time drawn (default: around the chosen snapshot). When the chosen
+snapshot is an app's and its file is in DIR/snapshots/, what the app's
+`describe` says of it is printed under the picture, as the page does.
 
 A torn last line of a node's active file (a write cut short) is left out, as the
 node's recovery does, with one notice per file on stderr naming the file and the
@@ -21,6 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from snapmesh.checking import described, snapshot_file
 from snapmesh.settings.argparsing import parse_args
 from snapmesh.trace.clocks import Trace, TraceError, build_trace
 from snapmesh.trace.layout import LayoutError, busiest_snapshot, layout
@@ -59,14 +62,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def write_trace(trace: Trace, fmt: str, out: Path, *, snapshot: str | None = None,
-                window: tuple[int, int] | None = None, title: str = "") -> str:
-    """Write `trace` to `out` in `fmt`; returns a one-line summary of what was drawn."""
+                window: tuple[int, int] | None = None, title: str = "", snapshots_dir: Path | None = None) -> str:
+    """Write `trace` to `out` in `fmt`; returns a one-line summary of what was drawn.
+    `snapshots_dir`: where the chosen snapshot's file may be, for its describe."""
     if fmt == "shiviz":
         out.write_text(render_shiviz(trace), encoding="utf-8")
         return f"{len(trace.events)} events from {len(trace.nodes)} nodes"
     chosen = snapshot if snapshot is not None else busiest_snapshot(trace)
     geometry = layout(trace, window=window, chosen=chosen)
-    svg = render_svg(geometry, title=title)
+    svg = render_svg(geometry, title=title, caption=_caption(snapshots_dir, chosen))
     if fmt == "svg":
         out.write_text(svg, encoding="utf-8")
     else:
@@ -76,6 +80,19 @@ def write_trace(trace: Trace, fmt: str, out: Path, *, snapshot: str | None = Non
             f"{geometry.start}:{geometry.end}; snapshot {chosen or '(none)'} with {in_flight} in flight")
 
 
+def _caption(snapshots_dir: Path | None, chosen: str | None) -> tuple[str, ...]:
+    """The app's describe of the chosen snapshot, from its file; none for the bank's,
+    or when the file is not there or does not read (the picture is drawn anyway)."""
+    path = snapshots_dir / f"{chosen}.json" if snapshots_dir is not None and chosen else None
+    if path is None or not path.is_file():
+        return ()
+    try:
+        snapshot = snapshot_file.read(path)
+    except (OSError, ValueError) as exc:
+        return (f"snapshot {chosen}: its file does not read: {exc}",)
+    return described.caption(described.describe(snapshot))
+
+
 def write_run_trace(data_dir: Path, snapshot: str | None = None) -> str:
     """For `make demo`: `<data_dir>/trace.svg` (drawing `snapshot`'s cut and its in-flight
     transfers; default the busiest) and `<data_dir>/trace.shiviz`; returns a line naming
@@ -83,7 +100,8 @@ def write_run_trace(data_dir: Path, snapshot: str | None = None) -> str:
     try:
         trace = build_trace(read_data_dir(data_dir))
         svg, shiviz = data_dir / "trace.svg", data_dir / "trace.shiviz"
-        summary = write_trace(trace, "svg", svg, snapshot=snapshot, title=f"snapmesh demo: {data_dir.name}")
+        summary = write_trace(trace, "svg", svg, snapshot=snapshot, title=f"snapmesh demo: {data_dir.name}",
+                              snapshots_dir=data_dir / "snapshots")
         write_trace(trace, "shiviz", shiviz)
     except (LogError, TraceError, LayoutError, OSError) as exc:
         return f"no message-flow picture: {exc}"
@@ -107,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"snapmesh trace: notice: {torn.notice}", file=sys.stderr)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         summary = write_trace(trace, args.format, args.out, snapshot=args.snapshot, window=args.window,
-                              title=f"snapmesh trace of {args.data_dir}")
+                              title=f"snapmesh trace of {args.data_dir}", snapshots_dir=args.data_dir / "snapshots")
     except (LogError, TraceError, LayoutError) as exc:
         print(f"snapmesh trace: {exc}", file=sys.stderr)
         return 2

@@ -219,7 +219,7 @@ class _Handler(BaseHTTPRequestHandler):
         about = described.describe(snapshot)
         if snapshot.status == model.COMPLETE:
             try:
-                svg, trace_note = source.trace_svg(snapshot_id, caption(about))
+                svg, trace_note = source.trace_svg(snapshot_id, described.caption(about))
             except Busy:
                 trace_note = "another picture is being drawn: this one comes with one of the next refreshes"
         return pages.detail(snapshot, node_ids=node_ids, stuck=stuck, stuck_note=stuck_note, has_trace=svg is not None,
@@ -248,7 +248,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(HTTPStatus.NOT_FOUND, f"snapshot {snapshot_id} is {model.status_name(snapshot)}: its "
                               f"picture is drawn once it is COMPLETE\n".encode(), "text/plain; charset=utf-8")
         try:
-            svg, note = source.trace_svg(snapshot_id, caption(described.describe(snapshot)))
+            svg, note = source.trace_svg(snapshot_id, described.caption(described.describe(snapshot)))
         except Busy as exc:
             return self._send(HTTPStatus.SERVICE_UNAVAILABLE, f"{exc}\n".encode(), "text/plain; charset=utf-8",
                               retry_after=1)
@@ -276,15 +276,6 @@ class _Handler(BaseHTTPRequestHandler):
                          "script-src 'unsafe-inline'; img-src 'self'")
         self.end_headers()
         self.wfile.write(body)
-
-
-def caption(about: described.Described | None) -> tuple[str, ...]:
-    """The lines under an app snapshot's picture: what its describe says (none for the bank)."""
-    if about is None:
-        return ()
-    if about.summary is None:
-        return (f"app {about.spec}: {about.note}",)
-    return (f"app {about.spec}:", *(f"{name}: {value}" for name, value in described.rows(about.summary)))
 
 
 def serve(source: Source, listen: tuple[str, int], allow_hosts: tuple[str, ...] = ()) -> UiServer:

@@ -14,7 +14,7 @@ from snapmesh.app import App, AppError, load_app
 from snapmesh.checking import described
 from snapmesh.commands.snapshot_cli import render_detail
 from snapmesh.ui import pages
-from snapmesh.ui.server import caption
+from snapmesh.checking.described import caption
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -127,3 +127,25 @@ def test_the_picture_carries_the_describe_under_it(tmp_path):
     assert "caption" not in plain
     height = lambda svg: float(svg.split('height="', 1)[1].split('"', 1)[0])  # noqa: E731
     assert height(captioned) == height(plain) + 2 * 18 + 8  # room for both lines under the plot
+
+
+def test_snapmesh_trace_prints_the_describe_of_an_app_snapshot_from_its_file(tmp_path, capsys):
+    from google.protobuf import json_format
+
+    from snapmesh.commands.trace import main as trace_main
+    from snapmesh.synth.writer import main as synth_main
+
+    assert synth_main(["--out", str(tmp_path), "--nodes", "3", "--transfers", "40", "--snapshots", "1",
+                       "--seed", "5"]) == 0
+    bank_svg, app_svg = tmp_path / "bank.svg", tmp_path / "app.svg"
+    assert trace_main(["--data-dir", str(tmp_path), "--format", "svg", "--out", str(bank_svg), "--snapshot", "s-1"]) == 0
+    assert 'class="caption"' not in bank_svg.read_text()  # the bank's snapshot: no describe
+    ring = ring_snapshot("p2")
+    ring.snapshot_id = "s-1"
+    (tmp_path / "snapshots" / "s-1.json").write_text(json_format.MessageToJson(ring, preserving_proto_field_name=True))
+    assert trace_main(["--data-dir", str(tmp_path), "--format", "svg", "--out", str(app_svg), "--snapshot", "s-1"]) == 0
+    assert 'class="caption">token: ["at p2"]</text>' in app_svg.read_text().replace("&quot;", '"')
+    (tmp_path / "snapshots" / "s-1.json").write_text("{not json")
+    assert trace_main(["--data-dir", str(tmp_path), "--format", "svg", "--out", str(app_svg), "--snapshot", "s-1"]) == 0
+    assert "s-1.json" in app_svg.read_text() and "does not read" in app_svg.read_text()
+    capsys.readouterr()
