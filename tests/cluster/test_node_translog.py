@@ -184,7 +184,7 @@ def test_a_round_waits_one_turn_only_for_a_pending_writer_and_nothing_is_durable
             waiters.append((lsn, asyncio.ensure_future(log.wait_durable(lsn))))
 
         # No writer pending: the first record's round does not wait for the second.
-        wait(append(log, wal.Init, balance=10))
+        wait(append(log, wal.Init, tally=10))
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         wait(append_send(log, "p1", "p2", 1, 1))
