@@ -17,7 +17,7 @@ from pathlib import Path
 # handed to a second test session drawing at the same time. Record locks die
 # with their process, so a crashed session frees its ports; the newest
 # HELD_PER_PROCESS draws are held, so a long session does not hold every port.
-LOCK_FILE = Path(tempfile.gettempdir()) / "snapmesh-ports.lock"
+LOCK_NAME = "snapmesh-ports.lock"  # in the temporary directory, found when first needed
 HELD_PER_PROCESS = 512
 
 
@@ -54,8 +54,10 @@ class _Reservations:
         if self._pid != os.getpid():  # a forked child inherits no record locks: start afresh
             self._fd, self._pid, self._held = None, os.getpid(), collections.OrderedDict()
             try:
-                self._fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-            except OSError:
+                # A read-only container may have no usable temporary directory at all.
+                lock_file = Path(tempfile.gettempdir()) / LOCK_NAME
+                self._fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            except (OSError, FileNotFoundError):
                 self._fd = None
         return self._fd
 
