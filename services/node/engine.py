@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from snapmesh.bank.formats import NODE_TALLY_KEY  # the log lines keep their v1 wording
 from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.reporter import StateReporter
@@ -306,7 +307,7 @@ class Engine:
                 record = effect.record
                 self.log.append_record(record)
                 if type(record) is wal.Cut:
-                    log.info("snapshot %s: recorded local state (tally %d)", record.snapshot_id, record.tally)
+                    log.info("snapshot %s: recorded local state (%s %d)", record.snapshot_id, NODE_TALLY_KEY, record.tally)
                 elif type(record) is wal.Abort:
                     log.warning("snapshot %s: dropped here (%s)", record.snapshot_id, record.reason or "no reason given")
             elif kind is fx.Transmit:
@@ -330,7 +331,7 @@ class Engine:
             elif kind is fx.ReportCancelled:
                 self.reporter.cancel(effect.snapshot_id)
             elif kind is fx.EndStreams:
-                log.warning("%s (tally %d): ending the older epoch's streams", effect.reason, node.tally)
+                log.warning("%s (%s %d): ending the older epoch's streams", effect.reason, NODE_TALLY_KEY, node.tally)
                 for dst in effect.outgoing:
                     self.outgoing[dst].restart()
                 for src in effect.incoming:

@@ -30,6 +30,7 @@ import random
 import sys
 import time
 
+from snapmesh.bank.formats import NODE_TALLY_KEY  # the log lines keep their v1 wording
 from snapmesh.bank.rules import starting_tally
 from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
 from snapmesh.serving.datalock import serve_holding
@@ -144,9 +145,10 @@ async def _serve_locked(
     )
     if not recovered.fresh:
         log.info(
-            "recovered from %s: tally %d, %d records read, %d unacknowledged-or-unknown messages, "
+            "recovered from %s: %s %d, %d records read, %d unacknowledged-or-unknown messages, "
             "abandoned snapshots: %d",
             path,
+            NODE_TALLY_KEY,
             recovered.tally,
             recovered.records,
             sum(len(v) for v in recovered.outbox.values()),
@@ -229,7 +231,7 @@ async def _serve_locked(
         channel.start()
     reporter.resume(unreported, recovered.last_lsn)
     if app is None:
-        log.info("node %s serving on %s (tally %d)", node_id, host.bind_address, node_machine.tally)
+        log.info("node %s serving on %s (%s %d)", node_id, host.bind_address, NODE_TALLY_KEY, node_machine.tally)
     else:
         log.info("node %s serving on %s (app %s)", node_id, host.bind_address, cfg.app.module)
 

@@ -84,6 +84,9 @@ def test_a_retried_request_is_answered_once_and_paid_once_across_a_restart(pair:
     after = p1.Transfer(pb.TransferRequest(to="p2", amount=30, request_id="order-17"), timeout=5)
     assert (after.msg_id, after.balance) == ("p1:p2:1", 970)
     assert p1.GetState(pb.GetStateRequest(), timeout=5).balance == 965
+    # Operators grep these lines (the helm test too): their v1 wording stays.
+    said = (pair.log_dir / "p1.log").read_text()
+    assert "recovered from " in said and ".log.jsonl: balance 965, " in said and "(balance 965)" in said, said[-2000:]
     logs = pair.wait_settled(20)
     sends = [r for r in logs["p1"] if r["kind"] == "send"]
     assert [(r["msg_id"], r.get("request_id")) for r in sends] == [("p1:p2:1", "order-17"), ("p1:p2:2", "order-18")]
