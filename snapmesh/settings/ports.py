@@ -57,7 +57,7 @@ class _Reservations:
                 # A read-only container may have no usable temporary directory at all.
                 lock_file = Path(tempfile.gettempdir()) / LOCK_NAME
                 self._fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-            except (OSError, FileNotFoundError):
+            except OSError:
                 self._fd = None
         return self._fd
 

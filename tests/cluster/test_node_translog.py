@@ -114,11 +114,11 @@ def test_small_rounds_sync_on_the_loop_large_ones_and_a_slow_disk_on_a_thread(tm
 
     def spy(fd: int, data: bytes) -> float:
         rounds.append((len(data), threading.current_thread() is threading.main_thread()))
-        took = real(fd, data)
+        real(fd, data)
         if slow["next"]:
             slow["next"] = False
             return translog.INLINE_SYNC_MAX_S * 10  # as if the disk had stalled
-        return took
+        return 0.0  # as if fast: the rule is under test, not this machine's disk (a loaded one is slow)
 
     monkeypatch.setattr(translog, "_write_all_and_sync", spy)
 
