@@ -11,6 +11,7 @@ simulated cluster, as services/controller/engine.py does on the real one:
                     waits for it, a controller crash loses what is pending,
                     and a restart replays what is durable
   Retire            judged against the fuzzer's own retention rule (sim/retention.py)
+  File, Forget      nothing: the simulator keeps no snapshot files (a restart replays the journal)
   StartAt           the initiator (with a broadcast trigger: each node) starts
                     the snapshot, or (down, fenced) the start fails
   Finished          COMPLETE: checked against the logs (invariants C1-C3)
