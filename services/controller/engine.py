@@ -15,6 +15,8 @@ deadline (aioquic's get_timer):
     Finished(snapshot) -> metrics, the file writer, watchers, the trigger's waiter
     AbortAt(node, ...) -> AbortSnapshot at that node
     Retire(snapshot_id) -> the file writer deletes its files
+    File(snapshot, ...) -> the file writer writes those files (its `filed`: the machine's)
+    Forget(snapshot_id) -> the journal's records of it are dead
     RestoreAt(node, request) -> RestoreState, retried (`call_node`); the answer is
                           the machine's node_restored
     RestoreDone(restore) -> the restore's callers are answered; the machine hears it settled
@@ -42,7 +44,7 @@ from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import restoregate
 from snapmesh.protocol.controller.snapshot_ids import StartClock
-from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker, UnknownSnapshot, duration_s
+from snapmesh.protocol.controller.tracker import COMPLETE, Now, UnknownSnapshot, duration_s
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import security
 from snapmesh.serving import credentials
@@ -81,18 +83,17 @@ class ControllerEngine:
         self,
         *,
         config: ClusterConfig,
-        tracker: Tracker,
+        machine: ctl.Controller,  # built by the caller; at a restart, the files loaded and the journal replayed into it
         journal: J.Journal,
         writer: StoreWriter,
         metrics: ControllerMetrics,
         clock: Callable[[], Now] = system_now,
         rng: random.Random | None = None,
         identity: security.Identity | None = None,  # None: plaintext
-        machine: ctl.Controller | None = None,  # the journal already replayed into it (else a fresh one)
     ) -> None:
         self.identity = identity
         self.config = config
-        self.machine = machine if machine is not None else ctl.Controller(tracker)
+        self.machine = machine
         self.journal = journal
         self.writer = writer
         self.metrics = metrics
@@ -103,8 +104,8 @@ class ControllerEngine:
                 metrics.completed_at(snapshot)
         self._clock = clock
         self.rng = rng or random.Random()
-        self.nodes = list(tracker.topology.nodes)
-        self.deadline_s = tracker.deadline_s
+        self.nodes = list(machine.topology.nodes)
+        self.deadline_s = machine.deadline_s
         self.stubs: dict[str, pb_grpc.NodeStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._done: dict[str, asyncio.Future[pb.Snapshot]] = {}
@@ -115,10 +116,12 @@ class ControllerEngine:
         self._starts = StartClock()  # ids in start order
         self._tail: asyncio.Future[None] | None = None  # the newest record's durability
         self._restore: asyncio.Future[pb.Restore] | None = None  # the running restore's outcome
+        self._loop: asyncio.AbstractEventLoop | None = None  # by `start`: where the writer's `filed` goes
 
     # -- lifecycle
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         for node in self.config.nodes:
             channel = credentials.open_channel(node.address, self.identity, options=CLIENT_OPTIONS, aio=True)
             self._channels.append(channel)
@@ -126,7 +129,18 @@ class ControllerEngine:
         if self.machine.to_resume:  # the replay's: a restore under way (its callers are gone: none waits)
             log.warning("restore of %s (epoch %d) was under way: resuming it", self.machine.to_resume, self.machine.epoch)
             self.machine.resume(self.lookup(self.machine.to_resume))
-        self.carry_out()  # the replay's Retire effects (K1), and the resumed restore's parts
+        await self.carry_out()  # the replay's File, Forget and Retire effects, and the resumed restore's parts
+
+    def filed(self, snapshot_id: str) -> None:
+        """The writer's thread: the snapshot's compact file is written (the machine hears it on the loop)."""
+        try:
+            self._loop.call_soon_threadsafe(self._filed, snapshot_id)  # type: ignore[union-attr]
+        except RuntimeError:  # pragma: no cover  (the loop closed first: at exit)
+            pass
+
+    def _filed(self, snapshot_id: str) -> None:
+        self.machine.filed(snapshot_id)
+        self.carry_out()
 
     def end_streams(self) -> None:
         """End every WatchSnapshots stream (before the server drains)."""
@@ -182,6 +196,10 @@ class ControllerEngine:
         elif isinstance(effect, ctl.Retire):  # its records go too (a replay's may not be filed yet)
             self.journal.forget(effect.snapshot_id)
             self.writer.discard(effect.snapshot_id)
+        elif isinstance(effect, ctl.File):
+            self.writer.submit(effect.snapshot, compact=effect.compact, json=effect.json)
+        elif isinstance(effect, ctl.Forget):
+            self.journal.forget(effect.snapshot_id)
         elif isinstance(effect, ctl.RestoreAt):
             self.spawn(self._restore_at(effect))
         elif isinstance(effect, ctl.RestoreDone):

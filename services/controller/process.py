@@ -108,40 +108,39 @@ def app_checker(cfg: cluster_config.ClusterConfig, *, explicit: bool) -> AppChec
 async def _serve_locked(
     cfg: cluster_config.ClusterConfig, interval: float | None, identity: security.Identity | None, checker: AppChecker | None
 ) -> int:
-    tracker = Tracker(
-        topology=cfg.topology,
-        expected_total=cfg.expected_total,
-        deadline_s=cfg.controller.snapshot_deadline_s,
-        snapshot_mode=wire_mode(cfg.snapshot_mode),  # hybrid nodes report as overtake ones (protocol/hybrid.py H1)
-        checker=checker,
+    machine = Controller(
+        Tracker(
+            topology=cfg.topology,
+            expected_total=cfg.expected_total,
+            deadline_s=cfg.controller.snapshot_deadline_s,
+            snapshot_mode=wire_mode(cfg.snapshot_mode),  # hybrid nodes report as overtake ones (protocol/hybrid.py H1)
+            checker=checker,
+        ),
+        max_concurrent=cfg.controller.max_concurrent_snapshots, keep=cfg.controller.keep, cluster_file=str(cfg.path),
     )
     store = SnapshotStore(cfg.snapshots_dir, cfg.data_dir / "controller" / "snapshots")
     snapshots, warnings = store.load_all()
     for warning in warnings:
         log.warning("%s", warning)
-    for snapshot in snapshots:
-        tracker.restore(snapshot)
+    missing = {s.snapshot_id: m for s in snapshots if any(m := store.missing_files(s.snapshot_id))}
+    machine.loaded(snapshots, missing=missing)  # the machine decides what to file again (replay.py S2)
     if snapshots:
         log.info("loaded %d finished snapshot(s) from %s", len(snapshots), store.compact_directory)
     journal = J.Journal(cfg.data_dir / "controller" / "journal")
-    loop = asyncio.get_running_loop()
-
-    def on_filed(snapshot_id: str) -> None:  # on the writer's thread
-        journal.forget(snapshot_id)
-        try:
-            loop.call_soon_threadsafe(machine.filed, snapshot_id)  # an event on the loop: it may leave memory now
-        except RuntimeError:  # pragma: no cover  (the loop closed first: at exit)
-            pass
-
-    machine = Controller(
-        tracker, max_concurrent=cfg.controller.max_concurrent_snapshots, keep=cfg.controller.keep, cluster_file=str(cfg.path)
-    )
-    writer = StoreWriter(store, on_filed=on_filed)
+    writer = StoreWriter(store, on_filed=lambda sid: engine.filed(sid))  # nothing is filed before the engine starts
     try:
-        _recover(machine, store, journal, writer, filed={s.snapshot_id for s in snapshots})
+        records, warnings = journal.open()
+        replayed = machine.replayed(records, system_now())
+        for warning in (*warnings, *replayed.warnings):
+            log.warning("%s", warning)
+        if replayed.finished or replayed.in_progress:
+            log.info(
+                "journal: %d finished snapshot(s) rebuilt, %d still in progress taken back (%s)",
+                len(replayed.finished), len(replayed.in_progress), ", ".join(replayed.in_progress) or "none",
+            )
         registry = CollectorRegistry()
         engine = ControllerEngine(
-            config=cfg, tracker=machine.tracker, machine=machine, journal=journal, writer=writer,
+            config=cfg, machine=machine, journal=journal, writer=writer,
             metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity,
         )
         service = ControllerService(engine)
@@ -160,7 +159,7 @@ async def _serve_locked(
             await host.start()
             log.info(
                 "serving on %s (metrics %s:%d), %d nodes, deadline %gs",
-                host.bind_address, *cfg.metrics_bind(cfg.controller), len(cfg.nodes), machine.tracker.deadline_s,
+                host.bind_address, *cfg.metrics_bind(cfg.controller), len(cfg.nodes), machine.deadline_s,
             )
             stop = asyncio.create_task(wait_for_stop_signal())
             mismatch = asyncio.create_task(service.mode_mismatch())
@@ -182,30 +181,3 @@ async def _serve_locked(
         await asyncio.to_thread(writer.close)
         await journal.close()
 
-
-def _recover(
-    machine: Controller, store: SnapshotStore, journal: J.Journal, writer: StoreWriter, *, filed: set[str]
-) -> None:
-    """Replay the journal into the machine (before serving anything): the
-    snapshots (those in progress with a fresh deadline: the machine's S1), the epoch
-    and the newest restore (resumed at start if it was RESTORING). What the
-    machine's retention retires (K1) is not filed again, so --keep's deletions
-    stay deleted: its Retire effects wait in the machine for the engine's first
-    step (`ControllerEngine.start`), which deletes files and journal records."""
-    records, warnings = journal.open()
-    replayed = machine.replayed(records, system_now(), skip=filed)
-    for warning in (*warnings, *replayed.warnings):
-        log.warning("%s", warning)
-    for sid in replayed.filed:  # its records are dead; a file lost since is written again
-        journal.forget(sid)
-        compact, json_ = store.missing_files(sid)
-        if compact or json_:
-            writer.submit(machine.get(sid), compact=compact, json=json_)
-    for sid in replayed.finished:
-        writer.submit(machine.get(sid))
-    resumed = replayed.in_progress
-    if replayed.finished or resumed:
-        log.info(
-            "journal: %d finished snapshot(s) rebuilt, %d still in progress taken back (%s)",
-            len(replayed.finished), len(resumed), ", ".join(resumed) or "none",
-        )

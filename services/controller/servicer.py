@@ -174,7 +174,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                 pb.NodeInfo(node_id=n.id, address=n.address, metrics_address=n.metrics_address)
                 for n in engine.config.nodes
             ],
-            channels=[pb.ChannelId(src=s, dst=d) for s, d in engine.machine.tracker.topology.channels],
+            channels=[pb.ChannelId(src=s, dst=d) for s, d in engine.machine.topology.channels],
             last_restore=engine.machine.last_restore,  # the snapshot page's "last restore"
             settings=pb.SnapshotSettings(
                 snapshot_mode=engine.config.snapshot_mode,  # the file's (a hybrid cluster's tracker reads overtake reports)

@@ -11,6 +11,7 @@ simulated cluster, as services/controller/engine.py does on the real one:
                     waits for it, a controller crash loses what is pending,
                     and a restart replays what is durable
   Retire            judged against the fuzzer's own retention rule (sim/retention.py)
+  File, Forget      nothing: the simulator keeps no snapshot files (a restart replays the journal)
   StartAt           the initiator (with a broadcast trigger: each node) starts
                     the snapshot, or (down, fenced) the start fails
   Finished          COMPLETE: checked against the logs (invariants C1-C3)
@@ -159,7 +160,7 @@ class SimController:
                     needed = self.journal.append(effect.record)
                 elif kind is machine.Barrier:
                     needed = self.journal.appended
-                elif kind not in (machine.Publish, machine.Retire):  # nothing to show in the simulator
+                elif kind not in (machine.Publish, machine.Retire, machine.File, machine.Forget):  # no files here
                     self.journal.defer(needed, lambda effect=effect: self._effect(effect))
         if completed and self.retention.keep:
             self.retention.settled(self.machine.all(), self._protected())
@@ -315,7 +316,7 @@ class SimController:
         self.retention.restarted()
         now = self.now()
         self.journal.crash()  # a new process: whatever was pending is gone
-        replayed = self.machine.replayed(self.journal.durable, now, skip=set())  # S1: deadlines from `now` too
+        replayed = self.machine.replayed(self.journal.durable, now)  # S1: deadlines from `now` too
         self.journal.restarted({s.snapshot_id: s.status for s in self.machine.all()}, self.machine.epoch)
         self.restarts.replayed(replayed, self.machine.all(), now.mono)
         # A key whose record was still pending was never answered: the machine rightly forgot it.

@@ -18,6 +18,10 @@ the machine now makes in its own events.
                        and the simulator alike); its peers' `opened` fences (N8)
   Restore.RESTORING    which restore to resume after a restart is the controller
                        machine's replay's (`to_resume`), not a shell's reading of it
+  tracker.restore(     the files read at a restart are the controller machine's `loaded`
+                       event, which decides what is filed again (replay.py S2)
+  machine.tracker      shells read the controller machine through its read API (get, all,
+                       ids, status, in_progress, topology, deadline_s), not its tracker
   epoch or 1           a channel open that names no epoch is epoch 1 to the node
                        machine's `opened` (N8), not a default the shell fills in
 """
@@ -42,6 +46,8 @@ FORBIDDEN = {
     ".restore_incomplete": re.compile(r"\.restore_incomplete\b"),
     "Restore.RESTORING": re.compile(r"\bRestore\.RESTORING\b"),
     "epoch or 1": re.compile(r"\bepoch\)?\s+or\s+1\b"),
+    "tracker.restore(": re.compile(r"\btracker\.restore\("),
+    "machine.tracker": re.compile(r"\bmachine\.tracker\b"),
 }
 # Where a forbidden call is no decision: a crash (a fault the world injects) drops every connection.
 ALLOWED_IN = {"network.cut_all(": {"snapmesh/sim/world.py"}}
@@ -73,7 +79,7 @@ def test_no_shell_makes_a_decision_of_a_machine(path: Path) -> None:
 @pytest.mark.parametrize(
     "source, name",
     [
-        ("self.machine.tracker.restarted(now)\n", "tracker.restarted("),
+        ("        tracker.restarted(now)\n", "tracker.restarted("),
         ("if node.fence(conn.cluster_epoch):\n", ".fence("),
         ("if b.fence_clients():\n", ".fence("),
         ("stale = machine.stale_report(state.epoch, epoch)\n", "stale_report("),
@@ -84,6 +90,8 @@ def test_no_shell_makes_a_decision_of_a_machine(path: Path) -> None:
         ("        if last is not None and last.status == pb.Restore.RESTORING:\n", "Restore.RESTORING"),
         ("        if a.restore_incomplete:  # type: ignore[union-attr]\n", ".restore_incomplete"),
         ("ending = engine.opened(src, first.open.epoch or 1, acks)\n", "epoch or 1"),
+        ("        tracker.restore(snapshot)\n", "tracker.restore("),
+        ("    channels = engine.machine.tracker.topology.channels\n", "machine.tracker"),
     ],
 )
 def test_the_rule_catches_what_it_forbids(source: str, name: str) -> None:

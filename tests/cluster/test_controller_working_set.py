@@ -19,6 +19,7 @@ from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
+from snapmesh.protocol.controller.machine import Controller
 from snapmesh.protocol.controller.tracker import FINISHED_KEPT, Tracker, UnknownSnapshot, new_snapshot_id
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -68,7 +69,7 @@ async def _served_from_the_store(tmp_path) -> None:
     store = SnapshotStore(tmp_path / "json", tmp_path / "compact")
     filed: list[str] = []
     writer = StoreWriter(store, on_filed=filed.append)
-    service = ControllerService(ControllerEngine(config=cfg, tracker=tracker, journal=None, writer=writer,  # type: ignore[arg-type]
+    service = ControllerService(ControllerEngine(config=cfg, machine=Controller(tracker), journal=None, writer=writer,  # type: ignore[arg-type]
                                 metrics=ControllerMetrics(CollectorRegistry())))
     for i in range(5):
         tracker.restore(finished(i))

@@ -37,6 +37,7 @@ from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol.controller.snapshot_ids import new_snapshot_id
+from snapmesh.protocol.controller.machine import Controller
 from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -121,7 +122,7 @@ async def _paged(store: SnapshotStore, newest: list[pb.Snapshot]) -> dict:
     for snapshot in newest:
         tracker.restore(snapshot)
     writer = StoreWriter(store, on_filed=lambda sid: None)
-    service = ControllerService(ControllerEngine(config=cfg, tracker=tracker, journal=None, writer=writer,  # type: ignore[arg-type]
+    service = ControllerService(ControllerEngine(config=cfg, machine=Controller(tracker), journal=None, writer=writer,  # type: ignore[arg-type]
                                 metrics=ControllerMetrics(CollectorRegistry())))
     async def probe(lags: list[tuple[float, float]], done: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()

@@ -22,6 +22,7 @@ from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol.controller.snapshot_ids import new_snapshot_id, snapshot_id_problem
+from snapmesh.protocol.controller.machine import Controller
 from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -70,7 +71,7 @@ async def _ids_at_rpcs(tmp_path) -> None:
     tracker = Tracker(topology=cfg.topology, expected_total=20, deadline_s=5)
     store = written(tmp_path, A)
     writer = StoreWriter(store, on_filed=lambda sid: None)
-    service = ControllerService(ControllerEngine(config=cfg, tracker=tracker, journal=None, writer=writer,  # type: ignore[arg-type]
+    service = ControllerService(ControllerEngine(config=cfg, machine=Controller(tracker), journal=None, writer=writer,  # type: ignore[arg-type]
                                 metrics=ControllerMetrics(CollectorRegistry())))
     # Files outside the store that a `../` id would reach: a damaged one (its parse
     # error would come back in DATA_LOSS) and a readable one (it would be served).

@@ -164,9 +164,10 @@ def test_the_journal_replayed_gives_back_the_epoch_and_resumes_a_restore_under_w
         *journaled,
     ]
     again = machine()
-    replayed = again.replayed(records, T0, skip=set())
+    replayed = again.replayed(records, T0)
     assert (replayed.finished, replayed.warnings, again.epoch) == (["s1"], [], 2)
     assert again.to_resume == "s1"  # the machine names the restore to run again, not a shell (issue 33)
+    assert again.drain() == [M.File(again.get("s1"))]  # finished in the journal only: filed (replay.py S3)
     assert isinstance(again.restore(target, "k1", T0), restoregate.Join)  # the key's restore runs
     again.resume(again.tracker.get("s1"))
     assert kinds(again.drain()) == ["RestoreAt", "RestoreAt"]  # RESTORING is already durable
@@ -187,7 +188,7 @@ def test_a_replay_whose_newest_restore_ended_resumes_nothing() -> None:
         [R.Started(snapshot_id="s1", initiator="a", wall=T0.wall), R.Reported(state=part("s1", "a", 60), wall=T0.wall),
          R.Reported(state=part("s1", "b", 30, [10]), wall=T0.wall),
          R.Finished(snapshot_id="s1", status=COMPLETE, reason="", wall=T0.wall), *records],
-        T0, skip=set(),
+        T0,
     )
     assert again.last_restore.status == pb.Restore.RESTORED and again.to_resume == ""
 
@@ -257,8 +258,8 @@ def test_the_read_api_answers_from_the_tracker_without_changing_anything() -> No
     assert m.get("s1").total == done.total
     with pytest.raises(UnknownSnapshot):
         m.get("nope")
-    m.filed("s1")  # an event: within the working set, nothing leaves memory
-    assert m.get("s1") == done and m.drain() == []
+    m.filed("s1")  # an event: within the working set, nothing leaves memory; its records are dead
+    assert m.get("s1") == done and m.drain() == [M.Forget("s1")]
 
 
 def test_a_restore_of_a_missing_snapshot_is_refused_by_the_gate_which_alone_checks_the_key() -> None:
@@ -321,7 +322,8 @@ def test_a_key_that_joined_a_restore_is_journaled_and_answered_by_it_after_a_res
     m.restore_settled()
     assert m.restore(target, "k2", T0) == restoregate.Answer(done) and m.epoch == 2
     again = machine()
-    assert again.replayed(records, T0, skip=set()).warnings == []
+    assert again.replayed(records, T0).warnings == []
+    assert again.drain() == [M.File(again.get("s1"))]  # the replay files s1 (replay.py S3)
     assert again.restore(again.tracker.get("s1"), "k2", T0) == restoregate.Answer(done)
     assert again.epoch == 2 and again.drain() == []
 
@@ -340,7 +342,7 @@ def test_a_key_that_joins_after_the_outcome_but_before_it_is_durable_gets_that_o
     m.restore_settled()
     assert m.restore(target, "k5", T0) == restoregate.Answer(done)
     again = machine()
-    again.replayed(records, T0, skip=set())
+    again.replayed(records, T0)
     assert again.restore(target, "k5", T0) == restoregate.Answer(done) and again.epoch == 2
 
 
@@ -352,7 +354,8 @@ def test_a_key_that_joined_a_restore_under_way_at_a_restart_joins_it_again() -> 
     m.restore(target, "k2", T0)
     records += _journal(m)  # the controller dies here, mid-restore
     again = machine()
-    again.replayed(records, T0, skip=set())
+    again.replayed(records, T0)
+    assert again.drain() == [M.File(again.get("s1"))]  # the replay files s1 (replay.py S3)
     assert again.restore(target, "k2", T0) == restoregate.Join("s1") and again.drain() == []
     assert isinstance(again.restore(target, "k9", T0), restoregate.Join)
 
@@ -367,7 +370,8 @@ def test_after_a_restart_every_kept_restore_key_is_answered_not_only_the_newest(
     second = _restored(m, s2, "k3")
     records = [*_s1(), R.Restored(restore=first), R.Restored(restore=second)]
     again = machine()
-    again.replayed(records, T0, skip=set())
+    again.replayed(records, T0)
+    assert again.drain() == [M.File(again.get("s1"))]  # the replay files s1 (replay.py S3)
     assert again.epoch == 3 and again.last_restore == second
     assert again.restore(again.tracker.get("s1"), "k1", T0) == restoregate.Answer(first)
     assert again.epoch == 3 and again.drain() == []
@@ -384,16 +388,16 @@ def test_a_replay_takes_back_the_snapshots_in_progress_with_a_fresh_deadline_fro
     ]
     again = machine(deadline_s=5.0)
     restart = Now(mono=T0.mono + 100.0, wall=T0.wall + 100.0)  # long past the journaled starts
-    replayed = again.replayed(records, restart, skip=set())
+    replayed = again.replayed(records, restart)
     assert replayed == M.Replayed(finished=["s1"], in_progress=["s2", "s3"], warnings=[])
-    assert again.next_deadline() == restart.mono + 5.0 and again.drain() == []
+    assert again.next_deadline() == restart.mono + 5.0 and again.drain() == [M.File(again.get("s1"))]
     assert again.tick(Now(mono=restart.mono + 4.9, wall=restart.wall + 4.9)) == []
     again.reported(part("s2", "b", 30, [10]), restart)  # a node sends its report again: s2 completes
     assert again.get("s2").status == COMPLETE
     expired = again.tick(Now(mono=restart.mono + 5.0, wall=restart.wall + 5.0))
     assert [s.snapshot_id for s in expired] == ["s3"] and expired[0].status == FAILED
     assert expired[0].reason.startswith("controller restarted; ") and "within 5s of the restart" in expired[0].reason
-    assert machine().replayed(_s1(), restart, skip=set()).in_progress == []  # nothing in progress: nothing taken back
+    assert machine().replayed(_s1(), restart).in_progress == []  # nothing in progress: nothing taken back
 
 
 def test_after_a_restart_the_window_keeps_the_newest_keys() -> None:
@@ -459,11 +463,11 @@ def test_retention_runs_once_after_a_restart_over_everything_replayed() -> None:
             R.Finished(snapshot_id=sid, status=COMPLETE, reason="", wall=T0.wall),
         ]
     again = _kept(1)
-    again.replayed(records, T0, skip=set())
-    assert again.drain() == [M.Retire("s1"), M.Retire("s2")]
+    again.replayed(records, T0)
+    assert again.drain() == [M.File(again.get("s3")), M.Retire("s1"), M.Retire("s2")]
     none = _kept(0)
-    none.replayed(records, T0, skip=set())
-    assert none.drain() == []  # keep 0: every file stays
+    none.replayed(records, T0)
+    assert none.drain() == [M.File(none.get(sid)) for sid in ("s1", "s2", "s3")]  # keep 0: every file stays
 
 
 def test_every_refused_report_names_its_status_code():
@@ -501,8 +505,8 @@ def test_a_restart_files_again_only_what_retention_keeps() -> None:
     source, again = _kept(0), _kept(2)
     for sid in ("s1", "s3"):  # filed: loaded from their files before the replay
         _complete_effects(source, sid)
-        again.tracker.restore(source.get(sid))
-    replayed = again.replayed(records, T0, skip={"s1", "s3"})
-    assert again.drain() == [M.Retire("s1"), M.Retire("s2")]
+    again.loaded([source.get("s1"), source.get("s3")])
+    replayed = again.replayed(records, T0)
+    assert again.drain() == [M.Forget("s3"), M.File(again.get("s4")), M.Retire("s1"), M.Retire("s2")]
     assert (replayed.finished, replayed.filed) == (["s4"], ["s3"])  # retired: neither filed again nor kept
-    assert _kept(0).replayed(records, T0, skip=set()).finished == ["s2", "s4"]
+    assert _kept(0).replayed(records, T0).finished == ["s2", "s4"]

@@ -62,7 +62,7 @@ async def _persist_before_show() -> None:
     cfg = config.load(config.DEFAULT_CONFIG)
     journal = HeldJournal()
     engine = ControllerEngine(
-        config=cfg, tracker=Tracker(topology=cfg.topology, expected_total=cfg.expected_total, deadline_s=5),
+        config=cfg, machine=Controller(Tracker(topology=cfg.topology, expected_total=cfg.expected_total, deadline_s=5)),
         journal=journal, writer=None, metrics=ControllerMetrics(CollectorRegistry()),  # type: ignore[arg-type]
     )
     sent: list[tuple[str, str]] = []
@@ -127,7 +127,7 @@ def test_a_start_that_meets_a_channel_in_backoff_waits_for_it_once_before_the_sn
 async def _start_through_backoff(down: bool) -> None:
     cfg = config.load(config.DEFAULT_CONFIG)
     engine = ControllerEngine(
-        config=cfg, tracker=Tracker(topology=cfg.topology, expected_total=cfg.expected_total, deadline_s=5),
+        config=cfg, machine=Controller(Tracker(topology=cfg.topology, expected_total=cfg.expected_total, deadline_s=5)),
         journal=DurableJournal(), writer=None, metrics=ControllerMetrics(CollectorRegistry()),  # type: ignore[arg-type]
     )
     node = BackingOffNode(down)
@@ -151,12 +151,16 @@ class Forgetting:
     def __init__(self) -> None:
         self.forgotten: list[str] = []
         self.discarded: list[str] = []
+        self.submitted: list[tuple[str, bool, bool]] = []
 
     def forget(self, snapshot_id: str) -> None:
         self.forgotten.append(snapshot_id)
 
     def discard(self, snapshot_id: str) -> None:
         self.discarded.append(snapshot_id)
+
+    def submit(self, snapshot: pb.Snapshot, *, compact: bool = True, json: bool = True) -> None:
+        self.submitted.append((snapshot.snapshot_id, compact, json))
 
 
 def test_the_replays_retire_effects_are_carried_out_by_the_engines_first_step() -> None:
@@ -179,14 +183,13 @@ async def _replay_retires() -> None:
             R.Finished(snapshot_id=sid, status=COMPLETE, reason="", wall=now.wall),
         ]
     machine = Controller(Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=5), keep=1)
-    assert machine.replayed(records, now, skip=set()).finished == ["s2"]
+    assert machine.replayed(records, now).finished == ["s2"]
     files = Forgetting()
     engine = ControllerEngine(
-        config=config.load(config.DEFAULT_CONFIG), tracker=machine.tracker, machine=machine,
+        config=config.load(config.DEFAULT_CONFIG), machine=machine,
         journal=files, writer=files, metrics=ControllerMetrics(CollectorRegistry()),  # type: ignore[arg-type]
     )
-    assert files.forgotten == files.discarded == []  # nothing before the engine starts
+    assert files.forgotten == files.discarded == files.submitted == []  # nothing before the engine starts
     await engine.start()
-    await asyncio.sleep(0)  # the step's task
-    assert files.forgotten == files.discarded == ["s1"]
+    assert files.forgotten == files.discarded == ["s1"] and files.submitted == [("s2", True, True)]
     await engine.close()

@@ -25,12 +25,14 @@ Events in:
                                          (`to_resume` names its snapshot; the shell loads it)
   node_restored(node, answer, now)       a node took its part (or why it could not)
   restore_settled()                      the restore's last record is durable (or cannot be)
-  replayed(records, now, skip)           the journal read back after a restart (S1):
+  loaded(snapshots, missing)             at a restart, the finished snapshots read from their
+                                         files, and which files of them are missing (replay.py S2)
+  replayed(records, now)                 then the journal read back (replay.py S1-S4):
                                          returns a `Replayed`, what it took back
-  filed(snapshot_id)                     the snapshot's file is written (it may leave memory)
+  filed(snapshot_id)                     the snapshot's compact file is written (it may leave memory)
 
-Reads (no change): get(id), all(), ids(), status(id), in_progress, to_resume;
-shells read through these, not through `tracker`.
+Reads (no change): get(id), all(), ids(), status(id), in_progress, to_resume,
+topology, deadline_s; shells read through these, not through `tracker`.
 
 Effects out (in order; the shell carries them out in that order):
   Journal(record)        append this record; every effect after it in the same
@@ -43,7 +45,9 @@ Effects out (in order; the shell carries them out in that order):
   Publish(snapshot)      show the snapshot's new state to watchers
   RestoreAt(node, request)    send this node its part of the restore
   RestoreDone(restore)   the restore ended (RESTORED or FAILED), as journaled
-  Retire(snapshot_id)    retention (K1): delete the snapshot's files
+  Retire(snapshot_id)    retention (K1): delete the snapshot's files (and forget its records)
+  File(snapshot, compact, json)  write these files of the snapshot (replay.py S2, S3)
+  Forget(snapshot_id)    the snapshot is filed: its journal records are dead (`filed`, S2)
 
 Admission (Flink's max-concurrent-checkpoints):
 A1. With `max_concurrent` N > 0, a trigger while N snapshots are in progress is
@@ -59,12 +63,8 @@ K1. The finished snapshots older than the N newest COMPLETE ones (ids sort in
     Retire effects follow its Finished) and once after a restart (`replayed`),
     so the files of snapshots that are not worth keeping are never filed again.
 
-Restart (`replayed`):
-S1. The journal read back is one event: finished snapshots are rebuilt, the epoch
-    and every restore with its keys taken back (R4), and every snapshot still in
-    progress gets a fresh deadline from `now` (the restart) and fails "controller
-    restarted" unless its reports come in by then (the nodes send them again).
-    Its `Replayed` names what it took back; no shell touches the tracker for it.
+Restart (`loaded`, then `replayed`): rules S1-S4 in replay.py, which decides what
+is filed again and what is forgotten; no shell touches the tracker for it.
 
 Broadcast trigger (Flink and Hazelcast Jet signal every source at once):
 B1. With `broadcast`, the trigger emits one StartAt per node of the topology, the
@@ -96,11 +96,13 @@ R4. A key answers its own restore (running: join it; finished: its answer, once
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from snapmesh.protocol.controller import journal, restoregate
+from snapmesh.protocol.controller import journal, replay, restoregate
+from snapmesh.protocol.controller.replay import File, Forget, Replayed
 from snapmesh.protocol.controller.restoreplan import plan, problem, with_app_fields
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
+from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
@@ -179,17 +181,7 @@ class Retire:
     snapshot_id: str
 
 
-Effect = Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt | RestoreDone | Retire
-
-
-@dataclass(frozen=True, slots=True)
-class Replayed:
-    """What `Controller.replayed` took back from the journal (S1)."""
-
-    finished: list[str]  # snapshots finished in the journal, rebuilt here and kept (K1): to be filed
-    in_progress: list[str]  # snapshots still in progress: a fresh deadline from the restart, in id order
-    warnings: list[str]  # records that did not fit
-    filed: list[str] = field(default_factory=list)  # of `skip` (filed before), those kept (K1), in id order
+Effect = Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt | RestoreDone | Retire | File | Forget
 
 
 # ------------------------------------------------------------------ refusal reasons
@@ -230,6 +222,8 @@ class Controller:
         self.gate = restoregate.RestoreGate(keys_kept=keys_kept, max_key_bytes=max_key_bytes)
         self.last_restore: pb.Restore | None = None  # the newest restore, as journaled
         self.to_resume = ""  # set by `replayed`: the snapshot of a restore still RESTORING, for `resume`
+        self._loaded: set[str] = set()  # by `loaded`: the snapshots in their files at a restart
+        self._missing: dict[str, tuple[bool, bool]] = {}  # by `loaded`: of those, the files not there
         self._parts: dict[str, pb.RestoreStateRequest] = {}  # the running restore's, by node
         self._answers: dict[str, pb.RestoreStateResponse | str] = {}
         self._effects: list[Effect] = []
@@ -305,8 +299,10 @@ class Controller:
         return self.tracker.next_deadline()
 
     def filed(self, snapshot_id: str) -> None:
-        """The snapshot's file is written: past the working set, it may leave memory."""
+        """The snapshot's compact file is written: its records are dead, and past the
+        working set it may leave memory."""
         self.tracker.filed(snapshot_id)
+        self._effects.append(Forget(snapshot_id))
 
     # -- reads
 
@@ -327,6 +323,15 @@ class Controller:
     def in_progress(self) -> int:
         return self.tracker.in_progress
 
+    @property
+    def topology(self) -> Topology:
+        return self.tracker.topology
+
+    @property
+    def deadline_s(self) -> float:
+        """How long a snapshot may take before it fails."""
+        return self.tracker.deadline_s
+
     def _fail(self, snapshot_id: str, reason: str, now: Now) -> pb.Snapshot | None:
         failed = self.tracker.fail(snapshot_id, reason, now)
         if failed is not None:
@@ -340,13 +345,15 @@ class Controller:
         if snapshot.status != COMPLETE:  # every node drops its recording (it may be one that never heard)
             sid, reason = snapshot.snapshot_id, snapshot.reason
             self._effects += [AbortAt(node, sid, reason) for node in self.tracker.topology.nodes]
-        elif self.keep:
-            self._retire()
+        else:
+            self._effects += [Retire(sid) for sid in self._retired()]
 
-    def _retire(self) -> None:
+    def _retired(self) -> list[str]:
         """K1 (the tracker keeps the ids sorted, so this costs the ids it retires)."""
+        if not self.keep:
+            return []
         protect = self.last_restore.snapshot_id if self.last_restore is not None else ""
-        self._effects += [Retire(sid) for sid in self.tracker.retired(self.keep, protect)]
+        return self.tracker.retired(self.keep, protect)
 
     # -- restore
 
@@ -429,29 +436,32 @@ class Controller:
 
     # -- after a restart
 
-    def replayed(self, records: Iterable[journal.Record], now: Now, *, skip: set[str]) -> Replayed:
-        """The journal read back after a restart at `now` (S1): snapshots rebuilt
-        (`journal.replay`), the epoch, every restore taken back with its keys (R4;
-        the newest is to be resumed when it is RESTORING), every snapshot still in
-        progress given a fresh deadline from `now`, then retention over all the
-        machine holds (K1: Retire effects). A newest restore still RESTORING is
-        named by `to_resume`: the shell `resume`s it once it can reach the nodes."""
+    def loaded(self, snapshots: Iterable[pb.Snapshot], *, missing: replay.Missing | None = None) -> None:
+        """At a restart, before `replayed`: the finished snapshots read from their files,
+        and by id which of their files (compact, JSON) is not there (replay.py S2)."""
+        for snapshot in snapshots:
+            self.tracker.restore(snapshot)
+            self._loaded.add(snapshot.snapshot_id)
+        self._missing.update(missing or {})
+
+    def replayed(self, records: Iterable[journal.Record], now: Now) -> Replayed:
+        """The journal read back after a restart at `now` (replay.py): snapshots not
+        `loaded` rebuilt (`journal.replay`), the epoch, every restore taken back with
+        its keys (R4), every snapshot still in progress given a fresh deadline from
+        `now` (S1); then File and Forget effects (S2, S3), and retention over all the
+        machine holds (S4, K1: Retire). A newest restore still RESTORING is named by
+        `to_resume`: the shell `resume`s it once it can reach the nodes."""
         records = list(records)
-        finished, warnings = journal.replay(records, self.tracker, now, skip=skip)
+        finished, warnings = journal.replay(records, self.tracker, now, skip=self._loaded)
         restores, more = journal.restores(records)
         self.taken_back(restores)
         last = self.last_restore  # R2: RESTORING was journaled before any node heard of it, so run it again
         self.to_resume = last.snapshot_id if last is not None and last.status == pb.Restore.RESTORING else ""
         in_progress = self.tracker.restarted(now)
-        before = len(self._effects)
-        if self.keep:
-            self._retire()
-        # What retention retires is neither filed again nor kept: --keep's deletions stay deleted.
-        retired = {e.snapshot_id for e in self._effects[before:] if isinstance(e, Retire)}
-        return Replayed(
-            finished=[sid for sid in finished if sid not in retired], in_progress=in_progress,
-            warnings=warnings + more, filed=sorted(skip - retired),
-        )
+        retired = self._retired()
+        done = replay.taken_back(finished, in_progress, warnings + more, loaded=self._loaded, retired=retired)
+        self._effects += [*replay.files(done, self._missing, self.tracker.get), *(Retire(sid) for sid in retired)]
+        return done
 
     def taken_back(self, restores: list[tuple[pb.Restore, list[str]]]) -> None:
         """The journal's restores, oldest first, each with the keys that joined it: the
