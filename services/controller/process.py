@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.engine import ControllerEngine, system_now
+from snapmesh.services.controller.journal_metrics import JournalCounts
 from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
@@ -140,6 +141,7 @@ async def _serve_locked(
     try:
         _recover(machine, store, journal, writer, filed={s.snapshot_id for s in snapshots})
         registry = CollectorRegistry()
+        registry.register(JournalCounts(journal))
         engine = ControllerEngine(
             config=cfg, tracker=machine.tracker, machine=machine, journal=journal, writer=writer,
             metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity,
