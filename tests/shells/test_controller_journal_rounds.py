@@ -12,11 +12,13 @@ appending a step's records together keeps them in one round.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.controller.machine import Controller
 from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.protocol.topology import Topology
@@ -103,4 +105,34 @@ async def _one_round_each(tmp_path) -> None:
         assert value("snapmesh_controller_journal_wait_seconds_count", step=step) == 1
         assert value("snapmesh_controller_journal_wait_seconds_sum", step=step) >= 0.02
     await engine.close()
+    await journal.close()
+
+
+def test_a_journal_rewrite_is_not_on_the_path_of_the_round_that_set_it_off(tmp_path) -> None:
+    """The rewrite (a whole file written, fsynced, renamed, its directory fsynced) runs
+    after the round's waiters heard: an append resolves while the rewrite still runs."""
+    asyncio.run(_rewrite_after_the_round(tmp_path))
+
+
+async def _rewrite_after_the_round(tmp_path) -> None:
+    journal = J.Journal(tmp_path / "journal", rotate_bytes=1)
+    journal.open()
+    release, rewriting = threading.Event(), threading.Event()
+    rewrite = journal._rewrite
+
+    def held_rewrite() -> None:
+        rewriting.set()
+        release.wait(10)
+        rewrite()
+
+    journal._rewrite = held_rewrite  # type: ignore[method-assign]
+    await journal.append(R.Started(snapshot_id="s1", initiator="a", wall=1.0))
+    await journal.append(R.Finished(snapshot_id="s1", status=pb.Snapshot.FAILED, reason="x", wall=1.5))
+    journal.forget("s1")  # dead, most of a file past its (tiny) bound: the next round sets off a rewrite
+    try:
+        await asyncio.wait_for(journal.append(R.Started(snapshot_id="s2", initiator="a", wall=2.0)), 5)
+        assert await asyncio.to_thread(rewriting.wait, 5), "no rewrite was set off: the test proves nothing"
+    finally:
+        release.set()
+    await journal.barrier()
     await journal.close()
