@@ -85,10 +85,13 @@ def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], sna
         rtt = hosts.network.probe("p1", "p2", NODE_PORT, count=PROBES)
         channel = grpc.insecure_channel(hosts.controller_address, options=CLIENT_OPTIONS)
         watch = utilisation.Watch(hosts.cluster)
+        journal = utilisation.read_journal(hosts.cluster.controller_metrics_address)
         complete: list = []
         client, _, failed, _ = latency_run(pb_grpc.ControllerStub(channel), snapshots, CAP_S, {}, complete)
+        journal_end = utilisation.read_journal(hosts.cluster.controller_metrics_address)
         extra = {**watch.stop(), **utilisation.split_figures(complete, lambda v: _percentile(v, 0.99)),
-                 "pace_per_s": rate}
+                 **utilisation.tail_figures(complete, lambda v: _percentile(v, 0.99)),
+                 **utilisation.journal_figures(journal, journal_end), "pace_per_s": rate}
         stats = loadgen.stats()
         loadgen.set(0)
     finally:
@@ -103,6 +106,13 @@ def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], sna
     say(f"  {mode}: host round trip {rtt['median_ms']:.2f} ms (min {rtt['min_ms']:.2f}, p90 {rtt['p90_ms']:.2f}); "
         f"snapshot p50/p99 {p50:.1f} / {p99:.1f} ms ({len(client)} COMPLETE, {failed} not); "
         f"p99 = {p99 / rtt['median_ms']:.1f} round trips (goal <= {GOAL_RTTS:g}); load errors {stats['errors']}")
+    if target is not None:
+        say(f"  {mode}: trigger->last cut p99 {extra['trigger_to_last_cut_p99_ms']:.1f} ms, last cut->COMPLETE p99 "
+            f"{extra['last_cut_to_complete_p99_ms']:.1f} ms (last node's recording p99 "
+            f"{extra['last_node_recording_p99_ms']:.1f} ms, its report p99 {extra['last_node_report_p99_ms']:.1f} ms); "
+            f"journal p99 trigger <= {extra['journal_trigger_wait_p99_ms']:.2f} ms, COMPLETE <= "
+            f"{extra['journal_complete_wait_p99_ms']:.2f} ms, {extra['journal_syncs_per_snapshot']:.1f} rounds "
+            f"per snapshot")
     return {"host_rtt_ms": rtt["median_ms"], "p50": p50, "p99": p99, "complete": len(client), "failed": failed,
             **extra}
 
@@ -128,7 +138,8 @@ def measure(peak_per_s: float, say: Callable[[str], None], *, snapshots: int = S
 
 
 UTIL_FIGURES = ("cpu_busy", "pace_per_s", *utilisation.RUNQ_FIGURES, "trigger_to_cut_p99_ms",
-                "trigger_to_last_cut_p99_ms", "last_cut_to_complete_p99_ms")
+                "trigger_to_last_cut_p99_ms", "last_cut_to_complete_p99_ms", *utilisation.TAIL_FIGURES,
+                *utilisation.JOURNAL_FIGURES)
 
 
 def util_keys(target: float = UTIL_TARGET) -> tuple[str, ...]:

@@ -25,7 +25,7 @@ from bench.calls import DEADLINE_S, INITIAL_BALANCE, latency_run
 from bench.loadgen import LoadGen
 from bench.observe import Observer, Sample, Window, cpu_s, window_between
 from bench.report import Markers
-from bench.utilisation import runq_wait_ns
+from bench.utilisation import JournalRead, read_journal, runq_wait_ns
 from snapmesh.checking.scrape import largest
 from snapmesh.checking.snapshots import duration_s
 from snapmesh.processes.supervisor import Cluster
@@ -187,6 +187,10 @@ class Mesh:
 
     def finished(self, ids: list[str]):
         return finished(self.controller, ids, self.statuses)
+
+    def controller_journal(self) -> JournalRead:
+        """The controller's journal waits and rounds so far (its metrics port)."""
+        return read_journal(self.cluster.controller_metrics_address)
 
     def wait_controller_idle(self, cap_s: float) -> float:
         return wait_controller_idle(self.cluster, cap_s)

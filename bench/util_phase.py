@@ -8,7 +8,9 @@ fraction while the snapshots ran, each process's run-queue wait, and each
 snapshot's split into trigger -> cuts -> COMPLETE. Keys end in
 `_8n_util50_<mode>` / `_8n_util80_<mode>` (classic, overtake, hybrid at the cluster
 file's default align_timeout_ms); the broadcast trigger is measured beside overtake
-(`_overtake_broadcast`).
+(`_overtake_broadcast`). The tail (last cut -> COMPLETE) is split further by the
+last node's recording and report, and the controller's journal hops are read
+from its metrics (bench.utilisation).
 
 Alone: `python -m bench overtake --phases util8 [--smoke] [--no-write]`.
 """
@@ -21,14 +23,16 @@ from bench.calls import paced_callers
 from bench.lab import p99
 from bench.observe import busy_fraction
 from bench.phase_kit import Run, phase
-from bench.utilisation import TARGETS, find_pace, split_figures, util_suffix, wait_figures
+from bench.utilisation import (JOURNAL_FIGURES, TAIL_FIGURES, TARGETS, find_pace, journal_figures, split_figures,
+                               tail_figures, util_suffix, wait_figures)
 
 NODES = 8
 # (snapshot mode, broadcast trigger): each its own mesh.
 VARIANTS = (("classic", False), ("overtake", False), ("hybrid", False), ("overtake", True))
 FIGURES = ("snapshot_p99_ms", "snapshot_p50_ms", "snapshots_not_complete", "node_rtt_p99_ms", "cpu_busy", "pace_per_s",
            "cpu_us_per_transfer", "frames_per_transfer", "runq_wait_nodes_mean", "runq_wait_nodes_max",
-           "runq_wait_controller", "trigger_to_cut_p99_ms", "trigger_to_last_cut_p99_ms", "last_cut_to_complete_p99_ms")
+           "runq_wait_controller", "trigger_to_cut_p99_ms", "trigger_to_last_cut_p99_ms", "last_cut_to_complete_p99_ms",
+           *TAIL_FIGURES, *JOURNAL_FIGURES)
 START_RATE = 2_000.0  # transfers/s to start the search at when no 4-node peak is known
 
 
@@ -60,9 +64,9 @@ def measure_at(run: Run, mesh, rate: float, broadcast: bool) -> dict[str, float]
     before = mesh.window(s.window_s)
     node_rtt = mesh.node_rtt_p99(s.node_rtt_calls, s.node_rtt_gap_s)
     first = len(mesh.complete)
-    start, waits = mesh.sample(), mesh.runq()
+    start, waits, journal = mesh.sample(), mesh.runq(), mesh.controller_journal()
     client, _, failed, _ = mesh.latency_run(s.latency_snapshots, s.latency_cap_s, broadcast=broadcast)
-    end, waits_end = mesh.sample(), mesh.runq()
+    end, waits_end, journal_end = mesh.sample(), mesh.runq(), mesh.controller_journal()
     elapsed = end.at - start.at
     figures = {
         "snapshot_p99_ms": p99(client),
@@ -75,6 +79,8 @@ def measure_at(run: Run, mesh, rate: float, broadcast: bool) -> dict[str, float]
         "frames_per_transfer": before.frames_per_s / before.received_per_s if before.received_per_s else float("nan"),
         **wait_figures({k: (waits_end[k] - waits[k]) / 1e9 / elapsed for k in waits} if elapsed > 0 else {}),
         **split_figures(mesh.complete[first:], p99),
+        **tail_figures(mesh.complete[first:], p99),
+        **journal_figures(journal, journal_end),
     }
     return figures
 
@@ -104,6 +110,12 @@ def _util8(run: Run) -> None:
                         f"{figures['runq_wait_nodes_mean']:.1%} (worst {figures['runq_wait_nodes_max']:.1%}); "
                         f"trigger->last cut p99 {figures['trigger_to_last_cut_p99_ms']:.1f} ms, last cut->COMPLETE "
                         f"p99 {figures['last_cut_to_complete_p99_ms']:.1f} ms")
+                run.say(f"   tail: last node's recording p99 {figures['last_node_recording_p99_ms']:.1f} ms, its "
+                        f"report p99 {figures['last_node_report_p99_ms']:.1f} ms; journal p99 trigger <= "
+                        f"{figures['journal_trigger_wait_p99_ms']:.2f} ms, COMPLETE <= "
+                        f"{figures['journal_complete_wait_p99_ms']:.2f} ms; "
+                        f"{figures['journal_syncs_per_snapshot']:.1f} rounds per snapshot, "
+                        f"{figures['journal_records_per_sync']:.1f} records per round")
             mesh.load(0)
     for target in TARGETS:
         suffix = f"{NODES}n_{util_suffix(target)}_overtake"

@@ -12,7 +12,12 @@ search for the offered rate at which the whole machine is *measured* to be about
     marker waits on), as a fraction of the window: a hop's delay splits into
     CPU queueing and the rest;
   - per snapshot, from the controller's statistics: trigger to each node's cut
-    (`start_delay_ms`), and the last cut to COMPLETE.
+    (`start_delay_ms`), and the last cut to COMPLETE (the last report accepted);
+    that tail split by the node whose report came in last: its recording (its
+    cut to its last marker in) and its report's way (done to accepted);
+  - from the controller's metrics read before and after: its journal's waits
+    (trigger -> Started durable, completing report -> COMPLETE durable; neither
+    is in the statistics, which stop at the last report accepted) and rounds.
 
 The search is `find_pace`: pure, it calls `measure(rate) -> busy fraction`, so the
 loopback mesh and the phase on hosts search the same way.
@@ -20,6 +25,7 @@ loopback mesh and the phase on hosts search the same way.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -28,6 +34,7 @@ from pathlib import Path
 
 from bench.calls import paced_callers
 from bench.observe import machine_busy_s
+from snapmesh.checking.scrape import samples
 
 TARGETS = (0.5, 0.8)  # the utilisations the issue states its goals at
 TOLERANCE = 0.05  # a pace within this of the target is found
@@ -136,6 +143,76 @@ def split_figures(snapshots: list, p99: Callable[[list[float]], float]) -> dict[
         tail.append(rest)
     return {"trigger_to_cut_p99_ms": p99(every), "trigger_to_last_cut_p99_ms": p99(last),
             "last_cut_to_complete_p99_ms": p99(tail)}
+
+
+TAIL_FIGURES = ("last_node_recording_p99_ms", "last_node_report_p99_ms")
+
+
+def last_node(snapshot):
+    """The node whose report completed the snapshot: accepted last (cut + recording + report time), or None."""
+    return max(snapshot.stats.nodes, default=None,
+               key=lambda n: n.start_delay_ms + n.recording_duration_ms + n.report_time_ms)
+
+
+def tail_figures(snapshots: list, p99: Callable[[list[float]], float]) -> dict[str, float]:
+    """p99 over snapshots of the last node's recording (cut -> last marker in) and report (done -> accepted)."""
+    nodes = [n for n in map(last_node, snapshots) if n is not None]
+    return {"last_node_recording_p99_ms": p99([n.recording_duration_ms for n in nodes]),
+            "last_node_report_p99_ms": p99([n.report_time_ms for n in nodes])}
+
+
+JOURNAL_STEPS = ("trigger", "complete")
+JOURNAL_FIGURES = ("journal_trigger_wait_p99_ms", "journal_complete_wait_p99_ms", "journal_syncs_per_snapshot",
+                   "journal_records_per_sync")
+
+
+@dataclass(frozen=True)
+class JournalRead:
+    """The controller's journal metrics at one moment (services/controller/journal_metrics.py)."""
+
+    syncs: float
+    records: float
+    snapshots: float  # finished, COMPLETE or FAILED
+    waits: dict[str, dict[float, float]]  # step -> cumulative observations per bucket bound (inf the last)
+
+
+def read_journal(metrics_address: str) -> JournalRead:
+    syncs = records = snapshots = 0.0
+    waits: dict[str, dict[float, float]] = {step: {} for step in JOURNAL_STEPS}
+    for sample in samples(metrics_address):
+        if sample.name == "snapmesh_controller_journal_syncs_total":
+            syncs = sample.value
+        elif sample.name == "snapmesh_controller_journal_records_total":
+            records = sample.value
+        elif sample.name == "snapmesh_snapshots_total":
+            snapshots += sample.value
+        elif sample.name == "snapmesh_controller_journal_wait_seconds_bucket" and sample.labels["step"] in waits:
+            waits[sample.labels["step"]][float(sample.labels["le"])] = sample.value
+    return JournalRead(syncs, records, snapshots, waits)
+
+
+def bucket_p99(before: dict[float, float], after: dict[float, float]) -> float:
+    """The bound (s) of the histogram bucket holding the nearest-rank 99th percentile of what
+    was observed between two reads: the p99 is at most this (nan: nothing observed; past
+    the last finite bound: that bound, the p99 is at least it)."""
+    counts = {le: after[le] - before.get(le, 0.0) for le in sorted(after)}
+    total = counts.get(math.inf, 0.0)
+    if total <= 0:
+        return float("nan")
+    rank = min(total, int(0.99 * total) + 1)
+    finite = [le for le in counts if le != math.inf]
+    return next((le for le in finite if counts[le] >= rank), finite[-1] if finite else float("nan"))
+
+
+def journal_figures(before: JournalRead, after: JournalRead) -> dict[str, float]:
+    """Between two reads: each journal hop's p99 wait (ms, a bucket bound: `bucket_p99`),
+    rounds per snapshot finished and records per round."""
+    snapshots, syncs = after.snapshots - before.snapshots, after.syncs - before.syncs
+    figures = {f"journal_{step}_wait_p99_ms": bucket_p99(before.waits[step], after.waits[step]) * 1e3
+               for step in JOURNAL_STEPS}
+    figures["journal_syncs_per_snapshot"] = syncs / snapshots if snapshots > 0 else float("nan")
+    figures["journal_records_per_sync"] = (after.records - before.records) / syncs if syncs > 0 else float("nan")
+    return figures
 
 
 def busy_over(seconds: float) -> float:

@@ -7,8 +7,9 @@ persist, then show and send), and re-arms the one timer for the machine's next
 deadline (aioquic's get_timer):
 
     Journal(record)    -> the journal file (group-committed), appended at once so the
-                          journal's order is the machine's; every later effect of
-                          the step waits until the record is durable
+                          journal's order is the machine's, a step's records together
+                          (one round); every later effect of the step waits until
+                          the record is durable
     Barrier()          -> the same, for everything journaled so far
     Publish(snapshot)  -> the WatchSnapshots watchers
     StartAt(node, ...) -> StartSnapshot at that node (a failure: the machine's start_failed)
@@ -39,6 +40,7 @@ from typing import Any
 import grpc
 
 from snapmesh.services.controller import journal as J
+from snapmesh.services.controller.journal_metrics import time_until_durable
 from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
@@ -166,13 +168,14 @@ class ControllerEngine:
         that goes away does not stop the step) to answer once all of it is durable."""
         durable: asyncio.Future[None] | None = None
         steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]] = []
-        for effect in self.machine.drain():
-            if isinstance(effect, ctl.Journal):
-                durable = self._tail = self.journal.append(effect.record)
-            elif isinstance(effect, ctl.Barrier):
-                durable = self._tail = self.journal.barrier()
-            else:
-                steps.append((effect, durable))
+        with self.journal.together():  # one step, one log round
+            for effect in self.machine.drain():
+                if isinstance(effect, ctl.Journal):
+                    durable = self._tail = self.journal.append(effect.record)
+                elif isinstance(effect, ctl.Barrier):
+                    durable = self._tail = self.journal.barrier()
+                else:
+                    steps.append((effect, durable))
         self._arm()
         return self.spawn(self._in_order(steps, durable))
 
@@ -229,6 +232,7 @@ class ControllerEngine:
             raise
         self._done[snapshot_id] = asyncio.get_running_loop().create_future()
         step = self.carry_out()
+        time_until_durable(self.metrics.journal_wait, "trigger", self._tail, now.mono, lambda: self._clock().mono)
         try:
             await asyncio.shield(step)
         except OSError as exc:
@@ -242,12 +246,16 @@ class ControllerEngine:
         """A node's part: journaled (with the snapshot's outcome when it completes
         it) before this returns. Raises TrackerError for a refused report and
         OSError when it cannot be journaled."""
+        now = self._clock()
         try:
-            self.machine.reported(state, self._clock())
+            snapshot, duplicate = self.machine.reported(state, now)
         except ctl.StaleReport:
             self.metrics.stale_reports.inc()
             raise
-        await asyncio.shield(self.carry_out())
+        step = self.carry_out()
+        if snapshot.status == COMPLETE and not duplicate:  # the report's record and the outcome, in one round
+            time_until_durable(self.metrics.journal_wait, "complete", self._tail, now.mono, lambda: self._clock().mono)
+        await asyncio.shield(step)
 
     async def restore(self, snapshot_id: str, request_id: str = "") -> pb.Restore:
         """A RestoreSnapshot call: the machine's gate decides (R1, R4); a call that

@@ -11,7 +11,11 @@ and the file is rewritten with only the live ones when it has grown past
 `LiveFrames`, pure).
 
 One thread writes: every append queued while an fdatasync runs goes into the
-next one (group commit). A torn or corrupt frame (a crash mid-write) ends the
+next one (group commit). The records of one step (a completing report's and
+the outcome) are appended `together`, so they share one fdatasync: a step
+costs one log round, never two. A rewrite runs after the round's waiters
+have heard, so it is never on their path. `syncs` and `records` count the
+rounds and the records in them (the controller's metrics read them). A torn or corrupt frame (a crash mid-write) ends the
 journal: reading stops there and the file is cut back to the last good frame.
 After a failed write or fdatasync nothing more is written (retrying fsync is not
 safe): every later append fails with the same error.
@@ -23,6 +27,8 @@ import asyncio
 import logging
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from snapmesh.protocol.controller.journal import LiveFrames, Record, decode_all, encode
@@ -50,6 +56,8 @@ class Journal:
         self._broken: OSError | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.syncs = 0  # fdatasync rounds of appended records (a rewrite's own syncs are not one)
+        self.records = 0  # records made durable by them
 
     def open(self) -> tuple[list[Record], list[str]]:
         """Read what is there (cutting off a torn tail), then start appending."""
@@ -77,6 +85,13 @@ class Journal:
     def barrier(self) -> asyncio.Future[None]:
         """Resolves once everything appended so far is durable."""
         return self._put("", b"")
+
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """Every append inside goes into one round: the writer cannot take the
+        queue between them (a loop thread descheduled mid-step would split it)."""
+        with self._cond:
+            yield
 
     def forget(self, snapshot_id: str) -> None:
         """The snapshot is in its file: its records need not survive the next rewrite."""
@@ -124,6 +139,13 @@ class Journal:
             for _, _, future in batch:
                 if future is not None:
                     self._loop.call_soon_threadsafe(_settle, future, error)
+            if error is None and self._live.rewrite_due():
+                try:
+                    self._rewrite()
+                except OSError as exc:
+                    log.error("journal %s: write failed, appending nothing more: %s", self.path, exc)
+                    with self._cond:
+                        self._broken = exc
 
     def _write(self, batch) -> None:
         data = self._live.take((sid, frame) for sid, frame, _ in batch)
@@ -132,8 +154,8 @@ class Journal:
             view = view[os.write(self._fd, view):]
         if data:
             os.fdatasync(self._fd)
-        if self._live.rewrite_due():
-            self._rewrite()
+            self.syncs += 1
+            self.records += sum(1 for _, frame, _ in batch if frame)
 
     def _rewrite(self) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")

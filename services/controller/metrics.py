@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from snapmesh.protocol.controller.tracker import COMPLETE, duration_s
+from snapmesh.services.controller.journal_metrics import wait_histogram
 from snapmesh.serving.metrics import labelled
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -77,6 +78,7 @@ class ControllerMetrics:
             "TriggerSnapshot calls (and periodic ticks) refused at the limit of snapshots in progress",
             registry=registry,
         )
+        self.journal_wait = wait_histogram(registry)  # the trigger's and COMPLETE's journal hops
         self._last_complete_s = 0.0
 
     def finished(self, snapshot: pb.Snapshot) -> None:

@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.engine import ControllerEngine, system_now
+from snapmesh.services.controller.journal_metrics import JournalCounts
 from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
@@ -139,6 +140,7 @@ async def _serve_locked(
                 len(replayed.finished), len(replayed.in_progress), ", ".join(replayed.in_progress) or "none",
             )
         registry = CollectorRegistry()
+        registry.register(JournalCounts(journal))
         engine = ControllerEngine(
             config=cfg, machine=machine, journal=journal, writer=writer,
             metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity,

@@ -144,6 +144,13 @@ class Cluster:
         return self.config.controller.address
 
     @property
+    def controller_metrics_address(self) -> str:
+        """Where the controller's Prometheus metrics are read (its host's, with hosts)."""
+        if "controller" in self.hosts:
+            return f"{self.hosts['controller'].address}:{self.config.controller.metrics_port}"
+        return self.config.controller.metrics_address
+
+    @property
     def node_ids(self) -> tuple[str, ...]:
         return tuple(self.nodes)
 

@@ -9,6 +9,7 @@ new ones). The last test runs the event-loop phase for real, briefly (`--smoke`)
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import pytest
 from bench import hosts, phases, util_phase
 from bench.observe import Sample, Window
 from bench.report import Markers
-from bench.utilisation import RUNQ_FIGURES
+from bench.utilisation import RUNQ_FIGURES, JournalRead
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,11 +125,17 @@ class FakeMesh:
         return _window(self._rate())
 
     def latency_run(self, count: int, cap_s: float, *, broadcast: bool = False):
-        for _ in range(count):  # each node cut 1..N ms after the trigger, COMPLETE 3 ms after the last
-            stats = pb.SnapshotStats(end_to_end_duration_ms=self.nodes + 3.0, nodes=[
-                pb.NodeSnapshotStats(node_id=f"p{i}", start_delay_ms=float(i)) for i in range(1, self.nodes + 1)])
+        for _ in range(count):  # each node cut 1..N ms after the trigger, recorded 1 ms, reported in 2: COMPLETE
+            stats = pb.SnapshotStats(end_to_end_duration_ms=self.nodes + 3.0, nodes=[  # 3 ms after the last cut
+                pb.NodeSnapshotStats(node_id=f"p{i}", start_delay_ms=float(i), recording_duration_ms=1.0,
+                                     report_time_ms=2.0) for i in range(1, self.nodes + 1)])
             self.complete.append(pb.Snapshot(status=pb.Snapshot.COMPLETE, stats=stats))
         return [10.0] * count, [8.0] * count, 0, [1] * count
+
+    def controller_journal(self) -> JournalRead:
+        done = float(len(self.complete))  # each snapshot: 10 rounds of 2 records; trigger <= 1 ms, COMPLETE <= 2 ms
+        return JournalRead(syncs=10 * done, records=20 * done, snapshots=done, waits={
+            "trigger": {0.001: done, 0.002: done, math.inf: done}, "complete": {0.001: 0.0, 0.002: done, math.inf: done}})
 
     def runq(self) -> dict[str, int]:
         self.runq_reads += 1  # every process waits 10 ms more at each read
@@ -308,6 +315,12 @@ def test_the_utilisation_phase_writes_the_hop_split_and_run_queue_waits_of_each_
         assert run.out[f"trigger_to_last_cut_p99_ms_{suffix}"] == 8.0  # the stand-in's 8th node cut at 8 ms
         assert run.out[f"trigger_to_cut_p99_ms_{suffix}"] == 8.0
         assert run.out[f"last_cut_to_complete_p99_ms_{suffix}"] == 3.0
+        assert run.out[f"last_node_recording_p99_ms_{suffix}"] == 1.0  # the tail's 3 ms: 1 recording, 2 reporting
+        assert run.out[f"last_node_report_p99_ms_{suffix}"] == 2.0
+        assert run.out[f"journal_trigger_wait_p99_ms_{suffix}"] == 1.0  # read from the controller before and after
+        assert run.out[f"journal_complete_wait_p99_ms_{suffix}"] == 2.0
+        assert run.out[f"journal_syncs_per_snapshot_{suffix}"] == 10.0
+        assert run.out[f"journal_records_per_sync_{suffix}"] == 2.0
         assert run.out[f"runq_wait_nodes_mean_{suffix}"] > 0  # 10 ms per read over one stand-in second
     assert run.out["snapshot_p99_over_node_rtt_p99_8n_util50_overtake"] == 5.0  # 10 ms / 2 ms
 

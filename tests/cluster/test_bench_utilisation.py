@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -10,7 +11,8 @@ import time
 import pytest
 
 from bench.lab import p99
-from bench.utilisation import Pace, find_pace, runq_wait_ns, split, split_figures, wait_figures
+from bench.utilisation import (JournalRead, Pace, bucket_p99, find_pace, journal_figures, runq_wait_ns, split,
+                               split_figures, tail_figures, wait_figures)
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
@@ -94,3 +96,29 @@ def test_the_split_is_trigger_to_each_cut_and_last_cut_to_complete() -> None:
     assert wait_figures({"p1": 0.1, "p2": 0.3, "controller": 0.05}) == pytest.approx(
         {"runq_wait_nodes_mean": 0.2, "runq_wait_nodes_max": 0.3, "runq_wait_controller": 0.05})
     assert Pace(1.0, 0.52, 0.1, 2).found(0.5) and not Pace(1.0, 0.6, 0.1, 2).found(0.5)
+
+
+def test_the_tail_is_split_by_the_node_whose_report_came_in_last() -> None:
+    def node(name: str, cut: float, recording: float, report: float) -> pb.NodeSnapshotStats:
+        return pb.NodeSnapshotStats(node_id=name, start_delay_ms=cut, recording_duration_ms=recording,
+                                    report_time_ms=report)
+
+    # p2 cut last (9 ms) but p1's report came in last (2 + 10 + 5 = 17 ms): the tail is p1's
+    snapshot = pb.Snapshot(stats=pb.SnapshotStats(end_to_end_duration_ms=17.0, nodes=[
+        node("p1", 2.0, 10.0, 5.0), node("p2", 9.0, 1.0, 1.0)]))
+    assert tail_figures([snapshot], p99) == {"last_node_recording_p99_ms": 10.0, "last_node_report_p99_ms": 5.0}
+    assert all(math.isnan(v) for v in tail_figures([pb.Snapshot()], p99).values())  # no node stats: no figure
+
+
+def test_the_journal_figures_are_the_p99_buckets_and_rounds_between_two_reads() -> None:
+    inf = float("inf")
+    # 100 triggers between the reads: 98 within 1 ms, 2 within 5 ms: the p99 (the 100th) is in the 5 ms bucket
+    before = JournalRead(syncs=5, records=7, snapshots=1, waits={
+        "trigger": {0.001: 3, 0.005: 3, inf: 3}, "complete": {0.001: 1, 0.005: 1, inf: 1}})
+    after = JournalRead(syncs=305, records=607, snapshots=101, waits={
+        "trigger": {0.001: 101, 0.005: 103, inf: 103}, "complete": {0.001: 101, 0.005: 101, inf: 101}})
+    assert journal_figures(before, after) == pytest.approx({
+        "journal_trigger_wait_p99_ms": 5.0, "journal_complete_wait_p99_ms": 1.0,
+        "journal_syncs_per_snapshot": 3.0, "journal_records_per_sync": 2.0})
+    assert bucket_p99({}, {0.001: 0, inf: 4}) == 0.001  # past the last bound: that bound (at least it)
+    assert math.isnan(bucket_p99({0.001: 2, inf: 2}, {0.001: 2, inf: 2}))  # nothing observed between

@@ -149,6 +149,7 @@ def test_the_live_byte_count_is_kept_per_write_and_matches_the_frames_and_the_re
         reopened.forget("b")
         reopened.forget("c")  # only the next frame stays live: under half the file, so it is rewritten
         await reopened.append(R.Reported(state=report("b", "p1", 60), wall=1000.7))
+        await reopened.barrier()  # the rewrite runs after the append's waiters heard, before the next round
         assert reopened._live.bytes == summed(reopened) == path.stat().st_size
         await reopened.close()
 

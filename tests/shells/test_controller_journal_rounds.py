@@ -1,0 +1,138 @@
+"""The controller's two journal hops on a snapshot's critical path cost one log round each.
+
+An in-process engine on a real journal file (fdatasync and all) of an idle
+two-node cluster whose nodes answer in-process: a trigger makes exactly one
+round before StartSnapshot leaves, and the completing report exactly one, its
+record and the outcome together, before COMPLETE is shown. The journal here
+sleeps after each append, as a loop thread descheduled on a busy machine
+does: the writer thread then runs between two appends of one step, and only
+appending a step's records together keeps them in one round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from snapmesh.protocol.controller import journal as R
+from snapmesh.protocol.controller.machine import Controller
+from snapmesh.protocol.controller.tracker import Tracker
+from snapmesh.protocol.topology import Topology
+from snapmesh.services.controller import journal as J
+from snapmesh.services.controller.engine import ControllerEngine
+from snapmesh.services.controller.journal_metrics import JournalCounts
+from snapmesh.services.controller.metrics import ControllerMetrics
+from snapmesh.settings import config
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+class Descheduled(J.Journal):
+    """The real journal, its caller off the CPU for a while after every append."""
+
+    def append(self, record) -> asyncio.Future[None]:
+        future = super().append(record)
+        time.sleep(0.02)  # the GIL is free: the writer thread may take the queue now
+        return future
+
+
+class Node:
+    """Answers StartSnapshot, noting how many journal rounds were durable when it was sent."""
+
+    def __init__(self, journal: J.Journal, sent: list[int]) -> None:
+        self.journal, self.sent = journal, sent
+
+    async def StartSnapshot(self, request, timeout, wait_for_ready=False):
+        self.sent.append(self.journal.syncs)
+        return pb.StartSnapshotResponse()
+
+
+class Files:
+    def submit(self, snapshot) -> None:
+        pass
+
+
+def state(sid: str, node: str, balance: int) -> pb.FullState:
+    other = "b" if node == "a" else "a"
+    return pb.FullState(snapshot_id=sid, node_id=node, balance=balance, channels=[pb.ChannelState(src=other, dst=node)])
+
+
+def test_a_trigger_and_a_completing_report_each_cost_one_journal_round(tmp_path) -> None:
+    asyncio.run(_one_round_each(tmp_path))
+
+
+async def _one_round_each(tmp_path) -> None:
+    journal = Descheduled(tmp_path / "journal")
+    journal.open()
+    registry = CollectorRegistry()
+    registry.register(JournalCounts(journal))
+    tracker = Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=30)
+    engine = ControllerEngine(
+        config=config.load(config.DEFAULT_CONFIG), tracker=tracker, machine=Controller(tracker), journal=journal,
+        writer=Files(), metrics=ControllerMetrics(registry),  # type: ignore[arg-type]
+    )
+    sent: list[int] = []
+    engine.stubs = {n: Node(journal, sent) for n in engine.nodes}  # type: ignore[misc]
+    watcher: asyncio.Queue = asyncio.Queue()
+    engine.watchers.add(watcher)
+
+    snapshot = await engine.trigger("a")
+    await asyncio.sleep(0.05)  # StartSnapshot's task
+    assert (journal.syncs, journal.records) == (1, 1), "the trigger did not cost exactly one round"
+    assert sent == [1], "StartSnapshot left before the Started record was durable"
+
+    sid = snapshot.snapshot_id
+    await engine.report(state(sid, "a", 60))
+    assert (journal.syncs, journal.records) == (2, 2)
+    completing = asyncio.create_task(engine.report(state(sid, "b", 40)))
+    finished = await asyncio.wait_for(engine.wait_finished(sid), 10)
+    assert finished.status == pb.Snapshot.COMPLETE, finished.reason
+    await completing
+    assert journal.records == 4, "the report's record and the outcome were not both journaled"
+    assert journal.syncs == 3, f"the completing report cost {journal.syncs - 2} rounds, not one"
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("snapmesh_controller_journal_syncs_total") == 3
+    assert value("snapmesh_controller_journal_records_total") == 4
+    for step in ("trigger", "complete"):  # each waited for its one round: at least the 20 ms append above
+        assert value("snapmesh_controller_journal_wait_seconds_count", step=step) == 1
+        assert value("snapmesh_controller_journal_wait_seconds_sum", step=step) >= 0.02
+    await engine.close()
+    await journal.close()
+
+
+def test_a_journal_rewrite_is_not_on_the_path_of_the_round_that_set_it_off(tmp_path) -> None:
+    """The rewrite (a whole file written, fsynced, renamed, its directory fsynced) runs
+    after the round's waiters heard: an append resolves while the rewrite still runs."""
+    asyncio.run(_rewrite_after_the_round(tmp_path))
+
+
+async def _rewrite_after_the_round(tmp_path) -> None:
+    journal = J.Journal(tmp_path / "journal", rotate_bytes=1)
+    journal.open()
+    release, rewriting = threading.Event(), threading.Event()
+    rewrite = journal._rewrite
+
+    def held_rewrite() -> None:
+        rewriting.set()
+        release.wait(10)
+        rewrite()
+
+    journal._rewrite = held_rewrite  # type: ignore[method-assign]
+    await journal.append(R.Started(snapshot_id="s1", initiator="a", wall=1.0))
+    await journal.append(R.Finished(snapshot_id="s1", status=pb.Snapshot.FAILED, reason="x", wall=1.5))
+    journal.forget("s1")  # dead, most of a file past its (tiny) bound: the next round sets off a rewrite
+    try:
+        await asyncio.wait_for(journal.append(R.Started(snapshot_id="s2", initiator="a", wall=2.0)), 5)
+        assert await asyncio.to_thread(rewriting.wait, 5), "no rewrite was set off: the test proves nothing"
+    finally:
+        release.set()
+    await journal.barrier()
+    await journal.close()
