@@ -73,7 +73,7 @@ async def _one_round_each(tmp_path) -> None:
     registry.register(JournalCounts(journal))
     tracker = Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=30)
     engine = ControllerEngine(
-        config=config.load(config.DEFAULT_CONFIG), tracker=tracker, machine=Controller(tracker), journal=journal,
+        config=config.load(config.DEFAULT_CONFIG), machine=Controller(tracker), journal=journal,
         writer=Files(), metrics=ControllerMetrics(registry),  # type: ignore[arg-type]
     )
     sent: list[int] = []
