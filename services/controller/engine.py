@@ -43,6 +43,7 @@ from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import restoregate
 from snapmesh.protocol.controller.snapshot_ids import StartClock
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker, UnknownSnapshot, duration_s
+from snapmesh.serving.fanout import FanOut
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import security
 from snapmesh.serving import credentials
@@ -63,10 +64,6 @@ REFUSED = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT
 # this far behind is dropped with RESOURCE_EXHAUSTED (it watches again and
 # reads what it missed with ListSnapshots or GetSnapshot).
 WATCH_QUEUE = 1_000
-
-
-class FellBehind:
-    """Put in a dropped watcher's queue in place of what it had not read."""
 
 
 TooManySnapshots = ctl.TooManySnapshots  # a trigger past the admission limit (the machine's rule A1)
@@ -108,8 +105,7 @@ class ControllerEngine:
         self.stubs: dict[str, pb_grpc.NodeStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._done: dict[str, asyncio.Future[pb.Snapshot]] = {}
-        self.watchers: set[asyncio.Queue[pb.Snapshot | FellBehind | None]] = set()
-        self.watch_queue = WATCH_QUEUE
+        self.watchers: FanOut[pb.Snapshot] = FanOut(WATCH_QUEUE, "WatchSnapshots watcher")
         self._background: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None  # at the machine's next deadline
         self._starts = StartClock()  # ids in start order
@@ -130,7 +126,7 @@ class ControllerEngine:
 
     def end_streams(self) -> None:
         """End every WatchSnapshots stream (before the server drains)."""
-        self._publish(None)
+        self.watchers.end()
 
     async def close(self) -> None:
         self.end_streams()
@@ -172,7 +168,7 @@ class ControllerEngine:
 
     def _effect(self, effect: ctl.Effect) -> None:
         if isinstance(effect, ctl.Publish):
-            self._publish(effect.snapshot)
+            self.watchers.publish(effect.snapshot)
         elif isinstance(effect, ctl.StartAt):
             self.spawn(self._start_at(effect))
         elif isinstance(effect, ctl.Finished):
@@ -331,7 +327,7 @@ class ControllerEngine:
         else:
             log.warning("snapshot %s FAILED: %s", snapshot.snapshot_id, snapshot.reason)
         self.writer.submit(snapshot)  # the files, off the reply path
-        self._publish(snapshot)
+        self.watchers.publish(snapshot)
         future = self._done.pop(snapshot.snapshot_id, None)
         if future is not None and not future.done():
             future.set_result(snapshot)
@@ -341,20 +337,6 @@ class ControllerEngine:
         answer = await call_node(self.stubs[effect.node].AbortSnapshot, request, ABORT_TIMEOUT_S, 0, tries=1)
         if isinstance(answer, grpc.aio.AioRpcError):
             log.info("AbortSnapshot %s at %s: %s", effect.snapshot_id, effect.node, answer.code().name)
-
-    def _publish(self, snapshot: pb.Snapshot | None) -> None:
-        """To every WatchSnapshots watcher (None: its stream ends). A watcher whose
-        queue is full is dropped: FellBehind in place of what it had not read."""
-        for queue in list(self.watchers):
-            try:
-                queue.put_nowait(snapshot)
-            except asyncio.QueueFull:
-                self.watchers.discard(queue)
-                while not queue.empty():
-                    queue.get_nowait()
-                queue.put_nowait(FellBehind() if snapshot is not None else None)
-                if snapshot is not None:
-                    log.warning("a WatchSnapshots watcher fell %d updates behind: dropped", self.watch_queue)
 
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)

@@ -16,13 +16,14 @@ from typing import Any
 
 import grpc
 
-from snapmesh.services.controller.engine import ControllerEngine, FellBehind, TooManySnapshots, call_node
+from snapmesh.services.controller.engine import ControllerEngine, TooManySnapshots, call_node
 from snapmesh.protocol import chunking
 from snapmesh.protocol.controller import listing, restoregate
 from snapmesh.protocol.controller.machine import UnknownInitiator
 from snapmesh.protocol.controller.tracker import TrackerError, UnknownSnapshot
 from snapmesh.settings.agreement import disagreement
 from snapmesh.serving import credentials
+from snapmesh.serving.fanout import FellBehind
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -152,20 +153,15 @@ class ControllerService(pb_grpc.ControllerServicer):
                 yield found[sid]
 
     async def WatchSnapshots(self, request: pb.WatchSnapshotsRequest, context) -> AsyncIterator[pb.Snapshot]:
-        watch_queue = self.engine.watch_queue
-        queue: asyncio.Queue[pb.Snapshot | FellBehind | None] = asyncio.Queue(maxsize=watch_queue)
-        self.engine.watchers.add(queue)
         try:
-            while (snapshot := await queue.get()) is not None:
-                if isinstance(snapshot, FellBehind):
-                    await context.abort(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"this watcher fell {watch_queue} updates behind and was dropped; watch again "
-                        "(ListSnapshots or GetSnapshot has what it missed)",
-                    )
-                yield snapshot
-        finally:
-            self.engine.watchers.discard(queue)
+            with self.engine.watchers.subscribe() as updates:
+                async for snapshot in updates:
+                    yield snapshot
+        except FellBehind as behind:  # its text: "fell N updates behind"
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this watcher {behind} and was dropped; watch again (ListSnapshots or GetSnapshot has what it missed)",
+            )
 
     async def GetCluster(self, request: pb.GetClusterRequest, context) -> pb.Cluster:
         engine = self.engine

@@ -67,8 +67,7 @@ async def _persist_before_show() -> None:
     )
     sent: list[tuple[str, str]] = []
     engine.stubs = {n: Node(sent) for n in engine.nodes}  # type: ignore[misc]
-    watcher: asyncio.Queue = asyncio.Queue()
-    engine.watchers.add(watcher)
+    watcher = engine.watchers.subscribe().queue
 
     trigger = asyncio.create_task(engine.trigger(engine.nodes[0]))
     await asyncio.sleep(0.05)
