@@ -17,16 +17,19 @@ deadline (aioquic's get_timer):
     Retire(snapshot_id) -> the file writer deletes its files
     RestoreAt(node, request) -> RestoreState, retried (`call_node`); the answer is
                           the machine's node_restored
-    RestoreDone(restore) -> the restore's callers are answered; the machine hears it settled
+    RestoreDone(restore) -> metrics, the log; the machine hears it settled
+    AnswerRestore(calls, outcome) -> those RestoreSnapshot calls are answered
 
 A record that cannot be made durable (OSError) ends its step there: nothing
-after it is shown or sent, and the caller gets the error. Reads wait until
-everything journaled when they read is durable (`durable`).
+after it is shown or sent, the machine hears what was not (`unjournaled`), and
+the caller gets the error. Reads wait until everything journaled when they
+read is durable (`durable`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import random
@@ -110,7 +113,8 @@ class ControllerEngine:
         self._timer: asyncio.TimerHandle | None = None  # at the machine's next deadline
         self._starts = StartClock()  # ids in start order
         self._tail: asyncio.Future[None] | None = None  # the newest record's durability
-        self._restore: asyncio.Future[pb.Restore] | None = None  # the running restore's outcome
+        self._calls = itertools.count()  # names each RestoreSnapshot call to the machine
+        self._answers: dict[int, asyncio.Future[pb.Restore]] = {}  # by call, until its AnswerRestore
 
     # -- lifecycle
 
@@ -146,25 +150,28 @@ class ControllerEngine:
         await since the machine changed); the rest runs in a task, in order, each effect after
         the durability of the records before it. Await the task (shielded: a caller
         that goes away does not stop the step) to answer once all of it is durable."""
-        durable: asyncio.Future[None] | None = None
         steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]] = []
         for effect in self.machine.drain():
+            durable = None
             if isinstance(effect, ctl.Journal):
                 durable = self._tail = self.journal.append(effect.record)
             elif isinstance(effect, ctl.Barrier):
                 durable = self._tail = self.journal.barrier()
-            else:
-                steps.append((effect, durable))
+            steps.append((effect, durable))
         self._arm()
-        return self.spawn(self._in_order(steps, durable))
+        return self.spawn(self._in_order(steps))
 
-    async def _in_order(self, steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]], last) -> None:
-        for effect, durable in steps:
-            if durable is not None:
+    async def _in_order(self, steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]]) -> None:
+        for at, (effect, durable) in enumerate(steps):
+            if durable is None:
+                self._effect(effect)
+                continue
+            try:
                 await asyncio.shield(durable)
-            self._effect(effect)
-        if last is not None:
-            await asyncio.shield(last)
+            except OSError as error:
+                self.machine.unjournaled([e for e, _ in steps[at:]], error, self._clock())
+                self.carry_out()
+                raise
 
     def _effect(self, effect: ctl.Effect) -> None:
         if isinstance(effect, ctl.Publish):
@@ -181,7 +188,15 @@ class ControllerEngine:
         elif isinstance(effect, ctl.RestoreAt):
             self.spawn(self._restore_at(effect))
         elif isinstance(effect, ctl.RestoreDone):
-            self._restore_ended(effect.restore)
+            self._restored(effect.restore)
+        elif isinstance(effect, ctl.AnswerRestore):
+            for call in effect.calls:
+                answer = self._answers.pop(call)
+                if isinstance(effect.outcome, Exception):
+                    answer.set_exception(effect.outcome)
+                    answer.exception()  # retrieved here: a call that went away meanwhile is no warning
+                else:
+                    answer.set_result(effect.outcome)
         else:
             raise TypeError(f"not an effect the controller carries out: {effect!r}")
 
@@ -206,13 +221,7 @@ class ControllerEngine:
             self.metrics.refused_triggers.inc()
             raise
         self._done[snapshot_id] = asyncio.get_running_loop().create_future()
-        step = self.carry_out()
-        try:
-            await asyncio.shield(step)
-        except OSError as exc:
-            self.machine.start_failed(snapshot_id, f"cannot journal the start: {exc}", self._clock())
-            self.carry_out()
-            raise
+        await asyncio.shield(self.carry_out())  # OSError: the machine failed the snapshot (J1)
         log.info("snapshot %s started at %s", snapshot_id, "every node" if broadcast else initiator)
         return snapshot
 
@@ -228,51 +237,34 @@ class ControllerEngine:
         await asyncio.shield(self.carry_out())
 
     async def restore(self, snapshot_id: str, request_id: str = "") -> pb.Restore:
-        """A RestoreSnapshot call: the machine's gate decides (R1, R4); a call that
-        starts or joins the restore is answered with its outcome, once durable.
-        Raises restoregate.Refused, and OSError when the restore cannot be journaled."""
-        # None: the gate says NOT_FOUND, or answers a retry of a key that restored it
-        decision = self.machine.restore(self.find(snapshot_id), request_id, self._clock(), snapshot_id=snapshot_id)
-        if isinstance(decision, restoregate.Answer):
-            return decision.result  # a retry of a finished restore: its answer, nothing rolled back
+        """A RestoreSnapshot call: the machine's gate decides (R1, R4), and the
+        machine answers it (R5). Raises restoregate.Refused, and OSError when the
+        restore cannot be journaled."""
+        call = next(self._calls)
+        # find's None: the gate says NOT_FOUND, or answers a retry of a key that restored it
+        snapshot = self.find(snapshot_id)
+        decision = self.machine.restore(snapshot, request_id, self._clock(), snapshot_id=snapshot_id, call=call)
         if isinstance(decision, (restoregate.Refuse, restoregate.Busy)):
             raise restoregate.Refused(decision)
-        if self._restore is None:  # Start, or the first call to join a restore resumed after a restart
-            self._restore = asyncio.get_running_loop().create_future()
-        running = self._restore
-        try:  # Start: RESTORING durable before any node hears of it; Join: the key's record (R4)
-            await asyncio.shield(self.carry_out())
-        except OSError as exc:
-            if isinstance(decision, restoregate.Start):
-                self._restore_ended(exc)
-            raise
-        return await asyncio.shield(running)
+        answer = self._answers[call] = asyncio.get_running_loop().create_future()
+        self.carry_out()
+        return await asyncio.shield(answer)
 
     async def _restore_at(self, effect: ctl.RestoreAt) -> None:
         answer = await call_node(self.stubs[effect.node].RestoreState, effect.request, RESTORE_CALL_S, RESTORE_TIMEOUT_S)
         if isinstance(answer, grpc.aio.AioRpcError):  # what the machine takes: why it could not be restored
             answer = _why(answer) if answer.code() in REFUSED else f"unreachable for {RESTORE_TIMEOUT_S:g}s ({_why(answer)})"
         self.machine.node_restored(effect.node, answer, self._clock())
-        try:
-            await self.carry_out()
-        except OSError as exc:  # the outcome may not survive a crash: the callers hear so
-            self._restore_ended(exc)
+        self.carry_out()  # a record that cannot be journaled: the machine answers the calls so (J2)
 
-    def _restore_ended(self, outcome: pb.Restore | OSError) -> None:
+    def _restored(self, outcome: pb.Restore) -> None:
+        self.metrics.restored(outcome)
+        if outcome.status == pb.Restore.FAILED:
+            log.error("restore of %s: %s", outcome.snapshot_id, outcome.reason)
+        else:
+            log.info("restored %s in epoch %d", outcome.snapshot_id, outcome.epoch)
         self.machine.restore_settled()
-        if isinstance(outcome, pb.Restore):
-            self.metrics.restored(outcome)
-            if outcome.status == pb.Restore.FAILED:
-                log.error("restore of %s: %s", outcome.snapshot_id, outcome.reason)
-            else:
-                log.info("restored %s in epoch %d", outcome.snapshot_id, outcome.epoch)
-        running, self._restore = self._restore, None
-        if running is not None and not running.done():
-            if isinstance(outcome, OSError):
-                running.set_exception(outcome)
-                running.exception()  # retrieved here: a restore nobody waits for is no warning
-            else:
-                running.set_result(outcome)
+        self.carry_out()
 
     async def wait_finished(self, snapshot_id: str) -> pb.Snapshot:
         future = self._done.get(snapshot_id)
