@@ -15,8 +15,8 @@ deadline (aioquic's get_timer):
     Finished(snapshot) -> metrics, the file writer, watchers, the trigger's waiter
     AbortAt(node, ...) -> AbortSnapshot at that node
     Retire(snapshot_id) -> the file writer deletes its files
-    RestoreAt(node, request) -> RestoreState, retried (`call_node`); the answer is
-                          the machine's node_restored
+    RestoreAt(node, request) -> RestoreState; the answer (or what its `retry`
+                          gave up on) is the machine's node_restored
     RestoreDone(restore) -> metrics, the log; the machine hears it settled
     AnswerRestore(calls, outcome) -> those RestoreSnapshot calls are answered
 
@@ -34,8 +34,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
 
 import grpc
 
@@ -46,6 +45,8 @@ from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import restoregate
 from snapmesh.protocol.controller.snapshot_ids import StartClock
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker, UnknownSnapshot, duration_s
+from snapmesh.protocol.retry import Failed
+from snapmesh.serving import calls
 from snapmesh.serving.fanout import FanOut
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import security
@@ -56,13 +57,6 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
-ABORT_TIMEOUT_S = 2.0
-# How long a StartSnapshot that met an unavailable channel waits for it once more.
-START_RETRY_S = 3.0
-RESTORE_TIMEOUT_S, RESTORE_CALL_S = 30.0, 5.0  # how long a node that cannot be reached is retried; one try
-RETRY_S = 0.25
-# The node said no: asking again gets the same answer.
-REFUSED = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT)
 # The updates one WatchSnapshots watcher may have queued. A watcher that falls
 # this far behind is dropped with RESOURCE_EXHAUSTED (it watches again and
 # reads what it missed with ListSnapshots or GetSnapshot).
@@ -251,9 +245,7 @@ class ControllerEngine:
         return await asyncio.shield(answer)
 
     async def _restore_at(self, effect: ctl.RestoreAt) -> None:
-        answer = await call_node(self.stubs[effect.node].RestoreState, effect.request, RESTORE_CALL_S, RESTORE_TIMEOUT_S)
-        if isinstance(answer, grpc.aio.AioRpcError):  # what the machine takes: why it could not be restored
-            answer = _why(answer) if answer.code() in REFUSED else f"unreachable for {RESTORE_TIMEOUT_S:g}s ({_why(answer)})"
+        answer = await calls.call(self.stubs[effect.node].RestoreState, effect.request, effect.retry)
         self.machine.node_restored(effect.node, answer, self._clock())
         self.carry_out()  # a record that cannot be journaled: the machine answers the calls so (J2)
 
@@ -302,10 +294,9 @@ class ControllerEngine:
 
     async def _start_at(self, effect: ctl.StartAt) -> None:
         request = pb.StartSnapshotRequest(snapshot_id=effect.snapshot_id, epoch=effect.epoch)
-        answer = await call_node(
-            self.stubs[effect.node].StartSnapshot, request, self.deadline_s, START_RETRY_S, tries=2, wait=True)
-        if isinstance(answer, grpc.aio.AioRpcError):
-            self.machine.start_unreachable(effect.snapshot_id, effect.node, _why(answer), self._clock())
+        answer = await calls.call(self.stubs[effect.node].StartSnapshot, request, effect.retry)
+        if isinstance(answer, Failed):
+            self.machine.start_unreachable(effect.snapshot_id, effect.node, answer, self._clock())
             self.carry_out()
 
     def _finished(self, snapshot: pb.Snapshot) -> None:
@@ -326,9 +317,9 @@ class ControllerEngine:
 
     async def _abort_at(self, effect: ctl.AbortAt) -> None:
         request = pb.AbortSnapshotRequest(snapshot_id=effect.snapshot_id, reason=effect.reason)
-        answer = await call_node(self.stubs[effect.node].AbortSnapshot, request, ABORT_TIMEOUT_S, 0, tries=1)
-        if isinstance(answer, grpc.aio.AioRpcError):
-            log.info("AbortSnapshot %s at %s: %s", effect.snapshot_id, effect.node, answer.code().name)
+        answer = await calls.call(self.stubs[effect.node].AbortSnapshot, request, effect.retry)
+        if isinstance(answer, Failed):
+            log.info("AbortSnapshot %s at %s: %s", effect.snapshot_id, effect.node, answer.code)
 
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
@@ -354,30 +345,3 @@ class ControllerEngine:
                 log.warning("periodic snapshot skipped: %s", exc)
             except OSError as exc:
                 log.error("periodic snapshot: %s", exc)
-
-
-async def call_node(
-    rpc: Callable[..., Awaitable[Any]], request: Any, timeout_s: float, for_s: float, *, tries: int = 0, wait: bool = False
-) -> Any:
-    """`rpc`'s answer, else its last error (a grpc.aio.AioRpcError). A refusal
-    (REFUSED) is final; any other failure is tried again, `tries` tries in all at
-    most (0: no limit) and until `for_s` have passed: after RETRY_S, or at once
-    and waiting for the channel with `wait` (a channel that met the node before it
-    served sits in reconnect backoff, at most 2 s in serving/runtime.py, and fails
-    calls at once). The nodes' side is idempotent: a repeat is harmless."""
-    loop = asyncio.get_running_loop()
-    give_up, tried = loop.time() + for_s, 0
-    while True:
-        tried += 1
-        try:
-            return await rpc(request, timeout=timeout_s if tried == 1 else min(timeout_s, for_s),
-                             wait_for_ready=wait and tried > 1)
-        except grpc.aio.AioRpcError as error:
-            if error.code() in REFUSED or tried == tries or loop.time() >= give_up:
-                return error
-        if not wait:
-            await asyncio.sleep(RETRY_S)
-
-
-def _why(error: grpc.aio.AioRpcError) -> str:
-    return f"{error.code().name}: {error.details()}"

@@ -16,18 +16,20 @@ from typing import Any
 
 import grpc
 
-from snapmesh.services.controller.engine import ControllerEngine, TooManySnapshots, call_node
+from snapmesh.services.controller.engine import ControllerEngine, TooManySnapshots
 from snapmesh.protocol import chunking
 from snapmesh.protocol.controller import listing, restoregate
 from snapmesh.protocol.controller.machine import UnknownInitiator
 from snapmesh.protocol.controller.tracker import TrackerError, UnknownSnapshot
 from snapmesh.settings.agreement import disagreement
-from snapmesh.serving import credentials
+from snapmesh.protocol.retry import Failed, Retry
+from snapmesh.serving import calls, credentials
 from snapmesh.serving.fanout import FellBehind
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 SNAPSHOT_CHUNK_BYTES = chunking.CHUNK_BYTES
+ASK_ONCE = Retry(2.0, tries=1)  # a node's GetState (mode_mismatch asks again in its next round)
 # What the pure layer refuses, each naming its status (`code`).
 REFUSALS = (TrackerError, restoregate.Refused, UnknownInitiator, TooManySnapshots, chunking.ChunkError, listing.BadRequest)
 
@@ -66,8 +68,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         waiting = set(self.engine.stubs)
         while waiting:
             for node in sorted(waiting):
-                state = await call_node(self.engine.stubs[node].GetState, pb.GetStateRequest(), 2, 0, tries=1)
-                if isinstance(state, grpc.aio.AioRpcError):
+                state = await calls.call(self.engine.stubs[node].GetState, pb.GetStateRequest(), ASK_ONCE)
+                if isinstance(state, Failed):
                     continue  # asked again in the next round
                 waiting.discard(node)
                 if problem := disagreement(self.engine.config, node, state.snapshot_mode, state.app):

@@ -1,12 +1,29 @@
-"""The controller machine's effects (snapmesh/protocol/controller/machine.py says what each asks of a shell)."""
+"""The controller machine's effects (snapmesh/protocol/controller/machine.py says what each asks of a shell).
+
+One that calls a node carries how (`retry`, snapmesh/protocol/retry.py): a
+StartSnapshot waits up to the snapshot's deadline, and one that met an
+unavailable channel waits for it once more, for START_FOR_S; an AbortSnapshot
+is tried once (the node drops the recording at its own deadline anyway); a
+node's part of a restore is tried for 30 s, 5 s a try (a node that restarts
+takes that long to serve again).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from snapmesh.protocol.controller import journal
+from snapmesh.protocol.retry import Retry
 from snapmesh.v1 import snapmesh_pb2 as pb
+
+START_FOR_S = 3.0
+ABORT = Retry(2.0, tries=1)
+RESTORE = Retry(5.0, 30.0)
+
+
+def start_retry(deadline_s: float) -> Retry:
+    return Retry(deadline_s, START_FOR_S, tries=2, wait=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +41,7 @@ class StartAt:
     node: str
     snapshot_id: str
     epoch: int
+    retry: Retry = field(default=start_retry(5.0), compare=False)  # the machine's: with its deadline
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +54,7 @@ class AbortAt:
     node: str
     snapshot_id: str
     reason: str
+    retry: Retry = field(default=ABORT, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +66,7 @@ class Publish:
 class RestoreAt:
     node: str
     request: pb.RestoreStateRequest
+    retry: Retry = field(default=RESTORE, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,8 @@ Effects out (in order; the shell carries them out in that order):
   AnswerRestore(calls, outcome)  answer these RestoreSnapshot calls: the restore, or the
                          error that kept it from being durable
   Retire(snapshot_id)    retention (K1): delete the snapshot's files
+A call to a node (StartAt, AbortAt, RestoreAt) carries how it is tried again
+(`retry`, effects.py); what it gave up on comes back as a retry.Failed.
 
 Admission (Flink's max-concurrent-checkpoints):
 A1. With `max_concurrent` N > 0, a trigger while N snapshots are in progress is
@@ -118,8 +120,10 @@ from dataclasses import dataclass, field
 
 from snapmesh.protocol.controller import journal, restoregate
 from snapmesh.protocol.controller.effects import (
-    AbortAt, AnswerRestore, Barrier, Effect, Finished, Journal, Publish, RestoreAt, RestoreDone, Retire, StartAt,
+    RESTORE, AbortAt, AnswerRestore, Barrier, Effect, Finished, Journal, Publish, RestoreAt, RestoreDone, Retire, StartAt,
+    start_retry,
 )
+from snapmesh.protocol.retry import Failed
 from snapmesh.protocol.controller.restoreplan import plan, problem, with_app_fields
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -225,7 +229,7 @@ class Controller:
         self._effects += [
             Journal(journal.Started(snapshot_id=snapshot_id, initiator=initiator, wall=now.wall, epoch=snapshot.epoch)),
             Publish(snapshot),
-            *(StartAt(node, snapshot_id, snapshot.epoch) for node in starts),
+            *(StartAt(node, snapshot_id, snapshot.epoch, start_retry(self.tracker.deadline_s)) for node in starts),
         ]
         return snapshot
 
@@ -233,7 +237,7 @@ class Controller:
         """The snapshot could not start: it fails (None if it already finished)."""
         return self._fail(snapshot_id, reason, now)
 
-    def start_unreachable(self, snapshot_id: str, node: str, detail: str, now: Now) -> pb.Snapshot | None:
+    def start_unreachable(self, snapshot_id: str, node: str, detail: Failed | str, now: Now) -> pb.Snapshot | None:
         """StartSnapshot at `node` failed (`detail`: the status, "" when unknown): the
         snapshot fails, naming `node` as its initiator or as one node of a broadcast (B1)."""
         try:
@@ -366,13 +370,13 @@ class Controller:
         self._answers = {}
         self._effects += [RestoreAt(node, self._parts[node]) for node in sorted(self._parts)]
 
-    def node_restored(self, node: str, answer: pb.RestoreStateResponse | str, now: Now) -> pb.Restore | None:
-        """`node`'s answer to its part, or why it could not take it (R3). Once
-        every node answered: the restore's outcome, journaled (else None)."""
+    def node_restored(self, node: str, answer: pb.RestoreStateResponse | Failed | str, now: Now) -> pb.Restore | None:
+        """`node`'s answer to its part, or the call given up on (or why it could not
+        take it) (R3). Once every node answered: the restore's outcome, journaled (else None)."""
         started = self.last_restore
         if started is None or started.status != pb.Restore.RESTORING or node not in self._parts:
             return None
-        self._answers[node] = answer
+        self._answers[node] = RESTORE.gave_up(answer) if isinstance(answer, Failed) else answer
         if len(self._answers) < len(self._parts):
             return None
         names = sorted(self._parts)
