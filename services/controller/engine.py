@@ -35,6 +35,7 @@ import os
 import random
 import time
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import grpc
 
@@ -42,9 +43,9 @@ from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
-from snapmesh.protocol.controller import restoregate
+from snapmesh.protocol.controller import loglines, restoregate
 from snapmesh.protocol.controller.snapshot_ids import StartClock
-from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker, UnknownSnapshot, duration_s
+from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker, UnknownSnapshot
 from snapmesh.protocol.retry import Failed
 from snapmesh.serving import calls
 from snapmesh.serving.fanout import FanOut
@@ -56,6 +57,7 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # The updates one WatchSnapshots watcher may have queued. A watcher that falls
 # this far behind is dropped with RESOURCE_EXHAUSTED (it watches again and
@@ -168,6 +170,9 @@ class ControllerEngine:
                 raise
 
     def _effect(self, effect: ctl.Effect) -> None:
+        self.metrics.carried_out(effect)
+        if (line := loglines.of(effect)) is not None:
+            log.log(getattr(logging, line[0]), "%s", line[1])
         if isinstance(effect, ctl.Publish):
             self.watchers.publish(effect.snapshot)
         elif isinstance(effect, ctl.StartAt):
@@ -181,8 +186,9 @@ class ControllerEngine:
             self.writer.discard(effect.snapshot_id)
         elif isinstance(effect, ctl.RestoreAt):
             self.spawn(self._restore_at(effect))
-        elif isinstance(effect, ctl.RestoreDone):
-            self._restored(effect.restore)
+        elif isinstance(effect, ctl.RestoreDone):  # durable: a retry of its keys is answered from now on
+            self.machine.restore_settled()
+            self.carry_out()
         elif isinstance(effect, ctl.AnswerRestore):
             for call in effect.calls:
                 answer = self._answers.pop(call)
@@ -209,11 +215,7 @@ class ControllerEngine:
         (the machine's A2) or TooManySnapshots at the admission limit (A1), changing nothing."""
         now = self._clock()
         snapshot_id, wall = self._starts.start(now.wall, os.urandom(4))
-        try:
-            snapshot = self.machine.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall), broadcast=broadcast)
-        except TooManySnapshots:  # its text says how to raise the limit (the machine's, A1)
-            self.metrics.refused_triggers.inc()
-            raise
+        snapshot = self._fed(self.machine.trigger, snapshot_id, initiator, Now(mono=now.mono, wall=wall), broadcast=broadcast)
         self._done[snapshot_id] = asyncio.get_running_loop().create_future()
         await asyncio.shield(self.carry_out())  # OSError: the machine failed the snapshot (J1)
         log.info("snapshot %s started at %s", snapshot_id, "every node" if broadcast else initiator)
@@ -223,12 +225,16 @@ class ControllerEngine:
         """A node's part: journaled (with the snapshot's outcome when it completes
         it) before this returns. Raises TrackerError for a refused report and
         OSError when it cannot be journaled."""
-        try:
-            self.machine.reported(state, self._clock())
-        except ctl.StaleReport:
-            self.metrics.stale_reports.inc()
-            raise
+        self._fed(self.machine.reported, state, self._clock())
         await asyncio.shield(self.carry_out())
+
+    def _fed(self, event: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """The machine's `event`; a refusal it raises is counted (metrics.refused), then raised."""
+        try:
+            return event(*args, **kwargs)
+        except Exception as refusal:
+            self.metrics.refused(refusal)
+            raise
 
     async def restore(self, snapshot_id: str, request_id: str = "") -> pb.Restore:
         """A RestoreSnapshot call: the machine's gate decides (R1, R4), and the
@@ -248,15 +254,6 @@ class ControllerEngine:
         answer = await calls.call(self.stubs[effect.node].RestoreState, effect.request, effect.retry)
         self.machine.node_restored(effect.node, answer, self._clock())
         self.carry_out()  # a record that cannot be journaled: the machine answers the calls so (J2)
-
-    def _restored(self, outcome: pb.Restore) -> None:
-        self.metrics.restored(outcome)
-        if outcome.status == pb.Restore.FAILED:
-            log.error("restore of %s: %s", outcome.snapshot_id, outcome.reason)
-        else:
-            log.info("restored %s in epoch %d", outcome.snapshot_id, outcome.epoch)
-        self.machine.restore_settled()
-        self.carry_out()
 
     async def wait_finished(self, snapshot_id: str) -> pb.Snapshot:
         future = self._done.get(snapshot_id)
@@ -300,15 +297,6 @@ class ControllerEngine:
             self.carry_out()
 
     def _finished(self, snapshot: pb.Snapshot) -> None:
-        self.metrics.finished(snapshot)
-        if snapshot.status == COMPLETE:
-            verdict = "conserved" if snapshot.conserved else f"NOT conserved ({snapshot.reason})"
-            log.info(
-                "snapshot %s COMPLETE in %.3fs: total %d, %s",
-                snapshot.snapshot_id, duration_s(snapshot), snapshot.total, verdict,
-            )
-        else:
-            log.warning("snapshot %s FAILED: %s", snapshot.snapshot_id, snapshot.reason)
         self.writer.submit(snapshot)  # the files, off the reply path
         self.watchers.publish(snapshot)
         future = self._done.pop(snapshot.snapshot_id, None)
