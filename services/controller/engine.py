@@ -11,12 +11,11 @@ deadline (aioquic's get_timer):
                           the step waits until the record is durable
     Barrier()          -> the same, for everything journaled so far
     Publish(snapshot)  -> the WatchSnapshots watchers
-    StartAt(node, ...) -> StartSnapshot at that node (a failure: the machine's start_failed)
+    StartAt, AbortAt, RestoreAt -> the call it names (`rpc`, `request`) at its
+                          node, tried again as its `retry` says; the answer (or
+                          what was given up on) is the machine's `called`
     Finished(snapshot) -> metrics, the file writer, watchers, the trigger's waiter
-    AbortAt(node, ...) -> AbortSnapshot at that node
     Retire(snapshot_id) -> the file writer deletes its files
-    RestoreAt(node, request) -> RestoreState; the answer (or what its `retry`
-                          gave up on) is the machine's node_restored
     RestoreDone(restore) -> metrics, the log; the machine hears it settled
     AnswerRestore(calls, outcome) -> those RestoreSnapshot calls are answered
 
@@ -46,7 +45,6 @@ from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import loglines, restoregate
 from snapmesh.protocol.controller.snapshot_ids import StartClock
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker, UnknownSnapshot
-from snapmesh.protocol.retry import Failed
 from snapmesh.serving import calls
 from snapmesh.serving.fanout import FanOut
 from snapmesh.serving.runtime import CLIENT_OPTIONS
@@ -171,21 +169,16 @@ class ControllerEngine:
 
     def _effect(self, effect: ctl.Effect) -> None:
         self.metrics.carried_out(effect)
-        if (line := loglines.of(effect)) is not None:
-            log.log(getattr(logging, line[0]), "%s", line[1])
+        _say(loglines.of(effect))
         if isinstance(effect, ctl.Publish):
             self.watchers.publish(effect.snapshot)
-        elif isinstance(effect, ctl.StartAt):
-            self.spawn(self._start_at(effect))
+        elif isinstance(effect, (ctl.StartAt, ctl.AbortAt, ctl.RestoreAt)):
+            self.spawn(self._call(effect))
         elif isinstance(effect, ctl.Finished):
             self._finished(effect.snapshot)
-        elif isinstance(effect, ctl.AbortAt):
-            self.spawn(self._abort_at(effect))
         elif isinstance(effect, ctl.Retire):  # its records go too (a replay's may not be filed yet)
             self.journal.forget(effect.snapshot_id)
             self.writer.discard(effect.snapshot_id)
-        elif isinstance(effect, ctl.RestoreAt):
-            self.spawn(self._restore_at(effect))
         elif isinstance(effect, ctl.RestoreDone):  # durable: a retry of its keys is answered from now on
             self.machine.restore_settled()
             self.carry_out()
@@ -250,10 +243,11 @@ class ControllerEngine:
         self.carry_out()
         return await asyncio.shield(answer)
 
-    async def _restore_at(self, effect: ctl.RestoreAt) -> None:
-        answer = await calls.call(self.stubs[effect.node].RestoreState, effect.request, effect.retry)
-        self.machine.node_restored(effect.node, answer, self._clock())
-        self.carry_out()  # a record that cannot be journaled: the machine answers the calls so (J2)
+    async def _call(self, effect: ctl.Call) -> None:
+        answer = await calls.call(getattr(self.stubs[effect.node], effect.rpc), effect.request, effect.retry)
+        _say(loglines.called(effect, answer))
+        self.machine.called(effect, answer, self._clock())
+        self.carry_out()
 
     async def wait_finished(self, snapshot_id: str) -> pb.Snapshot:
         future = self._done.get(snapshot_id)
@@ -289,25 +283,12 @@ class ControllerEngine:
 
     # -- what the effects do
 
-    async def _start_at(self, effect: ctl.StartAt) -> None:
-        request = pb.StartSnapshotRequest(snapshot_id=effect.snapshot_id, epoch=effect.epoch)
-        answer = await calls.call(self.stubs[effect.node].StartSnapshot, request, effect.retry)
-        if isinstance(answer, Failed):
-            self.machine.start_unreachable(effect.snapshot_id, effect.node, answer, self._clock())
-            self.carry_out()
-
     def _finished(self, snapshot: pb.Snapshot) -> None:
         self.writer.submit(snapshot)  # the files, off the reply path
         self.watchers.publish(snapshot)
         future = self._done.pop(snapshot.snapshot_id, None)
         if future is not None and not future.done():
             future.set_result(snapshot)
-
-    async def _abort_at(self, effect: ctl.AbortAt) -> None:
-        request = pb.AbortSnapshotRequest(snapshot_id=effect.snapshot_id, reason=effect.reason)
-        answer = await calls.call(self.stubs[effect.node].AbortSnapshot, request, effect.retry)
-        if isinstance(answer, Failed):
-            log.info("AbortSnapshot %s at %s: %s", effect.snapshot_id, effect.node, answer.code)
 
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
@@ -333,3 +314,8 @@ class ControllerEngine:
                 log.warning("periodic snapshot skipped: %s", exc)
             except OSError as exc:
                 log.error("periodic snapshot: %s", exc)
+
+
+def _say(line: tuple[str, str] | None) -> None:
+    if line is not None:  # (a level's name, the words): loglines' decision
+        log.log(getattr(logging, line[0]), "%s", line[1])

@@ -4,7 +4,8 @@ words users grep, each at its level."""
 from __future__ import annotations
 
 from snapmesh.protocol.controller import loglines
-from snapmesh.protocol.controller.effects import Finished, Publish, RestoreDone
+from snapmesh.protocol.controller.effects import AbortAt, Finished, Publish, RestoreDone, StartAt
+from snapmesh.protocol.retry import Failed
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
@@ -31,3 +32,10 @@ def test_a_finished_restore_and_nothing_else() -> None:
     failed = pb.Restore(snapshot_id="s1", epoch=3, status=pb.Restore.FAILED, reason="not restored on b: x")
     assert loglines.of(RestoreDone(failed)) == ("ERROR", "restore of s1: not restored on b: x")
     assert loglines.of(Publish(pb.Snapshot())) is None
+
+
+def test_an_abort_given_up_on_and_no_other_call() -> None:
+    down = Failed("UNAVAILABLE", "connection refused")
+    assert loglines.called(AbortAt("b", "s1", "deadline"), down) == ("INFO", "AbortSnapshot s1 at b: UNAVAILABLE")
+    assert loglines.called(AbortAt("b", "s1", "deadline"), pb.AbortSnapshotResponse()) is None
+    assert loglines.called(StartAt("b", "s1", 1), down) is None  # the machine's: the snapshot fails, naming it

@@ -56,3 +56,19 @@ def test_the_machine_sends_a_start_with_its_deadline_and_names_what_a_call_gave_
     assert done.reason == (
         "not restored on b: unreachable for 30s (UNAVAILABLE: connection refused) (the cluster is fenced at epoch 2)"
     )
+
+
+def test_each_call_names_its_rpc_and_request_and_its_answer_is_the_machines() -> None:
+    now = Now(mono=1.0, wall=1_700_000_000.0)
+    m = M.Controller(Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=7.0))
+    m.trigger("s1", "a", now)
+    [start] = [e for e in m.drain() if isinstance(e, M.StartAt)]
+    assert (start.rpc, start.request) == ("StartSnapshot", pb.StartSnapshotRequest(snapshot_id="s1", epoch=1))
+    m.called(start, pb.StartSnapshotResponse(), now)
+    assert m.drain() == [] and m.get("s1").status == pb.Snapshot.IN_PROGRESS
+    m.called(start, DOWN, now)
+    aborts = [e for e in m.drain() if isinstance(e, M.AbortAt)]
+    assert m.get("s1").status == pb.Snapshot.FAILED and [a.node for a in aborts] == ["a", "b"]
+    assert (aborts[0].rpc, aborts[0].request.reason) == ("AbortSnapshot", m.get("s1").reason)
+    m.called(aborts[0], DOWN, now)  # an abort given up on changes nothing
+    assert m.drain() == []

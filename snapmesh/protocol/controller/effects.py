@@ -1,6 +1,7 @@
 """The controller machine's effects (snapmesh/protocol/controller/machine.py says what each asks of a shell).
 
-One that calls a node carries how (`retry`, snapmesh/protocol/retry.py): a
+One that calls a node names its `rpc` and `request`, and carries how it is
+tried again (`retry`, snapmesh/protocol/retry.py): a
 StartSnapshot waits up to the snapshot's deadline, and one that met an
 unavailable channel waits for it once more, for START_FOR_S; an AbortSnapshot
 is tried once (the node drops the recording at its own deadline anyway); a
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from snapmesh.protocol.controller import journal
 from snapmesh.protocol.retry import Retry
@@ -42,6 +44,11 @@ class StartAt:
     snapshot_id: str
     epoch: int
     retry: Retry = field(default=start_retry(5.0), compare=False)  # the machine's: with its deadline
+    rpc: ClassVar[str] = "StartSnapshot"
+
+    @property
+    def request(self) -> pb.StartSnapshotRequest:
+        return pb.StartSnapshotRequest(snapshot_id=self.snapshot_id, epoch=self.epoch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,11 @@ class AbortAt:
     snapshot_id: str
     reason: str
     retry: Retry = field(default=ABORT, compare=False)
+    rpc: ClassVar[str] = "AbortSnapshot"
+
+    @property
+    def request(self) -> pb.AbortSnapshotRequest:
+        return pb.AbortSnapshotRequest(snapshot_id=self.snapshot_id, reason=self.reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +79,7 @@ class RestoreAt:
     node: str
     request: pb.RestoreStateRequest
     retry: Retry = field(default=RESTORE, compare=False)
+    rpc: ClassVar[str] = "RestoreState"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,3 +99,4 @@ class Retire:
 
 
 Effect = Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt | RestoreDone | AnswerRestore | Retire
+Call = StartAt | AbortAt | RestoreAt  # the effects that call a node

@@ -6,7 +6,8 @@ users' (scripts and tests grep them), so they change only on purpose.
 
 from __future__ import annotations
 
-from snapmesh.protocol.controller.effects import Effect, Finished, RestoreDone
+from snapmesh.protocol.controller.effects import AbortAt, Call, Effect, Finished, RestoreDone
+from snapmesh.protocol.retry import Failed
 from snapmesh.protocol.controller.tracker import COMPLETE, duration_s
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -26,4 +27,12 @@ def of(effect: Effect) -> tuple[str, str] | None:
         if restore.status == pb.Restore.FAILED:
             return "ERROR", f"restore of {restore.snapshot_id}: {restore.reason}"
         return "INFO", f"restored {restore.snapshot_id} in epoch {restore.epoch}"
+    return None
+
+
+def called(effect: Call, answer: object) -> tuple[str, str] | None:
+    """The line for an AbortSnapshot given up on (the node drops the recording at its own
+    deadline); None for any other call's answer (the machine takes those: `called`)."""
+    if isinstance(effect, AbortAt) and isinstance(answer, Failed):
+        return "INFO", f"AbortSnapshot {effect.snapshot_id} at {effect.node}: {answer.code}"
     return None

@@ -26,6 +26,8 @@ Events in:
   resume(snapshot)                       after a restart: the journal's RESTORING restore runs again
                                          (`to_resume` names its snapshot; the shell loads it)
   node_restored(node, answer, now)       a node took its part (or why it could not)
+  called(effect, answer, now)            a node's answer to a call an effect asked for (or the
+                                         Failed its retry gave up on): start_unreachable or node_restored
   restore_settled()                      the restore's last record is durable: its calls are answered
   unjournaled(effects, error, now)       a record could not be made durable: `effects`, from
                                          its Journal on, were not carried out (J1-J3)
@@ -51,8 +53,8 @@ Effects out (in order; the shell carries them out in that order):
   AnswerRestore(calls, outcome)  answer these RestoreSnapshot calls: the restore, or the
                          error that kept it from being durable
   Retire(snapshot_id)    retention (K1): delete the snapshot's files
-A call to a node (StartAt, AbortAt, RestoreAt) carries how it is tried again
-(`retry`, effects.py); what it gave up on comes back as a retry.Failed.
+A call to a node (StartAt, AbortAt, RestoreAt: its `rpc`, `request` and how it
+is tried again, `retry`) comes back as `called`: the answer, or a retry.Failed.
 
 Admission (Flink's max-concurrent-checkpoints):
 A1. With `max_concurrent` N > 0, a trigger while N snapshots are in progress is
@@ -120,8 +122,8 @@ from dataclasses import dataclass, field
 
 from snapmesh.protocol.controller import journal, restoregate
 from snapmesh.protocol.controller.effects import (
-    RESTORE, AbortAt, AnswerRestore, Barrier, Effect, Finished, Journal, Publish, RestoreAt, RestoreDone, Retire, StartAt,
-    start_retry,
+    RESTORE, AbortAt, AnswerRestore, Barrier, Call, Effect, Finished, Journal, Publish, RestoreAt, RestoreDone, Retire,
+    StartAt, start_retry,
 )
 from snapmesh.protocol.retry import Failed
 from snapmesh.protocol.controller.restoreplan import plan, problem, with_app_fields
@@ -246,6 +248,13 @@ class Controller:
             return None
         reason = f"{role} {node} unreachable: StartSnapshot failed" + (f" with {detail}" if detail else "")
         return self.start_failed(snapshot_id, reason, now)
+
+    def called(self, effect: Call, answer: object, now: Now) -> None:
+        """A node's answer to `effect`'s call, or the Failed its retry gave up on (an abort's changes nothing)."""
+        if isinstance(effect, RestoreAt):
+            self.node_restored(effect.node, answer, now)  # type: ignore[arg-type]
+        elif isinstance(effect, StartAt) and isinstance(answer, Failed):
+            self.start_unreachable(effect.snapshot_id, effect.node, answer, now)
 
     def reported(self, state: pb.FullState, now: Now) -> Reported:
         """A node's part (raises TrackerError, changing nothing, for a refused one:
