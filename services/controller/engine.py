@@ -201,11 +201,12 @@ class ControllerEngine:
 
     # -- events
 
-    async def trigger(self, initiator: str, *, broadcast: bool = False) -> pb.Snapshot:
-        """Start a snapshot at `initiator` (a node of the topology), or with
-        `broadcast` at every node (the machine's B1): journaled
+    async def trigger(self, initiator: str = "", *, broadcast: bool = False) -> pb.Snapshot:
+        """Start a snapshot at `initiator` (a node of the topology; "": one at
+        random), or with `broadcast` at every node (the machine's B1): journaled
         before StartSnapshot leaves and before this returns. Raises UnknownInitiator
         (the machine's A2) or TooManySnapshots at the admission limit (A1), changing nothing."""
+        initiator = initiator or self.rng.choice(self.nodes)
         now = self._clock()
         snapshot_id, wall = self._starts.start(now.wall, os.urandom(4))
         snapshot = self._fed(self.machine.trigger, snapshot_id, initiator, Now(mono=now.mono, wall=wall), broadcast=broadcast)
@@ -309,7 +310,7 @@ class ControllerEngine:
         while True:
             await asyncio.sleep(interval_s)
             try:
-                await self.trigger(self.rng.choice(self.nodes))
+                await self.trigger()
             except TooManySnapshots as exc:  # this tick is skipped; the next one tries again
                 log.warning("periodic snapshot skipped: %s", exc)
             except OSError as exc:

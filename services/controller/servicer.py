@@ -28,7 +28,6 @@ from snapmesh.serving.fanout import FellBehind
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
-SNAPSHOT_CHUNK_BYTES = chunking.CHUNK_BYTES
 ASK_ONCE = Retry(2.0, tries=1)  # a node's GetState (mode_mismatch asks again in its next round)
 # What the pure layer refuses, each naming its status (`code`).
 REFUSALS = (TrackerError, restoregate.Refused, UnknownInitiator, TooManySnapshots, chunking.ChunkError, listing.BadRequest)
@@ -83,10 +82,7 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def RestoreSnapshot(self, request: pb.RestoreSnapshotRequest, context) -> pb.Restore:
         listing.check_id(request.snapshot_id)
         if damaged := await self._damage(request.snapshot_id):
-            await context.abort(
-                grpc.StatusCode.DATA_LOSS,
-                f"snapshot {request.snapshot_id} is damaged on disk, not restored (nothing changed): {damaged}",
-            )
+            await context.abort(grpc.StatusCode.DATA_LOSS, listing.damaged(request.snapshot_id, damaged, restoring=True))
         return await self.engine.restore(request.snapshot_id, request.request_id)
 
     async def _damage(self, snapshot_id: str) -> str:
@@ -101,8 +97,7 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     @_answers("snapshot")
     async def TriggerSnapshot(self, request: pb.TriggerSnapshotRequest, context) -> pb.Snapshot:
-        initiator = request.initiator or self.engine.rng.choice(self.engine.nodes)
-        snapshot = await self.engine.trigger(initiator, broadcast=request.broadcast)
+        snapshot = await self.engine.trigger(request.initiator, broadcast=request.broadcast)
         if not request.wait:
             return snapshot
         return await self.engine.wait_finished(snapshot.snapshot_id)
@@ -113,7 +108,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             snapshot = self.engine.lookup(request.snapshot_id)
         except (listing.BadRequest, UnknownSnapshot) as exc:
             if isinstance(exc, UnknownSnapshot) and (why := self.engine.writer.store.damaged.get(request.snapshot_id)):
-                await context.abort(grpc.StatusCode.DATA_LOSS, f"snapshot {request.snapshot_id} is damaged on disk: {why}")
+                await context.abort(grpc.StatusCode.DATA_LOSS, listing.damaged(request.snapshot_id, why))
             await context.abort(grpc.StatusCode[exc.code], str(exc))
         await self.engine.durable()  # what was read is what the journal holds
         return snapshot
@@ -125,10 +120,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         return snapshot
 
     async def GetSnapshotChunks(self, request: pb.GetSnapshotRequest, context) -> AsyncIterator[pb.SnapshotChunk]:
-        snapshot = await self._snapshot(request, context)
-        data = snapshot.SerializeToString()
-        for i in range(0, max(len(data), 1), SNAPSHOT_CHUNK_BYTES):
-            yield pb.SnapshotChunk(data=data[i : i + SNAPSHOT_CHUNK_BYTES])
+        for chunk in listing.chunks(await self._snapshot(request, context)):
+            yield chunk
 
     @_answers()
     async def ListSnapshots(self, request: pb.ListSnapshotsRequest, context) -> pb.ListSnapshotsResponse:
@@ -145,8 +138,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         the working set's from memory, the others read a batch at a time, off the
         event loop (no file is read but the ones listed)."""
         store, machine = self.engine.writer.store, self.engine.machine
-        held = [sid for sid in machine.ids() if sid > start.after and (not status or machine.status(sid) == status)]
-        merge = listing.Merge(held, start.after, start.batch)
+        merge = listing.Merge(listing.held(machine.ids(), machine.status, start, status), start.after, start.batch)
         while not merge.done:
             ids = merge.take(store.index.after(merge.cursor, status, start.batch))
             found = {sid: self.engine.find(sid, stored=False) for sid in ids}  # None: filed, or filed meanwhile

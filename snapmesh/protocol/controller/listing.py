@@ -17,7 +17,10 @@ L3. A page ends after page_size snapshots (at most MAX_PAGE_SIZE), or before it
     carries the next_page_token: opaque to clients, it names the last id listed
     and the filter it was for.
 L4. GetSnapshot refuses (RESOURCE_EXHAUSTED) an answer larger than the client
-    takes (max_bytes, 0: gRPC's default 4 MiB), saying how to fetch it.
+    takes (max_bytes, 0: gRPC's default 4 MiB), saying how to fetch it;
+    GetSnapshotChunks sends its encoding in pieces of CHUNK_BYTES (`chunks`).
+L5. A snapshot whose stored files are damaged is DATA_LOSS, not NOT_FOUND, and
+    is not restored (`damaged` says so).
 
 Pure: no file, socket or clock; the servicer hands in the ids and the snapshots.
 """
@@ -29,6 +32,9 @@ import bisect
 import json
 from dataclasses import dataclass
 
+from collections.abc import Callable, Iterable
+
+from snapmesh.protocol.chunking import CHUNK_BYTES
 from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -107,9 +113,27 @@ def too_large(snapshot_id: str, size: int, max_bytes: int) -> str:
     )
 
 
+def damaged(snapshot_id: str, why: str, *, restoring: bool = False) -> str:
+    """What DATA_LOSS says of a snapshot whose stored files are damaged (L5)."""
+    if restoring:
+        return f"snapshot {snapshot_id} is damaged on disk, not restored (nothing changed): {why}"
+    return f"snapshot {snapshot_id} is damaged on disk: {why}"
+
+
+def chunks(snapshot: pb.Snapshot) -> list[pb.SnapshotChunk]:
+    """GetSnapshotChunks' answer (L4): the encoding in pieces of CHUNK_BYTES, in order (one, empty, for nothing)."""
+    data = snapshot.SerializeToString()
+    return [pb.SnapshotChunk(data=data[i : i + CHUNK_BYTES]) for i in range(0, max(len(data), 1), CHUNK_BYTES)]
+
+
+def held(ids: Iterable[str], status_of: Callable[[str], int], start: Start, status: int) -> list[str]:
+    """Of the working set's `ids` (sorted), those a listing from `start` with the `status` filter names (L2)."""
+    return [sid for sid in ids if sid > start.after and (not status or status_of(sid) == status)]
+
+
 class Merge:
     """The ids of one listing in order (L2): the working set's (`in_memory`, sorted,
-    those after the start and of the filter) and the store index's, fed a batch at a
+    those after the start and of the filter: `held`) and the store index's, fed a batch at a
     time. Ask the index for `batch` ids after `cursor`; `take` says which ids come next."""
 
     def __init__(self, in_memory: list[str], after: str, batch: int) -> None:
