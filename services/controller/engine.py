@@ -4,7 +4,8 @@ Every input (a trigger, a report, a deadline, a restore call, a node's answer to
 its part, a StartSnapshot that failed) is one synchronous call on the machine,
 then `carry_out` takes its effects in one loop, in order (etcd/raft's Ready:
 persist, then show and send), and re-arms the one timer for the machine's next
-deadline (aioquic's get_timer):
+deadline (aioquic's get_timer). Each effect first moves its metrics (one table,
+`ControllerMetrics.carried_out`) and says its log line (`loglines.of`), then:
 
     Journal(record)    -> the journal file (group-committed), appended at once so the
                           journal's order is the machine's; every later effect of
@@ -14,9 +15,9 @@ deadline (aioquic's get_timer):
     StartAt, AbortAt, RestoreAt -> the call it names (`rpc`, `request`) at its
                           node, tried again as its `retry` says; the answer (or
                           what was given up on) is the machine's `called`
-    Finished(snapshot) -> metrics, the file writer, watchers, the trigger's waiter
+    Finished(snapshot) -> the file writer, watchers, the trigger's waiter
     Retire(snapshot_id) -> the file writer deletes its files
-    RestoreDone(restore) -> metrics, the log; the machine hears it settled
+    RestoreDone(restore) -> the machine hears it settled (its record is durable)
     AnswerRestore(calls, outcome) -> those RestoreSnapshot calls are answered
 
 A record that cannot be made durable (OSError) ends its step there: nothing
