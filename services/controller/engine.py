@@ -43,7 +43,7 @@ from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
-from snapmesh.protocol.controller import loglines, restoregate
+from snapmesh.protocol.controller import listing, loglines, restoregate
 from snapmesh.protocol.controller.snapshot_ids import StartClock
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker, UnknownSnapshot
 from snapmesh.serving import calls
@@ -266,8 +266,11 @@ class ControllerEngine:
             return self.writer.store.load(snapshot_id) if stored else None
 
     def lookup(self, snapshot_id: str) -> pb.Snapshot:
-        """`find`'s snapshot; UnknownSnapshot when there is none."""
+        """`find`'s snapshot; UnknownSnapshot when there is none (listing.Damaged when
+        its files were found damaged)."""
         if (snapshot := self.find(snapshot_id)) is None:
+            if why := self.writer.store.damaged.get(snapshot_id):
+                raise listing.Damaged(snapshot_id, why)
             raise UnknownSnapshot(f"no snapshot {snapshot_id!r}")
         return snapshot
 

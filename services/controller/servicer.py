@@ -30,7 +30,10 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 ASK_ONCE = Retry(2.0, tries=1)  # a node's GetState (mode_mismatch asks again in its next round)
 # What the pure layer refuses, each naming its status (`code`).
-REFUSALS = (TrackerError, restoregate.Refused, UnknownInitiator, TooManySnapshots, chunking.ChunkError, listing.BadRequest)
+REFUSALS = (
+    TrackerError, restoregate.Refused, UnknownInitiator, TooManySnapshots, chunking.ChunkError, listing.BadRequest,
+    listing.TooLarge,
+)
 
 
 def _answers(journaled: str = "") -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
@@ -82,7 +85,7 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def RestoreSnapshot(self, request: pb.RestoreSnapshotRequest, context) -> pb.Restore:
         listing.check_id(request.snapshot_id)
         if damaged := await self._damage(request.snapshot_id):
-            await context.abort(grpc.StatusCode.DATA_LOSS, listing.damaged(request.snapshot_id, damaged, restoring=True))
+            raise listing.Damaged(request.snapshot_id, damaged, restoring=True)
         return await self.engine.restore(request.snapshot_id, request.request_id)
 
     async def _damage(self, snapshot_id: str) -> str:
@@ -106,17 +109,15 @@ class ControllerService(pb_grpc.ControllerServicer):
         try:
             listing.check_get(request)
             snapshot = self.engine.lookup(request.snapshot_id)
-        except (listing.BadRequest, UnknownSnapshot) as exc:
-            if isinstance(exc, UnknownSnapshot) and (why := self.engine.writer.store.damaged.get(request.snapshot_id)):
-                await context.abort(grpc.StatusCode.DATA_LOSS, listing.damaged(request.snapshot_id, why))
+        except (listing.BadRequest, UnknownSnapshot) as exc:  # Damaged too (L5)
             await context.abort(grpc.StatusCode[exc.code], str(exc))
         await self.engine.durable()  # what was read is what the journal holds
         return snapshot
 
+    @_answers()
     async def GetSnapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
         snapshot = await self._snapshot(request, context)
-        if problem := listing.too_large(request.snapshot_id, snapshot.ByteSize(), request.max_bytes):
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, problem)
+        listing.check_size(request.snapshot_id, snapshot.ByteSize(), request.max_bytes)
         return snapshot
 
     async def GetSnapshotChunks(self, request: pb.GetSnapshotRequest, context) -> AsyncIterator[pb.SnapshotChunk]:

@@ -121,6 +121,11 @@ def test_a_snapshot_in_chunks_is_its_encoding_in_order_l4() -> None:
 
 
 def test_a_damaged_snapshot_is_said_so_l5() -> None:
-    assert listing.damaged("s1", "bad crc") == "snapshot s1 is damaged on disk: bad crc"
-    assert listing.damaged("s1", "bad crc", restoring=True) == (
+    damaged = listing.Damaged("s1", "bad crc")
+    assert (damaged.code, str(damaged)) == ("DATA_LOSS", "snapshot s1 is damaged on disk: bad crc")
+    assert str(listing.Damaged("s1", "bad crc", restoring=True)) == (
         "snapshot s1 is damaged on disk, not restored (nothing changed): bad crc")
+    with pytest.raises(listing.TooLarge) as too_large:
+        listing.check_size("s1", 2000, 1000)
+    assert too_large.value.code == "RESOURCE_EXHAUSTED" and str(too_large.value) == listing.too_large("s1", 2000, 1000)
+    listing.check_size("s1", 1000, 1000)

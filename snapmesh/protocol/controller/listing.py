@@ -20,7 +20,7 @@ L4. GetSnapshot refuses (RESOURCE_EXHAUSTED) an answer larger than the client
     takes (max_bytes, 0: gRPC's default 4 MiB), saying how to fetch it;
     GetSnapshotChunks sends its encoding in pieces of CHUNK_BYTES (`chunks`).
 L5. A snapshot whose stored files are damaged is DATA_LOSS, not NOT_FOUND, and
-    is not restored (`damaged` says so).
+    is not restored (`Damaged` says so).
 
 Pure: no file, socket or clock; the servicer hands in the ids and the snapshots.
 """
@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 
 from snapmesh.protocol.chunking import CHUNK_BYTES
 from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
+from snapmesh.protocol.controller.tracker import UnknownSnapshot
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 # What any gRPC client takes in one message by default (grpcurl's limit too): a
@@ -113,11 +114,26 @@ def too_large(snapshot_id: str, size: int, max_bytes: int) -> str:
     )
 
 
-def damaged(snapshot_id: str, why: str, *, restoring: bool = False) -> str:
-    """What DATA_LOSS says of a snapshot whose stored files are damaged (L5)."""
-    if restoring:
-        return f"snapshot {snapshot_id} is damaged on disk, not restored (nothing changed): {why}"
-    return f"snapshot {snapshot_id} is damaged on disk: {why}"
+class Damaged(UnknownSnapshot):
+    """A snapshot whose stored files are damaged (L5): not read, not restored."""
+
+    code = "DATA_LOSS"
+
+    def __init__(self, snapshot_id: str, why: str, *, restoring: bool = False) -> None:
+        nothing = ", not restored (nothing changed)" if restoring else ""
+        super().__init__(f"snapshot {snapshot_id} is damaged on disk{nothing}: {why}")
+
+
+class TooLarge(Exception):
+    """A GetSnapshot answer larger than the client takes (L4)."""
+
+    code = "RESOURCE_EXHAUSTED"
+
+
+def check_size(snapshot_id: str, size: int, max_bytes: int) -> None:
+    """TooLarge for a GetSnapshot answer of `size` bytes the client does not take (L4)."""
+    if problem := too_large(snapshot_id, size, max_bytes):
+        raise TooLarge(problem)
 
 
 def chunks(snapshot: pb.Snapshot) -> list[pb.SnapshotChunk]:
