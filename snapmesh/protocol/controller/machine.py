@@ -125,9 +125,9 @@ from snapmesh.protocol.controller.effects import (
     RESTORE, AbortAt, AnswerRestore, Barrier, Call, Effect, Finished, Journal, Publish, RestoreAt, RestoreDone, Retire,
     StartAt, start_retry,
 )
-from snapmesh.protocol.retry import Failed
 from snapmesh.protocol.controller.restoreplan import plan, problem, with_app_fields
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
+from snapmesh.protocol.retry import Failed
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
