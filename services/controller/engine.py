@@ -4,7 +4,8 @@ Every input (a trigger, a report, a deadline, a restore call, a node's answer to
 its part, a StartSnapshot that failed) is one synchronous call on the machine,
 then `carry_out` takes its effects in one loop, in order (etcd/raft's Ready:
 persist, then show and send), and re-arms the one timer for the machine's next
-deadline (aioquic's get_timer):
+deadline (aioquic's get_timer). Each effect first moves its metrics (one table,
+`ControllerMetrics.carried_out`) and says its log line (`loglines.of`), then:
 
     Journal(record)    -> the journal file (group-committed), appended at once so the
                           journal's order is the machine's, a step's records together
@@ -12,30 +13,32 @@ deadline (aioquic's get_timer):
                           the record is durable
     Barrier()          -> the same, for everything journaled so far
     Publish(snapshot)  -> the WatchSnapshots watchers
-    StartAt(node, ...) -> StartSnapshot at that node (a failure: the machine's start_failed)
-    Finished(snapshot) -> metrics, the file writer, watchers, the trigger's waiter
-    AbortAt(node, ...) -> AbortSnapshot at that node
+    StartAt, AbortAt, RestoreAt -> the call it names (`rpc`, `request`) at its
+                          node, tried again as its `retry` says; the answer (or
+                          what was given up on) is the machine's `called`
+    Finished(snapshot) -> the file writer, watchers, the trigger's waiter
     Retire(snapshot_id) -> the file writer deletes its files
     File(snapshot, ...) -> the file writer writes those files (its `filed`: the machine's)
     Forget(snapshot_id) -> the journal's records of it are dead
-    RestoreAt(node, request) -> RestoreState, retried (`call_node`); the answer is
-                          the machine's node_restored
-    RestoreDone(restore) -> the restore's callers are answered; the machine hears it settled
+    RestoreDone(restore) -> the machine hears it settled (its record is durable)
+    AnswerRestore(calls, outcome) -> those RestoreSnapshot calls are answered
 
 A record that cannot be made durable (OSError) ends its step there: nothing
-after it is shown or sent, and the caller gets the error. Reads wait until
-everything journaled when they read is durable (`durable`).
+after it is shown or sent, the machine hears what was not (`unjournaled`), and
+the caller gets the error. Reads wait until everything journaled when they
+read is durable (`durable`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import grpc
 
@@ -44,9 +47,11 @@ from snapmesh.services.controller.journal_metrics import time_until_durable
 from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
-from snapmesh.protocol.controller import restoregate
+from snapmesh.protocol.controller import listing, loglines, restoregate
 from snapmesh.protocol.controller.snapshot_ids import StartClock
-from snapmesh.protocol.controller.tracker import COMPLETE, Now, UnknownSnapshot, duration_s
+from snapmesh.protocol.controller.tracker import COMPLETE, Now, UnknownSnapshot
+from snapmesh.serving import calls
+from snapmesh.serving.fanout import FanOut
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import security
 from snapmesh.serving import credentials
@@ -55,22 +60,12 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-ABORT_TIMEOUT_S = 2.0
-# How long a StartSnapshot that met an unavailable channel waits for it once more.
-START_RETRY_S = 3.0
-RESTORE_TIMEOUT_S, RESTORE_CALL_S = 30.0, 5.0  # how long a node that cannot be reached is retried; one try
-RETRY_S = 0.25
-# The node said no: asking again gets the same answer.
-REFUSED = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT)
 # The updates one WatchSnapshots watcher may have queued. A watcher that falls
 # this far behind is dropped with RESOURCE_EXHAUSTED (it watches again and
 # reads what it missed with ListSnapshots or GetSnapshot).
 WATCH_QUEUE = 1_000
-
-
-class FellBehind:
-    """Put in a dropped watcher's queue in place of what it had not read."""
 
 
 TooManySnapshots = ctl.TooManySnapshots  # a trigger past the admission limit (the machine's rule A1)
@@ -111,14 +106,14 @@ class ControllerEngine:
         self.stubs: dict[str, pb_grpc.NodeStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._done: dict[str, asyncio.Future[pb.Snapshot]] = {}
-        self.watchers: set[asyncio.Queue[pb.Snapshot | FellBehind | None]] = set()
-        self.watch_queue = WATCH_QUEUE
+        self.watchers: FanOut[pb.Snapshot] = FanOut(WATCH_QUEUE, "WatchSnapshots watcher")
         self._background: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None  # at the machine's next deadline
         self._starts = StartClock()  # ids in start order
         self._tail: asyncio.Future[None] | None = None  # the newest record's durability
-        self._restore: asyncio.Future[pb.Restore] | None = None  # the running restore's outcome
         self._loop: asyncio.AbstractEventLoop | None = None  # by `start`: where the writer's `filed` goes
+        self._calls = itertools.count()  # names each RestoreSnapshot call to the machine
+        self._answers: dict[int, asyncio.Future[pb.Restore]] = {}  # by call, until its AnswerRestore
 
     # -- lifecycle
 
@@ -146,7 +141,7 @@ class ControllerEngine:
 
     def end_streams(self) -> None:
         """End every WatchSnapshots stream (before the server drains)."""
-        self._publish(None)
+        self.watchers.end()
 
     async def close(self) -> None:
         self.end_streams()
@@ -166,36 +161,39 @@ class ControllerEngine:
         await since the machine changed); the rest runs in a task, in order, each effect after
         the durability of the records before it. Await the task (shielded: a caller
         that goes away does not stop the step) to answer once all of it is durable."""
-        durable: asyncio.Future[None] | None = None
         steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]] = []
         with self.journal.together():  # one step, one log round
             for effect in self.machine.drain():
+                durable = None
                 if isinstance(effect, ctl.Journal):
                     durable = self._tail = self.journal.append(effect.record)
                 elif isinstance(effect, ctl.Barrier):
                     durable = self._tail = self.journal.barrier()
-                else:
-                    steps.append((effect, durable))
+                steps.append((effect, durable))
         self._arm()
-        return self.spawn(self._in_order(steps, durable))
+        return self.spawn(self._in_order(steps))
 
-    async def _in_order(self, steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]], last) -> None:
-        for effect, durable in steps:
-            if durable is not None:
+    async def _in_order(self, steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]]) -> None:
+        for at, (effect, durable) in enumerate(steps):
+            if durable is None:
+                self._effect(effect)
+                continue
+            try:
                 await asyncio.shield(durable)
-            self._effect(effect)
-        if last is not None:
-            await asyncio.shield(last)
+            except OSError as error:
+                self.machine.unjournaled([e for e, _ in steps[at:]], error, self._clock())
+                self.carry_out()
+                raise
 
     def _effect(self, effect: ctl.Effect) -> None:
+        self.metrics.carried_out(effect)
+        _say(loglines.of(effect))
         if isinstance(effect, ctl.Publish):
-            self._publish(effect.snapshot)
-        elif isinstance(effect, ctl.StartAt):
-            self.spawn(self._start_at(effect))
+            self.watchers.publish(effect.snapshot)
+        elif isinstance(effect, (ctl.StartAt, ctl.AbortAt, ctl.RestoreAt)):
+            self.spawn(self._call(effect))
         elif isinstance(effect, ctl.Finished):
             self._finished(effect.snapshot)
-        elif isinstance(effect, ctl.AbortAt):
-            self.spawn(self._abort_at(effect))
         elif isinstance(effect, ctl.Retire):  # its records go too (a replay's may not be filed yet)
             self.journal.forget(effect.snapshot_id)
             self.writer.discard(effect.snapshot_id)
@@ -203,10 +201,17 @@ class ControllerEngine:
             self.writer.submit(effect.snapshot, compact=effect.compact, json=effect.json)
         elif isinstance(effect, ctl.Forget):
             self.journal.forget(effect.snapshot_id)
-        elif isinstance(effect, ctl.RestoreAt):
-            self.spawn(self._restore_at(effect))
-        elif isinstance(effect, ctl.RestoreDone):
-            self._restore_ended(effect.restore)
+        elif isinstance(effect, ctl.RestoreDone):  # durable: a retry of its keys is answered from now on
+            self.machine.restore_settled()
+            self.carry_out()
+        elif isinstance(effect, ctl.AnswerRestore):
+            for call in effect.calls:
+                answer = self._answers.pop(call)
+                if isinstance(effect.outcome, Exception):
+                    answer.set_exception(effect.outcome)
+                    answer.exception()  # retrieved here: a call that went away meanwhile is no warning
+                else:
+                    answer.set_result(effect.outcome)
         else:
             raise TypeError(f"not an effect the controller carries out: {effect!r}")
 
@@ -218,27 +223,19 @@ class ControllerEngine:
 
     # -- events
 
-    async def trigger(self, initiator: str, *, broadcast: bool = False) -> pb.Snapshot:
-        """Start a snapshot at `initiator` (a node of the topology), or with
-        `broadcast` at every node (the machine's B1): journaled
+    async def trigger(self, initiator: str = "", *, broadcast: bool = False) -> pb.Snapshot:
+        """Start a snapshot at `initiator` (a node of the topology; "": one at
+        random), or with `broadcast` at every node (the machine's B1): journaled
         before StartSnapshot leaves and before this returns. Raises UnknownInitiator
         (the machine's A2) or TooManySnapshots at the admission limit (A1), changing nothing."""
+        initiator = initiator or self.rng.choice(self.nodes)
         now = self._clock()
         snapshot_id, wall = self._starts.start(now.wall, os.urandom(4))
-        try:
-            snapshot = self.machine.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall), broadcast=broadcast)
-        except TooManySnapshots:  # its text says how to raise the limit (the machine's, A1)
-            self.metrics.refused_triggers.inc()
-            raise
+        snapshot = self._fed(self.machine.trigger, snapshot_id, initiator, Now(mono=now.mono, wall=wall), broadcast=broadcast)
         self._done[snapshot_id] = asyncio.get_running_loop().create_future()
         step = self.carry_out()
         time_until_durable(self.metrics.journal_wait, "trigger", self._tail, now.mono, lambda: self._clock().mono)
-        try:
-            await asyncio.shield(step)
-        except OSError as exc:
-            self.machine.start_failed(snapshot_id, f"cannot journal the start: {exc}", self._clock())
-            self.carry_out()
-            raise
+        await asyncio.shield(step)  # OSError: the machine failed the snapshot (J1)
         log.info("snapshot %s started at %s", snapshot_id, "every node" if broadcast else initiator)
         return snapshot
 
@@ -247,62 +244,39 @@ class ControllerEngine:
         it) before this returns. Raises TrackerError for a refused report and
         OSError when it cannot be journaled."""
         now = self._clock()
-        try:
-            snapshot, duplicate = self.machine.reported(state, now)
-        except ctl.StaleReport:
-            self.metrics.stale_reports.inc()
-            raise
+        snapshot, duplicate = self._fed(self.machine.reported, state, now)
         step = self.carry_out()
         if snapshot.status == COMPLETE and not duplicate:  # the report's record and the outcome, in one round
             time_until_durable(self.metrics.journal_wait, "complete", self._tail, now.mono, lambda: self._clock().mono)
         await asyncio.shield(step)
 
+    def _fed(self, event: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """The machine's `event`; a refusal it raises is counted (metrics.refused), then raised."""
+        try:
+            return event(*args, **kwargs)
+        except Exception as refusal:
+            self.metrics.refused(refusal)
+            raise
+
     async def restore(self, snapshot_id: str, request_id: str = "") -> pb.Restore:
-        """A RestoreSnapshot call: the machine's gate decides (R1, R4); a call that
-        starts or joins the restore is answered with its outcome, once durable.
-        Raises restoregate.Refused, and OSError when the restore cannot be journaled."""
-        # None: the gate says NOT_FOUND, or answers a retry of a key that restored it
-        decision = self.machine.restore(self.find(snapshot_id), request_id, self._clock(), snapshot_id=snapshot_id)
-        if isinstance(decision, restoregate.Answer):
-            return decision.result  # a retry of a finished restore: its answer, nothing rolled back
+        """A RestoreSnapshot call: the machine's gate decides (R1, R4), and the
+        machine answers it (R5). Raises restoregate.Refused, and OSError when the
+        restore cannot be journaled."""
+        call = next(self._calls)
+        # find's None: the gate says NOT_FOUND, or answers a retry of a key that restored it
+        snapshot = self.find(snapshot_id)
+        decision = self.machine.restore(snapshot, request_id, self._clock(), snapshot_id=snapshot_id, call=call)
         if isinstance(decision, (restoregate.Refuse, restoregate.Busy)):
             raise restoregate.Refused(decision)
-        if self._restore is None:  # Start, or the first call to join a restore resumed after a restart
-            self._restore = asyncio.get_running_loop().create_future()
-        running = self._restore
-        try:  # Start: RESTORING durable before any node hears of it; Join: the key's record (R4)
-            await asyncio.shield(self.carry_out())
-        except OSError as exc:
-            if isinstance(decision, restoregate.Start):
-                self._restore_ended(exc)
-            raise
-        return await asyncio.shield(running)
+        answer = self._answers[call] = asyncio.get_running_loop().create_future()
+        self.carry_out()
+        return await asyncio.shield(answer)
 
-    async def _restore_at(self, effect: ctl.RestoreAt) -> None:
-        answer = await call_node(self.stubs[effect.node].RestoreState, effect.request, RESTORE_CALL_S, RESTORE_TIMEOUT_S)
-        if isinstance(answer, grpc.aio.AioRpcError):  # what the machine takes: why it could not be restored
-            answer = _why(answer) if answer.code() in REFUSED else f"unreachable for {RESTORE_TIMEOUT_S:g}s ({_why(answer)})"
-        self.machine.node_restored(effect.node, answer, self._clock())
-        try:
-            await self.carry_out()
-        except OSError as exc:  # the outcome may not survive a crash: the callers hear so
-            self._restore_ended(exc)
-
-    def _restore_ended(self, outcome: pb.Restore | OSError) -> None:
-        self.machine.restore_settled()
-        if isinstance(outcome, pb.Restore):
-            self.metrics.restored(outcome)
-            if outcome.status == pb.Restore.FAILED:
-                log.error("restore of %s: %s", outcome.snapshot_id, outcome.reason)
-            else:
-                log.info("restored %s in epoch %d", outcome.snapshot_id, outcome.epoch)
-        running, self._restore = self._restore, None
-        if running is not None and not running.done():
-            if isinstance(outcome, OSError):
-                running.set_exception(outcome)
-                running.exception()  # retrieved here: a restore nobody waits for is no warning
-            else:
-                running.set_result(outcome)
+    async def _call(self, effect: ctl.Call) -> None:
+        answer = await calls.call(getattr(self.stubs[effect.node], effect.rpc), effect.request, effect.retry)
+        _say(loglines.called(effect, answer))
+        self.machine.called(effect, answer, self._clock())
+        self.carry_out()
 
     async def wait_finished(self, snapshot_id: str) -> pb.Snapshot:
         future = self._done.get(snapshot_id)
@@ -319,8 +293,11 @@ class ControllerEngine:
             return self.writer.store.load(snapshot_id) if stored else None
 
     def lookup(self, snapshot_id: str) -> pb.Snapshot:
-        """`find`'s snapshot; UnknownSnapshot when there is none."""
+        """`find`'s snapshot; UnknownSnapshot when there is none (listing.Damaged when
+        its files were found damaged)."""
         if (snapshot := self.find(snapshot_id)) is None:
+            if why := self.writer.store.damaged.get(snapshot_id):
+                raise listing.Damaged(snapshot_id, why)
             raise UnknownSnapshot(f"no snapshot {snapshot_id!r}")
         return snapshot
 
@@ -338,49 +315,12 @@ class ControllerEngine:
 
     # -- what the effects do
 
-    async def _start_at(self, effect: ctl.StartAt) -> None:
-        request = pb.StartSnapshotRequest(snapshot_id=effect.snapshot_id, epoch=effect.epoch)
-        answer = await call_node(
-            self.stubs[effect.node].StartSnapshot, request, self.deadline_s, START_RETRY_S, tries=2, wait=True)
-        if isinstance(answer, grpc.aio.AioRpcError):
-            self.machine.start_unreachable(effect.snapshot_id, effect.node, _why(answer), self._clock())
-            self.carry_out()
-
     def _finished(self, snapshot: pb.Snapshot) -> None:
-        self.metrics.finished(snapshot)
-        if snapshot.status == COMPLETE:
-            verdict = "conserved" if snapshot.conserved else f"NOT conserved ({snapshot.reason})"
-            log.info(
-                "snapshot %s COMPLETE in %.3fs: total %d, %s",
-                snapshot.snapshot_id, duration_s(snapshot), snapshot.total, verdict,
-            )
-        else:
-            log.warning("snapshot %s FAILED: %s", snapshot.snapshot_id, snapshot.reason)
         self.writer.submit(snapshot)  # the files, off the reply path
-        self._publish(snapshot)
+        self.watchers.publish(snapshot)
         future = self._done.pop(snapshot.snapshot_id, None)
         if future is not None and not future.done():
             future.set_result(snapshot)
-
-    async def _abort_at(self, effect: ctl.AbortAt) -> None:
-        request = pb.AbortSnapshotRequest(snapshot_id=effect.snapshot_id, reason=effect.reason)
-        answer = await call_node(self.stubs[effect.node].AbortSnapshot, request, ABORT_TIMEOUT_S, 0, tries=1)
-        if isinstance(answer, grpc.aio.AioRpcError):
-            log.info("AbortSnapshot %s at %s: %s", effect.snapshot_id, effect.node, answer.code().name)
-
-    def _publish(self, snapshot: pb.Snapshot | None) -> None:
-        """To every WatchSnapshots watcher (None: its stream ends). A watcher whose
-        queue is full is dropped: FellBehind in place of what it had not read."""
-        for queue in list(self.watchers):
-            try:
-                queue.put_nowait(snapshot)
-            except asyncio.QueueFull:
-                self.watchers.discard(queue)
-                while not queue.empty():
-                    queue.get_nowait()
-                queue.put_nowait(FellBehind() if snapshot is not None else None)
-                if snapshot is not None:
-                    log.warning("a WatchSnapshots watcher fell %d updates behind: dropped", self.watch_queue)
 
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
@@ -401,35 +341,13 @@ class ControllerEngine:
         while True:
             await asyncio.sleep(interval_s)
             try:
-                await self.trigger(self.rng.choice(self.nodes))
+                await self.trigger()
             except TooManySnapshots as exc:  # this tick is skipped; the next one tries again
                 log.warning("periodic snapshot skipped: %s", exc)
             except OSError as exc:
                 log.error("periodic snapshot: %s", exc)
 
 
-async def call_node(
-    rpc: Callable[..., Awaitable[Any]], request: Any, timeout_s: float, for_s: float, *, tries: int = 0, wait: bool = False
-) -> Any:
-    """`rpc`'s answer, else its last error (a grpc.aio.AioRpcError). A refusal
-    (REFUSED) is final; any other failure is tried again, `tries` tries in all at
-    most (0: no limit) and until `for_s` have passed: after RETRY_S, or at once
-    and waiting for the channel with `wait` (a channel that met the node before it
-    served sits in reconnect backoff, at most 2 s in serving/runtime.py, and fails
-    calls at once). The nodes' side is idempotent: a repeat is harmless."""
-    loop = asyncio.get_running_loop()
-    give_up, tried = loop.time() + for_s, 0
-    while True:
-        tried += 1
-        try:
-            return await rpc(request, timeout=timeout_s if tried == 1 else min(timeout_s, for_s),
-                             wait_for_ready=wait and tried > 1)
-        except grpc.aio.AioRpcError as error:
-            if error.code() in REFUSED or tried == tries or loop.time() >= give_up:
-                return error
-        if not wait:
-            await asyncio.sleep(RETRY_S)
-
-
-def _why(error: grpc.aio.AioRpcError) -> str:
-    return f"{error.code().name}: {error.details()}"
+def _say(line: tuple[str, str] | None) -> None:
+    if line is not None:  # (a level's name, the words): loglines' decision
+        log.log(getattr(logging, line[0]), "%s", line[1])

@@ -1,4 +1,8 @@
-"""The controller's Prometheus metrics (names and labels: docs/metrics.md)."""
+"""The controller's Prometheus metrics (names and labels: docs/metrics.md).
+
+What moves them is one table each: the machine's effects as the engine carries
+them out (`carried_out`), and the refusals it raises (`refused`).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller.tracker import COMPLETE, duration_s
 from snapmesh.services.controller.journal_metrics import wait_histogram
 from snapmesh.serving.metrics import labelled
@@ -81,6 +86,17 @@ class ControllerMetrics:
         self.journal_wait = wait_histogram(registry)  # the trigger's and COMPLETE's journal hops
         self._last_complete_s = 0.0
 
+    def carried_out(self, effect: ctl.Effect) -> None:
+        if isinstance(effect, ctl.Finished):
+            self.finished(effect.snapshot)
+        elif isinstance(effect, ctl.RestoreDone):
+            self.restores.labels(status="RESTORED" if effect.restore.status == pb.Restore.RESTORED else "FAILED").inc()
+
+    def refused(self, refusal: Exception) -> None:
+        counter = {ctl.TooManySnapshots: self.refused_triggers, ctl.StaleReport: self.stale_reports}.get(type(refusal))
+        if counter is not None:
+            counter.inc()
+
     def finished(self, snapshot: pb.Snapshot) -> None:
         """A snapshot COMPLETE or FAILED: counted and its duration observed, by status;
         a COMPLETE one's statistics (the per-node ones per report)."""
@@ -101,6 +117,3 @@ class ControllerMetrics:
         if finished > self._last_complete_s:
             self._last_complete_s = finished
             self.last_complete.set(finished)
-
-    def restored(self, restore: pb.Restore) -> None:
-        self.restores.labels(status="RESTORED" if restore.status == pb.Restore.RESTORED else "FAILED").inc()

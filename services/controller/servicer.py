@@ -16,19 +16,24 @@ from typing import Any
 
 import grpc
 
-from snapmesh.services.controller.engine import ControllerEngine, FellBehind, TooManySnapshots, call_node
+from snapmesh.services.controller.engine import ControllerEngine, TooManySnapshots
 from snapmesh.protocol import chunking
 from snapmesh.protocol.controller import listing, restoregate
 from snapmesh.protocol.controller.machine import UnknownInitiator
 from snapmesh.protocol.controller.tracker import TrackerError, UnknownSnapshot
 from snapmesh.settings.agreement import disagreement
-from snapmesh.serving import credentials
+from snapmesh.protocol.retry import Failed, Retry
+from snapmesh.serving import calls, credentials
+from snapmesh.serving.fanout import FellBehind
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
-SNAPSHOT_CHUNK_BYTES = chunking.CHUNK_BYTES
+ASK_ONCE = Retry(2.0, tries=1)  # a node's GetState (mode_mismatch asks again in its next round)
 # What the pure layer refuses, each naming its status (`code`).
-REFUSALS = (TrackerError, restoregate.Refused, UnknownInitiator, TooManySnapshots, chunking.ChunkError, listing.BadRequest)
+REFUSALS = (
+    TrackerError, restoregate.Refused, UnknownInitiator, TooManySnapshots, chunking.ChunkError, listing.BadRequest,
+    listing.TooLarge,
+)
 
 
 def _answers(journaled: str = "") -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
@@ -65,8 +70,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         waiting = set(self.engine.stubs)
         while waiting:
             for node in sorted(waiting):
-                state = await call_node(self.engine.stubs[node].GetState, pb.GetStateRequest(), 2, 0, tries=1)
-                if isinstance(state, grpc.aio.AioRpcError):
+                state = await calls.call(self.engine.stubs[node].GetState, pb.GetStateRequest(), ASK_ONCE)
+                if isinstance(state, Failed):
                     continue  # asked again in the next round
                 waiting.discard(node)
                 if problem := disagreement(self.engine.config, node, state.snapshot_mode, state.app):
@@ -80,10 +85,7 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def RestoreSnapshot(self, request: pb.RestoreSnapshotRequest, context) -> pb.Restore:
         listing.check_id(request.snapshot_id)
         if damaged := await self._damage(request.snapshot_id):
-            await context.abort(
-                grpc.StatusCode.DATA_LOSS,
-                f"snapshot {request.snapshot_id} is damaged on disk, not restored (nothing changed): {damaged}",
-            )
+            raise listing.Damaged(request.snapshot_id, damaged, restoring=True)
         return await self.engine.restore(request.snapshot_id, request.request_id)
 
     async def _damage(self, snapshot_id: str) -> str:
@@ -98,8 +100,7 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     @_answers("snapshot")
     async def TriggerSnapshot(self, request: pb.TriggerSnapshotRequest, context) -> pb.Snapshot:
-        initiator = request.initiator or self.engine.rng.choice(self.engine.nodes)
-        snapshot = await self.engine.trigger(initiator, broadcast=request.broadcast)
+        snapshot = await self.engine.trigger(request.initiator, broadcast=request.broadcast)
         if not request.wait:
             return snapshot
         return await self.engine.wait_finished(snapshot.snapshot_id)
@@ -108,24 +109,20 @@ class ControllerService(pb_grpc.ControllerServicer):
         try:
             listing.check_get(request)
             snapshot = self.engine.lookup(request.snapshot_id)
-        except (listing.BadRequest, UnknownSnapshot) as exc:
-            if isinstance(exc, UnknownSnapshot) and (why := self.engine.writer.store.damaged.get(request.snapshot_id)):
-                await context.abort(grpc.StatusCode.DATA_LOSS, f"snapshot {request.snapshot_id} is damaged on disk: {why}")
+        except (listing.BadRequest, UnknownSnapshot) as exc:  # Damaged too (L5)
             await context.abort(grpc.StatusCode[exc.code], str(exc))
         await self.engine.durable()  # what was read is what the journal holds
         return snapshot
 
+    @_answers()
     async def GetSnapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
         snapshot = await self._snapshot(request, context)
-        if problem := listing.too_large(request.snapshot_id, snapshot.ByteSize(), request.max_bytes):
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, problem)
+        listing.check_size(request.snapshot_id, snapshot.ByteSize(), request.max_bytes)
         return snapshot
 
     async def GetSnapshotChunks(self, request: pb.GetSnapshotRequest, context) -> AsyncIterator[pb.SnapshotChunk]:
-        snapshot = await self._snapshot(request, context)
-        data = snapshot.SerializeToString()
-        for i in range(0, max(len(data), 1), SNAPSHOT_CHUNK_BYTES):
-            yield pb.SnapshotChunk(data=data[i : i + SNAPSHOT_CHUNK_BYTES])
+        for chunk in listing.chunks(await self._snapshot(request, context)):
+            yield chunk
 
     @_answers()
     async def ListSnapshots(self, request: pb.ListSnapshotsRequest, context) -> pb.ListSnapshotsResponse:
@@ -142,8 +139,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         the working set's from memory, the others read a batch at a time, off the
         event loop (no file is read but the ones listed)."""
         store, machine = self.engine.writer.store, self.engine.machine
-        held = [sid for sid in machine.ids() if sid > start.after and (not status or machine.status(sid) == status)]
-        merge = listing.Merge(held, start.after, start.batch)
+        merge = listing.Merge(listing.held(machine.ids(), machine.status, start, status), start.after, start.batch)
         while not merge.done:
             ids = merge.take(store.index.after(merge.cursor, status, start.batch))
             found = {sid: self.engine.find(sid, stored=False) for sid in ids}  # None: filed, or filed meanwhile
@@ -152,20 +148,15 @@ class ControllerService(pb_grpc.ControllerServicer):
                 yield found[sid]
 
     async def WatchSnapshots(self, request: pb.WatchSnapshotsRequest, context) -> AsyncIterator[pb.Snapshot]:
-        watch_queue = self.engine.watch_queue
-        queue: asyncio.Queue[pb.Snapshot | FellBehind | None] = asyncio.Queue(maxsize=watch_queue)
-        self.engine.watchers.add(queue)
         try:
-            while (snapshot := await queue.get()) is not None:
-                if isinstance(snapshot, FellBehind):
-                    await context.abort(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"this watcher fell {watch_queue} updates behind and was dropped; watch again "
-                        "(ListSnapshots or GetSnapshot has what it missed)",
-                    )
-                yield snapshot
-        finally:
-            self.engine.watchers.discard(queue)
+            with self.engine.watchers.subscribe() as updates:
+                async for snapshot in updates:
+                    yield snapshot
+        except FellBehind as behind:  # its text: "fell N updates behind"
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this watcher {behind} and was dropped; watch again (ListSnapshots or GetSnapshot has what it missed)",
+            )
 
     async def GetCluster(self, request: pb.GetClusterRequest, context) -> pb.Cluster:
         engine = self.engine

@@ -192,6 +192,7 @@ def settle(world: World) -> None:
         drain_all(world)
         world.tick(TTL + DEADLINE)
     drain_all(world)
+    control.answers.settled()
     live = world.live()
     world.checker.check_step(live, world.now)
     world.checker.check_quiescent(live, control.statuses())

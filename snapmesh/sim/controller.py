@@ -23,6 +23,7 @@ simulated cluster, as services/controller/engine.py does on the real one:
   RestoreDone       the restore ended; the machine hears it settled (its record
                     durable) only at the next `restore_one`, so calls can come in
                     between: a new key then joins the restore that has ended
+  AnswerRestore     judged (sim/restore_answers.py): each call taken, answered once
 
 Controller faults: crash (reports on the way are lost), a report sent again
 whose copy arrives only after a restore began (refused: its epoch is stale), and restart (the
@@ -58,19 +59,12 @@ from snapmesh.sim.disk import Disk
 from snapmesh.sim.invariants import Checker, Violation
 from snapmesh.sim.journal import SimJournal
 from snapmesh.sim.network import Network
-from snapmesh.sim.restarts import RestartCheck
+from snapmesh.sim.restore_answers import AnswerCheck
+from snapmesh.sim.restarts import RestartCheck, kind_of_failure
 from snapmesh.sim.retention import RetentionCheck
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 DEADLINE = 3.0  # the controller's snapshot deadline (simulated seconds)
-
-
-def _kind_of_failure(reason: str) -> str:
-    """A FAILED snapshot's reason, in the few words the fault counts use."""
-    for kind in ("deadline", "controller restarted", "initiator"):
-        if reason.startswith(kind):
-            return "StartSnapshot failed" if kind == "initiator" else kind
-    return reason
 
 
 class Cluster(Protocol):
@@ -130,6 +124,7 @@ class SimController:
         self.keys_at_restart: set[str] = set()  # the keys answered before the newest controller restart
         self.restarts = RestartCheck(DEADLINE)  # the machine's S1, judged (sim/restarts.py)
         self.next_restore_key = 0
+        self.answers = AnswerCheck()  # the machine's R5, judged
 
     def _machine(self) -> machine.Controller:
         app = self.world.app
@@ -183,6 +178,8 @@ class SimController:
             self.parts[effect.node] = effect.request
         elif kind is machine.RestoreDone:
             self.settling = True  # settled at the next restore_one (the engine awaits the record)
+        elif kind is machine.AnswerRestore:
+            self.answers.answered(effect, self.answered_at, len(self.journal.durable))
         else:  # pragma: no cover
             raise TypeError(f"unrouted effect {effect!r}")
 
@@ -242,7 +239,7 @@ class SimController:
                 self.faults["overtaken transfers recorded"] += 1
             return
         assert snapshot.status == FAILED
-        kind = _kind_of_failure(snapshot.reason)
+        kind = kind_of_failure(snapshot.reason)
         if kind in ("deadline", "controller restarted"):
             self.restarts.expired(sid, kind, self.world.now)
         self.faults[f"snapshot failed: {kind}"] += 1
@@ -308,6 +305,7 @@ class SimController:
         self.up = False
         self.reports.clear()
         self.journal.crash()
+        self.answers.crashed()
 
     def restart(self) -> None:
         """A new controller process: the machine rebuilt from the journal."""
@@ -346,6 +344,7 @@ class SimController:
             self.settling = False
             self.restoring = None
             self.machine.restore_settled()
+            self.carry_out()
             return
         ready = sorted(n for n in self.parts if self.world.nodes[n] is not None)
         if not ready:
@@ -447,7 +446,9 @@ class SimController:
     def restore_call(self, sid: str, key: str) -> None:
         known = self.key_snapshot.get(key) if key else None
         snapshot = self.machine.get(sid) if sid in self.machine.ids() else None
-        decision = self.machine.restore(snapshot, key, self.now(), snapshot_id=sid)
+        call = self.answers.call(sid, key)
+        decision = self.machine.restore(snapshot, key, self.now(), snapshot_id=sid, call=call)
+        self.answers.decided(call, decision)
         kind = type(decision)
         if kind is restoregate.Start:
             if key:  # the gate did not know the key (never durable, or out of its window): it is this restore's now
@@ -477,6 +478,7 @@ class SimController:
             if decision.result is None or decision.result.snapshot_id != sid:
                 raise Violation(f"restore: a retry of {key!r} for {sid} was answered {decision.result!r}")
             self.faults["restore retry answered, not rolled back"] += 1
+            self.carry_out()
             if key in self.keys_at_restart:
                 self.faults["restore retry answered across a controller restart"] += 1
         elif kind is restoregate.Busy:

@@ -17,6 +17,14 @@ from snapmesh.sim.invariants import Violation
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
+def kind_of_failure(reason: str) -> str:
+    """A FAILED snapshot's reason, in the few words the fault counts (and `expired`) use."""
+    for kind in ("deadline", "controller restarted", "initiator"):
+        if reason.startswith(kind):
+            return "StartSnapshot failed" if kind == "initiator" else kind
+    return reason
+
+
 class RestartCheck:
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline

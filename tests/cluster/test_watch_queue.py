@@ -34,16 +34,16 @@ async def _slow_watcher() -> None:
     tracker = Tracker(topology=cfg.topology, expected_total=cfg.expected_total, deadline_s=5)
     service = ControllerService(ControllerEngine(config=cfg, machine=Controller(tracker), journal=None, writer=None,  # type: ignore[arg-type]
                                 metrics=ControllerMetrics(CollectorRegistry())))
-    service.engine.watch_queue = 8
+    service.engine.watchers.limit = 8
     async with served_in_process(service) as stub:
         call = stub.WatchSnapshots(pb.WatchSnapshotsRequest())
-        while not service.engine.watchers:
+        while not len(service.engine.watchers):
             await asyncio.sleep(0.01)
         big = pb.Snapshot(snapshot_id="s", reason="x" * 200_000)  # fills the stream's flow-control window fast
         for _ in range(200):  # the watcher reads none of them
-            service.engine._publish(big)
+            service.engine.watchers.publish(big)
             await asyncio.sleep(0)
-        assert not service.engine.watchers, "the slow watcher was not dropped"
+        assert not len(service.engine.watchers), "the slow watcher was not dropped"
         received = 0
         with pytest.raises(grpc.aio.AioRpcError) as dropped:
             async for _ in call:

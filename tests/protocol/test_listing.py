@@ -100,3 +100,32 @@ def test_an_rpc_naming_a_snapshot_is_refused_for_a_text_that_is_not_an_id() -> N
         with pytest.raises(listing.BadRequest, match=text) as refused:
             listing.check_get(request_)
         assert refused.value.code == "INVALID_ARGUMENT"
+
+
+def test_the_working_set_a_listing_names_l2() -> None:
+    status = {"a": pb.Snapshot.COMPLETE, "b": pb.Snapshot.FAILED, "c": pb.Snapshot.COMPLETE}.__getitem__
+    start = listing.list_start(pb.ListSnapshotsRequest())
+    assert listing.held(["a", "b", "c"], status, start, 0) == ["a", "b", "c"]
+    assert listing.held(["a", "b", "c"], status, start, pb.Snapshot.COMPLETE) == ["a", "c"]
+    after_a = listing.list_start(pb.ListSnapshotsRequest(page_token=listing.page_token("a", pb.Snapshot.COMPLETE),
+                                                         status=pb.Snapshot.COMPLETE))
+    assert listing.held(["a", "b", "c"], status, after_a, pb.Snapshot.COMPLETE) == ["c"]
+
+
+def test_a_snapshot_in_chunks_is_its_encoding_in_order_l4() -> None:
+    big = pb.Snapshot(snapshot_id="s1", reason="x" * (2 * listing.CHUNK_BYTES + 10))
+    pieces = listing.chunks(big)
+    assert len(pieces) == 3 and all(len(p.data) <= listing.CHUNK_BYTES for p in pieces)
+    assert pb.Snapshot.FromString(b"".join(p.data for p in pieces)) == big
+    assert listing.chunks(pb.Snapshot()) == [pb.SnapshotChunk()]  # nothing: one empty piece
+
+
+def test_a_damaged_snapshot_is_said_so_l5() -> None:
+    damaged = listing.Damaged("s1", "bad crc")
+    assert (damaged.code, str(damaged)) == ("DATA_LOSS", "snapshot s1 is damaged on disk: bad crc")
+    assert str(listing.Damaged("s1", "bad crc", restoring=True)) == (
+        "snapshot s1 is damaged on disk, not restored (nothing changed): bad crc")
+    with pytest.raises(listing.TooLarge) as too_large:
+        listing.check_size("s1", 2000, 1000)
+    assert too_large.value.code == "RESOURCE_EXHAUSTED" and str(too_large.value) == listing.too_large("s1", 2000, 1000)
+    listing.check_size("s1", 1000, 1000)

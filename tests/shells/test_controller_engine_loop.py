@@ -71,8 +71,7 @@ async def _persist_before_show() -> None:
     )
     sent: list[tuple[str, str]] = []
     engine.stubs = {n: Node(sent) for n in engine.nodes}  # type: ignore[misc]
-    watcher: asyncio.Queue = asyncio.Queue()
-    engine.watchers.add(watcher)
+    watcher = engine.watchers.subscribe().queue
 
     trigger = asyncio.create_task(engine.trigger(engine.nodes[0]))
     await asyncio.sleep(0.05)
@@ -199,4 +198,74 @@ async def _replay_retires() -> None:
     assert files.forgotten == files.discarded == files.submitted == []  # nothing before the engine starts
     await engine.start()
     assert files.forgotten == files.discarded == ["s1"] and files.submitted == [("s2", True, True)]
+    await engine.close()
+
+
+class RestoringNode:
+    """RestoreState answers once the test lets it (`go`)."""
+
+    def __init__(self, sent: list) -> None:
+        self.sent = sent
+        self.go = asyncio.Event()
+
+    async def RestoreState(self, request, timeout, wait_for_ready=False):
+        self.sent.append(("RestoreState", request.snapshot_id))
+        await self.go.wait()
+        return pb.RestoreStateResponse(epoch=request.epoch, balance=request.balance)
+
+
+def _restorable(journal) -> tuple[ControllerEngine, list, list[RestoringNode]]:
+    """An engine over a two-node machine holding a COMPLETE s1, its nodes' RestoreState held."""
+    now = Now(mono=1.0, wall=1_700_000_000.0)
+    machine = Controller(Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=5))
+    machine.trigger("s1", "a", now)
+    for node, other, balance in (("a", "b", 60), ("b", "a", 40)):
+        machine.reported(pb.FullState(snapshot_id="s1", node_id=node, balance=balance,
+                                      channels=[pb.ChannelState(src=other, dst=node)]), now)
+    machine.drain()
+    engine = ControllerEngine(
+        config=config.load(config.DEFAULT_CONFIG), machine=machine,
+        journal=journal, writer=None, metrics=ControllerMetrics(CollectorRegistry()),  # type: ignore[arg-type]
+    )
+    sent: list = []
+    nodes = [RestoringNode(sent) for _ in engine.nodes]
+    engine.stubs = dict(zip(engine.nodes, nodes, strict=True))  # type: ignore[arg-type]
+    return engine, sent, nodes
+
+
+def test_every_call_that_starts_or_joins_a_restore_gets_its_outcome() -> None:
+    asyncio.run(_restore_answers())
+
+
+async def _restore_answers() -> None:
+    engine, sent, nodes = _restorable(DurableJournal())
+    calls = [asyncio.create_task(engine.restore("s1", key)) for key in ("k1", "k2", "")]
+    await asyncio.sleep(0.05)
+    assert sorted(sent) == [("RestoreState", "s1")] * 2 and not any(c.done() for c in calls)
+    for node in nodes:
+        node.go.set()
+    answers = await asyncio.gather(*calls)
+    assert [a.status for a in answers] == [pb.Restore.RESTORED] * 3 and answers[0] == answers[1] == answers[2]
+    assert await engine.restore("s1", "k2") == answers[0] and len(sent) == 2  # a retry: answered, not rolled back
+    assert not engine._answers
+    await engine.close()
+
+
+def test_a_restore_that_cannot_be_journaled_answers_its_calls_the_error_and_sends_nothing() -> None:
+    asyncio.run(_restore_unjournaled())
+
+
+async def _restore_unjournaled() -> None:
+    journal = HeldJournal()
+    engine, sent, _ = _restorable(journal)
+    first = asyncio.create_task(engine.restore("s1", "k1"))
+    second = asyncio.create_task(engine.restore("s1", "k2"))
+    await asyncio.sleep(0.05)
+    assert [type(r).__name__ for r in journal.records] == ["Restored", "Joined"]
+    for future in journal.futures:
+        future.set_exception(OSError("no space left on device"))
+    for call in (first, second):
+        with pytest.raises(OSError, match="no space left"):
+            await call
+    assert sent == [] and not engine._answers
     await engine.close()

@@ -78,8 +78,6 @@ async def _one_round_each(tmp_path) -> None:
     )
     sent: list[int] = []
     engine.stubs = {n: Node(journal, sent) for n in engine.nodes}  # type: ignore[misc]
-    watcher: asyncio.Queue = asyncio.Queue()
-    engine.watchers.add(watcher)
 
     snapshot = await engine.trigger("a")
     await asyncio.sleep(0.05)  # StartSnapshot's task

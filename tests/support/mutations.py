@@ -205,6 +205,20 @@ def _restore_join_after_the_end_unjournaled(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(controller.Controller, "restore", broken)
 
 
+def _restore_answers_a_join_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken machine (R5): a call that joins a running restore is answered at once,
+    with the restore still RESTORING, instead of with its outcome once durable."""
+    answer_later = controller.Controller._answer_later
+
+    def broken(self, decision, call, request_id):
+        if isinstance(decision, restoregate.Join) and self.last_restore.status == pb.Restore.RESTORING:
+            self._effects.append(controller.AnswerRestore((call,), self.last_restore))
+            return
+        answer_later(self, decision, call, request_id)
+
+    monkeypatch.setattr(controller.Controller, "_answer_later", broken)
+
+
 def _restore_replays_the_newest_key_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """The broken restart (issue 33, bug 2): only the journal's newest restore is
     taken back; a retry of an older key after a restart rolls back again."""
@@ -416,6 +430,7 @@ MUTATIONS = {
     "restore-joins-not-replayed": _restore_joins_not_replayed,
     "restore-join-after-the-end": _restore_join_after_the_end_unjournaled,
     "restore-replays-newest-key-only": _restore_replays_the_newest_key_only,
+    "restore-answers-join-at-once": _restore_answers_a_join_at_once,
     "request-window": _window_by_count,
     "request-restore": _restore_keeps_every_id,
     "overtake-outbox": _overtake_forgets_the_outbox,

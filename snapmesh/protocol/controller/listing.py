@@ -17,7 +17,10 @@ L3. A page ends after page_size snapshots (at most MAX_PAGE_SIZE), or before it
     carries the next_page_token: opaque to clients, it names the last id listed
     and the filter it was for.
 L4. GetSnapshot refuses (RESOURCE_EXHAUSTED) an answer larger than the client
-    takes (max_bytes, 0: gRPC's default 4 MiB), saying how to fetch it.
+    takes (max_bytes, 0: gRPC's default 4 MiB), saying how to fetch it;
+    GetSnapshotChunks sends its encoding in pieces of CHUNK_BYTES (`chunks`).
+L5. A snapshot whose stored files are damaged is DATA_LOSS, not NOT_FOUND, and
+    is not restored (`Damaged` says so).
 
 Pure: no file, socket or clock; the servicer hands in the ids and the snapshots.
 """
@@ -29,7 +32,11 @@ import bisect
 import json
 from dataclasses import dataclass
 
+from collections.abc import Callable, Iterable
+
+from snapmesh.protocol.chunking import CHUNK_BYTES
 from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
+from snapmesh.protocol.controller.tracker import UnknownSnapshot
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 # What any gRPC client takes in one message by default (grpcurl's limit too): a
@@ -107,9 +114,42 @@ def too_large(snapshot_id: str, size: int, max_bytes: int) -> str:
     )
 
 
+class Damaged(UnknownSnapshot):
+    """A snapshot whose stored files are damaged (L5): not read, not restored."""
+
+    code = "DATA_LOSS"
+
+    def __init__(self, snapshot_id: str, why: str, *, restoring: bool = False) -> None:
+        nothing = ", not restored (nothing changed)" if restoring else ""
+        super().__init__(f"snapshot {snapshot_id} is damaged on disk{nothing}: {why}")
+
+
+class TooLarge(Exception):
+    """A GetSnapshot answer larger than the client takes (L4)."""
+
+    code = "RESOURCE_EXHAUSTED"
+
+
+def check_size(snapshot_id: str, size: int, max_bytes: int) -> None:
+    """TooLarge for a GetSnapshot answer of `size` bytes the client does not take (L4)."""
+    if problem := too_large(snapshot_id, size, max_bytes):
+        raise TooLarge(problem)
+
+
+def chunks(snapshot: pb.Snapshot) -> list[pb.SnapshotChunk]:
+    """GetSnapshotChunks' answer (L4): the encoding in pieces of CHUNK_BYTES, in order (one, empty, for nothing)."""
+    data = snapshot.SerializeToString()
+    return [pb.SnapshotChunk(data=data[i : i + CHUNK_BYTES]) for i in range(0, max(len(data), 1), CHUNK_BYTES)]
+
+
+def held(ids: Iterable[str], status_of: Callable[[str], int], start: Start, status: int) -> list[str]:
+    """Of the working set's `ids` (sorted), those a listing from `start` with the `status` filter names (L2)."""
+    return [sid for sid in ids if sid > start.after and (not status or status_of(sid) == status)]
+
+
 class Merge:
     """The ids of one listing in order (L2): the working set's (`in_memory`, sorted,
-    those after the start and of the filter) and the store index's, fed a batch at a
+    those after the start and of the filter: `held`) and the store index's, fed a batch at a
     time. Ask the index for `batch` ids after `cursor`; `take` says which ids come next."""
 
     def __init__(self, in_memory: list[str], after: str, batch: int) -> None:

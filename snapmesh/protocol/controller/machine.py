@@ -19,12 +19,18 @@ Events in:
   reported(state, now)                   a node's FullState (raises the TrackerError kinds;
                                          StaleReport for one of an epoch before the cluster's)
   tick(now)                              time passed: snapshots past their deadline fail
-  restore(snapshot, request_id, now)     a RestoreSnapshot call (the gate decides; snapshot
-                                         None with snapshot_id: there is no such snapshot)
+  restore(snapshot, request_id, now, call)
+                                         a RestoreSnapshot call (the gate decides; snapshot
+                                         None with snapshot_id: there is no such snapshot);
+                                         `call` names it in its AnswerRestore (R5)
   resume(snapshot)                       after a restart: the journal's RESTORING restore runs again
                                          (`to_resume` names its snapshot; the shell loads it)
   node_restored(node, answer, now)       a node took its part (or why it could not)
-  restore_settled()                      the restore's last record is durable (or cannot be)
+  called(effect, answer, now)            a node's answer to a call an effect asked for (or the
+                                         Failed its retry gave up on): start_unreachable or node_restored
+  restore_settled()                      the restore's last record is durable: its calls are answered
+  unjournaled(effects, error, now)       a record could not be made durable: `effects`, from
+                                         its Journal on, were not carried out (J1-J3)
   loaded(snapshots, missing)             at a restart, the finished snapshots read from their
                                          files, and which files of them are missing (replay.py S2)
   replayed(records, now)                 then the journal read back (replay.py S1-S4):
@@ -44,10 +50,15 @@ Effects out (in order; the shell carries them out in that order):
                          (one per node of the topology, after its Finished)
   Publish(snapshot)      show the snapshot's new state to watchers
   RestoreAt(node, request)    send this node its part of the restore
-  RestoreDone(restore)   the restore ended (RESTORED or FAILED), as journaled
+  RestoreDone(restore)   the restore ended (RESTORED or FAILED), as journaled: once
+                         carried out, the shell says restore_settled()
+  AnswerRestore(calls, outcome)  answer these RestoreSnapshot calls: the restore, or the
+                         error that kept it from being durable
   Retire(snapshot_id)    retention (K1): delete the snapshot's files (and forget its records)
   File(snapshot, compact, json)  write these files of the snapshot (replay.py S2, S3)
   Forget(snapshot_id)    the snapshot is filed: its journal records are dead (`filed`, S2)
+A call to a node (StartAt, AbortAt, RestoreAt: its `rpc`, `request` and how it
+is tried again, `retry`) comes back as `called`: the answer, or a retry.Failed.
 
 Admission (Flink's max-concurrent-checkpoints):
 A1. With `max_concurrent` N > 0, a trigger while N snapshots are in progress is
@@ -91,17 +102,32 @@ R4. A key answers its own restore (running: join it; finished: its answer, once
     restore becomes that restore's: its `joined` record is journaled (the call
     is answered once it is durable), and after a restart every kept key, oldest
     first, is taken back with the restore it started or joined.
+R5. Every call that starts or joins a restore is answered by it (AnswerRestore),
+    once its outcome is durable: a call of a running restore when it settles; a
+    call that joins a restore that ended (its outcome not yet settled) and a
+    retry of a finished one at once, each after everything journaled before it.
+
+A record that cannot be made durable ends its step (`unjournaled`):
+J1. A snapshot whose Started record is not durable fails ("cannot journal the start").
+J2. A restore whose Restored record is not durable settles with the error: its
+    calls are answered the error, and a retry of its key gets the restore as it was.
+J3. A call that joined under a key whose Joined record is not durable, and a call
+    whose answer was not carried out, is answered the error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable
 
 from snapmesh.protocol.controller import journal, replay, restoregate
-from snapmesh.protocol.controller.replay import File, Forget, Replayed
+from snapmesh.protocol.controller.effects import (
+    RESTORE, AbortAt, AnswerRestore, Barrier, Call, Effect, Finished, Journal, Publish, RestoreAt, RestoreDone, Retire,
+    StartAt, start_retry,
+)
+from snapmesh.protocol.controller.replay import File, Forget, Replayed  # noqa: F401  (File: the shells' ctl.File)
 from snapmesh.protocol.controller.restoreplan import plan, problem, with_app_fields
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
+from snapmesh.protocol.retry import Failed
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -128,60 +154,6 @@ class StaleReport(TrackerError):
     code = "FAILED_PRECONDITION"
 
 
-# ------------------------------------------------------------------ effects
-
-
-@dataclass(frozen=True, slots=True)
-class Journal:
-    record: journal.Record
-
-
-@dataclass(frozen=True, slots=True)
-class Barrier:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class StartAt:
-    node: str
-    snapshot_id: str
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    snapshot: pb.Snapshot
-
-
-@dataclass(frozen=True, slots=True)
-class AbortAt:
-    node: str
-    snapshot_id: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Publish:
-    snapshot: pb.Snapshot
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreAt:
-    node: str
-    request: pb.RestoreStateRequest
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreDone:
-    restore: pb.Restore
-
-
-@dataclass(frozen=True, slots=True)
-class Retire:
-    snapshot_id: str
-
-
-Effect = Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt | RestoreDone | Retire | File | Forget
 
 
 # ------------------------------------------------------------------ refusal reasons
@@ -226,6 +198,7 @@ class Controller:
         self._missing: dict[str, tuple[bool, bool]] = {}  # by `loaded`: of those, the files not there
         self._parts: dict[str, pb.RestoreStateRequest] = {}  # the running restore's, by node
         self._answers: dict[str, pb.RestoreStateResponse | str] = {}
+        self._calls: dict[Hashable, str] = {}  # the calls the running restore answers (R5), with their keys
         self._effects: list[Effect] = []
 
     @property
@@ -253,7 +226,7 @@ class Controller:
         self._effects += [
             Journal(journal.Started(snapshot_id=snapshot_id, initiator=initiator, wall=now.wall, epoch=snapshot.epoch)),
             Publish(snapshot),
-            *(StartAt(node, snapshot_id, snapshot.epoch) for node in starts),
+            *(StartAt(node, snapshot_id, snapshot.epoch, start_retry(self.tracker.deadline_s)) for node in starts),
         ]
         return snapshot
 
@@ -261,7 +234,7 @@ class Controller:
         """The snapshot could not start: it fails (None if it already finished)."""
         return self._fail(snapshot_id, reason, now)
 
-    def start_unreachable(self, snapshot_id: str, node: str, detail: str, now: Now) -> pb.Snapshot | None:
+    def start_unreachable(self, snapshot_id: str, node: str, detail: Failed | str, now: Now) -> pb.Snapshot | None:
         """StartSnapshot at `node` failed (`detail`: the status, "" when unknown): the
         snapshot fails, naming `node` as its initiator or as one node of a broadcast (B1)."""
         try:
@@ -270,6 +243,13 @@ class Controller:
             return None
         reason = f"{role} {node} unreachable: StartSnapshot failed" + (f" with {detail}" if detail else "")
         return self.start_failed(snapshot_id, reason, now)
+
+    def called(self, effect: Call, answer: object, now: Now) -> None:
+        """A node's answer to `effect`'s call, or the Failed its retry gave up on (an abort's changes nothing)."""
+        if isinstance(effect, RestoreAt):
+            self.node_restored(effect.node, answer, now)  # type: ignore[arg-type]
+        elif isinstance(effect, StartAt) and isinstance(answer, Failed):
+            self.start_unreachable(effect.snapshot_id, effect.node, answer, now)
 
     def reported(self, state: pb.FullState, now: Now) -> Reported:
         """A node's part (raises TrackerError, changing nothing, for a refused one:
@@ -358,11 +338,13 @@ class Controller:
     # -- restore
 
     def restore(
-        self, snapshot: pb.Snapshot | None, request_id: str, now: Now, *, snapshot_id: str = ""
+        self, snapshot: pb.Snapshot | None, request_id: str, now: Now, *, snapshot_id: str = "",
+        call: Hashable = None,
     ) -> restoregate.Decision:
         """A RestoreSnapshot call for `snapshot` (R1, R4), or for `snapshot_id` when
         there is no such snapshot: the gate's decision (it alone checks the key);
-        on Start the epoch moves, snapshots in progress fail, and the restore begins."""
+        on Start the epoch moves, snapshots in progress fail, and the restore begins.
+        A `call` that starts or joins it, or retries a finished one, is answered (R5)."""
         if snapshot is None:
             if not snapshot_id:
                 raise ValueError("restore: no snapshot and no snapshot_id")
@@ -375,6 +357,8 @@ class Controller:
             running = self.last_restore  # RESTORING, or already ended with its record not yet durable
             assert running is not None, "the gate joined a restore the machine does not know"
             self._effects.append(Journal(journal.Joined(request_id=decision.joined_key, epoch=running.epoch)))
+        if call is not None:
+            self._answer_later(decision, call, request_id)
         if not isinstance(decision, restoregate.Start):
             return decision
         epoch = self.tracker.epoch + 1
@@ -403,13 +387,13 @@ class Controller:
         self._answers = {}
         self._effects += [RestoreAt(node, self._parts[node]) for node in sorted(self._parts)]
 
-    def node_restored(self, node: str, answer: pb.RestoreStateResponse | str, now: Now) -> pb.Restore | None:
-        """`node`'s answer to its part, or why it could not take it (R3). Once
-        every node answered: the restore's outcome, journaled (else None)."""
+    def node_restored(self, node: str, answer: pb.RestoreStateResponse | Failed | str, now: Now) -> pb.Restore | None:
+        """`node`'s answer to its part, or the call given up on (or why it could not
+        take it) (R3). Once every node answered: the restore's outcome, journaled (else None)."""
         started = self.last_restore
         if started is None or started.status != pb.Restore.RESTORING or node not in self._parts:
             return None
-        self._answers[node] = answer
+        self._answers[node] = RESTORE.gave_up(answer) if isinstance(answer, Failed) else answer
         if len(self._answers) < len(self._parts):
             return None
         names = sorted(self._parts)
@@ -429,10 +413,42 @@ class Controller:
         self._effects += [Journal(journal.Restored(restore=done)), RestoreDone(done)]
         return done
 
-    def restore_settled(self) -> None:
-        """The running restore's newest record is durable (or can no longer be):
-        the gate hears its end, and a retry of its key is answered from now on (R4)."""
+    def _answer_later(self, decision: restoregate.Decision, call: Hashable, request_id: str) -> None:
+        """R5: who answers `call`, and when."""
+        if isinstance(decision, restoregate.Answer):
+            self._effects.append(AnswerRestore((call,), decision.result))
+        elif isinstance(decision, restoregate.Start) or (
+            isinstance(decision, restoregate.Join) and self.last_restore.status == pb.Restore.RESTORING  # type: ignore[union-attr]
+        ):
+            self._calls[call] = request_id
+        elif isinstance(decision, restoregate.Join):  # ended: after its outcome's record (and the key's, just appended)
+            self._effects += [*([] if decision.joined_key else [Barrier()]), AnswerRestore((call,), self.last_restore)]
+
+    def restore_settled(self, error: Exception | None = None) -> None:
+        """The running restore's newest record is durable (or, with `error`, can no
+        longer be, J2): the gate hears its end, a retry of its key is answered from
+        now on (R4), and every call it has is answered (R5)."""
         self.gate.finished(self.last_restore)
+        calls, self._calls = tuple(self._calls), {}
+        if calls:
+            self._effects.append(AnswerRestore(calls, error or self.last_restore))  # type: ignore[arg-type]
+
+    def unjournaled(self, effects: Iterable[Effect], error: Exception, now: Now) -> None:
+        """A step ended at a record that cannot be made durable: `effects`, from its
+        Journal on, were not carried out (J1-J3)."""
+        for effect in effects:
+            record = effect.record if isinstance(effect, Journal) else None
+            if isinstance(record, journal.Started):
+                self.start_failed(record.snapshot_id, f"cannot journal the start: {error}", now)
+            elif isinstance(record, journal.Restored) and self.gate.running is not None:
+                self.restore_settled(error)
+            elif isinstance(record, journal.Joined):
+                calls = tuple(c for c, key in self._calls.items() if key == record.request_id)
+                for c in calls:
+                    del self._calls[c]
+                self._effects += [AnswerRestore(calls, error)] if calls else []
+            elif isinstance(effect, AnswerRestore):
+                self._effects.append(AnswerRestore(effect.calls, error))
 
     # -- after a restart
 
