@@ -23,10 +23,23 @@ H2. Per channel and per snapshot: if the FIFO marker is acknowledged before the
 H3. Time is an argument: a held copy's timeout starts at the first `tick(now)`
     after its cut, and `next_timer` asks for that tick at once, so the shell's one
     re-armed timer drives it; the simulator ticks it like every node timer.
+H4. A report carries no outbox entry the receiver already holds. A transfer
+    the receiver acknowledged before the channel's early copy left was applied
+    before either copy of the marker reached it (the early one had not left,
+    the FIFO one comes after it), so while the channel was open: it is at or
+    below the receiver's position P, or in its recording. O3 takes it from
+    there, and the outbox copy would be a duplicate. So at its part's finish a
+    node leaves out of each outbox the entries acknowledged by the time that
+    channel's copy was released to overtake, or by now while it is still held
+    (or was dropped). Where the cluster keeps up, a hybrid report is then
+    about a classic one (positions aside); every report keeps its positions.
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
+from types import MappingProxyType
 from typing import Any
 
 from snapmesh.protocol.node.core import LocalProtocolError
@@ -49,7 +62,7 @@ def check_align_timeout(align_timeout: float) -> float:
 
 
 class HybridNode(Node):
-    """A node in hybrid mode (H1-H3); every other argument as `Node`'s."""
+    """A node in hybrid mode (H1-H4); every other argument as `Node`'s."""
 
     def __init__(self, *, align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S, **kwargs: Any) -> None:
         self.align_timeout = check_align_timeout(align_timeout)  # before Node builds the links (_links reads it)
@@ -57,6 +70,7 @@ class HybridNode(Node):
         if mode != "hybrid":
             raise LocalProtocolError(f"a HybridNode runs snapshot_mode 'hybrid', not {mode!r}")
         self.early_sent = self.early_dropped = 0  # held copies that overtook / that their FIFO copy made needless
+        self._released: dict[tuple[str, str], int] = {}  # (snapshot id, dst) -> dst's ack when its copy overtook (H4)
         super().__init__(snapshot_mode="overtake", **kwargs)
         self.snapshot_mode = "hybrid"
 
@@ -72,7 +86,22 @@ class HybridNode(Node):
             self.early_sent += overtaking
             self.early_dropped += dropped
             if overtaking:
+                for entry in sender.notices[-overtaking:]:  # release appends the copies it lets overtake
+                    if entry.snapshot_id in self._at_cut:  # its part not finished yet (H4)
+                        self._released[(entry.snapshot_id, sender.dst)] = sender.acked
                 self._transmit(sender)
+
+    def _with_cut(self, state):  # noqa: ANN001, ANN202 - as Node's
+        """Node's, with each outbox past what its receiver acknowledged before the early copy left (H4)."""
+        state = super()._with_cut(state)
+        sid = state.snapshot_id
+        outbox = {}
+        for dst, entries in state.outbox.items():
+            acked = self._released.pop((sid, dst), self.senders[dst].acked)
+            outbox[dst] = entries[bisect.bisect_right([e.seq for e in entries], acked):]
+        if self._released:  # those of parts aborted meanwhile
+            self._released = {key: a for key, a in self._released.items() if key[0] in self._at_cut}
+        return dataclasses.replace(state, outbox=MappingProxyType(outbox))
 
     def next_timer(self) -> float | None:
         due = [t for t in (super().next_timer(), *(s.next_release(self.now) for s in self.senders.values()))

@@ -325,6 +325,23 @@ def test_the_utilisation_phase_writes_the_hop_split_and_run_queue_waits_of_each_
     assert run.out["snapshot_p99_over_node_rtt_p99_8n_util50_overtake"] == 5.0  # 10 ms / 2 ms
 
 
+def test_every_utilisation_variant_runs_at_the_pace_the_first_ones_search_found(monkeypatch) -> None:
+    # A search per variant put hybrid 35% above classic at "the same" 80% (2026-11-28): not a comparison.
+    measured: list[tuple[str, float]] = []
+    real = util_phase.measure_at
+    monkeypatch.setattr(util_phase, "measure_at",
+                        lambda run, mesh, rate, broadcast: measured.append((mesh.mode, rate)) or real(run, mesh, rate, broadcast))
+    searched: list[str] = []
+    busy = util_phase._busy_at
+    monkeypatch.setattr(util_phase, "_busy_at", lambda run, mesh, rate: searched.append(mesh.mode) or busy(run, mesh, rate))
+    lab = FakeLab()
+    run = _run("overtake", lab, only=("util8",))
+    assert set(searched) == {"classic"}  # only the first mesh is searched
+    assert len(measured) == 8 and {r for _, r in measured[0::2]} == {measured[0][1]}
+    assert {r for _, r in measured[1::2]} == {measured[1][1]}
+    assert run.out["pace_per_s_8n_util80_hybrid"] == run.out["pace_per_s_8n_util80_classic"]
+
+
 def test_the_phase_on_hosts_at_a_measured_utilisation_writes_the_issues_goal_key() -> None:
     run = _run_no_mesh("cluster", only=("hosts_util",), peak=10_000.0)
     assert set(run.out) == HOSTS_UTIL_KEYS
