@@ -2,17 +2,30 @@
 
 What moves them is one table each: the machine's effects as the engine carries
 them out (`carried_out`), and the refusals it raises (`refused`).
+
+Two steps of a snapshot wait for the journal: the trigger (StartSnapshot leaves
+once the Started record is durable) and the completing report (COMPLETE is shown
+and answered once the report's record and the outcome are). Each should cost one
+log round (services/controller/journal.py appends a step's records together):
+
+  snapmesh_controller_journal_wait_seconds{step}  the step received -> its records durable
+  snapmesh_controller_journal_syncs_total         fdatasync rounds of the journal
+  snapmesh_controller_journal_records_total       records made durable by them
+
+The counts are the journal writer's own (`Journal.syncs`, `Journal.records`),
+read when scraped (`JournalCounts`), so its thread touches no metric.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller.tracker import COMPLETE, duration_s
-from snapmesh.services.controller.journal_metrics import wait_histogram
 from snapmesh.serving.metrics import labelled
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -31,6 +44,15 @@ PER_NODE = (
     ("snapmesh_snapshot_report_time_seconds", "Per node: node done to the report accepted", "report_time_ms", 1e3, SECONDS),
     ("snapmesh_snapshot_node_in_flight_messages", "Per node: in-flight transfers recorded", "in_flight_messages", 1, COUNTS),
     ("snapmesh_snapshot_node_in_flight_bytes", "Per node: bytes of in-flight transfers recorded", "in_flight_bytes", 1, BYTES),
+)
+
+JOURNAL_STEPS = ("trigger", "complete")
+# Finer than the snapshot histograms at the low end: one round is an fdatasync (0.1-10 ms).
+JOURNAL_WAIT_SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+# The journal's counts, each a name, its help and the Journal attribute it reads.
+JOURNAL_COUNTS = (
+    ("snapmesh_controller_journal_syncs", "fdatasync rounds of the controller's journal", "syncs"),
+    ("snapmesh_controller_journal_records", "Records the controller's journal made durable", "records"),
 )
 
 
@@ -83,7 +105,11 @@ class ControllerMetrics:
             "TriggerSnapshot calls (and periodic ticks) refused at the limit of snapshots in progress",
             registry=registry,
         )
-        self.journal_wait = wait_histogram(registry)  # the trigger's and COMPLETE's journal hops
+        self.journal_wait = labelled(Histogram(  # the trigger's and COMPLETE's journal hops
+            "snapmesh_controller_journal_wait_seconds",
+            "Per step on a snapshot's critical path (trigger, complete): received to its journal records durable",
+            ["step"], buckets=JOURNAL_WAIT_SECONDS, registry=registry,
+        ), JOURNAL_STEPS)
         self._last_complete_s = 0.0
 
     def carried_out(self, effect: ctl.Effect) -> None:
@@ -117,3 +143,30 @@ class ControllerMetrics:
         if finished > self._last_complete_s:
             self._last_complete_s = finished
             self.last_complete.set(finished)
+
+
+def time_until_durable(histogram: Histogram, step: str, durable: asyncio.Future[None] | None, since_s: float,
+                       clock_s: Callable[[], float]) -> None:
+    """Observe `step`'s wait once `durable` resolves: `clock_s()` then, less `since_s`
+    (a record that could not be made durable is not a wait: the step failed)."""
+    if durable is None:
+        return
+
+    def settled(future: asyncio.Future[None]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            histogram.labels(step=step).observe(max(0.0, clock_s() - since_s))
+
+    durable.add_done_callback(settled)
+
+
+class JournalCounts:
+    """A collector of the journal's rounds and records (register it with the controller's registry)."""
+
+    def __init__(self, journal) -> None:
+        self.journal = journal
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        return (CounterMetricFamily(name, doc, value=0) for name, doc, _ in JOURNAL_COUNTS)
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        return (CounterMetricFamily(name, doc, value=getattr(self.journal, count)) for name, doc, count in JOURNAL_COUNTS)
