@@ -56,60 +56,55 @@ JOURNAL_COUNTS = (
 )
 
 
+# Every other metric of the controller: the attribute that holds it, its kind, name and
+# help, and its one label with the label's values (a series each from the start) or
+# None, then a histogram's buckets. Status label values are the API's
+# (Snapshot.Status, Restore.Status names), so a query and a GetSnapshot answer spell them alike.
+METRICS = (
+    ("snapshots", Counter, "snapmesh_snapshots_total", "Finished snapshots by final status", ("status", FINISHED)),
+    # The one histogram of a snapshot's duration (0.1.0 also had an end-to-end one
+    # measuring the same thing); `status` keeps FAILED ones, which last until the
+    # deadline, out of the COMPLETE quantiles.
+    ("duration", Histogram, "snapmesh_snapshot_duration_seconds",
+     "Per finished snapshot: trigger to COMPLETE (the last report) or FAILED", ("status", FINISHED), (*SECONDS, 30, 60)),
+    ("in_progress", Gauge, "snapmesh_snapshots_in_progress", "Snapshots started and not yet finished", None),
+    ("state_size", Histogram, "snapmesh_snapshot_state_size_bytes", "Per COMPLETE snapshot: bytes of every report", None,
+     (100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)),
+    ("stale_reports", Counter, "snapmesh_stale_epoch_reports_refused_total",
+     "ReportState calls from an epoch before the last restore, refused", None),
+    ("last_complete", Gauge, "snapmesh_last_complete_snapshot_timestamp_seconds",
+     "When the newest COMPLETE snapshot finished (Unix time; 0: none yet)", None),
+    ("epoch", Gauge, "snapmesh_controller_epoch", "The controller's epoch (one more per restore)", None),
+    ("restores", Counter, "snapmesh_restores_total", "Finished restores by outcome", ("status", ("RESTORED", "FAILED"))),
+    ("refused_triggers", Counter, "snapmesh_snapshot_triggers_refused_total",
+     "TriggerSnapshot calls (and periodic ticks) refused at the limit of snapshots in progress", None),
+    # The trigger's and COMPLETE's journal hops.
+    ("journal_wait", Histogram, "snapmesh_controller_journal_wait_seconds",
+     "Per step on a snapshot's critical path (trigger, complete): received to its journal records durable",
+     ("step", JOURNAL_STEPS), JOURNAL_WAIT_SECONDS),
+)
+
+
+def _declared(registry: CollectorRegistry, kind, name: str, doc: str, label, buckets=None):
+    """One row of METRICS, registered (each of its label's values a series from the start)."""
+    extra = {} if buckets is None else {"buckets": buckets}
+    if label is None:
+        return kind(name, doc, registry=registry, **extra)
+    return labelled(kind(name, doc, [label[0]], registry=registry, **extra), label[1])
+
+
 class ControllerMetrics:
-    """The controller's metrics (names and labels: docs/metrics.md). Durations in
-    seconds; the per-node snapshot histograms carry a `node` label from the start."""
+    """The controller's metrics (names and labels: docs/metrics.md): METRICS, then one
+    histogram per row of PER_NODE, each with a `node` label from the start. Durations in seconds."""
 
     def __init__(self, registry: CollectorRegistry, nodes: Iterable[str] = ()) -> None:
         nodes = list(nodes)
-        # Status label values are the API's (Snapshot.Status, Restore.Status names), so a
-        # query and a GetSnapshot answer spell them alike.
-        self.snapshots = labelled(Counter(
-            "snapmesh_snapshots_total", "Finished snapshots by final status", ["status"], registry=registry
-        ), FINISHED)
-        # The one histogram of a snapshot's duration (0.1.0 also had an end-to-end one
-        # measuring the same thing); `status` keeps FAILED ones, which last until the
-        # deadline, out of the COMPLETE quantiles.
-        self.duration = labelled(Histogram(
-            "snapmesh_snapshot_duration_seconds",
-            "Per finished snapshot: trigger to COMPLETE (the last report) or FAILED",
-            ["status"], buckets=(*SECONDS, 30, 60), registry=registry,
-        ), FINISHED)
-        self.in_progress = Gauge(
-            "snapmesh_snapshots_in_progress", "Snapshots started and not yet finished", registry=registry
-        )
+        for attribute, *row in METRICS:
+            setattr(self, attribute, _declared(registry, *row))
         self.per_node = [  # every node's series exists from the start (0 observations)
             (labelled(Histogram(name, doc, ["node"], buckets=buckets, registry=registry), nodes), field, per)
             for name, doc, field, per, buckets in PER_NODE
         ]
-        self.state_size = Histogram(
-            "snapmesh_snapshot_state_size_bytes", "Per COMPLETE snapshot: bytes of every report",
-            buckets=(100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000), registry=registry,
-        )
-        self.stale_reports = Counter(
-            "snapmesh_stale_epoch_reports_refused_total",
-            "ReportState calls from an epoch before the last restore, refused",
-            registry=registry,
-        )
-        self.last_complete = Gauge(
-            "snapmesh_last_complete_snapshot_timestamp_seconds",
-            "When the newest COMPLETE snapshot finished (Unix time; 0: none yet)",
-            registry=registry,
-        )
-        self.epoch = Gauge("snapmesh_controller_epoch", "The controller's epoch (one more per restore)", registry=registry)
-        self.restores = labelled(Counter(
-            "snapmesh_restores_total", "Finished restores by outcome", ["status"], registry=registry
-        ), ("RESTORED", "FAILED"))
-        self.refused_triggers = Counter(
-            "snapmesh_snapshot_triggers_refused_total",
-            "TriggerSnapshot calls (and periodic ticks) refused at the limit of snapshots in progress",
-            registry=registry,
-        )
-        self.journal_wait = labelled(Histogram(  # the trigger's and COMPLETE's journal hops
-            "snapmesh_controller_journal_wait_seconds",
-            "Per step on a snapshot's critical path (trigger, complete): received to its journal records durable",
-            ["step"], buckets=JOURNAL_WAIT_SECONDS, registry=registry,
-        ), JOURNAL_STEPS)
         self._last_complete_s = 0.0
 
     def carried_out(self, effect: ctl.Effect) -> None:
