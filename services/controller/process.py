@@ -163,7 +163,6 @@ async def _serve_locked(
         await journal.close()
 
 
-
 def _say(lines: list[loglines.Line]) -> None:
     for level, words in lines:  # loglines' decision
         log.log(getattr(logging, level), "%s", words)
