@@ -168,7 +168,7 @@ JOURNAL_FIGURES = ("journal_trigger_wait_p99_ms", "journal_complete_wait_p99_ms"
 
 @dataclass(frozen=True)
 class JournalRead:
-    """The controller's journal metrics at one moment (services/controller/journal_metrics.py)."""
+    """The controller's journal metrics at one moment (services/controller/metrics.py)."""
 
     syncs: float
     records: float

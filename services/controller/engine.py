@@ -43,8 +43,7 @@ from typing import Any, TypeVar
 import grpc
 
 from snapmesh.services.controller import journal as J
-from snapmesh.services.controller.journal_metrics import time_until_durable
-from snapmesh.services.controller.metrics import ControllerMetrics
+from snapmesh.services.controller.metrics import ControllerMetrics, time_until_durable
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import listing, loglines, restoregate

@@ -18,7 +18,7 @@ have heard, so it is never on their path. `syncs` and `records` count the
 rounds and the records in them (the controller's metrics read them). A torn or corrupt frame (a crash mid-write) ends the
 journal: reading stops there and the file is cut back to the last good frame.
 After a failed write or fdatasync nothing more is written (retrying fsync is not
-safe): every later append fails with the same error.
+safe): every later append fails with the same error (`LiveFrames.failed`, pure).
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ class Journal:
         self._queue: list[tuple[str, bytes | None, asyncio.Future[None] | None]] = []  # LiveFrames.take's, and who waits
         self._cond = threading.Condition()
         self._closing = False
-        self._broken: OSError | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.syncs = 0  # fdatasync rounds of appended records (a rewrite's own syncs are not one)
@@ -101,8 +100,8 @@ class Journal:
         assert self._loop is not None, "journal not open"
         future = self._loop.create_future() if frame is not None else None
         with self._cond:
-            if self._broken is not None and future is not None:
-                future.set_exception(self._broken)
+            if self._live.broken is not None and future is not None:
+                future.set_exception(self._live.broken)
                 return future
             self._queue.append((sid, frame, future))
             self._cond.notify()
@@ -128,24 +127,21 @@ class Journal:
                 batch, self._queue = self._queue, []
                 if not batch and self._closing:
                     return
-            error = self._broken
-            if error is None:
-                try:
-                    self._write(batch)
-                except OSError as exc:
-                    log.error("journal %s: write failed, appending nothing more: %s", self.path, exc)
-                    with self._cond:
-                        self._broken = error = exc
+            if self._live.broken is None:
+                self._failing(self._write, batch)
             for _, _, future in batch:
                 if future is not None:
-                    self._loop.call_soon_threadsafe(_settle, future, error)
-            if error is None and self._live.rewrite_due():
-                try:
-                    self._rewrite()
-                except OSError as exc:
-                    log.error("journal %s: write failed, appending nothing more: %s", self.path, exc)
-                    with self._cond:
-                        self._broken = exc
+                    self._loop.call_soon_threadsafe(_settle, future, self._live.broken)
+            if self._live.rewrite_due():
+                self._failing(self._rewrite)
+
+    def _failing(self, write, *args) -> None:
+        try:
+            write(*args)
+        except OSError as exc:
+            log.error("journal %s: write failed, appending nothing more: %s", self.path, exc)
+            with self._cond:
+                self._live.failed(exc)
 
     def _write(self, batch) -> None:
         data = self._live.take((sid, frame) for sid, frame, _ in batch)
@@ -170,7 +166,7 @@ class Journal:
         fsync_dir(self.path.parent)
         os.close(self._fd)
         self._fd = fd
-        self._live.size = self._live.bytes
+        self._live.rewrote()
         log.info("journal %s rewritten: %d live bytes", self.path, self._live.size)
 
 

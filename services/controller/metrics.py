@@ -2,17 +2,30 @@
 
 What moves them is one table each: the machine's effects as the engine carries
 them out (`carried_out`), and the refusals it raises (`refused`).
+
+Two steps of a snapshot wait for the journal: the trigger (StartSnapshot leaves
+once the Started record is durable) and the completing report (COMPLETE is shown
+and answered once the report's record and the outcome are). Each should cost one
+log round (services/controller/journal.py appends a step's records together):
+
+  snapmesh_controller_journal_wait_seconds{step}  the step received -> its records durable
+  snapmesh_controller_journal_syncs_total         fdatasync rounds of the journal
+  snapmesh_controller_journal_records_total       records made durable by them
+
+The counts are the journal writer's own (`Journal.syncs`, `Journal.records`),
+read when scraped (`JournalCounts`), so its thread touches no metric.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller.tracker import COMPLETE, duration_s
-from snapmesh.services.controller.journal_metrics import wait_histogram
 from snapmesh.serving.metrics import labelled
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -33,57 +46,65 @@ PER_NODE = (
     ("snapmesh_snapshot_node_in_flight_bytes", "Per node: bytes of in-flight transfers recorded", "in_flight_bytes", 1, BYTES),
 )
 
+JOURNAL_STEPS = ("trigger", "complete")
+# Finer than the snapshot histograms at the low end: one round is an fdatasync (0.1-10 ms).
+JOURNAL_WAIT_SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+# The journal's counts, each a name, its help and the Journal attribute it reads.
+JOURNAL_COUNTS = (
+    ("snapmesh_controller_journal_syncs", "fdatasync rounds of the controller's journal", "syncs"),
+    ("snapmesh_controller_journal_records", "Records the controller's journal made durable", "records"),
+)
+
+
+# Every other metric of the controller: the attribute that holds it, its kind, name and
+# help, and its one label with the label's values (a series each from the start) or
+# None, then a histogram's buckets. Status label values are the API's
+# (Snapshot.Status, Restore.Status names), so a query and a GetSnapshot answer spell them alike.
+METRICS = (
+    ("snapshots", Counter, "snapmesh_snapshots_total", "Finished snapshots by final status", ("status", FINISHED)),
+    # The one histogram of a snapshot's duration (0.1.0 also had an end-to-end one
+    # measuring the same thing); `status` keeps FAILED ones, which last until the
+    # deadline, out of the COMPLETE quantiles.
+    ("duration", Histogram, "snapmesh_snapshot_duration_seconds",
+     "Per finished snapshot: trigger to COMPLETE (the last report) or FAILED", ("status", FINISHED), (*SECONDS, 30, 60)),
+    ("in_progress", Gauge, "snapmesh_snapshots_in_progress", "Snapshots started and not yet finished", None),
+    ("state_size", Histogram, "snapmesh_snapshot_state_size_bytes", "Per COMPLETE snapshot: bytes of every report", None,
+     (100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)),
+    ("stale_reports", Counter, "snapmesh_stale_epoch_reports_refused_total",
+     "ReportState calls from an epoch before the last restore, refused", None),
+    ("last_complete", Gauge, "snapmesh_last_complete_snapshot_timestamp_seconds",
+     "When the newest COMPLETE snapshot finished (Unix time; 0: none yet)", None),
+    ("epoch", Gauge, "snapmesh_controller_epoch", "The controller's epoch (one more per restore)", None),
+    ("restores", Counter, "snapmesh_restores_total", "Finished restores by outcome", ("status", ("RESTORED", "FAILED"))),
+    ("refused_triggers", Counter, "snapmesh_snapshot_triggers_refused_total",
+     "TriggerSnapshot calls (and periodic ticks) refused at the limit of snapshots in progress", None),
+    # The trigger's and COMPLETE's journal hops.
+    ("journal_wait", Histogram, "snapmesh_controller_journal_wait_seconds",
+     "Per step on a snapshot's critical path (trigger, complete): received to its journal records durable",
+     ("step", JOURNAL_STEPS), JOURNAL_WAIT_SECONDS),
+)
+
+
+def _declared(registry: CollectorRegistry, kind, name: str, doc: str, label, buckets=None):
+    """One row of METRICS, registered (each of its label's values a series from the start)."""
+    extra = {} if buckets is None else {"buckets": buckets}
+    if label is None:
+        return kind(name, doc, registry=registry, **extra)
+    return labelled(kind(name, doc, [label[0]], registry=registry, **extra), label[1])
+
 
 class ControllerMetrics:
-    """The controller's metrics (names and labels: docs/metrics.md). Durations in
-    seconds; the per-node snapshot histograms carry a `node` label from the start."""
+    """The controller's metrics (names and labels: docs/metrics.md): METRICS, then one
+    histogram per row of PER_NODE, each with a `node` label from the start. Durations in seconds."""
 
     def __init__(self, registry: CollectorRegistry, nodes: Iterable[str] = ()) -> None:
         nodes = list(nodes)
-        # Status label values are the API's (Snapshot.Status, Restore.Status names), so a
-        # query and a GetSnapshot answer spell them alike.
-        self.snapshots = labelled(Counter(
-            "snapmesh_snapshots_total", "Finished snapshots by final status", ["status"], registry=registry
-        ), FINISHED)
-        # The one histogram of a snapshot's duration (0.1.0 also had an end-to-end one
-        # measuring the same thing); `status` keeps FAILED ones, which last until the
-        # deadline, out of the COMPLETE quantiles.
-        self.duration = labelled(Histogram(
-            "snapmesh_snapshot_duration_seconds",
-            "Per finished snapshot: trigger to COMPLETE (the last report) or FAILED",
-            ["status"], buckets=(*SECONDS, 30, 60), registry=registry,
-        ), FINISHED)
-        self.in_progress = Gauge(
-            "snapmesh_snapshots_in_progress", "Snapshots started and not yet finished", registry=registry
-        )
+        for attribute, *row in METRICS:
+            setattr(self, attribute, _declared(registry, *row))
         self.per_node = [  # every node's series exists from the start (0 observations)
             (labelled(Histogram(name, doc, ["node"], buckets=buckets, registry=registry), nodes), field, per)
             for name, doc, field, per, buckets in PER_NODE
         ]
-        self.state_size = Histogram(
-            "snapmesh_snapshot_state_size_bytes", "Per COMPLETE snapshot: bytes of every report",
-            buckets=(100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000), registry=registry,
-        )
-        self.stale_reports = Counter(
-            "snapmesh_stale_epoch_reports_refused_total",
-            "ReportState calls from an epoch before the last restore, refused",
-            registry=registry,
-        )
-        self.last_complete = Gauge(
-            "snapmesh_last_complete_snapshot_timestamp_seconds",
-            "When the newest COMPLETE snapshot finished (Unix time; 0: none yet)",
-            registry=registry,
-        )
-        self.epoch = Gauge("snapmesh_controller_epoch", "The controller's epoch (one more per restore)", registry=registry)
-        self.restores = labelled(Counter(
-            "snapmesh_restores_total", "Finished restores by outcome", ["status"], registry=registry
-        ), ("RESTORED", "FAILED"))
-        self.refused_triggers = Counter(
-            "snapmesh_snapshot_triggers_refused_total",
-            "TriggerSnapshot calls (and periodic ticks) refused at the limit of snapshots in progress",
-            registry=registry,
-        )
-        self.journal_wait = wait_histogram(registry)  # the trigger's and COMPLETE's journal hops
         self._last_complete_s = 0.0
 
     def carried_out(self, effect: ctl.Effect) -> None:
@@ -117,3 +138,30 @@ class ControllerMetrics:
         if finished > self._last_complete_s:
             self._last_complete_s = finished
             self.last_complete.set(finished)
+
+
+def time_until_durable(histogram: Histogram, step: str, durable: asyncio.Future[None] | None, since_s: float,
+                       clock_s: Callable[[], float]) -> None:
+    """Observe `step`'s wait once `durable` resolves: `clock_s()` then, less `since_s`
+    (a record that could not be made durable is not a wait: the step failed)."""
+    if durable is None:
+        return
+
+    def settled(future: asyncio.Future[None]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            histogram.labels(step=step).observe(max(0.0, clock_s() - since_s))
+
+    durable.add_done_callback(settled)
+
+
+class JournalCounts:
+    """A collector of the journal's rounds and records (register it with the controller's registry)."""
+
+    def __init__(self, journal) -> None:
+        self.journal = journal
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        return (CounterMetricFamily(name, doc, value=0) for name, doc, _ in JOURNAL_COUNTS)
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        return (CounterMetricFamily(name, doc, value=getattr(self.journal, count)) for name, doc, count in JOURNAL_COUNTS)

@@ -29,12 +29,12 @@ from prometheus_client import CollectorRegistry
 
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.engine import ControllerEngine, system_now
-from snapmesh.services.controller.journal_metrics import JournalCounts
-from snapmesh.services.controller.metrics import ControllerMetrics
+from snapmesh.services.controller.metrics import ControllerMetrics, JournalCounts
 from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
-from snapmesh.app import AppError, load_app
-from snapmesh.protocol.appstate import AppChecker
+from snapmesh.app import load_app
+from snapmesh.protocol.appstate import AppChecker, side_for
+from snapmesh.protocol.controller import loglines
 from snapmesh.protocol.controller.machine import Controller
 from snapmesh.protocol.hybrid import wire_mode
 from snapmesh.protocol.controller.tracker import Tracker
@@ -42,7 +42,9 @@ from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 from snapmesh.settings.argparsing import positive_float, positive_int
 from snapmesh.serving.datalock import CONTROLLER, serve_holding
-from snapmesh.serving.runtime import CONTROLLER_RECEIVE_BYTES, ServiceHost, wait_for_stop_signal
+from snapmesh.serving.runtime import (
+    CONTROLLER_RECEIVE_BYTES, Failure, ServiceHost, serve_until_stopped, wait_for_stop_signal,
+)
 from snapmesh.serving.startup import OneLineParser, Prepared, server_main
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -91,19 +93,12 @@ def _prepare(args: argparse.Namespace, cfg: cluster_config.ClusterConfig) -> Pre
 
 
 def app_checker(cfg: cluster_config.ClusterConfig, *, explicit: bool) -> AppChecker | None:
-    """The side of the app `cfg` names (None: the default app's, the tracker's own). An app
-    that does not load raises AppError when `explicit` (--app); else the snapshots
-    complete "unchecked", saying why."""
-    if cluster_config.runs_bank(cfg.app):
-        return None
-    try:
-        app = load_app(cfg.app.module)
-    except AppError as exc:
-        if explicit:
-            raise
-        log.warning("cannot load the app %s (%s): its snapshots complete unchecked", cfg.app.module, exc)
-        return AppChecker(cfg.app.module, None, why=str(exc), params=cfg.app.params)
-    return AppChecker(cfg.app.module, app, params=cfg.app.params)
+    """The side that checks the snapshots of the app `cfg` names (appstate V4)."""
+    checker, warning = side_for(cfg.app.module, cfg.app.params, bank=cluster_config.runs_bank(cfg.app), load=load_app,
+                                explicit=explicit)
+    if warning is not None:
+        log.warning("%s", warning)
+    return checker
 
 
 async def _serve_locked(
@@ -121,24 +116,14 @@ async def _serve_locked(
     )
     store = SnapshotStore(cfg.snapshots_dir, cfg.data_dir / "controller" / "snapshots")
     snapshots, warnings = store.load_all()
-    for warning in warnings:
-        log.warning("%s", warning)
+    _say(loglines.loaded(len(snapshots), str(store.compact_directory), warnings))
     missing = {s.snapshot_id: m for s in snapshots if any(m := store.missing_files(s.snapshot_id))}
     machine.loaded(snapshots, missing=missing)  # the machine decides what to file again (replay.py S2)
-    if snapshots:
-        log.info("loaded %d finished snapshot(s) from %s", len(snapshots), store.compact_directory)
     journal = J.Journal(cfg.data_dir / "controller" / "journal")
     writer = StoreWriter(store, on_filed=lambda sid: engine.filed(sid))  # nothing is filed before the engine starts
     try:
         records, warnings = journal.open()
-        replayed = machine.replayed(records, system_now())
-        for warning in (*warnings, *replayed.warnings):
-            log.warning("%s", warning)
-        if replayed.finished or replayed.in_progress:
-            log.info(
-                "journal: %d finished snapshot(s) rebuilt, %d still in progress taken back (%s)",
-                len(replayed.finished), len(replayed.in_progress), ", ".join(replayed.in_progress) or "none",
-            )
+        _say(loglines.replayed(machine.replayed(records, system_now()), warnings))
         registry = CollectorRegistry()
         registry.register(JournalCounts(journal))
         engine = ControllerEngine(
@@ -157,29 +142,27 @@ async def _serve_locked(
         await engine.start()
         service.interval_s = interval or 0.0
         periodic = asyncio.create_task(engine.periodic(interval)) if interval else None
+        mismatch = asyncio.create_task(service.mode_mismatch())
         try:
-            await host.start()
-            log.info(
-                "serving on %s (metrics %s:%d), %d nodes, deadline %gs",
-                host.bind_address, *cfg.metrics_bind(cfg.controller), len(cfg.nodes), machine.deadline_s,
+            return await serve_until_stopped(
+                host, log, serving=lambda: log.info(
+                    "serving on %s (metrics %s:%d), %d nodes, deadline %gs",
+                    host.bind_address, *cfg.metrics_bind(cfg.controller), len(cfg.nodes), machine.deadline_s,
+                ), stop_signal=wait_for_stop_signal, stopping=lambda sig: f"{sig.name}: stopping",
+                failures=[Failure(mismatch, lambda failed: str(failed.result()), 2)],
             )
-            stop = asyncio.create_task(wait_for_stop_signal())
-            mismatch = asyncio.create_task(service.mode_mismatch())
-            await asyncio.wait({stop, mismatch}, return_when=asyncio.FIRST_COMPLETED)
-            if mismatch.done():
-                stop.cancel()
-                log.error("%s", mismatch.result())
-                return 2
-            mismatch.cancel()
-            log.info("%s: stopping", stop.result().name)
         finally:
+            mismatch.cancel()
             if periodic is not None:
                 periodic.cancel()
             engine.end_streams()
             await host.stop()
             await engine.close()
-        return 0
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
 
+
+def _say(lines: list[loglines.Line]) -> None:
+    for level, words in lines:  # loglines' decision
+        log.log(getattr(logging, level), "%s", words)

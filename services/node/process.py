@@ -47,7 +47,7 @@ from snapmesh.serving.durable import fsync_dir
 from snapmesh.protocol.node.link import DEFAULT_MARK
 from snapmesh.protocol.hybrid import HybridNode
 from snapmesh.protocol.node.machine import Node
-from snapmesh.serving.runtime import CLIENT_OPTIONS, ServiceHost, wait_for_stop_signal
+from snapmesh.serving.runtime import CLIENT_OPTIONS, Failure, ServiceHost, serve_until_stopped, wait_for_stop_signal
 from snapmesh.serving.startup import OneLineParser, Prepared, server_main
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -221,41 +221,37 @@ async def _serve_locked(
                                         app=app is not None),
     )
     host.add(pb_grpc.add_NodeServicer_to_server, servicer, pb.DESCRIPTOR.services_by_name["Node"].full_name)
+
+    def serving() -> None:
+        for channel in channels.values():
+            channel.start()
+        reporter.resume(unreported, recovered.last_lsn)
+        if app is None:
+            log.info("node %s serving on %s (%s %d)", node_id, host.bind_address, NODE_TALLY_KEY, node_machine.tally)
+        else:
+            log.info("node %s serving on %s (app %s)", node_id, host.bind_address, cfg.app.module)
+
     translog.start()
+    assert translog.flusher is not None
     try:
-        await host.start()
+        status = await serve_until_stopped(
+            host, log, serving=serving, stop_signal=wait_for_stop_signal,
+            stopping=lambda sig: f"node {node_id}: {sig.name} received, stopping",
+            failures=[
+                Failure(engine.app_failed, lambda failed: (
+                    f"node {node_id}: the app failed on a message, stopping (the message is not applied; the "
+                    f"restarted node meets it again): {failed.result()}"), 1),
+                # Nothing more is written (see translog); stop serving now. What the file
+                # holds is a prefix of the log, so a restart recovers from it.
+                Failure(translog.flusher, lambda flusher: (
+                    f"node {node_id}: the transfer log {path} cannot be written ({flusher.exception()}); nothing "
+                    f"after lsn {translog.durable_lsn} is on disk and nothing more will be written; stopping "
+                    "(restart the node once the disk is fixed: it recovers from the log)"), 1),
+            ],
+        )
     except BaseException:
         await translog.close()
         raise
-    for channel in channels.values():
-        channel.start()
-    reporter.resume(unreported, recovered.last_lsn)
-    if app is None:
-        log.info("node %s serving on %s (%s %d)", node_id, host.bind_address, NODE_TALLY_KEY, node_machine.tally)
-    else:
-        log.info("node %s serving on %s (app %s)", node_id, host.bind_address, cfg.app.module)
-
-    stop = asyncio.ensure_future(wait_for_stop_signal())
-    assert translog.flusher is not None
-    done, _ = await asyncio.wait((stop, translog.flusher, engine.app_failed), return_when=asyncio.FIRST_COMPLETED)
-    status = 0
-    if stop in done:
-        log.info("node %s: %s received, stopping", node_id, stop.result().name)
-    elif engine.app_failed in done:
-        stop.cancel()
-        log.error("node %s: the app failed on a message, stopping (the message is not applied; the restarted "
-                  "node meets it again): %s", node_id, engine.app_failed.result())
-        status = 1
-    else:
-        stop.cancel()
-        # Nothing more is written (see translog); stop serving now. What the file
-        # holds is a prefix of the log, so a restart recovers from it.
-        log.error(
-            "node %s: the transfer log %s cannot be written (%s); nothing after lsn %d is on disk and nothing "
-            "more will be written; stopping (restart the node once the disk is fixed: it recovers from the log)",
-            node_id, path, translog.flusher.exception(), translog.durable_lsn,
-        )
-        status = 1
 
     # Drain: NOT_SERVING and no new streams, close the incoming streams, stop the
     # server (unary calls in flight finish), then the senders, then the log.

@@ -18,16 +18,20 @@ V2. A check that raises or returns something other than a list is a failed
 V3. The bank's fields stay the bank's: an app's nodes and messages carry no tally,
     so an app snapshot's `total` is 0, its `expected_total` too, and it is `conserved`; whether it
     may be restored is its invariants' call (snapmesh.protocol.controller.machine.problem).
+V4. Which side checks a cluster's snapshots (`side_for`): the bank's own (None: the
+    tracker's default) for the bank; else the app's. An app the controller cannot
+    load is a refusal when it was asked for by name (`--app`: the AppError goes
+    up); else its snapshots complete UNCHECKED (V1), and the controller says why once.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from snapmesh.app import App, View, check_invariants
+from snapmesh.app import App, AppError, View, check_invariants
 import snapmesh.bank.wire as wire
 from snapmesh.protocol.controller.appside import PartRefused
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -134,3 +138,21 @@ class AppChecker:
             verdict.invariants.add(name=name, ok=not problems, problems=problems)
         broken = [f"{name}: {'; '.join(problems)}" for name, problems in results.items() if problems]
         snapshot.reason = ("invariant broken: " + " | ".join(broken)) if broken else ""
+
+
+def side_for(
+    spec: str, params: Mapping[str, Any], *, bank: bool, load: Callable[[str], App], explicit: bool
+) -> tuple[AppChecker | None, str | None]:
+    """V4: the side that checks the snapshots of a cluster running `spec` (`bank`: the
+    default app), with `load` the app loader; and the warning to log, if any. An app
+    that does not load raises its AppError when `explicit`."""
+    if bank:
+        return None, None
+    try:
+        app = load(spec)
+    except AppError as exc:
+        if explicit:
+            raise
+        return (AppChecker(spec, None, why=str(exc), params=params),
+                f"cannot load the app {spec} ({exc}): its snapshots complete unchecked")
+    return AppChecker(spec, app, params=params), None

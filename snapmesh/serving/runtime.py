@@ -29,7 +29,8 @@ import logging
 import os
 import signal
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -210,6 +211,42 @@ async def wait_for_stop_signal() -> signal.Signals:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A way a server fails while it serves: `future` done means it did; `says`
+    its error line (from the future), and the server exits with `status`."""
+
+    future: asyncio.Future[Any]
+    says: Callable[[asyncio.Future[Any]], str]
+    status: int
+
+
+async def serve_until_stopped(
+    host: ServiceHost,
+    log_: logging.Logger,
+    *,
+    serving: Callable[[], None],
+    stop_signal: Callable[[], Awaitable[signal.Signals]],
+    stopping: Callable[[signal.Signals], str],
+    failures: Sequence[Failure],
+) -> int:
+    """Start `host` (BindError: raised, nothing else done), then `serving()` (its
+    serving line); serve until `stop_signal()` or the first of `failures`, logged on
+    `log_`: the exit status, 0 after a stop. Draining is the caller's, after this.
+    A failure wins over a signal at the same moment: it is what the exit says."""
+    await host.start()
+    serving()
+    stop = asyncio.ensure_future(stop_signal())
+    await asyncio.wait({stop, *(f.future for f in failures)}, return_when=asyncio.FIRST_COMPLETED)
+    failed = next((f for f in failures if f.future.done()), None)
+    if failed is None:
+        log_.info("%s", stopping(stop.result()))
+        return 0
+    stop.cancel()
+    log_.error("%s", failed.says(failed.future))
+    return failed.status
 
 
 EVENT_LOOP_ENV = "SNAPMESH_EVENT_LOOP"

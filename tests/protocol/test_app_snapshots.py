@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from snapmesh.app import App, View
+from snapmesh.app import App, AppError, View
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol.controller import machine as controller
-from snapmesh.protocol.appstate import AppChecker, digest, view_of
+from snapmesh.protocol.appstate import AppChecker, digest, side_for, view_of
 from snapmesh.protocol.topology import Topology
 from snapmesh.protocol.controller.tracker import COMPLETE, DuplicateReport, Now, Tracker
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -113,3 +113,32 @@ def test_snapshot_verify_reads_an_apps_file_its_invariants_and_its_state_digests
     failed = {c.name: c.detail for c in snapshot_file.check(path).failed()}
     assert failed["invariants"] == "one token: 2 tokens"
     assert "node b: its state does not match its digest" in failed["consistent"]
+
+
+def _unloadable(spec: str) -> App:
+    raise AppError(f"app {spec!r}: no module named 'ring'")
+
+
+def test_the_bank_is_checked_by_the_trackers_own_side_and_nothing_is_loaded() -> None:
+    def never(spec: str) -> App:
+        raise AssertionError("the bank's cluster loaded an app")
+
+    assert side_for("", {}, bank=True, load=never, explicit=False) == (None, None)
+
+
+def test_an_app_that_loads_checks_its_snapshots() -> None:
+    checker, warning = side_for("ring:app", {"n": 2}, bank=False, load=lambda spec: APP, explicit=True)
+    assert warning is None and checker is not None
+    assert (checker.spec, checker.app, dict(checker.params)) == ("ring:app", APP, {"n": 2})
+
+
+def test_an_app_of_the_cluster_file_that_does_not_load_completes_unchecked_saying_why_once() -> None:
+    checker, warning = side_for("ring:app", {}, bank=False, load=_unloadable, explicit=False)
+    assert checker is not None and checker.app is None and checker.why == "app 'ring:app': no module named 'ring'"
+    assert warning == ("cannot load the app ring:app (app 'ring:app': no module named 'ring'): "
+                       "its snapshots complete unchecked")
+
+
+def test_an_app_asked_for_by_name_that_does_not_load_is_refused() -> None:
+    with pytest.raises(AppError, match="no module named 'ring'"):
+        side_for("ring:app", {}, bank=False, load=_unloadable, explicit=True)

@@ -49,3 +49,27 @@ def test_a_write_appends_its_frames_and_forgets_the_filed_in_order() -> None:
     out = live.take([("c", b"xyz"), ("", b""), ("a", None), ("a", b"q")])  # a frame, a barrier, filed, a late frame
     assert out == b"xyzq" and live.size == len(data) + 4
     assert live.rewritten() == R.encode(records[1]) + b"xyz" + b"q"
+
+
+def test_a_failure_breaks_the_journal_for_good_with_its_first_error() -> None:
+    data, records = _frames()
+    live = R.LiveFrames(rotate_bytes=1)
+    live.read(data, records)
+    live.forget("a")
+    live.forget("b")
+    assert live.broken is None and live.rewrite_due()
+    first = OSError(28, "No space left on device")
+    live.failed(first)
+    live.failed(OSError(5, "Input/output error"))  # a later one does not replace it
+    assert live.broken is first, "a later append would not be answered with the error that broke the journal"
+    assert not live.rewrite_due(), "a broken journal would be rewritten"
+
+
+def test_after_a_rewrite_the_file_holds_the_live_frames_only() -> None:
+    data, records = _frames()
+    live = R.LiveFrames(rotate_bytes=1)
+    live.read(data, records)
+    live.forget("a")
+    assert live.rewrite_due()
+    live.rewrote()
+    assert live.size == live.bytes == len(live.rewritten()) and not live.rewrite_due()

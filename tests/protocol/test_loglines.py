@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from snapmesh.protocol.controller import loglines
 from snapmesh.protocol.controller.effects import AbortAt, Finished, Publish, RestoreDone, StartAt
+from snapmesh.protocol.controller.replay import Replayed
 from snapmesh.protocol.retry import Failed
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -39,3 +40,23 @@ def test_an_abort_given_up_on_and_no_other_call() -> None:
     assert loglines.called(AbortAt("b", "s1", "deadline"), down) == ("INFO", "AbortSnapshot s1 at b: UNAVAILABLE")
     assert loglines.called(AbortAt("b", "s1", "deadline"), pb.AbortSnapshotResponse()) is None
     assert loglines.called(StartAt("b", "s1", 1), down) is None  # the machine's: the snapshot fails, naming it
+
+
+def test_the_snapshot_files_read_at_a_start() -> None:
+    assert loglines.loaded(0, "/d/controller/snapshots", []) == []
+    assert loglines.loaded(2, "/d/controller/snapshots", ["snapshot file x.pb: unreadable; skipped"]) == [
+        ("WARNING", "snapshot file x.pb: unreadable; skipped"),
+        ("INFO", "loaded 2 finished snapshot(s) from /d/controller/snapshots"),
+    ]
+
+
+def test_the_journal_read_back_at_a_start() -> None:
+    assert loglines.replayed(Replayed(finished=[], in_progress=[], warnings=[]), []) == []
+    taken = Replayed(finished=["s1"], in_progress=["s2", "s3"], warnings=["journal: skipping a reported record"])
+    assert loglines.replayed(taken, ["journal j: torn frame at byte 9; keeping the 4 records before it"]) == [
+        ("WARNING", "journal j: torn frame at byte 9; keeping the 4 records before it"),
+        ("WARNING", "journal: skipping a reported record"),
+        ("INFO", "journal: 1 finished snapshot(s) rebuilt, 2 still in progress taken back (s2, s3)"),
+    ]
+    assert loglines.replayed(Replayed(finished=["s1"], in_progress=[], warnings=[]), [])[-1] == (
+        "INFO", "journal: 1 finished snapshot(s) rebuilt, 0 still in progress taken back (none)")

@@ -177,3 +177,36 @@ def test_joined_records_round_trip_and_go_with_their_restore_oldest_first():
     rebuilt = tracker()
     assert R.replay(decoded, rebuilt, Now(mono=500.0, wall=2000.0), skip=set()) == ([], [])
     assert rebuilt.epoch == 3
+
+
+def test_a_failed_sync_breaks_the_journal_and_every_later_append_fails_with_its_error(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "journal"
+
+    async def run() -> tuple[list[str], int]:
+        journal = J.Journal(path)
+        journal.open()
+        await journal.append(RECORDS[0])
+        size = path.stat().st_size
+
+        def full(fd: int) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(J.os, "fdatasync", full)
+        answers = []
+        for record in RECORDS[1:3]:
+            try:
+                await journal.append(record)
+            except OSError as exc:
+                answers.append(exc.strerror)
+        monkeypatch.undo()
+        try:
+            await journal.barrier()
+        except OSError as exc:
+            answers.append(exc.strerror)
+        await journal.close()
+        return answers, size
+
+    answers, size = asyncio.run(run())
+    assert answers == ["No space left on device"] * 3, "an append after the failure was answered otherwise"
+    # The failing round's bytes reached the file before its sync failed; nothing after them.
+    assert path.stat().st_size == size + len(R.encode(RECORDS[1])), "the journal wrote after it broke"

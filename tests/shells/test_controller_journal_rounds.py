@@ -24,8 +24,7 @@ from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.protocol.topology import Topology
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.engine import ControllerEngine
-from snapmesh.services.controller.journal_metrics import JournalCounts
-from snapmesh.services.controller.metrics import ControllerMetrics
+from snapmesh.services.controller.metrics import ControllerMetrics, JournalCounts
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 

@@ -144,13 +144,18 @@ class LiveFrames:
     written (`forget`); a restore's and a joined key's never go (their snapshot id
     is never forgotten). The file is rewritten once it is past `rotate_bytes` and
     mostly dead. The live size is kept as frames come and go: deciding costs the
-    frames of one write, not a sum over every snapshot not yet filed."""
+    frames of one write, not a sum over every snapshot not yet filed.
+
+    A failed write, sync or rewrite breaks the journal (`failed`): retrying fsync
+    is not safe, so nothing more is written or rewritten, and every later append
+    is answered with the error that broke it (`broken`)."""
 
     def __init__(self, rotate_bytes: int) -> None:
         self.rotate_bytes = rotate_bytes
         self.size = 0  # the file's
         self.bytes = 0  # the live frames'
         self._frames: dict[str, list[bytes]] = {}  # snapshot id -> its frames, until filed
+        self.broken: OSError | None = None  # what every append is answered with, once set
 
     def read(self, data: bytes, records: list[Record]) -> None:
         """The file as read (`data`: its good prefix, which holds `records`): every frame starts live."""
@@ -183,8 +188,17 @@ class LiveFrames:
         self.size += len(data)
         return bytes(data)
 
+    def failed(self, error: OSError) -> None:
+        """A write, sync or rewrite failed: the first error is the journal's answer from now on."""
+        if self.broken is None:
+            self.broken = error
+
     def rewrite_due(self) -> bool:
-        return self.size > self.rotate_bytes and self.bytes < self.size // 2
+        return self.broken is None and self.size > self.rotate_bytes and self.bytes < self.size // 2
+
+    def rewrote(self) -> None:
+        """The file was replaced by `rewritten()`: it holds the live frames only."""
+        self.size = self.bytes
 
     def rewritten(self) -> bytes:
         """What the file holds once rewritten: every live frame."""

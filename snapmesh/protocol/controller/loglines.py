@@ -1,12 +1,14 @@
 """What the controller's log says of an effect, decided: its level and its words.
 
-The engine logs what `of` returns as it carries an effect out; the words are
-users' (scripts and tests grep them), so they change only on purpose.
+The engine logs what `of` returns as it carries an effect out, and the process
+what `loaded` and `replayed` return as it starts; the words are users' (scripts
+and tests grep them), so they change only on purpose.
 """
 
 from __future__ import annotations
 
 from snapmesh.protocol.controller.effects import AbortAt, Call, Effect, Finished, RestoreDone
+from snapmesh.protocol.controller.replay import Replayed
 from snapmesh.protocol.retry import Failed
 from snapmesh.protocol.controller.tracker import COMPLETE, duration_s
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -36,3 +38,26 @@ def called(effect: Call, answer: object) -> tuple[str, str] | None:
     if isinstance(effect, AbortAt) and isinstance(answer, Failed):
         return "INFO", f"AbortSnapshot {effect.snapshot_id} at {effect.node}: {answer.code}"
     return None
+
+
+Line = tuple[str, str]  # a logging level's name, the words
+
+
+def loaded(count: int, directory: str, warnings: list[str]) -> list[Line]:
+    """The lines of the snapshot files read at a start: what did not load, then how many did (if any)."""
+    lines = [("WARNING", warning) for warning in warnings]
+    if count:
+        lines.append(("INFO", f"loaded {count} finished snapshot(s) from {directory}"))
+    return lines
+
+
+def replayed(taken: Replayed, warnings: list[str]) -> list[Line]:
+    """The lines of the journal read back at a start (`warnings`: the file's own, before
+    the machine's): what did not fit, then what was taken back (if anything)."""
+    lines = [("WARNING", warning) for warning in (*warnings, *taken.warnings)]
+    if taken.finished or taken.in_progress:
+        lines.append(("INFO", (
+            f"journal: {len(taken.finished)} finished snapshot(s) rebuilt, {len(taken.in_progress)} still in "
+            f"progress taken back ({', '.join(taken.in_progress) or 'none'})"
+        )))
+    return lines
