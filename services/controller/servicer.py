@@ -100,10 +100,7 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     @_answers("snapshot")
     async def TriggerSnapshot(self, request: pb.TriggerSnapshotRequest, context) -> pb.Snapshot:
-        snapshot = await self.engine.trigger(request.initiator, broadcast=request.broadcast)
-        if not request.wait:
-            return snapshot
-        return await self.engine.wait_finished(snapshot.snapshot_id)
+        return await self.engine.trigger(request.initiator, broadcast=request.broadcast, wait=request.wait)
 
     async def _snapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
         try:
