@@ -18,11 +18,11 @@ import grpc
 
 from snapmesh.services.controller.engine import ControllerEngine, TooManySnapshots
 from snapmesh.protocol import chunking
-from snapmesh.protocol.controller import listing, restoregate
+from snapmesh.protocol.controller import cluster, listing, restoregate
 from snapmesh.protocol.controller.machine import UnknownInitiator
 from snapmesh.protocol.controller.tracker import TrackerError, UnknownSnapshot
-from snapmesh.settings.agreement import disagreement
-from snapmesh.protocol.retry import Failed, Retry
+from snapmesh.settings.agreement import Agreement
+from snapmesh.protocol.retry import Retry
 from snapmesh.serving import calls, credentials
 from snapmesh.serving.fanout import FellBehind
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -67,16 +67,13 @@ class ControllerService(pb_grpc.ControllerServicer):
         """Ask every node its snapshot_mode and its app (GetState, retried until it
         answers); return the first disagreement with the controller's, in words.
         Never returns while every node agrees (a mixed cluster is refused, not run)."""
-        waiting = set(self.engine.stubs)
-        while waiting:
-            for node in sorted(waiting):
+        agreement = Agreement(self.engine.config, self.engine.stubs)
+        while not agreement.done:
+            for node in agreement.to_ask():
                 state = await calls.call(self.engine.stubs[node].GetState, pb.GetStateRequest(), ASK_ONCE)
-                if isinstance(state, Failed):
-                    continue  # asked again in the next round
-                waiting.discard(node)
-                if problem := disagreement(self.engine.config, node, state.snapshot_mode, state.app):
+                if problem := agreement.answered(node, state):
                     return problem
-            if waiting:
+            if not agreement.done:
                 await asyncio.sleep(retry_s)
         await asyncio.Event().wait()  # all agree: nothing to report, ever
         return ""
@@ -156,23 +153,8 @@ class ControllerService(pb_grpc.ControllerServicer):
             )
 
     async def GetCluster(self, request: pb.GetClusterRequest, context) -> pb.Cluster:
-        engine = self.engine
-        return pb.Cluster(
-            nodes=[
-                pb.NodeInfo(node_id=n.id, address=n.address, metrics_address=n.metrics_address)
-                for n in engine.config.nodes
-            ],
-            channels=[pb.ChannelId(src=s, dst=d) for s, d in engine.machine.topology.channels],
-            last_restore=engine.machine.last_restore,  # the snapshot page's "last restore"
-            settings=pb.SnapshotSettings(
-                snapshot_mode=engine.config.snapshot_mode,  # the file's (a hybrid cluster's tracker reads overtake reports)
-                deadline_s=engine.deadline_s,
-                interval_s=self.interval_s,
-                keep=engine.machine.keep,
-                max_concurrent_snapshots=engine.machine.max_concurrent,
-            ),
-            epoch=engine.machine.epoch,
-        )
+        config = self.engine.config
+        return cluster.answer(config.nodes, self.engine.machine, snapshot_mode=config.snapshot_mode, interval_s=self.interval_s)
 
     @_answers("report")
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
