@@ -50,7 +50,7 @@ from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import listing, loglines, restoregate
 from snapmesh.protocol.controller.snapshot_ids import StartClock
-from snapmesh.protocol.controller.tracker import COMPLETE, Now, UnknownSnapshot
+from snapmesh.protocol.controller.tracker import COMPLETE, Now
 from snapmesh.serving import calls
 from snapmesh.serving.fanout import FanOut
 from snapmesh.serving.runtime import CLIENT_OPTIONS
@@ -287,21 +287,15 @@ class ControllerEngine:
         self.carry_out()
 
     def find(self, snapshot_id: str, *, stored: bool = True) -> pb.Snapshot | None:
-        """The snapshot from the machine's working set, else (`stored`) from the
-        store (a read of the disk); None when neither has it."""
-        try:
-            return self.machine.get(snapshot_id)
-        except UnknownSnapshot:
-            return self.writer.store.load(snapshot_id) if stored else None
+        """listing.find's: the machine's, else (`stored`) the store's; None when neither has it."""
+        return listing.find(snapshot_id, self.machine.get, self._load if stored else None)
 
     def lookup(self, snapshot_id: str) -> pb.Snapshot:
-        """`find`'s snapshot; UnknownSnapshot when there is none (listing.Damaged when
-        its files were found damaged)."""
-        if (snapshot := self.find(snapshot_id)) is None:
-            if why := self.writer.store.damaged.get(snapshot_id):
-                raise listing.Damaged(snapshot_id, why)
-            raise UnknownSnapshot(f"no snapshot {snapshot_id!r}")
-        return snapshot
+        """listing.look_up's: UnknownSnapshot when there is none, listing.Damaged when its files are."""
+        return listing.look_up(snapshot_id, self.machine.get, self._load, lambda sid: self.writer.store.damaged.get(sid))
+
+    def _load(self, snapshot_id: str) -> pb.Snapshot | None:
+        return self.writer.store.load(snapshot_id)  # the store is reached only for a snapshot the machine lacks
 
     def _arm(self) -> None:
         """The one timer, re-armed after every step for the machine's next deadline."""
@@ -341,10 +335,8 @@ class ControllerEngine:
             await asyncio.sleep(interval_s)
             try:
                 await self.trigger()
-            except TooManySnapshots as exc:  # this tick is skipped; the next one tries again
-                log.warning("periodic snapshot skipped: %s", exc)
-            except OSError as exc:
-                log.error("periodic snapshot: %s", exc)
+            except (TooManySnapshots, OSError) as exc:  # this tick is skipped; the next one tries again
+                _say(loglines.skipped(exc))
 
 
 def _say(line: tuple[str, str] | None) -> None:

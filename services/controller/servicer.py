@@ -16,11 +16,10 @@ from typing import Any
 
 import grpc
 
-from snapmesh.services.controller.engine import ControllerEngine, TooManySnapshots
+from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.protocol import chunking
-from snapmesh.protocol.controller import cluster, listing, restoregate
-from snapmesh.protocol.controller.machine import UnknownInitiator
-from snapmesh.protocol.controller.tracker import TrackerError, UnknownSnapshot
+from snapmesh.protocol.controller import cluster, listing, statuses
+from snapmesh.protocol.controller.tracker import UnknownSnapshot
 from snapmesh.settings.agreement import Agreement
 from snapmesh.protocol.retry import Retry
 from snapmesh.serving import calls, credentials
@@ -29,28 +28,21 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 ASK_ONCE = Retry(2.0, tries=1)  # a node's GetState (mode_mismatch asks again in its next round)
-# What the pure layer refuses, each naming its status (`code`).
-REFUSALS = (
-    TrackerError, restoregate.Refused, UnknownInitiator, TooManySnapshots, chunking.ChunkError, listing.BadRequest,
-    listing.TooLarge,
-)
 
 
 def _answers(journaled: str = "") -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
-    """A unary handler whose refusals become their status, and, naming what it
-    `journaled`, a record it could not journal (OSError) UNAVAILABLE."""
+    """A unary handler whose errors are answered as statuses.status says (naming
+    what it `journaled`); one that is no answer is raised."""
 
     def wrap(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         @functools.wraps(handler)
         async def answer(self, request, context):
             try:
                 return await handler(self, request, context)
-            except REFUSALS as exc:
-                await context.abort(grpc.StatusCode[exc.code], str(exc))
-            except OSError as exc:
-                if not journaled:
+            except Exception as exc:
+                if (answered := statuses.status(exc, journaled)) is None:
                     raise
-                await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the {journaled}: {exc}")
+                await context.abort(grpc.StatusCode[answered[0]], answered[1])
 
         return answer
 
@@ -104,7 +96,8 @@ class ControllerService(pb_grpc.ControllerServicer):
             listing.check_get(request)
             snapshot = self.engine.lookup(request.snapshot_id)
         except (listing.BadRequest, UnknownSnapshot) as exc:  # Damaged too (L5)
-            await context.abort(grpc.StatusCode[exc.code], str(exc))
+            code, details = statuses.status(exc)  # type: ignore[misc]
+            await context.abort(grpc.StatusCode[code], details)
         await self.engine.durable()  # what was read is what the journal holds
         return snapshot
 

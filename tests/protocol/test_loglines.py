@@ -39,3 +39,11 @@ def test_an_abort_given_up_on_and_no_other_call() -> None:
     assert loglines.called(AbortAt("b", "s1", "deadline"), down) == ("INFO", "AbortSnapshot s1 at b: UNAVAILABLE")
     assert loglines.called(AbortAt("b", "s1", "deadline"), pb.AbortSnapshotResponse()) is None
     assert loglines.called(StartAt("b", "s1", 1), down) is None  # the machine's: the snapshot fails, naming it
+
+
+def test_a_periodic_snapshot_not_started() -> None:
+    from snapmesh.protocol.controller.refusals import TooManySnapshots
+
+    assert loglines.skipped(TooManySnapshots("2 snapshots in progress, the limit is 2")) == (
+        "WARNING", "periodic snapshot skipped: 2 snapshots in progress, the limit is 2")
+    assert loglines.skipped(OSError("disk full")) == ("ERROR", "periodic snapshot: disk full")

@@ -7,6 +7,7 @@ users' (scripts and tests grep them), so they change only on purpose.
 from __future__ import annotations
 
 from snapmesh.protocol.controller.effects import AbortAt, Call, Effect, Finished, RestoreDone
+from snapmesh.protocol.controller.refusals import TooManySnapshots
 from snapmesh.protocol.retry import Failed
 from snapmesh.protocol.controller.tracker import COMPLETE, duration_s
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -36,3 +37,11 @@ def called(effect: Call, answer: object) -> tuple[str, str] | None:
     if isinstance(effect, AbortAt) and isinstance(answer, Failed):
         return "INFO", f"AbortSnapshot {effect.snapshot_id} at {effect.node}: {answer.code}"
     return None
+
+
+def skipped(error: Exception) -> tuple[str, str]:
+    """The line for a periodic snapshot not started: at the admission limit a
+    skipped tick (the next one tries again), else a start not journaled (OSError)."""
+    if isinstance(error, TooManySnapshots):
+        return "WARNING", f"periodic snapshot skipped: {error}"
+    return "ERROR", f"periodic snapshot: {error}"
