@@ -139,11 +139,9 @@ class ControllerService(pb_grpc.ControllerServicer):
             with self.engine.watchers.subscribe() as updates:
                 async for snapshot in updates:
                     yield snapshot
-        except FellBehind as behind:  # its text: "fell N updates behind"
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"this watcher {behind} and was dropped; watch again (ListSnapshots or GetSnapshot has what it missed)",
-            )
+        except FellBehind as behind:
+            code, details = statuses.dropped(behind)
+            await context.abort(grpc.StatusCode[code], details)
 
     async def GetCluster(self, request: pb.GetClusterRequest, context) -> pb.Cluster:
         config = self.engine.config

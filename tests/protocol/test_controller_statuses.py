@@ -37,3 +37,11 @@ def test_a_record_not_journaled_is_unavailable_only_where_the_rpc_journals() -> 
 def test_anything_else_is_no_answer() -> None:
     assert statuses.status(ValueError("a bug")) is None
     assert statuses.status(RuntimeError("x"), "restore") is None
+
+
+def test_a_watcher_that_fell_behind_is_dropped_saying_where_to_read_what_it_missed() -> None:
+    assert statuses.dropped("fell 1001 updates behind") == (
+        "RESOURCE_EXHAUSTED",
+        "this watcher fell 1001 updates behind and was dropped; watch again "
+        "(ListSnapshots or GetSnapshot has what it missed)",
+    )

@@ -6,6 +6,8 @@ S1. A refusal of the pure layer (the machine's, the tracker's, the restore
 S2. A record that could not be made durable (OSError) in an RPC that journals is
     UNAVAILABLE, naming what it journals ("cannot journal the restore: ...").
 S3. Anything else is no answer: the shell raises it as it is (gRPC's UNKNOWN).
+S4. A WatchSnapshots watcher that fell behind is dropped with RESOURCE_EXHAUSTED,
+    saying where to read what it missed (`dropped`).
 
 The servicer (services/controller/servicer.py) only sends what `status` returns.
 """
@@ -32,3 +34,10 @@ def status(error: Exception, journaled: str = "") -> tuple[str, str] | None:
     if isinstance(error, OSError) and journaled:  # S2
         return "UNAVAILABLE", f"cannot journal the {journaled}: {error}"
     return None
+
+
+def dropped(behind: object) -> tuple[str, str]:
+    """The status a watcher that fell `behind` (its words: "fell N updates behind") is dropped with (S4)."""
+    return "RESOURCE_EXHAUSTED", (
+        f"this watcher {behind} and was dropped; watch again (ListSnapshots or GetSnapshot has what it missed)"
+    )
