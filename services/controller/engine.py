@@ -301,8 +301,7 @@ class ControllerEngine:
         """The one timer, re-armed after every step for the machine's next deadline."""
         if self._timer is not None:
             self._timer.cancel()
-        deadline = self.machine.next_deadline()
-        delay = None if deadline is None else max(0.0, deadline - self._clock().mono)
+        delay = self.machine.timer(self._clock().mono)
         self._timer = None if delay is None else asyncio.get_running_loop().call_later(delay, self._tick)
 
     def _tick(self) -> None:

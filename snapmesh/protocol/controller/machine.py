@@ -38,7 +38,7 @@ Events in:
   filed(snapshot_id)                     the snapshot's compact file is written (it may leave memory)
 
 Reads (no change): get(id), all(), ids(), status(id), in_progress, to_resume,
-topology, deadline_s; shells read through these, not through `tracker`.
+topology, deadline_s, timer(now); shells read through these, not through `tracker`.
 
 Effects out (in order; the shell carries them out in that order):
   Journal(record)        append this record; every effect after it in the same
@@ -259,6 +259,11 @@ class Controller:
 
     def next_deadline(self) -> float | None:
         return self.tracker.next_deadline()
+
+    def timer(self, now: float) -> float | None:
+        """Seconds from `now` (monotonic) until `tick` is due, 0 when it is already (None: no deadline)."""
+        deadline = self.tracker.next_deadline()
+        return None if deadline is None else max(0.0, deadline - now)
 
     def filed(self, snapshot_id: str) -> None:
         """The snapshot's compact file is written: its records are dead, and past the
