@@ -16,12 +16,13 @@ deadline (aioquic's get_timer). Each effect first moves its metrics (one table,
     StartAt, AbortAt, RestoreAt -> the call it names (`rpc`, `request`) at its
                           node, tried again as its `retry` says; the answer (or
                           what was given up on) is the machine's `called`
-    Finished(snapshot) -> the file writer, watchers, the trigger's waiter
+    Finished(snapshot) -> the file writer, watchers
     Retire(snapshot_id) -> the file writer deletes its files
     File(snapshot, ...) -> the file writer writes those files (its `filed`: the machine's)
     Forget(snapshot_id) -> the journal's records of it are dead
     RestoreDone(restore) -> the machine hears it settled (its record is durable)
-    AnswerRestore(calls, outcome) -> those RestoreSnapshot calls are answered
+    AnswerRestore(calls, outcome), AnswerTrigger(calls, outcome)
+                       -> those RestoreSnapshot (TriggerSnapshot) calls are answered
 
 A record that cannot be made durable (OSError) ends its step there: nothing
 after it is shown or sent, the machine hears what was not (`unjournaled`), and
@@ -48,7 +49,7 @@ from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import listing, loglines, restoregate
 from snapmesh.protocol.controller.snapshot_ids import StartClock
-from snapmesh.protocol.controller.tracker import COMPLETE, Now, UnknownSnapshot
+from snapmesh.protocol.controller.tracker import COMPLETE, Now
 from snapmesh.serving import calls
 from snapmesh.serving.fanout import FanOut
 from snapmesh.serving.runtime import CLIENT_OPTIONS
@@ -104,15 +105,14 @@ class ControllerEngine:
         self.deadline_s = machine.deadline_s
         self.stubs: dict[str, pb_grpc.NodeStub] = {}
         self._channels: list[grpc.aio.Channel] = []
-        self._done: dict[str, asyncio.Future[pb.Snapshot]] = {}
         self.watchers: FanOut[pb.Snapshot] = FanOut(WATCH_QUEUE, "WatchSnapshots watcher")
         self._background: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None  # at the machine's next deadline
         self._starts = StartClock()  # ids in start order
         self._tail: asyncio.Future[None] | None = None  # the newest record's durability
         self._loop: asyncio.AbstractEventLoop | None = None  # by `start`: where the writer's `filed` goes
-        self._calls = itertools.count()  # names each RestoreSnapshot call to the machine
-        self._answers: dict[int, asyncio.Future[pb.Restore]] = {}  # by call, until its AnswerRestore
+        self._calls = itertools.count()  # names each call the machine answers (restores, waiting triggers)
+        self._answers: dict[int, asyncio.Future[Any]] = {}  # by call, until its AnswerRestore or AnswerTrigger
 
     # -- lifecycle
 
@@ -203,7 +203,7 @@ class ControllerEngine:
         elif isinstance(effect, ctl.RestoreDone):  # durable: a retry of its keys is answered from now on
             self.machine.restore_settled()
             self.carry_out()
-        elif isinstance(effect, ctl.AnswerRestore):
+        elif isinstance(effect, (ctl.AnswerRestore, ctl.AnswerTrigger)):
             for call in effect.calls:
                 answer = self._answers.pop(call)
                 if isinstance(effect.outcome, Exception):
@@ -222,21 +222,29 @@ class ControllerEngine:
 
     # -- events
 
-    async def trigger(self, initiator: str = "", *, broadcast: bool = False) -> pb.Snapshot:
+    async def trigger(self, initiator: str = "", *, broadcast: bool = False, wait: bool = False) -> pb.Snapshot:
         """Start a snapshot at `initiator` (a node of the topology; "": one at
         random), or with `broadcast` at every node (the machine's B1): journaled
-        before StartSnapshot leaves and before this returns. Raises UnknownInitiator
+        before StartSnapshot leaves and before this returns; with `wait`, return
+        the snapshot once it ended, as the machine answers (W1). Raises UnknownInitiator
         (the machine's A2) or TooManySnapshots at the admission limit (A1), changing nothing."""
         initiator = initiator or self.rng.choice(self.nodes)
         now = self._clock()
         snapshot_id, wall = self._starts.start(now.wall, os.urandom(4))
-        snapshot = self._fed(self.machine.trigger, snapshot_id, initiator, Now(mono=now.mono, wall=wall), broadcast=broadcast)
-        self._done[snapshot_id] = asyncio.get_running_loop().create_future()
+        call = next(self._calls) if wait else None
+        at = Now(mono=now.mono, wall=wall)
+        snapshot = self._fed(self.machine.trigger, snapshot_id, initiator, at, broadcast=broadcast, call=call)
+        answer = None if call is None else self._answer(call)
         step = self.carry_out()
         time_until_durable(self.metrics.journal_wait, "trigger", self._tail, now.mono, lambda: self._clock().mono)
         await asyncio.shield(step)  # OSError: the machine failed the snapshot (J1)
         log.info("snapshot %s started at %s", snapshot_id, "every node" if broadcast else initiator)
-        return snapshot
+        return snapshot if answer is None else await asyncio.shield(answer)
+
+    def _answer(self, call: int) -> asyncio.Future[Any]:
+        """The future the machine's answer to `call` (AnswerRestore, AnswerTrigger) settles."""
+        answer = self._answers[call] = asyncio.get_running_loop().create_future()
+        return answer
 
     async def report(self, state: pb.FullState) -> None:
         """A node's part: journaled (with the snapshot's outcome when it completes
@@ -267,7 +275,7 @@ class ControllerEngine:
         decision = self.machine.restore(snapshot, request_id, self._clock(), snapshot_id=snapshot_id, call=call)
         if isinstance(decision, (restoregate.Refuse, restoregate.Busy)):
             raise restoregate.Refused(decision)
-        answer = self._answers[call] = asyncio.get_running_loop().create_future()
+        answer = self._answer(call)
         self.carry_out()
         return await asyncio.shield(answer)
 
@@ -277,35 +285,22 @@ class ControllerEngine:
         self.machine.called(effect, answer, self._clock())
         self.carry_out()
 
-    async def wait_finished(self, snapshot_id: str) -> pb.Snapshot:
-        future = self._done.get(snapshot_id)
-        if future is None:  # finished and shown already
-            return self.lookup(snapshot_id)
-        return await asyncio.shield(future)
-
     def find(self, snapshot_id: str, *, stored: bool = True) -> pb.Snapshot | None:
-        """The snapshot from the machine's working set, else (`stored`) from the
-        store (a read of the disk); None when neither has it."""
-        try:
-            return self.machine.get(snapshot_id)
-        except UnknownSnapshot:
-            return self.writer.store.load(snapshot_id) if stored else None
+        """listing.find's: the machine's, else (`stored`) the store's; None when neither has it."""
+        return listing.find(snapshot_id, self.machine.get, self._load if stored else None)
 
     def lookup(self, snapshot_id: str) -> pb.Snapshot:
-        """`find`'s snapshot; UnknownSnapshot when there is none (listing.Damaged when
-        its files were found damaged)."""
-        if (snapshot := self.find(snapshot_id)) is None:
-            if why := self.writer.store.damaged.get(snapshot_id):
-                raise listing.Damaged(snapshot_id, why)
-            raise UnknownSnapshot(f"no snapshot {snapshot_id!r}")
-        return snapshot
+        """listing.look_up's: UnknownSnapshot when there is none, listing.Damaged when its files are."""
+        return listing.look_up(snapshot_id, self.machine.get, self._load, lambda sid: self.writer.store.damaged.get(sid))
+
+    def _load(self, snapshot_id: str) -> pb.Snapshot | None:
+        return self.writer.store.load(snapshot_id)  # the store is reached only for a snapshot the machine lacks
 
     def _arm(self) -> None:
         """The one timer, re-armed after every step for the machine's next deadline."""
         if self._timer is not None:
             self._timer.cancel()
-        deadline = self.machine.next_deadline()
-        delay = None if deadline is None else max(0.0, deadline - self._clock().mono)
+        delay = self.machine.timer(self._clock().mono)
         self._timer = None if delay is None else asyncio.get_running_loop().call_later(delay, self._tick)
 
     def _tick(self) -> None:
@@ -317,9 +312,6 @@ class ControllerEngine:
     def _finished(self, snapshot: pb.Snapshot) -> None:
         self.writer.submit(snapshot)  # the files, off the reply path
         self.watchers.publish(snapshot)
-        future = self._done.pop(snapshot.snapshot_id, None)
-        if future is not None and not future.done():
-            future.set_result(snapshot)
 
     def spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
@@ -341,10 +333,8 @@ class ControllerEngine:
             await asyncio.sleep(interval_s)
             try:
                 await self.trigger()
-            except TooManySnapshots as exc:  # this tick is skipped; the next one tries again
-                log.warning("periodic snapshot skipped: %s", exc)
-            except OSError as exc:
-                log.error("periodic snapshot: %s", exc)
+            except (TooManySnapshots, OSError) as exc:  # this tick is skipped; the next one tries again
+                _say(loglines.skipped(exc))
 
 
 def _say(line: tuple[str, str] | None) -> None:

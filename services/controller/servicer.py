@@ -16,41 +16,33 @@ from typing import Any
 
 import grpc
 
-from snapmesh.services.controller.engine import ControllerEngine, TooManySnapshots
+from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.protocol import chunking
-from snapmesh.protocol.controller import listing, restoregate
-from snapmesh.protocol.controller.machine import UnknownInitiator
-from snapmesh.protocol.controller.tracker import TrackerError, UnknownSnapshot
-from snapmesh.settings.agreement import disagreement
-from snapmesh.protocol.retry import Failed, Retry
+from snapmesh.protocol.controller import cluster, listing, statuses
+from snapmesh.protocol.controller.tracker import UnknownSnapshot
+from snapmesh.settings.agreement import Agreement
+from snapmesh.protocol.retry import Retry
 from snapmesh.serving import calls, credentials
 from snapmesh.serving.fanout import FellBehind
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 ASK_ONCE = Retry(2.0, tries=1)  # a node's GetState (mode_mismatch asks again in its next round)
-# What the pure layer refuses, each naming its status (`code`).
-REFUSALS = (
-    TrackerError, restoregate.Refused, UnknownInitiator, TooManySnapshots, chunking.ChunkError, listing.BadRequest,
-    listing.TooLarge,
-)
 
 
 def _answers(journaled: str = "") -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
-    """A unary handler whose refusals become their status, and, naming what it
-    `journaled`, a record it could not journal (OSError) UNAVAILABLE."""
+    """A unary handler whose errors are answered as statuses.status says (naming
+    what it `journaled`); one that is no answer is raised."""
 
     def wrap(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         @functools.wraps(handler)
         async def answer(self, request, context):
             try:
                 return await handler(self, request, context)
-            except REFUSALS as exc:
-                await context.abort(grpc.StatusCode[exc.code], str(exc))
-            except OSError as exc:
-                if not journaled:
+            except Exception as exc:
+                if (answered := statuses.status(exc, journaled)) is None:
                     raise
-                await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the {journaled}: {exc}")
+                await context.abort(grpc.StatusCode[answered[0]], answered[1])
 
         return answer
 
@@ -67,16 +59,13 @@ class ControllerService(pb_grpc.ControllerServicer):
         """Ask every node its snapshot_mode and its app (GetState, retried until it
         answers); return the first disagreement with the controller's, in words.
         Never returns while every node agrees (a mixed cluster is refused, not run)."""
-        waiting = set(self.engine.stubs)
-        while waiting:
-            for node in sorted(waiting):
+        agreement = Agreement(self.engine.config, self.engine.stubs)
+        while not agreement.done:
+            for node in agreement.to_ask():
                 state = await calls.call(self.engine.stubs[node].GetState, pb.GetStateRequest(), ASK_ONCE)
-                if isinstance(state, Failed):
-                    continue  # asked again in the next round
-                waiting.discard(node)
-                if problem := disagreement(self.engine.config, node, state.snapshot_mode, state.app):
+                if problem := agreement.answered(node, state):
                     return problem
-            if waiting:
+            if not agreement.done:
                 await asyncio.sleep(retry_s)
         await asyncio.Event().wait()  # all agree: nothing to report, ever
         return ""
@@ -100,17 +89,15 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     @_answers("snapshot")
     async def TriggerSnapshot(self, request: pb.TriggerSnapshotRequest, context) -> pb.Snapshot:
-        snapshot = await self.engine.trigger(request.initiator, broadcast=request.broadcast)
-        if not request.wait:
-            return snapshot
-        return await self.engine.wait_finished(snapshot.snapshot_id)
+        return await self.engine.trigger(request.initiator, broadcast=request.broadcast, wait=request.wait)
 
     async def _snapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
         try:
             listing.check_get(request)
             snapshot = self.engine.lookup(request.snapshot_id)
         except (listing.BadRequest, UnknownSnapshot) as exc:  # Damaged too (L5)
-            await context.abort(grpc.StatusCode[exc.code], str(exc))
+            code, details = statuses.status(exc)  # type: ignore[misc]
+            await context.abort(grpc.StatusCode[code], details)
         await self.engine.durable()  # what was read is what the journal holds
         return snapshot
 
@@ -152,30 +139,13 @@ class ControllerService(pb_grpc.ControllerServicer):
             with self.engine.watchers.subscribe() as updates:
                 async for snapshot in updates:
                     yield snapshot
-        except FellBehind as behind:  # its text: "fell N updates behind"
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"this watcher {behind} and was dropped; watch again (ListSnapshots or GetSnapshot has what it missed)",
-            )
+        except FellBehind as behind:
+            code, details = statuses.dropped(behind)
+            await context.abort(grpc.StatusCode[code], details)
 
     async def GetCluster(self, request: pb.GetClusterRequest, context) -> pb.Cluster:
-        engine = self.engine
-        return pb.Cluster(
-            nodes=[
-                pb.NodeInfo(node_id=n.id, address=n.address, metrics_address=n.metrics_address)
-                for n in engine.config.nodes
-            ],
-            channels=[pb.ChannelId(src=s, dst=d) for s, d in engine.machine.topology.channels],
-            last_restore=engine.machine.last_restore,  # the snapshot page's "last restore"
-            settings=pb.SnapshotSettings(
-                snapshot_mode=engine.config.snapshot_mode,  # the file's (a hybrid cluster's tracker reads overtake reports)
-                deadline_s=engine.deadline_s,
-                interval_s=self.interval_s,
-                keep=engine.machine.keep,
-                max_concurrent_snapshots=engine.machine.max_concurrent,
-            ),
-            epoch=engine.machine.epoch,
-        )
+        config = self.engine.config
+        return cluster.answer(config.nodes, self.engine.machine, snapshot_mode=config.snapshot_mode, interval_s=self.interval_s)
 
     @_answers("report")
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:

@@ -4,6 +4,9 @@ the first disagreement, naming the file and the field to fix."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from snapmesh.protocol.retry import Failed
 from snapmesh.settings.appsettings import app_named, runs_bank
 from snapmesh.settings.config import ClusterConfig
 
@@ -24,3 +27,30 @@ def disagreement(cfg: ClusterConfig, node: str, snapshot_mode: str, app: str) ->
             f"{node!r} runs {app_named(app)}; every process must run the same app"
         )
     return ""
+
+
+class Agreement:
+    """The start-up check's rounds, decided: the controller asks every node in
+    `to_ask` (in name order) once a round, a node that did not answer (a
+    retry.Failed) again in the next round, until each answered; the first
+    disagreement ends the check. No I/O: the shell asks and waits between rounds."""
+
+    def __init__(self, cfg: ClusterConfig, nodes: Iterable[str]) -> None:
+        self.cfg = cfg
+        self.waiting = set(nodes)
+
+    @property
+    def done(self) -> bool:
+        """Every node answered."""
+        return not self.waiting
+
+    def to_ask(self) -> list[str]:
+        return sorted(self.waiting)
+
+    def answered(self, node: str, state: object) -> str:
+        """`node`'s GetState answer (or the Failed its call gave up on): its
+        disagreement, in words ("" when it agrees or did not answer)."""
+        if isinstance(state, Failed):
+            return ""
+        self.waiting.discard(node)
+        return disagreement(self.cfg, node, state.snapshot_mode, state.app)  # type: ignore[attr-defined]

@@ -24,6 +24,12 @@ the machine now makes in its own events.
                        ids, status, in_progress, topology, deadline_s), not its tracker
   epoch or 1           a channel open that names no epoch is epoch 1 to the node
                        machine's `opened` (N8), not a default the shell fills in
+  wait_finished(       a TriggerSnapshot that waits is answered by the controller
+                       machine's AnswerTrigger (W1), not by a shell's own waiter
+  pb.Cluster(          GetCluster's answer is snapmesh/protocol/controller/cluster.py's (C1-C3)
+  disagreement(        the start-up check's rounds are settings.agreement.Agreement's
+  cannot journal the   what an RPC's error answers is snapmesh/protocol/controller/
+                       statuses.py's (S1-S4), not words a servicer writes
 """
 
 from __future__ import annotations
@@ -48,6 +54,10 @@ FORBIDDEN = {
     "epoch or 1": re.compile(r"\bepoch\)?\s+or\s+1\b"),
     "tracker.restore(": re.compile(r"\btracker\.restore\("),
     "machine.tracker": re.compile(r"\bmachine\.tracker\b"),
+    "wait_finished(": re.compile(r"\bwait_finished\("),
+    "pb.Cluster(": re.compile(r"\bpb\.Cluster\("),
+    "disagreement(": re.compile(r"\bdisagreement\("),
+    "cannot journal the": re.compile(r"cannot journal the \{"),
 }
 # Where a forbidden call is no decision: a crash (a fault the world injects) drops every connection.
 ALLOWED_IN = {"network.cut_all(": {"snapmesh/sim/world.py"}}
@@ -92,6 +102,11 @@ def test_no_shell_makes_a_decision_of_a_machine(path: Path) -> None:
         ("ending = engine.opened(src, first.open.epoch or 1, acks)\n", "epoch or 1"),
         ("        tracker.restore(snapshot)\n", "tracker.restore("),
         ("    channels = engine.machine.tracker.topology.channels\n", "machine.tracker"),
+        ("        return await self.engine.wait_finished(snapshot.snapshot_id)\n", "wait_finished("),
+        ("        return pb.Cluster(\n", "pb.Cluster("),
+        ("                if problem := disagreement(config, node, mode, app):\n", "disagreement("),
+        ('    await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the {what}: {exc}")\n',
+         "cannot journal the"),
     ],
 )
 def test_the_rule_catches_what_it_forbids(source: str, name: str) -> None:

@@ -83,6 +83,7 @@ def test_a_tick_past_the_deadline_fails_and_journals_the_outcome() -> None:
     m.trigger("s1", "a", T0)
     m.drain()
     assert m.next_deadline() == T0.mono + 5.0
+    assert (m.timer(T0.mono + 1.0), m.timer(T0.mono + 9.0), machine().timer(T0.mono)) == (4.0, 0.0, None)
     assert m.tick(Now(mono=T0.mono + 4.9, wall=T0.wall)) == [] and m.drain() == []
     [failed] = m.tick(Now(mono=T0.mono + 5.0, wall=T0.wall + 5))
     assert failed.status == FAILED and "no report from a, b" in failed.reason

@@ -129,3 +129,32 @@ def test_a_damaged_snapshot_is_said_so_l5() -> None:
         listing.check_size("s1", 2000, 1000)
     assert too_large.value.code == "RESOURCE_EXHAUSTED" and str(too_large.value) == listing.too_large("s1", 2000, 1000)
     listing.check_size("s1", 1000, 1000)
+
+
+def test_a_snapshot_is_the_working_sets_else_the_stores_else_not_found_or_damaged() -> None:
+    from snapmesh.protocol.controller.tracker import UnknownSnapshot
+
+    held = {"s1": _snapshot("s1")}
+    stored = {"s1": _snapshot("s1", FAILED), "s2": _snapshot("s2")}
+    loads: list[str] = []
+
+    def get(sid: str) -> pb.Snapshot:
+        if sid not in held:
+            raise UnknownSnapshot(sid)
+        return held[sid]
+
+    def load(sid: str) -> pb.Snapshot | None:
+        loads.append(sid)
+        return stored.get(sid)
+
+    assert listing.find("s1", get, load).status == COMPLETE and loads == [], "the store was read for a held one"
+    assert listing.find("s2", get, load) == stored["s2"] and loads == ["s2"]
+    assert listing.find("s2", get, None) is None and loads == ["s2"], "read the disk when told not to"
+    damaged = {"s3": "bad crc"}.get
+    assert listing.look_up("s2", get, load, damaged) == stored["s2"]
+    with pytest.raises(listing.Damaged, match="^snapshot s3 is damaged on disk: bad crc$") as refused:
+        listing.look_up("s3", get, load, damaged)
+    assert refused.value.code == "DATA_LOSS"
+    with pytest.raises(UnknownSnapshot, match="^no snapshot 's4'$") as missing:
+        listing.look_up("s4", get, load, damaged)
+    assert missing.value.code == "NOT_FOUND" and not isinstance(missing.value, listing.Damaged)

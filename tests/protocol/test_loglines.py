@@ -60,3 +60,11 @@ def test_the_journal_read_back_at_a_start() -> None:
     ]
     assert loglines.replayed(Replayed(finished=["s1"], in_progress=[], warnings=[]), [])[-1] == (
         "INFO", "journal: 1 finished snapshot(s) rebuilt, 0 still in progress taken back (none)")
+
+
+def test_a_periodic_snapshot_not_started() -> None:
+    from snapmesh.protocol.controller.refusals import TooManySnapshots
+
+    assert loglines.skipped(TooManySnapshots("2 snapshots in progress, the limit is 2")) == (
+        "WARNING", "periodic snapshot skipped: 2 snapshots in progress, the limit is 2")
+    assert loglines.skipped(OSError("disk full")) == ("ERROR", "periodic snapshot: disk full")

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from snapmesh.settings import config
-from snapmesh.settings.agreement import disagreement
+from snapmesh.protocol.retry import Failed
+from snapmesh.settings.agreement import Agreement, disagreement
+from snapmesh.v1 import snapmesh_pb2 as pb
 
 GOOD = """\
 data_dir = "data"
@@ -208,6 +210,17 @@ def test_a_node_that_runs_another_snapshot_mode_or_app_is_a_disagreement_in_word
     ring = config.with_app(cfg, "token_ring:app")
     assert disagreement(ring, "b", "classic", "token_ring:app") == ""
     assert "the controller runs token_ring:app but node 'a' runs the bank" in disagreement(ring, "a", "", "")
+
+
+def test_the_start_up_check_asks_again_who_did_not_answer_and_stops_at_the_first_disagreement(tmp_path):
+    cfg = config.load(write(tmp_path, GOOD), env={})
+    agreement = Agreement(cfg, ["b", "a"])
+    assert agreement.to_ask() == ["a", "b"] and not agreement.done
+    assert agreement.answered("a", Failed("UNAVAILABLE", "down")) == ""  # asked again next round
+    assert agreement.answered("b", pb.NodeStateResponse()) == ""  # "": classic, the bank
+    assert agreement.to_ask() == ["a"] and not agreement.done
+    assert "node 'a' runs 'overtake'" in agreement.answered("a", pb.NodeStateResponse(snapshot_mode="overtake"))
+    assert agreement.done
 
 
 def test_the_controllers_flags_override_the_files_settings_and_none_keeps_them() -> None:

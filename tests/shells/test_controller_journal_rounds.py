@@ -78,16 +78,20 @@ async def _one_round_each(tmp_path) -> None:
     sent: list[int] = []
     engine.stubs = {n: Node(journal, sent) for n in engine.nodes}  # type: ignore[misc]
 
-    snapshot = await engine.trigger("a")
+    waiting = asyncio.create_task(engine.trigger("a", wait=True))  # answered by the machine's AnswerTrigger (W1)
+    for _ in range(500):  # until StartSnapshot left (at most 5 s)
+        if sent:
+            break
+        await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)  # StartSnapshot's task
     assert (journal.syncs, journal.records) == (1, 1), "the trigger did not cost exactly one round"
     assert sent == [1], "StartSnapshot left before the Started record was durable"
 
-    sid = snapshot.snapshot_id
+    (sid,) = engine.machine.ids()
     await engine.report(state(sid, "a", 60))
     assert (journal.syncs, journal.records) == (2, 2)
     completing = asyncio.create_task(engine.report(state(sid, "b", 40)))
-    finished = await asyncio.wait_for(engine.wait_finished(sid), 10)
+    finished = await asyncio.wait_for(waiting, 10)
     assert finished.status == pb.Snapshot.COMPLETE, finished.reason
     await completing
     assert journal.records == 4, "the report's record and the outcome were not both journaled"

@@ -95,10 +95,16 @@ class AnswerRestore:
 
 
 @dataclass(frozen=True, slots=True)
+class AnswerTrigger:
+    calls: tuple[Hashable, ...]
+    outcome: pb.Snapshot | Exception
+
+
+@dataclass(frozen=True, slots=True)
 class Retire:
     snapshot_id: str
 
 
-Effect = (Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt | RestoreDone | AnswerRestore | Retire
-          | File | Forget)
+Effect = (Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt | RestoreDone | AnswerRestore
+          | AnswerTrigger | Retire | File | Forget)
 Call = StartAt | AbortAt | RestoreAt  # the effects that call a node

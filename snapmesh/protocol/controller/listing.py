@@ -21,6 +21,9 @@ L4. GetSnapshot refuses (RESOURCE_EXHAUSTED) an answer larger than the client
     GetSnapshotChunks sends its encoding in pieces of CHUNK_BYTES (`chunks`).
 L5. A snapshot whose stored files are damaged is DATA_LOSS, not NOT_FOUND, and
     is not restored (`Damaged` says so).
+L6. A snapshot is looked up in the machine's working set first, then (a read of
+    the disk) in the store (`find`); one neither has is NOT_FOUND, or L5's
+    DATA_LOSS when its files were found damaged (`look_up`).
 
 Pure: no file, socket or clock; the servicer hands in the ids and the snapshots.
 """
@@ -134,6 +137,30 @@ def check_size(snapshot_id: str, size: int, max_bytes: int) -> None:
     """TooLarge for a GetSnapshot answer of `size` bytes the client does not take (L4)."""
     if problem := too_large(snapshot_id, size, max_bytes):
         raise TooLarge(problem)
+
+
+def find(
+    snapshot_id: str, held: Callable[[str], pb.Snapshot], load: Callable[[str], pb.Snapshot | None] | None,
+) -> pb.Snapshot | None:
+    """The working set's snapshot (`held` raises UnknownSnapshot when it has none),
+    else (with `load`) the store's; None when neither has it (L6)."""
+    try:
+        return held(snapshot_id)
+    except UnknownSnapshot:
+        return load(snapshot_id) if load is not None else None
+
+
+def look_up(
+    snapshot_id: str, held: Callable[[str], pb.Snapshot], load: Callable[[str], pb.Snapshot | None],
+    damaged: Callable[[str], str | None],
+) -> pb.Snapshot:
+    """`find`'s snapshot; UnknownSnapshot when there is none, Damaged when its files
+    were found damaged (`damaged`: why, None or "" when they were not) (L5, L6)."""
+    if (snapshot := find(snapshot_id, held, load)) is None:
+        if why := damaged(snapshot_id):
+            raise Damaged(snapshot_id, why)
+        raise UnknownSnapshot(f"no snapshot {snapshot_id!r}")
+    return snapshot
 
 
 def chunks(snapshot: pb.Snapshot) -> list[pb.SnapshotChunk]:

@@ -8,6 +8,7 @@ and tests grep them), so they change only on purpose.
 from __future__ import annotations
 
 from snapmesh.protocol.controller.effects import AbortAt, Call, Effect, Finished, RestoreDone
+from snapmesh.protocol.controller.refusals import TooManySnapshots
 from snapmesh.protocol.controller.replay import Replayed
 from snapmesh.protocol.retry import Failed
 from snapmesh.protocol.controller.tracker import COMPLETE, duration_s
@@ -61,3 +62,11 @@ def replayed(taken: Replayed, warnings: list[str]) -> list[Line]:
             f"progress taken back ({', '.join(taken.in_progress) or 'none'})"
         )))
     return lines
+
+
+def skipped(error: Exception) -> tuple[str, str]:
+    """The line for a periodic snapshot not started: at the admission limit a
+    skipped tick (the next one tries again), else a start not journaled (OSError)."""
+    if isinstance(error, TooManySnapshots):
+        return "WARNING", f"periodic snapshot skipped: {error}"
+    return "ERROR", f"periodic snapshot: {error}"

@@ -6,12 +6,12 @@ or writes a file: time comes in as `Now`, and what is to happen comes out as
 effects, taken with `drain()` after each event.
 
 Events in:
-  trigger(snapshot_id, initiator, now, broadcast=False)
+  trigger(snapshot_id, initiator, now, broadcast=False, call=None)
                                          a snapshot starts at `initiator`, or with
                                          `broadcast` at every node (B1) (raises
                                          UnknownInitiator, A2, or TooManySnapshots at
                                          the admission limit `max_concurrent`, A1,
-                                         changing nothing)
+                                         changing nothing); a `call` waits for its end (W1)
   start_failed(snapshot_id, reason, now) StartSnapshot (or journaling the start) failed
   start_unreachable(snapshot_id, node, detail, now)
                                          StartSnapshot at `node` failed: the reason names it
@@ -38,14 +38,16 @@ Events in:
   filed(snapshot_id)                     the snapshot's compact file is written (it may leave memory)
 
 Reads (no change): get(id), all(), ids(), status(id), in_progress, to_resume,
-topology, deadline_s; shells read through these, not through `tracker`.
+topology, deadline_s, timer(now); shells read through these, not through `tracker`.
 
 Effects out (in order; the shell carries them out in that order):
   Journal(record)        append this record; every effect after it in the same
                          drain shows the change, so it waits until the record is durable
   Barrier()              wait until everything journaled so far is durable
   StartAt(node, sid, epoch)   send StartSnapshot
-  Finished(snapshot)     a snapshot ended: metrics, waiters and watchers, its file
+  Finished(snapshot)     a snapshot ended: metrics, watchers, its file
+  AnswerTrigger(calls, outcome)  answer these TriggerSnapshot calls (W1): the snapshot
+                         ended, or the error that kept its end from being durable
   AbortAt(node, sid, reason)  a FAILED snapshot: send AbortSnapshot to this node
                          (one per node of the topology, after its Finished)
   Publish(snapshot)      show the snapshot's new state to watchers
@@ -73,6 +75,12 @@ K1. The finished snapshots older than the N newest COMPLETE ones (ids sort in
     once another restore replaced it). The rule runs on every COMPLETE (its
     Retire effects follow its Finished) and once after a restart (`replayed`),
     so the files of snapshots that are not worth keeping are never filed again.
+
+Waiting for a snapshot's end (TriggerSnapshot with wait):
+W1. A trigger's `call` is answered by the snapshot's end, right after its Finished
+    (so once its outcome is durable): AnswerTrigger(calls, snapshot). The call is
+    named at the trigger, so no snapshot can end before its wait began; one whose
+    end cannot be journaled answers the error (J3).
 
 Restart (`loaded`, then `replayed`): rules S1-S4 in replay.py, which decides what
 is filed again and what is forgotten; no shell touches the tracker for it.
@@ -112,7 +120,7 @@ J1. A snapshot whose Started record is not durable fails ("cannot journal the st
 J2. A restore whose Restored record is not durable settles with the error: its
     calls are answered the error, and a retry of its key gets the restore as it was.
 J3. A call that joined under a key whose Joined record is not durable, and a call
-    whose answer was not carried out, is answered the error.
+    whose answer (AnswerRestore, AnswerTrigger) was not carried out, is answered the error.
 """
 
 from __future__ import annotations
@@ -121,8 +129,11 @@ from collections.abc import Hashable, Iterable
 
 from snapmesh.protocol.controller import journal, replay, restoregate
 from snapmesh.protocol.controller.effects import (
-    RESTORE, AbortAt, AnswerRestore, Barrier, Call, Effect, Finished, Journal, Publish, RestoreAt, RestoreDone, Retire,
-    StartAt, start_retry,
+    RESTORE, AbortAt, AnswerRestore, AnswerTrigger, Barrier, Call, Effect, Finished, Journal, Publish, RestoreAt,
+    RestoreDone, Retire, StartAt, start_retry,
+)
+from snapmesh.protocol.controller.refusals import (  # noqa: F401  (the shells' ctl.TooManySnapshots...)
+    StaleReport, TooManySnapshots, UnknownInitiator, stale_report,
 )
 from snapmesh.protocol.controller.replay import File, Forget, Replayed  # noqa: F401  (File: the shells' ctl.File)
 from snapmesh.protocol.controller.restoreplan import plan, problem, with_app_fields
@@ -130,40 +141,6 @@ from snapmesh.protocol.controller.tracker import COMPLETE, Now, Reported, Tracke
 from snapmesh.protocol.retry import Failed
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
-
-
-# ------------------------------------------------------------------ refusals
-
-
-class TooManySnapshots(Exception):
-    """A trigger at the admission limit (A1): nothing started or journaled."""
-
-    code = "RESOURCE_EXHAUSTED"
-
-
-class UnknownInitiator(Exception):
-    """A trigger naming a node outside the topology (A2): nothing started or journaled."""
-
-    code = "INVALID_ARGUMENT"
-
-
-class StaleReport(TrackerError):
-    """A report from an epoch before the cluster's (a node not restored yet, or a
-    message from before a restore): refused, changing nothing."""
-
-    code = "FAILED_PRECONDITION"
-
-
-
-
-# ------------------------------------------------------------------ refusal reasons
-
-
-def stale_report(report_epoch: int, epoch: int) -> str:
-    """Why a report of `report_epoch` is refused in cluster epoch `epoch` ("" when it is not)."""
-    if report_epoch and report_epoch < epoch:
-        return f"a report from epoch {report_epoch}; the cluster is in epoch {epoch}"
-    return ""
 
 
 # ------------------------------------------------------------------ the machine
@@ -199,6 +176,7 @@ class Controller:
         self._parts: dict[str, pb.RestoreStateRequest] = {}  # the running restore's, by node
         self._answers: dict[str, pb.RestoreStateResponse | str] = {}
         self._calls: dict[Hashable, str] = {}  # the calls the running restore answers (R5), with their keys
+        self._waiting: dict[str, Hashable] = {}  # W1: by snapshot, the TriggerSnapshot call its end answers
         self._effects: list[Effect] = []
 
     @property
@@ -212,7 +190,9 @@ class Controller:
 
     # -- snapshots
 
-    def trigger(self, snapshot_id: str, initiator: str, now: Now, *, broadcast: bool = False) -> pb.Snapshot:
+    def trigger(
+        self, snapshot_id: str, initiator: str, now: Now, *, broadcast: bool = False, call: Hashable = None,
+    ) -> pb.Snapshot:
         nodes = self.tracker.topology.nodes
         if initiator not in nodes:  # A2
             raise UnknownInitiator(f"unknown initiator {initiator!r} (nodes: {', '.join(nodes)})")
@@ -220,6 +200,8 @@ class Controller:
         if self.max_concurrent and running >= self.max_concurrent:  # A1
             raise TooManySnapshots(f"{running} snapshots in progress, the limit is {self.max_concurrent}{self._raise_limit}")
         snapshot = self.tracker.start(snapshot_id, initiator, now)
+        if call is not None:  # W1
+            self._waiting[snapshot_id] = call
         starts = [initiator]
         if broadcast:  # B1
             starts += [n for n in self.tracker.topology.nodes if n != initiator]
@@ -278,6 +260,11 @@ class Controller:
     def next_deadline(self) -> float | None:
         return self.tracker.next_deadline()
 
+    def timer(self, now: float) -> float | None:
+        """Seconds from `now` (monotonic) until `tick` is due, 0 when it is already (None: no deadline)."""
+        deadline = self.tracker.next_deadline()
+        return None if deadline is None else max(0.0, deadline - now)
+
     def filed(self, snapshot_id: str) -> None:
         """The snapshot's compact file is written: its records are dead, and past the
         working set it may leave memory."""
@@ -322,6 +309,8 @@ class Controller:
         wall = snapshot.finished_at.ToNanoseconds() / 1e9
         record = journal.Finished(snapshot_id=snapshot.snapshot_id, status=snapshot.status, reason=snapshot.reason, wall=wall)
         self._effects += [Journal(record), Finished(snapshot)]
+        if (call := self._waiting.pop(snapshot.snapshot_id, None)) is not None:  # W1
+            self._effects.append(AnswerTrigger((call,), snapshot))
         if snapshot.status != COMPLETE:  # every node drops its recording (it may be one that never heard)
             sid, reason = snapshot.snapshot_id, snapshot.reason
             self._effects += [AbortAt(node, sid, reason) for node in self.tracker.topology.nodes]
@@ -447,8 +436,8 @@ class Controller:
                 for c in calls:
                     del self._calls[c]
                 self._effects += [AnswerRestore(calls, error)] if calls else []
-            elif isinstance(effect, AnswerRestore):
-                self._effects.append(AnswerRestore(effect.calls, error))
+            elif isinstance(effect, (AnswerRestore, AnswerTrigger)):
+                self._effects.append(type(effect)(effect.calls, error))
 
     # -- after a restart
 
