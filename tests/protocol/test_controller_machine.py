@@ -511,3 +511,23 @@ def test_a_restart_files_again_only_what_retention_keeps() -> None:
     assert again.drain() == [M.Forget("s3"), M.File(again.get("s4")), M.Retire("s1"), M.Retire("s2")]
     assert (replayed.finished, replayed.filed) == (["s4"], ["s3"])  # retired: neither filed again nor kept
     assert _kept(0).replayed(records, T0).finished == ["s2", "s4"]
+
+
+def test_a_client_start_names_its_snapshot_in_start_order_and_draws_an_initiator_only_when_none_is_given() -> None:
+    import random
+
+    from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
+
+    topology = Topology.build(["a", "b", "c"], None)
+    m = M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0), rng=random.Random(7))
+    named = m.start("b", T0)
+    drawn = [m.start("", T0) for _ in range(30)]  # the same wall clock: each id still after the last
+    ids = [named.snapshot_id, *(s.snapshot_id for s in drawn)]
+    assert named.initiator == "b" and all(snapshot_id_problem(sid) == "" for sid in ids)
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert {s.initiator for s in drawn} == {"a", "b", "c"}  # drawn from the topology, every node in 30 draws
+    assert m.tracker.ids() == sorted(ids)
+    with pytest.raises(M.UnknownInitiator):  # a named initiator is checked as `trigger` checks it (A2)
+        m.start("zz", T0)
+    again = M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0), rng=random.Random(7))
+    assert [again.start("", T0).initiator for _ in range(31)][1:] == [s.initiator for s in drawn]  # the seed decides

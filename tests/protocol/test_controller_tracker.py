@@ -293,6 +293,12 @@ def test_start_times_move_forward_within_one_tick_and_when_the_clock_steps_back(
     assert starts.start(T0 + 10, b"\x00")[1] == T0 + 10  # a clock ahead is taken as it is
 
 
+def test_many_starts_within_one_tick_each_get_their_own_microsecond_in_start_order():
+    starts = StartClock()  # a float of ~1.7e9 s plus 1e-6 per start drifted: the 13th shared the 12th's microsecond
+    ids = [starts.start(T0, bytes([255 - i]))[0] for i in range(200)]
+    assert ids == sorted(ids) and len({sid.split("Z-")[0] for sid in ids}) == 200
+
+
 # ------------------------------------------------------------ overtake mode
 
 

@@ -125,6 +125,7 @@ J3. A call that joined under a key whose Joined record is not durable, and a cal
 
 from __future__ import annotations
 
+import random
 from collections.abc import Hashable, Iterable
 
 from snapmesh.protocol.controller import journal, replay, restoregate
@@ -137,6 +138,7 @@ from snapmesh.protocol.controller.refusals import (  # noqa: F401  (the shells' 
 )
 from snapmesh.protocol.controller.replay import File, Forget, Replayed  # noqa: F401  (File: the shells' ctl.File)
 from snapmesh.protocol.controller.restoreplan import plan, problem, with_app_fields
+from snapmesh.protocol.controller.snapshot_ids import StartClock
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
 from snapmesh.protocol.retry import Failed
 from snapmesh.protocol.topology import Topology
@@ -156,6 +158,7 @@ class Controller:
         max_concurrent: int = 0,  # A1: at most this many snapshots in progress (0: no limit)
         keep: int = 0,  # K1: the COMPLETE snapshots whose files are kept (0: all)
         cluster_file: str = "",  # the file that sets the limits: A1's refusal says how to raise it ("": it does not)
+        rng: random.Random | None = None,  # draws `start`'s initiator and id suffix (default: seeded by the OS)
     ) -> None:
         if max_concurrent < 0:
             raise ValueError(f"max_concurrent must not be negative, got {max_concurrent}")
@@ -178,6 +181,8 @@ class Controller:
         self._calls: dict[Hashable, str] = {}  # the calls the running restore answers (R5), with their keys
         self._waiting: dict[str, Hashable] = {}  # W1: by snapshot, the TriggerSnapshot call its end answers
         self._effects: list[Effect] = []
+        self._rng = rng or random.Random()
+        self._starts = StartClock()  # ids in start order
 
     @property
     def epoch(self) -> int:
@@ -189,6 +194,13 @@ class Controller:
         return effects
 
     # -- snapshots
+
+    def start(self, initiator: str, now: Now, *, broadcast: bool = False, call: Hashable = None) -> pb.Snapshot:
+        """A client's trigger: at `initiator`, or ("") at a node drawn at random; its id
+        is the start time (each after the last: StartClock) and random bytes. Then `trigger`."""
+        initiator = initiator or self._rng.choice(self.tracker.topology.nodes)
+        snapshot_id, wall = self._starts.start(now.wall, self._rng.randbytes(4))
+        return self.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall), broadcast=broadcast, call=call)
 
     def trigger(
         self, snapshot_id: str, initiator: str, now: Now, *, broadcast: bool = False, call: Hashable = None,

@@ -19,7 +19,10 @@ def new_snapshot_id(now: float, suffix: Iterable[int]) -> str:
     `suffix` is random bytes from the caller, so ids stay unique across restarts
     and several controllers without the tracker drawing randomness itself.
     """
-    micros = int(round(now * 1_000_000))
+    return _id_at(int(round(now * 1_000_000)), suffix)
+
+
+def _id_at(micros: int, suffix: Iterable[int]) -> str:
     whole, fraction = divmod(micros, 1_000_000)
     return f"{_utc_stamp(whole)}.{fraction:06d}Z-{bytes(suffix).hex()}"
 
@@ -30,12 +33,12 @@ class StartClock:
     the wall clock stepped back."""
 
     def __init__(self) -> None:
-        self._last = 0.0
+        self._last = 0  # in whole microseconds: adding 1e-6 to a float of 1.7e9 s drifts, and two starts could share one
 
     def start(self, wall: float, suffix: Iterable[int]) -> tuple[str, float]:
-        """The next snapshot's id and start time, at the wall clock's `wall` or just after the last start."""
-        self._last = max(wall, self._last + 1e-6)
-        return new_snapshot_id(self._last, suffix), self._last
+        """The next snapshot's id and start time, at the wall clock's `wall` or a microsecond after the last start."""
+        self._last = max(int(round(wall * 1_000_000)), self._last + 1)
+        return _id_at(self._last, suffix), self._last / 1_000_000
 
 
 SNAPSHOT_ID_MAX = 64
