@@ -10,13 +10,13 @@ from snapmesh.protocol.controller import measures as m
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
-def finished(status: int, nodes: dict[str, tuple[int, int, int, int, int]] = {}, *, at_s: int = 1_700_000_000,
+def finished(status: int, nodes: dict[str, tuple[int, int, int, int, int]] | None = None, *, at_s: int = 1_700_000_000,
              size: int = 0) -> pb.Snapshot:
     snapshot = pb.Snapshot(snapshot_id="s1", status=status)
     snapshot.started_at.FromSeconds(at_s - 2)
     snapshot.finished_at.FromSeconds(at_s)
     snapshot.stats.state_size_bytes = size
-    for node, (delay, recording, report, messages, nbytes) in nodes.items():
+    for node, (delay, recording, report, messages, nbytes) in (nodes or {}).items():
         snapshot.stats.nodes.add(node_id=node, start_delay_ms=delay, recording_duration_ms=recording,
                                  report_time_ms=report, in_flight_messages=messages, in_flight_bytes=nbytes)
     return snapshot
