@@ -12,6 +12,8 @@ Events in:
                                          UnknownInitiator, A2, or TooManySnapshots at
                                          the admission limit `max_concurrent`, A1,
                                          changing nothing); a `call` waits for its end (W1)
+  start(initiator, now, broadcast, call) a client's trigger: the machine names the snapshot
+                                         and ("" initiator) draws the node (`rng`), then `trigger`
   start_failed(snapshot_id, reason, now) StartSnapshot (or journaling the start) failed
   start_unreachable(snapshot_id, node, detail, now)
                                          StartSnapshot at `node` failed: the reason names it
