@@ -8,9 +8,9 @@ deadline (aioquic's get_timer). Each effect first moves its metrics (one table,
 `ControllerMetrics.carried_out`) and says its log line (`loglines.of`), then:
 
     Journal(record)    -> the journal file (group-committed), appended at once so the
-                          journal's order is the machine's, a step's records together
-                          (one round); every later effect of the step waits until
-                          the record is durable
+                          journal's order is the machine's and a step's records share
+                          one round (its writer takes the queue only between steps);
+                          every later effect of the step waits until the record is durable
     Barrier()          -> the same, for everything journaled so far
     Publish(snapshot)  -> the WatchSnapshots watchers
     StartAt, AbortAt, RestoreAt -> the call it names (`rpc`, `request`) at its
@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 import grpc
 
 from snapmesh.services.controller import journal as J
-from snapmesh.services.controller.metrics import ControllerMetrics, time_until_durable
+from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import listing, loglines, restoregate
@@ -161,14 +161,13 @@ class ControllerEngine:
         the durability of the records before it. Await the task (shielded: a caller
         that goes away does not stop the step) to answer once all of it is durable."""
         steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]] = []
-        with self.journal.together():  # one step, one log round
-            for effect in self.machine.drain():
-                durable = None
-                if isinstance(effect, ctl.Journal):
-                    durable = self._tail = self.journal.append(effect.record)
-                elif isinstance(effect, ctl.Barrier):
-                    durable = self._tail = self.journal.barrier()
-                steps.append((effect, durable))
+        for effect in self.machine.drain():  # no await: one step, one log round
+            durable = None
+            if isinstance(effect, ctl.Journal):
+                durable = self._tail = self.journal.append(effect.record)
+            elif isinstance(effect, ctl.Barrier):
+                durable = self._tail = self.journal.barrier()
+            steps.append((effect, durable))
         self._arm()
         return self.spawn(self._in_order(steps))
 
@@ -235,9 +234,8 @@ class ControllerEngine:
         at = Now(mono=now.mono, wall=wall)
         snapshot = self._fed(self.machine.trigger, snapshot_id, initiator, at, broadcast=broadcast, call=call)
         answer = None if call is None else self._answer(call)
-        step = self.carry_out()
-        time_until_durable(self.metrics.journal_wait, "trigger", self._tail, now.mono, lambda: self._clock().mono)
-        await asyncio.shield(step)  # OSError: the machine failed the snapshot (J1)
+        await asyncio.shield(self.carry_out())  # OSError: the machine failed the snapshot (J1)
+        self.metrics.journal_wait.labels(step="trigger").observe(self._clock().mono - now.mono)
         log.info("snapshot %s started at %s", snapshot_id, "every node" if broadcast else initiator)
         return snapshot if answer is None else await asyncio.shield(answer)
 
@@ -252,10 +250,9 @@ class ControllerEngine:
         OSError when it cannot be journaled."""
         now = self._clock()
         snapshot, duplicate = self._fed(self.machine.reported, state, now)
-        step = self.carry_out()
+        await asyncio.shield(self.carry_out())
         if snapshot.status == COMPLETE and not duplicate:  # the report's record and the outcome, in one round
-            time_until_durable(self.metrics.journal_wait, "complete", self._tail, now.mono, lambda: self._clock().mono)
-        await asyncio.shield(step)
+            self.metrics.journal_wait.labels(step="complete").observe(self._clock().mono - now.mono)
 
     def _fed(self, event: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """The machine's `event`; a refusal it raises is counted (metrics.refused), then raised."""

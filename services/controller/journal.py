@@ -10,15 +10,18 @@ and the file is rewritten with only the live ones when it has grown past
 `ROTATE_BYTES` and is mostly dead (which frames are live and when to rewrite:
 `LiveFrames`, pure).
 
-One thread writes: every append queued while an fdatasync runs goes into the
-next one (group commit). The records of one step (a completing report's and
-the outcome) are appended `together`, so they share one fdatasync: a step
-costs one log round, never two. A rewrite runs after the round's waiters
-have heard, so it is never on their path. `syncs` and `records` count the
-rounds and the records in them (the controller's metrics read them). A torn or corrupt frame (a crash mid-write) ends the
-journal: reading stops there and the file is cut back to the last good frame.
-After a failed write or fdatasync nothing more is written (retrying fsync is not
-safe): every later append fails with the same error (`LiveFrames.failed`, pure).
+One task on the event loop writes: it takes the whole queue, writes and
+fdatasyncs it in a thread, and every append queued meanwhile goes into the next
+round (group commit). Appends are made by synchronous code on the loop and the
+queue is taken only when the writer runs there, so a step's records (a
+completing report's and the outcome, all one `carry_out` appends) always share
+one fdatasync: a step costs one log round, never two. A rewrite runs after the
+round's waiters have heard, so it is never on their path. `on_round` hears how
+many records each round made durable (the controller's metrics). A torn or
+corrupt frame (a crash mid-write) ends the journal: reading stops there and the
+file is cut back to the last good frame. After a failed write or fdatasync
+nothing more is written (retrying fsync is not safe): every later append fails
+with the same error (`LiveFrames.failed`, pure).
 """
 
 from __future__ import annotations
@@ -26,9 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from snapmesh.protocol.controller.journal import LiveFrames, Record, decode_all, encode
@@ -43,20 +44,20 @@ ROTATE_BYTES = 32 * 1024 * 1024
 
 
 class Journal:
-    """The journal file and its one writer thread. `append` and `forget` are
-    called from the event loop; futures resolve there once the bytes are on disk."""
+    """The journal file and its one writer task. `append` and `forget` are called
+    on the event loop; futures resolve there once the bytes are on disk."""
 
-    def __init__(self, path: Path, *, rotate_bytes: int = ROTATE_BYTES) -> None:
+    def __init__(self, path: Path, *, rotate_bytes: int = ROTATE_BYTES,
+                 on_round: Callable[[int], None] | None = None) -> None:
         self.path = Path(path)
         self._fd = -1
         self._live = LiveFrames(rotate_bytes)  # which frames matter, when to rewrite (pure)
         self._queue: list[tuple[str, bytes | None, asyncio.Future[None] | None]] = []  # LiveFrames.take's, and who waits
-        self._cond = threading.Condition()
+        self._wake = asyncio.Event()  # set by `_put` and `close`
         self._closing = False
-        self._thread: threading.Thread | None = None
+        self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.syncs = 0  # fdatasync rounds of appended records (a rewrite's own syncs are not one)
-        self.records = 0  # records made durable by them
+        self._on_round = on_round  # a round's records, once durable (a rewrite's own syncs are not a round)
 
     def open(self) -> tuple[list[Record], list[str]]:
         """Read what is there (cutting off a torn tail), then start appending."""
@@ -73,8 +74,7 @@ class Journal:
         os.lseek(self._fd, good, os.SEEK_SET)
         self._live.read(data[:good], records)
         self._loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._run, name="controller-journal", daemon=True)
-        self._thread.start()
+        self._task = self._loop.create_task(self._run(), name="controller-journal")
         return records, warnings
 
     def append(self, record: Record) -> asyncio.Future[None]:
@@ -85,13 +85,6 @@ class Journal:
         """Resolves once everything appended so far is durable."""
         return self._put("", b"")
 
-    @contextmanager
-    def together(self) -> Iterator[None]:
-        """Every append inside goes into one round: the writer cannot take the
-        queue between them (a loop thread descheduled mid-step would split it)."""
-        with self._cond:
-            yield
-
     def forget(self, snapshot_id: str) -> None:
         """The snapshot is in its file: its records need not survive the next rewrite."""
         self._put(snapshot_id, None)
@@ -99,59 +92,62 @@ class Journal:
     def _put(self, sid: str, frame: bytes | None) -> asyncio.Future[None]:
         assert self._loop is not None, "journal not open"
         future = self._loop.create_future() if frame is not None else None
-        with self._cond:
-            if self._live.broken is not None and future is not None:
-                future.set_exception(self._live.broken)
-                return future
-            self._queue.append((sid, frame, future))
-            self._cond.notify()
+        if self._live.broken is not None and future is not None:
+            future.set_exception(self._live.broken)
+            return future
+        self._queue.append((sid, frame, future))
+        self._wake.set()
         return future  # type: ignore[return-value]
 
     async def close(self) -> None:
-        with self._cond:
-            self._closing = True
-            self._cond.notify()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """What is queued is written, then the writer ends and the file is closed."""
+        self._closing = True
+        self._wake.set()
+        try:
+            if self._task is not None:
+                await self._task
+        finally:
+            self._task = None
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
-    # -- the writer thread
+    # -- the writer task
 
-    def _run(self) -> None:
+    async def _run(self) -> None:
         while True:
-            with self._cond:
-                while not self._queue and not self._closing:
-                    self._cond.wait()
-                batch, self._queue = self._queue, []
-                if not batch and self._closing:
+            if not self._queue:
+                if self._closing:
                     return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch, self._queue = self._queue, []  # appends from now on: the next round
             if self._live.broken is None:
-                self._failing(self._write, batch)
+                data = self._live.take((sid, frame) for sid, frame, _ in batch)
+                if data and await self._failing(self._write, data) and self._on_round is not None:
+                    self._on_round(sum(1 for _, frame, _ in batch if frame))
             for _, _, future in batch:
                 if future is not None:
-                    self._loop.call_soon_threadsafe(_settle, future, self._live.broken)
-            if self._live.rewrite_due():
-                self._failing(self._rewrite)
+                    _settle(future, self._live.broken)
+            if self._live.rewrite_due():  # the round's waiters heard first
+                await self._failing(self._rewrite)
 
-    def _failing(self, write, *args) -> None:
+    async def _failing(self, write: Callable[..., None], *args: object) -> bool:
+        """`write(*args)` in a thread; False (the journal broken) when it raised OSError."""
         try:
-            write(*args)
+            await asyncio.to_thread(write, *args)
         except OSError as exc:
             log.error("journal %s: write failed, appending nothing more: %s", self.path, exc)
-            with self._cond:
-                self._live.failed(exc)
+            self._live.failed(exc)
+            return False
+        return True
 
-    def _write(self, batch) -> None:
-        data = self._live.take((sid, frame) for sid, frame, _ in batch)
+    def _write(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view):]
-        if data:
-            os.fdatasync(self._fd)
-            self.syncs += 1
-            self.records += sum(1 for _, frame, _ in batch if frame)
+        os.fdatasync(self._fd)
 
     def _rewrite(self) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")

@@ -6,23 +6,21 @@ them out (`carried_out`), and the refusals it raises (`refused`).
 Two steps of a snapshot wait for the journal: the trigger (StartSnapshot leaves
 once the Started record is durable) and the completing report (COMPLETE is shown
 and answered once the report's record and the outcome are). Each should cost one
-log round (services/controller/journal.py appends a step's records together):
+log round (services/controller/journal.py: a step's records share one round):
 
   snapmesh_controller_journal_wait_seconds{step}  the step received -> its records durable
   snapmesh_controller_journal_syncs_total         fdatasync rounds of the journal
   snapmesh_controller_journal_records_total       records made durable by them
 
-The counts are the journal writer's own (`Journal.syncs`, `Journal.records`),
-read when scraped (`JournalCounts`), so its thread touches no metric.
+The engine observes the wait once the step's records are durable; the journal's
+writer task moves the counts after each round (`journal_round`, on the loop).
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
 
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller.tracker import COMPLETE, duration_s
@@ -49,11 +47,6 @@ PER_NODE = (
 JOURNAL_STEPS = ("trigger", "complete")
 # Finer than the snapshot histograms at the low end: one round is an fdatasync (0.1-10 ms).
 JOURNAL_WAIT_SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
-# The journal's counts, each a name, its help and the Journal attribute it reads.
-JOURNAL_COUNTS = (
-    ("snapmesh_controller_journal_syncs", "fdatasync rounds of the controller's journal", "syncs"),
-    ("snapmesh_controller_journal_records", "Records the controller's journal made durable", "records"),
-)
 
 
 # Every other metric of the controller: the attribute that holds it, its kind, name and
@@ -78,10 +71,13 @@ METRICS = (
     ("restores", Counter, "snapmesh_restores_total", "Finished restores by outcome", ("status", ("RESTORED", "FAILED"))),
     ("refused_triggers", Counter, "snapmesh_snapshot_triggers_refused_total",
      "TriggerSnapshot calls (and periodic ticks) refused at the limit of snapshots in progress", None),
-    # The trigger's and COMPLETE's journal hops.
+    # The journal: the trigger's and COMPLETE's hops, and its rounds (moved by `journal_round`).
     ("journal_wait", Histogram, "snapmesh_controller_journal_wait_seconds",
      "Per step on a snapshot's critical path (trigger, complete): received to its journal records durable",
      ("step", JOURNAL_STEPS), JOURNAL_WAIT_SECONDS),
+    ("journal_syncs", Counter, "snapmesh_controller_journal_syncs_total", "fdatasync rounds of the controller's journal", None),
+    ("journal_records", Counter, "snapmesh_controller_journal_records_total",
+     "Records the controller's journal made durable", None),
 )
 
 
@@ -113,6 +109,11 @@ class ControllerMetrics:
         elif isinstance(effect, ctl.RestoreDone):
             self.restores.labels(status="RESTORED" if effect.restore.status == pb.Restore.RESTORED else "FAILED").inc()
 
+    def journal_round(self, records: int) -> None:
+        """The journal made `records` durable in one fdatasync round (its `on_round`)."""
+        self.journal_syncs.inc()
+        self.journal_records.inc(records)
+
     def refused(self, refusal: Exception) -> None:
         counter = {ctl.TooManySnapshots: self.refused_triggers, ctl.StaleReport: self.stale_reports}.get(type(refusal))
         if counter is not None:
@@ -138,30 +139,3 @@ class ControllerMetrics:
         if finished > self._last_complete_s:
             self._last_complete_s = finished
             self.last_complete.set(finished)
-
-
-def time_until_durable(histogram: Histogram, step: str, durable: asyncio.Future[None] | None, since_s: float,
-                       clock_s: Callable[[], float]) -> None:
-    """Observe `step`'s wait once `durable` resolves: `clock_s()` then, less `since_s`
-    (a record that could not be made durable is not a wait: the step failed)."""
-    if durable is None:
-        return
-
-    def settled(future: asyncio.Future[None]) -> None:
-        if not future.cancelled() and future.exception() is None:
-            histogram.labels(step=step).observe(max(0.0, clock_s() - since_s))
-
-    durable.add_done_callback(settled)
-
-
-class JournalCounts:
-    """A collector of the journal's rounds and records (register it with the controller's registry)."""
-
-    def __init__(self, journal) -> None:
-        self.journal = journal
-
-    def describe(self) -> Iterator[CounterMetricFamily]:
-        return (CounterMetricFamily(name, doc, value=0) for name, doc, _ in JOURNAL_COUNTS)
-
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        return (CounterMetricFamily(name, doc, value=getattr(self.journal, count)) for name, doc, count in JOURNAL_COUNTS)

@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.engine import ControllerEngine, system_now
-from snapmesh.services.controller.metrics import ControllerMetrics, JournalCounts
+from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.app import load_app
@@ -119,16 +119,15 @@ async def _serve_locked(
     _say(loglines.loaded(len(snapshots), str(store.compact_directory), warnings))
     missing = {s.snapshot_id: m for s in snapshots if any(m := store.missing_files(s.snapshot_id))}
     machine.loaded(snapshots, missing=missing)  # the machine decides what to file again (replay.py S2)
-    journal = J.Journal(cfg.data_dir / "controller" / "journal")
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry, [n.id for n in cfg.nodes])
+    journal = J.Journal(cfg.data_dir / "controller" / "journal", on_round=metrics.journal_round)
     writer = StoreWriter(store, on_filed=lambda sid: engine.filed(sid))  # nothing is filed before the engine starts
     try:
         records, warnings = journal.open()
         _say(loglines.replayed(machine.replayed(records, system_now()), warnings))
-        registry = CollectorRegistry()
-        registry.register(JournalCounts(journal))
         engine = ControllerEngine(
-            config=cfg, machine=machine, journal=journal, writer=writer,
-            metrics=ControllerMetrics(registry, [n.id for n in cfg.nodes]), identity=identity,
+            config=cfg, machine=machine, journal=journal, writer=writer, metrics=metrics, identity=identity,
         )
         service = ControllerService(engine)
         host = ServiceHost(

@@ -9,7 +9,6 @@ made durable the rest of the step never goes out.
 from __future__ import annotations
 
 import asyncio
-from contextlib import nullcontext
 
 import grpc
 import pytest
@@ -41,9 +40,6 @@ class HeldJournal:
 
     def barrier(self) -> asyncio.Future[None]:
         return self.append(None)
-
-    def together(self):
-        return nullcontext()
 
 
 class Node:
@@ -158,9 +154,6 @@ class Forgetting:
 
     def forget(self, snapshot_id: str) -> None:
         self.forgotten.append(snapshot_id)
-
-    def together(self):
-        return nullcontext()
 
     def discard(self, snapshot_id: str) -> None:
         self.discarded.append(snapshot_id)

@@ -210,3 +210,19 @@ def test_a_failed_sync_breaks_the_journal_and_every_later_append_fails_with_its_
     assert answers == ["No space left on device"] * 3, "an append after the failure was answered otherwise"
     # The failing round's bytes reached the file before its sync failed; nothing after them.
     assert path.stat().st_size == size + len(R.encode(RECORDS[1])), "the journal wrote after it broke"
+
+
+def test_close_writes_what_is_queued_and_is_safe_when_the_journal_never_opened(tmp_path) -> None:
+    path = tmp_path / "journal"
+
+    async def run() -> list[asyncio.Future[None]]:
+        await J.Journal(path).close()  # never opened: nothing to end, no file
+        journal = J.Journal(path)
+        journal.open()
+        queued = [journal.append(r) for r in RECORDS]  # nobody waits: close must still write them
+        await journal.close()
+        return queued
+
+    queued = asyncio.run(run())
+    assert all(f.done() and f.exception() is None for f in queued), "close ended the writer before the queue"
+    assert R.decode_all(path.read_bytes())[0] == RECORDS

@@ -5,8 +5,8 @@ two-node cluster whose nodes answer in-process: a trigger makes exactly one
 round before StartSnapshot leaves, and the completing report exactly one, its
 record and the outcome together, before COMPLETE is shown. The journal here
 sleeps after each append, as a loop thread descheduled on a busy machine
-does: the writer thread then runs between two appends of one step, and only
-appending a step's records together keeps them in one round.
+does: a writer on another thread could take the queue between two appends of
+one step; the writer is a task on the loop, so a step's appends stay in one round.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -24,7 +25,7 @@ from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.protocol.topology import Topology
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.engine import ControllerEngine
-from snapmesh.services.controller.metrics import ControllerMetrics, JournalCounts
+from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -36,18 +37,18 @@ class Descheduled(J.Journal):
 
     def append(self, record) -> asyncio.Future[None]:
         future = super().append(record)
-        time.sleep(0.02)  # the GIL is free: the writer thread may take the queue now
+        time.sleep(0.02)  # the GIL is free: a round's thread may end now, but its task waits for the loop
         return future
 
 
 class Node:
     """Answers StartSnapshot, noting how many journal rounds were durable when it was sent."""
 
-    def __init__(self, journal: J.Journal, sent: list[int]) -> None:
-        self.journal, self.sent = journal, sent
+    def __init__(self, rounds: Callable[[], float | None], sent: list[float | None]) -> None:
+        self.rounds, self.sent = rounds, sent
 
     async def StartSnapshot(self, request, timeout, wait_for_ready=False):
-        self.sent.append(self.journal.syncs)
+        self.sent.append(self.rounds())
         return pb.StartSnapshotResponse()
 
 
@@ -66,17 +67,24 @@ def test_a_trigger_and_a_completing_report_each_cost_one_journal_round(tmp_path)
 
 
 async def _one_round_each(tmp_path) -> None:
-    journal = Descheduled(tmp_path / "journal")
-    journal.open()
     registry = CollectorRegistry()
-    registry.register(JournalCounts(journal))
+    metrics = ControllerMetrics(registry)
+    journal = Descheduled(tmp_path / "journal", on_round=metrics.journal_round)
+    journal.open()
     tracker = Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=30)
     engine = ControllerEngine(
         config=config.load(config.DEFAULT_CONFIG), machine=Controller(tracker), journal=journal,
-        writer=Files(), metrics=ControllerMetrics(registry),  # type: ignore[arg-type]
+        writer=Files(), metrics=metrics,  # type: ignore[arg-type]
     )
-    sent: list[int] = []
-    engine.stubs = {n: Node(journal, sent) for n in engine.nodes}  # type: ignore[misc]
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    def counts() -> tuple[float | None, float | None]:  # (rounds, records)
+        return value("snapmesh_controller_journal_syncs_total"), value("snapmesh_controller_journal_records_total")
+
+    sent: list[float | None] = []
+    engine.stubs = {n: Node(lambda: counts()[0], sent) for n in engine.nodes}  # type: ignore[misc]
 
     waiting = asyncio.create_task(engine.trigger("a", wait=True))  # answered by the machine's AnswerTrigger (W1)
     for _ in range(500):  # until StartSnapshot left (at most 5 s)
@@ -84,24 +92,19 @@ async def _one_round_each(tmp_path) -> None:
             break
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)  # StartSnapshot's task
-    assert (journal.syncs, journal.records) == (1, 1), "the trigger did not cost exactly one round"
+    assert counts() == (1, 1), "the trigger did not cost exactly one round"
     assert sent == [1], "StartSnapshot left before the Started record was durable"
 
     (sid,) = engine.machine.ids()
     await engine.report(state(sid, "a", 60))
-    assert (journal.syncs, journal.records) == (2, 2)
+    assert counts() == (2, 2)
     completing = asyncio.create_task(engine.report(state(sid, "b", 40)))
     finished = await asyncio.wait_for(waiting, 10)
     assert finished.status == pb.Snapshot.COMPLETE, finished.reason
     await completing
-    assert journal.records == 4, "the report's record and the outcome were not both journaled"
-    assert journal.syncs == 3, f"the completing report cost {journal.syncs - 2} rounds, not one"
-
-    def value(name: str, **labels: str) -> float | None:
-        return registry.get_sample_value(name, labels)
-
-    assert value("snapmesh_controller_journal_syncs_total") == 3
-    assert value("snapmesh_controller_journal_records_total") == 4
+    syncs, records = counts()
+    assert records == 4, "the report's record and the outcome were not both journaled"
+    assert syncs == 3, f"the completing report cost {syncs - 2} rounds, not one"
     for step in ("trigger", "complete"):  # each waited for its one round: at least the 20 ms append above
         assert value("snapmesh_controller_journal_wait_seconds_count", step=step) == 1
         assert value("snapmesh_controller_journal_wait_seconds_sum", step=step) >= 0.02
@@ -111,7 +114,8 @@ async def _one_round_each(tmp_path) -> None:
 
 def test_a_journal_rewrite_is_not_on_the_path_of_the_round_that_set_it_off(tmp_path) -> None:
     """The rewrite (a whole file written, fsynced, renamed, its directory fsynced) runs
-    after the round's waiters heard: an append resolves while the rewrite still runs."""
+    after the round's waiters heard: an append resolves while the rewrite still runs.
+    What is appended meanwhile waits for the next round, into the rewritten file."""
     asyncio.run(_rewrite_after_the_round(tmp_path))
 
 
@@ -133,7 +137,14 @@ async def _rewrite_after_the_round(tmp_path) -> None:
     try:
         await asyncio.wait_for(journal.append(R.Started(snapshot_id="s2", initiator="a", wall=2.0)), 5)
         assert await asyncio.to_thread(rewriting.wait, 5), "no rewrite was set off: the test proves nothing"
+        during = journal.append(R.Started(snapshot_id="s3", initiator="a", wall=3.0))
+        await asyncio.sleep(0.05)
+        assert not during.done(), "an append was answered while the rewrite ran: it is not in the new file"
     finally:
         release.set()
-    await journal.barrier()
+    await asyncio.wait_for(during, 5)
     await journal.close()
+    again = J.Journal(tmp_path / "journal")
+    found, _ = again.open()
+    await again.close()
+    assert [r.snapshot_id for r in found] == ["s2", "s3"], "the rewrite lost a record or kept a forgotten one"
