@@ -1,28 +1,14 @@
 """The shell around the controller machine: feed `snapmesh.protocol.controller.machine.Controller` events, carry out its effects.
 
 Every input (a trigger, a report, a deadline, a restore call, a node's answer to
-its part, a StartSnapshot that failed) is one synchronous call on the machine,
-then `carry_out` takes its effects in one loop, in order (etcd/raft's Ready:
-persist, then show and send), and re-arms the one timer for the machine's next
-deadline (aioquic's get_timer). Each effect first moves its metrics (one table,
-`ControllerMetrics.carried_out`) and says its log line (`loglines.of`), then:
-
-    Journal(record)    -> the journal file (group-committed), appended at once so the
-                          journal's order is the machine's and a step's records share
-                          one round (its writer takes the queue only between steps);
-                          every later effect of the step waits until the record is durable
-    Barrier()          -> the same, for everything journaled so far
-    Publish(snapshot)  -> the WatchSnapshots watchers
-    StartAt, AbortAt, RestoreAt -> the call it names (`rpc`, `request`) at its
-                          node, tried again as its `retry` says; the answer (or
-                          what was given up on) is the machine's `called`
-    Finished(snapshot) -> the file writer, watchers
-    Retire(snapshot_id) -> the file writer deletes its files
-    File(snapshot, ...) -> the file writer writes those files (its `filed`: the machine's)
-    Forget(snapshot_id) -> the journal's records of it are dead
-    RestoreDone(restore) -> the machine hears it settled (its record is durable)
-    AnswerRestore(calls, outcome), AnswerTrigger(calls, outcome)
-                       -> those RestoreSnapshot (TriggerSnapshot) calls are answered
+a call, a file written) is one synchronous call on the machine; then `carry_out`
+takes its effects (what each asks: the machine's docstring) in one loop, in
+order, as etcd/raft's Ready is taken: persist, then show and send. A Journal
+effect is appended at once, so the journal's order is the machine's and a
+step's records share one round; every later effect of the step waits until the
+record is durable. Then the one timer is re-armed for the machine's next
+deadline (aioquic's get_timer). Each effect first moves its metrics
+(`measures.of`) and says its log line (`loglines.of`).
 
 A record that cannot be made durable (OSError) ends its step there: nothing
 after it is shown or sent, the machine hears what was not (`unjournaled`), and
@@ -36,7 +22,6 @@ import asyncio
 import itertools
 import logging
 import os
-import random
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -47,14 +32,12 @@ from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
-from snapmesh.protocol.controller import listing, loglines, restoregate
-from snapmesh.protocol.controller.snapshot_ids import StartClock
+from snapmesh.protocol.controller import listing, loglines, measures, restoregate
 from snapmesh.protocol.controller.tracker import COMPLETE, Now
-from snapmesh.serving import calls
+from snapmesh.serving import calls, credentials
 from snapmesh.serving.fanout import FanOut
-from snapmesh.serving.runtime import CLIENT_OPTIONS
+from snapmesh.serving.runtime import CLIENT_OPTIONS, say
 from snapmesh.settings import security
-from snapmesh.serving import credentials
 from snapmesh.settings.config import ClusterConfig
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -85,7 +68,6 @@ class ControllerEngine:
         writer: StoreWriter,
         metrics: ControllerMetrics,
         clock: Callable[[], Now] = system_now,
-        rng: random.Random | None = None,
         identity: security.Identity | None = None,  # None: plaintext
     ) -> None:
         self.identity = identity
@@ -94,13 +76,9 @@ class ControllerEngine:
         self.journal = journal
         self.writer = writer
         self.metrics = metrics
-        metrics.epoch.set_function(lambda: self.machine.epoch)
-        metrics.in_progress.set_function(lambda: self.machine.in_progress)
-        for snapshot in self.machine.all():  # loaded from the files and the journal
-            if snapshot.status == COMPLETE:
-                metrics.completed_at(snapshot)
+        metrics.reading(machine)
+        metrics.apply(measures.loaded(machine.all()))  # from the files and the journal
         self._clock = clock
-        self.rng = rng or random.Random()
         self.nodes = list(machine.topology.nodes)
         self.deadline_s = machine.deadline_s
         self.stubs: dict[str, pb_grpc.NodeStub] = {}
@@ -108,7 +86,6 @@ class ControllerEngine:
         self.watchers: FanOut[pb.Snapshot] = FanOut(WATCH_QUEUE, "WatchSnapshots watcher")
         self._background: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None  # at the machine's next deadline
-        self._starts = StartClock()  # ids in start order
         self._tail: asyncio.Future[None] | None = None  # the newest record's durability
         self._loop: asyncio.AbstractEventLoop | None = None  # by `start`: where the writer's `filed` goes
         self._calls = itertools.count()  # names each call the machine answers (restores, waiting triggers)
@@ -185,7 +162,7 @@ class ControllerEngine:
 
     def _effect(self, effect: ctl.Effect) -> None:
         self.metrics.carried_out(effect)
-        _say(loglines.of(effect))
+        say(log, loglines.of(effect))
         if isinstance(effect, ctl.Publish):
             self.watchers.publish(effect.snapshot)
         elif isinstance(effect, (ctl.StartAt, ctl.AbortAt, ctl.RestoreAt)):
@@ -227,16 +204,13 @@ class ControllerEngine:
         before StartSnapshot leaves and before this returns; with `wait`, return
         the snapshot once it ended, as the machine answers (W1). Raises UnknownInitiator
         (the machine's A2) or TooManySnapshots at the admission limit (A1), changing nothing."""
-        initiator = initiator or self.rng.choice(self.nodes)
         now = self._clock()
-        snapshot_id, wall = self._starts.start(now.wall, os.urandom(4))
         call = next(self._calls) if wait else None
-        at = Now(mono=now.mono, wall=wall)
-        snapshot = self._fed(self.machine.trigger, snapshot_id, initiator, at, broadcast=broadcast, call=call)
+        snapshot = self._fed(self.machine.start, initiator, now, os.urandom(8), broadcast=broadcast, call=call)
         answer = None if call is None else self._answer(call)
         await asyncio.shield(self.carry_out())  # OSError: the machine failed the snapshot (J1)
-        self.metrics.journal_wait.labels(step="trigger").observe(self._clock().mono - now.mono)
-        log.info("snapshot %s started at %s", snapshot_id, "every node" if broadcast else initiator)
+        self.metrics.apply(measures.journal_wait("trigger", self._clock().mono - now.mono))
+        log.info("snapshot %s started at %s", snapshot.snapshot_id, "every node" if broadcast else snapshot.initiator)
         return snapshot if answer is None else await asyncio.shield(answer)
 
     def _answer(self, call: int) -> asyncio.Future[Any]:
@@ -252,7 +226,7 @@ class ControllerEngine:
         snapshot, duplicate = self._fed(self.machine.reported, state, now)
         await asyncio.shield(self.carry_out())
         if snapshot.status == COMPLETE and not duplicate:  # the report's record and the outcome, in one round
-            self.metrics.journal_wait.labels(step="complete").observe(self._clock().mono - now.mono)
+            self.metrics.apply(measures.journal_wait("complete", self._clock().mono - now.mono))
 
     def _fed(self, event: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """The machine's `event`; a refusal it raises is counted (metrics.refused), then raised."""
@@ -278,7 +252,7 @@ class ControllerEngine:
 
     async def _call(self, effect: ctl.Call) -> None:
         answer = await calls.call(getattr(self.stubs[effect.node], effect.rpc), effect.request, effect.retry)
-        _say(loglines.called(effect, answer))
+        say(log, loglines.called(effect, answer))
         self.machine.called(effect, answer, self._clock())
         self.carry_out()
 
@@ -331,9 +305,4 @@ class ControllerEngine:
             try:
                 await self.trigger()
             except (TooManySnapshots, OSError) as exc:  # this tick is skipped; the next one tries again
-                _say(loglines.skipped(exc))
-
-
-def _say(line: tuple[str, str] | None) -> None:
-    if line is not None:  # (a level's name, the words): loglines' decision
-        log.log(getattr(logging, line[0]), "%s", line[1])
+                say(log, loglines.skipped(exc))

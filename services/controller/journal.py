@@ -144,16 +144,14 @@ class Journal:
         return True
 
     def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view):]
+        _write_all(self._fd, data)
         os.fdatasync(self._fd)
 
     def _rewrite(self) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, self._live.rewritten())
+            _write_all(fd, self._live.rewritten())
             os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -164,6 +162,12 @@ class Journal:
         self._fd = fd
         self._live.rewrote()
         log.info("journal %s rewritten: %d live bytes", self.path, self._live.size)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)  # os.write may write less than it is given
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _settle(future: asyncio.Future[None], error: OSError | None) -> None:

@@ -43,7 +43,7 @@ from snapmesh.settings import security
 from snapmesh.settings.argparsing import positive_float, positive_int
 from snapmesh.serving.datalock import CONTROLLER, serve_holding
 from snapmesh.serving.runtime import (
-    CONTROLLER_RECEIVE_BYTES, Failure, ServiceHost, serve_until_stopped, wait_for_stop_signal,
+    CONTROLLER_RECEIVE_BYTES, Failure, ServiceHost, say, serve_until_stopped, wait_for_stop_signal,
 )
 from snapmesh.serving.startup import OneLineParser, Prepared, server_main
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -116,7 +116,7 @@ async def _serve_locked(
     )
     store = SnapshotStore(cfg.snapshots_dir, cfg.data_dir / "controller" / "snapshots")
     snapshots, warnings = store.load_all()
-    _say(loglines.loaded(len(snapshots), str(store.compact_directory), warnings))
+    say(log, *loglines.loaded(len(snapshots), str(store.compact_directory), warnings))
     missing = {s.snapshot_id: m for s in snapshots if any(m := store.missing_files(s.snapshot_id))}
     machine.loaded(snapshots, missing=missing)  # the machine decides what to file again (replay.py S2)
     registry = CollectorRegistry()
@@ -125,7 +125,7 @@ async def _serve_locked(
     writer = StoreWriter(store, on_filed=lambda sid: engine.filed(sid))  # nothing is filed before the engine starts
     try:
         records, warnings = journal.open()
-        _say(loglines.replayed(machine.replayed(records, system_now()), warnings))
+        say(log, *loglines.replayed(machine.replayed(records, system_now()), warnings))
         engine = ControllerEngine(
             config=cfg, machine=machine, journal=journal, writer=writer, metrics=metrics, identity=identity,
         )
@@ -160,8 +160,3 @@ async def _serve_locked(
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
-
-
-def _say(lines: list[loglines.Line]) -> None:
-    for level, words in lines:  # loglines' decision
-        log.log(getattr(logging, level), "%s", words)

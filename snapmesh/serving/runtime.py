@@ -200,6 +200,13 @@ class ServiceHost:
             self._metrics_server = None
 
 
+def say(log_: logging.Logger, *lines: tuple[str, str] | None) -> None:
+    """Log the lines a pure module decided, each (a logging level's name, the words); None says nothing."""
+    for line in lines:
+        if line is not None:
+            log_.log(getattr(logging, line[0]), "%s", line[1])
+
+
 async def wait_for_stop_signal() -> signal.Signals:
     """Return the first SIGINT or SIGTERM received."""
     loop = asyncio.get_running_loop()

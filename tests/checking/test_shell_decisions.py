@@ -30,6 +30,10 @@ the machine now makes in its own events.
   disagreement(        the start-up check's rounds are settings.agreement.Agreement's
   cannot journal the   what an RPC's error answers is snapmesh/protocol/controller/
                        statuses.py's (S1-S4), not words a servicer writes
+  StartClock(          a client's snapshot is named, and its initiator drawn, by the
+                       controller machine's `start`
+  duration_s(          what a finished snapshot moves in the metrics is
+                       snapmesh/protocol/controller/measures.py's
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ FORBIDDEN = {
     "pb.Cluster(": re.compile(r"\bpb\.Cluster\("),
     "disagreement(": re.compile(r"\bdisagreement\("),
     "cannot journal the": re.compile(r"cannot journal the \{"),
+    "StartClock(": re.compile(r"\bStartClock\("),
+    "duration_s(": re.compile(r"\bduration_s\("),
 }
 # Where a forbidden call is no decision: a crash (a fault the world injects) drops every connection.
 ALLOWED_IN = {"network.cut_all(": {"snapmesh/sim/world.py"}}
@@ -107,6 +113,8 @@ def test_no_shell_makes_a_decision_of_a_machine(path: Path) -> None:
         ("                if problem := disagreement(config, node, mode, app):\n", "disagreement("),
         ('    await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot journal the {what}: {exc}")\n',
          "cannot journal the"),
+        ("        self._starts = StartClock()  # ids in start order\n", "StartClock("),
+        ("        self.duration.labels(status=status).observe(duration_s(snapshot))\n", "duration_s("),
     ],
 )
 def test_the_rule_catches_what_it_forbids(source: str, name: str) -> None:

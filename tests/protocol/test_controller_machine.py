@@ -514,20 +514,17 @@ def test_a_restart_files_again_only_what_retention_keeps() -> None:
 
 
 def test_a_client_start_names_its_snapshot_in_start_order_and_draws_an_initiator_only_when_none_is_given() -> None:
-    import random
-
     from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
 
     topology = Topology.build(["a", "b", "c"], None)
-    m = M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0), rng=random.Random(7))
-    named = m.start("b", T0)
-    drawn = [m.start("", T0) for _ in range(30)]  # the same wall clock: each id still after the last
+    m = M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0))
+    named = m.start("b", T0, bytes(8))
+    drawn = [m.start("", T0, bytes([9, 9, 9, 255 - i, 0, 0, 0, i])) for i in range(30)]  # one wall clock for all
     ids = [named.snapshot_id, *(s.snapshot_id for s in drawn)]
     assert named.initiator == "b" and all(snapshot_id_problem(sid) == "" for sid in ids)
-    assert ids == sorted(ids) and len(set(ids)) == len(ids)
-    assert {s.initiator for s in drawn} == {"a", "b", "c"}  # drawn from the topology, every node in 30 draws
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)  # each after the last, whatever its random suffix
+    assert [s.initiator for s in drawn] == [["a", "b", "c"][i % 3] for i in range(30)]  # the entropy draws the node
+    assert drawn[0].snapshot_id.endswith("-090909ff")  # the first 4 bytes are the suffix
     assert m.tracker.ids() == sorted(ids)
     with pytest.raises(M.UnknownInitiator):  # a named initiator is checked as `trigger` checks it (A2)
-        m.start("zz", T0)
-    again = M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0), rng=random.Random(7))
-    assert [again.start("", T0).initiator for _ in range(31)][1:] == [s.initiator for s in drawn]  # the seed decides
+        m.start("zz", T0, bytes(8))

@@ -23,7 +23,7 @@ def finished(status: int, nodes: dict[str, tuple[int, int, int, int, int]] | Non
 
 
 def moved(measures: list[m.Measure]) -> dict[tuple[str, str | None], float]:
-    return {(x.metric, x.label): x.amount for x in measures}
+    return {(x.metric, x.label): x.value for x in measures}
 
 
 def test_a_failed_snapshot_is_counted_and_timed_by_status_and_nothing_else() -> None:

@@ -1,4 +1,4 @@
-"""The controller's metrics move from one table each (services/controller/metrics.py): the
+"""The controller's metrics move as snapmesh/protocol/controller/measures.py says (applied by services/controller/metrics.py): the
 effects the engine carries out, and the refusals the machine raises."""
 
 from __future__ import annotations

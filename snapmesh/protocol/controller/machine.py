@@ -12,8 +12,8 @@ Events in:
                                          UnknownInitiator, A2, or TooManySnapshots at
                                          the admission limit `max_concurrent`, A1,
                                          changing nothing); a `call` waits for its end (W1)
-  start(initiator, now, broadcast, call) a client's trigger: the machine names the snapshot
-                                         and ("" initiator) draws the node (`rng`), then `trigger`
+  start(initiator, now, entropy, ...)    a client's trigger: the machine names the snapshot
+                                         and ("" initiator) draws the node, then `trigger`
   start_failed(snapshot_id, reason, now) StartSnapshot (or journaling the start) failed
   start_unreachable(snapshot_id, node, detail, now)
                                          StartSnapshot at `node` failed: the reason names it
@@ -127,7 +127,6 @@ J3. A call that joined under a key whose Joined record is not durable, and a cal
 
 from __future__ import annotations
 
-import random
 from collections.abc import Hashable, Iterable
 
 from snapmesh.protocol.controller import journal, replay, restoregate
@@ -160,7 +159,6 @@ class Controller:
         max_concurrent: int = 0,  # A1: at most this many snapshots in progress (0: no limit)
         keep: int = 0,  # K1: the COMPLETE snapshots whose files are kept (0: all)
         cluster_file: str = "",  # the file that sets the limits: A1's refusal says how to raise it ("": it does not)
-        rng: random.Random | None = None,  # draws `start`'s initiator and id suffix (default: seeded by the OS)
     ) -> None:
         if max_concurrent < 0:
             raise ValueError(f"max_concurrent must not be negative, got {max_concurrent}")
@@ -183,7 +181,6 @@ class Controller:
         self._calls: dict[Hashable, str] = {}  # the calls the running restore answers (R5), with their keys
         self._waiting: dict[str, Hashable] = {}  # W1: by snapshot, the TriggerSnapshot call its end answers
         self._effects: list[Effect] = []
-        self._rng = rng or random.Random()
         self._starts = StartClock()  # ids in start order
 
     @property
@@ -197,11 +194,14 @@ class Controller:
 
     # -- snapshots
 
-    def start(self, initiator: str, now: Now, *, broadcast: bool = False, call: Hashable = None) -> pb.Snapshot:
-        """A client's trigger: at `initiator`, or ("") at a node drawn at random; its id
-        is the start time (each after the last: StartClock) and random bytes. Then `trigger`."""
-        initiator = initiator or self._rng.choice(self.tracker.topology.nodes)
-        snapshot_id, wall = self._starts.start(now.wall, self._rng.randbytes(4))
+    def start(self, initiator: str, now: Now, entropy: bytes, *, broadcast: bool = False,
+              call: Hashable = None) -> pb.Snapshot:
+        """A client's trigger: at `initiator`, or ("") at a node drawn by `entropy` (8
+        random bytes); its id is the start time (each after the last: StartClock) and
+        the first 4 of them. Then `trigger`."""
+        nodes = self.tracker.topology.nodes
+        initiator = initiator or nodes[int.from_bytes(entropy[4:8], "big") % len(nodes)]
+        snapshot_id, wall = self._starts.start(now.wall, entropy[:4])
         return self.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall), broadcast=broadcast, call=call)
 
     def trigger(

@@ -103,11 +103,11 @@ REFUSALS = {TooManySnapshots: "refused_triggers", StaleReport: "stale_reports"} 
 
 @dataclass(frozen=True)
 class Measure:
-    """One move of a metric: a counter goes up by `amount`, a histogram observes
+    """One move of a metric: a counter goes up by `value`, a histogram observes
     it, a gauge is set to it (a `rises` one only if it is more)."""
 
     metric: str  # its attribute in METRICS
-    amount: float
+    value: float
     label: str | None = None  # the value of its one label
 
 
