@@ -134,12 +134,13 @@ class Journal:
                 await self._failing(self._rewrite)
 
     async def _failing(self, write: Callable[..., None], *args: object) -> bool:
-        """`write(*args)` in a thread; False (the journal broken) when it raised OSError."""
+        """`write(*args)` in a thread; False (the journal broken) when it raised."""
         try:
             await asyncio.to_thread(write, *args)
-        except OSError as exc:
-            log.error("journal %s: write failed, appending nothing more: %s", self.path, exc)
-            self._live.failed(exc)
+        except Exception as exc:  # not only OSError: a bug here must fail the waiters, not hang them
+            failure = exc if isinstance(exc, OSError) else OSError(f"journal writer failed: {exc!r}")
+            log.error("journal %s: write failed, appending nothing more: %s", self.path, failure)
+            self._live.failed(failure)
             return False
         return True
 

@@ -226,3 +226,21 @@ def test_close_writes_what_is_queued_and_is_safe_when_the_journal_never_opened(t
     queued = asyncio.run(run())
     assert all(f.done() and f.exception() is None for f in queued), "close ended the writer before the queue"
     assert R.decode_all(path.read_bytes())[0] == RECORDS
+
+
+def test_a_writer_that_fails_with_a_bug_fails_its_waiters_instead_of_hanging_them(tmp_path, monkeypatch) -> None:
+    async def run() -> list[str]:
+        journal = J.Journal(tmp_path / "journal")
+        journal.open()
+        monkeypatch.setattr(J.os, "fdatasync", lambda fd: 1 / 0)  # not an OSError: a bug in the write path
+        answers = []
+        for record in RECORDS[:2]:
+            try:
+                await asyncio.wait_for(journal.append(record), 5)
+            except OSError as exc:
+                answers.append(str(exc))
+        monkeypatch.undo()
+        await journal.close()
+        return answers
+
+    assert asyncio.run(run()) == ["journal writer failed: ZeroDivisionError('division by zero')"] * 2
