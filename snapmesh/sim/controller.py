@@ -1,4 +1,4 @@
-"""The controller process in the simulator: the production machine, a journal, the restore calls.
+"""The controller process in the simulator: the production machine, a journal, the restore and trigger calls.
 
 `snapmesh.protocol.controller.machine.Controller` (the code the gRPC controller runs)
 decides here too: which snapshots start, complete and fail, the cluster epoch,
@@ -24,6 +24,10 @@ simulated cluster, as services/controller/engine.py does on the real one:
                     durable) only at the next `restore_one`, so calls can come in
                     between: a new key then joins the restore that has ended
   AnswerRestore     judged (sim/restore_answers.py): each call taken, answered once
+  AnswerTrigger     judged (sim/trigger_answers.py): a waiting trigger (W1; some
+                    triggers wait, drawn from their own generator, `wait_rng`)
+                    is answered once, with the snapshot's final status, after
+                    its Finished record is durable; one whose controller crashed never
 
 Controller faults: crash (reports on the way are lost), a report sent again
 whose copy arrives only after a restore began (refused: its epoch is stale), and restart (the
@@ -56,6 +60,7 @@ from snapmesh.sim.journal import SimJournal
 from snapmesh.sim.network import Network
 from snapmesh.sim.restore_calls import RestoreCalls
 from snapmesh.sim.restarts import RestartCheck, kind_of_failure
+from snapmesh.sim.trigger_answers import TriggerCheck
 from snapmesh.sim.retention import RetentionCheck
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -113,6 +118,9 @@ class SimController(RestoreCalls):
         self.restoring: str | None = None  # the snapshot of the restore started and not yet settled
         self.settling = False  # the restore ended (RestoreDone), the machine not yet told it settled
         self.restarts = RestartCheck(DEADLINE)  # the machine's S1, judged (sim/restarts.py)
+        # TriggerSnapshot with wait (the machine's W1): which triggers wait, from their own generator.
+        self.wait_rng = random.Random(seed * 104_729 + 7)
+        self.triggers = TriggerCheck()
 
     def _machine(self) -> machine.Controller:
         app = self.world.app
@@ -168,6 +176,8 @@ class SimController(RestoreCalls):
             self.settling = True  # settled at the next restore_one (the engine awaits the record)
         elif kind is machine.AnswerRestore:
             self.answers.answered(effect, self.answered_at, len(self.journal.durable))
+        elif kind is machine.AnswerTrigger:
+            self.faults[self.triggers.answered(effect, self.journal.durable)] += 1
         else:  # pragma: no cover
             raise TypeError(f"unrouted effect {effect!r}")
 
@@ -246,10 +256,13 @@ class SimController(RestoreCalls):
             return
         self.next_snapshot += 1
         before, limit = self.machine.in_progress, self.max_concurrent
+        sid = f"s{self.next_snapshot}"
+        call = self.triggers.call(sid) if self.wait_rng.random() < 0.4 else None  # W1: it waits for the end
         try:
-            self.machine.trigger(f"s{self.next_snapshot}", rng.choice(self.world.ids), self.now(),
-                                 broadcast=self.broadcast)
+            self.machine.trigger(sid, rng.choice(self.world.ids), self.now(), broadcast=self.broadcast, call=call)
         except machine.TooManySnapshots as exc:
+            if call is not None:
+                self.triggers.refused(call)
             if not limit or before < limit:
                 raise Violation(
                     f"admission: a trigger refused with {before} in progress, the limit is {limit}: {exc}"
@@ -294,6 +307,8 @@ class SimController(RestoreCalls):
         self.reports.clear()
         self.journal.crash()
         self.answers.crashed()
+        self.faults["waiting trigger lost in a controller crash"] += len(self.triggers.waiting) > 0
+        self.triggers.crashed()
 
     def restart(self) -> None:
         """A new controller process: the machine rebuilt from the journal."""
