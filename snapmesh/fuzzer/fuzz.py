@@ -50,6 +50,11 @@ passing, and the faults:
               restore never rolls back again, across controller restarts too
               (the journal keeps every restore and every key that joined one).
               These calls come from their own generator (restore_rng).
+  wait        some triggers wait for the snapshot's end (TriggerSnapshot with
+              wait, controller rule W1; drawn from their own generator): each
+              is answered once, with the status the snapshot finished with,
+              after that record is durable; one whose controller crashed, never
+              (sim/trigger_answers.py)
 
 After every step `invariants.Checker` judges; then faults stop, everything is
 healed, restarted and delivered, and the quiescent invariants are checked.
@@ -193,6 +198,7 @@ def settle(world: World) -> None:
         world.tick(TTL + DEADLINE)
     drain_all(world)
     control.answers.settled()
+    control.triggers.settled()
     live = world.live()
     world.checker.check_step(live, world.now)
     world.checker.check_quiescent(live, control.statuses())

@@ -1,4 +1,4 @@
-"""The controller process in the simulator: the production machine, a journal, the restore calls.
+"""The controller process in the simulator: the production machine, a journal, the restore and trigger calls.
 
 `snapmesh.protocol.controller.machine.Controller` (the code the gRPC controller runs)
 decides here too: which snapshots start, complete and fail, the cluster epoch,
@@ -24,17 +24,18 @@ simulated cluster, as services/controller/engine.py does on the real one:
                     durable) only at the next `restore_one`, so calls can come in
                     between: a new key then joins the restore that has ended
   AnswerRestore     judged (sim/restore_answers.py): each call taken, answered once
+  AnswerTrigger     judged (sim/trigger_answers.py): a waiting trigger (W1; some
+                    triggers wait, drawn from their own generator, `wait_rng`)
+                    is answered once, with the snapshot's final status, after
+                    its Finished record is durable; one whose controller crashed never
 
 Controller faults: crash (reports on the way are lost), a report sent again
 whose copy arrives only after a restore began (refused: its epoch is stale), and restart (the
 journal replayed: finished snapshots come back, those in progress get a fresh
 deadline and fail "controller restarted" unless their reports come in, and a
-RESTORING restore resumes at every node). RestoreSnapshot calls come from their
-own generator (`restore_rng`): bursts of concurrent calls, new keys joining the
-running restore, retries with the same key (while it runs, after it ended, and
-after a controller restart), a key reused for another snapshot, snapshots that
-cannot be restored. A key that started or joined a restore never starts another
-while the gate's window holds it, across controller restarts too.
+RESTORING restore resumes at every node). The restore's parts at the nodes and
+the RestoreSnapshot calls (from their own generator, `restore_rng`) are
+sim/restore_calls.py's, a mixin of this shell.
 """
 
 from __future__ import annotations
@@ -45,11 +46,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from snapmesh.protocol.controller import machine
-from snapmesh.protocol.controller import journal as records
 from snapmesh.protocol.node import core
 from snapmesh.protocol import hybrid, overtake
 from snapmesh.protocol.reports import report_message
-from snapmesh.protocol.controller import restoregate
 from snapmesh.protocol.node import machine as node_mod
 from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.topology import Topology
@@ -59,8 +58,9 @@ from snapmesh.sim.disk import Disk
 from snapmesh.sim.invariants import Checker, Violation
 from snapmesh.sim.journal import SimJournal
 from snapmesh.sim.network import Network
-from snapmesh.sim.restore_answers import AnswerCheck
+from snapmesh.sim.restore_calls import RestoreCalls
 from snapmesh.sim.restarts import RestartCheck, kind_of_failure
+from snapmesh.sim.trigger_answers import TriggerCheck
 from snapmesh.sim.retention import RetentionCheck
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -91,7 +91,7 @@ class Cluster(Protocol):
     def crash(self, node_id: str, rng: random.Random) -> None: ...
 
 
-class SimController:
+class SimController(RestoreCalls):
     def __init__(self, world: Cluster, seed: int) -> None:
         self.world = world
         self.faults: Counter[str] = world.faults
@@ -110,21 +110,17 @@ class SimController:
         self.recorded: dict[str, dict[str, core.FullState]] = {}  # snapshot -> the parts taken, as the nodes made them
         self.next_snapshot = 0
         self.broadcast = False  # every snapshot starts at every node at once (the machine's B1; fuzz --broadcast)
-        # RestoreSnapshot calls (see the module doc), and what the fuzzer checks of the answers.
-        self.restore_rng = random.Random(seed * 104_729 + 2)
+        self._restore_calls_begin(seed)  # RestoreSnapshot calls (sim/restore_calls.py)
         # Reports taken whose answer is lost: the node sends them again, and the copy
         # is late, arriving once a restore has begun (the controller must refuse it).
         self.resend_rng = random.Random(seed * 104_729 + 3)
         self.resent: deque[tuple[str, core.FullState, int]] = deque(maxlen=8)
         self.restoring: str | None = None  # the snapshot of the restore started and not yet settled
         self.settling = False  # the restore ended (RestoreDone), the machine not yet told it settled
-        self.key_snapshot: dict[str, str] = {}  # key -> the snapshot its first call named
-        self.answered: dict[str, str] = {}  # key -> the snapshot of the restore it started or joined (never forgotten)
-        self.answered_at: dict[str, int] = {}  # key -> the journal's length once its record is in
-        self.keys_at_restart: set[str] = set()  # the keys answered before the newest controller restart
         self.restarts = RestartCheck(DEADLINE)  # the machine's S1, judged (sim/restarts.py)
-        self.next_restore_key = 0
-        self.answers = AnswerCheck()  # the machine's R5, judged
+        # TriggerSnapshot with wait (the machine's W1): which triggers wait, from their own generator.
+        self.wait_rng = random.Random(seed * 104_729 + 7)
+        self.triggers = TriggerCheck()
 
     def _machine(self) -> machine.Controller:
         app = self.world.app
@@ -180,6 +176,8 @@ class SimController:
             self.settling = True  # settled at the next restore_one (the engine awaits the record)
         elif kind is machine.AnswerRestore:
             self.answers.answered(effect, self.answered_at, len(self.journal.durable))
+        elif kind is machine.AnswerTrigger:
+            self.faults[self.triggers.answered(effect, self.journal.durable)] += 1
         else:  # pragma: no cover
             raise TypeError(f"unrouted effect {effect!r}")
 
@@ -258,10 +256,13 @@ class SimController:
             return
         self.next_snapshot += 1
         before, limit = self.machine.in_progress, self.max_concurrent
+        sid = f"s{self.next_snapshot}"
+        call = self.triggers.call(sid) if self.wait_rng.random() < 0.4 else None  # W1: it waits for the end
         try:
-            self.machine.trigger(f"s{self.next_snapshot}", rng.choice(self.world.ids), self.now(),
-                                 broadcast=self.broadcast)
+            self.machine.trigger(sid, rng.choice(self.world.ids), self.now(), broadcast=self.broadcast, call=call)
         except machine.TooManySnapshots as exc:
+            if call is not None:
+                self.triggers.refused(call)
             if not limit or before < limit:
                 raise Violation(
                     f"admission: a trigger refused with {before} in progress, the limit is {limit}: {exc}"
@@ -306,6 +307,8 @@ class SimController:
         self.reports.clear()
         self.journal.crash()
         self.answers.crashed()
+        self.faults["waiting trigger lost in a controller crash"] += len(self.triggers.waiting) > 0
+        self.triggers.crashed()
 
     def restart(self) -> None:
         """A new controller process: the machine rebuilt from the journal."""
@@ -317,11 +320,7 @@ class SimController:
         replayed = self.machine.replayed(self.journal.durable, now)  # S1: deadlines from `now` too
         self.journal.restarted({s.snapshot_id: s.status for s in self.machine.all()}, self.machine.epoch)
         self.restarts.replayed(replayed, self.machine.all(), now.mono)
-        # A key whose record was still pending was never answered: the machine rightly forgot it.
-        self.answered = {k: v for k, v in self.answered.items() if self.answered_at[k] <= len(self.journal.durable)}
-        self.keys_at_restart = set(self.answered)
-        # ... and a key it forgot may start another snapshot's restore: which snapshot it names is open again
-        self.key_snapshot = {k: v for k, v in self.key_snapshot.items() if k in self.answered}
+        self._restore_calls_restarted()
         self.parts.clear()
         self.waiting.clear()
         self.settling = False  # a RestoreDone not yet carried out: its record may be durable or lost
@@ -333,165 +332,3 @@ class SimController:
         if self.retention.keep:
             self.retention.settled(self.machine.all(), self._protected())
 
-    # -- restore
-
-    def restore_one(self, rng: random.Random, crash: bool = True) -> None:
-        """The controller's RestoreState reaches one node that has not taken its part yet
-        (or, once the restore ended, the machine hears it settled)."""
-        if self.restoring is None or not self.up:
-            return
-        if self.settling:
-            self.settling = False
-            self.restoring = None
-            self.machine.restore_settled()
-            self.carry_out()
-            return
-        ready = sorted(n for n in self.parts if self.world.nodes[n] is not None)
-        if not ready:
-            return
-        node_id = rng.choice(ready)
-        request = self.parts.pop(node_id)
-        node = self.world.nodes[node_id]
-        in_flight, app = apps.restore_part(request, app=self.world.app is not None)  # an app's: state and payloads too
-        if app and in_flight:
-            self.faults["restore part with app messages in flight"] += 1
-        self.waiting[node_id] = request  # the node's RestoreReply answers it (`restored`)
-        node.restore(  # type: ignore[union-attr]
-            snapshot_id=request.snapshot_id, epoch=request.epoch, tally=request.balance, in_flight=in_flight,
-            reply_to=request, **app,
-        )
-        self.world.route(node_id)  # its EndStreams ends the older epoch's connections
-        if crash and rng.random() < 0.25:
-            self.faults["crash during a restore"] += 1
-            self.world.crash(node_id, rng)
-
-    def restored(self, node_id: str, reply: node_mod.RestoreReply) -> None:
-        """`node_id`'s RestoreReply: the answer goes back (a call this process no longer waits for is gone)."""
-        if self.waiting.get(node_id) is not reply.to:
-            return
-        del self.waiting[node_id]
-        if self.up:
-            answer = pb.RestoreStateResponse(epoch=reply.epoch, balance=reply.tally)
-            self.machine.node_restored(node_id, answer, self.now())
-            self.carry_out()
-
-    def crashed(self, node_id: str) -> None:
-        """`node_id` died: a restore answer it owed is lost, and its part is sent again."""
-        waiting = self.waiting.pop(node_id, None)
-        if waiting is not None and self.up:
-            self.parts[node_id] = waiting
-
-    def start_restore(self, rng: random.Random) -> None:
-        complete = [s.snapshot_id for s in self.machine.all() if s.status == COMPLETE]
-        if not self.up or self.restoring is not None or not complete:
-            return
-        sid = rng.choice(complete)
-        if isinstance(self.machine.restore(self.machine.get(sid), "", self.now()), restoregate.Start):
-            self._started(sid, "")
-
-    def _started(self, sid: str, key: str) -> None:
-        """The machine said Start: it rolls back to `sid` in a new epoch."""
-        if self.restoring is not None:
-            raise Violation(f"restore: a second restore ({sid}) started while the restore of {self.restoring} runs")
-        if key in self.answered and len(self.answered) <= self.machine.gate.keys_kept:
-            raise Violation(
-                f"restore: request_id {key!r} rolled back a second time (to {sid}); it already started or joined"
-                f" the restore of {self.answered[key]}"
-            )
-        self.restoring = sid
-        self.faults["restore"] += 1
-        self.reports.extendleft(self.resent)  # the late copies arrive now, from the epoch before
-        self.resent.clear()
-        self.parts.clear()
-        self.waiting.clear()
-        self.carry_out()
-        if key:
-            self.answered[key] = sid
-            self.answered_at[key] = self.journal.appended  # its RESTORING record
-
-    def restore_calls(self, *, always: bool = False) -> None:
-        """Clients call RestoreSnapshot: one call, a retry, or a burst of concurrent calls."""
-        rng = self.restore_rng
-        ids = self.machine.ids()
-        if (not always and rng.random() >= 0.04) or not self.up or not ids:
-            return
-        for _ in range(rng.choice([1, 1, 2, 3])):
-            keys = list(self.key_snapshot)
-            roll = rng.random()
-            if keys and roll < 0.4:  # a retry of an earlier call
-                key = rng.choice(keys)
-                sid = self.key_snapshot[key]
-            elif keys and roll < 0.5:  # an earlier key, another snapshot
-                key, sid = rng.choice(keys), self._restore_target(rng, ids)
-            elif self.restoring is not None and roll < 0.65:  # a new key for the restore that runs: it joins
-                self.next_restore_key += 1
-                key, sid = f"k{self.next_restore_key}", self.restoring
-            else:
-                sid = self._restore_target(rng, ids)
-                key = ""
-                if rng.random() < 0.7:
-                    self.next_restore_key += 1
-                    key = f"k{self.next_restore_key}"
-            self.restore_call(sid, key)
-
-    def _restore_target(self, rng: random.Random, ids: list[str]) -> str:
-        """Mostly a COMPLETE snapshot (so calls start, join, get answers and Busy), sometimes
-        any, now and then one that does not exist."""
-        complete = [sid for sid in ids if self.machine.status(sid) == COMPLETE]
-        roll = rng.random()
-        if complete and roll < 0.85:
-            return rng.choice(complete)
-        return "gone" if roll > 0.97 else rng.choice(ids)
-
-    def restore_call(self, sid: str, key: str) -> None:
-        known = self.key_snapshot.get(key) if key else None
-        snapshot = self.machine.get(sid) if sid in self.machine.ids() else None
-        call = self.answers.call(sid, key)
-        decision = self.machine.restore(snapshot, key, self.now(), snapshot_id=sid, call=call)
-        self.answers.decided(call, decision)
-        kind = type(decision)
-        if kind is restoregate.Start:
-            if key:  # the gate did not know the key (never durable, or out of its window): it is this restore's now
-                self.key_snapshot[key] = sid
-            self._started(sid, key)
-            self.faults["restore call started a restore"] += 1
-        elif kind is restoregate.Join:
-            if self.restoring != sid:
-                raise Violation(f"restore: a call for {sid} joined the restore of {self.restoring}")
-            self.faults["restore call joined the running restore"] += 1
-            if key and key not in self.answered:  # the key is this restore's from now on, journaled
-                if decision.joined_key != key:
-                    raise Violation(f"restore: the new key {key!r} joined the restore of {sid} unjournaled")
-                self.key_snapshot[key] = sid
-                self.answered[key] = sid
-                self.answered_at[key] = self.journal.appended + 1  # its joined record, journaled just below
-                self.faults["restore call joined under its own key"] += 1
-                if self.settling:
-                    self.faults["restore call joined under its own key after the restore ended"] += 1
-            self.carry_out()
-            if decision.joined_key and not any(  # R4: answered only once its joined record is durable
-                type(r) is records.Joined and r.request_id == key
-                for r in reversed([*self.journal.durable[-4:], *self.journal.pending][-4:])
-            ):
-                raise Violation(f"restore: {key!r} joined the restore of {sid} and no joined record is journaled")
-        elif kind is restoregate.Answer:
-            if decision.result is None or decision.result.snapshot_id != sid:
-                raise Violation(f"restore: a retry of {key!r} for {sid} was answered {decision.result!r}")
-            self.faults["restore retry answered, not rolled back"] += 1
-            self.carry_out()
-            if key in self.keys_at_restart:
-                self.faults["restore retry answered across a controller restart"] += 1
-        elif kind is restoregate.Busy:
-            if self.restoring is None or self.restoring == sid:
-                raise Violation(f"restore: a call for {sid} refused busy while {self.restoring} runs")
-            self.faults["restore refused: another restore runs"] += 1
-        elif decision.code == "INVALID_ARGUMENT":
-            if known is None or known == sid:
-                raise Violation(f"restore: {key!r} for {sid} refused: {decision.message}")
-            self.faults["restore refused: key of another snapshot"] += 1
-        elif decision.code == "NOT_FOUND":
-            if snapshot is not None:
-                raise Violation(f"restore: {sid}, which exists, refused NOT_FOUND: {decision.message}")
-            self.faults["restore refused: no such snapshot"] += 1
-        else:
-            self.faults["restore refused: not restorable"] += 1

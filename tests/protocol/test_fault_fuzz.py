@@ -58,6 +58,10 @@ def test_every_fault_kind_happens() -> None:
         "restore call joined under its own key after the restore ended",
         "restore refused: no such snapshot", "snapshot retired (--keep)", "controller journal lagged",
         "stale epoch refused",  # a channel open the receiving node's machine refused (N8)
+        # TriggerSnapshot with wait (W1): answered once the snapshot's end is durable, or lost with its controller
+        "waiting trigger answered COMPLETE", "waiting trigger answered FAILED: deadline",
+        "waiting trigger answered FAILED: StartSnapshot failed", "waiting trigger answered FAILED: restored to",
+        "waiting trigger lost in a controller crash",
     ):
         assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
 

@@ -133,6 +133,7 @@ BANK_MUTATIONS_SEEDS = {
     "controller-replay-not-restarted": 0, "controller-replay-no-fresh-deadline": 2, "node-open-ignores-epoch": 5,
     "node-restore-answer-before-durable": 10, "node-restore-keeps-streams": 7,
     "controller-replay-no-resume": 9, "restore-answers-join-at-once": 5,
+    "controller-trigger-answer-before-durable": 0, "controller-trigger-answer-dropped": 24,
 }
 
 

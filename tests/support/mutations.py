@@ -356,6 +356,33 @@ def _controller_finishes_before_durable(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(controller.Controller, "_finished", broken)
 
 
+def _trigger_answered_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine answers a waiting trigger (W1) before the Journal record of the
+    snapshot's outcome: a crash then takes back an end the client was told."""
+    finished = controller.Controller._finished
+
+    def broken(self, snapshot):
+        before = len(self._effects)
+        finished(self, snapshot)
+        step = self._effects[before:]
+        answers = [e for e in step if isinstance(e, controller.AnswerTrigger)]
+        self._effects[before:] = answers + [e for e in step if not isinstance(e, controller.AnswerTrigger)]
+
+    monkeypatch.setattr(controller.Controller, "_finished", broken)
+
+
+def _trigger_answer_dropped_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller machine never answers a waiting trigger (W1) whose snapshot fails by its deadline."""
+    tick = controller.Controller.tick
+
+    def broken(self, now):
+        expired = tick(self, now)
+        self._effects = [e for e in self._effects if not isinstance(e, controller.AnswerTrigger)]
+        return expired
+
+    monkeypatch.setattr(controller.Controller, "tick", broken)
+
+
 def _reply_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
     """The node machine answers a client before the answer's record is durable (node
     rule N11): a crash then takes back a transfer the client was told is paid."""
@@ -409,6 +436,8 @@ def _report_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
 MUTATIONS = {
     "controller-start-before-durable": _controller_starts_before_durable,
     "controller-finish-before-durable": _controller_finishes_before_durable,
+    "controller-trigger-answer-before-durable": _trigger_answered_before_durable,
+    "controller-trigger-answer-dropped": _trigger_answer_dropped_at_the_deadline,
     "controller-retention-off-by-one": _retention_keeps_one_too_few,
     "controller-retention-protect": _retention_forgets_the_restored,
     "node-reply-before-durable": _reply_before_durable,
