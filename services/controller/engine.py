@@ -51,9 +51,6 @@ T = TypeVar("T")
 WATCH_QUEUE = 1_000
 
 
-TooManySnapshots = ctl.TooManySnapshots  # a trigger past the admission limit (the machine's rule A1)
-
-
 def system_now() -> Now:
     return Now(mono=time.monotonic(), wall=time.time())
 
@@ -304,5 +301,5 @@ class ControllerEngine:
             await asyncio.sleep(interval_s)
             try:
                 await self.trigger()
-            except (TooManySnapshots, OSError) as exc:  # this tick is skipped; the next one tries again
+            except (ctl.TooManySnapshots, OSError) as exc:  # this tick is skipped; the next one tries again
                 say(log, loglines.skipped(exc))
