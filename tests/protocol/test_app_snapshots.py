@@ -13,7 +13,7 @@ import pytest
 
 from snapmesh.app import App, AppError, View
 from snapmesh.checking import snapshot_file
-from snapmesh.protocol.controller import machine as controller
+from snapmesh.protocol.controller import machine as controller, restoreplan
 from snapmesh.protocol.appstate import AppChecker, digest, side_for, view_of
 from snapmesh.protocol.topology import Topology
 from snapmesh.protocol.controller.tracker import COMPLETE, DuplicateReport, Now, Tracker
@@ -58,8 +58,8 @@ def test_a_token_in_flight_is_kept_with_its_seq_and_the_invariant_holds():
     assert view_of(snapshot).in_flight == [("a", "b", 1, TOKEN)]
     assert snapshot.app.spec == "ring:app" and snapshot.app.status == pb.AppCheck.CHECKED
     assert [(i.name, i.ok, list(i.problems)) for i in snapshot.app.invariants] == [("one token", True, [])]
-    assert snapshot.conserved and controller.problem(snapshot) == ""
-    plan = controller.plan(snapshot, epoch=2)
+    assert snapshot.conserved and restoreplan.problem(snapshot) == ""
+    plan = restoreplan.plan(snapshot, epoch=2)
     assert plan["a"].state == b"0" and plan["b"].HasField("state")
     assert [(t.seq, t.payload) for c in plan["b"].channels for t in c.in_flight] == [(1, TOKEN)]
 
@@ -68,14 +68,14 @@ def test_a_second_token_breaks_the_invariant_and_refuses_the_restore():
     snapshot = complete(AppChecker("ring:app", APP), report("a", b"1"), report("b", b"0", [TOKEN]))
     assert [(i.name, i.ok, list(i.problems)) for i in snapshot.app.invariants] == [("one token", False, ["2 tokens"])]
     assert "one token" in snapshot.reason
-    assert "breaks the app's invariant(s) 'one token'" in controller.problem(snapshot)
+    assert "breaks the app's invariant(s) 'one token'" in restoreplan.problem(snapshot)
 
 
 def test_without_the_apps_module_the_snapshot_completes_unchecked():
     snapshot = complete(AppChecker("ring:app", None, why="no module named 'ring'"), report("a", b"5"), report("b", b"0"))
     assert snapshot.app.status == pb.AppCheck.UNCHECKED and not snapshot.app.invariants
     assert snapshot.reason == "unchecked: no module named 'ring'"
-    assert controller.problem(snapshot) == ""
+    assert restoreplan.problem(snapshot) == ""
 
 
 def test_a_check_that_raises_is_a_broken_invariant_not_a_crash():

@@ -10,7 +10,7 @@ import pytest
 
 from snapmesh.protocol.controller import machine as M
 from snapmesh.protocol.controller import journal as R
-from snapmesh.protocol.controller import restoregate
+from snapmesh.protocol.controller import restoregate, restoreplan
 from snapmesh.protocol.topology import Topology
 from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker, UnknownSnapshot
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -415,10 +415,10 @@ def test_after_a_restart_the_window_keeps_the_newest_keys() -> None:
 def test_plan_and_problem() -> None:
     m = machine()
     target = complete(m)
-    assert M.problem(target) == ""
-    assert set(M.plan(target, 3)) == {"a", "b"}
+    assert restoreplan.problem(target) == ""
+    assert set(restoreplan.plan(target, 3)) == {"a", "b"}
     target.conserved = False
-    assert "not conserved" in M.problem(target)
+    assert "not conserved" in restoreplan.problem(target)
 
 
 def _kept(keep: int) -> M.Controller:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pytest
-from snapmesh.protocol.controller import machine as controller, restoregate, retention, tracker
+from snapmesh.protocol.controller import machine as controller, restoregate, restoring, retention, tracker
 from snapmesh.protocol.node import link, recovery, requests
 from snapmesh.protocol.controller import journal
 from snapmesh.protocol.node import machine as node_mod
@@ -293,7 +293,7 @@ def _replay_forgets_the_running_restore(monkeypatch: pytest.MonkeyPatch) -> None
 def _restore_plan_drops_a_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller machine's restore plan loses the first in-flight transfer of a
     channel: the fuzzer runs production's plan, so a node replays too little."""
-    plan = controller.plan
+    plan = restoring.plan
 
     def broken(snapshot, epoch):
         parts = plan(snapshot, epoch)
@@ -302,7 +302,7 @@ def _restore_plan_drops_a_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
                 del channel.in_flight[:1]
         return parts
 
-    monkeypatch.setattr(controller, "plan", broken)
+    monkeypatch.setattr(restoring, "plan", broken)
 
 
 def _tracker_forgets_overtaken(monkeypatch: pytest.MonkeyPatch) -> None:
