@@ -13,7 +13,7 @@ import pytest
 
 from snapmesh.app import App, AppError, View
 from snapmesh.checking import snapshot_file
-from snapmesh.protocol.controller import machine as controller, restoreplan
+from snapmesh.protocol.controller import restoreplan
 from snapmesh.protocol.appstate import AppChecker, digest, side_for, view_of
 from snapmesh.protocol.topology import Topology
 from snapmesh.protocol.controller.tracker import COMPLETE, DuplicateReport, Now, Tracker
