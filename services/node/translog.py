@@ -9,7 +9,7 @@ step (log order == apply order). One flusher task writes the whole buffer with
 one write + fdatasync per round; `durable_lsn` says how far the disk holds, and
 `wait_durable(lsn)` is what every acknowledgement awaits.
 
-Who joins a round (Postgres' commit_siblings rule, issue 35): the flusher
+Who joins a round (Postgres' commit_siblings rule: wait only when it pays): the flusher
 wakes on the first record buffered after a round and takes every record
 buffered by then. It waits longer only when it pays: while a writer is known
 to be pending (`writer_pending()`: a client batch that handed the loop back
