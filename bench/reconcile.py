@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  small (~1k records): {small_s:.1f}s wall, JVM start included, {archived} the class archive; "
               f"baseline {'agrees' if agree else 'DIFFERS'}")
         print(f"    beside it: {small['small_no_archive']:.1f}s without the archive, {small['floor']:.1f}s for "
-              f"Spark's floor (a fresh session and a trivial job); best of 2, interleaved")
+              f"Spark's floor (a fresh session and a trivial job); best of {smoke.size(2, 1)}, interleaved")
         data = os.path.join(scratch, "large")
         snapshots = smoke.size(SNAPSHOTS, 10)
         overhead = NODES + snapshots * NODES * (1 + 2 * (NODES - 1))  # init, cuts, markers

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import BENCHMARKS
+from support.polling import WaitTimedOut, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results.json"
@@ -51,9 +52,10 @@ def tagged(tag: str) -> list[int]:
 def left_behind(tag: str, grace_s: float = 10.0) -> list[str]:
     """The tagged processes still running after `grace_s` (children may be exiting), each
     killed so that one failure leaves nothing on the machine; their command lines."""
-    deadline = time.monotonic() + grace_s
-    while (pids := tagged(tag)) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    try:
+        pids = wait_for(lambda: tagged(tag), timeout=grace_s, interval=0.2, until=lambda found: not found)
+    except WaitTimedOut:
+        pids = tagged(tag)
     lines = []
     for pid in pids:
         try:
