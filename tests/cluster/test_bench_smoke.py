@@ -67,7 +67,7 @@ def left_behind(tag: str, grace_s: float = 10.0) -> list[str]:
 
 
 @pytest.mark.timeout(TIMEOUT_S + 30)
-@pytest.mark.parametrize("name", list(BENCHMARKS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.spark] if n == "reconcile" else []) for n in BENCHMARKS])
 def test_every_bench_runs_at_smoke_size_writes_no_figures_and_leaves_no_process(name: str) -> None:
     before = RESULTS.read_bytes()
     tag = uuid.uuid4().hex
