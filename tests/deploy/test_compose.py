@@ -98,6 +98,25 @@ def test_generator_scales_to_n_nodes(tmp_path):
     assert '"p6:9106"' in (tmp_path / "prometheus.yml").read_text()
 
 
+def test_the_token_goes_to_the_controller_and_the_app_never_to_a_node():
+    """The one-shot certs copies the token into the controller's TLS volume (it checks
+    it) and the app's (the client), never a node's: a node's key with the token must
+    not pass for a client. The controller's volume holds no client file."""
+    from ruamel.yaml import YAML
+
+    compose = YAML(typ="safe").load((COMPOSE_DIR / "docker-compose.yml").read_text())
+    command = compose["services"]["certs"]["command"][0]
+    copied: dict[str, set[str]] = {}
+    for files, volume in re.findall(r"cp ((?:/tls/\S+ )+)/out/([\w-]+)/", command):
+        copied.setdefault(volume, set()).update(Path(f).name for f in files.split())
+    assert set(copied) == {*NODES, "controller", "app", "ui"}, copied
+    for node in NODES:
+        assert copied[node] == {"ca.pem", f"{node}.pem", f"{node}-key.pem"}, node
+        assert "token" not in str(compose["services"][node]), node
+    assert copied["controller"] == {"ca.pem", "token", "controller.pem", "controller-key.pem"}
+    assert "token" in copied["app"] and "token" not in copied["ui"]
+
+
 def test_committed_cluster_toml_loads():
     from snapmesh.settings import config
 

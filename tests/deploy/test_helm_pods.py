@@ -257,7 +257,7 @@ def test_a_node_pod_holds_only_its_own_key(cluster):
     runner = cluster.runner
     node1 = runner.containers["snapmesh-node-1"]
     assert private_keys_in(node1) == {"/tls/node-1-key.pem": "/tls/node-1-key.pem"}
-    assert sorted(exec_in(node1, "ls /tls").stdout.split()) == ["ca.pem", "node-1-key.pem", "node-1.pem", "token"]
+    assert sorted(exec_in(node1, "ls /tls").stdout.split()) == ["ca.pem", "node-1-key.pem", "node-1.pem"]
     for key in ("controller-key.pem", "node-0-key.pem"):
         assert exec_in(node1, f"cat /tls/{key}").returncode != 0, key
     secret = runner.secrets["snapmesh-tls"]
