@@ -10,8 +10,8 @@ epoch fence (EpochFenced) to FAILED_PRECONDITION (stale) or UNAVAILABLE.
 
 Who may call what is snapmesh.settings.access, checked before a handler runs:
 StartSnapshot, AbortSnapshot and RestoreState answer only the controller's
-certificate (A2: a restore's tally and in-flight transfers are the snapshot's
-the controller names, never a caller's); a Channel stream only its `src`'s (A3,
+certificate (AUTH2: a restore's tally and in-flight transfers are the snapshot's
+the controller names, never a caller's); a Channel stream only its `src`'s (AUTH3,
 checked here, as the request names it).
 """
 

@@ -10,7 +10,7 @@ snapmesh.settings.security read:
 - `open_channel(address, identity, aio=...)`: presents the process's certificate,
   checks the server's against the CA and sends the token on every call when the
   identity holds one (a client's; the controller drops it towards nodes).
-- `require_peer(context, name)`: the part of access rule A3 a request decides: a
+- `require_peer(context, name)`: the part of access rule AUTH3 a request decides: a
   node accepts a Channel stream from `src` only if the peer's certificate names
   `src`, and the controller accepts a node's ReportState only from that node's
   certificate.

@@ -6,20 +6,20 @@ cluster file says who is who (`security.cluster_roles`): the node ids, the contr
 certificate `snapmesh certs` makes for the CLI). Each RPC has one rule, and each
 rule one code, indexed in docs/security.md ("Who may call what"):
 
-- A1 `CLIENT_WRITE`: a control-plane write (TriggerSnapshot, RestoreSnapshot,
+- AUTH1 `CLIENT_WRITE`: a control-plane write (TriggerSnapshot, RestoreSnapshot,
   and any snapmesh call this table does not name) is for a client's certificate
   only, plus the token when the cluster has one. A certificate that names a node
   or the controller is never a client's, whatever else it names, so a node's key
   never triggers nor restores, with or without the token.
-- A2 `CONTROLLER`: the node control calls only the controller makes
+- AUTH2 `CONTROLLER`: the node control calls only the controller makes
   (StartSnapshot, AbortSnapshot, RestoreState) need the controller's
   certificate, and no token: nodes hold none, so the controller never sends it.
-- A3 `NODE`: reports (ReportState, ReportStateChunks) and channel streams
+- AUTH3 `NODE`: reports (ReportState, ReportStateChunks) and channel streams
   (Channel) need a node's certificate. Which node depends on the request, so
   the servicer checks that part (`credentials.require_peer`).
-- A4 `ANY`: client traffic (Transfer, TransferBatch, Submit), health and
+- AUTH4 `ANY`: client traffic (Transfer, TransferBatch, Submit), health and
   reflection: any certificate of the cluster's CA.
-- A5 `READ`: reads (Get*, List*, Watch*): any certificate of the CA; with
+- AUTH5 `READ`: reads (Get*, List*, Watch*): any certificate of the CA; with
   `protect_reads` a client's or the controller's only, plus the token on a server
   that holds it (the controller; nodes hold none).
 
@@ -47,11 +47,11 @@ CONTROLLER_NAME = "controller"
 class Rule(enum.Enum):
     """Who may call an RPC; the value is the rule's code (docs/security.md)."""
 
-    CLIENT_WRITE = "A1"
-    CONTROLLER = "A2"
-    NODE = "A3"
-    ANY = "A4"
-    READ = "A5"
+    CLIENT_WRITE = "AUTH1"
+    CONTROLLER = "AUTH2"
+    NODE = "AUTH3"
+    ANY = "AUTH4"
+    READ = "AUTH5"
 
 
 _CONTROLLER = "/snapmesh.v1.Controller/"
@@ -84,7 +84,7 @@ OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflectio
 
 def rule(method: str, rules: Mapping[str, Rule] = RULES) -> Rule:
     """The rule of `method` ("/package.Service/Method"). A snapmesh call the table
-    does not name is a control-plane write (A1): an admin call added without a
+    does not name is a control-plane write (AUTH1): an admin call added without a
     row here is closed to nodes, never open to them by default."""
     found = rules.get(method)
     if found is not None:

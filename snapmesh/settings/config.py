@@ -140,7 +140,7 @@ class TlsSettings:
 class AuthSettings:
     token_file: Path
     protect_reads: bool = False  # True: read-only RPCs need the token too
-    clients: tuple[str, ...] = (CLIENT_NAME,)  # the names that may write the control plane (access A1)
+    clients: tuple[str, ...] = (CLIENT_NAME,)  # the names that may write the control plane (access AUTH1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,7 @@ class Identity:
 
     def without_token(self) -> Identity:
         """The same certificate, sending no token: what the controller presents to
-        the nodes, which ask for none (access A2) and must never be sent it."""
+        the nodes, which ask for none (access AUTH2) and must never be sent it."""
         return replace(self, token=None)
 
 
@@ -132,7 +132,7 @@ def load_identity(cfg: ClusterConfig, name: str) -> Identity | None:
     auth = cfg.auth
     roles = cluster_roles(cfg)
     # A node is never given the token (deployments mount none): nothing it calls asks
-    # for it, and a node's key with the token must not pass for a client (access A1).
+    # for it, and a node's key with the token must not pass for a client (access AUTH1).
     token_file = auth.token_file if auth is not None and name not in roles.nodes else None
     return load_files(
         name,

@@ -34,7 +34,7 @@ def every_rpc() -> list[str]:
 
 
 def test_every_rpc_of_the_api_has_a_row():
-    # A new RPC gets a row here on purpose; until then it is a client-only write (A1).
+    # A new RPC gets a row here on purpose; until then it is a client-only write (AUTH1).
     assert sorted(every_rpc()) == sorted(access.RULES)
     assert access.rule("/snapmesh.v1.Controller/StopCluster") is Rule.CLIENT_WRITE
     assert access.rule("/grpc.health.v1.Health/Check") is Rule.ANY
@@ -46,7 +46,7 @@ def test_a_node_certificate_never_writes_the_control_plane(method):
     for presented in (BEARER, None, "Bearer wrong"):
         refused = gate.check(method, P2, presented)
         assert refused is not None and refused.code == "PERMISSION_DENIED", presented
-        assert "node 'p2'" in refused.message and method in refused.message and "A1" in refused.message
+        assert "node 'p2'" in refused.message and method in refused.message and "AUTH1" in refused.message
     # Nor the controller's; a client's with the token may, without it it is asked for the token.
     assert gate.check(method, CONTROLLER, BEARER).code == "PERMISSION_DENIED"
     assert gate.check(method, CLIENT, BEARER) is None
@@ -164,3 +164,10 @@ def test_a_node_identity_never_holds_the_token(tmp_path):
     assert security.load_identity(cfg, "client").token is not None
     (tmp_path / "tls" / "token").unlink()  # a node's container has none: it starts all the same
     assert security.load_identity(cfg, "p2").roles == security.cluster_roles(cfg)
+
+
+def test_each_rule_code_is_unique_and_indexed_in_the_security_doc():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text(encoding="utf-8")
+    codes = [r.value for r in Rule]
+    assert len(set(codes)) == len(codes)
+    assert all(f"| {code} |" in doc for code in codes), codes
