@@ -365,6 +365,7 @@ def test_each_container_holds_only_its_own_key(stack):
         assert private_keys_in(stack.cid(service)) == expected, service
     assert in_container(stack, "p1", "cat /tls/controller-key.pem").returncode != 0
     assert in_container(stack, "p1", "cat /tls/p2-key.pem").returncode != 0
+    assert in_container(stack, "p1", "cat /tls/token").returncode != 0  # the controller and the app only
     for holder, key in (("controller", "controller-key.pem"), ("p2", "p2-key.pem")):
         pem = in_container(stack, holder, f"cat /tls/{key}").stdout
         assert copies_in(stack.cid("p1"), pem) == [], f"p1 holds {holder}'s key"
@@ -408,7 +409,7 @@ def test_the_page_answers_from_the_host(stack):
 @pytest.mark.docker
 @pytest.mark.timeout(300)
 def test_nothing_a_node_or_the_app_holds_passes_for_the_controller(stack, tmp_path):
-    """With every certificate and key p1 (or the app) holds, and the token, Node.RestoreState on p2
+    """With every certificate and key p1 (or the app) holds, and the token where it holds one, Node.RestoreState on p2
     is refused: only the controller's certificate may restore a node."""
     tried = []
     for service in ("p1", "app"):
