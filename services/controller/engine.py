@@ -92,8 +92,10 @@ class ControllerEngine:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        # The nodes never see the token: the controller's certificate is what they ask for.
+        identity = self.identity.without_token() if self.identity is not None else None
         for node in self.config.nodes:
-            channel = credentials.open_channel(node.address, self.identity, options=CLIENT_OPTIONS, aio=True)
+            channel = credentials.open_channel(node.address, identity, options=CLIENT_OPTIONS, aio=True)
             self._channels.append(channel)
             self.stubs[node.id] = pb_grpc.NodeStub(channel)
         if self.machine.to_resume:  # the replay's: a restore under way (its callers are gone: none waits)

@@ -7,6 +7,12 @@ runs ahead of the disk. A client's answer is the node machine's `Reply` (node
 rule N11): this module only turns it into a response. Why the core refused a
 transfer maps to a status code in one table, `REFUSAL_STATUS`; the node's
 epoch fence (EpochFenced) to FAILED_PRECONDITION (stale) or UNAVAILABLE.
+
+Who may call what is snapmesh.settings.access, checked before a handler runs:
+StartSnapshot, AbortSnapshot and RestoreState answer only the controller's
+certificate (AUTH2: a restore's tally and in-flight transfers are the snapshot's
+the controller names, never a caller's); a Channel stream only its `src`'s (AUTH3,
+checked here, as the request names it).
 """
 
 from __future__ import annotations
@@ -30,7 +36,6 @@ from snapmesh.protocol.node.effects import Reply, ReplyBatch, RestoreReply
 import snapmesh.bank.wire as wire
 from snapmesh.bank.wire import message_tally, run_tallies
 from snapmesh.serving import credentials
-from snapmesh.settings.config import CONTROLLER_NAME
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -202,7 +207,6 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def StartSnapshot(
         self, request: pb.StartSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.StartSnapshotResponse:
-        await credentials.require_peer(context, CONTROLLER_NAME)  # with TLS: the controller's certificate only
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id must not be empty")
         try:
@@ -215,7 +219,6 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def AbortSnapshot(
         self, request: pb.AbortSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.AbortSnapshotResponse:
-        await credentials.require_peer(context, CONTROLLER_NAME)
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id must not be empty")
         self._engine.abort_snapshot(request.snapshot_id, request.reason)
@@ -229,9 +232,6 @@ class NodeServicer(pb_grpc.NodeServicer):
         self, request: pb.RestoreStateRequest, context: grpc.aio.ServicerContext
     ) -> pb.RestoreStateResponse:
         engine = self._engine
-        # With TLS only the controller's certificate may restore: the tally and the
-        # in-flight transfers are the snapshot's the controller names, never a caller's.
-        await credentials.require_peer(context, CONTROLLER_NAME)
         if not request.snapshot_id or request.epoch < 2:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a restore needs a snapshot_id and an epoch >= 2")
         in_flight = []

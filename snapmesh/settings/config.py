@@ -41,6 +41,7 @@ from snapmesh.settings.appsettings import AppSettings as AppSettings
 from snapmesh.settings.appsettings import check_app_spec, parse_app
 from snapmesh.settings.appsettings import app_named as app_named
 from snapmesh.settings.appsettings import runs_bank as runs_bank
+from snapmesh.settings.access import CLIENT_NAME, CONTROLLER_NAME, parse_clients
 from snapmesh.settings.ports import free_ports
 from snapmesh.protocol.topology import Topology, TopologyError
 
@@ -104,8 +105,6 @@ class ControllerConfig(Endpoint):
 
 # The file names `snapmesh certs` writes into its output dir.
 CA_FILE = "ca.pem"
-CLIENT_NAME = "client"
-CONTROLLER_NAME = "controller"
 TOKEN_FILE = "token"
 
 
@@ -141,6 +140,7 @@ class TlsSettings:
 class AuthSettings:
     token_file: Path
     protect_reads: bool = False  # True: read-only RPCs need the token too
+    clients: tuple[str, ...] = (CLIENT_NAME,)  # the names that may write the control plane (access AUTH1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +280,7 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
     for reserved in (CONTROLLER_NAME, CLIENT_NAME):
         if any(n.id == reserved for n in nodes):
             raise fields.error("nodes", f"{reserved!r} cannot be a node id: it names the {reserved}'s certificate")
-    tls, auth = _security(fields, raw, path, env)
+    tls, auth = _security(fields, raw, path, env, [n.id for n in nodes])
     return ClusterConfig(
         path=path,
         data_dir=data_dir,
@@ -313,7 +313,7 @@ def with_controller(cfg: ClusterConfig, **flags: Any) -> ClusterConfig:
 
 
 def _security(
-    fields: _Fields, raw: Mapping[str, Any], path: Path, env: Mapping[str, str]
+    fields: _Fields, raw: Mapping[str, Any], path: Path, env: Mapping[str, str], node_ids: list[str]
 ) -> tuple[TlsSettings | None, AuthSettings | None]:
     """[tls] and [auth], or SNAPMESH_TLS_DIR in their place."""
     base = path.resolve().parent
@@ -324,15 +324,16 @@ def _security(
     auth_raw = raw.get("auth", {})
     if not isinstance(auth_raw, dict):
         raise fields.error("auth", "must be a table")
-    fields.reject_unknown(auth_raw, {"token_file", "protect_reads"}, "auth")
+    fields.reject_unknown(auth_raw, {"token_file", "protect_reads", "clients"}, "auth")
     protect_reads = auth_raw.get("protect_reads", False)
     if not isinstance(protect_reads, bool):
         raise fields.error("auth.protect_reads", f"must be true or false, got {protect_reads!r}")
+    clients = parse_clients(auth_raw.get("clients", [CLIENT_NAME]), node_ids, fields.error)
 
     tls_dir = env.get("SNAPMESH_TLS_DIR")
     if tls_dir:
         directory = Path(tls_dir).resolve()
-        return TlsSettings.in_dir(directory), AuthSettings(directory / TOKEN_FILE, protect_reads)
+        return TlsSettings.in_dir(directory), AuthSettings(directory / TOKEN_FILE, protect_reads, clients)
 
     tls = None
     if "tls" in raw:
@@ -349,7 +350,7 @@ def _security(
         )
     auth = None
     if "auth" in raw:
-        auth = AuthSettings(Path(resolve(fields.string(auth_raw, "token_file", "auth.token_file"))), protect_reads)
+        auth = AuthSettings(Path(resolve(fields.string(auth_raw, "token_file", "auth.token_file"))), protect_reads, clients)
         if tls is None:
             raise fields.error("auth", "needs a [tls] section: a bearer token is never sent in plaintext")
     return tls, auth
