@@ -1,0 +1,63 @@
+"""What a hosted app's step is taken back from: a base state and the inputs since (apphost.H4).
+
+The app's instance is the app's: snapmesh cannot see what a step changed, and
+copying the state before every step would cost O(state) per command. So the
+`Host` keeps, instead, the last state it knows as bytes (the base; None: a
+fresh instance) and every input the app took since, in order. A fresh instance
+restored from the base and handed those inputs again is, by determinism (rule
+A2 of snapmesh.app), the app as it was before the step that failed: the same
+argument recovery rests on, without reading the log.
+
+The success path pays one list append per step. The kept inputs are bounded:
+the base moves up to the live state whenever the node takes `snapshot()`
+anyway (a cut, a checkpoint, a GetState), and when the inputs since reach
+`steps` or `size` bytes (one `snapshot()` per that many, apphost.H5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+# The inputs kept before the base moves up (apphost.H5). An undo replays at most
+# this many steps: bench/undo.py measured about 2 ms for 1,000 kvshard commands
+# on a 64 KiB state (docs/apps.md), and a snapshot() per 1,000 steps is noise.
+REBASE_STEPS = 1_000
+REBASE_BYTES = 4 * 1024 * 1024  # commands and payloads of 1 MiB each would otherwise hold GiBs
+
+
+class Input(NamedTuple):
+    """One step the app took: a client's command (`src` "") or a message from `src`."""
+
+    src: str
+    data: bytes
+
+
+class UndoLog:
+    """The base and the inputs since (apphost.H4); the Host owns one."""
+
+    def __init__(self, *, steps: int | None = None, size: int | None = None) -> None:
+        self.steps_limit = REBASE_STEPS if steps is None else steps
+        self.size_limit = REBASE_BYTES if size is None else size
+        self.base: bytes | None = None  # None: a fresh instance, as `new(info)` makes it
+        self.inputs: list[Input] = []
+        self.size = 0  # bytes of the inputs kept
+
+    def rebase(self, state: bytes | None) -> None:
+        """The live app now holds `state` (None: it is fresh): nothing before it is needed."""
+        self.base, self.inputs, self.size = state, [], 0
+
+    def took(self, src: str, data: bytes) -> None:
+        self.inputs.append(Input(src, data))
+        self.size += len(data)
+
+    @property
+    def full(self) -> bool:
+        """Time to move the base up: so many inputs that an undo would replay too many."""
+        return len(self.inputs) >= self.steps_limit or self.size >= self.size_limit
+
+    def __iter__(self) -> Iterator[Input]:
+        return iter(self.inputs)
+
+    def __len__(self) -> int:
+        return len(self.inputs)
