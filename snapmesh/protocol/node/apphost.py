@@ -34,9 +34,10 @@ H4. A command that does not go through leaves the app exactly as it was,
     refusals costs one restore each, not a replay each.
 H5. The undo log stays bounded. Its base moves up to the live state at every
     `snapshot()` the node takes anyway (a cut, a checkpoint, a query of the
-    state), and before a step once it holds undo.REBASE_STEPS inputs or
-    undo.REBASE_BYTES of them: an undo replays at most that many, at the
-    price of one snapshot() per that many steps.
+    state), and before a step once the inputs since hold as many bytes as the
+    base (64 KiB to 64 MiB) or undo.REBASE_STEPS of them: an undo then replays
+    no more than a restore reads, and the success path pays one snapshot()
+    per state-size of input, O(1) per input byte.
 H6. `fresh()` and `restore(state)` are new bases: the inputs before them are
     forgotten. A peer's message that raises is not taken back (it stops the
     node, H1's `AppFailed`).

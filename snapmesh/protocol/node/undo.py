@@ -8,10 +8,10 @@ restored from the base and handed those inputs again is, by determinism (rule
 A2 of snapmesh.app), the app as it was before the step that failed: the same
 argument recovery rests on, without reading the log.
 
-The success path pays one list append per step. The kept inputs are bounded:
-the base moves up to the live state whenever the node takes `snapshot()`
-anyway (a cut, a checkpoint, a GetState), and when the inputs since reach
-`steps` or `size` bytes (one `snapshot()` per that many, apphost.H5).
+The success path pays one list append per step, and a snapshot() now and
+then: the base moves up to the live state whenever the node takes
+`snapshot()` anyway (a cut, a checkpoint, a GetState), and when the inputs
+since hold as many bytes as the base, or REBASE_STEPS of them (apphost.H5).
 """
 
 from __future__ import annotations
@@ -19,11 +19,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple
 
-# The inputs kept before the base moves up (apphost.H5). An undo replays at most
-# this many steps: bench/undo.py measured about 2 ms for 1,000 kvshard commands
-# on a 64 KiB state (docs/apps.md), and a snapshot() per 1,000 steps is noise.
-REBASE_STEPS = 1_000
-REBASE_BYTES = 4 * 1024 * 1024  # commands and payloads of 1 MiB each would otherwise hold GiBs
+# When the base moves up (apphost.H5): once the inputs since hold as many bytes as
+# the base (within these bounds), replaying them would cost more than restoring a
+# newer base, and one snapshot() per that many input bytes is O(1) per byte on the
+# success path, where a copy before each step is O(state) per step. The step bound
+# caps the replay of many small inputs; bench/undo.py has the figures (docs/apps.md).
+REBASE_STEPS = 10_000
+REBASE_MIN_BYTES = 64 * 1024
+REBASE_MAX_BYTES = 64 * 1024 * 1024  # a base of GiBs still keeps at most this much input
 
 
 class Input(NamedTuple):
@@ -36,16 +39,17 @@ class Input(NamedTuple):
 class UndoLog:
     """The base and the inputs since (apphost.H4); the Host owns one."""
 
-    def __init__(self, *, steps: int | None = None, size: int | None = None) -> None:
-        self.steps_limit = REBASE_STEPS if steps is None else steps
-        self.size_limit = REBASE_BYTES if size is None else size
+    def __init__(self) -> None:
+        self.steps_limit = REBASE_STEPS
         self.base: bytes | None = None  # None: a fresh instance, as `new(info)` makes it
         self.inputs: list[Input] = []
         self.size = 0  # bytes of the inputs kept
+        self.size_limit = REBASE_MIN_BYTES
 
     def rebase(self, state: bytes | None) -> None:
         """The live app now holds `state` (None: it is fresh): nothing before it is needed."""
         self.base, self.inputs, self.size = state, [], 0
+        self.size_limit = min(max(len(state or b""), REBASE_MIN_BYTES), REBASE_MAX_BYTES)
 
     def took(self, src: str, data: bytes) -> None:
         self.inputs.append(Input(src, data))
