@@ -408,7 +408,6 @@ class _Fields:
         return value
 
     def integer(self, raw: Mapping[str, Any], key: str, name: str, *, minimum: int, default: int | None = None) -> int:
-        """raw[key], an integer >= minimum; `default` when missing (None: it is required)."""
         value = raw.get(key, default)
         if value is None:
             raise self.error(name, "missing")
