@@ -39,8 +39,8 @@ H5. The undo log stays bounded. Its base moves up to the live state at every
     no more than a restore reads, and the success path pays one snapshot()
     per state-size of input, O(1) per input byte.
 H6. `fresh()` and `restore(state)` are new bases: the inputs before them are
-    forgotten. A peer's message that raises is not taken back (it stops the
-    node, H1's `AppFailed`).
+    forgotten. A peer's message that raises is not taken back: it is
+    `AppFailed`, and stops the node.
 """
 
 from __future__ import annotations
