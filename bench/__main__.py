@@ -18,6 +18,7 @@ BENCHMARKS = {
     "restart": "bench.restart",  # a node's restart after 1M transfers, before/after log segments
     "report": "bench.overtake_report",  # an overtake report's outbox: per-entry messages vs packed columns
     "overtake": "bench.overtake",  # classic vs overtake snapshots side by side; writes bench/results.json
+    "undo": "bench.undo",  # taking back a failed app command (apphost.H4) vs a copy before every step
 }
 
 

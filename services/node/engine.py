@@ -131,13 +131,17 @@ class Engine:
         self, command: bytes, request_id: str = "", first_sent_unix_ms: int = 0
     ) -> tuple[fx.Submitted, asyncio.Future[fx.Reply]]:
         """A client's command to the app, as `transfer`: raises core.LocalProtocolError
-        (core.AppRefusal when the app refused or raised) and changes nothing then."""
+        (core.AppRefusal when the app refused or raised) and changes nothing then;
+        core.AppFailed when the app could not be put back (the node stops)."""
         waiting = asyncio.get_running_loop().create_future()
         try:
             wall = time.time() if request_id else None
             answer = self.node.submit(
                 command, request_id, wall=wall, first_sent_unix_ms=first_sent_unix_ms, reply_to=waiting
             )
+        except core.AppFailed as exc:
+            self.fail_app(str(exc))
+            raise
         finally:
             self._run()
         return answer, waiting

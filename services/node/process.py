@@ -172,6 +172,7 @@ async def _serve_locked(
         wall=time.time(),  # the request-id window's clock (it outlives restarts)
         app=app,
         app_params=cfg.app.params,
+        max_reply_bytes=cfg.max_reply_bytes,
     )
 
     rng = random.Random()
@@ -239,8 +240,9 @@ async def _serve_locked(
             stopping=lambda sig: f"node {node_id}: {sig.name} received, stopping",
             failures=[
                 Failure(engine.app_failed, lambda failed: (
-                    f"node {node_id}: the app failed on a message, stopping (the message is not applied; the "
-                    f"restarted node meets it again): {failed.result()}"), 1),
+                    f"node {node_id}: the app failed on a message, or a refused command could not be taken back"
+                    f" (apphost.H4), stopping (neither is applied; the restarted node recovers from its log"
+                    f" and meets the message again): {failed.result()}"), 1),
                 # Nothing more is written (see translog); stop serving now. What the file
                 # holds is a prefix of the log, so a restart recovers from it.
                 Failure(translog.flusher, lambda flusher: (

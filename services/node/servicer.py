@@ -52,6 +52,7 @@ REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {
     core.Refusal.REQUESTS_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
     core.Refusal.APP_REFUSED: grpc.StatusCode.FAILED_PRECONDITION,  # unless the app named one (AppRefusal.code)
     core.Refusal.APP_FAILED: grpc.StatusCode.UNKNOWN,  # the app raised: its text goes with it
+    core.Refusal.REPLY_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,  # over max_reply_bytes: the text names both
     core.Refusal.REQUEST_UNKNOWN: grpc.StatusCode.FAILED_PRECONDITION,
     core.Refusal.RESTORING: grpc.StatusCode.UNAVAILABLE,  # a restore cut short is redone first: retry
 }
@@ -174,7 +175,9 @@ class NodeServicer(pb_grpc.NodeServicer):
             code = refusal_status(exc)
             engine.metrics.refused(code.name).inc()
             await context.abort(code, str(exc))
-        await engine.wait_for_room(set(engine.outgoing), FLOW_CONTROL_WAIT_S)
+        except core.AppFailed as exc:  # the engine has the node stop: its log is right, the app in memory is not
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"node {engine.node_id} is stopping: {exc}")
+        await engine.wait_for_room(set(answer.sent_to), FLOW_CONTROL_WAIT_S)  # a step that sent nothing waits for nothing
         reply = await self._replied(waiting, context)
         if reply.taken_back:
             await context.abort(grpc.StatusCode.ABORTED, self._taken_back(reply.taken_back, "not done"))

@@ -26,9 +26,11 @@ A3. Messages leave only through `ctx.send(dst, payload)`, to a node of
     `info.peers_out`. Each channel is FIFO and lossless: `on_message` sees the
     payloads of one channel in the order they were sent, each once.
 A4. `ctx.refuse(code, text)` (or any exception) in `on_command` refuses that step:
-    the client gets the named gRPC status, nothing is logged, no send leaves. The
-    machine must then be unchanged: validate before mutating. An exception in
-    `on_message` stops the node with the exception's text.
+    the client gets the named gRPC status, nothing is logged, no send leaves, and
+    snapmesh leaves the machine as it was before the step, whatever the app
+    changed first: it rebuilds it from its last state and the inputs since
+    (snapmesh/protocol/node/apphost.py H4), so the app need not validate before
+    mutating. An exception in `on_message` stops the node with the exception's text.
 A5. `snapshot()` returns bytes that do not change afterwards (a copy).
 A6. A restore makes a fresh machine with `new(info)`, calls `restore(state)`
     with the recorded bytes, then hands it the messages recorded in flight

@@ -4,7 +4,7 @@ The reference, every key with its default: docs/cluster-file.md
 (tests/shells/test_cluster_file_doc.py holds it to this reader).
 
 TOML: `data_dir`, `initial_balance`, `channels` (default: full mesh), `channel_bound`,
-`segment_records`, `snapshot_mode`; `[controller]`, `[[nodes]]` (id, host, port,
+`max_reply_bytes`, `segment_records`, `snapshot_mode`; `[controller]`, `[[nodes]]` (id, host, port,
 metrics_port); optional `[tls]` and `[auth]` (mutual TLS, the control-plane token) and
 `[app]` (`module = "module:attr"`, the rest its params; default: the bank).
 
@@ -43,6 +43,7 @@ from snapmesh.settings.appsettings import app_named as app_named
 from snapmesh.settings.appsettings import runs_bank as runs_bank
 from snapmesh.settings.access import CLIENT_NAME, CONTROLLER_NAME, parse_clients
 from snapmesh.settings.ports import free_ports
+from snapmesh.protocol.node.steps import DEFAULT_MAX_REPLY_BYTES
 from snapmesh.protocol.topology import Topology, TopologyError
 
 SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -153,6 +154,7 @@ class ClusterConfig:
     topology: Topology
     bind_host: str | None  # None: every server binds to its own `host`
     channel_bound: int = 100_000
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES  # an app's longest reply (node rule N12)
     segment_records: int = 100_000
     snapshot_mode: str = "classic"  # one of SNAPSHOT_MODES
     align_timeout_ms: float = ALIGN_TIMEOUT_MS  # hybrid mode: how long a marker keeps its FIFO place
@@ -203,7 +205,7 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
 def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> ClusterConfig:
     fields = _Fields(path)
     known = {"data_dir", "initial_balance", "channels", "controller", "nodes", "channel_bound", "segment_records",
-             "snapshot_mode", "align_timeout_ms", "tls", "auth", "app"}
+             "snapshot_mode", "align_timeout_ms", "tls", "auth", "app", "max_reply_bytes"}
     fields.reject_unknown(raw, known, "")
 
     data_dir_text = env.get("SNAPMESH_DATA_DIR") or fields.string(raw, "data_dir", "data_dir")
@@ -211,10 +213,9 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
     if not data_dir.is_absolute():
         data_dir = (_relative_base(path) / data_dir).resolve()
     initial_balance = fields.integer(raw, "initial_balance", "initial_balance", minimum=0)
-    channel_bound = fields.integer(raw, "channel_bound", "channel_bound", minimum=1) if "channel_bound" in raw else 100_000
-    segment_records = (
-        fields.integer(raw, "segment_records", "segment_records", minimum=2) if "segment_records" in raw else 100_000
-    )
+    channel_bound = fields.integer(raw, "channel_bound", "channel_bound", minimum=1, default=100_000)
+    segment_records = fields.integer(raw, "segment_records", "segment_records", minimum=2, default=100_000)
+    max_reply_bytes = fields.integer(raw, "max_reply_bytes", "max_reply_bytes", minimum=1, default=DEFAULT_MAX_REPLY_BYTES)
 
     snapshot_mode = raw.get("snapshot_mode", "classic")
     if snapshot_mode not in SNAPSHOT_MODES:
@@ -241,10 +242,8 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         metrics_port=fields.port(controller_raw, "metrics_port", "controller.metrics_port"),
         snapshot_deadline_s=float(deadline),
         keep=fields.integer(controller_raw, "keep", "controller.keep", minimum=1) if "keep" in controller_raw else 0,
-        max_concurrent_snapshots=(
-            fields.integer(controller_raw, "max_concurrent_snapshots", "controller.max_concurrent_snapshots", minimum=1)
-            if "max_concurrent_snapshots" in controller_raw else DEFAULT_MAX_CONCURRENT_SNAPSHOTS
-        ),
+        max_concurrent_snapshots=fields.integer(controller_raw, "max_concurrent_snapshots", "controller.max_concurrent_snapshots",
+                                                minimum=1, default=DEFAULT_MAX_CONCURRENT_SNAPSHOTS),
     )
 
     nodes_raw = raw.get("nodes")
@@ -290,6 +289,7 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         topology=topology,
         bind_host=env.get("SNAPMESH_BIND_HOST") or None,
         channel_bound=channel_bound,
+        max_reply_bytes=max_reply_bytes,
         segment_records=segment_records,
         snapshot_mode=snapshot_mode,
         align_timeout_ms=float(align_timeout_ms),
@@ -407,8 +407,8 @@ class _Fields:
                              "(no ':', '/' or spaces), not starting with '.'")
         return value
 
-    def integer(self, raw: Mapping[str, Any], key: str, name: str, *, minimum: int) -> int:
-        value = raw.get(key)
+    def integer(self, raw: Mapping[str, Any], key: str, name: str, *, minimum: int, default: int | None = None) -> int:
+        value = raw.get(key, default)
         if value is None:
             raise self.error(name, "missing")
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
