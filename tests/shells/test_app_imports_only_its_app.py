@@ -78,7 +78,7 @@ def test_a_node_reporting_another_app_is_refused_and_its_module_never_imported(n
                                                                                monkeypatch):
     from snapmesh.commands import app
 
-    with FakeCluster({"p1": "good_app:app", "p2": "rogue_app:app"}) as cluster:
+    with FakeCluster({"p1": "rogue_app:app", "p2": "good_app:app"}) as cluster:
         argv = ["--controller", cluster.address, "--duration", "1", "--snapshot-every", "0", "--seed", "1"]
         if named_by == "--app":
             argv += ["--app", "good_app:app"]
@@ -95,7 +95,7 @@ def test_a_node_reporting_another_app_is_refused_and_its_module_never_imported(n
     err = capsys.readouterr().err
     assert status == 2, err
     assert err.strip().splitlines() == [
-        f"snapmesh app: node p2 at {cluster.nodes['p2']} reports the app 'rogue_app:app', but {how} names "
+        f"snapmesh app: node p1 at {cluster.nodes['p1']} reports the app 'rogue_app:app', but {how} names "
         "'good_app:app': refusing to drive a cluster that runs another app"]
     assert not apps.exists() and "rogue_app" not in sys.modules  # never imported
     assert cluster.commands == 0
