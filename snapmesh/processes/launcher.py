@@ -35,9 +35,20 @@ It also serves the snapshot page (`snapmesh ui`, read-only) on `--ui HOST:PORT`
 (default 127.0.0.1:8080, a free loopback port when that one is taken; `--ui off`:
 none) and prints its URL last: `ui: http://HOST:PORT/`.
 `--app module:attr` runs that app (snapmesh.app) on every node in place of the
-cluster file's [app] (default: the bank); the children get it as SNAPMESH_APP.
-It is imported here first, from the working directory or PYTHONPATH: an app that
-does not load exits 2 with one line, before anything starts.
+cluster file's [app] (default: the bank); $SNAPMESH_APP, which the children
+would inherit, counts as --app. It is tried here first on every node, from the
+working directory or PYTHONPATH (snapmesh.app.preflight, what `snapmesh node`
+asks too): an app that does not load, whose `new` raises, whose machine lacks a
+method or whose `snapshot()` is not bytes exits 2 with one line, before the data
+dir is made, locked or written.
+
+A data dir remembers its security and its app: D/cluster.toml gets [tls] and
+[auth] (the files in D/tls/) with `--tls`, and [app] module (`bank` for the
+bank). Started again with neither flag, D runs what its file says; a start that
+names another (--tls on a plaintext D, an app that differs by name) is refused
+with one line saying which and how to change it on purpose (exit 2). A D
+written before it remembered counts D/tls/ca.pem as TLS and takes the app asked
+for when its file has no [app], and both are written in.
 
 Before it writes anything into the data dir (cluster.toml, certificates, logs) it
 takes the controller's and every node's data-dir lock (snapmesh.serving.datalock), so
@@ -102,14 +113,16 @@ def _parser() -> argparse.ArgumentParser:
                     help="where cluster.toml, logs and snapshots go; a D holding a cluster.toml starts that "
                     "cluster again on its ports (default: ./data; with --nodes: a new temporary dir)")
     up.add_argument("--tls", action="store_true",
-                    help="mutual TLS and a control-plane token, dev certificates made into <data_dir>/tls/")
+                    help="mutual TLS and a control-plane token, dev certificates made into <data_dir>/tls/; "
+                    "a data dir remembers it")
     up.add_argument("--hosts", action="store_true",
                     help="one host per process: each in its own network namespace (root; see docs/hosts.md)")
     up.add_argument("--ui", default="127.0.0.1:8080", metavar="HOST:PORT",
                     help="serve the snapshot page here (default 127.0.0.1:8080; off: no page)")
     up.add_argument("--app", metavar="MODULE:ATTR",
                     help="the app every node runs (snapmesh.app), imported from the working directory or "
-                    "PYTHONPATH; default: the cluster file's [app], else the bank")
+                    "PYTHONPATH; default: $SNAPMESH_APP, else the cluster file's [app], else the bank; a data dir "
+                    "remembers it")
     up.add_argument("--mode", choices=cluster_config.SNAPSHOT_MODES, metavar="MODE",
                     help="snapshot_mode written into the cluster file: classic, overtake or hybrid "
                     "(default: the file's, else classic; docs/modes.md)")
