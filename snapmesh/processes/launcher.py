@@ -188,35 +188,33 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data_dir, source = _data_dir_and_source(args)
         asked = _asked_app(args)
-        if source is None:  # D's own cluster, with the security and the app it remembers
+        locks = None
+        if source is None:  # D's own cluster: a live one is said first (D exists: only its lock files are new)
             existing = cluster_config.load(data_dir / CLUSTER_FILE, env={})
             node_ids = [n.id for n in existing.nodes]
-            app = _remembered_app(existing, asked)
-            tls = _remembered_tls(existing, args.tls)
-            channels, params = existing.topology.channels, existing.app.params
-        elif isinstance(source, int):
-            node_ids = [f"p{i}" for i in range(1, source + 1)]
-            channels, params = Topology.build(node_ids).channels, {}
-            app, tls = asked[0] if asked else BANK, args.tls
-        else:
-            given = cluster_config.load(source, env={})  # the file's own [app]: $SNAPMESH_APP is `asked`
-            node_ids = [n.id for n in given.nodes]
-            channels, params = given.topology.channels, given.app.params
-            app, tls = asked[0] if asked else given.app.module or BANK, args.tls
-        if not cluster_config.runs_bank(cluster_config.AppSettings(module=app)):
-            _preflight(app, node_ids, channels, params)
-        if data_dir is None:  # made only now: a refusal above leaves nothing behind
-            data_dir = Path(tempfile.mkdtemp(prefix="snapmesh-"))
-        config_path = data_dir / CLUSTER_FILE
-        tls_dir = data_dir / TLS_DIR if tls else None
-        # Every lock of the cluster about to start, before anything is written in its
-        # data dir: a second `cluster up` on a live one changes nothing there.
+            locks = _lock(data_dir, node_ids)
         try:
-            data_dir.mkdir(parents=True, exist_ok=True)
-            locks = acquire_all(data_dir, [CONTROLLER, *node_ids])
-        except OSError as exc:
-            raise ConfigError(f"cannot lock data dir {data_dir}: {exc}") from None
-        try:
+            if source is None:  # with the security and the app it remembers
+                app = _remembered_app(existing, asked)
+                tls = _remembered_tls(existing, args.tls)
+                channels, params = existing.topology.channels, existing.app.params
+            elif isinstance(source, int):
+                node_ids = [f"p{i}" for i in range(1, source + 1)]
+                channels, params = Topology.build(node_ids).channels, {}
+                app, tls = asked[0] if asked else BANK, args.tls
+            else:
+                given = cluster_config.load(source, env={})  # the file's own [app]: $SNAPMESH_APP is `asked`
+                node_ids = [n.id for n in given.nodes]
+                channels, params = given.topology.channels, given.app.params
+                app, tls = asked[0] if asked else given.app.module or BANK, args.tls
+            if not cluster_config.runs_bank(cluster_config.AppSettings(module=app)):
+                _preflight(app, node_ids, channels, params)
+            if data_dir is None:  # made only now: a refusal above leaves nothing behind
+                data_dir = Path(tempfile.mkdtemp(prefix="snapmesh-"))
+            config_path = data_dir / CLUSTER_FILE
+            tls_dir = data_dir / TLS_DIR if tls else None
+            if locks is None:  # every lock of the cluster about to start, before a byte is written in D
+                locks = _lock(data_dir, node_ids)
             if source is None and args.nodes is not None and args.nodes != len(node_ids):
                 raise ConfigError(f"data dir {data_dir} holds a {len(node_ids)}-node cluster ({config_path}); "
                                   f"give --nodes {len(node_ids)}, or another --data-dir for {args.nodes} nodes")
@@ -241,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                     raise ConfigError(f"cannot write certificates into {tls_dir}: {exc}") from None
             running = hold_launcher(data_dir)  # `cluster down/status --data-dir D` find this process by it
         finally:
-            release_all(locks)  # the children take them again, each its own
+            if locks is not None:
+                release_all(locks)  # the children take them again, each its own
         cluster = Cluster(config_path, data_dir=data_dir, tls_dir=tls_dir)
         print(f"snapmesh cluster: starting {len(cluster.config.nodes)} nodes in data dir {data_dir} (clients: "
               f"--data-dir {data_dir}; `snapmesh cluster down --data-dir {data_dir}` stops them); logs in "
@@ -289,6 +288,16 @@ def _data_dir_and_source(args) -> tuple[Path | None, Path | int | None]:
     if (data_dir / CLUSTER_FILE).is_file():
         return data_dir, None
     return data_dir, args.nodes if args.nodes is not None else cluster_config.DEFAULT_CONFIG
+
+
+def _lock(data_dir: Path, node_ids: list[str]) -> list:
+    """Every data-dir lock of the cluster (snapmesh.serving.datalock): a second `cluster
+    up` on a live data dir is refused before it changes anything there."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        return acquire_all(data_dir, [CONTROLLER, *node_ids])
+    except OSError as exc:
+        raise ConfigError(f"cannot lock data dir {data_dir}: {exc}") from None
 
 
 def _asked_app(args) -> tuple[str, str] | None:

@@ -168,14 +168,15 @@ def test_a_tls_data_dir_started_again_without_tls_stays_tls_and_a_plaintext_one_
 
     plain = tmp_path / "plain"
     cluster_config.write_cluster(plain / "cluster.toml", nodes=2)
-    before = sorted(p.name for p in plain.iterdir())
+    before = (plain / "cluster.toml").read_text()
     refused_tls = snapmesh("cluster", "up", "--data-dir", str(plain), "--tls", "--ui", "off")
     assert refused_tls.returncode == 2 and refused_tls.stdout == "", refused_tls.stdout
     assert refused_tls.stderr.strip().splitlines() == [
         f"snapmesh cluster: data dir {plain} runs in plaintext (no [tls] in {plain / 'cluster.toml'}), not --tls: "
         f"start it without --tls, or turn TLS on for it deliberately: `snapmesh certs --config "
         f"{plain / 'cluster.toml'} --tls-dir {plain / 'tls'}`, then `snapmesh cluster up --data-dir {plain}`"]
-    assert sorted(p.name for p in plain.iterdir()) == before  # no certificates, no lock files
+    assert (plain / "cluster.toml").read_text() == before and not (plain / "tls").exists()
+    assert not list(plain.glob("logs")) and not list(plain.glob("*.log.jsonl"))  # nothing started
 
 
 def test_an_apps_data_dir_started_again_without_app_runs_it_and_another_app_is_refused(up, tmp_path):
