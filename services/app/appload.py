@@ -92,10 +92,24 @@ def _runs_other_app(spec: str, how: str, targets: dict[str, str], identity) -> s
             except grpc.RpcError:
                 continue  # a node down: its Submit will say so, and is retried
         if not same_app(state.app, spec):
-            theirs = "the bank" if not state.app else f"the app {state.app!r}"
-            return (f"node {node} at {address} reports {theirs}, but {how} names {spec!r}: refusing to drive a "
-                    f"cluster that runs another app")
+            return (f"node {node} at {address} reports {_named(state.app)}, not {_named(spec)} ({how}): "
+                    "refusing to drive a cluster that runs another app")
     return ""
+
+
+def bank_problem(how: str, found: target.Target) -> str:
+    """Why the bank's workload cannot run on the cluster at `found` ("" when it can, or
+    when the controller does not answer: the workload says that in its own words)."""
+    with credentials.open_channel(found.address, found.identity, options=CLIENT_OPTIONS) as channel:
+        try:
+            cluster = pb_grpc.ControllerStub(channel).GetCluster(pb.GetClusterRequest(), timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError:
+            return ""
+    return _runs_other_app("", how, {n.node_id: n.address for n in cluster.nodes}, found.identity)
+
+
+def _named(spec: str) -> str:
+    return "the bank" if spec.strip() in ("", "bank") else f"the app {spec!r}"
 
 
 def _drive(app: App, args, params, cluster: pb.Cluster, targets, controller, identity) -> int:

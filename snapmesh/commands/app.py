@@ -90,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     except target.TargetError as exc:
         print(f"snapmesh app: {exc}", file=sys.stderr)
         return 2
+    from snapmesh.services.app.appload import bank_problem
+
+    if problem := bank_problem(how, found):
+        print(f"snapmesh app: {problem}", file=sys.stderr)
+        return 2
     try:
         summary = run_workload(found.address, params, out=sys.stdout, identity=found.identity)
     except ControllerUnreachable as exc:
@@ -110,7 +115,7 @@ def _app_to_drive(args: argparse.Namespace) -> tuple[str, str]:
     if args.data_dir is not None:
         cfg = target.cluster_file(args.data_dir)
         return cfg.app.module, f"[app] of {cfg.path}"
-    return "", ""
+    return "", "no --app given"
 
 
 if __name__ == "__main__":

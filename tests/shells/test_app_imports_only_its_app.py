@@ -95,10 +95,22 @@ def test_a_node_reporting_another_app_is_refused_and_its_module_never_imported(n
     err = capsys.readouterr().err
     assert status == 2, err
     assert err.strip().splitlines() == [
-        f"snapmesh app: node p1 at {cluster.nodes['p1']} reports the app 'rogue_app:app', but {how} names "
-        "'good_app:app': refusing to drive a cluster that runs another app"]
+        f"snapmesh app: node p1 at {cluster.nodes['p1']} reports the app 'rogue_app:app', not the app "
+        f"'good_app:app' ({how}): refusing to drive a cluster that runs another app"]
     assert not apps.exists() and "rogue_app" not in sys.modules  # never imported
     assert cluster.commands == 0
+
+
+def test_the_banks_workload_refuses_a_node_that_runs_an_app(apps, capsys):
+    from snapmesh.commands import app
+
+    with FakeCluster({"p1": "", "p2": "rogue_app:app"}) as cluster:
+        status = app.main(["--controller", cluster.address, "--duration", "1", "--snapshot-every", "0"])
+    assert status == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"snapmesh app: node p2 at {cluster.nodes['p2']} reports the app 'rogue_app:app', not the bank "
+        "(no --app given): refusing to drive a cluster that runs another app"]
+    assert not apps.exists() and "rogue_app" not in sys.modules
 
 
 def test_a_built_in_named_either_way_is_the_same_app(apps, capsys):
