@@ -40,7 +40,7 @@ from snapmesh.services.node.recovery import CorruptLogError, NonDeterministicErr
 from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from snapmesh.services.node.servicer import REFUSAL_STATUS, NodeServicer
 from snapmesh.services.node.translog import TransferLog
-from snapmesh.app import App, AppError, NodeInfo, load_app, new_machine
+from snapmesh.app import App, NodeInfo, preflight
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 from snapmesh.serving.durable import fsync_dir
@@ -79,21 +79,13 @@ def _prepare(args: argparse.Namespace, cfg: cluster_config.ClusterConfig) -> Pre
 
 
 def load_node_app(cfg: cluster_config.ClusterConfig, node_id: str) -> App | None:
-    """The app `cfg` names (None: the bank), loaded and probed: one machine made
-    for this node, whose snapshot() must be bytes. Raises AppError (one line)."""
+    """The app `cfg` names (None: the bank), through the pre-flight every command
+    shares (snapmesh.app.preflight), for this node. Raises AppError (one line)."""
     if cluster_config.runs_bank(cfg.app):
         return None
-    app = load_app(cfg.app.module)
     info = NodeInfo(node_id=node_id, peers_out=cfg.topology.outgoing(node_id), peers_in=cfg.topology.incoming(node_id),
                     params=cfg.app.params)
-    machine = new_machine(app, info)
-    try:
-        state = machine.snapshot()
-    except Exception as exc:  # the app's code
-        raise AppError(f"app {app.name!r}: snapshot() of a new machine raised {type(exc).__name__}: {exc}") from None
-    if not isinstance(state, bytes):
-        raise AppError(f"app {app.name!r}: snapshot() returned {type(state).__name__}, not bytes")
-    return app
+    return preflight(cfg.app.module, [info])
 
 
 async def serve(

@@ -54,7 +54,8 @@ from typing import Any, NoReturn, Protocol
 
 __all__ = [
     "App", "AppError", "Context", "Machine", "NodeInfo", "Refused", "View",
-    "BUILT_IN", "STATUS_CODES", "check_invariants", "load_app", "new_machine", "validate_machine",
+    "BUILT_IN", "STATUS_CODES", "check_invariants", "load_app", "new_machine", "preflight", "resolve_spec",
+    "validate_machine",
 ]
 
 # The gRPC status names a refusal may carry (grpc.StatusCode without OK).
@@ -214,6 +215,32 @@ def new_machine(app: App, info: NodeInfo) -> Any:
     return machine
 
 
+def preflight(spec: str, infos: Iterable[NodeInfo]) -> App:
+    """The app `spec`, loaded and tried on every node of `infos` before any process starts.
+
+    Every command that runs an app (`snapmesh node`, `cluster up`, `demo`, `chaos`,
+    `app`) asks this one function, so an app that would stop a node is refused in the
+    same words everywhere, before anything is started or written: one AppError line
+    naming the app and its first fault (no import, no attribute, not an App, a `new`
+    that raises, a missing method, a `snapshot()` that raises or is not bytes).
+    """
+    app = load_app(spec)
+    for info in infos:
+        try:
+            machine = new_machine(app, info)
+        except AppError as exc:
+            text = str(exc)
+            raise AppError(text if text.startswith("app ") else f"app {app.name!r}: {text}") from None
+        try:
+            state = machine.snapshot()
+        except Exception as exc:  # the app's own code
+            raise AppError(f"app {app.name!r}: snapshot() of a new machine for node {info.node_id} raised "
+                           f"{_one_line(exc)}") from None
+        if not isinstance(state, bytes):
+            raise AppError(f"app {app.name!r}: snapshot() returned {type(state).__name__}, not bytes")
+    return app
+
+
 def check_invariants(app: App, view: View) -> dict[str, list[str]]:
     """Every invariant of `app` over `view`: name -> problems ([] holds). A check that raises is a problem."""
     results: dict[str, list[str]] = {}
@@ -236,9 +263,7 @@ def load_app(spec: str) -> App:
     Every failure is one AppError line saying what is wrong with which spec.
     """
     spec = spec.strip()
-    target = BUILT_IN.get(spec, spec)
-    if target.startswith(_OLD_APPS):  # cluster files written before 0.3 name the apps by their old package
-        target = "snapmesh." + target
+    target = resolve_spec(spec)
     module_name, colon, attr = target.partition(":")
     if not colon or not module_name or not attr:
         if spec.endswith(".py") or "/" in spec:
@@ -264,6 +289,16 @@ def load_app(spec: str) -> App:
         raise AppError(f"--app {spec}: {attr} is a {type(app).__name__}, not a snapmesh.app.App")
     _check_app(app, f"--app {spec}")
     return app
+
+
+def resolve_spec(spec: str) -> str:
+    """The module:attr `spec` names (a built-in name resolved), without importing it:
+    two specs run the same app exactly when they resolve alike."""
+    spec = spec.strip()
+    target = BUILT_IN.get(spec, spec)
+    if target.startswith(_OLD_APPS):  # cluster files written before 0.3 name the apps by their old package
+        target = "snapmesh." + target
+    return target
 
 
 def _search_working_directory() -> None:
