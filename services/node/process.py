@@ -167,6 +167,7 @@ async def _serve_locked(
         # Twice the controller's deadline: by then the controller has failed it.
         recording_ttl=2 * cfg.controller.snapshot_deadline_s,
         segment_records=cfg.segment_records,
+        segment_bytes=cfg.segment_bytes,
         snapshot_mode=cfg.snapshot_mode,
         now=asyncio.get_running_loop().time(),
         wall=time.time(),  # the request-id window's clock (it outlives restarts)

@@ -4,7 +4,7 @@ The reference, every key with its default: docs/cluster-file.md
 (tests/shells/test_cluster_file_doc.py holds it to this reader).
 
 TOML: `data_dir`, `initial_balance`, `channels` (default: full mesh), `channel_bound`,
-`segment_records`, `snapshot_mode`; `[controller]`, `[[nodes]]` (id, host, port,
+`segment_records`, `segment_bytes`, `snapshot_mode`; `[controller]`, `[[nodes]]` (id, host, port,
 metrics_port); optional `[tls]` and `[auth]` (mutual TLS, the control-plane token) and
 `[app]` (`module = "module:attr"`, the rest its params; default: the bank).
 
@@ -58,6 +58,10 @@ def _relative_base(path: Path) -> Path:
 
 SNAPSHOT_MODES = ("classic", "overtake", "hybrid")
 ALIGN_TIMEOUT_MS = 50.0  # hybrid mode's default (snapmesh/protocol/hybrid.py)
+# A transfer-log segment seals at `segment_records` records or this many bytes, whichever
+# comes first (the node machine's N7): an app's records (commands, states) can be large.
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+MIN_SEGMENT_BYTES = 4096  # smaller would seal at nearly every step: a checkpoint is already ~1 KiB
 
 
 NODE_ID_MAX = 64
@@ -154,6 +158,7 @@ class ClusterConfig:
     bind_host: str | None  # None: every server binds to its own `host`
     channel_bound: int = 100_000
     segment_records: int = 100_000
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES  # a segment seals at whichever of the two it reaches first
     snapshot_mode: str = "classic"  # one of SNAPSHOT_MODES
     align_timeout_ms: float = ALIGN_TIMEOUT_MS  # hybrid mode: how long a marker keeps its FIFO place
     tls: TlsSettings | None = None  # None: plaintext
@@ -203,7 +208,7 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
 def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> ClusterConfig:
     fields = _Fields(path)
     known = {"data_dir", "initial_balance", "channels", "controller", "nodes", "channel_bound", "segment_records",
-             "snapshot_mode", "align_timeout_ms", "tls", "auth", "app"}
+             "segment_bytes", "snapshot_mode", "align_timeout_ms", "tls", "auth", "app"}
     fields.reject_unknown(raw, known, "")
 
     data_dir_text = env.get("SNAPMESH_DATA_DIR") or fields.string(raw, "data_dir", "data_dir")
@@ -214,6 +219,10 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
     channel_bound = fields.integer(raw, "channel_bound", "channel_bound", minimum=1) if "channel_bound" in raw else 100_000
     segment_records = (
         fields.integer(raw, "segment_records", "segment_records", minimum=2) if "segment_records" in raw else 100_000
+    )
+    segment_bytes = (
+        fields.integer(raw, "segment_bytes", "segment_bytes", minimum=MIN_SEGMENT_BYTES)
+        if "segment_bytes" in raw else DEFAULT_SEGMENT_BYTES
     )
 
     snapshot_mode = raw.get("snapshot_mode", "classic")
@@ -291,6 +300,7 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         bind_host=env.get("SNAPMESH_BIND_HOST") or None,
         channel_bound=channel_bound,
         segment_records=segment_records,
+        segment_bytes=segment_bytes,
         snapshot_mode=snapshot_mode,
         align_timeout_ms=float(align_timeout_ms),
         tls=tls,
@@ -461,7 +471,7 @@ def write_cluster(
     (controller port and metrics port, then each node's); default: free ones.
     `listen_ports`: node id -> the port that node listens on when peers dial
     another (a proxy in between, as in the fault tests). `settings`: more
-    top-level keys (channel_bound, segment_records).
+    top-level keys (channel_bound, segment_records, segment_bytes).
     """
     path = Path(path)
     ids = [f"p{i}" for i in range(1, nodes + 1)] if isinstance(nodes, int) else list(nodes)

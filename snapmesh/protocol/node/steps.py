@@ -262,6 +262,7 @@ class NodeSteps:
         self._out.append(Seal(self.segment_first, wal.Checkpoint(lsn=lsn, **checkpoint_fields(state), state=app_state)))
         self.segment_first = self.last_lsn = lsn
         self._segment_count = 1  # the checkpoint
+        self._segment_size = 0  # until the shell reports the new segment's size (log_size)
 
 
 def state_digest(state: bytes) -> str:
