@@ -3,10 +3,10 @@
 The reference, every key with its default: docs/cluster-file.md
 (tests/shells/test_cluster_file_doc.py holds it to this reader).
 
-TOML: `data_dir`, `initial_balance`, `channels` (default: full mesh), `channel_bound`,
-`segment_records`, `segment_bytes`, `snapshot_mode`; `[controller]`, `[[nodes]]` (id, host, port,
-metrics_port); optional `[tls]` and `[auth]` (mutual TLS, the control-plane token) and
-`[app]` (`module = "module:attr"`, the rest its params; default: the bank).
+TOML: `data_dir`, `initial_balance`, `channels` (default: full mesh), `channel_bound`, `segment_records`,
+`segment_bytes`, `snapshot_mode`; `[controller]`, `[[nodes]]` (id, host, port, metrics_port); optional `[tls]`
+and `[auth]` (mutual TLS, the control-plane token) and `[app]` (`module = "module:attr"`, the rest its params;
+default: the bank).
 
 Environment overrides, for containers: SNAPMESH_DATA_DIR replaces `data_dir`;
 SNAPMESH_BIND_HOST is the address every server binds to (default: its `host`),
@@ -19,10 +19,9 @@ cluster up --app` tells its children; [app]'s params stay the file's).
 
 A malformed file raises `ConfigError` naming the file and the field.
 
-This module also writes the file: `write` (any document `parse` accepts, checked
-before a byte is written) and `write_cluster` (an N-node cluster on free
-loopback ports, what the launcher, the tests and the bench start). Every cluster
-file snapmesh writes goes through `dumps`, so escaping is tomli-w's, not ours.
+This module also writes the file: `write` (any document `parse` accepts, checked before a byte is written)
+and `write_cluster` (an N-node cluster on free loopback ports, what the launcher, the tests and the bench
+start). Every cluster file snapmesh writes goes through `dumps`, so escaping is tomli-w's, not ours.
 """
 
 from __future__ import annotations
@@ -58,10 +57,7 @@ def _relative_base(path: Path) -> Path:
 
 SNAPSHOT_MODES = ("classic", "overtake", "hybrid")
 ALIGN_TIMEOUT_MS = 50.0  # hybrid mode's default (snapmesh/protocol/hybrid.py)
-# A transfer-log segment seals at `segment_records` records or this many bytes, whichever
-# comes first (the node machine's N7): an app's records (commands, states) can be large.
-DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
-MIN_SEGMENT_BYTES = 4096  # smaller would seal at nearly every step: a checkpoint is already ~1 KiB
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024  # a segment seals at it or at segment_records (N7): an app's records can be large
 
 
 NODE_ID_MAX = 64
@@ -217,13 +213,9 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         data_dir = (_relative_base(path) / data_dir).resolve()
     initial_balance = fields.integer(raw, "initial_balance", "initial_balance", minimum=0)
     channel_bound = fields.integer(raw, "channel_bound", "channel_bound", minimum=1) if "channel_bound" in raw else 100_000
-    segment_records = (
-        fields.integer(raw, "segment_records", "segment_records", minimum=2) if "segment_records" in raw else 100_000
-    )
-    segment_bytes = (
-        fields.integer(raw, "segment_bytes", "segment_bytes", minimum=MIN_SEGMENT_BYTES)
-        if "segment_bytes" in raw else DEFAULT_SEGMENT_BYTES
-    )
+    segment_records, segment_bytes = (  # segment_bytes: at least a few records (a checkpoint alone is about 1 KiB)
+        fields.integer(raw, key, key, minimum=low) if key in raw else default
+        for key, low, default in (("segment_records", 2, 100_000), ("segment_bytes", 4096, DEFAULT_SEGMENT_BYTES)))
 
     snapshot_mode = raw.get("snapshot_mode", "classic")
     if snapshot_mode not in SNAPSHOT_MODES:
@@ -299,8 +291,7 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         topology=topology,
         bind_host=env.get("SNAPMESH_BIND_HOST") or None,
         channel_bound=channel_bound,
-        segment_records=segment_records,
-        segment_bytes=segment_bytes,
+        segment_records=segment_records, segment_bytes=segment_bytes,
         snapshot_mode=snapshot_mode,
         align_timeout_ms=float(align_timeout_ms),
         tls=tls,

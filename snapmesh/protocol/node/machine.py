@@ -33,15 +33,9 @@ N5. A transfer with a client `request_id` that was already paid is answered
     so recovery rebuilds the map. The ids are kept by age, across
     checkpoints and restores, as snapmesh/protocol/node/requests.py says.
 N6. A recording older than `recording_ttl` (by `now`) is dropped as an abort.
-N7. When the active segment holds `segment_records` records, or
-    `segment_bytes` bytes after its opening checkpoint by the log's count
-    (`log_size`, which the shell reports after carrying out a step's
-    effects; the checkpoint is as large as the state, and counting it would
-    seal at every step once the state outgrew the budget), the node seals it between
-    two steps and opens the next with a checkpoint (one `Seal` effect carries
-    both), so recovery reads only the active segment. Bytes as well as
-    records: an app's records can be large (a command, a state), and a
-    segment that only counts records grows without a byte limit.
+N7. When the active segment holds `segment_records` records or `segment_bytes` bytes (steps.py's
+    `log_size`), the node seals it between two steps and opens the next with a checkpoint
+    (one `Seal` effect carries both), so recovery reads only the active segment.
 N8. Restore. `restore` moves the node to a newer epoch in one step:
     snapshots in progress are aborted ("restored to S"), the epoch's links and
     outboxes are dropped, the tally is set to the recorded one, and the
@@ -94,11 +88,10 @@ from snapmesh.protocol.node.effects import (  # noqa: F401  (re-exported: the dr
     Accepted, Ack, Append, EndStreams, Effect, Finished, Reply, ReplyBatch, Report, ReportCancelled, RestoreReply, Seal,
     Submitted, Transmit,
 )
-from snapmesh.protocol.node.steps import NodeSteps, state_digest
+from snapmesh.protocol.node.steps import DEFAULT_SEGMENT_BYTES, NodeSteps, state_digest
 from snapmesh.protocol.node.recovery import ABANDONED_WINDOW, Recovered
 
 DEFAULT_SEGMENT_RECORDS = 100_000
-DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 
 # -------------------------------------------------------------------- node
 
@@ -117,8 +110,7 @@ class Node(NodeSteps):
         mark: int = DEFAULT_MARK,
         bound: int = DEFAULT_BOUND,
         recording_ttl: float | None = None,
-        segment_records: int = DEFAULT_SEGMENT_RECORDS,
-        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        segment_records: int = DEFAULT_SEGMENT_RECORDS, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         snapshot_mode: str = "classic",
         wall: float | None = None,
         request_ttl_s: float = requests.REQUEST_TTL_S,
@@ -143,9 +135,7 @@ class Node(NodeSteps):
         self.epochs = EpochState(
             node_id, recovered.epoch, recovered.restored, recovered.restore_incomplete, recovered.restored_tally
         )
-        self.segment_records = segment_records
-        self.segment_bytes = segment_bytes
-        self._segment_size = 0  # bytes of the active segment, as the shell last reported them (log_size)
+        self.segment_records, self.segment_bytes = segment_records, segment_bytes
         self._abandoned: OrderedDict[str, None] = OrderedDict(recovered.abandoned)
         self.process = core.Process(
             node_id=node_id,
@@ -169,7 +159,7 @@ class Node(NodeSteps):
         self.last_lsn = recovered.last_lsn
         self.durable_lsn = recovered.last_lsn
         self.segment_first = recovered.last_lsn - recovered.records + 1 if not recovered.fresh else 1
-        self._segment_count = recovered.records
+        self._segment_count, self._segment_size = recovered.records, 0  # records; bytes after its checkpoint (log_size)
         self._recorded_at: dict[str, float] = {}
         self._reports: list[tuple[int, str]] = []  # (lsn it rests on, snapshot id), finished, not yet durable
         self._cut_wall: dict[str, float] = {}  # snapshot id -> wall seconds of its cut here (statistics)
@@ -384,12 +374,6 @@ class Node(NodeSteps):
     def end_frame(self) -> None:
         """The end of one frame's messages: a step boundary (segments seal only there)."""
         self._end_step()
-
-    def log_size(self, nbytes: int) -> None:
-        """The active segment now holds `nbytes` bytes after its checkpoint, the
-        records appended so far included: past `segment_bytes` the next step
-        boundary seals it (N7)."""
-        self._segment_size = nbytes
 
     def durable(self, lsn: int) -> None:
         """Records up to `lsn` are on disk: acks, frames and reports may leave."""
