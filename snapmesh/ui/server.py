@@ -291,47 +291,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def serve(source: Source, listen: tuple[str, int], allow_hosts: tuple[str, ...] = ()) -> UiServer:
-    """A bound server (not yet serving); `serve_forever` or `start_in_thread` it."""
+    """A bound server (not yet serving): `serve_forever` it. `snapmesh cluster up`
+    runs this command as a process of its own (snapmesh.processes.page)."""
     return UiServer(listen, source, allow_hosts)
-
-
-def start_in_thread(server: UiServer) -> threading.Thread:
-    thread = threading.Thread(target=server.serve_forever, name="snapmesh-ui", daemon=True)
-    thread.start()
-    return thread
-
-
-class RunningPage:
-    """A page served from a thread of this process (`cluster up`, the demo)."""
-
-    def __init__(self, server: UiServer, thread: threading.Thread) -> None:
-        self.server, self.thread = server, thread
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.server.source.close()
-        self.thread.join(timeout=5)
-
-
-def start_page(cluster, listen: str = DEFAULT_LISTEN) -> RunningPage:
-    """Serve the page of a running `supervisor.Cluster` (its client identity and data
-    dir) on `listen`, or on a free port of the same host when that one is taken."""
-    host, port = parse_listen(listen)
-    source = Source(cluster.controller_address, cluster.client_identity, cluster.data_dir)
-    try:
-        try:
-            server = serve(source, (host, port))
-        except OSError:
-            server = serve(source, (host, 0))
-    except OSError:
-        source.close()
-        raise
-    return RunningPage(server, start_in_thread(server))
 
 
 def main(argv: list[str] | None = None) -> int:
