@@ -90,6 +90,11 @@ class NodeMetrics:
             "Bytes in the transfer log's active segment, buffered records included (sealed past segment_bytes)",
             ["node"], registry=r,
         ).labels(node_id)
+        self.receive_limit = Gauge(
+            "snapmesh_node_receive_limit_bytes",
+            "The largest message this node's gRPC server takes (the largest of what its RPCs may carry)",
+            ["node"], registry=r,
+        ).labels(node_id)
         self.report_failures = Counter(
             "snapmesh_report_state_failures_total", "ReportState calls to the controller that failed", ["node"],
             registry=r,

@@ -31,6 +31,7 @@ CONTROL_PLANE = frozenset({
     "/snapmesh.v1.Node/StartSnapshot",
     "/snapmesh.v1.Node/AbortSnapshot",
     "/snapmesh.v1.Node/RestoreState",
+    "/snapmesh.v1.Node/RestoreStateChunks",
 })
 # Read-only calls: open to any client with a certificate unless `protect_reads`.
 READ_ONLY = frozenset({
