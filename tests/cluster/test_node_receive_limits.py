@@ -9,7 +9,8 @@ what may be large travels in pieces and every message stays small:
   RPC of an app node: eight 60 MB Submits left one at 412 MiB). A command just
   over its 1 MiB limit still reaches the node and is refused naming the limit.
 - A restore over 1 MiB reaches the node as RestoreStateChunks and is exactly
-  RestoreState's (a held node on a real transfer log, the servicer's own path).
+  RestoreState's (a held node on a real transfer log, the servicer's own path), and
+  on real processes an app state over the node's limit is snapshotted and restored.
 - An app frame over MAX_MERGED_PAYLOAD is cut into frames under it, in order; a
   payload over MAX_MESSAGE_BYTES fails the app's step.
 """
@@ -17,6 +18,7 @@ what may be large travels in pieces and every message stays small:
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import grpc
@@ -69,6 +71,31 @@ def test_a_large_submit_is_refused_by_grpc_before_the_app_node_holds_it(tmp_path
     assert codes == [grpc.StatusCode.RESOURCE_EXHAUSTED] * 5
     grown_mb = (after - before) / 1024
     assert grown_mb < 16, f"the node grew {grown_mb:.0f} MiB on 92 MB of refused Submits"
+
+
+@pytest.mark.cluster
+def test_an_app_state_over_the_limit_is_snapshotted_and_restored_in_pieces(tmp_path: Path) -> None:
+    """Real processes, real gRPC: p1's kvshard state (~5 MiB, over the node's receive
+    limit) is reported in chunks and restored with RestoreStateChunks."""
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2, data_dir=tmp_path)
+    with Cluster(path, app="kvshard") as cluster:
+        with grpc.insecure_channel(cluster.node_address("p1")) as channel:
+            node = pb_grpc.NodeStub(channel)
+            for i in range(6):
+                command = json.dumps({"op": "put", "key": f"p1/k{i}", "value": "v" * (900 * 1024)}).encode()
+                node.Submit(pb.SubmitRequest(command=command), timeout=30)
+            held = node.GetState(pb.GetStateRequest(), timeout=10).app_state_bytes
+        assert held > receive_limit(2)
+        big = [("grpc.max_receive_message_length", -1)]  # the snapshot holds the state: this client reads it whole
+        with grpc.insecure_channel(cluster.controller_address, options=big) as channel:
+            controller = pb_grpc.ControllerStub(channel)
+            snapshot = controller.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60)
+            assert snapshot.status == pb.Snapshot.COMPLETE, snapshot.reason
+            restore = controller.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=snapshot.snapshot_id), timeout=60)
+        assert restore.status == pb.Restore.RESTORED, restore
+        with grpc.insecure_channel(cluster.node_address("p1")) as channel:
+            state = pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=10)
+        assert (state.epoch, state.app_state_bytes) == (2, held)
 
 
 def test_every_rpc_budget_is_small_and_the_limit_is_the_largest() -> None:
