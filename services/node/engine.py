@@ -5,7 +5,10 @@ abort, the log becoming durable, a timer) is one synchronous call on the
 `Node`, followed by draining its effects here and nowhere else:
 
     Append(record)        -> the transfer log's buffer (group-committed)
-    Seal(first, cp)       -> the log seals its segment, cp opens the next
+    Seal(first, cp)       -> the log seals its segment, cp opens the next;
+                             after the effects the node is told the active
+                             segment's bytes after its checkpoint
+                             (`log_size`: segment_bytes, N7)
     Transmit(dst, ...)    -> that channel's stream
     Ack(src, ...)         -> that channel's live stream
     Finished(state, ...)  -> the reporter has the log save it ahead of the
@@ -323,6 +326,7 @@ class Engine:
                     effect.to.set_result(effect)
             elif kind is fx.Seal:
                 self.log.seal(effect.first_lsn, effect.checkpoint)
+                self.metrics.segments_sealed.inc()
             elif kind is fx.Finished:
                 log.info("snapshot %s: done here", effect.state.snapshot_id)
                 message = report_message(
@@ -342,6 +346,7 @@ class Engine:
                     self.incoming[src].end_stream(effect.reason)
             else:  # pragma: no cover  (a new effect type must be routed here)
                 raise TypeError(f"unrouted effect {effect!r}")
+        node.log_size(self.log.appended_bytes)  # what segment_bytes is held to (N7): the next step boundary seals past it
         if metrics:
             self._metrics()
         self._arm_timer()
@@ -365,6 +370,7 @@ class Engine:
             if sender.unacked <= link.LOW_MARK:
                 self.outgoing[dst].room.set()
         m.tally.set(node.tally)
+        m.segment_bytes.set(self.log.active_bytes)  # the checkpoint included: what the disk holds
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()

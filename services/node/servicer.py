@@ -24,10 +24,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from snapmesh.services.node.channels import AckWriter, read_or_end
 from snapmesh.services.node.engine import AppMessage, Engine, Refused
 from snapmesh.services.node.translog import LogClosedError
+from snapmesh.protocol import chunking
 from snapmesh.protocol.node import core
 from snapmesh.protocol.node.link import GapError
 from snapmesh.protocol.appstate import digest
@@ -255,6 +257,25 @@ class NodeServicer(pb_grpc.NodeServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         reply = await self._replied(waiting, context)  # the node's RestoreReply: once durable (N8)
         return wire.restore_response(reply.epoch, reply.tally)
+
+    async def RestoreStateChunks(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.RestoreStateResponse:
+        """A RestoreStateRequest over 1 MiB, in pieces of its encoding (snapmesh.protocol.chunking):
+        joined, it is RestoreState's. The controller's certificate is checked before
+        any piece is read (the access table, AUTH2), and the pieces may reach
+        chunking.MAX_STATE_BYTES, no more (RESOURCE_EXHAUSTED at the piece that would pass it)."""
+        pieces, size = [], 0
+        async for chunk in request_iterator:
+            size += len(chunk.data)
+            if size > chunking.MAX_STATE_BYTES:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                    f"a restore holds at most {chunking.MAX_STATE_BYTES} bytes")
+            pieces.append(chunk.data)
+        try:
+            request = pb.RestoreStateRequest.FromString(b"".join(pieces))
+        except DecodeError:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the pieces do not make a RestoreStateRequest")
+        del pieces
+        return await self.RestoreState(request, context)
 
     async def _fenced(self, context: grpc.aio.ServicerContext, exc: EpochFenced, kind: str) -> None:
         """The node refused a call of another epoch: an older one's for good

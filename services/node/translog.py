@@ -41,6 +41,14 @@ round with actions and no records is a round too. After the log failed none
 runs (no record after them will be written either).
 
 Segments: `seal(first_lsn, checkpoint)` queues a seal behind what is buffered.
+`active_bytes` is the active segment's size, what is on disk and what is
+buffered (counted in characters as encoded: the same as bytes but for a
+non-ASCII id); `appended_bytes` the same without the checkpoint that opened
+it. The engine tells the node machine the latter, which seals past
+`segment_bytes` (machine.py N7), so a segment is bounded by bytes as well as
+records. The checkpoint is left out of the count because it is as large as
+the state it carries: counted, a checkpoint larger than `segment_bytes`
+would seal the segment at every step, writing the state again each time.
 The flusher writes and syncs the records before it, writes the checkpoint to
 `<active>.next` and syncs it, renames the active file to its sealed name
 `<node>.log.<first lsn, 12 digits>.jsonl`, renames `.next` to the active name
@@ -120,6 +128,8 @@ class TransferLog:
         self.node_id = node_id
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lsn = last_lsn  # last lsn handed out
+        self.active_bytes = os.fstat(self._fd).st_size  # the active segment, buffered records included
+        self._head = _first_line_bytes(path) if self.active_bytes else 0  # its opening checkpoint (or init)
         self.durable_lsn = last_lsn  # last lsn on disk
         self._buffer: list[str | _Seal] = []
         self._before: list[_Action] = []  # carried out by the next round before it writes the buffer
@@ -142,6 +152,11 @@ class TransferLog:
     def last_lsn(self) -> int:
         return self._lsn
 
+    @property
+    def appended_bytes(self) -> int:
+        """The active segment's bytes after its opening checkpoint (what `segment_bytes` bounds)."""
+        return self.active_bytes - self._head
+
     def _add(self, line: str | _Seal) -> int:
         if self.failure is not None:
             return self._lsn  # never written; whoever waits for it gets LogFailedError
@@ -154,7 +169,9 @@ class TransferLog:
         if record.lsn != self._lsn + 1:
             raise ValueError(f"{self.path}: record lsn {record.lsn}, expected {self._lsn + 1}")
         self._lsn = record.lsn
-        return self._add(self._encoder.record(record))
+        line = self._encoder.record(record)
+        self.active_bytes += len(line)
+        return self._add(line)
 
     def seal(self, first_lsn: int, checkpoint: wal.Checkpoint) -> int:
         """Close the active segment (it began at `first_lsn`) and open the next with `checkpoint`."""
@@ -162,7 +179,9 @@ class TransferLog:
             raise ValueError(f"{self.path}: checkpoint lsn {checkpoint.lsn}, expected {self._lsn + 1}")
         self._lsn = checkpoint.lsn
         sealed = self.path.with_name(wal.sealed_name(self.node_id, first_lsn))
-        return self._add(_Seal(sealed, self._encoder.record(checkpoint)))
+        line = self._encoder.record(checkpoint)
+        self.active_bytes = self._head = len(line)  # the next segment holds the checkpoint only
+        return self._add(_Seal(sealed, line))
 
     def before_records(self, action: Callable[[], None], nbytes: int = 0) -> None:
         """Carry out `action` in the next round, before it writes any record
@@ -343,6 +362,12 @@ def _chunks(items: list[str | _Seal]) -> list[tuple[bytes, _Seal | None]]:
     if lines or not out:
         out.append(("".join(lines).encode(), None))
     return out
+
+
+def _first_line_bytes(path: Path) -> int:
+    """The length of the file's first line (a restart's active segment: its checkpoint or init)."""
+    with open(path, "rb") as file:
+        return len(file.readline())
 
 
 def _write_all_and_sync(fd: int, data: bytes) -> float:

@@ -23,7 +23,9 @@ A2. Determinism is the app's duty. `on_command` and `on_message` depend only on
     fresh machine; if the replayed sends differ from the logged ones, the node
     refuses to start and names the log position.
 A3. Messages leave only through `ctx.send(dst, payload)`, to a node of
-    `info.peers_out`. Each channel is FIFO and lossless: `on_message` sees the
+    `info.peers_out`, each at most MAX_MESSAGE_BYTES (1 MiB and 64 KiB: a
+    command's bytes with room to wrap them; a larger one raises AppError,
+    failing the step: a node takes no larger message, docs/api.md). Each channel is FIFO and lossless: `on_message` sees the
     payloads of one channel in the order they were sent, each once.
 A4. `ctx.refuse(code, text)` (or any exception) in `on_command` refuses that step:
     the client gets the named gRPC status, nothing is logged, no send leaves, and
@@ -54,10 +56,14 @@ from typing import Any, NoReturn, Protocol
 
 __all__ = [
     "App", "AppError", "Context", "Machine", "NodeInfo", "Refused", "View",
-    "BUILT_IN", "STATUS_CODES", "check_invariants", "load_app", "new_machine", "preflight", "resolve_spec",
-    "validate_machine",
+    "BUILT_IN", "MAX_MESSAGE_BYTES", "STATUS_CODES", "check_invariants", "load_app", "new_machine", "preflight",
+    "resolve_spec", "validate_machine",
 ]
 
+# The largest payload `ctx.send` takes (A3): a channel frame must fit the peer's
+# receive limit, which is sized for what its clients send (a command: at most 1 MiB,
+# which a message may carry on with room for the app's own wrapping).
+MAX_MESSAGE_BYTES = 1024 * 1024 + 64 * 1024
 # The gRPC status names a refusal may carry (grpc.StatusCode without OK).
 STATUS_CODES = frozenset({
     "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
@@ -120,6 +126,9 @@ class Context:
         """Queue `payload` for the channel to `dst`; it leaves once this step is durable."""
         if not isinstance(payload, bytes):
             raise AppError(f"node {self.node_id}: ctx.send({dst!r}, ...) needs bytes, got {type(payload).__name__}")
+        if len(payload) > MAX_MESSAGE_BYTES:
+            raise AppError(f"node {self.node_id}: ctx.send({dst!r}, ...) of {len(payload)} bytes; "
+                           f"a message holds at most {MAX_MESSAGE_BYTES}")
         if dst == self.node_id:
             raise AppError(f"node {self.node_id}: ctx.send to itself; there is no channel {dst} -> {dst}")
         if dst not in self.peers_out:

@@ -89,9 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Cluster(config_path) as cluster:
             print(f"controller: {cluster.controller_address}  (process logs in {cluster.log_dir})", flush=True)
-            from snapmesh.ui.server import start_page
+            from snapmesh.processes.page import PageProcess
 
-            page = start_page(cluster, "127.0.0.1:0")
+            page = PageProcess(cluster)  # its own process, as under `cluster up`
+            page.start("127.0.0.1", 0)
             print(f"ui: {page.url}  (the snapshot page, read-only, while the demo runs; "
                   f"`snapmesh ui --controller HOST:PORT` on any cluster)", flush=True)
             try:

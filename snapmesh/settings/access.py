@@ -70,6 +70,7 @@ RULES: Mapping[str, Rule] = {
     _NODE + "StartSnapshot": Rule.CONTROLLER,
     _NODE + "AbortSnapshot": Rule.CONTROLLER,
     _NODE + "RestoreState": Rule.CONTROLLER,
+    _NODE + "RestoreStateChunks": Rule.CONTROLLER,
     _NODE + "Channel": Rule.NODE,
     _NODE + "Transfer": Rule.ANY,
     _NODE + "TransferBatch": Rule.ANY,

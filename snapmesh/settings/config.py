@@ -4,8 +4,8 @@ The reference, every key with its default: docs/cluster-file.md
 (tests/shells/test_cluster_file_doc.py holds it to this reader).
 
 TOML: `data_dir`, `initial_balance`, `channels` (default: full mesh), `channel_bound`,
-`max_reply_bytes`, `segment_records`, `snapshot_mode`; `[controller]`, `[[nodes]]` (id, host, port,
-metrics_port); optional `[tls]` and `[auth]` (mutual TLS, the control-plane token) and
+`max_reply_bytes`, `segment_records`, `segment_bytes`, `snapshot_mode`; `[controller]`, `[[nodes]]` (id, host,
+port, metrics_port); optional `[tls]` and `[auth]` (mutual TLS, the control-plane token) and
 `[app]` (`module = "module:attr"`, the rest its params; default: the bank).
 
 Environment overrides, for containers: SNAPMESH_DATA_DIR replaces `data_dir`;
@@ -19,10 +19,9 @@ cluster up --app` tells its children; [app]'s params stay the file's).
 
 A malformed file raises `ConfigError` naming the file and the field.
 
-This module also writes the file: `write` (any document `parse` accepts, checked
-before a byte is written) and `write_cluster` (an N-node cluster on free
-loopback ports, what the launcher, the tests and the bench start). Every cluster
-file snapmesh writes goes through `dumps`, so escaping is tomli-w's, not ours.
+This module also writes the file: `write` (any document `parse` accepts, checked before a byte is written)
+and `write_cluster` (an N-node cluster on free loopback ports, what the launcher, the tests and the bench
+start). Every cluster file snapmesh writes goes through `dumps`, so escaping is tomli-w's, not ours.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ from snapmesh.settings.appsettings import app_named as app_named
 from snapmesh.settings.appsettings import runs_bank as runs_bank
 from snapmesh.settings.access import CLIENT_NAME, CONTROLLER_NAME, parse_clients
 from snapmesh.settings.ports import free_ports
-from snapmesh.protocol.node.steps import DEFAULT_MAX_REPLY_BYTES
+from snapmesh.protocol.node.steps import DEFAULT_MAX_REPLY_BYTES, DEFAULT_SEGMENT_BYTES
 from snapmesh.protocol.topology import Topology, TopologyError
 
 SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -156,6 +155,7 @@ class ClusterConfig:
     channel_bound: int = 100_000
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES  # an app's longest reply (node rule N12)
     segment_records: int = 100_000
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES  # a segment seals at whichever of the two it reaches first
     snapshot_mode: str = "classic"  # one of SNAPSHOT_MODES
     align_timeout_ms: float = ALIGN_TIMEOUT_MS  # hybrid mode: how long a marker keeps its FIFO place
     tls: TlsSettings | None = None  # None: plaintext
@@ -205,7 +205,7 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
 def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> ClusterConfig:
     fields = _Fields(path)
     known = {"data_dir", "initial_balance", "channels", "controller", "nodes", "channel_bound", "segment_records",
-             "snapshot_mode", "align_timeout_ms", "tls", "auth", "app", "max_reply_bytes"}
+             "segment_bytes", "snapshot_mode", "align_timeout_ms", "tls", "auth", "app", "max_reply_bytes"}
     fields.reject_unknown(raw, known, "")
 
     data_dir_text = env.get("SNAPMESH_DATA_DIR") or fields.string(raw, "data_dir", "data_dir")
@@ -216,6 +216,8 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
     channel_bound = fields.integer(raw, "channel_bound", "channel_bound", minimum=1, default=100_000)
     segment_records = fields.integer(raw, "segment_records", "segment_records", minimum=2, default=100_000)
     max_reply_bytes = fields.integer(raw, "max_reply_bytes", "max_reply_bytes", minimum=1, default=DEFAULT_MAX_REPLY_BYTES)
+    # at least a few records (a checkpoint alone is about 1 KiB)
+    segment_bytes = fields.integer(raw, "segment_bytes", "segment_bytes", minimum=4096, default=DEFAULT_SEGMENT_BYTES)
 
     snapshot_mode = raw.get("snapshot_mode", "classic")
     if snapshot_mode not in SNAPSHOT_MODES:
@@ -290,7 +292,7 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         bind_host=env.get("SNAPMESH_BIND_HOST") or None,
         channel_bound=channel_bound,
         max_reply_bytes=max_reply_bytes,
-        segment_records=segment_records,
+        segment_records=segment_records, segment_bytes=segment_bytes,
         snapshot_mode=snapshot_mode,
         align_timeout_ms=float(align_timeout_ms),
         tls=tls,
@@ -462,7 +464,7 @@ def write_cluster(
     (controller port and metrics port, then each node's); default: free ones.
     `listen_ports`: node id -> the port that node listens on when peers dial
     another (a proxy in between, as in the fault tests). `settings`: more
-    top-level keys (channel_bound, segment_records).
+    top-level keys (channel_bound, segment_records, segment_bytes).
     """
     path = Path(path)
     ids = [f"p{i}" for i in range(1, nodes + 1)] if isinstance(nodes, int) else list(nodes)

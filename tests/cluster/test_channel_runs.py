@@ -49,6 +49,7 @@ class _Log:
         self.records: list = []
         self.durable_lsn = 0
         self.last_lsn = 0
+        self.active_bytes = self.appended_bytes = 0  # what the engine tells the node after each step (segment_bytes)
 
     def append_record(self, record) -> int:
         self.records.append(record)

@@ -33,9 +33,9 @@ N5. A transfer with a client `request_id` that was already paid is answered
     so recovery rebuilds the map. The ids are kept by age, across
     checkpoints and restores, as snapmesh/protocol/node/requests.py says.
 N6. A recording older than `recording_ttl` (by `now`) is dropped as an abort.
-N7. When the active segment holds `segment_records` records, the node seals
-    it between two steps and opens the next with a checkpoint (one `Seal`
-    effect carries both), so recovery reads only the active segment.
+N7. When the active segment holds `segment_records` records or `segment_bytes` bytes (steps.py's
+    `log_size`), the node seals it between two steps and opens the next with a checkpoint
+    (one `Seal` effect carries both), so recovery reads only the active segment.
 N8. Restore. `restore` moves the node to a newer epoch in one step:
     snapshots in progress are aborted ("restored to S"), the epoch's links and
     outboxes are dropped, the tally is set to the recorded one, and the
@@ -92,7 +92,7 @@ from snapmesh.protocol.node.effects import (  # noqa: F401  (re-exported: the dr
     Accepted, Ack, Append, EndStreams, Effect, Finished, Reply, ReplyBatch, Report, ReportCancelled, RestoreReply, Seal,
     Submitted, Transmit,
 )
-from snapmesh.protocol.node.steps import DEFAULT_MAX_REPLY_BYTES, NodeSteps, state_digest
+from snapmesh.protocol.node.steps import DEFAULT_MAX_REPLY_BYTES, DEFAULT_SEGMENT_BYTES, NodeSteps, state_digest
 from snapmesh.protocol.node.recovery import ABANDONED_WINDOW, Recovered
 
 DEFAULT_SEGMENT_RECORDS = 100_000
@@ -114,7 +114,7 @@ class Node(NodeSteps):
         mark: int = DEFAULT_MARK,
         bound: int = DEFAULT_BOUND,
         recording_ttl: float | None = None,
-        segment_records: int = DEFAULT_SEGMENT_RECORDS,
+        segment_records: int = DEFAULT_SEGMENT_RECORDS, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         snapshot_mode: str = "classic",
         wall: float | None = None,
         request_ttl_s: float = requests.REQUEST_TTL_S,
@@ -139,7 +139,7 @@ class Node(NodeSteps):
         self.epochs = EpochState(
             node_id, recovered.epoch, recovered.restored, recovered.restore_incomplete, recovered.restored_tally
         )
-        self.segment_records = segment_records
+        self.segment_records, self.segment_bytes = segment_records, segment_bytes
         self._abandoned: OrderedDict[str, None] = OrderedDict(recovered.abandoned)
         self.process = core.Process(
             node_id=node_id,
@@ -161,7 +161,7 @@ class Node(NodeSteps):
         self._cuts: OrderedDict[str, int] = OrderedDict(recovered.cuts)  # snapshot id -> lsn of its cut here
         self.last_lsn = self.durable_lsn = recovered.last_lsn
         self.segment_first = recovered.last_lsn - recovered.records + 1 if not recovered.fresh else 1
-        self._segment_count = recovered.records
+        self._segment_count, self._segment_size = recovered.records, 0  # records; bytes after its checkpoint (log_size)
         self._recorded_at: dict[str, float] = {}
         self._reports: list[tuple[int, str]] = []  # (lsn it rests on, snapshot id), finished, not yet durable
         self._cut_wall: dict[str, float] = {}  # snapshot id -> wall seconds of its cut here (statistics)
@@ -260,7 +260,7 @@ class Node(NodeSteps):
         held = self.process.tally
         if request_id:
             self._requests.paid(request_id, requests.Paid(msg_id, held, self.wall, self.last_lsn))
-        if self._segment_count >= self.segment_records:  # _end_step, inline
+        if self._segment_count >= self.segment_records or self._segment_size >= self.segment_bytes:  # _end_step, inline
             self._seal()
         answer = Accepted(msg_id, held, self.last_lsn, False, self.epochs.epoch)
         return answer if reply_to is None else self._reply_when_durable(reply_to, answer)
@@ -491,7 +491,7 @@ class Node(NodeSteps):
             self._out.append(Finished(state, self.last_lsn, self.epochs.epoch, _ns(cut_wall), _ns(self.wall_seen)))
 
     def _end_step(self) -> None:
-        if self._segment_count >= self.segment_records:
+        if self._segment_count >= self.segment_records or self._segment_size >= self.segment_bytes:
             self._seal()
 
 

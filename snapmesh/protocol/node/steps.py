@@ -25,6 +25,7 @@ from snapmesh.protocol.node.recovery import Recovered, checkpoint_fields
 # request-id window, and must fit the 4 MiB a gRPC client takes by default.
 DEFAULT_MAX_REPLY_BYTES = 1024 * 1024
 
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024  # a segment's bytes after its checkpoint (log_size, N7)
 
 class NodeSteps:
     """Mixed into `node.Node`: these methods use its fields (`process`, `senders`, `host`, ...)."""
@@ -261,6 +262,17 @@ class NodeSteps:
 
     # -- segments (N7)
 
+    def log_size(self, nbytes: int) -> None:
+        """The active segment now holds `nbytes` bytes after its opening checkpoint
+        (the log's count, buffered records included; the shell reports it after
+        carrying out a step's effects): past `segment_bytes` the next step
+        boundary seals it (N7). Bytes as well as records, because an app's
+        records (commands, replies, messages) can be large, and a segment that
+        counts only records grows without a byte limit. The checkpoint is left
+        out because it is as large as the state: counted, a state larger than
+        `segment_bytes` would seal the segment at every step."""
+        self._segment_size = nbytes
+
     def _seal(self) -> None:
         """Close the active segment; open the next with a checkpoint (N7)."""
         state = Recovered(
@@ -281,6 +293,7 @@ class NodeSteps:
         self._out.append(Seal(self.segment_first, wal.Checkpoint(lsn=lsn, **checkpoint_fields(state), state=app_state)))
         self.segment_first = self.last_lsn = lsn
         self._segment_count = 1  # the checkpoint
+        self._segment_size = 0  # until the shell reports the new segment's size (log_size)
 
 
 def state_digest(state: bytes) -> str:
