@@ -3,10 +3,8 @@
 The reference, every key with its default: docs/cluster-file.md
 (tests/shells/test_cluster_file_doc.py holds it to this reader).
 
-TOML: `data_dir`, `initial_balance`, `channels` (default: full mesh), `channel_bound`,
-`max_reply_bytes`, `segment_records`, `segment_bytes`, `snapshot_mode`; `[controller]`, `[[nodes]]` (id, host,
-port, metrics_port); optional `[tls]` and `[auth]` (mutual TLS, the control-plane token) and
-`[app]` (`module = "module:attr"`, the rest its params; default: the bank).
+TOML: top-level settings (`data_dir`, `channels`, the limits), `[controller]`, `[[nodes]]`; optional
+`[tls]` and `[auth]` (mutual TLS, client names, the token) and `[app]` (default: the bank).
 
 Environment overrides, for containers: SNAPMESH_DATA_DIR replaces `data_dir`;
 SNAPMESH_BIND_HOST is the address every server binds to (default: its `host`),
