@@ -7,8 +7,10 @@ rest. A batch replayed with the same request ids is answered with the first
 replies, marked replayed, and the app does not run again. An empty batch, one
 over the count or byte bound and one that names a request_id twice are
 INVALID_ARGUMENT whole, before anything runs; a bank node says UNIMPLEMENTED. A
-restore to a cut before the batch answers its items ABORTED. `submit` raises
-`snapmesh.app.Refused` where `submit_many` returns it in its list.
+restore to a cut before the batch answers its items ABORTED, and an item the
+node cannot take back stops the node: the whole call is UNAVAILABLE and the
+items after it do not run. `submit` raises `snapmesh.app.Refused` where
+`submit_many` returns it in its list.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import json
 from pathlib import Path
 
 import grpc
@@ -30,7 +33,7 @@ from snapmesh.services.node.servicer import NodeServicer
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.v1 import snapmesh_pb2 as pb
 
-from test_app_submit import Counter  # the same app: "inc" counts and sends, "refuse" and "boom" refuse
+from test_app_submit import Counter, Forgetful  # "inc" counts and sends, "refuse" and "boom" refuse
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -221,3 +224,19 @@ def test_the_edge_raises_a_refusal_alone_and_lists_it_in_a_batch(tmp_path: Path)
     assert many[0] == Reply(b"1", True, 1) and many[2] == Reply(b"2", False, 1)
     assert isinstance(many[1], Refused) and many[1].code == "NOT_FOUND"
     assert isinstance(whole, Refused) and whole.code == "INVALID_ARGUMENT"
+
+
+def test_an_item_that_cannot_be_taken_back_stops_the_node_and_the_rest_of_the_batch(tmp_path: Path, monkeypatch) -> None:
+    async def run() -> tuple[object, str, list[dict]]:
+        engine, log, servicer = await held_node(tmp_path, App(name="forgetful", new=Forgetful))
+        # "boom" is refused; taking it back replays the first "inc", which raises now: the node must stop.
+        answer = await _answer(servicer, log, _batch(("", b"inc"), ("", b"boom"), ("", b"inc")))
+        stopping = await asyncio.wait_for(engine.app_failed, 5)
+        await log.close()
+        return answer, stopping, [json.loads(line) for line in (tmp_path / "p1.log.jsonl").read_text().splitlines()]
+
+    monkeypatch.setattr(Forgetful, "runs", 0)  # its count is the class's: put back after the test
+    answer, stopping, records = asyncio.run(run())
+    assert isinstance(answer, Aborted) and answer.code is grpc.StatusCode.UNAVAILABLE, answer
+    assert "is stopping" in answer.details and "not twice" in stopping
+    assert [r["kind"] for r in records].count("command") == 1  # the first "inc"; the last never ran
