@@ -95,7 +95,7 @@ def taken_back_text(node_id: str, snapshot_id: str, undone: str) -> str:
 
 
 class Edge:
-    """Commands into one node's app (rules E1-E5). The node process owns one, beside its engine."""
+    """Commands into one node's app (rules E1-E6). The node process owns one, beside its engine."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -126,7 +126,7 @@ class Edge:
         """Run each (request_id, command) through the app, in order (E2); one
         answer per item, once all are durable. An item may carry a third
         field, its first_sent_unix_ms (as `submit`'s). Raises Refused for the
-        whole batch (E3, E5, and UNAVAILABLE as E1 says)."""
+        whole batch (E3, E5, and UNAVAILABLE as E1 and E6 say)."""
         engine = self._engine
         self._check_app()
         batch = _checked(items)
