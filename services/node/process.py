@@ -309,8 +309,9 @@ def rpc_budgets(longest_id: int) -> dict[str, int]:
         "RestoreState": chunking.CHUNK_BYTES + SMALL_BYTES,  # larger: RestoreStateChunks
         "RestoreStateChunks": chunking.CHUNK_BYTES + SMALL_BYTES,
         "Submit": MAX_COMMAND_BYTES + MAX_ID_BYTES + SMALL_BYTES,
-        # Its commands and request ids (edge.py E3), and each item's framing and first_sent_unix_ms.
-        "SubmitBatch": MAX_BATCH_BYTES + MAX_BATCH_COMMANDS * 32 + SMALL_BYTES,
+        # Its commands and request ids (edge.py E3), and per item at most 23 bytes more: the item's
+        # tag and length, the two fields' tags and lengths, first_sent_unix_ms as a tag and varint.
+        "SubmitBatch": MAX_BATCH_BYTES + MAX_BATCH_COMMANDS * 24 + SMALL_BYTES,
     }
 
 
