@@ -149,7 +149,36 @@ class Engine:
             self._run()
         return answer, waiting
 
-    def reply_batch(self, answers: list[fx.Accepted]) -> asyncio.Future[fx.ReplyBatch]:
+    def submit_batch(
+        self, items: Iterable[tuple[str, bytes, int]]
+    ) -> list[fx.Submitted | core.LocalProtocolError]:
+        """A batch's commands (request_id, command, first_sent_unix_ms), in order, as one
+        step for the shell, as `transfer_batch` does for transfers: each runs through
+        the app as `submit` would, and the effects are carried out once for the
+        chunk. Each result is the answer or the refusal (nothing changed for it);
+        `reply_batch` then waits for the answers together. Raises core.AppFailed
+        as `submit` does (the node stops)."""
+        submit = self.node.submit
+        results: list[fx.Submitted | core.LocalProtocolError] = []
+        append = results.append
+        wall = time.time()  # one reading for the chunk: the request-id window's clock
+        try:
+            for request_id, command, first_sent_unix_ms in items:
+                try:
+                    if request_id:
+                        append(submit(command, request_id, wall=wall, first_sent_unix_ms=first_sent_unix_ms))
+                    else:
+                        append(submit(command))
+                except core.LocalProtocolError as exc:
+                    append(exc)
+        except core.AppFailed as exc:  # as `submit`: the node stops, and the rest of the chunk does not run
+            self.fail_app(str(exc))
+            raise
+        finally:
+            self._run()
+        return results
+
+    def reply_batch(self, answers: list[fx.Accepted | fx.Submitted]) -> asyncio.Future[fx.ReplyBatch]:
         """The future the node's `ReplyBatch` for `answers` (a batch's paid ones) resolves."""
         waiting = asyncio.get_running_loop().create_future()
         self.node.reply_batch(waiting, answers)

@@ -39,7 +39,8 @@ from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.recovery import CorruptLogError, NonDeterministicError, recover
 from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from snapmesh.services.node.channels import MAX_MERGED, MAX_MERGED_PAYLOAD
-from snapmesh.services.node.servicer import MAX_BATCH, MAX_COMMAND_BYTES, REFUSAL_STATUS, NodeServicer
+from snapmesh.services.node.edge import MAX_BATCH_BYTES, MAX_BATCH_COMMANDS, MAX_COMMAND_BYTES, Edge
+from snapmesh.services.node.servicer import MAX_BATCH, REFUSAL_STATUS, NodeServicer
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.app import App, NodeInfo, preflight
 from snapmesh.settings import config as cluster_config
@@ -209,7 +210,8 @@ async def _serve_locked(
         print(f"snapmesh node: cannot write the transfer log {path}: {exc}", file=sys.stderr)
         return 1
     engine.durable(translog.durable_lsn)
-    servicer = NodeServicer(engine)
+    edge = Edge(engine)  # commands into the app: Submit and SubmitBatch call it, as an embedding program would
+    servicer = NodeServicer(engine, edge)
     metrics.initialise(incoming=incoming, outgoing=outgoing, codes={c.name for c in REFUSAL_STATUS.values()})
 
     limit = receive_limit(max(len(n.id) for n in cfg.nodes))
@@ -307,6 +309,9 @@ def rpc_budgets(longest_id: int) -> dict[str, int]:
         "RestoreState": chunking.CHUNK_BYTES + SMALL_BYTES,  # larger: RestoreStateChunks
         "RestoreStateChunks": chunking.CHUNK_BYTES + SMALL_BYTES,
         "Submit": MAX_COMMAND_BYTES + MAX_ID_BYTES + SMALL_BYTES,
+        # Its commands and request ids (edge.py E3), and per item at most 23 bytes more: the item's
+        # tag and length, the two fields' tags and lengths, first_sent_unix_ms as a tag and varint.
+        "SubmitBatch": MAX_BATCH_BYTES + MAX_BATCH_COMMANDS * 24 + SMALL_BYTES,
     }
 
 

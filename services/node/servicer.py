@@ -5,8 +5,11 @@ messages (the engine never sees protobuf), makes one synchronous engine call,
 then waits until the log holds what it did before answering: a response never
 runs ahead of the disk. A client's answer is the node machine's `Reply` (node
 rule N11): this module only turns it into a response. Why the core refused a
-transfer maps to a status code in one table, `REFUSAL_STATUS`; the node's
-epoch fence (EpochFenced) to FAILED_PRECONDITION (stale) or UNAVAILABLE.
+transfer maps to a status code in one table, `REFUSAL_STATUS` (edge.py's
+`REFUSAL_CODE`); the node's epoch fence (EpochFenced) to FAILED_PRECONDITION
+(stale) or UNAVAILABLE. An app's commands (Submit, SubmitBatch) are calls of
+the node's `Edge` (edge.py), which an embedding program calls alike: this
+module turns its `Refused` into the status it names.
 
 Who may call what is snapmesh.settings.access, checked before a handler runs:
 StartSnapshot, AbortSnapshot and RestoreState answer only the controller's
@@ -26,7 +29,11 @@ from typing import NamedTuple
 import grpc
 from google.protobuf.message import DecodeError
 
+from snapmesh.app import Refused as AppRefused
 from snapmesh.services.node.channels import AckWriter, read_or_end
+from snapmesh.services.node.edge import (  # noqa: F401  (MAX_COMMAND_BYTES: the limit is named from here too)
+    FLOW_CONTROL_WAIT_S, MAX_COMMAND_BYTES, REFUSAL_CODE, Edge, taken_back_text,
+)
 from snapmesh.services.node.engine import AppMessage, Engine, Refused
 from snapmesh.services.node.translog import LogClosedError
 from snapmesh.protocol import chunking
@@ -45,34 +52,19 @@ log = logging.getLogger(__name__)
 
 _OK = grpc.StatusCode.OK.value[0]
 
-# Why the core refused a client's request -> the status the client gets.
-REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {
-    core.Refusal.INVALID_INPUT: grpc.StatusCode.INVALID_ARGUMENT,
-    core.Refusal.INVALID_TRANSFER: grpc.StatusCode.INVALID_ARGUMENT,
-    core.Refusal.INSUFFICIENT_FUNDS: grpc.StatusCode.FAILED_PRECONDITION,
-    core.Refusal.CHANNEL_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    core.Refusal.REQUESTS_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    core.Refusal.APP_REFUSED: grpc.StatusCode.FAILED_PRECONDITION,  # unless the app named one (AppRefusal.code)
-    core.Refusal.APP_FAILED: grpc.StatusCode.UNKNOWN,  # the app raised: its text goes with it
-    core.Refusal.REPLY_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,  # over max_reply_bytes: the text names both
-    core.Refusal.REQUEST_UNKNOWN: grpc.StatusCode.FAILED_PRECONDITION,
-    core.Refusal.RESTORING: grpc.StatusCode.UNAVAILABLE,  # a restore cut short is redone first: retry
-}
-# A response waits at most this long for room in a full outbox (flow control);
-# after that it answers anyway, so a dead peer slows clients but never hangs them.
-FLOW_CONTROL_WAIT_S = 2.0
+# Why the core refused a client's request -> the status the client gets (the edge's table, as gRPC codes).
+REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {kind: grpc.StatusCode[name] for kind, name in REFUSAL_CODE.items()}
 # A TransferBatch holds at most MAX_BATCH transfers (INVALID_ARGUMENT
 # naming the limit otherwise), and a long one gives the event loop back every
 # YIELD_EVERY transfers, so acks, channel frames and GetState are not starved.
 MAX_BATCH = 10_000
 YIELD_EVERY = 500
-# A Submit's command holds at most this many bytes (INVALID_ARGUMENT naming the limit otherwise).
-MAX_COMMAND_BYTES = 1024 * 1024
 
 
 class NodeServicer(pb_grpc.NodeServicer):
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, edge: Edge | None = None) -> None:
         self._engine = engine
+        self._edge = edge or Edge(engine)  # the node process's, which an app's own service shares
         self._log = engine.log
         self.stopping = False
         # Acks say the channel streams into this node may carry packed runs; False
@@ -163,34 +155,35 @@ class NodeServicer(pb_grpc.NodeServicer):
     # -- an app's commands
 
     async def Submit(self, request: pb.SubmitRequest, context: grpc.aio.ServicerContext) -> pb.SubmitResponse:
-        engine = self._engine
-        if not engine.app_spec:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"node {engine.node_id} runs the bank, not an app: use Transfer")
-        if len(request.command) > MAX_COMMAND_BYTES:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"a command holds at most {MAX_COMMAND_BYTES} bytes, got {len(request.command)}",
-            )
         try:
-            answer, waiting = engine.submit(request.command, request.request_id, request.first_sent_unix_ms)
-        except core.LocalProtocolError as exc:
-            code = refusal_status(exc)
-            engine.metrics.refused(code.name).inc()
-            await context.abort(code, str(exc))
-        except core.AppFailed as exc:  # the engine has the node stop: its log is right, the app in memory is not
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"node {engine.node_id} is stopping: {exc}")
-        await engine.wait_for_room(set(answer.sent_to), FLOW_CONTROL_WAIT_S)  # a step that sent nothing waits for nothing
-        reply = await self._replied(waiting, context)
-        if reply.taken_back:
-            await context.abort(grpc.StatusCode.ABORTED, self._taken_back(reply.taken_back, "not done"))
-        return pb.SubmitResponse(reply=answer.reply, replayed=answer.repeated, epoch=answer.epoch)
+            answer = await self._edge.submit(
+                request.command, request_id=request.request_id, first_sent_unix_ms=request.first_sent_unix_ms
+            )
+        except AppRefused as refused:
+            await context.abort(grpc.StatusCode[refused.code], refused.text)
+        return pb.SubmitResponse(reply=answer.reply, replayed=answer.replayed, epoch=answer.epoch)
+
+    async def SubmitBatch(
+        self, request: pb.SubmitBatchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubmitBatchResponse:
+        items = [(item.request_id, item.command, item.first_sent_unix_ms) for item in request.items]
+        try:
+            answers = await self._edge.submit_many(items)
+        except AppRefused as refused:  # the whole batch (edge.py E1, E3, E5)
+            await context.abort(grpc.StatusCode[refused.code], refused.text)
+        response = pb.SubmitBatchResponse()
+        add = response.results.add
+        for answer in answers:
+            if type(answer) is AppRefused:
+                add(code=grpc.StatusCode[answer.code].value[0], message=answer.text)
+            else:
+                add(reply=answer.reply, replayed=answer.replayed, epoch=answer.epoch)
+        return response
 
     def _taken_back(self, snapshot_id: str, undone: str) -> str:
         """The ABORTED message for an answer the node says the restore of `snapshot_id` took back (counted)."""
         self._engine.metrics.refused(grpc.StatusCode.ABORTED.name).inc()
-        again = "runs it anew" if undone == "not done" else "pays it anew"
-        return (f"taken back by the restore of snapshot {snapshot_id} on {self._engine.node_id}: "
-                f"{undone}; retrying (same request_id) {again}")
+        return taken_back_text(self._engine.node_id, snapshot_id, undone)
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
         engine = self._engine
@@ -338,13 +331,6 @@ class NodeServicer(pb_grpc.NodeServicer):
         finally:
             await acks.close()
             rx.release(ending)
-
-
-def refusal_status(exc: core.LocalProtocolError) -> grpc.StatusCode:
-    """The status a refused request gets: the one the app named (ctx.refuse), else REFUSAL_STATUS's."""
-    if isinstance(exc, core.AppRefusal) and exc.code in grpc.StatusCode.__members__:
-        return grpc.StatusCode[exc.code]
-    return REFUSAL_STATUS[exc.kind]
 
 
 def _receive(engine: Engine, src: str, dst: str, conn_no: int, batch: pb.ChannelBatch) -> None:

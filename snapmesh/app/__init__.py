@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
 __all__ = [
-    "App", "AppError", "Context", "Machine", "NodeInfo", "Refused", "View",
+    "App", "AppError", "Context", "Machine", "NodeInfo", "Refused", "Reply", "View",
     "BUILT_IN", "MAX_MESSAGE_BYTES", "STATUS_CODES", "check_invariants", "load_app", "new_machine", "preflight",
     "resolve_spec", "validate_machine",
 ]
@@ -89,6 +89,18 @@ class Refused(Exception):
         super().__init__(f"{code}: {text}")
         self.code = code
         self.text = str(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A command's answer from a node's edge (`submit`, `submit_many`), once durable:
+    what `on_command` returned, whether it is a retry's first reply (its
+    request_id was answered before, and the app did not run it again), and the
+    node's epoch when the command ran."""
+
+    reply: bytes
+    replayed: bool
+    epoch: int
 
 
 def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -277,9 +277,9 @@ async def _nodes(cfg: cluster_config.ClusterConfig, monkeypatch, ids: tuple[str,
     engines: dict[str, Engine] = {}
     real_servicer = node_main.NodeServicer
 
-    def capturing(engine):
+    def capturing(engine, *rest):
         engines[engine.node_id] = engine
-        servicer = real_servicer(engine)
+        servicer = real_servicer(engine, *rest)
         servicer.accepts_runs = engine.node_id not in old_receivers
         return servicer
 

@@ -91,7 +91,7 @@ def test_reports_and_channels_are_a_nodes_and_transfers_anyones():
         assert gate.check(method, P2, None) is None
         assert "not a node" in gate.check(method, CLIENT, BEARER).message
     for method in ("/snapmesh.v1.Node/Transfer", "/snapmesh.v1.Node/TransferBatch", "/snapmesh.v1.Node/Submit",
-                   "/grpc.health.v1.Health/Check"):
+                   "/snapmesh.v1.Node/SubmitBatch", "/grpc.health.v1.Health/Check"):
         assert not gate.guards(method)
         assert all(gate.check(method, names, None) is None for names in (P2, CLIENT, CONTROLLER))
 
