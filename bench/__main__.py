@@ -21,7 +21,9 @@ BENCHMARKS = {
     "controller": "bench.controller_p99",  # controller-side p99, a snapshot every 100 ms at peak
     "restart": "bench.restart",  # a node's restart after 1M transfers, before/after log segments
     "report": "bench.overtake_report",  # an overtake report's outbox: per-entry messages vs packed columns
+    "submit_batch": "bench.submit_batch",  # SubmitBatch of the minimal app on 4 nodes: commands/s, CPU per command
     "overtake": "bench.overtake",  # classic vs overtake snapshots side by side; writes bench/results.json
+    "undo": "bench.undo",  # taking back a failed app command (apphost.H4) vs a copy before every step
 }
 
 

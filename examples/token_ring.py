@@ -31,7 +31,7 @@ class TokenRing:
             ctx.refuse("FAILED_PRECONDITION", f"{self.me} does not hold the token")
         if self.next is None:
             ctx.refuse("FAILED_PRECONDITION", f"{self.me} has no channel to pass the token on")
-        ctx.send(self.next, TOKEN)  # may raise: validate before mutating
+        ctx.send(self.next, TOKEN)
         self.tokens -= 1
         return f"passed to {self.next}".encode()
 

@@ -33,6 +33,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# An optional dependency's top-level module -> the extra that installs it: a
+# command that needs one says which extra, instead of a traceback.
+EXTRAS = {"pyspark": "reconcile"}
+
+
 # The client commands: gRPC's C-core logs nothing on their stderr (a failed TLS
 # handshake would log a line before the call fails); each says what went wrong in
 # its own words (snapmesh.commands.client_errors). GRPC_VERBOSITY set by the user
@@ -65,8 +70,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if name in CLIENTS:
         os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # before grpc is imported
-    module = importlib.import_module(COMMANDS[name][0])
-    return module.main(rest)
+    try:
+        module = importlib.import_module(COMMANDS[name][0])
+        return module.main(rest)
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in EXTRAS:
+            raise
+        print(f"snapmesh {name}: needs {missing}, which is not installed: pip install 'snapmesh[{EXTRAS[missing]}]'",
+              file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader went away (`snapmesh snapshot list | head`): what is left
+        # unprinted has no reader, so stop quietly, as a Unix tool does. stdout
+        # goes to /dev/null so the interpreter's final flush cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

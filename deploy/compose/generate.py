@@ -144,11 +144,13 @@ def server_volumes(name: str) -> str:
 
 def _hand_out(name: str) -> str:
     """The certs command's lines that fill `name`'s TLS volume with its files only:
-    the CA, its certificate and key, the token, and self/ (the same certificate under
-    the client's file names, for its healthcheck's `snapmesh health --tls-dir`)."""
+    the CA, its certificate and key, the token for the controller alone (it checks
+    it; a node never needs it), and self/ (the same certificate under the client's
+    file names, for its healthcheck's `snapmesh health --tls-dir`)."""
     out = f"/out/{name}"
+    token = " /tls/token" if name == "controller" else ""
     return (  # in place, never emptied first: a running server's healthcheck reads them
-        f"        && cp /tls/ca.pem /tls/token /tls/{name}.pem /tls/{name}-key.pem {out}/\n"
+        f"        && cp /tls/ca.pem{token} /tls/{name}.pem /tls/{name}-key.pem {out}/\n"
         f"        && mkdir -p {out}/self && ln -sfn ../ca.pem {out}/self/ca.pem\n"
         f"        && ln -sfn ../{name}.pem {out}/self/client.pem && ln -sfn ../{name}-key.pem {out}/self/client-key.pem\n"
     )
@@ -157,7 +159,8 @@ def _hand_out(name: str) -> str:
 def certs_service(ids: list[str]) -> str:
     """Runs as root once per `up`: makes the CA, every process's certificate and the
     token in the snapmesh-tls volume (mounted here only) unless they are there already
-    (`--keep`); copies into each server's own TLS volume its own key and nothing else,
+    (`--keep`); copies into each server's own TLS volume its own key and nothing else
+    (the token into the controller's only),
     into the app's the client's files (the page's: the same without the token), hands them to the services' user (uid 10001);
     and copies what a client needs to the host directory SNAPMESH_TLS_EXPORT (default
     deploy/compose/tls/, git-ignored), owned like that directory."""
@@ -428,8 +431,9 @@ volumes:
   # The CA, every certificate and key, the token: made by `certs`, mounted by it alone.
   snapmesh-tls: {{}}
   # Each process's own files, copied there by `certs`: the CA, its certificate and
-  # key, the token (app-tls: the client's; ui-tls: the client's pair without the token).
-  # The controller's key is in controller-tls only.
+  # key; the token in controller-tls and app-tls only, never a node's (app-tls: the
+  # client's pair; ui-tls: the client's pair without the token). The controller's key
+  # is in controller-tls only, the client's in app-tls and ui-tls only.
 {tls_volumes}  # Each node's transfer log (<node>.log.jsonl) on its own volume, the controller's
   # snapshots/ and journal on controller-data: a node cannot write another's.
 {data_volumes}  # The reconcile jobs' links to the data and their verdicts.

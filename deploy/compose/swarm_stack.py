@@ -44,8 +44,10 @@ def _placement(host: str) -> str:
 def _secrets(name: str) -> str:
     """The files SNAPMESH_TLS_DIR=/run/secrets holds for one process: its own key only. A
     server's own pair is there a second time under the client's file names: the identity
-    its healthcheck (`snapmesh health`) presents, so no node holds the client's key."""
-    files = [("ca.pem", "ca.pem"), ("token", "token")]
+    its healthcheck (`snapmesh health`) presents, so no node holds the client's key.
+    The token goes to the controller (it checks it) and the client only: a node never
+    needs it, and a node's key with it must not pass for a client."""
+    files = [("ca.pem", "ca.pem")] + ([("token", "token")] if name in ("controller", "client") else [])
     if name == "ui":  # the client's pair, no token: the page only reads
         files = [(f, f) for f in UI_FILES]
     elif name == "client":

@@ -17,7 +17,8 @@ import threading
 import grpc
 
 from snapmesh.services.app.drive import Driver, node_infos, snapshot_problems
-from snapmesh.app import App, AppError, load_app
+from snapmesh.app import App, AppError, load_app, preflight
+from snapmesh.settings.appsettings import same_app
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import target
 from snapmesh.serving import credentials
@@ -32,8 +33,13 @@ def _say(line: str = "") -> None:
     print(line, flush=True)
 
 
-def run_app(args: argparse.Namespace) -> int:
-    """The exit status: 0 clean, 1 a snapshot failed or broke an invariant (or the cluster is unreachable), 2 bad input."""
+def run_app(args: argparse.Namespace, spec: str, how: str) -> int:
+    """The exit status: 0 clean, 1 a snapshot failed or broke an invariant (or the cluster is unreachable), 2 bad input.
+
+    `spec` is the app to drive and `how` where it was named (`--app`, the cluster
+    file, `$SNAPMESH_APP`): the only module this command imports. A node that
+    reports another app is refused, never loaded: a rogue node, or anyone at its
+    address on a plaintext cluster, does not choose what runs here."""
     def usage(problem: str) -> int:
         print(f"snapmesh app: {problem}", file=sys.stderr)
         return 2
@@ -41,15 +47,15 @@ def run_app(args: argparse.Namespace) -> int:
     bank_only = [flag for flag, value in (("--transfer-interval", args.transfer_interval),
                                           ("--max-amount", args.max_amount)) if value is not None]
     if bank_only:
-        return usage(f"{' and '.join(bank_only)}: the bank's only, not with --app {args.app}")
+        return usage(f"{' and '.join(bank_only)}: the bank's only, not with {how} {spec}")
     if not args.duration > 0 or args.snapshot_every < 0:
         return usage("--duration must be positive and --snapshot-every >= 0")
     try:
-        app = load_app(args.app)
+        app = load_app(spec)
     except AppError as exc:
         return usage(str(exc))
     if app.workload is None:
-        return usage(f"--app {args.app}: the app {app.name!r} has no workload to drive")
+        return usage(f"{how} {spec}: the app {app.name!r} has no workload to drive")
     try:
         found = target.find(args.controller, args.data_dir, args.tls_dir)
         params = dict(target.cluster_file(args.data_dir).app.params) if args.data_dir else {}
@@ -66,28 +72,44 @@ def run_app(args: argparse.Namespace) -> int:
                   f"{explain(error, found.address, found.identity)}", file=sys.stderr)
             return 1
         targets = {n.node_id: n.address for n in cluster.nodes}
-        if problem := _runs_other_app(app, args.app, targets, found.identity):
+        infos = node_infos(sorted(targets), [(c.src, c.dst) for c in cluster.channels], params)
+        try:  # the pre-flight every command shares: the app's faults before its first command
+            preflight(spec, infos)
+        except AppError as exc:
+            return usage(str(exc))
+        if problem := _runs_other_app(spec, how, targets, found.identity):
             return usage(problem)
         return _drive(app, args, params, cluster, targets, controller, found.identity)
 
 
-def _runs_other_app(app: App, spec: str, targets: dict[str, str], identity) -> str:
-    """Why the cluster's nodes cannot take this app's commands ("" when they can or cannot be asked)."""
-    node, address = next(iter(sorted(targets.items())))
-    with credentials.open_channel(address, identity, options=CLIENT_OPTIONS) as channel:
-        try:
-            state = pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=RPC_TIMEOUT_S)
-        except grpc.RpcError:
-            return ""  # a node down: its Submit will say so, and is retried
-    if not state.app:
-        return f"--app {spec}: the cluster runs the bank (node {node}); start it with `snapmesh cluster up --app {spec}`"
-    try:
-        theirs = load_app(state.app).name
-    except AppError:
-        return ""
-    if theirs != app.name:
-        return f"--app {spec}: the cluster runs the app {theirs!r} ({state.app}), not {app.name!r}"
+def _runs_other_app(spec: str, how: str, targets: dict[str, str], identity) -> str:
+    """Why a node cannot take this app's commands ("" when every node that answers runs it).
+    Compared by name only: what a node reports is never imported."""
+    for node, address in sorted(targets.items()):
+        with credentials.open_channel(address, identity, options=CLIENT_OPTIONS) as channel:
+            try:
+                state = pb_grpc.NodeStub(channel).GetState(pb.GetStateRequest(), timeout=RPC_TIMEOUT_S)
+            except grpc.RpcError:
+                continue  # a node down: its Submit will say so, and is retried
+        if not same_app(state.app, spec):
+            return (f"node {node} at {address} reports {_named(state.app)}, not {_named(spec)} ({how}): "
+                    "refusing to drive a cluster that runs another app")
     return ""
+
+
+def bank_problem(how: str, found: target.Target) -> str:
+    """Why the bank's workload cannot run on the cluster at `found` ("" when it can, or
+    when the controller does not answer: the workload says that in its own words)."""
+    with credentials.open_channel(found.address, found.identity, options=CLIENT_OPTIONS) as channel:
+        try:
+            cluster = pb_grpc.ControllerStub(channel).GetCluster(pb.GetClusterRequest(), timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError:
+            return ""
+    return _runs_other_app("", how, {n.node_id: n.address for n in cluster.nodes}, found.identity)
+
+
+def _named(spec: str) -> str:
+    return "the bank" if spec.strip() in ("", "bank") else f"the app {spec!r}"
 
 
 def _drive(app: App, args, params, cluster: pb.Cluster, targets, controller, identity) -> int:

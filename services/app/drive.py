@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from snapmesh.app import App, NodeInfo, View, check_invariants
+from snapmesh.protocol.topology import Topology
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import security
 from snapmesh.serving import credentials
@@ -81,6 +82,13 @@ def node_infos(nodes: Sequence[str], channels: Sequence[tuple[str, str]],
     """Each node's NodeInfo as the nodes themselves get it (their channels and the [app] table)."""
     return [NodeInfo(node_id=n, peers_out=tuple(d for s, d in channels if s == n),
                      peers_in=tuple(s for s, d in channels if d == n), params=params) for n in nodes]
+
+
+def mesh_infos(count: int) -> list[NodeInfo]:
+    """Nodes p1..pN of a full mesh with no [app] params: the cluster `cluster up --nodes N`,
+    `demo` and `chaos` write, known before its file is written."""
+    ids = [f"p{i}" for i in range(1, count + 1)]
+    return node_infos(ids, Topology.build(ids).channels, {})
 
 
 class Driver:

@@ -32,6 +32,7 @@ from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
+from snapmesh.protocol import chunking
 from snapmesh.protocol.controller import listing, loglines, measures, restoregate
 from snapmesh.protocol.controller.tracker import COMPLETE, Now
 from snapmesh.serving import calls, credentials
@@ -92,8 +93,10 @@ class ControllerEngine:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        # The nodes never see the token: the controller's certificate is what they ask for.
+        identity = self.identity.without_token() if self.identity is not None else None
         for node in self.config.nodes:
-            channel = credentials.open_channel(node.address, self.identity, options=CLIENT_OPTIONS, aio=True)
+            channel = credentials.open_channel(node.address, identity, options=CLIENT_OPTIONS, aio=True)
             self._channels.append(channel)
             self.stubs[node.id] = pb_grpc.NodeStub(channel)
         if self.machine.to_resume:  # the replay's: a restore under way (its callers are gone: none waits)
@@ -248,7 +251,11 @@ class ControllerEngine:
         return await asyncio.shield(answer)
 
     async def _call(self, effect: ctl.Call) -> None:
-        answer = await calls.call(getattr(self.stubs[effect.node], effect.rpc), effect.request, effect.retry)
+        stub = self.stubs[effect.node]
+        rpc = getattr(stub, effect.rpc)
+        if isinstance(effect, ctl.RestoreAt) and effect.request.ByteSize() > chunking.CHUNK_BYTES:
+            rpc = _in_chunks(stub.RestoreStateChunks)  # a node's receive limit is a client call's (docs/api.md)
+        answer = await calls.call(rpc, effect.request, effect.retry)
         say(log, loglines.called(effect, answer))
         self.machine.called(effect, answer, self._clock())
         self.carry_out()
@@ -303,3 +310,13 @@ class ControllerEngine:
                 await self.trigger()
             except (ctl.TooManySnapshots, OSError) as exc:  # this tick is skipped; the next one tries again
                 say(log, loglines.skipped(exc))
+
+
+def _in_chunks(rpc: Callable[..., Any]) -> Callable[..., Any]:
+    """A client-streaming `RestoreStateChunks` called as `calls.call` calls a unary RPC:
+    the request goes as the pieces of its encoding (snapmesh.protocol.chunking)."""
+
+    def call(request: pb.RestoreStateRequest, **kwargs: Any) -> Any:
+        return rpc(iter(chunking.restore_chunks(request)), **kwargs)
+
+    return call

@@ -5,6 +5,11 @@ layer raises names its status code (`code`: NOT_FOUND, INVALID_ARGUMENT,
 ALREADY_EXISTS, FAILED_PRECONDITION...) and becomes it here (`_answers`); what a
 read answers (pages, tokens, sizes) is snapmesh/protocol/controller/listing.py's,
 and this module fetches it.
+
+Who may call what is snapmesh.settings.access, checked before a handler runs:
+TriggerSnapshot and RestoreSnapshot answer a client's certificate only (AUTH1: a
+node's never, with or without the token); ReportState a node's, and here only
+the one the request names (AUTH3).
 """
 
 from __future__ import annotations

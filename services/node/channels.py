@@ -42,7 +42,10 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 500  # messages per frame: batching is where the throughput is
 # A write merges the frames queued meanwhile (smart batching), up to these.
 MAX_MERGED = 2_000  # messages: the receiver applies a frame in one step, so this bounds its stall (a few ms)
-MAX_MERGED_PAYLOAD = 4 * 1024 * 1024  # bytes of an app's payloads (a larger frame goes alone)
+# Bytes of an app's payloads in a frame: a larger pushed frame is cut in frames of at most this
+# (one message is at most snapmesh.app.MAX_MESSAGE_BYTES), so every frame fits the peer's
+# receive limit (services/node/process.py: receive_limit).
+MAX_MERGED_PAYLOAD = 4 * 1024 * 1024
 BACKOFF_FIRST_S = 0.1
 BACKOFF_CAP_S = 2.0
 RESUME_TIMEOUT_S = 10.0  # a peer that opens the stream but never answers `open`
@@ -136,7 +139,10 @@ class OutgoingChannel:
         if self.state is SenderState.CLOSED:
             raise ChannelClosedError(f"channel {self.src}->{self.dst} is closed")
         if conn_no == self.conn_no:
-            self._frames.append((conn_no, entries))
+            if _payload_bytes(entries) > MAX_MERGED_PAYLOAD:  # an app's: a frame must fit the peer's receive limit
+                self._frames += ((conn_no, part) for part in _split_by_payload(entries))
+            else:
+                self._frames.append((conn_no, entries))
             self._wake.set()
 
     # -- the stream task
@@ -330,6 +336,21 @@ def _payload_bytes(entries: tuple[Entry, ...]) -> int:
     if not _carries_payloads(entries):
         return 0
     return sum(len(e.payload) for e in entries if e.payload is not None)
+
+
+def _split_by_payload(entries: tuple[Entry, ...]) -> list[tuple[Entry, ...]]:
+    """`entries` in order, as frames of at most MAX_MERGED_PAYLOAD bytes of payloads (one larger message alone)."""
+    parts: list[tuple[Entry, ...]] = []
+    part: list[Entry] = []
+    size = 0
+    for entry in entries:
+        grows = len(entry.payload) if entry.payload is not None else 0
+        if part and size + grows > MAX_MERGED_PAYLOAD:
+            parts.append(tuple(part))
+            part, size = [], 0
+        part.append(entry)
+        size += grows
+    return [*parts, tuple(part)] if part else parts
 
 
 def _carries_payloads(entries: tuple[Entry, ...]) -> bool:

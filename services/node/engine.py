@@ -5,7 +5,10 @@ abort, the log becoming durable, a timer) is one synchronous call on the
 `Node`, followed by draining its effects here and nowhere else:
 
     Append(record)        -> the transfer log's buffer (group-committed)
-    Seal(first, cp)       -> the log seals its segment, cp opens the next
+    Seal(first, cp)       -> the log seals its segment, cp opens the next;
+                             after the effects the node is told the active
+                             segment's bytes after its checkpoint
+                             (`log_size`: segment_bytes, N7)
     Transmit(dst, ...)    -> that channel's stream
     Ack(src, ...)         -> that channel's live stream
     Finished(state, ...)  -> the reporter has the log save it ahead of the
@@ -131,18 +134,51 @@ class Engine:
         self, command: bytes, request_id: str = "", first_sent_unix_ms: int = 0
     ) -> tuple[fx.Submitted, asyncio.Future[fx.Reply]]:
         """A client's command to the app, as `transfer`: raises core.LocalProtocolError
-        (core.AppRefusal when the app refused or raised) and changes nothing then."""
+        (core.AppRefusal when the app refused or raised) and changes nothing then;
+        core.AppFailed when the app could not be put back (the node stops)."""
         waiting = asyncio.get_running_loop().create_future()
         try:
             wall = time.time() if request_id else None
             answer = self.node.submit(
                 command, request_id, wall=wall, first_sent_unix_ms=first_sent_unix_ms, reply_to=waiting
             )
+        except core.AppFailed as exc:
+            self.fail_app(str(exc))
+            raise
         finally:
             self._run()
         return answer, waiting
 
-    def reply_batch(self, answers: list[fx.Accepted]) -> asyncio.Future[fx.ReplyBatch]:
+    def submit_batch(
+        self, items: Iterable[tuple[str, bytes, int]]
+    ) -> list[fx.Submitted | core.LocalProtocolError]:
+        """A batch's commands (request_id, command, first_sent_unix_ms), in order, as one
+        step for the shell, as `transfer_batch` does for transfers: each runs through
+        the app as `submit` would, and the effects are carried out once for the
+        chunk. Each result is the answer or the refusal (nothing changed for it);
+        `reply_batch` then waits for the answers together. Raises core.AppFailed
+        as `submit` does (the node stops)."""
+        submit = self.node.submit
+        results: list[fx.Submitted | core.LocalProtocolError] = []
+        append = results.append
+        wall = time.time()  # one reading for the chunk: the request-id window's clock
+        try:
+            for request_id, command, first_sent_unix_ms in items:
+                try:
+                    if request_id:
+                        append(submit(command, request_id, wall=wall, first_sent_unix_ms=first_sent_unix_ms))
+                    else:
+                        append(submit(command))
+                except core.LocalProtocolError as exc:
+                    append(exc)
+        except core.AppFailed as exc:  # as `submit`: the node stops, and the rest of the chunk does not run
+            self.fail_app(str(exc))
+            raise
+        finally:
+            self._run()
+        return results
+
+    def reply_batch(self, answers: list[fx.Accepted | fx.Submitted]) -> asyncio.Future[fx.ReplyBatch]:
         """The future the node's `ReplyBatch` for `answers` (a batch's paid ones) resolves."""
         waiting = asyncio.get_running_loop().create_future()
         self.node.reply_batch(waiting, answers)
@@ -319,6 +355,7 @@ class Engine:
                     effect.to.set_result(effect)
             elif kind is fx.Seal:
                 self.log.seal(effect.first_lsn, effect.checkpoint)
+                self.metrics.segments_sealed.inc()
             elif kind is fx.Finished:
                 log.info("snapshot %s: done here", effect.state.snapshot_id)
                 message = report_message(
@@ -338,6 +375,7 @@ class Engine:
                     self.incoming[src].end_stream(effect.reason)
             else:  # pragma: no cover  (a new effect type must be routed here)
                 raise TypeError(f"unrouted effect {effect!r}")
+        node.log_size(self.log.appended_bytes)  # what segment_bytes is held to (N7): the next step boundary seals past it
         if metrics:
             self._metrics()
         self._arm_timer()
@@ -361,6 +399,7 @@ class Engine:
             if sender.unacked <= link.LOW_MARK:
                 self.outgoing[dst].room.set()
         m.tally.set(node.tally)
+        m.segment_bytes.set(self.log.active_bytes)  # the checkpoint included: what the disk holds
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()

@@ -81,6 +81,20 @@ class NodeMetrics:
             "Records the transfer log's group commits made durable (over snapmesh_log_fsync_seconds_count: records per commit)",
             ["node"], registry=r,
         ).labels(node_id)
+        self.segments_sealed = Counter(
+            "snapmesh_log_segments_sealed_total",
+            "Transfer-log segments sealed (at segment_records records or segment_bytes bytes)", ["node"], registry=r,
+        ).labels(node_id)
+        self.segment_bytes = Gauge(
+            "snapmesh_log_active_segment_bytes",
+            "Bytes in the transfer log's active segment, buffered records included (sealed past segment_bytes)",
+            ["node"], registry=r,
+        ).labels(node_id)
+        self.receive_limit = Gauge(
+            "snapmesh_node_receive_limit_bytes",
+            "The largest message this node's gRPC server takes (the largest of what its RPCs may carry)",
+            ["node"], registry=r,
+        ).labels(node_id)
         self.report_failures = Counter(
             "snapmesh_report_state_failures_total", "ReportState calls to the controller that failed", ["node"],
             registry=r,

@@ -38,15 +38,19 @@ from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.recovery import CorruptLogError, NonDeterministicError, recover
 from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
-from snapmesh.services.node.servicer import REFUSAL_STATUS, NodeServicer
+from snapmesh.services.node.channels import MAX_MERGED, MAX_MERGED_PAYLOAD
+from snapmesh.services.node.edge import MAX_BATCH_BYTES, MAX_BATCH_COMMANDS, MAX_COMMAND_BYTES, Edge
+from snapmesh.services.node.servicer import MAX_BATCH, REFUSAL_STATUS, NodeServicer
 from snapmesh.services.node.translog import TransferLog
-from snapmesh.app import App, AppError, NodeInfo, load_app, new_machine
+from snapmesh.app import App, NodeInfo, preflight
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 from snapmesh.serving.durable import fsync_dir
 from snapmesh.protocol.node.link import DEFAULT_MARK
 from snapmesh.protocol.hybrid import HybridNode
+from snapmesh.protocol import chunking
 from snapmesh.protocol.node.machine import Node
+from snapmesh.protocol.node.requests import MAX_ID_BYTES
 from snapmesh.serving.runtime import CLIENT_OPTIONS, Failure, ServiceHost, serve_until_stopped, wait_for_stop_signal
 from snapmesh.serving.startup import OneLineParser, Prepared, server_main
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -79,21 +83,13 @@ def _prepare(args: argparse.Namespace, cfg: cluster_config.ClusterConfig) -> Pre
 
 
 def load_node_app(cfg: cluster_config.ClusterConfig, node_id: str) -> App | None:
-    """The app `cfg` names (None: the bank), loaded and probed: one machine made
-    for this node, whose snapshot() must be bytes. Raises AppError (one line)."""
+    """The app `cfg` names (None: the bank), through the pre-flight every command
+    shares (snapmesh.app.preflight), for this node. Raises AppError (one line)."""
     if cluster_config.runs_bank(cfg.app):
         return None
-    app = load_app(cfg.app.module)
     info = NodeInfo(node_id=node_id, peers_out=cfg.topology.outgoing(node_id), peers_in=cfg.topology.incoming(node_id),
                     params=cfg.app.params)
-    machine = new_machine(app, info)
-    try:
-        state = machine.snapshot()
-    except Exception as exc:  # the app's code
-        raise AppError(f"app {app.name!r}: snapshot() of a new machine raised {type(exc).__name__}: {exc}") from None
-    if not isinstance(state, bytes):
-        raise AppError(f"app {app.name!r}: snapshot() returned {type(state).__name__}, not bytes")
-    return app
+    return preflight(cfg.app.module, [info])
 
 
 async def serve(
@@ -167,11 +163,13 @@ async def _serve_locked(
         # Twice the controller's deadline: by then the controller has failed it.
         recording_ttl=2 * cfg.controller.snapshot_deadline_s,
         segment_records=cfg.segment_records,
+        segment_bytes=cfg.segment_bytes,
         snapshot_mode=cfg.snapshot_mode,
         now=asyncio.get_running_loop().time(),
         wall=time.time(),  # the request-id window's clock (it outlives restarts)
         app=app,
         app_params=cfg.app.params,
+        max_reply_bytes=cfg.max_reply_bytes,
     )
 
     rng = random.Random()
@@ -212,13 +210,15 @@ async def _serve_locked(
         print(f"snapmesh node: cannot write the transfer log {path}: {exc}", file=sys.stderr)
         return 1
     engine.durable(translog.durable_lsn)
-    servicer = NodeServicer(engine)
+    edge = Edge(engine)  # commands into the app: Submit and SubmitBatch call it, as an embedding program would
+    servicer = NodeServicer(engine, edge)
     metrics.initialise(incoming=incoming, outgoing=outgoing, codes={c.name for c in REFUSAL_STATUS.values()})
 
+    limit = receive_limit(max(len(n.id) for n in cfg.nodes))
+    metrics.receive_limit.set(limit)
     host = ServiceHost(
         bind_address=cfg.bind_address(node), metrics_bind=cfg.metrics_bind(node), registry=metrics.registry, identity=identity,
-        max_receive_bytes=receive_limit(len(incoming), cfg.channel_bound, max(len(n.id) for n in cfg.nodes),
-                                        app=app is not None),
+        max_receive_bytes=limit,
     )
     host.add(pb_grpc.add_NodeServicer_to_server, servicer, pb.DESCRIPTOR.services_by_name["Node"].full_name)
 
@@ -239,8 +239,9 @@ async def _serve_locked(
             stopping=lambda sig: f"node {node_id}: {sig.name} received, stopping",
             failures=[
                 Failure(engine.app_failed, lambda failed: (
-                    f"node {node_id}: the app failed on a message, stopping (the message is not applied; the "
-                    f"restarted node meets it again): {failed.result()}"), 1),
+                    f"node {node_id}: the app failed on a message, or a refused command could not be taken back"
+                    f" (apphost.H4), stopping (neither is applied; the restarted node recovers from its log"
+                    f" and meets the message again): {failed.result()}"), 1),
                 # Nothing more is written (see translog); stop serving now. What the file
                 # holds is a prefix of the log, so a restart recovers from it.
                 Failure(translog.flusher, lambda flusher: (
@@ -282,20 +283,41 @@ def flow_mark() -> int:
     return int(text)
 
 
-# An app node's largest message: a RestoreState carries its state and payloads of
-# the app's own size, which no bound of ours predicts (gRPC's own ceiling is 2 GiB).
-APP_RECEIVE_BYTES = 256 * 1024 * 1024
+# What each RPC of the node may carry, at most, in bytes. gRPC's receive limit is one
+# per server (grpc.max_receive_message_length; the server has no per-method one, and a
+# handler, interceptor or deserializer that refuses a large message runs after gRPC has
+# read and held all of it), so the node's limit is the largest of these, and each RPC
+# whose content has no such bound carries it in pieces instead: a restore over
+# chunking.CHUNK_BYTES by RestoreStateChunks (the controller cuts it), an app's frame
+# cut at MAX_MERGED_PAYLOAD bytes of payloads of at most MAX_MESSAGE_BYTES each (the
+# sender cuts it), a report by the controller's ReportStateChunks. So a client's Submit
+# of 60 MB is refused by gRPC (RESOURCE_EXHAUSTED) before it is held.
+SMALL_BYTES = 64 * 1024  # a call of ids and numbers, and any call's framing
 
 
-def receive_limit(incoming: int, channel_bound: int, longest_id: int, *, app: bool = False) -> int:
-    """The largest message this node's API needs, not gRPC's 64 MiB:
-    a RestoreState carries the transfers recorded in flight into this node, at
-    most `channel_bound` per incoming channel (a sender holds no more unacked), each
-    at most 2 ids long plus 64 bytes of numbers and framing; a TransferBatch of
-    MAX_BATCH transfers with 128-byte request ids is about 2 MiB. Never under 4 MiB,
-    gRPC's default. An app node: APP_RECEIVE_BYTES at least."""
-    restore = incoming * channel_bound * (64 + 2 * longest_id) + 1024 * 1024
-    return max(4 * 1024 * 1024, restore, APP_RECEIVE_BYTES if app else 0)
+def rpc_budgets(longest_id: int) -> dict[str, int]:
+    """The most each RPC of the node may carry (`longest_id`: the longest node id)."""
+    ids = 2 * longest_id + 64  # one message's ids, its seq and numbers, and framing
+    return {
+        "Transfer": SMALL_BYTES,
+        "TransferBatch": MAX_BATCH * (MAX_ID_BYTES + ids) + SMALL_BYTES,
+        "GetState": SMALL_BYTES,
+        "StartSnapshot": SMALL_BYTES,
+        "AbortSnapshot": SMALL_BYTES,
+        # MAX_MERGED messages, each with its ids (a marker: its snapshot id) and an app's payloads.
+        "Channel": MAX_MERGED_PAYLOAD + MAX_MERGED * (ids + 64) + SMALL_BYTES,
+        "RestoreState": chunking.CHUNK_BYTES + SMALL_BYTES,  # larger: RestoreStateChunks
+        "RestoreStateChunks": chunking.CHUNK_BYTES + SMALL_BYTES,
+        "Submit": MAX_COMMAND_BYTES + MAX_ID_BYTES + SMALL_BYTES,
+        # Its commands and request ids (edge.py E3), and per item at most 23 bytes more: the item's
+        # tag and length, the two fields' tags and lengths, first_sent_unix_ms as a tag and varint.
+        "SubmitBatch": MAX_BATCH_BYTES + MAX_BATCH_COMMANDS * 24 + SMALL_BYTES,
+    }
+
+
+def receive_limit(longest_id: int) -> int:
+    """The node's receive limit: the largest message any of its RPCs may carry (rpc_budgets)."""
+    return max(rpc_budgets(longest_id).values())
 
 
 if __name__ == "__main__":

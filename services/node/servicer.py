@@ -5,8 +5,17 @@ messages (the engine never sees protobuf), makes one synchronous engine call,
 then waits until the log holds what it did before answering: a response never
 runs ahead of the disk. A client's answer is the node machine's `Reply` (node
 rule N11): this module only turns it into a response. Why the core refused a
-transfer maps to a status code in one table, `REFUSAL_STATUS`; the node's
-epoch fence (EpochFenced) to FAILED_PRECONDITION (stale) or UNAVAILABLE.
+transfer maps to a status code in one table, `REFUSAL_STATUS` (edge.py's
+`REFUSAL_CODE`); the node's epoch fence (EpochFenced) to FAILED_PRECONDITION
+(stale) or UNAVAILABLE. An app's commands (Submit, SubmitBatch) are calls of
+the node's `Edge` (edge.py), which an embedding program calls alike: this
+module turns its `Refused` into the status it names.
+
+Who may call what is snapmesh.settings.access, checked before a handler runs:
+StartSnapshot, AbortSnapshot and RestoreState answer only the controller's
+certificate (AUTH2: a restore's tally and in-flight transfers are the snapshot's
+the controller names, never a caller's); a Channel stream only its `src`'s (AUTH3,
+checked here, as the request names it).
 """
 
 from __future__ import annotations
@@ -18,10 +27,16 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import grpc
+from google.protobuf.message import DecodeError
 
+from snapmesh.app import Refused as AppRefused
 from snapmesh.services.node.channels import AckWriter, read_or_end
+from snapmesh.services.node.edge import (  # noqa: F401  (MAX_COMMAND_BYTES: the limit is named from here too)
+    FLOW_CONTROL_WAIT_S, MAX_COMMAND_BYTES, REFUSAL_CODE, Edge, taken_back_text,
+)
 from snapmesh.services.node.engine import AppMessage, Engine, Refused
 from snapmesh.services.node.translog import LogClosedError
+from snapmesh.protocol import chunking
 from snapmesh.protocol.node import core
 from snapmesh.protocol.node.link import GapError
 from snapmesh.protocol.appstate import digest
@@ -30,7 +45,6 @@ from snapmesh.protocol.node.effects import Reply, ReplyBatch, RestoreReply
 import snapmesh.bank.wire as wire
 from snapmesh.bank.wire import message_tally, run_tallies
 from snapmesh.serving import credentials
-from snapmesh.settings.config import CONTROLLER_NAME
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -38,33 +52,19 @@ log = logging.getLogger(__name__)
 
 _OK = grpc.StatusCode.OK.value[0]
 
-# Why the core refused a client's request -> the status the client gets.
-REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {
-    core.Refusal.INVALID_INPUT: grpc.StatusCode.INVALID_ARGUMENT,
-    core.Refusal.INVALID_TRANSFER: grpc.StatusCode.INVALID_ARGUMENT,
-    core.Refusal.INSUFFICIENT_FUNDS: grpc.StatusCode.FAILED_PRECONDITION,
-    core.Refusal.CHANNEL_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    core.Refusal.REQUESTS_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    core.Refusal.APP_REFUSED: grpc.StatusCode.FAILED_PRECONDITION,  # unless the app named one (AppRefusal.code)
-    core.Refusal.APP_FAILED: grpc.StatusCode.UNKNOWN,  # the app raised: its text goes with it
-    core.Refusal.REQUEST_UNKNOWN: grpc.StatusCode.FAILED_PRECONDITION,
-    core.Refusal.RESTORING: grpc.StatusCode.UNAVAILABLE,  # a restore cut short is redone first: retry
-}
-# A response waits at most this long for room in a full outbox (flow control);
-# after that it answers anyway, so a dead peer slows clients but never hangs them.
-FLOW_CONTROL_WAIT_S = 2.0
+# Why the core refused a client's request -> the status the client gets (the edge's table, as gRPC codes).
+REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {kind: grpc.StatusCode[name] for kind, name in REFUSAL_CODE.items()}
 # A TransferBatch holds at most MAX_BATCH transfers (INVALID_ARGUMENT
 # naming the limit otherwise), and a long one gives the event loop back every
 # YIELD_EVERY transfers, so acks, channel frames and GetState are not starved.
 MAX_BATCH = 10_000
 YIELD_EVERY = 500
-# A Submit's command holds at most this many bytes (INVALID_ARGUMENT naming the limit otherwise).
-MAX_COMMAND_BYTES = 1024 * 1024
 
 
 class NodeServicer(pb_grpc.NodeServicer):
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, edge: Edge | None = None) -> None:
         self._engine = engine
+        self._edge = edge or Edge(engine)  # the node process's, which an app's own service shares
         self._log = engine.log
         self.stopping = False
         # Acks say the channel streams into this node may carry packed runs; False
@@ -155,32 +155,35 @@ class NodeServicer(pb_grpc.NodeServicer):
     # -- an app's commands
 
     async def Submit(self, request: pb.SubmitRequest, context: grpc.aio.ServicerContext) -> pb.SubmitResponse:
-        engine = self._engine
-        if not engine.app_spec:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"node {engine.node_id} runs the bank, not an app: use Transfer")
-        if len(request.command) > MAX_COMMAND_BYTES:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"a command holds at most {MAX_COMMAND_BYTES} bytes, got {len(request.command)}",
-            )
         try:
-            answer, waiting = engine.submit(request.command, request.request_id, request.first_sent_unix_ms)
-        except core.LocalProtocolError as exc:
-            code = refusal_status(exc)
-            engine.metrics.refused(code.name).inc()
-            await context.abort(code, str(exc))
-        await engine.wait_for_room(set(engine.outgoing), FLOW_CONTROL_WAIT_S)
-        reply = await self._replied(waiting, context)
-        if reply.taken_back:
-            await context.abort(grpc.StatusCode.ABORTED, self._taken_back(reply.taken_back, "not done"))
-        return pb.SubmitResponse(reply=answer.reply, replayed=answer.repeated, epoch=answer.epoch)
+            answer = await self._edge.submit(
+                request.command, request_id=request.request_id, first_sent_unix_ms=request.first_sent_unix_ms
+            )
+        except AppRefused as refused:
+            await context.abort(grpc.StatusCode[refused.code], refused.text)
+        return pb.SubmitResponse(reply=answer.reply, replayed=answer.replayed, epoch=answer.epoch)
+
+    async def SubmitBatch(
+        self, request: pb.SubmitBatchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubmitBatchResponse:
+        items = [(item.request_id, item.command, item.first_sent_unix_ms) for item in request.items]
+        try:
+            answers = await self._edge.submit_many(items)
+        except AppRefused as refused:  # the whole batch (edge.py E1, E3, E5)
+            await context.abort(grpc.StatusCode[refused.code], refused.text)
+        response = pb.SubmitBatchResponse()
+        add = response.results.add
+        for answer in answers:
+            if type(answer) is AppRefused:
+                add(code=grpc.StatusCode[answer.code].value[0], message=answer.text)
+            else:
+                add(reply=answer.reply, replayed=answer.replayed, epoch=answer.epoch)
+        return response
 
     def _taken_back(self, snapshot_id: str, undone: str) -> str:
         """The ABORTED message for an answer the node says the restore of `snapshot_id` took back (counted)."""
         self._engine.metrics.refused(grpc.StatusCode.ABORTED.name).inc()
-        again = "runs it anew" if undone == "not done" else "pays it anew"
-        return (f"taken back by the restore of snapshot {snapshot_id} on {self._engine.node_id}: "
-                f"{undone}; retrying (same request_id) {again}")
+        return taken_back_text(self._engine.node_id, snapshot_id, undone)
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
         engine = self._engine
@@ -202,7 +205,6 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def StartSnapshot(
         self, request: pb.StartSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.StartSnapshotResponse:
-        await credentials.require_peer(context, CONTROLLER_NAME)  # with TLS: the controller's certificate only
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id must not be empty")
         try:
@@ -215,7 +217,6 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def AbortSnapshot(
         self, request: pb.AbortSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.AbortSnapshotResponse:
-        await credentials.require_peer(context, CONTROLLER_NAME)
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id must not be empty")
         self._engine.abort_snapshot(request.snapshot_id, request.reason)
@@ -229,9 +230,6 @@ class NodeServicer(pb_grpc.NodeServicer):
         self, request: pb.RestoreStateRequest, context: grpc.aio.ServicerContext
     ) -> pb.RestoreStateResponse:
         engine = self._engine
-        # With TLS only the controller's certificate may restore: the tally and the
-        # in-flight transfers are the snapshot's the controller names, never a caller's.
-        await credentials.require_peer(context, CONTROLLER_NAME)
         if not request.snapshot_id or request.epoch < 2:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a restore needs a snapshot_id and an epoch >= 2")
         in_flight = []
@@ -252,6 +250,25 @@ class NodeServicer(pb_grpc.NodeServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         reply = await self._replied(waiting, context)  # the node's RestoreReply: once durable (N8)
         return wire.restore_response(reply.epoch, reply.tally)
+
+    async def RestoreStateChunks(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.RestoreStateResponse:
+        """A RestoreStateRequest over 1 MiB, in pieces of its encoding (snapmesh.protocol.chunking):
+        joined, it is RestoreState's. The controller's certificate is checked before
+        any piece is read (the access table, AUTH2), and the pieces may reach
+        chunking.MAX_STATE_BYTES, no more (RESOURCE_EXHAUSTED at the piece that would pass it)."""
+        pieces, size = [], 0
+        async for chunk in request_iterator:
+            size += len(chunk.data)
+            if size > chunking.MAX_STATE_BYTES:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                    f"a restore holds at most {chunking.MAX_STATE_BYTES} bytes")
+            pieces.append(chunk.data)
+        try:
+            request = pb.RestoreStateRequest.FromString(b"".join(pieces))
+        except DecodeError:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the pieces do not make a RestoreStateRequest")
+        del pieces
+        return await self.RestoreState(request, context)
 
     async def _fenced(self, context: grpc.aio.ServicerContext, exc: EpochFenced, kind: str) -> None:
         """The node refused a call of another epoch: an older one's for good
@@ -314,13 +331,6 @@ class NodeServicer(pb_grpc.NodeServicer):
         finally:
             await acks.close()
             rx.release(ending)
-
-
-def refusal_status(exc: core.LocalProtocolError) -> grpc.StatusCode:
-    """The status a refused request gets: the one the app named (ctx.refuse), else REFUSAL_STATUS's."""
-    if isinstance(exc, core.AppRefusal) and exc.code in grpc.StatusCode.__members__:
-        return grpc.StatusCode[exc.code]
-    return REFUSAL_STATUS[exc.kind]
 
 
 def _receive(engine: Engine, src: str, dst: str, conn_no: int, batch: pb.ChannelBatch) -> None:

@@ -23,12 +23,16 @@ A2. Determinism is the app's duty. `on_command` and `on_message` depend only on
     fresh machine; if the replayed sends differ from the logged ones, the node
     refuses to start and names the log position.
 A3. Messages leave only through `ctx.send(dst, payload)`, to a node of
-    `info.peers_out`. Each channel is FIFO and lossless: `on_message` sees the
+    `info.peers_out`, each at most MAX_MESSAGE_BYTES (1 MiB and 64 KiB: a
+    command's bytes with room to wrap them; a larger one raises AppError,
+    failing the step: a node takes no larger message, docs/api.md). Each channel is FIFO and lossless: `on_message` sees the
     payloads of one channel in the order they were sent, each once.
 A4. `ctx.refuse(code, text)` (or any exception) in `on_command` refuses that step:
-    the client gets the named gRPC status, nothing is logged, no send leaves. The
-    machine must then be unchanged: validate before mutating. An exception in
-    `on_message` stops the node with the exception's text.
+    the client gets the named gRPC status, nothing is logged, no send leaves, and
+    snapmesh leaves the machine as it was before the step, whatever the app
+    changed first: it rebuilds it from its last state and the inputs since
+    (snapmesh/protocol/node/apphost.py H4), so the app need not validate before
+    mutating. An exception in `on_message` stops the node with the exception's text.
 A5. `snapshot()` returns bytes that do not change afterwards (a copy).
 A6. A restore makes a fresh machine with `new(info)`, calls `restore(state)`
     with the recorded bytes, then hands it the messages recorded in flight
@@ -51,10 +55,15 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
 __all__ = [
-    "App", "AppError", "Context", "Machine", "NodeInfo", "Refused", "View",
-    "BUILT_IN", "STATUS_CODES", "check_invariants", "load_app", "new_machine", "validate_machine",
+    "App", "AppError", "Context", "Machine", "NodeInfo", "Refused", "Reply", "View",
+    "BUILT_IN", "MAX_MESSAGE_BYTES", "STATUS_CODES", "check_invariants", "load_app", "new_machine", "preflight",
+    "resolve_spec", "validate_machine",
 ]
 
+# The largest payload `ctx.send` takes (A3): a channel frame must fit the peer's
+# receive limit, which is sized for what its clients send (a command: at most 1 MiB,
+# which a message may carry on with room for the app's own wrapping).
+MAX_MESSAGE_BYTES = 1024 * 1024 + 64 * 1024
 # The gRPC status names a refusal may carry (grpc.StatusCode without OK).
 STATUS_CODES = frozenset({
     "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
@@ -80,6 +89,18 @@ class Refused(Exception):
         super().__init__(f"{code}: {text}")
         self.code = code
         self.text = str(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A command's answer from a node's edge (`submit`, `submit_many`), once durable:
+    what `on_command` returned, whether it is a retry's first reply (its
+    request_id was answered before, and the app did not run it again), and the
+    node's epoch when the command ran."""
+
+    reply: bytes
+    replayed: bool
+    epoch: int
 
 
 def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -117,6 +138,9 @@ class Context:
         """Queue `payload` for the channel to `dst`; it leaves once this step is durable."""
         if not isinstance(payload, bytes):
             raise AppError(f"node {self.node_id}: ctx.send({dst!r}, ...) needs bytes, got {type(payload).__name__}")
+        if len(payload) > MAX_MESSAGE_BYTES:
+            raise AppError(f"node {self.node_id}: ctx.send({dst!r}, ...) of {len(payload)} bytes; "
+                           f"a message holds at most {MAX_MESSAGE_BYTES}")
         if dst == self.node_id:
             raise AppError(f"node {self.node_id}: ctx.send to itself; there is no channel {dst} -> {dst}")
         if dst not in self.peers_out:
@@ -212,6 +236,32 @@ def new_machine(app: App, info: NodeInfo) -> Any:
     return machine
 
 
+def preflight(spec: str, infos: Iterable[NodeInfo]) -> App:
+    """The app `spec`, loaded and tried on every node of `infos` before any process starts.
+
+    Every command that runs an app (`snapmesh node`, `cluster up`, `demo`, `chaos`,
+    `app`) asks this one function, so an app that would stop a node is refused in the
+    same words everywhere, before anything is started or written: one AppError line
+    naming the app and its first fault (no import, no attribute, not an App, a `new`
+    that raises, a missing method, a `snapshot()` that raises or is not bytes).
+    """
+    app = load_app(spec)
+    for info in infos:
+        try:
+            machine = new_machine(app, info)
+        except AppError as exc:
+            text = str(exc)
+            raise AppError(text if text.startswith("app ") else f"app {app.name!r}: {text}") from None
+        try:
+            state = machine.snapshot()
+        except Exception as exc:  # the app's own code
+            raise AppError(f"app {app.name!r}: snapshot() of a new machine for node {info.node_id} raised "
+                           f"{_one_line(exc)}") from None
+        if not isinstance(state, bytes):
+            raise AppError(f"app {app.name!r}: snapshot() returned {type(state).__name__}, not bytes")
+    return app
+
+
 def check_invariants(app: App, view: View) -> dict[str, list[str]]:
     """Every invariant of `app` over `view`: name -> problems ([] holds). A check that raises is a problem."""
     results: dict[str, list[str]] = {}
@@ -234,9 +284,7 @@ def load_app(spec: str) -> App:
     Every failure is one AppError line saying what is wrong with which spec.
     """
     spec = spec.strip()
-    target = BUILT_IN.get(spec, spec)
-    if target.startswith(_OLD_APPS):  # cluster files written before 0.3 name the apps by their old package
-        target = "snapmesh." + target
+    target = resolve_spec(spec)
     module_name, colon, attr = target.partition(":")
     if not colon or not module_name or not attr:
         if spec.endswith(".py") or "/" in spec:
@@ -262,6 +310,16 @@ def load_app(spec: str) -> App:
         raise AppError(f"--app {spec}: {attr} is a {type(app).__name__}, not a snapmesh.app.App")
     _check_app(app, f"--app {spec}")
     return app
+
+
+def resolve_spec(spec: str) -> str:
+    """The module:attr `spec` names (a built-in name resolved), without importing it:
+    two specs run the same app exactly when they resolve alike."""
+    spec = spec.strip()
+    target = BUILT_IN.get(spec, spec)
+    if target.startswith(_OLD_APPS):  # cluster files written before 0.3 name the apps by their old package
+        target = "snapmesh." + target
+    return target
 
 
 def _search_working_directory() -> None:

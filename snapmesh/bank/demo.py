@@ -72,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         print("snapmesh demo: --burst must be >= 0", file=sys.stderr)
         return 2
 
+    if problem := app_problem(args.nodes):
+        print(f"snapmesh demo: {problem}", file=sys.stderr)
+        return 2
+
     data_dir = args.data_dir or DEFAULT_DATA_ROOT / time.strftime("demo-%Y%m%d-%H%M%S")
     if data_dir.exists() and any(data_dir.iterdir()):
         print(f"snapmesh demo: {data_dir} is not empty; give a new --data-dir", file=sys.stderr)
@@ -85,9 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Cluster(config_path) as cluster:
             print(f"controller: {cluster.controller_address}  (process logs in {cluster.log_dir})", flush=True)
-            from snapmesh.ui.server import start_page
+            from snapmesh.processes.page import PageProcess
 
-            page = start_page(cluster, "127.0.0.1:0")
+            page = PageProcess(cluster)  # its own process, as under `cluster up`
+            page.start("127.0.0.1", 0)
             print(f"ui: {page.url}  (the snapshot page, read-only, while the demo runs; "
                   f"`snapmesh ui --controller HOST:PORT` on any cluster)", flush=True)
             try:
@@ -114,6 +119,27 @@ def main(argv: list[str] | None = None) -> int:
     verdict = reconcile_main(["--data-dir", str(data_dir), "--out", str(data_dir / "reconcile")])
     print(f"== demo {'passed' if status == 0 and verdict == 0 else 'FAILED'}: data in {data_dir}")
     return status or verdict
+
+
+def app_problem(nodes: int) -> str:
+    """Why the demo cannot run with the app its nodes would inherit ("" when it can):
+    its cluster file names none, so $SNAPMESH_APP would be every node's app (as for
+    `cluster up`), and the demo's workload is the bank's. Said in one line before
+    anything starts, through the pre-flight every command shares."""
+    import os
+
+    spec = os.environ.get("SNAPMESH_APP", "").strip()
+    if spec in ("", "bank"):
+        return ""
+    from snapmesh.app import AppError, preflight
+    from snapmesh.services.app.drive import mesh_infos
+
+    try:
+        app = preflight(spec, mesh_infos(nodes))
+    except AppError as exc:
+        return f"$SNAPMESH_APP: {exc}"
+    return (f"$SNAPMESH_APP={spec}: the demo runs the bank, not the app {app.name!r}: unset it "
+            f"(`snapmesh cluster up --app {spec}` and `snapmesh app --app {spec}` run an app)")
 
 
 def page_screenshots(url: str, data_dir: Path, snapshot_id: str | None) -> str:

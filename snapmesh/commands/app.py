@@ -1,8 +1,11 @@
 """`snapmesh app [--app NAME|module:attr] [--controller HOST:PORT] [--data-dir DIR] [--duration S]
 [--transfer-interval S] [--snapshot-every S] [--seed N] [--max-amount N] [--tls-dir DIR]`: a workload.
 
-Without `--app`, the bank's: transfers between the nodes. With `--app` (a
-built-in such as kvshard, or module:attr), that app's `workload` sent through
+The app is `--app` (a built-in such as kvshard, or module:attr), else
+$SNAPMESH_APP, else the [app] of `--data-dir`'s cluster file (which `cluster up`
+writes), else the bank's transfers between the nodes. It is the only app module
+this command imports: a node that reports another app (GetState) is refused in
+one line (exit 2), never loaded. An app's `workload` is sent through
 `Node.Submit` (services/app/drive.py), counting replies and refusals per node;
 each COMPLETE snapshot's invariants are the controller's verdict and are checked
 again here (the [app] params: --data-dir's cluster file, else none).
@@ -21,6 +24,7 @@ argument is bad.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from snapmesh.settings import target
@@ -59,10 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(_parser(), argv)
     if isinstance(args, int):
         return args
-    if args.app is not None and args.app.strip() != "bank":
+    try:
+        spec, how = _app_to_drive(args)
+    except target.TargetError as exc:
+        print(f"snapmesh app: {exc}", file=sys.stderr)
+        return 2
+    if spec.strip() not in ("", "bank"):
         from snapmesh.services.app.appload import run_app
 
-        return run_app(args)
+        return run_app(args, spec, how)
     defaults = WorkloadParams()
     params = WorkloadParams(
         duration=args.duration,
@@ -81,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     except target.TargetError as exc:
         print(f"snapmesh app: {exc}", file=sys.stderr)
         return 2
+    from snapmesh.services.app.appload import bank_problem
+
+    if problem := bank_problem(how, found):
+        print(f"snapmesh app: {problem}", file=sys.stderr)
+        return 2
     try:
         summary = run_workload(found.address, params, out=sys.stdout, identity=found.identity)
     except ControllerUnreachable as exc:
@@ -89,6 +103,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return summary.exit_code
+
+
+def _app_to_drive(args: argparse.Namespace) -> tuple[str, str]:
+    """The app to drive and where it was named: `--app`, else $SNAPMESH_APP, else the
+    [app] of --data-dir's cluster file, else the bank (""). Never what a node reports."""
+    if args.app is not None:
+        return args.app, "--app"
+    if os.environ.get("SNAPMESH_APP"):
+        return os.environ["SNAPMESH_APP"], "$SNAPMESH_APP"
+    if args.data_dir is not None:
+        cfg = target.cluster_file(args.data_dir)
+        return cfg.app.module, f"[app] of {cfg.path}"
+    return "", "no --app given"
 
 
 if __name__ == "__main__":

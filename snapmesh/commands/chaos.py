@@ -97,11 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snapmesh chaos: --mode with --{'compose' if args.compose else 'hosts'}: that cluster's file sets "
               "its mode; --mode is for local processes", file=sys.stderr)
         return 2
+    if not args.app and not (args.compose or args.hosts) and os.environ.get("SNAPMESH_APP", "").strip() not in ("", "bank"):
+        args.app = os.environ["SNAPMESH_APP"]  # the local nodes would inherit it: the campaign drives it too
     if args.app:
-        from snapmesh.app import AppError, load_app
+        from snapmesh.app import AppError, preflight
+        from snapmesh.services.app.drive import mesh_infos
 
-        try:
-            app = load_app(args.app)
+        try:  # the nodes of the campaign's mesh, tried before anything starts (as `cluster up` does)
+            app = preflight(args.app, mesh_infos(args.nodes or STACK_NODES))
         except AppError as exc:
             print(f"snapmesh chaos: {exc}", file=sys.stderr)
             return 2

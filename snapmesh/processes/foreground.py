@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from snapmesh.processes.page import PageProcess
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 
@@ -23,24 +24,28 @@ def address_lines(cfg: cluster_config.ClusterConfig) -> str:
     return "\n".join(lines)
 
 
-def serve_page(cluster, listen: str):
-    """The snapshot page on `listen` (its `ui:` line printed), or None for `off` or
-    when it cannot bind: the cluster is worth more than its page."""
+def serve_page(cluster, listen: str) -> PageProcess | None:
+    """The snapshot page on `listen`, in a process of its own (its `ui:` line
+    printed), or None for `off` or when it does not start: the cluster is worth
+    more than its page."""
     if listen == "off":
         return None
-    from snapmesh.ui.server import start_page
+    from snapmesh.ui.server import parse_listen
 
+    page = PageProcess(cluster)
     try:
-        page = start_page(cluster, listen)
-    except OSError as exc:
+        host, port = parse_listen(listen)
+        url = page.start(host, port)
+    except (OSError, ValueError) as exc:
         print(f"snapmesh cluster: no snapshot page on {listen}: {exc}", file=sys.stderr, flush=True)
         return None
-    print(f"ui: {page.url}", flush=True)
+    print(f"ui: {url}", flush=True)
     return page
 
 
-def watch_children(cluster) -> None:
-    """Until a stop signal: say once on stderr when a child exits."""
+def watch_children(cluster, page: PageProcess | None = None) -> None:
+    """Until a stop signal: say once on stderr when a child exits; start the page
+    again when it exited (it holds no state, and its URL was printed)."""
     reported: set[str] = set()
     while True:
         time.sleep(0.5)
@@ -48,6 +53,9 @@ def watch_children(cluster) -> None:
             if not alive and name not in reported:
                 reported.add(name)
                 print(f"snapmesh cluster: {name} exited; see {cluster.log_dir}", file=sys.stderr, flush=True)
+        said = page.restart_if_exited() if page is not None else None
+        if said is not None:
+            print(f"snapmesh cluster: {said}; see {cluster.log_dir}", file=sys.stderr, flush=True)
 
 
 def serve_until_stopped(cluster, addressed: cluster_config.ClusterConfig, tls_dir: Path | None, listen: str) -> None:
@@ -64,7 +72,7 @@ def serve_until_stopped(cluster, addressed: cluster_config.ClusterConfig, tls_di
     print(address_lines(addressed), flush=True)
     page = serve_page(cluster, listen)
     try:
-        watch_children(cluster)
+        watch_children(cluster, page)
     finally:
         if page is not None:
             page.close()

@@ -35,9 +35,20 @@ It also serves the snapshot page (`snapmesh ui`, read-only) on `--ui HOST:PORT`
 (default 127.0.0.1:8080, a free loopback port when that one is taken; `--ui off`:
 none) and prints its URL last: `ui: http://HOST:PORT/`.
 `--app module:attr` runs that app (snapmesh.app) on every node in place of the
-cluster file's [app] (default: the bank); the children get it as SNAPMESH_APP.
-It is imported here first, from the working directory or PYTHONPATH: an app that
-does not load exits 2 with one line, before anything starts.
+cluster file's [app] (default: the bank); $SNAPMESH_APP, which the children
+would inherit, counts as --app. It is tried here first on every node, from the
+working directory or PYTHONPATH (snapmesh.app.preflight, what `snapmesh node`
+asks too): an app that does not load, whose `new` raises, whose machine lacks a
+method or whose `snapshot()` is not bytes exits 2 with one line, before the data
+dir is made, locked or written.
+
+A data dir remembers its security and its app: D/cluster.toml gets [tls] and
+[auth] (the files in D/tls/) with `--tls`, and [app] module (`bank` for the
+bank). Started again with neither flag, D runs what its file says; a start that
+names another (--tls on a plaintext D, an app that differs by name) is refused
+with one line saying which and how to change it on purpose (exit 2). A D
+written before it remembered counts D/tls/ca.pem as TLS and takes the app asked
+for when its file has no [app], and both are written in.
 
 Before it writes anything into the data dir (cluster.toml, certificates, logs) it
 takes the controller's and every node's data-dir lock (snapmesh.serving.datalock), so
@@ -61,16 +72,23 @@ import sys
 import tempfile
 from pathlib import Path
 
+from snapmesh.app import AppError
+from snapmesh.protocol.topology import Topology
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
+from snapmesh.settings.appsettings import same_app
 from snapmesh.settings.argparsing import parse_args, positive_float
-from snapmesh.settings.config import ConfigError, write_cluster
+from snapmesh.settings.config import ConfigError, TlsSettings, write_cluster
 from snapmesh.serving.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
 from snapmesh.processes.foreground import serve_until_stopped
 from snapmesh.settings.ports import NoFreePorts, port_is_free
 from snapmesh.settings.target import CLUSTER_FILE
 from snapmesh.processes.cluster_admin import hold_launcher
 from snapmesh.processes.supervisor import Cluster, SupervisorError
+
+
+TLS_DIR = "tls"  # `--tls`: the certificates and the token, in the data dir
+BANK = "bank"  # [app] module of a bank cluster: written out, so that its data dir remembers it
 
 
 class _Parser(argparse.ArgumentParser):
@@ -95,14 +113,16 @@ def _parser() -> argparse.ArgumentParser:
                     help="where cluster.toml, logs and snapshots go; a D holding a cluster.toml starts that "
                     "cluster again on its ports (default: ./data; with --nodes: a new temporary dir)")
     up.add_argument("--tls", action="store_true",
-                    help="mutual TLS and a control-plane token, dev certificates made into <data_dir>/tls/")
+                    help="mutual TLS and a control-plane token, dev certificates made into <data_dir>/tls/; "
+                    "a data dir remembers it")
     up.add_argument("--hosts", action="store_true",
                     help="one host per process: each in its own network namespace (root; see docs/hosts.md)")
     up.add_argument("--ui", default="127.0.0.1:8080", metavar="HOST:PORT",
                     help="serve the snapshot page here (default 127.0.0.1:8080; off: no page)")
     up.add_argument("--app", metavar="MODULE:ATTR",
                     help="the app every node runs (snapmesh.app), imported from the working directory or "
-                    "PYTHONPATH; default: the cluster file's [app], else the bank")
+                    "PYTHONPATH; default: $SNAPMESH_APP, else the cluster file's [app], else the bank; a data dir "
+                    "remembers it")
     up.add_argument("--mode", choices=cluster_config.SNAPSHOT_MODES, metavar="MODE",
                     help="snapshot_mode written into the cluster file: classic, overtake or hybrid "
                     "(default: the file's, else classic; docs/modes.md)")
@@ -167,56 +187,67 @@ def main(argv: list[str] | None = None) -> int:
     running = None
     try:
         data_dir, source = _data_dir_and_source(args)
-        config_path = data_dir / CLUSTER_FILE
-        reused = source is None
-        if reused:
-            existing = cluster_config.load(config_path, env={})
+        asked = _asked_app(args)
+        locks = None
+        if source is None:  # D's own cluster: a live one is said first (D exists: only its lock files are new)
+            existing = cluster_config.load(data_dir / CLUSTER_FILE, env={})
             node_ids = [n.id for n in existing.nodes]
-        elif isinstance(source, int):
-            node_ids = [f"p{i}" for i in range(1, source + 1)]
-        else:
-            node_ids = [n.id for n in cluster_config.load(source, env=dict(os.environ)).nodes]
-        tls_dir = data_dir / "tls" if args.tls else None
-        # Every lock of the cluster about to start, before anything is written in its
-        # data dir: a second `cluster up` on a live one changes nothing there.
+            locks = _lock(data_dir, node_ids)
         try:
-            data_dir.mkdir(parents=True, exist_ok=True)
-            locks = acquire_all(data_dir, [CONTROLLER, *node_ids])
-        except OSError as exc:
-            raise ConfigError(f"cannot lock data dir {data_dir}: {exc}") from None
-        try:
-            if reused and args.nodes is not None and args.nodes != len(node_ids):
+            if source is None:  # with the security and the app it remembers
+                app = _remembered_app(existing, asked)
+                tls = _remembered_tls(existing, args.tls)
+                channels, params = existing.topology.channels, existing.app.params
+            elif isinstance(source, int):
+                node_ids = [f"p{i}" for i in range(1, source + 1)]
+                channels, params = Topology.build(node_ids).channels, {}
+                app, tls = asked[0] if asked else BANK, args.tls
+            else:
+                given = cluster_config.load(source, env={})  # the file's own [app]: $SNAPMESH_APP is `asked`
+                node_ids = [n.id for n in given.nodes]
+                channels, params = given.topology.channels, given.app.params
+                app, tls = asked[0] if asked else given.app.module or BANK, args.tls
+            if not cluster_config.runs_bank(cluster_config.AppSettings(module=app)):
+                _preflight(app, node_ids, channels, params)
+            if data_dir is None:  # made only now: a refusal above leaves nothing behind
+                data_dir = Path(tempfile.mkdtemp(prefix="snapmesh-"))
+            config_path = data_dir / CLUSTER_FILE
+            tls_dir = data_dir / TLS_DIR if tls else None
+            if locks is None:  # every lock of the cluster about to start, before a byte is written in D
+                locks = _lock(data_dir, node_ids)
+            if source is None and args.nodes is not None and args.nodes != len(node_ids):
                 raise ConfigError(f"data dir {data_dir} holds a {len(node_ids)}-node cluster ({config_path}); "
                                   f"give --nodes {len(node_ids)}, or another --data-dir for {args.nodes} nodes")
             mode = _mode_keys(args)
             if isinstance(source, int):
                 write_cluster(config_path, nodes=node_ids, data_dir=data_dir, settings=mode)
+                _remember(config_path, app, tls, "Written by snapmesh cluster up")
             elif source is not None:
-                cluster_config.write(config_path, {**runnable_copy(source, data_dir), **mode},
+                cluster_config.write(config_path, _remembering({**runnable_copy(source, data_dir), **mode}, app, tls),
                                      comment=f"Written by snapmesh cluster up from {source}")
-            elif mode:
-                _same_mode(cluster_config.load(config_path, env={}), mode, config_path)
+            else:
+                if mode:
+                    _same_mode(existing, mode, config_path)
+                if (tls and existing.tls is None) or app != existing.app.module:  # from before its file remembered
+                    _remember(config_path, app, tls, f"Written by snapmesh cluster up from {config_path}")
             if args.config is None:  # D's own ports, or the shipped ones: say plainly when one is taken
                 taken_ports(cluster_config.load(config_path, env={}))
-            if tls_dir is not None:
-                try:
+            if tls_dir is not None and not (tls_dir / cluster_config.CA_FILE).is_file():
+                try:  # a restart keeps its certificates: the clients' copies stay good
                     security.write_certs(cluster_config.load(config_path, env={}), tls_dir)
                 except OSError as exc:
                     raise ConfigError(f"cannot write certificates into {tls_dir}: {exc}") from None
             running = hold_launcher(data_dir)  # `cluster down/status --data-dir D` find this process by it
         finally:
-            release_all(locks)  # the children take them again, each its own
-        cluster = Cluster(config_path, data_dir=data_dir, tls_dir=tls_dir, app=args.app)
-        if args.app is None and not cluster_config.runs_bank(cluster.config.app):  # the file's [app]
-            problem = app_problem(cluster.config.app.module)
-            if problem:
-                raise ConfigError(f"{cluster.config_path}: [app]: {problem}")
+            if locks is not None:
+                release_all(locks)  # the children take them again, each its own
+        cluster = Cluster(config_path, data_dir=data_dir, tls_dir=tls_dir)
         print(f"snapmesh cluster: starting {len(cluster.config.nodes)} nodes in data dir {data_dir} (clients: "
               f"--data-dir {data_dir}; `snapmesh cluster down --data-dir {data_dir}` stops them); logs in "
               f"{cluster.log_dir}", file=sys.stderr, flush=True)
         cluster.start()
         serve_until_stopped(cluster, cluster.config, tls_dir, args.ui)
-    except (ConfigError, DataDirLocked) as exc:
+    except (ConfigError, DataDirLocked, AppError) as exc:
         print(f"snapmesh cluster: {exc}", file=sys.stderr)
         return 2
     except (SupervisorError, NoFreePorts) as exc:
@@ -236,10 +267,11 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, handler)
 
 
-def _data_dir_and_source(args) -> tuple[Path, Path | int | None]:
-    """The data dir D, and what to write into D/cluster.toml before the start:
-    None (D's own file, as it is: its ports stay), an int N (an N-node mesh on free
-    ports) or a cluster file (copied, with D as its data dir)."""
+def _data_dir_and_source(args) -> tuple[Path | None, Path | int | None]:
+    """The data dir D (None: a new temporary one, made once the start is sure), and
+    what to write into D/cluster.toml before the start: None (D's own file, as it
+    is: its ports stay), an int N (an N-node mesh on free ports) or a cluster file
+    (copied, with D as its data dir)."""
     env = dict(os.environ)
     if args.data_dir is not None:
         env["SNAPMESH_DATA_DIR"] = str(Path(args.data_dir).resolve())
@@ -248,12 +280,99 @@ def _data_dir_and_source(args) -> tuple[Path, Path | int | None]:
         data_dir = cluster_config.load(source, env=env).data_dir
         return data_dir, None if (data_dir / CLUSTER_FILE).resolve() == source else source
     if args.nodes is not None:
-        data_dir = Path(args.data_dir).resolve() if args.data_dir else Path(tempfile.mkdtemp(prefix="snapmesh-"))
+        if not args.data_dir:
+            return None, args.nodes
+        data_dir = Path(args.data_dir).resolve()
     else:
         data_dir = cluster_config.load(cluster_config.DEFAULT_CONFIG, env=env).data_dir
     if (data_dir / CLUSTER_FILE).is_file():
         return data_dir, None
     return data_dir, args.nodes if args.nodes is not None else cluster_config.DEFAULT_CONFIG
+
+
+def _lock(data_dir: Path, node_ids: list[str]) -> list:
+    """Every data-dir lock of the cluster (snapmesh.serving.datalock): a second `cluster
+    up` on a live data dir is refused before it changes anything there."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        return acquire_all(data_dir, [CONTROLLER, *node_ids])
+    except OSError as exc:
+        raise ConfigError(f"cannot lock data dir {data_dir}: {exc}") from None
+
+
+def _asked_app(args) -> tuple[str, str] | None:
+    """The app this start names, and how (`--app X`, else $SNAPMESH_APP, which the
+    children would inherit anyway); None when it names none."""
+    if args.app:
+        return args.app, "--app"
+    if os.environ.get("SNAPMESH_APP"):
+        return os.environ["SNAPMESH_APP"], "$SNAPMESH_APP"
+    return None
+
+
+def _remembered_app(existing: cluster_config.ClusterConfig, asked: tuple[str, str] | None) -> str:
+    """The app D's file remembers; an app asked for that differs is refused, not run:
+    the nodes' logs replay through their own app only. A file without [app] was
+    written before data dirs remembered their app: the one asked for (if any) is
+    taken, as it was then, and remembered from now on."""
+    have = existing.app.module
+    if not have:
+        return asked[0] if asked else ""
+    if asked is None or same_app(asked[0], have):
+        return have
+    spec, how = asked
+    runs = "the bank" if cluster_config.runs_bank(existing.app) else f"the app {have}"
+    raise ConfigError(f"data dir {existing.path.parent} runs {runs} ([app] in {existing.path}), not {how} {spec}: "
+                      f"its logs replay through that app only; start it without {how}, or give another "
+                      f"--data-dir for {spec}")
+
+
+def _remembered_tls(existing: cluster_config.ClusterConfig, asked: bool) -> bool:
+    """Whether D runs with the certificates `cluster up --tls` made in D/tls/: its file
+    says so, or (a data dir from before the file said so) D/tls/ca.pem is there. A
+    plaintext D is never turned to TLS by a flag on a restart, nor TLS to plaintext."""
+    data_dir = existing.path.parent
+    made_here = TlsSettings.in_dir(data_dir / TLS_DIR)
+    if existing.tls is not None:
+        return existing.tls == made_here  # else the file's own certificates (Cluster reads them)
+    if (data_dir / TLS_DIR / cluster_config.CA_FILE).is_file():
+        return True
+    if asked:
+        raise ConfigError(f"data dir {data_dir} runs in plaintext (no [tls] in {existing.path}), not --tls: start "
+                          f"it without --tls, or turn TLS on for it deliberately: `snapmesh certs --config "
+                          f"{existing.path} --tls-dir {data_dir / TLS_DIR}`, then `snapmesh cluster up --data-dir "
+                          f"{data_dir}`")
+    return False
+
+
+def _remembering(document: dict, app: str, tls: bool) -> dict:
+    """The cluster document with the app and the security of this start written in, so
+    that a restart of its data dir runs them again without being told."""
+    if app:
+        document["app"] = {**document.get("app", {}), "module": app}
+    if tls:  # relative to the file, so the data dir can move
+        document["tls"] = {"ca": f"{TLS_DIR}/{cluster_config.CA_FILE}", "cert": f"{TLS_DIR}/{{name}}.pem",
+                           "key": f"{TLS_DIR}/{{name}}-key.pem",
+                           "client_cert": f"{TLS_DIR}/{cluster_config.CLIENT_NAME}.pem",
+                           "client_key": f"{TLS_DIR}/{cluster_config.CLIENT_NAME}-key.pem"}
+        document["auth"] = {**document.get("auth", {}), "token_file": f"{TLS_DIR}/{cluster_config.TOKEN_FILE}"}
+    return document
+
+
+def _remember(path: Path, app: str, tls: bool, comment: str) -> None:
+    import tomllib
+
+    document = tomllib.loads(path.read_text(encoding="utf-8"))
+    cluster_config.write(path, _remembering(document, app, tls), comment=comment)
+
+
+def _preflight(app: str, node_ids: list[str], channels, params) -> None:
+    """The app tried on every node of the cluster about to start (snapmesh.app.preflight):
+    a fault is one line and exit 2 before any process starts or a file is written."""
+    from snapmesh.app import preflight
+    from snapmesh.services.app.drive import node_infos
+
+    preflight(app, node_infos(node_ids, channels, params))
 
 
 def _non_negative_ms(text: str) -> float:

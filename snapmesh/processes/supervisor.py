@@ -132,6 +132,11 @@ class Cluster:
         return self.config.data_dir
 
     @property
+    def child_env(self) -> dict[str, str]:
+        """The environment the children run in (a copy): the page's process runs in it too."""
+        return dict(self._env)
+
+    @property
     def client_identity(self) -> tls.Identity | None:
         """What a client of this cluster presents (None: plaintext): for
         snapmesh.serving.credentials.open_channel."""

@@ -13,6 +13,12 @@ reassembly is concatenation, so the controller gets exactly the message
 `ReportState` would have. States that fit still go by `ReportState`: one call,
 and a controller without the streaming RPC still takes them.
 
+The same holds the other way for a restore: a RestoreStateRequest over
+`CHUNK_BYTES` (an app's state, a bank's many transfers in flight) goes to the
+node with `Node.RestoreStateChunks` (`restore_chunks`), so a node's receive
+limit, which gRPC sets per server and not per RPC, can be what its clients'
+calls may carry.
+
 Pure: no I/O. The node splits; the controller (and the tests' report sink)
 reassemble with `StateAssembler`.
 """
@@ -120,6 +126,15 @@ def split_state(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES) -> list[pb.
     data = state.SerializeToString()
     return [pb.FullStateChunk(data=data[i : i + chunk_bytes]) for i in range(0, len(data), chunk_bytes)] or [
         pb.FullStateChunk()
+    ]
+
+
+def restore_chunks(request: pb.RestoreStateRequest, chunk_bytes: int = CHUNK_BYTES) -> list[pb.RestoreStateChunk]:
+    """A RestoreStateRequest's encoding in pieces of at most `chunk_bytes`, in order
+    (`Node.RestoreStateChunks`: a node takes no message much over CHUNK_BYTES)."""
+    data = request.SerializeToString()
+    return [pb.RestoreStateChunk(data=data[i : i + chunk_bytes]) for i in range(0, len(data), chunk_bytes)] or [
+        pb.RestoreStateChunk()
     ]
 
 

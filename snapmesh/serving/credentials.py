@@ -3,80 +3,90 @@ snapmesh.settings.security read:
 
 - `new_server(identity, options)` and `open_server_port(server, address, identity)`:
   with TLS, the port asks every client for a certificate signed by the cluster's
-  CA (mutual TLS) and, when a token is configured, refuses the control-plane calls
-  (`TriggerSnapshot`, `RestoreSnapshot`, `StartSnapshot`, `AbortSnapshot`; and the
-  read-only ones when `protect_reads`) without `authorization: Bearer <token>`
-  with UNAUTHENTICATED before the handler runs, so nothing changes.
+  CA (mutual TLS), and every call is put to the cluster's gate before its
+  handler runs (snapmesh.settings.access, who may call what): a certificate the
+  call is not for is PERMISSION_DENIED (naming the caller and the rule), a
+  missing or wrong token where one is asked for UNAUTHENTICATED; nothing changes.
 - `open_channel(address, identity, aio=...)`: presents the process's certificate,
-  checks the server's against the CA and sends the token on every call.
-- `require_peer(context, name)`: a node accepts a Channel stream from `src` only
-  if the peer's certificate names `src` in its subjectAltName; the controller
-  accepts a node's ReportState only from that node's certificate; a node accepts
-  StartSnapshot, AbortSnapshot and RestoreState only from the controller's
-  certificate (the token alone, which every node and client holds, is not enough).
+  checks the server's against the CA and sends the token on every call when the
+  identity holds one (a client's; the controller drops it towards nodes).
+- `require_peer(context, name)`: the part of access rule AUTH3 a request decides: a
+  node accepts a Channel stream from `src` only if the peer's certificate names
+  `src`, and the controller accepts a node's ReportState only from that node's
+  certificate.
 """
 
 from __future__ import annotations
 
-import hmac
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
 import grpc
 
-from snapmesh.settings.security import CONTROL_PLANE, READ_ONLY, Identity
+from snapmesh.settings import access
+from snapmesh.settings.security import Identity
 
 
 # ---------------------------------------------------------------- servers
 
 
-class _TokenInterceptor(grpc.aio.ServerInterceptor):
-    """Refuses protected calls without the bearer token, before their handler runs."""
+class _Guard(grpc.aio.ServerInterceptor):
+    """Carries out the gate's answer (snapmesh.settings.access) before a call's
+    handler runs: a refused call gets the gate's status and changes nothing. Only
+    the methods the gate can refuse are wrapped (the caller's certificate is read
+    from the call's context, which only the handler sees); the others, client
+    transfers among them, keep their handler as it is."""
 
-    def __init__(self, token: str, protected: frozenset[str]) -> None:
-        self._expected = f"Bearer {token}".encode()
-        self._protected = protected
+    def __init__(self, gate: access.Gate) -> None:
+        self._gate = gate
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
         handler = await continuation(details)
-        if handler is None or details.method not in self._protected:
+        if handler is None or not self._gate.guards(details.method):
             return handler
         presented = next((v for k, v in details.invocation_metadata or () if k == "authorization"), None)
-        if presented is not None and hmac.compare_digest(str(presented).encode(), self._expected):
-            return handler
-        why = "missing bearer token" if presented is None else "wrong bearer token"
-        return _refusal(handler, f"{details.method}: {why} (send `authorization: Bearer <token>`)")
+        gate, method = self._gate, details.method
+        presented_text = None if presented is None else str(presented)
+
+        async def refusal(context: grpc.aio.ServicerContext) -> None:
+            if refused := gate.check(method, peer_names(context), presented_text):
+                await context.abort(grpc.StatusCode[refused.code], refused.message)
+
+        return _checked_first(handler, refusal)
 
 
-def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
-    """A handler of the same shape as `handler` that only answers UNAUTHENTICATED."""
+def _checked_first(handler: grpc.RpcMethodHandler, refusal) -> grpc.RpcMethodHandler:
+    """`handler` whose behaviour awaits `refusal(context)` (which aborts) before it starts."""
+    kind = next(k for k in ("unary_unary", "unary_stream", "stream_unary", "stream_stream") if getattr(handler, k))
+    behavior = getattr(handler, kind)
+    if inspect.isasyncgenfunction(behavior):
+        async def checked_stream(request, context):
+            await refusal(context)
+            async for response in behavior(request, context):
+                yield response
 
-    async def refuse(_request, context: grpc.aio.ServicerContext):
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        return handler._replace(**{kind: checked_stream})
 
-    async def refuse_stream(_request, context: grpc.aio.ServicerContext):
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-        yield  # pragma: no cover  (makes this an async generator)
+    async def checked(request, context):
+        await refusal(context)
+        return await behavior(request, context)
 
-    codec = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(refuse_stream, **codec)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(refuse, **codec)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(refuse_stream, **codec)
-    return grpc.unary_unary_rpc_method_handler(refuse, **codec)
+    return handler._replace(**{kind: checked})
 
 
 def new_server(
     identity: Identity | None, options: Sequence[tuple[str, Any]], outer: Sequence[grpc.aio.ServerInterceptor] = ()
 ) -> grpc.aio.Server:
-    """A grpc.aio server, with the token check when `identity` has a token
-    (inside the interceptors `outer`, which see every call, refused ones too)."""
+    """A grpc.aio server; with TLS, every call is checked by the cluster's gate
+    (snapmesh.settings.access), inside the interceptors `outer`, which see every
+    call, refused ones too."""
     interceptors = list(outer)
-    if identity is not None and identity.token is not None:
-        protected = CONTROL_PLANE | (READ_ONLY if identity.protect_reads else frozenset())
-        interceptors.append(_TokenInterceptor(identity.token, protected))
+    if identity is not None:
+        if identity.roles is None:
+            raise ValueError(f"the identity of {identity.name} has no cluster roles: a server's comes from load_identity")
+        gate = access.Gate(roles=identity.roles, token=identity.token, protect_reads=identity.protect_reads)
+        interceptors.append(_Guard(gate))
     return grpc.aio.server(options=list(options), interceptors=interceptors)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AppSettings", "app_named", "check_app_spec", "parse_app", "runs_bank"]
+__all__ = ["AppSettings", "app_named", "check_app_spec", "parse_app", "runs_bank", "same_app"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,17 @@ def check_app_spec(spec: str, error: Callable[[str], Exception] = ValueError) ->
 def runs_bank(app: AppSettings) -> bool:
     """Whether the nodes run the bank (its int-only fast path, no app object)."""
     return app.module in ("", "bank")
+
+
+def same_app(one: str, other: str) -> bool:
+    """Whether two app specs run the same app, by name only (nothing is imported): the
+    bank's two spellings alike, a built-in's name and its module:attr alike."""
+    from snapmesh.app import resolve_spec
+
+    banks = [spec.strip() in ("", "bank") for spec in (one, other)]
+    if any(banks):
+        return all(banks)
+    return resolve_spec(one) == resolve_spec(other)
 
 
 def app_named(module: str) -> str:

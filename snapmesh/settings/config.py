@@ -3,10 +3,8 @@
 The reference, every key with its default: docs/cluster-file.md
 (tests/shells/test_cluster_file_doc.py holds it to this reader).
 
-TOML: `data_dir`, `initial_balance`, `channels` (default: full mesh), `channel_bound`,
-`segment_records`, `snapshot_mode`; `[controller]`, `[[nodes]]` (id, host, port,
-metrics_port); optional `[tls]` and `[auth]` (mutual TLS, the control-plane token) and
-`[app]` (`module = "module:attr"`, the rest its params; default: the bank).
+TOML: top-level settings (`data_dir`, `channels`, the limits), `[controller]`, `[[nodes]]`; optional
+`[tls]` and `[auth]` (mutual TLS, client names, the token) and `[app]` (default: the bank).
 
 Environment overrides, for containers: SNAPMESH_DATA_DIR replaces `data_dir`;
 SNAPMESH_BIND_HOST is the address every server binds to (default: its `host`),
@@ -19,10 +17,9 @@ cluster up --app` tells its children; [app]'s params stay the file's).
 
 A malformed file raises `ConfigError` naming the file and the field.
 
-This module also writes the file: `write` (any document `parse` accepts, checked
-before a byte is written) and `write_cluster` (an N-node cluster on free
-loopback ports, what the launcher, the tests and the bench start). Every cluster
-file snapmesh writes goes through `dumps`, so escaping is tomli-w's, not ours.
+This module also writes the file: `write` (any document `parse` accepts, checked before a byte is written)
+and `write_cluster` (an N-node cluster on free loopback ports, what the launcher, the tests and the bench
+start). Every cluster file snapmesh writes goes through `dumps`, so escaping is tomli-w's, not ours.
 """
 
 from __future__ import annotations
@@ -41,7 +38,9 @@ from snapmesh.settings.appsettings import AppSettings as AppSettings
 from snapmesh.settings.appsettings import check_app_spec, parse_app
 from snapmesh.settings.appsettings import app_named as app_named
 from snapmesh.settings.appsettings import runs_bank as runs_bank
+from snapmesh.settings.access import CLIENT_NAME, CONTROLLER_NAME, parse_clients
 from snapmesh.settings.ports import free_ports
+from snapmesh.protocol.node.steps import DEFAULT_MAX_REPLY_BYTES, DEFAULT_SEGMENT_BYTES
 from snapmesh.protocol.topology import Topology, TopologyError
 
 SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -104,8 +103,6 @@ class ControllerConfig(Endpoint):
 
 # The file names `snapmesh certs` writes into its output dir.
 CA_FILE = "ca.pem"
-CLIENT_NAME = "client"
-CONTROLLER_NAME = "controller"
 TOKEN_FILE = "token"
 
 
@@ -141,6 +138,7 @@ class TlsSettings:
 class AuthSettings:
     token_file: Path
     protect_reads: bool = False  # True: read-only RPCs need the token too
+    clients: tuple[str, ...] = (CLIENT_NAME,)  # the names that may write the control plane (access AUTH1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +151,9 @@ class ClusterConfig:
     topology: Topology
     bind_host: str | None  # None: every server binds to its own `host`
     channel_bound: int = 100_000
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES  # an app's longest reply (node rule N12)
     segment_records: int = 100_000
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES  # a segment seals at whichever of the two it reaches first
     snapshot_mode: str = "classic"  # one of SNAPSHOT_MODES
     align_timeout_ms: float = ALIGN_TIMEOUT_MS  # hybrid mode: how long a marker keeps its FIFO place
     tls: TlsSettings | None = None  # None: plaintext
@@ -203,7 +203,7 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
 def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> ClusterConfig:
     fields = _Fields(path)
     known = {"data_dir", "initial_balance", "channels", "controller", "nodes", "channel_bound", "segment_records",
-             "snapshot_mode", "align_timeout_ms", "tls", "auth", "app"}
+             "segment_bytes", "snapshot_mode", "align_timeout_ms", "tls", "auth", "app", "max_reply_bytes"}
     fields.reject_unknown(raw, known, "")
 
     data_dir_text = env.get("SNAPMESH_DATA_DIR") or fields.string(raw, "data_dir", "data_dir")
@@ -211,10 +211,11 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
     if not data_dir.is_absolute():
         data_dir = (_relative_base(path) / data_dir).resolve()
     initial_balance = fields.integer(raw, "initial_balance", "initial_balance", minimum=0)
-    channel_bound = fields.integer(raw, "channel_bound", "channel_bound", minimum=1) if "channel_bound" in raw else 100_000
-    segment_records = (
-        fields.integer(raw, "segment_records", "segment_records", minimum=2) if "segment_records" in raw else 100_000
-    )
+    channel_bound = fields.integer(raw, "channel_bound", "channel_bound", minimum=1, default=100_000)
+    segment_records = fields.integer(raw, "segment_records", "segment_records", minimum=2, default=100_000)
+    max_reply_bytes = fields.integer(raw, "max_reply_bytes", "max_reply_bytes", minimum=1, default=DEFAULT_MAX_REPLY_BYTES)
+    # at least a few records (a checkpoint alone is about 1 KiB)
+    segment_bytes = fields.integer(raw, "segment_bytes", "segment_bytes", minimum=4096, default=DEFAULT_SEGMENT_BYTES)
 
     snapshot_mode = raw.get("snapshot_mode", "classic")
     if snapshot_mode not in SNAPSHOT_MODES:
@@ -241,10 +242,8 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         metrics_port=fields.port(controller_raw, "metrics_port", "controller.metrics_port"),
         snapshot_deadline_s=float(deadline),
         keep=fields.integer(controller_raw, "keep", "controller.keep", minimum=1) if "keep" in controller_raw else 0,
-        max_concurrent_snapshots=(
-            fields.integer(controller_raw, "max_concurrent_snapshots", "controller.max_concurrent_snapshots", minimum=1)
-            if "max_concurrent_snapshots" in controller_raw else DEFAULT_MAX_CONCURRENT_SNAPSHOTS
-        ),
+        max_concurrent_snapshots=fields.integer(controller_raw, "max_concurrent_snapshots", "controller.max_concurrent_snapshots",
+                                                minimum=1, default=DEFAULT_MAX_CONCURRENT_SNAPSHOTS),
     )
 
     nodes_raw = raw.get("nodes")
@@ -280,7 +279,7 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
     for reserved in (CONTROLLER_NAME, CLIENT_NAME):
         if any(n.id == reserved for n in nodes):
             raise fields.error("nodes", f"{reserved!r} cannot be a node id: it names the {reserved}'s certificate")
-    tls, auth = _security(fields, raw, path, env)
+    tls, auth = _security(fields, raw, path, env, [n.id for n in nodes])
     return ClusterConfig(
         path=path,
         data_dir=data_dir,
@@ -290,7 +289,8 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         topology=topology,
         bind_host=env.get("SNAPMESH_BIND_HOST") or None,
         channel_bound=channel_bound,
-        segment_records=segment_records,
+        max_reply_bytes=max_reply_bytes,
+        segment_records=segment_records, segment_bytes=segment_bytes,
         snapshot_mode=snapshot_mode,
         align_timeout_ms=float(align_timeout_ms),
         tls=tls,
@@ -313,7 +313,7 @@ def with_controller(cfg: ClusterConfig, **flags: Any) -> ClusterConfig:
 
 
 def _security(
-    fields: _Fields, raw: Mapping[str, Any], path: Path, env: Mapping[str, str]
+    fields: _Fields, raw: Mapping[str, Any], path: Path, env: Mapping[str, str], node_ids: list[str]
 ) -> tuple[TlsSettings | None, AuthSettings | None]:
     """[tls] and [auth], or SNAPMESH_TLS_DIR in their place."""
     base = path.resolve().parent
@@ -324,15 +324,16 @@ def _security(
     auth_raw = raw.get("auth", {})
     if not isinstance(auth_raw, dict):
         raise fields.error("auth", "must be a table")
-    fields.reject_unknown(auth_raw, {"token_file", "protect_reads"}, "auth")
+    fields.reject_unknown(auth_raw, {"token_file", "protect_reads", "clients"}, "auth")
     protect_reads = auth_raw.get("protect_reads", False)
     if not isinstance(protect_reads, bool):
         raise fields.error("auth.protect_reads", f"must be true or false, got {protect_reads!r}")
+    clients = parse_clients(auth_raw.get("clients", [CLIENT_NAME]), node_ids, fields.error)
 
     tls_dir = env.get("SNAPMESH_TLS_DIR")
     if tls_dir:
         directory = Path(tls_dir).resolve()
-        return TlsSettings.in_dir(directory), AuthSettings(directory / TOKEN_FILE, protect_reads)
+        return TlsSettings.in_dir(directory), AuthSettings(directory / TOKEN_FILE, protect_reads, clients)
 
     tls = None
     if "tls" in raw:
@@ -349,7 +350,7 @@ def _security(
         )
     auth = None
     if "auth" in raw:
-        auth = AuthSettings(Path(resolve(fields.string(auth_raw, "token_file", "auth.token_file"))), protect_reads)
+        auth = AuthSettings(Path(resolve(fields.string(auth_raw, "token_file", "auth.token_file"))), protect_reads, clients)
         if tls is None:
             raise fields.error("auth", "needs a [tls] section: a bearer token is never sent in plaintext")
     return tls, auth
@@ -406,8 +407,8 @@ class _Fields:
                              "(no ':', '/' or spaces), not starting with '.'")
         return value
 
-    def integer(self, raw: Mapping[str, Any], key: str, name: str, *, minimum: int) -> int:
-        value = raw.get(key)
+    def integer(self, raw: Mapping[str, Any], key: str, name: str, *, minimum: int, default: int | None = None) -> int:
+        value = raw.get(key, default)
         if value is None:
             raise self.error(name, "missing")
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -461,7 +462,7 @@ def write_cluster(
     (controller port and metrics port, then each node's); default: free ones.
     `listen_ports`: node id -> the port that node listens on when peers dial
     another (a proxy in between, as in the fault tests). `settings`: more
-    top-level keys (channel_bound, segment_records).
+    top-level keys (channel_bound, segment_records, segment_bytes).
     """
     path = Path(path)
     ids = [f"p{i}" for i in range(1, nodes + 1)] if isinstance(nodes, int) else list(nodes)

@@ -1,4 +1,4 @@
-"""Mutual TLS and the control-plane token: the files, read and checked, and which calls they guard.
+"""Mutual TLS and the control-plane token: the files, read and checked.
 
 An `Identity` is what one process presents and trusts: `load_identity(cfg, name)`
 for a node id, "controller" or "client" reads the files the cluster file names
@@ -6,7 +6,9 @@ for a node id, "controller" or "client" reads the files the cluster file names
 are checked when loaded: a missing or malformed certificate, key or token, a key
 that does not match its certificate, or a certificate the CA did not sign is a
 `SecurityError` naming the file (exit 2 at start-up), never a fall-back to
-plaintext. `CONTROL_PLANE` and `READ_ONLY` name the calls a token guards.
+plaintext. Who may call what, and where the token is asked for, is
+snapmesh.settings.access; a server's identity carries the cluster's `Roles` for it.
+A node's identity never holds the token: nothing a node calls needs it.
 
 The gRPC side (servers, channels, the token check, the peer's name) is
 snapmesh.serving.credentials; `snapmesh certs` (snapmesh.commands.certs) writes
@@ -18,29 +20,12 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from snapmesh.settings import devcerts
+from snapmesh.settings.access import Roles
 from snapmesh.settings.config import CA_FILE, CLIENT_NAME, CONTROLLER_NAME, TOKEN_FILE, ClusterConfig, TlsSettings
-
-# The calls that change the cluster: a token is asked for them.
-CONTROL_PLANE = frozenset({
-    "/snapmesh.v1.Controller/TriggerSnapshot",
-    "/snapmesh.v1.Controller/RestoreSnapshot",
-    "/snapmesh.v1.Node/StartSnapshot",
-    "/snapmesh.v1.Node/AbortSnapshot",
-    "/snapmesh.v1.Node/RestoreState",
-})
-# Read-only calls: open to any client with a certificate unless `protect_reads`.
-READ_ONLY = frozenset({
-    "/snapmesh.v1.Controller/GetSnapshot",
-    "/snapmesh.v1.Controller/GetSnapshotChunks",
-    "/snapmesh.v1.Controller/ListSnapshots",
-    "/snapmesh.v1.Controller/WatchSnapshots",
-    "/snapmesh.v1.Controller/GetCluster",
-    "/snapmesh.v1.Node/GetState",
-})
 
 
 class SecurityError(ValueError):
@@ -55,11 +40,18 @@ class Identity:
     ca: bytes
     cert: bytes
     key: bytes
-    token: str | None  # None: no token configured
+    token: str | None  # None: no token configured, or a node's (nodes hold none)
     protect_reads: bool = False
     # The files they were read from (None when built in memory): the metrics
     # endpoint's TLS (Python's ssl loads a certificate chain from files only).
     files: tuple[Path, Path, Path] | None = None  # (ca, cert, key)
+    # Who is who in the cluster, for a server's checks (load_identity); None for a client's.
+    roles: Roles | None = None
+
+    def without_token(self) -> Identity:
+        """The same certificate, sending no token: what the controller presents to
+        the nodes, which ask for none (access AUTH2) and must never be sent it."""
+        return replace(self, token=None)
 
 
 # ---------------------------------------------------------------- loading
@@ -107,7 +99,8 @@ def read_token(path: Path) -> str:
 
 
 def load_files(
-    name: str, *, ca: Path, cert: Path, key: Path, token_file: Path | None, protect_reads: bool = False
+    name: str, *, ca: Path, cert: Path, key: Path, token_file: Path | None, protect_reads: bool = False,
+    roles: Roles | None = None,
 ) -> Identity:
     """Read and check one process's files."""
     from cryptography.exceptions import InvalidSignature
@@ -121,7 +114,14 @@ def load_files(
     key_pem = _check_key(key, cert, leaf)
     token = read_token(token_file) if token_file is not None else None
     return Identity(name=name, ca=ca_pem, cert=cert_pem, key=key_pem, token=token, protect_reads=protect_reads,
-                    files=(Path(ca), Path(cert), Path(key)))
+                    files=(Path(ca), Path(cert), Path(key)), roles=roles)
+
+
+def cluster_roles(cfg: ClusterConfig) -> Roles:
+    """Who is who in `cfg`: its node ids, the controller, its client names ([auth]
+    clients; without [auth] the client certificate `snapmesh certs` makes)."""
+    clients = cfg.auth.clients if cfg.auth is not None else (CLIENT_NAME,)
+    return Roles(nodes=frozenset(n.id for n in cfg.nodes), controller=CONTROLLER_NAME, clients=frozenset(clients))
 
 
 def load_identity(cfg: ClusterConfig, name: str) -> Identity | None:
@@ -130,13 +130,18 @@ def load_identity(cfg: ClusterConfig, name: str) -> Identity | None:
     if cfg.tls is None:
         return None
     auth = cfg.auth
+    roles = cluster_roles(cfg)
+    # A node is never given the token (deployments mount none): nothing it calls asks
+    # for it, and a node's key with the token must not pass for a client (access AUTH1).
+    token_file = auth.token_file if auth is not None and name not in roles.nodes else None
     return load_files(
         name,
         ca=cfg.tls.ca,
         cert=cfg.tls.cert_path(name),
         key=cfg.tls.key_path(name),
-        token_file=auth.token_file if auth else None,
+        token_file=token_file,
         protect_reads=auth.protect_reads if auth else False,
+        roles=roles,
     )
 
 

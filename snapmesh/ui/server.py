@@ -1,4 +1,4 @@
-"""`snapmesh ui [--controller HOST:PORT] [--listen 127.0.0.1:8080] [--tls-dir DIR] [--data-dir DIR]`
+"""`snapmesh ui [--controller HOST:PORT] [--listen 127.0.0.1:8080] [--tls-dir DIR] [--data-dir DIR] [--window-bytes N]`
 
 A read-only web page over the controller's gRPC API: the snapshots' overview,
 history, summary statistics and timeline, and one snapshot's nodes, phases,
@@ -15,7 +15,8 @@ timeline cover, default 50), `/snapshot/ID`, `/snapshot/ID/trace.svg`,
 An unknown snapshot id answers 404 with a "not found" page; a controller that
 does not answer, 503 with a page that says so (the page keeps retrying). The
 picture is drawn only for a snapshot the controller answers COMPLETE, one at a
-time (503 with Retry-After while another is drawn).
+time (503 with Retry-After while another is drawn), from at most --window-bytes
+of each node's log around its cut.
 
 DNS rebinding: a request whose Host header names neither an IP address nor the
 listen address (for loopback also `localhost`; for 0.0.0.0 or :: this machine's
@@ -41,12 +42,14 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from snapmesh.checking import described
 from snapmesh.settings import target
 from snapmesh.settings.argparsing import parse_args
+from snapmesh.trace.logs import WINDOW_BYTES
 from snapmesh.ui import model, pages
 from snapmesh.ui.source import Busy, ControllerDown, NotFound, Source
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 PER_PAGE = 20
 LAST_N = 50  # snapshots in the summary statistics and the timeline strip
+MIN_WINDOW_BYTES = 64 * 1024  # less would cut most pictures to their cut line alone
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,6 +78,12 @@ def _address(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _window_bytes(text: str) -> int:
+    if not text.isdigit() or int(text) < MIN_WINDOW_BYTES:
+        raise argparse.ArgumentTypeError(f"must be a whole number of bytes >= {MIN_WINDOW_BYTES}, got {text!r}")
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="snapmesh ui", description=__doc__.split("\n\n")[1].replace("\n", " "))
     parser.add_argument("--controller", metavar="HOST:PORT", help=target.CONTROLLER_HELP)
@@ -85,6 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", type=Path, metavar="DIR",
                         help="the cluster's data dir: node logs (where a snapshot is stuck, its picture) and the "
                         "controller's journal (the last restore); its cluster.toml names the controller (default: none)")
+    parser.add_argument("--window-bytes", type=_window_bytes, default=WINDOW_BYTES, metavar="N",
+                        help="of each node's log, the bytes a snapshot's picture is drawn from, around its cut "
+                        f"(default {WINDOW_BYTES}: a segment can be hundreds of MiB, the page reads this much of it)")
     parser.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                         help="a further name the page may be reached by (a proxy's, a container service's): the Host "
                         "header must name an IP address, the listen address or one of these, against DNS rebinding "
@@ -279,47 +291,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def serve(source: Source, listen: tuple[str, int], allow_hosts: tuple[str, ...] = ()) -> UiServer:
-    """A bound server (not yet serving); `serve_forever` or `start_in_thread` it."""
+    """A bound server (not yet serving): `serve_forever` it. `snapmesh cluster up`
+    runs this command as a process of its own (snapmesh.processes.page)."""
     return UiServer(listen, source, allow_hosts)
-
-
-def start_in_thread(server: UiServer) -> threading.Thread:
-    thread = threading.Thread(target=server.serve_forever, name="snapmesh-ui", daemon=True)
-    thread.start()
-    return thread
-
-
-class RunningPage:
-    """A page served from a thread of this process (`cluster up`, the demo)."""
-
-    def __init__(self, server: UiServer, thread: threading.Thread) -> None:
-        self.server, self.thread = server, thread
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.server.source.close()
-        self.thread.join(timeout=5)
-
-
-def start_page(cluster, listen: str = DEFAULT_LISTEN) -> RunningPage:
-    """Serve the page of a running `supervisor.Cluster` (its client identity and data
-    dir) on `listen`, or on a free port of the same host when that one is taken."""
-    host, port = parse_listen(listen)
-    source = Source(cluster.controller_address, cluster.client_identity, cluster.data_dir)
-    try:
-        try:
-            server = serve(source, (host, port))
-        except OSError:
-            server = serve(source, (host, 0))
-    except OSError:
-        source.close()
-        raise
-    return RunningPage(server, start_in_thread(server))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -334,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     except target.TargetError as exc:
         print(f"snapmesh ui: {exc}", file=sys.stderr)
         return 2
-    source = Source(found.address, found.identity, args.data_dir)
+    source = Source(found.address, found.identity, args.data_dir, args.window_bytes)
     try:
         server = serve(source, args.listen, tuple(args.allow_host))
     except OSError as exc:

@@ -9,10 +9,11 @@ and a reason), never an error page.
 What any visitor can make it do is bounded: a text that is not a snapshot id is
 NotFound without a call; an id the controller does not know is remembered as
 such for UNKNOWN_KEPT_S; a picture is drawn from the log lines around its cut
-only (`snapmesh.trace.logs.read_around`), one at a time (`Busy` meanwhile), and
+only, at most `window_bytes` of each node's log (`snapmesh.trace.logs.read_around`),
+one at a time (`Busy` meanwhile), and
 both the pictures and the reasons there is none are kept (the newest TRACES_KEPT
 and NO_PICTURE_KEPT). The logs of a stuck snapshot are read by one visitor at a
-time, a file at a time, parsing only the lines that name it.
+time, a block of a file at a time, parsing only the lines that name it.
 """
 
 from __future__ import annotations
@@ -56,10 +57,16 @@ class Busy(RuntimeError):
 
 
 class Source:
-    def __init__(self, controller: str, identity: security.Identity | None = None, data_dir: Path | None = None):
+    def __init__(
+        self, controller: str, identity: security.Identity | None = None, data_dir: Path | None = None,
+        window_bytes: int | None = None,
+    ):
+        """`window_bytes`: of each node's log, how much a picture reads around its
+        cut (None: snapmesh.trace.logs.WINDOW_BYTES)."""
         self.controller = controller
         self.identity = identity
         self.data_dir = data_dir
+        self.window_bytes = window_bytes
         self._channel = credentials.open_channel(controller, identity, options=CLIENT_OPTIONS)
         self._stub = pb_grpc.ControllerStub(self._channel)
         self._node_channels: dict[str, grpc.Channel] = {}
@@ -203,13 +210,15 @@ class Source:
 
         if not self._reading.acquire(blocking=False):
             return None, "the logs are being read for another visitor: the controller's view for now"
+        from snapmesh.trace.logs import lines_naming
+
         needle = f'"{snapshot_id}"'.encode()
         found: dict[str, list[dict]] = {}
         try:
             for node in node_ids:
                 found[node] = []
-                for path in log_files(self.data_dir, node)[-2:]:
-                    found[node] += _lines_naming(path.read_bytes(), needle)
+                for path in log_files(self.data_dir, node)[-2:]:  # a block at a time: a segment can be large
+                    found[node] += _records(lines_naming(path, needle))
         except OSError as exc:
             return None, f"the logs in {self.data_dir} cannot be read: {exc.strerror or exc}"
         finally:
@@ -251,7 +260,8 @@ class Source:
         from snapmesh.trace.svg import render_svg
 
         try:
-            trace = build_trace(read_around(self.data_dir, snapshot_id))
+            window = {} if self.window_bytes is None else {"window_bytes": self.window_bytes}
+            trace = build_trace(read_around(self.data_dir, snapshot_id, **window))
             svg = render_svg(layout(trace, chosen=snapshot_id), title=f"snapshot {snapshot_id}", caption=caption)
         except (LogError, TraceError, LayoutError, OSError) as exc:
             with self._lock:
@@ -262,19 +272,15 @@ class Source:
         return svg, ""
 
 
-def _lines_naming(data: bytes, needle: bytes) -> list[dict]:
-    """The records of the lines of `data` holding `needle` (only those are split off
-    and parsed: transfers and other snapshots are most of a log)."""
+def _records(lines) -> list[dict]:
+    """The lines that parse as records (a line that does not is skipped: the page
+    only looks for which nodes recorded and which markers came)."""
     found = []
-    at = data.find(needle)
-    while at >= 0:
-        start, end = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
-        end = len(data) if end < 0 else end
+    for raw in lines:
         try:
-            found.append(json.loads(data[start:end]))
+            found.append(json.loads(raw))
         except (json.JSONDecodeError, UnicodeDecodeError):
-            pass  # the torn last line of a node still writing
-        at = data.find(needle, end)
+            pass
     return found
 
 

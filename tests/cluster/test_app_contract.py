@@ -260,15 +260,21 @@ def test_a_restore_is_a_fresh_machine_then_the_in_flight_messages_in_order():
     assert cluster.pending() == []
 
 
-def test_a_refused_step_must_leave_the_state_unchanged():
+def test_a_refused_step_leaves_the_state_unchanged_whatever_the_app_changed():
     class Sloppy(Echo):
         def on_command(self, command, ctx):
             self.seen.append("half done")
-            ctx.refuse("INVALID_ARGUMENT", "too late")
+            if command == b"x":
+                ctx.refuse("INVALID_ARGUMENT", "too late")
+            raise RuntimeError("later still")
 
     cluster = Cluster(App(name="sloppy", new=Sloppy), MESH)
-    with pytest.raises(AppError, match="node p1: on_command raised Refused and changed the state"):
+    before = cluster.snapshot("p1")
+    with pytest.raises(Refused, match="too late"):
         cluster.command("p1", b"x")
+    with pytest.raises(RuntimeError, match="later still"):
+        cluster.command("p1", b"y")
+    assert cluster.snapshot("p1") == before  # as the node does (apphost.H4)
     with pytest.raises(AppError, match="ctx.send to itself"):  # an error before any change passes through as it is
         Cluster(ECHO, MESH).command("p1", b"p1:to itself")
 

@@ -93,6 +93,34 @@ def test_refusals_take_the_apps_status_and_text(tmp_path: Path) -> None:
     assert ok.reply == b"1"
 
 
+class Forgetful(Counter):
+    """Not deterministic: "inc" raises when run a second time, as a replay runs it."""
+
+    runs = 0
+
+    def on_command(self, command: bytes, ctx: Context) -> bytes:
+        if command == b"inc":
+            Forgetful.runs += 1
+            if Forgetful.runs > 1:
+                raise RuntimeError("not twice")
+        return super().on_command(command, ctx)
+
+
+def test_a_command_that_cannot_be_taken_back_stops_the_node(tmp_path: Path) -> None:
+    async def run() -> tuple[object, object, str]:
+        engine, log, servicer = await held_node(tmp_path, App(name="forgetful", new=Forgetful))
+        ok = await _answer(servicer, log, b"inc")
+        failed = await _answer(servicer, log, b"boom")  # taking it back replays "inc", which raises now
+        stopping = await asyncio.wait_for(engine.app_failed, 5)
+        await log.close()
+        return ok, failed, stopping
+
+    ok, failed, stopping = asyncio.run(run())
+    assert ok.reply == b"1"
+    assert failed.code is grpc.StatusCode.UNAVAILABLE and "is stopping" in failed.details, failed.details
+    assert "replayed from the undo log raised RuntimeError: not twice" in stopping
+
+
 def test_a_bank_node_takes_no_command(tmp_path: Path) -> None:
     async def run() -> object:
         engine, log, servicer = await held_node(tmp_path)

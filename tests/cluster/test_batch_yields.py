@@ -34,9 +34,9 @@ async def _largest_step(cfg: cluster_config.ClusterConfig, monkeypatch) -> tuple
     engines = {}
     real_servicer = node_main.NodeServicer
 
-    def capturing(engine):
+    def capturing(engine, *rest):
         engines[engine.node_id] = engine
-        return real_servicer(engine)
+        return real_servicer(engine, *rest)
 
     stop = asyncio.get_running_loop().create_future()
 

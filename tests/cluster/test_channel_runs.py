@@ -49,6 +49,7 @@ class _Log:
         self.records: list = []
         self.durable_lsn = 0
         self.last_lsn = 0
+        self.active_bytes = self.appended_bytes = 0  # what the engine tells the node after each step (segment_bytes)
 
     def append_record(self, record) -> int:
         self.records.append(record)
@@ -276,9 +277,9 @@ async def _nodes(cfg: cluster_config.ClusterConfig, monkeypatch, ids: tuple[str,
     engines: dict[str, Engine] = {}
     real_servicer = node_main.NodeServicer
 
-    def capturing(engine):
+    def capturing(engine, *rest):
         engines[engine.node_id] = engine
-        servicer = real_servicer(engine)
+        servicer = real_servicer(engine, *rest)
         servicer.accepts_runs = engine.node_id not in old_receivers
         return servicer
 

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from snapmesh.serving import credentials
 from snapmesh.serving.metrics import GrpcServerMetrics
+from snapmesh.settings.access import Gate, Roles, Rule
 
 SERVICE = "test.Echo"
 
@@ -60,7 +61,8 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
 
 
 async def exercise(registry: CollectorRegistry) -> None:
-    token = credentials._TokenInterceptor("secret", frozenset({f"/{SERVICE}/Guarded"}))
+    rules = {f"/{SERVICE}/{method}": Rule.ANY for method in HANDLERS} | {f"/{SERVICE}/Guarded": Rule.CLIENT_WRITE}
+    token = credentials._Guard(Gate(roles=Roles(nodes=frozenset()), token="secret", rules=rules))
     server = grpc.aio.server(interceptors=[GrpcServerMetrics(registry), token])
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, HANDLERS),))
     port = server.add_insecure_port("127.0.0.1:0")

@@ -69,7 +69,6 @@ def test_cluster_up_prints_the_addresses_and_sigterm_stops_every_child(launched,
     line = read_line(proc, 60)
     match = re.fullmatch(r"controller: (127\.0\.0\.1):(\d+)\n", line)
     assert match, line
-    children = launched.remember(proc)
     cfg = cluster_config.load(tmp_path / "cluster.toml")
     # then each process's addresses, then the snapshot page
     addresses = [read_line(proc, 10) for _ in range(1 + len(cfg.nodes))]
@@ -78,9 +77,10 @@ def test_cluster_up_prints_the_addresses_and_sigterm_stops_every_child(launched,
     ]
     ui = read_line(proc, 10)  # 127.0.0.1:8080, or a free port when taken
     assert re.fullmatch(r"ui: http://127\.0\.0\.1:\d+/\n", ui), ui
+    children = launched.remember(proc)
     with urllib.request.urlopen(ui.split()[1], timeout=10) as page:
         assert page.status == 200 and b"snapmesh snapshots" in page.read()
-    assert len(children) == 4  # the controller and three nodes
+    assert len(children) == 5  # the controller, three nodes and the page
     assert cfg.controller.address == f"{match[1]}:{match[2]}"
     assert (tmp_path / "p1.log.jsonl").exists()
     assert not port_is_free(cfg.controller.host, cfg.controller.port)
@@ -112,8 +112,11 @@ def test_ctrl_c_stops_a_cluster_started_from_a_config_file(launched, tmp_path):
 def test_children_die_when_the_launcher_is_sigkilled(launched, tmp_path):
     proc = launched("--nodes", "2", "--data-dir", str(tmp_path))
     assert read_line(proc, 60).startswith("controller: ")
+    for _ in range(3):  # the addresses, then the page's line
+        read_line(proc, 10)
+    assert read_line(proc, 20).startswith("ui: ")
     children = launched.remember(proc)
-    assert len(children) == 3
+    assert len(children) == 4  # the controller, two nodes and the page: each dies with the launcher
     proc.kill()
     proc.wait()
     assert wait_gone(children) == set()
@@ -169,3 +172,59 @@ def test_a_child_that_dies_is_reported_once_on_stderr_and_the_rest_keep_serving(
     assert proc.returncode == 0, err
     assert err.count("snapmesh cluster: p2 exited; see ") == 1, err
     assert wait_gone(children) == set()
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return []
+
+
+def _page_pids(proc: subprocess.Popen) -> list[int]:
+    return [pid for pid in children_of(proc.pid) if "ui" in _cmdline(pid) and "--listen" in _cmdline(pid)]
+
+
+def test_the_page_runs_in_its_own_process_restarted_if_it_dies_and_stopped_with_the_cluster(launched, tmp_path):
+    """The page reads node logs, so its memory follows its visitors: an out-of-memory
+    kill must take the page alone, not the supervisor and every node with it."""
+    proc = launched("--nodes", "2", "--data-dir", str(tmp_path), "--ui", "127.0.0.1:0")
+    assert read_line(proc, 60).startswith("controller: ")
+    for _ in range(3):  # the controller's and each node's addresses
+        read_line(proc, 10)
+    ui = read_line(proc, 20)
+    assert re.fullmatch(r"ui: http://127\.0\.0\.1:\d+/\n", ui), ui
+    url = ui.split()[1]
+    pages = _page_pids(proc)
+    launched.remember(proc)
+    assert len(pages) == 1, [_cmdline(p) for p in children_of(proc.pid)]  # a child process, not a thread
+    with urllib.request.urlopen(url + "healthz", timeout=10) as answer:
+        assert answer.status == 200
+
+    os.kill(pages[0], signal.SIGKILL)  # as the kernel's OOM killer would
+    assert wait_gone(pages) == set()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not [p for p in _page_pids(proc) if p != pages[0]]:
+        time.sleep(0.2)
+    again = _page_pids(proc)
+    launched.remember(proc)
+    assert again and again != pages, "the page was not started again"
+    assert proc.poll() is None  # the supervisor and the nodes lived on
+    deadline = time.monotonic() + 20
+    while True:  # the same URL it printed
+        try:
+            with urllib.request.urlopen(url + "healthz", timeout=5) as answer:
+                assert answer.status == 200
+                break
+        except OSError:
+            assert time.monotonic() < deadline, "the restarted page does not answer at its URL"
+            time.sleep(0.2)
+
+    children = launched.remember(proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "the snapshot page exited" in err and "started again at " + url in err
+    assert wait_gone(children | set(again)) == set()
+    host, port = url.split("//")[1].rstrip("/").rsplit(":", 1)
+    assert port_is_free(host, int(port))

@@ -208,6 +208,51 @@ def test_a_round_waits_one_turn_only_for_a_pending_writer_and_nothing_is_durable
     assert all(on_disk >= lsn for lsn, on_disk in seen)
 
 
+def test_concurrent_callers_share_a_round_synced_on_a_thread_and_a_lone_one_waits_for_nobody(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The group commit of concurrent calls: a round two callers wait for makes
+    the log concurrent; the next round then waits until as many callers wait
+    (here a second one, however late: GATHER_MAX_S is set out of reach) and
+    both concurrent rounds sync on a worker thread, leaving the loop free to
+    take the calls. Once the log is no longer concurrent (CONCURRENT_ROUNDS
+    set to 1 here) a lone caller's round waits for nobody and syncs on the loop."""
+    path = tmp_path / "p1.log.jsonl"
+    rounds: list[tuple[int, bool]] = []  # (records, on the loop's thread)
+    real = translog._write_all_and_sync
+
+    def spy(fd: int, data: bytes) -> float:
+        rounds.append((data.count(b"\n"), threading.current_thread() is threading.main_thread()))
+        real(fd, data)
+        return 0.0  # as if fast: the rule is under test, not this machine's disk
+
+    monkeypatch.setattr(translog, "_write_all_and_sync", spy)
+    monkeypatch.setattr(translog, "CONCURRENT_ROUNDS", 1)
+    monkeypatch.setattr(translog, "GATHER_MAX_S", 3600.0)
+
+    async def go() -> None:
+        log = TransferLog(path, "p1", last_lsn=0)
+        log.start()
+        first = [asyncio.ensure_future(log.wait_durable(lsn)) for lsn in (1, 2)]
+        await asyncio.sleep(0)  # both wait before the records come
+        append(log, wal.Init, tally=10)
+        append_send(log, "p1", "p2", 1, 1)
+        await asyncio.gather(*first)  # one round, two callers: the log is concurrent
+        late = asyncio.ensure_future(log.wait_durable(append_send(log, "p1", "p2", 2, 1)))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert log.durable_lsn == 2, "a concurrent round flushed before the callers it waits for came"
+        await log.wait_durable(append_send(log, "p1", "p2", 3, 1))  # the second caller: the round goes
+        assert late.done()
+        monkeypatch.setattr(translog, "GATHER_MAX_S", 0.001)  # no third caller comes: the wait ends by itself
+        await log.wait_durable(append_send(log, "p1", "p2", 4, 1))
+        await log.wait_durable(append_send(log, "p1", "p2", 5, 1))  # a lone caller
+        await log.close()
+
+    asyncio.run(go())
+    assert rounds == [(2, False), (2, False), (1, True), (1, True)], rounds
+
+
 # ----------------------------------------------------------------- recovery
 
 

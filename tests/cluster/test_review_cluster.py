@@ -171,10 +171,10 @@ def test_keep_deletions_do_not_come_back_after_a_controller_restart(tmp_path):
 
 
 def test_a_node_receives_no_more_than_its_api_needs(cluster):
-    """6. A node's receive limit follows from its channels and channel_bound, not gRPC's 64 MiB."""
+    """6. A node's receive limit is the largest of what its RPCs may carry (rpc_budgets), not gRPC's 64 MiB."""
     from snapmesh.services.node.process import receive_limit
 
-    limit = receive_limit(2, cluster.config.channel_bound, 2)
+    limit = receive_limit(2)
     assert limit < 64 * 1024 * 1024
     channel, node = node_stub(cluster.node_address("p1"))
     with channel:

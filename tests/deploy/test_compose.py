@@ -98,6 +98,25 @@ def test_generator_scales_to_n_nodes(tmp_path):
     assert '"p6:9106"' in (tmp_path / "prometheus.yml").read_text()
 
 
+def test_the_token_goes_to_the_controller_and_the_app_never_to_a_node():
+    """The one-shot certs copies the token into the controller's TLS volume (it checks
+    it) and the app's (the client), never a node's: a node's key with the token must
+    not pass for a client. The controller's volume holds no client file."""
+    from ruamel.yaml import YAML
+
+    compose = YAML(typ="safe").load((COMPOSE_DIR / "docker-compose.yml").read_text())
+    command = compose["services"]["certs"]["command"][0]
+    copied: dict[str, set[str]] = {}
+    for files, volume in re.findall(r"cp ((?:/tls/\S+ )+)/out/([\w-]+)/", command):
+        copied.setdefault(volume, set()).update(Path(f).name for f in files.split())
+    assert set(copied) == {*NODES, "controller", "app", "ui"}, copied
+    for node in NODES:
+        assert copied[node] == {"ca.pem", f"{node}.pem", f"{node}-key.pem"}, node
+        assert "token" not in str(compose["services"][node]), node
+    assert copied["controller"] == {"ca.pem", "token", "controller.pem", "controller-key.pem"}
+    assert "token" in copied["app"] and "token" not in copied["ui"]
+
+
 def test_committed_cluster_toml_loads():
     from snapmesh.settings import config
 
@@ -346,6 +365,7 @@ def test_each_container_holds_only_its_own_key(stack):
         assert private_keys_in(stack.cid(service)) == expected, service
     assert in_container(stack, "p1", "cat /tls/controller-key.pem").returncode != 0
     assert in_container(stack, "p1", "cat /tls/p2-key.pem").returncode != 0
+    assert in_container(stack, "p1", "cat /tls/token").returncode != 0  # the controller and the app only
     for holder, key in (("controller", "controller-key.pem"), ("p2", "p2-key.pem")):
         pem = in_container(stack, holder, f"cat /tls/{key}").stdout
         assert copies_in(stack.cid("p1"), pem) == [], f"p1 holds {holder}'s key"
@@ -389,7 +409,7 @@ def test_the_page_answers_from_the_host(stack):
 @pytest.mark.docker
 @pytest.mark.timeout(300)
 def test_nothing_a_node_or_the_app_holds_passes_for_the_controller(stack, tmp_path):
-    """With every certificate and key p1 (or the app) holds, and the token, Node.RestoreState on p2
+    """With every certificate and key p1 (or the app) holds, and the token where it holds one, Node.RestoreState on p2
     is refused: only the controller's certificate may restore a node."""
     tried = []
     for service in ("p1", "app"):

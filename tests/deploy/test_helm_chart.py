@@ -243,7 +243,7 @@ def test_secrets_tls_on_by_default(rendered):
     sources = tls["projected"]["sources"]
     assert sources[0]["secret"]["name"] == "snapmesh-tls"
     assert {"key": "node-3-key.pem", "path": "node-3-key.pem"} in sources[0]["secret"]["items"]
-    assert sources[1]["secret"] == {"name": "snapmesh-token", "items": [{"key": "token", "path": "token"}]}
+    assert len(sources) == 1, sources  # no token: the controller's alone (below)
     # TLS off: no certificate, no token, no TLS dir.
     off = rendered["tls-off"]
     assert not by_kind(off, "Secret") and not [j for j in by_kind(off, "Job") if "certs" in j["metadata"]["name"]]
@@ -291,6 +291,22 @@ def test_a_node_pod_holds_its_own_key_only(rendered, variant):
     assert not {f for f in held if f.startswith(("controller", "client"))}, held
     controller = {v["name"]: v for v in _pod(one(rendered[variant], "StatefulSet", "snapmesh-controller"))["volumes"]}
     assert not {f for f in _secret_items(controller["tls"]) if f.startswith("node-")}
+
+
+@pytest.mark.parametrize("variant", ["default", "cert-manager", "existing-secret", "nodes-7"])
+def test_no_node_pod_holds_the_token_and_the_controller_pod_no_client_key(rendered, variant):
+    """A node's key with the token must never pass for a client: no volume of a node pod
+    carries the token Secret, and its init container copies none. The controller holds
+    its own pair, the CA and the token (it checks it), never the client's pair."""
+    objects = rendered[variant]
+    nodes = _pod(one(objects, "StatefulSet", "snapmesh-node"))
+    for volume in nodes["volumes"]:
+        secrets = [s["secret"] for s in volume.get("projected", {}).get("sources", []) if "secret" in s]
+        assert not [s for s in secrets if s["name"] == "snapmesh-token"], volume
+        assert "token" not in {i["path"] for s in secrets for i in s.get("items", [])}, volume
+    assert "token" not in nodes["initContainers"][0]["args"][0]
+    controller = {v["name"]: v for v in _pod(one(objects, "StatefulSet", "snapmesh-controller"))["volumes"]}
+    assert _secret_items(controller["tls"]) == {"ca.pem", "controller.pem", "controller-key.pem", "token"}
 
 
 def test_a_plain_token_needs_allow_plain_token():

@@ -234,7 +234,8 @@ def test_the_stack_is_what_the_issue_asks(stack):
         mounts = {m["Target"]: m["Source"] for m in task["ContainerSpec"]["Mounts"]}
         assert mounts["/data"] == f"{stack.name}_{node}-data", "each node has its own volume"
         secrets = {s["File"]["Name"]: s["SecretName"] for s in task["ContainerSpec"]["Secrets"]}
-        assert {f"{node}.pem", f"{node}-key.pem", "ca.pem", "token"} <= set(secrets)
+        assert {f"{node}.pem", f"{node}-key.pem", "ca.pem"} <= set(secrets)
+        assert "token" not in secrets, f"{node} holds the token: only the controller and the app may"
         keys = {source for source in secrets.values() if source.endswith("-key.pem")}
         assert keys == {f"{stack.name}-{node}-key.pem"}, f"{node} holds {keys}: its own key only"
     ports = services["controller"]["EndpointSpec"]["Ports"]

@@ -56,6 +56,15 @@ def test_secrets_are_external_and_each_process_gets_its_own_key_only(spread):
     assert {s["target"] for s in stack["services"]["ui"]["secrets"]} == {"ca.pem", "client.pem", "client-key.pem"}
 
 
+def test_only_the_controller_and_the_app_hold_the_token(spread):
+    """A node's key with the token must never pass for a client: no node service gets
+    the token secret; the controller (it checks it) and the app (the client) do."""
+    services = spread["docker-stack.yml"]["services"]
+    holders = {name for name, service in services.items()
+               if any(s["source"] == "token" or s["target"] == "token" for s in service.get("secrets", []))}
+    assert holders == {"controller", "app"}
+
+
 def test_the_page_runs_beside_the_controller(spread):
     ui = spread["docker-stack.yml"]["services"]["ui"]
     assert ui["command"][:5] == ["ui", "--controller", "controller:50050", "--listen", "0.0.0.0:8080"]

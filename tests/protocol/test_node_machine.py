@@ -142,6 +142,28 @@ def test_segments_checkpoint_and_recovery_reads_only_the_active_one() -> None:
     assert m.nodes["b"].tally == 40 and a.senders["b"].unacked == 0
 
 
+def test_a_segment_seals_once_the_log_says_it_holds_segment_bytes() -> None:
+    """N7 by bytes: the shell reports the active segment's bytes after its checkpoint
+    (`log_size`); past `segment_bytes` the next step boundary seals, below it none does,
+    and a seal starts the count again (until the shell reports the new segment)."""
+    from snapmesh.protocol.node.effects import Seal
+
+    m = Machines({"a": 100, "b": 0}, segment_records=10**6, segment_bytes=1000)
+    a = m.nodes["a"]
+    a.drain()
+    a.log_size(999)
+    a.transfer("b", 1)
+    assert not [e for e in a.drain() if isinstance(e, Seal)]
+    a.log_size(1000)
+    a.transfer("b", 1)  # the step past the budget ends in a seal
+    effects = a.drain()
+    seals = [e for e in effects if isinstance(e, Seal)]
+    assert len(seals) == 1 and isinstance(effects[-1], Seal) and seals[0].checkpoint.lsn == a.last_lsn
+    a.transfer("b", 1)  # the count starts again at the seal
+    a.start_snapshot("s1")
+    assert not [e for e in a.drain() if isinstance(e, Seal)]
+
+
 def test_a_recording_past_its_ttl_is_dropped_and_logged_as_an_abort() -> None:
     m = Machines({"a": 100, "b": 0}, recording_ttl=6.0)
     a = m.nodes["a"]

@@ -77,6 +77,12 @@ def test_channel_bound_and_segment_records_default_and_can_be_set(tmp_path):
     assert (cfg.channel_bound, cfg.segment_records) == (50, 300)
 
 
+def test_max_reply_bytes_defaults_to_one_mib_and_can_be_set(tmp_path):
+    assert config.load(write(tmp_path, GOOD), env={}).max_reply_bytes == 1024 * 1024
+    text = GOOD.replace("initial_balance = 500", "initial_balance = 500\nmax_reply_bytes = 4096")
+    assert config.load(write(tmp_path, text), env={}).max_reply_bytes == 4096
+
+
 def test_snapshot_mode_defaults_to_classic_and_can_be_overtake(tmp_path):
     assert config.load(write(tmp_path, GOOD), env={}).snapshot_mode == "classic"
     text = GOOD.replace("initial_balance = 500", 'initial_balance = 500\nsnapshot_mode = "overtake"')
@@ -109,6 +115,7 @@ def test_the_shipped_defaults_data_dir_is_under_the_current_directory(tmp_path, 
         ("initial_balance = 500", "initial_balance = true", "initial_balance", "integer >= 0"),
         ("initial_balance = 500", "initial_balance = 500\nchannel_bound = 0", "channel_bound", "integer >= 1"),
         ("initial_balance = 500", "initial_balance = 500\nsegment_records = 1", "segment_records", "integer >= 2"),
+        ("initial_balance = 500", "initial_balance = 500\nmax_reply_bytes = 0", "max_reply_bytes", "integer >= 1"),
         ('data_dir = "data"\n', "", "data_dir", "missing"),
         ("initial_balance = 500", 'initial_balance = 500\nsnapshot_mode = "fast"', "snapshot_mode", "'classic', 'overtake'"),
         ("port = 7000", "port = 70000", "controller.port", "1-65535"),

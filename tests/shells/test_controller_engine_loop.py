@@ -319,3 +319,55 @@ class DurableJournalForgetting(DurableJournal):
     def __init__(self, files: Forgetting) -> None:
         super().__init__()
         self.forget = files.forget
+
+
+class ChunkTakingNode:
+    """Takes a restore either way, and records which way it came."""
+
+    def __init__(self) -> None:
+        self.came: list[tuple[str, int]] = []  # (rpc, pieces)
+        self.requests: list[pb.RestoreStateRequest] = []
+
+    async def RestoreState(self, request, timeout, wait_for_ready=False):
+        self.came.append(("RestoreState", 1))
+        self.requests.append(request)
+        return pb.RestoreStateResponse(epoch=request.epoch, balance=request.balance)
+
+    async def RestoreStateChunks(self, chunks, timeout, wait_for_ready=False):
+        pieces = [chunk.data for chunk in chunks]
+        assert all(len(p) <= 1024 * 1024 for p in pieces)
+        self.came.append(("RestoreStateChunks", len(pieces)))
+        request = pb.RestoreStateRequest.FromString(b"".join(pieces))
+        self.requests.append(request)
+        return pb.RestoreStateResponse(epoch=request.epoch, balance=request.balance)
+
+
+def test_a_restore_over_a_mib_goes_to_its_node_in_chunks_and_a_small_one_in_one_call() -> None:
+    """A node's receive limit is sized for its clients' calls (services/node/process.py:
+    rpc_budgets), so the controller sends a RestoreStateRequest over 1 MiB as pieces."""
+    asyncio.run(_restore_in_chunks())
+
+
+async def _restore_in_chunks() -> None:
+    now, flying = Now(mono=1.0, wall=1_700_000_000.0), 80_000  # ~1.8 MB of transfers in flight into b
+    machine = Controller(Tracker(topology=Topology.build(["a", "b"], None), expected_total=100 + flying, deadline_s=5))
+    machine.trigger("s1", "a", now)
+    in_flight = [pb.InFlightTransfer(msg_id=f"a:b:{seq}", amount=1, seq=seq) for seq in range(1, flying + 1)]
+    machine.reported(pb.FullState(snapshot_id="s1", node_id="a", balance=60, channels=[pb.ChannelState(src="b", dst="a")]),
+                     now)
+    machine.reported(pb.FullState(snapshot_id="s1", node_id="b", balance=40,
+                                  channels=[pb.ChannelState(src="a", dst="b", in_flight=in_flight)]), now)
+    machine.drain()
+    engine = ControllerEngine(
+        config=config.load(config.DEFAULT_CONFIG), machine=machine,
+        journal=DurableJournal(), writer=None, metrics=ControllerMetrics(CollectorRegistry()),  # type: ignore[arg-type]
+    )
+    nodes = {name: ChunkTakingNode() for name in engine.nodes}
+    engine.stubs = nodes  # type: ignore[assignment]
+    answer = await engine.restore("s1", "k1")
+    await engine.close()
+    assert answer.status == pb.Restore.RESTORED
+    came = {name: node.came for name, node in nodes.items()}
+    assert came["a"] == [("RestoreState", 1)]  # small: one call, as before
+    assert came["b"][0][0] == "RestoreStateChunks" and came["b"][0][1] >= 2
+    assert len(nodes["b"].requests[0].channels[0].in_flight) == flying  # the same request, joined

@@ -387,7 +387,7 @@ def copies_in(cid: str, pem: str) -> list[str]:
 
 def identities_in(cid: str, directory: str, workdir: Path) -> dict[str, Any]:
     """Every certificate and key pair in the container's `directory`, with the CA and
-    token there, loaded as the identity it would present."""
+    the token there (a node's holds none), loaded as the identity it would present."""
     from snapmesh.settings import security
 
     workdir.mkdir(parents=True)
@@ -399,7 +399,7 @@ def identities_in(cid: str, directory: str, workdir: Path) -> dict[str, Any]:
     for key in workdir.glob("*-key.pem"):
         name = key.name.removesuffix("-key.pem")
         pairs[name] = security.load_files(name, ca=workdir / "ca.pem", cert=workdir / f"{name}.pem", key=key,
-                                          token_file=workdir / "token")
+                                          token_file=workdir / "token" if (workdir / "token").exists() else None)
     return pairs
 
 

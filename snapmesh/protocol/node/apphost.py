@@ -3,34 +3,63 @@
 The node machine owns sequence numbers, markers, the log and epochs; the app
 owns its state and the meaning of its bytes. `Host` is the one place that
 calls into app code, so the node machine sees only three outcomes of a step:
-a reply with the sends it made, an `AppRefusal` (the client is refused and
-nothing is logged), or `AppFailed` (a peer's message the app cannot take: the
-node must stop, since a FIFO lossless channel cannot skip it).
+a reply with the sends it made, an `AppRefusal` (the client is refused,
+nothing is logged and the app is as it was), or `AppFailed` (a peer's message
+the app cannot take, or an app that cannot be put back: the node must stop,
+since a FIFO lossless channel cannot skip a message and its log is right
+where its memory is not).
 
-Rules
------
+Rules (cited as apphost.H1 ...; hybrid.py's H-rules are another set)
+--------------------------------------------------------------------
 H1. A step runs the app on one fresh `Context`; the sends it collected leave
     only if the step returns normally. A refusal or an exception drops them.
 H2. `snapshot()` must return bytes; anything else is the app's bug, reported
     as `AppFailed` with the type it returned.
 H3. `restore(state)` runs on a fresh instance; the old one is kept until the
     new one restored without raising, so a failed restore changes nothing.
+H4. A command that does not go through leaves the app exactly as it was,
+    whatever the app did before it stopped: one the app refuses
+    (`ctx.refuse`), raises in, or answers with something not bytes, and one
+    the node's `admit` refuses once it has run (the channels it sent on are
+    full, its reply is too long: node rule N12). The instance it ran on is
+    dropped and the app is rebuilt: a fresh instance, restored from the undo
+    log's base, handed again every input taken since (undo.py), with the
+    sends of those replays dropped. Why a rebuild and not a copy: a copy
+    before each step costs O(state) on every command, the rebuild costs on a
+    refusal only, and determinism (snapmesh.app A2), which recovery already
+    stands on, makes it exact. A rebuild that fails (restore or a replayed
+    input raises) is `AppFailed`: the app is not deterministic, so the node
+    stops, and recovery from the log, which never held the step, starts it
+    right. The rebuilt instance is the new base (one snapshot()), so a run of
+    refusals costs one restore each, not a replay each.
+H5. The undo log stays bounded. Its base moves up to the live state at every
+    `snapshot()` the node takes anyway (a cut, a checkpoint, a query of the
+    state), and before a step once the inputs since hold as many bytes as the
+    base (64 KiB to 64 MiB) or undo.REBASE_STEPS of them: an undo then replays
+    no more than a restore reads, and the success path pays one snapshot()
+    per state-size of input, O(1) per input byte.
+H6. `fresh()` and `restore(state)` are new bases: the inputs before them are
+    forgotten. A peer's message that raises is not taken back: it is
+    `AppFailed`, and stops the node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
 from snapmesh.app import App, Context, NodeInfo, Refused, validate_machine
-from snapmesh.protocol.node.core import AppFailed, AppRefusal, Refusal
+from snapmesh.protocol.node.core import AppFailed, AppRefusal, LocalProtocolError, Refusal
+from snapmesh.protocol.node.undo import UndoLog
 
 Sends = list[tuple[str, bytes]]
+# The node's checks of a command that ran (H4): raise LocalProtocolError to refuse it.
+Admit = Callable[[bytes, Sends], None]
 
 
 class Host:
-    """Drives one app Machine for node `node_id` (rules H1-H3)."""
+    """Drives one app Machine for node `node_id` (rules H1-H6)."""
 
     def __init__(
         self, app: App, *, node_id: str, incoming: Iterable[str], outgoing: Iterable[str], params: Mapping[str, Any] | None = None
@@ -42,51 +71,105 @@ class Host:
             peers_in=tuple(incoming),
             params=MappingProxyType(dict(params or {})),
         )
+        self.undo = UndoLog()
+        self.undone = 0  # commands taken back (H4), for tests and metrics
         self.machine = self._new()
 
     def fresh(self) -> None:
-        """A new instance, as at the node's first start."""
+        """A new instance, as at the node's first start (H6)."""
         self.machine = self._new()
+        self.undo.rebase(None)
 
     def restore(self, state: bytes) -> None:
-        """A fresh instance holding `state` (H3)."""
-        machine = self._new()
-        try:
-            machine.restore(state)
-        except Exception as exc:  # noqa: BLE001  (app code: any exception is the app's failure)
-            raise AppFailed(f"app {self.app.name!r} raised in restore(): {_text(exc)}") from exc
-        self.machine = machine
+        """A fresh instance holding `state` (H3, H6)."""
+        self.machine = self._restored(state)
+        self.undo.rebase(state)
 
-    def command(self, command: bytes) -> tuple[bytes, Sends]:
-        """A client's command -> (reply, sends). Raises AppRefusal (H1)."""
+    def command(self, command: bytes, admit: Admit | None = None) -> tuple[bytes, Sends]:
+        """A client's command -> (reply, sends). Raises AppRefusal, or what
+        `admit(reply, sends)` raised, with the app as it was (H4); AppFailed
+        when it cannot be put back."""
+        self._rebase_if_full()
         ctx = self._context()
         try:
-            reply = self.machine.on_command(command, ctx)
-        except Refused as refused:
-            raise AppRefusal(refused.text, Refusal.APP_REFUSED, refused.code) from None
-        except Exception as exc:  # noqa: BLE001
-            raise AppRefusal(f"app {self.app.name!r} raised in on_command: {_text(exc)}", Refusal.APP_FAILED, "UNKNOWN") from exc
-        if reply is None:
-            reply = b""
-        if not isinstance(reply, bytes | bytearray):
-            raise AppRefusal(
-                f"app {self.app.name!r}: on_command returned {type(reply).__name__}, not bytes", Refusal.APP_FAILED, "UNKNOWN"
-            )
-        return bytes(reply), list(ctx.sends)
+            try:
+                reply = self.machine.on_command(command, ctx)
+            except Refused as refused:
+                raise AppRefusal(refused.text, Refusal.APP_REFUSED, refused.code) from None
+            except Exception as exc:  # noqa: BLE001
+                raise AppRefusal(
+                    f"app {self.app.name!r} raised in on_command: {_text(exc)}", Refusal.APP_FAILED, "UNKNOWN"
+                ) from exc
+            if reply is None:
+                reply = b""
+            if not isinstance(reply, bytes | bytearray):
+                raise AppRefusal(
+                    f"app {self.app.name!r}: on_command returned {type(reply).__name__}, not bytes",
+                    Refusal.APP_FAILED, "UNKNOWN",
+                )
+            reply, sends = bytes(reply), list(ctx.sends)
+            if admit is not None:
+                admit(reply, sends)
+        except LocalProtocolError:
+            self._take_back()
+            raise
+        self.undo.took("", command)
+        return reply, sends
 
     def message(self, src: str, payload: bytes) -> Sends:
         """The next message on channel `src` -> this node: the sends it made. Raises AppFailed."""
+        self._rebase_if_full()
         ctx = self._context()
         try:
             self.machine.on_message(src, payload, ctx)
         except Exception as exc:  # noqa: BLE001  (Refused included: a peer's message cannot be refused)
             raise AppFailed(f"app {self.app.name!r} raised in on_message from {src!r}: {_text(exc)}") from exc
+        self.undo.took(src, payload)
         return list(ctx.sends)
 
     def snapshot(self) -> bytes:
-        """The app's state as bytes (H2)."""
+        """The app's state as bytes (H2); the undo log's new base (H5)."""
+        state = self._snapshot(self.machine)
+        self.undo.rebase(state)
+        return state
+
+    def _take_back(self) -> None:
+        """Put the app back as it was before the step that failed (H4)."""
+        self.undone += 1
+        base, inputs = self.undo.base, list(self.undo)
+        machine = self._new() if base is None else self._restored(base)
+        for src, data in inputs:
+            ctx = self._context()
+            try:
+                if src:
+                    machine.on_message(src, data, ctx)
+                else:
+                    machine.on_command(data, ctx)
+            except Exception as exc:  # noqa: BLE001  (Refused included: the first run took this input)
+                kind = f"the message from {src!r}" if src else "the command"
+                raise AppFailed(
+                    f"app {self.app.name!r}: taking back a refused command, {kind} replayed from the undo log"
+                    f" raised {_text(exc)}; the first run did not (is the app deterministic?)"
+                ) from exc
+        self.machine = machine
+        if inputs:  # the next refusal restores this, replaying nothing
+            self.undo.rebase(self._snapshot(machine))
+
+    def _rebase_if_full(self) -> None:
+        if self.undo.full:
+            self.snapshot()
+
+    def _restored(self, state: bytes) -> Any:
+        machine = self._new()
         try:
-            state = self.machine.snapshot()
+            machine.restore(state)
+        except Exception as exc:  # noqa: BLE001  (app code: any exception is the app's failure)
+            raise AppFailed(f"app {self.app.name!r} raised in restore(): {_text(exc)}") from exc
+        return machine
+
+    def _snapshot(self, machine: Any) -> bytes:
+        try:
+            state = machine.snapshot()
         except Exception as exc:  # noqa: BLE001
             raise AppFailed(f"app {self.app.name!r} raised in snapshot(): {_text(exc)}") from exc
         if not isinstance(state, bytes | bytearray):

@@ -101,6 +101,7 @@ class Refusal(enum.Enum):
     REQUEST_UNKNOWN = "request outcome unknown"  # a retry past the window or in doubt after a restore (W4)
     APP_REFUSED = "refused by the app"  # ctx.refuse(code, text): `code` is the gRPC status name
     APP_FAILED = "the app raised"  # on_command raised: the step is refused, nothing logged
+    REPLY_TOO_LARGE = "reply too large"  # an app's reply over the node's max_reply_bytes (node rule N12)
     RESTORING = "finishing a restore"  # a restore cut short by a crash is redone first: ask again later
 
 

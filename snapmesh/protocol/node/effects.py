@@ -147,3 +147,4 @@ class Submitted(NamedTuple):
     lsn: int
     repeated: bool = False
     epoch: int = 1
+    sent_to: tuple[str, ...] = ()  # the channels the step sent on: flow control slows this client on those only

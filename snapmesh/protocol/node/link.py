@@ -27,7 +27,8 @@ L6. Connection fencing. A frame or ack of another connection than the current
     one is stale (its connection is gone) and is ignored.
 L7. Flow control. Above `mark` unacknowledged messages the channel says so
     (`over_mark`) and the caller slows its clients; at `bound` it refuses new
-    transfers at once (`ChannelFull`), and nothing is queued or debited.
+    transfers at once (`ChannelFull`), and nothing is queued or debited; a
+    step that sends several is refused when they would take it past `bound`.
 L8. Early markers (overtake mode). `notify` queues a marker that overtakes:
     `poll` puts it ahead of every queued message, once its record is durable,
     on the current connection only, and sends it once (it is a hint: if a cut
@@ -120,11 +121,13 @@ class Sender:
     def over_mark(self) -> bool:
         return self.unacked > self.mark
 
-    def check_room(self) -> None:
-        """Raise ChannelFull when a new transfer must be refused (L7); changes nothing."""
-        if self.unacked >= self.bound:
+    def check_room(self, count: int = 1) -> None:
+        """Raise ChannelFull when `count` new messages must be refused (L7): they would
+        take the channel past its bound. Changes nothing."""
+        if self.unacked + count > self.bound:
+            more = "" if count == 1 else f"; the step sends {count} more"
             raise ChannelFull(
-                f"channel {self.src}->{self.dst} holds {self.unacked} unacknowledged messages (bound {self.bound})"
+                f"channel {self.src}->{self.dst} holds {self.unacked} unacknowledged messages (bound {self.bound}{more})"
             )
 
     def enqueue(self, *, lsn: int, tally: int = 0, snapshot_id: str = "", payload: bytes | None = None) -> int:

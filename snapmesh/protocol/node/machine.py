@@ -33,9 +33,9 @@ N5. A transfer with a client `request_id` that was already paid is answered
     so recovery rebuilds the map. The ids are kept by age, across
     checkpoints and restores, as snapmesh/protocol/node/requests.py says.
 N6. A recording older than `recording_ttl` (by `now`) is dropped as an abort.
-N7. When the active segment holds `segment_records` records, the node seals
-    it between two steps and opens the next with a checkpoint (one `Seal`
-    effect carries both), so recovery reads only the active segment.
+N7. When the active segment holds `segment_records` records or `segment_bytes` bytes (steps.py's
+    `log_size`), the node seals it between two steps and opens the next with a checkpoint
+    (one `Seal` effect carries both), so recovery reads only the active segment.
 N8. Restore. `restore` moves the node to a newer epoch in one step:
     snapshots in progress are aborted ("restored to S"), the epoch's links and
     outboxes are dropped, the tally is set to the recorded one, and the
@@ -71,6 +71,10 @@ N11. A client's answer is an effect. A step given `reply_to` (or a batch's
     durable, carrying whether a restore since the answer took it back
     (epochs.py `taken_back`): then it must be told "not done", never "done".
     The shell only carries the effect to the waiting client.
+N12. An app's command is admitted on what it did, known only once it ran: the channels it
+    sent on must have room for its sends (link L7), its reply fit `max_reply_bytes`. Else it is
+    taken back (apphost.H4) and refused, naming the channel or the size and the limit; one that
+    sends nothing, or to channels with room, goes on. A peer's message is never refused.
 """
 
 from __future__ import annotations
@@ -88,7 +92,7 @@ from snapmesh.protocol.node.effects import (  # noqa: F401  (re-exported: the dr
     Accepted, Ack, Append, EndStreams, Effect, Finished, Reply, ReplyBatch, Report, ReportCancelled, RestoreReply, Seal,
     Submitted, Transmit,
 )
-from snapmesh.protocol.node.steps import NodeSteps, state_digest
+from snapmesh.protocol.node.steps import DEFAULT_MAX_REPLY_BYTES, DEFAULT_SEGMENT_BYTES, NodeSteps, state_digest
 from snapmesh.protocol.node.recovery import ABANDONED_WINDOW, Recovered
 
 DEFAULT_SEGMENT_RECORDS = 100_000
@@ -97,7 +101,7 @@ DEFAULT_SEGMENT_RECORDS = 100_000
 
 
 class Node(NodeSteps):
-    """One node's whole logic (rules N1-N10 above). Drive it from one task."""
+    """One node's whole logic (rules N1-N12 above). Drive it from one task."""
 
     def __init__(
         self,
@@ -110,17 +114,17 @@ class Node(NodeSteps):
         mark: int = DEFAULT_MARK,
         bound: int = DEFAULT_BOUND,
         recording_ttl: float | None = None,
-        segment_records: int = DEFAULT_SEGMENT_RECORDS,
+        segment_records: int = DEFAULT_SEGMENT_RECORDS, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         snapshot_mode: str = "classic",
         wall: float | None = None,
         request_ttl_s: float = requests.REQUEST_TTL_S,
         request_capacity: int = requests.REQUEST_CAPACITY,
         app: Any = None,
-        app_params: Mapping[str, Any] | None = None,
+        app_params: Mapping[str, Any] | None = None, max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         """`wall`: wall-clock seconds now (for the request-id window, which
         outlives restarts); `now` when not given. `app`: a snapmesh.app.App to
-        host (N10); None runs the bank."""
+        host (N10, and N12's `max_reply_bytes`); None runs the bank."""
         incoming, outgoing = tuple(incoming), tuple(outgoing)
         self.node_id = node_id
         self.host: apphost.Host | None = None
@@ -131,11 +135,11 @@ class Node(NodeSteps):
             self.host.snapshot()  # an app whose snapshot() is not bytes fails here, before anything starts
         self._app_cuts: dict[str, bytes] = {}  # snapshot id -> the app's state at its cut here (N10)
         self.recording_ttl = recording_ttl
-        self._mark, self._bound = mark, bound
+        self._mark, self._bound, self.max_reply_bytes = mark, bound, max_reply_bytes
         self.epochs = EpochState(
             node_id, recovered.epoch, recovered.restored, recovered.restore_incomplete, recovered.restored_tally
         )
-        self.segment_records = segment_records
+        self.segment_records, self.segment_bytes = segment_records, segment_bytes
         self._abandoned: OrderedDict[str, None] = OrderedDict(recovered.abandoned)
         self.process = core.Process(
             node_id=node_id,
@@ -152,14 +156,12 @@ class Node(NodeSteps):
         # An id read from a send record is as old as this restart (requests.py W3).
         self._requests = requests.RequestWindow(
             ((rid, p if p.at else p._replace(at=self.wall)) for rid, p in recovered.requests.items()),
-            ttl_s=request_ttl_s,
-            capacity=request_capacity,
+            ttl_s=request_ttl_s, capacity=request_capacity,
         )
         self._cuts: OrderedDict[str, int] = OrderedDict(recovered.cuts)  # snapshot id -> lsn of its cut here
-        self.last_lsn = recovered.last_lsn
-        self.durable_lsn = recovered.last_lsn
+        self.last_lsn = self.durable_lsn = recovered.last_lsn
         self.segment_first = recovered.last_lsn - recovered.records + 1 if not recovered.fresh else 1
-        self._segment_count = recovered.records
+        self._segment_count, self._segment_size = recovered.records, 0  # records; bytes after its checkpoint (log_size)
         self._recorded_at: dict[str, float] = {}
         self._reports: list[tuple[int, str]] = []  # (lsn it rests on, snapshot id), finished, not yet durable
         self._cut_wall: dict[str, float] = {}  # snapshot id -> wall seconds of its cut here (statistics)
@@ -251,16 +253,14 @@ class Node(NodeSteps):
             # _append, inline (the per-transfer path)
             self.last_lsn = lsn
             self._segment_count += 1
-            self._out.append(
-                Append(wal.send_record(lsn, msg_id, self.node_id, dst, seq, tally, request_id))
-            )
+            self._out.append(Append(wal.send_record(lsn, msg_id, self.node_id, dst, seq, tally, request_id)))
             sender.enqueue(lsn=lsn, tally=tally)
         else:  # no such channel: the core refuses it, naming why
             self._drain(self.process.send_transfer(dst=dst, msg_id=msg_id, tally=tally, seq=seq), request_id=request_id)
         held = self.process.tally
         if request_id:
             self._requests.paid(request_id, requests.Paid(msg_id, held, self.wall, self.last_lsn))
-        if self._segment_count >= self.segment_records:  # _end_step, inline
+        if self._segment_count >= self.segment_records or self._segment_size >= self.segment_bytes:  # _end_step, inline
             self._seal()
         answer = Accepted(msg_id, held, self.last_lsn, False, self.epochs.epoch)
         return answer if reply_to is None else self._reply_when_durable(reply_to, answer)
@@ -491,7 +491,7 @@ class Node(NodeSteps):
             self._out.append(Finished(state, self.last_lsn, self.epochs.epoch, _ns(cut_wall), _ns(self.wall_seen)))
 
     def _end_step(self) -> None:
-        if self._segment_count >= self.segment_records:
+        if self._segment_count >= self.segment_records or self._segment_size >= self.segment_bytes:
             self._seal()
 
 

@@ -20,6 +20,12 @@ from snapmesh.protocol.node.effects import (
 )
 from snapmesh.protocol.node.recovery import Recovered, checkpoint_fields
 
+# An app's longest reply (node rule N12), as services/node's longest command: a
+# reply is logged (base64, 4/3 of it) before it leaves, kept for retries in the
+# request-id window, and must fit the 4 MiB a gRPC client takes by default.
+DEFAULT_MAX_REPLY_BYTES = 1024 * 1024
+
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024  # a segment's bytes after its checkpoint (log_size, N7)
 
 class NodeSteps:
     """Mixed into `node.Node`: these methods use its fields (`process`, `senders`, `host`, ...)."""
@@ -108,10 +114,12 @@ class NodeSteps:
         reply_to: object = None,
     ) -> Submitted:
         """A client's command to the hosted app (N10), one step. Raises
-        core.AppRefusal when the app refuses or raises, link.ChannelFull when an
-        outgoing channel is at its bound, requests.py's refusals for a request
-        id, RESTORING while a restore is redone; nothing changes then. A retry
-        of `request_id` gets the first reply. `reply_to`: answer it by `Reply` (N11)."""
+        core.AppRefusal when the app refuses or raises, link.ChannelFull when a
+        channel it sent on has no room for it and REPLY_TOO_LARGE (N12),
+        requests.py's refusals for a request id, RESTORING while a restore is
+        redone; nothing changes then, the app included (apphost.H4). A retry
+        of `request_id` gets the first reply. `reply_to`: answer it by `Reply` (N11).
+        Raises core.AppFailed when the app cannot be put back: the node must stop."""
         self.epochs.check_clients()
         host = self.host
         if host is None:
@@ -125,9 +133,7 @@ class NodeSteps:
             if first is not None:
                 answer = Submitted(wal.unpack(first.msg_id, request_id), max(first.lsn, 0), True, self.epochs.epoch)
                 return self._reply_when_durable(reply_to, answer)
-        for sender in self.senders.values():  # before the app runs: a refusal must change nothing
-            sender.check_room()
-        reply, sends = host.command(bytes(command))
+        reply, sends = host.command(bytes(command), self._admit)
         packed = wal.pack(reply)
         lsn = self._append(
             wal.Command(lsn=self.last_lsn + 1, request_id=request_id, command=wal.pack(bytes(command)), reply=packed)
@@ -137,8 +143,22 @@ class NodeSteps:
             # An app's Paid holds its reply (base64) where the bank's holds the msg id.
             self._requests.paid(request_id, requests.Paid(packed, 0, self.wall, lsn))
         self._end_step()
-        return self._reply_when_durable(reply_to, Submitted(reply, self.last_lsn, False, self.epochs.epoch))
+        answer = Submitted(reply, self.last_lsn, False, self.epochs.epoch, tuple(dict.fromkeys(dst for dst, _ in sends)))
+        return self._reply_when_durable(reply_to, answer)
 
+    def _admit(self, reply: bytes, sends: list[tuple[str, bytes]]) -> None:
+        """A command that ran goes through only on what it did (N12); raising takes it back (apphost.H4)."""
+        if len(reply) > self.max_reply_bytes:
+            raise core.LocalProtocolError(
+                f"{self.node_id}: the app's reply holds {len(reply)} bytes, over max_reply_bytes"
+                f" ({self.max_reply_bytes}); the command is taken back",
+                core.Refusal.REPLY_TOO_LARGE,
+            )
+        counts: dict[str, int] = {}
+        for dst, _ in sends:
+            counts[dst] = counts.get(dst, 0) + 1
+        for dst, count in counts.items():
+            self.senders[dst].check_room(count)
 
     def _app_message(self, src: str, seq: int, msg_id: str, payload: bytes) -> None:
         """An app message from `src`: the app first (AppFailed: nothing logged), then its records."""
@@ -242,6 +262,17 @@ class NodeSteps:
 
     # -- segments (N7)
 
+    def log_size(self, nbytes: int) -> None:
+        """The active segment now holds `nbytes` bytes after its opening checkpoint
+        (the log's count, buffered records included; the shell reports it after
+        carrying out a step's effects): past `segment_bytes` the next step
+        boundary seals it (N7). Bytes as well as records, because an app's
+        records (commands, replies, messages) can be large, and a segment that
+        counts only records grows without a byte limit. The checkpoint is left
+        out because it is as large as the state: counted, a state larger than
+        `segment_bytes` would seal the segment at every step."""
+        self._segment_size = nbytes
+
     def _seal(self) -> None:
         """Close the active segment; open the next with a checkpoint (N7)."""
         state = Recovered(
@@ -262,6 +293,7 @@ class NodeSteps:
         self._out.append(Seal(self.segment_first, wal.Checkpoint(lsn=lsn, **checkpoint_fields(state), state=app_state)))
         self.segment_first = self.last_lsn = lsn
         self._segment_count = 1  # the checkpoint
+        self._segment_size = 0  # until the shell reports the new segment's size (log_size)
 
 
 def state_digest(state: bytes) -> str:
