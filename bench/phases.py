@@ -286,7 +286,7 @@ PHASE_SETS: dict[str, tuple[str, ...]] = {
     "overtake": ("raw", "modes4", "paced8", "util8", "large", "loops"),
 }
 SETTINGS = {"cluster": CLUSTER, "overtake": OVERTAKE}
-# The phases `python -m bench --smoke` leaves out, so that every bench's smoke stays near a minute in all: the
+# The phases `python -m bench --smoke` leaves out, so that the cluster benches' smoke stays under a minute: the
 # ones on hosts need root and network namespaces and take half a minute even briefly (tests/hosts
 # covers the namespaces), the 32-node mesh is skipped by SMOKE's large_mesh=0 anyway, and the
 # event-loop phase runs for real in tests/cluster/test_bench_phases.py. Every phase's logic runs
