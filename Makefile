@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 
-.PHONY: test-pure install browser proto test test-fast demo bench chaos lint clean images compose-up compose-down checkov-venv checkov
+.PHONY: test-pure install browser proto test test-fast demo bench bench-smoke chaos lint clean images compose-up compose-down checkov-venv checkov
 
 install: $(STAMP) $(PROTO_STAMP) $(CDS_STAMP) $(BIN)/helm
 
@@ -72,6 +72,11 @@ demo:
 
 bench: install
 	$(PY) -m bench $(BENCH)
+
+# Every bench (or BENCH='...') at tiny sizes: proves each still runs, writes no figures (bench/smoke.py).
+# `make test` runs the same through tests/cluster/test_bench_smoke.py.
+bench-smoke: install
+	$(PY) -m bench --smoke $(BENCH)
 
 # A 10-minute fault campaign (docs/chaos.md): 5 minutes on local processes, then 5 on the
 # Docker compose stack (`--compose`, the images built first); SEED=N replays both. Both run

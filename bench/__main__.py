@@ -2,12 +2,16 @@
 
 Each module has `main() -> int` and prints its own table. The machine is shared
 and noisy, so every table pairs a figure with a baseline measured in the same run.
+`--smoke` before the names runs them at tiny sizes and writes no figures (bench/smoke.py).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+
+from bench import smoke
 
 BENCHMARKS = {
     "grpc": "bench.grpc_raw",  # raw gRPC: one batched stream, one unary round trip
@@ -31,7 +35,12 @@ def main(argv: list[str]) -> int:
             print(f"  {name:<12} {module}")
         print("\nmake bench BENCH='overtake reconcile' runs two of them; figures go to bench/results.json.")
         print("`python -m bench reconcile --size N --skip-standalone`: flags go to the one benchmark named.")
+        print("`python -m bench --smoke [NAME ...]`: every one (or those named) at tiny sizes, nothing written.")
         return 0
+    if argv[:1] == ["--smoke"]:
+        argv = argv[1:]
+        os.environ[smoke.ENV] = "1"  # the benches and every process they start see it
+        sys.argv[1:] = argv  # the benches that read their flags from sys.argv see `python -m bench NAME ...`
     # The names come first; from the first flag on, the rest (values too) is the benchmark's own.
     first_flag = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
     names = argv[:first_flag] or list(BENCHMARKS)

@@ -23,7 +23,7 @@ from pathlib import Path
 import grpc
 
 from bench.lab import BATCH, settled, start_cluster
-from bench import results
+from bench import results, smoke
 from bench.loadgen import LoadGen
 from bench.observe import Observer, cpu_s
 from bench.report import percentile
@@ -66,6 +66,8 @@ def _outcomes(controller, ids: list[str], wait_s: float = 30.0) -> list[pb.Snaps
 
 
 def measure(say=print) -> dict[str, float]:
+    ramp_callers = RAMP_CALLERS[:1] if smoke.on() else RAMP_CALLERS  # a smoke run: one ramp step, short windows
+    settle_s, ramp_window_s, window_s = (0.3, 0.5, 1.0) if smoke.on() else (SETTLE_S, RAMP_WINDOW_S, WINDOW_S)
     with tempfile.TemporaryDirectory() as tmp:
         cluster = start_cluster(Path(tmp), NODES)
         loadgen = None
@@ -74,18 +76,18 @@ def measure(say=print) -> dict[str, float]:
             controller = pb_grpc.ControllerStub(channel)
             loadgen = LoadGen(cluster, batch=BATCH, seed=7)
             observer = Observer(cluster, loadgen)
-            best, best_callers = 0.0, RAMP_CALLERS[0]
-            for callers in RAMP_CALLERS:
+            best, best_callers = 0.0, ramp_callers[0]
+            for callers in ramp_callers:
                 loadgen.set(callers)
-                time.sleep(SETTLE_S)
-                rate = observer.window(RAMP_WINDOW_S).received_per_s
+                time.sleep(settle_s)
+                rate = observer.window(ramp_window_s).received_per_s
                 say(f"  ramp: {callers} callers/node -> {rate:,.0f} transfers/s")
                 if rate > best:
                     best, best_callers = rate, callers
             loadgen.set(best_callers)
-            time.sleep(SETTLE_S)
+            time.sleep(settle_s)
             cpu0, t0 = cpu_s(cluster.controller_pid), time.perf_counter()
-            ids, rtts = _trigger_and_probe(controller, WINDOW_S)
+            ids, rtts = _trigger_and_probe(controller, window_s)
             controller_cores = (cpu_s(cluster.controller_pid) - cpu0) / (time.perf_counter() - t0)
             loadgen.set(0)
             snapshots = _outcomes(controller, ids)

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import results
+from bench import results, smoke
 from snapmesh.services.controller import export
 from snapmesh.protocol.controller import journal
 from snapmesh.services.controller.store import SnapshotStore
@@ -109,8 +109,9 @@ def render_only(entries: int = ENTRIES, rounds: int = ROUNDS) -> dict[str, float
 
 
 def main_render_only() -> int:
-    f = render_only()
-    print(f"render only (no files, nothing merged into bench/results.json), median of {ROUNDS} rounds, one run")
+    rounds = smoke.size(ROUNDS, 1)
+    f = render_only(smoke.size(ENTRIES, 560), rounds)
+    print(f"render only (no files, nothing merged into bench/results.json), median of {rounds} rounds, one run")
     print(f"{'large snapshot, ' + format(f['entries'], ',') + ' entries':<44} {'us/entry':>9}")
     print(f"{'proto JSON, protobuf printer':<44} {f['us_per_entry_printer']:>9.3f}")
     print(f"{'proto JSON, export.py (same bytes)':<44} {f['us_per_entry_protojson']:>9.3f}")
@@ -164,8 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv:
         print("usage: python -m bench store [--no-write]", file=sys.stderr)
         return 2
-    figures = measure()
-    print(f"{figures['store_entries']:,} in-flight entries per snapshot, median of {ROUNDS} rounds, one run")
+    if smoke.on():  # the render-only variant too, so neither rots
+        main_render_only()
+    rounds = smoke.size(ROUNDS, 1)
+    figures = measure(smoke.size(ENTRIES, 560), rounds)
+    print(f"{figures['store_entries']:,} in-flight entries per snapshot, median of {rounds} rounds, one run")
     print(f"{'write a finished snapshot':<44} {'us/entry':>9}")
     print(f"{'proto JSON, protobuf printer (before)':<44} {figures['store_us_per_entry_printer']:>9.3f}")
     print(f"{'proto JSON, export.py (now, same bytes)':<44} {figures['store_us_per_entry_protojson']:>9.3f}")

@@ -17,6 +17,7 @@ import time
 
 import grpc
 
+from bench import smoke
 from bench.report import percentile
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -98,23 +99,24 @@ def _cpu_s(pid: int) -> float:
 async def _measure(port: int, server_pid: int) -> dict[str, float]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=CLIENT_OPTIONS) as channel:
         stub = pb_grpc.NodeStub(channel)
-        for _ in range(200):  # warm up
+        unary_calls, stream_messages = smoke.size(UNARY_CALLS, 50), smoke.size(STREAM_MESSAGES, 200)
+        for _ in range(smoke.size(200, 5)):  # warm up
             await stub.GetState(pb.GetStateRequest())
         latencies = []
         start = time.perf_counter()
-        for _ in range(UNARY_CALLS):
+        for _ in range(unary_calls):
             t0 = time.perf_counter()
             await stub.GetState(pb.GetStateRequest())
             latencies.append(time.perf_counter() - t0)
         unary_elapsed = time.perf_counter() - start
         cpu_before = _cpu_s(os.getpid()) + _cpu_s(server_pid)
-        single = await _stream_rate(stub, STREAM_MESSAGES, 1)
-        frame_cpu_s = (_cpu_s(os.getpid()) + _cpu_s(server_pid) - cpu_before) / STREAM_MESSAGES
-        batched = await _stream_rate(stub, BATCHED_MESSAGES, BATCH)
+        single = await _stream_rate(stub, stream_messages, 1)
+        frame_cpu_s = (_cpu_s(os.getpid()) + _cpu_s(server_pid) - cpu_before) / stream_messages
+        batched = await _stream_rate(stub, smoke.size(BATCHED_MESSAGES, 5_000), BATCH)
     return {
         "unary_p50_ms": percentile(latencies, 50) * 1e3,
         "unary_p99_ms": percentile(latencies, 99) * 1e3,
-        "unary_per_s": UNARY_CALLS / unary_elapsed,
+        "unary_per_s": unary_calls / unary_elapsed,
         "stream_single_per_s": single,
         "cpu_us_per_frame_acked": frame_cpu_s * 1e6,
         "stream_batched_per_s": batched,

@@ -51,7 +51,7 @@ DEADLINE_S = 10.0
 PROBES = 50
 MODES = ("classic", "overtake")
 GOAL_RTTS = 5.0  # snapshot p99 <= this many host round trips
-UTIL_TARGET = 0.5  # the paced-to-utilisation variant (issue 35): the machine measured this busy
+UTIL_TARGET = 0.5  # the paced-to-utilisation variant (utilisation.py): the machine measured this busy
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -1,4 +1,4 @@
-"""A timed model of the three snapshot modes on production node machines (issue 35): counters, not clocks.
+"""A timed model of the three snapshot modes on production node machines: counters, not clocks.
 
 `python -m bench.mode_model '{"rate": 3800}'` prints, per mode (classic, overtake,
 hybrid), the snapshot latency in simulated ms, the early copies a hybrid node sent and

@@ -38,6 +38,8 @@ class Settings:
     large_mesh: int = 32  # nodes of the light-load latency phase (0: skip it)
     startup_timeout: float | None = None  # None: the supervisor's
     util_search_steps: int = 5  # windows the pace search may take per target
+    eight_nodes: tuple | None = None  # the paced 8-node meshes (fraction, mode, mark) to run (None: all of them)
+    util_variants: tuple | None = None  # util8's (mode, broadcast) meshes to run (None: all of them)
 
 
 

@@ -31,7 +31,10 @@ The machine is shared: read the ratios, measured side by side, not the absolutes
 
 ``python -m bench reconcile [--size N] [--skip-standalone]``; environment:
 BENCH_RECONCILE_SIZE (records, default 10000000), BENCH_RECONCILE_DIR (scratch dir),
-BENCH_DRIVER_MEMORY (local driver heap, default 4g).
+BENCH_DRIVER_MEMORY (local driver heap, default 4g). A smoke run (bench/smoke.py):
+5,000 records over 10 snapshots, the small run once (not again without the class
+archive), the four local steps in one JVM, no standalone cluster (its start alone
+is half a minute; tests/spark starts one).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import results
+from bench import results, smoke
 
 NODES = 6
 SNAPSHOTS = 100
@@ -64,16 +67,26 @@ def _env() -> dict[str, str]:
 # ------------------------------------------------------------- in a fresh process
 
 
-def _worker(data_dir: str, master: str, what: str) -> None:
-    """Start a session, time the named work, print one JSON line."""
-    from snapmesh.reconcile import ingest
+def _worker(data_dir: str, master: str, whats: str) -> None:
+    """Start a session, time the named work (comma-separated, in order), print one JSON
+    line: by what, its figures."""
     from snapmesh.reconcile import job
 
     started = time.perf_counter()
     spark = job.build_session(master, app_name="snapmesh-bench")
     if master.startswith("spark://"):
         job.wait_for_executors(spark, master, 60)
-    out: dict = {"session_s": time.perf_counter() - started}
+    session_s = time.perf_counter() - started
+    outs = {what: {"session_s": session_s, **_work(spark, data_dir, what)} for what in whats.split(",")}
+    spark.stop()
+    print(json.dumps(outs))
+
+
+def _work(spark, data_dir: str, what: str) -> dict:  # noqa: ANN001 (a SparkSession)
+    from snapmesh.reconcile import ingest
+    from snapmesh.reconcile import job
+
+    out: dict = {}
     started = time.perf_counter()
     if what == "ingest":
         out["converted"] = len(ingest.ingest(spark, data_dir))
@@ -91,8 +104,7 @@ def _worker(data_dir: str, master: str, what: str) -> None:
     out["job_s"] = time.perf_counter() - started
     if what == "reconcile":
         out.update(_scan_floors(spark, data_dir))
-    spark.stop()
-    print(json.dumps(out))
+    return out
 
 
 def _scan_floors(spark, data_dir: str) -> dict:  # noqa: ANN001 (a SparkSession)
@@ -114,12 +126,17 @@ def _scan_floors(spark, data_dir: str) -> dict:  # noqa: ANN001 (a SparkSession)
 
 
 def _spark(data_dir: str, master: str, what: str) -> dict:
+    return _sparks(data_dir, master, (what,))[what]
+
+
+def _sparks(data_dir: str, master: str, whats: tuple[str, ...]) -> dict[str, dict]:
+    """The named work, in order, in one fresh process (one JVM)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.reconcile", "--worker", data_dir, master, what],
+        [sys.executable, "-m", "bench.reconcile", "--worker", data_dir, master, ",".join(whats)],
         capture_output=True, text=True, env=_env(), cwd=ROOT,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"spark worker failed ({what}, {master}):\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"spark worker failed ({whats}, {master}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -181,8 +198,8 @@ def seal(data_dir: str) -> None:
 
 
 FLOOR_JOB = (
-    "from snapmesh.reconcile import main as job\n"
-    "spark = job.build_session('local[*]', small=True)\n"
+    "from snapmesh.spark.session import build_session\n"
+    "spark = build_session('local[*]', small=True)\n"
     "spark.range(10).count()\n"
     "spark.stop()\n"
 )
@@ -208,18 +225,20 @@ def small_wall(scratch: str) -> tuple[dict[str, float], bool]:
     synth.generate(data, nodes=4, transfers=SMALL_TRANSFERS, snapshots=4, seed=1)
     job = [sys.executable, "-m", "snapmesh.cli", "reconcile", "--data-dir", data, "--out", f"{data}/out"]
     runs: dict[str, list[float]] = {"small": [], "small_no_archive": [], "floor": []}
-    for _ in range(2):
+    for _ in range(smoke.size(2, 1)):
         runs["small"].append(_wall(job))
-        runs["small_no_archive"].append(_wall(job, SNAPMESH_SPARK_CDS="off"))
+        if not smoke.on():  # the same command with one variable more: a smoke run saves its JVM
+            runs["small_no_archive"].append(_wall(job, SNAPMESH_SPARK_CDS="off"))
         runs["floor"].append(_wall([sys.executable, "-c", FLOOR_JOB]))
     verdicts = json.loads(Path(data, "out", "summary.json").read_text())["verdicts"]
-    return {k: min(v) for k, v in runs.items()}, verdicts == baseline.reconcile(data)
+    return {k: min(v, default=float("nan")) for k, v in runs.items()}, verdicts == baseline.reconcile(data)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench reconcile")
     p.add_argument("--worker", nargs=3, metavar=("DATA_DIR", "MASTER", "WHAT"), help=argparse.SUPPRESS)
-    p.add_argument("--size", type=int, default=int(os.environ.get("BENCH_RECONCILE_SIZE", DEFAULT_SIZE)))
+    p.add_argument("--size", type=int,
+                   default=int(os.environ.get("BENCH_RECONCILE_SIZE", smoke.size(DEFAULT_SIZE, 5_000))))
     p.add_argument("--skip-standalone", action="store_true", help="no Spark standalone cluster run")
     args = p.parse_args(sys.argv[2:] if argv is None and sys.argv[1:2] == ["reconcile"] else argv)
     if args.worker:
@@ -242,19 +261,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  small (~1k records): {small_s:.1f}s wall, JVM start included, {archived} the class archive; "
               f"baseline {'agrees' if agree else 'DIFFERS'}")
         print(f"    beside it: {small['small_no_archive']:.1f}s without the archive, {small['floor']:.1f}s for "
-              f"Spark's floor (a fresh session and a trivial job); best of 2, interleaved")
+              f"Spark's floor (a fresh session and a trivial job); best of {smoke.size(2, 1)}, interleaved")
         data = os.path.join(scratch, "large")
-        overhead = NODES + SNAPSHOTS * NODES * (1 + 2 * (NODES - 1))  # init, cuts, markers
+        snapshots = smoke.size(SNAPSHOTS, 10)
+        overhead = NODES + snapshots * NODES * (1 + 2 * (NODES - 1))  # init, cuts, markers
         started = time.perf_counter()
-        made = synth.generate(data, nodes=NODES, transfers=max(1, (args.size - overhead) // 2), snapshots=SNAPSHOTS, seed=1)
+        made = synth.generate(data, nodes=NODES, transfers=max(1, (args.size - overhead) // 2), snapshots=snapshots, seed=1)
         n = made.records
         seal(data)
         print(f"  synth {n:,} records in {time.perf_counter() - started:.0f}s", flush=True)
-        ingested = _spark(data, "local[2]", "ingest")
+        steps = ("ingest", "reconcile", "reconcile-rows", "reconcile-jsonl")
+        if smoke.on():  # one JVM for the four: a smoke run proves the steps, it times nothing
+            done = _sparks(data, "local[2]", steps)
+        else:  # each in a fresh process, so none runs in a JVM the one before warmed
+            done = {what: _spark(data, "local[2]", what) for what in steps}
+        ingested, parquet, parquet_rows, jsonl = (done[what] for what in steps)
         print(f"  ingest to Parquet: {ingested['job_s']:.1f}s ({n / ingested['job_s']:,.0f} records/s)", flush=True)
-        parquet = _spark(data, "local[2]", "reconcile")
-        parquet_rows = _spark(data, "local[2]", "reconcile-rows")
-        jsonl = _spark(data, "local[2]", "reconcile-jsonl")
         ok &= parquet["verdicts"] == jsonl["verdicts"] == parquet_rows["verdicts"]
         ok &= all(v["consistent"] is not False for v in parquet["verdicts"])
         duck_s, duck = duckdb_checks(data, "jsonl")
@@ -278,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             ("duckdb (2 threads): JSONL parse + match + per-cut sums", duck_s),
             ("duckdb (2 threads): Parquet + match + per-cut sums", duck_pq_s),
         ]
-        if not args.skip_standalone:
+        if not (args.skip_standalone or smoke.on()):
             with StandaloneCluster(workers=2, cores=1, memory="1g") as cluster:
                 standalone = _spark(data, cluster.url, "reconcile-standalone")
             ok &= standalone["verdicts"] == parquet["verdicts"]

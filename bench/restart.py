@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench import smoke
+
 REPO = Path(__file__).resolve().parent.parent
 BASE = "317a3ff"  # the last commit before segments
 
@@ -112,7 +114,10 @@ def old_recovery_module(where: Path, base: str) -> None:
         ["git", "show", f"{base}:services/node/recovery.py"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout
     kinds = 'frozenset({"init", "restart", "send", "recv", "cut", "marker_sent", "marker_recv", "abort"})'
-    source = source.replace("from snapmesh.services.node.translog import KINDS", f"KINDS = {kinds}")
+    # The record kinds of that day, in place of its import: at BASE the node's package was
+    # `services` (now a shim that refuses the import), later `snapmesh.services`.
+    for package in ("services", "snapmesh.services"):
+        source = source.replace(f"from {package}.node.translog import KINDS", f"KINDS = {kinds}")
     (where / "old_recovery.py").write_text(source)
 
 
@@ -136,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", default=BASE, help="the commit whose recovery is 'before'")
     parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args(argv or [])
+    if smoke.on():  # a few segments, one run: every step, no measurement
+        args.transfers, args.segment_records, args.runs = 3_000, 1_000, 1
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
         after, before = write_history(data, args.transfers, args.segment_records)

@@ -31,6 +31,7 @@ import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import results as bench_results
+from bench import smoke
 from bench.phases import own_argv
 from bench.observe import cpu_s, machine_busy_s
 from snapmesh.processes.supervisor import Cluster
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="a few seconds, small batches: does it run")
     parser.add_argument("--no-write", action="store_true", help="print, do not merge into bench/results.json")
     args = parser.parse_args(own_argv("submit_batch", argv))
+    args.smoke = args.smoke or smoke.on()  # `python -m bench --smoke`'s too (bench/smoke.py)
     if args.smoke:
         args.callers, args.batch, args.seconds = 4, 100, 2.0
     figures = measure(callers=args.callers, batch=args.batch, warmup_s=1.0 if args.smoke else 3.0, seconds=args.seconds)

@@ -15,6 +15,7 @@ import json
 import statistics
 import time
 
+from bench import smoke
 from snapmesh.protocol.node import apphost, core
 from snapmesh.services.app import kvshard
 
@@ -59,14 +60,15 @@ def main() -> int:
     missing = kvshard.encode({"op": "get", "key": "p1/missing"})
     print(f"{'state':>9} {'since':>6} {'undo ms':>9} {'put ms':>9} {'snapshot ms':>12}")
     rows = []
-    for kib in SIZES_KIB:
+    rounds = smoke.size(ROUNDS, 1)
+    for kib in SIZES_KIB[:1] if smoke.on() else SIZES_KIB:  # a smoke run: the smallest state, one round
         host = _host(kib)
         host.snapshot()  # the base
         for steps in STEPS:
             if steps is None:
                 steps = _most(host)
             undo, put, copy = [], [], []
-            for r in range(ROUNDS):
+            for r in range(rounds):
                 for i in range(steps):
                     started = time.perf_counter()
                     _put(host, r * steps + i)

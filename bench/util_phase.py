@@ -93,7 +93,7 @@ def measure_at(run: Run, mesh, rate: float, broadcast: bool) -> dict[str, float]
 def _util8(run: Run) -> None:
     out, s = run.out, run.settings
     paces: dict[float, Pace] = {}  # target -> the pace the first variant's search found
-    for mode, broadcast in VARIANTS:
+    for mode, broadcast in s.util_variants or VARIANTS:
         name = variant_name(mode, broadcast)
         run.say(f" {NODES}-node mesh, {name}: pace searched to a measured utilisation of "
                 f"{', '.join(f'{t:.0%}' for t in TARGETS)}")

@@ -1,7 +1,7 @@
 """Latency at a stated utilisation: the pace search, run-queue waits, and where a snapshot waited.
 
 A latency figure taken with the machine 97% busy measures the CPU queue, not the
-protocol (issue 35: at utilisation u a queue waits about u / (1 - u) service
+protocol (queueing: at utilisation u a queue waits about u / (1 - u) service
 times). So these phases do not pace at a fraction of another phase's peak: they
 search for the offered rate at which the whole machine is *measured* to be about
 `target` busy, then take the snapshots there, and record beside each figure:

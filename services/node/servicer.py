@@ -350,7 +350,7 @@ def _receive(engine: Engine, src: str, dst: str, conn_no: int, batch: pb.Channel
 
 
 def _early_markers_first(messages: Sequence[pb.ChannelMessage]) -> Sequence[pb.ChannelMessage]:
-    """Receive-side marker priority (overtake mode, issue 35): a frame's early
+    """Receive-side marker priority (overtake mode: a marker waits behind no data): a frame's early
     markers (seq 0, link L8: only a snapshot that overtakes sends them) are
     applied before its other messages, in their own order; every other message
     keeps its place. A merged frame (channels.py, smart batching) may carry one

@@ -128,7 +128,7 @@ BANK_MUTATIONS_SEEDS = {
     "restore-join-after-the-end": 70, "restore-replays-newest-key-only": 874, "request-window": 0,
     "request-restore": 9, "overtake-outbox": 37, "overtake-positions": 59, "resend": 0, "duplicate-drop": 0,
     "recovery-outbox": 0, "recovery-aborts": 1, "restore-replay": 5, "node-report-before-durable": 0,
-    "controller-retention-off-by-one": 7, "controller-retention-protect": 224,
+    "controller-retention-off-by-one": 7, "controller-retention-protect": 224, "controller-retention-just-completed": 37,
     "controller-start-before-durable": 95, "controller-finish-before-durable": 118,
     "controller-replay-not-restarted": 0, "controller-replay-no-fresh-deadline": 2, "node-open-ignores-epoch": 5,
     "node-restore-answer-before-durable": 10, "node-restore-keeps-streams": 7,

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.protocol.controller import journal as R
-from snapmesh.protocol.controller.machine import Controller
+from snapmesh.protocol.controller.machine import Controller, Journal
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker
 from snapmesh.protocol.topology import Topology
 from snapmesh.settings import config
@@ -262,6 +262,63 @@ async def _restore_unjournaled() -> None:
             await call
     assert sent == [] and not engine._answers
     await engine.close()
+
+
+def test_a_restarted_engine_whose_clock_is_behind_names_its_snapshot_after_the_journals_and_keeps_it() -> None:
+    """The machine's I1 and K2 through the shell: the engine's clock (faked, an hour
+    behind the first process's) names a snapshot that sorts after every id the
+    journal brought back, and with keep 2 its completion deletes an old snapshot's
+    files, never its own."""
+    asyncio.run(_restart_behind())
+
+
+async def _restart_behind() -> None:
+    cfg = config.load(config.DEFAULT_CONFIG)
+    ahead, behind = Now(mono=50.0, wall=1_800_000_000.0), Now(mono=1.0, wall=1_800_000_000.0 - 3_600)
+
+    def parts(sid: str) -> list[pb.FullState]:
+        share = cfg.expected_total // len(cfg.topology.nodes)
+        return [pb.FullState(snapshot_id=sid, node_id=node, balance=share,
+                             channels=[pb.ChannelState(src=src, dst=node) for src in cfg.topology.incoming(node)])
+                for node in cfg.topology.nodes]
+
+    def machine() -> Controller:
+        return Controller(Tracker(topology=cfg.topology, expected_total=cfg.expected_total, deadline_s=5), keep=2)
+
+    first = machine()  # the first process: three snapshots, a second apart
+    for i in range(3):
+        now = Now(ahead.mono + i, ahead.wall + i)
+        sid = first.start(cfg.topology.nodes[0], now, bytes(8)).snapshot_id
+        for state in parts(sid):
+            first.reported(state, now)
+    records = [e.record for e in first.drain() if isinstance(e, Journal)]
+    again = machine()
+    again.replayed(records, behind)
+    files = Forgetting()
+    engine = ControllerEngine(
+        config=cfg, machine=again, journal=DurableJournalForgetting(files), writer=files,  # type: ignore[arg-type]
+        metrics=ControllerMetrics(CollectorRegistry()), clock=lambda: behind,
+    )
+    sent: list[tuple[str, str]] = []
+    engine.stubs = {n: Node(sent) for n in engine.nodes}  # type: ignore[misc]
+    await engine.start()
+    old = again.ids()
+    assert files.discarded == [old[0]]  # the restart's retention: keep 2 of the three
+    snapshot = await engine.trigger(cfg.topology.nodes[0])
+    assert snapshot.snapshot_id > max(old)
+    for state in parts(snapshot.snapshot_id):
+        await engine.report(state)
+    assert engine.machine.status(snapshot.snapshot_id) == COMPLETE
+    assert files.discarded == [old[0], old[1]], "the snapshot that just completed was retired"
+    await engine.close()
+
+
+class DurableJournalForgetting(DurableJournal):
+    """Records durable at once; what it is told to forget goes to `files`."""
+
+    def __init__(self, files: Forgetting) -> None:
+        super().__init__()
+        self.forget = files.forget
 
 
 class ChunkTakingNode:

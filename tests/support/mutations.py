@@ -318,13 +318,20 @@ def _tracker_forgets_overtaken(monkeypatch: pytest.MonkeyPatch) -> None:
 def _retention_keeps_one_too_few(monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller's retention (K1) is off by one: it keeps N-1 COMPLETE snapshots."""
     retire = retention.Retention.retire
-    monkeypatch.setattr(retention.Retention, "retire", lambda self, keep, protect="": retire(self, keep - 1, protect))
+    monkeypatch.setattr(retention.Retention, "retire", lambda self, keep, protect=(): retire(self, keep - 1, protect))
 
 
 def _retention_forgets_the_restored(monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller's retention (K1) retires the snapshot last restored too."""
     retire = retention.Retention.retire
-    monkeypatch.setattr(retention.Retention, "retire", lambda self, keep, protect="": retire(self, keep))
+    monkeypatch.setattr(retention.Retention, "retire", lambda self, keep, protect=(): retire(self, keep))
+
+
+def _retention_retires_what_just_completed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's retention (K2) retires the snapshot a COMPLETE just finished when
+    its id sorts before those kept (the fuzzer's s10 after s9)."""
+    retired = controller.Controller._retired
+    monkeypatch.setattr(controller.Controller, "_retired", lambda self, completed="": retired(self))
 
 
 def _controller_starts_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -440,6 +447,7 @@ MUTATIONS = {
     "controller-trigger-answer-dropped": _trigger_answer_dropped_at_the_deadline,
     "controller-retention-off-by-one": _retention_keeps_one_too_few,
     "controller-retention-protect": _retention_forgets_the_restored,
+    "controller-retention-just-completed": _retention_retires_what_just_completed,
     "node-reply-before-durable": _reply_before_durable,
     "node-report-before-durable": _report_before_durable,
     "node-open-ignores-epoch": _open_ignores_the_epoch,

@@ -58,7 +58,7 @@ Effects out (in order; the shell carries them out in that order):
                          carried out, the shell says restore_settled()
   AnswerRestore(calls, outcome)  answer these RestoreSnapshot calls: the restore, or the
                          error that kept it from being durable
-  Retire(snapshot_id)    retention (K1): delete the snapshot's files (and forget its records)
+  Retire(snapshot_id)    retention (K1, K2): delete the snapshot's files (and forget its records)
   File(snapshot, compact, json)  write these files of the snapshot (replay.py S2, S3)
   Forget(snapshot_id)    the snapshot is filed: its journal records are dead (`filed`, S2)
 A call to a node (StartAt, AbortAt, RestoreAt: its `rpc`, `request` and how it
@@ -71,12 +71,14 @@ A1. With `max_concurrent` N > 0, a trigger while N snapshots are in progress is
 A2. A trigger naming a node outside the topology (a remote's mistake, not the
     tracker's misuse) is refused, starting nothing, before A1 is asked.
 
-Retention (`--keep N`, `keep`):
+Retention (`--keep N`, `keep`; the rules' statement: retention.py):
 K1. The finished snapshots older than the N newest COMPLETE ones (ids sort in
     start order) are retired, each once, except the one last restored (it goes
     once another restore replaced it). The rule runs on every COMPLETE (its
     Retire effects follow its Finished) and once after a restart (`replayed`),
     so the files of snapshots that are not worth keeping are never filed again.
+K2. A COMPLETE never retires the snapshot it completed, whatever its id says
+    (it may go at a later COMPLETE).
 
 Waiting for a snapshot's end (TriggerSnapshot with wait):
 W1. A trigger's `call` is answered by the snapshot's end, right after its Finished
@@ -85,7 +87,9 @@ W1. A trigger's `call` is answered by the snapshot's end, right after its Finish
     end cannot be journaled answers the error (J3).
 
 Restart (`loaded`, then `replayed`): rules S1-S4 in replay.py, which decides what
-is filed again and what is forgotten; no shell touches the tracker for it.
+is filed again and what is forgotten; no shell touches the tracker for it. The id
+clock continues after the newest id brought back (snapshot_ids.py I1), so a start
+after the restart sorts after every snapshot before it, the wall clock behind or not.
 
 Broadcast trigger (Flink and Hazelcast Jet signal every source at once):
 B1. With `broadcast`, the trigger emits one StartAt per node of the topology, the
@@ -311,14 +315,15 @@ class Controller(Restoring):
             sid, reason = snapshot.snapshot_id, snapshot.reason
             self._effects += [AbortAt(node, sid, reason) for node in self.tracker.topology.nodes]
         else:
-            self._effects += [Retire(sid) for sid in self._retired()]
+            self._effects += [Retire(sid) for sid in self._retired(completed=snapshot.snapshot_id)]
 
-    def _retired(self) -> list[str]:
-        """K1 (the tracker keeps the ids sorted, so this costs the ids it retires)."""
+    def _retired(self, *, completed: str = "") -> list[str]:
+        """K1 and, at a COMPLETE, K2 for the snapshot it `completed` (the tracker keeps
+        the ids sorted, so this costs the ids it retires)."""
         if not self.keep:
             return []
-        protect = self.last_restore.snapshot_id if self.last_restore is not None else ""
-        return self.tracker.retired(self.keep, protect)
+        restored = self.last_restore.snapshot_id if self.last_restore is not None else ""
+        return self.tracker.retired(self.keep, tuple(sid for sid in (restored, completed) if sid))
 
     def unjournaled(self, effects: Iterable[Effect], error: Exception, now: Now) -> None:
         """A step ended at a record that cannot be made durable: `effects`, from its
@@ -352,10 +357,12 @@ class Controller(Restoring):
         `loaded` rebuilt (`journal.replay`), the epoch, every restore taken back with
         its keys (R4), every snapshot still in progress given a fresh deadline from
         `now` (S1); then File and Forget effects (S2, S3), and retention over all the
-        machine holds (S4, K1: Retire). A newest restore still RESTORING is named by
-        `to_resume`: the shell `resume`s it once it can reach the nodes."""
+        machine holds (S4, K1: Retire). Later starts sort after every id it holds (I1).
+        A newest restore still RESTORING is named by `to_resume`: the shell `resume`s it
+        once it can reach the nodes."""
         records = list(records)
         finished, warnings = journal.replay(records, self.tracker, now, skip=self._loaded)
+        self._starts.after(self.tracker.ids())  # I1: the files' ids and the journal's
         restores, more = journal.restores(records)
         self.taken_back(restores)
         last = self.last_restore  # R2: RESTORING was journaled before any node heard of it, so run it again

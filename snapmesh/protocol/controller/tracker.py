@@ -43,6 +43,7 @@ FAILED_PRECONDITION.
 from __future__ import annotations
 
 import operator
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -229,9 +230,9 @@ class Tracker:
             self._retention.remove(sid, self._finished.pop(sid).status == COMPLETE)
             self._filed.discard(sid)
 
-    def retired(self, keep: int, protect: str = "") -> list[str]:
+    def retired(self, keep: int, protect: Collection[str] = ()) -> list[str]:
         """`--keep keep`: the finished snapshots in memory older than the `keep` newest
-        COMPLETE ones, except `protect`, that no earlier call returned (the one rule,
+        COMPLETE ones, none of `protect`, that no earlier call returned (the rules,
         retention.py, over `finished()`), in id order."""
         return self._retention.retire(keep, protect)
 

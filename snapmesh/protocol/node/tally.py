@@ -39,8 +39,9 @@ class _NoTally:
 
     @staticmethod
     def initial(tally: object) -> str:
-        # 0 for a new node; an app node's log from before issue 32 may hold the
-        # cluster's initial number in its init record: loaded as it is, never used.
+        # 0 for a new node; an app node's log written while app nodes still carried the
+        # bank's tally may hold the cluster's initial number in its init record: loaded
+        # as it is, never used (an app's state is its own bytes).
         return "" if type(tally) is int and tally >= 0 else f"a process that runs an app holds no tally, got {tally!r}"
 
     @staticmethod

@@ -1,0 +1,101 @@
+"""The bench smoke lane: every bench of `python -m bench`, at tiny sizes (`--smoke`,
+bench/smoke.py), so that a bench cannot rot unseen. `make test` (CI's `.ci/run`)
+runs it; `pytest -m bench` runs it alone.
+
+Each bench runs as a user runs it, in a process of its own: it must exit 0, leave
+bench/results.json as it was (a tiny run's figures are no figures), and leave no
+process behind. Every process a bench starts (nodes, controllers, load
+generators, Spark's JVMs) inherits its environment, so a variable set for the run
+finds them all in /proc afterwards; one still running holds its ports too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import BENCHMARKS
+from support.polling import WaitTimedOut, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "bench" / "results.json"
+TAG = "SNAPMESH_BENCH_SMOKE_RUN"  # set for one bench's run: every process it starts carries it
+# On this shared 2-core machine, under other tenants' load, a bench's smoke takes 2-60 s (the
+# Spark one most); the timeout is for a bench that hangs, not a slow one.
+TIMEOUT_S = 420
+
+pytestmark = [pytest.mark.bench]
+
+
+def tagged(tag: str) -> list[int]:
+    """The processes whose environment holds TAG=tag (others' processes, unreadable, are not ours)."""
+    wanted = f"{TAG}={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:  # gone meanwhile, or not ours
+            continue
+    return found
+
+
+def left_behind(tag: str, grace_s: float = 10.0) -> list[str]:
+    """The tagged processes still running after `grace_s` (children may be exiting), each
+    killed so that one failure leaves nothing on the machine; their command lines."""
+    try:
+        pids = wait_for(lambda: tagged(tag), timeout=grace_s, interval=0.2, until=lambda found: not found)
+    except WaitTimedOut:
+        pids = tagged(tag)
+    lines = []
+    for pid in pids:
+        try:
+            lines.append(f"{pid}: " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200])
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
+    return lines
+
+
+@pytest.mark.timeout(TIMEOUT_S + 30)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.spark] if n == "reconcile" else []) for n in BENCHMARKS])
+def test_every_bench_runs_at_smoke_size_writes_no_figures_and_leaves_no_process(name: str) -> None:
+    before = RESULTS.read_bytes()
+    tag = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if k != "BENCH_SMOKE"}  # `--smoke` itself must set it
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", "bench", "--smoke", name], cwd=REPO, capture_output=True,
+                              text=True, timeout=TIMEOUT_S, env=dict(env, **{TAG: tag}))
+    finally:
+        stray = left_behind(tag)
+    took = time.monotonic() - started
+    print(f"bench {name}: smoke in {took:.1f}s")
+    assert done.returncode == 0, f"bench {name} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    assert f"=== bench {name} ===" in done.stdout
+    assert RESULTS.read_bytes() == before, f"bench {name}'s smoke run wrote bench/results.json"
+    assert not stray, f"bench {name} left processes running:\n" + "\n".join(stray)
+
+
+def test_a_process_left_behind_is_found_and_ended() -> None:
+    """The check above can fail: a tagged child still running is named, then ended."""
+    tag = uuid.uuid4().hex
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=dict(os.environ, **{TAG: tag}))
+    try:
+        stray = left_behind(tag, grace_s=0.5)
+        assert len(stray) == 1 and stray[0].startswith(f"{child.pid}: ")
+        assert child.wait(timeout=10) == -signal.SIGKILL
+        assert left_behind(tag, grace_s=0) == []
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
