@@ -16,37 +16,15 @@ from pathlib import Path
 import grpc
 import pytest
 
+from support.counter_app import Counter, Forgetful
 from support.engine_harness import Aborted, ServicerContext, held_node, outcome
 
 from snapmesh.services.node.servicer import MAX_COMMAND_BYTES, NodeServicer
 from snapmesh.services.node.translog import TransferLog
-from snapmesh.app import App, Context, NodeInfo
+from snapmesh.app import App
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class Counter:
-    def __init__(self, info: NodeInfo) -> None:
-        self.count = 0
-
-    def on_command(self, command: bytes, ctx: Context) -> bytes:
-        if command == b"refuse":
-            ctx.refuse("NOT_FOUND", "nothing here")
-        if command == b"boom":
-            raise RuntimeError("kaboom")
-        self.count += 1
-        ctx.send("p2", str(self.count).encode())
-        return str(self.count).encode()
-
-    def on_message(self, src: str, payload: bytes, ctx: Context) -> None:
-        pass
-
-    def snapshot(self) -> bytes:
-        return str(self.count).encode()
-
-    def restore(self, state: bytes) -> None:
-        self.count = int(state)
 
 
 APP = App(name="counter", new=Counter)
@@ -91,19 +69,6 @@ def test_refusals_take_the_apps_status_and_text(tmp_path: Path) -> None:
     assert failed.code is grpc.StatusCode.UNKNOWN and "kaboom" in failed.details
     assert too_big.code is grpc.StatusCode.INVALID_ARGUMENT and str(MAX_COMMAND_BYTES) in too_big.details
     assert ok.reply == b"1"
-
-
-class Forgetful(Counter):
-    """Not deterministic: "inc" raises when run a second time, as a replay runs it."""
-
-    runs = 0
-
-    def on_command(self, command: bytes, ctx: Context) -> bytes:
-        if command == b"inc":
-            Forgetful.runs += 1
-            if Forgetful.runs > 1:
-                raise RuntimeError("not twice")
-        return super().on_command(command, ctx)
 
 
 def test_a_command_that_cannot_be_taken_back_stops_the_node(tmp_path: Path) -> None:

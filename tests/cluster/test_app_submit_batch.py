@@ -33,7 +33,7 @@ from snapmesh.services.node.servicer import NodeServicer
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.v1 import snapmesh_pb2 as pb
 
-from test_app_submit import Counter, Forgetful  # "inc" counts and sends, "refuse" and "boom" refuse
+from support.counter_app import Counter, Forgetful  # "inc" counts and sends, "refuse" and "boom" refuse
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings.config import write_cluster
 from snapmesh.settings.ports import port_is_free
+from support.polling import wait_for
 from support.processes import REPO, alive, children_of, cluster_up, read_line, wait_gone
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -181,6 +183,22 @@ def _cmdline(pid: int) -> list[str]:
         return []
 
 
+def _stderr_until(proc: subprocess.Popen, text: str, timeout: float) -> str:
+    """The lines `proc` writes on stderr up to the first holding `text` (a thread: readline blocks)."""
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in iter(proc.stderr.readline, ""):
+            lines.append(line)
+            if text in line:
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return "".join(lines)
+
+
 def _page_pids(proc: subprocess.Popen) -> list[int]:
     return [pid for pid in children_of(proc.pid) if "ui" in _cmdline(pid) and "--listen" in _cmdline(pid)]
 
@@ -203,26 +221,25 @@ def test_the_page_runs_in_its_own_process_restarted_if_it_dies_and_stopped_with_
 
     os.kill(pages[0], signal.SIGKILL)  # as the kernel's OOM killer would
     assert wait_gone(pages) == set()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not [p for p in _page_pids(proc) if p != pages[0]]:
-        time.sleep(0.2)
+    wait_for(lambda: [p for p in _page_pids(proc) if p != pages[0]], timeout=30, interval=0.2, what="the page started again")
     again = _page_pids(proc)
     launched.remember(proc)
     assert again and again != pages, "the page was not started again"
     assert proc.poll() is None  # the supervisor and the nodes lived on
-    deadline = time.monotonic() + 20
-    while True:  # the same URL it printed
-        try:
-            with urllib.request.urlopen(url + "healthz", timeout=5) as answer:
-                assert answer.status == 200
-                break
-        except OSError:
-            assert time.monotonic() < deadline, "the restarted page does not answer at its URL"
-            time.sleep(0.2)
 
+    def healthz() -> int:  # the same URL it printed
+        with urllib.request.urlopen(url + "healthz", timeout=5) as answer:
+            return answer.status
+
+    assert wait_for(healthz, timeout=20, interval=0.2, retry_on=OSError,
+                    what="the restarted page answers at its URL") == 200
+
+    # The page answers a moment before the supervisor has read its URL and said so: wait for the line.
+    said = _stderr_until(proc, "started again at ", timeout=20)
     children = launched.remember(proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
+    err = said + err
     assert proc.returncode == 0, err
     assert "the snapshot page exited" in err and "started again at " + url in err
     assert wait_gone(children | set(again)) == set()
