@@ -9,7 +9,9 @@
 - Negotiation over real gRPC between two in-process nodes running the minimal
   app: payload runs only to a receiver whose acks say `accepts_payload_runs`
   (every message then arrives in a run), one message each to an older
-  receiver, which applies them all alike.
+  receiver, which applies them all alike. A payload run at seq 0, or whose
+  lengths do not add up to its buffer, ends the stream FAILED_PRECONDITION
+  naming the channel, before anything of its batch applies.
 - A real-process cluster (three `snapmesh node` processes and a controller)
   running the minimal app under SubmitBatch load: the messages cross in runs
   (the receivers' snapmesh_channel_payload_run_messages_total), and every
@@ -266,6 +268,60 @@ def test_payload_runs_only_to_a_receiver_that_accepts_them(tmp_path, monkeypatch
             assert p2.node.transfers_received == 300 and p2.node.app_state() == b"0 300"
             in_runs = p2.metrics.payload_run_messages("p1")._value.get()
             assert in_runs == (0 if old_receiver else 300)
+        finally:
+            await stopping()
+
+    asyncio.run(go())
+
+
+async def _raw(address: str, frames: list[pb.ChannelFrame], until: int | None = None):
+    """A raw Channel stream: write `frames`, read acks until the stream ends
+    (its status) or one acknowledges `until` (status None: the stream was fine)."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        call = pb_grpc.NodeStub(channel).Channel(timeout=20)
+        acks = []
+        try:
+            await call.write(frames[0])
+            acks.append(await call.read())
+            for frame in frames[1:]:
+                await call.write(frame)
+            while (ack := await call.read()) is not grpc.aio.EOF:
+                acks.append(ack)
+                if until is not None and ack.acked_seq >= until:
+                    call.cancel()
+                    return acks, None, ""
+        except grpc.aio.AioRpcError as error:
+            return acks, error.code(), error.details()
+        return acks, grpc.StatusCode.OK, ""
+
+
+def test_a_malformed_payload_run_closes_the_stream_as_a_protocol_violation(tmp_path, monkeypatch) -> None:
+    """Only p2 runs: this test impersonates p1 on its channel into p2."""
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2, data_dir=tmp_path / "data")
+    path.write_text(path.read_text() + f'\n[app]\nmodule = "{MINIMAL}"\n')
+    cfg = cluster_config.load(path, env={})
+
+    def frame(*runs: pb.PayloadRun) -> pb.ChannelFrame:
+        return pb.ChannelFrame(batch=pb.ChannelBatch(payload_runs=list(runs)))
+
+    async def go() -> None:
+        engines, stopping = await _nodes(cfg, monkeypatch, ("p2",))
+        address, node = cfg.node("p2").address, engines["p2"].node
+        opening = pb.ChannelFrame(open=pb.ChannelOpen(src="p1", dst="p2"))
+        try:
+            good = pb.PayloadRun(first_seq=1, lengths=[2, 0], data=b"ab")
+            short = pb.PayloadRun(first_seq=3, lengths=[4], data=b"abc")
+            acks, code, details = await _raw(address, [opening, frame(good, short)])
+            assert acks[0].acked_seq == 0 and acks[0].accepts_payload_runs  # the resume point says it reads them
+            assert code == grpc.StatusCode.FAILED_PRECONDITION
+            assert details == ("protocol violation: channel p1->p2: the run of app messages at seq 3 has lengths"
+                               " adding up to 4 bytes for a buffer of 3")
+            assert node.receivers["p1"].last_seq == 0  # the good run before it did not apply
+            acks, code, details = await _raw(address, [opening, frame(pb.PayloadRun(first_seq=0, lengths=[1], data=b"a"))])
+            assert code == grpc.StatusCode.FAILED_PRECONDITION
+            assert "protocol violation: channel p1->p2: a run of app messages starts at seq 0" in details
+            acks, code, _ = await _raw(address, [opening, frame(good, pb.PayloadRun(first_seq=3))], until=2)
+            assert code is None and node.receivers["p1"].last_seq == 2 and node.app_state() == b"0 2"
         finally:
             await stopping()
 
