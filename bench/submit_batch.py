@@ -10,6 +10,8 @@ one window after a warm-up:
     window, per command, as `cpu_us_per_transfer_4n_peak` is measured (the
     client's CPU included: it is the cost a caller pays too).
 Also printed: the nodes' own CPU per command, records per group commit, the
+channel frames written per message and the share of messages that arrived
+packed in payload runs (services/node/frames.py), the
 client's CPU and the machine's CPU outside this bench ("not ours"), so a
 reader can tell whether the client or another tenant was the bottleneck. `--smoke` runs a few seconds
 with small batches, to check the bench works, not to measure.
@@ -48,8 +50,14 @@ NODES = 4
 def _scrape(address: str) -> dict[str, float]:
     text = urllib.request.urlopen(f"http://{address}/metrics", timeout=10).read().decode()
     wanted = ("snapmesh_transfers_received_total", "snapmesh_log_committed_records_total",
-              "snapmesh_log_fsync_seconds_count")
-    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name in wanted}
+              "snapmesh_log_fsync_seconds_count", "snapmesh_channel_frames_sent_total",
+              "snapmesh_channel_payload_run_messages_total")
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:  # a family per peer sums over its peers
+            if sample.name in wanted:
+                found[sample.name] = found.get(sample.name, 0.0) + sample.value
+    return found
 
 
 def _totals(cluster: Cluster) -> dict[str, float]:
@@ -93,12 +101,17 @@ async def _drive(cluster: Cluster, callers: int, batch: int, warmup_s: float, se
     commands = after["snapmesh_transfers_received_total"] - before["snapmesh_transfers_received_total"]
     commits = after["snapmesh_log_fsync_seconds_count"] - before["snapmesh_log_fsync_seconds_count"]
     records = after["snapmesh_log_committed_records_total"] - before["snapmesh_log_committed_records_total"]
+    frames = after["snapmesh_channel_frames_sent_total"] - before["snapmesh_channel_frames_sent_total"]
+    run_key = "snapmesh_channel_payload_run_messages_total"  # absent on a node from before payload runs
+    in_runs = after.get(run_key, 0.0) - before.get(run_key, 0.0)
     nodes_s, client_s, machine_s = cpu_after - cpu_before, client_after - client_before, machine_after - machine_before
     return {
         f"submit_batch_rate_4n_{NAME}": commands / elapsed,
         f"cpu_us_per_command_4n_{NAME}": machine_s / max(commands, 1) * 1e6,
         "nodes_cpu_us_per_command": nodes_s / max(commands, 1) * 1e6,
         "records_per_commit": records / max(commits, 1),
+        "frames_per_message": frames / max(commands, 1),
+        "messages_in_runs_share": in_runs / max(commands, 1),
         "client_cores": client_s / elapsed,
         "not_ours_cores": (machine_s - nodes_s - client_s) / elapsed,
         "refused": float(refused),

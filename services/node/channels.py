@@ -5,8 +5,9 @@ opens on j. Frame 1 is `open{src, dst}`; j answers with its resume point (the
 last seq it holds durably), i resends every message after it, then streams
 `batch` frames; j applies each batch in order and acks cumulatively once the
 batch is on disk. A batch carries its transfers as packed runs (`encode_frame`)
-once j's first ack on the stream said it reads them (`accepts_runs`), as one
-message each otherwise. When the stream breaks, i reconnects with jittered
+once j's first ack on the stream said it reads them (`accepts_runs`), and an
+app's messages as payload runs (frames.py) once it said `accepts_payload_runs`;
+as one message each otherwise. When the stream breaks, i reconnects with jittered
 exponential backoff. Every rule of the channel itself (seq, outbox, resend,
 duplicate drop, gaps, connection numbers, flow control) lives in `snapmesh.protocol.node.link`, inside
 `snapmesh.protocol.node.machine.Node`; this module only moves frames and reports what the
@@ -28,6 +29,7 @@ from collections.abc import Callable
 
 import grpc
 
+from snapmesh.services.node.frames import add_payload_runs
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.bank.wire import add_run, add_transfer
 from snapmesh.settings import security
@@ -226,7 +228,9 @@ class OutgoingChannel:
             # Runs only to a receiver that said on this stream that it reads them: an
             # older one would drop field 2 (the transfers) without a word.
             reader = asyncio.ensure_future(self._read_acks(call, self.conn_no))
-            writer = asyncio.ensure_future(self._write_frames(call, self.conn_no, first.accepts_runs))
+            writer = asyncio.ensure_future(
+                self._write_frames(call, self.conn_no, first.accepts_runs, first.accepts_payload_runs)
+            )
             try:
                 done, _ = await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -246,7 +250,7 @@ class OutgoingChannel:
                 return
             self._on_ack(self.dst, conn_no, ack.acked_seq)
 
-    async def _write_frames(self, call: grpc.aio.StreamStreamCall, conn_no: int, runs: bool) -> None:
+    async def _write_frames(self, call: grpc.aio.StreamStreamCall, conn_no: int, runs: bool, payload_runs: bool = False) -> None:
         """Smart batching, with no timer: whenever the stream takes more (the last
         write returned), everything queued for this connection leaves as ONE frame,
         in the order pushed (markers where they were among the transfers). A frame
@@ -260,7 +264,7 @@ class OutgoingChannel:
             entries = self._take(conn_no)
             if not entries:
                 continue
-            await call.write(encode_frame(entries, runs=runs))
+            await call.write(encode_frame(entries, runs=runs, payload_runs=payload_runs))
             self._frames_sent.inc()  # frames written: fewer than pushed while writes block
 
     def _take(self, conn_no: int) -> tuple[Entry, ...]:
@@ -287,15 +291,18 @@ class OutgoingChannel:
         return tuple(merged)
 
 
-def encode_frame(entries: tuple[Entry, ...], *, runs: bool) -> pb.ChannelFrame:
+def encode_frame(entries: tuple[Entry, ...], *, runs: bool, payload_runs: bool = False) -> pb.ChannelFrame:
     """The `batch` frame of `entries` (in channel order: early markers, then
     seqs ascending). With `runs`, transfers go in packed runs and markers in
     `messages` (the receiver merges them back by seq); without, one message each.
-    An app's messages (a payload) always go one message each: runs hold ints only."""
+    An app's messages (a payload) go in payload runs with `payload_runs`
+    (frames.py), one message each without."""
     frame = pb.ChannelFrame()
     batch = frame.batch
     add = batch.messages.add
     if _carries_payloads(entries):
+        if payload_runs and add_payload_runs(batch, entries):
+            return frame
         for entry in entries:
             _add_message(add, entry)
         return frame
@@ -457,9 +464,12 @@ class AckWriter:
     log holds what they acknowledge, and the newest posted wins (acks coalesce
     while the stream is busy)."""
 
-    def __init__(self, context: grpc.aio.ServicerContext, *, accepts_runs: bool = True) -> None:
+    def __init__(
+        self, context: grpc.aio.ServicerContext, *, accepts_runs: bool = True, accepts_payload_runs: bool = True
+    ) -> None:
         self._context = context
-        self._accepts_runs = accepts_runs  # said on every ack: the sender reads it from the first
+        # Said on every ack: the sender reads them from the first.
+        self._accepts_runs, self._accepts_payload_runs = accepts_runs, accepts_payload_runs
         self._posted: int | None = None
         self._event = asyncio.Event()
         self._task = asyncio.ensure_future(self._run())
@@ -475,7 +485,8 @@ class AckWriter:
             if self._posted is None:
                 continue
             seq, self._posted = self._posted, None
-            await self._context.write(pb.ChannelAck(acked_seq=seq, accepts_runs=self._accepts_runs))
+            runs, payload_runs = self._accepts_runs, self._accepts_payload_runs
+            await self._context.write(pb.ChannelAck(acked_seq=seq, accepts_runs=runs, accepts_payload_runs=payload_runs))
 
     @property
     def failed(self) -> bool:

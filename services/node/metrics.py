@@ -62,6 +62,11 @@ class NodeMetrics:
             "Frames written on the channel stream to `peer` (each carries one or more messages and is acked once)",
             ["node", "peer"], registry=r,
         )
+        self._payload_run_messages = Counter(
+            "snapmesh_channel_payload_run_messages_total",
+            "An app's messages received from `peer` packed in payload runs (the others came one ChannelMessage each)",
+            ["node", "peer"], registry=r,
+        )
         self._stream_errors = Counter(
             "snapmesh_channel_stream_errors_total", "Channel streams that ended in an error", ["node", "peer", "side"],
             registry=r,
@@ -117,6 +122,7 @@ class NodeMetrics:
         have data before the first event (Prometheus' advice for known labels)."""
         for peer in incoming:
             self.stream_errors(peer, "receiver")
+            self.payload_run_messages(peer)
         for peer in outgoing:
             self.unacked(peer)
             self.reconnects(peer)
@@ -140,6 +146,9 @@ class NodeMetrics:
 
     def frames_sent(self, peer: str) -> Counter:
         return self._frames_sent.labels(self._node, peer)
+
+    def payload_run_messages(self, peer: str) -> Counter:
+        return self._payload_run_messages.labels(self._node, peer)
 
     def stream_errors(self, peer: str, side: str) -> Counter:
         return self._stream_errors.labels(self._node, peer, side)

@@ -35,6 +35,7 @@ from snapmesh.services.node.edge import (  # noqa: F401  (MAX_COMMAND_BYTES: the
     FLOW_CONTROL_WAIT_S, MAX_COMMAND_BYTES, REFUSAL_CODE, Edge, taken_back_text,
 )
 from snapmesh.services.node.engine import AppMessage, Engine, Refused
+from snapmesh.services.node.frames import check_payload_runs, payloads
 from snapmesh.services.node.translog import LogClosedError
 from snapmesh.protocol import chunking
 from snapmesh.protocol.node import core
@@ -67,9 +68,11 @@ class NodeServicer(pb_grpc.NodeServicer):
         self._edge = edge or Edge(engine)  # the node process's, which an app's own service shares
         self._log = engine.log
         self.stopping = False
-        # Acks say the channel streams into this node may carry packed runs; False
-        # acks as a receiver from before runs did (its senders send one message each).
+        # Acks say the channel streams into this node may carry packed runs (of transfers,
+        # of an app's payloads); False acks as a receiver from before them did (its
+        # senders send those messages one each).
         self.accepts_runs = True
+        self.accepts_payload_runs = True
 
     async def _durable(self, lsn: int, context: grpc.aio.ServicerContext) -> None:
         """Wait until the log holds `lsn`. A log that failed or closed will never
@@ -297,7 +300,7 @@ class NodeServicer(pb_grpc.NodeServicer):
             )
         await credentials.require_peer(context, src)  # with TLS: only src's certificate may open src->here
         rx = engine.incoming[src]
-        acks = AckWriter(context, accepts_runs=self.accepts_runs)
+        acks = AckWriter(context, accepts_runs=self.accepts_runs, accepts_payload_runs=self.accepts_payload_runs)
         try:
             # The node answers with its position (the resume point) once it is durable.
             ending = engine.opened(src, first.open.epoch, acks)  # 0 (not said): the machine's to read (N8)
@@ -305,6 +308,7 @@ class NodeServicer(pb_grpc.NodeServicer):
             await acks.close()
             await self._fenced(context, exc, "channel")
         conn_no = rx.conn_no
+        in_runs = engine.metrics.payload_run_messages(src)
         try:
             while True:
                 frame = await read_or_end(context, ending)
@@ -318,6 +322,8 @@ class NodeServicer(pb_grpc.NodeServicer):
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "only `batch` frames may follow `open`")
                 try:
                     _receive(engine, src, dst, conn_no, frame.batch)
+                    if frame.batch.payload_runs:
+                        in_runs.inc(sum(len(run.lengths) for run in frame.batch.payload_runs))
                 except GapError as exc:
                     engine.metrics.stream_errors(src, "receiver").inc()
                     log.error("%s; closing the stream (DATA_LOSS)", exc)
@@ -334,19 +340,25 @@ class NodeServicer(pb_grpc.NodeServicer):
 
 
 def _receive(engine: Engine, src: str, dst: str, conn_no: int, batch: pb.ChannelBatch) -> None:
-    """Apply one batch: its messages and its runs merged by seq (snapmesh.proto,
-    ChannelBatch), exactly as the same content sent one message each would be."""
-    runs = batch.runs
-    if not runs:  # a sender from before runs, or a receiver that did not say it reads them
+    """Apply one batch: its messages and its runs (of transfers, of an app's
+    payloads) merged by seq (snapmesh.proto, ChannelBatch), exactly as the same
+    content sent one message each would be."""
+    runs, payload_runs = batch.runs, batch.payload_runs
+    if not runs and not payload_runs:  # a sender from before runs, or a receiver that did not say it reads them
         engine.receive_batch(src, conn_no, _decode(src, dst, _early_markers_first(batch.messages)))
         return
     # Malformed before anything of the frame is applied: seq 0 is only ever an early marker.
     if any(run.first_seq == 0 for run in runs):
         raise core.RemoteProtocolError(f"channel {src}->{dst}: a run of transfers starts at seq 0")
-    if not batch.messages:  # the common frame: ints straight from the packed columns
-        engine.receive_runs(src, conn_no, [(run.first_seq, run_tallies(run)) for run in runs])
-    else:  # markers among the runs: rare (one per snapshot and channel), one object per transfer is fine
+    check_payload_runs(src, dst, payload_runs)
+    if batch.messages or (runs and payload_runs):  # markers among the runs: rare (one per snapshot and channel)
         engine.receive_batch(src, conn_no, _decode_merged(src, dst, batch))
+    elif runs:  # the bank's common frame: ints straight from the packed columns
+        engine.receive_runs(src, conn_no, [(run.first_seq, run_tallies(run)) for run in runs])
+    else:  # an app's common frame: each payload a slice of its run's buffer
+        engine.receive_batch(src, conn_no, (
+            (seq, AppMessage(payload)) for run in payload_runs for seq, payload in payloads(run)
+        ))
 
 
 def _early_markers_first(messages: Sequence[pb.ChannelMessage]) -> Sequence[pb.ChannelMessage]:
@@ -374,19 +386,20 @@ class _RunTransfer(NamedTuple):
     msg_id: str = ""
 
 
-def _seq_of(item: pb.ChannelMessage | tuple[int, int]) -> int:
+def _seq_of(item: pb.ChannelMessage | tuple[int, object]) -> int:
     return item[0] if type(item) is tuple else item.seq  # type: ignore[union-attr,index]
 
 
 def _decode_merged(src: str, dst: str, batch: pb.ChannelBatch) -> Iterator[tuple[int, core.Marker | object]]:
-    """The batch's messages and its runs' transfers merged by seq, a message
-    first on a tie (each list in its own order; early markers first, as in
-    `_receive`): the per-message form of the frame, decoded one message at a
-    time as `_decode` does."""
-    transfers = ((seq, tally) for run in batch.runs for seq, tally in enumerate(run_tallies(run), run.first_seq))
-    for item in heapq.merge(_early_markers_first(batch.messages), transfers, key=_seq_of):
+    """The batch's messages, its runs' transfers and its payload runs' messages
+    merged by seq, on a tie in that order (each list in its own order; early
+    markers first, as in `_receive`; payload runs checked by `_receive`): the
+    per-message form of the frame, decoded one message at a time as `_decode` does."""
+    transfers = ((seq, _RunTransfer(tally)) for run in batch.runs for seq, tally in enumerate(run_tallies(run), run.first_seq))
+    messages = ((seq, AppMessage(payload)) for run in batch.payload_runs for seq, payload in payloads(run))
+    for item in heapq.merge(_early_markers_first(batch.messages), transfers, messages, key=_seq_of):
         if type(item) is tuple:
-            yield item[0], _RunTransfer(item[1])
+            yield item
         else:
             yield from _decode(src, dst, (item,))
 

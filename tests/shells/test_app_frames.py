@@ -1,8 +1,14 @@
-"""An app's messages on the wire: one ChannelMessage each with its payload, never a packed run.
+"""An app's messages on the wire: payload runs (lengths plus one buffer), or one ChannelMessage each.
 
-The frame `encode_frame` builds for an app's channel (markers and payloads) decodes
-back, message by message, to the same seqs, payloads and markers, whether or not
-the receiver said it reads runs; a bank frame still goes as one run.
+To a receiver that said `accepts_payload_runs`, `encode_frame` packs an app's
+messages in PayloadRuns (markers in `messages`, a run per stretch between two
+of them); the servicer's decoding of that frame gives exactly the per-message
+form's seqs, payloads and markers, in the same order: empty payloads, payloads
+of zero bytes, early markers and markers among the runs included. To any
+other receiver the frame is one message each, as before. A run at seq 0, or
+whose lengths do not add up to its buffer, is refused as a protocol violation
+naming the channel, before anything of the batch applies. A bank frame still
+goes as one packed run of ints.
 """
 
 from __future__ import annotations
@@ -11,9 +17,10 @@ import pytest
 
 from snapmesh.services.node.channels import encode_frame
 from snapmesh.services.node.engine import AppMessage
-from snapmesh.services.node.servicer import _decode
+from snapmesh.services.node.servicer import _decode, _decode_merged, _receive
 from snapmesh.protocol.node import core
 from snapmesh.protocol.node.link import Entry
+from snapmesh.v1 import snapmesh_pb2 as pb
 
 APP_ENTRIES = (
     Entry(seq=0, tally=3, snapshot_id="s0"),  # an early marker (overtake)
@@ -21,23 +28,103 @@ APP_ENTRIES = (
     Entry(seq=5, tally=0, snapshot_id="s1"),
     Entry(seq=6, tally=0, snapshot_id="", payload=b""),  # an empty payload is still a payload
     Entry(seq=7, tally=0, snapshot_id="", payload=b"\x00\xff"),
+    Entry(seq=8, tally=0, snapshot_id="", payload=b"\x00\x00\x00"),  # zero bytes are bytes like any other
+    Entry(seq=9, tally=0, snapshot_id="", payload=b""),
 )
 
 
+def _comparable(decoded) -> list[tuple]:
+    """(seq, what) of each decoded message: a marker as itself, an app message as its payload and msg_id."""
+    return [(seq, (m.payload, m.msg_id) if type(m) is AppMessage else m) for seq, m in decoded]
+
+
+def _per_message(entries: tuple[Entry, ...]) -> list[tuple]:
+    return _comparable(_decode("a", "b", encode_frame(entries, runs=False).batch.messages))
+
+
 @pytest.mark.parametrize("runs", [True, False])
-def test_an_apps_frame_is_one_message_each_and_decodes_to_the_same_payloads(runs: bool) -> None:
-    batch = encode_frame(APP_ENTRIES, runs=runs).batch
-    assert not batch.runs
+def test_to_a_receiver_without_payload_runs_an_apps_frame_is_one_message_each(runs: bool) -> None:
+    batch = encode_frame(APP_ENTRIES, runs=runs, payload_runs=False).batch
+    assert not batch.runs and not batch.payload_runs
     decoded = list(_decode("a", "b", batch.messages))
-    assert [seq for seq, _ in decoded] == [0, 4, 5, 6, 7]
+    assert [seq for seq, _ in decoded] == [0, 4, 5, 6, 7, 8, 9]
     assert decoded[0][1] == core.Marker(snapshot_id="s0", last_seq=3)
     assert decoded[2][1] == core.Marker(snapshot_id="s1", last_seq=0)
-    assert [m.payload for _, m in decoded if type(m) is AppMessage] == [b"token", b"", b"\x00\xff"]
+    assert [m.payload for _, m in decoded if type(m) is AppMessage] == [b"token", b"", b"\x00\xff", b"\x00\x00\x00", b""]
+
+
+def test_payload_runs_split_at_markers_and_decode_to_the_per_message_form() -> None:
+    batch = encode_frame(APP_ENTRIES, runs=True, payload_runs=True).batch
+    assert not batch.runs
+    assert [(m.seq, m.marker.snapshot_id, m.marker.last_seq) for m in batch.messages] == [(0, "s0", 3), (5, "s1", 0)]
+    assert [(r.first_seq, list(r.lengths), r.data) for r in batch.payload_runs] == [
+        (4, [5], b"token"), (6, [0, 2, 3, 0], b"\x00\xff\x00\x00\x00")]
+    wire = pb.ChannelBatch.FromString(batch.SerializeToString())
+    assert _comparable(_decode_merged("a", "b", wire)) == _per_message(APP_ENTRIES)
+    assert all(what[1] == "" for _, what in _per_message(APP_ENTRIES) if type(what) is tuple)  # derived: src:dst:seq
+
+
+@pytest.mark.parametrize("entries", [
+    tuple(Entry(seq, 0, "", payload=bytes([seq % 3]) * (seq % 4)) for seq in range(1, 40)),  # one run
+    (Entry(3, 0, "", payload=b""),),  # one empty payload
+    (Entry(0, 9, "e1"), Entry(0, 9, "e2"), Entry(10, 0, "", payload=b"a"), Entry(11, 0, "", payload=b"")),
+    (Entry(5, 0, "", payload=b"x"), Entry(7, 0, "", payload=b"y")),  # a hole: two runs (the receiver sees the gap)
+    (Entry(5, 0, "s"),),  # a marker alone
+], ids=["one-run", "one-empty", "early-markers", "two-runs", "marker-alone"])
+def test_every_frame_form_decodes_to_its_per_message_form(entries: tuple[Entry, ...]) -> None:
+    batch = pb.ChannelBatch.FromString(encode_frame(entries, runs=True, payload_runs=True).batch.SerializeToString())
+    assert all(not m.HasField("transfer") for m in batch.messages)  # every app message went in a run
+    assert _comparable(_decode_merged("a", "b", batch)) == _per_message(entries)
+
+
+def test_entries_out_of_channel_order_go_one_message_each() -> None:
+    odd = (Entry(5, 0, "", payload=b"a"), Entry(4, 0, "", payload=b"b"))
+    batch = encode_frame(odd, runs=True, payload_runs=True).batch
+    assert not batch.payload_runs and [m.seq for m in batch.messages] == [5, 4]
+
+
+class _Noting:
+    """An engine that notes what `_receive` hands it."""
+
+    def __init__(self) -> None:
+        self.got: list = []
+
+    def receive_batch(self, src, conn_no, messages) -> None:
+        self.got += _comparable(messages)
+
+    def receive_runs(self, src, conn_no, runs) -> None:  # pragma: no cover  (not for an app's frame)
+        raise AssertionError("an app's frame went through the tallies' path")
+
+
+def test_receive_hands_the_engine_the_per_message_form() -> None:
+    for entries in (APP_ENTRIES, APP_ENTRIES[1:2], APP_ENTRIES[3:]):
+        engine = _Noting()
+        _receive(engine, "a", "b", 1, encode_frame(entries, runs=True, payload_runs=True).batch)  # type: ignore[arg-type]
+        assert engine.got == _per_message(entries)
+
+
+@pytest.mark.parametrize("bad, text", [
+    (pb.PayloadRun(first_seq=0, lengths=[1], data=b"x"), "channel a->b: a run of app messages starts at seq 0"),
+    (pb.PayloadRun(first_seq=3, lengths=[1, 2], data=b"xy"),
+     "channel a->b: the run of app messages at seq 3 has lengths adding up to 3 bytes for a buffer of 2"),
+    (pb.PayloadRun(first_seq=3, lengths=[], data=b"\x00"),
+     "channel a->b: the run of app messages at seq 3 has lengths adding up to 0 bytes for a buffer of 1"),
+])
+def test_a_malformed_run_is_refused_naming_the_channel_before_anything_applies(bad, text) -> None:
+    good = pb.PayloadRun(first_seq=1, lengths=[1, 0], data=b"z")
+    for batch in (pb.ChannelBatch(payload_runs=[good, bad]),
+                  pb.ChannelBatch(payload_runs=[good, bad], messages=[pb.ChannelMessage(seq=2, marker=pb.MarkerMessage(
+                      snapshot_id="s"))])):
+        engine = _Noting()
+        with pytest.raises(core.RemoteProtocolError) as refused:
+            _receive(engine, "a", "b", 1, batch)  # type: ignore[arg-type]
+        assert str(refused.value) == text and engine.got == []  # the good run before it did not apply either
 
 
 def test_a_bank_frame_still_goes_as_one_run() -> None:
     entries = tuple(Entry(seq=seq, tally=seq * 10, snapshot_id="") for seq in range(1, 6))
-    batch = encode_frame(entries, runs=True).batch
-    assert not batch.messages and [(r.first_seq, list(r.amounts)) for r in batch.runs] == [(1, [10, 20, 30, 40, 50])]
+    batch = encode_frame(entries, runs=True, payload_runs=True).batch
+    assert not batch.messages and not batch.payload_runs
+    assert [(r.first_seq, list(r.amounts)) for r in batch.runs] == [(1, [10, 20, 30, 40, 50])]
     decoded = list(_decode("a", "b", encode_frame(entries, runs=False).batch.messages))
     assert [(seq, m.tally, type(m) is AppMessage) for seq, m in decoded] == [(s, s * 10, False) for s in range(1, 6)]
