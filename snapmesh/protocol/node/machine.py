@@ -174,11 +174,11 @@ class Node(NodeSteps):
         self.markers_sent = self.markers_received = self.recorded_messages = 0
         self.stale_markers = self.snapshots_completed = self.transfers_received = 0
         if recovered.fresh:
-            self._append(wal.Init(lsn=self.last_lsn + 1, tally=recovered.tally))
+            self._append(wal.Init(lsn=self.last_lsn + 1, tally=recovered.tally, **self._stamp()))
         else:
             if recovered.pending_sends:  # the rest of a step a crash cut short: the replay made them again
                 self._app_sends(recovered.pending_sends)
-            self._append(wal.Restart(lsn=self.last_lsn + 1))
+            self._restarted(recovered)  # a restart record, after a version record if the version changed
 
     # -- queries
 
