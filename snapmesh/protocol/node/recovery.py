@@ -44,7 +44,7 @@ Anything that cannot be trusted raises `CorruptLog` naming `file:line`.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,13 +174,14 @@ _STAMPS = (wal.Init, wal.Checkpoint, wal.AppVersion)
 
 def replay_inputs(
     records: Iterable[tuple[str, wal.Record]], *, node_id: str, incoming: Iterable[str], outgoing: Iterable[str],
-    app: Any, app_params: Mapping[str, Any] | None = None,
+    app: Any, app_params: Mapping[str, Any] | None = None, on_cut: Callable[[wal.Cut, str, bytes], None] | None = None,
 ) -> NonDeterministic | None:
     """The inputs of `records` (segments in order, from an init or a checkpoint)
     through `app`, their sends and replies compared as recovery does, but only
     the first record's checkpoint is restored: the later ones are skipped, so
     the machine never goes through snapshot()/restore(). The first divergence,
-    or None when the app makes the log's every send and reply."""
+    or None when the app makes the log's every send and reply. `on_cut(record,
+    where, state)` is handed the replayed state at every `cut` record."""
     from snapmesh.protocol.node.apphost import Host
 
     replayer = _Replayer(Host(app, node_id=node_id, incoming=tuple(incoming), outgoing=tuple(outgoing), params=app_params))
@@ -192,6 +193,8 @@ def replay_inputs(
                 continue
             first = False
             replayer.step(record, where)
+            if on_cut is not None and type(record) is wal.Cut:
+                on_cut(record, where, replayer.host.snapshot())  # type: ignore[arg-type]
     except NonDeterministic as exc:
         return exc
     return None
