@@ -485,7 +485,7 @@ class Node(NodeSteps):
             if self.overtake:
                 state = self._with_cut(state)
             if self.host is not None:
-                state = dataclasses.replace(state, state=self._app_cuts.pop(state.snapshot_id))
+                state = dataclasses.replace(state, state=self._app_cuts.pop(state.snapshot_id), **self._stamp())
             self._reports.append((self.last_lsn, state.snapshot_id))
             cut_wall = self._cut_wall.pop(state.snapshot_id, 0.0)  # a cut from before a restart: unknown
             self._out.append(Finished(state, self.last_lsn, self.epochs.epoch, _ns(cut_wall), _ns(self.wall_seen)))
