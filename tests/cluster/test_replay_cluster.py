@@ -10,6 +10,7 @@ node started on it with a copy whose version is 2 refuses to start, one line.
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import threading
@@ -112,3 +113,65 @@ def test_a_node_started_with_another_version_refuses_with_one_line(recorded, tmp
     assert started.returncode == 2 and len(lines) == 1, started.stderr
     assert "the log holds records of app 'kvshard' version 1; this code is app 'kvshard' version 2" in lines[0]
     assert "start the code of version 1 again, or restore a stop snapshot" in lines[0]
+
+
+KV_V2 = '''\
+"""kvshard at version 2: its state is b"v2:" + version 1's (a changed encoding), and an upgrade."""
+import dataclasses
+
+from snapmesh.app import App
+from snapmesh.services.app import kvshard
+
+
+class KV2(kvshard.KVShard):
+    def snapshot(self):
+        return b"v2:" + super().snapshot()
+
+    def restore(self, state):
+        if not state.startswith(b"v2:"):
+            raise ValueError("not a version 2 state")
+        super().restore(state[3:])
+
+
+def upgrade(state, from_version):
+    assert from_version == 1, from_version
+    return b"v2:" + state
+
+
+def _v1(view):
+    return dataclasses.replace(view, states={n: s[3:] for n, s in view.states.items()})
+
+
+app = App(name="kvshard", new=KV2, version=2, upgrade=upgrade, workload=kvshard.workload,
+          invariants={name: (lambda view, check=check: check(_v1(view))) for name, check in kvshard.app.invariants.items()})
+'''
+
+
+def test_version_1s_snapshot_restores_into_version_2_upgraded_with_its_invariants(recorded, tmp_path):
+    """The way across today: version 2 on fresh data dirs, the controller's store of version 1's
+    snapshots copied in; RestoreSnapshot upgrades on the controller, and the cluster goes on."""
+    import shutil
+
+    (tmp_path / "kv_v2.py").write_text(KV_V2)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    for part in ("controller/snapshots", "snapshots"):
+        shutil.copytree(recorded / part, fresh / part)
+    old = sorted(p.stem for p in (fresh / "controller" / "snapshots").glob("*.pb"))
+    assert len(old) == 3
+    path = config.write_cluster(fresh / "cluster.toml", nodes=3)
+    with Cluster(path, app="kv_v2:app", env=env_with(tmp_path)) as cluster:
+        with grpc.insecure_channel(cluster.controller_address) as channel:
+            stub = pb_grpc.ControllerStub(channel)
+            target = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=old[-1]), timeout=30)
+            assert (target.app.name, target.app.version) == ("kvshard", 1)
+            done = stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=old[-1]), timeout=120)
+            assert done.status == pb.Restore.RESTORED, done.reason
+            after = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60)
+    assert after.status == pb.Snapshot.COMPLETE, after.reason
+    assert (after.app.name, after.app.version) == ("kvshard", 2)
+    assert all(n.state.startswith(b"v2:") for n in after.nodes)
+    assert [(i.name, i.ok) for i in after.app.invariants] == [("every key exactly once", True)], after.app
+    keys = lambda snapshot, cut: sorted(k for n in snapshot.nodes for k in json.loads(n.state[cut:])["keys"])  # noqa: E731
+    in_flight = sum(len(c.in_flight) for c in target.channels)
+    assert in_flight or keys(after, 3) == keys(target, 0), "every key the snapshot held is held again"
