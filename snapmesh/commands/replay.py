@@ -19,6 +19,9 @@ recorded by a short run in the repository and run this in CI (docs/apps.md).
 The topology and the [app] params come from DATA_DIR/cluster.toml (what
 `cluster up` leaves there) or `--cluster FILE`; without either, from a
 COMPLETE snapshot's channels, else from the logs' records, with no params.
+Each checkpoint's replay runs to the log's end (a state that does not
+round-trip may show only much later), so the cost grows with the segments
+times the log: keep a recorded data dir short, with small segments.
 Exit 0: the code reproduces history; 1: it does not (a line per node that
 differs); 2: bad input, one line (no such directory, no logs, an app that
 does not load, a log that cannot be read).
@@ -78,7 +81,9 @@ class Verdict:
     def line(self) -> str:
         if self.problems:
             return f"{self.node}: " + "\n  ".join(self.problems)
-        return (f"{self.node}: ok, {self.records} records replayed from {', '.join(self.starts)};"
+        checkpoints = sum(start != "init" for start in self.starts)
+        starts = (["init"] if "init" in self.starts else []) + ([f"{checkpoints} checkpoint(s)"] if checkpoints else [])
+        return (f"{self.node}: ok, {self.records} records replayed from {' and from '.join(starts)};"
                 f" {self.cuts} cut(s) reproduce their recorded state")
 
 
