@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "certs": ("snapmesh.commands.certs", "make dev certificates (CA, nodes, controller, client) and a token"),
     "chaos": ("snapmesh.commands.chaos", "a seeded fault campaign on a local cluster, checked against the logs"),
     "trace": ("snapmesh.commands.trace", "the message flow from the logs: a ShiViz log, an SVG or PNG diagram"),
+    "replay": ("snapmesh.commands.replay", "replay the node logs of a data dir through app code, offline (CI)"),
     "ui": ("snapmesh.ui.server", "a read-only web page of the snapshots (overview, history, one snapshot)"),
 }
 

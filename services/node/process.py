@@ -36,7 +36,7 @@ from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
 from snapmesh.serving.datalock import serve_holding
 from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.metrics import NodeMetrics
-from snapmesh.services.node.recovery import CorruptLogError, NonDeterministicError, recover
+from snapmesh.services.node.recovery import CorruptLogError, NonDeterministicError, OtherVersionError, recover
 from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from snapmesh.services.node.channels import MAX_MERGED, MAX_MERGED_PAYLOAD
 from snapmesh.services.node.edge import MAX_BATCH_BYTES, MAX_BATCH_COMMANDS, MAX_COMMAND_BYTES, Edge
@@ -115,8 +115,8 @@ async def _serve_locked(
         )
         pending = PendingReports(cfg.data_dir / f"{node_id}.reports")
         unreported = pending.load()
-    except NonDeterministicError as exc:
-        print(f"snapmesh node: the app is not deterministic, refusing to start: {exc}", file=sys.stderr)
+    except (NonDeterministicError, OtherVersionError) as exc:  # the line names the cause and the ways on
+        print(f"snapmesh node: refusing to start: {exc}", file=sys.stderr)
         return 2
     except CorruptLogError as exc:
         print(f"snapmesh node: corrupt transfer log, refusing to start: {exc}", file=sys.stderr)

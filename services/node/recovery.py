@@ -34,7 +34,12 @@ class CorruptLogError(ValueError):
 
 
 class NonDeterministicError(CorruptLogError):
-    """A replay through the app sent other messages than the log holds; the message names the file:line and lsn."""
+    """A replay through the app sent other messages than the log holds; the message names the file:line and lsn,
+    and the likely cause (`diagnose`)."""
+
+
+class OtherVersionError(CorruptLogError):
+    """The log holds records of another version of the app than the code's; the message names both and the ways on."""
 
 
 def next_path(path: Path) -> Path:
@@ -91,12 +96,50 @@ def recover(
                 handle.flush()
                 os.fsync(handle.fileno())
     try:
-        records = ((where, wal.parse(raw, where, node_id=node_id)) for where, raw in lines)
+        records = [(where, wal.parse(raw, where, node_id=node_id)) for where, raw in lines]
         return recovery.recover(
             records, node_id=node_id, initial_tally=initial_tally, incoming=incoming, outgoing=outgoing,
             app=app, app_params=app_params,
         )
     except recovery.NonDeterministic as exc:
-        raise NonDeterministicError(str(exc)) from None
+        assert app is not None  # only a replay through an app diverges
+        from_checkpoint = bool(records) and type(records[0][1]) is wal.Checkpoint
+        raise NonDeterministicError(
+            diagnose(exc, path, node_id, app, incoming, outgoing, app_params, from_checkpoint)
+        ) from None
+    except recovery.OtherVersion as exc:
+        raise OtherVersionError(str(exc)) from None
     except (wal.CorruptRecord, recovery.CorruptLog) as exc:
         raise CorruptLogError(str(exc)) from None
+
+
+def whole_log(directory: Path, node_id: str) -> list[tuple[str, wal.Record]] | None:
+    """Every record of `node_id`'s log in `directory`, sealed segments then the
+    active one, if it still holds its start (an init at lsn 1); else None."""
+    names = os.listdir(directory)
+    records: list[tuple[str, wal.Record]] = []
+    for name in wal.segment_order(names, node_id):
+        lines, _ = wal.split_lines((directory / name).read_bytes(), str(directory / name))
+        records += [(where, wal.parse(raw, where, node_id=node_id)) for where, raw in lines]
+    if not records or type(records[0][1]) is not wal.Init or records[0][1].lsn != 1:
+        return None
+    return records
+
+
+def diagnose(
+    diverged: recovery.NonDeterministic, path: Path, node_id: str, app: App, incoming: tuple[str, ...],
+    outgoing: tuple[str, ...], app_params: Mapping[str, Any], from_checkpoint: bool,
+) -> str:
+    """The refusal's one line: the divergence and its likely cause (recovery.cause). A replay
+    that diverged from a checkpoint is tried again from the log's start, if the log still holds it."""
+    from_start: recovery.NonDeterministic | None | bool = False
+    if from_checkpoint:
+        try:
+            records = whole_log(path.parent, node_id)
+            if records is not None:
+                from_start = recovery.replay_inputs(
+                    records, node_id=node_id, incoming=incoming, outgoing=outgoing, app=app, app_params=app_params
+                )
+        except (OSError, wal.CorruptRecord, recovery.CorruptLog) as exc:  # the diagnosis only: say the first line
+            log.warning("%s: cannot replay the log from its start to name the cause: %s", path, exc)
+    return recovery.cause(diverged, from_checkpoint=from_checkpoint, from_start=from_start, version=app.version)

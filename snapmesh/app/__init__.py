@@ -38,6 +38,15 @@ A6. A restore makes a fresh machine with `new(info)`, calls `restore(state)`
     with the recorded bytes, then hands it the messages recorded in flight
     towards it, per channel in order, through `on_message`. Then new work starts.
 
+Versions. `version` (an int, default 1) names the encoding of the app's state and
+messages. The log's init and checkpoint records and every snapshot carry the
+app's name and version; a node whose log holds another version refuses to start
+(replay through other code is never silent). `upgrade(state, from_version)`
+turns a state an older version's `snapshot()` made into this version's bytes,
+and `upgrade_message(payload, from_version)` does the same for a message in
+flight; a restore of an older snapshot runs them on the controller, before any
+node changes, and checks the invariants on what they made.
+
 Checks over a snapshot take a `View` (the states and the in-flight payloads of
 one consistent cut): `invariants` return a list of problems ([] means it holds),
 `describe` a JSON-able summary, `views` rows for Spark, whose `sql_invariants`
@@ -194,7 +203,9 @@ def _check_app(app: App, where: str) -> None:
             if not isinstance(name, str) or (not isinstance(value, str) if wanted is str else not callable(value)):
                 what = "a SQL string" if wanted is str else "callable"
                 raise AppError(f"{where}: {kind}[{name!r}] must be {what}, got {type(value).__name__}")
-    for kind in ("describe", "workload"):
+    if not isinstance(app.version, int) or isinstance(app.version, bool) or app.version < 1:
+        raise AppError(f"{where}: version must be a positive int (1, 2, ...), got {app.version!r}")
+    for kind in ("describe", "workload", "upgrade", "upgrade_message"):
         if getattr(app, kind) is not None and not callable(getattr(app, kind)):
             raise AppError(f"{where}: {kind} must be callable or None, got {type(getattr(app, kind)).__name__}")
 
@@ -212,6 +223,9 @@ class App:
     # workload(nodes: Sequence[NodeInfo], rng: random.Random) -> Iterator[(node_id, command bytes)]: endless
     # commands for `snapmesh app --app X`, rng the only randomness; a refusal is an answer, counted, not a failure.
     workload: Callable[..., Any] | None = None
+    version: int = 1  # the encoding of the state and messages; bump it when either changes
+    upgrade: Callable[[bytes, int], bytes] | None = None  # (state, from_version) -> this version's state
+    upgrade_message: Callable[[bytes, int], bytes] | None = None  # (payload, from_version) -> this version's payload
 
     def __post_init__(self) -> None:
         _check_app(self, f"App {self.name!r}")

@@ -11,7 +11,10 @@ consistent cut (the global state at an instant), the state a Chandy-Lamport
 snapshot records without stopping anything. `Cluster.restore(view)` does what a
 restore does to the app (rule A6 of snapmesh.app), and `Cluster.replay(node)`
 what recovery does (A2): a fresh machine, the checkpoint, the logged inputs, and
-the sends compared with the log. `Cluster.command` keeps rule A4 as the node
+the sends compared with the log. `Cluster.shadow(node)` checks the round trip
+of `snapshot()`/`restore()`: a machine restored from the node's snapshot() takes
+the node's next inputs beside it and must reply and send exactly as it does
+(`run` shadows a random node now and then). `Cluster.command` keeps rule A4 as the node
 does: a refused command leaves the state as it was, whatever the app changed
 before it refused or raised. The framework holds a running app to the same
 rules; this module finds a broken one in a unit test. One seeded
@@ -28,6 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from snapmesh.app import App, AppError, Context, NodeInfo, Refused, View, check_invariants, new_machine
+
+
+class RoundTripBroken(AppError):
+    """A machine restored from `snapshot()` replied or sent otherwise than the original: the state does not round-trip."""
 
 
 class InvariantBroken(AssertionError):
@@ -52,6 +59,7 @@ class RunStats:
     delivered: int = 0
     replays: int = 0
     restores: int = 0
+    shadows: int = 0
 
 
 class Cluster:
@@ -75,6 +83,7 @@ class Cluster:
         self._clear_channels()
         self.checkpoints = {n: self.snapshot(n) for n in nodes}
         self.logs: dict[str, list[Logged]] = {n: [] for n in nodes}
+        self.shadows: dict[str, list[Any]] = {}  # node -> [machine restored from its snapshot(), inputs it took]
 
     # ---- steps
     def command(self, node: str, command: bytes) -> bytes:
@@ -85,10 +94,12 @@ class Cluster:
             reply = self.machines[node].on_command(command, ctx)
             if not isinstance(reply, bytes):
                 raise AppError(f"node {node}: on_command returned {type(reply).__name__}, not bytes")
-        except Exception:
+        except Exception as exc:
             self.machines[node] = new_machine(self.app, self.infos[node])
             self.machines[node].restore(before)
+            self._shadow_step(node, "", command, _outcome(exc), ())
             raise
+        self._shadow_step(node, "", command, reply, tuple(ctx.sends))
         self._took(node, Logged("command", "", command, tuple(ctx.sends)))
         return reply
 
@@ -97,7 +108,43 @@ class Cluster:
         _, payload = self.queues[(src, dst)].popleft()
         ctx = Context(dst, self.infos[dst].peers_out)
         self.machines[dst].on_message(src, payload, ctx)
+        self._shadow_step(dst, src, payload, b"", tuple(ctx.sends))
         self._took(dst, Logged("message", src, payload, tuple(ctx.sends)))
+
+    def shadow(self, node: str) -> None:
+        """From now on, a machine restored from `node`'s snapshot() takes `node`'s inputs beside it
+        and must reply and send exactly as the node does: RoundTripBroken names the first input where not."""
+        copy = new_machine(self.app, self.infos[node])
+        copy.restore(self.snapshot(node))
+        self.shadows[node] = [copy, 0]
+
+    def _shadow_step(self, node: str, src: str, data: bytes, reply: Any, sends: tuple) -> None:
+        if node not in self.shadows:
+            return
+        copy, taken = self.shadows[node]
+        self.shadows[node][1] = taken + 1
+        ctx = Context(node, self.infos[node].peers_out)
+        before = copy.snapshot() if not src else b""
+        try:
+            if src:
+                copy.on_message(src, data, ctx)
+                got: Any = b""
+            else:
+                got = copy.on_command(data, ctx)
+        except Exception as exc:
+            got = _outcome(exc)
+            if not src:
+                self.shadows[node][0] = copy = new_machine(self.app, self.infos[node])
+                copy.restore(before)
+        got_sends = () if isinstance(got, str) else tuple(ctx.sends)
+        if (got, got_sends) != (reply, sends):
+            what = f"the message from {src} {data[:40]!r}" if src else f"the command {data[:40]!r}"
+            del self.shadows[node]
+            raise RoundTripBroken(
+                f"node {node}: input {taken + 1} after snapshot() ({what}): the machine restored from snapshot()"
+                f" replied {_shown(got)} and sent {list(got_sends)}; the original replied {_shown(reply)} and sent"
+                f" {list(sends)}: snapshot()/restore() do not round-trip the state the machine depends on"
+            )
 
     def pending(self) -> list[tuple[str, str]]:
         """The channels with a message queued, in order."""
@@ -130,6 +177,7 @@ class Cluster:
         if set(view.states) != set(self.machines):
             raise AppError(f"the view's nodes {sorted(view.states)} are not the cluster's {sorted(self.machines)}")
         self._clear_channels()
+        self.shadows.clear()
         for node, state in view.states.items():
             self.machines[node] = new_machine(self.app, self.infos[node])
             self.machines[node].restore(state)
@@ -162,6 +210,7 @@ class Cluster:
         if machine.snapshot() != self.snapshot(node):
             raise AppError(f"node {node}: the replay of {len(self.logs[node])} inputs ends in another state")
         self.machines[node] = machine
+        self.shadows.pop(node, None)
 
     # ---- inside
     def _clear_channels(self) -> None:
@@ -176,15 +225,21 @@ class Cluster:
 
 
 def run(cluster: Cluster, *, seed: int, steps: int, commands: Iterator[tuple[str, bytes]] | None = None,
-        command_share: float = 0.3, replay_share: float = 0.0, restore_share: float = 0.0) -> RunStats:
+        command_share: float = 0.3, replay_share: float = 0.0, restore_share: float = 0.0,
+        shadow_share: float = 0.02) -> RunStats:
     """A seeded random schedule of commands (the app's workload unless given) and deliveries.
 
     After every step the app's invariants are checked on the cut the cluster is
     in. With `replay_share`, a random node is recovered by replay (its sends
     checked); with `restore_share`, the cluster is restored to a cut taken
-    earlier in the run. A failure raises, naming the seed and the step.
+    earlier in the run. With `shadow_share`, a random node is shadowed
+    (`Cluster.shadow`: its snapshot() must round-trip). A failure raises,
+    naming the seed and the step.
     """
     rng = random.Random(seed)
+    # The shadows draw from their own generator (still the seed's alone), so the schedule a seed
+    # gives stays the one it gave before shadows existed.
+    shadows = random.Random(seed + 0x5AD0)
     stats = RunStats(seed=seed)
     if commands is None:
         if cluster.app.workload is None:
@@ -211,15 +266,28 @@ def run(cluster: Cluster, *, seed: int, steps: int, commands: Iterator[tuple[str
             else:
                 cluster.deliver(*rng.choice(pending))
                 stats.delivered += 1
+            if shadow_share and shadows.random() < shadow_share:
+                cluster.shadow(shadows.choice(sorted(cluster.machines)))
+                stats.shadows += 1
             view = cluster.view(f"step-{step}")
         except AppError as exc:
-            raise AppError(f"seed {seed}, step {step}: {exc}") from exc
+            kind = RoundTripBroken if isinstance(exc, RoundTripBroken) else AppError
+            raise kind(f"seed {seed}, step {step}: {exc}") from exc
         broken = {name: problems for name, problems in check_invariants(cluster.app, view).items() if problems}
         if broken:
             raise InvariantBroken(f"seed {seed}, step {step}: {broken}")
         if restore_share and rng.random() < 0.05:
             cuts.append(view)
     return stats
+
+
+def _outcome(exc: Exception) -> str:
+    """A step that did not reply, as compared between a machine and its shadow."""
+    return f"refused {exc.code}" if isinstance(exc, Refused) else f"raised {type(exc).__name__}"
+
+
+def _shown(reply: Any) -> str:
+    return reply if isinstance(reply, str) else repr(reply[:40])
 
 
 _SQL_TYPES = {bool: "BOOLEAN", int: "BIGINT", float: "DOUBLE", str: "VARCHAR", bytes: "BLOB"}

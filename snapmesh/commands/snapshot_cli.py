@@ -204,7 +204,8 @@ def render_app(snapshot, about) -> list[str]:
     app's `describe` returns (or why there is nothing: snapmesh.checking.described)."""
     from snapmesh.checking import described
 
-    lines = [f"app {snapshot.app.spec}", _table(["invariant", "verdict"], described.verdicts(snapshot))]
+    recorded_by = f" ({snapshot.app.name} version {snapshot.app.version or 1})" if snapshot.app.name else ""
+    lines = [f"app {snapshot.app.spec}{recorded_by}", _table(["invariant", "verdict"], described.verdicts(snapshot))]
     if about is None:
         return lines
     if about.summary is None:

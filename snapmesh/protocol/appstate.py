@@ -18,6 +18,11 @@ V2. A check that raises or returns something other than a list is a failed
 V3. The bank's fields stay the bank's: an app's nodes and messages carry no tally,
     so an app snapshot's `total` is 0, its `expected_total` too, and it is `conserved`; whether it
     may be restored is its invariants' call (snapmesh.protocol.controller.machine.problem).
+V5. A COMPLETE snapshot says which app and version recorded it: each node's entry
+    its report's (`app_name`, `app_version`), and `Snapshot.app` the nodes' one
+    name and their version (the oldest, when they differ: a restore upgrades each
+    part from its own). A restore into other code upgrades it first
+    (snapmesh/protocol/upgrade.py).
 V4. Which side checks a cluster's snapshots (`side_for`): the bank's own (None: the
     tracker's default) for the bank; else the app's. An app the controller cannot
     load is a refusal when it was asked for by name (`--app`: the AppError goes
@@ -95,7 +100,8 @@ class AppChecker:
     def node(self, entry: pb.NodeBalance, state: pb.FullState) -> int:
         """An app node keeps no native tally (it reports 0, snapmesh/protocol/reports.py):
         its entry's native field stays 0 and it adds nothing; the state bytes are
-        the tracker's to keep."""
+        the tracker's to keep, the app's name and version the entry's (V5)."""
+        entry.app_name, entry.app_version = state.app_name, state.app_version
         return 0
 
     def item_columns(self, items: Sequence[pb.InFlightTransfer]) -> tuple[Sequence, ...]:
@@ -128,6 +134,9 @@ class AppChecker:
         verdict = snapshot.app
         verdict.Clear()
         verdict.spec = self.spec
+        names = sorted({n.app_name for n in snapshot.nodes if n.app_name})
+        verdict.name = names[0] if names else (self.app.name if self.app is not None else "")
+        verdict.version = min((n.app_version or 1 for n in snapshot.nodes), default=1)
         if self.app is None:
             verdict.status = UNCHECKED
             snapshot.reason = f"unchecked: {self.why}" if self.why else "unchecked"

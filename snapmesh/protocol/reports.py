@@ -36,6 +36,7 @@ def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0,
     )
     if state.state is not None:  # an app's node
         message.state = state.state
+        message.app_name, message.app_version = state.app, state.version
     if state.positions:
         message.snapshot_mode = "overtake"
         message.positions.extend(pb.ChannelPosition(src=src, dst=node_id, seq=seq) for src, seq in state.positions.items())

@@ -84,7 +84,20 @@ class Record:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Init(Record):
     KIND: ClassVar[str] = "init"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"app", "version"})
     tally: int
+    app: str = ""  # the hosted app's name ("": the bank, or a log from before versions)
+    version: int = 0  # its version (0, omitted: 1, as every app was before versions)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AppVersion(Record):
+    """From here on the log holds the records of `app` at `version`: written
+    when a node starts with another version than its log's last one."""
+
+    KIND: ClassVar[str] = "version"
+    app: str
+    version: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -184,7 +197,9 @@ class Checkpoint(Record):
     """
 
     KIND: ClassVar[str] = "checkpoint"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"epoch", "cuts", "restored", "restored_tally", "state"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset(
+        {"epoch", "cuts", "restored", "restored_tally", "state", "app", "version"}
+    )
     tally: int
     next_seq: dict
     acked: dict
@@ -197,6 +212,8 @@ class Checkpoint(Record):
     restored: str = ""
     restored_tally: int = 0
     state: str = ""  # the hosted app's snapshot() bytes, base64 (an app node; the bank: empty)
+    app: str = ""  # as Init's: the app whose state this is, and its version (0: 1)
+    version: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -288,7 +305,7 @@ recv_record = _recv_maker()
 
 
 KNOWN: tuple[type[Record], ...] = (
-    Init, Restart, Send, Recv, Cut, MarkerSent, MarkerRecv, Abort, Checkpoint, Restore, Replay, Command,
+    Init, Restart, Send, Recv, Cut, MarkerSent, MarkerRecv, Abort, Checkpoint, Restore, Replay, Command, AppVersion,
 )
 BY_KIND: dict[str, type[Record]] = {cls.KIND: cls for cls in KNOWN}
 KINDS = frozenset(BY_KIND)

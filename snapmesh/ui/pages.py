@@ -323,7 +323,8 @@ def _app(s: pb.Snapshot, d: described_.Described | None) -> str:
         summary = ("<table id='described'>" + "".join(
             f"<tr data-key='{escape(k)}'><td>{escape(k)}</td><td>{escape(v)}</td></tr>"
             for k, v in described_.rows(d.summary)) + "</table>")
-    return (f"<section id='app'><h2>App {escape(s.app.spec)}</h2>"
+    version = f" <span id='app-version'>({escape(s.app.name)} version {s.app.version or 1})</span>" if s.app.name else ""
+    return (f"<section id='app'><h2>App {escape(s.app.spec)}{version}</h2>"
             f"<h3>Invariants</h3><table id='invariants'>{checks or '<tr><td>none</td></tr>'}</table>"
             f"<h3>What the app describes (its describe)</h3>{summary}</section>")
 

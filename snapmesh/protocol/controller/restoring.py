@@ -17,6 +17,12 @@ R4. A key answers its own restore (running: join it; finished: its answer, once
     restore becomes that restore's: its `joined` record is journaled (the call
     is answered once it is durable), and after a restart every kept key, oldest
     first, is taken back with the restore it started or joined.
+R6. A snapshot of an older version of the app is upgraded for the code the
+    controller loaded (snapmesh/protocol/upgrade.py) before
+    the gate decides: a refused upgrade (no upgrade(), a version going
+    backwards, an upgrade that raises, an invariant it breaks) is the
+    restore's refusal, so no epoch moves and no node hears of it. A resumed
+    restore upgrades again (a pure function: the same parts).
 R5. Every call that starts or joins a restore is answered by it (AnswerRestore),
     once its outcome is durable: a call of a running restore when it settles; a
     call that joins a restore that ended (its outcome not yet settled) and a
@@ -32,6 +38,8 @@ from snapmesh.protocol.controller.effects import RESTORE, AnswerRestore, Barrier
 from snapmesh.protocol.controller.restoreplan import plan, problem, with_app_fields
 from snapmesh.protocol.controller.tracker import Now
 from snapmesh.protocol.retry import Failed
+from snapmesh.protocol import upgrade
+from snapmesh.protocol.upgrade import UpgradeRefused
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
@@ -53,7 +61,13 @@ class Restoring:
         else:
             if snapshot_id and snapshot_id != snapshot.snapshot_id:
                 raise ValueError(f"restore: snapshot_id {snapshot_id!r} is not the snapshot's ({snapshot.snapshot_id!r})")
-            decision = self.gate.request(snapshot.snapshot_id, request_id, now.wall, problem(snapshot))
+            why = problem(snapshot)
+            if not why:
+                try:
+                    snapshot = upgrade.for_side(self.tracker.side, snapshot)  # R6: before the gate, so a refusal changes nothing
+                except UpgradeRefused as exc:
+                    why = f"cannot restore into this code: {exc}"
+            decision = self.gate.request(snapshot.snapshot_id, request_id, now.wall, why)
         if isinstance(decision, restoregate.Join) and decision.joined_key:
             running = self.last_restore  # RESTORING, or already ended with its record not yet durable
             assert running is not None, "the gate joined a restore the machine does not know"
@@ -81,6 +95,14 @@ class Restoring:
         assert started is not None and started.status == pb.Restore.RESTORING, "nothing to resume"
         self.tracker.epoch = max(self.tracker.epoch, started.epoch)
         self.to_resume = ""
+        try:
+            snapshot = upgrade.for_side(self.tracker.side, snapshot)  # R6, again
+        except UpgradeRefused as exc:  # the code changed since the restore began: no node can take its part
+            self._parts, self._answers = {n.node_id: pb.RestoreStateRequest() for n in snapshot.nodes}, {}
+            when = Now(mono=0.0, wall=started.started_at.ToNanoseconds() / 1e9)  # resume has no clock; the start's
+            for node in sorted(self._parts):
+                self.node_restored(node, f"cannot restore into this code: {exc}", when)
+            return
         self._send_parts(snapshot, started)
 
     def _send_parts(self, snapshot: pb.Snapshot, started: pb.Restore) -> None:

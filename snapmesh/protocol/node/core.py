@@ -192,6 +192,8 @@ class FullState:
     # outgoing dst -> unacked transfers at the cut, as the link holds them (link.Entry: seq, tally)
     outbox: Mapping[str, tuple] = field(default_factory=dict)
     state: bytes | None = None  # an app's snapshot() at this node's cut (None: no app; `tally` holds the state)
+    app: str = ""  # the app's name and version that made `state` ("", 0: no app)
+    version: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -174,11 +174,11 @@ class Node(NodeSteps):
         self.markers_sent = self.markers_received = self.recorded_messages = 0
         self.stale_markers = self.snapshots_completed = self.transfers_received = 0
         if recovered.fresh:
-            self._append(wal.Init(lsn=self.last_lsn + 1, tally=recovered.tally))
+            self._append(wal.Init(lsn=self.last_lsn + 1, tally=recovered.tally, **self._stamp()))
         else:
             if recovered.pending_sends:  # the rest of a step a crash cut short: the replay made them again
                 self._app_sends(recovered.pending_sends)
-            self._append(wal.Restart(lsn=self.last_lsn + 1))
+            self._restarted(recovered)  # a restart record, after a version record if the version changed
 
     # -- queries
 
@@ -485,7 +485,7 @@ class Node(NodeSteps):
             if self.overtake:
                 state = self._with_cut(state)
             if self.host is not None:
-                state = dataclasses.replace(state, state=self._app_cuts.pop(state.snapshot_id))
+                state = dataclasses.replace(state, state=self._app_cuts.pop(state.snapshot_id), **self._stamp())
             self._reports.append((self.last_lsn, state.snapshot_id))
             cut_wall = self._cut_wall.pop(state.snapshot_id, 0.0)  # a cut from before a restart: unknown
             self._out.append(Finished(state, self.last_lsn, self.epochs.epoch, _ns(cut_wall), _ns(self.wall_seen)))

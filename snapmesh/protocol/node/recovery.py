@@ -29,7 +29,14 @@ What is rebuilt:
   at `init`), then every `command`, `recv` and `replay` replayed through it;
   each replay's sends must be the `send` records that follow it
   (`NonDeterministic` names the lsn otherwise). Sends a crash cut off the end
-  of the log are `pending_sends`: the node logs them before anything else.
+  of the log are `pending_sends`: the node logs them before anything else;
+- the app's name and version the log's records were written by (`init`,
+  `checkpoint` and `version` records; none: version 1). Replay through other
+  code is never silent: an app node whose log names another version (or app)
+  than its code's refuses to start (`OtherVersion`), naming both and the ways
+  on. `replay_inputs` replays a whole log from its start, skipping the later
+  checkpoints, to tell a `snapshot()` that does not round-trip from code that
+  changed or is not deterministic (`cause`).
 
 Anything that cannot be trusted raises `CorruptLog` naming `file:line`.
 """
@@ -37,7 +44,7 @@ Anything that cannot be trusted raises `CorruptLog` naming `file:line`.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +65,35 @@ class NonDeterministic(CorruptLog):
     """Replaying the log through the hosted app did not make the sends (or the
     reply) the log holds: the app is not deterministic, or not the app that
     wrote the log. The node refuses to start; the message names the position."""
+
+
+class OtherVersion(CorruptLog):
+    """The log holds records of another version (or app) than the code that
+    would replay them: the node refuses to start; the message names both."""
+
+
+def ways_on(version: int) -> str:
+    """The two ways on from a log the code cannot replay (docs/apps.md, "Versions and upgrades")."""
+    return (f"either start the code of version {version} again, or restore a stop snapshot into the new code,"
+            " whose upgrade() carries the state over (docs/apps.md, Versions and upgrades)")
+
+
+def cause(diverged: NonDeterministic | str, *, from_checkpoint: bool, from_start: NonDeterministic | None | bool,
+          version: int) -> str:
+    """The one line a node refusing to start says: where replay diverged and why it may have.
+
+    `from_start`: the replay of the whole log from its init (`replay_inputs`):
+    None when it agrees, the divergence when not, False when the log no longer
+    holds its start. Only a replay from a checkpoint that diverges while the
+    replay from the start agrees proves `snapshot()`/`restore()` wrong."""
+    diverged = str(diverged).replace(" (is the app deterministic?)", "")  # the cause is named below
+    if from_checkpoint and from_start is None:
+        return (f"{diverged}; replayed from the log's start instead, the app makes every logged send:"
+                " its snapshot()/restore() do not round-trip the state the machine depends on"
+                " (snapmesh.app.testing's Cluster.shadow finds the first input that shows it)")
+    both = "; replayed from the log's start it diverges too" if from_checkpoint and from_start else ""
+    return (f"{diverged}{both}: the app's code changed (then bump its version) or it is not deterministic"
+            f" (snapmesh.app rule A2); {ways_on(version)}")
 
 
 @dataclass(slots=True)
@@ -81,6 +117,8 @@ class Recovered:
     restored_tally: int = 0  # the tally right after the last restore (recorded + replays)
     host: Any = None  # an app node: its apphost.Host, replayed up to the log's end
     pending_sends: list[tuple[str, bytes]] = field(default_factory=list)  # the app's sends a crash left out of the log
+    app_name: str = ""  # the app the last init, checkpoint or version record names ("": none named)
+    app_version: int = 1  # ... and its version (a record from before versions: 1)
 
     @property
     def restore_incomplete(self) -> bool:
@@ -131,6 +169,35 @@ def recover(
 
 
 _MESSAGES = (wal.Send, wal.Recv, wal.Replay)
+_STAMPS = (wal.Init, wal.Checkpoint, wal.AppVersion)
+
+
+def replay_inputs(
+    records: Iterable[tuple[str, wal.Record]], *, node_id: str, incoming: Iterable[str], outgoing: Iterable[str],
+    app: Any, app_params: Mapping[str, Any] | None = None, on_cut: Callable[[wal.Cut, str, bytes], None] | None = None,
+) -> NonDeterministic | None:
+    """The inputs of `records` (segments in order, from an init or a checkpoint)
+    through `app`, their sends and replies compared as recovery does, but only
+    the first record's checkpoint is restored: the later ones are skipped, so
+    the machine never goes through snapshot()/restore(). The first divergence,
+    or None when the app makes the log's every send and reply. `on_cut(record,
+    where, state)` is handed the replayed state at every `cut` record."""
+    from snapmesh.protocol.node.apphost import Host
+
+    replayer = _Replayer(Host(app, node_id=node_id, incoming=tuple(incoming), outgoing=tuple(outgoing), params=app_params))
+    first = True
+    try:
+        for where, record in records:
+            if type(record) is wal.Checkpoint and not first:
+                replayer.check_stamp(record, where)
+                continue
+            first = False
+            replayer.step(record, where)
+            if on_cut is not None and type(record) is wal.Cut:
+                on_cut(record, where, replayer.host.snapshot())  # type: ignore[arg-type]
+    except NonDeterministic as exc:
+        return exc
+    return None
 
 
 class _Replayer:
@@ -153,6 +220,8 @@ class _Replayer:
                 f"{where}: lsn {record.lsn}: replaying {self.cause}, app {self.host.app.name!r} sent"
                 f" {len(self.expected)} more message(s) than the log holds (is the app deterministic?)"
             )
+        if kind in _STAMPS:
+            self.check_stamp(record, where)
         try:
             if kind is wal.Init:
                 self.host.fresh()
@@ -166,6 +235,17 @@ class _Replayer:
                 self.expected.extend(self.host.message(record.src, payload))  # type: ignore[attr-defined]
         except (core.AppFailed, core.AppRefusal) as exc:
             raise NonDeterministic(f"{where}: lsn {record.lsn}: replaying it, {exc}") from None
+
+    def check_stamp(self, record: Any, where: str) -> None:
+        """Raise OtherVersion if `record` names another app or version than the host's."""
+        app = self.host.app
+        version = record.version or 1
+        if (record.app and record.app != app.name) or version != app.version:
+            named = f"app {record.app!r} version {version}" if record.app else f"version {version}"
+            raise OtherVersion(
+                f"{where}: lsn {record.lsn}: the log holds records of {named}; this code is app {app.name!r}"
+                f" version {app.version}, and replaying another version's records is never silent: {ways_on(version)}"
+            )
 
     def _command(self, record: wal.Command, where: str) -> None:
         self.cause = f"the command at lsn {record.lsn}"
@@ -259,6 +339,9 @@ def _apply(
         if not first:
             raise CorruptLog(f"{where}: a second init record")
         state.tally = record.tally  # type: ignore[attr-defined]
+        state.app_name, state.app_version = record.app, record.version or 1  # type: ignore[attr-defined]
+    elif kind is wal.AppVersion:
+        state.app_name, state.app_version = record.app, record.version or 1  # type: ignore[attr-defined]
     elif kind is wal.Checkpoint:
         if not first:
             raise CorruptLog(f"{where}: a checkpoint must be the first record of its segment")
@@ -310,6 +393,7 @@ def _load_checkpoint(
             _remember(state.cuts, str(sid), int(lsn), ABANDONED_WINDOW)
         state.restored = str(cp.restored)
         state.restored_tally = int(cp.restored_tally)
+        state.app_name, state.app_version = str(cp.app), int(cp.version) or 1
     except (TypeError, ValueError, KeyError) as exc:
         if isinstance(exc, CorruptLog):
             raise

@@ -260,6 +260,21 @@ class NodeSteps:
         else:
             self._out.append(Reply(to, answer, taken_back(answer) or ""))
 
+    # -- the app's name and version in the log (snapmesh.app, Versions)
+
+    def _stamp(self) -> dict:
+        """The app's name and version as init, checkpoint and version records carry them (the bank: none)."""
+        return {} if self.host is None else {"app": self.host.app.name, "version": self.host.app.version}
+
+    def _restarted(self, recovered: Recovered) -> None:
+        """A restart's records: a `version` record first if the log last named another app or version
+        (recovery refuses a log of another version, so today: a log from before versions named none)."""
+        if self.host is not None and (recovered.app_name, recovered.app_version) != (
+            self.host.app.name, self.host.app.version
+        ):
+            self._append(wal.AppVersion(lsn=self.last_lsn + 1, **self._stamp()))
+        self._append(wal.Restart(lsn=self.last_lsn + 1))
+
     # -- segments (N7)
 
     def log_size(self, nbytes: int) -> None:
@@ -290,7 +305,8 @@ class NodeSteps:
         )
         lsn = self.last_lsn + 1
         app_state = wal.pack(self.host.snapshot()) if self.host is not None else ""
-        self._out.append(Seal(self.segment_first, wal.Checkpoint(lsn=lsn, **checkpoint_fields(state), state=app_state)))
+        checkpoint = wal.Checkpoint(lsn=lsn, **checkpoint_fields(state), state=app_state, **self._stamp())
+        self._out.append(Seal(self.segment_first, checkpoint))
         self.segment_first = self.last_lsn = lsn
         self._segment_count = 1  # the checkpoint
         self._segment_size = 0  # until the shell reports the new segment's size (log_size)
