@@ -1,12 +1,13 @@
 """The request-id window through the node's gRPC servicer (in-process engine, a real
 transfer log; snapmesh/protocol/node/requests.py W2, W5, W6).
 
-- The same request_id with another Transfer, another TransferBatch item or
-  another Submit is INVALID_ARGUMENT naming the id, and nothing is paid or
-  run; the identical retry still gets the first answer.
-- A Submit replayed after a restore moved the node to epoch 2 answers epoch 1,
-  the one its command ran in (the proto's "the node's epoch when it ran the
-  command").
+- The same request_id with another Transfer, another TransferBatch item,
+  another Submit or another SubmitBatch item is INVALID_ARGUMENT naming the
+  id, and nothing is paid or run; the identical retry still gets the first
+  answer.
+- A Submit (or SubmitBatch item) replayed after a restore moved the node to
+  epoch 2 answers epoch 1, the one its command ran in (the proto's "the
+  node's epoch when it ran the command").
 - The gauge snapmesh_request_window_bytes shows the bytes the window holds.
 """
 
@@ -80,6 +81,13 @@ async def _submits(tmp_path: Path) -> None:
         refused = await _answer(servicer.Submit(pb.SubmitRequest(command=other, request_id="c-1"), ServicerContext()), log)
         assert isinstance(refused, Aborted) and refused.code is grpc.StatusCode.INVALID_ARGUMENT, refused
         assert "'c-1'" in refused.details
+        batch = pb.SubmitBatchRequest(items=[pb.SubmitRequest(command=put, request_id="c-1"),
+                                             pb.SubmitRequest(command=b"{}", request_id="c-9")])
+        replayed, _ = (await _answer(servicer.SubmitBatch(batch, ServicerContext()), log)).results
+        assert (replayed.code, replayed.replayed, replayed.epoch) == (0, True, 1), replayed
+        batch = pb.SubmitBatchRequest(items=[pb.SubmitRequest(command=other, request_id="c-1")])
+        [item] = (await _answer(servicer.SubmitBatch(batch, ServicerContext()), log)).results
+        assert item.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and "'c-1'" in item.message
         get = json.dumps({"op": "get", "key": "p1/a"}).encode()
         value = await _answer(servicer.Submit(pb.SubmitRequest(command=get), ServicerContext()), log)
         assert json.loads(value.reply)["value"] == 1, "the other command ran"
