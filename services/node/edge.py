@@ -94,6 +94,12 @@ def taken_back_text(node_id: str, snapshot_id: str, undone: str) -> str:
             f"{undone}; retrying (same request_id) {again}")
 
 
+def _reply(answer: Submitted) -> Reply:
+    """A command's answer, with the epoch it ran in: a retry's may be older than the
+    node's now (requests.py W6; 0 there: an id from before it, the node's epoch now)."""
+    return Reply(answer.reply, answer.repeated, answer.ran_in or answer.epoch)
+
+
 class Edge:
     """Commands into one node's app (rules E1-E6). The node process owns one, beside its engine."""
 
@@ -118,7 +124,7 @@ class Edge:
         reply = await self._replied(waiting)
         if reply.taken_back:
             raise self._aborted(reply.taken_back)
-        return Reply(answer.reply, answer.repeated, answer.epoch)
+        return _reply(answer)
 
     async def submit_many(
         self, items: Sequence[tuple[str, bytes] | tuple[str, bytes, int]]
@@ -156,7 +162,7 @@ class Edge:
         await engine.wait_for_room({dst for _, answer in done for dst in answer.sent_to}, FLOW_CONTROL_WAIT_S)
         reply = await self._replied(waiting)
         for (i, answer), snapshot_id in zip(done, reply.taken_back, strict=True):
-            results[i] = self._aborted(snapshot_id) if snapshot_id else Reply(answer.reply, answer.repeated, answer.epoch)
+            results[i] = self._aborted(snapshot_id) if snapshot_id else _reply(answer)
         return results  # type: ignore[return-value]  (every slot is filled above)
 
     def _check_app(self) -> None:

@@ -86,6 +86,7 @@ class Engine:
         self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
         metrics.tally.set(node.tally)
         metrics.epoch.set(node.epoch)
+        metrics.request_window_bytes.set(node.request_window_bytes)
         self._run()
 
     # -- local inputs
@@ -400,6 +401,7 @@ class Engine:
                 self.outgoing[dst].room.set()
         m.tally.set(node.tally)
         m.segment_bytes.set(self.log.active_bytes)  # the checkpoint included: what the disk holds
+        m.request_window_bytes.set(node.request_window_bytes)
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()

@@ -117,6 +117,12 @@ class NodeMetrics:
             node_id
         )
 
+        self.request_window_bytes = Gauge(
+            "snapmesh_request_window_bytes",
+            "Bytes the request-id window holds: retry keys, their answers and digests (limit: reply_window_bytes)",
+            ["node"], registry=r,
+        ).labels(node_id)
+
     def initialise(self, *, incoming: Iterable[str], outgoing: Iterable[str], codes: Iterable[str]) -> None:
         """Create the labelled series known up front at 0, so that rates and alerts
         have data before the first event (Prometheus' advice for known labels)."""

@@ -164,6 +164,7 @@ async def _serve_locked(
         recording_ttl=2 * cfg.controller.snapshot_deadline_s,
         segment_records=cfg.segment_records,
         segment_bytes=cfg.segment_bytes,
+        reply_window_bytes=cfg.reply_window_bytes,
         snapshot_mode=cfg.snapshot_mode,
         now=asyncio.get_running_loop().time(),
         wall=time.time(),  # the request-id window's clock (it outlives restarts)

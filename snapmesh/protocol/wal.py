@@ -189,8 +189,9 @@ class Checkpoint(Record):
       each [seq, tally, snapshot_id] (tally 0 for a marker, "" for a transfer);
     abandoned: snapshot ids a restart must treat as abandoned (recent ones);
     requests: client request_id -> [msg_id, tally after, wall-clock seconds
-      paid, lsn of its send record] (the window, snapmesh/protocol/node/requests.py; older
-      logs: [msg_id, tally after]);
+      paid, lsn of its send record, digest of the request, epoch paid in]
+      (the window, snapmesh/protocol/node/requests.py; older logs: [msg_id,
+      tally after], then without the digest and epoch);
     cuts: snapshot id -> the lsn of its cut here (recent ones);
     restored, restored_tally: the last restore's snapshot id and the tally
       right after it (its answer to a repeated RestoreState).

@@ -6,14 +6,12 @@ The reference, every key with its default: docs/cluster-file.md
 TOML: top-level settings (`data_dir`, `channels`, the limits), `[controller]`, `[[nodes]]`; optional
 `[tls]` and `[auth]` (mutual TLS, client names, the token) and `[app]` (default: the bank).
 
-Environment overrides, for containers: SNAPMESH_DATA_DIR replaces `data_dir`;
-SNAPMESH_BIND_HOST is the address every server binds to (default: its `host`),
-so a container can listen on 0.0.0.0 while peers dial it by service name;
-SNAPMESH_TLS_DIR=D turns TLS and the token on with the files `snapmesh certs`
-writes into D (D/ca.pem, D/{name}.pem, D/{name}-key.pem, D/client.pem,
-D/client-key.pem, D/token), in place of the file's [tls] paths and token_file.
-SNAPMESH_APP=module:attr is the app in place of [app].module (how `snapmesh
-cluster up --app` tells its children; [app]'s params stay the file's).
+Environment overrides, for containers: SNAPMESH_DATA_DIR replaces `data_dir`; SNAPMESH_BIND_HOST is the
+address every server binds to (default: its `host`), so a container can listen on 0.0.0.0 while peers dial
+it by service name; SNAPMESH_TLS_DIR=D turns TLS and the token on with the files `snapmesh certs` writes
+into D (D/ca.pem, D/{name}.pem, D/{name}-key.pem, D/client.pem, D/client-key.pem, D/token), in place of the
+file's [tls] paths and token_file. SNAPMESH_APP=module:attr is the app in place of [app].module (how
+`snapmesh cluster up --app` tells its children; [app]'s params stay the file's).
 
 A malformed file raises `ConfigError` naming the file and the field.
 
@@ -34,12 +32,11 @@ from typing import Any
 
 import tomli_w
 
-from snapmesh.settings.appsettings import AppSettings as AppSettings
+from snapmesh.settings.appsettings import AppSettings as AppSettings, app_named as app_named, runs_bank as runs_bank
 from snapmesh.settings.appsettings import check_app_spec, parse_app
-from snapmesh.settings.appsettings import app_named as app_named
-from snapmesh.settings.appsettings import runs_bank as runs_bank
 from snapmesh.settings.access import CLIENT_NAME, CONTROLLER_NAME, parse_clients
 from snapmesh.settings.ports import free_ports
+from snapmesh.protocol.node.requests import REPLY_WINDOW_BYTES
 from snapmesh.protocol.node.steps import DEFAULT_MAX_REPLY_BYTES, DEFAULT_SEGMENT_BYTES
 from snapmesh.protocol.topology import Topology, TopologyError
 
@@ -154,6 +151,7 @@ class ClusterConfig:
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES  # an app's longest reply (node rule N12)
     segment_records: int = 100_000
     segment_bytes: int = DEFAULT_SEGMENT_BYTES  # a segment seals at whichever of the two it reaches first
+    reply_window_bytes: int = REPLY_WINDOW_BYTES  # the request-id window's byte budget (requests.py W2)
     snapshot_mode: str = "classic"  # one of SNAPSHOT_MODES
     align_timeout_ms: float = ALIGN_TIMEOUT_MS  # hybrid mode: how long a marker keeps its FIFO place
     tls: TlsSettings | None = None  # None: plaintext
@@ -203,7 +201,7 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
 def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> ClusterConfig:
     fields = _Fields(path)
     known = {"data_dir", "initial_balance", "channels", "controller", "nodes", "channel_bound", "segment_records",
-             "segment_bytes", "snapshot_mode", "align_timeout_ms", "tls", "auth", "app", "max_reply_bytes"}
+             "segment_bytes", "snapshot_mode", "align_timeout_ms", "tls", "auth", "app", "max_reply_bytes", "reply_window_bytes"}
     fields.reject_unknown(raw, known, "")
 
     data_dir_text = env.get("SNAPMESH_DATA_DIR") or fields.string(raw, "data_dir", "data_dir")
@@ -216,6 +214,7 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
     max_reply_bytes = fields.integer(raw, "max_reply_bytes", "max_reply_bytes", minimum=1, default=DEFAULT_MAX_REPLY_BYTES)
     # at least a few records (a checkpoint alone is about 1 KiB)
     segment_bytes = fields.integer(raw, "segment_bytes", "segment_bytes", minimum=4096, default=DEFAULT_SEGMENT_BYTES)
+    reply_window_bytes = fields.integer(raw, "reply_window_bytes", "reply_window_bytes", minimum=1, default=REPLY_WINDOW_BYTES)
 
     snapshot_mode = raw.get("snapshot_mode", "classic")
     if snapshot_mode not in SNAPSHOT_MODES:
@@ -289,7 +288,7 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         topology=topology,
         bind_host=env.get("SNAPMESH_BIND_HOST") or None,
         channel_bound=channel_bound,
-        max_reply_bytes=max_reply_bytes,
+        max_reply_bytes=max_reply_bytes, reply_window_bytes=reply_window_bytes,
         segment_records=segment_records, segment_bytes=segment_bytes,
         snapshot_mode=snapshot_mode,
         align_timeout_ms=float(align_timeout_ms),
@@ -462,7 +461,7 @@ def write_cluster(
     (controller port and metrics port, then each node's); default: free ones.
     `listen_ports`: node id -> the port that node listens on when peers dial
     another (a proxy in between, as in the fault tests). `settings`: more
-    top-level keys (channel_bound, segment_records, segment_bytes).
+    top-level keys (channel_bound, segment_records, segment_bytes, reply_window_bytes).
     """
     path = Path(path)
     ids = [f"p{i}" for i in range(1, nodes + 1)] if isinstance(nodes, int) else list(nodes)

@@ -120,10 +120,10 @@ def _window_by_count(monkeypatch: pytest.MonkeyPatch) -> None:
     """The broken window: a full window evicts its oldest id instead of refusing."""
     lookup = requests.RequestWindow.lookup
 
-    def broken(self, request_id, now, first_sent_unix_ms=0):
+    def broken(self, request_id, now, first_sent_unix_ms=0, digest=""):
         if len(self._paid) >= self.capacity and request_id not in self._paid:
-            self._paid.popitem(last=False)
-        return lookup(self, request_id, now, 0)  # and no refusal of an expired retry either
+            self.bytes -= requests.entry_bytes(*self._paid.popitem(last=False))
+        return lookup(self, request_id, now, 0, digest)  # and no refusal of an expired retry either
 
     monkeypatch.setattr(requests.RequestWindow, "lookup", broken)
 

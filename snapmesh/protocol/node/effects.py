@@ -148,3 +148,6 @@ class Submitted(NamedTuple):
     repeated: bool = False
     epoch: int = 1
     sent_to: tuple[str, ...] = ()  # the channels the step sent on: flow control slows this client on those only
+    # The epoch the command ran in (requests.py W6): a retry's may be older than
+    # `epoch`, which the rule above needs as the epoch of this answer. 0: not known.
+    ran_in: int = 0

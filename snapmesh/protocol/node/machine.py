@@ -28,10 +28,9 @@ N3. A recording's `cut` precedes the `marker_recv` that caused it, in the same
     step: a log cut short after the marker_recv always holds the cut.
 N4. Abort is logged (so a restart remembers it), as is every
     marker; recovery abandons every snapshot id the log names.
-N5. A transfer with a client `request_id` that was already paid is answered
-    with the first answer and sends nothing again; the id is in the `send` record,
-    so recovery rebuilds the map. The ids are kept by age, across
-    checkpoints and restores, as snapmesh/protocol/node/requests.py says.
+N5. A transfer with a client `request_id` already paid is answered with the
+    first answer and sends nothing again; the id is in the `send` record, so
+    recovery rebuilds the window (snapmesh/protocol/node/requests.py W1-W6).
 N6. A recording older than `recording_ttl` (by `now`) is dropped as an abort.
 N7. When the active segment holds `segment_records` records or `segment_bytes` bytes (steps.py's
     `log_size`), the node seals it between two steps and opens the next with a checkpoint
@@ -119,6 +118,7 @@ class Node(NodeSteps):
         wall: float | None = None,
         request_ttl_s: float = requests.REQUEST_TTL_S,
         request_capacity: int = requests.REQUEST_CAPACITY,
+        reply_window_bytes: int = requests.REPLY_WINDOW_BYTES,
         app: Any = None,
         app_params: Mapping[str, Any] | None = None, max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
@@ -156,7 +156,7 @@ class Node(NodeSteps):
         # An id read from a send record is as old as this restart (requests.py W3).
         self._requests = requests.RequestWindow(
             ((rid, p if p.at else p._replace(at=self.wall)) for rid, p in recovered.requests.items()),
-            ttl_s=request_ttl_s, capacity=request_capacity,
+            ttl_s=request_ttl_s, capacity=request_capacity, max_bytes=reply_window_bytes,
         )
         self._cuts: OrderedDict[str, int] = OrderedDict(recovered.cuts)  # snapshot id -> lsn of its cut here
         self.last_lsn = self.durable_lsn = recovered.last_lsn
@@ -185,6 +185,8 @@ class Node(NodeSteps):
     @property
     def tally(self) -> int:
         return self.process.tally
+
+    request_window_bytes = property(lambda self: self._requests.bytes, doc="Bytes the request-id window holds (W2).")
 
     def app_state(self) -> bytes | None:
         """The hosted app's state now (its snapshot()); None for the bank."""
@@ -234,14 +236,10 @@ class Node(NodeSteps):
             self.epochs.check_clients()
         if self.host is not None:
             raise core.LocalProtocolError(f"{self.node_id} runs app {self.host.app.name!r}, not the bank: use Submit")
-        if request_id:
-            if wall is not None:
-                self.wall = wall
-            first = self._requests.lookup(request_id, self.wall, first_sent_unix_ms)
-            if first is not None:
-                return self._reply_when_durable(
-                    reply_to, Accepted(first.msg_id, first.tally, max(first.lsn, 0), True, self.epochs.epoch)
-                )
+        digest = requests.transfer_digest(dst, tally) if request_id else ""
+        first = self._retried(request_id, wall, first_sent_unix_ms, digest) if request_id else None
+        if first is not None:
+            return self._reply_when_durable(reply_to, Accepted(first.msg_id, first.tally, max(first.lsn, 0), True, self.epoch))
         sender = self.senders.get(dst)
         if sender is not None:
             sender.check_room()
@@ -259,7 +257,7 @@ class Node(NodeSteps):
             self._drain(self.process.send_transfer(dst=dst, msg_id=msg_id, tally=tally, seq=seq), request_id=request_id)
         held = self.process.tally
         if request_id:
-            self._requests.paid(request_id, requests.Paid(msg_id, held, self.wall, self.last_lsn))
+            self._requests.paid(request_id, requests.Paid(msg_id, held, self.wall, self.last_lsn, digest, self.epoch))
         if self._segment_count >= self.segment_records or self._segment_size >= self.segment_bytes:  # _end_step, inline
             self._seal()
         answer = Accepted(msg_id, held, self.last_lsn, False, self.epochs.epoch)

@@ -17,9 +17,11 @@ What is rebuilt:
   `marker_recv` counts even without its `cut` (a log cut short between them), an
   `abort` even without a recording here (an abort is remembered across a restart);
 - the client request ids of the transfers made (request_id -> msg_id, tally
-  after, when, send lsn: snapmesh/protocol/node/requests.py), so a retry is answered, not
-  paid again; and the lsn of each recent cut, so a restore forgets the ids paid
-  after the restored snapshot's cut (requests.py W4);
+  after, when, send lsn, the request's digest and the epoch it was paid in:
+  snapmesh/protocol/node/requests.py), so a retry is answered, not paid
+  again, and another request under the same id is refused (W5); and the lsn
+  of each recent cut, so a restore forgets the ids paid after the restored
+  snapshot's cut (requests.py W4);
 - the epoch (1, or the last `restore` record's) and the restore itself: a
   `restore` record sets the tally and starts every channel over (seq 1, empty
   outbox); each `replay` after it adds one recorded in-flight transfer. A restore
@@ -300,7 +302,10 @@ def _apply(
             payload = wal.unpack(record.payload, where) if tally == 0 else None  # type: ignore[attr-defined]
             state.outbox[dst].append(Entry(seq, tally, "", 0, payload))
             if record.request_id:  # type: ignore[attr-defined]
-                state.requests[record.request_id] = requests.Paid(record.msg_id, state.tally, 0.0, record.lsn)  # type: ignore[attr-defined]
+                state.requests[record.request_id] = requests.Paid(  # type: ignore[attr-defined]
+                    record.msg_id, state.tally, 0.0, record.lsn,  # type: ignore[attr-defined]
+                    requests.transfer_digest(dst, tally), state.epoch,  # the request, in the epoch it was paid (W5, W6)
+                )
                 state.requests.move_to_end(record.request_id)  # type: ignore[attr-defined]
         else:
             state.outbox[dst].append(Entry(seq, 0, record.snapshot_id))  # type: ignore[attr-defined]
@@ -333,7 +338,10 @@ def _apply(
     elif kind is wal.Command:
         if record.request_id:  # type: ignore[attr-defined]
             # An app's Paid holds its reply (base64) where the bank's holds the msg id.
-            state.requests[record.request_id] = requests.Paid(record.reply, 0, 0.0, record.lsn)  # type: ignore[attr-defined]
+            digest = requests.command_digest(wal.unpack(record.command, where))  # type: ignore[attr-defined]  (W5)
+            state.requests[record.request_id] = requests.Paid(  # type: ignore[attr-defined]
+                record.reply, 0, 0.0, record.lsn, digest, state.epoch  # type: ignore[attr-defined]
+            )
             state.requests.move_to_end(record.request_id)  # type: ignore[attr-defined]
     elif kind is wal.Init:
         if not first:

@@ -126,13 +126,12 @@ class NodeSteps:
             raise core.LocalProtocolError(f"{self.node_id} runs the bank, not an app: use Transfer")
         if not isinstance(command, bytes | bytearray):
             raise core.LocalProtocolError(f"a command is bytes, got {type(command).__name__}")
-        if request_id:
-            if wall is not None:
-                self.wall = wall
-            first = self._requests.lookup(request_id, self.wall, first_sent_unix_ms)
-            if first is not None:
-                answer = Submitted(wal.unpack(first.msg_id, request_id), max(first.lsn, 0), True, self.epochs.epoch)
-                return self._reply_when_durable(reply_to, answer)
+        digest = requests.command_digest(bytes(command)) if request_id else ""
+        first = self._retried(request_id, wall, first_sent_unix_ms, digest) if request_id else None
+        if first is not None:  # the first reply, in the epoch it ran in (requests.py W6)
+            answer = Submitted(wal.unpack(first.msg_id, request_id), max(first.lsn, 0), True, self.epochs.epoch,
+                               ran_in=first.epoch)
+            return self._reply_when_durable(reply_to, answer)
         reply, sends = host.command(bytes(command), self._admit)
         packed = wal.pack(reply)
         lsn = self._append(
@@ -141,9 +140,10 @@ class NodeSteps:
         self._app_sends(sends)
         if request_id:
             # An app's Paid holds its reply (base64) where the bank's holds the msg id.
-            self._requests.paid(request_id, requests.Paid(packed, 0, self.wall, lsn))
+            self._requests.paid(request_id, requests.Paid(packed, 0, self.wall, lsn, digest, self.epochs.epoch))
         self._end_step()
-        answer = Submitted(reply, self.last_lsn, False, self.epochs.epoch, tuple(dict.fromkeys(dst for dst, _ in sends)))
+        epoch = self.epochs.epoch
+        answer = Submitted(reply, self.last_lsn, False, epoch, tuple(dict.fromkeys(dst for dst, _ in sends)), epoch)
         return self._reply_when_durable(reply_to, answer)
 
     def _admit(self, reply: bytes, sends: list[tuple[str, bytes]]) -> None:
@@ -218,6 +218,13 @@ class NodeSteps:
         return dataclasses.replace(state, positions=MappingProxyType(positions), outbox=MappingProxyType(outbox))
 
     # -- clients' answers (N11)
+
+    def _retried(self, request_id: str, wall: float | None, first_sent_unix_ms: int, digest: str) -> requests.Paid | None:
+        """A client step's request id: the first answer of a retry, None for a
+        request to carry out now; requests.py's refusals (W1-W6). `wall` moves the window's clock."""
+        if wall is not None:
+            self.wall = wall
+        return self._requests.lookup(request_id, self.wall, first_sent_unix_ms, digest)
 
     def _reply_when_durable(self, to: object, answer: Any) -> Any:
         if to is not None:
