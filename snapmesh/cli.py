@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "trace": ("snapmesh.commands.trace", "the message flow from the logs: a ShiViz log, an SVG or PNG diagram"),
     "replay": ("snapmesh.commands.replay", "replay the node logs of a data dir through app code, offline (CI)"),
     "ui": ("snapmesh.ui.server", "a read-only web page of the snapshots (overview, history, one snapshot)"),
+    "examples": ("snapmesh.commands.examples", "print where the examples shipped with snapmesh are"),
 }
 
 
