@@ -2,6 +2,7 @@
 
     cluster = Cluster(app, channels=[("a", "b"), ("b", "a")])
     reply = cluster.command("a", b"...")    # the reply, or Refused
+    answer = cluster.query("a", b"...")     # on_query's reply; AppError if it changed the machine or sent
     cluster.deliver("a", "b")               # the next message on the channel a -> b
     check_invariants(app, cluster.view())   # the states plus every queued message
     run(cluster, seed=7, steps=500)         # the app's workload, a seeded schedule, a check per step
@@ -14,9 +15,11 @@ what recovery does (A2): a fresh machine, the checkpoint, the logged inputs, and
 the sends compared with the log. `Cluster.shadow(node)` checks the round trip
 of `snapshot()`/`restore()`: a machine restored from the node's snapshot() takes
 the node's next inputs beside it and must reply and send exactly as it does
-(`run` shadows a random node now and then). `Cluster.command` keeps rule A4 as the node
-does: a refused command leaves the state as it was, whatever the app changed
-before it refused or raised. The framework holds a running app to the same
+(`run` shadows a random node now and then). `Cluster.query` holds on_query to
+rule A7: a query that sends, or leaves snapshot() other than it was, is an
+AppError (the node sees only the send) and the machine is put back.
+`Cluster.command` keeps rule A4 as the node does: a refused command leaves the
+state as it was, whatever the app changed before it refused or raised. The framework holds a running app to the same
 rules; this module finds a broken one in a unit test. One seeded
 `random.Random` is the only randomness, and every failure names its seed.
 """
@@ -99,15 +102,40 @@ class Cluster:
             self.machines[node].restore(before)
             self._shadow_step(node, "", command, _outcome(exc), ())
             raise
+        finally:
+            ctx.close()
         self._shadow_step(node, "", command, reply, tuple(ctx.sends))
         self._took(node, Logged("command", "", command, tuple(ctx.sends)))
+        return reply
+
+    def query(self, node: str, query: bytes) -> bytes:
+        """`on_query` at `node` (rule A7): its reply; Refused (or the app's exception) passes
+        through. AppError, with the machine put back, when the query sent (StepEnded) or
+        changed snapshot(), or the machine has no on_query."""
+        machine = self.machines[node]
+        if not callable(getattr(machine, "on_query", None)):
+            raise AppError(f"node {node}: the machine ({type(machine).__name__}) has no on_query()")
+        before = self.snapshot(node)
+        try:
+            reply = machine.on_query(query)
+            if not isinstance(reply, bytes):
+                raise AppError(f"node {node}: on_query returned {type(reply).__name__}, not bytes")
+            if self.snapshot(node) != before:
+                raise AppError(f"node {node}: on_query({query[:40]!r}) changed the machine: a query must not")
+        except Exception:
+            self.machines[node] = new_machine(self.app, self.infos[node])
+            self.machines[node].restore(before)
+            raise
         return reply
 
     def deliver(self, src: str, dst: str) -> None:
         """The next message on the channel src -> dst, through `on_message` at dst."""
         _, payload = self.queues[(src, dst)].popleft()
         ctx = Context(dst, self.infos[dst].peers_out)
-        self.machines[dst].on_message(src, payload, ctx)
+        try:
+            self.machines[dst].on_message(src, payload, ctx)
+        finally:
+            ctx.close()
         self._shadow_step(dst, src, payload, b"", tuple(ctx.sends))
         self._took(dst, Logged("message", src, payload, tuple(ctx.sends)))
 
