@@ -325,6 +325,10 @@ def load_app(spec: str) -> App:
     if not colon or not module_name or not attr:
         if spec.endswith(".py") or "/" in spec:
             stem = os.path.basename(spec).removesuffix(".py") or "module"
+            folder = os.path.dirname(spec)
+            if folder:  # the same words as docs/apps.md, section 3
+                raise AppError(f"--app {spec}: a path is not a module; give --app {stem}:app with PYTHONPATH={folder} "
+                               f"(or run from {folder} with --app {stem}:app)")
             raise AppError(f"--app {spec}: a path is not a module; run from its directory with --app {stem}:app")
         raise AppError(f"--app {spec}: expected module:attr or a built-in ({', '.join(sorted(BUILT_IN))})")
     _search_working_directory()
