@@ -21,6 +21,7 @@ from snapmesh.commands import submit as submit_cli
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.settings import config
 from snapmesh.settings.config import write_cluster
+from snapmesh.settings.security import write_certs
 from snapmesh.services.node import edge
 from support.ring import APP, CLI, EXAMPLES, env_with, held_by
 
@@ -105,3 +106,19 @@ def test_a_long_batch_goes_in_calls_within_the_nodes_limits() -> None:
     assert [len(c) for c in submit_cli.chunks(many)] == [edge.MAX_BATCH_COMMANDS, edge.MAX_BATCH_COMMANDS, 1]
     big = [("id", b"y" * (edge.MAX_BATCH_BYTES // 3))] * 4
     assert [len(c) for c in submit_cli.chunks(big)] == [2, 2]
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_submit_finds_a_tls_clusters_certificates_in_its_data_dir(tmp_path: Path) -> None:
+    # As the controller's clients do: --data-dir D's cluster.toml names the node, D/tls/ holds
+    # the client certificate; the same call in plaintext is refused with the fix in words.
+    path = write_cluster(tmp_path / "cluster.toml", nodes=2, data_dir=tmp_path)
+    write_certs(config.load(path), tmp_path / "tls")
+    with Cluster(path, app=APP, env=ENV, tls_dir=tmp_path / "tls"):
+        secure = snapmesh("submit", "--data-dir", str(tmp_path), "--node", "p1", "has")
+        assert (secure.returncode, secure.stdout) == (0, "1\n"), secure.stderr
+        read = snapmesh("query", "--data-dir", str(tmp_path), "--node", "p1", "has")
+        assert (read.returncode, read.stdout) == (0, "1\n"), read.stderr
+        plain = snapmesh("submit", "--config", str(path), "--node", "p1", "has")
+        assert plain.returncode == 1 and "TLS is on" in plain.stderr, plain.stderr
