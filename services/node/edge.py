@@ -175,7 +175,7 @@ class Edge:
     async def query(self, query: bytes) -> bytes:
         """The app's answer to `query` (its on_query), once durable (E7). Raises Refused."""
         engine = self._engine
-        self._check_app()
+        self._check_app("GetState")
         if len(query) > MAX_COMMAND_BYTES:
             raise Refused("INVALID_ARGUMENT", f"a query holds at most {MAX_COMMAND_BYTES} bytes, got {len(query)}")
         try:
@@ -195,10 +195,10 @@ class Edge:
                                      f"{restored} on {engine.node_id}: ask again")
         return reply
 
-    def _check_app(self) -> None:
+    def _check_app(self, instead: str = "Transfer") -> None:
         engine = self._engine
         if not engine.app_spec:
-            raise Refused("UNIMPLEMENTED", f"node {engine.node_id} runs the bank, not an app: use Transfer")
+            raise Refused("UNIMPLEMENTED", f"node {engine.node_id} runs the bank, not an app: use {instead}")
 
     def _refused(self, exc: core.LocalProtocolError) -> Refused:
         code = refusal_code(exc)

@@ -185,7 +185,8 @@ class Context:
 
 
 class Machine(Protocol):
-    """One node's state (rules A1-A6 above). `App.new(info)` makes one."""
+    """One node's state (rules A1-A7 above). `App.new(info)` makes one. It may also have
+    `on_query(query: bytes) -> bytes`, a read (A7): optional, so not part of the Protocol."""
 
     def on_command(self, command: bytes, ctx: Context) -> bytes: ...
 

@@ -109,6 +109,7 @@ def test_an_app_without_on_query_and_the_bank_are_unimplemented(tmp_path: Path, 
 
     answer = asyncio.run(run())
     assert isinstance(answer, Aborted) and answer.code is grpc.StatusCode.UNIMPLEMENTED, answer
+    assert ("use GetState" if app is None else "has no on_query") in answer.details
 
 
 def test_a_query_of_a_state_a_restore_took_back_is_aborted(tmp_path: Path) -> None:
