@@ -158,7 +158,7 @@ def cluster(tmp_path_factory):
 @pytest.mark.timeout(300)
 def test_the_clients_lines_run_as_printed(cluster) -> None:
     cfg = config.load(cluster.config_path)
-    (block,) = blocks("sh", section("9. Clients"))
+    (block,) = blocks("sh", section("11. Clients"))
     lines = [line for line in block.splitlines() if line.startswith("snapmesh ")]
     assert len(lines) >= 5
     for line in lines:
