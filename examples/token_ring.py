@@ -3,11 +3,13 @@
 Run it (docs/apps.md): `cd examples && snapmesh cluster up --app token_ring:app`.
 Command b"pass" at the holder sends the token to the next node; anywhere else it
 is refused. A node's state is the number of tokens it holds, as decimal ASCII.
+A query (the Query RPC, not logged) b"has" answers that number, as the command does.
+The examples ship in the wheel: `snapmesh examples` prints where they are.
 """
 
 from __future__ import annotations
 
-from snapmesh.app import App, Context, NodeInfo, View
+from snapmesh.app import App, Context, NodeInfo, Refused, View
 
 TOKEN = b"token"
 
@@ -34,6 +36,11 @@ class TokenRing:
         ctx.send(self.next, TOKEN)
         self.tokens -= 1
         return f"passed to {self.next}".encode()
+
+    def on_query(self, query: bytes) -> bytes:  # a read: never changes the machine, never sends
+        if query != b"has":
+            raise Refused("INVALID_ARGUMENT", f"unknown query {query[:40]!r}; try b'has'")
+        return str(self.tokens).encode()
 
     def on_message(self, src: str, payload: bytes, ctx: Context) -> None:
         if payload != TOKEN:

@@ -31,6 +31,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "trace": ("snapmesh.commands.trace", "the message flow from the logs: a ShiViz log, an SVG or PNG diagram"),
     "replay": ("snapmesh.commands.replay", "replay the node logs of a data dir through app code, offline (CI)"),
     "ui": ("snapmesh.ui.server", "a read-only web page of the snapshots (overview, history, one snapshot)"),
+    "submit": ("snapmesh.commands.submit", "send a command (or --batch FILE) to a node's app; print the reply"),
+    "query": ("snapmesh.commands.query", "a read of a node's app (on_query, not logged); print the reply"),
+    "examples": ("snapmesh.commands.examples", "print where the examples shipped with snapmesh are"),
 }
 
 
@@ -43,7 +46,7 @@ EXTRAS = {"pyspark": "reconcile"}
 # handshake would log a line before the call fails); each says what went wrong in
 # its own words (snapmesh.commands.client_errors). GRPC_VERBOSITY set by the user
 # wins. Not the servers: `cluster` passes its environment on to them.
-CLIENTS = ("app", "restore", "snapshot", "health", "ui")
+CLIENTS = ("app", "restore", "snapshot", "health", "ui", "submit", "query")
 
 
 def usage() -> str:

@@ -9,6 +9,7 @@ Commands (JSON objects, one per Submit; replies are JSON objects):
   {"op": "get", "key": K}               its value, if K is here
   {"op": "move", "key": K, "to": N}     hand K, with its value, to N (K3)
   {"op": "delete", "key": K}            delete K here (K5)
+Queries (on_query, the Query RPC: a read, not logged): {"op": "get", "key": K}, answered as the command.
 Messages (JSON): {"type": "handoff", "key", "value", "created_at"} and {"type": "update", "key", "value"}.
 
 Rules
@@ -36,7 +37,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from snapmesh.app import App, Context, NodeInfo, View
+from snapmesh.app import App, Context, NodeInfo, Refused, View
 
 MAX_KEY = 200  # characters in a key's name
 
@@ -58,15 +59,7 @@ class KVShard:
 
     # ---- commands
     def on_command(self, command: bytes, ctx: Context) -> bytes:
-        try:
-            request = json.loads(command)
-        except (UnicodeDecodeError, ValueError):
-            ctx.refuse("INVALID_ARGUMENT", "a command is a JSON object, e.g. {\"op\": \"get\", \"key\": \"p1/a\"}")
-        if not isinstance(request, dict) or request.get("op") not in ("put", "get", "move", "delete"):
-            ctx.refuse("INVALID_ARGUMENT", "op must be one of put, get, move, delete")
-        key = request.get("key")
-        if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY:
-            ctx.refuse("INVALID_ARGUMENT", f"key must be a string of 1..{MAX_KEY} characters")
+        request, key = _request(command, ("put", "get", "move", "delete"))
         op = request["op"]
         if op == "put":
             if "value" not in request:
@@ -76,7 +69,7 @@ class KVShard:
             dst = request.get("to")
             if dst not in self.peers_out:
                 ctx.refuse("INVALID_ARGUMENT", f"to must be a node {self.me} sends to: {', '.join(self.peers_out)}")
-        entry = self._here(key, ctx)
+        entry = self._here(key)
         if op == "get":
             return encode({"key": key, "value": entry["value"], "at": self.me})
         if op == "move":
@@ -88,15 +81,20 @@ class KVShard:
         self.deleted.add(key)
         return encode({"key": key, "deleted_at": self.me})
 
-    def _here(self, key: str, ctx: Context) -> dict[str, Any]:
+    def on_query(self, query: bytes) -> bytes:
+        """A read, not logged (snapmesh.app A7): {"op": "get", "key": K}, answered as the command."""
+        _, key = _request(query, ("get",))
+        return encode({"key": key, "value": self._here(key)["value"], "at": self.me})
+
+    def _here(self, key: str) -> dict[str, Any]:
         """The key's entry if it is here; otherwise the refusal that says where it went."""
         if key in self.keys:
             return self.keys[key]
         if key in self.moved:
-            ctx.refuse("FAILED_PRECONDITION", f"key {key} is not at {self.me}: it was moved to {self.moved[key]}")
+            raise Refused("FAILED_PRECONDITION", f"key {key} is not at {self.me}: it was moved to {self.moved[key]}")
         if key in self.deleted:
-            ctx.refuse("NOT_FOUND", f"key {key} was deleted at {self.me}")
-        ctx.refuse("NOT_FOUND", f"key {key} is not at {self.me}")
+            raise Refused("NOT_FOUND", f"key {key} was deleted at {self.me}")
+        raise Refused("NOT_FOUND", f"key {key} is not at {self.me}")
 
     def _put(self, key: str, value: Any, ctx: Context) -> dict[str, Any]:
         if key in self.keys:
@@ -141,6 +139,20 @@ class KVShard:
         decoded = json.loads(state)
         self.keys, self.moved = decoded["keys"], decoded["moved"]
         self.created, self.deleted = set(decoded["created"]), set(decoded["deleted"])
+
+
+def _request(data: bytes, ops: tuple[str, ...]) -> tuple[dict[str, Any], str]:
+    """A command's or query's JSON object and its key, or the refusal that says what is wrong."""
+    try:
+        request = json.loads(data)
+    except (UnicodeDecodeError, ValueError):
+        raise Refused("INVALID_ARGUMENT", "a command is a JSON object, e.g. {\"op\": \"get\", \"key\": \"p1/a\"}") from None
+    if not isinstance(request, dict) or request.get("op") not in ops:
+        raise Refused("INVALID_ARGUMENT", f"op must be one of {', '.join(ops)}")
+    key = request.get("key")
+    if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY:
+        raise Refused("INVALID_ARGUMENT", f"key must be a string of 1..{MAX_KEY} characters")
+    return request, key
 
 
 # ---- checks over a snapshot

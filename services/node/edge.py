@@ -7,6 +7,7 @@ program that embeds the node, calls the same two methods:
     await edge.submit(command, request_id="")     -> Reply, or raises Refused
     await edge.submit_many([(request_id, command), ...])
                                                   -> [Reply | Refused, ...] in order
+    await edge.query(query)                       -> the app's on_query reply, or raises Refused
 
 `Reply` and `Refused` are `snapmesh.app`'s: the reply bytes, whether it is a
 retry's first reply, the epoch; or a gRPC status name and a reason. A refused
@@ -38,6 +39,12 @@ E6. A command the node cannot take back (core.AppFailed: the app could not be
     Refused("UNAVAILABLE"), in a batch for the whole batch, and the items
     after it do not run. The log holds what ran before it; a retry with the
     same request ids, once the node is back, is answered from it.
+E7. A query (`query`, snapmesh.app A7) is not logged; it is answered once the
+    log holds every step up to the last one the app's state rests on, so an
+    answer never shows a state a crash takes back (a log that cannot: E1's
+    UNAVAILABLE), and ABORTED ("ask again") when a restore took that state
+    back meanwhile. The same size limit as a command; UNIMPLEMENTED for an app
+    without on_query; FAILED_PRECONDITION for one that sends (apphost.H7).
 """
 
 from __future__ import annotations
@@ -165,10 +172,33 @@ class Edge:
             results[i] = self._aborted(snapshot_id) if snapshot_id else _reply(answer)
         return results  # type: ignore[return-value]  (every slot is filled above)
 
-    def _check_app(self) -> None:
+    async def query(self, query: bytes) -> bytes:
+        """The app's answer to `query` (its on_query), once durable (E7). Raises Refused."""
+        engine = self._engine
+        self._check_app("GetState")
+        if len(query) > MAX_COMMAND_BYTES:
+            raise Refused("INVALID_ARGUMENT", f"a query holds at most {MAX_COMMAND_BYTES} bytes, got {len(query)}")
+        try:
+            reply, lsn, epoch = engine.query(query)
+        except core.LocalProtocolError as exc:
+            raise self._refused(exc) from None
+        except core.AppFailed as exc:  # E6
+            raise self._stopping(exc) from None
+        try:
+            await engine.log.wait_durable(lsn)
+        except LogClosedError as exc:  # LogFailedError too (E1)
+            raise self._stopping(exc) from None
+        restored = engine.node.epochs.taken_back(lsn, epoch)
+        if restored:
+            engine.metrics.refused("ABORTED").inc()
+            raise Refused("ABORTED", f"the state this query read was taken back by the restore of snapshot "
+                                     f"{restored} on {engine.node_id}: ask again")
+        return reply
+
+    def _check_app(self, instead: str = "Transfer") -> None:
         engine = self._engine
         if not engine.app_spec:
-            raise Refused("UNIMPLEMENTED", f"node {engine.node_id} runs the bank, not an app: use Transfer")
+            raise Refused("UNIMPLEMENTED", f"node {engine.node_id} runs the bank, not an app: use {instead}")
 
     def _refused(self, exc: core.LocalProtocolError) -> Refused:
         code = refusal_code(exc)

@@ -179,6 +179,17 @@ class Engine:
             self._run()
         return results
 
+    def query(self, query: bytes) -> tuple[bytes, int, int]:
+        """A client's read of the app (the node's `query`): (reply, lsn, epoch), nothing
+        logged; the caller answers once `lsn` is durable. Raises as `submit`."""
+        try:
+            return self.node.query(query)
+        except core.AppFailed as exc:
+            self.fail_app(str(exc))
+            raise
+        finally:
+            self._run(metrics=False)
+
     def reply_batch(self, answers: list[fx.Accepted | fx.Submitted]) -> asyncio.Future[fx.ReplyBatch]:
         """The future the node's `ReplyBatch` for `answers` (a batch's paid ones) resolves."""
         waiting = asyncio.get_running_loop().create_future()

@@ -313,6 +313,7 @@ def rpc_budgets(longest_id: int) -> dict[str, int]:
         # Its commands and request ids (edge.py E3), and per item at most 23 bytes more: the item's
         # tag and length, the two fields' tags and lengths, first_sent_unix_ms as a tag and varint.
         "SubmitBatch": MAX_BATCH_BYTES + MAX_BATCH_COMMANDS * 24 + SMALL_BYTES,
+        "Query": MAX_COMMAND_BYTES + SMALL_BYTES,  # a query holds at most what a command does (edge.py E7)
     }
 
 

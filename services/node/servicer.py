@@ -166,6 +166,13 @@ class NodeServicer(pb_grpc.NodeServicer):
             await context.abort(grpc.StatusCode[refused.code], refused.text)
         return pb.SubmitResponse(reply=answer.reply, replayed=answer.replayed, epoch=answer.epoch)
 
+    async def Query(self, request: pb.QueryRequest, context: grpc.aio.ServicerContext) -> pb.QueryResponse:
+        try:
+            reply = await self._edge.query(request.query)
+        except AppRefused as refused:
+            await context.abort(grpc.StatusCode[refused.code], refused.text)
+        return pb.QueryResponse(reply=reply)
+
     async def SubmitBatch(
         self, request: pb.SubmitBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.SubmitBatchResponse:

@@ -6,12 +6,13 @@ epochs; the app owns its state and its messages, both as bytes (etcd raft's
 the app never sees a marker, a seq or an epoch, so it cannot get them wrong.
 
 An app is an `App`: a name, `new(info) -> machine`, and checks over snapshots. A
-machine is one node's state, with four methods (see `Machine`):
+machine is one node's state, with four methods (see `Machine`), and a fifth optional one:
 
     on_command(command: bytes, ctx) -> bytes       a client's request -> its reply
     on_message(src: str, payload: bytes, ctx)      the next message on channel src -> me
     snapshot() -> bytes                            the state, as a copy, at the cut
     restore(state: bytes)                          on a fresh instance, from snapshot() bytes
+    on_query(query: bytes) -> bytes                optional: a client's read (A7)
 
 Rules the app must keep
 -----------------------
@@ -37,6 +38,15 @@ A5. `snapshot()` returns bytes that do not change afterwards (a copy).
 A6. A restore makes a fresh machine with `new(info)`, calls `restore(state)`
     with the recorded bytes, then hands it the messages recorded in flight
     towards it, per channel in order, through `on_message`. Then new work starts.
+A7. `on_query(query)`, if the machine has it, answers a read (the Query RPC,
+    `node.query`): it is not logged, and it is answered only once the log holds
+    every step the state it read rests on. It must not change the machine nor
+    send. A Context is closed once its step returns, so a query that sends
+    through one kept from a step raises StepEnded: the node refuses it
+    (FAILED_PRECONDITION) and puts the machine back as it was (apphost.H4), as
+    it does when on_query raises. A change without a send is not seen by the
+    node (it would cost a snapshot() per query): snapmesh.app.testing's
+    `Cluster.query` compares snapshot() before and after, so a unit test finds it.
 
 Versions. `version` (an int, default 1) names the encoding of the app's state and
 messages. The log's init and checkpoint records and every snapshot carry the
@@ -64,7 +74,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
 __all__ = [
-    "App", "AppError", "Context", "Machine", "NodeInfo", "Refused", "Reply", "View",
+    "App", "AppError", "Context", "Machine", "NodeInfo", "Refused", "Reply", "StepEnded", "View",
     "BUILT_IN", "MAX_MESSAGE_BYTES", "STATUS_CODES", "check_invariants", "load_app", "new_machine", "preflight",
     "resolve_spec", "validate_machine",
 ]
@@ -87,6 +97,10 @@ MACHINE_METHODS = ("on_command", "on_message", "snapshot", "restore")
 
 class AppError(Exception):
     """Misuse of the contract by an app, or a bad `--app`: the message says what and where."""
+
+
+class StepEnded(AppError):
+    """`ctx.send` on a Context whose step returned: from `on_query`, or a Context an app kept (A7)."""
 
 
 class Refused(Exception):
@@ -142,9 +156,17 @@ class Context:
         self.node_id = node_id
         self.peers_out = frozenset(peers_out)
         self.sends: list[tuple[str, bytes]] = []
+        self.open = True  # False once the step returned (`close`): a send then raises StepEnded (A7)
+
+    def close(self) -> None:
+        """The step returned: its sends are read, and no more may be queued (A7)."""
+        self.open = False
 
     def send(self, dst: str, payload: bytes) -> None:
         """Queue `payload` for the channel to `dst`; it leaves once this step is durable."""
+        if not self.open:
+            raise StepEnded(f"node {self.node_id}: ctx.send({dst!r}, ...) after its step returned: "
+                            "a query (on_query) must not send, and a Context is for its own step only")
         if not isinstance(payload, bytes):
             raise AppError(f"node {self.node_id}: ctx.send({dst!r}, ...) needs bytes, got {type(payload).__name__}")
         if len(payload) > MAX_MESSAGE_BYTES:
@@ -163,7 +185,8 @@ class Context:
 
 
 class Machine(Protocol):
-    """One node's state (rules A1-A6 above). `App.new(info)` makes one."""
+    """One node's state (rules A1-A7 above). `App.new(info)` makes one. It may also have
+    `on_query(query: bytes) -> bytes`, a read (A7): optional, so not part of the Protocol."""
 
     def on_command(self, command: bytes, ctx: Context) -> bytes: ...
 
@@ -303,6 +326,10 @@ def load_app(spec: str) -> App:
     if not colon or not module_name or not attr:
         if spec.endswith(".py") or "/" in spec:
             stem = os.path.basename(spec).removesuffix(".py") or "module"
+            folder = os.path.dirname(spec)
+            if folder:  # the same words as docs/apps.md, section 3
+                raise AppError(f"--app {spec}: a path is not a module; give --app {stem}:app with PYTHONPATH={folder} "
+                               f"(or run from {folder} with --app {stem}:app)")
             raise AppError(f"--app {spec}: a path is not a module; run from its directory with --app {stem}:app")
         raise AppError(f"--app {spec}: expected module:attr or a built-in ({', '.join(sorted(BUILT_IN))})")
     _search_working_directory()

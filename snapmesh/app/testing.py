@@ -2,8 +2,10 @@
 
     cluster = Cluster(app, channels=[("a", "b"), ("b", "a")])
     reply = cluster.command("a", b"...")    # the reply, or Refused
+    answer = cluster.query("a", b"...")     # on_query's reply; AppError if it changed the machine or sent
     cluster.deliver("a", "b")               # the next message on the channel a -> b
     check_invariants(app, cluster.view())   # the states plus every queued message
+    view_row_problems(app, [cluster.view()])  # [] when the rows keep the rules Spark needs
     run(cluster, seed=7, steps=500)         # the app's workload, a seeded schedule, a check per step
 
 Between two steps, the machines' states plus the queued messages form a
@@ -14,9 +16,11 @@ what recovery does (A2): a fresh machine, the checkpoint, the logged inputs, and
 the sends compared with the log. `Cluster.shadow(node)` checks the round trip
 of `snapshot()`/`restore()`: a machine restored from the node's snapshot() takes
 the node's next inputs beside it and must reply and send exactly as it does
-(`run` shadows a random node now and then). `Cluster.command` keeps rule A4 as the node
-does: a refused command leaves the state as it was, whatever the app changed
-before it refused or raised. The framework holds a running app to the same
+(`run` shadows a random node now and then). `Cluster.query` holds on_query to
+rule A7: a query that sends, or leaves snapshot() other than it was, is an
+AppError (the node sees only the send) and the machine is put back.
+`Cluster.command` keeps rule A4 as the node does: a refused command leaves the
+state as it was, whatever the app changed before it refused or raised. The framework holds a running app to the same
 rules; this module finds a broken one in a unit test. One seeded
 `random.Random` is the only randomness, and every failure names its seed.
 """
@@ -99,15 +103,40 @@ class Cluster:
             self.machines[node].restore(before)
             self._shadow_step(node, "", command, _outcome(exc), ())
             raise
+        finally:
+            ctx.close()
         self._shadow_step(node, "", command, reply, tuple(ctx.sends))
         self._took(node, Logged("command", "", command, tuple(ctx.sends)))
+        return reply
+
+    def query(self, node: str, query: bytes) -> bytes:
+        """`on_query` at `node` (rule A7): its reply; Refused (or the app's exception) passes
+        through. AppError, with the machine put back, when the query sent (StepEnded) or
+        changed snapshot(), or the machine has no on_query."""
+        machine = self.machines[node]
+        if not callable(getattr(machine, "on_query", None)):
+            raise AppError(f"node {node}: the machine ({type(machine).__name__}) has no on_query()")
+        before = self.snapshot(node)
+        try:
+            reply = machine.on_query(query)
+            if not isinstance(reply, bytes):
+                raise AppError(f"node {node}: on_query returned {type(reply).__name__}, not bytes")
+            if self.snapshot(node) != before:
+                raise AppError(f"node {node}: on_query({query[:40]!r}) changed the machine: a query must not")
+        except Exception:
+            self.machines[node] = new_machine(self.app, self.infos[node])
+            self.machines[node].restore(before)
+            raise
         return reply
 
     def deliver(self, src: str, dst: str) -> None:
         """The next message on the channel src -> dst, through `on_message` at dst."""
         _, payload = self.queues[(src, dst)].popleft()
         ctx = Context(dst, self.infos[dst].peers_out)
-        self.machines[dst].on_message(src, payload, ctx)
+        try:
+            self.machines[dst].on_message(src, payload, ctx)
+        finally:
+            ctx.close()
         self._shadow_step(dst, src, payload, b"", tuple(ctx.sends))
         self._took(dst, Logged("message", src, payload, tuple(ctx.sends)))
 
@@ -317,3 +346,47 @@ def sql_violations(app: App, views: Iterable[View]) -> dict[str, list[tuple]]:
         con.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' for _ in columns)})",
                         [[row[c] for c in columns] for row in rows])
     return {name: con.execute(query).fetchall() for name, query in app.sql_invariants.items()}
+
+
+def view_row_problems(app: App, views: Iterable[View]) -> list[str]:
+    """What breaks the rules for view rows (docs/apps.md, "View rows") in the rows the app's
+    `views` make of `views`, all snapshots together as Spark sees them; [] when none.
+
+    A row is a mapping of column names (str) to values of one of _SQL_TYPES or None; every
+    row of a table has the same columns, each column one type in every row of every
+    snapshot (None allowed) and a value in at least one; every row has `snapshot_id`,
+    the View's. A view that raises, or returns no list of mappings, is named too.
+    """
+    problems: list[str] = []
+    for name, decode in app.views.items():
+        columns: list[str] | None = None
+        types_: dict[str, type] = {}
+        for view in views:
+            try:
+                rows = decode(view)
+            except Exception as exc:  # the app's code: named, not raised through
+                problems.append(f"{name}: raised {type(exc).__name__}: {exc} on snapshot {view.snapshot_id}")
+                continue
+            if not isinstance(rows, list) or not all(isinstance(row, Mapping) for row in rows):
+                problems.append(f"{name}: returned {type(rows).__name__}, not a list of mappings")
+                continue
+            for row in rows:
+                if columns is None:
+                    columns = list(row)
+                if set(row) != set(columns):
+                    problems.append(f"{name}: a row has columns {sorted(row)}, another {sorted(columns)}")
+                if row.get("snapshot_id") != view.snapshot_id:
+                    problems.append(f"{name}: a row's snapshot_id is {row.get('snapshot_id')!r}, not {view.snapshot_id!r}")
+                for column, value in row.items():
+                    if not isinstance(column, str):
+                        problems.append(f"{name}: a column named {column!r}, not a str")
+                    elif value is not None and type(value) not in _SQL_TYPES:
+                        problems.append(f"{name}.{column}: a {type(value).__name__}, not one of bool, int, float, str, bytes")
+                    elif value is not None and types_.setdefault(column, type(value)) is not type(value):
+                        problems.append(f"{name}.{column}: a {type(value).__name__} where another row has a "
+                                        f"{types_[column].__name__}")
+                    elif type(value) is int and not -2**63 <= value < 2**63:
+                        problems.append(f"{name}.{column}: {value} does not fit 64 bits")
+        problems += [f"{name}.{column}: None in every row: its type cannot be inferred"
+                     for column in columns or () if column not in types_]
+    return list(dict.fromkeys(problems))  # each problem once, in the order found

@@ -17,7 +17,7 @@ rule one code, indexed in docs/security.md ("Who may call what"):
 - AUTH3 `NODE`: reports (ReportState, ReportStateChunks) and channel streams
   (Channel) need a node's certificate. Which node depends on the request, so
   the servicer checks that part (`credentials.require_peer`).
-- AUTH4 `ANY`: client traffic (Transfer, TransferBatch, Submit, SubmitBatch), health and
+- AUTH4 `ANY`: client traffic (Transfer, TransferBatch, Submit, SubmitBatch, Query), health and
   reflection: any certificate of the cluster's CA.
 - AUTH5 `READ`: reads (Get*, List*, Watch*): any certificate of the CA; with
   `protect_reads` a client's or the controller's only, plus the token on a server
@@ -76,6 +76,11 @@ RULES: Mapping[str, Rule] = {
     _NODE + "TransferBatch": Rule.ANY,
     _NODE + "Submit": Rule.ANY,
     _NODE + "SubmitBatch": Rule.ANY,
+    # A client's read of the app: client traffic as Submit, not a READ, for what it shows
+    # is what a Submit of a read command shows the same caller (an app's own data, not
+    # the cluster's control plane), and a client that may Submit must not lose reads to
+    # protect_reads, which guards snapshots and node state.
+    _NODE + "Query": Rule.ANY,
     _NODE + "GetState": Rule.READ,
 }
 # gRPC's own services every server adds: a healthcheck presents whatever pair its

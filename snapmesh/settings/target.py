@@ -1,4 +1,4 @@
-"""Which controller a client command talks to, and with what identity.
+"""Which controller (or node: `find_node`) a client command talks to, and with what identity.
 
 `snapshot *`, `restore`, `app` and `ui` find the controller the same way, the
 first that is given wins (as `ETCDCTL_ENDPOINTS` or kubectl's context do it):
@@ -118,3 +118,59 @@ def find(
     except security.SecurityError as exc:
         raise TargetError(str(exc)) from None
     return Target(address=address, identity=identity, source=source)
+
+
+# -- a node, for `snapmesh submit` and `snapmesh query`
+
+NODE_CONFIG_HELP = ("the cluster file that names the node's address (default: --data-dir's "
+                    f"{CLUSTER_FILE}, else the shipped one `snapmesh cluster up` runs)")
+
+
+def find_node(
+    node_id: str | None,
+    address: str | None,
+    config_path: str | os.PathLike[str] | None,
+    data_dir: str | os.PathLike[str] | None,
+    tls_dir: str | None,
+    env: Mapping[str, str] | None = None,
+) -> Target:
+    """A node and the client identity, found as `find` finds the controller: `--address
+    HOST:PORT` wins; else node `node_id` of the cluster file, `--config FILE`, else
+    `--data-dir D`'s cluster.toml, else the shipped one. The identity: `--tls-dir`,
+    else $SNAPMESH_TLS_DIR, else the file's [tls] client, else D/tls/, else plaintext."""
+    env = os.environ if env is None else env
+    if config_path is not None and data_dir is not None:
+        raise TargetError("give --config or --data-dir, not both")
+    cfg = None
+    if config_path is not None:
+        if not Path(config_path).is_file():
+            raise TargetError(f"--config {config_path}: no such file")
+        try:
+            cfg = cluster_config.load(config_path, env={})
+        except cluster_config.ConfigError as exc:
+            raise TargetError(str(exc)) from None
+    elif data_dir is not None:
+        cfg = cluster_file(data_dir)
+    if address is not None:
+        found, source = check_address(address, "--address"), "--address"
+    else:
+        if not node_id:
+            raise TargetError("give --node ID (a node of the cluster file) or --address HOST:PORT")
+        if cfg is None:
+            cfg = cluster_config.load(None, env={})
+        try:
+            found, source = cfg.node(node_id).address, str(cfg.path)
+        except cluster_config.ConfigError as exc:
+            raise TargetError(str(exc)) from None
+    try:
+        if tls_dir or env.get("SNAPMESH_TLS_DIR"):
+            identity = security.client_identity(tls_dir)
+        elif cfg is not None and cfg.tls is not None:
+            identity = security.load_identity(cfg, cluster_config.CLIENT_NAME)
+        elif data_dir is not None and (Path(data_dir) / "tls" / cluster_config.CA_FILE).is_file():
+            identity = security.load_tls_dir(Path(data_dir) / "tls")
+        else:
+            identity = None
+    except security.SecurityError as exc:
+        raise TargetError(str(exc)) from None
+    return Target(address=found, identity=identity, source=source)

@@ -110,7 +110,8 @@ def test_services_import_only_as_snapmesh_services():
         ("usermod_bad_app:app", "from snapmesh.app import App\napp = App(name='x', new=3)\n",
          "new must be callable"),
         ("token_ring.py", None, "a path is not a module; run from its directory with --app token_ring:app"),
-        ("examples/token_ring.py", None, "a path is not a module"),
+        ("examples/token_ring.py", None,
+         "a path is not a module; give --app token_ring:app with PYTHONPATH=examples (or run from examples"),
         ("usermod_good", None, "expected module:attr or a built-in (bank, kvshard)"),
     ],
 )

@@ -102,6 +102,7 @@ def test_every_rpc_budget_is_small_and_the_limit_is_the_largest() -> None:
     budgets = rpc_budgets(64)
     assert receive_limit(64) == max(budgets.values()) < 5 * 1024 * 1024
     assert budgets["Submit"] < 1.1 * 1024 * 1024 + 1024 and budgets["RestoreState"] < 1.1 * 1024 * 1024 + 1024
+    assert set(budgets) == set(pb.DESCRIPTOR.services_by_name["Node"].methods_by_name), "every Node RPC has its budget"
 
 
 def test_a_large_restore_goes_in_chunks_and_is_restore_states(tmp_path: Path) -> None:

@@ -123,3 +123,20 @@ def test_the_readmes_first_block_runs_as_written_without_copying_an_address(inst
         launcher.stdout.close()
         launcher.stderr.close()
     assert config.load(tmp_path / "data" / "cluster.toml").controller.address == shipped.controller.address
+
+
+def test_the_examples_ship_in_the_wheel_and_say_where_they_are(installed, tmp_path):
+    # Issue 45: `snapmesh examples` names a directory inside the install, holding the token ring and
+    # the simulator's scenarios; the token ring runs from there as a module, from any directory.
+    where = run(installed, "examples", "--path", cwd=tmp_path)
+    assert where.returncode == 0, where.stderr
+    path = Path(where.stdout.strip())
+    assert path.is_relative_to(installed.parent) and (path / "token_ring.py").is_file() and (path / "bank.json").is_file()
+    listing = run(installed, "examples", cwd=tmp_path).stdout
+    assert str(path) in listing and "token_ring.py" in listing and "--app snapmesh.examples.token_ring:app" in listing
+    loaded = subprocess.run([str(installed / "python"), "-c", "from snapmesh.app import load_app; "
+                             "print(load_app('snapmesh.examples.token_ring:app').name)"],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path, env=user_env())
+    assert loaded.stdout == "token_ring\n", loaded.stderr
+    sim = run(installed, "sim", "run", str(path / "ring.json"), cwd=tmp_path)
+    assert sim.returncode == 0, sim.stderr

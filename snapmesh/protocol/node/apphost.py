@@ -41,6 +41,12 @@ H5. The undo log stays bounded. Its base moves up to the live state at every
 H6. `fresh()` and `restore(state)` are new bases: the inputs before them are
     forgotten. A peer's message that raises is not taken back: it is
     `AppFailed`, and stops the node.
+H7. A query (`on_query`, snapmesh.app A7) is no input: the undo log does not
+    keep it. One the machine has no `on_query` for is refused UNIMPLEMENTED;
+    one that sends (StepEnded: every step's Context is closed once the step
+    returns) is refused FAILED_PRECONDITION, and one that raises or answers
+    with something not bytes as a command is (the code it names, or UNKNOWN);
+    each leaves the app as H4 does, rebuilt, since it may have changed it first.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from snapmesh.app import App, Context, NodeInfo, Refused, validate_machine
+from snapmesh.app import App, Context, NodeInfo, Refused, StepEnded, validate_machine
 from snapmesh.protocol.node.core import AppFailed, AppRefusal, LocalProtocolError, Refusal
 from snapmesh.protocol.node.undo import UndoLog
 
@@ -113,6 +119,8 @@ class Host:
         except LocalProtocolError:
             self._take_back()
             raise
+        finally:
+            ctx.close()
         self.undo.took("", command)
         return reply, sends
 
@@ -124,8 +132,37 @@ class Host:
             self.machine.on_message(src, payload, ctx)
         except Exception as exc:  # noqa: BLE001  (Refused included: a peer's message cannot be refused)
             raise AppFailed(f"app {self.app.name!r} raised in on_message from {src!r}: {_text(exc)}") from exc
+        finally:
+            ctx.close()
         self.undo.took(src, payload)
         return list(ctx.sends)
+
+    def query(self, query: bytes) -> bytes:
+        """A client's read (`on_query`) -> its reply. Raises AppRefusal with the app as it was (H7);
+        AppFailed when it cannot be put back."""
+        on_query = getattr(self.machine, "on_query", None)
+        if not callable(on_query):
+            raise AppRefusal(f"app {self.app.name!r} has no on_query: a read goes through Submit",
+                             Refusal.APP_REFUSED, "UNIMPLEMENTED")
+        try:
+            try:
+                reply = on_query(query)
+            except StepEnded as exc:
+                raise AppRefusal(f"app {self.app.name!r}: a query must not send ({exc}); the app is put back",
+                                 Refusal.APP_REFUSED, "FAILED_PRECONDITION") from None
+            except Refused as refused:
+                raise AppRefusal(refused.text, Refusal.APP_REFUSED, refused.code) from None
+            except Exception as exc:  # noqa: BLE001
+                raise AppRefusal(
+                    f"app {self.app.name!r} raised in on_query: {_text(exc)}", Refusal.APP_FAILED, "UNKNOWN"
+                ) from exc
+            if not isinstance(reply, bytes | bytearray):
+                raise AppRefusal(f"app {self.app.name!r}: on_query returned {type(reply).__name__}, not bytes",
+                                 Refusal.APP_FAILED, "UNKNOWN")
+        except LocalProtocolError:
+            self._take_back()
+            raise
+        return bytes(reply)
 
     def snapshot(self) -> bytes:
         """The app's state as bytes (H2); the undo log's new base (H5)."""
@@ -145,6 +182,7 @@ class Host:
                     machine.on_message(src, data, ctx)
                 else:
                     machine.on_command(data, ctx)
+                ctx.close()
             except Exception as exc:  # noqa: BLE001  (Refused included: the first run took this input)
                 kind = f"the message from {src!r}" if src else "the command"
                 raise AppFailed(

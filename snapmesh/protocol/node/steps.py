@@ -146,6 +146,25 @@ class NodeSteps:
         answer = Submitted(reply, self.last_lsn, False, epoch, tuple(dict.fromkeys(dst for dst, _ in sends)), epoch)
         return self._reply_when_durable(reply_to, answer)
 
+    def query(self, query: bytes) -> tuple[bytes, int, int]:
+        """A client's read of the hosted app (snapmesh.app A7, apphost.H7):
+        (reply, lsn, epoch). Nothing is logged and nothing changes; the answer
+        rests on every step applied up to `lsn`, so the shell answers only once
+        the log holds it. Raises as `submit` does (RESTORING, the app's
+        refusal, REPLY_TOO_LARGE), and core.AppFailed when the app cannot be put back."""
+        self.epochs.check_clients()
+        host = self.host
+        if host is None:
+            raise core.LocalProtocolError(f"{self.node_id} runs the bank, not an app: use GetState")
+        reply = host.query(bytes(query))
+        if len(reply) > self.max_reply_bytes:
+            raise core.LocalProtocolError(
+                f"{self.node_id}: the app's reply to a query holds {len(reply)} bytes, over max_reply_bytes"
+                f" ({self.max_reply_bytes})",
+                core.Refusal.REPLY_TOO_LARGE,
+            )
+        return reply, self.last_lsn, self.epochs.epoch
+
     def _admit(self, reply: bytes, sends: list[tuple[str, bytes]]) -> None:
         """A command that ran goes through only on what it did (N12); raising takes it back (apphost.H4)."""
         if len(reply) > self.max_reply_bytes:
