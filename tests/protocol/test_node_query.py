@@ -17,7 +17,7 @@ from snapmesh.app.testing import Cluster
 from snapmesh.protocol.node import core
 from snapmesh.services.app import kvshard
 
-from test_node_undo import Careless, Driver
+from support.undo_driver import Careless, Driver
 
 
 class Reader(Careless):
