@@ -2,7 +2,7 @@
 snapmesh.settings.security read:
 
 - `new_server(options)`, `open_server_port(server, address, identity)` and
-  `add_guarded(register, servicer, server, gate_of(identity))`: with TLS, the
+  `add_guarded(register, servicer, server, guard_of(identity))`: with TLS, the
   port asks every client for a certificate signed by the cluster's CA (mutual
   TLS), and every call of a servicer added with `add_guarded` is put to the
   cluster's gate before its handler runs (snapmesh.settings.access, who may call
@@ -21,11 +21,15 @@ snapmesh.settings.security read:
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 
 from snapmesh.settings import access
 from snapmesh.settings.security import Identity
@@ -34,17 +38,30 @@ from snapmesh.settings.security import Identity
 # ---------------------------------------------------------------- servers
 
 
-def gate_of(identity: Identity | None) -> access.Gate | None:
-    """The cluster's gate for a server holding `identity` (None: plaintext, no gate)."""
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """One server's checks of snapmesh's calls: the cluster's gate and, when `ca`
+    is given, that the call came over mutual TLS with a certificate of that CA.
+    The second matters on a server snapmesh shares: the program's own ports
+    (plaintext, or TLS with its own CA) reach snapmesh's services too, and a
+    certificate from another CA may name a node."""
+
+    gate: access.Gate
+    ca: bytes | None = None
+
+
+def guard_of(identity: Identity | None) -> Guard | None:
+    """The checks of a server holding `identity` (None: plaintext, none)."""
     if identity is None:
         return None
     if identity.roles is None:
         raise ValueError(f"the identity of {identity.name} has no cluster roles: a server's comes from load_identity")
-    return access.Gate(roles=identity.roles, token=identity.token, protect_reads=identity.protect_reads)
+    return Guard(access.Gate(roles=identity.roles, token=identity.token, protect_reads=identity.protect_reads),
+                 ca=identity.ca)
 
 
 def add_guarded(register: Callable[[Any, Any], None], servicer: Any, server: grpc.aio.Server,
-                gate: access.Gate | None) -> None:
+                gate: Guard | None) -> None:
     """Register `servicer` on `server` with `register` (a generated
     `add_XServicer_to_server`), each of its methods put to `gate` before its
     handler runs: the one place snapmesh's checks happen. They live in the
@@ -58,7 +75,7 @@ class _GuardedServer:
     """What a generated `add_XServicer_to_server` sees: `server`, its handlers
     wrapped by `guarded_handler` on their way in."""
 
-    def __init__(self, server: grpc.aio.Server, gate: access.Gate) -> None:
+    def __init__(self, server: grpc.aio.Server, gate: Guard) -> None:
         self._server = server
         self._gate = gate
 
@@ -72,7 +89,7 @@ class _GuardedServer:
 
 
 class _GuardedGeneric(grpc.GenericRpcHandler):
-    def __init__(self, inner: grpc.GenericRpcHandler, gate: access.Gate) -> None:
+    def __init__(self, inner: grpc.GenericRpcHandler, gate: Guard) -> None:
         self._inner = inner
         self._gate = gate
 
@@ -83,20 +100,38 @@ class _GuardedGeneric(grpc.GenericRpcHandler):
         return getattr(self._inner, "service_name", lambda: None)()
 
 
-def guarded_handler(gate: access.Gate, method: str, handler: grpc.RpcMethodHandler | None):
-    """Carries out the gate's answer (snapmesh.settings.access) before `handler`
-    runs: a refused call gets the gate's status and changes nothing. Only the
-    methods the gate can refuse are wrapped; the others, client transfers among
-    them, keep their handler as it is."""
-    if handler is None or not gate.guards(method):
+def guarded_handler(guard: Guard, method: str, handler: grpc.RpcMethodHandler | None):
+    """Carries out the checks (snapmesh.settings.access, and the cluster's CA)
+    before `handler` runs: a refused call gets the status and changes nothing.
+    Without a CA only the methods the gate can refuse are wrapped; the others,
+    client transfers among them, keep their handler as it is."""
+    gate, ca = guard.gate, guard.ca
+    if handler is None or (ca is None and not gate.guards(method)):
         return handler
 
     async def refusal(context: grpc.aio.ServicerContext) -> None:
+        names = peer_names(context)
+        if ca is not None and names is None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                f"{method}: needs the cluster's mutual TLS, and the call came in plaintext")
+        if ca is not None and not _issued_by(bytes(next(iter(context.auth_context().get("x509_pem_cert", [])), b"")), ca):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                 f"{method}: the caller's certificate is not from the cluster's CA")
         presented = next((v for k, v in context.invocation_metadata() or () if k == "authorization"), None)
-        if refused := gate.check(method, peer_names(context), None if presented is None else str(presented)):
+        if refused := gate.check(method, names, None if presented is None else str(presented)):
             await context.abort(grpc.StatusCode[refused.code], refused.message)
 
     return _checked_first(handler, refusal)
+
+
+@functools.lru_cache(maxsize=256)
+def _issued_by(pem: bytes, ca: bytes) -> bool:
+    """Whether the certificate `pem` is signed by the CA certificate `ca` (both PEM)."""
+    try:
+        x509.load_pem_x509_certificate(pem).verify_directly_issued_by(x509.load_pem_x509_certificate(ca))
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
 
 
 def _checked_first(handler: grpc.RpcMethodHandler, refusal) -> grpc.RpcMethodHandler:

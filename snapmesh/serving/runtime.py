@@ -125,7 +125,7 @@ class Services:
     def __init__(self, server: grpc.aio.Server, identity: security.Identity | None, instance: str | None = None) -> None:
         self.server = server
         self._identity = identity
-        self._gate = credentials.gate_of(identity)
+        self._gate = credentials.guard_of(identity)
         self.instance_id = instance or instance_id()
         self.health = _HealthServicer(self.instance_id)
         self.names: list[str] = []

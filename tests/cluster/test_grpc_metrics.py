@@ -68,7 +68,7 @@ async def exercise(registry: CollectorRegistry) -> None:
     def register(_servicer, target) -> None:
         target.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, HANDLERS),))
 
-    credentials.add_guarded(register, None, server, gate)  # the token check lives in the handlers
+    credentials.add_guarded(register, None, server, credentials.Guard(gate))  # the token check lives in the handlers
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
