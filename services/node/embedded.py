@@ -127,7 +127,7 @@ class EmbeddedNode:
         self._translog = translog
         self._lock = lock
         self._key = key
-        self.receive_limit = receive_limit  # the largest message the node's RPCs may carry (process.receive_limit)
+        self.receive_limit = receive_limit  # snapmesh node: its server's receive limit (process.receive_limit); embedded: 0
         self.serving_line = serving_line  # logged once the server serves
         self._closed = False
         self._close: asyncio.Future[int] | None = None
