@@ -190,3 +190,39 @@ def test_the_access_rules_hold_on_an_embedded_tls_node(tmp_path, monkeypatch):
             await server.stop(0)
 
     asyncio.run(go())
+
+
+def test_a_certificate_from_the_programs_own_ca_is_not_the_clusters(tmp_path, monkeypatch):
+    # The program's own mutual-TLS port trusts its own CA; a certificate of that CA that
+    # names the controller must not pass for the cluster's controller (AUTH2).
+    from cryptography.hazmat.primitives import serialization
+
+    from snapmesh.settings import devcerts
+
+    path = cluster(tmp_path)
+    write_certs(config.load(path), tmp_path / "tls")
+    monkeypatch.setenv("SNAPMESH_TLS_DIR", str(tmp_path / "tls"))
+    ca_key, ca_cert = devcerts.make_ca("the program's own CA")
+    ca = ca_cert.public_bytes(serialization.Encoding.PEM)
+    server_cert, server_key = devcerts.issue(ca_key, ca_cert, "localhost", "127.0.0.1")
+    fake_cert, fake_key = devcerts.issue(ca_key, ca_cert, "controller")
+    own_port = free_ports(1)[0]
+
+    async def go():
+        server = grpc.aio.server()
+        node = await snapmesh.embed(APP, cluster=path, node_id="p1", server=server)
+        server.add_secure_port(f"127.0.0.1:{own_port}", grpc.ssl_server_credentials(
+            [(server_key, server_cert)], root_certificates=ca, require_client_auth=True))
+        await server.start()
+        try:
+            credentials = grpc.ssl_channel_credentials(ca, fake_key, fake_cert)
+            async with grpc.aio.secure_channel(f"127.0.0.1:{own_port}", credentials) as channel:
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await pb_grpc.NodeStub(channel).StartSnapshot(pb.StartSnapshotRequest(snapshot_id="s"), timeout=10)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "not from the cluster's CA" in refused.value.details()
+        finally:
+            await node.close()
+            await server.stop(0)
+
+    asyncio.run(go())
