@@ -50,14 +50,16 @@ class Guard:
     ca: bytes | None = None
 
 
-def guard_of(identity: Identity | None) -> Guard | None:
-    """The checks of a server holding `identity` (None: plaintext, none)."""
+def guard_of(identity: Identity | None, *, shared: bool = True) -> Guard | None:
+    """The checks of a server holding `identity` (None: plaintext, none).
+    `shared=False`: a server of snapmesh's own, whose every port is the cluster's
+    mutual TLS (open_server_port), so the CA need not be checked again per call."""
     if identity is None:
         return None
     if identity.roles is None:
         raise ValueError(f"the identity of {identity.name} has no cluster roles: a server's comes from load_identity")
     return Guard(access.Gate(roles=identity.roles, token=identity.token, protect_reads=identity.protect_reads),
-                 ca=identity.ca)
+                 ca=identity.ca if shared else None)
 
 
 def add_guarded(register: Callable[[Any, Any], None], servicer: Any, server: grpc.aio.Server,

@@ -122,10 +122,13 @@ class Services:
     checks in its handlers (credentials.add_guarded), health (signed with the
     instance id) and reflection, and the port snapmesh serves them on."""
 
-    def __init__(self, server: grpc.aio.Server, identity: security.Identity | None, instance: str | None = None) -> None:
+    def __init__(
+        self, server: grpc.aio.Server, identity: security.Identity | None, instance: str | None = None, *,
+        shared: bool = True,  # False: snapmesh's own server, whose only ports are the cluster's (ServiceHost)
+    ) -> None:
         self.server = server
         self._identity = identity
-        self._gate = credentials.guard_of(identity)
+        self._gate = credentials.guard_of(identity, shared=shared)
         self.instance_id = instance or instance_id()
         self.health = _HealthServicer(self.instance_id)
         self.names: list[str] = []
@@ -177,7 +180,7 @@ class ServiceHost:
             options = [o for o in options if o[0] != "grpc.max_receive_message_length"]
             options.append(("grpc.max_receive_message_length", max_receive_bytes))
         self.server = credentials.new_server(options, outer=[metrics.GrpcServerMetrics(registry)])
-        self.services = Services(self.server, identity)
+        self.services = Services(self.server, identity, shared=False)
         self.instance_id = self.services.instance_id
         self._metrics_server = None
         self._health_port = health_port_from_env()
