@@ -31,6 +31,11 @@ M3. `close()` stops the node: no new streams, the incoming streams ended, the
     channels and the reporter closed, the log flushed and closed, the lock
     released; no task of the node is left. The port is the server's: it closes
     when the program stops its server. `submit` after `close` raises NodeClosed.
+M4. A node that fails while it serves (the app raised on a message; the log
+    cannot be written: the two ways `snapmesh node` exits 1) logs that line,
+    refuses `submit` and `submit_many` (Refused UNAVAILABLE), and `await
+    node.failed()` returns the line. The program should close it (then the Node
+    service's calls are refused too); a restart recovers from its log.
 """
 
 from __future__ import annotations
@@ -116,7 +121,8 @@ class EmbeddedNode:
 
     def __init__(self, *, node_id: str, engine: Engine, edge: Edge, servicer: NodeServicer, services: Services,
                  channels: dict[str, OutgoingChannel], reporter: StateReporter, translog: TransferLog,
-                 lock: DataDirLock, key: tuple[str, str], receive_limit: int, serving_line: str) -> None:
+                 lock: DataDirLock, key: tuple[str, str], receive_limit: int, serving_line: str,
+                 log_path: Path) -> None:
         self.node_id = node_id
         self.engine = engine
         self._edge = edge
@@ -129,6 +135,7 @@ class EmbeddedNode:
         self._key = key
         self.receive_limit = receive_limit  # snapmesh node: its server's receive limit (process.receive_limit); embedded: 0
         self.serving_line = serving_line  # logged once the server serves
+        self._log_path = log_path
         self._closed = False
         self._close: asyncio.Future[int] | None = None
 
@@ -136,9 +143,9 @@ class EmbeddedNode:
     def port(self) -> int | None:
         return self.services.port
 
-    def failures(self, path: Path) -> list[Failure]:
-        """How the node fails while it serves (the app on a message, the log's disk)."""
-        node_id, translog = self.node_id, self._translog
+    def failures(self) -> list[Failure]:
+        """How the node fails while it serves (M4: the app on a message, the log's disk)."""
+        node_id, translog, path = self.node_id, self._translog, self._log_path
         assert translog.flusher is not None
         return [
             Failure(self.engine.app_failed, lambda failed: (
@@ -153,6 +160,23 @@ class EmbeddedNode:
                 "(restart the node once the disk is fixed: it recovers from the log)"), 1),
         ]
 
+    async def failed(self) -> str:
+        """Wait until the node fails while it serves (M4): the line saying why.
+        NodeClosed when it is closed first."""
+        failures = self.failures()
+        await asyncio.wait({f.future for f in failures}, return_when=asyncio.FIRST_COMPLETED)
+        done = next(f for f in failures if f.future.done())
+        if done.future is self._translog.flusher and (done.future.cancelled() or done.future.exception() is None):
+            raise NodeClosed(f"node {self.node_id} is closed")
+        return done.says(done.future)
+
+    def log_failures(self) -> None:
+        """Log the line of a failure (M4) when it happens: the embedding program's log
+        says it even if nothing awaits `failed()` (snapmesh node logs it as it exits)."""
+        for failure in self.failures():
+            failure.future.add_done_callback(
+                lambda future, f=failure: self._closed or future.cancelled() or log.error("%s", f.says(future)))
+
     async def submit(self, command: bytes, *, request_id: str = "", first_sent_unix_ms: int = 0) -> Reply:
         """The Edge's submit: a Reply once durable, else raises snapmesh.app.Refused."""
         self._check_open()
@@ -166,6 +190,9 @@ class EmbeddedNode:
     def _check_open(self) -> None:
         if self._closed:
             raise NodeClosed(f"node {self.node_id} is closed: no call after close()")
+        if self.engine.app_failed.done() or (self._translog.flusher is not None and self._translog.flusher.done()):
+            raise Refused("UNAVAILABLE", f"node {self.node_id} has failed (node.failed() says why): close it; "
+                                         "a restart recovers from its log")
 
     async def drain(self) -> None:
         """No new streams or calls, the incoming streams ended, health NOT_SERVING."""
@@ -337,7 +364,7 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     return EmbeddedNode(
         node_id=node_id, engine=engine, edge=edge, servicer=servicer, services=services, channels=channels,
         reporter=reporter, translog=translog, lock=lock, key=key, receive_limit=receive_limit,
-        serving_line=f"node {node_id} serving on {cfg.bind_address(node)} ({what})",
+        serving_line=f"node {node_id} serving on {cfg.bind_address(node)} ({what})", log_path=path,
     )
 
 
@@ -361,5 +388,6 @@ async def embed(
     identity = security.load_identity(cfg, node_id)
     node = await start_node(cfg, node_id, app, server, identity=identity)
     await node.services.serving()  # health answers once the program starts its server
+    node.log_failures()
     log.info("%s (embedded: once the server starts)", node.serving_line)
     return node

@@ -100,7 +100,7 @@ async def serve(
         status = await serve_until_stopped(
             host, log, serving=lambda: log.info("%s", node.serving_line), stop_signal=wait_for_stop_signal,
             stopping=lambda sig: f"node {node_id}: {sig.name} received, stopping",
-            failures=node.failures(cfg.log_path(node_id)),
+            failures=node.failures(),
         )
     except BaseException:
         await node.close()

@@ -20,7 +20,7 @@ import pytest
 from grpc_health.v1 import health, health_pb2_grpc
 
 import snapmesh
-from snapmesh.app import App, Context, NodeInfo
+from snapmesh.app import App, Context, NodeInfo, Refused
 from snapmesh.serving.credentials import open_channel
 from snapmesh.services.node.embedded import EmbedError, NodeClosed
 from snapmesh.settings import config, security
@@ -226,3 +226,49 @@ def test_a_certificate_from_the_programs_own_ca_is_not_the_clusters(tmp_path, mo
             await server.stop(0)
 
     asyncio.run(go())
+
+
+class Fragile(Counter):
+    """Sends each command's count to the other node, which cannot take it."""
+
+    def __init__(self, info: NodeInfo) -> None:
+        super().__init__(info)
+        self.peer = sorted(info.peers_out)[0]
+
+    def on_command(self, command: bytes, ctx: Context) -> bytes:
+        ctx.send(self.peer, command)
+        return super().on_command(command, ctx)
+
+    def on_message(self, src: str, payload: bytes, ctx: Context) -> None:
+        raise RuntimeError(f"cannot take {payload!r} from {src}")
+
+
+def test_two_nodes_in_one_process_and_a_failure_is_told(tmp_path, caplog):
+    # M4: p2's app raises on p1's message; p2 logs the line snapmesh node would exit
+    # with, answers commands UNAVAILABLE, and node.failed() returns the line.
+    path = cluster(tmp_path)
+    app = App(name="fragile", new=Fragile)
+
+    async def go():
+        servers = {n: grpc.aio.server() for n in ("p1", "p2")}
+        nodes = {n: await snapmesh.embed(app, cluster=path, node_id=n, server=s) for n, s in servers.items()}
+        for server in servers.values():
+            await server.start()
+        try:
+            assert (await nodes["p1"].submit(b"x")).reply == b"1"
+            line = await asyncio.wait_for(nodes["p2"].failed(), 30)
+            assert "node p2: the app failed on a message" in line and "cannot take b'x' from p1" in line
+            with pytest.raises(Refused) as refused:
+                await nodes["p2"].submit(b"y")
+            assert refused.value.code == "UNAVAILABLE"
+        finally:
+            for node in nodes.values():
+                await node.close()
+            for server in servers.values():
+                await server.stop(0)
+        with pytest.raises(NodeClosed):
+            await nodes["p1"].failed()
+
+    with caplog.at_level("ERROR", logger="snapmesh.services.node"):
+        asyncio.run(go())
+    assert any("node p2: the app failed on a message" in r.getMessage() for r in caplog.records)
