@@ -116,8 +116,8 @@ def started(server: grpc.aio.Server) -> bool:
 
 
 class EmbeddedNode:
-    """A running node: `submit` and `submit_many` (the Edge's, snapmesh.app's Reply
-    and Refused), `close()`. Made by `start_node`."""
+    """A running node: `submit`, `submit_many` and `query` (the Edge's, snapmesh.app's
+    Reply and Refused), `failed()`, `close()`. Made by `start_node`."""
 
     def __init__(self, *, node_id: str, engine: Engine, edge: Edge, servicer: NodeServicer, services: Services,
                  channels: dict[str, OutgoingChannel], reporter: StateReporter, translog: TransferLog,
@@ -186,6 +186,11 @@ class EmbeddedNode:
         """The Edge's submit_many: [(request_id, command), ...] -> [Reply | Refused, ...] in order."""
         self._check_open()
         return await self._edge.submit_many(items)
+
+    async def query(self, query: bytes) -> bytes:
+        """The Edge's query: the app's on_query answer, from durable state, not logged; else raises Refused."""
+        self._check_open()
+        return await self._edge.query(query)
 
     def _check_open(self) -> None:
         if self._closed:

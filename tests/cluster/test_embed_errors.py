@@ -50,6 +50,9 @@ class Counter:
     def restore(self, state: bytes) -> None:
         self.count = int(state)
 
+    def on_query(self, query: bytes) -> bytes:
+        return str(self.count).encode()
+
 
 APP = App(name="counter", new=Counter)
 
@@ -96,6 +99,7 @@ def test_a_server_that_registers_health_is_refused(tmp_path):
 
 
 def test_embed_twice_for_one_node_is_refused_and_submit_after_close_too(tmp_path):
+    # The node's calls: submit, query (a read: the count does not move), submit_many; none after close.
     path = cluster(tmp_path)
 
     async def go():
@@ -105,10 +109,14 @@ def test_embed_twice_for_one_node_is_refused_and_submit_after_close_too(tmp_path
             with pytest.raises(EmbedError, match="node p1 is already embedded in this process"):
                 await snapmesh.embed(APP, cluster=path, node_id="p1", server=second)
             assert (await node.submit(b"x")).reply == b"1"
+            assert await node.query(b"count") == b"1"  # a read, not logged: the count stays
+            assert (await node.submit(b"x")).reply == b"2"
         finally:
             assert await node.close() == 0
         with pytest.raises(NodeClosed, match="node p1 is closed"):
             await node.submit(b"x")
+        with pytest.raises(NodeClosed):
+            await node.query(b"count")
         with pytest.raises(NodeClosed):
             await node.submit_many([("a", b"x")])
 
