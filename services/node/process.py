@@ -4,6 +4,9 @@ Start-up: load the cluster file, recover from the transfer log (or start a new
 one), open a channel stream to every outgoing peer, serve `snapmesh.v1.Node`
 with health and reflection, metrics on the node's metrics port. SIGINT/SIGTERM:
 health NOT_SERVING, stop accepting, close streams, flush the log, exit 0.
+All of it but the server is `snapmesh.embed`'s path (embedded.start_node): this
+process is an embedded node on a server of its own (ServiceHost: its options,
+gRPC metrics, /metrics, the health port).
 
 The app (snapmesh.app) is `--app`, else the cluster file's [app], else the bank.
 It is loaded before anything starts, and one machine is made and snapshotted as a
@@ -23,38 +26,23 @@ nothing in the data dir touched).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
-import random
 import sys
-import time
 
-from snapmesh.bank.formats import NODE_TALLY_KEY  # the log lines keep their v1 wording
-from snapmesh.bank.rules import starting_tally
-from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
-from snapmesh.serving.datalock import serve_holding
-from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.metrics import NodeMetrics
-from snapmesh.services.node.recovery import CorruptLogError, NonDeterministicError, OtherVersionError, recover
-from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from snapmesh.services.node.channels import MAX_MERGED, MAX_MERGED_PAYLOAD
-from snapmesh.services.node.edge import MAX_BATCH_BYTES, MAX_BATCH_COMMANDS, MAX_COMMAND_BYTES, Edge
-from snapmesh.services.node.servicer import MAX_BATCH, REFUSAL_STATUS, NodeServicer
-from snapmesh.services.node.translog import TransferLog
+from snapmesh.services.node.edge import MAX_BATCH_BYTES, MAX_BATCH_COMMANDS, MAX_COMMAND_BYTES
+from snapmesh.services.node.embedded import StartFailed, start_node
+from snapmesh.services.node.servicer import MAX_BATCH
 from snapmesh.app import App, NodeInfo, preflight
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
-from snapmesh.serving.durable import fsync_dir
 from snapmesh.protocol.node.link import DEFAULT_MARK
-from snapmesh.protocol.hybrid import HybridNode
 from snapmesh.protocol import chunking
-from snapmesh.protocol.node.machine import Node
 from snapmesh.protocol.node.requests import MAX_ID_BYTES
-from snapmesh.serving.runtime import CLIENT_OPTIONS, Failure, ServiceHost, serve_until_stopped, wait_for_stop_signal
+from snapmesh.serving.runtime import ServiceHost, serve_until_stopped, wait_for_stop_signal
 from snapmesh.serving.startup import OneLineParser, Prepared, server_main
-from snapmesh.v1 import snapmesh_pb2 as pb
-from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 log = logging.getLogger("snapmesh.services.node")
 
@@ -95,180 +83,37 @@ def load_node_app(cfg: cluster_config.ClusterConfig, node_id: str) -> App | None
 async def serve(
     cfg: cluster_config.ClusterConfig, node_id: str, identity: security.Identity | None = None, app: App | None = None
 ) -> int:
-    # One process per node: the lock is taken before anything in the data dir is read or written.
-    return await serve_holding(
-        cfg.data_dir, node_id, "snapmesh node", lambda: _serve_locked(cfg, node_id, identity, app)
-    )
-
-
-async def _serve_locked(
-    cfg: cluster_config.ClusterConfig, node_id: str, identity: security.Identity | None = None, app: App | None = None
-) -> int:
-    node = cfg.node(node_id)
-    incoming = cfg.topology.incoming(node_id)
-    outgoing = cfg.topology.outgoing(node_id)
-    path = cfg.log_path(node_id)
-    try:
-        recovered = recover(
-            path, node_id, initial_tally=0 if app is not None else starting_tally(cfg), incoming=incoming, outgoing=outgoing,
-            app=app, app_params=cfg.app.params,
-        )
-        pending = PendingReports(cfg.data_dir / f"{node_id}.reports")
-        unreported = pending.load()
-    except (NonDeterministicError, OtherVersionError) as exc:  # the line names the cause and the ways on
-        print(f"snapmesh node: refusing to start: {exc}", file=sys.stderr)
-        return 2
-    except CorruptLogError as exc:
-        print(f"snapmesh node: corrupt transfer log, refusing to start: {exc}", file=sys.stderr)
-        return 2
-    except CorruptReportError as exc:
-        print(f"snapmesh node: corrupt pending report, refusing to start: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"snapmesh node: cannot read its data in {cfg.data_dir}: {exc}", file=sys.stderr)
-        return 2
-
+    """The node on a server of its own: the embed path (embedded.start_node) on a
+    ServiceHost's server, which adds the gRPC metrics, /metrics and the health port."""
+    node_cfg = cfg.node(node_id)
     metrics = NodeMetrics(node_id)
-    engine: Engine | None = None
-
-    def on_durable(lsn: int) -> None:
-        if engine is not None:
-            engine.durable(lsn)
-
-    translog = TransferLog(
-        path, node_id, last_lsn=recovered.last_lsn, on_durable=on_durable, observe_fsync=metrics.observe_fsync,
-        observe_round=metrics.observe_round,
-    )
-    if not recovered.fresh:
-        log.info(
-            "recovered from %s: %s %d, %d records read, %d unacknowledged-or-unknown messages, "
-            "abandoned snapshots: %d",
-            path,
-            NODE_TALLY_KEY,
-            recovered.tally,
-            recovered.records,
-            sum(len(v) for v in recovered.outbox.values()),
-            len(recovered.abandoned),
-        )
-    # The node machine: core + links + log positions (snapmesh/protocol/node/machine.py); everything below is its shell.
-    hybrid = {"align_timeout": cfg.align_timeout_ms / 1e3} if cfg.snapshot_mode == "hybrid" else {}
-    node_machine = (HybridNode if hybrid else Node)(
-        **hybrid,
-        node_id=node_id,
-        incoming=incoming,
-        outgoing=outgoing,
-        recovered=recovered,
-        mark=flow_mark(),
-        bound=cfg.channel_bound,
-        # Twice the controller's deadline: by then the controller has failed it.
-        recording_ttl=2 * cfg.controller.snapshot_deadline_s,
-        segment_records=cfg.segment_records,
-        segment_bytes=cfg.segment_bytes,
-        reply_window_bytes=cfg.reply_window_bytes,
-        snapshot_mode=cfg.snapshot_mode,
-        now=asyncio.get_running_loop().time(),
-        wall=time.time(),  # the request-id window's clock (it outlives restarts)
-        app=app,
-        app_params=cfg.app.params,
-        max_reply_bytes=cfg.max_reply_bytes,
-    )
-
-    rng = random.Random()
-    channels: dict[str, OutgoingChannel] = {}
-    # The streams start after `engine` is set, and only then call back into it.
-    for dst in outgoing:
-        channels[dst] = OutgoingChannel(
-            src=node_id,
-            dst=dst,
-            address=cfg.node(dst).address,
-            metrics=metrics,
-            on_open=lambda d, e, r: engine.link_open(d, e, r),
-            on_ack=lambda d, e, s: engine.link_ack(d, e, s),
-            on_lost=lambda d: engine.link_lost(d),
-            rng=rng,
-            channel_options=CLIENT_OPTIONS,
-            identity=identity,
-            epoch_of=lambda: engine.node.epoch,
-        )
-    reporter = StateReporter(
-        address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS, pending=pending,
-        identity=identity,
-    )
-    engine = Engine(
-        node=node_machine,
-        log_=translog,
-        outgoing=channels,
-        incoming={src: IncomingChannel(src=src, dst=node_id) for src in incoming},
-        metrics=metrics,
-        reporter=reporter,
-        app_spec="" if app is None else cfg.app.module,
+    limit = receive_limit(max(len(n.id) for n in cfg.nodes))
+    host = ServiceHost(
+        bind_address=cfg.bind_address(node_cfg), metrics_bind=cfg.metrics_bind(node_cfg), registry=metrics.registry,
+        identity=identity, max_receive_bytes=limit,
     )
     try:
-        translog.flush_sync()
-        fsync_dir(cfg.data_dir)
-    except OSError as exc:
-        await translog.close()
-        print(f"snapmesh node: cannot write the transfer log {path}: {exc}", file=sys.stderr)
-        return 1
-    engine.durable(translog.durable_lsn)
-    edge = Edge(engine)  # commands into the app: Submit and SubmitBatch call it, as an embedding program would
-    servicer = NodeServicer(engine, edge)
-    metrics.initialise(incoming=incoming, outgoing=outgoing, codes={c.name for c in REFUSAL_STATUS.values()})
-
-    limit = receive_limit(max(len(n.id) for n in cfg.nodes))
-    metrics.receive_limit.set(limit)
-    host = ServiceHost(
-        bind_address=cfg.bind_address(node), metrics_bind=cfg.metrics_bind(node), registry=metrics.registry, identity=identity,
-        max_receive_bytes=limit,
-    )
-    host.add(pb_grpc.add_NodeServicer_to_server, servicer, pb.DESCRIPTOR.services_by_name["Node"].full_name)
-
-    def serving() -> None:
-        for channel in channels.values():
-            channel.start()
-        reporter.resume(unreported, recovered.last_lsn)
-        if app is None:
-            log.info("node %s serving on %s (%s %d)", node_id, host.bind_address, NODE_TALLY_KEY, node_machine.tally)
-        else:
-            log.info("node %s serving on %s (app %s)", node_id, host.bind_address, cfg.app.module)
-
-    translog.start()
-    assert translog.flusher is not None
+        # One process per node: the lock is taken before anything in the data dir is read or written.
+        node = await start_node(cfg, node_id, app, host.server, identity=identity, services=host.services,
+                                metrics=metrics, receive_limit=limit, mark=flow_mark())
+    except StartFailed as exc:
+        print(f"snapmesh node: {exc}", file=sys.stderr)
+        return exc.status
     try:
         status = await serve_until_stopped(
-            host, log, serving=serving, stop_signal=wait_for_stop_signal,
+            host, log, serving=lambda: log.info("%s", node.serving_line), stop_signal=wait_for_stop_signal,
             stopping=lambda sig: f"node {node_id}: {sig.name} received, stopping",
-            failures=[
-                Failure(engine.app_failed, lambda failed: (
-                    f"node {node_id}: the app failed on a message, or a refused command could not be taken back"
-                    f" (apphost.H4), stopping (neither is applied; the restarted node recovers from its log"
-                    f" and meets the message again): {failed.result()}"), 1),
-                # Nothing more is written (see translog); stop serving now. What the file
-                # holds is a prefix of the log, so a restart recovers from it.
-                Failure(translog.flusher, lambda flusher: (
-                    f"node {node_id}: the transfer log {path} cannot be written ({flusher.exception()}); nothing "
-                    f"after lsn {translog.durable_lsn} is on disk and nothing more will be written; stopping "
-                    "(restart the node once the disk is fixed: it recovers from the log)"), 1),
-            ],
+            failures=node.failures(),
         )
     except BaseException:
-        await translog.close()
+        await node.close()
         raise
-
     # Drain: NOT_SERVING and no new streams, close the incoming streams, stop the
     # server (unary calls in flight finish), then the senders, then the log.
-    servicer.stopping = True
-    for rx in engine.incoming.values():
-        rx.end_stream("the node is stopping")
+    await node.drain()
     await host.stop(STOP_GRACE_S)
-    await asyncio.gather(*(channel.close() for channel in channels.values()))
-    await reporter.close()
-    try:
-        await translog.close()
-    except OSError as exc:
-        log.error("node %s: final flush of %s failed: %s", node_id, path, exc)
+    if await node.close():
         status = 1
-    log.info("node %s stopped", node_id)
     return status
 
 

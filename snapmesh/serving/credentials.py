@@ -1,12 +1,15 @@
 """Every gRPC server and channel of snapmesh is opened here, with the identity
 snapmesh.settings.security read:
 
-- `new_server(identity, options)` and `open_server_port(server, address, identity)`:
-  with TLS, the port asks every client for a certificate signed by the cluster's
-  CA (mutual TLS), and every call is put to the cluster's gate before its
-  handler runs (snapmesh.settings.access, who may call what): a certificate the
-  call is not for is PERMISSION_DENIED (naming the caller and the rule), a
-  missing or wrong token where one is asked for UNAUTHENTICATED; nothing changes.
+- `new_server(options)`, `open_server_port(server, address, identity)` and
+  `add_guarded(register, servicer, server, guard_of(identity))`: with TLS, the
+  port asks every client for a certificate signed by the cluster's CA (mutual
+  TLS), and every call of a servicer added with `add_guarded` is put to the
+  cluster's gate before its handler runs (snapmesh.settings.access, who may call
+  what): a certificate the call is not for is PERMISSION_DENIED (naming the
+  caller and the rule), a missing or wrong token where one is asked for
+  UNAUTHENTICATED; nothing changes. The check is in the handlers, not a server
+  interceptor, so it holds on a server snapmesh shares (snapmesh.embed).
 - `open_channel(address, identity, aio=...)`: presents the process's certificate,
   checks the server's against the CA and sends the token on every call when the
   identity holds one (a client's; the controller drops it towards nodes).
@@ -18,11 +21,15 @@ snapmesh.settings.security read:
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 
 from snapmesh.settings import access
 from snapmesh.settings.security import Identity
@@ -31,29 +38,102 @@ from snapmesh.settings.security import Identity
 # ---------------------------------------------------------------- servers
 
 
-class _Guard(grpc.aio.ServerInterceptor):
-    """Carries out the gate's answer (snapmesh.settings.access) before a call's
-    handler runs: a refused call gets the gate's status and changes nothing. Only
-    the methods the gate can refuse are wrapped (the caller's certificate is read
-    from the call's context, which only the handler sees); the others, client
-    transfers among them, keep their handler as it is."""
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """One server's checks of snapmesh's calls: the cluster's gate and, when `ca`
+    is given, that the call came over mutual TLS with a certificate of that CA.
+    The second matters on a server snapmesh shares: the program's own ports
+    (plaintext, or TLS with its own CA) reach snapmesh's services too, and a
+    certificate from another CA may name a node."""
 
-    def __init__(self, gate: access.Gate) -> None:
+    gate: access.Gate
+    ca: bytes | None = None
+
+
+def guard_of(identity: Identity | None, *, shared: bool = True) -> Guard | None:
+    """The checks of a server holding `identity` (None: plaintext, none).
+    `shared=False`: a server of snapmesh's own, whose every port is the cluster's
+    mutual TLS (open_server_port), so the CA need not be checked again per call."""
+    if identity is None:
+        return None
+    if identity.roles is None:
+        raise ValueError(f"the identity of {identity.name} has no cluster roles: a server's comes from load_identity")
+    return Guard(access.Gate(roles=identity.roles, token=identity.token, protect_reads=identity.protect_reads),
+                 ca=identity.ca if shared else None)
+
+
+def add_guarded(register: Callable[[Any, Any], None], servicer: Any, server: grpc.aio.Server,
+                gate: Guard | None) -> None:
+    """Register `servicer` on `server` with `register` (a generated
+    `add_XServicer_to_server`), each of its methods put to `gate` before its
+    handler runs: the one place snapmesh's checks happen. They live in the
+    servicer's handlers, not in a server interceptor, so a server that is not
+    snapmesh's (an embedding program's, with its own interceptors and services)
+    applies them to snapmesh's calls only. None: plaintext, nothing checked."""
+    register(servicer, server if gate is None else _GuardedServer(server, gate))
+
+
+class _GuardedServer:
+    """What a generated `add_XServicer_to_server` sees: `server`, its handlers
+    wrapped by `guarded_handler` on their way in."""
+
+    def __init__(self, server: grpc.aio.Server, gate: Guard) -> None:
+        self._server = server
         self._gate = gate
 
-    async def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
-        handler = await continuation(details)
-        if handler is None or not self._gate.guards(details.method):
-            return handler
-        presented = next((v for k, v in details.invocation_metadata or () if k == "authorization"), None)
-        gate, method = self._gate, details.method
-        presented_text = None if presented is None else str(presented)
+    def add_generic_rpc_handlers(self, handlers) -> None:
+        self._server.add_generic_rpc_handlers(tuple(_GuardedGeneric(h, self._gate) for h in handlers))
 
-        async def refusal(context: grpc.aio.ServicerContext) -> None:
-            if refused := gate.check(method, peer_names(context), presented_text):
-                await context.abort(grpc.StatusCode[refused.code], refused.message)
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self._server.add_registered_method_handlers(
+            service, {name: guarded_handler(self._gate, f"/{service}/{name}", h) for name, h in handlers.items()}
+        )
 
-        return _checked_first(handler, refusal)
+
+class _GuardedGeneric(grpc.GenericRpcHandler):
+    def __init__(self, inner: grpc.GenericRpcHandler, gate: Guard) -> None:
+        self._inner = inner
+        self._gate = gate
+
+    def service(self, details: grpc.HandlerCallDetails):
+        return guarded_handler(self._gate, details.method, self._inner.service(details))
+
+    def service_name(self) -> str | None:
+        return getattr(self._inner, "service_name", lambda: None)()
+
+
+def guarded_handler(guard: Guard, method: str, handler: grpc.RpcMethodHandler | None):
+    """Carries out the checks (snapmesh.settings.access, and the cluster's CA)
+    before `handler` runs: a refused call gets the status and changes nothing.
+    Without a CA only the methods the gate can refuse are wrapped; the others,
+    client transfers among them, keep their handler as it is."""
+    gate, ca = guard.gate, guard.ca
+    if handler is None or (ca is None and not gate.guards(method)):
+        return handler
+
+    async def refusal(context: grpc.aio.ServicerContext) -> None:
+        names = peer_names(context)
+        if ca is not None and names is None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                f"{method}: needs the cluster's mutual TLS, and the call came in plaintext")
+        if ca is not None and not _issued_by(bytes(next(iter(context.auth_context().get("x509_pem_cert", [])), b"")), ca):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                 f"{method}: the caller's certificate is not from the cluster's CA")
+        presented = next((v for k, v in context.invocation_metadata() or () if k == "authorization"), None)
+        if refused := gate.check(method, names, None if presented is None else str(presented)):
+            await context.abort(grpc.StatusCode[refused.code], refused.message)
+
+    return _checked_first(handler, refusal)
+
+
+@functools.lru_cache(maxsize=256)
+def _issued_by(pem: bytes, ca: bytes) -> bool:
+    """Whether the certificate `pem` is signed by the CA certificate `ca` (both PEM)."""
+    try:
+        x509.load_pem_x509_certificate(pem).verify_directly_issued_by(x509.load_pem_x509_certificate(ca))
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
 
 
 def _checked_first(handler: grpc.RpcMethodHandler, refusal) -> grpc.RpcMethodHandler:
@@ -75,19 +155,10 @@ def _checked_first(handler: grpc.RpcMethodHandler, refusal) -> grpc.RpcMethodHan
     return handler._replace(**{kind: checked})
 
 
-def new_server(
-    identity: Identity | None, options: Sequence[tuple[str, Any]], outer: Sequence[grpc.aio.ServerInterceptor] = ()
-) -> grpc.aio.Server:
-    """A grpc.aio server; with TLS, every call is checked by the cluster's gate
-    (snapmesh.settings.access), inside the interceptors `outer`, which see every
-    call, refused ones too."""
-    interceptors = list(outer)
-    if identity is not None:
-        if identity.roles is None:
-            raise ValueError(f"the identity of {identity.name} has no cluster roles: a server's comes from load_identity")
-        gate = access.Gate(roles=identity.roles, token=identity.token, protect_reads=identity.protect_reads)
-        interceptors.append(_Guard(gate))
-    return grpc.aio.server(options=list(options), interceptors=interceptors)
+def new_server(options: Sequence[tuple[str, Any]], outer: Sequence[grpc.aio.ServerInterceptor] = ()) -> grpc.aio.Server:
+    """A grpc.aio server with the interceptors `outer`, which see every call,
+    refused ones too (the gate's checks are in the handlers: `add_guarded`)."""
+    return grpc.aio.server(options=list(options), interceptors=list(outer))
 
 
 def open_server_port(server: grpc.aio.Server, address: str, identity: Identity | None) -> int:

@@ -116,8 +116,50 @@ def health_port_from_env(env: dict[str, str] | None = None) -> int | None:
     return int(text)
 
 
+class Services:
+    """snapmesh's services on one grpc.aio server, snapmesh's own (ServiceHost) or
+    an embedding program's (snapmesh.embed): each servicer with the cluster's
+    checks in its handlers (credentials.add_guarded), health (signed with the
+    instance id) and reflection, and the port snapmesh serves them on."""
+
+    def __init__(
+        self, server: grpc.aio.Server, identity: security.Identity | None, instance: str | None = None, *,
+        shared: bool = True,  # False: snapmesh's own server, whose only ports are the cluster's (ServiceHost)
+    ) -> None:
+        self.server = server
+        self._identity = identity
+        self._gate = credentials.guard_of(identity, shared=shared)
+        self.instance_id = instance or instance_id()
+        self.health = _HealthServicer(self.instance_id)
+        self.names: list[str] = []
+        self.port: int | None = None
+
+    def add(self, register: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
+        credentials.add_guarded(register, servicer, self.server, self._gate)
+        self.names.append(full_name)
+
+    def open(self, bind_address: str) -> int:
+        """Add health and reflection, and bind `bind_address` (mutual TLS with an
+        identity): the port. BindError when it cannot bind."""
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable([*self.names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name], self.server)
+        try:
+            port = credentials.open_server_port(self.server, bind_address, self._identity)
+        except RuntimeError as exc:
+            raise BindError(f"cannot bind gRPC address {bind_address}: {exc}") from None
+        if port == 0:
+            raise BindError(f"cannot bind gRPC address {bind_address}")
+        self.port = port
+        return port
+
+    async def serving(self) -> None:
+        for name in ("", *self.names):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+
 class ServiceHost:
-    """One grpc.aio server plus its health, reflection and metrics endpoint."""
+    """One grpc.aio server of snapmesh's own (its options, the gRPC metrics
+    interceptor) with its Services, its metrics endpoint and its health port."""
 
     def __init__(
         self,
@@ -137,29 +179,23 @@ class ServiceHost:
         if max_receive_bytes is not None:
             options = [o for o in options if o[0] != "grpc.max_receive_message_length"]
             options.append(("grpc.max_receive_message_length", max_receive_bytes))
-        self.server = credentials.new_server(identity, options, outer=[metrics.GrpcServerMetrics(registry)])
-        self.instance_id = instance_id()
-        self._health = _HealthServicer(self.instance_id)
-        self._service_names: list[str] = []
+        self.server = credentials.new_server(options, outer=[metrics.GrpcServerMetrics(registry)])
+        self.services = Services(self.server, identity, shared=False)
+        self.instance_id = self.services.instance_id
         self._metrics_server = None
-        self.port: int | None = None
         self._health_port = health_port_from_env()
         self._health_server: grpc.aio.Server | None = None
 
+    @property
+    def port(self) -> int | None:
+        return self.services.port
+
     def add(self, register: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
-        register(servicer, self.server)
-        self._service_names.append(full_name)
+        self.services.add(register, servicer, full_name)
 
     async def start(self) -> None:
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self.server)
-        names = [*self._service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
-        reflection.enable(names, self.server)  # grpc.reflection.v1 and v1alpha
-        try:
-            self.port = credentials.open_server_port(self.server, self.bind_address, self._identity)
-        except RuntimeError as exc:
-            raise BindError(f"cannot bind gRPC address {self.bind_address}: {exc}") from None
-        if self.port == 0:
-            raise BindError(f"cannot bind gRPC address {self.bind_address}")
+        if self.services.port is None:  # else opened already, by the embed path (snapmesh node)
+            self.services.open(self.bind_address)
         if self._metrics_bind is not None:
             host, port = self._metrics_bind
             try:
@@ -170,7 +206,7 @@ class ServiceHost:
                 raise BindError(f"cannot bind metrics address {host}:{port}: {exc}") from None
         if self._health_port is not None:
             self._health_server = grpc.aio.server(options=SERVER_OPTIONS)
-            health_pb2_grpc.add_HealthServicer_to_server(self._health, self._health_server)
+            health_pb2_grpc.add_HealthServicer_to_server(self.services.health, self._health_server)
             host = self.bind_address.rsplit(":", 1)[0]
             address = f"{host}:{self._health_port}"
             try:
@@ -185,11 +221,10 @@ class ServiceHost:
         loop = asyncio.get_running_loop()
         kind = "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
         log.info("event loop: %s (%s.%s)", kind, type(loop).__module__, type(loop).__qualname__)
-        for name in ("", *self._service_names):
-            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await self.services.serving()
 
     async def stop(self, grace: float = 3.0) -> None:
-        await self._health.enter_graceful_shutdown()
+        await self.services.health.enter_graceful_shutdown()
         await self.server.stop(grace)
         if self._health_server is not None:
             await self._health_server.stop(0)

@@ -179,6 +179,8 @@ def import_edges(source: str, name: str, is_package: bool, known: set[str]) -> s
             # `from pkg import mod` imports the submodule; `from mod import name` the module.
             targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module for alias in node.names]
         for target in targets:
+            if target == "snapmesh.v1" or target.startswith("snapmesh.v1."):
+                continue  # the generated code: outside the graph (source_modules), not the package root
             while target and target not in known:  # `import a.b.c` of a name in a.b: the module a.b
                 target = target.rpartition(".")[0]
             if target and target != name:

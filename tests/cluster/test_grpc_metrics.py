@@ -62,9 +62,13 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
 
 async def exercise(registry: CollectorRegistry) -> None:
     rules = {f"/{SERVICE}/{method}": Rule.ANY for method in HANDLERS} | {f"/{SERVICE}/Guarded": Rule.CLIENT_WRITE}
-    token = credentials._Guard(Gate(roles=Roles(nodes=frozenset()), token="secret", rules=rules))
-    server = grpc.aio.server(interceptors=[GrpcServerMetrics(registry), token])
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, HANDLERS),))
+    gate = Gate(roles=Roles(nodes=frozenset()), token="secret", rules=rules)
+    server = grpc.aio.server(interceptors=[GrpcServerMetrics(registry)])
+
+    def register(_servicer, target) -> None:
+        target.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, HANDLERS),))
+
+    credentials.add_guarded(register, None, server, credentials.Guard(gate))  # the token check lives in the handlers
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
