@@ -82,7 +82,7 @@ class Engine:
         self.reporter = reporter
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
-        self._counted = (0, 0, 0, 0, 0)
+        self._counted = (0, 0, 0, 0, 0, 0)
         self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
         metrics.tally.set(node.tally)
         metrics.epoch.set(node.epoch)
@@ -396,7 +396,7 @@ class Engine:
         node, m = self.node, self.metrics
         counted = (
             node.markers_sent, node.markers_received, node.recorded_messages, node.snapshots_completed,
-            node.transfers_received,
+            node.transfers_received, node.messages_sent,
         )
         if counted != self._counted:
             before = self._counted
@@ -404,7 +404,10 @@ class Engine:
             m.markers_received.inc(counted[1] - before[1])
             m.recorded_messages.inc(counted[2] - before[2])
             m.snapshots_completed.inc(counted[3] - before[3])
-            m.transfers_received.inc(counted[4] - before[4])
+            m.messages_received.inc(counted[4] - before[4])
+            if not self.app_spec:  # the bank's messages are its transfers; an app's are not
+                m.transfers_received.inc(counted[4] - before[4])
+            m.messages_sent.inc(counted[5] - before[5])
             self._counted = counted
         for dst, sender in node.senders.items():
             self._unacked[dst].set(sender.unacked)
