@@ -355,7 +355,8 @@ class Engine:
                 record = effect.record
                 self.log.append_record(record)
                 if type(record) is wal.Cut:
-                    log.info("snapshot %s: recorded local state (%s %d)", record.snapshot_id, NODE_TALLY_KEY, record.tally)
+                    held = self._held(record.tally, record.digest)
+                    log.info("snapshot %s: recorded local state (%s)", record.snapshot_id, held)
                 elif type(record) is wal.Abort:
                     log.warning("snapshot %s: dropped here (%s)", record.snapshot_id, record.reason or "no reason given")
             elif kind is fx.Transmit:
@@ -380,7 +381,7 @@ class Engine:
             elif kind is fx.ReportCancelled:
                 self.reporter.cancel(effect.snapshot_id)
             elif kind is fx.EndStreams:
-                log.warning("%s (%s %d): ending the older epoch's streams", effect.reason, NODE_TALLY_KEY, node.tally)
+                log.warning("%s (%s): ending the older epoch's streams", effect.reason, self._held(node.tally))
                 for dst in effect.outgoing:
                     self.outgoing[dst].restart()
                 for src in effect.incoming:
@@ -391,6 +392,12 @@ class Engine:
         if metrics:
             self._metrics()
         self._arm_timer()
+
+    def _held(self, tally: int, digest: str = "") -> str:
+        """What a log line says this node holds: the bank's tally (by its v1 key), an app's state (its digest when known)."""
+        if not self.app_spec:
+            return f"{NODE_TALLY_KEY} {tally}"
+        return f"app state sha256:{digest[:16]}" if digest else "app state"
 
     def _metrics(self) -> None:
         node, m = self.node, self.metrics
