@@ -4,7 +4,7 @@ Closed-loop callers (asyncio, in this process) send SubmitBatch calls of
 `--batch` commands round-robin to the four nodes for `--seconds`. Figures, from
 one window after a warm-up:
   - submit_batch_rate_4n_minimal: commands per second, counted by the nodes
-    (the messages they received, `snapmesh_transfers_received_total`: each
+    (the messages they received, `snapmesh_messages_received_total`: each
     command of bench.minimal_app sends exactly one);
   - cpu_us_per_command_4n_minimal: the whole machine's busy CPU over the
     window, per command, as `cpu_us_per_transfer_4n_peak` is measured (the
@@ -49,7 +49,7 @@ NODES = 4
 
 def _scrape(address: str) -> dict[str, float]:
     text = urllib.request.urlopen(f"http://{address}/metrics", timeout=10).read().decode()
-    wanted = ("snapmesh_transfers_received_total", "snapmesh_log_committed_records_total",
+    wanted = ("snapmesh_messages_received_total", "snapmesh_log_committed_records_total",
               "snapmesh_log_fsync_seconds_count", "snapmesh_channel_frames_sent_total",
               "snapmesh_channel_payload_run_messages_total")
     found: dict[str, float] = {}
@@ -98,7 +98,7 @@ async def _drive(cluster: Cluster, callers: int, batch: int, warmup_s: float, se
             task.cancel()
         for channel in channels:
             await channel.close()
-    commands = after["snapmesh_transfers_received_total"] - before["snapmesh_transfers_received_total"]
+    commands = after["snapmesh_messages_received_total"] - before["snapmesh_messages_received_total"]
     commits = after["snapmesh_log_fsync_seconds_count"] - before["snapmesh_log_fsync_seconds_count"]
     records = after["snapmesh_log_committed_records_total"] - before["snapmesh_log_committed_records_total"]
     frames = after["snapmesh_channel_frames_sent_total"] - before["snapmesh_channel_frames_sent_total"]

@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("snapmesh.commands.sim", "run a scenario in the deterministic simulator"),
     "node": ("snapmesh.services.node.process", "run one node (gRPC server)"),
     "controller": ("snapmesh.services.controller.process", "run the snapshot controller"),
-    "app": ("snapmesh.commands.app", "run the bank workload against a running cluster"),
+    "app": ("snapmesh.commands.app", "run an app's workload (--app, $SNAPMESH_APP, the cluster file's [app]; else the bank's)"),
     "cluster": ("snapmesh.processes.launcher", "start a local cluster on loopback (cluster up)"),
     "demo": ("snapmesh.bank.demo", "cluster + workload + reconciliation, end to end"),
     "reconcile": ("snapmesh.reconcile.job", "check exported snapshots against the transfer logs (Spark)"),

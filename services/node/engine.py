@@ -82,7 +82,7 @@ class Engine:
         self.reporter = reporter
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
-        self._counted = (0, 0, 0, 0, 0)
+        self._counted = (0, 0, 0, 0, 0, 0)
         self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
         metrics.tally.set(node.tally)
         metrics.epoch.set(node.epoch)
@@ -355,7 +355,8 @@ class Engine:
                 record = effect.record
                 self.log.append_record(record)
                 if type(record) is wal.Cut:
-                    log.info("snapshot %s: recorded local state (%s %d)", record.snapshot_id, NODE_TALLY_KEY, record.tally)
+                    held = self._held(record.tally, record.digest)
+                    log.info("snapshot %s: recorded local state (%s)", record.snapshot_id, held)
                 elif type(record) is wal.Abort:
                     log.warning("snapshot %s: dropped here (%s)", record.snapshot_id, record.reason or "no reason given")
             elif kind is fx.Transmit:
@@ -380,7 +381,7 @@ class Engine:
             elif kind is fx.ReportCancelled:
                 self.reporter.cancel(effect.snapshot_id)
             elif kind is fx.EndStreams:
-                log.warning("%s (%s %d): ending the older epoch's streams", effect.reason, NODE_TALLY_KEY, node.tally)
+                log.warning("%s (%s): ending the older epoch's streams", effect.reason, self._held(node.tally))
                 for dst in effect.outgoing:
                     self.outgoing[dst].restart()
                 for src in effect.incoming:
@@ -392,11 +393,17 @@ class Engine:
             self._metrics()
         self._arm_timer()
 
+    def _held(self, tally: int, digest: str = "") -> str:
+        """What a log line says this node holds: the bank's tally (by its v1 key), an app's state (its digest when known)."""
+        if not self.app_spec:
+            return f"{NODE_TALLY_KEY} {tally}"
+        return f"app state sha256:{digest[:16]}" if digest else "app state"
+
     def _metrics(self) -> None:
         node, m = self.node, self.metrics
         counted = (
             node.markers_sent, node.markers_received, node.recorded_messages, node.snapshots_completed,
-            node.transfers_received,
+            node.transfers_received, node.messages_sent,
         )
         if counted != self._counted:
             before = self._counted
@@ -404,7 +411,10 @@ class Engine:
             m.markers_received.inc(counted[1] - before[1])
             m.recorded_messages.inc(counted[2] - before[2])
             m.snapshots_completed.inc(counted[3] - before[3])
-            m.transfers_received.inc(counted[4] - before[4])
+            m.messages_received.inc(counted[4] - before[4])
+            if not self.app_spec:  # the bank's messages are its transfers; an app's are not
+                m.transfers_received.inc(counted[4] - before[4])
+            m.messages_sent.inc(counted[5] - before[5])
             self._counted = counted
         for dst, sender in node.senders.items():
             self._unacked[dst].set(sender.unacked)

@@ -18,11 +18,21 @@ class NodeMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self._node = node_id
+        # Every app's messages (the bank's transfers among them); then the bank's own transfer counters.
+        self.messages_sent = Counter(
+            "snapmesh_messages_sent_total", "Messages this node sent on its channels (any app's; the bank's transfers)",
+            ["node"], registry=r,
+        ).labels(node_id)
+        self.messages_received = Counter(
+            "snapmesh_messages_received_total", "Messages this node received and applied (any app's; the bank's transfers)",
+            ["node"], registry=r,
+        ).labels(node_id)
         self.transfers_sent = Counter(
-            "snapmesh_transfers_sent_total", "Transfers this node sent", ["node"], registry=r
+            "snapmesh_transfers_sent_total", "Transfers this node sent (the bank; 0 on an app's node)", ["node"], registry=r
         ).labels(node_id)
         self.transfers_received = Counter(
-            "snapmesh_transfers_received_total", "Transfers this node received and applied", ["node"], registry=r
+            "snapmesh_transfers_received_total", "Transfers this node received and applied (the bank; 0 on an app's node)",
+            ["node"], registry=r,
         ).labels(node_id)
         self.transfers_refused = Counter(
             "snapmesh_transfers_refused_total", "Transfer requests refused (bad argument, no funds)", ["node", "grpc_code"],

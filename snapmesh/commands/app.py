@@ -39,7 +39,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     defaults = WorkloadParams()
-    parser = _Parser(prog="snapmesh app", description="Move money between nodes and take snapshots.")
+    parser = _Parser(prog="snapmesh app", description="Drive an app's workload against a running "
+                     "cluster and take snapshots (the bank's: transfers between the nodes).")
     parser.add_argument("--app", metavar="NAME|module:attr", help="drive this app's workload through "
                         "Node.Submit (a built-in: bank, kvshard; default: the bank's transfers)")
     parser.add_argument("--controller", metavar="HOST:PORT", help=target.CONTROLLER_HELP)

@@ -1,8 +1,13 @@
 """`snapmesh restore [--controller HOST:PORT] ID`: roll the cluster back to a snapshot.
 
 Calls `Controller.RestoreSnapshot` and prints the result as a table: the
-snapshot, the new epoch, the status and each node's balance right after the
-restore (its recorded balance plus the in-flight transfers replayed to it).
+snapshot, the new epoch, the status, then each node as its app sees it. The
+bank: each node's balance right after the restore (its recorded balance plus
+the in-flight transfers replayed to it) and their total. An app (the restored
+nodes report no balance, so the snapshot is read, GetSnapshotChunks): each
+node's recorded state bytes and the in-flight messages replayed to it, the
+app's invariants as the controller judged the snapshot and what its `describe`
+says (snapmesh.checking.described), in the app's words, never the bank's.
 Exit status: 0 when RESTORED; 1 when FAILED, refused (NOT_FOUND,
 FAILED_PRECONDITION) or the controller cannot be reached; 2 for bad arguments
 or a bad certificate file. The controller: `--controller`, else
@@ -45,26 +50,67 @@ def confirmed(controller: str, snapshot_id: str) -> bool:
     """Ask on the terminal; True for y or yes."""
     try:
         answer = input(f"Roll the whole cluster of {controller} back to snapshot {snapshot_id}? Every node's "
-                       "balance is replaced and transfers since then are undone. [y/N] ")
+                       "state is replaced and what happened since then is undone. [y/N] ")
     except EOFError:
         return False
     return answer.strip().lower() in ("y", "yes")
 
 
-def render(restore) -> str:
-    """The table the command prints."""
+def may_be_app(restore) -> bool:
+    """Whether the restored snapshot may be an app's: its nodes report no balance
+    (an app's never do), so the snapshot itself must say (a bank whose every
+    balance is 0 costs one more call and prints the bank's table)."""
+    return bool(restore.nodes) and not any(n.balance for n in restore.nodes)
+
+
+def render(restore, snapshot=None, unread: str = "") -> str:
+    """The table the command prints: the bank's balances, or with `snapshot` an
+    app's (render_app). `unread`: why the snapshot of a restore that may be an
+    app's could not be read (the nodes are listed, nothing else)."""
+    from snapmesh.checking import described
     from snapmesh.v1 import snapmesh_pb2 as pb
 
     status = pb.Restore.Status.Name(restore.status)
     lines = [f"snapshot {restore.snapshot_id}  epoch {restore.epoch}  {status}"]
     if restore.reason:
         lines.append(f"reason: {restore.reason}")
-    if restore.nodes:
-        width = max(len("node"), *(len(n.node_id) for n in restore.nodes))
-        lines.append(f"{'node':<{width}}  {'balance':>12}")
-        lines += [f"{n.node_id:<{width}}  {n.balance:>12}" for n in restore.nodes]
-        lines.append(f"{'total':<{width}}  {sum(n.balance for n in restore.nodes):>12}")
+    if not restore.nodes:
+        return "\n".join(lines)
+    if snapshot is not None and described.is_app(snapshot):
+        return "\n".join([*lines, *render_app(restore, snapshot, described.describe(snapshot))])
+    if unread:
+        return "\n".join([*lines, *(f"node {n.node_id}" for n in restore.nodes), f"(the snapshot could not be read: {unread})"])
+    width = max(len("node"), *(len(n.node_id) for n in restore.nodes))
+    lines.append(f"{'node':<{width}}  {'balance':>12}")
+    lines += [f"{n.node_id:<{width}}  {n.balance:>12}" for n in restore.nodes]
+    lines.append(f"{'total':<{width}}  {sum(n.balance for n in restore.nodes):>12}")
     return "\n".join(lines)
+
+
+def render_app(restore, snapshot, about) -> list[str]:
+    """An app's restore: each node's recorded state and the in-flight messages
+    replayed to it, the app's invariants as the controller judged the snapshot,
+    and its describe (or why there is none)."""
+    from snapmesh.checking import described
+
+    recorded = {n.node_id: len(n.state) for n in snapshot.nodes}
+    replayed = {n.node_id: 0 for n in restore.nodes}
+    for channel in snapshot.channels:
+        replayed[channel.dst] = replayed.get(channel.dst, 0) + len(channel.in_flight)
+    by = f" ({snapshot.app.name} version {snapshot.app.version or 1})" if snapshot.app.name else ""
+    rows = [[n.node_id, str(restore.epoch), str(recorded.get(n.node_id, 0)), str(replayed[n.node_id])] for n in restore.nodes]
+    lines = [f"app {snapshot.app.spec}{by}", *_table(["node", "epoch", "state bytes", "messages replayed"], rows)]
+    lines += ["", *_table(["invariant", "verdict"], [list(v) for v in described.verdicts(snapshot)])]
+    if about is not None and about.summary is None:
+        lines += ["", f"describe: {about.note}"]
+    elif about is not None:
+        lines += ["", "describe:", *_table(["name", "value"], [list(r) for r in described.rows(about.summary)])]
+    return lines
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,19 +133,25 @@ def main(argv: list[str] | None = None) -> int:
 
     import grpc
 
+    from snapmesh.checking.snapshots import fetch
     from snapmesh.commands import client_errors
     from snapmesh.v1 import snapmesh_pb2 as pb
     from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
+    snapshot, unread = None, ""
     try:
         with credentials.open_channel(found.address, identity) as channel:
-            restore = pb_grpc.ControllerStub(channel).RestoreSnapshot(
-                pb.RestoreSnapshotRequest(snapshot_id=args.snapshot_id), timeout=args.timeout
-            )
+            stub = pb_grpc.ControllerStub(channel)
+            restore = stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=args.snapshot_id), timeout=args.timeout)
+            if may_be_app(restore):
+                try:
+                    snapshot = fetch(stub, restore.snapshot_id, args.timeout)
+                except grpc.RpcError as error:  # the restore is done: say it, and why there is no more
+                    unread = client_errors.explain(error, found.address, identity)
     except grpc.RpcError as error:
         print(f"snapmesh restore: {client_errors.explain(error, found.address, identity)}", file=sys.stderr)
         return 1
-    print(render(restore))
+    print(render(restore, snapshot, unread))
     return 0 if restore.status == pb.Restore.RESTORED else 1
 
 

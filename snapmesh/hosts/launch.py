@@ -24,7 +24,7 @@ from snapmesh.serving.datalock import CONTROLLER, DataDirLocked, acquire_all, re
 from snapmesh.hosts.cluster import HostsCluster
 from snapmesh.hosts.net import SUBNET_PREFIX, MissingRights, NetworkError, missing_rights
 from snapmesh.processes.cluster_admin import hold_launcher
-from snapmesh.processes.foreground import serve_until_stopped
+from snapmesh.processes.foreground import app_words, serve_until_stopped
 from snapmesh.processes.supervisor import SupervisorError
 
 
@@ -71,7 +71,8 @@ def up(args: argparse.Namespace) -> int:
         running = hold_launcher(work)
         app = getattr(args, "app", None)  # --app: the cluster file's [app] (the launcher loaded it already)
         hosts = HostsCluster(work, nodes=nodes, tls=args.tls, settings={"app": {"module": app}} if app else None)
-        print(f"snapmesh cluster: starting {len(hosts.node_ids)} nodes on hosts (run {hosts.run_id}); logs in "
+        print(f"snapmesh cluster: starting {len(hosts.node_ids)} nodes of app {app_words(app or '')} on "
+              f"hosts (run {hosts.run_id}); logs in "
               f"{work / 'data' / 'logs'}", file=sys.stderr, flush=True)
         hosts.start(before=lambda cluster: release_all(locks))  # the children take them again, each its own
         serve_until_stopped(hosts.cluster, hosts.addressed_config(), work / "tls" if args.tls else None, args.ui)

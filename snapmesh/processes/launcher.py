@@ -80,7 +80,7 @@ from snapmesh.settings.appsettings import same_app
 from snapmesh.settings.argparsing import parse_args, positive_float
 from snapmesh.settings.config import ConfigError, TlsSettings, write_cluster
 from snapmesh.serving.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
-from snapmesh.processes.foreground import serve_until_stopped
+from snapmesh.processes.foreground import app_words, serve_until_stopped
 from snapmesh.settings.ports import NoFreePorts, port_is_free
 from snapmesh.settings.target import CLUSTER_FILE
 from snapmesh.processes.cluster_admin import hold_launcher
@@ -242,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             if locks is not None:
                 release_all(locks)  # the children take them again, each its own
         cluster = Cluster(config_path, data_dir=data_dir, tls_dir=tls_dir)
-        print(f"snapmesh cluster: starting {len(cluster.config.nodes)} nodes in data dir {data_dir} (clients: "
+        print(f"snapmesh cluster: starting {len(cluster.config.nodes)} nodes of app {app_words(cluster.config.app.module)} "
+              f"in data dir {data_dir} (clients: "
               f"--data-dir {data_dir}; `snapmesh cluster down --data-dir {data_dir}` stops them); logs in "
               f"{cluster.log_dir}", file=sys.stderr, flush=True)
         cluster.start()

@@ -208,7 +208,8 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
     data_dir = Path(data_dir_text)
     if not data_dir.is_absolute():
         data_dir = (_relative_base(path) / data_dir).resolve()
-    initial_balance = fields.integer(raw, "initial_balance", "initial_balance", minimum=0)
+    app = parse_app(raw, env, fields.error)  # first: initial_balance is the bank's, an app's file may leave it out
+    initial_balance = fields.integer(raw, "initial_balance", "initial_balance", minimum=0, default=None if runs_bank(app) else 0)
     channel_bound = fields.integer(raw, "channel_bound", "channel_bound", minimum=1, default=100_000)
     segment_records = fields.integer(raw, "segment_records", "segment_records", minimum=2, default=100_000)
     max_reply_bytes = fields.integer(raw, "max_reply_bytes", "max_reply_bytes", minimum=1, default=DEFAULT_MAX_REPLY_BYTES)
@@ -294,7 +295,7 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         align_timeout_ms=float(align_timeout_ms),
         tls=tls,
         auth=auth,
-        app=parse_app(raw, env, fields.error),
+        app=app,
     )
 
 

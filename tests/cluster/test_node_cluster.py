@@ -216,6 +216,8 @@ def test_reflection_health_metrics_and_clean_stop(mesh: Cluster) -> None:
         'snapmesh_transfers_sent_total{node="p2"} 0.0',
         'snapmesh_markers_sent_total{node="p2"} 0.0',
         'snapmesh_channel_recorded_messages_total{node="p2"} 0.0',
+        'snapmesh_messages_received_total{node="p2"} 1.0',  # the bank's transfers are its messages
+        'snapmesh_messages_sent_total{node="p2"} 0.0',
     ):
         assert line in text, line
     assert 'snapmesh_channel_frames_sent_total{node="p2",peer="p1"}' in text  # known peers start at 0
@@ -223,6 +225,7 @@ def test_reflection_health_metrics_and_clean_stop(mesh: Cluster) -> None:
     frames = [float(line.rsplit(" ", 1)[1]) for line in sender.splitlines()
               if line.startswith('snapmesh_channel_frames_sent_total{node="p1",peer="p2"}')]
     assert frames and frames[0] >= 1  # the transfer left p1 in a frame
+    assert 'snapmesh_messages_sent_total{node="p1"} 1.0' in sender and 'snapmesh_transfers_sent_total{node="p1"} 1.0' in sender
 
     started = time.monotonic()
     codes = [node.stop() for node in mesh.nodes.values()]

@@ -185,6 +185,16 @@ def test_the_app_defaults_to_the_bank_and_app_takes_a_module_and_params(tmp_path
     assert config.with_app(cfg, None) is cfg
 
 
+def test_initial_balance_is_the_banks_so_an_apps_file_may_leave_it_out(tmp_path):
+    without = GOOD.replace("initial_balance = 500\n", "")
+    cfg = config.load(write(tmp_path, without + '\n[app]\nmodule = "kvshard"\nkeys = 4\n'), env={})
+    assert (cfg.app.module, cfg.initial_balance) == ("kvshard", 0)
+    assert config.load(write(tmp_path, without), env={"SNAPMESH_APP": "token_ring:app"}).initial_balance == 0
+    for bank in ("", '\n[app]\nmodule = "bank"\n'):  # the bank's file still needs it
+        with pytest.raises(config.ConfigError, match="initial_balance: missing"):
+            config.load(write(tmp_path, without + bank), env={})
+
+
 @pytest.mark.parametrize(
     ("table", "env", "message"),
     [

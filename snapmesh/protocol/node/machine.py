@@ -172,7 +172,7 @@ class Node(NodeSteps):
         self.now = now
         # Counters the shell turns into metrics.
         self.markers_sent = self.markers_received = self.recorded_messages = 0
-        self.stale_markers = self.snapshots_completed = self.transfers_received = 0
+        self.stale_markers = self.snapshots_completed = self.transfers_received = self.messages_sent = 0
         if recovered.fresh:
             self._append(wal.Init(lsn=self.last_lsn + 1, tally=recovered.tally, **self._stamp()))
         else:
@@ -255,6 +255,7 @@ class Node(NodeSteps):
             sender.enqueue(lsn=lsn, tally=tally)
         else:  # no such channel: the core refuses it, naming why
             self._drain(self.process.send_transfer(dst=dst, msg_id=msg_id, tally=tally, seq=seq), request_id=request_id)
+        self.messages_sent += 1
         held = self.process.tally
         if request_id:
             self._requests.paid(request_id, requests.Paid(msg_id, held, self.wall, self.last_lsn, digest, self.epoch))

@@ -209,6 +209,7 @@ class NodeSteps:
                 )
             )
             sender.enqueue(lsn=lsn, payload=payload)
+            self.messages_sent += 1
 
     # -- overtake mode (N9)
 
