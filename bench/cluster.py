@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args = phases.parse("cluster", phases.own_argv("cluster", argv))
     started = time.perf_counter()
     run = phases.run_set("cluster", phases.sayer(), settings=phases.settings_for("cluster", args.smoke),
+                         topology=args.topology, topology_seed=args.topology_seed,
                          only=phases.smoke_phases("cluster", args), peak=args.peak)
     if run.out and not args.no_write:
         bench_results.merge(run.out)

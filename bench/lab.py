@@ -105,12 +105,14 @@ def markers_per_snapshot(cluster: Cluster) -> dict[str, int]:
 
 
 def start_cluster(root: Path, nodes: int, *, mode: str | None = None, mark: int | None = None,
-                  loop: str | None = None, startup_timeout: float | None = None) -> Cluster:
-    """A started N-node full mesh under `root` (see `Mesh` for the options)."""
-    name = f"mesh-{nodes}" + "".join(f"-{p}" for p in (mode, mark, loop) if p is not None)
+                  loop: str | None = None, startup_timeout: float | None = None, topology: str = "mesh",
+                  topology_seed: int = 0) -> Cluster:
+    """A started N-node cluster under `root`, a full mesh unless `topology` names another
+    (snapmesh.settings.topologies, drawn from `topology_seed`; see `Mesh` for the other options)."""
+    name = f"{topology.replace(':', '')}-{nodes}" + "".join(f"-{p}" for p in (mode, mark, loop) if p is not None)
     options = {"snapshot_mode": mode} if mode is not None else {}
-    path = write_cluster(root / name / "cluster.toml", nodes=nodes, topology="mesh", deadline=DEADLINE_S,
-                         initial_balance=INITIAL_BALANCE, **options)
+    path = write_cluster(root / name / "cluster.toml", nodes=nodes, topology=topology, topology_seed=topology_seed,
+                         deadline=DEADLINE_S, initial_balance=INITIAL_BALANCE, **options)
     env = dict(os.environ)
     if mark is not None:
         env["SNAPMESH_FLOW_MARK"] = str(mark)
@@ -128,8 +130,10 @@ class Mesh:
     for every server (None: theirs)."""
 
     def __init__(self, root: Path, nodes: int, *, mode: str | None = None, mark: int | None = None,
-                 loop: str | None = None, startup_timeout: float | None = None) -> None:
-        self.cluster = start_cluster(root, nodes, mode=mode, mark=mark, loop=loop, startup_timeout=startup_timeout)
+                 loop: str | None = None, startup_timeout: float | None = None, topology: str = "mesh",
+                 topology_seed: int = 0) -> None:
+        self.cluster = start_cluster(root, nodes, mode=mode, mark=mark, loop=loop, startup_timeout=startup_timeout,
+                                     topology=topology, topology_seed=topology_seed)
         self.loadgen: LoadGen | None = None
         self.channel = grpc.insecure_channel(self.cluster.controller_address, options=CLIENT_OPTIONS)
         try:
@@ -233,10 +237,12 @@ class Mesh:
 
 
 class Lab:
-    """Real processes on this machine, under one temporary directory."""
+    """Real processes on this machine, under one temporary directory; every cluster on
+    `topology` (`python -m bench cluster --topology NAME`; default: the full mesh)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, topology: str = "mesh", topology_seed: int = 0) -> None:
         self.root = root
+        self.topology, self.topology_seed = topology, topology_seed
 
     def raw(self) -> dict[str, float]:
         from bench.grpc_raw import measure
@@ -244,7 +250,7 @@ class Lab:
         return measure()
 
     def mesh(self, nodes: int, **options) -> Mesh:
-        return Mesh(self.root, nodes, **options)
+        return Mesh(self.root, nodes, topology=self.topology, topology_seed=self.topology_seed, **options)
 
     def missing_rights(self) -> str | None:
         from snapmesh.hosts.net import missing_rights

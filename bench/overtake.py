@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = phases.parse("overtake", phases.own_argv("overtake", argv))
     started = time.perf_counter()
     run = phases.run_set("overtake", phases.sayer(), settings=phases.settings_for("overtake", args.smoke),
+                         topology=args.topology, topology_seed=args.topology_seed,
                          only=phases.smoke_phases("overtake", args), peak=args.peak)
     for name, value in run.out.items():
         print(f"{name:<52} {value:>14,.3f}")

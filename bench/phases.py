@@ -39,6 +39,7 @@ from bench.observe import Window
 from bench.phase_kit import (PHASES, Phase, Run, Settings, ab, closing, eight_node_suffix, latencies, paced_latency,
                              phase, ramp)
 from bench.utilisation import RUNQ_FIGURES
+from snapmesh.settings import topologies
 
 __all__ = ["PHASES", "Phase", "Run", "Settings", "util_phase"]  # tests and benches reach these through here
 
@@ -300,9 +301,10 @@ def declared_keys(set_name: str) -> set[str]:
 
 
 def run_set(set_name: str, say: Callable[[str], None], *, settings: Settings | None = None, lab: Any = None,
-            only: tuple[str, ...] = (), peak: float | None = None) -> Run:
+            only: tuple[str, ...] = (), peak: float | None = None, topology: str = "mesh",
+            topology_seed: int = 0) -> Run:
     """Run the phases of a set (or those of them in `only`), in order, on `lab`
-    (default: real processes in a temporary directory)."""
+    (default: real processes in a temporary directory, on `topology`)."""
     names = [n for n in PHASE_SETS[set_name] if not only or n in only]
     unknown = set(only) - set(PHASE_SETS[set_name])
     if unknown:
@@ -310,7 +312,7 @@ def run_set(set_name: str, say: Callable[[str], None], *, settings: Settings | N
     with ExitStack() as stack:
         if lab is None:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"snapmesh-bench-{set_name}-"))
-            lab = Lab(Path(tmp))
+            lab = Lab(Path(tmp), topology, topology_seed)
         run = Run(settings or SETTINGS[set_name], lab, say, peak_rate=peak)
         for name in names:
             before = set(run.out)
@@ -328,9 +330,23 @@ def parse(set_name: str, argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--peak", type=float, help="the 4-node peak (transfers/s) when the ramp is not run")
     parser.add_argument("--smoke", action="store_true", help="every phase briefly: proves it runs, measures nothing")
     parser.add_argument("--no-write", action="store_true", help="print, do not merge into bench/results.json")
+    parser.add_argument("--topology", type=_topology, default="mesh", metavar="NAME",
+                        help="every cluster's channels: mesh (default), ring or random-regular:K (K below the "
+                        "smallest cluster's nodes); other than mesh implies --no-write (results.json holds the mesh)")
+    parser.add_argument("--topology-seed", type=int, default=0, metavar="N",
+                        help="the seed that draws a random-regular:K graph (default 0)")
     args = parser.parse_args(argv)
+    args.no_write = args.no_write or args.topology != "mesh"
     args.smoke = args.smoke or smoke.on()  # `python -m bench --smoke`'s (bench/smoke.py): tiny sizes, nothing written
     return args
+
+
+def _topology(text: str) -> str:
+    try:
+        topologies.parse(text)
+    except topologies.ShapeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def smoke_phases(set_name: str, args: argparse.Namespace) -> tuple[str, ...]:

@@ -63,6 +63,7 @@ class Options:
     hosts: bool = False  # the multi-host bench (snapmesh.chaos.hosts), with the network faults
     app: str = ""  # an app's workload instead of the bank's (snapmesh.chaos.appmode); "": the bank
     mode: str = ""  # every node's snapshot_mode (local processes); "": the cluster file's default
+    topology: str = ""  # the channels (snapmesh.settings.topologies, drawn from `seed`; local processes); "": mesh
 
 
 class FaultNotApplied(Exception):

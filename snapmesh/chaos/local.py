@@ -43,7 +43,7 @@ class LocalBackend:
             work / "cluster.toml", nodes=ids, initial_balance=options.balance, deadline=options.deadline,
             data_dir=work / "data", ports=ports[: 2 + 2 * len(ids)],
             listen_ports=dict(zip(ids, ports[2 + 2 * len(ids):], strict=True)),
-            snapshot_mode=options.mode or None,
+            snapshot_mode=options.mode or None, topology=options.topology or "mesh", topology_seed=options.seed,
         )
         self.cluster = Cluster(self.config_path, startup_timeout=STARTUP_TIMEOUT_S, app=options.app or None)
         self.config = self.cluster.config

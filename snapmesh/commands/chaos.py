@@ -27,6 +27,7 @@ from pathlib import Path
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
+from snapmesh.settings import topologies  # noqa: E402
 from snapmesh.settings.argparsing import parse_args  # noqa: E402
 from snapmesh.chaos import checks as verdicts  # noqa: E402
 from snapmesh.chaos.appchecks import app_checks  # noqa: E402
@@ -56,6 +57,18 @@ def _positive(text: str) -> float:
     return value
 
 
+def _topology_problem(args) -> str:
+    """Why --topology cannot run ("" when it can), in one line."""
+    if args.compose or args.hosts:
+        return f"--topology with --{'compose' if args.compose else 'hosts'}: that cluster's file sets its channels; " \
+            "--topology is for local processes"
+    try:
+        topologies.check(args.topology, args.nodes or STACK_NODES)
+    except topologies.ShapeError as exc:
+        return f"--topology: {exc}"
+    return ""
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="snapmesh chaos", description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, metavar="N", help="draws the fault schedule (default: a random one, printed)")
@@ -70,6 +83,9 @@ def parser() -> argparse.ArgumentParser:
                    "(a built-in such as kvshard, or module:attr; local processes only; default: the bank)")
     p.add_argument("--mode", choices=("classic", "overtake", "hybrid"),
                    help="every node's snapshot_mode (local processes only; default: the cluster file's, classic)")
+    p.add_argument("--topology", metavar="NAME",
+                   help="the cluster's channels: mesh, ring or random-regular:K, drawn from --seed (local processes "
+                        "only; default: mesh)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the figures and the checks as JSON (default: none)")
     p.add_argument("--data-dir", "--dir", dest="data_dir", type=Path, metavar="DIR",
                    help="where the run's cluster file, logs and snapshots go (default: a temporary dir, "
@@ -97,14 +113,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snapmesh chaos: --mode with --{'compose' if args.compose else 'hosts'}: that cluster's file sets "
               "its mode; --mode is for local processes", file=sys.stderr)
         return 2
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1_000_000)
+    if args.topology and (problem := _topology_problem(args)):
+        print(f"snapmesh chaos: {problem}", file=sys.stderr)
+        return 2
     if not args.app and not (args.compose or args.hosts) and os.environ.get("SNAPMESH_APP", "").strip() not in ("", "bank"):
         args.app = os.environ["SNAPMESH_APP"]  # the local nodes would inherit it: the campaign drives it too
     if args.app:
         from snapmesh.app import AppError, preflight
-        from snapmesh.services.app.drive import mesh_infos
+        from snapmesh.protocol.topology import Topology
+        from snapmesh.services.app.drive import node_infos
 
-        try:  # the nodes of the campaign's mesh, tried before anything starts (as `cluster up` does)
-            app = preflight(args.app, mesh_infos(args.nodes or STACK_NODES))
+        ids = [f"p{i}" for i in range(1, (args.nodes or STACK_NODES) + 1)]
+        channels = topologies.channels(args.topology or topologies.MESH, ids, seed) or Topology.build(ids).channels
+        try:  # the nodes of the campaign's topology, tried before anything starts (as `cluster up` does)
+            app = preflight(args.app, node_infos(ids, channels, {}))
         except AppError as exc:
             print(f"snapmesh chaos: {exc}", file=sys.stderr)
             return 2
@@ -121,7 +144,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snapmesh chaos: --compose: {problem}", file=sys.stderr)
         return 2
     nodes = STACK_NODES if args.compose or args.nodes is None else args.nodes
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1_000_000)
     cluster = "the Docker compose stack" if args.compose else "one host each" if args.hosts else "local processes"
     replay = f"snapmesh chaos --seed {seed} --duration {args.duration:g}" + (" --compose" if args.compose else
                                                                              f" --nodes {nodes}")
@@ -131,15 +153,17 @@ def main(argv: list[str] | None = None) -> int:
         replay += f" --app {args.app}"
     if args.mode:
         replay += f" --mode {args.mode}"
+    if args.topology:
+        replay += f" --topology {args.topology}"
     if args.no_reconcile:
         replay += " --no-reconcile"
     workdir = args.data_dir or Path(tempfile.mkdtemp(prefix=f"snapmesh-chaos-{seed}-"))
     load = f", the app {args.app}'s workload" if args.app else ""
-    mode = f", {args.mode} mode" if args.mode else ""
+    mode = (f", {args.mode} mode" if args.mode else "") + (f", topology {args.topology}" if args.topology else "")
     print(f"snapmesh chaos: seed {seed}, {args.duration:g} s of faults, {nodes} nodes ({cluster}){load}{mode}, "
           f"in {workdir}", flush=True)
     options = Options(seed=seed, duration=args.duration, nodes=nodes, workdir=workdir, compose=args.compose,
-                      hosts=args.hosts, app=args.app or "", mode=args.mode or "")
+                      hosts=args.hosts, app=args.app or "", mode=args.mode or "", topology=args.topology or "")
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         backend = compose.ComposeBackend if args.compose else LocalBackend

@@ -1,7 +1,8 @@
 """`snapmesh sim run FILE [--seed N]`: run a scenario, print the result as JSON.
-`snapmesh sim fuzz [--seed N] [--cases N] [--app APP] [--broadcast] [--mode hybrid --align-timeout-ms T]`:
-the fault fuzzer (snapmesh/fuzzer/fuzz.py); with --app (a built-in name such as kvshard, or
-module:attr) the nodes host that app.
+`snapmesh sim fuzz [--seed N] [--cases N] [--app APP] [--broadcast] [--mode hybrid --align-timeout-ms T]
+[--topology NAME]`: the fault fuzzer (snapmesh/fuzzer/fuzz.py); with --app (a built-in name such as
+kvshard, or module:attr) the nodes host that app; with --topology (mesh, ring, random-regular:K) every
+case runs on that topology, drawn from the case's seed (an unknown name or K < 1: one line, exit 2).
 
 The JSON goes to stdout with indent=2 and keys in topology order (never sorted),
 followed by one newline; the same file and seed give byte-identical output.
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 from snapmesh.protocol.hybrid import DEFAULT_ALIGN_TIMEOUT_S, MODES
+from snapmesh.settings import topologies
 from snapmesh.sim.scenario import ScenarioError, loads
 from snapmesh.sim.simulator import simulate
 
@@ -61,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"hybrid mode: ms a marker keeps its FIFO place before it overtakes "
              f"(default {DEFAULT_ALIGN_TIMEOUT_S * 1e3:g}; only with --mode hybrid)",
     )
+    fuzz.add_argument(
+        "--topology", metavar="NAME",
+        help="every case on this topology: mesh, ring or random-regular:K, drawn from the case's seed, with K + 1 "
+             "nodes or more (default: each case draws its own, random-regular:K among them)",
+    )
     return parser
 
 
@@ -95,7 +102,7 @@ def _param(text: str) -> tuple[str, object]:
 
 
 def run_fuzz(seed: int, cases: int, app_spec: str = "", params: dict | None = None, broadcast: bool = False,
-             mode: str | None = None, align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S) -> int:
+             mode: str | None = None, align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S, topology: str | None = None) -> int:
     from snapmesh.app import AppError, load_app
     from snapmesh.fuzzer import fuzz
     from snapmesh.sim import world
@@ -109,11 +116,11 @@ def run_fuzz(seed: int, cases: int, app_spec: str = "", params: dict | None = No
         if app.workload is None:
             return _fail(f"--app {app_spec}: app {app.name!r} has no workload, so the fuzzer has no commands to send")
     if cases == 1:
-        described = world.World(seed, app, params, mode=mode, align_timeout=align_timeout).describe()
+        described = world.World(seed, app, params, mode=mode, align_timeout=align_timeout, topology=topology).describe()
         hybrid = f" align timeout {align_timeout * 1e3:g} ms" if mode == "hybrid" else ""
         print(f"seed {seed}: {described}{hybrid}" + (" broadcast" if broadcast else ""))
     started = time.perf_counter()
-    options = dict(broadcast=broadcast, mode=mode, align_timeout=align_timeout)
+    options = dict(broadcast=broadcast, mode=mode, align_timeout=align_timeout, topology=topology)
     ran, failure = fuzz.fuzz(seed, cases, app, params, **options)
     elapsed = time.perf_counter() - started
     if failure is not None:
@@ -123,7 +130,8 @@ def run_fuzz(seed: int, cases: int, app_spec: str = "", params: dict | None = No
         print(f"replay: {fuzz.replay_command(bad_seed, app_spec, **options)}{given}")
         return 1
     print(f"ok: {ran} cases, seeds {seed}..{seed + ran - 1}{f', app {app.name}' if app else ''}"
-          f"{', broadcast' if broadcast else ''}{f', mode {mode}' if mode else ''}, {elapsed:.1f}s")
+          f"{', broadcast' if broadcast else ''}{f', mode {mode}' if mode else ''}"
+          f"{f', topology {topology}' if topology else ''}, {elapsed:.1f}s")
     return 0
 
 
@@ -141,8 +149,13 @@ def main(argv: list[str] | None = None) -> int:
             given = args.mode or "the mode by seed"
             return _fail(f"--align-timeout-ms {args.align_timeout_ms:g}: applies to --mode hybrid only, not to {given}")
         align = DEFAULT_ALIGN_TIMEOUT_S if args.align_timeout_ms is None else args.align_timeout_ms / 1e3
+        if args.topology is not None:
+            try:
+                topologies.parse(args.topology)
+            except topologies.ShapeError as exc:
+                return _fail(f"--topology: {exc}")
         return run_fuzz(args.seed, args.cases, args.app, dict(args.app_param), broadcast=args.broadcast,
-                        mode=args.mode, align_timeout=align)
+                        mode=args.mode, align_timeout=align, topology=args.topology)
     try:
         output = run_file(args.file, args.seed)
     except ScenarioError as exc:

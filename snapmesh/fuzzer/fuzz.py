@@ -1,7 +1,9 @@
 """The fault simulator: whole node machines and the controller machine on one seeded scheduler.
 
 Each case builds a random cluster (2 to 5 nodes, a random strongly connected
-topology, small balances, small channel bounds and segments) of
+topology: in a bank case a random-regular:K a quarter of the time, a ring a tenth, else a
+ring in a random order with random chords, which an app's case always draws; `--topology NAME` runs every case on
+one of snapmesh.settings.topologies, with more nodes when K needs them; small balances, small channel bounds and segments) of
 `snapmesh.protocol.node.machine.Node` machines, the code the gRPC node runs, each over a
 simulated disk (sim/disk.py), joined by a simulated network (sim/network.py),
 and the `snapmesh.protocol.controller.machine.Controller` machine, the code the gRPC
@@ -228,13 +230,14 @@ def drain_all(world: World) -> None:
 
 def run_case(seed: int, app: App | None = None, app_params: dict[str, Any] | None = None, *,
              broadcast: bool = False, mode: str | None = None, align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S,
-             batching: bool = False) -> World:
+             batching: bool = False, topology: str | None = None) -> World:
     """One case (of the bank, or of `app`); raises Violation (with the world's description) when an
     invariant breaks. `broadcast`: every snapshot starts at every node at once; `mode`: every node's
     snapshot_mode (None: by the seed), `align_timeout` hybrid's (seconds); `batching`: frames merged
-    on the wire and early markers applied first, as the gRPC node does (sim/network.py). Flags, not
-    draws, so every seed without them replays as before."""
-    world = World(seed, app, app_params, mode=mode, align_timeout=align_timeout)
+    on the wire and early markers applied first, as the gRPC node does (sim/network.py); `topology`: a
+    name of snapmesh.settings.topologies (None: drawn). Flags, not draws, so every seed without them
+    replays as before."""
+    world = World(seed, app, app_params, mode=mode, align_timeout=align_timeout, topology=topology)
     world.controller.broadcast = broadcast
     if batching:
         world.network.batching = random.Random(seed)
@@ -252,23 +255,24 @@ def run_case(seed: int, app: App | None = None, app_params: dict[str, Any] | Non
 
 
 def replay_command(seed: int, app: str = "", *, broadcast: bool = False, mode: str | None = None,
-                   align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S) -> str:
+                   align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S, topology: str | None = None) -> str:
     """The command that replays case `seed` (`app`: the --app it ran)."""
     return (f"snapmesh sim fuzz --seed {seed} --cases 1" + (f" --app {app}" if app else "")
             + (" --broadcast" if broadcast else "") + (f" --mode {mode}" if mode else "")
-            + (f" --align-timeout-ms {align_timeout * 1e3:g}" if mode == "hybrid" else ""))
+            + (f" --align-timeout-ms {align_timeout * 1e3:g}" if mode == "hybrid" else "")
+            + (f" --topology {topology}" if topology else ""))
 
 
 def fuzz(
     seed: int, cases: int, app: App | None = None, app_params: dict[str, Any] | None = None, *,
     broadcast: bool = False, mode: str | None = None, align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S,
-    batching: bool = False,
+    batching: bool = False, topology: str | None = None,
 ) -> tuple[int, tuple[int, str] | None]:
     """Run `cases` cases from `seed` on; returns (cases run, (failing seed, why) or None)."""
     for index in range(cases):
         try:
             run_case(seed + index, app, app_params, broadcast=broadcast, mode=mode, align_timeout=align_timeout,
-                     batching=batching)
+                     batching=batching, topology=topology)
         except Violation as exc:
             return index + 1, (seed + index, str(exc))
         except Exception as exc:  # a crash of the code under test is a failure too

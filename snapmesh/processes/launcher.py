@@ -1,6 +1,7 @@
 """`snapmesh cluster up|down|status`: a whole cluster as local processes on loopback.
 
-    snapmesh cluster up [--config FILE | --nodes N] [--data-dir DIR] [--tls] [--ui HOST:PORT] [--app MODULE:ATTR]
+    snapmesh cluster up [--config FILE | --nodes N [--topology NAME [--topology-seed N]]] [--data-dir DIR]
+                        [--tls] [--ui HOST:PORT] [--app MODULE:ATTR]
     snapmesh cluster down [--data-dir DIR]
     snapmesh cluster status [--data-dir DIR]
 
@@ -10,7 +11,11 @@ snapmesh.settings.target). With no arguments D is ./data and the cluster is the
 shipped 4-node full mesh (snapmesh/configs/local-4.toml, controller on
 127.0.0.1:50050), copied into D. `--nodes N` (N >= 2) writes an N-node
 full-mesh config on free loopback ports into D (a new temporary directory
-unless --data-dir is given); `--config FILE` copies FILE into D (its data dir,
+unless --data-dir is given); with `--topology ring` or `random-regular:K` (K
+channels out of and into every node, drawn from `--topology-seed N`, default 0:
+snapmesh.settings.topologies) its `channels` are those instead (exit 2 with one
+line, nothing written, for an unknown name, K < 1 or K >= N, or a --topology
+that differs from the channels of D's own file); `--config FILE` copies FILE into D (its data dir,
 or --data-dir). A D that already holds a cluster.toml is started again from it,
 on the same ports, so every address stays put across restarts; a port of it
 that another process listens on is said plainly (exit 1) before anything starts.
@@ -75,7 +80,7 @@ from pathlib import Path
 from snapmesh.app import AppError
 from snapmesh.protocol.topology import Topology
 from snapmesh.settings import config as cluster_config
-from snapmesh.settings import security
+from snapmesh.settings import security, topologies
 from snapmesh.settings.appsettings import same_app
 from snapmesh.settings.argparsing import parse_args, positive_float
 from snapmesh.settings.config import ConfigError, TlsSettings, write_cluster
@@ -109,6 +114,11 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--config", metavar="FILE", help="cluster file (default: the shipped 4-node mesh)")
     source.add_argument("--nodes", type=int, metavar="N",
                         help="an N-node full mesh (N >= 2) on free loopback ports (default: the shipped 4-node mesh)")
+    up.add_argument("--topology", metavar="NAME",
+                    help="with --nodes: the channels written into the cluster file: mesh (default), ring, or "
+                    "random-regular:K (every node K channels out and K in, 1 <= K < N; docs/cluster-file.md)")
+    up.add_argument("--topology-seed", type=int, metavar="N",
+                    help="with --topology random-regular:K: the seed N that draws the graph (default 0)")
     up.add_argument("--data-dir", metavar="DIR",
                     help="where cluster.toml, logs and snapshots go; a D holding a cluster.toml starts that "
                     "cluster again on its ports (default: ./data; with --nodes: a new temporary dir)")
@@ -151,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"snapmesh cluster: --nodes must be at least 2 (a snapshot needs a channel), got {args.nodes}",
               file=sys.stderr)
         return 2
+    problem = _topology_problem(args)
+    if problem:
+        print(f"snapmesh cluster: {problem}", file=sys.stderr)
+        return 2
     if args.ui != "off":
         from snapmesh.ui.server import parse_listen
 
@@ -173,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.hosts:
         from snapmesh.hosts.launch import up as up_on_hosts
 
-        if args.mode or args.align_timeout_ms is not None:  # the hosts launcher writes its own cluster file
-            print("snapmesh cluster: --mode and --align-timeout-ms do not apply with --hosts yet", file=sys.stderr)
+        if args.mode or args.align_timeout_ms is not None or args.topology:  # it writes its own cluster file
+            print("snapmesh cluster: --mode, --align-timeout-ms and --topology do not apply with --hosts yet",
+                  file=sys.stderr)
             return 2
 
         return up_on_hosts(args)
@@ -200,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 channels, params = existing.topology.channels, existing.app.params
             elif isinstance(source, int):
                 node_ids = [f"p{i}" for i in range(1, source + 1)]
-                channels, params = Topology.build(node_ids).channels, {}
+                channels, params = _channels(args, node_ids) or Topology.build(node_ids).channels, {}
                 app, tls = asked[0] if asked else BANK, args.tls
             else:
                 given = cluster_config.load(source, env={})  # the file's own [app]: $SNAPMESH_APP is `asked`
@@ -218,10 +233,12 @@ def main(argv: list[str] | None = None) -> int:
             if source is None and args.nodes is not None and args.nodes != len(node_ids):
                 raise ConfigError(f"data dir {data_dir} holds a {len(node_ids)}-node cluster ({config_path}); "
                                   f"give --nodes {len(node_ids)}, or another --data-dir for {args.nodes} nodes")
+            if source is None and args.topology is not None:
+                _same_topology(existing, args, config_path)
             mode = _mode_keys(args)
             if isinstance(source, int):
-                write_cluster(config_path, nodes=node_ids, data_dir=data_dir, settings=mode)
-                _remember(config_path, app, tls, "Written by snapmesh cluster up")
+                write_cluster(config_path, nodes=node_ids, data_dir=data_dir, settings=mode, topology=channels)
+                _remember(config_path, app, tls, f"Written by snapmesh cluster up{_topology_words(args)}")
             elif source is not None:
                 cluster_config.write(config_path, _remembering({**runnable_copy(source, data_dir), **mode}, app, tls),
                                      comment=f"Written by snapmesh cluster up from {source}")
@@ -374,6 +391,40 @@ def _preflight(app: str, node_ids: list[str], channels, params) -> None:
     from snapmesh.services.app.drive import node_infos
 
     preflight(app, node_infos(node_ids, channels, params))
+
+
+def _topology_problem(args) -> str:
+    """Why --topology / --topology-seed cannot apply ("" when they can), in one line."""
+    if args.topology is None and args.topology_seed is None:
+        return ""
+    if args.nodes is None:
+        return "--topology and --topology-seed apply with --nodes N (a cluster file keeps its own channels)"
+    try:
+        topologies.check(args.topology or topologies.MESH, args.nodes)
+    except topologies.ShapeError as exc:
+        return f"--topology: {exc}"
+    return ""
+
+
+def _channels(args, node_ids: list[str]) -> list[tuple[str, str]] | None:
+    """The channels --topology names on `node_ids` (None: the mesh)."""
+    return topologies.channels(args.topology or topologies.MESH, node_ids, args.topology_seed or 0)
+
+
+def _topology_words(args) -> str:
+    """How the file's channels were asked for, for its first comment line."""
+    if args.topology is None:
+        return ""
+    seed = f" --topology-seed {args.topology_seed or 0}" if args.topology.startswith(topologies.RANDOM_REGULAR) else ""
+    return f" --nodes {args.nodes} --topology {args.topology}{seed}"
+
+
+def _same_topology(existing, args, path: Path) -> None:
+    """A data dir started again keeps its channels: a --topology that names others is refused."""
+    node_ids = [n.id for n in existing.nodes]
+    if set(_channels(args, node_ids) or Topology.build(node_ids).channels) != set(existing.topology.channels):
+        raise ConfigError(f"data dir {path.parent} holds a cluster with other channels ({path}); "
+                          f"give another --data-dir for --topology {args.topology}")
 
 
 def _non_negative_ms(text: str) -> float:

@@ -35,6 +35,7 @@ import tomli_w
 from snapmesh.settings.appsettings import AppSettings as AppSettings, app_named as app_named, runs_bank as runs_bank
 from snapmesh.settings.appsettings import check_app_spec, parse_app
 from snapmesh.settings.access import CLIENT_NAME, CONTROLLER_NAME, parse_clients
+from snapmesh.settings import topologies
 from snapmesh.settings.ports import free_ports
 from snapmesh.protocol.node.requests import REPLY_WINDOW_BYTES
 from snapmesh.protocol.node.steps import DEFAULT_MAX_REPLY_BYTES, DEFAULT_SEGMENT_BYTES
@@ -453,11 +454,12 @@ def write_cluster(
     listen_ports: Mapping[str, int] | None = None,
     settings: Mapping[str, int] | None = None,
     snapshot_mode: str | None = None,
+    topology_seed: int = 0,
 ) -> Path:
     """Write a cluster file for a local cluster and return its path.
 
-    `nodes`: a count (ids p1..pN) or the ids. `topology`: "mesh" (every ordered
-    pair), "ring" (one-way p1->p2->...->pN->p1) or explicit [src, dst] pairs.
+    `nodes`: a count (ids p1..pN) or the ids. `topology`: a name of snapmesh.settings.topologies
+    ("mesh", "ring", "random-regular:K" drawn from `topology_seed`) or explicit [src, dst] pairs.
     `data_dir` defaults to the file's directory. `ports`: 2 + 2N ports
     (controller port and metrics port, then each node's); default: free ones.
     `listen_ports`: node id -> the port that node listens on when peers dial
@@ -478,13 +480,9 @@ def write_cluster(
     }
     if snapshot_mode is not None:  # "classic", "overtake" or "hybrid"; left out: the default (classic)
         document["snapshot_mode"] = snapshot_mode
-    if topology == "ring":
-        document["channels"] = [[ids[i], ids[(i + 1) % len(ids)]] for i in range(len(ids))] if len(ids) > 1 else []
-    elif isinstance(topology, str):
-        if topology != "mesh":
-            raise ValueError(f"unknown topology {topology!r} (mesh, ring, or a list of [src, dst] pairs)")
-    else:
-        document["channels"] = [list(pair) for pair in topology]
+    named = topologies.channels(topology, ids, topology_seed) if isinstance(topology, str) else topology
+    if named is not None:  # None: the mesh, which the file says by leaving `channels` out
+        document["channels"] = [list(pair) for pair in named]
     document["controller"] = {
         "host": host,
         "port": ports[0],

@@ -22,6 +22,7 @@ from snapmesh.app import App
 from snapmesh.protocol.node import core, link, recovery
 from snapmesh.protocol import hybrid, wal
 from snapmesh.protocol.node import machine as node_mod
+from snapmesh.settings import topologies
 from snapmesh.sim import apps
 from snapmesh.sim.controller import DEADLINE, SimController
 from snapmesh.sim.disk import Disk
@@ -29,6 +30,7 @@ from snapmesh.sim.invariants import Checker, Violation
 from snapmesh.sim.network import Network
 
 TTL = 2 * DEADLINE  # a node drops a recording after this, as the real node does
+DRAWN = "drawn"  # the fuzzer's own random strongly connected topology (`_topology`)
 
 
 class World:
@@ -36,16 +38,23 @@ class World:
     host it and clients send its workload's commands (sim/apps.py); None: the bank."""
 
     def __init__(self, seed: int, app: App | None = None, app_params: dict[str, Any] | None = None, *,
-                 mode: str | None = None, align_timeout: float = hybrid.DEFAULT_ALIGN_TIMEOUT_S) -> None:
-        """`mode`: the nodes' snapshot_mode (None: by the seed, overtake when odd); `align_timeout`: hybrid's."""
+                 mode: str | None = None, align_timeout: float = hybrid.DEFAULT_ALIGN_TIMEOUT_S,
+                 topology: str | None = None) -> None:
+        """`mode`: the nodes' snapshot_mode (None: by the seed, overtake when odd); `align_timeout`: hybrid's;
+        `topology`: a name of snapmesh.settings.topologies every case runs on (None: drawn, see `_shape`)."""
         self.seed = seed
         self.app, self.app_params = app, dict(app_params or {})
         self.mode = mode or ("overtake" if seed % 2 else "classic")
         self.align_timeout = align_timeout
         rng = self.rng = random.Random(seed)
         n = rng.randint(2, 5)
-        self.ids = [f"n{i}" for i in range(n)]
-        self.channels = _topology(rng, self.ids)
+        self.shape = topology or (_shape(seed, n) if app is None else DRAWN)  # an app's pinned seeds keep their graphs
+        k = 0 if self.shape == DRAWN else topologies.parse(self.shape)[1] or 0
+        self.ids = [f"n{i}" for i in range(n if k < n else k + n - 1)]  # random-regular:K needs K < N
+        self.channels = _topology(rng, self.ids)  # drawn always, so that the draws after it stay the seed's
+        if self.shape != DRAWN:
+            self.channels = sorted(topologies.channels(self.shape, self.ids, seed) or
+                                   [(a, b) for a in self.ids for b in self.ids if a != b])
         self.incoming = {i: tuple(s for s, d in self.channels if d == i) for i in self.ids}
         self.outgoing = {i: tuple(d for s, d in self.channels if s == i) for i in self.ids}
         self.balances = {i: rng.randint(0, 60) for i in self.ids}
@@ -87,7 +96,7 @@ class World:
 
     def describe(self) -> str:
         return (
-            f"nodes {self.balances} channels {len(self.channels)} mark {self.mark} bound {self.bound} "
+            f"nodes {self.balances} channels {len(self.channels)} topology {self.shape} mark {self.mark} bound {self.bound} "
             f"segment {self.segment_records} steps {self.steps} mode {self.mode} "
             f"requests {self.request_capacity}/{self.request_ttl:g}s admission {self.controller.max_concurrent or 'off'}"
             + (f" app {self.app.name} {self.app_params}" if self.app is not None else "")
@@ -292,6 +301,17 @@ def _check_report(node_id: str, node: node_mod.Node, part: node_mod.Finished, du
         raise Violation(f"{node_id}: snapshot {sid} reported resting on lsn {part.lsn}, durable only to {durable_lsn}")
     if part.epoch != node.epoch:
         raise Violation(f"{node_id}: snapshot {sid}'s part of epoch {part.epoch} reported in epoch {node.epoch}")
+
+
+def _shape(seed: int, n: int) -> str:
+    """The topology a bank case draws, from its own generator: a random-regular:K in a quarter
+    of the cases, a ring in a tenth, else DRAWN (a ring in a random order plus random chords).
+    An app's case keeps DRAWN unless --topology says otherwise: the app tests pin seeds to cases."""
+    rng = random.Random(seed * 7919 + 2)
+    roll = rng.random()
+    if roll < 0.25 and n > 2:
+        return f"{topologies.RANDOM_REGULAR}:{rng.randint(1, n - 1)}"
+    return topologies.RING if roll < 0.35 else DRAWN
 
 
 def _topology(rng: random.Random, ids: list[str]) -> list[tuple[str, str]]:
