@@ -64,10 +64,9 @@ def bounded(snapshot: pb.Snapshot, *, state_bytes: int = DEFAULT_STATE_BYTES, ma
     """What an answer of `snapshot` carries: itself (A1), or a copy with its
     states left out (A2) and, when it `must_fit` and still does not, its in-flight
     lists too (A4)."""
-    total = state_total(snapshot)
-    if total <= state_bytes and snapshot.ByteSize() <= max_bytes:
-        return snapshot  # A1
-    answer = leave_out_states(snapshot) if total else snapshot
+    answer = snapshot  # A1
+    if (total := state_total(snapshot)) and (total > state_bytes or snapshot.ByteSize() > max_bytes):
+        answer = leave_out_states(snapshot)  # A2
     if must_fit and answer.ByteSize() > max_bytes:
         if answer is snapshot:
             answer = pb.Snapshot()
