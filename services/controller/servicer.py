@@ -4,7 +4,9 @@ Requests are checked and turned into the engine's events; each refusal the pure
 layer raises names its status code (`code`: NOT_FOUND, INVALID_ARGUMENT,
 ALREADY_EXISTS, FAILED_PRECONDITION...) and becomes it here (`_answers`); what a
 read answers (pages, tokens, sizes) is snapmesh/protocol/controller/listing.py's,
-and this module fetches it.
+what a snapshot answer carries of the app's states answers.py's (bounded
+answers: past `[controller] answer_state_bytes` they are left out, and
+GetSnapshotChunks serves them), and this module fetches it.
 
 Who may call what is snapmesh.settings.access, checked before a handler runs:
 TriggerSnapshot and RestoreSnapshot answer a client's certificate only (AUTH1: a
@@ -23,7 +25,7 @@ import grpc
 
 from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.protocol import chunking
-from snapmesh.protocol.controller import cluster, listing, statuses
+from snapmesh.protocol.controller import answers, cluster, listing, statuses
 from snapmesh.protocol.controller.tracker import UnknownSnapshot
 from snapmesh.settings.agreement import Agreement
 from snapmesh.protocol.retry import Retry
@@ -90,11 +92,17 @@ class ControllerService(pb_grpc.ControllerServicer):
             return store.damaged[snapshot_id]
         return await asyncio.to_thread(store.damage, snapshot_id)
 
+    @property
+    def _state_bytes(self) -> int:
+        """Past this many bytes of states in all, an answer leaves them out (answers A2)."""
+        return self.engine.config.controller.answer_state_bytes
+
     # -- RPCs
 
     @_answers("snapshot")
     async def TriggerSnapshot(self, request: pb.TriggerSnapshotRequest, context) -> pb.Snapshot:
-        return await self.engine.trigger(request.initiator, broadcast=request.broadcast, wait=request.wait)
+        snapshot = await self.engine.trigger(request.initiator, broadcast=request.broadcast, wait=request.wait)
+        return answers.bounded(snapshot, state_bytes=self._state_bytes)
 
     async def _snapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
         try:
@@ -109,6 +117,8 @@ class ControllerService(pb_grpc.ControllerServicer):
     @_answers()
     async def GetSnapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
         snapshot = await self._snapshot(request, context)
+        limit = request.max_bytes or listing.CLIENT_DEFAULT_BYTES
+        snapshot = answers.bounded(snapshot, state_bytes=self._state_bytes, max_bytes=limit, must_fit=False)
         listing.check_size(request.snapshot_id, snapshot.ByteSize(), request.max_bytes)
         return snapshot
 
@@ -119,7 +129,7 @@ class ControllerService(pb_grpc.ControllerServicer):
     @_answers()
     async def ListSnapshots(self, request: pb.ListSnapshotsRequest, context) -> pb.ListSnapshotsResponse:
         start = listing.list_start(request)
-        page = listing.Page(start, request.status)
+        page = listing.Page(start, request.status, state_bytes=self._state_bytes)
         async for snapshot in self._listed(start, request.status):
             if not page.offer(snapshot):
                 break
@@ -143,14 +153,15 @@ class ControllerService(pb_grpc.ControllerServicer):
         try:
             with self.engine.watchers.subscribe() as updates:
                 async for snapshot in updates:
-                    yield snapshot
+                    yield answers.bounded(snapshot, state_bytes=self._state_bytes)
         except FellBehind as behind:
             code, details = statuses.dropped(behind)
             await context.abort(grpc.StatusCode[code], details)
 
     async def GetCluster(self, request: pb.GetClusterRequest, context) -> pb.Cluster:
         config = self.engine.config
-        return cluster.answer(config.nodes, self.engine.machine, snapshot_mode=config.snapshot_mode, interval_s=self.interval_s)
+        return cluster.answer(config.nodes, self.engine.machine, snapshot_mode=config.snapshot_mode, interval_s=self.interval_s,
+                              answer_state_bytes=self._state_bytes)
 
     @_answers("report")
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:

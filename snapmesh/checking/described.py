@@ -41,6 +41,9 @@ def describe(snapshot: pb.Snapshot, load: Callable[[str], App] = load_app) -> De
     if not is_app(snapshot) or snapshot.status != pb.Snapshot.COMPLETE:
         return None
     spec = snapshot.app.spec
+    if snapshot.states_omitted:  # a bounded answer (protocol/controller/answers.py A2): no states to describe
+        return Described(spec, None, "the states are left out of this answer (over the controller's "
+                         "answer_state_bytes): `snapmesh snapshot get` fetches them")
     try:
         app = load(spec)
     except AppError as exc:

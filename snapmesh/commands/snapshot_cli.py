@@ -20,8 +20,13 @@ shows (each node's timings, the transfers in flight); `get latest` the newest.
 `watch` prints a row when a snapshot changes (started, each node's report as
 "reported N/M", finished), never the same row twice.
 
-`get` fetches the snapshot in pieces (GetSnapshotChunks), so one of any size
-arrives; `list` pages through ListSnapshots (`--limit N`: the N newest).
+`get` asks GetSnapshot; when its answer leaves the app's states out (they add up
+to more than the controller's answer_state_bytes) or is too large for one
+message, it fetches the snapshot in pieces (GetSnapshotChunks), so one of any
+size arrives whole; with `--json` the object then says which nodes' states were
+fetched so (`"states_fetched": [ids]`, only when some were). `trigger --wait`
+prints the answer's summary, states left out or not. `list` pages through
+ListSnapshots (`--limit N`: the N newest).
 `verify` reads a stored file, the `.pb` or `.json` given, or by id both files
 under `--data-dir` (default: $SNAPMESH_DATA_DIR), and checks without restoring
 that it is intact (its checksum), COMPLETE, conserved and consistent with
@@ -262,15 +267,35 @@ def _get(stub, args) -> int:
             print(f"{PROG} get: no snapshots yet, so no {LATEST}", file=sys.stderr)
             return 1
         sid = newest[0].snapshot_id
-    snapshot = fetch(stub, sid, args.timeout)
+    snapshot, fetched = fetch_states(stub, sid, args.timeout)
     if args.json:
-        print(to_json(snapshot))
+        print(to_json(snapshot) if not fetched else json.dumps({**json.loads(to_json(snapshot)),
+                                                                  "states_fetched": fetched}, indent=2))
         return 0
     from snapmesh.v1 import snapmesh_pb2 as pb
 
     cluster = stub.GetCluster(pb.GetClusterRequest(), timeout=args.timeout)  # the nodes yet to report, too
     print(render_detail(snapshot, [n.node_id for n in cluster.nodes]))
     return 0
+
+
+def fetch_states(stub, snapshot_id: str, timeout: float = 60.0):
+    """(the snapshot whole, the nodes whose states GetSnapshot's answer left out and
+    GetSnapshotChunks brought): one GetSnapshot while it carries everything; the
+    pieces when it leaves the states out or is too large for one message."""
+    import grpc
+
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    try:
+        answer = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=snapshot_id), timeout=timeout)
+    except grpc.RpcError as error:
+        if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+            raise
+        return fetch(stub, snapshot_id, timeout), []
+    if not answer.states_omitted and not answer.in_flight_omitted:
+        return answer, []
+    return fetch(stub, snapshot_id, timeout), [n.node_id for n in answer.nodes if n.state_omitted]
 
 
 # `watch` prints rows as they come, so its columns cannot fit the rows: each is as wide

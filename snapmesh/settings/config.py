@@ -37,6 +37,7 @@ from snapmesh.settings.appsettings import check_app_spec, parse_app
 from snapmesh.settings.access import CLIENT_NAME, CONTROLLER_NAME, parse_clients
 from snapmesh.settings import topologies
 from snapmesh.settings.ports import free_ports
+from snapmesh.protocol.controller.answers import DEFAULT_STATE_BYTES
 from snapmesh.protocol.node.requests import REPLY_WINDOW_BYTES
 from snapmesh.protocol.node.steps import DEFAULT_MAX_REPLY_BYTES, DEFAULT_SEGMENT_BYTES
 from snapmesh.protocol.topology import Topology, TopologyError
@@ -55,8 +56,7 @@ def _relative_base(path: Path) -> Path:
 
 SNAPSHOT_MODES = ("classic", "overtake", "hybrid")
 ALIGN_TIMEOUT_MS = 50.0  # hybrid mode's default (snapmesh/protocol/hybrid.py)
-
-
+DEFAULT_MAX_CONCURRENT_SNAPSHOTS = 32
 NODE_ID_MAX = 64
 _NODE_ID = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -88,15 +88,13 @@ class NodeConfig(Endpoint):
     listen_port: int | None = None
 
 
-DEFAULT_MAX_CONCURRENT_SNAPSHOTS = 32
-
-
 @dataclass(frozen=True, slots=True)
 class ControllerConfig(Endpoint):
     snapshot_deadline_s: float
     keep: int = 0  # retention: the snapshot files of the N newest COMPLETE ones are kept (0: all)
     # Admission (Flink's max-concurrent-checkpoints): a trigger past this many in progress is refused.
     max_concurrent_snapshots: int = DEFAULT_MAX_CONCURRENT_SNAPSHOTS
+    answer_state_bytes: int = DEFAULT_STATE_BYTES  # states adding up to more are left out of answers
 
 
 # The file names `snapmesh certs` writes into its output dir.
@@ -229,11 +227,8 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         raise fields.error("align_timeout_ms", f"applies to snapshot_mode = \"hybrid\" only, not {snapshot_mode!r}")
 
     controller_raw = fields.table(raw, "controller", "controller")
-    fields.reject_unknown(
-        controller_raw,
-        {"host", "port", "metrics_port", "snapshot_deadline_s", "keep", "max_concurrent_snapshots"},
-        "controller",
-    )
+    fields.reject_unknown(controller_raw, {"host", "port", "metrics_port", "snapshot_deadline_s", "keep",
+                                           "max_concurrent_snapshots", "answer_state_bytes"}, "controller")
     deadline = controller_raw.get("snapshot_deadline_s", 10)
     if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline <= 0:
         raise fields.error("controller.snapshot_deadline_s", f"must be a positive number of seconds, got {deadline!r}")
@@ -245,6 +240,8 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         keep=fields.integer(controller_raw, "keep", "controller.keep", minimum=1) if "keep" in controller_raw else 0,
         max_concurrent_snapshots=fields.integer(controller_raw, "max_concurrent_snapshots", "controller.max_concurrent_snapshots",
                                                 minimum=1, default=DEFAULT_MAX_CONCURRENT_SNAPSHOTS),
+        answer_state_bytes=fields.integer(controller_raw, "answer_state_bytes", "controller.answer_state_bytes",
+                                          minimum=0, default=DEFAULT_STATE_BYTES),
     )
 
     nodes_raw = raw.get("nodes")

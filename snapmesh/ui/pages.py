@@ -359,7 +359,7 @@ def _stuck(st: model.Stuck, note: str) -> str:
 def _nodes(s: pb.Snapshot, node_ids: Sequence[str]) -> str:
     # An app's node records its state bytes, not a balance: its size is what can be said here.
     app = described_.is_app(s)
-    sizes = {n.node_id: len(n.state) for n in s.nodes}
+    sizes = {n.node_id: n.state_bytes if n.state_omitted else len(n.state) for n in s.nodes}  # left out: its size
     head = ("node", "state bytes" if app else "recorded balance", "start delay", "recording", "report",
             "in-flight msgs", "in-flight bytes")
     rows = "".join(

@@ -22,11 +22,12 @@ def test_the_cluster_is_the_files_nodes_and_the_machines_topology_settings_epoch
     tracker = Tracker(topology=Topology.build(["b", "a"], None), expected_total=100, deadline_s=7.5)
     m = M.Controller(tracker, max_concurrent=3, keep=2)
     nodes = [Node("b", "h:2", "h:3"), Node("a", "h:0", "h:1")]
-    answer = cluster.answer(nodes, m, snapshot_mode="overtake", interval_s=4.0)
+    answer = cluster.answer(nodes, m, snapshot_mode="overtake", interval_s=4.0, answer_state_bytes=1 << 20)
     assert [(n.node_id, n.address, n.metrics_address) for n in answer.nodes] == [("b", "h:2", "h:3"), ("a", "h:0", "h:1")]
     assert {(c.src, c.dst) for c in answer.channels} == set(m.topology.channels)
     assert answer.settings == pb.SnapshotSettings(
-        snapshot_mode="overtake", deadline_s=7.5, interval_s=4.0, keep=2, max_concurrent_snapshots=3
+        snapshot_mode="overtake", deadline_s=7.5, interval_s=4.0, keep=2, max_concurrent_snapshots=3,
+        answer_state_bytes=1 << 20,
     )
     assert answer.epoch == m.epoch and not answer.HasField("last_restore")
 

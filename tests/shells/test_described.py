@@ -13,6 +13,7 @@ import pytest
 from snapmesh.app import App, AppError, load_app
 from snapmesh.checking import described
 from snapmesh.commands.snapshot_cli import render_detail
+from snapmesh.protocol.controller import answers
 from snapmesh.ui import pages
 from snapmesh.checking.described import caption
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -96,6 +97,17 @@ def test_the_page_shows_the_invariants_and_the_describe_instead_of_the_money_lin
                         described=described.describe(broken))
     assert "<td class='FAILED'>0 tokens: none anywhere</td>" in html
     assert "<tr data-key='token'><td>token</td><td>[]</td></tr>" in html
+
+
+def test_the_page_of_an_answer_without_its_states_shows_their_sizes_and_says_why_no_describe():
+    s = answers.leave_out_states(ring_snapshot(None, in_flight_to="p3"))  # as the controller answers past its limit
+    about = described.describe(s)
+    assert about.summary is None and "left out of this answer" in about.note and "answer_state_bytes" in about.note
+    html = pages.detail(s, node_ids=["p1", "p2", "p3"], stuck=None, stuck_note="", has_trace=False, trace_note="",
+                        now=0, described=about)
+    assert "<tr data-node='p1'><td>p1</td><td class='num'>1</td>" in html  # state_bytes, not the absent state's 0
+    assert "<tr data-invariant='one token'><td>one token</td><td class='COMPLETE'>ok</td></tr>" in html
+    assert "snapmesh snapshot get` fetches them" in html
 
 
 def test_snapshot_get_prints_the_verdicts_and_the_describe():

@@ -12,10 +12,11 @@ L2. A listing is in id order (start order): the tracker's working set merged wit
     the ones listed.
 L3. A page ends after page_size snapshots (at most MAX_PAGE_SIZE), or before it
     would pass PAGE_BYTES; page_size 0: as many as fit under PAGE_BYTES (every
-    snapshot, for most clusters). A snapshot alone larger than a page is listed
-    without its in-flight lists (`in_flight_omitted`). A page that ends early
-    carries the next_page_token: opaque to clients, it names the last id listed
-    and the filter it was for.
+    snapshot, for most clusters). A snapshot whose states pass answer_state_bytes,
+    or alone larger than a page, is listed without its app states (answers.py
+    A2); one still larger than a page also without its in-flight lists
+    (`in_flight_omitted`). A page that ends early carries the next_page_token:
+    opaque to clients, it names the last id listed and the filter it was for.
 L4. GetSnapshot refuses (RESOURCE_EXHAUSTED) an answer larger than the client
     takes (max_bytes, 0: gRPC's default 4 MiB), saying how to fetch it;
     GetSnapshotChunks sends its encoding in pieces of CHUNK_BYTES (`chunks`).
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from collections.abc import Callable, Iterable
 
 from snapmesh.protocol.chunking import CHUNK_BYTES
+from snapmesh.protocol.controller import answers
 from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
 from snapmesh.protocol.controller.tracker import UnknownSnapshot
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -201,8 +203,9 @@ class Page:
     """One ListSnapshots answer, filled in id order (L3): `offer` each snapshot
     listed until it says the page is full."""
 
-    def __init__(self, start: Start, status: int) -> None:
+    def __init__(self, start: Start, status: int, *, state_bytes: int = answers.DEFAULT_STATE_BYTES) -> None:
         self.response = pb.ListSnapshotsResponse()
+        self._state_bytes = state_bytes
         self._limit = start.limit
         self._status = status
         self._size = 0
@@ -216,10 +219,9 @@ class Page:
         if self._limit is not None and len(snapshots) >= self._limit:
             self.response.next_page_token = page_token(snapshots[-1].snapshot_id, self._status)
             return False
+        snapshot = answers.bounded(snapshot, state_bytes=self._state_bytes, max_bytes=PAGE_BYTES - 8, must_fit=False)
         if (own := snapshot.ByteSize() + 8) > PAGE_BYTES:  # alone larger than a page: without its in-flight lists
-            for channel in snapshot.channels:
-                del channel.in_flight[:]
-            snapshot.in_flight_omitted = True
+            answers.leave_out_in_flight(snapshot)
             own = snapshot.ByteSize() + 8
         self._size += own
         if snapshots and self._size > PAGE_BYTES:
