@@ -34,6 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from snapmesh.app import App, load_app
 from snapmesh.processes.supervisor import Cluster
+from snapmesh.services.node import embedded as node_embedded
 from snapmesh.services.node import process as node_main
 from snapmesh.services.node.channels import IncomingChannel, encode_frame
 from snapmesh.services.node.engine import Engine
@@ -216,7 +217,7 @@ def test_payload_runs_apply_exactly_as_one_message_each(mode: str) -> None:
 
 async def _nodes(cfg: cluster_config.ClusterConfig, monkeypatch, ids: tuple[str, ...], old_receivers=()):
     engines: dict[str, Engine] = {}
-    real_servicer = node_main.NodeServicer
+    real_servicer = node_embedded.NodeServicer
     app = load_app(MINIMAL)
 
     def capturing(engine, *rest):
@@ -230,7 +231,7 @@ async def _nodes(cfg: cluster_config.ClusterConfig, monkeypatch, ids: tuple[str,
     async def until_stopped():
         return await stop
 
-    monkeypatch.setattr(node_main, "NodeServicer", capturing)
+    monkeypatch.setattr(node_embedded, "NodeServicer", capturing)
     monkeypatch.setattr(node_main, "wait_for_stop_signal", until_stopped)
     servers = [asyncio.create_task(node_main.serve(cfg, n, app=app)) for n in ids]
     for _ in range(600):

@@ -60,7 +60,9 @@ def test_every_name_the_python_blocks_use_is_defined_or_imported() -> None:
         except SyntaxError:  # a method of the class, shown alone: parse it as the class body it is
             tree = ast.parse("class _Shown:\n" + source)
         for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name != "_Shown":
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name != "_Shown":
+                defined.add(node.name)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
                 defined.add(node.name)
             elif isinstance(node, ast.alias):
                 defined.add(node.asname or node.name.split(".")[0])

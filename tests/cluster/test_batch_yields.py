@@ -16,6 +16,7 @@ import signal
 import grpc
 import pytest
 
+from snapmesh.services.node import embedded as node_embedded
 from snapmesh.services.node import process as node_main
 from snapmesh.services.node import servicer as node_servicer
 from snapmesh.services.node import translog
@@ -32,7 +33,7 @@ async def _largest_step(cfg: cluster_config.ClusterConfig, monkeypatch) -> tuple
     """(the most records p1 logged between two turns of the loop, the records the
     batch added, the batch's result codes)."""
     engines = {}
-    real_servicer = node_main.NodeServicer
+    real_servicer = node_embedded.NodeServicer
 
     def capturing(engine, *rest):
         engines[engine.node_id] = engine
@@ -43,7 +44,7 @@ async def _largest_step(cfg: cluster_config.ClusterConfig, monkeypatch) -> tuple
     async def until_stopped():
         return await stop
 
-    monkeypatch.setattr(node_main, "NodeServicer", capturing)
+    monkeypatch.setattr(node_embedded, "NodeServicer", capturing)
     monkeypatch.setattr(node_main, "wait_for_stop_signal", until_stopped)
     servers = [asyncio.create_task(node_main.serve(cfg, n)) for n in ("p1", "p2")]
     try:

@@ -21,6 +21,7 @@ import signal
 import grpc
 import pytest
 
+from snapmesh.services.node import embedded as node_embedded
 from snapmesh.services.node import process as node_main
 from snapmesh.services.node.channels import IncomingChannel, encode_frame
 from snapmesh.services.node.engine import Engine
@@ -275,7 +276,7 @@ def test_a_run_at_seq_0_is_refused_before_anything_applies() -> None:
 async def _nodes(cfg: cluster_config.ClusterConfig, monkeypatch, ids: tuple[str, ...], old_receivers=()):
     """Start nodes `ids` in this loop; returns (engines, stop)."""
     engines: dict[str, Engine] = {}
-    real_servicer = node_main.NodeServicer
+    real_servicer = node_embedded.NodeServicer
 
     def capturing(engine, *rest):
         engines[engine.node_id] = engine
@@ -288,7 +289,7 @@ async def _nodes(cfg: cluster_config.ClusterConfig, monkeypatch, ids: tuple[str,
     async def until_stopped():
         return await stop
 
-    monkeypatch.setattr(node_main, "NodeServicer", capturing)
+    monkeypatch.setattr(node_embedded, "NodeServicer", capturing)
     monkeypatch.setattr(node_main, "wait_for_stop_signal", until_stopped)
     servers = [asyncio.create_task(node_main.serve(cfg, n)) for n in ids]
     for _ in range(600):
