@@ -12,6 +12,7 @@ import pytest
 
 from snapmesh.checking import snapshot_file
 from snapmesh.commands import snapshot_cli
+from snapmesh.services.controller.export import snapshot_json
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 SID = "20261127T100000Z-ab12cd34"
@@ -52,11 +53,16 @@ def app(verdict: str) -> pb.Snapshot:
     return s
 
 
-def verify(tmp_path, snapshot: pb.Snapshot, capsys) -> tuple[int, str]:
-    path = tmp_path / f"{snapshot.snapshot_id}.pb"
-    path.write_bytes(snapshot_file.sealed_bytes(snapshot)[0])
+def verify(tmp_path, snapshot: pb.Snapshot, capsys, *flags: str, suffix: str = ".pb") -> tuple[int, str]:
+    """`snapshot verify` of the snapshot's file as the store writes it (`.pb` or the `.json` export)."""
+    path = tmp_path / f"{snapshot.snapshot_id}{suffix}"
+    data, digest = snapshot_file.sealed_bytes(snapshot)
+    if suffix == ".json":
+        path.write_text(snapshot_json(snapshot, digest))
+    else:
+        path.write_bytes(data)
     capsys.readouterr()
-    code = snapshot_cli.main(["verify", str(path)])
+    code = snapshot_cli.main(["verify", str(path), *flags])
     return code, capsys.readouterr().out.replace(str(path), "FILE")
 
 
@@ -71,7 +77,11 @@ def test_an_apps_list_and_verify_name_its_invariants_and_no_bank_word(tmp_path, 
     checks = [line.split()[0] for line in out.splitlines()[2:]]
     assert checks == ["checksum", "name", "complete", "invariants", "consistent"]
     assert ("FAILED" in out) == (verdict == "broken")
-    for text in (listed, out, snapshot_cli.render_detail(snapshot)):
+    exported = verify(tmp_path, snapshot, capsys, suffix=".json")  # the export, which still has the fields
+    assert exported == (code, out)
+    code_json, as_json = verify(tmp_path, snapshot, capsys, "--json")
+    assert code_json == code
+    for text in (listed, out, as_json, snapshot_cli.render_detail(snapshot)):
         assert not BANK_WORDS.search(text), text
 
 
