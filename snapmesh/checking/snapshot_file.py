@@ -22,7 +22,8 @@ That is the most one can say of it.
 stored snapshot
 - intact: it parses, its checksum matches, it is the snapshot its name says;
 - COMPLETE;
-- conserved: the bank's arithmetic (snapmesh/bank/snapshot.py `conserved`);
+- conserved: the bank's arithmetic (snapmesh/bank/snapshot.py `conserved`), for a
+  bank snapshot only;
 - consistent with itself: each node and channel appears once, every channel
   joins two recorded nodes, in-flight seqs increase and msg_ids are unique, each
   app state matches its digest, and the bank's own arithmetic agrees with itself
@@ -192,8 +193,9 @@ def check(path: Path, rules: Any = None) -> Verdict:
     add(Check("complete", snapshot.status == pb.Snapshot.COMPLETE,
               status + (f": {snapshot.reason}" if snapshot.reason else "")))
     rules = bank_snapshot if rules is None else rules
-    add(Check("conserved", *rules.conserved(snapshot)))
-    if snapshot.HasField("app"):
+    if not snapshot.HasField("app"):  # the rules' check; an app's verdict is its invariants
+        add(Check("conserved", *rules.conserved(snapshot)))
+    else:
         app = snapshot.app
         broken = [f"{i.name}: {'; '.join(i.problems)}" for i in app.invariants if not i.ok]
         add(Check("invariants", not broken, "; ".join(broken) if broken else

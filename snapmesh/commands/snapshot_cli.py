@@ -99,8 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     watch = command("watch", "print every snapshot update (started, finished, failed) as it happens",
                     timeout=False)
     watch.add_argument("--count", type=positive_int, metavar="N", help="stop after N updates (default: Ctrl-C)")
-    verify = command("verify", "check a stored snapshot is intact, COMPLETE, conserved and consistent, "
-                     "without restoring it", remote=False)
+    verify = command("verify", "check a stored snapshot is intact, COMPLETE, conserved (an app's: its "
+                     "invariants hold) and consistent, without restoring it", remote=False)
     verify.add_argument("target", metavar="ID|FILE", help="a snapshot id (its files under --data-dir) or a "
                         ".pb or .json snapshot file")
     verify.add_argument("--data-dir", metavar="DIR",
@@ -142,19 +142,47 @@ def _table(header: list[str], rows: list[list[str]], right: set[int] = frozenset
 
 
 SUMMARY = ["snapshot", "status", "initiator", "epoch", "started (UTC)", "duration", "total", "conserved", "reason"]
+# An app's snapshots: its invariants' verdict in place of the bank's total and conserved.
+APP_SUMMARY = [*SUMMARY[:6], "invariants", "reason"]
 
 
-def summary_row(snapshot) -> list[str]:
+def app_verdict(snapshot) -> str:
+    """An app snapshot's verdict as the controller judged it: "ok", "broken" or
+    "unchecked" ("-" before it is COMPLETE)."""
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    if snapshot.status != pb.Snapshot.COMPLETE:
+        return "-"
+    if snapshot.app.status == pb.AppCheck.UNCHECKED:
+        return "unchecked"
+    return "ok" if all(i.ok for i in snapshot.app.invariants) else "broken"
+
+
+def summary_row(snapshot, *, app: bool = False) -> list[str]:
+    """A summary row: the bank's (total, conserved) or, with `app`, an app's
+    (`app_verdict`); an app snapshot in a bank table shows "-" for both."""
+    from snapmesh.checking import described
     from snapmesh.checking.snapshots import duration_s
     from snapmesh.v1 import snapmesh_pb2 as pb
 
     duration = f"{duration_s(snapshot):.3f}s" if snapshot.HasField("finished_at") else "-"
+    row = [snapshot.snapshot_id, _status(snapshot), snapshot.initiator, str(snapshot.epoch), _started(snapshot),
+           duration]
+    if app:
+        return [*row, app_verdict(snapshot), snapshot.reason]
+    if described.is_app(snapshot):
+        return [*row, "-", "-", snapshot.reason]
     total = str(snapshot.total) if snapshot.status == pb.Snapshot.COMPLETE else "-"
-    return [snapshot.snapshot_id, _status(snapshot), snapshot.initiator, str(snapshot.epoch), _started(snapshot),
-            duration, total, _verdict(snapshot), snapshot.reason]
+    return [*row, total, _verdict(snapshot), snapshot.reason]
 
 
 def render_summary(snapshots) -> str:
+    """The summary table: an app's columns when every snapshot is an app's, else the bank's."""
+    from snapmesh.checking import described
+
+    snapshots = list(snapshots)
+    if snapshots and all(described.is_app(s) for s in snapshots):
+        return _table(APP_SUMMARY, [summary_row(s, app=True) for s in snapshots], right={3, 5})
     return _table(SUMMARY, [summary_row(s) for s in snapshots], right={3, 5, 6})
 
 
