@@ -85,3 +85,12 @@ def test_the_hosts_backend_gives_every_process_the_app(tmp_path, monkeypatch):
     backend.give_app(cluster)
     assert {child.env["SNAPMESH_APP"] for child in (cluster.controller, *cluster.nodes.values())} == {"kvshard"}
     assert "kvshard" in backend.config_path.read_text()
+
+
+def test_chaos_refuses_bad_params_in_one_line_before_anything_starts(campaign, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SNAPMESH_APP_PARAMS", '{"keys": 3')
+    status = chaos.main(["--compose", "--app", "kvshard", "--seed", "1", "--duration", "1",
+                         "--data-dir", str(tmp_path / "d")])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and "options" not in campaign, err
+    assert len(err.splitlines()) == 1 and err.startswith("snapmesh chaos: $SNAPMESH_APP_PARAMS: not JSON"), err
