@@ -10,6 +10,15 @@ INITIAL_BALANCE = 1000
 SNAPSHOT_DEADLINE_S = 10
 
 
+# The app every process runs (snapmesh.settings.appsettings): a built-in name or module:attr,
+# and its [app] params as one JSON object; unset, the bank. The nodes, the controller (its
+# invariant checks), the load generator, the page and the reconcile jobs all get both.
+APP_ENV = """    SNAPMESH_APP: "${SNAPMESH_APP:-}"
+    SNAPMESH_APP_PARAMS: "${SNAPMESH_APP_PARAMS:-}"
+"""
+APP_VARIABLES = "SNAPMESH_APP (the app, module:attr; default the bank), SNAPMESH_APP_PARAMS (its params, JSON)"
+
+
 def node_ids(n: int) -> list[str]:
     return [f"p{i}" for i in range(1, n + 1)]
 

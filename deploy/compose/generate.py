@@ -40,6 +40,8 @@ from snapmesh.settings import config  # noqa: E402
 
 # The generator's other modules sit beside it (the script's folder is on sys.path).
 from compose_layout import (  # noqa: E402
+    APP_ENV,
+    APP_VARIABLES,
     CONTROLLER_METRICS_PORT,
     CONTROLLER_PORT,
     INITIAL_BALANCE,
@@ -111,21 +113,21 @@ scrape_configs:
 # Shared blocks, YAML anchors in an `x-` extension field (compose >= 1.27). No
 # volumes here: each service lists its own (a merged `volumes:` list would replace,
 # not add to, the anchor's), so none mounts what it does not need.
-COMMON = """x-snapmesh: &snapmesh
-  image: ${SNAPMESH_IMAGE:-snapmesh:latest}
+COMMON = f"""x-snapmesh: &snapmesh
+  image: ${{SNAPMESH_IMAGE:-snapmesh:latest}}
   build:
     context: ../..
     dockerfile: deploy/compose/Dockerfile
     target: service
     args:
-      BASE_IMAGE: ${SNAPMESH_BASE_IMAGE:-python:3.11-slim-bookworm}
+      BASE_IMAGE: ${{SNAPMESH_BASE_IMAGE:-python:3.11-slim-bookworm}}
   init: true
-  restart: ${SNAPMESH_RESTART:-unless-stopped}
+  restart: ${{SNAPMESH_RESTART:-unless-stopped}}
   environment:
     SNAPMESH_DATA_DIR: /data
     SNAPMESH_BIND_HOST: 0.0.0.0
     SNAPMESH_TLS_DIR: /tls
-  networks: [mesh]
+{APP_ENV}  networks: [mesh]
 """
 
 CLUSTER_FILE = "./cluster.toml:/etc/snapmesh/cluster.toml:ro"
@@ -276,13 +278,14 @@ def spark_services(ids: list[str], workers: int) -> str:
     )
     jobs = reader_volumes(ids, "      - ../../jobs:/opt/snapmesh-jobs:ro\n")  # + the spark-submit script
     spark_submit = reader_entrypoint("spark-submit")
+    app_env = APP_ENV.replace("    ", "      ")  # the job checks the app's invariants too
     out.append(
         f"""  reconcile-spark:
 {common}{jobs}    hostname: reconcile-spark
     restart: "no"
     environment:
       SPARK_LOCAL_IP: reconcile-spark
-{spark_submit}    command: ["--master", "{master}", "--executor-memory", "768m", "--conf", "spark.ui.enabled=false",
+{app_env}{spark_submit}    command: ["--master", "{master}", "--executor-memory", "768m", "--conf", "spark.ui.enabled=false",
               "/opt/snapmesh-jobs/reconcile_job.py", "--data-dir", "/data", "--out", "/data/reconcile-spark"]
     depends_on:
       spark-master:
@@ -302,8 +305,9 @@ def docker_compose_yml(n: int, spark_workers: int = SPARK_WORKERS) -> str:
 #   make compose-up    # nodes, controller, app, the page (http://127.0.0.1:8080/)
 #   docker compose -f deploy/compose/docker-compose.yml --profile monitoring up -d   # + Prometheus, Grafana
 #   docker compose -f deploy/compose/docker-compose.yml --profile reconcile run --rm reconcile
-# Variables (all optional): SNAPMESH_IMAGE, SNAPMESH_RECONCILE_IMAGE, SNAPMESH_BASE_IMAGE,
-# SNAPMESH_RECONCILE_BASE_IMAGE,
+# Variables (all optional): """ + APP_VARIABLES + """,
+# SNAPMESH_IMAGE (an app's own image: deploy/compose/Dockerfile.app-example), SNAPMESH_RECONCILE_IMAGE,
+# SNAPMESH_BASE_IMAGE, SNAPMESH_RECONCILE_BASE_IMAGE,
 # SNAPMESH_CONTROLLER_PUBLISH (host side of the controller's gRPC port, default
 # 127.0.0.1:50050), SNAPMESH_UI_PUBLISH (the page's, default 127.0.0.1:8080),
 # SNAPMESH_CONTROLLER_FLAGS, SNAPMESH_APP_FLAGS, SNAPMESH_RESTART,
@@ -346,7 +350,8 @@ def docker_compose_yml(n: int, spark_workers: int = SPARK_WORKERS) -> str:
         f"""  app:
     <<: *snapmesh
     hostname: app
-    # The bank workload; it finds the nodes through the controller's GetCluster.
+    # The load generator: the app's workload ($SNAPMESH_APP; unset, the bank's transfers).
+    # It finds the nodes through the controller's GetCluster.
     # It holds the client's certificate, key and the token; no data, no cluster file.
     volumes:
       - app-tls:/tls:ro

@@ -8,6 +8,8 @@ with its own volume; the certificates and the token as the stack's secrets
 from __future__ import annotations
 
 from compose_layout import (
+    APP_ENV,
+    APP_VARIABLES,
     CONTROLLER_PORT,
     NODE_PORT_BASE,
     UI_FILES,
@@ -73,7 +75,8 @@ def docker_stack_yml(n: int, hosts: int) -> str:
     ids = node_ids(n)
     out = [
         STACK_HEADER.format(n=n, hosts=hosts),
-        f"""# Variables (all optional): SNAPMESH_IMAGE, SNAPMESH_CONTROLLER_PORT (published on the
+        f"""# Variables (all optional): {APP_VARIABLES},
+# SNAPMESH_IMAGE, SNAPMESH_CONTROLLER_PORT (published on the
 # manager, default {CONTROLLER_PORT}), SNAPMESH_UI_PORT (the snapshot page's, on the manager, default
 # {UI_PORT}), SNAPMESH_CONTROLLER_FLAGS, SNAPMESH_APP_FLAGS, SNAPMESH_STACK
 # (set by swarm.sh: the secrets' prefix). Images are the hosts' own (no registry):
@@ -87,7 +90,7 @@ x-snapmesh: &snapmesh
     SNAPMESH_DATA_DIR: /data
     SNAPMESH_BIND_HOST: 0.0.0.0
     SNAPMESH_TLS_DIR: /run/secrets
-  configs:
+{APP_ENV}  configs:
     - source: cluster
       target: /etc/snapmesh/cluster.toml
   networks: [mesh]

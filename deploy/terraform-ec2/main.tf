@@ -312,6 +312,9 @@ resource "aws_instance" "snapmesh" {
     region               = var.region
     repo_url             = var.repo_url
     repo_ref             = var.repo_ref
+    app_module           = var.app_module
+    app_params           = jsonencode(var.app_params)
+    app_source           = var.app_source
     nodes                = var.nodes
     enable_monitoring    = var.enable_monitoring
     controller_port      = local.controller_port
@@ -366,6 +369,9 @@ resource "aws_instance" "worker" {
     region               = var.region
     repo_url             = var.repo_url
     repo_ref             = var.repo_ref
+    app_module           = var.app_module
+    app_params           = jsonencode(var.app_params)
+    app_source           = var.app_source
     nodes                = var.nodes
     enable_monitoring    = var.enable_monitoring
     controller_port      = local.controller_port

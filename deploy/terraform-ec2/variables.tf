@@ -100,3 +100,36 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "app_module" {
+  description = "The app every node runs (docs/apps.md, \"Deploying your app\"): a built-in (kvshard) or module:attr. \"\": the bank. Every container gets it as SNAPMESH_APP: the nodes, the controller (its invariant checks), the load generator, the page and the reconcile jobs."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = can(regex("^$|^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*)?$", var.app_module))
+    error_message = "The app_module must be module:attr (a Python module and an attribute in it) or a built-in app such as kvshard."
+  }
+}
+
+variable "app_params" {
+  description = "The app's [app] params (an object), given to every container as SNAPMESH_APP_PARAMS (JSON)."
+  type        = any
+  default     = {}
+
+  validation {
+    condition     = can(keys(var.app_params)) && length(regexall("'", jsonencode(var.app_params))) == 0
+    error_message = "The app_params must be an object (the app's params) with no single quote in it."
+  }
+}
+
+variable "app_source" {
+  description = "How your module reaches the instances: the path, in repo_url, of its one file (e.g. examples/token_ring.py). Every instance builds it into snapmesh-app:latest FROM the snapmesh image it builds (deploy/compose/Dockerfile.app-example), and the manager or single instance into snapmesh-app-reconcile:latest FROM the reconcile image; the containers run those. \"\": app_module is built in (kvshard) or already in the snapmesh package."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = can(regex("^$|^[A-Za-z0-9_./-]+\\.py$", var.app_source)) && length(regexall("\\.\\.", var.app_source)) == 0
+    error_message = "The app_source must be a relative path to a .py file inside the repository (no \"..\")."
+  }
+}

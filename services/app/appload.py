@@ -1,8 +1,9 @@
 """`snapmesh app --app X`: an app's workload against a running cluster, with snapshots.
 
 The controller is found as every client command finds it (snapmesh.settings.target);
-the nodes and channels are the controller's (GetCluster), the [app] params those of
-`--data-dir`'s cluster file (none without it). One command at a time goes through
+the nodes and channels are the controller's (GetCluster), the [app] params
+$SNAPMESH_APP_PARAMS (a JSON object), else those of `--data-dir`'s cluster file,
+else none. One command at a time goes through
 `Node.Submit` (services/app/drive.py); a snapshot at a random node every
 `--snapshot-every` seconds, each judged by the controller and checked again here.
 """
@@ -10,6 +11,7 @@ the nodes and channels are the controller's (GetCluster), the [app] params those
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import threading
@@ -18,7 +20,7 @@ import grpc
 
 from snapmesh.services.app.drive import Driver, node_infos, snapshot_problems
 from snapmesh.app import App, AppError, load_app, preflight
-from snapmesh.settings.appsettings import same_app
+from snapmesh.settings.appsettings import PARAMS_ENV, env_params, same_app
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import target
 from snapmesh.serving import credentials
@@ -58,8 +60,8 @@ def run_app(args: argparse.Namespace, spec: str, how: str) -> int:
         return usage(f"{how} {spec}: the app {app.name!r} has no workload to drive")
     try:
         found = target.find(args.controller, args.data_dir, args.tls_dir)
-        params = dict(target.cluster_file(args.data_dir).app.params) if args.data_dir else {}
-    except target.TargetError as exc:
+        params = _params(args.data_dir)
+    except (target.TargetError, ValueError) as exc:
         return usage(str(exc))
     with credentials.open_channel(found.address, found.identity, options=CLIENT_OPTIONS) as channel:
         controller = pb_grpc.ControllerStub(channel)
@@ -80,6 +82,14 @@ def run_app(args: argparse.Namespace, spec: str, how: str) -> int:
         if problem := _runs_other_app(spec, how, targets, found.identity):
             return usage(problem)
         return _drive(app, args, params, cluster, targets, controller, found.identity)
+
+
+def _params(data_dir: str | None) -> dict:
+    """The app's params as the nodes get them: $SNAPMESH_APP_PARAMS, else --data-dir's [app], else none."""
+    from_env = env_params(os.environ, lambda problem: ValueError(f"${PARAMS_ENV}: {problem}"))
+    if from_env is not None:
+        return from_env
+    return dict(target.cluster_file(data_dir).app.params) if data_dir else {}
 
 
 def _runs_other_app(spec: str, how: str, targets: dict[str, str], identity) -> str:

@@ -22,6 +22,10 @@ namespace (`nsenter -n ss -K`: the kernel resets them); partition: `docker
 network disconnect`, `connect` again under the node's alias after the hold;
 a second instance: `docker exec` of `snapmesh node` in the node's container.
 `teardown` is `down -v` and checks nothing of the project is left.
+
+With `--app`, every container is given SNAPMESH_APP (and this process's
+SNAPMESH_APP_PARAMS) as a user's stack is, and the image is $SNAPMESH_IMAGE when
+set (a user's image with their module), else snapmesh:latest.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from snapmesh.processes import compose_cli
 from snapmesh.settings import config as cluster_config
 from snapmesh.chaos.campaign import FaultNotApplied, Options
 from snapmesh.checking.node_logs import read_node_log
+from snapmesh.settings.appsettings import PARAMS_ENV
 from snapmesh.settings.ports import free_ports
 from snapmesh.settings.security import load_tls_dir
 from snapmesh.processes.child import Security, SupervisorError, wait_serving
@@ -109,7 +114,11 @@ class ComposeBackend:
     def __init__(self, options: Options, work: Path, say: Callable[[str], None]) -> None:
         self.say = say
         self.work = work
-        self.config = cluster_config.load(COMPOSE_DIR / "cluster.toml", env={"SNAPMESH_DATA_DIR": "/data"})
+        # The app: SNAPMESH_APP and SNAPMESH_APP_PARAMS for every container, as a user's stack is given it
+        # (deploy/compose); the image: $SNAPMESH_IMAGE (a user's, with their module), else snapmesh:latest.
+        app = {"SNAPMESH_APP": options.app, **{k: os.environ[k] for k in (PARAMS_ENV,) if options.app and k in os.environ}}
+        self.image = os.environ.get("SNAPMESH_IMAGE") or IMAGE
+        self.config = cluster_config.load(COMPOSE_DIR / "cluster.toml", env={"SNAPMESH_DATA_DIR": "/data", **app})
         self.ids = [n.id for n in self.config.nodes]
         self.deadline = options.deadline  # the local campaign's, not the stack's 10 s: recoveries are timed alike
         self.project = f"snapmeshchaos-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -132,6 +141,8 @@ class ComposeBackend:
             "SNAPMESH_CONTROLLER_FLAGS": f"--deadline {options.deadline:g}",
             "SNAPMESH_TLS_EXPORT": str(self.tls_dir),
             "COMPOSE_PROFILES": "",
+            "SNAPMESH_IMAGE": self.image,
+            **app,
         }
 
     # ------------------------------------------------------------ set-up
@@ -142,9 +153,12 @@ class ComposeBackend:
                       "-f", str(self.override), *args, timeout=timeout, check=check, env=self.env)
 
     def _ensure_image(self) -> None:
-        if docker("docker", "image", "inspect", IMAGE, check=False).returncode == 0:
-            self.say(f"compose: reusing the image {IMAGE} (`make images` rebuilds it)")
+        if docker("docker", "image", "inspect", self.image, check=False).returncode == 0:
+            self.say(f"compose: reusing the image {self.image} (`make images` rebuilds {IMAGE})")
             return
+        if self.image != IMAGE:
+            raise ComposeError(f"no image {self.image} ($SNAPMESH_IMAGE): build it first "
+                               "(deploy/compose/Dockerfile.app-example)")
         self.say(f"compose: no image {IMAGE}: building it (deploy/compose/build-images.sh, base {BASE_IMAGE})")
         docker(str(COMPOSE_DIR / "build-images.sh"), timeout=1800, env={**os.environ, "BASE_IMAGE": BASE_IMAGE})
 

@@ -10,10 +10,15 @@ with a proxy in front of each node:
   way: the node's own channels out stay up, as the proxy's refusal did);
 - `cut_streams`: the node's TCP connections from its peers reset (`ss -K`);
 - the network kinds of the schedule (`net_*`): the plan's faults, held, healed.
+
+With `--app`, every process runs the app (the cluster file's [app], and
+SNAPMESH_APP over one this process has), and the load is the app's workload
+(snapmesh.chaos.appmode), as on local processes.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -34,10 +39,12 @@ class HostsBackend(LocalBackend):
 
     def __init__(self, options: Options, work: Path, say: Callable[[str], None]) -> None:  # noqa: D107
         self.say = say
+        self.app = options.app  # every process's app: the cluster file's [app] and SNAPMESH_APP alike
         self.hosts = HostsCluster(work, nodes=options.nodes, deadline=options.deadline,
-                                  initial_balance=options.balance, startup_timeout=STARTUP_TIMEOUT_S)
+                                  initial_balance=options.balance, startup_timeout=STARTUP_TIMEOUT_S,
+                                  settings={"app": {"module": options.app}} if options.app else None)
         self.config_path = self.hosts.config_path
-        self.config = cluster_config.load(self.config_path)
+        self.config = cluster_config.load(self.config_path, env={**os.environ, **self.app_env()})
         self.ids = list(self.hosts.node_ids)
         self.data_dir = self.config.data_dir
         self.client_identity = None
@@ -47,6 +54,16 @@ class HostsBackend(LocalBackend):
         self.disk_skip = "no small disk yet"
         self.proxies = {}
         self.blocked: dict[str, Fault] = {}
+
+    def app_env(self) -> dict[str, str]:
+        return {"SNAPMESH_APP": self.app} if self.app else {}
+
+    def give_app(self, cluster: Cluster) -> None:
+        """Every process's SNAPMESH_APP is the campaign's app, over one this process has (the children
+        would inherit it, and it stands in for the file's [app])."""
+        for child in (cluster.controller, *cluster.nodes.values()):
+            if child is not None and self.app:
+                child.env = {**child.env, **self.app_env()}
 
     @property
     def controller_address(self) -> str:
@@ -64,6 +81,7 @@ class HostsBackend(LocalBackend):
         self.disk_skip = f"no tmpfs for {disk_node} ({done.stderr.strip() or 'mount failed'})" if done.returncode else ""
 
         def small_disk(cluster: Cluster) -> None:
+            self.give_app(cluster)
             if not self.disk_skip:
                 child = cluster.nodes[disk_node]
                 child.env = {**child.env, "SNAPMESH_DATA_DIR": str(self.disk)}

@@ -35,9 +35,11 @@ def is_app(snapshot: pb.Snapshot) -> bool:
     return snapshot.HasField("app")
 
 
-def describe(snapshot: pb.Snapshot, load: Callable[[str], App] = load_app) -> Described | None:
-    """The app's description of a COMPLETE app snapshot; None for a bank snapshot
-    (or one not COMPLETE: there is no state to describe yet)."""
+def describe(snapshot: pb.Snapshot, load: Callable[[str], App] = load_app,
+             params: Mapping[str, Any] | None = None) -> Described | None:
+    """The app's description of a COMPLETE app snapshot (`params`: the app's [app]
+    params, in its view); None for a bank snapshot (or one not COMPLETE: there is no
+    state to describe yet)."""
     if not is_app(snapshot) or snapshot.status != pb.Snapshot.COMPLETE:
         return None
     spec = snapshot.app.spec
@@ -51,7 +53,7 @@ def describe(snapshot: pb.Snapshot, load: Callable[[str], App] = load_app) -> De
     if app.describe is None:
         return Described(spec, None, f"app {app.name!r} has no describe")
     try:
-        summary = app.describe(view_of(snapshot))
+        summary = app.describe(view_of(snapshot, params or {}))
     except Exception as exc:  # the app's code: say what it raised, never fail the reader
         return Described(spec, None, f"app {app.name!r}: describe raised {type(exc).__name__}: {exc}")
     if not isinstance(summary, Mapping):

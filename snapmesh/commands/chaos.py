@@ -79,8 +79,9 @@ def parser() -> argparse.ArgumentParser:
                    help="the Docker compose stack of deploy/compose instead of local processes")
     p.add_argument("--hosts", action="store_true",
                    help="one host per process (the multi-host bench, root) and network faults in the schedule")
-    p.add_argument("--app", metavar="NAME|module:attr", help="run this app's workload instead of the bank's "
-                   "(a built-in such as kvshard, or module:attr; local processes only; default: the bank)")
+    p.add_argument("--app", metavar="NAME|module:attr", help="every node runs this app and the load is its "
+                   "workload (a built-in such as kvshard, or module:attr; with --compose, in the image "
+                   "$SNAPMESH_IMAGE; default: $SNAPMESH_APP, else the bank)")
     p.add_argument("--mode", choices=("classic", "overtake", "hybrid"),
                    help="every node's snapshot_mode (local processes only; default: the cluster file's, classic)")
     p.add_argument("--topology", metavar="NAME",
@@ -105,10 +106,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.hosts and args.compose:
         print("snapmesh chaos: --hosts and --compose: one cluster at a time", file=sys.stderr)
         return 2
-    if args.app and (args.compose or args.hosts):
-        print(f"snapmesh chaos: --app with --{'compose' if args.compose else 'hosts'}: an app runs on local "
-              "processes only", file=sys.stderr)
-        return 2
     if args.mode and (args.compose or args.hosts):
         print(f"snapmesh chaos: --mode with --{'compose' if args.compose else 'hosts'}: that cluster's file sets "
               "its mode; --mode is for local processes", file=sys.stderr)
@@ -117,17 +114,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.topology and (problem := _topology_problem(args)):
         print(f"snapmesh chaos: {problem}", file=sys.stderr)
         return 2
-    if not args.app and not (args.compose or args.hosts) and os.environ.get("SNAPMESH_APP", "").strip() not in ("", "bank"):
-        args.app = os.environ["SNAPMESH_APP"]  # the local nodes would inherit it: the campaign drives it too
+    if not args.app and os.environ.get("SNAPMESH_APP", "").strip() not in ("", "bank"):
+        args.app = os.environ["SNAPMESH_APP"]  # the app a deployment is given: the campaign runs and drives it
     if args.app:
         from snapmesh.app import AppError, preflight
         from snapmesh.protocol.topology import Topology
+        from snapmesh.settings.appsettings import PARAMS_ENV, env_params
         from snapmesh.services.app.drive import node_infos
 
         ids = [f"p{i}" for i in range(1, (args.nodes or STACK_NODES) + 1)]
         channels = topologies.channels(args.topology or topologies.MESH, ids, seed) or Topology.build(ids).channels
-        try:  # the nodes of the campaign's topology, tried before anything starts (as `cluster up` does)
-            app = preflight(args.app, node_infos(ids, channels, {}))
+        try:  # the nodes of the campaign's topology, tried before anything starts (as `cluster up` does),
+            # with the params every node would be given ($SNAPMESH_APP_PARAMS, which they inherit)
+            params = env_params(os.environ, lambda problem: AppError(f"${PARAMS_ENV}: {problem}")) or {}
+            app = preflight(args.app, node_infos(ids, channels, params))
         except AppError as exc:
             print(f"snapmesh chaos: {exc}", file=sys.stderr)
             return 2

@@ -2,7 +2,7 @@
 
 Each COMPLETE app snapshot of the export becomes the app's `View` on the driver
 (its nodes' state bytes, its in-flight payloads per channel in seq order, the
-params of ``<data_dir>/cluster.toml``'s [app] table when it is there). Each of the
+params of $SNAPMESH_APP_PARAMS, else of ``<data_dir>/cluster.toml``'s [app] table when it is there). Each of the
 app's ``views`` turns every View into rows; the rows of all snapshots make one
 DataFrame, registered under the view's name, and each of ``sql_invariants`` runs
 once over them. Every row a query returns is a violation: the rows are grouped by
@@ -44,6 +44,7 @@ from snapmesh.app import App, View
 from snapmesh.reconcile.apps import is_app_complete
 from snapmesh.reconcile.common import InputError
 from snapmesh.reconcile.schema import SCOPE_INVARIANT, VERDICT
+from snapmesh.settings.appsettings import PARAMS_ENV, env_params
 
 MAX_ROWS_SHOWN = 5  # violation rows a verdict names (the count says how many there are)
 
@@ -113,7 +114,12 @@ def _zip_package(directory: str) -> str:
 
 
 def cluster_params(data_dir: str) -> dict[str, Any]:
-    """The [app] table of ``<data_dir>/cluster.toml`` minus "module" ({}: no such file, or not local)."""
+    """The app's params as its nodes got them: $SNAPMESH_APP_PARAMS (a JSON object; a
+    deployment's containers), else the [app] table of ``<data_dir>/cluster.toml`` minus
+    "module" ({}: no such file, or not local). A bad $SNAPMESH_APP_PARAMS is an InputError."""
+    from_env = env_params(os.environ, lambda problem: InputError(f"${PARAMS_ENV}: {problem}"))
+    if from_env is not None:
+        return from_env
     path = os.path.join(data_dir, "cluster.toml")
     if "://" in data_dir or not os.path.isfile(path):
         return {}

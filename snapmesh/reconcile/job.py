@@ -400,9 +400,10 @@ def parser(prog: str = "snapmesh reconcile") -> argparse.ArgumentParser:
     p.add_argument(
         "--app",
         metavar="MODULE:ATTR",
+        default=env_app(),
         help="also run the app's SQL invariants over its views of every COMPLETE snapshot "
         "(module from the working directory or PYTHONPATH, shipped to the executors; or bank, kvshard) "
-        "(default: none, the log checks only)",
+        "(default: $SNAPMESH_APP, else none: the log checks only)",
     )
     p.add_argument(
         "--exact",
@@ -410,6 +411,12 @@ def parser(prog: str = "snapmesh reconcile") -> argparse.ArgumentParser:
         help="skip the checksums: check everything with the exact joins (slower; same verdicts)",
     )
     return p
+
+
+def env_app() -> str | None:
+    """$SNAPMESH_APP, the app a deployment gives every process (None: unset, or the bank's log checks)."""
+    spec = os.environ.get("SNAPMESH_APP", "").strip()
+    return None if spec in ("", "bank") else spec
 
 
 def app_of(spec: str | None) -> tuple[App | None, str]:

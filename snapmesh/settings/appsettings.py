@@ -5,17 +5,23 @@
     holder = "p2"               # every other key: the app's NodeInfo.params
 
 No [app]: the bank. SNAPMESH_APP=module:attr stands in for `module` (how `cluster
-up --app` tells its children); the params stay the file's. Only the form is checked
-here; importing the module is snapmesh.app.load_app's, in the process that runs it.
+up --app` tells its children, and how a container is given its app), and
+SNAPMESH_APP_PARAMS (a JSON object) for the params; without it the params stay the
+file's. Only the form is checked here; importing the module is
+snapmesh.app.load_app's, in the process that runs it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AppSettings", "app_named", "check_app_spec", "parse_app", "runs_bank", "same_app"]
+__all__ = ["AppSettings", "PARAMS_ENV", "app_named", "check_app_spec", "env_params", "parse_app", "runs_bank",
+           "same_app"]
+
+PARAMS_ENV = "SNAPMESH_APP_PARAMS"  # the [app] params as a JSON object, in place of the file's
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,18 +31,40 @@ class AppSettings:
 
 
 def parse_app(raw: Mapping[str, Any], env: Mapping[str, str], error: Callable[[str, str], Exception]) -> AppSettings:
-    """[app] of the parsed file `raw`, SNAPMESH_APP in place of its module;
-    `error(key, problem)` is the exception for a bad key."""
+    """[app] of the parsed file `raw`, SNAPMESH_APP in place of its module and
+    SNAPMESH_APP_PARAMS of its params; `error(key, problem)` is the exception for a bad key."""
     app_raw = raw.get("app", {})
     if not isinstance(app_raw, dict):
         raise error("app", "must be a table")
-    params = {key: value for key, value in app_raw.items() if key != "module"}
+    params = env_params(env, lambda problem: error(PARAMS_ENV, problem))
+    if params is None:
+        params = {key: value for key, value in app_raw.items() if key != "module"}
     key, module = ("SNAPMESH_APP", env["SNAPMESH_APP"]) if env.get("SNAPMESH_APP") else ("app.module", app_raw.get("module"))
     if "app" in raw or key == "SNAPMESH_APP":
         if not isinstance(module, str) or not module:
             raise error(key, "missing" if module is None else f"must be a non-empty string, got {module!r}")
         check_app_spec(module, lambda problem: error(key, problem))
     return AppSettings(module=module or "", params=params)
+
+
+def env_params(env: Mapping[str, str], error: Callable[[str], Exception] = ValueError) -> dict[str, Any] | None:
+    """The app's params from $SNAPMESH_APP_PARAMS (None: unset or empty); not a JSON
+    object raises error(problem), one line that says what is wrong."""
+    text = env.get(PARAMS_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        params = json.loads(text)
+    except ValueError as exc:
+        raise error(f"not JSON ({exc}): {_clip(text)}") from None
+    if not isinstance(params, dict):
+        raise error(f"must be a JSON object of the app's params, got {type(params).__name__}: {_clip(text)}")
+    return params
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    line = " ".join(text.split())
+    return repr(line if len(line) <= limit else line[: limit - 3] + "...")
 
 
 def check_app_spec(spec: str, error: Callable[[str], Exception] = ValueError) -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import signal
 import socket
 import sys
@@ -41,6 +42,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from snapmesh.checking import described
 from snapmesh.settings import target
+from snapmesh.settings.appsettings import PARAMS_ENV, env_params
 from snapmesh.settings.argparsing import parse_args
 from snapmesh.trace.logs import WINDOW_BYTES
 from snapmesh.ui import model, pages
@@ -109,6 +111,7 @@ class UiServer(ThreadingHTTPServer):
     # The listen backlog (socketserver's default is 5): a burst of visitors past it has
     # its connections dropped and retried by the client's TCP (1 s, 3 s, 7 s later).
     request_queue_size = 128
+    app_params: dict = {}  # the app's params for its describe ($SNAPMESH_APP_PARAMS in a deployment)
 
     def __init__(self, address: tuple[str, int], source: Source, allow_hosts: tuple[str, ...] = ()) -> None:
         self.source = source
@@ -228,7 +231,7 @@ class _Handler(BaseHTTPRequestHandler):
             records, stuck_note = source.log_records(node_ids, snapshot_id)
             stuck = model.stuck(snapshot, node_ids, [(c.src, c.dst) for c in cluster.channels], time.time(), records)
         svg, trace_note = None, "drawn once the snapshot is COMPLETE"
-        about = described.describe(snapshot)
+        about = described.describe(snapshot, params=self.server.app_params)
         if snapshot.status == model.COMPLETE:
             try:
                 svg, trace_note = source.trace_svg(snapshot_id, described.caption(about))
@@ -260,7 +263,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(HTTPStatus.NOT_FOUND, f"snapshot {snapshot_id} is {model.status_name(snapshot)}: its "
                               f"picture is drawn once it is COMPLETE\n".encode(), "text/plain; charset=utf-8")
         try:
-            svg, note = source.trace_svg(snapshot_id, described.caption(described.describe(snapshot)))
+            about = described.describe(snapshot, params=self.server.app_params)
+            svg, note = source.trace_svg(snapshot_id, described.caption(about))
         except Busy as exc:
             return self._send(HTTPStatus.SERVICE_UNAVAILABLE, f"{exc}\n".encode(), "text/plain; charset=utf-8",
                               retry_after=1)
@@ -308,9 +312,15 @@ def main(argv: list[str] | None = None) -> int:
     except target.TargetError as exc:
         print(f"snapmesh ui: {exc}", file=sys.stderr)
         return 2
+    try:  # a deployment's container is given the app's params as its nodes are
+        params = env_params(os.environ, lambda problem: ValueError(f"${PARAMS_ENV}: {problem}")) or {}
+    except ValueError as exc:
+        print(f"snapmesh ui: {exc}", file=sys.stderr)
+        return 2
     source = Source(found.address, found.identity, args.data_dir, args.window_bytes)
     try:
         server = serve(source, args.listen, tuple(args.allow_host))
+        server.app_params = params
     except OSError as exc:
         source.close()
         print(f"snapmesh ui: cannot listen on {args.listen[0]}:{args.listen[1]}: {exc.strerror or exc}", file=sys.stderr)

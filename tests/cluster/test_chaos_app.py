@@ -121,10 +121,41 @@ def test_the_verdicts_catch_a_doubled_key_a_lost_key_and_bytes_not_logged(outcom
     assert not passed and "received other bytes than sent: 1" in detail, detail
 
 
-def test_a_bad_app_and_an_app_on_the_compose_stack_exit_2() -> None:
+def test_a_bad_app_exits_2() -> None:
     for args, words in ((["--app", "no_such_module_anywhere:app"], "no_such_module_anywhere"),
-                        (["--app", "kvshard", "--compose"], "local processes only")):
+                        (["--app", "no_such_module_anywhere:app", "--compose"], "no_such_module_anywhere")):
         done = subprocess.run([sys.executable, "-m", "snapmesh.cli", "chaos", "--seed", "1", *args], cwd=REPO,
                               capture_output=True, text=True, timeout=60)
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and len(lines) == 1 and words in lines[0], done.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(1500)
+def test_a_short_kvshard_campaign_on_the_compose_stack_keeps_every_key_once(tmp_path) -> None:
+    """`--compose --app kvshard` (refused before issue 46): every container runs kvshard,
+    the load is its workload, and every check passes, the settled key count too. The
+    image is $SNAPMESH_TEST_BASE_IMAGE (default snapmesh:latest, `make images`)."""
+    import os
+
+    from support.helpers_deploy import docker_engine_answers, run
+
+    if not docker_engine_answers():
+        pytest.skip("NO DOCKER ENGINE ANSWERS: `snapmesh chaos --compose --app kvshard` was NOT tested")
+    image = os.environ.get("SNAPMESH_TEST_BASE_IMAGE", "snapmesh:latest")
+    if run(["docker", "image", "inspect", image], check=False, quiet=True).returncode != 0:
+        pytest.skip(f"no image {image}: `make images` builds it")
+    figures_file = tmp_path / "figures.json"
+    replay = f"snapmesh chaos --seed {SEED} --duration 1 --compose --app kvshard --no-reconcile"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SNAPMESH_")}, "SNAPMESH_IMAGE": image}
+    done = subprocess.run([sys.executable, "-m", "snapmesh.cli", "chaos", "--compose", "--app", "kvshard", "--seed",
+                           str(SEED), "--duration", "1", "--no-reconcile", "--dir", str(tmp_path / "run"),
+                           "--json", str(figures_file)], cwd=REPO, capture_output=True, text=True, timeout=1400,
+                          env=env)
+    out = done.stdout
+    assert done.returncode == 0, f"replay: {replay}\n{out[-4000:]}{done.stderr[-2000:]}"
+    assert "FAIL  " not in out and f"\nPASS  {SETTLED}" in out, out[-3000:]
+    figures = json.loads(figures_file.read_text())
+    assert figures["cluster"] == "compose" and figures["app"] == "kvshard"
+    assert set(figures["faults"]) | set(figures["skipped_why"]) == set(sched.KINDS), figures
+    assert "left behind" not in out

@@ -45,6 +45,8 @@ VARIANTS = {
     "nodes-3": {"nodes.replicas": 3, "networkPolicy.controllerClientLabels.snapmesh-client": "yes",
                 "networkPolicy.metricsPodLabels.app": "prometheus"},
     "nodes-7": {"nodes.replicas": 7, "networkPolicy.controllerCIDR": "10.0.0.0/8", "reconcile.schedule": "*/30 * * * *"},
+    # A user's app in their own image (tests/deploy/test_helm_app.py).
+    "app": {"app.module": "token_ring:app", "app.params.holder": "node-1", "app.image.repository": "registry.example.com/my-app"},
     # The conventional values, every one set (tests/deploy/test_helm_chart.py, "conventions").
     "conventions": {"commonLabels.team": "payments", "podAnnotations.example\\.com/owner": "alice",
                     "podLabels.tier": "snapshots", "serviceAccount.annotations.example\\.com/role": "reader",

@@ -55,8 +55,8 @@ def locals_of(main_tf: str) -> str:
     return "\n".join(found)
 
 
-def render(tmp_path: Path, instance_count: int, nodes: int = 4) -> dict[str, str]:
-    """{"manager" or "single": text, "worker-1": text, ...} rendered by terraform."""
+def render(tmp_path: Path, instance_count: int, nodes: int = 4, variables: dict | None = None) -> dict[str, str]:
+    """{"manager" or "single": text, "worker-1": text, ...} rendered by terraform (`variables`: more of them)."""
     main_tf = (TERRAFORM_DIR / "main.tf").read_text(encoding="utf-8")
     work = tmp_path / f"render-{instance_count}"
     work.mkdir()
@@ -73,7 +73,7 @@ def render(tmp_path: Path, instance_count: int, nodes: int = 4) -> dict[str, str
     # A JSON var file: terraform 1.0's -var gives numbers its validations compare wrongly.
     (work / "test.tfvars.json").write_text(json.dumps({
         "allowed_cidr": "203.0.113.7/32", "repo_url": "https://example.org/snapmesh.git",
-        "instance_count": instance_count, "nodes": nodes}))
+        "instance_count": instance_count, "nodes": nodes, **(variables or {})}))
     env_args = ["-var-file=test.tfvars.json"]
 
     def terraform(*args: str) -> subprocess.CompletedProcess:
@@ -237,3 +237,74 @@ def test_the_upgrade_path_is_documented():
     section = doc[doc.index("### Upgrading"):]
     for needle in ("-replace=aws_instance.snapmesh", "ami_id", "repo_ref", "aws_ebs_volume.data"):
         assert needle in section, f"docs/deploy.md's Upgrading section does not mention {needle}"
+
+
+# ---------------------------------------------------------------- the app (issue 46)
+# app_module, app_params and app_source (how a user's one-file module reaches the
+# instances), rendered into the user data and run in part: what the single
+# instance's .env gives compose, what the Swarm manager gives swarm.sh.
+
+APP = {"app_module": "token_ring:app", "app_params": {"holder": "p2", "rounds": 3},
+       "app_source": "examples/token_ring.py"}
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> str:
+    return render(tmp_path_factory.mktemp("tf-app1"), 1, variables=APP)["single"]
+
+
+@pytest.fixture(scope="module")
+def swarm(tmp_path_factory) -> dict[str, str]:
+    return render(tmp_path_factory.mktemp("tf-app2"), 2, variables=APP)
+
+
+def dot_env(text: str) -> dict[str, str]:
+    """The .env the single instance writes, as compose reads it (quotes stripped)."""
+    body = text[text.index("cat > .env <<'ENV'\n") + len("cat > .env <<'ENV'\n"):]
+    lines = body[:body.index("\nENV\n")].splitlines()
+    extra = re.search(r"^app_images=\((.*)\)$", text, re.M).group(1).split()
+    return {k: v.strip("'") for k, _, v in (line.partition("=") for line in [*lines, *extra])}
+
+
+def test_the_single_instance_gives_compose_the_app_its_params_and_its_image(single):
+    env = dot_env(single)
+    assert env["SNAPMESH_APP"] == "token_ring:app"
+    assert json.loads(env["SNAPMESH_APP_PARAMS"]) == {"holder": "p2", "rounds": 3}
+    assert (env["SNAPMESH_IMAGE"], env["SNAPMESH_RECONCILE_IMAGE"]) == ("snapmesh-app:latest",
+                                                                          "snapmesh-app-reconcile:latest")
+    # snapmesh's images are built first under their own names, then the app's FROM them
+    built = single.index("compose --profile reconcile build controller reconcile")
+    assert "SNAPMESH_IMAGE=snapmesh:latest" in single[single.rindex("\n", 0, built - 5):built]
+    assert single.index("build_app_images snapmesh snapmesh-reconcile") > built
+    assert single.index("build_app_images snapmesh snapmesh-reconcile") < single.index("compose up -d")
+
+
+def test_build_app_images_builds_the_example_dockerfile_from_each_base(single, tmp_path):
+    """The function the script defines, run with a `docker` that records its arguments."""
+    start = single.index("build_app_images() {")
+    function = single[start:single.index("\n}\n", start) + 3]
+    (tmp_path / "docker").write_text("#!/bin/sh\necho \"$@\" >> \"$(dirname \"$0\")/calls\"\n")
+    (tmp_path / "docker").chmod(0o755)
+    subprocess.run(["bash", "-euc", function + "build_app_images snapmesh snapmesh-reconcile"], check=True,
+                   env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=30)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls == [
+        f"build -q -f Dockerfile.app-example --build-arg BASE_IMAGE={base}:latest --build-arg APP_FILE=token_ring.py "
+        f"-t {tag}:latest ../../examples" for base, tag in (("snapmesh", "snapmesh-app"),
+                                                             ("snapmesh-reconcile", "snapmesh-app-reconcile"))]
+
+
+def test_every_swarm_host_builds_the_app_and_the_stack_runs_it(swarm):
+    manager, worker = swarm["manager"], swarm["worker-1"]
+    for text in (manager, worker):
+        assert "export SNAPMESH_APP='token_ring:app' SNAPMESH_APP_PARAMS='{\"holder\":\"p2\",\"rounds\":3}'" in text
+        assert "build_app_images snapmesh\n" in text
+    assert "build_app_images snapmesh-reconcile" in manager and "build_app_images snapmesh-reconcile" not in worker
+    assert re.search(r'^env "\$\{app_images\[@\]\}" .*\./swarm\.sh deploy snapmesh$', manager, re.M)
+
+
+def test_without_an_app_the_bank_runs_on_snapmeshs_images(tmp_path):
+    text = render(tmp_path, 1)["single"]
+    env = dot_env(text)
+    assert env["SNAPMESH_APP"] == "" and json.loads(env["SNAPMESH_APP_PARAMS"]) == {}
+    assert "SNAPMESH_IMAGE" not in env and "docker build -q -f Dockerfile.app-example" not in text

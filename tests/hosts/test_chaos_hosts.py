@@ -80,6 +80,31 @@ def test_a_short_campaign_on_hosts_passes_every_check_with_a_row_per_network_fau
 
 
 @pytest.mark.cluster
+@pytest.mark.timeout(600)
+def test_a_short_campaign_on_hosts_runs_kvshard_with_every_key_exactly_once(tmp_path: Path) -> None:
+    """`--hosts --app kvshard` (refused before issue 46): the nodes on their hosts run
+    kvshard, the load is its workload, and every check passes, the settled key count too."""
+    assert net.missing_rights() is None, "chaos --hosts needs root, ip, tc and iptables (CI has them)"
+    figures_file = tmp_path / "figures.json"
+    argv = [sys.executable, "-m", "snapmesh.cli", "chaos", "--hosts", "--app", "kvshard", "--seed", str(SEED),
+            "--duration", "10", "--nodes", "3", "--no-reconcile", "--dir", str(tmp_path / "run"),
+            "--json", str(figures_file)]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=540,
+                          env={k: v for k, v in os.environ.items() if k != "SNAPMESH_APP"})
+    out = done.stdout
+    replay = f"snapmesh chaos --seed {SEED} --duration 10 --nodes 3 --hosts --app kvshard --no-reconcile"
+    assert done.returncode == 0, f"replay: {replay}\n{out[-4000:]}{done.stderr[-2000:]}"
+    assert "FAIL  " not in out and "\nPASS  once settled, every key exactly once: 0 keys lost or duplicated" in out, \
+        out[-3000:]
+    assert "SKIP  money is conserved" in out
+    figures = json.loads(figures_file.read_text())
+    assert figures["cluster"] == "hosts" and figures["app"] == "kvshard"
+    assert set(plan.KINDS) <= set(figures["faults"]), figures["faults"]
+    run_id = re.search(r"on hosts: run (\w+)", out).group(1)
+    assert net.leftovers(run_id) == []
+
+
+@pytest.mark.cluster
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("signum", [signal.SIGTERM])
 def test_sigterm_mid_campaign_stops_it_and_leaves_nothing_on_the_machine(tmp_path: Path, signum: int) -> None:

@@ -67,6 +67,26 @@ app.kubernetes.io/component: {{ .component }}
 {{/* An image: (dict "image" .Values.image "ctx" $); an empty tag is the chart's appVersion. */}}
 {{- define "snapmesh.image" -}}{{ printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion .image.tag) }}{{- end -}}
 
+{{/* The image of the pods that run or show the app: app.image (a user's, built FROM
+snapmesh's with their module) when its repository is set, else image. */}}
+{{- define "snapmesh.appImage" -}}
+{{- $image := ternary .Values.app.image .Values.image (ne .Values.app.image.repository "") -}}
+{{ include "snapmesh.image" (dict "image" $image "ctx" .) }}
+{{- end -}}
+{{- define "snapmesh.appPullPolicy" -}}
+{{ ternary .Values.app.image.pullPolicy .Values.image.pullPolicy (ne .Values.app.image.repository "") }}
+{{- end -}}
+
+{{/* The app every process is given (nothing for the bank): the nodes, the controller, the page, reconcile. */}}
+{{- define "snapmesh.appEnv" -}}
+{{- if .Values.app.module }}
+- name: SNAPMESH_APP
+  value: {{ .Values.app.module | quote }}
+- name: SNAPMESH_APP_PARAMS
+  value: {{ toJson .Values.app.params | quote }}
+{{- end }}
+{{- end -}}
+
 {{/* A node's id is node-<ordinal of its pod>. */}}
 {{- define "snapmesh.nodeIds" -}}
 {{- range $i := until (int .Values.nodes.replicas) }}node-{{ $i }} {{ end -}}
@@ -152,6 +172,7 @@ The projected TLS volume of a pod: CA, the certificate and key of each name in
 - name: SNAPMESH_TLS_DIR
   value: /tls
 {{- end }}
+{{- include "snapmesh.appEnv" . }}
 {{- end -}}
 
 {{/* Kubelet gRPC probes on the health port: (dict "ctx" $ "service" "snapmesh.v1.Node") */}}
