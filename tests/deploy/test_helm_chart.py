@@ -47,6 +47,7 @@ VARIANTS = {
     "nodes-7": {"nodes.replicas": 7, "networkPolicy.controllerCIDR": "10.0.0.0/8", "reconcile.schedule": "*/30 * * * *"},
     # A user's app in their own image (tests/deploy/test_helm_app.py).
     "app": {"app.module": "token_ring:app", "app.params.holder": "node-1", "app.image.repository": "registry.example.com/my-app"},
+    "workload": {"workload.enabled": True, "workload.duration": 12, "workload.seed": 7},
     # The conventional values, every one set (tests/deploy/test_helm_chart.py, "conventions").
     "conventions": {"commonLabels.team": "payments", "podAnnotations.example\\.com/owner": "alice",
                     "podLabels.tier": "snapshots", "serviceAccount.annotations.example\\.com/role": "reader",
@@ -57,7 +58,8 @@ VARIANTS = {
                     "ingress.tls[0].secretName": "page-tls", "ingress.tls[0].hosts[0]": "snapmesh.example.com",
                     "ui.nodeSelector.disk": "ssd", "ui.tolerations[0].key": "dedicated", "ui.tolerations[0].operator": "Exists",
                     "controller.snapshotInterval": 30, "metrics.serviceMonitor.enabled": True,
-                    "metrics.prometheusRule.enabled": True, "metrics.grafanaDashboard.enabled": True},
+                    "metrics.prometheusRule.enabled": True, "metrics.grafanaDashboard.enabled": True,
+                    "workload.enabled": True},
 }
 
 
@@ -309,6 +311,34 @@ def test_no_node_pod_holds_the_token_and_the_controller_pod_no_client_key(render
     assert "token" not in nodes["initContainers"][0]["args"][0]
     controller = {v["name"]: v for v in _pod(one(objects, "StatefulSet", "snapmesh-controller"))["volumes"]}
     assert _secret_items(controller["tls"]) == {"ca.pem", "controller.pem", "controller-key.pem", "token"}
+
+
+@pytest.mark.parametrize("variant", ["workload", "conventions"])
+def test_the_workload_job_is_a_client_of_the_release(rendered, variant):
+    """The bank workload takes snapshots: it runs where the client's pair and the token are
+    (a `helm test` Job before the reconcile Job), never in the page (no token) nor the
+    controller (no client pair); it mounts no claim and reaches the nodes and the controller."""
+    objects = rendered[variant]
+    job = one(objects, "Job", "snapmesh-workload")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert int(job["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+        one(objects, "Job", "snapmesh-reconcile")["metadata"]["annotations"].get("helm.sh/hook-weight", 0))
+    pod = _pod(job)
+    [container] = pod["containers"]
+    assert container["args"][:5] == ["app", "--controller", "snapmesh-controller:50050", "--duration",
+                                     "12" if variant == "workload" else "30"]
+    assert ("--seed" in container["args"]) == (variant == "workload")
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert set(volumes) == {"tmp", "tls"}  # no claim, no cluster file
+    assert _secret_items(volumes["tls"]) == {"ca.pem", "client.pem", "client-key.pem", "token"}
+    page = {v["name"]: v for v in _pod(one(objects, "Deployment", "snapmesh-ui"))["volumes"]}
+    assert "token" not in _secret_items(page["tls"])
+    component = {"app.kubernetes.io/name": "snapmesh", "app.kubernetes.io/instance": "snapmesh",
+                 "app.kubernetes.io/component": "workload"}
+    for policy in ("snapmesh-node", "snapmesh-controller"):
+        grpc_in = one(objects, "NetworkPolicy", policy)["spec"]["ingress"][0]
+        assert {"podSelector": {"matchLabels": component}} in grpc_in["from"], policy
+    assert not [j for j in by_kind(rendered["default"], "Job") if j["metadata"]["name"] == "snapmesh-workload"]
 
 
 def test_a_plain_token_needs_allow_plain_token():

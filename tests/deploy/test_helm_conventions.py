@@ -84,7 +84,7 @@ def conventions() -> list[dict]:
         "ui.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.topologyKey":
             "kubernetes.io/hostname",
         "metrics.serviceMonitor.enabled": True, "metrics.prometheusRule.enabled": True,
-        "metrics.grafanaDashboard.enabled": True,
+        "metrics.grafanaDashboard.enabled": True, "workload.enabled": True,
     })
 
 

@@ -20,7 +20,8 @@ it, so the test runs the code it ships with):
 * a node's container holds its own key only (its init container copies it out of
   the nodes' Secret): no other key anywhere in it, as root or its user; nothing it holds
   passes for the controller on Node.RestoreState; it cannot write another node's log;
-* a snapshot under load is COMPLETE and conserved;
+* the workload Job (`workload.enabled`: the bank app with the client's pair and the token,
+  a `helm test` hook) takes snapshots under load, each COMPLETE and conserved, and so is the next;
 * a node's container killed and started again on its volume is back SERVING and
   the next snapshot is COMPLETE;
 * `snapmesh restore` and the grpcurl snapshot line of NOTES.txt, through the
@@ -70,11 +71,13 @@ OVERLAY = "snapmesh-helm-test"
 SNAPMESH = str(Path(sys.executable).parent / "snapmesh")
 NODE_PODS = [f"snapmesh-node-{i}" for i in range(NODES)]
 PAGE_HOST = "snapmesh.example.com"  # the Ingress's host: the page must accept it
+WORKLOAD_S = 5  # the workload Job's run: transfers, and a snapshot every 2 s
 
 
 def _values(tag: str) -> dict:
     return {"nodes.replicas": NODES, "image.repository": OVERLAY, "image.tag": tag,
-            "ingress.enabled": True, "ingress.hosts[0].host": PAGE_HOST}
+            "ingress.enabled": True, "ingress.hosts[0].host": PAGE_HOST,
+            "workload.enabled": True, "workload.duration": WORKLOAD_S, "workload.seed": 22}
 
 
 def _overlay_image(tag: str, workdir: Path) -> str:
@@ -123,13 +126,17 @@ class Cluster:
         assert snapshot.conserved and snapshot.total == self.expected_total == snapshot.expected_total, f"{what}: {snapshot}"
         return snapshot
 
-    def workload(self, seconds: float) -> str:
-        """The bank app, run inside the page's pod: it holds the client's pair (the controller's
-        pod holds none; transfers need no token)."""
-        result = docker("exec", self.runner.containers[self.page_pod], "snapmesh", "app",
-                        "--controller", "snapmesh-controller:50050", "--duration", str(seconds), "--seed", "22",
-                        timeout=seconds + 120)
-        return result.stdout
+    def workload(self) -> str:
+        """The chart's workload Job (the bank app, a `helm test` hook before the reconcile Job):
+        transfers and a snapshot every 2 s, each finished and conserved, else it exits 1. It runs
+        where the client's pair and the token are: the page holds no token, the controller no pair."""
+        results = self.runner.run_job(self.runner.job_pod("snapmesh-workload"), timeout=WORKLOAD_S + 120)
+        [(name, code, logs)] = results
+        assert (name, code) == ("workload", 0), logs[-4000:]
+        assert "all snapshots conserved: yes" in logs, logs[-4000:]
+        taken = re.search(r"snapshots: (\d+) complete", logs)
+        assert taken and int(taken.group(1)) >= 1, logs[-4000:]  # it took snapshots, under load
+        return logs
 
 
 @pytest.fixture(scope="module")
@@ -307,7 +314,7 @@ def test_a_node_pod_cannot_write_another_nodes_data(cluster):
 @pytest.mark.docker
 @pytest.mark.timeout(600)
 def test_snapshot_under_load_is_complete(cluster):
-    cluster.workload(5)
+    log("workload job: " + " | ".join(cluster.workload().splitlines()[-3:]))
     cluster.complete_snapshot("after the workload", tries=2)
 
 
@@ -324,7 +331,7 @@ def test_killed_node_is_back_serving_on_its_volume(cluster):
     text = output.stdout + output.stderr
     found = re.search(r"recovered from /data/node-1\.log\.jsonl: balance (\d+), (\d+) records read", text)
     assert found and int(found.group(2)) > 0, text[-2000:]
-    cluster.workload(3)
+    cluster.workload()
     cluster.complete_snapshot("node-1 restarted", tries=3)
 
 

@@ -54,7 +54,8 @@ class PlanError(AssertionError):
 def docker(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
-        raise AssertionError(f"docker {' '.join(args[:3])} ... exited {result.returncode}: {result.stderr.strip()}")
+        said = result.stderr.strip() or result.stdout.strip()[-3000:]  # a command may say why on stdout alone
+        raise AssertionError(f"docker {' '.join(args[:3])} ... exited {result.returncode}: {said}")
     return result
 
 
