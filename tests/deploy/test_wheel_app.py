@@ -247,7 +247,8 @@ def test_the_page_and_snapshot_get_show_the_token_in_flight(ring, user):
             " said: t(\"#described tr[data-key='token'] td:last-child\")}")
     finally:
         driver.quit()
-    assert shown["app"] == [f"App {APP}"], shown
+    [heading] = shown["app"]
+    assert heading.startswith(f"App {APP} (") and heading.endswith(" version 1)"), shown  # the app and its version
     assert shown["checks"] == ["one tokenok"], shown
     [said] = shown["said"]
     assert json.loads(said) == [f"in flight {src}->{dst} (seq {seq})"], said
