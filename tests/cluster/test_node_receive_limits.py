@@ -70,7 +70,10 @@ def test_a_large_submit_is_refused_by_grpc_before_the_app_node_holds_it(tmp_path
             assert node.GetState(pb.GetStateRequest(), timeout=10).app  # and it serves on
     assert codes == [grpc.StatusCode.RESOURCE_EXHAUSTED] * 5
     grown_mb = (after - before) / 1024
-    assert grown_mb < 16, f"the node grew {grown_mb:.0f} MiB on 92 MB of refused Submits"
+    # Holding the 60 MB command alone would add 57 MiB; gRPC's own read buffers and the
+    # allocator's arenas come and go with the machine's load (16-31 MiB seen), so the bound
+    # is under the one message a node that held it would keep.
+    assert grown_mb < 48, f"the node grew {grown_mb:.0f} MiB on 92 MB of refused Submits"
 
 
 @pytest.mark.cluster

@@ -435,15 +435,19 @@ def test_a_secret_key_typo_is_refused(tmp_path):
     for obj in objects:
         if obj["kind"] == "StatefulSet" and obj["metadata"]["name"] == "snapmesh-node":
             tls = next(v for v in obj["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls-nodes")
-            tls["projected"]["sources"][1]["secret"]["items"][0]["key"] = "tokn"
+            item = tls["projected"]["sources"][0]["secret"]["items"][0]
+            original, item["key"] = item["key"], "tokn"  # a node holds no token now: the typo is in its TLS files
     runner = PodRunner(objects, tmp_path)
     pod = runner.statefulset_pods("snapmesh-node")[0]
     tls = next(v for v in pod.spec["volumes"] if v["name"] == "tls-nodes")
     # The hook Job's Secret, as `snapmesh certs` names its files (the Job itself runs in the cluster test).
-    runner.secrets["snapmesh-tls"] = {item["key"]: b"pem" for item in tls["projected"]["sources"][0]["secret"]["items"]}
-    runner._materialize(pod, copy.deepcopy(tls) | {"projected": {"sources": tls["projected"]["sources"][:1]}}, None)
+    keys = [item["key"] for item in tls["projected"]["sources"][0]["secret"]["items"]]
+    runner.secrets["snapmesh-tls"] = {key: b"pem" for key in keys if key != "tokn"} | {original: b"pem"}
+    spelled_right = copy.deepcopy(tls)
+    spelled_right["projected"]["sources"][0]["secret"]["items"][0]["key"] = original
+    runner._materialize(pod, spelled_right, None)  # the same volume, spelled right, materializes
     with pytest.raises(PlanError, match="no key 'tokn'"):
-        runner._materialize(pod, next(v for v in pod.spec["volumes"] if v["name"] == "tls-nodes"), None)
+        runner._materialize(pod, tls, None)
 
 
 @pytest.mark.docker
