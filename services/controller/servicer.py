@@ -94,7 +94,7 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     @property
     def _state_bytes(self) -> int:
-        """Past this many bytes of states in all, an answer leaves them out (answers A2)."""
+        """Past this many bytes of states in all, an answer leaves them out (answers.py BA2)."""
         return self.engine.config.controller.answer_state_bytes
 
     # -- RPCs

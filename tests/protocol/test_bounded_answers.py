@@ -1,7 +1,7 @@
 """Bounded answers (snapmesh/protocol/controller/answers.py), without a server: small
-states are answered as they are held (A1); past the limit every state is left out
-with its size and digest (A2); an answer that must fit loses its in-flight lists
-too (A4); the held snapshot never changes; a ListSnapshots page leaves states out
+states are answered as they are held (BA1); past the limit every state is left out
+with its size and digest (BA2); an answer that must fit loses its in-flight lists
+too (BA4); the held snapshot never changes; a ListSnapshots page leaves states out
 the same way; the cluster file names the limit."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def app_snapshot(sid: str = "s1", sizes: tuple[int, ...] = (10, 20), in_flight: 
 
 def test_small_states_are_answered_as_held_the_same_message() -> None:
     held = app_snapshot(sizes=(1000, 2000))
-    assert answers.bounded(held, state_bytes=3000) is held  # A1: not even a copy
+    assert answers.bounded(held, state_bytes=3000) is held  # BA1: not even a copy
 
 
 def test_past_the_limit_every_state_is_left_out_with_its_size_and_digest() -> None:

@@ -5,19 +5,19 @@ states of a snapshot can add up to far more than a gRPC client takes in one
 message (4 MiB by default; grpcurl's too). The snapshot itself completed; only
 its answer would not arrive. So:
 
-A1. An answer (TriggerSnapshot, GetSnapshot, WatchSnapshots, a ListSnapshots
+BA1. An answer (TriggerSnapshot, GetSnapshot, WatchSnapshots, a ListSnapshots
     page entry) whose states add up to at most `state_bytes` (the cluster file's
     `[controller] answer_state_bytes`, DEFAULT_STATE_BYTES), and which fits
     `max_bytes`, is the snapshot as the controller holds it: the same message,
     byte for byte, as before states were ever left out.
-A2. Otherwise every node's state is left out of it: each NodeBalance keeps its
+BA2. Otherwise every node's state is left out of it: each NodeBalance keeps its
     state_digest ("sha256:<hex>" of the bytes), says state_bytes (their size)
     and state_omitted; the Snapshot says states_omitted. A bank snapshot has no
-    states, so A2 never changes one.
-A3. What is left out is read with GetSnapshotChunks: the pieces of the stored
+    states, so BA2 never changes one.
+BA3. What is left out is read with GetSnapshotChunks: the pieces of the stored
     snapshot's encoding, every state in it, each piece at most CHUNK_BYTES.
-A4. An answer that must fit (TriggerSnapshot, WatchSnapshots) and is still
-    larger than `max_bytes` after A2 (its in-flight messages) is sent without its
+BA4. An answer that must fit (TriggerSnapshot, WatchSnapshots) and is still
+    larger than `max_bytes` after BA2 (its in-flight messages) is sent without its
     in-flight lists (in_flight_omitted), as a page entry already is (listing L3);
     GetSnapshot instead refuses it, as it did (listing L4).
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from snapmesh.v1 import snapmesh_pb2 as pb
 
-DEFAULT_STATE_BYTES = 4 * 1024 * 1024  # A1: in all, the nodes' states together
+DEFAULT_STATE_BYTES = 4 * 1024 * 1024  # BA1: in all, the nodes' states together
 # What any gRPC client takes in one message by default, less a margin for the framing.
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024 - 64 * 1024
 
@@ -40,7 +40,7 @@ def state_total(snapshot: pb.Snapshot) -> int:
 
 
 def leave_out_states(snapshot: pb.Snapshot) -> pb.Snapshot:
-    """A copy of `snapshot` with every state left out, its size and digest kept (A2)."""
+    """A copy of `snapshot` with every state left out, its size and digest kept (BA2)."""
     answer = pb.Snapshot()
     answer.CopyFrom(snapshot)
     for node in answer.nodes:
@@ -53,7 +53,7 @@ def leave_out_states(snapshot: pb.Snapshot) -> pb.Snapshot:
 
 
 def leave_out_in_flight(snapshot: pb.Snapshot) -> None:
-    """`snapshot`'s channels without their in-flight lists, in place (A4)."""
+    """`snapshot`'s channels without their in-flight lists, in place (BA4)."""
     for channel in snapshot.channels:
         del channel.in_flight[:]
     snapshot.in_flight_omitted = True
@@ -61,15 +61,15 @@ def leave_out_in_flight(snapshot: pb.Snapshot) -> None:
 
 def bounded(snapshot: pb.Snapshot, *, state_bytes: int = DEFAULT_STATE_BYTES, max_bytes: int = DEFAULT_MAX_BYTES,
             must_fit: bool = True) -> pb.Snapshot:
-    """What an answer of `snapshot` carries: itself (A1), or a copy with its
-    states left out (A2) and, when it `must_fit` and still does not, its in-flight
-    lists too (A4)."""
-    answer = snapshot  # A1
+    """What an answer of `snapshot` carries: itself (BA1), or a copy with its
+    states left out (BA2) and, when it `must_fit` and still does not, its in-flight
+    lists too (BA4)."""
+    answer = snapshot  # BA1
     if (total := state_total(snapshot)) and (total > state_bytes or snapshot.ByteSize() > max_bytes):
-        answer = leave_out_states(snapshot)  # A2
+        answer = leave_out_states(snapshot)  # BA2
     if must_fit and answer.ByteSize() > max_bytes:
         if answer is snapshot:
             answer = pb.Snapshot()
             answer.CopyFrom(snapshot)
-        leave_out_in_flight(answer)  # A4
+        leave_out_in_flight(answer)  # BA4
     return answer

@@ -14,7 +14,7 @@ L3. A page ends after page_size snapshots (at most MAX_PAGE_SIZE), or before it
     would pass PAGE_BYTES; page_size 0: as many as fit under PAGE_BYTES (every
     snapshot, for most clusters). A snapshot whose states pass answer_state_bytes,
     or alone larger than a page, is listed without its app states (answers.py
-    A2); one still larger than a page also without its in-flight lists
+    BA2); one still larger than a page also without its in-flight lists
     (`in_flight_omitted`). A page that ends early carries the next_page_token:
     opaque to clients, it names the last id listed and the filter it was for.
 L4. GetSnapshot refuses (RESOURCE_EXHAUSTED) an answer larger than the client
