@@ -16,35 +16,11 @@ import pytest
 
 from snapmesh.settings import config
 from support.fake_cluster import FakeCluster
+from support.idle_app import idle_app
 
 pytestmark = pytest.mark.timeout(60)
 
-GOOD = '''
-from snapmesh.app import App
-
-
-class Machine:
-    def __init__(self, info):
-        pass
-
-    def on_command(self, command, ctx):
-        return b""
-
-    def on_message(self, src, payload, ctx):
-        pass
-
-    def snapshot(self):
-        return b""
-
-    def restore(self, state):
-        pass
-
-
-def workload(nodes, rng):
-    while True:
-        yield nodes[0].node_id, b"go"
-
-
+GOOD = idle_app() + '''
 app = App(name="{name}", new=Machine, workload=workload)
 '''
 

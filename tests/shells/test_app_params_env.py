@@ -16,37 +16,15 @@ import pytest
 
 from snapmesh.settings import config
 from support.fake_cluster import FakeCluster
+from support.idle_app import idle_app
 
 pytestmark = pytest.mark.timeout(60)
 
 # The app refuses a node whose params are not the ones the deployment gives.
-SIZED = '''
-from snapmesh.app import App
-
-
-class Machine:
-    def __init__(self, info):
-        if dict(info.params) != {"size": 3, "name": "inventory"}:
-            raise ValueError(f"params {dict(info.params)}")
-
-    def on_command(self, command, ctx):
-        return b""
-
-    def on_message(self, src, payload, ctx):
-        pass
-
-    def snapshot(self):
-        return b""
-
-    def restore(self, state):
-        pass
-
-
-def workload(nodes, rng):
-    while True:
-        yield nodes[0].node_id, b"go"
-
-
+SIZED = idle_app('''
+if dict(info.params) != {"size": 3, "name": "inventory"}:
+    raise ValueError(f"params {dict(info.params)}")
+''') + '''
 app = App(name="sized", new=Machine, workload=workload)
 '''
 PARAMS = '{"size": 3, "name": "inventory"}'

@@ -17,35 +17,11 @@ import pytest
 
 from snapmesh.processes.supervisor import Cluster
 from support.fake_cluster import FakeCluster
+from support.idle_app import idle_app
 
 pytestmark = pytest.mark.timeout(60)
 
-MACHINE = '''
-from snapmesh.app import App
-
-
-class Machine:
-    def __init__(self, info):
-        self.me = info.node_id
-
-    def on_command(self, command, ctx):
-        return b""
-
-    def on_message(self, src, payload, ctx):
-        pass
-
-    def snapshot(self):
-        return b""
-
-    def restore(self, state):
-        pass
-
-
-def workload(nodes, rng):
-    while True:
-        yield nodes[0].node_id, b"go"
-
-'''
+MACHINE = idle_app("self.me = info.node_id")
 
 # module name -> (its last lines, the fault the one line names)
 FAULTS = {
