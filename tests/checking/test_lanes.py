@@ -25,7 +25,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_every_test_module_is_in_a_lane() -> None:
-    folders = sorted(p.name for p in TESTS.iterdir() if p.is_dir() and p.name not in ("support", "__pycache__"))
+    folders = sorted(p.name for p in TESTS.iterdir() if p.is_dir() and p.name not in ("support", "fixtures", "__pycache__"))
     assert folders == sorted(LANES), "a lane folder that tests/support/lanes.py does not name, or the other way round"
     assert not sorted(p.name for p in TESTS.glob("test_*.py")), "a test module outside tests/<lane>/"
     for lane in LANES:
