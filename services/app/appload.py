@@ -20,7 +20,7 @@ import grpc
 
 from snapmesh.services.app.drive import Driver, node_infos, snapshot_problems
 from snapmesh.app import App, AppError, load_app, preflight
-from snapmesh.settings.appsettings import PARAMS_ENV, env_params, same_app
+from snapmesh.settings.appsettings import PARAMS_ENV, app_words, env_params, same_app
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import target
 from snapmesh.serving import credentials
@@ -81,7 +81,7 @@ def run_app(args: argparse.Namespace, spec: str, how: str) -> int:
             return usage(str(exc))
         if problem := _runs_other_app(spec, how, targets, found.identity):
             return usage(problem)
-        return _drive(app, args, params, cluster, targets, controller, found.identity)
+        return _drive(app, args, params, cluster, targets, controller, found.identity, spec=spec)
 
 
 def _params(data_dir: str | None) -> dict:
@@ -122,13 +122,14 @@ def _named(spec: str) -> str:
     return "the bank" if spec.strip() in ("", "bank") else f"the app {spec!r}"
 
 
-def _drive(app: App, args, params, cluster: pb.Cluster, targets, controller, identity) -> int:
+def _drive(app: App, args, params, cluster: pb.Cluster, targets, controller, identity, *, spec: str = "") -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     channels = [(c.src, c.dst) for c in cluster.channels]
     infos = node_infos(sorted(targets), channels, params)
     _say(f"{app.name} workload: seed {seed} (rerun with --seed {seed}); {len(targets)} nodes, {len(channels)} "
          f"channels; commands through Node.Submit one at a time; a snapshot every {args.snapshot_every:g}s; "
          f"{args.duration:g}s in all")
+    _say(f"  app {app_words(spec or app.name, app.name, app.version)}")  # the module and version this command loaded
     taken: list[pb.Snapshot] = []
     errors: list[str] = []
     stop = threading.Event()

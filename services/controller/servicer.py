@@ -161,7 +161,7 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def GetCluster(self, request: pb.GetClusterRequest, context) -> pb.Cluster:
         config = self.engine.config
         return cluster.answer(config.nodes, self.engine.machine, snapshot_mode=config.snapshot_mode, interval_s=self.interval_s,
-                              answer_state_bytes=self._state_bytes)
+                              answer_state_bytes=self._state_bytes, app=config.app.module)
 
     @_answers("report")
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:

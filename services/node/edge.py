@@ -190,7 +190,7 @@ class Edge:
             raise self._stopping(exc) from None
         restored = engine.node.epochs.taken_back(lsn, epoch)
         if restored:
-            engine.metrics.refused("ABORTED").inc()
+            engine.metrics.command_refused("ABORTED").inc()
             raise Refused("ABORTED", f"the state this query read was taken back by the restore of snapshot "
                                      f"{restored} on {engine.node_id}: ask again")
         return reply
@@ -202,11 +202,11 @@ class Edge:
 
     def _refused(self, exc: core.LocalProtocolError) -> Refused:
         code = refusal_code(exc)
-        self._engine.metrics.refused(code).inc()
+        self._engine.metrics.command_refused(code).inc()
         return Refused(code, str(exc))
 
     def _aborted(self, snapshot_id: str) -> Refused:
-        self._engine.metrics.refused("ABORTED").inc()
+        self._engine.metrics.command_refused("ABORTED").inc()
         return Refused("ABORTED", taken_back_text(self._engine.node_id, snapshot_id, "not done"))
 
     def _stopping(self, exc: Exception) -> Refused:

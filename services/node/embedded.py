@@ -59,7 +59,7 @@ from snapmesh.serving.datalock import DataDirLock, DataDirLocked
 from snapmesh.serving.durable import fsync_dir
 from snapmesh.serving.runtime import CLIENT_OPTIONS, Failure, Services
 from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
-from snapmesh.services.node.edge import Edge
+from snapmesh.services.node.edge import REFUSAL_CODE, Edge
 from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.recovery import CorruptLogError, NonDeterministicError, OtherVersionError, recover
@@ -290,7 +290,7 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     except OSError as exc:
         raise StartFailed(f"cannot read its data in {cfg.data_dir}: {exc}", 2) from None
 
-    metrics = metrics or NodeMetrics(node_id)
+    metrics = metrics or NodeMetrics(node_id, bank=app is None)
     engine: Engine | None = None
 
     def on_durable(lsn: int) -> None:
@@ -350,7 +350,8 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     engine.durable(translog.durable_lsn)
     edge = Edge(engine)  # commands into the app: Submit and SubmitBatch call it, as the embedding program does
     servicer = NodeServicer(engine, edge)
-    metrics.initialise(incoming=incoming, outgoing=outgoing, codes={c.name for c in REFUSAL_STATUS.values()})
+    metrics.initialise(incoming=incoming, outgoing=outgoing, codes={c.name for c in REFUSAL_STATUS.values()},
+                       command_codes={*REFUSAL_CODE.values(), "ABORTED"})
     if receive_limit:
         metrics.receive_limit.set(receive_limit)
 

@@ -1,5 +1,13 @@
 """The node's Prometheus metrics, in a registry of its own, every series labelled `node`
-(names and labels: docs/metrics.md)."""
+(names and labels: docs/metrics.md).
+
+Every node counts its messages and the commands it refused in the same words,
+whichever app it runs (snapmesh_messages_*, snapmesh_commands_refused_total).
+The bank's own series (its transfers, their refusals, its tally's gauge) are
+exported by a node that runs the bank only (`bank`): an app's node still counts
+into them, as the shell's calls do not ask which app runs, but they are in no
+registry and no scrape of it shows them.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +22,12 @@ STALE_KINDS = ("channel", "start_snapshot", "restore")  # what a node fences by 
 
 
 class NodeMetrics:
-    def __init__(self, node_id: str, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, node_id: str, registry: CollectorRegistry | None = None, *, bank: bool = True) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self._node = node_id
-        # Every app's messages (the bank's transfers among them); then the bank's own transfer counters.
+        # Every app's messages (the bank's transfers among them) and refused commands; then the
+        # bank's own counters and gauge, in the registry on the bank's node only (`banks`).
         self.messages_sent = Counter(
             "snapmesh_messages_sent_total", "Messages this node sent on its channels (any app's; the bank's transfers)",
             ["node"], registry=r,
@@ -27,18 +36,24 @@ class NodeMetrics:
             "snapmesh_messages_received_total", "Messages this node received and applied (any app's; the bank's transfers)",
             ["node"], registry=r,
         ).labels(node_id)
+        self.commands_refused = Counter(
+            "snapmesh_commands_refused_total",
+            "Commands and queries to this node's app refused, by the gRPC status the client got", ["node", "grpc_code"],
+            registry=r,
+        )
+        banks = r if bank else None
         self.transfers_sent = Counter(
-            "snapmesh_transfers_sent_total", "Transfers this node sent (the bank; 0 on an app's node)", ["node"], registry=r
+            "snapmesh_transfers_sent_total", "Transfers this node sent (the bank)", ["node"], registry=banks
         ).labels(node_id)
         self.transfers_received = Counter(
-            "snapmesh_transfers_received_total", "Transfers this node received and applied (the bank; 0 on an app's node)",
-            ["node"], registry=r,
+            "snapmesh_transfers_received_total", "Transfers this node received and applied (the bank)",
+            ["node"], registry=banks,
         ).labels(node_id)
         self.transfers_refused = Counter(
             "snapmesh_transfers_refused_total", "Transfer requests refused (bad argument, no funds)", ["node", "grpc_code"],
-            registry=r,
+            registry=banks,
         )
-        self.tally = Gauge(TALLY_METRIC, TALLY_METRIC_HELP, ["node"], registry=r).labels(node_id)
+        self.tally = Gauge(TALLY_METRIC, TALLY_METRIC_HELP, ["node"], registry=banks).labels(node_id)
         self.markers_sent = Counter(
             "snapmesh_markers_sent_total", "Snapshot markers this node sent", ["node"], registry=r
         ).labels(node_id)
@@ -47,7 +62,7 @@ class NodeMetrics:
         ).labels(node_id)
         self.recorded_messages = Counter(
             "snapmesh_channel_recorded_messages_total",
-            "Transfers recorded as in flight in a snapshot's channel state",
+            "Messages recorded as in flight in a snapshot's channel state",
             ["node"],
             registry=r,
         ).labels(node_id)
@@ -133,9 +148,12 @@ class NodeMetrics:
             ["node"], registry=r,
         ).labels(node_id)
 
-    def initialise(self, *, incoming: Iterable[str], outgoing: Iterable[str], codes: Iterable[str]) -> None:
+    def initialise(
+        self, *, incoming: Iterable[str], outgoing: Iterable[str], codes: Iterable[str], command_codes: Iterable[str] = ()
+    ) -> None:
         """Create the labelled series known up front at 0, so that rates and alerts
-        have data before the first event (Prometheus' advice for known labels)."""
+        have data before the first event (Prometheus' advice for known labels):
+        `codes` a refused transfer's statuses, `command_codes` a refused command's."""
         for peer in incoming:
             self.stream_errors(peer, "receiver")
             self.payload_run_messages(peer)
@@ -147,6 +165,8 @@ class NodeMetrics:
             self.stream_errors(peer, "sender")
         for code in codes:
             self.refused(code)
+        for code in command_codes:
+            self.command_refused(code)
 
     def stale_epoch(self, kind: str) -> Counter:
         return self._stale_epoch.labels(self._node, kind)
@@ -170,7 +190,12 @@ class NodeMetrics:
         return self._stream_errors.labels(self._node, peer, side)
 
     def refused(self, code: str) -> Counter:
+        """A refused transfer (the bank's Transfer and TransferBatch)."""
         return self.transfers_refused.labels(self._node, code)
+
+    def command_refused(self, code: str) -> Counter:
+        """A refused command or query to the app (the node's Edge: Submit, SubmitBatch, Query)."""
+        return self.commands_refused.labels(self._node, code)
 
     def observe_round(self, records: int) -> None:
         self.log_records.inc(records)

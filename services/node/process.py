@@ -86,7 +86,7 @@ async def serve(
     """The node on a server of its own: the embed path (embedded.start_node) on a
     ServiceHost's server, which adds the gRPC metrics, /metrics and the health port."""
     node_cfg = cfg.node(node_id)
-    metrics = NodeMetrics(node_id)
+    metrics = NodeMetrics(node_id, bank=app is None)  # the bank's series on the bank's node only
     limit = receive_limit(max(len(n.id) for n in cfg.nodes))
     host = ServiceHost(
         bind_address=cfg.bind_address(node_cfg), metrics_bind=cfg.metrics_bind(node_cfg), registry=metrics.registry,

@@ -17,8 +17,11 @@ exported files) for scripts: one object for trigger and get, `{"snapshots":
 [...]}` for list, one object per line for watch, the verdict for verify.
 `list` is newest first, as the page; `get` shows what the snapshot's page
 shows (each node's timings, the transfers in flight); `get latest` the newest.
-`watch` prints a row when a snapshot changes (started, each node's report as
-"reported N/M", finished), never the same row twice.
+`watch` first names the app the nodes run (GetCluster's app, app_name and
+app_version: "app bank", "app kvshard (snapmesh.services.app.kvshard:app), kvshard
+version 1"), then prints a row when a snapshot changes (started, each node's report as
+"reported N/M", finished), never the same row twice: an app's with its invariants'
+verdict, the bank's with its total and conserved.
 
 `get` asks GetSnapshot; when its answer leaves the app's states out (they add up
 to more than the controller's answer_state_bytes) or is too large for one
@@ -328,28 +331,37 @@ def fetch_states(stub, snapshot_id: str, timeout: float = 60.0):
 
 # `watch` prints rows as they come, so its columns cannot fit the rows: each is as wide
 # as a typical value (a longer one pushes only its own row), the header aligned with them.
+# An app's cluster (GetCluster names its app) gets an app's columns: its invariants' verdict.
 WATCH = [*SUMMARY[:2], "reported", *SUMMARY[2:]]
 WATCH_WIDTHS = [" " * n for n in (32, 11, 8, 9, 5, 19, 9, 7, 9, 0)]
+APP_WATCH = [*APP_SUMMARY[:2], "reported", *APP_SUMMARY[2:]]
+APP_WATCH_WIDTHS = [" " * n for n in (32, 11, 8, 9, 5, 19, 9, 10, 0)]
 
 
-def watch_row(snapshot, nodes: int) -> list[str]:
+def watch_row(snapshot, nodes: int, *, app: bool = False) -> list[str]:
     """A summary row with "reported N/M": N nodes of M have sent their part."""
-    row = summary_row(snapshot)
+    row = summary_row(snapshot, app=app)
     return [*row[:2], f"{len(snapshot.stats.nodes)}/{nodes}", *row[2:]]
 
 
 def _watch(stub, args) -> int:
+    from snapmesh.settings.appsettings import AppSettings, app_words, runs_bank
     from snapmesh.v1 import snapmesh_pb2 as pb
 
-    nodes = len(stub.GetCluster(pb.GetClusterRequest(), timeout=30).nodes)
+    cluster = stub.GetCluster(pb.GetClusterRequest(), timeout=30)
+    nodes = len(cluster.nodes)
+    app = not runs_bank(AppSettings(module=cluster.app))
+    header, widths = (APP_WATCH, APP_WATCH_WIDTHS) if app else (WATCH, WATCH_WIDTHS)
     stream = stub.WatchSnapshots(pb.WatchSnapshotsRequest())
     seen = 0
     shown: dict[str, list[str]] = {}  # each snapshot's last row: an update that changes nothing shown is not printed
     try:
         if not args.json:
-            print(_table(WATCH, [WATCH_WIDTHS]).split("\n")[0], flush=True)  # the header, its columns as wide as a typical row
+            print(f"app {app_words(cluster.app, cluster.app_name, cluster.app_version)}: "
+                  f"{nodes} nodes, epoch {cluster.epoch}", flush=True)  # whose snapshots these are
+            print(_table(header, [widths]).split("\n")[0], flush=True)  # the header, its columns as wide as a typical row
         for snapshot in stream:
-            row = watch_row(snapshot, nodes)
+            row = watch_row(snapshot, nodes, app=app)
             if shown.get(snapshot.snapshot_id) == row:
                 continue
             shown[snapshot.snapshot_id] = row
@@ -358,7 +370,7 @@ def _watch(stub, args) -> int:
             if args.json:
                 print(to_json(snapshot, indent=None), flush=True)
             else:
-                print(_table(WATCH, [WATCH_WIDTHS, row]).split("\n")[2], flush=True)
+                print(_table(header, [widths, row]).split("\n")[2], flush=True)
             seen += 1
             if args.count is not None and seen >= args.count:
                 break

@@ -24,7 +24,8 @@ from snapmesh.serving.datalock import CONTROLLER, DataDirLocked, acquire_all, re
 from snapmesh.hosts.cluster import HostsCluster
 from snapmesh.hosts.net import SUBNET_PREFIX, MissingRights, NetworkError, missing_rights
 from snapmesh.processes.cluster_admin import hold_launcher
-from snapmesh.processes.foreground import app_words, serve_until_stopped
+from snapmesh.processes.foreground import serve_until_stopped
+from snapmesh.settings.appsettings import app_words
 from snapmesh.processes.supervisor import SupervisorError
 
 

@@ -17,18 +17,6 @@ from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 
 
-def app_words(module: str) -> str:
-    """The app the nodes run ([app] module), as the banner names it: "bank", or its
-    module:attr (a built-in's name first: "kvshard (snapmesh.services.app.kvshard:app)")."""
-    from snapmesh.app import resolve_spec
-
-    name = module.strip()
-    if name in ("", "bank"):
-        return "bank"
-    spec = resolve_spec(name)
-    return spec if spec == name else f"{name} ({spec})"
-
-
 def address_lines(cfg: cluster_config.ClusterConfig) -> str:
     """Where each process serves gRPC and its Prometheus metrics."""
     lines = [f"controller metrics: http://{cfg.controller.metrics_address}/metrics"]

@@ -85,7 +85,8 @@ from snapmesh.settings.appsettings import same_app
 from snapmesh.settings.argparsing import parse_args, positive_float
 from snapmesh.settings.config import ConfigError, TlsSettings, write_cluster
 from snapmesh.serving.datalock import CONTROLLER, DataDirLocked, acquire_all, release_all
-from snapmesh.processes.foreground import app_words, serve_until_stopped
+from snapmesh.processes.foreground import serve_until_stopped
+from snapmesh.settings.appsettings import app_words
 from snapmesh.settings.ports import NoFreePorts, port_is_free
 from snapmesh.settings.target import CLUSTER_FILE
 from snapmesh.processes.cluster_admin import hold_launcher

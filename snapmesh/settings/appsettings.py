@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AppSettings", "PARAMS_ENV", "app_named", "check_app_spec", "env_params", "parse_app", "runs_bank",
+__all__ = ["AppSettings", "PARAMS_ENV", "app_named", "app_words", "check_app_spec", "env_params", "parse_app", "runs_bank",
            "same_app"]
 
 PARAMS_ENV = "SNAPMESH_APP_PARAMS"  # the [app] params as a JSON object, in place of the file's
@@ -97,3 +97,19 @@ def app_named(module: str) -> str:
     """The app a process runs, in words: its module:attr, or "the bank" for the
     default (GetState's empty `app`, a cluster file without [app])."""
     return module or "the bank"
+
+
+def app_words(module: str, name: str = "", version: int = 0) -> str:
+    """The app the nodes run ([app] module), as a user reads it: "bank", or its
+    module:attr (a built-in's name first: "kvshard (snapmesh.services.app.kvshard:app)"),
+    then the loaded app's name and version when known (GetCluster's app_name,
+    app_version): "kvshard (snapmesh.services.app.kvshard:app), kvshard version 1".
+    Nothing is imported."""
+    from snapmesh.app import resolve_spec
+
+    spec = module.strip()
+    if spec in ("", "bank"):
+        return "bank"
+    resolved = resolve_spec(spec)
+    words = resolved if resolved == spec else f"{spec} ({resolved})"
+    return f"{words}, {name} version {version or 1}" if name else words

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from snapmesh.checking.snapshots import duration_s
+from snapmesh.settings.appsettings import app_words
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 COMPLETE, FAILED, IN_PROGRESS = pb.Snapshot.COMPLETE, pb.Snapshot.FAILED, pb.Snapshot.IN_PROGRESS
@@ -310,13 +311,14 @@ def timeline(snapshots: Sequence[pb.Snapshot], last_n: int, now: float) -> Timel
 
 def configuration(cluster: pb.Cluster, epoch: int) -> list[tuple[str, str]]:
     """The controller's snapshot settings (GetCluster), in words, as Flink's
-    checkpoint tab lists its configuration. `epoch`: the page's, for a controller
-    that does not send one."""
+    checkpoint tab lists its configuration, the app the nodes run first. `epoch`:
+    the page's, for a controller that does not send one."""
     epoch_text = str(cluster.epoch or epoch)
     if not cluster.HasField("settings"):  # a controller before 0.2.0 does not send them
         return [("settings", "not sent by this controller (it predates GetCluster's settings)"), ("epoch", epoch_text)]
     s = cluster.settings
     return [
+        ("app", app_words(cluster.app, cluster.app_name, cluster.app_version)),  # what the nodes run, named as it names itself
         ("mode", s.snapshot_mode or "classic"),
         ("deadline", f"{s.deadline_s:g} s"),
         ("interval", f"every {s.interval_s:g} s" if s.interval_s else "none: only when triggered"),

@@ -8,59 +8,18 @@ from __future__ import annotations
 import re
 import sys
 import time
-import urllib.request
 from importlib import metadata
-from pathlib import Path
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from support.cluster_helpers import controller_stub, node_stub
+from support.metrics_table import differences, documented, families, scrape, value
 from snapmesh.settings.config import write_cluster
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = pytest.mark.cluster
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
-
-
-def scrape(address: str) -> str:
-    return urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
-
-
-def families(text: str) -> dict[str, tuple[str, frozenset[str]]]:
-    """{name as one queries it: (type, label names)}; counters by their `_total` name."""
-    out = {}
-    for family in text_string_to_metric_families(text):
-        name = family.name + "_total" if family.type == "counter" else family.name
-        labels = frozenset(k for s in family.samples for k in s.labels) - {"le"}
-        out[name] = (family.type, labels)
-    return out
-
-
-def value(text: str, name: str, **labels: str) -> float:
-    """The value of the one sample `name` with exactly these labels."""
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return sample.value
-    raise AssertionError(f"no sample {name}{labels}")
-
-
-def documented() -> dict[str, dict[str, tuple[str, frozenset[str]]]]:
-    """docs/metrics.md's table, as {process: {name: (type, labels)}}."""
-    section = DOC.read_text().split("## Every metric", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
-    out: dict[str, dict[str, tuple[str, frozenset[str]]]] = {"controller": {}, "node": {}}
-    for row in rows:
-        name, kind, labels, process, _meaning = (cell.strip() for cell in row.strip("|").split("|", 4))
-        entry = (kind, frozenset(re.findall(r"`([^`]+)`", labels)))
-        for who in ("controller", "node") if process == "both" else (process,):
-            assert name.strip("`") not in out[who], f"{name} twice in the table"
-            out[who][name.strip("`")] = entry
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -99,16 +58,10 @@ def activity(cluster):
 
 def test_the_docs_table_is_exactly_what_the_processes_export(activity):
     table = documented()
+    expected = {"controller": table["controller"], "node": {**table["node"], **table["bank node"]}}  # the bank's node
     for process in ("controller", "node"):
-        exported = families(activity[process])
-        missing = {n: table[process][n] for n in table[process].keys() - exported.keys()}
-        undocumented = {n: exported[n] for n in exported.keys() - table[process].keys()}
-        different = {n: (table[process][n], exported[n]) for n in table[process].keys() & exported.keys()
-                     if table[process][n] != exported[n]}
-        assert not (missing or undocumented or different), (
-            f"{process}: documented but not exported {missing}; exported but not documented {undocumented}; "
-            f"documented vs exported {different}"
-        )
+        problems = differences(expected[process], families(activity[process]))
+        assert not problems, f"{process}: {problems}"
 
 
 def test_durations_are_seconds_and_counters_total(activity):

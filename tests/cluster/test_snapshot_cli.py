@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -271,14 +272,15 @@ def test_watch_prints_a_table_row_per_update_and_ctrl_c_exits_0(cluster, stub):
     code, err = watcher.finish()
     assert code == 0, err
     assert "Traceback" not in err
-    assert watcher.lines[0].split()[:3] == ["snapshot", "status", "reported"]
+    assert re.fullmatch(r"app bank: 3 nodes, epoch \d+", watcher.lines[0]), watcher.lines  # whose snapshots these are
+    assert watcher.lines[1].split()[:3] == ["snapshot", "status", "reported"]
     rows = watcher.seen(snapshot.snapshot_id)
     statuses = [line.split()[1] for line in rows]
     assert statuses[0] == "IN_PROGRESS" and statuses[-1] == "COMPLETE", watcher.lines
     # One row per change: each node's report moves "reported N/3" on, and no row is shown twice.
     reported = [line.split()[2] for line in rows]
     assert reported[-1] == "3/3" and reported == sorted(reported) and len(set(rows)) == len(rows), rows
-    assert all(line.split()[2].endswith("/3") for line in watcher.lines[1:]), watcher.lines
+    assert all(line.split()[2].endswith("/3") for line in watcher.lines[2:]), watcher.lines
 
 
 # ------------------------------------------------------------------ bad arguments

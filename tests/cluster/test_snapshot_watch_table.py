@@ -42,7 +42,8 @@ def test_watch_rows_line_up_with_the_header(lone_controller):
                                 "--controller", address, "--count", "2"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        header = watcher.stdout.readline().rstrip("\n")  # printed once the stream is open
+        named = watcher.stdout.readline().rstrip("\n")  # the app, then the header, once the stream is open
+        header = watcher.stdout.readline().rstrip("\n")
         time.sleep(0.5)
         channel, stub = controller_stub(address)
         with channel:
@@ -53,6 +54,7 @@ def test_watch_rows_line_up_with_the_header(lone_controller):
             watcher.kill()
             watcher.communicate()
     assert watcher.returncode == 0, err
+    assert named == "app bank: 2 nodes, epoch 1", named
     rows = out.splitlines()
     assert [row.split()[1] for row in rows] == ["IN_PROGRESS", "FAILED"], rows
     starts = column_starts(header)

@@ -38,6 +38,9 @@ pytestmark = pytest.mark.cluster
 
 # What issues 5 and 25 ask the dashboard to show: (words in a panel title, metric its queries use).
 REQUIRED_PANELS = [
+    ("messages per second", "snapmesh_messages_sent_total"),  # every app's, as the two below
+    ("messages per second", "snapmesh_messages_received_total"),
+    ("refused commands", "snapmesh_commands_refused_total"),
     ("transfers per second", "snapmesh_transfers_sent_total"),
     ("balances", "snapmesh_balance"),
     ("snapshot duration", "snapmesh_snapshot_duration_seconds_bucket"),

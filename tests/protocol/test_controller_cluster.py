@@ -1,9 +1,11 @@
-"""What GetCluster answers (snapmesh/protocol/controller/cluster.py, C1-C3)."""
+"""What GetCluster answers (snapmesh/protocol/controller/cluster.py, C1-C4)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from snapmesh.app import App
+from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.controller import cluster
 from snapmesh.protocol.controller import machine as M
 from snapmesh.protocol.controller.tracker import Tracker
@@ -35,3 +37,22 @@ def test_the_cluster_is_the_files_nodes_and_the_machines_topology_settings_epoch
     m.taken_back([(restored, [])])  # as after a restart
     answer = cluster.answer(nodes, m, snapshot_mode="classic", interval_s=0.0)
     assert answer.epoch == 2 and answer.last_restore == restored
+
+
+def test_the_cluster_names_its_app_and_the_loaded_apps_name_and_version() -> None:
+    nodes = [Node("a", "h:0", "h:1")]
+    bank = M.Controller(Tracker(topology=Topology.build(["a"], None), expected_total=0, deadline_s=1.0))
+    answer = cluster.answer(nodes, bank, snapshot_mode="classic", interval_s=0.0)
+    assert (answer.app, answer.app_name, answer.app_version) == ("", "", 0)  # the bank
+
+    app = App(name="shelf", new=lambda info: None, version=3)
+    checked = AppChecker("shelf_app:app", app)
+    m = M.Controller(Tracker(topology=Topology.build(["a"], None), expected_total=0, deadline_s=1.0, checker=checked))
+    answer = cluster.answer(nodes, m, snapshot_mode="classic", interval_s=0.0, app="shelf_app:app")
+    assert (answer.app, answer.app_name, answer.app_version) == ("shelf_app:app", "shelf", 3)
+
+    # An app the controller could not load: its spec, no name or version to tell.
+    unloaded = AppChecker("shelf_app:app", None, why="no module named shelf_app")
+    m = M.Controller(Tracker(topology=Topology.build(["a"], None), expected_total=0, deadline_s=1.0, checker=unloaded))
+    answer = cluster.answer(nodes, m, snapshot_mode="classic", interval_s=0.0, app="shelf_app:app")
+    assert (answer.app, answer.app_name, answer.app_version) == ("shelf_app:app", "", 0)

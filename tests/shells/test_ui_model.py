@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from snapmesh.settings.appsettings import app_words
 from snapmesh.ui import model, pages
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -120,7 +121,7 @@ def cluster_answer(**settings) -> pb.Cluster:
 def test_the_configuration_is_the_controllers_settings_in_words():
     full = cluster_answer(snapshot_mode="overtake", deadline_s=8, interval_s=0.5, keep=20, max_concurrent_snapshots=32)
     assert model.configuration(full, epoch=1) == [
-        ("mode", "overtake"), ("deadline", "8 s"), ("interval", "every 0.5 s"),
+        ("app", "bank"), ("mode", "overtake"), ("deadline", "8 s"), ("interval", "every 0.5 s"),
         ("retention", "the files of the newest 20 COMPLETE"), ("concurrency limit", "32 in progress"), ("epoch", "3")]
     bare = cluster_answer(snapshot_mode="classic", deadline_s=10)
     assert dict(model.configuration(bare, epoch=1))["interval"] == "none: only when triggered"
@@ -133,6 +134,21 @@ def test_the_configuration_is_the_controllers_settings_in_words():
     html = pages.index([], cluster=full, node_epochs={"p1": 3, "p2": None}, restore=None, restore_note="none",
                        page=1, per_page=20, last_n=50, now=100)
     assert "<dt>concurrency limit</dt><dd data-setting='concurrency limit'>32 in progress</dd>" in html
+
+
+def test_the_configuration_names_the_app_its_name_and_version():
+    shard = cluster_answer(snapshot_mode="classic", deadline_s=10)
+    shard.app, shard.app_name, shard.app_version = "kvshard", "kvshard", 2
+    assert model.configuration(shard, epoch=1)[0] == ("app", "kvshard (snapmesh.services.app.kvshard:app), kvshard version 2")
+    html = pages.index([], cluster=shard, node_epochs={"p1": 3}, restore=None, restore_note="none",
+                       page=1, per_page=20, last_n=50, now=100)
+    assert ("<dt>app</dt><dd data-setting='app'>kvshard (snapmesh.services.app.kvshard:app), kvshard version 2</dd>"
+            in html), html
+    # A user's module the controller could not load: its spec alone; "bank" by either spelling.
+    shard.app, shard.app_name, shard.app_version = "shelf:app", "", 0
+    assert dict(model.configuration(shard, epoch=1))["app"] == "shelf:app"
+    assert [app_words(spec) for spec in ("", "bank", " bank ")] == ["bank"] * 3
+    assert app_words("shelf:app", "shelf", 0) == "shelf:app, shelf version 1"  # version 0: an old controller's, read as 1
 
 
 def test_the_node_view_has_address_reachability_epoch_and_the_last_report():

@@ -9,8 +9,12 @@ C2. The snapshot settings the controller runs: the file's snapshot_mode (a hybri
     (`answer_state_bytes`, answers.py A2).
 C3. The cluster's epoch and its newest restore (the snapshot page's "last
     restore"), as the machine holds them.
+C4. The app the nodes run: the file's (or --app's) module:attr, "" for the bank;
+    and the name and version of the app the tracker judges snapshots with (an
+    app the controller could not load, and the bank: "" and 0), so a client
+    names the app without importing it.
 
-Pure: the servicer hands in the file's nodes and mode and the machine.
+Pure: the servicer hands in the file's nodes, mode and app spec, and the machine.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
+from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.controller.answers import DEFAULT_STATE_BYTES
 from snapmesh.protocol.controller.machine import Controller
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -36,8 +41,10 @@ class Node(Protocol):
 
 def answer(
     nodes: Iterable[Node], machine: Controller, *, snapshot_mode: str, interval_s: float,
-    answer_state_bytes: int = DEFAULT_STATE_BYTES,
+    answer_state_bytes: int = DEFAULT_STATE_BYTES, app: str = "",
 ) -> pb.Cluster:
+    side = machine.tracker.side
+    loaded = side.app if isinstance(side, AppChecker) else None  # C4
     return pb.Cluster(
         nodes=[pb.NodeInfo(node_id=n.id, address=n.address, metrics_address=n.metrics_address) for n in nodes],  # C1
         channels=[pb.ChannelId(src=s, dst=d) for s, d in machine.topology.channels],
@@ -51,4 +58,7 @@ def answer(
             answer_state_bytes=answer_state_bytes,
         ),
         epoch=machine.epoch,
+        app=app,  # C4
+        app_name=loaded.name if loaded is not None else "",
+        app_version=loaded.version if loaded is not None else 0,
     )
