@@ -43,7 +43,7 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 from support.polling import wait_for
 from support.ring import wait_serving
 from support.shop_run import (
-    SPEC, ShopLoad, by_shop_api, by_submit, catch_orders_in_flight, checked, every_complete_snapshot_checked,
+    SPEC, ShopLoad, by_shop_api, by_submit, catch_orders_in_flight, checked, every_complete_snapshot_checked, placed,
 )
 from support.wheel_build import ROOT, built_wheel, fresh_venv, user_env
 from support.wheel_user import User, launch, link_spark_into, stop
@@ -133,11 +133,16 @@ def test_a_restore_to_a_snapshot_with_orders_in_flight_holds_the_invariants(up, 
     load = ShopLoad(up.nodes, by_submit)
     try:
         caught = catch_orders_in_flight(up.stub, load)
+        sent = load.sent
+        wait_for(lambda: load.sent, until=lambda n: n >= sent + 20, timeout=60, what="commands after the cut")
     finally:
         load.stop()
-    restored = user.snapmesh("restore", caught, "--data-dir", str(up.data), "--yes")
+    moved_on = checked(up.stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60))
+    assert placed(moved_on) != placed(caught)  # orders taken after the cut: the restore must take them back
+    restored = user.snapmesh("restore", caught.snapshot_id, "--data-dir", str(up.data), "--yes")
     assert restored.returncode == 0, restored.stderr
-    checked(up.stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60))
+    after = checked(up.stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60))
+    assert placed(after) == placed(caught)  # back at the cut; its orders in flight arrive
     assert every_complete_snapshot_checked(up.stub) >= 7
 
 
@@ -262,9 +267,14 @@ def test_own_processes_a_restore_with_orders_in_flight_holds_the_invariants(own,
     load = ShopLoad(own.shops, by_shop_api, seed=5)
     try:
         caught = catch_orders_in_flight(own.stub, load)
+        sent = load.sent
+        wait_for(lambda: load.sent, until=lambda n: n >= sent + 20, timeout=60, what="commands after the cut")
     finally:
         load.stop()
-    restored = user.snapmesh("restore", caught, "--controller", own.controller_address, "--yes")
+    moved_on = checked(own.stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60))
+    assert placed(moved_on) != placed(caught)  # orders taken after the cut: the restore must take them back
+    restored = user.snapmesh("restore", caught.snapshot_id, "--controller", own.controller_address, "--yes")
     assert restored.returncode == 0, restored.stderr
-    checked(own.stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60))
+    after = checked(own.stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60))
+    assert placed(after) == placed(caught)  # back at the cut; its orders in flight arrive
     assert every_complete_snapshot_checked(own.stub) >= 5

@@ -115,10 +115,15 @@ def orders_in_flight(snapshot: pb.Snapshot) -> list[str]:
     return found
 
 
-def catch_orders_in_flight(stub: pb_grpc.ControllerStub, load: ShopLoad, bound: int = 300) -> str:
-    """Snapshots under the load, each checked, until one holds an order in flight; its id."""
+def placed(snapshot: pb.Snapshot) -> dict[str, int]:
+    """How many orders each warehouse had taken at the cut."""
+    return {node.node_id: json.loads(node.state)["placed"] for node in snapshot.nodes}
+
+
+def catch_orders_in_flight(stub: pb_grpc.ControllerStub, load: ShopLoad, bound: int = 300) -> pb.Snapshot:
+    """Snapshots under the load, each checked, until one holds an order in flight; that snapshot."""
     for _ in range(bound):
         snapshot = checked(stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60))
         if orders_in_flight(snapshot):
-            return snapshot.snapshot_id
+            return snapshot
     raise AssertionError(f"{bound} snapshots and no order in flight in any ({load.sent} commands sent)")
