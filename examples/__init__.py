@@ -19,4 +19,5 @@ def listing() -> str:
     return "\n".join([f"snapmesh's examples are in {WHERE}", *(f"  {name}" for name in names),
                       "run one: snapmesh cluster up --app snapmesh.examples.token_ring:app",
                       "or copy it: cp \"$(snapmesh examples --path)/token_ring.py\" . && "
-                      "snapmesh cluster up --app token_ring:app"])
+                      "snapmesh cluster up --app token_ring:app",
+                      "the shop, a gRPC service of its own that embeds its nodes: shop/README.md"])

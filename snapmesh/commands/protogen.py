@@ -1,4 +1,5 @@
-"""Generate the Python protobuf and gRPC code from protos/ into snapmesh/v1/.
+"""Generate the Python protobuf and gRPC code from protos/ into snapmesh/v1/, and the
+examples' own protos (examples/*/*.proto) beside them.
 
 The one command that makes generated code: `python -m snapmesh.commands.protogen` (`make proto`).
 The output is not committed; it is reproducible from the .proto files alone. A
@@ -14,6 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PROTO_DIR = ROOT / "protos"
 OUT_DIR = ROOT  # protos/snapmesh/v1/x.proto -> snapmesh/v1/x_pb2.py
+EXAMPLES = ROOT / "snapmesh" / "examples"  # snapmesh/examples/shop/shop.proto -> snapmesh/examples/shop/shop_pb2.py
 
 
 def generate(out_dir: Path = OUT_DIR) -> int:
@@ -22,19 +24,21 @@ def generate(out_dir: Path = OUT_DIR) -> int:
 
     well_known = resources.files("grpc_tools") / "_proto"
     protos = sorted(str(p.relative_to(PROTO_DIR)) for p in PROTO_DIR.rglob("*.proto"))
-    args = [
-        "grpc_tools.protoc",
-        f"-I{PROTO_DIR}",
-        f"-I{well_known}",
-        f"--python_out={out_dir}",
-        f"--pyi_out={out_dir}",
-        f"--grpc_python_out={out_dir}",
-        *protos,
-    ]
-    status = protoc.main(args)
-    if status != 0:
-        print(f"protoc failed with status {status}", file=sys.stderr)
-        return status
+    examples = sorted(f"snapmesh/examples/{p.parent.name}/{p.name}" for p in EXAMPLES.glob("*/*.proto"))
+    for root, files in ((PROTO_DIR, protos), (ROOT, examples)):
+        args = [
+            "grpc_tools.protoc",
+            f"-I{root}",
+            f"-I{well_known}",
+            f"--python_out={out_dir}",
+            f"--pyi_out={out_dir}",
+            f"--grpc_python_out={out_dir}",
+            *files,
+        ]
+        status = protoc.main(args)
+        if status != 0:
+            print(f"protoc failed with status {status} on {' '.join(files)}", file=sys.stderr)
+            return status
     for package_dir in {(Path(out_dir) / p).parent for p in protos}:
         (package_dir / "__init__.py").touch()
     return 0

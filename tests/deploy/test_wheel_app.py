@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import importlib.util
 import json
 import os
 import re
@@ -53,6 +52,7 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 from support.polling import wait_for
 from support.ring import Passer, grpcurl_submit, in_flight, submit, tokens, wait_serving
 from support.wheel_build import ROOT, built_wheel, fresh_venv, user_env
+from support.wheel_user import User, launch, link_spark_into, stop
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -87,34 +87,6 @@ def imports_beyond_the_contract(source: str) -> list[str]:
     return found
 
 
-def link_spark_into(bin_dir: Path) -> None:
-    """The reconcile extra in the venv: this venv's pyspark and py4j, by a .pth file
-    naming a directory that holds links to those two packages only."""
-    site = next((bin_dir.parent / "lib").glob("python3*/site-packages"))
-    extra = bin_dir.parent / "spark-packages"
-    extra.mkdir()
-    for package in ("pyspark", "py4j"):
-        spec = importlib.util.find_spec(package)
-        assert spec and spec.submodule_search_locations, f"{package} is not installed here: make install"
-        (extra / package).symlink_to(Path(next(iter(spec.submodule_search_locations))), target_is_directory=True)
-    (site / "snapmesh-test-spark.pth").write_text(f"{extra}\n")
-
-
-@dataclass
-class User:
-    """A user's machine: the venv's bin/ and the directory their app lives in."""
-
-    bin: Path
-    home: Path
-
-    def snapmesh(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.bin / "snapmesh"), *args], capture_output=True, text=True, timeout=timeout,
-                              cwd=self.home, env=env or user_env())
-
-    def start(self, *args: str, **kwargs) -> subprocess.Popen:
-        return subprocess.Popen([str(self.bin / "snapmesh"), *args], cwd=self.home, env=user_env(), text=True, **kwargs)
-
-
 @pytest.fixture(scope="module")
 def user(tmp_path_factory) -> User:
     bin_dir = fresh_venv(built_wheel(tmp_path_factory), tmp_path_factory.mktemp("app-venv") / "venv")
@@ -127,20 +99,6 @@ def user(tmp_path_factory) -> User:
     (home / "ring.py").write_text(text, encoding="utf-8")
     (home / "dice.py").write_text(DICE, encoding="utf-8")
     return User(bin_dir, home)
-
-
-def stop(process: subprocess.Popen, sig: int = signal.SIGINT) -> int:
-    if process.poll() is None:
-        process.send_signal(sig)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()  # its children die with it (PR_SET_PDEATHSIG)
-            process.wait(10)
-    for stream in (process.stdout, process.stderr):
-        if stream is not None:
-            stream.close()
-    return process.returncode
 
 
 @dataclass
@@ -158,23 +116,6 @@ class Ring:
 
     def config(self) -> config.ClusterConfig:
         return config.load(self.data / "cluster.toml", env={})
-
-
-def launch(user: User, app: str, data: Path, *, ui: str = "off") -> tuple[subprocess.Popen, dict[str, str]]:
-    """`snapmesh cluster up --nodes 3 --app APP` from the user's directory; its printed addresses by name."""
-    err = open(data.parent / f"{data.name}-cluster-up.err", "w")  # noqa: SIM115  (the launcher's for its life)
-    process = user.start("cluster", "up", "--nodes", "3", "--data-dir", str(data), "--ui", ui, "--app", app,
-                         stdout=subprocess.PIPE, stderr=err)
-    err.close()
-    printed: dict[str, str] = {}
-    while "ui" not in printed and not (ui == "off" and "node p3" in printed):
-        line = process.stdout.readline()
-        if not line:
-            stop(process)
-            raise AssertionError(f"cluster up stopped: {(data.parent / f'{data.name}-cluster-up.err').read_text()}")
-        name, _, rest = line.partition(": ")
-        printed[name] = rest.split()[0]
-    return process, printed
 
 
 def checked(snapshot: pb.Snapshot) -> pb.Snapshot:
