@@ -148,6 +148,10 @@ class EmbeddedNode:
         node_id, translog, path = self.node_id, self._translog, self._log_path
         assert translog.flusher is not None
         return [
+            # Not a failure: stopped with a snapshot (the Node service's Fence STOP), exit 0.
+            Failure(self.engine.stopped, lambda stopped: (
+                f"node {node_id}: stopped for snapshot {stopped.result()}, its log ends in it; start it (any version"
+                f" of the app: it starts fenced) and restore the snapshot (snapmesh restore {stopped.result()})"), 0),
             Failure(self.engine.app_failed, lambda failed: (
                 f"node {node_id}: the app failed on a message, or a refused command could not be taken back"
                 f" (apphost.H4), stopping (neither is applied; the restarted node recovers from its log"
@@ -367,6 +371,9 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
         channel.start()
     reporter.resume(unreported, recovered.last_lsn)
     what = f"{NODE_TALLY_KEY} {node_machine.tally}" if app is None else f"app {spec}"
+    if node_machine.stopped:  # its log ends in a stop snapshot (fence.py F4)
+        what += (f"; fenced: stopped for snapshot {node_machine.stopped}, it answers only health and RestoreState"
+                 " until it is restored")
     return EmbeddedNode(
         node_id=node_id, engine=engine, edge=edge, servicer=servicer, services=services, channels=channels,
         reporter=reporter, translog=translog, lock=lock, key=key, receive_limit=receive_limit,
