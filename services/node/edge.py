@@ -205,7 +205,7 @@ class Edge:
 
     def _check_fence(self, rpc: str) -> None:
         """Refused UNAVAILABLE while the node stops for a snapshot, or is stopped (fence.py F1, F4)."""
-        refusal = self._engine.fence.refusal(rpc)
+        refusal = self._engine.refusal(rpc)
         if refusal:
             self._engine.metrics.refused("UNAVAILABLE").inc()
             raise Refused("UNAVAILABLE", refusal)

@@ -244,16 +244,20 @@ class Engine:
         self.fence.lift(snapshot_id)  # F2: a stop snapshot that failed
         self._run()
 
-    def fence_step(self, snapshot_id: str, step: int) -> None:
+    def fence_step(self, snapshot_id: str, step: int, lift_after: float = 0.0) -> None:
         """The Fence call's step (fence.py F1-F3; raises FenceRefused, changing nothing). STOP
         logs the `stop` record; once it is durable the shell sets `stopped`."""
         if step == pb.FenceRequest.FENCE:
-            self.fence.fence(snapshot_id)
+            self.fence.fence(snapshot_id, now=self._now(), lift_after=lift_after)
         elif step == pb.FenceRequest.LIFT:
             self.fence.lift(snapshot_id)
-        elif self.fence.stop(snapshot_id):
+        elif self.fence.stop(snapshot_id, now=self._now()):
             self.node.stop(snapshot_id)
             self._run()
+
+    def refusal(self, rpc: str) -> str:
+        """Why the fence refuses `rpc` now ("": it does not; fence.py F1, F4, F6)."""
+        return self.fence.refusal(rpc, self._now())
 
     @property
     def stopped(self) -> asyncio.Future[str]:

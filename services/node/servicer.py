@@ -248,7 +248,7 @@ class NodeServicer(pb_grpc.NodeServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a Fence call needs a snapshot_id and a step")
         engine = self._engine
         try:
-            engine.fence_step(request.snapshot_id, request.step)
+            engine.fence_step(request.snapshot_id, request.step, request.lift_after_ms / 1e3)
         except FenceRefused as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         log.info("node %s: %s for snapshot %s", engine.node_id, pb.FenceRequest.Step.Name(request.step), request.snapshot_id)
@@ -259,7 +259,7 @@ class NodeServicer(pb_grpc.NodeServicer):
 
     async def _unfenced(self, rpc: str, context: grpc.aio.ServicerContext) -> None:
         """Refuse `rpc` UNAVAILABLE while the node's fence says so (fence.py F1, F4), counted."""
-        refusal = self._engine.fence.refusal(rpc)
+        refusal = self._engine.refusal(rpc)
         if refusal:
             self._engine.metrics.refused(grpc.StatusCode.UNAVAILABLE.name).inc()
             await context.abort(grpc.StatusCode.UNAVAILABLE, refusal)

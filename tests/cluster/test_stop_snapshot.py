@@ -13,6 +13,7 @@ again (0 commands lost), the invariants hold, and the new command answers.
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 
 import grpc
@@ -23,7 +24,7 @@ from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 from support.polling import wait_for
-from support.ring import env_with
+from support.ring import CLI, env_with
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -167,3 +168,22 @@ def test_v1_stops_with_a_snapshot_under_load_and_v2_restores_it_upgraded_with_no
     assert all(n.state.startswith(b"v2:") for n in after.nodes)
     assert [(i.name, i.ok) for i in after.app.invariants] == [("every key exactly once", True)], after.app
     assert created <= set(held(after, 3)), "0 commands lost: every key a client saw created is held after the upgrade"
+
+
+def test_a_stop_that_cannot_fence_every_node_leaves_the_cluster_taking_commands(tmp_path) -> None:
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=3)
+    with Cluster(path, app="kvshard") as cluster:
+        cluster.stop_node("p3")
+        started = subprocess.run([*CLI, "snapshot", "trigger", "--stop", "--controller", cluster.controller_address],
+                                 capture_output=True, text=True, timeout=120, env=env_with())
+        lines = started.stderr.strip().splitlines()
+        assert started.returncode == 1 and len(lines) == 1, started.stderr
+        assert "UNAVAILABLE" in lines[0] and "cannot fence p3" in lines[0], lines[0]
+        assert "the cluster runs and accepts commands again" in lines[0]
+        with grpc.insecure_channel(cluster.config.node("p1").address) as channel:
+            put = pb_grpc.NodeStub(channel).Submit(
+                pb.SubmitRequest(command=b'{"op": "put", "key": "p1/after", "value": 1}'), timeout=10)
+        assert json.loads(put.reply) == {"key": "p1/after", "created_at": "p1"}
+        with grpc.insecure_channel(cluster.controller_address) as channel:
+            listed = pb_grpc.ControllerStub(channel).ListSnapshots(pb.ListSnapshotsRequest(), timeout=10)
+        assert list(listed.snapshots) == [], "no snapshot started: p3 was never fenced"

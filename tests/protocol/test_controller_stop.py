@@ -39,7 +39,9 @@ def all_fenced(m: M.Controller, sid: str) -> list:
 def test_every_node_is_fenced_before_the_snapshot_starts_at_every_node_then_stops_at_its_complete() -> None:
     m = machine()
     sid = m.stop("a", T0, ENTROPY, call=CALL)
-    assert fences(m.drain()) == [("a", FENCE), ("b", FENCE)]
+    effects = m.drain()
+    assert fences(effects) == [("a", FENCE), ("b", FENCE)]
+    assert {e.request.lift_after_ms for e in effects} == {2 * (5 + 15 + 5) * 1000}  # ST6: with a 5 s deadline
     assert m.ids() == []  # ST2: nothing starts before every fence is answered
     m.called(FenceAt("a", sid, FENCE), None, T0)
     assert m.drain() == [] and m.ids() == []

@@ -145,3 +145,15 @@ def test_a_log_ending_in_a_stop_starts_under_another_version_fenced_and_a_restor
     assert v2.stopped == "" and v2.app_state() == b"v2:[0, 1, 2, 3, 4, 5]"
     again = recover(items(2), log)  # the restart replays from the restore on, through version 2
     assert again.stopped == "" and again.host.snapshot() == b"v2:[0, 1, 2, 3, 4, 5]"
+
+
+def test_a_fence_with_no_stop_lifts_itself_at_its_time_and_a_late_stop_is_refused() -> None:
+    fence = Fence("p1")
+    fence.fence(SID, now=100.0, lift_after=30.0)  # F6
+    assert fence.refusal("Submit", 129.9) and fence.state == FENCED
+    assert fence.refusal("Submit", 130.0) == "" and fence.state == OPEN
+    fence.fence(SID, now=200.0, lift_after=30.0)
+    with pytest.raises(FenceRefused, match="it is open"):
+        fence.stop(SID, now=231.0)
+    fence.fence(SID, now=300.0)  # no time given: until lifted
+    assert fence.refusal("Submit", 10**9) and fence.stop(SID, now=10**9)

@@ -22,6 +22,9 @@ ST4. The snapshot COMPLETE: STOP at every node; the call is answered with the
 ST5. The snapshot FAILED: LIFT at every node (their AbortSnapshot lifts it too,
      so a controller restart cannot leave a cluster fenced for a failed
      snapshot), and the call is answered with the FAILED snapshot.
+ST6. A FENCE says how long it holds with no STOP (`lift_after`: the fences'
+     retries, the snapshot's deadline, and as much again), so a node that missed its
+     LIFT, or whose controller went away mid-stop, takes commands again.
 """
 
 from __future__ import annotations
@@ -60,12 +63,14 @@ class FenceAt:
     node: str
     snapshot_id: str
     step: int  # FENCE, LIFT or STOP
+    lift_after: float = field(default=0.0, compare=False)  # FENCE: ST6, in seconds (0: never)
     retry: Retry = field(default=FENCE_RETRY, compare=False)
     rpc: ClassVar[str] = "Fence"
 
     @property
     def request(self) -> pb.FenceRequest:
-        return pb.FenceRequest(snapshot_id=self.snapshot_id, step=self.step)  # type: ignore[arg-type]
+        return pb.FenceRequest(snapshot_id=self.snapshot_id, step=self.step,  # type: ignore[arg-type]
+                               lift_after_ms=int(self.lift_after * 1000))
 
 
 @dataclass(slots=True)
@@ -83,8 +88,9 @@ class _Stop:
 class Stopping:
     """The one stop under way (ST1-ST5)."""
 
-    def __init__(self, nodes: Sequence[str]) -> None:
+    def __init__(self, nodes: Sequence[str], *, deadline_s: float = 0.0) -> None:
         self.nodes = tuple(nodes)
+        self.lift_after = 2 * (FENCE_RETRY.timeout_s + FENCE_RETRY.for_s + deadline_s)  # ST6
         self._stop: _Stop | None = None
 
     @property
@@ -154,4 +160,5 @@ class Stopping:
         stop = self._stop
         assert stop is not None
         stop.step, stop.waiting, stop.failed = step, set(self.nodes), []
-        return [FenceAt(node, stop.snapshot_id, step) for node in self.nodes]
+        lift_after = self.lift_after if step == FENCE else 0.0
+        return [FenceAt(node, stop.snapshot_id, step, lift_after) for node in self.nodes]

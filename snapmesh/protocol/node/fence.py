@@ -20,6 +20,10 @@ F3. STOP(sid) from FENCED(sid): STOPPED(sid), and the shell logs the `stop` reco
 F4. STOPPED refuses every call but health, Fence and RestoreState (UNAVAILABLE,
     naming the snapshot to restore); FENCE in STOPPED is refused too.
 F5. A restore (RestoreState taken) opens the fence from any state.
+F6. A FENCE may say how long it holds without a STOP (`lift_after`, seconds from
+    `now`): past that, FENCED is OPEN again (a node that missed its LIFT, or
+    whose controller went away mid-stop, takes commands again). Time is an
+    argument: `now` from the shell's monotonic clock.
 """
 
 from __future__ import annotations
@@ -46,12 +50,19 @@ class Fence:
         self.node_id = node_id
         self.state = STOPPED if stopped else OPEN
         self.snapshot_id = stopped
+        self.until: float | None = None  # F6: FENCED holds until this `now` (None: until lifted)
 
-    def fence(self, snapshot_id: str) -> None:
-        """F1 (F4: refused when STOPPED)."""
+    def fence(self, snapshot_id: str, *, now: float = 0.0, lift_after: float = 0.0) -> None:
+        """F1 (F4: refused when STOPPED); F6: `lift_after` seconds from `now` (0: until lifted)."""
         if self.state == STOPPED:
             raise FenceRefused(f"node {self.node_id} is stopped for snapshot {self.snapshot_id}: restore it first")
         self.state, self.snapshot_id = FENCED, snapshot_id
+        self.until = now + lift_after if lift_after > 0 else None
+
+    def tick(self, now: float) -> None:
+        """F6: a fence past its time is lifted."""
+        if self.state == FENCED and self.until is not None and now >= self.until:
+            self.lift(self.snapshot_id)
 
     def lift(self, snapshot_id: str) -> bool:
         """F2: whether the fence opened."""
@@ -60,8 +71,9 @@ class Fence:
         self.state, self.snapshot_id = OPEN, ""
         return True
 
-    def stop(self, snapshot_id: str) -> bool:
+    def stop(self, snapshot_id: str, *, now: float = 0.0) -> bool:
         """F3: True when the `stop` record is to be logged now (once)."""
+        self.tick(now)
         if self.state == STOPPED and snapshot_id == self.snapshot_id:
             return False
         if self.state != FENCED or snapshot_id != self.snapshot_id:
@@ -75,8 +87,9 @@ class Fence:
         """F5."""
         self.state, self.snapshot_id = OPEN, ""
 
-    def refusal(self, rpc: str) -> str:
-        """Why `rpc` (a Node service method's name) is refused now ("": it is not) (F1, F4)."""
+    def refusal(self, rpc: str, now: float = 0.0) -> str:
+        """Why `rpc` (a Node service method's name) is refused at `now` ("": it is not) (F1, F4, F6)."""
+        self.tick(now)
         if self.state == STOPPED and rpc not in WHILE_STOPPED:
             return (f"node {self.node_id} is stopped for snapshot {self.snapshot_id}: it answers only health and "
                     f"RestoreState until it is restored (snapmesh restore {self.snapshot_id})")
