@@ -187,3 +187,53 @@ def test_a_stop_that_cannot_fence_every_node_leaves_the_cluster_taking_commands(
         with grpc.insecure_channel(cluster.controller_address) as channel:
             listed = pb_grpc.ControllerStub(channel).ListSnapshots(pb.ListSnapshotsRequest(), timeout=10)
         assert list(listed.snapshots) == [], "no snapshot started: p3 was never fenced"
+
+
+def test_a_controller_killed_during_the_upgrade_resumes_it_after_its_restart(tmp_path) -> None:
+    (tmp_path / "kv_v2.py").write_text(KV_V2)
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=3)
+    with Cluster(path, app="kvshard") as v1:
+        with Load(v1) as load, grpc.insecure_channel(v1.controller_address) as channel:
+            wait_for(lambda: len(load.created) >= 20, timeout=60, what="20 keys created under load")
+            stopped = pb_grpc.ControllerStub(channel).TriggerSnapshot(pb.TriggerSnapshotRequest(stop=True), timeout=120)
+            assert stopped.status == pb.Snapshot.COMPLETE, stopped.reason
+            for n in v1.node_ids:
+                wait_for(lambda n=n: v1.node(n).wait(1), until=lambda s: s == 0, timeout=30, what=f"{n} exits 0")
+        created = set(load.created)
+
+    with Cluster(path, app="kv_v2:app", env=env_with(tmp_path)) as v2:
+        v2.pause_node("p3")  # its part cannot be taken: the restore stays RESTORING
+        request = pb.RestoreSnapshotRequest(snapshot_id=stopped.snapshot_id, request_id="upgrade-kill")
+
+        def restore() -> None:
+            with grpc.insecure_channel(v2.controller_address) as channel:
+                try:
+                    pb_grpc.ControllerStub(channel).RestoreSnapshot(request, timeout=60)
+                except grpc.RpcError:
+                    pass  # the controller is killed under it
+
+        caller = threading.Thread(target=restore, daemon=True)
+        caller.start()
+
+        def last_restore() -> pb.Restore:
+            with grpc.insecure_channel(v2.controller_address) as channel:
+                return pb_grpc.ControllerStub(channel).GetCluster(pb.GetClusterRequest(), timeout=5).last_restore
+
+        wait_for(last_restore, until=lambda r: r.status == pb.Restore.RESTORING, retry_on=grpc.RpcError,
+                 timeout=30, what="the restore under way")
+        v2.kill_controller()
+        caller.join(30)
+        v2.resume_node("p3")
+        v2.start_controller()
+        done = wait_for(last_restore, until=lambda r: r.status == pb.Restore.RESTORED, retry_on=grpc.RpcError,
+                        timeout=90, what="the resumed restore")
+        with grpc.insecure_channel(v2.controller_address) as channel:
+            stub = pb_grpc.ControllerStub(channel)
+            again = stub.RestoreSnapshot(request, timeout=60)
+            assert (again.status, again.epoch) == (pb.Restore.RESTORED, done.epoch), "the retry is the resumed restore"
+            after = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60)
+        assert "was under way: resuming it" in v2.controller.output()
+    assert after.status == pb.Snapshot.COMPLETE, after.reason
+    assert (after.app.name, after.app.version) == ("kvshard", 2) and done.epoch == 2
+    assert [(i.name, i.ok) for i in after.app.invariants] == [("every key exactly once", True)], after.app
+    assert created <= set(held(after, 3)), "every key a client saw created is held after the resumed upgrade"

@@ -173,7 +173,7 @@ class Controller(Restoring):
         self._waiting: dict[str, Hashable] = {}  # W1: by snapshot, the TriggerSnapshot call its end answers
         self._effects: list[Effect] = []
         self._starts = StartClock()  # ids in start order
-        self.stopping = Stopping(tracker.topology.nodes, deadline_s=tracker.deadline_s)  # ST1-ST5: the stop with a snapshot under way
+        self.stopping = Stopping(tracker.topology.nodes, deadline_s=tracker.deadline_s)  # ST1-ST6: a stop under way
 
     @property
     def epoch(self) -> int:
