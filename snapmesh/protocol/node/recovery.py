@@ -221,7 +221,8 @@ class _Replayer:
 
     def step(self, record: wal.Record, where: str) -> None:
         kind = type(record)
-        if self.stopped and kind is not wal.Restore:
+        if kind is wal.Stop or (self.stopped and kind is not wal.Restore):  # nothing replays until a restore
+            self.stopped = True
             return
         self.stopped = False
         if kind in _MESSAGES and record.tally:  # type: ignore[attr-defined]
