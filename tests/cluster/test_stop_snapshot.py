@@ -23,6 +23,7 @@ from snapmesh.processes.supervisor import Cluster
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+from support.binaries import grpcurl_binary
 from support.polling import wait_for
 from support.ring import CLI, env_with
 
@@ -187,6 +188,13 @@ def test_a_stop_that_cannot_fence_every_node_leaves_the_cluster_taking_commands(
         with grpc.insecure_channel(cluster.controller_address) as channel:
             listed = pb_grpc.ControllerStub(channel).ListSnapshots(pb.ListSnapshotsRequest(), timeout=10)
         assert list(listed.snapshots) == [], "no snapshot started: p3 was never fenced"
+        grpcurl = [str(grpcurl_binary()), "-plaintext"]  # reflection knows the stop field and the Fence RPC
+        described = subprocess.run([*grpcurl, cluster.controller_address, "describe", "snapmesh.v1.TriggerSnapshotRequest"],
+                                   capture_output=True, text=True, timeout=60)
+        assert "bool stop = 4;" in described.stdout, described.stderr
+        fence = subprocess.run([*grpcurl, "-d", '{"snapshot_id": "x"}', cluster.config.node("p1").address,
+                                "snapmesh.v1.Node/Fence"], capture_output=True, text=True, timeout=60)
+        assert fence.returncode != 0 and "a Fence call needs a snapshot_id and a step" in fence.stderr, fence.stderr
 
 
 def test_a_controller_killed_during_the_upgrade_resumes_it_after_its_restart(tmp_path) -> None:
