@@ -36,6 +36,10 @@ M4. A node that fails while it serves (the app raised on a message; the log
     refuses `submit` and `submit_many` (Refused UNAVAILABLE), and `await
     node.failed()` returns the line. The program should close it (then the Node
     service's calls are refused too); a restart recovers from its log.
+M5. A stop with a snapshot (the Node service's Fence STOP) ends the log in it and stops
+    the node as M4 does, but cleanly: `snapmesh node` exits 0, and `failed()` returns the
+    line naming the snapshot to restore. Started again on that log (any version of the
+    app), the node is fenced (protocol/node/fence.py F4) until it is restored.
 """
 
 from __future__ import annotations
