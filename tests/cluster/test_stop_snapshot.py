@@ -245,3 +245,27 @@ def test_a_controller_killed_during_the_upgrade_resumes_it_after_its_restart(tmp
     assert (after.app.name, after.app.version) == ("kvshard", 2) and done.epoch == 2
     assert [(i.name, i.ok) for i in after.app.invariants] == [("every key exactly once", True)], after.app
     assert created <= set(held(after, 3)), "every key a client saw created is held after the resumed upgrade"
+
+
+def test_the_bank_stops_with_a_snapshot_starts_fenced_and_is_restored_conserved(tmp_path) -> None:
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=3)
+    with Cluster(path) as bank, grpc.insecure_channel(bank.controller_address) as channel:
+        with grpc.insecure_channel(bank.config.node("p1").address) as node:
+            pb_grpc.NodeStub(node).Transfer(pb.TransferRequest(to="p2", amount=7), timeout=10)
+        stopped = pb_grpc.ControllerStub(channel).TriggerSnapshot(pb.TriggerSnapshotRequest(stop=True), timeout=60)
+        assert stopped.status == pb.Snapshot.COMPLETE and stopped.conserved, stopped.reason
+        for n in bank.node_ids:
+            wait_for(lambda n=n: bank.node(n).wait(1), until=lambda s: s == 0, timeout=30, what=f"{n} exits 0")
+    with Cluster(path) as bank:
+        with grpc.insecure_channel(bank.config.node("p1").address) as node:
+            with pytest.raises(grpc.RpcError) as refused:
+                pb_grpc.NodeStub(node).Transfer(pb.TransferRequest(to="p2", amount=1), timeout=10)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert f"stopped for snapshot {stopped.snapshot_id}" in refused.value.details()
+            with grpc.insecure_channel(bank.controller_address) as channel:
+                stub = pb_grpc.ControllerStub(channel)
+                done = stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=stopped.snapshot_id), timeout=60)
+                assert done.status == pb.Restore.RESTORED, done.reason
+                pb_grpc.NodeStub(node).Transfer(pb.TransferRequest(to="p2", amount=1), timeout=10)
+                after = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60)
+    assert after.status == pb.Snapshot.COMPLETE and after.conserved and after.total == stopped.total, after.reason
