@@ -165,7 +165,7 @@ class ControllerEngine:
         say(log, loglines.of(effect))
         if isinstance(effect, ctl.Publish):
             self.watchers.publish(effect.snapshot)
-        elif isinstance(effect, (ctl.StartAt, ctl.AbortAt, ctl.RestoreAt)):
+        elif isinstance(effect, (ctl.StartAt, ctl.AbortAt, ctl.RestoreAt, ctl.FenceAt)):
             self.spawn(self._call(effect))
         elif isinstance(effect, ctl.Finished):
             self._finished(effect.snapshot)
@@ -197,6 +197,17 @@ class ControllerEngine:
             await asyncio.wait({tail})
 
     # -- events
+
+    async def stop(self, initiator: str = "") -> pb.Snapshot:
+        """A stop with a snapshot (the machine's `stop`, stopping.py ST1-ST5): the snapshot
+        once COMPLETE and every node stopped, or FAILED (the cluster runs again). Raises
+        StopRefused (ST1) and UnknownInitiator at once, StopFailed at the stop's end (ST3, ST4)."""
+        call = next(self._calls)
+        snapshot_id = self._fed(self.machine.stop, initiator, self._clock(), os.urandom(8), call=call)
+        answer = self._answer(call)
+        log.info("stop with snapshot %s: fencing every node", snapshot_id)
+        self.carry_out()
+        return await asyncio.shield(answer)
 
     async def trigger(self, initiator: str = "", *, broadcast: bool = False, wait: bool = False) -> pb.Snapshot:
         """Start a snapshot at `initiator` (a node of the topology; "": one at

@@ -101,7 +101,10 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     @_answers("snapshot")
     async def TriggerSnapshot(self, request: pb.TriggerSnapshotRequest, context) -> pb.Snapshot:
-        snapshot = await self.engine.trigger(request.initiator, broadcast=request.broadcast, wait=request.wait)
+        if request.stop:  # stop with a snapshot: waits for its end
+            snapshot = await self.engine.stop(request.initiator)
+        else:
+            snapshot = await self.engine.trigger(request.initiator, broadcast=request.broadcast, wait=request.wait)
         return answers.bounded(snapshot, state_bytes=self._state_bytes)
 
     async def _snapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:

@@ -119,6 +119,7 @@ class Edge:
         not run it again); `first_sent_unix_ms`: when the client first sent it."""
         engine = self._engine
         self._check_app()
+        self._check_fence("Submit")
         if len(command) > MAX_COMMAND_BYTES:
             raise Refused("INVALID_ARGUMENT", f"a command holds at most {MAX_COMMAND_BYTES} bytes, got {len(command)}")
         try:
@@ -142,6 +143,7 @@ class Edge:
         whole batch (E3, E5, and UNAVAILABLE as E1 and E6 say)."""
         engine = self._engine
         self._check_app()
+        self._check_fence("SubmitBatch")
         batch = _checked(items)
         results: list[Reply | Refused | None] = [None] * len(batch)
         steps: list[tuple[int, tuple[str, bytes, int]]] = []
@@ -176,6 +178,7 @@ class Edge:
         """The app's answer to `query` (its on_query), once durable (E7). Raises Refused."""
         engine = self._engine
         self._check_app("GetState")
+        self._check_fence("Query")
         if len(query) > MAX_COMMAND_BYTES:
             raise Refused("INVALID_ARGUMENT", f"a query holds at most {MAX_COMMAND_BYTES} bytes, got {len(query)}")
         try:
@@ -199,6 +202,13 @@ class Edge:
         engine = self._engine
         if not engine.app_spec:
             raise Refused("UNIMPLEMENTED", f"node {engine.node_id} runs the bank, not an app: use {instead}")
+
+    def _check_fence(self, rpc: str) -> None:
+        """Refused UNAVAILABLE while the node stops for a snapshot, or is stopped (fence.py F1, F4)."""
+        refusal = self._engine.refusal(rpc)
+        if refusal:
+            self._engine.metrics.refused("UNAVAILABLE").inc()
+            raise Refused("UNAVAILABLE", refusal)
 
     def _refused(self, exc: core.LocalProtocolError) -> Refused:
         code = refusal_code(exc)

@@ -36,6 +36,10 @@ M4. A node that fails while it serves (the app raised on a message; the log
     refuses `submit` and `submit_many` (Refused UNAVAILABLE), and `await
     node.failed()` returns the line. The program should close it (then the Node
     service's calls are refused too); a restart recovers from its log.
+M5. A stop with a snapshot (the Node service's Fence STOP) ends the log in it and stops
+    the node as M4 does, but cleanly: `snapmesh node` exits 0, and `failed()` returns the
+    line naming the snapshot to restore. Started again on that log (any version of the
+    app), the node is fenced (protocol/node/fence.py F4) until it is restored.
 """
 
 from __future__ import annotations
@@ -148,6 +152,10 @@ class EmbeddedNode:
         node_id, translog, path = self.node_id, self._translog, self._log_path
         assert translog.flusher is not None
         return [
+            # Not a failure: stopped with a snapshot (the Node service's Fence STOP), exit 0.
+            Failure(self.engine.stopped, lambda stopped: (
+                f"node {node_id}: stopped for snapshot {stopped.result()}, its log ends in it; start it (any version"
+                f" of the app: it starts fenced) and restore the snapshot (snapmesh restore {stopped.result()})"), 0),
             Failure(self.engine.app_failed, lambda failed: (
                 f"node {node_id}: the app failed on a message, or a refused command could not be taken back"
                 f" (apphost.H4), stopping (neither is applied; the restarted node recovers from its log"
@@ -367,6 +375,9 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
         channel.start()
     reporter.resume(unreported, recovered.last_lsn)
     what = f"{NODE_TALLY_KEY} {node_machine.tally}" if app is None else f"app {spec}"
+    if node_machine.stopped:  # its log ends in a stop snapshot (fence.py F4)
+        what += (f"; fenced: stopped for snapshot {node_machine.stopped}, it answers only health and RestoreState"
+                 " until it is restored")
     return EmbeddedNode(
         node_id=node_id, engine=engine, edge=edge, servicer=servicer, services=services, channels=channels,
         reporter=reporter, translog=translog, lock=lock, key=key, receive_limit=receive_limit,

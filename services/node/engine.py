@@ -39,8 +39,10 @@ from snapmesh.services.node.translog import LogClosedError, TransferLog
 from snapmesh.protocol.node import core, link
 from snapmesh.protocol import wal
 from snapmesh.protocol.node import effects as fx
+from snapmesh.protocol.node.fence import STOPPED, Fence
 from snapmesh.protocol.node.machine import Node
 from snapmesh.protocol.reports import report_message
+from snapmesh.v1 import snapmesh_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +76,9 @@ class Engine:
         self.node = node
         self.app_spec = app_spec
         self._app_failed: asyncio.Future[str] | None = None
+        self._stopped: asyncio.Future[str] | None = None
         self.node_id = node.node_id
+        self.fence = Fence(node.node_id, stopped=node.stopped)  # stop with a snapshot (fence.py F1-F5)
         self.log = log_
         self.outgoing = outgoing
         self.incoming = incoming
@@ -237,7 +241,30 @@ class Engine:
 
     def abort_snapshot(self, snapshot_id: str, reason: str) -> None:
         self.node.abort_snapshot(snapshot_id, reason)
+        self.fence.lift(snapshot_id)  # F2: a stop snapshot that failed
         self._run()
+
+    def fence_step(self, snapshot_id: str, step: int, lift_after: float = 0.0) -> None:
+        """The Fence call's step (fence.py F1-F3; raises FenceRefused, changing nothing). STOP
+        logs the `stop` record; once it is durable the shell sets `stopped`."""
+        if step == pb.FenceRequest.FENCE:
+            self.fence.fence(snapshot_id, now=self._now(), lift_after=lift_after)
+        elif step == pb.FenceRequest.LIFT:
+            self.fence.lift(snapshot_id)
+        elif self.fence.stop(snapshot_id, now=self._now()):
+            self.node.stop(snapshot_id)
+            self._run()
+
+    def refusal(self, rpc: str) -> str:
+        """Why the fence refuses `rpc` now ("": it does not; fence.py F1, F4, F6)."""
+        return self.fence.refusal(rpc, self._now())
+
+    @property
+    def stopped(self) -> asyncio.Future[str]:
+        """Set (to the snapshot's id) once the log ends, durably, in a stop snapshot: the node stops."""
+        if self._stopped is None:
+            self._stopped = asyncio.get_running_loop().create_future()
+        return self._stopped
 
     def restore(
         self, snapshot_id: str, epoch: int, tally: int, in_flight: list[tuple], state: bytes | None = None
@@ -251,6 +278,7 @@ class Engine:
             self.node.restore(
                 snapshot_id=snapshot_id, epoch=epoch, tally=tally, in_flight=in_flight, state=state, reply_to=waiting
             )
+            self.fence.restored()  # F5
         except core.AppFailed as exc:
             self.fail_app(str(exc))
             raise
@@ -267,6 +295,8 @@ class Engine:
         Duplicates and stale frames are dropped; raises link.GapError or
         core.RemoteProtocolError, and what was applied before the bad message
         stays applied and logged."""
+        if self.fence.state == STOPPED:  # F4: the log ends in the stop; the sender keeps them
+            return
         node = self.node
         node.tick(self._now(), time.time())
         received = node.received
@@ -290,6 +320,8 @@ class Engine:
         (first_seq, tallies) is the transfers first_seq, first_seq + 1, ...
         Exactly `receive_batch` of the same transfers, without an object per
         transfer: the same drops, the same errors, what was applied stays."""
+        if self.fence.state == STOPPED:  # F4
+            return
         node = self.node
         node.tick(self._now(), time.time())
         received = node.received

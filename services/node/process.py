@@ -150,6 +150,7 @@ def rpc_budgets(longest_id: int) -> dict[str, int]:
         "GetState": SMALL_BYTES,
         "StartSnapshot": SMALL_BYTES,
         "AbortSnapshot": SMALL_BYTES,
+        "Fence": SMALL_BYTES,
         # MAX_MERGED messages, each with its ids (a marker: its snapshot id) and an app's payloads.
         "Channel": MAX_MERGED_PAYLOAD + MAX_MERGED * (ids + 64) + SMALL_BYTES,
         "RestoreState": chunking.CHUNK_BYTES + SMALL_BYTES,  # larger: RestoreStateChunks

@@ -42,6 +42,7 @@ from snapmesh.protocol.node import core
 from snapmesh.protocol.node.link import GapError
 from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.node.epochs import EpochFenced
+from snapmesh.protocol.node.fence import FenceRefused
 from snapmesh.protocol.node.effects import Reply, ReplyBatch, RestoreReply
 import snapmesh.bank.wire as wire
 from snapmesh.bank.wire import message_tally, run_tallies
@@ -98,6 +99,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     # -- transfers
 
     async def Transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
+        await self._unfenced("Transfer", context)
         try:
             answer, waiting = self._engine.transfer(*wire.transfer(request))
         except core.LocalProtocolError as exc:
@@ -114,6 +116,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def TransferBatch(
         self, request: pb.TransferBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.TransferBatchResponse:
+        await self._unfenced("TransferBatch", context)
         if len(request.transfers) > MAX_BATCH:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -196,6 +199,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         return taken_back_text(self._engine.node_id, snapshot_id, undone)
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
+        await self._unfenced("GetState", context)
         engine = self._engine
         state = engine.node.app_state()
         tally = engine.node.tally if state is None else 0  # an app node keeps no native tally
@@ -215,6 +219,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def StartSnapshot(
         self, request: pb.StartSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.StartSnapshotResponse:
+        await self._unfenced("StartSnapshot", context)
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id must not be empty")
         try:
@@ -227,12 +232,37 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def AbortSnapshot(
         self, request: pb.AbortSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> pb.AbortSnapshotResponse:
+        await self._unfenced("AbortSnapshot", context)
         if not request.snapshot_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "snapshot_id must not be empty")
         self._engine.abort_snapshot(request.snapshot_id, request.reason)
         log.info("snapshot %s: aborted (%s)", request.snapshot_id, request.reason or "no reason given")
         await self._durable(self._log.last_lsn, context)
         return pb.AbortSnapshotResponse()
+
+    async def Fence(self, request: pb.FenceRequest, context: grpc.aio.ServicerContext) -> pb.FenceResponse:
+        """A step of a stop with a snapshot (protocol/node/fence.py F1-F3): answered once durable;
+        after STOP, the node stops (`engine.stopped`) once the answer is on its way."""
+        if not request.snapshot_id or request.step not in (pb.FenceRequest.FENCE, pb.FenceRequest.LIFT,
+                                                           pb.FenceRequest.STOP):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a Fence call needs a snapshot_id and a step")
+        engine = self._engine
+        try:
+            engine.fence_step(request.snapshot_id, request.step, request.lift_after_ms / 1e3)
+        except FenceRefused as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        log.info("node %s: %s for snapshot %s", engine.node_id, pb.FenceRequest.Step.Name(request.step), request.snapshot_id)
+        await self._durable(self._log.last_lsn, context)
+        if request.step == pb.FenceRequest.STOP and not engine.stopped.done():
+            engine.stopped.set_result(request.snapshot_id)
+        return pb.FenceResponse()
+
+    async def _unfenced(self, rpc: str, context: grpc.aio.ServicerContext) -> None:
+        """Refuse `rpc` UNAVAILABLE while the node's fence says so (fence.py F1, F4), counted."""
+        refusal = self._engine.refusal(rpc)
+        if refusal:
+            self._engine.metrics.refused(grpc.StatusCode.UNAVAILABLE.name).inc()
+            await context.abort(grpc.StatusCode.UNAVAILABLE, refusal)
 
     # -- restore and epochs
 
@@ -294,6 +324,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         engine = self._engine
         if self.stopping:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"node {engine.node_id} is stopping")
+        await self._unfenced("Channel", context)
         first = await context.read()
         if first is grpc.aio.EOF:
             return

@@ -1,6 +1,6 @@
 """`snapmesh snapshot`: take, list, show, watch and verify snapshots.
 
-    snapmesh snapshot trigger [--controller HOST:PORT] [--initiator ID] [--broadcast] [--wait]
+    snapmesh snapshot trigger [--controller HOST:PORT] [--initiator ID] [--broadcast] [--wait] [--stop]
     snapmesh snapshot list    [--controller HOST:PORT] [--status STATUS] [--limit N]
     snapmesh snapshot get     [--controller HOST:PORT] ID|latest
     snapmesh snapshot watch   [--controller HOST:PORT] [--count N]
@@ -30,6 +30,12 @@ size arrives whole; with `--json` the object then says which nodes' states were
 fetched so (`"states_fetched": [ids]`, only when some were). `trigger --wait`
 prints the answer's summary, states left out or not. `list` pages through
 ListSnapshots (`--limit N`: the N newest).
+`trigger --stop` stops with a snapshot (Flink's stop-with-savepoint): every node
+refuses new commands, the snapshot is taken at every node, and once it is COMPLETE
+the nodes stop, their logs ending in it; a node started on such a log (any version
+of the app) answers only health and RestoreState until `snapmesh restore ID`
+upgrades and restores it. A snapshot that fails leaves the cluster running and
+accepting commands again (exit 1). It waits, as `--wait` does.
 `verify` reads a stored file, the `.pb` or `.json` given, or by id both files
 under `--data-dir` (default: $SNAPMESH_DATA_DIR), and checks without restoring
 that it is intact (its checksum), COMPLETE, conserved and consistent with
@@ -93,6 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     trigger.add_argument("--broadcast", action="store_true",
                          help="start it at every node at once, not at the initiator alone (one hop less)")
     trigger.add_argument("--wait", action="store_true", help="return once it is COMPLETE or FAILED")
+    trigger.add_argument("--stop", action="store_true",
+                         help="stop with a snapshot: refuse new commands, take it, stop the nodes once it is COMPLETE")
     listing = command("list", "list snapshots, newest first")
     listing.add_argument("--status", type=str.upper, choices=STATUSES, metavar="STATUS",
                          help=f"only snapshots with this status ({', '.join(STATUSES)}; default: all)")
@@ -263,10 +271,15 @@ def to_json(message, *, indent: int | None = 2) -> str:
 def _trigger(stub, args) -> int:
     from snapmesh.v1 import snapmesh_pb2 as pb
 
-    request = pb.TriggerSnapshotRequest(initiator=args.initiator or "", wait=args.wait, broadcast=args.broadcast)
+    request = pb.TriggerSnapshotRequest(initiator=args.initiator or "", wait=args.wait, broadcast=args.broadcast,
+                                        stop=args.stop)
     snapshot = stub.TriggerSnapshot(request, timeout=args.timeout)
     print(to_json(snapshot) if args.json else render_summary([snapshot]))
-    if not args.wait:
+    if args.stop and not args.json:
+        print(f"the nodes stopped: start them (any version of the app) and run: snapmesh restore {snapshot.snapshot_id}"
+              if snapshot.status == pb.Snapshot.COMPLETE else
+              f"stop with a snapshot failed ({snapshot.reason}): the cluster runs and accepts commands again")
+    if not (args.wait or args.stop):
         return 0
     return 0 if snapshot.status == pb.Snapshot.COMPLETE and snapshot.conserved else 1
 

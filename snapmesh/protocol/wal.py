@@ -178,6 +178,16 @@ class Abort(Record):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Stop(Record):
+    """The node stopped for the COMPLETE stop snapshot `snapshot_id` (TriggerSnapshot stop):
+    what comes before is that snapshot's to carry on, so a restart under any version of
+    the app starts fenced and replays nothing before it through the app, until a restore."""
+
+    KIND: ClassVar[str] = "stop"
+    snapshot_id: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Checkpoint(Record):
     """The first record of every segment after the first: the node's state as
     of this lsn, as a restart would rebuild it from everything before.
@@ -307,6 +317,7 @@ recv_record = _recv_maker()
 
 KNOWN: tuple[type[Record], ...] = (
     Init, Restart, Send, Recv, Cut, MarkerSent, MarkerRecv, Abort, Checkpoint, Restore, Replay, Command, AppVersion,
+    Stop,
 )
 BY_KIND: dict[str, type[Record]] = {cls.KIND: cls for cls in KNOWN}
 KINDS = frozenset(BY_KIND)

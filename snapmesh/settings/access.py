@@ -12,7 +12,7 @@ rule one code, indexed in docs/security.md ("Who may call what"):
   or the controller is never a client's, whatever else it names, so a node's key
   never triggers nor restores, with or without the token.
 - AUTH2 `CONTROLLER`: the node control calls only the controller makes
-  (StartSnapshot, AbortSnapshot, RestoreState) need the controller's
+  (StartSnapshot, AbortSnapshot, Fence, RestoreState) need the controller's
   certificate, and no token: nodes hold none, so the controller never sends it.
 - AUTH3 `NODE`: reports (ReportState, ReportStateChunks) and channel streams
   (Channel) need a node's certificate. Which node depends on the request, so
@@ -69,6 +69,7 @@ RULES: Mapping[str, Rule] = {
     _CONTROLLER + "ReportStateChunks": Rule.NODE,
     _NODE + "StartSnapshot": Rule.CONTROLLER,
     _NODE + "AbortSnapshot": Rule.CONTROLLER,
+    _NODE + "Fence": Rule.CONTROLLER,
     _NODE + "RestoreState": Rule.CONTROLLER,
     _NODE + "RestoreStateChunks": Rule.CONTROLLER,
     _NODE + "Channel": Rule.NODE,

@@ -14,6 +14,8 @@ Events in:
                                          changing nothing); a `call` waits for its end (W1)
   start(initiator, now, entropy, ...)    a client's trigger: the machine names the snapshot
                                          and ("" initiator) draws the node, then `trigger`
+  stop(initiator, now, entropy, call)    a stop with a snapshot (stopping.py ST1-ST5): Fence
+                                         calls first, the snapshot once every node is fenced
   start_failed(snapshot_id, reason, now) StartSnapshot (or journaling the start) failed
   start_unreachable(snapshot_id, node, detail, now)
                                          StartSnapshot at `node` failed: the reason names it
@@ -102,6 +104,8 @@ B1. With `broadcast`, the trigger emits one StartAt per node of the topology, th
     reports finish the snapshot, and nothing is started again.
 
 Restore rules R1-R5 (one restore at a time): restoring.py, mixed in here.
+Stop with a snapshot, ST1-ST5: stopping.py, a collaborator (`stopping`); its FenceAt
+calls come back as `called`.
 
 A record that cannot be made durable ends its step (`unjournaled`):
 J1. A snapshot whose Started record is not durable fails ("cannot journal the start").
@@ -126,6 +130,7 @@ from snapmesh.protocol.controller.refusals import (  # noqa: F401  (the shells' 
 from snapmesh.protocol.controller.replay import File, Forget, Replayed  # noqa: F401  (File: the shells' ctl.File)
 from snapmesh.protocol.controller.restoring import Restoring
 from snapmesh.protocol.controller.snapshot_ids import StartClock
+from snapmesh.protocol.controller.stopping import FenceAt, Stopping
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Reported, Tracker, TrackerError
 from snapmesh.protocol.retry import Failed
 from snapmesh.protocol.topology import Topology
@@ -168,6 +173,7 @@ class Controller(Restoring):
         self._waiting: dict[str, Hashable] = {}  # W1: by snapshot, the TriggerSnapshot call its end answers
         self._effects: list[Effect] = []
         self._starts = StartClock()  # ids in start order
+        self.stopping = Stopping(tracker.topology.nodes, deadline_s=tracker.deadline_s)  # ST1-ST6: a stop under way
 
     @property
     def epoch(self) -> int:
@@ -212,6 +218,30 @@ class Controller(Restoring):
         ]
         return snapshot
 
+    def stop(self, initiator: str, now: Now, entropy: bytes, *, call: Hashable) -> str:
+        """A stop with a snapshot (stopping.py): its id named now, Fence calls to every
+        node; the snapshot starts once they all answered. Raises StopRefused (ST1) and
+        UnknownInitiator (A2), changing nothing. `call` is answered at the stop's end."""
+        nodes = self.tracker.topology.nodes
+        if initiator and initiator not in nodes:  # A2
+            raise UnknownInitiator(f"unknown initiator {initiator!r} (nodes: {', '.join(nodes)})")
+        running = self.gate.running
+        self.stopping.check(restoring=running.snapshot_id if running is not None else "")  # ST1
+        initiator = initiator or nodes[int.from_bytes(entropy[4:8], "big") % len(nodes)]
+        snapshot_id, wall = self._starts.start(now.wall, entropy[:4])
+        self._effects += self.stopping.begin(snapshot_id, initiator, wall, call)
+        return snapshot_id
+
+    def _fence_called(self, effect: FenceAt, answer: object, now: Now) -> None:
+        effects, start = self.stopping.fenced(effect, answer)
+        self._effects += effects
+        if start is not None:  # ST2: every node is fenced
+            snapshot_id, initiator, wall = start
+            try:
+                self.trigger(snapshot_id, initiator, Now(mono=now.mono, wall=wall), broadcast=True)
+            except (TooManySnapshots, TrackerError) as exc:  # ST3
+                self._effects += self.stopping.cannot_start(str(exc))
+
     def start_failed(self, snapshot_id: str, reason: str, now: Now) -> pb.Snapshot | None:
         """The snapshot could not start: it fails (None if it already finished)."""
         return self._fail(snapshot_id, reason, now)
@@ -232,6 +262,8 @@ class Controller(Restoring):
             self.node_restored(effect.node, answer, now)  # type: ignore[arg-type]
         elif isinstance(effect, StartAt) and isinstance(answer, Failed):
             self.start_unreachable(effect.snapshot_id, effect.node, answer, now)
+        elif isinstance(effect, FenceAt):
+            self._fence_called(effect, answer, now)
 
     def reported(self, state: pb.FullState, now: Now) -> Reported:
         """A node's part (raises TrackerError, changing nothing, for a refused one:
@@ -316,6 +348,7 @@ class Controller(Restoring):
             self._effects += [AbortAt(node, sid, reason) for node in self.tracker.topology.nodes]
         else:
             self._effects += [Retire(sid) for sid in self._retired(completed=snapshot.snapshot_id)]
+        self._effects += self.stopping.finished(snapshot)  # ST4, ST5
 
     def _retired(self, *, completed: str = "") -> list[str]:
         """K1 and, at a COMPLETE, K2 for the snapshot it `completed` (the tracker keeps

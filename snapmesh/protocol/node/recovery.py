@@ -121,6 +121,7 @@ class Recovered:
     pending_sends: list[tuple[str, bytes]] = field(default_factory=list)  # the app's sends a crash left out of the log
     app_name: str = ""  # the app the last init, checkpoint or version record names ("": none named)
     app_version: int = 1  # ... and its version (a record from before versions: 1)
+    stopped: str = ""  # the stop snapshot the log's last `stop` record names, with no restore after it: start fenced
 
     @property
     def restore_incomplete(self) -> bool:
@@ -159,10 +160,17 @@ def recover(
 
         replayer = _Replayer(Host(app, node_id=node_id, incoming=incoming, outgoing=outgoing, params=app_params))
         state.host = replayer.host
-    for where, record in records:
+    records = list(records)
+    # The app replays nothing before the last stop: the restore that must follow replaces it (any version's).
+    after_stop = max((i for i, (_, r) in enumerate(records) if type(r) is wal.Stop), default=-1)
+    if replayer is not None and after_stop >= 0:
+        replayer.host.fresh()  # a machine until the restore: a fenced node shows it to nobody
+        replayer.stopped = True
+    for at, (where, record) in enumerate(records):
         _apply(state, record, where, node_id, incoming, outgoing)
         if replayer is not None:
-            replayer.step(record, where)
+            if at > after_stop:
+                replayer.step(record, where)
         elif type(record) is wal.Command or (type(record) in _MESSAGES and record.tally == 0):  # type: ignore[attr-defined]
             raise CorruptLog(f"{where}: an app's record in the log of a node that runs the bank (start it with its --app)")
     if replayer is not None:
@@ -209,9 +217,14 @@ class _Replayer:
         self.host = host
         self.expected: deque[tuple[str, bytes]] = deque()  # the sends the last input made, not yet matched
         self.cause = ""
+        self.stopped = False  # after a stop, until a restore: nothing replays (any version's records)
 
     def step(self, record: wal.Record, where: str) -> None:
         kind = type(record)
+        if kind is wal.Stop or (self.stopped and kind is not wal.Restore):  # nothing replays until a restore
+            self.stopped = True
+            return
+        self.stopped = False
         if kind in _MESSAGES and record.tally:  # type: ignore[attr-defined]
             raise CorruptLog(f"{where}: a tally in the log of a node that runs app {self.host.app.name!r}")
         if kind is wal.Send:
@@ -329,6 +342,9 @@ def _apply(
             _remember(state.cuts, record.snapshot_id, record.lsn, ABANDONED_WINDOW)  # type: ignore[attr-defined]
     elif kind is wal.Restore:
         _apply_restore(state, record, outgoing, incoming)  # type: ignore[arg-type]
+        state.stopped = ""
+    elif kind is wal.Stop:
+        state.stopped = record.snapshot_id  # type: ignore[attr-defined]
     elif kind is wal.Replay:
         if record.dst != node_id or record.snapshot_id != state.restored or state.replays_missing < 1:  # type: ignore[attr-defined]
             raise CorruptLog(f"{where}: replay of {record.msg_id} that no restore announced")  # type: ignore[attr-defined]

@@ -30,6 +30,8 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024  # a segment's bytes after its checkpoi
 class NodeSteps:
     """Mixed into `node.Node`: these methods use its fields (`process`, `senders`, `host`, ...)."""
 
+    stopped = ""  # the stop snapshot the log ends in (`stop`; a restart's Recovered.stopped) until a restore
+
     # -- restore (N8)
 
     def restore(
@@ -53,6 +55,7 @@ class NodeSteps:
             self._restore_reply(reply_to)  # the first call's records may not be durable yet
             return False
         reason = f"restored to {snapshot_id}"
+        self.stopped = ""  # the stop snapshot's log is carried on: segments seal again
         self._requests.restored(self._cuts, snapshot_id)  # the ids paid after its cut were taken back
         for sid in self.process.in_progress():
             self._drain(self.process.abort_snapshot(sid))
@@ -301,6 +304,13 @@ class NodeSteps:
         ):
             self._append(wal.AppVersion(lsn=self.last_lsn + 1, **self._stamp()))
         self._append(wal.Restart(lsn=self.last_lsn + 1))
+        self.stopped = recovered.stopped
+
+    def stop(self, snapshot_id: str) -> None:
+        """Stop for the COMPLETE stop snapshot `snapshot_id`: the log ends in a `stop` record,
+        and the segment stays open (no seal) until a restore, so a restart finds it."""
+        self._append(wal.Stop(lsn=self.last_lsn + 1, snapshot_id=snapshot_id))
+        self.stopped = snapshot_id
 
     # -- segments (N7)
 
@@ -316,7 +326,10 @@ class NodeSteps:
         self._segment_size = nbytes
 
     def _seal(self) -> None:
-        """Close the active segment; open the next with a checkpoint (N7)."""
+        """Close the active segment; open the next with a checkpoint (N7). Not while stopped:
+        the `stop` record stays in the active segment, where a restart reads it."""
+        if self.stopped:
+            return
         state = Recovered(
             tally=self.process.tally,
             next_seq={d: s.next_seq for d, s in self.senders.items()},
