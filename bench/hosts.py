@@ -7,13 +7,15 @@ Per mode:
     SYN-ACK each cross one delayed link: about 2 x 5 ms), median of 50, under
     the load (snapmesh.hosts.probe);
   - snapshot latency, back-to-back `TriggerSnapshot{wait: true}`, client side,
-    p50 and p99.
+    p50 and p99;
+  - the path after the cut, hop by hop: each hop's p99 over those snapshots, from
+    every process's `snapmesh_snapshot_hop_seconds` (bench.hop_split).
 A snapshot's floor is about two round trips plus a log round; the goal is
 p99 <= 5 x the host round trip (`snapshot_p99_over_host_rtt_8n_hosts_5ms`).
 
 Keys (bench/results.json): `host_rtt_ms_5ms`, `snapshot_p50_ms_8n_hosts_5ms`,
 `snapshot_p99_ms_8n_hosts_5ms` (classic mode, the default), and each with
-`_classic` / `_overtake` appended.
+`_classic` / `_overtake` appended; per mode `hop_p99_ms_<hop>_8n_hosts_5ms_<mode>`.
 
 Alone (a smoke, or to repeat only this phase): `python -m bench.hosts --peak
 RATE [--snapshots N] [--modes classic] [--no-write]`.
@@ -31,6 +33,7 @@ from pathlib import Path
 
 import grpc
 
+from bench import hop_split
 from bench import results as bench_results
 from bench import utilisation
 from bench.calls import INITIAL_BALANCE, latency_run, paced_callers
@@ -86,12 +89,15 @@ def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], sna
         channel = grpc.insecure_channel(hosts.controller_address, options=CLIENT_OPTIONS)
         watch = utilisation.Watch(hosts.cluster)
         journal = utilisation.read_journal(hosts.cluster.controller_metrics_address)
+        endpoints = hop_split.addresses(hosts.cluster)
+        hops = hop_split.read_hops(endpoints)
         complete: list = []
         client, _, failed, _ = latency_run(pb_grpc.ControllerStub(channel), snapshots, CAP_S, {}, complete)
         journal_end = utilisation.read_journal(hosts.cluster.controller_metrics_address)
         extra = {**watch.stop(), **utilisation.split_figures(complete, lambda v: _percentile(v, 0.99)),
                  **utilisation.tail_figures(complete, lambda v: _percentile(v, 0.99)),
-                 **utilisation.journal_figures(journal, journal_end), "pace_per_s": rate}
+                 **utilisation.journal_figures(journal, journal_end),
+                 **hop_split.hop_figures(hops, hop_split.read_hops(endpoints)), "pace_per_s": rate}
         stats = loadgen.stats()
         loadgen.set(0)
     finally:
@@ -106,6 +112,7 @@ def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], sna
     say(f"  {mode}: host round trip {rtt['median_ms']:.2f} ms (min {rtt['min_ms']:.2f}, p90 {rtt['p90_ms']:.2f}); "
         f"snapshot p50/p99 {p50:.1f} / {p99:.1f} ms ({len(client)} COMPLETE, {failed} not); "
         f"p99 = {p99 / rtt['median_ms']:.1f} round trips (goal <= {GOAL_RTTS:g}); load errors {stats['errors']}")
+    say(f"  {mode}: {hop_split.line(extra)}")
     if target is not None:
         say(f"  {mode}: trigger->last cut p99 {extra['trigger_to_last_cut_p99_ms']:.1f} ms, last cut->COMPLETE p99 "
             f"{extra['last_cut_to_complete_p99_ms']:.1f} ms (last node's recording p99 "
@@ -115,6 +122,11 @@ def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], sna
             f"per snapshot")
     return {"host_rtt_ms": rtt["median_ms"], "p50": p50, "p99": p99, "complete": len(client), "failed": failed,
             **extra}
+
+
+def hop_keys() -> tuple[str, ...]:
+    """The 25%-paced phase's hop keys (bench.hop_split), per mode."""
+    return tuple(f"{k}_8n_hosts_5ms_{m}" for m in MODES for k in hop_split.FIGURES)
 
 
 def measure(peak_per_s: float, say: Callable[[str], None], *, snapshots: int = SNAPSHOTS,
@@ -130,6 +142,7 @@ def measure(peak_per_s: float, say: Callable[[str], None], *, snapshots: int = S
             out[f"snapshot_p99_ms_8n_hosts_5ms_{mode}"] = figures["p99"]
             out[f"snapshots_not_complete_8n_hosts_5ms_{mode}"] = figures["failed"]
             out[f"snapshot_p99_over_host_rtt_8n_hosts_5ms_{mode}"] = figures["p99"] / figures["host_rtt_ms"]
+            out.update({f"{k}_8n_hosts_5ms_{mode}": figures[k] for k in hop_split.FIGURES})
     first = "classic" if "classic" in modes else modes[0]
     for key in ("host_rtt_ms_5ms", "snapshot_p50_ms_8n_hosts_5ms", "snapshot_p99_ms_8n_hosts_5ms",
                 "snapshot_p99_over_host_rtt_8n_hosts_5ms"):
@@ -139,7 +152,7 @@ def measure(peak_per_s: float, say: Callable[[str], None], *, snapshots: int = S
 
 UTIL_FIGURES = ("cpu_busy", "pace_per_s", *utilisation.RUNQ_FIGURES, "trigger_to_cut_p99_ms",
                 "trigger_to_last_cut_p99_ms", "last_cut_to_complete_p99_ms", *utilisation.TAIL_FIGURES,
-                *utilisation.JOURNAL_FIGURES)
+                *utilisation.JOURNAL_FIGURES, *hop_split.FIGURES)
 
 
 def util_keys(target: float = UTIL_TARGET) -> tuple[str, ...]:

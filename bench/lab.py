@@ -22,6 +22,7 @@ from pathlib import Path
 import grpc
 
 from bench.calls import DEADLINE_S, INITIAL_BALANCE, latency_run
+from bench.hop_split import HopRead, read_hops, addresses as hop_addresses
 from bench.loadgen import LoadGen
 from bench.observe import Observer, Sample, Window, cpu_s, window_between
 from bench.report import Markers
@@ -195,6 +196,10 @@ class Mesh:
     def controller_journal(self) -> JournalRead:
         """The controller's journal waits and rounds so far (its metrics port)."""
         return read_journal(self.cluster.controller_metrics_address)
+
+    def hops(self) -> HopRead:
+        """Every process's hops of the path after the cut so far (bench.hop_split)."""
+        return read_hops(hop_addresses(self.cluster))
 
     def wait_controller_idle(self, cap_s: float) -> float:
         return wait_controller_idle(self.cluster, cap_s)

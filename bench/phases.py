@@ -118,11 +118,12 @@ def _table(run: Run) -> None:
 
 
 def _hosts_keys() -> tuple[str, ...]:
-    from bench.hosts import MODES as HOST_MODES
+    from bench.hosts import MODES as HOST_MODES, hop_keys
 
     names = ("host_rtt_ms_5ms", "snapshot_p50_ms_8n_hosts_5ms", "snapshot_p99_ms_8n_hosts_5ms",
              "snapshot_p99_over_host_rtt_8n_hosts_5ms")
-    return (*names, *(f"{n}_{m}" for m in HOST_MODES for n in (*names, "snapshots_not_complete_8n_hosts_5ms")))
+    return (*names, *(f"{n}_{m}" for m in HOST_MODES for n in (*names, "snapshots_not_complete_8n_hosts_5ms")),
+            *hop_keys())
 
 
 @phase("hosts", keys=_hosts_keys())

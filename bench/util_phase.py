@@ -14,7 +14,8 @@ noise to the comparison the issue's hybrid goal makes (2026-11-28, one 80% targe
 21,000 / 26,500 / 28,400 transfers/s for classic / overtake / hybrid, node round trip
 p99 39 / 40 / 59 ms). The tail (last cut -> COMPLETE) is split further by the last
 node's recording and report, and the controller's journal hops are read from its
-metrics (bench.utilisation).
+metrics (bench.utilisation); the path after the cut, hop by hop (`hop_p99_ms_<hop>`),
+from every process's `snapmesh_snapshot_hop_seconds` (bench.hop_split).
 
 Alone: `python -m bench overtake --phases util8 [--smoke] [--no-write]`.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import os
 
+from bench import hop_split
 from bench.calls import paced_callers
 from bench.lab import p99
 from bench.observe import busy_fraction
@@ -36,7 +38,7 @@ VARIANTS = (("classic", False), ("overtake", False), ("hybrid", False), ("overta
 FIGURES = ("snapshot_p99_ms", "snapshot_p50_ms", "snapshots_not_complete", "node_rtt_p99_ms", "cpu_busy", "pace_per_s",
            "cpu_us_per_transfer", "frames_per_transfer", "runq_wait_nodes_mean", "runq_wait_nodes_max",
            "runq_wait_controller", "trigger_to_cut_p99_ms", "trigger_to_last_cut_p99_ms", "last_cut_to_complete_p99_ms",
-           *TAIL_FIGURES, *JOURNAL_FIGURES)
+           *TAIL_FIGURES, *JOURNAL_FIGURES, *hop_split.FIGURES)
 START_RATE = 2_000.0  # transfers/s to start the search at when no 4-node peak is known
 
 
@@ -68,9 +70,9 @@ def measure_at(run: Run, mesh, rate: float, broadcast: bool) -> dict[str, float]
     before = mesh.window(s.window_s)
     node_rtt = mesh.node_rtt_p99(s.node_rtt_calls, s.node_rtt_gap_s)
     first = len(mesh.complete)
-    start, waits, journal = mesh.sample(), mesh.runq(), mesh.controller_journal()
+    start, waits, journal, hops = mesh.sample(), mesh.runq(), mesh.controller_journal(), mesh.hops()
     client, _, failed, _ = mesh.latency_run(s.latency_snapshots, s.latency_cap_s, broadcast=broadcast)
-    end, waits_end, journal_end = mesh.sample(), mesh.runq(), mesh.controller_journal()
+    end, waits_end, journal_end, hops_end = mesh.sample(), mesh.runq(), mesh.controller_journal(), mesh.hops()
     elapsed = end.at - start.at
     figures = {
         "snapshot_p99_ms": p99(client),
@@ -85,6 +87,7 @@ def measure_at(run: Run, mesh, rate: float, broadcast: bool) -> dict[str, float]
         **split_figures(mesh.complete[first:], p99),
         **tail_figures(mesh.complete[first:], p99),
         **journal_figures(journal, journal_end),
+        **hop_split.hop_figures(hops, hops_end),
     }
     return figures
 
@@ -124,6 +127,7 @@ def _util8(run: Run) -> None:
                         f"{figures['journal_complete_wait_p99_ms']:.2f} ms; "
                         f"{figures['journal_syncs_per_snapshot']:.1f} rounds per snapshot, "
                         f"{figures['journal_records_per_sync']:.1f} records per round")
+                run.say(f"   {hop_split.line(figures)}")
             mesh.load(0)
     for target in TARGETS:
         suffix = f"{NODES}n_{util_suffix(target)}_overtake"

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import grpc
 
 from snapmesh.services.controller import journal as J
+from snapmesh.services.controller.hops import ControllerHops
 from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
@@ -88,6 +89,7 @@ class ControllerEngine:
         self._loop: asyncio.AbstractEventLoop | None = None  # by `start`: where the writer's `filed` goes
         self._calls = itertools.count()  # names each call the machine answers (restores, waiting triggers)
         self._answers: dict[int, asyncio.Future[Any]] = {}  # by call, until its AnswerRestore or AnswerTrigger
+        self._hops = ControllerHops(metrics)  # the path after a node's cut, timed (services/controller/hops.py)
 
     # -- lifecycle
 
@@ -132,11 +134,12 @@ class ControllerEngine:
 
     # -- the loop
 
-    def carry_out(self) -> asyncio.Task[None]:
+    def carry_out(self) -> asyncio.Task[float | None]:
         """The machine's effects, drained: its records are appended now (call with no
         await since the machine changed); the rest runs in a task, in order, each effect after
         the durability of the records before it. Await the task (shielded: a caller
-        that goes away does not stop the step) to answer once all of it is durable."""
+        that goes away does not stop the step) to answer once all of it is durable; it
+        gives when (monotonic) its last record was (None: it journaled nothing)."""
         steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]] = []
         for effect in self.machine.drain():  # no await: one step, one log round
             durable = None
@@ -148,9 +151,12 @@ class ControllerEngine:
         self._arm()
         return self.spawn(self._in_order(steps))
 
-    async def _in_order(self, steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]]) -> None:
+    async def _in_order(self, steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]]) -> float | None:
+        durable_at = None  # when the records so far were durable (monotonic): the hops' stamp
         for at, (effect, durable) in enumerate(steps):
             if durable is None:
+                if isinstance(effect, ctl.AnswerTrigger):
+                    self._hops.answering(effect.calls, durable_at)
                 self._effect(effect)
                 continue
             try:
@@ -159,6 +165,8 @@ class ControllerEngine:
                 self.machine.unjournaled([e for e, _ in steps[at:]], error, self._clock())
                 self.carry_out()
                 raise
+            durable_at = self._clock().mono
+        return durable_at
 
     def _effect(self, effect: ctl.Effect) -> None:
         self.metrics.carried_out(effect)
@@ -207,7 +215,10 @@ class ControllerEngine:
         answer = self._answer(call)
         log.info("stop with snapshot %s: fencing every node", snapshot_id)
         self.carry_out()
-        return await asyncio.shield(answer)
+        try:
+            return await asyncio.shield(answer)
+        finally:
+            self._hops.forget(call)  # a stop's answer is no trigger's `visible` (it waits for the nodes too)
 
     async def trigger(self, initiator: str = "", *, broadcast: bool = False, wait: bool = False) -> pb.Snapshot:
         """Start a snapshot at `initiator` (a node of the topology; "": one at
@@ -222,7 +233,14 @@ class ControllerEngine:
         await asyncio.shield(self.carry_out())  # OSError: the machine failed the snapshot (J1)
         self.metrics.apply(measures.journal_wait("trigger", self._clock().mono - now.mono))
         log.info("snapshot %s started at %s", snapshot.snapshot_id, "every node" if broadcast else snapshot.initiator)
-        return snapshot if answer is None else await asyncio.shield(answer)
+        if answer is None or call is None:
+            return snapshot
+        try:
+            ended = await asyncio.shield(answer)
+            self._hops.visible(call, ended, self._clock().mono)
+            return ended
+        finally:
+            self._hops.forget(call)
 
     def _answer(self, call: int) -> asyncio.Future[Any]:
         """The future the machine's answer to `call` (AnswerRestore, AnswerTrigger) settles."""
@@ -235,7 +253,11 @@ class ControllerEngine:
         OSError when it cannot be journaled."""
         now = self._clock()
         snapshot, duplicate = self._fed(self.machine.reported, state, now)
-        await asyncio.shield(self.carry_out())
+        if not duplicate:
+            self._hops.received(state, now)
+        durable_at = await asyncio.shield(self.carry_out())
+        if not duplicate:
+            self._hops.journaled(now, durable_at)
         if snapshot.status == COMPLETE and not duplicate:  # the report's record and the outcome, in one round
             self.metrics.apply(measures.journal_wait("complete", self._clock().mono - now.mono))
 

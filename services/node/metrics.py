@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from snapmesh.bank.formats import TALLY_METRIC, TALLY_METRIC_HELP
+from snapmesh.protocol.hops import HOP_SECONDS, NODE_HOPS
 
 
 STALE_KINDS = ("channel", "start_snapshot", "restore")  # what a node fences by epoch (services/node/servicer.py)
@@ -125,6 +126,13 @@ class NodeMetrics:
             "The largest message this node's gRPC server takes (the largest of what its RPCs may carry)",
             ["node"], registry=r,
         ).labels(node_id)
+        self._hop = Histogram(
+            "snapmesh_snapshot_hop_seconds",
+            "Per snapshot, one hop of its path after this node's cut (snapmesh/protocol/hops.py)",
+            ["node", "hop"], buckets=HOP_SECONDS, registry=r,
+        )
+        for hop in NODE_HOPS:
+            self.hop(hop)
         self.report_failures = Counter(
             "snapmesh_report_state_failures_total", "ReportState calls to the controller that failed", ["node"],
             registry=r,
@@ -188,6 +196,9 @@ class NodeMetrics:
 
     def stream_errors(self, peer: str, side: str) -> Counter:
         return self._stream_errors.labels(self._node, peer, side)
+
+    def hop(self, hop: str) -> Histogram:
+        return self._hop.labels(self._node, hop)
 
     def refused(self, code: str) -> Counter:
         """A refused transfer (the bank's Transfer and TransferBatch)."""

@@ -37,6 +37,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from snapmesh.services.node.channels import backoff_delay
+from snapmesh.services.node.hops import ReportHops
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.serving.durable import write_atomically
@@ -154,12 +155,14 @@ class StateReporter:
         self._rng = random.Random()
         self._pending = pending
         self._kept: dict[str, tuple[pb.FullState, int]] = {}  # finished, not yet durable: sent at `send`
+        self._hops = ReportHops(metrics)  # the path after the cut, timed (services/node/hops.py)
 
     def keep(self, message: pb.FullState, lsn: int) -> None:
         """Keep `message` until `send`, and for a report after a crash. Call it in
         the same synchronous step that logged the records the state rests on (up
         to `lsn`): the log writes the file before any of them that is still buffered."""
         self._kept[message.snapshot_id] = (message, lsn)
+        self._hops.finished(message)
         if self._pending is not None:
             data = self._pending.encode(message, lsn)
             self._log.before_records(functools.partial(self._save, message.snapshot_id, data), len(data))
@@ -174,6 +177,7 @@ class StateReporter:
 
     def send(self, snapshot_id: str) -> None:
         """Report the state kept for `snapshot_id`: the node says it is durable."""
+        self._hops.durable(snapshot_id)
         self._start(*self._kept.pop(snapshot_id))
 
     def resume(self, found: list[tuple[pb.FullState, int]], last_lsn: int) -> None:
@@ -205,6 +209,7 @@ class StateReporter:
 
     def cancel(self, snapshot_id: str) -> None:
         self._kept.pop(snapshot_id, None)
+        self._hops.forget(snapshot_id)
         task = self._tasks.pop(snapshot_id, None)
         if task is not None:
             task.cancel()
@@ -222,12 +227,14 @@ class StateReporter:
         attempt = 0
         while True:
             try:
+                left_at = self._hops.leaving(message)
                 if chunking.needs_chunks(message):
                     chunks = chunking.split_state(message)
                     timeout = REPORT_TIMEOUT_S + REPORT_TIMEOUT_PER_CHUNK_S * len(chunks)
                     await stub.ReportStateChunks(iter(chunks), timeout=timeout)
                 else:
                     await stub.ReportState(message, timeout=REPORT_TIMEOUT_S)
+                self._hops.answered(left_at)
                 log.info("snapshot %s: reported state to the controller", message.snapshot_id)
                 self._forget(message.snapshot_id)
                 return

@@ -57,18 +57,18 @@ class RecordedSnapshot:
         )
 
     @classmethod
-    def from_states(cls, states: Mapping[str, Any]) -> RecordedSnapshot:
-        """From every node's `FullState` report ({node id: FullState})."""
+    def from_states(cls, states: Mapping[str, Any], channels: Iterable[Channel] = ()) -> RecordedSnapshot:
+        """From every node's `FullState` report ({node id: FullState}). A report that lists
+        only the channels it recorded messages on (`only_recorded_channels`) had the other
+        incoming channels of `channels` (the topology) empty, as the controller reads it."""
         (sid,) = {s.snapshot_id for s in states.values()}
-        return cls(
-            snapshot_id=sid,
-            tallies={node: getattr(s, NODE_TALLY_KEY) for node, s in states.items()},
-            in_flight={
-                (c.src, c.dst): [_item(t) for t in c.in_flight]
-                for s in states.values()
-                for c in s.channels
-            },
-        )
+        in_flight: dict[Channel, list[tuple[str, int, int]]] = {
+            (src, dst): [] for src, dst in channels
+            if dst in states and getattr(states[dst], "only_recorded_channels", False)
+        }
+        in_flight.update({(c.src, c.dst): [_item(t) for t in c.in_flight] for s in states.values() for c in s.channels})
+        return cls(snapshot_id=sid, tallies={node: getattr(s, NODE_TALLY_KEY) for node, s in states.items()},
+                   in_flight=in_flight)
 
 
 def _item(transfer: Any) -> tuple[str, int, int]:

@@ -15,8 +15,11 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 
 def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0, done_at_ns: int = 0) -> pb.FullState:
     """A node machine's finished part as the ReportState message the controller takes
-    (overtake mode: with its positions and outbox runs). `cut_at_ns` and `done_at_ns`
-    are wall-clock times for the statistics only (0: unknown)."""
+    (overtake mode: with its positions and outbox runs). It lists only the incoming
+    channels that recorded messages (`only_recorded_channels`): the controller knows
+    the empty ones from the topology, so a report grows with what was in flight, not
+    with the node's channels. `cut_at_ns` and `done_at_ns` are wall-clock times for
+    the statistics only (0: unknown)."""
     node_id = state.node_id
     message = wire.full_state(
         state.tally if state.state is None else 0,  # an app node's state is its bytes: no native tally
@@ -32,8 +35,10 @@ def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0,
                 in_flight=[appstate.in_flight_item(t) for t in transfers],
             )
             for src, transfers in state.channels.items()
+            if transfers
         ],
     )
+    message.only_recorded_channels = True
     if state.state is not None:  # an app's node
         message.state = state.state
         message.app_name, message.app_version = state.app, state.version

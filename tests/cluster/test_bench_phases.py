@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import hosts, phases, util_phase
+from bench import hop_split, hosts, phases, util_phase
 from bench.observe import Sample, Window
 from bench.report import Markers
 from bench.utilisation import RUNQ_FIGURES, JournalRead
@@ -67,6 +67,7 @@ UTIL_KEYS = {  # new (issue 35): the phase paced to a measured utilisation, run-
 }
 LATENCY_KEYS = {"records_per_commit_4n_peak"}  # new (issue 35): log records per group commit at the 4-node peak
 HOSTS_UTIL_KEYS = set(hosts.util_keys())  # new (issue 35): the phase on hosts at a measured utilisation of 0.5
+HOSTS_HOP_KEYS = set(hosts.hop_keys())  # new: the path after the cut, hop by hop, on hosts at 25% of the peak
 OTHER_BENCHES = {  # written by reconcile, store, controller and report, not by a phase set
     "controller_p99_ms_100ms", "controller_start_delay_p99_ms_100ms", "controller_recording_p99_ms_100ms",
     "controller_report_time_p99_ms_100ms", "controller_p50_ms_100ms", "controller_p99_over_unary_p99_100ms",
@@ -137,6 +138,10 @@ class FakeMesh:
         return JournalRead(syncs=10 * done, records=20 * done, snapshots=done, waits={
             "trigger": {0.001: done, 0.002: done, math.inf: done}, "complete": {0.001: 0.0, 0.002: done, math.inf: done}})
 
+    def hops(self) -> hop_split.HopRead:
+        done = float(len(self.complete))  # every hop of every snapshot in the 2 ms bucket
+        return hop_split.HopRead({hop: {0.001: 0.0, 0.002: done, math.inf: done} for hop in hop_split.HOPS})
+
     def runq(self) -> dict[str, int]:
         self.runq_reads += 1  # every process waits 10 ms more at each read
         return {**{f"p{i}": self.runq_reads * 10**7 for i in range(1, self.nodes + 1)},
@@ -178,7 +183,8 @@ class FakeLab:
         from bench import hosts
 
         def run_mode(root, mode, rate, say, snapshots):
-            return {"host_rtt_ms": 10.0, "p50": 30.0, "p99": 45.0, "complete": snapshots, "failed": 0}
+            hops = {k: 2.0 for k in hop_split.FIGURES}
+            return {"host_rtt_ms": 10.0, "p50": 30.0, "p99": 45.0, "complete": snapshots, "failed": 0, **hops}
 
         return hosts.measure(peak_per_s, say, snapshots=snapshots, run=run_mode)
 
@@ -209,11 +215,11 @@ def test_each_phase_set_writes_exactly_the_keys_its_phases_declare(set_name: str
 def test_the_sets_name_the_keys_bench_results_json_has_always_had_plus_the_event_loops() -> None:
     assert phases.declared_keys("overtake") - OVERTAKE_BEFORE == EVENT_LOOP_KEYS | FRAME_KEYS | UTIL_KEYS | LATENCY_KEYS
     assert OVERTAKE_BEFORE - phases.declared_keys("overtake") == set()
-    assert phases.declared_keys("cluster") == CLUSTER_BEFORE | HOSTS_UTIL_KEYS
+    assert phases.declared_keys("cluster") == CLUSTER_BEFORE | HOSTS_UTIL_KEYS | HOSTS_HOP_KEYS
     written = set(json.loads((REPO / "bench" / "results.json").read_text())) - {"date", "machine"}
     every_set = phases.declared_keys("overtake") | phases.declared_keys("cluster")
     assert written - every_set <= OTHER_BENCHES  # nothing in the file that no bench writes
-    new = EVENT_LOOP_KEYS | FRAME_KEYS | UTIL_KEYS | HOSTS_UTIL_KEYS | LATENCY_KEYS
+    new = EVENT_LOOP_KEYS | FRAME_KEYS | UTIL_KEYS | HOSTS_UTIL_KEYS | LATENCY_KEYS | HOSTS_HOP_KEYS
     assert (every_set - new) - written == set()  # every key the sets wrote before is in the file
 
 
@@ -321,6 +327,8 @@ def test_the_utilisation_phase_writes_the_hop_split_and_run_queue_waits_of_each_
         assert run.out[f"journal_complete_wait_p99_ms_{suffix}"] == 2.0
         assert run.out[f"journal_syncs_per_snapshot_{suffix}"] == 10.0
         assert run.out[f"journal_records_per_sync_{suffix}"] == 2.0
+        for hop in ("recorded", "persisted", "sent", "received", "journaled", "visible", "answered"):
+            assert run.out[f"hop_p99_ms_{hop}_{suffix}"] == 2.0  # read from every process before and after
         assert run.out[f"runq_wait_nodes_mean_{suffix}"] > 0  # 10 ms per read over one stand-in second
     assert run.out["snapshot_p99_over_node_rtt_p99_8n_util50_overtake"] == 5.0  # 10 ms / 2 ms
 
@@ -351,3 +359,10 @@ def test_the_phase_on_hosts_at_a_measured_utilisation_writes_the_issues_goal_key
 
 def _run_no_mesh(set_name: str, **kw) -> phases.Run:
     return phases.run_set(set_name, lambda text: None, lab=FakeLab(), **kw)
+
+
+def test_the_phase_on_hosts_writes_each_hops_p99_per_mode() -> None:
+    run = _run_no_mesh("cluster", only=("hosts",), peak=10_000.0)
+    assert HOSTS_HOP_KEYS <= set(run.out)
+    assert {k for k in run.out if k.startswith("hop_p99_ms_")} == HOSTS_HOP_KEYS
+    assert run.out["hop_p99_ms_visible_8n_hosts_5ms_overtake"] == 2.0

@@ -12,6 +12,7 @@ finds them all in /proc afterwards; one still running holds its ports too.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from bench import hop_split
 from bench.__main__ import BENCHMARKS
+from bench.utilisation import TARGETS, util_suffix
 from support.polling import WaitTimedOut, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,6 +35,10 @@ TAG = "SNAPMESH_BENCH_SMOKE_RUN"  # set for one bench's run: every process it st
 TIMEOUT_S = 420
 
 pytestmark = [pytest.mark.bench]
+
+# Figures a smoke run must print (it writes none): the path after the cut, hop by hop, of the
+# utilisation phase's one smoke variant (bench.hop_split), each a finite time.
+PRINTED = {"overtake": [f"{k}_8n_{util_suffix(t)}_overtake" for t in TARGETS for k in hop_split.FIGURES]}
 
 
 def tagged(tag: str) -> list[int]:
@@ -82,6 +89,9 @@ def test_every_bench_runs_at_smoke_size_writes_no_figures_and_leaves_no_process(
     print(f"bench {name}: smoke in {took:.1f}s")
     assert done.returncode == 0, f"bench {name} exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     assert f"=== bench {name} ===" in done.stdout
+    printed = dict(re.findall(r"^(\w+)\s+([-\d,.]+|nan)$", done.stdout, re.MULTILINE))
+    for key in PRINTED.get(name, ()):
+        assert key in printed and float(printed[key].replace(",", "")) > 0, f"bench {name}: {key} {printed.get(key)}"
     assert RESULTS.read_bytes() == before, f"bench {name}'s smoke run wrote bench/results.json"
     assert not stray, f"bench {name} left processes running:\n" + "\n".join(stray)
 

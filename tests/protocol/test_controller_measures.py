@@ -65,7 +65,8 @@ def test_a_restart_moves_the_last_complete_time_only_for_complete_snapshots_and_
 def test_every_measure_names_a_metric_of_the_table_with_a_label_exactly_when_the_metric_has_one() -> None:
     complete = finished(pb.Snapshot.COMPLETE, {"a": (1, 1, 1, 1, 1)})
     every = [*m.of(ctl.Finished(complete)), *m.of(ctl.RestoreDone(pb.Restore())), *m.refused(ctl.StaleReport("x")),
-             *m.refused(ctl.TooManySnapshots("x")), *m.journal_round(1), *m.journal_wait("complete", 1)]
+             *m.refused(ctl.TooManySnapshots("x")), *m.journal_round(1), *m.journal_wait("complete", 1),
+             *m.hop("visible", 0.5)]
     assert {x.metric for x in every} == set(m.METRICS) - {"in_progress", "epoch"}  # those two are read, not moved
     for x in every:
         metric = m.METRICS[x.metric]
@@ -73,3 +74,11 @@ def test_every_measure_names_a_metric_of_the_table_with_a_label_exactly_when_the
         if metric.label is not None and metric.label[0] != m.NODE:
             assert x.label in metric.label[1], x
     assert {metric.reads for metric in m.METRICS.values() if metric.reads} == {"in_progress", "epoch"}
+
+
+def test_a_hop_is_one_of_the_controllers_never_below_0_and_an_unknown_duration_moves_nothing() -> None:
+    assert m.hop("received", -0.002) == [m.Measure("hop", 0.0, "received")]  # two clocks: skew below 0 counts as 0
+    assert m.hop("journaled", 0.004) == [m.Measure("hop", 0.004, "journaled")]
+    assert m.hop("received", None) == []  # a report from a node that sent no stamp
+    with pytest.raises(ValueError, match="no controller hop 'persisted'"):  # a node's hop, not the controller's
+        m.hop("persisted", 0.1)

@@ -134,6 +134,7 @@ BANK_MUTATIONS_SEEDS = {
     "node-restore-answer-before-durable": 10, "node-restore-keeps-streams": 7,
     "controller-replay-no-resume": 9, "restore-answers-join-at-once": 5,
     "controller-trigger-answer-before-durable": 0, "controller-trigger-answer-dropped": 24,
+    "report-leaves-out-a-recorded-channel": 2,
 }
 
 

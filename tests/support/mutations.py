@@ -440,7 +440,21 @@ def _report_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(node_mod.Node, "_drain", broken)
 
 
+def _report_leaves_out_a_recorded_channel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node's report of recorded channels only (only_recorded_channels) leaves out one that recorded messages."""
+    from snapmesh.sim import controller as sim_controller
+    made = sim_controller.report_message
+
+    def broken(*args, **kwargs):
+        message = made(*args, **kwargs)
+        del message.channels[:1]  # the tracker reads it as empty
+        return message
+
+    monkeypatch.setattr(sim_controller, "report_message", broken)
+
+
 MUTATIONS = {
+    "report-leaves-out-a-recorded-channel": _report_leaves_out_a_recorded_channel,
     "controller-start-before-durable": _controller_starts_before_durable,
     "controller-finish-before-durable": _controller_finishes_before_durable,
     "controller-trigger-answer-before-durable": _trigger_answered_before_durable,

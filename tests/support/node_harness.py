@@ -207,7 +207,7 @@ class Cluster(supervisor.Cluster):
 
     def check_snapshots(self, logs: dict[str, list[dict]], *reports: dict[str, pb.FullState]) -> None:
         """The one log checker (snapmesh/checking/logcheck.py) on snapshots given as every node's FullState."""
-        snapshots = [RecordedSnapshot.from_states(states) for states in reports]
+        snapshots = [RecordedSnapshot.from_states(states, self.channels) for states in reports]
         check_logs(logs, snapshots, channels=self.channels, total=self.total)
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from snapmesh.protocol.controller.effects import Effect, Finished, RestoreDone
 from snapmesh.protocol.controller.refusals import StaleReport, TooManySnapshots
 from snapmesh.protocol.controller.tracker import COMPLETE, duration_s
+from snapmesh.protocol.hops import CONTROLLER_HOPS, HOP_SECONDS
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 FINISHED = ("COMPLETE", "FAILED")  # a finished snapshot's status, as the API names it
@@ -84,6 +85,11 @@ METRICS = {
     "journal_wait": Metric("histogram", "snapmesh_controller_journal_wait_seconds",
                            "Per step on a snapshot's critical path (trigger, complete): received to its journal records durable",
                            ("step", JOURNAL_STEPS), JOURNAL_WAIT_SECONDS),
+    # The controller's hops of a snapshot's path after a node's cut (snapmesh/protocol/hops.py): received and
+    # journaled per report, visible per COMPLETE snapshot a trigger waits for. The nodes export theirs by the same name.
+    "hop": Metric("histogram", "snapmesh_snapshot_hop_seconds",
+                  "One hop of a snapshot's path after a node's cut, at the controller (snapmesh/protocol/hops.py)",
+                  ("hop", CONTROLLER_HOPS), HOP_SECONDS),
     "journal_syncs": Metric("counter", "snapmesh_controller_journal_syncs", "fdatasync rounds of the controller's journal"),
     "journal_records": Metric("counter", "snapmesh_controller_journal_records",
                               "Records the controller's journal made durable"),
@@ -146,6 +152,13 @@ def refused(refusal: Exception) -> list[Measure]:
 def journal_round(records: int) -> list[Measure]:
     """One fdatasync round of the journal that made `records` durable."""
     return [Measure("journal_syncs", 1), Measure("journal_records", records)]
+
+
+def hop(name: str, seconds: float | None) -> list[Measure]:
+    """One of CONTROLLER_HOPS took `seconds` (None: not known, nothing observed)."""
+    if name not in CONTROLLER_HOPS:
+        raise ValueError(f"no controller hop {name!r}: {', '.join(CONTROLLER_HOPS)}")
+    return [] if seconds is None else [Measure("hop", max(0.0, seconds), name)]
 
 
 def journal_wait(step: str, seconds: float) -> list[Measure]:

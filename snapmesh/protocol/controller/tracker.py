@@ -16,10 +16,12 @@ T1. A snapshot is IN_PROGRESS from `start` until every node of the topology has
     caller fails it), when it becomes FAILED. COMPLETE and FAILED are final.
 T2. A report is accepted only for an IN_PROGRESS snapshot, from a node of the
     topology that has not reported yet, and must describe exactly the node's
-    incoming channels (every one, once, with dst = the node), and the app's side
-    must find its fields right. A refused report changes nothing. A repeat of a
-    report already taken (the same node entry and channels: a node retrying after
-    a lost answer) is accepted as a duplicate and changes nothing, also once the
+    incoming channels (each once, with dst = the node: every one, or with
+    `only_recorded_channels` those it recorded messages on, every other one
+    empty), and the app's side must find its fields right. A refused report
+    changes nothing. A repeat of a report already taken (the same node entry and
+    the same recorded messages, an empty channel listed or not: a node retrying
+    after a lost answer) is accepted as a duplicate and changes nothing, also once the
     snapshot is COMPLETE; a repeat that differs is refused, naming the node and snapshot.
 T3. A COMPLETE snapshot lists every node and every channel of the topology, in
     topology order; the app's side, handed the tally it kept of the nodes and the
@@ -338,9 +340,10 @@ class Tracker:
         if mode == "overtake":
             _check_overtake_parts(state, expected)
         missing = sorted(expected - seen.keys())
-        if missing:
+        if missing and not state.only_recorded_channels:
             names = ", ".join(f"{src}->{state.node_id}" for src in missing)
             raise InvalidReport(f"node {state.node_id!r} did not report its incoming channel(s) {names}")
+        seen.update((src, []) for src in missing)  # a report of recorded channels only: the others were empty
         try:
             tallies = self.side.part(state, seen)
         except PartRefused as exc:
@@ -355,6 +358,8 @@ class Tracker:
         for node in self.topology.nodes:
             tally += self._fill(snapshot.nodes.add(), pending.reports[node])
         by_channel = {(c.src, c.dst): c for r in pending.reports.values() for c in r.channels}
+        for src, dst in self.topology.channels:  # left out of a report of recorded channels only: empty
+            by_channel.setdefault((src, dst), pb.ChannelState(src=src, dst=dst))
         if self.snapshot_mode == "overtake":
             outbox, positions = self._overtake_parts(pending)
             for src, dst in self.topology.channels:
@@ -398,8 +403,8 @@ class Tracker:
     def _same_part(self, state: pb.FullState, entry: pb.NodeBalance, channels) -> bool:
         """Whether a report records what an earlier one did, kept as `entry` and
         `channels` (timestamps aside)."""
-        def key(channels):
-            return sorted((c.src, c.SerializeToString(deterministic=True)) for c in channels)
+        def key(channels):  # an empty channel says nothing a report that leaves it out does not
+            return sorted((c.src, c.SerializeToString(deterministic=True)) for c in channels if len(c.in_flight))
 
         return self._entry(state) == entry and key(state.channels) == key(channels)
 
