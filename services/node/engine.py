@@ -248,7 +248,7 @@ class Engine:
         """The Fence call's step (fence.py F1-F3; raises FenceRefused, changing nothing). STOP
         logs the `stop` record; once it is durable the shell sets `stopped`."""
         if step == pb.FenceRequest.FENCE:
-            self.fence.fence(snapshot_id, now=self._now(), lift_after=lift_after)
+            self.fence.close(snapshot_id, now=self._now(), lift_after=lift_after)
         elif step == pb.FenceRequest.LIFT:
             self.fence.lift(snapshot_id)
         elif self.fence.stop(snapshot_id, now=self._now()):

@@ -26,15 +26,15 @@ SID = "20261129T100000.000000Z-00000001"
 def fence_in(state: str) -> Fence:
     fence = Fence("p1", stopped=SID if state == STOPPED else "")
     if state == FENCED:
-        fence.fence(SID)
+        fence.close(SID)
     return fence
 
 
 @pytest.mark.parametrize("state", [OPEN, FENCED, STOPPED])
-@pytest.mark.parametrize("step", ["fence", "lift", "stop", "restored"])
+@pytest.mark.parametrize("step", ["close", "lift", "stop", "restored"])
 def test_every_state_and_step_is_a_transition_or_a_refusal_that_changes_nothing(state: str, step: str) -> None:
     expected = {
-        (OPEN, "fence"): FENCED, (FENCED, "fence"): FENCED, (STOPPED, "fence"): FenceRefused,  # F1, F4
+        (OPEN, "close"): FENCED, (FENCED, "close"): FENCED, (STOPPED, "close"): FenceRefused,  # F1, F4
         (OPEN, "lift"): OPEN, (FENCED, "lift"): OPEN, (STOPPED, "lift"): STOPPED,  # F2
         (OPEN, "stop"): FenceRefused, (FENCED, "stop"): STOPPED, (STOPPED, "stop"): STOPPED,  # F3
         (OPEN, "restored"): OPEN, (FENCED, "restored"): OPEN, (STOPPED, "restored"): OPEN,  # F5
@@ -149,11 +149,11 @@ def test_a_log_ending_in_a_stop_starts_under_another_version_fenced_and_a_restor
 
 def test_a_fence_with_no_stop_lifts_itself_at_its_time_and_a_late_stop_is_refused() -> None:
     fence = Fence("p1")
-    fence.fence(SID, now=100.0, lift_after=30.0)  # F6
+    fence.close(SID, now=100.0, lift_after=30.0)  # F6
     assert fence.refusal("Submit", 129.9) and fence.state == FENCED
     assert fence.refusal("Submit", 130.0) == "" and fence.state == OPEN
-    fence.fence(SID, now=200.0, lift_after=30.0)
+    fence.close(SID, now=200.0, lift_after=30.0)
     with pytest.raises(FenceRefused, match="it is open"):
         fence.stop(SID, now=231.0)
-    fence.fence(SID, now=300.0)  # no time given: until lifted
+    fence.close(SID, now=300.0)  # no time given: until lifted
     assert fence.refusal("Submit", 10**9) and fence.stop(SID, now=10**9)

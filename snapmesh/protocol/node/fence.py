@@ -52,7 +52,7 @@ class Fence:
         self.snapshot_id = stopped
         self.until: float | None = None  # F6: FENCED holds until this `now` (None: until lifted)
 
-    def fence(self, snapshot_id: str, *, now: float = 0.0, lift_after: float = 0.0) -> None:
+    def close(self, snapshot_id: str, *, now: float = 0.0, lift_after: float = 0.0) -> None:
         """F1 (F4: refused when STOPPED); F6: `lift_after` seconds from `now` (0: until lifted)."""
         if self.state == STOPPED:
             raise FenceRefused(f"node {self.node_id} is stopped for snapshot {self.snapshot_id}: restore it first")
