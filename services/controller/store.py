@@ -33,8 +33,8 @@ Blocks are written before the manifest that names them, and counted per stored
 snapshot (`BlockRefs`, snapmesh/protocol/controller/blockrefs.py). Deleting a
 snapshot (retention) removes its files, durably, and only then the blocks no
 other stored snapshot references. The counts are rebuilt from the manifests by
-`load_all`, which also removes the blocks no manifest names: what a deletion or a
-filing cut short by a crash left behind. So a crash anywhere in either leaves
+`load_all`; then the controller's `sweep` removes the blocks no manifest names:
+what a deletion or a filing cut short by a crash left behind. So a crash anywhere in either leaves
 every stored snapshot's blocks in place.
 """
 
@@ -194,10 +194,18 @@ class SnapshotStore:
                 self.damaged.pop(snapshot.snapshot_id, None)
                 if path.suffix == ".pb":
                     self.index.add(snapshot.snapshot_id, snapshot.status)
-        if swept := self.blocks.sweep({name for name in self.blocks.names() if self.refs.referenced(name)}):
-            warnings.append(f"removed {swept} blocks under {self.blocks.directory} that no stored snapshot names "
-                            "(left by a deletion or a write cut short)")
         return [found[k] for k in sorted(found)], warnings
+
+    def sweep(self) -> str:
+        """After `load_all`, by the controller that owns the data dir, before it files
+        anything: remove the blocks no stored snapshot names (what a deletion or a
+        filing cut short left). What it did, for the log ("" : nothing). Never by a
+        reader of someone else's store: a filing under way writes blocks before the
+        manifest that names them."""
+        if swept := self.blocks.sweep({name for name in self.blocks.names() if self.refs.referenced(name)}):
+            return (f"removed {swept} blocks under {self.blocks.directory} that no stored snapshot names "
+                    "(left by a deletion or a filing cut short)")
+        return ""
 
     def load(self, snapshot_id: str) -> pb.Snapshot | None:
         """One filed snapshot from its compact file; None when there is none
