@@ -19,6 +19,15 @@ B2. An empty state stays inline (there is nothing to name); so does every state
 B3. A block is only ever read through its hash: `whole_form` names each block it
     cannot find or whose content does not hash to its name (snapshot, node,
     hash), and rebuilds nothing then.
+B4. A node's report may carry its state as blocks (`referenced_report`): the
+    manifest, and the contents of only the blocks the node does not take the
+    controller to hold. `whole_report` rebuilds the report the node made, byte
+    for byte, from the blocks sent and the controller's own (each checked
+    against its name); a block found in neither is named, and then nothing is
+    rebuilt (the controller refuses it, MISSING; the node sends the state whole).
+    The node's belief may be stale (a block retention deleted since, a
+    snapshot that failed before it was filed): a refusal costs one round, never
+    a wrong state.
 
 Why fixed-size blocks of 8 KiB: a state that changes in place (a blob written at
 offsets, kvshard's keys in ranges) changes the blocks it touches and no other;
@@ -39,6 +48,7 @@ from dataclasses import dataclass
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 BLOCK_BYTES = 8 * 1024
+MISSING = "missing blocks"  # how a refused report's details start (B4)
 
 
 def block_hash(block: bytes) -> bytes:
@@ -118,3 +128,50 @@ def whole_form(
         node.state = b"".join(parts)
     return (None, problems) if problems else (whole, [])
 
+
+
+def referenced_report(report: pb.FullState, held: set[bytes]) -> tuple[pb.FullState | None, set[bytes]]:
+    """`report` (not changed) with its state as blocks, sending only those not in
+    `held`, and every block of its state; None in place of the report when it has
+    no state or none of its blocks is held (B4: then it goes whole)."""
+    if not report.HasField("state") or not report.state:
+        return None, set()
+    parts = split(report.state)
+    names = [block_hash(block) for block in parts]
+    if held.isdisjoint(names):
+        return None, set(names)
+    sent = pb.FullState()
+    sent.CopyFrom(report)
+    sent.ClearField("state")
+    sent.state_blocks.hashes.extend(names)
+    new: set[bytes] = set()
+    for name, block in zip(names, parts, strict=True):
+        if name not in held and name not in new:
+            new.add(name)
+            sent.blocks.append(block)
+    return sent, set(names)
+
+
+def whole_report(sent: pb.FullState, read: Callable[[bytes], bytes | None]) -> tuple[pb.FullState | None, list[bytes]]:
+    """The report `sent` stood for (B4), each block from those it carries or else
+    `read(hash)` (the controller's; None: it has none), and the blocks found in
+    neither, in manifest order; None in place of the report when there is one."""
+    carried = {block_hash(block): block for block in sent.blocks}
+    parts: list[bytes] = []
+    missing: list[bytes] = []
+    for name in sent.state_blocks.hashes:
+        block = carried.get(name)
+        if block is None and (block := read(name)) is not None and block_hash(block) != name:
+            block = None  # a corrupt block of the controller's is as good as none
+        if block is None:
+            missing.append(name)
+        else:
+            parts.append(block)
+    if missing:
+        return None, missing
+    whole = pb.FullState()
+    whole.CopyFrom(sent)
+    whole.ClearField("state_blocks")
+    whole.ClearField("blocks")
+    whole.state = b"".join(parts)
+    return whole, []

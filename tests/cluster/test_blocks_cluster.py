@@ -3,7 +3,8 @@ app whose state is a blob of 4 MiB per node (2 nodes), snapshotted through real 
 
 - Two snapshots of states that barely changed store the unchanged blocks once: the
   second adds the one block the change touched to controller/blocks (files and
-  bytes counted there). Both verify; after a controller restart (its snapshots read
+  bytes counted there), and each node's report of it sends only the blocks the
+  controller lacks (the node's log says how many bytes it sent). Both verify; after a controller restart (its snapshots read
   from the files) a restore of the first works, and the snapshot after it has the
   first one's states and adds no block.
 - Retention with `keep = 2` and states that change whole at every snapshot: the
@@ -12,11 +13,14 @@ app whose state is a blob of 4 MiB per node (2 nodes), snapshotted through real 
   verifies, the blocks no manifest names are gone, and retention goes on.
 - A missing or corrupt block is named (snapshot, node, hash) by `snapshot verify`,
   and a restore of its snapshot is refused with DATA_LOSS naming it, no node changed.
+  A node's report naming the missing block is refused; the node sends its state
+  whole and the snapshot completes.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -154,6 +158,13 @@ def digests(cluster: Cluster, sid: str) -> dict[str, str]:
     return {node.node_id: node.state_digest for node in found.nodes}
 
 
+def reported(cluster: Cluster, node_id: str, sid: str) -> int:
+    """The bytes the node's log says its report of `sid` sent."""
+    pattern = re.compile(rf"snapshot {sid}: reported state to the controller \((\d+) bytes\)")
+    found = wait_for(lambda: pattern.search(cluster.node(node_id).output()), timeout=30, what=f"{node_id}'s report")
+    return int(found.group(1))
+
+
 def test_two_snapshots_of_mostly_unchanged_states_store_the_unchanged_blocks_once(cluster, capsys):
     first = snapshot(cluster)
     filed(cluster, first)
@@ -165,6 +176,9 @@ def test_two_snapshots_of_mostly_unchanged_states_store_the_unchanged_blocks_onc
     assert len(blocks_now) == 2 * PER_NODE + 1 and sum(blocks_now.values()) == 2 * SIZE + blocks.BLOCK_BYTES
     assert stored(cluster, second).stat().st_size < 64 * 1024  # manifests, not 8 MiB of states
     assert len(names(stored(cluster, first)) & names(stored(cluster, second))) == 2 * PER_NODE - 1
+    assert all(reported(cluster, node, first) > SIZE for node in ("p1", "p2"))  # whole: nothing held yet
+    assert reported(cluster, "p2", second) < PER_NODE * 40  # its manifest alone
+    assert reported(cluster, "p1", second) < PER_NODE * 40 + blocks.BLOCK_BYTES  # and the one changed block
     for sid in (first, second):
         code, out = verify(cluster, sid, capsys)
         assert code == 0 and "each matching its hash" in out, out
@@ -242,18 +256,21 @@ def test_a_missing_or_corrupt_block_is_named_by_verify_and_refused_by_restore(cl
     sid = snapshot(cluster)
     path = filed(cluster, sid)
     manifest = snapshot_file.read_stored(path)[0]
+    owner = manifest.nodes[0].node_id
     gone = manifest.nodes[0].state_blocks.hashes[5]
     (data(cluster) / "controller" / "blocks" / gone.hex()).unlink()
     code, out = verify(cluster, sid, capsys)
-    assert code == 1 and f"snapshot {sid}, node {manifest.nodes[0].node_id}, block sha256:{gone.hex()}: missing" in out
-    command(cluster, "p1", "poke 0 1")
-    before = snapshot(cluster)
+    assert code == 1 and f"snapshot {sid}, node {owner}, block sha256:{gone.hex()}: missing" in out
     with controller(cluster) as channel, pytest.raises(grpc.RpcError) as refused:
         pb_grpc.ControllerStub(channel).RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=sid), timeout=60)
     assert refused.value.code() == grpc.StatusCode.DATA_LOSS
     assert "not restored (nothing changed)" in refused.value.details() and gone.hex() in refused.value.details()
-    after = snapshot(cluster)
-    assert digests(cluster, after) == digests(cluster, before)  # no node changed
+    after = snapshot(cluster)  # the owner's report names the missing block: refused, then sent whole
+    assert digests(cluster, after) == digests(cluster, sid)  # no node changed
+    assert "missing blocks" in cluster.node(owner).output() and reported(cluster, owner, after) > SIZE
+    filed(cluster, after)
+    code, out = verify(cluster, after, capsys)
+    assert code == 0, out
 
     bad = manifest.nodes[1].state_blocks.hashes[0]
     (data(cluster) / "controller" / "blocks" / bad.hex()).write_bytes(b"\x00" * blocks.BLOCK_BYTES)

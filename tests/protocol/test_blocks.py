@@ -75,3 +75,56 @@ def test_a_block_goes_only_when_its_last_holder_does():
     assert refs.hold("b", [b"z", b"w"]) == {b"y"}  # filed again, naming other blocks
     assert refs.drop("b") == {b"z", b"w"} and len(refs) == 0
     assert refs.drop("unknown") == set()
+
+
+def report(state: bytes) -> pb.FullState:
+    message = pb.FullState(snapshot_id="s2", node_id="p1", epoch=1, app_name="blob", app_version=1, state=state)
+    message.channels.add(src="p2", dst="p1").in_flight.add(msg_id="p2:p1:1", seq=1, payload=b"m")
+    return message
+
+
+def test_a_report_as_blocks_sends_only_the_blocks_not_held_and_rebuilds_byte_for_byte():
+    before = random.Random(3).randbytes(6 * B)
+    after = before[:2 * B] + bytes(100) + before[2 * B + 100:]
+    _, held = blocks.referenced_report(report(before), set())
+    sent, names = blocks.referenced_report(report(after), held)
+    assert len(names) == 6 and len(sent.blocks) == 1 and not sent.HasField("state")
+    assert sent.ByteSize() < B + 6 * 34 + 300 < report(after).ByteSize() / 5  # one block, six names
+    on_disk = {name: block for name, block in zip(sent.state_blocks.hashes, blocks.split(after), strict=True)
+               if name in held}
+    whole, missing = blocks.whole_report(sent, on_disk.get)
+    assert missing == [] and whole.SerializeToString(deterministic=True) == report(after).SerializeToString(
+        deterministic=True)
+
+
+def test_a_report_goes_whole_when_nothing_is_held_or_it_has_no_state():
+    assert blocks.referenced_report(report(b"abc"), set())[0] is None
+    assert blocks.referenced_report(pb.FullState(snapshot_id="s", node_id="p1", balance=5), {b"x"}) == (None, set())
+
+
+def test_a_reference_the_controller_cannot_resolve_is_named_and_nothing_is_rebuilt():
+    state = random.Random(4).randbytes(3 * B)
+    _, held = blocks.referenced_report(report(state), set())
+    sent, _ = blocks.referenced_report(report(state), held)
+    assert len(sent.blocks) == 0
+    first, second, third = sent.state_blocks.hashes
+    mine = {first: blocks.split(state)[0], second: b"corrupt"}
+    whole, missing = blocks.whole_report(sent, mine.get)
+    assert whole is None and missing == [second, third]
+
+
+def test_the_node_sends_blocks_once_the_controller_takes_them_and_whole_after_a_refusal():
+    from snapmesh.services.node.sentblocks import SentBlocks
+
+    memory = SentBlocks()
+    state = random.Random(5).randbytes(4 * B)
+    sent, names = memory.form(report(state))
+    assert sent.HasField("state")  # nothing said yet: whole
+    memory.accepted(pb.ReportStateResponse(), names)  # a controller from before blocks
+    assert memory.form(report(state))[0].HasField("state")
+    memory.accepted(pb.ReportStateResponse(takes_blocks=True), names)
+    sent, _ = memory.form(report(state))
+    assert sent.HasField("state_blocks") and len(sent.blocks) == 0
+    assert not memory.refused("snapshot s2 is unknown")
+    assert memory.refused(f"{blocks.MISSING}: 1 of the state of p1 ...")
+    assert memory.form(report(state))[0].HasField("state")
