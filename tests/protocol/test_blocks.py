@@ -112,19 +112,3 @@ def test_a_reference_the_controller_cannot_resolve_is_named_and_nothing_is_rebui
     whole, missing = blocks.whole_report(sent, mine.get)
     assert whole is None and missing == [second, third]
 
-
-def test_the_node_sends_blocks_once_the_controller_takes_them_and_whole_after_a_refusal():
-    from snapmesh.services.node.sentblocks import SentBlocks
-
-    memory = SentBlocks()
-    state = random.Random(5).randbytes(4 * B)
-    sent, names = memory.form(report(state))
-    assert sent.HasField("state")  # nothing said yet: whole
-    memory.accepted(pb.ReportStateResponse(), names)  # a controller from before blocks
-    assert memory.form(report(state))[0].HasField("state")
-    memory.accepted(pb.ReportStateResponse(takes_blocks=True), names)
-    sent, _ = memory.form(report(state))
-    assert sent.HasField("state_blocks") and len(sent.blocks) == 0
-    assert not memory.refused("snapshot s2 is unknown")
-    assert memory.refused(f"{blocks.MISSING}: 1 of the state of p1 ...")
-    assert memory.form(report(state))[0].HasField("state")
