@@ -116,6 +116,8 @@ async def _serve_locked(
     )
     store = SnapshotStore(cfg.snapshots_dir, cfg.data_dir / "controller" / "snapshots")
     snapshots, warnings = store.load_all()
+    if swept := store.sweep():  # this controller owns the data dir (its lock): nothing is being filed
+        warnings.append(swept)
     say(log, *loglines.loaded(len(snapshots), str(store.compact_directory), warnings))
     missing = {s.snapshot_id: m for s in snapshots if any(m := store.missing_files(s.snapshot_id))}
     machine.loaded(snapshots, missing=missing)  # the machine decides what to file again (replay.py S2)

@@ -24,8 +24,9 @@ from typing import Any
 import grpc
 
 from snapmesh.services.controller.engine import ControllerEngine
-from snapmesh.protocol import chunking
+from snapmesh.protocol import blocks, chunking
 from snapmesh.protocol.controller import answers, cluster, listing, statuses
+from snapmesh.protocol.controller.refusals import MissingBlocks
 from snapmesh.protocol.controller.tracker import UnknownSnapshot
 from snapmesh.settings.agreement import Agreement
 from snapmesh.protocol.retry import Retry
@@ -170,8 +171,19 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
         await credentials.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
         listing.check_id(request.snapshot_id)
+        if request.HasField("state_blocks"):  # rebuilt before anything reads it (blocks.py B4)
+            request = await asyncio.to_thread(self._whole_report, request)
         await self.engine.report(request)
-        return pb.ReportStateResponse()
+        return pb.ReportStateResponse(takes_blocks=True)
+
+    def _whole_report(self, sent: pb.FullState) -> pb.FullState:
+        """The report `sent` as blocks stood for, its references read from the store's blocks (a thread)."""
+        whole, missing = blocks.whole_report(sent, self.engine.writer.store.blocks.read)
+        if whole is None:
+            shown = ", ".join(f"sha256:{name.hex()}" for name in missing[:3]) + (" ..." if len(missing) > 3 else "")
+            raise MissingBlocks(f"{blocks.MISSING}: {len(missing)} of the state of {sent.node_id} in snapshot "
+                                f"{sent.snapshot_id} are neither sent nor held here ({shown}); send the state whole")
+        return whole
 
     @_answers("report")
     async def ReportStateChunks(self, request_iterator, context) -> pb.ReportStateResponse:

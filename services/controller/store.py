@@ -3,7 +3,10 @@
 Two files per finished snapshot:
 
 - `<data_dir>/controller/snapshots/<id>.pb`: the compact store of record, the
-  Snapshot's protobuf bytes. The controller loads these on start.
+  Snapshot's protobuf bytes, each app node's state as a manifest of block hashes
+  (snapmesh/protocol/blocks.py), each block stored once under
+  `<data_dir>/controller/blocks/<hex>` (`BlockDir`) however many snapshots hold it.
+  The controller loads these on start.
 - `<data_dir>/snapshots/<id>.json`: the proto JSON export (snake_case names) that
   the README, grpcurl users and the Spark job read. Same content; `export.py`
   renders it, and `python -m bench store` measures both.
@@ -25,6 +28,14 @@ The store keeps an index of its filed snapshots, id -> status (`FiledIndex`):
 built by `load_all` at start, kept up to date as files are written and deleted.
 A filtered ListSnapshots pages through it without reading a file or listing the
 directory; only the snapshots of the page are read (off the event loop).
+
+Blocks are written before the manifest that names them, and counted per stored
+snapshot (`BlockRefs`, snapmesh/protocol/controller/blockrefs.py). Deleting a
+snapshot (retention) removes its files, durably, and only then the blocks no
+other stored snapshot references. The counts are rebuilt from the manifests by
+`load_all`; then the controller's `sweep` removes the blocks no manifest names:
+what a deletion or a filing cut short by a crash left behind. So a crash anywhere in either leaves
+every stored snapshot's blocks in place.
 """
 
 from __future__ import annotations
@@ -37,8 +48,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from snapmesh.services.controller import export
+from snapmesh.services.controller.blockdir import BlockDir
 from snapmesh.checking import snapshot_file
-from snapmesh.serving.durable import write_atomically
+from snapmesh.protocol import blocks
+from snapmesh.protocol.controller.blockrefs import BlockRefs
+from snapmesh.serving.durable import fsync_dir, write_atomically
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -103,6 +117,8 @@ class SnapshotStore:
         self.compact_directory = Path(compact_directory)
         self.damaged: dict[str, str] = {}  # by load_all: snapshot id -> why no file of it is intact
         self.index = FiledIndex()  # by load_all and every write and delete here
+        self.blocks = BlockDir(self.compact_directory.parent / "blocks")
+        self.refs = BlockRefs()  # by load_all and every write and delete here (the writer's thread)
 
     def path(self, snapshot_id: str) -> Path:
         return self.directory / f"{snapshot_id}.json"
@@ -111,17 +127,28 @@ class SnapshotStore:
         return self.compact_directory / f"{snapshot_id}.pb"
 
     def save_compact(self, snapshot: pb.Snapshot) -> str:
-        """Write the compact file; returns the checksum it carries."""
-        data, digest = snapshot_file.sealed_bytes(snapshot)
+        """Write the blocks the store lacks, then the compact file; returns the checksum it carries."""
+        stored, new = blocks.stored_form(snapshot)
+        written, size = self.blocks.write(new)
+        if written:
+            log.info("snapshot %s: %d new blocks (%d bytes) of %d", snapshot.snapshot_id, written, size, len(new))
+        data, digest = snapshot_file.sealed_bytes(snapshot, stored)
+        freed = self.refs.hold(snapshot.snapshot_id, new)  # before the file: a crash leaves garbage, never a gap
         write_atomically(self.compact_path(snapshot.snapshot_id), data)
+        self.blocks.delete(freed)
         self.index.add(snapshot.snapshot_id, snapshot.status)
         return digest
 
-    def delete(self, snapshot_id: str) -> None:
-        """Both files of `snapshot_id` (retention); it leaves the index first."""
+    def delete(self, snapshot_id: str) -> int:
+        """Both files of `snapshot_id` (retention), durably, then the blocks no
+        other stored snapshot references; it leaves the index first. How many blocks went."""
         self.index.remove(snapshot_id)
         for path in (self.compact_path(snapshot_id), self.path(snapshot_id)):
             path.unlink(missing_ok=True)
+        for directory in (self.compact_directory, self.directory):
+            if directory.is_dir():
+                fsync_dir(directory)
+        return self.blocks.delete(self.refs.drop(snapshot_id))
 
     def export_json(self, snapshot: pb.Snapshot, digest: str = "") -> Path:
         """Write the JSON export (`digest`: the snapshot's checksum, when known):
@@ -149,7 +176,10 @@ class SnapshotStore:
             if path.stem in found:
                 continue
             try:
-                snapshot, marked = snapshot_file.read_marked(path)
+                snapshot, marked = snapshot_file.read_stored(path)
+                if path.suffix == ".pb":  # its blocks stay, readable or not, while its file does
+                    self.refs.hold(path.stem, blocks.hashes(snapshot))
+                snapshot = snapshot_file.whole(snapshot, path)
             except snapshot_file.Unreadable as exc:
                 warnings.append(f"skipping snapshot file {path}: cannot parse it: {exc}")
                 self.damaged.setdefault(path.stem, str(exc))
@@ -165,6 +195,17 @@ class SnapshotStore:
                 if path.suffix == ".pb":
                     self.index.add(snapshot.snapshot_id, snapshot.status)
         return [found[k] for k in sorted(found)], warnings
+
+    def sweep(self) -> str:
+        """After `load_all`, by the controller that owns the data dir, before it files
+        anything: remove the blocks no stored snapshot names (what a deletion or a
+        filing cut short left). What it did, for the log ("" : nothing). Never by a
+        reader of someone else's store: a filing under way writes blocks before the
+        manifest that names them."""
+        if swept := self.blocks.sweep({name for name in self.blocks.names() if self.refs.referenced(name)}):
+            return (f"removed {swept} blocks under {self.blocks.directory} that no stored snapshot names "
+                    "(left by a deletion or a filing cut short)")
+        return ""
 
     def load(self, snapshot_id: str) -> pb.Snapshot | None:
         """One filed snapshot from its compact file; None when there is none
@@ -235,8 +276,12 @@ class StoreWriter:
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
             if isinstance(item, str):
-                self.store.delete(item)
-                log.info("snapshot %s: files deleted (retention)", item)
+                try:
+                    blocks_gone = self.store.delete(item)
+                except OSError as exc:
+                    log.error("cannot delete snapshot %s: %s", item, exc)
+                    continue
+                log.info("snapshot %s: files and %d blocks deleted (retention)", item, blocks_gone)
                 continue
             snapshot, compact, json = item
             sid = snapshot.snapshot_id

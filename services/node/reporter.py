@@ -39,6 +39,7 @@ from google.protobuf.message import DecodeError
 from snapmesh.services.node.channels import backoff_delay
 from snapmesh.services.node.hops import ReportHops
 from snapmesh.services.node.metrics import NodeMetrics
+from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.serving.durable import write_atomically
 from snapmesh.protocol import chunking
@@ -156,6 +157,7 @@ class StateReporter:
         self._pending = pending
         self._kept: dict[str, tuple[pb.FullState, int]] = {}  # finished, not yet durable: sent at `send`
         self._hops = ReportHops(metrics)  # the path after the cut, timed (services/node/hops.py)
+        self._blocks = SentBlocks()  # what of the state the controller holds: a report sends only the rest
 
     def keep(self, message: pb.FullState, lsn: int) -> None:
         """Keep `message` until `send`, and for a report after a crash. Call it in
@@ -225,20 +227,27 @@ class StateReporter:
         assert self._channel is not None
         stub = pb_grpc.ControllerStub(self._channel)
         attempt = 0
+        sent, names = await asyncio.to_thread(self._blocks.form, message)  # hashes the state: off the loop
         while True:
             try:
-                left_at = self._hops.leaving(message)
-                if chunking.needs_chunks(message):
-                    chunks = chunking.split_state(message)
+                left_at = self._hops.leaving(sent)
+                if chunking.needs_chunks(sent):
+                    chunks = chunking.split_state(sent)
                     timeout = REPORT_TIMEOUT_S + REPORT_TIMEOUT_PER_CHUNK_S * len(chunks)
-                    await stub.ReportStateChunks(iter(chunks), timeout=timeout)
+                    answer = await stub.ReportStateChunks(iter(chunks), timeout=timeout)
                 else:
-                    await stub.ReportState(message, timeout=REPORT_TIMEOUT_S)
+                    answer = await stub.ReportState(sent, timeout=REPORT_TIMEOUT_S)
                 self._hops.answered(left_at)
-                log.info("snapshot %s: reported state to the controller", message.snapshot_id)
+                self._blocks.accepted(answer, names)
+                log.info("snapshot %s: reported state to the controller (%d bytes)", message.snapshot_id, sent.ByteSize())
                 self._forget(message.snapshot_id)
                 return
             except grpc.aio.AioRpcError as exc:
+                if sent is not message and exc.code() == grpc.StatusCode.FAILED_PRECONDITION and \
+                        self._blocks.refused(exc.details() or ""):  # a block it lacks: whole now
+                    log.info("snapshot %s: %s; sending it whole", message.snapshot_id, exc.details())
+                    sent = message
+                    continue
                 self._metrics.report_failures.inc()
                 if exc.code() in _FINAL_CODES:
                     log.warning(

@@ -18,6 +18,14 @@ loads and restores as before, and `check` reports its checksum as "absent
 (written before checksums)" without failing it; its other checks still run.
 That is the most one can say of it.
 
+The `.pb` file holds each app node's state as a manifest of blocks
+(snapmesh/protocol/blocks.py), each block a file `controller/blocks/<hex>` beside
+`controller/snapshots/`; reading the file rebuilds the whole snapshot from them,
+each block checked against its hash. The checksum is the whole snapshot's, as in
+the JSON export: it covers every block. A missing or corrupt block makes the file
+unreadable (`BlocksDamaged`), naming the snapshot, the node and the block's hash.
+A `.pb` from before blocks holds its states inline and reads as before.
+
 `check(path)` is `snapmesh snapshot verify`: without restoring anything, is the
 stored snapshot
 - intact: it parses, its checksum matches, it is the snapshot its name says;
@@ -46,6 +54,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 import snapmesh.bank.snapshot as bank_snapshot
+from snapmesh.protocol import blocks
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 PREFIX = "sha256:"
@@ -66,13 +75,16 @@ def checksum(snapshot: pb.Snapshot) -> str:
     return PREFIX + hashlib.sha256(data).hexdigest()
 
 
-def sealed_bytes(snapshot: pb.Snapshot) -> tuple[bytes, str]:
-    """The `.pb` file's content, the encoding of `snapshot` with its checksum
-    set, and that checksum. `snapshot` itself is not changed (the controller's
-    copy is shared): field 41 is the last one encoded, so it is appended."""
+def sealed_bytes(snapshot: pb.Snapshot, stored: pb.Snapshot | None = None) -> tuple[bytes, str]:
+    """The `.pb` file's content, the encoding of `stored` (the stored form of
+    `snapshot`, its states as block manifests; default `snapshot` itself) with the
+    checksum of `snapshot` set, and that checksum. Neither is changed (the
+    controller's copy is shared): field 41 is the last one encoded, so it is appended."""
     assert not snapshot.checksum, "seal an unsealed snapshot"
     data = snapshot.SerializeToString(deterministic=True)
     digest = PREFIX + hashlib.sha256(data).hexdigest()
+    if stored is not None:
+        data = stored.SerializeToString(deterministic=True)
     return FORMAT_MARK + data + pb.Snapshot(checksum=digest).SerializeToString(), digest
 
 
@@ -90,6 +102,16 @@ def sealed_json(rendered: str, digest: str) -> str:
 
 class Unreadable(ValueError):
     """The file cannot be read as a snapshot; the message names it and says why."""
+
+
+class BlocksDamaged(Unreadable):
+    """A stored snapshot whose blocks are not all there as named: `problems` names each."""
+
+    def __init__(self, path: Path, problems: list[blocks.BlockProblem]) -> None:
+        self.problems = problems
+        shown = "; ".join(str(p) for p in problems[:5])
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        super().__init__(f"{path}: {len(problems)} block(s) not as named: {shown}{more}")
 
 
 @dataclass
@@ -125,9 +147,40 @@ def read(path: Path) -> pb.Snapshot:
 
 
 def read_marked(path: Path) -> tuple[pb.Snapshot, bool]:
-    """The snapshot in a `.pb` or `.json` file, and whether the file is marked as
-    written by this version (so it must carry its checksum); Unreadable when it
-    is not a snapshot file."""
+    """The whole snapshot in a `.pb` or `.json` file, and whether the file is marked
+    as written by this version (so it must carry its checksum); Unreadable when it
+    is not a snapshot file, BlocksDamaged when a block it names is missing or corrupt."""
+    stored, marked = read_stored(path)
+    return whole(stored, path), marked
+
+
+def blocks_dir(path: Path) -> Path:
+    """Where the blocks of the `.pb` file `path` are: `controller/blocks` beside `controller/snapshots`."""
+    return Path(path).parent.parent / "blocks"
+
+
+def whole(stored: pb.Snapshot, path: Path) -> pb.Snapshot:
+    """The whole form of a snapshot read from `path` in its stored form, its blocks
+    read from `blocks_dir(path)`; BlocksDamaged naming each block missing or corrupt."""
+    if not blocks.is_stored_form(stored):
+        return stored
+    directory = blocks_dir(path)
+
+    def read(name: bytes) -> bytes | None:
+        try:
+            return (directory / name.hex()).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    snapshot, problems = blocks.whole_form(stored, read)
+    if snapshot is None:
+        raise BlocksDamaged(Path(path), problems)
+    return snapshot
+
+
+def read_stored(path: Path) -> tuple[pb.Snapshot, bool]:
+    """`read_marked`'s snapshot as the file holds it: in a `.pb`, the app states as
+    block manifests (snapmesh/protocol/blocks.py), no block read."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -177,11 +230,18 @@ def check(path: Path, rules: Any = None) -> Verdict:
     `snapmesh.bank.snapshot`)."""
     path = Path(path)
     try:
-        snapshot, marked = read_marked(path)
+        stored, marked = read_stored(path)
     except Unreadable as exc:
         return Verdict(path, path.stem, [Check("intact", False, str(exc).removeprefix(f"{path}: "))])
+    try:
+        snapshot = whole(stored, path)
+    except BlocksDamaged as exc:
+        return Verdict(path, stored.snapshot_id, [Check("blocks", False, str(exc).removeprefix(f"{path}: "))])
     verdict = Verdict(path, snapshot.snapshot_id)
     add = verdict.checks.append
+    if names := [name for node in stored.nodes for name in node.state_blocks.hashes]:
+        add(Check("blocks", True, f"{len(names)} blocks ({len(set(names))} distinct) under {blocks_dir(path)}, "
+                                  "each matching its hash"))
     if problem := checksum_problem(snapshot, marked):
         add(Check("checksum", False, problem))
     else:

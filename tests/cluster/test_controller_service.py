@@ -252,7 +252,7 @@ def test_a_repeated_report_is_ok_when_identical_and_already_exists_when_it_confl
     before = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5)
     assert [n.node_id for n in before.nodes] == ["p2"]
     # a node retrying after a lost answer: accepted, nothing changes
-    assert stub.ReportState(full_state(cluster, sid, "p2"), timeout=5) == pb.ReportStateResponse()
+    assert stub.ReportState(full_state(cluster, sid, "p2"), timeout=5) == pb.ReportStateResponse(takes_blocks=True)
     assert stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5) == before
     error = rpc_error(stub.ReportState, full_state(cluster, sid, "p2", balance=5), timeout=5)
     assert error.code() == grpc.StatusCode.ALREADY_EXISTS

@@ -33,3 +33,10 @@ def stale_report(report_epoch: int, epoch: int) -> str:
     if report_epoch and report_epoch < epoch:
         return f"a report from epoch {report_epoch}; the cluster is in epoch {epoch}"
     return ""
+
+
+class MissingBlocks(Exception):
+    """A report sent as blocks naming blocks neither it nor the controller holds
+    (snapmesh/protocol/blocks.py B4): refused, changing nothing; the node sends it whole."""
+
+    code = "FAILED_PRECONDITION"

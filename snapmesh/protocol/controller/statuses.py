@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from snapmesh.protocol import chunking
 from snapmesh.protocol.controller import listing, restoregate
-from snapmesh.protocol.controller.refusals import TooManySnapshots, UnknownInitiator
+from snapmesh.protocol.controller.refusals import MissingBlocks, TooManySnapshots, UnknownInitiator
 from snapmesh.protocol.controller.stopping import StopFailed, StopRefused
 from snapmesh.protocol.controller.tracker import TrackerError
 
 # What the pure layer refuses, each naming its status (`code`).
 REFUSALS = (
     TrackerError, restoregate.Refused, UnknownInitiator, TooManySnapshots, chunking.ChunkError, listing.BadRequest,
-    listing.TooLarge, StopRefused, StopFailed,
+    listing.TooLarge, StopRefused, StopFailed, MissingBlocks,
 )
 
 

@@ -1,0 +1,39 @@
+"""What a node takes its controller to hold of its state's blocks, so that a report sends only the others.
+
+The reporter (reporter.py) asks `form` what to send for a report: the report
+itself until the controller has said it takes blocks
+(ReportStateResponse.takes_blocks) and a report of this node's was accepted;
+then the state as blocks, sending the contents of only those not in that
+accepted report (snapmesh/protocol/blocks.py B4). A controller that lacks a
+block it was sent a reference to refuses the report (blocks.MISSING); the
+reporter then sends it whole (`refused`), and the next one is whole too.
+Only hashes are kept: 32 bytes a block.
+"""
+
+from __future__ import annotations
+
+from snapmesh.protocol import blocks
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+
+class SentBlocks:
+    def __init__(self) -> None:
+        self._takes_blocks = False  # the controller said so in an answer
+        self._held: set[bytes] = set()  # the blocks of the last report it accepted
+
+    def form(self, report: pb.FullState) -> tuple[pb.FullState, set[bytes]]:
+        """What to send for `report` (it, or it as blocks), and its state's blocks (for `accepted`)."""
+        sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set())
+        return (report if sent is None else sent), names
+
+    def accepted(self, answer: pb.ReportStateResponse, names: set[bytes]) -> None:
+        """The controller took a report whose state's blocks are `names`."""
+        self._takes_blocks = answer.takes_blocks
+        self._held = set(names) if answer.takes_blocks else set()
+
+    def refused(self, details: str) -> bool:
+        """Whether a refusal with `details` asks for the state whole (and nothing is taken as held now)."""
+        if details.startswith(blocks.MISSING):
+            self._held = set()
+            return True
+        return False

@@ -1,0 +1,53 @@
+"""Which stored snapshots hold each block: reference counts for the blocks' retention, pure.
+
+The rules (services/controller/store.py applies them):
+G1. A block is referenced once per stored snapshot whose manifest names it
+    (snapmesh/protocol/blocks.py), however often that manifest names it.
+G2. A block may be deleted only once no stored snapshot references it: `drop`
+    returns the blocks whose last reference it took, and nothing else.
+    Snapshots IN_PROGRESS and restores under way hold their states whole (the
+    journal and the machine's memory), never by reference, so they need no
+    block on disk; they reference blocks once they are filed.
+G3. The counts are never persisted: they are rebuilt from the stored manifests
+    at start (`hold` for each), and a block on disk that no manifest names then
+    (its snapshot's deletion or filing was cut short) is garbage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class BlockRefs:
+    def __init__(self) -> None:
+        self._held: dict[str, frozenset[bytes]] = {}  # snapshot id -> the blocks it references
+        self._count: dict[bytes, int] = {}  # block -> how many snapshots reference it
+
+    def hold(self, snapshot_id: str, blocks: Iterable[bytes]) -> set[bytes]:
+        """`snapshot_id` is stored and references `blocks`, in place of what it
+        referenced before: the blocks of before that nothing references now (G2)."""
+        held = frozenset(blocks)
+        freed = self.drop(snapshot_id)
+        for name in held:
+            self._count[name] = self._count.get(name, 0) + 1
+        self._held[snapshot_id] = held
+        return freed - held
+
+    def drop(self, snapshot_id: str) -> set[bytes]:
+        """`snapshot_id` is no longer stored: the blocks nothing references now (G2)."""
+        freed = set()
+        for name in self._held.pop(snapshot_id, frozenset()):
+            left = self._count[name] - 1
+            if left:
+                self._count[name] = left
+            else:
+                del self._count[name]
+                freed.add(name)
+        return freed
+
+    def referenced(self, name: bytes) -> bool:
+        return name in self._count
+
+    def __len__(self) -> int:
+        """How many distinct blocks are referenced."""
+        return len(self._count)

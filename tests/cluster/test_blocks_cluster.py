@@ -1,0 +1,278 @@
+"""The controller stores app states as content-addressed blocks, on real processes: an
+app whose state is a blob of 4 MiB per node (2 nodes), snapshotted through real gRPC.
+
+- Two snapshots of states that barely changed store the unchanged blocks once: the
+  second adds the one block the change touched to controller/blocks (files and
+  bytes counted there), and each node's report of it sends only the blocks the
+  controller lacks (the node's log says how many bytes it sent). Both verify; after a controller restart (its snapshots read
+  from the files) a restore of the first works, and the snapshot after it has the
+  first one's states and adds no block.
+- Retention with `keep = 2` and states that change whole at every snapshot: the
+  controller is SIGKILLed in the middle of a deletion (the retired snapshot's file
+  gone, some of its blocks not yet). After the restart every kept snapshot
+  verifies, the blocks no manifest names are gone, and retention goes on.
+- A missing or corrupt block is named (snapshot, node, hash) by `snapshot verify`,
+  and a restore of its snapshot is refused with DATA_LOSS naming it, no node changed.
+  A node's report naming the missing block is refused; the node sends its state
+  whole and the snapshot completes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+import grpc
+import pytest
+
+from snapmesh.checking import snapshot_file
+from snapmesh.commands import snapshot_cli
+from snapmesh.processes.supervisor import Cluster
+from snapmesh.protocol import blocks
+from snapmesh.settings.config import write_cluster
+from snapmesh.v1 import snapmesh_pb2 as pb
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+from support.polling import wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+SIZE = 4 * 1024 * 1024
+PER_NODE = SIZE // blocks.BLOCK_BYTES
+
+BLOB_APP = '''\
+"""A node whose state is a blob of 4 MiB: "churn N" makes it new, "poke OFFSET N" changes 1 KiB."""
+import random
+
+from snapmesh.app import App
+
+SIZE = 4 * 1024 * 1024
+
+
+class Blob:
+    def __init__(self, info):
+        self.me, self.blob = info.node_id, random.Random(info.node_id).randbytes(SIZE)
+
+    def on_command(self, command, ctx):
+        word, *args = command.decode().split()
+        if word == "churn":
+            self.blob = random.Random(f"{self.me}-{args[0]}").randbytes(SIZE)
+        elif word == "poke":
+            at = int(args[0])
+            self.blob = self.blob[:at] + random.Random(args[1]).randbytes(1024) + self.blob[at + 1024:]
+        return b"ok"
+
+    def on_message(self, src, payload, ctx):
+        pass
+
+    def snapshot(self):
+        return self.blob
+
+    def restore(self, state):
+        self.blob = state
+
+
+app = App(name="blob", new=Blob)
+'''
+
+
+def start(root: Path, *, keep: int = 0) -> Cluster:
+    (root / "apps").mkdir()
+    (root / "apps" / "blob_app.py").write_text(BLOB_APP)
+    path = write_cluster(root / "cluster.toml", nodes=2, data_dir=root / "data")
+    if keep:
+        path.write_text(path.read_text().replace("[controller]\n", f"[controller]\nkeep = {keep}\n"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root / "apps"), os.environ.get("PYTHONPATH")]))}
+    return Cluster(path, env=env, app="blob_app:app").start()
+
+
+@pytest.fixture
+def cluster(tmp_path, request):
+    running = start(tmp_path, keep=getattr(request, "param", 0))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def command(cluster: Cluster, node_id: str, text: str) -> None:
+    with grpc.insecure_channel(cluster.node_address(node_id)) as channel:
+        assert pb_grpc.NodeStub(channel).Submit(pb.SubmitRequest(command=text.encode()), timeout=30).reply == b"ok"
+
+
+def controller(cluster: Cluster):
+    return grpc.insecure_channel(cluster.controller_address)
+
+
+def snapshot(cluster: Cluster, *, wait: bool = True) -> str:
+    with controller(cluster) as channel:
+        answer = pb_grpc.ControllerStub(channel).TriggerSnapshot(pb.TriggerSnapshotRequest(wait=wait), timeout=120)
+    assert not wait or answer.status == pb.Snapshot.COMPLETE, answer
+    return answer.snapshot_id
+
+
+def data(cluster: Cluster) -> Path:
+    return Path(cluster.data_dir)
+
+
+def stored(cluster: Cluster, sid: str) -> Path:
+    return data(cluster) / "controller" / "snapshots" / f"{sid}.pb"
+
+
+def filed(cluster: Cluster, sid: str) -> Path:
+    return wait_for(lambda: stored(cluster, sid), until=Path.exists, timeout=60, what=f"the file of {sid}")
+
+
+def on_disk(cluster: Cluster) -> dict[str, int]:
+    """Block file name -> size, under controller/blocks."""
+    directory = data(cluster) / "controller" / "blocks"
+    return {p.name: p.stat().st_size for p in directory.iterdir() if not p.name.startswith(".")}
+
+
+def block_names(cluster: Cluster) -> set[str]:
+    """The block files under controller/blocks (no stat: files may go meanwhile)."""
+    return {name for name in os.listdir(data(cluster) / "controller" / "blocks") if not name.startswith(".")}
+
+
+def stopped(pid: int) -> bool:
+    """Every thread of `pid` is stopped (SIGSTOP is delivered, not only sent)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return all((task / "stat").read_text().rpartition(")")[2].split()[0] == "T" for task in tasks.iterdir())
+
+
+def names(path: Path) -> set[str]:
+    """The blocks the stored file `path` names."""
+    return {name.hex() for name in blocks.hashes(snapshot_file.read_stored(path)[0])}
+
+
+def verify(cluster: Cluster, sid: str, capsys) -> tuple[int, str]:
+    capsys.readouterr()
+    code = snapshot_cli.main(["verify", sid, "--data-dir", str(data(cluster))])
+    return code, capsys.readouterr().out
+
+
+def digests(cluster: Cluster, sid: str) -> dict[str, str]:
+    with controller(cluster) as channel:
+        found = pb_grpc.ControllerStub(channel).GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=30)
+    return {node.node_id: node.state_digest for node in found.nodes}
+
+
+def reported(cluster: Cluster, node_id: str, sid: str) -> int:
+    """The bytes the node's log says its report of `sid` sent."""
+    pattern = re.compile(rf"snapshot {sid}: reported state to the controller \((\d+) bytes\)")
+    found = wait_for(lambda: pattern.search(cluster.node(node_id).output()), timeout=30, what=f"{node_id}'s report")
+    return int(found.group(1))
+
+
+def test_two_snapshots_of_mostly_unchanged_states_store_the_unchanged_blocks_once(cluster, capsys):
+    first = snapshot(cluster)
+    filed(cluster, first)
+    assert len(on_disk(cluster)) == 2 * PER_NODE and sum(on_disk(cluster).values()) == 2 * SIZE
+    command(cluster, "p1", "poke 100 7")  # 1 KiB inside p1's first block
+    second = snapshot(cluster)
+    filed(cluster, second)
+    blocks_now = on_disk(cluster)
+    assert len(blocks_now) == 2 * PER_NODE + 1 and sum(blocks_now.values()) == 2 * SIZE + blocks.BLOCK_BYTES
+    assert stored(cluster, second).stat().st_size < 64 * 1024  # manifests, not 8 MiB of states
+    assert len(names(stored(cluster, first)) & names(stored(cluster, second))) == 2 * PER_NODE - 1
+    assert all(reported(cluster, node, first) > SIZE for node in ("p1", "p2"))  # whole: nothing held yet
+    assert reported(cluster, "p2", second) < PER_NODE * 40  # its manifest alone
+    assert reported(cluster, "p1", second) < PER_NODE * 40 + blocks.BLOCK_BYTES  # and the one changed block
+    for sid in (first, second):
+        code, out = verify(cluster, sid, capsys)
+        assert code == 0 and "each matching its hash" in out, out
+    before = digests(cluster, first)
+    assert before != digests(cluster, second)
+
+    cluster.restart_controller()  # the snapshots are read back from their files and blocks
+    with controller(cluster) as channel:
+        wait_for(lambda: pb_grpc.ControllerStub(channel).RestoreSnapshot(
+            pb.RestoreSnapshotRequest(snapshot_id=first, request_id="blocks-restore"), timeout=60),
+            timeout=60, retry_on=grpc.RpcError, what="the restore of the first snapshot")
+    third = snapshot(cluster)
+    filed(cluster, third)
+    assert digests(cluster, third) == before
+    assert on_disk(cluster) == blocks_now  # every block of the restored states was there
+
+
+def killed_while_retiring(cluster: Cluster, n: int) -> tuple[str, set[str], set[str]]:
+    """Churn every state, snapshot, and SIGKILL the controller once the oldest kept
+    snapshot's file is gone and its first block went: that snapshot, its blocks, and
+    those of them still on disk when it stopped."""
+    retired = min(p.stem for p in stored(cluster, "x").parent.glob("*.pb"))
+    its_blocks = names(stored(cluster, retired))
+    for node in ("p1", "p2"):
+        command(cluster, node, f"churn {n}")
+    snapshot(cluster, wait=False)
+    wait_for(lambda: stored(cluster, retired).exists(), until=lambda there: not there, timeout=60, interval=0.0002,
+             what=f"the retirement of {retired}")
+    wait_for(lambda: its_blocks & block_names(cluster), until=lambda there: len(there) < len(its_blocks),
+             timeout=30, interval=0.0002, what=f"the first block of {retired} to go")
+    cluster.pause_controller()  # SIGSTOP: as it is, then SIGKILL
+    wait_for(lambda: stopped(cluster.controller_pid), timeout=10, interval=0.001, what="the controller to stop")
+    left = its_blocks & block_names(cluster)
+    assert cluster.stop_controller(signal.SIGKILL) == -signal.SIGKILL
+    return retired, its_blocks, left
+
+
+@pytest.mark.parametrize("cluster", [2], indirect=True)
+def test_a_controller_killed_in_the_middle_of_a_deletion_leaves_every_kept_snapshot_verifying(cluster, capsys):
+    for n in (1, 2):
+        for node in ("p1", "p2"):
+            command(cluster, node, f"churn {n}")
+        filed(cluster, snapshot(cluster))
+    caught = None
+    for n in range(3, 9):  # each snapshot retires the oldest kept one and its 2 * PER_NODE blocks
+        retired, its_blocks, left = killed_while_retiring(cluster, n)
+        if left and len(left) < len(its_blocks):
+            caught = (retired, len(left))
+            break
+        cluster.start_controller()
+    assert caught, "never stopped the controller in the middle of a deletion"
+    garbage = block_names(cluster) - {name for p in stored(cluster, "x").parent.glob("*.pb") for name in names(p)}
+    assert garbage >= left
+
+    cluster.start_controller()
+    kept = sorted(p.stem for p in stored(cluster, "x").parent.glob("*.pb"))
+    assert len(kept) == 2, kept
+    for sid in kept:
+        code, out = verify(cluster, sid, capsys)
+        assert code == 0, out
+    wait_for(lambda: block_names(cluster), until=lambda found: not found & left, timeout=30,
+             what="the blocks the deletion left to go")
+    assert block_names(cluster) == {name for sid in kept for name in names(stored(cluster, sid))}
+    for node in ("p1", "p2"):
+        command(cluster, node, "churn 100")
+    newest = snapshot(cluster)
+    filed(cluster, newest)
+    wait_for(lambda: sorted(p.stem for p in stored(cluster, "x").parent.glob("*.pb")),
+             until=lambda found: found == [kept[-1], newest], timeout=30, what="retention after the restart")
+    wait_for(lambda: block_names(cluster), timeout=30, what="the retired blocks to go",
+             until=lambda found: found == names(stored(cluster, kept[-1])) | names(stored(cluster, newest)))
+
+
+def test_a_missing_or_corrupt_block_is_named_by_verify_and_refused_by_restore(cluster, capsys):
+    sid = snapshot(cluster)
+    path = filed(cluster, sid)
+    manifest = snapshot_file.read_stored(path)[0]
+    owner = manifest.nodes[0].node_id
+    gone = manifest.nodes[0].state_blocks.hashes[5]
+    (data(cluster) / "controller" / "blocks" / gone.hex()).unlink()
+    code, out = verify(cluster, sid, capsys)
+    assert code == 1 and f"snapshot {sid}, node {owner}, block sha256:{gone.hex()}: missing" in out
+    with controller(cluster) as channel, pytest.raises(grpc.RpcError) as refused:
+        pb_grpc.ControllerStub(channel).RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=sid), timeout=60)
+    assert refused.value.code() == grpc.StatusCode.DATA_LOSS
+    assert "not restored (nothing changed)" in refused.value.details() and gone.hex() in refused.value.details()
+    after = snapshot(cluster)  # the owner's report names the missing block: refused, then sent whole
+    assert digests(cluster, after) == digests(cluster, sid)  # no node changed
+    assert "missing blocks" in cluster.node(owner).output() and reported(cluster, owner, after) > SIZE
+    filed(cluster, after)
+    code, out = verify(cluster, after, capsys)
+    assert code == 0, out
+
+    bad = manifest.nodes[1].state_blocks.hashes[0]
+    (data(cluster) / "controller" / "blocks" / bad.hex()).write_bytes(b"\x00" * blocks.BLOCK_BYTES)
+    code, out = verify(cluster, sid, capsys)
+    assert code == 1 and f"node {manifest.nodes[1].node_id}, block sha256:{bad.hex()}: corrupt" in out, out

@@ -1,0 +1,114 @@
+"""Content-addressed blocks, pure: a state cut into blocks and rebuilt byte for byte
+(snapmesh/protocol/blocks.py B1-B3), and the blocks' reference counts
+(snapmesh/protocol/controller/blockrefs.py G1-G2)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from snapmesh.protocol import blocks
+from snapmesh.protocol.controller.blockrefs import BlockRefs
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+B = blocks.BLOCK_BYTES
+
+
+def app_snapshot(states: dict[str, bytes]) -> pb.Snapshot:
+    snapshot = pb.Snapshot(snapshot_id="s1", status=pb.Snapshot.COMPLETE)
+    for node, state in states.items():
+        snapshot.nodes.add(node_id=node, state=state, state_digest="sha256:x", app_name="blob", app_version=1)
+    snapshot.channels.add(src="p1", dst="p2").in_flight.add(msg_id="p1:p2:1", seq=1, payload=b"in flight")
+    return snapshot
+
+
+@pytest.mark.parametrize("size", [1, B - 1, B, B + 1, 3 * B + 17])
+def test_a_state_is_cut_into_blocks_of_the_block_size_and_rebuilt_byte_for_byte(size):
+    state = random.Random(size).randbytes(size)
+    parts = blocks.split(state)
+    assert b"".join(parts) == state and all(len(p) == B for p in parts[:-1]) and 0 < len(parts[-1]) <= B
+    snapshot = app_snapshot({"p1": state, "p2": b""})
+    stored, found = blocks.stored_form(snapshot)
+    assert not stored.nodes[0].HasField("state") and len(stored.nodes[0].state_blocks.hashes) == len(parts)
+    assert stored.nodes[1].HasField("state") and not stored.nodes[1].HasField("state_blocks")  # B2: empty stays inline
+    assert stored.channels == snapshot.channels  # the in-flight messages stay whole
+    whole, problems = blocks.whole_form(stored, found.get)
+    assert problems == [] and whole.SerializeToString(deterministic=True) == snapshot.SerializeToString(deterministic=True)
+
+
+def test_equal_blocks_are_one_block_and_a_changed_run_changes_the_blocks_it_touches():
+    base = random.Random(1).randbytes(8 * B)
+    changed = bytearray(base)
+    changed[B + 100 : B + 1124] = bytes(1024)  # 1 KiB inside the second block
+    first, _ = blocks.stored_form(app_snapshot({"p1": base, "p2": base}))
+    second, _ = blocks.stored_form(app_snapshot({"p1": bytes(changed), "p2": base}))
+    assert len(blocks.hashes(first)) == 8  # p2's blocks are p1's
+    assert blocks.hashes(second) - blocks.hashes(first) == {second.nodes[0].state_blocks.hashes[1]}
+
+
+def test_a_missing_or_corrupt_block_is_named_and_nothing_is_rebuilt():
+    stored, found = blocks.stored_form(app_snapshot({"p1": random.Random(2).randbytes(3 * B), "p2": b"small"}))
+    gone, bad = stored.nodes[0].state_blocks.hashes[0], stored.nodes[1].state_blocks.hashes[0]
+    found.pop(gone)
+    found[bad] = b"smalL"
+    whole, problems = blocks.whole_form(stored, found.get)
+    assert whole is None
+    assert [(p.snapshot_id, p.node_id, p.hash) for p in problems] == [("s1", "p1", gone), ("s1", "p2", bad)]
+    assert problems[0].why == "missing" and problems[1].why.startswith("corrupt")
+    assert f"snapshot s1, node p1, block sha256:{gone.hex()}: missing" == str(problems[0])
+
+
+def test_an_inline_snapshot_is_its_own_whole_form():
+    snapshot = app_snapshot({"p1": b"abc"})
+    assert not blocks.is_stored_form(snapshot)
+    assert blocks.whole_form(snapshot, lambda name: None) == (snapshot, [])
+
+
+def test_a_block_goes_only_when_its_last_holder_does():
+    refs = BlockRefs()
+    assert refs.hold("a", [b"x", b"y", b"y"]) == set()  # G1: once per snapshot
+    refs.hold("b", [b"y", b"z"])
+    assert len(refs) == 3
+    assert refs.drop("a") == {b"x"}  # y is b's too
+    assert refs.referenced(b"y") and not refs.referenced(b"x")
+    assert refs.hold("b", [b"z", b"w"]) == {b"y"}  # filed again, naming other blocks
+    assert refs.drop("b") == {b"z", b"w"} and len(refs) == 0
+    assert refs.drop("unknown") == set()
+
+
+def report(state: bytes) -> pb.FullState:
+    message = pb.FullState(snapshot_id="s2", node_id="p1", epoch=1, app_name="blob", app_version=1, state=state)
+    message.channels.add(src="p2", dst="p1").in_flight.add(msg_id="p2:p1:1", seq=1, payload=b"m")
+    return message
+
+
+def test_a_report_as_blocks_sends_only_the_blocks_not_held_and_rebuilds_byte_for_byte():
+    before = random.Random(3).randbytes(6 * B)
+    after = before[:2 * B] + bytes(100) + before[2 * B + 100:]
+    _, held = blocks.referenced_report(report(before), set())
+    sent, names = blocks.referenced_report(report(after), held)
+    assert len(names) == 6 and len(sent.blocks) == 1 and not sent.HasField("state")
+    assert sent.ByteSize() < B + 6 * 34 + 300 < report(after).ByteSize() / 5  # one block, six names
+    on_disk = {name: block for name, block in zip(sent.state_blocks.hashes, blocks.split(after), strict=True)
+               if name in held}
+    whole, missing = blocks.whole_report(sent, on_disk.get)
+    assert missing == [] and whole.SerializeToString(deterministic=True) == report(after).SerializeToString(
+        deterministic=True)
+
+
+def test_a_report_goes_whole_when_nothing_is_held_or_it_has_no_state():
+    assert blocks.referenced_report(report(b"abc"), set())[0] is None
+    assert blocks.referenced_report(pb.FullState(snapshot_id="s", node_id="p1", balance=5), {b"x"}) == (None, set())
+
+
+def test_a_reference_the_controller_cannot_resolve_is_named_and_nothing_is_rebuilt():
+    state = random.Random(4).randbytes(3 * B)
+    _, held = blocks.referenced_report(report(state), set())
+    sent, _ = blocks.referenced_report(report(state), held)
+    assert len(sent.blocks) == 0
+    first, second, third = sent.state_blocks.hashes
+    mine = {first: blocks.split(state)[0], second: b"corrupt"}
+    whole, missing = blocks.whole_report(sent, mine.get)
+    assert whole is None and missing == [second, third]
+

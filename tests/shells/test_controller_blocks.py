@@ -1,0 +1,135 @@
+"""The controller's store keeps app states as blocks (services/controller/store.py,
+blockdir.py): each block once under controller/blocks, a manifest per node in the
+`.pb`, the blocks' reference counts rebuilt at start, and what a crash in a
+deletion or a filing leaves behind removed without touching a stored snapshot's
+blocks. `snapshot verify` and the restore path name a missing or corrupt block."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+
+from snapmesh.checking import snapshot_file
+from snapmesh.protocol import blocks
+from snapmesh.services.controller.store import SnapshotStore, StoreWriter
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+B = blocks.BLOCK_BYTES
+
+
+def app_snapshot(sid: str, states: dict[str, bytes]) -> pb.Snapshot:
+    snapshot = pb.Snapshot(snapshot_id=sid, status=pb.Snapshot.COMPLETE, initiator="p1", conserved=True)
+    for node, state in states.items():
+        snapshot.nodes.add(node_id=node, state=state, state_digest=snapshot_file.PREFIX + hashlib.sha256(
+            state).hexdigest(), app_name="blob", app_version=1)
+    snapshot.channels.add(src="p1", dst="p2").in_flight.add(msg_id="p1:p2:1", seq=1, payload=b"m")
+    snapshot.channels.add(src="p2", dst="p1")
+    snapshot.app.status = pb.AppCheck.UNCHECKED
+    return snapshot
+
+
+def new_store(root: Path) -> SnapshotStore:
+    return SnapshotStore(root / "snapshots", root / "controller" / "snapshots")
+
+
+def block_files(root: Path) -> dict[str, int]:
+    directory = root / "controller" / "blocks"
+    return {p.name: p.stat().st_size for p in directory.iterdir()} if directory.is_dir() else {}
+
+
+def states(seed: int, nodes: int = 2, size: int = 16 * B) -> dict[str, bytes]:
+    return {f"p{i + 1}": random.Random(f"{seed}-{i}").randbytes(size) for i in range(nodes)}
+
+
+def test_two_snapshots_of_mostly_unchanged_states_store_the_unchanged_blocks_once(tmp_path):
+    store = new_store(tmp_path)
+    first = states(1)
+    store.save_compact(app_snapshot("s1", first))
+    assert len(block_files(tmp_path)) == 32 and sum(block_files(tmp_path).values()) == 32 * B
+    second = dict(first, p1=first["p1"][:5 * B] + bytes(1024) + first["p1"][5 * B + 1024:])
+    store.save_compact(app_snapshot("s2", second))
+    assert len(block_files(tmp_path)) == 33  # the one block the change touched
+    assert store.compact_path("s2").stat().st_size < 4 * 1024  # a manifest, not the states
+    loaded, warnings = new_store(tmp_path).load_all()
+    assert warnings == [] and loaded == [app_snapshot("s1", first), app_snapshot("s2", second)]
+    assert store.load("s2") == app_snapshot("s2", second)
+    for sid in ("s1", "s2"):  # the JSON export is the whole snapshot, under the same checksum
+        store.export_json(app_snapshot(sid, first if sid == "s1" else second))
+        verdicts = [snapshot_file.check(p) for p in (store.compact_path(sid), store.path(sid))]
+        assert all(v.ok for v in verdicts), [v.as_dict() for v in verdicts]
+        assert snapshot_file.read_marked(store.compact_path(sid))[0].checksum == \
+            snapshot_file.read_marked(store.path(sid))[0].checksum
+
+
+def test_retention_deletes_a_block_only_once_no_stored_snapshot_holds_it(tmp_path):
+    store = new_store(tmp_path)
+    writer = StoreWriter(store, on_filed=lambda sid: None)
+    shared = states(1)
+    writer.submit(app_snapshot("s1", shared))
+    writer.submit(app_snapshot("s2", dict(shared, p2=states(2)["p2"])))
+    writer.submit(app_snapshot("s3", states(3)))
+    writer.discard("s1")  # its p1 blocks are s2's too; its p2 blocks go
+    writer.close()
+    assert len(block_files(tmp_path)) == 16 + 16 + 32
+    store.delete("s2")
+    assert len(block_files(tmp_path)) == 32
+    assert snapshot_file.check(store.compact_path("s3")).ok
+
+
+def test_what_a_crash_in_a_deletion_or_a_filing_leaves_is_removed_at_start_and_kept_snapshots_verify(tmp_path):
+    store = new_store(tmp_path)
+    for sid, seed in (("s1", 1), ("s2", 2), ("s3", 3)):
+        store.save_compact(app_snapshot(sid, states(seed)))
+    kept = {n.hex() for sid in ("s2", "s3") for n in blocks.hashes(snapshot_file.read_stored(store.compact_path(sid))[0])}
+    gone = set(block_files(tmp_path)) - kept
+    # a deletion of s1 cut short: its file gone, half its blocks still there
+    store.compact_path("s1").unlink()
+    for name in sorted(gone)[: len(gone) // 2]:
+        (tmp_path / "controller" / "blocks" / name).unlink()
+    # a filing cut short: a new block written, and a temporary one, its manifest never
+    (tmp_path / "controller" / "blocks" / ("ab" * 32)).write_bytes(b"orphan")
+    (tmp_path / "controller" / "blocks" / f".{'cd' * 32}.tmp").write_bytes(b"half")
+    restarted = new_store(tmp_path)
+    loaded, warnings = restarted.load_all()
+    assert [s.snapshot_id for s in loaded] == ["s2", "s3"] and warnings == []
+    assert set(block_files(tmp_path)) > kept, "loading alone removes nothing (a reader's load_all)"
+    assert "no stored snapshot names" in restarted.sweep()
+    assert set(block_files(tmp_path)) == kept, "every kept block stays, nothing else"
+    assert restarted.sweep() == ""
+    for sid in ("s2", "s3"):
+        assert snapshot_file.check(restarted.compact_path(sid)).ok
+    restarted.delete("s2")  # the counts were rebuilt: s3's blocks stay
+    assert snapshot_file.check(restarted.compact_path("s3")).ok
+
+
+def test_a_missing_or_corrupt_block_is_named_by_verify_load_and_the_restore_check(tmp_path):
+    store = new_store(tmp_path)
+    store.save_compact(app_snapshot("s1", states(1)))
+    stored = snapshot_file.read_stored(store.compact_path("s1"))[0]
+    missing, corrupt = stored.nodes[0].state_blocks.hashes[3], stored.nodes[1].state_blocks.hashes[7]
+    store.blocks.path(missing).unlink()
+    store.blocks.path(corrupt).write_bytes(b"\x00" * B)
+    verdict = snapshot_file.check(store.compact_path("s1"))
+    assert not verdict.ok and [c.name for c in verdict.failed()] == ["blocks"]
+    detail = verdict.failed()[0].detail
+    assert f"snapshot s1, node p1, block sha256:{missing.hex()}: missing" in detail
+    assert f"snapshot s1, node p2, block sha256:{corrupt.hex()}: corrupt" in detail
+    assert f"node p1, block sha256:{missing.hex()}" in store.damage("s1")  # the restore's check (DATA_LOSS)
+    restarted = new_store(tmp_path)
+    loaded, warnings = restarted.load_all()
+    assert loaded == [] and "s1" in restarted.damaged and missing.hex() in restarted.damaged["s1"]
+    assert restarted.load("s1") is None
+    assert store.blocks.path(stored.nodes[0].state_blocks.hashes[0]).exists(), "a damaged snapshot's blocks stay"
+
+
+def test_a_pb_file_with_its_states_inline_still_loads_and_verifies(tmp_path):
+    old = app_snapshot("old", states(1, size=3 * B))
+    data, _ = snapshot_file.sealed_bytes(old)  # no stored form: as written before blocks
+    path = tmp_path / "controller" / "snapshots" / "old.pb"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    store = new_store(tmp_path)
+    loaded, warnings = store.load_all()
+    assert loaded == [old] and warnings == [] and block_files(tmp_path) == {}
+    assert snapshot_file.check(path).ok

@@ -1,0 +1,32 @@
+"""A node's memory of what its controller holds of its state (services/node/sentblocks.py):
+whole reports until the controller says it takes blocks, then only the blocks it lacks,
+whole again after a refusal naming a missing block."""
+
+from __future__ import annotations
+
+import random
+
+from snapmesh.protocol import blocks
+from snapmesh.services.node.sentblocks import SentBlocks
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+B = blocks.BLOCK_BYTES
+
+
+def report(state: bytes) -> pb.FullState:
+    return pb.FullState(snapshot_id="s2", node_id="p1", epoch=1, app_name="blob", app_version=1, state=state)
+
+
+def test_the_node_sends_blocks_once_the_controller_takes_them_and_whole_after_a_refusal():
+    memory = SentBlocks()
+    state = random.Random(5).randbytes(4 * B)
+    sent, names = memory.form(report(state))
+    assert sent.HasField("state")  # nothing said yet: whole
+    memory.accepted(pb.ReportStateResponse(), names)  # a controller from before blocks
+    assert memory.form(report(state))[0].HasField("state")
+    memory.accepted(pb.ReportStateResponse(takes_blocks=True), names)
+    sent, _ = memory.form(report(state))
+    assert sent.HasField("state_blocks") and len(sent.blocks) == 0
+    assert not memory.refused("snapshot s2 is unknown")
+    assert memory.refused(f"{blocks.MISSING}: 1 of the state of p1 ...")
+    assert memory.form(report(state))[0].HasField("state")
