@@ -23,7 +23,7 @@ stored snapshot
 - intact: it parses, its checksum matches, it is the snapshot its name says;
 - COMPLETE;
 - conserved: the bank's arithmetic (snapmesh/bank/snapshot.py `conserved`), for a
-  bank snapshot only;
+  snapshot that carries the bank's fields (its v1 `total`, `conserved`) only;
 - consistent with itself: each node and channel appears once, every channel
   joins two recorded nodes, in-flight seqs increase and msg_ids are unique, each
   app state matches its digest, and the bank's own arithmetic agrees with itself
@@ -46,6 +46,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 import snapmesh.bank.snapshot as bank_snapshot
+from snapmesh.protocol.appstate import carries_v1
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 PREFIX = "sha256:"
@@ -193,9 +194,9 @@ def check(path: Path, rules: Any = None) -> Verdict:
     add(Check("complete", snapshot.status == pb.Snapshot.COMPLETE,
               status + (f": {snapshot.reason}" if snapshot.reason else "")))
     rules = bank_snapshot if rules is None else rules
-    if not snapshot.HasField("app"):  # the rules' check; an app's verdict is its invariants
+    if carries_v1(snapshot):  # the rules' check, where the snapshot carries the bank's fields
         add(Check("conserved", *rules.conserved(snapshot)))
-    else:
+    if snapshot.HasField("app"):  # an app's verdict is its invariants
         app = snapshot.app
         broken = [f"{i.name}: {'; '.join(i.problems)}" for i in app.invariants if not i.ok]
         add(Check("invariants", not broken, "; ".join(broken) if broken else
