@@ -38,6 +38,7 @@ from pathlib import Path
 
 from snapmesh.services.controller import export
 from snapmesh.checking import snapshot_file
+from snapmesh.protocol.appstate import clear_old_figures
 from snapmesh.serving.durable import write_atomically
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -159,6 +160,7 @@ class SnapshotStore:
                 self.damaged.setdefault(path.stem, f"{path}: {problem}")
                 continue
             snapshot.ClearField("checksum")  # the controller's copy: answers carry none
+            clear_old_figures(snapshot)  # an app's from before the v1 figures were its adapter's
             if _check(snapshot, path, warnings):
                 found[snapshot.snapshot_id] = snapshot
                 self.damaged.pop(snapshot.snapshot_id, None)
@@ -184,6 +186,7 @@ class SnapshotStore:
             self.damaged.setdefault(snapshot_id, f"{path}: {problem}")
             return None
         snapshot.ClearField("checksum")  # the controller's copy: answers carry none
+        clear_old_figures(snapshot)  # an app's from before the v1 figures were its adapter's
         return snapshot
 
     def missing_files(self, snapshot_id: str) -> tuple[bool, bool]:

@@ -79,6 +79,29 @@ def carries_v1(snapshot: pb.Snapshot) -> bool:
     return not snapshot.HasField("app") or snapshot.HasField("conserved")
 
 
+def clear_old_figures(snapshot: pb.Snapshot) -> None:
+    """An app's snapshot stored before V3 carries the placeholders every app's had then
+    (`total` and `expected_total` 0, `conserved` true, each node's and item's figure 0):
+    clear them once it is read (after its checksum), so it reads as an app's taken
+    now. Figures an adapter filled are never all zero with `conserved` (the bank's
+    expected total is positive), except a bank of empty accounts, which loses nothing."""
+    if not (snapshot.HasField("app") and snapshot.conserved and not snapshot.total and not snapshot.expected_total):
+        return
+    items = [t for c in snapshot.channels for t in c.in_flight]
+    if any(getattr(n, NODE_FIGURE) for n in snapshot.nodes) or any(getattr(t, ITEM_FIGURE) for t in items):
+        return
+    for name in ("total", "expected_total", "conserved"):
+        snapshot.ClearField(name)
+    for node in snapshot.nodes:
+        node.ClearField(NODE_FIGURE)
+    for item in items:
+        item.ClearField(ITEM_FIGURE)
+
+
+NODE_FIGURE = pb.NodeBalance.DESCRIPTOR.fields_by_number[2].name  # the v1 figure of a node (snapmesh.proto)
+ITEM_FIGURE = pb.InFlightTransfer.DESCRIPTOR.fields_by_number[2].name  # and of an in-flight item
+
+
 def failed_invariants(snapshot: pb.Snapshot) -> list[pb.InvariantResult]:
     """The invariants a checked snapshot found broken (none for the bank or an unchecked one)."""
     return [result for result in snapshot.app.invariants if not result.ok]
