@@ -55,13 +55,15 @@ class _Unsure(Exception):
 
 
 class _Flat:
-    """The shortcut for a message whose fields without presence are strings and
-    64-bit integers, read from its descriptor: when every one of them is set and
-    no field with presence is, the printer prints exactly those, in declaration
-    order, so one %-template prints the message (`values` reads them in one call)."""
+    """The shortcut for a message whose fields without presence, and the optional
+    ones named `present`, are strings and 64-bit integers, read from its descriptor:
+    when every one of them is set (an optional one to a value other than its
+    default) and no other field with presence is, the printer prints exactly those,
+    in field-number order, so one %-template prints the message (`values` reads
+    them in one call)."""
 
-    def __init__(self, desc) -> None:
-        fields = [f for f in desc.fields if not f.has_presence]
+    def __init__(self, desc, present: tuple[str, ...] = ()) -> None:
+        fields = sorted((f for f in desc.fields if not f.has_presence or f.name in present), key=lambda f: f.number)
         if len(fields) < 2:  # attrgetter of one name gives a value, not a tuple
             raise TypeError(f"{desc.full_name}: fewer than two fields without presence")
         for f in fields:
@@ -69,7 +71,7 @@ class _Flat:
                 raise TypeError(f"{f.full_name}: not a string or a 64-bit integer")
         self.names = tuple(f.name for f in fields)
         self.strings = tuple(i for i, f in enumerate(fields) if f.cpp_type == _FD.CPPTYPE_STRING)
-        self.optional = tuple(f.name for f in desc.fields if f.has_presence)
+        self.optional = tuple(f.name for f in desc.fields if f.has_presence and f.name not in present)
         self.values = attrgetter(*self.names)
         self.width, self.indices = len(fields), range(len(fields))
         self._templates: dict[tuple[str, str, str], str] = {}
@@ -97,8 +99,10 @@ class _Flat:
         return self.template(_pad(level + 1), _pad(level)) % tuple(quoted)
 
 
-_NODES = _Flat(_NODE)
-_ITEMS = _Flat(pb.InFlightTransfer.DESCRIPTOR)
+# Field 2 of each, the v1 figure an app's adapter fills (optional: absent for an app
+# without one, snapmesh/protocol/controller/v1fields.py), is in the shape it has.
+_NODES = _Flat(_NODE, present=(_NODE.fields_by_number[2].name,))
+_ITEMS = _Flat(pb.InFlightTransfer.DESCRIPTOR, present=(pb.InFlightTransfer.DESCRIPTOR.fields_by_number[2].name,))
 
 
 def printed(message) -> str:
@@ -270,11 +274,11 @@ def _in_flight(entries, pad: str, item: str) -> str:
     field set, plain ASCII msg_ids), their columns are read in one C-level pass and
     formatted by one %-format over the whole channel; otherwise entry by entry."""
     if len(entries) >= _BULK:
-        # The fields with presence are not read here: an entry that has one (an app's
-        # payload) has a plain field at its default (snapmesh.proto), so this fails.
+        # An entry with another field with presence (an app's payload) is not this shape.
         flat = tuple(chain.from_iterable(map(_ITEMS.values, entries)))
         columns = [flat[k::_ITEMS.width] for k in _ITEMS.indices]
-        if all(map(all, columns)) and all(_plain("".join(columns[k])) for k in _ITEMS.strings):
+        if (all(map(all, columns)) and all(_plain("".join(columns[k])) for k in _ITEMS.strings)
+                and not any(t.HasField(name) for t in entries for name in _ITEMS.optional)):
             template = _ITEMS.template(item + "  ", item, string='"%s"')
             return "[" + item + ("," + item).join([template] * len(entries)) % flat + pad + "]"
     level = (len(item) - 1) // 2  # item is "\n" and two spaces a level

@@ -32,7 +32,7 @@ from snapmesh.services.controller.engine import ControllerEngine, system_now
 from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
-from snapmesh.app import load_app
+from snapmesh.app import load_app, v1fields
 from snapmesh.protocol.appstate import AppChecker, side_for
 from snapmesh.protocol.controller import loglines
 from snapmesh.protocol.controller.machine import Controller
@@ -95,7 +95,7 @@ def _prepare(args: argparse.Namespace, cfg: cluster_config.ClusterConfig) -> Pre
 def app_checker(cfg: cluster_config.ClusterConfig, *, explicit: bool) -> AppChecker | None:
     """The side that checks the snapshots of the app `cfg` names (appstate V4)."""
     checker, warning = side_for(cfg.app.module, cfg.app.params, bank=cluster_config.runs_bank(cfg.app), load=load_app,
-                                explicit=explicit)
+                                explicit=explicit, fields_for=v1fields.for_app)
     if warning is not None:
         log.warning("%s", warning)
     return checker

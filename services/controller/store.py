@@ -53,6 +53,7 @@ from snapmesh.checking import snapshot_file
 from snapmesh.protocol import blocks
 from snapmesh.protocol.controller.blockrefs import BlockRefs
 from snapmesh.serving.durable import fsync_dir, write_atomically
+from snapmesh.protocol.appstate import clear_old_figures
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -189,6 +190,7 @@ class SnapshotStore:
                 self.damaged.setdefault(path.stem, f"{path}: {problem}")
                 continue
             snapshot.ClearField("checksum")  # the controller's copy: answers carry none
+            clear_old_figures(snapshot)  # an app's from before the v1 figures were its adapter's
             if _check(snapshot, path, warnings):
                 found[snapshot.snapshot_id] = snapshot
                 self.damaged.pop(snapshot.snapshot_id, None)
@@ -225,6 +227,7 @@ class SnapshotStore:
             self.damaged.setdefault(snapshot_id, f"{path}: {problem}")
             return None
         snapshot.ClearField("checksum")  # the controller's copy: answers carry none
+        clear_old_figures(snapshot)  # an app's from before the v1 figures were its adapter's
         return snapshot
 
     def missing_files(self, snapshot_id: str) -> tuple[bool, bool]:

@@ -89,5 +89,5 @@ class BankSide:
     def restore_part(self, request: pb.RestoreStateRequest, entry: pb.NodeBalance) -> None:
         request.balance = entry.balance
 
-    def restored(self, entry: pb.NodeBalance, answer: pb.RestoreStateResponse) -> None:
+    def restored(self, entry: pb.NodeBalance, answer: pb.RestoreStateResponse, request: pb.RestoreStateRequest) -> None:
         entry.balance = answer.balance

@@ -45,7 +45,8 @@ def in_flight(src: str, items: Iterable[pb.InFlightTransfer]) -> list[tuple[str,
 
 
 def in_flight_item(msg_id: str, tally: int, seq: int, payload: bytes | None) -> pb.InFlightTransfer:
-    return pb.InFlightTransfer(msg_id=msg_id, amount=tally, seq=seq, payload=payload)
+    # An app's message carries no amount: the field stays absent (v1fields.py F1).
+    return pb.InFlightTransfer(msg_id=msg_id, amount=tally or None, seq=seq, payload=payload)
 
 
 def run_tallies(run: Any) -> Sequence[int]:

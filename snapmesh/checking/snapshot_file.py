@@ -31,7 +31,7 @@ stored snapshot
 - intact: it parses, its checksum matches, it is the snapshot its name says;
 - COMPLETE;
 - conserved: the bank's arithmetic (snapmesh/bank/snapshot.py `conserved`), for a
-  bank snapshot only;
+  snapshot that carries the bank's fields (its v1 `total`, `conserved`) only;
 - consistent with itself: each node and channel appears once, every channel
   joins two recorded nodes, in-flight seqs increase and msg_ids are unique, each
   app state matches its digest, and the bank's own arithmetic agrees with itself
@@ -55,6 +55,7 @@ from google.protobuf.message import DecodeError
 
 import snapmesh.bank.snapshot as bank_snapshot
 from snapmesh.protocol import blocks
+from snapmesh.protocol.appstate import ITEM_FIGURE, NODE_FIGURE, carries_v1, clear_old_figures
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 PREFIX = "sha256:"
@@ -204,9 +205,24 @@ def checksum_problem(snapshot: pb.Snapshot, marked: bool) -> str:
     version and has none."""
     if not snapshot.checksum:
         return "has no checksum, yet its format always carries one (cut short?)" if marked else ""
-    if snapshot.checksum != (computed := checksum(snapshot)):
+    if snapshot.checksum != (computed := checksum(snapshot)) and snapshot.checksum != checksum(_as_before(snapshot)):
         return f"content does not match its checksum {snapshot.checksum} (computed {computed})"
     return ""
+
+
+def _as_before(snapshot: pb.Snapshot) -> pb.Snapshot:
+    """`snapshot` as a JSON export written before the v1 figures were optional encoded
+    it: those it prints at their default (0, false) were not on the wire then."""
+    old = pb.Snapshot()
+    old.CopyFrom(snapshot)
+    for name in ("total", "expected_total", "conserved"):
+        if not getattr(old, name):
+            old.ClearField(name)
+    for part, name in [*((n, NODE_FIGURE) for n in old.nodes),
+                       *((t, ITEM_FIGURE) for c in old.channels for t in c.in_flight)]:
+        if not getattr(part, name):
+            part.ClearField(name)
+    return old
 
 
 def damage(path: Path) -> str:
@@ -246,6 +262,7 @@ def check(path: Path, rules: Any = None) -> Verdict:
         add(Check("checksum", False, problem))
     else:
         add(Check("checksum", True, snapshot.checksum or NO_CHECKSUM))
+        clear_old_figures(snapshot)  # read as it is judged now
     named = path.stem == snapshot.snapshot_id
     add(Check("name", named, f"holds {snapshot.snapshot_id!r}" + ("" if named else f", not {path.stem!r}")))
     status = pb.Snapshot.Status.Name(snapshot.status) if snapshot.status in pb.Snapshot.Status.values() else str(
@@ -253,9 +270,9 @@ def check(path: Path, rules: Any = None) -> Verdict:
     add(Check("complete", snapshot.status == pb.Snapshot.COMPLETE,
               status + (f": {snapshot.reason}" if snapshot.reason else "")))
     rules = bank_snapshot if rules is None else rules
-    if not snapshot.HasField("app"):  # the rules' check; an app's verdict is its invariants
+    if carries_v1(snapshot):  # the rules' check, where the snapshot carries the bank's fields
         add(Check("conserved", *rules.conserved(snapshot)))
-    else:
+    if snapshot.HasField("app"):  # an app's verdict is its invariants
         app = snapshot.app
         broken = [f"{i.name}: {'; '.join(i.problems)}" for i in app.invariants if not i.ok]
         add(Check("invariants", not broken, "; ".join(broken) if broken else

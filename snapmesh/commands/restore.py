@@ -57,10 +57,10 @@ def confirmed(controller: str, snapshot_id: str) -> bool:
 
 
 def may_be_app(restore) -> bool:
-    """Whether the restored snapshot may be an app's: its nodes report no balance
-    (an app's never do), so the snapshot itself must say (a bank whose every
-    balance is 0 costs one more call and prints the bank's table)."""
-    return bool(restore.nodes) and not any(n.balance for n in restore.nodes)
+    """Whether the restored snapshot may be an app's: its nodes carry no balance
+    (only the bank's do), so the snapshot itself must say (an older controller's
+    answer whose every balance is 0 costs one more call and prints the bank's table)."""
+    return bool(restore.nodes) and not any(n.HasField("balance") for n in restore.nodes)
 
 
 def render(restore, snapshot=None, unread: str = "") -> str:
@@ -76,7 +76,7 @@ def render(restore, snapshot=None, unread: str = "") -> str:
         lines.append(f"reason: {restore.reason}")
     if not restore.nodes:
         return "\n".join(lines)
-    if snapshot is not None and described.is_app(snapshot):
+    if snapshot is not None and described.is_app(snapshot) and not any(n.HasField("balance") for n in restore.nodes):
         return "\n".join([*lines, *render_app(restore, snapshot, described.describe(snapshot))])
     if unread:
         return "\n".join([*lines, *(f"node {n.node_id}" for n in restore.nodes), f"(the snapshot could not be read: {unread})"])

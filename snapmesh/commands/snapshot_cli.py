@@ -171,9 +171,10 @@ def app_verdict(snapshot) -> str:
 
 def summary_row(snapshot, *, app: bool = False) -> list[str]:
     """A summary row: the bank's (total, conserved) or, with `app`, an app's
-    (`app_verdict`); an app snapshot in a bank table shows "-" for both."""
-    from snapmesh.checking import described
+    (`app_verdict`); an app snapshot without the bank's fields in a bank table
+    shows "-" for both."""
     from snapmesh.checking.snapshots import duration_s
+    from snapmesh.protocol.appstate import carries_v1
     from snapmesh.v1 import snapmesh_pb2 as pb
 
     duration = f"{duration_s(snapshot):.3f}s" if snapshot.HasField("finished_at") else "-"
@@ -181,18 +182,19 @@ def summary_row(snapshot, *, app: bool = False) -> list[str]:
            duration]
     if app:
         return [*row, app_verdict(snapshot), snapshot.reason]
-    if described.is_app(snapshot):
+    if not carries_v1(snapshot):
         return [*row, "-", "-", snapshot.reason]
     total = str(snapshot.total) if snapshot.status == pb.Snapshot.COMPLETE else "-"
     return [*row, total, _verdict(snapshot), snapshot.reason]
 
 
 def render_summary(snapshots) -> str:
-    """The summary table: an app's columns when every snapshot is an app's, else the bank's."""
-    from snapmesh.checking import described
+    """The summary table: an app's columns when no snapshot carries the bank's
+    fields (v1: `total`, `conserved`), else the bank's."""
+    from snapmesh.protocol.appstate import carries_v1
 
     snapshots = list(snapshots)
-    if snapshots and all(described.is_app(s) for s in snapshots):
+    if snapshots and not any(carries_v1(s) for s in snapshots):
         return _table(APP_SUMMARY, [summary_row(s, app=True) for s in snapshots], right={3, 5})
     return _table(SUMMARY, [summary_row(s) for s in snapshots], right={3, 5, 6})
 
@@ -207,9 +209,10 @@ def render_detail(snapshot, node_ids=()) -> str:
     of `node_ids`, the cluster's, that has not reported); each channel; the
     transfers in flight; the sum."""
     from snapmesh.checking import described
+    from snapmesh.protocol.appstate import carries_v1
 
     lines = [render_summary([snapshot])]
-    app = described.is_app(snapshot)  # an app's node recorded state bytes, not a balance
+    app = not carries_v1(snapshot)  # an app's node recorded state bytes; the bank's figures are its own
     balances = {n.node_id: str(len(n.state) if app else n.balance) for n in snapshot.nodes}
     stats = {n.node_id: n for n in snapshot.stats.nodes}
     ids = list(dict.fromkeys([*node_ids, *(n.node_id for n in snapshot.nodes), *stats]))
@@ -233,9 +236,9 @@ def render_detail(snapshot, node_ids=()) -> str:
         lines += ["", f"{what} in flight: {len(transfers)}" if transfers else f"{what} in flight: none"]
         if transfers:
             lines.append(_table(["from", "to", unit, "seq", "msg id"], transfers, right={2, 3}))
-    if app:  # an app's: its verdicts and its describe, not the bank's sums
+    if described.is_app(snapshot):  # an app's: its verdicts and its describe
         lines += ["", *render_app(snapshot, described.describe(snapshot))]
-    elif snapshot.nodes:
+    if not app and snapshot.nodes:  # the bank's sums
         in_flight = sum(t.amount for c in snapshot.channels for t in c.in_flight)
         balances_total = sum(n.balance for n in snapshot.nodes)
         lines += ["", f"balances {balances_total} + in flight {in_flight} = {balances_total + in_flight}; "
@@ -281,7 +284,10 @@ def _trigger(stub, args) -> int:
               f"stop with a snapshot failed ({snapshot.reason}): the cluster runs and accepts commands again")
     if not (args.wait or args.stop):
         return 0
-    return 0 if snapshot.status == pb.Snapshot.COMPLETE and snapshot.conserved else 1
+    from snapmesh.protocol.appstate import carries_v1
+
+    # the bank's figures say conserved; an app without them has its invariants (shown in the row)
+    return 0 if snapshot.status == pb.Snapshot.COMPLETE and (snapshot.conserved or not carries_v1(snapshot)) else 1
 
 
 def _list(stub, args) -> int:

@@ -15,9 +15,11 @@ V1. A COMPLETE snapshot of an app cluster says which app (`Snapshot.app.spec`) a
 V2. A check that raises or returns something other than a list is a failed
     invariant naming what happened (snapmesh.app.check_invariants), never a
     crash of the controller.
-V3. The bank's fields stay the bank's: an app's nodes and messages carry no tally,
-    so an app snapshot's `total` is 0, its `expected_total` too, and it is `conserved`; whether it
-    may be restored is its invariants' call (snapmesh.protocol.controller.machine.problem).
+V3. The v1 figures (a node's, an in-flight item's, `total`, `expected_total`,
+    `conserved`) are an app's only when it has an adapter (`fields`, chosen by the
+    app's name: snapmesh/protocol/controller/v1fields.py); else they stay absent,
+    and whether a snapshot may be restored is its invariants' call
+    (snapmesh.protocol.controller.restoreplan.problem).
 V5. A COMPLETE snapshot says which app and version recorded it: each node's entry
     its report's (`app_name`, `app_version`), and `Snapshot.app` the nodes' one
     name and their version (the oldest, when they differ: a restore upgrades each
@@ -39,6 +41,7 @@ from typing import Any
 from snapmesh.app import App, AppError, View, check_invariants
 import snapmesh.bank.wire as wire
 from snapmesh.protocol.controller.appside import PartRefused
+from snapmesh.protocol.controller.v1fields import V1Fields
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 CHECKED = pb.AppCheck.CHECKED
@@ -70,6 +73,35 @@ def view_of(snapshot: pb.Snapshot, params: Mapping[str, Any] = MappingProxyType(
     )
 
 
+def carries_v1(snapshot: pb.Snapshot) -> bool:
+    """Whether a snapshot carries the v1 fields (V3): one the bank took natively (no
+    `app`), or an app's whose adapter filled them; else they are absent."""
+    return not snapshot.HasField("app") or snapshot.HasField("conserved")
+
+
+def clear_old_figures(snapshot: pb.Snapshot) -> None:
+    """An app's snapshot stored before V3 carries the placeholders every app's had then
+    (`total` and `expected_total` 0, `conserved` true, each node's and item's figure 0):
+    clear them once it is read (after its checksum), so it reads as an app's taken
+    now. Figures an adapter filled are never all zero with `conserved` (the bank's
+    expected total is positive), except a bank of empty accounts, which loses nothing."""
+    if not (snapshot.HasField("app") and snapshot.conserved and not snapshot.total and not snapshot.expected_total):
+        return
+    items = [t for c in snapshot.channels for t in c.in_flight]
+    if any(getattr(n, NODE_FIGURE) for n in snapshot.nodes) or any(getattr(t, ITEM_FIGURE) for t in items):
+        return
+    for name in ("total", "expected_total", "conserved"):
+        snapshot.ClearField(name)
+    for node in snapshot.nodes:
+        node.ClearField(NODE_FIGURE)
+    for item in items:
+        item.ClearField(ITEM_FIGURE)
+
+
+NODE_FIGURE = pb.NodeBalance.DESCRIPTOR.fields_by_number[2].name  # the v1 figure of a node (snapmesh.proto)
+ITEM_FIGURE = pb.InFlightTransfer.DESCRIPTOR.fields_by_number[2].name  # and of an in-flight item
+
+
 def failed_invariants(snapshot: pb.Snapshot) -> list[pb.InvariantResult]:
     """The invariants a checked snapshot found broken (none for the bank or an unchecked one)."""
     return [result for result in snapshot.app.invariants if not result.ok]
@@ -83,12 +115,14 @@ class AppChecker:
     payloads: their tally is 0, and what it checks is the app's invariants."""
 
     def __init__(
-        self, spec: str, app: App | None, *, why: str = "", params: Mapping[str, Any] = MappingProxyType({})
+        self, spec: str, app: App | None, *, why: str = "", params: Mapping[str, Any] = MappingProxyType({}),
+        fields: V1Fields | None = None,
     ) -> None:
         self.spec = spec
         self.app = app
         self.why = why
         self.params = MappingProxyType(dict(params))
+        self.fields = fields  # the app's v1 fields' adapter (V3); None: they stay absent
 
     def part(self, state: pb.FullState, items: Mapping[str, list[pb.InFlightTransfer]]) -> dict[str, int]:
         for run in state.outbox_runs:
@@ -99,7 +133,7 @@ class AppChecker:
 
     def node(self, entry: pb.NodeBalance, state: pb.FullState) -> int:
         """An app node keeps no native tally (it reports 0, snapmesh/protocol/reports.py):
-        its entry's native field stays 0 and it adds nothing; the state bytes are
+        its entry's v1 field stays absent (V3) and it adds nothing; the state bytes are
         the tracker's to keep, the app's name and version the entry's (V5)."""
         entry.app_name, entry.app_version = state.app_name, state.app_version
         return 0
@@ -122,21 +156,25 @@ class AppChecker:
         return 0
 
     def restore_part(self, request: pb.RestoreStateRequest, entry: pb.NodeBalance) -> None:
-        pass  # the state bytes and the payloads travel in the fields every app has
+        """The state bytes and the payloads travel in the fields every app has; the v1
+        figures an adapter filled (V3) are the controller's reading, not the node's input."""
+        if self.fields is not None:
+            self.fields.restore_part(request)
 
-    def restored(self, entry: pb.NodeBalance, answer: pb.RestoreStateResponse) -> None:
-        pass
+    def restored(self, entry: pb.NodeBalance, answer: pb.RestoreStateResponse, request: pb.RestoreStateRequest) -> None:
+        if self.fields is not None:
+            self.fields.restored(entry, request)
 
     def judge(self, snapshot: pb.Snapshot, tally: int = 0) -> None:
         """Fill in a just COMPLETE snapshot's app fields (V1-V3)."""
-        snapshot.total = snapshot.expected_total = tally
-        snapshot.conserved = True
         verdict = snapshot.app
         verdict.Clear()
         verdict.spec = self.spec
         names = sorted({n.app_name for n in snapshot.nodes if n.app_name})
         verdict.name = names[0] if names else (self.app.name if self.app is not None else "")
         verdict.version = min((n.app_version or 1 for n in snapshot.nodes), default=1)
+        if self.fields is not None:
+            self.fields.fill(snapshot)
         if self.app is None:
             verdict.status = UNCHECKED
             snapshot.reason = f"unchecked: {self.why}" if self.why else "unchecked"
@@ -150,10 +188,12 @@ class AppChecker:
 
 
 def side_for(
-    spec: str, params: Mapping[str, Any], *, bank: bool, load: Callable[[str], App], explicit: bool
+    spec: str, params: Mapping[str, Any], *, bank: bool, load: Callable[[str], App], explicit: bool,
+    fields_for: Callable[[str, Mapping[str, Any]], V1Fields | None] = lambda name, params: None,
 ) -> tuple[AppChecker | None, str | None]:
     """V4: the side that checks the snapshots of a cluster running `spec` (`bank`: the
-    default app), with `load` the app loader; and the warning to log, if any. An app
+    default app), with `load` the app loader and `fields_for` the v1 fields' adapter
+    of an app by its name and params (V3); and the warning to log, if any. An app
     that does not load raises its AppError when `explicit`."""
     if bank:
         return None, None
@@ -164,4 +204,4 @@ def side_for(
             raise
         return (AppChecker(spec, None, why=str(exc), params=params),
                 f"cannot load the app {spec} ({exc}): its snapshots complete unchecked")
-    return AppChecker(spec, app, params=params), None
+    return AppChecker(spec, app, params=params, fields=fields_for(app.name, params)), None

@@ -60,7 +60,7 @@ class Outcome:
     bad_input: list[dict[str, Any]] = field(default_factory=list)
     # snapshot id -> (transfers, amount) recorded in flight, as the snapshot files say: the
     # verdict "ok" on such a snapshot means the logs confirm each of them.
-    in_flight: dict[str, tuple[int, int]] = field(default_factory=dict)
+    in_flight: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     # the torn last lines of active files, left out of the log as the node's recovery does
     left_out: list[LeftOut] = field(default_factory=list)
 
@@ -237,10 +237,15 @@ def reconcile(
         elif app is not None:
             rows.append({**dict.fromkeys(VERDICT.fieldNames()), "scope": SCOPE_INVARIANT, "status": "-",
                          "first_discrepancy": f"skipped: no COMPLETE snapshot of an app to check {app.name}'s invariants on"})
+        # An app's snapshot without the bank's fields (its export has no `total`) is not
+        # money: its rows show no totals and its in-flight column no amount.
+        unsummed = {s["snapshot_id"] for s in snaps if s["app"] and s["claimed_total"] is None}
+        rows = [{**r, "expected_total": None, "observed_total": None}
+                if r["scope"] == "snapshot" and r["snapshot_id"] in unsummed else r for r in rows]
         in_flight = {
             s["snapshot_id"]: (
                 sum(max(c["tn"] or 0, 0) for c in s["channels"] or ()),  # size() of a missing list is -1
-                sum(c["amount"] or 0 for c in s["channels"] or ()),
+                None if s["snapshot_id"] in unsummed else sum(c["amount"] or 0 for c in s["channels"] or ()),
             )
             for s in snaps
         }
@@ -293,16 +298,17 @@ def format_bad_input(bad: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def format_table(verdicts: list[dict[str, Any]], in_flight: dict[str, tuple[int, int]] | None = None) -> str:
-    """The verdict rows as a fixed-width table; `in_flight` (snapshot id -> transfers,
-    amount) fills the "in flight" column of COMPLETE snapshots ("-" elsewhere)."""
+def format_table(verdicts: list[dict[str, Any]], in_flight: dict[str, tuple[int, int | None]] | None = None) -> str:
+    """The verdict rows as a fixed-width table; `in_flight` (snapshot id -> messages,
+    the bank's amount or None) fills the "in flight" column of COMPLETE snapshots
+    ("-" elsewhere)."""
     head = ("snapshot", "status", "verdict", "nodes", "channels", "in flight", "expected", "observed", "issues",
             "first discrepancy")
     in_flight = in_flight or {}
 
     def flight(v: dict[str, Any]) -> str:
         found = in_flight.get(v["snapshot_id"]) if v["scope"] == "snapshot" and v["status"] == "COMPLETE" else None
-        return "-" if found is None else f"{found[0]} ({found[1]})"
+        return "-" if found is None else str(found[0]) if found[1] is None else f"{found[0]} ({found[1]})"
 
     def verdict(v: dict[str, Any]) -> str:
         if v["scope"] == SCOPE_LEFT_OUT:

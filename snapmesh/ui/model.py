@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from snapmesh.checking.snapshots import duration_s
+from snapmesh.protocol.appstate import carries_v1
 from snapmesh.settings.appsettings import app_words
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -380,6 +381,6 @@ def restore_command(snapshot: pb.Snapshot, controller: str, tls_dir: str | None)
     failed = [r.name for r in snapshot.app.invariants if not r.ok]
     if failed:
         return line, f"the controller refuses it: invariant {', '.join(failed)} does not hold"
-    if not snapshot.HasField("app") and not snapshot.conserved:
+    if carries_v1(snapshot) and not snapshot.conserved:
         return line, "the controller refuses it: not conserved"
     return line, ""

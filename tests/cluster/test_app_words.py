@@ -7,9 +7,10 @@ nodes), then snapshots and `snapmesh restore` to one. The `cluster up` banner, t
 watch, the load generator's output and the page name the app (the page and the
 watch its name and version too, from GetCluster); the restore prints the app's
 view (each node's recorded state and the messages replayed to it, the
-invariants, the describe); the node logs say what each node recorded without a
-balance; and none of these, nor the nodes' metrics, names a balance, an amount,
-money or `conserved`. The nodes count the app's messages and refused commands
+invariants, the describe); `snapshot list` and `verify` show the invariants; the
+export carries none of the bank's v1 figures; the node logs say what each node
+recorded without a balance; and none of these, nor the controller's log or the
+nodes' metrics, names a balance, an amount, money or `conserved`. The nodes count the app's messages and refused commands
 (snapmesh_messages_*, snapmesh_commands_refused_total), export none of the
 bank's series, and every dashboard panel that is not the bank's queries a metric
 this cluster exports.
@@ -133,6 +134,11 @@ def shard(tmp_path_factory):
             snapshot = taken[-1]
             said["page"] = get(page + "/")
             said["page snapshot"] = get(f"{page}/snapshot/{snapshot.snapshot_id}")
+            for what, args in (("list", ["list"]), ("verify", ["verify", snapshot.snapshot_id])):
+                shown = subprocess.run([*CLI, "snapshot", *args, "--data-dir", str(data)], capture_output=True,
+                                       text=True, env=env, timeout=120)
+                assert shown.returncode == 0, (what, shown.stdout + shown.stderr)
+                said[what] = shown.stdout
             restore = subprocess.run([*CLI, "restore", "--yes", "--data-dir", str(data), snapshot.snapshot_id],
                                      capture_output=True, text=True, env=env, timeout=120)
             assert restore.returncode == 0, restore.stdout + restore.stderr
@@ -149,7 +155,9 @@ def shard(tmp_path_factory):
                 process.wait(10)
     logs = {n.id: (cfg.data_dir / "logs" / f"{n.id}.log").read_text() for n in cfg.nodes}
     said.update(banner=(data / "cluster-up.err").read_text(), up="".join(up), watch="\n".join(watch.lines),
-                app=drive.stdout, restore=restore.stdout, logs=logs, scrapes=scrapes, snapshot=snapshot)
+                app=drive.stdout, restore=restore.stdout, logs=logs, scrapes=scrapes, snapshot=snapshot,
+                export=(cfg.data_dir / "snapshots" / f"{snapshot.snapshot_id}.json").read_text(),
+                controller_log=(cfg.data_dir / "logs" / "controller.log").read_text())
     yield said
 
 
@@ -164,6 +172,23 @@ def test_the_outputs_of_an_app_cluster_name_the_app_and_no_bank_words(shard):
         assert re.search(r"recorded local state \(app state sha256:[0-9a-f]{16}\)", text), (node, text[-2000:])
     said = {"banner": bank_words(banner), "up": bank_words(shard["up"]), "restore": bank_words(restored),
             **{f"log {node}": bank_words(text) for node, text in logs.items()}}
+    assert not any(said.values()), said
+
+
+def test_list_verify_the_export_and_the_controller_log_show_the_invariants_and_no_bank_words(shard):
+    sid = shard["snapshot"].snapshot_id
+    listed, verified = shard["list"], shard["verify"]
+    assert re.search(rf"^{sid}\s+COMPLETE\s.*\sok\s*$", listed, re.M), listed
+    assert re.search(r"^snapshot\s.*\sinvariants\s+reason$", listed, re.M), listed
+    assert re.search(r"^invariants\s+ok\s+1 of app \S*kvshard\S* held$", verified, re.M), verified
+    export = json.loads(shard["export"])
+    assert export["app"]["invariants"] and all(i["ok"] for i in export["app"]["invariants"]), export["app"]
+    assert {"total", "expected_total", "conserved"}.isdisjoint(export), sorted(export)
+    assert all("balance" not in n and n["state_digest"] for n in export["nodes"]), export["nodes"]
+    items = [t for c in export["channels"] for t in c["in_flight"]]
+    assert all("amount" not in t and "payload" in t for t in items), items
+    assert f"snapshot {sid} COMPLETE in " in shard["controller_log"], shard["controller_log"][-2000:]
+    said = {what: bank_words(shard[what]) for what in ("list", "verify", "export", "controller_log")}
     assert not any(said.values()), said
 
 

@@ -54,7 +54,7 @@ class Counting:
     def restore_part(self, request, entry):
         request.state = entry.node_id.encode()
 
-    def restored(self, entry, answer):
+    def restored(self, entry, answer, request):
         entry.state = b"back"
 
 

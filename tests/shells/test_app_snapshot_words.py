@@ -36,9 +36,9 @@ def bank() -> pb.Snapshot:
 
 
 def app(verdict: str) -> pb.Snapshot:
-    """A COMPLETE app snapshot as the controller judges one (appstate.py: total 0,
-    conserved true), its invariants "ok", "broken" or "unchecked"."""
-    s = timed(pb.Snapshot(snapshot_id=SID, initiator="p1", status=pb.Snapshot.COMPLETE, epoch=1, conserved=True))
+    """A COMPLETE app snapshot as the controller judges one (appstate.py V3: no v1
+    figures, no total, no `conserved`), its invariants "ok", "broken" or "unchecked"."""
+    s = timed(pb.Snapshot(snapshot_id=SID, initiator="p1", status=pb.Snapshot.COMPLETE, epoch=1))
     for node in ("p1", "p2"):
         s.nodes.add(node_id=node, state=b"{}", state_digest=snapshot_file.PREFIX + hashlib.sha256(b"{}").hexdigest())
     s.channels.add(src="p1", dst="p2").in_flight.add(msg_id="p1:p2:1", seq=1, payload=b"put a")

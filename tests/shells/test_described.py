@@ -31,7 +31,7 @@ def examples_on_the_path(monkeypatch):
 
 def ring_snapshot(token_at: str | None, *, in_flight_to: str | None = None, ok: bool = True) -> pb.Snapshot:
     """A COMPLETE token-ring snapshot of p1..p3: the token at `token_at` or on p1 -> `in_flight_to`."""
-    s = pb.Snapshot(snapshot_id="20261127T100000Z-ab12cd34", status=pb.Snapshot.COMPLETE, epoch=1, conserved=True)
+    s = pb.Snapshot(snapshot_id="20261127T100000Z-ab12cd34", status=pb.Snapshot.COMPLETE, epoch=1)
     s.started_at.FromNanoseconds(10**18)
     s.finished_at.FromNanoseconds(10**18 + 5 * 10**6)
     for node in ("p1", "p2", "p3"):

@@ -59,14 +59,15 @@ class AppSide(Protocol):
 
     def judge(self, snapshot: pb.Snapshot, tally: int) -> None:
         """The snapshot is whole: fill its verdict, the v1 fields every client reads
-        (`total`, `expected_total`, `conserved`: machine.problem restores only a
-        conserved snapshot) and any of its own, and its reason ("" when it is right)."""
+        (`total`, `expected_total`, `conserved`, where the app has them: restoreplan.problem
+        restores no snapshot they call not conserved) and any of its own, and its reason
+        ("" when it is right)."""
         ...
 
     def restore_part(self, request: pb.RestoreStateRequest, entry: pb.NodeBalance) -> None:
         """Fill a node's restore request with the app's fields of its snapshot entry."""
         ...
 
-    def restored(self, entry: pb.NodeBalance, answer: pb.RestoreStateResponse) -> None:
-        """Fill a Restore's entry for a node from the node's answer."""
+    def restored(self, entry: pb.NodeBalance, answer: pb.RestoreStateResponse, request: pb.RestoreStateRequest) -> None:
+        """Fill a Restore's entry for a node from the node's answer to its part (`request`)."""
         ...

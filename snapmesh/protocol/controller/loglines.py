@@ -7,6 +7,7 @@ and tests grep them), so they change only on purpose.
 
 from __future__ import annotations
 
+from snapmesh.protocol.appstate import carries_v1
 from snapmesh.protocol.controller.effects import AbortAt, Call, Effect, Finished, RestoreDone
 from snapmesh.protocol.controller.refusals import TooManySnapshots
 from snapmesh.protocol.controller.replay import Replayed
@@ -21,10 +22,11 @@ def of(effect: Effect) -> tuple[str, str] | None:
         snapshot = effect.snapshot
         if snapshot.status != COMPLETE:
             return "WARNING", f"snapshot {snapshot.snapshot_id} FAILED: {snapshot.reason}"
+        took = f"snapshot {snapshot.snapshot_id} COMPLETE in {duration_s(snapshot):.3f}s"
+        if not carries_v1(snapshot):  # an app's own words: its invariants
+            return "INFO", f"{took}: {snapshot.reason or 'invariants hold'}"
         verdict = "conserved" if snapshot.conserved else f"NOT conserved ({snapshot.reason})"
-        return "INFO", (
-            f"snapshot {snapshot.snapshot_id} COMPLETE in {duration_s(snapshot):.3f}s: total {snapshot.total}, {verdict}"
-        )
+        return "INFO", f"{took}: total {snapshot.total}, {verdict}"
     if isinstance(effect, RestoreDone):
         restore = effect.restore
         if restore.status == pb.Restore.FAILED:

@@ -43,7 +43,7 @@ def problem(snapshot: pb.Snapshot) -> str:
     if snapshot.status != COMPLETE:
         status = pb.Snapshot.Status.Name(snapshot.status)
         return f"snapshot {snapshot.snapshot_id} is {status}, not COMPLETE"
-    if not snapshot.conserved:
+    if appstate.carries_v1(snapshot) and not snapshot.conserved:
         return f"snapshot {snapshot.snapshot_id} is not conserved (total {snapshot.total}, expected {snapshot.expected_total})"
     broken = appstate.failed_invariants(snapshot)
     if broken:

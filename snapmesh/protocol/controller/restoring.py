@@ -129,7 +129,7 @@ class Restoring:
         else:
             done.status = pb.Restore.RESTORED
             for n in names:
-                self.tracker.side.restored(done.nodes.add(node_id=n), self._answers[n])  # type: ignore[arg-type]
+                self.tracker.side.restored(done.nodes.add(node_id=n), self._answers[n], self._parts[n])  # type: ignore[arg-type]
         done.finished_at.FromNanoseconds(int(round(now.wall * 1e9)))
         self.last_restore = done
         self._parts, self._answers = {}, {}

@@ -145,6 +145,7 @@ class Tracker:
         self.kept = kept
         self.epoch = 1  # the cluster's epoch: one more per restore; older reports are refused
         self.side: AppSide = checker if checker is not None else BankSide(expected_total)
+        self._native = checker is None
 
     # -- queries
 
@@ -198,7 +199,7 @@ class Tracker:
             snapshot_id=snapshot_id,
             initiator=initiator,
             status=IN_PROGRESS,
-            expected_total=self.expected_total,
+            expected_total=self.expected_total if self._native else None,  # the default app's v1 figure only
             started_at=_timestamp(now.wall),
             epoch=self.epoch if epoch is None else epoch,
         )

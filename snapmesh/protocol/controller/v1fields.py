@@ -1,0 +1,40 @@
+"""An app's v1 fields, what the controller fills beside its invariants (appstate.AppChecker).
+
+The v1 messages carry one app's figures of its own (field 2 of NodeBalance and
+of InFlightTransfer, a snapshot's `total`, `expected_total` and whether it is
+`conserved`, a restore's figure per node: snapmesh.proto). They are optional:
+absent for an app that has no adapter, whose snapshots say only what its
+invariants found (`Snapshot.app`). An adapter reads an app's state bytes and payloads and fills
+them; the controller's shell chooses it by the app's name (snapmesh.app
+`load_v1_fields`) and never imports it, so nothing below the edge knows the app.
+
+Rules
+-----
+F1. `fill` runs once a snapshot is COMPLETE and its invariants are judged; what
+    it cannot read (a state or payload the app would not write) it leaves absent,
+    and never raises: the app's invariants say what is wrong with it.
+F2. The invariants remain the check: a restore is refused for a broken invariant
+    whatever the fields say, and for a snapshot the fields call not `conserved`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+
+class V1Fields(Protocol):
+    def fill(self, snapshot: pb.Snapshot) -> None:
+        """Fill a just COMPLETE snapshot's v1 fields from its nodes' states and its payloads (F1)."""
+        ...
+
+    def restore_part(self, request: pb.RestoreStateRequest) -> None:
+        """Clear the figures `fill` set from a node's part of a restore: the node takes
+        the app's bytes only, as they were recorded."""
+        ...
+
+    def restored(self, entry: pb.NodeBalance, request: pb.RestoreStateRequest) -> None:
+        """Fill a Restore's entry for a node from the part it took (`request`: its
+        recorded state and the in-flight messages replayed to it)."""
+        ...

@@ -1,0 +1,88 @@
+"""The bank's adapter of the v1 figures (snapmesh/bank/v1fields.py), chosen by the app's name.
+
+Over snapshots built here: a bank snapshot through the contract gets each node's
+balance and each item's amount read from its bytes, and the total, expected total
+and verdict; bytes the bank would not write leave every figure absent (F1), and
+the app's invariant says what is wrong; another app has no adapter; a restore's
+part goes to the node without the figures, and its answer has the balance after it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from snapmesh.app import load_app, v1fields
+from snapmesh.bank.v1fields import BankFields
+from snapmesh.protocol import appstate
+from snapmesh.protocol.controller import restoreplan
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+FIGURES = ("total", "expected_total", "conserved")
+
+
+def through_the_contract(states: dict[str, bytes], in_flight: list[bytes]) -> pb.Snapshot:
+    s = pb.Snapshot(snapshot_id="s1", status=pb.Snapshot.COMPLETE)
+    for node, state in states.items():
+        s.nodes.add(node_id=node, state=state, app_name="bank", app_version=1)
+    channel = s.channels.add(src="a", dst="b")
+    for seq, payload in enumerate(in_flight, 1):
+        channel.in_flight.add(msg_id=f"a:b:{seq}", seq=seq, payload=payload)
+    s.channels.add(src="b", dst="a")
+    return s
+
+
+def judged(snapshot: pb.Snapshot, params: dict) -> pb.Snapshot:
+    checker = appstate.AppChecker("bank", load_app("bank"), params=params, fields=v1fields.for_app("bank", params))
+    checker.judge(snapshot)
+    return snapshot
+
+
+def test_the_adapter_is_chosen_by_the_apps_name():
+    assert isinstance(v1fields.for_app("bank", {}), BankFields)
+    assert v1fields.for_app("kvshard", {}) is None and v1fields.for_app("inventory", {}) is None
+
+
+@pytest.mark.parametrize("in_flight, conserved", [([b"7", b"3"], True), ([b"7"], False)])
+def test_a_bank_snapshot_gets_its_figures_from_its_bytes(in_flight, conserved):
+    s = judged(through_the_contract({"a": b"90", "b": b"100"}, in_flight), {"initial_balance": 100})
+    assert [(n.node_id, n.balance) for n in s.nodes] == [("a", 90), ("b", 100)]
+    assert [t.amount for c in s.channels for t in c.in_flight] == [int(p) for p in in_flight]
+    assert (s.total, s.expected_total, s.conserved) == (190 + sum(map(int, in_flight)), 200, conserved)
+    assert [(i.name, i.ok) for i in s.app.invariants] == [("conserved", conserved)]  # the invariant agrees
+    assert appstate.carries_v1(s) and (restoreplan.problem(s) == "") is conserved
+
+
+def test_bytes_the_bank_would_not_write_leave_the_figures_absent_and_the_invariant_says_why():
+    s = judged(through_the_contract({"a": b"90", "b": b"lots"}, [b"10"]), {"initial_balance": 100})
+    assert not any(map(s.HasField, FIGURES)) and not any(n.HasField("balance") for n in s.nodes)
+    assert not any(t.HasField("amount") for c in s.channels for t in c.in_flight)
+    assert "not decimal ASCII" in s.reason and "broken" in restoreplan.problem(s)
+
+
+def test_a_natively_taken_snapshot_keeps_its_figures():
+    s = pb.Snapshot(snapshot_id="old", status=pb.Snapshot.COMPLETE)
+    s.nodes.add(node_id="a", balance=95)
+    s.channels.add(src="a", dst="b").in_flight.add(msg_id="a:b:1", seq=1, amount=5)
+    BankFields({"total": 100}).fill(s)
+    assert (s.nodes[0].balance, s.total, s.expected_total, s.conserved) == (95, 100, 100, True)
+
+
+def test_the_restore_part_carries_no_figure_and_the_answer_has_the_balance_after_it():
+    params = {"initial_balance": 100}
+    s = judged(through_the_contract({"a": b"90", "b": b"100"}, [b"4", b"6"]), params)
+    checker = appstate.AppChecker("bank", load_app("bank"), params=params, fields=v1fields.for_app("bank", params))
+    parts = restoreplan.with_app_fields(restoreplan.plan(s, 2), s, checker)
+    assert [t.HasField("amount") for c in parts["b"].channels for t in c.in_flight] == [False, False]
+    assert [t.payload for c in parts["b"].channels for t in c.in_flight] == [b"4", b"6"]
+    assert [t.amount for c in s.channels for t in c.in_flight] == [4, 6]  # the snapshot keeps its figures
+    answers = {}
+    for node in ("a", "b"):
+        checker.restored(answers.setdefault(node, pb.NodeBalance(node_id=node)), pb.RestoreStateResponse(epoch=2),
+                         parts[node])
+    assert {n: e.balance for n, e in answers.items()} == {"a": 90, "b": 110}
+
+
+def test_another_app_leaves_every_figure_absent():
+    s = through_the_contract({"a": b"{}", "b": b"{}"}, [])
+    appstate.AppChecker("kvshard", load_app("kvshard")).judge(s)
+    assert not any(map(s.HasField, FIGURES)) and not appstate.carries_v1(s)
