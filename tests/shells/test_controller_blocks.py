@@ -19,7 +19,7 @@ B = blocks.BLOCK_BYTES
 
 
 def app_snapshot(sid: str, states: dict[str, bytes]) -> pb.Snapshot:
-    snapshot = pb.Snapshot(snapshot_id=sid, status=pb.Snapshot.COMPLETE, initiator="p1", conserved=True)
+    snapshot = pb.Snapshot(snapshot_id=sid, status=pb.Snapshot.COMPLETE, initiator="p1")
     for node, state in states.items():
         snapshot.nodes.add(node_id=node, state=state, state_digest=snapshot_file.PREFIX + hashlib.sha256(
             state).hexdigest(), app_name="blob", app_version=1)
