@@ -138,7 +138,7 @@ def test_kvshard_rescales_4_to_6_to_3_under_load_with_every_key_exactly_once(tmp
         assert sorted(set(cut)) == sorted(cut) and made <= set(cut), "the stop snapshot holds every key once"
         assert rewrite(path, nodes) == [f"p{i}" for i in range(1, nodes + 1)]
         with Cluster(path, app="kvshard") as after:
-            done = restore_rescaled(after, stopped.snapshot_id, f"rescale-{run}")
+            restore_rescaled(after, stopped.snapshot_id, f"rescale-{run}")
             keys = held(after)
             assert sorted(keys) == sorted(set(keys)), f"after {run}: a key held twice"
             assert created <= set(keys), f"after {run}: {sorted(created - set(keys))[:5]} lost"
