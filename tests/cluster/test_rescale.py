@@ -175,3 +175,44 @@ def test_the_bank_rescales_4_to_3_with_its_total_kept(tmp_path) -> None:
     assert [(i.name, i.ok) for i in snap.app.invariants] == [("conserved", True)], snap.app
     assert balances["p2"] == 1000 + 5 * 7 + p4, "p4's balance went to its heir, p2"
     assert done.status == pb.Restore.RESTORED
+
+
+def test_a_controller_killed_during_a_rescale_resumes_it_after_its_restart(tmp_path) -> None:
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=3)
+    with Cluster(path, app="kvshard") as before:
+        stopped, created = stop_under_load(before, "a", 30)
+    rewrite(path, 4)
+    with Cluster(path, app="kvshard") as after:
+        after.pause_node("p2")  # its part cannot be taken: the rescale stays RESTORING
+        request = pb.RestoreSnapshotRequest(snapshot_id=stopped.snapshot_id, request_id="rescale-kill",
+                                            nodes=list(after.node_ids))
+
+        def restore() -> None:
+            with grpc.insecure_channel(after.controller_address) as channel:
+                try:
+                    pb_grpc.ControllerStub(channel).RestoreSnapshot(request, timeout=60)
+                except grpc.RpcError:
+                    pass  # the controller is killed under it
+
+        caller = threading.Thread(target=restore, daemon=True)
+        caller.start()
+
+        def last_restore() -> pb.Restore:
+            with grpc.insecure_channel(after.controller_address) as channel:
+                return pb_grpc.ControllerStub(channel).GetCluster(pb.GetClusterRequest(), timeout=5).last_restore
+
+        wait_for(last_restore, until=lambda r: r.status == pb.Restore.RESTORING, retry_on=grpc.RpcError,
+                 timeout=30, what="the rescale under way")
+        after.kill_controller()
+        caller.join(30)
+        after.resume_node("p2")
+        after.start_controller()
+        done = wait_for(last_restore, until=lambda r: r.status == pb.Restore.RESTORED, retry_on=grpc.RpcError,
+                        timeout=90, what="the resumed rescale")
+        with grpc.insecure_channel(after.controller_address) as channel:
+            again = pb_grpc.ControllerStub(channel).RestoreSnapshot(request, timeout=60)
+        assert (again.status, again.epoch) == (pb.Restore.RESTORED, done.epoch), "the retry is the resumed rescale"
+        assert sorted(n.node_id for n in done.nodes) == ["p1", "p2", "p3", "p4"]
+        assert "was under way: resuming it" in after.controller.output()
+        keys = held(after)
+    assert sorted(keys) == sorted(set(keys)) and created <= set(keys), "every key once after the resumed rescale"
