@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("down", "status", "rescale"):
         from snapmesh.processes import cluster_admin
 
-        return (rescaler.main if args.command == "rescale" else cluster_admin.main)(args)
+        return rescaler.main(args, up=main) if args.command == "rescale" else cluster_admin.main(args)
     if args.nodes is not None and args.nodes < 2:
         print(f"snapmesh cluster: --nodes must be at least 2 (a snapshot needs a channel), got {args.nodes}",
               file=sys.stderr)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 import tomllib
 from pathlib import Path
 
@@ -68,7 +69,8 @@ def add_parser(commands) -> None:
     sub.add_argument("--ui", default="127.0.0.1:8080", metavar="HOST:PORT", help="as for cluster up (off: none)")
 
 
-def main(args) -> int:
+def main(args, *, up: Callable[[list[str]], int]) -> int:
+    """The rescale; `up` is `cluster up`'s main (the launcher's), which runs the new cluster."""
     try:
         data_dir, cfg = _checked(args)
         running = cluster_admin.running_launcher(data_dir)
@@ -98,9 +100,7 @@ def main(args) -> int:
     print(f"{PROG}: restoring {snapshot_id} onto {len(nodes)} nodes ({', '.join(nodes)}) once the cluster is up",
           file=sys.stderr, flush=True)
     threading.Thread(target=_restore, args=(data_dir, new, snapshot_id, nodes), daemon=True).start()
-    from snapmesh.processes import launcher
-
-    return launcher.main(["up", "--data-dir", str(data_dir), "--ui", args.ui])
+    return up(["up", "--data-dir", str(data_dir), "--ui", args.ui])
 
 
 def _checked(args) -> tuple[Path, cluster_config.ClusterConfig]:
