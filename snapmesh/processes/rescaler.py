@@ -10,11 +10,13 @@ D is the data dir of a `snapmesh cluster up` cluster. In order:
 2. The cluster of D, if it runs, is stopped (`cluster down`).
 3. D/cluster.toml is written for N nodes (snapmesh.settings.rescaling: the
    controller and the first N nodes keep their ports and data dirs, new nodes
-   get free ports, the channels a full mesh), and a TLS cluster's certificates
-   are made again for the new node set (D/tls/: clients take the new CA).
+   get free ports, the channels a full mesh), each new node gets a log of an
+   init and a stop for the snapshot (so it starts fenced, as the kept nodes do),
+   and a TLS cluster's certificates are made again for the new node set
+   (D/tls/: clients take the new CA).
 4. The cluster starts again from D in the foreground, as `cluster up --data-dir D`
-   (removed nodes are not started; the kept ones start fenced on their stopped
-   logs), and once the controller answers, RestoreSnapshot with the target node
+   (removed nodes are not started; every node starts fenced on its stopped
+   log), and once the controller answers, RestoreSnapshot with the target node
    set restores the snapshot with the app's rescale (run and checked on the
    controller before any node changes). The request id is
    "rescale <snapshot> onto <N>": a rescale run again for the same snapshot and
@@ -30,6 +32,7 @@ stop snapshot or the stop fails (the running cluster is left as it is).
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -38,7 +41,8 @@ from pathlib import Path
 
 import grpc
 
-from snapmesh.app import AppError, load_app
+from snapmesh.app import App, AppError, load_app
+from snapmesh.protocol import wal
 from snapmesh.processes import cluster_admin
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import rescaling, security
@@ -72,7 +76,7 @@ def add_parser(commands) -> None:
 def main(args, *, up: Callable[[list[str]], int]) -> int:
     """The rescale; `up` is `cluster up`'s main (the launcher's), which runs the new cluster."""
     try:
-        data_dir, cfg = _checked(args)
+        data_dir, cfg, app = _checked(args)
         running = cluster_admin.running_launcher(data_dir)
         if not args.snapshot and running is None:
             raise Refused(f"no cluster runs on {data_dir}: start it (snapmesh cluster up --data-dir {data_dir}), "
@@ -94,6 +98,7 @@ def main(args, *, up: Callable[[list[str]], int]) -> int:
     cluster_config.write(path, rescaling.rescaled(document, args.nodes, ports),
                          comment=f"Written by snapmesh cluster rescale onto {args.nodes} nodes from {snapshot_id}")
     new = cluster_config.load(path, env={})
+    _fenced_logs(new, [n.id for n in new.nodes if n.id not in {o.id for o in cfg.nodes}], app, snapshot_id)
     if cfg.tls is not None:
         security.write_certs(new, data_dir / TLS_DIR)
     nodes = [n.id for n in new.nodes]
@@ -103,7 +108,7 @@ def main(args, *, up: Callable[[list[str]], int]) -> int:
     return up(["up", "--data-dir", str(data_dir), "--ui", args.ui])
 
 
-def _checked(args) -> tuple[Path, cluster_config.ClusterConfig]:
+def _checked(args) -> tuple[Path, cluster_config.ClusterConfig, App]:
     if args.nodes < rescaling.MIN_NODES:
         raise Refused(f"--nodes must be at least {rescaling.MIN_NODES} (a snapshot needs a channel), got {args.nodes}")
     data_dir = Path(args.data_dir).resolve()
@@ -125,7 +130,24 @@ def _checked(args) -> tuple[Path, cluster_config.ClusterConfig]:
         raise Refused(f"app {app.name!r} has no rescale(view, nodes): it cannot be restored onto another node set")
     if len(cfg.nodes) == args.nodes:
         raise Refused(f"the cluster of {data_dir} already has {args.nodes} nodes")
-    return data_dir, cfg
+    return data_dir, cfg, app
+
+
+def _fenced_logs(cfg: cluster_config.ClusterConfig, added: list[str], app: App, snapshot_id: str) -> None:
+    """Each new node's log, where it has none: its init, then a stop for `snapshot_id`, so the
+    node starts fenced (fence.py F4: health, Fence and RestoreState only) until the restore,
+    as the kept nodes do on their stopped logs. A node with a log of its own keeps it."""
+    for node in added:
+        path = cfg.log_path(node)
+        if path.exists() or any(path.parent.glob(f"{node}.log.*")):
+            continue
+        lines = [wal.encode(wal.Init(lsn=1, tally=0, app=app.name, version=app.version), node),
+                 wal.encode(wal.Stop(lsn=2, snapshot_id=snapshot_id), node)]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w") as out:
+            out.write("".join(lines))
+            out.flush()
+            os.fsync(out.fileno())
 
 
 def _identity(data_dir: Path, cfg: cluster_config.ClusterConfig):

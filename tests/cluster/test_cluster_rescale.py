@@ -3,8 +3,10 @@
 A kvshard cluster of 4 runs from `cluster up`; keys are put and moved on;
 `cluster rescale --nodes 3` stops it with a snapshot, writes the 3-node cluster
 file (the controller and p1..p3 on their ports), starts it and restores with the
-app's rescale: every key is held once by the 3 nodes. SIGTERM to the rescale
-process stops the cluster it runs, leaving no process behind.
+app's rescale: every key is held once by the 3 nodes. A second rescale grows the
+cluster the first one runs to 5 (p4 and p5 new, started fenced on a log of an init
+and the stop). SIGTERM to the rescale process stops the cluster it runs, leaving no
+process behind.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def until_line(proc: subprocess.Popen, start: str, timeout: float = 120) -> str:
             return line.strip()
 
 
-def test_cluster_rescale_stops_the_cluster_with_a_snapshot_and_runs_it_on_3_nodes(started, tmp_path):
+def test_cluster_rescale_stops_the_cluster_with_a_snapshot_and_runs_it_on_3_then_5_nodes(started, tmp_path):
     data = tmp_path / "d"
     up = started(cluster_up("--nodes", "4", "--data-dir", str(data), "--app", "kvshard", "--ui", "off"))
     until_line(up, "controller:")
@@ -96,9 +98,28 @@ def test_cluster_rescale_stops_the_cluster_with_a_snapshot_and_runs_it_on_3_node
     described = subprocess.run([str(grpcurl_binary()), "-plaintext", new.controller.address, "describe",
                                 "snapmesh.v1.RestoreSnapshotRequest"], capture_output=True, text=True, timeout=60)
     assert "repeated string nodes = 3;" in described.stdout, described.stderr  # reflection knows the target set
-    children = children_of(proc.pid)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == 0
+
+    with (tmp_path / "grow.err").open("w") as err:  # and back up to 5: the rescale's own cluster is stopped
+        grow = started(rescale("--data-dir", str(data), "--nodes", "5", "--ui", "off", stderr=err))
+    line = until_line(grow, "rescaled:", timeout=180)
+    assert line.endswith(" onto 5 nodes (p1, p2, p3, p4, p5) in epoch 3"), line
+    assert proc.wait(60) == 0, "the first rescale's cluster stopped cleanly"
+    started.remember(grow)
+    first = [json.loads(text)["kind"] for text in (data / "p5.log.jsonl").read_text().splitlines()[:3]]
+    assert first[:2] == ["init", "stop"], f"p5 started fenced on a log of an init and the stop: {first}"
+    grown = cluster_config.load(data / "cluster.toml", env={})
+    with grpc.insecure_channel(grown.node("p5").address) as channel:
+        put = pb_grpc.NodeStub(channel).Submit(pb.SubmitRequest(command=b'{"op": "put", "key": "p5/new", "value": 1}'),
+                                               timeout=10)
+    assert json.loads(put.reply) == {"key": "p5/new", "created_at": "p5"}
+    with grpc.insecure_channel(grown.controller.address) as channel:
+        after = pb_grpc.ControllerStub(channel).TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60)
+    assert after.status == pb.Snapshot.COMPLETE and len(after.nodes) == 5, after.reason
+    held = [k for n in after.nodes for k in json.loads(n.state)["keys"]]
+    assert sorted(held) == sorted([*keys, "p5/new"]), "every key once, on the 5 nodes"
+    children = children_of(grow.pid)
+    grow.send_signal(signal.SIGTERM)
+    assert grow.wait(60) == 0
     assert not wait_gone(children), "no process left behind"
 
 
