@@ -20,13 +20,15 @@ D is the data dir of a `snapmesh cluster up` cluster. In order:
    set restores the snapshot with the app's rescale (run and checked on the
    controller before any node changes). The request id is
    "rescale <snapshot> onto <N>": a rescale run again for the same snapshot and
-   N joins that restore, never runs it twice. It prints
+   N joins that restore, never runs it twice: `--snapshot ID` with the node count
+   the cluster already has is such a retry (an interrupted rescale finishes, a
+   finished one is answered again). It prints
    `rescaled: <snapshot> onto N nodes (...) in epoch E` on stdout, or the refusal
    on stderr (the cluster then stays fenced: `snapmesh restore` finishes it).
 
 Refused with one line and exit 2, before anything changes: --nodes below 2, a D
 with no cluster file, an app without rescale (and the native bank), a cluster
-that already has N nodes, no cluster running and no --snapshot. Exit 1 when the
+that already has N nodes (without --snapshot), no cluster running and no --snapshot. Exit 1 when the
 stop snapshot or the stop fails (the running cluster is left as it is).
 """
 
@@ -99,7 +101,7 @@ def main(args, *, up: Callable[[list[str]], int]) -> int:
                          comment=f"Written by snapmesh cluster rescale onto {args.nodes} nodes from {snapshot_id}")
     new = cluster_config.load(path, env={})
     _fenced_logs(new, [n.id for n in new.nodes if n.id not in {o.id for o in cfg.nodes}], app, snapshot_id)
-    if cfg.tls is not None:
+    if cfg.tls is not None and [n.id for n in new.nodes] != [n.id for n in cfg.nodes]:
         security.write_certs(new, data_dir / TLS_DIR)
     nodes = [n.id for n in new.nodes]
     print(f"{PROG}: restoring {snapshot_id} onto {len(nodes)} nodes ({', '.join(nodes)}) once the cluster is up",
@@ -128,7 +130,7 @@ def _checked(args) -> tuple[Path, cluster_config.ClusterConfig, App]:
         raise Refused(str(exc)) from None
     if app.rescale is None:
         raise Refused(f"app {app.name!r} has no rescale(view, nodes): it cannot be restored onto another node set")
-    if len(cfg.nodes) == args.nodes:
+    if len(cfg.nodes) == args.nodes and not args.snapshot:  # with --snapshot: a retry, answered by its restore
         raise Refused(f"the cluster of {data_dir} already has {args.nodes} nodes")
     return data_dir, cfg, app
 

@@ -122,6 +122,20 @@ def test_cluster_rescale_stops_the_cluster_with_a_snapshot_and_runs_it_on_3_then
     assert grow.wait(60) == 0
     assert not wait_gone(children), "no process left behind"
 
+    grown_from = line.split()[1]  # run again for the same snapshot: that restore's answer, nothing rolled back
+    with (tmp_path / "again.err").open("w") as err:
+        again = started(rescale("--data-dir", str(data), "--nodes", "5", "--snapshot", grown_from, "--ui", "off",
+                                stderr=err))
+    assert until_line(again, "rescaled:", timeout=180) == line, "the retry is the same rescale, run once"
+    started.remember(again)
+    with grpc.insecure_channel(grown.node("p5").address) as channel:
+        got = pb_grpc.NodeStub(channel).Query(pb.QueryRequest(query=b'{"op": "get", "key": "p5/new"}'), timeout=10)
+    assert json.loads(got.reply)["value"] == 1, "the key put after the rescale is still there: not rolled back"
+    children = children_of(again.pid)
+    again.send_signal(signal.SIGTERM)
+    assert again.wait(60) == 0
+    assert not wait_gone(children), "no process left behind"
+
 
 @pytest.mark.parametrize("nodes", ["1", "0"])
 def test_nodes_below_2_is_one_line_exit_2(tmp_path, nodes):
@@ -158,3 +172,36 @@ def test_no_cluster_running_and_no_snapshot_is_one_line_exit_2(tmp_path):
     assert proc.returncode == 2 and len(err.strip().splitlines()) == 1, err
     assert f"no cluster runs on {tmp_path.resolve()}: start it" in err and "--snapshot ID" in err
     assert (tmp_path / "cluster.toml").read_text() == text
+
+
+def test_a_tls_cluster_rescales_with_certificates_made_for_the_new_node_set(started, tmp_path):
+    from snapmesh.serving import credentials
+    from snapmesh.settings import security
+
+    data = tmp_path / "d"
+    up = started(cluster_up("--nodes", "3", "--data-dir", str(data), "--app", "kvshard", "--ui", "off", "--tls"))
+    until_line(up, "controller:")
+    started.remember(up)
+    cfg = cluster_config.load(data / "cluster.toml", env={})
+    identity = security.load_tls_dir(data / "tls")
+    keys = [f"{n.id}/k" for n in cfg.nodes]
+    for node in cfg.nodes:
+        with credentials.open_channel(node.address, identity) as channel:
+            pb_grpc.NodeStub(channel).Submit(pb.SubmitRequest(command=json.dumps(
+                {"op": "put", "key": f"{node.id}/k", "value": 1}).encode()), timeout=10)
+    with (tmp_path / "rescale.err").open("w") as err:
+        proc = started(rescale("--data-dir", str(data), "--nodes", "4", "--ui", "off", stderr=err))
+    line = until_line(proc, "rescaled:", timeout=180)
+    assert line.endswith(" onto 4 nodes (p1, p2, p3, p4) in epoch 2"), line
+    assert up.wait(60) == 0
+    started.remember(proc)
+    assert (data / "tls" / "p4.pem").is_file(), "a certificate for the new node"
+    identity = security.load_tls_dir(data / "tls")  # the new CA and token
+    with credentials.open_channel(cfg.controller.address, identity) as channel:
+        after = pb_grpc.ControllerStub(channel).TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60)
+    assert after.status == pb.Snapshot.COMPLETE and len(after.nodes) == 4, after.reason
+    assert sorted(k for n in after.nodes for k in json.loads(n.state)["keys"]) == sorted(keys)
+    children = children_of(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert not wait_gone(children), "no process left behind"
