@@ -17,6 +17,21 @@ params (the cluster file's [app] table):
   total            what the snapshot must hold in all; default initial_balance x nodes
   max_amount       the workload pays 1..max_amount (default 100)
 Invariant "conserved": the balances plus the amounts in flight add up to the total.
+
+Rescale (`rescale(view, nodes)`, onto another node set; the channels start empty)
+BR1. A surviving account keeps its balance, plus every amount in flight to it.
+BR2. A removed account's balance, and every amount in flight to it, goes to its heir:
+     params "heirs" (a table removed node -> surviving node) names it; without one,
+     the first surviving node in the new set's order. An heir that is not in the new
+     set refuses the rescale.
+BR3. An amount in flight from a removed account to a survivor reaches the survivor
+     (BR1); one between two removed accounts goes to the receiver's heir. Nothing is
+     lost or made: the balances after are the balances plus the amounts in flight
+     before, so the total is kept.
+BR4. A new account (not in the snapshot) starts at 0.
+A rescale keeps the total, while the default expected total (initial_balance x nodes)
+changes with the node count: set params "total" in the [app] table of a cluster that
+rescales, or the rescaled states are refused ("conserved").
 """
 
 from __future__ import annotations
@@ -133,6 +148,28 @@ WHERE COALESCE(b.at_nodes, 0) + COALESCE(f.in_flight, 0) <> t.expected_total
 """
 
 
+def heir(node: str, survivors: Sequence[str], params: Mapping[str, Any]) -> str:
+    """BR2: who takes a removed account's money."""
+    named = dict(params.get("heirs", {})).get(node)
+    if named is None:
+        return survivors[0]
+    if named not in survivors:
+        raise ValueError(f"params heirs[{node!r}] = {named!r} is not a node of the new set ({', '.join(survivors)})")
+    return str(named)
+
+
+def rescale(view: View, nodes: Sequence[NodeInfo]) -> dict[str, bytes]:
+    """The new node set's balances (BR1-BR4), every amount in flight absorbed."""
+    balances, moving = _money(view)
+    ids = [info.node_id for info in nodes]
+    survivors = [node for node in ids if node in balances] or ids
+    new = dict.fromkeys(ids, 0)
+    owed = [(node, amount) for node, amount in balances.items()] + [(dst, amount) for _, dst, _, amount in moving]
+    for node, amount in owed:
+        new[node if node in new else heir(node, survivors, view.params)] += amount
+    return {node: str(balance).encode() for node, balance in new.items()}
+
+
 def workload(nodes: Sequence[NodeInfo], rng: Any) -> Iterator[tuple[str, bytes]]:
     """Random transfers of 1..max_amount along random channels (some refused: insufficient funds)."""
     payers = [n for n in nodes if n.peers_out]
@@ -151,4 +188,5 @@ app = App(
     views={"bank_balances": balance_rows, "bank_in_flight": in_flight_rows, "bank_total": total_rows},
     sql_invariants={"conserved": CONSERVED},
     workload=workload,
+    rescale=rescale,
 )

@@ -28,12 +28,26 @@ K5. delete (at the key's node) removes the key and leaves a tombstone ("deleted"
     update that arrives for it later is dropped. The name is never created again (K1).
 Invariant: the names created minus the names deleted appear exactly once each in the
 states plus the handoffs in flight, and nothing else appears. The state is sorted JSON.
+
+Rescale (`rescale(view, nodes)`, onto another node set; the channels start empty)
+KR1. Every live key, at a node or in a handoff in flight, lands exactly once, at its
+     home in the new set: the node with the highest sha256(node id, key) (rendezvous
+     hashing, stable: a key whose home survives a rescale stays where it is).
+KR2. The messages in flight are absorbed first: each arrives as on the old
+     channels (round robin over the channels in name order, a forwarded update at
+     its channel's end), so a handoff lands and an update reaches its key (K3-K5).
+KR3. A name's history goes with its namespace: the names a node created and the
+     tombstones of those names are held by the node whose id the name starts with
+     when it is in the new set, else by the home (KR1) of that id, so every name is
+     listed once, and a node added again never creates a name twice (K1).
+KR4. The pointers of moved keys are dropped: every key is at its home.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -232,6 +246,58 @@ WHERE e.key IS NULL OR COALESCE(s.seen, 0) <> 1
 """
 
 
+def home(key: str, nodes: Sequence[str]) -> str:
+    """KR1: the node of `nodes` with the highest sha256(node, key) (rendezvous hashing)."""
+    return max(nodes, key=lambda node: hashlib.sha256(f"{node}\0{key}".encode()).digest())
+
+
+def drained(view: View) -> dict[str, KVShard]:
+    """KR2: the cut's machines once every message in flight has arrived, round robin
+    over the old channels in name order (a forwarded update joins its channel's end)."""
+    old = sorted(view.states)
+    machines = {}
+    for node in old:
+        others = tuple(n for n in old if n != node)
+        machines[node] = KVShard(NodeInfo(node_id=node, peers_out=others, peers_in=others, params=view.params))
+        machines[node].restore(view.states[node])
+    queues: dict[tuple[str, str], deque[bytes]] = {}
+    for src, dst, _, payload in view.in_flight:
+        queues.setdefault((src, dst), deque()).append(payload)
+    steps = 0
+    while any(queues.values()):
+        for (src, dst), queue in sorted(queues.items()):
+            if queue:
+                ctx = Context(dst, machines[dst].peers_out)
+                machines[dst].on_message(src, queue.popleft(), ctx)
+                for to, payload in ctx.sends:
+                    queues.setdefault((dst, to), deque()).append(payload)
+                steps += 1
+        if steps > 10 * (len(view.in_flight) + 1) * (len(old) + 1):
+            raise ValueError("the messages in flight do not settle: a key's pointers loop")
+    return machines
+
+
+def rescale(view: View, nodes: Sequence[NodeInfo]) -> dict[str, bytes]:
+    """The new node set's states (KR1-KR4), every message in flight absorbed."""
+    ids = [info.node_id for info in nodes]
+    new = {node: {"keys": {}, "moved": {}, "created": [], "deleted": []} for node in ids}
+
+    def keeper(name: str) -> str:  # KR3
+        owner = name.split("/", 1)[0]
+        return owner if owner in new else home(owner, ids)
+
+    for _, machine in sorted(drained(view).items()):
+        for key, entry in sorted(machine.keys.items()):
+            new[home(key, ids)]["keys"][key] = entry
+        for kind, names in (("created", machine.created), ("deleted", machine.deleted)):
+            for name in sorted(names):
+                new[keeper(name)][kind].append(name)
+    for state in new.values():
+        state["created"].sort()
+        state["deleted"].sort()
+    return {node: encode(state) for node, state in new.items()}
+
+
 def workload(nodes: Sequence[NodeInfo], rng: Any) -> Iterator[tuple[str, bytes]]:
     """Creates, updates, reads, moves and deletes, from a guess of where each key is.
 
@@ -274,4 +340,5 @@ app = App(
     views={"kv_keys": key_rows, "kv_names": name_rows},
     sql_invariants={"every key exactly once": KEYS_SEEN_ONCE},
     workload=workload,
+    rescale=rescale,
 )

@@ -23,7 +23,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -269,14 +269,15 @@ class ControllerEngine:
             self.metrics.refused(refusal)
             raise
 
-    async def restore(self, snapshot_id: str, request_id: str = "") -> pb.Restore:
+    async def restore(self, snapshot_id: str, request_id: str = "", nodes: Sequence[str] = ()) -> pb.Restore:
         """A RestoreSnapshot call: the machine's gate decides (R1, R4), and the
-        machine answers it (R5). Raises restoregate.Refused, and OSError when the
+        machine answers it (R5); `nodes` the target node set of a rescale (R7). Raises restoregate.Refused, and OSError when the
         restore cannot be journaled."""
         call = next(self._calls)
         # find's None: the gate says NOT_FOUND, or answers a retry of a key that restored it
         snapshot = self.find(snapshot_id)
-        decision = self.machine.restore(snapshot, request_id, self._clock(), snapshot_id=snapshot_id, call=call)
+        decision = self.machine.restore(snapshot, request_id, self._clock(), snapshot_id=snapshot_id, call=call,
+                                        nodes=nodes)
         if isinstance(decision, (restoregate.Refuse, restoregate.Busy)):
             raise restoregate.Refused(decision)
         answer = self._answer(call)

@@ -83,7 +83,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         listing.check_id(request.snapshot_id)
         if damaged := await self._damage(request.snapshot_id):
             raise listing.Damaged(request.snapshot_id, damaged, restoring=True)
-        return await self.engine.restore(request.snapshot_id, request.request_id)
+        return await self.engine.restore(request.snapshot_id, request.request_id, list(request.nodes))
 
     async def _damage(self, snapshot_id: str) -> str:
         """Why the stored files of `snapshot_id` are damaged ("" when intact or

@@ -57,6 +57,16 @@ and `upgrade_message(payload, from_version)` does the same for a message in
 flight; a restore of an older snapshot runs them on the controller, before any
 node changes, and checks the invariants on what they made.
 
+Rescale. `rescale(view, nodes) -> {node_id: state bytes}` restores a COMPLETE
+snapshot onto another node set: it gets the snapshot's `View` (the states and the
+messages in flight) and the new set's `NodeInfo`s, and returns each new node's
+state with every in-flight message absorbed into the states (the old channels may
+not exist any more: the new nodes start with empty channels). The controller runs
+it before any node changes and checks the app's invariants on what it made, with
+nothing in flight (snapmesh/protocol/rescale.py RS1-RS7). An app without it cannot
+be restored onto another node set. Like `upgrade` it is a pure function: a
+resumed restore runs it again and gets the same states.
+
 Checks over a snapshot take a `View` (the states and the in-flight payloads of
 one consistent cut): `invariants` return a list of problems ([] means it holds),
 `describe` a JSON-able summary, `views` rows for Spark, whose `sql_invariants`
@@ -228,7 +238,7 @@ def _check_app(app: App, where: str) -> None:
                 raise AppError(f"{where}: {kind}[{name!r}] must be {what}, got {type(value).__name__}")
     if not isinstance(app.version, int) or isinstance(app.version, bool) or app.version < 1:
         raise AppError(f"{where}: version must be a positive int (1, 2, ...), got {app.version!r}")
-    for kind in ("describe", "workload", "upgrade", "upgrade_message"):
+    for kind in ("describe", "workload", "upgrade", "upgrade_message", "rescale"):
         if getattr(app, kind) is not None and not callable(getattr(app, kind)):
             raise AppError(f"{where}: {kind} must be callable or None, got {type(getattr(app, kind)).__name__}")
 
@@ -249,6 +259,9 @@ class App:
     version: int = 1  # the encoding of the state and messages; bump it when either changes
     upgrade: Callable[[bytes, int], bytes] | None = None  # (state, from_version) -> this version's state
     upgrade_message: Callable[[bytes, int], bytes] | None = None  # (payload, from_version) -> this version's payload
+    # rescale(view, nodes) -> {node_id: state bytes}: a COMPLETE snapshot's View onto the new node set's NodeInfos,
+    # the in-flight messages absorbed into the states (see Rescale above); None: no restore onto another node set
+    rescale: Callable[[View, Sequence[NodeInfo]], Mapping[str, bytes]] | None = None
 
     def __post_init__(self) -> None:
         _check_app(self, f"App {self.name!r}")

@@ -2,8 +2,8 @@
 
     snapmesh cluster up [--config FILE | --nodes N [--topology NAME [--topology-seed N]]] [--data-dir DIR]
                         [--tls] [--ui HOST:PORT] [--app MODULE:ATTR]
-    snapmesh cluster down [--data-dir DIR]
-    snapmesh cluster status [--data-dir DIR]
+    snapmesh cluster down|status [--data-dir DIR]
+    snapmesh cluster rescale --data-dir DIR --nodes N [--snapshot ID]   (snapmesh.processes.rescaler)
 
 The cluster lives in its data dir D, which holds the cluster file it runs,
 `D/cluster.toml`; the client commands find the controller there (`--data-dir D`,
@@ -89,6 +89,7 @@ from snapmesh.processes.foreground import serve_until_stopped
 from snapmesh.settings.appsettings import app_words
 from snapmesh.settings.ports import NoFreePorts, port_is_free
 from snapmesh.settings.target import CLUSTER_FILE
+from snapmesh.processes import rescaler
 from snapmesh.processes.cluster_admin import hold_launcher
 from snapmesh.processes.supervisor import Cluster, SupervisorError
 
@@ -109,7 +110,7 @@ class _StopRequested(Exception):
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="snapmesh cluster", description="Run a local cluster on loopback.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND",
-                                     help="up, down or status; `snapmesh cluster COMMAND --help` for its flags")
+                                     help="up, down, status or rescale; `snapmesh cluster COMMAND --help` for its flags")
     up = commands.add_parser("up", help="start the controller and every node; Ctrl-C stops them")
     source = up.add_mutually_exclusive_group()
     source.add_argument("--config", metavar="FILE", help="cluster file (default: the shipped 4-node mesh)")
@@ -147,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
                          "$SNAPMESH_DATA_DIR: where `snapmesh cluster up` with no arguments runs)")
         sub.add_argument("--timeout", type=positive_float, default=30.0, metavar="S",
                          help="down: wait S seconds for the stop; status: give each health check S seconds (default: 30)")
+    rescaler.add_parser(commands)
     return parser
 
 
@@ -154,10 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(_parser(), argv)
     if isinstance(args, int):
         return args
-    if args.command in ("down", "status"):
+    if args.command in ("down", "status", "rescale"):
         from snapmesh.processes import cluster_admin
 
-        return cluster_admin.main(args)
+        return rescaler.main(args, up=main) if args.command == "rescale" else cluster_admin.main(args)
     if args.nodes is not None and args.nodes < 2:
         print(f"snapmesh cluster: --nodes must be at least 2 (a snapshot needs a channel), got {args.nodes}",
               file=sys.stderr)
@@ -287,10 +289,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _data_dir_and_source(args) -> tuple[Path | None, Path | int | None]:
-    """The data dir D (None: a new temporary one, made once the start is sure), and
-    what to write into D/cluster.toml before the start: None (D's own file, as it
-    is: its ports stay), an int N (an N-node mesh on free ports) or a cluster file
-    (copied, with D as its data dir)."""
+    """The data dir D (None: a new temporary one, made once the start is sure), and what to write into
+    D/cluster.toml before the start: None (D's own file, as it is: its ports stay), an int N (an N-node
+    mesh on free ports) or a cluster file (copied, with D as its data dir)."""
     env = dict(os.environ)
     if args.data_dir is not None:
         env["SNAPMESH_DATA_DIR"] = str(Path(args.data_dir).resolve())
@@ -433,9 +434,9 @@ def _non_negative_ms(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of milliseconds: {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
+    if 0 <= value < float("inf"):
+        return value
+    raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
 
 
 def _mode_keys(args: argparse.Namespace) -> dict:

@@ -23,6 +23,10 @@ R6. A snapshot of an older version of the app is upgraded for the code the
     backwards, an upgrade that raises, an invariant it breaks) is the
     restore's refusal, so no epoch moves and no node hears of it. A resumed
     restore upgrades again (a pure function: the same parts).
+R7. A snapshot of another node set than the controller's topology is
+    rescaled for it (snapmesh/protocol/rescale.py RS1-RS7) after the upgrade
+    and before the gate decides, on the same terms: a refused rescale is the
+    restore's refusal, a resumed restore rescales again (a pure function).
 R5. Every call that starts or joins a restore is answered by it (AnswerRestore),
     once its outcome is durable: a call of a running restore when it settles; a
     call that joins a restore that ended (its outcome not yet settled) and a
@@ -31,14 +35,15 @@ R5. Every call that starts or joins a restore is answered by it (AnswerRestore),
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 from snapmesh.protocol.controller import journal, restoregate
 from snapmesh.protocol.controller.effects import RESTORE, AnswerRestore, Barrier, Journal, RestoreAt, RestoreDone
 from snapmesh.protocol.controller.restoreplan import plan, problem, with_app_fields
 from snapmesh.protocol.controller.tracker import Now
 from snapmesh.protocol.retry import Failed
-from snapmesh.protocol import upgrade
+from snapmesh.protocol import rescale, upgrade
+from snapmesh.protocol.rescale import RescaleRefused
 from snapmesh.protocol.upgrade import UpgradeRefused
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -48,12 +53,13 @@ class Restoring:
 
     def restore(
         self, snapshot: pb.Snapshot | None, request_id: str, now: Now, *, snapshot_id: str = "",
-        call: Hashable = None,
+        call: Hashable = None, nodes: Sequence[str] = (),
     ) -> restoregate.Decision:
         """A RestoreSnapshot call for `snapshot` (R1, R4), or for `snapshot_id` when
         there is no such snapshot: the gate's decision (it alone checks the key);
         on Start the epoch moves, snapshots in progress fail, and the restore begins.
-        A `call` that starts or joins it, or retries a finished one, is answered (R5)."""
+        A `call` that starts or joins it, or retries a finished one, is answered (R5).
+        `nodes`: the target node set the call asked for (R7; empty: none)."""
         if snapshot is None:
             if not snapshot_id:
                 raise ValueError("restore: no snapshot and no snapshot_id")
@@ -67,6 +73,11 @@ class Restoring:
                     snapshot = upgrade.for_side(self.tracker.side, snapshot)  # R6: before the gate, so a refusal changes nothing
                 except UpgradeRefused as exc:
                     why = f"cannot restore into this code: {exc}"
+            if not why:
+                try:
+                    snapshot = rescale.for_side(self.tracker.side, snapshot, self.tracker.topology, list(nodes))  # R7
+                except RescaleRefused as exc:
+                    why = f"cannot rescale: {exc}"
             decision = self.gate.request(snapshot.snapshot_id, request_id, now.wall, why)
         if isinstance(decision, restoregate.Join) and decision.joined_key:
             running = self.last_restore  # RESTORING, or already ended with its record not yet durable
@@ -97,8 +108,9 @@ class Restoring:
         self.to_resume = ""
         try:
             snapshot = upgrade.for_side(self.tracker.side, snapshot)  # R6, again
-        except UpgradeRefused as exc:  # the code changed since the restore began: no node can take its part
-            self._parts, self._answers = {n.node_id: pb.RestoreStateRequest() for n in snapshot.nodes}, {}
+            snapshot = rescale.for_side(self.tracker.side, snapshot, self.tracker.topology, None)  # R7, again
+        except (UpgradeRefused, RescaleRefused) as exc:  # the code changed since the restore began: no node can take its part
+            self._parts, self._answers = {n: pb.RestoreStateRequest() for n in self.tracker.topology.nodes}, {}
             when = Now(mono=0.0, wall=started.started_at.ToNanoseconds() / 1e9)  # resume has no clock; the start's
             for node in sorted(self._parts):
                 self.node_restored(node, f"cannot restore into this code: {exc}", when)

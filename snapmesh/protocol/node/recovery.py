@@ -40,6 +40,9 @@ What is rebuilt:
   checkpoints, to tell a `snapshot()` that does not round-trip from code that
   changed or is not deterministic (`cause`).
 
+Up to a log's last `stop` record, the channels are the ones the log names (a
+rescale restarts a stopped node on another node set: stoplog.py).
+
 Anything that cannot be trusted raises `CorruptLog` naming `file:line`.
 """
 
@@ -50,7 +53,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from snapmesh.protocol.node import core, requests
+from snapmesh.protocol.node import core, requests, stoplog
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.link import Entry
 
@@ -167,7 +170,12 @@ def recover(
         replayer.host.fresh()  # a machine until the restore: a fenced node shows it to nobody
         replayer.stopped = True
     for at, (where, record) in enumerate(records):
-        _apply(state, record, where, node_id, incoming, outgoing)
+        if at <= after_stop:  # a log that ends in a stop may name another node set's channels (a rescale)
+            _apply(state, record, where, node_id, *stoplog.known(state, incoming, outgoing, record), lenient=True)
+            if at == after_stop:
+                stoplog.reshape(state, incoming, outgoing)
+        else:
+            _apply(state, record, where, node_id, incoming, outgoing)
         if replayer is not None:
             if at > after_stop:
                 replayer.step(record, where)
@@ -288,8 +296,10 @@ class _Replayer:
 
 
 def _apply(
-    state: Recovered, record: wal.Record, where: str, node_id: str, incoming: tuple[str, ...], outgoing: tuple[str, ...]
+    state: Recovered, record: wal.Record, where: str, node_id: str, incoming: tuple[str, ...], outgoing: tuple[str, ...],
+    *, lenient: bool = False,
 ) -> None:
+    """One record onto `state`. `lenient` (up to a log's last stop): a checkpoint's channels are its own."""
     first = state.records == 0
     if not first and record.lsn != state.last_lsn + 1:
         raise CorruptLog(f"{where}: lsn {record.lsn} where {state.last_lsn + 1} was expected (gap or reorder)")
@@ -369,6 +379,10 @@ def _apply(
     elif kind is wal.Checkpoint:
         if not first:
             raise CorruptLog(f"{where}: a checkpoint must be the first record of its segment")
+        if lenient:  # the channels of the node set that wrote it
+            incoming, outgoing = tuple(record.received), tuple(record.next_seq)  # type: ignore[attr-defined]
+            for table in (state.next_seq, state.acked, state.outbox, state.last_received):
+                table.clear()
         _load_checkpoint(state, record, where, incoming, outgoing)  # type: ignore[arg-type]
     if state.tally < 0:
         raise CorruptLog(f"{where}: tally would be {state.tally}")

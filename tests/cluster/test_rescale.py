@@ -1,0 +1,218 @@
+"""Rescale on a real local cluster under load: a stop snapshot, a new node set, a restore with rescale.
+
+kvshard runs on 4 nodes under client load (puts of new keys, every third one
+moved on). A stop snapshot ends it (the fence stops commands first, so the
+handoffs have mostly landed by the cut: keys in flight at a cut are the
+protocol tests' subject, tests/protocol/test_restore_rescale.py); the
+cluster file is rewritten for 6 nodes (snapmesh.settings.rescaling: the
+controller and p1..p4 keep their ports and data dirs, p5 and p6 are new), the
+new cluster starts (p1..p4 fenced on their stopped logs), and RestoreSnapshot
+with the target node set runs the app's rescale on the controller. A retry
+under the same request id is that restore, run once. Then 6 -> 3 the same way.
+Every key a client saw created is held exactly once after each rescale. The bank goes 4 -> 3 with its total kept.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import tomllib
+from pathlib import Path
+
+import grpc
+import pytest
+
+from snapmesh.processes.supervisor import Cluster
+from snapmesh.settings import config, rescaling
+from snapmesh.settings.ports import free_ports
+from snapmesh.v1 import snapmesh_pb2 as pb
+from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+from support.polling import wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+
+class Load:
+    """One thread per node: puts of new keys (run/p1/k0, ...), every third one moved on."""
+
+    def __init__(self, cluster: Cluster, run: str) -> None:
+        self.cfg = cluster.config
+        self.run = run
+        self.created: set[str] = set()  # keys whose put a client saw answered
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._drive, args=(n.id,), daemon=True) for n in self.cfg.nodes]
+
+    def __enter__(self) -> Load:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(30)
+
+    def _drive(self, node: str) -> None:
+        peers = self.cfg.topology.outgoing(node)
+        with grpc.insecure_channel(self.cfg.node(node).address) as channel:
+            stub = pb_grpc.NodeStub(channel)
+            i = 0
+            while not self.stop.is_set():
+                key = f"{node}/{self.run}-k{i}"
+                command = json.dumps({"op": "put", "key": key, "value": i}).encode()
+                try:
+                    stub.Submit(pb.SubmitRequest(command=command, request_id=key), timeout=5)
+                except grpc.RpcError as exc:
+                    if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):  # stopping, or gone
+                        self.stop.wait(0.05)
+                        continue
+                    raise
+                self.created.add(key)
+                if i % 3 == 0:
+                    move = json.dumps({"op": "move", "key": key, "to": peers[i % len(peers)]}).encode()
+                    try:
+                        stub.Submit(pb.SubmitRequest(command=move, request_id=f"move {key}"), timeout=5)
+                    except grpc.RpcError:
+                        pass
+                i += 1
+
+
+def stop_under_load(cluster: Cluster, run: str, keys: int) -> tuple[pb.Snapshot, set[str]]:
+    """Load, then a stop snapshot once `keys` keys were created; every node exits 0."""
+    with Load(cluster, run) as load, grpc.insecure_channel(cluster.controller_address) as channel:
+        wait_for(lambda: len(load.created) >= keys, timeout=60, what=f"{keys} keys created under load")
+        stopped = pb_grpc.ControllerStub(channel).TriggerSnapshot(pb.TriggerSnapshotRequest(stop=True), timeout=120)
+        assert stopped.status == pb.Snapshot.COMPLETE, stopped.reason
+        exits = {n: wait_for(lambda n=n: cluster.node(n).wait(1), until=lambda s: s is not None, timeout=30,
+                             what=f"{n} exits") for n in cluster.node_ids}
+        assert exits == {n: 0 for n in cluster.node_ids}
+        return stopped, set(load.created)
+
+
+def rewrite(path: Path, nodes: int) -> list[str]:
+    """The cluster file for `nodes` nodes (snapmesh.settings.rescaling); the new node ids."""
+    document = tomllib.loads(path.read_text())
+    ports = free_ports(2 * rescaling.added(document, nodes))
+    config.write(path, rescaling.rescaled(document, nodes, ports), comment="rescaled by the test")
+    return [n.id for n in config.load(path, env={}).nodes]
+
+
+def restore_rescaled(cluster: Cluster, snapshot_id: str, key: str) -> pb.Restore:
+    """RestoreSnapshot onto the cluster's node set, then its retry: the same restore, run once."""
+    with grpc.insecure_channel(cluster.controller_address) as channel:
+        stub = pb_grpc.ControllerStub(channel)
+        request = pb.RestoreSnapshotRequest(snapshot_id=snapshot_id, request_id=key, nodes=list(cluster.node_ids))
+        done = stub.RestoreSnapshot(request, timeout=120)
+        assert done.status == pb.Restore.RESTORED, done.reason
+        again = stub.RestoreSnapshot(request, timeout=120)
+        assert (again.status, again.epoch) == (pb.Restore.RESTORED, done.epoch), "the retry is the same restore"
+        assert stub.GetCluster(pb.GetClusterRequest(), timeout=10).epoch == done.epoch, "it ran once"
+        assert sorted(n.node_id for n in done.nodes) == sorted(cluster.node_ids)
+    return done
+
+
+def in_flight_keys(snapshot: pb.Snapshot) -> list[str]:
+    return [json.loads(i.payload)["key"] for c in snapshot.channels for i in c.in_flight
+            if json.loads(i.payload)["type"] == "handoff"]
+
+
+def held(cluster: Cluster) -> list[str]:
+    """Every key the nodes hold, from a fresh snapshot: none in flight is missed (the cut counts those too)."""
+    with grpc.insecure_channel(cluster.controller_address) as channel:
+        after = pb_grpc.ControllerStub(channel).TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60)
+    assert after.status == pb.Snapshot.COMPLETE, after.reason
+    assert [(i.name, i.ok) for i in after.app.invariants] == [("every key exactly once", True)], after.app
+    assert sorted(n.node_id for n in after.nodes) == sorted(cluster.node_ids)
+    return [k for n in after.nodes for k in json.loads(n.state)["keys"]] + in_flight_keys(after)
+
+
+def test_kvshard_rescales_4_to_6_to_3_under_load_with_every_key_exactly_once(tmp_path) -> None:
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=4, settings={"segment_records": 200})
+    created: set[str] = set()
+    for run, nodes in (("a", 6), ("b", 3)):
+        with Cluster(path, app="kvshard") as before:
+            stopped, made = stop_under_load(before, run, 60)
+        created |= made
+        cut = sorted(k for n in stopped.nodes for k in json.loads(n.state)["keys"]) + in_flight_keys(stopped)
+        print(f"{run}: {len(cut)} keys at the cut, {len(in_flight_keys(stopped))} of them in flight")
+        assert sorted(set(cut)) == sorted(cut) and made <= set(cut), "the stop snapshot holds every key once"
+        assert rewrite(path, nodes) == [f"p{i}" for i in range(1, nodes + 1)]
+        with Cluster(path, app="kvshard") as after:
+            restore_rescaled(after, stopped.snapshot_id, f"rescale-{run}")
+            keys = held(after)
+            assert sorted(keys) == sorted(set(keys)), f"after {run}: a key held twice"
+            assert created <= set(keys), f"after {run}: {sorted(created - set(keys))[:5]} lost"
+            assert set(keys) == set(cut), f"after {run}: the keys of the cut, no more, no fewer"
+
+
+BANK = "snapmesh.services.app.bank:app"
+
+
+def test_the_bank_rescales_4_to_3_with_its_total_kept(tmp_path) -> None:
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=4)
+    document = tomllib.loads(path.read_text())
+    document["app"] = {"module": BANK, "total": 4000, "heirs": {"p4": "p2"}}
+    config.write(path, document)
+    with Cluster(path) as before:
+        with grpc.insecure_channel(before.config.node("p4").address) as channel:
+            pays = [pb.SubmitRequest(command=json.dumps({"to": to, "amount": 7}).encode()) for to in ("p1", "p2", "p3")]
+            for request in pays * 5:
+                pb_grpc.NodeStub(channel).Submit(request, timeout=10)
+        with grpc.insecure_channel(before.controller_address) as channel:
+            stopped = pb_grpc.ControllerStub(channel).TriggerSnapshot(pb.TriggerSnapshotRequest(stop=True), timeout=120)
+        assert stopped.status == pb.Snapshot.COMPLETE, stopped.reason
+        wait_for(lambda: all(before.node(n).wait(1) is not None for n in before.node_ids), timeout=30,
+                 what="every node exits")
+    p4 = int(next(n.state for n in stopped.nodes if n.node_id == "p4"))
+    assert p4 == 1000 - 3 * 5 * 7
+    rewrite(path, 3)
+    with Cluster(path) as after:
+        done = restore_rescaled(after, stopped.snapshot_id, "bank-rescale")
+        with grpc.insecure_channel(after.controller_address) as channel:
+            snap = pb_grpc.ControllerStub(channel).TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60)
+    balances = {n.node_id: int(n.state) for n in snap.nodes}
+    assert sorted(balances) == ["p1", "p2", "p3"] and sum(balances.values()) == 4000, balances
+    assert [(i.name, i.ok) for i in snap.app.invariants] == [("conserved", True)], snap.app
+    assert balances["p2"] == 1000 + 5 * 7 + p4, "p4's balance went to its heir, p2"
+    assert done.status == pb.Restore.RESTORED
+
+
+def test_a_controller_killed_during_a_rescale_resumes_it_after_its_restart(tmp_path) -> None:
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=3)
+    with Cluster(path, app="kvshard") as before:
+        stopped, created = stop_under_load(before, "a", 30)
+    rewrite(path, 4)
+    with Cluster(path, app="kvshard") as after:
+        after.pause_node("p2")  # its part cannot be taken: the rescale stays RESTORING
+        request = pb.RestoreSnapshotRequest(snapshot_id=stopped.snapshot_id, request_id="rescale-kill",
+                                            nodes=list(after.node_ids))
+
+        def restore() -> None:
+            with grpc.insecure_channel(after.controller_address) as channel:
+                try:
+                    pb_grpc.ControllerStub(channel).RestoreSnapshot(request, timeout=60)
+                except grpc.RpcError:
+                    pass  # the controller is killed under it
+
+        caller = threading.Thread(target=restore, daemon=True)
+        caller.start()
+
+        def last_restore() -> pb.Restore:
+            with grpc.insecure_channel(after.controller_address) as channel:
+                return pb_grpc.ControllerStub(channel).GetCluster(pb.GetClusterRequest(), timeout=5).last_restore
+
+        wait_for(last_restore, until=lambda r: r.status == pb.Restore.RESTORING, retry_on=grpc.RpcError,
+                 timeout=30, what="the rescale under way")
+        after.kill_controller()
+        caller.join(30)
+        after.resume_node("p2")
+        after.start_controller()
+        done = wait_for(last_restore, until=lambda r: r.status == pb.Restore.RESTORED, retry_on=grpc.RpcError,
+                        timeout=90, what="the resumed rescale")
+        with grpc.insecure_channel(after.controller_address) as channel:
+            again = pb_grpc.ControllerStub(channel).RestoreSnapshot(request, timeout=60)
+        assert (again.status, again.epoch) == (pb.Restore.RESTORED, done.epoch), "the retry is the resumed rescale"
+        assert sorted(n.node_id for n in done.nodes) == ["p1", "p2", "p3", "p4"]
+        assert "was under way: resuming it" in after.controller.output()
+        keys = held(after)
+    assert sorted(keys) == sorted(set(keys)) and created <= set(keys), "every key once after the resumed rescale"
