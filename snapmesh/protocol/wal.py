@@ -21,12 +21,11 @@ readers skip it (old readers do the same with new kinds).
 from __future__ import annotations
 
 import base64
-import binascii
 import functools
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY, RESTORED_TALLY_KEY
@@ -269,26 +268,8 @@ class Unknown(Record):
     kind: str
 
 
-# Positional constructors for the records of every message and command (the per-message
-# path): the same frozen, slotted objects the dataclass __init__ makes (equal, hashable,
-# immutable afterwards), their slots filled through the slot descriptors instead of one
-# `object.__setattr__(self, name, value)` per field. Made as dataclasses makes __init__:
-# from source, one line per field. tests/shells/test_perf_paths.py pins them.
-
-
-def _positional(cls: type[Record], name: str) -> Any:
-    """`name(<cls's fields in order, defaults as the dataclass's>) -> cls`."""
-    names = [f.name for f in fields(cls)]
-    params = [n if f.default is MISSING else f"{n}={f.default!r}" for n, f in zip(names, fields(cls), strict=True)]
-    body = "".join(f" _{n}(r, {n})\n" for n in names)
-    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls, **{f"_{n}": getattr(cls, n).__set__ for n in names}}
-    exec(compile(f"def {name}({', '.join(params)}):\n r = new(cls)\n{body} return r\n", f"<wal.{name}>", "exec"), namespace)
-    return namespace[name]
-
-
-send_record = _positional(Send, "send_record")  # (lsn, msg_id, src, dst, seq, tally, request_id="", payload="")
-recv_record = _positional(Recv, "recv_record")  # (lsn, msg_id, src, dst, seq, tally, payload="")
-command_record = _positional(Command, "command_record")  # (lsn, request_id="", command="", reply="")
+# Positional constructors of the records of every message and command (the per-message path)
+# are snapmesh/protocol/fastrecords.py's: the same objects, made faster than the dataclasses' __init__.
 
 
 KNOWN: tuple[type[Record], ...] = (
@@ -419,7 +400,7 @@ def _jstr(text: str) -> str:
 
 def pack(data: bytes) -> str:
     """An app's bytes (payload, command, reply, state) as a log field: base64."""
-    return binascii.b2a_base64(data, newline=False).decode("ascii")
+    return base64.b64encode(data).decode("ascii")
 
 
 def unpack(text: str, where: str) -> bytes:

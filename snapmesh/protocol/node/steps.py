@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from snapmesh.protocol.node import core, requests
-from snapmesh.protocol import wal
+from snapmesh.protocol import fastrecords, wal
 from snapmesh.protocol.node.link import Receiver
 from snapmesh.protocol.node.effects import (
     Accepted, Append, EndStreams, Reply, ReplyBatch, ReportCancelled, RestoreReply, Seal, Submitted, fast_new,
@@ -146,7 +146,7 @@ class NodeSteps:
         lsn = self.last_lsn + 1  # _append, inline (the per-command path)
         self.last_lsn = lsn
         self._segment_count += 1
-        self._out.append(fast_new(Append, (wal.command_record(lsn, request_id, wal.pack(command), packed),)))
+        self._out.append(fast_new(Append, (fastrecords.command_record(lsn, request_id, wal.pack(command), packed),)))
         if sends:
             self._app_sends(sends)
         if request_id:
@@ -225,14 +225,14 @@ class NodeSteps:
         lsn = self.last_lsn + 1  # _append, inline (the per-message path)
         self.last_lsn = lsn
         self._segment_count += 1
-        self._out.append(fast_new(Append, (wal.recv_record(lsn, msg_id, src, self.node_id, seq, 0, wal.pack(payload)),)))
+        self._out.append(fast_new(Append, (fastrecords.recv_record(lsn, msg_id, src, self.node_id, seq, 0, wal.pack(payload)),)))
         self.transfers_received += 1
         if sends:
             self._app_sends(sends)
 
     def _app_sends(self, sends: Iterable[tuple[str, bytes]]) -> None:
         """The messages one app step sent: a `send` record each, then onto its channel."""
-        me, senders, out, pack, record = self.node_id, self.senders, self._out, wal.pack, wal.send_record
+        me, senders, out, pack, record = self.node_id, self.senders, self._out, wal.pack, fastrecords.send_record
         lsn = self.last_lsn
         for dst, payload in sends:  # _append, inline (the per-message path)
             sender = senders[dst]
