@@ -91,3 +91,20 @@ def test_an_apps_records_made_and_encoded_fast_are_the_very_records_and_lines_of
         assert wal.parse(encoder.record(fast_c), "here") == slow_c
     assert fastrecords.command_record(3) == wal.Command(lsn=3)  # the defaults, as the dataclass's
     assert wal.pack(b"\x00\xffx") == "AP94" and wal.unpack(wal.pack(b"abc"), "here") == b"abc"
+
+
+def test_the_edge_makes_the_very_reply_the_dataclass_makes():
+    import dataclasses
+
+    import pytest
+
+    from snapmesh.app import Reply
+    from snapmesh.protocol.node.effects import Submitted
+    from snapmesh.services.node.edge import _reply
+
+    for answer, epoch in ((Submitted(b"r", 5, False, 3, (), 2), 2), (Submitted(b"", 9, True, 4), 4)):
+        fast = _reply(answer)
+        assert type(fast) is Reply and fast == Reply(answer.reply, answer.repeated, epoch) and hash(fast) == hash(
+            Reply(answer.reply, answer.repeated, epoch))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.epoch = 1  # still immutable
