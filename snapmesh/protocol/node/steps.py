@@ -316,7 +316,10 @@ class NodeSteps:
             return
         taken_back = self.taken_back  # type: ignore[attr-defined]  (node.Node's: the one rule)
         if batch:
-            self._out.append(ReplyBatch(to, tuple(taken_back(a) or "" for a in answer)))
+            if not self.epochs.restored_after(min((a.epoch for a in answer), default=0)):  # the common batch
+                self._out.append(ReplyBatch(to, ("",) * len(answer)))
+            else:
+                self._out.append(ReplyBatch(to, tuple(taken_back(a) or "" for a in answer)))
         else:
             self._out.append(Reply(to, answer, taken_back(answer) or ""))
 
