@@ -288,12 +288,14 @@ PHASE_SETS: dict[str, tuple[str, ...]] = {
     "overtake": ("raw", "modes4", "paced8", "util8", "large", "loops"),
 }
 SETTINGS = {"cluster": CLUSTER, "overtake": OVERTAKE}
-# The phases `python -m bench --smoke` leaves out, so that the cluster benches' smoke stays under a minute: the
+# The phases `python -m bench --smoke` leaves out, so that the whole smoke lane stays near a minute: the
 # ones on hosts need root and network namespaces and take half a minute even briefly (tests/hosts
 # covers the namespaces), the 32-node mesh is skipped by SMOKE's large_mesh=0 anyway, and the
-# event-loop phase runs for real in tests/cluster/test_bench_phases.py. Every phase's logic runs
-# there too, on a lab of stand-ins.
-SMOKE_SKIPS = {"cluster": ("hosts", "hosts_util"), "overtake": ("large", "loops")}
+# event-loop phase runs for real in tests/cluster/test_bench_phases.py. Two more are run by another
+# bench of the same smoke: cluster's 8-node mesh (overtake's paced8 and util8 start 8-node meshes
+# and measure their latencies the same way) and overtake's raw gRPC figures (the grpc bench's, and
+# cluster's baseline phase). Every phase's logic runs there too, on a lab of stand-ins.
+SMOKE_SKIPS = {"cluster": ("mesh8", "hosts", "hosts_util"), "overtake": ("raw", "large", "loops")}
 
 
 def declared_keys(set_name: str) -> set[str]:

@@ -101,10 +101,19 @@ def taken_back_text(node_id: str, snapshot_id: str, undone: str) -> str:
             f"{undone}; retrying (same request_id) {again}")
 
 
+# Reply(...) filled through its slots: a frozen dataclass's __init__ sets each field by
+# object.__setattr__, ~1 µs a batch item; this makes the very same object in a third of it.
+_set_reply, _set_replayed, _set_epoch = Reply.reply.__set__, Reply.replayed.__set__, Reply.epoch.__set__  # type: ignore[attr-defined]
+
+
 def _reply(answer: Submitted) -> Reply:
     """A command's answer, with the epoch it ran in: a retry's may be older than the
     node's now (requests.py W6; 0 there: an id from before it, the node's epoch now)."""
-    return Reply(answer.reply, answer.repeated, answer.ran_in or answer.epoch)
+    reply = object.__new__(Reply)
+    _set_reply(reply, answer.reply)
+    _set_replayed(reply, answer.repeated)
+    _set_epoch(reply, answer.ran_in or answer.epoch)
+    return reply
 
 
 class Edge:

@@ -333,6 +333,23 @@ class Engine:
             node.end_frame()
             self._run()
 
+    def receive_payload_runs(self, src: str, conn_no: int, runs: Iterable[tuple[int, Iterable[bytes]]]) -> None:
+        """Apply the payload runs of one frame with no markers, in order: each
+        (first_seq, payloads) is an app's messages first_seq, first_seq + 1, ...
+        Exactly `receive_batch` of the same messages, without an object per
+        message: the same drops, the same errors, what was applied stays."""
+        node = self.node
+        node.tick(self._now(), time.time())
+        try:
+            for first_seq, payloads in runs:
+                node.received_payloads(src, conn_no, first_seq, payloads)
+        except core.AppFailed as exc:
+            self.fail_app(str(exc))
+            raise
+        finally:
+            node.end_frame()
+            self._run()
+
     @property
     def app_failed(self) -> asyncio.Future[str]:
         """Set (to the app's text) when the app raised on a peer's message: the node must stop (process.py)."""
@@ -381,11 +398,12 @@ class Engine:
 
     def _run(self, *, metrics: bool = True) -> None:
         node = self.node
+        append = self.log.append_record
         for effect in node.drain():
             kind = type(effect)
             if kind is fx.Append:
                 record = effect.record
-                self.log.append_record(record)
+                append(record)
                 if type(record) is wal.Cut:
                     held = self._held(record.tally, record.digest)
                     log.info("snapshot %s: recorded local state (%s)", record.snapshot_id, held)

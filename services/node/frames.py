@@ -100,3 +100,13 @@ def payloads(run: Any) -> Iterator[tuple[int, bytes]]:
     for seq, length in enumerate(run.lengths, run.first_seq):
         yield seq, data[at : at + length]
         at += length
+
+
+def run_payloads(run: Any) -> list[bytes]:
+    """A checked run's payloads, in seq order (its first is `run.first_seq`)."""
+    data, at, out = run.data, 0, []
+    for length in run.lengths:
+        end = at + length
+        out.append(data[at:end])
+        at = end
+    return out

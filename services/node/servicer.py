@@ -35,7 +35,7 @@ from snapmesh.services.node.edge import (  # noqa: F401  (MAX_COMMAND_BYTES: the
     FLOW_CONTROL_WAIT_S, MAX_COMMAND_BYTES, REFUSAL_CODE, Edge, taken_back_text,
 )
 from snapmesh.services.node.engine import AppMessage, Engine, Refused
-from snapmesh.services.node.frames import check_payload_runs, payloads
+from snapmesh.services.node.frames import check_payload_runs, payloads, run_payloads
 from snapmesh.services.node.translog import LogClosedError
 from snapmesh.protocol import chunking
 from snapmesh.protocol.node import core
@@ -394,9 +394,7 @@ def _receive(engine: Engine, src: str, dst: str, conn_no: int, batch: pb.Channel
     elif runs:  # the bank's common frame: ints straight from the packed columns
         engine.receive_runs(src, conn_no, [(run.first_seq, run_tallies(run)) for run in runs])
     else:  # an app's common frame: each payload a slice of its run's buffer
-        engine.receive_batch(src, conn_no, (
-            (seq, AppMessage(payload)) for run in payload_runs for seq, payload in payloads(run)
-        ))
+        engine.receive_payload_runs(src, conn_no, [(run.first_seq, run_payloads(run)) for run in payload_runs])
 
 
 def _early_markers_first(messages: Sequence[pb.ChannelMessage]) -> Sequence[pb.ChannelMessage]:

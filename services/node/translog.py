@@ -193,12 +193,17 @@ class TransferLog:
 
     def append_record(self, record: wal.Record) -> int:
         """Append `record` (its lsn must be the next one)."""
-        if record.lsn != self._lsn + 1:
-            raise ValueError(f"{self.path}: record lsn {record.lsn}, expected {self._lsn + 1}")
-        self._lsn = record.lsn
+        lsn = record.lsn
+        if lsn != self._lsn + 1:
+            raise ValueError(f"{self.path}: record lsn {lsn}, expected {self._lsn + 1}")
+        self._lsn = lsn
         line = self._encoder.record(record)
         self.active_bytes += len(line)
-        return self._add(line)
+        if self.failure is None:  # _add, inline (the per-record path)
+            self._buffer.append(line)
+            if not self._pending.is_set():
+                self._pending.set()
+        return lsn
 
     def seal(self, first_lsn: int, checkpoint: wal.Checkpoint) -> int:
         """Close the active segment (it began at `first_lsn`) and open the next with `checkpoint`."""

@@ -268,51 +268,8 @@ class Unknown(Record):
     kind: str
 
 
-# Positional constructors for the two records of every transfer (the per-transfer path): the same
-# frozen, slotted objects the dataclass __init__ makes (equal, hashable, immutable
-# afterwards), their slots filled through the slot descriptors instead of one
-# `object.__setattr__(self, name, value)` per field. tests/shells/test_perf_paths.py pins them.
-
-
-def _send_maker():
-    lsn_, msg_id_, src_, dst_, seq_, tally_, request_id_, payload_ = (getattr(Send, f.name).__set__ for f in fields(Send))
-    new = object.__new__
-
-    def send_record(lsn: int, msg_id: str, src: str, dst: str, seq: int, tally: int, request_id: str = "") -> Send:
-        r = new(Send)
-        lsn_(r, lsn)
-        msg_id_(r, msg_id)
-        src_(r, src)
-        dst_(r, dst)
-        seq_(r, seq)
-        tally_(r, tally)
-        request_id_(r, request_id)
-        payload_(r, "")
-        return r
-
-    return send_record
-
-
-def _recv_maker():
-    lsn_, msg_id_, src_, dst_, seq_, tally_, payload_ = (getattr(Recv, f.name).__set__ for f in fields(Recv))
-    new = object.__new__
-
-    def recv_record(lsn: int, msg_id: str, src: str, dst: str, seq: int, tally: int) -> Recv:
-        r = new(Recv)
-        lsn_(r, lsn)
-        msg_id_(r, msg_id)
-        src_(r, src)
-        dst_(r, dst)
-        seq_(r, seq)
-        tally_(r, tally)
-        payload_(r, "")
-        return r
-
-    return recv_record
-
-
-send_record = _send_maker()
-recv_record = _recv_maker()
+# Positional constructors of the records of every message and command (the per-message path)
+# are snapmesh/protocol/fastrecords.py's: the same objects, made faster than the dataclasses' __init__.
 
 
 KNOWN: tuple[type[Record], ...] = (
@@ -393,25 +350,52 @@ class Encoder:
             self._fragments[(src, dst)] = frag
         return frag
 
-    def send(self, lsn: int, src: str, dst: str, seq: int, tally: int, msg_id: str, request_id: str = "") -> str:
+    def send(
+        self, lsn: int, src: str, dst: str, seq: int, tally: int, msg_id: str, request_id: str = "", payload: str | None = None
+    ) -> str:
+        """A `send` line; `payload` None: none written (a tally's), else written, even empty (an app message's)."""
         with_id, ends = self._channel(src, dst)
-        mid = f'{with_id}{seq}"' if msg_id == f"{src}:{dst}:{seq}" else f',"msg_id":{_js(msg_id)}'
-        tail = f',"request_id":{_js(request_id)}}}\n' if request_id else "}\n"
-        return f'{self._prefix}{lsn},"kind":"send"{mid}{ends},"seq":{seq}{_MESSAGE_KEY}{tally}{tail}'
+        mid = f'{with_id}{seq}"' if msg_id == f"{src}:{dst}:{seq}" else f',"msg_id":{_jstr(msg_id)}'
+        rid = f',"request_id":{_jstr(request_id)}' if request_id else ""
+        tail = "}\n" if payload is None else f',"payload":{_jstr(payload)}}}\n'
+        return f'{self._prefix}{lsn},"kind":"send"{mid}{ends},"seq":{seq}{_MESSAGE_KEY}{tally}{rid}{tail}'
 
-    def recv(self, lsn: int, src: str, dst: str, seq: int, tally: int, msg_id: str) -> str:
+    def recv(self, lsn: int, src: str, dst: str, seq: int, tally: int, msg_id: str, payload: str | None = None) -> str:
+        """A `recv` line; `payload` as `send`'s."""
         with_id, ends = self._channel(src, dst)
-        mid = f'{with_id}{seq}"' if msg_id == f"{src}:{dst}:{seq}" else f',"msg_id":{_js(msg_id)}'
-        return f'{self._prefix}{lsn},"kind":"recv"{mid}{ends},"seq":{seq}{_MESSAGE_KEY}{tally}}}\n'
+        mid = f'{with_id}{seq}"' if msg_id == f"{src}:{dst}:{seq}" else f',"msg_id":{_jstr(msg_id)}'
+        tail = "}\n" if payload is None else f',"payload":{_jstr(payload)}}}\n'
+        return f'{self._prefix}{lsn},"kind":"recv"{mid}{ends},"seq":{seq}{_MESSAGE_KEY}{tally}{tail}'
+
+    def command(self, lsn: int, request_id: str, command: str, reply: str) -> str:
+        """A `command` line: each field written only when not empty, as `encode` does."""
+        rid = f',"request_id":{_jstr(request_id)}' if request_id else ""
+        cmd = f',"command":{_jstr(command)}' if command else ""
+        out = f',"reply":{_jstr(reply)}' if reply else ""
+        return f'{self._prefix}{lsn},"kind":"command"{rid}{cmd}{out}}}\n'
 
     def record(self, record: Record) -> str:
-        if type(record) is Send and record.tally:  # type: ignore[attr-defined]  (an app message: encode)
+        kind = type(record)
+        if kind is Send:
+            r = record  # an app message's payload is written even when empty (tally 0), as `encode` does
+            payload = r.payload if r.payload or not r.tally else None  # type: ignore[attr-defined]
+            return self.send(r.lsn, r.src, r.dst, r.seq, r.tally, r.msg_id, r.request_id, payload)  # type: ignore[attr-defined]
+        if kind is Recv:
             r = record
-            return self.send(r.lsn, r.src, r.dst, r.seq, r.tally, r.msg_id, r.request_id)  # type: ignore[attr-defined]
-        if type(record) is Recv and record.tally:  # type: ignore[attr-defined]
+            payload = r.payload if r.payload or not r.tally else None  # type: ignore[attr-defined]
+            return self.recv(r.lsn, r.src, r.dst, r.seq, r.tally, r.msg_id, payload)  # type: ignore[attr-defined]
+        if kind is Command:
             r = record
-            return self.recv(r.lsn, r.src, r.dst, r.seq, r.tally, r.msg_id)  # type: ignore[attr-defined]
+            return self.command(r.lsn, r.request_id, r.command, r.reply)  # type: ignore[attr-defined]
         return encode(record, self.node_id)
+
+
+def _jstr(text: str) -> str:
+    """`_js` for text that seldom repeats (message and request ids, base64): no cache to churn,
+    and printable ASCII without a quote or backslash, as JSON writes it, without json.dumps."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    return json.dumps(text, ensure_ascii=False)
 
 
 def pack(data: bytes) -> str:

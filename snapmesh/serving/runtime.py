@@ -25,6 +25,7 @@ The server logs `event loop: <name> (<loop class>)` once it serves.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -324,9 +325,19 @@ def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
     return asyncio.new_event_loop
 
 
+# The cyclic garbage collector's first generation is collected every GC_YOUNG container
+# allocations (Python's default: 700). A node makes several tuples per message and command,
+# so at the default it collected every ~50 commands; the objects imported at start-up are
+# frozen out of every collection. On bench.submit_batch's per-command path (in-process, with
+# a node's worth of live objects) this saved 1-2 µs of ~11 µs per command.
+GC_YOUNG = 20_000
+
+
 def run_service(name: str, body: Callable[[], Awaitable[int]]) -> int:
     """Run a service's async main on the SNAPMESH_EVENT_LOOP loop, mapping start-up failures to exit codes."""
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(message)s")
+    gc.freeze()  # what start-up made lives as long as the process: no collection need look at it
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
     try:
         chosen = event_loop_from_env()
         with asyncio.Runner(loop_factory=loop_factory(chosen)) as runner:

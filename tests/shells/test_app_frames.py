@@ -92,6 +92,9 @@ class _Noting:
     def receive_batch(self, src, conn_no, messages) -> None:
         self.got += _comparable(messages)
 
+    def receive_payload_runs(self, src, conn_no, runs) -> None:  # a frame of runs alone: each payload, seqs from the run's first
+        self.got += [(seq, (payload, "")) for first, payloads in runs for seq, payload in enumerate(payloads, first)]
+
     def receive_runs(self, src, conn_no, runs) -> None:  # pragma: no cover  (not for an app's frame)
         raise AssertionError("an app's frame went through the tallies' path")
 

@@ -54,7 +54,7 @@ def test_profile_categories_take_the_innermost_named_frame_and_set_waiting_apart
 
     rpc = "measured (snapmesh/serving/metrics.py:118);NodeServicer.TransferBatch (services/node/servicer.py:83)"
     core = rpc + ";Engine.transfer_batch (services/node/engine.py:90);Node.transfer (snapmesh/protocol/node/machine.py:238)"
-    assert categorize(rpc) == "client RPC (TransferBatch servicer)"
+    assert categorize(rpc) == "client RPC (servicer, edge)"
     assert categorize(core) == "core + link (pure machine)"  # the innermost frame a rule names
     assert categorize(core + ";send_record (snapmesh/protocol/wal.py:220)") == "core + link (pure machine)"  # making it
     assert categorize(core + ";Engine._run (services/node/engine.py:186);Encoder.record (snapmesh/protocol/wal.py:330)") == (

@@ -43,7 +43,7 @@ def test_the_fast_record_constructors_make_the_very_records_the_dataclasses_make
 
     import pytest
 
-    from snapmesh.protocol import wal
+    from snapmesh.protocol import fastrecords, wal
 
     rng = random.Random(23)
     encoder = wal.Encoder("p1")
@@ -52,13 +52,59 @@ def test_the_fast_record_constructors_make_the_very_records_the_dataclasses_make
         src, dst = rng.choice(["p1", "p2", "n-ü", 'q"x']), rng.choice(["p1", "p3", "z\\y"])
         msg_id = f"{src}:{dst}:{seq}" if rng.random() < 0.8 else f"m{rng.random()}"
         request_id = rng.choice(["", "", f"r{rng.randrange(10**6)}"])
-        fast = wal.send_record(lsn, msg_id, src, dst, seq, amount, request_id)
+        fast = fastrecords.send_record(lsn, msg_id, src, dst, seq, amount, request_id)
         slow = wal.Send(lsn=lsn, msg_id=msg_id, src=src, dst=dst, seq=seq, tally=amount, request_id=request_id)
         assert type(fast) is wal.Send and fast == slow and hash(fast) == hash(slow)
         assert encoder.record(fast) == wal.encode(slow, "p1")
-        fast_r = wal.recv_record(lsn, msg_id, src, dst, seq, amount)
+        fast_r = fastrecords.recv_record(lsn, msg_id, src, dst, seq, amount)
         slow_r = wal.Recv(lsn=lsn, msg_id=msg_id, src=src, dst=dst, seq=seq, tally=amount)
         assert type(fast_r) is wal.Recv and fast_r == slow_r and encoder.record(fast_r) == wal.encode(slow_r, "p1")
-    assert wal.send_record(1, "a:b:1", "a", "b", 1, 5).request_id == ""  # the default, as the dataclass's
+    assert fastrecords.send_record(1, "a:b:1", "a", "b", 1, 5).request_id == ""  # the default, as the dataclass's
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.tally = 1  # still immutable
+
+
+def test_an_apps_records_made_and_encoded_fast_are_the_very_records_and_lines_of_the_dataclasses():
+    import random
+
+    from snapmesh.protocol import fastrecords, wal
+
+    rng = random.Random(29)
+    encoder = wal.Encoder("p1")
+    texts = ["", "", "eA==", "r-1", 'q"x', "z\\y", "n-ü", "tab\there", "\x7f", "a" * 300]
+    for _ in range(2_000):
+        lsn, seq = rng.randrange(1, 10**12), rng.randrange(1, 10**9)
+        src, dst = rng.choice(["p1", "p2", "n-ü"]), rng.choice(["p1", "p3", 'q"x'])
+        msg_id = f"{src}:{dst}:{seq}" if rng.random() < 0.8 else rng.choice(texts)
+        request_id, payload, command, reply = (rng.choice(texts) for _ in range(4))
+        tally = rng.choice([0, 0, 7])
+        fast = fastrecords.send_record(lsn, msg_id, src, dst, seq, tally, request_id, payload)
+        slow = wal.Send(lsn=lsn, msg_id=msg_id, src=src, dst=dst, seq=seq, tally=tally, request_id=request_id,
+                        payload=payload)
+        assert type(fast) is wal.Send and fast == slow and encoder.record(fast) == wal.encode(slow, "p1")
+        fast_r = fastrecords.recv_record(lsn, msg_id, src, dst, seq, tally, payload)
+        slow_r = wal.Recv(lsn=lsn, msg_id=msg_id, src=src, dst=dst, seq=seq, tally=tally, payload=payload)
+        assert type(fast_r) is wal.Recv and fast_r == slow_r and encoder.record(fast_r) == wal.encode(slow_r, "p1")
+        fast_c = fastrecords.command_record(lsn, request_id, command, reply)
+        slow_c = wal.Command(lsn=lsn, request_id=request_id, command=command, reply=reply)
+        assert type(fast_c) is wal.Command and fast_c == slow_c and encoder.record(fast_c) == wal.encode(slow_c, "p1")
+        assert wal.parse(encoder.record(fast_c), "here") == slow_c
+    assert fastrecords.command_record(3) == wal.Command(lsn=3)  # the defaults, as the dataclass's
+    assert wal.pack(b"\x00\xffx") == "AP94" and wal.unpack(wal.pack(b"abc"), "here") == b"abc"
+
+
+def test_the_edge_makes_the_very_reply_the_dataclass_makes():
+    import dataclasses
+
+    import pytest
+
+    from snapmesh.app import Reply
+    from snapmesh.protocol.node.effects import Submitted
+    from snapmesh.services.node.edge import _reply
+
+    for answer, epoch in ((Submitted(b"r", 5, False, 3, (), 2), 2), (Submitted(b"", 9, True, 4), 4)):
+        fast = _reply(answer)
+        assert type(fast) is Reply and fast == Reply(answer.reply, answer.repeated, epoch) and hash(fast) == hash(
+            Reply(answer.reply, answer.repeated, epoch))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.epoch = 1  # still immutable

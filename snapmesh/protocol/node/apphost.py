@@ -77,6 +77,7 @@ class Host:
             peers_in=tuple(incoming),
             params=MappingProxyType(dict(params or {})),
         )
+        self._node_id, self._peers_out = node_id, frozenset(self.info.peers_out)  # each step's Context: no copy
         self.undo = UndoLog()
         self.undone = 0  # commands taken back (H4), for tests and metrics
         self.machine = self._new()
@@ -95,8 +96,10 @@ class Host:
         """A client's command -> (reply, sends). Raises AppRefusal, or what
         `admit(reply, sends)` raised, with the app as it was (H4); AppFailed
         when it cannot be put back."""
-        self._rebase_if_full()
-        ctx = self._context()
+        undo = self.undo
+        if undo.full:
+            self.snapshot()
+        ctx = Context(self._node_id, self._peers_out)
         try:
             try:
                 reply = self.machine.on_command(command, ctx)
@@ -106,14 +109,16 @@ class Host:
                 raise AppRefusal(
                     f"app {self.app.name!r} raised in on_command: {_text(exc)}", Refusal.APP_FAILED, "UNKNOWN"
                 ) from exc
-            if reply is None:
-                reply = b""
-            if not isinstance(reply, bytes | bytearray):
-                raise AppRefusal(
-                    f"app {self.app.name!r}: on_command returned {type(reply).__name__}, not bytes",
-                    Refusal.APP_FAILED, "UNKNOWN",
-                )
-            reply, sends = bytes(reply), list(ctx.sends)
+            if type(reply) is not bytes:
+                if reply is None:
+                    reply = b""
+                elif not isinstance(reply, bytes | bytearray):
+                    raise AppRefusal(
+                        f"app {self.app.name!r}: on_command returned {type(reply).__name__}, not bytes",
+                        Refusal.APP_FAILED, "UNKNOWN",
+                    )
+                reply = bytes(reply)
+            sends = ctx.sends  # the step's own list: a closed Context adds nothing to it (StepEnded)
             if admit is not None:
                 admit(reply, sends)
         except LocalProtocolError:
@@ -121,21 +126,23 @@ class Host:
             raise
         finally:
             ctx.close()
-        self.undo.took("", command)
+        undo.took("", command)
         return reply, sends
 
     def message(self, src: str, payload: bytes) -> Sends:
         """The next message on channel `src` -> this node: the sends it made. Raises AppFailed."""
-        self._rebase_if_full()
-        ctx = self._context()
+        undo = self.undo
+        if undo.full:
+            self.snapshot()
+        ctx = Context(self._node_id, self._peers_out)
         try:
             self.machine.on_message(src, payload, ctx)
         except Exception as exc:  # noqa: BLE001  (Refused included: a peer's message cannot be refused)
             raise AppFailed(f"app {self.app.name!r} raised in on_message from {src!r}: {_text(exc)}") from exc
         finally:
             ctx.close()
-        self.undo.took(src, payload)
-        return list(ctx.sends)
+        undo.took(src, payload)
+        return ctx.sends
 
     def query(self, query: bytes) -> bytes:
         """A client's read (`on_query`) -> its reply. Raises AppRefusal with the app as it was (H7);
@@ -193,10 +200,6 @@ class Host:
         if inputs:  # the next refusal restores this, replaying nothing
             self.undo.rebase(self._snapshot(machine))
 
-    def _rebase_if_full(self) -> None:
-        if self.undo.full:
-            self.snapshot()
-
     def _restored(self, state: bytes) -> Any:
         machine = self._new()
         try:
@@ -223,7 +226,7 @@ class Host:
         return machine
 
     def _context(self) -> Context:
-        return Context(self.info.node_id, self.info.peers_out)
+        return Context(self._node_id, self._peers_out)
 
 
 def _text(exc: BaseException) -> str:

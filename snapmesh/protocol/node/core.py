@@ -362,6 +362,18 @@ class Process:
         self._tally += tally
         return True
 
+    def passed(self, *, src: str, payload: bytes) -> bool:
+        """An app message arrived from `src`: the fast path of `receive`, as
+        `credit` is for a tally, for when no snapshot is recording here. Returns
+        False, changing nothing, while one is: the caller then uses `receive`."""
+        if self._recordings:
+            return False
+        if src not in self._incoming:
+            raise RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
+        if not isinstance(payload, bytes):
+            raise RemoteProtocolError(f"app message from {src!r}: a non-bytes payload")
+        return True
+
     def start_snapshot(self, snapshot_id: str) -> list[Effect]:
         """Initiate `snapshot_id` here; a no-op if this process already recorded it."""
         if not isinstance(snapshot_id, str) or not snapshot_id:

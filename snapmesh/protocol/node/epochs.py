@@ -137,6 +137,13 @@ class EpochState:
         if len(self.restores) > RESTORES_KEPT:
             self.forgotten = self.restores.popleft()
 
+    def restored_after(self, epoch: int) -> bool:
+        """Whether a restore known here entered an epoch after `epoch`: if not,
+        `taken_back` is None for every answer given in `epoch` or later."""
+        if self.forgotten is not None and self.forgotten.epoch > epoch:
+            return True
+        return any(restore.epoch > epoch for restore in self.restores)
+
     def taken_back(self, lsn: int, epoch: int) -> str | None:
         """The snapshot whose restore, after an answer given in `epoch`, took
         back what was applied at `lsn` (logged after its cut), or None: it stands."""

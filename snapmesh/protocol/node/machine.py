@@ -84,7 +84,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from snapmesh.protocol.node import apphost, core, requests
-from snapmesh.protocol import wal
+from snapmesh.protocol import fastrecords, wal
 from snapmesh.protocol.node.epochs import EpochFenced, EpochState, Fenced  # noqa: F401  (EpochFenced: the shells catch it from here)
 from snapmesh.protocol.node.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
 from snapmesh.protocol.node.effects import (  # noqa: F401  (re-exported: the drivers name the effects through this module)
@@ -251,7 +251,7 @@ class Node(NodeSteps):
             # _append, inline (the per-transfer path)
             self.last_lsn = lsn
             self._segment_count += 1
-            self._out.append(Append(wal.send_record(lsn, msg_id, self.node_id, dst, seq, tally, request_id)))
+            self._out.append(Append(fastrecords.send_record(lsn, msg_id, self.node_id, dst, seq, tally, request_id)))
             sender.enqueue(lsn=lsn, tally=tally)
         else:  # no such channel: the core refuses it, naming why
             self._drain(self.process.send_transfer(dst=dst, msg_id=msg_id, tally=tally, seq=seq), request_id=request_id)
@@ -366,7 +366,7 @@ class Node(NodeSteps):
             lsn = self.last_lsn + 1  # _append, inline (the per-transfer path)
             self.last_lsn = lsn
             self._segment_count += 1
-            self._out.append(Append(wal.recv_record(lsn, msg_id, src, me, seq, tally)))
+            self._out.append(Append(fastrecords.recv_record(lsn, msg_id, src, me, seq, tally)))
             self.transfers_received += 1
         receiver.applied(seq, self.last_lsn)
 

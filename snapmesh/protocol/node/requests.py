@@ -48,6 +48,7 @@ longer knows whether it paid it.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
@@ -125,6 +126,9 @@ class RequestWindow:
         self.capacity = capacity
         self.max_bytes = max_bytes
         self._paid: OrderedDict[str, Paid] = OrderedDict(paid)  # oldest first, as given
+        # The `at` of the first id as `expire` last saw it (-inf: look again): while the TTL's
+        # horizon is below it, nothing expires, and `expire` need not look at the window at all.
+        self._first_at = -math.inf
         self.bytes = sum(entry_bytes(rid, p) for rid, p in self._paid.items())  # held now (W2)
 
     def __len__(self) -> int:
@@ -177,6 +181,9 @@ class RequestWindow:
         old = self._paid.get(request_id)
         if old is not None:
             self.bytes -= entry_bytes(request_id, old)
+            self._first_at = -math.inf  # it may have been the first
+        elif not self._paid:
+            self._first_at = paid.at  # the first now
         self._paid[request_id] = paid
         self._paid.move_to_end(request_id)
         self.bytes += entry_bytes(request_id, paid)
@@ -184,17 +191,22 @@ class RequestWindow:
     def expire(self, now: float) -> None:
         """Forget the ids older than the TTL (W1)."""
         horizon = now - self.ttl_s
+        if horizon <= self._first_at:  # the first id is younger than the TTL: so is every one
+            return
         window = self._paid
         while window:
             first = next(iter(window.values()))
             if first.at >= horizon:
+                self._first_at = first.at
                 return
             rid, paid = window.popitem(last=False)
             self.bytes -= entry_bytes(rid, paid)
+        self._first_at = -math.inf
 
     def restored(self, cuts: Mapping[str, int], snapshot_id: str) -> None:
         """A restore of `snapshot_id` (W4)."""
         forget_restored(self._paid, cuts, snapshot_id)
+        self._first_at = -math.inf
         self.bytes = sum(entry_bytes(rid, p) for rid, p in self._paid.items())  # a restore is rare: count again
 
     def as_dict(self, now: float) -> OrderedDict[str, Paid]:

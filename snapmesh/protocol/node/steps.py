@@ -13,10 +13,10 @@ from types import MappingProxyType
 from typing import Any
 
 from snapmesh.protocol.node import core, requests
-from snapmesh.protocol import wal
+from snapmesh.protocol import fastrecords, wal
 from snapmesh.protocol.node.link import Receiver
 from snapmesh.protocol.node.effects import (
-    Accepted, EndStreams, Reply, ReplyBatch, ReportCancelled, RestoreReply, Seal, Submitted,
+    Accepted, Append, EndStreams, Reply, ReplyBatch, ReportCancelled, RestoreReply, Seal, Submitted, fast_new,
 )
 from snapmesh.protocol.node.recovery import Recovered, checkpoint_fields
 
@@ -123,31 +123,42 @@ class NodeSteps:
         redone; nothing changes then, the app included (apphost.H4). A retry
         of `request_id` gets the first reply. `reply_to`: answer it by `Reply` (N11).
         Raises core.AppFailed when the app cannot be put back: the node must stop."""
-        self.epochs.check_clients()
+        epochs = self.epochs
+        if epochs.restore_incomplete:
+            epochs.check_clients()
         host = self.host
         if host is None:
             raise core.LocalProtocolError(f"{self.node_id} runs the bank, not an app: use Transfer")
-        if not isinstance(command, bytes | bytearray):
-            raise core.LocalProtocolError(f"a command is bytes, got {type(command).__name__}")
-        digest = requests.command_digest(bytes(command)) if request_id else ""
-        first = self._retried(request_id, wall, first_sent_unix_ms, digest) if request_id else None
-        if first is not None:  # the first reply, in the epoch it ran in (requests.py W6)
-            answer = Submitted(wal.unpack(first.msg_id, request_id), max(first.lsn, 0), True, self.epochs.epoch,
-                               ran_in=first.epoch)
-            return self._reply_when_durable(reply_to, answer)
-        reply, sends = host.command(bytes(command), self._admit)
-        packed = wal.pack(reply)
-        lsn = self._append(
-            wal.Command(lsn=self.last_lsn + 1, request_id=request_id, command=wal.pack(bytes(command)), reply=packed)
-        )
-        self._app_sends(sends)
+        if type(command) is not bytes:
+            if not isinstance(command, bytes | bytearray):
+                raise core.LocalProtocolError(f"a command is bytes, got {type(command).__name__}")
+            command = bytes(command)
+        digest = ""
+        if request_id:
+            digest = requests.command_digest(command)
+            first = self._retried(request_id, wall, first_sent_unix_ms, digest)
+            if first is not None:  # the first reply, in the epoch it ran in (requests.py W6)
+                answer = Submitted(wal.unpack(first.msg_id, request_id), max(first.lsn, 0), True, epochs.epoch,
+                                   ran_in=first.epoch)
+                return self._reply_when_durable(reply_to, answer)
+        reply, sends = host.command(command, self._admit)
+        packed = wal.pack(reply) if reply else ""
+        lsn = self.last_lsn + 1  # _append, inline (the per-command path)
+        self.last_lsn = lsn
+        self._segment_count += 1
+        self._out.append(fast_new(Append, (fastrecords.command_record(lsn, request_id, wal.pack(command), packed),)))
+        if sends:
+            self._app_sends(sends)
         if request_id:
             # An app's Paid holds its reply (base64) where the bank's holds the msg id.
-            self._requests.paid(request_id, requests.Paid(packed, 0, self.wall, lsn, digest, self.epochs.epoch))
-        self._end_step()
-        epoch = self.epochs.epoch
-        answer = Submitted(reply, self.last_lsn, False, epoch, tuple(dict.fromkeys(dst for dst, _ in sends)), epoch)
-        return self._reply_when_durable(reply_to, answer)
+            self._requests.paid(request_id, requests.Paid(packed, 0, self.wall, lsn, digest, epochs.epoch))
+        if self._segment_count >= self.segment_records or self._segment_size >= self.segment_bytes:  # _end_step, inline
+            self._seal()
+        epoch = epochs.epoch
+        # The channels it sent on, each once (flow control); one send, the common case, without a dict.
+        sent_to = (sends[0][0],) if len(sends) == 1 else tuple(dict.fromkeys(dst for dst, _ in sends))
+        answer = fast_new(Submitted, (reply, self.last_lsn, False, epoch, sent_to, epoch))
+        return answer if reply_to is None else self._reply_when_durable(reply_to, answer)
 
     def query(self, query: bytes) -> tuple[bytes, int, int]:
         """A client's read of the hosted app (snapmesh.app A7, apphost.H7):
@@ -176,11 +187,29 @@ class NodeSteps:
                 f" ({self.max_reply_bytes}); the command is taken back",
                 core.Refusal.REPLY_TOO_LARGE,
             )
+        if len(sends) == 1:  # the common step: one message, no counting
+            self.senders[sends[0][0]].check_room(1)
+            return
         counts: dict[str, int] = {}
         for dst, _ in sends:
             counts[dst] = counts.get(dst, 0) + 1
         for dst, count in counts.items():
             self.senders[dst].check_room(count)
+
+    def received_payloads(self, src: str, conn_no: int, first_seq: int, payloads: Iterable[bytes]) -> None:
+        """The app messages first_seq, first_seq + 1, ... of one frame from `src`
+        (a payload run): exactly `received(src, conn_no, seq, payload=...)` of
+        each, in order (the same drops and errors; what was applied before an
+        error stays applied), without a call per message. The frame's end is the
+        caller's `end_frame`."""
+        receiver = self.receivers.get(src)
+        if receiver is None:
+            raise core.RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
+        admit, applied, app_message, me = receiver.admit, receiver.applied, self._app_message, self.node_id
+        for seq, payload in enumerate(payloads, first_seq):
+            if admit(conn_no, seq):
+                app_message(src, seq, f"{src}:{me}:{seq}", payload)
+                applied(seq, self.last_lsn)
 
     def _app_message(self, src: str, seq: int, msg_id: str, payload: bytes) -> None:
         """An app message from `src`: the app first (AppFailed: nothing logged), then its records."""
@@ -188,31 +217,32 @@ class NodeSteps:
         if host is None:
             raise core.RemoteProtocolError(f"{self.node_id} runs the bank: an app message from {src!r} has no meaning here")
         sends = host.message(src, payload)
-        effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, tally=0, seq=seq, payload=payload))
-        if effects:
-            self._drain(effects)
-        self._append(
-            wal.Recv(
-                lsn=self.last_lsn + 1, msg_id=msg_id, src=src, dst=self.node_id, seq=seq, tally=0, payload=wal.pack(payload)
-            )
-        )
+        process = self.process
+        if not process.passed(src=src, payload=payload):  # a snapshot is recording here: the core records it
+            effects = process.receive(src=src, message=core.Transfer(msg_id=msg_id, tally=0, seq=seq, payload=payload))
+            if effects:
+                self._drain(effects)
+        lsn = self.last_lsn + 1  # _append, inline (the per-message path)
+        self.last_lsn = lsn
+        self._segment_count += 1
+        self._out.append(fast_new(Append, (fastrecords.recv_record(lsn, msg_id, src, self.node_id, seq, 0, wal.pack(payload)),)))
         self.transfers_received += 1
-        self._app_sends(sends)
+        if sends:
+            self._app_sends(sends)
 
     def _app_sends(self, sends: Iterable[tuple[str, bytes]]) -> None:
         """The messages one app step sent: a `send` record each, then onto its channel."""
-        me = self.node_id
-        for dst, payload in sends:
-            sender = self.senders[dst]
+        me, senders, out, pack, record = self.node_id, self.senders, self._out, wal.pack, fastrecords.send_record
+        lsn = self.last_lsn
+        for dst, payload in sends:  # _append, inline (the per-message path)
+            sender = senders[dst]
             seq = sender.next_seq
-            lsn = self._append(
-                wal.Send(
-                    lsn=self.last_lsn + 1, msg_id=f"{me}:{dst}:{seq}", src=me, dst=dst, seq=seq, tally=0,
-                    payload=wal.pack(payload),
-                )
-            )
+            lsn += 1
+            out.append(fast_new(Append, (record(lsn, f"{me}:{dst}:{seq}", me, dst, seq, 0, "", pack(payload)),)))
             sender.enqueue(lsn=lsn, payload=payload)
+            self._segment_count += 1
             self.messages_sent += 1
+        self.last_lsn = lsn
 
     # -- overtake mode (N9)
 
@@ -286,7 +316,10 @@ class NodeSteps:
             return
         taken_back = self.taken_back  # type: ignore[attr-defined]  (node.Node's: the one rule)
         if batch:
-            self._out.append(ReplyBatch(to, tuple(taken_back(a) or "" for a in answer)))
+            if not self.epochs.restored_after(min((a.epoch for a in answer), default=0)):  # the common batch
+                self._out.append(ReplyBatch(to, ("",) * len(answer)))
+            else:
+                self._out.append(ReplyBatch(to, tuple(taken_back(a) or "" for a in answer)))
         else:
             self._out.append(Reply(to, answer, taken_back(answer) or ""))
 

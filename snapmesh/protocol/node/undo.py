@@ -36,6 +36,9 @@ class Input(NamedTuple):
     data: bytes
 
 
+_new = tuple.__new__
+
+
 class UndoLog:
     """The base and the inputs since (apphost.H4); the Host owns one."""
 
@@ -52,7 +55,7 @@ class UndoLog:
         self.size_limit = min(max(len(state or b""), REBASE_MIN_BYTES), REBASE_MAX_BYTES)
 
     def took(self, src: str, data: bytes) -> None:
-        self.inputs.append(Input(src, data))
+        self.inputs.append(_new(Input, (src, data)))  # Input(src, data), without NamedTuple's Python-level __new__
         self.size += len(data)
 
     @property
