@@ -24,6 +24,7 @@ BENCHMARKS = {
     "submit_batch": "bench.submit_batch",  # SubmitBatch of the minimal app on 4 nodes: commands/s, CPU per command
     "overtake": "bench.overtake",  # classic vs overtake snapshots side by side; writes bench/results.json
     "undo": "bench.undo",  # taking back a failed app command (apphost.H4) vs a copy before every step
+    "state": "bench.state",  # a blob of N MiB per node: bytes sent and stored per snapshot, time vs size, restore
 }
 
 

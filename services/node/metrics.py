@@ -137,6 +137,11 @@ class NodeMetrics:
             "snapmesh_report_state_failures_total", "ReportState calls to the controller that failed", ["node"],
             registry=r,
         ).labels(node_id)
+        self.report_bytes = Counter(
+            "snapmesh_report_sent_bytes_total",
+            "Bytes of the reports the controller accepted, as sent (a state as blocks: its manifest and new blocks)",
+            ["node"], registry=r,
+        ).labels(node_id)
 
         self._stale_epoch = Counter(
             "snapmesh_stale_epoch_refused_total",

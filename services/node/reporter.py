@@ -239,6 +239,7 @@ class StateReporter:
                     answer = await stub.ReportState(sent, timeout=REPORT_TIMEOUT_S)
                 self._hops.answered(left_at)
                 self._blocks.accepted(answer, names)
+                self._metrics.report_bytes.inc(sent.ByteSize())
                 log.info("snapshot %s: reported state to the controller (%d bytes)", message.snapshot_id, sent.ByteSize())
                 self._forget(message.snapshot_id)
                 return

@@ -42,6 +42,7 @@ from snapmesh.app import App, AppError, View, check_invariants
 import snapmesh.bank.wire as wire
 from snapmesh.protocol.controller.appside import PartRefused
 from snapmesh.protocol.controller.v1fields import V1Fields
+from snapmesh.protocol.lazystates import NodeStates
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 CHECKED = pb.AppCheck.CHECKED
@@ -59,11 +60,12 @@ def in_flight_item(transfer: Any) -> pb.InFlightTransfer:
 
 
 def view_of(snapshot: pb.Snapshot, params: Mapping[str, Any] = MappingProxyType({})) -> View:
-    """The app's `View` of a COMPLETE snapshot: each node's state bytes, and every
-    in-flight payload as (src, dst, seq, payload), channel by channel in seq order."""
+    """The app's `View` of a COMPLETE snapshot: each node's state bytes, read when
+    asked for (lazystates.NodeStates: no copy of them all), and every in-flight
+    payload as (src, dst, seq, payload), channel by channel in seq order."""
     return View(
         snapshot_id=snapshot.snapshot_id,
-        states={n.node_id: n.state for n in snapshot.nodes},
+        states=NodeStates(snapshot),
         in_flight=[
             (channel.src, channel.dst, item.seq, item.payload)
             for channel in snapshot.channels

@@ -4,7 +4,8 @@ app whose state is a blob of 4 MiB per node (2 nodes), snapshotted through real 
 - Two snapshots of states that barely changed store the unchanged blocks once: the
   second adds the one block the change touched to controller/blocks (files and
   bytes counted there), and each node's report of it sends only the blocks the
-  controller lacks (the node's log says how many bytes it sent). Both verify; after a controller restart (its snapshots read
+  controller lacks (the node's log and its `snapmesh_report_sent_bytes_total` say how
+  many bytes it sent). Both verify; after a controller restart (its snapshots read
   from the files) a restore of the first works, and the snapshot after it has the
   first one's states and adds no block.
 - Retention with `keep = 2` and states that change whole at every snapshot: the
@@ -34,6 +35,7 @@ from snapmesh.protocol import blocks
 from snapmesh.settings.config import write_cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+from support import metrics_table
 from support.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -179,6 +181,10 @@ def test_two_snapshots_of_mostly_unchanged_states_store_the_unchanged_blocks_onc
     assert all(reported(cluster, node, first) > SIZE for node in ("p1", "p2"))  # whole: nothing held yet
     assert reported(cluster, "p2", second) < PER_NODE * 40  # its manifest alone
     assert reported(cluster, "p1", second) < PER_NODE * 40 + blocks.BLOCK_BYTES  # and the one changed block
+    for node in cluster.config.nodes:  # the node's counter of bytes sent: what its log says, both reports
+        sent = metrics_table.value(metrics_table.scrape(node.metrics_address), "snapmesh_report_sent_bytes_total",
+                                   node=node.id)
+        assert sent == reported(cluster, node.id, first) + reported(cluster, node.id, second)
     for sid in (first, second):
         code, out = verify(cluster, sid, capsys)
         assert code == 0 and "each matching its hash" in out, out
