@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="every case on this topology: mesh, ring or random-regular:K, drawn from the case's seed, with K + 1 "
              "nodes or more (default: each case draws its own, random-regular:K among them)",
     )
+    fuzz.add_argument(
+        "--steps", choices=("upgrade",), default=None,
+        help="upgrade: each case runs the app, stops it with a snapshot, restores that into a version 2 of the app "
+             "with another state encoding, and runs on (snapmesh/fuzzer/steps.py; needs --app, a JSON-object state)",
+    )
     return parser
 
 
@@ -135,6 +140,30 @@ def run_fuzz(seed: int, cases: int, app_spec: str = "", params: dict | None = No
     return 0
 
 
+def run_steps(seed: int, cases: int, app_spec: str, params: dict) -> int:
+    """`--steps upgrade`: the version steps (snapmesh/fuzzer/steps.py), each failure with its seed and replay line."""
+    from snapmesh.app import AppError, load_app
+    from snapmesh.fuzzer import steps
+
+    try:
+        app = load_app(app_spec)
+    except AppError as exc:
+        return _fail(str(exc))
+    if app.workload is None:
+        return _fail(f"--app {app_spec}: app {app.name!r} has no workload, so the fuzzer has no commands to send")
+    started = time.perf_counter()
+    ran, failure = steps.fuzz_steps(seed, cases, app, params)
+    if failure is not None:
+        bad_seed, why = failure
+        given = "".join(f" --app-param {k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in params.items())
+        print(f"FAIL seed {bad_seed} (case {ran} of {cases}): {why}")
+        print(f"replay: snapmesh sim fuzz --seed {bad_seed} --cases 1 --app {app_spec} --steps upgrade{given}")
+        return 1
+    print(f"ok: {ran} cases, seeds {seed}..{seed + ran - 1}, app {app.name}, steps upgrade,"
+          f" {time.perf_counter() - started:.1f}s")
+    return 0
+
+
 def run_file(path: str, seed: int) -> str:
     """The output text for one scenario file; raises ScenarioError or OSError."""
     text = Path(path).read_text(encoding="utf-8")
@@ -154,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
                 topologies.parse(args.topology)
             except topologies.ShapeError as exc:
                 return _fail(f"--topology: {exc}")
+        if args.steps is not None:
+            if not args.app or args.broadcast or args.mode or args.topology:
+                return _fail("--steps upgrade: needs --app, and takes none of --broadcast, --mode, --topology")
+            return run_steps(args.seed, args.cases, args.app, dict(args.app_param))
         return run_fuzz(args.seed, args.cases, args.app, dict(args.app_param), broadcast=args.broadcast,
                         mode=args.mode, align_timeout=align, topology=args.topology)
     try:

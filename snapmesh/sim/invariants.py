@@ -65,6 +65,7 @@ class Checker:
         app: Any = None, app_params: Mapping[str, Any] | None = None,
     ) -> None:
         self.app, self.app_params = app, dict(app_params or {})  # a snapmesh.app.App: A1-A6 too
+        self.versions = {app.version: app} if app is not None else {}  # the code of each version the logs hold
         self.total = sum(balances.values())
         self.initial = dict(balances)
         self.channels = list(channels)
@@ -128,6 +129,15 @@ class Checker:
             if kind is wal.Restore:
                 self._take_back(node, record.snapshot_id)  # type: ignore[attr-defined]
 
+    def new_code(self, app: Any) -> None:
+        """The cluster runs another version of the app from now on (the version steps):
+        its checks use it, and the logs' older records their own version's code."""
+        self.app = app
+        self.versions[app.version] = app
+        if self.fold is not None:
+            self.fold.app = app
+            self.fold.versions[app.version] = app
+
     def crashed(self, node: str, durable_lsn: int) -> None:
         """`node` crashed; its log on disk ends at `durable_lsn`."""
         del self.logs[node][durable_lsn:]
@@ -183,7 +193,7 @@ class Checker:
         self.cuts = {}
         self.taken_back = {}
         self.aborted: set[tuple[str, str]] = set()
-        self.fold = apps.StateFold(self.app, self.infos) if self.app is not None else None  # A6
+        self.fold = apps.StateFold(self.app, self.infos, self.versions) if self.app is not None else None  # A6
         for node, log in self.logs.items():
             for record in log:
                 if self.fold is not None:
@@ -247,7 +257,7 @@ class Checker:
                 if self.app is None:
                     self._replays[node] = [(src, t.msg_id, t.tally) for src, t in overtake.in_flight_towards(reports, node)]
                 else:  # A3: the state and the payloads too
-                    if record.state != wal.pack(part.state or b""):
+                    if record.state != wal.pack(apps.upgraded(self.app, part)):
                         raise Violation(f"{node}: restored {record.snapshot_id} with another app state than it recorded")
                     self._replays[node] = [
                         (src, t.msg_id, t.tally, wal.pack(t.payload or b"")) for src, t in apps.in_flight_towards(reports, node)

@@ -78,6 +78,7 @@ class RestoreCalls:
             snapshot_id=request.snapshot_id, epoch=request.epoch, tally=request.balance, in_flight=in_flight,
             reply_to=request, **app,
         )
+        self.world.fences[node_id].restored()  # F5
         self.world.route(node_id)  # its EndStreams ends the older epoch's connections
         if crash and rng.random() < 0.25:
             self.faults["crash during a restore"] += 1

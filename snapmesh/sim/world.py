@@ -22,6 +22,7 @@ from snapmesh.app import App
 from snapmesh.protocol.node import core, link, recovery
 from snapmesh.protocol import hybrid, wal
 from snapmesh.protocol.node import machine as node_mod
+from snapmesh.protocol.node.fence import Fence
 from snapmesh.settings import topologies
 from snapmesh.sim import apps
 from snapmesh.sim.controller import DEADLINE, SimController
@@ -73,6 +74,7 @@ class World:
         self.faults: Counter[str] = Counter()  # what happened, so tests can see every kind was exercised
         self.disks = {i: Disk(i) for i in self.ids}
         self.nodes: dict[str, node_mod.Node | None] = {}
+        self.fences: dict[str, Fence] = {}  # each node's shell's fence (protocol/node/fence.py), as the engine holds it
         self.network = Network(self.channels, self.nodes, self.route, rng, self.faults)
         # Calls waiting for their node's Reply. A call is the arguments of `call`:
         # (node, dst, amount, request_id), or (node, command, request_id); the node's `reply_to`.
@@ -136,6 +138,7 @@ class World:
             app=self.app,
             app_params=self.app_params,
         )
+        self.fences[node_id] = Fence(node_id, stopped=self.nodes[node_id].stopped)  # type: ignore[union-attr]
         self.route(node_id)
 
     def restart_down_nodes(self) -> None:
@@ -229,8 +232,8 @@ class World:
         (node, command, request_id) an app's command."""
         node_id, request_id = call[0], call[-1]
         node = self.nodes[node_id]
-        if node is None:  # UNAVAILABLE: the client retries
-            self.unanswered.append(call)
+        if node is None or self.fences[node_id].refusal("Transfer" if self.app is None else "Submit", self.now):
+            self.unanswered.append(call)  # UNAVAILABLE (down, or fenced for a stop): the client retries
             return
         # Every retry says when it was first sent: one older than the node's window
         # is refused (requests.RequestExpired), never paid again.
