@@ -67,6 +67,7 @@ def run_case(seed: int, app: App, app_params: dict[str, Any] | None = None, *, d
             fuzz.step(world)
             world.check()
         quiet(world)
+        in_flight(world, rng)
         sid = stop(world, rng)
         restore_into(world, versioned.second(app, drop=drop), sid, rng)
         for _ in range(world.steps // 2):
@@ -98,6 +99,14 @@ def quiet(world: World) -> None:
     fuzz.drain_all(world)
 
 
+def in_flight(world: World, rng: random.Random) -> None:
+    """Commands answered just before the stop: the messages they send are on the wire at its cut."""
+    for _ in range(rng.randint(2, 10)):
+        fuzz.command(world)
+    for node_id in world.ids:
+        world.durable(node_id, len(world.disks[node_id].pending))
+
+
 def stop(world: World, rng: random.Random) -> str:
     """TriggerSnapshot stop, carried to the end (V1); returns the stop snapshot's id."""
     control = world.controller
@@ -111,6 +120,8 @@ def stop(world: World, rng: random.Random) -> str:
         for _ in range(rng.randint(0, 3)):  # clients keep calling: a fenced node refuses them
             fuzz.command(world)
         deliver_fences(world, rng)
+        if control.up:
+            control.journal.flush()  # the stop's snapshot starts at every node before the network moves
         fuzz.drain_all(world)
         if control.machine.stopping.under_way == sid and not control.fence_calls:
             world.tick(1.0)  # the snapshot's reports are in: its deadline is the only thing left to move it

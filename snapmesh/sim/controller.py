@@ -125,6 +125,7 @@ class SimController(RestoreCalls):
         self.wait_rng = random.Random(seed * 104_729 + 7)
         self.triggers = TriggerCheck()
         self.fence_calls: list[FenceAt] = []  # a stop's Fence calls not yet delivered
+        self.files: list[pb.Snapshot] = []  # snapshot files a restart reads (the rescale steps' stop snapshot)
 
     def _machine(self) -> machine.Controller:
         app = self.world.app
@@ -327,6 +328,7 @@ class SimController(RestoreCalls):
         self.retention.restarted()
         now = self.now()
         self.journal.crash()  # a new process: whatever was pending is gone
+        self.machine.loaded(self.files)
         replayed = self.machine.replayed(self.journal.durable, now)  # S1: deadlines from `now` too
         self.journal.restarted({s.snapshot_id: s.status for s in self.machine.all()}, self.machine.epoch)
         self.restarts.replayed(replayed, self.machine.all(), now.mono)

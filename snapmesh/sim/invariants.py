@@ -117,6 +117,8 @@ class Checker:
                 raise Violation(f"{node}: a zombie recording: cut for {sid} at lsn {record.lsn} after its abort")
             self.recorded_at[(node, sid)] = now
             self.cuts[(node, sid)] = record.lsn
+        elif kind is wal.Stop:  # a node a rescale started has no cut: nothing it ran comes after its stop
+            self.cuts.setdefault((node, record.snapshot_id), record.lsn)  # type: ignore[attr-defined]
         elif kind is wal.Abort:
             self.aborted.add((node, record.snapshot_id))  # type: ignore[attr-defined]
         elif kind is wal.Checkpoint and record.tally != self.balance[node]:  # type: ignore[attr-defined]
@@ -202,6 +204,8 @@ class Checker:
                     self.aborted.add((node, record.snapshot_id))
                 if type(record) is wal.Cut:
                     self.cuts[(node, record.snapshot_id)] = record.lsn
+                elif type(record) is wal.Stop:  # a node a rescale started: its log is an init and the stop
+                    self.cuts.setdefault((node, record.snapshot_id), record.lsn)
                 if type(record) is wal.Send:
                     self._fold_send(node, record)
                     if record.request_id:

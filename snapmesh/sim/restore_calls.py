@@ -108,6 +108,13 @@ class RestoreCalls:
         if isinstance(self.machine.restore(self.machine.get(sid), "", self.now()), restoregate.Start):
             self._started(sid, "")
 
+    def restore_onto(self, sid: str, nodes: list[str], key: str) -> restoregate.Decision:
+        """A RestoreSnapshot call naming a target node set (RestoreSnapshotRequest.nodes; the rescale steps)."""
+        decision = self.machine.restore(self.machine.get(sid), key, self.now(), nodes=nodes)
+        if isinstance(decision, restoregate.Start):
+            self._started(sid, key)
+        return decision
+
     def _started(self, sid: str, key: str) -> None:
         """The machine said Start: it rolls back to `sid` in a new epoch."""
         if self.restoring is not None:

@@ -1,4 +1,6 @@
-"""The fuzzer's version steps (snapmesh/fuzzer/steps.py): run, stop with a snapshot, upgrade on restore, run on.
+"""The fuzzer's version steps: run, stop with a snapshot, upgrade or rescale on restore, run on.
+
+Upgrade (snapmesh/fuzzer/steps.py):
 
 kvshard runs under every fault, stops with a snapshot (nodes crashing before their
 fence), every node restarts fenced under a version 2 of it with another state
@@ -8,19 +10,29 @@ under version 2. Fresh seeds are clean; an upgrade that drops a field is caught
 at a pinned seed, naming the node and the field; the CLI prints the failing seed
 and the line that replays it.
 
+Rescale (snapmesh/fuzzer/rescale_steps.py): the same run and stop, then the
+stop snapshot is restored onto 2 to 6 other nodes with kvshard's rescale, nodes
+restarting while stopped and during the restore, and the run goes on on the new
+node set. Fresh seeds are clean; a rescale that drops a key in flight is caught
+at a pinned seed, naming the key.
+
 Knobs (environment): SNAPMESH_FUZZ_STEPS_CASES (default 60), SNAPMESH_FUZZ_STEPS_BASE
 (first seed, default 0).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 from collections import Counter
+from collections.abc import Sequence
 
 import pytest
 
+from snapmesh.app import NodeInfo, View
 from snapmesh.commands import sim as cli
-from snapmesh.fuzzer import steps
+from snapmesh.fuzzer import rescale_steps, steps
 from snapmesh.services.app import kvshard
 from snapmesh.sim import versioned
 from snapmesh.sim.invariants import Violation
@@ -75,3 +87,48 @@ def test_the_cli_prints_the_failing_seed_and_its_replay(monkeypatch: pytest.Monk
 def test_the_cli_refuses_steps_without_an_app(capsys) -> None:
     assert cli.main(["fuzz", "--steps", "upgrade", "--cases", "1"]) == 2
     assert "--steps upgrade: needs --app" in capsys.readouterr().err
+
+
+# -- rescale: the same stop, restored onto another node set with the app's rescale
+
+
+def drops_a_key_in_flight(view: View, nodes: Sequence[NodeInfo]) -> dict[str, bytes]:
+    """kvshard's rescale, wrong: the first handoff in flight at the cut is left out."""
+    handoffs = [i for i, (*_, payload) in enumerate(view.in_flight) if json.loads(payload)["type"] == "handoff"]
+    kept = [item for i, item in enumerate(view.in_flight) if i not in handoffs[:1]]
+    return dict(kvshard.rescale(dataclasses.replace(view, in_flight=kept), nodes))
+
+
+def test_kvshard_rescales_through_a_stop_snapshot_on_every_seed() -> None:
+    ran, failure = rescale_steps.fuzz_steps(BASE, CASES, kvshard.app)
+    assert failure is None, f"seed {failure[0]}: {failure[1]}"
+    assert ran == CASES
+
+
+def test_every_rescale_step_and_the_restarts_around_it_happen() -> None:
+    seen: Counter[str] = Counter()
+    sizes: Counter[int] = Counter()
+    for seed in range(BASE, BASE + 20):
+        world = rescale_steps.run_case(seed, kvshard.app)
+        seen.update(world.faults)
+        sizes[len(world.ids)] += 1
+    for kind in ("rescale", "rescale with messages in flight", "restart while stopped", "crash during a restore",
+                 "crash", "command answered"):
+        assert seen[kind] > 0, f"{kind!r} never happened in 20 cases: {dict(seen)}"
+    assert seen["rescale"] == 20
+    assert min(sizes) == 2 and max(sizes) >= 5, sizes  # shrinks and grows
+
+
+def test_a_rescale_that_drops_a_key_in_flight_is_caught_at_a_pinned_seed() -> None:
+    wrong = dataclasses.replace(kvshard.app, rescale=drops_a_key_in_flight)
+    with pytest.raises(Violation, match=r"R1: the rescale of \S+ onto 4 nodes was refused: .*every key exactly once: "
+                                         r"key n4/k0 seen 0 times \(lost\)"):
+        rescale_steps.run_case(0, wrong)
+    rescale_steps.run_case(0, kvshard.app)  # the right rescale, same seed: clean
+
+
+def test_the_cli_runs_the_rescale_steps_and_refuses_an_app_without_rescale(capsys) -> None:
+    assert cli.main(["fuzz", "--app", "kvshard", "--steps", "rescale", "--seed", "5", "--cases", "2"]) == 0
+    assert "ok: 2 cases, seeds 5..6, app kvshard, steps rescale" in capsys.readouterr().out
+    assert cli.main(["fuzz", "--app", "examples.token_ring:app", "--steps", "rescale", "--cases", "1"]) == 2
+    assert "--steps rescale: app 'token_ring' has no rescale(view, nodes)" in capsys.readouterr().err
