@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument(
         "--steps", choices=("upgrade", "rescale"), default=None,
         help="upgrade: each case runs the app, stops it with a snapshot, restores that into a version 2 of the app "
-             "with another state encoding, and runs on (snapmesh/fuzzer/steps.py; needs --app, a JSON-object state); "
+             "with another state encoding, and runs on (snapmesh/fuzzer/steps.py; needs --app whose state is JSON); "
              "rescale: the same stop, restored onto another node set with the app's rescale "
              "(snapmesh/fuzzer/rescale_steps.py; needs --app with rescale)",
     )

@@ -174,6 +174,7 @@ def restore_into(world: World, new: App, sid: str, rng: random.Random) -> None:
     for node_id in world.ids:  # the nodes stop once their log ends in the stop
         if world.nodes[node_id] is not None:
             world.crash(node_id, rng)
+    control.files = [control.machine.get(sid)]  # its file, which the controller reads as it starts
     control.crash()
     world.app = new
     world.checker.new_code(new)
@@ -190,10 +191,10 @@ def restore_into(world: World, new: App, sid: str, rng: random.Random) -> None:
     fuzz.command(world)
     if len(world.unanswered) == before:
         raise Violation("V1: a stopped node took a command")
-    control.restore_call(sid, f"upgrade {sid}")
+    decision = control.restore_onto(sid, [], f"upgrade {sid}")
     if control.restoring != sid:
-        raise Violation(f"V2: the restore of {sid} into version {new.version} did not start:"
-                        f" {control.machine.gate.running or control.machine.last_restore}")
+        said = getattr(decision, "message", "") or type(decision).__name__
+        raise Violation(f"V2: the restore of {sid} into version {new.version} was refused: {said}")
     world.faults["restore with an upgrade"] += 1
     for node_id, part in sorted(control.parts.items()):  # V3, on the plan, before any node takes its part
         had, has = versioned.fields(recorded[node_id].state or b""), versioned.fields(part.state)

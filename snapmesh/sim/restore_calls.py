@@ -109,7 +109,7 @@ class RestoreCalls:
             self._started(sid, "")
 
     def restore_onto(self, sid: str, nodes: list[str], key: str) -> restoregate.Decision:
-        """A RestoreSnapshot call naming a target node set (RestoreSnapshotRequest.nodes; the rescale steps)."""
+        """A RestoreSnapshot call naming a target node set (RestoreSnapshotRequest.nodes; [] none), for the version steps."""
         decision = self.machine.restore(self.machine.get(sid), key, self.now(), nodes=nodes)
         if isinstance(decision, restoregate.Start):
             self._started(sid, key)

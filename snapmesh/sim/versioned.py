@@ -1,9 +1,10 @@
-"""Version 2 of an app whose state is a JSON object: the same machine, another state encoding.
+"""Version 2 of an app whose state is JSON: the same machine, another state encoding.
 
 The fuzzer's version steps (snapmesh/fuzzer/steps.py) upgrade a running app
-into this. Version 1 writes its state as the app does (a JSON object, such as
-kvshard's); version 2 writes it as b"v2" followed by a JSON list of [field,
-value] pairs in field order. Messages keep their encoding. The machine is the
+into this. Version 1 writes its state as the app does (JSON: an object, such as
+kvshard's, or a value, such as the bank's balance); version 2 writes an object
+as b"v2o" followed by a JSON list of [field, value] pairs in field order, and
+any other value as b"v2v" and its JSON. Messages keep their encoding. The machine is the
 app's own, so the commands and their replies stay the same.
 
 `second(app)` is version 2 with the right `upgrade`: every field of the old
@@ -21,22 +22,32 @@ from typing import Any
 from snapmesh.app import App, NodeInfo, View
 
 PREFIX = b"v2"
+OBJECT, VALUE = b"o", b"v"  # after PREFIX: a JSON object's [field, value] pairs, or any other JSON value
 
 
 def fields(state: bytes) -> dict[str, Any]:
-    """The object a state holds, in either version's encoding."""
-    if state.startswith(PREFIX):
-        return {name: value for name, value in json.loads(state[len(PREFIX):])}
-    return json.loads(state)
+    """What a state holds, in either version's encoding: a JSON object's fields, or {"value": v}."""
+    if state.startswith(PREFIX + OBJECT):
+        return {name: value for name, value in json.loads(state[len(PREFIX) + 1:])}
+    if state.startswith(PREFIX + VALUE):
+        return {"value": json.loads(state[len(PREFIX) + 1:])}
+    decoded = json.loads(state)
+    return decoded if isinstance(decoded, dict) else {"value": decoded}
 
 
 def _v1(state: bytes) -> bytes:
-    """A state in the app's own encoding (version 1): a sorted JSON object."""
+    """A state in the app's own encoding (version 1): a sorted JSON object, or the JSON value."""
+    if not state.startswith(PREFIX):
+        return state
+    if state.startswith(PREFIX + VALUE):
+        return state[len(PREFIX) + 1:]
     return json.dumps(fields(state), sort_keys=True, separators=(",", ":")).encode()
 
 
-def _v2(obj: dict[str, Any]) -> bytes:
-    return PREFIX + json.dumps(sorted(obj.items()), separators=(",", ":")).encode()
+def _v2(decoded: Any) -> bytes:
+    if isinstance(decoded, dict):
+        return PREFIX + OBJECT + json.dumps(sorted(decoded.items()), separators=(",", ":")).encode()
+    return PREFIX + VALUE + json.dumps(decoded, separators=(",", ":")).encode()
 
 
 class _Machine:
@@ -69,9 +80,10 @@ def second(app: App, *, drop: str = "") -> App:
         return _Machine(app.new(info))
 
     def upgrade(state: bytes, from_version: int) -> bytes:
-        obj = json.loads(state)
-        obj.pop(drop, None)
-        return _v2(obj)
+        decoded = json.loads(state)
+        if isinstance(decoded, dict):
+            decoded.pop(drop, None)
+        return _v2(decoded)
 
     def read_back(check: Any) -> Any:
         def judged(view: View) -> list[str]:

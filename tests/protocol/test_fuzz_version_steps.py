@@ -33,7 +33,7 @@ import pytest
 from snapmesh.app import NodeInfo, View
 from snapmesh.commands import sim as cli
 from snapmesh.fuzzer import rescale_steps, steps
-from snapmesh.services.app import kvshard
+from snapmesh.services.app import bank, kvshard
 from snapmesh.sim import versioned
 from snapmesh.sim.invariants import Violation
 
@@ -64,6 +64,13 @@ def test_version_2_has_another_state_encoding_and_reads_back_the_same_fields() -
     new = v2.upgrade(old, 1)  # type: ignore[misc]
     assert v2.version == 2 and new != old and new.startswith(versioned.PREFIX)
     assert versioned.fields(new) == versioned.fields(old)
+
+
+def test_the_bank_upgrades_too_its_balance_in_the_value_encoding() -> None:
+    v2 = versioned.second(bank.app)
+    assert v2.upgrade(b"871", 1) == b"v2v871" and versioned.fields(b"v2v871") == versioned.fields(b"871")  # type: ignore[misc]
+    ran, failure = steps.fuzz_steps(BASE, 10, bank.app)
+    assert failure is None, f"seed {failure[0]}: {failure[1]}"
 
 
 def test_an_upgrade_that_drops_a_field_is_caught_at_a_pinned_seed() -> None:
