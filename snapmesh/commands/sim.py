@@ -1,8 +1,11 @@
 """`snapmesh sim run FILE [--seed N]`: run a scenario, print the result as JSON.
 `snapmesh sim fuzz [--seed N] [--cases N] [--app APP] [--broadcast] [--mode hybrid --align-timeout-ms T]
-[--topology NAME]`: the fault fuzzer (snapmesh/fuzzer/fuzz.py); with --app (a built-in name such as
+[--topology NAME] [--steps upgrade|rescale]`: the fault fuzzer (snapmesh/fuzzer/fuzz.py); with --app (a built-in name such as
 kvshard, or module:attr) the nodes host that app; with --topology (mesh, ring, random-regular:K) every
-case runs on that topology, drawn from the case's seed (an unknown name or K < 1: one line, exit 2).
+case runs on that topology, drawn from the case's seed (an unknown name or K < 1: one line, exit 2);
+with --steps (and an --app) each case runs the app, stops it with a snapshot, and restores that into
+a version 2 of the app (upgrade: snapmesh/fuzzer/steps.py) or onto another node set (rescale:
+snapmesh/fuzzer/rescale_steps.py), and runs on.
 
 The JSON goes to stdout with indent=2 and keys in topology order (never sorted),
 followed by one newline; the same file and seed give byte-identical output.
@@ -67,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--topology", metavar="NAME",
         help="every case on this topology: mesh, ring or random-regular:K, drawn from the case's seed, with K + 1 "
              "nodes or more (default: each case draws its own, random-regular:K among them)",
+    )
+    fuzz.add_argument(
+        "--steps", choices=("upgrade", "rescale"), default=None,
+        help="upgrade: each case runs the app, stops it with a snapshot, restores that into a version 2 of the app "
+             "with another state encoding, and runs on (snapmesh/fuzzer/steps.py; needs --app whose state is JSON); "
+             "rescale: the same stop, restored onto another node set with the app's rescale "
+             "(snapmesh/fuzzer/rescale_steps.py; needs --app with rescale)",
     )
     return parser
 
@@ -135,6 +145,33 @@ def run_fuzz(seed: int, cases: int, app_spec: str = "", params: dict | None = No
     return 0
 
 
+def run_steps(seed: int, cases: int, app_spec: str, params: dict, kind: str = "upgrade") -> int:
+    """`--steps upgrade|rescale`: the version steps (snapmesh/fuzzer/steps.py, rescale_steps.py),
+    each failure with its seed and replay line."""
+    from snapmesh.app import AppError, load_app
+    from snapmesh.fuzzer import rescale_steps, steps
+
+    try:
+        app = load_app(app_spec)
+    except AppError as exc:
+        return _fail(str(exc))
+    if app.workload is None:
+        return _fail(f"--app {app_spec}: app {app.name!r} has no workload, so the fuzzer has no commands to send")
+    if kind == "rescale" and app.rescale is None:
+        return _fail(f"--steps rescale: app {app.name!r} has no rescale(view, nodes)")
+    started = time.perf_counter()
+    ran, failure = (rescale_steps if kind == "rescale" else steps).fuzz_steps(seed, cases, app, params)
+    if failure is not None:
+        bad_seed, why = failure
+        given = "".join(f" --app-param {k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in params.items())
+        print(f"FAIL seed {bad_seed} (case {ran} of {cases}): {why}")
+        print(f"replay: snapmesh sim fuzz --seed {bad_seed} --cases 1 --app {app_spec} --steps {kind}{given}")
+        return 1
+    print(f"ok: {ran} cases, seeds {seed}..{seed + ran - 1}, app {app.name}, steps {kind},"
+          f" {time.perf_counter() - started:.1f}s")
+    return 0
+
+
 def run_file(path: str, seed: int) -> str:
     """The output text for one scenario file; raises ScenarioError or OSError."""
     text = Path(path).read_text(encoding="utf-8")
@@ -154,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
                 topologies.parse(args.topology)
             except topologies.ShapeError as exc:
                 return _fail(f"--topology: {exc}")
+        if args.steps is not None:
+            if not args.app or args.broadcast or args.mode or args.topology:
+                return _fail(f"--steps {args.steps}: needs --app, and takes none of --broadcast, --mode, --topology")
+            return run_steps(args.seed, args.cases, args.app, dict(args.app_param), args.steps)
         return run_fuzz(args.seed, args.cases, args.app, dict(args.app_param), broadcast=args.broadcast,
                         mode=args.mode, align_timeout=align, topology=args.topology)
     try:

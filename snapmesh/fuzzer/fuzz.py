@@ -72,6 +72,10 @@ transfers, under the same faults; the checker adds the app's rules (A1-A6 of
 sim/apps.py: payloads, state digests, the app's invariants on every COMPLETE
 snapshot and at the end, its state against its log). A bank case draws the
 same numbers with or without this: its seeds replay as before.
+
+Version steps (`--steps upgrade`, `--steps rescale`): these steps, then a stop with a
+snapshot restored into a version 2 of the app or onto another node set, then these
+steps again: snapmesh/fuzzer/steps.py and rescale_steps.py.
 """
 
 from __future__ import annotations

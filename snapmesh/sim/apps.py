@@ -102,6 +102,15 @@ def view(
 # -- checks (A2, A5)
 
 
+def upgraded(app: App, part: core.FullState) -> bytes:
+    """A3: the state a restore into `app` gives a node whose part `part` recorded: an older
+    version's through `app.upgrade` (snapmesh/protocol/upgrade.py U3), else as recorded."""
+    state = part.state or b""
+    if app.upgrade is not None and 0 < (part.version or 1) < app.version:
+        return app.upgrade(state, part.version or 1)
+    return state
+
+
 def check_view(app: App, where: str, snapshot: View) -> None:
     broken = {name: problems for name, problems in check_invariants(app, snapshot).items() if problems}
     for name, problems in broken.items():
@@ -165,8 +174,11 @@ def check_quiescent(app: App, states: Mapping[str, bytes], params: Mapping[str, 
 class StateFold:
     """Each node's app state as its log says (A6), by machines of the checker's own."""
 
-    def __init__(self, app: App, infos: Mapping[str, NodeInfo]) -> None:
+    def __init__(self, app: App, infos: Mapping[str, NodeInfo], versions: Mapping[int, App] | None = None) -> None:
         self.app, self.infos = app, infos
+        self.versions = dict(versions or {app.version: app})  # the code of each version a log may name
+        self.code: dict[str, App] = {}  # node -> the app its log names now (init, version records)
+        self.stopped: set[str] = set()  # nodes whose log ends in a stop: a restart gives a fresh machine
         self.machines: dict[str, Any] = {}
         self.applied: dict[str, int] = {}  # node -> records folded
         self.checked: dict[str, int] = {}  # node -> records folded when its state was last compared
@@ -174,10 +186,16 @@ class StateFold:
     def apply(self, node: str, record: wal.Record) -> None:
         self.applied[node] = self.applied.get(node, 0) + 1
         kind = type(record)
-        if kind is wal.Init:
-            self.machines[node] = new_machine(self.app, self.infos[node])
+        if kind is wal.Init or kind is wal.AppVersion:
+            self.code[node] = self.versions.get(record.version or 1, self.app)  # type: ignore[attr-defined]
+            self.machines[node] = new_machine(self.code[node], self.infos[node])
+        elif kind is wal.Stop:
+            self.stopped.add(node)
+        elif kind is wal.Restart and node in self.stopped:  # recovery: nothing replays before the stop
+            self.machines[node] = new_machine(self.code.get(node, self.app), self.infos[node])
         elif kind is wal.Restore:
-            machine = self.machines[node] = new_machine(self.app, self.infos[node])
+            self.stopped.discard(node)
+            machine = self.machines[node] = new_machine(self.code.get(node, self.app), self.infos[node])
             machine.restore(wal.unpack(record.state, f"{node} lsn {record.lsn}"))  # type: ignore[attr-defined]
         elif kind is wal.Command:
             ctx = Context(node, self.infos[node].peers_out)

@@ -53,6 +53,7 @@ from snapmesh.protocol.node import machine as node_mod
 from snapmesh.app import v1fields
 from snapmesh.protocol.appstate import AppChecker, carries_v1
 from snapmesh.protocol.topology import Topology
+from snapmesh.protocol.controller.stopping import FenceAt
 from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, InvalidReport, Now, Tracker, TrackerError, DuplicateReport
 from snapmesh.sim import apps
 from snapmesh.sim.disk import Disk
@@ -79,6 +80,7 @@ class Cluster(Protocol):
     app: Any  # a snapmesh.app.App, or None (the bank)
     app_params: Mapping[str, Any]
     nodes: dict[str, node_mod.Node | None]
+    fences: dict[str, Any]
     disks: Mapping[str, Disk]
     network: Network
     checker: Checker
@@ -122,6 +124,8 @@ class SimController(RestoreCalls):
         # TriggerSnapshot with wait (the machine's W1): which triggers wait, from their own generator.
         self.wait_rng = random.Random(seed * 104_729 + 7)
         self.triggers = TriggerCheck()
+        self.fence_calls: list[FenceAt] = []  # a stop's Fence calls not yet delivered
+        self.files: list[pb.Snapshot] = []  # snapshot files a restart reads (the rescale steps' stop snapshot)
 
     def _machine(self) -> machine.Controller:
         app = self.world.app
@@ -170,6 +174,7 @@ class SimController(RestoreCalls):
             node = self.world.nodes[effect.node]
             if node is not None:
                 node.abort_snapshot(effect.snapshot_id, effect.reason)
+                self.world.fences[effect.node].lift(effect.snapshot_id)  # F2: a stop snapshot that failed
                 self.world.route(effect.node)
         elif kind is machine.RestoreAt:
             self.journal.shown_epoch = max(self.journal.shown_epoch, effect.request.epoch)
@@ -178,6 +183,8 @@ class SimController(RestoreCalls):
             self.settling = True  # settled at the next restore_one (the engine awaits the record)
         elif kind is machine.AnswerRestore:
             self.answers.answered(effect, self.answered_at, len(self.journal.durable))
+        elif kind is FenceAt:
+            self.fence_calls.append(effect)  # delivered by the version steps (snapmesh/fuzzer/steps.py)
         elif kind is machine.AnswerTrigger:
             self.faults[self.triggers.answered(effect, self.journal.durable)] += 1
         else:  # pragma: no cover
@@ -321,6 +328,7 @@ class SimController(RestoreCalls):
         self.retention.restarted()
         now = self.now()
         self.journal.crash()  # a new process: whatever was pending is gone
+        self.machine.loaded(self.files)
         replayed = self.machine.replayed(self.journal.durable, now)  # S1: deadlines from `now` too
         self.journal.restarted({s.snapshot_id: s.status for s in self.machine.all()}, self.machine.epoch)
         self.restarts.replayed(replayed, self.machine.all(), now.mono)

@@ -65,6 +65,7 @@ class Checker:
         app: Any = None, app_params: Mapping[str, Any] | None = None,
     ) -> None:
         self.app, self.app_params = app, dict(app_params or {})  # a snapmesh.app.App: A1-A6 too
+        self.versions = {app.version: app} if app is not None else {}  # the code of each version the logs hold
         self.total = sum(balances.values())
         self.initial = dict(balances)
         self.channels = list(channels)
@@ -116,6 +117,8 @@ class Checker:
                 raise Violation(f"{node}: a zombie recording: cut for {sid} at lsn {record.lsn} after its abort")
             self.recorded_at[(node, sid)] = now
             self.cuts[(node, sid)] = record.lsn
+        elif kind is wal.Stop:  # a node a rescale started has no cut: nothing it ran comes after its stop
+            self.cuts.setdefault((node, record.snapshot_id), record.lsn)  # type: ignore[attr-defined]
         elif kind is wal.Abort:
             self.aborted.add((node, record.snapshot_id))  # type: ignore[attr-defined]
         elif kind is wal.Checkpoint and record.tally != self.balance[node]:  # type: ignore[attr-defined]
@@ -127,6 +130,15 @@ class Checker:
             self._fold_restore(node, record, check=True)
             if kind is wal.Restore:
                 self._take_back(node, record.snapshot_id)  # type: ignore[attr-defined]
+
+    def new_code(self, app: Any) -> None:
+        """The cluster runs another version of the app from now on (the version steps):
+        its checks use it, and the logs' older records their own version's code."""
+        self.app = app
+        self.versions[app.version] = app
+        if self.fold is not None:
+            self.fold.app = app
+            self.fold.versions[app.version] = app
 
     def crashed(self, node: str, durable_lsn: int) -> None:
         """`node` crashed; its log on disk ends at `durable_lsn`."""
@@ -183,7 +195,7 @@ class Checker:
         self.cuts = {}
         self.taken_back = {}
         self.aborted: set[tuple[str, str]] = set()
-        self.fold = apps.StateFold(self.app, self.infos) if self.app is not None else None  # A6
+        self.fold = apps.StateFold(self.app, self.infos, self.versions) if self.app is not None else None  # A6
         for node, log in self.logs.items():
             for record in log:
                 if self.fold is not None:
@@ -192,6 +204,8 @@ class Checker:
                     self.aborted.add((node, record.snapshot_id))
                 if type(record) is wal.Cut:
                     self.cuts[(node, record.snapshot_id)] = record.lsn
+                elif type(record) is wal.Stop:  # a node a rescale started: its log is an init and the stop
+                    self.cuts.setdefault((node, record.snapshot_id), record.lsn)
                 if type(record) is wal.Send:
                     self._fold_send(node, record)
                     if record.request_id:
@@ -247,7 +261,7 @@ class Checker:
                 if self.app is None:
                     self._replays[node] = [(src, t.msg_id, t.tally) for src, t in overtake.in_flight_towards(reports, node)]
                 else:  # A3: the state and the payloads too
-                    if record.state != wal.pack(part.state or b""):
+                    if record.state != wal.pack(apps.upgraded(self.app, part)):
                         raise Violation(f"{node}: restored {record.snapshot_id} with another app state than it recorded")
                     self._replays[node] = [
                         (src, t.msg_id, t.tally, wal.pack(t.payload or b"")) for src, t in apps.in_flight_towards(reports, node)

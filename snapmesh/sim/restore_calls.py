@@ -78,6 +78,7 @@ class RestoreCalls:
             snapshot_id=request.snapshot_id, epoch=request.epoch, tally=request.balance, in_flight=in_flight,
             reply_to=request, **app,
         )
+        self.world.fences[node_id].restored()  # F5
         self.world.route(node_id)  # its EndStreams ends the older epoch's connections
         if crash and rng.random() < 0.25:
             self.faults["crash during a restore"] += 1
@@ -106,6 +107,13 @@ class RestoreCalls:
         sid = rng.choice(complete)
         if isinstance(self.machine.restore(self.machine.get(sid), "", self.now()), restoregate.Start):
             self._started(sid, "")
+
+    def restore_onto(self, sid: str, nodes: list[str], key: str) -> restoregate.Decision:
+        """A RestoreSnapshot call naming a target node set (RestoreSnapshotRequest.nodes; [] none), for the version steps."""
+        decision = self.machine.restore(self.machine.get(sid), key, self.now(), nodes=nodes)
+        if isinstance(decision, restoregate.Start):
+            self._started(sid, key)
+        return decision
 
     def _started(self, sid: str, key: str) -> None:
         """The machine said Start: it rolls back to `sid` in a new epoch."""

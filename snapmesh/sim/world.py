@@ -22,6 +22,7 @@ from snapmesh.app import App
 from snapmesh.protocol.node import core, link, recovery
 from snapmesh.protocol import hybrid, wal
 from snapmesh.protocol.node import machine as node_mod
+from snapmesh.protocol.node.fence import Fence
 from snapmesh.settings import topologies
 from snapmesh.sim import apps
 from snapmesh.sim.controller import DEADLINE, SimController
@@ -39,9 +40,11 @@ class World:
 
     def __init__(self, seed: int, app: App | None = None, app_params: dict[str, Any] | None = None, *,
                  mode: str | None = None, align_timeout: float = hybrid.DEFAULT_ALIGN_TIMEOUT_S,
-                 topology: str | None = None) -> None:
+                 topology: str | None = None, rescaled: tuple[list[str], str] | None = None) -> None:
         """`mode`: the nodes' snapshot_mode (None: by the seed, overtake when odd); `align_timeout`: hybrid's;
-        `topology`: a name of snapmesh.settings.topologies every case runs on (None: drawn, see `_shape`)."""
+        `topology`: a name of snapmesh.settings.topologies every case runs on (None: drawn, see `_shape`);
+        `rescaled`: (node ids, stop snapshot id): the cluster `snapmesh cluster rescale` starts on a new
+        node set, a full mesh, each node's log an init and that stop (the fuzzer's rescale steps)."""
         self.seed = seed
         self.app, self.app_params = app, dict(app_params or {})
         self.mode = mode or ("overtake" if seed % 2 else "classic")
@@ -55,6 +58,9 @@ class World:
         if self.shape != DRAWN:
             self.channels = sorted(topologies.channels(self.shape, self.ids, seed) or
                                    [(a, b) for a in self.ids for b in self.ids if a != b])
+        if rescaled is not None:
+            self.ids = list(rescaled[0])
+            self.channels = [(a, b) for a in self.ids for b in self.ids if a != b]
         self.incoming = {i: tuple(s for s, d in self.channels if d == i) for i in self.ids}
         self.outgoing = {i: tuple(d for s, d in self.channels if s == i) for i in self.ids}
         self.balances = {i: rng.randint(0, 60) for i in self.ids}
@@ -73,6 +79,7 @@ class World:
         self.faults: Counter[str] = Counter()  # what happened, so tests can see every kind was exercised
         self.disks = {i: Disk(i) for i in self.ids}
         self.nodes: dict[str, node_mod.Node | None] = {}
+        self.fences: dict[str, Fence] = {}  # each node's shell's fence (protocol/node/fence.py), as the engine holds it
         self.network = Network(self.channels, self.nodes, self.route, rng, self.faults)
         # Calls waiting for their node's Reply. A call is the arguments of `call`:
         # (node, dst, amount, request_id), or (node, command, request_id); the node's `reply_to`.
@@ -84,6 +91,8 @@ class World:
         self.checker = Checker(self.balances, self.channels, TTL, app=app, app_params=self.app_params)
         self.controller = SimController(self, seed)
         for i in self.ids:
+            if rescaled is not None:
+                self._stopped_log(i, rescaled[1])
             self.start_node(i)
         if app is not None:
             nodes = apps.infos(self.ids, self.channels, self.app_params).values()
@@ -136,7 +145,16 @@ class World:
             app=self.app,
             app_params=self.app_params,
         )
+        self.fences[node_id] = Fence(node_id, stopped=self.nodes[node_id].stopped)  # type: ignore[union-attr]
         self.route(node_id)
+
+    def _stopped_log(self, node_id: str, snapshot_id: str) -> None:
+        """A node's log as `cluster rescale` writes a new node's: an init and the stop (it starts fenced)."""
+        stamp = {"app": self.app.name, "version": self.app.version} if self.app is not None else {}
+        for record in (wal.Init(lsn=1, tally=self.balances[node_id], **stamp), wal.Stop(lsn=2, snapshot_id=snapshot_id)):
+            self.disks[node_id].pending.append(record)
+            self.checker.appended(node_id, record, self.now)
+        self.disks[node_id].flush(2)
 
     def restart_down_nodes(self) -> None:
         for node_id in self.ids:
@@ -229,8 +247,8 @@ class World:
         (node, command, request_id) an app's command."""
         node_id, request_id = call[0], call[-1]
         node = self.nodes[node_id]
-        if node is None:  # UNAVAILABLE: the client retries
-            self.unanswered.append(call)
+        if node is None or self.fences[node_id].refusal("Transfer" if self.app is None else "Submit", self.now):
+            self.unanswered.append(call)  # UNAVAILABLE (down, or fenced for a stop): the client retries
             return
         # Every retry says when it was first sent: one older than the node's window
         # is refused (requests.RequestExpired), never paid again.
