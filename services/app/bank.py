@@ -8,7 +8,12 @@ path (`Submit`) and in snapmesh.app.testing.
 
 State: the balance, as decimal ASCII (b"1000"). Message: an amount, as decimal
 ASCII. Command: JSON {"to": NODE, "amount": N} pays N to NODE, answered with
-{"balance": ...}; {"op": "balance"} reads it.
+{"balance": ...}; {"op": "balance"} reads it. The compact form, what the node's
+v1 adapter (`snapmesh.v1.Node/Transfer`, services/node/bank_edge.py) sends:
+b"N NODE" (the amount as a decimal integer, one space, the node) pays N to NODE,
+answered with the balance after it as decimal ASCII (b"970"); its refusals are
+the v1 Transfer's texts and codes. A query (on_query, any bytes) answers the
+balance as decimal ASCII.
 
 params (the cluster file's [app] table):
   initial_balance  each node's balance at the start (default 1000, as the cluster file's
@@ -63,6 +68,8 @@ class Bank:
             raise ValueError(f"initial_balance must be >= 0, got {self.balance}")
 
     def on_command(self, command: bytes, ctx: Context) -> bytes:
+        if command[:1] != b"{":
+            return self._pay(command, ctx)
         try:
             request = json.loads(command)
         except ValueError:
@@ -81,6 +88,33 @@ class Bank:
         ctx.send(dst, str(amount).encode())
         self.balance -= amount
         return json.dumps({"balance": self.balance}).encode()
+
+    def _pay(self, command: bytes, ctx: Context) -> bytes:
+        """The compact form: b"N NODE" -> the balance after it (b"970"), refused as v1's Transfer is."""
+        text, _, dst_bytes = command.partition(b" ")
+        try:
+            amount, dst = int(text), dst_bytes.decode()
+        except ValueError:  # UnicodeDecodeError too
+            ctx.refuse("INVALID_ARGUMENT", 'a command is JSON: {"to": NODE, "amount": N} or {"op": "balance"},'
+                                           ' or b"N NODE" (pay N to NODE)')
+        me = self.me
+        if not dst:
+            ctx.refuse("INVALID_ARGUMENT", f"`to` is required: the node to pay ({', '.join(sorted(self.peers_out)) or 'none'})")
+        if dst not in self.peers_out:
+            if dst == me:
+                ctx.refuse("INVALID_ARGUMENT", f"{me} cannot transfer to itself")
+            ctx.refuse("INVALID_ARGUMENT", f"{me} has no channel to {dst!r}")
+        if amount <= 0:
+            ctx.refuse("INVALID_ARGUMENT", f"amount must be a positive integer, got {amount!r}")
+        if amount > self.balance:
+            ctx.refuse("FAILED_PRECONDITION", f"{me} cannot send {amount}: balance is {self.balance}")
+        ctx.send(dst, str(amount).encode())
+        self.balance -= amount
+        return str(self.balance).encode()
+
+    def on_query(self, query: bytes) -> bytes:
+        """Any query: the balance, as decimal ASCII."""
+        return str(self.balance).encode()
 
     def on_message(self, src: str, payload: bytes, ctx: Context) -> None:
         self.balance += decimal(payload, f"the amount from {src}")

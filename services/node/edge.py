@@ -104,6 +104,7 @@ def taken_back_text(node_id: str, snapshot_id: str, undone: str) -> str:
 # Reply(...) filled through its slots: a frozen dataclass's __init__ sets each field by
 # object.__setattr__, ~1 µs a batch item; this makes the very same object in a third of it.
 _set_reply, _set_replayed, _set_epoch = Reply.reply.__set__, Reply.replayed.__set__, Reply.epoch.__set__  # type: ignore[attr-defined]
+_set_first_seq = Reply.first_seq.__set__  # type: ignore[attr-defined]
 
 
 def _reply(answer: Submitted) -> Reply:
@@ -113,6 +114,7 @@ def _reply(answer: Submitted) -> Reply:
     _set_reply(reply, answer.reply)
     _set_replayed(reply, answer.repeated)
     _set_epoch(reply, answer.ran_in or answer.epoch)
+    _set_first_seq(reply, answer.first_seq)
     return reply
 
 

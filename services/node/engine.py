@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from snapmesh.bank.formats import NODE_TALLY_KEY  # the log lines keep their v1 wording
@@ -88,6 +88,10 @@ class Engine:
         self._timer_at: float | None = None
         self._counted = (0, 0, 0, 0, 0, 0)
         self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
+        # The app's state read as the node's tally (the tally gauge, log lines, transfers received),
+        # installed by the bank's v1 adapter on a node that hosts the bank app (bank_edge.py); None:
+        # the node's own tally (the native bank's; 0 for an app).
+        self.tally_of: Callable[[], int] | None = None
         metrics.tally.set(node.tally)
         metrics.epoch.set(node.epoch)
         metrics.request_window_bytes.set(node.request_window_bytes)
@@ -445,6 +449,8 @@ class Engine:
 
     def _held(self, tally: int, digest: str = "") -> str:
         """What a log line says this node holds: the bank's tally (by its v1 key), an app's state (its digest when known)."""
+        if self.tally_of is not None:
+            return f"{NODE_TALLY_KEY} {self.tally_of()}"
         if not self.app_spec:
             return f"{NODE_TALLY_KEY} {tally}"
         return f"app state sha256:{digest[:16]}" if digest else "app state"
@@ -462,7 +468,7 @@ class Engine:
             m.recorded_messages.inc(counted[2] - before[2])
             m.snapshots_completed.inc(counted[3] - before[3])
             m.messages_received.inc(counted[4] - before[4])
-            if not self.app_spec:  # the bank's messages are its transfers; an app's are not
+            if not self.app_spec or self.tally_of is not None:  # the bank's messages are its transfers; an app's are not
                 m.transfers_received.inc(counted[4] - before[4])
             m.messages_sent.inc(counted[5] - before[5])
             self._counted = counted
@@ -470,7 +476,7 @@ class Engine:
             self._unacked[dst].set(sender.unacked)
             if sender.unacked <= link.LOW_MARK:
                 self.outgoing[dst].room.set()
-        m.tally.set(node.tally)
+        m.tally.set(node.tally if self.tally_of is None else self.tally_of())
         m.segment_bytes.set(self.log.active_bytes)  # the checkpoint included: what the disk holds
         m.request_window_bytes.set(node.request_window_bytes)
 

@@ -23,6 +23,8 @@ from typing import Any
 
 from snapmesh.app import App
 from snapmesh.protocol.node import recovery
+from snapmesh.protocol.node.apphost import Host
+from snapmesh.services.node.bank_log import as_bank_app, native_log
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.recovery import Recovered
 
@@ -97,6 +99,11 @@ def recover(
                 os.fsync(handle.fileno())
     try:
         records = [(where, wal.parse(raw, where, node_id=node_id)) for where, raw in lines]
+        if app is not None and app.name == "bank" and native_log(records):  # bank_edge.py B5
+            native = recovery.recover(records, node_id=node_id, initial_tally=initial_tally, incoming=incoming,
+                                      outgoing=outgoing)
+            host = Host(app, node_id=node_id, incoming=incoming, outgoing=outgoing, params=app_params)
+            return as_bank_app(native, host)
         return recovery.recover(
             records, node_id=node_id, initial_tally=initial_tally, incoming=incoming, outgoing=outgoing,
             app=app, app_params=app_params,

@@ -30,6 +30,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from snapmesh.app import Refused as AppRefused
+from snapmesh.services.node.bank_edge import BankEdge
 from snapmesh.services.node.channels import AckWriter, read_or_end
 from snapmesh.services.node.edge import (  # noqa: F401  (MAX_COMMAND_BYTES: the limit is named from here too)
     FLOW_CONTROL_WAIT_S, MAX_COMMAND_BYTES, REFUSAL_CODE, Edge, taken_back_text,
@@ -67,6 +68,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     def __init__(self, engine: Engine, edge: Edge | None = None) -> None:
         self._engine = engine
         self._edge = edge or Edge(engine)  # the node process's, which an app's own service shares
+        self._bank = BankEdge(engine, self._edge)  # the bank's v1 RPCs on a node that hosts the bank app
         self._log = engine.log
         self.stopping = False
         # Acks say the channel streams into this node may carry packed runs (of transfers,
@@ -100,6 +102,8 @@ class NodeServicer(pb_grpc.NodeServicer):
 
     async def Transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
         await self._unfenced("Transfer", context)
+        if self._engine.node.host is not None:  # the bank app (or another: refused as before), through the edge
+            return await self._bank.transfer(request, context)
         try:
             answer, waiting = self._engine.transfer(*wire.transfer(request))
         except core.LocalProtocolError as exc:
@@ -117,6 +121,8 @@ class NodeServicer(pb_grpc.NodeServicer):
         self, request: pb.TransferBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.TransferBatchResponse:
         await self._unfenced("TransferBatch", context)
+        if self._engine.node.host is not None:  # the bank app (or another: refused as before), through the edge
+            return await self._bank.transfer_batch(request, context)
         if len(request.transfers) > MAX_BATCH:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -201,6 +207,8 @@ class NodeServicer(pb_grpc.NodeServicer):
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
         await self._unfenced("GetState", context)
         engine = self._engine
+        if self._bank.hosts_bank:  # the bank app: its tally in the v1 field, as the native bank's
+            return await self._bank.get_state(context)
         state = engine.node.app_state()
         tally = engine.node.tally if state is None else 0  # an app node keeps no native tally
         await self._durable(self._log.last_lsn, context)  # never show what a crash could take back
@@ -280,8 +288,9 @@ class NodeServicer(pb_grpc.NodeServicer):
                 )
             in_flight += wire.in_flight(channel.src, channel.in_flight)
         state = request.state if request.HasField("state") else None
+        tally, in_flight, state = self._bank.restore_args(wire.restore_request(request), in_flight, state)
         try:
-            waiting = engine.restore(request.snapshot_id, request.epoch, wire.restore_request(request), in_flight, state)
+            waiting = engine.restore(request.snapshot_id, request.epoch, tally, in_flight, state)
         except core.AppFailed as exc:  # the app cannot take the snapshot's state: the node stops (process.py)
             await context.abort(grpc.StatusCode.INTERNAL, f"node {engine.node_id} cannot restore: {exc}")
         except EpochFenced as exc:  # an older epoch's restore: stale
@@ -289,7 +298,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         except core.RemoteProtocolError as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         reply = await self._replied(waiting, context)  # the node's RestoreReply: once durable (N8)
-        return wire.restore_response(reply.epoch, reply.tally)
+        return self._bank.restored(reply.epoch) if self._bank.hosts_bank else wire.restore_response(reply.epoch, reply.tally)
 
     async def RestoreStateChunks(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.RestoreStateResponse:
         """A RestoreStateRequest over 1 MiB, in pieces of its encoding (snapmesh.protocol.chunking):

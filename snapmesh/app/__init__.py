@@ -134,6 +134,9 @@ class Reply:
     reply: bytes
     replayed: bool
     epoch: int
+    # The seq of the first message the command sent, on its channel (0: it sent none):
+    # the message's id is "node:dst:seq". Not compared: an answer is its reply.
+    first_seq: int = field(default=0, compare=False)
 
 
 def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -45,17 +45,21 @@ class ServicerContext:
         return ()
 
 
-async def held_node(tmp_path: Path, app: App | None = None) -> tuple[Engine, TransferLog, NodeServicer]:
-    """p1 on a real transfer log that is not flushing (module doc); `app`: the app it hosts (None: the bank)."""
+async def held_node(
+    tmp_path: Path, app: App | None = None, params: dict | None = None
+) -> tuple[Engine, TransferLog, NodeServicer]:
+    """p1 on a real transfer log that is not flushing (module doc); `app`: the app it hosts (None: the
+    native bank), with its `params`."""
     path = tmp_path / "p1.log.jsonl"
-    recovered = recover(path, "p1", initial_tally=100, incoming=("p2",), outgoing=("p2",), app=app)
+    recovered = recover(path, "p1", initial_tally=100, incoming=("p2",), outgoing=("p2",), app=app, app_params=params)
     engine: Engine | None = None
     log = TransferLog(path, "p1", last_lsn=recovered.last_lsn,
                       on_durable=lambda lsn: engine.durable(lsn) if engine is not None else None)
     metrics = NodeMetrics("p1")
     reporter = StateReporter(address="127.0.0.1:1", log_=log, metrics=metrics, options=[],
                              pending=PendingReports(tmp_path / "p1.reports"))
-    node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=recovered, now=0.0, wall=0.0, app=app)
+    node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=recovered, now=0.0, wall=0.0, app=app,
+                app_params=params)
     never_started = OutgoingChannel(src="p1", dst="p2", address="127.0.0.1:1", metrics=metrics,
                                     on_open=lambda *_: None, on_ack=lambda *_: None, on_lost=lambda *_: None)
     engine = Engine(node=node, log_=log, outgoing={"p2": never_started},

@@ -156,3 +156,4 @@ class Submitted(NamedTuple):
     # The epoch the command ran in (requests.py W6): a retry's may be older than
     # `epoch`, which the rule above needs as the epoch of this answer. 0: not known.
     ran_in: int = 0
+    first_seq: int = 0  # the seq of the first message the step sent, on its channel (0: none, or not known)

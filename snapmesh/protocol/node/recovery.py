@@ -125,6 +125,10 @@ class Recovered:
     app_name: str = ""  # the app the last init, checkpoint or version record names ("": none named)
     app_version: int = 1  # ... and its version (a record from before versions: 1)
     stopped: str = ""  # the stop snapshot the log's last `stop` record names, with no restore after it: start fenced
+    command_id: str = ""  # the request id of the command record just read (its first send gives its Paid the seq)
+    # Read from a log of an older shape, mapped once when read (services/node/recovery.py): the node
+    # seals its segment at start, so the active segment holds only records of the current shape.
+    reshaped: bool = False
 
     @property
     def restore_incomplete(self) -> bool:
@@ -307,6 +311,8 @@ def _apply(
     state.last_lsn = record.lsn
     state.fresh = False
     kind = type(record)
+    if state.command_id and kind is not wal.Send:  # only the first send of the step after the command
+        state.command_id = ""
     if first and kind not in (wal.Init, wal.Checkpoint):
         raise CorruptLog(f"{where}: the first record must be init (or a checkpoint in a later segment), not {_kind(record)}")
     if first and kind is wal.Init and record.lsn != 1:
@@ -324,6 +330,9 @@ def _apply(
             state.tally -= tally
             payload = wal.unpack(record.payload, where) if tally == 0 else None  # type: ignore[attr-defined]
             state.outbox[dst].append(Entry(seq, tally, "", 0, payload))
+            if state.command_id:  # the first message of a command with a request id: its Paid's seq
+                state.requests[state.command_id] = state.requests[state.command_id]._replace(tally=seq)
+                state.command_id = ""
             if record.request_id:  # type: ignore[attr-defined]
                 state.requests[record.request_id] = requests.Paid(  # type: ignore[attr-defined]
                     record.msg_id, state.tally, 0.0, record.lsn,  # type: ignore[attr-defined]
@@ -369,6 +378,7 @@ def _apply(
                 record.reply, 0, 0.0, record.lsn, digest, state.epoch  # type: ignore[attr-defined]
             )
             state.requests.move_to_end(record.request_id)  # type: ignore[attr-defined]
+            state.command_id = record.request_id  # type: ignore[attr-defined]
     elif kind is wal.Init:
         if not first:
             raise CorruptLog(f"{where}: a second init record")

@@ -139,7 +139,7 @@ class NodeSteps:
             first = self._retried(request_id, wall, first_sent_unix_ms, digest)
             if first is not None:  # the first reply, in the epoch it ran in (requests.py W6)
                 answer = Submitted(wal.unpack(first.msg_id, request_id), max(first.lsn, 0), True, epochs.epoch,
-                                   ran_in=first.epoch)
+                                   ran_in=first.epoch, first_seq=first.tally)
                 return self._reply_when_durable(reply_to, answer)
         reply, sends = host.command(command, self._admit)
         packed = wal.pack(reply) if reply else ""
@@ -147,17 +147,20 @@ class NodeSteps:
         self.last_lsn = lsn
         self._segment_count += 1
         self._out.append(fast_new(Append, (fastrecords.command_record(lsn, request_id, wal.pack(command), packed),)))
+        first_seq = 0
         if sends:
+            first_seq = self.senders[sends[0][0]].next_seq
             self._app_sends(sends)
         if request_id:
-            # An app's Paid holds its reply (base64) where the bank's holds the msg id.
-            self._requests.paid(request_id, requests.Paid(packed, 0, self.wall, lsn, digest, epochs.epoch))
+            # An app's Paid holds its reply (base64) where the bank's holds the msg id, and the
+            # seq of its first message where the bank's holds the tally after it.
+            self._requests.paid(request_id, requests.Paid(packed, first_seq, self.wall, lsn, digest, epochs.epoch))
         if self._segment_count >= self.segment_records or self._segment_size >= self.segment_bytes:  # _end_step, inline
             self._seal()
         epoch = epochs.epoch
         # The channels it sent on, each once (flow control); one send, the common case, without a dict.
         sent_to = (sends[0][0],) if len(sends) == 1 else tuple(dict.fromkeys(dst for dst, _ in sends))
-        answer = fast_new(Submitted, (reply, self.last_lsn, False, epoch, sent_to, epoch))
+        answer = fast_new(Submitted, (reply, self.last_lsn, False, epoch, sent_to, epoch, first_seq))
         return answer if reply_to is None else self._reply_when_durable(reply_to, answer)
 
     def query(self, query: bytes) -> tuple[bytes, int, int]:
@@ -331,13 +334,16 @@ class NodeSteps:
 
     def _restarted(self, recovered: Recovered) -> None:
         """A restart's records: a `version` record first if the log last named another app or version
-        (recovery refuses a log of another version, so today: a log from before versions named none)."""
+        (recovery refuses a log of another version, so today: a log from before versions named none);
+        then, for a log read in an older shape (Recovered.reshaped), a seal."""
         if self.host is not None and (recovered.app_name, recovered.app_version) != (
             self.host.app.name, self.host.app.version
         ):
             self._append(wal.AppVersion(lsn=self.last_lsn + 1, **self._stamp()))
         self._append(wal.Restart(lsn=self.last_lsn + 1))
         self.stopped = recovered.stopped
+        if recovered.reshaped:  # an older shape's records, mapped when read: the next segment opens in this one
+            self._seal()
 
     def stop(self, snapshot_id: str) -> None:
         """Stop for the COMPLETE stop snapshot `snapshot_id`: the log ends in a `stop` record,

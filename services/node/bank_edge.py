@@ -1,0 +1,210 @@
+"""The v1 bank RPCs at a node's edge: `Transfer`, `TransferBatch` and `GetState` as calls of the bank app.
+
+A node that hosts the bank app (services/app/bank.py) answers the v1 RPCs the
+bank's clients have always called with the same answers and codes as the native
+bank, through a thin adapter here, the way any user's own service calls its node:
+
+    Transfer(to, n, request_id)  -> edge.submit(b"n to", request_id=...)
+    TransferBatch(items)         -> edge.submit_many([(request_id, b"n to"), ...])
+    GetState                     -> the app's state (decimal ASCII) in its v1 field
+
+The command is the bank app's compact form (its docstring): the tally as a
+decimal integer, one space, the node paid; the reply is the tally after it, as
+decimal ASCII, and the message the app sends is the tally as decimal ASCII. A
+transfer's id is "node:dst:seq", the seq of the message it sent (Reply.first_seq).
+This module is the only one of the node's shell that knows the bank app: its v1
+fields are read and written by snapmesh/bank/wire.py. (A node of a cluster file
+without [app] still runs the bank natively, the servicer's own path, until the
+controller and the bank's log readers take the bank app's reports and records.)
+
+Rules
+-----
+B1. A Transfer, or each item of a TransferBatch, to a node that hosts another
+    app is refused INVALID_ARGUMENT ("use Submit"), as it always was.
+B2. A TransferBatch holds at most MAX_BATCH transfers (INVALID_ARGUMENT naming
+    the limit); an empty one is answered with no results. One request_id named
+    twice in a batch: the second is a retry of the first (its first answer), as
+    it always was; the batch goes to the edge in runs without a repeated id.
+B3. A refused item of a batch carries the tally its node held when it was
+    refused: the one after the last item paid before it in the batch (a
+    retry's first answer aside), else the one the node held when the batch
+    came in.
+B4. A restore of a snapshot the bank's native nodes wrote (a tally, tallies in
+    flight, no state bytes) restores as the bank app's: the tally as its state,
+    each tally in flight as its message, both decimal ASCII.
+B5. A log the bank's native nodes wrote (tallies in its records, no app's
+    record) recovers as the bank app's, its records mapped once when read:
+    the node's tally becomes the app's state, each tally in its outbox a
+    message, each request id's answer the app's reply (its digest unknown, as
+    for an id from before digests); the node then seals the segment, so the
+    active one holds only the app's records (Recovered.reshaped): bank_log.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import grpc
+
+import snapmesh.bank.wire as wire
+from snapmesh.app import Refused, Reply
+from snapmesh.services.node.edge import Edge
+from snapmesh.services.node.engine import Engine
+from snapmesh.services.node.translog import LogClosedError
+from snapmesh.protocol.appstate import digest
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+BANK = "bank"  # the built-in app's name (snapmesh.app.BUILT_IN)
+# A TransferBatch holds at most this many transfers (B2), as edge.MAX_BATCH_COMMANDS.
+MAX_BATCH = 10_000
+_OK = grpc.StatusCode.OK.value[0]
+# What the edge says of an answer a restore took back, and what a Transfer's client has always read.
+_UNDONE = ("not done; retrying (same request_id) runs it anew", "not paid; retrying (same request_id) pays it anew")
+
+
+class _Paid(NamedTuple):
+    """An item paid, as wire.batch_results reads it."""
+
+    msg_id: str
+    tally: int
+
+
+class _Refused(NamedTuple):
+    """An item refused, as wire.batch_results reads it."""
+
+    error: str
+    tally: int
+
+
+def command(dst: str, tally: int) -> bytes:
+    """A transfer as the bank app's compact command."""
+    return b"%d %s" % (tally, dst.encode())
+
+
+class BankEdge:
+    """The v1 bank RPCs of one node (rules B1-B4), over its Edge."""
+
+    def __init__(self, engine: Engine, edge: Edge) -> None:
+        self._engine = engine
+        self._edge = edge
+        if self.hosts_bank:  # the tally gauge and log lines show the bank's
+            engine.tally_of = self.held
+
+    @property
+    def hosts_bank(self) -> bool:
+        host = self._engine.node.host
+        return host is not None and host.app.name == BANK
+
+    def held(self) -> int:
+        """The tally the bank app holds now."""
+        return int(self._engine.node.app_state())
+
+    def _not_bank(self) -> str:
+        """B1's refusal, counted."""
+        engine = self._engine
+        engine.metrics.refused(grpc.StatusCode.INVALID_ARGUMENT.name).inc()
+        return f"{engine.node_id} runs app {engine.node.host.app.name!r}, not the bank: use Submit"
+
+    async def transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
+        if not self.hosts_bank:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, self._not_bank())
+        dst, tally, request_id, first_sent_unix_ms = wire.transfer(request)
+        try:
+            reply = await self._edge.submit(command(dst, tally), request_id=request_id,
+                                            first_sent_unix_ms=first_sent_unix_ms)
+        except Refused as refused:
+            self._engine.metrics.refused(refused.code).inc()
+            await context.abort(grpc.StatusCode[refused.code], _v1_text(refused.text))
+        self._engine.transfers_done(0 if reply.replayed else 1)
+        return wire.transfer_response(self._msg_id(dst, reply), int(reply.reply))
+
+    async def transfer_batch(
+        self, request: pb.TransferBatchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TransferBatchResponse:
+        items = wire.transfers(request.transfers)
+        if len(items) > MAX_BATCH:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"a TransferBatch holds at most {MAX_BATCH} transfers, got {len(items)}")
+        response = pb.TransferBatchResponse()
+        if not items:
+            return response
+        if not self.hosts_bank:  # each item refused, as the native path refused each
+            refused = [_Refused(self._not_bank(), 0) for _ in items]
+            wire.batch_results(response.results, refused, [grpc.StatusCode.INVALID_ARGUMENT.value[0]] * len(items), _OK)
+            return response
+        held = self.held()
+        answers: list[Reply | Refused] = []
+        for run in _runs(items):
+            try:
+                answers += await self._edge.submit_many(
+                    [(request_id, command(dst, tally), first_sent) for dst, tally, request_id, first_sent in run])
+            except Refused as refused:  # the whole batch (edge.py E1, E6)
+                await context.abort(grpc.StatusCode[refused.code], _v1_text(refused.text))
+        results: list[_Paid | _Refused] = []
+        codes: list[int] = []
+        paid = 0
+        for (dst, _, _, _), answer in zip(items, answers, strict=True):
+            if type(answer) is Refused:
+                self._engine.metrics.refused(answer.code).inc()
+                codes.append(grpc.StatusCode[answer.code].value[0])
+                results.append(_Refused(_v1_text(answer.text), held))
+            else:
+                codes.append(_OK)
+                if not answer.replayed:  # a retry's answer is the tally after its first run, not now
+                    held = int(answer.reply)
+                    paid += 1
+                results.append(_Paid(self._msg_id(dst, answer), int(answer.reply)))
+        wire.batch_results(response.results, results, codes, _OK)
+        self._engine.transfers_done(paid)
+        return response
+
+    async def get_state(self, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
+        """The bank's GetState: its tally, once the log holds everything it rests on, and the app
+        as any app's GetState names it (its spec, its state's size and digest)."""
+        engine = self._engine
+        held = self.held()
+        try:
+            await engine.log.wait_durable(engine.log.last_lsn)  # never show what a crash could take back
+        except LogClosedError as exc:  # LogFailedError too
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"node {engine.node_id} is stopping: {exc}")
+        state = str(held).encode()
+        return wire.node_state(held, node_id=engine.node_id, epoch=engine.node.epoch,
+                               snapshot_mode=getattr(engine.node, "snapshot_mode", engine.node.process.mode),
+                               app=engine.app_spec, app_state_bytes=len(state), app_state_digest=digest(state))
+
+    def restore_args(self, tally: int, in_flight: list[tuple], state: bytes | None) -> tuple[int, list[tuple], bytes | None]:
+        """A restore's (tally, in-flight items, state) as the node takes it (B4)."""
+        if state is not None or not self.hosts_bank:
+            return tally, in_flight, state
+        mapped = [(src, msg_id, seq, 0, str(carried).encode() if payload is None else payload)
+                  for src, msg_id, seq, carried, payload in in_flight]
+        return 0, mapped, str(tally).encode()
+
+    def restored(self, epoch: int) -> pb.RestoreStateResponse:
+        """A restore's answer: the tally the bank holds after it (its v1 field)."""
+        return wire.restore_response(epoch, self.held() if self.hosts_bank else 0)
+
+    def _msg_id(self, dst: str, reply: Reply) -> str:
+        return f"{self._engine.node_id}:{dst}:{reply.first_seq}"
+
+
+def _runs(items: Sequence[tuple[str, int, str, int]]) -> list[list[tuple[str, int, str, int]]]:
+    """`items` cut where a request_id repeats (B2): each run names an id once."""
+    runs: list[list[tuple[str, int, str, int]]] = [[]]
+    seen: set[str] = set()
+    for item in items:
+        request_id = item[2]
+        if request_id and request_id in seen:
+            runs.append([])
+            seen = set()
+        if request_id:
+            seen.add(request_id)
+        runs[-1].append(item)
+    return runs
+
+
+def _v1_text(text: str) -> str:
+    """A refusal's text as the bank's clients have always read it."""
+    return text.replace(*_UNDONE) if text.startswith("taken back by the restore") else text
+

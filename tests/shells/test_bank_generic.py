@@ -1,0 +1,148 @@
+"""The bank as an app: its compact commands (what the node's v1 adapter sends), and a log a
+native bank node wrote recovering as the bank app's (services/node/bank_log.py).
+
+The native log is written by the pure node machine with no app (the code that wrote
+every bank log before nodes always hosted an app), one JSON line per record, as the
+node's log holds them; it is then recovered by the node's shell with the bank app."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+import pytest
+from support.engine_harness import Aborted, ServicerContext, held_node, outcome
+
+from snapmesh.app import Context, NodeInfo, Refused
+from snapmesh.protocol import wal
+from snapmesh.protocol.node import recovery as pure_recovery
+from snapmesh.protocol.node.machine import Append, Node, Seal
+from snapmesh.services.app import bank, kvshard
+from snapmesh.services.node.bank_edge import command
+from snapmesh.services.node.recovery import recover
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+
+def machine(balance: int = 100) -> bank.Bank:
+    return bank.Bank(NodeInfo(node_id="p1", peers_out=("p2", "p3"), peers_in=("p2",),
+                              params={"initial_balance": balance}))
+
+
+def run(m: bank.Bank, data: bytes) -> tuple[bytes, list[tuple[str, bytes]]]:
+    ctx = Context("p1", ("p2", "p3"))
+    reply = m.on_command(data, ctx)
+    return reply, ctx.sends
+
+
+def test_a_compact_transfer_pays_and_answers_the_balance_after_it() -> None:
+    m = machine()
+    assert command("p2", 30) == b"30 p2"
+    assert run(m, command("p2", 30)) == (b"70", [("p2", b"30")])
+    assert run(m, b'{"to": "p3", "amount": 5}') == (b'{"balance": 65}', [("p3", b"5")])  # the JSON form too
+    assert m.on_query(b"") == b"65" and m.snapshot() == b"65"
+
+
+@pytest.mark.parametrize("data, code, text", [
+    (b"0 p2", "INVALID_ARGUMENT", "amount must be a positive integer, got 0"),
+    (b"-5 p2", "INVALID_ARGUMENT", "amount must be a positive integer, got -5"),
+    (b"101 p2", "FAILED_PRECONDITION", "p1 cannot send 101: balance is 100"),
+    (b"5 p1", "INVALID_ARGUMENT", "p1 cannot transfer to itself"),
+    (b"5 nobody", "INVALID_ARGUMENT", "p1 has no channel to 'nobody'"),
+    (b"5 ", "INVALID_ARGUMENT", "`to` is required: the node to pay (p2, p3)"),
+    (b"five p2", "INVALID_ARGUMENT", 'or b"N NODE" (pay N to NODE)'),
+])
+def test_a_compact_transfer_is_refused_as_v1_transfer_was(data: bytes, code: str, text: str) -> None:
+    m = machine()
+    with pytest.raises(Refused) as refused:
+        run(m, data)
+    assert refused.value.code == code and text in refused.value.text
+    assert m.snapshot() == b"100"
+
+
+def native_log(path: Path) -> Node:
+    """A native bank node p1 (no app): two paid transfers (one with a request id), one received, one unacknowledged."""
+    fresh = pure_recovery.fresh(initial_tally=100, incoming=("p2",), outgoing=("p2",))
+    node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=fresh, now=0.0, wall=0.0)
+    node.transfer("p2", 30, "rid-1", wall=0.0)
+    node.transfer("p2", 5)
+    node.opened("p2", 1)
+    node.received("p2", 1, 1, tally=7)
+    node.end_frame()
+    lines = [wal.encode(e.record, "p1") for e in node.drain() if type(e) is Append]
+    path.write_text("".join(line if line.endswith("\n") else line + "\n" for line in lines))
+    return node
+
+
+def test_a_native_bank_log_recovers_as_the_bank_app_mapped_once(tmp_path: Path) -> None:
+    path = tmp_path / "p1.log.jsonl"
+    native = native_log(path)
+    assert native.tally == 72
+    got = recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), app=bank.app,
+                  app_params={"initial_balance": 100})
+    assert got.reshaped and got.tally == 0 and got.host.snapshot() == b"72"
+    assert [(e.seq, e.tally, e.payload) for e in got.outbox["p2"]] == [(1, 0, b"30"), (2, 0, b"5")]
+    paid = got.requests["rid-1"]
+    assert (wal.unpack(paid.msg_id, "test"), paid.tally, paid.digest) == (b"70", 1, "")  # the reply, the seq
+
+    # The node seals the mapped segment at start: its next segment opens with the app's checkpoint.
+    node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=got, now=0.0, wall=0.0, app=bank.app,
+                app_params={"initial_balance": 100})
+    seals = [e for e in node.drain() if type(e) is Seal]
+    assert len(seals) == 1 and wal.unpack(seals[0].checkpoint.state, "test") == b"72"
+    assert seals[0].checkpoint.app == "bank" and seals[0].checkpoint.tally == 0
+    answer = node.submit(command("p2", 30), "rid-1", wall=1.0)  # a retry: the first answer, its message's seq
+    assert (answer.reply, answer.repeated, answer.first_seq) == (b"70", True, 1)
+    fresh = node.submit(command("p2", 2))
+    assert (fresh.reply, fresh.first_seq) == (b"70", 3)
+
+
+def test_an_app_log_is_not_mapped(tmp_path: Path) -> None:
+    path = tmp_path / "p1.log.jsonl"
+    fresh = pure_recovery.fresh(initial_tally=0, incoming=("p2",), outgoing=("p2",))
+    node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=fresh, now=0.0, wall=0.0, app=bank.app,
+                app_params={"initial_balance": 100})
+    node.submit(command("p2", 10), "rid-2", wall=0.0)
+    path.write_text("".join(wal.encode(e.record, "p1").rstrip("\n") + "\n" for e in node.drain() if type(e) is Append))
+    got = recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), app=bank.app,
+                  app_params={"initial_balance": 100})
+    assert not got.reshaped and got.host.snapshot() == b"90"
+    assert got.requests["rid-2"].tally == 1  # the command's first message's seq, read from its send record
+
+
+def test_the_v1_calls_to_a_node_of_another_app_are_refused_as_before(tmp_path: Path) -> None:
+    async def run() -> tuple[object, object]:
+        engine, log, servicer = await held_node(tmp_path, kvshard.app)
+        one = await outcome(servicer.Transfer(pb.TransferRequest(to="p2", amount=5), ServicerContext()))
+        batch = await outcome(servicer.TransferBatch(pb.TransferBatchRequest(
+            transfers=[pb.TransferRequest(to="p2", amount=5)] * 2), ServicerContext()))
+        await log.close()
+        return one, batch
+
+    one, batch = asyncio.run(run())
+    assert isinstance(one, Aborted) and one.code is grpc.StatusCode.INVALID_ARGUMENT and "use Submit" in one.details
+    assert [(r.code, r.balance) for r in batch.results] == [(grpc.StatusCode.INVALID_ARGUMENT.value[0], 0)] * 2
+    assert all("runs app 'kvshard', not the bank: use Submit" in r.message for r in batch.results)
+
+
+def test_a_transfer_a_restore_took_back_is_aborted_not_paid_on_the_bank_app(tmp_path: Path) -> None:
+    # As the native bank's (tests/shells/test_restore_taken_back.py): the v1 text, "not paid".
+    async def run() -> object:
+        engine, log, servicer = await held_node(tmp_path, bank.app, {"initial_balance": 100})
+        engine.start_snapshot("s1")
+        log.flush_sync()
+        call = asyncio.ensure_future(servicer.Transfer(pb.TransferRequest(to="p2", amount=7, request_id="r1"),
+                                                       ServicerContext()))
+        await asyncio.sleep(0.05)
+        assert not call.done()  # applied and logged, waiting for its fsync
+        engine.restore("s1", 2, 0, [], b"100")  # s1's cut is before the transfer
+        log.flush_sync()
+        try:
+            return await outcome(call)
+        finally:
+            assert engine.node.app_state() == b"100"
+            await log.close()
+
+    answer = asyncio.run(run())
+    assert isinstance(answer, Aborted) and answer.code is grpc.StatusCode.ABORTED, answer
+    assert "restore of snapshot s1" in answer.details and "not paid; retrying (same request_id) pays it anew" in answer.details
