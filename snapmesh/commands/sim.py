@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="upgrade: each case runs the app, stops it with a snapshot, restores that into a version 2 of the app "
              "with another state encoding, and runs on (snapmesh/fuzzer/steps.py; needs --app whose state is JSON); "
              "rescale: the same stop, restored onto another node set with the app's rescale "
-             "(snapmesh/fuzzer/rescale_steps.py; needs --app with rescale)",
+             "(snapmesh/fuzzer/rescale_steps.py; needs --app with rescale); default: neither, the plain fault steps",
     )
     return parser
 

@@ -72,7 +72,8 @@ def add_parser(commands) -> None:
     sub.add_argument("--data-dir", metavar="DIR", required=True, help="the data dir of a `cluster up` cluster")
     sub.add_argument("--nodes", type=int, required=True, metavar="N", help="the new node count (N >= 2)")
     sub.add_argument("--snapshot", metavar="ID", help="restore this stop snapshot (default: take one now)")
-    sub.add_argument("--ui", default="127.0.0.1:8080", metavar="HOST:PORT", help="as for cluster up (off: none)")
+    sub.add_argument("--ui", default="127.0.0.1:8080", metavar="HOST:PORT",
+                     help="serve the snapshot page here, as for cluster up (default 127.0.0.1:8080; off: no page)")
 
 
 def main(args, *, up: Callable[[list[str]], int]) -> int:
