@@ -255,7 +255,7 @@ class Engine:
             self.fence.close(snapshot_id, now=self._now(), lift_after=lift_after)
         elif step == pb.FenceRequest.LIFT:
             self.fence.lift(snapshot_id)
-        elif self.fence.stop(snapshot_id, now=self._now()):
+        elif self.fence.stop(snapshot_id, now=self._now(), quiet=self.node.quiet_since_cut(snapshot_id)):  # F3, F7
             self.node.stop(snapshot_id)
             self._run()
 

@@ -10,7 +10,9 @@ its own for the steps, so fuzz.py's seeds replay as before):
            its Fence calls reach each node's fence (protocol/node/fence.py), as the
            node's shell holds it; some nodes crash and restart before their FENCE
            reaches them; clients keep sending commands, and a fenced node refuses
-           them (they are retried); the stop snapshot runs and completes, every
+           them (they are retried); the stop snapshot runs and completes; some
+           nodes crash and restart before their STOP reaches them (they come back
+           open, and stop by fence.py F7); every
            node logs its `stop`, the call is answered COMPLETE; then every node
            exits, as the real node does once stopped
   upgrade  the controller restarts on version 2 of the app (sim/versioned.py: a
@@ -114,12 +116,13 @@ def stop(world: World, rng: random.Random) -> str:
     sid = control.machine.stop("", control.now(), rng.randbytes(8), call=call)
     control.triggers.waiting[call] = sid
     control.carry_out()
+    restarts = random.Random(world.seed * 7_919 + 23)  # its own generator: the cases before it replay as they did
     for _ in range(100):
         if not control.fence_calls and control.machine.stopping.under_way != sid:
             break
         for _ in range(rng.randint(0, 3)):  # clients keep calling: a fenced node refuses them
             fuzz.command(world)
-        deliver_fences(world, rng)
+        deliver_fences(world, rng, restarts)
         if control.up:
             control.journal.flush()  # the stop's snapshot starts at every node before the network moves
         fuzz.drain_all(world)
@@ -137,9 +140,11 @@ def stop(world: World, rng: random.Random) -> str:
     return sid
 
 
-def deliver_fences(world: World, rng: random.Random) -> None:
+def deliver_fences(world: World, rng: random.Random, restarts: random.Random | None = None) -> None:
     """Each pending Fence call reaches its node's fence (the node's shell, fence.py F1-F3),
-    a node now and then crashing and restarting first; STOP is answered once its record is durable."""
+    a node now and then crashing and restarting first: before its FENCE (`rng`), and before
+    its STOP (`restarts`: it comes back with its fence open, F7); STOP is answered once its
+    record is durable."""
     control = world.controller
     calls, control.fence_calls = control.fence_calls, []
     for effect in calls:
@@ -147,6 +152,10 @@ def deliver_fences(world: World, rng: random.Random) -> None:
         if world.nodes[node_id] is not None and effect.step == pb.FenceRequest.FENCE and rng.random() < 0.2:
             world.crash(node_id, rng)  # the node restarts before the call reaches it
             world.faults["crash before a fence"] += 1
+        elif (restarts is not None and world.nodes[node_id] is not None and effect.step == pb.FenceRequest.STOP
+              and restarts.random() < 0.25):
+            world.crash(node_id, restarts)  # fenced, it restarts open before its STOP (F7)
+            world.faults["crash before a stop"] += 1
         if world.nodes[node_id] is None:
             world.start_node(node_id)
         node, fence = world.nodes[node_id], world.fences[node_id]
@@ -156,7 +165,7 @@ def deliver_fences(world: World, rng: random.Random) -> None:
                 fence.close(effect.snapshot_id, now=world.now, lift_after=effect.lift_after)
             elif effect.step == pb.FenceRequest.LIFT:
                 fence.lift(effect.snapshot_id)
-            elif fence.stop(effect.snapshot_id, now=world.now):
+            elif fence.stop(effect.snapshot_id, now=world.now, quiet=node.quiet_since_cut(effect.snapshot_id)):  # type: ignore[union-attr]
                 node.stop(effect.snapshot_id)  # type: ignore[union-attr]
                 world.route(node_id)
                 world.durable(node_id, len(world.disks[node_id].pending))

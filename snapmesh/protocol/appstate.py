@@ -25,6 +25,13 @@ V5. A COMPLETE snapshot says which app and version recorded it: each node's entr
     name and their version (the oldest, when they differ: a restore upgrades each
     part from its own). A restore into other code upgrades it first
     (snapmesh/protocol/upgrade.py).
+V6. A snapshot whose nodes ran another version than the app the controller loaded
+    (`Snapshot.app.version`, the oldest, is not the app's) is not judged by the
+    loaded version's invariants, which read that version's encoding: it completes
+    UNCHECKED, its reason naming both versions. Its invariants are checked at its
+    restore, on the upgraded states (snapmesh/protocol/upgrade.py). So a controller
+    restarted on version 2 that rebuilds a version 1 snapshot from its journal (not
+    from its file, which keeps version 1's verdict) does not call it broken.
 V4. Which side checks a cluster's snapshots (`side_for`): the bank's own (None: the
     tracker's default) for the bank; else the app's. An app the controller cannot
     load is a refusal when it was asked for by name (`--app`: the AppError goes
@@ -180,6 +187,11 @@ class AppChecker:
         if self.app is None:
             verdict.status = UNCHECKED
             snapshot.reason = f"unchecked: {self.why}" if self.why else "unchecked"
+            return
+        if verdict.version != self.app.version:  # V6
+            verdict.status = UNCHECKED
+            snapshot.reason = (f"unchecked: recorded by version {verdict.version} of the app, and the controller runs "
+                               f"version {self.app.version}: a restore checks the invariants on the upgraded states")
             return
         verdict.status = CHECKED
         results = check_invariants(self.app, view_of(snapshot, self.params))

@@ -204,12 +204,14 @@ class Checkpoint(Record):
       tally after], then without the digest and epoch);
     cuts: snapshot id -> the lsn of its cut here (recent ones);
     restored, restored_tally: the last restore's snapshot id and the tally
-      right after it (its answer to a repeated RestoreState).
+      right after it (its answer to a repeated RestoreState);
+    last_command: the lsn of the last client command before it (1: none;
+      absent, a log from before it: not known), for a stop (fence.py F7).
     """
 
     KIND: ClassVar[str] = "checkpoint"
     OPTIONAL: ClassVar[frozenset[str]] = frozenset(
-        {"epoch", "cuts", "restored", "restored_tally", "state", "app", "version"}
+        {"epoch", "cuts", "restored", "restored_tally", "state", "app", "version", "last_command"}
     )
     tally: int
     next_seq: dict
@@ -225,6 +227,7 @@ class Checkpoint(Record):
     state: str = ""  # the hosted app's snapshot() bytes, base64 (an app node; the bank: empty)
     app: str = ""  # as Init's: the app whose state this is, and its version (0: 1)
     version: int = 0
+    last_command: int = 0  # the lsn of the last client command before it (1, the init's: none; 0: not known)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -110,3 +110,20 @@ def test_an_unknown_initiator_is_refused_before_anything() -> None:
     with pytest.raises(M.UnknownInitiator):
         m.stop("zz", T0, ENTROPY, call=CALL)
     assert m.drain() == [] and m.stopping.under_way == ""
+
+
+def test_a_restarted_controller_forgets_the_stop_its_snapshot_ends_as_an_ordinary_one() -> None:
+    """ST7, as documented: the stop is not journaled; its snapshot's Started record is, so a
+    restarted controller finishes the snapshot, but sends no STOP (the fences lift at their time)."""
+    m = machine()
+    sid = m.stop("a", T0, ENTROPY, call=CALL)
+    m.drain()
+    records = [e.record for e in all_fenced(m, sid) if isinstance(e, M.Journal)]
+    restarted = machine()
+    restarted.replayed(records, T0)
+    assert restarted.stopping.under_way == "" and restarted.status(sid) == pb.Snapshot.IN_PROGRESS
+    restarted.reported(part(sid, "a", 60), T0)
+    restarted.reported(part(sid, "b", 40), T0)
+    effects = restarted.drain()
+    assert restarted.status(sid) == COMPLETE and fences(effects) == []
+    assert restarted.stop("a", T0, bytes([1] * 8), call=CALL) != sid, "a new stop may begin: it is a new snapshot"

@@ -3,9 +3,10 @@
 Upgrade (snapmesh/fuzzer/steps.py):
 
 kvshard runs under every fault, stops with a snapshot (nodes crashing before their
-fence), every node restarts fenced under a version 2 of it with another state
-encoding (snapmesh/sim/versioned.py), the stop snapshot is restored into it with
-the upgrade run on the controller (nodes crashing during it), and the run goes on
+fence, and between it and their STOP, coming back open: fence.py F7), every node
+restarts fenced under a version 2 of it with another state encoding
+(snapmesh/sim/versioned.py), the stop snapshot is restored into it with the upgrade
+run on the controller (nodes crashing during it), and the run goes on
 under version 2. Fresh seeds are clean; an upgrade that drops a field is caught
 at a pinned seed, naming the node and the field; the CLI prints the failing seed
 and the line that replays it.
@@ -51,8 +52,8 @@ def test_every_version_step_and_the_restarts_around_them_happen() -> None:
     seen: Counter[str] = Counter()
     for seed in range(BASE, BASE + 20):
         seen.update(steps.run_case(seed, kvshard.app).faults)
-    for kind in ("stop snapshot complete", "restore with an upgrade", "crash before a fence", "restart while stopped",
-                 "crash during a restore", "crash", "command answered"):
+    for kind in ("stop snapshot complete", "restore with an upgrade", "crash before a fence", "crash before a stop",
+                 "restart while stopped", "crash during a restore", "crash", "command answered"):
         assert seen[kind] > 0, f"{kind!r} never happened in 20 cases: {dict(seen)}"
     assert seen["stop snapshot complete"] == seen["restore with an upgrade"] == 20
 

@@ -162,3 +162,25 @@ def test_a_resumed_restore_upgrades_again():
     assert parts == {"a": b'{"tokens": 0}', "b": b'{"tokens": 0}'}
     assert digest(parts["a"]).startswith("sha256:")
 
+
+
+def test_a_controller_on_version_2_leaves_a_version_1_snapshot_unchecked_and_restores_it_upgraded():
+    """appstate.py V6: version 2's invariants read version 2's encoding, so they do not judge
+    version 1's states; a v1 snapshot rebuilt from the journal by a controller restarted on v2
+    is UNCHECKED (not broken), and its restore checks the upgraded states."""
+    first = M.Controller(tracker(V1))
+    first.trigger("s1", "a", NOW)
+    first.reported(report("a", b"0"), NOW)
+    first.reported(report("b", b"0", [b"token"]), NOW)
+    records = [e.record for e in first.drain() if isinstance(e, M.Journal)]
+    assert first.get("s1").app.status == pb.AppCheck.CHECKED, "its own version's snapshots are checked"
+
+    restarted = M.Controller(tracker(V2))
+    restarted.replayed(records, NOW)
+    snapshot = restarted.get("s1")
+    assert snapshot.status == COMPLETE and snapshot.app.status == pb.AppCheck.UNCHECKED
+    assert snapshot.reason == ("unchecked: recorded by version 1 of the app, and the controller runs version 2: "
+                               "a restore checks the invariants on the upgraded states")
+    assert isinstance(restarted.restore(snapshot, "k1", NOW), restoregate.Start)
+    assert {e.node: e.request.state for e in restarted.drain() if isinstance(e, RestoreAt)} == {
+        "a": b'{"tokens": 0}', "b": b'{"tokens": 0}'}

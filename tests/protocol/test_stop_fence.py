@@ -6,6 +6,7 @@ read back by the production recovery."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -157,3 +158,63 @@ def test_a_fence_with_no_stop_lifts_itself_at_its_time_and_a_late_stop_is_refuse
         fence.stop(SID, now=231.0)
     fence.close(SID, now=300.0)  # no time given: until lifted
     assert fence.refusal("Submit", 10**9) and fence.stop(SID, now=10**9)
+
+
+# ------------------------------------------------------------------ restarted between FENCE and STOP (F7)
+
+
+def test_an_open_fence_stops_only_when_the_node_says_no_command_came_after_its_cut() -> None:
+    fence = Fence("p1")  # a node restarted after its FENCE: the fence is not logged, so it is open
+    with pytest.raises(FenceRefused, match=r"it is open \(restarted since its fence\?\) and its log does not show"):
+        fence.stop(SID, quiet=False)
+    assert fence.state == OPEN
+    assert fence.stop(SID, quiet=True) and fence.state == STOPPED and fence.snapshot_id == SID
+    assert not fence.stop(SID, quiet=True), "the stop record is logged once"
+    other = fence_in(FENCED)
+    with pytest.raises(FenceRefused, match="fenced for " + SID):
+        other.stop("another", quiet=True)  # F3 as before: fenced for another snapshot, quiet or not
+
+
+def logged(node: Node, log: list[wal.Record], *steps) -> list[wal.Record]:
+    """As `run`, but a seal starts the log again at its checkpoint (what a restart reads)."""
+    for step in [None, *steps]:
+        if step is not None:
+            step(node)
+        for effect in node.drain():
+            if isinstance(effect, Seal):
+                log[:] = [effect.checkpoint]
+            elif isinstance(effect, Append):
+                log.append(effect.record)
+        node.durable(node.last_lsn)
+        node.drain()
+    return log
+
+
+@pytest.mark.parametrize("segment_records", [10**6, 3])  # 3: checkpoints after the cut carry the last command
+def test_a_node_is_quiet_after_its_cut_until_a_command_and_a_restart_reads_it_back(segment_records: int) -> None:
+    v1 = items(1)
+    node = Node(node_id="p1", incoming=(), outgoing=(), app=v1, recovered=recover(v1, []),
+                segment_records=segment_records)
+    log = logged(node, [], *(lambda n, i=i: n.submit(b"%d" % i) for i in range(4)), lambda n: n.start_snapshot(SID))
+    assert node.quiet_since_cut(SID), "commands before the cut are in the snapshot"
+    assert not node.quiet_since_cut("another"), "no cut of it here"
+
+    restarted = start(v1, list(log), segment_records)  # restarted after its FENCE: open (F7)
+    logged(restarted, log)
+    assert restarted.quiet_since_cut(SID), "the restart read the cut back, and no command after it"
+    logged(restarted, log, *(lambda n, i=i: n.submit(b"%d" % i) for i in range(9, 12)))  # a client reached it
+    assert not restarted.quiet_since_cut(SID)
+    again = start(v1, list(log), segment_records)  # and restarted again: the log (or its checkpoint) says so
+    assert not again.quiet_since_cut(SID)
+    with pytest.raises(FenceRefused, match="it is open"):
+        Fence("p1").stop(SID, quiet=again.quiet_since_cut(SID))
+
+
+def test_a_checkpoint_from_before_the_last_command_field_is_not_quiet() -> None:
+    v1 = items(1)
+    node = Node(node_id="p1", incoming=(), outgoing=(), app=v1, recovered=recover(v1, []), segment_records=4)
+    log = logged(node, [], lambda n: n.submit(b"1"), lambda n: n.start_snapshot(SID), lambda n: n.submit(b"2"))
+    assert [type(r) for r in log] == [wal.Checkpoint] and log[0].last_command > node._cuts[SID]
+    assert not start(v1, log).quiet_since_cut(SID), "the checkpoint says a command came after the cut"
+    older = [dataclasses.replace(log[0], last_command=0)]  # as a node before the field wrote it: not known
+    assert recover(v1, older).last_command == -1 and not start(v1, older).quiet_since_cut(SID)

@@ -25,6 +25,22 @@ ST5. The snapshot FAILED: LIFT at every node (their AbortSnapshot lifts it too,
 ST6. A FENCE says how long it holds with no STOP (`lift_after`: the fences'
      retries, the snapshot's deadline, and as much again), so a node that missed its
      LIFT, or whose controller went away mid-stop, takes commands again.
+ST7. A stop is not journaled: a controller that restarts forgets it (its call
+     failed with the connection). What happens then, by where the stop was:
+     fencing, before the snapshot started: nothing was journaled; every node
+       lifts at `lift_after` (ST6) and the cluster runs on, no snapshot taken;
+     the snapshot in progress: its Started record brings it back (S1), and it
+       ends COMPLETE or FAILED as any snapshot, but no STOP or LIFT follows:
+       COMPLETE, every node lifts at `lift_after` and runs on, and the
+       snapshot is an ordinary one (restorable; run `--stop` again to stop);
+       FAILED, its AbortSnapshot lifts every node at once (F2);
+     the snapshot COMPLETE, STOP under way: the nodes that took their STOP are
+       stopped (their log ends in it), the others lift at `lift_after` and run
+       on, their channels to the stopped nodes filling. A new `--stop` cannot
+       fence a stopped node (F4: it fails, ST3); the way on is to restore the
+       stop snapshot (`snapmesh restore SID`), which loses the commands the
+       lifted nodes took after they lifted.
+     Node fences are never left closed: each lifts at its time (node F6).
 """
 
 from __future__ import annotations

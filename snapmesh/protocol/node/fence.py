@@ -24,6 +24,14 @@ F6. A FENCE may say how long it holds without a STOP (`lift_after`, seconds from
     `now`): past that, FENCED is OPEN again (a node that missed its LIFT, or
     whose controller went away mid-stop, takes commands again). Time is an
     argument: `now` from the shell's monotonic clock.
+F7. The fence is not logged: a node restarted between its FENCE and the STOP
+    comes back OPEN (and may take commands). STOP(sid) from OPEN is still taken
+    (STOPPED(sid), the `stop` logged) when the shell says the node is `quiet`:
+    its log holds its cut of sid and no client command after it (the node
+    machine's `quiet_since_cut`; checkpoints carry the last command's lsn). The
+    stop snapshot then holds every command the node took, as if F1 had held.
+    Otherwise STOP is refused (FenceRefused, naming why): a command the node took
+    after its cut is in no snapshot, and stopping would lose it.
 """
 
 from __future__ import annotations
@@ -71,11 +79,19 @@ class Fence:
         self.state, self.snapshot_id = OPEN, ""
         return True
 
-    def stop(self, snapshot_id: str, *, now: float = 0.0) -> bool:
-        """F3: True when the `stop` record is to be logged now (once)."""
+    def stop(self, snapshot_id: str, *, now: float = 0.0, quiet: bool = False) -> bool:
+        """F3: True when the `stop` record is to be logged now (once). F7: `quiet`, the
+        shell's word that the node logged its cut of `snapshot_id` and no command after it."""
         self.tick(now)
         if self.state == STOPPED and snapshot_id == self.snapshot_id:
             return False
+        if self.state == OPEN:  # F7: restarted (or lifted) between FENCE and STOP
+            if quiet:
+                self.state, self.snapshot_id = STOPPED, snapshot_id
+                return True
+            raise FenceRefused(f"node {self.node_id} cannot stop for snapshot {snapshot_id}: it is open (restarted "
+                               "since its fence?) and its log does not show its cut with no command after it, so "
+                               "the snapshot may not hold every command it took")
         if self.state != FENCED or snapshot_id != self.snapshot_id:
             held = f"fenced for {self.snapshot_id}" if self.state == FENCED else self.state
             raise FenceRefused(f"node {self.node_id} cannot stop for snapshot {snapshot_id}: it is {held}, "

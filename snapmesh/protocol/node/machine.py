@@ -248,8 +248,8 @@ class Node(NodeSteps):
         if sender is not None:  # the hot path: one transfer onto its channel, no effect objects
             self.process.debit(dst=dst, tally=tally)
             lsn = self.last_lsn + 1
-            # _append, inline (the per-transfer path)
-            self.last_lsn = lsn
+            # _append, inline (the per-transfer path); a client's command (fence.py F7)
+            self.last_lsn = self.last_command = lsn
             self._segment_count += 1
             self._out.append(Append(fastrecords.send_record(lsn, msg_id, self.node_id, dst, seq, tally, request_id)))
             sender.enqueue(lsn=lsn, tally=tally)

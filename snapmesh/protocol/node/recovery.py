@@ -129,6 +129,7 @@ class Recovered:
     # Read from a log of an older shape, mapped once when read (services/node/recovery.py): the node
     # seals its segment at start, so the active segment holds only records of the current shape.
     reshaped: bool = False
+    last_command: int = 0  # the lsn of the last client command (a `command`; the bank's: a `send`; -1: not known), F7
 
     @property
     def restore_incomplete(self) -> bool:
@@ -180,6 +181,8 @@ def recover(
                 stoplog.reshape(state, incoming, outgoing)
         else:
             _apply(state, record, where, node_id, incoming, outgoing)
+        if type(record) is wal.Command or (type(record) is wal.Send and replayer is None):  # a client's (F7)
+            state.last_command = record.lsn
         if replayer is not None:
             if at > after_stop:
                 replayer.step(record, where)
@@ -441,6 +444,7 @@ def _load_checkpoint(
             _remember(state.cuts, str(sid), int(lsn), ABANDONED_WINDOW)
         state.restored = str(cp.restored)
         state.restored_tally = int(cp.restored_tally)
+        state.last_command = int(cp.last_command) or -1  # a checkpoint from before it: not known (F7)
         state.app_name, state.app_version = str(cp.app), int(cp.version) or 1
     except (TypeError, ValueError, KeyError) as exc:
         if isinstance(exc, CorruptLog):
@@ -462,6 +466,7 @@ def checkpoint_fields(state: Recovered) -> dict:
         "cuts": dict(state.cuts),
         "restored": state.restored,
         "restored_tally": state.restored_tally,
+        "last_command": max(state.last_command, 1) if state.last_command >= 0 else 0,  # 1: none (the init's lsn)
     }
 
 

@@ -31,6 +31,7 @@ class NodeSteps:
     """Mixed into `node.Node`: these methods use its fields (`process`, `senders`, `host`, ...)."""
 
     stopped = ""  # the stop snapshot the log ends in (`stop`; a restart's Recovered.stopped) until a restore
+    last_command = 0  # the lsn of the last client command logged (-1: not known, an older log's checkpoint), F7
 
     # -- restore (N8)
 
@@ -144,7 +145,7 @@ class NodeSteps:
         reply, sends = host.command(command, self._admit)
         packed = wal.pack(reply) if reply else ""
         lsn = self.last_lsn + 1  # _append, inline (the per-command path)
-        self.last_lsn = lsn
+        self.last_lsn = self.last_command = lsn
         self._segment_count += 1
         self._out.append(fast_new(Append, (fastrecords.command_record(lsn, request_id, wal.pack(command), packed),)))
         first_seq = 0
@@ -342,8 +343,14 @@ class NodeSteps:
             self._append(wal.AppVersion(lsn=self.last_lsn + 1, **self._stamp()))
         self._append(wal.Restart(lsn=self.last_lsn + 1))
         self.stopped = recovered.stopped
+        self.last_command = recovered.last_command  # before a seal: its checkpoint carries it (F7)
         if recovered.reshaped:  # an older shape's records, mapped when read: the next segment opens in this one
             self._seal()
+
+    def quiet_since_cut(self, snapshot_id: str) -> bool:
+        """Whether this node logged its cut of `snapshot_id` and no client command after it (fence.py F7)."""
+        cut = self._cuts.get(snapshot_id)
+        return cut is not None and 0 <= self.last_command < cut
 
     def stop(self, snapshot_id: str) -> None:
         """Stop for the COMPLETE stop snapshot `snapshot_id`: the log ends in a `stop` record,
@@ -381,6 +388,7 @@ class NodeSteps:
             epoch=self.epoch,
             restored=self.restored,
             restored_tally=self.restored_tally,
+            last_command=self.last_command,
         )
         lsn = self.last_lsn + 1
         app_state = wal.pack(self.host.snapshot()) if self.host is not None else ""
