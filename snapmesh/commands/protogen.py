@@ -26,6 +26,8 @@ def generate(out_dir: Path = OUT_DIR) -> int:
     protos = sorted(str(p.relative_to(PROTO_DIR)) for p in PROTO_DIR.rglob("*.proto"))
     examples = sorted(f"snapmesh/examples/{p.parent.name}/{p.name}" for p in EXAMPLES.glob("*/*.proto"))
     for root, files in ((PROTO_DIR, protos), (ROOT, examples)):
+        if not files:  # an image's tree ships no examples (snapmesh/examples dangles): nothing to compile
+            continue
         args = [
             "grpc_tools.protoc",
             f"-I{root}",
