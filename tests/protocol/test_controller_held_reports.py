@@ -109,3 +109,18 @@ def test_a_report_without_a_call_is_journaled_at_once_as_before() -> None:
     m.reported(state("s1", "a"), T0)
     kinds = [type(e) for e in m.drain()]
     assert kinds == [M.Journal, M.Publish]
+
+
+def test_the_completing_report_is_journaled_after_the_held_ones_so_a_replay_completes_at_it() -> None:
+    """The snapshot's finish time and statistics come from the report that completed
+    it: a replay that met a held report last would complete at that one instead."""
+    m = machine()
+    started(m)
+    m.reported(state("s1", "a"), T0, call="ca")
+    m.reported(state("s1", "b"), Now(mono=T0.mono + 1, wall=T0.wall + 1), call="cb")
+    m.reported(state("s1", "c"), Now(mono=T0.mono + 2, wall=T0.wall + 2), call="cc")
+    records = [e.record for e in m.drain() if isinstance(e, M.Journal)]
+    assert [r.state.node_id for r in records if isinstance(r, R.Reported)] == ["a", "b", "c"]
+    again = machine()
+    again.replayed([R.Started(snapshot_id="s1", initiator="a", wall=T0.wall), *records], T0)
+    assert again.get("s1") == m.get("s1")

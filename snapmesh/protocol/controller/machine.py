@@ -287,9 +287,10 @@ class Controller(Restoring):
                 self._effects.append(Barrier())
             return answer
         record = journal.Reported(state=state, wall=now.wall)
-        if snapshot.status == COMPLETE:  # its outcome goes in the same group commit
-            self._effects.append(Journal(record))
-            self._finished(snapshot)
+        if snapshot.status == COMPLETE:  # H2: the held records, its own, the outcome: one group commit
+            held, calls = self.held.release(state.snapshot_id)  # in the order they came: a replay completes here too
+            self._effects += [*(Journal(r) for r in held), Journal(record)]
+            self._finished(snapshot, calls)
         elif call is not None:  # H1
             self.held.hold(record, call)
         else:
@@ -355,12 +356,13 @@ class Controller(Restoring):
             self._finished(failed)
         return failed
 
-    def _finished(self, snapshot: pb.Snapshot) -> None:
+    def _finished(self, snapshot: pb.Snapshot, calls: tuple[Hashable, ...] = ()) -> None:
+        """The snapshot ended; `calls`: the held reports' (H2), their records already in the step."""
         wall = snapshot.finished_at.ToNanoseconds() / 1e9
         record = journal.Finished(snapshot_id=snapshot.snapshot_id, status=snapshot.status, reason=snapshot.reason, wall=wall)
-        held, calls = self.held.release(snapshot.snapshot_id)  # H2: journaled only when they complete it
-        self._effects += [*(Journal(r) for r in held if snapshot.status == COMPLETE), Journal(record), Finished(snapshot)]
-        self._effects += [AnswerReport(calls)] if calls else []
+        _, dropped = self.held.release(snapshot.snapshot_id)  # H2: a failed snapshot's, not journaled
+        self._effects += [Journal(record), Finished(snapshot)]
+        self._effects += [AnswerReport(calls + dropped)] if calls or dropped else []
         if (call := self._waiting.pop(snapshot.snapshot_id, None)) is not None:  # W1
             self._effects.append(AnswerTrigger((call,), snapshot))
         if snapshot.status != COMPLETE:  # every node drops its recording (it may be one that never heard)
