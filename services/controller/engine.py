@@ -187,10 +187,10 @@ class ControllerEngine:
         elif isinstance(effect, ctl.RestoreDone):  # durable: a retry of its keys is answered from now on
             self.machine.restore_settled()
             self.carry_out()
-        elif isinstance(effect, (ctl.AnswerRestore, ctl.AnswerTrigger)):
+        elif isinstance(effect, (ctl.AnswerRestore, ctl.AnswerTrigger, ctl.AnswerReport)):
             for call in effect.calls:
                 answer = self._answers.pop(call)
-                if isinstance(effect.outcome, Exception):
+                if isinstance(effect.outcome, Exception):  # an AnswerReport's None: OK
                     answer.set_exception(effect.outcome)
                     answer.exception()  # retrieved here: a call that went away meanwhile is no warning
                 else:
@@ -249,13 +249,21 @@ class ControllerEngine:
 
     async def report(self, state: pb.FullState) -> None:
         """A node's part: journaled (with the snapshot's outcome when it completes
-        it) before this returns. Raises TrackerError for a refused report and
-        OSError when it cannot be journaled."""
+        it) before this returns. A part that does not complete its snapshot is held
+        (the machine's H1-H4): its record goes with the snapshot's end, in that
+        step's one log round, and this returns then. Raises TrackerError for a
+        refused report and OSError when it cannot be journaled."""
         now = self._clock()
-        snapshot, duplicate = self._fed(self.machine.reported, state, now)
+        call = next(self._calls)
+        snapshot, duplicate = self._fed(self.machine.reported, state, now, call=call)
+        held = self.machine.holding(call)
+        answer = self._answer(call) if held else None
         if not duplicate:
             self._hops.received(state, now)
         durable_at = await asyncio.shield(self.carry_out())
+        if answer is not None:
+            await asyncio.shield(answer)  # its snapshot ended, its record (or FAILED) durable
+            return
         if not duplicate:
             self._hops.journaled(now, durable_at)
         if snapshot.status == COMPLETE and not duplicate:  # the report's record and the outcome, in one round

@@ -3,7 +3,9 @@ timed for `snapmesh_snapshot_hop_seconds{hop}` (docs/metrics.md):
 
     received   the node's `sent_at_unix_ns` -> the engine takes the report (this
                process's wall clock: the one hop across processes)
-    journaled  taken -> its journal record durable (monotonic), per report
+    journaled  taken -> its journal record durable (monotonic), for the report that
+               completes its snapshot (with the held reports' records and the outcome);
+               a held report (the machine's held.py) has no hop of its own
     visible    durable -> COMPLETE in the hands of a waiting trigger (monotonic):
                the step's last record durable, then its effects carried out in
                order, the answer's future settled, the trigger's coroutine resumed

@@ -341,7 +341,7 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
         )
     reporter = StateReporter(
         address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS, pending=pending,
-        identity=identity,
+        identity=identity, held_s=cfg.controller.snapshot_deadline_s,
     )
     spec = "" if app is None else (app.name if cluster_config.runs_bank(cfg.app) else cfg.app.module)
     engine = Engine(

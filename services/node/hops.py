@@ -10,7 +10,9 @@
     sent       durable -> the first ReportState call leaves (the reporter's task ran)
     answered   the call leaves -> the controller's answer (a round trip: the way
                there, the controller's journal, the way back; the attempt that
-               succeeded)
+               succeeded). The controller holds a report that does not complete
+               its snapshot until the last one is in (its machine's held.py), so
+               only the last node's `answered` is on the snapshot's path
 
 Each is one observation per snapshot, on this node. A report resumed after a
 restart has no `persisted` or `sent` (its start is in the process before). The

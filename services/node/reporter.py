@@ -4,7 +4,11 @@ The node machine hands a finished part out once (`keep`, at its Finished
 effect) and says when everything it rests on is durable (`send`, at its
 Report effect). Then, in the background, one task per snapshot calls the
 controller, retrying with backoff until it succeeds, the controller says it
-will never accept it, or the snapshot is aborted. The channel path never waits for any of this. A state too
+will never accept it, or the snapshot is aborted. The controller answers a report
+that does not complete its snapshot only at the snapshot's end (its machine's
+held.py H1-H4: one log round per snapshot), so a call may wait up to the
+snapshot's deadline (`held_s`) on top of its own timeout; a call that times out
+all the same is sent again and joins the held ones. The channel path never waits for any of this. A state too
 large for one gRPC message goes by `ReportStateChunks` (see snapmesh.protocol.chunking).
 
 A finished part survives a crash: `keep` has the FullState written to
@@ -55,6 +59,9 @@ log = logging.getLogger(__name__)
 REPORT_TIMEOUT_S = 5.0
 # A chunked report gets this much more per chunk (about 1 MiB each).
 REPORT_TIMEOUT_PER_CHUNK_S = 1.0
+# A state up to this size is cut into blocks and hashed on the event loop (tens of
+# microseconds), not in a thread: the hand-off would be a hop on the report's path.
+INLINE_FORM_BYTES = 64 * 1024
 # The controller refused for good (unknown or already finished snapshot): retrying cannot help.
 _FINAL_CODES = frozenset(
     {
@@ -145,8 +152,10 @@ class StateReporter:
         options: list,
         pending: PendingReports | None = None,
         identity: security.Identity | None = None,  # None: plaintext
+        held_s: float = 0.0,  # how long the controller may hold a report (its snapshot deadline): added to the timeout
     ) -> None:
         self._identity = identity
+        self._held_s = held_s
         self._address = address
         self._log = log_
         self._metrics = metrics
@@ -227,16 +236,16 @@ class StateReporter:
         assert self._channel is not None
         stub = pb_grpc.ControllerStub(self._channel)
         attempt = 0
-        sent, names = await asyncio.to_thread(self._blocks.form, message)  # hashes the state: off the loop
+        sent, names = await self.form(message)
         while True:
             try:
                 left_at = self._hops.leaving(sent)
                 if chunking.needs_chunks(sent):
                     chunks = chunking.split_state(sent)
-                    timeout = REPORT_TIMEOUT_S + REPORT_TIMEOUT_PER_CHUNK_S * len(chunks)
+                    timeout = REPORT_TIMEOUT_S + self._held_s + REPORT_TIMEOUT_PER_CHUNK_S * len(chunks)
                     answer = await stub.ReportStateChunks(iter(chunks), timeout=timeout)
                 else:
-                    answer = await stub.ReportState(sent, timeout=REPORT_TIMEOUT_S)
+                    answer = await stub.ReportState(sent, timeout=REPORT_TIMEOUT_S + self._held_s)
                 self._hops.answered(left_at)
                 self._blocks.accepted(answer, names)
                 self._metrics.report_bytes.inc(sent.ByteSize())
@@ -268,6 +277,14 @@ class StateReporter:
                 )
             await asyncio.sleep(delay)
             attempt += 1
+
+    async def form(self, message: pb.FullState) -> tuple[pb.FullState, set[bytes]]:
+        """What to send for `message` (SentBlocks.form): a state up to INLINE_FORM_BYTES is
+        hashed on the loop (microseconds; a thread hand-off would cost more, on the
+        report's path), a larger one in a thread."""
+        if len(message.state) <= INLINE_FORM_BYTES:
+            return self._blocks.form(message)
+        return await asyncio.to_thread(self._blocks.form, message)
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())

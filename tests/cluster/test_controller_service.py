@@ -248,16 +248,23 @@ def test_malformed_reports_are_invalid_and_leave_the_snapshot_unchanged(cluster,
 
 def test_a_repeated_report_is_ok_when_identical_and_already_exists_when_it_conflicts(cluster, stub, held_snapshot):
     sid = held_snapshot.snapshot_id
-    stub.ReportState(full_state(cluster, sid, "p2"), timeout=5)
-    before = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5)
-    assert [n.node_id for n in before.nodes] == ["p2"]
-    # a node retrying after a lost answer: accepted, nothing changes
-    assert stub.ReportState(full_state(cluster, sid, "p2"), timeout=5) == pb.ReportStateResponse(takes_blocks=True)
-    assert stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5) == before
-    error = rpc_error(stub.ReportState, full_state(cluster, sid, "p2", balance=5), timeout=5)
-    assert error.code() == grpc.StatusCode.ALREADY_EXISTS
-    assert "p2" in error.details() and sid in error.details()
-    assert stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5) == before
+    # a report that does not complete the snapshot is held: answered at the snapshot's end
+    first = stub.ReportState.future(full_state(cluster, sid, "p2"), timeout=120)
+    try:
+        before = wait_for(lambda: stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5),
+                          until=lambda s: [n.node_id for n in s.nodes] == ["p2"])
+        # a node retrying after a lost answer: held with the first, nothing changes
+        repeat = stub.ReportState.future(full_state(cluster, sid, "p2"), timeout=120)
+        try:
+            error = rpc_error(stub.ReportState, full_state(cluster, sid, "p2", balance=5), timeout=5)
+            assert error.code() == grpc.StatusCode.ALREADY_EXISTS
+            assert "p2" in error.details() and sid in error.details()
+            assert stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5) == before
+            assert not first.done() and not repeat.done()
+        finally:
+            repeat.cancel()
+    finally:
+        first.cancel()
 
 
 # ----------------------------------------------- controller alone, restarts

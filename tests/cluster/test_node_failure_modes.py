@@ -370,9 +370,10 @@ def test_the_controller_completes_a_snapshot_from_a_chunked_report(tmp_path: Pat
                 stub.ReportStateChunks(iter([pb.FullStateChunk(data=b"\xff\xff\xff")]), timeout=10)
             assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT, bad.value.details()
 
-            stub.ReportStateChunks(iter(chunks), timeout=30)
+            held = stub.ReportStateChunks.future(iter(chunks), timeout=30)  # answered once the snapshot completes
             stub.ReportState(pb.FullState(snapshot_id=sid, node_id="p2", balance=1_000_000,
-                                          channels=[pb.ChannelState(src="p1", dst="p2")]), timeout=5)
+                                          channels=[pb.ChannelState(src="p1", dst="p2")]), timeout=10)
+            held.result()
             # over 4 MiB: GetSnapshot serves it to a client that says it takes that much
             snapshot = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid, max_bytes=64 << 20), timeout=5)
         assert snapshot.status == pb.Snapshot.COMPLETE and snapshot.conserved, snapshot.reason

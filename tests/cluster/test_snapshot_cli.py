@@ -179,8 +179,11 @@ def test_get_of_a_snapshot_in_progress_shows_the_nodes_yet_to_report(cluster, ru
     cluster.pause_node("p1")  # the snapshot stays ours: p1 starts nothing
     try:
         held = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=5)
-        stub.ReportState(big_state(cluster, held.snapshot_id, "p2", 0), timeout=20)
+        # held by the controller until the snapshot ends; shown meanwhile
+        report = stub.ReportState.future(big_state(cluster, held.snapshot_id, "p2", 0), timeout=120)
+        wait_for(lambda: stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=held.snapshot_id), timeout=5).nodes)
         code, out, err = run("get", held.snapshot_id)
+        report.cancel()
     finally:
         cluster.resume_node("p1")
     assert code == 0, err
@@ -512,12 +515,15 @@ def held_snapshot(cluster, stub, in_flight: int) -> str:
     cluster.pause_node("p1")  # the snapshot stays ours: no marker leaves p1
     try:
         held = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=5)
+        calls = []  # at once: the controller answers them all when the last completes the snapshot
         for state in states.values():
             state.snapshot_id = held.snapshot_id
             if chunking.needs_chunks(state):  # as a node sends it: the controller takes 4 MiB per message
-                stub.ReportStateChunks(iter(chunking.split_state(state)), timeout=20)
+                calls.append(stub.ReportStateChunks.future(iter(chunking.split_state(state)), timeout=20))
             else:
-                stub.ReportState(state, timeout=20)
+                calls.append(stub.ReportState.future(state, timeout=20))
+        for call in calls:
+            call.result()
     finally:
         cluster.resume_node("p1")
     return held.snapshot_id

@@ -2,8 +2,9 @@
 
 An in-process engine on a real journal file (fdatasync and all) of an idle
 two-node cluster whose nodes answer in-process: a trigger makes exactly one
-round before StartSnapshot leaves, and the completing report exactly one, its
-record and the outcome together, before COMPLETE is shown. The journal here
+round before StartSnapshot leaves; a report that does not complete the snapshot
+none (it is held, the machine's H1), and the completing report exactly one, every
+report's record and the outcome together, before COMPLETE is shown. The journal here
 sleeps after each append, as a loop thread descheduled on a busy machine
 does: a writer on another thread could take the queue between two appends of
 one step; the writer is a task on the loop, so a step's appends stay in one round.
@@ -96,15 +97,20 @@ async def _one_round_each(tmp_path) -> None:
     assert sent == [1], "StartSnapshot left before the Started record was durable"
 
     (sid,) = engine.machine.ids()
-    await engine.report(state(sid, "a", 60))
-    assert counts() == (2, 2)
+    held = asyncio.create_task(engine.report(state(sid, "a", 60)))  # held until the snapshot ends (H1)
+    for _ in range(500):
+        if len(engine.machine.held):
+            break
+        await asyncio.sleep(0.01)
+    assert len(engine.machine.held) == 1 and not held.done(), "a report that does not complete was answered"
+    assert counts() == (1, 1), "a report that does not complete cost a round"
     completing = asyncio.create_task(engine.report(state(sid, "b", 40)))
     finished = await asyncio.wait_for(waiting, 10)
     assert finished.status == pb.Snapshot.COMPLETE, finished.reason
-    await completing
+    await asyncio.wait_for(asyncio.gather(held, completing), 10)
     syncs, records = counts()
-    assert records == 4, "the report's record and the outcome were not both journaled"
-    assert syncs == 3, f"the completing report cost {syncs - 2} rounds, not one"
+    assert records == 4, "both reports' records and the outcome were not all journaled"
+    assert syncs == 2, f"the snapshot's reports cost {syncs - 1} rounds, not one"
     for step in ("trigger", "complete"):  # each waited for its one round: at least the 20 ms append above
         assert value("snapmesh_controller_journal_wait_seconds_count", step=step) == 1
         assert value("snapmesh_controller_journal_wait_seconds_sum", step=step) >= 0.02

@@ -101,10 +101,18 @@ class AnswerTrigger:
 
 
 @dataclass(frozen=True, slots=True)
+class AnswerReport:
+    """Answer these held ReportState calls (held.py H2): None, OK; or the error that kept it from being durable."""
+
+    calls: tuple[Hashable, ...]
+    outcome: Exception | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Retire:
     snapshot_id: str
 
 
 Effect = (Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt | RestoreDone | AnswerRestore
-          | AnswerTrigger | Retire | File | Forget)
+          | AnswerTrigger | AnswerReport | Retire | File | Forget)
 Call = StartAt | AbortAt | RestoreAt  # the effects that call a node

@@ -20,8 +20,9 @@ Events in:
   start_unreachable(snapshot_id, node, detail, now)
                                          StartSnapshot at `node` failed: the reason names it
                                          as the initiator, or as a node of a broadcast
-  reported(state, now)                   a node's FullState (raises the TrackerError kinds;
-                                         StaleReport for one of an epoch before the cluster's)
+  reported(state, now, call=None)        a node's FullState (raises the TrackerError kinds;
+                                         StaleReport for one of an epoch before the cluster's);
+                                         with a `call`, held until its snapshot ends (held.py H1-H4)
   tick(now)                              time passed: snapshots past their deadline fail
   restore(snapshot, request_id, now, call)
                                          a RestoreSnapshot call (the gate decides; snapshot
@@ -58,6 +59,7 @@ Effects out (in order; the shell carries them out in that order):
   RestoreAt(node, request)    send this node its part of the restore
   RestoreDone(restore)   the restore ended (RESTORED or FAILED), as journaled: once
                          carried out, the shell says restore_settled()
+  AnswerReport(calls, outcome)  answer these held ReportState calls (held.py H2)
   AnswerRestore(calls, outcome)  answer these RestoreSnapshot calls: the restore, or the
                          error that kept it from being durable
   Retire(snapshot_id)    retention (K1, K2): delete the snapshot's files (and forget its records)
@@ -103,6 +105,9 @@ B1. With `broadcast`, the trigger emits one StartAt per node of the topology, th
     Started record is the same either way: after a restart the nodes' re-sent
     reports finish the snapshot, and nothing is started again.
 
+Reports held until their snapshot ends, H1-H4 (one log round per snapshot): held.py,
+a collaborator (`held`); `holding(call)` says whether a report's call waits for it.
+
 Restore rules R1-R5 (one restore at a time): restoring.py, mixed in here.
 Stop with a snapshot, ST1-ST5: stopping.py, a collaborator (`stopping`); its FenceAt
 calls come back as `called`.
@@ -121,9 +126,10 @@ from collections.abc import Hashable, Iterable
 
 from snapmesh.protocol.controller import journal, replay, restoregate
 from snapmesh.protocol.controller.effects import (  # noqa: F401  (RestoreDone: the shells' ctl.RestoreDone)
-    AbortAt, AnswerRestore, AnswerTrigger, Barrier, Call, Effect, Finished, Journal, Publish, RestoreAt,
+    AbortAt, AnswerReport, AnswerRestore, AnswerTrigger, Barrier, Call, Effect, Finished, Journal, Publish, RestoreAt,
     RestoreDone, Retire, StartAt, start_retry,
 )
+from snapmesh.protocol.controller.held import HeldReports
 from snapmesh.protocol.controller.refusals import (  # noqa: F401  (the shells' ctl.TooManySnapshots...)
     StaleReport, TooManySnapshots, UnknownInitiator, stale_report,
 )
@@ -174,6 +180,7 @@ class Controller(Restoring):
         self._effects: list[Effect] = []
         self._starts = StartClock()  # ids in start order
         self.stopping = Stopping(tracker.topology.nodes, deadline_s=tracker.deadline_s)  # ST1-ST6: a stop under way
+        self.held = HeldReports()  # H1-H4: reports whose record waits for their snapshot's end
 
     @property
     def epoch(self) -> int:
@@ -265,22 +272,34 @@ class Controller(Restoring):
         elif isinstance(effect, FenceAt):
             self._fence_called(effect, answer, now)
 
-    def reported(self, state: pb.FullState, now: Now) -> Reported:
+    def reported(self, state: pb.FullState, now: Now, *, call: Hashable = None) -> Reported:
         """A node's part (raises TrackerError, changing nothing, for a refused one:
-        StaleReport first, for a report of an older epoch, R1)."""
+        StaleReport first, for a report of an older epoch, R1). With a `call`, a
+        part that does not complete its snapshot is held (H1, H3): `holding(call)`."""
         stale = stale_report(state.epoch, self.epoch)
         if stale:
             raise StaleReport(stale)
         snapshot, duplicate = answer = self.tracker.report(state, now)
-        if duplicate:  # the first copy may still be on its way to the disk
-            self._effects.append(Barrier())
+        if duplicate:
+            if call is not None and self.held.holds(state.snapshot_id, state.node_id):  # H3
+                self.held.join(state.snapshot_id, call)
+            else:  # the first copy may still be on its way to the disk
+                self._effects.append(Barrier())
             return answer
-        self._effects.append(Journal(journal.Reported(state=state, wall=now.wall)))
-        if snapshot.status == COMPLETE:  # its outcome goes in the same group commit
-            self._finished(snapshot)
+        record = journal.Reported(state=state, wall=now.wall)
+        if snapshot.status == COMPLETE:  # H2: the held records, its own, the outcome: one group commit
+            held, calls = self.held.release(state.snapshot_id)  # in the order they came: a replay completes here too
+            self._effects += [*(Journal(r) for r in held), Journal(record)]
+            self._finished(snapshot, calls)
+        elif call is not None:  # H1
+            self.held.hold(record, call)
         else:
-            self._effects.append(Publish(snapshot))
+            self._effects += [Journal(record), Publish(snapshot)]
         return answer
+
+    def holding(self, call: Hashable) -> bool:
+        """The report that came with `call` is held: an AnswerReport answers it (H2)."""
+        return self.held.holding(call)
 
     def tick(self, now: Now) -> list[pb.Snapshot]:
         """Fail every snapshot past its deadline; the caller comes back at `next_deadline()`."""
@@ -337,10 +356,13 @@ class Controller(Restoring):
             self._finished(failed)
         return failed
 
-    def _finished(self, snapshot: pb.Snapshot) -> None:
+    def _finished(self, snapshot: pb.Snapshot, calls: tuple[Hashable, ...] = ()) -> None:
+        """The snapshot ended; `calls`: the held reports' (H2), their records already in the step."""
         wall = snapshot.finished_at.ToNanoseconds() / 1e9
         record = journal.Finished(snapshot_id=snapshot.snapshot_id, status=snapshot.status, reason=snapshot.reason, wall=wall)
+        _, dropped = self.held.release(snapshot.snapshot_id)  # H2: a failed snapshot's, not journaled
         self._effects += [Journal(record), Finished(snapshot)]
+        self._effects += [AnswerReport(calls + dropped)] if calls or dropped else []
         if (call := self._waiting.pop(snapshot.snapshot_id, None)) is not None:  # W1
             self._effects.append(AnswerTrigger((call,), snapshot))
         if snapshot.status != COMPLETE:  # every node drops its recording (it may be one that never heard)
@@ -372,7 +394,7 @@ class Controller(Restoring):
                 for c in calls:
                     del self._calls[c]
                 self._effects += [AnswerRestore(calls, error)] if calls else []
-            elif isinstance(effect, (AnswerRestore, AnswerTrigger)):
+            elif isinstance(effect, (AnswerRestore, AnswerTrigger, AnswerReport)):
                 self._effects.append(type(effect)(effect.calls, error))
 
     # -- after a restart
