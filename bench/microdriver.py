@@ -34,6 +34,7 @@ from snapmesh.services.node.channels import encode_frame
 from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.servicer import _receive
 from snapmesh.protocol.node import machine
+from snapmesh.protocol.node.fence import Fence
 from snapmesh.protocol.node.recovery import fresh
 from snapmesh.protocol.wal import Encoder
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -64,6 +65,7 @@ class _Shell:
 
     def __init__(self, node: machine.Node) -> None:
         self.node = node
+        self.fence = Fence(node.node_id)  # never stopped: the frame methods ask it (fence.py F4)
 
     def _now(self) -> float:
         return 0.0

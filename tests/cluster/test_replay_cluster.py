@@ -155,7 +155,7 @@ def test_version_1s_snapshot_restores_into_version_2_upgraded_with_its_invariant
     (tmp_path / "kv_v2.py").write_text(KV_V2)
     fresh = tmp_path / "fresh"
     fresh.mkdir()
-    for part in ("controller/snapshots", "snapshots"):
+    for part in ("controller/snapshots", "controller/blocks", "snapshots"):  # a .pb names its states' blocks
         shutil.copytree(recorded / part, fresh / part)
     old = sorted(p.stem for p in (fresh / "controller" / "snapshots").glob("*.pb"))
     assert len(old) == 3

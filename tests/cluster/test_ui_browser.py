@@ -151,7 +151,7 @@ def test_the_configuration_and_the_node_view_are_the_controllers_and_the_nodes(e
     settings = {r["data"]["setting"]: r["text"] for r in cells(browser, "#configuration dd")}
     told = env["stub"].GetCluster(pb.GetClusterRequest(), timeout=5)
     assert settings == {
-        "mode": "classic", "deadline": f"{DEADLINE_S:g} s", "interval": f"every {INTERVAL_S} s",
+        "app": "bank", "mode": "classic", "deadline": f"{DEADLINE_S:g} s", "interval": f"every {INTERVAL_S} s",
         "retention": f"the files of the newest {KEEP} COMPLETE", "epoch": str(told.epoch),
         "concurrency limit": f"{told.settings.max_concurrent_snapshots} in progress"}, settings
     assert told.settings.deadline_s == DEADLINE_S and told.settings.interval_s == INTERVAL_S
