@@ -109,27 +109,12 @@ def rescale_onto(world: World, snapshot: pb.Snapshot, reports: Any, old_channels
         if part.state != expected[node_id] or part.channels:
             raise Violation(f"R2: {node_id}'s part of the rescale of {sid} is not the app's rescale of the stop snapshot")
     apps.check_quiescent(app, expected, params, where=f"R3: the rescale of {sid}")
-    for _ in range(1000):
-        if control.restoring is None:
-            break
-        control.restore_one(rng)
-        control.journal.flush()
-        world.restart_down_nodes()
-        for node_id in world.ids:
-            world.durable(node_id, len(world.disks[node_id].pending))
-    last = control.machine.last_restore
+    last = steps.run_restore(world, control, rng)
     if last is None or last.snapshot_id != sid or last.status != pb.Restore.RESTORED:
         raise Violation(f"R1: the rescale of {sid} onto {len(world.ids)} nodes ended {last}")
     fuzz.drain_all(world)
 
 
 def fuzz_steps(seed: int, cases: int, app: App, app_params: dict[str, Any] | None = None) -> tuple[int, tuple[int, str] | None]:
-    """Run `cases` cases from `seed` on; returns (cases run, (failing seed, why) or None)."""
-    for index in range(cases):
-        try:
-            run_case(seed + index, app, app_params)
-        except Violation as exc:
-            return index + 1, (seed + index, str(exc))
-        except Exception as exc:  # a crash of the code under test is a failure too
-            return index + 1, (seed + index, f"{type(exc).__name__}: {exc}")
-    return cases, None
+    """Run `cases` rescale cases from `seed` on; returns (cases run, (failing seed, why) or None)."""
+    return steps.fuzz_steps(seed, cases, app, app_params, case=run_case)

@@ -41,6 +41,7 @@ A case is one seed: `snapmesh sim fuzz --app kvshard --steps upgrade --seed N --
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from snapmesh.app import App
@@ -212,6 +213,15 @@ def restore_into(world: World, new: App, sid: str, rng: random.Random) -> None:
                 raise Violation(f"V3: {node_id}: the restore of {sid} into version {new.version} gives field {field!r}"
                                 f" as {str(has.get(field, '(none)'))[:80]}; the stop snapshot recorded"
                                 f" {str(had.get(field, '(none)'))[:80]}")
+    last = run_restore(world, control, rng)
+    if last is None or last.snapshot_id != sid or last.status != pb.Restore.RESTORED:
+        raise Violation(f"V2: the restore of {sid} into version {new.version} ended {last}")
+    fuzz.drain_all(world)
+
+
+def run_restore(world: World, control: Any, rng: random.Random) -> pb.Restore | None:
+    """Carry the controller's running restore to its end, nodes restarted and made durable
+    between its steps (the upgrade's and the rescale's alike); the last restore."""
     for _ in range(1000):
         if control.restoring is None:
             break
@@ -220,17 +230,15 @@ def restore_into(world: World, new: App, sid: str, rng: random.Random) -> None:
         world.restart_down_nodes()
         for node_id in world.ids:
             world.durable(node_id, len(world.disks[node_id].pending))
-    last = control.machine.last_restore
-    if last is None or last.snapshot_id != sid or last.status != pb.Restore.RESTORED:
-        raise Violation(f"V2: the restore of {sid} into version {new.version} ended {last}")
-    fuzz.drain_all(world)
+    return control.machine.last_restore
 
 
-def fuzz_steps(seed: int, cases: int, app: App, app_params: dict[str, Any] | None = None) -> tuple[int, tuple[int, str] | None]:
-    """Run `cases` cases from `seed` on; returns (cases run, (failing seed, why) or None)."""
+def fuzz_steps(seed: int, cases: int, app: App, app_params: dict[str, Any] | None = None,
+               case: Callable[..., object] | None = None) -> tuple[int, tuple[int, str] | None]:
+    """Run `cases` cases (`case`, default this module's) from `seed` on; returns (cases run, (failing seed, why) or None)."""
     for index in range(cases):
         try:
-            run_case(seed + index, app, app_params)
+            (case or run_case)(seed + index, app, app_params)
         except Violation as exc:
             return index + 1, (seed + index, str(exc))
         except Exception as exc:  # a crash of the code under test is a failure too
