@@ -2,9 +2,9 @@
 
 The bank's checks that are not about money stand as they are (every snapshot
 known and finished, every COMPLETE snapshot consistent with the logs, every
-restart clean). The money check cannot apply and is skipped, saying so (ok
-None); the per-message check counts messages by msg_id and compares their
-bytes. Added: every COMPLETE snapshot's invariants hold (the controller's
+restart clean). The money check is the bank's and is left out: an app's
+verdicts speak of its own invariants, not money. The per-message check counts
+messages by msg_id and compares their bytes. Added: every COMPLETE snapshot's invariants hold (the controller's
 verdict, and checked again here over the snapshot's states and in-flight
 payloads, whose bytes are held against the logs; Spark's reconciliation
 checks msg ids and seqs, not payloads), and, once the faults
@@ -24,10 +24,8 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 
 
 def app_checks(outcome: Outcome, *, reconcile: bool = True) -> list[Check]:
-    app = outcome.app
-    result: list[Check] = [("money is conserved", None,
-                            f"skipped: the app {app.name} holds no money (app mode); its invariants are checked below")]
-    result.append(_messages(outcome))
+    # No money row: an app speaks of its own invariants (_invariants), never of the bank's money.
+    result: list[Check] = [_messages(outcome)]
     result.append(snapshot_ids(outcome))
     complete = [s for s in outcome.snapshots.values() if s.status == pb.Snapshot.COMPLETE]
     result.append(_consistency(outcome, complete, reconcile))
@@ -47,8 +45,7 @@ def _consistency(outcome: Outcome, complete: list[pb.Snapshot], reconcile: bool)
     if wrong := appmode.snapshot_against_logs(outcome.logs, complete, outcome.channels):
         return name, False, "; ".join(wrong[:3]) + (f" ... {len(wrong)} in all" if len(wrong) > 3 else "")
     detail = (f"{len(complete)} COMPLETE snapshots against the logs: in-flight lists, markers, messages sent = "
-              "received + in flight, payloads and state digests; the money rules skipped (app mode: each message "
-              "counted as one unit)")
+              "received + in flight, payloads and state digests (each message counted as one unit)")
     if not reconcile:
         return name, True, detail + "; Spark reconciliation skipped"
     if problem := spark_reconcile(outcome):
