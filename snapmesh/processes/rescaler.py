@@ -3,10 +3,13 @@
     snapmesh cluster rescale --data-dir D --nodes N [--snapshot ID] [--ui HOST:PORT]
 
 D is the data dir of a `snapmesh cluster up` cluster. In order:
-1. Without --snapshot, the running cluster of D stops with a snapshot
-   (TriggerSnapshot stop: every node fenced, the snapshot taken, the nodes
-   stopped, their logs ending in it); with --snapshot ID, that snapshot (a stop
-   snapshot of this cluster, COMPLETE) is the one restored.
+1. The running cluster of D stops with a snapshot (TriggerSnapshot stop:
+   every node fenced, the snapshot taken, the nodes stopped, their logs ending
+   in it), and that snapshot is the one restored. With --snapshot ID, the
+   snapshot ID (any COMPLETE snapshot of this cluster: a live cut, with
+   messages in flight, or an earlier stop snapshot) is restored instead; a
+   running cluster still stops with a snapshot first, so that every node's log
+   ends in a stop (a node starts on another node set from a stopped log only).
 2. The cluster of D, if it runs, is stopped (`cluster down`).
 3. D/cluster.toml is written for N nodes (snapmesh.settings.rescaling: the
    controller and the first N nodes keep their ports and data dirs, new nodes
@@ -89,10 +92,13 @@ def main(args, *, up: Callable[[list[str]], int]) -> int:
         return 2
     identity = _identity(data_dir, cfg)
     snapshot_id = args.snapshot
-    if not snapshot_id:
-        snapshot_id = _stop(cfg.controller.address, identity)
-        if not snapshot_id:
+    if running is not None and (not snapshot_id or len(cfg.nodes) != args.nodes):
+        # Every node's log must end in a stop to start on another node set, even when the
+        # snapshot restored is an earlier one (a live cut, with messages in flight).
+        stopped = _stop(cfg.controller.address, identity)
+        if not stopped:
             return 1
+        snapshot_id = snapshot_id or stopped
     if running is not None and cluster_admin.down(data_dir, STOP_TIMEOUT_S) != 0:
         return 1
     path = data_dir / CLUSTER_FILE
