@@ -201,3 +201,77 @@ def test_a_live_cut_with_keys_in_flight_rescales_4_to_6_to_3_with_each_key_exact
         assert sorted(keys) == sorted(set(keys)), f"after {run}: a key held twice"
         assert set(flying) <= set(keys), f"after {run}: keys in flight at the cut lost: {sorted(set(flying) - set(keys))}"
         assert set(keys) == set(cut), f"after {run}: the keys of the cut, no more, no fewer"
+
+
+def test_a_running_controller_rescales_onto_its_rewritten_cluster_file_and_resumes_after_a_kill(tmp_path) -> None:
+    """No controller restart: the stop, a new cluster file, the new node set started, and
+    RestoreSnapshot with the target; then 6 -> 3 with the controller killed mid-rescale."""
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=4, settings={"segment_records": 200})
+    with Cluster(path, app="kvshard") as cluster:
+        live, made = live_cut_with_keys_in_flight(cluster, "a")  # the nodes exited; the controller runs on
+        pid = cluster.controller_pid
+        rewrite(path, 6)
+        six = Cluster(path, app="kvshard", controller=False)
+        try:
+            six.start()
+            with grpc.insecure_channel(cluster.controller_address) as channel:
+                stub = pb_grpc.ControllerStub(channel)
+                five = pb.RestoreSnapshotRequest(snapshot_id=live.snapshot_id, request_id="five", nodes=six.node_ids[:5])
+                with pytest.raises(grpc.RpcError) as refused:
+                    stub.RestoreSnapshot(five, timeout=60)
+                assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+                assert "\n" not in refused.value.details() and ("the target node set (p1, p2, p3, p4, p5) is not the "
+                        "nodes this controller runs (p1, p2, p3, p4), and its cluster file names p1, p2, p3, p4, p5, p6"
+                        ) in refused.value.details(), refused.value.details()
+                assert stub.GetCluster(pb.GetClusterRequest(), timeout=10).epoch == 1, "nothing changed"
+            restore_rescaled(six, live.snapshot_id, "running-a")
+            keys = held(six)
+            assert sorted(keys) == sorted(cut_keys(live)), "every key of the live cut once, those in flight too"
+            assert cluster.controller_pid == pid, "the same controller process throughout"
+            with Load(six.config, "b") as load, grpc.insecure_channel(cluster.controller_address) as channel:
+                wait_for(lambda: len(load.created) >= 30, timeout=60, what="30 keys created on 6 nodes")
+                stopped = pb_grpc.ControllerStub(channel).TriggerSnapshot(pb.TriggerSnapshotRequest(stop=True),
+                                                                          timeout=120)
+            assert stopped.status == pb.Snapshot.COMPLETE and len(stopped.nodes) == 6, stopped.reason
+            wait_for(lambda: all(six.node(n).wait(1) is not None for n in six.node_ids), timeout=30,
+                     what="the 6 nodes exit")
+        finally:
+            six.stop()
+        rewrite(path, 3)
+        three = Cluster(path, app="kvshard", controller=False)
+        try:
+            three.start()
+            three.pause_node("p2")  # its part cannot be taken: the rescale stays RESTORING
+            request = pb.RestoreSnapshotRequest(snapshot_id=stopped.snapshot_id, request_id="running-b",
+                                                nodes=list(three.node_ids))
+
+            def restore() -> None:
+                with grpc.insecure_channel(cluster.controller_address) as channel:
+                    try:
+                        pb_grpc.ControllerStub(channel).RestoreSnapshot(request, timeout=60)
+                    except grpc.RpcError:
+                        pass  # the controller is killed under it
+
+            caller = threading.Thread(target=restore, daemon=True)
+            caller.start()
+
+            def last_restore() -> pb.Restore:
+                with grpc.insecure_channel(cluster.controller_address) as channel:
+                    return pb_grpc.ControllerStub(channel).GetCluster(pb.GetClusterRequest(), timeout=5).last_restore
+
+            wait_for(last_restore, until=lambda r: r.status == pb.Restore.RESTORING and r.request_id == "running-b",
+                     retry_on=grpc.RpcError, timeout=30, what="the rescale under way")
+            cluster.kill_controller()
+            caller.join(30)
+            three.resume_node("p2")
+            cluster.start_controller()  # on the same cluster file, which names the 3 nodes
+            done = wait_for(last_restore, until=lambda r: r.status == pb.Restore.RESTORED, retry_on=grpc.RpcError,
+                            timeout=90, what="the resumed rescale")
+            with grpc.insecure_channel(cluster.controller_address) as channel:
+                again = pb_grpc.ControllerStub(channel).RestoreSnapshot(request, timeout=60)
+            assert (again.status, again.epoch) == (pb.Restore.RESTORED, done.epoch), "the retry is the resumed rescale"
+            assert "was under way: resuming it" in cluster.controller.output()
+            keys = held(three)
+            assert sorted(keys) == sorted(cut_keys(stopped)) and made <= set(keys), "every key once after the resume"
+        finally:
+            three.stop()
