@@ -8,6 +8,8 @@ nodes report no balance, so the snapshot is read, GetSnapshotChunks): each
 node's recorded state bytes and the in-flight messages replayed to it, the
 app's invariants as the controller judged the snapshot and what its `describe`
 says (snapmesh.checking.described), in the app's words, never the bank's.
+`--nodes A,B,...` restores onto that node set with the app's rescale (docs/apps.md,
+"Rescale"), `--request-id KEY` makes a retry answer the restore it started.
 Exit status: 0 when RESTORED; 1 when FAILED, refused (NOT_FOUND,
 FAILED_PRECONDITION) or the controller cannot be reached; 2 for bad arguments
 or a bad certificate file. The controller: `--controller`, else
@@ -42,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="give up after S seconds (default: 120)")
     parser.add_argument("--tls-dir", metavar="DIR", help="client certificate of a TLS cluster "
                         "(default: $SNAPMESH_TLS_DIR, else --data-dir's tls/, else plaintext)")
+    parser.add_argument("--nodes", metavar="ID,ID,...", default="",
+                        help="restore onto this node set, with the app's rescale (the nodes the controller runs, or "
+                        "those its cluster file names; default: the snapshot's own node set)")
+    parser.add_argument("--request-id", metavar="KEY", default="",
+                        help="idempotency key: run again with it, the same restore answers (default: none)")
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation on a terminal")
     return parser
 
@@ -120,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.snapshot_id.strip():
         print("snapmesh restore: ID is empty", file=sys.stderr)
         return 2
+    nodes = [n.strip() for n in args.nodes.split(",") if n.strip()]
+    if args.nodes and len(nodes) != len(args.nodes.split(",")):
+        print(f"snapmesh restore: --nodes has an empty node id: {args.nodes!r}", file=sys.stderr)
+        return 2
     try:
         found = target.find(args.controller, args.data_dir, args.tls_dir)
     except target.TargetError as exc:
@@ -142,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with credentials.open_channel(found.address, identity) as channel:
             stub = pb_grpc.ControllerStub(channel)
-            restore = stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=args.snapshot_id), timeout=args.timeout)
+            request = pb.RestoreSnapshotRequest(snapshot_id=args.snapshot_id, request_id=args.request_id, nodes=nodes)
+            restore = stub.RestoreSnapshot(request, timeout=args.timeout)
             if may_be_app(restore):
                 try:
                     snapshot = fetch(stub, restore.snapshot_id, args.timeout)
