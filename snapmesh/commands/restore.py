@@ -100,13 +100,21 @@ def render_app(restore, snapshot, about) -> list[str]:
     and its describe (or why there is none)."""
     from snapmesh.checking import described
 
-    recorded = {n.node_id: len(n.state) for n in snapshot.nodes}
-    replayed = {n.node_id: 0 for n in restore.nodes}
-    for channel in snapshot.channels:
-        replayed[channel.dst] = replayed.get(channel.dst, 0) + len(channel.in_flight)
     by = f" ({snapshot.app.name} version {snapshot.app.version or 1})" if snapshot.app.name else ""
-    rows = [[n.node_id, str(restore.epoch), str(recorded.get(n.node_id, 0)), str(replayed[n.node_id])] for n in restore.nodes]
-    lines = [f"app {snapshot.app.spec}{by}", *_table(["node", "epoch", "state bytes", "messages replayed"], rows)]
+    lines = [f"app {snapshot.app.spec}{by}"]
+    if {n.node_id for n in restore.nodes} != {n.node_id for n in snapshot.nodes}:  # a rescale: no per-node replay
+        in_flight = sum(len(c.in_flight) for c in snapshot.channels)
+        lines += [f"rescaled from {len(snapshot.nodes)} nodes ({', '.join(n.node_id for n in snapshot.nodes)}) onto "
+                  f"{len(restore.nodes)}: the app's rescale made each node's state, the {in_flight} message(s) in "
+                  "flight absorbed", *_table(["node", "epoch"], [[n.node_id, str(restore.epoch)] for n in restore.nodes])]
+    else:
+        recorded = {n.node_id: len(n.state) for n in snapshot.nodes}
+        replayed = {n.node_id: 0 for n in restore.nodes}
+        for channel in snapshot.channels:
+            replayed[channel.dst] = replayed.get(channel.dst, 0) + len(channel.in_flight)
+        rows = [[n.node_id, str(restore.epoch), str(recorded.get(n.node_id, 0)), str(replayed[n.node_id])]
+                for n in restore.nodes]
+        lines += _table(["node", "epoch", "state bytes", "messages replayed"], rows)
     lines += ["", *_table(["invariant", "verdict"], [list(v) for v in described.verdicts(snapshot)])]
     if about is not None and about.summary is None:
         lines += ["", f"describe: {about.note}"]

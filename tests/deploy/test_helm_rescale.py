@@ -111,6 +111,7 @@ def test_the_rendered_fenced_log_and_rescale_job_grow_a_cluster_from_4_to_6_node
                 assert ran.returncode == 0, ran.stderr + ran.stdout
             assert runs[0].stdout.splitlines()[0] == runs[1].stdout.splitlines()[0], "the retry is the same restore"
             assert runs[0].stdout.startswith(f"snapshot {stopped.snapshot_id}  epoch 2  RESTORED"), runs[0].stdout
+            assert "rescaled from 4 nodes (node-0, node-1, node-2, node-3) onto 6: the app's rescale made" in runs[0].stdout
             with grpc.insecure_channel(cluster.controller_address) as channel:
                 after = pb_grpc.ControllerStub(channel).TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60)
             assert after.status == pb.Snapshot.COMPLETE and sorted(n.node_id for n in after.nodes) == NEW, after.reason
