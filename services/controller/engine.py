@@ -19,6 +19,7 @@ read is durable (`durable`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
@@ -39,6 +40,8 @@ from snapmesh.protocol.controller.tracker import COMPLETE, Now
 from snapmesh.serving import calls, credentials
 from snapmesh.serving.fanout import FanOut
 from snapmesh.serving.runtime import CLIENT_OPTIONS, say
+from snapmesh.protocol.topology import Topology
+from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
 from snapmesh.settings.config import ClusterConfig
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -89,6 +92,7 @@ class ControllerEngine:
         self._loop: asyncio.AbstractEventLoop | None = None  # by `start`: where the writer's `filed` goes
         self._calls = itertools.count()  # names each call the machine answers (restores, waiting triggers)
         self._answers: dict[int, asyncio.Future[Any]] = {}  # by call, until its AnswerRestore or AnswerTrigger
+        self._read: ClusterConfig | None = None  # the cluster file as a rescale's restore read it (Adopt)
         self._hops = ControllerHops(metrics)  # the path after a node's cut, timed (services/controller/hops.py)
 
     # -- lifecycle
@@ -184,6 +188,8 @@ class ControllerEngine:
             self.writer.submit(effect.snapshot, compact=effect.compact, json=effect.json)
         elif isinstance(effect, ctl.Forget):
             self.journal.forget(effect.snapshot_id)
+        elif isinstance(effect, ctl.Adopt):
+            self._adopt(effect.topology)
         elif isinstance(effect, ctl.RestoreDone):  # durable: a retry of its keys is answered from now on
             self.machine.restore_settled()
             self.carry_out()
@@ -284,13 +290,35 @@ class ControllerEngine:
         call = next(self._calls)
         # find's None: the gate says NOT_FOUND, or answers a retry of a key that restored it
         snapshot = self.find(snapshot_id)
+        candidate = self._read_cluster_file() if nodes else None  # R7: the machine decides if it is the target's
         decision = self.machine.restore(snapshot, request_id, self._clock(), snapshot_id=snapshot_id, call=call,
-                                        nodes=nodes)
+                                        nodes=nodes, candidate=candidate)
         if isinstance(decision, (restoregate.Refuse, restoregate.Busy)):
             raise restoregate.Refused(decision)
         answer = self._answer(call)
         self.carry_out()
         return await asyncio.shield(answer)
+
+    def _read_cluster_file(self) -> Topology | str:
+        """The controller's cluster file as it reads now (kept for Adopt), or why it cannot be read."""
+        try:
+            self._read = cluster_config.load(self.config.path)
+        except (cluster_config.ConfigError, OSError) as exc:
+            return " ".join(str(exc).split())
+        return self._read.topology
+
+    def _adopt(self, topology: Topology) -> None:
+        """Adopt: call the nodes of the cluster file the machine took `topology` from."""
+        assert self._read is not None and self._read.topology is topology, "an Adopt of a topology not read here"
+        # the nodes only: the controller's own settings stay those it started with (its flags too)
+        self.config = dataclasses.replace(self.config, nodes=self._read.nodes, topology=topology)
+        self.nodes = list(topology.nodes)
+        identity = self.identity.without_token() if self.identity is not None else None
+        for node in self.config.nodes:
+            if node.id not in self.stubs:  # a kept node keeps its channel (its address is kept too)
+                channel = credentials.open_channel(node.address, identity, options=CLIENT_OPTIONS, aio=True)
+                self._channels.append(channel)
+                self.stubs[node.id] = pb_grpc.NodeStub(channel)
 
     async def _call(self, effect: ctl.Call) -> None:
         stub = self.stubs[effect.node]

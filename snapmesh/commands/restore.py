@@ -8,6 +8,8 @@ nodes report no balance, so the snapshot is read, GetSnapshotChunks): each
 node's recorded state bytes and the in-flight messages replayed to it, the
 app's invariants as the controller judged the snapshot and what its `describe`
 says (snapmesh.checking.described), in the app's words, never the bank's.
+`--nodes A,B,...` restores onto that node set with the app's rescale (docs/apps.md,
+"Rescale"), `--request-id KEY` makes a retry answer the restore it started.
 Exit status: 0 when RESTORED; 1 when FAILED, refused (NOT_FOUND,
 FAILED_PRECONDITION) or the controller cannot be reached; 2 for bad arguments
 or a bad certificate file. The controller: `--controller`, else
@@ -42,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="give up after S seconds (default: 120)")
     parser.add_argument("--tls-dir", metavar="DIR", help="client certificate of a TLS cluster "
                         "(default: $SNAPMESH_TLS_DIR, else --data-dir's tls/, else plaintext)")
+    parser.add_argument("--nodes", metavar="ID,ID,...", default="",
+                        help="restore onto this node set, with the app's rescale (the nodes the controller runs, or "
+                        "those its cluster file names; default: the snapshot's own node set)")
+    parser.add_argument("--request-id", metavar="KEY", default="",
+                        help="idempotency key: run again with it, the same restore answers (default: none)")
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation on a terminal")
     return parser
 
@@ -93,13 +100,21 @@ def render_app(restore, snapshot, about) -> list[str]:
     and its describe (or why there is none)."""
     from snapmesh.checking import described
 
-    recorded = {n.node_id: len(n.state) for n in snapshot.nodes}
-    replayed = {n.node_id: 0 for n in restore.nodes}
-    for channel in snapshot.channels:
-        replayed[channel.dst] = replayed.get(channel.dst, 0) + len(channel.in_flight)
     by = f" ({snapshot.app.name} version {snapshot.app.version or 1})" if snapshot.app.name else ""
-    rows = [[n.node_id, str(restore.epoch), str(recorded.get(n.node_id, 0)), str(replayed[n.node_id])] for n in restore.nodes]
-    lines = [f"app {snapshot.app.spec}{by}", *_table(["node", "epoch", "state bytes", "messages replayed"], rows)]
+    lines = [f"app {snapshot.app.spec}{by}"]
+    if {n.node_id for n in restore.nodes} != {n.node_id for n in snapshot.nodes}:  # a rescale: no per-node replay
+        in_flight = sum(len(c.in_flight) for c in snapshot.channels)
+        lines += [f"rescaled from {len(snapshot.nodes)} nodes ({', '.join(n.node_id for n in snapshot.nodes)}) onto "
+                  f"{len(restore.nodes)}: the app's rescale made each node's state, the {in_flight} message(s) in "
+                  "flight absorbed", *_table(["node", "epoch"], [[n.node_id, str(restore.epoch)] for n in restore.nodes])]
+    else:
+        recorded = {n.node_id: len(n.state) for n in snapshot.nodes}
+        replayed = {n.node_id: 0 for n in restore.nodes}
+        for channel in snapshot.channels:
+            replayed[channel.dst] = replayed.get(channel.dst, 0) + len(channel.in_flight)
+        rows = [[n.node_id, str(restore.epoch), str(recorded.get(n.node_id, 0)), str(replayed[n.node_id])]
+                for n in restore.nodes]
+        lines += _table(["node", "epoch", "state bytes", "messages replayed"], rows)
     lines += ["", *_table(["invariant", "verdict"], [list(v) for v in described.verdicts(snapshot)])]
     if about is not None and about.summary is None:
         lines += ["", f"describe: {about.note}"]
@@ -119,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         return args
     if not args.snapshot_id.strip():
         print("snapmesh restore: ID is empty", file=sys.stderr)
+        return 2
+    nodes = [n.strip() for n in args.nodes.split(",") if n.strip()]
+    if args.nodes and len(nodes) != len(args.nodes.split(",")):
+        print(f"snapmesh restore: --nodes has an empty node id: {args.nodes!r}", file=sys.stderr)
         return 2
     try:
         found = target.find(args.controller, args.data_dir, args.tls_dir)
@@ -142,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with credentials.open_channel(found.address, identity) as channel:
             stub = pb_grpc.ControllerStub(channel)
-            restore = stub.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=args.snapshot_id), timeout=args.timeout)
+            request = pb.RestoreSnapshotRequest(snapshot_id=args.snapshot_id, request_id=args.request_id, nodes=nodes)
+            restore = stub.RestoreSnapshot(request, timeout=args.timeout)
             if may_be_app(restore):
                 try:
                     snapshot = fetch(stub, restore.snapshot_id, args.timeout)

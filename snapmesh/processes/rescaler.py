@@ -3,10 +3,13 @@
     snapmesh cluster rescale --data-dir D --nodes N [--snapshot ID] [--ui HOST:PORT]
 
 D is the data dir of a `snapmesh cluster up` cluster. In order:
-1. Without --snapshot, the running cluster of D stops with a snapshot
-   (TriggerSnapshot stop: every node fenced, the snapshot taken, the nodes
-   stopped, their logs ending in it); with --snapshot ID, that snapshot (a stop
-   snapshot of this cluster, COMPLETE) is the one restored.
+1. The running cluster of D stops with a snapshot (TriggerSnapshot stop:
+   every node fenced, the snapshot taken, the nodes stopped, their logs ending
+   in it), and that snapshot is the one restored. With --snapshot ID, the
+   snapshot ID (any COMPLETE snapshot of this cluster: a live cut, with
+   messages in flight, or an earlier stop snapshot) is restored instead; a
+   running cluster still stops with a snapshot first, so that every node's log
+   ends in a stop (a node starts on another node set from a stopped log only).
 2. The cluster of D, if it runs, is stopped (`cluster down`).
 3. D/cluster.toml is written for N nodes (snapmesh.settings.rescaling: the
    controller and the first N nodes keep their ports and data dirs, new nodes
@@ -34,7 +37,6 @@ stop snapshot or the stop fails (the running cluster is left as it is).
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from collections.abc import Callable
@@ -44,8 +46,7 @@ from pathlib import Path
 import grpc
 
 from snapmesh.app import App, AppError, load_app
-from snapmesh.protocol import wal
-from snapmesh.processes import cluster_admin
+from snapmesh.processes import cluster_admin, fencelog
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import rescaling, security
 from snapmesh.settings.appsettings import runs_bank
@@ -89,10 +90,13 @@ def main(args, *, up: Callable[[list[str]], int]) -> int:
         return 2
     identity = _identity(data_dir, cfg)
     snapshot_id = args.snapshot
-    if not snapshot_id:
-        snapshot_id = _stop(cfg.controller.address, identity)
-        if not snapshot_id:
+    if running is not None and (not snapshot_id or len(cfg.nodes) != args.nodes):
+        # Every node's log must end in a stop to start on another node set, even when the
+        # snapshot restored is an earlier one (a live cut, with messages in flight).
+        stopped = _stop(cfg.controller.address, identity)
+        if not stopped:
             return 1
+        snapshot_id = snapshot_id or stopped
     if running is not None and cluster_admin.down(data_dir, STOP_TIMEOUT_S) != 0:
         return 1
     path = data_dir / CLUSTER_FILE
@@ -101,7 +105,7 @@ def main(args, *, up: Callable[[list[str]], int]) -> int:
     cluster_config.write(path, rescaling.rescaled(document, args.nodes, ports),
                          comment=f"Written by snapmesh cluster rescale onto {args.nodes} nodes from {snapshot_id}")
     new = cluster_config.load(path, env={})
-    _fenced_logs(new, [n.id for n in new.nodes if n.id not in {o.id for o in cfg.nodes}], app, snapshot_id)
+    fencelog.write(new, [n.id for n in new.nodes if n.id not in {o.id for o in cfg.nodes}], app, snapshot_id)
     if cfg.tls is not None and [n.id for n in new.nodes] != [n.id for n in cfg.nodes]:
         security.write_certs(new, data_dir / TLS_DIR)
     nodes = [n.id for n in new.nodes]
@@ -134,23 +138,6 @@ def _checked(args) -> tuple[Path, cluster_config.ClusterConfig, App]:
     if len(cfg.nodes) == args.nodes and not args.snapshot:  # with --snapshot: a retry, answered by its restore
         raise Refused(f"the cluster of {data_dir} already has {args.nodes} nodes")
     return data_dir, cfg, app
-
-
-def _fenced_logs(cfg: cluster_config.ClusterConfig, added: list[str], app: App, snapshot_id: str) -> None:
-    """Each new node's log, where it has none: its init, then a stop for `snapshot_id`, so the
-    node starts fenced (fence.py F4: health, Fence and RestoreState only) until the restore,
-    as the kept nodes do on their stopped logs. A node with a log of its own keeps it."""
-    for node in added:
-        path = cfg.log_path(node)
-        if path.exists() or any(path.parent.glob(f"{node}.log.*")):
-            continue
-        lines = [wal.encode(wal.Init(lsn=1, tally=0, app=app.name, version=app.version), node),
-                 wal.encode(wal.Stop(lsn=2, snapshot_id=snapshot_id), node)]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w") as out:
-            out.write("".join(lines))
-            out.flush()
-            os.fsync(out.fileno())
 
 
 def _identity(data_dir: Path, cfg: cluster_config.ClusterConfig):

@@ -7,10 +7,14 @@ before any node hears of the restore, after the upgrade (upgrade.py U1-U6):
 RS1. The snapshot's node set is the topology's, and the target asked for (if
      any) is that set too: the snapshot goes as it is (an ordinary restore).
 RS2. A target node set (RestoreSnapshotRequest.nodes) other than the nodes the
-     controller runs is refused, naming both: a controller restores onto its own
-     topology (`snapmesh cluster rescale` writes the new cluster file and starts
-     the controller on it). A snapshot of another node set with no target asked
-     is refused too: a rescale is never silent.
+     controller runs is taken from the controller's cluster file as it reads at
+     the call (`target_topology`): the file must name exactly that node set (with
+     the new nodes' addresses); the restore then runs on the file's topology, and
+     the controller adopts it when the restore starts (a running controller
+     rescales without a restart; after one, it reads the same file). A file that
+     names another set, or cannot be read, is refused naming both sets (write the
+     new cluster file first: `snapmesh cluster rescale` does). A snapshot of
+     another node set with no target asked is refused too: a rescale is never silent.
 RS3. The target holds at least 2 nodes (a snapshot needs a channel).
 RS4. The app must have `rescale`: an app without one, the native bank, or an app
      the controller could not load cannot be restored onto another node set.
@@ -59,13 +63,9 @@ def for_side(side: Any, snapshot: pb.Snapshot, topology: Topology, target: Seque
     sid = snapshot.snapshot_id
     recorded = [n.node_id for n in snapshot.nodes]
     running = list(topology.nodes)
-    if target:
-        if len(set(target)) < MIN_NODES:
-            raise RescaleRefused(f"the target node set ({_names(list(target))}) needs at least {MIN_NODES} nodes")
-        if set(target) != set(running):
-            raise RescaleRefused(f"the target node set ({_names(sorted(set(target)))}) is not the nodes this controller "
-                                 f"runs ({_names(running)}): start the controller on the new cluster file first "
-                                 "(snapmesh cluster rescale does)")
+    if target and set(target) != set(running):
+        raise RescaleRefused(f"the target node set ({_names(sorted(set(target)))}) is not the topology "
+                             f"({_names(running)})")  # target_topology chose it: a caller's bug
     if set(recorded) == set(running):
         return snapshot  # RS1
     if target is not None and not target:
@@ -84,6 +84,25 @@ def for_side(side: Any, snapshot: pb.Snapshot, topology: Topology, target: Seque
              for n in running]
     states = rescaled_states(app, view_of(snapshot, params), infos)
     return _snapshot_of(snapshot, app, states, topology)
+
+
+def target_topology(running: Topology, target: Sequence[str], candidate: Topology | str | None) -> Topology:
+    """The topology a restore asking for `target` runs on (RS2, RS3): the running one
+    when the target is empty or its node set, else `candidate` (the controller's cluster
+    file as read at the call; a str: why it could not be read) when it names exactly the target."""
+    if not target:
+        return running
+    if len(set(target)) < MIN_NODES:
+        raise RescaleRefused(f"the target node set ({_names(list(target))}) needs at least {MIN_NODES} nodes")
+    if set(target) == set(running.nodes):
+        return running
+    wanted = _names(sorted(set(target)))
+    if isinstance(candidate, Topology) and set(candidate.nodes) == set(target):
+        return candidate
+    read = (f"its cluster file cannot be read ({candidate})" if isinstance(candidate, str) else
+            f"its cluster file names {_names(list(candidate.nodes))}" if candidate is not None else "no cluster file was read")
+    raise RescaleRefused(f"the target node set ({wanted}) is not the nodes this controller runs ({_names(list(running.nodes))}), "
+                         f"and {read}: write the new cluster file first (snapmesh cluster rescale does)")
 
 
 def rescaled_states(app: App, view: View, infos: Sequence[NodeInfo]) -> dict[str, bytes]:

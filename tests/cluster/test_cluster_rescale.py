@@ -24,6 +24,7 @@ from snapmesh.settings import config as cluster_config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 from support.binaries import grpcurl_binary
+from support.kvload import Load, cut_keys, in_flight_keys, live_cut_in_flight
 from support.processes import REPO, alive, children_of, cluster_up, read_line, wait_gone
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -201,6 +202,35 @@ def test_a_tls_cluster_rescales_with_certificates_made_for_the_new_node_set(star
         after = pb_grpc.ControllerStub(channel).TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60)
     assert after.status == pb.Snapshot.COMPLETE and len(after.nodes) == 4, after.reason
     assert sorted(k for n in after.nodes for k in json.loads(n.state)["keys"]) == sorted(keys)
+    children = children_of(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert not wait_gone(children), "no process left behind"
+
+
+def test_cluster_rescale_restores_a_live_cut_with_keys_in_flight_named_by_snapshot(started, tmp_path):
+    data = tmp_path / "d"
+    up = started(cluster_up("--nodes", "4", "--data-dir", str(data), "--app", "kvshard", "--ui", "off"))
+    until_line(up, "controller:")
+    started.remember(up)
+    cfg = cluster_config.load(data / "cluster.toml", env={})
+    with Load(cfg, "live") as load, grpc.insecure_channel(cfg.controller.address) as channel:
+        live, made = live_cut_in_flight(pb_grpc.ControllerStub(channel), load)
+        with (tmp_path / "rescale.err").open("w") as err:  # under load: the stop fences the clients out
+            proc = started(rescale("--data-dir", str(data), "--nodes", "3", "--snapshot", live.snapshot_id,
+                                   "--ui", "off", stderr=err))
+        line = until_line(proc, "rescaled:", timeout=180)
+    assert line.startswith(f"rescaled: {live.snapshot_id} onto 3 nodes (p1, p2, p3) in epoch "), line
+    assert up.wait(60) == 0, "the cluster up launcher stopped cleanly"
+    started.remember(proc)
+    assert "stopped with snapshot " in (tmp_path / "rescale.err").read_text(), "a stop first: every log ends in one"
+    cut = cut_keys(live)
+    assert sorted(set(cut)) == sorted(cut) and made <= set(cut) and in_flight_keys(live)
+    with grpc.insecure_channel(cfg.controller.address) as channel:
+        after = pb_grpc.ControllerStub(channel).TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True), timeout=60)
+    assert after.status == pb.Snapshot.COMPLETE and len(after.nodes) == 3, after.reason
+    keys = cut_keys(after)
+    assert sorted(keys) == sorted(cut), "every key of the live cut once, those in flight included, and no other"
     children = children_of(proc.pid)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0

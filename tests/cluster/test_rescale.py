@@ -2,14 +2,17 @@
 
 kvshard runs on 4 nodes under client load (puts of new keys, every third one
 moved on). A stop snapshot ends it (the fence stops commands first, so the
-handoffs have mostly landed by the cut: keys in flight at a cut are the
-protocol tests' subject, tests/protocol/test_restore_rescale.py); the
+handoffs have mostly landed by the cut; keys in flight at the cut are the
+last test's: a live cut under load, restored after a stop); the
 cluster file is rewritten for 6 nodes (snapmesh.settings.rescaling: the
 controller and p1..p4 keep their ports and data dirs, p5 and p6 are new), the
 new cluster starts (p1..p4 fenced on their stopped logs), and RestoreSnapshot
 with the target node set runs the app's rescale on the controller. A retry
 under the same request id is that restore, run once. Then 6 -> 3 the same way.
 Every key a client saw created is held exactly once after each rescale. The bank goes 4 -> 3 with its total kept.
+A live COMPLETE cut taken under load, with handoffs in flight, rescales 4 -> 6 -> 3 too
+(the cluster stops with a snapshot of its own after it, so every log ends in a stop):
+each key of the cut, those in flight included, is held exactly once, and no other.
 """
 
 from __future__ import annotations
@@ -27,59 +30,15 @@ from snapmesh.settings import config, rescaling
 from snapmesh.settings.ports import free_ports
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
+from support.kvload import Load, cut_keys, in_flight_keys, live_cut_in_flight
 from support.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 
-class Load:
-    """One thread per node: puts of new keys (run/p1/k0, ...), every third one moved on."""
-
-    def __init__(self, cluster: Cluster, run: str) -> None:
-        self.cfg = cluster.config
-        self.run = run
-        self.created: set[str] = set()  # keys whose put a client saw answered
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._drive, args=(n.id,), daemon=True) for n in self.cfg.nodes]
-
-    def __enter__(self) -> Load:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(30)
-
-    def _drive(self, node: str) -> None:
-        peers = self.cfg.topology.outgoing(node)
-        with grpc.insecure_channel(self.cfg.node(node).address) as channel:
-            stub = pb_grpc.NodeStub(channel)
-            i = 0
-            while not self.stop.is_set():
-                key = f"{node}/{self.run}-k{i}"
-                command = json.dumps({"op": "put", "key": key, "value": i}).encode()
-                try:
-                    stub.Submit(pb.SubmitRequest(command=command, request_id=key), timeout=5)
-                except grpc.RpcError as exc:
-                    if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):  # stopping, or gone
-                        self.stop.wait(0.05)
-                        continue
-                    raise
-                self.created.add(key)
-                if i % 3 == 0:
-                    move = json.dumps({"op": "move", "key": key, "to": peers[i % len(peers)]}).encode()
-                    try:
-                        stub.Submit(pb.SubmitRequest(command=move, request_id=f"move {key}"), timeout=5)
-                    except grpc.RpcError:
-                        pass
-                i += 1
-
-
 def stop_under_load(cluster: Cluster, run: str, keys: int) -> tuple[pb.Snapshot, set[str]]:
     """Load, then a stop snapshot once `keys` keys were created; every node exits 0."""
-    with Load(cluster, run) as load, grpc.insecure_channel(cluster.controller_address) as channel:
+    with Load(cluster.config, run) as load, grpc.insecure_channel(cluster.controller_address) as channel:
         wait_for(lambda: len(load.created) >= keys, timeout=60, what=f"{keys} keys created under load")
         stopped = pb_grpc.ControllerStub(channel).TriggerSnapshot(pb.TriggerSnapshotRequest(stop=True), timeout=120)
         assert stopped.status == pb.Snapshot.COMPLETE, stopped.reason
@@ -109,11 +68,6 @@ def restore_rescaled(cluster: Cluster, snapshot_id: str, key: str) -> pb.Restore
         assert stub.GetCluster(pb.GetClusterRequest(), timeout=10).epoch == done.epoch, "it ran once"
         assert sorted(n.node_id for n in done.nodes) == sorted(cluster.node_ids)
     return done
-
-
-def in_flight_keys(snapshot: pb.Snapshot) -> list[str]:
-    return [json.loads(i.payload)["key"] for c in snapshot.channels for i in c.in_flight
-            if json.loads(i.payload)["type"] == "handoff"]
 
 
 def held(cluster: Cluster) -> list[str]:
@@ -216,3 +170,108 @@ def test_a_controller_killed_during_a_rescale_resumes_it_after_its_restart(tmp_p
         assert "was under way: resuming it" in after.controller.output()
         keys = held(after)
     assert sorted(keys) == sorted(set(keys)) and created <= set(keys), "every key once after the resumed rescale"
+
+
+def live_cut_with_keys_in_flight(cluster: Cluster, run: str) -> tuple[pb.Snapshot, set[str]]:
+    """Under load, a live cut with keys in flight; then the cluster stops with a snapshot of its
+    own (every log ends in a stop: a node starts on another node set from a stopped log only)."""
+    with Load(cluster.config, run) as load, grpc.insecure_channel(cluster.controller_address) as channel:
+        stub = pb_grpc.ControllerStub(channel)
+        live, made = live_cut_in_flight(stub, load)
+        stopped = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(stop=True), timeout=120)
+        assert stopped.status == pb.Snapshot.COMPLETE, stopped.reason
+        wait_for(lambda: all(cluster.node(n).wait(1) is not None for n in cluster.node_ids), timeout=30,
+                 what="every node exits")
+    return live, made
+
+
+def test_a_live_cut_with_keys_in_flight_rescales_4_to_6_to_3_with_each_key_exactly_once(tmp_path) -> None:
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=4, settings={"segment_records": 200})
+    for run, nodes in (("a", 6), ("b", 3)):
+        with Cluster(path, app="kvshard") as before:
+            live, made = live_cut_with_keys_in_flight(before, run)
+        flying = in_flight_keys(live)
+        cut = cut_keys(live)
+        print(f"{run}: {len(cut)} keys at the cut {live.snapshot_id}, {len(flying)} of them in flight")
+        assert sorted(set(cut)) == sorted(cut) and made <= set(cut), "the live cut holds every key once"
+        rewrite(path, nodes)
+        with Cluster(path, app="kvshard") as after:
+            restore_rescaled(after, live.snapshot_id, f"live-{run}")
+            keys = held(after)
+        assert sorted(keys) == sorted(set(keys)), f"after {run}: a key held twice"
+        assert set(flying) <= set(keys), f"after {run}: keys in flight at the cut lost: {sorted(set(flying) - set(keys))}"
+        assert set(keys) == set(cut), f"after {run}: the keys of the cut, no more, no fewer"
+
+
+def test_a_running_controller_rescales_onto_its_rewritten_cluster_file_and_resumes_after_a_kill(tmp_path) -> None:
+    """No controller restart: the stop, a new cluster file, the new node set started, and
+    RestoreSnapshot with the target; then 6 -> 3 with the controller killed mid-rescale."""
+    path = config.write_cluster(tmp_path / "cluster.toml", nodes=4, settings={"segment_records": 200})
+    with Cluster(path, app="kvshard") as cluster:
+        live, made = live_cut_with_keys_in_flight(cluster, "a")  # the nodes exited; the controller runs on
+        pid = cluster.controller_pid
+        rewrite(path, 6)
+        six = Cluster(path, app="kvshard", controller=False)
+        try:
+            six.start()
+            with grpc.insecure_channel(cluster.controller_address) as channel:
+                stub = pb_grpc.ControllerStub(channel)
+                five = pb.RestoreSnapshotRequest(snapshot_id=live.snapshot_id, request_id="five", nodes=six.node_ids[:5])
+                with pytest.raises(grpc.RpcError) as refused:
+                    stub.RestoreSnapshot(five, timeout=60)
+                assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+                assert "\n" not in refused.value.details() and ("the target node set (p1, p2, p3, p4, p5) is not the "
+                        "nodes this controller runs (p1, p2, p3, p4), and its cluster file names p1, p2, p3, p4, p5, p6"
+                        ) in refused.value.details(), refused.value.details()
+                assert stub.GetCluster(pb.GetClusterRequest(), timeout=10).epoch == 1, "nothing changed"
+            restore_rescaled(six, live.snapshot_id, "running-a")
+            keys = held(six)
+            assert sorted(keys) == sorted(cut_keys(live)), "every key of the live cut once, those in flight too"
+            assert cluster.controller_pid == pid, "the same controller process throughout"
+            with Load(six.config, "b") as load, grpc.insecure_channel(cluster.controller_address) as channel:
+                wait_for(lambda: len(load.created) >= 30, timeout=60, what="30 keys created on 6 nodes")
+                stopped = pb_grpc.ControllerStub(channel).TriggerSnapshot(pb.TriggerSnapshotRequest(stop=True),
+                                                                          timeout=120)
+            assert stopped.status == pb.Snapshot.COMPLETE and len(stopped.nodes) == 6, stopped.reason
+            wait_for(lambda: all(six.node(n).wait(1) is not None for n in six.node_ids), timeout=30,
+                     what="the 6 nodes exit")
+        finally:
+            six.stop()
+        rewrite(path, 3)
+        three = Cluster(path, app="kvshard", controller=False)
+        try:
+            three.start()
+            three.pause_node("p2")  # its part cannot be taken: the rescale stays RESTORING
+            request = pb.RestoreSnapshotRequest(snapshot_id=stopped.snapshot_id, request_id="running-b",
+                                                nodes=list(three.node_ids))
+
+            def restore() -> None:
+                with grpc.insecure_channel(cluster.controller_address) as channel:
+                    try:
+                        pb_grpc.ControllerStub(channel).RestoreSnapshot(request, timeout=60)
+                    except grpc.RpcError:
+                        pass  # the controller is killed under it
+
+            caller = threading.Thread(target=restore, daemon=True)
+            caller.start()
+
+            def last_restore() -> pb.Restore:
+                with grpc.insecure_channel(cluster.controller_address) as channel:
+                    return pb_grpc.ControllerStub(channel).GetCluster(pb.GetClusterRequest(), timeout=5).last_restore
+
+            wait_for(last_restore, until=lambda r: r.status == pb.Restore.RESTORING and r.request_id == "running-b",
+                     retry_on=grpc.RpcError, timeout=30, what="the rescale under way")
+            cluster.kill_controller()
+            caller.join(30)
+            three.resume_node("p2")
+            cluster.start_controller()  # on the same cluster file, which names the 3 nodes
+            done = wait_for(last_restore, until=lambda r: r.status == pb.Restore.RESTORED, retry_on=grpc.RpcError,
+                            timeout=90, what="the resumed rescale")
+            with grpc.insecure_channel(cluster.controller_address) as channel:
+                again = pb_grpc.ControllerStub(channel).RestoreSnapshot(request, timeout=60)
+            assert (again.status, again.epoch) == (pb.Restore.RESTORED, done.epoch), "the retry is the resumed rescale"
+            assert "was under way: resuming it" in cluster.controller.output()
+            keys = held(three)
+            assert sorted(keys) == sorted(cut_keys(stopped)) and made <= set(keys), "every key once after the resume"
+        finally:
+            three.stop()

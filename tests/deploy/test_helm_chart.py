@@ -48,6 +48,8 @@ VARIANTS = {
     # A user's app in their own image (tests/deploy/test_helm_app.py).
     "app": {"app.module": "token_ring:app", "app.params.holder": "node-1", "app.image.repository": "registry.example.com/my-app"},
     "workload": {"workload.enabled": True, "workload.duration": 12, "workload.seed": 7},
+    # A rescale onto 6 nodes (tests/deploy/test_helm_rescale.py): its Job and the nodes' fenced-log init container.
+    "rescale": {"nodes.replicas": 6, "rescale.snapshot": "20261129T140513.770624Z-670420ae", "app.module": "kvshard"},
     # The conventional values, every one set (tests/deploy/test_helm_chart.py, "conventions").
     "conventions": {"commonLabels.team": "payments", "podAnnotations.example\\.com/owner": "alice",
                     "podLabels.tier": "snapshots", "serviceAccount.annotations.example\\.com/role": "reader",
@@ -491,17 +493,37 @@ def kubeconfig(tmp_path_factory):
         thread.join(5)
 
 
-def _upgrade(kubeconfig: str, replicas: int):
+def _upgrade(kubeconfig: str, replicas: int, *values: str):
     return helm("template", "snapmesh", str(CHART), "--dry-run=server", "--is-upgrade", "--disable-openapi-validation",
-                "--kubeconfig", kubeconfig, "--set", f"nodes.replicas={replicas}", check=False)
+                "--kubeconfig", kubeconfig, "--set", f"nodes.replicas={replicas}", *values, check=False)
 
 
-def test_upgrade_refuses_another_node_count(kubeconfig):
+def test_upgrade_refuses_another_node_count_without_a_rescale(kubeconfig):
     result = _upgrade(kubeconfig, 5)
     assert result.returncode != 0
     assert "the release runs 4 nodes and this upgrade asks for 5" in result.stderr
-    assert "does not rescale a running cluster" in result.stderr and "Keep nodes.replicas=4" in result.stderr
+    assert ("stop the release with a snapshot (snapmesh snapshot trigger --stop), then upgrade with --set "
+            "nodes.replicas=5 --set rescale.snapshot=<its id>") in result.stderr, result.stderr
+    assert "Or keep nodes.replicas=4" in result.stderr
     assert "/apis/apps/v1/namespaces/default/statefulsets/snapmesh-node" in _FakeApi.seen
+
+
+RESCALE = ("--set", "rescale.snapshot=20261129T140513.770624Z-670420ae", "--set", "app.module=kvshard")
+
+
+def test_upgrade_to_another_node_count_with_a_rescale_renders_it(kubeconfig):
+    import yaml
+
+    result = _upgrade(kubeconfig, 3, *RESCALE)  # shrinking: the kept nodes' certificates are there
+    assert result.returncode == 0, result.stderr
+    objects = [d for d in yaml.safe_load_all(result.stdout) if d]
+    assert one(objects, "StatefulSet", "snapmesh-node")["spec"]["replicas"] == 3
+    args = one(objects, "Job", "snapmesh-rescale")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:4] == ["restore", "20261129T140513.770624Z-670420ae", "--nodes", "node-0,node-1,node-2"]
+    grown = _upgrade(kubeconfig, 6, *RESCALE, "--set", "tls.enabled=false")  # no certificates to make
+    assert grown.returncode == 0, grown.stderr
+    refused = _upgrade(kubeconfig, 6, *RESCALE)  # the install's certificates Job made 4 nodes' only
+    assert refused.returncode != 0 and "growing from 4 to 6 nodes needs certificates for the new nodes" in refused.stderr
 
 
 def test_upgrade_with_the_same_count_keeps_the_token(kubeconfig):

@@ -19,7 +19,7 @@ from snapmesh.protocol import rescale
 from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.controller import machine as M
 from snapmesh.protocol.controller import restoregate
-from snapmesh.protocol.controller.effects import RestoreAt
+from snapmesh.protocol.controller.effects import Adopt, RestoreAt
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker
 from snapmesh.protocol.topology import Topology
 from snapmesh.services.app import kvshard
@@ -106,9 +106,37 @@ def test_another_node_set_without_a_target_is_refused():
                        " p1, p2, p3: give the target node set (RestoreSnapshotRequest.nodes) to rescale")
 
 
-def test_a_target_the_controller_does_not_run_is_refused():
-    message = refused(controller(["p1", "p2", "p3"]), recorded()[0], ["p1", "p2", "p3", "p4", "p5"])
-    assert "the target node set (p1, p2, p3, p4, p5) is not the nodes this controller runs (p1, p2, p3)" in message
+def test_a_target_the_controller_does_not_run_is_refused_unless_its_cluster_file_names_it():
+    five = ["p1", "p2", "p3", "p4", "p5"]
+    for candidate, read in ((None, "no cluster file was read"),
+                            (Topology.build(["p1", "p2", "p3", "p4"], None), "its cluster file names p1, p2, p3, p4"),
+                            ("c.toml: not valid TOML: x", "its cluster file cannot be read (c.toml: not valid TOML: x)")):
+        ctl = controller(["p1", "p2", "p3"])
+        decision = ctl.restore(recorded()[0], "k1", NOW, nodes=five, candidate=candidate)
+        assert isinstance(decision, restoregate.Refuse) and decision.code == "FAILED_PRECONDITION", decision
+        assert decision.message == (f"cannot rescale: the target node set (p1, p2, p3, p4, p5) is not the nodes this "
+                                    f"controller runs (p1, p2, p3), and {read}: write the new cluster file first "
+                                    "(snapmesh cluster rescale does)")
+        assert ctl.drain() == [] and ctl.tracker.epoch == 1 and ctl.tracker.topology.nodes == ("p1", "p2", "p3")
+
+
+@pytest.mark.parametrize("new", [["p1", "p2", "p3", "p4", "p5", "p6"], ["p1", "p2", "p3"]])
+def test_a_running_controller_adopts_the_cluster_files_node_set_when_the_rescale_starts(new):
+    snapshot, view = recorded()
+    ctl = controller(OLD)  # runs p1..p4, the snapshot's own node set
+    ctl.start("p1", NOW, b"\0" * 8)  # in progress: it fails "restored to", on the old topology
+    candidate = Topology.build(new, None)
+    decision = ctl.restore(snapshot, "k1", NOW, nodes=list(reversed(new)), candidate=candidate)
+    assert isinstance(decision, restoregate.Start), decision
+    effects = ctl.drain()
+    kinds = [type(e).__name__ for e in effects]
+    adopt = kinds.index("Adopt")
+    assert kinds.index("Journal") < adopt < kinds.index("RestoreAt"), f"recorded, adopted, then the parts: {kinds}"
+    assert effects[adopt] == Adopt(candidate) and ctl.topology is candidate and ctl.stopping.nodes == tuple(new)
+    parts = {e.node: e.request.state for e in effects if isinstance(e, RestoreAt)}
+    assert parts == kvshard.rescale(view, _infos(new)), "the app's rescale, on the file's node set"
+    assert ctl.restore(snapshot, "k1", NOW, nodes=new, candidate=candidate).__class__ is restoregate.Join
+    assert ctl.topology is candidate and ctl.tracker.epoch == 2, "the retry joins it: nothing runs twice"
 
 
 def test_a_target_below_two_nodes_is_refused():

@@ -18,6 +18,7 @@ from typing import ClassVar
 from snapmesh.protocol.controller import journal
 from snapmesh.protocol.controller.replay import File, Forget
 from snapmesh.protocol.retry import Retry
+from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 START_FOR_S = 3.0
@@ -84,6 +85,14 @@ class RestoreAt:
 
 
 @dataclass(frozen=True, slots=True)
+class Adopt:
+    """Run on this topology from here on (a rescale's restore started, R7): call its nodes, at the
+    addresses of the cluster file it was read from."""
+
+    topology: Topology
+
+
+@dataclass(frozen=True, slots=True)
 class RestoreDone:
     restore: pb.Restore
 
@@ -113,6 +122,6 @@ class Retire:
     snapshot_id: str
 
 
-Effect = (Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt | RestoreDone | AnswerRestore
+Effect = (Journal | Barrier | StartAt | Finished | AbortAt | Publish | RestoreAt | Adopt | RestoreDone | AnswerRestore
           | AnswerTrigger | AnswerReport | Retire | File | Forget)
 Call = StartAt | AbortAt | RestoreAt  # the effects that call a node

@@ -57,6 +57,8 @@ Effects out (in order; the shell carries them out in that order):
                          (one per node of the topology, after its Finished)
   Publish(snapshot)      show the snapshot's new state to watchers
   RestoreAt(node, request)    send this node its part of the restore
+  Adopt(topology)        a rescale's restore started on the cluster file's node set
+                         (restoring.py R7): call its nodes from here on
   RestoreDone(restore)   the restore ended (RESTORED or FAILED), as journaled: once
                          carried out, the shell says restore_settled()
   AnswerReport(calls, outcome)  answer these held ReportState calls (held.py H2)
@@ -126,8 +128,8 @@ from collections.abc import Hashable, Iterable
 
 from snapmesh.protocol.controller import journal, replay, restoregate
 from snapmesh.protocol.controller.effects import (  # noqa: F401  (RestoreDone: the shells' ctl.RestoreDone)
-    AbortAt, AnswerReport, AnswerRestore, AnswerTrigger, Barrier, Call, Effect, Finished, Journal, Publish, RestoreAt,
-    RestoreDone, Retire, StartAt, start_retry,
+    AbortAt, Adopt, AnswerReport, AnswerRestore, AnswerTrigger, Barrier, Call, Effect, Finished, Journal, Publish,
+    RestoreAt, RestoreDone, Retire, StartAt, start_retry,
 )
 from snapmesh.protocol.controller.held import HeldReports
 from snapmesh.protocol.controller.refusals import (  # noqa: F401  (the shells' ctl.TooManySnapshots...)

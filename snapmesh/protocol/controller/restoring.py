@@ -27,6 +27,11 @@ R7. A snapshot of another node set than the controller's topology is
     rescaled for it (snapmesh/protocol/rescale.py RS1-RS7) after the upgrade
     and before the gate decides, on the same terms: a refused rescale is the
     restore's refusal, a resumed restore rescales again (a pure function).
+    A target node set other than the topology is the cluster file's as read at
+    the call (RS2, `candidate`); when the restore starts, the machine adopts it
+    (Adopt, after the RESTORING record and before any part is sent), so a
+    running controller rescales without a restart. It is not journaled: a
+    controller restarted reads the same cluster file, and resumes on it.
 R5. Every call that starts or joins a restore is answered by it (AnswerRestore),
     once its outcome is durable: a call of a running restore when it settles; a
     call that joins a restore that ended (its outcome not yet settled) and a
@@ -38,10 +43,11 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 from snapmesh.protocol.controller import journal, restoregate
-from snapmesh.protocol.controller.effects import RESTORE, AnswerRestore, Barrier, Journal, RestoreAt, RestoreDone
+from snapmesh.protocol.controller.effects import RESTORE, Adopt, AnswerRestore, Barrier, Journal, RestoreAt, RestoreDone
 from snapmesh.protocol.controller.restoreplan import plan, problem, with_app_fields
 from snapmesh.protocol.controller.tracker import Now
 from snapmesh.protocol.retry import Failed
+from snapmesh.protocol.topology import Topology
 from snapmesh.protocol import rescale, upgrade
 from snapmesh.protocol.rescale import RescaleRefused
 from snapmesh.protocol.upgrade import UpgradeRefused
@@ -53,18 +59,20 @@ class Restoring:
 
     def restore(
         self, snapshot: pb.Snapshot | None, request_id: str, now: Now, *, snapshot_id: str = "",
-        call: Hashable = None, nodes: Sequence[str] = (),
+        call: Hashable = None, nodes: Sequence[str] = (), candidate: Topology | str | None = None,
     ) -> restoregate.Decision:
         """A RestoreSnapshot call for `snapshot` (R1, R4), or for `snapshot_id` when
         there is no such snapshot: the gate's decision (it alone checks the key);
         on Start the epoch moves, snapshots in progress fail, and the restore begins.
         A `call` that starts or joins it, or retries a finished one, is answered (R5).
-        `nodes`: the target node set the call asked for (R7; empty: none)."""
+        `nodes`: the target node set the call asked for (R7; empty: none); `candidate`:
+        the controller's cluster file's topology as read for it (a str: why it could not be read)."""
         if snapshot is None:
             if not snapshot_id:
                 raise ValueError("restore: no snapshot and no snapshot_id")
             decision = self.gate.request(snapshot_id, request_id, now.wall, missing=True)
-        else:
+        topology = self.tracker.topology
+        if snapshot is not None:
             if snapshot_id and snapshot_id != snapshot.snapshot_id:
                 raise ValueError(f"restore: snapshot_id {snapshot_id!r} is not the snapshot's ({snapshot.snapshot_id!r})")
             why = problem(snapshot)
@@ -75,7 +83,8 @@ class Restoring:
                     why = f"cannot restore into this code: {exc}"
             if not why:
                 try:
-                    snapshot = rescale.for_side(self.tracker.side, snapshot, self.tracker.topology, list(nodes))  # R7
+                    topology = rescale.target_topology(self.tracker.topology, list(nodes), candidate)  # R7
+                    snapshot = rescale.for_side(self.tracker.side, snapshot, topology, list(nodes))
                 except RescaleRefused as exc:
                     why = f"cannot rescale: {exc}"
             decision = self.gate.request(snapshot.snapshot_id, request_id, now.wall, why)
@@ -97,6 +106,10 @@ class Restoring:
         started.started_at.FromNanoseconds(int(decision.at * 1e9))
         self.last_restore = started
         self._effects.append(Journal(journal.Restored(restore=started)))  # R2: before any node hears of it
+        if topology is not self.tracker.topology:  # R7: the cluster file's node set, from here on
+            self.tracker.adopt(topology)
+            self.stopping.nodes = tuple(topology.nodes)
+            self._effects.append(Adopt(topology))
         self._send_parts(snapshot, started)
         return decision
 

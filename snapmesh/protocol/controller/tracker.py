@@ -147,6 +147,12 @@ class Tracker:
         self.side: AppSide = checker if checker is not None else BankSide(expected_total)
         self._native = checker is None
 
+    def adopt(self, topology: Topology) -> None:
+        """Run on another node set from here on (a rescale's restore starts: no snapshot is pending)."""
+        assert not self._pending, "a topology adopted with snapshots pending"
+        self.topology = topology
+        self._incoming = {n: set(topology.incoming(n)) for n in topology.nodes}
+
     # -- queries
 
     def get(self, snapshot_id: str) -> pb.Snapshot:

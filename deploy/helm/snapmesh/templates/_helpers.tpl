@@ -235,11 +235,17 @@ prometheus.io/path: /metrics
 {{- if and .Values.tls.existingSecret (ne .Values.tls.source "existingSecret") -}}
 {{- fail (printf "tls.existingSecret is set but tls.source is %q: set tls.source=existingSecret" .Values.tls.source) -}}
 {{- end -}}
-{{- /* A running snapshot cluster cannot change its node count silently. */ -}}
+{{- if and .Values.rescale.snapshot (not .Values.app.module) -}}
+{{- fail "rescale.snapshot: the native bank has no rescale; run the bank as an app (app.module=snapmesh.services.app.bank:app) to rescale it" -}}
+{{- end -}}
+{{- /* A running snapshot cluster changes its node count only by a rescale of a snapshot. */ -}}
 {{- if .Release.IsUpgrade -}}
 {{- $sts := lookup "apps/v1" "StatefulSet" .Release.Namespace (include "snapmesh.nodes" .) -}}
-{{- if and $sts (ne (int $sts.spec.replicas) (int .Values.nodes.replicas)) -}}
-{{- fail (printf "nodes.replicas: the release runs %d nodes and this upgrade asks for %d. The node count is the cluster's topology: every channel, log and snapshot names the nodes, and snapmesh does not rescale a running cluster yet. Keep nodes.replicas=%d; for another count install a new release (docs/deploy.md, Kubernetes)." (int $sts.spec.replicas) (int .Values.nodes.replicas) (int $sts.spec.replicas)) -}}
+{{- if and $sts (ne (int $sts.spec.replicas) (int .Values.nodes.replicas)) (not .Values.rescale.snapshot) -}}
+{{- fail (printf "nodes.replicas: the release runs %d nodes and this upgrade asks for %d. The node count is the cluster's topology: every channel, log and snapshot names the nodes, so another count is a rescale: stop the release with a snapshot (snapmesh snapshot trigger --stop), then upgrade with --set nodes.replicas=%d --set rescale.snapshot=<its id> (docs/deploy.md, Rescaling). Or keep nodes.replicas=%d." (int $sts.spec.replicas) (int .Values.nodes.replicas) (int .Values.nodes.replicas) (int $sts.spec.replicas)) -}}
+{{- end -}}
+{{- if and $sts (gt (int .Values.nodes.replicas) (int $sts.spec.replicas)) .Values.tls.enabled (eq .Values.tls.source "job") -}}
+{{- fail (printf "nodes.replicas: growing from %d to %d nodes needs certificates for the new nodes, and the install's certificates Job made them for node-0..node-%d only: use tls.source=certManager (one Certificate per node) or an existingSecret that holds them (docs/deploy.md, Rescaling)." (int $sts.spec.replicas) (int .Values.nodes.replicas) (sub (int $sts.spec.replicas) 1)) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
