@@ -81,12 +81,14 @@ def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], sna
             f"paced {rate:,.0f}/s")
         loadgen = LoadGen(hosts.cluster, batch=BATCH, seed=NODES)
         extra: dict[str, float] = {}
-        if target is not None:
-            rate = utilisation.search_on(loadgen, NODES, target, rate, SETTLE_S, say)
+        channel = grpc.insecure_channel(hosts.controller_address, options=CLIENT_OPTIONS)
+        if target is not None:  # each step measured while snapshots run back to back, as the figures' do
+            stub = pb_grpc.ControllerStub(channel)
+            rate = utilisation.search_on(loadgen, NODES, target, rate, SETTLE_S, say,
+                                         snapshots=lambda seconds: latency_run(stub, snapshots, seconds, {}))
         loadgen.set(paced_callers(NODES), rate=rate)
         time.sleep(SETTLE_S)
         rtt = hosts.network.probe("p1", "p2", NODE_PORT, count=PROBES)
-        channel = grpc.insecure_channel(hosts.controller_address, options=CLIENT_OPTIONS)
         watch = utilisation.Watch(hosts.cluster)
         journal = utilisation.read_journal(hosts.cluster.controller_metrics_address)
         endpoints = hop_split.addresses(hosts.cluster)
@@ -98,6 +100,8 @@ def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], sna
                  **utilisation.tail_figures(complete, lambda v: _percentile(v, 0.99)),
                  **utilisation.journal_figures(journal, journal_end),
                  **hop_split.hop_figures(hops, hop_split.read_hops(endpoints)), "pace_per_s": rate}
+        if target is not None:
+            extra["util_valid"] = float(utilisation.valid(extra["cpu_busy"], target))
         stats = loadgen.stats()
         loadgen.set(0)
     finally:
@@ -119,7 +123,7 @@ def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], sna
             f"{extra['last_node_recording_p99_ms']:.1f} ms, its report p99 {extra['last_node_report_p99_ms']:.1f} ms); "
             f"journal p99 trigger <= {extra['journal_trigger_wait_p99_ms']:.2f} ms, COMPLETE <= "
             f"{extra['journal_complete_wait_p99_ms']:.2f} ms, {extra['journal_syncs_per_snapshot']:.1f} rounds "
-            f"per snapshot")
+            f"per snapshot{utilisation.validity(extra['cpu_busy'], target)}")
     return {"host_rtt_ms": rtt["median_ms"], "p50": p50, "p99": p99, "complete": len(client), "failed": failed,
             **extra}
 
@@ -152,7 +156,7 @@ def measure(peak_per_s: float, say: Callable[[str], None], *, snapshots: int = S
 
 UTIL_FIGURES = ("cpu_busy", "pace_per_s", *utilisation.RUNQ_FIGURES, "trigger_to_cut_p99_ms",
                 "trigger_to_last_cut_p99_ms", "last_cut_to_complete_p99_ms", *utilisation.TAIL_FIGURES,
-                *utilisation.JOURNAL_FIGURES, *hop_split.FIGURES)
+                *utilisation.JOURNAL_FIGURES, *hop_split.FIGURES, "util_valid")
 
 
 def util_keys(target: float = UTIL_TARGET) -> tuple[str, ...]:

@@ -5,7 +5,10 @@ is searched (bench.utilisation.find_pace) on the first mesh, then, at that pace,
 figures of `paced8` (CPU and frames per transfer in a window before, a node round
 trip, snapshot p99) with what makes them readable beside them: the machine's busy
 fraction while the snapshots ran, each process's run-queue wait, and each
-snapshot's split into trigger -> cuts -> COMPLETE. Keys end in
+snapshot's split into trigger -> cuts -> COMPLETE. The search measures each step
+while snapshots run back to back (as the figures' do), so the pace puts the
+machine at the target with them, and `util_valid` says whether they ran within
+0.1 of it (bench.utilisation.valid; INVALID is printed otherwise). Keys end in
 `_8n_util50_<mode>` / `_8n_util80_<mode>` (classic, overtake, hybrid at the cluster
 file's default align_timeout_ms); the broadcast trigger is measured beside overtake
 (`_overtake_broadcast`). Every variant runs at the pace the first one's search found:
@@ -22,15 +25,13 @@ Alone: `python -m bench overtake --phases util8 [--smoke] [--no-write]`.
 
 from __future__ import annotations
 
-import os
-
 from bench import hop_split
 from bench.calls import paced_callers
 from bench.lab import p99
 from bench.observe import busy_fraction
 from bench.phase_kit import Run, phase
 from bench.utilisation import (JOURNAL_FIGURES, TAIL_FIGURES, TARGETS, Pace, find_pace, journal_figures,
-                               split_figures, tail_figures, util_suffix, wait_figures)
+                               split_figures, tail_figures, util_suffix, valid, validity, wait_figures)
 
 NODES = 8
 # (snapshot mode, broadcast trigger): each its own mesh.
@@ -38,7 +39,7 @@ VARIANTS = (("classic", False), ("overtake", False), ("hybrid", False), ("overta
 FIGURES = ("snapshot_p99_ms", "snapshot_p50_ms", "snapshots_not_complete", "node_rtt_p99_ms", "cpu_busy", "pace_per_s",
            "cpu_us_per_transfer", "frames_per_transfer", "runq_wait_nodes_mean", "runq_wait_nodes_max",
            "runq_wait_controller", "trigger_to_cut_p99_ms", "trigger_to_last_cut_p99_ms", "last_cut_to_complete_p99_ms",
-           *TAIL_FIGURES, *JOURNAL_FIGURES, *hop_split.FIGURES)
+           *TAIL_FIGURES, *JOURNAL_FIGURES, *hop_split.FIGURES, "util_valid")
 START_RATE = 2_000.0  # transfers/s to start the search at when no 4-node peak is known
 
 
@@ -53,14 +54,16 @@ def util_keys() -> tuple[str, ...]:
 
 
 def _busy_at(run: Run, mesh, rate: float) -> float:
-    """The machine's busy fraction over one window at `rate` offered (0: no load)."""
+    """The machine's busy fraction at `rate` offered (0: no load) while snapshots run
+    back to back, as `measure_at`'s do (for one window at most)."""
     s = run.settings
     if rate > 0:
         mesh.load(paced_callers(mesh.nodes), rate=rate, settle_s=s.settle_s)
     else:
         mesh.load(0, settle_s=s.settle_s)
-    window = mesh.window(s.window_s)
-    return window.machine_cores / (os.cpu_count() or 1)
+    start = mesh.sample()
+    mesh.latency_run(s.latency_snapshots, s.window_s)
+    return busy_fraction(start, mesh.sample())
 
 
 def measure_at(run: Run, mesh, rate: float, broadcast: bool) -> dict[str, float]:
@@ -111,6 +114,7 @@ def _util8(run: Run) -> None:
                 rate = pace.rate  # the next, higher target starts from here
                 figures = measure_at(run, mesh, pace.rate, broadcast)
                 suffix = f"{NODES}n_{util_suffix(target)}_{name}"
+                figures["util_valid"] = float(valid(figures["cpu_busy"], target))
                 out.update({f"{k}_{suffix}": v for k, v in figures.items()})
                 missed = "" if pace.found(target) else " NOT REACHED"
                 run.say(f"  target {target:.0%}{missed}: pace {pace.rate:,.0f}/s ({pace.busy:.0%} busy in the search, "
@@ -128,6 +132,8 @@ def _util8(run: Run) -> None:
                         f"{figures['journal_syncs_per_snapshot']:.1f} rounds per snapshot, "
                         f"{figures['journal_records_per_sync']:.1f} records per round")
                 run.say(f"   {hop_split.line(figures)}")
+                if not figures["util_valid"]:
+                    run.say(f"  ->{validity(figures['cpu_busy'], target)}")
             mesh.load(0)
     for target in TARGETS:
         suffix = f"{NODES}n_{util_suffix(target)}_overtake"

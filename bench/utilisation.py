@@ -4,7 +4,9 @@ A latency figure taken with the machine 97% busy measures the CPU queue, not the
 protocol (queueing: at utilisation u a queue waits about u / (1 - u) service
 times). So these phases do not pace at a fraction of another phase's peak: they
 search for the offered rate at which the whole machine is *measured* to be about
-`target` busy, then take the snapshots there, and record beside each figure:
+`target` busy **while snapshots run** (each step of the search takes back-to-back
+snapshots, as the figures do, for one window), then take the snapshots there, and
+record beside each figure:
 
   - the machine's busy fraction while the snapshots ran (`/proc/stat`);
   - each process's run-queue wait, field 2 of `/proc/<pid>/schedstat` (ns spent
@@ -20,7 +22,11 @@ search for the offered rate at which the whole machine is *measured* to be about
     is in the statistics, which stop at the last report accepted) and rounds.
 
 The search is `find_pace`: pure, it calls `measure(rate) -> busy fraction`, so the
-loopback mesh and the phase on hosts search the same way.
+loopback mesh and the phase on hosts search the same way. A search is short (at
+most SEARCH_STEPS windows) and cannot promise the target: the busy fraction the
+snapshots then ran at decides. A phase more than VALID_WITHIN away from its
+target is marked invalid (`util_valid` 0 beside its figures, INVALID in what it
+prints): its latencies measure another load than the one named, not to be quoted.
 """
 
 from __future__ import annotations
@@ -39,10 +45,24 @@ from snapmesh.checking.scrape import samples
 TARGETS = (0.5, 0.8)  # the utilisations the issue states its goals at
 TOLERANCE = 0.05  # a pace within this of the target is found
 SEARCH_STEPS = 5  # windows at most; each is settle + one window on a shared machine
+VALID_WITHIN = 0.1  # snapshots that ran further than this from the target busy fraction: the phase is invalid
 
 
 def util_suffix(target: float) -> str:
     return f"util{target * 100:.0f}"
+
+
+def valid(busy: float, target: float) -> bool:
+    """Did the snapshots run at the target busy fraction (within VALID_WITHIN)? A nan did not."""
+    return abs(busy - target) <= VALID_WITHIN
+
+
+def validity(busy: float, target: float) -> str:
+    """What the output says after a phase's figures: nothing, or that they are not to be quoted."""
+    if valid(busy, target):
+        return ""
+    return (f" INVALID: the snapshots ran at {busy:.0%} busy, more than {VALID_WITHIN:g} from the target "
+            f"{target:.0%}; not to be quoted")
 
 
 @dataclass(frozen=True)
@@ -217,15 +237,22 @@ def journal_figures(before: JournalRead, after: JournalRead) -> dict[str, float]
 
 def busy_over(seconds: float) -> float:
     """The whole machine's busy fraction over the next `seconds`."""
+    return busy_while(lambda: time.sleep(seconds))
+
+
+def busy_while(action: Callable[[], object]) -> float:
+    """The whole machine's busy fraction while `action` runs."""
     start, at = machine_busy_s(), time.perf_counter()
-    time.sleep(seconds)
+    action()
     elapsed = time.perf_counter() - at
-    return (machine_busy_s() - start) / (elapsed * (os.cpu_count() or 1))
+    return (machine_busy_s() - start) / (elapsed * (os.cpu_count() or 1)) if elapsed > 0 else float("nan")
 
 
 def search_on(loadgen, nodes: int, target: float, start: float, settle_s: float, say: Callable[[str], None],
-              window_s: float = 3.0) -> float:
-    """`find_pace` with a running load generator (the phase on hosts): the pace found."""
+              window_s: float = 3.0, snapshots: Callable[[float], object] | None = None) -> float:
+    """`find_pace` with a running load generator (the phase on hosts): the pace found.
+    `snapshots(seconds)` takes snapshots back to back for that long: each step is
+    measured while they run (None: over a window of the load alone)."""
 
     def measure(rate: float) -> float:
         if rate > 0:
@@ -233,10 +260,10 @@ def search_on(loadgen, nodes: int, target: float, start: float, settle_s: float,
         else:
             loadgen.set(0)
         time.sleep(settle_s)
-        return busy_over(window_s)
+        return busy_over(window_s) if snapshots is None else busy_while(lambda: snapshots(window_s))
 
     pace = find_pace(measure, target, start=start)
-    say(f"  pace {pace.rate:,.0f}/s: {pace.busy:.0%} busy (target {target:.0%}"
+    say(f"  pace {pace.rate:,.0f}/s: {pace.busy:.0%} busy{' with snapshots' if snapshots else ''} (target {target:.0%}"
         f"{'' if pace.found(target) else ', NOT REACHED'}; idle {pace.idle_busy:.0%}, {pace.steps} steps)")
     return pace.rate
 

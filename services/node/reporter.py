@@ -12,14 +12,21 @@ all the same is sent again and joins the held ones. The channel path never waits
 large for one gRPC message goes by `ReportStateChunks` (see snapmesh.protocol.chunking).
 
 A finished part survives a crash: `keep` has the FullState written to
-`<data_dir>/<node_id>.reports/` (`PendingReports`, atomically) by the transfer
-log, as work carried out before the records buffered with it
+`<data_dir>/<node_id>.reports/` (`PendingReports`, renamed into place) by the
+transfer log, as work carried out before the records buffered with it
 (`TransferLog.before_records`): the log round that writes the record that
 completed the snapshot (the last `marker_recv`) first writes the file, on
-that round's path, so the event loop neither waits for the file's fsyncs nor
-pays a thread hand-off for them. The file is on disk before that record is,
-and hence before that marker is acknowledged and can never be resent. A save
-that fails is logged and the state is reported all the same, only not
+that round's path, unsynced, then its records, and makes both durable with
+one sync (a syncfs of the data directory's file system; translog.py). The
+report's path pays that one sync, where it paid three one after another (the
+file, its directory, the log). The file is written before that record is,
+so a process that dies anywhere keeps the file whenever it keeps the record;
+both are durable before that marker is acknowledged (it can never be resent)
+and before the report is sent. A machine that loses power during that one
+sync may keep the record and lose the file (or keep its name, not its
+bytes: `load` drops such a file with a warning): the part is lost, nothing
+wrong is shown, and the controller aborts that snapshot at its deadline. A
+save that fails is logged and the state is reported all the same, only not
 crash-safe; it never fails the log. The file goes once the controller
 accepted the state, refused it for good, or the snapshot was aborted (an
 abort's removal also goes through the log, so it follows the save). A restarted node reports what it finds there
@@ -45,7 +52,7 @@ from snapmesh.services.node.hops import ReportHops
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.services.node.translog import TransferLog
-from snapmesh.serving.durable import write_atomically
+from snapmesh.serving.durable import write_atomically, write_unsynced
 from snapmesh.protocol import chunking
 from snapmesh.protocol.node import core
 from snapmesh.protocol.reports import report_message
@@ -87,8 +94,9 @@ class CorruptReportError(ValueError):
 class PendingReports:
     """FullStates finished here and not yet acknowledged, one file per snapshot:
     `<directory>/<sha256 of the snapshot id>.fullstate` (any id makes a valid
-    name), a header line `snapmesh-fullstate 1 lsn=<L>` (the log position the
-    state rests on) then the FullState's protobuf encoding."""
+    name), a header line `snapmesh-fullstate 1 lsn=<L> bytes=<N>` (the log
+    position the state rests on, the encoding's length; a file of an older
+    version has no `bytes=`) then the FullState's protobuf encoding."""
 
     SUFFIX = ".fullstate"
     _MAGIC = b"snapmesh-fullstate 1 lsn="
@@ -101,11 +109,16 @@ class PendingReports:
 
     def encode(self, message: pb.FullState, lsn: int) -> bytes:
         """The file's contents for `message` resting on the log up to `lsn`."""
-        return self._MAGIC + str(lsn).encode() + b"\n" + message.SerializeToString()
+        body = message.SerializeToString()
+        return self._MAGIC + str(lsn).encode() + b" bytes=" + str(len(body)).encode() + b"\n" + body
 
     def write(self, snapshot_id: str, data: bytes) -> None:
         """Write `encode`'s bytes atomically (temp file, fsync, rename, fsync the directory)."""
         write_atomically(self._path(snapshot_id), data)
+
+    def write_unsynced(self, snapshot_id: str, data: bytes) -> Path:
+        """Write `encode`'s bytes (temp file, rename) for a sync that follows (the log round's)."""
+        return write_unsynced(self._path(snapshot_id), data)
 
     def save(self, message: pb.FullState, lsn: int) -> None:
         self.write(message.snapshot_id, self.encode(message, lsn))
@@ -127,10 +140,19 @@ class PendingReports:
             if path.suffix != self.SUFFIX:
                 continue
             data = path.read_bytes()
+            if not data.strip(b"\0"):  # its name durable, not its bytes: power lost during the round's sync
+                log.warning("%s: an empty pending report (power lost while it was synced); dropping it", path)
+                path.unlink()
+                continue
             header, _, body = data.partition(b"\n")
-            lsn_text = header.removeprefix(self._MAGIC)
-            if not header.startswith(self._MAGIC) or not lsn_text.isdigit():
+            lsn_text, _, size_text = header.removeprefix(self._MAGIC).partition(b" bytes=")
+            if not header.startswith(self._MAGIC) or not lsn_text.isdigit() or (size_text and not size_text.isdigit()):
                 raise CorruptReportError(f"{path}: not a pending report (bad header {header[:60]!r})")
+            if size_text and len(body) < int(size_text):  # part of its bytes durable: as above
+                log.warning("%s: a pending report cut short (%d of %s bytes; power lost while it was synced); "
+                            "dropping it", path, len(body), size_text.decode())
+                path.unlink()
+                continue
             message = pb.FullState()
             try:
                 message.ParseFromString(body)
@@ -178,13 +200,15 @@ class StateReporter:
             data = self._pending.encode(message, lsn)
             self._log.before_records(functools.partial(self._save, message.snapshot_id, data), len(data))
 
-    def _save(self, snapshot_id: str, data: bytes) -> None:
-        """Run by the log's round (on the event loop or its worker thread)."""
+    def _save(self, snapshot_id: str, data: bytes) -> list[Path]:
+        """Run by the log's round (on the event loop or its worker thread); the
+        file it wrote, which the round syncs with its records."""
         assert self._pending is not None
         try:
-            self._pending.write(snapshot_id, data)
+            return [self._pending.write_unsynced(snapshot_id, data)]
         except OSError as exc:  # reported all the same, only not crash-safe
             log.error("snapshot %s: cannot keep the state for a report after a crash: %s", snapshot_id, exc)
+            return []
 
     def send(self, snapshot_id: str) -> None:
         """Report the state kept for `snapshot_id`: the node says it is durable."""

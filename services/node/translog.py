@@ -43,16 +43,22 @@ come at high load too, even when each round is small: a sync on the loop
 blocks it, so the calls in flight cannot reach the log meanwhile; on a
 thread, the next round fills while this one syncs.
 
-Work that must reach the disk before records (`before_records(action, nbytes)`):
+Work that must reach the disk with records (`before_records(action, nbytes)`):
 the action joins the round that writes the records buffered now, and that
 round carries it out first, before writing any of them, on the path the round
 takes (`sync_inline`, its bytes counted with the records'), so it costs no
-thread hand-off of its own. The node's pending-report save is one: the report
-file is on disk before the marker_recv it rests on can be (see
-services/node/reporter.py). Actions run in the order given, each at most once;
-one that raises is logged and the round goes on: it never fails the log. A
-round with actions and no records is a round too. After the log failed none
-runs (no record after them will be written either).
+thread hand-off of its own. An action may return files it wrote without
+syncing them (`serving.durable.write_unsynced`); the round then makes them and
+its records durable with one sync (`durable.sync_with_log`: one syncfs of the
+data directory's file system, or, where there is none, each file's fsync, its
+directory's, then the log's fdatasync) instead of the log's fdatasync alone.
+The node's pending-report save is one: the report file is written before the
+marker_recv it rests on, and one sync makes both durable, so the report's path
+pays one sync where it paid three (see services/node/reporter.py). Actions run
+in the order given, each at most once; one that raises is logged and the round
+goes on: it never fails the log. A round with actions and no records is a
+round too. After the log failed none runs (no record after them will be
+written either).
 
 Segments: `seal(first_lsn, checkpoint)` queues a seal behind what is buffered.
 `active_bytes` is the active segment's size, what is on disk and what is
@@ -86,13 +92,13 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from snapmesh.services.node.recovery import next_path
 from snapmesh.protocol import wal
-from snapmesh.serving.durable import fsync_dir
+from snapmesh.serving.durable import fsync_dir, sync_with_log
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +122,7 @@ def sync_inline(nbytes: int, last_sync_s: float, concurrent: bool = False) -> bo
 
 @dataclass(frozen=True, slots=True)
 class _Action:
-    run: Callable[[], None]
+    run: Callable[[], Sequence[Path] | None]  # the files it wrote unsynced, for the round's sync
     nbytes: int  # what it writes, for the round's path (sync_inline)
 
 
@@ -215,9 +221,10 @@ class TransferLog:
         self.active_bytes = self._head = len(line)  # the next segment holds the checkpoint only
         return self._add(_Seal(sealed, line))
 
-    def before_records(self, action: Callable[[], None], nbytes: int = 0) -> None:
+    def before_records(self, action: Callable[[], Sequence[Path] | None], nbytes: int = 0) -> None:
         """Carry out `action` in the next round, before it writes any record
-        buffered now or later (see the module doc); `nbytes`: what it writes."""
+        buffered now or later (see the module doc); `nbytes`: what it writes.
+        The files it returns (written unsynced) the round makes durable with its records."""
         if self.failure is not None:
             return
         self._before.append(_Action(action, nbytes))
@@ -323,13 +330,19 @@ class TransferLog:
     def _write_round(self, before: list[_Action], data: bytes) -> tuple[float, float]:
         """The actions, then `data` appended and synced; returns the seconds each took."""
         started = time.perf_counter()
+        unsynced: list[Path] = []
         for action in before:
             try:
-                action.run()
+                unsynced += action.run() or ()
             except Exception:  # an action never fails the log (see the module doc)
                 log.exception("%s: work queued before lsn %d failed; the log goes on", self.path, self.durable_lsn + 1)
         actions_s = time.perf_counter() - started
-        return actions_s, (_write_all_and_sync(self._fd, data) if data else 0.0)
+        if not unsynced:
+            return actions_s, (_write_all_and_sync(self._fd, data) if data else 0.0)
+        started = time.perf_counter()
+        _write_all(self._fd, data)
+        sync_with_log(self._fd, self.path.parent, unsynced)  # the files' and the records' one sync
+        return actions_s, time.perf_counter() - started
 
     def _seal_files(self, seal: _Seal) -> None:
         """The active segment is synced: rename it sealed, the next one in (see the module doc)."""
@@ -423,12 +436,16 @@ def _first_line_bytes(path: Path) -> int:
         return len(file.readline())
 
 
-def _write_all_and_sync(fd: int, data: bytes) -> float:
-    """Append `data` and fdatasync; returns the seconds it took."""
-    started = time.perf_counter()
+def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+def _write_all_and_sync(fd: int, data: bytes) -> float:
+    """Append `data` and fdatasync; returns the seconds it took."""
+    started = time.perf_counter()
+    _write_all(fd, data)
     os.fdatasync(fd)
     return time.perf_counter() - started

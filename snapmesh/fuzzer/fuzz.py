@@ -205,6 +205,7 @@ def settle(world: World) -> None:
     drain_all(world)
     control.answers.settled()
     control.triggers.settled()
+    control.report_calls.settled()
     live = world.live()
     world.checker.check_step(live, world.now)
     world.checker.check_quiescent(live, control.statuses())

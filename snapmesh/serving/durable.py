@@ -1,6 +1,6 @@
 """Files that survive a crash: the one place the node, its pending reports and
-the controller's journal and store get `fsync_dir`, `write_atomically` and
-`sync_files`."""
+the controller's journal and store get `fsync_dir`, `write_atomically`,
+`write_unsynced`, `sync_files` and `sync_with_log`."""
 
 from __future__ import annotations
 
@@ -50,6 +50,51 @@ def write_atomically(path: Path, data: bytes) -> Path:
     os.replace(tmp, path)
     fsync_dir(path.parent)
     return path
+
+
+def write_unsynced(path: Path, data: bytes) -> Path:
+    """`write_atomically` without its two syncs: a process crash leaves `path`
+    whole or as it was (the rename is atomic and the page cache survives it);
+    making it durable is the caller's (`sync_with_log`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return path
+
+
+def sync_with_log(log_fd: int, directory: Path, paths: Sequence[Path]) -> int:
+    """Make a log (`log_fd`, in `directory`) and the files `write_unsynced` put
+    beside it (their names too) durable: one syncfs(2) of that file system where
+    there is one, else (or when it fails) an fsync of every file and of every
+    directory holding one, then the log's fdatasync, in that order. How many
+    sync calls it made."""
+    if _SYNCFS is not None:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            if _SYNCFS(fd) == 0:
+                return 1
+        finally:
+            os.close(fd)
+    calls = 0
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        calls += 1
+    for parent in dict.fromkeys(path.parent for path in paths):
+        fsync_dir(parent)
+        calls += 1
+    os.fdatasync(log_fd)
+    return calls + 1
 
 
 def sync_files(directory: Path, paths: Sequence[Path]) -> int:

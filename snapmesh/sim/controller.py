@@ -28,6 +28,13 @@ simulated cluster, as services/controller/engine.py does on the real one:
                     triggers wait, drawn from their own generator, `wait_rng`)
                     is answered once, with the snapshot's final status, after
                     its Finished record is durable; one whose controller crashed never
+  AnswerReport      judged (sim/report_answers.py): most reports come with a call
+                    (drawn from `report_rng`), as a node's ReportState does, so
+                    the machine holds those that do not complete their snapshot
+                    (held.py H1-H4) and answers them at its end; a call it does not
+                    hold is answered once the step's records are durable. A
+                    controller crash loses the unanswered calls: their nodes send
+                    the reports again to the restarted controller
 
 Controller faults: crash (reports on the way are lost), a report sent again
 whose copy arrives only after a restore began (refused: its epoch is stale), and restart (the
@@ -60,6 +67,7 @@ from snapmesh.sim.disk import Disk
 from snapmesh.sim.invariants import Checker, Violation
 from snapmesh.sim.journal import SimJournal
 from snapmesh.sim.network import Network
+from snapmesh.sim.report_answers import ReportCheck, Sent
 from snapmesh.sim.restore_calls import RestoreCalls
 from snapmesh.sim.restarts import RestartCheck, kind_of_failure
 from snapmesh.sim.trigger_answers import TriggerCheck
@@ -126,6 +134,10 @@ class SimController(RestoreCalls):
         self.triggers = TriggerCheck()
         self.fence_calls: list[FenceAt] = []  # a stop's Fence calls not yet delivered
         self.files: list[pb.Snapshot] = []  # snapshot files a restart reads (the rescale steps' stop snapshot)
+        # ReportState calls (held.py H1-H4): which reports come with a call, from their own generator.
+        self.report_rng = random.Random(seed * 104_729 + 8)
+        self.report_calls = ReportCheck()
+        self.to_resend: list[Sent] = []  # unanswered when the controller crashed: sent again at its restart
 
     def _machine(self) -> machine.Controller:
         app = self.world.app
@@ -187,6 +199,9 @@ class SimController(RestoreCalls):
             self.fence_calls.append(effect)  # delivered by the version steps (snapmesh/fuzzer/steps.py)
         elif kind is machine.AnswerTrigger:
             self.faults[self.triggers.answered(effect, self.journal.durable)] += 1
+        elif kind is machine.AnswerReport:
+            self.reports.extend(self.report_calls.answer(effect, self.journal.durable))
+            self.faults["held reports answered at their snapshot's end"] += 1
         else:  # pragma: no cover
             raise TypeError(f"unrouted effect {effect!r}")
 
@@ -290,15 +305,23 @@ class SimController(RestoreCalls):
             return
         message = report_message(state, epoch=epoch)
         current = self.machine.epoch
+        call = self.report_calls.call((node_id, state, epoch)) if self.report_rng.random() < 0.8 else None
         try:
-            _, duplicate = self.machine.reported(message, self.now())
+            _, duplicate = self.machine.reported(message, self.now(), call=call)
         except machine.StaleReport:
+            self._refused(call)
             self.faults["stale report refused"] += 1
             return
         except (InvalidReport, DuplicateReport) as exc:
             raise Violation(f"{node_id}: the controller refused its report of {state.snapshot_id}: {exc}") from None
         except TrackerError:
+            self._refused(call)
             return  # too late (the snapshot failed): the node's part is dropped
+        held = call is not None and self.machine.holding(call)
+        if held:
+            self.faults["report held until its snapshot ends" if not duplicate else "a repeat joined a held report"] += 1
+            if self.report_rng.random() < 0.1:  # the node's call timed out while held: it sends the report again (H3)
+                self.reports.append((node_id, state, epoch))
         if 0 < epoch < current:
             raise Violation(f"{node_id}: the controller in epoch {current} took a report of epoch {epoch}")
         if not duplicate:
@@ -306,6 +329,13 @@ class SimController(RestoreCalls):
         if self.resend_rng.random() < 0.2:
             self.resent.append((node_id, state, epoch))
         self.carry_out()
+        if call is not None and not held:  # the shell answers once the step's records are durable (H4)
+            self.journal.defer(self.journal.appended,
+                               lambda: self.report_calls.answered((call,), self.journal.durable))
+
+    def _refused(self, call: int | None) -> None:
+        if call is not None:
+            self.report_calls.refused(call)
 
     def tick(self) -> None:
         if self.up:
@@ -320,6 +350,7 @@ class SimController(RestoreCalls):
         self.answers.crashed()
         self.faults["waiting trigger lost in a controller crash"] += len(self.triggers.waiting) > 0
         self.triggers.crashed()
+        self.to_resend += self.report_calls.crashed()
 
     def restart(self) -> None:
         """A new controller process: the machine rebuilt from the journal."""
@@ -341,6 +372,10 @@ class SimController(RestoreCalls):
         else:
             self.restoring = None
         self.carry_out()
+        if self.to_resend:  # the nodes whose calls died with the last process send their reports again
+            self.faults["reports sent again after a controller crash"] += 1
+            self.reports.extend(self.to_resend)
+            self.to_resend = []
         if self.retention.keep:
             self.retention.settled(self.machine.all(), self._protected())
 

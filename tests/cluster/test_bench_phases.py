@@ -350,6 +350,31 @@ def test_every_utilisation_variant_runs_at_the_pace_the_first_ones_search_found(
     assert run.out["pace_per_s_8n_util80_hybrid"] == run.out["pace_per_s_8n_util80_classic"]
 
 
+def test_the_pace_search_measures_the_machine_while_snapshots_run_and_a_phase_off_target_is_invalid(
+        monkeypatch, capsys) -> None:
+    # The stand-in machine is one core busy per sample second: 50% of two cores, whatever the pace.
+    monkeypatch.setattr("bench.observe.os.cpu_count", lambda: 2)
+    snapshots_during: list[int] = []
+    busy = util_phase._busy_at
+
+    def counted(run, mesh, rate):
+        before = len(mesh.complete)
+        try:
+            return busy(run, mesh, rate)
+        finally:
+            snapshots_during.append(len(mesh.complete) - before)
+
+    monkeypatch.setattr(util_phase, "_busy_at", counted)
+    said: list[str] = []
+    run = phases.run_set("overtake", said.append, lab=FakeLab(), only=("util8",))
+    assert snapshots_during and all(n > 0 for n in snapshots_during)  # every step took snapshots as it measured
+    for variant in ("classic", "overtake", "hybrid", "overtake_broadcast"):
+        assert run.out[f"util_valid_8n_util50_{variant}"] == 1.0  # ran at 50%
+        assert run.out[f"util_valid_8n_util80_{variant}"] == 0.0  # ran at 50%, 0.3 from its target
+    invalid = [line for line in said if "INVALID" in line]
+    assert len(invalid) == 4 and all("more than 0.1 from the target 80%; not to be quoted" in x for x in invalid)
+
+
 def test_the_phase_on_hosts_at_a_measured_utilisation_writes_the_issues_goal_key() -> None:
     run = _run_no_mesh("cluster", only=("hosts_util",), peak=10_000.0)
     assert set(run.out) == HOSTS_UTIL_KEYS

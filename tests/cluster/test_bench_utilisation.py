@@ -12,7 +12,7 @@ import pytest
 
 from bench.lab import p99
 from bench.utilisation import (JournalRead, Pace, bucket_p99, find_pace, journal_figures, runq_wait_ns, split,
-                               split_figures, tail_figures, wait_figures)
+                               split_figures, tail_figures, valid, validity, wait_figures)
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
@@ -122,3 +122,11 @@ def test_the_journal_figures_are_the_p99_buckets_and_rounds_between_two_reads() 
         "journal_syncs_per_snapshot": 3.0, "journal_records_per_sync": 2.0})
     assert bucket_p99({}, {0.001: 0, inf: 4}) == 0.001  # past the last bound: that bound (at least it)
     assert math.isnan(bucket_p99({0.001: 2, inf: 2}, {0.001: 2, inf: 2}))  # nothing observed between
+
+
+def test_a_phase_more_than_a_tenth_from_its_target_is_invalid_and_says_so() -> None:
+    assert valid(0.58, 0.5) and valid(0.42, 0.5) and valid(0.5, 0.5)
+    assert not valid(0.61, 0.5) and not valid(0.92, 0.5) and not valid(float("nan"), 0.5)
+    assert validity(0.55, 0.5) == ""
+    assert validity(0.92, 0.5) == (" INVALID: the snapshots ran at 92% busy, more than 0.1 from the target 50%; "
+                                   "not to be quoted")

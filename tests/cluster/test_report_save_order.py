@@ -1,8 +1,10 @@
-"""The pending-report save rides the transfer log's round: the report file is on
-disk (renamed into place, its directory synced) before the marker_recv it rests
-on is written, on whichever path the round takes, and a failed save never fails
-the log. Driven through the real engine, node machine, log and reporter, with
-every file operation of the data directory recorded in order."""
+"""The pending-report save rides the transfer log's round: the report file is
+renamed into place before the marker_recv it rests on is written, on whichever
+path the round takes, and one sync makes both durable before the report is
+sent (a syncfs of the data directory's file system; without one, the file's
+fsync, its directory's and the log's fdatasync, in that order). A failed save
+never fails the log. Driven through the real engine, node machine, log and
+reporter, with every file operation of the data directory recorded in order."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from snapmesh.services.node.channels import IncomingChannel
 from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.recovery import recover
-from snapmesh.services.node.reporter import PendingReports, StateReporter
+from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from snapmesh.services.node.translog import TransferLog
+from snapmesh.serving import durable
 from snapmesh.protocol.node import core
 from snapmesh.protocol.node.machine import Node
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -39,9 +42,13 @@ class FileOps:
     ops: list[tuple[str, str, bool, bytes]] = field(default_factory=list)
     paths: dict[int, str] = field(default_factory=dict)
     fail_replace: bool = False
+    syncfs: bool = True  # False: a system without syncfs(2), the fallback's syncs
+
+    SYNCS = ("fsync", "fdatasync", "syncfs")
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         real_open, real_write, real_fsync = os.open, os.write, os.fsync
+        real_syncfs = durable._SYNCFS
         real_fdatasync, real_replace = os.fdatasync, os.replace
 
         def note(op: str, path: str, data: bytes = b"") -> None:
@@ -71,6 +78,11 @@ class FileOps:
                 raise OSError(errno.EIO, "injected EIO on the report's rename")
             return real_replace(src, dst, *args, **kw)
 
+        def fake_syncfs(fd):
+            note("syncfs", self.paths.get(fd, ""))
+            return real_syncfs(fd) if real_syncfs is not None else 0
+
+        monkeypatch.setattr(durable, "_SYNCFS", fake_syncfs if self.syncfs else None)
         monkeypatch.setattr(os, "open", fake_open)
         monkeypatch.setattr(os, "write", fake_write)
         monkeypatch.setattr(os, "fsync", fake_fsync)
@@ -84,13 +96,20 @@ class FileOps:
 
 
 class Sink:
-    """Stands in for the controller: the reporter's sends land here."""
+    """Stands in for the controller: the reporter's sends land here (and in `ops`, as a "send")."""
 
-    def __init__(self) -> None:
+    def __init__(self, ops: FileOps | None = None) -> None:
         self.sent: list[tuple[str, int]] = []
+        self.ops = ops
+
+    def send(self, message: pb.FullState, lsn: int) -> None:
+        self.sent.append((message.snapshot_id, lsn))
+        if self.ops is not None:
+            self.ops.ops.append(("send", message.snapshot_id, True, b""))
 
 
-async def one_snapshot(tmp_path: Path, transfers_before: int) -> tuple[list[str], Sink, PendingReports]:
+async def one_snapshot(tmp_path: Path, transfers_before: int,
+                       ops: FileOps | None = None) -> tuple[list[str], Sink, PendingReports]:
     """p1 (one incoming channel, from p2) takes `transfers_before` transfers and
     then s1's marker in one frame: cut, recvs, marker_recv, and its part is done."""
     data_dir = tmp_path / "data"
@@ -102,9 +121,9 @@ async def one_snapshot(tmp_path: Path, transfers_before: int) -> tuple[list[str]
                       on_durable=lambda lsn: engine.durable(lsn) if engine is not None else None)
     pending = PendingReports(data_dir / "p1.reports")
     pending.load()
-    sink = Sink()
+    sink = Sink(ops)
     reporter = StateReporter(address="127.0.0.1:1", log_=log, metrics=NodeMetrics("p1"), options=[], pending=pending)
-    reporter._start = lambda message, lsn: sink.sent.append((message.snapshot_id, lsn))  # type: ignore[method-assign]
+    reporter._start = sink.send  # type: ignore[method-assign]
     node = Node(node_id="p1", incoming=("p2",), outgoing=(), recovered=recovered, now=0.0, wall=0.0)
     engine = Engine(node=node, log_=log, outgoing={}, incoming={"p2": IncomingChannel(src="p2", dst="p1")},
                     metrics=NodeMetrics("p1"), reporter=reporter)
@@ -120,14 +139,15 @@ async def one_snapshot(tmp_path: Path, transfers_before: int) -> tuple[list[str]
     return path.read_text().splitlines(), sink, pending
 
 
+@pytest.mark.parametrize("syncfs", [True, False], ids=["syncfs", "no-syncfs"])
 @pytest.mark.parametrize(("transfers_before", "on_loop"), [(0, True), (200, False)],
                          ids=["small-round-on-the-loop", "large-round-on-a-thread"])
-def test_the_report_file_is_on_disk_before_the_marker_recv_is_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transfers_before: int, on_loop: bool
+def test_the_report_file_is_written_before_the_marker_recv_and_one_sync_makes_both_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transfers_before: int, on_loop: bool, syncfs: bool
 ) -> None:
-    ops = FileOps(tmp_path)
+    ops = FileOps(tmp_path, syncfs=syncfs)
     ops.install(monkeypatch)
-    lines, sink, pending = asyncio.run(one_snapshot(tmp_path, transfers_before))
+    lines, sink, pending = asyncio.run(one_snapshot(tmp_path, transfers_before, ops))
 
     marker_lsn = next(i for i, line in enumerate(lines, start=1) if '"marker_recv"' in line)
     assert sink.sent == [("s1", marker_lsn)]  # reported once durable, resting on the marker_recv
@@ -136,9 +156,19 @@ def test_the_report_file_is_on_disk_before_the_marker_recv_is_written(
 
     reports = str(pending.directory)
     renamed = ops.index("replace", lambda p, _: p.startswith(reports) and p.endswith(PendingReports.SUFFIX))
-    dir_synced = ops.index("fsync", lambda p, _: p == reports)
     marker_written = ops.index("write", lambda p, d: p.endswith("p1.log.jsonl") and b'"marker_recv"' in d)
-    assert renamed < dir_synced < marker_written, ops.ops
+    sent = ops.index("send", lambda p, _: p == "s1")
+    assert renamed < marker_written < sent, ops.ops
+    # The report's path: from its file's first write to its send, the syncs made.
+    first = min(i for i, (o, p, _, _) in enumerate(ops.ops) if o == "write" and p.startswith(reports))
+    syncs = [(o, p) for o, p, _, _ in ops.ops[first:sent] if o in FileOps.SYNCS]
+    data = str(tmp_path / "data")
+    if syncfs:
+        assert syncs == [("syncfs", data)], ops.ops  # one, after the marker_recv's write
+    else:  # the file, its directory, then the log: the old order, all after the writes
+        assert [o for o, _ in syncs] == ["fsync", "fsync", "fdatasync"], ops.ops
+        assert syncs[1:] == [("fsync", reports), ("fdatasync", data + "/p1.log.jsonl")]
+    assert all(i > marker_written for i, (o, _, _, _) in enumerate(ops.ops[:sent]) if o in FileOps.SYNCS and i > first)
     # No round before it wrote the records the state rests on: the cut and the
     # recvs go in the same write, after the file too.
     assert b'"kind":"cut"' in ops.ops[marker_written][3]
@@ -147,6 +177,26 @@ def test_the_report_file_is_on_disk_before_the_marker_recv_is_written(
     save_threads = {on_main for _, p, on_main, _ in ops.ops[:marker_written] if p.startswith(reports)}
     assert save_threads == {on_loop}, ops.ops
     assert ops.ops[marker_written][2] is on_loop
+
+
+def test_a_pending_report_power_cut_short_is_dropped_not_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its name durable and not (all) its bytes: a power loss during the round's one
+    sync. The part is lost (the controller aborts that snapshot at its deadline);
+    the node starts. Garbage is still refused."""
+    pending = PendingReports(tmp_path / "p1.reports")
+    pending.load()
+    whole = pending.encode(pb.FullState(snapshot_id="s1", node_id="p1", balance=95, state=b"x" * 100), 7)
+    pending.write("s1", whole[:-10])
+    pending.write("s2", b"")
+    pending.write("s3", pending.encode(pb.FullState(snapshot_id="s3", node_id="p1", balance=95), 8))
+    assert [(m.snapshot_id, lsn) for m, lsn in pending.load()] == [("s3", 8)]
+    assert "cut short" in caplog.text and "an empty pending report" in caplog.text
+    assert sorted(p.name for p in pending.directory.iterdir()) == [pending._path("s3").name]
+    pending.write("s4", b"snapmesh-fullstate 1 lsn=9 bytes=x\n")
+    with pytest.raises(CorruptReportError, match="bad header"):
+        pending.load()
 
 
 def test_a_failed_save_is_logged_the_state_reported_and_the_log_goes_on(

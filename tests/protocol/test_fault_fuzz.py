@@ -58,6 +58,9 @@ def test_every_fault_kind_happens() -> None:
         "restore call joined under its own key after the restore ended",
         "restore refused: no such snapshot", "snapshot retired (--keep)", "controller journal lagged",
         "stale epoch refused",  # a channel open the receiving node's machine refused (N8)
+        # ReportState calls the controller holds until their snapshot ends (held.py H1-H4)
+        "report held until its snapshot ends", "held reports answered at their snapshot's end",
+        "a repeat joined a held report", "reports sent again after a controller crash",
         # TriggerSnapshot with wait (W1): answered once the snapshot's end is durable, or lost with its controller
         "waiting trigger answered COMPLETE", "waiting trigger answered FAILED: deadline",
         "waiting trigger answered FAILED: StartSnapshot failed", "waiting trigger answered FAILED: restored to",

@@ -135,6 +135,7 @@ BANK_MUTATIONS_SEEDS = {
     "controller-replay-no-resume": 9, "restore-answers-join-at-once": 5,
     "controller-trigger-answer-before-durable": 0, "controller-trigger-answer-dropped": 24,
     "report-leaves-out-a-recorded-channel": 2,
+    "controller-held-not-journaled": 2, "controller-held-never-answered": 0,
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pytest
-from snapmesh.protocol.controller import machine as controller, restoregate, restoring, retention, tracker
+from snapmesh.protocol.controller import held, machine as controller, restoregate, restoring, retention, tracker
 from snapmesh.protocol.node import link, recovery, requests
 from snapmesh.protocol.controller import journal
 from snapmesh.protocol.node import machine as node_mod
@@ -453,7 +453,33 @@ def _report_leaves_out_a_recorded_channel(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(sim_controller, "report_message", broken)
 
 
+def _held_reports_not_journaled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller answers the reports it held at COMPLETE without journaling
+    them (held.py H2, H4): a crash then loses reports the nodes were told are taken."""
+    release = held.HeldReports.release
+
+    def broken(self, snapshot_id: str):
+        _, calls = release(self, snapshot_id)
+        return [], calls
+
+    monkeypatch.setattr(held.HeldReports, "release", broken)
+
+
+def _held_reports_never_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller journals the reports it held but never answers their calls
+    (held.py H2): the nodes keep them and send them again, for ever."""
+    release = held.HeldReports.release
+
+    def broken(self, snapshot_id: str):
+        records, _ = release(self, snapshot_id)
+        return records, ()
+
+    monkeypatch.setattr(held.HeldReports, "release", broken)
+
+
 MUTATIONS = {
+    "controller-held-not-journaled": _held_reports_not_journaled,
+    "controller-held-never-answered": _held_reports_never_answered,
     "report-leaves-out-a-recorded-channel": _report_leaves_out_a_recorded_channel,
     "controller-start-before-durable": _controller_starts_before_durable,
     "controller-finish-before-durable": _controller_finishes_before_durable,
