@@ -198,11 +198,28 @@ def typed_snapshots(raw: DataFrame) -> DataFrame:
     return raw.select(*typed_snapshot_columns())
 
 
+def is_app_snapshot() -> Column:
+    """A raw snapshot row (schema.SNAPSHOT) that is an app's: its export names the app."""
+    return F.coalesce(F.col("app.spec"), F.lit("")) != ""
+
+
 def typed_snapshot_columns() -> list[Column]:
-    """The columns of ``typed_snapshots``, to select beside others."""
+    """The columns of ``typed_snapshots``, to select beside others.
+
+    An app's snapshot has no tallies: its logs carry none (an app's send, recv and cut
+    records hold 0, or nothing), and the figures its export may carry beside its bytes
+    (a node's `balance`, an item's `amount`, `total`, `expected_total`: the v1 fields
+    an app's adapter fills) are the app's reading of those bytes, which ``figures``
+    checks through the app's own code. So they read 0 (the claimed totals null) here.
+    """
+    app = is_app_snapshot()
+
+    def tally(c: Column) -> Column:
+        return F.when(app, F.lit(0).cast("long")).otherwise(_long0(c))
+
     nodes = F.transform(
         F.coalesce("nodes", F.array()),
-        lambda n: F.struct(n.node_id.alias("node"), _long0(n.balance).alias("balance")),
+        lambda n: F.struct(n.node_id.alias("node"), tally(n.balance).alias("balance")),
     )
     channels = F.transform(
         F.coalesce("channels", F.array()),
@@ -212,7 +229,7 @@ def typed_snapshot_columns() -> list[Column]:
             F.transform(
                 F.coalesce(c.in_flight, F.array()),
                 lambda m: F.struct(
-                    m.msg_id.alias("msg_id"), _long0(m.amount).alias("amount"), _long0(m.seq).alias("seq")
+                    m.msg_id.alias("msg_id"), tally(m.amount).alias("amount"), _long0(m.seq).alias("seq")
                 ),
             ).alias("in_flight"),
         ),
@@ -225,6 +242,6 @@ def typed_snapshot_columns() -> list[Column]:
         F.greatest(_long0(F.col("epoch")), F.lit(1).cast("long")).alias("epoch"),
         nodes.alias("nodes"),
         channels.alias("channels"),
-        F.col("total").try_cast("long").alias("claimed_total"),
-        F.col("expected_total").try_cast("long").alias("claimed_expected_total"),
+        F.when(~app, F.col("total").try_cast("long")).alias("claimed_total"),
+        F.when(~app, F.col("expected_total").try_cast("long")).alias("claimed_expected_total"),
     ]

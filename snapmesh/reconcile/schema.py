@@ -120,8 +120,10 @@ APP_SNAPSHOT = T.StructType(
     _fields(
         ("snapshot_id", T.StringType()),
         ("status", T.StringType()),
-        ("app", _strings("spec")),
+        ("app", _strings("spec", "name")),
         ("started_at", T.StringType()),
+        ("total", T.StringType()),  # the figures an app's adapter filled (`figures` checks them)
+        ("expected_total", T.StringType()),
         ("nodes", T.ArrayType(_strings("node_id", "state", "state_digest"))),
         ("channels", _channels(_strings("seq", "payload"))),
         (CORRUPT_COLUMN, T.StringType()),
