@@ -16,7 +16,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from snapmesh.reconcile.common import RECEIPTS, SENDS, first_when, kind_in
-from snapmesh.reconcile.schema import ACTIVE_FIRST_LSN, CORRUPT_COLUMN, EVENT, LOG_FILE_PATTERN, LOG_RECORD, REQUIRED_FIELDS
+from snapmesh.reconcile.schema import (ACTIVE_FIRST_LSN, APP_MARKS, CORRUPT_COLUMN, EVENT, LOG_FILE_PATTERN, LOG_RECORD,
+                                      REQUIRED_FIELDS, TALLY_KEYS)
 
 # ---------------------------------------------------------------------------- logs
 
@@ -36,6 +37,16 @@ def parse_log_lines(lines: DataFrame) -> DataFrame:
     )
     parsed = lines.select("file", "block", "mid", "value", record.alias("r")).select(
         "file", "block", "mid", "value", "r.*"
+    )
+    # An app's record may leave its tally out (schema.APP_MARKS): its mark is a key, and a
+    # key's quotes cannot appear unescaped inside a JSON string, so a substring test tells.
+    tally_out = F.lit(False)
+    for kind, mark in APP_MARKS.items():
+        tally_out = tally_out | ((F.col("kind") == kind) & F.col(TALLY_KEYS[kind]).isNull()
+                                 & F.col("value").contains(f'"{mark}":'))
+    parsed = parsed.select(
+        *(c for c in parsed.columns if c not in set(TALLY_KEYS.values())),
+        *(F.when(tally_out, F.lit(0).cast("long")).otherwise(F.col(key)).alias(key) for key in sorted(set(TALLY_KEYS.values()))),
     )
 
     corrupt = F.col(CORRUPT_COLUMN).isNotNull()
