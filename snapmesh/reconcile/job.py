@@ -247,8 +247,11 @@ def reconcile(
             rows = apps.fold(rows, apps.checked(spark, data_dir, app_snaps))
             from snapmesh.reconcile import invariants
 
-            views = invariants.app_views(app_snaps, invariants.cluster_params(_local(data_dir)))
-            shown = figures.of_views(views, figures.claims(app_snaps), app, app_spec)
+            claimed = figures.claims(app_snaps)
+            views = []  # collected (the states, to the driver) only for an app the job has
+            if app is not None or any(figures.app_for(spec, name, None, "") for spec, name, _ in claimed.values()):
+                views = invariants.app_views(app_snaps, invariants.cluster_params(_local(data_dir)))
+            shown = figures.of_views(views, claimed, app, app_spec)
             rows = figures.fold(rows, shown)
             if app is not None:
                 rows += app_invariants(spark, app, app_module, views)
