@@ -20,7 +20,7 @@ from typing import Any
 from snapmesh.checking import cut
 import snapmesh.bank.cut as bank_cut
 from snapmesh.reconcile import messages as M
-from snapmesh.reconcile.schema import INT_COLUMNS, REQUIRED_FIELDS, SCOPE_LOGS, SCOPE_SNAPSHOT, STR_COLUMNS
+from snapmesh.reconcile.schema import APP_MARKS, INT_COLUMNS, REQUIRED_FIELDS, SCOPE_LOGS, SCOPE_SNAPSHOT, STR_COLUMNS, TALLY_KEYS
 
 SENDS = ("send", "marker_sent")
 RECEIPTS = ("recv", "marker_recv")
@@ -80,6 +80,8 @@ def reconcile(data_dir: str) -> list[dict[str, Any]]:
                 except ValueError:
                     bad.append((path, line_no, "not valid JSON (truncated line?)"))
                     continue
+                if isinstance(rec, dict) and rec.get("kind") in APP_MARKS and APP_MARKS[rec["kind"]] in rec:
+                    rec.setdefault(TALLY_KEYS[rec["kind"]], 0)  # an app's record: no tally (schema.APP_MARKS)
                 problem = _problem(rec, file_node)
                 if problem:
                     bad.append((path, line_no, problem))

@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from snapmesh.reconcile import apps, checksums
+from snapmesh.reconcile import apps, checksums, figures
 from snapmesh.spark import cds
 from snapmesh.reconcile import parse as T_parse
 from snapmesh.reconcile import verdicts as V
@@ -39,7 +39,8 @@ from snapmesh.reconcile.common import BUCKET, InputError
 from snapmesh.app import BUILT_IN, App, AppError, load_app
 from snapmesh.checking.node_logs import LeftOut
 
-from snapmesh.reconcile.schema import APP_SNAPSHOT, CORRUPT_COLUMN, EVENT, SCOPE_INVARIANT, SCOPE_LEFT_OUT, SNAPSHOT, VERDICT
+from snapmesh.reconcile.schema import (APP_SNAPSHOT, CORRUPT_COLUMN, EVENT, SCOPE_INVARIANT, SCOPE_LEFT_OUT, SCOPE_LOGS,
+                                      SCOPE_RESTORE, SCOPE_SNAPSHOT, SNAPSHOT, VERDICT)
 from snapmesh.reconcile.segments import Logs, read_logs, write_text_file
 from snapmesh.spark.session import (
     EXIT_BAD_INPUT,
@@ -172,6 +173,7 @@ def reconcile(
     summed: bool = True,
     app: App | None = None,
     app_module: str = "",
+    app_spec: str = "",
 ) -> Outcome:
     """Run every check; return the verdict rows, or the bad input found first.
 
@@ -184,8 +186,11 @@ def reconcile(
     aggregates the ingested segments' rows instead of reading their sums.
 
     An app's COMPLETE snapshots (the export names the app) get the checks of ``apps``
-    too; with ``app`` (its module ``app_module``, shipped to the executors), its SQL
-    invariants over its views (``invariants``) add their verdict rows.
+    too, and the figures of ``figures`` (its describe's totals: the expected and
+    observed columns) when the job has the app: ``app`` (its spec ``app_spec``, else
+    its name, must be the snapshot's) or a built-in the export names. With ``app``
+    (its module ``app_module``, shipped to the executors), its SQL invariants over its
+    views (``invariants``) add their verdict rows.
     """
     if _is_local(data_dir) and not os.path.isdir(_local(data_dir)):
         raise InputError(f"data dir {data_dir} does not exist")
@@ -198,8 +203,8 @@ def reconcile(
         checked = raw_snaps.select(
             "file",
             T_parse.snapshot_problem().alias("problem"),
-            F.coalesce("app.spec", F.lit("")).alias("app"),
             *T_parse.typed_snapshot_columns(),
+            F.coalesce("app.spec", F.lit("")).alias("app"),  # last: the columns before it read the struct
         )
         with ThreadPoolExecutor(max_workers=1) as pool:  # small jobs at once: the snapshots and sums beside the log
             snaps_future = pool.submit(lambda: [_as_dict(r) for r in checksums.snapshot_sums(checked).collect()])
@@ -229,23 +234,35 @@ def reconcile(
             bucket=bucket,
             exact=exact,
         )
+        # An app's snapshot has no tallies (parse.typed_snapshot_columns), nor has its
+        # cluster's log: the rows show no totals from them, but the app's figures, and
+        # the in-flight column their amount or none.
+        unsummed = {s["snapshot_id"] for s in snaps if s["app"]}
+        if unsummed:
+            rows = [{**r, "expected_total": None, "observed_total": None}
+                    if r["scope"] in (SCOPE_LOGS, SCOPE_SNAPSHOT, SCOPE_RESTORE) else r for r in rows]
+        shown: dict[str, figures.Figures] = {}
         if any(s["app"] and s["status"] == "COMPLETE" for s in snaps):
             app_snaps = read_snapshots(spark, data_dir, APP_SNAPSHOT)
             rows = apps.fold(rows, apps.checked(spark, data_dir, app_snaps))
+            from snapmesh.reconcile import invariants
+
+            claimed = figures.claims(app_snaps)
+            views = []  # collected (the states, to the driver) only for an app the job has
+            if app is not None or any(figures.app_for(spec, name, None, "") for spec, name, _ in claimed.values()):
+                views = invariants.app_views(app_snaps, invariants.cluster_params(_local(data_dir)))
+            shown = figures.of_views(views, claimed, app, app_spec)
+            rows = figures.fold(rows, shown)
             if app is not None:
-                rows += app_invariants(spark, app, app_module, app_snaps, data_dir)
+                rows += app_invariants(spark, app, app_module, views)
         elif app is not None:
             rows.append({**dict.fromkeys(VERDICT.fieldNames()), "scope": SCOPE_INVARIANT, "status": "-",
                          "first_discrepancy": f"skipped: no COMPLETE snapshot of an app to check {app.name}'s invariants on"})
-        # An app's snapshot without the bank's fields (its export has no `total`) is not
-        # money: its rows show no totals and its in-flight column no amount.
-        unsummed = {s["snapshot_id"] for s in snaps if s["app"] and s["claimed_total"] is None}
-        rows = [{**r, "expected_total": None, "observed_total": None}
-                if r["scope"] == "snapshot" and r["snapshot_id"] in unsummed else r for r in rows]
         in_flight = {
             s["snapshot_id"]: (
                 sum(max(c["tn"] or 0, 0) for c in s["channels"] or ()),  # size() of a missing list is -1
-                None if s["snapshot_id"] in unsummed else sum(c["amount"] or 0 for c in s["channels"] or ()),
+                (shown[s["snapshot_id"]].in_flight if s["snapshot_id"] in shown else None)
+                if s["snapshot_id"] in unsummed else sum(c["amount"] or 0 for c in s["channels"] or ()),
             )
             for s in snaps
         }
@@ -254,14 +271,13 @@ def reconcile(
         logs.release()
 
 
-def app_invariants(spark: SparkSession, app: App, module: str, raw_snaps: DataFrame, data_dir: str) -> list[dict[str, Any]]:
-    """The verdict rows of the app's SQL invariants (``invariants``), its module shipped first."""
+def app_invariants(spark: SparkSession, app: App, module: str, views: list[Any]) -> list[dict[str, Any]]:
+    """The verdict rows of the app's SQL invariants over `views` (``invariants``), its module shipped first."""
     from snapmesh.reconcile import invariants
 
     if module:
         invariants.ship_module(spark, module)
         invariants.check_shipped(spark, module)
-    views = invariants.app_views(raw_snaps, invariants.cluster_params(_local(data_dir)))
     return invariants.invariant_verdicts(spark, app, views)
 
 
@@ -350,11 +366,12 @@ def run_job(
     exact: bool = False,
     app: App | None = None,
     app_module: str = "",
+    app_spec: str = "",
 ) -> int:
     """The whole job on an existing session: check, write, print; the exit status."""
     out_dir = out_dir or f"{data_dir.rstrip('/')}/reconcile"
     try:
-        outcome = reconcile(spark, data_dir, exact=exact, app=app, app_module=app_module)
+        outcome = reconcile(spark, data_dir, exact=exact, app=app, app_module=app_module, app_spec=app_spec)
     except InputError as e:
         print(f"snapmesh reconcile: bad input: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -459,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if standalone:
             wait_for_executors(spark, args.master, args.master_timeout)
-        return run_job(spark, args.data_dir, args.out, exact=args.exact, app=app, app_module=app_module)
+        return run_job(spark, args.data_dir, args.out, exact=args.exact, app=app, app_module=app_module,
+                       app_spec=args.app or "")
     except InputError as e:
         print(f"snapmesh reconcile: bad input: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -75,3 +75,8 @@ NO_PAYLOAD = Message(63, "channel %s->%s: in-flight seq %s has no payload")
 IN_FLIGHT_PAYLOAD = Message(63, "channel %s->%s: in-flight seq %s payload sha256:%s, %s logged sha256:%s")
 
 SKIPPED = "skipped: status %s%s"
+
+# An app's figures (``figures``: its describe's totals), after the checks above.
+FIGURES_TOTAL = Message(64, "%s's describe: total %s, expected_total %s")
+FIGURES_CLAIMED = Message(65, "snapshot says %s %s, %s's describe says %s")
+FIGURES_RAISED = Message(64, "%s's describe raised %s")

@@ -16,7 +16,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from snapmesh.reconcile.common import RECEIPTS, SENDS, first_when, kind_in
-from snapmesh.reconcile.schema import ACTIVE_FIRST_LSN, CORRUPT_COLUMN, EVENT, LOG_FILE_PATTERN, LOG_RECORD, REQUIRED_FIELDS
+from snapmesh.reconcile.schema import (ACTIVE_FIRST_LSN, APP_MARKS, CORRUPT_COLUMN, EVENT, LOG_FILE_PATTERN, LOG_RECORD,
+                                      REQUIRED_FIELDS, TALLY_KEYS)
 
 # ---------------------------------------------------------------------------- logs
 
@@ -36,6 +37,16 @@ def parse_log_lines(lines: DataFrame) -> DataFrame:
     )
     parsed = lines.select("file", "block", "mid", "value", record.alias("r")).select(
         "file", "block", "mid", "value", "r.*"
+    )
+    # An app's record may leave its tally out (schema.APP_MARKS): its mark is a key, and a
+    # key's quotes cannot appear unescaped inside a JSON string, so a substring test tells.
+    tally_out = F.lit(False)
+    for kind, mark in APP_MARKS.items():
+        tally_out = tally_out | ((F.col("kind") == kind) & F.col(TALLY_KEYS[kind]).isNull()
+                                 & F.col("value").contains(f'"{mark}":'))
+    parsed = parsed.select(
+        *(c for c in parsed.columns if c not in set(TALLY_KEYS.values())),
+        *(F.when(tally_out, F.lit(0).cast("long")).otherwise(F.col(key)).alias(key) for key in sorted(set(TALLY_KEYS.values()))),
     )
 
     corrupt = F.col(CORRUPT_COLUMN).isNotNull()
@@ -198,11 +209,28 @@ def typed_snapshots(raw: DataFrame) -> DataFrame:
     return raw.select(*typed_snapshot_columns())
 
 
+def is_app_snapshot() -> Column:
+    """A raw snapshot row (schema.SNAPSHOT) that is an app's: its export names the app."""
+    return F.coalesce(F.col("app.spec"), F.lit("")) != ""
+
+
 def typed_snapshot_columns() -> list[Column]:
-    """The columns of ``typed_snapshots``, to select beside others."""
+    """The columns of ``typed_snapshots``, to select beside others.
+
+    An app's snapshot has no tallies: its logs carry none (an app's send, recv and cut
+    records hold 0, or nothing), and the figures its export may carry beside its bytes
+    (a node's `balance`, an item's `amount`, `total`, `expected_total`: the v1 fields
+    an app's adapter fills) are the app's reading of those bytes, which ``figures``
+    checks through the app's own code. So they read 0 (the claimed totals null) here.
+    """
+    app = is_app_snapshot()
+
+    def tally(c: Column) -> Column:
+        return F.when(app, F.lit(0).cast("long")).otherwise(_long0(c))
+
     nodes = F.transform(
         F.coalesce("nodes", F.array()),
-        lambda n: F.struct(n.node_id.alias("node"), _long0(n.balance).alias("balance")),
+        lambda n: F.struct(n.node_id.alias("node"), tally(n.balance).alias("balance")),
     )
     channels = F.transform(
         F.coalesce("channels", F.array()),
@@ -212,7 +240,7 @@ def typed_snapshot_columns() -> list[Column]:
             F.transform(
                 F.coalesce(c.in_flight, F.array()),
                 lambda m: F.struct(
-                    m.msg_id.alias("msg_id"), _long0(m.amount).alias("amount"), _long0(m.seq).alias("seq")
+                    m.msg_id.alias("msg_id"), tally(m.amount).alias("amount"), _long0(m.seq).alias("seq")
                 ),
             ).alias("in_flight"),
         ),
@@ -225,6 +253,6 @@ def typed_snapshot_columns() -> list[Column]:
         F.greatest(_long0(F.col("epoch")), F.lit(1).cast("long")).alias("epoch"),
         nodes.alias("nodes"),
         channels.alias("channels"),
-        F.col("total").try_cast("long").alias("claimed_total"),
-        F.col("expected_total").try_cast("long").alias("claimed_expected_total"),
+        F.when(~app, F.col("total").try_cast("long")).alias("claimed_total"),
+        F.when(~app, F.col("expected_total").try_cast("long")).alias("claimed_expected_total"),
     ]

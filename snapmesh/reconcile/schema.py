@@ -68,6 +68,17 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     kind: tuple(name for name, _, required in wal.SPEC[kind] if required) for kind in CHECKED_KINDS
 }
 
+# An app's record has no tally (only the bank run natively keeps one), so it may leave
+# its tally's key out (written with 0 before): kind -> the key whose presence marks the
+# record an app's. A missing tally is then 0; on a record without the mark it is bad input.
+APP_MARKS: dict[str, str] = {"init": "app", "cut": "digest", "restore": "state", "send": "payload",
+                             "recv": "payload", "replay": "payload"}
+# kind -> its tally's key ("balance", "amount": the v1 format's, snapmesh/bank/formats.py)
+TALLY_KEYS: dict[str, str] = {
+    kind: name for kind in APP_MARKS for (name, _, _), attr in zip(wal.SPEC[kind], wal.ATTRS[kind], strict=True)
+    if attr == "tally"
+}
+
 # A located, well-formed log record: the input of the checks.
 EVENT = T.StructType(
     _fields(("file", T.StringType()), ("line", T.LongType())) + _fields(*_EVENT_PAYLOAD)
@@ -120,8 +131,10 @@ APP_SNAPSHOT = T.StructType(
     _fields(
         ("snapshot_id", T.StringType()),
         ("status", T.StringType()),
-        ("app", _strings("spec")),
+        ("app", _strings("spec", "name")),
         ("started_at", T.StringType()),
+        ("total", T.StringType()),  # the figures an app's adapter filled (`figures` checks them)
+        ("expected_total", T.StringType()),
         ("nodes", T.ArrayType(_strings("node_id", "state", "state_digest"))),
         ("channels", _channels(_strings("seq", "payload"))),
         (CORRUPT_COLUMN, T.StringType()),
