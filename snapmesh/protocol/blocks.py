@@ -29,6 +29,12 @@ B4. A node's report may carry its state as blocks (`referenced_report`): the
     snapshot that failed before it was filed): a refusal costs one round, never
     a wrong state.
 
+B5. A block's hash is computed once per content at a node: `names` takes the
+    hash of a block whose bytes are those of the same block of the state before
+    (compared, at memory speed, rather than hashed), so a report's cost in
+    hashing follows what changed. A comparison that finds them equal names the
+    same content, so the hash is the one hashing would give.
+
 Why fixed-size blocks of 8 KiB: a state that changes in place (a blob written at
 offsets, kvshard's keys in ranges) changes the blocks it touches and no other;
 content-defined cuts would only pay off for inserts, which shift a fixed grid.
@@ -130,26 +136,48 @@ def whole_form(
 
 
 
-def referenced_report(report: pb.FullState, held: set[bytes]) -> tuple[pb.FullState | None, set[bytes]]:
+def names(state: bytes, last: tuple[bytes, list[bytes]] | None = None) -> tuple[list[bytes], int]:
+    """The hashes of `state`'s blocks, in order, and how many it hashed: a block
+    whose bytes are those of the block at the same offset of `last` (an earlier
+    state and its `names`) takes that block's hash unhashed (B5)."""
+    view = memoryview(state)
+    old, old_names = last if last is not None else (b"", [])
+    found: list[bytes] = []
+    hashed = 0
+    for i, start in enumerate(range(0, len(state), BLOCK_BYTES)):
+        end = start + BLOCK_BYTES
+        # Sliced as bytes, not memoryviews: a memoryview compares item by item.
+        if i < len(old_names) and state[start:end] == old[start:end]:
+            found.append(old_names[i])
+        else:
+            found.append(block_hash(view[start:end]))
+            hashed += 1
+    return found, hashed
+
+
+def referenced_report(
+    report: pb.FullState, held: set[bytes], known: list[bytes] | None = None,
+) -> tuple[pb.FullState | None, set[bytes]]:
     """`report` (not changed) with its state as blocks, sending only those not in
     `held`, and every block of its state; None in place of the report when it has
-    no state or none of its blocks is held (B4: then it goes whole)."""
+    no state or none of its blocks is held (B4: then it goes whole). `known`:
+    the state's block hashes (`names`), when the caller has them."""
     if not report.HasField("state") or not report.state:
         return None, set()
-    parts = split(report.state)
-    names = [block_hash(block) for block in parts]
-    if held.isdisjoint(names):
-        return None, set(names)
+    state = report.state
+    listed = known if known is not None else names(state)[0]
+    if held.isdisjoint(listed):
+        return None, set(listed)
     sent = pb.FullState()
     sent.CopyFrom(report)
     sent.ClearField("state")
-    sent.state_blocks.hashes.extend(names)
+    sent.state_blocks.hashes.extend(listed)
     new: set[bytes] = set()
-    for name, block in zip(names, parts, strict=True):
+    for i, name in enumerate(listed):
         if name not in held and name not in new:
             new.add(name)
-            sent.blocks.append(block)
-    return sent, set(names)
+            sent.blocks.append(state[i * BLOCK_BYTES : (i + 1) * BLOCK_BYTES])
+    return sent, set(listed)
 
 
 def whole_report(sent: pb.FullState, read: Callable[[bytes], bytes | None]) -> tuple[pb.FullState | None, list[bytes]]:

@@ -112,3 +112,21 @@ def test_a_reference_the_controller_cannot_resolve_is_named_and_nothing_is_rebui
     whole, missing = blocks.whole_report(sent, mine.get)
     assert whole is None and missing == [second, third]
 
+
+
+def test_the_hashes_of_unchanged_blocks_are_taken_from_the_state_before_and_agree_with_hashing():
+    before = random.Random(6).randbytes(10 * B + 100)
+    fresh, hashed = blocks.names(before)
+    assert hashed == 11 and fresh == [blocks.block_hash(b) for b in blocks.split(before)]
+    after = before[:3 * B + 5] + b"x" * 10 + before[3 * B + 15:]
+    names, hashed = blocks.names(after, (before, fresh))
+    assert hashed == 1 and names == blocks.names(after)[0]
+    grown = after + b"t" * B  # the last block changes, one is added
+    names, hashed = blocks.names(grown, (after, names))
+    assert hashed == 2 and names == blocks.names(grown)[0]
+    shrunk = grown[:4 * B]
+    names, hashed = blocks.names(shrunk, (grown, names))
+    assert hashed == 0 and names == blocks.names(shrunk)[0]
+    # A name passed in is the one the report lists; the blocks sent are the state's own bytes.
+    sent, _ = blocks.referenced_report(report(after), {fresh[0]}, blocks.names(after)[0])
+    assert list(sent.blocks) == blocks.split(after)[1:]

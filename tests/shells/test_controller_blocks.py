@@ -133,3 +133,39 @@ def test_a_pb_file_with_its_states_inline_still_loads_and_verifies(tmp_path):
     loaded, warnings = store.load_all()
     assert loaded == [old] and warnings == [] and block_files(tmp_path) == {}
     assert snapshot_file.check(path).ok
+
+
+def test_large_states_are_exported_as_manifests_and_held_blocks_are_not_looked_at_again(tmp_path, monkeypatch):
+    """States over EXPORT_INLINE_BYTES in all: the JSON export names the blocks under
+    controller/blocks (the same checksum, verified and loaded through them); a
+    second filing writes, and looks at the files of, only the blocks no stored
+    snapshot holds."""
+    from snapmesh.services.controller import store as store_module
+
+    monkeypatch.setattr(store_module, "EXPORT_INLINE_BYTES", 8 * B)
+    store = new_store(tmp_path)
+    writer = StoreWriter(store, on_filed=lambda sid: None)
+    first = states(11)  # 2 nodes x 16 blocks: over the limit
+    writer.submit(app_snapshot("s1", first))
+    writer.close()
+    seen: list[int] = []
+    real = store.blocks.write
+    monkeypatch.setattr(store.blocks, "write", lambda new: seen.append(len(new)) or real(new))
+    second = dict(first, p2=first["p2"][:7 * B] + b"!" + first["p2"][7 * B + 1:])
+    writer = StoreWriter(store, on_filed=lambda sid: None)
+    writer.submit(app_snapshot("s2", second))
+    writer.submit(app_snapshot("small", {"p1": b"tiny", "p2": b"too"}))
+    writer.close()
+    assert seen == [1, 2]  # the changed block; then the small states, one block each
+    for sid, whole in (("s1", first), ("s2", second)):
+        text = store.path(sid).read_text()
+        assert '"state_blocks"' in text and '"state":' not in text and len(text) < 8 * 1024
+        verdict = snapshot_file.check(store.path(sid))
+        assert verdict.ok, verdict.as_dict()
+        assert snapshot_file.read(store.path(sid)) == snapshot_file.read(store.compact_path(sid))
+        assert [n.state for n in snapshot_file.read(store.path(sid)).nodes] == list(whole.values())
+    assert '"state": "dGlueQ=="' in store.path("small").read_text()
+    store.compact_path("s2").unlink()  # the export stands in for a lost `.pb`, its blocks and all
+    loaded, warnings = new_store(tmp_path).load_all()
+    assert warnings == [] and [s.snapshot_id for s in loaded] == ["s1", "s2", "small"]
+    assert [n.state for n in loaded[1].nodes] == list(second.values())
