@@ -173,6 +173,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         listing.check_id(request.snapshot_id)
         if request.HasField("state_blocks"):  # rebuilt before anything reads it (blocks.py B4)
             request = await asyncio.to_thread(self._whole_report, request)
+        if request.state_parts:  # the store cuts the state as the node did (blocks.py B6)
+            self.engine.writer.store.note_parts(request.snapshot_id, request.node_id, tuple(request.state_parts))
         await self.engine.report(request)
         return pb.ReportStateResponse(takes_blocks=True)
 

@@ -66,6 +66,7 @@ FINISHED = (pb.Snapshot.COMPLETE, pb.Snapshot.FAILED)
 # copy of every state in base64 is 4/3 of them again at every snapshot, however
 # little changed (the answers' default limit, snapmesh/protocol/controller/answers.py).
 EXPORT_INLINE_BYTES = 4 * 1024 * 1024
+PARTS_KEPT = 64  # snapshots whose reports' parts are kept until they are filed (`note_parts`)
 
 
 class FiledIndex:
@@ -127,6 +128,18 @@ class SnapshotStore:
         self.index = FiledIndex()  # by load_all and every write and delete here
         self.blocks = BlockDir(self.compact_directory.parent / "blocks")
         self.refs = BlockRefs()  # by load_all and every write and delete here (the writer's thread)
+        self._parts: dict[str, dict[str, tuple[int, ...]]] = {}  # snapshot id -> node -> its report's parts
+        self._parts_lock = threading.Lock()
+
+    def note_parts(self, snapshot_id: str, node_id: str, parts: tuple[int, ...]) -> None:
+        """How the report of `node_id` cut its state (blocks.py B6), for the filing of
+        `snapshot_id`: its blocks are then the node's, and its next report's unchanged
+        blocks are held here. Kept for the last PARTS_KEPT snapshots (one that
+        never files, a failed one, is forgotten so)."""
+        with self._parts_lock:
+            self._parts.setdefault(snapshot_id, {})[node_id] = parts
+            while len(self._parts) > PARTS_KEPT:
+                del self._parts[next(iter(self._parts))]
 
     def path(self, snapshot_id: str) -> Path:
         return self.directory / f"{snapshot_id}.json"
@@ -140,7 +153,9 @@ class SnapshotStore:
 
     def file_compact(self, snapshot: pb.Snapshot) -> tuple[str, pb.Snapshot]:
         """`save_compact`, and the stored form it wrote (the export's, for large states)."""
-        stored, named = blocks.stored_form(snapshot)
+        with self._parts_lock:
+            parts = self._parts.pop(snapshot.snapshot_id, {})
+        stored, named = blocks.stored_form(snapshot, parts)
         # A block a stored snapshot already references is on disk, durably (it was
         # written before that manifest): no look at its file. On a second snapshot
         # of a mostly unchanged state, that is every block but the changed ones.

@@ -22,16 +22,15 @@ class SentBlocks:
     def __init__(self) -> None:
         self._takes_blocks = False  # the controller said so in an answer
         self._held: set[bytes] = set()  # the blocks of the last report it accepted
-        self._last: tuple[bytes, list[bytes]] | None = None  # the last state formed and its blocks' hashes
+        self._last: blocks.Named | None = None  # the last state formed, cut, and its blocks' hashes
         self.hashed = 0  # blocks hashed in all (the others' hashes were reused)
 
     def form(self, report: pb.FullState) -> tuple[pb.FullState, set[bytes]]:
         """What to send for `report` (it, or it as blocks), and its state's blocks (for `accepted`)."""
         known = None
         if report.HasField("state") and report.state:
-            state = report.state
-            known, hashed = blocks.names(state, self._last)
-            self._last = (state, known)  # one assignment: a form in another thread sees a whole pair
+            known, hashed = blocks.names(report.state, report.state_parts, self._last)
+            self._last = known  # one assignment: a form in another thread sees a whole one
             self.hashed += hashed
         sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set(), known)
         return (report if sent is None else sent), names

@@ -169,3 +169,18 @@ def test_large_states_are_exported_as_manifests_and_held_blocks_are_not_looked_a
     loaded, warnings = new_store(tmp_path).load_all()
     assert warnings == [] and [s.snapshot_id for s in loaded] == ["s1", "s2", "small"]
     assert [n.state for n in loaded[1].nodes] == list(second.values())
+
+
+def test_a_state_is_stored_cut_as_its_node_cut_it_when_the_report_said_how(tmp_path):
+    store = new_store(tmp_path)
+    parts = (3 * B + 10, 100, 2 * B)
+    state = random.Random(12).randbytes(sum(parts))
+    store.note_parts("s1", "p1", parts)
+    store.save_compact(app_snapshot("s1", {"p1": state}))
+    node_side, _ = blocks.names(state, parts)
+    assert list(store.load("s1").nodes[0].state) == list(state)
+    stored, _ = snapshot_file.read_stored(store.compact_path("s1"))
+    assert list(stored.nodes[0].state_blocks.hashes) == node_side.names and len(node_side.names) == 7
+    store.save_compact(app_snapshot("s2", {"p1": state}))  # not told: the plain grid
+    stored, _ = snapshot_file.read_stored(store.compact_path("s2"))
+    assert list(stored.nodes[0].state_blocks.hashes) == blocks.names(state)[0].names
