@@ -130,6 +130,14 @@ class SnapshotStore:
         self.refs = BlockRefs()  # by load_all and every write and delete here (the writer's thread)
         self._parts: dict[str, dict[str, tuple[int, ...]]] = {}  # snapshot id -> node -> its report's parts
         self._parts_lock = threading.Lock()
+        self._lacking: set[bytes] = set()  # blocks a report named and this store lacked: written again when filed
+
+    def lacks(self, names: list[bytes]) -> None:
+        """Blocks that stored snapshots reference and that are not on disk (or not as
+        named), found by a report that named them: the next filing that has them
+        writes them again (`file_compact` looks at no file of a referenced block)."""
+        with self._parts_lock:
+            self._lacking.update(names)
 
     def note_parts(self, snapshot_id: str, node_id: str, parts: tuple[int, ...]) -> None:
         """How the report of `node_id` cut its state (blocks.py B6), for the filing of
@@ -157,9 +165,12 @@ class SnapshotStore:
             parts = self._parts.pop(snapshot.snapshot_id, {})
         stored, named = blocks.stored_form(snapshot, parts)
         # A block a stored snapshot already references is on disk, durably (it was
-        # written before that manifest): no look at its file. On a second snapshot
-        # of a mostly unchanged state, that is every block but the changed ones.
-        new = {name: block for name, block in named.items() if not self.refs.referenced(name)}
+        # written before that manifest): no look at its file, unless a report found
+        # it lacking. On a second snapshot of a mostly unchanged state, that is every
+        # block but the changed ones.
+        with self._parts_lock:
+            lacking, self._lacking = self._lacking, set()
+        new = {name: block for name, block in named.items() if not self.refs.referenced(name) or name in lacking}
         written, size = self.blocks.write(new)
         if written:
             log.info("snapshot %s: %d new blocks (%d bytes) of %d", snapshot.snapshot_id, written, size, len(named))

@@ -184,3 +184,16 @@ def test_a_state_is_stored_cut_as_its_node_cut_it_when_the_report_said_how(tmp_p
     store.save_compact(app_snapshot("s2", {"p1": state}))  # not told: the plain grid
     stored, _ = snapshot_file.read_stored(store.compact_path("s2"))
     assert list(stored.nodes[0].state_blocks.hashes) == blocks.names(state)[0].names
+
+
+def test_a_held_block_found_lacking_by_a_report_is_written_again_at_the_next_filing(tmp_path):
+    store = new_store(tmp_path)
+    first = states(13)
+    store.save_compact(app_snapshot("s1", first))
+    gone = blocks.block_hash(first["p1"][:B])
+    (tmp_path / "controller" / "blocks" / gone.hex()).unlink()
+    store.save_compact(app_snapshot("s2", first))
+    assert gone.hex() not in block_files(tmp_path)  # held by s1: its file is not looked at
+    store.lacks([gone])
+    store.save_compact(app_snapshot("s3", first))
+    assert block_files(tmp_path)[gone.hex()] == B
