@@ -159,8 +159,9 @@ class SnapshotStore:
         """Write the blocks the store lacks, then the compact file; returns the checksum it carries."""
         return self.file_compact(snapshot)[0]
 
-    def file_compact(self, snapshot: pb.Snapshot) -> tuple[str, pb.Snapshot]:
-        """`save_compact`, and the stored form it wrote (the export's, for large states)."""
+    def file_compact(self, snapshot: pb.Snapshot) -> tuple[str, pb.Snapshot, int]:
+        """`save_compact`, the stored form it wrote (the export's, for large states),
+        and the states' bytes in all (from the blocks: a read of a state is a copy)."""
         with self._parts_lock:
             parts = self._parts.pop(snapshot.snapshot_id, {})
         stored, named = blocks.stored_form(snapshot, parts)
@@ -179,7 +180,7 @@ class SnapshotStore:
         write_atomically(self.compact_path(snapshot.snapshot_id), data)
         self.blocks.delete(freed)
         self.index.add(snapshot.snapshot_id, snapshot.status)
-        return digest, stored
+        return digest, stored, sum(len(named[name]) for node in stored.nodes for name in node.state_blocks.hashes)
 
     def delete(self, snapshot_id: str) -> int:
         """Both files of `snapshot_id` (retention), durably, then the blocks no
@@ -192,15 +193,17 @@ class SnapshotStore:
                 fsync_dir(directory)
         return self.blocks.delete(self.refs.drop(snapshot_id))
 
-    def export_json(self, snapshot: pb.Snapshot, digest: str = "", stored: pb.Snapshot | None = None) -> Path:
+    def export_json(
+        self, snapshot: pb.Snapshot, digest: str = "", stored: pb.Snapshot | None = None, state_bytes: int = -1,
+    ) -> Path:
         """Write the JSON export (`digest`: the snapshot's checksum, when known):
         `snapshot_file.sealed_json` of the export, rendered with the checksum in
         place rather than rendered and then copied to put it in. With `stored`
         (`file_compact`'s), states of more than EXPORT_INLINE_BYTES in all are
         exported as `stored` has them: each node's manifest of blocks, which
         are the files `<data>/controller/blocks/<hex>` (the checksum is still the
-        whole snapshot's, as in the `.pb`)."""
-        if stored is not None and _state_bytes(snapshot) > EXPORT_INLINE_BYTES:
+        whole snapshot's, as in the `.pb`). `state_bytes`: the states' size, when known."""
+        if stored is not None and (state_bytes if state_bytes >= 0 else _state_bytes(snapshot)) > EXPORT_INLINE_BYTES:
             snapshot = stored
         text = export.snapshot_json(snapshot, digest or snapshot_file.checksum(snapshot))
         return write_atomically(self.path(snapshot.snapshot_id), (text + "\n").encode("utf-8"))
@@ -340,14 +343,14 @@ class StoreWriter:
             snapshot, compact, json = item
             sid = snapshot.snapshot_id
             try:
-                digest, stored = "", None
+                digest, stored, size = "", None, -1
                 if compact:
-                    digest, stored = self.store.file_compact(snapshot)
+                    digest, stored, size = self.store.file_compact(snapshot)
                     self._on_filed(sid)
                 if json:
-                    if stored is None and _state_bytes(snapshot) > EXPORT_INLINE_BYTES:
+                    if stored is None and (size := _state_bytes(snapshot)) > EXPORT_INLINE_BYTES:
                         stored = blocks.stored_form(snapshot)[0]  # its `.pb`, and so its blocks, are filed
-                    self.store.export_json(snapshot, digest, stored)
+                    self.store.export_json(snapshot, digest, stored, size)
             except OSError as exc:
                 log.error("cannot write snapshot %s: %s (the journal still holds it)", sid, exc)
             except Exception:  # a bug must not stop every later snapshot's files

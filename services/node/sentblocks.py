@@ -28,8 +28,9 @@ class SentBlocks:
     def form(self, report: pb.FullState) -> tuple[pb.FullState, set[bytes]]:
         """What to send for `report` (it, or it as blocks), and its state's blocks (for `accepted`)."""
         known = None
-        if report.HasField("state") and report.state:
-            known, hashed = blocks.names(report.state, report.state_parts, self._last)
+        state = report.state if report.HasField("state") else b""  # read once: each read is a copy
+        if state:
+            known, hashed = blocks.names(state, report.state_parts, self._last)
             self._last = known  # one assignment: a form in another thread sees a whole one
             self.hashed += hashed
         sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set(), known)

@@ -224,10 +224,11 @@ def referenced_report(
     place of the report when it has no state or none of its blocks is held (B4:
     then it goes whole). `known`: `names` of the report's state and parts, when
     the caller has them."""
-    if not report.HasField("state") or not report.state:
-        return None, set()
     if known is None:
-        known = names(report.state, report.state_parts)[0]
+        state = report.state if report.HasField("state") else b""  # read once: each read is a copy
+        if not state:
+            return None, set()
+        known = names(state, report.state_parts)[0]
     if held.isdisjoint(known.names):
         return None, set(known.names)
     sent = pb.FullState()

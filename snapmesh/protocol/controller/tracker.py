@@ -406,7 +406,8 @@ class Tracker:
         state bytes and their digest (T6), then the app's side's fields; the node's tally."""
         entry.node_id = report.node_id
         if report.HasField("state"):
-            entry.state, entry.state_digest = report.state, digest(report.state)
+            data = report.state  # each read of a bytes field is a copy of it: one here
+            entry.state, entry.state_digest = data, digest(data)
         return self.side.node(entry, report)
 
     def _entry(self, report: pb.FullState) -> pb.NodeBalance:
