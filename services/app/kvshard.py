@@ -27,7 +27,8 @@ K4. A put of a key this node moved away follows the pointer as an "update" messa
 K5. delete (at the key's node) removes the key and leaves a tombstone ("deleted"); an
     update that arrives for it later is dropped. The name is never created again (K1).
 Invariant: the names created minus the names deleted appear exactly once each in the
-states plus the handoffs in flight, and nothing else appears. The state is sorted JSON.
+states plus the handoffs in flight, and nothing else appears. The state is sorted JSON,
+taken in parts (`snapshot_blocks`): its keys in ranges, so a change sends one range.
 
 Rescale (`rescale(view, nodes)`, onto another node set; the channels start empty)
 KR1. Every live key, at a node or in a handoff in flight, lands exactly once, at its
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zlib
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -54,6 +56,7 @@ from typing import Any
 from snapmesh.app import App, Context, NodeInfo, Refused, View
 
 MAX_KEY = 200  # characters in a key's name
+RANGE_KEYS = 64  # keys in a range of the state's parts, on average (snapshot_blocks)
 
 
 def encode(value: Any) -> bytes:
@@ -148,6 +151,23 @@ class KVShard:
     def snapshot(self) -> bytes:
         return encode({"keys": self.keys, "moved": self.moved,
                        "created": sorted(self.created), "deleted": sorted(self.deleted)})
+
+    def snapshot_blocks(self) -> list[bytes]:
+        """snapshot()'s bytes in parts (snapmesh/app A8), the keys in ranges: a range
+        ends after a key whose name's CRC-32 is 0 modulo RANGE_KEYS, so its bounds
+        are the keys' own, and a put, a move or a delete changes one range's part
+        (the lists of names created and deleted are a part of their own, so a new
+        name changes that one too)."""
+        parts = [b'{"created":' + encode(sorted(self.created)) + b',"deleted":' + encode(sorted(self.deleted))
+                 + b',"keys":{']
+        entries: list[bytes] = []
+        for key in sorted(self.keys):
+            entries.append((b"," if entries or len(parts) > 1 else b"") + encode(key) + b":" + encode(self.keys[key]))
+            if zlib.crc32(key.encode()) % RANGE_KEYS == 0:
+                parts.append(b"".join(entries))
+                entries = []
+        parts.append(b"".join(entries) + b'},"moved":' + encode(self.moved) + b"}")
+        return parts
 
     def restore(self, state: bytes) -> None:
         decoded = json.loads(state)

@@ -173,6 +173,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         listing.check_id(request.snapshot_id)
         if request.HasField("state_blocks"):  # rebuilt before anything reads it (blocks.py B4)
             request = await asyncio.to_thread(self._whole_report, request)
+        if request.state_parts:  # the store cuts the state as the node did (blocks.py B6)
+            self.engine.writer.store.note_parts(request.snapshot_id, request.node_id, tuple(request.state_parts))
         await self.engine.report(request)
         return pb.ReportStateResponse(takes_blocks=True)
 
@@ -180,6 +182,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         """The report `sent` as blocks stood for, its references read from the store's blocks (a thread)."""
         whole, missing = blocks.whole_report(sent, self.engine.writer.store.blocks.read)
         if whole is None:
+            self.engine.writer.store.lacks(missing)  # the state sent whole next writes them again
             shown = ", ".join(f"sha256:{name.hex()}" for name in missing[:3]) + (" ..." if len(missing) > 3 else "")
             raise MissingBlocks(f"{blocks.MISSING}: {len(missing)} of the state of {sent.node_id} in snapshot "
                                 f"{sent.snapshot_id} are neither sent nor held here ({shown}); send the state whole")

@@ -9,7 +9,9 @@ Two files per finished snapshot:
   The controller loads these on start.
 - `<data_dir>/snapshots/<id>.json`: the proto JSON export (snake_case names) that
   the README, grpcurl users and the Spark job read. Same content; `export.py`
-  renders it, and `python -m bench store` measures both.
+  renders it, and `python -m bench store` measures both. States of more than
+  EXPORT_INLINE_BYTES in all are exported as the `.pb` holds them: manifests
+  naming the blocks under `controller/blocks`.
 
 Both are written by one background thread (`StoreWriter`), never on the way to
 an answer: by the time a snapshot is handed to it, its outcome is already
@@ -59,6 +61,12 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 log = logging.getLogger(__name__)
 
 FINISHED = (pb.Snapshot.COMPLETE, pb.Snapshot.FAILED)
+# States up to this size in all are in the JSON export (base64); larger ones are
+# exported as their manifests, which name the blocks under controller/blocks: a
+# copy of every state in base64 is 4/3 of them again at every snapshot, however
+# little changed (the answers' default limit, snapmesh/protocol/controller/answers.py).
+EXPORT_INLINE_BYTES = 4 * 1024 * 1024
+PARTS_KEPT = 64  # snapshots whose reports' parts are kept until they are filed (`note_parts`)
 
 
 class FiledIndex:
@@ -120,6 +128,26 @@ class SnapshotStore:
         self.index = FiledIndex()  # by load_all and every write and delete here
         self.blocks = BlockDir(self.compact_directory.parent / "blocks")
         self.refs = BlockRefs()  # by load_all and every write and delete here (the writer's thread)
+        self._parts: dict[str, dict[str, tuple[int, ...]]] = {}  # snapshot id -> node -> its report's parts
+        self._parts_lock = threading.Lock()
+        self._lacking: set[bytes] = set()  # blocks a report named and this store lacked: written again when filed
+
+    def lacks(self, names: list[bytes]) -> None:
+        """Blocks that stored snapshots reference and that are not on disk (or not as
+        named), found by a report that named them: the next filing that has them
+        writes them again (`file_compact` looks at no file of a referenced block)."""
+        with self._parts_lock:
+            self._lacking.update(names)
+
+    def note_parts(self, snapshot_id: str, node_id: str, parts: tuple[int, ...]) -> None:
+        """How the report of `node_id` cut its state (blocks.py B6), for the filing of
+        `snapshot_id`: its blocks are then the node's, and its next report's unchanged
+        blocks are held here. Kept for the last PARTS_KEPT snapshots (one that
+        never files, a failed one, is forgotten so)."""
+        with self._parts_lock:
+            self._parts.setdefault(snapshot_id, {})[node_id] = parts
+            while len(self._parts) > PARTS_KEPT:
+                del self._parts[next(iter(self._parts))]
 
     def path(self, snapshot_id: str) -> Path:
         return self.directory / f"{snapshot_id}.json"
@@ -129,16 +157,30 @@ class SnapshotStore:
 
     def save_compact(self, snapshot: pb.Snapshot) -> str:
         """Write the blocks the store lacks, then the compact file; returns the checksum it carries."""
-        stored, new = blocks.stored_form(snapshot)
+        return self.file_compact(snapshot)[0]
+
+    def file_compact(self, snapshot: pb.Snapshot) -> tuple[str, pb.Snapshot, int]:
+        """`save_compact`, the stored form it wrote (the export's, for large states),
+        and the states' bytes in all (from the blocks: a read of a state is a copy)."""
+        with self._parts_lock:
+            parts = self._parts.pop(snapshot.snapshot_id, {})
+        stored, named = blocks.stored_form(snapshot, parts)
+        # A block a stored snapshot already references is on disk, durably (it was
+        # written before that manifest): no look at its file, unless a report found
+        # it lacking. On a second snapshot of a mostly unchanged state, that is every
+        # block but the changed ones.
+        with self._parts_lock:
+            lacking, self._lacking = self._lacking, set()
+        new = {name: block for name, block in named.items() if not self.refs.referenced(name) or name in lacking}
         written, size = self.blocks.write(new)
         if written:
-            log.info("snapshot %s: %d new blocks (%d bytes) of %d", snapshot.snapshot_id, written, size, len(new))
+            log.info("snapshot %s: %d new blocks (%d bytes) of %d", snapshot.snapshot_id, written, size, len(named))
         data, digest = snapshot_file.sealed_bytes(snapshot, stored)
-        freed = self.refs.hold(snapshot.snapshot_id, new)  # before the file: a crash leaves garbage, never a gap
+        freed = self.refs.hold(snapshot.snapshot_id, named)  # before the file: a crash leaves garbage, never a gap
         write_atomically(self.compact_path(snapshot.snapshot_id), data)
         self.blocks.delete(freed)
         self.index.add(snapshot.snapshot_id, snapshot.status)
-        return digest
+        return digest, stored, sum(len(named[name]) for node in stored.nodes for name in node.state_blocks.hashes)
 
     def delete(self, snapshot_id: str) -> int:
         """Both files of `snapshot_id` (retention), durably, then the blocks no
@@ -151,10 +193,18 @@ class SnapshotStore:
                 fsync_dir(directory)
         return self.blocks.delete(self.refs.drop(snapshot_id))
 
-    def export_json(self, snapshot: pb.Snapshot, digest: str = "") -> Path:
+    def export_json(
+        self, snapshot: pb.Snapshot, digest: str = "", stored: pb.Snapshot | None = None, state_bytes: int = -1,
+    ) -> Path:
         """Write the JSON export (`digest`: the snapshot's checksum, when known):
         `snapshot_file.sealed_json` of the export, rendered with the checksum in
-        place rather than rendered and then copied to put it in."""
+        place rather than rendered and then copied to put it in. With `stored`
+        (`file_compact`'s), states of more than EXPORT_INLINE_BYTES in all are
+        exported as `stored` has them: each node's manifest of blocks, which
+        are the files `<data>/controller/blocks/<hex>` (the checksum is still the
+        whole snapshot's, as in the `.pb`). `state_bytes`: the states' size, when known."""
+        if stored is not None and (state_bytes if state_bytes >= 0 else _state_bytes(snapshot)) > EXPORT_INLINE_BYTES:
+            snapshot = stored
         text = export.snapshot_json(snapshot, digest or snapshot_file.checksum(snapshot))
         return write_atomically(self.path(snapshot.snapshot_id), (text + "\n").encode("utf-8"))
 
@@ -235,6 +285,10 @@ class SnapshotStore:
         return not self.compact_path(snapshot_id).exists(), not self.path(snapshot_id).exists()
 
 
+def _state_bytes(snapshot: pb.Snapshot) -> int:
+    return sum(len(node.state) for node in snapshot.nodes)
+
+
 def _listing(directory: Path, pattern: str) -> list[Path]:
     return sorted(directory.glob(pattern)) if directory.is_dir() else []
 
@@ -289,12 +343,14 @@ class StoreWriter:
             snapshot, compact, json = item
             sid = snapshot.snapshot_id
             try:
-                digest = ""
+                digest, stored, size = "", None, -1
                 if compact:
-                    digest = self.store.save_compact(snapshot)
+                    digest, stored, size = self.store.file_compact(snapshot)
                     self._on_filed(sid)
                 if json:
-                    self.store.export_json(snapshot, digest)
+                    if stored is None and (size := _state_bytes(snapshot)) > EXPORT_INLINE_BYTES:
+                        stored = blocks.stored_form(snapshot)[0]  # its `.pb`, and so its blocks, are filed
+                    self.store.export_json(snapshot, digest, stored, size)
             except OSError as exc:
                 log.error("cannot write snapshot %s: %s (the journal still holds it)", sid, exc)
             except Exception:  # a bug must not stop every later snapshot's files

@@ -13,6 +13,7 @@ machine is one node's state, with four methods (see `Machine`), and a fifth opti
     snapshot() -> bytes                            the state, as a copy, at the cut
     restore(state: bytes)                          on a fresh instance, from snapshot() bytes
     on_query(query: bytes) -> bytes                optional: a client's read (A7)
+    snapshot_blocks() -> Iterable[bytes]           optional: the state in parts (A8)
 
 Rules the app must keep
 -----------------------
@@ -47,6 +48,16 @@ A7. `on_query(query)`, if the machine has it, answers a read (the Query RPC,
     it does when on_query raises. A change without a send is not seen by the
     node (it would cost a snapshot() per query): snapmesh.app.testing's
     `Cluster.query` compares snapshot() before and after, so a unit test finds it.
+A8. `snapshot_blocks()`, if the machine has it, is used in place of `snapshot()`
+    to take the state: its parts, joined, are the bytes `snapshot()` would
+    return (and what `restore` gets back). snapmesh stores and sends a state as
+    blocks of 8 KiB and only the blocks that changed since the node's last
+    report; with parts, each part is cut into its own blocks, so a change
+    within a part changes that part's blocks only, whatever its size became
+    (with `snapshot()` alone, a change in size moves every block after it).
+    Cut where changes stay local, e.g. keys in ranges whose boundaries depend
+    on the keys, not on a count (kvshard); parts of a few KiB or more, since
+    each block is a file on the controller. Each part is bytes (a copy, A5).
 
 Versions. `version` (an int, default 1) names the encoding of the app's state and
 messages. The log's init and checkpoint records and every snapshot carry the
@@ -198,8 +209,9 @@ class Context:
 
 
 class Machine(Protocol):
-    """One node's state (rules A1-A7 above). `App.new(info)` makes one. It may also have
-    `on_query(query: bytes) -> bytes`, a read (A7): optional, so not part of the Protocol."""
+    """One node's state (rules A1-A8 above). `App.new(info)` makes one. It may also have
+    `on_query(query: bytes) -> bytes`, a read (A7), and `snapshot_blocks() ->
+    Iterable[bytes]`, its state in parts (A8): optional, so not part of the Protocol."""
 
     def on_command(self, command: bytes, ctx: Context) -> bytes: ...
 

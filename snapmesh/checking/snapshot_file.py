@@ -156,8 +156,13 @@ def read_marked(path: Path) -> tuple[pb.Snapshot, bool]:
 
 
 def blocks_dir(path: Path) -> Path:
-    """Where the blocks of the `.pb` file `path` are: `controller/blocks` beside `controller/snapshots`."""
-    return Path(path).parent.parent / "blocks"
+    """Where the blocks of the stored file `path` are: `controller/blocks` beside
+    `controller/snapshots` for a `.pb`; for a `.json` export (`<data>/snapshots/`),
+    `<data>/controller/blocks` (an export of large states names its blocks)."""
+    path = Path(path)
+    if path.suffix == ".json":
+        return path.parent.parent / "controller" / "blocks"
+    return path.parent.parent / "blocks"
 
 
 def whole(stored: pb.Snapshot, path: Path) -> pb.Snapshot:

@@ -29,6 +29,21 @@ B4. A node's report may carry its state as blocks (`referenced_report`): the
     snapshot that failed before it was filed): a refusal costs one round, never
     a wrong state.
 
+B5. A block's hash is computed once per content at a node: `names` takes the
+    hash of a block whose bytes are those of the same block of the state before
+    (compared, at memory speed, rather than hashed), so a report's cost in
+    hashing follows what changed. A comparison that finds them equal names the
+    same content, so the hash is the one hashing would give.
+
+B6. An app that knows its structure cuts its state into parts (snapshot_blocks(),
+    snapmesh/app), and each part is cut into blocks of BLOCK_BYTES (`bounds`), so
+    that a change within a part changes that part's blocks only, however its
+    size changed. The report says how (FullState.state_parts), and the
+    controller stores the state cut the same way, so the next report's
+    unchanged blocks are the ones it holds. A cut it does not know (a filing
+    replayed from the journal after a restart) is the plain grid: the node's
+    next report then names blocks it lacks, and is sent whole (B4), once.
+
 Why fixed-size blocks of 8 KiB: a state that changes in place (a blob written at
 offsets, kvshard's keys in ranges) changes the blocks it touches and no other;
 content-defined cuts would only pay off for inserts, which shift a fixed grid.
@@ -42,8 +57,9 @@ longer manifests for nothing measurable.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -56,10 +72,43 @@ def block_hash(block: bytes) -> bytes:
     return hashlib.sha256(block).digest()
 
 
-def split(state: bytes) -> list[bytes]:
-    """`state` in blocks of BLOCK_BYTES, in order (the last one shorter; none for b"")."""
+class PartedState(bytes):
+    """An app's state as snapshot_blocks() gave it: the parts joined, and their sizes
+    in `parts` (B6). Bytes to everything else; the report carries the sizes."""
+
+    parts: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, parts: list[bytes]) -> PartedState:
+        state = cls(b"".join(parts))
+        state.parts = tuple(len(part) for part in parts if part)
+        return state
+
+
+def bounds(size: int, parts: Sequence[int] = ()) -> list[tuple[int, int]]:
+    """The (start, end) of each block of a state of `size` bytes cut into `parts`
+    (their sizes; () or sizes that do not add up to `size`: one part), each part
+    cut into blocks of BLOCK_BYTES, the last one shorter (B6)."""
+    return [(start, end) for _, start, end in _cut(size, parts)]
+
+
+def _cut(size: int, parts: Sequence[int]) -> list[tuple[tuple[int, int], int, int]]:
+    """`bounds`, each block with its place: (its part's index, its offset in the part)."""
+    if sum(parts) != size:
+        parts = (size,)
+    found = []
+    start = 0
+    for index, part in enumerate(parts):
+        end = start + part
+        found.extend(((index, i - start), i, min(i + BLOCK_BYTES, end)) for i in range(start, end, BLOCK_BYTES))
+        start = end
+    return found
+
+
+def split(state: bytes, parts: Sequence[int] = ()) -> list[bytes]:
+    """`state` in blocks, in order (`bounds`; none for b"")."""
     view = memoryview(state)
-    return [bytes(view[i : i + BLOCK_BYTES]) for i in range(0, len(state), BLOCK_BYTES)]
+    return [bytes(view[start:end]) for start, end in bounds(len(state), parts)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,15 +129,18 @@ def is_stored_form(snapshot: pb.Snapshot) -> bool:
     return any(node.HasField("state_blocks") for node in snapshot.nodes)
 
 
-def stored_form(snapshot: pb.Snapshot) -> tuple[pb.Snapshot, dict[bytes, bytes]]:
-    """The stored form of the whole `snapshot` (not changed) and its blocks by hash (B1, B2)."""
+def stored_form(
+    snapshot: pb.Snapshot, parts: Mapping[str, Sequence[int]] = MappingProxyType({}),
+) -> tuple[pb.Snapshot, dict[bytes, bytes]]:
+    """The stored form of the whole `snapshot` (not changed) and its blocks by hash
+    (B1, B2); `parts`: node -> the parts its report cut its state into (B6)."""
     stored = pb.Snapshot()
     stored.CopyFrom(snapshot)
     blocks: dict[bytes, bytes] = {}
     for node in stored.nodes:
         if not node.HasField("state") or not node.state:
             continue
-        for block in split(node.state):
+        for block in split(node.state, parts.get(node.node_id, ())):
             name = block_hash(block)
             blocks[name] = block
             node.state_blocks.hashes.append(name)
@@ -130,26 +182,65 @@ def whole_form(
 
 
 
-def referenced_report(report: pb.FullState, held: set[bytes]) -> tuple[pb.FullState | None, set[bytes]]:
-    """`report` (not changed) with its state as blocks, sending only those not in
-    `held`, and every block of its state; None in place of the report when it has
-    no state or none of its blocks is held (B4: then it goes whole)."""
-    if not report.HasField("state") or not report.state:
-        return None, set()
-    parts = split(report.state)
-    names = [block_hash(block) for block in parts]
-    if held.isdisjoint(names):
-        return None, set(names)
+@dataclass(frozen=True)
+class Named:
+    """A state, cut into blocks (`bounds`), and their hashes: what `names` reuses."""
+
+    state: bytes
+    bounds: list[tuple[int, int]]
+    names: list[bytes]
+    places: dict[tuple[int, int], tuple[int, int, bytes]]  # (part, offset in it) -> start, end, hash
+
+
+def names(state: bytes, parts: Sequence[int] = (), last: Named | None = None) -> tuple[Named, int]:
+    """`state` cut into `parts` (`bounds`) and its blocks' hashes, and how many it
+    hashed: a block whose bytes are those of the block at the same place in `last`
+    (an earlier state: the same part, the same offset in it, so a part that grew
+    or shrank moves none after it) takes that block's hash unhashed (B5)."""
+    view = memoryview(state)
+    cut = _cut(len(state), parts)
+    places = {}
+    found: list[bytes] = []
+    hashed = 0
+    for place, start, end in cut:
+        before = last.places.get(place) if last is not None else None
+        # Sliced as bytes, not memoryviews: a memoryview compares item by item.
+        if before is not None and before[1] - before[0] == end - start \
+                and state[start:end] == last.state[before[0]:before[1]]:  # type: ignore[union-attr]
+            name = before[2]
+        else:
+            name = block_hash(view[start:end])
+            hashed += 1
+        found.append(name)
+        places[place] = (start, end, name)
+    return Named(state, [(start, end) for _, start, end in cut], found, places), hashed
+
+
+def referenced_report(
+    report: pb.FullState, held: set[bytes], known: Named | None = None,
+) -> tuple[pb.FullState | None, set[bytes]]:
+    """`report` (not changed) with its state as blocks (cut into its `state_parts`,
+    B6), sending only those not in `held`, and every block of its state; None in
+    place of the report when it has no state or none of its blocks is held (B4:
+    then it goes whole). `known`: `names` of the report's state and parts, when
+    the caller has them."""
+    if known is None:
+        state = report.state if report.HasField("state") else b""  # read once: each read is a copy
+        if not state:
+            return None, set()
+        known = names(state, report.state_parts)[0]
+    if held.isdisjoint(known.names):
+        return None, set(known.names)
     sent = pb.FullState()
     sent.CopyFrom(report)
     sent.ClearField("state")
-    sent.state_blocks.hashes.extend(names)
+    sent.state_blocks.hashes.extend(known.names)
     new: set[bytes] = set()
-    for name, block in zip(names, parts, strict=True):
+    for (start, end), name in zip(known.bounds, known.names, strict=True):
         if name not in held and name not in new:
             new.add(name)
-            sent.blocks.append(block)
-    return sent, set(names)
+            sent.blocks.append(known.state[start:end])
+    return sent, set(known.names)
 
 
 def whole_report(sent: pb.FullState, read: Callable[[bytes], bytes | None]) -> tuple[pb.FullState | None, list[bytes]]:

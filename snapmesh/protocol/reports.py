@@ -41,6 +41,7 @@ def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0,
     message.only_recorded_channels = True
     if state.state is not None:  # an app's node
         message.state = state.state
+        message.state_parts.extend(getattr(state.state, "parts", ()))  # snapshot_blocks()'s (blocks.py B6)
         message.app_name, message.app_version = state.app, state.version
     if state.positions:
         message.snapshot_mode = "overtake"

@@ -112,3 +112,44 @@ def test_a_reference_the_controller_cannot_resolve_is_named_and_nothing_is_rebui
     whole, missing = blocks.whole_report(sent, mine.get)
     assert whole is None and missing == [second, third]
 
+
+
+def test_the_hashes_of_unchanged_blocks_are_taken_from_the_state_before_and_agree_with_hashing():
+    before = random.Random(6).randbytes(10 * B + 100)
+    fresh, hashed = blocks.names(before)
+    assert hashed == 11 and fresh.names == [blocks.block_hash(b) for b in blocks.split(before)]
+    after = before[:3 * B + 5] + b"x" * 10 + before[3 * B + 15:]
+    named, hashed = blocks.names(after, last=fresh)
+    assert hashed == 1 and named.names == blocks.names(after)[0].names
+    grown = after + b"t" * B  # the last block changes, one is added
+    named, hashed = blocks.names(grown, last=named)
+    assert hashed == 2 and named.names == blocks.names(grown)[0].names
+    shrunk = grown[:4 * B]
+    named, hashed = blocks.names(shrunk, last=named)
+    assert hashed == 0 and named.names == blocks.names(shrunk)[0].names
+    # The names passed in are the ones the report lists; the blocks sent are the state's own bytes.
+    sent, _ = blocks.referenced_report(report(after), {fresh.names[0]}, blocks.names(after)[0])
+    assert list(sent.blocks) == blocks.split(after)[1:]
+
+
+def test_an_apps_parts_are_cut_on_the_grid_each_so_a_change_in_one_part_changes_its_blocks_only():
+    assert blocks.bounds(10, (3, 7)) == [(0, 3), (3, 10)]
+    assert blocks.bounds(2 * B + 3, (B + 1, B + 2)) == [(0, B), (B, B + 1), (B + 1, 2 * B + 1), (2 * B + 1, 2 * B + 3)]
+    assert blocks.bounds(10, (3, 3)) == [(0, 10)]  # sizes that do not add up: one part
+    rng = random.Random(8)
+    parts = [rng.randbytes(n) for n in (3000, 5000, 9000, 100)]
+    state = blocks.PartedState.of(parts)
+    assert state == b"".join(parts) and state.parts == (3000, 5000, 9000, 100)
+    first, _ = blocks.names(state, state.parts)
+    parts[1] = parts[1][:10] + b"grown by a key" + parts[1][10:]  # the part's size changes
+    again = blocks.PartedState.of(parts)
+    second, hashed = blocks.names(again, again.parts, first)
+    assert hashed == 1 and len(set(second.names) - set(first.names)) == 1
+    assert blocks.names(again)[1] == 3  # on the plain grid, every block from the change on differs
+    message = report(again)
+    message.state_parts.extend(again.parts)
+    sent, _ = blocks.referenced_report(message, set(first.names))
+    assert len(sent.blocks) == 1 and list(sent.state_parts) == list(again.parts)
+    stored, named = blocks.stored_form(pb.Snapshot(snapshot_id="s", nodes=[pb.NodeBalance(node_id="p1", state=again)]),
+                                       {"p1": again.parts})
+    assert list(stored.nodes[0].state_blocks.hashes) == second.names and set(named) == set(second.names)

@@ -133,3 +133,67 @@ def test_a_pb_file_with_its_states_inline_still_loads_and_verifies(tmp_path):
     loaded, warnings = store.load_all()
     assert loaded == [old] and warnings == [] and block_files(tmp_path) == {}
     assert snapshot_file.check(path).ok
+
+
+def test_large_states_are_exported_as_manifests_and_held_blocks_are_not_looked_at_again(tmp_path, monkeypatch):
+    """States over EXPORT_INLINE_BYTES in all: the JSON export names the blocks under
+    controller/blocks (the same checksum, verified and loaded through them); a
+    second filing writes, and looks at the files of, only the blocks no stored
+    snapshot holds."""
+    from snapmesh.services.controller import store as store_module
+
+    monkeypatch.setattr(store_module, "EXPORT_INLINE_BYTES", 8 * B)
+    store = new_store(tmp_path)
+    writer = StoreWriter(store, on_filed=lambda sid: None)
+    first = states(11)  # 2 nodes x 16 blocks: over the limit
+    writer.submit(app_snapshot("s1", first))
+    writer.close()
+    seen: list[int] = []
+    real = store.blocks.write
+    monkeypatch.setattr(store.blocks, "write", lambda new: seen.append(len(new)) or real(new))
+    second = dict(first, p2=first["p2"][:7 * B] + b"!" + first["p2"][7 * B + 1:])
+    writer = StoreWriter(store, on_filed=lambda sid: None)
+    writer.submit(app_snapshot("s2", second))
+    writer.submit(app_snapshot("small", {"p1": b"tiny", "p2": b"too"}))
+    writer.close()
+    assert seen == [1, 2]  # the changed block; then the small states, one block each
+    for sid, whole in (("s1", first), ("s2", second)):
+        text = store.path(sid).read_text()
+        assert '"state_blocks"' in text and '"state":' not in text and len(text) < 8 * 1024
+        verdict = snapshot_file.check(store.path(sid))
+        assert verdict.ok, verdict.as_dict()
+        assert snapshot_file.read(store.path(sid)) == snapshot_file.read(store.compact_path(sid))
+        assert [n.state for n in snapshot_file.read(store.path(sid)).nodes] == list(whole.values())
+    assert '"state": "dGlueQ=="' in store.path("small").read_text()
+    store.compact_path("s2").unlink()  # the export stands in for a lost `.pb`, its blocks and all
+    loaded, warnings = new_store(tmp_path).load_all()
+    assert warnings == [] and [s.snapshot_id for s in loaded] == ["s1", "s2", "small"]
+    assert [n.state for n in loaded[1].nodes] == list(second.values())
+
+
+def test_a_state_is_stored_cut_as_its_node_cut_it_when_the_report_said_how(tmp_path):
+    store = new_store(tmp_path)
+    parts = (3 * B + 10, 100, 2 * B)
+    state = random.Random(12).randbytes(sum(parts))
+    store.note_parts("s1", "p1", parts)
+    store.save_compact(app_snapshot("s1", {"p1": state}))
+    node_side, _ = blocks.names(state, parts)
+    assert list(store.load("s1").nodes[0].state) == list(state)
+    stored, _ = snapshot_file.read_stored(store.compact_path("s1"))
+    assert list(stored.nodes[0].state_blocks.hashes) == node_side.names and len(node_side.names) == 7
+    store.save_compact(app_snapshot("s2", {"p1": state}))  # not told: the plain grid
+    stored, _ = snapshot_file.read_stored(store.compact_path("s2"))
+    assert list(stored.nodes[0].state_blocks.hashes) == blocks.names(state)[0].names
+
+
+def test_a_held_block_found_lacking_by_a_report_is_written_again_at_the_next_filing(tmp_path):
+    store = new_store(tmp_path)
+    first = states(13)
+    store.save_compact(app_snapshot("s1", first))
+    gone = blocks.block_hash(first["p1"][:B])
+    (tmp_path / "controller" / "blocks" / gone.hex()).unlink()
+    store.save_compact(app_snapshot("s2", first))
+    assert gone.hex() not in block_files(tmp_path)  # held by s1: its file is not looked at
+    store.lacks([gone])
+    store.save_compact(app_snapshot("s3", first))
+    assert block_files(tmp_path)[gone.hex()] == B

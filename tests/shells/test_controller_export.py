@@ -181,3 +181,16 @@ def test_a_timestamp_the_printer_refuses_is_refused_the_same_way() -> None:
         export.printed(snapshot)
     with pytest.raises(json_format.SerializeToJsonError):
         export.snapshot_json(snapshot)
+
+
+def test_states_and_manifests_are_printed_here_not_by_the_printer(monkeypatch) -> None:
+    """Bytes (an app's state, a manifest's hashes) take the fast path, base64 as the
+    printer has it: the printer builds a dict of the whole state and runs the
+    pure-Python encoder over it, seconds at 256 MiB."""
+    snapshot = pb.Snapshot(snapshot_id="s")
+    snapshot.nodes.add(node_id="p1", state=bytes(range(256)) * 40, state_digest="sha256:00")
+    snapshot.nodes.add(node_id="p2", state_digest="sha256:01").state_blocks.hashes.extend([b"\xfb" * 32, b"\x00" * 32])
+    snapshot.channels.add(src="p1", dst="p2").in_flight.add(msg_id="m", seq=1, payload=b"\xff\xfe")
+    expected = export.printed(snapshot)
+    monkeypatch.setattr(export, "printed", lambda message: pytest.fail("the printer was called"))
+    assert export.snapshot_json(snapshot) == expected

@@ -30,3 +30,15 @@ def test_the_node_sends_blocks_once_the_controller_takes_them_and_whole_after_a_
     assert not memory.refused("snapshot s2 is unknown")
     assert memory.refused(f"{blocks.MISSING}: 1 of the state of p1 ...")
     assert memory.form(report(state))[0].HasField("state")
+
+
+def test_a_state_that_changed_a_little_has_only_its_changed_blocks_hashed():
+    memory = SentBlocks()
+    state = random.Random(7).randbytes(64 * B)
+    _, names = memory.form(report(state))
+    assert memory.hashed == 64
+    memory.accepted(pb.ReportStateResponse(takes_blocks=True), names)
+    changed = state[:10 * B] + b"!" * 100 + state[10 * B + 100:40 * B] + b"?" + state[40 * B + 1:]
+    sent, names = memory.form(report(changed))
+    assert memory.hashed == 66 and len(sent.blocks) == 2
+    assert list(sent.state_blocks.hashes) == [blocks.block_hash(b) for b in blocks.split(changed)]

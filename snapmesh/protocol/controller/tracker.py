@@ -264,7 +264,10 @@ class Tracker:
         pending, items = self._check_report(state)
         if pending is None:
             return Reported(self.get(state.snapshot_id), duplicate=True)
-        pending.reports[state.node_id] = _copy(state)
+        # Kept as it came, not copied: a report is the caller's to hand over (the
+        # servicer's request, never touched again), and an app's state in it is
+        # the bulk of a snapshot, copied once more into the snapshot at its end.
+        pending.reports[state.node_id] = state
         for src, (channel_items, tally) in items.items():
             pending.recorded[(src, state.node_id)] = (list(map(_SEQ, channel_items)), tally)
         self.side.node(pending.snapshot.nodes.add(node_id=state.node_id), state)
@@ -403,7 +406,8 @@ class Tracker:
         state bytes and their digest (T6), then the app's side's fields; the node's tally."""
         entry.node_id = report.node_id
         if report.HasField("state"):
-            entry.state, entry.state_digest = report.state, digest(report.state)
+            data = report.state  # each read of a bytes field is a copy of it: one here
+            entry.state, entry.state_digest = data, digest(data)
         return self.side.node(entry, report)
 
     def _entry(self, report: pb.FullState) -> pb.NodeBalance:

@@ -56,6 +56,7 @@ from types import MappingProxyType
 from typing import Any
 
 from snapmesh.app import App, Context, NodeInfo, Refused, StepEnded, validate_machine
+from snapmesh.protocol.blocks import PartedState
 from snapmesh.protocol.node.core import AppFailed, AppRefusal, LocalProtocolError, Refusal
 from snapmesh.protocol.node.undo import UndoLog
 
@@ -209,10 +210,18 @@ class Host:
         return machine
 
     def _snapshot(self, machine: Any) -> bytes:
+        """snapshot(), or the parts of snapshot_blocks() joined when the app has it
+        (their sizes ride along for the report, snapmesh/protocol/blocks.py B6)."""
+        cut = getattr(machine, "snapshot_blocks", None)
+        name = "snapshot()" if cut is None else "snapshot_blocks()"
         try:
-            state = machine.snapshot()
+            state = machine.snapshot() if cut is None else [*cut()]
         except Exception as exc:  # noqa: BLE001
-            raise AppFailed(f"app {self.app.name!r} raised in snapshot(): {_text(exc)}") from exc
+            raise AppFailed(f"app {self.app.name!r} raised in {name}: {_text(exc)}") from exc
+        if cut is not None:
+            if wrong := [type(part).__name__ for part in state if not isinstance(part, bytes | bytearray)]:
+                raise AppFailed(f"app {self.app.name!r}: snapshot_blocks() gave a {wrong[0]}, not bytes")
+            return PartedState.of(state)
         if not isinstance(state, bytes | bytearray):
             raise AppFailed(f"app {self.app.name!r}: snapshot() returned {type(state).__name__}, not bytes")
         return bytes(state)

@@ -1,0 +1,106 @@
+"""An app's optional snapshot_blocks() (snapmesh/app A8): the host takes the state
+from it (the parts joined, their sizes kept for the report, blocks.py B6), and
+kvshard's parts are its keys in ranges, so that a put changes one block."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+
+from snapmesh.app import App, Context
+from snapmesh.protocol import blocks
+from snapmesh.protocol.node.apphost import Host
+from snapmesh.protocol.node.core import AppFailed, FullState
+from snapmesh.protocol.reports import report_message
+from snapmesh.services.app import kvshard
+
+
+class Parted:
+    def __init__(self, info) -> None:
+        self.parts = [b"head", b"", bytearray(b"body")]
+
+    def on_command(self, command: bytes, ctx: Context) -> bytes:
+        return b""
+
+    def on_message(self, src: str, payload: bytes, ctx: Context) -> None:
+        pass
+
+    def snapshot(self) -> bytes:
+        return b"".join(self.parts)
+
+    def snapshot_blocks(self):
+        return iter(self.parts)
+
+    def restore(self, state: bytes) -> None:
+        pass
+
+
+def host(app: App) -> Host:
+    return Host(app, node_id="p1", incoming=("p2",), outgoing=("p2",))
+
+
+def test_the_host_takes_the_state_from_the_parts_and_the_report_says_how_it_was_cut():
+    state = host(App(name="parted", new=Parted)).snapshot()
+    assert state == b"headbody" and state.parts == (4, 4)  # an empty part is no block
+    message = report_message(FullState(node_id="p1", snapshot_id="s", tally=0, channels={}, state=state, app="parted"))
+    assert message.state == b"headbody" and list(message.state_parts) == [4, 4]
+    plain = report_message(FullState(node_id="p1", snapshot_id="s", tally=0, channels={}, state=b"x", app="a"))
+    assert list(plain.state_parts) == []
+
+
+def test_a_part_that_is_not_bytes_fails_the_app_naming_it():
+    class Wrong(Parted):
+        def snapshot_blocks(self):
+            return [b"ok", "text"]
+
+    with pytest.raises(AppFailed, match=r"snapshot_blocks\(\) gave a str, not bytes"):
+        host(App(name="wrong", new=Wrong)).snapshot()
+
+
+def kv(keys: int, seed: int = 0):
+    from snapmesh.app import NodeInfo
+
+    node = kvshard.KVShard(NodeInfo(node_id="p1", peers_out=("p2",), peers_in=("p2",)))
+    rng = random.Random(seed)
+    for i in range(keys):
+        node.keys[f"p1/key-{i:06d}"] = {"value": rng.randbytes(40).hex(), "created_at": "p1"}
+    node.created = set(node.keys) | {"p1/gone"}
+    node.deleted = {"p1/gone"}
+    node.moved = {"p1/away": "p2"}
+    return node
+
+
+@pytest.mark.parametrize("keys", [0, 1, 3, 5000])
+def test_kvshards_parts_join_to_its_snapshot(keys):
+    node = kv(keys)
+    assert b"".join(node.snapshot_blocks()) == node.snapshot()
+    json.loads(node.snapshot())
+
+
+def test_a_put_to_one_kvshard_key_changes_one_block_where_the_plain_grid_moves_every_later_one():
+    node = kv(20000)
+    before = named(node)
+    node.keys["p1/key-012345"]["value"] = "changed, and longer than it was"
+    after, hashed = blocks.names(*cut(node), last=before)
+    assert hashed == 1 and len(set(after.names) - set(before.names)) == 1
+    grid_before, _ = blocks.names(node.snapshot())
+    node.keys["p1/key-000100"]["value"] = "longer " * 10
+    _, hashed_grid = blocks.names(node.snapshot(), last=grid_before)  # with snapshot() alone
+    assert hashed_grid > 100
+    state, parts = cut(node)
+    _, hashed = blocks.names(state, parts, last=after)
+    touched = next(i for i, n in enumerate(itertools.accumulate(parts)) if n > state.index(b'"p1/key-000100":'))
+    assert hashed == -(-parts[touched] // blocks.BLOCK_BYTES) <= 2  # that range's blocks: one or two
+
+
+def cut(node) -> tuple[bytes, tuple[int, ...]]:
+    state = blocks.PartedState.of(node.snapshot_blocks())
+    return state, state.parts
+
+
+def named(node) -> blocks.Named:
+    state, parts = cut(node)
+    return blocks.names(state, parts=parts)[0]
