@@ -22,6 +22,7 @@ BENCHMARKS = {
     "restart": "bench.restart",  # a node's restart after 1M transfers, before/after log segments
     "report": "bench.overtake_report",  # an overtake report's outbox: per-entry messages vs packed columns
     "submit_batch": "bench.submit_batch",  # SubmitBatch of the minimal app on 4 nodes: commands/s, CPU per command
+    "bank_pair": "bench.bank_pair",  # the bank natively (TransferBatch) and as an app (SubmitBatch), alternating
     "overtake": "bench.overtake",  # classic vs overtake snapshots side by side; writes bench/results.json
     "undo": "bench.undo",  # taking back a failed app command (apphost.H4) vs a copy before every step
     "state": "bench.state",  # a blob of N MiB per node: bytes sent and stored per snapshot, time vs size, restore

@@ -115,7 +115,7 @@ class _Window:
         self.commands = self.refused = 0
 
 
-async def _drive(cluster: Cluster, callers: int, send: Callable, warmup_s: float, seconds: float) -> dict[str, float]:
+async def drive(cluster: Cluster, callers: int, send: Callable, warmup_s: float, seconds: float) -> dict[str, float]:
     """`callers` closed-loop tasks, each `await send(stub, node) -> (answered, refused)` round-robin over the nodes."""
     channels = [grpc.aio.insecure_channel(cluster.node_address(n.id), options=CLIENT_OPTIONS) for n in cluster.config.nodes]
     targets = list(zip([pb_grpc.NodeStub(c) for c in channels], [n.id for n in cluster.config.nodes], strict=True))
@@ -197,7 +197,7 @@ def measure_batch(app: str, cluster: Cluster, *, callers: int, batch: int, warmu
         response = await stub.SubmitBatch(requests[node], timeout=60)
         return len(response.results), sum(1 for r in response.results if r.code)
 
-    return asyncio.run(_drive(cluster, callers, send, warmup_s, seconds))
+    return asyncio.run(drive(cluster, callers, send, warmup_s, seconds))
 
 
 def measure_unary(cluster: Cluster, *, callers: int, warmup_s: float, seconds: float) -> dict[str, float]:
@@ -208,7 +208,7 @@ def measure_unary(cluster: Cluster, *, callers: int, warmup_s: float, seconds: f
         await stub.Submit(request, timeout=60)
         return 1, 0
 
-    return asyncio.run(_drive(cluster, callers, send, warmup_s, seconds))
+    return asyncio.run(drive(cluster, callers, send, warmup_s, seconds))
 
 
 def _unary(cluster: Cluster, written: dict[str, float], warmup_s: float, seconds: float) -> None:

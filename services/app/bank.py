@@ -42,12 +42,17 @@ rescales, or the rescaled states are refused ("conserved").
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from snapmesh.app import App, Context, NodeInfo, View
 
 DEFAULT_INITIAL_BALANCE = 1000
+# A transfer as json.dumps writes it ({"to": "p2", "amount": 1}), a node id of plain characters and a
+# positive amount: what json.loads would give, read in a fifth of its time. Any other text (spacing,
+# key order, escapes, a zero or huge amount) goes through json.loads and its checks, as before.
+_PLAIN_TRANSFER = re.compile(rb'\{"to": "([A-Za-z0-9_.:-]{1,128})", "amount": ([1-9][0-9]{0,17})\}')
 
 
 def decimal(data: bytes, what: str) -> int:
@@ -70,24 +75,30 @@ class Bank:
     def on_command(self, command: bytes, ctx: Context) -> bytes:
         if command[:1] != b"{":
             return self._pay(command, ctx)
+        plain = _PLAIN_TRANSFER.fullmatch(command)
+        if plain is not None:
+            return self._transfer(plain[1].decode("ascii"), int(plain[2]), ctx)
         try:
             request = json.loads(command)
         except ValueError:
             ctx.refuse("INVALID_ARGUMENT", 'a command is JSON: {"to": NODE, "amount": N} or {"op": "balance"}')
         if request == {"op": "balance"}:
-            return json.dumps({"balance": self.balance}).encode()
+            return b'{"balance": %d}' % self.balance  # json.dumps's bytes, without it
         if not isinstance(request, dict) or set(request) != {"to", "amount"}:
             ctx.refuse("INVALID_ARGUMENT", 'a transfer is {"to": NODE, "amount": N}')
-        dst, amount = request["to"], request["amount"]
+        return self._transfer(request["to"], request["amount"], ctx)
+
+    def _transfer(self, dst: Any, amount: Any, ctx: Context) -> bytes:
+        """The JSON form's transfer, its fields as json.loads gave them."""
         if dst not in self.peers_out:
             ctx.refuse("INVALID_ARGUMENT", f"no channel {self.me} -> {dst}; {self.me} pays {', '.join(self.peers_out)}")
         if type(amount) is not int or amount <= 0:
             ctx.refuse("INVALID_ARGUMENT", f"amount must be a positive integer, got {amount!r}")
         if amount > self.balance:
             ctx.refuse("FAILED_PRECONDITION", f"insufficient funds: {self.me} has {self.balance}, asked {amount}")
-        ctx.send(dst, str(amount).encode())
+        ctx.send(dst, b"%d" % amount)
         self.balance -= amount
-        return json.dumps({"balance": self.balance}).encode()
+        return b'{"balance": %d}' % self.balance  # json.dumps({"balance": ...})'s bytes, without it
 
     def _pay(self, command: bytes, ctx: Context) -> bytes:
         """The compact form: b"N NODE" -> the balance after it (b"970"), refused as v1's Transfer is."""
@@ -108,9 +119,9 @@ class Bank:
             ctx.refuse("INVALID_ARGUMENT", f"amount must be a positive integer, got {amount!r}")
         if amount > self.balance:
             ctx.refuse("FAILED_PRECONDITION", f"{me} cannot send {amount}: balance is {self.balance}")
-        ctx.send(dst, str(amount).encode())
+        ctx.send(dst, b"%d" % amount)
         self.balance -= amount
-        return str(self.balance).encode()
+        return b"%d" % self.balance
 
     def on_query(self, query: bytes) -> bytes:
         """Any query: the balance, as decimal ASCII."""

@@ -21,6 +21,7 @@ readers skip it (old readers do the same with new kinds).
 from __future__ import annotations
 
 import base64
+import binascii
 import functools
 import json
 import re
@@ -401,9 +402,12 @@ def _jstr(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+_b2a = binascii.b2a_base64
+
+
 def pack(data: bytes) -> str:
     """An app's bytes (payload, command, reply, state) as a log field: base64."""
-    return base64.b64encode(data).decode("ascii")
+    return _b2a(data, newline=False).decode("ascii")  # base64.b64encode's bytes, without its wrapper
 
 
 def unpack(text: str, where: str) -> bytes:

@@ -38,7 +38,11 @@ pytestmark = [pytest.mark.bench]
 
 # Figures a smoke run must print (it writes none): the path after the cut, hop by hop, of the
 # utilisation phase's one smoke variant (bench.hop_split), each a finite time.
-PRINTED = {"overtake": [f"{k}_8n_{util_suffix(t)}_overtake" for t in TARGETS for k in hop_split.FIGURES]}
+# The bank pair's ratios (bench.bank_pair), each a positive number.
+PRINTED = {
+    "overtake": [f"{k}_8n_{util_suffix(t)}_overtake" for t in TARGETS for k in hop_split.FIGURES],
+    "bank_pair": ["bank_generic_over_native_rate_4n", "bank_generic_over_native_cpu_4n"],
+}
 
 
 def tagged(tag: str) -> list[int]:

@@ -8,9 +8,11 @@ node's log holds them; it is then recovered by the node's shell with the bank ap
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import grpc
+
 import pytest
 from support.engine_harness import Aborted, ServicerContext, held_node, outcome
 
@@ -41,6 +43,27 @@ def test_a_compact_transfer_pays_and_answers_the_balance_after_it() -> None:
     assert run(m, command("p2", 30)) == (b"70", [("p2", b"30")])
     assert run(m, b'{"to": "p3", "amount": 5}') == (b'{"balance": 65}', [("p3", b"5")])  # the JSON form too
     assert m.on_query(b"") == b"65" and m.snapshot() == b"65"
+
+
+def _answer(m: bank.Bank, data: bytes) -> object:
+    try:
+        return run(m, data), m.snapshot()
+    except Refused as refused:
+        return refused.code, refused.text, m.snapshot()
+
+
+@pytest.mark.parametrize("data", [
+    b'{"to": "p2", "amount": 7}', b'{"to": "p3", "amount": 100}', b'{"to": "p2", "amount": 101}',
+    b'{"to": "p1", "amount": 1}', b'{"to": "nobody", "amount": 1}', b'{"to": "p2", "amount": 0}',
+    b'{"to": "p2", "amount": 007}', b'{"to": "p2", "amount": 1.0}', b'{"to": "p2", "amount": true}',
+    b'{"amount": 7, "to": "p2"}', b'{"to":"p2","amount":7}', b'{"to": "p\\u0032", "amount": 7}',
+    b'{"to": "p2", "amount": 7, "to": "p3"}', b'{"op": "balance"}', b'{"to": "p2", "amount": 99999999999999999999}',
+])
+def test_a_json_transfer_read_without_json_loads_answers_as_json_loads_does(data: bytes, monkeypatch) -> None:
+    """The plain-JSON shortcut (bank._PLAIN_TRANSFER) answers, refuses and pays exactly as the json.loads path."""
+    fast = _answer(machine(), data)
+    monkeypatch.setattr(bank, "_PLAIN_TRANSFER", re.compile(rb"(?!)"))  # matches nothing: json.loads reads all
+    assert fast == _answer(machine(), data)
 
 
 @pytest.mark.parametrize("data, code, text", [
