@@ -353,7 +353,7 @@ def test_overtake_channels_are_what_the_receiver_recorded_plus_the_senders_outbo
 def test_overtake_a_repeat_after_complete_is_a_duplicate_not_a_different_state():
     """A node's call that timed out while its report was held sends it again, and the
     copy may come after COMPLETE: the channels shown were merged (O3), the entry was not."""
-    t = Tracker(topology=Topology.build(("p1", "p2"), None), expected_total=200, deadline_s=5, snapshot_mode="overtake")
+    t = bank.tracker(Topology.build(("p1", "p2"), None), expected_total=200, deadline_s=5, snapshot_mode="overtake")
     t.start("s1", "p1", at())
     p1 = overtake_state(t, "s1", "p1", 100 - 12, {"p2": 0}, {"p2": [(3, 2), (4, 4), (5, 6)]})
     t.report(p1, at())

@@ -317,7 +317,7 @@ class Tracker:
                     return None, {}
                 # Overtake: the channels shown were merged from the senders' outboxes too (O3),
                 # so a repeat (a call that timed out while held) is known by its entry alone.
-                if self.snapshot_mode == "overtake" and self._entry(state) == entry:
+                if self.snapshot_mode == "overtake" and _bare(self._entry(state)) == _bare(entry):
                     return None, {}
                 raise DuplicateReport(
                     f"node {state.node_id!r} already reported snapshot {state.snapshot_id!r} (now complete) "
