@@ -19,19 +19,20 @@ from snapmesh.processes.supervisor import Cluster
 from snapmesh.protocol.controller import machine as M
 from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.topology import Topology
-from snapmesh.protocol.controller.tracker import Now, Tracker
+from snapmesh.protocol.controller.tracker import Now
 from snapmesh.settings.config import write_cluster
 from snapmesh.bank.load import BackgroundLoad
 from snapmesh.commands import sim as cli
 from snapmesh.fuzzer import fuzz
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 T0 = Now(mono=100.0, wall=1_700_000_000.0)
 
 
 def machine(max_concurrent: int = 0) -> M.Controller:
     topology = Topology.build(["a", "b", "c"], None)
-    return M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0), max_concurrent=max_concurrent)
+    return M.Controller(bank.tracker(topology, expected_total=100, deadline_s=5.0), max_concurrent=max_concurrent)
 
 
 def test_a_broadcast_trigger_starts_every_node_the_initiator_first_after_the_same_journal_record() -> None:

@@ -23,6 +23,7 @@ from snapmesh.protocol.controller.machine import Controller
 from snapmesh.protocol.controller.tracker import FINISHED_KEPT, Tracker, UnknownSnapshot, new_snapshot_id
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 from support.cluster_helpers import served_in_process
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -40,7 +41,7 @@ def finished(i: int) -> pb.Snapshot:
 
 def new_tracker(kept: int) -> Tracker:
     cfg = config.load(config.DEFAULT_CONFIG)
-    return Tracker(topology=cfg.topology, expected_total=10, deadline_s=5, kept=kept)
+    return bank.tracker(cfg.topology, expected_total=10, deadline_s=5, kept=kept)
 
 
 def test_the_tracker_keeps_the_newest_and_every_unfiled_one() -> None:

@@ -38,9 +38,9 @@ from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol.controller.snapshot_ids import new_snapshot_id
 from snapmesh.protocol.controller.machine import Controller
-from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -118,7 +118,7 @@ def test_a_filtered_list_of_100k_filed_snapshots_is_fast_and_never_stalls_the_lo
 
 async def _paged(store: SnapshotStore, newest: list[pb.Snapshot]) -> dict:
     cfg = config.load(config.DEFAULT_CONFIG)
-    tracker = Tracker(topology=cfg.topology, expected_total=20, deadline_s=5)
+    tracker = bank.tracker(cfg.topology, expected_total=20, deadline_s=5)
     for snapshot in newest:
         tracker.restore(snapshot)
     writer = StoreWriter(store, on_filed=lambda sid: None)

@@ -23,9 +23,9 @@ from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol.controller.snapshot_ids import new_snapshot_id, snapshot_id_problem
 from snapmesh.protocol.controller.machine import Controller
-from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 from support.cluster_helpers import served_in_process
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -68,7 +68,7 @@ def test_every_rpc_taking_a_snapshot_id_refuses_a_path_before_it_reads_a_file(tm
 
 async def _ids_at_rpcs(tmp_path) -> None:
     cfg = config.load(config.DEFAULT_CONFIG)
-    tracker = Tracker(topology=cfg.topology, expected_total=20, deadline_s=5)
+    tracker = bank.tracker(cfg.topology, expected_total=20, deadline_s=5)
     store = written(tmp_path, A)
     writer = StoreWriter(store, on_filed=lambda sid: None)
     service = ControllerService(ControllerEngine(config=cfg, machine=Controller(tracker), journal=None, writer=writer,  # type: ignore[arg-type]

@@ -18,9 +18,9 @@ from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.protocol.controller.machine import Controller
-from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -31,7 +31,7 @@ def test_a_slow_watcher_is_dropped_with_a_clear_status() -> None:
 
 async def _slow_watcher() -> None:
     cfg = config.load(config.DEFAULT_CONFIG)
-    tracker = Tracker(topology=cfg.topology, expected_total=cfg.expected_total, deadline_s=5)
+    tracker = bank.tracker(cfg.topology, expected_total=cfg.expected_total, deadline_s=5)
     service = ControllerService(ControllerEngine(config=cfg, machine=Controller(tracker), journal=None, writer=None,  # type: ignore[arg-type]
                                 metrics=ControllerMetrics(CollectorRegistry())))
     service.engine.watchers.limit = 8

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.controller import machine as M
-from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, Now, Tracker
+from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, Now
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 T0 = Now(mono=100.0, wall=1_700_000_000.0)
 
 
 def machine() -> M.Controller:
-    return M.Controller(Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=30))
+    return M.Controller(bank.tracker(Topology.build(["a", "b"], None), expected_total=100, deadline_s=30))
 
 
 def state(sid: str, node: str, balance: int) -> pb.FullState:
     other = "b" if node == "a" else "a"
-    return pb.FullState(snapshot_id=sid, node_id=node, balance=balance, channels=[pb.ChannelState(src=other, dst=node)])
+    return bank.report(sid, node, balance, channels=[pb.ChannelState(src=other, dst=node)])
 
 
 def test_a_waiting_trigger_is_answered_right_after_the_snapshots_finished_and_only_then() -> None:

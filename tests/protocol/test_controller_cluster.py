@@ -11,6 +11,7 @@ from snapmesh.protocol.controller import machine as M
 from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class Node:
 
 
 def test_the_cluster_is_the_files_nodes_and_the_machines_topology_settings_epoch_and_restore() -> None:
-    tracker = Tracker(topology=Topology.build(["b", "a"], None), expected_total=100, deadline_s=7.5)
+    tracker = bank_reports.tracker(Topology.build(["b", "a"], None), expected_total=100, deadline_s=7.5)
     m = M.Controller(tracker, max_concurrent=3, keep=2)
     nodes = [Node("b", "h:2", "h:3"), Node("a", "h:0", "h:1")]
     answer = cluster.answer(nodes, m, snapshot_mode="overtake", interval_s=4.0, answer_state_bytes=1 << 20)
@@ -41,9 +42,9 @@ def test_the_cluster_is_the_files_nodes_and_the_machines_topology_settings_epoch
 
 def test_the_cluster_names_its_app_and_the_loaded_apps_name_and_version() -> None:
     nodes = [Node("a", "h:0", "h:1")]
-    bank = M.Controller(Tracker(topology=Topology.build(["a"], None), expected_total=0, deadline_s=1.0))
-    answer = cluster.answer(nodes, bank, snapshot_mode="classic", interval_s=0.0)
-    assert (answer.app, answer.app_name, answer.app_version) == ("", "", 0)  # the bank
+    bank = M.Controller(bank_reports.tracker(Topology.build(["a"], None), expected_total=0, deadline_s=1.0))
+    answer = cluster.answer(nodes, bank, snapshot_mode="classic", interval_s=0.0, app="snapmesh.services.app.bank:app")
+    assert (answer.app, answer.app_name, answer.app_version) == ("snapmesh.services.app.bank:app", "bank", 1)
 
     app = App(name="shelf", new=lambda info: None, version=3)
     checked = AppChecker("shelf_app:app", app)

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.controller import machine as M
-from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, Now, Tracker
+from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, Now
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 T0 = Now(mono=100.0, wall=1_700_000_000.0)
 NODES = ["a", "b", "c"]
 
 
 def machine() -> M.Controller:
-    return M.Controller(Tracker(topology=Topology.build(NODES, None), expected_total=90, deadline_s=30))
+    return M.Controller(bank.tracker(Topology.build(NODES, None), expected_total=90, deadline_s=30))
 
 
 def state(sid: str, node: str) -> pb.FullState:
-    return pb.FullState(snapshot_id=sid, node_id=node, balance=30,
-                        channels=[pb.ChannelState(src=o, dst=node) for o in NODES if o != node])
+    return bank.report(sid, node, 30,
+                       channels=[pb.ChannelState(src=o, dst=node) for o in NODES if o != node])
 
 
 def started(m: M.Controller, sid: str = "s1") -> None:

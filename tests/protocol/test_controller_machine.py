@@ -1,7 +1,8 @@
 """The controller machine (snapmesh/protocol/controller/machine.py): events in, effects out, no I/O.
 
 The gRPC engine and the fault simulator drive this object; these tests drive it
-by hand and read the effects it asks for, in order.
+by hand and read the effects it asks for, in order. The cluster runs the bank app
+(tests/support/bank_reports.py): balances and amounts travel as bytes.
 """
 
 from __future__ import annotations
@@ -12,23 +13,21 @@ from snapmesh.protocol.controller import machine as M
 from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.controller import restoregate, restoreplan
 from snapmesh.protocol.topology import Topology
-from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker, UnknownSnapshot
+from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, UnknownSnapshot
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 T0 = Now(mono=100.0, wall=1_700_000_000.0)
 
 
 def machine(deadline_s: float = 5.0) -> M.Controller:
     topology = Topology.build(["a", "b"], None)
-    return M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=deadline_s))
+    return M.Controller(bank.tracker(topology, expected_total=100, deadline_s=deadline_s))
 
 
 def part(sid: str, node: str, balance: int, in_flight: list[int] = ()) -> pb.FullState:
     other = "b" if node == "a" else "a"
-    channel = pb.ChannelState(src=other, dst=node, in_flight=[
-        pb.InFlightTransfer(msg_id=f"{other}:{node}:{i}", amount=x, seq=i) for i, x in enumerate(in_flight, 1)
-    ])
-    return pb.FullState(snapshot_id=sid, node_id=node, balance=balance, channels=[channel])
+    return bank.report(sid, node, balance, {other: bank.items(other, node, in_flight)})
 
 
 def kinds(effects: list[M.Effect]) -> list[str]:
@@ -73,8 +72,8 @@ def test_a_refused_report_asks_for_nothing() -> None:
     m = machine()
     m.trigger("s1", "a", T0)
     m.drain()
-    with pytest.raises(Exception, match="negative balance"):
-        m.reported(part("s1", "a", -1), T0)
+    with pytest.raises(M.TrackerError, match="node 'c' is not in the topology"):
+        m.reported(part("s1", "c", 60), T0)
     assert m.drain() == []
 
 
@@ -116,12 +115,12 @@ def test_a_restore_moves_the_epoch_fails_what_runs_and_journals_restoring_before
     assert effects[1].snapshot.reason == "restored to s1"
     assert effects[4].record.restore.status == pb.Restore.RESTORING
     parts = {e.node: e.request for e in effects if isinstance(e, M.RestoreAt)}
-    assert parts["a"].balance == 60 and parts["b"].balance == 30 and parts["b"].epoch == 2
-    assert [t.amount for c in parts["b"].channels for t in c.in_flight] == [10]
+    assert parts["a"].state == b"60" and parts["b"].state == b"30" and parts["b"].epoch == 2
+    assert [t.payload for c in parts["b"].channels for t in c.in_flight] == [b"10"]
     # a second call joins, another snapshot is busy, and the same key is not answered before the outcome is durable
     assert isinstance(m.restore(target, "k1", T0), restoregate.Join)
-    assert m.node_restored("a", pb.RestoreStateResponse(balance=60), T0) is None
-    done = m.node_restored("b", pb.RestoreStateResponse(balance=40), T0)
+    assert m.node_restored("a", pb.RestoreStateResponse(epoch=2), T0) is None
+    done = m.node_restored("b", pb.RestoreStateResponse(epoch=2), T0)
     assert done.status == pb.Restore.RESTORED and [n.balance for n in done.nodes] == [60, 40]
     assert kinds(m.drain()) == ["Journal:Restored", "RestoreDone"]
     assert isinstance(m.restore(target, "k1", T0), restoregate.Join)
@@ -137,7 +136,7 @@ def test_a_node_that_cannot_take_its_part_fails_the_restore_and_names_it() -> No
     m.restore(target, "", T0)
     m.drain()
     m.node_restored("b", "UNAVAILABLE: down", T0)
-    done = m.node_restored("a", pb.RestoreStateResponse(balance=60), T0)
+    done = m.node_restored("a", pb.RestoreStateResponse(epoch=2), T0)
     assert done.status == pb.Restore.FAILED
     assert done.reason == "not restored on b: UNAVAILABLE: down (the cluster is fenced at epoch 2)"
 
@@ -180,7 +179,7 @@ def test_a_replay_whose_newest_restore_ended_resumes_nothing() -> None:
     target = complete(m)
     m.restore(target, "k1", T0)
     records = [e.record for e in m.drain() if isinstance(e, M.Journal)]
-    answer = pb.RestoreStateResponse(epoch=2, balance=1)
+    answer = pb.RestoreStateResponse(epoch=2)
     m.node_restored("a", answer, T0)
     m.node_restored("b", answer, T0)
     records += [e.record for e in m.drain() if isinstance(e, M.Journal)]
@@ -221,14 +220,14 @@ def test_a_report_of_an_older_epoch_is_refused_by_the_machine_changing_nothing()
 
 def test_a_trigger_at_the_admission_limit_is_refused_and_starts_nothing() -> None:
     topology = Topology.build(["a", "b"], None)
-    m = M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0), max_concurrent=2)
+    m = M.Controller(bank.tracker(topology, expected_total=100, deadline_s=5.0), max_concurrent=2)
     m.trigger("s1", "a", T0)
     m.trigger("s2", "b", T0)
     m.drain()
     with pytest.raises(M.TooManySnapshots, match="^2 snapshots in progress, the limit is 2$"):
         m.trigger("s3", "a", T0)
     assert m.drain() == [] and m.tracker.ids() == ["s1", "s2"]
-    named = M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0), max_concurrent=1, cluster_file="c.toml")
+    named = M.Controller(bank.tracker(topology, expected_total=100, deadline_s=5.0), max_concurrent=1, cluster_file="c.toml")
     named.trigger("s1", "a", T0)
     with pytest.raises(M.TooManySnapshots) as refused:  # the machine says how to raise the limit, not a shell
         named.trigger("s2", "a", T0)
@@ -283,8 +282,8 @@ def test_a_restore_of_a_missing_snapshot_is_refused_by_the_gate_which_alone_chec
 def _restored(m: M.Controller, target: pb.Snapshot, key: str) -> pb.Restore:
     """Run a restore of `target` under `key` to its end; its records are in the journal list."""
     assert isinstance(m.restore(target, key, T0), restoregate.Start)
-    m.node_restored("a", pb.RestoreStateResponse(balance=60), T0)
-    done = m.node_restored("b", pb.RestoreStateResponse(balance=40), T0)
+    m.node_restored("a", pb.RestoreStateResponse(epoch=2), T0)
+    done = m.node_restored("b", pb.RestoreStateResponse(epoch=2), T0)
     m.restore_settled()
     return done
 
@@ -317,8 +316,8 @@ def test_a_key_that_joined_a_restore_is_journaled_and_answered_by_it_after_a_res
     assert kinds(effects) == ["Journal:Joined"] and effects[0].record == R.Joined(request_id="k2", epoch=2)
     records.append(effects[0].record)
     assert m.restore(target, "k2", T0) == restoregate.Join("s1") and m.drain() == []  # known now: nothing more
-    m.node_restored("a", pb.RestoreStateResponse(balance=60), T0)
-    done = m.node_restored("b", pb.RestoreStateResponse(balance=40), T0)
+    m.node_restored("a", pb.RestoreStateResponse(epoch=2), T0)
+    done = m.node_restored("b", pb.RestoreStateResponse(epoch=2), T0)
     records += _journal(m)
     m.restore_settled()
     assert m.restore(target, "k2", T0) == restoregate.Answer(done) and m.epoch == 2
@@ -334,8 +333,8 @@ def test_a_key_that_joins_after_the_outcome_but_before_it_is_durable_gets_that_o
     target = complete(m)
     records = _s1()
     m.restore(target, "k1", T0)
-    m.node_restored("a", pb.RestoreStateResponse(balance=60), T0)
-    done = m.node_restored("b", pb.RestoreStateResponse(balance=40), T0)
+    m.node_restored("a", pb.RestoreStateResponse(epoch=2), T0)
+    done = m.node_restored("b", pb.RestoreStateResponse(epoch=2), T0)
     records += _journal(m)  # RESTORED is journaled, not yet durable: the gate still runs it
     assert m.restore(target, "k5", T0) == restoregate.Join("s1", "k5")
     records += _journal(m)
@@ -423,7 +422,7 @@ def test_plan_and_problem() -> None:
 
 def _kept(keep: int) -> M.Controller:
     topology = Topology.build(["a", "b"], None)
-    return M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0), keep=keep)
+    return M.Controller(bank.tracker(topology, expected_total=100, deadline_s=5.0), keep=keep)
 
 
 def _complete_effects(m: M.Controller, sid: str) -> list[M.Effect]:
@@ -444,8 +443,8 @@ def test_retention_retires_past_the_n_newest_complete_after_the_finish_each_once
     assert kinds(effects) == ["Journal:Reported", "Journal:Finished", "Finished", "Retire"]  # after the outcome
     assert effects[-1] == M.Retire("s1")
     assert m.restore(m.get("s2"), "k", T0) and m.drain()  # s2 is the one last restored: it stays
-    m.node_restored("a", pb.RestoreStateResponse(balance=60), T0)
-    m.node_restored("b", pb.RestoreStateResponse(balance=40), T0)
+    m.node_restored("a", pb.RestoreStateResponse(epoch=2), T0)
+    m.node_restored("b", pb.RestoreStateResponse(epoch=2), T0)
     m.restore_settled()
     m.drain()
     assert [e for e in _complete_effects(m, "s5") if isinstance(e, M.Retire)] == [M.Retire("s3")]
@@ -484,7 +483,7 @@ def test_every_refused_report_names_its_status_code():
 
 def test_a_trigger_naming_no_node_is_refused_before_admission_and_starts_nothing() -> None:
     topology = Topology.build(["a", "b"], None)
-    m = M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0), max_concurrent=1)
+    m = M.Controller(bank.tracker(topology, expected_total=100, deadline_s=5.0), max_concurrent=1)
     with pytest.raises(M.UnknownInitiator, match=r"^unknown initiator 'zz' \(nodes: a, b\)$") as refused:
         m.trigger("s1", "zz", T0)
     assert refused.value.code == "INVALID_ARGUMENT" and m.drain() == [] and m.tracker.ids() == []
@@ -517,7 +516,7 @@ def test_a_client_start_names_its_snapshot_in_start_order_and_draws_an_initiator
     from snapmesh.protocol.controller.snapshot_ids import snapshot_id_problem
 
     topology = Topology.build(["a", "b", "c"], None)
-    m = M.Controller(Tracker(topology=topology, expected_total=100, deadline_s=5.0))
+    m = M.Controller(bank.tracker(topology, expected_total=100, deadline_s=5.0))
     named = m.start("b", T0, bytes(8))
     drawn = [m.start("", T0, bytes([9, 9, 9, 255 - i, 0, 0, 0, i])) for i in range(30)]  # one wall clock for all
     ids = [named.snapshot_id, *(s.snapshot_id for s in drawn)]

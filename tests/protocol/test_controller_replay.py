@@ -13,21 +13,22 @@ import pytest
 
 from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.controller import machine as M
-from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, Now, Tracker
+from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, Now
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 T0 = Now(mono=100.0, wall=1_700_000_000.0)
 RESTART = Now(mono=500.0, wall=1_700_000_400.0)
 
 
 def controller(keep: int = 0) -> M.Controller:
-    return M.Controller(Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=5.0), keep=keep)
+    return M.Controller(bank.tracker(Topology.build(["a", "b"], None), expected_total=100, deadline_s=5.0), keep=keep)
 
 
 def part(sid: str, node: str, balance: int) -> pb.FullState:
     other = "b" if node == "a" else "a"
-    return pb.FullState(snapshot_id=sid, node_id=node, balance=balance, channels=[pb.ChannelState(src=other, dst=node)])
+    return bank.report(sid, node, balance, channels=[pb.ChannelState(src=other, dst=node)])
 
 
 def completed(sid: str) -> list[R.Record]:

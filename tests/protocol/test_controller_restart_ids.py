@@ -14,21 +14,22 @@ from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.controller import machine as M
 from snapmesh.protocol.controller.retention import Retention
 from snapmesh.protocol.controller.snapshot_ids import StartClock, new_snapshot_id, snapshot_id_micros
-from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker
+from snapmesh.protocol.controller.tracker import COMPLETE, Now
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 T = Now(mono=100.0, wall=1_800_000_000.0)  # the first process's clock
 BEHIND = Now(mono=5.0, wall=T.wall - 3_600.0)  # the restarted one's: an hour behind
 
 
 def controller(keep: int) -> M.Controller:
-    return M.Controller(Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=5.0), keep=keep)
+    return M.Controller(bank.tracker(Topology.build(["a", "b"], None), expected_total=100, deadline_s=5.0), keep=keep)
 
 
 def part(sid: str, node: str, balance: int) -> pb.FullState:
     other = "b" if node == "a" else "a"
-    return pb.FullState(snapshot_id=sid, node_id=node, balance=balance, channels=[pb.ChannelState(src=other, dst=node)])
+    return bank.report(sid, node, balance, channels=[pb.ChannelState(src=other, dst=node)])
 
 
 def finish(m: M.Controller, sid: str, now: Now) -> list[M.Effect]:

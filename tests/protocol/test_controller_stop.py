@@ -7,10 +7,11 @@ import pytest
 
 from snapmesh.protocol.controller import machine as M
 from snapmesh.protocol.controller.stopping import FENCE, LIFT, STOP, FenceAt, StopFailed, StopRefused
-from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, Now, Tracker
+from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, Now
 from snapmesh.protocol.retry import Failed
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 T0 = Now(mono=100.0, wall=1_700_000_000.0)
 ENTROPY = bytes(8)
@@ -18,7 +19,7 @@ CALL = "the stop's call"
 
 
 def machine() -> M.Controller:
-    return M.Controller(Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=5.0))
+    return M.Controller(bank.tracker(Topology.build(["a", "b"], None), expected_total=100, deadline_s=5.0))
 
 
 def fences(effects: list) -> list[tuple[str, int]]:
@@ -27,7 +28,7 @@ def fences(effects: list) -> list[tuple[str, int]]:
 
 def part(sid: str, node: str, balance: int) -> pb.FullState:
     other = "b" if node == "a" else "a"
-    return pb.FullState(snapshot_id=sid, node_id=node, balance=balance, channels=[pb.ChannelState(src=other, dst=node)])
+    return bank.report(sid, node, balance, channels=[pb.ChannelState(src=other, dst=node)])
 
 
 def all_fenced(m: M.Controller, sid: str) -> list:

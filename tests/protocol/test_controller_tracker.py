@@ -1,4 +1,8 @@
-"""The controller's snapshot bookkeeping, driven directly: no clock, no network."""
+"""The controller's snapshot bookkeeping, driven directly: no clock, no network.
+
+The cluster runs the bank app (tests/support/bank_reports.py): reports carry the
+balance as state bytes and each amount as a payload, and the bank's checker fills
+the v1 figures the assertions read."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from snapmesh.protocol.controller.tracker import (
 from snapmesh.protocol.controller.snapshot_ids import StartClock
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 NODES = ("p1", "p2", "p3")
 T0 = 1_700_000_000.0  # wall clock
@@ -33,25 +38,22 @@ def at(dt: float = 0.0) -> Now:
 
 def tracker(channels=None, deadline_s: float = 5.0, balance: int = 100) -> Tracker:
     topology = Topology.build(NODES, channels)
-    return Tracker(topology=topology, expected_total=balance * len(NODES), deadline_s=deadline_s)
+    return bank.tracker(topology, expected_total=balance * len(NODES), deadline_s=deadline_s)
 
 
 def state(t: Tracker, sid: str, node: str, balance: int, in_flight: dict[str, list[int]] | None = None) -> pb.FullState:
     """A well-formed report: every incoming channel, amounts per source as given."""
     in_flight = in_flight or {}
-    channels = []
-    for src in t.topology.incoming(node):
-        items = [
-            pb.InFlightTransfer(msg_id=f"{src}-{i}", amount=a, seq=i + 1) for i, a in enumerate(in_flight.get(src, []))
-        ]
-        channels.append(pb.ChannelState(src=src, dst=node, in_flight=items))
-    return pb.FullState(snapshot_id=sid, node_id=node, balance=balance, channels=channels)
+    channels = {src: [bank.item(f"{src}-{i}", a, i + 1) for i, a in enumerate(in_flight.get(src, []))]
+                for src in t.topology.incoming(node)}
+    return bank.report(sid, node, balance, channels)
 
 
 def test_a_snapshot_completes_when_every_node_reported_and_lists_the_whole_topology():
     t = tracker()
     started = t.start("s1", "p2", at())
-    assert started.status == IN_PROGRESS and started.initiator == "p2" and started.expected_total == 300
+    # The expected total is the app's figure: the checker fills it once the snapshot is whole.
+    assert started.status == IN_PROGRESS and started.initiator == "p2" and not started.HasField("expected_total")
     assert t.in_progress == 1
     assert t.report(state(t, "s1", "p3", 80, {"p1": [5, 15]}), at(0.1)).snapshot.status == IN_PROGRESS
     assert t.report(state(t, "s1", "p1", 100), at(0.2)).snapshot.status == IN_PROGRESS
@@ -62,7 +64,8 @@ def test_a_snapshot_completes_when_every_node_reported_and_lists_the_whole_topol
     assert [(c.src, c.dst) for c in done.channels] == list(t.topology.channels)
     p1_p3 = next(c for c in done.channels if (c.src, c.dst) == ("p1", "p3"))
     assert [(i.msg_id, i.amount, i.seq) for i in p1_p3.in_flight] == [("p1-0", 5, 1), ("p1-1", 15, 2)]
-    assert done.total == 300 and done.conserved
+    assert done.total == 300 and done.expected_total == 300 and done.conserved
+    assert [(i.name, i.ok) for i in done.app.invariants] == [("conserved", True)]
     assert duration_s(done) == pytest.approx(0.25)
     assert t.in_progress == 0 and t.next_deadline() is None
     assert t.get("s1") == done
@@ -137,12 +140,10 @@ def test_fail_is_final_and_ignores_finished_or_unknown_snapshots():
         (lambda s: setattr(s, "snapshot_id", "zzz"), UnknownSnapshot, "zzz"),
         (lambda s: setattr(s, "node_id", "p9"), InvalidReport, "p9"),
         (lambda s: setattr(s, "node_id", ""), InvalidReport, "node_id"),
-        (lambda s: setattr(s, "balance", -1), InvalidReport, "negative"),
         (lambda s: setattr(s.channels[0], "dst", "p2"), InvalidReport, "does not end"),
         (lambda s: setattr(s.channels[0], "src", "p9"), InvalidReport, "not in the topology"),
         (lambda s: s.channels.append(pb.ChannelState(src="p2", dst="p1")), InvalidReport, "twice"),
         (lambda s: s.channels.pop(), InvalidReport, "p3->p1"),
-        (lambda s: s.channels[0].in_flight.add(msg_id="m", amount=0, seq=1), InvalidReport, "amount"),
     ],
 )
 def test_a_bad_report_is_refused_with_a_typed_error_and_changes_nothing(mutate, error, words):
@@ -156,6 +157,25 @@ def test_a_bad_report_is_refused_with_a_typed_error_and_changes_nothing(mutate, 
     assert t.get("s1") == before
     # The good report is still accepted afterwards.
     t.report(state(t, "s1", "p1", 100), at(1))
+
+
+@pytest.mark.parametrize("mutate, words", [
+    (lambda s: setattr(s, "state", b"-1"), "the state of p1 is not decimal ASCII"),
+    (lambda s: s.channels[0].in_flight.add(msg_id="m", seq=1, payload=b"0x10"), "the message p2->p1 seq 1"),
+])
+def test_bytes_the_bank_would_not_write_complete_a_snapshot_that_names_them_and_is_not_conserved(mutate, words):
+    """The controller reads no app's bytes in a report: the bank's invariant judges
+    them once the snapshot is whole, and says what is wrong where."""
+    t = tracker()
+    t.start("s1", "p1", at())
+    report = state(t, "s1", "p1", 100)
+    mutate(report)
+    t.report(report, at())
+    for node in ("p2", "p3"):
+        done = t.report(state(t, "s1", node, 100), at()).snapshot
+    assert done.status == COMPLETE and words in done.reason and "invariant broken" in done.reason
+    assert [(i.name, i.ok) for i in done.app.invariants] == [("conserved", False)]
+    assert not done.HasField("conserved") and not done.HasField("total")  # F1: no figure from such bytes
 
 
 def test_an_identical_repeat_of_a_report_is_accepted_and_changes_nothing():
@@ -312,16 +332,15 @@ def overtake_state(t: Tracker, sid: str, node: str, balance: int, positions: dic
     report.positions.extend(pb.ChannelPosition(src=s, dst=node, seq=q) for s, q in positions.items())
     for dst, items in outbox.items():
         if packed:
-            report.outbox_runs.add(src=node, dst=dst, seqs=[q for q, _ in items], amounts=[a for _, a in items])
+            report.outbox_runs.append(bank.outbox_run(node, dst, [q for q, _ in items], [a for _, a in items]))
         else:
-            report.outbox.add(src=node, dst=dst, in_flight=[
-                pb.InFlightTransfer(msg_id=f"{node}:{dst}:{q}", amount=a, seq=q) for q, a in items])
+            report.outbox.add(src=node, dst=dst, in_flight=[bank.item(f"{node}:{dst}:{q}", a, q) for q, a in items])
     return report
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["outbox_runs", "outbox (older nodes)"])
 def test_overtake_channels_are_what_the_receiver_recorded_plus_the_senders_outbox_past_its_position(packed):
-    t = Tracker(topology=Topology.build(("p1", "p2"), None), expected_total=200, deadline_s=5, snapshot_mode="overtake")
+    t = bank.tracker(Topology.build(("p1", "p2"), None), expected_total=200, deadline_s=5, snapshot_mode="overtake")
     t.start("s1", "p1", at())
     # p1's outbox to p2 at its cut: seqs 3..5 (12 in all); p2 had applied up to 3 at its cut.
     t.report(overtake_state(t, "s1", "p1", 100 - 12, {"p2": 0}, {"p2": [(3, 2), (4, 4), (5, 6)]}, packed=packed), at())
@@ -334,7 +353,7 @@ def test_overtake_channels_are_what_the_receiver_recorded_plus_the_senders_outbo
 def test_overtake_a_repeat_after_complete_is_a_duplicate_not_a_different_state():
     """A node's call that timed out while its report was held sends it again, and the
     copy may come after COMPLETE: the channels shown were merged (O3), the entry was not."""
-    t = Tracker(topology=Topology.build(("p1", "p2"), None), expected_total=200, deadline_s=5, snapshot_mode="overtake")
+    t = bank.tracker(Topology.build(("p1", "p2"), None), expected_total=200, deadline_s=5, snapshot_mode="overtake")
     t.start("s1", "p1", at())
     p1 = overtake_state(t, "s1", "p1", 100 - 12, {"p2": 0}, {"p2": [(3, 2), (4, 4), (5, 6)]})
     t.report(p1, at())
@@ -348,16 +367,15 @@ def test_overtake_a_repeat_after_complete_is_a_duplicate_not_a_different_state()
 
 
 def test_overtake_a_transfer_both_ends_hold_is_in_the_channel_once_in_seq_order():
-    t = Tracker(topology=Topology.build(("p1", "p2"), None), expected_total=200, deadline_s=5, snapshot_mode="overtake")
+    t = bank.tracker(Topology.build(("p1", "p2"), None), expected_total=200, deadline_s=5, snapshot_mode="overtake")
     t.start("s1", "p1", at())
     # p2 cut at position 2 and then applied seqs 3 and 4 (recorded); p1's outbox at its
     # cut still held 4 (its ack had not come back), 6 and 7 (5 was a marker of another snapshot).
     t.report(overtake_state(t, "s1", "p1", 70, {"p2": 0}, {"p2": [(4, 4), (6, 6), (7, 7)]}), at())
     p2 = overtake_state(t, "s1", "p2", 100, {"p1": 2}, {})
     del p2.channels[:]
-    p2.channels.add(src="p1", dst="p2", in_flight=[
-        pb.InFlightTransfer(msg_id="p1:p2:3", amount=3, seq=3), pb.InFlightTransfer(msg_id="p1:p2:4", amount=4, seq=4)])
-    p2.balance = 200 - 70 - (3 + 4 + 6 + 7)  # what the total leaves it
+    p2.channels.add(src="p1", dst="p2", in_flight=bank.items("p1", "p2", [3, 4], first_seq=3))
+    p2.state = bank.money(200 - 70 - (3 + 4 + 6 + 7))  # what the total leaves it
     done = t.report(p2, at()).snapshot
     p1_p2 = next(c for c in done.channels if (c.src, c.dst) == ("p1", "p2"))
     assert [(i.seq, i.amount) for i in p1_p2.in_flight] == [(3, 3), (4, 4), (6, 6), (7, 7)]
@@ -367,15 +385,14 @@ def test_overtake_a_transfer_both_ends_hold_is_in_the_channel_once_in_seq_order(
 @pytest.mark.parametrize(
     ("run", "words"),
     [
-        (dict(src="p1", dst="p2", seqs=[3, 4], amounts=[1]), "2 seqs but 1 amounts"),
-        (dict(src="p1", dst="p2", seqs=[4, 3], amounts=[1, 1]), "positive and increasing"),
-        (dict(src="p1", dst="p2", seqs=[0, 3], amounts=[1, 1]), "positive and increasing"),
-        (dict(src="p1", dst="p2", seqs=[3], amounts=[0]), "amount 0 is not positive"),
-        (dict(src="p2", dst="p1", seqs=[3], amounts=[1]), "outbox of p2->p1, not its own"),
+        (dict(src="p1", dst="p2", seqs=[3, 4], payloads=[b"1"]), "2 seqs but 1 payloads"),
+        (dict(src="p1", dst="p2", seqs=[4, 3], payloads=[b"1", b"1"]), "positive and increasing"),
+        (dict(src="p1", dst="p2", seqs=[0, 3], payloads=[b"1", b"1"]), "positive and increasing"),
+        (dict(src="p2", dst="p1", seqs=[3], payloads=[b"1"]), "outbox of p2->p1, not its own"),
     ],
 )
 def test_a_bad_outbox_run_is_refused_naming_the_channel_and_nothing_is_taken(run, words):
-    t = Tracker(topology=Topology.build(("p1", "p2"), None), expected_total=200, deadline_s=5, snapshot_mode="overtake")
+    t = bank.tracker(Topology.build(("p1", "p2"), None), expected_total=200, deadline_s=5, snapshot_mode="overtake")
     t.start("s1", "p1", at())
     bad = overtake_state(t, "s1", "p1", 100, {"p2": 0}, {})
     bad.outbox_runs.add(**run)
@@ -391,7 +408,7 @@ def test_a_report_in_another_snapshot_mode_is_refused_naming_the_field():
     with pytest.raises(InvalidReport, match="snapshot_mode 'overtake', the controller 'classic'"):
         t.report(overtake_state(t, "s1", "p1", 100, {"p2": 0, "p3": 0}, {}), at())
     with pytest.raises(InvalidReport, match="one position per incoming channel"):
-        t2 = Tracker(topology=t.topology, expected_total=300, deadline_s=5, snapshot_mode="overtake")
+        t2 = bank.tracker(t.topology, expected_total=300, deadline_s=5, snapshot_mode="overtake")
         t2.start("s1", "p1", at())
         t2.report(overtake_state(t2, "s1", "p1", 100, {"p2": 0}, {}), at())
 

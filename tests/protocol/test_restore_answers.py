@@ -8,21 +8,22 @@ from __future__ import annotations
 from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.controller import machine as M
 from snapmesh.protocol.controller import restoregate
-from snapmesh.protocol.controller.tracker import Now, Tracker
+from snapmesh.protocol.controller.tracker import Now
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 T0 = Now(mono=100.0, wall=1_700_000_000.0)
 FULL = OSError(28, "No space left on device")
 
 
 def machine() -> M.Controller:
-    return M.Controller(Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=5.0))
+    return M.Controller(bank.tracker(Topology.build(["a", "b"], None), expected_total=100, deadline_s=5.0))
 
 
 def part(sid: str, node: str, balance: int) -> pb.FullState:
-    return pb.FullState(snapshot_id=sid, node_id=node, balance=balance,
-                        channels=[pb.ChannelState(src="b" if node == "a" else "a", dst=node)])
+    return bank.report(sid, node, balance,
+                       channels=[pb.ChannelState(src="b" if node == "a" else "a", dst=node)])
 
 
 def kinds(effects: list[M.Effect]) -> list[str]:
@@ -39,8 +40,8 @@ def complete(m: M.Controller) -> pb.Snapshot:
 
 
 def _both_nodes(m: M.Controller) -> pb.Restore:
-    m.node_restored("a", pb.RestoreStateResponse(balance=60), T0)
-    return m.node_restored("b", pb.RestoreStateResponse(balance=40), T0)
+    m.node_restored("a", pb.RestoreStateResponse(), T0)
+    return m.node_restored("b", pb.RestoreStateResponse(), T0)
 
 
 def test_the_calls_that_start_or_join_a_running_restore_are_answered_when_it_settles() -> None:

@@ -188,9 +188,14 @@ def test_a_rescale_that_drops_a_key_in_flight_breaks_the_invariant_and_is_refuse
     assert "breaks the app's invariant(s): every key exactly once: key " in message and "(lost)" in message
 
 
-def test_the_native_bank_cannot_rescale():
-    tracker = Tracker(topology=Topology.build(["p1", "p2", "p3"], None), expected_total=0, deadline_s=5)
-    with pytest.raises(rescale.RescaleRefused, match="another node set: the controller has no app with rescale"):
+@pytest.mark.parametrize("checker, words", [
+    (AppChecker("kvshard", None, why="no module named 'kvshard'"),
+     r"the controller has no app with rescale\(view, nodes\) \(no module named 'kvshard'\)"),
+    (AppChecker("ring:app", App(name="ring", new=lambda info: None)), "app 'ring' has no rescale"),
+])
+def test_a_controller_without_an_app_that_rescales_cannot_rescale(checker, words):
+    tracker = Tracker(topology=Topology.build(["p1", "p2", "p3"], None), expected_total=0, deadline_s=5, checker=checker)
+    with pytest.raises(rescale.RescaleRefused, match="another node set: " + words):
         rescale.for_side(tracker.side, recorded()[0], tracker.topology, ["p1", "p2", "p3"])
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from snapmesh.protocol.controller import machine as M
 from snapmesh.protocol.controller.effects import ABORT, RESTORE
-from snapmesh.protocol.controller.tracker import Now, Tracker
+from snapmesh.protocol.controller.tracker import Now
 from snapmesh.protocol.retry import PAUSE_S, Failed, Retry
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 DOWN = Failed("UNAVAILABLE", "connection refused")
 NO = Failed("FAILED_PRECONDITION", "restoring epoch 1 into epoch 1")
@@ -38,7 +39,7 @@ def test_the_first_try_waits_its_timeout_a_later_one_at_most_for_s_t3() -> None:
 
 def test_the_machine_sends_a_start_with_its_deadline_and_names_what_a_call_gave_up_on() -> None:
     now = Now(mono=1.0, wall=1_700_000_000.0)
-    m = M.Controller(Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=7.0))
+    m = M.Controller(bank.tracker(Topology.build(["a", "b"], None), expected_total=100, deadline_s=7.0))
     m.trigger("s1", "a", now)
     [start] = [e for e in m.drain() if isinstance(e, M.StartAt)]
     assert start.retry == Retry(7.0, 3.0, tries=2, wait=True)
@@ -47,10 +48,10 @@ def test_the_machine_sends_a_start_with_its_deadline_and_names_what_a_call_gave_
     for sid, node, balance in (("s2", "a", 60), ("s2", "b", 40)):
         if node == "a":
             m.trigger(sid, "a", now)
-        m.reported(pb.FullState(snapshot_id=sid, node_id=node, balance=balance,
-                                channels=[pb.ChannelState(src="b" if node == "a" else "a", dst=node)]), now)
+        m.reported(bank.report(sid, node, balance,
+                               channels=[pb.ChannelState(src="b" if node == "a" else "a", dst=node)]), now)
     m.restore(m.get("s2"), "", now)
-    m.node_restored("a", pb.RestoreStateResponse(balance=60), now)
+    m.node_restored("a", pb.RestoreStateResponse(), now)
     done = m.node_restored("b", DOWN, now)
     assert done.status == pb.Restore.FAILED
     assert done.reason == (
@@ -60,7 +61,7 @@ def test_the_machine_sends_a_start_with_its_deadline_and_names_what_a_call_gave_
 
 def test_each_call_names_its_rpc_and_request_and_its_answer_is_the_machines() -> None:
     now = Now(mono=1.0, wall=1_700_000_000.0)
-    m = M.Controller(Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=7.0))
+    m = M.Controller(bank.tracker(Topology.build(["a", "b"], None), expected_total=100, deadline_s=7.0))
     m.trigger("s1", "a", now)
     [start] = [e for e in m.drain() if isinstance(e, M.StartAt)]
     assert (start.rpc, start.request) == ("StartSnapshot", pb.StartSnapshotRequest(snapshot_id="s1", epoch=1))

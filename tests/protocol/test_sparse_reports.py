@@ -3,7 +3,7 @@ a node's report grows with what was in flight, not with its channels, and the co
 knows the empty ones from the topology (tracker rule T2). A COMPLETE snapshot still lists
 every channel (T3), the same snapshot as from reports that list every channel, and a
 report from a node before the field (every channel listed, or refused for one left out)
-is read as it always was."""
+is read as it always was. The cluster runs the bank app (tests/support/bank_reports.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from snapmesh.protocol.node import core
 from snapmesh.protocol.reports import report_message
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 NODES = ("p1", "p2", "p3", "p4")
 NOW = Now(mono=10.0, wall=1_700_000_000.0)
@@ -22,17 +23,16 @@ BALANCES = {"p1": 90, "p2": 100, "p3": 88, "p4": 108}  # with the 14 in flight: 
 
 
 def tracker() -> Tracker:
-    return Tracker(topology=Topology.build(NODES), expected_total=100 * len(NODES), deadline_s=5.0)
+    return bank.tracker(Topology.build(NODES), expected_total=100 * len(NODES), deadline_s=5.0)
 
 
 def report(t: Tracker, node: str, *, sparse: bool) -> pb.FullState:
     """The node's part; `sparse`: only the channels that recorded something, as a node of today sends it."""
-    message = pb.FullState(snapshot_id="s1", node_id=node, balance=BALANCES[node], only_recorded_channels=sparse)
+    message = bank.report("s1", node, BALANCES[node], only_recorded_channels=sparse)
     for src in t.topology.incoming(node):
         amounts = IN_FLIGHT.get(node, {}).get(src, [])
         if amounts or not sparse:
-            message.channels.add(src=src, dst=node, in_flight=[
-                pb.InFlightTransfer(msg_id=f"{src}:{node}:{i}", amount=a, seq=i) for i, a in enumerate(amounts, 1)])
+            message.channels.add(src=src, dst=node, in_flight=bank.items(src, node, amounts))
     return message
 
 
@@ -85,14 +85,15 @@ def test_a_repeat_listing_the_empty_channels_or_not_is_the_same_report_before_an
     assert t.report(report(t, "p3", sparse=True), NOW).duplicate
     assert t.report(report(t, "p1", sparse=True), NOW).duplicate
     differs = report(t, "p3", sparse=True)
-    differs.channels[0].in_flight[0].amount = 6
+    differs.channels[0].in_flight[0].payload = bank.money(6)
     with pytest.raises(DuplicateReport, match="different state"):
         t.report(differs, NOW)
 
 
 def test_a_node_reports_only_the_channels_it_recorded_messages_on() -> None:
-    part = core.FullState(snapshot_id="s1", node_id="p3", tally=88,
-                          channels={"p1": [core.Transfer(msg_id="p1:p3:1", tally=5, seq=1)], "p2": [], "p4": []})
+    part = core.FullState(snapshot_id="s1", node_id="p3", tally=0, state=b"88", app="bank", version=1,
+                          channels={"p1": [core.Transfer(msg_id="p1:p3:1", tally=0, seq=1, payload=b"5")],
+                                    "p2": [], "p4": []})
     message = report_message(part)
-    assert message.only_recorded_channels
-    assert [(c.src, [t.amount for t in c.in_flight]) for c in message.channels] == [("p1", [5])]
+    assert message.only_recorded_channels and message.state == b"88"
+    assert [(c.src, [t.payload for t in c.in_flight]) for c in message.channels] == [("p1", [b"5"])]

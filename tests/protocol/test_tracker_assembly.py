@@ -5,6 +5,8 @@ either side; packed and older per-entry outboxes; unknown fields; any report ord
 the COMPLETE snapshot is the same message, byte for byte, as the one the reference
 below builds. The reference is the earlier code, kept here as it was: one
 `InFlightTransfer` per item, merged with `merge` as a list and copied in one by one.
+The reports are the bank app's (tests/support/bank_reports.py: balances as state
+bytes, amounts as payloads), and both trackers hand the whole snapshot to its checker.
 A failure prints the seed that reproduces it."""
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import random
 
 import pytest
 
+from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.controller import tracker as tr
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 UNKNOWN = b"\xf8\x01\x05"  # field 31, varint 5: a field from a newer node
 
@@ -50,7 +54,7 @@ class _Reference(tr.Tracker):
         if pending is None:
             return tr.Reported(self.get(state.snapshot_id), duplicate=True)
         pending.reports[state.node_id] = tr._copy(state)
-        pending.snapshot.nodes.add(node_id=state.node_id, balance=state.balance)
+        pending.snapshot.nodes.add(node_id=state.node_id, app_name=state.app_name, app_version=state.app_version)
         snapshot = pending.snapshot
         received_ns = int(round(now.wall * 1e9))
         cut, done = state.cut_at_unix_ns, state.done_at_unix_ns
@@ -70,28 +74,25 @@ class _Reference(tr.Tracker):
     def _complete(self, pending, now):
         snapshot = pending.snapshot
         del snapshot.nodes[:]
-        total = 0
         for node in self.topology.nodes:
-            balance = pending.reports[node].balance
-            snapshot.nodes.add(node_id=node, balance=balance)
-            total += balance
+            report = pending.reports[node]
+            snapshot.nodes.add(node_id=node, state=report.state, state_digest=digest(report.state),
+                               app_name=report.app_name, app_version=report.app_version)
         by_channel = {(c.src, c.dst): c for r in pending.reports.values() for c in r.channels}
         overtake_parts = self._overtake_parts(pending) if self.snapshot_mode == "overtake" else None
         for src, dst in self.topology.channels:
             in_flight = by_channel[(src, dst)].in_flight
             if overtake_parts is not None:
                 outbox, positions = overtake_parts
-                seqs, amounts = outbox.get((src, dst), ((), ()))
+                seqs, payloads = outbox.get((src, dst), ((), ()))
                 in_flight = _reference_merge(
-                    in_flight, seqs, amounts, positions.get((src, dst), 0),
-                    lambda seq, amount, s=src, d=dst: pb.InFlightTransfer(msg_id=f"{s}:{d}:{seq}", amount=amount, seq=seq),
+                    in_flight, seqs, payloads, positions.get((src, dst), 0),
+                    lambda seq, payload, s=src, d=dst: pb.InFlightTransfer(msg_id=f"{s}:{d}:{seq}", seq=seq,
+                                                                           payload=payload),
                 )
             snapshot.channels.add(src=src, dst=dst, in_flight=in_flight)
-            total += sum(item.amount for item in in_flight)
-        snapshot.total = total
-        snapshot.conserved = total == self.expected_total
-        reason = "" if snapshot.conserved else f"total {total} != expected {self.expected_total}"
-        return self._finish(pending, tr.COMPLETE, reason, now)
+        self.side.judge(snapshot, 0)
+        return self._finish(pending, tr.COMPLETE, snapshot.reason, now)
 
 
 def _with_unknown(message, rng: random.Random):
@@ -116,16 +117,15 @@ def _recorded(rng: random.Random, src: str, dst: str, position: int) -> list[int
 
 
 def _reports(rng: random.Random, nodes: list[str], channels, mode: str) -> list[pb.FullState]:
-    reports = {n: pb.FullState(snapshot_id="s", node_id=n, balance=rng.randint(0, 500), snapshot_mode=mode,
-                               cut_at_unix_ns=rng.choice([0, 1_700_000_000_100_000_000]),
-                               done_at_unix_ns=rng.choice([0, 1_700_000_000_200_000_000]))
+    reports = {n: bank.report("s", n, rng.randint(0, 500), snapshot_mode=mode,
+                              cut_at_unix_ns=rng.choice([0, 1_700_000_000_100_000_000]),
+                              done_at_unix_ns=rng.choice([0, 1_700_000_000_200_000_000]))
                for n in nodes}
     for src, dst in channels:
         position = rng.randint(0, 40)
         held = _recorded(rng, src, dst, position)
         amount = {q: rng.randint(1, 1000) for q in range(1, position + 80)}
-        items = [_with_unknown(pb.InFlightTransfer(msg_id=f"{src}:{dst}:{q}", amount=amount[q], seq=q), rng)
-                 for q in held]
+        items = [_with_unknown(bank.item(f"{src}:{dst}:{q}", amount[q], q), rng) for q in held]
         reports[dst].channels.add().CopyFrom(_with_unknown(pb.ChannelState(src=src, dst=dst, in_flight=items), rng))
         if mode != "overtake":
             continue
@@ -133,10 +133,10 @@ def _reports(rng: random.Random, nodes: list[str], channels, mode: str) -> list[
         low = max(1, position + rng.randint(-10, 10))
         outbox = sorted(rng.sample(range(low, low + 60), rng.choice([0, 1, 3, 20, 50])))
         if rng.random() < 0.8:
-            reports[src].outbox_runs.add(src=src, dst=dst, seqs=outbox, amounts=[amount[q] for q in outbox])
+            reports[src].outbox_runs.append(bank.outbox_run(src, dst, outbox, [amount[q] for q in outbox]))
         else:
-            reports[src].outbox.add(src=src, dst=dst, in_flight=[
-                pb.InFlightTransfer(msg_id=f"{src}:{dst}:{q}", amount=amount[q], seq=q) for q in outbox])
+            reports[src].outbox.add(src=src, dst=dst, in_flight=[bank.item(f"{src}:{dst}:{q}", amount[q], q)
+                                                                 for q in outbox])
     order = list(reports.values())
     rng.shuffle(order)
     return order
@@ -150,10 +150,11 @@ def test_the_complete_snapshot_is_the_one_the_earlier_assembly_built(seed: int) 
     topology = Topology.build(nodes, [(a, b) for a, b in zip(nodes, nodes[1:] + nodes[:1], strict=True)] if ring else None)
     mode = "overtake" if rng.random() < 0.8 else "classic"
     reports = _reports(rng, nodes, topology.channels, mode)
-    expected_total = rng.choice([0, sum(r.balance for r in reports)])
+    expected_total = rng.choice([0, sum(int(r.state) for r in reports)])
     built = []
     for kind in (tr.Tracker, _Reference):
-        t = kind(topology=topology, expected_total=expected_total, deadline_s=5, snapshot_mode=mode)
+        t = kind(topology=topology, expected_total=expected_total, deadline_s=5, snapshot_mode=mode,
+                 checker=bank.checker(expected_total))
         now = tr.Now(mono=1.0, wall=1_700_000_000.0)
         t.start("s", nodes[0], now)
         for i, report in enumerate(reports):
@@ -163,3 +164,4 @@ def test_the_complete_snapshot_is_the_one_the_earlier_assembly_built(seed: int) 
     new, old = built
     assert new.SerializeToString(deterministic=True) == old.SerializeToString(deterministic=True), f"seed {seed}"
     assert new == old, f"seed {seed}"
+    assert new.app.status == pb.AppCheck.CHECKED and new.HasField("total"), f"seed {seed}"  # the bank's figures, read

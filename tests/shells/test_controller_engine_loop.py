@@ -18,10 +18,11 @@ from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.controller.machine import Controller, Journal
-from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker
+from snapmesh.protocol.controller.tracker import COMPLETE, Now
 from snapmesh.protocol.topology import Topology
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -62,7 +63,7 @@ async def _persist_before_show() -> None:
     cfg = config.load(config.DEFAULT_CONFIG)
     journal = HeldJournal()
     engine = ControllerEngine(
-        config=cfg, machine=Controller(Tracker(topology=cfg.topology, expected_total=cfg.expected_total, deadline_s=5)),
+        config=cfg, machine=Controller(bank.tracker(cfg.topology, expected_total=cfg.expected_total, deadline_s=5)),
         journal=journal, writer=None, metrics=ControllerMetrics(CollectorRegistry()),  # type: ignore[arg-type]
     )
     sent: list[tuple[str, str]] = []
@@ -126,7 +127,7 @@ def test_a_start_that_meets_a_channel_in_backoff_waits_for_it_once_before_the_sn
 async def _start_through_backoff(down: bool) -> None:
     cfg = config.load(config.DEFAULT_CONFIG)
     engine = ControllerEngine(
-        config=cfg, machine=Controller(Tracker(topology=cfg.topology, expected_total=cfg.expected_total, deadline_s=5)),
+        config=cfg, machine=Controller(bank.tracker(cfg.topology, expected_total=cfg.expected_total, deadline_s=5)),
         journal=DurableJournal(), writer=None, metrics=ControllerMetrics(CollectorRegistry()),  # type: ignore[arg-type]
     )
     node = BackingOffNode(down)
@@ -175,13 +176,13 @@ async def _replay_retires() -> None:
     for sid in ("s1", "s2"):
         records += [
             R.Started(snapshot_id=sid, initiator="a", wall=now.wall),
-            R.Reported(state=pb.FullState(snapshot_id=sid, node_id="a", balance=60,
-                                          channels=[pb.ChannelState(src="b", dst="a")]), wall=now.wall),
-            R.Reported(state=pb.FullState(snapshot_id=sid, node_id="b", balance=40,
-                                          channels=[pb.ChannelState(src="a", dst="b")]), wall=now.wall),
+            R.Reported(state=bank.report(sid, "a", 60,
+                                         channels=[pb.ChannelState(src="b", dst="a")]), wall=now.wall),
+            R.Reported(state=bank.report(sid, "b", 40,
+                                         channels=[pb.ChannelState(src="a", dst="b")]), wall=now.wall),
             R.Finished(snapshot_id=sid, status=COMPLETE, reason="", wall=now.wall),
         ]
-    machine = Controller(Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=5), keep=1)
+    machine = Controller(bank.tracker(Topology.build(["a", "b"], None), expected_total=100, deadline_s=5), keep=1)
     assert machine.replayed(records, now).finished == ["s2"]
     files = Forgetting()
     engine = ControllerEngine(
@@ -204,17 +205,17 @@ class RestoringNode:
     async def RestoreState(self, request, timeout, wait_for_ready=False):
         self.sent.append(("RestoreState", request.snapshot_id))
         await self.go.wait()
-        return pb.RestoreStateResponse(epoch=request.epoch, balance=request.balance)
+        return pb.RestoreStateResponse(epoch=request.epoch)
 
 
 def _restorable(journal) -> tuple[ControllerEngine, list, list[RestoringNode]]:
     """An engine over a two-node machine holding a COMPLETE s1, its nodes' RestoreState held."""
     now = Now(mono=1.0, wall=1_700_000_000.0)
-    machine = Controller(Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=5))
+    machine = Controller(bank.tracker(Topology.build(["a", "b"], None), expected_total=100, deadline_s=5))
     machine.trigger("s1", "a", now)
     for node, other, balance in (("a", "b", 60), ("b", "a", 40)):
-        machine.reported(pb.FullState(snapshot_id="s1", node_id=node, balance=balance,
-                                      channels=[pb.ChannelState(src=other, dst=node)]), now)
+        machine.reported(bank.report("s1", node, balance,
+                                     channels=[pb.ChannelState(src=other, dst=node)]), now)
     machine.drain()
     engine = ControllerEngine(
         config=config.load(config.DEFAULT_CONFIG), machine=machine,
@@ -278,12 +279,12 @@ async def _restart_behind() -> None:
 
     def parts(sid: str) -> list[pb.FullState]:
         share = cfg.expected_total // len(cfg.topology.nodes)
-        return [pb.FullState(snapshot_id=sid, node_id=node, balance=share,
-                             channels=[pb.ChannelState(src=src, dst=node) for src in cfg.topology.incoming(node)])
+        return [bank.report(sid, node, share,
+                            channels=[pb.ChannelState(src=src, dst=node) for src in cfg.topology.incoming(node)])
                 for node in cfg.topology.nodes]
 
     def machine() -> Controller:
-        return Controller(Tracker(topology=cfg.topology, expected_total=cfg.expected_total, deadline_s=5), keep=2)
+        return Controller(bank.tracker(cfg.topology, expected_total=cfg.expected_total, deadline_s=5), keep=2)
 
     first = machine()  # the first process: three snapshots, a second apart
     for i in range(3):
@@ -330,7 +331,7 @@ class ChunkTakingNode:
     async def RestoreState(self, request, timeout, wait_for_ready=False):
         self.came.append(("RestoreState", 1))
         self.requests.append(request)
-        return pb.RestoreStateResponse(epoch=request.epoch, balance=request.balance)
+        return pb.RestoreStateResponse(epoch=request.epoch)
 
     async def RestoreStateChunks(self, chunks, timeout, wait_for_ready=False):
         pieces = [chunk.data for chunk in chunks]
@@ -338,7 +339,7 @@ class ChunkTakingNode:
         self.came.append(("RestoreStateChunks", len(pieces)))
         request = pb.RestoreStateRequest.FromString(b"".join(pieces))
         self.requests.append(request)
-        return pb.RestoreStateResponse(epoch=request.epoch, balance=request.balance)
+        return pb.RestoreStateResponse(epoch=request.epoch)
 
 
 def test_a_restore_over_a_mib_goes_to_its_node_in_chunks_and_a_small_one_in_one_call() -> None:
@@ -349,13 +350,13 @@ def test_a_restore_over_a_mib_goes_to_its_node_in_chunks_and_a_small_one_in_one_
 
 async def _restore_in_chunks() -> None:
     now, flying = Now(mono=1.0, wall=1_700_000_000.0), 80_000  # ~1.8 MB of transfers in flight into b
-    machine = Controller(Tracker(topology=Topology.build(["a", "b"], None), expected_total=100 + flying, deadline_s=5))
+    machine = Controller(bank.tracker(Topology.build(["a", "b"], None), expected_total=100 + flying, deadline_s=5))
     machine.trigger("s1", "a", now)
-    in_flight = [pb.InFlightTransfer(msg_id=f"a:b:{seq}", amount=1, seq=seq) for seq in range(1, flying + 1)]
-    machine.reported(pb.FullState(snapshot_id="s1", node_id="a", balance=60, channels=[pb.ChannelState(src="b", dst="a")]),
+    in_flight = bank.items("a", "b", [1] * flying)
+    machine.reported(bank.report("s1", "a", 60, channels=[pb.ChannelState(src="b", dst="a")]),
                      now)
-    machine.reported(pb.FullState(snapshot_id="s1", node_id="b", balance=40,
-                                  channels=[pb.ChannelState(src="a", dst="b", in_flight=in_flight)]), now)
+    machine.reported(bank.report("s1", "b", 40,
+                                 channels=[pb.ChannelState(src="a", dst="b", in_flight=in_flight)]), now)
     machine.drain()
     engine = ControllerEngine(
         config=config.load(config.DEFAULT_CONFIG), machine=machine,

@@ -10,16 +10,14 @@ from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, IN_PROGRESS, Now, Tracker
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 NODES = ("p1", "p2")
 
 
 def report(sid: str, node: str, balance: int, amounts=()) -> pb.FullState:
     src = "p2" if node == "p1" else "p1"
-    items = [pb.InFlightTransfer(msg_id=f"{src}:{node}:{i}", amount=a, seq=i) for i, a in enumerate(amounts, 1)]
-    return pb.FullState(
-        snapshot_id=sid, node_id=node, balance=balance, channels=[pb.ChannelState(src=src, dst=node, in_flight=items)]
-    )
+    return bank.report(sid, node, balance, {src: bank.items(src, node, amounts)})
 
 
 RECORDS = [
@@ -35,7 +33,7 @@ RECORDS = [
 
 
 def tracker() -> Tracker:
-    return Tracker(topology=Topology.build(NODES, None), expected_total=100, deadline_s=5)
+    return bank.tracker(Topology.build(NODES, None), expected_total=100, deadline_s=5)
 
 
 def live_tracker() -> Tracker:
@@ -146,8 +144,8 @@ def test_the_live_byte_count_is_kept_per_write_and_matches_the_frames_and_the_re
         reopened = J.Journal(path, rotate_bytes=1)  # every frame live again until forgotten
         reopened.open()
         assert reopened._live.bytes == summed(reopened) == path.stat().st_size
-        reopened.forget("b")
-        reopened.forget("c")  # only the next frame stays live: under half the file, so it is rewritten
+        for sid in ("a", "b", "c"):  # every frame read comes back live, "a"'s too
+            reopened.forget(sid)  # only the next frame stays live: under half the file, so it is rewritten
         await reopened.append(R.Reported(state=report("b", "p1", 60), wall=1000.7))
         await reopened.barrier()  # the rewrite runs after the append's waiters heard, before the next round
         assert reopened._live.bytes == summed(reopened) == path.stat().st_size

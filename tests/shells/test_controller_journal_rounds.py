@@ -22,13 +22,13 @@ from prometheus_client import CollectorRegistry
 
 from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.controller.machine import Controller
-from snapmesh.protocol.controller.tracker import Tracker
 from snapmesh.protocol.topology import Topology
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -60,7 +60,7 @@ class Files:
 
 def state(sid: str, node: str, balance: int) -> pb.FullState:
     other = "b" if node == "a" else "a"
-    return pb.FullState(snapshot_id=sid, node_id=node, balance=balance, channels=[pb.ChannelState(src=other, dst=node)])
+    return bank.report(sid, node, balance, channels=[pb.ChannelState(src=other, dst=node)])
 
 
 def test_a_trigger_and_a_completing_report_each_cost_one_journal_round(tmp_path) -> None:
@@ -72,7 +72,7 @@ async def _one_round_each(tmp_path) -> None:
     metrics = ControllerMetrics(registry)
     journal = Descheduled(tmp_path / "journal", on_round=metrics.journal_round)
     journal.open()
-    tracker = Tracker(topology=Topology.build(["a", "b"], None), expected_total=100, deadline_s=30)
+    tracker = bank.tracker(Topology.build(["a", "b"], None), expected_total=100, deadline_s=30)
     engine = ControllerEngine(
         config=config.load(config.DEFAULT_CONFIG), machine=Controller(tracker), journal=journal,
         writer=Files(), metrics=metrics,  # type: ignore[arg-type]

@@ -7,12 +7,13 @@ from snapmesh.sim.retention import due as past_retention  # the fuzzer's own sta
 from snapmesh.protocol.controller.tracker import Now, Tracker
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 NODES = ("p1", "p2")
 
 
 def _tracker_with(finished: int) -> Tracker:
-    t = Tracker(topology=Topology.build(NODES, None), expected_total=200, deadline_s=5)
+    t = bank.tracker(Topology.build(NODES, None), expected_total=200, deadline_s=5)
     for i in range(finished):
         sid = f"s{i:04d}"
         t.start(sid, "p1", Now(float(i), 1000.0 + i))
@@ -20,8 +21,8 @@ def _tracker_with(finished: int) -> Tracker:
             t.fail(sid, "a node was away", Now(i + 0.5, 1000.5 + i))
         else:
             for node, src in (("p1", "p2"), ("p2", "p1")):
-                t.report(pb.FullState(snapshot_id=sid, node_id=node, balance=100,
-                                      channels=[pb.ChannelState(src=src, dst=node)]), Now(i + 0.5, 1000.5 + i))
+                t.report(bank.report(sid, node, 100,
+                                     channels=[pb.ChannelState(src=src, dst=node)]), Now(i + 0.5, 1000.5 + i))
     t.start("running", "p2", Now(99.0, 2000.0))
     return t
 

@@ -15,19 +15,20 @@ from snapmesh.protocol.controller.retention import Retention
 from snapmesh.protocol.topology import Topology
 from snapmesh.protocol.controller.tracker import Now, Tracker
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 NODES = ("p1", "p2")
 
 
 def _complete(t: Tracker, sid: str, now: Now) -> None:
     for node, src in (("p1", "p2"), ("p2", "p1")):
-        t.report(pb.FullState(snapshot_id=sid, node_id=node, balance=100, channels=[pb.ChannelState(src=src, dst=node)]), now)
+        t.report(bank.report(sid, node, 100, channels=[pb.ChannelState(src=src, dst=node)]), now)
 
 
 @pytest.mark.parametrize("seed", range(150))
 def test_retired_is_the_rule_over_the_working_set_each_id_once(seed: int) -> None:
     rng = random.Random(seed)
-    t = Tracker(topology=Topology.build(NODES, None), expected_total=200, deadline_s=5, kept=rng.choice([3, 8, 1000]))
+    t = bank.tracker(Topology.build(NODES, None), expected_total=200, deadline_s=5, kept=rng.choice([3, 8, 1000]))
     for i in range(rng.randint(0, 6)):  # loaded from disk after a restart
         t.restore(pb.Snapshot(snapshot_id=f"a{i:03d}", status=rng.choice([pb.Snapshot.COMPLETE, pb.Snapshot.FAILED])))
     keep = rng.choice([1, 2, 4, 10])

@@ -52,7 +52,7 @@ from typing import NamedTuple
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from snapmesh.bank.ledger import BankSide
-from snapmesh.protocol.appstate import digest
+from snapmesh.protocol.appstate import ITEM_FIGURE, NODE_FIGURE, digest
 from snapmesh.protocol.controller.appside import AppSide, PartRefused
 from snapmesh.protocol.controller.assembly import add_node_stats, assemble
 from snapmesh.protocol.controller.retention import Retention
@@ -317,7 +317,7 @@ class Tracker:
                     return None, {}
                 # Overtake: the channels shown were merged from the senders' outboxes too (O3),
                 # so a repeat (a call that timed out while held) is known by its entry alone.
-                if self.snapshot_mode == "overtake" and self._entry(state) == entry:
+                if self.snapshot_mode == "overtake" and _bare(self._entry(state)) == _bare(entry):
                     return None, {}
                 raise DuplicateReport(
                     f"node {state.node_id!r} already reported snapshot {state.snapshot_id!r} (now complete) "
@@ -417,11 +417,14 @@ class Tracker:
 
     def _same_part(self, state: pb.FullState, entry: pb.NodeBalance, channels) -> bool:
         """Whether a report records what an earlier one did, kept as `entry` and
-        `channels` (timestamps aside)."""
+        `channels` (timestamps aside). A COMPLETE snapshot's entry and items also
+        carry the v1 figures an app's adapter read from their bytes at the verdict
+        (appstate.py V3): the bytes are what the node reported, so the figures are
+        left out of the comparison where there are bytes."""
         def key(channels):  # an empty channel says nothing a report that leaves it out does not
-            return sorted((c.src, c.SerializeToString(deterministic=True)) for c in channels if len(c.in_flight))
+            return sorted((c.src, _bare(c).SerializeToString(deterministic=True)) for c in channels if len(c.in_flight))
 
-        return self._entry(state) == entry and key(state.channels) == key(channels)
+        return _bare(self._entry(state)) == _bare(entry) and key(state.channels) == key(channels)
 
     def _finish(self, pending: _Pending, status: int, reason: str, now: Now) -> pb.Snapshot:
         snapshot = pending.snapshot
@@ -459,6 +462,23 @@ def _copy(message):
     clone = type(message)()
     clone.CopyFrom(message)
     return clone
+
+
+def _bare(part):
+    """A NodeBalance or ChannelState without the v1 figures read from its state bytes or payloads."""
+    if isinstance(part, pb.NodeBalance):
+        if not part.HasField("state"):
+            return part
+        part = _copy(part)
+        part.ClearField(NODE_FIGURE)
+        return part
+    if not any(t.HasField("payload") and t.HasField(ITEM_FIGURE) for t in part.in_flight):
+        return part
+    part = _copy(part)
+    for item in part.in_flight:
+        if item.HasField("payload"):
+            item.ClearField(ITEM_FIGURE)
+    return part
 
 
 def _check_overtake_parts(state: pb.FullState, incoming: set[str]) -> None:
