@@ -68,7 +68,7 @@ COMPLETE = pb.Snapshot.COMPLETE
 FAILED = pb.Snapshot.FAILED
 
 _SEQ = operator.attrgetter("seq")
-_NOTHING: tuple[list[int], int] = ([], 0)  # what an empty channel recorded: no seqs, tally 0
+_NOTHING: tuple[tuple[int, ...], int] = ((), 0)  # what an empty channel recorded: no seqs, tally 0
 
 
 class TrackerError(Exception):
