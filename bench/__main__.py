@@ -25,6 +25,8 @@ BENCHMARKS = {
     "bank_pair": "bench.bank_pair",  # the bank natively (TransferBatch) and as an app (SubmitBatch), alternating
     "overtake": "bench.overtake",  # classic vs overtake snapshots side by side; writes bench/results.json
     "undo": "bench.undo",  # taking back a failed app command (apphost.H4) vs a copy before every step
+    "sim_scale": "bench.sim_scale",  # the simulator, 10-1,000 nodes, mesh/ring/random-regular:8; writes docs/sim-scale.svg
+    "scale64": "bench.scale64",  # 64 node processes: random-regular:8 against the full mesh
     "state": "bench.state",  # a blob of N MiB per node: bytes sent and stored per snapshot, time vs size, restore
 }
 

@@ -97,3 +97,15 @@ def test_a_node_reports_only_the_channels_it_recorded_messages_on() -> None:
     message = report_message(part)
     assert message.only_recorded_channels and message.state == b"88"
     assert [(c.src, [t.payload for t in c.in_flight]) for c in message.channels] == [("p1", [b"5"])]
+
+
+def test_a_sparse_report_costs_the_tracker_its_recorded_channels_not_its_in_degree() -> None:
+    """T7: what the tracker keeps of a pending snapshot's channels is the ones reported
+    (a full report's empty ones included), not one entry per channel of the node."""
+    t = tracker()
+    t.start("s1", "p1", NOW)
+    for node in ("p1", "p2", "p3"):
+        t.report(report(t, node, sparse=True), NOW)
+    assert sorted(t._pending["s1"].recorded) == [("p1", "p3"), ("p4", "p1")]  # of the 9 channels into p1-p3
+    done = t.report(report(t, "p4", sparse=False), NOW).snapshot  # a full report: its 3 channels, listed
+    assert done.status == COMPLETE and len(done.channels) == 12 and done.total == 400
