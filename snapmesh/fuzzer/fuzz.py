@@ -105,18 +105,8 @@ def step(world: World) -> None:
         return
     roll = rng.random()
     live = [i for i in world.ids if world.nodes[i] is not None]
-    if roll < 0.22 and world.app is not None:
+    if roll < 0.22:
         command(world)
-    elif roll < 0.22 and live:
-        src = rng.choice(live)
-        if world.outgoing[src]:
-            dst = rng.choice(world.outgoing[src])
-            amount = rng.randint(1, max(1, world.nodes[src].tally // 2 + 2))  # type: ignore[union-attr]
-            rid = ""
-            if rng.random() < 0.3:
-                world.next_request += 1
-                rid = f"r{world.next_request}"
-            world.transfer(src, dst, amount, rid)
     elif roll < 0.27 and world.unanswered:
         world.call(*world.unanswered.pop(rng.randrange(len(world.unanswered))))
     elif roll < 0.42 and live:
@@ -188,9 +178,8 @@ def settle(world: World) -> None:
     for _ in range(1000):
         if control.restoring is None:
             break
-        if world.app is not None:  # commands racing the restore: one answered after it is taken back, and retried
-            for _ in range(world.rng.randint(0, 3)):
-                command(world)
+        for _ in range(world.rng.randint(0, 3)):  # commands racing the restore: one answered after it is taken back, and retried
+            command(world)
         control.restore_one(world.rng)
         control.journal.flush()
         world.restart_down_nodes()
@@ -247,9 +236,8 @@ def run_case(seed: int, app: App | None = None, app_params: dict[str, Any] | Non
     if batching:
         world.network.batching = random.Random(seed)
     try:
-        if app is not None:  # A5 before the first step
-            first = {i: node.app_state() for i, node in world.live().items()}
-            apps.check_quiescent(app, first, world.app_params, where="at the start")  # type: ignore[arg-type]
+        first = {i: node.app_state() for i, node in world.live().items()}  # A5 before the first step
+        apps.check_quiescent(world.app, first, world.app_params, where="at the start")  # type: ignore[arg-type]
         for _ in range(world.steps):
             step(world)
             world.check()
