@@ -118,6 +118,8 @@ def rescale_onto(world: World, snapshot: pb.Snapshot, reports: Any, old_channels
     fuzz.drain_all(world)
 
 
-def fuzz_steps(seed: int, cases: int, app: App | None = None, app_params: dict[str, Any] | None = None) -> tuple[int, tuple[int, str] | None]:
+def fuzz_steps(
+    seed: int, cases: int, app: App | None = None, app_params: dict[str, Any] | None = None,
+) -> tuple[int, tuple[int, str] | None]:
     """Run `cases` rescale cases from `seed` on; returns (cases run, (failing seed, why) or None)."""
     return steps.fuzz_steps(seed, cases, app, app_params, case=run_case)

@@ -69,8 +69,9 @@ class World:
             self.channels = [(a, b) for a in self.ids for b in self.ids if a != b]
         self.incoming = {i: tuple(s for s, d in self.channels if d == i) for i in self.ids}
         self.outgoing = {i: tuple(d for s, d in self.channels if s == i) for i in self.ids}
+        drawn = [rng.randint(0, 60) for _ in self.ids]  # drawn in every case: an app's pinned seeds replay as before
         if bank:  # the bank's [app] table, drawn: a total set, so that a rescale keeps it (services/app/bank.py)
-            self.app_params = {**bank_params(rng, len(self.ids)), **self.app_params}
+            self.app_params = {**bank_params(drawn[0], len(self.ids), random.Random(seed * 7919 + 3)), **self.app_params}
         self.mark = rng.choice([2, 4, 1000])
         self.bound = rng.choice([3, 6, 1000])
         self.segment_records = rng.choice([8, 20, 10**6])
@@ -315,10 +316,9 @@ def _check_report(node_id: str, node: node_mod.Node, part: node_mod.Finished, du
         raise Violation(f"{node_id}: snapshot {sid}'s part of epoch {part.epoch} reported in epoch {node.epoch}")
 
 
-def bank_params(rng: random.Random, nodes: int) -> dict[str, int]:
+def bank_params(initial: int, nodes: int, rng: random.Random) -> dict[str, int]:
     """The bank's [app] table for a case: small balances, so that transfers are refused for
     want of funds too, and the total set (what a rescale onto another node count keeps)."""
-    initial = rng.randint(0, 60)
     return {"initial_balance": initial, "total": initial * nodes, "max_amount": rng.choice([5, 30])}
 
 

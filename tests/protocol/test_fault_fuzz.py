@@ -48,7 +48,8 @@ def test_every_fault_kind_happens() -> None:
         "stale frame delivered", "partition", "controller crash", "snapshot failed: controller restarted",
         "snapshot failed: deadline", "snapshot complete", "command refused: channel full",
         "retry answered, not run again", "command refused by the app: FAILED_PRECONDITION",
-        "snapshot complete with app messages in flight", "restore part with app messages in flight", "restore", "crash during a restore", "overtaken transfers recorded",
+        "snapshot complete with app messages in flight", "restore part with app messages in flight",
+        "restore", "crash during a restore", "overtaken transfers recorded",
         "request refused: request-id window full", "request refused: request outcome unknown",
         # RestoreSnapshot calls through the controller's gate (one restore at a time)
         "restore call started a restore", "restore call joined the running restore",

@@ -15,7 +15,7 @@ from snapmesh.protocol import wal
 from snapmesh.protocol.node import core
 from snapmesh.protocol.node.steps import state_digest
 from snapmesh.sim import apps
-from snapmesh.sim.invariants import Checker, Violation
+from snapmesh.sim.invariants import Checker
 
 # An app's run (A2): p1 sends b"hi" to p2 before its cut; p2 cuts before it arrives.
 APP_LOGS = {
