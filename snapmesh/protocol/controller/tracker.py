@@ -314,7 +314,8 @@ class Tracker:
                     return None, {}
                 # Overtake: the channels shown were merged from the senders' outboxes too (O3),
                 # so a repeat (a call that timed out while held) is known by its entry alone.
-                if self.snapshot_mode == "overtake" and self._entry(state) == entry:
+                if self.snapshot_mode == "overtake" and self._entry(state) == (
+                        entry if self._native else _without_figure(entry)):
                     return None, {}
                 raise DuplicateReport(
                     f"node {state.node_id!r} already reported snapshot {state.snapshot_id!r} (now complete) "
@@ -417,6 +418,8 @@ class Tracker:
         def key(channels):  # an empty channel says nothing a report that leaves it out does not
             return sorted((c.src, c.SerializeToString(deterministic=True)) for c in channels if len(c.in_flight))
 
+        if not self._native:  # an app's v1 figures were filled in at completion (v1fields F1): no report holds them
+            entry, channels = _without_figure(entry), [_without_figure(c) for c in channels]
         return self._entry(state) == entry and key(state.channels) == key(channels)
 
     def _finish(self, pending: _Pending, status: int, reason: str, now: Now) -> pb.Snapshot:
@@ -434,6 +437,16 @@ class Tracker:
         self._finished[snapshot.snapshot_id] = snapshot
         self._retention.add(snapshot.snapshot_id, status == COMPLETE)
         return _copy(snapshot)
+
+
+def _without_figure(message):  # noqa: ANN001, ANN202 - a NodeBalance or a ChannelState
+    """A copy without the app's v1 figure (field 2 of NodeBalance and of InFlightTransfer, v1fields.py)."""
+    copy = type(message)()
+    copy.CopyFrom(message)
+    items = copy.in_flight if hasattr(copy, "in_flight") else [copy]
+    for item in items:
+        item.ClearField(item.DESCRIPTOR.fields_by_number[2].name)
+    return copy
 
 
 def duration_s(snapshot: pb.Snapshot) -> float:
