@@ -1,9 +1,10 @@
 """`snapmesh sim run FILE [--seed N]`: run a scenario, print the result as JSON.
 `snapmesh sim fuzz [--seed N] [--cases N] [--app APP] [--broadcast] [--mode hybrid --align-timeout-ms T]
-[--topology NAME] [--steps upgrade|rescale]`: the fault fuzzer (snapmesh/fuzzer/fuzz.py); with --app (a built-in name such as
-kvshard, or module:attr) the nodes host that app; with --topology (mesh, ring, random-regular:K) every
+[--topology NAME] [--steps upgrade|rescale]`: the fault fuzzer (snapmesh/fuzzer/fuzz.py); the nodes host
+the bank app (services/app/bank.py, its [app] table drawn by each case), or with --app (a built-in name such as
+kvshard, or module:attr) that app; with --topology (mesh, ring, random-regular:K) every
 case runs on that topology, drawn from the case's seed (an unknown name or K < 1: one line, exit 2);
-with --steps (and an --app) each case runs the app, stops it with a snapshot, and restores that into
+with --steps each case runs the app, stops it with a snapshot, and restores that into
 a version 2 of the app (upgrade: snapmesh/fuzzer/steps.py) or onto another node set (rescale:
 snapmesh/fuzzer/rescale_steps.py), and runs on.
 
@@ -47,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--cases", type=_positive, default=1000, metavar="N", help="how many cases (default 1000)")
     fuzz.add_argument(
         "--app", default="", metavar="APP",
-        help="the app the nodes host: a built-in (kvshard, bank) or module:attr (default: the bank's own fast path)",
+        help="the app the nodes host: a built-in (kvshard, bank) or module:attr (default: the bank app, its"
+             " initial_balance, total and max_amount drawn by each case)",
     )
     fuzz.add_argument(
         "--app-param", action="append", default=[], metavar="KEY=VALUE", type=_param,
@@ -74,9 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument(
         "--steps", choices=("upgrade", "rescale"), default=None,
         help="upgrade: each case runs the app, stops it with a snapshot, restores that into a version 2 of the app "
-             "with another state encoding, and runs on (snapmesh/fuzzer/steps.py; needs --app whose state is JSON); "
+             "with another state encoding, and runs on (snapmesh/fuzzer/steps.py; needs an app whose state is JSON); "
              "rescale: the same stop, restored onto another node set with the app's rescale "
-             "(snapmesh/fuzzer/rescale_steps.py; needs --app with rescale); default: neither, the plain fault steps",
+             "(snapmesh/fuzzer/rescale_steps.py; needs an app with rescale); default: neither, the plain fault steps",
     )
     return parser
 
@@ -152,7 +154,7 @@ def run_steps(seed: int, cases: int, app_spec: str, params: dict, kind: str = "u
     from snapmesh.fuzzer import rescale_steps, steps
 
     try:
-        app = load_app(app_spec)
+        app = load_app(app_spec or "bank")
     except AppError as exc:
         return _fail(str(exc))
     if app.workload is None:
@@ -160,12 +162,14 @@ def run_steps(seed: int, cases: int, app_spec: str, params: dict, kind: str = "u
     if kind == "rescale" and app.rescale is None:
         return _fail(f"--steps rescale: app {app.name!r} has no rescale(view, nodes)")
     started = time.perf_counter()
-    ran, failure = (rescale_steps if kind == "rescale" else steps).fuzz_steps(seed, cases, app, params)
+    case_app = app if app_spec else None  # None: the bank, its [app] table drawn by each case
+    ran, failure = (rescale_steps if kind == "rescale" else steps).fuzz_steps(seed, cases, case_app, params)
     if failure is not None:
         bad_seed, why = failure
         given = "".join(f" --app-param {k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in params.items())
         print(f"FAIL seed {bad_seed} (case {ran} of {cases}): {why}")
-        print(f"replay: snapmesh sim fuzz --seed {bad_seed} --cases 1 --app {app_spec} --steps {kind}{given}")
+        named = f" --app {app_spec}" if app_spec else ""
+        print(f"replay: snapmesh sim fuzz --seed {bad_seed} --cases 1{named} --steps {kind}{given}")
         return 1
     print(f"ok: {ran} cases, seeds {seed}..{seed + ran - 1}, app {app.name}, steps {kind},"
           f" {time.perf_counter() - started:.1f}s")
@@ -192,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             except topologies.ShapeError as exc:
                 return _fail(f"--topology: {exc}")
         if args.steps is not None:
-            if not args.app or args.broadcast or args.mode or args.topology:
-                return _fail(f"--steps {args.steps}: needs --app, and takes none of --broadcast, --mode, --topology")
+            if args.broadcast or args.mode or args.topology:
+                return _fail(f"--steps {args.steps}: takes none of --broadcast, --mode, --topology")
             return run_steps(args.seed, args.cases, args.app, dict(args.app_param), args.steps)
         return run_fuzz(args.seed, args.cases, args.app, dict(args.app_param), broadcast=args.broadcast,
                         mode=args.mode, align_timeout=align, topology=args.topology)

@@ -66,12 +66,13 @@ Even seeds run the nodes in classic snapshot mode, odd seeds in overtake mode
 --align-timeout-ms T` runs every case in hybrid mode (snapmesh/protocol/hybrid.py),
 and `--broadcast` starts every snapshot at every node (controller rule B1).
 
-With an app (`snapmesh sim fuzz --app kvshard`, `run_case(seed, app)`) the nodes
-host it (node rule N10) and the clients send its workload's commands instead of
-transfers, under the same faults; the checker adds the app's rules (A1-A6 of
-sim/apps.py: payloads, state digests, the app's invariants on every COMPLETE
-snapshot and at the end, its state against its log). A bank case draws the
-same numbers with or without this: its seeds replay as before.
+The nodes host an app (node rule N10): the bank (services/app/bank.py, loaded by
+its built-in name, its [app] table drawn by the case: sim/world.py `bank_params`),
+or the one named (`snapmesh sim fuzz --app kvshard`, `run_case(seed, app)`); the
+clients send its workload's commands, under every fault; the checker holds the
+app's rules (A1-A6 of sim/apps.py: payloads, state digests, the app's invariants
+on every COMPLETE snapshot and at the end, its state against its log). The bank
+is bytes here as any app is: its conservation is its invariant `conserved`.
 
 Version steps (`--steps upgrade`, `--steps rescale`): these steps, then a stop with a
 snapshot restored into a version 2 of the app or onto another node set, then these
@@ -105,18 +106,8 @@ def step(world: World) -> None:
         return
     roll = rng.random()
     live = [i for i in world.ids if world.nodes[i] is not None]
-    if roll < 0.22 and world.app is not None:
+    if roll < 0.22:
         command(world)
-    elif roll < 0.22 and live:
-        src = rng.choice(live)
-        if world.outgoing[src]:
-            dst = rng.choice(world.outgoing[src])
-            amount = rng.randint(1, max(1, world.nodes[src].tally // 2 + 2))  # type: ignore[union-attr]
-            rid = ""
-            if rng.random() < 0.3:
-                world.next_request += 1
-                rid = f"r{world.next_request}"
-            world.transfer(src, dst, amount, rid)
     elif roll < 0.27 and world.unanswered:
         world.call(*world.unanswered.pop(rng.randrange(len(world.unanswered))))
     elif roll < 0.42 and live:
@@ -188,16 +179,17 @@ def settle(world: World) -> None:
     for _ in range(1000):
         if control.restoring is None:
             break
-        if world.app is not None:  # commands racing the restore: one answered after it is taken back, and retried
-            for _ in range(world.rng.randint(0, 3)):
-                command(world)
+        for _ in range(world.rng.randint(0, 3)):  # commands racing the restore: one answered after it is taken back, and retried
+            command(world)
         control.restore_one(world.rng)
         control.journal.flush()
         world.restart_down_nodes()
         for node_id in world.ids:
             world.durable(node_id, len(world.disks[node_id].pending))
-    for unanswered in world.unanswered:
-        world.call(*unanswered)
+    for _ in range(100):  # retried in rounds: a node that never ends its restore refuses them for ever (Q2 names it)
+        retries, world.unanswered = world.unanswered, []
+        for unanswered in retries:
+            world.call(*unanswered)
     world.unanswered.clear()
     for _ in range(3):
         drain_all(world)
@@ -236,7 +228,7 @@ def drain_all(world: World) -> None:
 def run_case(seed: int, app: App | None = None, app_params: dict[str, Any] | None = None, *,
              broadcast: bool = False, mode: str | None = None, align_timeout: float = DEFAULT_ALIGN_TIMEOUT_S,
              batching: bool = False, topology: str | None = None) -> World:
-    """One case (of the bank, or of `app`); raises Violation (with the world's description) when an
+    """One case (of the bank app, or of `app`); raises Violation (with the world's description) when an
     invariant breaks. `broadcast`: every snapshot starts at every node at once; `mode`: every node's
     snapshot_mode (None: by the seed), `align_timeout` hybrid's (seconds); `batching`: frames merged
     on the wire and early markers applied first, as the gRPC node does (sim/network.py); `topology`: a
@@ -247,9 +239,8 @@ def run_case(seed: int, app: App | None = None, app_params: dict[str, Any] | Non
     if batching:
         world.network.batching = random.Random(seed)
     try:
-        if app is not None:  # A5 before the first step
-            first = {i: node.app_state() for i, node in world.live().items()}
-            apps.check_quiescent(app, first, world.app_params, where="at the start")  # type: ignore[arg-type]
+        first = {i: node.app_state() for i, node in world.live().items()}  # A5 before the first step
+        apps.check_quiescent(world.app, first, world.app_params, where="at the start")  # type: ignore[arg-type]
         for _ in range(world.steps):
             step(world)
             world.check()

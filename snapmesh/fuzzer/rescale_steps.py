@@ -1,6 +1,8 @@
 """The fuzzer's rescale steps: a run, a stop with a snapshot, a restore onto another node set, a run on it.
 
-`snapmesh sim fuzz --app kvshard --steps rescale` runs each case as the offline
+`snapmesh sim fuzz --steps rescale` (the bank app, its [app] total drawn with its
+balances, so that the new node count keeps it) or `--app kvshard --steps rescale`
+runs each case as the offline
 path (`snapmesh cluster rescale`, snapmesh/processes/rescaler.py) does, one seed
 choosing all of it (a generator of its own for the steps, so fuzz.py's seeds
 replay as before):
@@ -50,8 +52,8 @@ from snapmesh.sim.world import World
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
-def run_case(seed: int, app: App, app_params: dict[str, Any] | None = None) -> World:
-    """One case of the rescale steps (see the module doc). Raises Violation."""
+def run_case(seed: int, app: App | None = None, app_params: dict[str, Any] | None = None) -> World:
+    """One case of the rescale steps (see the module doc); `app` None: the bank. Raises Violation."""
     world = World(seed, app, app_params)
     rng = random.Random(seed * 104_729 + 12)  # the steps' own generator
     where = world
@@ -68,7 +70,8 @@ def run_case(seed: int, app: App, app_params: dict[str, Any] | None = None) -> W
             if world.nodes[node_id] is not None:
                 world.crash(node_id, rng)
         count = rng.choice([k for k in range(2, 7) if k != len(world.ids)])
-        where = rescaled = World(seed, app, app_params, rescaled=([f"n{i}" for i in range(count)], sid))
+        # the new set runs the same app with the same [app] table (the bank's total, drawn by the first world)
+        where = rescaled = World(seed, world.app, world.app_params, rescaled=([f"n{i}" for i in range(count)], sid))
         rescale_onto(rescaled, snapshot, reports, world.channels, rng)
         for _ in range(rescaled.steps // 2):
             fuzz.step(rescaled)
@@ -115,6 +118,8 @@ def rescale_onto(world: World, snapshot: pb.Snapshot, reports: Any, old_channels
     fuzz.drain_all(world)
 
 
-def fuzz_steps(seed: int, cases: int, app: App, app_params: dict[str, Any] | None = None) -> tuple[int, tuple[int, str] | None]:
+def fuzz_steps(
+    seed: int, cases: int, app: App | None = None, app_params: dict[str, Any] | None = None,
+) -> tuple[int, tuple[int, str] | None]:
     """Run `cases` rescale cases from `seed` on; returns (cases run, (failing seed, why) or None)."""
     return steps.fuzz_steps(seed, cases, app, app_params, case=run_case)

@@ -1,6 +1,7 @@
 """The fuzzer's version steps: a run of the app, a stop with a snapshot, an upgrade on restore, a run of the new code.
 
-`snapmesh sim fuzz --app kvshard --steps upgrade` runs each case in three parts,
+`snapmesh sim fuzz --steps upgrade` (the bank app) or `--app kvshard --steps upgrade`
+runs each case in three parts,
 one seed choosing all of it (the case's world, as fuzz.py's, and a generator of
 its own for the steps, so fuzz.py's seeds replay as before):
 
@@ -60,8 +61,8 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 STEPS = ("upgrade",)
 
 
-def run_case(seed: int, app: App, app_params: dict[str, Any] | None = None, *, drop: str = "") -> World:
-    """One case of the version steps (see the module doc); `drop`: version 2's upgrade
+def run_case(seed: int, app: App | None = None, app_params: dict[str, Any] | None = None, *, drop: str = "") -> World:
+    """One case of the version steps (see the module doc; `app` None: the bank); `drop`: version 2's upgrade
     drops that field (a wrong upgrade, which V3 must catch). Raises Violation."""
     world = World(seed, app, app_params)
     rng = random.Random(seed * 104_729 + 11)  # the steps' own generator
@@ -72,7 +73,7 @@ def run_case(seed: int, app: App, app_params: dict[str, Any] | None = None, *, d
         quiet(world)
         in_flight(world, rng)
         sid = stop(world, rng)
-        restore_into(world, versioned.second(app, drop=drop), sid, rng)
+        restore_into(world, versioned.second(world.app, drop=drop), sid, rng)
         for _ in range(world.steps // 2):
             fuzz.step(world)
             world.check()
@@ -233,7 +234,7 @@ def run_restore(world: World, control: Any, rng: random.Random) -> pb.Restore | 
     return control.machine.last_restore
 
 
-def fuzz_steps(seed: int, cases: int, app: App, app_params: dict[str, Any] | None = None,
+def fuzz_steps(seed: int, cases: int, app: App | None = None, app_params: dict[str, Any] | None = None,
                case: Callable[..., object] | None = None) -> tuple[int, tuple[int, str] | None]:
     """Run `cases` cases (`case`, default this module's) from `seed` on; returns (cases run, (failing seed, why) or None)."""
     for index in range(cases):

@@ -1,7 +1,7 @@
-"""The fault fuzzer running an app (snapmesh.app) instead of the bank: its clients and its checks.
+"""The fault fuzzer's app (snapmesh.app; the bank is one, services/app/bank.py): its clients and its checks.
 
 The node machines host the app (node rule N10); the world (sim/world.py) only
-routes their effects, as in bank mode. What changes:
+routes their effects. The app's part:
 
   clients   commands come from the app's `workload(nodes, rng)`, its rng drawn
             from the world's; each goes through `Node.submit` (some with a
@@ -33,8 +33,8 @@ and the checker (sim/invariants.py) adds, in app mode:
      folds each log through machines of its own (`StateFold`: `init` a new one,
      each `command`, app `recv` and `replay` fed in, `restore` a fresh one
      holding the record's state), and a `checkpoint` holds the fold's state.
-The bank's money checks (S1, S2, C1, C3) hold trivially here (every balance
-and amount is 0); A1-A6 are what stands in for them.
+The framework carries no number of its own for an app (every log's tally is 0):
+the bank's conservation is its app invariant "conserved", checked by A2 and A5.
 """
 
 from __future__ import annotations
@@ -79,11 +79,9 @@ def in_flight_towards(reports: Mapping[str, core.FullState], dst: str) -> list[t
     return [(src, t) for src in sources for t in channel_state(reports, src, dst)]
 
 
-def restore_part(request: pb.RestoreStateRequest, *, app: bool) -> tuple[list[tuple], dict[str, bytes]]:
+def restore_part(request: pb.RestoreStateRequest) -> tuple[list[tuple], dict[str, bytes]]:
     """A node's part of the controller's restore plan as `Node.restore` takes it:
-    (in_flight, keywords); an app's items carry their payloads and the keywords the state."""
-    if not app:
-        return [(c.src, t.msg_id, t.seq, t.amount) for c in request.channels for t in c.in_flight], {}
+    (in_flight, keywords); the items carry their payloads and the keywords the state."""
     in_flight = [(c.src, t.msg_id, t.seq, t.amount, t.payload) for c in request.channels for t in c.in_flight]
     return in_flight, {"state": request.state}
 
@@ -135,7 +133,8 @@ def check_complete(
         ],
     )
     index = cut.LogIndex.of(logs, [snapshot_id], reading=cut.Payloads())
-    for rule, args in cut.check_snapshot(index, snapshot, topology=channels).problems:
+    verdict = cut.check_snapshot(index, snapshot, topology=channels)
+    for rule, args in verdict.problems:
         if rule == cut.STATE:
             node, _, logged = args
             raise AppViolation(
@@ -148,6 +147,11 @@ def check_complete(
                 f"snapshot {snapshot_id}: {src}->{dst} seq {t.seq} recorded payload {t.payload!r},"
                 f" the sender logged {logged!r}"
             )
+        if rule in cut.IN_FLIGHT_RULES or rule == cut.MISSING_CHANNEL:
+            src, dst = args[:2]
+            expected = [seq for _, _, seq in verdict.expected.get((src, dst), [])]
+            raise AppViolation(f"snapshot {snapshot_id}: {src}->{dst} recorded seqs"
+                               f" {[t.seq for t in recorded.get((src, dst), ())]}, the logs say {expected}")
         raise AppViolation(f"snapshot {snapshot_id}: {rule} {args}")
     check_view(app, f"snapshot {snapshot_id}", view(snapshot_id, reports, channels, params))
 

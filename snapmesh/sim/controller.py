@@ -82,10 +82,9 @@ class Cluster(Protocol):
 
     ids: list[str]
     channels: list[tuple[str, str]]
-    balances: Mapping[str, int]
     mode: str
     now: float
-    app: Any  # a snapmesh.app.App, or None (the bank)
+    app: Any  # a snapmesh.app.App (the bank's too)
     app_params: Mapping[str, Any]
     nodes: dict[str, node_mod.Node | None]
     fences: dict[str, Any]
@@ -107,7 +106,6 @@ class SimController(RestoreCalls):
         self.world = world
         self.faults: Counter[str] = world.faults
         self.topology = Topology.build(world.ids, world.channels)
-        self.expected_total = sum(world.balances.values())
         self.journal = SimJournal(random.Random(seed * 104_729 + 6))
         self.up = True
         # Admission (the machine's A1): at most this many snapshots in progress (0: no limit).
@@ -142,10 +140,10 @@ class SimController(RestoreCalls):
     def _machine(self) -> machine.Controller:
         app = self.world.app
         tracker = Tracker(
-            topology=self.topology, expected_total=self.expected_total, deadline_s=DEADLINE,
+            topology=self.topology, expected_total=0, deadline_s=DEADLINE,  # no tally: an app's invariants judge
             snapshot_mode=hybrid.wire_mode(self.world.mode),  # a hybrid node reports as overtake (H1)
             checker=AppChecker(app.name, app, params=self.world.app_params,
-                               fields=v1fields.for_app(app.name, self.world.app_params)) if app is not None else None,
+                               fields=v1fields.for_app(app.name, self.world.app_params)),
         )
         return machine.Controller(tracker, max_concurrent=self.max_concurrent, keep=self.retention.keep)
 
@@ -253,10 +251,9 @@ class SimController(RestoreCalls):
             self.faults["snapshot complete"] += 1
             reports = self.recorded[sid]
             self.world.checker.check_complete(sid, reports, snapshot.epoch)
-            if self.world.app is not None:  # the controller's verdict agrees with the checker's (A2)
-                apps.agrees(snapshot)
-                if any(c.in_flight for c in snapshot.channels):
-                    self.faults["snapshot complete with app messages in flight"] += 1
+            apps.agrees(snapshot)  # the controller's verdict agrees with the checker's (A2)
+            if any(c.in_flight for c in snapshot.channels):
+                self.faults["snapshot complete with app messages in flight"] += 1
             if carries_v1(snapshot) and not snapshot.conserved:  # an app without v1 figures: its invariants (above)
                 raise Violation(f"snapshot {sid}: the controller's total {snapshot.total} != {snapshot.expected_total}")
             if hybrid.wire_mode(self.world.mode) == "overtake" and self._overtaken(reports):

@@ -70,8 +70,8 @@ class RestoreCalls:
         node_id = rng.choice(ready)
         request = self.parts.pop(node_id)
         node = self.world.nodes[node_id]
-        in_flight, app = apps.restore_part(request, app=self.world.app is not None)  # an app's: state and payloads too
-        if app and in_flight:
+        in_flight, app = apps.restore_part(request)  # the app's state and payloads
+        if in_flight:
             self.faults["restore part with app messages in flight"] += 1
         self.waiting[node_id] = request  # the node's RestoreReply answers it (`restored`)
         node.restore(  # type: ignore[union-attr]

@@ -8,7 +8,9 @@ for the controller's) to the simulated disk, network and clients, and tells
 the invariant checker what happened; a client's answer is the node's `Reply`
 effect, carried to the client. The schedule that drives it is
 snapmesh/fuzzer/fuzz.py's. With an app the nodes host it and the clients send its
-commands (snapmesh/sim/apps.py); without, they move the bank's money.
+commands (snapmesh/sim/apps.py); without one named, the app is the bank
+(`snapmesh.services.app.bank:app`, loaded by its built-in name), on the same path
+as any other app: bytes through the node's AppHost, its invariants the checks.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections import Counter
 
 from typing import Any
 
-from snapmesh.app import App
+from snapmesh.app import App, load_app
 from snapmesh.protocol.node import core, link, recovery
 from snapmesh.protocol import hybrid, wal
 from snapmesh.protocol.node import machine as node_mod
@@ -36,7 +38,8 @@ DRAWN = "drawn"  # the fuzzer's own random strongly connected topology (`_topolo
 
 class World:
     """One case. `app` (a snapmesh.app.App, `app_params` its [app] table): the nodes
-    host it and clients send its workload's commands (sim/apps.py); None: the bank."""
+    host it and clients send its workload's commands (sim/apps.py); None: the bank app,
+    its [app] table drawn by the case (`bank_params`)."""
 
     def __init__(self, seed: int, app: App | None = None, app_params: dict[str, Any] | None = None, *,
                  mode: str | None = None, align_timeout: float = hybrid.DEFAULT_ALIGN_TIMEOUT_S,
@@ -46,12 +49,15 @@ class World:
         `rescaled`: (node ids, stop snapshot id): the cluster `snapmesh cluster rescale` starts on a new
         node set, a full mesh, each node's log an init and that stop (the fuzzer's rescale steps)."""
         self.seed = seed
+        bank = app is None
+        if bank:
+            app = load_app("bank")
         self.app, self.app_params = app, dict(app_params or {})
         self.mode = mode or ("overtake" if seed % 2 else "classic")
         self.align_timeout = align_timeout
         rng = self.rng = random.Random(seed)
         n = rng.randint(2, 5)
-        self.shape = topology or (_shape(seed, n) if app is None else DRAWN)  # an app's pinned seeds keep their graphs
+        self.shape = topology or (_shape(seed, n) if bank else DRAWN)  # an app's pinned seeds keep their graphs
         k = 0 if self.shape == DRAWN else topologies.parse(self.shape)[1] or 0
         self.ids = [f"n{i}" for i in range(n if k < n else k + n - 1)]  # random-regular:K needs K < N
         self.channels = _topology(rng, self.ids)  # drawn always, so that the draws after it stay the seed's
@@ -63,9 +69,9 @@ class World:
             self.channels = [(a, b) for a in self.ids for b in self.ids if a != b]
         self.incoming = {i: tuple(s for s, d in self.channels if d == i) for i in self.ids}
         self.outgoing = {i: tuple(d for s, d in self.channels if s == i) for i in self.ids}
-        self.balances = {i: rng.randint(0, 60) for i in self.ids}
-        if app is not None:  # an app's nodes hold no money: every balance and amount is 0
-            self.balances = dict.fromkeys(self.ids, 0)
+        drawn = [rng.randint(0, 60) for _ in self.ids]  # drawn in every case: an app's pinned seeds replay as before
+        if bank:  # the bank's [app] table, drawn: a total set, so that a rescale keeps it (services/app/bank.py)
+            self.app_params = {**bank_params(drawn[0], len(self.ids), random.Random(seed * 7919 + 3)), **self.app_params}
         self.mark = rng.choice([2, 4, 1000])
         self.bound = rng.choice([3, 6, 1000])
         self.segment_records = rng.choice([8, 20, 10**6])
@@ -88,15 +94,14 @@ class World:
         self.finished: dict[str, dict[str, node_mod.Finished]] = {}
         self.unanswered: list[tuple] = []  # calls to retry
         self.next_request = 0
-        self.checker = Checker(self.balances, self.channels, TTL, app=app, app_params=self.app_params)
+        self.checker = Checker(self.ids, self.channels, TTL, app=app, app_params=self.app_params)
         self.controller = SimController(self, seed)
         for i in self.ids:
             if rescaled is not None:
                 self._stopped_log(i, rescaled[1])
             self.start_node(i)
-        if app is not None:
-            nodes = apps.infos(self.ids, self.channels, self.app_params).values()
-            self.commands = apps.commands(app, list(nodes), random.Random(rng.getrandbits(64)))
+        nodes = apps.infos(self.ids, self.channels, self.app_params).values()
+        self.commands = apps.commands(app, list(nodes), random.Random(rng.getrandbits(64)))
 
     @property
     def wall(self) -> float:
@@ -105,10 +110,10 @@ class World:
 
     def describe(self) -> str:
         return (
-            f"nodes {self.balances} channels {len(self.channels)} topology {self.shape} mark {self.mark} bound {self.bound} "
+            f"nodes {self.ids} channels {len(self.channels)} topology {self.shape} mark {self.mark} bound {self.bound} "
             f"segment {self.segment_records} steps {self.steps} mode {self.mode} "
             f"requests {self.request_capacity}/{self.request_ttl:g}s admission {self.controller.max_concurrent or 'off'}"
-            + (f" app {self.app.name} {self.app_params}" if self.app is not None else "")
+            + f" app {self.app.name} {self.app_params}"
         )
 
     # -- nodes
@@ -120,7 +125,7 @@ class World:
         state = recovery.recover(
             records,
             node_id=node_id,
-            initial_tally=self.balances[node_id],
+            initial_tally=0,
             incoming=self.incoming[node_id],
             outgoing=self.outgoing[node_id],
             app=self.app,
@@ -150,8 +155,8 @@ class World:
 
     def _stopped_log(self, node_id: str, snapshot_id: str) -> None:
         """A node's log as `cluster rescale` writes a new node's: an init and the stop (it starts fenced)."""
-        stamp = {"app": self.app.name, "version": self.app.version} if self.app is not None else {}
-        for record in (wal.Init(lsn=1, tally=self.balances[node_id], **stamp), wal.Stop(lsn=2, snapshot_id=snapshot_id)):
+        stamp = {"app": self.app.name, "version": self.app.version}
+        for record in (wal.Init(lsn=1, tally=0, **stamp), wal.Stop(lsn=2, snapshot_id=snapshot_id)):
             self.disks[node_id].pending.append(record)
             self.checker.appended(node_id, record, self.now)
         self.disks[node_id].flush(2)
@@ -235,19 +240,15 @@ class World:
 
     # -- clients
 
-    def transfer(self, node_id: str, dst: str, amount: int, request_id: str) -> None:
-        self.call(node_id, dst, amount, request_id)
-
     def submit(self, node_id: str, command: bytes, request_id: str) -> None:
         """A client's command to the app at `node_id` (Node.submit), answered as a transfer is."""
         self.call(node_id, command, request_id)
 
     def call(self, *call: Any) -> None:
-        """A client's call (or its retry): (node, dst, amount, request_id) a transfer,
-        (node, command, request_id) an app's command."""
+        """A client's call (or its retry): (node, command, request_id), a command to the app."""
         node_id, request_id = call[0], call[-1]
         node = self.nodes[node_id]
-        if node is None or self.fences[node_id].refusal("Transfer" if self.app is None else "Submit", self.now):
+        if node is None or self.fences[node_id].refusal("Submit", self.now):
             self.unanswered.append(call)  # UNAVAILABLE (down, or fenced for a stop): the client retries
             return
         # Every retry says when it was first sent: one older than the node's window
@@ -257,10 +258,7 @@ class World:
         when = {"wall": self.wall, "first_sent_unix_ms": int(first * 1000), "reply_to": call}
         self.replies.append(call)
         try:
-            if self.app is None:
-                answer = node.transfer(call[1], call[2], request_id, **when)
-            else:
-                answer = node.submit(call[1], request_id, **when)
+            answer = node.submit(call[1], request_id, **when)
         except core.LocalProtocolError as exc:
             self.replies.remove(call)
             if exc.kind is core.Refusal.RESTORING:  # UNAVAILABLE: never taken, so its retry is the first sent
@@ -272,15 +270,15 @@ class World:
             return
         self.route(node_id)  # a Reply for an answer durable already (a retry's) answers the client at once
         if answer.repeated:
-            self.faults["retry answered, not paid" if self.app is None else "retry answered, not run again"] += 1
+            self.faults["retry answered, not run again"] += 1
         if request_id and self.rng.random() < 0.3:
             self.unanswered.append(call)  # the client will retry it
 
     def _refused(self, node_id: str, exc: core.LocalProtocolError) -> None:
         """The node refused a call: nothing changed (counted by why)."""
         if isinstance(exc, link.ChannelFull):
-            self.faults["transfer refused: channel full" if self.app is None else "command refused: channel full"] += 1
-        elif isinstance(exc, core.AppRefusal):  # (the bank's transfers raise none)
+            self.faults["command refused: channel full"] += 1
+        elif isinstance(exc, core.AppRefusal):
             self.faults[f"command refused by the app: {exc.code}"] += 1
         elif exc.kind in (core.Refusal.REQUESTS_FULL, core.Refusal.REQUEST_UNKNOWN):
             self.faults[f"request refused: {exc.kind.value}"] += 1
@@ -292,13 +290,10 @@ class World:
         call, answer = reply.to, reply.answer
         node_id, rid = call[0], call[-1]
         if not reply.taken_back:
-            if self.app is None:
-                self.checker.replied_transfer(node_id, answer.msg_id, rid)
-            else:
-                self.faults["command answered"] += 1
-                self.checker.replied_command(node_id, answer.lsn, wal.pack(answer.reply), rid)
+            self.faults["command answered"] += 1
+            self.checker.replied_command(node_id, answer.lsn, wal.pack(answer.reply), rid)
             return
-        self.faults["transfer taken back by a restore" if self.app is None else "command taken back by a restore"] += 1
+        self.faults["command taken back by a restore"] += 1
         if rid:
             self.unanswered.append(call)
 
@@ -319,6 +314,12 @@ def _check_report(node_id: str, node: node_mod.Node, part: node_mod.Finished, du
         raise Violation(f"{node_id}: snapshot {sid} reported resting on lsn {part.lsn}, durable only to {durable_lsn}")
     if part.epoch != node.epoch:
         raise Violation(f"{node_id}: snapshot {sid}'s part of epoch {part.epoch} reported in epoch {node.epoch}")
+
+
+def bank_params(initial: int, nodes: int, rng: random.Random) -> dict[str, int]:
+    """The bank's [app] table for a case: small balances, so that transfers are refused for
+    want of funds too, and the total set (what a rescale onto another node count keeps)."""
+    return {"initial_balance": initial, "total": initial * nodes, "max_amount": rng.choice([5, 30])}
 
 
 def _shape(seed: int, n: int) -> str:

@@ -187,7 +187,9 @@ def test_in_the_timed_model_where_the_streams_keep_up_hybrid_is_classic_in_laten
     assert hybrid["report_entries"] < 2 * classic["report_entries"]
 
 
-@pytest.mark.parametrize("align_timeout", [0.0, 0.5, 5.0])
+# 60s: past every marker's trip in the simulator, a partition's too (at 5s, bank seed 80032's
+# partition holds a marker past it, and that snapshot rightly switches to overtaking).
+@pytest.mark.parametrize("align_timeout", [0.0, 0.5, 60.0])
 def test_fuzz_cases_in_hybrid_mode_hold_every_invariant(align_timeout: float) -> None:
     overtaken = 0
     for seed in range(80_000, 80_060):
@@ -201,7 +203,7 @@ def test_fuzz_cases_in_hybrid_mode_hold_every_invariant(align_timeout: float) ->
     if align_timeout < 1.0:
         assert overtaken > 0  # a short timeout does switch snapshots to overtaking
     else:
-        assert overtaken == 0  # past every marker's trip in the simulator: classic order throughout
+        assert overtaken == 0  # classic order throughout
 
 
 def test_fuzz_cases_of_an_app_in_hybrid_mode_with_broadcast_hold_every_invariant() -> None:

@@ -1,4 +1,4 @@
-"""The fault fuzzer (snapmesh/fuzzer/fuzz.py): 10,000 cases, and proof that its checker bites.
+"""The fault fuzzer (snapmesh/fuzzer/fuzz.py): 10,000 cases of the bank app, and proof that its checker bites.
 
 Each case is one seed; a failure prints the seed and the command that replays it:
 
@@ -46,8 +46,10 @@ def test_every_fault_kind_happens() -> None:
     for kind in (
         "crash", "torn write", "node restart", "restart from a checkpoint", "segment sealed", "connection cut",
         "stale frame delivered", "partition", "controller crash", "snapshot failed: controller restarted",
-        "snapshot failed: deadline", "snapshot complete", "transfer refused: channel full",
-        "retry answered, not paid", "restore", "crash during a restore", "overtaken transfers recorded",
+        "snapshot failed: deadline", "snapshot complete", "command refused: channel full",
+        "retry answered, not run again", "command refused by the app: FAILED_PRECONDITION",
+        "snapshot complete with app messages in flight", "restore part with app messages in flight",
+        "restore", "crash during a restore", "overtaken transfers recorded",
         "request refused: request-id window full", "request refused: request outcome unknown",
         # RestoreSnapshot calls through the controller's gate (one restore at a time)
         "restore call started a restore", "restore call joined the running restore",

@@ -129,11 +129,10 @@ def test_a_batch_item_a_restore_took_back_fails_like_a_refusal(tmp_path: Path) -
 
 # ------------------------------------------------------- the fault simulator
 
-# The simulator's answer rule is the same for a bank transfer and an app's command
-# (`Node.taken_back`). The bank's fuzzer reaches a taken-back answer rarely (2 cases in
-# seeds 0-30,000, neither with a request id: its clients stop before the last restore);
-# in app mode clients race the settling restore, so kvshard at this seed has a command
-# with a request id paid, then taken back by a restore to a cut before it.
+# The simulator's answer rule is the one for every app's command (`Node.taken_back`; the
+# fuzzer runs the bank as an app too): clients race the settling restore, so kvshard at
+# this seed has a command with a request id paid, then taken back by a restore to a cut
+# before it.
 TAKEN_BACK_SEED = 18
 
 

@@ -49,15 +49,14 @@ def _recovery_forgets_the_outbox(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _recovery_ignores_receipts(monkeypatch: pytest.MonkeyPatch) -> None:
-    apply = recovery._apply
+    """Recovery does not hand the app the messages its log says it received."""
+    step = recovery._Replayer.step
 
-    def broken(state, record, *args):
-        before = state.tally
-        apply(state, record, *args)
-        if type(record).KIND == "recv":
-            state.tally = before
+    def broken(self, record, where):
+        if type(record).KIND != "recv":
+            step(self, record, where)
 
-    monkeypatch.setattr(recovery, "_apply", broken)
+    monkeypatch.setattr(recovery._Replayer, "step", broken)
 
 
 def _recovery_forgets_aborts(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,15 +82,14 @@ def _restore_skips_the_replay(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _recovery_ignores_replays(monkeypatch: pytest.MonkeyPatch) -> None:
-    apply = recovery._apply
+    """Recovery does not hand the app the in-flight messages a restore replayed."""
+    step = recovery._Replayer.step
 
-    def broken(state, record, *args):
-        before = state.tally
-        apply(state, record, *args)
-        if type(record).KIND == "replay":
-            state.tally = before
+    def broken(self, record, where):
+        if type(record).KIND != "replay":
+            step(self, record, where)
 
-    monkeypatch.setattr(recovery, "_apply", broken)
+    monkeypatch.setattr(recovery._Replayer, "step", broken)
 
 
 def _overtake_forgets_the_outbox(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -515,7 +513,7 @@ MUTATIONS = {
     "resend": _no_resend,
     "duplicate-drop": _no_duplicate_drop,
     "recovery-outbox": _recovery_forgets_the_outbox,
-    "recovery-balance": _recovery_ignores_receipts,
+    "recovery-receipts": _recovery_ignores_receipts,
     "recovery-aborts": _recovery_forgets_aborts,
     "restore-replay": _restore_skips_the_replay,
     "recovery-replays": _recovery_ignores_replays,

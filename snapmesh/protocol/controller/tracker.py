@@ -445,6 +445,7 @@ class Tracker:
         return _copy(snapshot)
 
 
+
 def duration_s(snapshot: pb.Snapshot) -> float:
     """Seconds from start to finish (0 while in progress)."""
     if not snapshot.HasField("finished_at"):
