@@ -55,7 +55,7 @@ from typing import NamedTuple
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from snapmesh.bank.ledger import BankSide
-from snapmesh.protocol.appstate import ITEM_FIGURE, NODE_FIGURE, digest
+from snapmesh.protocol.appstate import digest, without_figures
 from snapmesh.protocol.controller.appside import AppSide, PartRefused
 from snapmesh.protocol.controller.assembly import add_node_stats, assemble
 from snapmesh.protocol.controller.retention import Retention
@@ -321,7 +321,7 @@ class Tracker:
                     return None, {}
                 # Overtake: the channels shown were merged from the senders' outboxes too (O3),
                 # so a repeat (a call that timed out while held) is known by its entry alone.
-                if self.snapshot_mode == "overtake" and _bare(self._entry(state)) == _bare(entry):
+                if self.snapshot_mode == "overtake" and without_figures(self._entry(state)) == without_figures(entry):
                     return None, {}
                 raise DuplicateReport(
                     f"node {state.node_id!r} already reported snapshot {state.snapshot_id!r} (now complete) "
@@ -424,9 +424,9 @@ class Tracker:
         (appstate.py V3): the bytes are what the node reported, so the figures are
         left out of the comparison where there are bytes."""
         def key(channels):  # an empty channel says nothing a report that leaves it out does not
-            return sorted((c.src, _bare(c).SerializeToString(deterministic=True)) for c in channels if len(c.in_flight))
+            return sorted((c.src, without_figures(c).SerializeToString(deterministic=True)) for c in channels if len(c.in_flight))
 
-        return _bare(self._entry(state)) == _bare(entry) and key(state.channels) == key(channels)
+        return without_figures(self._entry(state)) == without_figures(entry) and key(state.channels) == key(channels)
 
     def _finish(self, pending: _Pending, status: int, reason: str, now: Now) -> pb.Snapshot:
         snapshot = pending.snapshot
@@ -443,7 +443,6 @@ class Tracker:
         self._finished[snapshot.snapshot_id] = snapshot
         self._retention.add(snapshot.snapshot_id, status == COMPLETE)
         return _copy(snapshot)
-
 
 
 def duration_s(snapshot: pb.Snapshot) -> float:
@@ -465,23 +464,6 @@ def _copy(message):
     clone = type(message)()
     clone.CopyFrom(message)
     return clone
-
-
-def _bare(part):
-    """A NodeBalance or ChannelState without the v1 figures read from its state bytes or payloads."""
-    if isinstance(part, pb.NodeBalance):
-        if not part.HasField("state"):
-            return part
-        part = _copy(part)
-        part.ClearField(NODE_FIGURE)
-        return part
-    if not any(t.HasField("payload") and t.HasField(ITEM_FIGURE) for t in part.in_flight):
-        return part
-    part = _copy(part)
-    for item in part.in_flight:
-        if item.HasField("payload"):
-            item.ClearField(ITEM_FIGURE)
-    return part
 
 
 def _check_overtake_parts(state: pb.FullState, incoming: set[str]) -> None:
