@@ -10,7 +10,11 @@ app's bytes; these checks do, with no app code:
   logged for that seq, in the epoch of the sender's cut (the last send of that seq
   on that channel before the cut and after the sender's last restore before it);
 * each node's state: the export's ``state_digest`` and the sha256 of its state
-  bytes against the ``digest`` of the node's ``cut`` record.
+  bytes against the ``digest`` of the node's ``cut`` record. A state the export
+  holds as a manifest (large states) is read through the data dir's blocks
+  (``blockstates``), each checked against its hash: a missing or corrupt block is
+  a discrepancy naming (snapshot, node, hash), and that state's digest is not
+  checked then.
 
 A snapshot is an app's when its export names the app (``Snapshot.app.spec``). The
 logs are read again from their JSONL (the bank's columns carry no payload), the
@@ -27,6 +31,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from snapmesh.reconcile import blockstates
 from snapmesh.reconcile import messages as M
 from snapmesh.reconcile.common import COMPLETE, found, message
 from snapmesh.reconcile.schema import SCOPE_SNAPSHOT
@@ -75,12 +80,35 @@ def read_app_log(spark: SparkSession, data_dir: str) -> DataFrame:
 
 
 def app_nodes(raw: DataFrame) -> DataFrame:
-    """Snapshots (schema.APP_SNAPSHOT) -> (snapshot_id, node, state_sha, state_digest) of COMPLETE app snapshots."""
+    """Snapshots (schema.APP_SNAPSHOT) -> (snapshot_id, node, state_sha, state_digest, hashes, block_problem)
+    of COMPLETE app snapshots; ``hashes``: a manifest's (null for an inline state), whose
+    state_sha and block problems ``through_blocks`` fills in."""
     n = F.col("n")
     return (
         raw.filter(is_app_complete())
         .select(S, F.explode(F.coalesce("nodes", F.array())).alias("n"))
-        .select(S, n.node_id.alias("node"), sha256_of_base64(n.state).alias("state_sha"), n.state_digest.alias("state_digest"))
+        .select(S, n.node_id.alias("node"), sha256_of_base64(n.state).alias("state_sha"), n.state_digest.alias("state_digest"),
+                F.when(n.state.isNull(), n.state_blocks.hashes).alias("hashes"),
+                F.lit(None).cast("string").alias("block_problem"))
+    )
+
+
+def through_blocks(spark: SparkSession, data_dir: str, nodes: DataFrame) -> DataFrame:
+    """``app_nodes`` with each manifest's state read through the data dir's blocks
+    (``blockstates``, on the driver): its sha256, or a row per bad block naming it."""
+    manifests = nodes.filter(F.col("hashes").isNotNull()).select(S, "node", "hashes").collect()
+    if not manifests:
+        return nodes
+    read, where = blockstates.reader(spark, data_dir), blockstates.blocks_dir(data_dir)
+    rows = []
+    for m in manifests:
+        got = blockstates.assemble(read, m[S], m["node"], m["hashes"], where=where)
+        rows += [(m[S], m["node"], got.sha256, problem) for problem in got.problems or (None,)]
+    read_ = spark.createDataFrame(rows, "snapshot_id string, node string, block_sha string, problem string")
+    return (
+        nodes.drop("block_problem").join(read_, [S, "node"], "left")
+        .select(S, "node", F.coalesce("state_sha", "block_sha").alias("state_sha"), "state_digest", "hashes",
+                F.col("problem").alias("block_problem"))
     )
 
 
@@ -101,7 +129,8 @@ def app_in_flight(raw: DataFrame) -> DataFrame:
 def app_discrepancies(log: DataFrame, nodes: DataFrame, in_flight: DataFrame) -> DataFrame:
     """(snapshot_id, d: struct<priority, text>) for every app-specific discrepancy.
 
-    ``log``: APP_LOG rows; ``nodes``: ``app_nodes``; ``in_flight``: ``app_in_flight``.
+    ``log``: APP_LOG rows; ``nodes``: ``app_nodes`` (``block_problem`` may be left out:
+    none); ``in_flight``: ``app_in_flight``.
     A node without a cut record, or an in-flight message with no send of its seq in
     the window, is left to the bank's checks (NO_CUT, IN_FLIGHT_*), which name it.
     """
@@ -111,6 +140,8 @@ def app_discrepancies(log: DataFrame, nodes: DataFrame, in_flight: DataFrame) ->
         .agg(F.min(F.struct("lsn", "digest")).alias("c"))
         .select(S, "node", F.col("c.lsn").alias("cut_lsn"), F.col("c.digest").alias("digest"))
     )
+    if "block_problem" not in nodes.columns:
+        nodes = nodes.withColumn("block_problem", F.lit(None).cast("string"))
     has_cut = F.col("cut_lsn").isNotNull()
     has_digest = has_cut & (F.coalesce(F.col("digest"), F.lit("")) != "")
     node_found = found(
@@ -118,7 +149,8 @@ def app_discrepancies(log: DataFrame, nodes: DataFrame, in_flight: DataFrame) ->
         [S],
         [
             (has_cut & ~has_digest, message(M.NO_CUT_DIGEST, "node")),
-            (F.col("state_sha").isNull(), message(M.NO_STATE, "node")),
+            (F.col("block_problem").isNotNull(), message(M.STATE_BLOCK, "block_problem")),
+            (F.col("state_sha").isNull() & F.col("block_problem").isNull(), message(M.NO_STATE, "node")),
             (
                 has_digest & ~F.coalesce(F.col("state_digest") == F.concat(F.lit("sha256:"), "digest"), F.lit(False)),
                 message(M.STATE_DIGEST, "node", F.coalesce(F.substring("state_digest", 1, 19), F.lit("none")),
@@ -178,7 +210,8 @@ def per_snapshot(found_: DataFrame) -> DataFrame:
 
 def checked(spark: SparkSession, data_dir: str, raw: DataFrame) -> dict[str, tuple[int, str]]:
     """snapshot id -> (discrepancies, the first one) of the COMPLETE app snapshots with any."""
-    found_ = app_discrepancies(read_app_log(spark, data_dir), app_nodes(raw), app_in_flight(raw))
+    nodes = through_blocks(spark, data_dir, app_nodes(raw))
+    found_ = app_discrepancies(read_app_log(spark, data_dir), nodes, app_in_flight(raw))
     return {r[S]: (r["discrepancies"], r["first"]) for r in per_snapshot(found_).collect()}
 
 

@@ -42,6 +42,7 @@ from pyspark.sql import functions as F
 from snapmesh.app import App, View
 
 from snapmesh.reconcile.apps import is_app_complete
+from snapmesh.reconcile.blockstates import Reader, assemble
 from snapmesh.reconcile.common import InputError
 from snapmesh.reconcile.schema import SCOPE_INVARIANT, VERDICT
 from snapmesh.settings.appsettings import PARAMS_ENV, env_params
@@ -128,32 +129,41 @@ def cluster_params(data_dir: str) -> dict[str, Any]:
     return {k: v for k, v in table.items() if k != "module"} if isinstance(table, dict) else {}
 
 
-def app_views(raw: DataFrame, params: Mapping[str, Any]) -> list[View]:
-    """The View of every COMPLETE app snapshot (collected), by start time then id."""
+def app_views(raw: DataFrame, params: Mapping[str, Any], read: Reader | None = None) -> list[View]:
+    """The View of every COMPLETE app snapshot (collected), by start time then id. A
+    state its export holds as a manifest is read through `read` (``blockstates``); a
+    snapshot with a block it cannot read whole has no View (the app checks name it)."""
     rows = (
         raw.filter(is_app_complete())
         .select("snapshot_id", "started_at", "nodes", "channels")
         .orderBy(F.col("started_at").asc_nulls_last(), "snapshot_id")
         .collect()
     )
-    return [view_of(r.asDict(recursive=True), params) for r in rows]
+    views = (view_of(r.asDict(recursive=True), params, read) for r in rows)
+    return [view for view in views if view is not None]
 
 
-def view_of(snapshot: Mapping[str, Any], params: Mapping[str, Any]) -> View:
-    """One raw export row (protobuf JSON: bytes as base64, seqs as strings) as the app's View."""
+def view_of(snapshot: Mapping[str, Any], params: Mapping[str, Any], read: Reader | None = None) -> View | None:
+    """One raw export row (protobuf JSON: bytes as base64, seqs as strings) as the app's
+    View; None when a manifest's state cannot be read whole through `read`."""
     def unpack(text: str | None) -> bytes:
         return base64.b64decode(text or "")
 
+    states = {}
+    for n in snapshot["nodes"] or ():
+        hashes = (n.get("state_blocks") or {}).get("hashes")
+        if n["state"] is not None or hashes is None:
+            states[n["node_id"]] = unpack(n["state"])
+            continue
+        got = assemble(read, snapshot["snapshot_id"], n["node_id"], hashes, keep=True) if read else None
+        if got is None or got.state is None:
+            return None
+        states[n["node_id"]] = got.state
     in_flight = []
     for c in snapshot["channels"] or ():
         entries = sorted(c["in_flight"] or (), key=lambda m: int(m["seq"] or 0))
         in_flight += [(c["src"], c["dst"], int(m["seq"] or 0), unpack(m["payload"])) for m in entries]
-    return View(
-        snapshot_id=snapshot["snapshot_id"],
-        states={n["node_id"]: unpack(n["state"]) for n in snapshot["nodes"] or ()},
-        in_flight=in_flight,
-        params=params,
-    )
+    return View(snapshot_id=snapshot["snapshot_id"], states=states, in_flight=in_flight, params=params)
 
 
 # ------------------------------------------------------------------ verdicts

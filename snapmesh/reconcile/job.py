@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from snapmesh.reconcile import apps, checksums, figures
+from snapmesh.reconcile import apps, blockstates, checksums, figures
 from snapmesh.spark import cds
 from snapmesh.reconcile import parse as T_parse
 from snapmesh.reconcile import verdicts as V
@@ -250,7 +250,8 @@ def reconcile(
             claimed = figures.claims(app_snaps)
             views = []  # collected (the states, to the driver) only for an app the job has
             if app is not None or any(figures.app_for(spec, name, None, "") for spec, name, _ in claimed.values()):
-                views = invariants.app_views(app_snaps, invariants.cluster_params(_local(data_dir)))
+                views = invariants.app_views(app_snaps, invariants.cluster_params(_local(data_dir)),
+                                             blockstates.reader(spark, data_dir))
             shown = figures.of_views(views, claimed, app, app_spec)
             rows = figures.fold(rows, shown)
             if app is not None:

@@ -69,6 +69,7 @@ CLAIMED_EXPECTED = Message(50, "snapshot says expected_total %s, logs say %s")
 # An app's snapshot (snapmesh.app), beyond the checks above: after all of them.
 NO_CUT_DIGEST = Message(60, "node %s: its cut record has no state digest")
 NO_STATE = Message(61, "node %s: no state recorded")
+STATE_BLOCK = Message(61, "%s")  # blockstates' words: "snapshot S, node N, block sha256:H: missing from DIR"
 STATE_DIGEST = Message(61, "node %s: state digest %s, its cut record says sha256:%s")
 STATE_BYTES = Message(62, "node %s: recorded state hashes to sha256:%s, its cut record says sha256:%s")
 NO_PAYLOAD = Message(63, "channel %s->%s: in-flight seq %s has no payload")

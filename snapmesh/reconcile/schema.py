@@ -125,8 +125,13 @@ SNAPSHOT = T.StructType(
 )
 
 # What the app checks read of a snapshot file (`apps`, `invariants`): an app's bytes, as
-# protobuf JSON has them: a node's state (its snapshot() bytes, base64) and state_digest
+# protobuf JSON has them: a node's state (its snapshot() bytes, base64), or its manifest
+# (`state_blocks.hashes`, base64: large states, read by `blockstates`), and state_digest
 # ("sha256:<hex>"), each in-flight message's payload (base64). The bank has none of them.
+_APP_NODE = T.StructType(
+    _strings("node_id", "state", "state_digest").fields
+    + _fields(("state_blocks", T.StructType(_fields(("hashes", T.ArrayType(T.StringType()))))))
+)
 APP_SNAPSHOT = T.StructType(
     _fields(
         ("snapshot_id", T.StringType()),
@@ -135,7 +140,7 @@ APP_SNAPSHOT = T.StructType(
         ("started_at", T.StringType()),
         ("total", T.StringType()),  # the figures an app's adapter filled (`figures` checks them)
         ("expected_total", T.StringType()),
-        ("nodes", T.ArrayType(_strings("node_id", "state", "state_digest"))),
+        ("nodes", T.ArrayType(_APP_NODE)),
         ("channels", _channels(_strings("seq", "payload"))),
         (CORRUPT_COLUMN, T.StringType()),
     )

@@ -13,7 +13,8 @@ app whose state is a blob of 4 MiB per node (2 nodes), snapshotted through real 
   gone, some of its blocks not yet). After the restart every kept snapshot
   verifies, the blocks no manifest names are gone, and retention goes on.
 - A missing or corrupt block is named (snapshot, node, hash) by `snapshot verify`,
-  and a restore of its snapshot is refused with DATA_LOSS naming it, no node changed.
+  and a restore of its snapshot is refused with DATA_LOSS naming it, no node changed
+  (each case).
   A node's report naming the missing block is refused; the node sends its state
   whole and the snapshot completes.
 """
@@ -282,3 +283,8 @@ def test_a_missing_or_corrupt_block_is_named_by_verify_and_refused_by_restore(cl
     (data(cluster) / "controller" / "blocks" / bad.hex()).write_bytes(b"\x00" * blocks.BLOCK_BYTES)
     code, out = verify(cluster, sid, capsys)
     assert code == 1 and f"node {manifest.nodes[1].node_id}, block sha256:{bad.hex()}: corrupt" in out, out
+    with controller(cluster) as channel, pytest.raises(grpc.RpcError) as refused:
+        pb_grpc.ControllerStub(channel).RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=sid), timeout=60)
+    assert refused.value.code() == grpc.StatusCode.DATA_LOSS
+    assert "not restored (nothing changed)" in refused.value.details() and bad.hex() in refused.value.details()
+    assert digests(cluster, snapshot(cluster)) == digests(cluster, after)  # no node changed
