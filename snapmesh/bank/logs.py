@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import snapmesh.bank.cut as bank_cut
-from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY
+from snapmesh.bank.formats import NODE_TALLY_KEY
+from snapmesh.protocol import app_tallies
 
 Record = Mapping[str, Any]
 
@@ -47,21 +48,21 @@ def money_check(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
         for record in records:
             kind = record["kind"]
             if kind == "init":
-                balance = record[NODE_TALLY_KEY]
+                balance = _tally(record)
             elif kind == "send":
                 assert record["msg_id"] not in sends, f"msg_id {record['msg_id']} sent twice"
                 sends[record["msg_id"]] = record
-                balance -= record[MESSAGE_TALLY_KEY]
+                balance -= _tally(record)
             elif kind == "recv":
                 recvs[record["msg_id"]].append(record)
-                balance += record[MESSAGE_TALLY_KEY]
+                balance += _tally(record)
         balances[node_id] = balance
     return {
         "sends": sends,
         "duplicated": sorted(m for m, r in recvs.items() if len(r) > 1),
         "phantom": sorted(m for m in recvs if m not in sends),
         "mismatched": sorted(m for m, r in recvs.items()
-                             if m in sends and r[0][MESSAGE_TALLY_KEY] != sends[m][MESSAGE_TALLY_KEY]),
+                             if m in sends and _tally(r[0]) != _tally(sends[m])),
         "unreceived": sorted(m for m in sends if m not in recvs),
         "balances": balances,
     }
@@ -69,28 +70,28 @@ def money_check(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 def initial_total(logs: Mapping[str, list[Record]]) -> int:
     """The money there is: the sum of the logs' `init` balances."""
-    return sum(r[NODE_TALLY_KEY] for records in logs.values() for r in records if r.get("kind") == "init")
+    return sum(_tally(r) for records in logs.values() for r in records if r.get("kind") == "init")
 
 
 def opening(node: str, restore: Record) -> dict[str, Any]:
     """An epoch's first record after `restore`: an `init` holding the restored balance."""
-    return {"node": node, "lsn": restore["lsn"], "kind": "init", NODE_TALLY_KEY: restore[NODE_TALLY_KEY]}
+    return {"node": node, "lsn": restore["lsn"], "kind": "init", NODE_TALLY_KEY: _tally(restore)}
 
 
 def with_replay(first: Record, replay: Record) -> dict[str, Any]:
     """The epoch's opening `init` with a replayed transfer's amount added to its balance."""
-    return {**first, NODE_TALLY_KEY: first[NODE_TALLY_KEY] + replay[MESSAGE_TALLY_KEY]}
+    return {**first, NODE_TALLY_KEY: _tally(first) + _tally(replay)}
 
 
 def replayed_item(replay: Record) -> tuple[str, int, int]:
     """A replay record as an in-flight item: (msg_id, amount, seq)."""
-    return (replay["msg_id"], replay[MESSAGE_TALLY_KEY], replay["seq"])
+    return (replay["msg_id"], _tally(replay), replay["seq"])
 
 
 def restore_problems(epoch: int, node: str, record: Record, snapshot_id: str, balance: int) -> list[str]:
     """The restore record of `node` in `epoch` against snapshot `snapshot_id`'s recorded balance."""
-    if record["snapshot_id"] != snapshot_id or record[NODE_TALLY_KEY] != balance:
-        return [f"epoch {epoch}: {node} restored {record['snapshot_id']} to {record[NODE_TALLY_KEY]}, "
+    if record["snapshot_id"] != snapshot_id or _tally(record) != balance:
+        return [f"epoch {epoch}: {node} restored {record['snapshot_id']} to {_tally(record)}, "
                 f"expected {snapshot_id} at {balance}"]
     return []
 
@@ -100,3 +101,8 @@ def whole_problems(snapshot_id: str, rules: set[str], whole: Any, total: int) ->
     if bank_cut.CONSERVATION not in rules:
         return []
     return [f"snapshot {snapshot_id}: balances + in flight = {whole.observed}, the total is {total}"]
+
+
+def _tally(record: Record) -> int:
+    """A record's tally; an app's record may leave it out (0: wal.APP_MARKS), no other may."""
+    return app_tallies.tally_of(record, f"{record.get('node')}'s log, lsn {record.get('lsn')}")

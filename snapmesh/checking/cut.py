@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from snapmesh.protocol import wal
+from snapmesh.protocol import app_tallies, wal
 
 Channel = tuple[str, str]
 Transfer = tuple[str, Any, int]  # (msg_id, content as the reading reads it, seq)
@@ -88,12 +88,15 @@ def record(raw: Mapping[str, Any], node: str | None = None) -> wal.Record:
     """A log line its reader already parsed and checked (a dict) as the `wal` record
     the rules read; a kind they do not read (abort, restart, checkpoint, ...) as
     `wal.Unknown`, whatever its fields. With `node` (whose log it is), a line may
-    leave out its own end of the channel (`src` of a send, `dst` of a receipt)."""
+    leave out its own end of the channel (`src` of a send, `dst` of a receipt). An app's
+    record without its tally (wal.APP_MARKS) reads as one of 0."""
     kind = raw["kind"]
     fields = _READ_FIELDS.get(kind)
     if fields is None:
         return wal.Unknown(lsn=raw["lsn"], kind=kind)
     own = {"src": node} if kind in ("send", "marker_sent") else {"dst": node} if kind in ("recv", "marker_recv") else {}
+    if app_tallies.is_app_record(raw):
+        own[app_tallies.TALLY_KEYS[kind]] = 0  # an app's record may leave its tally out (wal.APP_MARKS)
     values = {attr: raw[key] if key in raw else own[key] for key, attr in fields}
     for name in _OPTIONAL_READ.get(kind, ()):
         if name in raw:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY
-from snapmesh.protocol import wal
+from snapmesh.protocol import app_tallies, wal
 
 
 class LogReadError(AssertionError):
@@ -87,24 +87,30 @@ def read_node_log(data_dir: Path, node: str, left_out: list[LeftOut] | None = No
                 raise LogReadError(f"{where}: not a log record: {text[:80]!r}") from None
             if records and lsn <= records[-1]["lsn"]:
                 raise LogReadError(f"{where}: lsn {lsn} after {records[-1]['lsn']}")
+            if record.get("kind") in app_tallies.TALLY_KEYS:
+                try:
+                    app_tallies.tally_of(record, where)  # an app's record may leave it out; no other may
+                except wal.CorruptRecord as exc:
+                    raise LogReadError(str(exc)) from None
             records.append(record)
     return records
 
 
 def log_events(logs: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The logs as trace events for `trace.check_trace` (position = lsn)."""
+    """The logs as trace events for `trace.check_trace` (position = lsn); an app's record
+    without its tally (wal.APP_MARKS) as one of 0, any other without it LogReadError."""
     events: list[dict[str, Any]] = []
     for node, records in logs.items():
         for r in records:
             kind = r.get("kind")
             if kind == "init":
-                events.append({"event": "node", "node": node, NODE_TALLY_KEY: r[NODE_TALLY_KEY]})
+                events.append({"event": "node", "node": node, NODE_TALLY_KEY: _tally(node, r)})
             elif kind == "send":
                 events.append({"event": "send", "node": node, "pos": r["lsn"], "dst": r["dst"], "msg": r["msg_id"],
-                               MESSAGE_TALLY_KEY: r[MESSAGE_TALLY_KEY]})
+                               MESSAGE_TALLY_KEY: _tally(node, r)})
             elif kind == "recv":
                 events.append({"event": "receive", "node": node, "pos": r["lsn"], "src": r["src"],
-                               "msg": r["msg_id"], MESSAGE_TALLY_KEY: r[MESSAGE_TALLY_KEY]})
+                               "msg": r["msg_id"], MESSAGE_TALLY_KEY: _tally(node, r)})
             elif kind == "marker_sent":
                 events.append({"event": "marker_sent", "node": node, "pos": r["lsn"], "dst": r["dst"],
                                "snapshot": r["snapshot_id"]})
@@ -113,5 +119,12 @@ def log_events(logs: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]
                                "snapshot": r["snapshot_id"]})
             elif kind == "cut":
                 events.append({"event": "cut", "node": node, "pos": r["lsn"], "snapshot": r["snapshot_id"],
-                               NODE_TALLY_KEY: r[NODE_TALLY_KEY]})
+                               NODE_TALLY_KEY: _tally(node, r)})
     return events
+
+
+def _tally(node: str, record: Mapping[str, Any]) -> int:
+    try:
+        return app_tallies.tally_of(record, f"{node}'s log, lsn {record.get('lsn')}")
+    except wal.CorruptRecord as exc:
+        raise LogReadError(str(exc)) from None

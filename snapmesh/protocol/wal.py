@@ -307,6 +307,11 @@ SPEC: Mapping[str, tuple[tuple[str, type, bool], ...]] = {
 }
 ATTRS: Mapping[str, tuple[str, ...]] = {cls.KIND: tuple(f.name for f in fields(cls) if f.name != "lsn") for cls in KNOWN}
 
+# An app's record has no tally: its node leaves the key out (old logs wrote 0). kind -> its mark,
+# the key only an app's record of the kind has: one with its mark and without its tally reads
+# as tally 0, one without either is bad input (the readers of dicts: protocol/app_tallies.py).
+APP_MARKS: Mapping[str, str] = {"init": "app", "checkpoint": "app", "cut": "digest", "restore": "state",
+                                "send": "payload", "recv": "payload", "replay": "payload"}
 
 # ----------------------------------------------------------------- encoding
 
@@ -320,8 +325,12 @@ def encode(record: Record, node_id: str) -> str:
     """One line (with its newline). Field order: node, lsn, kind, then SPEC order."""
     cls = type(record)
     parts = [f'{{"node":{_js(node_id)},"lsn":{record.lsn},"kind":"{cls.KIND}"']
+    mark = APP_MARKS.get(cls.KIND)  # an app's record, its tally 0 and its mark written (a payload always is)
+    app = mark is not None and record.tally == 0 and (mark == "payload" or bool(getattr(record, mark)))  # type: ignore[attr-defined]
     for (name, kind, required), attr in zip(SPEC[cls.KIND], ATTRS[cls.KIND], strict=True):
         value = getattr(record, attr)
+        if app and attr == "tally":
+            continue
         if not required and not value and not (name == "payload" and record.tally == 0):  # type: ignore[attr-defined]
             continue  # an app message's payload is written even when empty: tally 0 needs it
         if kind is str:
@@ -362,14 +371,16 @@ class Encoder:
         mid = f'{with_id}{seq}"' if msg_id == f"{src}:{dst}:{seq}" else f',"msg_id":{_jstr(msg_id)}'
         rid = f',"request_id":{_jstr(request_id)}' if request_id else ""
         tail = "}\n" if payload is None else f',"payload":{_jstr(payload)}}}\n'
-        return f'{self._prefix}{lsn},"kind":"send"{mid}{ends},"seq":{seq}{_MESSAGE_KEY}{tally}{rid}{tail}'
+        counted = "" if payload is not None and not tally else f"{_MESSAGE_KEY}{tally}"  # an app's: no tally
+        return f'{self._prefix}{lsn},"kind":"send"{mid}{ends},"seq":{seq}{counted}{rid}{tail}'
 
     def recv(self, lsn: int, src: str, dst: str, seq: int, tally: int, msg_id: str, payload: str | None = None) -> str:
         """A `recv` line; `payload` as `send`'s."""
         with_id, ends = self._channel(src, dst)
         mid = f'{with_id}{seq}"' if msg_id == f"{src}:{dst}:{seq}" else f',"msg_id":{_jstr(msg_id)}'
         tail = "}\n" if payload is None else f',"payload":{_jstr(payload)}}}\n'
-        return f'{self._prefix}{lsn},"kind":"recv"{mid}{ends},"seq":{seq}{_MESSAGE_KEY}{tally}{tail}'
+        counted = "" if payload is not None and not tally else f"{_MESSAGE_KEY}{tally}"  # an app's: no tally
+        return f'{self._prefix}{lsn},"kind":"recv"{mid}{ends},"seq":{seq}{counted}{tail}'
 
     def command(self, lsn: int, request_id: str, command: str, reply: str) -> str:
         """A `command` line: each field written only when not empty, as `encode` does."""
@@ -449,6 +460,9 @@ def from_dict(raw: Any, where: str, *, node_id: str | None = None) -> Record:
     values: dict[str, Any] = {}
     for (name, typ, required), attr in zip(SPEC[kind], ATTRS[kind], strict=True):
         if name not in raw:
+            if attr == "tally" and APP_MARKS.get(kind, "") in raw:
+                values[attr] = 0  # an app's record leaves it out (APP_MARKS)
+                continue
             if required:
                 raise CorruptRecord(f"{where}: {kind} record needs {_article(typ)} {name!r}")
             continue

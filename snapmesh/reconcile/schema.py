@@ -70,9 +70,9 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
 
 # An app's record has no tally (only the bank run natively keeps one), so it may leave
 # its tally's key out (written with 0 before): kind -> the key whose presence marks the
-# record an app's. A missing tally is then 0; on a record without the mark it is bad input.
-APP_MARKS: dict[str, str] = {"init": "app", "cut": "digest", "restore": "state", "send": "payload",
-                             "recv": "payload", "replay": "payload"}
+# record an app's (wal.APP_MARKS, of the kinds checked). A missing tally is then 0; on a
+# record without the mark it is bad input.
+APP_MARKS: dict[str, str] = {kind: mark for kind, mark in wal.APP_MARKS.items() if kind in CHECKED_KINDS}
 # kind -> its tally's key ("balance", "amount": the v1 format's, snapmesh/bank/formats.py)
 TALLY_KEYS: dict[str, str] = {
     kind: name for kind in APP_MARKS for (name, _, _), attr in zip(wal.SPEC[kind], wal.ATTRS[kind], strict=True)

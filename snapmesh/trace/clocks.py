@@ -28,6 +28,8 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from snapmesh.protocol import app_tallies
+
 EVENT_KINDS = frozenset({"send", "recv", "cut", "marker_sent", "marker_recv", "restore", "restart"})
 SEND_KINDS = frozenset({"send", "marker_sent"})
 RECEIVE_KINDS = frozenset({"recv", "marker_recv"})
@@ -57,7 +59,7 @@ class Message:
     recv: int | None  # index of the matching receive; None: never received in these logs
     snapshot_id: str | None = None  # markers
     msg_id: str | None = None  # transfers
-    amount: int | None = None
+    amount: int | None = None  # None: a marker, or an app's message (it has none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +170,7 @@ def build_trace(records: Mapping[str, list[Mapping]]) -> Trace:
                 recv=receive_of.get(event.index),
                 snapshot_id=record.get("snapshot_id") if marker else None,
                 msg_id=None if marker else record.get("msg_id"),
-                amount=None if marker else record.get("amount"),
+                amount=None if marker or app_tallies.is_app_record(record) else record.get(app_tallies.TALLY_KEYS["send"]),
             ))
         elif event.kind == "cut":
             cuts.setdefault(str(record.get("snapshot_id")), {}).setdefault(event.node, event)

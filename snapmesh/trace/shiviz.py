@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from snapmesh.protocol import app_tallies
 from snapmesh.trace.clocks import Event, Trace
 
 SHIVIZ_REGEX = r"(?<host>\S*) (?<clock>{.*})\n(?<event>.*)"
@@ -18,18 +19,23 @@ def describe(event: Event) -> str:
     """One line saying what happened, for ShiViz's event text and the SVG's tooltips."""
     r = event.record
     kind = event.kind
+    app = app_tallies.is_app_record(r)  # an app's record has no tally (wal.APP_MARKS): none said
     if kind == "send":
-        return f"send {r.get('amount')} to {r.get('dst')} msg_id={r.get('msg_id')} seq={r.get('seq')} lsn={event.lsn}"
+        amount = "" if app else f" {r.get('amount')}"
+        return f"send{amount} to {r.get('dst')} msg_id={r.get('msg_id')} seq={r.get('seq')} lsn={event.lsn}"
     if kind == "recv":
-        return f"recv {r.get('amount')} from {r.get('src')} msg_id={r.get('msg_id')} seq={r.get('seq')} lsn={event.lsn}"
+        amount = "" if app else f" {r.get('amount')}"
+        return f"recv{amount} from {r.get('src')} msg_id={r.get('msg_id')} seq={r.get('seq')} lsn={event.lsn}"
     if kind == "cut":
-        return f"cut snapshot={r.get('snapshot_id')} balance={r.get('balance')} lsn={event.lsn}"
+        tally = f"digest={r.get('digest')}" if app else f"balance={r.get('balance')}"
+        return f"cut snapshot={r.get('snapshot_id')} {tally} lsn={event.lsn}"
     if kind == "marker_sent":
         return f"marker sent to {r.get('dst')} snapshot={r.get('snapshot_id')} seq={r.get('seq')} lsn={event.lsn}"
     if kind == "marker_recv":
         return f"marker received from {r.get('src')} snapshot={r.get('snapshot_id')} seq={r.get('seq')} lsn={event.lsn}"
     if kind == "restore":
-        return f"restore snapshot={r.get('snapshot_id')} epoch={r.get('epoch')} balance={r.get('balance')} lsn={event.lsn}"
+        tally = "" if app else f" balance={r.get('balance')}"
+        return f"restore snapshot={r.get('snapshot_id')} epoch={r.get('epoch')}{tally} lsn={event.lsn}"
     return f"{kind} lsn={event.lsn}"
 
 

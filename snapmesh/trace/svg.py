@@ -91,8 +91,8 @@ def render_svg(layout: Layout, *, title: str = "", caption: Sequence[str] = ()) 
     for arrow in layout.arrows:
         colour, width, dash, opacity, head = _STYLE[arrow.style]
         tip = f"{arrow.message.kind} {arrow.message.src}→{arrow.message.dst}"
-        tip += f" {arrow.message.msg_id} amount {arrow.message.amount}" if arrow.message.kind == "transfer" else (
-            f" snapshot {arrow.message.snapshot_id}")
+        tip += f" {arrow.message.msg_id}" if arrow.message.kind == "transfer" else f" snapshot {arrow.message.snapshot_id}"
+        tip += f" amount {arrow.message.amount}" if arrow.message.amount is not None else ""  # an app's message: none
         out.append(
             f'<line x1="{_num(arrow.start.x)}" y1="{_num(arrow.start.y)}" x2="{_num(arrow.end.x)}" y2="{_num(arrow.end.y)}" '
             f'stroke="{colour}" stroke-width="{width}" stroke-opacity="{opacity}"{dash} marker-end="url(#{head})">'

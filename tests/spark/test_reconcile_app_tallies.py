@@ -1,8 +1,8 @@
 """An app's records without the bank's tallies, and an app's figures by its describe.
 
-An app's log records may leave the tally's key out (schema.APP_MARKS: they used to
+An app's log records leave the tally's key out (schema.APP_MARKS: they used to
 carry `"balance":0` and `"amount":0`): the job and the baseline reconcile such a log
-as they reconcile the same log with the zeros, while a native record without its
+as they reconcile the same log with the old zeros, while a native record without its
 tally stays bad input. `figures.figures_of` reads an app's describe (F1-F3): the
 bank app's conservation, a claimed total that is not the app's, a describe that
 raises; kvshard's describe gives no figures.
@@ -19,42 +19,43 @@ import pytest
 from snapmesh.app import View, load_app
 from snapmesh.reconcile import baseline, figures
 from snapmesh.reconcile import job as reconcile_main
+from snapmesh.reconcile.schema import APP_MARKS, TALLY_KEYS
 from snapmesh.synth import apps as synth_apps
 from snapmesh.synth import writer as synth
 from support.spark_fixtures import spark  # noqa: F401
 
 pytestmark = [pytest.mark.spark]
 
-ZEROS = re.compile(r',"(balance|amount)":0(?=[,}])')
-
-
-def strip_zeros(data_dir) -> int:  # noqa: ANN001
-    """Drop the tallies' zeros from every app record (one with its APP_MARKS key); how many."""
-    dropped = 0
+def add_zeros(data_dir) -> int:  # noqa: ANN001
+    """Give every app record (one with its APP_MARKS key) the tally's 0 logs carried before; how many."""
+    added = 0
     for log in data_dir.glob("*.log*.jsonl"):
         lines = []
         for line in log.read_text().splitlines(keepends=True):
-            if any(f'"{mark}":' in line for mark in ("app", "digest", "state", "payload")):
-                line, n = ZEROS.subn("", line)
-                dropped += n
+            record = json.loads(line)
+            key = TALLY_KEYS.get(record["kind"])
+            if key is not None and key not in record and APP_MARKS[record["kind"]] in record:
+                record[key] = 0
+                line = json.dumps(record, separators=(",", ":")) + "\n"
+                added += 1
             lines.append(line)
         log.write_text("".join(lines))
-    return dropped
+    return added
 
 
-def test_an_app_log_without_the_tallies_zeros_reconciles_as_with_them(spark, tmp_path):  # noqa: F811
-    data = tmp_path / "zeros"
+def test_an_app_log_with_the_old_tallies_zeros_reconciles_as_without_them(spark, tmp_path):  # noqa: F811
+    data = tmp_path / "bare"  # as an app's nodes write it: no tallies
     synth_apps.generate_app(str(data), nodes=3, messages=200, snapshots=3, seed=7, doctor=("lost-inflight",))
-    bare = tmp_path / "bare"
-    shutil.copytree(data, bare)
-    assert strip_zeros(bare) > 200
-    sends = [line for f in bare.glob("*.log.jsonl") for line in f.read_text().splitlines() if '"kind":"send"' in line]
+    sends = [line for f in data.glob("*.log.jsonl") for line in f.read_text().splitlines() if '"kind":"send"' in line]
     assert sends and not [line for line in sends if '"amount"' in line]
+    zeros = tmp_path / "zeros"
+    shutil.copytree(data, zeros)
+    assert add_zeros(zeros) > 200
 
-    with_zeros, without = reconcile_main.reconcile(spark, str(data)), reconcile_main.reconcile(spark, str(bare))
+    with_zeros, without = reconcile_main.reconcile(spark, str(zeros)), reconcile_main.reconcile(spark, str(data))
     assert not without.bad_input and without.verdicts == with_zeros.verdicts
     assert [v["consistent"] for v in without.verdicts if v["scope"] == "snapshot"].count(False) == 1  # the doctored one
-    assert baseline.reconcile(str(bare)) == baseline.reconcile(str(data))
+    assert baseline.reconcile(str(data)) == baseline.reconcile(str(zeros))
 
 
 def test_a_native_send_without_its_amount_is_still_bad_input(spark, tmp_path):  # noqa: F811
