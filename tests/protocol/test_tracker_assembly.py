@@ -18,7 +18,7 @@ import random
 import pytest
 
 from snapmesh.protocol.appstate import digest
-from snapmesh.protocol.controller import tracker as tr
+from snapmesh.protocol.controller import assembly, tracker as tr
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
 from support import bank_reports as bank
@@ -79,7 +79,8 @@ class _Reference(tr.Tracker):
             snapshot.nodes.add(node_id=node, state=report.state, state_digest=digest(report.state),
                                app_name=report.app_name, app_version=report.app_version)
         by_channel = {(c.src, c.dst): c for r in pending.reports.values() for c in r.channels}
-        overtake_parts = self._overtake_parts(pending) if self.snapshot_mode == "overtake" else None
+        overtake_parts = (assembly.overtake_parts(list(pending.reports.values()), self.side)
+                          if self.snapshot_mode == "overtake" else None)
         for src, dst in self.topology.channels:
             in_flight = by_channel[(src, dst)].in_flight
             if overtake_parts is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pytest
-from snapmesh.protocol.controller import held, machine as controller, restoregate, restoring, retention, tracker
+from snapmesh.protocol.controller import assembly, held, machine as controller, restoregate, restoring, retention, tracker
 from snapmesh.protocol.node import link, recovery, requests
 from snapmesh.protocol.controller import journal
 from snapmesh.protocol.node import machine as node_mod
@@ -307,10 +307,10 @@ def _tracker_forgets_overtaken(monkeypatch: pytest.MonkeyPatch) -> None:
     """The controller's tracker completes an overtake snapshot without the senders'
     outboxes (what an early marker overtook is lost from the total)."""
 
-    def broken(pending):
-        return {}, {(p.src, p.dst): p.seq for r in pending.reports.values() for p in r.positions}
+    def broken(reports, side):
+        return {}, {(p.src, p.dst): p.seq for r in reports for p in r.positions}
 
-    monkeypatch.setattr(tracker.Tracker, "_overtake_parts", staticmethod(broken))
+    monkeypatch.setattr(assembly, "overtake_parts", broken)
 
 
 def _retention_keeps_one_too_few(monkeypatch: pytest.MonkeyPatch) -> None:

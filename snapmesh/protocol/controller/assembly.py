@@ -1,6 +1,6 @@
 """How the tracker builds a snapshot from the reports it took, pure: the per-node
-statistics of one report, and one channel of a COMPLETE snapshot (O3 in overtake
-mode, snapmesh/protocol/overtake.py).
+statistics of one report, and the channels of a COMPLETE snapshot that hold messages
+(O3 in overtake mode, snapmesh/protocol/overtake.py; tracker rule T8).
 
 Both run once per report or per channel of every snapshot, on reports of up to
 thousands of transfers, so they work on whole protobuf blocks and columns and
@@ -16,10 +16,12 @@ from collections.abc import Iterable, Sequence
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from snapmesh.protocol import overtake
+from snapmesh.protocol.controller import channel_list
 from snapmesh.protocol.controller.appside import AppSide
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 _BYTE_SIZE = pb.InFlightTransfer.ByteSize
+_NOTHING: tuple[tuple[int, ...], int] = ((), 0)  # what an empty channel recorded: no seqs, tally 0
 
 
 def add_node_stats(snapshot: pb.Snapshot, state: pb.FullState, received_wall: float,
@@ -66,3 +68,41 @@ def assemble(channels, recorded: pb.ChannelState, held: list[int], held_tally: i
         else:
             tally += side.add(channel.in_flight, src, dst, seqs, columns, i, j)
     return tally
+
+
+def recorded_channels(channels, reports: Sequence[pb.FullState], recorded: dict, side: AppSide,
+                      order: channel_list.ChannelList, *, overtake: bool) -> int:
+    """A COMPLETE snapshot's channels that hold messages, in topology order (`order`,
+    channel_list.py; tracker rule T8), added to `channels`; their tally. `recorded`:
+    per channel, the seqs dst recorded and their tally. Its cost is the reports'
+    listed channels and outboxes, not the topology's channels."""
+    by_channel = {(c.src, c.dst): c for r in reports for c in r.channels if len(c.in_flight)}
+    tally = 0
+    if not overtake:
+        for channel in order.in_order(by_channel):
+            tally += assemble(channels, by_channel[channel], *recorded[channel], side)
+        return tally
+    outbox, positions = overtake_parts(reports, side)
+    sent = (channel for channel, (seqs, *_) in outbox.items() if len(seqs))
+    for src, dst in order.in_order([*by_channel, *sent]):
+        seqs, *columns = outbox.get((src, dst), ((),))
+        received = by_channel.get((src, dst)) or pb.ChannelState(src=src, dst=dst)
+        tally += assemble(channels, received, *recorded.get((src, dst), _NOTHING), side,
+                          seqs, tuple(columns), positions.get((src, dst), 0))
+        if not len(channels[-1].in_flight):  # the outbox held nothing past dst's cut: an empty channel
+            del channels[-1]
+    return tally
+
+
+def overtake_parts(reports: Sequence[pb.FullState], side: AppSide) -> tuple[dict, dict]:
+    """Overtake mode (snapmesh/protocol/overtake.py O3): each sender's outbox at its cut
+    (its seqs, then the app's columns) and each receiver's position at its cut, by channel."""
+    outbox: dict[tuple[str, str], tuple] = {
+        (c.src, c.dst): ([t.seq for t in items], *side.item_columns(items))  # a node before outbox_runs
+        for r in reports
+        for c in r.outbox
+        for items in [list(c.in_flight)]
+    }
+    outbox.update({(run.src, run.dst): (run.seqs, *side.run_columns(run)) for r in reports for run in r.outbox_runs})
+    positions = {(p.src, p.dst): p.seq for r in reports for p in r.positions}
+    return outbox, positions

@@ -34,8 +34,10 @@ T5. Statistics (`Snapshot.stats`, Flink's vocabulary) are derived from the
 T6. An app cluster (`checker`; snapmesh/protocol/appstate.py): the COMPLETE snapshot keeps
     the nodes' state bytes and in-flight payloads, judged by the app's invariants.
 T7. A report costs the tracker its node and the channels it lists, not the node's
-    in-degree: a channel left out of a report of recorded channels only is filled
-    in as empty when the snapshot completes (T3), from the topology.
+    in-degree: a channel left out of a report of recorded channels only is empty.
+T8. Completing costs the nodes and the channels that hold messages, not every
+    channel: a COMPLETE snapshot is kept compact (channel_list.py), with its
+    topology, and every channel is listed (T3) only in what the tracker hands out.
 
 Errors: `UnknownSnapshot` (no such id), `InvalidReport` (the report is
 malformed for this topology), `DuplicateReport` (this node already reported
@@ -57,7 +59,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from snapmesh.bank.ledger import BankSide
 from snapmesh.protocol.appstate import digest, without_figures
 from snapmesh.protocol.controller.appside import AppSide, PartRefused
-from snapmesh.protocol.controller.assembly import add_node_stats, assemble
+from snapmesh.protocol.controller import channel_list
+from snapmesh.protocol.controller.assembly import add_node_stats, recorded_channels
 from snapmesh.protocol.controller.retention import Retention
 from snapmesh.protocol.controller.snapshot_ids import new_snapshot_id, snapshot_id_problem  # noqa: F401  (the tracker's ids)
 from snapmesh.protocol.topology import Topology
@@ -68,7 +71,6 @@ COMPLETE = pb.Snapshot.COMPLETE
 FAILED = pb.Snapshot.FAILED
 
 _SEQ = operator.attrgetter("seq")
-_NOTHING: tuple[tuple[int, ...], int] = ((), 0)  # what an empty channel recorded: no seqs, tally 0
 
 
 class TrackerError(Exception):
@@ -142,8 +144,10 @@ class Tracker:
         self.expected_total = expected_total
         self.deadline_s = deadline_s
         self._incoming = _incoming(topology)
+        self._channels = channel_list.ChannelList(topology)
         self._pending: dict[str, _Pending] = {}
         self._finished: dict[str, pb.Snapshot] = {}  # in the order they finished (or were loaded)
+        self._compact: dict[str, channel_list.ChannelList] = {}  # T8: the COMPLETE ones kept compact, with their channels
         self._filed: set[str] = set()  # finished ones in the store: may leave memory
         self._retention = Retention()  # which of the finished ones `--keep` retires
         self.kept = kept
@@ -156,6 +160,7 @@ class Tracker:
         assert not self._pending, "a topology adopted with snapshots pending"
         self.topology = topology
         self._incoming = _incoming(topology)
+        self._channels = channel_list.ChannelList(topology)
 
     # -- queries
 
@@ -163,7 +168,7 @@ class Tracker:
         if snapshot_id in self._pending:
             return _copy(self._pending[snapshot_id].snapshot)
         if snapshot_id in self._finished:
-            return _copy(self._finished[snapshot_id])
+            return self._handed_out(snapshot_id)
         raise UnknownSnapshot(f"no snapshot {snapshot_id!r}")
 
     def all(self) -> list[pb.Snapshot]:
@@ -182,8 +187,8 @@ class Tracker:
 
     def finished(self) -> list[pb.Snapshot]:
         """The finished snapshots themselves, not copies (read them, never change
-        them): retention scans these on every COMPLETE, and copying every kept
-        snapshot there made each completion cost grow with the snapshots kept."""
+        them; compact, T8): retention scans these on every COMPLETE, and copying every
+        kept snapshot there made each completion cost grow with the snapshots kept."""
         return list(self._finished.values())
 
     @property
@@ -242,6 +247,7 @@ class Tracker:
         for sid in leaving:
             self._retention.remove(sid, self._finished.pop(sid).status == COMPLETE)
             self._filed.discard(sid)
+            self._compact.pop(sid, None)
 
     def retired(self, keep: int, protect: Collection[str] = ()) -> list[str]:
         """`--keep keep`: the finished snapshots in memory older than the `keep` newest
@@ -260,6 +266,7 @@ class Tracker:
         if earlier is not None:
             self._retention.remove(snapshot.snapshot_id, earlier.status == COMPLETE)
         self._finished[snapshot.snapshot_id] = _copy(snapshot)
+        self._compact.pop(snapshot.snapshot_id, None)  # a file's: every channel listed
         self._retention.add(snapshot.snapshot_id, snapshot.status == COMPLETE)
         self._filed.add(snapshot.snapshot_id)
 
@@ -367,41 +374,15 @@ class Tracker:
         return pending, {src: (items, tallies[src]) for src, items in seen.items()}
 
     def _complete(self, pending: _Pending, now: Now) -> pb.Snapshot:
-        snapshot = pending.snapshot
+        """T3 and T8: every node, and only the channels that hold messages, in topology order."""
+        snapshot, side = pending.snapshot, self.side
         del snapshot.nodes[:]
-        side = self.side
-        tally = 0
-        for node in self.topology.nodes:
-            tally += self._fill(snapshot.nodes.add(), pending.reports[node])
-        by_channel = {(c.src, c.dst): c for r in pending.reports.values() for c in r.channels}
-        for src, dst in self.topology.channels:  # left out of a report of recorded channels only: empty
-            by_channel.setdefault((src, dst), pb.ChannelState(src=src, dst=dst))
-        if self.snapshot_mode == "overtake":
-            outbox, positions = self._overtake_parts(pending)
-            for src, dst in self.topology.channels:
-                seqs, *columns = outbox.get((src, dst), ((),))
-                tally += assemble(snapshot.channels, by_channel[(src, dst)], *pending.recorded.get((src, dst), _NOTHING), side,
-                                  seqs, tuple(columns), positions.get((src, dst), 0))
-        else:
-            for src, dst in self.topology.channels:
-                tally += assemble(snapshot.channels, by_channel[(src, dst)], *pending.recorded.get((src, dst), _NOTHING), side)
+        tally = sum(self._fill(snapshot.nodes.add(), pending.reports[node]) for node in self.topology.nodes)
+        tally += recorded_channels(snapshot.channels, list(pending.reports.values()), pending.recorded, side,
+                                   self._channels, overtake=self.snapshot_mode == "overtake")
         side.judge(snapshot, tally)
+        self._compact[snapshot.snapshot_id] = self._channels
         return self._finish(pending, COMPLETE, snapshot.reason, now)
-
-    def _overtake_parts(self, pending: _Pending) -> tuple[dict, dict]:
-        """Overtake mode (snapmesh/protocol/overtake.py O3): each sender's outbox at its cut
-        (its seqs, then the app's columns) and each receiver's position at its cut, by channel."""
-        side = self.side
-        outbox: dict[tuple[str, str], tuple] = {
-            (c.src, c.dst): ([t.seq for t in items], *side.item_columns(items))  # a node before outbox_runs
-            for r in pending.reports.values()
-            for c in r.outbox
-            for items in [list(c.in_flight)]
-        }
-        outbox.update({(run.src, run.dst): (run.seqs, *side.run_columns(run))
-                       for r in pending.reports.values() for run in r.outbox_runs})
-        positions = {(p.src, p.dst): p.seq for r in pending.reports.values() for p in r.positions}
-        return outbox, positions
 
     def _fill(self, entry: pb.NodeBalance, report: pb.FullState) -> int:
         """Fill a COMPLETE snapshot's entry for the node of `report`: its id, an app's
@@ -442,7 +423,13 @@ class Tracker:
         del self._pending[snapshot.snapshot_id]
         self._finished[snapshot.snapshot_id] = snapshot
         self._retention.add(snapshot.snapshot_id, status == COMPLETE)
-        return _copy(snapshot)
+        return self._handed_out(snapshot.snapshot_id)
+
+    def _handed_out(self, snapshot_id: str) -> pb.Snapshot:
+        """A finished snapshot as it leaves the tracker: a copy, every channel listed (T3, T8)."""
+        snapshot = self._finished[snapshot_id]
+        channels = self._compact.get(snapshot_id)
+        return _copy(snapshot) if channels is None else channels.expand(snapshot)
 
 
 def duration_s(snapshot: pb.Snapshot) -> float:
