@@ -188,7 +188,7 @@ class AppChecker:
         """The state bytes and the payloads travel in the fields every app has; the v1
         figures an adapter filled (V3) are the controller's reading, not the node's input."""
         if self.fields is not None:
-            self.fields.restore_part(request)
+            self.fields.restore_part(request, entry)
 
     def restored(self, entry: pb.NodeBalance, answer: pb.RestoreStateResponse, request: pb.RestoreStateRequest) -> None:
         if self.fields is not None:

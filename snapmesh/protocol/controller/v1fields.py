@@ -15,6 +15,10 @@ F1. `fill` runs once a snapshot is COMPLETE and its invariants are judged; what
     and never raises: the app's invariants say what is wrong with it.
 F2. The invariants remain the check: a restore is refused for a broken invariant
     whatever the fields say, and for a snapshot the fields call not `conserved`.
+F3. A node's part of a restore carries the app's bytes only (`restore_part`): a
+    part recorded before the app had bytes (its figures only: a snapshot of the
+    bank's native nodes) is given them from its figures, so every node restores
+    through its app.
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ class V1Fields(Protocol):
         """Fill a just COMPLETE snapshot's v1 fields from its nodes' states and its payloads (F1)."""
         ...
 
-    def restore_part(self, request: pb.RestoreStateRequest) -> None:
+    def restore_part(self, request: pb.RestoreStateRequest, entry: pb.NodeBalance) -> None:
         """Clear the figures `fill` set from a node's part of a restore: the node takes
-        the app's bytes only, as they were recorded."""
+        the app's bytes only, as they were recorded (`entry`: the node's in the
+        snapshot; a part recorded before the app had bytes is given them from it)."""
         ...
 
     def restored(self, entry: pb.NodeBalance, request: pb.RestoreStateRequest) -> None:
