@@ -51,7 +51,8 @@ from typing import NamedTuple
 import grpc
 
 import snapmesh.bank.wire as wire
-from snapmesh.app import Refused, Reply
+from snapmesh.app import App, Refused, Reply
+from snapmesh.protocol.node.recovery import Recovered
 from snapmesh.services.node.edge import Edge
 from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.translog import LogClosedError
@@ -192,6 +193,13 @@ class BankEdge:
 
     def _msg_id(self, dst: str, reply: Reply) -> str:
         return f"{self._engine.node_id}:{dst}:{reply.first_seq}"
+
+
+def recovered_tally(recovered: Recovered, app: App) -> int:
+    """The tally a recovery's log line names: the bank app's state (its v1 figure), else the native one."""
+    if app.name == BANK and recovered.host is not None:
+        return int(recovered.host.snapshot())
+    return recovered.tally
 
 
 def _runs(items: Sequence[tuple[str, int, str, int]]) -> list[list[tuple[str, int, str, int]]]:

@@ -62,11 +62,11 @@ from snapmesh.protocol.node.machine import Node
 from snapmesh.serving.datalock import DataDirLock, DataDirLocked
 from snapmesh.serving.durable import fsync_dir
 from snapmesh.serving.runtime import CLIENT_OPTIONS, Failure, Services
+from snapmesh.services.node.bank_edge import recovered_tally
 from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
 from snapmesh.services.node.edge import REFUSAL_CODE, Edge
 from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.metrics import NodeMetrics
-from snapmesh.protocol.node.recovery import Recovered
 from snapmesh.services.node.recovery import CorruptLogError, NonDeterministicError, OtherVersionError, recover
 from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from snapmesh.services.node.servicer import REFUSAL_STATUS, NodeServicer
@@ -261,7 +261,7 @@ def node_app(cfg: cluster_config.ClusterConfig, node_id: str) -> App:
 
 
 def _app_params(cfg: cluster_config.ClusterConfig, app: App) -> Any:
-    """The params `app` runs with on `cfg`'s nodes: the bank's get the file's initial_balance (hosted)."""
+    """The params `app` runs with on `cfg`'s nodes: the bank's as config.hosted makes them from the file."""
     return cluster_config.hosted(cfg).params if app.name == BANK else cfg.app.params
 
 
@@ -271,13 +271,6 @@ def _app_spec(cfg: cluster_config.ClusterConfig, app: App) -> str:
     if cluster_config.runs_bank(cfg.app):
         return "" if app.name == BANK else app.name
     return cfg.app.module
-
-
-def _held(recovered: Recovered, app: App) -> int:
-    """The tally a recovery's log line names: the bank app's balance (its state), else the native one."""
-    if app.name == BANK and recovered.host is not None:
-        return int(recovered.host.snapshot())
-    return recovered.tally
 
 
 async def start_node(
@@ -351,8 +344,8 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     if not recovered.fresh:
         log.info(
             "recovered from %s: %s %d, %d records read, %d unacknowledged-or-unknown messages, abandoned snapshots: %d",
-            path, NODE_TALLY_KEY, _held(recovered, app), recovered.records, sum(len(v) for v in recovered.outbox.values()),
-            len(recovered.abandoned),
+            path, NODE_TALLY_KEY, recovered_tally(recovered, app), recovered.records,
+            sum(len(v) for v in recovered.outbox.values()), len(recovered.abandoned),
         )
     # The node machine: core + links + log positions (snapmesh/protocol/node/machine.py); everything below is its shell.
     hybrid = {"align_timeout": cfg.align_timeout_ms / 1e3} if cfg.snapshot_mode == "hybrid" else {}

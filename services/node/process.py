@@ -9,7 +9,7 @@ process is an embedded node on a server of its own (ServiceHost: its options,
 gRPC metrics, /metrics, the health port).
 
 The app (snapmesh.app) is `--app`, else the cluster file's [app], else the bank app
-(its `initial_balance` the file's).
+(its params the file's: snapmesh.settings.appsettings.hosted).
 It is loaded before anything starts, and one machine is made and snapshotted as a
 probe: an app that does not import, lacks a method, whose `new` raises or whose
 `snapshot()` is not bytes exits 2 with one line. A replay of the log through the
