@@ -406,7 +406,8 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     for channel in channels.values():
         channel.start()
     reporter.resume(unreported, recovered.last_lsn)
-    what = f"app {spec or app.name}"
+    # The bank its file names by its own names says its tally, as the bank's line always has (operators grep it).
+    what = f"{NODE_TALLY_KEY} {recovered_tally(recovered, app)}" if not spec and app.name == BANK else f"app {spec or app.name}"
     if node_machine.stopped:  # its log ends in a stop snapshot (fence.py F4)
         what += (f"; fenced: stopped for snapshot {node_machine.stopped}, it answers only health and RestoreState"
                  " until it is restored")
