@@ -48,6 +48,14 @@ class BankFields:
         total = sum(balances) + sum(map(sum, amounts))
         snapshot.total, snapshot.expected_total, snapshot.conserved = total, expected, total == expected
 
+    def node(self, entry: pb.NodeBalance, state: pb.FullState) -> None:
+        """F4: the node's balance from the state its part carries (in blocks: left to `fill`)."""
+        if state.HasField("state"):
+            try:
+                entry.balance = decimal(state.state, f"the state of {state.node_id}")
+            except ValueError:
+                return
+
     def restore_part(self, request: pb.RestoreStateRequest, entry: pb.NodeBalance) -> None:
         """F3: the node gets the bank app's bytes only. A part the bank recorded natively
         (a balance, amounts, no bytes) is given them here: its balance as the state, each

@@ -165,6 +165,8 @@ class AppChecker:
         its entry's v1 field stays absent (V3) and it adds nothing; the state bytes are
         the tracker's to keep, the app's name and version the entry's (V5)."""
         entry.app_name, entry.app_version = state.app_name, state.app_version
+        if self.fields is not None:
+            self.fields.node(entry, state)  # its figure, shown while the snapshot is in progress (F4)
         return 0
 
     def item_columns(self, items: Sequence[pb.InFlightTransfer]) -> tuple[Sequence, ...]:

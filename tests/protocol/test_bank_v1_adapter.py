@@ -99,6 +99,17 @@ def test_a_natively_taken_snapshot_restores_as_the_bank_apps_bytes():
     assert {n: e.balance for n, e in answers.items()} == {"a": 95, "b": 5}
 
 
+def test_a_nodes_balance_is_filled_as_its_part_arrives():
+    params = {"initial_balance": 100}
+    checker = appstate.AppChecker("bank", load_app("bank"), params=params, fields=v1fields.for_app("bank", params))
+    entry = pb.NodeBalance(node_id="a")
+    checker.node(entry, pb.FullState(node_id="a", state=b"90", app_name="bank", app_version=1))
+    assert (entry.balance, entry.app_name) == (90, "bank")
+    other = pb.NodeBalance(node_id="a")
+    checker.node(other, pb.FullState(node_id="a", state=b"{}"))  # not the bank's bytes: left absent (F1)
+    assert not other.HasField("balance")
+
+
 def test_another_app_leaves_every_figure_absent():
     s = through_the_contract({"a": b"{}", "b": b"{}"}, [])
     appstate.AppChecker("kvshard", load_app("kvshard")).judge(s)

@@ -19,6 +19,9 @@ F3. A node's part of a restore carries the app's bytes only (`restore_part`): a
     part recorded before the app had bytes (its figures only: a snapshot of the
     bank's native nodes) is given them from its figures, so every node restores
     through its app.
+F4. A node's own figure is filled as its part arrives (`node`), so a snapshot in
+    progress shows it for the nodes that reported, as the bank's always did; the
+    rest wait for `fill`. What it cannot read it leaves absent (F1).
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 class V1Fields(Protocol):
     def fill(self, snapshot: pb.Snapshot) -> None:
         """Fill a just COMPLETE snapshot's v1 fields from its nodes' states and its payloads (F1)."""
+        ...
+
+    def node(self, entry: pb.NodeBalance, state: pb.FullState) -> None:
+        """Fill a node's own figure from its part as the part arrives (F4)."""
         ...
 
     def restore_part(self, request: pb.RestoreStateRequest, entry: pb.NodeBalance) -> None:
