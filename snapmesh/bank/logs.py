@@ -86,12 +86,12 @@ def _decimal(packed: str) -> int | None:
 
 
 def money_check(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Sends vs recvs across all logs: each msg_id sent once, received at most
-    once, and what each log's balance is."""
+    """Sends vs recvs across all logs (the native bank's or the bank app's: `figures`):
+    each msg_id sent once, received at most once, and what each log's balance is."""
     sends: dict[str, dict] = {}
     recvs: dict[str, list[dict]] = defaultdict(list)
     balances: dict[str, int] = {}
-    for node_id, records in logs.items():
+    for node_id, records in figures(logs).items():  # the bank app's logs too
         balance = 0
         for record in records:
             kind = record["kind"]

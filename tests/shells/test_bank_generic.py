@@ -191,7 +191,7 @@ def test_the_bank_apps_log_reads_with_the_banks_figures_and_a_native_one_as_it_i
     assert [r.get("balance", r.get("amount")) for r in read["p1"]] == [100, None, 30, 70]
     assert [r.get("balance", r.get("amount")) for r in read["p2"]] == [100, 30, 7, 30]
     assert money_check(read)["balances"] == {"p1": 70, "p2": 130}
-    assert money_check(app_logs)["balances"] == {"p1": 0, "p2": 0}  # what the bank read before
+    assert money_check(app_logs)["balances"] == {"p1": 70, "p2": 130}  # it reads them through figures
     native = {"p1": [{"kind": "init", "balance": 100, "lsn": 1}, {"kind": "send", "lsn": 2, "amount": 5}]}
     assert figures(native) == native
     other = {"p1": [{"kind": "init", "balance": 0, "state": _b64(b"{}"), "lsn": 1}]}  # another app's bytes
