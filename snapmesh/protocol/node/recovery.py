@@ -253,9 +253,9 @@ class _Replayer:
         if kind in _STAMPS:
             self.check_stamp(record, where)
         try:
-            if kind is wal.Init and record.state:  # type: ignore[attr-defined]
+            if kind is wal.Init and record.state and (record.version or 1) == self.host.app.version:  # type: ignore[attr-defined]
                 self.host.restore(wal.unpack(record.state, where))  # type: ignore[attr-defined]
-            elif kind is wal.Init:  # a log from before init held the opening state: the params' machine
+            elif kind is wal.Init:  # no opening state (a log from before it), or another version's: a new machine
                 self.host.fresh()
             elif kind is wal.Checkpoint or kind is wal.Restore:
                 self.host.restore(wal.unpack(record.state, where))  # type: ignore[attr-defined]
