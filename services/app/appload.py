@@ -23,6 +23,7 @@ from snapmesh.app import App, AppError, load_app, preflight
 from snapmesh.settings.appsettings import PARAMS_ENV, app_words, env_params, same_app
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.settings import target
+from snapmesh.settings.config import hosted
 from snapmesh.serving import credentials
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -89,7 +90,7 @@ def _params(data_dir: str | None) -> dict:
     from_env = env_params(os.environ, lambda problem: ValueError(f"${PARAMS_ENV}: {problem}"))
     if from_env is not None:
         return from_env
-    return dict(target.cluster_file(data_dir).app.params) if data_dir else {}
+    return dict(hosted(target.cluster_file(data_dir)).params) if data_dir else {}
 
 
 def _runs_other_app(spec: str, how: str, targets: dict[str, str], identity) -> str:

@@ -1,10 +1,12 @@
 """The bank as an App: money moves between nodes, and a snapshot must find all of it.
 
-The gRPC node runs the bank natively (packed int64 transfers: the fast path, its
-`Transfer` RPC and log shape unchanged). This module is the bank's description
-for the generic checks (invariants, describe, views, SQL) and a Machine that
-keeps the same rules through the contract, so the bank also runs on the generic
-path (`Submit`) and in snapmesh.app.testing.
+The bank is what a cluster file without [app] runs (snapmesh.settings.appsettings
+`hosted`: the file's top-level `initial_balance` becomes this app's), on the
+generic path like any app: its v1 RPCs (`Transfer`, `TransferBatch`, `GetState`)
+are an adapter over the node's edge (services/node/bank_edge.py), `Submit` takes
+its commands, and the same Machine runs in snapmesh.app.testing. A log or a
+snapshot the bank's former native nodes wrote (int64 tallies, no bytes) is read
+as this app's.
 
 State: the balance, as decimal ASCII (b"1000"). Message: an amount, as decimal
 ASCII. Command: JSON {"to": NODE, "amount": N} pays N to NODE, answered with
@@ -16,9 +18,9 @@ the v1 Transfer's texts and codes. A query (on_query, any bytes) answers the
 balance as decimal ASCII.
 
 params (the cluster file's [app] table):
-  initial_balance  each node's balance at the start (default 1000, as the cluster file's
-                   own `initial_balance`; the generic path reads only the [app] table, so
-                   a cluster with another top-level balance sets it here too)
+  initial_balance  each node's balance at the start (default 1000; a file that names the
+                   bank by its own names, no [app] or module "bank", gives its top-level
+                   `initial_balance` here unless this table names one)
   total            what the snapshot must hold in all; default initial_balance x nodes
   max_amount       the workload pays 1..max_amount (default 100)
 Invariant "conserved": the balances plus the amounts in flight add up to the total.

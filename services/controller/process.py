@@ -94,8 +94,9 @@ def _prepare(args: argparse.Namespace, cfg: cluster_config.ClusterConfig) -> Pre
 
 def app_checker(cfg: cluster_config.ClusterConfig, *, explicit: bool) -> AppChecker | None:
     """The side that checks the snapshots of the app `cfg` names (appstate V4)."""
-    checker, warning = side_for(cfg.app.module, cfg.app.params, bank=cluster_config.runs_bank(cfg.app), load=load_app,
-                                explicit=explicit, fields_for=v1fields.for_app)
+    app = cluster_config.hosted(cfg)  # a file without [app]: the bank app, its params the file's
+    checker, warning = side_for(app.module, app.params, bank=False, load=load_app, explicit=explicit,
+                                fields_for=v1fields.for_app)
     if warning is not None:
         log.warning("%s", warning)
     return checker

@@ -13,9 +13,9 @@ decimal integer, one space, the node paid; the reply is the tally after it, as
 decimal ASCII, and the message the app sends is the tally as decimal ASCII. A
 transfer's id is "node:dst:seq", the seq of the message it sent (Reply.first_seq).
 This module is the only one of the node's shell that knows the bank app: its v1
-fields are read and written by snapmesh/bank/wire.py. (A node of a cluster file
-without [app] still runs the bank natively, the servicer's own path, until the
-controller and the bank's log readers take the bank app's reports and records.)
+fields are read and written by snapmesh/bank/wire.py. A cluster file without [app]
+runs the bank app too (settings/appsettings.py `hosted`): every new node of the
+bank is served here.
 
 Rules
 -----
@@ -38,6 +38,9 @@ B5. A log the bank's native nodes wrote (tallies in its records, no app's
     message, each request id's answer the app's reply (its digest unknown, as
     for an id from before digests); the node then seals the segment, so the
     active one holds only the app's records (Recovered.reshaped): bank_log.py.
+B6. GetState names the app (its spec, its state's size and digest) as any app's
+    does, except on a node whose file names the bank by its own names (no [app],
+    or module "bank": Engine.app_spec ""), which answers as the bank always has.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ from typing import NamedTuple
 import grpc
 
 import snapmesh.bank.wire as wire
-from snapmesh.app import Refused, Reply
+from snapmesh.app import App, Refused, Reply
+from snapmesh.protocol.node.recovery import Recovered
 from snapmesh.services.node.edge import Edge
 from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.translog import LogClosedError
@@ -168,10 +172,12 @@ class BankEdge:
             await engine.log.wait_durable(engine.log.last_lsn)  # never show what a crash could take back
         except LogClosedError as exc:  # LogFailedError too
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"node {engine.node_id} is stopping: {exc}")
-        state = str(held).encode()
-        return wire.node_state(held, node_id=engine.node_id, epoch=engine.node.epoch,
-                               snapshot_mode=getattr(engine.node, "snapshot_mode", engine.node.process.mode),
-                               app=engine.app_spec, app_state_bytes=len(state), app_state_digest=digest(state))
+        response = wire.node_state(held, node_id=engine.node_id, epoch=engine.node.epoch,
+                                   snapshot_mode=getattr(engine.node, "snapshot_mode", engine.node.process.mode))
+        if engine.app_spec:  # "": the bank its file names by its own names, whose GetState has always been this
+            state = str(held).encode()
+            response.app, response.app_state_bytes, response.app_state_digest = engine.app_spec, len(state), digest(state)
+        return response
 
     def restore_args(self, tally: int, in_flight: list[tuple], state: bytes | None) -> tuple[int, list[tuple], bytes | None]:
         """A restore's (tally, in-flight items, state) as the node takes it (B4)."""
@@ -187,6 +193,13 @@ class BankEdge:
 
     def _msg_id(self, dst: str, reply: Reply) -> str:
         return f"{self._engine.node_id}:{dst}:{reply.first_seq}"
+
+
+def recovered_tally(recovered: Recovered, app: App) -> int:
+    """The tally a recovery's log line names: the bank app's state (its v1 figure), else the native one."""
+    if app.name == BANK and recovered.host is not None:
+        return int(recovered.host.snapshot())
+    return recovered.tally
 
 
 def _runs(items: Sequence[tuple[str, int, str, int]]) -> list[list[tuple[str, int, str, int]]]:

@@ -50,18 +50,19 @@ import logging
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 
-from snapmesh.app import App, Refused, Reply
+from snapmesh.app import App, AppError, Refused, Reply
 from snapmesh.bank.formats import NODE_TALLY_KEY
-from snapmesh.bank.rules import starting_tally
 from snapmesh.protocol.hybrid import HybridNode
 from snapmesh.protocol.node.link import DEFAULT_MARK
 from snapmesh.protocol.node.machine import Node
 from snapmesh.serving.datalock import DataDirLock, DataDirLocked
 from snapmesh.serving.durable import fsync_dir
 from snapmesh.serving.runtime import CLIENT_OPTIONS, Failure, Services
+from snapmesh.services.node.bank_edge import recovered_tally
 from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
 from snapmesh.services.node.edge import REFUSAL_CODE, Edge
 from snapmesh.services.node.engine import Engine
@@ -72,6 +73,7 @@ from snapmesh.services.node.servicer import REFUSAL_STATUS, NodeServicer
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
+from snapmesh.settings.appsettings import BANK
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -246,13 +248,43 @@ def _refuse_server(server: grpc.aio.Server, node_id: str) -> None:
         raise EmbedError(f"node {node_id}: the server already registers {HEALTH_SERVICE}: the node adds its own")
 
 
+def node_app(cfg: cluster_config.ClusterConfig, node_id: str) -> App:
+    """The app `cfg` names for node `node_id` (cluster_config.hosted: the bank app for a
+    file without [app]), through the pre-flight every command shares
+    (snapmesh.app.preflight). Raises AppError (one line)."""
+    from snapmesh.app import NodeInfo, preflight
+
+    hosted = cluster_config.hosted(cfg)
+    info = NodeInfo(node_id=node_id, peers_out=cfg.topology.outgoing(node_id), peers_in=cfg.topology.incoming(node_id),
+                    params=hosted.params)
+    return preflight(hosted.module, [info])
+
+
+def _app_params(cfg: cluster_config.ClusterConfig, app: App) -> Any:
+    """The params `app` runs with on `cfg`'s nodes: the bank's as config.hosted makes them from the file."""
+    return cluster_config.hosted(cfg).params if app.name == BANK else cfg.app.params
+
+
+def _app_spec(cfg: cluster_config.ClusterConfig, app: App) -> str:
+    """What GetState's `app` says: "" for the bank a file names by its own names (runs_bank), whose
+    GetState answers as the bank's always has; else the file's module:attr, or the app's name."""
+    if cluster_config.runs_bank(cfg.app):
+        return "" if app.name == BANK else app.name
+    return cfg.app.module
+
+
 async def start_node(
     cfg: cluster_config.ClusterConfig, node_id: str, app: App | None, server: grpc.aio.Server, *,
     identity: security.Identity | None = None, services: Services | None = None, metrics: NodeMetrics | None = None,
     receive_limit: int = 0, mark: int = DEFAULT_MARK,
 ) -> EmbeddedNode:
-    """Start node `node_id` of `cfg` running `app` (None: the bank) on `server` (M2)."""
+    """Start node `node_id` of `cfg` running `app` (None: the one `cfg` names, node_app) on `server` (M2)."""
     _refuse_server(server, node_id)
+    if app is None:
+        try:
+            app = node_app(cfg, node_id)
+        except AppError as exc:
+            raise StartFailed(str(exc), 2) from None
     try:
         node = cfg.node(node_id)
     except cluster_config.ConfigError as exc:
@@ -284,8 +316,8 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     path = cfg.log_path(node_id)
     try:
         recovered = recover(
-            path, node_id, initial_tally=0 if app is not None else starting_tally(cfg), incoming=incoming,
-            outgoing=outgoing, app=app, app_params=cfg.app.params,
+            path, node_id, initial_tally=0, incoming=incoming, outgoing=outgoing, app=app,
+            app_params=_app_params(cfg, app),
         )
         pending = PendingReports(cfg.data_dir / f"{node_id}.reports")
         unreported = pending.load()
@@ -298,7 +330,7 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     except OSError as exc:
         raise StartFailed(f"cannot read its data in {cfg.data_dir}: {exc}", 2) from None
 
-    metrics = metrics or NodeMetrics(node_id, bank=app is None)
+    metrics = metrics or NodeMetrics(node_id, bank=app.name == BANK)  # the bank's series on the bank's nodes only
     engine: Engine | None = None
 
     def on_durable(lsn: int) -> None:
@@ -312,8 +344,8 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     if not recovered.fresh:
         log.info(
             "recovered from %s: %s %d, %d records read, %d unacknowledged-or-unknown messages, abandoned snapshots: %d",
-            path, NODE_TALLY_KEY, recovered.tally, recovered.records, sum(len(v) for v in recovered.outbox.values()),
-            len(recovered.abandoned),
+            path, NODE_TALLY_KEY, recovered_tally(recovered, app), recovered.records,
+            sum(len(v) for v in recovered.outbox.values()), len(recovered.abandoned),
         )
     # The node machine: core + links + log positions (snapmesh/protocol/node/machine.py); everything below is its shell.
     hybrid = {"align_timeout": cfg.align_timeout_ms / 1e3} if cfg.snapshot_mode == "hybrid" else {}
@@ -326,7 +358,7 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
         reply_window_bytes=cfg.reply_window_bytes, snapshot_mode=cfg.snapshot_mode,
         now=asyncio.get_running_loop().time(),
         wall=time.time(),  # the request-id window's clock (it outlives restarts)
-        app=app, app_params=cfg.app.params, max_reply_bytes=cfg.max_reply_bytes,
+        app=app, app_params=_app_params(cfg, app), max_reply_bytes=cfg.max_reply_bytes,
     )
     rng = random.Random()
     channels: dict[str, OutgoingChannel] = {}
@@ -343,7 +375,7 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
         address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS, pending=pending,
         identity=identity, held_s=cfg.controller.snapshot_deadline_s,
     )
-    spec = "" if app is None else (app.name if cluster_config.runs_bank(cfg.app) else cfg.app.module)
+    spec = _app_spec(cfg, app)
     engine = Engine(
         node=node_machine, log_=translog, outgoing=channels,
         incoming={src: IncomingChannel(src=src, dst=node_id) for src in incoming},
@@ -374,7 +406,8 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     for channel in channels.values():
         channel.start()
     reporter.resume(unreported, recovered.last_lsn)
-    what = f"{NODE_TALLY_KEY} {node_machine.tally}" if app is None else f"app {spec}"
+    # The bank its file names by its own names says its tally, as the bank's line always has (operators grep it).
+    what = f"{NODE_TALLY_KEY} {recovered_tally(recovered, app)}" if not spec and app.name == BANK else f"app {spec or app.name}"
     if node_machine.stopped:  # its log ends in a stop snapshot (fence.py F4)
         what += (f"; fenced: stopped for snapshot {node_machine.stopped}, it answers only health and RestoreState"
                  " until it is restored")
@@ -400,7 +433,8 @@ async def embed(
         from snapmesh.app import NodeInfo, preflight
 
         info = NodeInfo(node_id=node_id, peers_out=cfg.topology.outgoing(node_id),
-                        peers_in=cfg.topology.incoming(node_id), params=cfg.app.params)
+                        peers_in=cfg.topology.incoming(node_id),
+                        params=cluster_config.hosted(cfg).params if app.strip() == BANK else cfg.app.params)
         app = preflight(app, [info])
     identity = security.load_identity(cfg, node_id)
     node = await start_node(cfg, node_id, app, server, identity=identity)

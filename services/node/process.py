@@ -8,7 +8,8 @@ All of it but the server is `snapmesh.embed`'s path (embedded.start_node): this
 process is an embedded node on a server of its own (ServiceHost: its options,
 gRPC metrics, /metrics, the health port).
 
-The app (snapmesh.app) is `--app`, else the cluster file's [app], else the bank.
+The app (snapmesh.app) is `--app`, else the cluster file's [app], else the bank app
+(its params the file's: snapmesh.settings.appsettings.hosted).
 It is loaded before anything starts, and one machine is made and snapshotted as a
 probe: an app that does not import, lacks a method, whose `new` raises or whose
 `snapshot()` is not bytes exits 2 with one line. A replay of the log through the
@@ -33,11 +34,12 @@ import sys
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.channels import MAX_MERGED, MAX_MERGED_PAYLOAD
 from snapmesh.services.node.edge import MAX_BATCH_BYTES, MAX_BATCH_COMMANDS, MAX_COMMAND_BYTES
-from snapmesh.services.node.embedded import StartFailed, start_node
+from snapmesh.services.node.embedded import StartFailed, node_app, start_node
 from snapmesh.services.node.servicer import MAX_BATCH
-from snapmesh.app import App, NodeInfo, preflight
+from snapmesh.app import App
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
+from snapmesh.settings.appsettings import BANK
 from snapmesh.protocol.node.link import DEFAULT_MARK
 from snapmesh.protocol import chunking
 from snapmesh.protocol.node.requests import MAX_ID_BYTES
@@ -70,23 +72,22 @@ def _prepare(args: argparse.Namespace, cfg: cluster_config.ClusterConfig) -> Pre
     return f"node {args.node_id}", lambda: serve(cfg, args.node_id, identity, app)
 
 
-def load_node_app(cfg: cluster_config.ClusterConfig, node_id: str) -> App | None:
-    """The app `cfg` names (None: the bank), through the pre-flight every command
-    shares (snapmesh.app.preflight), for this node. Raises AppError (one line)."""
-    if cluster_config.runs_bank(cfg.app):
-        return None
-    info = NodeInfo(node_id=node_id, peers_out=cfg.topology.outgoing(node_id), peers_in=cfg.topology.incoming(node_id),
-                    params=cfg.app.params)
-    return preflight(cfg.app.module, [info])
+def load_node_app(cfg: cluster_config.ClusterConfig, node_id: str) -> App:
+    """The app `cfg` names (cluster_config.hosted: the bank app for a file without
+    [app]), through the pre-flight every command shares (snapmesh.app.preflight), for
+    this node. Raises AppError (one line)."""
+    return node_app(cfg, node_id)
 
 
 async def serve(
     cfg: cluster_config.ClusterConfig, node_id: str, identity: security.Identity | None = None, app: App | None = None
 ) -> int:
     """The node on a server of its own: the embed path (embedded.start_node) on a
-    ServiceHost's server, which adds the gRPC metrics, /metrics and the health port."""
+    ServiceHost's server, which adds the gRPC metrics, /metrics and the health port.
+    `app` None: the one `cfg` names (load_node_app)."""
+    app = app if app is not None else load_node_app(cfg, node_id)
     node_cfg = cfg.node(node_id)
-    metrics = NodeMetrics(node_id, bank=app is None)  # the bank's series on the bank's node only
+    metrics = NodeMetrics(node_id, bank=app.name == BANK)  # the bank's series on the bank's nodes only
     limit = receive_limit(max(len(n.id) for n in cfg.nodes))
     host = ServiceHost(
         bind_address=cfg.bind_address(node_cfg), metrics_bind=cfg.metrics_bind(node_cfg), registry=metrics.registry,

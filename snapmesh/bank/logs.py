@@ -7,6 +7,9 @@ those checkers take (`logcheck.check_logs(..., app=...)`, its default):
 
 - `reading(total)`: the bank's `cut.Reading` (snapmesh/bank/cut.py);
 
+- `figures(logs)`: the logs of the bank app's nodes (its state and messages as
+  bytes) with the bank's figures in their records, as its native nodes wrote them:
+  what the readers below take;
 - `money_check(logs)`: sends against receives over all the logs, and each log's
   balance replayed (init + received - sent);
 - `initial_total(logs)`: the money there is, the sum of the logs' `init` balances;
@@ -25,6 +28,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+import base64
+
 import snapmesh.bank.cut as bank_cut
 from snapmesh.bank.formats import NODE_TALLY_KEY
 from snapmesh.protocol import app_tallies
@@ -37,13 +42,57 @@ def reading(total: int | None = None) -> bank_cut.Reading:
     return bank_cut.Reading(total)
 
 
+def figures(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """`logs` with the bank's figures in the records the bank app wrote (services/app/bank.py:
+    its state the balance, a message the amount, both decimal ASCII, base64 in the log):
+    an init's, a checkpoint's and a restore's balance from their `state`, a send's,
+    recv's and replay's amount from its `payload`, and a cut's balance the one its log
+    gives before it (an app's cut names its state by digest only). A native record,
+    and a log of another app (bytes that are no decimal), is kept as it is."""
+    return {node: _figures(records) for node, records in logs.items()}
+
+
+def _figures(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    held = 0
+    for record in records:
+        kind = record.get("kind")
+        if kind in ("init", "checkpoint", "restore") and record.get("state"):
+            held = _decimal(record["state"])
+            if held is None:
+                return list(records)  # not the bank's bytes
+            record = {**record, NODE_TALLY_KEY: held}
+        elif kind in ("init", "checkpoint", "restore"):
+            held = record.get(NODE_TALLY_KEY, 0)
+        elif kind in ("send", "recv", "replay"):
+            amount = record.get(MESSAGE_TALLY_KEY, 0)
+            if not amount and "payload" in record:
+                amount = _decimal(record["payload"])
+                if amount is None:
+                    return list(records)
+                record = {**record, MESSAGE_TALLY_KEY: amount}
+            held += -amount if kind == "send" else amount
+        elif kind == "cut" and record.get("digest"):
+            record = {**record, NODE_TALLY_KEY: held}
+        out.append(record)
+    return out
+
+
+def _decimal(packed: str) -> int | None:
+    try:
+        text = base64.b64decode(packed, validate=True)
+    except ValueError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
 def money_check(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Sends vs recvs across all logs: each msg_id sent once, received at most
-    once, and what each log's balance is."""
+    """Sends vs recvs across all logs (the native bank's or the bank app's: `figures`):
+    each msg_id sent once, received at most once, and what each log's balance is."""
     sends: dict[str, dict] = {}
     recvs: dict[str, list[dict]] = defaultdict(list)
     balances: dict[str, int] = {}
-    for node_id, records in logs.items():
+    for node_id, records in figures(logs).items():  # the bank app's logs too
         balance = 0
         for record in records:
             kind = record["kind"]

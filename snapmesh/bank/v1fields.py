@@ -48,11 +48,25 @@ class BankFields:
         total = sum(balances) + sum(map(sum, amounts))
         snapshot.total, snapshot.expected_total, snapshot.conserved = total, expected, total == expected
 
-    def restore_part(self, request: pb.RestoreStateRequest) -> None:
+    def node(self, entry: pb.NodeBalance, state: pb.FullState) -> None:
+        """F4: the node's balance from the state its part carries (in blocks: left to `fill`)."""
+        if state.HasField("state"):
+            try:
+                entry.balance = decimal(state.state, f"the state of {state.node_id}")
+            except ValueError:
+                return
+
+    def restore_part(self, request: pb.RestoreStateRequest, entry: pb.NodeBalance) -> None:
+        """F3: the node gets the bank app's bytes only. A part the bank recorded natively
+        (a balance, amounts, no bytes) is given them here: its balance as the state, each
+        amount as its message, both decimal ASCII, so every node restores one way."""
+        if not request.HasField("state") and not entry.HasField("state"):
+            request.state = str(entry.balance).encode()
         for channel in request.channels:
             for item in channel.in_flight:
-                if item.HasField("payload"):
-                    item.ClearField("amount")
+                if not item.HasField("payload"):
+                    item.payload = str(item.amount).encode()
+                item.ClearField("amount")
 
     def restored(self, entry: pb.NodeBalance, request: pb.RestoreStateRequest) -> None:
         """The node's balance right after the restore: its recorded balance plus the

@@ -31,6 +31,7 @@ from snapmesh.services.app.drive import Driver, node_infos, snapshot_view
 from snapmesh.checking import cut
 from snapmesh.checking.logcheck import RecordedSnapshot
 from snapmesh.protocol import wal
+from snapmesh.settings.config import hosted
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 SETTLED_TRIES = 10  # triggers until the settled snapshot is COMPLETE
@@ -80,7 +81,7 @@ def load(campaign) -> Driver:
     """The app's workload on every node of the campaign's cluster, dialled directly (past the proxies)."""
     backend, app = campaign.backend, campaign.app
     topology = backend.config.topology
-    infos = node_infos(list(topology.nodes), topology.channels, backend.config.app.params)
+    infos = node_infos(list(topology.nodes), topology.channels, hosted(backend.config).params)
     tally = campaign.outcome.keys = KeyTally() if app.name == kvshard.app.name else None
     return Driver(app, {n: backend.direct_address(n) for n in topology.nodes}, infos, seed=campaign.o.seed,
                   identity=backend.client_identity, timeout=10.0, give_up_s=GIVE_UP_S,
@@ -121,7 +122,7 @@ def _retry_any(campaign, fault) -> float:
     (node,) = fault.nodes
     backend, outcome = campaign.backend, campaign.outcome
     topology = backend.config.topology
-    infos = node_infos(list(topology.nodes), topology.channels, backend.config.app.params)
+    infos = node_infos(list(topology.nodes), topology.channels, hosted(backend.config).params)
     command = next(c for n, c in campaign.app.workload(infos, random.Random(f"retry:{fault.index}")) if n == node)
     driver = Driver(campaign.app, {node: backend.direct_address(node)}, [], seed=campaign.o.seed,
                     identity=backend.client_identity, timeout=5.0, give_up_s=30.0)

@@ -13,7 +13,8 @@
   receiver's cut, in seq order, with their tallies and seqs; one marker per channel
   each way, sent after the cut; and the app's whole-snapshot rule (the bank's
   conservation, snapmesh/bank/cut.py) holds. What the logs' tallies add up to, and
-  how a restore sets them, is the bank's reading of its logs (snapmesh/bank/logs.py).
+  how a restore sets them, is the bank's reading of its logs (snapmesh/bank/logs.py),
+  which reads the bank app's logs (bytes) as the figures its native nodes wrote.
 - Across restores: `check_logs_by_epoch` (each epoch on its own) and
   `check_restore` (the restore records themselves).
 """
@@ -92,6 +93,7 @@ def check_logs(
     logs at rest (no transfer being made), or a receive may outrun the send
     read before it."""
     channels = list(channels)
+    logs = bank_logs.figures(logs) if app is None else logs  # the bank app's bytes read as the bank's figures
     recorded = [s if isinstance(s, RecordedSnapshot) else RecordedSnapshot.from_proto(s) for s in snapshots]
     events: list[Event] = [{"event": "channel", "src": s, "dst": d} for s, d in channels]
     events += log_events(logs)
@@ -182,6 +184,7 @@ def split_epochs(
     restore record of E, as an `init` holding the tally after the restore
     (`app.opening` and `app.with_replay`; default the bank's), so each epoch is checked as a run
     of its own (msg ids and seqs start over in every epoch)."""
+    logs = bank_logs.figures(logs) if app is None else logs
     app = bank_logs if app is None else app
     by_epoch: dict[int, dict[str, list[Mapping[str, Any]]]] = defaultdict(dict)
     for node, records in logs.items():
@@ -220,6 +223,7 @@ def check_restore(
     """The restore itself: in `epoch` every node's log sets the snapshot's
     recorded tally and then replays, per channel in channel order, exactly
     the transfers the snapshot recorded in flight towards it."""
+    logs = bank_logs.figures(logs) if app is None else logs
     app = bank_logs if app is None else app
     snap = snapshot if isinstance(snapshot, RecordedSnapshot) else RecordedSnapshot.from_proto(snapshot)
     found = restores_in_logs(logs).get(epoch, {})

@@ -148,7 +148,7 @@ def _topology(data_dir: Path, cluster_file: Path | None, nodes: list[str], logs:
             cfg = cluster_config.load(path)
         except (cluster_config.ConfigError, OSError) as exc:
             raise BadInput(f"{path}: {exc}") from None
-        return cfg.topology, cfg.app.params
+        return cfg.topology, cluster_config.hosted(cfg).params  # a bank: its initial_balance the file's
     channels: list[tuple[str, str]] = []
     for snapshot in snapshots:  # a COMPLETE snapshot lists every channel, in the topology's order
         channels = [(c.src, c.dst) for c in snapshot.channels]

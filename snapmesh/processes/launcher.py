@@ -225,8 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                 node_ids = [n.id for n in given.nodes]
                 channels, params = given.topology.channels, given.app.params
                 app, tls = asked[0] if asked else given.app.module or BANK, args.tls
-            if not cluster_config.runs_bank(cluster_config.AppSettings(module=app)):
-                _preflight(app, node_ids, channels, params)
+            _preflight(app or BANK, node_ids, channels, params)  # the bank too: it is an app like any other
             if data_dir is None:  # made only now: a refusal above leaves nothing behind
                 data_dir = Path(tempfile.mkdtemp(prefix="snapmesh-"))
             config_path = data_dir / CLUSTER_FILE

@@ -15,7 +15,9 @@ D is the data dir of a `snapmesh cluster up` cluster. In order:
    controller and the first N nodes keep their ports and data dirs, new nodes
    get free ports, the channels a full mesh), each new node gets a log of an
    init and a stop for the snapshot (so it starts fenced, as the kept nodes do),
-   and a TLS cluster's certificates are made again for the new node set
+   a bank with no `total` in its [app] gets the one it had there (the bank's
+   default total follows the node count, a rescale keeps the total), and a TLS
+   cluster's certificates are made again for the new node set
    (D/tls/: clients take the new CA).
 4. The cluster starts again from D in the foreground, as `cluster up --data-dir D`
    (removed nodes are not started; every node starts fenced on its stopped
@@ -30,7 +32,7 @@ D is the data dir of a `snapmesh cluster up` cluster. In order:
    on stderr (the cluster then stays fenced: `snapmesh restore` finishes it).
 
 Refused with one line and exit 2, before anything changes: --nodes below 2, a D
-with no cluster file, an app without rescale (and the native bank), a cluster
+with no cluster file, an app without rescale, a cluster
 that already has N nodes (without --snapshot), no cluster running and no --snapshot. Exit 1 when the
 stop snapshot or the stop fails (the running cluster is left as it is).
 """
@@ -50,6 +52,7 @@ from snapmesh.processes import cluster_admin, fencelog
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import rescaling, security
 from snapmesh.settings.appsettings import runs_bank
+from snapmesh.settings.config import hosted
 from snapmesh.settings.ports import free_ports
 from snapmesh.settings.target import CLUSTER_FILE
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -102,7 +105,7 @@ def main(args, *, up: Callable[[list[str]], int]) -> int:
     path = data_dir / CLUSTER_FILE
     document = tomllib.loads(path.read_text())
     ports = free_ports(2 * rescaling.added(document, args.nodes))
-    cluster_config.write(path, rescaling.rescaled(document, args.nodes, ports),
+    cluster_config.write(path, _kept_total(cfg, rescaling.rescaled(document, args.nodes, ports)),
                          comment=f"Written by snapmesh cluster rescale onto {args.nodes} nodes from {snapshot_id}")
     new = cluster_config.load(path, env={})
     fencelog.write(new, [n.id for n in new.nodes if n.id not in {o.id for o in cfg.nodes}], app, snapshot_id)
@@ -126,11 +129,8 @@ def _checked(args) -> tuple[Path, cluster_config.ClusterConfig, App]:
         cfg = cluster_config.load(path, env={})
     except cluster_config.ConfigError as exc:
         raise Refused(str(exc)) from None
-    if runs_bank(cfg.app):
-        raise Refused("the cluster runs the native bank, which has no rescale: run the bank as an app "
-                      "(cluster up --app snapmesh.services.app.bank:app) to rescale it")
     try:
-        app = load_app(cfg.app.module)
+        app = load_app(hosted(cfg).module)
     except AppError as exc:
         raise Refused(str(exc)) from None
     if app.rescale is None:
@@ -138,6 +138,19 @@ def _checked(args) -> tuple[Path, cluster_config.ClusterConfig, App]:
     if len(cfg.nodes) == args.nodes and not args.snapshot:  # with --snapshot: a retry, answered by its restore
         raise Refused(f"the cluster of {data_dir} already has {args.nodes} nodes")
     return data_dir, cfg, app
+
+
+def _kept_total(cfg: cluster_config.ClusterConfig, document: dict) -> dict:
+    """`document` with the bank's total kept (services/app/bank.py BR4: a rescale keeps the
+    total, while its default, initial_balance x nodes, follows the node count): a bank
+    whose file names none gets the one it had, in its [app] table."""
+    params = hosted(cfg).params
+    if not runs_bank(cfg.app) or "total" in params:
+        return document
+    table = dict(document.get("app", {}))
+    table.setdefault("module", "bank")
+    table["total"] = int(params["initial_balance"]) * len(cfg.nodes)
+    return {**document, "app": table}
 
 
 def _identity(data_dir: Path, cfg: cluster_config.ClusterConfig):

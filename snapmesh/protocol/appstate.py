@@ -165,6 +165,8 @@ class AppChecker:
         its entry's v1 field stays absent (V3) and it adds nothing; the state bytes are
         the tracker's to keep, the app's name and version the entry's (V5)."""
         entry.app_name, entry.app_version = state.app_name, state.app_version
+        if self.fields is not None:
+            self.fields.node(entry, state)  # its figure, shown while the snapshot is in progress (F4)
         return 0
 
     def item_columns(self, items: Sequence[pb.InFlightTransfer]) -> tuple[Sequence, ...]:
@@ -188,7 +190,7 @@ class AppChecker:
         """The state bytes and the payloads travel in the fields every app has; the v1
         figures an adapter filled (V3) are the controller's reading, not the node's input."""
         if self.fields is not None:
-            self.fields.restore_part(request)
+            self.fields.restore_part(request, entry)
 
     def restored(self, entry: pb.NodeBalance, answer: pb.RestoreStateResponse, request: pb.RestoreStateRequest) -> None:
         if self.fields is not None:

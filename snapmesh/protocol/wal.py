@@ -85,10 +85,13 @@ class Record:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Init(Record):
     KIND: ClassVar[str] = "init"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"app", "version"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"app", "version", "state"})
     tally: int
     app: str = ""  # the hosted app's name ("": the bank, or a log from before versions)
     version: int = 0  # its version (0, omitted: 1, as every app was before versions)
+    # The hosted app's opening state (pack(snapshot()) of its new machine; "": none, or a log
+    # from before it): the log replays from it, not from the params that made it.
+    state: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -4,7 +4,9 @@
     module = "token_ring:app"   # module:attr, or a built-in name (snapmesh.app.BUILT_IN)
     holder = "p2"               # every other key: the app's NodeInfo.params
 
-No [app]: the bank. SNAPMESH_APP=module:attr stands in for `module` (how `cluster
+No [app]: the bank, as an app like any other (services/app/bank.py, through the
+node's AppHost; `hosted` names it, the file's top-level `initial_balance` in its
+params). SNAPMESH_APP=module:attr stands in for `module` (how `cluster
 up --app` tells its children, and how a container is given its app), and
 SNAPMESH_APP_PARAMS (a JSON object) for the params; without it the params stay the
 file's. Only the form is checked here; importing the module is
@@ -18,9 +20,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AppSettings", "PARAMS_ENV", "app_named", "app_words", "check_app_spec", "env_params", "parse_app", "runs_bank",
-           "same_app"]
+__all__ = ["AppSettings", "BANK", "PARAMS_ENV", "app_named", "app_words", "check_app_spec", "env_params", "hosted",
+           "parse_app", "runs_bank", "same_app"]
 
+BANK = "bank"  # the bank app's built-in name (snapmesh.app.BUILT_IN), what a file without [app] runs
 PARAMS_ENV = "SNAPMESH_APP_PARAMS"  # the [app] params as a JSON object, in place of the file's
 
 
@@ -78,8 +81,18 @@ def check_app_spec(spec: str, error: Callable[[str], Exception] = ValueError) ->
 
 
 def runs_bank(app: AppSettings) -> bool:
-    """Whether the nodes run the bank (its int-only fast path, no app object)."""
-    return app.module in ("", "bank")
+    """Whether the file names the bank by its own names (no [app], or module "bank"): the
+    nodes run the bank app and answer the v1 bank RPCs as the bank always has."""
+    return app.module in ("", BANK)
+
+
+def hosted(app: AppSettings, initial_balance: int) -> AppSettings:
+    """The app the nodes run and its params: the file's, or for the bank (runs_bank) the
+    bank app with the file's top-level `initial_balance` in its params (unless the
+    params name one: an [app] table or SNAPMESH_APP_PARAMS)."""
+    if not runs_bank(app):
+        return app
+    return AppSettings(module=BANK, params={"initial_balance": int(initial_balance), **app.params})
 
 
 def same_app(one: str, other: str) -> bool:

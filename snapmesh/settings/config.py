@@ -33,7 +33,7 @@ from typing import Any
 import tomli_w
 
 from snapmesh.settings.appsettings import AppSettings as AppSettings, app_named as app_named, runs_bank as runs_bank
-from snapmesh.settings.appsettings import check_app_spec, parse_app
+from snapmesh.settings.appsettings import check_app_spec, hosted as _hosted, parse_app
 from snapmesh.settings.access import CLIENT_NAME, CONTROLLER_NAME, parse_clients
 from snapmesh.settings import topologies
 from snapmesh.settings.ports import free_ports
@@ -295,6 +295,11 @@ def parse(raw: Mapping[str, Any], *, path: Path, env: Mapping[str, str]) -> Clus
         auth=auth,
         app=app,
     )
+
+
+def hosted(cfg: ClusterConfig) -> AppSettings:
+    """The app `cfg`'s nodes run and its params (appsettings.hosted: no [app], the bank app)."""
+    return _hosted(cfg.app, cfg.initial_balance)
 
 
 def with_app(cfg: ClusterConfig, spec: str | None) -> ClusterConfig:

@@ -15,6 +15,7 @@ from html import escape
 from urllib.parse import quote
 
 from snapmesh.checking import described as described_
+from snapmesh.protocol.appstate import carries_v1
 from snapmesh.ui import model
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -186,7 +187,7 @@ def _overview(o: model.Overview, node_epochs, restore: pb.Restore | None, restor
     ]
     if o.latest_complete is not None:
         s = o.latest_complete
-        verdict = (model.conservation(s).line if not described_.is_app(s) else
+        verdict = (model.conservation(s).line if _figures(s) else
                    "invariants: " + ("; ".join(f"{n} {v}" for n, v in described_.verdicts(s)) or "none"))
         lines.append(f"<div id='latest-complete'>latest COMPLETE: {link(s.snapshot_id)} at {when(s.finished_at)}, "
                      f"{escape(verdict)}</div>")
@@ -285,7 +286,7 @@ def detail(
         if s.status == pb.Snapshot.COMPLETE else  # zeros would read as "nothing in flight"
         f"<div id='totals'>in flight and state size: known once the snapshot is COMPLETE ({model.status_name(s)})</div>",
     ]
-    if s.status == pb.Snapshot.COMPLETE and not described_.is_app(s):  # the bank's line; an app has its section
+    if s.status == pb.Snapshot.COMPLETE and _figures(s):  # the bank's line; an app has its section
         head.append(f"<div id='conservation'>{escape(model.conservation(s).line)}</div>")
     if s.HasField("finished_at"):  # exported once it finished
         head.append(f"<div>export: <a id='export' href='/snapshot/{quote(s.snapshot_id, safe='')}/export.json'>"
@@ -358,7 +359,7 @@ def _stuck(st: model.Stuck, note: str) -> str:
 
 def _nodes(s: pb.Snapshot, node_ids: Sequence[str]) -> str:
     # An app's node records its state bytes, not a balance: its size is what can be said here.
-    app = described_.is_app(s)
+    app = not _figures(s)
     sizes = {n.node_id: n.state_bytes if n.state_omitted else len(n.state) for n in s.nodes}  # left out: its size
     head = ("node", "state bytes" if app else "recorded balance", "start delay", "recording", "report",
             "in-flight msgs", "in-flight bytes")
@@ -393,8 +394,15 @@ def _phases(phases: list[model.Phase]) -> str:
     return f"<section id='phases'><h2>Phases per node</h2><table>{rows}</table>{legend}</section>"
 
 
+def _figures(s: pb.Snapshot) -> bool:
+    """Whether the page shows `s` by the bank's figures (balances, amounts, conservation):
+    a snapshot the bank's native nodes took, or one whose app has them (v1 fields, as
+    the bank app's do); another app's by its state sizes and payloads."""
+    return not described_.is_app(s) or carries_v1(s)
+
+
 def _channels(s: pb.Snapshot) -> str:
-    if described_.is_app(s):
+    if not _figures(s):
         return _app_channels(s)
     transfers = model.in_flight(s)
     rows = "".join(

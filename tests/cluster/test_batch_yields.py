@@ -4,7 +4,8 @@ Two real nodes serve gRPC in this test's event loop. A watcher task on the same
 loop reads, at every turn it gets, how many records p1 has logged; a real gRPC
 client sends one TransferBatch of MAX_BATCH transfers. Without yielding, the
 whole batch is applied between two turns of the watcher; with it, at most
-YIELD_EVERY transfers are. Counting turns, not timing them, makes this
+COMMANDS_PER_STEP transfers are (the bank app's v1 adapter hands the batch to the
+node's edge, services/node/bank_edge.py, which yields between its steps). Counting turns, not timing them, makes this
 independent of how busy the machine is.
 """
 
@@ -18,6 +19,7 @@ import pytest
 
 from snapmesh.services.node import embedded as node_embedded
 from snapmesh.services.node import process as node_main
+from snapmesh.services.node import edge as node_edge
 from snapmesh.services.node import servicer as node_servicer
 from snapmesh.services.node import translog
 from snapmesh.settings import config as cluster_config
@@ -87,7 +89,7 @@ def _config(tmp_path) -> cluster_config.ClusterConfig:
     return cluster_config.load(path)
 
 
-def test_a_full_batch_hands_the_loop_back_every_yield_every_transfers(tmp_path, monkeypatch):
+def test_a_full_batch_hands_the_loop_back_every_step_of_transfers(tmp_path, monkeypatch):
     pending = []  # each hand-back tells the log a writer is pending (group commit waits a turn for it)
     real = translog.TransferLog.writer_pending
 
@@ -98,15 +100,16 @@ def test_a_full_batch_hands_the_loop_back_every_yield_every_transfers(tmp_path, 
     monkeypatch.setattr(translog.TransferLog, "writer_pending", counting)
     largest, added, codes = asyncio.run(_largest_step(_config(tmp_path), monkeypatch))
     assert codes == [0] * BATCH
-    assert pending == ["p1"] * (BATCH // node_servicer.YIELD_EVERY - 1)
-    assert added >= BATCH  # every transfer was logged (acks may add a few records)
-    assert 0 < largest <= node_servicer.YIELD_EVERY + 50, largest  # 50: what other turns may log meanwhile (acks)
+    assert pending == ["p1"] * (BATCH // node_edge.COMMANDS_PER_STEP - 1)
+    assert added >= 2 * BATCH  # every transfer was logged: its command and its send (acks may add a few records)
+    # Two records a transfer; 50: what other turns may log meanwhile (acks).
+    assert 0 < largest <= 2 * node_edge.COMMANDS_PER_STEP + 50, largest
 
 
 @pytest.mark.parametrize("every", [2 * BATCH])
 def test_the_watcher_sees_a_whole_batch_at_once_when_nothing_yields(tmp_path, monkeypatch, every):
     """The measuring method itself: a batch applied in one step shows as one jump."""
-    monkeypatch.setattr(node_servicer, "YIELD_EVERY", every)
+    monkeypatch.setattr(node_edge, "COMMANDS_PER_STEP", every)
     largest, added, codes = asyncio.run(_largest_step(_config(tmp_path), monkeypatch))
     assert codes == [0] * BATCH
     assert largest >= BATCH, largest

@@ -6,9 +6,11 @@
   markers, early markers, resends, gaps and bad amounts; the seed is printed).
 - Any batch of messages and runs (overlaps, gaps, empty runs, out of order)
   applies exactly as its per-message form: the two lists merged by seq.
-- Negotiation over real gRPC between two real nodes: runs only to a receiver
-  whose acks say `accepts_runs`; per-message frames otherwise (and accepted).
-- Malformed runs get the per-message form's status codes.
+- Real nodes run the bank app (a cluster file without [app]): its transfers cross
+  as payload runs (ChannelBatch.payload_runs) only to a receiver whose acks say
+  `accepts_payload_runs`, one message each otherwise, and a native run of
+  transfers (what the bank's former native nodes sent) ends the stream
+  FAILED_PRECONDITION, a protocol violation, before anything of it applies.
 """
 
 from __future__ import annotations
@@ -281,7 +283,7 @@ async def _nodes(cfg: cluster_config.ClusterConfig, monkeypatch, ids: tuple[str,
     def capturing(engine, *rest):
         engines[engine.node_id] = engine
         servicer = real_servicer(engine, *rest)
-        servicer.accepts_runs = engine.node_id not in old_receivers
+        servicer.accepts_payload_runs = engine.node_id not in old_receivers
         return servicer
 
     stop = asyncio.get_running_loop().create_future()
@@ -311,25 +313,12 @@ def _config(tmp_path) -> cluster_config.ClusterConfig:
 
 
 @pytest.mark.parametrize("old_receiver", [False, True])
-def test_runs_only_to_a_receiver_that_accepts_them(tmp_path, monkeypatch, old_receiver: bool) -> None:
+def test_the_banks_transfers_cross_in_payload_runs_only_to_a_receiver_that_accepts_them(
+    tmp_path, monkeypatch, old_receiver: bool
+) -> None:
     async def go() -> None:
         engines, stopping = await _nodes(_config(tmp_path), monkeypatch, ("p1", "p2"), ("p2",) if old_receiver else ())
-        seen = {"runs": 0, "messages": 0}
         p2 = engines["p2"]
-        real_runs, real_batch = p2.receive_runs, p2.receive_batch
-
-        def runs(src, conn_no, items):
-            items = list(items)
-            seen["runs"] += sum(len(amounts) for _, amounts in items)
-            real_runs(src, conn_no, items)
-
-        def batch(src, conn_no, messages):
-            messages = list(messages)
-            seen["messages"] += sum(1 for _, m in messages if not isinstance(m, core.Marker))
-            real_batch(src, conn_no, messages)
-
-        monkeypatch.setattr(p2, "receive_runs", runs)
-        monkeypatch.setattr(p2, "receive_batch", batch)
         try:
             async with grpc.aio.insecure_channel(_address(tmp_path, "p1"), options=CLIENT_OPTIONS) as channel:
                 stub = pb_grpc.NodeStub(channel)
@@ -340,11 +329,9 @@ def test_runs_only_to_a_receiver_that_accepts_them(tmp_path, monkeypatch, old_re
                 if p2.node.transfers_received == 300:
                     break
                 await asyncio.sleep(0.05)
-            assert p2.node.transfers_received == 300 and p2.node.tally == 10_600
-            if old_receiver:
-                assert seen == {"runs": 0, "messages": 300}
-            else:
-                assert seen == {"runs": 300, "messages": 0}
+            assert p2.node.transfers_received == 300 and p2.node.app_state() == b"10600"
+            in_runs = p2.metrics.payload_run_messages("p1")._value.get()
+            assert in_runs == (0 if old_receiver else 300)
         finally:
             await stopping()
 
@@ -380,43 +367,19 @@ async def _raw(
         return acks, grpc.StatusCode.OK, ""
 
 
-def test_malformed_runs_get_the_per_message_status_codes(tmp_path, monkeypatch) -> None:
+def test_a_native_run_of_transfers_into_a_bank_app_node_is_a_protocol_violation(tmp_path, monkeypatch) -> None:
     """Only p2 runs: p1's channel into it stays quiet while this test impersonates p1."""
 
     async def go() -> None:
         engines, stopping = await _nodes(_config(tmp_path), monkeypatch, ("p2",))
         address = _address(tmp_path, "p2")
         opening = pb.ChannelFrame(open=pb.ChannelOpen(src="p1", dst="p2"))
-
-        def runs(*pairs: tuple[int, list[int]], messages=()) -> pb.ChannelFrame:
-            return pb.ChannelFrame(batch=pb.ChannelBatch(
-                messages=list(messages), runs=[pb.TransferRun(first_seq=f, amounts=a) for f, a in pairs]))
-
         try:
             node = engines["p2"].node
-            acks, code, details = await _raw(address, [opening, runs((0, [5]))])
-            assert code == grpc.StatusCode.FAILED_PRECONDITION and "starts at seq 0" in details
-            assert acks[0].acked_seq == 0 and acks[0].accepts_runs  # the resume point says it reads runs
-            # What came before the gap stays applied; the gap is DATA_LOSS.
-            acks, code, details = await _raw(address, [opening, runs((1, [5, 6]), (4, [7]))])
-            assert code == grpc.StatusCode.DATA_LOSS and "seq 4 after 2" in details
-            assert node.receivers["p1"].last_seq == 2 and node.tally == 10_011
-            # A bad amount is a protocol violation, after what came before it.
-            acks, code, details = await _raw(address, [opening, runs((3, [1, -5]))])
-            assert code == grpc.StatusCode.FAILED_PRECONDITION and "protocol violation" in details
-            assert node.receivers["p1"].last_seq == 3
-            # A marker without a snapshot id among runs: FAILED_PRECONDITION at its seq.
-            bad = pb.ChannelMessage(seq=5, marker=pb.MarkerMessage())
-            acks, code, details = await _raw(address, [opening, runs((1, [9, 9, 9]), (4, [2, 3]), messages=[bad])])
-            assert code == grpc.StatusCode.FAILED_PRECONDITION and "empty snapshot id" in details
-            assert node.receivers["p1"].last_seq == 4 and node.tally == 10_014
-            # Old-form frames still work, duplicates dropped; an empty run holds nothing.
-            old = pb.ChannelFrame(batch=pb.ChannelBatch(messages=[
-                pb.ChannelMessage(seq=s, transfer=pb.TransferMessage(amount=1)) for s in (4, 5, 6)]))
-            acks, code, _ = await _raw(address, [opening, old, runs((7, []), (6, [1, 1]))], until=7)
-            assert code is None  # acknowledged, no error
-            assert node.receivers["p1"].last_seq == 7 and node.tally == 10_017
-            assert acks[-1].acked_seq == 7
+            frame = pb.ChannelFrame(batch=pb.ChannelBatch(runs=[pb.TransferRun(first_seq=1, amounts=[5, 6])]))
+            acks, code, details = await _raw(address, [opening, frame])
+            assert code == grpc.StatusCode.FAILED_PRECONDITION and "has no meaning here" in details, details
+            assert node.receivers["p1"].last_seq == 0 and node.app_state() == b"10000"
         finally:
             await stopping()
 

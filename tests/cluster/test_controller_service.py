@@ -65,9 +65,11 @@ def held_snapshot(cluster, stub):
 
 
 def full_state(cluster, sid: str, node: str, balance: int = 1000) -> pb.FullState:
+    """A bank node's report, as the bank app's nodes send it (its balance as state bytes)."""
     sources = cluster.config.topology.incoming(node)
     return pb.FullState(
-        snapshot_id=sid, node_id=node, balance=balance, channels=[pb.ChannelState(src=s, dst=node) for s in sources]
+        snapshot_id=sid, node_id=node, state=str(balance).encode(), app_name="bank", app_version=1,
+        channels=[pb.ChannelState(src=s, dst=node) for s in sources],
     )
 
 
@@ -230,10 +232,10 @@ def _bad_reports(cluster, sid):
     not_a_channel.channels[0].src = "p7"
     missing_channel = full_state(cluster, sid, "p2")
     del missing_channel.channels[0]
-    zero_amount = full_state(cluster, sid, "p2")
-    zero_amount.channels[0].in_flight.add(msg_id="m1", amount=0, seq=1)
+    uneven_run = full_state(cluster, sid, "p2")  # the app's fields wrong: 2 seqs, 1 payload
+    uneven_run.outbox_runs.add(src="p2", dst=cluster.config.topology.outgoing("p2")[0], seqs=[1, 2], payloads=[b"5"])
     no_id = full_state(cluster, "", "p2")
-    return [unknown_node, wrong_dst, not_a_channel, missing_channel, zero_amount, no_id]
+    return [unknown_node, wrong_dst, not_a_channel, missing_channel, uneven_run, no_id]
 
 
 def test_malformed_reports_are_invalid_and_leave_the_snapshot_unchanged(cluster, stub, held_snapshot):

@@ -366,8 +366,9 @@ def test_the_controller_completes_a_snapshot_from_a_chunked_report(tmp_path: Pat
             assert warm.status == pb.Snapshot.COMPLETE, warm.reason
             cluster.signal_node("p1", signal.SIGSTOP)  # the nodes never report this one themselves
             sid = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator="p1"), timeout=5).snapshot_id
-            in_flight = [pb.InFlightTransfer(msg_id=f"p2:p1:{i}:{'x' * 64}", amount=1, seq=i) for i in range(1, 60_001)]
-            big = pb.FullState(snapshot_id=sid, node_id="p1", balance=940_000,
+            # The bank app's reports: the balance as state bytes, each amount a payload (decimal ASCII).
+            in_flight = [pb.InFlightTransfer(msg_id=f"p2:p1:{i}:{'x' * 64}", payload=b"1", seq=i) for i in range(1, 60_001)]
+            big = pb.FullState(snapshot_id=sid, node_id="p1", state=b"940000", app_name="bank", app_version=1,
                                channels=[pb.ChannelState(src="p2", dst="p1", in_flight=in_flight)])
             assert big.ByteSize() > 4 * 1024 * 1024
             chunks = split_state(big)
@@ -378,14 +379,15 @@ def test_the_controller_completes_a_snapshot_from_a_chunked_report(tmp_path: Pat
             assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT, bad.value.details()
 
             held = stub.ReportStateChunks.future(iter(chunks), timeout=30)  # answered once the snapshot completes
-            stub.ReportState(pb.FullState(snapshot_id=sid, node_id="p2", balance=1_000_000,
-                                          channels=[pb.ChannelState(src="p1", dst="p2")]), timeout=10)
+            stub.ReportState(pb.FullState(snapshot_id=sid, node_id="p2", state=b"1000000", app_name="bank",
+                                          app_version=1, channels=[pb.ChannelState(src="p1", dst="p2")]), timeout=10)
             held.result()
             # over 4 MiB: GetSnapshot serves it to a client that says it takes that much
             snapshot = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid, max_bytes=64 << 20), timeout=5)
         assert snapshot.status == pb.Snapshot.COMPLETE and snapshot.conserved, snapshot.reason
-        recorded = {(c.src, c.dst): list(c.in_flight) for c in snapshot.channels}
-        assert recorded[("p2", "p1")] == in_flight
+        recorded = {(c.src, c.dst): [(t.msg_id, t.seq, t.payload) for t in c.in_flight] for c in snapshot.channels}
+        assert recorded[("p2", "p1")] == [(t.msg_id, t.seq, t.payload) for t in in_flight]
+        assert snapshot.total == 2_000_000  # the bank's figures, from its bytes
     finally:
         cluster.stop()
 

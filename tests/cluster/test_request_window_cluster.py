@@ -18,14 +18,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from support.cluster_helpers import node_stub
 from snapmesh.processes.supervisor import Cluster
+from snapmesh.protocol import wal
 from snapmesh.protocol.node import requests
 from snapmesh.settings.config import write_cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
-# Room for three ids "id-N" paid p1 -> p2 (id, msg id "p1:p2:N", digest): the fourth is refused.
-ENTRY = len("id-1") + len("p1:p2:1") + 32
+# Room for three ids "id-N" paying 1 p1 -> p2 through the bank app (id, its reply: the balance
+# after it, base64, and the command's digest): the fourth is refused.
+ENTRY = len("id-1") + len(wal.pack(b"999")) + 32
 BUDGET = 3 * ENTRY
 
 
@@ -45,7 +47,7 @@ def transfer(cluster: Cluster, amount: int, request_id: str) -> pb.TransferRespo
 
 
 def test_the_window_budget_and_one_request_per_id_on_real_nodes(tmp_path):
-    assert ENTRY == requests.entry_bytes("id-1", requests.Paid("p1:p2:1", 0, 0.0, 0, requests.transfer_digest("p2", 1)))
+    assert ENTRY == requests.entry_bytes("id-1", requests.Paid(wal.pack(b"999"), 1, 0.0, 0, requests.command_digest(b"1 p2")))
     path = write_cluster(tmp_path / "cluster.toml", nodes=2, initial_balance=1000, settings={"reply_window_bytes": BUDGET})
     with Cluster(path) as cluster:
         first = [transfer(cluster, 1, f"id-{i}") for i in (1, 2, 3)]

@@ -374,10 +374,18 @@ def damaged_copy(source: Path, dest: Path) -> Path:
     return dest
 
 
+def beside_its_blocks(cluster, where: Path, sid: str) -> Path:
+    """A `.pb` path in `where`/snapshots/ with the cluster's blocks at `where`/blocks (the bank
+    app's states are stored as blocks beside the snapshots: snapshot_file.blocks_dir)."""
+    (where / "snapshots").mkdir(parents=True)
+    (where / "blocks").symlink_to(cluster.data_dir / "controller" / "blocks")
+    return where / "snapshots" / f"{sid}.pb"
+
+
 def test_verify_fails_a_changed_file_a_torn_one_and_a_not_conserved_one(cluster, run, stub, tmp_path):
     snapshot = taken(stub)
     source = compact_file(cluster, snapshot.snapshot_id)
-    changed = damaged_copy(source, tmp_path / f"{snapshot.snapshot_id}.pb")
+    changed = damaged_copy(source, beside_its_blocks(cluster, tmp_path / "changed", snapshot.snapshot_id))
     code, out, err = run("verify", str(changed), "--json")
     assert code == 1, err
     verdict = json.loads(out)
@@ -387,13 +395,13 @@ def test_verify_fails_a_changed_file_a_torn_one_and_a_not_conserved_one(cluster,
     assert checks["consistent"]["ok"] is False and "is not balances 3001" in checks["consistent"]["detail"]
     assert checks["conserved"]["ok"] is True  # its total field still says 3000
 
-    lost = pb.Snapshot.FromString(source.read_bytes())  # sealed, self-consistent, but money is missing
+    lost = snapshot_file.whole(snapshot_file.read_stored(source)[0], source)  # its states inline, sealed again:
+    # self-consistent, but money is missing
     lost.ClearField("checksum")
     lost.nodes[0].balance -= 5
     lost.total -= 5
     lost.conserved = False
-    unconserved = tmp_path / "lost" / f"{snapshot.snapshot_id}.pb"
-    unconserved.parent.mkdir()
+    unconserved = beside_its_blocks(cluster, tmp_path / "lost", snapshot.snapshot_id)
     unconserved.write_bytes(snapshot_file.sealed_bytes(lost)[0])
     code, out, _ = run("verify", str(unconserved))
     assert code == 1
@@ -498,14 +506,15 @@ def test_a_page_token_is_for_its_own_filter(stub):
 
 
 def big_state(cluster, sid: str, node: str, transfers: int) -> pb.FullState:
-    """A node's report with `transfers` transfers of 1 in flight on one incoming channel."""
-    state = pb.FullState(snapshot_id=sid, node_id=node, balance=1000, epoch=0)
+    """A bank node's report (the bank app's: its balance and each amount as decimal ASCII)
+    with `transfers` transfers of 1 in flight on one incoming channel."""
+    state = pb.FullState(snapshot_id=sid, node_id=node, state=b"1000", app_name="bank", app_version=1, epoch=0)
     sources = cluster.config.topology.incoming(node)
     for src in sources:
         channel = state.channels.add(src=src, dst=node)
         if src == sources[0] and transfers:
             for seq in range(1, transfers + 1):
-                channel.in_flight.add(msg_id=f"{src}:{node}:{seq}", amount=1, seq=seq)
+                channel.in_flight.add(msg_id=f"{src}:{node}:{seq}", payload=b"1", seq=seq)
     return state
 
 

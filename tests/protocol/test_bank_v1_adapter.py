@@ -82,6 +82,34 @@ def test_the_restore_part_carries_no_figure_and_the_answer_has_the_balance_after
     assert {n: e.balance for n, e in answers.items()} == {"a": 90, "b": 110}
 
 
+def test_a_natively_taken_snapshot_restores_as_the_bank_apps_bytes():
+    s = pb.Snapshot(snapshot_id="old", status=pb.Snapshot.COMPLETE)
+    s.nodes.add(node_id="a", balance=95)
+    s.nodes.add(node_id="b", balance=0)
+    s.channels.add(src="a", dst="b").in_flight.add(msg_id="a:b:1", seq=1, amount=5)
+    params = {"total": 100}
+    checker = appstate.AppChecker("bank", load_app("bank"), params=params, fields=v1fields.for_app("bank", params))
+    parts = restoreplan.with_app_fields(restoreplan.plan(s, 2), s, checker)
+    assert {n: (p.state, p.balance) for n, p in parts.items()} == {"a": (b"95", 0), "b": (b"0", 0)}
+    assert [(t.payload, t.HasField("amount")) for c in parts["b"].channels for t in c.in_flight] == [(b"5", False)]
+    answers = {}
+    for node in ("a", "b"):
+        checker.restored(answers.setdefault(node, pb.NodeBalance(node_id=node)), pb.RestoreStateResponse(epoch=2),
+                         parts[node])
+    assert {n: e.balance for n, e in answers.items()} == {"a": 95, "b": 5}
+
+
+def test_a_nodes_balance_is_filled_as_its_part_arrives():
+    params = {"initial_balance": 100}
+    checker = appstate.AppChecker("bank", load_app("bank"), params=params, fields=v1fields.for_app("bank", params))
+    entry = pb.NodeBalance(node_id="a")
+    checker.node(entry, pb.FullState(node_id="a", state=b"90", app_name="bank", app_version=1))
+    assert (entry.balance, entry.app_name) == (90, "bank")
+    other = pb.NodeBalance(node_id="a")
+    checker.node(other, pb.FullState(node_id="a", state=b"{}"))  # not the bank's bytes: left absent (F1)
+    assert not other.HasField("balance")
+
+
 def test_another_app_leaves_every_figure_absent():
     s = through_the_contract({"a": b"{}", "b": b"{}"}, [])
     appstate.AppChecker("kvshard", load_app("kvshard")).judge(s)

@@ -169,3 +169,30 @@ def test_a_transfer_a_restore_took_back_is_aborted_not_paid_on_the_bank_app(tmp_
     answer = asyncio.run(run())
     assert isinstance(answer, Aborted) and answer.code is grpc.StatusCode.ABORTED, answer
     assert "restore of snapshot s1" in answer.details and "not paid; retrying (same request_id) pays it anew" in answer.details
+
+
+def _b64(data: bytes) -> str:
+    return wal.pack(data)
+
+
+def test_the_bank_apps_log_reads_with_the_banks_figures_and_a_native_one_as_it_is() -> None:
+    from snapmesh.bank.logs import figures, money_check
+
+    app_logs = {
+        "p1": [{"kind": "init", "balance": 0, "state": _b64(b"100"), "lsn": 1},
+               {"kind": "command", "lsn": 2, "command": _b64(b"30 p2")},
+               {"kind": "send", "lsn": 3, "msg_id": "p1:p2:1", "amount": 0, "payload": _b64(b"30")},
+               {"kind": "cut", "lsn": 4, "snapshot_id": "s", "balance": 0, "digest": "ab"}],
+        "p2": [{"kind": "init", "balance": 0, "state": _b64(b"100"), "lsn": 1},
+               {"kind": "recv", "lsn": 2, "msg_id": "p1:p2:1", "amount": 0, "payload": _b64(b"30")},
+               {"kind": "restore", "lsn": 3, "snapshot_id": "s", "balance": 0, "state": _b64(b"7"), "deliveries": 1},
+               {"kind": "replay", "lsn": 4, "msg_id": "p1:p2:1", "amount": 0, "payload": _b64(b"30")}]}
+    read = figures(app_logs)
+    assert [r.get("balance", r.get("amount")) for r in read["p1"]] == [100, None, 30, 70]
+    assert [r.get("balance", r.get("amount")) for r in read["p2"]] == [100, 30, 7, 30]
+    assert money_check(read)["balances"] == {"p1": 70, "p2": 130}
+    assert money_check(app_logs)["balances"] == {"p1": 70, "p2": 130}  # it reads them through figures
+    native = {"p1": [{"kind": "init", "balance": 100, "lsn": 1}, {"kind": "send", "lsn": 2, "amount": 5}]}
+    assert figures(native) == native
+    other = {"p1": [{"kind": "init", "balance": 0, "state": _b64(b"{}"), "lsn": 1}]}  # another app's bytes
+    assert figures(other) == other

@@ -185,6 +185,29 @@ def test_the_app_defaults_to_the_bank_and_app_takes_a_module_and_params(tmp_path
     assert config.with_app(cfg, None) is cfg
 
 
+def test_a_file_without_app_hosts_the_bank_app_with_its_initial_balance(tmp_path):
+    cfg = config.load(write(tmp_path, GOOD), env={})
+    assert (config.hosted(cfg).module, dict(config.hosted(cfg).params)) == ("bank", {"initial_balance": 500})
+    named = config.load(write(tmp_path, GOOD + '\n[app]\nmodule = "bank"\ntotal = 9\n'), env={})
+    assert dict(config.hosted(named).params) == {"initial_balance": 500, "total": 9}
+    own = config.load(write(tmp_path, GOOD + '\n[app]\nmodule = "bank"\ninitial_balance = 7\n'), env={})
+    assert dict(config.hosted(own).params) == {"initial_balance": 7}  # the [app] table's own wins
+    other = config.load(write(tmp_path, GOOD + '\n[app]\nmodule = "kvshard"\nkeys = 4\n'), env={})
+    assert config.hosted(other) == other.app
+
+
+def test_a_rescale_keeps_the_banks_total_in_its_app_table(tmp_path):
+    from snapmesh.processes.rescaler import _kept_total
+
+    cfg = config.load(write(tmp_path, GOOD), env={})
+    kept = _kept_total(cfg, {"nodes": [], "app": {"module": "bank"}})
+    assert kept["app"] == {"module": "bank", "total": 500 * len(cfg.nodes)}
+    named = config.load(write(tmp_path, GOOD + '\n[app]\nmodule = "bank"\ntotal = 9\n'), env={})
+    assert _kept_total(named, {"nodes": []}) == {"nodes": []}  # a total named is kept as it is
+    other = config.load(write(tmp_path, GOOD + '\n[app]\nmodule = "kvshard"\n'), env={})
+    assert _kept_total(other, {"nodes": []}) == {"nodes": []}
+
+
 def test_initial_balance_is_the_banks_so_an_apps_file_may_leave_it_out(tmp_path):
     without = GOOD.replace("initial_balance = 500\n", "")
     cfg = config.load(write(tmp_path, without + '\n[app]\nmodule = "kvshard"\nkeys = 4\n'), env={})

@@ -26,7 +26,7 @@ import grpc
 
 from support.polling import wait_for
 from snapmesh.checking.logcheck import RecordedSnapshot, check_logs
-from snapmesh.bank.logs import money_check
+from snapmesh.bank.logs import figures, money_check
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.processes import supervisor
 from snapmesh.settings.config import write_cluster
@@ -176,7 +176,8 @@ class Cluster(supervisor.Cluster):
         return pb_grpc.NodeStub(self._channels[node_id])
 
     def logs(self) -> dict[str, list[dict]]:
-        return read_logs(self.data_dir, self.node_ids)
+        """The nodes' logs with the bank's figures (the nodes run the bank app: bank.logs.figures)."""
+        return figures(read_logs(self.data_dir, self.node_ids))
 
     def balances(self) -> dict[str, int]:
         return {n: self.stub(n).GetState(pb.GetStateRequest(), timeout=5).balance for n in self.node_ids}
@@ -207,7 +208,8 @@ class Cluster(supervisor.Cluster):
 
     def check_snapshots(self, logs: dict[str, list[dict]], *reports: dict[str, pb.FullState]) -> None:
         """The one log checker (snapmesh/checking/logcheck.py) on snapshots given as every node's FullState."""
-        snapshots = [RecordedSnapshot.from_states(states, self.channels) for states in reports]
+        snapshots = [RecordedSnapshot.from_states({n: _bank_figures(s) for n, s in states.items()}, self.channels)
+                     for states in reports]
         check_logs(logs, snapshots, channels=self.channels, total=self.total)
 
     def close(self) -> None:
@@ -215,3 +217,17 @@ class Cluster(supervisor.Cluster):
             channel.close()
         self.stop()
         self.sink.close()
+
+
+def _bank_figures(state: pb.FullState) -> pb.FullState:
+    """A bank-app node's report with the bank's figures, as the controller fills them
+    (snapmesh/bank/v1fields.py): the balance from its state, an amount from each payload."""
+    part = pb.FullState()
+    part.CopyFrom(state)
+    if part.HasField("state"):
+        part.balance = int(part.state)
+    for channel in part.channels:
+        for item in channel.in_flight:
+            if item.HasField("payload"):
+                item.amount = int(item.payload)
+    return part

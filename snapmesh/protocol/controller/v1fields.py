@@ -15,6 +15,13 @@ F1. `fill` runs once a snapshot is COMPLETE and its invariants are judged; what
     and never raises: the app's invariants say what is wrong with it.
 F2. The invariants remain the check: a restore is refused for a broken invariant
     whatever the fields say, and for a snapshot the fields call not `conserved`.
+F3. A node's part of a restore carries the app's bytes only (`restore_part`): a
+    part recorded before the app had bytes (its figures only: a snapshot of the
+    bank's native nodes) is given them from its figures, so every node restores
+    through its app.
+F4. A node's own figure is filled as its part arrives (`node`), so a snapshot in
+    progress shows it for the nodes that reported, as the bank's always did; the
+    rest wait for `fill`. What it cannot read it leaves absent (F1).
 """
 
 from __future__ import annotations
@@ -29,9 +36,14 @@ class V1Fields(Protocol):
         """Fill a just COMPLETE snapshot's v1 fields from its nodes' states and its payloads (F1)."""
         ...
 
-    def restore_part(self, request: pb.RestoreStateRequest) -> None:
+    def node(self, entry: pb.NodeBalance, state: pb.FullState) -> None:
+        """Fill a node's own figure from its part as the part arrives (F4)."""
+        ...
+
+    def restore_part(self, request: pb.RestoreStateRequest, entry: pb.NodeBalance) -> None:
         """Clear the figures `fill` set from a node's part of a restore: the node takes
-        the app's bytes only, as they were recorded."""
+        the app's bytes only, as they were recorded (`entry`: the node's in the
+        snapshot; a part recorded before the app had bytes is given them from it)."""
         ...
 
     def restored(self, entry: pb.NodeBalance, request: pb.RestoreStateRequest) -> None:

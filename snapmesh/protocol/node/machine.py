@@ -174,7 +174,8 @@ class Node(NodeSteps):
         self.markers_sent = self.markers_received = self.recorded_messages = 0
         self.stale_markers = self.snapshots_completed = self.transfers_received = self.messages_sent = 0
         if recovered.fresh:
-            self._append(wal.Init(lsn=self.last_lsn + 1, tally=recovered.tally, **self._stamp()))
+            opening = {} if self.host is None else {"state": wal.pack(self.host.snapshot())}  # an app's opening state
+            self._append(wal.Init(lsn=self.last_lsn + 1, tally=recovered.tally, **self._stamp(), **opening))
         else:
             if recovered.pending_sends:  # the rest of a step a crash cut short: the replay made them again
                 self._app_sends(recovered.pending_sends)

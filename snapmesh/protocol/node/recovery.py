@@ -27,8 +27,8 @@ What is rebuilt:
   outbox); each `replay` after it adds one recorded in-flight transfer. A restore
   with fewer replays in the log than it announced (a crash in the middle) is
   `restore_incomplete`: the node must do it again before taking any traffic;
-- an app node (node rule N10): the app, from the checkpoint's `state` (or new
-  at `init`), then every `command`, `recv` and `replay` replayed through it;
+- an app node (node rule N10): the app, from the checkpoint's `state` (or the
+  opening state `init` holds; new at an `init` from before it), then every `command`, `recv` and `replay` replayed through it;
   each replay's sends must be the `send` records that follow it
   (`NonDeterministic` names the lsn otherwise). Sends a crash cut off the end
   of the log are `pending_sends`: the node logs them before anything else;
@@ -253,7 +253,9 @@ class _Replayer:
         if kind in _STAMPS:
             self.check_stamp(record, where)
         try:
-            if kind is wal.Init:
+            if kind is wal.Init and record.state and (record.version or 1) == self.host.app.version:  # type: ignore[attr-defined]
+                self.host.restore(wal.unpack(record.state, where))  # type: ignore[attr-defined]
+            elif kind is wal.Init:  # no opening state (a log from before it), or another version's: a new machine
                 self.host.fresh()
             elif kind is wal.Checkpoint or kind is wal.Restore:
                 self.host.restore(wal.unpack(record.state, where))  # type: ignore[attr-defined]
