@@ -31,7 +31,7 @@ from typing import Any
 import base64
 
 import snapmesh.bank.cut as bank_cut
-from snapmesh.bank.formats import NODE_TALLY_KEY
+from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY
 from snapmesh.protocol import app_tallies
 
 Record = Mapping[str, Any]

@@ -36,7 +36,7 @@ import grpc
 from snapmesh.app import App, load_app
 from snapmesh.chaos import appmode
 from snapmesh.chaos import schedule as sched
-from snapmesh.settings.config import ClusterConfig
+from snapmesh.settings.config import ClusterConfig, hosted
 from snapmesh.bank.load import BackgroundLoad
 from snapmesh.bank.logs import figures, money_check
 from snapmesh.settings.security import Identity
@@ -104,6 +104,7 @@ class Outcome:
     settled: pb.Snapshot | None = None  # an app's snapshot once faults stopped and every send was received
     keys: Any = None  # kvshard: the client's KeyTally (snapmesh.chaos.appmode)
     mode: str = "classic"  # the nodes' snapshot_mode, as their cluster file says
+    app_params: dict[str, Any] = field(default_factory=dict)  # the app's params as the nodes got them (config.hosted)
 
 
 class Backend(Protocol):
@@ -165,7 +166,8 @@ class Campaign:
         self.ids = self.backend.ids
         self.disk_node = sched.disk_node(options.seed, self.ids)
         self.outcome = Outcome(options, self.backend.data_dir, self.backend.config.topology.channels,
-                               self.backend.config.expected_total, mode=self.backend.config.snapshot_mode)
+                               self.backend.config.expected_total, mode=self.backend.config.snapshot_mode,
+                               app_params=dict(hosted(self.backend.config).params))
         self.app = self.outcome.app = load_app(options.app) if options.app else None
         self._channels: list[grpc.Channel] = []
         self._stop_triggers = threading.Event()

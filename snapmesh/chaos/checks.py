@@ -9,6 +9,7 @@ run passes only if all do.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 from snapmesh.chaos.campaign import Outcome
 from snapmesh.checking.logcheck import InvariantViolation, check_logs
 from snapmesh.bank.logs import money_check
+from snapmesh.settings.appsettings import PARAMS_ENV
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 Check = tuple[str, bool, str]
@@ -109,7 +111,10 @@ def spark_reconcile(outcome: Outcome) -> str:
     """`snapmesh reconcile` on the run's data dir: "" when it exits 0, else what it said last."""
     argv = [sys.executable, "-m", "snapmesh.cli", "reconcile", "--data-dir", str(outcome.data_dir),
             "--out", str(outcome.data_dir.parent / "reconcile")]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    # The cluster file is not in the data dir: the app's params (for the bank, the file's
+    # initial_balance) reach reconcile as a deployment's do (snapmesh.reconcile.invariants).
+    env = {**os.environ, PARAMS_ENV: json.dumps(outcome.app_params)}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env)
     if done.returncode != 0:
         tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
         return f"snapmesh reconcile exited {done.returncode}: {' | '.join(tail)}"

@@ -2,7 +2,8 @@
 
 Each COMPLETE app snapshot of the export becomes the app's `View` on the driver
 (its nodes' state bytes, its in-flight payloads per channel in seq order, the
-params of $SNAPMESH_APP_PARAMS, else of ``<data_dir>/cluster.toml``'s [app] table when it is there). Each of the
+params of $SNAPMESH_APP_PARAMS, else of ``<data_dir>/cluster.toml``'s [app] table when it is there, with
+the file's initial_balance for the bank). Each of the
 app's ``views`` turns every View into rows; the rows of all snapshots make one
 DataFrame, registered under the view's name, and each of ``sql_invariants`` runs
 once over them. Every row a query returns is a violation: the rows are grouped by
@@ -45,7 +46,7 @@ from snapmesh.reconcile.apps import is_app_complete
 from snapmesh.reconcile.blockstates import Reader, assemble
 from snapmesh.reconcile.common import InputError
 from snapmesh.reconcile.schema import SCOPE_INVARIANT, VERDICT
-from snapmesh.settings.appsettings import PARAMS_ENV, env_params
+from snapmesh.settings.appsettings import PARAMS_ENV, AppSettings, env_params, hosted
 
 MAX_ROWS_SHOWN = 5  # violation rows a verdict names (the count says how many there are)
 
@@ -125,8 +126,13 @@ def cluster_params(data_dir: str) -> dict[str, Any]:
     if "://" in data_dir or not os.path.isfile(path):
         return {}
     with open(path, "rb") as f:
-        table = tomllib.load(f).get("app", {})
-    return {k: v for k, v in table.items() if k != "module"} if isinstance(table, dict) else {}
+        raw = tomllib.load(f)
+    table = raw.get("app", {})
+    if not isinstance(table, dict):
+        return {}
+    app = AppSettings(module=str(table.get("module", "")), params={k: v for k, v in table.items() if k != "module"})
+    balance = raw.get("initial_balance")  # the bank's, when the file names no other app (hosted)
+    return dict((hosted(app, balance) if isinstance(balance, int) else app).params)
 
 
 def app_views(raw: DataFrame, params: Mapping[str, Any], read: Reader | None = None) -> list[View]:
