@@ -151,7 +151,10 @@ class _nothing:
 def test_a_state_that_differs_at_a_cut_is_named_with_both_digests(tmp_path, app_dir, capsys):
     # The same steps, but snapshot() encodes the state otherwise: every send agrees, the cuts do not.
     assert KVSHARD.count('encode({"keys": self.keys,') == 1
-    (app_dir / "kvcopy_enc.py").write_text(KVSHARD.replace('encode({"keys": self.keys,', 'encode({"v": 2, "keys": self.keys,'))
+    # snapshot_blocks() (A8) would stand in for snapshot(): the copy has none, so its snapshot() is the state.
+    assert KVSHARD.count("def snapshot_blocks(") == 1
+    changed = KVSHARD.replace('encode({"keys": self.keys,', 'encode({"v": 2, "keys": self.keys,')
+    (app_dir / "kvcopy_enc.py").write_text(changed.replace("def snapshot_blocks(", "def _no_blocks("))
     data = kvshard_dir(tmp_path / "data")
     code, out, _ = replay(capsys, "--app", "kvcopy_enc:app", str(data))
     print(out)
