@@ -37,17 +37,7 @@ def fsync_dir(path: Path) -> None:
 def write_atomically(path: Path, data: bytes) -> Path:
     """`path` holds `data` or what it held before, never part of it: a temp file
     (`.<name>.tmp`), fsync, rename, fsync the directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    _replace(path, data, sync=True)
     fsync_dir(path.parent)
     return path
 
@@ -56,6 +46,11 @@ def write_unsynced(path: Path, data: bytes) -> Path:
     """`write_atomically` without its two syncs: a process crash leaves `path`
     whole or as it was (the rename is atomic and the page cache survives it);
     making it durable is the caller's (`sync_with_log`)."""
+    return _replace(path, data, sync=False)
+
+
+def _replace(path: Path, data: bytes, *, sync: bool) -> Path:
+    """`data` written to `.<name>.tmp` (fsynced when `sync`), then renamed over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -63,6 +58,8 @@ def write_unsynced(path: Path, data: bytes) -> Path:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
