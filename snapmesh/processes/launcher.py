@@ -233,8 +233,9 @@ def main(argv: list[str] | None = None) -> int:
             if locks is None:  # every lock of the cluster about to start, before a byte is written in D
                 locks = _lock(data_dir, node_ids)
             if source is None and args.nodes is not None and args.nodes != len(node_ids):
-                raise ConfigError(f"data dir {data_dir} holds a {len(node_ids)}-node cluster ({config_path}); "
-                                  f"give --nodes {len(node_ids)}, or another --data-dir for {args.nodes} nodes")
+                raise ConfigError(f"data dir {data_dir} holds a {len(node_ids)}-node cluster ({config_path}); give "
+                                  f"--nodes {len(node_ids)}, or rescale it: snapmesh cluster rescale --data-dir "
+                                  f"{data_dir} --nodes {args.nodes}")
             if source is None and args.topology is not None:
                 _same_topology(existing, args, config_path)
             mode = _mode_keys(args)

@@ -88,6 +88,8 @@ def test_up_again_on_its_data_dir_keeps_every_address_and_down_stops_it_from_ano
     third.wait(timeout=5)
     resized = snapmesh("cluster", "up", "--nodes", "4", "--data-dir", str(tmp_path))
     assert resized.returncode == 2 and "holds a 3-node cluster" in resized.stderr, resized.stderr
+    assert f"snapmesh cluster rescale --data-dir {tmp_path} --nodes 4" in resized.stderr, "the way to resize, said"
+    assert len(resized.stderr.strip().splitlines()) == 1, resized.stderr
 
 
 def test_a_taken_port_of_the_data_dirs_cluster_is_said_plainly(tmp_path):
