@@ -3,7 +3,7 @@ in one run (`python -m bench report`):
 
 - per-entry (before): each sender's outbox at its cut as one `InFlightTransfer`
   message per transfer (`FullState.outbox`);
-- packed (now): the same outbox as two packed columns, seqs and amounts
+- packed (now): the same outbox as two packed columns, seqs and payloads
   (`FullState.outbox_runs`); the controller makes a message only for what the
   receiver did not record.
 
@@ -30,6 +30,7 @@ from snapmesh.services.node.reporter import full_state_message
 from snapmesh.protocol.node import core
 from snapmesh.protocol.node.link import Entry
 from snapmesh.protocol.topology import Topology
+from snapmesh.sim.scale import bank_checker
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 NODES = ("p1", "p2", "p3", "p4")
@@ -39,18 +40,26 @@ ROUNDS = 15
 BALANCE = 10_000_000
 
 
+def _money(q: int) -> bytes:
+    """A balance or an amount as the bank app writes it (decimal ASCII)."""
+    return str(q).encode()
+
+
 def _states() -> list[core.FullState]:
-    """Every node's part at one cut: positions 0, outboxes of seqs 1..OUTBOX."""
+    """Every node's part at one cut, as the bank app's nodes hold it (the balance as
+    the state, each amount q as its payload): positions 0, outboxes of seqs 1..OUTBOX."""
     recorded = int(OUTBOX * RECORDED_SHARE)
     states = []
     for node in NODES:
         others = [n for n in NODES if n != node]
         states.append(core.FullState(
-            node_id=node, snapshot_id="s", tally=BALANCE - sum(range(1, OUTBOX + 1)) * len(others),
-            channels={src: tuple(core.Transfer(msg_id=f"{src}:{node}:{q}", tally=q, seq=q) for q in range(1, recorded + 1))
+            node_id=node, snapshot_id="s", tally=0, app="bank", version=1,
+            state=_money(BALANCE - sum(range(1, OUTBOX + 1)) * len(others)),
+            channels={src: tuple(core.Transfer(msg_id=f"{src}:{node}:{q}", tally=0, seq=q, payload=_money(q))
+                                 for q in range(1, recorded + 1))
                       for src in others},
             positions={src: 0 for src in others},
-            outbox={dst: tuple(Entry(q, q, "") for q in range(1, OUTBOX + 1)) for dst in others},
+            outbox={dst: tuple(Entry(q, 0, "", payload=_money(q)) for q in range(1, OUTBOX + 1)) for dst in others},
         ))
     return states
 
@@ -61,13 +70,13 @@ def _per_entry(state: core.FullState) -> pb.FullState:
     del report.outbox_runs[:]
     for dst, entries in state.outbox.items():
         report.outbox.add(src=state.node_id, dst=dst, in_flight=[
-            pb.InFlightTransfer(msg_id=f"{state.node_id}:{dst}:{e.seq}", amount=e.tally, seq=e.seq) for e in entries])
+            pb.InFlightTransfer(msg_id=f"{state.node_id}:{dst}:{e.seq}", payload=e.payload, seq=e.seq) for e in entries])
     return report
 
 
 def _round(states: list[core.FullState], build) -> tuple[float, int, pb.Snapshot]:  # noqa: ANN001
-    tracker = Tracker(topology=Topology.build(NODES, None), expected_total=BALANCE * len(NODES), deadline_s=60,
-                      snapshot_mode="overtake")
+    tracker = Tracker(topology=Topology.build(NODES, None), deadline_s=60, snapshot_mode="overtake",
+                      checker=bank_checker(BALANCE * len(NODES)))
     now = Now(mono=1.0, wall=time.time())
     tracker.start("s", "p1", now)
     started = time.perf_counter()

@@ -30,7 +30,9 @@ import random
 import sys
 import time
 
+from snapmesh.bank.wire import as_app_report
 from snapmesh.sim.retention import due as past_retention  # the fuzzer's own statement of the rule (K1)
+from snapmesh.sim.scale import bank_checker
 from snapmesh.protocol.controller.machine import Controller
 from snapmesh.protocol.topology import Topology
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker
@@ -80,7 +82,8 @@ def report_sets(nodes: int, busy: bool, seed: int = 1) -> list[list[bytes]]:
                 reports[src].outbox_runs.add(src=src, dst=dst, seqs=seqs, amounts=amounts)
         for n in names:
             reports[n].balance = BALANCE + rng.randint(-1000, 1000)
-        sets.append([reports[n].SerializeToString() for n in names])
+        # As the bank app's nodes send them: the balance as the state, each amount as its payload.
+        sets.append([as_app_report(reports[n]).SerializeToString() for n in names])
     return sets
 
 
@@ -99,7 +102,7 @@ def run(scenario: str, snapshots: int, parse_only: bool = False, full: bool = Fa
     nodes, busy = {"peak": (4, True), "low": (8, False)}[scenario]
     sets = report_sets(nodes, busy)
     tracker = Tracker(topology=Topology.build([f"p{i}" for i in range(1, nodes + 1)], None),
-                      expected_total=BALANCE * nodes, deadline_s=60, snapshot_mode="overtake")
+                      deadline_s=60, snapshot_mode="overtake", checker=bank_checker(BALANCE * nodes))
     if full:  # the working set as in a long run: FINISHED_KEPT finished snapshots in memory
         for i in range(tracker.kept):
             tracker.restore(pb.Snapshot(snapshot_id=f"2025{i:012d}", status=COMPLETE if i % 10 else pb.Snapshot.FAILED))

@@ -92,10 +92,10 @@ def _prepare(args: argparse.Namespace, cfg: cluster_config.ClusterConfig) -> Pre
     )
 
 
-def app_checker(cfg: cluster_config.ClusterConfig, *, explicit: bool) -> AppChecker | None:
+def app_checker(cfg: cluster_config.ClusterConfig, *, explicit: bool) -> AppChecker:
     """The side that checks the snapshots of the app `cfg` names (appstate V4)."""
     app = cluster_config.hosted(cfg)  # a file without [app]: the bank app, its params the file's
-    checker, warning = side_for(app.module, app.params, bank=False, load=load_app, explicit=explicit,
+    checker, warning = side_for(app.module, app.params, load=load_app, explicit=explicit,
                                 fields_for=v1fields.for_app)
     if warning is not None:
         log.warning("%s", warning)
@@ -103,7 +103,7 @@ def app_checker(cfg: cluster_config.ClusterConfig, *, explicit: bool) -> AppChec
 
 
 async def _serve_locked(
-    cfg: cluster_config.ClusterConfig, interval: float | None, identity: security.Identity | None, checker: AppChecker | None
+    cfg: cluster_config.ClusterConfig, interval: float | None, identity: security.Identity | None, checker: AppChecker
 ) -> int:
     machine = Controller(
         Tracker(

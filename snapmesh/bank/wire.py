@@ -94,3 +94,31 @@ def add_transfer(add: Any, seq: int, tally: int) -> None:
 def node_state(tally: int, **fields: Any) -> pb.NodeStateResponse:
     """A GetState answer, the node's tally in its v1 field."""
     return pb.NodeStateResponse(balance=tally, **fields)
+
+
+# The bank app's name and version (services/app/bank.py), what a mapped native report names.
+BANK_APP = ("bank", 1)
+
+
+def as_app_report(state: pb.FullState) -> pb.FullState:
+    """A report the bank's native nodes sent (no state bytes: the tally in its v1
+    fields), as the bank app's nodes send it: the balance as the state, each amount in
+    flight, recorded or in an outbox, as its message's payload, both decimal ASCII
+    (services/app/bank.py), the app named. Any other report is returned as it is. An
+    old controller's journal holds such reports; its reader maps each once, so the
+    tracker reads every report one way (as services/node/bank_log.py maps a node's log)."""
+    if state.HasField("state"):
+        return state
+    state.state = str(state.balance).encode()
+    state.ClearField("balance")
+    state.app_name, state.app_version = BANK_APP
+    for channel in [*state.channels, *state.outbox]:
+        for item in channel.in_flight:
+            if not item.HasField("payload"):
+                item.payload = str(item.amount).encode()
+            item.ClearField("amount")
+    for run in state.outbox_runs:
+        if not run.payloads:
+            run.payloads.extend(str(a).encode() for a in run.amounts)
+        run.ClearField("amounts")
+    return state

@@ -32,8 +32,8 @@ V6. A snapshot whose nodes ran another version than the app the controller loade
     restore, on the upgraded states (snapmesh/protocol/upgrade.py). So a controller
     restarted on version 2 that rebuilds a version 1 snapshot from its journal (not
     from its file, which keeps version 1's verdict) does not call it broken.
-V4. Which side checks a cluster's snapshots (`side_for`): the bank's own (None: the
-    tracker's default) for the bank; else the app's. An app the controller cannot
+V4. Which side checks a cluster's snapshots (`side_for`): the app's, the bank's
+    too (it runs as an app; the tracker has no default side). An app the controller cannot
     load is a refusal when it was asked for by name (`--app`: the AppError goes
     up); else its snapshots complete UNCHECKED (V1), and the controller says why once.
 """
@@ -224,15 +224,13 @@ class AppChecker:
 
 
 def side_for(
-    spec: str, params: Mapping[str, Any], *, bank: bool, load: Callable[[str], App], explicit: bool,
+    spec: str, params: Mapping[str, Any], *, load: Callable[[str], App], explicit: bool,
     fields_for: Callable[[str, Mapping[str, Any]], V1Fields | None] = lambda name, params: None,
-) -> tuple[AppChecker | None, str | None]:
-    """V4: the side that checks the snapshots of a cluster running `spec` (`bank`: the
-    default app), with `load` the app loader and `fields_for` the v1 fields' adapter
-    of an app by its name and params (V3); and the warning to log, if any. An app
-    that does not load raises its AppError when `explicit`."""
-    if bank:
-        return None, None
+) -> tuple[AppChecker, str | None]:
+    """V4: the side that checks the snapshots of a cluster running `spec` (the bank
+    too: it runs as an app), with `load` the app loader and `fields_for` the v1
+    fields' adapter of an app by its name and params (V3); and the warning to log,
+    if any. An app that does not load raises its AppError when `explicit`."""
     try:
         app = load(spec)
     except AppError as exc:

@@ -16,8 +16,8 @@ RS2. A target node set (RestoreSnapshotRequest.nodes) other than the nodes the
      new cluster file first: `snapmesh cluster rescale` does). A snapshot of
      another node set with no target asked is refused too: a rescale is never silent.
 RS3. The target holds at least 2 nodes (a snapshot needs a channel).
-RS4. The app must have `rescale`: an app without one, the native bank, or an app
-     the controller could not load cannot be restored onto another node set.
+RS4. The app must have `rescale`: an app without one, or an app the controller
+     could not load, cannot be restored onto another node set.
 RS5. `rescale(view, nodes)` gets the whole COMPLETE view (states and in-flight
      payloads, the [app] params) and the new set's NodeInfos in topology order.
      One that raises, returns no mapping, another node set, or a state that is
@@ -77,7 +77,7 @@ def for_side(side: Any, snapshot: pb.Snapshot, topology: Topology, target: Seque
     if app is None or app.rescale is None:
         what = f"app {app.name!r} has no rescale(view, nodes)" if app is not None else (
             "the controller has no app with rescale(view, nodes)"
-            + (f" ({side.why})" if isinstance(side, AppChecker) and side.why else " (the native bank)"))
+            + (f" ({side.why})" if isinstance(side, AppChecker) and side.why else ""))
         raise RescaleRefused(f"snapshot {sid} cannot be restored onto another node set: {what}")
     params = side.params
     infos = [NodeInfo(node_id=n, peers_out=topology.outgoing(n), peers_in=topology.incoming(n), params=params)

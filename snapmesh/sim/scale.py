@@ -2,7 +2,11 @@
 
 The nodes are the Chandy-Lamport machine (`snapmesh.protocol.node.core.Process`)
 and the controller is the production machine (`snapmesh.protocol.controller.machine`,
-its tracker), as everywhere else in the simulator; only the timing is new. One
+its tracker, with the bank app's checker), as everywhere else in the simulator;
+only the timing is new. A node's tally is the bank's balance, and its report is
+sent as a bank app node sends it (the balance as the state bytes, each amount as
+its payload: snapmesh/bank/wire.py `as_app_report`), so the controller checks it
+as it checks a bank cluster's. One
 event heap is the clock: an event happens at its time, and the clock jumps to the
 next one. Times come from `LatencyModel` (snapmesh/sim/latency.py) and the one
 `random.Random(seed)`; the same arguments give the same run, figure for figure
@@ -29,6 +33,9 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass
 
+from snapmesh.app import load_app, v1fields
+from snapmesh.bank.wire import as_app_report
+from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.controller import machine
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker
 from snapmesh.protocol.node import core
@@ -91,6 +98,14 @@ def diameter(ids: list[str], outgoing: dict[str, list[str]]) -> int:
     return longest
 
 
+def bank_checker(total: int) -> AppChecker:
+    """The controller's side of a bank cluster whose snapshots must hold `total` (the
+    bank app's checker, as `snapmesh controller` makes it for a cluster file without [app])."""
+    params = {"total": total}
+    app = load_app("bank")
+    return AppChecker("bank", app, params=params, fields=v1fields.for_app(app.name, params))
+
+
 class ScaleRun:
     def __init__(self, shape: str, n: int, seed: int = 0, *, model: LatencyModel | None = None,
                  traffic: int = 4, window_s: float = 0.2) -> None:
@@ -108,7 +123,7 @@ class ScaleRun:
         topology = Topology.build(self.ids, None if topologies.parse(shape)[0] == topologies.MESH else self.channels)
         balance = traffic  # each node can pay every one of its transfers
         self.controller = machine.Controller(
-            Tracker(topology=topology, expected_total=balance * n, deadline_s=3600.0, snapshot_mode="classic"))
+            Tracker(topology=topology, deadline_s=3600.0, snapshot_mode="classic", checker=bank_checker(balance * n)))
         self.processes = {
             i: core.Process(node_id=i, tally=balance, incoming=self.incoming[i], outgoing=self.outgoing[i])
             for i in self.ids
@@ -178,7 +193,7 @@ class ScaleRun:
         self._effects(dst, self.processes[dst].receive(src=src, message=message))
 
     def _report(self, state: core.FullState) -> None:
-        message = report_message(state)
+        message = as_app_report(report_message(state))  # as the bank app's node sends it
         self.counts["report_bytes"] += message.ByteSize()
         self.counts["report_channels"] += len(message.channels)
         started = time.process_time()

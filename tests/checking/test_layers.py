@@ -24,14 +24,13 @@ PROTOCOL = ROOT / "snapmesh" / "protocol"
 
 
 
-# The bank's side of the controller and its reading of a cut live with the bank but are
-# held to the pure rules: the tracker falls back to the first (snapmesh/protocol/controller/appside.py),
-# the log checkers pass the second to snapmesh/checking/cut.py.
+# The bank's reading of a cut lives with the bank but is held to the pure rules: the log
+# checkers pass it to snapmesh/checking/cut.py.
 # The bank's reading of raw logs, of a trace and of a snapshot file (logs.py, trace.py, snapshot.py), the
 # keys of its formats (formats.py), its tally rules (rules.py) and its v1 accessors (wire.py) likewise: the
 # checkers take them as the app's part, and the node's pure layer asks the last three.
 BANK_PURE = [ROOT / "snapmesh" / "bank" / name for name in
-             ("ledger.py", "cut.py", "formats.py", "logs.py", "trace.py", "snapshot.py", "rules.py", "wire.py")]
+             ("cut.py", "formats.py", "logs.py", "trace.py", "snapshot.py", "rules.py", "wire.py")]
 PURE_MODULES = sorted(PROTOCOL.rglob("*.py")) + BANK_PURE
 
 
@@ -76,7 +75,7 @@ def test_the_rule_lets_pure_imports_through():
 LAYERS = [
     # The public app contract: apps import it, and so does every layer that hosts them.
     ("app contract", ["snapmesh.app"]),
-    ("pure protocol", ["snapmesh.protocol", "snapmesh.v1", "snapmesh.bank.ledger", "snapmesh.bank.cut",
+    ("pure protocol", ["snapmesh.protocol", "snapmesh.v1", "snapmesh.bank.cut",
                        "snapmesh.bank.formats", "snapmesh.bank.logs", "snapmesh.bank.trace", "snapmesh.bank.snapshot",
                        "snapmesh.bank.rules", "snapmesh.bank.wire"]),
     ("settings", ["snapmesh.settings"]),
@@ -338,8 +337,8 @@ def test_generated_code_is_not_sized():
 
 # ---- The framework speaks no bank (issue 32) ---------------------------------
 # The bank is one app among others: its words (a balance, an amount, money) belong
-# to the bank app (services/app/bank.py, snapmesh/bank/: its side of the controller
-# is snapmesh/bank/ledger.py), never to the framework that runs any app. A word is
+# to the bank app (services/app/bank.py, snapmesh/bank/: its v1 fields are
+# snapmesh/bank/v1fields.py's), never to the framework that runs any app. A word is
 # whole between letters and digits, so an underscore separates words too: `_AMOUNT`
 # and `run.amounts` count, `NodeBalance` (a v1 message's name, the wire) does not.
 
@@ -347,7 +346,7 @@ BANK_WORD = re.compile(r"(?<![a-z0-9])(?:balances?|amounts?|money)(?![a-z0-9])",
 # Where the rule holds, in full: the pure protocol (the controller's machine, the node's,
 # the log and the reports), the controller's and the node's shells, and every checker.
 APP_NEUTRAL = ("snapmesh/protocol", "services/controller", "services/node", "snapmesh/checking")
-WHERE_THE_BANK_IS = ("the bank's fields are snapmesh/bank/ledger.py's and wire.py's, its format keys formats.py's, "
+WHERE_THE_BANK_IS = ("the bank's fields are snapmesh/bank/v1fields.py's and wire.py's, its format keys formats.py's, "
                      "its rules rules.py's, its part of the checkers logs.py, trace.py, snapshot.py and cut.py")
 
 

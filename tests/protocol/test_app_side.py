@@ -1,18 +1,20 @@
 """The tracker and the controller machine through the app's side (appside.py): they
 know none of an app's fields, so a side of its own (here one that counts items and
-keeps its count in `total`) gets a report's, a snapshot's and a restore's fields,
-and the bank's side (snapmesh/bank/ledger.py) is the default."""
+keeps its count in `total`) gets a report's, a snapshot's and a restore's fields;
+and there is no default side: the bank runs through its app's checker like any app,
+and an old controller's native report is read as the bank app's."""
 
 from __future__ import annotations
 
 import pytest
 
-from snapmesh.bank.ledger import BankSide
 from snapmesh.protocol.controller import machine as M
 from snapmesh.protocol.controller.appside import PartRefused
-from snapmesh.protocol.controller.tracker import COMPLETE, InvalidReport, Now, Tracker
+from snapmesh.protocol.controller import journal as R
+from snapmesh.protocol.controller.tracker import COMPLETE, InvalidReport, Now, Tracker, TrackerMisuse
 from snapmesh.protocol.topology import Topology
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 NOW = Now(mono=0.0, wall=1_795_000_000.0)
 
@@ -115,9 +117,33 @@ def test_the_restore_carries_the_sides_fields_of_each_node():
     assert done is not None and [(n.node_id, n.state) for n in done.nodes] == [("a", b"back"), ("b", b"back")]
 
 
-def test_the_default_side_is_the_banks_and_it_refuses_an_apps_report():
-    t = Tracker(topology=Topology.build(["a", "b"], None), expected_total=10, deadline_s=5)
-    assert isinstance(t.side, BankSide) and t.side.expected_total == 10
+def test_there_is_no_default_side_a_tracker_without_a_checker_is_a_caller_bug():
+    with pytest.raises(TrackerMisuse, match="needs the checker of the app the cluster runs"):
+        Tracker(topology=Topology.build(["a", "b"], None), deadline_s=5, checker=None)  # type: ignore[arg-type]
+
+
+def test_an_old_journals_native_report_is_read_as_the_bank_apps_and_completes_as_it():
+    """Old data: a journal an older controller wrote for the bank's native nodes holds
+    reports with the tally in the v1 fields (balance, amount, amounts) and no state
+    bytes. Read back, each is the bank app's report, and the snapshot it rebuilds is
+    the one the bank app's nodes would have given."""
+    native = pb.FullState(snapshot_id="s1", node_id="b", balance=30, snapshot_mode="overtake")
+    native.channels.add(src="a", dst="b").in_flight.add(msg_id="a:b:1", amount=10, seq=1)
+    native.positions.add(src="a", dst="b", seq=0)
+    native.outbox_runs.add(src="b", dst="a", seqs=[4], amounts=[5])
+    [record], end, problem = R.decode_all(R.encode(R.Reported(state=native, wall=1.0)))
+    assert problem is None and record.state == pb.FullState(
+        snapshot_id="s1", node_id="b", state=b"30", app_name="bank", app_version=1, snapshot_mode="overtake",
+        channels=[pb.ChannelState(src="a", dst="b", in_flight=bank.items("a", "b", [10]))],
+        positions=[pb.ChannelPosition(src="a", dst="b", seq=0)],
+        outbox_runs=[bank.outbox_run("b", "a", [4], [5])])
+    t = bank.tracker(Topology.build(["a", "b"], None), expected_total=100, deadline_s=5, snapshot_mode="overtake")
     t.start("s1", "a", NOW)
-    with pytest.raises(InvalidReport, match="reported an app's state; the controller runs the bank"):
-        t.report(report("a", [], state=b"0"), NOW)
+    a = bank.report("s1", "a", 55, {"b": []}, snapshot_mode="overtake",
+                    positions=[pb.ChannelPosition(src="b", dst="a", seq=3)])
+    t.report(a, NOW)
+    done = t.report(record.state, NOW).snapshot
+    assert done.status == COMPLETE and done.conserved and done.total == 100, done.reason
+    assert [(c.src, [(i.seq, i.amount) for i in c.in_flight]) for c in done.channels] == [("a", [(1, 10)]), ("b", [(4, 5)])]
+    app_report = bank.report("s1", "a", 55)
+    assert R.decode_all(R.encode(R.Reported(state=app_report, wall=1.0)))[0][0].state == app_report  # as it was

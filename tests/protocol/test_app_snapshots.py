@@ -123,21 +123,14 @@ def _unloadable(spec: str) -> App:
     raise AppError(f"app {spec!r}: no module named 'ring'")
 
 
-def test_the_bank_is_checked_by_the_trackers_own_side_and_nothing_is_loaded() -> None:
-    def never(spec: str) -> App:
-        raise AssertionError("the bank's cluster loaded an app")
-
-    assert side_for("", {}, bank=True, load=never, explicit=False) == (None, None)
-
-
 def test_an_app_that_loads_checks_its_snapshots() -> None:
-    checker, warning = side_for("ring:app", {"n": 2}, bank=False, load=lambda spec: APP, explicit=True)
+    checker, warning = side_for("ring:app", {"n": 2}, load=lambda spec: APP, explicit=True)
     assert warning is None and checker is not None
     assert (checker.spec, checker.app, dict(checker.params)) == ("ring:app", APP, {"n": 2})
 
 
 def test_an_app_of_the_cluster_file_that_does_not_load_completes_unchecked_saying_why_once() -> None:
-    checker, warning = side_for("ring:app", {}, bank=False, load=_unloadable, explicit=False)
+    checker, warning = side_for("ring:app", {}, load=_unloadable, explicit=False)
     assert checker is not None and checker.app is None and checker.why == "app 'ring:app': no module named 'ring'"
     assert warning == ("cannot load the app ring:app (app 'ring:app': no module named 'ring'): "
                        "its snapshots complete unchecked")
@@ -145,4 +138,4 @@ def test_an_app_of_the_cluster_file_that_does_not_load_completes_unchecked_sayin
 
 def test_an_app_asked_for_by_name_that_does_not_load_is_refused() -> None:
     with pytest.raises(AppError, match="no module named 'ring'"):
-        side_for("ring:app", {}, bank=False, load=_unloadable, explicit=True)
+        side_for("ring:app", {}, load=_unloadable, explicit=True)

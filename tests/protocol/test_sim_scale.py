@@ -4,8 +4,9 @@ import random
 
 import pytest
 
+from snapmesh.protocol.appstate import CHECKED
 from snapmesh.sim.latency import LatencyError, LatencyModel
-from snapmesh.sim.scale import diameter, run_scale
+from snapmesh.sim.scale import ScaleRun, diameter, run_scale
 
 
 def _figures(result) -> dict:
@@ -60,3 +61,16 @@ def test_report_bytes_grow_with_nodes_plus_recorded_channels_not_with_all_channe
     per_regular = regular.report_bytes / (regular.nodes + regular.recorded_channels)
     assert 0.8 < per_mesh / per_regular < 1.25
     assert mesh.report_bytes < 2 * regular.report_bytes
+
+
+def test_the_controller_checks_the_snapshot_as_a_bank_clusters_with_the_bank_apps_checker() -> None:
+    """The scale run's nodes report as the bank app's nodes do (state bytes, payloads),
+    and the controller judges the COMPLETE snapshot through the bank app's checker."""
+    run = ScaleRun("random-regular:8", 30, 5, traffic=8)
+    result = run.run()
+    answer = run.answer
+    assert result.recorded_items > 0
+    assert answer.app.name == "bank" and answer.app.status == CHECKED
+    assert [(i.name, i.ok) for i in answer.app.invariants] == [("conserved", True)]
+    assert answer.conserved and answer.total == answer.expected_total == 30 * 8
+    assert all(n.state == str(n.balance).encode() for n in answer.nodes)

@@ -5,9 +5,9 @@ seqs, positions, outboxes, an app's state bytes and the topology. Whatever else 
 report or a snapshot carries for the app, and what makes a COMPLETE snapshot
 right, is the app's side's: it checks and reads those fields of a report, fills
 them in the snapshot and in a restore, and judges the snapshot once it is whole.
-Two sides exist: snapmesh.protocol.appstate.AppChecker (an app through the
-contract, snapmesh.app) and snapmesh.bank.ledger.BankSide (the default app, whose
-fields are the v1 messages' own).
+The controller's side is snapmesh.protocol.appstate.AppChecker (an app through the
+contract, snapmesh.app), the bank's too: there is no fallback to a native tally
+(the bank's v1 figures are filled from its state bytes, snapmesh/bank/v1fields.py).
 
 A side may keep a tally, a number that each node's part and each in-flight item
 add to; the tracker sums it as it assembles and hands it to `judge` (0 for a side

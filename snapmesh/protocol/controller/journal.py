@@ -25,6 +25,11 @@ Frame: u32 length, u32 CRC-32 of the payload, payload = kind byte + body. A
 (f64) then the FullState's protobuf bytes (the compact format: no per-entry
 text). A torn or corrupt frame (a crash mid-write) ends the journal: `decode_all`
 stops there and says where.
+
+A journal an older controller wrote for the bank's native nodes holds reports
+without state bytes (the tally in the v1 fields): each is read as the bank app's
+report as it is decoded (snapmesh/bank/wire.py `as_app_report`), so the tracker,
+which runs every cluster's app through its checker, reads every report one way.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import snapmesh.bank.wire as wire
 from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, Now, Tracker, TrackerError, TrackerMisuse
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -211,7 +217,7 @@ def _decode(payload: bytes) -> Record:
         (wall,) = _WALL.unpack_from(body)
         state = pb.FullState()
         state.ParseFromString(body[_WALL.size:])
-        return Reported(state=state, wall=wall)
+        return Reported(state=wire.as_app_report(state), wall=wall)  # an old native report: the app's
     if kind == _STARTED:
         fields = json.loads(body)
         return Started(

@@ -1,7 +1,8 @@
 """Snapshot bookkeeping for the controller, as a pure object (sans-I/O).
 
-The tracker knows the topology and the app's side (appside.py: the default app's
-unless `checker` names another). It is told when
+The tracker knows the topology and the app's side (appside.py: `checker`, the
+checker of the app the cluster runs, the bank's too: the tracker keeps no tally
+of its own and reads no app's fields). It is told when
 a snapshot starts, when a node reports its part (a FullState), and what time it
 is; it answers with the snapshot as it now stands. It never reads a clock, opens
 a socket or sleeps: `now` is always an argument, a `Now` pair of readings: `mono`
@@ -56,7 +57,6 @@ from typing import NamedTuple
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from snapmesh.bank.ledger import BankSide
 from snapmesh.protocol.appstate import digest, without_figures
 from snapmesh.protocol.controller.appside import AppSide, PartRefused
 from snapmesh.protocol.controller import channel_list
@@ -131,14 +131,16 @@ class Tracker:
         self,
         *,
         topology: Topology,
-        expected_total: int,
         deadline_s: float,
+        checker: AppSide,  # the app's side (T6); the bank's is its app's AppChecker too
         snapshot_mode: str = "classic",
         kept: int = FINISHED_KEPT,
-        checker: AppSide | None = None,  # an app cluster's (T6); None: the default app's, BankSide
+        expected_total: int = 0,  # read by nothing here: an app's expected total is its checker's
     ) -> None:
         if deadline_s <= 0:
             raise TrackerMisuse(f"deadline must be positive, got {deadline_s!r}")
+        if checker is None:
+            raise TrackerMisuse("a tracker needs the checker of the app the cluster runs (the bank's too)")
         self.topology = topology
         self.snapshot_mode = snapshot_mode
         self.expected_total = expected_total
@@ -152,8 +154,7 @@ class Tracker:
         self._retention = Retention()  # which of the finished ones `--keep` retires
         self.kept = kept
         self.epoch = 1  # the cluster's epoch: one more per restore; older reports are refused
-        self.side: AppSide = checker if checker is not None else BankSide(expected_total)
-        self._native = checker is None
+        self.side: AppSide = checker
 
     def adopt(self, topology: Topology) -> None:
         """Run on another node set from here on (a rescale's restore starts: no snapshot is pending)."""
@@ -214,7 +215,6 @@ class Tracker:
             snapshot_id=snapshot_id,
             initiator=initiator,
             status=IN_PROGRESS,
-            expected_total=self.expected_total if self._native else None,  # the default app's v1 figure only
             started_at=_timestamp(now.wall),
             epoch=self.epoch if epoch is None else epoch,
         )
