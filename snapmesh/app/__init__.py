@@ -58,6 +58,9 @@ A8. `snapshot_blocks()`, if the machine has it, is used in place of `snapshot()`
     Cut where changes stay local, e.g. keys in ranges whose boundaries depend
     on the keys, not on a count (kvshard); parts of a few KiB or more, since
     each block is a file on the controller. Each part is bytes (a copy, A5).
+    A subclass that overrides `snapshot()` below the class defining
+    `snapshot_blocks()` is snapshotted by its `snapshot()` (another encoding
+    must not be stored in its base's parts).
 
 Versions. `version` (an int, default 1) names the encoding of the app's state and
 messages. The log's init and checkpoint records and every snapshot carry the

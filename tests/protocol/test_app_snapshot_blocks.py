@@ -104,3 +104,31 @@ def cut(node) -> tuple[bytes, tuple[int, ...]]:
 def named(node) -> blocks.Named:
     state, parts = cut(node)
     return blocks.names(state, parts=parts)[0]
+
+
+def test_a_subclass_that_changes_snapshot_is_snapshotted_by_it_not_by_its_bases_parts():
+    # A new version of an app (another encoding in snapshot()) that keeps its base's
+    # snapshot_blocks must not be stored in the base's encoding (A8).
+    class Versioned(Parted):
+        def snapshot(self) -> bytes:
+            return b"v2:" + super().snapshot()
+
+    class Wrapper:  # the parts of an inner machine, reached through __getattr__, are not the wrapper's
+        def __init__(self, info) -> None:
+            self.inner = Parted(info)
+
+        def snapshot(self) -> bytes:
+            return b"w:" + self.inner.snapshot()
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    assert host(App(name="versioned", new=Versioned)).snapshot() == b"v2:headbody"
+    assert host(App(name="wrapped", new=Wrapper)).snapshot() == b"w:headbody"
+
+    class Both(Versioned):  # parts defined again, below the new snapshot(): they are used
+        def snapshot_blocks(self):
+            return [b"v2:", *self.parts]
+
+    state = host(App(name="both", new=Both)).snapshot()
+    assert state == b"v2:headbody" and state.parts == (3, 4, 4)

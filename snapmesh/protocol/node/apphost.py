@@ -212,7 +212,7 @@ class Host:
     def _snapshot(self, machine: Any) -> bytes:
         """snapshot(), or the parts of snapshot_blocks() joined when the app has it
         (their sizes ride along for the report, snapmesh/protocol/blocks.py B6)."""
-        cut = getattr(machine, "snapshot_blocks", None)
+        cut = _parts_of(machine)
         name = "snapshot()" if cut is None else "snapshot_blocks()"
         try:
             state = machine.snapshot() if cut is None else [*cut()]
@@ -240,3 +240,18 @@ class Host:
 
 def _text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def _parts_of(machine: Any) -> Any:
+    """The machine's snapshot_blocks, when its class defines one no higher up than
+    its snapshot() (A8): a subclass that changes snapshot() (another encoding, a new
+    version) and keeps its base's snapshot_blocks would otherwise store the base's
+    bytes; one reached through __getattr__ (a wrapper's inner machine) is not used."""
+    mro = type(machine).__mro__
+    owner = next((cls for cls in mro if "snapshot_blocks" in vars(cls)), None)
+    if owner is None:
+        return None
+    snapshot_owner = next((cls for cls in mro if "snapshot" in vars(cls)), None)
+    if snapshot_owner is not None and snapshot_owner is not owner and issubclass(snapshot_owner, owner):
+        return None
+    return machine.snapshot_blocks
