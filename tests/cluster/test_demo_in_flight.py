@@ -119,7 +119,8 @@ def test_the_demo_names_its_in_flight_snapshot_draws_it_and_screenshots_the_page
 
     svg = (data_dir / "trace.svg").read_text()
     assert f"snapshot {named[1]} chosen" in svg
-    drawn_ids = set(re.findall(r'marker-end="url\(#head-in-flight\)"><title>transfer \S+ (\S+) amount', svg))
+    # an app's message (the bank is one) has no amount in its tip: the trace reads no app's bytes
+    drawn_ids = set(re.findall(r'marker-end="url\(#head-in-flight\)"><title>transfer \S+ (\S+)(?: amount \S+)?</title>', svg))
     saved = json.loads((data_dir / "snapshots" / f"{named[1]}.json").read_text())
     recorded = {t["msg_id"] for c in saved["channels"] for t in c.get("in_flight", [])}
     assert drawn_ids == recorded and len(recorded) == int(named[2]), (drawn_ids, recorded)
