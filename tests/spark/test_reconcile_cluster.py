@@ -4,9 +4,9 @@ A 4-node cluster runs under load with overlapping snapshots from every
 initiator; one node is SIGKILLed and restarted on its log midway (so the logs
 hold `restart` records, resends and an abandoned snapshot). Then the job must
 find every COMPLETE snapshot consistent, and a deliberately damaged copy of the
-same data must be caught. Each run twice: the bank native (tallies in the log) and
-the bank as an app (`snapmesh.services.app.bank:app`: balances as state bytes,
-amounts as payloads), whose conservation the job reads through the app's describe.
+same data must be caught. Each run twice: a cluster file without [app] (the bank, the
+default app) and one naming `snapmesh.services.app.bank:app`; either way balances are
+state bytes and amounts payloads, whose conservation the job reads through the app's describe.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from support.spark_fixtures import spark  # noqa: F401  (the session-wide fixtur
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(300)]
 
-# How the bank runs: natively, or as an app through the generic path.
-BANKS = {"native": None, "bank-app": "snapmesh.services.app.bank:app"}
+# How the cluster file names the bank: not at all (the default app), or by its module.
+BANKS = {"default": None, "bank-app": "snapmesh.services.app.bank:app"}
 
 
 @pytest.fixture(scope="module", params=sorted(BANKS))
@@ -80,7 +80,7 @@ def test_every_complete_snapshot_of_a_real_run_is_consistent(spark, cluster_run)
     assert checked == complete
     assert all(v["consistent"] is not False for v in outcome.verdicts)
     # conservation: every COMPLETE snapshot holds the 4000 the nodes started with (the
-    # tallies' sums natively, the bank app's describe of its states and payloads as an app)
+    # bank app's describe of its states and payloads)
     totals = {(v["expected_total"], v["observed_total"]) for v in outcome.verdicts if v["snapshot_id"] in complete
               and v["scope"] == "snapshot"}
     assert totals == {(4000, 4000)}, outcome.verdicts
@@ -102,7 +102,7 @@ def test_every_complete_snapshot_of_a_real_run_is_consistent(spark, cluster_run)
 def test_the_same_run_passes_the_test_suites_own_log_checker(cluster_run, bank):
     """The tests' checker (snapmesh/checking/logcheck.py), independent of the Spark job, on the
     same logs: a SIGKILL and restart, resends and abandoned snapshots included."""
-    if bank != "native":
+    if bank != "default":
         pytest.skip("the pure log checker reads the bank's tallies (snapmesh.bank.logs); an app's log has none")
     snapshots = [json_format.Parse(f.read_text(), pb.Snapshot()) for f in sorted((cluster_run / "snapshots").glob("*.json"))]
     complete = [s for s in snapshots if s.status == pb.Snapshot.COMPLETE]
@@ -121,24 +121,20 @@ def test_a_damaged_copy_of_the_same_run_is_caught(spark, cluster_run, bank, tmp_
     snapshot = json.loads(victim.read_text())
     node = snapshot["nodes"][1]
     node["balance"] = str(int(node["balance"]) + 1)  # proto JSON: int64 as a string
-    if bank != "native":
-        # One more unit in the node's state, every digest made to agree (the export's and
-        # its cut record's): only the bank's conservation, read by its describe, can see it.
-        state = node["balance"].encode()
-        node["state"] = base64.b64encode(state).decode()
-        node["state_digest"] = "sha256:" + hashlib.sha256(state).hexdigest()
-        redigest_cut(copy, node["node_id"], snapshot["snapshot_id"], hashlib.sha256(state).hexdigest())
+    # One more unit in the node's state, every digest made to agree (the export's and
+    # its cut record's): only the bank's conservation, read by its describe, can see it.
+    state = node["balance"].encode()
+    node["state"] = base64.b64encode(state).decode()
+    node["state_digest"] = "sha256:" + hashlib.sha256(state).hexdigest()
+    redigest_cut(copy, node["node_id"], snapshot["snapshot_id"], hashlib.sha256(state).hexdigest())
     victim.write_text(json.dumps(snapshot))
 
     outcome = reconcile(spark, str(copy))
     assert outcome.exit_status == 1
     [verdict] = [v for v in outcome.verdicts if v.get("snapshot_id") == snapshot["snapshot_id"]]
     assert verdict["consistent"] is False
-    if bank == "native":
-        assert f"node {node['node_id']}: recorded {node['balance']}" in verdict["first_discrepancy"], verdict
-    else:
-        assert verdict["first_discrepancy"] == "bank's describe: total 4001, expected_total 4000", verdict
-        assert (verdict["expected_total"], verdict["observed_total"], verdict["discrepancies"]) == (4000, 4001, 2)
+    assert verdict["first_discrepancy"] == "bank's describe: total 4001, expected_total 4000", verdict
+    assert (verdict["expected_total"], verdict["observed_total"], verdict["discrepancies"]) == (4000, 4001, 2)
 
 
 def redigest_cut(data_dir, node: str, snapshot_id: str, digest: str) -> None:  # noqa: ANN001
