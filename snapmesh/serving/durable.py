@@ -27,9 +27,24 @@ _SYNCFS = _load_syncfs()
 
 def fsync_dir(path: Path) -> None:
     """Make the directory's entries (a create, a rename) durable."""
+    _fsync(path)
+
+
+def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _syncfs(directory: Path) -> bool:
+    """One syncfs(2) of `directory`'s file system; False where there is none or it failed."""
+    if _SYNCFS is None:
+        return False
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        return _SYNCFS(fd) == 0
     finally:
         os.close(fd)
 
@@ -72,26 +87,15 @@ def sync_with_log(log_fd: int, directory: Path, paths: Sequence[Path]) -> int:
     there is one, else (or when it fails) an fsync of every file and of every
     directory holding one, then the log's fdatasync, in that order. How many
     sync calls it made."""
-    if _SYNCFS is not None:
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            if _SYNCFS(fd) == 0:
-                return 1
-        finally:
-            os.close(fd)
-    calls = 0
+    if _syncfs(directory):
+        return 1
     for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        calls += 1
-    for parent in dict.fromkeys(path.parent for path in paths):
+        _fsync(path)
+    parents = dict.fromkeys(path.parent for path in paths)
+    for parent in parents:
         fsync_dir(parent)
-        calls += 1
     os.fdatasync(log_fd)
-    return calls + 1
+    return len(paths) + len(parents) + 1
 
 
 def sync_files(directory: Path, paths: Sequence[Path]) -> int:
@@ -101,17 +105,8 @@ def sync_files(directory: Path, paths: Sequence[Path]) -> int:
     then says what is wrong. How many sync calls it made (1, or len(paths))."""
     if not paths:
         return 0
-    if _SYNCFS is not None:
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            if _SYNCFS(fd) == 0:
-                return 1
-        finally:
-            os.close(fd)
+    if _syncfs(directory):
+        return 1
     for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync(path)
     return len(paths)
