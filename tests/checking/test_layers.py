@@ -341,6 +341,8 @@ def test_generated_code_is_not_sized():
 # snapmesh/bank/v1fields.py's), never to the framework that runs any app. A word is
 # whole between letters and digits, so an underscore separates words too: `_AMOUNT`
 # and `run.amounts` count, `NodeBalance` (a v1 message's name, the wire) does not.
+# The stronger rule, that no framework module imports an app, and the bank's word
+# `tally`, are test_app_imports.py's.
 
 BANK_WORD = re.compile(r"(?<![a-z0-9])(?:balances?|amounts?|money)(?![a-z0-9])", re.IGNORECASE)
 # Where the rule holds, in full: the pure protocol (the controller's machine, the node's,
