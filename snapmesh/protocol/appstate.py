@@ -141,7 +141,7 @@ class AppChecker:
     app's module:attr, `app` the loaded App (None: the controller could not load
     it, and `why` says why), `params` the cluster file's [app] table. An app's
     fields are its state bytes (the tracker keeps them) and its messages'
-    payloads: their tally is 0, and what it checks is the app's invariants."""
+    payloads, and what it checks is the app's invariants."""
 
     def __init__(
         self, spec: str, app: App | None, *, why: str = "", params: Mapping[str, Any] = MappingProxyType({}),
@@ -153,21 +153,18 @@ class AppChecker:
         self.params = MappingProxyType(dict(params))
         self.fields = fields  # the app's v1 fields' adapter (V3); None: they stay absent
 
-    def part(self, state: pb.FullState, items: Mapping[str, list[pb.InFlightTransfer]]) -> dict[str, int]:
+    def part(self, state: pb.FullState, items: Mapping[str, list[pb.InFlightTransfer]]) -> None:
         for run in state.outbox_runs:
             if len(run.payloads) not in (0, len(run.seqs)):
                 raise PartRefused(f"outbox_runs {state.node_id}->{run.dst}: {len(run.seqs)} seqs but "
                                   f"{len(run.payloads)} payloads")
-        return dict.fromkeys(items, 0)
 
-    def node(self, entry: pb.NodeBalance, state: pb.FullState) -> int:
-        """An app node keeps no native tally (it reports 0, snapmesh/protocol/reports.py):
-        its entry's v1 field stays absent (V3) and it adds nothing; the state bytes are
-        the tracker's to keep, the app's name and version the entry's (V5)."""
+    def node(self, entry: pb.NodeBalance, state: pb.FullState) -> None:
+        """The state bytes are the tracker's to keep, the app's name and version the
+        entry's (V5); its v1 figure is the adapter's (V3), else absent."""
         entry.app_name, entry.app_version = state.app_name, state.app_version
         if self.fields is not None:
             self.fields.node(entry, state)  # its figure, shown while the snapshot is in progress (F4)
-        return 0
 
     def item_columns(self, items: Sequence[pb.InFlightTransfer]) -> tuple[Sequence, ...]:
         return ([t.payload if t.HasField("payload") else None for t in items],)
@@ -175,16 +172,12 @@ class AppChecker:
     def run_columns(self, run: pb.OutboxRun) -> tuple[Sequence, ...]:
         return (run.payloads,)
 
-    def tally(self, items: Sequence[pb.InFlightTransfer]) -> int:
-        return 0
-
     def add(self, in_flight, src: str, dst: str, seqs: Sequence[int], columns: tuple[Sequence, ...],
-            start: int, stop: int) -> int:
+            start: int, stop: int) -> None:
         (payloads,) = columns
         make = in_flight.add
         for k in range(start, stop):
             make(msg_id=f"{src}:{dst}:{seqs[k]}", seq=seqs[k], payload=payloads[k] if payloads else None)
-        return 0
 
     def restore_part(self, request: pb.RestoreStateRequest, entry: pb.NodeBalance) -> None:
         """The state bytes and the payloads travel in the fields every app has; the v1
@@ -196,7 +189,7 @@ class AppChecker:
         if self.fields is not None:
             self.fields.restored(entry, request)
 
-    def judge(self, snapshot: pb.Snapshot, tally: int = 0) -> None:
+    def judge(self, snapshot: pb.Snapshot) -> None:
         """Fill in a just COMPLETE snapshot's app fields (V1-V3)."""
         verdict = snapshot.app
         verdict.Clear()

@@ -1,8 +1,9 @@
 """The tracker and the controller machine through the app's side (appside.py): they
-know none of an app's fields, so a side of its own (here one that counts items and
-keeps its count in `total`) gets a report's, a snapshot's and a restore's fields;
-and there is no default side: the bank runs through its app's checker like any app,
-and an old controller's native report is read as the bank app's."""
+know none of an app's fields and add up nothing, so a side of its own (here one that
+counts the nodes and items of the whole snapshot and puts the count in `total`) gets
+a report's, a snapshot's and a restore's fields; and there is no default side: the
+bank runs through its app's checker like any app, and an old controller's native
+report is read as the bank app's."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ NOW = Now(mono=0.0, wall=1_795_000_000.0)
 
 
 class Counting:
-    """A side whose tally counts the nodes and the items in flight; it wants the count to be `expected`."""
+    """A side that counts the nodes and the items in flight of a whole snapshot; it wants the count to be `expected`."""
 
     def __init__(self, expected: int) -> None:
         self.expected = expected
@@ -30,10 +31,9 @@ class Counting:
         self.calls.append("part")
         if state.cut_at_unix_ns < 0:
             raise PartRefused(f"node {state.node_id!r}: a cut before the epoch")
-        return {src: len(channel) for src, channel in items.items()}
 
     def node(self, entry, state):
-        return 1
+        self.calls.append("node")
 
     def item_columns(self, items):
         return ()
@@ -41,17 +41,15 @@ class Counting:
     def run_columns(self, run):
         return ()
 
-    def tally(self, items):
-        return len(items)
-
     def add(self, in_flight, src, dst, seqs, columns, start, stop):
         for seq in seqs[start:stop]:
             in_flight.add(msg_id=f"{src}:{dst}:{seq}", seq=seq)
-        return stop - start
 
-    def judge(self, snapshot, tally):
-        snapshot.total, snapshot.expected_total, snapshot.conserved = tally, self.expected, tally == self.expected
-        snapshot.reason = "" if snapshot.conserved else f"counted {tally}, not {self.expected}"
+    def judge(self, snapshot):
+        count = len(snapshot.nodes) + sum(len(c.in_flight) for c in snapshot.channels)
+        snapshot.total, snapshot.expected_total, snapshot.conserved = count, self.expected, count == self.expected
+        snapshot.reason = "" if snapshot.conserved else f"counted {count}, not {self.expected}"
+
 
     def restore_part(self, request, entry):
         request.state = entry.node_id.encode()
@@ -75,11 +73,12 @@ def complete(side, a: pb.FullState, b: pb.FullState, mode: str = "classic") -> p
     return t.report(b, NOW).snapshot
 
 
-def test_a_side_of_its_own_keeps_its_tally_and_judges_the_snapshot():
+def test_a_side_of_its_own_judges_the_whole_snapshot_from_what_it_holds():
     side = Counting(expected=5)
     snapshot = complete(side, report("a", [1, 2]), report("b", [7]))
     assert snapshot.status == COMPLETE and snapshot.total == 5 and snapshot.reason == ""
-    assert side.calls == ["part", "part"]  # once a report, never once an item
+    # once a report and once a node (as it reports, then in the whole snapshot), never once an item
+    assert side.calls == ["part", "node", "part", "node", "node", "node"]
     snapshot = complete(Counting(expected=9), report("a", [1, 2]), report("b", [7]))
     assert snapshot.status == COMPLETE and snapshot.reason == "counted 5, not 9"
 

@@ -92,7 +92,7 @@ class _Reference(tr.Tracker):
                                                                            payload=payload),
                 )
             snapshot.channels.add(src=src, dst=dst, in_flight=in_flight)
-        self.side.judge(snapshot, 0)
+        self.side.judge(snapshot)
         return self._finish(pending, tr.COMPLETE, snapshot.reason, now)
 
 
