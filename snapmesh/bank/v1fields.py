@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from snapmesh.app import View
+from snapmesh.bank.wire import as_app_report
 from snapmesh.services.app.bank import decimal, expected_total
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -67,6 +68,11 @@ class BankFields:
                 if not item.HasField("payload"):
                     item.payload = str(item.amount).encode()
                 item.ClearField("amount")
+
+    def old_report(self, state: pb.FullState) -> pb.FullState:
+        """F5: a report the bank's native nodes sent (an older controller's journal
+        holds them) as the bank app's nodes send it (snapmesh/bank/wire.py)."""
+        return as_app_report(state)
 
     def restored(self, entry: pb.NodeBalance, request: pb.RestoreStateRequest) -> None:
         """The node's balance right after the restore: its recorded balance plus the

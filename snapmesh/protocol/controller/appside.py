@@ -69,3 +69,8 @@ class AppSide(Protocol):
         """Fill a Restore's entry for a node from the node's answer to its part (`request`)."""
         ...
 
+    def old_report(self, state: pb.FullState) -> pb.FullState:
+        """A report an older controller journaled before the app's nodes had state
+        bytes (its v1 figures only), as the app's nodes send it now; any other report
+        as it is. The journal's replay maps each report once, as it reads it back."""
+        ...

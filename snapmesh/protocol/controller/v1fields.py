@@ -22,6 +22,10 @@ F3. A node's part of a restore carries the app's bytes only (`restore_part`): a
 F4. A node's own figure is filled as its part arrives (`node`), so a snapshot in
     progress shows it for the nodes that reported, as the bank's always did; the
     rest wait for `fill`. What it cannot read it leaves absent (F1).
+F5. A report an older controller journaled before the app's nodes had bytes
+    (its figures only) is mapped by the adapter, once, as the journal is read
+    back (`old_report`): the tracker then reads it as the app's nodes send it
+    now. The framework keeps no figure to read it by.
 """
 
 from __future__ import annotations
@@ -44,6 +48,11 @@ class V1Fields(Protocol):
         """Clear the figures `fill` set from a node's part of a restore: the node takes
         the app's bytes only, as they were recorded (`entry`: the node's in the
         snapshot; a part recorded before the app had bytes is given them from it)."""
+        ...
+
+    def old_report(self, state: pb.FullState) -> pb.FullState:
+        """A report journaled before the app's nodes had bytes, as they send it now;
+        any other report as it is (F5)."""
         ...
 
     def restored(self, entry: pb.NodeBalance, request: pb.RestoreStateRequest) -> None:
