@@ -16,8 +16,8 @@ V2. A check that raises or returns something other than a list is a failed
     invariant naming what happened (snapmesh.app.check_invariants), never a
     crash of the controller.
 V3. The v1 figures (a node's, an in-flight item's, `total`, `expected_total`,
-    `conserved`) are an app's only when it has an adapter (`fields`, chosen by the
-    app's name: snapmesh/protocol/controller/v1fields.py); else they stay absent,
+    `conserved`) are an app's only when it has an adapter (`fields`, the class the
+    app names, `App.v1_fields`: snapmesh/protocol/controller/v1fields.py); else they stay absent,
     and whether a snapshot may be restored is its invariants' call
     (snapmesh.protocol.controller.restoreplan.problem).
 V5. A COMPLETE snapshot says which app and version recorded it: each node's entry
@@ -223,17 +223,19 @@ class AppChecker:
 
 def side_for(
     spec: str, params: Mapping[str, Any], *, load: Callable[[str], App], explicit: bool,
-    fields_for: Callable[[str, Mapping[str, Any]], V1Fields | None] = lambda name, params: None,
+    fields_for: Callable[[App, Mapping[str, Any]], V1Fields | None] = lambda app, params: None,
 ) -> tuple[AppChecker, str | None]:
     """V4: the side that checks the snapshots of a cluster running `spec` (the bank
     too: it runs as an app), with `load` the app loader and `fields_for` the v1
-    fields' adapter of an app by its name and params (V3); and the warning to log,
-    if any. An app that does not load raises its AppError when `explicit`."""
+    fields' adapter the app names, made with its params (V3); and the warning to log,
+    if any. An app, or the adapter it names, that does not load raises its AppError
+    when `explicit`."""
     try:
         app = load(spec)
+        fields = fields_for(app, params)
     except AppError as exc:
         if explicit:
             raise
         return (AppChecker(spec, None, why=str(exc), params=params),
                 f"cannot load the app {spec} ({exc}): its snapshots complete unchecked")
-    return AppChecker(spec, app, params=params, fields=fields_for(app.name, params)), None
+    return AppChecker(spec, app, params=params, fields=fields), None

@@ -103,7 +103,7 @@ def bank_checker(total: int) -> AppChecker:
     bank app's checker, as `snapmesh controller` makes it for a cluster file without [app])."""
     params = {"total": total}
     app = load_app("bank")
-    return AppChecker("bank", app, params=params, fields=v1fields.for_app(app.name, params))
+    return AppChecker("bank", app, params=params, fields=v1fields.for_app(app, params))
 
 
 class ScaleRun:

@@ -5,8 +5,9 @@ of InFlightTransfer, a snapshot's `total`, `expected_total` and whether it is
 `conserved`, a restore's figure per node: snapmesh.proto). They are optional:
 absent for an app that has no adapter, whose snapshots say only what its
 invariants found (`Snapshot.app`). An adapter reads an app's state bytes and payloads and fills
-them; the controller's shell chooses it by the app's name (snapmesh.app
-`load_v1_fields`) and never imports it, so nothing below the edge knows the app.
+them; the app names its class ("module:attr", `App.v1_fields`) and the controller's
+shell makes it by that name (snapmesh/app/v1fields.py `for_app`), never importing
+it, so nothing below the edge knows the app.
 
 Rules
 -----
