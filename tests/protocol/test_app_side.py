@@ -68,7 +68,7 @@ def report(node: str, seqs: list[int], **fields) -> pb.FullState:
 
 
 def complete(side, a: pb.FullState, b: pb.FullState, mode: str = "classic") -> pb.Snapshot:
-    t = Tracker(topology=Topology.build(["a", "b"], None), expected_total=0, deadline_s=5, checker=side,
+    t = Tracker(topology=Topology.build(["a", "b"], None), deadline_s=5, checker=side,
                 snapshot_mode=mode)
     t.start("s1", "a", NOW)
     t.report(a, NOW)
@@ -96,7 +96,7 @@ def test_overtake_items_the_receiver_did_not_record_are_made_by_the_side():
 
 
 def test_a_refusal_of_the_side_is_an_invalid_report_that_changes_nothing():
-    t = Tracker(topology=Topology.build(["a", "b"], None), expected_total=0, deadline_s=5, checker=Counting(0))
+    t = Tracker(topology=Topology.build(["a", "b"], None), deadline_s=5, checker=Counting(0))
     t.start("s1", "a", NOW)
     with pytest.raises(InvalidReport, match="a cut before the epoch"):
         t.report(report("a", [1], cut_at_unix_ns=-1), NOW)
@@ -105,7 +105,7 @@ def test_a_refusal_of_the_side_is_an_invalid_report_that_changes_nothing():
 
 def test_the_restore_carries_the_sides_fields_of_each_node():
     side = Counting(expected=3)
-    t = Tracker(topology=Topology.build(["a", "b"], None), expected_total=0, deadline_s=5, checker=side)
+    t = Tracker(topology=Topology.build(["a", "b"], None), deadline_s=5, checker=side)
     m = M.Controller(t)
     m.trigger("s1", "a", NOW)
     m.reported(report("a", [1]), NOW)

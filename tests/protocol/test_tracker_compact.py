@@ -101,7 +101,7 @@ def _reports(rng: random.Random, topology: Topology, mode: str) -> list[pb.FullS
 
 def _run(kind, topology: Topology, mode: str, reports: list[pb.FullState], seed: int):
     expected_total = sum(int(r.state) for r in reports)
-    t = kind(topology=topology, expected_total=expected_total, deadline_s=5, snapshot_mode=mode,
+    t = kind(topology=topology, deadline_s=5, snapshot_mode=mode,
              checker=bank.checker(expected_total))
     t.start("s", topology.nodes[0], tr.Now(mono=1.0, wall=1_700_000_000.0))
     for i, report in enumerate(reports):

@@ -36,7 +36,7 @@ def checker(total: int | None = None, **params: Any) -> AppChecker:
 
 def tracker(topology: Topology, *, expected_total: int, deadline_s: float, **kwargs: Any) -> Tracker:
     """A Tracker of a bank cluster whose snapshots must hold `expected_total`."""
-    return Tracker(topology=topology, expected_total=expected_total, deadline_s=deadline_s,
+    return Tracker(topology=topology, deadline_s=deadline_s,
                    checker=checker(expected_total), **kwargs)
 
 

@@ -135,7 +135,6 @@ class Tracker:
         checker: AppSide,  # the app's side (T6); the bank's is its app's AppChecker too
         snapshot_mode: str = "classic",
         kept: int = FINISHED_KEPT,
-        expected_total: int = 0,  # read by nothing here: an app's expected total is its checker's
     ) -> None:
         if deadline_s <= 0:
             raise TrackerMisuse(f"deadline must be positive, got {deadline_s!r}")
@@ -143,7 +142,6 @@ class Tracker:
             raise TrackerMisuse("a tracker needs the checker of the app the cluster runs (the bank's too)")
         self.topology = topology
         self.snapshot_mode = snapshot_mode
-        self.expected_total = expected_total
         self.deadline_s = deadline_s
         self._incoming = _incoming(topology)
         self._channels = channel_list.ChannelList(topology)
