@@ -236,4 +236,5 @@ app = App(
     sql_invariants={"conserved": CONSERVED},
     workload=workload,
     rescale=rescale,
+    v1_fields="snapmesh.bank.v1fields:BankFields",  # the v1 API's balances and totals, on the controller's side
 )

@@ -108,7 +108,6 @@ async def _serve_locked(
     machine = Controller(
         Tracker(
             topology=cfg.topology,
-            expected_total=cfg.expected_total,
             deadline_s=cfg.controller.snapshot_deadline_s,
             snapshot_mode=wire_mode(cfg.snapshot_mode),  # hybrid nodes report as overtake ones (protocol/hybrid.py H1)
             checker=checker,

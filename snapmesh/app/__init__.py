@@ -256,6 +256,8 @@ def _check_app(app: App, where: str) -> None:
                 raise AppError(f"{where}: {kind}[{name!r}] must be {what}, got {type(value).__name__}")
     if not isinstance(app.version, int) or isinstance(app.version, bool) or app.version < 1:
         raise AppError(f"{where}: version must be a positive int (1, 2, ...), got {app.version!r}")
+    if app.v1_fields is not None and (not isinstance(app.v1_fields, str) or ":" not in app.v1_fields):
+        raise AppError(f"{where}: v1_fields must be a \"module:attr\" str or None, got {app.v1_fields!r}")
     for kind in ("describe", "workload", "upgrade", "upgrade_message", "rescale"):
         if getattr(app, kind) is not None and not callable(getattr(app, kind)):
             raise AppError(f"{where}: {kind} must be callable or None, got {type(getattr(app, kind)).__name__}")
@@ -280,6 +282,9 @@ class App:
     # rescale(view, nodes) -> {node_id: state bytes}: a COMPLETE snapshot's View onto the new node set's NodeInfos,
     # the in-flight messages absorbed into the states (see Rescale above); None: no restore onto another node set
     rescale: Callable[[View, Sequence[NodeInfo]], Mapping[str, bytes]] | None = None
+    # "module:attr" of the class that fills the v1 API's figures from the states and payloads on the
+    # controller's side (snapmesh/app/v1fields.py), imported there by name; None: they stay absent
+    v1_fields: str | None = None
 
     def __post_init__(self) -> None:
         _check_app(self, f"App {self.name!r}")

@@ -1,13 +1,14 @@
-"""Which adapter fills an app's v1 fields on the controller's side, by the app's name.
+"""The adapter that fills an app's v1 fields on the controller's side, as the app names it.
 
 The v1 messages carry the bank's figures (a node's `balance`, an item's
 `amount`, a snapshot's `total`, `expected_total`, `conserved`). They belong to the
-app, not to the framework: the controller's shell asks `for_app` with the name of
-the app its cluster runs and hands what it gets to the snapshot checker
-(snapmesh/protocol/appstate.py V3, snapmesh/protocol/controller/v1fields.py). The
-adapter is imported here, by its module:attr, so no framework module imports an
-app (tests/checking/test_layers.py); an app without an entry gets none and its
-snapshots leave the fields absent.
+app, not to the framework: an app that has them names the class that reads them
+from its states and payloads (`App.v1_fields`, "module:attr"), and the
+controller's shell asks `for_app` for it and hands it to the snapshot checker
+(snapmesh/protocol/appstate.py V3, snapmesh/protocol/controller/v1fields.py). It
+is imported here by that name, so no framework module imports an app
+(tests/checking/test_layers.py), and any app can name one; an app that names
+none gets none, and its snapshots leave the fields absent.
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-# app name -> the module:attr of a class taking the app's [app] params.
-ADAPTERS = {"bank": "snapmesh.bank.v1fields:BankFields"}
+from snapmesh.app import App, AppError
 
 
-def for_app(name: str, params: Mapping[str, Any]) -> Any | None:
-    """The v1 fields' adapter of the app named `name`, made with its params; None when it has none."""
-    spec = ADAPTERS.get(name)
+def for_app(app: App, params: Mapping[str, Any]) -> Any | None:
+    """The v1 fields' adapter `app` names, made with its [app] params; None when it
+    names none. An adapter that cannot be imported or made is an AppError naming it."""
+    spec = app.v1_fields
     if spec is None:
         return None
     module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)(params)
+    try:
+        return getattr(importlib.import_module(module), attr)(params)
+    except Exception as exc:  # the app's own code, or a wrong name: one line that names both
+        raise AppError(f"app {app.name!r}: its v1_fields {spec!r} cannot be made: {type(exc).__name__}: {exc}") from exc

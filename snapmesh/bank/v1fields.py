@@ -5,9 +5,9 @@ Through the app contract the bank's nodes record their balance as state bytes
 (the amount, decimal ASCII). Clients of the v1 API read the bank's figures
 instead: each node's `balance`, each in-flight item's `amount`, the snapshot's
 `total`, `expected_total` and `conserved`, and a restore's balance per node. This
-module fills them (snapmesh/protocol/controller/v1fields.py, rules F1-F2), for
-the bank only: the controller chooses it by the app's name (snapmesh.app
-`V1_FIELDS`). A snapshot the bank took natively (before the app contract) already
+module fills them (snapmesh/protocol/controller/v1fields.py, rules F1-F5), for
+the bank only: the bank app names it (`App.v1_fields`) and the controller makes it
+by that name (snapmesh/app/v1fields.py). A snapshot the bank took natively (before the app contract) already
 carries them, from the nodes' tally: what it has is kept.
 
 The sums and the expected total are the bank app's own (`decimal`,
@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from snapmesh.app import View
+from snapmesh.bank.wire import as_app_report
 from snapmesh.services.app.bank import decimal, expected_total
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -67,6 +68,11 @@ class BankFields:
                 if not item.HasField("payload"):
                     item.payload = str(item.amount).encode()
                 item.ClearField("amount")
+
+    def old_report(self, state: pb.FullState) -> pb.FullState:
+        """F5: a report the bank's native nodes sent (an older controller's journal
+        holds them) as the bank app's nodes send it (snapmesh/bank/wire.py)."""
+        return as_app_report(state)
 
     def restored(self, entry: pb.NodeBalance, request: pb.RestoreStateRequest) -> None:
         """The node's balance right after the restore: its recorded balance plus the

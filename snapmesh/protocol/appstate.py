@@ -16,8 +16,8 @@ V2. A check that raises or returns something other than a list is a failed
     invariant naming what happened (snapmesh.app.check_invariants), never a
     crash of the controller.
 V3. The v1 figures (a node's, an in-flight item's, `total`, `expected_total`,
-    `conserved`) are an app's only when it has an adapter (`fields`, chosen by the
-    app's name: snapmesh/protocol/controller/v1fields.py); else they stay absent,
+    `conserved`) are an app's only when it has an adapter (`fields`, the class the
+    app names, `App.v1_fields`: snapmesh/protocol/controller/v1fields.py); else they stay absent,
     and whether a snapshot may be restored is its invariants' call
     (snapmesh.protocol.controller.restoreplan.problem).
 V5. A COMPLETE snapshot says which app and version recorded it: each node's entry
@@ -46,7 +46,6 @@ from types import MappingProxyType
 from typing import Any
 
 from snapmesh.app import App, AppError, View, check_invariants
-import snapmesh.bank.wire as wire
 from snapmesh.protocol.controller.appside import PartRefused
 from snapmesh.protocol.controller.v1fields import V1Fields
 from snapmesh.protocol.lazystates import NodeStates
@@ -62,8 +61,9 @@ def digest(state: bytes) -> str:
 
 
 def in_flight_item(transfer: Any) -> pb.InFlightTransfer:
-    """A recorded message (core.Transfer) as the report carries it: an app's with its payload."""
-    return wire.in_flight_item(transfer.msg_id, transfer.tally, transfer.seq, transfer.payload)
+    """A recorded message (core.Transfer) as the report carries it: its id, seq and
+    payload. The v1 figure stays absent: it is an adapter's reading of the payload (V3)."""
+    return pb.InFlightTransfer(msg_id=transfer.msg_id, seq=transfer.seq, payload=transfer.payload)
 
 
 def view_of(snapshot: pb.Snapshot, params: Mapping[str, Any] = MappingProxyType({})) -> View:
@@ -141,7 +141,7 @@ class AppChecker:
     app's module:attr, `app` the loaded App (None: the controller could not load
     it, and `why` says why), `params` the cluster file's [app] table. An app's
     fields are its state bytes (the tracker keeps them) and its messages'
-    payloads: their tally is 0, and what it checks is the app's invariants."""
+    payloads, and what it checks is the app's invariants."""
 
     def __init__(
         self, spec: str, app: App | None, *, why: str = "", params: Mapping[str, Any] = MappingProxyType({}),
@@ -153,21 +153,18 @@ class AppChecker:
         self.params = MappingProxyType(dict(params))
         self.fields = fields  # the app's v1 fields' adapter (V3); None: they stay absent
 
-    def part(self, state: pb.FullState, items: Mapping[str, list[pb.InFlightTransfer]]) -> dict[str, int]:
+    def part(self, state: pb.FullState, items: Mapping[str, list[pb.InFlightTransfer]]) -> None:
         for run in state.outbox_runs:
             if len(run.payloads) not in (0, len(run.seqs)):
                 raise PartRefused(f"outbox_runs {state.node_id}->{run.dst}: {len(run.seqs)} seqs but "
                                   f"{len(run.payloads)} payloads")
-        return dict.fromkeys(items, 0)
 
-    def node(self, entry: pb.NodeBalance, state: pb.FullState) -> int:
-        """An app node keeps no native tally (it reports 0, snapmesh/protocol/reports.py):
-        its entry's v1 field stays absent (V3) and it adds nothing; the state bytes are
-        the tracker's to keep, the app's name and version the entry's (V5)."""
+    def node(self, entry: pb.NodeBalance, state: pb.FullState) -> None:
+        """The state bytes are the tracker's to keep, the app's name and version the
+        entry's (V5); its v1 figure is the adapter's (V3), else absent."""
         entry.app_name, entry.app_version = state.app_name, state.app_version
         if self.fields is not None:
             self.fields.node(entry, state)  # its figure, shown while the snapshot is in progress (F4)
-        return 0
 
     def item_columns(self, items: Sequence[pb.InFlightTransfer]) -> tuple[Sequence, ...]:
         return ([t.payload if t.HasField("payload") else None for t in items],)
@@ -175,16 +172,17 @@ class AppChecker:
     def run_columns(self, run: pb.OutboxRun) -> tuple[Sequence, ...]:
         return (run.payloads,)
 
-    def tally(self, items: Sequence[pb.InFlightTransfer]) -> int:
-        return 0
-
     def add(self, in_flight, src: str, dst: str, seqs: Sequence[int], columns: tuple[Sequence, ...],
-            start: int, stop: int) -> int:
+            start: int, stop: int) -> None:
         (payloads,) = columns
         make = in_flight.add
         for k in range(start, stop):
             make(msg_id=f"{src}:{dst}:{seqs[k]}", seq=seqs[k], payload=payloads[k] if payloads else None)
-        return 0
+
+    def old_report(self, state: pb.FullState) -> pb.FullState:
+        """A report journaled before the app's nodes had state bytes is its adapter's to
+        map (V3: only an app with v1 figures had such reports); any other is as it is."""
+        return state if self.fields is None else self.fields.old_report(state)
 
     def restore_part(self, request: pb.RestoreStateRequest, entry: pb.NodeBalance) -> None:
         """The state bytes and the payloads travel in the fields every app has; the v1
@@ -196,7 +194,7 @@ class AppChecker:
         if self.fields is not None:
             self.fields.restored(entry, request)
 
-    def judge(self, snapshot: pb.Snapshot, tally: int = 0) -> None:
+    def judge(self, snapshot: pb.Snapshot) -> None:
         """Fill in a just COMPLETE snapshot's app fields (V1-V3)."""
         verdict = snapshot.app
         verdict.Clear()
@@ -225,17 +223,19 @@ class AppChecker:
 
 def side_for(
     spec: str, params: Mapping[str, Any], *, load: Callable[[str], App], explicit: bool,
-    fields_for: Callable[[str, Mapping[str, Any]], V1Fields | None] = lambda name, params: None,
+    fields_for: Callable[[App, Mapping[str, Any]], V1Fields | None] = lambda app, params: None,
 ) -> tuple[AppChecker, str | None]:
     """V4: the side that checks the snapshots of a cluster running `spec` (the bank
     too: it runs as an app), with `load` the app loader and `fields_for` the v1
-    fields' adapter of an app by its name and params (V3); and the warning to log,
-    if any. An app that does not load raises its AppError when `explicit`."""
+    fields' adapter the app names, made with its params (V3); and the warning to log,
+    if any. An app, or the adapter it names, that does not load raises its AppError
+    when `explicit`."""
     try:
         app = load(spec)
+        fields = fields_for(app, params)
     except AppError as exc:
         if explicit:
             raise
         return (AppChecker(spec, None, why=str(exc), params=params),
                 f"cannot load the app {spec} ({exc}): its snapshots complete unchecked")
-    return AppChecker(spec, app, params=params, fields=fields_for(app.name, params)), None
+    return AppChecker(spec, app, params=params, fields=fields), None

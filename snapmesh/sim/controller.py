@@ -140,10 +140,10 @@ class SimController(RestoreCalls):
     def _machine(self) -> machine.Controller:
         app = self.world.app
         tracker = Tracker(
-            topology=self.topology, expected_total=0, deadline_s=DEADLINE,  # no tally: an app's invariants judge
+            topology=self.topology, deadline_s=DEADLINE,  # an app's invariants judge
             snapshot_mode=hybrid.wire_mode(self.world.mode),  # a hybrid node reports as overtake (H1)
             checker=AppChecker(app.name, app, params=self.world.app_params,
-                               fields=v1fields.for_app(app.name, self.world.app_params)),
+                               fields=v1fields.for_app(app, self.world.app_params)),
         )
         return machine.Controller(tracker, max_concurrent=self.max_concurrent, keep=self.retention.keep)
 

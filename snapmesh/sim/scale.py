@@ -34,7 +34,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 
 from snapmesh.app import load_app, v1fields
-from snapmesh.bank.wire import as_app_report
+from snapmesh.bank.wire import as_app_report, in_flight_item
 from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.controller import machine
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker
@@ -103,7 +103,7 @@ def bank_checker(total: int) -> AppChecker:
     bank app's checker, as `snapmesh controller` makes it for a cluster file without [app])."""
     params = {"total": total}
     app = load_app("bank")
-    return AppChecker("bank", app, params=params, fields=v1fields.for_app(app.name, params))
+    return AppChecker("bank", app, params=params, fields=v1fields.for_app(app, params))
 
 
 class ScaleRun:
@@ -193,7 +193,11 @@ class ScaleRun:
         self._effects(dst, self.processes[dst].receive(src=src, message=message))
 
     def _report(self, state: core.FullState) -> None:
-        message = as_app_report(report_message(state))  # as the bank app's node sends it
+        message = report_message(state)
+        for channel in message.channels:  # a native node's figures: the framework's report carries payloads only
+            del channel.in_flight[:]
+            channel.in_flight.extend(in_flight_item(t.msg_id, t.tally, t.seq, t.payload) for t in state.channels[channel.src])
+        message = as_app_report(message)  # as the bank app's node sends it
         self.counts["report_bytes"] += message.ByteSize()
         self.counts["report_channels"] += len(message.channels)
         started = time.process_time()

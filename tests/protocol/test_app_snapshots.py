@@ -32,7 +32,7 @@ APP = App(name="ring", new=lambda info: None, invariants={"one token": one_token
 
 
 def tracker(checker: AppChecker | None) -> Tracker:
-    return Tracker(topology=Topology.build(["a", "b"], None), expected_total=0, deadline_s=5, checker=checker)
+    return Tracker(topology=Topology.build(["a", "b"], None), deadline_s=5, checker=checker)
 
 
 def report(node: str, state: bytes, in_flight: list[bytes] = ()) -> pb.FullState:

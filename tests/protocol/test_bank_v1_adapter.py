@@ -1,4 +1,4 @@
-"""The bank's adapter of the v1 figures (snapmesh/bank/v1fields.py), chosen by the app's name.
+"""The bank's adapter of the v1 figures (snapmesh/bank/v1fields.py), the one the bank app names.
 
 Over snapshots built here: a bank snapshot through the contract gets each node's
 balance and each item's amount read from its bytes, and the total, expected total
@@ -9,15 +9,18 @@ part goes to the node without the figures, and its answer has the balance after 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from snapmesh.app import load_app, v1fields
+from snapmesh.app import AppError, load_app, v1fields
 from snapmesh.bank.v1fields import BankFields
 from snapmesh.protocol import appstate
 from snapmesh.protocol.controller import restoreplan
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 FIGURES = ("total", "expected_total", "conserved")
+BANK = load_app("bank")
 
 
 def through_the_contract(states: dict[str, bytes], in_flight: list[bytes]) -> pb.Snapshot:
@@ -32,14 +35,35 @@ def through_the_contract(states: dict[str, bytes], in_flight: list[bytes]) -> pb
 
 
 def judged(snapshot: pb.Snapshot, params: dict) -> pb.Snapshot:
-    checker = appstate.AppChecker("bank", load_app("bank"), params=params, fields=v1fields.for_app("bank", params))
+    checker = appstate.AppChecker("bank", BANK, params=params, fields=v1fields.for_app(BANK, params))
     checker.judge(snapshot)
     return snapshot
 
 
-def test_the_adapter_is_chosen_by_the_apps_name():
-    assert isinstance(v1fields.for_app("bank", {}), BankFields)
-    assert v1fields.for_app("kvshard", {}) is None and v1fields.for_app("inventory", {}) is None
+def test_the_adapter_is_the_one_the_app_names():
+    assert BANK.v1_fields == "snapmesh.bank.v1fields:BankFields"
+    assert isinstance(v1fields.for_app(BANK, {}), BankFields)
+    assert v1fields.for_app(load_app("kvshard"), {}) is None  # it names none: its figures stay absent
+    # any app may name one, by the same mechanism (the controller imports it by that name)
+    other = dataclasses.replace(load_app("kvshard"), v1_fields="snapmesh.bank.v1fields:BankFields")
+    assert isinstance(v1fields.for_app(other, {"total": 7}), BankFields)
+
+
+@pytest.mark.parametrize("spec", ["snapmesh.no_such_module:Fields", "snapmesh.bank.v1fields:NoSuchClass"])
+def test_an_adapter_that_cannot_be_made_is_an_app_error_naming_it(spec):
+    other = dataclasses.replace(load_app("kvshard"), v1_fields=spec)
+    with pytest.raises(AppError, match=f"app 'kvshard': its v1_fields '{spec}' cannot be made"):
+        v1fields.for_app(other, {})
+    checker, warning = appstate.side_for("kvshard", {}, load=lambda _: other, explicit=False, fields_for=v1fields.for_app)
+    assert checker.app is None and warning is not None and spec in warning  # its snapshots complete unchecked
+    with pytest.raises(AppError):
+        appstate.side_for("kvshard", {}, load=lambda _: other, explicit=True, fields_for=v1fields.for_app)
+
+
+@pytest.mark.parametrize("bad", ["snapmesh.bank.v1fields", 7])
+def test_an_app_naming_its_adapter_wrongly_is_refused_as_it_is_made(bad):
+    with pytest.raises(AppError, match="v1_fields must be a \"module:attr\" str or None"):
+        dataclasses.replace(load_app("kvshard"), v1_fields=bad)
 
 
 @pytest.mark.parametrize("in_flight, conserved", [([b"7", b"3"], True), ([b"7"], False)])
@@ -70,7 +94,7 @@ def test_a_natively_taken_snapshot_keeps_its_figures():
 def test_the_restore_part_carries_no_figure_and_the_answer_has_the_balance_after_it():
     params = {"initial_balance": 100}
     s = judged(through_the_contract({"a": b"90", "b": b"100"}, [b"4", b"6"]), params)
-    checker = appstate.AppChecker("bank", load_app("bank"), params=params, fields=v1fields.for_app("bank", params))
+    checker = appstate.AppChecker("bank", BANK, params=params, fields=v1fields.for_app(BANK, params))
     parts = restoreplan.with_app_fields(restoreplan.plan(s, 2), s, checker)
     assert [t.HasField("amount") for c in parts["b"].channels for t in c.in_flight] == [False, False]
     assert [t.payload for c in parts["b"].channels for t in c.in_flight] == [b"4", b"6"]
@@ -88,7 +112,7 @@ def test_a_natively_taken_snapshot_restores_as_the_bank_apps_bytes():
     s.nodes.add(node_id="b", balance=0)
     s.channels.add(src="a", dst="b").in_flight.add(msg_id="a:b:1", seq=1, amount=5)
     params = {"total": 100}
-    checker = appstate.AppChecker("bank", load_app("bank"), params=params, fields=v1fields.for_app("bank", params))
+    checker = appstate.AppChecker("bank", BANK, params=params, fields=v1fields.for_app(BANK, params))
     parts = restoreplan.with_app_fields(restoreplan.plan(s, 2), s, checker)
     assert {n: (p.state, p.balance) for n, p in parts.items()} == {"a": (b"95", 0), "b": (b"0", 0)}
     assert [(t.payload, t.HasField("amount")) for c in parts["b"].channels for t in c.in_flight] == [(b"5", False)]
@@ -101,7 +125,7 @@ def test_a_natively_taken_snapshot_restores_as_the_bank_apps_bytes():
 
 def test_a_nodes_balance_is_filled_as_its_part_arrives():
     params = {"initial_balance": 100}
-    checker = appstate.AppChecker("bank", load_app("bank"), params=params, fields=v1fields.for_app("bank", params))
+    checker = appstate.AppChecker("bank", BANK, params=params, fields=v1fields.for_app(BANK, params))
     entry = pb.NodeBalance(node_id="a")
     checker.node(entry, pb.FullState(node_id="a", state=b"90", app_name="bank", app_version=1))
     assert (entry.balance, entry.app_name) == (90, "bank")

@@ -48,12 +48,12 @@ def test_the_cluster_names_its_app_and_the_loaded_apps_name_and_version() -> Non
 
     app = App(name="shelf", new=lambda info: None, version=3)
     checked = AppChecker("shelf_app:app", app)
-    m = M.Controller(Tracker(topology=Topology.build(["a"], None), expected_total=0, deadline_s=1.0, checker=checked))
+    m = M.Controller(Tracker(topology=Topology.build(["a"], None), deadline_s=1.0, checker=checked))
     answer = cluster.answer(nodes, m, snapshot_mode="classic", interval_s=0.0, app="shelf_app:app")
     assert (answer.app, answer.app_name, answer.app_version) == ("shelf_app:app", "shelf", 3)
 
     # An app the controller could not load: its spec, no name or version to tell.
     unloaded = AppChecker("shelf_app:app", None, why="no module named shelf_app")
-    m = M.Controller(Tracker(topology=Topology.build(["a"], None), expected_total=0, deadline_s=1.0, checker=unloaded))
+    m = M.Controller(Tracker(topology=Topology.build(["a"], None), deadline_s=1.0, checker=unloaded))
     answer = cluster.answer(nodes, m, snapshot_mode="classic", interval_s=0.0, app="shelf_app:app")
     assert (answer.app, answer.app_name, answer.app_version) == ("shelf_app:app", "", 0)

@@ -56,7 +56,7 @@ def recorded(seed: int = 3) -> tuple[pb.Snapshot, View]:
 
 
 def controller(nodes, app: App = kvshard.app, **checker) -> M.Controller:
-    tracker = Tracker(topology=Topology.build(nodes, None), expected_total=0, deadline_s=5,
+    tracker = Tracker(topology=Topology.build(nodes, None), deadline_s=5,
                       checker=AppChecker("kvshard", app, **checker))
     return M.Controller(tracker)
 
@@ -194,7 +194,7 @@ def test_a_rescale_that_drops_a_key_in_flight_breaks_the_invariant_and_is_refuse
     (AppChecker("ring:app", App(name="ring", new=lambda info: None)), "app 'ring' has no rescale"),
 ])
 def test_a_controller_without_an_app_that_rescales_cannot_rescale(checker, words):
-    tracker = Tracker(topology=Topology.build(["p1", "p2", "p3"], None), expected_total=0, deadline_s=5, checker=checker)
+    tracker = Tracker(topology=Topology.build(["p1", "p2", "p3"], None), deadline_s=5, checker=checker)
     with pytest.raises(rescale.RescaleRefused, match="another node set: " + words):
         rescale.for_side(tracker.side, recorded()[0], tracker.topology, ["p1", "p2", "p3"])
 

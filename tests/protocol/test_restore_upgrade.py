@@ -59,7 +59,7 @@ def report(node: str, state: bytes, in_flight=(), *, version: int = 1, name: str
 
 
 def tracker(app: App) -> Tracker:
-    return Tracker(topology=Topology.build(["a", "b"], None), expected_total=0, deadline_s=5,
+    return Tracker(topology=Topology.build(["a", "b"], None), deadline_s=5,
                    checker=AppChecker("ring:app", app))
 
 

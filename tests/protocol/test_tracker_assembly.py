@@ -92,7 +92,7 @@ class _Reference(tr.Tracker):
                                                                            payload=payload),
                 )
             snapshot.channels.add(src=src, dst=dst, in_flight=in_flight)
-        self.side.judge(snapshot, 0)
+        self.side.judge(snapshot)
         return self._finish(pending, tr.COMPLETE, snapshot.reason, now)
 
 
@@ -154,7 +154,7 @@ def test_the_complete_snapshot_is_the_one_the_earlier_assembly_built(seed: int) 
     expected_total = rng.choice([0, sum(int(r.state) for r in reports)])
     built = []
     for kind in (tr.Tracker, _Reference):
-        t = kind(topology=topology, expected_total=expected_total, deadline_s=5, snapshot_mode=mode,
+        t = kind(topology=topology, deadline_s=5, snapshot_mode=mode,
                  checker=bank.checker(expected_total))
         now = tr.Now(mono=1.0, wall=1_700_000_000.0)
         t.start("s", nodes[0], now)

@@ -28,7 +28,7 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 from support import bank_reports as bank
 
 UNKNOWN = b"\xf8\x01\x05"  # field 31, varint 5: a field from a newer node
-NOTHING = ((), 0)
+NOTHING = ()
 
 
 class _BeforeT8(tr.Tracker):
@@ -37,7 +37,8 @@ class _BeforeT8(tr.Tracker):
     def _complete(self, pending, now):
         snapshot, side = pending.snapshot, self.side
         del snapshot.nodes[:]
-        tally = sum(self._fill(snapshot.nodes.add(), pending.reports[node]) for node in self.topology.nodes)
+        for node in self.topology.nodes:
+            self._fill(snapshot.nodes.add(), pending.reports[node])
         by_channel = {(c.src, c.dst): c for r in pending.reports.values() for c in r.channels}
         for src, dst in self.topology.channels:
             by_channel.setdefault((src, dst), pb.ChannelState(src=src, dst=dst))
@@ -45,14 +46,14 @@ class _BeforeT8(tr.Tracker):
             outbox, positions = assembly.overtake_parts(list(pending.reports.values()), side)
             for src, dst in self.topology.channels:
                 seqs, *columns = outbox.get((src, dst), ((),))
-                tally += assembly.assemble(snapshot.channels, by_channel[(src, dst)],
-                                           *pending.recorded.get((src, dst), NOTHING), side,
-                                           seqs, tuple(columns), positions.get((src, dst), 0))
+                assembly.assemble(snapshot.channels, by_channel[(src, dst)],
+                                  pending.recorded.get((src, dst), NOTHING), side,
+                                  seqs, tuple(columns), positions.get((src, dst), 0))
         else:
             for src, dst in self.topology.channels:
-                tally += assembly.assemble(snapshot.channels, by_channel[(src, dst)],
-                                           *pending.recorded.get((src, dst), NOTHING), side)
-        side.judge(snapshot, tally)
+                assembly.assemble(snapshot.channels, by_channel[(src, dst)],
+                                  pending.recorded.get((src, dst), NOTHING), side)
+        side.judge(snapshot)
         return self._finish(pending, tr.COMPLETE, snapshot.reason, now)
 
 
@@ -100,7 +101,7 @@ def _reports(rng: random.Random, topology: Topology, mode: str) -> list[pb.FullS
 
 def _run(kind, topology: Topology, mode: str, reports: list[pb.FullState], seed: int):
     expected_total = sum(int(r.state) for r in reports)
-    t = kind(topology=topology, expected_total=expected_total, deadline_s=5, snapshot_mode=mode,
+    t = kind(topology=topology, deadline_s=5, snapshot_mode=mode,
              checker=bank.checker(expected_total))
     t.start("s", topology.nodes[0], tr.Now(mono=1.0, wall=1_700_000_000.0))
     for i, report in enumerate(reports):

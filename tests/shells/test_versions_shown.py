@@ -19,7 +19,7 @@ NOW = Now(mono=0.0, wall=1_795_000_000.0)
 
 def recorded() -> pb.Snapshot:
     """A COMPLETE snapshot of two nodes running app "ring" version 1, as the tracker assembles it."""
-    tracker = Tracker(topology=Topology.build(["a", "b"], None), expected_total=0, deadline_s=5,
+    tracker = Tracker(topology=Topology.build(["a", "b"], None), deadline_s=5,
                       checker=AppChecker("ring:app", App(name="ring", new=lambda info: None)))
     tracker.start("s1", "a", NOW)
     for node, src in (("a", "b"), ("b", "a")):

@@ -31,12 +31,12 @@ def checker(total: int | None = None, **params: Any) -> AppChecker:
     (the [app] table's `total`; else initial_balance x nodes, the app's default)."""
     if total is not None:
         params["total"] = total
-    return AppChecker(SPEC, APP, params=params, fields=v1fields.for_app(APP.name, params))
+    return AppChecker(SPEC, APP, params=params, fields=v1fields.for_app(APP, params))
 
 
 def tracker(topology: Topology, *, expected_total: int, deadline_s: float, **kwargs: Any) -> Tracker:
     """A Tracker of a bank cluster whose snapshots must hold `expected_total`."""
-    return Tracker(topology=topology, expected_total=expected_total, deadline_s=deadline_s,
+    return Tracker(topology=topology, deadline_s=deadline_s,
                    checker=checker(expected_total), **kwargs)
 
 

@@ -21,7 +21,7 @@ from snapmesh.protocol.controller.appside import AppSide
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 _BYTE_SIZE = pb.InFlightTransfer.ByteSize
-_NOTHING: tuple[tuple[int, ...], int] = ((), 0)  # what an empty channel recorded: no seqs, tally 0
+_NOTHING: tuple[int, ...] = ()  # what an empty channel recorded: no seqs
 
 
 def add_node_stats(snapshot: pb.Snapshot, state: pb.FullState, received_wall: float,
@@ -42,56 +42,50 @@ def add_node_stats(snapshot: pb.Snapshot, state: pb.FullState, received_wall: fl
     stats.ack_timestamp.FromNanoseconds(received_ns)
 
 
-def assemble(channels, recorded: pb.ChannelState, held: list[int], held_tally: int, side: AppSide,
-             seqs: Sequence[int] | None = None, columns: tuple[Sequence, ...] = (), position: int = 0) -> int:
+def assemble(channels, recorded: pb.ChannelState, held: list[int], side: AppSide,
+             seqs: Sequence[int] | None = None, columns: tuple[Sequence, ...] = (), position: int = 0) -> None:
     """Add channel src->dst to `channels` as O3 assembles it from what dst recorded
-    (`recorded`; `held` its seqs, `held_tally` their tally) and the outbox of src
-    past dst's `position` (`seqs` and the app's `columns`; `seqs` None, classic
-    mode: what dst recorded, as it is); returns the channel's tally (`side`, the
-    app's: appside.py). What the receiver recorded is copied as one block where it
-    can be (a protobuf copy in C, not one per item), and an item is made only for
-    an outbox entry it did not record."""
+    (`recorded`; `held` its seqs) and the outbox of src past dst's `position`
+    (`seqs` and the app's `columns`; `seqs` None, classic mode: what dst recorded,
+    as it is); `side` the app's (appside.py) makes the outbox's items. What the
+    receiver recorded is copied as one block where it can be (a protobuf copy in
+    C, not one per item), and an item is made only for an outbox entry it did not
+    record."""
     src, dst, items = recorded.src, recorded.dst, recorded.in_flight
     runs = [(True, 0, len(held))] if seqs is None else overtake.runs(held, seqs, position)
     channel = channels.add()
     if runs and runs[0] == (True, 0, len(held)) and not len(UnknownFieldSet(recorded)):
         channel.MergeFrom(recorded)  # src, dst and every item (unknown fields in items kept, as a copy keeps them)
-        tally = held_tally
         runs = runs[1:]
     else:
-        channel.src, channel.dst, tally = src, dst, 0
+        channel.src, channel.dst = src, dst
     for from_recorded, i, j in runs:  # a few runs a channel: one call to the side each
         if from_recorded:
-            part = items[i:j]
-            channel.in_flight.extend(part)
-            tally += side.tally(part)
+            channel.in_flight.extend(items[i:j])
         else:
-            tally += side.add(channel.in_flight, src, dst, seqs, columns, i, j)
-    return tally
+            side.add(channel.in_flight, src, dst, seqs, columns, i, j)
 
 
 def recorded_channels(channels, reports: Sequence[pb.FullState], recorded: dict, side: AppSide,
-                      order: channel_list.ChannelList, *, overtake: bool) -> int:
+                      order: channel_list.ChannelList, *, overtake: bool) -> None:
     """A COMPLETE snapshot's channels that hold messages, in topology order (`order`,
-    channel_list.py; tracker rule T8), added to `channels`; their tally. `recorded`:
-    per channel, the seqs dst recorded and their tally. Its cost is the reports'
-    listed channels and outboxes, not the topology's channels."""
+    channel_list.py; tracker rule T8), added to `channels`. `recorded`: per channel,
+    the seqs dst recorded. Its cost is the reports' listed channels and outboxes,
+    not the topology's channels."""
     by_channel = {(c.src, c.dst): c for r in reports for c in r.channels if len(c.in_flight)}
-    tally = 0
     if not overtake:
         for channel in order.in_order(by_channel):
-            tally += assemble(channels, by_channel[channel], *recorded[channel], side)
-        return tally
+            assemble(channels, by_channel[channel], recorded[channel], side)
+        return
     outbox, positions = overtake_parts(reports, side)
     sent = (channel for channel, (seqs, *_) in outbox.items() if len(seqs))
     for src, dst in order.in_order([*by_channel, *sent]):
         seqs, *columns = outbox.get((src, dst), ((),))
         received = by_channel.get((src, dst)) or pb.ChannelState(src=src, dst=dst)
-        tally += assemble(channels, received, *recorded.get((src, dst), _NOTHING), side,
-                          seqs, tuple(columns), positions.get((src, dst), 0))
+        assemble(channels, received, recorded.get((src, dst), _NOTHING), side,
+                 seqs, tuple(columns), positions.get((src, dst), 0))
         if not len(channels[-1].in_flight):  # the outbox held nothing past dst's cut: an empty channel
             del channels[-1]
-    return tally
 
 
 def overtake_parts(reports: Sequence[pb.FullState], side: AppSide) -> tuple[dict, dict]:

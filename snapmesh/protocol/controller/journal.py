@@ -26,9 +26,9 @@ Frame: u32 length, u32 CRC-32 of the payload, payload = kind byte + body. A
 text). A torn or corrupt frame (a crash mid-write) ends the journal: `decode_all`
 stops there and says where.
 
-A journal an older controller wrote for the bank's native nodes holds reports
-without state bytes (the tally in the v1 fields): each is read as the bank app's
-report as it is decoded (snapmesh/bank/wire.py `as_app_report`), so the tracker,
+A journal an older controller wrote before the app's nodes had state bytes
+holds reports with the app's v1 figures only: `replay` hands each report to the
+app's side once (`old_report`, its adapter's: v1fields.py F5), so the tracker,
 which runs every cluster's app through its checker, reads every report one way.
 """
 
@@ -40,7 +40,6 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import snapmesh.bank.wire as wire
 from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, Now, Tracker, TrackerError, TrackerMisuse
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -217,7 +216,7 @@ def _decode(payload: bytes) -> Record:
         (wall,) = _WALL.unpack_from(body)
         state = pb.FullState()
         state.ParseFromString(body[_WALL.size:])
-        return Reported(state=wire.as_app_report(state), wall=wall)  # an old native report: the app's
+        return Reported(state=state, wall=wall)
     if kind == _STARTED:
         fields = json.loads(body)
         return Started(
@@ -286,7 +285,7 @@ def replay(records: Iterable[Record], tracker: Tracker, now: Now, *, skip: set[s
             if isinstance(record, Started):
                 tracker.start(sid, record.initiator, at, epoch=record.epoch)
             elif isinstance(record, Reported):
-                tracker.report(record.state, at)
+                tracker.report(tracker.side.old_report(record.state), at)  # F5: an old report, the app's
             elif record.status == FAILED:
                 tracker.fail(sid, record.reason, at)
                 finished.append(sid)

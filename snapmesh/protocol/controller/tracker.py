@@ -1,7 +1,7 @@
 """Snapshot bookkeeping for the controller, as a pure object (sans-I/O).
 
 The tracker knows the topology and the app's side (appside.py: `checker`, the
-checker of the app the cluster runs, the bank's too: the tracker keeps no tally
+checker of the app the cluster runs, the bank's too: the tracker keeps no figure
 of its own and reads no app's fields). It is told when
 a snapshot starts, when a node reports its part (a FullState), and what time it
 is; it answers with the snapshot as it now stands. It never reads a clock, opens
@@ -25,8 +25,8 @@ T2. A report is accepted only for an IN_PROGRESS snapshot, from a node of the
     after a lost answer) is accepted as a duplicate and changes nothing, also once the
     snapshot is COMPLETE; a repeat that differs is refused, naming the node and snapshot.
 T3. A COMPLETE snapshot lists every node and every channel of the topology, in
-    topology order; the app's side, handed the tally it kept of the nodes and the
-    items, judges it (fills its verdict fields and the reason) before it is final.
+    topology order; the app's side judges it from its states and payloads (fills
+    its verdict fields and the reason) before it is final.
 T4. A FAILED snapshot's reason names what went wrong: on expiry, the nodes that
     did not report; for a snapshot the controller took back from its journal
     after a restart (`restarted`), it starts with "controller restarted".
@@ -116,8 +116,8 @@ class _Pending:
     deadline: float  # monotonic
     restarted: bool = False  # taken back from the journal after a controller restart
     reports: dict[str, pb.FullState] = field(default_factory=dict)
-    # Per channel, what dst recorded: its seqs and their tally (appside.py), read once at the report.
-    recorded: dict[tuple[str, str], tuple[list[int], int]] = field(default_factory=dict)
+    # Per channel, the seqs dst recorded, read once at the report.
+    recorded: dict[tuple[str, str], list[int]] = field(default_factory=dict)
 
 
 # The finished snapshots the tracker holds in memory (a bounded working set). Older ones
@@ -135,7 +135,6 @@ class Tracker:
         checker: AppSide,  # the app's side (T6); the bank's is its app's AppChecker too
         snapshot_mode: str = "classic",
         kept: int = FINISHED_KEPT,
-        expected_total: int = 0,  # read by nothing here: an app's expected total is its checker's
     ) -> None:
         if deadline_s <= 0:
             raise TrackerMisuse(f"deadline must be positive, got {deadline_s!r}")
@@ -143,7 +142,6 @@ class Tracker:
             raise TrackerMisuse("a tracker needs the checker of the app the cluster runs (the bank's too)")
         self.topology = topology
         self.snapshot_mode = snapshot_mode
-        self.expected_total = expected_total
         self.deadline_s = deadline_s
         self._incoming = _incoming(topology)
         self._channels = channel_list.ChannelList(topology)
@@ -279,10 +277,10 @@ class Tracker:
         # servicer's request, never touched again), and an app's state in it is
         # the bulk of a snapshot, copied once more into the snapshot at its end.
         pending.reports[state.node_id] = state
-        for src, (channel_items, tally) in items.items():  # the channels reported; the others are empty (T7)
-            pending.recorded[(src, state.node_id)] = (list(map(_SEQ, channel_items)), tally)
+        for src, channel_items in items.items():  # the channels reported; the others are empty (T7)
+            pending.recorded[(src, state.node_id)] = list(map(_SEQ, channel_items))
         self.side.node(pending.snapshot.nodes.add(node_id=state.node_id), state)
-        add_node_stats(pending.snapshot, state, now.wall, [channel_items for channel_items, _ in items.values()])
+        add_node_stats(pending.snapshot, state, now.wall, list(items.values()))
         if len(pending.reports) < len(self.topology.nodes):
             return Reported(_copy(pending.snapshot), duplicate=False)
         return Reported(self._complete(pending, now), duplicate=False)
@@ -310,9 +308,9 @@ class Tracker:
 
     # -- internals
 
-    def _check_report(self, state: pb.FullState) -> tuple[_Pending | None, dict[str, tuple[list, int]]]:
+    def _check_report(self, state: pb.FullState) -> tuple[_Pending | None, dict[str, list]]:
         """The snapshot the report belongs to (None for an identical repeat) and each
-        channel's items and their tally, by source. A protobuf item is a new Python
+        channel's items, by source. A protobuf item is a new Python
         object at every access; the lists made here serve every later pass over them."""
         if not state.snapshot_id:
             raise InvalidReport("snapshot_id is empty")
@@ -368,30 +366,31 @@ class Tracker:
             names = ", ".join(f"{src}->{state.node_id}" for src in sorted(expected - seen.keys()))
             raise InvalidReport(f"node {state.node_id!r} did not report its incoming channel(s) {names}")
         try:
-            tallies = self.side.part(state, seen)
+            self.side.part(state, seen)
         except PartRefused as exc:
             raise InvalidReport(str(exc)) from None
-        return pending, {src: (items, tallies[src]) for src, items in seen.items()}
+        return pending, seen
 
     def _complete(self, pending: _Pending, now: Now) -> pb.Snapshot:
         """T3 and T8: every node, and only the channels that hold messages, in topology order."""
         snapshot, side = pending.snapshot, self.side
         del snapshot.nodes[:]
-        tally = sum(self._fill(snapshot.nodes.add(), pending.reports[node]) for node in self.topology.nodes)
-        tally += recorded_channels(snapshot.channels, list(pending.reports.values()), pending.recorded, side,
-                                   self._channels, overtake=self.snapshot_mode == "overtake")
-        side.judge(snapshot, tally)
+        for node in self.topology.nodes:
+            self._fill(snapshot.nodes.add(), pending.reports[node])
+        recorded_channels(snapshot.channels, list(pending.reports.values()), pending.recorded, side,
+                          self._channels, overtake=self.snapshot_mode == "overtake")
+        side.judge(snapshot)
         self._compact[snapshot.snapshot_id] = self._channels
         return self._finish(pending, COMPLETE, snapshot.reason, now)
 
-    def _fill(self, entry: pb.NodeBalance, report: pb.FullState) -> int:
+    def _fill(self, entry: pb.NodeBalance, report: pb.FullState) -> None:
         """Fill a COMPLETE snapshot's entry for the node of `report`: its id, an app's
-        state bytes and their digest (T6), then the app's side's fields; the node's tally."""
+        state bytes and their digest (T6), then the app's side's fields."""
         entry.node_id = report.node_id
         if report.HasField("state"):
             data = report.state  # each read of a bytes field is a copy of it: one here
             entry.state, entry.state_digest = data, digest(data)
-        return self.side.node(entry, report)
+        self.side.node(entry, report)
 
     def _entry(self, report: pb.FullState) -> pb.NodeBalance:
         entry = pb.NodeBalance()

@@ -5,8 +5,9 @@ of InFlightTransfer, a snapshot's `total`, `expected_total` and whether it is
 `conserved`, a restore's figure per node: snapmesh.proto). They are optional:
 absent for an app that has no adapter, whose snapshots say only what its
 invariants found (`Snapshot.app`). An adapter reads an app's state bytes and payloads and fills
-them; the controller's shell chooses it by the app's name (snapmesh.app
-`load_v1_fields`) and never imports it, so nothing below the edge knows the app.
+them; the app names its class ("module:attr", `App.v1_fields`) and the controller's
+shell makes it by that name (snapmesh/app/v1fields.py `for_app`), never importing
+it, so nothing below the edge knows the app.
 
 Rules
 -----
@@ -22,6 +23,10 @@ F3. A node's part of a restore carries the app's bytes only (`restore_part`): a
 F4. A node's own figure is filled as its part arrives (`node`), so a snapshot in
     progress shows it for the nodes that reported, as the bank's always did; the
     rest wait for `fill`. What it cannot read it leaves absent (F1).
+F5. A report an older controller journaled before the app's nodes had bytes
+    (its figures only) is mapped by the adapter, once, as the journal is read
+    back (`old_report`): the tracker then reads it as the app's nodes send it
+    now. The framework keeps no figure to read it by.
 """
 
 from __future__ import annotations
@@ -44,6 +49,11 @@ class V1Fields(Protocol):
         """Clear the figures `fill` set from a node's part of a restore: the node takes
         the app's bytes only, as they were recorded (`entry`: the node's in the
         snapshot; a part recorded before the app had bytes is given them from it)."""
+        ...
+
+    def old_report(self, state: pb.FullState) -> pb.FullState:
+        """A report journaled before the app's nodes had bytes, as they send it now;
+        any other report as it is (F5)."""
         ...
 
     def restored(self, entry: pb.NodeBalance, request: pb.RestoreStateRequest) -> None:
