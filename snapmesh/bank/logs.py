@@ -115,6 +115,11 @@ def recorded_states(states: Mapping[str, Any], channels: Iterable[Channel] = ())
     return sid, {node: getattr(s, NODE_TALLY_KEY) for node, s in states.items()}, in_flight
 
 
+def snapshot_problems(snapshot: Any) -> list[str]:
+    """The bank's rules over a snapshot by itself: none (conservation is held against the logs, `whole_problems`)."""
+    return []
+
+
 def _item(transfer: Any) -> tuple[str, int, int]:
     """A v1 InFlightTransfer as (msg_id, amount, seq)."""
     return (transfer.msg_id, getattr(transfer, MESSAGE_TALLY_KEY), transfer.seq)

@@ -65,13 +65,18 @@ def check_logs(
 ) -> Report:
     """Check real node logs and the COMPLETE `snapshots` taken while they were
     written (RecordedSnapshot, or the app's own). `channels`: the topology. `app`:
-    the app's part (`read`, `recorded`, `trace`, `reading`, `initial_total`,
+    the app's part (`read`, `recorded`, `snapshot_problems`, `trace`, `reading`, `initial_total`,
     `whole_problems`, and `value` and the keys for `node_logs.log_events`); `total`
     defaults to its `initial_total(logs)`. Read the logs at rest (no transfer being
     made), or a receive may outrun the send read before it."""
     channels = list(channels)
     logs = app.read(logs)
-    snaps = [recorded(s, app) for s in snapshots]
+    problems: list[str] = []
+    snaps = []
+    for snapshot in snapshots:
+        if not isinstance(snapshot, RecordedSnapshot):
+            problems += app.snapshot_problems(snapshot)  # the app's own rules over what it recorded
+        snaps.append(recorded(snapshot, app))
     events: list[Event] = [{"event": "channel", "src": s, "dst": d} for s, d in channels]
     events += log_events(logs, app)
     for snap in snaps:
@@ -81,7 +86,6 @@ def check_logs(
             for c, items in snap.in_flight.items()
         ]
         events += [{"event": "completed", "node": n, "snapshot": snap.snapshot_id} for n in snap.states]
-    problems: list[str] = []
     try:
         report = check_trace(events, app=app.trace, require_complete=False)
     except InvariantViolation as violation:

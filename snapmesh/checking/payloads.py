@@ -12,9 +12,10 @@ in-flight message's payload. So, whatever the app, they hold:
   restore sets the state the snapshot recorded;
 - the rest is the checkers' own (channels, FIFO, seqs, markers, cuts).
 
-What the bytes mean (the app's invariants) is the app's, checked over a snapshot's
-`snapmesh.app.View` by `snapmesh.app.check_invariants`. Pure: records in, values
-and problems out.
+What the bytes mean is the app's: given the app (`Payloads(app)`, or by its name,
+`Payloads.named("module:attr")`), every snapshot checked is also held to the app's
+invariants over its `snapmesh.app.View` (`snapmesh.app.check_invariants`). Pure:
+records in, values and problems out (loading an app by name imports it).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from snapmesh.app import App, View, check_invariants, load_app
 from snapmesh.checking import cut
 from snapmesh.protocol import wal
 
@@ -40,7 +42,17 @@ def digest(state: bytes) -> str:
 
 
 class Payloads:
-    """The part of the checkers for any app: one object serves a trace, a step checker's ledger and the logs."""
+    """The part of the checkers for any app: one object serves a trace, a step checker's ledger and the logs.
+    `app` (None: bytes only): its invariants are checked on every snapshot; `params`: its [app] table."""
+
+    def __init__(self, app: App | None = None, params: Mapping[str, Any] | None = None) -> None:
+        self.app = app
+        self.params = dict(params or {})
+
+    @classmethod
+    def named(cls, spec: str, params: Mapping[str, Any] | None = None) -> Payloads:
+        """The part for the app `spec` names ("module:attr" or a built-in name), loaded by `snapmesh.app.load_app`."""
+        return cls(load_app(spec), params)
 
     # Its trace events' keys: a node's state (its digest at a cut), a message's payload.
     state_key = "state"
@@ -125,6 +137,16 @@ class Payloads:
     @staticmethod
     def whole_problems(sid: str, rules: set[str], whole: Any, total: Any) -> list[str]:
         return []
+
+    def snapshot_problems(self, snapshot: Any) -> list[str]:
+        """The app's invariants over a controller `Snapshot` (v1): one line per problem (none without an app)."""
+        if self.app is None:
+            return []
+        view = View(snapshot_id=snapshot.snapshot_id, states={n.node_id: n.state for n in snapshot.nodes},
+                    in_flight=[(c.src, c.dst, t.seq, t.payload) for c in snapshot.channels for t in c.in_flight],
+                    params=self.params)
+        return [f"snapshot {snapshot.snapshot_id}: {self.app.name}'s invariant {name!r}: {problem}"
+                for name, problems in check_invariants(self.app, view).items() for problem in problems]
 
     @staticmethod
     def recorded(snapshot: Any) -> tuple[str, dict[str, str], dict[Channel, list[tuple[str, str, int]]]]:

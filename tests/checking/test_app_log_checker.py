@@ -11,7 +11,8 @@ import pytest
 
 from snapmesh.checking.logcheck import InvariantViolation, check_logs, check_restore
 from snapmesh.checking.node_logs import LogReadError, log_events, read_logs
-from snapmesh.checking.payloads import PAYLOADS, digest
+from snapmesh.app import App
+from snapmesh.checking.payloads import PAYLOADS, Payloads, digest
 from snapmesh.checking.steps import StepChecker
 from snapmesh.protocol.wal import pack
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -93,3 +94,14 @@ def test_a_restore_sets_the_state_the_snapshot_recorded(tmp_path) -> None:
     check_restore(logs, snapshot(), 2, PAYLOADS)
     with pytest.raises(InvariantViolation, match="a restored s1 to state"):
         check_restore(logs, snapshot(a_state=b"a2"), 2, PAYLOADS)
+
+
+def test_the_apps_invariants_are_held_when_the_app_is_given_or_named(tmp_path) -> None:
+    # The honest run breaks this app's rule (a's state never reads a1): bytes alone pass it, the app does not.
+    app = App(name="demo", new=lambda info: None,
+              invariants={"a moved on": lambda view: ["a holds a1"] if view.states["a"] == b"a1" else []})
+    logs = write_logs(tmp_path)
+    check_logs(logs, [snapshot()], channels=CHANNELS, app=PAYLOADS)
+    with pytest.raises(InvariantViolation, match="^snapshot s1: demo's invariant 'a moved on': a holds a1$"):
+        check_logs(logs, [snapshot()], channels=CHANNELS, app=Payloads(app))
+    assert Payloads.named("kvshard").app.name == "kvshard"
