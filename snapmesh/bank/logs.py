@@ -3,9 +3,13 @@
 The generic log checkers (snapmesh/checking: `logcheck`, `node_logs`) know channels,
 seqs, markers, cuts and restores; what a node's balance is at any point, and that
 money is conserved, is the bank's, and is here; the module itself is the bank's part
-those checkers take (`logcheck.check_logs(..., app=...)`, its default):
+those checkers take, handed in by their callers (`logcheck.check_logs(..., app=bank_logs)`):
 
-- `reading(total)`: the bank's `cut.Reading` (snapmesh/bank/cut.py);
+- `reading(total)`: the bank's `cut.Reading` (snapmesh/bank/cut.py); `trace`, its
+  part of a trace (snapmesh/bank/trace.py), with the keys of its events;
+- `read(logs)` (`figures`) and `value(record, where)`: a record's balance or amount;
+- `recorded(snapshot)` and `recorded_states(states, channels)`: a v1 Snapshot, or
+  every node's FullState report, as (snapshot_id, balances, in flight);
 
 - `figures(logs)`: the logs of the bank app's nodes (its state and messages as
   bytes) with the bank's figures in their records, as its native nodes wrote them:
@@ -25,16 +29,21 @@ Pure (no I/O): records in, values and problems out. The keys are the formats'
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import base64
 
 import snapmesh.bank.cut as bank_cut
 from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY
+from snapmesh.bank.trace import BANK as trace
 from snapmesh.protocol import app_tallies
 
 Record = Mapping[str, Any]
+Channel = tuple[str, str]
+InFlight = dict[Channel, list[tuple[str, int, int]]]  # (msg_id, amount, seq), in order
+
+state_key, content_key, contents_key = trace.state_key, trace.content_key, trace.contents_key
 
 
 def reading(total: int | None = None) -> bank_cut.Reading:
@@ -76,6 +85,44 @@ def _figures(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             record = {**record, NODE_TALLY_KEY: held}
         out.append(record)
     return out
+
+
+def read(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """The logs as this module's readers take them: `figures`."""
+    return figures(logs)
+
+
+def value(record: Record, where: str) -> int:
+    """A record's figure: an init's or a cut's balance, a send's or a receive's amount
+    (an app's record may leave it out: 0; wal.CorruptRecord naming `where` for another)."""
+    return app_tallies.tally_of(record, where)
+
+
+def recorded(snapshot: Any) -> tuple[str, dict[str, int], InFlight]:
+    """A controller `Snapshot` (v1) as (snapshot_id, balances, in flight)."""
+    return (snapshot.snapshot_id, {n.node_id: getattr(n, NODE_TALLY_KEY) for n in snapshot.nodes},
+            {(c.src, c.dst): [_item(t) for t in c.in_flight] for c in snapshot.channels})
+
+
+def recorded_states(states: Mapping[str, Any], channels: Iterable[Channel] = ()) -> tuple[str, dict[str, int], InFlight]:
+    """Every node's `FullState` report ({node id: FullState}) as (snapshot_id, balances, in flight).
+    A report that lists only the channels it recorded messages on (`only_recorded_channels`) had the
+    other incoming channels of `channels` (the topology) empty, as the controller reads it."""
+    (sid,) = {s.snapshot_id for s in states.values()}
+    in_flight: InFlight = {(src, dst): [] for src, dst in channels
+                           if dst in states and getattr(states[dst], "only_recorded_channels", False)}
+    in_flight.update({(c.src, c.dst): [_item(t) for t in c.in_flight] for s in states.values() for c in s.channels})
+    return sid, {node: getattr(s, NODE_TALLY_KEY) for node, s in states.items()}, in_flight
+
+
+def snapshot_problems(snapshot: Any) -> list[str]:
+    """The bank's rules over a snapshot by itself: none (conservation is held against the logs, `whole_problems`)."""
+    return []
+
+
+def _item(transfer: Any) -> tuple[str, int, int]:
+    """A v1 InFlightTransfer as (msg_id, amount, seq)."""
+    return (transfer.msg_id, getattr(transfer, MESSAGE_TALLY_KEY), transfer.seq)
 
 
 def _decimal(packed: str) -> int | None:

@@ -13,7 +13,9 @@ bank's and is here, in the words its users read:
     balances), and, step by step, balances + the amounts on the channels.
 
 `BANK` answers `check_trace`; `Ledger` is one per `steps.StepChecker` (it keeps
-each node's balance as the events are fed). Pure: events in, problems out.
+each node's balance as the events are fed). Both name the keys of the bank's trace
+events (the formats' keys, as the simulator and the native logs have them), and
+`BANK.logged` the log line's. Pure: events in, problems out.
 """
 
 from __future__ import annotations
@@ -22,13 +24,27 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import snapmesh.bank.cut as bank_cut
-from snapmesh.bank.formats import MESSAGE_TALLY_KEY
+from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY, RECORDED_TALLIES_KEY
 
 Channel = tuple[str, str]
 
 
-class BankTrace:
+class Keys:
+    """Where the bank's trace events hold a balance (`node`, `cut`), an amount (`send`,
+    `receive`) and the amounts recorded on a channel (`channel_recorded`)."""
+
+    state_key = NODE_TALLY_KEY
+    content_key = MESSAGE_TALLY_KEY
+    contents_key = RECORDED_TALLIES_KEY
+
+
+class BankTrace(Keys):
     """The bank's rules over a whole trace, for `trace.check_trace`."""
+
+    @staticmethod
+    def logged(kind: str, value: int) -> dict[str, int]:
+        """A log line's figure: an init's or a cut's balance, a send's or a receive's amount."""
+        return {NODE_TALLY_KEY if kind in ("init", "cut") else MESSAGE_TALLY_KEY: value}
 
     @staticmethod
     def reading() -> bank_cut.Reading:
@@ -69,7 +85,7 @@ class BankTrace:
 BANK = BankTrace()
 
 
-class Ledger:
+class Ledger(Keys):
     """The bank's balances as a `steps.StepChecker` feeds the events one by one."""
 
     def __init__(self) -> None:

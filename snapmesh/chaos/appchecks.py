@@ -19,6 +19,7 @@ from snapmesh.chaos import appmode
 from snapmesh.chaos.campaign import Outcome
 from snapmesh.chaos.checks import Check, restarts, snapshot_ids, spark_reconcile
 from snapmesh.checking.logcheck import InvariantViolation, check_logs
+import snapmesh.bank.logs as bank_logs
 from snapmesh.bank.logs import money_check
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -39,7 +40,7 @@ def _consistency(outcome: Outcome, complete: list[pb.Snapshot], reconcile: bool)
     name = "every COMPLETE snapshot is consistent with the logs"
     logs, recorded = appmode.unit_logs(outcome.logs, complete)
     try:
-        check_logs(logs, recorded, channels=outcome.channels, total=appmode.UNITS * len(logs))
+        check_logs(logs, recorded, channels=outcome.channels, total=appmode.UNITS * len(logs), app=bank_logs)
     except InvariantViolation as violation:
         return name, False, str(violation).splitlines()[0]
     if wrong := appmode.snapshot_against_logs(outcome.logs, complete, outcome.channels):

@@ -199,7 +199,7 @@ def unit_logs(logs: dict[str, list[dict]], snapshots: list[pb.Snapshot]) -> tupl
             out.append(r)
         units[node] = out
     recorded = [RecordedSnapshot(snapshot_id=s.snapshot_id,
-                                 tallies={n.node_id: at_cut.get((n.node_id, s.snapshot_id), -1) for n in s.nodes},
+                                 states={n.node_id: at_cut.get((n.node_id, s.snapshot_id), -1) for n in s.nodes},
                                  in_flight={(c.src, c.dst): [(t.msg_id, 1, t.seq) for t in c.in_flight]
                                             for c in s.channels})
                 for s in snapshots]

@@ -19,6 +19,7 @@ from typing import Any
 
 from snapmesh.chaos.campaign import Outcome
 from snapmesh.checking.logcheck import InvariantViolation, check_logs
+import snapmesh.bank.logs as bank_logs
 from snapmesh.bank.logs import money_check
 from snapmesh.settings.appsettings import PARAMS_ENV
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -95,7 +96,7 @@ def snapshot_ids(outcome: Outcome) -> Check:
 def _consistency(outcome: Outcome, reconcile: bool) -> Check:
     complete = [s for s in outcome.snapshots.values() if s.status == pb.Snapshot.COMPLETE]
     try:
-        check_logs(outcome.logs, complete, channels=outcome.channels, total=outcome.total)
+        check_logs(outcome.logs, complete, channels=outcome.channels, total=outcome.total, app=bank_logs)
     except InvariantViolation as violation:
         return "every COMPLETE snapshot is consistent with the logs", False, str(violation).splitlines()[0]
     detail = f"{len(complete)} COMPLETE snapshots against the logs"

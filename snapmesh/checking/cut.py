@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from snapmesh.protocol import app_tallies, wal
+from snapmesh.protocol import wal
 
 Channel = tuple[str, str]
 Transfer = tuple[str, Any, int]  # (msg_id, content as the reading reads it, seq)
@@ -78,7 +78,8 @@ IN_FLIGHT_RULES = (
 # The kinds the rules read, and their fields (the required ones of `wal.SPEC`).
 READ_KINDS = ("init", "send", "recv", "cut", "marker_sent", "marker_recv", "restore", "replay")
 _READ_FIELDS = {
-    kind: tuple((key, attr) for (key, _, required), attr in zip(wal.SPEC[kind], wal.ATTRS[kind], strict=True) if required)
+    kind: tuple((key, attr, typ) for (key, typ, required), attr in zip(wal.SPEC[kind], wal.ATTRS[kind], strict=True)
+                if required)
     for kind in READ_KINDS
 }
 _OPTIONAL_READ = {"send": ("payload",), "cut": ("digest",)}  # what `Payloads` reads besides
@@ -89,15 +90,16 @@ def record(raw: Mapping[str, Any], node: str | None = None) -> wal.Record:
     the rules read; a kind they do not read (abort, restart, checkpoint, ...) as
     `wal.Unknown`, whatever its fields. With `node` (whose log it is), a line may
     leave out its own end of the channel (`src` of a send, `dst` of a receipt). An app's
-    record without its tally (wal.APP_MARKS) reads as one of 0."""
+    record (with its kind's mark, wal.APP_MARKS) may leave out the native figure the format
+    still requires of the others, read as that field's zero value."""
     kind = raw["kind"]
     fields = _READ_FIELDS.get(kind)
     if fields is None:
         return wal.Unknown(lsn=raw["lsn"], kind=kind)
     own = {"src": node} if kind in ("send", "marker_sent") else {"dst": node} if kind in ("recv", "marker_recv") else {}
-    if app_tallies.is_app_record(raw):
-        own[app_tallies.TALLY_KEYS[kind]] = 0  # an app's record may leave its tally out (wal.APP_MARKS)
-    values = {attr: raw[key] if key in raw else own[key] for key, attr in fields}
+    if wal.APP_MARKS.get(kind, "") in raw:
+        own.update((key, typ()) for key, _, typ in fields if key not in raw and key not in own)  # as wal.from_dict does
+    values = {attr: raw[key] if key in raw else own[key] for key, attr, _ in fields}
     for name in _OPTIONAL_READ.get(kind, ()):
         if name in raw:
             values[name] = raw[name]

@@ -3,18 +3,19 @@
 - `trace.check_trace(events)` and `steps.StepChecker`: a list of
   trace events (a simulator's, or `node_logs.log_events` of real logs), after the
   run or step by step.
-- `check_logs(logs, snapshots, channels=...)`: the nodes' transfer logs (read with
-  `node_logs.read_logs`) against the COMPLETE snapshots the cluster produced. It
+- `check_logs(logs, snapshots, channels=..., app=...)`: the nodes' transfer logs (read
+  with `node_logs.read_logs`) against the COMPLETE snapshots the cluster produced. It
   runs `check_trace` on the logs (every snapshot id in them, finished or not, for
   safety) and asks `cut.check_snapshot`, the one definition of a snapshot
-  consistent with the logs, about each COMPLETE snapshot: each recorded tally is
-  the node's `cut` and what its log gives before the cut; each channel's in-flight
+  consistent with the logs, about each COMPLETE snapshot: each recorded state is
+  what the node's `cut` and its log before the cut give; each channel's in-flight
   list is exactly the sends before the sender's cut minus the receives before the
-  receiver's cut, in seq order, with their tallies and seqs; one marker per channel
-  each way, sent after the cut; and the app's whole-snapshot rule (the bank's
-  conservation, snapmesh/bank/cut.py) holds. What the logs' tallies add up to, and
-  how a restore sets them, is the bank's reading of its logs (snapmesh/bank/logs.py),
-  which reads the bank app's logs (bytes) as the figures its native nodes wrote.
+  receiver's cut, in seq order, with their contents and seqs; one marker per channel
+  each way, sent after the cut; and the app's whole-snapshot rules hold.
+- `app` is the app's part of the checkers, which its caller hands in: how it reads
+  its logs and the snapshots it recorded, what its states and contents are, what
+  a restore sets (the bank's is snapmesh/bank/logs.py, which reads its old native
+  logs and the bank app's bytes alike).
 - Across restores: `check_logs_by_epoch` (each epoch on its own) and
   `check_restore` (the restore records themselves).
 """
@@ -29,8 +30,6 @@ from typing import Any
 from snapmesh.checking import cut
 from snapmesh.checking.node_logs import log_events
 from snapmesh.checking.trace import Channel, Event, InvariantViolation, Report, _name, check_trace
-import snapmesh.bank.logs as bank_logs
-from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY, RECORDED_TALLIES_KEY
 
 __all__ = [
     "InvariantViolation", "RecordedSnapshot", "Report", "check_logs",
@@ -42,39 +41,18 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class RecordedSnapshot:
-    """What a COMPLETE snapshot recorded, independent of how it was delivered."""
+    """What a COMPLETE snapshot recorded, independent of how it was delivered (the
+    app's part reads its own snapshots into one: `app.recorded(snapshot)`)."""
 
     snapshot_id: str
-    tallies: dict[str, int]  # node -> the tally it recorded
-    in_flight: dict[Channel, list[tuple[str, int, int]]]  # (msg_id, tally, seq), in order
-
-    @classmethod
-    def from_proto(cls, snapshot: Any) -> RecordedSnapshot:
-        """From a controller `Snapshot` (snapmesh.v1)."""
-        return cls(
-            snapshot_id=snapshot.snapshot_id,
-            tallies={n.node_id: getattr(n, NODE_TALLY_KEY) for n in snapshot.nodes},
-            in_flight={(c.src, c.dst): [_item(t) for t in c.in_flight] for c in snapshot.channels},
-        )
-
-    @classmethod
-    def from_states(cls, states: Mapping[str, Any], channels: Iterable[Channel] = ()) -> RecordedSnapshot:
-        """From every node's `FullState` report ({node id: FullState}). A report that lists
-        only the channels it recorded messages on (`only_recorded_channels`) had the other
-        incoming channels of `channels` (the topology) empty, as the controller reads it."""
-        (sid,) = {s.snapshot_id for s in states.values()}
-        in_flight: dict[Channel, list[tuple[str, int, int]]] = {
-            (src, dst): [] for src, dst in channels
-            if dst in states and getattr(states[dst], "only_recorded_channels", False)
-        }
-        in_flight.update({(c.src, c.dst): [_item(t) for t in c.in_flight] for s in states.values() for c in s.channels})
-        return cls(snapshot_id=sid, tallies={node: getattr(s, NODE_TALLY_KEY) for node, s in states.items()},
-                   in_flight=in_flight)
+    states: dict[str, Any]  # node -> the state it recorded, as the app's reading reads it
+    in_flight: dict[Channel, list[tuple[str, Any, int]]]  # (msg_id, content, seq), in order
 
 
-def _item(transfer: Any) -> tuple[str, int, int]:
-    """A v1 InFlightTransfer as (msg_id, tally, seq)."""
-    return (transfer.msg_id, getattr(transfer, MESSAGE_TALLY_KEY), transfer.seq)
+def recorded(snapshot: Any, app: Any) -> RecordedSnapshot:
+    """`snapshot` as a RecordedSnapshot: one already, or the app's own (`app.recorded`: its
+    (snapshot_id, states, in_flight))."""
+    return snapshot if isinstance(snapshot, RecordedSnapshot) else RecordedSnapshot(*app.recorded(snapshot))
 
 
 def check_logs(
@@ -82,42 +60,44 @@ def check_logs(
     snapshots: Iterable[RecordedSnapshot | Any],
     *,
     channels: Iterable[Channel],
-    total: int | None = None,
-    app: Any = None,
+    app: Any,
+    total: Any = None,
 ) -> Report:
     """Check real node logs and the COMPLETE `snapshots` taken while they were
-    written (RecordedSnapshot, or controller Snapshots). `channels`: the
-    topology. `app`: the app's part (`reading`, `initial_total`, `whole_problems`;
-    default: the bank's, `snapmesh.bank.logs`); `total` defaults to its
-    `initial_total(logs)`. Read the
-    logs at rest (no transfer being made), or a receive may outrun the send
-    read before it."""
+    written (RecordedSnapshot, or the app's own). `channels`: the topology. `app`:
+    the app's part (`read`, `recorded`, `snapshot_problems`, `trace`, `reading`, `initial_total`,
+    `whole_problems`, and `value` and the keys for `node_logs.log_events`); `total`
+    defaults to its `initial_total(logs)`. Read the logs at rest (no transfer being
+    made), or a receive may outrun the send read before it."""
     channels = list(channels)
-    logs = bank_logs.figures(logs) if app is None else logs  # the bank app's bytes read as the bank's figures
-    recorded = [s if isinstance(s, RecordedSnapshot) else RecordedSnapshot.from_proto(s) for s in snapshots]
+    logs = app.read(logs)
+    problems: list[str] = []
+    snaps = []
+    for snapshot in snapshots:
+        if not isinstance(snapshot, RecordedSnapshot):
+            problems += app.snapshot_problems(snapshot)  # the app's own rules over what it recorded
+        snaps.append(recorded(snapshot, app))
     events: list[Event] = [{"event": "channel", "src": s, "dst": d} for s, d in channels]
-    events += log_events(logs)
-    for snap in recorded:
+    events += log_events(logs, app)
+    for snap in snaps:
         events += [
             {"event": "channel_recorded", "snapshot": snap.snapshot_id, "src": c[0], "dst": c[1],
-             "msgs": [m for m, _, _ in items], RECORDED_TALLIES_KEY: [a for _, a, _ in items]}
+             "msgs": [m for m, _, _ in items], app.contents_key: [a for _, a, _ in items]}
             for c, items in snap.in_flight.items()
         ]
-        events += [{"event": "completed", "node": n, "snapshot": snap.snapshot_id} for n in snap.tallies]
-    problems: list[str] = []
+        events += [{"event": "completed", "node": n, "snapshot": snap.snapshot_id} for n in snap.states]
     try:
-        report = check_trace(events, require_complete=False)
+        report = check_trace(events, app=app.trace, require_complete=False)
     except InvariantViolation as violation:
         problems += str(violation).splitlines()
         report = Report()
-    app = bank_logs if app is None else app
     expected_total = app.initial_total(logs) if total is None else total
     index = cut.LogIndex.of(
-        {node: [cut.record(r, node) for r in records] for node, records in logs.items()} if recorded else {},
-        snapshot_ids=[snap.snapshot_id for snap in recorded],
+        {node: [cut.record(r, node) for r in records] for node, records in logs.items()} if snaps else {},
+        snapshot_ids=[snap.snapshot_id for snap in snaps],
         reading=app.reading(expected_total),
     )
-    for snap in recorded:
+    for snap in snaps:
         problems += _snapshot_against_logs(snap, index, channels, expected_total, app)
     if problems:
         shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
@@ -126,14 +106,14 @@ def check_logs(
 
 
 def _snapshot_against_logs(
-    snap: RecordedSnapshot, index: cut.LogIndex, channels: list[Channel], total: int, app: Any,
+    snap: RecordedSnapshot, index: cut.LogIndex, channels: list[Channel], total: Any, app: Any,
 ) -> list[str]:
     """`cut.check_snapshot`'s problems in this checker's words (the tests and the
     chaos campaign read them): the nodes first, and only when they hold, the channels."""
     sid = snap.snapshot_id
     listed = cut.Snapshot(
         snapshot_id=sid,
-        nodes=list(snap.tallies.items()),
+        nodes=list(snap.states.items()),
         channels=[(src, dst, items) for (src, dst), items in snap.in_flight.items()],
     )
     verdict = cut.check_snapshot(index, listed, topology=channels, markers=True)
@@ -141,7 +121,7 @@ def _snapshot_against_logs(
     p: list[str] = []
     say = p.append
     if rules & {cut.MISSING_NODE, cut.UNKNOWN_NODE}:
-        say(f"snapshot {sid}: records nodes {sorted(snap.tallies)}, the logs are of {sorted(index.nodes)}")
+        say(f"snapshot {sid}: records nodes {sorted(snap.states)}, the logs are of {sorted(index.nodes)}")
     if rules & {cut.MISSING_CHANNEL, cut.UNKNOWN_CHANNEL}:
         say(f"snapshot {sid}: records channels {sorted(snap.in_flight)}, the topology has {sorted(channels)}")
     for node in sorted(index.nodes):
@@ -149,7 +129,7 @@ def _snapshot_against_logs(
         if state is None:
             say(f"snapshot {sid}: no cut record in {node}'s log")
         elif any(q.rule in (cut.STATE, *index.reading.node_rules) and q.args[0] == node for q in verdict.problems):
-            say(f"snapshot {sid}: {node} recorded {snap.tallies.get(node)}, its cut says {index.reading.said(state.record)}, "
+            say(f"snapshot {sid}: {node} recorded {snap.states.get(node)}, its cut says {index.reading.said(state.record)}, "
                 f"its log before the cut gives {index.reading.state(node, state)}")
     if p:
         return p
@@ -177,15 +157,14 @@ def _snapshot_against_logs(
 
 
 def split_epochs(
-    logs: Mapping[str, list[Mapping[str, Any]]], app: Any = None,
+    logs: Mapping[str, list[Mapping[str, Any]]], app: Any,
 ) -> dict[int, dict[str, list[Mapping[str, Any]]]]:
     """Each node's log cut at its `restore` records: {epoch: {node: records}}.
     Epoch 1 is the log up to the first restore; epoch E starts at the (last)
-    restore record of E, as an `init` holding the tally after the restore
-    (`app.opening` and `app.with_replay`; default the bank's), so each epoch is checked as a run
+    restore record of E, as an `init` holding the state after the restore
+    (`app.opening` and `app.with_replay`), so each epoch is checked as a run
     of its own (msg ids and seqs start over in every epoch)."""
-    logs = bank_logs.figures(logs) if app is None else logs
-    app = bank_logs if app is None else app
+    logs = app.read(logs)
     by_epoch: dict[int, dict[str, list[Mapping[str, Any]]]] = defaultdict(dict)
     for node, records in logs.items():
         epoch, current = 1, []
@@ -218,22 +197,21 @@ def restores_in_logs(logs: Mapping[str, list[Mapping[str, Any]]]) -> dict[int, d
 
 
 def check_restore(
-    logs: Mapping[str, list[Mapping[str, Any]]], snapshot: RecordedSnapshot | Any, epoch: int, app: Any = None,
+    logs: Mapping[str, list[Mapping[str, Any]]], snapshot: RecordedSnapshot | Any, epoch: int, app: Any,
 ) -> None:
     """The restore itself: in `epoch` every node's log sets the snapshot's
-    recorded tally and then replays, per channel in channel order, exactly
+    recorded state and then replays, per channel in channel order, exactly
     the transfers the snapshot recorded in flight towards it."""
-    logs = bank_logs.figures(logs) if app is None else logs
-    app = bank_logs if app is None else app
-    snap = snapshot if isinstance(snapshot, RecordedSnapshot) else RecordedSnapshot.from_proto(snapshot)
+    logs = app.read(logs)
+    snap = recorded(snapshot, app)
     found = restores_in_logs(logs).get(epoch, {})
     problems = []
-    for node, tally in snap.tallies.items():
+    for node, state in snap.states.items():
         if node not in found:
             problems.append(f"restore of {snap.snapshot_id} in epoch {epoch}: no restore record in {node}'s log")
             continue
         record, replays = found[node]
-        problems += app.restore_problems(epoch, node, record, snap.snapshot_id, tally)
+        problems += app.restore_problems(epoch, node, record, snap.snapshot_id, state)
         for (src, dst), items in snap.in_flight.items():
             if dst != node:
                 continue
@@ -251,8 +229,8 @@ def check_logs_by_epoch(
     snapshots: Iterable[Any],
     *,
     channels: Iterable[Channel],
-    total: int,
-    app: Any = None,
+    total: Any,
+    app: Any,
 ) -> dict[int, Report]:
     """`check_logs` on each epoch on its own: every COMPLETE controller
     Snapshot against the log of the epoch it was taken in (`Snapshot.epoch`)."""

@@ -7,10 +7,11 @@
   out, and said so: a `LeftOut` per file, whose `notice` names the file and the
   bytes (`snapmesh trace` and `snapmesh reconcile` print it); anything else
   unreadable fails naming file and line.
-- `log_events(logs)`: the records as the trace events `snapmesh.checking.trace` checks
-  (kinds it does not know, such as `restart` and `abort`, are skipped).
-- The bank's reading of the logs (sends against receives, each log's replay)
-  is the bank's: `snapmesh.bank.logs`.
+- `log_events(logs, app)`: the records as the trace events `snapmesh.checking.trace` checks
+  (kinds it does not know, such as `restart` and `abort`, are skipped), each value
+  (a node's state, a message's content) as the app's part reads it from its record.
+- What the values add up to (the bank's: sends against receives, each log's replay)
+  is the app's: the bank's is `snapmesh.bank.logs`.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY
-from snapmesh.protocol import app_tallies, wal
+from snapmesh.protocol import wal
 
 
 class LogReadError(AssertionError):
@@ -87,30 +87,41 @@ def read_node_log(data_dir: Path, node: str, left_out: list[LeftOut] | None = No
                 raise LogReadError(f"{where}: not a log record: {text[:80]!r}") from None
             if records and lsn <= records[-1]["lsn"]:
                 raise LogReadError(f"{where}: lsn {lsn} after {records[-1]['lsn']}")
-            if record.get("kind") in app_tallies.TALLY_KEYS:
+            if _lacks_a_field(record):
                 try:
-                    app_tallies.tally_of(record, where)  # an app's record may leave it out; no other may
+                    wal.from_dict(record, where)  # the format's own word on it (an app's record may leave some out)
                 except wal.CorruptRecord as exc:
                     raise LogReadError(str(exc)) from None
             records.append(record)
     return records
 
 
-def log_events(logs: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The logs as trace events for `trace.check_trace` (position = lsn); an app's record
-    without its tally (wal.APP_MARKS) as one of 0, any other without it LogReadError."""
+_REQUIRED = {kind: tuple(key for key, _, required in spec if required) for kind, spec in wal.SPEC.items()}
+
+
+def _lacks_a_field(record: dict[str, Any]) -> bool:
+    """Whether a record of a kind the format knows lacks one of its required fields."""
+    return any(key not in record for key in _REQUIRED.get(record.get("kind"), ()))  # type: ignore[arg-type]
+
+
+def log_events(logs: Mapping[str, list[dict[str, Any]]], app: Any) -> list[dict[str, Any]]:
+    """The logs as trace events for `trace.check_trace` (position = lsn). `app`: the app's part, which
+    names its events' keys (`state_key`, `content_key`) and reads a record's value (`value(record, where)`:
+    an init's or a cut's state, a send's or a receive's content; wal.CorruptRecord for a record without it,
+    raised here as LogReadError)."""
+    state, content = app.state_key, app.content_key
     events: list[dict[str, Any]] = []
     for node, records in logs.items():
         for r in records:
             kind = r.get("kind")
             if kind == "init":
-                events.append({"event": "node", "node": node, NODE_TALLY_KEY: _tally(node, r)})
+                events.append({"event": "node", "node": node, state: _value(app, node, r)})
             elif kind == "send":
                 events.append({"event": "send", "node": node, "pos": r["lsn"], "dst": r["dst"], "msg": r["msg_id"],
-                               MESSAGE_TALLY_KEY: _tally(node, r)})
+                               content: _value(app, node, r)})
             elif kind == "recv":
                 events.append({"event": "receive", "node": node, "pos": r["lsn"], "src": r["src"],
-                               "msg": r["msg_id"], MESSAGE_TALLY_KEY: _tally(node, r)})
+                               "msg": r["msg_id"], content: _value(app, node, r)})
             elif kind == "marker_sent":
                 events.append({"event": "marker_sent", "node": node, "pos": r["lsn"], "dst": r["dst"],
                                "snapshot": r["snapshot_id"]})
@@ -119,12 +130,12 @@ def log_events(logs: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]
                                "snapshot": r["snapshot_id"]})
             elif kind == "cut":
                 events.append({"event": "cut", "node": node, "pos": r["lsn"], "snapshot": r["snapshot_id"],
-                               NODE_TALLY_KEY: _tally(node, r)})
+                               state: _value(app, node, r)})
     return events
 
 
-def _tally(node: str, record: Mapping[str, Any]) -> int:
+def _value(app: Any, node: str, record: Mapping[str, Any]) -> Any:
     try:
-        return app_tallies.tally_of(record, f"{node}'s log, lsn {record.get('lsn')}")
+        return app.value(record, f"{node}'s log, lsn {record.get('lsn')}")
     except wal.CorruptRecord as exc:
         raise LogReadError(str(exc)) from None

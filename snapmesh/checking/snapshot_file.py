@@ -30,12 +30,13 @@ A `.pb` from before blocks holds its states inline and reads as before.
 stored snapshot
 - intact: it parses, its checksum matches, it is the snapshot its name says;
 - COMPLETE;
-- conserved: the bank's arithmetic (snapmesh/bank/snapshot.py `conserved`), for a
-  snapshot that carries the bank's fields (its v1 `total`, `conserved`) only;
+- conserved: the app's arithmetic (`rules.conserved`), for a snapshot that
+  carries the v1 fields (`total`, `conserved`) and when the caller hands the
+  rules in (the bank's are snapmesh/bank/snapshot.py's);
 - consistent with itself: each node and channel appears once, every channel
   joins two recorded nodes, in-flight seqs increase and msg_ids are unique, each
-  app state matches its digest, and the bank's own arithmetic agrees with itself
-  (snapmesh/bank/snapshot.py `item_problem`, `whole_problems`);
+  app state matches its digest, and, with `rules`, the app's own arithmetic
+  agrees with itself (`rules.item_problem`, `rules.whole_problems`);
 - for an app: its invariants held when the controller checked them ("unchecked"
   passes, saying so).
 The restore path (`damage`) asks only the first question: a damaged file is
@@ -53,7 +54,6 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-import snapmesh.bank.snapshot as bank_snapshot
 from snapmesh.protocol import blocks
 from snapmesh.protocol.appstate import ITEM_FIGURE, NODE_FIGURE, carries_v1, clear_old_figures
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -247,8 +247,8 @@ def damage(path: Path) -> str:
 
 def check(path: Path, rules: Any = None) -> Verdict:
     """Every check of the module doc on the stored file `path` (read only). `rules`: the
-    app's arithmetic (`conserved`, `item_problem`, `whole_problems`; default the bank's,
-    `snapmesh.bank.snapshot`)."""
+    app's arithmetic on the snapshot's figures (`conserved`, `item_problem`, `whole_problems`;
+    None: none, only what every app's snapshot has is checked)."""
     path = Path(path)
     try:
         stored, marked = read_stored(path)
@@ -274,8 +274,7 @@ def check(path: Path, rules: Any = None) -> Verdict:
         snapshot.status)
     add(Check("complete", snapshot.status == pb.Snapshot.COMPLETE,
               status + (f": {snapshot.reason}" if snapshot.reason else "")))
-    rules = bank_snapshot if rules is None else rules
-    if carries_v1(snapshot):  # the rules' check, where the snapshot carries the bank's fields
+    if rules is not None and carries_v1(snapshot):  # the rules' check, where the snapshot carries the v1 fields
         add(Check("conserved", *rules.conserved(snapshot)))
     if snapshot.HasField("app"):  # an app's verdict is its invariants
         app = snapshot.app
@@ -291,7 +290,6 @@ def check(path: Path, rules: Any = None) -> Verdict:
 
 def inconsistencies(snapshot: pb.Snapshot, rules: Any = None) -> list[str]:
     """What in `snapshot` contradicts the rest of it (empty: nothing); `rules` as for `check`."""
-    rules = bank_snapshot if rules is None else rules
     problems: list[str] = []
     nodes = [n.node_id for n in snapshot.nodes]
     if snapshot.status == pb.Snapshot.COMPLETE and not nodes:
@@ -310,7 +308,7 @@ def inconsistencies(snapshot: pb.Snapshot, rules: Any = None) -> list[str]:
             problems.append(f"channel {name} joins a node the snapshot does not record")
         last = 0
         for transfer in channel.in_flight:
-            if problem := rules.item_problem(name, transfer):
+            if rules is not None and (problem := rules.item_problem(name, transfer)):
                 problems.append(problem)
             if transfer.seq and transfer.seq <= last:
                 problems.append(f"{name}: seq {transfer.seq} after {last}")
@@ -321,5 +319,6 @@ def inconsistencies(snapshot: pb.Snapshot, rules: Any = None) -> list[str]:
     for node in snapshot.nodes:
         if node.HasField("state") and node.state_digest != PREFIX + hashlib.sha256(node.state).hexdigest():
             problems.append(f"node {node.node_id}: its state does not match its digest {node.state_digest}")
-    problems += rules.whole_problems(snapshot)
+    if rules is not None:
+        problems += rules.whole_problems(snapshot)
     return problems

@@ -2,8 +2,9 @@
 
 `StepChecker`: feed the events in the order they happened (the simulator's trace
 is in that order) and it checks after every step, so a violation is caught at
-the step that causes it. What the tallies mean is the app's (`ledger`: the
-bank's by default: snapmesh/bank/trace.py's `Ledger`).
+the step that causes it. What the values mean is the app's: its `ledger`, which
+also names the keys its events hold them under (the bank's is snapmesh/bank/trace.py's
+`Ledger`, which its callers hand in).
 """
 
 from __future__ import annotations
@@ -12,23 +13,23 @@ from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import snapmesh.bank.trace as bank_trace
-from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY, RECORDED_TALLIES_KEY
-from snapmesh.checking.trace import Channel, Event, InvariantViolation, _name, _validate
+from snapmesh.checking.trace import Channel, Event, InvariantViolation, _name, _validate, fields_of
 
 
 class StepChecker:
     """Feed events in the order they happened; each `feed` checks what can be
     checked at that moment, `check_state` compares with the real system."""
 
-    def __init__(self, ledger: Any = None) -> None:
-        self.ledger = bank_trace.Ledger() if ledger is None else ledger
-        self.queues: dict[Channel, deque[tuple[str, Any, int]]] = {}  # (kind, msg|sid, tally)
+    def __init__(self, ledger: Any) -> None:
+        self.ledger = ledger
+        self.fields = fields_of(ledger)
+        self.state_key, self.content_key, self.contents_key = ledger.state_key, ledger.content_key, ledger.contents_key
+        self.queues: dict[Channel, deque[tuple[str, Any, Any]]] = {}  # (kind, msg|sid, content)
         self.sent_at: dict[str, tuple[Channel, int]] = {}  # msg -> (channel, pos)
         self.cuts: dict[tuple[str, str], int] = {}  # (sid, node) -> pos
         self.markers_sent: Counter[tuple[str, Channel]] = Counter()
         self.markers_received: Counter[tuple[str, Channel]] = Counter()
-        self.open_recordings: dict[tuple[str, Channel], list[tuple[str, int]]] = {}
+        self.open_recordings: dict[tuple[str, Channel], list[tuple[str, Any]]] = {}
         self.recorded: set[tuple[str, Channel]] = set()
         self.completed: set[tuple[str, str]] = set()
         self.last_pos: dict[str, int] = {}
@@ -42,13 +43,13 @@ class StepChecker:
     def feed(self, event: Event) -> None:
         index = self.fed
         self.fed += 1
-        kind = _validate(index, event)
+        kind = _validate(index, event, self.fields)
 
         def fail(problem: str) -> InvariantViolation:
             return InvariantViolation(f"event #{index} {dict(event)!r}: {problem}")
 
         if kind == "node":
-            self.ledger.declared(event["node"], event[NODE_TALLY_KEY])
+            self.ledger.declared(event["node"], event[self.state_key])
             return
         if kind == "channel":
             self.queues[(event["src"], event["dst"])] = deque()
@@ -68,9 +69,9 @@ class StepChecker:
             raise fail(f"the topology has no channel {_name(channel)}")
 
         if kind == "send":
-            if problem := self.ledger.sent(event["node"], event[MESSAGE_TALLY_KEY]):
+            if problem := self.ledger.sent(event["node"], event[self.content_key]):
                 raise fail(problem)
-            self.queues[channel].append(("transfer", event["msg"], event[MESSAGE_TALLY_KEY]))
+            self.queues[channel].append(("transfer", event["msg"], event[self.content_key]))
             self.sent_at[event["msg"]] = (channel, event["pos"])
         elif kind == "marker_sent":
             key = (event["snapshot"], channel)
@@ -79,15 +80,15 @@ class StepChecker:
                 raise fail(f"second marker for {key[0]} on {_name(channel)}")
             if (event["snapshot"], event["node"]) not in self.cuts:
                 raise fail("marker sent before the sender recorded its state")
-            self.queues[channel].append(("marker", event["snapshot"], 0))
+            self.queues[channel].append(("marker", event["snapshot"], None))
         elif kind in ("receive", "marker_received"):
             queue = self.queues[channel]
             expected = ("transfer", event["msg"]) if kind == "receive" else ("marker", event["snapshot"])
             if not queue or queue[0][:2] != expected:
                 raise fail(f"not FIFO: head of {_name(channel)} is {queue[0] if queue else 'nothing'}")
-            _, _, tally = queue.popleft()
+            _, _, content = queue.popleft()
             if kind == "receive":
-                if problem := self.ledger.changed(tally, event[MESSAGE_TALLY_KEY]):
+                if problem := self.ledger.changed(content, event[self.content_key]):
                     raise fail(problem)
                 self._receive(event, channel, fail)
             else:
@@ -99,7 +100,7 @@ class StepChecker:
             key = (event["snapshot"], event["node"])
             if key in self.cuts:
                 raise fail("second cut for the same snapshot at the same node")
-            if problem := self.ledger.cut(event["node"], event[NODE_TALLY_KEY]):
+            if problem := self.ledger.cut(event["node"], event[self.state_key]):
                 raise fail(problem)
             self.cuts[key] = event["pos"]
             for c in self.queues:
@@ -111,7 +112,7 @@ class StepChecker:
                 raise fail("channel recorded twice")
             if key not in self.open_recordings:
                 raise fail("channel recorded before the receiver recorded its state")
-            got = list(zip(event["msgs"], event[RECORDED_TALLIES_KEY], strict=True))
+            got = list(zip(event["msgs"], event[self.contents_key], strict=True))
             want = self.open_recordings.pop(key)
             if got != want:
                 raise fail(f"recorded {got}, but after the cut the channel delivered {want}")
@@ -128,8 +129,8 @@ class StepChecker:
 
     def _receive(self, event: Event, channel: Channel, fail: Any) -> None:
         src, dst = channel
-        msg, tally = event["msg"], event[MESSAGE_TALLY_KEY]
-        self.ledger.received(dst, tally)
+        msg, content = event["msg"], event[self.content_key]
+        self.ledger.received(dst, content)
         _, send_pos = self.sent_at[msg]
         for (sid, node), pos in self.cuts.items():
             if node != src or send_pos < pos:
@@ -142,18 +143,18 @@ class StepChecker:
             if c == channel:
                 if (sid, src) in self.cuts and send_pos > self.cuts[(sid, src)]:
                     raise fail(f"snapshot {sid}: a transfer sent after {src}'s cut would be recorded in flight")
-                items.append((msg, tally))
+                items.append((msg, content))
 
     def check_state(
         self,
-        tallies: Mapping[str, int] | None = None,
-        in_flight: Mapping[Channel, Sequence[int]] | None = None,
+        states: Mapping[str, Any] | None = None,
+        in_flight: Mapping[Channel, Sequence[Any]] | None = None,
     ) -> None:
-        """The app's rules now (the bank's: conservation), per the trace and, when
-        given, per the real system's tallies (which must agree with the trace);
-        the channels' contents must agree with the trace's."""
-        on_channels = {c: [tally for kind, _, tally in q if kind == "transfer"] for c, q in self.queues.items()}
-        for problem in self.ledger.now(on_channels, tallies):
+        """The app's rules now, per the trace and, when given, per the real system's
+        node `states` (which must agree with the trace); the channels' contents must
+        agree with the trace's."""
+        on_channels = {c: [content for kind, _, content in q if kind == "transfer"] for c, q in self.queues.items()}
+        for problem in self.ledger.now(on_channels, states):
             raise InvariantViolation(problem)
         if in_flight is not None:
             actual = {c: list(v) for c, v in in_flight.items()}

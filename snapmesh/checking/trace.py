@@ -5,19 +5,19 @@ records (dicts), so the same checker can be fed a simulator trace or events
 parsed from real nodes' transfer logs (`node_logs.log_events`). Every event that
 happens at a node has that node's position `pos`: any integers, unique per node,
 increasing in the order things happened there (a log sequence number will do).
-Events (T is a tally, the native number a node and a message carry, under the
-keys of snapmesh/bank/formats.py: NODE_TALLY_KEY for a node's, MESSAGE_TALLY_KEY
-for a transfer's, RECORDED_TALLIES_KEY for a recorded channel's):
+Events (V is a value the app gives meaning to: a node's state, under the app's
+`state_key`, a message's content under its `content_key`, a recorded channel's
+contents, one per message, under its `contents_key`):
 
-    {"event": "node", "node": N, NODE: T}               initial tally (one per node)
+    {"event": "node", "node": N, STATE: V}              initial state (one per node)
     {"event": "channel", "src": S, "dst": D}            one per directed channel
-    {"event": "send", "node": S, "pos": P, "dst": D, "msg": M, MESSAGE: T}
-    {"event": "receive", "node": D, "pos": P, "src": S, "msg": M, MESSAGE: T}
+    {"event": "send", "node": S, "pos": P, "dst": D, "msg": M, CONTENT: V}
+    {"event": "receive", "node": D, "pos": P, "src": S, "msg": M, CONTENT: V}
     {"event": "marker_sent", "node": S, "pos": P, "dst": D, "snapshot": I}
     {"event": "marker_received", "node": D, "pos": P, "src": S, "snapshot": I}   optional
-    {"event": "cut", "node": N, "pos": P, "snapshot": I, NODE: T}
+    {"event": "cut", "node": N, "pos": P, "snapshot": I, STATE: V}
     {"event": "channel_recorded", "snapshot": I, "src": S, "dst": D,
-     "msgs": [M, ...], RECORDED: [T, ...]}              in arrival order
+     "msgs": [M, ...], CONTENTS: [V, ...]}             in arrival order
     {"event": "completed", "node": N, "snapshot": I}
 
 `check_trace(events)` checks after the run, independent of the order of the list
@@ -26,8 +26,8 @@ for a transfer's, RECORDED_TALLIES_KEY for a recorded channel's):
 
 What is the trace's own is checked here: the events' fields, the transport
 (FIFO, each transfer received once, unchanged), positions, completion, the
-markers. What the tallies mean is the app's, passed as `app` (by default the
-bank's rules, snapmesh/bank/trace.py). Whether each snapshot is a consistent cut is
+markers. What the values mean is the app's, passed as `app` (a `Part`; the bank's
+is snapmesh/bank/trace.py's, which its callers hand in). Whether each snapshot is a consistent cut is
 `cut.check_snapshot`, the one definition, asked about the trace read as the
 nodes' logs (`trace_logs`: seqs from the positions); its problems are then said
 in this checker's words.
@@ -39,27 +39,55 @@ import bisect
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-import snapmesh.bank.trace as bank_trace
-from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY, RECORDED_TALLIES_KEY
 from snapmesh.checking import cut
 from snapmesh.protocol import wal
 
 Event = Mapping[str, Any]
 Channel = tuple[str, str]
 
-_FIELDS: dict[str, tuple[str, ...]] = {
-    "node": ("node", NODE_TALLY_KEY),
-    "channel": ("src", "dst"),
-    "send": ("node", "pos", "dst", "msg", MESSAGE_TALLY_KEY),
-    "receive": ("node", "pos", "src", "msg", MESSAGE_TALLY_KEY),
-    "marker_sent": ("node", "pos", "dst", "snapshot"),
-    "marker_received": ("node", "pos", "src", "snapshot"),
-    "cut": ("node", "pos", "snapshot", NODE_TALLY_KEY),
-    "channel_recorded": ("snapshot", "src", "dst", "msgs", RECORDED_TALLIES_KEY),
-    "completed": ("node", "snapshot"),
-}
+
+
+class Part(Protocol):
+    """An app's part of a trace: the keys its events hold their values under, and what the values mean."""
+
+    state_key: str  # a node's state, in `node` and `cut` events
+    content_key: str  # a message's content, in `send` and `receive` events
+    contents_key: str  # a recorded channel's contents, in `channel_recorded` events
+
+    def reading(self) -> cut.Reading:
+        """The app's `cut.Reading` of the trace read as logs (`trace_logs`)."""
+
+    def logged(self, kind: str, value: Any) -> Mapping[str, Any]:
+        """The fields a log line of `kind` (init, send, recv, cut) holds `value` in, as its node logs it."""
+
+    def total(self, initial: Mapping[str, Any]) -> Any:
+        """What the whole-snapshot rule holds the snapshots to, from the nodes' initial states."""
+
+    def message_problem(self, msg: str, content: Any) -> str | None: ...
+
+    def history_problems(self, node: str, initial: Any, history: Iterable[tuple[int, str, Event]]) -> list[str]:
+        """The app's rules over one node's events, in position order."""
+
+    def whole_problem(self, sid: str, rules: set[str], whole: Any, total: Any) -> str | None:
+        """The app's rules over a whole snapshot, once it is all in (`rules`: the broken ones)."""
+
+
+def fields_of(app: Any) -> dict[str, tuple[str, ...]]:
+    """Each event kind's fields, its values under the app's keys."""
+    return {
+        "node": ("node", app.state_key),
+        "channel": ("src", "dst"),
+        "send": ("node", "pos", "dst", "msg", app.content_key),
+        "receive": ("node", "pos", "src", "msg", app.content_key),
+        "marker_sent": ("node", "pos", "dst", "snapshot"),
+        "marker_received": ("node", "pos", "src", "snapshot"),
+        "cut": ("node", "pos", "snapshot", app.state_key),
+        "channel_recorded": ("snapshot", "src", "dst", "msgs", app.contents_key),
+        "completed": ("node", "snapshot"),
+    }
+
 
 INFINITY = float("inf")
 
@@ -72,11 +100,11 @@ def _name(channel: Channel) -> str:
     return f"{channel[0]}->{channel[1]}"
 
 
-def _validate(index: int, event: Event) -> str:
+def _validate(index: int, event: Event, fields: Mapping[str, tuple[str, ...]]) -> str:
     kind = event.get("event")
-    if kind not in _FIELDS:
+    if kind not in fields:
         raise InvariantViolation(f"event #{index}: unknown event type {kind!r}: {dict(event)!r}")
-    missing = [f for f in _FIELDS[kind] if f not in event]
+    missing = [f for f in fields[kind] if f not in event]
     if missing:
         raise InvariantViolation(f"event #{index} ({kind}): missing {', '.join(missing)}")
     return kind
@@ -86,7 +114,7 @@ def _validate(index: int, event: Event) -> str:
 class _Send:
     channel: Channel
     pos: int
-    tally: int
+    content: Any
 
 
 @dataclass(slots=True)
@@ -102,30 +130,31 @@ class Report:
 # ------------------------------------------------------------ after the run
 
 
-def check_trace(events: Iterable[Event], *, require_complete: bool = True, app: Any = None) -> Report:
+def check_trace(events: Iterable[Event], *, app: Part, require_complete: bool = True) -> Report:
     """Check a whole trace. With `require_complete`, every snapshot that appears
     must have finished at every node (the liveness check after a drained run).
-    `app`: what the tallies mean (default: the bank's, `bank_trace.BANK`)."""
-    app = bank_trace.BANK if app is None else app
+    `app`: the app's part, what the values mean."""
+    fields = fields_of(app)
+    state_key, content_key, contents_key = app.state_key, app.content_key, app.contents_key
     problems: list[str] = []
-    initial: dict[str, int] = {}
+    initial: dict[str, Any] = {}
     channels: list[Channel] = []
     sends: dict[str, _Send] = {}
-    receives: dict[str, tuple[Channel, int, int]] = {}  # msg -> (channel, pos, tally)
+    receives: dict[str, tuple[Channel, int, Any]] = {}  # msg -> (channel, pos, content)
     at_node: dict[str, list[tuple[int, str, Event]]] = defaultdict(list)  # node -> (pos, kind, event)
-    cuts: dict[tuple[str, str], tuple[int, int]] = {}  # (snapshot, node) -> (pos, tally)
+    cuts: dict[tuple[str, str], tuple[int, Any]] = {}  # (snapshot, node) -> (pos, state)
     markers_sent: dict[tuple[str, Channel], list[int]] = defaultdict(list)  # -> sender positions
     markers_received: Counter[tuple[str, Channel]] = Counter()
-    recorded: dict[tuple[str, Channel], list[tuple[str, int]]] = {}
+    recorded: dict[tuple[str, Channel], list[tuple[str, Any]]] = {}
     completed: Counter[tuple[str, str]] = Counter()
     snapshot_ids: dict[str, None] = {}  # ordered set
 
     for index, event in enumerate(events):
-        kind = _validate(index, event)
+        kind = _validate(index, event, fields)
         if kind == "node":
             if event["node"] in initial:
                 problems.append(f"node {event['node']} declared twice")
-            initial[event["node"]] = event[NODE_TALLY_KEY]
+            initial[event["node"]] = event[state_key]
             continue
         if kind == "channel":
             channels.append((event["src"], event["dst"]))
@@ -138,12 +167,12 @@ def check_trace(events: Iterable[Event], *, require_complete: bool = True, app: 
             channel = (event["node"], event["dst"])
             if event["msg"] in sends:
                 problems.append(f"transfer {event['msg']} sent twice")
-            sends[event["msg"]] = _Send(channel, event["pos"], event[MESSAGE_TALLY_KEY])
+            sends[event["msg"]] = _Send(channel, event["pos"], event[content_key])
         elif kind == "receive":
             channel = (event["src"], event["node"])
             if event["msg"] in receives:
                 problems.append(f"transfer {event['msg']} received twice")
-            receives[event["msg"]] = (channel, event["pos"], event[MESSAGE_TALLY_KEY])
+            receives[event["msg"]] = (channel, event["pos"], event[content_key])
         elif kind == "marker_sent":
             markers_sent[(event["snapshot"], (event["node"], event["dst"]))].append(event["pos"])
         elif kind == "marker_received":
@@ -152,15 +181,15 @@ def check_trace(events: Iterable[Event], *, require_complete: bool = True, app: 
             key = (event["snapshot"], event["node"])
             if key in cuts:
                 problems.append(f"snapshot {key[0]}: {key[1]} recorded its state twice")
-            cuts[key] = (event["pos"], event[NODE_TALLY_KEY])
+            cuts[key] = (event["pos"], event[state_key])
         elif kind == "channel_recorded":
             key = (event["snapshot"], (event["src"], event["dst"]))
             if key in recorded:
                 problems.append(f"snapshot {key[0]}: channel {_name(key[1])} recorded twice")
-            tallies = event[RECORDED_TALLIES_KEY]
-            if len(event["msgs"]) != len(tallies):
-                problems.append(f"snapshot {key[0]}: channel {_name(key[1])}: msgs and {RECORDED_TALLIES_KEY} differ in length")
-            recorded[key] = list(zip(event["msgs"], tallies, strict=False))  # lengths checked above
+            contents = event[contents_key]
+            if len(event["msgs"]) != len(contents):
+                problems.append(f"snapshot {key[0]}: channel {_name(key[1])}: msgs and {contents_key} differ in length")
+            recorded[key] = list(zip(event["msgs"], contents, strict=False))  # lengths checked above
         elif kind == "completed":
             completed[(event["snapshot"], event["node"])] += 1
 
@@ -174,19 +203,19 @@ def check_trace(events: Iterable[Event], *, require_complete: bool = True, app: 
     for msg, send in sends.items():
         if send.channel not in channel_set:
             problems.append(f"transfer {msg} sent on {_name(send.channel)}, which the topology lacks")
-        if problem := app.message_problem(msg, send.tally):
+        if problem := app.message_problem(msg, send.content):
             problems.append(problem)
-    for msg, (channel, _, tally) in receives.items():
+    for msg, (channel, _, content) in receives.items():
         send = sends.get(msg)
         if send is None:
             problems.append(f"transfer {msg} received on {_name(channel)} but never sent")
-        elif send.channel != channel or send.tally != tally:
+        elif send.channel != channel or send.content != content:
             problems.append(
-                f"transfer {msg} sent as {send.tally} on {_name(send.channel)}, received as {tally} on {_name(channel)}"
+                f"transfer {msg} sent as {send.content} on {_name(send.channel)}, received as {content} on {_name(channel)}"
             )
     problems += _check_fifo(sends, receives, markers_sent, at_node)
 
-    # Per node: positions unique; the app's rules over its history (the bank's: never negative).
+    # Per node: positions unique; the app's rules over its history.
     for node, history in at_node.items():
         if node not in initial:
             problems.append(f"events at undeclared node {node}")
@@ -200,7 +229,7 @@ def check_trace(events: Iterable[Event], *, require_complete: bool = True, app: 
     index = _TraceIndex(
         nodes=nodes, channels=channels, initial=initial, sends=sends, receives=receives, at_node=at_node,
         cuts=cuts, markers_sent=markers_sent, markers_received=markers_received, recorded=recorded,
-        completed=completed, reading=app.reading(),
+        completed=completed, app=app,
     )
     report = Report(nodes=len(nodes), channels=len(channels), transfers=len(sends))
     for sid in snapshot_ids:
@@ -216,7 +245,7 @@ def check_trace(events: Iterable[Event], *, require_complete: bool = True, app: 
 
 def _check_fifo(
     sends: Mapping[str, _Send],
-    receives: Mapping[str, tuple[Channel, int, int]],
+    receives: Mapping[str, tuple[Channel, int, Any]],
     markers_sent: Mapping[tuple[str, Channel], list[int]],
     at_node: Mapping[str, list[tuple[int, str, Event]]],
 ) -> list[str]:
@@ -263,16 +292,15 @@ class _ChannelLine:
 
 
 def trace_logs(
-    initial: Mapping[str, int], at_node: Mapping[str, list[tuple[int, str, Event]]], snapshot_ids: Iterable[str],
-    reading: Any = None,
+    initial: Mapping[str, Any], at_node: Mapping[str, list[tuple[int, str, Event]]], snapshot_ids: Iterable[str],
+    app: Part,
 ) -> tuple[cut.LogIndex, dict[tuple[Channel, str], int]]:
-    """The trace as the nodes' logs (`cut.record` of the lines they would write), read into a `cut.LogIndex`, and each
-    transfer's seq ((channel, msg) -> seq). `at_node`: each declared node's events
-    sorted by position. A channel's sends get seqs 1..n in the sender's position
+    """The trace as the nodes' logs (`cut.record` of the lines they would write), read into a `cut.LogIndex`
+    by the app's `cut.Reading`, and each transfer's seq ((channel, msg) -> seq). `at_node`: each declared
+    node's events sorted by position. A channel's sends get seqs 1..n in the sender's position
     order; a receive takes the seq of the send with its msg id on its channel (0
     when there is none: a receive the trace's own checks report, which still
-    counts in the receiver's tally); cuts stay cuts. `reading`: the app's
-    `cut.Reading` (default: the bank's). Markers are left out: the
+    counts in the receiver's state); cuts stay cuts. Markers are left out: the
     marker rules are the trace's own (a trace may lack marker receipts, and it
     judges snapshots still open)."""
     seq_of: dict[tuple[Channel, str], int] = {}
@@ -282,27 +310,29 @@ def trace_logs(
             if kind == "send":
                 channel = (node, event["dst"])
                 seq_of[(channel, event["msg"])] = sent[channel] = sent.get(channel, 0) + 1
-    # Each record is the line its node would log (the keys of the formats), read as the rules read one.
+    # Each record is the line its node would log (the value where the app logs it), read as the rules read one.
     logs: dict[str, list[wal.Record]] = {}
-    read = cut.record
-    for node, tally in initial.items():
+    read, logged = cut.record, app.logged
+    content_key, state_key = app.content_key, app.state_key
+    for node, state in initial.items():
         history = at_node.get(node, [])
-        log = logs[node] = [read({"lsn": history[0][0] - 1 if history else 0, "kind": "init", NODE_TALLY_KEY: tally})]
+        log = logs[node] = [read({"lsn": history[0][0] - 1 if history else 0, "kind": "init",
+                                  **logged("init", state)})]
         add = log.append
         for pos, kind, event in history:
             if kind == "send":
                 dst, msg = event["dst"], event["msg"]
                 # A msg id sent twice on a channel: both take the later seq (the trace reports it).
                 add(read({"lsn": pos, "kind": "send", "msg_id": msg, "src": node, "dst": dst,
-                          "seq": seq_of[((node, dst), msg)], MESSAGE_TALLY_KEY: event[MESSAGE_TALLY_KEY]}))
+                          "seq": seq_of[((node, dst), msg)], **logged("send", event[content_key])}))
             elif kind == "receive":
                 src, msg = event["src"], event["msg"]
                 add(read({"lsn": pos, "kind": "recv", "msg_id": msg, "src": src, "dst": node,
-                          "seq": seq_of.get(((src, node), msg), 0), MESSAGE_TALLY_KEY: event[MESSAGE_TALLY_KEY]}))
+                          "seq": seq_of.get(((src, node), msg), 0), **logged("recv", event[content_key])}))
             elif kind == "cut":
-                add(read({"lsn": pos, "kind": "cut", "snapshot_id": event["snapshot"], NODE_TALLY_KEY: event[NODE_TALLY_KEY]}))
-    reading = bank_trace.BANK.reading() if reading is None else reading
-    return cut.LogIndex.of(logs, snapshot_ids, reading=reading), seq_of
+                add(read({"lsn": pos, "kind": "cut", "snapshot_id": event["snapshot"],
+                          **logged("cut", event[state_key])}))
+    return cut.LogIndex.of(logs, snapshot_ids, reading=app.reading()), seq_of
 
 
 class _TraceIndex:
@@ -316,16 +346,16 @@ class _TraceIndex:
         *,
         nodes: Sequence[str],
         channels: Sequence[Channel],
-        initial: Mapping[str, int],
+        initial: Mapping[str, Any],
         sends: Mapping[str, _Send],
-        receives: Mapping[str, tuple[Channel, int, int]],
+        receives: Mapping[str, tuple[Channel, int, Any]],
         at_node: Mapping[str, list[tuple[int, str, Event]]],
-        cuts: Mapping[tuple[str, str], tuple[int, int]],
+        cuts: Mapping[tuple[str, str], tuple[int, Any]],
         markers_sent: Mapping[tuple[str, Channel], list[int]],
         markers_received: Mapping[tuple[str, Channel], int],
-        recorded: Mapping[tuple[str, Channel], list[tuple[str, int]]],
+        recorded: Mapping[tuple[str, Channel], list[tuple[str, Any]]],
         completed: Mapping[tuple[str, str], int],
-        reading: Any,
+        app: Part,
     ) -> None:
         self.nodes, self.channels, self.channel_set = nodes, channels, set(channels)
         self.sends, self.receives, self.cuts = sends, receives, cuts
@@ -334,20 +364,20 @@ class _TraceIndex:
         for msg, send in sorted(sends.items(), key=lambda kv: kv[1].pos):
             by_channel[send.channel].append((msg, send))
         self.lines = {channel: _ChannelLine(sent) for channel, sent in by_channel.items()}
-        self.recorded_by_sid: dict[str, list[tuple[Channel, list[tuple[str, int]]]]] = defaultdict(list)
+        self.recorded_by_sid: dict[str, list[tuple[Channel, list[tuple[str, Any]]]]] = defaultdict(list)
         for (sid, channel), items in recorded.items():
             self.recorded_by_sid[sid].append((channel, items))
         self.marker_channels_by_sid: dict[str, list[Channel]] = defaultdict(list)
         for sid, channel in markers_sent:
             self.marker_channels_by_sid[sid].append(channel)
         sids = {sid for sid, _ in cuts} | {sid for sid, _ in recorded}
-        self.logs, self.seq_of = trace_logs(initial, at_node, sids, reading)
+        self.logs, self.seq_of = trace_logs(initial, at_node, sids, app)
 
     def cut_pos(self, sid: str, node: str) -> float:
         return self.cuts[(sid, node)][0] if (sid, node) in self.cuts else INFINITY
 
 
-def _check_snapshot(sid: str, ix: _TraceIndex, app: Any, *, total: int, require_complete: bool) -> list[str]:
+def _check_snapshot(sid: str, ix: _TraceIndex, app: Part, *, total: Any, require_complete: bool) -> list[str]:
     p: list[str] = []
     say = p.append
     nodes, channels, cuts, completed = ix.nodes, ix.channels, ix.cuts, ix.completed
@@ -399,13 +429,13 @@ def _check_snapshot(sid: str, ix: _TraceIndex, app: Any, *, total: int, require_
     snap = cut.Snapshot(
         snapshot_id=sid,
         nodes=[(node, cuts[(sid, node)][1]) for node in nodes if (sid, node) in cuts],
-        channels=[(src, dst, [(msg, tally, ix.seq_of.get(((src, dst), msg), 0)) for msg, tally in items])
+        channels=[(src, dst, [(msg, content, ix.seq_of.get(((src, dst), msg), 0)) for msg, content in items])
                   for (src, dst), items in recorded.items()],
     )
     verdict = cut.check_snapshot(ix.logs, snap, topology=channels)
     p += _in_trace_words(sid, ix, verdict, recorded)
 
-    # The app's whole-snapshot rules (the bank's conservation), once the whole snapshot is in.
+    # The app's whole-snapshot rules, once the whole snapshot is in.
     is_complete = all((sid, n) in cuts for n in nodes) and all(c in recorded for c in channels)
     if is_complete and (problem := app.whole_problem(sid, {q.rule for q in verdict.problems}, verdict.whole, total)):
         say(problem)
@@ -413,7 +443,7 @@ def _check_snapshot(sid: str, ix: _TraceIndex, app: Any, *, total: int, require_
 
 
 def _in_trace_words(
-    sid: str, ix: _TraceIndex, verdict: cut.Verdict, recorded: Mapping[Channel, list[tuple[str, int]]],
+    sid: str, ix: _TraceIndex, verdict: cut.Verdict, recorded: Mapping[Channel, list[tuple[str, Any]]],
 ) -> list[str]:
     """The problems `cut.check_snapshot` found that the trace's rules name, in the
     trace's words; the rest are the trace's own checks' (FIFO, receives, liveness)."""
@@ -448,7 +478,7 @@ def _in_trace_words(
         expected = verdict.expected.get((src, dst))
         if expected is None or not ix.completed.get((sid, dst)):
             continue
-        want = [(msg, tally) for msg, tally, _ in expected]
+        want = [(msg, content) for msg, content, _ in expected]
         if items != want:
             say(f"snapshot {sid}: {_name((src, dst))} recorded {items}; sent before {src}'s cut and "
                 f"received after {dst}'s cut: {want}")

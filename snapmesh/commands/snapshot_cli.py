@@ -429,10 +429,11 @@ def stored_files(target: str, data_dir: str | None) -> list[Path]:
 
 
 def _verify(args) -> int:
+    import snapmesh.bank.snapshot as bank_rules  # the v1 figures' arithmetic: the bank's, applied where a file has them
     from snapmesh.checking import snapshot_file
 
     files = stored_files(args.target, args.data_dir)
-    verdicts = [snapshot_file.check(p) for p in files]
+    verdicts = [snapshot_file.check(p, rules=bank_rules) for p in files]
     if args.json:
         print(json.dumps({"ok": all(v.ok for v in verdicts), "files": [v.as_dict() for v in verdicts]}, indent=2))
     else:

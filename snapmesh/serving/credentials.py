@@ -174,7 +174,7 @@ def open_server_port(server: grpc.aio.Server, address: str, identity: Identity |
 
 def metrics_tls(identity: Identity | None) -> dict[str, Any]:
     """The `start_http_server` arguments for a process's /metrics:
-    with `protect_reads` the metrics (balances among them) are read-protected
+    with `protect_reads` the metrics (an app's figures among them) are read-protected
     too, so they are served over HTTPS that asks for a client certificate
     signed by the cluster's CA, the same mutual TLS as the gRPC port. Otherwise
     plain HTTP, as before."""

@@ -346,8 +346,8 @@ def test_generated_code_is_not_sized():
 
 BANK_WORD = re.compile(r"(?<![a-z0-9])(?:balances?|amounts?|money)(?![a-z0-9])", re.IGNORECASE)
 # Where the rule holds, in full: the pure protocol (the controller's machine, the node's,
-# the log and the reports), the controller's and the node's shells, and every checker.
-APP_NEUTRAL = ("snapmesh/protocol", "services/controller", "services/node", "snapmesh/checking")
+# the log and the reports), the serving layer, the controller's and the node's shells, and every checker.
+APP_NEUTRAL = ("snapmesh/protocol", "snapmesh/serving", "services/controller", "services/node", "snapmesh/checking")
 WHERE_THE_BANK_IS = ("the bank's fields are snapmesh/bank/v1fields.py's and wire.py's, its format keys formats.py's, "
                      "its rules rules.py's, its part of the checkers logs.py, trace.py, snapshot.py and cut.py")
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import snapmesh.bank.logs as bank_logs
 from snapmesh.checking.logcheck import InvariantViolation, RecordedSnapshot, check_logs
 from snapmesh.checking.node_logs import read_logs
 
@@ -35,7 +36,7 @@ CHANNELS = [("p1", "p2"), ("p2", "p1")]
 def honest() -> RecordedSnapshot:
     return RecordedSnapshot(
         snapshot_id="s1",
-        tallies={"p1": 90, "p2": 100},
+        states={"p1": 90, "p2": 100},
         in_flight={("p1", "p2"): [("p1:p2:1", 10, 1)], ("p2", "p1"): []},
     )
 
@@ -57,12 +58,12 @@ def logs(tmp_path: Path) -> dict:
 
 def test_segments_are_read_in_lsn_order_and_the_honest_run_passes(logs) -> None:
     assert [r["lsn"] for r in logs["p1"]] == [1, 2, 3, 4, 5, 6]
-    report = check_logs(logs, [honest()], channels=CHANNELS)
+    report = check_logs(logs, [honest()], channels=CHANNELS, app=bank_logs)
     assert report.transfers == 1 and report.snapshots == {"s1": True}
 
 
 def lie(**changes) -> RecordedSnapshot:
-    fields = {"snapshot_id": "s1", "tallies": {"p1": 90, "p2": 100},
+    fields = {"snapshot_id": "s1", "states": {"p1": 90, "p2": 100},
               "in_flight": {("p1", "p2"): [("p1:p2:1", 10, 1)], ("p2", "p1"): []}}
     return RecordedSnapshot(**{**fields, **changes})
 
@@ -71,14 +72,14 @@ def lie(**changes) -> RecordedSnapshot:
     ("snapshot", "words"),
     [
         (lie(in_flight={("p1", "p2"): [], ("p2", "p1"): []}), "in flight []"),
-        (lie(tallies={"p1": 80, "p2": 100}), "p1 recorded 80"),
+        (lie(states={"p1": 80, "p2": 100}), "p1 recorded 80"),
         (lie(in_flight={("p1", "p2"): [("p1:p2:1", 11, 1)], ("p2", "p1"): []}), "in flight"),
         (lie(in_flight={("p1", "p2"): [("p1:p2:1", 10, 1)]}), "records channels"),
     ],
 )
 def test_each_lie_in_a_snapshot_is_caught(logs, snapshot, words) -> None:
     with pytest.raises(InvariantViolation) as info:
-        check_logs(logs, [snapshot], channels=CHANNELS)
+        check_logs(logs, [snapshot], channels=CHANNELS, app=bank_logs)
     assert words in str(info.value)
 
 
@@ -86,11 +87,11 @@ def test_a_second_marker_and_a_bad_cut_in_the_logs_are_caught(logs) -> None:
     logs["p2"].append({"node": "p2", "lsn": 6, "kind": "marker_recv", "snapshot_id": "s1", "src": "p1", "dst": "p2",
                        "seq": 3})
     with pytest.raises(InvariantViolation, match="1 markers out and 2 in"):
-        check_logs(logs, [honest()], channels=CHANNELS)
+        check_logs(logs, [honest()], channels=CHANNELS, app=bank_logs)
     logs["p2"].pop()
     logs["p1"][3] = {**logs["p1"][3], "balance": 95}
     with pytest.raises(InvariantViolation, match="its cut says 95"):
-        check_logs(logs, [honest()], channels=CHANNELS)
+        check_logs(logs, [honest()], channels=CHANNELS, app=bank_logs)
 
 
 def test_a_snapshot_aborted_at_the_receiver_before_its_marker_came_is_no_violation(tmp_path: Path) -> None:
@@ -109,13 +110,13 @@ def test_a_snapshot_aborted_at_the_receiver_before_its_marker_came_is_no_violati
           {"kind": "send", "msg_id": "p2:p1:2", "src": "p2", "dst": "p1", "seq": 2, "amount": 5}]
     write_log(tmp_path, "p1", p1)
     write_log(tmp_path, "p2", p2)
-    check_logs(read_logs(tmp_path), [], channels=[("p2", "p1")])
+    check_logs(read_logs(tmp_path), [], channels=[("p2", "p1")], app=bank_logs)
 
     p1[1:2] = [{"kind": "cut", "snapshot_id": "s2", "balance": 100}]  # p1 did cut, yet got the transfer first
     p1.append(p1.pop(1))
     write_log(tmp_path, "p1", p1)
     with pytest.raises(InvariantViolation, match="p2:p1:2 was sent after p2's cut but received before p1's cut"):
-        check_logs(read_logs(tmp_path), [], channels=[("p2", "p1")])
+        check_logs(read_logs(tmp_path), [], channels=[("p2", "p1")], app=bank_logs)
 
 
 def extend(logs: dict, node: str, records: list[dict]) -> None:
@@ -138,11 +139,11 @@ def test_a_snapshot_aborted_at_a_node_before_it_recorded_is_no_inconsistent_cut(
         {"kind": "marker_recv", "snapshot_id": "s2", "src": "p1", "dst": "p2", "seq": 3},
         {"kind": "recv", "msg_id": "p1:p2:4", "src": "p1", "dst": "p2", "seq": 4, "amount": 5},
     ])
-    check_logs(logs, [honest()], channels=CHANNELS)
+    check_logs(logs, [honest()], channels=CHANNELS, app=bank_logs)
     logs["p2"] = honest_p2
     extend(logs, "p2", [
         {"kind": "recv", "msg_id": "p1:p2:4", "src": "p1", "dst": "p2", "seq": 4, "amount": 5},
         {"kind": "cut", "snapshot_id": "s2", "balance": 105},
     ])
     with pytest.raises(InvariantViolation, match="p1:p2:4 was sent after p1's cut but received before p2's cut"):
-        check_logs(logs, [honest()], channels=CHANNELS)
+        check_logs(logs, [honest()], channels=CHANNELS, app=bank_logs)

@@ -13,6 +13,7 @@ import pytest
 from snapmesh.checking import cut
 from snapmesh.checking.trace import INFINITY, _ChannelLine, _Send, trace_logs
 import snapmesh.bank.cut as bank_cut
+from snapmesh.bank.trace import BANK
 from snapmesh.protocol import wal
 
 SEEDS = range(300)
@@ -56,8 +57,8 @@ def test_the_trace_as_logs_gives_the_balance_and_seqs_before_each_cut(seed: int)
     (or receives) before it."""
     rng = random.Random(seed)
     sent, receives = _channel(rng)
-    at_a = [(s.pos, "send", {"dst": "b", "msg": m, "amount": s.tally}) for m, s in sent]
-    amount = {m: s.tally for m, s in sent}
+    at_a = [(s.pos, "send", {"dst": "b", "msg": m, "amount": s.content}) for m, s in sent]
+    amount = {m: s.content for m, s in sent}
     at_b = [(pos, "receive", {"src": "a", "msg": m, "amount": amount[m]}) for m, (_, pos, _) in receives.items()]
     cuts = {}
     for node, history in (("a", at_a), ("b", at_b)):
@@ -68,13 +69,13 @@ def test_the_trace_as_logs_gives_the_balance_and_seqs_before_each_cut(seed: int)
             history.append((pos, "cut", {"snapshot": f"s{k}", "balance": 0}))
             cuts[(f"s{k}", node)] = pos
         history.sort(key=lambda item: item[0])
-    index, seq_of = trace_logs({"a": 500, "b": 7}, {"a": at_a, "b": at_b}, {sid for sid, _ in cuts})
+    index, seq_of = trace_logs({"a": 500, "b": 7}, {"a": at_a, "b": at_b}, {sid for sid, _ in cuts}, BANK)
     assert [seq_of[(("a", "b"), m)] for m, _ in sent] == list(range(1, len(sent) + 1)), f"seed {seed}"
     for (sid, node), pos in cuts.items():
         state = index.cut(sid, node)
         if node == "a":
             before = [s for _, s in sent if s.pos < pos]
-            assert index.reading.state(node, state) == 500 - sum(s.tally for s in before), f"seed {seed}"
+            assert index.reading.state(node, state) == 500 - sum(s.content for s in before), f"seed {seed}"
             assert state.links.get(("out", "b"), (0, 0, 0))[:2] == (len(before), len(before)), f"seed {seed}"
         else:
             got = [m for m, (_, p, _) in receives.items() if p < pos]
@@ -98,7 +99,7 @@ def test_the_expected_in_flight_is_sent_before_the_cut_minus_received_before_the
         for i, (msg, send) in enumerate(sent):
             if i == a_cut:
                 a_log.append(wal.Cut(lsn=len(a_log) + 1, snapshot_id="s", tally=0))
-            a_log.append(wal.Send(lsn=len(a_log) + 1, msg_id=msg, src="a", dst="b", seq=seq_of[msg], tally=send.tally))
+            a_log.append(wal.Send(lsn=len(a_log) + 1, msg_id=msg, src="a", dst="b", seq=seq_of[msg], tally=send.content))
         if a_cut == len(sent):
             a_log.append(wal.Cut(lsn=len(a_log) + 1, snapshot_id="s", tally=0))
         b_log: list = [wal.Init(lsn=1, tally=0)]
@@ -106,13 +107,13 @@ def test_the_expected_in_flight_is_sent_before_the_cut_minus_received_before_the
         for i, msg in enumerate(got):
             if i == b_cut:
                 b_log.append(wal.Cut(lsn=len(b_log) + 1, snapshot_id="s", tally=0))
-            tally = dict(sent)[msg].tally
+            tally = dict(sent)[msg].content
             b_log.append(wal.Recv(lsn=len(b_log) + 1, msg_id=msg, src="a", dst="b", seq=seq_of[msg], tally=tally))
         if b_cut == len(got):
             b_log.append(wal.Cut(lsn=len(b_log) + 1, snapshot_id="s", tally=0))
         verdict = cut.check_snapshot(cut.LogIndex.of({"a": a_log, "b": b_log}, reading=bank_cut.Reading()),
                                      cut.Snapshot("s", [], []))
         before = set(got[:b_cut])
-        expected = [(m, s.tally, seq_of[m]) for m, s in sent[:a_cut] if m not in before]
+        expected = [(m, s.content, seq_of[m]) for m, s in sent[:a_cut] if m not in before]
         rules = {p.rule for p in verdict.problems}
         assert cut.RECEIVER_NOT_PREFIX in rules or verdict.expected.get(("a", "b"), []) == expected, f"seed {seed}"

@@ -31,6 +31,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from snapmesh.checking.steps import StepChecker  # noqa: E402
 from snapmesh.checking.trace import InvariantViolation, check_trace  # noqa: E402
+from snapmesh.bank.trace import BANK, Ledger  # noqa: E402
 
 from snapmesh.protocol.node import core# noqa: E402
 from snapmesh.sim import from_dict, simulate  # noqa: E402
@@ -119,7 +120,7 @@ def build_case(seed: int, *, step_checks: bool, progress: dict[str, Any] | None 
     base = {"nodes": balances, **({} if channels is None else {"channels": channels}), "steps": []}
     steps: list[list[Any]] = []
     progress.update(description=description, sim_seed=sim_seed, scenario={**base, "steps": steps})
-    checker = StepChecker() if step_checks else None
+    checker = StepChecker(Ledger()) if step_checks else None
 
     def check_now(sim: Simulator) -> None:
         assert checker is not None
@@ -168,7 +169,7 @@ def build_case(seed: int, *, step_checks: bool, progress: dict[str, Any] | None 
 
 def check_case(case: Case, *, replay: bool) -> None:
     sim = case.sim
-    report = check_trace(sim.trace, require_complete=True)
+    report = check_trace(sim.trace, app=BANK, require_complete=True)
     out = sim.output()
     ids = [s["id"] for s in out["snapshots"]]
     assert ids == sorted(set(ids), key=ids.index) and set(ids) == set(report.snapshots)
@@ -333,13 +334,13 @@ def _mutations() -> list[tuple[str, Any]]:
 @pytest.mark.parametrize("name,mutate", _mutations(), ids=[name for name, _ in _mutations()])
 def test_the_checker_catches_a_broken_trace(name: str, mutate: Any) -> None:
     trace = _trace_of(1)
-    check_trace(trace)  # the honest trace passes
+    check_trace(trace, app=BANK)  # the honest trace passes
     mutate(trace)
     with pytest.raises(InvariantViolation):
-        check_trace(trace)
+        check_trace(trace, app=BANK)
     if name not in ("cut before a send", "a node never completes", "channel not FIFO"):
         # The step checker notices too, while the events stream in.
         with pytest.raises(InvariantViolation):
-            checker = StepChecker()
+            checker = StepChecker(Ledger())
             checker.feed_all(trace)
             checker.check_state()

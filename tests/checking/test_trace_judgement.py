@@ -43,7 +43,7 @@ def trace(*changes: tuple[int, dict[str, Any]], extra: tuple[dict[str, Any], ...
 
 def problems(events: list[dict[str, Any]], **kwargs: Any) -> list[str]:
     with pytest.raises(InvariantViolation) as info:
-        check_trace(events, **kwargs)
+        check_trace(events, **{"app": BANK, **kwargs})
     return str(info.value).splitlines()
 
 
@@ -53,7 +53,7 @@ CUT_B = 5
 
 
 def test_the_honest_trace_passes() -> None:
-    report = check_trace(trace())
+    report = check_trace(trace(), app=BANK)
     assert report.snapshots == {"s1": True} and report.transfers == 1
 
 
@@ -130,8 +130,8 @@ class _Overdrawn(BankTrace):
         return []
 
 
-def test_the_app_part_is_a_parameter_and_the_bank_is_the_default() -> None:
-    # A's transfer of 150 overdraws it: the bank's part (the default) says so; an app part that allows it does not.
+def test_the_app_part_is_a_parameter() -> None:
+    # A's transfer of 150 overdraws it: the bank's part says so; an app part that allows it does not.
     events = trace((0, {"balance": 100}), (4, {"amount": 150}), (8, {"balance": -50}), (12, {"amount": 150}),
                    (14, {"amounts": [150]}))
     assert problems(events) == ["node A: balance -50 < 0 after position 1"]

@@ -30,6 +30,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import snapmesh.bank.logs as bank_logs
 from snapmesh.checking import node_logs
 from snapmesh.protocol import wal
 from snapmesh.settings import config
@@ -185,7 +186,7 @@ def test_the_transfer_logs_carry_no_balance_or_amount_and_still_read(shard):
     assert {"init", "send", "recv", "cut", "restore"} <= kinds, kinds
     tallied = [r for records in logs.values() for r in records if {"balance", "amount"} & set(r)]
     assert not tallied, tallied[:5]
-    assert node_logs.log_events(logs)  # the checkers' reading: a missing tally is an app's 0
+    assert node_logs.log_events(logs, bank_logs)  # the bank's reading: a missing tally is an app's 0
     for node in logs:
         for path in node_logs.log_files(shard["data_dir"], node):
             lines, _ = wal.split_lines(path.read_bytes(), str(path))

@@ -24,6 +24,7 @@ import pytest
 
 from support.cluster_helpers import controller_stub, node_stub
 from support.polling import wait_for as _wait_for
+import snapmesh.bank.logs as bank_logs
 from snapmesh.checking.logcheck import check_logs_by_epoch, check_restore
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.processes.supervisor import Cluster
@@ -258,8 +259,9 @@ def test_every_epoch_and_every_restore_against_the_logs(cluster, history):
     logs = read_logs(cluster.config.data_dir, cluster.node_ids)
     by_id = {s.snapshot_id: s for s in history["snapshots"]}
     for sid, epoch in history["restores"]:
-        check_restore(logs, by_id[sid], epoch)
+        check_restore(logs, by_id[sid], epoch, bank_logs)
     reports = check_logs_by_epoch(
-        logs, history["snapshots"], channels=cluster.config.topology.channels, total=cluster.config.expected_total
+        logs, history["snapshots"], channels=cluster.config.topology.channels, total=cluster.config.expected_total,
+        app=bank_logs,
     )
     assert sorted(reports) == [1, 2, 3, 4, 5, 6]

@@ -21,6 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from snapmesh.checking.steps import StepChecker  # noqa: E402
 from snapmesh.checking.trace import check_trace  # noqa: E402
+from snapmesh.bank.trace import BANK, Ledger  # noqa: E402
 
 from snapmesh import cli  # noqa: E402
 from snapmesh.sim import loads, simulate  # noqa: E402
@@ -223,9 +224,9 @@ def test_exact_output_in_process(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_invariants_hold_on_the_hand_computed_traces(name: str) -> None:
     sim = simulate(loads((EXAMPLES / name).read_text()), 0)
-    report = check_trace(sim.trace)
+    report = check_trace(sim.trace, app=BANK)
     assert all(report.snapshots.values()) and report.snapshots
-    step = StepChecker()
+    step = StepChecker(Ledger())
     step.feed_all(sim.trace)
     step.check_state()
 
@@ -257,7 +258,7 @@ def test_bank_demo_scenario_is_deterministic_and_consistent() -> None:
             assert s["complete"] and s["markers"] == 6
             assert sum(s["nodes"].values()) + sum(sum(v) for v in s["channels"].values()) == total
         assert sum(out["final"].values()) == total
-        check_trace(simulate(loads(path.read_text()), seed).trace)
+        check_trace(simulate(loads(path.read_text()), seed).trace, app=BANK)
 
 
 def test_incomplete_snapshot_lists_only_what_was_recorded() -> None:

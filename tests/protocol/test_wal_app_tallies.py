@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+import snapmesh.bank.logs as bank_logs
 from snapmesh.checking import cut, node_logs
 from snapmesh.protocol import app_tallies, wal
 from snapmesh.trace import shiviz
@@ -96,7 +97,7 @@ def test_the_log_readers_read_an_apps_log_with_or_without_the_zeros(tmp_path, ol
     write_log(tmp_path, two_app_nodes(old))
     logs = node_logs.read_logs(tmp_path)
     assert old or not any(TALLY_KEYS & set(r) for records in logs.values() for r in records), logs
-    events = node_logs.log_events(logs)
+    events = node_logs.log_events(logs, bank_logs)
     assert [e.get("balance", e.get("amount")) for e in events if e["event"] in ("node", "send", "receive", "cut")] \
         == [0] * 6, events
     read = {node: [cut.record(r, node) for r in records] for node, records in logs.items()}
@@ -110,4 +111,4 @@ def test_the_log_readers_read_an_apps_log_with_or_without_the_zeros(tmp_path, ol
 
 def test_log_events_names_a_native_record_without_its_tally():
     with pytest.raises(node_logs.LogReadError, match=r"^a's log, lsn 1: init record needs an integer 'balance'$"):
-        node_logs.log_events({"a": [{"node": "a", "lsn": 1, "kind": "init"}]})
+        node_logs.log_events({"a": [{"node": "a", "lsn": 1, "kind": "init"}]}, bank_logs)

@@ -23,6 +23,7 @@ from google.protobuf import json_format
 from support.cluster_helpers import controller_stub
 from support.polling import WaitTimedOut, wait_for
 from snapmesh.checking.logcheck import check_logs
+import snapmesh.bank.logs as bank_logs
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.settings.config import write_cluster
 from snapmesh.bank.load import BackgroundLoad
@@ -107,7 +108,8 @@ def test_the_same_run_passes_the_test_suites_own_log_checker(cluster_run, bank):
     snapshots = [json_format.Parse(f.read_text(), pb.Snapshot()) for f in sorted((cluster_run / "snapshots").glob("*.json"))]
     complete = [s for s in snapshots if s.status == pb.Snapshot.COMPLETE]
     logs = read_logs(cluster_run, [n.node_id for n in complete[0].nodes])
-    report = check_logs(logs, complete, channels=[(c.src, c.dst) for c in complete[0].channels], total=4000)
+    report = check_logs(logs, complete, channels=[(c.src, c.dst) for c in complete[0].channels], total=4000,
+                        app=bank_logs)
     assert report.transfers > 0 and set(report.snapshots) >= {s.snapshot_id for s in complete}
 
 

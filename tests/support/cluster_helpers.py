@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 import grpc
 
 from snapmesh.checking.logcheck import Report, check_logs
+import snapmesh.bank.logs as bank_logs
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.serving import credentials
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -52,7 +53,7 @@ def check_against_logs(cluster, snapshots: Iterable, logs: dict[str, list[dict]]
     (read now unless given) against its COMPLETE controller `snapshots`."""
     if logs is None:
         logs = read_logs(cluster.data_dir, cluster.node_ids)
-    return check_logs(logs, snapshots, channels=cluster.config.topology.channels,
+    return check_logs(logs, snapshots, channels=cluster.config.topology.channels, app=bank_logs,
                       total=cluster.config.expected_total)
 
 

@@ -26,6 +26,7 @@ import grpc
 
 from support.polling import wait_for
 from snapmesh.checking.logcheck import RecordedSnapshot, check_logs
+import snapmesh.bank.logs as bank_logs
 from snapmesh.bank.logs import figures, money_check
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.processes import supervisor
@@ -208,9 +209,10 @@ class Cluster(supervisor.Cluster):
 
     def check_snapshots(self, logs: dict[str, list[dict]], *reports: dict[str, pb.FullState]) -> None:
         """The one log checker (snapmesh/checking/logcheck.py) on snapshots given as every node's FullState."""
-        snapshots = [RecordedSnapshot.from_states({n: _bank_figures(s) for n, s in states.items()}, self.channels)
+        snapshots = [RecordedSnapshot(*bank_logs.recorded_states({n: _bank_figures(s) for n, s in states.items()},
+                                                                 self.channels))
                      for states in reports]
-        check_logs(logs, snapshots, channels=self.channels, total=self.total)
+        check_logs(logs, snapshots, channels=self.channels, total=self.total, app=bank_logs)
 
     def close(self) -> None:
         for channel in self._channels.values():
