@@ -55,14 +55,13 @@ from typing import Any
 import grpc
 
 from snapmesh.app import App, AppError, Refused, Reply
-from snapmesh.bank.formats import NODE_TALLY_KEY
+from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.hybrid import HybridNode
 from snapmesh.protocol.node.link import DEFAULT_MARK
 from snapmesh.protocol.node.machine import Node
 from snapmesh.serving.datalock import DataDirLock, DataDirLocked
 from snapmesh.serving.durable import fsync_dir
 from snapmesh.serving.runtime import CLIENT_OPTIONS, Failure, Services
-from snapmesh.services.node.bank_edge import recovered_tally
 from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
 from snapmesh.services.node.edge import REFUSAL_CODE, Edge
 from snapmesh.services.node.engine import Engine
@@ -341,12 +340,6 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
         path, node_id, last_lsn=recovered.last_lsn, on_durable=on_durable, observe_fsync=metrics.observe_fsync,
         observe_round=metrics.observe_round,
     )
-    if not recovered.fresh:
-        log.info(
-            "recovered from %s: %s %d, %d records read, %d unacknowledged-or-unknown messages, abandoned snapshots: %d",
-            path, NODE_TALLY_KEY, recovered_tally(recovered, app), recovered.records,
-            sum(len(v) for v in recovered.outbox.values()), len(recovered.abandoned),
-        )
     # The node machine: core + links + log positions (snapmesh/protocol/node/machine.py); everything below is its shell.
     hybrid = {"align_timeout": cfg.align_timeout_ms / 1e3} if cfg.snapshot_mode == "hybrid" else {}
     node_machine = (HybridNode if hybrid else Node)(
@@ -389,7 +382,17 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
         raise StartFailed(f"cannot write the transfer log {path}: {exc}", 1) from None
     engine.durable(translog.durable_lsn)
     edge = Edge(engine)  # commands into the app: Submit and SubmitBatch call it, as the embedding program does
-    servicer = NodeServicer(engine, edge)
+    try:
+        servicer = NodeServicer(engine, edge)  # with the extra edge its app names (extra_edge.py), which may say `held`
+    except AppError as exc:  # X1: not without the edge its app asked for
+        await translog.close()
+        raise StartFailed(str(exc), 2) from None
+    if not recovered.fresh:
+        log.info(
+            "recovered from %s: %s, %d records read, %d unacknowledged-or-unknown messages, abandoned snapshots: %d",
+            path, engine.held(_digest(node_machine)), recovered.records,
+            sum(len(v) for v in recovered.outbox.values()), len(recovered.abandoned),
+        )
     metrics.initialise(incoming=incoming, outgoing=outgoing, codes={c.name for c in REFUSAL_STATUS.values()},
                        command_codes={*REFUSAL_CODE.values(), "ABORTED"})
     if receive_limit:
@@ -406,8 +409,8 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     for channel in channels.values():
         channel.start()
     reporter.resume(unreported, recovered.last_lsn)
-    # The bank its file names by its own names says its tally, as the bank's line always has (operators grep it).
-    what = f"{NODE_TALLY_KEY} {recovered_tally(recovered, app)}" if not spec and app.name == BANK else f"app {spec or app.name}"
+    # The bank its file names by its own names (spec "") says what it holds, as its line always has (operators grep it).
+    what = engine.held() if not spec and engine.held_text is not None else f"app {spec or app.name}"
     if node_machine.stopped:  # its log ends in a stop snapshot (fence.py F4)
         what += (f"; fenced: stopped for snapshot {node_machine.stopped}, it answers only health and RestoreState"
                  " until it is restored")
@@ -416,6 +419,12 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
         reporter=reporter, translog=translog, lock=lock, key=key, receive_limit=receive_limit,
         serving_line=f"node {node_id} serving on {cfg.bind_address(node)} ({what})", log_path=path,
     )
+
+
+def _digest(node: Node) -> str:
+    """The digest of the app's state a node recovered ("" with no app)."""
+    state = node.app_state()
+    return "" if state is None else digest(state)
 
 
 async def embed(

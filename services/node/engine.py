@@ -31,7 +31,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from snapmesh.bank.formats import NODE_TALLY_KEY  # the log lines keep their v1 wording
 from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.reporter import StateReporter
@@ -88,10 +87,13 @@ class Engine:
         self._timer_at: float | None = None
         self._counted = (0, 0, 0, 0, 0, 0)
         self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
-        # The app's state read as the node's tally (the tally gauge, log lines, transfers received),
-        # installed by the bank's v1 adapter on a node that hosts the bank app (bank_edge.py); None:
-        # the node's own tally (the native bank's; 0 for an app).
+        # The app's state read as the node's tally (the tally gauge, transfers received), installed by
+        # the bank's v1 adapter on a node that hosts the bank app (snapmesh/bank/edge.py); None: the
+        # node's own tally (the native bank's; 0 for an app).
         self.tally_of: Callable[[], int] | None = None
+        # What a log line says this node holds, when its app's extra edge says it in its own words
+        # (extra_edge.py; the bank's keeps its v1 wording, which operators grep); None: `held`'s.
+        self.held_text: Callable[[], str] | None = None
         metrics.tally.set(node.tally)
         metrics.epoch.set(node.epoch)
         metrics.request_window_bytes.set(node.request_window_bytes)
@@ -409,7 +411,7 @@ class Engine:
                 record = effect.record
                 append(record)
                 if type(record) is wal.Cut:
-                    held = self._held(record.tally, record.digest)
+                    held = self.held(record.digest)
                     log.info("snapshot %s: recorded local state (%s)", record.snapshot_id, held)
                 elif type(record) is wal.Abort:
                     log.warning("snapshot %s: dropped here (%s)", record.snapshot_id, record.reason or "no reason given")
@@ -435,7 +437,7 @@ class Engine:
             elif kind is fx.ReportCancelled:
                 self.reporter.cancel(effect.snapshot_id)
             elif kind is fx.EndStreams:
-                log.warning("%s (%s): ending the older epoch's streams", effect.reason, self._held(node.tally))
+                log.warning("%s (%s): ending the older epoch's streams", effect.reason, self.held())
                 for dst in effect.outgoing:
                     self.outgoing[dst].restart()
                 for src in effect.incoming:
@@ -447,12 +449,11 @@ class Engine:
             self._metrics()
         self._arm_timer()
 
-    def _held(self, tally: int, digest: str = "") -> str:
-        """What a log line says this node holds: the bank's tally (by its v1 key), an app's state (its digest when known)."""
-        if self.tally_of is not None:
-            return f"{NODE_TALLY_KEY} {self.tally_of()}"
-        if not self.app_spec:
-            return f"{NODE_TALLY_KEY} {tally}"
+    def held(self, digest: str = "") -> str:
+        """What a log line says this node holds: its app's words for it (`held_text`), else
+        its app's state (its digest when known)."""
+        if self.held_text is not None:
+            return self.held_text()
         return f"app state sha256:{digest[:16]}" if digest else "app state"
 
     def _metrics(self) -> None:

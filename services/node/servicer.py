@@ -5,15 +5,17 @@ messages (the engine never sees protobuf), makes one synchronous engine call,
 then waits until the log holds what it did before answering: a response never
 runs ahead of the disk. A client's answer is the node machine's `Reply` (node
 rule N11): this module only turns it into a response. Why the core refused a
-transfer maps to a status code in one table, `REFUSAL_STATUS` (edge.py's
+command maps to a status code in one table, `REFUSAL_STATUS` (edge.py's
 `REFUSAL_CODE`); the node's epoch fence (EpochFenced) to FAILED_PRECONDITION
 (stale) or UNAVAILABLE. An app's commands (Submit, SubmitBatch) are calls of
 the node's `Edge` (edge.py), which an embedding program calls alike: this
-module turns its `Refused` into the status it names.
+module turns its `Refused` into the status it names. The RPCs an app answers
+itself (the bank's v1 Transfer, TransferBatch and GetState) go to the extra
+edge its App names (extra_edge.py), loaded by name: this module knows no app.
 
 Who may call what is snapmesh.settings.access, checked before a handler runs:
 StartSnapshot, AbortSnapshot and RestoreState answer only the controller's
-certificate (AUTH2: a restore's tally and in-flight transfers are the snapshot's
+certificate (AUTH2: a restore's state and in-flight messages are the snapshot's
 the controller names, never a caller's); a Channel stream only its `src`'s (AUTH3,
 checked here, as the request names it).
 """
@@ -30,12 +32,13 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from snapmesh.app import Refused as AppRefused
-from snapmesh.services.node.bank_edge import BankEdge
 from snapmesh.services.node.channels import AckWriter, read_or_end
+from snapmesh.services.node import extra_edge
 from snapmesh.services.node.edge import (  # noqa: F401  (MAX_COMMAND_BYTES: the limit is named from here too)
-    FLOW_CONTROL_WAIT_S, MAX_COMMAND_BYTES, REFUSAL_CODE, Edge, taken_back_text,
+    MAX_COMMAND_BYTES, REFUSAL_CODE, Edge,
 )
-from snapmesh.services.node.engine import AppMessage, Engine, Refused
+from snapmesh.services.node.engine import AppMessage, Engine
+from snapmesh.services.node.extra_edge import MAX_BATCH  # noqa: F401  (the limit is named from here too)
 from snapmesh.services.node.frames import check_payload_runs, payloads, run_payloads
 from snapmesh.services.node.translog import LogClosedError
 from snapmesh.protocol import chunking
@@ -45,7 +48,6 @@ from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.node.epochs import EpochFenced
 from snapmesh.protocol.node.fence import FenceRefused
 from snapmesh.protocol.node.effects import Reply, ReplyBatch, RestoreReply
-import snapmesh.bank.wire as wire
 from snapmesh.bank.wire import message_tally, run_tallies
 from snapmesh.serving import credentials
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -57,18 +59,15 @@ _OK = grpc.StatusCode.OK.value[0]
 
 # Why the core refused a client's request -> the status the client gets (the edge's table, as gRPC codes).
 REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {kind: grpc.StatusCode[name] for kind, name in REFUSAL_CODE.items()}
-# A TransferBatch holds at most MAX_BATCH transfers (INVALID_ARGUMENT
-# naming the limit otherwise), and a long one gives the event loop back every
-# YIELD_EVERY transfers, so acks, channel frames and GetState are not starved.
-MAX_BATCH = 10_000
-YIELD_EVERY = 500
 
 
 class NodeServicer(pb_grpc.NodeServicer):
     def __init__(self, engine: Engine, edge: Edge | None = None) -> None:
         self._engine = engine
         self._edge = edge or Edge(engine)  # the node process's, which an app's own service shares
-        self._bank = BankEdge(engine, self._edge)  # the bank's v1 RPCs on a node that hosts the bank app
+        # The RPCs its app answers itself (extra_edge.py: the bank's v1 calls), loaded by the name
+        # its App gives; None: the node answers them as X2 says. Raises AppError (X1).
+        self._extra = extra_edge.load(engine.node.host.app if engine.node.host else None, engine, self._edge)
         self._log = engine.log
         self.stopping = False
         # Acks say the channel streams into this node may carry packed runs (of transfers,
@@ -102,67 +101,19 @@ class NodeServicer(pb_grpc.NodeServicer):
 
     async def Transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
         await self._unfenced("Transfer", context)
-        if self._engine.node.host is not None:  # the bank app (or another: refused as before), through the edge
-            return await self._bank.transfer(request, context)
-        try:
-            answer, waiting = self._engine.transfer(*wire.transfer(request))
-        except core.LocalProtocolError as exc:
-            code = REFUSAL_STATUS[exc.kind]
-            self._engine.metrics.refused(code.name).inc()
-            await context.abort(code, str(exc))
-        self._engine.transfers_done(0 if answer.repeated else 1)
-        await self._engine.wait_for_room({request.to}, FLOW_CONTROL_WAIT_S)
-        reply = await self._replied(waiting, context)
-        if reply.taken_back:
-            await context.abort(grpc.StatusCode.ABORTED, self._taken_back(reply.taken_back, "not paid"))
-        return wire.transfer_response(answer.msg_id, answer.tally)
+        answer = getattr(self._extra, "Transfer", None)
+        if answer is None:
+            await extra_edge.refuse_one(self._engine, context)
+        return await answer(request, context)
 
     async def TransferBatch(
         self, request: pb.TransferBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.TransferBatchResponse:
         await self._unfenced("TransferBatch", context)
-        if self._engine.node.host is not None:  # the bank app (or another: refused as before), through the edge
-            return await self._bank.transfer_batch(request, context)
-        if len(request.transfers) > MAX_BATCH:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"a TransferBatch holds at most {MAX_BATCH} transfers, got {len(request.transfers)}",
-            )
-        response = pb.TransferBatchResponse()
-        engine = self._engine
-        accepted = 0
-        destinations: set[str] = set()
-        items = request.transfers
-        # One engine step per YIELD_EVERY transfers (effects carried out once
-        # per step), handing the loop back between steps (acks, frames, other calls).
-        answers = []
-        for start in range(0, len(items), YIELD_EVERY):
-            if start:
-                with self._log.writer_pending():  # the log's round now waits a turn for the next step's records
-                    await asyncio.sleep(0)
-            answers += engine.transfer_batch(wire.transfers(items[start : start + YIELD_EVERY]))
-        codes = []
-        for item, answer in zip(items, answers, strict=True):
-            if type(answer) is Refused:
-                code = REFUSAL_STATUS[answer.error.kind]
-                engine.metrics.refused(code.name).inc()
-                codes.append(code.value[0])
-                continue
-            codes.append(_OK)
-            accepted += 0 if answer.repeated else 1
-            destinations.add(item.to)
-        results = wire.batch_results(response.results, answers, codes, _OK)
-        # (result, answer) of each item answered OK: a restore may take it back before it is durable
-        paid = [(result, answer) for result, answer, code in zip(results, answers, codes, strict=True) if code == _OK]
-        engine.transfers_done(accepted)
-        waiting = engine.reply_batch([answer for _, answer in paid])
-        await engine.wait_for_room(destinations, FLOW_CONTROL_WAIT_S)
-        reply = await self._replied(waiting, context)
-        for (result, _), snapshot_id in zip(paid, reply.taken_back, strict=True):
-            if snapshot_id:  # fails, as a refusal does
-                message = self._taken_back(snapshot_id, "not paid")
-                result.code, result.message, result.msg_id = grpc.StatusCode.ABORTED.value[0], message, ""
-        return response
+        answer = getattr(self._extra, "TransferBatch", None)
+        if answer is None:
+            return await extra_edge.refuse_batch(self._engine, request, context)
+        return await answer(request, context)
 
     # -- an app's commands
 
@@ -201,21 +152,15 @@ class NodeServicer(pb_grpc.NodeServicer):
                 add(reply=answer.reply, epoch=answer.epoch)
         return response
 
-    def _taken_back(self, snapshot_id: str, undone: str) -> str:
-        """The ABORTED message for an answer the node says the restore of `snapshot_id` took back (counted)."""
-        self._engine.metrics.refused(grpc.StatusCode.ABORTED.name).inc()
-        return taken_back_text(self._engine.node_id, snapshot_id, undone)
-
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
         await self._unfenced("GetState", context)
         engine = self._engine
-        if self._bank.hosts_bank:  # the bank app: its tally in the v1 field, as the native bank's
-            return await self._bank.get_state(context)
+        answer = getattr(self._extra, "GetState", None)
+        if answer is not None:  # the app's own answer (the bank's: its v1 field)
+            return await answer(request, context)
         state = engine.node.app_state()
-        tally = engine.node.tally if state is None else 0  # an app node keeps no native tally
         await self._durable(self._log.last_lsn, context)  # never show what a crash could take back
-        response = wire.node_state(
-            tally,
+        response = pb.NodeStateResponse(
             node_id=engine.node_id,
             epoch=engine.node.epoch,
             snapshot_mode=getattr(engine.node, "snapshot_mode", engine.node.process.mode),  # a HybridNode's is its own
@@ -288,11 +233,14 @@ class NodeServicer(pb_grpc.NodeServicer):
                 await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT, f"no channel {channel.src!r}->{channel.dst!r} into {engine.node_id}"
                 )
-            in_flight += wire.in_flight(channel.src, channel.in_flight)
+            # (src, msg_id, seq, 0, payload): an app's message is its bytes, and nothing else
+            in_flight += [(channel.src, t.msg_id, t.seq, 0, t.payload if t.HasField("payload") else None)
+                          for t in channel.in_flight]
         state = request.state if request.HasField("state") else None
-        tally, in_flight, state = self._bank.restore_args(wire.restore_request(request), in_flight, state)
+        if hasattr(self._extra, "restore_args"):  # the app's reading of a restore (the bank's of its native snapshots)
+            in_flight, state = self._extra.restore_args(request, in_flight, state)
         try:
-            waiting = engine.restore(request.snapshot_id, request.epoch, tally, in_flight, state)
+            waiting = engine.restore(request.snapshot_id, request.epoch, 0, in_flight, state)
         except core.AppFailed as exc:  # the app cannot take the snapshot's state: the node stops (process.py)
             await context.abort(grpc.StatusCode.INTERNAL, f"node {engine.node_id} cannot restore: {exc}")
         except EpochFenced as exc:  # an older epoch's restore: stale
@@ -300,7 +248,9 @@ class NodeServicer(pb_grpc.NodeServicer):
         except core.RemoteProtocolError as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         reply = await self._replied(waiting, context)  # the node's RestoreReply: once durable (N8)
-        return self._bank.restored(reply.epoch) if self._bank.hosts_bank else wire.restore_response(reply.epoch, reply.tally)
+        if hasattr(self._extra, "restored"):  # the app's answer (the bank's: what it holds, in its v1 field)
+            return self._extra.restored(reply.epoch)
+        return pb.RestoreStateResponse(epoch=reply.epoch)
 
     async def RestoreStateChunks(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.RestoreStateResponse:
         """A RestoreStateRequest over 1 MiB, in pieces of its encoding (snapmesh.protocol.chunking):
