@@ -68,7 +68,7 @@ from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.recovery import CorruptLogError, NonDeterministicError, OtherVersionError, recover
 from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
-from snapmesh.services.node.servicer import REFUSAL_STATUS, NodeServicer
+from snapmesh.services.node.servicer import NodeServicer
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
@@ -329,7 +329,7 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     except OSError as exc:
         raise StartFailed(f"cannot read its data in {cfg.data_dir}: {exc}", 2) from None
 
-    metrics = metrics or NodeMetrics(node_id, bank=app.name == BANK)  # the bank's series on the bank's nodes only
+    metrics = metrics or NodeMetrics(node_id)
     engine: Engine | None = None
 
     def on_durable(lsn: int) -> None:
@@ -393,8 +393,7 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
             path, engine.held(_digest(node_machine)), recovered.records,
             sum(len(v) for v in recovered.outbox.values()), len(recovered.abandoned),
         )
-    metrics.initialise(incoming=incoming, outgoing=outgoing, codes={c.name for c in REFUSAL_STATUS.values()},
-                       command_codes={*REFUSAL_CODE.values(), "ABORTED"})
+    metrics.initialise(incoming=incoming, outgoing=outgoing, command_codes={*REFUSAL_CODE.values(), "ABORTED"})
     if receive_limit:
         metrics.receive_limit.set(receive_limit)
 

@@ -87,14 +87,12 @@ class Engine:
         self._timer_at: float | None = None
         self._counted = (0, 0, 0, 0, 0, 0)
         self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
-        # The app's state read as the node's tally (the tally gauge, transfers received), installed by
-        # the bank's v1 adapter on a node that hosts the bank app (snapmesh/bank/edge.py); None: the
-        # node's own tally (the native bank's; 0 for an app).
-        self.tally_of: Callable[[], int] | None = None
+        # Called once the node's metrics are brought up to date: an app's extra edge keeps its own
+        # series there (extra_edge.py).
+        self.metric_hooks: list[Callable[[], None]] = []
         # What a log line says this node holds, when its app's extra edge says it in its own words
         # (extra_edge.py; the bank's keeps its v1 wording, which operators grep); None: `held`'s.
         self.held_text: Callable[[], str] | None = None
-        metrics.tally.set(node.tally)
         metrics.epoch.set(node.epoch)
         metrics.request_window_bytes.set(node.request_window_bytes)
         self._run()
@@ -217,12 +215,6 @@ class Engine:
         if not waiting.done():  # pragma: no cover  (the node answers every call durable up to durable_lsn)
             raise LogClosedError(f"{self.log.path}: no answer for a call the log holds")
         return waiting.result()
-
-    def transfers_done(self, count: int) -> None:
-        """Metrics for `count` accepted transfers, once per RPC instead of per transfer."""
-        if count:
-            self.metrics.transfers_sent.inc(count)
-        self._metrics()
 
     async def wait_for_room(self, destinations: set[str], timeout: float) -> None:
         """Flow control: wait (at most `timeout`) while a channel to one of
@@ -469,17 +461,16 @@ class Engine:
             m.recorded_messages.inc(counted[2] - before[2])
             m.snapshots_completed.inc(counted[3] - before[3])
             m.messages_received.inc(counted[4] - before[4])
-            if not self.app_spec or self.tally_of is not None:  # the bank's messages are its transfers; an app's are not
-                m.transfers_received.inc(counted[4] - before[4])
             m.messages_sent.inc(counted[5] - before[5])
             self._counted = counted
         for dst, sender in node.senders.items():
             self._unacked[dst].set(sender.unacked)
             if sender.unacked <= link.LOW_MARK:
                 self.outgoing[dst].room.set()
-        m.tally.set(node.tally if self.tally_of is None else self.tally_of())
         m.segment_bytes.set(self.log.active_bytes)  # the checkpoint included: what the disk holds
         m.request_window_bytes.set(node.request_window_bytes)
+        for hook in self.metric_hooks:
+            hook()
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()

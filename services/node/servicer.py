@@ -216,7 +216,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         """Refuse `rpc` UNAVAILABLE while the node's fence says so (fence.py F1, F4), counted."""
         refusal = self._engine.refusal(rpc)
         if refusal:
-            self._engine.metrics.refused(grpc.StatusCode.UNAVAILABLE.name).inc()
+            self._engine.metrics.fence_refused(grpc.StatusCode.UNAVAILABLE.name)
             await context.abort(grpc.StatusCode.UNAVAILABLE, refusal)
 
     # -- restore and epochs

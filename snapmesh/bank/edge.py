@@ -54,8 +54,9 @@ import grpc
 import snapmesh.bank.wire as wire
 from snapmesh.app import Refused, Reply
 from snapmesh.bank.formats import NODE_TALLY_KEY
+from snapmesh.bank.metrics import BankMetrics
 from snapmesh.protocol.appstate import digest
-from snapmesh.services.node.edge import Edge
+from snapmesh.services.node.edge import REFUSAL_CODE, Edge
 from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.translog import LogClosedError
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -92,12 +93,21 @@ class BankEdge:
     def __init__(self, engine: Engine, edge: Edge) -> None:
         self._engine = engine
         self._edge = edge
-        engine.tally_of = self.held  # the tally gauge shows the bank's
-        engine.held_text = self.held_text  # and so do the node's log lines, in their v1 words (operators grep them)
+        # The bank's series (the dashboards read them), with every refusal's status at 0 from the start.
+        self.metrics = BankMetrics(engine.node_id, engine.metrics.registry, set(REFUSAL_CODE.values()))
+        engine.metrics.on_fence_refusal.append(lambda code: self.metrics.refused(code).inc())
+        engine.metric_hooks.append(self._observe)
+        self._observe()
+        engine.held_text = self.held_text  # the node's log lines, in their v1 words (operators grep them)
 
     def held(self) -> int:
         """The tally the bank app holds now."""
         return int(self._engine.node.app_state())
+
+    def _observe(self) -> None:
+        """After each step of the node: the balance, and the messages received (each a transfer)."""
+        self.metrics.balance.set(self.held())
+        self.metrics.received_up_to(self._engine.node.transfers_received)
 
     def held_text(self) -> str:
         """What the node's log lines say it holds: "balance 970", as the bank's lines always have."""
@@ -109,9 +119,10 @@ class BankEdge:
             reply = await self._edge.submit(command(dst, tally), request_id=request_id,
                                             first_sent_unix_ms=first_sent_unix_ms)
         except Refused as refused:
-            self._engine.metrics.refused(refused.code).inc()
+            self.metrics.refused(refused.code).inc()
             await context.abort(grpc.StatusCode[refused.code], _v1_text(refused.text))
-        self._engine.transfers_done(0 if reply.replayed else 1)
+        if not reply.replayed:
+            self.metrics.sent.inc()
         return wire.transfer_response(self._msg_id(dst, reply), int(reply.reply))
 
     async def TransferBatch(
@@ -137,7 +148,7 @@ class BankEdge:
         paid = 0
         for (dst, _, _, _), answer in zip(items, answers, strict=True):
             if type(answer) is Refused:
-                self._engine.metrics.refused(answer.code).inc()
+                self.metrics.refused(answer.code).inc()
                 codes.append(grpc.StatusCode[answer.code].value[0])
                 results.append(_Refused(_v1_text(answer.text), held))
             else:
@@ -147,7 +158,7 @@ class BankEdge:
                     paid += 1
                 results.append(_Paid(self._msg_id(dst, answer), int(answer.reply)))
         wire.batch_results(response.results, results, codes, _OK)
-        self._engine.transfers_done(paid)
+        self.metrics.sent.inc(paid)
         return response
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
