@@ -313,24 +313,6 @@ class Engine:
             node.end_frame()
             self._run()
 
-    def receive_runs(self, src: str, conn_no: int, runs: Iterable[tuple[int, Iterable[int]]]) -> None:
-        """Apply the runs of one frame with no markers, in order: each
-        (first_seq, tallies) is the transfers first_seq, first_seq + 1, ...
-        Exactly `receive_batch` of the same transfers, without an object per
-        transfer: the same drops, the same errors, what was applied stays."""
-        if self.fence.state == STOPPED:  # F4
-            return
-        node = self.node
-        node.tick(self._now(), time.time())
-        received = node.received
-        try:
-            for first_seq, tallies in runs:
-                for seq, tally in enumerate(tallies, first_seq):
-                    received(src, conn_no, seq, tally=tally)
-        finally:
-            node.end_frame()
-            self._run()
-
     def receive_payload_runs(self, src: str, conn_no: int, runs: Iterable[tuple[int, Iterable[bytes]]]) -> None:
         """Apply the payload runs of one frame with no markers, in order: each
         (first_seq, payloads) is an app's messages first_seq, first_seq + 1, ...

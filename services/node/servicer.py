@@ -26,7 +26,6 @@ import asyncio
 import heapq
 import logging
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -48,7 +47,6 @@ from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.node.epochs import EpochFenced
 from snapmesh.protocol.node.fence import FenceRefused
 from snapmesh.protocol.node.effects import Reply, ReplyBatch, RestoreReply
-from snapmesh.bank.wire import message_tally, run_tallies
 from snapmesh.serving import credentials
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -70,10 +68,8 @@ class NodeServicer(pb_grpc.NodeServicer):
         self._extra = extra_edge.load(engine.node.host.app if engine.node.host else None, engine, self._edge)
         self._log = engine.log
         self.stopping = False
-        # Acks say the channel streams into this node may carry packed runs (of transfers,
-        # of an app's payloads); False acks as a receiver from before them did (its
-        # senders send those messages one each).
-        self.accepts_runs = True
+        # Acks say the channel streams into this node may carry an app's payloads in packed
+        # runs; False acks as a receiver from before them did (its senders send one message each).
         self.accepts_payload_runs = True
 
     async def _durable(self, lsn: int, context: grpc.aio.ServicerContext) -> None:
@@ -299,7 +295,7 @@ class NodeServicer(pb_grpc.NodeServicer):
             )
         await credentials.require_peer(context, src)  # with TLS: only src's certificate may open src->here
         rx = engine.incoming[src]
-        acks = AckWriter(context, accepts_runs=self.accepts_runs, accepts_payload_runs=self.accepts_payload_runs)
+        acks = AckWriter(context, accepts_payload_runs=self.accepts_payload_runs)
         try:
             # The node answers with its position (the resume point) once it is durable.
             ending = engine.opened(src, first.open.epoch, acks)  # 0 (not said): the machine's to read (N8)
@@ -339,22 +335,22 @@ class NodeServicer(pb_grpc.NodeServicer):
 
 
 def _receive(engine: Engine, src: str, dst: str, conn_no: int, batch: pb.ChannelBatch) -> None:
-    """Apply one batch: its messages and its runs (of transfers, of an app's
-    payloads) merged by seq (snapmesh.proto, ChannelBatch), exactly as the same
-    content sent one message each would be."""
-    runs, payload_runs = batch.runs, batch.payload_runs
-    if not runs and not payload_runs:  # a sender from before runs, or a receiver that did not say it reads them
+    """Apply one batch: its messages and its payload runs merged by seq
+    (snapmesh.proto, ChannelBatch), exactly as the same content sent one message
+    each would be. A batch with runs of native numbers (what the bank's former native
+    nodes sent) breaks the protocol before anything of it applies: a message is an
+    app's bytes."""
+    payload_runs = batch.payload_runs
+    if batch.runs:
+        raise core.RemoteProtocolError(f"channel {src}->{dst}: runs of numbers, not an app's messages: "
+                                       "this node reads payloads only")
+    if not payload_runs:  # a sender from before payload runs, or a receiver that did not say it reads them
         engine.receive_batch(src, conn_no, _decode(src, dst, _early_markers_first(batch.messages)))
         return
-    # Malformed before anything of the frame is applied: seq 0 is only ever an early marker.
-    if any(run.first_seq == 0 for run in runs):
-        raise core.RemoteProtocolError(f"channel {src}->{dst}: a run of transfers starts at seq 0")
-    check_payload_runs(src, dst, payload_runs)
-    if batch.messages or (runs and payload_runs):  # markers among the runs: rare (one per snapshot and channel)
+    check_payload_runs(src, dst, payload_runs)  # malformed before anything of the frame is applied
+    if batch.messages:  # markers among the runs: rare (one per snapshot and channel)
         engine.receive_batch(src, conn_no, _decode_merged(src, dst, batch))
-    elif runs:  # the bank's common frame: ints straight from the packed columns
-        engine.receive_runs(src, conn_no, [(run.first_seq, run_tallies(run)) for run in runs])
-    else:  # an app's common frame: each payload a slice of its run's buffer
+    else:  # the common frame: each payload a slice of its run's buffer
         engine.receive_payload_runs(src, conn_no, [(run.first_seq, run_payloads(run)) for run in payload_runs])
 
 
@@ -376,25 +372,17 @@ def _early_markers_first(messages: Sequence[pb.ChannelMessage]) -> Sequence[pb.C
     return [messages[i] for i in early] + [m for i, m in enumerate(messages) if i not in moved]
 
 
-class _RunTransfer(NamedTuple):
-    """A transfer of a run, as the engine reads a TransferMessage (the receiver derives its msg_id)."""
-
-    tally: int
-    msg_id: str = ""
-
-
 def _seq_of(item: pb.ChannelMessage | tuple[int, object]) -> int:
     return item[0] if type(item) is tuple else item.seq  # type: ignore[union-attr,index]
 
 
 def _decode_merged(src: str, dst: str, batch: pb.ChannelBatch) -> Iterator[tuple[int, core.Marker | object]]:
-    """The batch's messages, its runs' transfers and its payload runs' messages
-    merged by seq, on a tie in that order (each list in its own order; early
-    markers first, as in `_receive`; payload runs checked by `_receive`): the
-    per-message form of the frame, decoded one message at a time as `_decode` does."""
-    transfers = ((seq, _RunTransfer(tally)) for run in batch.runs for seq, tally in enumerate(run_tallies(run), run.first_seq))
+    """The batch's messages and its payload runs' messages merged by seq, on a tie
+    in that order (each list in its own order; early markers first, as in
+    `_receive`; payload runs checked by `_receive`): the per-message form of the
+    frame, decoded one message at a time as `_decode` does."""
     messages = ((seq, AppMessage(payload)) for run in batch.payload_runs for seq, payload in payloads(run))
-    for item in heapq.merge(_early_markers_first(batch.messages), transfers, messages, key=_seq_of):
+    for item in heapq.merge(_early_markers_first(batch.messages), messages, key=_seq_of):
         if type(item) is tuple:
             yield item
         else:
@@ -404,19 +392,16 @@ def _decode_merged(src: str, dst: str, batch: pb.ChannelBatch) -> Iterator[tuple
 def _decode(
     src: str, dst: str, messages: Iterable[pb.ChannelMessage]
 ) -> Iterator[tuple[int, core.Marker | object]]:
-    """A frame's messages as (seq, core.Marker, AppMessage or _RunTransfer), one at a
-    time: a message with no body raises RemoteProtocolError there, after those
-    before it applied."""
+    """A frame's messages as (seq, core.Marker or AppMessage), one at a time: a
+    message with no body, or one with no payload (a native number), raises
+    RemoteProtocolError there, after those before it applied."""
     for message in messages:
         body = message.WhichOneof("body")
         if body == "transfer":
             transfer = message.transfer
-            if transfer.HasField("payload"):  # an app's message
-                yield message.seq, AppMessage(transfer.payload, transfer.msg_id)
-            else:
-                # msg_id "" when the sender left it out. One message per transfer is
-                # not the hot path: that is a run's packed column (`receive_runs`).
-                yield message.seq, _RunTransfer(message_tally(transfer), transfer.msg_id)
+            if not transfer.HasField("payload"):
+                raise core.RemoteProtocolError(f"channel {src}->{dst}: message {message.seq} carries no payload")
+            yield message.seq, AppMessage(transfer.payload, transfer.msg_id)  # msg_id "": the receiver derives it
         elif body == "marker":
             if not message.marker.snapshot_id:
                 raise core.RemoteProtocolError(f"channel {src}->{dst}: marker {message.seq} has an empty snapshot id")
