@@ -7,7 +7,7 @@ last seq it holds durably), i resends every message after it, then streams
 batch is on disk. A batch carries an app's messages as payload runs (frames.py,
 `encode_frame`) once j's first ack on the stream said it reads them
 (`accepts_payload_runs`), as one message each otherwise; a message is its bytes
-and nothing else (the packed runs of native numbers the bank's former native nodes
+and nothing else (the packed runs of native numbers that nodes from before apps
 sent, ChannelBatch.runs, are neither sent nor read: a node that hosts an app has
 always refused them). When the stream breaks, i reconnects with jittered
 exponential backoff. Every rule of the channel itself (seq, outbox, resend,

@@ -91,7 +91,7 @@ class Engine:
         # series there (extra_edge.py).
         self.metric_hooks: list[Callable[[], None]] = []
         # What a log line says this node holds, when its app's extra edge says it in its own words
-        # (extra_edge.py; the bank's keeps its v1 wording, which operators grep); None: `held`'s.
+        # (extra_edge.py: a v1 adapter keeps the wording operators grep); None: `held`'s.
         self.held_text: Callable[[], str] | None = None
         metrics.epoch.set(node.epoch)
         metrics.request_window_bytes.set(node.request_window_bytes)

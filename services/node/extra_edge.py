@@ -1,8 +1,8 @@
 """An app's own edge on the node: RPCs of the node's service that the app answers itself.
 
 Every app's node answers Submit, SubmitBatch and Query through its `Edge`
-(edge.py). An app may answer more of the service through an adapter of its own,
-as the bank answers the v1 calls its clients have always made (snapmesh/bank/edge.py):
+(edge.py). An app may answer more of the service through an adapter of its own
+(a v1 adapter answers the calls its clients have always made, Transfer say):
 its `App.edge` names a factory as "module:attr", which the node shell imports by
 name when the servicer is made (never a static import: the shell knows no app)
 and calls once, `factory(engine, edge)`. The object it returns may define any of:

@@ -4,7 +4,7 @@
 Every node counts its messages and the commands it refused in the same words,
 whichever app it runs (snapmesh_messages_*, snapmesh_commands_refused_total).
 An app's extra edge (extra_edge.py) may add series of its own to the registry
-(the bank's: snapmesh/bank/metrics.py), and be told each call the node's fence
+(a v1 adapter's, say), and be told each call the node's fence
 refused before any app ran (`fence_refused`).
 """
 

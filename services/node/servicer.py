@@ -10,8 +10,8 @@ command maps to a status code in one table, `REFUSAL_STATUS` (edge.py's
 (stale) or UNAVAILABLE. An app's commands (Submit, SubmitBatch) are calls of
 the node's `Edge` (edge.py), which an embedding program calls alike: this
 module turns its `Refused` into the status it names. The RPCs an app answers
-itself (the bank's v1 Transfer, TransferBatch and GetState) go to the extra
-edge its App names (extra_edge.py), loaded by name: this module knows no app.
+itself (v1 Transfer, TransferBatch, GetState) go to the extra edge its App
+names (extra_edge.py), loaded by name: this module knows no app.
 
 Who may call what is snapmesh.settings.access, checked before a handler runs:
 StartSnapshot, AbortSnapshot and RestoreState answer only the controller's
@@ -63,7 +63,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     def __init__(self, engine: Engine, edge: Edge | None = None) -> None:
         self._engine = engine
         self._edge = edge or Edge(engine)  # the node process's, which an app's own service shares
-        # The RPCs its app answers itself (extra_edge.py: the bank's v1 calls), loaded by the name
+        # The RPCs its app answers itself (extra_edge.py: v1 calls), loaded by the name
         # its App gives; None: the node answers them as X2 says. Raises AppError (X1).
         self._extra = extra_edge.load(engine.node.host.app if engine.node.host else None, engine, self._edge)
         self._log = engine.log
@@ -152,7 +152,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         await self._unfenced("GetState", context)
         engine = self._engine
         answer = getattr(self._extra, "GetState", None)
-        if answer is not None:  # the app's own answer (the bank's: its v1 field)
+        if answer is not None:  # the app's own answer (in its v1 fields)
             return await answer(request, context)
         state = engine.node.app_state()
         await self._durable(self._log.last_lsn, context)  # never show what a crash could take back
@@ -233,7 +233,7 @@ class NodeServicer(pb_grpc.NodeServicer):
             in_flight += [(channel.src, t.msg_id, t.seq, 0, t.payload if t.HasField("payload") else None)
                           for t in channel.in_flight]
         state = request.state if request.HasField("state") else None
-        if hasattr(self._extra, "restore_args"):  # the app's reading of a restore (the bank's of its native snapshots)
+        if hasattr(self._extra, "restore_args"):  # the app's reading of a restore (of its own v1 fields)
             in_flight, state = self._extra.restore_args(request, in_flight, state)
         try:
             waiting = engine.restore(request.snapshot_id, request.epoch, 0, in_flight, state)
@@ -244,7 +244,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         except core.RemoteProtocolError as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         reply = await self._replied(waiting, context)  # the node's RestoreReply: once durable (N8)
-        if hasattr(self._extra, "restored"):  # the app's answer (the bank's: what it holds, in its v1 field)
+        if hasattr(self._extra, "restored"):  # the app's answer (what it holds, in its v1 fields)
             return self._extra.restored(reply.epoch)
         return pb.RestoreStateResponse(epoch=reply.epoch)
 
@@ -337,9 +337,9 @@ class NodeServicer(pb_grpc.NodeServicer):
 def _receive(engine: Engine, src: str, dst: str, conn_no: int, batch: pb.ChannelBatch) -> None:
     """Apply one batch: its messages and its payload runs merged by seq
     (snapmesh.proto, ChannelBatch), exactly as the same content sent one message
-    each would be. A batch with runs of native numbers (what the bank's former native
-    nodes sent) breaks the protocol before anything of it applies: a message is an
-    app's bytes."""
+    each would be. A batch with runs of native numbers (what nodes from before apps
+    sent) breaks the protocol before anything of it applies: a message is an app's
+    bytes."""
     payload_runs = batch.payload_runs
     if batch.runs:
         raise core.RemoteProtocolError(f"channel {src}->{dst}: runs of numbers, not an app's messages: "
