@@ -14,30 +14,21 @@ Deterministic (no clock, no randomness), so its instruction count under
 (instructions per transfer = the difference of the two totals / 20000; the
 start-up cancels out). Without valgrind it prints µs per transfer.
 
-`--frames messages` or `--frames runs` carries every Transmit as the wire
-does: the channel's real encoder (`encode_frame`, one message per transfer or
-packed runs), serialized and parsed, then the servicer's and the engine's real
-decoding (`_receive`, `Engine.receive_batch` / `receive_runs`) on b. `--ab N`
-alternates the two forms for N rounds in one process and prints the median
-µs per transfer of each and their ratio (the machine's load cancels out).
+Its frames go to b as entries: the channel's wire carries an app's messages only
+(services/node/channels.py), so the native runs this driver once also sent
+through the encoder (`--frames`) are gone with them.
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 
 from prometheus_client import CollectorRegistry, Counter
 
-from snapmesh.services.node.channels import encode_frame
-from snapmesh.services.node.engine import Engine
-from snapmesh.services.node.servicer import _receive
 from snapmesh.protocol.node import machine
-from snapmesh.protocol.node.fence import Fence
 from snapmesh.protocol.node.recovery import fresh
 from snapmesh.protocol.wal import Encoder
-from snapmesh.v1 import snapmesh_pb2 as pb
 
 BATCH = 200
 
@@ -55,23 +46,6 @@ class _Side:
         self.sent = Counter("sent_total", "", registry=registry)
         self.received = Counter("received_total", "", registry=registry)
         self._counted = 0
-
-
-class _Shell:
-    """The engine's frame methods on a bare Node: the driver drains the effects itself."""
-
-    receive_batch = Engine.receive_batch
-    receive_runs = Engine.receive_runs
-
-    def __init__(self, node: machine.Node) -> None:
-        self.node = node
-        self.fence = Fence(node.node_id)  # never stopped: the frame methods ask it (fence.py F4)
-
-    def _now(self) -> float:
-        return 0.0
-
-    def _run(self) -> None:
-        pass
 
 
 def _effects(side: _Side, peer: _Side, frames: list, acks: list) -> None:
@@ -93,10 +67,9 @@ def _commit(side: _Side) -> None:
     side.node.durable(side.node.last_lsn)
 
 
-def run(transfers: int, frames_as: str = "") -> int:
-    """`frames_as`: "" hands b the entries; "messages" or "runs" goes through the wire form."""
+def run(transfers: int) -> int:
+    """The log bytes of `transfers` transfers a -> b, b handed each frame's entries."""
     a, b = _Side("a", "b"), _Side("b", "a")
-    shell = _Shell(b.node)
     frames: list = []
     acks: list = []
     a.node.connect("b", 1)
@@ -116,10 +89,6 @@ def run(transfers: int, frames_as: str = "") -> int:
         _effects(a, b, frames, acks)
         while frames or acks:
             for frame in frames:
-                if frames_as:
-                    wire = encode_frame(frame.entries, runs=frames_as == "runs").SerializeToString()
-                    _receive(shell, "a", "b", frame.conn_no, pb.ChannelFrame.FromString(wire).batch)  # type: ignore[arg-type]
-                    continue
                 received = b.node.received
                 for entry in frame.entries:
                     received("a", frame.conn_no, entry.seq, tally=entry.tally)
@@ -139,38 +108,10 @@ def run(transfers: int, frames_as: str = "") -> int:
     return a.bytes + b.bytes
 
 
-def _ab(rounds: int, transfers: int) -> None:
-    took: dict[str, list[float]] = {"messages": [], "runs": []}
-    for _ in range(rounds):
-        for form, times in took.items():
-            started = time.perf_counter()
-            run(transfers, form)
-            times.append((time.perf_counter() - started) * 1e6 / transfers)
-    old, new = (statistics.median(took[f]) for f in ("messages", "runs"))
-    print(f"{rounds} rounds of {transfers} transfers each, median µs per transfer (sender + receiver + frames):")
-    print(f"  messages {old:.2f}  runs {new:.2f}  runs/messages {new / old:.3f}  saved {old - new:.2f} µs")
-
-
 def main(argv: list[str]) -> int:
-    args = list(argv)
-    frames_as = ab = ""
-    if "--frames" in args:
-        at = args.index("--frames")
-        frames_as = args[at + 1]
-        del args[at : at + 2]
-        if frames_as not in ("messages", "runs"):
-            print("--frames: messages or runs", file=sys.stderr)
-            return 2
-    if "--ab" in args:
-        at = args.index("--ab")
-        ab = args[at + 1]
-        del args[at : at + 2]
-    transfers = int(args[0]) if args else 20_000
-    if ab:
-        _ab(int(ab), transfers)
-        return 0
+    transfers = int(argv[0]) if argv else 20_000
     started = time.perf_counter()
-    nbytes = run(transfers, frames_as)
+    nbytes = run(transfers)
     elapsed = time.perf_counter() - started
     print(f"{transfers} transfers, {nbytes} log bytes, {elapsed * 1e6 / max(transfers, 1):.2f} µs per transfer")
     return 0

@@ -3,7 +3,7 @@
 The bank is what a cluster file without [app] runs (snapmesh.settings.appsettings
 `hosted`: the file's top-level `initial_balance` becomes this app's), on the
 generic path like any app: its v1 RPCs (`Transfer`, `TransferBatch`, `GetState`)
-are an adapter over the node's edge (services/node/bank_edge.py), `Submit` takes
+are an adapter over the node's edge (snapmesh/bank/edge.py), `Submit` takes
 its commands, and the same Machine runs in snapmesh.app.testing. A log or a
 snapshot the bank's former native nodes wrote (int64 tallies, no bytes) is read
 as this app's.
@@ -11,7 +11,7 @@ as this app's.
 State: the balance, as decimal ASCII (b"1000"). Message: an amount, as decimal
 ASCII. Command: JSON {"to": NODE, "amount": N} pays N to NODE, answered with
 {"balance": ...}; {"op": "balance"} reads it. The compact form, what the node's
-v1 adapter (`snapmesh.v1.Node/Transfer`, services/node/bank_edge.py) sends:
+v1 adapter (`snapmesh.v1.Node/Transfer`, snapmesh/bank/edge.py) sends:
 b"N NODE" (the amount as a decimal integer, one space, the node) pays N to NODE,
 answered with the balance after it as decimal ASCII (b"970"); its refusals are
 the v1 Transfer's texts and codes. A query (on_query, any bytes) answers the
@@ -237,4 +237,5 @@ app = App(
     workload=workload,
     rescale=rescale,
     v1_fields="snapmesh.bank.v1fields:BankFields",  # the v1 API's balances and totals, on the controller's side
+    edge="snapmesh.bank.edge:BankEdge",  # its v1 calls (Transfer, TransferBatch, GetState) on its nodes
 )

@@ -4,10 +4,12 @@ Each directed channel i->j is one long-lived `Node.Channel` bidi stream that i
 opens on j. Frame 1 is `open{src, dst}`; j answers with its resume point (the
 last seq it holds durably), i resends every message after it, then streams
 `batch` frames; j applies each batch in order and acks cumulatively once the
-batch is on disk. A batch carries its transfers as packed runs (`encode_frame`)
-once j's first ack on the stream said it reads them (`accepts_runs`), and an
-app's messages as payload runs (frames.py) once it said `accepts_payload_runs`;
-as one message each otherwise. When the stream breaks, i reconnects with jittered
+batch is on disk. A batch carries an app's messages as payload runs (frames.py,
+`encode_frame`) once j's first ack on the stream said it reads them
+(`accepts_payload_runs`), as one message each otherwise; a message is its bytes
+and nothing else (the packed runs of native numbers that nodes from before apps
+sent, ChannelBatch.runs, are neither sent nor read: a node that hosts an app has
+always refused them). When the stream breaks, i reconnects with jittered
 exponential backoff. Every rule of the channel itself (seq, outbox, resend,
 duplicate drop, gaps, connection numbers, flow control) lives in `snapmesh.protocol.node.link`, inside
 `snapmesh.protocol.node.machine.Node`; this module only moves frames and reports what the
@@ -31,7 +33,6 @@ import grpc
 
 from snapmesh.services.node.frames import add_payload_runs
 from snapmesh.services.node.metrics import NodeMetrics
-from snapmesh.bank.wire import add_run, add_transfer
 from snapmesh.settings import security
 from snapmesh.serving import credentials
 from snapmesh.protocol.node.core import RemoteProtocolError
@@ -225,12 +226,10 @@ class OutgoingChannel:
             self._set(SenderState.OPEN)
             self._reconnects.inc()
             log.info("channel %s->%s open (peer holds seq %d)", self.src, self.dst, first.acked_seq)
-            # Runs only to a receiver that said on this stream that it reads them: an
-            # older one would drop field 2 (the transfers) without a word.
+            # Payload runs only to a receiver that said on this stream that it reads them:
+            # an older one would drop their field without a word.
             reader = asyncio.ensure_future(self._read_acks(call, self.conn_no))
-            writer = asyncio.ensure_future(
-                self._write_frames(call, self.conn_no, first.accepts_runs, first.accepts_payload_runs)
-            )
+            writer = asyncio.ensure_future(self._write_frames(call, self.conn_no, first.accepts_payload_runs))
             try:
                 done, _ = await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -250,7 +249,7 @@ class OutgoingChannel:
                 return
             self._on_ack(self.dst, conn_no, ack.acked_seq)
 
-    async def _write_frames(self, call: grpc.aio.StreamStreamCall, conn_no: int, runs: bool, payload_runs: bool = False) -> None:
+    async def _write_frames(self, call: grpc.aio.StreamStreamCall, conn_no: int, payload_runs: bool = False) -> None:
         """Smart batching, with no timer: whenever the stream takes more (the last
         write returned), everything queued for this connection leaves as ONE frame,
         in the order pushed (markers where they were among the transfers). A frame
@@ -264,7 +263,7 @@ class OutgoingChannel:
             entries = self._take(conn_no)
             if not entries:
                 continue
-            await call.write(encode_frame(entries, runs=runs, payload_runs=payload_runs))
+            await call.write(encode_frame(entries, payload_runs=payload_runs))
             self._frames_sent.inc()  # frames written: fewer than pushed while writes block
 
     def _take(self, conn_no: int) -> tuple[Entry, ...]:
@@ -291,57 +290,23 @@ class OutgoingChannel:
         return tuple(merged)
 
 
-def encode_frame(entries: tuple[Entry, ...], *, runs: bool, payload_runs: bool = False) -> pb.ChannelFrame:
+def encode_frame(entries: tuple[Entry, ...], *, payload_runs: bool = False) -> pb.ChannelFrame:
     """The `batch` frame of `entries` (in channel order: early markers, then
-    seqs ascending). With `runs`, transfers go in packed runs and markers in
-    `messages` (the receiver merges them back by seq); without, one message each.
-    An app's messages (a payload) go in payload runs with `payload_runs`
-    (frames.py), one message each without."""
+    seqs ascending): an app's messages in payload runs with `payload_runs`
+    (frames.py, markers in `messages`; the receiver merges them back by seq),
+    one message each without."""
     frame = pb.ChannelFrame()
     batch = frame.batch
+    if payload_runs and add_payload_runs(batch, entries):
+        return frame
     add = batch.messages.add
-    if _carries_payloads(entries):
-        if payload_runs and add_payload_runs(batch, entries):
-            return frame
-        for entry in entries:
-            _add_message(add, entry)
-        return frame
-    if runs and entries:
-        # The common frame: transfers only, seqs consecutive (the outbox's are): one
-        # run from the entries' columns (one C-level transpose), not a message per transfer.
-        seqs, tallies, snapshot_ids, _, _ = zip(*entries, strict=True)
-        first = seqs[0]
-        if first and not any(snapshot_ids) and seqs == tuple(range(first, first + len(seqs))):
-            add_run(batch.runs, tallies, first_seq=first)
-            return frame
-    if runs and _in_order(entries):
-        run_first, tallies, next_seq = 0, [], 0
-        for entry in entries:
-            if not entry.snapshot_id and entry.seq == next_seq:
-                tallies.append(entry.tally)
-                next_seq += 1
-                continue
-            if tallies:
-                add_run(batch.runs, tallies, first_seq=run_first)
-                tallies = []
-            if entry.snapshot_id:
-                _add_marker(add, entry)
-                next_seq = 0
-            else:
-                run_first, next_seq = entry.seq, entry.seq + 1
-                tallies.append(entry.tally)
-        if tallies:
-            add_run(batch.runs, tallies, first_seq=run_first)
-        return frame
     for entry in entries:
         _add_message(add, entry)
     return frame
 
 
 def _payload_bytes(entries: tuple[Entry, ...]) -> int:
-    """The bytes of an app's payloads in a frame (0 for the bank's: no walk per transfer)."""
-    if not _carries_payloads(entries):
-        return 0
+    """The bytes of an app's payloads in a frame."""
     return sum(len(e.payload) for e in entries if e.payload is not None)
 
 
@@ -360,47 +325,14 @@ def _split_by_payload(entries: tuple[Entry, ...]) -> list[tuple[Entry, ...]]:
     return [*parts, tuple(part)] if part else parts
 
 
-def _carries_payloads(entries: tuple[Entry, ...]) -> bool:
-    """Whether these are an app's messages. A channel carries an app's messages
-    (and markers) or the bank's transfers (and markers), never both: its first
-    message that is not a marker says which, at no cost per transfer."""
-    for entry in entries:
-        if not entry.snapshot_id:
-            return entry.payload is not None
-    return False
-
-
 def _add_message(add: Callable[..., pb.ChannelMessage], entry: Entry) -> None:
     if entry.snapshot_id:
-        _add_marker(add, entry)
-    elif entry.payload is not None:  # an app's message: its bytes (tally 0)
+        # seq 0: an early marker, the entry's second field its last seq (link L8)
+        add(seq=entry.seq, marker=pb.MarkerMessage(snapshot_id=entry.snapshot_id, last_seq=entry[1] if entry.seq == 0 else 0))
+    elif entry.payload is not None:  # an app's message: its bytes
         add(seq=entry.seq).transfer.payload = entry.payload
-    else:  # no msg_id on the wire: the receiver derives it, `src:dst:seq` (3x less CPU per message)
-        add_transfer(add, entry.seq, entry.tally)
-
-
-def _add_marker(add: Callable[..., pb.ChannelMessage], entry: Entry) -> None:
-    # seq 0: an early marker, `tally` its last seq (link L8)
-    last = entry.tally if entry.seq == 0 else 0
-    add(seq=entry.seq, marker=pb.MarkerMessage(snapshot_id=entry.snapshot_id, last_seq=last))
-
-
-def _in_order(entries: tuple[Entry, ...]) -> bool:
-    """Early markers (seq 0) first, then seqs strictly ascending, no transfer at
-    seq 0: what the receiver's merge by seq gives back in the same order. (The
-    outbox's entries always are; anything else goes one message each, as is.)"""
-    previous = 0
-    for entry in entries:
-        seq = entry.seq
-        if seq == 0 and (previous or not entry.snapshot_id):
-            return False
-        if seq and seq <= previous:
-            return False
-        previous = seq
-    return True
-
-
-# ---------------------------------------------------------------- receiving
+    else:  # pragma: no cover  (every message a node sends is an app's)
+        raise ValueError(f"message {entry.seq} has no payload: a channel carries an app's messages only")
 
 
 class IncomingChannel:
@@ -465,11 +397,12 @@ class AckWriter:
     while the stream is busy)."""
 
     def __init__(
-        self, context: grpc.aio.ServicerContext, *, accepts_runs: bool = True, accepts_payload_runs: bool = True
+        self, context: grpc.aio.ServicerContext, *, accepts_payload_runs: bool = True
     ) -> None:
         self._context = context
-        # Said on every ack: the sender reads them from the first.
-        self._accepts_runs, self._accepts_payload_runs = accepts_runs, accepts_payload_runs
+        # Said on every ack: the sender reads it from the first. (`accepts_runs`, the native
+        # runs', is never said: this node reads none.)
+        self._accepts_payload_runs = accepts_payload_runs
         self._posted: int | None = None
         self._event = asyncio.Event()
         self._task = asyncio.ensure_future(self._run())
@@ -485,8 +418,7 @@ class AckWriter:
             if self._posted is None:
                 continue
             seq, self._posted = self._posted, None
-            runs, payload_runs = self._accepts_runs, self._accepts_payload_runs
-            await self._context.write(pb.ChannelAck(acked_seq=seq, accepts_runs=runs, accepts_payload_runs=payload_runs))
+            await self._context.write(pb.ChannelAck(acked_seq=seq, accepts_payload_runs=self._accepts_payload_runs))
 
     @property
     def failed(self) -> bool:

@@ -218,7 +218,7 @@ class Edge:
         """Refused UNAVAILABLE while the node stops for a snapshot, or is stopped (fence.py F1, F4)."""
         refusal = self._engine.refusal(rpc)
         if refusal:
-            self._engine.metrics.refused("UNAVAILABLE").inc()
+            self._engine.metrics.fence_refused("UNAVAILABLE")
             raise Refused("UNAVAILABLE", refusal)
 
     def _refused(self, exc: core.LocalProtocolError) -> Refused:

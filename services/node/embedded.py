@@ -55,21 +55,20 @@ from typing import Any
 import grpc
 
 from snapmesh.app import App, AppError, Refused, Reply
-from snapmesh.bank.formats import NODE_TALLY_KEY
+from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.hybrid import HybridNode
 from snapmesh.protocol.node.link import DEFAULT_MARK
 from snapmesh.protocol.node.machine import Node
 from snapmesh.serving.datalock import DataDirLock, DataDirLocked
 from snapmesh.serving.durable import fsync_dir
 from snapmesh.serving.runtime import CLIENT_OPTIONS, Failure, Services
-from snapmesh.services.node.bank_edge import recovered_tally
 from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
 from snapmesh.services.node.edge import REFUSAL_CODE, Edge
 from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.recovery import CorruptLogError, NonDeterministicError, OtherVersionError, recover
 from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
-from snapmesh.services.node.servicer import REFUSAL_STATUS, NodeServicer
+from snapmesh.services.node.servicer import NodeServicer
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
@@ -330,7 +329,7 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     except OSError as exc:
         raise StartFailed(f"cannot read its data in {cfg.data_dir}: {exc}", 2) from None
 
-    metrics = metrics or NodeMetrics(node_id, bank=app.name == BANK)  # the bank's series on the bank's nodes only
+    metrics = metrics or NodeMetrics(node_id)
     engine: Engine | None = None
 
     def on_durable(lsn: int) -> None:
@@ -341,12 +340,6 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
         path, node_id, last_lsn=recovered.last_lsn, on_durable=on_durable, observe_fsync=metrics.observe_fsync,
         observe_round=metrics.observe_round,
     )
-    if not recovered.fresh:
-        log.info(
-            "recovered from %s: %s %d, %d records read, %d unacknowledged-or-unknown messages, abandoned snapshots: %d",
-            path, NODE_TALLY_KEY, recovered_tally(recovered, app), recovered.records,
-            sum(len(v) for v in recovered.outbox.values()), len(recovered.abandoned),
-        )
     # The node machine: core + links + log positions (snapmesh/protocol/node/machine.py); everything below is its shell.
     hybrid = {"align_timeout": cfg.align_timeout_ms / 1e3} if cfg.snapshot_mode == "hybrid" else {}
     node_machine = (HybridNode if hybrid else Node)(
@@ -389,9 +382,18 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
         raise StartFailed(f"cannot write the transfer log {path}: {exc}", 1) from None
     engine.durable(translog.durable_lsn)
     edge = Edge(engine)  # commands into the app: Submit and SubmitBatch call it, as the embedding program does
-    servicer = NodeServicer(engine, edge)
-    metrics.initialise(incoming=incoming, outgoing=outgoing, codes={c.name for c in REFUSAL_STATUS.values()},
-                       command_codes={*REFUSAL_CODE.values(), "ABORTED"})
+    try:
+        servicer = NodeServicer(engine, edge)  # with the extra edge its app names (extra_edge.py), which may say `held`
+    except AppError as exc:  # X1: not without the edge its app asked for
+        await translog.close()
+        raise StartFailed(str(exc), 2) from None
+    if not recovered.fresh:
+        log.info(
+            "recovered from %s: %s, %d records read, %d unacknowledged-or-unknown messages, abandoned snapshots: %d",
+            path, engine.held(_digest(node_machine)), recovered.records,
+            sum(len(v) for v in recovered.outbox.values()), len(recovered.abandoned),
+        )
+    metrics.initialise(incoming=incoming, outgoing=outgoing, command_codes={*REFUSAL_CODE.values(), "ABORTED"})
     if receive_limit:
         metrics.receive_limit.set(receive_limit)
 
@@ -406,8 +408,8 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     for channel in channels.values():
         channel.start()
     reporter.resume(unreported, recovered.last_lsn)
-    # The bank its file names by its own names says its tally, as the bank's line always has (operators grep it).
-    what = f"{NODE_TALLY_KEY} {recovered_tally(recovered, app)}" if not spec and app.name == BANK else f"app {spec or app.name}"
+    # The bank its file names by its own names (spec "") says what it holds, as its line always has (operators grep it).
+    what = engine.held() if not spec and engine.held_text is not None else f"app {spec or app.name}"
     if node_machine.stopped:  # its log ends in a stop snapshot (fence.py F4)
         what += (f"; fenced: stopped for snapshot {node_machine.stopped}, it answers only health and RestoreState"
                  " until it is restored")
@@ -416,6 +418,12 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
         reporter=reporter, translog=translog, lock=lock, key=key, receive_limit=receive_limit,
         serving_line=f"node {node_id} serving on {cfg.bind_address(node)} ({what})", log_path=path,
     )
+
+
+def _digest(node: Node) -> str:
+    """The digest of the app's state a node recovered ("" with no app)."""
+    state = node.app_state()
+    return "" if state is None else digest(state)
 
 
 async def embed(

@@ -31,7 +31,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from snapmesh.bank.formats import NODE_TALLY_KEY  # the log lines keep their v1 wording
 from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.reporter import StateReporter
@@ -88,11 +87,12 @@ class Engine:
         self._timer_at: float | None = None
         self._counted = (0, 0, 0, 0, 0, 0)
         self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
-        # The app's state read as the node's tally (the tally gauge, log lines, transfers received),
-        # installed by the bank's v1 adapter on a node that hosts the bank app (bank_edge.py); None:
-        # the node's own tally (the native bank's; 0 for an app).
-        self.tally_of: Callable[[], int] | None = None
-        metrics.tally.set(node.tally)
+        # Called once the node's metrics are brought up to date: an app's extra edge keeps its own
+        # series there (extra_edge.py).
+        self.metric_hooks: list[Callable[[], None]] = []
+        # What a log line says this node holds, when its app's extra edge says it in its own words
+        # (extra_edge.py: a v1 adapter keeps the wording operators grep); None: `held`'s.
+        self.held_text: Callable[[], str] | None = None
         metrics.epoch.set(node.epoch)
         metrics.request_window_bytes.set(node.request_window_bytes)
         self._run()
@@ -216,12 +216,6 @@ class Engine:
             raise LogClosedError(f"{self.log.path}: no answer for a call the log holds")
         return waiting.result()
 
-    def transfers_done(self, count: int) -> None:
-        """Metrics for `count` accepted transfers, once per RPC instead of per transfer."""
-        if count:
-            self.metrics.transfers_sent.inc(count)
-        self._metrics()
-
     async def wait_for_room(self, destinations: set[str], timeout: float) -> None:
         """Flow control: wait (at most `timeout`) while a channel to one of
         `destinations` is over its mark, so a client cannot queue transfers
@@ -319,24 +313,6 @@ class Engine:
             node.end_frame()
             self._run()
 
-    def receive_runs(self, src: str, conn_no: int, runs: Iterable[tuple[int, Iterable[int]]]) -> None:
-        """Apply the runs of one frame with no markers, in order: each
-        (first_seq, tallies) is the transfers first_seq, first_seq + 1, ...
-        Exactly `receive_batch` of the same transfers, without an object per
-        transfer: the same drops, the same errors, what was applied stays."""
-        if self.fence.state == STOPPED:  # F4
-            return
-        node = self.node
-        node.tick(self._now(), time.time())
-        received = node.received
-        try:
-            for first_seq, tallies in runs:
-                for seq, tally in enumerate(tallies, first_seq):
-                    received(src, conn_no, seq, tally=tally)
-        finally:
-            node.end_frame()
-            self._run()
-
     def receive_payload_runs(self, src: str, conn_no: int, runs: Iterable[tuple[int, Iterable[bytes]]]) -> None:
         """Apply the payload runs of one frame with no markers, in order: each
         (first_seq, payloads) is an app's messages first_seq, first_seq + 1, ...
@@ -409,7 +385,7 @@ class Engine:
                 record = effect.record
                 append(record)
                 if type(record) is wal.Cut:
-                    held = self._held(record.tally, record.digest)
+                    held = self.held(record.digest)
                     log.info("snapshot %s: recorded local state (%s)", record.snapshot_id, held)
                 elif type(record) is wal.Abort:
                     log.warning("snapshot %s: dropped here (%s)", record.snapshot_id, record.reason or "no reason given")
@@ -435,7 +411,7 @@ class Engine:
             elif kind is fx.ReportCancelled:
                 self.reporter.cancel(effect.snapshot_id)
             elif kind is fx.EndStreams:
-                log.warning("%s (%s): ending the older epoch's streams", effect.reason, self._held(node.tally))
+                log.warning("%s (%s): ending the older epoch's streams", effect.reason, self.held())
                 for dst in effect.outgoing:
                     self.outgoing[dst].restart()
                 for src in effect.incoming:
@@ -447,12 +423,11 @@ class Engine:
             self._metrics()
         self._arm_timer()
 
-    def _held(self, tally: int, digest: str = "") -> str:
-        """What a log line says this node holds: the bank's tally (by its v1 key), an app's state (its digest when known)."""
-        if self.tally_of is not None:
-            return f"{NODE_TALLY_KEY} {self.tally_of()}"
-        if not self.app_spec:
-            return f"{NODE_TALLY_KEY} {tally}"
+    def held(self, digest: str = "") -> str:
+        """What a log line says this node holds: its app's words for it (`held_text`), else
+        its app's state (its digest when known)."""
+        if self.held_text is not None:
+            return self.held_text()
         return f"app state sha256:{digest[:16]}" if digest else "app state"
 
     def _metrics(self) -> None:
@@ -468,17 +443,16 @@ class Engine:
             m.recorded_messages.inc(counted[2] - before[2])
             m.snapshots_completed.inc(counted[3] - before[3])
             m.messages_received.inc(counted[4] - before[4])
-            if not self.app_spec or self.tally_of is not None:  # the bank's messages are its transfers; an app's are not
-                m.transfers_received.inc(counted[4] - before[4])
             m.messages_sent.inc(counted[5] - before[5])
             self._counted = counted
         for dst, sender in node.senders.items():
             self._unacked[dst].set(sender.unacked)
             if sender.unacked <= link.LOW_MARK:
                 self.outgoing[dst].room.set()
-        m.tally.set(node.tally if self.tally_of is None else self.tally_of())
         m.segment_bytes.set(self.log.active_bytes)  # the checkpoint included: what the disk holds
         m.request_window_bytes.set(node.request_window_bytes)
+        for hook in self.metric_hooks:
+            hook()
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()

@@ -1,7 +1,6 @@
 """An app's messages in a channel frame as packed payload runs (ChannelBatch.payload_runs).
 
-A `PayloadRun` is the app's form of the bank's `TransferRun`: consecutive seqs
-from `first_seq`, one message per entry of `lengths`, the payloads laid end to
+A `PayloadRun` holds consecutive seqs from `first_seq`, one message per entry of `lengths`, the payloads laid end to
 end in one `data` buffer. Building one costs a join and a list of lengths per
 frame instead of a ChannelMessage (and its TransferMessage) per message; reading
 one, a slice per message. The sender (channels.py, `encode_frame`) uses them only
@@ -42,8 +41,8 @@ def add_payload_runs(batch: pb.ChannelBatch, entries: tuple[Entry, ...]) -> bool
             if lengths:
                 add_run(first_seq=run_first, lengths=lengths, data=b"".join(parts))
                 lengths, parts = [], []
-            # seq 0: an early marker, `tally` its last seq (link L8)
-            last = entry.tally if entry.seq == 0 else 0
+            # seq 0: an early marker, the entry's second field its last seq (link L8)
+            last = entry[1] if entry.seq == 0 else 0
             add_message(seq=entry.seq, marker=pb.MarkerMessage(snapshot_id=entry.snapshot_id, last_seq=last))
             next_seq = 0
             continue

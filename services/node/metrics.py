@@ -3,19 +3,17 @@
 
 Every node counts its messages and the commands it refused in the same words,
 whichever app it runs (snapmesh_messages_*, snapmesh_commands_refused_total).
-The bank's own series (its transfers, their refusals, its tally's gauge) are
-exported by a node that runs the bank only (`bank`): an app's node still counts
-into them, as the shell's calls do not ask which app runs, but they are in no
-registry and no scrape of it shows them.
+An app's extra edge (extra_edge.py) may add series of its own to the registry
+(a v1 adapter's, say), and be told each call the node's fence
+refused before any app ran (`fence_refused`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from snapmesh.bank.formats import TALLY_METRIC, TALLY_METRIC_HELP
 from snapmesh.protocol.hops import HOP_SECONDS, NODE_HOPS
 
 
@@ -23,18 +21,17 @@ STALE_KINDS = ("channel", "start_snapshot", "restore")  # what a node fences by 
 
 
 class NodeMetrics:
-    def __init__(self, node_id: str, registry: CollectorRegistry | None = None, *, bank: bool = True) -> None:
+    def __init__(self, node_id: str, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self._node = node_id
-        # Every app's messages (the bank's transfers among them) and refused commands; then the
-        # bank's own counters and gauge, in the registry on the bank's node only (`banks`).
+        # Every app's messages and refused commands.
         self.messages_sent = Counter(
-            "snapmesh_messages_sent_total", "Messages this node sent on its channels (any app's; the bank's transfers)",
+            "snapmesh_messages_sent_total", "Messages this node sent on its channels (any app's)",
             ["node"], registry=r,
         ).labels(node_id)
         self.messages_received = Counter(
-            "snapmesh_messages_received_total", "Messages this node received and applied (any app's; the bank's transfers)",
+            "snapmesh_messages_received_total", "Messages this node received and applied (any app's)",
             ["node"], registry=r,
         ).labels(node_id)
         self.commands_refused = Counter(
@@ -42,19 +39,8 @@ class NodeMetrics:
             "Commands and queries to this node's app refused, by the gRPC status the client got", ["node", "grpc_code"],
             registry=r,
         )
-        banks = r if bank else None
-        self.transfers_sent = Counter(
-            "snapmesh_transfers_sent_total", "Transfers this node sent (the bank)", ["node"], registry=banks
-        ).labels(node_id)
-        self.transfers_received = Counter(
-            "snapmesh_transfers_received_total", "Transfers this node received and applied (the bank)",
-            ["node"], registry=banks,
-        ).labels(node_id)
-        self.transfers_refused = Counter(
-            "snapmesh_transfers_refused_total", "Transfer requests refused (bad argument, no funds)", ["node", "grpc_code"],
-            registry=banks,
-        )
-        self.tally = Gauge(TALLY_METRIC, TALLY_METRIC_HELP, ["node"], registry=banks).labels(node_id)
+        # Told the status of each call the node's fence refused (an app's edge counts them its way).
+        self.on_fence_refusal: list[Callable[[str], None]] = []
         self.markers_sent = Counter(
             "snapmesh_markers_sent_total", "Snapshot markers this node sent", ["node"], registry=r
         ).labels(node_id)
@@ -162,11 +148,11 @@ class NodeMetrics:
         ).labels(node_id)
 
     def initialise(
-        self, *, incoming: Iterable[str], outgoing: Iterable[str], codes: Iterable[str], command_codes: Iterable[str] = ()
+        self, *, incoming: Iterable[str], outgoing: Iterable[str], command_codes: Iterable[str] = ()
     ) -> None:
         """Create the labelled series known up front at 0, so that rates and alerts
         have data before the first event (Prometheus' advice for known labels):
-        `codes` a refused transfer's statuses, `command_codes` a refused command's."""
+        `command_codes` a refused command's statuses."""
         for peer in incoming:
             self.stream_errors(peer, "receiver")
             self.payload_run_messages(peer)
@@ -176,8 +162,6 @@ class NodeMetrics:
             self.resent(peer)
             self.frames_sent(peer)
             self.stream_errors(peer, "sender")
-        for code in codes:
-            self.refused(code)
         for code in command_codes:
             self.command_refused(code)
 
@@ -205,9 +189,10 @@ class NodeMetrics:
     def hop(self, hop: str) -> Histogram:
         return self._hop.labels(self._node, hop)
 
-    def refused(self, code: str) -> Counter:
-        """A refused transfer (the bank's Transfer and TransferBatch)."""
-        return self.transfers_refused.labels(self._node, code)
+    def fence_refused(self, code: str) -> None:
+        """A call the node's fence refused with `code` (fence.py F1, F4), told to whoever counts it."""
+        for count in self.on_fence_refusal:
+            count(code)
 
     def command_refused(self, code: str) -> Counter:
         """A refused command or query to the app (the node's Edge: Submit, SubmitBatch, Query)."""

@@ -39,7 +39,6 @@ from snapmesh.services.node.servicer import MAX_BATCH
 from snapmesh.app import App
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
-from snapmesh.settings.appsettings import BANK
 from snapmesh.protocol.node.link import DEFAULT_MARK
 from snapmesh.protocol import chunking
 from snapmesh.protocol.node.requests import MAX_ID_BYTES
@@ -87,7 +86,7 @@ async def serve(
     `app` None: the one `cfg` names (load_node_app)."""
     app = app if app is not None else load_node_app(cfg, node_id)
     node_cfg = cfg.node(node_id)
-    metrics = NodeMetrics(node_id, bank=app.name == BANK)  # the bank's series on the bank's nodes only
+    metrics = NodeMetrics(node_id)
     limit = receive_limit(max(len(n.id) for n in cfg.nodes))
     host = ServiceHost(
         bind_address=cfg.bind_address(node_cfg), metrics_bind=cfg.metrics_bind(node_cfg), registry=metrics.registry,

@@ -99,7 +99,7 @@ def recover(
                 os.fsync(handle.fileno())
     try:
         records = [(where, wal.parse(raw, where, node_id=node_id)) for where, raw in lines]
-        if app is not None and app.name == "bank" and native_log(records):  # bank_edge.py B5
+        if app is not None and app.name == "bank" and native_log(records):  # snapmesh/bank/edge.py B5
             native = recovery.recover(records, node_id=node_id, initial_tally=initial_tally, incoming=incoming,
                                       outgoing=outgoing)
             host = Host(app, node_id=node_id, incoming=incoming, outgoing=outgoing, params=app_params)

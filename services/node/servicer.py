@@ -5,15 +5,17 @@ messages (the engine never sees protobuf), makes one synchronous engine call,
 then waits until the log holds what it did before answering: a response never
 runs ahead of the disk. A client's answer is the node machine's `Reply` (node
 rule N11): this module only turns it into a response. Why the core refused a
-transfer maps to a status code in one table, `REFUSAL_STATUS` (edge.py's
+command maps to a status code in one table, `REFUSAL_STATUS` (edge.py's
 `REFUSAL_CODE`); the node's epoch fence (EpochFenced) to FAILED_PRECONDITION
 (stale) or UNAVAILABLE. An app's commands (Submit, SubmitBatch) are calls of
 the node's `Edge` (edge.py), which an embedding program calls alike: this
-module turns its `Refused` into the status it names.
+module turns its `Refused` into the status it names. The RPCs an app answers
+itself (v1 Transfer, TransferBatch, GetState) go to the extra edge its App
+names (extra_edge.py), loaded by name: this module knows no app.
 
 Who may call what is snapmesh.settings.access, checked before a handler runs:
 StartSnapshot, AbortSnapshot and RestoreState answer only the controller's
-certificate (AUTH2: a restore's tally and in-flight transfers are the snapshot's
+certificate (AUTH2: a restore's state and in-flight messages are the snapshot's
 the controller names, never a caller's); a Channel stream only its `src`'s (AUTH3,
 checked here, as the request names it).
 """
@@ -24,18 +26,18 @@ import asyncio
 import heapq
 import logging
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from snapmesh.app import Refused as AppRefused
-from snapmesh.services.node.bank_edge import BankEdge
 from snapmesh.services.node.channels import AckWriter, read_or_end
+from snapmesh.services.node import extra_edge
 from snapmesh.services.node.edge import (  # noqa: F401  (MAX_COMMAND_BYTES: the limit is named from here too)
-    FLOW_CONTROL_WAIT_S, MAX_COMMAND_BYTES, REFUSAL_CODE, Edge, taken_back_text,
+    MAX_COMMAND_BYTES, REFUSAL_CODE, Edge,
 )
-from snapmesh.services.node.engine import AppMessage, Engine, Refused
+from snapmesh.services.node.engine import AppMessage, Engine
+from snapmesh.services.node.extra_edge import MAX_BATCH  # noqa: F401  (the limit is named from here too)
 from snapmesh.services.node.frames import check_payload_runs, payloads, run_payloads
 from snapmesh.services.node.translog import LogClosedError
 from snapmesh.protocol import chunking
@@ -45,8 +47,6 @@ from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.node.epochs import EpochFenced
 from snapmesh.protocol.node.fence import FenceRefused
 from snapmesh.protocol.node.effects import Reply, ReplyBatch, RestoreReply
-import snapmesh.bank.wire as wire
-from snapmesh.bank.wire import message_tally, run_tallies
 from snapmesh.serving import credentials
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -57,24 +57,19 @@ _OK = grpc.StatusCode.OK.value[0]
 
 # Why the core refused a client's request -> the status the client gets (the edge's table, as gRPC codes).
 REFUSAL_STATUS: dict[core.Refusal, grpc.StatusCode] = {kind: grpc.StatusCode[name] for kind, name in REFUSAL_CODE.items()}
-# A TransferBatch holds at most MAX_BATCH transfers (INVALID_ARGUMENT
-# naming the limit otherwise), and a long one gives the event loop back every
-# YIELD_EVERY transfers, so acks, channel frames and GetState are not starved.
-MAX_BATCH = 10_000
-YIELD_EVERY = 500
 
 
 class NodeServicer(pb_grpc.NodeServicer):
     def __init__(self, engine: Engine, edge: Edge | None = None) -> None:
         self._engine = engine
         self._edge = edge or Edge(engine)  # the node process's, which an app's own service shares
-        self._bank = BankEdge(engine, self._edge)  # the bank's v1 RPCs on a node that hosts the bank app
+        # The RPCs its app answers itself (extra_edge.py: v1 calls), loaded by the name
+        # its App gives; None: the node answers them as X2 says. Raises AppError (X1).
+        self._extra = extra_edge.load(engine.node.host.app if engine.node.host else None, engine, self._edge)
         self._log = engine.log
         self.stopping = False
-        # Acks say the channel streams into this node may carry packed runs (of transfers,
-        # of an app's payloads); False acks as a receiver from before them did (its
-        # senders send those messages one each).
-        self.accepts_runs = True
+        # Acks say the channel streams into this node may carry an app's payloads in packed
+        # runs; False acks as a receiver from before them did (its senders send one message each).
         self.accepts_payload_runs = True
 
     async def _durable(self, lsn: int, context: grpc.aio.ServicerContext) -> None:
@@ -102,67 +97,19 @@ class NodeServicer(pb_grpc.NodeServicer):
 
     async def Transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
         await self._unfenced("Transfer", context)
-        if self._engine.node.host is not None:  # the bank app (or another: refused as before), through the edge
-            return await self._bank.transfer(request, context)
-        try:
-            answer, waiting = self._engine.transfer(*wire.transfer(request))
-        except core.LocalProtocolError as exc:
-            code = REFUSAL_STATUS[exc.kind]
-            self._engine.metrics.refused(code.name).inc()
-            await context.abort(code, str(exc))
-        self._engine.transfers_done(0 if answer.repeated else 1)
-        await self._engine.wait_for_room({request.to}, FLOW_CONTROL_WAIT_S)
-        reply = await self._replied(waiting, context)
-        if reply.taken_back:
-            await context.abort(grpc.StatusCode.ABORTED, self._taken_back(reply.taken_back, "not paid"))
-        return wire.transfer_response(answer.msg_id, answer.tally)
+        answer = getattr(self._extra, "Transfer", None)
+        if answer is None:
+            await extra_edge.refuse_one(self._engine, context)
+        return await answer(request, context)
 
     async def TransferBatch(
         self, request: pb.TransferBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.TransferBatchResponse:
         await self._unfenced("TransferBatch", context)
-        if self._engine.node.host is not None:  # the bank app (or another: refused as before), through the edge
-            return await self._bank.transfer_batch(request, context)
-        if len(request.transfers) > MAX_BATCH:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"a TransferBatch holds at most {MAX_BATCH} transfers, got {len(request.transfers)}",
-            )
-        response = pb.TransferBatchResponse()
-        engine = self._engine
-        accepted = 0
-        destinations: set[str] = set()
-        items = request.transfers
-        # One engine step per YIELD_EVERY transfers (effects carried out once
-        # per step), handing the loop back between steps (acks, frames, other calls).
-        answers = []
-        for start in range(0, len(items), YIELD_EVERY):
-            if start:
-                with self._log.writer_pending():  # the log's round now waits a turn for the next step's records
-                    await asyncio.sleep(0)
-            answers += engine.transfer_batch(wire.transfers(items[start : start + YIELD_EVERY]))
-        codes = []
-        for item, answer in zip(items, answers, strict=True):
-            if type(answer) is Refused:
-                code = REFUSAL_STATUS[answer.error.kind]
-                engine.metrics.refused(code.name).inc()
-                codes.append(code.value[0])
-                continue
-            codes.append(_OK)
-            accepted += 0 if answer.repeated else 1
-            destinations.add(item.to)
-        results = wire.batch_results(response.results, answers, codes, _OK)
-        # (result, answer) of each item answered OK: a restore may take it back before it is durable
-        paid = [(result, answer) for result, answer, code in zip(results, answers, codes, strict=True) if code == _OK]
-        engine.transfers_done(accepted)
-        waiting = engine.reply_batch([answer for _, answer in paid])
-        await engine.wait_for_room(destinations, FLOW_CONTROL_WAIT_S)
-        reply = await self._replied(waiting, context)
-        for (result, _), snapshot_id in zip(paid, reply.taken_back, strict=True):
-            if snapshot_id:  # fails, as a refusal does
-                message = self._taken_back(snapshot_id, "not paid")
-                result.code, result.message, result.msg_id = grpc.StatusCode.ABORTED.value[0], message, ""
-        return response
+        answer = getattr(self._extra, "TransferBatch", None)
+        if answer is None:
+            return await extra_edge.refuse_batch(self._engine, request, context)
+        return await answer(request, context)
 
     # -- an app's commands
 
@@ -201,21 +148,15 @@ class NodeServicer(pb_grpc.NodeServicer):
                 add(reply=answer.reply, epoch=answer.epoch)
         return response
 
-    def _taken_back(self, snapshot_id: str, undone: str) -> str:
-        """The ABORTED message for an answer the node says the restore of `snapshot_id` took back (counted)."""
-        self._engine.metrics.refused(grpc.StatusCode.ABORTED.name).inc()
-        return taken_back_text(self._engine.node_id, snapshot_id, undone)
-
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
         await self._unfenced("GetState", context)
         engine = self._engine
-        if self._bank.hosts_bank:  # the bank app: its tally in the v1 field, as the native bank's
-            return await self._bank.get_state(context)
+        answer = getattr(self._extra, "GetState", None)
+        if answer is not None:  # the app's own answer (in its v1 fields)
+            return await answer(request, context)
         state = engine.node.app_state()
-        tally = engine.node.tally if state is None else 0  # an app node keeps no native tally
         await self._durable(self._log.last_lsn, context)  # never show what a crash could take back
-        response = wire.node_state(
-            tally,
+        response = pb.NodeStateResponse(
             node_id=engine.node_id,
             epoch=engine.node.epoch,
             snapshot_mode=getattr(engine.node, "snapshot_mode", engine.node.process.mode),  # a HybridNode's is its own
@@ -271,7 +212,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         """Refuse `rpc` UNAVAILABLE while the node's fence says so (fence.py F1, F4), counted."""
         refusal = self._engine.refusal(rpc)
         if refusal:
-            self._engine.metrics.refused(grpc.StatusCode.UNAVAILABLE.name).inc()
+            self._engine.metrics.fence_refused(grpc.StatusCode.UNAVAILABLE.name)
             await context.abort(grpc.StatusCode.UNAVAILABLE, refusal)
 
     # -- restore and epochs
@@ -288,11 +229,14 @@ class NodeServicer(pb_grpc.NodeServicer):
                 await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT, f"no channel {channel.src!r}->{channel.dst!r} into {engine.node_id}"
                 )
-            in_flight += wire.in_flight(channel.src, channel.in_flight)
+            # (src, msg_id, seq, 0, payload): an app's message is its bytes, and nothing else
+            in_flight += [(channel.src, t.msg_id, t.seq, 0, t.payload if t.HasField("payload") else None)
+                          for t in channel.in_flight]
         state = request.state if request.HasField("state") else None
-        tally, in_flight, state = self._bank.restore_args(wire.restore_request(request), in_flight, state)
+        if hasattr(self._extra, "restore_args"):  # the app's reading of a restore (of its own v1 fields)
+            in_flight, state = self._extra.restore_args(request, in_flight, state)
         try:
-            waiting = engine.restore(request.snapshot_id, request.epoch, tally, in_flight, state)
+            waiting = engine.restore(request.snapshot_id, request.epoch, 0, in_flight, state)
         except core.AppFailed as exc:  # the app cannot take the snapshot's state: the node stops (process.py)
             await context.abort(grpc.StatusCode.INTERNAL, f"node {engine.node_id} cannot restore: {exc}")
         except EpochFenced as exc:  # an older epoch's restore: stale
@@ -300,7 +244,9 @@ class NodeServicer(pb_grpc.NodeServicer):
         except core.RemoteProtocolError as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         reply = await self._replied(waiting, context)  # the node's RestoreReply: once durable (N8)
-        return self._bank.restored(reply.epoch) if self._bank.hosts_bank else wire.restore_response(reply.epoch, reply.tally)
+        if hasattr(self._extra, "restored"):  # the app's answer (what it holds, in its v1 fields)
+            return self._extra.restored(reply.epoch)
+        return pb.RestoreStateResponse(epoch=reply.epoch)
 
     async def RestoreStateChunks(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.RestoreStateResponse:
         """A RestoreStateRequest over 1 MiB, in pieces of its encoding (snapmesh.protocol.chunking):
@@ -349,7 +295,7 @@ class NodeServicer(pb_grpc.NodeServicer):
             )
         await credentials.require_peer(context, src)  # with TLS: only src's certificate may open src->here
         rx = engine.incoming[src]
-        acks = AckWriter(context, accepts_runs=self.accepts_runs, accepts_payload_runs=self.accepts_payload_runs)
+        acks = AckWriter(context, accepts_payload_runs=self.accepts_payload_runs)
         try:
             # The node answers with its position (the resume point) once it is durable.
             ending = engine.opened(src, first.open.epoch, acks)  # 0 (not said): the machine's to read (N8)
@@ -389,22 +335,22 @@ class NodeServicer(pb_grpc.NodeServicer):
 
 
 def _receive(engine: Engine, src: str, dst: str, conn_no: int, batch: pb.ChannelBatch) -> None:
-    """Apply one batch: its messages and its runs (of transfers, of an app's
-    payloads) merged by seq (snapmesh.proto, ChannelBatch), exactly as the same
-    content sent one message each would be."""
-    runs, payload_runs = batch.runs, batch.payload_runs
-    if not runs and not payload_runs:  # a sender from before runs, or a receiver that did not say it reads them
+    """Apply one batch: its messages and its payload runs merged by seq
+    (snapmesh.proto, ChannelBatch), exactly as the same content sent one message
+    each would be. A batch with runs of native numbers (what nodes from before apps
+    sent) breaks the protocol before anything of it applies: a message is an app's
+    bytes."""
+    payload_runs = batch.payload_runs
+    if batch.runs:
+        raise core.RemoteProtocolError(f"channel {src}->{dst}: runs of numbers, not an app's messages: "
+                                       "this node reads payloads only")
+    if not payload_runs:  # a sender from before payload runs, or a receiver that did not say it reads them
         engine.receive_batch(src, conn_no, _decode(src, dst, _early_markers_first(batch.messages)))
         return
-    # Malformed before anything of the frame is applied: seq 0 is only ever an early marker.
-    if any(run.first_seq == 0 for run in runs):
-        raise core.RemoteProtocolError(f"channel {src}->{dst}: a run of transfers starts at seq 0")
-    check_payload_runs(src, dst, payload_runs)
-    if batch.messages or (runs and payload_runs):  # markers among the runs: rare (one per snapshot and channel)
+    check_payload_runs(src, dst, payload_runs)  # malformed before anything of the frame is applied
+    if batch.messages:  # markers among the runs: rare (one per snapshot and channel)
         engine.receive_batch(src, conn_no, _decode_merged(src, dst, batch))
-    elif runs:  # the bank's common frame: ints straight from the packed columns
-        engine.receive_runs(src, conn_no, [(run.first_seq, run_tallies(run)) for run in runs])
-    else:  # an app's common frame: each payload a slice of its run's buffer
+    else:  # the common frame: each payload a slice of its run's buffer
         engine.receive_payload_runs(src, conn_no, [(run.first_seq, run_payloads(run)) for run in payload_runs])
 
 
@@ -426,25 +372,17 @@ def _early_markers_first(messages: Sequence[pb.ChannelMessage]) -> Sequence[pb.C
     return [messages[i] for i in early] + [m for i, m in enumerate(messages) if i not in moved]
 
 
-class _RunTransfer(NamedTuple):
-    """A transfer of a run, as the engine reads a TransferMessage (the receiver derives its msg_id)."""
-
-    tally: int
-    msg_id: str = ""
-
-
 def _seq_of(item: pb.ChannelMessage | tuple[int, object]) -> int:
     return item[0] if type(item) is tuple else item.seq  # type: ignore[union-attr,index]
 
 
 def _decode_merged(src: str, dst: str, batch: pb.ChannelBatch) -> Iterator[tuple[int, core.Marker | object]]:
-    """The batch's messages, its runs' transfers and its payload runs' messages
-    merged by seq, on a tie in that order (each list in its own order; early
-    markers first, as in `_receive`; payload runs checked by `_receive`): the
-    per-message form of the frame, decoded one message at a time as `_decode` does."""
-    transfers = ((seq, _RunTransfer(tally)) for run in batch.runs for seq, tally in enumerate(run_tallies(run), run.first_seq))
+    """The batch's messages and its payload runs' messages merged by seq, on a tie
+    in that order (each list in its own order; early markers first, as in
+    `_receive`; payload runs checked by `_receive`): the per-message form of the
+    frame, decoded one message at a time as `_decode` does."""
     messages = ((seq, AppMessage(payload)) for run in batch.payload_runs for seq, payload in payloads(run))
-    for item in heapq.merge(_early_markers_first(batch.messages), transfers, messages, key=_seq_of):
+    for item in heapq.merge(_early_markers_first(batch.messages), messages, key=_seq_of):
         if type(item) is tuple:
             yield item
         else:
@@ -454,19 +392,16 @@ def _decode_merged(src: str, dst: str, batch: pb.ChannelBatch) -> Iterator[tuple
 def _decode(
     src: str, dst: str, messages: Iterable[pb.ChannelMessage]
 ) -> Iterator[tuple[int, core.Marker | object]]:
-    """A frame's messages as (seq, core.Marker, AppMessage or _RunTransfer), one at a
-    time: a message with no body raises RemoteProtocolError there, after those
-    before it applied."""
+    """A frame's messages as (seq, core.Marker or AppMessage), one at a time: a
+    message with no body, or one with no payload (a native number), raises
+    RemoteProtocolError there, after those before it applied."""
     for message in messages:
         body = message.WhichOneof("body")
         if body == "transfer":
             transfer = message.transfer
-            if transfer.HasField("payload"):  # an app's message
-                yield message.seq, AppMessage(transfer.payload, transfer.msg_id)
-            else:
-                # msg_id "" when the sender left it out. One message per transfer is
-                # not the hot path: that is a run's packed column (`receive_runs`).
-                yield message.seq, _RunTransfer(message_tally(transfer), transfer.msg_id)
+            if not transfer.HasField("payload"):
+                raise core.RemoteProtocolError(f"channel {src}->{dst}: message {message.seq} carries no payload")
+            yield message.seq, AppMessage(transfer.payload, transfer.msg_id)  # msg_id "": the receiver derives it
         elif body == "marker":
             if not message.marker.snapshot_id:
                 raise core.RemoteProtocolError(f"channel {src}->{dst}: marker {message.seq} has an empty snapshot id")

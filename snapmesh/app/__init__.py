@@ -258,6 +258,9 @@ def _check_app(app: App, where: str) -> None:
         raise AppError(f"{where}: version must be a positive int (1, 2, ...), got {app.version!r}")
     if app.v1_fields is not None and (not isinstance(app.v1_fields, str) or ":" not in app.v1_fields):
         raise AppError(f"{where}: v1_fields must be a \"module:attr\" str or None, got {app.v1_fields!r}")
+    if app.edge is not None and (not isinstance(app.edge, str) or ":" not in app.edge):
+        raise AppError(f"{where}: edge must be a \"module:attr\" str (a factory of the node's extra edge) or None, "
+                       f"got {app.edge!r}")
     for kind in ("describe", "workload", "upgrade", "upgrade_message", "rescale"):
         if getattr(app, kind) is not None and not callable(getattr(app, kind)):
             raise AppError(f"{where}: {kind} must be callable or None, got {type(getattr(app, kind)).__name__}")
@@ -285,6 +288,9 @@ class App:
     # "module:attr" of the class that fills the v1 API's figures from the states and payloads on the
     # controller's side (snapmesh/app/v1fields.py), imported there by name; None: they stay absent
     v1_fields: str | None = None
+    # "module:attr" of a factory (engine, edge) -> an object answering more of the node's RPCs, imported by
+    # name on the node's side (services/node/extra_edge.py): the bank's v1 Transfer is one; None: none
+    edge: str | None = None
 
     def __post_init__(self) -> None:
         _check_app(self, f"App {self.name!r}")

@@ -194,8 +194,8 @@ def test_payload_runs_apply_exactly_as_one_message_each(mode: str) -> None:
         in_runs = applied = 0
         for _ in range(8):
             frames = _frames(rng, _entries(rng, rng.randint(1, 600)))
-            new = [encode_frame(entries, runs=True, payload_runs=True).batch for entries in frames]
-            old = [encode_frame(entries, runs=True, payload_runs=False).batch for entries in frames]
+            new = [encode_frame(entries, payload_runs=True).batch for entries in frames]
+            old = [encode_frame(entries, payload_runs=False).batch for entries in frames]
             assert all(not batch.payload_runs for batch in old)
             in_runs += sum(len(run.lengths) for batch in new for run in batch.payload_runs)
             outcomes = []

@@ -2,7 +2,7 @@
 
 Two real 3-node rings of `snapmesh node` processes on loopback, one running the bank
 natively (no [app]), one hosting the bank app (services/app/bank.py) through the
-node's edge (services/node/bank_edge.py). The same Transfer and TransferBatch calls,
+node's edge (snapmesh/bank/edge.py). The same Transfer and TransferBatch calls,
 good and bad, retried and repeated in one batch, go to both: every answer (code,
 text, msg id, balance) is the same, and so are the balances GetState serves once the
 money arrived. The bank app's node then dies by SIGKILL and restarts: it recovers its

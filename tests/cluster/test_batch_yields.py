@@ -5,7 +5,7 @@ loop reads, at every turn it gets, how many records p1 has logged; a real gRPC
 client sends one TransferBatch of MAX_BATCH transfers. Without yielding, the
 whole batch is applied between two turns of the watcher; with it, at most
 COMMANDS_PER_STEP transfers are (the bank app's v1 adapter hands the batch to the
-node's edge, services/node/bank_edge.py, which yields between its steps). Counting turns, not timing them, makes this
+node's edge, snapmesh/bank/edge.py, which yields between its steps). Counting turns, not timing them, makes this
 independent of how busy the machine is.
 """
 

@@ -168,7 +168,10 @@ def test_bad_channel_streams_are_refused_and_change_nothing(ring: Cluster) -> No
     def frame_open(src: str, dst: str) -> pb.ChannelFrame:
         return pb.ChannelFrame(open=pb.ChannelOpen(src=src, dst=dst))
 
-    def transfer(seq: int, amount: int) -> pb.ChannelMessage:
+    def transfer(seq: int, amount: int) -> pb.ChannelMessage:  # the bank app's message: the amount as decimal ASCII
+        return pb.ChannelMessage(seq=seq, transfer=pb.TransferMessage(msg_id=f"p3:p1:{seq}", payload=b"%d" % amount))
+
+    def native(seq: int, amount: int) -> pb.ChannelMessage:  # what the bank's former native nodes sent
         return pb.ChannelMessage(seq=seq, transfer=pb.TransferMessage(msg_id=f"p3:p1:{seq}", amount=amount))
 
     def batch(*messages: pb.ChannelMessage) -> pb.ChannelFrame:
@@ -182,10 +185,10 @@ def test_bad_channel_streams_are_refused_and_change_nothing(ring: Cluster) -> No
     _, code, _ = _channel_call(ring, "p1", [batch(transfer(1, 5))])
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     # Impersonating p3 on the real channel p3->p1 (p1 has received nothing: resume point 0):
-    # a gap is DATA_LOSS; a transfer with a bad amount is a protocol violation.
+    # a gap is DATA_LOSS; a native number (no payload) is a protocol violation.
     acks, code, details = _channel_call(ring, "p1", [frame_open("p3", "p1"), batch(transfer(2, 5))])
     assert acks == [0] and code == grpc.StatusCode.DATA_LOSS and "seq 2 after 0" in details
-    acks, code, details = _channel_call(ring, "p1", [frame_open("p3", "p1"), batch(transfer(1, -5))])
+    acks, code, details = _channel_call(ring, "p1", [frame_open("p3", "p1"), batch(native(1, 5))])
     assert acks == [0] and code == grpc.StatusCode.FAILED_PRECONDITION and "protocol violation" in details
     # A duplicate (seq <= resume point) is dropped and acknowledged at the resume point.
     acks, code, _ = _channel_call(ring, "p1", [frame_open("p3", "p1"), batch(transfer(0, 5))])

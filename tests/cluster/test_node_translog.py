@@ -381,7 +381,7 @@ def test_node_truncates_torn_line_and_starts(tmp_path: Path) -> None:
         cluster.stop()
     assert f"{path}:3: torn last line" in cluster.node("p1").output()
     # The native log, its torn line cut off, recovered as the bank app's and sealed (mapped once,
-    # bank_edge.py B5): the active segment opens with the bank app's checkpoint.
+    # snapmesh/bank/edge.py B5): the active segment opens with the bank app's checkpoint.
     assert [r["kind"] for r in lines(data / wal.sealed_name("p1", 1))] == ["init", "send", "restart"]
     assert [r["kind"] for r in lines(path)][:1] == ["checkpoint"]
 

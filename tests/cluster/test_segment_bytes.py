@@ -57,7 +57,7 @@ def test_a_segment_seals_at_segment_bytes_when_its_records_are_far_from_segment_
         engine, log, metrics = await _node(tmp_path)
         for i in range(300):  # ~140 bytes a send record: ~40 KiB in all
             engine.transfer("p2", 1, request_id=f"request-{i:04d}")
-        engine.transfers_done(300)  # the metrics, once per call (as the servicer does)
+        engine.durable(log.durable_lsn)  # a step with the metrics, once per call (as a command's step is)
         log.flush_sync()
         sealed = _sealed(tmp_path)
         for segment in [*sealed[1:], tmp_path / "p1.log.jsonl"]:  # each opens with a checkpoint

@@ -7,8 +7,8 @@ form's seqs, payloads and markers, in the same order: empty payloads, payloads
 of zero bytes, early markers and markers among the runs included. To any
 other receiver the frame is one message each, as before. A run at seq 0, or
 whose lengths do not add up to its buffer, is refused as a protocol violation
-naming the channel, before anything of the batch applies. A bank frame still
-goes as one packed run of ints.
+naming the channel, before anything of the batch applies, and so is a frame of
+native numbers (runs of them, or a message with no payload).
 """
 
 from __future__ import annotations
@@ -39,12 +39,11 @@ def _comparable(decoded) -> list[tuple]:
 
 
 def _per_message(entries: tuple[Entry, ...]) -> list[tuple]:
-    return _comparable(_decode("a", "b", encode_frame(entries, runs=False).batch.messages))
+    return _comparable(_decode("a", "b", encode_frame(entries).batch.messages))
 
 
-@pytest.mark.parametrize("runs", [True, False])
-def test_to_a_receiver_without_payload_runs_an_apps_frame_is_one_message_each(runs: bool) -> None:
-    batch = encode_frame(APP_ENTRIES, runs=runs, payload_runs=False).batch
+def test_to_a_receiver_without_payload_runs_an_apps_frame_is_one_message_each() -> None:
+    batch = encode_frame(APP_ENTRIES, payload_runs=False).batch
     assert not batch.runs and not batch.payload_runs
     decoded = list(_decode("a", "b", batch.messages))
     assert [seq for seq, _ in decoded] == [0, 4, 5, 6, 7, 8, 9]
@@ -54,7 +53,7 @@ def test_to_a_receiver_without_payload_runs_an_apps_frame_is_one_message_each(ru
 
 
 def test_payload_runs_split_at_markers_and_decode_to_the_per_message_form() -> None:
-    batch = encode_frame(APP_ENTRIES, runs=True, payload_runs=True).batch
+    batch = encode_frame(APP_ENTRIES, payload_runs=True).batch
     assert not batch.runs
     assert [(m.seq, m.marker.snapshot_id, m.marker.last_seq) for m in batch.messages] == [(0, "s0", 3), (5, "s1", 0)]
     assert [(r.first_seq, list(r.lengths), r.data) for r in batch.payload_runs] == [
@@ -72,14 +71,14 @@ def test_payload_runs_split_at_markers_and_decode_to_the_per_message_form() -> N
     (Entry(5, 0, "s"),),  # a marker alone
 ], ids=["one-run", "one-empty", "early-markers", "two-runs", "marker-alone"])
 def test_every_frame_form_decodes_to_its_per_message_form(entries: tuple[Entry, ...]) -> None:
-    batch = pb.ChannelBatch.FromString(encode_frame(entries, runs=True, payload_runs=True).batch.SerializeToString())
+    batch = pb.ChannelBatch.FromString(encode_frame(entries, payload_runs=True).batch.SerializeToString())
     assert all(not m.HasField("transfer") for m in batch.messages)  # every app message went in a run
     assert _comparable(_decode_merged("a", "b", batch)) == _per_message(entries)
 
 
 def test_entries_out_of_channel_order_go_one_message_each() -> None:
     odd = (Entry(5, 0, "", payload=b"a"), Entry(4, 0, "", payload=b"b"))
-    batch = encode_frame(odd, runs=True, payload_runs=True).batch
+    batch = encode_frame(odd, payload_runs=True).batch
     assert not batch.payload_runs and [m.seq for m in batch.messages] == [5, 4]
 
 
@@ -95,14 +94,11 @@ class _Noting:
     def receive_payload_runs(self, src, conn_no, runs) -> None:  # a frame of runs alone: each payload, seqs from the run's first
         self.got += [(seq, (payload, "")) for first, payloads in runs for seq, payload in enumerate(payloads, first)]
 
-    def receive_runs(self, src, conn_no, runs) -> None:  # pragma: no cover  (not for an app's frame)
-        raise AssertionError("an app's frame went through the tallies' path")
-
 
 def test_receive_hands_the_engine_the_per_message_form() -> None:
     for entries in (APP_ENTRIES, APP_ENTRIES[1:2], APP_ENTRIES[3:]):
         engine = _Noting()
-        _receive(engine, "a", "b", 1, encode_frame(entries, runs=True, payload_runs=True).batch)  # type: ignore[arg-type]
+        _receive(engine, "a", "b", 1, encode_frame(entries, payload_runs=True).batch)  # type: ignore[arg-type]
         assert engine.got == _per_message(entries)
 
 
@@ -124,10 +120,25 @@ def test_a_malformed_run_is_refused_naming_the_channel_before_anything_applies(b
         assert str(refused.value) == text and engine.got == []  # the good run before it did not apply either
 
 
-def test_a_bank_frame_still_goes_as_one_run() -> None:
-    entries = tuple(Entry(seq=seq, tally=seq * 10, snapshot_id="") for seq in range(1, 6))
-    batch = encode_frame(entries, runs=True, payload_runs=True).batch
-    assert not batch.messages and not batch.payload_runs
-    assert [(r.first_seq, list(r.amounts)) for r in batch.runs] == [(1, [10, 20, 30, 40, 50])]
-    decoded = list(_decode("a", "b", encode_frame(entries, runs=False).batch.messages))
-    assert [(seq, m.tally, type(m) is AppMessage) for seq, m in decoded] == [(s, s * 10, False) for s in range(1, 6)]
+class _OneByOne(_Noting):
+    """As the engine applies a frame: each message as it is decoded."""
+
+    def receive_batch(self, src, conn_no, messages) -> None:
+        for item in messages:
+            self.got += _comparable([item])
+
+
+def test_a_frame_of_native_numbers_is_refused() -> None:
+    # What the bank's former native nodes sent: runs of numbers, or a message with no payload.
+    engine = _Noting()
+    runs = pb.ChannelBatch(runs=[pb.TransferRun(first_seq=1, amounts=[5])], payload_runs=[
+        pb.PayloadRun(first_seq=2, lengths=[1], data=b"x")])
+    with pytest.raises(core.RemoteProtocolError, match="channel a->b: runs of numbers, not an app's messages"):
+        _receive(engine, "a", "b", 1, runs)  # type: ignore[arg-type]
+    assert engine.got == []  # before anything of the frame applied
+    engine = _OneByOne()
+    one = pb.ChannelBatch(messages=[pb.ChannelMessage(seq=1, transfer=pb.TransferMessage(payload=b"ok")),
+                                    pb.ChannelMessage(seq=2, transfer=pb.TransferMessage(amount=5))])
+    with pytest.raises(core.RemoteProtocolError, match="channel a->b: message 2 carries no payload"):
+        _receive(engine, "a", "b", 1, one)  # type: ignore[arg-type]
+    assert engine.got == [(1, (b"ok", ""))]  # the one before it applied, as any bad message leaves them

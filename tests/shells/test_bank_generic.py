@@ -21,7 +21,7 @@ from snapmesh.protocol import wal
 from snapmesh.protocol.node import recovery as pure_recovery
 from snapmesh.protocol.node.machine import Append, Node, Seal
 from snapmesh.services.app import bank, kvshard
-from snapmesh.services.node.bank_edge import command
+from snapmesh.bank.edge import command
 from snapmesh.services.node.recovery import recover
 from snapmesh.v1 import snapmesh_pb2 as pb
 

@@ -99,25 +99,25 @@ def _channel() -> OutgoingChannel:
 
 
 def _decoded(frame) -> list[tuple]:
-    """A written frame in its wire order: (seq, tally) or (seq, "marker", id, last_seq)."""
+    """A written frame in its wire order: (seq, the number its payload says) or (seq, "marker", id, last_seq)."""
     from snapmesh.services.node.servicer import _decode, _decode_merged
 
     batch = frame.batch
     out: list[tuple] = []
-    for seq, body in _decode_merged("p1", "p2", batch) if batch.runs else _decode("p1", "p2", batch.messages):
+    for seq, body in _decode_merged("p1", "p2", batch) if batch.payload_runs else _decode("p1", "p2", batch.messages):
         if hasattr(body, "snapshot_id"):
             out.append((seq, "marker", body.snapshot_id, body.last_seq))
         else:
-            out.append((seq, body.tally))
+            out.append((seq, int(body.payload)))
     return out
 
 
-async def _written_while_blocked(channel: OutgoingChannel, conn_no: int, first, later, *, runs: bool = True) -> list:
+async def _written_while_blocked(channel: OutgoingChannel, conn_no: int, first, later, *, payload_runs: bool = True) -> list:
     """Push `first`, let the writer block on it, push `later` (conn_no, entries)
     pairs, then let every write through; returns the frames written."""
     call = _BlockingCall()
     channel.push(conn_no, first)
-    writer = asyncio.ensure_future(channel._write_frames(call, conn_no, runs))  # type: ignore[arg-type]
+    writer = asyncio.ensure_future(channel._write_frames(call, conn_no, payload_runs))  # type: ignore[arg-type]
     await call.writing.wait()
     for frame_conn_no, entries in later:
         if frame_conn_no == channel.conn_no:
@@ -136,7 +136,8 @@ async def _written_while_blocked(channel: OutgoingChannel, conn_no: int, first, 
 
 
 def _t(*seqs: int) -> tuple[Entry, ...]:
-    return tuple(Entry(s, 10 * s, "") for s in seqs)
+    """An app's messages at `seqs`, each's payload 10 x its seq."""
+    return tuple(Entry(s, 0, "", 0, b"%d" % (10 * s)) for s in seqs)
 
 
 def test_pushes_while_a_write_is_blocked_leave_as_one_frame_in_order() -> None:
@@ -146,7 +147,7 @@ def test_pushes_while_a_write_is_blocked_leave_as_one_frame_in_order() -> None:
         assert len(frames) == 2
         assert _decoded(frames[0]) == [(1, 10), (2, 20)]
         assert _decoded(frames[1]) == [(s, 10 * s) for s in range(3, 9)]
-        assert len(frames[1].batch.runs) == 1 and not frames[1].batch.messages  # still one packed run
+        assert len(frames[1].batch.payload_runs) == 1 and not frames[1].batch.messages  # still one packed run
         assert channel._frames_sent._value.get() == 2  # frames written, not frames pushed
 
     asyncio.run(go())
@@ -166,13 +167,13 @@ def test_a_stale_connections_frames_are_not_merged_in() -> None:
 
 def test_markers_keep_their_place_among_the_merged_transfers() -> None:
     async def go() -> None:
-        for runs in (True, False):
+        for payload_runs in (True, False):
             channel = _channel()
             classic = Entry(4, 0, "s1")  # a FIFO marker: a seq of its own
-            early = Entry(0, 6, "s2")  # an overtaking marker: seq 0, its last seq in amount
+            early = Entry(0, 6, "s2")  # an overtaking marker: seq 0, its last seq in the second field
             frames = await _written_while_blocked(
                 channel, 0, _t(1), [(0, _t(2, 3)), (0, (classic,) + _t(5, 6)), (0, (early,) + _t(7)), (0, _t(8))],
-                runs=runs,
+                payload_runs=payload_runs,
             )
             assert len(frames) == 2
             assert _decoded(frames[1]) == [
@@ -208,16 +209,16 @@ class _Recorder:
         for seq, body in messages:
             self.applied.append((seq, "marker", body.snapshot_id) if hasattr(body, "snapshot_id") else (seq,))
 
-    def receive_runs(self, src, conn_no, runs) -> None:
-        for first, amounts in runs:
-            self.applied += [(seq,) for seq in range(first, first + len(amounts))]
+    def receive_payload_runs(self, src, conn_no, runs) -> None:
+        for first, payloads in runs:
+            self.applied += [(seq,) for seq in range(first, first + len(list(payloads)))]
 
 
 def _applied(entries: tuple[Entry, ...], *, runs: bool) -> list[tuple]:
     from snapmesh.services.node.servicer import _receive
 
     engine = _Recorder()
-    _receive(engine, "p1", "p2", 1, encode_frame(entries, runs=runs).batch)  # type: ignore[arg-type]
+    _receive(engine, "p1", "p2", 1, encode_frame(entries, payload_runs=runs).batch)  # type: ignore[arg-type]
     return engine.applied
 
 
@@ -241,7 +242,7 @@ def test_a_merged_frame_stops_at_max_merged_messages_and_the_rest_follows() -> N
         size = MAX_MERGED // 4
         later = [(0, _t(*range(2 + i * size, 2 + (i + 1) * size))) for i in range(5)]
         frames = await _written_while_blocked(channel, 0, _t(1), later)
-        assert [len(f.batch.runs[0].amounts) for f in frames] == [1, MAX_MERGED, size]
-        assert [f.batch.runs[0].first_seq for f in frames] == [1, 2, 2 + MAX_MERGED]
+        assert [len(f.batch.payload_runs[0].lengths) for f in frames] == [1, MAX_MERGED, size]
+        assert [f.batch.payload_runs[0].first_seq for f in frames] == [1, 2, 2 + MAX_MERGED]
 
     asyncio.run(go())

@@ -24,7 +24,7 @@ from support.machines import Machines
 from snapmesh.protocol.node import epochs
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.machine import Node
-from snapmesh.services.app import kvshard
+from snapmesh.services.app import bank, kvshard
 from snapmesh.fuzzer import fuzz
 from snapmesh.sim.invariants import Violation
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -95,7 +95,7 @@ def test_a_restore_of_an_unknown_cut_takes_back_and_past_the_kept_restores_too()
 
 
 async def _taken_back_while_waiting(tmp_path: Path, batch: bool) -> object:
-    engine, log, servicer = await held_node(tmp_path)
+    engine, log, servicer = await held_node(tmp_path, bank.app, {"initial_balance": 100})  # the v1 calls: its edge's
     engine.start_snapshot("s1")
     log.flush_sync()
     if batch:
@@ -106,7 +106,7 @@ async def _taken_back_while_waiting(tmp_path: Path, batch: bool) -> object:
         call = asyncio.ensure_future(servicer.Transfer(request, ServicerContext()))
     await asyncio.sleep(0.05)
     assert not call.done()  # applied and logged, waiting for its fsync
-    engine.restore("s1", 2, 100, [])  # s1's cut is before the transfer
+    engine.restore("s1", 2, 0, [], state=b"100")  # s1's cut is before the transfer
     log.flush_sync()
     try:
         return await outcome(call)

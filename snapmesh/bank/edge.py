@@ -1,4 +1,4 @@
-"""The v1 bank RPCs at a node's edge: `Transfer`, `TransferBatch` and `GetState` as calls of the bank app.
+"""The bank's v1 RPCs at a node's edge: `Transfer`, `TransferBatch` and `GetState` as calls of the bank app.
 
 A node that hosts the bank app (services/app/bank.py) answers the v1 RPCs the
 bank's clients have always called with the same answers and codes as the native
@@ -8,19 +8,19 @@ bank, through a thin adapter here, the way any user's own service calls its node
     TransferBatch(items)         -> edge.submit_many([(request_id, b"n to"), ...])
     GetState                     -> the app's state (decimal ASCII) in its v1 field
 
-The command is the bank app's compact form (its docstring): the tally as a
+It is the bank app's extra edge (services/node/extra_edge.py): the bank's App names
+`BankEdge` as its `edge`, and the node shell loads it by that name, knowing no
+app. The command is the bank app's compact form (its docstring): the tally as a
 decimal integer, one space, the node paid; the reply is the tally after it, as
 decimal ASCII, and the message the app sends is the tally as decimal ASCII. A
 transfer's id is "node:dst:seq", the seq of the message it sent (Reply.first_seq).
-This module is the only one of the node's shell that knows the bank app: its v1
-fields are read and written by snapmesh/bank/wire.py. A cluster file without [app]
-runs the bank app too (settings/appsettings.py `hosted`): every new node of the
-bank is served here.
+Its v1 fields are read and written by snapmesh/bank/wire.py. A cluster file
+without [app] runs the bank app too (settings/appsettings.py `hosted`): every new
+node of the bank is served here. A node of another app answers the v1 calls as the
+node shell does without an edge (extra_edge.py X2: INVALID_ARGUMENT, "use Submit").
 
 Rules
 -----
-B1. A Transfer, or each item of a TransferBatch, to a node that hosts another
-    app is refused INVALID_ARGUMENT ("use Submit"), as it always was.
 B2. A TransferBatch holds at most MAX_BATCH transfers (INVALID_ARGUMENT naming
     the limit); an empty one is answered with no results. One request_id named
     twice in a batch: the second is a retry of the first (its first answer), as
@@ -37,7 +37,8 @@ B5. A log the bank's native nodes wrote (tallies in its records, no app's
     the node's tally becomes the app's state, each tally in its outbox a
     message, each request id's answer the app's reply (its digest unknown, as
     for an id from before digests); the node then seals the segment, so the
-    active one holds only the app's records (Recovered.reshaped): bank_log.py.
+    active one holds only the app's records (Recovered.reshaped):
+    services/node/bank_log.py.
 B6. GetState names the app (its spec, its state's size and digest) as any app's
     does, except on a node whose file names the bank by its own names (no [app],
     or module "bank": Engine.app_spec ""), which answers as the bank always has.
@@ -51,15 +52,15 @@ from typing import NamedTuple
 import grpc
 
 import snapmesh.bank.wire as wire
-from snapmesh.app import App, Refused, Reply
-from snapmesh.protocol.node.recovery import Recovered
-from snapmesh.services.node.edge import Edge
+from snapmesh.app import Refused, Reply
+from snapmesh.bank.formats import NODE_TALLY_KEY
+from snapmesh.bank.metrics import BankMetrics
+from snapmesh.protocol.appstate import digest
+from snapmesh.services.node.edge import REFUSAL_CODE, Edge
 from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.translog import LogClosedError
-from snapmesh.protocol.appstate import digest
 from snapmesh.v1 import snapmesh_pb2 as pb
 
-BANK = "bank"  # the built-in app's name (snapmesh.app.BUILT_IN)
 # A TransferBatch holds at most this many transfers (B2), as edge.MAX_BATCH_COMMANDS.
 MAX_BATCH = 10_000
 _OK = grpc.StatusCode.OK.value[0]
@@ -87,43 +88,44 @@ def command(dst: str, tally: int) -> bytes:
 
 
 class BankEdge:
-    """The v1 bank RPCs of one node (rules B1-B4), over its Edge."""
+    """The v1 bank RPCs of one node that hosts the bank app (rules B2-B6), over its Edge."""
 
     def __init__(self, engine: Engine, edge: Edge) -> None:
         self._engine = engine
         self._edge = edge
-        if self.hosts_bank:  # the tally gauge and log lines show the bank's
-            engine.tally_of = self.held
-
-    @property
-    def hosts_bank(self) -> bool:
-        host = self._engine.node.host
-        return host is not None and host.app.name == BANK
+        # The bank's series (the dashboards read them), with every refusal's status at 0 from the start.
+        self.metrics = BankMetrics(engine.node_id, engine.metrics.registry, set(REFUSAL_CODE.values()))
+        engine.metrics.on_fence_refusal.append(lambda code: self.metrics.refused(code).inc())
+        engine.metric_hooks.append(self._observe)
+        self._observe()
+        engine.held_text = self.held_text  # the node's log lines, in their v1 words (operators grep them)
 
     def held(self) -> int:
         """The tally the bank app holds now."""
         return int(self._engine.node.app_state())
 
-    def _not_bank(self) -> str:
-        """B1's refusal, counted."""
-        engine = self._engine
-        engine.metrics.refused(grpc.StatusCode.INVALID_ARGUMENT.name).inc()
-        return f"{engine.node_id} runs app {engine.node.host.app.name!r}, not the bank: use Submit"
+    def _observe(self) -> None:
+        """After each step of the node: the balance, and the messages received (each a transfer)."""
+        self.metrics.balance.set(self.held())
+        self.metrics.received_up_to(self._engine.node.transfers_received)
 
-    async def transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
-        if not self.hosts_bank:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, self._not_bank())
+    def held_text(self) -> str:
+        """What the node's log lines say it holds: "balance 970", as the bank's lines always have."""
+        return f"{NODE_TALLY_KEY} {self.held()}"
+
+    async def Transfer(self, request: pb.TransferRequest, context: grpc.aio.ServicerContext) -> pb.TransferResponse:
         dst, tally, request_id, first_sent_unix_ms = wire.transfer(request)
         try:
             reply = await self._edge.submit(command(dst, tally), request_id=request_id,
                                             first_sent_unix_ms=first_sent_unix_ms)
         except Refused as refused:
-            self._engine.metrics.refused(refused.code).inc()
+            self.metrics.refused(refused.code).inc()
             await context.abort(grpc.StatusCode[refused.code], _v1_text(refused.text))
-        self._engine.transfers_done(0 if reply.replayed else 1)
+        if not reply.replayed:
+            self.metrics.sent.inc()
         return wire.transfer_response(self._msg_id(dst, reply), int(reply.reply))
 
-    async def transfer_batch(
+    async def TransferBatch(
         self, request: pb.TransferBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.TransferBatchResponse:
         items = wire.transfers(request.transfers)
@@ -132,10 +134,6 @@ class BankEdge:
                                 f"a TransferBatch holds at most {MAX_BATCH} transfers, got {len(items)}")
         response = pb.TransferBatchResponse()
         if not items:
-            return response
-        if not self.hosts_bank:  # each item refused, as the native path refused each
-            refused = [_Refused(self._not_bank(), 0) for _ in items]
-            wire.batch_results(response.results, refused, [grpc.StatusCode.INVALID_ARGUMENT.value[0]] * len(items), _OK)
             return response
         held = self.held()
         answers: list[Reply | Refused] = []
@@ -150,7 +148,7 @@ class BankEdge:
         paid = 0
         for (dst, _, _, _), answer in zip(items, answers, strict=True):
             if type(answer) is Refused:
-                self._engine.metrics.refused(answer.code).inc()
+                self.metrics.refused(answer.code).inc()
                 codes.append(grpc.StatusCode[answer.code].value[0])
                 results.append(_Refused(_v1_text(answer.text), held))
             else:
@@ -160,10 +158,10 @@ class BankEdge:
                     paid += 1
                 results.append(_Paid(self._msg_id(dst, answer), int(answer.reply)))
         wire.batch_results(response.results, results, codes, _OK)
-        self._engine.transfers_done(paid)
+        self.metrics.sent.inc(paid)
         return response
 
-    async def get_state(self, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
+    async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:
         """The bank's GetState: its tally, once the log holds everything it rests on, and the app
         as any app's GetState names it (its spec, its state's size and digest)."""
         engine = self._engine
@@ -179,27 +177,23 @@ class BankEdge:
             response.app, response.app_state_bytes, response.app_state_digest = engine.app_spec, len(state), digest(state)
         return response
 
-    def restore_args(self, tally: int, in_flight: list[tuple], state: bytes | None) -> tuple[int, list[tuple], bytes | None]:
-        """A restore's (tally, in-flight items, state) as the node takes it (B4)."""
-        if state is not None or not self.hosts_bank:
-            return tally, in_flight, state
-        mapped = [(src, msg_id, seq, 0, str(carried).encode() if payload is None else payload)
-                  for src, msg_id, seq, carried, payload in in_flight]
-        return 0, mapped, str(tally).encode()
+    def restore_args(self, request: pb.RestoreStateRequest, in_flight: list[tuple],
+                     state: bytes | None) -> tuple[list[tuple], bytes | None]:
+        """A restore's in-flight items and state as the node takes them (B4): a native
+        snapshot's (no state bytes) read from its v1 fields as the bank app's."""
+        if state is not None:
+            return in_flight, state
+        carried = [item for channel in request.channels for item in wire.in_flight(channel.src, channel.in_flight)]
+        mapped = [(src, msg_id, seq, 0, str(tally).encode() if payload is None else payload)
+                  for src, msg_id, seq, tally, payload in carried]
+        return mapped, str(wire.restore_request(request)).encode()
 
     def restored(self, epoch: int) -> pb.RestoreStateResponse:
         """A restore's answer: the tally the bank holds after it (its v1 field)."""
-        return wire.restore_response(epoch, self.held() if self.hosts_bank else 0)
+        return wire.restore_response(epoch, self.held())
 
     def _msg_id(self, dst: str, reply: Reply) -> str:
         return f"{self._engine.node_id}:{dst}:{reply.first_seq}"
-
-
-def recovered_tally(recovered: Recovered, app: App) -> int:
-    """The tally a recovery's log line names: the bank app's state (its v1 figure), else the native one."""
-    if app.name == BANK and recovered.host is not None:
-        return int(recovered.host.snapshot())
-    return recovered.tally
 
 
 def _runs(items: Sequence[tuple[str, int, str, int]]) -> list[list[tuple[str, int, str, int]]]:
