@@ -1,7 +1,8 @@
 """The bank workload: money moves between nodes while snapshots are taken.
 
 Every `transfer_interval` each node pays a random 1..`max_amount` to a random
-node it has a channel to (the project's load generator, `snapmesh.bank.load`);
+node it has a channel to: the bank app's workload, sent through `SubmitBatch`
+by the project's one load generator (`snapmesh.load.generator`);
 every `snapshot_every` seconds a random node starts a snapshot; after
 `duration` seconds it waits for the snapshots still running and prints a
 summary. The seed draws every choice, so a seed replays the same requests
@@ -16,6 +17,7 @@ not answer.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import signal
 import sys
@@ -28,7 +30,9 @@ import grpc
 from snapmesh.settings import security
 from snapmesh.serving import credentials
 from snapmesh.bank.render import progress_line, snapshot_table
-from snapmesh.bank.load import LoadGenerator
+from snapmesh.load.generator import LoadGenerator
+from snapmesh.services.app import bank
+from snapmesh.services.app.drive import node_infos
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -172,15 +176,21 @@ async def workload(
             for node, address in targets.items()
         }
         stubs = {node: pb_grpc.NodeStub(ch) for node, ch in channels.items()}
-        load = LoadGenerator(targets, neighbours, batch=1, max_amount=params.max_amount, seed=seed, timeout=RPC_TIMEOUT_S,
-                             identity=identity,
-                             on_error=lambda message: say(f"  ! {message}"))
+        infos = node_infos(node_ids, [(c.src, c.dst) for c in cluster.channels], {"max_amount": params.max_amount})
+        moved = [0]  # the money in the transfers answered: the load counts commands, not money
+
+        def paid(node: str, command: bytes, reply: bytes | None, status: str) -> None:
+            if reply is not None:
+                moved[0] += json.loads(command)["amount"]
+
+        load = LoadGenerator(bank.app, targets, infos, batch=1, seed=seed, timeout=RPC_TIMEOUT_S, identity=identity,
+                             on_error=lambda message: say(f"  ! {message}"), on_answer=paid)
         stop = asyncio.Event()
         handled = _stop_on_signals(stop)
         try:
             async with load:
                 await load.set(callers=1, interval=params.transfer_interval)
-                await _run(params, rng, summary, controller, stubs, neighbours, load, say, stop)
+                await _run(params, rng, summary, controller, stubs, neighbours, load, moved, say, stop)
         finally:
             for sig in handled:
                 asyncio.get_running_loop().remove_signal_handler(sig)
@@ -205,7 +215,7 @@ def _stop_on_signals(stop: asyncio.Event) -> list[signal.Signals]:
     return handled
 
 
-async def _run(params, rng, summary, controller, stubs, neighbours, load: LoadGenerator, say,
+async def _run(params, rng, summary, controller, stubs, neighbours, load: LoadGenerator, moved: list[int], say,
                stop: asyncio.Event) -> None:
     node_ids = list(stubs)
     snapshot_tasks: list[asyncio.Task[None]] = []
@@ -214,9 +224,13 @@ async def _run(params, rng, summary, controller, stubs, neighbours, load: LoadGe
 
     def count() -> tuple[int, int, int]:
         stats = load.stats
-        made, refused, failed, moved = burst_counts
-        summary.transfers_made, summary.transfers_refused = stats.accepted + made, stats.refused + refused
-        summary.transfers_failed, summary.moved = stats.failed + failed, stats.moved + moved
+        made, refused, failed, burst_moved = burst_counts
+        # Refused: insufficient funds, the bank's expected refusal; any other refusal, and a
+        # transfer given up on, failed.
+        funds = stats.refusals("FAILED_PRECONDITION")
+        summary.transfers_made, summary.transfers_refused = stats.accepted + made, funds + refused
+        summary.transfers_failed = stats.refused - funds + stats.failed + failed
+        summary.moved = moved[0] + burst_moved
         summary.burst_made = made
         return summary.transfers_made, summary.transfers_refused, summary.transfers_failed
 
