@@ -43,6 +43,8 @@ def test_the_bank_load_pays_only_along_channels(spec: str) -> None:
         transfers = [json.loads(command) for _, command in sent]
         assert {t["to"] for t in transfers} <= set(topology.outgoing(home)), (spec, home)
         assert all(1 <= t["amount"] <= 20 for t in transfers), transfers
+        # As json.dumps writes {"to": ..., "amount": ...}: the bank reads it without json.loads.
+        assert all(bank_app._PLAIN_TRANSFER.fullmatch(command) for _, command in sent), sent[:3]
 
 
 @pytest.mark.parametrize("spec", SHAPES)
