@@ -146,7 +146,12 @@ class LoadGenerator:
     async def submit(self, node: str, command: bytes, request_id: str) -> pb.SubmitResult | None:
         """One command, retried under `request_id` as the streams' are: its result (reply,
         replayed), or None when it was refused or given up on."""
-        return (await self._send(node, [(request_id, command)], asyncio.Event()))[0]
+        return (await self.submit_batch(node, [(request_id, command)]))[0]
+
+    async def submit_batch(self, node: str, items: Sequence[Item]) -> list[pb.SubmitResult | None]:
+        """(request id, command) pairs in one SubmitBatch, outside any stream, counted in `stats`
+        as theirs are: each one's result, or None. The request ids must be new ones (`prefix` helps)."""
+        return await self._send(node, list(items), asyncio.Event())
 
     async def _halt(self) -> None:
         """No new calls; wait for the answers to those under way (then cancel what is left)."""
