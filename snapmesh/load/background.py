@@ -27,6 +27,7 @@ class BackgroundLoad:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._failure: BaseException | None = None  # what ended the thread, raised by stop()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="load", daemon=True)
 
     @classmethod
@@ -37,6 +38,8 @@ class BackgroundLoad:
         workload of `app` (default: the one the cluster runs, the bank for a file without [app])
         with the cluster's [app] params, `params` over them; `max_amount`, the bank's, is one of
         them. `options` go to the LoadGenerator."""
+        if max_amount is not None and max_amount < 1:
+            raise ValueError(f"max_amount must be >= 1, got {max_amount}")
         settings = hosted(cluster.config)
         if app is None:
             from snapmesh.app import load_app
@@ -76,18 +79,26 @@ class BackgroundLoad:
         return future.result()
 
     def stop(self) -> None:
-        """Stop making calls and wait for the thread (idempotent)."""
+        """Stop making calls and wait for the thread (idempotent). A stream that failed raises here."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(self.generator.timeout + 30)
             if self._thread.is_alive():
                 raise RuntimeError("the load thread did not stop")
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise RuntimeError(f"the load failed: {failure!r}") from failure
 
     async def _main(self) -> None:
-        async with self.generator as generator:
-            self._loop = asyncio.get_running_loop()
-            if self.callers:
-                await generator.set(self.callers, self.interval)
+        try:
+            async with self.generator as generator:
+                self._loop = asyncio.get_running_loop()
+                if self.callers:
+                    await generator.set(self.callers, self.interval)
+                self._ready.set()
+                while not self._stop.is_set():
+                    await asyncio.sleep(0.05)
+        except Exception as exc:  # handed to the thread that stops the load: stop() raises it
+            self._failure = exc
+        finally:
             self._ready.set()
-            while not self._stop.is_set():
-                await asyncio.sleep(0.05)

@@ -138,10 +138,12 @@ class LoadGenerator:
             self._tasks.append(asyncio.create_task(self._stream(stream, interval, self._halted)))
 
     async def close(self) -> None:
-        await self._halt()
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        try:
+            await self._halt()
+        finally:
+            for channel in self._channels.values():
+                await channel.close()
+            self._channels.clear()
 
     async def submit(self, node: str, command: bytes, request_id: str) -> pb.SubmitResult | None:
         """One command, retried under `request_id` as the streams' are: its result (reply,
@@ -154,28 +156,32 @@ class LoadGenerator:
         return await self._send(node, list(items), asyncio.Event())
 
     async def _halt(self) -> None:
-        """No new calls; wait for the answers to those under way (then cancel what is left)."""
+        """No new calls; wait for the answers to those under way (then cancel what is left).
+        A stream that failed (its workload raised: a bug, or bad params) raises here."""
         self._halted.set()
-        if self._tasks:
-            _, late = await asyncio.wait(self._tasks, timeout=self.timeout + RETRY_PAUSE_S)
+        tasks, self._tasks = self._tasks, []
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=self.timeout + RETRY_PAUSE_S)
             for task in late:
                 task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+            failed = [o for o in outcomes if isinstance(o, Exception) and not isinstance(o, asyncio.CancelledError)]
+            if failed:
+                raise failed[0]
 
     def _draw(self, commands: Iterator[tuple[str, bytes]], ids: Iterator[str]) -> dict[str, list[Item]]:
         """The next `batch` commands, by node; empty when the workload has no more."""
         drawn: dict[str, list[Item]] = {}
-        for node, command in commands:
+        for count, (node, command) in enumerate(commands, 1):
             drawn.setdefault(node, []).append((next(ids), command))
-            if sum(map(len, drawn.values())) >= self.batch:
+            if count >= self.batch:
                 break
         return drawn
 
     async def _stream(self, stream: str, interval: float, halted: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         commands = self.commands(stream)
-        ids = (f"{self.prefix}-{self._generation}-{stream}-{n}" for n in range(1 << 62))
+        ids = iter(f"{self.prefix}-{self._generation}-{stream}-{n}" for n in range(1 << 62))
         pool = None
         if not self.tally:  # a few draws, serialized once; no ids: a resent request must run again
             draws = [self._draw(commands, iter(lambda: "", None)) for _ in range(_POOL)]

@@ -6,10 +6,13 @@ with no request ids. The fake keeps an exactly-once window, as a node's edge doe
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import grpc
+import pytest
 
+from snapmesh.load.background import BackgroundLoad
 from snapmesh.load.generator import LoadGenerator
 from snapmesh.services.app import bank
 from snapmesh.services.app.drive import node_infos
@@ -144,3 +147,15 @@ def test_without_tally_pooled_calls_carry_no_request_ids() -> None:
     stats = asyncio.run(main()).stats
     assert stats.calls >= 10 and stats.errors == 0 and stats.accepted == 0  # answers are not read
     assert set(fake.ids) == {""} and len(fake.ids) >= 30
+
+
+def test_a_workload_that_fails_is_raised_when_the_load_stops_not_swallowed() -> None:
+    def broken(nodes, rng):
+        yield "p1", b"{}"
+        raise KeyError("max_amount")
+
+    app = dataclasses.replace(bank.app, workload=broken)
+    load = BackgroundLoad(LoadGenerator(app, {"p1": "127.0.0.1:1"}, node_infos(["p1"], [], {}), batch=2), callers=1)
+    load.start()
+    with pytest.raises(RuntimeError, match="the load failed: KeyError"):
+        load.stop()
