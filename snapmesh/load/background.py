@@ -12,6 +12,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from snapmesh.app import load_app
 from snapmesh.load.generator import LoadGenerator
 from snapmesh.load.stats import LoadStats
 from snapmesh.services.app.drive import node_infos
@@ -42,8 +43,6 @@ class BackgroundLoad:
             raise ValueError(f"max_amount must be >= 1, got {max_amount}")
         settings = hosted(cluster.config)
         if app is None:
-            from snapmesh.app import load_app
-
             app = load_app(settings.module)
         topology = cluster.config.topology
         merged = {**settings.params, **(params or {})}
