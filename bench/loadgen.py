@@ -1,8 +1,9 @@
 """The bench's load generator, in a process of its own: `python -m bench.loadgen`.
 
-It is the project's load generator (`snapmesh.bank.load.LoadGenerator`) run without
-tallying: it sends pre-serialized batches and does not parse the answers, so
-it stays cheap beside the nodes it loads. `LoadGen` is the parent's handle;
+It is the project's one load generator (`snapmesh.load.generator.LoadGenerator`)
+with the bank app's workload (transfers of 1..MAX_AMOUNT), run without tallying:
+it sends pre-serialized SubmitBatch calls and does not parse the answers, so it
+stays cheap beside the nodes it loads. `LoadGen` is the parent's handle;
 the two talk over the child's stdin and stdout:
 
     first line    {"batch": B, "seed": S, "nodes": {id: {"address": A, "neighbours": [...]}}}
@@ -19,8 +20,10 @@ import json
 import subprocess
 import sys
 
-from snapmesh.bank.load import LoadGenerator
+from snapmesh.load.generator import LoadGenerator
 from snapmesh.processes.supervisor import Cluster
+from snapmesh.services.app import bank
+from snapmesh.services.app.drive import node_infos
 
 MAX_AMOUNT = 100
 
@@ -29,11 +32,12 @@ async def serve(spec: dict) -> None:
     """The child process: the generator, reconfigured by the lines on stdin."""
     loop = asyncio.get_running_loop()
     nodes = spec["nodes"]
+    channels = [(n, to) for n, node in nodes.items() for to in node["neighbours"]]
     generator = LoadGenerator(
+        bank.app,
         {n: node["address"] for n, node in nodes.items()},
-        {n: node["neighbours"] for n, node in nodes.items()},
+        node_infos(list(nodes), channels, {"max_amount": MAX_AMOUNT}),
         batch=spec["batch"],
-        max_amount=MAX_AMOUNT,
         seed=spec.get("seed", 1),
         tally=False,
     )

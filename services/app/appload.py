@@ -4,7 +4,8 @@ The controller is found as every client command finds it (snapmesh.settings.targ
 the nodes and channels are the controller's (GetCluster), the [app] params
 $SNAPMESH_APP_PARAMS (a JSON object), else those of `--data-dir`'s cluster file,
 else none. One command at a time goes through
-`Node.Submit` (services/app/drive.py); a snapshot at a random node every
+`Node.SubmitBatch` (the one load generator, snapmesh/load/generator.py, with one
+stream over the whole cluster); a snapshot at a random node every
 `--snapshot-every` seconds, each judged by the controller and checked again here.
 """
 
@@ -18,7 +19,9 @@ import threading
 
 import grpc
 
-from snapmesh.services.app.drive import Driver, node_infos, snapshot_problems
+from snapmesh.load.background import BackgroundLoad
+from snapmesh.load.generator import LoadGenerator
+from snapmesh.services.app.drive import node_infos, snapshot_problems
 from snapmesh.app import App, AppError, load_app, preflight
 from snapmesh.settings.appsettings import PARAMS_ENV, app_words, env_params, same_app
 from snapmesh.serving.runtime import CLIENT_OPTIONS
@@ -150,17 +153,19 @@ def _drive(app: App, args, params, cluster: pb.Cluster, targets, controller, ide
             _say(_snapshot_line(app, snap, params))
 
     trigger = threading.Thread(target=snapshots, name="snapshots", daemon=True)
-    driver = Driver(app, targets, infos, seed=seed, identity=identity)
+    load = BackgroundLoad(LoadGenerator(app, targets, infos, seed=seed, per_node=False, identity=identity,
+                                        timeout=RPC_TIMEOUT_S), callers=1)
     trigger.start()
     try:
-        stats = driver.run(args.duration)
+        with load:
+            stop.wait(args.duration)
     except KeyboardInterrupt:
         _say("  stopped by a signal")
-        stats = driver.stats
+        load.stop()
     finally:
         stop.set()
-        driver.close()
         trigger.join(SNAPSHOT_TIMEOUT_S + 5)
+    stats = load.stats
     complete = [s for s in taken if s.status == pb.Snapshot.COMPLETE]
     broken = [p for s in complete for p in snapshot_problems(app, s, params)]
     failed = [s for s in taken if s.status != pb.Snapshot.COMPLETE]

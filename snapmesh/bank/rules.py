@@ -12,8 +12,6 @@ holds, else the refusal's text, the one the bank's clients have always read.
 
 from __future__ import annotations
 
-from typing import Any
-
 
 class BankRules:
     """The bank's answers to core.TallyRules. Stateless: one instance serves every node."""
@@ -45,8 +43,3 @@ class BankRules:
 
 BANK = BankRules()
 
-
-def starting_tally(cfg: Any) -> int:
-    """A bank node's tally when its log is new: the cluster file's `initial_balance`
-    (a snapmesh.settings.config.ClusterConfig; a node that runs an app starts at 0)."""
-    return int(cfg.initial_balance)

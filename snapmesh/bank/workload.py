@@ -1,7 +1,8 @@
 """The bank workload: money moves between nodes while snapshots are taken.
 
 Every `transfer_interval` each node pays a random 1..`max_amount` to a random
-node it has a channel to (the project's load generator, `snapmesh.bank.load`);
+node it has a channel to: the bank app's workload, sent through `SubmitBatch`
+by the project's one load generator (`snapmesh.load.generator`);
 every `snapshot_every` seconds a random node starts a snapshot; after
 `duration` seconds it waits for the snapshots still running and prints a
 summary. The seed draws every choice, so a seed replays the same requests
@@ -16,6 +17,8 @@ not answer.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import random
 import signal
 import sys
@@ -28,13 +31,15 @@ import grpc
 from snapmesh.settings import security
 from snapmesh.serving import credentials
 from snapmesh.bank.render import progress_line, snapshot_table
-from snapmesh.bank.load import LoadGenerator
+from snapmesh.load.generator import LoadGenerator
+from snapmesh.services.app import bank
+from snapmesh.services.app.drive import node_infos
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 RPC_TIMEOUT_S = 5.0
-BURST_WAVES, BURST_SPREAD_S = 5, 0.05  # a burst: 5 TransferBatch calls per node over 50 ms
+BURST_WAVES, BURST_SPREAD_S = 5, 0.05  # a burst: 5 SubmitBatch calls per node over 50 ms
 
 
 class ControllerUnreachable(RuntimeError):
@@ -50,7 +55,7 @@ class WorkloadParams:
     max_amount: int = 100
     report_every: float = 1.0  # one progress line per this many seconds
     snapshot_timeout: float = 60.0  # how long to wait for one snapshot to finish
-    # Transfers each node sends in one TransferBatch as each snapshot is triggered (0: none):
+    # Transfers each node sends (SubmitBatch calls, in waves) as each snapshot is triggered (0: none):
     # the channels are busy while the markers cross them, so the cut records money in flight.
     burst: int = 0
     # After `duration`, if no COMPLETE snapshot recorded money in flight, up to this many more
@@ -172,15 +177,21 @@ async def workload(
             for node, address in targets.items()
         }
         stubs = {node: pb_grpc.NodeStub(ch) for node, ch in channels.items()}
-        load = LoadGenerator(targets, neighbours, batch=1, max_amount=params.max_amount, seed=seed, timeout=RPC_TIMEOUT_S,
-                             identity=identity,
-                             on_error=lambda message: say(f"  ! {message}"))
+        infos = node_infos(node_ids, [(c.src, c.dst) for c in cluster.channels], {"max_amount": params.max_amount})
+        moved = [0]  # the money in the transfers answered: the load counts commands, not money
+
+        def paid(node: str, command: bytes, reply: bytes | None, status: str) -> None:
+            if reply is not None:
+                moved[0] += json.loads(command)["amount"]
+
+        load = LoadGenerator(bank.app, targets, infos, batch=1, seed=seed, timeout=RPC_TIMEOUT_S, identity=identity,
+                             on_error=lambda message: say(f"  ! {message}"), on_answer=paid)
         stop = asyncio.Event()
         handled = _stop_on_signals(stop)
         try:
             async with load:
                 await load.set(callers=1, interval=params.transfer_interval)
-                await _run(params, rng, summary, controller, stubs, neighbours, load, say, stop)
+                await _run(params, rng, summary, controller, stubs, neighbours, load, moved, say, stop)
         finally:
             for sig in handled:
                 asyncio.get_running_loop().remove_signal_handler(sig)
@@ -205,45 +216,40 @@ def _stop_on_signals(stop: asyncio.Event) -> list[signal.Signals]:
     return handled
 
 
-async def _run(params, rng, summary, controller, stubs, neighbours, load: LoadGenerator, say,
+async def _run(params, rng, summary, controller, stubs, neighbours, load: LoadGenerator, moved: list[int], say,
                stop: asyncio.Event) -> None:
     node_ids = list(stubs)
     snapshot_tasks: list[asyncio.Task[None]] = []
 
-    burst_counts = [0, 0, 0, 0]  # made, refused, failed, moved: added to the load's own counts
+    burst_made = [0]  # transfers made in the bursts: the load counts them with its own, shown apart too
+    drawn = itertools.count()  # the bursts' request ids
 
     def count() -> tuple[int, int, int]:
         stats = load.stats
-        made, refused, failed, moved = burst_counts
-        summary.transfers_made, summary.transfers_refused = stats.accepted + made, stats.refused + refused
-        summary.transfers_failed, summary.moved = stats.failed + failed, stats.moved + moved
-        summary.burst_made = made
+        # Refused: insufficient funds, the bank's expected refusal; any other refusal, and a
+        # transfer given up on, failed.
+        funds = stats.refusals("FAILED_PRECONDITION")
+        summary.transfers_made, summary.transfers_refused = stats.accepted, funds
+        summary.transfers_failed = stats.refused - funds + stats.failed
+        summary.moved, summary.burst_made = moved[0], burst_made[0]
         return summary.transfers_made, summary.transfers_refused, summary.transfers_failed
 
-    async def burst(node: str, requests: list[pb.TransferRequest]) -> None:
+    async def burst(node: str, transfers: list[tuple[str, bytes]]) -> None:
         # In waves over BURST_SPREAD_S: the trigger takes a few ms to reach the initiator and
         # its markers a few more to reach the others; transfers sent all along that window
         # are the ones a cut finds in flight.
-        size = max(1, -(-len(requests) // BURST_WAVES))
-        for start in range(0, len(requests), size):
+        size = max(1, -(-len(transfers) // BURST_WAVES))
+        for start in range(0, len(transfers), size):
             if start:
                 await asyncio.sleep(BURST_SPREAD_S / BURST_WAVES)
-            wave = requests[start : start + size]
-            try:
-                answer = await stubs[node].TransferBatch(pb.TransferBatchRequest(transfers=wave), timeout=RPC_TIMEOUT_S)
-            except grpc.aio.AioRpcError as error:
-                burst_counts[2] += len(wave)
-                say(f"  ! burst at {node}: {error.code().name}: {error.details()}")
-                continue
-            for request, result in zip(wave, answer.results, strict=True):
-                slot = {0: 0, grpc.StatusCode.FAILED_PRECONDITION.value[0]: 1}.get(result.code, 2)
-                burst_counts[slot] += 1
-                burst_counts[3] += request.amount if slot == 0 else 0
+            results = await load.submit_batch(node, transfers[start : start + size])
+            burst_made[0] += sum(result is not None for result in results)
 
     async def snapshot(initiator: str) -> None:
-        # The burst's requests are drawn before anything is sent: the seed replays them.
+        # The burst's transfers are drawn before anything is sent: the seed replays them.
         bursts = {
-            node: [pb.TransferRequest(to=rng.choice(neighbours[node]), amount=rng.randint(1, params.max_amount))
+            node: [(f"{load.prefix}-burst-{next(drawn)}",
+                    json.dumps({"to": rng.choice(neighbours[node]), "amount": rng.randint(1, params.max_amount)}).encode())
                    for _ in range(params.burst)]
             for node in node_ids if params.burst and neighbours[node]
         }

@@ -3,8 +3,9 @@
 What changes with an app, and only that (the faults, the schedule, recovery
 timing and quiescence are the bank's):
 
-- the load is the app's `workload`, one command at a time through `Node.Submit`
-  (services/app/drive.py), each retried under its request id while its node is down;
+- the load is the app's `workload` over the whole cluster, one command at a time
+  through `Node.SubmitBatch` (snapmesh/load/generator.py, as `snapmesh app --app`),
+  each retried under its request id while its node is down;
 - the `retry` fault sends an app command (a move: a command with a send) under
   one request id before and after its node's SIGKILL: the same reply twice, the
   second replayed, and one command record in the logs;
@@ -27,7 +28,9 @@ from typing import Any
 import grpc
 
 from snapmesh.services.app import kvshard
-from snapmesh.services.app.drive import Driver, node_infos, snapshot_view
+from snapmesh.load.background import BackgroundLoad
+from snapmesh.load.generator import LoadGenerator
+from snapmesh.services.app.drive import node_infos, snapshot_view
 from snapmesh.checking import cut
 from snapmesh.checking.logcheck import RecordedSnapshot
 from snapmesh.protocol import wal
@@ -77,15 +80,25 @@ class KeyTally:
 _UNKNOWN = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})  # given up, not refused
 
 
-def load(campaign) -> Driver:
-    """The app's workload on every node of the campaign's cluster, dialled directly (past the proxies)."""
+def load(campaign) -> BackgroundLoad:
+    """The app's workload on every node of the campaign's cluster, dialled directly (past the proxies):
+    one stream over the whole cluster, one command at a time, so the workload's guesses follow its commands."""
     backend, app = campaign.backend, campaign.app
     topology = backend.config.topology
     infos = node_infos(list(topology.nodes), topology.channels, hosted(backend.config).params)
     tally = campaign.outcome.keys = KeyTally() if app.name == kvshard.app.name else None
-    return Driver(app, {n: backend.direct_address(n) for n in topology.nodes}, infos, seed=campaign.o.seed,
-                  identity=backend.client_identity, timeout=10.0, give_up_s=GIVE_UP_S,
-                  on_answer=tally.see if tally else None)
+    generator = LoadGenerator(app, {n: backend.direct_address(n) for n in topology.nodes}, infos,
+                              seed=campaign.o.seed, per_node=False, identity=backend.client_identity, timeout=10.0,
+                              give_up_s=GIVE_UP_S, on_answer=tally.see if tally else None)
+    return BackgroundLoad(generator, callers=1)
+
+
+def _one_node(campaign, node: str, on_answer=None) -> BackgroundLoad:
+    """A load that sends no stream of its own: the retry fault's commands, one by one, to `node`."""
+    generator = LoadGenerator(campaign.app, {node: campaign.backend.direct_address(node)}, [],
+                              seed=campaign.o.seed, identity=campaign.backend.client_identity, timeout=5.0,
+                              give_up_s=30.0, on_answer=on_answer)
+    return BackgroundLoad(generator, callers=0).start()
 
 
 def retry_fault(campaign, fault) -> float:
@@ -94,9 +107,7 @@ def retry_fault(campaign, fault) -> float:
     backend, outcome = campaign.backend, campaign.outcome
     if outcome.keys is None:
         return _retry_any(campaign, fault)
-    driver = Driver(campaign.app, {node: backend.direct_address(node)}, [], seed=campaign.o.seed,
-                    identity=backend.client_identity, timeout=5.0, give_up_s=30.0,
-                    on_answer=outcome.keys.see if outcome.keys else None)
+    driver = _one_node(campaign, node, outcome.keys.see)
     key, rid = f"{node}/chaos-retry-{fault.index}", f"chaos-{campaign.o.seed}-{fault.index}"
     to = backend.config.topology.outgoing(node)[0]
     try:
@@ -106,7 +117,7 @@ def retry_fault(campaign, fault) -> float:
         repaired = campaign._fault_kill(fault)
         second = driver.submit(node, move, rid)
     finally:
-        driver.close()
+        driver.stop()
     if made is None or first is None or second is None:
         outcome.problems.append(f"retry {rid} at {node}: no answer ({driver.stats.last_error})")
     elif (second.reply, second.replayed) != (first.reply, True):
@@ -124,16 +135,15 @@ def _retry_any(campaign, fault) -> float:
     topology = backend.config.topology
     infos = node_infos(list(topology.nodes), topology.channels, hosted(backend.config).params)
     command = next(c for n, c in campaign.app.workload(infos, random.Random(f"retry:{fault.index}")) if n == node)
-    driver = Driver(campaign.app, {node: backend.direct_address(node)}, [], seed=campaign.o.seed,
-                    identity=backend.client_identity, timeout=5.0, give_up_s=30.0)
+    driver = _one_node(campaign, node)
     rid = f"chaos-{campaign.o.seed}-{fault.index}"
     try:
         first = driver.submit(node, command, rid)
         repaired = campaign._fault_kill(fault)
         second = driver.submit(node, command, rid)
     finally:
-        driver.close()
-    if driver.stats.nodes[node].given_up:
+        driver.stop()
+    if driver.stats.node(node).given_up:
         outcome.problems.append(f"retry {rid} at {node}: no answer ({driver.stats.last_error})")
     elif (first is None) != (second is None) or (first and (second.reply, second.replayed) != (first.reply, True)):
         outcome.problems.append(f"retry {rid} at {node}: answered {first} then {second}")

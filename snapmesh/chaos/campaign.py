@@ -37,7 +37,7 @@ from snapmesh.app import App, load_app
 from snapmesh.chaos import appmode
 from snapmesh.chaos import schedule as sched
 from snapmesh.settings.config import ClusterConfig, hosted
-from snapmesh.bank.load import BackgroundLoad
+from snapmesh.load.background import BackgroundLoad
 from snapmesh.bank.logs import figures, money_check
 from snapmesh.settings.security import Identity
 from snapmesh.checking.snapshots import list_all
@@ -204,7 +204,11 @@ class Campaign:
                     trigger_thread.join(30)
                     self.say("quiescing: load stopped, every fault repaired")
             s = self.load.stats
-            self.outcome.transfers = {"ok": s.accepted, "refused": s.refused, "failed": s.failed}
+            if self.app is not None:
+                self.outcome.transfers = {"ok": s.accepted, "refused": s.refused, "failed": s.failed}
+            else:  # the bank's refused: insufficient funds; any other refusal failed, as a transfer given up on
+                funds = s.refusals("FAILED_PRECONDITION")
+                self.outcome.transfers = {"ok": s.accepted, "refused": funds, "failed": s.refused - funds + s.failed}
             self._quiesce()
         finally:
             for channel in self._channels:

@@ -5,8 +5,8 @@ The app is `--app` (a built-in such as kvshard, or module:attr), else
 $SNAPMESH_APP, else the [app] of `--data-dir`'s cluster file (which `cluster up`
 writes), else the bank's transfers between the nodes. It is the only app module
 this command imports: a node that reports another app (GetState) is refused in
-one line (exit 2), never loaded. An app's `workload` is sent through
-`Node.Submit` (services/app/drive.py), counting replies and refusals per node;
+one line (exit 2), never loaded. An app's `workload`, the bank's transfers too,
+is sent through `Node.SubmitBatch` (snapmesh/load/), counting replies and refusals;
 each COMPLETE snapshot's invariants are the controller's verdict and are checked
 again here (the [app] params: --data-dir's cluster file, else none).
 

@@ -85,7 +85,8 @@ LAYERS = [
     (
         "tools",
         ["snapmesh.commands", "snapmesh.processes", "snapmesh.hosts", "snapmesh.ui", "snapmesh.bank",
-         "snapmesh.chaos", "snapmesh.services.app", "snapmesh.services", "snapmesh.cli", "snapmesh.version", "snapmesh", "bench"],
+         "snapmesh.chaos", "snapmesh.load", "snapmesh.services.app", "snapmesh.services", "snapmesh.cli",
+         "snapmesh.version", "snapmesh", "bench"],
     ),
 ]
 

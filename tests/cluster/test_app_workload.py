@@ -1,4 +1,4 @@
-"""`snapmesh app --app kvshard`: an app's workload through Node.Submit against a real cluster.
+"""`snapmesh app --app kvshard`: an app's workload through the load generator against a real cluster.
 
 A three-node kvshard cluster (the cluster file's [app] table: module and its
 `keys` param); `snapmesh app --app kvshard --data-dir D` finds the controller
@@ -22,7 +22,9 @@ import grpc
 import pytest
 
 from snapmesh.services.app import kvshard
-from snapmesh.services.app.drive import Driver, node_infos, snapshot_problems, snapshot_view
+from snapmesh.load.background import BackgroundLoad
+from snapmesh.load.generator import LoadGenerator
+from snapmesh.services.app.drive import node_infos, snapshot_problems, snapshot_view
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -68,7 +70,9 @@ def test_the_workload_runs_through_submit_with_snapshots_checked(shard):
 def test_a_command_retried_across_a_kill_gets_its_first_reply(shard):
     topology = shard.config.topology
     infos = node_infos(list(topology.nodes), topology.channels, {})
-    driver = Driver(kvshard.app, {n: shard.direct_address(n) for n in topology.nodes}, infos, seed=1, give_up_s=90)
+    generator = LoadGenerator(kvshard.app, {n: shard.direct_address(n) for n in topology.nodes}, infos, seed=1,
+                              timeout=5.0, give_up_s=90)
+    driver = BackgroundLoad(generator, callers=0).start()  # no stream: only the commands sent here
     command = kvshard.encode({"op": "put", "key": "p2/retried", "value": 1})
     try:
         first = driver.submit("p2", command, "retry-across-a-kill")
@@ -84,11 +88,11 @@ def test_a_command_retried_across_a_kill_gets_its_first_reply(shard):
         retry.join()
         [again] = answers
     finally:
-        driver.close()
+        driver.stop()
     assert first is not None and again is not None, driver.stats.last_error
     assert (again.reply, again.replayed) == (first.reply, True) and b"created_at" in first.reply
     assert driver.stats.retries > 0 and time.monotonic() - began >= 1.0
-    assert driver.stats.nodes["p2"].replies == 2 and not driver.stats.nodes["p2"].refusals
+    assert driver.stats.node("p2").replies == 2 and not driver.stats.node("p2").refusals
 
 
 @pytest.mark.parametrize("args, words", [

@@ -21,7 +21,7 @@ from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.topology import Topology
 from snapmesh.protocol.controller.tracker import Now
 from snapmesh.settings.config import write_cluster
-from snapmesh.bank.load import BackgroundLoad
+from snapmesh.load.background import BackgroundLoad
 from snapmesh.commands import sim as cli
 from snapmesh.fuzzer import fuzz
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -19,7 +19,7 @@ import pytest
 from support.cluster_helpers import check_against_logs, controller_stub
 from snapmesh.settings import config
 from snapmesh.settings.config import write_cluster
-from snapmesh.bank.load import BackgroundLoad
+from snapmesh.load.background import BackgroundLoad
 from snapmesh.settings.security import write_certs
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb

@@ -250,7 +250,7 @@ def test_hybrid_snapshots_on_a_real_cluster_are_complete_and_consistent(tmp_path
     import time
 
     from support.cluster_helpers import check_against_logs, controller_stub
-    from snapmesh.bank.load import BackgroundLoad
+    from snapmesh.load.background import BackgroundLoad
     from snapmesh.processes.supervisor import Cluster
     from snapmesh.settings.config import write_cluster
     from snapmesh.v1 import snapmesh_pb2 as pb

@@ -13,7 +13,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from support.node_harness import Cluster, port_is_free
 from snapmesh.bank.logs import money_check
-from snapmesh.bank.load import BackgroundLoad
+from snapmesh.load.background import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]

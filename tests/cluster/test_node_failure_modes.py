@@ -37,7 +37,7 @@ from snapmesh.protocol import wal
 from snapmesh.protocol.chunking import CHUNK_BYTES, BadChunks, StateAssembler, StateTooLarge, split_state
 from snapmesh.processes import supervisor
 from snapmesh.settings.config import write_cluster
-from snapmesh.bank.load import BackgroundLoad
+from snapmesh.load.background import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 

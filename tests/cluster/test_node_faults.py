@@ -13,7 +13,7 @@ import pytest
 from snapmesh.chaos.proxy import ChaosProxy
 from support.node_harness import Cluster
 from snapmesh.checking import scrape
-from snapmesh.bank.load import BackgroundLoad
+from snapmesh.load.background import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]

@@ -18,7 +18,7 @@ from support.polling import WaitTimedOut, wait_for
 from snapmesh.bank.logs import money_check
 from snapmesh.services.node.recovery import recover
 from snapmesh.protocol import wal
-from snapmesh.bank.load import BackgroundLoad
+from snapmesh.load.background import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]

@@ -29,7 +29,7 @@ from snapmesh.checking.logcheck import check_logs_by_epoch, check_restore
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.settings.config import write_cluster
-from snapmesh.bank.load import BackgroundLoad
+from snapmesh.load.background import BackgroundLoad
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]

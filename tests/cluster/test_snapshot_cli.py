@@ -350,7 +350,7 @@ def test_verify_by_id_checks_both_files_and_passes(cluster, run, stub):
 
 
 def test_snapshots_taken_under_load_verify_with_their_in_flight_transfers(cluster, stub, run):
-    from snapmesh.bank.load import BackgroundLoad
+    from snapmesh.load.background import BackgroundLoad
 
     taken_ids = []
     with BackgroundLoad.for_cluster(cluster, seed=5, batch=50, max_amount=20, interval=0.0) as load:

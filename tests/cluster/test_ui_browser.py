@@ -29,7 +29,7 @@ from support.cluster_helpers import controller_stub
 from support.polling import wait_for
 from snapmesh.bank.workload import WorkloadParams, run_workload
 from snapmesh.settings.config import write_cluster
-from snapmesh.bank.load import BackgroundLoad
+from snapmesh.load.background import BackgroundLoad
 from snapmesh.settings.security import write_certs
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.ui import browser as B

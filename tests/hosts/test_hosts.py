@@ -26,7 +26,7 @@ from snapmesh.hosts import net, plan
 from snapmesh.hosts.cluster import HostsCluster
 from snapmesh.hosts.plan import Bench, PlanError
 from snapmesh.processes.cluster_admin import running_launcher
-from snapmesh.bank.load import BackgroundLoad
+from snapmesh.load.background import BackgroundLoad
 from snapmesh.settings.security import load_tls_dir
 from snapmesh.bank.logs import money_check
 from snapmesh.checking.node_logs import read_logs

@@ -26,7 +26,7 @@ from snapmesh.checking.logcheck import check_logs
 import snapmesh.bank.logs as bank_logs
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.settings.config import write_cluster
-from snapmesh.bank.load import BackgroundLoad
+from snapmesh.load.background import BackgroundLoad
 from snapmesh.reconcile.job import format_table, reconcile
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
