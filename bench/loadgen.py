@@ -39,7 +39,7 @@ async def serve(spec: dict) -> None:
         node_infos(list(nodes), channels, {"max_amount": MAX_AMOUNT}),
         batch=spec["batch"],
         seed=spec.get("seed", 1),
-        tally=False,
+        exactly_once=False,
     )
     async with generator:
         while True:

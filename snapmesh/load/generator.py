@@ -21,7 +21,7 @@ demo, `snapmesh app`, chaos, the bench and the real-process tests all use it.
   status (a refusal is the app's answer: the bank's insufficient funds) and
   commands given up on (their outcome unknown); `on_answer(node, command,
   reply or None, status)` sees every outcome.
-- Without `tally` (the bench, where the generator must stay cheap beside the
+- Without `exactly_once` (the bench, where the generator must stay cheap beside the
   nodes it loads) each stream sends a few pre-serialized calls, with no request
   ids and no retries, and only calls and failed calls are counted.
 
@@ -47,10 +47,10 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 
 SUBMIT_BATCH = "/snapmesh.v1.Node/SubmitBatch"
 RETRIED = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})
-RETRY_PAUSE_S = 0.1  # before a retry, and after a failed call without tally
+RETRY_PAUSE_S = 0.1  # before a retry, and after a failed call without exactly_once
 _OK = grpc.StatusCode.OK.value[0]
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
-_POOL = 16  # pre-serialized draws per stream without tally
+_POOL = 16  # pre-serialized draws per stream without exactly_once
 
 Answer = Callable[[str, bytes, "bytes | None", str], None]
 Item = tuple[str, bytes]  # (request id, command)
@@ -69,7 +69,7 @@ class LoadGenerator:
         batch: int = 1,
         seed: int = 1,
         per_node: bool = True,
-        tally: bool = True,
+        exactly_once: bool = True,
         timeout: float = 30.0,
         give_up_s: float = 60.0,
         on_error: Callable[[str], None] | None = None,
@@ -86,7 +86,7 @@ class LoadGenerator:
         self.batch = batch
         self.seed = seed
         self.per_node = per_node
-        self.tally = tally
+        self.exactly_once = exactly_once
         self.timeout = timeout
         self.give_up_s = give_up_s
         self.on_error = on_error
@@ -183,7 +183,7 @@ class LoadGenerator:
         commands = self.commands(stream)
         ids = iter(f"{self.prefix}-{self._generation}-{stream}-{n}" for n in range(1 << 62))
         pool = None
-        if not self.tally:  # a few draws, serialized once; no ids: a resent request must run again
+        if not self.exactly_once:  # a few draws, serialized once; no ids: a resent request must run again
             draws = [self._draw(commands, iter(lambda: "", None)) for _ in range(_POOL)]
             pool = [[(node, _request(items)) for node, items in d.items()] for d in draws if d]
         rng = random.Random(f"{self.seed}:{stream}:pool")

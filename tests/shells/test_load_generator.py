@@ -1,6 +1,6 @@
 """The load generator against a fake node in this process: it sends the app's workload through
 SubmitBatch, retries a busy node under the same request ids (each command runs once), counts
-refusals by status, gives up on a node that never answers, and without tally sends pooled calls
+refusals by status, gives up on a node that never answers, and without exactly_once sends pooled calls
 with no request ids. The fake keeps an exactly-once window, as a node's edge does."""
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def test_without_tally_pooled_calls_carry_no_request_ids() -> None:
 
     async def main() -> LoadGenerator:
         server, address = await _serve(fake)
-        generator = _generator(address, batch=3, tally=False)
+        generator = _generator(address, batch=3, exactly_once=False)
         try:
             await _run(generator, 10)
         finally:
