@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="snapmesh app", description="Drive an app's workload against a running "
                      "cluster and take snapshots (the bank's: transfers between the nodes).")
     parser.add_argument("--app", metavar="NAME|module:attr", help="drive this app's workload through "
-                        "Node.Submit (a built-in: bank, kvshard; default: the bank's transfers)")
+                        "Node.SubmitBatch (a built-in: bank, kvshard; default: the bank's transfers)")
     parser.add_argument("--controller", metavar="HOST:PORT", help=target.CONTROLLER_HELP)
     parser.add_argument("--data-dir", metavar="DIR", help=target.DATA_DIR_HELP)
     parser.add_argument("--duration", type=float, default=defaults.duration, metavar="S",
