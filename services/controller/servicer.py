@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -25,7 +26,7 @@ import grpc
 
 from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.protocol import blocks, chunking
-from snapmesh.protocol.controller import answers, cluster, listing, statuses
+from snapmesh.protocol.controller import answers, cluster, journalblocks, listing, statuses
 from snapmesh.protocol.controller.refusals import MissingBlocks
 from snapmesh.protocol.controller.tracker import UnknownSnapshot
 from snapmesh.settings.agreement import Agreement
@@ -62,6 +63,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.engine = engine
         self._chunk_budget = chunking.ChunkBudget()  # ReportStateChunks' bytes in flight, per peer and in all
         self.interval_s = 0.0  # periodic snapshots (main sets it): GetCluster tells clients
+        self._calls = itertools.count(1)  # names each report's pins (journalblocks.py J1)
 
     async def mode_mismatch(self, retry_s: float = 0.5) -> str:
         """Ask every node its snapshot_mode and its app (GetState, retried until it
@@ -171,22 +173,36 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
         await credentials.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
         listing.check_id(request.snapshot_id)
+        sent, call = None, next(self._calls)
         if request.HasField("state_blocks"):  # rebuilt before anything reads it (blocks.py B4)
-            request = await asyncio.to_thread(self._whole_report, request)
+            sent = request
+            request = await asyncio.to_thread(self._whole_report, request, call)
         if request.state_parts:  # the store cuts the state as the node did (blocks.py B6)
             self.engine.writer.store.note_parts(request.snapshot_id, request.node_id, tuple(request.state_parts))
-        await self.engine.report(request)
+        try:
+            await self.engine.report(request, sent=sent)  # journaled as it came (journalblocks.py J1)
+        except OSError:  # the journal failed: its record may be on disk, so its pins stay
+            raise
+        except Exception:  # refused: never journaled, so nothing needs its blocks kept
+            if sent is not None:
+                self.engine.writer.unpin(sent.snapshot_id, call)
+            raise
         return pb.ReportStateResponse(takes_blocks=True)
 
-    def _whole_report(self, sent: pb.FullState) -> pb.FullState:
-        """The report `sent` as blocks stood for, its references read from the store's blocks (a thread)."""
-        whole, missing = blocks.whole_report(sent, self.engine.writer.store.blocks.read)
-        if whole is None:
-            self.engine.writer.store.lacks(missing)  # the state sent whole next writes them again
-            shown = ", ".join(f"sha256:{name.hex()}" for name in missing[:3]) + (" ..." if len(missing) > 3 else "")
-            raise MissingBlocks(f"{blocks.MISSING}: {len(missing)} of the state of {sent.node_id} in snapshot "
-                                f"{sent.snapshot_id} are neither sent nor held here ({shown}); send the state whole")
-        return whole
+    def _whole_report(self, sent: pb.FullState, call: int) -> pb.FullState:
+        """The report `sent` as blocks stood for, its references read from the store's
+        blocks, which are pinned first (journalblocks.py J1; a thread)."""
+        store = self.engine.writer.store
+        missing = store.pin(sent.snapshot_id, journalblocks.held(sent), call)
+        if not missing:
+            whole, missing = blocks.whole_report(sent, store.blocks.read)
+            if whole is not None:
+                return whole
+            store.lacks(missing)  # the state sent whole next writes them again
+            self.engine.writer.unpin(sent.snapshot_id, call)
+        shown = ", ".join(f"sha256:{name.hex()}" for name in missing[:3]) + (" ..." if len(missing) > 3 else "")
+        raise MissingBlocks(f"{blocks.MISSING}: {len(missing)} of the state of {sent.node_id} in snapshot "
+                            f"{sent.snapshot_id} are neither sent nor held here ({shown}); send the state whole")
 
     @_answers("report")
     async def ReportStateChunks(self, request_iterator, context) -> pb.ReportStateResponse:
