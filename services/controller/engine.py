@@ -184,10 +184,12 @@ class ControllerEngine:
         elif isinstance(effect, ctl.Retire):  # its records go too (a replay's may not be filed yet)
             self.journal.forget(effect.snapshot_id)
             self.writer.discard(effect.snapshot_id)
+            self.writer.unpin(effect.snapshot_id)  # after its files: journalblocks.py J2
         elif isinstance(effect, ctl.File):
             self.writer.submit(effect.snapshot, compact=effect.compact, json=effect.json)
         elif isinstance(effect, ctl.Forget):
             self.journal.forget(effect.snapshot_id)
+            self.writer.unpin(effect.snapshot_id)  # filed: it references its blocks (journalblocks.py J2)
         elif isinstance(effect, ctl.Adopt):
             self._adopt(effect.topology)
         elif isinstance(effect, ctl.RestoreDone):  # durable: a retry of its keys is answered from now on
@@ -253,15 +255,16 @@ class ControllerEngine:
         answer = self._answers[call] = asyncio.get_running_loop().create_future()
         return answer
 
-    async def report(self, state: pb.FullState) -> None:
+    async def report(self, state: pb.FullState, sent: pb.FullState | None = None) -> None:
         """A node's part: journaled (with the snapshot's outcome when it completes
         it) before this returns. A part that does not complete its snapshot is held
         (the machine's H1-H4): its record goes with the snapshot's end, in that
-        step's one log round, and this returns then. Raises TrackerError for a
+        step's one log round, and this returns then. `sent`: the report as blocks
+        it was rebuilt from, journaled in its place (journalblocks.py J1). Raises TrackerError for a
         refused report and OSError when it cannot be journaled."""
         now = self._clock()
         call = next(self._calls)
-        snapshot, duplicate = self._fed(self.machine.reported, state, now, call=call)
+        snapshot, duplicate = self._fed(self.machine.reported, state, now, call=call, sent=sent)
         held = self.machine.holding(call)
         answer = self._answer(call) if held else None
         if not duplicate:

@@ -34,7 +34,7 @@ from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.app import load_app, v1fields
 from snapmesh.protocol.appstate import AppChecker, side_for
-from snapmesh.protocol.controller import loglines
+from snapmesh.protocol.controller import journalblocks, loglines
 from snapmesh.protocol.controller.machine import Controller
 from snapmesh.protocol.hybrid import wire_mode
 from snapmesh.protocol.controller.tracker import Tracker
@@ -116,8 +116,6 @@ async def _serve_locked(
     )
     store = SnapshotStore(cfg.snapshots_dir, cfg.data_dir / "controller" / "snapshots")
     snapshots, warnings = store.load_all()
-    if swept := store.sweep():  # this controller owns the data dir (its lock): nothing is being filed
-        warnings.append(swept)
     say(log, *loglines.loaded(len(snapshots), str(store.compact_directory), warnings))
     missing = {s.snapshot_id: m for s in snapshots if any(m := store.missing_files(s.snapshot_id))}
     machine.loaded(snapshots, missing=missing)  # the machine decides what to file again (replay.py S2)
@@ -127,7 +125,13 @@ async def _serve_locked(
     writer = StoreWriter(store, on_filed=lambda sid: engine.filed(sid))  # nothing is filed before the engine starts
     try:
         records, warnings = journal.open()
-        say(log, *loglines.replayed(machine.replayed(records, system_now()), warnings))
+        # Reports journaled as blocks made whole, their blocks pinned again, before the sweep (journalblocks.py J3)
+        records, pins, dropped = journalblocks.rebuilt(records, store.blocks.read, skip={s.snapshot_id for s in snapshots})
+        for sid, names in pins.items():
+            store.pins.pin(sid, names)
+        if swept := store.sweep():  # this controller owns the data dir (its lock): nothing is being filed
+            warnings.append(swept)
+        say(log, *loglines.replayed(machine.replayed(records, system_now()), warnings + dropped))
         engine = ControllerEngine(
             config=cfg, machine=machine, journal=journal, writer=writer, metrics=metrics, identity=identity,
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -25,7 +26,8 @@ import grpc
 
 from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.protocol import blocks, chunking
-from snapmesh.protocol.controller import answers, cluster, listing, statuses
+from snapmesh.protocol.controller import answers, cluster, journalblocks, listing, statuses
+from snapmesh.protocol.controller.knownblocks import KnownBlocks
 from snapmesh.protocol.controller.refusals import MissingBlocks
 from snapmesh.protocol.controller.tracker import UnknownSnapshot
 from snapmesh.settings.agreement import Agreement
@@ -35,6 +37,8 @@ from snapmesh.serving.fanout import FellBehind
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
+# A whole report's state up to this size is cut and hashed on the loop (microseconds), a larger one in a thread.
+INLINE_KNOWN_BYTES = 64 * 1024
 ASK_ONCE = Retry(2.0, tries=1)  # a node's GetState (mode_mismatch asks again in its next round)
 
 
@@ -62,6 +66,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.engine = engine
         self._chunk_budget = chunking.ChunkBudget()  # ReportStateChunks' bytes in flight, per peer and in all
         self.interval_s = 0.0  # periodic snapshots (main sets it): GetCluster tells clients
+        self._calls = itertools.count(1)  # names each report's pins (journalblocks.py J1)
+        self._known = KnownBlocks()  # each node's last state's blocks (knownblocks.py)
 
     async def mode_mismatch(self, retry_s: float = 0.5) -> str:
         """Ask every node its snapshot_mode and its app (GetState, retried until it
@@ -171,22 +177,62 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
         await credentials.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
         listing.check_id(request.snapshot_id)
+        sent, call = None, next(self._calls)
         if request.HasField("state_blocks"):  # rebuilt before anything reads it (blocks.py B4)
-            request = await asyncio.to_thread(self._whole_report, request)
+            sent = request
+            request = await asyncio.to_thread(self._whole_report, request, call)
+        elif request.HasField("state"):  # its blocks, for the node's next report (knownblocks.py)
+            await self._off_loop(len(request.state) > INLINE_KNOWN_BYTES, self._know, request)
         if request.state_parts:  # the store cuts the state as the node did (blocks.py B6)
             self.engine.writer.store.note_parts(request.snapshot_id, request.node_id, tuple(request.state_parts))
-        await self.engine.report(request)
+        try:
+            await self.engine.report(request, sent=sent)  # journaled as it came (journalblocks.py J1)
+        except OSError:  # the journal failed: its record may be on disk, so its pins stay
+            raise
+        except Exception:  # refused: never journaled, so nothing needs its blocks kept
+            if sent is not None:
+                self.engine.writer.unpin(sent.snapshot_id, call)
+            raise
         return pb.ReportStateResponse(takes_blocks=True)
 
-    def _whole_report(self, sent: pb.FullState) -> pb.FullState:
-        """The report `sent` as blocks stood for, its references read from the store's blocks (a thread)."""
-        whole, missing = blocks.whole_report(sent, self.engine.writer.store.blocks.read)
-        if whole is None:
-            self.engine.writer.store.lacks(missing)  # the state sent whole next writes them again
-            shown = ", ".join(f"sha256:{name.hex()}" for name in missing[:3]) + (" ..." if len(missing) > 3 else "")
-            raise MissingBlocks(f"{blocks.MISSING}: {len(missing)} of the state of {sent.node_id} in snapshot "
-                                f"{sent.snapshot_id} are neither sent nor held here ({shown}); send the state whole")
-        return whole
+    def _whole_report(self, sent: pb.FullState, call: int) -> pb.FullState:
+        """The report `sent` as blocks stood for, its references read from the store's
+        blocks, which are pinned first (journalblocks.py J1; a thread)."""
+        store = self.engine.writer.store
+        missing = store.pin(sent.snapshot_id, journalblocks.held(sent), call)
+        if not missing:
+            whole, missing, named = blocks.whole_state(sent, store.blocks.read, self._on_disk(sent.node_id))
+            if whole is not None:
+                self._known.keep(sent.node_id, named)  # type: ignore[arg-type]
+                return whole
+            store.lacks(missing)  # the state sent whole next writes them again
+            self.engine.writer.unpin(sent.snapshot_id, call)
+        shown = ", ".join(f"sha256:{name.hex()}" for name in missing[:3]) + (" ..." if len(missing) > 3 else "")
+        raise MissingBlocks(f"{blocks.MISSING}: {len(missing)} of the state of {sent.node_id} in snapshot "
+                            f"{sent.snapshot_id} are neither sent nor held here ({shown}); send the state whole")
+
+    def _on_disk(self, node_id: str) -> Callable[[bytes], bytes | None]:
+        """The kept blocks (knownblocks.py), each only while a file of its name and size is
+        under controller/blocks: a block lost there is read, found missing, and written
+        again by the state sent whole (B4), as a block read there would be."""
+        known, files = self._known.reader(node_id), self.engine.writer.store.blocks
+
+        def get(name: bytes) -> bytes | None:
+            block = known(name)
+            try:
+                return block if block is not None and files.path(name).stat().st_size == len(block) else None
+            except FileNotFoundError:
+                return None
+
+        return get
+
+    def _know(self, report: pb.FullState) -> None:
+        """Keep the blocks of a report that came whole (its state cut and hashed, K1)."""
+        self._known.keep(report.node_id, blocks.names(report.state, report.state_parts)[0])
+
+    @staticmethod
+    async def _off_loop(thread: bool, work: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.to_thread(work, *args) if thread else work(*args)
 
     @_answers("report")
     async def ReportStateChunks(self, request_iterator, context) -> pb.ReportStateResponse:

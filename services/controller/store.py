@@ -37,7 +37,10 @@ snapshot (retention) removes its files, durably, and only then the blocks no
 other stored snapshot references. The counts are rebuilt from the manifests by
 `load_all`; then the controller's `sweep` removes the blocks no manifest names:
 what a deletion or a filing cut short by a crash left behind. So a crash anywhere in either leaves
-every stored snapshot's blocks in place.
+every stored snapshot's blocks in place. Blocks a journaled report names are
+pinned (`pin`; snapmesh/protocol/controller/journalblocks.py J1, J2) until its
+snapshot is filed or retired (`StoreWriter.unpin`): neither a deletion nor the
+sweep removes a pinned block.
 """
 
 from __future__ import annotations
@@ -48,11 +51,13 @@ import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from snapmesh.services.controller import export
 from snapmesh.services.controller.blockdir import BlockDir
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol import blocks
+from snapmesh.protocol.controller.blockpins import BlockPins
 from snapmesh.protocol.controller.blockrefs import BlockRefs
 from snapmesh.serving.durable import fsync_dir, write_atomically
 from snapmesh.protocol.appstate import clear_old_figures
@@ -128,6 +133,8 @@ class SnapshotStore:
         self.index = FiledIndex()  # by load_all and every write and delete here
         self.blocks = BlockDir(self.compact_directory.parent / "blocks")
         self.refs = BlockRefs()  # by load_all and every write and delete here (the writer's thread)
+        self.pins = BlockPins()  # the blocks journaled reports name (`pin`)
+        self._refs_lock = threading.Lock()  # refs and pins: the writer's thread changes them, a report pins
         self._parts: dict[str, dict[str, tuple[int, ...]]] = {}  # snapshot id -> node -> its report's parts
         self._parts_lock = threading.Lock()
         self._lacking: set[bytes] = set()  # blocks a report named and this store lacked: written again when filed
@@ -148,6 +155,24 @@ class SnapshotStore:
             self._parts.setdefault(snapshot_id, {})[node_id] = parts
             while len(self._parts) > PARTS_KEPT:
                 del self._parts[next(iter(self._parts))]
+
+    def pin(self, snapshot_id: str, names: set[bytes], call: int = 0) -> list[bytes]:
+        """Keep `names` on disk for a report of `snapshot_id` journaled as blocks
+        (journalblocks.py J1): the names that are on disk durably neither by a
+        stored snapshot's reference nor by a pin; when there are any, nothing is pinned."""
+        with self._refs_lock:
+            missing = [name for name in names if not self.refs.referenced(name) and not self.pins.pinned(name)]
+            if not missing:
+                self.pins.pin(snapshot_id, names, call)
+            return missing
+
+    def unpin(self, snapshot_id: str, call: int | None = None) -> int:
+        """The snapshot's records are dead (filed or retired, J2; `call`: only that
+        call's report, refused, so never journaled): the pins go, and the blocks
+        neither pinned nor referenced now with them. How many blocks went."""
+        with self._refs_lock:
+            doomed = {name for name in self.pins.unpin(snapshot_id, call) if not self.refs.referenced(name)}
+        return self.blocks.delete(doomed)
 
     def path(self, snapshot_id: str) -> Path:
         return self.directory / f"{snapshot_id}.json"
@@ -176,7 +201,8 @@ class SnapshotStore:
         if written:
             log.info("snapshot %s: %d new blocks (%d bytes) of %d", snapshot.snapshot_id, written, size, len(named))
         data, digest = snapshot_file.sealed_bytes(snapshot, stored)
-        freed = self.refs.hold(snapshot.snapshot_id, named)  # before the file: a crash leaves garbage, never a gap
+        with self._refs_lock:  # before the file: a crash leaves garbage, never a gap
+            freed = {name for name in self.refs.hold(snapshot.snapshot_id, named) if not self.pins.pinned(name)}
         write_atomically(self.compact_path(snapshot.snapshot_id), data)
         self.blocks.delete(freed)
         self.index.add(snapshot.snapshot_id, snapshot.status)
@@ -191,7 +217,9 @@ class SnapshotStore:
         for directory in (self.compact_directory, self.directory):
             if directory.is_dir():
                 fsync_dir(directory)
-        return self.blocks.delete(self.refs.drop(snapshot_id))
+        with self._refs_lock:
+            doomed = {name for name in self.refs.drop(snapshot_id) if not self.pins.pinned(name)}
+        return self.blocks.delete(doomed)
 
     def export_json(
         self, snapshot: pb.Snapshot, digest: str = "", stored: pb.Snapshot | None = None, state_bytes: int = -1,
@@ -250,11 +278,12 @@ class SnapshotStore:
 
     def sweep(self) -> str:
         """After `load_all`, by the controller that owns the data dir, before it files
-        anything: remove the blocks no stored snapshot names (what a deletion or a
-        filing cut short left). What it did, for the log ("" : nothing). Never by a
+        anything: remove the blocks no stored snapshot names and no journaled report
+        pins (what a deletion or a filing cut short left). What it did, for the log ("" : nothing). Never by a
         reader of someone else's store: a filing under way writes blocks before the
         manifest that names them."""
-        if swept := self.blocks.sweep({name for name in self.blocks.names() if self.refs.referenced(name)}):
+        keep = {name for name in self.blocks.names() if self.refs.referenced(name) or self.pins.pinned(name)}
+        if swept := self.blocks.sweep(keep):
             return (f"removed {swept} blocks under {self.blocks.directory} that no stored snapshot names "
                     "(left by a deletion or a filing cut short)")
         return ""
@@ -307,6 +336,11 @@ def _check(snapshot: pb.Snapshot, path: Path, warnings: list[str]) -> bool:
     return True
 
 
+class _Unpin(NamedTuple):
+    snapshot_id: str
+    call: int | None  # None: every call's
+
+
 class StoreWriter:
     """One background thread writing finished snapshots: the compact file, then
     `on_filed(id)` (its journal records may go), then the JSON export."""
@@ -314,7 +348,7 @@ class StoreWriter:
     def __init__(self, store: SnapshotStore, on_filed: Callable[[str], None]) -> None:
         self.store = store
         self._on_filed = on_filed
-        self._queue: queue.SimpleQueue[tuple[pb.Snapshot, bool, bool] | str | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[pb.Snapshot, bool, bool] | str | _Unpin | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="controller-store", daemon=True)
         self._thread.start()
 
@@ -325,6 +359,11 @@ class StoreWriter:
         """Delete the snapshot's files (retention), after whatever was submitted before."""
         self._queue.put(snapshot_id)
 
+    def unpin(self, snapshot_id: str, call: int | None = None) -> None:
+        """The snapshot's journal records are dead: its pins go (`SnapshotStore.unpin`),
+        after whatever was submitted before (its filing, which references its blocks)."""
+        self._queue.put(_Unpin(snapshot_id, call))
+
     def close(self) -> None:
         """Write everything submitted so far, then stop."""
         self._queue.put(None)
@@ -332,6 +371,13 @@ class StoreWriter:
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
+            if isinstance(item, _Unpin):
+                try:
+                    self.store.unpin(item.snapshot_id, item.call)
+                except OSError as exc:  # garbage until the next start's sweep
+                    log.error("snapshot %s: cannot delete the blocks its journal records pinned: %s",
+                              item.snapshot_id, exc)
+                continue
             if isinstance(item, str):
                 try:
                     blocks_gone = self.store.delete(item)

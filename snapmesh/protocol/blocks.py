@@ -44,6 +44,11 @@ B6. An app that knows its structure cuts its state into parts (snapshot_blocks()
     replayed from the journal after a restart) is the plain grid: the node's
     next report then names blocks it lacks, and is sent whole (B4), once.
 
+B7. The controller keeps the blocks of each node's last state in memory
+    (snapmesh/protocol/controller/knownblocks.py), each checked against its name
+    as it came in (hashed, or compared with a block of that name), so rebuilding
+    the next report reads and hashes only what it does not hold there: what changed.
+
 Why fixed-size blocks of 8 KiB: a state that changes in place (a blob written at
 offsets, kvshard's keys in ranges) changes the blocks it touches and no other;
 content-defined cuts would only pay off for inserts, which shift a fixed grid.
@@ -243,15 +248,28 @@ def referenced_report(
     return sent, set(known.names)
 
 
-def whole_report(sent: pb.FullState, read: Callable[[bytes], bytes | None]) -> tuple[pb.FullState | None, list[bytes]]:
+def whole_report(
+    sent: pb.FullState, read: Callable[[bytes], bytes | None], known: Callable[[bytes], bytes | None] | None = None,
+) -> tuple[pb.FullState | None, list[bytes]]:
     """The report `sent` stood for (B4), each block from those it carries or else
     `read(hash)` (the controller's; None: it has none), and the blocks found in
-    neither, in manifest order; None in place of the report when there is one."""
+    neither, in manifest order; None in place of the report when there is one.
+    `known(hash)`: a block already checked against its name (B7), looked up first."""
+    whole, missing, _ = whole_state(sent, read, known)
+    return whole, missing
+
+
+def whole_state(
+    sent: pb.FullState, read: Callable[[bytes], bytes | None], known: Callable[[bytes], bytes | None] | None = None,
+) -> tuple[pb.FullState | None, list[bytes], Named | None]:
+    """`whole_report`, and its state cut as the manifest cuts it (`Named`, for B7)."""
     carried = {block_hash(block): block for block in sent.blocks}
     parts: list[bytes] = []
     missing: list[bytes] = []
     for name in sent.state_blocks.hashes:
         block = carried.get(name)
+        if block is None and known is not None:
+            block = known(name)
         if block is None and (block := read(name)) is not None and block_hash(block) != name:
             block = None  # a corrupt block of the controller's is as good as none
         if block is None:
@@ -259,10 +277,16 @@ def whole_report(sent: pb.FullState, read: Callable[[bytes], bytes | None]) -> t
         else:
             parts.append(block)
     if missing:
-        return None, missing
+        return None, missing, None
     whole = pb.FullState()
     whole.CopyFrom(sent)
     whole.ClearField("state_blocks")
     whole.ClearField("blocks")
-    whole.state = b"".join(parts)
-    return whole, []
+    state = b"".join(parts)
+    whole.state = state
+    cut, start = [], 0
+    for part in parts:
+        cut.append((start, start + len(part)))
+        start += len(part)
+    names = list(sent.state_blocks.hashes)
+    return whole, [], Named(state, cut, names, {})

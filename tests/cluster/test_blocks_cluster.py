@@ -17,6 +17,9 @@ app whose state is a blob of 4 MiB per node (2 nodes), snapshotted through real 
   (each case).
   A node's report naming the missing block is refused; the node sends its state
   whole and the snapshot completes.
+- A snapshot whose reports came as blocks is journaled as they came (its journal
+  grows by manifests, not states); with its files lost in a crash, the restart
+  rebuilds it from the journal and the blocks, and it verifies.
 """
 
 from __future__ import annotations
@@ -288,3 +291,28 @@ def test_a_missing_or_corrupt_block_is_named_by_verify_and_refused_by_restore(cl
     assert refused.value.code() == grpc.StatusCode.DATA_LOSS
     assert "not restored (nothing changed)" in refused.value.details() and bad.hex() in refused.value.details()
     assert digests(cluster, snapshot(cluster)) == digests(cluster, after)  # no node changed
+
+
+def test_a_snapshot_journaled_as_blocks_and_never_filed_is_rebuilt_whole_after_a_crash(cluster, capsys):
+    """journalblocks.py J1-J3: the second snapshot's reports came as blocks and are
+    journaled so (manifests and the changed block, not the states). A crash before its
+    files were written (here: SIGKILL, then its files removed) leaves only the
+    journal: the restart makes it whole from the blocks on disk and the journal's,
+    files it again, and it verifies with the states it had."""
+    first = snapshot(cluster)
+    filed(cluster, first)
+    journal = data(cluster) / "controller" / "journal"
+    size_before = journal.stat().st_size
+    command(cluster, "p1", "poke 100 7")
+    second = snapshot(cluster)
+    filed(cluster, second)
+    assert journal.stat().st_size - size_before < 2 * PER_NODE * 40 + 2 * blocks.BLOCK_BYTES  # not 2 x 4 MiB
+    before = digests(cluster, second)
+    assert cluster.stop_controller(signal.SIGKILL) == -signal.SIGKILL
+    for path in (stored(cluster, second), data(cluster) / "snapshots" / f"{second}.json"):
+        path.unlink()
+    cluster.start_controller()
+    filed(cluster, second)
+    assert digests(cluster, second) == before
+    code, out = verify(cluster, second, capsys)
+    assert code == 0 and "each matching its hash" in out, out

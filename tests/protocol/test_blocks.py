@@ -153,3 +153,27 @@ def test_an_apps_parts_are_cut_on_the_grid_each_so_a_change_in_one_part_changes_
     stored, named = blocks.stored_form(pb.Snapshot(snapshot_id="s", nodes=[pb.NodeBalance(node_id="p1", state=again)]),
                                        {"p1": again.parts})
     assert list(stored.nodes[0].state_blocks.hashes) == second.names and set(named) == set(second.names)
+
+
+def test_a_report_is_rebuilt_from_the_blocks_kept_of_the_nodes_last_state_reading_only_what_is_not_kept():
+    """B7, knownblocks.py K1-K2: the last state's blocks, kept by name, stand in for the
+    store's; what is neither kept nor carried is read (and checked) as before."""
+    from snapmesh.protocol.controller.knownblocks import KnownBlocks
+
+    first = random.Random(7).randbytes(8 * B)
+    known = KnownBlocks()
+    known.keep("p1", blocks.names(first)[0])
+    second = bytearray(first)
+    second[2 * B : 2 * B + 10] = b"0123456789"
+    report = pb.FullState(snapshot_id="s2", node_id="p1", state=bytes(second))
+    sent, _ = blocks.referenced_report(report, set(blocks.names(first)[0].names))
+    reads: list[bytes] = []
+    whole, missing, named = blocks.whole_state(sent, lambda name: reads.append(name), known.reader("p1"))
+    assert missing == [] and reads == [] and whole == report
+    known.keep("p1", named)
+    third = pb.FullState(snapshot_id="s3", node_id="p2", state=bytes(second[: 4 * B]) + first[: 4 * B])
+    sent, _ = blocks.referenced_report(third, set(named.names))
+    assert blocks.whole_state(sent, lambda name: None, known.reader("p2"))[0] == third  # another node's blocks too
+    carried = {blocks.block_hash(block) for block in sent.blocks}
+    assert blocks.whole_state(sent, lambda name: None, KnownBlocks().reader("p2"))[1] == [
+        name for name in sent.state_blocks.hashes if name not in carried]  # none kept: every reference is read

@@ -197,3 +197,25 @@ def test_a_held_block_found_lacking_by_a_report_is_written_again_at_the_next_fil
     store.lacks([gone])
     store.save_compact(app_snapshot("s3", first))
     assert block_files(tmp_path)[gone.hex()] == B
+
+
+def test_a_block_a_journaled_report_pins_outlives_retention_and_the_sweep_until_unpinned(tmp_path):
+    """journalblocks.py J1, J2: a report journaled as blocks names blocks of a stored
+    snapshot; retiring that snapshot, or a restart's sweep, leaves them until the
+    report's snapshot is filed or retired (its pins go); then they go with it."""
+    store = new_store(tmp_path)
+    store.save_compact(app_snapshot("s1", states(1)))
+    held = blocks.hashes(snapshot_file.read_stored(store.compact_path("s1"))[0])
+    assert store.pin("s2", {bytes(32)}, call=1) == [bytes(32)]  # on disk by no reference: refused, nothing pinned
+    assert store.pin("s2", held, call=2) == []
+    store.delete("s1")  # retention: its blocks have no reference left, and stay
+    assert len(block_files(tmp_path)) == 32
+    restarted = new_store(tmp_path)
+    restarted.load_all()
+    restarted.pins.pin("s2", held)  # at start, as the journal's records say, once read back whole (J3)
+    restarted.sweep()
+    assert len(block_files(tmp_path)) == 32
+    writer = StoreWriter(restarted, on_filed=lambda sid: None)
+    writer.unpin("s2")
+    writer.close()
+    assert block_files(tmp_path) == {}, "unpinned and unreferenced: they go"

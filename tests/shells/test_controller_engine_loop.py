@@ -151,6 +151,7 @@ class Forgetting:
     def __init__(self) -> None:
         self.forgotten: list[str] = []
         self.discarded: list[str] = []
+        self.unpinned: list[str] = []
         self.submitted: list[tuple[str, bool, bool]] = []
 
     def forget(self, snapshot_id: str) -> None:
@@ -159,6 +160,9 @@ class Forgetting:
     def discard(self, snapshot_id: str) -> None:
         self.discarded.append(snapshot_id)
 
+    def unpin(self, snapshot_id: str, call: int | None = None) -> None:
+        self.unpinned.append(snapshot_id)
+
     def submit(self, snapshot: pb.Snapshot, *, compact: bool = True, json: bool = True) -> None:
         self.submitted.append((snapshot.snapshot_id, compact, json))
 
@@ -166,7 +170,7 @@ class Forgetting:
 def test_the_replays_retire_effects_are_carried_out_by_the_engines_first_step() -> None:
     """--keep's deletions stay deleted after a restart: what the replay retires (K1)
     waits in the machine, and the engine's start carries it out like any Retire:
-    its journal records are forgotten and its files deleted."""
+    its journal records are forgotten, its files deleted and its blocks unpinned."""
     asyncio.run(_replay_retires())
 
 
@@ -191,7 +195,7 @@ async def _replay_retires() -> None:
     )
     assert files.forgotten == files.discarded == files.submitted == []  # nothing before the engine starts
     await engine.start()
-    assert files.forgotten == files.discarded == ["s1"] and files.submitted == [("s2", True, True)]
+    assert files.forgotten == files.discarded == files.unpinned == ["s1"] and files.submitted == [("s2", True, True)]
     await engine.close()
 
 

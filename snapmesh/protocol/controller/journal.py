@@ -5,7 +5,10 @@ One framed record per fact the controller must not forget in a crash:
     started   a snapshot began        durable before TriggerSnapshot answers and
                                       before StartSnapshot leaves
     reported  a FullState was taken   durable before ReportState answers OK, so a
-                                      node re-sends exactly what was never acknowledged
+                                      node re-sends exactly what was never acknowledged;
+                                      a report that came as blocks is journaled as it
+                                      came (journalblocks.py: the manifest and the new
+                                      blocks, not the state rebuilt from them)
     finished  COMPLETE or FAILED      durable before anyone is shown the outcome
     restore   a restore's progress    RESTORING durable before any node is told,
                                       RESTORED/FAILED before the caller is answered;
@@ -46,6 +49,7 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 HEADER = struct.Struct("<II")  # payload length, crc32
 _WALL = struct.Struct("<d")
 _STARTED, _REPORTED, _FINISHED, _RESTORE, _JOINED = b"S", b"R", b"F", b"X", b"J"
+_REPORTED_BLOCKS = b"B"  # a `reported` body whose FullState is the report as blocks
 
 
 
@@ -61,6 +65,10 @@ class Started:
 class Reported:
     state: pb.FullState
     wall: float
+    # The report as the node sent it, its state as blocks (blocks.py B4), when it
+    # came so: what the journal writes in place of `state` (journalblocks.py J1).
+    # Read back, `state` is that form until `journalblocks.rebuilt` makes it whole.
+    sent: pb.FullState | None = None
 
     @property
     def snapshot_id(self) -> str:
@@ -106,7 +114,9 @@ class CorruptJournal(Exception):
 
 
 def encode(record: Record) -> bytes:
-    if isinstance(record, Reported):
+    if isinstance(record, Reported) and record.sent is not None:
+        payload = _REPORTED_BLOCKS + _WALL.pack(record.wall) + record.sent.SerializeToString()
+    elif isinstance(record, Reported):
         payload = _REPORTED + _WALL.pack(record.wall) + record.state.SerializeToString()
     elif isinstance(record, Restored):
         payload = _RESTORE + record.restore.SerializeToString()
@@ -217,6 +227,13 @@ def _decode(payload: bytes) -> Record:
         state = pb.FullState()
         state.ParseFromString(body[_WALL.size:])
         return Reported(state=state, wall=wall)
+    if kind == _REPORTED_BLOCKS:
+        (wall,) = _WALL.unpack_from(body)
+        sent = pb.FullState()
+        sent.ParseFromString(body[_WALL.size:])
+        if not sent.HasField("state_blocks"):
+            raise CorruptJournal("a report journaled as blocks has no manifest")
+        return Reported(state=sent, wall=wall, sent=sent)
     if kind == _STARTED:
         fields = json.loads(body)
         return Started(
@@ -285,6 +302,8 @@ def replay(records: Iterable[Record], tracker: Tracker, now: Now, *, skip: set[s
             if isinstance(record, Started):
                 tracker.start(sid, record.initiator, at, epoch=record.epoch)
             elif isinstance(record, Reported):
+                if record.state.HasField("state_blocks"):  # journalblocks.rebuilt did not make it whole
+                    raise TrackerMisuse("its state is still a manifest of blocks")
                 tracker.report(tracker.side.old_report(record.state), at)  # F5: an old report, the app's
             elif record.status == FAILED:
                 tracker.fail(sid, record.reason, at)

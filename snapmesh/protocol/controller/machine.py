@@ -274,10 +274,12 @@ class Controller(Restoring):
         elif isinstance(effect, FenceAt):
             self._fence_called(effect, answer, now)
 
-    def reported(self, state: pb.FullState, now: Now, *, call: Hashable = None) -> Reported:
+    def reported(self, state: pb.FullState, now: Now, *, call: Hashable = None,
+                 sent: pb.FullState | None = None) -> Reported:
         """A node's part (raises TrackerError, changing nothing, for a refused one:
         StaleReport first, for a report of an older epoch, R1). With a `call`, a
-        part that does not complete its snapshot is held (H1, H3): `holding(call)`."""
+        part that does not complete its snapshot is held (H1, H3): `holding(call)`.
+        `sent`: the report as blocks `state` was rebuilt from, journaled in its place."""
         stale = stale_report(state.epoch, self.epoch)
         if stale:
             raise StaleReport(stale)
@@ -288,7 +290,7 @@ class Controller(Restoring):
             else:  # the first copy may still be on its way to the disk
                 self._effects.append(Barrier())
             return answer
-        record = journal.Reported(state=state, wall=now.wall)
+        record = journal.Reported(state=state, wall=now.wall, sent=sent)
         if snapshot.status == COMPLETE:  # H2: the held records, its own, the outcome: one group commit
             held, calls = self.held.release(state.snapshot_id)  # in the order they came: a replay completes here too
             self._effects += [*(Journal(r) for r in held), Journal(record)]

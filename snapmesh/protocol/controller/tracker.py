@@ -59,7 +59,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from snapmesh.protocol.appstate import digest, without_figures
 from snapmesh.protocol.controller.appside import AppSide, PartRefused
-from snapmesh.protocol.controller import channel_list
+from snapmesh.protocol.controller import channel_list, reportsize
 from snapmesh.protocol.controller.assembly import add_node_stats, recorded_channels
 from snapmesh.protocol.controller.retention import Retention
 from snapmesh.protocol.controller.snapshot_ids import new_snapshot_id, snapshot_id_problem  # noqa: F401  (the tracker's ids)
@@ -118,6 +118,7 @@ class _Pending:
     reports: dict[str, pb.FullState] = field(default_factory=dict)
     # Per channel, the seqs dst recorded, read once at the report.
     recorded: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)  # each report's encoded size, once known (`_fill`)
 
 
 # The finished snapshots the tracker holds in memory (a bounded working set). Older ones
@@ -376,21 +377,24 @@ class Tracker:
         snapshot, side = pending.snapshot, self.side
         del snapshot.nodes[:]
         for node in self.topology.nodes:
-            self._fill(snapshot.nodes.add(), pending.reports[node])
+            pending.sizes[node] = self._fill(snapshot.nodes.add(), pending.reports[node])
         recorded_channels(snapshot.channels, list(pending.reports.values()), pending.recorded, side,
                           self._channels, overtake=self.snapshot_mode == "overtake")
         side.judge(snapshot)
         self._compact[snapshot.snapshot_id] = self._channels
         return self._finish(pending, COMPLETE, snapshot.reason, now)
 
-    def _fill(self, entry: pb.NodeBalance, report: pb.FullState) -> None:
+    def _fill(self, entry: pb.NodeBalance, report: pb.FullState) -> int:
         """Fill a COMPLETE snapshot's entry for the node of `report`: its id, an app's
-        state bytes and their digest (T6), then the app's side's fields."""
+        state bytes and their digest (T6), then the app's side's fields. The report's
+        encoded size (reportsize.py: its state is not encoded again to measure it)."""
         entry.node_id = report.node_id
+        size = None
         if report.HasField("state"):
-            data = report.state  # each read of a bytes field is a copy of it: one here
+            data, size = reportsize.state_and_size(report)  # each read of a bytes field is a copy: one here
             entry.state, entry.state_digest = data, digest(data)
         self.side.node(entry, report)
+        return report.ByteSize() if size is None else size
 
     def _entry(self, report: pb.FullState) -> pb.NodeBalance:
         entry = pb.NodeBalance()
@@ -416,7 +420,7 @@ class Tracker:
         stats = snapshot.stats
         elapsed_ns = snapshot.finished_at.ToNanoseconds() - snapshot.started_at.ToNanoseconds()
         stats.end_to_end_duration_ms = max(0, elapsed_ns) / 1e6
-        stats.state_size_bytes = sum(r.ByteSize() for r in pending.reports.values())
+        stats.state_size_bytes = sum(pending.sizes.get(n) or r.ByteSize() for n, r in pending.reports.items())
         stats.in_flight_messages = sum(n.in_flight_messages for n in stats.nodes)
         stats.in_flight_bytes = sum(n.in_flight_bytes for n in stats.nodes)
         del self._pending[snapshot.snapshot_id]

@@ -1,0 +1,67 @@
+"""Reports journaled as blocks, pure: what a report that came as blocks costs the journal, and how it is read back.
+
+A node's report may carry its state as blocks (blocks.py B4): the manifest and
+the contents of only the blocks the controller does not hold. Journaling the
+state rebuilt from them wrote the whole state at every report (64 MiB a node
+for 64 KiB changed) and copied it several times on the controller's loop.
+
+Rules (services/controller/servicer.py, store.py and process.py carry them out):
+J1. A report that came as blocks is journaled as it came (journal.Reported.sent):
+    the manifest and the blocks it carries. The blocks it names and does not
+    carry (`held`) are on disk under controller/blocks, durably: each is referenced
+    by a stored snapshot or pinned by a journaled report (J2) when the report is
+    taken, and is pinned before the record is written.
+J2. A pinned block is not deleted (neither by retention nor by the sweep at
+    start) until its snapshot's records are dead in the journal: the snapshot is
+    filed (it then references its blocks itself) or retired. So every block a
+    live record names can be read back after a crash.
+J3. Read back (`rebuilt`, at start, before the sweep), each such record is made
+    whole from the blocks it carries and those on disk, each checked against its
+    name (blocks.py B3), and its held blocks are pinned again. A record that
+    cannot be made whole (a block gone: its snapshot was retired and the journal
+    not rewritten since, or the disk lost it) takes every record of its snapshot
+    with it, with a warning naming the snapshot: a snapshot is rebuilt whole or not
+    at all, never with a node missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from snapmesh.protocol import blocks
+from snapmesh.protocol.controller.journal import Record, Reported
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+
+def held(sent: pb.FullState) -> set[bytes]:
+    """The blocks a report as blocks names and does not carry: those it takes the controller to hold (J1)."""
+    carried = {blocks.block_hash(block) for block in sent.blocks}
+    return {name for name in sent.state_blocks.hashes if name not in carried}
+
+
+def rebuilt(
+    records: Iterable[Record], read: Callable[[bytes], bytes | None], *, skip: Iterable[str] = (),
+) -> tuple[list[Record], dict[str, set[bytes]], list[str]]:
+    """`records` with each report journaled as blocks made whole (J3), the blocks to
+    pin again by snapshot, and one warning per snapshot dropped. The records of the
+    snapshots in `skip` (loaded from their files: the replay skips them) are left as
+    they are and pin nothing."""
+    skip = set(skip)
+    out: list[Record] = []
+    pins: dict[str, set[bytes]] = {}
+    gone: dict[str, str] = {}
+    for record in records:
+        sid = record.snapshot_id
+        if isinstance(record, Reported) and record.sent is not None and sid not in skip and sid not in gone:
+            whole, missing = blocks.whole_report(record.sent, read)
+            if whole is None:
+                gone[sid] = (f"journal: dropping snapshot {sid}: the report of {record.sent.node_id} names "
+                             f"{len(missing)} block(s) no longer stored (sha256:{missing[0].hex()}); it was retired, "
+                             "or the disk lost them")
+                continue
+            pins.setdefault(sid, set()).update(held(record.sent))
+            record = Reported(state=whole, wall=record.wall, sent=record.sent)
+        out.append(record)
+    for sid in gone:
+        pins.pop(sid, None)
+    return [r for r in out if r.snapshot_id not in gone], pins, list(gone.values())

@@ -1,0 +1,45 @@
+"""The blocks of each node's last state, in memory, so a report as blocks is rebuilt from what changed, pure.
+
+A report as blocks (blocks.py B4) names every block of the node's state and
+carries only the new ones; the rest were read from controller/blocks and hashed
+again, one file per block: 8192 of them for a 64 MiB state, however little
+changed. The controller keeps the state of each node's last report here, cut
+into its blocks by name (B7), and rebuilds the next one from it.
+
+K1. A block is kept only with the name it was checked against: a whole report's
+    state is cut and hashed (`blocks.names`), a rebuilt one's blocks were each
+    carried and hashed, read and hashed, or taken from here.
+K2. One state per node, the last one kept: the memory is one state per node
+    (its size again), and `get` looks in the node's own blocks first.
+K3. Thread-safe for its use: each `keep` replaces a node's entry with one
+    assignment, and `get` reads whichever entry is there; either is right (K1).
+"""
+
+from __future__ import annotations
+
+from snapmesh.protocol import blocks
+
+
+class KnownBlocks:
+    def __init__(self) -> None:
+        self._by_node: dict[str, tuple[bytes, dict[bytes, tuple[int, int]]]] = {}
+
+    def keep(self, node_id: str, named: blocks.Named) -> None:
+        """`named`: the node's state, its blocks' bounds and names, each checked (K1)."""
+        self._by_node[node_id] = (named.state, dict(zip(named.names, named.bounds, strict=True)))
+
+    def forget(self, node_id: str) -> None:
+        self._by_node.pop(node_id, None)
+
+    def reader(self, node_id: str):
+        """`get` for a report of `node_id`: its own last state's blocks looked at first (K2)."""
+        order = [self._by_node[node_id]] if node_id in self._by_node else []
+        order += [entry for node, entry in list(self._by_node.items()) if node != node_id]
+
+        def get(name: bytes) -> bytes | None:
+            for state, where in order:
+                if (bounds := where.get(name)) is not None:
+                    return state[bounds[0] : bounds[1]]
+            return None
+
+        return get

@@ -1,0 +1,91 @@
+"""Reports journaled as blocks (snapmesh/protocol/controller/journalblocks.py J1-J3)
+and the blocks they pin (blockpins.py), pure."""
+
+from __future__ import annotations
+
+import random
+
+from snapmesh.protocol import blocks
+from snapmesh.protocol.controller import journal as R
+from snapmesh.protocol.controller import journalblocks
+from snapmesh.protocol.controller.blockpins import BlockPins
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+B = blocks.BLOCK_BYTES
+
+
+def report(sid: str, node: str, state: bytes) -> pb.FullState:
+    return pb.FullState(snapshot_id=sid, node_id=node, state=state, app_name="blob", app_version=1)
+
+
+def as_blocks(whole: pb.FullState, held: set[bytes]) -> pb.FullState:
+    sent, _ = blocks.referenced_report(whole, held)
+    assert sent is not None
+    return sent
+
+
+def test_a_report_as_blocks_is_journaled_as_it_came_and_read_back_whole():
+    before = random.Random(1).randbytes(8 * B)
+    after = bytearray(before)
+    after[3 * B + 5 : 3 * B + 1029] = bytes(1024)
+    stored = dict(zip(blocks.names(before)[0].names, blocks.split(before), strict=True))
+    whole = report("s2", "p1", bytes(after))
+    sent = as_blocks(whole, set(stored))
+    record = R.Reported(state=whole, wall=1.5, sent=sent)
+    frame = R.encode(record)
+    assert len(frame) < 2 * B  # the manifest and the one changed block, not the state
+    [back], _, problem = R.decode_all(frame)
+    assert problem is None and back.state.HasField("state_blocks") and back.sent == sent
+    records, pins, warnings = journalblocks.rebuilt([back], stored.get)
+    assert warnings == [] and records[0].state == whole and records[0].wall == 1.5
+    assert pins == {"s2": set(stored) - {blocks.block_hash(before[3 * B : 4 * B])}}  # all but the changed one
+    assert journalblocks.held(sent) == pins["s2"]
+
+
+def test_a_record_that_cannot_be_made_whole_takes_its_snapshots_records_with_it():
+    state = random.Random(2).randbytes(4 * B)
+    stored = dict(zip(blocks.names(state)[0].names, blocks.split(state), strict=True))
+    sent = as_blocks(report("s1", "p1", state), set(stored))
+    records = [
+        R.Started(snapshot_id="s1", initiator="p1", wall=1.0),
+        R.Reported(state=sent, wall=1.1, sent=sent),
+        R.Finished(snapshot_id="s1", status=pb.Snapshot.COMPLETE, reason="", wall=1.2),
+        R.Started(snapshot_id="s2", initiator="p1", wall=2.0),
+    ]
+    gone = dict(stored)
+    gone.pop(sent.state_blocks.hashes[2])
+    kept, pins, warnings = journalblocks.rebuilt(records, gone.get)
+    assert [r.snapshot_id for r in kept] == ["s2"] and pins == {}
+    assert len(warnings) == 1 and "dropping snapshot s1" in warnings[0] and sent.state_blocks.hashes[2].hex() in warnings[0]
+    skipped, pins, warnings = journalblocks.rebuilt(records, gone.get, skip={"s1"})  # filed: the replay skips it
+    assert skipped == records and pins == {} and warnings == []
+
+
+def test_a_replay_refuses_a_report_left_as_blocks():
+    from snapmesh.protocol.controller.tracker import Now
+
+    state = pb.FullState(snapshot_id="s1", node_id="a")
+    state.state_blocks.hashes.append(bytes(32))
+    record = R.Reported(state=state, wall=1.0, sent=state)
+
+    class Tracker:
+        epoch = 1
+
+        def report(self, *_):  # pragma: no cover  (must not be reached)
+            raise AssertionError("a manifest reached the tracker")
+
+    _, warnings = R.replay([record], Tracker(), Now(mono=0.0, wall=0.0), skip=set())  # type: ignore[arg-type]
+    assert len(warnings) == 1 and "still a manifest of blocks" in warnings[0]
+
+
+def test_a_block_stays_pinned_while_any_call_pins_it_and_a_refused_call_unpins_only_its_own():
+    pins = BlockPins()
+    x, y, z = b"x" * 32, b"y" * 32, b"z" * 32
+    pins.pin("s1", {x, y}, call=1)
+    pins.pin("s1", {y, z}, call=2)
+    pins.pin("s2", {x}, call=3)
+    assert pins.unpin("s1", 2) == {z}  # y is still call 1's
+    assert pins.pinned(y) and not pins.pinned(z)
+    assert pins.unpin("s1") == {y}  # x is still s2's
+    assert pins.unpin("s2") == {x} and len(pins) == 0
+    assert pins.unpin("s9") == set()
