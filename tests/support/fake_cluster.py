@@ -23,11 +23,15 @@ class _Node(pb_grpc.NodeServicer):
         self.cluster.commands += 1
         return pb.SubmitResponse(reply=b"")
 
+    def SubmitBatch(self, request, context):
+        self.cluster.commands += len(request.items)
+        return pb.SubmitBatchResponse(results=[pb.SubmitResult(reply=b"") for _ in request.items])
+
 
 class FakeCluster(pb_grpc.ControllerServicer):
     """A controller and a full mesh of nodes, each on its own loopback port
     (`with FakeCluster({"p1": app, "p2": app}) as cluster:`; a str: every node of
-    p1, p2 reports it in GetState); `commands` counts the Submits to any node."""
+    p1, p2 reports it in GetState); `commands` counts the commands sent to any node (Submit, SubmitBatch)."""
 
     def __init__(self, apps: Mapping[str, str] | str) -> None:
         self.apps = dict.fromkeys(("p1", "p2"), apps) if isinstance(apps, str) else dict(apps)
