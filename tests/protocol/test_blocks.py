@@ -177,3 +177,25 @@ def test_a_report_is_rebuilt_from_the_blocks_kept_of_the_nodes_last_state_readin
     carried = {blocks.block_hash(block) for block in sent.blocks}
     assert blocks.whole_state(sent, lambda name: None, KnownBlocks().reader("p2"))[1] == [
         name for name in sent.state_blocks.hashes if name not in carried]  # none kept: every reference is read
+
+
+def test_the_blocks_kept_are_bounded_the_longest_kept_going_first_and_a_state_over_the_bound_not_kept():
+    """knownblocks.py K2: memory is bounded; what is not kept is read from the store instead."""
+    from snapmesh.protocol.controller.knownblocks import KnownBlocks
+
+    states = {node: random.Random(node).randbytes(4 * B) for node in ("p1", "p2", "p3")}
+    named = {node: blocks.names(state)[0] for node, state in states.items()}
+    known = KnownBlocks(max_bytes=9 * B)
+    known.keep("p1", named["p1"])
+    known.keep("p2", named["p2"])
+    assert known.kept_bytes == 8 * B
+    known.keep("p3", named["p3"])  # 12 B over 9: p1, kept longest, goes
+    assert known.kept_bytes == 8 * B
+    first_of = {node: named[node].names[0] for node in states}
+    assert known.reader("p3")(first_of["p1"]) is None
+    assert known.reader("p3")(first_of["p2"]) == states["p2"][:B]
+    known.keep("p2", blocks.names(random.Random(9).randbytes(10 * B))[0])  # over the bound: p2 is not kept
+    assert known.reader("p2")(first_of["p2"]) is None and known.kept_bytes == 4 * B
+    assert known.reader("p1")(first_of["p3"]) == states["p3"][:B]
+    with pytest.raises(ValueError, match="max_bytes"):
+        KnownBlocks(max_bytes=-1)
