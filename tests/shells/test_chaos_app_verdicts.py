@@ -137,3 +137,17 @@ def test_a_snapshot_true_to_its_logs_still_holds_the_apps_invariant() -> None:
     assert "its cut says" not in detail
     assert not found[INVARIANTS][0] and "p1/a seen 2 times" in found[INVARIANTS][1], found[INVARIANTS]
 
+
+
+def test_after_a_restore_only_the_last_epoch_must_have_received_every_send() -> None:
+    # Both nodes restore s1 (epoch 2): p1:p2:3, sent after p1's cut and not received, is dropped
+    # by design. A send of epoch 2 (msg ids start over) that never arrives is lost.
+    logs = _logs()
+    del logs["p2"][-1]
+    for node, state in (("p1", P1_AT_CUT), ("p2", EMPTY)):
+        logs[node].append({"node": node, "lsn": len(logs[node]) + 1, "kind": "restore", "snapshot_id": "s1",
+                           "epoch": 2, "state": pack(state), "deliveries": 0})
+    assert _verdicts(_outcome(logs, _snapshot()))[MESSAGES][0]
+    logs["p1"].append({"node": "p1", "lsn": len(logs["p1"]) + 1, **_message("send", 1, HANDOFF_B)})
+    passed, detail = _verdicts(_outcome(logs, _snapshot()))[MESSAGES]
+    assert not passed and detail == "lost (sent, never received): 1 e.g. ['p1:p2:1']", detail
