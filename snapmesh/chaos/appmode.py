@@ -17,7 +17,6 @@ timing and quiescence are the bank's):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
@@ -31,9 +30,6 @@ from snapmesh.services.app import kvshard
 from snapmesh.load.background import BackgroundLoad
 from snapmesh.load.generator import LoadGenerator
 from snapmesh.services.app.drive import node_infos, snapshot_view
-from snapmesh.checking import cut
-from snapmesh.checking.logcheck import RecordedSnapshot
-from snapmesh.protocol import wal
 from snapmesh.settings.config import hosted
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -176,75 +172,3 @@ def command_runs(logs: dict[str, list[dict]], request_ids: list[str]) -> dict[st
     runs = Counter(r["request_id"] for records in logs.values() for r in records
                    if r.get("kind") == "command" and r.get("request_id") in wanted)
     return {rid: runs.get(rid, 0) for rid in request_ids}
-
-
-UNITS = 10**12  # each node's units in `unit_logs`: more messages than any run sends
-
-
-def unit_logs(logs: dict[str, list[dict]], snapshots: list[pb.Snapshot]) -> tuple[dict, list[RecordedSnapshot]]:
-    """The logs and COMPLETE snapshots as the bank's log checker reads them, every message one unit.
-
-    An app's messages carry no amount (0) and its nodes no balance, so the checker's money
-    rules (a positive amount, a balance never negative, each cut's balance as logged) cannot
-    apply: here every message counts 1, each node starts with UNITS, and each cut holds the
-    units its log gives before it. What stays checked is the rest: each channel's in-flight
-    list exactly the sends before the sender's cut and not received before the receiver's,
-    in seq order; FIFO; one marker per channel each way after the cut; and, as conservation,
-    messages sent = received + in flight at every cut.
-    """
-    units: dict[str, list[dict]] = {}
-    at_cut: dict[tuple[str, str], int] = {}
-    for node, records in logs.items():
-        held, out = UNITS, []
-        for r in records:
-            kind = r.get("kind")
-            if kind == "init":
-                r = {**r, "balance": UNITS}
-            elif kind in ("send", "recv"):
-                held += 1 if kind == "recv" else -1
-                r = {**r, "amount": 1}
-            elif kind == "cut":
-                at_cut[(node, r["snapshot_id"])] = held
-                r = {**r, "balance": held}
-            out.append(r)
-        units[node] = out
-    recorded = [RecordedSnapshot(snapshot_id=s.snapshot_id,
-                                 states={n.node_id: at_cut.get((n.node_id, s.snapshot_id), -1) for n in s.nodes},
-                                 in_flight={(c.src, c.dst): [(t.msg_id, 1, t.seq) for t in c.in_flight]
-                                            for c in s.channels})
-                for s in snapshots]
-    return units, recorded
-
-
-def payload_mismatches(logs: dict[str, list[dict]]) -> list[str]:
-    """Messages whose received bytes are not the bytes sent (by msg_id, within an epoch's logs)."""
-    sent = {r["msg_id"]: r.get("payload", "") for records in logs.values() for r in records if r.get("kind") == "send"}
-    return sorted(r["msg_id"] for records in logs.values() for r in records
-                  if r.get("kind") == "recv" and r["msg_id"] in sent and r.get("payload", "") != sent[r["msg_id"]])
-
-
-def snapshot_against_logs(
-    logs: dict[str, list[dict]], snapshots: list[pb.Snapshot], channels: list[tuple[str, str]],
-) -> list[str]:
-    """Each COMPLETE app snapshot's bytes against the logs, by `cut.check_snapshot` (the one
-    definition) with an app's reading, `cut.Payloads`: every in-flight payload is the one its
-    sender logged at its seq, and every node's state hashes to the digest its cut record holds."""
-    index = cut.LogIndex.of({node: [cut.record(r, node) for r in records] for node, records in logs.items()},
-                            [s.snapshot_id for s in snapshots], reading=cut.Payloads())
-    problems = []
-    for snap in snapshots:
-        sid = snap.snapshot_id
-        listed = cut.Snapshot(
-            sid,
-            nodes=[(n.node_id, hashlib.sha256(n.state).hexdigest()) for n in snap.nodes],
-            channels=[(c.src, c.dst, [(t.msg_id, wal.pack(t.payload), t.seq) for t in c.in_flight])
-                      for c in snap.channels],
-        )
-        for rule, args in cut.check_snapshot(index, listed, topology=channels).problems:
-            if rule == cut.STATE:
-                problems.append(f"{sid}: {args[0]}'s state does not hash to its cut's digest")
-            elif rule == cut.IN_FLIGHT_CONTENT:
-                problems.append(f"{sid}: {args[2]} in flight holds other bytes than its send")
-            else:
-                problems.append(f"{sid}: {rule} {args}")
-    return problems

@@ -38,7 +38,8 @@ from snapmesh.chaos import appmode
 from snapmesh.chaos import schedule as sched
 from snapmesh.settings.config import ClusterConfig, hosted
 from snapmesh.load.background import BackgroundLoad
-from snapmesh.bank.logs import figures, money_check
+from snapmesh.bank.logs import figures
+from snapmesh.chaos.deliveries import Deliveries
 from snapmesh.settings.security import Identity
 from snapmesh.checking.snapshots import list_all
 from snapmesh.processes.supervisor import SupervisorError
@@ -403,7 +404,8 @@ class Campaign:
                 self.outcome.problems.append(f"{node} was not running when the faults ended")
                 self._restart(node)
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
-        while (unreceived := money_check(self.backend.read_logs())["unreceived"]) and time.monotonic() < deadline:
+        # By msg id, whatever the app: the framework's count, not the bank's.
+        while (unreceived := Deliveries.of(self.backend.read_logs()).unreceived) and time.monotonic() < deadline:
             time.sleep(0.5)
         if unreceived:
             self.outcome.settle_error = f"{len(unreceived)} sends not received after {SETTLE_TIMEOUT_S:g} s, " \

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from snapmesh.chaos.campaign import Outcome
+from snapmesh.chaos.deliveries import Deliveries
 from snapmesh.checking.logcheck import InvariantViolation, check_logs
 import snapmesh.bank.logs as bank_logs
 from snapmesh.bank.logs import money_check
@@ -172,10 +173,8 @@ def _money(outcome: Outcome) -> dict[str, int]:
 
 
 def _duplicates(outcome: Outcome) -> int:
-    try:
-        return len(money_check(outcome.logs)["duplicated"])
-    except AssertionError:
-        return -1
+    """An app's messages received more than once, by msg id (Deliveries: no money read)."""
+    return len(Deliveries.of(outcome.logs).duplicated)
 
 
 def _in_flight(outcome: Outcome) -> dict[str, int]:
