@@ -135,17 +135,6 @@ def test_a_malformed_batch_is_invalid_argument_whole_and_runs_nothing(tmp_path: 
     assert state == b"0"
 
 
-def test_a_bank_node_takes_no_batch(tmp_path: Path) -> None:
-    async def run() -> object:
-        engine, log, servicer = await held_node(tmp_path)
-        answer = await _answer(servicer, log, _batch(("", b"inc")))
-        await log.close()
-        return answer
-
-    answer = asyncio.run(run())
-    assert isinstance(answer, Aborted) and answer.code is grpc.StatusCode.UNIMPLEMENTED and "use Transfer" in answer.details
-
-
 def test_a_batch_longer_than_a_step_runs_in_order_and_hands_the_loop_back(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(node_edge, "COMMANDS_PER_STEP", 3)
 

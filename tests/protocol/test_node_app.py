@@ -244,11 +244,13 @@ def test_app_records_round_trip_through_the_log_format() -> None:
         wal.unpack("%%%", "f:9")
 
 
-def test_a_bank_node_refuses_submit_and_an_app_node_refuses_transfer() -> None:
-    bank = Node(node_id="p1", incoming=["p2"], outgoing=["p2"], recovered=recovery.fresh(
-        initial_tally=5, incoming=["p2"], outgoing=["p2"]))
-    with pytest.raises(core.LocalProtocolError, match="runs the bank"):
-        bank.submit(b"pass")
+def test_a_node_without_an_app_is_refused_naming_the_bank() -> None:
+    with pytest.raises(TypeError, match="`app` is required.*load_app\\('bank'\\)"):
+        Node(node_id="p1", incoming=["p2"], outgoing=["p2"], recovered=recovery.fresh(
+            initial_tally=0, incoming=["p2"], outgoing=["p2"]))
+
+
+def test_an_app_node_refuses_transfer() -> None:
     mesh = Mesh(token_ring.app, random.Random(6))
     with pytest.raises(core.LocalProtocolError, match="Submit"):
         mesh.nodes["p1"].transfer("p2", 1)

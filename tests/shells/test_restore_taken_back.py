@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 from support.engine_harness import Aborted, ServicerContext, held_node, outcome
-from support.machines import Machines
+from support.machines import Machines, bank_restore, pay
 
 from snapmesh.protocol.node import epochs
 from snapmesh.protocol import wal
@@ -41,40 +41,40 @@ def test_a_restore_to_a_cut_before_the_transfer_takes_it_back() -> None:
     a = m.nodes["a"]
     a.start_snapshot("s1")
     m.route("a")
-    answer = a.transfer("b", 10, "r1")  # after s1's cut at a: not in s1
+    answer = pay(a, "b", 10, "r1")  # after s1's cut at a: not in s1
     assert _cut(m, "a", "s1") < answer.lsn and a.taken_back(answer) is None
-    a.restore(snapshot_id="s1", epoch=2, tally=100, in_flight=[])
+    bank_restore(a, snapshot_id="s1", epoch=2, balance=100)
     m.route("a")
     assert a.taken_back(answer) == "s1"
-    later = a.transfer("b", 5, "r2")  # in the new epoch: it stands
+    later = pay(a, "b", 5, "r2")  # in the new epoch: it stands
     assert a.taken_back(later) is None
-    again = a.transfer("b", 10, "r1")  # the retry: the restore forgot r1, so it is paid anew, and stands
+    again = pay(a, "b", 10, "r1")  # the retry: the restore forgot r1, so it is paid anew, and stands
     assert not again.repeated and a.taken_back(again) is None
 
 
 def test_a_restore_to_a_cut_after_the_transfer_keeps_it() -> None:
     m = Machines({"a": 100, "b": 50})
     a = m.nodes["a"]
-    answer = a.transfer("b", 10, "r1")
+    answer = pay(a, "b", 10, "r1")
     a.start_snapshot("s1")  # its cut holds the transfer
     m.route("a")
     assert _cut(m, "a", "s1") > answer.lsn
-    a.restore(snapshot_id="s1", epoch=2, tally=90, in_flight=[])
+    bank_restore(a, snapshot_id="s1", epoch=2, balance=90)
     m.route("a")
     assert a.taken_back(answer) is None
-    assert a.transfer("b", 10, "r1").repeated  # and the window still answers its retry
+    assert pay(a, "b", 10, "r1").repeated  # and the window still answers its retry
 
 
 def test_a_later_restore_to_an_older_cut_takes_back_what_an_earlier_one_kept() -> None:
     m = Machines({"a": 100, "b": 50})
     a = m.nodes["a"]
     a.start_snapshot("s0")
-    answer = a.transfer("b", 10)
+    answer = pay(a, "b", 10)
     a.start_snapshot("s1")
     m.route("a")
-    a.restore(snapshot_id="s1", epoch=2, tally=90, in_flight=[])
+    bank_restore(a, snapshot_id="s1", epoch=2, balance=90)
     assert a.taken_back(answer) is None
-    a.restore(snapshot_id="s0", epoch=3, tally=100, in_flight=[])
+    bank_restore(a, snapshot_id="s0", epoch=3, balance=100)
     assert a.taken_back(answer) == "s0"
 
 

@@ -124,15 +124,18 @@ class Node(NodeSteps):
     ) -> None:
         """`wall`: wall-clock seconds now (for the request-id window, which
         outlives restarts); `now` when not given. `app`: a snapmesh.app.App to
-        host (N10, and N12's `max_reply_bytes`); None runs the bank."""
+        host (N10, and N12's `max_reply_bytes`), required."""
         incoming, outgoing = tuple(incoming), tuple(outgoing)
         self.node_id = node_id
-        self.host: apphost.Host | None = None
-        if app is not None:
-            self.host = recovered.host or apphost.Host(
-                app, node_id=node_id, incoming=incoming, outgoing=outgoing, params=app_params
+        if app is None:
+            raise TypeError(
+                f"Node {node_id!r}: `app` is required (every node hosts an app, N10; the bank is"
+                " services/app/bank.py, snapmesh.app.load_app('bank'))"
             )
-            self.host.snapshot()  # an app whose snapshot() is not bytes fails here, before anything starts
+        self.host: apphost.Host | None = recovered.host or apphost.Host(
+            app, node_id=node_id, incoming=incoming, outgoing=outgoing, params=app_params
+        )
+        self.host.snapshot()  # an app whose snapshot() is not bytes fails here, before anything starts
         self._app_cuts: dict[str, bytes] = {}  # snapshot id -> the app's state at its cut here (N10)
         self.recording_ttl = recording_ttl
         self._mark, self._bound, self.max_reply_bytes = mark, bound, max_reply_bytes
