@@ -120,7 +120,7 @@ def test_a_query_of_a_state_a_restore_took_back_is_aborted(tmp_path: Path) -> No
         await asyncio.sleep(0.02)
         query = _query(servicer, b"get")  # reads count 1, not yet durable
         await asyncio.sleep(0.02)
-        engine.restore("s1", 2, 100, [], state=b"0")  # s1's cut is before the command
+        engine.restore("s1", 2, [], state=b"0")  # s1's cut is before the command
         log.flush_sync()
         await outcome(command)
         try:

@@ -94,7 +94,7 @@ def test_a_command_a_restore_took_back_before_its_fsync_is_answered_aborted(tmp_
         call = asyncio.ensure_future(servicer.Submit(pb.SubmitRequest(command=b"inc", request_id="r1"), ServicerContext()))
         await asyncio.sleep(0.05)
         assert not call.done()
-        engine.restore("s1", 2, 100, [], state=b"0")  # s1's cut is before the command
+        engine.restore("s1", 2, [], state=b"0")  # s1's cut is before the command
         log.flush_sync()
         try:
             return await outcome(call)

@@ -169,7 +169,7 @@ def test_a_batch_a_restore_took_back_before_its_fsync_is_aborted_item_by_item(tm
         call = asyncio.ensure_future(servicer.SubmitBatch(_batch(("r1", b"inc"), ("", b"refuse")), ServicerContext()))
         await asyncio.sleep(0.05)
         assert not call.done()
-        engine.restore("s1", 2, 100, [], state=b"0")  # s1's cut is before the batch
+        engine.restore("s1", 2, [], state=b"0")  # s1's cut is before the batch
         log.flush_sync()
         try:
             return await outcome(call)

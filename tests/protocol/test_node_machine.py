@@ -225,7 +225,7 @@ def test_overtake_an_early_marker_finishes_the_receiver_ahead_of_a_queued_backlo
     # b gets the early marker before the backlog: it cuts and is done with a->b at once.
     kind, conn_no, entries = frames.pop()
     for e in entries[:1]:
-        m.nodes["b"].received("a", conn_no, e.seq, tally=e.tally, snapshot_id=e.snapshot_id)
+        m.nodes["b"].received("a", conn_no, e.seq, last_seq=e.tally, snapshot_id=e.snapshot_id)
     m.nodes["b"].end_frame()
     m.route("b")
     m.flush("b")
@@ -250,7 +250,7 @@ def test_overtake_drops_an_early_marker_behind_transfers_past_the_cut() -> None:
     m.route("a")
     m.settle()
     records = len(m.records("b"))
-    m.nodes["b"].received("a", m.conn_nos[("a", "b")], 0, tally=0, snapshot_id="s9")
+    m.nodes["b"].received("a", m.conn_nos[("a", "b")], 0, last_seq=0, snapshot_id="s9")
     assert not list(m.nodes["b"].process.in_progress())  # no recording started
     assert len(m.records("b")) == records  # no cut, nothing logged
     assert m.nodes["b"].stale_markers == 1

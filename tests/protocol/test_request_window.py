@@ -286,7 +286,7 @@ def test_a_replayed_submit_answers_the_epoch_its_command_ran_in(segment_records:
     state = p1.node.app_state()
     p1.node.start_snapshot("s1")  # its cut holds c-1: the restore keeps it (W4)
     p1.route()
-    assert p1.node.restore(snapshot_id="s1", epoch=2, tally=0, in_flight=[], state=state)
+    assert p1.node.restore(snapshot_id="s1", epoch=2, in_flight=[], state=state)
     p1.route()
     newer = p1.submit({"op": "put", "key": "p1/b", "value": 2}, "c-2")
     for _ in range(2):

@@ -62,10 +62,10 @@ def test_the_restore_is_answered_by_an_effect_once_its_records_are_durable() -> 
     assert not [e for e in b.drain() if isinstance(e, RestoreReply)]
     b.durable(last)
     assert [e for e in b.drain() if isinstance(e, RestoreReply)] == [
-        RestoreReply("call 1", 2, 0), RestoreReply("call 2", 2, 0)
+        RestoreReply("call 1", 2), RestoreReply("call 2", 2)
     ]
     assert bank_restore(b, snapshot_id="s1", epoch=2, balance=50, in_flight=[], reply_to="call 3") is False
-    assert b.drain() == [RestoreReply("call 3", 2, 0)]  # all durable already: answered in the step
+    assert b.drain() == [RestoreReply("call 3", 2)]  # all durable already: answered in the step
 
 
 def test_the_restore_names_the_connections_to_end_and_a_repeat_names_none() -> None:
@@ -272,21 +272,22 @@ def test_a_clients_step_while_a_restore_is_redone_is_refused_by_the_node() -> No
 
 
 @pytest.mark.parametrize(
-    "tally, in_flight, refusal",
+    "in_flight, state, refusal",
     [
-        (0, [("c", "c:b:1", 1, 0, b"30")], r"cannot replay 'c:b:1' \(0\) from 'c'"),  # no channel c->b
-        (0, [("a", "a:b:1", 1, 0, "30")], r"cannot replay 'a:b:1' \(0\) from 'a'"),  # a payload not bytes
-        (0, [("a", "", 1, 0, b"30")], r"cannot replay '' \(0\) from 'a'"),
-        (-1, [], "a recorded tally of -1"),
+        ([("c", "c:b:1", 1, 0, b"30")], b"50", r"cannot replay 'c:b:1' \(0\) from 'c'"),  # no channel c->b
+        ([("a", "a:b:1", 1, 0, "30")], b"50", r"cannot replay 'a:b:1' \(0\) from 'a'"),  # a payload not bytes
+        ([("a", "", 1, 0, b"30")], b"50", r"cannot replay '' \(0\) from 'a'"),
+        ([("a", "a:b:1", 1, 30, b"30")], b"50", r"cannot replay 'a:b:1' \(30\) from 'a'"),  # a native tally
+        ([], None, "a restore without app state"),
     ],
 )
-def test_a_restore_that_cannot_be_right_is_refused_and_changes_nothing(tally, in_flight, refusal: str) -> None:
+def test_a_restore_that_cannot_be_right_is_refused_and_changes_nothing(in_flight, state, refusal: str) -> None:
     m = Machines({"a": 100, "b": 50})
     m.settle()
     b = m.nodes["b"]
     before = len(m.records("b"))
     with pytest.raises(core.RemoteProtocolError, match=refusal):
-        b.restore(snapshot_id="s1", epoch=2, tally=tally, in_flight=in_flight, state=b"50")
+        b.restore(snapshot_id="s1", epoch=2, in_flight=in_flight, state=state)
     m.route("b")
     assert len(m.records("b")) == before and (b.epoch, balance(b), b.restored) == (1, 50, "")
     assert b.fence(1) is None and b.fence(2) is not None

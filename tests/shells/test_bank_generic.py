@@ -157,7 +157,7 @@ def test_a_transfer_a_restore_took_back_is_aborted_not_paid_on_the_bank_app(tmp_
                                                        ServicerContext()))
         await asyncio.sleep(0.05)
         assert not call.done()  # applied and logged, waiting for its fsync
-        engine.restore("s1", 2, 0, [], b"100")  # s1's cut is before the transfer
+        engine.restore("s1", 2, [], b"100")  # s1's cut is before the transfer
         log.flush_sync()
         try:
             return await outcome(call)

@@ -80,10 +80,10 @@ def test_a_later_restore_to_an_older_cut_takes_back_what_an_earlier_one_kept() -
 
 def test_a_restore_of_an_unknown_cut_takes_back_and_past_the_kept_restores_too() -> None:
     state = epochs.EpochState("a")
-    state.entered(2, "old", 0, cut=None)  # its cut is older than every one the node kept
+    state.entered(2, "old", cut=None)  # its cut is older than every one the node kept
     assert state.taken_back(19, 1) == "old" and state.taken_back(21, 2) is None
     for k in range(epochs.RESTORES_KEPT):
-        state.entered(3 + k, f"s{k}", 0, cut=35 + 10 * k)
+        state.entered(3 + k, f"s{k}", cut=35 + 10 * k)
     assert len(state.restores) == epochs.RESTORES_KEPT  # bounded: nothing per transfer, a few restores
     assert state.taken_back(19, 1) == "old"  # dropped from the kept ones: still not "paid"
     assert state.taken_back(36, 2) == "s0" and state.taken_back(46, 3) == "s1"
@@ -106,7 +106,7 @@ async def _taken_back_while_waiting(tmp_path: Path, batch: bool) -> object:
         call = asyncio.ensure_future(servicer.Transfer(request, ServicerContext()))
     await asyncio.sleep(0.05)
     assert not call.done()  # applied and logged, waiting for its fsync
-    engine.restore("s1", 2, 0, [], state=b"100")  # s1's cut is before the transfer
+    engine.restore("s1", 2, [], state=b"100")  # s1's cut is before the transfer
     log.flush_sync()
     try:
         return await outcome(call)

@@ -122,7 +122,7 @@ class Machines:
                     kind, conn_no, body = wire.pop(0)
                     if kind == "data":
                         for e in body:
-                            self.nodes[dst].received(src, conn_no, e.seq, tally=e.tally, snapshot_id=e.snapshot_id,
+                            self.nodes[dst].received(src, conn_no, e.seq, last_seq=e.tally, snapshot_id=e.snapshot_id,
                                                      payload=e.payload)
                         self.nodes[dst].end_frame()
                         self.route(dst)
@@ -150,7 +150,7 @@ def _snapshot_with_one_in_flight(m: Machines) -> dict[str, core.FullState]:
 def _restore_all(m: Machines, parts: dict[str, core.FullState], epoch: int) -> None:
     for n, part in parts.items():
         in_flight = [(src, t.msg_id, t.seq, 0, t.payload) for src, ts in part.channels.items() for t in ts]
-        m.nodes[n].restore(snapshot_id=part.snapshot_id, epoch=epoch, tally=0, in_flight=in_flight, state=part.state)
+        m.nodes[n].restore(snapshot_id=part.snapshot_id, epoch=epoch, in_flight=in_flight, state=part.state)
         m.route(n)
 
 
@@ -158,5 +158,5 @@ def bank_restore(node: Node, *, snapshot_id: str, epoch: int, balance: int, in_f
     """`node.restore` for the bank app: `balance` its recorded state, each of `in_flight`
     (src, msg_id, seq, amount) a recorded message of the amount as decimal ASCII."""
     deliveries = [(src, msg_id, seq, 0, b"%d" % amount) for src, msg_id, seq, amount in in_flight]
-    return node.restore(snapshot_id=snapshot_id, epoch=epoch, tally=0, state=b"%d" % balance, in_flight=deliveries,
+    return node.restore(snapshot_id=snapshot_id, epoch=epoch, state=b"%d" % balance, in_flight=deliveries,
                         reply_to=reply_to)
