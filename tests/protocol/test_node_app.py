@@ -282,7 +282,7 @@ def test_restore_puts_the_in_flight_token_back_through_on_message() -> None:
     mesh.command("p2", b"pass")  # work after the snapshot, which the restore takes back
     for node_id, part in mesh.reports["s"].items():
         node = mesh.nodes[node_id]
-        in_flight = [(src, t.msg_id, t.seq, t.tally, t.payload) for src, ts in part.channels.items() for t in ts]
+        in_flight = [(src, t.msg_id, t.seq, 0, t.payload) for src, ts in part.channels.items() for t in ts]
         assert node.restore(snapshot_id="s", epoch=2, in_flight=in_flight, state=part.state)
         mesh.route(node_id, node)
     assert {i: n.app_state() for i, n in mesh.nodes.items()} == {"p1": b"0", "p2": b"1", "p3": b"0"}

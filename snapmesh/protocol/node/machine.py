@@ -146,11 +146,10 @@ class Node(NodeSteps):
         self._abandoned: OrderedDict[str, None] = OrderedDict(recovered.abandoned)
         self.process = core.Process(
             node_id=node_id,
-            tally=0,  # an app's state is its own bytes (N10)
             incoming=incoming,
             outgoing=outgoing,
             abandoned=self._abandoned,
-            mode=snapshot_mode, rules=core.NO_RULES,
+            mode=snapshot_mode,
         )
         self.overtake = snapshot_mode == "overtake"
         self._at_cut: dict[str, tuple[dict[str, int], dict[str, tuple[Entry, ...]]]] = {}

@@ -83,12 +83,10 @@ class NodeSteps:
             self._app_sends(self.host.message(src, payload))
         self.process = core.Process(
             node_id=me,
-            tally=0,  # an app's state is its own bytes (N10)
             incoming=incoming,
             outgoing=outgoing,
             abandoned=self._abandoned,
             mode=self.process.mode,
-            rules=self.process.rules,
         )
         self._at_cut.clear()  # the recordings in progress were aborted above
         self._app_cuts.clear()
@@ -211,7 +209,7 @@ class NodeSteps:
         sends = host.message(src, payload)
         process = self.process
         if not process.passed(src=src, payload=payload):  # a snapshot is recording here: the core records it
-            effects = process.receive(src=src, message=core.Transfer(msg_id=msg_id, tally=0, seq=seq, payload=payload))
+            effects = process.receive(src=src, message=core.Transfer(msg_id=msg_id, seq=seq, payload=payload))
             if effects:
                 self._drain(effects)
         lsn = self.last_lsn + 1  # _append, inline (the per-message path)
