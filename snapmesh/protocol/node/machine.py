@@ -37,8 +37,8 @@ N7. When the active segment holds `segment_records` records or `segment_bytes` b
     (one `Seal` effect carries both), so recovery reads only the active segment.
 N8. Restore. `restore` moves the node to a newer epoch in one step:
     snapshots in progress are aborted ("restored to S"), the epoch's links and
-    outboxes are dropped, the tally is set to the recorded one, and the
-    transfers recorded in flight towards this node are delivered to it, in
+    outboxes are dropped, the app is restored to its recorded state, and the
+    messages recorded in flight towards this node are delivered to it, in
     channel order, as `replay` records after one `restore` record. The links
     start again at seq 1, so nothing of the older epoch can be admitted. A
     repeat for the current epoch is a no-op, an older epoch is refused; a
@@ -63,8 +63,8 @@ N10. A hosted app (snapmesh.app; `app` given, apphost.py calls it). A
     step: a `recv` record, then its sends. At a cut the app's snapshot() is
     taken in the same step as the `cut` record (which holds its digest) and
     rides in the FullState. Checkpoints carry snapshot(); recovery restores
-    it and replays the logged inputs through the app (recovery.py). The
-    bank needs no app: its int tallies are the fast path.
+    it and replays the logged inputs through the app (recovery.py). Every
+    node hosts an app (the bank is services/app/bank.py): `app` is required.
 N11. A client's answer is an effect. A step given `reply_to` (or a batch's
     `reply_batch`) is answered by `Reply` (`ReplyBatch`) once its lsn is
     durable, carrying whether a restore since the answer took it back
@@ -314,7 +314,7 @@ class Node(NodeSteps):
             self._drain(effects, marker_recv=marker)
         elif payload is not None:
             self._app_message(src, seq, msg_id or f"{src}:{me}:{seq}", payload)
-        else:  # a native tally (what the bank's former native nodes sent): no app takes it
+        else:  # a native transfer (what the bank's former native nodes sent): no app takes it
             raise core.RemoteProtocolError(f"{me} runs app {self.host.app.name!r}: a message from {src!r} without a payload")
         receiver.applied(seq, self.last_lsn)
 
