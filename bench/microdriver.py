@@ -26,18 +26,21 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter
 
+from snapmesh.app import load_app
 from snapmesh.protocol.node import machine
 from snapmesh.protocol.node.recovery import fresh
 from snapmesh.protocol.wal import Encoder
 
 BATCH = 200
+BANK = load_app("bank")
 
 
 class _Side:
     def __init__(self, me: str, peer: str) -> None:
         self.node = machine.Node(
             node_id=me, incoming=(peer,), outgoing=(peer,),
-            recovered=fresh(initial_tally=10**12, incoming=(peer,), outgoing=(peer,)),
+            recovered=fresh(initial_tally=0, incoming=(peer,), outgoing=(peer,)),
+            app=BANK, app_params={"initial_balance": 10**12},  # every node hosts an app (node rule N10)
         )
         self.encoder = Encoder(me)
         self.lines: list[str] = []
@@ -80,9 +83,9 @@ def run(transfers: int) -> int:
     done = 0
     while done < transfers:
         n = min(BATCH, transfers - done)
-        transfer = a.node.transfer
+        submit = a.node.submit
         for _ in range(n):
-            transfer("b", 1)
+            submit(b"1 b")  # the bank app's compact command: pay 1 to b
         a.sent.inc(n)  # once per batch, as the engine's transfers_done
         _effects(a, b, frames, acks)
         _commit(a)
@@ -91,7 +94,7 @@ def run(transfers: int) -> int:
             for frame in frames:
                 received = b.node.received
                 for entry in frame.entries:
-                    received("a", frame.conn_no, entry.seq, tally=entry.tally)
+                    received("a", frame.conn_no, entry.seq, tally=entry.tally, payload=entry.payload)
                 b.node.end_frame()
             frames.clear()
             b.received.inc(b.node.transfers_received - b._counted)

@@ -26,10 +26,13 @@ import statistics
 import sys
 from collections import deque
 
+from snapmesh.app import load_app
 from snapmesh.protocol.hybrid import HybridNode
 from snapmesh.protocol.node import machine
 from snapmesh.protocol.node.recovery import fresh
 from snapmesh.services.node.channels import MAX_MERGED
+
+BANK = load_app("bank")  # every node hosts an app (node rule N10)
 
 C_SEND = 100e-6  # CPU per transfer a client sends (scaled up: fewer events to simulate)
 C_RECV = 100e-6  # ... per message a frame applies
@@ -56,8 +59,8 @@ class Sim:
         for i in self.ids:
             others = [o for o in self.ids if o != i]
             kw = dict(node_id=i, incoming=others, outgoing=others,
-                      recovered=fresh(initial_tally=10**12, incoming=others, outgoing=others),
-                      recording_ttl=30.0, bound=10**9, mark=10**9)
+                      recovered=fresh(initial_tally=0, incoming=others, outgoing=others),
+                      recording_ttl=30.0, bound=10**9, mark=10**9, app=BANK, app_params={"initial_balance": 10**12})
             self.nodes[i] = HybridNode(align_timeout=align, **kw) if mode == "hybrid" else machine.Node(
                 snapshot_mode=mode, **kw)
         self.cpu_q = {i: deque() for i in self.ids}
@@ -121,7 +124,7 @@ class Sim:
             m = self.nodes[n]
             for _ in range(k):
                 dst = self.rng.choice([o for o in self.ids if o != n])
-                m.transfer(dst, 1)
+                m.submit(b"1 " + dst.encode())  # the bank app's compact command: pay 1 to dst
             return 0.0
         if k:
             self.job(node, k * C_SEND, batch)
@@ -156,9 +159,9 @@ class Sim:
         rest = [e for e in entries if e.seq != 0]
         for e in early + rest:
             if e.snapshot_id:
-                m.received(src, 1, e.seq, snapshot_id=e.snapshot_id, tally=e.tally)
+                m.received(src, 1, e.seq, snapshot_id=e.snapshot_id, last_seq=e.tally)
             else:
-                m.received(src, 1, e.seq, tally=e.tally)
+                m.received(src, 1, e.seq, payload=e.payload)
         m.end_frame()
         return 0.0
 

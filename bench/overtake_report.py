@@ -53,9 +53,9 @@ def _states() -> list[core.FullState]:
     for node in NODES:
         others = [n for n in NODES if n != node]
         states.append(core.FullState(
-            node_id=node, snapshot_id="s", tally=0, app="bank", version=1,
+            node_id=node, snapshot_id="s", app="bank", version=1,
             state=_money(BALANCE - sum(range(1, OUTBOX + 1)) * len(others)),
-            channels={src: tuple(core.Transfer(msg_id=f"{src}:{node}:{q}", tally=0, seq=q, payload=_money(q))
+            channels={src: tuple(core.Transfer(msg_id=f"{src}:{node}:{q}", seq=q, payload=_money(q))
                                  for q in range(1, recorded + 1))
                       for src in others},
             positions={src: 0 for src in others},

@@ -61,8 +61,6 @@ from snapmesh.services.node.translog import LogClosedError
 # Why the node refused a client's request -> the gRPC status name the client gets.
 REFUSAL_CODE: dict[core.Refusal, str] = {
     core.Refusal.INVALID_INPUT: "INVALID_ARGUMENT",
-    core.Refusal.INVALID_TRANSFER: "INVALID_ARGUMENT",
-    core.Refusal.INSUFFICIENT_FUNDS: "FAILED_PRECONDITION",
     core.Refusal.CHANNEL_FULL: "RESOURCE_EXHAUSTED",
     core.Refusal.REQUESTS_FULL: "RESOURCE_EXHAUSTED",
     core.Refusal.APP_REFUSED: "FAILED_PRECONDITION",  # unless the app named one (AppRefusal.code)

@@ -53,13 +53,6 @@ class AppMessage(NamedTuple):
     msg_id: str = ""
 
 
-class Refused(NamedTuple):
-    """A transfer of a batch the node refused, and the tally when it did."""
-
-    error: core.LocalProtocolError
-    tally: int
-
-
 class Engine:
     def __init__(
         self,
@@ -99,50 +92,10 @@ class Engine:
 
     # -- local inputs
 
-    def transfer(
-        self, dst: str, tally: int, request_id: str = "", first_sent_unix_ms: int = 0
-    ) -> tuple[fx.Accepted, asyncio.Future[fx.Reply]]:
-        """Pay `tally` to `dst`: the answer, and the future the node's `Reply`
-        resolves (`replied`). Raises core.LocalProtocolError (link.ChannelFull when
-        the channel is at its bound) and changes nothing when refused."""
-        waiting = asyncio.get_running_loop().create_future()
-        try:
-            wall = time.time() if request_id else None
-            answer = self.node.transfer(
-                dst, tally, request_id, wall=wall, first_sent_unix_ms=first_sent_unix_ms, reply_to=waiting
-            )
-        finally:
-            self._run(metrics=False)  # once per RPC instead: transfers_done
-        return answer, waiting
-
-    def transfer_batch(self, items: Iterable[tuple[str, int, str, int]]) -> list[fx.Accepted | Refused]:
-        """A TransferBatch's transfers (dst, tally, request_id, first_sent_unix_ms), in order, as one
-        step for the shell (the per-transfer path): the node applies and logs each as
-        `transfer` does, and its effects are carried out once for the batch, not
-        per transfer (the log order is the apply order either way: one effect
-        list). Each result is the answer or the refusal (nothing changed for it)."""
-        node = self.node
-        transfer = node.transfer
-        results: list[fx.Accepted | Refused] = []
-        append = results.append
-        wall = time.time()  # one reading for the batch: the request-id window's clock
-        try:
-            for dst, tally, request_id, first_sent_unix_ms in items:
-                try:
-                    if request_id:
-                        append(transfer(dst, tally, request_id, wall=wall, first_sent_unix_ms=first_sent_unix_ms))
-                    else:
-                        append(transfer(dst, tally))
-                except core.LocalProtocolError as exc:
-                    append(Refused(exc, node.tally))
-        finally:
-            self._run(metrics=False)  # once per RPC instead: transfers_done
-        return results
-
     def submit(
         self, command: bytes, request_id: str = "", first_sent_unix_ms: int = 0
     ) -> tuple[fx.Submitted, asyncio.Future[fx.Reply]]:
-        """A client's command to the app, as `transfer`: raises core.LocalProtocolError
+        """A client's command to the app: raises core.LocalProtocolError
         (core.AppRefusal when the app refused or raised) and changes nothing then;
         core.AppFailed when the app could not be put back (the node stops)."""
         waiting = asyncio.get_running_loop().create_future()
@@ -162,7 +115,7 @@ class Engine:
         self, items: Iterable[tuple[str, bytes, int]]
     ) -> list[fx.Submitted | core.LocalProtocolError]:
         """A batch's commands (request_id, command, first_sent_unix_ms), in order, as one
-        step for the shell, as `transfer_batch` does for transfers: each runs through
+        step for the shell (effects carried out once, not per command): each runs through
         the app as `submit` would, and the effects are carried out once for the
         chunk. Each result is the answer or the refusal (nothing changed for it);
         `reply_batch` then waits for the answers together. Raises core.AppFailed
@@ -198,7 +151,7 @@ class Engine:
         finally:
             self._run(metrics=False)
 
-    def reply_batch(self, answers: list[fx.Accepted | fx.Submitted]) -> asyncio.Future[fx.ReplyBatch]:
+    def reply_batch(self, answers: list[fx.Submitted]) -> asyncio.Future[fx.ReplyBatch]:
         """The future the node's `ReplyBatch` for `answers` (a batch's paid ones) resolves."""
         waiting = asyncio.get_running_loop().create_future()
         self.node.reply_batch(waiting, answers)
@@ -265,16 +218,16 @@ class Engine:
         return self._stopped
 
     def restore(
-        self, snapshot_id: str, epoch: int, tally: int, in_flight: list[tuple], state: bytes | None = None
+        self, snapshot_id: str, epoch: int, in_flight: list[tuple], state: bytes | None = None
     ) -> asyncio.Future[fx.RestoreReply]:
         """Restore (node rule N8); the node's `EndStreams` says which streams
         of the older epoch end. Returns the future the node's `RestoreReply`
-        resolves (`replied`). An app node: `state` its bytes, each in-flight
-        (src, msg_id, seq, tally, payload)."""
+        resolves (`replied`). `state`: the app's bytes, each in-flight
+        (src, msg_id, seq, 0, payload)."""
         waiting = asyncio.get_running_loop().create_future()
         try:
             self.node.restore(
-                snapshot_id=snapshot_id, epoch=epoch, tally=tally, in_flight=in_flight, state=state, reply_to=waiting
+                snapshot_id=snapshot_id, epoch=epoch, in_flight=in_flight, state=state, reply_to=waiting
             )
             self.fence.restored()  # F5
         except core.AppFailed as exc:
@@ -289,7 +242,8 @@ class Engine:
 
     def receive_batch(self, src: str, conn_no: int, messages: Iterable[tuple[int, object]]) -> None:
         """Apply the (seq, message) pairs of one frame, decoded by the servicer
-        (a core.Marker, or anything with `tally` and `msg_id`), in order.
+        (a core.Marker or an AppMessage; anything else, a native transfer, is a
+        protocol violation), in order.
         Duplicates and stale frames are dropped; raises link.GapError or
         core.RemoteProtocolError, and what was applied before the bad message
         stays applied and logged."""
@@ -301,11 +255,11 @@ class Engine:
         try:
             for seq, message in messages:
                 if isinstance(message, core.Marker):
-                    received(src, conn_no, seq, snapshot_id=message.snapshot_id, tally=message.last_seq)
+                    received(src, conn_no, seq, snapshot_id=message.snapshot_id, last_seq=message.last_seq)
                 elif type(message) is AppMessage:
                     received(src, conn_no, seq, payload=message.payload, msg_id=message.msg_id)
-                else:
-                    received(src, conn_no, seq, tally=message.tally, msg_id=message.msg_id)
+                else:  # a native transfer: the node refuses a message without a payload
+                    received(src, conn_no, seq, msg_id=message.msg_id)
         except core.AppFailed as exc:
             self.fail_app(str(exc))
             raise

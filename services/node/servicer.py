@@ -236,7 +236,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         if hasattr(self._extra, "restore_args"):  # the app's reading of a restore (of its own v1 fields)
             in_flight, state = self._extra.restore_args(request, in_flight, state)
         try:
-            waiting = engine.restore(request.snapshot_id, request.epoch, 0, in_flight, state)
+            waiting = engine.restore(request.snapshot_id, request.epoch, in_flight, state)
         except core.AppFailed as exc:  # the app cannot take the snapshot's state: the node stops (process.py)
             await context.abort(grpc.StatusCode.INTERNAL, f"node {engine.node_id} cannot restore: {exc}")
         except EpochFenced as exc:  # an older epoch's restore: stale

@@ -61,9 +61,10 @@ def channel_state(reports: Mapping[str, core.FullState], src: str, dst: str) -> 
     if position is None:
         return tuple(recorded)
     outbox = reports[src].outbox.get(dst, ())
+    payloads = {e.seq: e.payload for e in outbox}  # an app message's bytes ride with its seq
     return tuple(merge(
         tuple(recorded), [e.seq for e in outbox], [e.tally for e in outbox], position,
-        lambda seq, tally: core.Transfer(msg_id=f"{src}:{dst}:{seq}", tally=tally, seq=seq),
+        lambda seq, _: core.Transfer(msg_id=f"{src}:{dst}:{seq}", seq=seq, payload=payloads[seq]),
     ))
 
 

@@ -22,7 +22,7 @@ def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0,
     the statistics only (0: unknown)."""
     node_id = state.node_id
     message = wire.full_state(
-        state.tally if state.state is None else 0,  # an app node's state is its bytes: no native tally
+        0,  # the v1 message's native figure: a node's state is its app's bytes
         snapshot_id=state.snapshot_id,
         node_id=node_id,
         epoch=epoch,

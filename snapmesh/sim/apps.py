@@ -68,7 +68,7 @@ def channel_state(reports: Mapping[str, core.FullState], src: str, dst: str) -> 
     payloads = {e.seq: e.payload for e in outbox}
     return tuple(overtake.merge(
         tuple(recorded), [e.seq for e in outbox], [e.tally for e in outbox], position,
-        lambda seq, tally: core.Transfer(msg_id=f"{src}:{dst}:{seq}", tally=tally, seq=seq, payload=payloads[seq]),
+        lambda seq, _: core.Transfer(msg_id=f"{src}:{dst}:{seq}", seq=seq, payload=payloads[seq]),
     ))
 
 

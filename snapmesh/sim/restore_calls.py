@@ -75,7 +75,7 @@ class RestoreCalls:
             self.faults["restore part with app messages in flight"] += 1
         self.waiting[node_id] = request  # the node's RestoreReply answers it (`restored`)
         node.restore(  # type: ignore[union-attr]
-            snapshot_id=request.snapshot_id, epoch=request.epoch, tally=request.balance, in_flight=in_flight,
+            snapshot_id=request.snapshot_id, epoch=request.epoch, in_flight=in_flight,
             reply_to=request, **app,
         )
         self.world.fences[node_id].restored()  # F5
@@ -90,7 +90,7 @@ class RestoreCalls:
             return
         del self.waiting[node_id]
         if self.up:
-            answer = pb.RestoreStateResponse(epoch=reply.epoch, balance=reply.tally)
+            answer = pb.RestoreStateResponse(epoch=reply.epoch)
             self.machine.node_restored(node_id, answer, self.now())
             self.carry_out()
 

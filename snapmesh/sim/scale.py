@@ -3,10 +3,10 @@
 The nodes are the Chandy-Lamport machine (`snapmesh.protocol.node.core.Process`)
 and the controller is the production machine (`snapmesh.protocol.controller.machine`,
 its tracker, with the bank app's checker), as everywhere else in the simulator;
-only the timing is new. A node's tally is the bank's balance, and its report is
-sent as a bank app node sends it (the balance as the state bytes, each amount as
-its payload: snapmesh/bank/wire.py `as_app_report`), so the controller checks it
-as it checks a bank cluster's. One
+only the timing is new. The core records; each node's balance is this run's own,
+and its report is sent as a bank app node sends it (the balance at its cut as the
+state bytes, each amount as its payload, decimal ASCII: services/app/bank.py), so
+the controller checks it as it checks a bank cluster's. One
 event heap is the clock: an event happens at its time, and the clock jumps to the
 next one. Times come from `LatencyModel` (snapmesh/sim/latency.py) and the one
 `random.Random(seed)`; the same arguments give the same run, figure for figure
@@ -31,10 +31,10 @@ import heapq
 import random
 import time
 from collections import deque
+import dataclasses
 from dataclasses import asdict, dataclass
 
 from snapmesh.app import load_app, v1fields
-from snapmesh.bank.wire import as_app_report, in_flight_item
 from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.controller import machine
 from snapmesh.protocol.controller.tracker import COMPLETE, Now, Tracker
@@ -125,9 +125,10 @@ class ScaleRun:
         self.controller = machine.Controller(
             Tracker(topology=topology, deadline_s=3600.0, snapshot_mode="classic", checker=bank_checker(balance * n)))
         self.processes = {
-            i: core.Process(node_id=i, tally=balance, incoming=self.incoming[i], outgoing=self.outgoing[i])
-            for i in self.ids
+            i: core.Process(node_id=i, incoming=self.incoming[i], outgoing=self.outgoing[i]) for i in self.ids
         }
+        self.balances = dict.fromkeys(self.ids, balance)
+        self.at_cut: dict[str, int] = {}  # node -> its balance at its cut
         self.busy = dict.fromkeys(self.ids, 0.0)  # when each node's CPU is free again
         self.last_arrival: dict[tuple[str, str], float] = {}  # FIFO: no message overtakes the one before it
         self.heap: list[tuple[float, int, str, tuple]] = []
@@ -173,7 +174,8 @@ class ScaleRun:
 
     def _send(self, node: str, dst: str) -> None:
         self.seq += 1
-        self._effects(node, self.processes[node].send_transfer(dst=dst, msg_id=f"m{self.seq}", tally=1, seq=self.seq))
+        self.balances[node] -= 1  # each node can pay every one of its transfers
+        self._transmit(node, dst, core.Transfer(msg_id=f"m{self.seq}", seq=self.seq, payload=b"1"))
 
     def _trigger(self, initiator: str) -> None:
         started = time.process_time()
@@ -190,14 +192,12 @@ class ScaleRun:
         self._effects(node, self.processes[node].start_snapshot(snapshot_id))
 
     def _deliver(self, src: str, dst: str, message: core.Message) -> None:
+        if type(message) is core.Transfer:
+            self.balances[dst] += int(message.payload)
         self._effects(dst, self.processes[dst].receive(src=src, message=message))
 
     def _report(self, state: core.FullState) -> None:
-        message = report_message(state)
-        for channel in message.channels:  # a native node's figures: the framework's report carries payloads only
-            del channel.in_flight[:]
-            channel.in_flight.extend(in_flight_item(t.msg_id, t.tally, t.seq, t.payload) for t in state.channels[channel.src])
-        message = as_app_report(message)  # as the bank app's node sends it
+        message = report_message(state)  # as the bank app's node sends it
         self.counts["report_bytes"] += message.ByteSize()
         self.counts["report_channels"] += len(message.channels)
         started = time.process_time()
@@ -217,9 +217,12 @@ class ScaleRun:
             kind = type(effect)
             if kind is core.MessageSent:
                 self._transmit(node, effect.dst, effect.message)
+            elif kind is core.LocalStateRecorded:
+                self.at_cut[node] = self.balances[node]
             elif kind is core.SnapshotCompleted:
                 done = self.busy[node] = max(self.now, self.busy[node]) + self.model.log_round_s
-                self._at(done + self._delay(node, self.ids[0]), "report", effect.state)
+                state = dataclasses.replace(effect.state, state=b"%d" % self.at_cut[node], app="bank", version=1)
+                self._at(done + self._delay(node, self.ids[0]), "report", state)
 
     def _transmit(self, src: str, dst: str, message: core.Message) -> None:
         self.counts["markers" if type(message) is core.Marker else "transfers"] += 1

@@ -1,5 +1,8 @@
 """The deterministic simulator: one `core.Process` per node over in-memory channels.
 
+The core records; the balances are the simulator's own (the bank's, its message
+an amount as decimal ASCII, as services/app/bank.py writes it).
+
 Channels are FIFO and lossless (one `collections.deque` per directed channel),
 exactly the model the algorithm assumes. The only randomness is one
 `random.Random(seed)`, used by the `run` step to choose which non-empty channel
@@ -69,14 +72,10 @@ class Simulator:
         self._on_delivery = on_delivery
         topo = self.topology
         self._processes = {
-            node: core.Process(
-                node_id=node,
-                tally=scenario.balances[node],
-                incoming=topo.incoming(node),
-                outgoing=topo.outgoing(node),
-            )
+            node: core.Process(node_id=node, incoming=topo.incoming(node), outgoing=topo.outgoing(node))
             for node in topo.nodes
         }
+        self._balances = {node: scenario.balances[node] for node in topo.nodes}
         self._queues: dict[Channel, deque[core.Message]] = {c: deque() for c in topo.channels}
         self._channel_index = {c: i for i, c in enumerate(topo.channels)}
         self._nonempty: list[int] = []  # indices of non-empty channels, sorted
@@ -91,7 +90,7 @@ class Simulator:
     # -- queries
 
     def balance(self, node: str) -> int:
-        return self._processes[node].tally
+        return self._balances[node]
 
     def pending(self, channel: Channel) -> tuple[core.Message, ...]:
         return tuple(self._queues[channel])
@@ -123,18 +122,13 @@ class Simulator:
             raise TypeError(f"unknown step {step!r}")
 
     def _send(self, step: Send, index: int | None) -> None:
-        process = self._processes[step.src]
-        if step.amount > process.tally:
-            raise self._error(
-                index, step, f"insufficient funds: {step.src} has {process.tally}, cannot send {step.amount}"
-            )
+        held = self._balances[step.src]
+        if step.amount > held:
+            raise self._error(index, step, f"insufficient funds: {step.src} has {held}, cannot send {step.amount}")
+        self._balances[step.src] = held - step.amount  # the scenario loader checked the channel and the amount
         self._next_msg += 1
-        msg_id = f"m{self._next_msg}"
-        try:
-            effects = process.send_transfer(dst=step.dst, msg_id=msg_id, tally=step.amount, seq=self._next_msg)
-        except core.LocalProtocolError as exc:
-            raise self._error(index, step, str(exc)) from None
-        self._handle(step.src, effects)
+        transfer = core.Transfer(msg_id=f"m{self._next_msg}", seq=self._next_msg, payload=b"%d" % step.amount)
+        self._handle(step.src, [core.MessageSent(dst=step.dst, message=transfer)])
 
     def _start(self, step: StartSnapshot) -> None:
         log = self._snapshots.setdefault(step.snapshot_id, _SnapshotLog(step.snapshot_id))
@@ -150,7 +144,8 @@ class Simulator:
         if not queue:
             self._nonempty.remove(self._channel_index[channel])
         if isinstance(message, core.Transfer):
-            self._at(dst, "receive", src=src, msg=message.msg_id, amount=message.tally)
+            self._balances[dst] += int(message.payload)
+            self._at(dst, "receive", src=src, msg=message.msg_id, amount=int(message.payload))
         else:
             self._at(dst, "marker_received", src=src, snapshot=message.snapshot_id)
         self._handle(dst, self._processes[dst].receive(src=src, message=message))
@@ -167,16 +162,17 @@ class Simulator:
                 queue.append(effect.message)
                 message = effect.message
                 if isinstance(message, core.Transfer):
-                    self._at(node, "send", dst=effect.dst, msg=message.msg_id, amount=message.tally)
+                    self._at(node, "send", dst=effect.dst, msg=message.msg_id, amount=int(message.payload))
                 else:
                     self._snapshots[message.snapshot_id].markers += 1
                     self._at(node, "marker_sent", dst=effect.dst, snapshot=message.snapshot_id)
             elif isinstance(effect, core.LocalStateRecorded):
-                self._snapshots[effect.snapshot_id].balances[node] = effect.tally
-                self._at(node, "cut", snapshot=effect.snapshot_id, balance=effect.tally)
+                self._snapshots[effect.snapshot_id].balances[node] = self._balances[node]
+                self._at(node, "cut", snapshot=effect.snapshot_id, balance=self._balances[node])
             elif isinstance(effect, core.ChannelRecorded):
                 transfers = effect.transfers
-                self._snapshots[effect.snapshot_id].channels[(effect.src, node)] = [t.tally for t in transfers]
+                amounts = [int(t.payload) for t in transfers]
+                self._snapshots[effect.snapshot_id].channels[(effect.src, node)] = amounts
                 self.trace.append(
                     {
                         "event": "channel_recorded",
@@ -184,7 +180,7 @@ class Simulator:
                         "src": effect.src,
                         "dst": node,
                         "msgs": [t.msg_id for t in transfers],
-                        "amounts": [t.tally for t in transfers],
+                        "amounts": amounts,
                     }
                 )
             elif isinstance(effect, core.SnapshotCompleted):
@@ -224,7 +220,7 @@ class Simulator:
         return {
             "seed": self.seed,
             "snapshots": snapshots,
-            "final": {node: self._processes[node].tally for node in topo.nodes},
+            "final": {node: self._balances[node] for node in topo.nodes},
         }
 
 

@@ -126,7 +126,7 @@ def build_case(seed: int, *, step_checks: bool, progress: dict[str, Any] | None 
         assert checker is not None
         checker.feed_all(sim.trace)
         in_flight = {
-            c: [m.tally for m in sim.pending(c) if isinstance(m, core.Transfer)] for c in sim.topology.channels
+            c: [int(m.payload) for m in sim.pending(c) if isinstance(m, core.Transfer)] for c in sim.topology.channels
         }
         checker.check_state({node: sim.balance(node) for node in sim.topology.nodes}, in_flight)
 

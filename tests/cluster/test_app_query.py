@@ -99,17 +99,16 @@ def test_a_query_that_sends_is_refused_and_the_app_put_back(tmp_path: Path) -> N
     assert read.reply == b"1", "the change the query made is gone, and nothing was sent"
 
 
-@pytest.mark.parametrize("app", [App(name="noquery", new=NoQuery), None], ids=["no on_query", "bank"])
-def test_an_app_without_on_query_and_the_bank_are_unimplemented(tmp_path: Path, app) -> None:
+def test_an_app_without_on_query_is_unimplemented(tmp_path: Path) -> None:
     async def run() -> object:
-        engine, log, servicer = await held_node(tmp_path, app)
+        engine, log, servicer = await held_node(tmp_path, App(name="noquery", new=NoQuery))
         answer = await outcome(_query(servicer, b"get"))
         await log.close()
         return answer
 
     answer = asyncio.run(run())
     assert isinstance(answer, Aborted) and answer.code is grpc.StatusCode.UNIMPLEMENTED, answer
-    assert ("use GetState" if app is None else "has no on_query") in answer.details
+    assert "has no on_query" in answer.details
 
 
 def test_a_query_of_a_state_a_restore_took_back_is_aborted(tmp_path: Path) -> None:
@@ -121,7 +120,7 @@ def test_a_query_of_a_state_a_restore_took_back_is_aborted(tmp_path: Path) -> No
         await asyncio.sleep(0.02)
         query = _query(servicer, b"get")  # reads count 1, not yet durable
         await asyncio.sleep(0.02)
-        engine.restore("s1", 2, 100, [], state=b"0")  # s1's cut is before the command
+        engine.restore("s1", 2, [], state=b"0")  # s1's cut is before the command
         log.flush_sync()
         await outcome(command)
         try:

@@ -86,17 +86,6 @@ def test_a_command_that_cannot_be_taken_back_stops_the_node(tmp_path: Path) -> N
     assert "replayed from the undo log raised RuntimeError: not twice" in stopping
 
 
-def test_a_bank_node_takes_no_command(tmp_path: Path) -> None:
-    async def run() -> object:
-        engine, log, servicer = await held_node(tmp_path)
-        answer = await _answer(servicer, log, b"inc")
-        await log.close()
-        return answer
-
-    answer = asyncio.run(run())
-    assert answer.code is grpc.StatusCode.UNIMPLEMENTED and "use Transfer" in answer.details
-
-
 def test_a_command_a_restore_took_back_before_its_fsync_is_answered_aborted(tmp_path: Path) -> None:
     async def run() -> object:
         engine, log, servicer = await held_node(tmp_path, APP)
@@ -105,7 +94,7 @@ def test_a_command_a_restore_took_back_before_its_fsync_is_answered_aborted(tmp_
         call = asyncio.ensure_future(servicer.Submit(pb.SubmitRequest(command=b"inc", request_id="r1"), ServicerContext()))
         await asyncio.sleep(0.05)
         assert not call.done()
-        engine.restore("s1", 2, 100, [], state=b"0")  # s1's cut is before the command
+        engine.restore("s1", 2, [], state=b"0")  # s1's cut is before the command
         log.flush_sync()
         try:
             return await outcome(call)

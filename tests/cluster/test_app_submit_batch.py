@@ -135,17 +135,6 @@ def test_a_malformed_batch_is_invalid_argument_whole_and_runs_nothing(tmp_path: 
     assert state == b"0"
 
 
-def test_a_bank_node_takes_no_batch(tmp_path: Path) -> None:
-    async def run() -> object:
-        engine, log, servicer = await held_node(tmp_path)
-        answer = await _answer(servicer, log, _batch(("", b"inc")))
-        await log.close()
-        return answer
-
-    answer = asyncio.run(run())
-    assert isinstance(answer, Aborted) and answer.code is grpc.StatusCode.UNIMPLEMENTED and "use Transfer" in answer.details
-
-
 def test_a_batch_longer_than_a_step_runs_in_order_and_hands_the_loop_back(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(node_edge, "COMMANDS_PER_STEP", 3)
 
@@ -180,7 +169,7 @@ def test_a_batch_a_restore_took_back_before_its_fsync_is_aborted_item_by_item(tm
         call = asyncio.ensure_future(servicer.SubmitBatch(_batch(("r1", b"inc"), ("", b"refuse")), ServicerContext()))
         await asyncio.sleep(0.05)
         assert not call.done()
-        engine.restore("s1", 2, 100, [], state=b"0")  # s1's cut is before the batch
+        engine.restore("s1", 2, [], state=b"0")  # s1's cut is before the batch
         log.flush_sync()
         try:
             return await outcome(call)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from snapmesh.protocol.node import core, link, recovery
-from snapmesh.protocol import overtake, wal
+from snapmesh.protocol.node import core, link
+from snapmesh.protocol import overtake
 from snapmesh.protocol.hybrid import HybridNode, check_align_timeout, wire_mode
 from snapmesh.commands import sim as cli
 from snapmesh.fuzzer import fuzz
-from support.machines import Machines
+from support.machines import Machines, pay
 
 
 def sender(hold: float | None) -> link.Sender:
@@ -66,14 +66,7 @@ def test_an_align_timeout_that_is_not_seconds_at_least_zero_is_refused_naming_it
 
 
 class HybridMachines(Machines):
-    def start(self, n: str) -> None:
-        lines = [(f"{n}.log.jsonl:{i}", wal.parse(wal.encode(r, n), "x", node_id=n))
-                 for i, r in enumerate(self.logs[n][-1], start=1)]
-        state = recovery.recover(lines, node_id=n, initial_tally=self.balances[n], incoming=self.others(n),
-                                 outgoing=self.others(n))
-        self.nodes[n] = HybridNode(node_id=n, incoming=self.others(n), outgoing=self.others(n), recovered=state,
-                                   **self.node_kw)
-        self.route(n)
+    node_class = HybridNode
 
     def tick(self, now: float) -> None:
         for n, node in self.nodes.items():
@@ -84,15 +77,15 @@ class HybridMachines(Machines):
 def _conserved(m: Machines, total: int) -> None:
     reports = {r.node_id: r for r in m.reports}
     assert set(reports) == set(m.ids)
-    in_flight = sum(t.tally for src in m.ids for dst in m.ids if src != dst
+    in_flight = sum(int(t.payload) for src in m.ids for dst in m.ids if src != dst
                     for t in overtake.channel_state(reports, src, dst))
-    assert sum(r.tally for r in reports.values()) + in_flight == total
+    assert sum(int(r.state) for r in reports.values()) + in_flight == total
 
 
 def test_on_a_quiet_channel_the_marker_keeps_its_fifo_place_and_no_early_copy_is_sent() -> None:
     m = HybridMachines({"a": 100, "b": 50}, align_timeout=0.5)
     m.connect_all()
-    m.nodes["a"].transfer("b", 30)
+    pay(m.nodes["a"], "b", 30)
     m.settle()
     m.nodes["a"].start_snapshot("s1")
     m.route("a")
@@ -111,7 +104,7 @@ def test_on_a_backed_up_channel_the_marker_overtakes_after_the_timeout_and_the_s
     m.connect_all()
     a = m.nodes["a"]
     for _ in range(5):
-        a.transfer("b", 3)
+        pay(a, "b", 3)
     m.route("a")
     m.tick(0.0)
     a.start_snapshot("s1")
@@ -139,7 +132,7 @@ def test_a_report_leaves_out_the_outbox_entries_acknowledged_before_the_early_co
     m.connect_all()
     a = m.nodes["a"]
     for _ in range(5):
-        a.transfer("b", 3)
+        pay(a, "b", 3)
     m.route("a")
     m.flush("a")  # on the wire, not yet delivered: a's outbox at its cut holds all five
     a.start_snapshot("s1")
@@ -157,7 +150,7 @@ def test_an_early_copy_that_overtook_keeps_the_outbox_entries_acknowledged_after
     m.connect_all()
     a = m.nodes["a"]
     for _ in range(5):
-        a.transfer("b", 3)
+        pay(a, "b", 3)
     m.route("a")
     m.tick(0.0)
     a.start_snapshot("s1")

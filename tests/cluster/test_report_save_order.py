@@ -20,7 +20,7 @@ import pytest
 from support.node_harness import append_send
 from snapmesh.services.node import translog
 from snapmesh.services.node.channels import IncomingChannel
-from snapmesh.services.node.engine import Engine
+from snapmesh.services.node.engine import AppMessage, Engine
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.recovery import recover
 from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
@@ -29,6 +29,9 @@ from snapmesh.serving import durable
 from snapmesh.protocol.node import core
 from snapmesh.protocol.node.machine import Node
 from snapmesh.v1 import snapmesh_pb2 as pb
+from snapmesh.app import load_app
+
+BANK, PARAMS = load_app("bank"), {"initial_balance": 100}  # every node hosts an app (node rule N10)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -115,7 +118,7 @@ async def one_snapshot(tmp_path: Path, transfers_before: int,
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     path = data_dir / "p1.log.jsonl"
-    recovered = recover(path, "p1", initial_tally=100, incoming=("p2",), outgoing=())
+    recovered = recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=(), app=BANK, app_params=PARAMS)
     engine: Engine | None = None
     log = TransferLog(path, "p1", last_lsn=recovered.last_lsn,
                       on_durable=lambda lsn: engine.durable(lsn) if engine is not None else None)
@@ -124,14 +127,15 @@ async def one_snapshot(tmp_path: Path, transfers_before: int,
     sink = Sink(ops)
     reporter = StateReporter(address="127.0.0.1:1", log_=log, metrics=NodeMetrics("p1"), options=[], pending=pending)
     reporter._start = sink.send  # type: ignore[method-assign]
-    node = Node(node_id="p1", incoming=("p2",), outgoing=(), recovered=recovered, now=0.0, wall=0.0)
+    node = Node(node_id="p1", incoming=("p2",), outgoing=(), recovered=recovered, now=0.0, wall=0.0, app=BANK,
+                app_params=PARAMS)
     engine = Engine(node=node, log_=log, outgoing={}, incoming={"p2": IncomingChannel(src="p2", dst="p1")},
-                    metrics=NodeMetrics("p1"), reporter=reporter)
+                    metrics=NodeMetrics("p1"), reporter=reporter, app_spec="bank")
     log.flush_sync()
     engine.durable(log.durable_lsn)
     log.start()
     engine.opened("p2", 1)
-    frame = [(seq, core.Transfer(msg_id=f"p2:p1:{seq}", tally=1, seq=seq)) for seq in range(1, transfers_before + 1)]
+    frame = [(seq, AppMessage(b"1", f"p2:p1:{seq}")) for seq in range(1, transfers_before + 1)]  # the bank app's: 1
     frame.append((transfers_before + 1, core.Marker(snapshot_id="s1")))
     engine.receive_batch("p2", 1, frame)
     await asyncio.wait_for(log.wait_durable(log.last_lsn), 10)
@@ -152,7 +156,7 @@ def test_the_report_file_is_written_before_the_marker_recv_and_one_sync_makes_bo
     marker_lsn = next(i for i, line in enumerate(lines, start=1) if '"marker_recv"' in line)
     assert sink.sent == [("s1", marker_lsn)]  # reported once durable, resting on the marker_recv
     [(state, lsn)] = pending.load()
-    assert state.snapshot_id == "s1" and lsn == marker_lsn and state.balance == 100 + transfers_before
+    assert state.snapshot_id == "s1" and lsn == marker_lsn and state.state == b"%d" % (100 + transfers_before)
 
     reports = str(pending.directory)
     renamed = ops.index("replace", lambda p, _: p.startswith(reports) and p.endswith(PendingReports.SUFFIX))

@@ -20,6 +20,7 @@ from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.recovery import recover
 from snapmesh.services.node.reporter import PendingReports, StateReporter
 from snapmesh.services.node.translog import TransferLog
+from snapmesh.app import load_app
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.machine import Node
 from snapmesh.settings import config as cluster_config
@@ -27,11 +28,12 @@ from snapmesh.settings import config as cluster_config
 pytestmark = pytest.mark.timeout(60)
 
 BUDGET = 4096
+BANK, PARAMS = load_app("bank"), {"initial_balance": 10_000}  # every node hosts an app (node rule N10)
 
 
 async def _node(tmp_path: Path) -> tuple[Engine, TransferLog, NodeMetrics]:
     path = tmp_path / "p1.log.jsonl"
-    recovered = recover(path, "p1", initial_tally=10_000, incoming=("p2",), outgoing=("p2",))
+    recovered = recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), app=BANK, app_params=PARAMS)
     engine: Engine | None = None
     log = TransferLog(path, "p1", last_lsn=recovered.last_lsn,
                       on_durable=lambda lsn: engine.durable(lsn) if engine is not None else None)
@@ -39,11 +41,12 @@ async def _node(tmp_path: Path) -> tuple[Engine, TransferLog, NodeMetrics]:
     reporter = StateReporter(address="127.0.0.1:1", log_=log, metrics=metrics, options=[],
                              pending=PendingReports(tmp_path / "p1.reports"))
     node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=recovered, now=0.0, wall=0.0,
-                segment_records=10**6, segment_bytes=BUDGET)
+                segment_records=10**6, segment_bytes=BUDGET, app=BANK, app_params=PARAMS)
     never_started = OutgoingChannel(src="p1", dst="p2", address="127.0.0.1:1", metrics=metrics,
                                     on_open=lambda *_: None, on_ack=lambda *_: None, on_lost=lambda *_: None)
     engine = Engine(node=node, log_=log, outgoing={"p2": never_started},
-                    incoming={"p2": IncomingChannel(src="p2", dst="p1")}, metrics=metrics, reporter=reporter)
+                    incoming={"p2": IncomingChannel(src="p2", dst="p1")}, metrics=metrics, reporter=reporter,
+                    app_spec="bank")
     log.flush_sync()
     return engine, log, metrics
 
@@ -55,20 +58,20 @@ def _sealed(tmp_path: Path) -> list[Path]:
 def test_a_segment_seals_at_segment_bytes_when_its_records_are_far_from_segment_records(tmp_path: Path) -> None:
     async def go() -> tuple[int, float, float]:
         engine, log, metrics = await _node(tmp_path)
-        for i in range(300):  # ~140 bytes a send record: ~40 KiB in all
-            engine.transfer("p2", 1, request_id=f"request-{i:04d}")
+        for i in range(300):  # ~140 bytes a send record, ~110 its command: ~75 KiB in all
+            engine.submit(b"1 p2", request_id=f"request-{i:04d}")  # the bank app's compact command
         engine.durable(log.durable_lsn)  # a step with the metrics, once per call (as a command's step is)
         log.flush_sync()
         sealed = _sealed(tmp_path)
         for segment in [*sealed[1:], tmp_path / "p1.log.jsonl"]:  # each opens with a checkpoint
             assert segment.read_text().splitlines()[0].startswith('{"node":"p1","lsn"') and "checkpoint" in (
                 segment.read_text().splitlines()[0])
-        # Past the budget within two steps (one record each here): the log's count reaches the node
+        # Past the budget within two steps (two records each here: a command and its send): the log's count reaches the node
         # after the step that crossed it, and the next step's end seals. Its checkpoint left out.
         for segment in sealed:
             lines = segment.read_bytes().splitlines(keepends=True)
             head = len(lines[0]) if b'"checkpoint"' in lines[0] else 0
-            assert BUDGET <= segment.stat().st_size - head < BUDGET + 2 * max(map(len, lines)), segment
+            assert BUDGET <= segment.stat().st_size - head < BUDGET + 4 * max(map(len, lines)), segment
         active = tmp_path / "p1.log.jsonl"
         assert log.active_bytes == active.stat().st_size
         assert log.appended_bytes == active.stat().st_size - len(active.read_bytes().splitlines(keepends=True)[0])

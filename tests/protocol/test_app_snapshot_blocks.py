@@ -45,9 +45,9 @@ def host(app: App) -> Host:
 def test_the_host_takes_the_state_from_the_parts_and_the_report_says_how_it_was_cut():
     state = host(App(name="parted", new=Parted)).snapshot()
     assert state == b"headbody" and state.parts == (4, 4)  # an empty part is no block
-    message = report_message(FullState(node_id="p1", snapshot_id="s", tally=0, channels={}, state=state, app="parted"))
+    message = report_message(FullState(node_id="p1", snapshot_id="s", channels={}, state=state, app="parted"))
     assert message.state == b"headbody" and list(message.state_parts) == [4, 4]
-    plain = report_message(FullState(node_id="p1", snapshot_id="s", tally=0, channels={}, state=b"x", app="a"))
+    plain = report_message(FullState(node_id="p1", snapshot_id="s", channels={}, state=b"x", app="a"))
     assert list(plain.state_parts) == []
 
 

@@ -14,7 +14,7 @@ def finish(p: core.Process, sid: str) -> None:
 
 
 def test_finished_snapshots_are_kept_for_a_window_only() -> None:
-    p = core.Process(node_id="P", tally=10, incoming=["X"], outgoing=[])
+    p = core.Process(node_id="P", incoming=["X"], outgoing=[])
     total = 2 * core.FINISHED_WINDOW + 5
     for i in range(total):
         finish(p, f"s{i}")
@@ -28,7 +28,7 @@ def test_finished_snapshots_are_kept_for_a_window_only() -> None:
 
 
 def test_abandoned_ids_given_at_start_are_bounded_too() -> None:
-    p = core.Process(node_id="P", tally=10, incoming=["X"], outgoing=[],
+    p = core.Process(node_id="P", incoming=["X"], outgoing=[],
                      abandoned=[f"a{i}" for i in range(core.FINISHED_WINDOW + 10)])
     assert p.phase("a0") is core.Phase.IDLE
     assert p.phase(f"a{core.FINISHED_WINDOW + 9}") is core.Phase.ABANDONED

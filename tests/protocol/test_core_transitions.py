@@ -38,8 +38,8 @@ OUTGOING = ("X", "Z")
 S = "s"
 
 
-def make(balance: int = 100, abandoned: tuple[str, ...] = ()) -> Process:
-    return Process(node_id="P", tally=balance, incoming=INCOMING, outgoing=OUTGOING, abandoned=abandoned)
+def make(abandoned: tuple[str, ...] = ()) -> Process:
+    return Process(node_id="P", incoming=INCOMING, outgoing=OUTGOING, abandoned=abandoned)
 
 
 def state_of(p: Process) -> Any:
@@ -112,15 +112,15 @@ INPUTS = {
 }
 
 
-def expected(phase: Phase, name: str, closed: set[str], balance: int) -> tuple[Phase, list[Any]] | type:
+def expected(phase: Phase, name: str, closed: set[str]) -> tuple[Phase, list[Any]] | type:
     """The rules, restated: the phase after the input and its effects, or an error type."""
     src = name.split()[-1] if name.startswith("marker") else None
     if phase is Phase.IDLE:
         if name == "start":
-            return Phase.RECORDING, [LocalStateRecorded(snapshot_id=S, tally=balance), *markers_out(S)]
+            return Phase.RECORDING, [LocalStateRecorded(snapshot_id=S), *markers_out(S)]
         if src:
             return Phase.RECORDING, [
-                LocalStateRecorded(snapshot_id=S, tally=balance),
+                LocalStateRecorded(snapshot_id=S),
                 *markers_out(S),
                 ChannelRecorded(snapshot_id=S, src=src, transfers=()),
             ]
@@ -155,7 +155,7 @@ CASES = [(phase, setup, name) for phase, setups in SETUPS.items() for setup in s
 def test_every_phase_input_pair(phase: Phase, setup: Any, name: str) -> None:
     p, closed = setup()
     assert p.phase(S) is phase
-    want = expected(phase, name, closed, p.tally)
+    want = expected(phase, name, closed)
     before = state_of(p)
     if isinstance(want, type):
         with pytest.raises(want):
@@ -194,7 +194,7 @@ def assert_refused(p: Process, error: type, call: Any) -> None:
 
 def test_message_on_a_channel_the_topology_lacks_is_remote() -> None:
     p, _ = recording_by_start()
-    assert_refused(p, RemoteProtocolError, lambda: p.receive(src="Z", message=Transfer(msg_id="t", tally=1)))
+    assert_refused(p, RemoteProtocolError, lambda: p.receive(src="Z", message=Transfer(msg_id="t", payload=b"1")))
     assert_refused(p, RemoteProtocolError, lambda: p.receive(src="Z", message=Marker(snapshot_id=S)))
     assert_refused(p, RemoteProtocolError, lambda: p.receive(src="P", message=Marker(snapshot_id="new")))
 
@@ -209,30 +209,13 @@ def test_second_marker_on_the_same_channel_is_remote() -> None:
 def test_a_marker_for_another_snapshot_on_a_closed_channel_is_fine() -> None:
     p, _ = recording_by_marker()
     effects = p.receive(src="Y", message=Marker(snapshot_id="other"))
-    assert effects[0] == LocalStateRecorded(snapshot_id="other", tally=100)
+    assert effects[0] == LocalStateRecorded(snapshot_id="other")
 
 
-def test_overdraft_is_local() -> None:
-    p = make(balance=10)
-    assert_refused(p, LocalProtocolError, lambda: p.send_transfer(dst="X", msg_id="t", tally=11))
-    assert p.send_transfer(dst="X", msg_id="t", tally=10) == [
-        MessageSent(dst="X", message=Transfer(msg_id="t", tally=10))
-    ]
-    assert p.tally == 0
-    assert_refused(p, LocalProtocolError, lambda: p.send_transfer(dst="X", msg_id="t2", tally=1))
-
-
-@pytest.mark.parametrize("amount", [0, -5, True, False, 2.5, "3", None])
-def test_non_positive_or_non_integer_amount(amount: Any) -> None:
+@pytest.mark.parametrize("payload", [None, "3", 3, bytearray(b"3")])
+def test_a_message_whose_payload_is_not_bytes_is_remote(payload: Any) -> None:
     p, _ = recording_by_start()
-    assert_refused(p, LocalProtocolError, lambda: p.send_transfer(dst="X", msg_id="t", tally=amount))
-    assert_refused(p, RemoteProtocolError, lambda: p.receive(src="X", message=Transfer(msg_id="t", tally=amount)))
-
-
-def test_unknown_destination_is_local() -> None:
-    p = make()
-    assert_refused(p, LocalProtocolError, lambda: p.send_transfer(dst="Y", msg_id="t", tally=1))  # Y->P only
-    assert_refused(p, LocalProtocolError, lambda: p.send_transfer(dst="nobody", msg_id="t", tally=1))
+    assert_refused(p, RemoteProtocolError, lambda: p.receive(src="X", message=Transfer(msg_id="t", payload=payload)))
 
 
 @pytest.mark.parametrize("sid", ["", None, 7])
@@ -248,15 +231,9 @@ def test_unknown_message_type_is_remote() -> None:
     assert_refused(p, RemoteProtocolError, lambda: p.receive(src="X", message="hello"))  # type: ignore[arg-type]
 
 
-def test_bad_initial_balance_is_local() -> None:
-    for balance in (-1, True, 1.5):
-        with pytest.raises(LocalProtocolError):
-            make(balance=balance)  # type: ignore[arg-type]
-
-
 def test_stale_marker_after_abort_is_dropped_and_reported() -> None:
     p, _ = recording_by_start()
-    p.receive(src="X", message=Transfer(msg_id="t", tally=5))
+    p.receive(src="X", message=Transfer(msg_id="t", payload=b"5"))
     assert p.abort_snapshot(S) == []
     assert p.phase(S) is Phase.ABANDONED and p.in_progress() == ()
     assert p.receive(src="X", message=Marker(snapshot_id=S)) == [StaleMarkerDropped(snapshot_id=S, src="X")]
@@ -264,18 +241,17 @@ def test_stale_marker_after_abort_is_dropped_and_reported() -> None:
     # Starting it again is a no-op: an abandoned id is never reused as a new snapshot.
     assert p.start_snapshot(S) == []
     assert p.phase(S) is Phase.ABANDONED
-    assert p.tally == 105
 
 
 def test_restart_with_abandoned_ids() -> None:
-    p = make(balance=40, abandoned=("old1", "old2"))
+    p = make(abandoned=("old1", "old2"))
     assert p.phase("old1") is p.phase("old2") is Phase.ABANDONED
     assert p.receive(src="Y", message=Marker(snapshot_id="old1")) == [StaleMarkerDropped(snapshot_id="old1", src="Y")]
     assert p.start_snapshot("old2") == []
     assert p.in_progress() == ()
     # Other ids work as usual after the restart.
     assert p.receive(src="Y", message=Marker(snapshot_id="new"))[:3] == [
-        LocalStateRecorded(snapshot_id="new", tally=40),
+        LocalStateRecorded(snapshot_id="new"),
         *markers_out("new"),
     ]
     assert p.phase("new") is Phase.RECORDING
@@ -283,33 +259,31 @@ def test_restart_with_abandoned_ids() -> None:
 
 def test_channel_state_is_what_arrives_between_cut_and_marker() -> None:
     p = make()
-    p.receive(src="X", message=Transfer(msg_id="before", tally=1))  # before the cut: in the balance
+    p.receive(src="X", message=Transfer(msg_id="before", payload=b"1"))  # before the cut: not recorded
     p.start_snapshot(S)
-    p.receive(src="X", message=Transfer(msg_id="a", tally=2))
-    p.receive(src="Y", message=Transfer(msg_id="b", tally=3))
-    p.receive(src="X", message=Transfer(msg_id="c", tally=4))
+    p.receive(src="X", message=Transfer(msg_id="a", payload=b"2"))
+    p.receive(src="Y", message=Transfer(msg_id="b", payload=b"3"))
+    p.receive(src="X", message=Transfer(msg_id="c", payload=b"4"))
     assert p.receive(src="X", message=Marker(snapshot_id=S)) == [
         ChannelRecorded(
-            snapshot_id=S, src="X", transfers=(Transfer(msg_id="a", tally=2), Transfer(msg_id="c", tally=4))
+            snapshot_id=S, src="X", transfers=(Transfer(msg_id="a", payload=b"2"), Transfer(msg_id="c", payload=b"4"))
         )
     ]
-    p.receive(src="X", message=Transfer(msg_id="after", tally=5))  # after X's marker: not recorded
+    p.receive(src="X", message=Transfer(msg_id="after", payload=b"5"))  # after X's marker: not recorded
     (recorded, done) = p.receive(src="Y", message=Marker(snapshot_id=S))
-    assert recorded == ChannelRecorded(snapshot_id=S, src="Y", transfers=(Transfer(msg_id="b", tally=3),))
+    assert recorded == ChannelRecorded(snapshot_id=S, src="Y", transfers=(Transfer(msg_id="b", payload=b"3"),))
     assert isinstance(done, SnapshotCompleted)
-    assert done.state.tally == 101
-    assert dict(done.state.channels) == {"X": recorded_x(), "Y": (Transfer(msg_id="b", tally=3),)}
-    assert p.tally == 115
+    assert dict(done.state.channels) == {"X": recorded_x(), "Y": (Transfer(msg_id="b", payload=b"3"),)}
 
 
 def recorded_x() -> tuple[Transfer, ...]:
-    return (Transfer(msg_id="a", tally=2), Transfer(msg_id="c", tally=4))
+    return (Transfer(msg_id="a", payload=b"2"), Transfer(msg_id="c", payload=b"4"))
 
 
 def test_one_node_topology_completes_at_once() -> None:
-    p = Process(node_id="solo", tally=3, incoming=(), outgoing=())
+    p = Process(node_id="solo", incoming=(), outgoing=())
     effects = p.start_snapshot(S)
-    assert effects[0] == LocalStateRecorded(snapshot_id=S, tally=3)
+    assert effects[0] == LocalStateRecorded(snapshot_id=S)
     assert isinstance(effects[1], SnapshotCompleted) and dict(effects[1].state.channels) == {}
     assert p.phase(S) is Phase.COMPLETED
 
@@ -319,7 +293,6 @@ def test_one_node_topology_completes_at_once() -> None:
 
 @dataclass
 class ModelRecording:
-    tally: int
     open: dict[str, list[Transfer]]
     closed: dict[str, tuple[Transfer, ...]] = field(default_factory=dict)
 
@@ -328,7 +301,6 @@ class ModelRecording:
 class Model:
     """The rules of snapmesh/protocol/node/core.py, restated as simply as possible."""
 
-    tally: int
     phases: dict[str, Phase] = field(default_factory=dict)
     recordings: dict[str, ModelRecording] = field(default_factory=dict)
 
@@ -337,8 +309,8 @@ class Model:
 
     def record(self, sid: str) -> list[Any]:
         self.phases[sid] = Phase.RECORDING
-        self.recordings[sid] = ModelRecording(self.tally, {c: [] for c in INCOMING})
-        return [LocalStateRecorded(snapshot_id=sid, tally=self.tally), *markers_out(sid)]
+        self.recordings[sid] = ModelRecording({c: [] for c in INCOMING})
+        return [LocalStateRecorded(snapshot_id=sid), *markers_out(sid)]
 
     def close(self, sid: str, src: str) -> list[Any]:
         rec = self.recordings[sid]
@@ -347,25 +319,18 @@ class Model:
         if not rec.open:
             del self.recordings[sid]
             self.phases[sid] = Phase.COMPLETED
-            effects.append(("completed", sid, rec.tally, {c: rec.closed[c] for c in INCOMING}))
+            effects.append(("completed", sid, {c: rec.closed[c] for c in INCOMING}))
         return effects
 
     def apply(self, op: tuple) -> list[Any] | type:
         kind = op[0]
-        if kind == "send":
-            _, dst, amount, msg_id = op
-            if dst not in OUTGOING or not _is_int(amount) or amount <= 0 or amount > self.tally:
-                return LocalProtocolError
-            self.tally -= amount
-            return [MessageSent(dst=dst, message=Transfer(msg_id=msg_id, tally=amount))]
         if kind == "transfer":
-            _, src, amount, msg_id = op
-            if src not in INCOMING or not _is_int(amount) or amount <= 0:
+            _, src, payload, msg_id = op
+            if src not in INCOMING or not isinstance(payload, bytes):
                 return RemoteProtocolError
-            self.tally += amount
             for rec in self.recordings.values():
                 if src in rec.open:
-                    rec.open[src].append(Transfer(msg_id=msg_id, tally=amount))
+                    rec.open[src].append(Transfer(msg_id=msg_id, payload=payload))
             return []
         if kind == "marker":
             _, src, sid = op
@@ -395,25 +360,20 @@ class Model:
         raise AssertionError(op)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _normalise(effects: list[Any]) -> list[Any]:
     out = []
     for e in effects:
         if isinstance(e, SnapshotCompleted):
-            out.append(("completed", e.state.snapshot_id, e.state.tally, dict(e.state.channels)))
+            out.append(("completed", e.state.snapshot_id, dict(e.state.channels)))
         else:
             out.append(e)
     return out
 
 
 SIDS = st.sampled_from(["s1", "s2", "s3"])
-AMOUNTS = st.one_of(st.integers(min_value=-3, max_value=40), st.sampled_from([True, 2.5]))
+PAYLOADS = st.one_of(st.binary(max_size=3), st.sampled_from([None, "3", 3]))
 OPS = st.one_of(
-    st.tuples(st.just("send"), st.sampled_from(["X", "Z", "Y", "W"]), AMOUNTS),
-    st.tuples(st.just("transfer"), st.sampled_from(["X", "Y", "Z"]), AMOUNTS),
+    st.tuples(st.just("transfer"), st.sampled_from(["X", "Y", "Z"]), PAYLOADS),
     st.tuples(st.just("marker"), st.sampled_from(["X", "Y", "Y", "X", "Z"]), st.one_of(SIDS, st.sampled_from(["", None]))),
     st.tuples(st.just("start"), st.one_of(SIDS, st.sampled_from(["", None]))),
     st.tuples(st.just("abort"), SIDS),
@@ -422,15 +382,14 @@ OPS = st.one_of(
 
 @settings(max_examples=400, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    balance=st.integers(min_value=0, max_value=60),
     abandoned=st.lists(SIDS, max_size=1),
     ops=st.lists(OPS, max_size=60),
 )
-def test_random_inputs_follow_the_model(balance: int, abandoned: list[str], ops: list[tuple]) -> None:
-    p = make(balance=balance, abandoned=tuple(abandoned))
-    model = Model(balance, {sid: Phase.ABANDONED for sid in abandoned})
+def test_random_inputs_follow_the_model(abandoned: list[str], ops: list[tuple]) -> None:
+    p = make(abandoned=tuple(abandoned))
+    model = Model({sid: Phase.ABANDONED for sid in abandoned})
     for i, op in enumerate(ops):
-        if op[0] in ("send", "transfer"):
+        if op[0] == "transfer":
             op = (*op, f"m{i}")
         before = state_of(p)
         want = model.apply(op)
@@ -440,7 +399,6 @@ def test_random_inputs_follow_the_model(balance: int, abandoned: list[str], ops:
             assert state_of(p) == before, f"refused {op} changed the process"
         else:
             assert _normalise(_call(p, op)) == want, op
-        assert p.tally == model.tally
         for sid in ("s1", "s2", "s3"):
             assert p.phase(sid) is model.phase(sid)
         assert set(p.in_progress()) == set(model.recordings)
@@ -448,10 +406,8 @@ def test_random_inputs_follow_the_model(balance: int, abandoned: list[str], ops:
 
 def _call(p: Process, op: tuple) -> list[Any]:
     kind = op[0]
-    if kind == "send":
-        return p.send_transfer(dst=op[1], tally=op[2], msg_id=op[3])
     if kind == "transfer":
-        return p.receive(src=op[1], message=Transfer(msg_id=op[3], tally=op[2]))
+        return p.receive(src=op[1], message=Transfer(msg_id=op[3], payload=op[2]))
     if kind == "marker":
         return p.receive(src=op[1], message=Marker(snapshot_id=op[2]))
     if kind == "start":
@@ -463,7 +419,7 @@ def _call(p: Process, op: tuple) -> list[Any]:
 
 
 def _pair(mode: str) -> core.Process:
-    return core.Process(node_id="b", tally=10, incoming=["a"], outgoing=["a"], mode=mode)
+    return core.Process(node_id="b", incoming=["a"], outgoing=["a"], mode=mode)
 
 
 def test_overtake_mode_ignores_the_second_marker_of_a_channel_classic_refuses_it() -> None:
@@ -484,18 +440,12 @@ def test_an_unknown_mode_is_refused() -> None:
         _pair("fast")
 
 
-def test_credit_is_receive_without_effects_and_steps_aside_while_recording() -> None:
-    p = core.Process(node_id="b", tally=10, incoming=["a", "c"], outgoing=["a"])
-    assert p.credit(src="a", tally=5) is True and p.tally == 15
+def test_passed_is_receive_without_effects_and_steps_aside_while_recording() -> None:
+    p = core.Process(node_id="b", incoming=["a", "c"], outgoing=["a"])
+    assert p.passed(src="a", payload=b"5") is True
     with pytest.raises(core.RemoteProtocolError):
-        p.credit(src="a", tally=0)
+        p.passed(src="a", payload="5")  # type: ignore[arg-type]
     with pytest.raises(core.RemoteProtocolError):
-        p.credit(src="x", tally=1)
-    assert p.tally == 15
+        p.passed(src="x", payload=b"1")
     p.start_snapshot("s1")
-    assert p.credit(src="a", tally=5) is False and p.tally == 15  # the caller must use receive: it is recorded
-    p.debit(dst="a", tally=15)
-    assert p.tally == 0
-    with pytest.raises(core.LocalProtocolError) as info:
-        p.debit(dst="a", tally=1)
-    assert info.value.kind is core.Refusal.INSUFFICIENT_FUNDS and p.tally == 0
+    assert p.passed(src="a", payload=b"5") is False  # the caller must use receive: it is recorded

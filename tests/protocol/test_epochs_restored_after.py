@@ -20,7 +20,7 @@ def test_no_restore_after_the_oldest_answers_epoch_means_every_answer_stands() -
         epoch = 1
         for n in range(rng.randrange(0, RESTORES_KEPT + 4)):
             epoch += rng.randrange(1, 3)
-            state.entered(epoch, f"s{n}", 0, cut=rng.choice([None, rng.randrange(1, 100)]))
+            state.entered(epoch, f"s{n}", cut=rng.choice([None, rng.randrange(1, 100)]))
         answers = [(rng.randrange(1, 120), rng.randrange(1, epoch + 2)) for _ in range(rng.randrange(1, 6))]
         oldest = min(e for _, e in answers)
         if not state.restored_after(oldest):

@@ -30,10 +30,10 @@ NO_INVARIANTS = App(name="no-invariants", new=lambda info: None)
 
 def app_reports(p1: bytes = b"one", payload: bytes | None = b"hi") -> dict:
     """The parts p1 and p2 report; `payload` None: the in-flight message left out."""
-    sent = () if payload is None else (core.Transfer(msg_id="p1:p2:1", tally=0, seq=1, payload=payload),)
+    sent = () if payload is None else (core.Transfer(msg_id="p1:p2:1", seq=1, payload=payload),)
     return {
-        "p1": core.FullState(node_id="p1", snapshot_id="s1", tally=0, channels={"p2": ()}, state=p1),
-        "p2": core.FullState(node_id="p2", snapshot_id="s1", tally=0, channels={"p1": sent}, state=b"two"),
+        "p1": core.FullState(node_id="p1", snapshot_id="s1", channels={"p2": ()}, state=p1),
+        "p2": core.FullState(node_id="p2", snapshot_id="s1", channels={"p1": sent}, state=b"two"),
     }
 
 

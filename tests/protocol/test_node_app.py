@@ -90,7 +90,7 @@ class Mesh:
         node = self.nodes[dst]
         node.opened(src, 1)
         for e in self.wires[(src, dst)].pop(0):
-            node.received(src, 1, e.seq, tally=e.tally, snapshot_id=e.snapshot_id, payload=e.payload)
+            node.received(src, 1, e.seq, last_seq=e.tally, snapshot_id=e.snapshot_id, payload=e.payload)
         node.end_frame()
         self.route(dst, node)
         return True
@@ -244,14 +244,10 @@ def test_app_records_round_trip_through_the_log_format() -> None:
         wal.unpack("%%%", "f:9")
 
 
-def test_a_bank_node_refuses_submit_and_an_app_node_refuses_transfer() -> None:
-    bank = Node(node_id="p1", incoming=["p2"], outgoing=["p2"], recovered=recovery.fresh(
-        initial_tally=5, incoming=["p2"], outgoing=["p2"]))
-    with pytest.raises(core.LocalProtocolError, match="runs the bank"):
-        bank.submit(b"pass")
-    mesh = Mesh(token_ring.app, random.Random(6))
-    with pytest.raises(core.LocalProtocolError, match="Submit"):
-        mesh.nodes["p1"].transfer("p2", 1)
+def test_a_node_without_an_app_is_refused_naming_the_bank() -> None:
+    with pytest.raises(TypeError, match="`app` is required.*load_app\\('bank'\\)"):
+        Node(node_id="p1", incoming=["p2"], outgoing=["p2"], recovered=recovery.fresh(
+            initial_tally=0, incoming=["p2"], outgoing=["p2"]))
 
 
 def test_an_app_that_raises_on_a_message_stops_the_step_with_its_text() -> None:
@@ -286,10 +282,10 @@ def test_restore_puts_the_in_flight_token_back_through_on_message() -> None:
     mesh.command("p2", b"pass")  # work after the snapshot, which the restore takes back
     for node_id, part in mesh.reports["s"].items():
         node = mesh.nodes[node_id]
-        in_flight = [(src, t.msg_id, t.seq, t.tally, t.payload) for src, ts in part.channels.items() for t in ts]
-        assert node.restore(snapshot_id="s", epoch=2, tally=0, in_flight=in_flight, state=part.state)
+        in_flight = [(src, t.msg_id, t.seq, 0, t.payload) for src, ts in part.channels.items() for t in ts]
+        assert node.restore(snapshot_id="s", epoch=2, in_flight=in_flight, state=part.state)
         mesh.route(node_id, node)
     assert {i: n.app_state() for i, n in mesh.nodes.items()} == {"p1": b"0", "p2": b"1", "p3": b"0"}
     assert view.in_flight  # the token was in flight at the cut, and is held again after the restore
     with pytest.raises(core.RemoteProtocolError, match="without app state"):
-        mesh.nodes["p1"].restore(snapshot_id="s", epoch=3, tally=0, in_flight=[], state=None)
+        mesh.nodes["p1"].restore(snapshot_id="s", epoch=3, in_flight=[], state=None)

@@ -11,33 +11,30 @@ import pytest
 
 from snapmesh.protocol.node import core, link, recovery
 from snapmesh.protocol import overtake, wal
-from snapmesh.protocol.node.effects import Accepted, Append, Transmit
-from support.machines import Machines, kinds
-
-
-
+from snapmesh.protocol.node.effects import Append, Transmit
+from support.machines import Machines, balance, kinds, pay
 
 
 
 def test_two_machines_move_money_and_take_a_snapshot() -> None:
     m = Machines({"a": 100, "b": 50})
-    answer = m.nodes["a"].transfer("b", 30)
-    assert answer == Accepted(msg_id="a:b:1", tally=70, lsn=2)
-    m.nodes["b"].start_snapshot("s1")  # b records before the transfer reaches it
+    answer = pay(m.nodes["a"], "b", 30)
+    assert (answer.reply, answer.lsn, answer.sent_to, answer.first_seq) == (b"70", 3, ("b",), 1)  # command, then send
+    m.nodes["b"].start_snapshot("s1")  # b records before the payment reaches it
     m.route("a")
     m.route("b")
     m.settle()
-    assert m.nodes["a"].tally == 70 and m.nodes["b"].tally == 80
-    assert {s.node_id: s.tally for s in m.reports} == {"a": 70, "b": 50}
+    assert balance(m.nodes["a"]) == 70 and balance(m.nodes["b"]) == 80
+    assert {s.node_id: s.state for s in m.reports} == {"a": b"70", "b": b"50"}
     in_flight = {s.node_id: s.channels for s in m.reports}
-    assert [t.tally for t in in_flight["b"]["a"]] == [30]
+    assert [(t.msg_id, t.payload) for t in in_flight["b"]["a"]] == [("a:b:1", b"30")]
     assert all(s.unacked == 0 for n in m.nodes.values() for s in n.senders.values())
 
 
 def test_a_frame_leaves_only_once_its_send_record_is_durable() -> None:
     m = Machines({"a": 100, "b": 0})
     m.connect_all()
-    m.nodes["a"].transfer("b", 5)
+    pay(m.nodes["a"], "b", 5)
     effects = m.nodes["a"].drain()
     assert not [e for e in effects if isinstance(e, Transmit)]
     m.logs["a"][-1] += [e.record for e in effects if isinstance(e, Append)]
@@ -48,43 +45,44 @@ def test_a_frame_leaves_only_once_its_send_record_is_durable() -> None:
 def test_restart_rebuilds_balance_and_resends_the_unacknowledged() -> None:
     m = Machines({"a": 100, "b": 0})
     for amount in (1, 2, 3):
-        m.nodes["a"].transfer("b", amount)
+        pay(m.nodes["a"], "b", amount)
     m.route("a")
     m.flush("a")
     m.crash("a")
     m.crash("b")
     m.start("a")
     m.start("b")
-    assert m.nodes["a"].tally == 94 and m.nodes["a"].senders["b"].unacked == 3
+    assert balance(m.nodes["a"]) == 94 and m.nodes["a"].senders["b"].unacked == 3
     m.settle()
-    assert m.nodes["b"].tally == 6 and m.nodes["a"].senders["b"].unacked == 0
+    assert balance(m.nodes["b"]) == 6 and m.nodes["a"].senders["b"].unacked == 0
 
 
 def test_a_full_channel_refuses_at_once_and_moves_no_money() -> None:
     m = Machines({"a": 100, "b": 0}, bound=2)
-    m.nodes["a"].transfer("b", 1)
-    m.nodes["a"].transfer("b", 1)
+    pay(m.nodes["a"], "b", 1)
+    pay(m.nodes["a"], "b", 1)
     m.route("a")
     with pytest.raises(link.ChannelFull):
-        m.nodes["a"].transfer("b", 1)
-    assert m.nodes["a"].tally == 98 and m.nodes["a"].drain() == []  # nothing logged, nothing debited
+        pay(m.nodes["a"], "b", 1)
+    assert balance(m.nodes["a"]) == 98 and m.nodes["a"].drain() == []  # nothing logged, nothing debited
     m.settle()
-    m.nodes["a"].transfer("b", 1)  # room again once acknowledged
+    pay(m.nodes["a"], "b", 1)  # room again once acknowledged
 
 
 def test_a_retried_request_is_answered_not_paid_again_across_restarts() -> None:
     m = Machines({"a": 100, "b": 0})
-    first = m.nodes["a"].transfer("b", 10, request_id="r1")
-    again = m.nodes["a"].transfer("b", 10, request_id="r1")
-    assert again.msg_id == first.msg_id and again.tally == 90 and again.repeated
+    first = pay(m.nodes["a"], "b", 10, request_id="r1")
+    again = pay(m.nodes["a"], "b", 10, request_id="r1")
+    assert again.reply == first.reply == b"90" and again.first_seq == first.first_seq == 1 and again.repeated
     m.route("a")
     m.flush("a")
     m.crash("a")
     m.start("a")
-    after = m.nodes["a"].transfer("b", 10, request_id="r1")
-    assert (after.msg_id, after.tally, after.repeated) == ("a:b:1", 90, True)
-    assert m.nodes["a"].tally == 90
-    assert [r.request_id for r in m.records("a") if isinstance(r, wal.Send)] == ["r1"]
+    after = pay(m.nodes["a"], "b", 10, request_id="r1")
+    assert (after.reply, after.first_seq, after.repeated) == (b"90", 1, True)
+    assert balance(m.nodes["a"]) == 90
+    assert [r.request_id for r in m.records("a") if isinstance(r, wal.Command)] == ["r1"]
+    assert len([r for r in m.records("a") if isinstance(r, wal.Send)]) == 1
 
 
 def test_an_abort_is_remembered_across_a_restart() -> None:
@@ -121,25 +119,25 @@ def test_a_marker_recv_is_logged_after_its_cut_and_recovery_never_sees_one_alone
 def test_segments_checkpoint_and_recovery_reads_only_the_active_one() -> None:
     m = Machines({"a": 1000, "b": 0}, segment_records=10)
     for i in range(40):
-        m.nodes["a"].transfer("b", 1, request_id=f"r{i}")
+        pay(m.nodes["a"], "b", 1, request_id=f"r{i}")
         m.route("a")
         if i % 7 == 0:
             m.settle()
     m.nodes["a"].abort_snapshot("old", "x")
     m.route("a")
     m.flush("a")
-    assert len(m.logs["a"]) > 3
+    assert len(m.logs["a"]) > 6
     assert all(isinstance(seg[0], wal.Checkpoint) for seg in m.logs["a"][1:])
     unacked = m.nodes["a"].senders["b"].unacked
     m.crash("a")
     m.start("a")  # from the active segment alone
     a = m.nodes["a"]
     # The outbox is what the last checkpoint's ack watermark left plus the active segment's sends.
-    assert a.tally == 960 and unacked <= a.senders["b"].unacked <= unacked + 10
+    assert balance(a) == 960 and unacked <= a.senders["b"].unacked <= unacked + 10
     assert a.process.phase("old") is core.Phase.ABANDONED
-    assert a.transfer("b", 1, request_id="r3").repeated
+    assert pay(a, "b", 1, request_id="r3").repeated
     m.settle()
-    assert m.nodes["b"].tally == 40 and a.senders["b"].unacked == 0
+    assert balance(m.nodes["b"]) == 40 and a.senders["b"].unacked == 0
 
 
 def test_a_segment_seals_once_the_log_says_it_holds_segment_bytes() -> None:
@@ -152,14 +150,14 @@ def test_a_segment_seals_once_the_log_says_it_holds_segment_bytes() -> None:
     a = m.nodes["a"]
     a.drain()
     a.log_size(999)
-    a.transfer("b", 1)
+    pay(a, "b", 1)
     assert not [e for e in a.drain() if isinstance(e, Seal)]
     a.log_size(1000)
-    a.transfer("b", 1)  # the step past the budget ends in a seal
+    pay(a, "b", 1)  # the step past the budget ends in a seal
     effects = a.drain()
     seals = [e for e in effects if isinstance(e, Seal)]
     assert len(seals) == 1 and isinstance(effects[-1], Seal) and seals[0].checkpoint.lsn == a.last_lsn
-    a.transfer("b", 1)  # the count starts again at the seal
+    pay(a, "b", 1)  # the count starts again at the seal
     a.start_snapshot("s1")
     assert not [e for e in a.drain() if isinstance(e, Seal)]
 
@@ -215,7 +213,7 @@ def test_overtake_an_early_marker_finishes_the_receiver_ahead_of_a_queued_backlo
     m = Machines({"a": 100, "b": 0}, snapshot_mode="overtake")
     m.connect_all()
     for _ in range(10):
-        m.nodes["a"].transfer("b", 1)
+        pay(m.nodes["a"], "b", 1)
     m.route("a")
     m.flush("a")  # ten transfers on the wire to b, none delivered
     m.nodes["a"].start_snapshot("s1")
@@ -227,20 +225,20 @@ def test_overtake_an_early_marker_finishes_the_receiver_ahead_of_a_queued_backlo
     # b gets the early marker before the backlog: it cuts and is done with a->b at once.
     kind, conn_no, entries = frames.pop()
     for e in entries[:1]:
-        m.nodes["b"].received("a", conn_no, e.seq, tally=e.tally, snapshot_id=e.snapshot_id)
+        m.nodes["b"].received("a", conn_no, e.seq, last_seq=e.tally, snapshot_id=e.snapshot_id)
     m.nodes["b"].end_frame()
     m.route("b")
     m.flush("b")
     b_state = next(s for s in m.reports if s.node_id == "b")
-    assert b_state.tally == 0 and b_state.positions == {"a": 0} and b_state.channels == {"a": ()}
+    assert b_state.state == b"0" and b_state.positions == {"a": 0} and b_state.channels == {"a": ()}
     m.wires[("a", "b")].append((kind, conn_no, entries[1:]))
     m.settle()  # the backlog, then the FIFO marker (ignored: the channel is closed)
     reports = {s.node_id: s for s in m.reports}
     assert [t.seq for t in overtake.channel_state(reports, "a", "b")] == list(range(1, 11))
     assert overtake.channel_state(reports, "b", "a") == ()
-    assert reports["a"].tally + reports["b"].tally + 10 == 100
+    assert int(reports["a"].state) + int(reports["b"].state) + 10 == 100
     assert [type(r).KIND for r in m.records("b")].count("marker_recv") == 1  # one marker per channel
-    assert m.nodes["b"].tally == 10
+    assert balance(m.nodes["b"]) == 10
 
 
 def test_overtake_drops_an_early_marker_behind_transfers_past_the_cut() -> None:
@@ -248,11 +246,11 @@ def test_overtake_drops_an_early_marker_behind_transfers_past_the_cut() -> None:
     after a transfer sent past a's cut. Found by the long fuzz run, seed 1202109."""
     m = Machines({"a": 100, "b": 0}, snapshot_mode="overtake")
     m.connect_all()
-    m.nodes["a"].transfer("b", 1)
+    pay(m.nodes["a"], "b", 1)
     m.route("a")
     m.settle()
     records = len(m.records("b"))
-    m.nodes["b"].received("a", m.conn_nos[("a", "b")], 0, tally=0, snapshot_id="s9")
+    m.nodes["b"].received("a", m.conn_nos[("a", "b")], 0, last_seq=0, snapshot_id="s9")
     assert not list(m.nodes["b"].process.in_progress())  # no recording started
     assert len(m.records("b")) == records  # no cut, nothing logged
     assert m.nodes["b"].stale_markers == 1
@@ -261,7 +259,7 @@ def test_overtake_drops_an_early_marker_behind_transfers_past_the_cut() -> None:
 def test_classic_mode_sends_no_early_marker() -> None:
     m = Machines({"a": 100, "b": 0})
     m.connect_all()
-    m.nodes["a"].transfer("b", 1)
+    pay(m.nodes["a"], "b", 1)
     m.nodes["a"].start_snapshot("s1")
     m.route("a")
     m.flush("a")

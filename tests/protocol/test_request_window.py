@@ -26,7 +26,7 @@ import dataclasses
 import json
 
 import pytest
-from support.machines import Machines
+from support.machines import Machines, balance, bank_restore, pay
 from support.machines import _restore_all, _snapshot_with_one_in_flight
 
 from snapmesh.protocol.node import core, recovery, requests
@@ -39,50 +39,50 @@ from snapmesh.services.app import kvshard
 def test_a_burst_of_ten_thousand_ids_does_not_push_out_the_first() -> None:
     m = Machines({"a": 100_000, "b": 0})
     a = m.nodes["a"]
-    first = a.transfer("b", 1, "r-0")
+    first = pay(a, "b", 1, "r-0")
     for i in range(1, 10_001):
-        a.transfer("b", 1, f"r-{i}")
+        pay(a, "b", 1, f"r-{i}")
     m.route("a")
-    balance = a.tally
-    retry = a.transfer("b", 1, "r-0")
-    assert retry.repeated and retry.msg_id == first.msg_id
-    assert a.tally == balance, "the retry was paid twice"
+    held = balance(a)
+    retry = pay(a, "b", 1, "r-0")
+    assert retry.repeated and (retry.reply, retry.first_seq) == (first.reply, first.first_seq) == (b"99999", 1)
+    assert balance(a) == held, "the retry was paid twice"
 
 
 def test_after_a_checkpoint_the_oldest_ids_are_kept_in_age_order() -> None:
     m = Machines({"a": 100_000, "b": 0}, segment_records=2_000)  # a few checkpoints
     a = m.nodes["a"]
-    a.transfer("b", 1, "z-oldest")
-    firsts = {f"a-{i:05d}": a.transfer("b", 1, f"a-{i:05d}").msg_id for i in range(10_000)}
+    pay(a, "b", 1, "z-oldest")
+    firsts = {f"a-{i:05d}": pay(a, "b", 1, f"a-{i:05d}").first_seq for i in range(10_000)}
     m.route("a")
     assert sum(isinstance(r, wal.Checkpoint) for r in m.records("a")) >= 4
     m.flush("a")
     m.crash("a")
     m.start("a")  # from the last segment: a checkpoint and a few records
     a = m.nodes["a"]
-    a.transfer("b", 1, "new-one")
-    balance = a.tally
-    for rid, msg_id in list(firsts.items())[:3] + list(firsts.items())[-3:]:
-        retry = a.transfer("b", 1, rid)
-        assert retry.repeated and retry.msg_id == msg_id, rid
-    assert a.transfer("b", 1, "z-oldest").repeated
-    assert a.tally == balance, "a retry was paid twice"
+    pay(a, "b", 1, "new-one")
+    held = balance(a)
+    for rid, seq in list(firsts.items())[:3] + list(firsts.items())[-3:]:
+        retry = pay(a, "b", 1, rid)
+        assert retry.repeated and retry.first_seq == seq, rid
+    assert pay(a, "b", 1, "z-oldest").repeated
+    assert balance(a) == held, "a retry was paid twice"
 
 
 def test_ids_leave_by_age_and_a_retry_older_than_the_window_is_refused() -> None:
     m = Machines({"a": 100, "b": 0}, wall=1000.0, request_ttl_s=60.0, request_capacity=2)
     a = m.nodes["a"]
-    a.transfer("b", 1, "r1", wall=1000.0)
-    a.transfer("b", 1, "r2", wall=1030.0)
+    pay(a, "b", 1, "r1", wall=1000.0)
+    pay(a, "b", 1, "r2", wall=1030.0)
     with pytest.raises(requests.WindowFull, match="limit 2") as full:
-        a.transfer("b", 1, "r3", wall=1050.0)  # both still younger than 60 s: neither is evicted
-    assert full.value.kind is core.Refusal.REQUESTS_FULL and a.tally == 98
-    assert a.transfer("b", 1, "r2", wall=1050.0).repeated
-    a.transfer("b", 1, "r3", wall=1070.0)  # r1 (70 s old) has left the window: room again
-    assert a.tally == 97
+        pay(a, "b", 1, "r3", wall=1050.0)  # both still younger than 60 s: neither is evicted
+    assert full.value.kind is core.Refusal.REQUESTS_FULL and balance(a) == 98
+    assert pay(a, "b", 1, "r2", wall=1050.0).repeated
+    pay(a, "b", 1, "r3", wall=1070.0)  # r1 (70 s old) has left the window: room again
+    assert balance(a) == 97
     with pytest.raises(requests.RequestExpired, match="older than the request-id window") as old:
-        a.transfer("b", 1, "r1", wall=1080.0, first_sent_unix_ms=1_000_000)
-    assert old.value.kind is core.Refusal.REQUEST_UNKNOWN and a.tally == 97
+        pay(a, "b", 1, "r1", wall=1080.0, first_sent_unix_ms=1_000_000)
+    assert old.value.kind is core.Refusal.REQUEST_UNKNOWN and balance(a) == 97
     # After a restart the ids read from send records are as old as the restart
     # (W3): kept longer, never less; r1's retry is answered, not paid.
     m.route("a")
@@ -91,17 +91,17 @@ def test_ids_leave_by_age_and_a_retry_older_than_the_window_is_refused() -> None
     m.node_kw["wall"] = 1090.0
     m.start("a")
     a = m.nodes["a"]
-    assert a.transfer("b", 1, "r3", wall=1090.0).repeated
-    assert a.transfer("b", 1, "r1", wall=1090.0, first_sent_unix_ms=1_000_000).repeated
-    assert a.tally == 97
+    assert pay(a, "b", 1, "r3", wall=1090.0).repeated
+    assert pay(a, "b", 1, "r1", wall=1090.0, first_sent_unix_ms=1_000_000).repeated
+    assert balance(a) == 97
 
 
 @pytest.mark.parametrize("restart", [False, True])
 def test_a_restore_forgets_the_ids_paid_after_the_cut(restart: bool) -> None:
     m = Machines({"a": 100, "b": 50})
-    before = m.nodes["a"].transfer("b", 5, "before-cut")
+    before = pay(m.nodes["a"], "b", 5, "before-cut")
     parts = _snapshot_with_one_in_flight(m)  # a: 65 at the cut
-    after = m.nodes["a"].transfer("b", 10, "after-cut")
+    after = pay(m.nodes["a"], "b", 10, "after-cut")
     m.settle()
     _restore_all(m, parts, epoch=2)
     if restart:
@@ -109,22 +109,22 @@ def test_a_restore_forgets_the_ids_paid_after_the_cut(restart: bool) -> None:
         m.crash("a")
         m.start("a")
     a = m.nodes["a"]
-    assert a.tally == 65
-    retry = a.transfer("b", 10, "after-cut")  # taken back by the restore: paid again, in epoch 2
-    assert not retry.repeated and a.tally == 55 and retry.msg_id == "a:b:1"
-    assert retry.msg_id != after.msg_id or a.epoch == 2
-    again = a.transfer("b", 5, "before-cut")  # part of the restored state: answered, not paid
-    assert again.repeated and again.msg_id == before.msg_id and a.tally == 55
+    assert balance(a) == 65
+    retry = pay(a, "b", 10, "after-cut")  # taken back by the restore: paid again, in epoch 2
+    assert not retry.repeated and balance(a) == 55 and (retry.reply, retry.first_seq) == (b"55", 1)
+    assert after.first_seq == 4 and a.epoch == 2  # the seq it had in epoch 1, after s1's marker
+    again = pay(a, "b", 5, "before-cut")  # part of the restored state: answered, not paid
+    assert again.repeated and (again.reply, again.first_seq) == (before.reply, before.first_seq) and balance(a) == 55
 
 
 def test_with_the_cut_forgotten_a_retry_is_refused_not_answered() -> None:
     m = Machines({"a": 100, "b": 50})
-    m.nodes["a"].transfer("b", 5, "r")
+    pay(m.nodes["a"], "b", 5, "r")
     parts = _snapshot_with_one_in_flight(m)
     m.nodes["a"]._cuts.clear()  # as if s1's cut had left the window of recent cuts
     _restore_all(m, parts, epoch=2)
     with pytest.raises(requests.RequestInDoubt, match="restore"):
-        m.nodes["a"].transfer("b", 5, "r")
+        pay(m.nodes["a"], "b", 5, "r")
 
 
 def test_a_checkpoint_keeps_the_last_restore() -> None:
@@ -133,18 +133,19 @@ def test_a_checkpoint_keeps_the_last_restore() -> None:
     _restore_all(m, parts, epoch=2)
     m.settle()
     b = m.nodes["b"]
-    assert b.restored_tally == 80
+    assert balance(b) == 80
     for _ in range(5):  # seal: the restore record is in a sealed segment now
-        m.nodes["a"].transfer("b", 1)
+        pay(m.nodes["a"], "b", 1)
         m.settle()
     assert not any(isinstance(r, wal.Restore) for r in m.logs["b"][-1])
+    held = balance(b)
     m.crash("b")
     m.start("b")
     b = m.nodes["b"]
-    assert (b.epoch, b.restored, b.restored_tally) == (2, "s1", 80)
-    assert b.restore(snapshot_id="s1", epoch=2, tally=50, in_flight=[("a", "a:b:1", 1, 30)]) is False
+    assert (b.epoch, b.restored, balance(b)) == (2, "s1", held)
+    assert bank_restore(b, snapshot_id="s1", epoch=2, balance=50, in_flight=[("a", "a:b:1", 1, 30)]) is False
     with pytest.raises(core.RemoteProtocolError, match="restored 's1' in epoch 2"):
-        b.restore(snapshot_id="s-other", epoch=2, tally=7, in_flight=[])
+        bank_restore(b, snapshot_id="s-other", epoch=2, balance=7)
 
 
 # -------------------------------------------------- one request per id (W5), its epoch (W6), the bytes (W2)
@@ -153,37 +154,37 @@ def test_a_checkpoint_keeps_the_last_restore() -> None:
 def test_the_same_id_for_another_transfer_is_refused_naming_it_and_nothing_is_paid() -> None:
     m = Machines({"a": 100, "b": 0, "c": 0})
     a = m.nodes["a"]
-    first = a.transfer("b", 10, "order-17")
+    first = pay(a, "b", 10, "order-17")
     m.route("a")
     sends = sum(isinstance(r, wal.Send) for r in m.records("a"))
-    for dst, tally in (("c", 50), ("b", 11)):  # another destination, another tally
+    for dst, amount in (("c", 50), ("b", 11)):  # another destination, another amount
         with pytest.raises(core.LocalProtocolError, match="request_id 'order-17' was used for another request") as info:
-            a.transfer(dst, tally, "order-17")
+            pay(a, dst, amount, "order-17")
         assert info.value.kind is core.Refusal.INVALID_INPUT  # INVALID_ARGUMENT at the servicer
     m.route("a")
-    assert a.tally == 90 and sum(isinstance(r, wal.Send) for r in m.records("a")) == sends, "the other request was paid"
-    retry = a.transfer("b", 10, "order-17")  # the identical retry: still the first answer
-    assert retry.repeated and retry.msg_id == first.msg_id and a.tally == 90
+    assert balance(a) == 90 and sum(isinstance(r, wal.Send) for r in m.records("a")) == sends, "the other request was paid"
+    retry = pay(a, "b", 10, "order-17")  # the identical retry: still the first answer
+    assert retry.repeated and (retry.reply, retry.first_seq) == (first.reply, first.first_seq) and balance(a) == 90
 
 
 @pytest.mark.parametrize("segment_records", [4, 10**6])  # the ids in a checkpoint, or in send records after one
 def test_the_digest_survives_a_restart(segment_records: int) -> None:
     m = Machines({"a": 100, "b": 0, "c": 0}, segment_records=segment_records)
     a = m.nodes["a"]
-    firsts = {f"r{i}": a.transfer("b", i, f"r{i}").msg_id for i in range(1, 4)}
-    a.transfer("c", 1)  # and one more, so that with 4 records a segment the ids are in a checkpoint
+    firsts = {f"r{i}": pay(a, "b", i, f"r{i}").first_seq for i in range(1, 4)}
+    pay(a, "c", 1)  # and one more, so that with 4 records a segment the ids are in a checkpoint
     m.route("a")
     assert any(isinstance(r, wal.Checkpoint) for r in m.logs["a"][-1]) == (segment_records == 4)
     m.flush("a")
     m.crash("a")
     m.start("a")
     a = m.nodes["a"]
-    for rid, msg_id in firsts.items():
+    for rid, seq in firsts.items():
         with pytest.raises(core.LocalProtocolError, match=f"request_id {rid!r} was used for another request"):
-            a.transfer("c", 1, rid)
-        again = a.transfer("b", int(rid[1:]), rid)
-        assert again.repeated and again.msg_id == msg_id
-    assert a.tally == 100 - 1 - 2 - 3 - 1
+            pay(a, "c", 1, rid)
+        again = pay(a, "b", int(rid[1:]), rid)
+        assert again.repeated and again.first_seq == seq
+    assert balance(a) == 100 - 1 - 2 - 3 - 1
 
 
 def test_a_checkpoint_from_before_the_digest_still_loads_and_answers_its_retries() -> None:
@@ -191,9 +192,9 @@ def test_a_checkpoint_from_before_the_digest_still_loads_and_answers_its_retries
     # epoch (W5, W6), so a retry is answered as before, whatever it asks for.
     m = Machines({"a": 100, "b": 0, "c": 0}, segment_records=4)
     a = m.nodes["a"]
-    first = a.transfer("b", 10, "old")
+    first = pay(a, "b", 10, "old")
     for _ in range(4):
-        a.transfer("b", 1)
+        pay(a, "b", 1)
     m.route("a")
     m.flush("a")
     [checkpoint] = [r for r in m.logs["a"][-1] if isinstance(r, wal.Checkpoint)]
@@ -202,27 +203,27 @@ def test_a_checkpoint_from_before_the_digest_still_loads_and_answers_its_retries
     m.crash("a")
     m.start("a")
     a = m.nodes["a"]
-    retry = a.transfer("c", 50, "old")  # digest unknown: answered, not paid, not refused
-    assert retry.repeated and retry.msg_id == first.msg_id and a.tally == 86
+    retry = pay(a, "c", 50, "old")  # digest unknown: answered, not paid, not refused
+    assert retry.repeated and (retry.reply, retry.first_seq) == (first.reply, first.first_seq) and balance(a) == 86
     assert requests.from_checkpoint({"old": ["a:b:1", 90, 5.0, 2]}) == [("old", requests.Paid("a:b:1", 90, 5.0, 2, "", 0))]
 
 
 def test_the_byte_budget_refuses_a_new_id_and_frees_by_age() -> None:
-    cost = requests.entry_bytes("r1", requests.Paid("a:b:1", 0, 0.0, 0, requests.transfer_digest("b", 1)))
+    cost = requests.entry_bytes("r1", requests.Paid(wal.pack(b"99"), 1, 0.0, 0, requests.command_digest(b"1 b")))
     m = Machines({"a": 100, "b": 0}, wall=1000.0, request_ttl_s=60.0, reply_window_bytes=2 * cost)
     a = m.nodes["a"]
     assert a.request_window_bytes == 0
-    a.transfer("b", 1, "r1", wall=1000.0)
+    pay(a, "b", 1, "r1", wall=1000.0)
     assert a.request_window_bytes == cost
-    a.transfer("b", 1, "r2", wall=1030.0)
+    pay(a, "b", 1, "r2", wall=1030.0)
     assert a.request_window_bytes == 2 * cost
     with pytest.raises(requests.WindowFull, match="reply_window_bytes") as full:
-        a.transfer("b", 1, "r3", wall=1050.0)  # both younger than 60 s: neither is evicted
-    assert full.value.kind is core.Refusal.REQUESTS_FULL and a.tally == 98
-    assert a.transfer("b", 1, "r1", wall=1050.0).repeated  # a retry is still answered
-    a.transfer("b", 1, wall=1050.0)  # and a transfer without an id is not affected
-    a.transfer("b", 1, "r3", wall=1070.0)  # r1 (70 s old) has left: room again
-    assert a.request_window_bytes == 2 * cost and a.tally == 96
+        pay(a, "b", 1, "r3", wall=1050.0)  # both younger than 60 s: neither is evicted
+    assert full.value.kind is core.Refusal.REQUESTS_FULL and balance(a) == 98
+    assert pay(a, "b", 1, "r1", wall=1050.0).repeated  # a retry is still answered
+    pay(a, "b", 1, wall=1050.0)  # and a transfer without an id is not affected
+    pay(a, "b", 1, "r3", wall=1070.0)  # r1 (70 s old) has left: room again
+    assert a.request_window_bytes == 2 * cost and balance(a) == 96
 
 
 # An app node: p1 hosting kvshard (p1 <-> p2; p2 never runs here). Every record is
@@ -285,7 +286,7 @@ def test_a_replayed_submit_answers_the_epoch_its_command_ran_in(segment_records:
     state = p1.node.app_state()
     p1.node.start_snapshot("s1")  # its cut holds c-1: the restore keeps it (W4)
     p1.route()
-    assert p1.node.restore(snapshot_id="s1", epoch=2, tally=0, in_flight=[], state=state)
+    assert p1.node.restore(snapshot_id="s1", epoch=2, in_flight=[], state=state)
     p1.route()
     newer = p1.submit({"op": "put", "key": "p1/b", "value": 2}, "c-2")
     for _ in range(2):

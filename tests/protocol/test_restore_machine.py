@@ -9,7 +9,7 @@ the same state (or is redone from the start when the replays were cut short).
 from __future__ import annotations
 
 import pytest
-from support.machines import Machines, kinds
+from support.machines import Machines, balance, bank_restore, kinds, pay
 
 from snapmesh.protocol.node import core, recovery
 from snapmesh.protocol import wal
@@ -19,20 +19,17 @@ from support.machines import _restore_all, _snapshot_with_one_in_flight
 
 
 
-
-
-
 def test_restore_sets_recorded_balances_replays_in_flight_and_new_traffic_flows() -> None:
     m = Machines({"a": 100, "b": 50})
     parts = _snapshot_with_one_in_flight(m)
-    m.nodes["a"].transfer("b", 10)  # after the snapshot: undone by the restore
+    pay(m.nodes["a"], "b", 10)  # after the snapshot: undone by the restore
     m.settle()
     _restore_all(m, parts, epoch=2)
-    assert (m.nodes["a"].tally, m.nodes["b"].tally) == (70, 80)  # 50 recorded + 30 replayed
+    assert (balance(m.nodes["a"]), balance(m.nodes["b"])) == (70, 80)  # 50 recorded + 30 replayed
     assert m.nodes["b"].epoch == 2 and kinds(m.records("b"))[-2:] == ["restore", "replay"]
-    m.nodes["a"].transfer("b", 5)  # epoch-2 traffic starts at seq 1 again
+    pay(m.nodes["a"], "b", 5)  # epoch-2 traffic starts at seq 1 again
     m.settle()
-    assert (m.nodes["a"].tally, m.nodes["b"].tally) == (65, 85)
+    assert (balance(m.nodes["a"]), balance(m.nodes["b"])) == (65, 85)
     assert [r.seq for r in m.records("b") if isinstance(r, wal.Recv)][-1] == 1
 
 
@@ -41,11 +38,11 @@ def test_a_repeat_is_a_no_op_and_an_older_epoch_is_refused() -> None:
     parts = _snapshot_with_one_in_flight(m)
     _restore_all(m, parts, epoch=2)
     before = len(m.records("b"))
-    assert m.nodes["b"].restore(snapshot_id="s1", epoch=2, tally=50, in_flight=[("a", "a:b:1", 1, 30)]) is False
+    assert bank_restore(m.nodes["b"], snapshot_id="s1", epoch=2, balance=50, in_flight=[("a", "a:b:1", 1, 30)]) is False
     m.route("b")
-    assert len(m.records("b")) == before and m.nodes["b"].tally == 80
+    assert len(m.records("b")) == before and balance(m.nodes["b"]) == 80
     with pytest.raises(core.RemoteProtocolError, match="stale"):
-        m.nodes["b"].restore(snapshot_id="s1", epoch=1, tally=50, in_flight=[])
+        bank_restore(m.nodes["b"], snapshot_id="s1", epoch=1, balance=50, in_flight=[])
 
 
 def test_the_restore_is_answered_by_an_effect_once_its_records_are_durable() -> None:
@@ -55,20 +52,20 @@ def test_the_restore_is_answered_by_an_effect_once_its_records_are_durable() -> 
     m = Machines({"a": 100, "b": 50})
     _snapshot_with_one_in_flight(m)
     b = m.nodes["b"]
-    assert b.restore(snapshot_id="s1", epoch=2, tally=50, in_flight=[("a", "a:b:1", 1, 30)], reply_to="call 1")
+    assert bank_restore(b, snapshot_id="s1", epoch=2, balance=50, in_flight=[("a", "a:b:1", 1, 30)], reply_to="call 1")
     effects = b.drain()
     assert not [e for e in effects if isinstance(e, RestoreReply)]  # nothing durable yet
     last = max(e.record.lsn for e in effects if isinstance(e, Append))
-    assert b.restore(snapshot_id="s1", epoch=2, tally=50, in_flight=[("a", "a:b:1", 1, 30)], reply_to="call 2") is False
+    assert bank_restore(b, snapshot_id="s1", epoch=2, balance=50, in_flight=[("a", "a:b:1", 1, 30)], reply_to="call 2") is False
     assert b.drain() == []  # the repeat rests on the same records: it waits as well
     b.durable(last - 1)
     assert not [e for e in b.drain() if isinstance(e, RestoreReply)]
     b.durable(last)
     assert [e for e in b.drain() if isinstance(e, RestoreReply)] == [
-        RestoreReply("call 1", 2, 80), RestoreReply("call 2", 2, 80)
+        RestoreReply("call 1", 2), RestoreReply("call 2", 2)
     ]
-    assert b.restore(snapshot_id="s1", epoch=2, tally=50, in_flight=[], reply_to="call 3") is False
-    assert b.drain() == [RestoreReply("call 3", 2, 80)]  # all durable already: answered in the step
+    assert bank_restore(b, snapshot_id="s1", epoch=2, balance=50, in_flight=[], reply_to="call 3") is False
+    assert b.drain() == [RestoreReply("call 3", 2)]  # all durable already: answered in the step
 
 
 def test_the_restore_names_the_connections_to_end_and_a_repeat_names_none() -> None:
@@ -78,12 +75,12 @@ def test_the_restore_names_the_connections_to_end_and_a_repeat_names_none() -> N
     m = Machines({"a": 100, "b": 50, "c": 10})
     parts = _snapshot_with_one_in_flight(m)
     b = m.nodes["b"]
-    b.restore(snapshot_id="s1", epoch=2, tally=parts["b"].tally, in_flight=[("a", "a:b:1", 1, 30)])
+    bank_restore(b, snapshot_id="s1", epoch=2, balance=int(parts["b"].state), in_flight=[("a", "a:b:1", 1, 30)])
     effects = b.drain()
     ends = [e for e in effects if isinstance(e, EndStreams)]
     assert ends == [EndStreams(("a", "c"), ("a", "c"), "b restored s1 in epoch 2")]
     assert effects.index(ends[0]) > max(i for i, e in enumerate(effects) if isinstance(e, Append))
-    assert b.restore(snapshot_id="s1", epoch=2, tally=parts["b"].tally, in_flight=[("a", "a:b:1", 1, 30)]) is False
+    assert bank_restore(b, snapshot_id="s1", epoch=2, balance=int(parts["b"].state), in_flight=[("a", "a:b:1", 1, 30)]) is False
     assert not [e for e in b.drain() if isinstance(e, EndStreams)]
 
 
@@ -113,13 +110,13 @@ def test_a_crash_during_or_after_a_restore_recovers_exactly_once(cut: str) -> No
     if cut == "after_restore":  # the replay is lost: the restore must be done again, and it is, once
         assert b.restore_incomplete
         part = parts["b"]
-        assert b.restore(snapshot_id="s1", epoch=2, tally=part.tally, in_flight=[("a", "a:b:1", 1, 30)]) is True
+        assert bank_restore(b, snapshot_id="s1", epoch=2, balance=int(part.state), in_flight=[("a", "a:b:1", 1, 30)]) is True
         m.route("b")
-    assert b.tally == b.restored_tally == 80 and not b.restore_incomplete
+    assert balance(b) == 80 and not b.restore_incomplete
     m.durable["b"] = m.records("b")[-1].lsn
     m.crash("b")  # and once more from the complete log
     m.start("b")
-    assert m.nodes["b"].tally == 80
+    assert balance(m.nodes["b"]) == 80
 
 
 def test_a_node_redoing_a_restore_may_dial_out_it_has_nothing_of_an_epoch_to_send() -> None:
@@ -143,13 +140,13 @@ def test_a_node_redoing_a_restore_may_dial_out_it_has_nothing_of_an_epoch_to_sen
     m.route("a")
     b.connect("a", conn_no)
     assert not [e for e in b.drain() if isinstance(e, Transmit)]
-    b.restore(snapshot_id="s1", epoch=2, tally=parts["b"].tally, in_flight=[("a", "a:b:1", 1, 30)])
+    bank_restore(b, snapshot_id="s1", epoch=2, balance=int(parts["b"].state), in_flight=[("a", "a:b:1", 1, 30)])
     m.route("b")  # its EndStreams ends that connection
     assert ("b", "a") not in m.wires and not b.restore_incomplete
-    b.transfer("a", 5)
+    pay(b, "a", 5)
     m.route("b")
     m.settle()
-    assert (a.tally, b.tally) == (75, 75) and a.receivers["b"].last_seq == 1
+    assert (balance(a), balance(b)) == (75, 75) and a.receivers["b"].last_seq == 1
 
 
 def test_the_epoch_fence_refuses_older_calls_and_holds_newer_ones_until_restored() -> None:
@@ -172,7 +169,7 @@ def test_the_epoch_fence_refuses_older_calls_and_holds_newer_ones_until_restored
     assert unfinished is not None and not unfinished.stale
     client = b.fence_clients()
     assert client is not None and not client.stale and client.reason == "b is finishing a restore"
-    b.restore(snapshot_id="s1", epoch=2, tally=parts["b"].tally, in_flight=[("a", "a:b:1", 1, 30)])
+    bank_restore(b, snapshot_id="s1", epoch=2, balance=int(parts["b"].state), in_flight=[("a", "a:b:1", 1, 30)])
     assert b.fence(2, "channel a->b") is None and b.fence_clients() is None
 
 
@@ -192,7 +189,7 @@ def test_the_events_that_carry_an_epoch_are_fenced_by_the_node_itself_and_change
         b.opened("a", 7, epoch=1)
     assert stale.value.stale and b.receivers["a"].conn_no != 7
     with pytest.raises(EpochFenced, match="a restore for epoch 1 is stale") as stale:
-        b.restore(snapshot_id="s1", epoch=1, tally=parts["b"].tally, in_flight=[])
+        bank_restore(b, snapshot_id="s1", epoch=1, balance=int(parts["b"].state), in_flight=[])
     assert stale.value.stale
     m.route("b")
     assert len(m.records("b")) == before  # nothing logged for any of them
@@ -219,10 +216,10 @@ def test_a_channel_open_of_another_epoch_is_refused_by_the_node_itself_changing_
         b.opened("a", live + 5, epoch=1)  # a newer connection number does not help a stale epoch
     assert stale.value.stale and b.drain() == [] and len(m.records("b")) == records
     assert (b.receivers["a"].conn_no, b.receivers["a"].last_seq) == (live, held)
-    m.nodes["a"].transfer("b", 5)  # the live connection still carries epoch 2's traffic
+    pay(m.nodes["a"], "b", 5)  # the live connection still carries epoch 2's traffic
     m.route("a")
     m.settle()
-    assert b.tally == 85 and b.receivers["a"].last_seq == held + 1
+    assert balance(b) == 85 and b.receivers["a"].last_seq == held + 1
     b.opened("a", live + 5, epoch=2)  # the node's own epoch goes through: the newer connection takes over
     assert b.receivers["a"].conn_no == live + 5
 
@@ -266,32 +263,33 @@ def test_a_clients_step_while_a_restore_is_redone_is_refused_by_the_node() -> No
     m.crash("b")
     m.start("b")
     b = m.nodes["b"]
-    before = (b.tally, b.last_lsn)
+    before = (balance(b), b.last_lsn)
     with pytest.raises(core.LocalProtocolError, match="b is finishing a restore") as refused:
-        b.transfer("a", 5, "r1")
-    assert refused.value.kind is core.Refusal.RESTORING and (b.tally, b.last_lsn) == before
-    b.restore(snapshot_id="s1", epoch=2, tally=parts["b"].tally, in_flight=[("a", "a:b:1", 1, 30)])
-    assert b.transfer("a", 5, "r1").tally == 75
+        pay(b, "a", 5, "r1")
+    assert refused.value.kind is core.Refusal.RESTORING and (balance(b), b.last_lsn) == before
+    bank_restore(b, snapshot_id="s1", epoch=2, balance=int(parts["b"].state), in_flight=[("a", "a:b:1", 1, 30)])
+    assert pay(b, "a", 5, "r1").reply == b"75"
 
 
 @pytest.mark.parametrize(
-    "balance, in_flight, refusal",
+    "in_flight, state, refusal",
     [
-        (50, [("c", "c:b:1", 1, 30)], r"cannot replay 'c:b:1' \(30\) from 'c'"),  # no channel c->b
-        (50, [("a", "a:b:1", 1, 0)], r"cannot replay 'a:b:1' \(0\) from 'a'"),
-        (50, [("a", "", 1, 30)], r"cannot replay '' \(30\) from 'a'"),
-        (-1, [], "a recorded tally of -1"),
+        ([("c", "c:b:1", 1, 0, b"30")], b"50", r"cannot replay 'c:b:1' \(0\) from 'c'"),  # no channel c->b
+        ([("a", "a:b:1", 1, 0, "30")], b"50", r"cannot replay 'a:b:1' \(0\) from 'a'"),  # a payload not bytes
+        ([("a", "", 1, 0, b"30")], b"50", r"cannot replay '' \(0\) from 'a'"),
+        ([("a", "a:b:1", 1, 30, b"30")], b"50", r"cannot replay 'a:b:1' \(30\) from 'a'"),  # a native tally
+        ([], None, "a restore without app state"),
     ],
 )
-def test_a_restore_that_cannot_be_right_is_refused_and_changes_nothing(balance, in_flight, refusal: str) -> None:
+def test_a_restore_that_cannot_be_right_is_refused_and_changes_nothing(in_flight, state, refusal: str) -> None:
     m = Machines({"a": 100, "b": 50})
     m.settle()
     b = m.nodes["b"]
     before = len(m.records("b"))
     with pytest.raises(core.RemoteProtocolError, match=refusal):
-        b.restore(snapshot_id="s1", epoch=2, tally=balance, in_flight=in_flight)
+        b.restore(snapshot_id="s1", epoch=2, in_flight=in_flight, state=state)
     m.route("b")
-    assert len(m.records("b")) == before and (b.epoch, b.tally, b.restored) == (1, 50, "")
+    assert len(m.records("b")) == before and (b.epoch, balance(b), b.restored) == (1, 50, "")
     assert b.fence(1) is None and b.fence(2) is not None
 
 

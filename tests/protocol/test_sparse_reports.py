@@ -91,8 +91,8 @@ def test_a_repeat_listing_the_empty_channels_or_not_is_the_same_report_before_an
 
 
 def test_a_node_reports_only_the_channels_it_recorded_messages_on() -> None:
-    part = core.FullState(snapshot_id="s1", node_id="p3", tally=0, state=b"88", app="bank", version=1,
-                          channels={"p1": [core.Transfer(msg_id="p1:p3:1", tally=0, seq=1, payload=b"5")],
+    part = core.FullState(snapshot_id="s1", node_id="p3", state=b"88", app="bank", version=1,
+                          channels={"p1": [core.Transfer(msg_id="p1:p3:1", seq=1, payload=b"5")],
                                     "p2": [], "p4": []})
     message = report_message(part)
     assert message.only_recorded_channels and message.state == b"88"

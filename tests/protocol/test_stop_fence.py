@@ -141,7 +141,7 @@ def test_a_log_ending_in_a_stop_starts_under_another_version_fenced_and_a_restor
     assert recover(items(3), log).stopped == SID
 
     v2 = start(items(2), log)
-    run(v2, log, lambda n: n.restore(snapshot_id=SID, epoch=2, tally=0, in_flight=[], state=b"v2:[0, 1, 2, 3, 4]"),
+    run(v2, log, lambda n: n.restore(snapshot_id=SID, epoch=2, in_flight=[], state=b"v2:[0, 1, 2, 3, 4]"),
         lambda n: n.submit(b"5"))
     assert v2.stopped == "" and v2.app_state() == b"v2:[0, 1, 2, 3, 4, 5]"
     again = recover(items(2), log)  # the restart replays from the restore on, through version 2

@@ -11,17 +11,14 @@ from snapmesh.protocol.node import core
 
 
 def process() -> core.Process:
-    return core.Process(node_id="P", tally=10, incoming=["X"], outgoing=["X"])
+    return core.Process(node_id="P", incoming=["X"], outgoing=["X"])
 
 
 @pytest.mark.parametrize(
     ("call", "kind", "words"),
     [
-        (lambda p: p.send_transfer(dst="P", msg_id="t", tally=1), core.Refusal.INVALID_TRANSFER, "to itself"),
-        (lambda p: p.send_transfer(dst="nobody", msg_id="t", tally=1), core.Refusal.INVALID_TRANSFER, "no channel"),
-        (lambda p: p.send_transfer(dst="X", msg_id="t", tally=0), core.Refusal.INVALID_TRANSFER, "positive"),
-        (lambda p: p.send_transfer(dst="X", msg_id="t", tally=11), core.Refusal.INSUFFICIENT_FUNDS, "balance is 10"),
         (lambda p: p.start_snapshot(""), core.Refusal.INVALID_INPUT, "snapshot id"),
+        (lambda p: core.Process(node_id="P", incoming=[], outgoing=[], mode="fast"), core.Refusal.INVALID_INPUT, "mode"),
     ],
 )
 def test_each_refusal_names_its_kind_and_changes_nothing(call, kind, words) -> None:
@@ -29,10 +26,10 @@ def test_each_refusal_names_its_kind_and_changes_nothing(call, kind, words) -> N
     with pytest.raises(core.LocalProtocolError) as info:
         call(p)
     assert info.value.kind is kind and words in str(info.value)
-    assert p.tally == 10 and p.in_progress() == ()
+    assert p.in_progress() == ()
 
 
 def test_every_refusal_kind_has_a_status_code() -> None:
     assert set(REFUSAL_STATUS) == set(core.Refusal)
-    assert REFUSAL_STATUS[core.Refusal.INSUFFICIENT_FUNDS] == grpc.StatusCode.FAILED_PRECONDITION
-    assert REFUSAL_STATUS[core.Refusal.INVALID_TRANSFER] == grpc.StatusCode.INVALID_ARGUMENT
+    assert REFUSAL_STATUS[core.Refusal.INVALID_INPUT] == grpc.StatusCode.INVALID_ARGUMENT
+    assert REFUSAL_STATUS[core.Refusal.RESTORING] == grpc.StatusCode.UNAVAILABLE

@@ -71,7 +71,7 @@ async def _submits(tmp_path: Path) -> None:
         state = engine.node.app_state()
         engine.start_snapshot("s1")  # its cut holds c-1: the restore keeps it
         log.flush_sync()
-        engine.restore("s1", 2, 0, [], state)
+        engine.restore("s1", 2, [], state)
         log.flush_sync()
         assert engine.node.epoch == 2
         again = await _answer(servicer.Submit(pb.SubmitRequest(command=put, request_id="c-1"), ServicerContext()), log)

@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 from support.engine_harness import Aborted, ServicerContext, held_node, outcome
-from support.machines import Machines
+from support.machines import Machines, bank_restore, pay
 
 from snapmesh.protocol.node import epochs
 from snapmesh.protocol import wal
@@ -41,49 +41,49 @@ def test_a_restore_to_a_cut_before_the_transfer_takes_it_back() -> None:
     a = m.nodes["a"]
     a.start_snapshot("s1")
     m.route("a")
-    answer = a.transfer("b", 10, "r1")  # after s1's cut at a: not in s1
+    answer = pay(a, "b", 10, "r1")  # after s1's cut at a: not in s1
     assert _cut(m, "a", "s1") < answer.lsn and a.taken_back(answer) is None
-    a.restore(snapshot_id="s1", epoch=2, tally=100, in_flight=[])
+    bank_restore(a, snapshot_id="s1", epoch=2, balance=100)
     m.route("a")
     assert a.taken_back(answer) == "s1"
-    later = a.transfer("b", 5, "r2")  # in the new epoch: it stands
+    later = pay(a, "b", 5, "r2")  # in the new epoch: it stands
     assert a.taken_back(later) is None
-    again = a.transfer("b", 10, "r1")  # the retry: the restore forgot r1, so it is paid anew, and stands
+    again = pay(a, "b", 10, "r1")  # the retry: the restore forgot r1, so it is paid anew, and stands
     assert not again.repeated and a.taken_back(again) is None
 
 
 def test_a_restore_to_a_cut_after_the_transfer_keeps_it() -> None:
     m = Machines({"a": 100, "b": 50})
     a = m.nodes["a"]
-    answer = a.transfer("b", 10, "r1")
+    answer = pay(a, "b", 10, "r1")
     a.start_snapshot("s1")  # its cut holds the transfer
     m.route("a")
     assert _cut(m, "a", "s1") > answer.lsn
-    a.restore(snapshot_id="s1", epoch=2, tally=90, in_flight=[])
+    bank_restore(a, snapshot_id="s1", epoch=2, balance=90)
     m.route("a")
     assert a.taken_back(answer) is None
-    assert a.transfer("b", 10, "r1").repeated  # and the window still answers its retry
+    assert pay(a, "b", 10, "r1").repeated  # and the window still answers its retry
 
 
 def test_a_later_restore_to_an_older_cut_takes_back_what_an_earlier_one_kept() -> None:
     m = Machines({"a": 100, "b": 50})
     a = m.nodes["a"]
     a.start_snapshot("s0")
-    answer = a.transfer("b", 10)
+    answer = pay(a, "b", 10)
     a.start_snapshot("s1")
     m.route("a")
-    a.restore(snapshot_id="s1", epoch=2, tally=90, in_flight=[])
+    bank_restore(a, snapshot_id="s1", epoch=2, balance=90)
     assert a.taken_back(answer) is None
-    a.restore(snapshot_id="s0", epoch=3, tally=100, in_flight=[])
+    bank_restore(a, snapshot_id="s0", epoch=3, balance=100)
     assert a.taken_back(answer) == "s0"
 
 
 def test_a_restore_of_an_unknown_cut_takes_back_and_past_the_kept_restores_too() -> None:
     state = epochs.EpochState("a")
-    state.entered(2, "old", 0, cut=None)  # its cut is older than every one the node kept
+    state.entered(2, "old", cut=None)  # its cut is older than every one the node kept
     assert state.taken_back(19, 1) == "old" and state.taken_back(21, 2) is None
     for k in range(epochs.RESTORES_KEPT):
-        state.entered(3 + k, f"s{k}", 0, cut=35 + 10 * k)
+        state.entered(3 + k, f"s{k}", cut=35 + 10 * k)
     assert len(state.restores) == epochs.RESTORES_KEPT  # bounded: nothing per transfer, a few restores
     assert state.taken_back(19, 1) == "old"  # dropped from the kept ones: still not "paid"
     assert state.taken_back(36, 2) == "s0" and state.taken_back(46, 3) == "s1"
@@ -106,7 +106,7 @@ async def _taken_back_while_waiting(tmp_path: Path, batch: bool) -> object:
         call = asyncio.ensure_future(servicer.Transfer(request, ServicerContext()))
     await asyncio.sleep(0.05)
     assert not call.done()  # applied and logged, waiting for its fsync
-    engine.restore("s1", 2, 0, [], state=b"100")  # s1's cut is before the transfer
+    engine.restore("s1", 2, [], state=b"100")  # s1's cut is before the transfer
     log.flush_sync()
     try:
         return await outcome(call)

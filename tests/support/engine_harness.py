@@ -1,6 +1,6 @@
 """One node's shell in the test process: its engine, servicer and a real transfer log held back from the disk.
 
-`held_node(tmp_path, app=None)`: p1 (p2 -> p1 -> p2) with an outgoing channel that
+`held_node(tmp_path, app=None)`: p1 hosting `app` (None: the bank app, balance 100) (p2 -> p1 -> p2) with an outgoing channel that
 never starts; nothing becomes durable until the test calls `log.flush_sync()`,
 so a test can act while a call waits for its fsync. `ServicerContext` is enough of a
 gRPC servicer context for the servicer's calls; `abort` raises `Aborted`, and
@@ -21,7 +21,7 @@ from snapmesh.services.node.recovery import recover
 from snapmesh.services.node.reporter import PendingReports, StateReporter
 from snapmesh.services.node.servicer import NodeServicer
 from snapmesh.services.node.translog import TransferLog
-from snapmesh.app import App
+from snapmesh.app import App, load_app
 from snapmesh.protocol.node.machine import Node
 
 
@@ -49,7 +49,9 @@ async def held_node(
     tmp_path: Path, app: App | None = None, params: dict | None = None
 ) -> tuple[Engine, TransferLog, NodeServicer]:
     """p1 on a real transfer log that is not flushing (module doc); `app`: the app it hosts (None: the
-    native bank), with its `params`."""
+    bank app, its initial_balance 100), with its `params`."""
+    if app is None:
+        app, params = load_app("bank"), {"initial_balance": 100, **(params or {})}
     path = tmp_path / "p1.log.jsonl"
     recovered = recover(path, "p1", initial_tally=100, incoming=("p2",), outgoing=("p2",), app=app, app_params=params)
     engine: Engine | None = None

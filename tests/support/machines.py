@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
+from snapmesh.app import load_app
 from snapmesh.protocol.node import core, recovery
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.machine import Node
-from snapmesh.protocol.node.effects import Ack, Append, EndStreams, Finished, Report, Seal, Transmit
+from snapmesh.protocol.node.effects import Ack, Append, EndStreams, Finished, Report, Seal, Submitted, Transmit
+
+
+BANK = load_app("bank")  # every node hosts an app (node rule N10): these host the bank, loaded as the sim loads it
+
+
+def pay(node: Node, dst: str, amount: int, request_id: str = "", **kw) -> Submitted:
+    """`node` pays `amount` to `dst`: the bank app's compact command (b"N NODE")."""
+    return node.submit(b"%d %s" % (amount, dst.encode()), request_id, **kw)
+
+
+def balance(node: Node) -> int:
+    """The bank app's balance at `node` (its state: decimal ASCII)."""
+    return int(node.app_state())
 
 
 class Machines:
-    """Nodes over in-memory links; each node's log is a list of records, a prefix of
+    """Nodes over in-memory links, each hosting the bank app (`balances`: each one's
+    initial_balance); each node's log is a list of records, a prefix of
     which is durable. `settle()` makes everything durable and delivers everything."""
+
+    node_class = Node
 
     def __init__(self, balances: dict[str, int], **node_kw) -> None:
         self.ids = list(balances)
@@ -33,10 +50,13 @@ class Machines:
     def start(self, n: str) -> None:
         lines = [(f"{n}.log.jsonl:{i}", wal.parse(wal.encode(r, n), "x", node_id=n))
                  for i, r in enumerate(self.logs[n][-1], start=1)]
+        params = {"initial_balance": self.balances[n]}
         state = recovery.recover(
-            lines, node_id=n, initial_tally=self.balances[n], incoming=self.others(n), outgoing=self.others(n)
+            lines, node_id=n, initial_tally=0, incoming=self.others(n), outgoing=self.others(n), app=BANK,
+            app_params=params,
         )
-        self.nodes[n] = Node(node_id=n, incoming=self.others(n), outgoing=self.others(n), recovered=state, **self.node_kw)
+        self.nodes[n] = self.node_class(node_id=n, incoming=self.others(n), outgoing=self.others(n), recovered=state, app=BANK,
+                             app_params=params, **self.node_kw)
         self.route(n)
 
     def crash(self, n: str) -> None:
@@ -102,7 +122,8 @@ class Machines:
                     kind, conn_no, body = wire.pop(0)
                     if kind == "data":
                         for e in body:
-                            self.nodes[dst].received(src, conn_no, e.seq, tally=e.tally, snapshot_id=e.snapshot_id)
+                            self.nodes[dst].received(src, conn_no, e.seq, last_seq=e.tally, snapshot_id=e.snapshot_id,
+                                                     payload=e.payload)
                         self.nodes[dst].end_frame()
                         self.route(dst)
                     else:
@@ -118,7 +139,7 @@ def kinds(records: list[wal.Record]) -> list[str]:
 
 
 def _snapshot_with_one_in_flight(m: Machines) -> dict[str, core.FullState]:
-    m.nodes["a"].transfer("b", 30)
+    pay(m.nodes["a"], "b", 30)
     m.nodes["b"].start_snapshot("s1")  # b records before the transfer reaches it: 30 in flight a->b
     m.route("a")
     m.route("b")
@@ -128,6 +149,14 @@ def _snapshot_with_one_in_flight(m: Machines) -> dict[str, core.FullState]:
 
 def _restore_all(m: Machines, parts: dict[str, core.FullState], epoch: int) -> None:
     for n, part in parts.items():
-        in_flight = [(src, t.msg_id, t.seq, t.tally) for src, ts in part.channels.items() for t in ts]
-        m.nodes[n].restore(snapshot_id=part.snapshot_id, epoch=epoch, tally=part.tally, in_flight=in_flight)
+        in_flight = [(src, t.msg_id, t.seq, 0, t.payload) for src, ts in part.channels.items() for t in ts]
+        m.nodes[n].restore(snapshot_id=part.snapshot_id, epoch=epoch, in_flight=in_flight, state=part.state)
         m.route(n)
+
+
+def bank_restore(node: Node, *, snapshot_id: str, epoch: int, balance: int, in_flight=(), reply_to: object = None) -> bool:
+    """`node.restore` for the bank app: `balance` its recorded state, each of `in_flight`
+    (src, msg_id, seq, amount) a recorded message of the amount as decimal ASCII."""
+    deliveries = [(src, msg_id, seq, 0, b"%d" % amount) for src, msg_id, seq, amount in in_flight]
+    return node.restore(snapshot_id=snapshot_id, epoch=epoch, state=b"%d" % balance, in_flight=deliveries,
+                        reply_to=reply_to)

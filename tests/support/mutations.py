@@ -400,7 +400,7 @@ def _restore_answer_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def broken(self, to: object) -> None:
         if to is not None:
-            self._out.append(node_effects.RestoreReply(to, self.epochs.epoch, self.epochs.restored_tally))
+            self._out.append(node_effects.RestoreReply(to, self.epochs.epoch))
 
     monkeypatch.setattr(node_steps.NodeSteps, "_restore_reply", broken)
 

@@ -1,8 +1,8 @@
 """The Chandy-Lamport snapshot algorithm as a pure state machine (sans-I/O).
 
-One `Process` object per process. It holds the process's tally (its one native
-number, the bank's fast path) and the
-recording state of every snapshot the process takes part in. Callers feed it
+One `Process` object per process. It holds the recording state of every
+snapshot the process takes part in; what a process holds is its app's
+(snapmesh.app: bytes the node takes at the cut, node rule N10), never the core's. Callers feed it
 inputs and get back a list of effects; it never touches a socket, a thread, a
 clock or a random number, so the gRPC node, the deterministic simulator and the
 tests all drive this same code.
@@ -12,12 +12,13 @@ Model
 Processes are joined by directed channels that are FIFO and lossless (the
 transport below guarantees this, repairing dropped connections before the
 algorithm sees anything). The topology must be strongly connected. Two kinds of
-message travel on a channel: transfers (a tally or an app's bytes) and markers (snapshot id).
+message travel on a channel: transfers (an app's bytes) and markers (snapshot id).
 
 Rules
 -----
 R1. Recording. When a process initiates snapshot S, or receives its first marker
-    for S, it records its local state (its tally) *before* handling anything
+    for S, it records its local state (LocalStateRecorded: the caller takes its
+    app's state in the same step) *before* handling anything
     else, and then sends one marker for S on every outgoing channel before
     sending any further message on it.
 R2. Channel state. For each incoming channel c, the state of c in S is the
@@ -25,8 +26,8 @@ R2. Channel state. For each incoming channel c, the state of c in S is the
     before S's marker arrives on c, in arrival order. The channel on which the
     first marker arrived is recorded empty.
 R3. Completion. A process is done with S once a marker for S has arrived on
-    every incoming channel. It then emits its FullState (recorded tally and
-    the state of every incoming channel) and forgets everything it held for S.
+    every incoming channel. It then emits its FullState (the state of every
+    incoming channel; the caller adds its app's state at the cut) and forgets everything it held for S.
 R4. Concurrency. Several snapshots may be in progress at once; each has its own
     recording state and a transfer is recorded in every snapshot whose channel
     is still open. Starting S at a process that already recorded S is a no-op,
@@ -51,8 +52,8 @@ Invariants this keeps (the checks in snapmesh/checking/ test them against real l
 - Consistent cut: a transfer received before the receiver's cut was sent before
   the sender's cut; a transfer sent after the sender's cut appears nowhere in
   the snapshot.
-- Conservation: recorded tallies + recorded in-flight tallies = the total tally
-  (an app's own conservation is its snapmesh.app invariants').
+- Conservation is the app's (its snapmesh.app invariants over the states and
+  the recorded messages).
 - One marker per channel per snapshot: a second marker for S on a channel is a
   protocol violation.
 
@@ -60,7 +61,7 @@ Errors
 ------
 Every check happens before any state changes, so a refused input leaves the
 process exactly as it was. `LocalProtocolError` means the caller misused the
-process (a transfer its tally rules refuse, an unknown destination); the caller
+process (an empty snapshot id, an unknown mode); the caller
 should report it to its own client. Its `kind` (a `Refusal`) says why, so a
 shell maps refusals to its own error codes with a table, never by reading
 the message. `RemoteProtocolError` means a peer broke
@@ -74,8 +75,6 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-
-from snapmesh.protocol.node.tally import DEFAULT_RULES, NO_RULES, TallyRules  # noqa: F401  (NO_RULES: callers name it here)
 
 
 # ------------------------------------------------------------------ errors
@@ -93,9 +92,7 @@ FINISHED_WINDOW = 1_000
 class Refusal(enum.Enum):
     """Why the caller was refused (`LocalProtocolError.kind`)."""
 
-    INVALID_INPUT = "invalid input"  # a malformed argument: an empty snapshot id, a bad initial tally
-    INVALID_TRANSFER = "invalid transfer"  # no channel to that destination (itself included), or a tally its rules refuse
-    INSUFFICIENT_FUNDS = "insufficient funds"  # a valid transfer that the node's tally does not cover (its rules)
+    INVALID_INPUT = "invalid input"  # a malformed argument: an empty snapshot id, a request id reused
     CHANNEL_FULL = "channel full"  # the link below holds its bound of unacknowledged messages (link.ChannelFull)
     REQUESTS_FULL = "request-id window full"  # snapmesh/protocol/node/requests.py W2
     REQUEST_UNKNOWN = "request outcome unknown"  # a retry past the window or in doubt after a restore (W4)
@@ -136,14 +133,13 @@ class AppFailed(ProtocolError):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Transfer:
-    """A message on a channel: a tally (the native fast path, `tally` > 0) or an
-    app's opaque `payload` (`tally` 0). `msg_id` and `seq` are the caller's
-    labels, carried through untouched into recorded channel state."""
+    """A message on a channel: an app's opaque `payload` (snapmesh.app). `msg_id`
+    and `seq` are the caller's labels, carried through untouched into recorded
+    channel state."""
 
     msg_id: str
-    tally: int
     seq: int = 0
-    payload: bytes | None = None  # an app message (snapmesh.app); None: a tally
+    payload: bytes
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -168,8 +164,9 @@ class MessageSent:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LocalStateRecorded:
+    """The cut (R1): the caller takes its app's state now, before anything else."""
+
     snapshot_id: str
-    tally: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -185,14 +182,13 @@ class ChannelRecorded:
 class FullState:
     node_id: str
     snapshot_id: str
-    tally: int
     channels: Mapping[str, tuple[Transfer, ...]]  # incoming src -> in-flight transfers
     # Overtake mode only (filled by the node at the cut; empty in classic mode):
     positions: Mapping[str, int] = field(default_factory=dict)  # incoming src -> last seq applied at the cut
-    # outgoing dst -> unacked transfers at the cut, as the link holds them (link.Entry: seq, tally)
+    # outgoing dst -> unacked transfers at the cut, as the link holds them (link.Entry)
     outbox: Mapping[str, tuple] = field(default_factory=dict)
-    state: bytes | None = None  # an app's snapshot() at this node's cut (None: no app; `tally` holds the state)
-    app: str = ""  # the app's name and version that made `state` ("", 0: no app)
+    state: bytes | None = None  # the app's snapshot() at this node's cut (filled by the node; None: not yet)
+    app: str = ""  # the app's name and version that made `state`
     version: int = 0
 
 
@@ -252,7 +248,6 @@ _TRANSITIONS: dict[tuple[Phase, Input], str] = {
 class _Recording:
     """What a process holds for one snapshot between R1 and R3."""
 
-    tally: int
     open_channels: dict[str, list[Transfer]]  # src -> transfers recorded so far
     closed_channels: dict[str, tuple[Transfer, ...]] = field(default_factory=dict)
 
@@ -267,22 +262,15 @@ class Process:
         self,
         *,
         node_id: str,
-        tally: int,
         incoming: Iterable[str],
         outgoing: Iterable[str],
         abandoned: Iterable[str] = (),
         mode: str = "classic",
-        rules: TallyRules = DEFAULT_RULES,
     ) -> None:
-        refused = rules.initial(tally)
-        if refused:
-            raise LocalProtocolError(refused)
         if mode not in ("classic", "overtake"):
             raise LocalProtocolError(f"unknown snapshot mode {mode!r}")
         self.node_id = node_id
         self.mode = mode
-        self._tally = tally
-        self.rules = rules
         self._incoming = tuple(incoming)
         self._outgoing = tuple(outgoing)
         self._recordings: dict[str, _Recording] = {}
@@ -291,10 +279,6 @@ class Process:
             self._finish(sid, Phase.ABANDONED)
 
     # -- queries
-
-    @property
-    def tally(self) -> int:
-        return self._tally
 
     @property
     def incoming(self) -> tuple[str, ...]:
@@ -314,29 +298,6 @@ class Process:
 
     # -- inputs
 
-    def send_transfer(self, *, dst: str, msg_id: str, tally: int, seq: int = 0) -> list[Effect]:
-        """This process sends `tally` to `dst`: its own tally drops now."""
-        self.debit(dst=dst, tally=tally)
-        return [MessageSent(dst=dst, message=Transfer(msg_id=msg_id, tally=tally, seq=seq))]
-
-    def debit(self, *, dst: str, tally: int) -> None:
-        """`send_transfer` without its effect, for a caller that puts the transfer on
-        the channel itself (the node's hot path): the same checks, the same debit."""
-        if not dst:
-            raise LocalProtocolError(
-                f"`to` is required: the node to pay ({', '.join(sorted(self._outgoing)) or 'none'})",
-                Refusal.INVALID_TRANSFER,
-            )
-        if dst == self.node_id:
-            raise LocalProtocolError(f"{self.node_id} cannot transfer to itself", Refusal.INVALID_TRANSFER)
-        if dst not in self._outgoing:
-            raise LocalProtocolError(f"{self.node_id} has no channel to {dst!r}", Refusal.INVALID_TRANSFER)
-        refused = self.rules.payment(self.node_id, tally, self._tally)  # None: the rules let it go
-        if refused is not None:
-            text, uncovered = refused
-            raise LocalProtocolError(text, Refusal.INSUFFICIENT_FUNDS if uncovered else Refusal.INVALID_TRANSFER)
-        self._tally -= tally
-
     def receive(self, *, src: str, message: Message) -> list[Effect]:
         """`message` arrived on the channel from `src` (the next one in FIFO order)."""
         if src not in self._incoming:
@@ -349,22 +310,9 @@ class Process:
             return self._step(message.snapshot_id, Input.MARKER, src)
         raise RemoteProtocolError(f"unknown message type {type(message).__name__} from {src!r}")
 
-    def credit(self, *, src: str, tally: int) -> bool:
-        """A transfer arrived from `src`: the fast path of `receive` for when no
-        snapshot is recording here (nothing to record, no effect). Returns False,
-        changing nothing, while one is: the caller then uses `receive`."""
-        if self._recordings:
-            return False
-        if src not in self._incoming:
-            raise RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
-        if type(tally) is not int or tally <= 0:
-            raise RemoteProtocolError(f"transfer from {src!r} has tally {tally!r}")
-        self._tally += tally
-        return True
-
     def passed(self, *, src: str, payload: bytes) -> bool:
-        """An app message arrived from `src`: the fast path of `receive`, as
-        `credit` is for a tally, for when no snapshot is recording here. Returns
+        """An app message arrived from `src`: the fast path of `receive`, for
+        when no snapshot is recording here (nothing to record, no effect). Returns
         False, changing nothing, while one is: the caller then uses `receive`."""
         if self._recordings:
             return False
@@ -391,12 +339,8 @@ class Process:
         return getattr(self, handler)(snapshot_id, src)
 
     def _receive_transfer(self, src: str, transfer: Transfer) -> list[Effect]:
-        if transfer.payload is not None:
-            if transfer.tally != 0 or not isinstance(transfer.payload, bytes):
-                raise RemoteProtocolError(f"app message {transfer.msg_id!r} from {src!r}: a tally, or a non-bytes payload")
-        elif not _is_int(transfer.tally) or transfer.tally <= 0:
-            raise RemoteProtocolError(f"transfer {transfer.msg_id!r} from {src!r} has tally {transfer.tally!r}")
-        self._tally += transfer.tally
+        if not isinstance(transfer.payload, bytes):
+            raise RemoteProtocolError(f"app message {transfer.msg_id!r} from {src!r}: a non-bytes payload")
         for recording in self._recordings.values():
             recorded = recording.open_channels.get(src)
             if recorded is not None:
@@ -404,11 +348,8 @@ class Process:
         return []
 
     def _record(self, snapshot_id: str, src: str | None) -> list[Effect]:
-        self._recordings[snapshot_id] = _Recording(
-            tally=self._tally,
-            open_channels={c: [] for c in self._incoming},
-        )
-        effects: list[Effect] = [LocalStateRecorded(snapshot_id=snapshot_id, tally=self._tally)]
+        self._recordings[snapshot_id] = _Recording(open_channels={c: [] for c in self._incoming})
+        effects: list[Effect] = [LocalStateRecorded(snapshot_id=snapshot_id)]
         marker = Marker(snapshot_id=snapshot_id)
         effects += [MessageSent(dst=dst, message=marker) for dst in self._outgoing]
         # A process with no incoming channel (a one-node topology) is done at once.
@@ -442,7 +383,6 @@ class Process:
         state = FullState(
             node_id=self.node_id,
             snapshot_id=snapshot_id,
-            tally=recording.tally,
             channels=MappingProxyType(channels),
         )
         return [SnapshotCompleted(state=state)]
@@ -473,6 +413,3 @@ class Process:
         assert src is not None
         return [StaleMarkerDropped(snapshot_id=snapshot_id, src=src)]
 
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

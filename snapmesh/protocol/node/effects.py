@@ -13,11 +13,11 @@ Effects come out of `Node.drain()`, in order; the shell carries each out
   ReportCancelled(snapshot_id)
   Reply(to, answer, taken_back)    a client's call is answered (node rule N11)
   ReplyBatch(to, taken_back)       a batch of them, in one answer
-  RestoreReply(to, epoch, tally) a restore call is answered: its records are durable (N8)
+  RestoreReply(to, epoch)    a restore call is answered: its records are durable (N8)
   EndStreams(outgoing, incoming, reason)  a restore: these channels' connections
                             carry the older epoch; end them (N8)
 
-`Accepted` is a transfer's answer. All are NamedTuples: immutable, and cheap
+`Submitted` is a command's answer. All are NamedTuples: immutable, and cheap
 to make on the per-message path.
 """
 
@@ -95,7 +95,7 @@ class Reply(NamedTuple):
     stands), which the client must hear as not done, never as done."""
 
     to: object
-    answer: Accepted | Submitted
+    answer: Submitted
     taken_back: str = ""
 
 
@@ -110,12 +110,10 @@ class ReplyBatch(NamedTuple):
 class RestoreReply(NamedTuple):
     """Answer the restore call `to` (the caller's token): the restore, or for a
     repeat everything logged when it came, is durable (N8), so a crash cannot
-    take back what the controller is told. `epoch`, `tally`: the node's right
-    after the restore (`tally`: the native int64 state, which the bank's reply names)."""
+    take back what the controller is told. `epoch`: the node's right after the restore."""
 
     to: object
     epoch: int
-    tally: int
 
 
 class EndStreams(NamedTuple):
@@ -133,20 +131,9 @@ Effect = (
 )
 
 
-class Accepted(NamedTuple):
-    """A transfer's answer; reply once `lsn` is durable, unless the node says
-    a restore since `epoch` (when it was given) took it back. `repeated`: a retry."""
-
-    msg_id: str
-    tally: int
-    lsn: int
-    repeated: bool = False
-    epoch: int = 1
-
-
 class Submitted(NamedTuple):
-    """An app command's answer (Node.submit), under the same rule as `Accepted`:
-    reply once `lsn` is durable, unless a restore since `epoch` took it back."""
+    """An app command's answer (Node.submit): reply once `lsn` is durable, unless
+    the node says a restore since `epoch` took it back. `repeated`: a retry."""
 
     reply: bytes
     lsn: int

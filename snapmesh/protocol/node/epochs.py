@@ -8,9 +8,9 @@ this one object themselves (a shell never asks first):
   a channel's open, a restore) is stale, refused for good; one of a newer
   epoch, or any while this node's restore is unfinished, waits until this
   node has restored (the caller asks again later); `check` raises EpochFenced;
-- `check_clients()` / `fence_clients()`: clients' transfers wait while a
-  restore cut short by a crash is redone (the tally is not the restored one
-  yet); `check_clients` raises LocalProtocolError (Refusal.RESTORING);
+- `check_clients()` / `fence_clients()`: clients' commands wait while a
+  restore cut short by a crash is redone (the app's state is not the restored
+  one yet); `check_clients` raises LocalProtocolError (Refusal.RESTORING);
 - `takes_restore(epoch, snapshot_id)`: a restore into a newer epoch, or the
   unfinished one, is done; a repeat of the one done is a no-op; an older epoch,
   or another snapshot in this epoch, is refused;
@@ -75,7 +75,6 @@ class EpochState:
     epoch: int = 1  # the cluster epoch this node is in
     restored: str = ""  # the snapshot restored into `epoch`, if any
     restore_incomplete: bool = False  # cut short by a crash: it must be done again
-    restored_tally: int = 0  # the tally right after the last restore (its answer)
     # The last RESTORES_KEPT restores, oldest first, and the newest one dropped from them.
     restores: deque[Restored] = field(default_factory=deque)
     forgotten: Restored | None = None
@@ -106,33 +105,28 @@ class EpochState:
             raise LocalProtocolError(f"{self.node_id} is finishing a restore", Refusal.RESTORING)
 
     def takes_restore(
-        self, epoch: int, snapshot_id: str, tally: int, deliveries: list[tuple[str, str, int, int]], incoming: Collection[str]
+        self, epoch: int, snapshot_id: str, deliveries: list[tuple], incoming: Collection[str]
     ) -> bool:
-        """Is a restore of `snapshot_id` into `epoch` (`tally`, and the
-        `deliveries` (src, msg_id, seq, tally) to replay) to be done? False for
-        a repeat of the one done. Raises RemoteProtocolError for an older epoch,
-        another snapshot than the one restored into this epoch, a delivery on
-        no channel in `incoming` or a negative tally."""
+        """Is a restore of `snapshot_id` into `epoch` (and the `deliveries`
+        (src, msg_id, seq, 0, payload) to replay) to be done? False for a repeat
+        of the one done. Raises RemoteProtocolError for an older epoch, another
+        snapshot than the one restored into this epoch, or a delivery on no
+        channel in `incoming`, without a msg id or without bytes."""
         if epoch < self.epoch:
             raise EpochFenced(Fenced(True, f"{self.node_id} is in epoch {self.epoch}; a restore for epoch {epoch} is stale"))
         if epoch == self.epoch and not self.restore_incomplete:
             if self.restored and self.restored != snapshot_id:
                 raise RemoteProtocolError(f"{self.node_id} restored {self.restored!r} in epoch {epoch}, not {snapshot_id!r}")
             return False
-        for src, msg_id, _, carried, *app in deliveries:
-            payload = app[0] if app else None  # an app message: tally 0, its bytes
-            bad = carried < 1 if payload is None else (carried != 0 or not isinstance(payload, bytes))
-            if src not in incoming or bad or not msg_id:
+        for src, msg_id, _, carried, payload in deliveries:
+            if src not in incoming or carried != 0 or not isinstance(payload, bytes) or not msg_id:
                 raise RemoteProtocolError(f"{self.node_id}: cannot replay {msg_id!r} ({carried}) from {src!r}")
-        if tally < 0:
-            raise RemoteProtocolError(f"{self.node_id}: a recorded tally of {tally}")
         return True
 
-    def entered(self, epoch: int, snapshot_id: str, tally: int, *, cut: int | None = None) -> None:
-        """The restore of `snapshot_id` into `epoch` is done; `tally` is its
-        answer, `cut` the lsn of the snapshot's cut here (None: unknown)."""
+    def entered(self, epoch: int, snapshot_id: str, *, cut: int | None = None) -> None:
+        """The restore of `snapshot_id` into `epoch` is done; `cut` is the lsn
+        of the snapshot's cut here (None: unknown)."""
         self.epoch, self.restored, self.restore_incomplete = epoch, snapshot_id, False
-        self.restored_tally = tally
         self.restores.append(Restored(epoch, snapshot_id, cut))
         if len(self.restores) > RESTORES_KEPT:
             self.forgotten = self.restores.popleft()

@@ -37,8 +37,8 @@ N7. When the active segment holds `segment_records` records or `segment_bytes` b
     (one `Seal` effect carries both), so recovery reads only the active segment.
 N8. Restore. `restore` moves the node to a newer epoch in one step:
     snapshots in progress are aborted ("restored to S"), the epoch's links and
-    outboxes are dropped, the tally is set to the recorded one, and the
-    transfers recorded in flight towards this node are delivered to it, in
+    outboxes are dropped, the app is restored to its recorded state, and the
+    messages recorded in flight towards this node are delivered to it, in
     channel order, as `replay` records after one `restore` record. The links
     start again at seq 1, so nothing of the older epoch can be admitted. A
     repeat for the current epoch is a no-op, an older epoch is refused; a
@@ -63,8 +63,8 @@ N10. A hosted app (snapmesh.app; `app` given, apphost.py calls it). A
     step: a `recv` record, then its sends. At a cut the app's snapshot() is
     taken in the same step as the `cut` record (which holds its digest) and
     rides in the FullState. Checkpoints carry snapshot(); recovery restores
-    it and replays the logged inputs through the app (recovery.py). The
-    bank needs no app: its int tallies are the fast path.
+    it and replays the logged inputs through the app (recovery.py). Every
+    node hosts an app (the bank is services/app/bank.py): `app` is required.
 N11. A client's answer is an effect. A step given `reply_to` (or a batch's
     `reply_batch`) is answered by `Reply` (`ReplyBatch`) once its lsn is
     durable, carrying whether a restore since the answer took it back
@@ -84,11 +84,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from snapmesh.protocol.node import apphost, core, requests
-from snapmesh.protocol import fastrecords, wal
+from snapmesh.protocol import wal
 from snapmesh.protocol.node.epochs import EpochFenced, EpochState, Fenced  # noqa: F401  (EpochFenced: the shells catch it from here)
 from snapmesh.protocol.node.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
 from snapmesh.protocol.node.effects import (  # noqa: F401  (re-exported: the drivers name the effects through this module)
-    Accepted, Ack, Append, EndStreams, Effect, Finished, Reply, ReplyBatch, Report, ReportCancelled, RestoreReply, Seal,
+    Ack, Append, EndStreams, Effect, Finished, Reply, ReplyBatch, Report, ReportCancelled, RestoreReply, Seal,
     Submitted, Transmit,
 )
 from snapmesh.protocol.node.steps import DEFAULT_MAX_REPLY_BYTES, DEFAULT_SEGMENT_BYTES, NodeSteps, state_digest
@@ -124,30 +124,32 @@ class Node(NodeSteps):
     ) -> None:
         """`wall`: wall-clock seconds now (for the request-id window, which
         outlives restarts); `now` when not given. `app`: a snapmesh.app.App to
-        host (N10, and N12's `max_reply_bytes`); None runs the bank."""
+        host (N10, and N12's `max_reply_bytes`), required."""
         incoming, outgoing = tuple(incoming), tuple(outgoing)
         self.node_id = node_id
-        self.host: apphost.Host | None = None
-        if app is not None:
-            self.host = recovered.host or apphost.Host(
-                app, node_id=node_id, incoming=incoming, outgoing=outgoing, params=app_params
+        if app is None:
+            raise TypeError(
+                f"Node {node_id!r}: `app` is required (every node hosts an app, N10; the bank is"
+                " services/app/bank.py, snapmesh.app.load_app('bank'))"
             )
-            self.host.snapshot()  # an app whose snapshot() is not bytes fails here, before anything starts
+        self.host: apphost.Host = recovered.host or apphost.Host(
+            app, node_id=node_id, incoming=incoming, outgoing=outgoing, params=app_params
+        )
+        self.host.snapshot()  # an app whose snapshot() is not bytes fails here, before anything starts
         self._app_cuts: dict[str, bytes] = {}  # snapshot id -> the app's state at its cut here (N10)
         self.recording_ttl = recording_ttl
         self._mark, self._bound, self.max_reply_bytes = mark, bound, max_reply_bytes
         self.epochs = EpochState(
-            node_id, recovered.epoch, recovered.restored, recovered.restore_incomplete, recovered.restored_tally
+            node_id, recovered.epoch, recovered.restored, recovered.restore_incomplete
         )
         self.segment_records, self.segment_bytes = segment_records, segment_bytes
         self._abandoned: OrderedDict[str, None] = OrderedDict(recovered.abandoned)
         self.process = core.Process(
             node_id=node_id,
-            tally=recovered.tally,
             incoming=incoming,
             outgoing=outgoing,
             abandoned=self._abandoned,
-            mode=snapshot_mode, rules=core.DEFAULT_RULES if self.host is None else core.NO_RULES,  # an app's tally: 0
+            mode=snapshot_mode,
         )
         self.overtake = snapshot_mode == "overtake"
         self._at_cut: dict[str, tuple[dict[str, int], dict[str, tuple[Entry, ...]]]] = {}
@@ -174,8 +176,8 @@ class Node(NodeSteps):
         self.markers_sent = self.markers_received = self.recorded_messages = 0
         self.stale_markers = self.snapshots_completed = self.transfers_received = self.messages_sent = 0
         if recovered.fresh:
-            opening = {} if self.host is None else {"state": wal.pack(self.host.snapshot())}  # an app's opening state
-            self._append(wal.Init(lsn=self.last_lsn + 1, tally=recovered.tally, **self._stamp(), **opening))
+            opening = wal.pack(self.host.snapshot())  # the app's opening state
+            self._append(wal.Init(lsn=self.last_lsn + 1, tally=0, state=opening, **self._stamp()))
         else:
             if recovered.pending_sends:  # the rest of a step a crash cut short: the replay made them again
                 self._app_sends(recovered.pending_sends)
@@ -183,15 +185,11 @@ class Node(NodeSteps):
 
     # -- queries
 
-    @property
-    def tally(self) -> int:
-        return self.process.tally
-
     request_window_bytes = property(lambda self: self._requests.bytes, doc="Bytes the request-id window holds (W2).")
 
-    def app_state(self) -> bytes | None:
-        """The hosted app's state now (its snapshot()); None for the bank."""
-        return None if self.host is None else self.host.snapshot()
+    def app_state(self) -> bytes:
+        """The hosted app's state now (its snapshot())."""
+        return self.host.snapshot()
 
     def drain(self) -> list[Effect]:
         out, self._out = self._out, []
@@ -207,7 +205,6 @@ class Node(NodeSteps):
     epoch = property(lambda self: self.epochs.epoch, doc="The cluster epoch this node is in.")
     restored = property(lambda self: self.epochs.restored, doc="The snapshot restored into `epoch`, if any.")
     restore_incomplete = property(lambda self: self.epochs.restore_incomplete, doc="A restore cut short: redo it.")
-    restored_tally = property(lambda self: self.epochs.restored_tally, doc="The tally right after the last restore.")
 
     def fence(self, epoch: int, what: str = "") -> Fenced | None:
         """Would a call of the cluster's `epoch` go on (epochs.py)? None: yes. A
@@ -215,55 +212,15 @@ class Node(NodeSteps):
         return self.epochs.fence(epoch, what)
 
     def fence_clients(self) -> Fenced | None:
-        """May a client's transfer go on (epochs.py)? None: yes."""
+        """May a client's command go on (epochs.py)? None: yes."""
         return self.epochs.fence_clients()
 
-    def taken_back(self, answer: Accepted | Submitted) -> str | None:
-        """The snapshot whose restore took back the transfer `answer` says paid, or
+    def taken_back(self, answer: Submitted) -> str | None:
+        """The snapshot whose restore took back the command `answer` says ran, or
         None (epochs.py): the rule `Reply` carries (N11)."""
         return self.epochs.taken_back(answer.lsn, answer.epoch)
 
     # -- client events
-
-    def transfer(
-        self, dst: str, tally: int, request_id: str = "", *, wall: float | None = None, first_sent_unix_ms: int = 0,
-        reply_to: object = None,
-    ) -> Accepted:
-        """Pay `tally` to `dst`. Raises core.LocalProtocolError (link.ChannelFull
-        when the channel is at its bound; requests.py's refusals for a request id;
-        RESTORING while a restore is redone) and changes nothing when refused.
-        `wall`: wall-clock seconds now. `reply_to`: answer it by `Reply` (N11)."""
-        if self.epochs.restore_incomplete:
-            self.epochs.check_clients()
-        if self.host is not None:
-            raise core.LocalProtocolError(f"{self.node_id} runs app {self.host.app.name!r}, not the bank: use Submit")
-        digest = requests.transfer_digest(dst, tally) if request_id else ""
-        first = self._retried(request_id, wall, first_sent_unix_ms, digest) if request_id else None
-        if first is not None:
-            return self._reply_when_durable(reply_to, Accepted(first.msg_id, first.tally, max(first.lsn, 0), True, self.epoch))
-        sender = self.senders.get(dst)
-        if sender is not None:
-            sender.check_room()
-        seq = sender.next_seq if sender is not None else 0
-        msg_id = f"{self.node_id}:{dst}:{seq}"
-        if sender is not None:  # the hot path: one transfer onto its channel, no effect objects
-            self.process.debit(dst=dst, tally=tally)
-            lsn = self.last_lsn + 1
-            # _append, inline (the per-transfer path); a client's command (fence.py F7)
-            self.last_lsn = self.last_command = lsn
-            self._segment_count += 1
-            self._out.append(Append(fastrecords.send_record(lsn, msg_id, self.node_id, dst, seq, tally, request_id)))
-            sender.enqueue(lsn=lsn, tally=tally)
-        else:  # no such channel: the core refuses it, naming why
-            self._drain(self.process.send_transfer(dst=dst, msg_id=msg_id, tally=tally, seq=seq), request_id=request_id)
-        self.messages_sent += 1
-        held = self.process.tally
-        if request_id:
-            self._requests.paid(request_id, requests.Paid(msg_id, held, self.wall, self.last_lsn, digest, self.epoch))
-        if self._segment_count >= self.segment_records or self._segment_size >= self.segment_bytes:  # _end_step, inline
-            self._seal()
-        answer = Accepted(msg_id, held, self.last_lsn, False, self.epochs.epoch)
-        return answer if reply_to is None else self._reply_when_durable(reply_to, answer)
 
     def start_snapshot(self, snapshot_id: str, *, epoch: int = 0) -> None:
         """Start `snapshot_id` here, for the controller in `epoch` (0: a caller
@@ -333,17 +290,18 @@ class Node(NodeSteps):
             self._ack(receiver)
 
     def received(
-        self, src: str, conn_no: int, seq: int, *, tally: int = 0, snapshot_id: str = "", msg_id: str = "",
+        self, src: str, conn_no: int, seq: int, *, last_seq: int = 0, snapshot_id: str = "", msg_id: str = "",
         payload: bytes | None = None,
     ) -> None:
-        """One message of a frame from `src` (`payload`: an app message). A stale
+        """One message of a frame from `src`: an app message (`payload`) or a marker
+        (`snapshot_id`; an early one's `last_seq`, link L8). A stale
         or duplicate one is dropped; a gap or a protocol violation raises
         core.RemoteProtocolError; an app that raises on it, core.AppFailed."""
         receiver = self.receivers.get(src)
         if receiver is None:
             raise core.RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
         if seq == 0 and snapshot_id and self.overtake:
-            self._early_marker(receiver, conn_no, snapshot_id, last_seq=tally)
+            self._early_marker(receiver, conn_no, snapshot_id, last_seq=last_seq)
             return
         if not receiver.admit(conn_no, seq):
             return
@@ -356,19 +314,8 @@ class Node(NodeSteps):
             self._drain(effects, marker_recv=marker)
         elif payload is not None:
             self._app_message(src, seq, msg_id or f"{src}:{me}:{seq}", payload)
-        else:
-            if self.host is not None:
-                raise core.RemoteProtocolError(f"{me} runs app {self.host.app.name!r}: a tally from {src!r} has no meaning here")
-            msg_id = msg_id or f"{src}:{me}:{seq}"
-            if not self.process.credit(src=src, tally=tally):  # a snapshot is recording here
-                effects = self.process.receive(src=src, message=core.Transfer(msg_id=msg_id, tally=tally, seq=seq))
-                if effects:
-                    self._drain(effects)
-            lsn = self.last_lsn + 1  # _append, inline (the per-transfer path)
-            self.last_lsn = lsn
-            self._segment_count += 1
-            self._out.append(Append(fastrecords.recv_record(lsn, msg_id, src, me, seq, tally)))
-            self.transfers_received += 1
+        else:  # a native transfer (what the bank's former native nodes sent): no app takes it
+            raise core.RemoteProtocolError(f"{me} runs app {self.host.app.name!r}: a message from {src!r} without a payload")
         receiver.applied(seq, self.last_lsn)
 
     def end_frame(self) -> None:
@@ -430,37 +377,23 @@ class Node(NodeSteps):
         if len(self._abandoned) > ABANDONED_WINDOW:
             self._abandoned.popitem(last=False)
 
-    def _drain(self, effects: list[core.Effect], *, request_id: str = "", marker_recv: wal.MarkerRecv | None = None) -> None:
+    def _drain(self, effects: list[core.Effect], *, marker_recv: wal.MarkerRecv | None = None) -> None:
         me = self.node_id
         completed: list[core.FullState] = []
         for effect in effects:
-            if isinstance(effect, core.MessageSent):
+            if isinstance(effect, core.MessageSent):  # a marker: the app's messages leave by _app_sends
                 sender = self.senders[effect.dst]
                 message = effect.message
                 lsn = self.last_lsn + 1
                 seq = sender.next_seq
-                if isinstance(message, core.Transfer):
-                    self._append(
-                        wal.Send(
-                            lsn=lsn, msg_id=message.msg_id, src=me, dst=effect.dst, seq=seq,
-                            tally=message.tally, request_id=request_id,
-                        )
-                    )
-                    sender.enqueue(lsn=lsn, tally=message.tally)
-                else:
-                    self._append(wal.MarkerSent(lsn=lsn, snapshot_id=message.snapshot_id, src=me, dst=effect.dst, seq=seq))
-                    sender.enqueue(lsn=lsn, snapshot_id=message.snapshot_id)
-                    if self.overtake:
-                        sender.notify(lsn=lsn, snapshot_id=message.snapshot_id, last_seq=seq - 1)
-                    self.markers_sent += 1
+                self._append(wal.MarkerSent(lsn=lsn, snapshot_id=message.snapshot_id, src=me, dst=effect.dst, seq=seq))
+                sender.enqueue(lsn=lsn, snapshot_id=message.snapshot_id)
+                if self.overtake:
+                    sender.notify(lsn=lsn, snapshot_id=message.snapshot_id, last_seq=seq - 1)
+                self.markers_sent += 1
             elif isinstance(effect, core.LocalStateRecorded):
-                digest = ""
-                if self.host is not None:
-                    state = self._app_cuts[effect.snapshot_id] = self.host.snapshot()
-                    digest = state_digest(state)
-                self._append(
-                    wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, tally=effect.tally, digest=digest)
-                )
+                state = self._app_cuts[effect.snapshot_id] = self.host.snapshot()
+                self._append(wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, tally=0, digest=state_digest(state)))
                 self._remember(effect.snapshot_id)
                 self._cuts[effect.snapshot_id] = self.last_lsn
                 if len(self._cuts) > ABANDONED_WINDOW:
@@ -484,8 +417,7 @@ class Node(NodeSteps):
             self._recorded_at.pop(state.snapshot_id, None)
             if self.overtake:
                 state = self._with_cut(state)
-            if self.host is not None:
-                state = dataclasses.replace(state, state=self._app_cuts.pop(state.snapshot_id), **self._stamp())
+            state = dataclasses.replace(state, state=self._app_cuts.pop(state.snapshot_id), **self._stamp())
             self._reports.append((self.last_lsn, state.snapshot_id))
             cut_wall = self._cut_wall.pop(state.snapshot_id, 0.0)  # a cut from before a restart: unknown
             self._out.append(Finished(state, self.last_lsn, self.epochs.epoch, _ns(cut_wall), _ns(self.wall_seen)))

@@ -16,7 +16,7 @@ from snapmesh.protocol.node import core, requests
 from snapmesh.protocol import fastrecords, wal
 from snapmesh.protocol.node.link import Receiver
 from snapmesh.protocol.node.effects import (
-    Accepted, Append, EndStreams, Reply, ReplyBatch, ReportCancelled, RestoreReply, Seal, Submitted, fast_new,
+    Append, EndStreams, Reply, ReplyBatch, ReportCancelled, RestoreReply, Seal, Submitted, fast_new,
 )
 from snapmesh.protocol.node.recovery import Recovered, checkpoint_fields
 
@@ -36,23 +36,19 @@ class NodeSteps:
     # -- restore (N8)
 
     def restore(
-        self, *, snapshot_id: str, epoch: int, tally: int, in_flight: Iterable[tuple], state: bytes | None = None,
+        self, *, snapshot_id: str, epoch: int, in_flight: Iterable[tuple], state: bytes | None = None,
         reply_to: object = None,
     ) -> bool:
-        """Enter `epoch` holding snapshot `snapshot_id`'s state here: `tally`
-        (an app node: its `state` bytes) and the recorded in-flight messages
-        towards this node, each (src, msg_id, seq, tally[, payload]) in channel
-        order. Returns False for a repeat (already restored in `epoch`). Raises
+        """Enter `epoch` holding snapshot `snapshot_id`'s state here: the app's
+        `state` bytes and the recorded in-flight messages towards this node,
+        each (src, msg_id, seq, 0, payload) in channel order. Returns False for a repeat (already restored in `epoch`). Raises
         core.RemoteProtocolError for an older epoch, a message on a channel that
         does not exist or a state that does not fit the node; nothing changes
         then. `reply_to`: answer it by `RestoreReply` once durable (N8)."""
         deliveries = [d if len(d) == 5 else (*d, None) for d in in_flight]
-        if (self.host is None) != (state is None) or (state is not None and not isinstance(state, bytes)):
-            raise core.RemoteProtocolError(
-                f"{self.node_id}: a restore {'without' if state is None else 'with'} app state"
-                f" for a node that {'runs an app' if self.host else 'runs the bank'}"
-            )
-        if not self.epochs.takes_restore(epoch, snapshot_id, tally, deliveries, self.receivers):
+        if not isinstance(state, bytes):
+            raise core.RemoteProtocolError(f"{self.node_id}: a restore without app state for a node that runs an app")
+        if not self.epochs.takes_restore(epoch, snapshot_id, deliveries, self.receivers):
             self._restore_reply(reply_to)  # the first call's records may not be durable yet
             return False
         reason = f"restored to {snapshot_id}"
@@ -67,38 +63,34 @@ class NodeSteps:
         self._reports = []
         self._recorded_at.clear()
         self._cut_wall.clear()
-        if self.host is not None:
-            self.host.restore(state)  # type: ignore[arg-type]  (H3: the old instance stays if this raises)
+        self.host.restore(state)  # H3: the old instance stays if this raises
         self._append(
             wal.Restore(
-                lsn=self.last_lsn + 1, snapshot_id=snapshot_id, epoch=epoch, tally=tally, deliveries=len(deliveries),
+                lsn=self.last_lsn + 1, snapshot_id=snapshot_id, epoch=epoch, tally=0, deliveries=len(deliveries),
                 state=wal.pack(state) if state is not None else "",
             )
         )
         me = self.node_id
         incoming, outgoing = tuple(self.receivers), tuple(self.senders)
         self._links(incoming, outgoing, None)  # before the replays: an app's replies go on the new epoch's links
-        for src, msg_id, seq, carried, payload in deliveries:
+        for src, msg_id, seq, _, payload in deliveries:
             self._append(
                 wal.Replay(
-                    lsn=self.last_lsn + 1, snapshot_id=snapshot_id, msg_id=msg_id, src=src, dst=me, seq=seq, tally=carried,
-                    payload=wal.pack(payload) if payload is not None else "",
+                    lsn=self.last_lsn + 1, snapshot_id=snapshot_id, msg_id=msg_id, src=src, dst=me, seq=seq, tally=0,
+                    payload=wal.pack(payload),
                 )
             )
-            if self.host is not None:
-                self._app_sends(self.host.message(src, payload))  # type: ignore[arg-type]
+            self._app_sends(self.host.message(src, payload))
         self.process = core.Process(
             node_id=me,
-            tally=tally + sum(d[3] for d in deliveries),
             incoming=incoming,
             outgoing=outgoing,
             abandoned=self._abandoned,
             mode=self.process.mode,
-            rules=self.process.rules,
         )
         self._at_cut.clear()  # the recordings in progress were aborted above
         self._app_cuts.clear()
-        self.epochs.entered(epoch, snapshot_id, self.process.tally, cut=self._cuts.get(snapshot_id))
+        self.epochs.entered(epoch, snapshot_id, cut=self._cuts.get(snapshot_id))
         # Every link was replaced: a connection of the older epoch must carry nothing more.
         self._out.append(EndStreams(outgoing, incoming, f"{me} restored {snapshot_id} in epoch {epoch}"))
         self._end_step()
@@ -108,7 +100,7 @@ class NodeSteps:
     def _restore_reply(self, to: object) -> None:
         """The restore's answer, once all logged so far is durable (N8)."""
         if to is not None:
-            answer = RestoreReply(to, self.epochs.epoch, self.epochs.restored_tally)
+            answer = RestoreReply(to, self.epochs.epoch)
             self._wait_or_reply((self.last_lsn, to, answer, False))
 
     # -- the hosted app (N10)
@@ -128,8 +120,6 @@ class NodeSteps:
         if epochs.restore_incomplete:
             epochs.check_clients()
         host = self.host
-        if host is None:
-            raise core.LocalProtocolError(f"{self.node_id} runs the bank, not an app: use Transfer")
         if type(command) is not bytes:
             if not isinstance(command, bytes | bytearray):
                 raise core.LocalProtocolError(f"a command is bytes, got {type(command).__name__}")
@@ -172,8 +162,6 @@ class NodeSteps:
         refusal, REPLY_TOO_LARGE), and core.AppFailed when the app cannot be put back."""
         self.epochs.check_clients()
         host = self.host
-        if host is None:
-            raise core.LocalProtocolError(f"{self.node_id} runs the bank, not an app: use GetState")
         reply = host.query(bytes(query))
         if len(reply) > self.max_reply_bytes:
             raise core.LocalProtocolError(
@@ -218,12 +206,10 @@ class NodeSteps:
     def _app_message(self, src: str, seq: int, msg_id: str, payload: bytes) -> None:
         """An app message from `src`: the app first (AppFailed: nothing logged), then its records."""
         host = self.host
-        if host is None:
-            raise core.RemoteProtocolError(f"{self.node_id} runs the bank: an app message from {src!r} has no meaning here")
         sends = host.message(src, payload)
         process = self.process
         if not process.passed(src=src, payload=payload):  # a snapshot is recording here: the core records it
-            effects = process.receive(src=src, message=core.Transfer(msg_id=msg_id, tally=0, seq=seq, payload=payload))
+            effects = process.receive(src=src, message=core.Transfer(msg_id=msg_id, seq=seq, payload=payload))
             if effects:
                 self._drain(effects)
         lsn = self.last_lsn + 1  # _append, inline (the per-message path)
@@ -288,11 +274,11 @@ class NodeSteps:
             self._wait_or_reply((answer.lsn, to, answer, False))
         return answer
 
-    def reply_batch(self, to: object, answers: Iterable[Accepted | Submitted]) -> None:
+    def reply_batch(self, to: object, answers: Iterable[Submitted]) -> None:
         """A client waits for `answers` (steps taken without `reply_to`) together:
         one `ReplyBatch` once the log is durable up to now (N11). Up to now, not
-        only to its answers' records: the batch shows tallies (its refusals' too),
-        and a tally must not show what a crash could take back."""
+        only to its answers' records: the batch's replies (its refusals' too) may
+        show state, and no answer may show what a crash could take back."""
         self._wait_or_reply((self.last_lsn, to, tuple(answers), True))
 
     def _wait_or_reply(self, waiting: tuple) -> None:
@@ -331,13 +317,13 @@ class NodeSteps:
 
     def _stamp(self) -> dict:
         """The app's name and version as init, checkpoint and version records carry them (the bank: none)."""
-        return {} if self.host is None else {"app": self.host.app.name, "version": self.host.app.version}
+        return {"app": self.host.app.name, "version": self.host.app.version}
 
     def _restarted(self, recovered: Recovered) -> None:
         """A restart's records: a `version` record first if the log last named another app or version
         (recovery refuses a log of another version, so today: a log from before versions named none);
         then, for a log read in an older shape (Recovered.reshaped), a seal."""
-        if self.host is not None and (recovered.app_name, recovered.app_version) != (
+        if (recovered.app_name, recovered.app_version) != (
             self.host.app.name, self.host.app.version
         ):
             self._append(wal.AppVersion(lsn=self.last_lsn + 1, **self._stamp()))
@@ -377,7 +363,7 @@ class NodeSteps:
         if self.stopped:
             return
         state = Recovered(
-            tally=self.process.tally,
+            tally=0,  # the app's state rides in `state` (N10)
             next_seq={d: s.next_seq for d, s in self.senders.items()},
             acked={d: s.acked for d, s in self.senders.items()},
             outbox={d: list(s.outbox) for d, s in self.senders.items()},
@@ -387,11 +373,10 @@ class NodeSteps:
             cuts=self._cuts,
             epoch=self.epoch,
             restored=self.restored,
-            restored_tally=self.restored_tally,
             last_command=self.last_command,
         )
         lsn = self.last_lsn + 1
-        app_state = wal.pack(self.host.snapshot()) if self.host is not None else ""
+        app_state = wal.pack(self.host.snapshot())
         checkpoint = wal.Checkpoint(lsn=lsn, **checkpoint_fields(state), state=app_state, **self._stamp())
         self._out.append(Seal(self.segment_first, checkpoint))
         self.segment_first = self.last_lsn = lsn
