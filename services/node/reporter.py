@@ -307,8 +307,15 @@ class StateReporter:
         hashed on the loop (microseconds; a thread hand-off would cost more, on the
         report's path), a larger one in a thread."""
         if len(message.state) <= INLINE_FORM_BYTES:
-            return self._blocks.form(message)
-        return await asyncio.to_thread(self._blocks.form, message)
+            sent, names = self._blocks.form(message)
+        else:
+            sent, names = await asyncio.to_thread(self._blocks.form, message)
+        sent.holds_blocks = True  # SentBlocks keeps its state's blocks: a restore may come as blocks (heldblocks.py)
+        return sent, names
+
+    @property
+    def blocks(self) -> SentBlocks:
+        return self._blocks
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())
