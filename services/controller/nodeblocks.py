@@ -47,9 +47,12 @@ class NodeBlocks:
         """Carry out `effect`: its state as blocks to a node that holds some of them,
         whole to any other and after a refusal naming a missing block (RB3)."""
         held, parts = self.held(effect.node)
+        log.debug("restore at %s: it holds %d blocks", effect.node, len(held))
         if held and effect.request.HasField("state") and effect.request.state:
             sent, _ = await asyncio.to_thread(restoreblocks.referenced_restore, effect.request, held, parts)
             if sent is not None:
+                log.info("restore at %s: its state as blocks, %d of %d sent", effect.node, len(sent.blocks),
+                         len(sent.state_blocks.hashes))
                 answer = await calls.call(_rpc(stub, sent), sent, effect.retry)
                 if not (isinstance(answer, Failed) and answer.code == "FAILED_PRECONDITION"
                         and answer.details.startswith(blocks.MISSING)):
