@@ -7,7 +7,8 @@ node its state as blocks: the manifest and only the blocks it lacks
 (snapmesh/protocol/restoreblocks.py RB1-RB3). The node refuses a restore it
 cannot rebuild (blocks.MISSING: it restarted, or formed a newer report since);
 the controller then forgets what it took the node to hold and sends the state
-whole at once. Only in memory: a controller that restarted knows nothing, and
+whole at once. A restore taken as blocks adds its state's blocks to what the
+node holds (it keeps them too), until its next report. Only in memory: a controller that restarted knows nothing, and
 sends whole until each node reported again.
 """
 
@@ -49,7 +50,7 @@ class NodeBlocks:
         held, parts = self.held(effect.node)
         log.debug("restore at %s: it holds %d blocks", effect.node, len(held))
         if held and effect.request.HasField("state") and effect.request.state:
-            sent, _ = await asyncio.to_thread(restoreblocks.referenced_restore, effect.request, held, parts)
+            sent, names = await asyncio.to_thread(restoreblocks.referenced_restore, effect.request, held, parts)
             if sent is not None:
                 log.info("restore at %s: its state as blocks, %d of %d sent", effect.node, len(sent.blocks),
                          len(sent.state_blocks.hashes))
@@ -57,6 +58,9 @@ class NodeBlocks:
                 if not (isinstance(answer, Failed) and answer.code == "FAILED_PRECONDITION"
                         and answer.details.startswith(blocks.MISSING)):
                     self._sent(answer, sent)
+                    if not isinstance(answer, Failed) and self._by_node.get(effect.node) == (held, parts):
+                        # the node holds the restored state's blocks too (heldblocks.py), until it restarts
+                        self._by_node[effect.node] = (held | frozenset(names), parts)
                     return answer
                 log.info("restore at %s: %s; sending the state whole", effect.node, answer.details)
                 self._by_node.pop(effect.node, None)

@@ -63,6 +63,7 @@ def test_the_node_rebuilds_a_restore_from_its_last_report_and_then_from_that_res
     answer = asyncio.run(nodes.restore(node, RestoreAt("p1", restore(older))))
     assert answer.epoch == 3 and node.states == [older]
     assert list(node.got[0].blocks) == [b"o" * B]
+    assert nodes.held("p1")[0] == frozenset(blocks.names(state)[0].names) | frozenset(node.got[0].state_blocks.hashes)
     # the node's next report changed every block; the restored state's are still held
     sent.form(report(random.Random(2).randbytes(8 * B)))
     again = pb.RestoreStateRequest(snapshot_id="s1", epoch=4, state_digest=node.got[0].state_digest)
