@@ -32,9 +32,9 @@ import grpc
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.hops import ControllerHops
 from snapmesh.services.controller.metrics import ControllerMetrics
+from snapmesh.services.controller.nodeblocks import NodeBlocks
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
-from snapmesh.protocol import chunking
 from snapmesh.protocol.controller import listing, loglines, measures, restoregate
 from snapmesh.protocol.controller.tracker import COMPLETE, Now
 from snapmesh.serving import calls, credentials
@@ -94,6 +94,7 @@ class ControllerEngine:
         self._answers: dict[int, asyncio.Future[Any]] = {}  # by call, until its AnswerRestore or AnswerTrigger
         self._read: ClusterConfig | None = None  # the cluster file as a rescale's restore read it (Adopt)
         self._hops = ControllerHops(metrics)  # the path after a node's cut, timed (services/controller/hops.py)
+        self.node_blocks = NodeBlocks()  # what each node holds of its states' blocks: a restore sends the rest
 
     # -- lifecycle
 
@@ -325,10 +326,10 @@ class ControllerEngine:
 
     async def _call(self, effect: ctl.Call) -> None:
         stub = self.stubs[effect.node]
-        rpc = getattr(stub, effect.rpc)
-        if isinstance(effect, ctl.RestoreAt) and effect.request.ByteSize() > chunking.CHUNK_BYTES:
-            rpc = _in_chunks(stub.RestoreStateChunks)  # a node's receive limit is a client call's (docs/api.md)
-        answer = await calls.call(rpc, effect.request, effect.retry)
+        if isinstance(effect, ctl.RestoreAt):  # as blocks to a node that holds some (nodeblocks.py)
+            answer = await self.node_blocks.restore(stub, effect)
+        else:
+            answer = await calls.call(getattr(stub, effect.rpc), effect.request, effect.retry)
         say(log, loglines.called(effect, answer))
         self.machine.called(effect, answer, self._clock())
         self.carry_out()
@@ -384,12 +385,3 @@ class ControllerEngine:
             except (ctl.TooManySnapshots, OSError) as exc:  # this tick is skipped; the next one tries again
                 say(log, loglines.skipped(exc))
 
-
-def _in_chunks(rpc: Callable[..., Any]) -> Callable[..., Any]:
-    """A client-streaming `RestoreStateChunks` called as `calls.call` calls a unary RPC:
-    the request goes as the pieces of its encoding (snapmesh.protocol.chunking)."""
-
-    def call(request: pb.RestoreStateRequest, **kwargs: Any) -> Any:
-        return rpc(iter(chunking.restore_chunks(request)), **kwargs)
-
-    return call

@@ -177,12 +177,12 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
         await credentials.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
         listing.check_id(request.snapshot_id)
-        sent, call = None, next(self._calls)
+        sent, call, names = None, next(self._calls), []
         if request.HasField("state_blocks"):  # rebuilt before anything reads it (blocks.py B4)
-            sent = request
+            sent, names = request, list(request.state_blocks.hashes)
             request = await asyncio.to_thread(self._whole_report, request, call)
         elif request.HasField("state"):  # its blocks, for the node's next report (knownblocks.py)
-            await self._off_loop(len(request.state) > INLINE_KNOWN_BYTES, self._know, request)
+            names = await self._off_loop(len(request.state) > INLINE_KNOWN_BYTES, self._know, request)
         if request.state_parts:  # the store cuts the state as the node did (blocks.py B6)
             self.engine.writer.store.note_parts(request.snapshot_id, request.node_id, tuple(request.state_parts))
         try:
@@ -193,6 +193,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             if sent is not None:
                 self.engine.writer.unpin(sent.snapshot_id, call)
             raise
+        self.engine.node_blocks.reported(request, names)  # a restore may send it only what it lacks
         return pb.ReportStateResponse(takes_blocks=True)
 
     def _whole_report(self, sent: pb.FullState, call: int) -> pb.FullState:
@@ -226,9 +227,11 @@ class ControllerService(pb_grpc.ControllerServicer):
 
         return get
 
-    def _know(self, report: pb.FullState) -> None:
-        """Keep the blocks of a report that came whole (its state cut and hashed, K1)."""
-        self._known.keep(report.node_id, blocks.names(report.state, report.state_parts)[0])
+    def _know(self, report: pb.FullState) -> list[bytes]:
+        """Keep the blocks of a report that came whole (its state cut and hashed, K1); their names."""
+        named = blocks.names(report.state, report.state_parts)[0]
+        self._known.keep(report.node_id, named)
+        return named.names
 
     @staticmethod
     async def _off_loop(thread: bool, work: Callable[..., Any], *args: Any) -> Any:

@@ -129,6 +129,12 @@ class NodeMetrics:
             ["node"], registry=r,
         ).labels(node_id)
 
+        self.restore_bytes = Counter(
+            "snapmesh_restore_received_bytes_total",
+            "Bytes of the restores this node took, as received (a state as blocks: its manifest and new blocks)",
+            ["node"], registry=r,
+        ).labels(node_id)
+
         self._stale_epoch = Counter(
             "snapmesh_stale_epoch_refused_total",
             "Channel opens, snapshot starts and restores from an older epoch, refused",

@@ -306,9 +306,16 @@ class StateReporter:
         """What to send for `message` (SentBlocks.form): a state up to INLINE_FORM_BYTES is
         hashed on the loop (microseconds; a thread hand-off would cost more, on the
         report's path), a larger one in a thread."""
+        # SentBlocks keeps its state's blocks: a restore may come as blocks (heldblocks.py); set
+        # before forming, so the state sent whole after a refusal says so too
+        message.holds_blocks = True
         if len(message.state) <= INLINE_FORM_BYTES:
             return self._blocks.form(message)
         return await asyncio.to_thread(self._blocks.form, message)
+
+    @property
+    def blocks(self) -> SentBlocks:
+        return self._blocks
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())

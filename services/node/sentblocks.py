@@ -25,6 +25,11 @@ class SentBlocks:
         self._last: blocks.Named | None = None  # the last state formed, cut, and its blocks' hashes
         self.hashed = 0  # blocks hashed in all (the others' hashes were reused)
 
+    @property
+    def last(self) -> blocks.Named | None:
+        """The last state formed, cut, and its blocks' hashes (a restore as blocks reads it too)."""
+        return self._last
+
     def form(self, report: pb.FullState) -> tuple[pb.FullState, set[bytes]]:
         """What to send for `report` (it, or it as blocks), and its state's blocks (for `accepted`)."""
         known = None

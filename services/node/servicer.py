@@ -38,6 +38,7 @@ from snapmesh.services.node.edge import (  # noqa: F401  (MAX_COMMAND_BYTES: the
 )
 from snapmesh.services.node.engine import AppMessage, Engine
 from snapmesh.services.node.extra_edge import MAX_BATCH  # noqa: F401  (the limit is named from here too)
+from snapmesh.services.node.heldblocks import HeldBlocks, MissingRestoreBlocks
 from snapmesh.services.node.frames import check_payload_runs, payloads, run_payloads
 from snapmesh.services.node.translog import LogClosedError
 from snapmesh.protocol import chunking
@@ -67,6 +68,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         # its App gives; None: the node answers them as X2 says. Raises AppError (X1).
         self._extra = extra_edge.load(engine.node.host.app if engine.node.host else None, engine, self._edge)
         self._log = engine.log
+        self._held = HeldBlocks(engine.reporter.blocks)  # what a restore as blocks is rebuilt from
         self.stopping = False
         # Acks say the channel streams into this node may carry an app's payloads in packed
         # runs; False acks as a receiver from before them did (its senders send one message each).
@@ -232,7 +234,10 @@ class NodeServicer(pb_grpc.NodeServicer):
             # (src, msg_id, seq, 0, payload): an app's message is its bytes, and nothing else
             in_flight += [(channel.src, t.msg_id, t.seq, 0, t.payload if t.HasField("payload") else None)
                           for t in channel.in_flight]
-        state = request.state if request.HasField("state") else None
+        try:  # a state as blocks is rebuilt and checked before anything changes (restoreblocks.py RB3)
+            state, named = await self._held.state_of(request)
+        except MissingRestoreBlocks as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{exc} (node {engine.node_id})")
         if hasattr(self._extra, "restore_args"):  # the app's reading of a restore (of its own v1 fields)
             in_flight, state = self._extra.restore_args(request, in_flight, state)
         try:
@@ -244,6 +249,8 @@ class NodeServicer(pb_grpc.NodeServicer):
         except core.RemoteProtocolError as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         reply = await self._replied(waiting, context)  # the node's RestoreReply: once durable (N8)
+        self._held.restored(named)
+        engine.metrics.restore_bytes.inc(request.ByteSize())
         if hasattr(self._extra, "restored"):  # the app's answer (what it holds, in its v1 fields)
             return self._extra.restored(reply.epoch)
         return pb.RestoreStateResponse(epoch=reply.epoch)
