@@ -19,7 +19,7 @@ BENCHMARKS = {
     "reconcile": "bench.reconcile",  # Spark job vs a single-process baseline
     "store": "bench.controller_store",  # controller: proto JSON vs compact snapshot files
     "controller": "bench.controller_p99",  # controller-side p99, a snapshot every 100 ms at peak
-    "restart": "bench.restart",  # a node's restart after 1M transfers, before/after log segments
+    "restart": "bench.restart",  # a bank-app node's restart after 1M commands: one file / segments
     "report": "bench.overtake_report",  # an overtake report's outbox: per-entry messages vs packed columns
     "submit_batch": "bench.submit_batch",  # SubmitBatch of the minimal app on 4 nodes: commands/s, CPU per command
     "bank_pair": "bench.bank_pair",  # the bank natively (TransferBatch) and as an app (SubmitBatch), alternating

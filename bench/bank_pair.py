@@ -1,12 +1,19 @@
-"""The bank natively and as an app, in one run: `python -m bench bank_pair`.
+"""The bank natively (commit 2b5e557's node) and as an app (today's), in one run:
+`python -m bench bank_pair`.
 
 Two 4-node meshes, up side by side for the whole run:
-  - native: a cluster file without [app], the node's own int64 bank, driven by
-    `TransferBatch` calls of `--batch` transfers (amount 1, round-robin to the peers);
-  - generic: the same file with `[app] module = "snapmesh.services.app.bank:app"`,
+  - native: the baseline, commit 2b5e557's node with its own int64 bank (the path since
+    deleted), checked out in a temporary detached worktree (removed at the end, even on
+    failure), its generated code made by its own protogen, its nodes started by its own
+    supervisor with PYTHONPATH at that tree (bench/base_tree.py); driven by `TransferBatch`
+    calls of `--batch` transfers (amount 1, round-robin to the peers);
+  - generic: today's code, a cluster file with `[app] module = "snapmesh.services.app.bank:app"`,
     driven by `SubmitBatch` calls of as many of the bank app's compact commands
-    (b"1 p2": pay 1 to p2, what the node's v1 adapter sends for a transfer;
-    bench/submit_batch.py measures its JSON form).
+    (b"1 p2": pay 1 to p2, what the v1 edge plug-in snapmesh/bank/edge.py sends for a
+    transfer; bench/submit_batch.py measures its JSON form).
+A clone without that commit (a shallow one) says so and falls back to today's v1 edge on
+the native side (TransferBatch into the bank app): the ratios then compare the edge with
+SubmitBatch, not with the native bank, and are printed under that name, never written.
 The same closed-loop callers (`bench.submit_batch.drive`) load one mesh at a time, the
 two taking turns for `--rounds` windows each (native, generic, native, ...), so a
 neighbour's burst on this shared machine lands on both sides of a pair. Per round,
@@ -16,10 +23,6 @@ window's just before it; the figures are the medians over the rounds:
   - bank_generic_over_native_cpu_4n: its CPU per command over the native's (lower is better).
 Also printed: each side's median rate and CPU per command, and the nodes' own CPU per
 command (no client), whose ratio is what the server code changed.
-The native side needs the node's own bank. Once that path is gone, the baseline is
-commit 2b5e557 checked out in a worktree (`git worktree add ../base 2b5e557`) and
-its `make bench BENCH=overtake` (`cluster_rate_4n`, `cpu_us_per_transfer_4n_peak`)
-run in a pair with this code's `bench submit_batch --apps bank` (docs/profile.md).
 `--smoke` runs one short round at small batches: it checks the bench works.
 """
 
@@ -34,7 +37,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench import smoke
+from bench import base_tree, smoke
 from bench import results as bench_results
 from bench import submit_batch
 from bench.phases import own_argv
@@ -43,11 +46,13 @@ from snapmesh.settings.config import write_cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 INITIAL_BALANCE = 10**15  # no transfer is refused for want of money over a run
+BASE = "2b5e557"  # the last node with its own int64 bank: the native side
 
 
 @contextlib.contextmanager
 def _mesh(generic: bool) -> Iterator[Cluster]:
-    """A fresh 4-node mesh: the bank as an app (generic) or the node's own (native)."""
+    """A fresh 4-node mesh of today's code: the bank as an app, `[app]` named (generic) or by
+    default behind the v1 edge (the fallback native side)."""
     with tempfile.TemporaryDirectory(prefix=f"bench-bank-pair-{'generic' if generic else 'native'}-") as tmp:
         root = Path(tmp)
         path = write_cluster(root / "cluster.toml", nodes=submit_batch.NODES, topology="mesh",
@@ -62,11 +67,18 @@ def _mesh(generic: bool) -> Iterator[Cluster]:
             cluster.stop()
 
 
-def _native(cluster: Cluster, *, callers: int, batch: int, warmup_s: float, seconds: float) -> dict[str, float]:
-    topology = cluster.config.topology
+def _peers(cluster) -> dict[str, list[str]]:
+    """Each node's outgoing peers: the base tree's cluster names them (base_tree.cluster)."""
+    if hasattr(cluster, "peers"):
+        return cluster.peers
+    return {n.id: sorted(cluster.config.topology.outgoing(n.id)) for n in cluster.config.nodes}
+
+
+def _native(cluster, *, callers: int, batch: int, warmup_s: float, seconds: float) -> dict[str, float]:
+    outgoing = _peers(cluster)
     requests = {}
     for node in cluster.config.nodes:
-        peers = sorted(topology.outgoing(node.id))
+        peers = outgoing[node.id]
         requests[node.id] = pb.TransferBatchRequest(
             transfers=[pb.TransferRequest(to=peers[i % len(peers)], amount=1) for i in range(batch)])
 
@@ -92,10 +104,24 @@ def _generic(cluster: Cluster, *, callers: int, batch: int, warmup_s: float, sec
     return asyncio.run(submit_batch.drive(cluster, callers, send, warmup_s, seconds))
 
 
-def pair(*, rounds: int, callers: int, batch: int, warmup_s: float, seconds: float) -> dict[str, float]:
-    """The figures of `rounds` alternating native/generic windows (module doc)."""
+@contextlib.contextmanager
+def _native_mesh(base: str | None) -> Iterator:
+    """`base`'s nodes (module doc), or today's v1 edge when None."""
+    if base is None:
+        with _mesh(generic=False) as cluster:
+            yield cluster
+        return
+    with base_tree.checkout(base) as tree, base_tree.cluster(tree, nodes=submit_batch.NODES,
+                                                             initial_balance=INITIAL_BALANCE) as cluster:
+        yield cluster
+
+
+def pair(*, rounds: int, callers: int, batch: int, warmup_s: float, seconds: float,
+         base: str | None = BASE) -> dict[str, float]:
+    """The figures of `rounds` alternating native/generic windows (module doc); `base`: the
+    commit whose node is the native side (None: today's v1 edge)."""
     sides: dict[str, list[dict[str, float]]] = {"native": [], "generic": []}
-    with _mesh(generic=False) as native, _mesh(generic=True) as generic:
+    with _native_mesh(base) as native, _mesh(generic=True) as generic:
         for _ in range(rounds):
             sides["native"].append(_native(native, callers=callers, batch=batch, warmup_s=warmup_s, seconds=seconds))
             sides["generic"].append(_generic(generic, callers=callers, batch=batch, warmup_s=warmup_s,
@@ -121,16 +147,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--callers", type=int, default=8, help="concurrent closed-loop callers (default: 8)")
     parser.add_argument("--batch", type=int, default=1000, help="transfers or commands per call (default: 1000)")
     parser.add_argument("--seconds", type=float, default=10.0, help="each measured window (default: 10)")
+    parser.add_argument("--base", default=BASE, help=f"the commit whose node is native (default: {BASE})")
     parser.add_argument("--smoke", action="store_true", help="one short round, small batches: does it run")
     parser.add_argument("--no-write", action="store_true", help="print, do not merge into bench/results.json")
     args = parser.parse_args(own_argv("bank_pair", argv))
     args.smoke = args.smoke or smoke.on()
     if args.smoke:
         args.rounds, args.callers, args.batch, args.seconds = 1, 4, 100, 1.0
+    base: str | None = args.base
+    if not base_tree.has_commit(base):
+        print(f"!! commit {base} is not in this clone (a shallow clone?): the native side is today's v1 edge "
+              "(TransferBatch into the bank app), not the native bank; nothing is written")
+        base, args.no_write = None, True
     figures = pair(rounds=args.rounds, callers=args.callers, batch=args.batch,
-                   warmup_s=0.5 if args.smoke else 3.0, seconds=args.seconds)
-    print(f"-- the bank, native (TransferBatch) and generic (SubmitBatch): {args.rounds} alternating rounds, "
-          f"{args.callers} callers, {args.batch} a call")
+                   warmup_s=0.5 if args.smoke else 3.0, seconds=args.seconds, base=base)
+    native = f"commit {base}'s native bank" if base else "today's v1 edge, NOT the native bank"
+    print(f"-- the bank, native ({native}, TransferBatch) and generic (SubmitBatch): {args.rounds} alternating "
+          f"rounds, {args.callers} callers, {args.batch} a call")
     for name, value in figures.items():
         print(f"{name:<44} {value:>14,.3f}")
     keys = ("bank_generic_over_native_rate_4n", "bank_generic_over_native_cpu_4n")

@@ -94,7 +94,7 @@ def run(transfers: int) -> int:
             for frame in frames:
                 received = b.node.received
                 for entry in frame.entries:
-                    received("a", frame.conn_no, entry.seq, tally=entry.tally, payload=entry.payload)
+                    received("a", frame.conn_no, entry.seq, payload=entry.payload)
                 b.node.end_frame()
             frames.clear()
             b.received.inc(b.node.transfers_received - b._counted)
