@@ -1,5 +1,11 @@
-"""The fuzzer with reports as blocks (snapmesh/sim/blockstore.py): the store's rules, and reports
-going as blocks under the simulator's faults."""
+"""The fuzzer with reports as blocks (snapmesh/sim/blockstore.py): a lost, duplicated or stale block
+reference is caught at a fixed seed, and the same seeds are clean without the mutation.
+
+Each mutation breaks the manifest a node sends (blocks.referenced_report, B4): the
+controller then rebuilds a state that is not the one the node recorded at its cut,
+and the fuzzer must say so (SB1, or the checker's cut digest, A2). A failure
+prints the seed and the command that replays it.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from collections import Counter
 import pytest
 
 from snapmesh.fuzzer import fuzz
+from snapmesh.protocol import blocks
 from snapmesh.protocol.controller import journal
 from snapmesh.services.app import kvshard
 from snapmesh.sim.blockstore import SimBlocks
@@ -16,7 +23,83 @@ from snapmesh.sim.invariants import Violation
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
+def _mutated(change):
+    """blocks.referenced_report with `change(report, manifest)` applied to the manifest of each report sent as blocks."""
+    made = blocks.referenced_report
+
+    def broken(report, held, known=None):
+        sent, names = made(report, held, known)
+        if sent is not None:
+            hashes = list(sent.state_blocks.hashes)
+            sent.state_blocks.ClearField("hashes")
+            sent.state_blocks.hashes.extend(change(report, hashes))
+        return sent, names
+
+    return broken
+
+
+def _lost(report, hashes: list[bytes]) -> list[bytes]:
+    """A block left out of the manifest (its last)."""
+    return hashes[:-1] if len(hashes) > 1 else hashes
+
+
+def _duplicated(report, hashes: list[bytes]) -> list[bytes]:
+    """A block named twice (its first, again)."""
+    return hashes[:1] + hashes
+
+
+def _stale() -> object:
+    """A block of the node's older state named in place of the first one that changed
+    (the same for every copy of a report: a repeat is the report sent again)."""
+    last: dict[str, tuple[str, list[bytes], list[bytes]]] = {}  # node -> (snapshot, the manifest before it, its own)
+
+    def change(report, hashes: list[bytes]) -> list[bytes]:
+        node, sid = report.node_id, report.snapshot_id
+        if node not in last or last[node][0] != sid:
+            last[node] = (sid, last[node][2] if node in last else [], list(hashes))
+        before = last[node][1]
+        out = list(hashes)
+        for i, (old, new) in enumerate(zip(before, hashes, strict=False)):  # a state may have grown
+            if old != new:
+                out[i] = old
+                break
+        return out
+
+    return change
+
+
+MUTANTS = {"lost": lambda: _lost, "duplicated": lambda: _duplicated, "stale": _stale}
+
+
+
+# (app, mutation, the seed that catches it, what the failure says). The bank's stale one is
+# pinned where the stale block has the new one's size: only its content tells it apart.
+CAUGHT = [
+    ("bank", "lost", 25, "SB1: snapshot s5: n2's state rebuilt from its 1 block reference(s) (1 bytes)"),
+    ("bank", "duplicated", 19, "SB1: snapshot s3: n1's state rebuilt from its 1 block reference(s) (4 bytes)"),
+    ("bank", "stale", 202, "SB1: snapshot s3: n1's state rebuilt from its 1 block reference(s) (2 bytes)"),
+    ("kvshard", "lost", 7, "SB1: snapshot s8: n3's state rebuilt from its 1 block reference(s) (42 bytes)"),
+    ("kvshard", "duplicated", 7, "SB1: snapshot s8: n3's state rebuilt from its 1 block reference(s) (109 bytes)"),
+    ("kvshard", "stale", 68, "SB1: snapshot s4: n1's state rebuilt from its 1 block reference(s) (98 bytes)"),
+]
 APPS = {"bank": None, "kvshard": kvshard.app}
+
+
+@pytest.mark.parametrize(("app", "name", "seed", "caught"), CAUGHT, ids=[f"{a}-{n}" for a, n, _, _ in CAUGHT])
+def test_the_fuzzer_catches_each_bad_block_reference(
+    app: str, name: str, seed: int, caught: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(blocks, "referenced_report", _mutated(MUTANTS[name]()))
+    ran, failure = fuzz.fuzz(seed, 1, APPS[app])
+    assert failure is not None, f"block reference {name!r} survived seed {seed} ({app})"
+    print(f"block reference {name} ({app}): caught at seed {seed}: {failure[1][:200]}\n"
+          f"replay: {fuzz.replay_command(seed, '' if app == 'bank' else app)}")
+    assert failure[0] == seed and caught in failure[1]
+    monkeypatch.undo()
+    monkeypatch.setattr(blocks, "referenced_report", _mutated(MUTANTS[name]()))  # a fresh one: the stale one remembers
+    assert fuzz.fuzz(seed, 1, APPS[app]) == (1, failure)  # the seed replays: the same case fails the same way
+    monkeypatch.undo()
+    assert fuzz.fuzz(seed, 1, APPS[app]) == (1, None)  # and passes with the manifests as made
 
 
 @pytest.mark.parametrize("app", APPS)
