@@ -203,6 +203,7 @@ def settle(world: World) -> None:
     control.answers.settled()
     control.triggers.settled()
     control.report_calls.settled()
+    control.blocks.check_kept()
     live = world.live()
     world.checker.check_step(live, world.now)
     world.checker.check_quiescent(live, control.statuses())

@@ -21,8 +21,10 @@ SB1. For every COMPLETE snapshot, each node's state rebuilt from its filed block
      to the cut record's digest (sim/apps.py A2).
 SB2. A report the controller cannot make whole is refused, never taken short
      (B4); the node then sends it whole, at once (`refused`).
-SB3. A filed snapshot's blocks stay on disk while it is kept; a retired one's go
-     once no kept snapshot references them and no journaled report pins them (G2, J2).
+SB3. A filed snapshot's blocks stay on disk while it is kept: it reads back whole
+     from them after every retirement and at the end (`check_kept`); a retired
+     one's go once no kept snapshot references them and no journaled report pins
+     them (G2, J2).
 
 States here are small (the bank's a few bytes), so a state without parts of its
 own (the app's snapshot_blocks(), B6) is cut into parts of `grain` bytes, drawn
@@ -52,7 +54,7 @@ class SimBlocks:
     def __init__(self, rng: random.Random, faults: Counter[str]) -> None:
         self.grain = rng.choice(GRAINS)
         self.disk: dict[bytes, bytes] = {}  # controller/blocks: durable, survives a controller crash
-        self.files: dict[str, frozenset[bytes]] = {}  # filed snapshot -> the blocks its manifests name (durable)
+        self.stored: dict[str, pb.Snapshot] = {}  # filed and kept snapshot -> its stored form (its file, durable)
         self.refs = BlockRefs()
         self.pins = BlockPins()
         self.known = KnownBlocks()  # the controller's memory: lost in a crash
@@ -114,7 +116,7 @@ class SimBlocks:
 
     def unpin(self, snapshot_id: str, call: int | None = None) -> None:
         """A report refused after its pins (never journaled), or a snapshot that failed: its pins go."""
-        self._delete(self.pins.unpin(snapshot_id, call))
+        self._delete(name for name in self.pins.unpin(snapshot_id, call) if not self.refs.referenced(name))
 
     def filed(self, snapshot: pb.Snapshot, recorded: Mapping[str, bytes | None]) -> dict[str, bytes | None]:
         """File the COMPLETE `snapshot` as manifests and blocks, and each node's state rebuilt
@@ -124,9 +126,9 @@ class SimBlocks:
         stored, named = blocks.stored_form(snapshot, parts)
         for name, block in named.items():
             self.disk.setdefault(name, block)
-        self.files[sid] = frozenset(blocks.hashes(stored))
+        self.stored[sid] = stored
         self.ended.add(sid)
-        self._delete(self.refs.hold(sid, self.files[sid]))
+        self._delete(name for name in self.refs.hold(sid, blocks.hashes(stored)) if not self.pins.pinned(name))
         self.unpin(sid)  # it references its blocks itself now (J2)
         whole, problems = blocks.whole_form(stored, self.disk.get)
         if whole is None:
@@ -150,10 +152,18 @@ class SimBlocks:
 
     def retired(self, snapshot_id: str) -> None:
         """SB3: a retired snapshot's blocks go once nothing holds them."""
-        self.files.pop(snapshot_id, None)
+        self.stored.pop(snapshot_id, None)
         self.gone.add(snapshot_id)
         self.ended.add(snapshot_id)
-        self._delete(self.refs.drop(snapshot_id))
+        self._delete(name for name in self.refs.drop(snapshot_id) if not self.pins.pinned(name))
+        self.check_kept()
+
+    def check_kept(self) -> None:
+        """SB3: every snapshot kept can be read back whole from its file and the blocks on disk."""
+        for stored in self.stored.values():
+            _, problems = blocks.whole_form(stored, self.disk.get)
+            if problems:
+                raise Violation(f"SB3: a kept snapshot lost a block to retention: {problems[0]}")
 
     def crashed(self) -> None:
         self.known = KnownBlocks()
@@ -162,21 +172,22 @@ class SimBlocks:
         """A restart: the counts from the filed manifests (G3), the journal's reports made whole
         from this disk and their blocks pinned again (J3), and what nothing holds swept."""
         self.refs, self.pins = BlockRefs(), BlockPins()
-        for sid, names in self.files.items():
-            self.refs.hold(sid, names)
+        for sid, stored in self.stored.items():
+            self.refs.hold(sid, blocks.hashes(stored))
         out, pins, warnings = journalblocks.rebuilt(durable, self.disk.get, skip=self.ended)
         for sid, names in pins.items():
             self.pins.pin(sid, names)
             self._count("report journaled as blocks made whole at a restart")
         if warnings:
             self._count("journaled report dropped: its blocks are gone")
-        self._delete(set(self.disk))
+        self._delete([name for name in self.disk if not self.refs.referenced(name) and not self.pins.pinned(name)])
         return out
 
     def _delete(self, names: Iterable[bytes]) -> None:
-        for name in names:
-            if not self.refs.referenced(name) and not self.pins.pinned(name):
-                self.disk.pop(name, None)
+        """Delete what the counts freed: each caller asks the other count, as the real store does,
+        so a count that frees a block still held loses it here, where the fuzzer sees it."""
+        for name in list(names):
+            self.disk.pop(name, None)
 
     def _count(self, kind: str) -> None:
         self.faults[kind] += 1

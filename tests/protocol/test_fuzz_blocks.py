@@ -17,6 +17,7 @@ import pytest
 from snapmesh.fuzzer import fuzz
 from snapmesh.protocol import blocks
 from snapmesh.protocol.controller import journal
+from snapmesh.protocol.controller.blockrefs import BlockRefs
 from snapmesh.services.app import kvshard
 from snapmesh.sim.blockstore import SimBlocks
 from snapmesh.sim.invariants import Violation
@@ -181,3 +182,34 @@ def test_a_journaled_report_whose_blocks_are_gone_is_dropped_at_a_restart() -> N
     assert store.faults["journaled report dropped: its blocks are gone"] == 1
     store.failed("s2")  # its FAILED record is durable: read back from its file, as it is
     assert store.replayed([record]) == [record]
+
+
+def _drop_frees_every_block(self: BlockRefs, snapshot_id: str) -> set[bytes]:
+    """The broken count (G2): a snapshot dropped frees every block it referenced, however many others do."""
+    held = self._held.pop(snapshot_id, frozenset())
+    for name in held:
+        self._count[name] -= 1
+        if not self._count[name]:
+            del self._count[name]
+    return set(held)
+
+
+@pytest.mark.parametrize(("app", "seed"), [("bank", 30), ("kvshard", 184)])
+def test_the_fuzzer_catches_retention_deleting_a_block_still_referenced(
+    app: str, seed: int, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(BlockRefs, "drop", _drop_frees_every_block)
+    ran, failure = fuzz.fuzz(seed, 1, APPS[app])
+    assert failure is not None, f"retention deleting referenced blocks survived seed {seed} ({app})"
+    print(f"retention deleting referenced blocks ({app}): caught at seed {seed}: {failure[1][:200]}")
+    assert failure[0] == seed and failure[1].startswith("SB3: a kept snapshot lost a block to retention")
+    monkeypatch.undo()
+    assert fuzz.fuzz(seed, 1, APPS[app]) == (1, None)
+
+
+def test_a_kept_snapshot_missing_a_block_is_named() -> None:
+    store = _store()
+    _filed(store, "s1", b"ab")
+    store.disk.clear()
+    with pytest.raises(Violation, match=r"SB3: a kept snapshot lost a block to retention: snapshot s1, node n0"):
+        store.check_kept()
