@@ -79,7 +79,9 @@ class SimBlocks:
         return message if sent is None else sent
 
     def accepted(self, node_id: str, message: pb.FullState) -> None:
-        """The controller took the node's report: it takes the controller to hold its blocks."""
+        """The controller took the node's report: it takes the controller to hold its blocks.
+        At once, not at the answer: a node that believes more than it was told (an answer
+        lost in a crash, a snapshot that fails before it is filed) costs a refusal (B4)."""
         state = message.state if message.HasField("state") else b""
         self.beliefs[node_id] = set(blocks.names(state, message.state_parts)[0].names) if state else set()
 
