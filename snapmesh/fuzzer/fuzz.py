@@ -52,6 +52,11 @@ passing, and the faults:
               restore never rolls back again, across controller restarts too
               (the journal keeps every restore and every key that joined one).
               These calls come from their own generator (restore_rng).
+  blocks      reports go as content-addressed blocks (sim/blockstore.py): lost,
+              repeated and late as any report, refused when they name a block the
+              controller lacks (retired, never filed, or its memory lost in a crash);
+              every COMPLETE snapshot is filed as blocks and each node's state
+              rebuilt from its references must be the one it recorded at its cut
   wait        some triggers wait for the snapshot's end (TriggerSnapshot with
               wait, controller rule W1; drawn from their own generator): each
               is answered once, with the status the snapshot finished with,
@@ -198,6 +203,7 @@ def settle(world: World) -> None:
     control.answers.settled()
     control.triggers.settled()
     control.report_calls.settled()
+    control.blocks.check_kept()
     live = world.live()
     world.checker.check_step(live, world.now)
     world.checker.check_quiescent(live, control.statuses())

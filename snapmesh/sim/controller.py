@@ -11,7 +11,9 @@ simulated cluster, as services/controller/engine.py does on the real one:
                     waits for it, a controller crash loses what is pending,
                     and a restart replays what is durable
   Retire            judged against the fuzzer's own retention rule (sim/retention.py)
-  File, Forget      nothing: the simulator keeps no snapshot files (a restart replays the journal)
+  File, Forget      nothing: the simulator keeps no snapshot files (a restart replays the journal);
+                    a COMPLETE snapshot's states are filed as blocks at its Finished
+                    (sim/blockstore.py), and the checker judges the states rebuilt from them
   StartAt           the initiator (with a broadcast trigger: each node) starts
                     the snapshot, or (down, fenced) the start fails
   Finished          COMPLETE: checked against the logs (invariants C1-C3)
@@ -36,6 +38,12 @@ simulated cluster, as services/controller/engine.py does on the real one:
                     controller crash loses the unanswered calls: their nodes send
                     the reports again to the restarted controller
 
+Reports travel as the real ones do (sim/blockstore.py SB1-SB3): a node sends
+its state as blocks once a report of its was taken, naming the blocks it takes
+the controller to hold; the controller refuses one naming a block it lacks
+(the node sends it whole, at once), rebuilds the others, journals them as they
+came, and a restart makes them whole again from its block disk.
+
 Controller faults: crash (reports on the way are lost), a report sent again
 whose copy arrives only after a restore began (refused: its epoch is stale), and restart (the
 journal replayed: finished snapshots come back, those in progress get a fresh
@@ -47,6 +55,7 @@ sim/restore_calls.py's, a mixin of this shell.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter, deque
 from collections.abc import Mapping
@@ -63,6 +72,7 @@ from snapmesh.protocol.topology import Topology
 from snapmesh.protocol.controller.stopping import FenceAt
 from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, InvalidReport, Now, Tracker, TrackerError, DuplicateReport
 from snapmesh.sim import apps
+from snapmesh.sim.blockstore import SimBlocks
 from snapmesh.sim.disk import Disk
 from snapmesh.sim.invariants import Checker, Violation
 from snapmesh.sim.journal import SimJournal
@@ -136,6 +146,8 @@ class SimController(RestoreCalls):
         self.report_rng = random.Random(seed * 104_729 + 8)
         self.report_calls = ReportCheck()
         self.to_resend: list[Sent] = []  # unanswered when the controller crashed: sent again at its restart
+        # Reports as blocks (sim/blockstore.py SB1-SB3), the controller's block disk and memory.
+        self.blocks = SimBlocks(random.Random(seed * 104_729 + 9), self.faults)
 
     def _machine(self) -> machine.Controller:
         app = self.world.app
@@ -217,6 +229,7 @@ class SimController(RestoreCalls):
                 aborted.setdefault(effect.snapshot_id, set()).add(effect.node)
             elif type(effect) is machine.Retire:
                 self.retention.retire(effect.snapshot_id, self.machine.all(), self._protected())
+                self.blocks.retired(effect.snapshot_id)
                 self.faults["snapshot retired (--keep)"] += 1
         for sid in failed:
             if aborted.get(sid, set()) != set(self.world.ids):
@@ -249,7 +262,7 @@ class SimController(RestoreCalls):
         sid = snapshot.snapshot_id
         if snapshot.status == COMPLETE:
             self.faults["snapshot complete"] += 1
-            reports = self.recorded[sid]
+            reports = self._from_blocks(snapshot, self.recorded[sid])
             self.world.checker.check_complete(sid, reports, snapshot.epoch)
             apps.agrees(snapshot)  # the controller's verdict agrees with the checker's (A2)
             if any(c.in_flight for c in snapshot.channels):
@@ -260,10 +273,17 @@ class SimController(RestoreCalls):
                 self.faults["overtaken transfers recorded"] += 1
             return
         assert snapshot.status == FAILED
+        self.blocks.failed(sid)
         kind = kind_of_failure(snapshot.reason)
         if kind in ("deadline", "controller restarted"):
             self.restarts.expired(sid, kind, self.world.now)
         self.faults[f"snapshot failed: {kind}"] += 1
+
+    def _from_blocks(self, snapshot: pb.Snapshot, reports: dict[str, core.FullState]) -> dict[str, core.FullState]:
+        """The parts as the nodes made them, each state the one filed as blocks and rebuilt (SB1)."""
+        rebuilt = self.blocks.filed(snapshot, {node: part.state for node, part in reports.items()})
+        return {node: part if part.state is None else dataclasses.replace(part, state=rebuilt[node] or b"")
+                for node, part in reports.items()}
 
     def _overtaken(self, reports: dict[str, core.FullState]) -> bool:
         """Did an early marker close a channel ahead of transfers the snapshot holds?"""
@@ -300,20 +320,21 @@ class SimController(RestoreCalls):
         node_id, state, epoch = self.reports.popleft()
         if not self.up:
             return
-        message = report_message(state, epoch=epoch)
+        message, sent, pins = self._taken(node_id, report_message(state, epoch=epoch))
         current = self.machine.epoch
         call = self.report_calls.call((node_id, state, epoch)) if self.report_rng.random() < 0.8 else None
         try:
-            _, duplicate = self.machine.reported(message, self.now(), call=call)
+            _, duplicate = self.machine.reported(message, self.now(), call=call, sent=sent)
         except machine.StaleReport:
-            self._refused(call)
+            self._refused(call, state.snapshot_id, pins)
             self.faults["stale report refused"] += 1
             return
         except (InvalidReport, DuplicateReport) as exc:
             raise Violation(f"{node_id}: the controller refused its report of {state.snapshot_id}: {exc}") from None
         except TrackerError:
-            self._refused(call)
+            self._refused(call, state.snapshot_id, pins)
             return  # too late (the snapshot failed): the node's part is dropped
+        self.blocks.accepted(node_id, message)  # the node takes the controller to hold its blocks
         held = call is not None and self.machine.holding(call)
         if held:
             self.faults["report held until its snapshot ends" if not duplicate else "a repeat joined a held report"] += 1
@@ -330,9 +351,24 @@ class SimController(RestoreCalls):
             self.journal.defer(self.journal.appended,
                                lambda: self.report_calls.answered((call,), self.journal.durable))
 
-    def _refused(self, call: int | None) -> None:
+    def _taken(self, node_id: str, message: pb.FullState) -> tuple[pb.FullState, pb.FullState | None, int]:
+        """The report as the node sends it (whole or as blocks), made whole by the controller: (the
+        whole report, the form it came in when as blocks, its pins' call). One refused as MISSING
+        is sent again whole at once (SB2): a round more, never a wrong state."""
+        sent = self.blocks.form(node_id, message)
+        whole, pins = self.blocks.take(sent)
+        if whole is None:
+            self.blocks.refused(node_id)
+            sent = self.blocks.form(node_id, message)
+            whole, pins = self.blocks.take(sent)
+        assert whole is not None  # a report sent whole is its own whole form
+        return whole, (sent if sent.HasField("state_blocks") else None), pins
+
+    def _refused(self, call: int | None, snapshot_id: str = "", pins: int | None = None) -> None:
         if call is not None:
             self.report_calls.refused(call)
+        if pins is not None:  # never journaled: nothing needs the blocks its call pinned kept
+            self.blocks.unpin(snapshot_id, pins)
 
     def tick(self) -> None:
         if self.up:
@@ -344,6 +380,7 @@ class SimController(RestoreCalls):
         self.up = False
         self.reports.clear()
         self.journal.crash()
+        self.blocks.crashed()
         self.answers.crashed()
         self.faults["waiting trigger lost in a controller crash"] += len(self.triggers.waiting) > 0
         self.triggers.crashed()
@@ -357,7 +394,8 @@ class SimController(RestoreCalls):
         now = self.now()
         self.journal.crash()  # a new process: whatever was pending is gone
         self.machine.loaded(self.files)
-        replayed = self.machine.replayed(self.journal.durable, now)  # S1: deadlines from `now` too
+        # S1: deadlines from `now` too; the reports journaled as blocks made whole from the block disk (J3)
+        replayed = self.machine.replayed(self.blocks.replayed(self.journal.durable), now)
         self.journal.restarted({s.snapshot_id: s.status for s in self.machine.all()}, self.machine.epoch)
         self.restarts.replayed(replayed, self.machine.all(), now.mono)
         self._restore_calls_restarted()

@@ -1,0 +1,215 @@
+"""The fuzzer with reports as blocks (snapmesh/sim/blockstore.py): a lost, duplicated or stale block
+reference is caught at a fixed seed, and the same seeds are clean without the mutation.
+
+Each mutation breaks the manifest a node sends (blocks.referenced_report, B4): the
+controller then rebuilds a state that is not the one the node recorded at its cut,
+and the fuzzer must say so (SB1, or the checker's cut digest, A2). A failure
+prints the seed and the command that replays it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from snapmesh.fuzzer import fuzz
+from snapmesh.protocol import blocks
+from snapmesh.protocol.controller import journal
+from snapmesh.protocol.controller.blockrefs import BlockRefs
+from snapmesh.services.app import kvshard
+from snapmesh.sim.blockstore import SimBlocks
+from snapmesh.sim.invariants import Violation
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+
+def _mutated(change):
+    """blocks.referenced_report with `change(report, manifest)` applied to the manifest of each report sent as blocks."""
+    made = blocks.referenced_report
+
+    def broken(report, held, known=None):
+        sent, names = made(report, held, known)
+        if sent is not None:
+            hashes = list(sent.state_blocks.hashes)
+            sent.state_blocks.ClearField("hashes")
+            sent.state_blocks.hashes.extend(change(report, hashes))
+        return sent, names
+
+    return broken
+
+
+def _lost(report, hashes: list[bytes]) -> list[bytes]:
+    """A block left out of the manifest (its last)."""
+    return hashes[:-1] if len(hashes) > 1 else hashes
+
+
+def _duplicated(report, hashes: list[bytes]) -> list[bytes]:
+    """A block named twice (its first, again)."""
+    return hashes[:1] + hashes
+
+
+def _stale() -> object:
+    """A block of the node's older state named in place of the first one that changed
+    (the same for every copy of a report: a repeat is the report sent again)."""
+    last: dict[str, tuple[str, list[bytes], list[bytes]]] = {}  # node -> (snapshot, the manifest before it, its own)
+
+    def change(report, hashes: list[bytes]) -> list[bytes]:
+        node, sid = report.node_id, report.snapshot_id
+        if node not in last or last[node][0] != sid:
+            last[node] = (sid, last[node][2] if node in last else [], list(hashes))
+        before = last[node][1]
+        out = list(hashes)
+        for i, (old, new) in enumerate(zip(before, hashes, strict=False)):  # a state may have grown
+            if old != new:
+                out[i] = old
+                break
+        return out
+
+    return change
+
+
+MUTANTS = {"lost": lambda: _lost, "duplicated": lambda: _duplicated, "stale": _stale}
+
+
+
+# (app, mutation, the seed that catches it, what the failure says). The bank's stale one is
+# pinned where the stale block has the new one's size: only its content tells it apart.
+CAUGHT = [
+    ("bank", "lost", 25, "SB1: snapshot s5: n2's state rebuilt from its 1 block reference(s) (1 bytes)"),
+    ("bank", "duplicated", 19, "SB1: snapshot s3: n1's state rebuilt from its 1 block reference(s) (4 bytes)"),
+    ("bank", "stale", 202, "SB1: snapshot s3: n1's state rebuilt from its 1 block reference(s) (2 bytes)"),
+    ("kvshard", "lost", 7, "SB1: snapshot s8: n3's state rebuilt from its 1 block reference(s) (42 bytes)"),
+    ("kvshard", "duplicated", 7, "SB1: snapshot s8: n3's state rebuilt from its 1 block reference(s) (109 bytes)"),
+    ("kvshard", "stale", 68, "SB1: snapshot s4: n1's state rebuilt from its 1 block reference(s) (98 bytes)"),
+]
+APPS = {"bank": None, "kvshard": kvshard.app}
+
+
+@pytest.mark.parametrize(("app", "name", "seed", "caught"), CAUGHT, ids=[f"{a}-{n}" for a, n, _, _ in CAUGHT])
+def test_the_fuzzer_catches_each_bad_block_reference(
+    app: str, name: str, seed: int, caught: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(blocks, "referenced_report", _mutated(MUTANTS[name]()))
+    ran, failure = fuzz.fuzz(seed, 1, APPS[app])
+    assert failure is not None, f"block reference {name!r} survived seed {seed} ({app})"
+    print(f"block reference {name} ({app}): caught at seed {seed}: {failure[1][:200]}\n"
+          f"replay: {fuzz.replay_command(seed, '' if app == 'bank' else app)}")
+    assert failure[0] == seed and caught in failure[1]
+    monkeypatch.undo()
+    monkeypatch.setattr(blocks, "referenced_report", _mutated(MUTANTS[name]()))  # a fresh one: the stale one remembers
+    assert fuzz.fuzz(seed, 1, APPS[app]) == (1, failure)  # the seed replays: the same case fails the same way
+    monkeypatch.undo()
+    assert fuzz.fuzz(seed, 1, APPS[app]) == (1, None)  # and passes with the manifests as made
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_reports_go_as_blocks_under_the_faults(app: str) -> None:
+    seen: Counter[str] = Counter()
+    for seed in range(60):
+        seen += fuzz.run_case(seed, APPS[app]).faults
+    for kind in ("report taken as blocks", "report refused: missing blocks, sent whole", "snapshot filed as blocks"):
+        assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
+
+
+# --------------------------------------------------------------- the store's rules, one at a time
+
+
+def _store(grain: int = 1) -> SimBlocks:
+    store = SimBlocks(random.Random(0), Counter())
+    store.grain = grain
+    return store
+
+
+def _report(sid: str, state: bytes, node: str = "n0") -> pb.FullState:
+    return pb.FullState(snapshot_id=sid, node_id=node, state=state)
+
+
+def _filed(store: SimBlocks, sid: str, state: bytes, node: str = "n0") -> None:
+    snapshot = pb.Snapshot(snapshot_id=sid, nodes=[pb.NodeBalance(node_id=node, state=state)])
+    assert store.filed(snapshot, {node: state}) == {node: state}
+
+
+def test_a_report_naming_a_block_the_controller_lacks_is_refused_then_sent_whole() -> None:
+    store = _store()
+    whole, _ = store.take(store.form("n0", _report("s1", b"abc")))  # nothing taken yet: whole
+    store.accepted("n0", whole)
+    sent = store.form("n0", _report("s2", b"abd"))
+    assert sent.HasField("state_blocks") and list(sent.blocks) == [b"d"]
+    assert store.take(sent)[0] is None  # s1 is not filed: its blocks are nowhere (SB2)
+    store.refused("n0")
+    assert not store.form("n0", _report("s2", b"abd")).HasField("state_blocks")
+
+
+def test_a_filed_snapshots_blocks_make_the_next_report_whole() -> None:
+    store = _store()
+    store.accepted("n0", store.take(store.form("n0", _report("s1", b"abc")))[0])
+    _filed(store, "s1", b"abc")
+    sent = store.form("n0", _report("s2", b"abd"))
+    whole, _ = store.take(sent)
+    assert whole is not None and whole.state == b"abd" and list(sent.blocks) == [b"d"]
+
+
+def test_a_filed_state_not_the_one_recorded_is_named() -> None:
+    store = _store()
+    snapshot = pb.Snapshot(snapshot_id="s1", nodes=[pb.NodeBalance(node_id="n0", state=b"ab")])
+    with pytest.raises(Violation, match=r"SB1: snapshot s1: n0's state rebuilt .* \(2 bytes\) is not the state"):
+        store.filed(snapshot, {"n0": b"ba"})
+
+
+def test_a_retired_snapshots_blocks_go_once_no_other_holds_them() -> None:
+    store = _store()
+    _filed(store, "s1", b"ab")
+    _filed(store, "s2", b"ab")
+    store.retired("s1")
+    assert set(store.disk.values()) == {b"ab"}  # s2's too (SB3)
+    store.retired("s2")
+    assert store.disk == {}
+
+
+def test_a_journaled_report_whose_blocks_are_gone_is_dropped_at_a_restart() -> None:
+    store = _store()
+    store.accepted("n0", store.take(store.form("n0", _report("s1", b"ab")))[0])
+    _filed(store, "s1", b"ab")
+    sent = store.form("n0", _report("s2", b"ab"))
+    assert sent.HasField("state_blocks") and not sent.blocks  # every block held: none carried
+    whole, _ = store.take(sent)
+    record = journal.Reported(state=whole, wall=1.0, sent=sent)  # type: ignore[arg-type]
+    store.retired("s1")  # pinned by s2's journaled report: kept (J2)
+    assert [r.state.state for r in store.replayed([record])] == [b"ab"]  # type: ignore[attr-defined]
+    store.disk.clear()  # the disk lost them: the snapshot is dropped whole, never taken short (J3)
+    assert store.replayed([record]) == []
+    assert store.faults["journaled report dropped: its blocks are gone"] == 1
+    store.failed("s2")  # its FAILED record is durable: read back from its file, as it is
+    assert store.replayed([record]) == [record]
+
+
+def _drop_frees_every_block(self: BlockRefs, snapshot_id: str) -> set[bytes]:
+    """The broken count (G2): a snapshot dropped frees every block it referenced, however many others do."""
+    held = self._held.pop(snapshot_id, frozenset())
+    for name in held:
+        self._count[name] -= 1
+        if not self._count[name]:
+            del self._count[name]
+    return set(held)
+
+
+@pytest.mark.parametrize(("app", "seed"), [("bank", 30), ("kvshard", 184)])
+def test_the_fuzzer_catches_retention_deleting_a_block_still_referenced(
+    app: str, seed: int, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(BlockRefs, "drop", _drop_frees_every_block)
+    ran, failure = fuzz.fuzz(seed, 1, APPS[app])
+    assert failure is not None, f"retention deleting referenced blocks survived seed {seed} ({app})"
+    print(f"retention deleting referenced blocks ({app}): caught at seed {seed}: {failure[1][:200]}")
+    assert failure[0] == seed and failure[1].startswith("SB3: a kept snapshot lost a block to retention")
+    monkeypatch.undo()
+    assert fuzz.fuzz(seed, 1, APPS[app]) == (1, None)
+
+
+def test_a_kept_snapshot_missing_a_block_is_named() -> None:
+    store = _store()
+    _filed(store, "s1", b"ab")
+    store.disk.clear()
+    with pytest.raises(Violation, match=r"SB3: a kept snapshot lost a block to retention: snapshot s1, node n0"):
+        store.check_kept()
