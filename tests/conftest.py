@@ -75,12 +75,23 @@ def _our_processes() -> dict[int, str]:
     return found
 
 
+# Under pytest-xdist (`make test` runs the pure lanes on two workers) a worker keeps the
+# session variable it inherited from the controller and checks nothing itself: xdist
+# ignores a worker's exit status, so the controller, whose check runs once every worker
+# has finished, finds the processes any worker's tests left behind.
+_WORKER = "PYTEST_XDIST_WORKER"
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
+    if os.environ.get(_WORKER):
+        return
     os.environ[_SESSION_VARIABLE] = f"{os.getpid()}-{uuid.uuid4().hex}"
     session.config.stash[_BEFORE] = _our_processes()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get(_WORKER):
+        return
     before = session.config.stash.get(_BEFORE, {})
 
     def leaked_now() -> dict[int, str]:

@@ -4,8 +4,12 @@ port of a node that one of them had killed and was about to restart."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
+
+import pytest
 
 from snapmesh.settings import ports
 
@@ -18,11 +22,20 @@ sys.stdin.readline()
 """
 
 
-def test_a_port_held_by_another_process_is_not_taken_until_it_exits():
-    port = 1600  # below the range free_ports draws from: no session draws it
+@pytest.fixture
+def own_lock_file(tmp_path, monkeypatch):
+    """A lock file of this test's own (tempfile.gettempdir() is where it is found): the
+    machine-wide one is shared with every other test session, and one running these very
+    tests holds the same fixed ports for as long as it lives."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return dict(os.environ, TMPDIR=str(tmp_path))
+
+
+def test_a_port_held_by_another_process_is_not_taken_until_it_exits(own_lock_file):
+    port = 1600  # below the range free_ports draws from
     mine = ports._Reservations()
     holder = subprocess.Popen([sys.executable, "-c", HOLDER.format(port=port)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=own_lock_file)
     try:
         assert holder.stdout.readline().strip() == "held"
         assert not mine.take(port), "a port another live process holds was taken"
@@ -32,7 +45,7 @@ def test_a_port_held_by_another_process_is_not_taken_until_it_exits():
     assert mine.take(port), "a port whose holder exited stayed locked"
 
 
-def test_a_process_holds_only_its_newest_draws(monkeypatch):
+def test_a_process_holds_only_its_newest_draws(own_lock_file, monkeypatch):
     monkeypatch.setattr(ports, "HELD_PER_PROCESS", 2)
     mine = ports._Reservations()
     base = 1500
