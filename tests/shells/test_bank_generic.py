@@ -1,5 +1,5 @@
 """The bank as an app: its compact commands (what the node's v1 adapter sends), and a log a
-native bank node wrote recovering as the bank app's (services/node/bank_log.py).
+native bank node wrote recovering as the bank app's (snapmesh/bank/oldlogs.py).
 
 The native log is written by the pure node machine with no app (the code that wrote
 every bank log before nodes always hosted an app), one JSON line per record, as the
@@ -195,3 +195,24 @@ def test_the_bank_apps_log_reads_with_the_banks_figures_and_a_native_one_as_it_i
     assert figures(native) == native
     other = {"p1": [{"kind": "init", "balance": 0, "state": _b64(b"{}"), "lsn": 1}]}  # another app's bytes
     assert figures(other) == other
+
+
+def test_the_old_log_reader_is_the_apps_and_named_by_it(tmp_path: Path) -> None:
+    # The shell knows no bank: it maps an old log only through the reader the app names.
+    import dataclasses
+
+    from snapmesh.app import AppError
+    from snapmesh.services.node.recovery import CorruptLogError
+
+    path = tmp_path / "p1.log.jsonl"
+    native_log(path)
+    unnamed = dataclasses.replace(bank.app, old_logs=None)
+    with pytest.raises(CorruptLogError, match="tally in the log"):  # no reader: read as an app's, refused
+        recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), app=unnamed,
+                app_params={"initial_balance": 100})
+    broken = dataclasses.replace(bank.app, old_logs="snapmesh.bank.oldlogs:Missing")
+    with pytest.raises(CorruptLogError, match="its old_logs 'snapmesh.bank.oldlogs:Missing' does not load"):
+        recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), app=broken,
+                app_params={"initial_balance": 100})
+    with pytest.raises(AppError, match="old_logs must be"):
+        dataclasses.replace(bank.app, old_logs="no-colon")

@@ -11,6 +11,9 @@ after it) with the seq of the message it sent, its digest unknown (as an id
 from before digests: a retry is answered, never refused as another request).
 The node then seals the segment (Recovered.reshaped), so the active segment
 holds only the app's records and the mapping happens once.
+
+The framework reaches this through the app (`App(old_logs="snapmesh.bank.oldlogs:NativeLogs")`,
+loaded by name in services/node/recovery.py): it knows no bank.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from snapmesh.protocol import wal
+from snapmesh.protocol.node import recovery
 from snapmesh.protocol.node.apphost import Host
 from snapmesh.protocol.node.recovery import Recovered
 from snapmesh.protocol.node.requests import Paid
@@ -41,6 +45,22 @@ def native_log(records: Sequence[tuple[str, wal.Record]]) -> bool:
             return False
         tallied = tallied or bool(getattr(record, "tally", 0))
     return tallied
+
+
+class NativeLogs:
+    """The bank's reader of its native nodes' logs, as an app's `old_logs` plug-in (B5)."""
+
+    @staticmethod
+    def written_by(records: Sequence[tuple[str, wal.Record]]) -> bool:
+        """Whether `records` (an active segment) are an old native log this reader maps."""
+        return native_log(records)
+
+    @staticmethod
+    def recover(records: Sequence[tuple[str, wal.Record]], *, node_id: str, incoming: tuple[str, ...],
+                outgoing: tuple[str, ...], host: Host) -> Recovered:
+        """The segment's state, rebuilt as the native node did, then as the bank app's (`host` given its state)."""
+        native = recovery.recover(records, node_id=node_id, initial_tally=0, incoming=incoming, outgoing=outgoing)
+        return as_bank_app(native, host)
 
 
 def as_bank_app(native: Recovered, host: Host) -> Recovered:
