@@ -159,7 +159,7 @@ class Sim:
         rest = [e for e in entries if e.seq != 0]
         for e in early + rest:
             if e.snapshot_id:
-                m.received(src, 1, e.seq, snapshot_id=e.snapshot_id, last_seq=e.tally)
+                m.received(src, 1, e.seq, snapshot_id=e.snapshot_id, last_seq=e.last_seq)
             else:
                 m.received(src, 1, e.seq, payload=e.payload)
         m.end_frame()

@@ -60,13 +60,29 @@ class NativeLogs:
                 outgoing: tuple[str, ...], host: Host) -> Recovered:
         """The segment's state, rebuilt as the native node did, then as the bank app's (`host` given its state)."""
         native = recovery.recover(records, node_id=node_id, initial_tally=0, incoming=incoming, outgoing=outgoing)
-        return as_bank_app(native, host)
+        return as_bank_app(native, host, amounts(records))
 
 
-def as_bank_app(native: Recovered, host: Host) -> Recovered:
-    """A native bank node's recovered state as the bank app's (B5); `host` is given its state."""
+def amounts(records: Sequence[tuple[str, wal.Record]]) -> dict[tuple[str, int], int]:
+    """The amount of each transfer a native segment sent, by (dst, seq) in the epoch it ends in:
+    its checkpoint's outbox items ([seq, amount, ""]) and its send records."""
+    found: dict[tuple[str, int], int] = {}
+    for _, record in records:
+        kind = type(record)
+        if kind is wal.Checkpoint:
+            found = {(dst, int(item[0])): int(item[1]) for dst, items in record.outbox.items() for item in items}
+        elif kind is wal.Restore:  # every channel starts again at seq 1
+            found = {}
+        elif kind is wal.Send:
+            found[(record.dst, record.seq)] = record.tally
+    return found
+
+
+def as_bank_app(native: Recovered, host: Host, sent: dict[tuple[str, int], int]) -> Recovered:
+    """A native bank node's recovered state as the bank app's (B5); `host` is given its state,
+    `sent` is the amount of each transfer by (dst, seq) (`amounts`)."""
     host.restore(str(native.tally).encode())
-    outbox = {dst: [e._replace(tally=0, payload=str(e.tally).encode()) if not e.snapshot_id else e for e in entries]
+    outbox = {dst: [e._replace(payload=str(sent[(dst, e.seq)]).encode()) if not e.snapshot_id else e for e in entries]
               for dst, entries in native.outbox.items()}
     requests = OrderedDict(
         (rid, Paid(wal.pack(str(p.tally).encode()), _seq_of(p.msg_id), p.at, p.lsn, "", p.epoch))

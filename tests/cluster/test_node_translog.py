@@ -284,11 +284,11 @@ def test_recovery_rebuilds_balance_positions_outbox_and_abandoned(tmp_path: Path
     assert state.last_received == {"p2": 1, "p3": 2}
     assert set(state.abandoned) == {"s1", "s2"}  # s2 was aborted here without a recording
     assert state.outbox["p2"] == [
-        Entry(seq=1, tally=10, snapshot_id=""),
-        Entry(seq=2, tally=0, snapshot_id="s1"),
-        Entry(seq=3, tally=5, snapshot_id=""),
+        Entry(seq=1, last_seq=0, snapshot_id=""),  # a native transfer: its amount is the bank's to read
+        Entry(seq=2, last_seq=0, snapshot_id="s1"),
+        Entry(seq=3, last_seq=0, snapshot_id=""),
     ]
-    assert state.outbox["p3"] == [Entry(seq=1, tally=0, snapshot_id="s1")]
+    assert state.outbox["p3"] == [Entry(seq=1, last_seq=0, snapshot_id="s1")]
 
 
 def test_missing_or_empty_log_is_a_fresh_node(tmp_path: Path) -> None:

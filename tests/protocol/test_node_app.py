@@ -90,7 +90,7 @@ class Mesh:
         node = self.nodes[dst]
         node.opened(src, 1)
         for e in self.wires[(src, dst)].pop(0):
-            node.received(src, 1, e.seq, last_seq=e.tally, snapshot_id=e.snapshot_id, payload=e.payload)
+            node.received(src, 1, e.seq, last_seq=e.last_seq, snapshot_id=e.snapshot_id, payload=e.payload)
         node.end_frame()
         self.route(dst, node)
         return True

@@ -103,7 +103,7 @@ def test_a_native_bank_log_recovers_as_the_bank_app_mapped_once(tmp_path: Path) 
     got = recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), app=bank.app,
                   app_params={"initial_balance": 100})
     assert got.reshaped and got.tally == 0 and got.host.snapshot() == b"72"
-    assert [(e.seq, e.tally, e.payload) for e in got.outbox["p2"]] == [(1, 0, b"30"), (2, 0, b"5")]
+    assert [(e.seq, e.last_seq, e.payload) for e in got.outbox["p2"]] == [(1, 0, b"30"), (2, 0, b"5")]
     paid = got.requests["rid-1"]
     assert (wal.unpack(paid.msg_id, "test"), paid.tally, paid.digest) == (b"70", 1, "")  # the reply, the seq
 

@@ -122,7 +122,7 @@ class Machines:
                     kind, conn_no, body = wire.pop(0)
                     if kind == "data":
                         for e in body:
-                            self.nodes[dst].received(src, conn_no, e.seq, last_seq=e.tally, snapshot_id=e.snapshot_id,
+                            self.nodes[dst].received(src, conn_no, e.seq, last_seq=e.last_seq, snapshot_id=e.snapshot_id,
                                                      payload=e.payload)
                         self.nodes[dst].end_frame()
                         self.route(dst)

@@ -334,7 +334,7 @@ def _apply(
             tally = record.tally  # type: ignore[attr-defined]
             state.tally -= tally
             payload = wal.unpack(record.payload, where) if tally == 0 else None  # type: ignore[attr-defined]
-            state.outbox[dst].append(Entry(seq, tally, "", 0, payload))
+            state.outbox[dst].append(Entry(seq, 0, "", 0, payload))
             if state.command_id:  # the first message of a command with a request id: its Paid's seq
                 state.requests[state.command_id] = state.requests[state.command_id]._replace(tally=seq)
                 state.command_id = ""
@@ -473,15 +473,16 @@ def checkpoint_fields(state: Recovered) -> dict:
 
 
 def _outbox_item(e: Entry) -> list:
-    """A checkpoint's outbox entry: [seq, tally, snapshot_id], and an app message's payload (base64)."""
+    """A checkpoint's outbox entry: [seq, 0, snapshot_id], and an app message's payload (base64).
+    (The 0 held a native node's figure: its old logs are its app's to read.)"""
     if e.payload is None:
-        return [e.seq, e.tally, e.snapshot_id]
-    return [e.seq, e.tally, e.snapshot_id, wal.pack(e.payload)]
+        return [e.seq, 0, e.snapshot_id]
+    return [e.seq, 0, e.snapshot_id, wal.pack(e.payload)]
 
 
 def _outbox_entry(item: list, where: str) -> Entry:
-    seq, tally, sid, *app = item
-    return Entry(int(seq), int(tally), str(sid), 0, wal.unpack(app[0], where) if app else None)
+    seq, _, sid, *app = item  # the second place: 0, or an old native log's figure (its app's to read)
+    return Entry(int(seq), 0, str(sid), 0, wal.unpack(app[0], where) if app else None)
 
 
 def _remember(window: OrderedDict, key: str, value: object, limit: int) -> None:

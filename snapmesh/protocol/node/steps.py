@@ -252,7 +252,7 @@ class NodeSteps:
     def _keep_cut(self, snapshot_id: str) -> None:
         """At a cut: the positions of the incoming channels, the outboxes' transfers."""
         positions = {src: r.last_seq for src, r in self.receivers.items()}
-        # The link's own entries (seq, tally): no object per entry at every cut.
+        # The link's own entries: no object per entry at every cut.
         outbox = {dst: tuple(e for e in s.outbox if not e.snapshot_id) for dst, s in self.senders.items()}
         self._at_cut[snapshot_id] = (positions, outbox)
 
