@@ -85,7 +85,7 @@ def as_bank_app(native: Recovered, host: Host, sent: dict[tuple[str, int], int])
     outbox = {dst: [e._replace(payload=str(sent[(dst, e.seq)]).encode()) if not e.snapshot_id else e for e in entries]
               for dst, entries in native.outbox.items()}
     requests = OrderedDict(
-        (rid, Paid(wal.pack(str(p.tally).encode()), _seq_of(p.msg_id), p.at, p.lsn, "", p.epoch))
+        (rid, Paid(wal.pack(str(p.first_seq).encode()), _seq_of(p.msg_id), p.at, p.lsn, "", p.epoch))
         for rid, p in native.requests.items()
     )
     return dataclasses.replace(native, tally=0, restored_tally=0, outbox=outbox, requests=requests, host=host,

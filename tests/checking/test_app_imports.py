@@ -43,8 +43,7 @@ TALLY_WORD = re.compile(r"(?<![a-z0-9])(?:tally|tallies)(?![a-z0-9])", re.IGNORE
 STILL_SAYS_TALLY: set[str] = {
     "services/node/embedded.py", "services/node/recovery.py",
     "snapmesh/protocol/app_tallies.py", "snapmesh/protocol/fastrecords.py",
-    "snapmesh/protocol/node/machine.py", "snapmesh/protocol/node/recovery.py", "snapmesh/protocol/node/requests.py",
-    "snapmesh/protocol/node/steps.py", "snapmesh/protocol/wal.py",
+    "snapmesh/protocol/node/recovery.py", "snapmesh/protocol/wal.py",
 }
 
 

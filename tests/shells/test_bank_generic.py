@@ -105,7 +105,7 @@ def test_a_native_bank_log_recovers_as_the_bank_app_mapped_once(tmp_path: Path) 
     assert got.reshaped and got.tally == 0 and got.host.snapshot() == b"72"
     assert [(e.seq, e.last_seq, e.payload) for e in got.outbox["p2"]] == [(1, 0, b"30"), (2, 0, b"5")]
     paid = got.requests["rid-1"]
-    assert (wal.unpack(paid.msg_id, "test"), paid.tally, paid.digest) == (b"70", 1, "")  # the reply, the seq
+    assert (wal.unpack(paid.msg_id, "test"), paid.first_seq, paid.digest) == (b"70", 1, "")  # the reply, the seq
 
     # The node seals the mapped segment at start: its next segment opens with the app's checkpoint.
     node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=got, now=0.0, wall=0.0, app=bank.app,
@@ -129,7 +129,7 @@ def test_an_app_log_is_not_mapped(tmp_path: Path) -> None:
     got = recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), app=bank.app,
                   app_params={"initial_balance": 100})
     assert not got.reshaped and got.host.snapshot() == b"90"
-    assert got.requests["rid-2"].tally == 1  # the command's first message's seq, read from its send record
+    assert got.requests["rid-2"].first_seq == 1  # the command's first message's seq, read from its send record
 
 
 def test_the_v1_calls_to_a_node_of_another_app_are_refused_as_before(tmp_path: Path) -> None:

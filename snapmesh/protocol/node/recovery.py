@@ -103,7 +103,7 @@ def cause(diverged: NonDeterministic | str, *, from_checkpoint: bool, from_start
 
 @dataclass(slots=True)
 class Recovered:
-    tally: int
+    tally: int = 0  # an old native log's figure, for its app's reader (App.old_logs); else 0
     last_lsn: int = 0
     next_seq: dict[str, int] = field(default_factory=dict)  # dst -> next seq to use
     acked: dict[str, int] = field(default_factory=dict)  # dst -> ack watermark
@@ -336,12 +336,12 @@ def _apply(
             payload = wal.unpack(record.payload, where) if tally == 0 else None  # type: ignore[attr-defined]
             state.outbox[dst].append(Entry(seq, 0, "", 0, payload))
             if state.command_id:  # the first message of a command with a request id: its Paid's seq
-                state.requests[state.command_id] = state.requests[state.command_id]._replace(tally=seq)
+                state.requests[state.command_id] = state.requests[state.command_id]._replace(first_seq=seq)
                 state.command_id = ""
             if record.request_id:  # type: ignore[attr-defined]
                 state.requests[record.request_id] = requests.Paid(  # type: ignore[attr-defined]
                     record.msg_id, state.tally, 0.0, record.lsn,  # type: ignore[attr-defined]
-                    requests.transfer_digest(dst, tally), state.epoch,  # the request, in the epoch it was paid (W5, W6)
+                    requests.digest_of(f"T{dst}\0{tally}".encode()), state.epoch,  # a native transfer's (W5), its epoch (W6)
                 )
                 state.requests.move_to_end(record.request_id)  # type: ignore[attr-defined]
         else:
