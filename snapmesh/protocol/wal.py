@@ -312,7 +312,7 @@ ATTRS: Mapping[str, tuple[str, ...]] = {cls.KIND: tuple(f.name for f in fields(c
 
 # An app's record has no tally: its node leaves the key out (old logs wrote 0). kind -> its mark,
 # the key only an app's record of the kind has: one with its mark and without its tally reads
-# as tally 0, one without either is bad input (the readers of dicts: protocol/app_tallies.py).
+# as tally 0, one without either is bad input (the readers of dicts: the app's, snapmesh/bank/logs.py).
 APP_MARKS: Mapping[str, str] = {"init": "app", "checkpoint": "app", "cut": "digest", "restore": "state",
                                 "send": "payload", "recv": "payload", "replay": "payload"}
 
