@@ -59,7 +59,7 @@ class Sim:
         for i in self.ids:
             others = [o for o in self.ids if o != i]
             kw = dict(node_id=i, incoming=others, outgoing=others,
-                      recovered=fresh(initial_tally=0, incoming=others, outgoing=others),
+                      recovered=fresh(incoming=others, outgoing=others),
                       recording_ttl=30.0, bound=10**9, mark=10**9, app=BANK, app_params={"initial_balance": 10**12})
             self.nodes[i] = HybridNode(align_timeout=align, **kw) if mode == "hybrid" else machine.Node(
                 snapshot_mode=mode, **kw)

@@ -68,7 +68,6 @@ def recover(
     path: Path,
     node_id: str,
     *,
-    initial_tally: int,
     incoming: tuple[str, ...],
     outgoing: tuple[str, ...],
     repair: bool = True,
@@ -104,7 +103,7 @@ def recover(
             host = Host(app, node_id=node_id, incoming=incoming, outgoing=outgoing, params=app_params)
             return old.recover(records, node_id=node_id, incoming=incoming, outgoing=outgoing, host=host)
         return recovery.recover(
-            records, node_id=node_id, initial_tally=initial_tally, incoming=incoming, outgoing=outgoing,
+            records, node_id=node_id, incoming=incoming, outgoing=outgoing,
             app=app, app_params=app_params,
         )
     except recovery.NonDeterministic as exc:

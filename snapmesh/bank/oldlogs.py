@@ -59,7 +59,7 @@ class NativeLogs:
     def recover(records: Sequence[tuple[str, wal.Record]], *, node_id: str, incoming: tuple[str, ...],
                 outgoing: tuple[str, ...], host: Host) -> Recovered:
         """The segment's state, rebuilt as the native node did, then as the bank app's (`host` given its state)."""
-        native = recovery.recover(records, node_id=node_id, initial_tally=0, incoming=incoming, outgoing=outgoing)
+        native = recovery.recover(records, node_id=node_id, incoming=incoming, outgoing=outgoing)
         return as_bank_app(native, host, amounts(records))
 
 

@@ -257,7 +257,7 @@ def test_concurrent_callers_share_a_round_synced_on_a_thread_and_a_lone_one_wait
 
 
 def recover_p1(path: Path, **kw):
-    return recover(path, "p1", initial_tally=100, incoming=("p2", "p3"), outgoing=("p2", "p3"), **kw)
+    return recover(path, "p1", incoming=("p2", "p3"), outgoing=("p2", "p3"), **kw)
 
 
 def test_recovery_rebuilds_balance_positions_outbox_and_abandoned(tmp_path: Path) -> None:
@@ -295,7 +295,7 @@ def test_missing_or_empty_log_is_a_fresh_node(tmp_path: Path) -> None:
     assert recover_p1(tmp_path / "none.jsonl").fresh
     (tmp_path / "empty.jsonl").write_text("")
     state = recover_p1(tmp_path / "empty.jsonl")
-    assert state.fresh and state.tally == 100 and state.next_seq == {"p2": 1, "p3": 1}
+    assert state.fresh and state.next_seq == {"p2": 1, "p3": 1}
 
 
 def test_torn_last_line_is_truncated_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

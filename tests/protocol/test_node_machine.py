@@ -111,7 +111,7 @@ def test_a_marker_recv_is_logged_after_its_cut_and_recovery_never_sees_one_alone
     assert cut.lsn < marker.lsn
     # An old log with the marker_recv but no cut: recovery still abandons the snapshot.
     old = [wal.Init(lsn=1, tally=0), wal.MarkerRecv(lsn=2, snapshot_id="s1", src="a", dst="b", seq=1)]
-    state = recovery.recover([("b.log.jsonl:%d" % r.lsn, r) for r in old], node_id="b", initial_tally=0,
+    state = recovery.recover([("b.log.jsonl:%d" % r.lsn, r) for r in old], node_id="b",
                              incoming=["a"], outgoing=["a"])
     assert "s1" in state.abandoned
 
@@ -181,7 +181,7 @@ def test_checkpoint_round_trips_through_the_log() -> None:
     state.outbox["b"] = [link.Entry(1, 0, "", 0, b"m1"), link.Entry(2, 0, "s1")]  # an app message, a marker
     state.next_seq["b"] = 3
     cp = wal.Checkpoint(lsn=9, **recovery.checkpoint_fields(state))
-    again = recovery.recover([("f:1", wal.parse(wal.encode(cp, "a"), "f:1"))], node_id="a", initial_tally=0,
+    again = recovery.recover([("f:1", wal.parse(wal.encode(cp, "a"), "f:1"))], node_id="a",
                              incoming=["b"], outgoing=["b"])
     assert again.outbox == state.outbox and again.next_seq == state.next_seq and again.tally == 5
 
@@ -202,7 +202,7 @@ def test_checkpoint_round_trips_through_the_log() -> None:
 def test_recovery_refuses_a_log_it_cannot_trust(records, problem: str) -> None:
     with pytest.raises(recovery.CorruptLog) as info:
         recovery.recover([(f"a.log.jsonl:{i}", r) for i, r in enumerate(records, start=1)], node_id="a",
-                         initial_tally=0, incoming=["b"], outgoing=["b"])
+                         incoming=["b"], outgoing=["b"])
     assert problem in str(info.value) and str(info.value).startswith("a.log.jsonl:")
 
 

@@ -100,7 +100,7 @@ def native_log(path: Path) -> int:
 def test_a_native_bank_log_recovers_as_the_bank_app_mapped_once(tmp_path: Path) -> None:
     path = tmp_path / "p1.log.jsonl"
     assert native_log(path) == 72
-    got = recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), app=bank.app,
+    got = recover(path, "p1", incoming=("p2",), outgoing=("p2",), app=bank.app,
                   app_params={"initial_balance": 100})
     assert got.reshaped and got.tally == 0 and got.host.snapshot() == b"72"
     assert [(e.seq, e.last_seq, e.payload) for e in got.outbox["p2"]] == [(1, 0, b"30"), (2, 0, b"5")]
@@ -121,12 +121,12 @@ def test_a_native_bank_log_recovers_as_the_bank_app_mapped_once(tmp_path: Path) 
 
 def test_an_app_log_is_not_mapped(tmp_path: Path) -> None:
     path = tmp_path / "p1.log.jsonl"
-    fresh = pure_recovery.fresh(initial_tally=0, incoming=("p2",), outgoing=("p2",))
+    fresh = pure_recovery.fresh(incoming=("p2",), outgoing=("p2",))
     node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=fresh, now=0.0, wall=0.0, app=bank.app,
                 app_params={"initial_balance": 100})
     node.submit(command("p2", 10), "rid-2", wall=0.0)
     path.write_text("".join(wal.encode(e.record, "p1").rstrip("\n") + "\n" for e in node.drain() if type(e) is Append))
-    got = recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), app=bank.app,
+    got = recover(path, "p1", incoming=("p2",), outgoing=("p2",), app=bank.app,
                   app_params={"initial_balance": 100})
     assert not got.reshaped and got.host.snapshot() == b"90"
     assert got.requests["rid-2"].first_seq == 1  # the command's first message's seq, read from its send record
@@ -208,11 +208,11 @@ def test_the_old_log_reader_is_the_apps_and_named_by_it(tmp_path: Path) -> None:
     native_log(path)
     unnamed = dataclasses.replace(bank.app, old_logs=None)
     with pytest.raises(CorruptLogError, match="tally in the log"):  # no reader: read as an app's, refused
-        recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), app=unnamed,
+        recover(path, "p1", incoming=("p2",), outgoing=("p2",), app=unnamed,
                 app_params={"initial_balance": 100})
     broken = dataclasses.replace(bank.app, old_logs="snapmesh.bank.oldlogs:Missing")
     with pytest.raises(CorruptLogError, match="its old_logs 'snapmesh.bank.oldlogs:Missing' does not load"):
-        recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), app=broken,
+        recover(path, "p1", incoming=("p2",), outgoing=("p2",), app=broken,
                 app_params={"initial_balance": 100})
     with pytest.raises(AppError, match="old_logs must be"):
         dataclasses.replace(bank.app, old_logs="no-colon")

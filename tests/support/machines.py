@@ -52,7 +52,7 @@ class Machines:
                  for i, r in enumerate(self.logs[n][-1], start=1)]
         params = {"initial_balance": self.balances[n]}
         state = recovery.recover(
-            lines, node_id=n, initial_tally=0, incoming=self.others(n), outgoing=self.others(n), app=BANK,
+            lines, node_id=n, incoming=self.others(n), outgoing=self.others(n), app=BANK,
             app_params=params,
         )
         self.nodes[n] = self.node_class(node_id=n, incoming=self.others(n), outgoing=self.others(n), recovered=state, app=BANK,

@@ -136,7 +136,7 @@ class Recovered:
         return self.replays_missing > 0
 
 
-def fresh(*, initial_tally: int, incoming: Iterable[str], outgoing: Iterable[str]) -> Recovered:
+def fresh(*, initial_tally: int = 0, incoming: Iterable[str], outgoing: Iterable[str]) -> Recovered:
     outgoing = tuple(outgoing)
     return Recovered(
         tally=initial_tally,
@@ -151,7 +151,7 @@ def recover(
     records: Iterable[tuple[str, wal.Record]],
     *,
     node_id: str,
-    initial_tally: int,
+    initial_tally: int = 0,  # an old native log's, for its app's reader (a fresh node's figure)
     incoming: Iterable[str],
     outgoing: Iterable[str],
     app: Any = None,
