@@ -39,7 +39,7 @@ class _Side:
     def __init__(self, me: str, peer: str) -> None:
         self.node = machine.Node(
             node_id=me, incoming=(peer,), outgoing=(peer,),
-            recovered=fresh(initial_tally=0, incoming=(peer,), outgoing=(peer,)),
+            recovered=fresh(incoming=(peer,), outgoing=(peer,)),
             app=BANK, app_params={"initial_balance": 10**12},  # every node hosts an app (node rule N10)
         )
         self.encoder = Encoder(me)

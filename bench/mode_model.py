@@ -59,7 +59,7 @@ class Sim:
         for i in self.ids:
             others = [o for o in self.ids if o != i]
             kw = dict(node_id=i, incoming=others, outgoing=others,
-                      recovered=fresh(initial_tally=0, incoming=others, outgoing=others),
+                      recovered=fresh(incoming=others, outgoing=others),
                       recording_ttl=30.0, bound=10**9, mark=10**9, app=BANK, app_params={"initial_balance": 10**12})
             self.nodes[i] = HybridNode(align_timeout=align, **kw) if mode == "hybrid" else machine.Node(
                 snapshot_mode=mode, **kw)
@@ -159,7 +159,7 @@ class Sim:
         rest = [e for e in entries if e.seq != 0]
         for e in early + rest:
             if e.snapshot_id:
-                m.received(src, 1, e.seq, snapshot_id=e.snapshot_id, last_seq=e.tally)
+                m.received(src, 1, e.seq, snapshot_id=e.snapshot_id, last_seq=e.last_seq)
             else:
                 m.received(src, 1, e.seq, payload=e.payload)
         m.end_frame()

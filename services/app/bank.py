@@ -238,4 +238,5 @@ app = App(
     rescale=rescale,
     v1_fields="snapmesh.bank.v1fields:BankFields",  # the v1 API's balances and totals, on the controller's side
     edge="snapmesh.bank.edge:BankEdge",  # its v1 calls (Transfer, TransferBatch, GetState) on its nodes
+    old_logs="snapmesh.bank.oldlogs:NativeLogs",  # the logs of the bank's native nodes (commit 2b5e557's)
 )

@@ -315,7 +315,7 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     path = cfg.log_path(node_id)
     try:
         recovered = recover(
-            path, node_id, initial_tally=0, incoming=incoming, outgoing=outgoing, app=app,
+            path, node_id, incoming=incoming, outgoing=outgoing, app=app,
             app_params=_app_params(cfg, app),
         )
         pending = PendingReports(cfg.data_dir / f"{node_id}.reports")

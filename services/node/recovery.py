@@ -14,6 +14,7 @@ therefore never acknowledged): it is cut off with a warning.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from collections.abc import Mapping
@@ -24,7 +25,6 @@ from typing import Any
 from snapmesh.app import App
 from snapmesh.protocol.node import recovery
 from snapmesh.protocol.node.apphost import Host
-from snapmesh.services.node.bank_log import as_bank_app, native_log
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.recovery import Recovered
 
@@ -68,7 +68,6 @@ def recover(
     path: Path,
     node_id: str,
     *,
-    initial_tally: int,
     incoming: tuple[str, ...],
     outgoing: tuple[str, ...],
     repair: bool = True,
@@ -99,13 +98,12 @@ def recover(
                 os.fsync(handle.fileno())
     try:
         records = [(where, wal.parse(raw, where, node_id=node_id)) for where, raw in lines]
-        if app is not None and app.name == "bank" and native_log(records):  # snapmesh/bank/edge.py B5
-            native = recovery.recover(records, node_id=node_id, initial_tally=initial_tally, incoming=incoming,
-                                      outgoing=outgoing)
+        old = old_logs(app)
+        if old is not None and old.written_by(records):  # a log of an older shape: the app maps it, once
             host = Host(app, node_id=node_id, incoming=incoming, outgoing=outgoing, params=app_params)
-            return as_bank_app(native, host)
+            return old.recover(records, node_id=node_id, incoming=incoming, outgoing=outgoing, host=host)
         return recovery.recover(
-            records, node_id=node_id, initial_tally=initial_tally, incoming=incoming, outgoing=outgoing,
+            records, node_id=node_id, incoming=incoming, outgoing=outgoing,
             app=app, app_params=app_params,
         )
     except recovery.NonDeterministic as exc:
@@ -118,6 +116,22 @@ def recover(
         raise OtherVersionError(str(exc)) from None
     except (wal.CorruptRecord, recovery.CorruptLog) as exc:
         raise CorruptLogError(str(exc)) from None
+
+
+def old_logs(app: App | None) -> Any:
+    """The reader of older logs `app` names (`App.old_logs`, "module:attr"), imported by name
+    (the shell knows no app); None when it names none. One that does not load is CorruptLogError."""
+    if app is None or not app.old_logs:
+        return None
+    module_name, _, attr = app.old_logs.partition(":")
+    try:
+        reader: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            reader = getattr(reader, part)
+    except Exception as exc:  # the app's own code: one line, the node does not start
+        raise CorruptLogError(f"app {app.name!r}: its old_logs {app.old_logs!r} does not load: "
+                              f"{type(exc).__name__}: {exc}") from exc
+    return reader
 
 
 def whole_log(directory: Path, node_id: str) -> list[tuple[str, wal.Record]] | None:

@@ -258,6 +258,8 @@ def _check_app(app: App, where: str) -> None:
         raise AppError(f"{where}: version must be a positive int (1, 2, ...), got {app.version!r}")
     if app.v1_fields is not None and (not isinstance(app.v1_fields, str) or ":" not in app.v1_fields):
         raise AppError(f"{where}: v1_fields must be a \"module:attr\" str or None, got {app.v1_fields!r}")
+    if app.old_logs is not None and (not isinstance(app.old_logs, str) or ":" not in app.old_logs):
+        raise AppError(f"{where}: old_logs must be a \"module:attr\" str or None, got {app.old_logs!r}")
     if app.edge is not None and (not isinstance(app.edge, str) or ":" not in app.edge):
         raise AppError(f"{where}: edge must be a \"module:attr\" str (a factory of the node's extra edge) or None, "
                        f"got {app.edge!r}")
@@ -291,6 +293,9 @@ class App:
     # "module:attr" of a factory (engine, edge) -> an object answering more of the node's RPCs, imported by
     # name on the node's side (services/node/extra_edge.py): the bank's v1 Transfer is one; None: none
     edge: str | None = None
+    # "module:attr" of a reader of logs an older shape of its nodes wrote (written_by(records), recover(records,
+    # node_id=, incoming=, outgoing=, host=) -> Recovered), imported by name in services/node/recovery.py
+    old_logs: str | None = None
 
     def __post_init__(self) -> None:
         _check_app(self, f"App {self.name!r}")

@@ -38,7 +38,7 @@ B5. A log the bank's native nodes wrote (tallies in its records, no app's
     message, each request id's answer the app's reply (its digest unknown, as
     for an id from before digests); the node then seals the segment, so the
     active one holds only the app's records (Recovered.reshaped):
-    services/node/bank_log.py.
+    snapmesh/bank/oldlogs.py.
 B6. GetState names the app (its spec, its state's size and digest) as any app's
     does, except on a node whose file names the bank by its own names (no [app],
     or module "bank": Engine.app_spec ""), which answers as the bank always has.

@@ -37,13 +37,40 @@ import base64
 import snapmesh.bank.cut as bank_cut
 from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY
 from snapmesh.bank.trace import BANK as trace
-from snapmesh.protocol import app_tallies
+from snapmesh.protocol import wal
 
 Record = Mapping[str, Any]
 Channel = tuple[str, str]
 InFlight = dict[Channel, list[tuple[str, int, int]]]  # (msg_id, amount, seq), in order
 
 state_key, content_key, contents_key = trace.state_key, trace.content_key, trace.contents_key
+
+
+# An app's record leaves its tally's key out; older logs wrote 0 there (wal.APP_MARKS). A reader of a
+# line as a dict (the checkers with the bank's part, the trace, this module) asks here: a record with
+# its kind's mark and without its tally has a tally of 0; any other record without it is bad input.
+# kind -> its tally's key in the log (the v1 format's: formats.py)
+TALLY_KEYS: Mapping[str, str] = {
+    kind: name for kind in wal.APP_MARKS for (name, _, _), attr in zip(wal.SPEC[kind], wal.ATTRS[kind], strict=True)
+    if attr == "tally"
+}
+
+
+def is_app_record(raw: Record) -> bool:
+    """Whether a log line (a dict) is an app's record: it has its kind's mark (wal.APP_MARKS)."""
+    mark = wal.APP_MARKS.get(raw.get("kind"))  # type: ignore[arg-type]
+    return mark is not None and mark in raw
+
+
+def tally_of(raw: Record, where: str) -> int:
+    """A log line's (a dict's) tally: 0 for an app's record that leaves it out;
+    wal.CorruptRecord naming `where` (`file:line`) for another record without it."""
+    key = TALLY_KEYS[raw["kind"]]
+    if key in raw:
+        return raw[key]
+    if is_app_record(raw):
+        return 0
+    raise wal.CorruptRecord(f"{where}: {raw['kind']} record needs an integer {key!r}")
 
 
 def reading(total: int | None = None) -> bank_cut.Reading:
@@ -95,7 +122,7 @@ def read(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, A
 def value(record: Record, where: str) -> int:
     """A record's figure: an init's or a cut's balance, a send's or a receive's amount
     (an app's record may leave it out: 0; wal.CorruptRecord naming `where` for another)."""
-    return app_tallies.tally_of(record, where)
+    return tally_of(record, where)
 
 
 def recorded(snapshot: Any) -> tuple[str, dict[str, int], InFlight]:
@@ -201,4 +228,4 @@ def whole_problems(snapshot_id: str, rules: set[str], whole: Any, total: int) ->
 
 def _tally(record: Record) -> int:
     """A record's tally; an app's record may leave it out (0: wal.APP_MARKS), no other may."""
-    return app_tallies.tally_of(record, f"{record.get('node')}'s log, lsn {record.get('lsn')}")
+    return tally_of(record, f"{record.get('node')}'s log, lsn {record.get('lsn')}")

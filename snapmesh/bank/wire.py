@@ -106,7 +106,7 @@ def as_app_report(state: pb.FullState) -> pb.FullState:
     flight, recorded or in an outbox, as its message's payload, both decimal ASCII
     (services/app/bank.py), the app named. Any other report is returned as it is. An
     old controller's journal holds such reports; its reader maps each once, so the
-    tracker reads every report one way (as services/node/bank_log.py maps a node's log)."""
+    tracker reads every report one way (as snapmesh/bank/oldlogs.py maps a node's log)."""
     if state.HasField("state"):
         return state
     state.state = str(state.balance).encode()

@@ -63,8 +63,8 @@ def channel_state(reports: Mapping[str, core.FullState], src: str, dst: str) -> 
     outbox = reports[src].outbox.get(dst, ())
     payloads = {e.seq: e.payload for e in outbox}  # an app message's bytes ride with its seq
     return tuple(merge(
-        tuple(recorded), [e.seq for e in outbox], [e.tally for e in outbox], position,
-        lambda seq, _: core.Transfer(msg_id=f"{src}:{dst}:{seq}", seq=seq, payload=payloads[seq]),
+        tuple(recorded), [e.seq for e in outbox], position,
+        lambda seq: core.Transfer(msg_id=f"{src}:{dst}:{seq}", seq=seq, payload=payloads[seq]),
     ))
 
 
@@ -77,13 +77,13 @@ def in_flight_towards(reports: Mapping[str, core.FullState], dst: str) -> list[t
 
 
 def merge(
-    recorded: Sequence[T], seqs: Sequence[int], tallies: Sequence[int], position: int, make: Callable[[int, int], T]
+    recorded: Sequence[T], seqs: Sequence[int], position: int, make: Callable[[int], T]
 ) -> list[T]:
     """O3 for the simulator and the controller alike: what the receiver recorded (in
     seq order; anything with a `seq`), plus the sender's outbox past the receiver's
-    position, one per seq, in seq order. The outbox comes as columns (increasing
-    `seqs`, their `tallies`), as a report carries it; an item is made
-    (`make(seq, tally)`) only for an outbox seq the receiver did not record, so
+    position, one per seq, in seq order. The outbox comes as its increasing `seqs`,
+    as a report carries it; an item is made (`make(seq)`, which finds the rest of
+    it by its seq) only for an outbox seq the receiver did not record, so
     the part it also holds (most of it) costs no object. Where both hold a seq
     they hold the same transfer; the receiver's copy is kept."""
     merged: list[T] = []
@@ -91,7 +91,7 @@ def merge(
         if from_recorded:
             merged += recorded[i:j]
         else:
-            merged += [make(seq, tally) for seq, tally in zip(seqs[i:j], tallies[i:j], strict=True)]
+            merged += [make(seq) for seq in seqs[i:j]]
     return merged
 
 

@@ -7,7 +7,6 @@ the node's shell needs nothing of the controller to report.
 
 from __future__ import annotations
 
-import snapmesh.bank.wire as wire
 from snapmesh.protocol import appstate
 from snapmesh.protocol.node import core
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -21,8 +20,7 @@ def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0,
     with the node's channels. `cut_at_ns` and `done_at_ns` are wall-clock times for
     the statistics only (0: unknown)."""
     node_id = state.node_id
-    message = wire.full_state(
-        0,  # the v1 message's native figure: a node's state is its app's bytes
+    message = pb.FullState(
         snapshot_id=state.snapshot_id,
         node_id=node_id,
         epoch=epoch,
@@ -47,8 +45,8 @@ def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0,
         message.snapshot_mode = "overtake"
         message.positions.extend(pb.ChannelPosition(src=src, dst=node_id, seq=seq) for src, seq in state.positions.items())
         message.outbox_runs.extend(
-            wire.outbox_run(node_id, dst, [e.seq for e in entries], [e.tally for e in entries],
-                            payloads=[e.payload for e in entries] if state.state is not None else ())
+            pb.OutboxRun(src=node_id, dst=dst, seqs=[e.seq for e in entries],
+                         payloads=[e.payload for e in entries] if state.state is not None else ())
             for dst, entries in state.outbox.items()
         )
     return message

@@ -86,7 +86,7 @@ class Record:
 class Init(Record):
     KIND: ClassVar[str] = "init"
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"app", "version", "state"})
-    tally: int
+    tally: int = 0  # an old native log's figure (its app reads it); a node writes none
     app: str = ""  # the hosted app's name ("": the bank, or a log from before versions)
     version: int = 0  # its version (0, omitted: 1, as every app was before versions)
     # The hosted app's opening state (pack(snapshot()) of its new machine; "": none, or a log
@@ -117,7 +117,7 @@ class Send(Record):
     src: str
     dst: str
     seq: int
-    tally: int  # 0: an app message, its bytes in `payload`
+    tally: int = 0  # an old native log's figure (its app reads it); a node writes none
     request_id: str = ""  # the client's retry key; omitted when empty
     payload: str = ""  # an app message's bytes, base64 (tally 0); omitted when empty
 
@@ -130,7 +130,7 @@ class Recv(Record):
     src: str
     dst: str
     seq: int
-    tally: int  # 0: an app message, its bytes in `payload`
+    tally: int = 0  # an old native log's figure (its app reads it); a node writes none
     payload: str = ""  # base64; an app's input, replayed through it by recovery
 
 
@@ -139,7 +139,7 @@ class Cut(Record):
     KIND: ClassVar[str] = "cut"
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"digest"})
     snapshot_id: str
-    tally: int
+    tally: int = 0  # an old native log's figure (its app reads it); a node writes none
     digest: str = ""  # an app's state at the cut: sha256 of its snapshot() bytes, hex (the report carries the bytes)
 
 
@@ -217,7 +217,7 @@ class Checkpoint(Record):
     OPTIONAL: ClassVar[frozenset[str]] = frozenset(
         {"epoch", "cuts", "restored", "restored_tally", "state", "app", "version", "last_command"}
     )
-    tally: int
+    tally: int = 0  # an old native log's figure (its app reads it); a node writes none
     next_seq: dict
     acked: dict
     received: dict
@@ -246,7 +246,7 @@ class Restore(Record):
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"state"})
     snapshot_id: str
     epoch: int
-    tally: int
+    tally: int = 0  # an old native log's figure (its app reads it); a node writes none
     deliveries: int
     state: str = ""  # an app node: the restored snapshot() bytes, base64
 
@@ -263,7 +263,7 @@ class Replay(Record):
     src: str
     dst: str
     seq: int
-    tally: int  # 0: an app message, its bytes in `payload`
+    tally: int = 0  # an old native log's figure (its app reads it); a node writes none
     payload: str = ""  # base64
 
 
@@ -312,7 +312,7 @@ ATTRS: Mapping[str, tuple[str, ...]] = {cls.KIND: tuple(f.name for f in fields(c
 
 # An app's record has no tally: its node leaves the key out (old logs wrote 0). kind -> its mark,
 # the key only an app's record of the kind has: one with its mark and without its tally reads
-# as tally 0, one without either is bad input (the readers of dicts: protocol/app_tallies.py).
+# as tally 0, one without either is bad input (the readers of dicts: the app's, snapmesh/bank/logs.py).
 APP_MARKS: Mapping[str, str] = {"init": "app", "checkpoint": "app", "cut": "digest", "restore": "state",
                                 "send": "payload", "recv": "payload", "replay": "payload"}
 

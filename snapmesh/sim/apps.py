@@ -67,8 +67,8 @@ def channel_state(reports: Mapping[str, core.FullState], src: str, dst: str) -> 
     outbox = reports[src].outbox.get(dst, ())
     payloads = {e.seq: e.payload for e in outbox}
     return tuple(overtake.merge(
-        tuple(recorded), [e.seq for e in outbox], [e.tally for e in outbox], position,
-        lambda seq, _: core.Transfer(msg_id=f"{src}:{dst}:{seq}", seq=seq, payload=payloads[seq]),
+        tuple(recorded), [e.seq for e in outbox], position,
+        lambda seq: core.Transfer(msg_id=f"{src}:{dst}:{seq}", seq=seq, payload=payloads[seq]),
     ))
 
 

@@ -179,7 +179,7 @@ class Network:
                 entries = item[1] if self.batching is None else self._merged(conn, item[1])
                 for entry in entries:
                     node.received(
-                        src, conn.conn_no, entry.seq, last_seq=entry.tally, snapshot_id=entry.snapshot_id,
+                        src, conn.conn_no, entry.seq, last_seq=entry.last_seq, snapshot_id=entry.snapshot_id,
                         payload=entry.payload,
                     )
                 node.end_frame()

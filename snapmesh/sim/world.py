@@ -125,7 +125,6 @@ class World:
         state = recovery.recover(
             records,
             node_id=node_id,
-            initial_tally=0,
             incoming=self.incoming[node_id],
             outgoing=self.outgoing[node_id],
             app=self.app,

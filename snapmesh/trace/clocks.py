@@ -28,7 +28,7 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from snapmesh.protocol import app_tallies
+import snapmesh.bank.logs as bank_logs  # the bank's reading of a line's figure
 
 EVENT_KINDS = frozenset({"send", "recv", "cut", "marker_sent", "marker_recv", "restore", "restart"})
 SEND_KINDS = frozenset({"send", "marker_sent"})
@@ -170,7 +170,7 @@ def build_trace(records: Mapping[str, list[Mapping]]) -> Trace:
                 recv=receive_of.get(event.index),
                 snapshot_id=record.get("snapshot_id") if marker else None,
                 msg_id=None if marker else record.get("msg_id"),
-                amount=None if marker or app_tallies.is_app_record(record) else record.get(app_tallies.TALLY_KEYS["send"]),
+                amount=None if marker or bank_logs.is_app_record(record) else record.get(bank_logs.TALLY_KEYS["send"]),
             ))
         elif event.kind == "cut":
             cuts.setdefault(str(record.get("snapshot_id")), {}).setdefault(event.node, event)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from snapmesh.protocol import app_tallies
+import snapmesh.bank.logs as bank_logs  # the bank's reading of a line's figure
 from snapmesh.trace.clocks import Event, Trace
 
 SHIVIZ_REGEX = r"(?<host>\S*) (?<clock>{.*})\n(?<event>.*)"
@@ -19,7 +19,7 @@ def describe(event: Event) -> str:
     """One line saying what happened, for ShiViz's event text and the SVG's tooltips."""
     r = event.record
     kind = event.kind
-    app = app_tallies.is_app_record(r)  # an app's record has no tally (wal.APP_MARKS): none said
+    app = bank_logs.is_app_record(r)  # an app's record has no tally (wal.APP_MARKS): none said
     if kind == "send":
         amount = "" if app else f" {r.get('amount')}"
         return f"send{amount} to {r.get('dst')} msg_id={r.get('msg_id')} seq={r.get('seq')} lsn={event.lsn}"

@@ -131,7 +131,7 @@ class _Reporter:
 def _engine(mode: str) -> Engine:
     node = Node(
         node_id="b", incoming=("a",), outgoing=("a",), snapshot_mode=mode, segment_records=50, app=RECORDER,
-        recovered=fresh(initial_tally=0, incoming=("a",), outgoing=("a",)),
+        recovered=fresh(incoming=("a",), outgoing=("a",)),
     )
     engine = Engine(
         node=node, log_=_Log(), outgoing={"a": _Outgoing()}, incoming={"a": IncomingChannel(src="a", dst="b")},

@@ -1,5 +1,5 @@
 """Logs the native bank wrote (commit 2b5e557's data dir, tests/fixtures/data-2b5e557/bank)
-recover on nodes that host the bank app, mapped once when read (services/node/bank_log.py).
+recover on nodes that host the bank app, mapped once when read (snapmesh/bank/oldlogs.py).
 
 Real `snapmesh node` processes start on a copy of the fixture's logs with the bank app
 as their [app]: each serves the balance its log holds once the transfers in flight at

@@ -29,7 +29,7 @@ def sender(hold: float | None) -> link.Sender:
 def test_a_held_early_marker_waits_its_timeout_from_the_first_release_then_overtakes() -> None:
     s = sender(0.5)
     for lsn in (1, 2):
-        s.enqueue(lsn=lsn, tally=10)
+        s.enqueue(lsn=lsn, payload=b"10")
     s.enqueue(lsn=3, snapshot_id="s1")  # the FIFO copy, seq 3
     s.notify(lsn=3, snapshot_id="s1", last_seq=2)
     assert s.next_release(7.0) == 7.0  # not timed yet: release at once, to start its clock
@@ -38,7 +38,7 @@ def test_a_held_early_marker_waits_its_timeout_from_the_first_release_then_overt
     assert s.release(10.4) == (0, 0)
     assert s.release(10.5) == (1, 0) and s.next_release(10.5) is None
     s.sent = s.acked  # a reconnect: the early copy goes ahead of the resent queue
-    assert [(e.seq, e.tally) for e in s.poll(3)][:1] == [(0, 2)]
+    assert [(e.seq, e.last_seq) for e in s.poll(3)][:1] == [(0, 2)]
 
 
 def test_a_held_early_marker_whose_fifo_copy_is_acknowledged_is_dropped_never_sent() -> None:
@@ -53,7 +53,7 @@ def test_a_held_early_marker_whose_fifo_copy_is_acknowledged_is_dropped_never_se
 
 def test_without_a_hold_an_early_marker_overtakes_at_once_as_in_overtake_mode() -> None:
     s = sender(None)
-    s.enqueue(lsn=1, tally=5)
+    s.enqueue(lsn=1, payload=b"5")
     s.notify(lsn=1, snapshot_id="s1", last_seq=1)
     assert [e.seq for e in s.poll(1)] == [0, 1] and s.held == []
 

@@ -154,7 +154,7 @@ def test_after_a_failed_write_or_fsync_the_log_writes_nothing_more(
     assert isinstance(failure, OSError)
     lsns = log_lsns(path)
     assert lsns[0] == 1 and set(lsns) <= set(range(1, sends + 2))  # the failed batch may be partly in the file
-    recovered = recover(path, "p1", initial_tally=100 * sends, incoming=("p2",), outgoing=("p2",))
+    recovered = recover(path, "p1", incoming=("p2",), outgoing=("p2",))
     assert recovered.last_lsn == len(lsns)
     assert recovered.tally == 100 * sends - 10 * (recovered.last_lsn - 1)
 

@@ -113,7 +113,7 @@ def test_recovery_treats_a_marker_recv_without_its_cut_as_a_recording(tmp_path: 
         {"node": "p1", "lsn": 2, "kind": "marker_recv", "snapshot_id": "s1", "src": "p2", "dst": "p1", "seq": 1},
     ]  # the cut that belonged to it never reached the disk (an old node wrote marker_recv first)
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    state = recover(path, "p1", initial_tally=100, incoming=("p2",), outgoing=("p2",))
+    state = recover(path, "p1", incoming=("p2",), outgoing=("p2",))
     assert "s1" in state.abandoned and state.last_received == {"p2": 1}
 
 

@@ -257,7 +257,7 @@ def test_concurrent_callers_share_a_round_synced_on_a_thread_and_a_lone_one_wait
 
 
 def recover_p1(path: Path, **kw):
-    return recover(path, "p1", initial_tally=100, incoming=("p2", "p3"), outgoing=("p2", "p3"), **kw)
+    return recover(path, "p1", incoming=("p2", "p3"), outgoing=("p2", "p3"), **kw)
 
 
 def test_recovery_rebuilds_balance_positions_outbox_and_abandoned(tmp_path: Path) -> None:
@@ -284,18 +284,18 @@ def test_recovery_rebuilds_balance_positions_outbox_and_abandoned(tmp_path: Path
     assert state.last_received == {"p2": 1, "p3": 2}
     assert set(state.abandoned) == {"s1", "s2"}  # s2 was aborted here without a recording
     assert state.outbox["p2"] == [
-        Entry(seq=1, tally=10, snapshot_id=""),
-        Entry(seq=2, tally=0, snapshot_id="s1"),
-        Entry(seq=3, tally=5, snapshot_id=""),
+        Entry(seq=1, last_seq=0, snapshot_id=""),  # a native transfer: its amount is the bank's to read
+        Entry(seq=2, last_seq=0, snapshot_id="s1"),
+        Entry(seq=3, last_seq=0, snapshot_id=""),
     ]
-    assert state.outbox["p3"] == [Entry(seq=1, tally=0, snapshot_id="s1")]
+    assert state.outbox["p3"] == [Entry(seq=1, last_seq=0, snapshot_id="s1")]
 
 
 def test_missing_or_empty_log_is_a_fresh_node(tmp_path: Path) -> None:
     assert recover_p1(tmp_path / "none.jsonl").fresh
     (tmp_path / "empty.jsonl").write_text("")
     state = recover_p1(tmp_path / "empty.jsonl")
-    assert state.fresh and state.tally == 100 and state.next_seq == {"p2": 1, "p3": 1}
+    assert state.fresh and state.next_seq == {"p2": 1, "p3": 1}
 
 
 def test_torn_last_line_is_truncated_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

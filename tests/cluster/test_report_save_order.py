@@ -118,7 +118,7 @@ async def one_snapshot(tmp_path: Path, transfers_before: int,
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     path = data_dir / "p1.log.jsonl"
-    recovered = recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=(), app=BANK, app_params=PARAMS)
+    recovered = recover(path, "p1", incoming=("p2",), outgoing=(), app=BANK, app_params=PARAMS)
     engine: Engine | None = None
     log = TransferLog(path, "p1", last_lsn=recovered.last_lsn,
                       on_durable=lambda lsn: engine.durable(lsn) if engine is not None else None)

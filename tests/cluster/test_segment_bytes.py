@@ -33,7 +33,7 @@ BANK, PARAMS = load_app("bank"), {"initial_balance": 10_000}  # every node hosts
 
 async def _node(tmp_path: Path) -> tuple[Engine, TransferLog, NodeMetrics]:
     path = tmp_path / "p1.log.jsonl"
-    recovered = recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), app=BANK, app_params=PARAMS)
+    recovered = recover(path, "p1", incoming=("p2",), outgoing=("p2",), app=BANK, app_params=PARAMS)
     engine: Engine | None = None
     log = TransferLog(path, "p1", last_lsn=recovered.last_lsn,
                       on_durable=lambda lsn: engine.durable(lsn) if engine is not None else None)

@@ -26,7 +26,7 @@ class Pair:
 
     def send(self, n: int, amount: int = 1) -> None:
         for _ in range(n):
-            self.tx.enqueue(lsn=0, tally=amount)
+            self.tx.enqueue(lsn=0, payload=b"%d" % amount)
 
     def pump(self, durable_tx: int = 10**9) -> None:
         self.wire += self.tx.poll(durable_tx)
@@ -64,7 +64,7 @@ def test_nothing_leaves_before_its_record_is_durable() -> None:
     pair = Pair()
     pair.connect()
     for lsn in (5, 6, 7):
-        pair.tx.enqueue(lsn=lsn, tally=1)
+        pair.tx.enqueue(lsn=lsn, payload=b"1")
     assert pair.tx.poll(4) == []
     assert [e.seq for e in pair.tx.poll(6)] == [1, 2]
     assert [e.seq for e in pair.tx.poll(7)] == [3]
@@ -132,10 +132,10 @@ def test_flow_control_mark_and_hard_bound() -> None:
     tx = link.Sender(src="a", dst="b", mark=2, bound=4)
     for _ in range(3):
         tx.check_room()
-        tx.enqueue(lsn=0, tally=1)
+        tx.enqueue(lsn=0, payload=b"1")
     assert tx.over_mark
     tx.check_room()
-    tx.enqueue(lsn=0, tally=1)
+    tx.enqueue(lsn=0, payload=b"1")
     with pytest.raises(link.ChannelFull, match="holds 4 unacknowledged messages"):
         tx.check_room()
     assert tx.unacked == 4 and tx.next_seq == 5  # refusing changed nothing
@@ -147,7 +147,7 @@ def test_flow_control_mark_and_hard_bound() -> None:
 
 def test_acks_that_break_the_protocol() -> None:
     tx = link.Sender(src="a", dst="b")
-    tx.enqueue(lsn=0, tally=1)
+    tx.enqueue(lsn=0, payload=b"1")
     tx.connect(1)
     with pytest.raises(core.RemoteProtocolError, match="never sent"):
         tx.on_ack(1, 2)
@@ -157,7 +157,7 @@ def test_acks_that_break_the_protocol() -> None:
 
 
 def test_a_recovered_outbox_must_be_contiguous_after_the_watermark() -> None:
-    outbox = [link.Entry(3, 1, ""), link.Entry(4, 0, "s1")]
+    outbox = [link.Entry(3, 0, "", 0, b"1"), link.Entry(4, 0, "s1")]
     tx = link.Sender(src="a", dst="b", next_seq=5, acked=2, outbox=outbox)
     assert tx.unacked == 2
     with pytest.raises(core.LocalProtocolError, match="does not hold 2..4"):

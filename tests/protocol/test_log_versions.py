@@ -71,7 +71,7 @@ def write(app: App, commands: list[bytes], segments: list[list[wal.Record]] | No
 
 def recover(app: App, records: list[wal.Record]) -> recovery.Recovered:
     return recovery.recover([(f"p1.log:{n}", r) for n, r in enumerate(records, 1)], node_id="p1",
-                            initial_tally=0, incoming=(), outgoing=(), app=app)
+                            incoming=(), outgoing=(), app=app)
 
 
 def test_init_and_checkpoint_records_name_the_app_and_its_version():
@@ -121,7 +121,7 @@ def on_disk(tmp_path: Path, segments: list[list[wal.Record]]) -> Path:
 
 
 def disk_recover(app: App, path: Path) -> recovery.Recovered:
-    return disk.recover(path, "p1", initial_tally=0, incoming=(), outgoing=(), repair=False, app=app)
+    return disk.recover(path, "p1", incoming=(), outgoing=(), repair=False, app=app)
 
 
 def test_a_snapshot_that_does_not_round_trip_is_named_as_the_cause(tmp_path):

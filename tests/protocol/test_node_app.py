@@ -43,7 +43,7 @@ class Mesh:
     def start(self, me: str) -> Node:
         records = [(f"{me}.log:{n}", r) for n, r in enumerate(self.logs[me], 1)]
         state = recovery.recover(
-            records, node_id=me, initial_tally=0, incoming=self.peers(me), outgoing=self.peers(me), app=self.app
+            records, node_id=me, incoming=self.peers(me), outgoing=self.peers(me), app=self.app
         )
         node = Node(
             node_id=me, incoming=self.peers(me), outgoing=self.peers(me), recovered=state, app=self.app,
@@ -90,7 +90,7 @@ class Mesh:
         node = self.nodes[dst]
         node.opened(src, 1)
         for e in self.wires[(src, dst)].pop(0):
-            node.received(src, 1, e.seq, last_seq=e.tally, snapshot_id=e.snapshot_id, payload=e.payload)
+            node.received(src, 1, e.seq, last_seq=e.last_seq, snapshot_id=e.snapshot_id, payload=e.payload)
         node.end_frame()
         self.route(dst, node)
         return True
@@ -227,7 +227,7 @@ def test_a_non_deterministic_app_refuses_to_recover_naming_the_lsn(monkeypatch: 
 def test_an_app_record_in_a_bank_log_is_corrupt() -> None:
     records = [("l:1", wal.Init(lsn=1, tally=0)), ("l:2", wal.Command(lsn=2, command=wal.pack(b"x")))]
     with pytest.raises(recovery.CorruptLog, match="l:2: an app's record"):
-        recovery.recover(records, node_id="p1", initial_tally=0, incoming=(), outgoing=())
+        recovery.recover(records, node_id="p1", incoming=(), outgoing=())
 
 
 def test_app_records_round_trip_through_the_log_format() -> None:
@@ -247,7 +247,7 @@ def test_app_records_round_trip_through_the_log_format() -> None:
 def test_a_node_without_an_app_is_refused_naming_the_bank() -> None:
     with pytest.raises(TypeError, match="`app` is required.*load_app\\('bank'\\)"):
         Node(node_id="p1", incoming=["p2"], outgoing=["p2"], recovered=recovery.fresh(
-            initial_tally=0, incoming=["p2"], outgoing=["p2"]))
+            incoming=["p2"], outgoing=["p2"]))
 
 
 def test_an_app_that_raises_on_a_message_stops_the_step_with_its_text() -> None:

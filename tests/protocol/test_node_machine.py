@@ -111,7 +111,7 @@ def test_a_marker_recv_is_logged_after_its_cut_and_recovery_never_sees_one_alone
     assert cut.lsn < marker.lsn
     # An old log with the marker_recv but no cut: recovery still abandons the snapshot.
     old = [wal.Init(lsn=1, tally=0), wal.MarkerRecv(lsn=2, snapshot_id="s1", src="a", dst="b", seq=1)]
-    state = recovery.recover([("b.log.jsonl:%d" % r.lsn, r) for r in old], node_id="b", initial_tally=0,
+    state = recovery.recover([("b.log.jsonl:%d" % r.lsn, r) for r in old], node_id="b",
                              incoming=["a"], outgoing=["a"])
     assert "s1" in state.abandoned
 
@@ -178,10 +178,10 @@ def test_a_recording_past_its_ttl_is_dropped_and_logged_as_an_abort() -> None:
 
 def test_checkpoint_round_trips_through_the_log() -> None:
     state = recovery.fresh(initial_tally=5, incoming=["b"], outgoing=["b"])
-    state.outbox["b"] = [link.Entry(1, 5, "")]
-    state.next_seq["b"] = 2
+    state.outbox["b"] = [link.Entry(1, 0, "", 0, b"m1"), link.Entry(2, 0, "s1")]  # an app message, a marker
+    state.next_seq["b"] = 3
     cp = wal.Checkpoint(lsn=9, **recovery.checkpoint_fields(state))
-    again = recovery.recover([("f:1", wal.parse(wal.encode(cp, "a"), "f:1"))], node_id="a", initial_tally=0,
+    again = recovery.recover([("f:1", wal.parse(wal.encode(cp, "a"), "f:1"))], node_id="a",
                              incoming=["b"], outgoing=["b"])
     assert again.outbox == state.outbox and again.next_seq == state.next_seq and again.tally == 5
 
@@ -202,7 +202,7 @@ def test_checkpoint_round_trips_through_the_log() -> None:
 def test_recovery_refuses_a_log_it_cannot_trust(records, problem: str) -> None:
     with pytest.raises(recovery.CorruptLog) as info:
         recovery.recover([(f"a.log.jsonl:{i}", r) for i, r in enumerate(records, start=1)], node_id="a",
-                         initial_tally=0, incoming=["b"], outgoing=["b"])
+                         incoming=["b"], outgoing=["b"])
     assert problem in str(info.value) and str(info.value).startswith("a.log.jsonl:")
 
 
@@ -221,11 +221,11 @@ def test_overtake_an_early_marker_finishes_the_receiver_ahead_of_a_queued_backlo
     m.flush("a")
     frames = m.wires[("a", "b")]
     early = frames[-1][2][0]
-    assert (early.seq, early.tally, early.snapshot_id) == (0, 10, "s1")  # ahead of the FIFO marker, seq 11
+    assert (early.seq, early.last_seq, early.snapshot_id) == (0, 10, "s1")  # ahead of the FIFO marker, seq 11
     # b gets the early marker before the backlog: it cuts and is done with a->b at once.
     kind, conn_no, entries = frames.pop()
     for e in entries[:1]:
-        m.nodes["b"].received("a", conn_no, e.seq, last_seq=e.tally, snapshot_id=e.snapshot_id)
+        m.nodes["b"].received("a", conn_no, e.seq, last_seq=e.last_seq, snapshot_id=e.snapshot_id)
     m.nodes["b"].end_frame()
     m.route("b")
     m.flush("b")

@@ -45,7 +45,7 @@ APP = App(name="keep", new=Keep)
 
 def _node(me: str, peer: str) -> Node:
     return Node(node_id=me, incoming=(peer,), outgoing=(peer,), app=APP,
-                recovered=fresh(initial_tally=0, incoming=(peer,), outgoing=(peer,)))
+                recovered=fresh(incoming=(peer,), outgoing=(peer,)))
 
 
 def _pair() -> tuple[Node, Node]:

@@ -25,8 +25,7 @@ def test_merge_is_the_union_past_the_position_one_per_seq_in_order(seed: int) ->
     if rng.random() < 0.2:
         rng.shuffle(recorded)  # out of order: still assembled in seq order
     outbox_seqs = sorted(rng.sample(range(1, 40), rng.randint(0, 15)))
-    got = merge(recorded, outbox_seqs, [b"%d" % q for q in outbox_seqs], position,
-                lambda q, a: Transfer(msg_id=f"a:b:{q}", seq=q, payload=a))
+    got = merge(recorded, outbox_seqs, position, lambda q: Transfer(msg_id=f"a:b:{q}", seq=q, payload=b"%d" % q))
     expected = sorted({t.seq for t in recorded} | {q for q in outbox_seqs if q > position})
     assert [t.seq for t in got] == expected, f"seed {seed}"
     assert all(t.msg_id == f"a:b:{t.seq}" and t.payload == b"%d" % t.seq for t in got), f"seed {seed}"

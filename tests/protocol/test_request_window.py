@@ -241,7 +241,7 @@ class _AppNode:
     def start(self) -> None:
         lines = [(f"p1.log.jsonl:{i}", wal.parse(wal.encode(r, "p1"), "x", node_id="p1"))
                  for i, r in enumerate(self.segments[-1], start=1)]
-        state = recovery.recover(lines, node_id="p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), app=kvshard.app)
+        state = recovery.recover(lines, node_id="p1", incoming=("p2",), outgoing=("p2",), app=kvshard.app)
         self.node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=state, app=kvshard.app,
                          wall=WALL, **self.node_kw)
         self.route()

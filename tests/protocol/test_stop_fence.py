@@ -116,7 +116,7 @@ def run(node: Node, log: list[wal.Record], *steps) -> list[wal.Record]:
 
 
 def recover(app: App, log: list[wal.Record]) -> recovery.Recovered:
-    return recovery.recover([(f"p1.log:{n}", r) for n, r in enumerate(log, 1)], node_id="p1", initial_tally=0,
+    return recovery.recover([(f"p1.log:{n}", r) for n, r in enumerate(log, 1)], node_id="p1",
                             incoming=(), outgoing=(), app=app)
 
 

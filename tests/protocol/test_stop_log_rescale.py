@@ -33,7 +33,7 @@ def log(*, checkpoint: bool, stop: bool) -> list[wal.Record]:
 
 def recover(records, nodes):
     peers = tuple(n for n in nodes if n != "p1")
-    return recovery.recover([(f"p1.log:{n}", r) for n, r in enumerate(records, 1)], node_id="p1", initial_tally=0,
+    return recovery.recover([(f"p1.log:{n}", r) for n, r in enumerate(records, 1)], node_id="p1",
                             incoming=peers, outgoing=peers)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import snapmesh.bank.logs as bank_logs
 from snapmesh.checking import cut, node_logs
-from snapmesh.protocol import app_tallies, wal
+from snapmesh.protocol import wal
 from snapmesh.trace import shiviz
 from snapmesh.trace.clocks import build_trace
 
@@ -32,8 +32,8 @@ TALLY_KEYS = {"balance", "amount"}
 def old_line(record: wal.Record, node: str = "a") -> str:
     """The line a node wrote before: the app's record with its tally's 0."""
     raw = json.loads(wal.encode(record, node))
-    if record.KIND in app_tallies.TALLY_KEYS:
-        raw[app_tallies.TALLY_KEYS[record.KIND]] = 0
+    if record.KIND in bank_logs.TALLY_KEYS:
+        raw[bank_logs.TALLY_KEYS[record.KIND]] = 0
     return json.dumps(raw) + "\n"
 
 
@@ -54,7 +54,7 @@ def test_an_apps_record_is_written_without_its_tally_and_reads_back_the_same(rec
 ], ids=lambda r: r.KIND + str(r.lsn))
 def test_a_native_record_keeps_its_tally_even_at_zero(record):
     line = wal.encode(record, "a")
-    assert app_tallies.TALLY_KEYS[record.KIND] in json.loads(line), line
+    assert bank_logs.TALLY_KEYS[record.KIND] in json.loads(line), line
     assert wal.Encoder("a").record(record) == line
 
 

@@ -23,13 +23,13 @@ from snapmesh.protocol.node.link import Entry
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 APP_ENTRIES = (
-    Entry(seq=0, tally=3, snapshot_id="s0"),  # an early marker (overtake)
-    Entry(seq=4, tally=0, snapshot_id="", payload=b"token"),
-    Entry(seq=5, tally=0, snapshot_id="s1"),
-    Entry(seq=6, tally=0, snapshot_id="", payload=b""),  # an empty payload is still a payload
-    Entry(seq=7, tally=0, snapshot_id="", payload=b"\x00\xff"),
-    Entry(seq=8, tally=0, snapshot_id="", payload=b"\x00\x00\x00"),  # zero bytes are bytes like any other
-    Entry(seq=9, tally=0, snapshot_id="", payload=b""),
+    Entry(seq=0, last_seq=3, snapshot_id="s0"),  # an early marker (overtake)
+    Entry(seq=4, last_seq=0, snapshot_id="", payload=b"token"),
+    Entry(seq=5, last_seq=0, snapshot_id="s1"),
+    Entry(seq=6, last_seq=0, snapshot_id="", payload=b""),  # an empty payload is still a payload
+    Entry(seq=7, last_seq=0, snapshot_id="", payload=b"\x00\xff"),
+    Entry(seq=8, last_seq=0, snapshot_id="", payload=b"\x00\x00\x00"),  # zero bytes are bytes like any other
+    Entry(seq=9, last_seq=0, snapshot_id="", payload=b""),
 )
 
 

@@ -1,5 +1,5 @@
 """The bank as an app: its compact commands (what the node's v1 adapter sends), and a log a
-native bank node wrote recovering as the bank app's (services/node/bank_log.py).
+native bank node wrote recovering as the bank app's (snapmesh/bank/oldlogs.py).
 
 The native log is written by the pure node machine with no app (the code that wrote
 every bank log before nodes always hosted an app), one JSON line per record, as the
@@ -100,12 +100,12 @@ def native_log(path: Path) -> int:
 def test_a_native_bank_log_recovers_as_the_bank_app_mapped_once(tmp_path: Path) -> None:
     path = tmp_path / "p1.log.jsonl"
     assert native_log(path) == 72
-    got = recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), app=bank.app,
+    got = recover(path, "p1", incoming=("p2",), outgoing=("p2",), app=bank.app,
                   app_params={"initial_balance": 100})
     assert got.reshaped and got.tally == 0 and got.host.snapshot() == b"72"
-    assert [(e.seq, e.tally, e.payload) for e in got.outbox["p2"]] == [(1, 0, b"30"), (2, 0, b"5")]
+    assert [(e.seq, e.last_seq, e.payload) for e in got.outbox["p2"]] == [(1, 0, b"30"), (2, 0, b"5")]
     paid = got.requests["rid-1"]
-    assert (wal.unpack(paid.msg_id, "test"), paid.tally, paid.digest) == (b"70", 1, "")  # the reply, the seq
+    assert (wal.unpack(paid.msg_id, "test"), paid.first_seq, paid.digest) == (b"70", 1, "")  # the reply, the seq
 
     # The node seals the mapped segment at start: its next segment opens with the app's checkpoint.
     node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=got, now=0.0, wall=0.0, app=bank.app,
@@ -121,15 +121,15 @@ def test_a_native_bank_log_recovers_as_the_bank_app_mapped_once(tmp_path: Path) 
 
 def test_an_app_log_is_not_mapped(tmp_path: Path) -> None:
     path = tmp_path / "p1.log.jsonl"
-    fresh = pure_recovery.fresh(initial_tally=0, incoming=("p2",), outgoing=("p2",))
+    fresh = pure_recovery.fresh(incoming=("p2",), outgoing=("p2",))
     node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=fresh, now=0.0, wall=0.0, app=bank.app,
                 app_params={"initial_balance": 100})
     node.submit(command("p2", 10), "rid-2", wall=0.0)
     path.write_text("".join(wal.encode(e.record, "p1").rstrip("\n") + "\n" for e in node.drain() if type(e) is Append))
-    got = recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), app=bank.app,
+    got = recover(path, "p1", incoming=("p2",), outgoing=("p2",), app=bank.app,
                   app_params={"initial_balance": 100})
     assert not got.reshaped and got.host.snapshot() == b"90"
-    assert got.requests["rid-2"].tally == 1  # the command's first message's seq, read from its send record
+    assert got.requests["rid-2"].first_seq == 1  # the command's first message's seq, read from its send record
 
 
 def test_the_v1_calls_to_a_node_of_another_app_are_refused_as_before(tmp_path: Path) -> None:
@@ -195,3 +195,24 @@ def test_the_bank_apps_log_reads_with_the_banks_figures_and_a_native_one_as_it_i
     assert figures(native) == native
     other = {"p1": [{"kind": "init", "balance": 0, "state": _b64(b"{}"), "lsn": 1}]}  # another app's bytes
     assert figures(other) == other
+
+
+def test_the_old_log_reader_is_the_apps_and_named_by_it(tmp_path: Path) -> None:
+    # The shell knows no bank: it maps an old log only through the reader the app names.
+    import dataclasses
+
+    from snapmesh.app import AppError
+    from snapmesh.services.node.recovery import CorruptLogError
+
+    path = tmp_path / "p1.log.jsonl"
+    native_log(path)
+    unnamed = dataclasses.replace(bank.app, old_logs=None)
+    with pytest.raises(CorruptLogError, match="tally in the log"):  # no reader: read as an app's, refused
+        recover(path, "p1", incoming=("p2",), outgoing=("p2",), app=unnamed,
+                app_params={"initial_balance": 100})
+    broken = dataclasses.replace(bank.app, old_logs="snapmesh.bank.oldlogs:Missing")
+    with pytest.raises(CorruptLogError, match="its old_logs 'snapmesh.bank.oldlogs:Missing' does not load"):
+        recover(path, "p1", incoming=("p2",), outgoing=("p2",), app=broken,
+                app_params={"initial_balance": 100})
+    with pytest.raises(AppError, match="old_logs must be"):
+        dataclasses.replace(bank.app, old_logs="no-colon")

@@ -30,7 +30,7 @@ class AppLogs:
         for me in self.ids:
             peers = tuple(n for n in self.ids if n != me)
             self.nodes[me] = Node(node_id=me, incoming=peers, outgoing=peers, app=app, segment_records=segment_records,
-                                  recovered=recovery.fresh(initial_tally=0, incoming=peers, outgoing=peers))
+                                  recovered=recovery.fresh(incoming=peers, outgoing=peers))
             for dst in peers:
                 self.nodes[me].connect(dst, 1)
         for me in self.ids:
@@ -72,7 +72,7 @@ class AppLogs:
         node = self.nodes[dst]
         node.opened(src, 1)
         for e in self.wires[(src, dst)].pop(0):
-            node.received(src, 1, e.seq, last_seq=e.tally, snapshot_id=e.snapshot_id, payload=e.payload)
+            node.received(src, 1, e.seq, last_seq=e.last_seq, snapshot_id=e.snapshot_id, payload=e.payload)
         node.end_frame()
         self.route(dst)
         return True

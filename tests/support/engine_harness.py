@@ -53,7 +53,7 @@ async def held_node(
     if app is None:
         app, params = load_app("bank"), {"initial_balance": 100, **(params or {})}
     path = tmp_path / "p1.log.jsonl"
-    recovered = recover(path, "p1", initial_tally=100, incoming=("p2",), outgoing=("p2",), app=app, app_params=params)
+    recovered = recover(path, "p1", incoming=("p2",), outgoing=("p2",), app=app, app_params=params)
     engine: Engine | None = None
     log = TransferLog(path, "p1", last_lsn=recovered.last_lsn,
                       on_durable=lambda lsn: engine.durable(lsn) if engine is not None else None)

@@ -52,7 +52,7 @@ class Machines:
                  for i, r in enumerate(self.logs[n][-1], start=1)]
         params = {"initial_balance": self.balances[n]}
         state = recovery.recover(
-            lines, node_id=n, initial_tally=0, incoming=self.others(n), outgoing=self.others(n), app=BANK,
+            lines, node_id=n, incoming=self.others(n), outgoing=self.others(n), app=BANK,
             app_params=params,
         )
         self.nodes[n] = self.node_class(node_id=n, incoming=self.others(n), outgoing=self.others(n), recovered=state, app=BANK,
@@ -122,7 +122,7 @@ class Machines:
                     kind, conn_no, body = wire.pop(0)
                     if kind == "data":
                         for e in body:
-                            self.nodes[dst].received(src, conn_no, e.seq, last_seq=e.tally, snapshot_id=e.snapshot_id,
+                            self.nodes[dst].received(src, conn_no, e.seq, last_seq=e.last_seq, snapshot_id=e.snapshot_id,
                                                      payload=e.payload)
                         self.nodes[dst].end_frame()
                         self.route(dst)

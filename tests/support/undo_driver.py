@@ -61,7 +61,7 @@ class Driver:
     def __init__(self, app: App = APP, **settings) -> None:
         self.log: list[wal.Record] = []
         self.app, self.settings = app, settings
-        self.node = self._start(recovery.fresh(initial_tally=0, incoming=PEERS, outgoing=PEERS))
+        self.node = self._start(recovery.fresh(incoming=PEERS, outgoing=PEERS))
 
     def _start(self, recovered: recovery.Recovered) -> Node:
         node = Node(node_id=ME, incoming=PEERS, outgoing=PEERS, recovered=recovered, app=self.app, **self.settings)
@@ -99,7 +99,7 @@ class Driver:
         active = max(k for k, r in enumerate(self.log) if isinstance(r, wal.Init | wal.Checkpoint))  # its segment
         records = [(f"p1.log.jsonl:{n}", r) for n, r in enumerate(self.log[active:], 1)]
         recovered = recovery.recover(
-            records, node_id=ME, initial_tally=0, incoming=PEERS, outgoing=PEERS, app=self.app
+            records, node_id=ME, incoming=PEERS, outgoing=PEERS, app=self.app
         )
         return self._start(recovered)
 

@@ -33,7 +33,7 @@ L8. Early markers (overtake mode). `notify` queues a marker that overtakes:
     `poll` puts it ahead of every queued message, once its record is durable,
     on the current connection only, and sends it once (it is a hint: if a cut
     connection loses it, the marker's FIFO copy in the outbox still follows).
-    On the wire it is an Entry with seq 0, `tally` holding the last seq the
+    On the wire it is an Entry with seq 0, `last_seq` holding the last seq the
     sender assigned before its cut.
 L9. Held early markers (hybrid mode, Flink's aligned-checkpoint-timeout). With
     `hold` set, `notify` keeps the early copy back: the marker first travels in
@@ -77,10 +77,10 @@ class Entry(NamedTuple):
     (A NamedTuple: immutable, and cheap to make on the per-message path.)"""
 
     seq: int
-    tally: int  # 0 for a marker
+    last_seq: int  # an early marker's (L8): the last seq assigned before its cut; else 0
     snapshot_id: str  # "" for a transfer (its msg_id is `src:dst:seq`)
     lsn: int = 0  # 0: recovered from the log, durable
-    payload: bytes | None = None  # an app message's bytes (tally 0); None: a tally or a marker
+    payload: bytes | None = None  # an app message's bytes; None: a marker
 
 
 # A NamedTuple made by tuple.__new__ skips its Python-level __new__: the same object, at half the cost.
@@ -134,10 +134,10 @@ class Sender:
                 f"channel {self.src}->{self.dst} holds {self.unacked} unacknowledged messages (bound {self.bound}{more})"
             )
 
-    def enqueue(self, *, lsn: int, tally: int = 0, snapshot_id: str = "", payload: bytes | None = None) -> int:
+    def enqueue(self, *, lsn: int, snapshot_id: str = "", payload: bytes | None = None) -> int:
         """Queue one message (its record is `lsn`); returns its seq."""
         seq = self.next_seq
-        self.outbox.append(_new(Entry, (seq, tally, snapshot_id, lsn, payload)))  # Entry(...), the per-message path
+        self.outbox.append(_new(Entry, (seq, 0, snapshot_id, lsn, payload)))  # Entry(...), the per-message path
         self.next_seq = seq + 1
         return seq
 
@@ -158,7 +158,7 @@ class Sender:
         timed = [(now + hold if at is None else at, e) for at, e in self.held]
         self.held = [(at, e) for at, e in timed if at > now]
         due = [e for at, e in timed if at <= now]
-        overtaking = [e for e in due if self.acked <= e.tally]  # tally: the last seq before the cut
+        overtaking = [e for e in due if self.acked <= e.last_seq]
         self.notices += overtaking
         return len(overtaking), len(due) - len(overtaking)
 

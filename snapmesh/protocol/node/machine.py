@@ -177,7 +177,7 @@ class Node(NodeSteps):
         self.stale_markers = self.snapshots_completed = self.transfers_received = self.messages_sent = 0
         if recovered.fresh:
             opening = wal.pack(self.host.snapshot())  # the app's opening state
-            self._append(wal.Init(lsn=self.last_lsn + 1, tally=0, state=opening, **self._stamp()))
+            self._append(wal.Init(lsn=self.last_lsn + 1, state=opening, **self._stamp()))
         else:
             if recovered.pending_sends:  # the rest of a step a crash cut short: the replay made them again
                 self._app_sends(recovered.pending_sends)
@@ -393,7 +393,7 @@ class Node(NodeSteps):
                 self.markers_sent += 1
             elif isinstance(effect, core.LocalStateRecorded):
                 state = self._app_cuts[effect.snapshot_id] = self.host.snapshot()
-                self._append(wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, tally=0, digest=state_digest(state)))
+                self._append(wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, digest=state_digest(state)))
                 self._remember(effect.snapshot_id)
                 self._cuts[effect.snapshot_id] = self.last_lsn
                 if len(self._cuts) > ABANDONED_WINDOW:

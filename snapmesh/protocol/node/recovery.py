@@ -103,7 +103,7 @@ def cause(diverged: NonDeterministic | str, *, from_checkpoint: bool, from_start
 
 @dataclass(slots=True)
 class Recovered:
-    tally: int
+    tally: int = 0  # an old native log's figure, for its app's reader (App.old_logs); else 0
     last_lsn: int = 0
     next_seq: dict[str, int] = field(default_factory=dict)  # dst -> next seq to use
     acked: dict[str, int] = field(default_factory=dict)  # dst -> ack watermark
@@ -136,7 +136,7 @@ class Recovered:
         return self.replays_missing > 0
 
 
-def fresh(*, initial_tally: int, incoming: Iterable[str], outgoing: Iterable[str]) -> Recovered:
+def fresh(*, initial_tally: int = 0, incoming: Iterable[str], outgoing: Iterable[str]) -> Recovered:
     outgoing = tuple(outgoing)
     return Recovered(
         tally=initial_tally,
@@ -151,7 +151,7 @@ def recover(
     records: Iterable[tuple[str, wal.Record]],
     *,
     node_id: str,
-    initial_tally: int,
+    initial_tally: int = 0,  # an old native log's, for its app's reader (a fresh node's figure)
     incoming: Iterable[str],
     outgoing: Iterable[str],
     app: Any = None,
@@ -334,14 +334,14 @@ def _apply(
             tally = record.tally  # type: ignore[attr-defined]
             state.tally -= tally
             payload = wal.unpack(record.payload, where) if tally == 0 else None  # type: ignore[attr-defined]
-            state.outbox[dst].append(Entry(seq, tally, "", 0, payload))
+            state.outbox[dst].append(Entry(seq, 0, "", 0, payload))
             if state.command_id:  # the first message of a command with a request id: its Paid's seq
-                state.requests[state.command_id] = state.requests[state.command_id]._replace(tally=seq)
+                state.requests[state.command_id] = state.requests[state.command_id]._replace(first_seq=seq)
                 state.command_id = ""
             if record.request_id:  # type: ignore[attr-defined]
                 state.requests[record.request_id] = requests.Paid(  # type: ignore[attr-defined]
                     record.msg_id, state.tally, 0.0, record.lsn,  # type: ignore[attr-defined]
-                    requests.transfer_digest(dst, tally), state.epoch,  # the request, in the epoch it was paid (W5, W6)
+                    requests.digest_of(f"T{dst}\0{tally}".encode()), state.epoch,  # a native transfer's (W5), its epoch (W6)
                 )
                 state.requests.move_to_end(record.request_id)  # type: ignore[attr-defined]
         else:
@@ -473,15 +473,16 @@ def checkpoint_fields(state: Recovered) -> dict:
 
 
 def _outbox_item(e: Entry) -> list:
-    """A checkpoint's outbox entry: [seq, tally, snapshot_id], and an app message's payload (base64)."""
+    """A checkpoint's outbox entry: [seq, 0, snapshot_id], and an app message's payload (base64).
+    (The 0 held a native node's figure: its old logs are its app's to read.)"""
     if e.payload is None:
-        return [e.seq, e.tally, e.snapshot_id]
-    return [e.seq, e.tally, e.snapshot_id, wal.pack(e.payload)]
+        return [e.seq, 0, e.snapshot_id]
+    return [e.seq, 0, e.snapshot_id, wal.pack(e.payload)]
 
 
 def _outbox_entry(item: list, where: str) -> Entry:
-    seq, tally, sid, *app = item
-    return Entry(int(seq), int(tally), str(sid), 0, wal.unpack(app[0], where) if app else None)
+    seq, _, sid, *app = item  # the second place: 0, or an old native log's figure (its app's to read)
+    return Entry(int(seq), 0, str(sid), 0, wal.unpack(app[0], where) if app else None)
 
 
 def _remember(window: OrderedDict, key: str, value: object, limit: int) -> None:

@@ -26,10 +26,10 @@ W4. across restores: at a restore of snapshot S, the ids paid after S's cut at
     marked doubtful: a retry of one is refused (`RequestInDoubt`,
     FAILED_PRECONDITION), never answered "paid" and never paid twice.
 W5. one request per id: the window keeps a digest of what each id asked for
-    (a transfer's destination and tally, a command's bytes); the same id with
+    (a command's bytes); the same id with
     other content is refused (INVALID_ARGUMENT, naming the id), never answered
     as a retry and never paid. The digest is rebuilt from the logged request
-    (the `send` record's dst and tally, the `command` record's bytes) and kept
+    (the `command` record's bytes) and kept
     in checkpoints. A checkpoint written before W5 holds none: such an id's
     digest is unknown (""), and its retry is answered as before W5, whatever
     it asks for.
@@ -68,24 +68,22 @@ IN_DOUBT = -1  # the lsn of an id whose payment a restore may have taken back (W
 
 class Paid(NamedTuple):
     msg_id: str
-    tally: int  # the sender's tally after it
+    # the seq of the first message its command sent (0: none); an old native log's entry holds its
+    # figure after it here, which that log's reader (App.old_logs) maps
+    first_seq: int
     at: float  # wall-clock seconds when it was paid (or first known, W3)
     lsn: int  # its send record; IN_DOUBT after a restore whose cut is unknown
     digest: str = ""  # what the request asked for (W5); "": unknown, from before W5
     epoch: int = 0  # the epoch it was paid in (W6); 0: unknown, from before W6
 
 
-def transfer_digest(dst: str, tally: int) -> str:
-    """A transfer request's digest (W5): what its `send` record holds of it."""
-    return _digest(f"T{dst}\0{tally}".encode())
-
-
 def command_digest(command: bytes) -> str:
     """An app command's digest (W5): of the bytes its `command` record holds."""
-    return _digest(b"C" + command)
+    return digest_of(b"C" + command)
 
 
-def _digest(data: bytes) -> str:
+def digest_of(data: bytes) -> str:
+    """A request's digest (W5) of the bytes that say what it asked for."""
     # 128 bits tell a client's other request from its retry; half a sha256's bytes per id.
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
@@ -232,24 +230,24 @@ def forget_restored(paid: OrderedDict[str, Paid], cuts: Mapping[str, int], snaps
 
 
 def to_checkpoint(paid: Mapping[str, Paid]) -> dict:
-    return {rid: [p.msg_id, p.tally, p.at, p.lsn, p.digest, p.epoch] for rid, p in paid.items()}
+    return {rid: [p.msg_id, p.first_seq, p.at, p.lsn, p.digest, p.epoch] for rid, p in paid.items()}
 
 
 def from_checkpoint(value: dict) -> list[tuple[str, Paid]]:
     """A checkpoint's `requests`, oldest first. An entry from before W3
-    ([msg_id, tally]) gets `at` 0.0 (the node makes it the restart's time);
-    one from before W5 and W6 ([msg_id, tally, at, lsn]) an unknown digest and
+    ([msg_id, first_seq]) gets `at` 0.0 (the node makes it the restart's time);
+    one from before W5 and W6 ([msg_id, first_seq, at, lsn]) an unknown digest and
     epoch. Raises ValueError/TypeError for a malformed entry."""
     out = []
     for rid, entry in value.items():
         digest, epoch = "", 0
         if len(entry) == 2:
-            msg_id, tally = entry
+            msg_id, first_seq = entry
             at, lsn = 0.0, 0
         elif len(entry) == 4:
-            msg_id, tally, at, lsn = entry
+            msg_id, first_seq, at, lsn = entry
         else:
-            msg_id, tally, at, lsn, digest, epoch = entry
-        out.append((str(rid), Paid(str(msg_id), int(tally), float(at), int(lsn), str(digest), int(epoch))))
+            msg_id, first_seq, at, lsn, digest, epoch = entry
+        out.append((str(rid), Paid(str(msg_id), int(first_seq), float(at), int(lsn), str(digest), int(epoch))))
     out.sort(key=lambda item: (item[1].at, item[1].lsn))  # the checkpoint's object is in key order, not age
     return out

@@ -66,7 +66,7 @@ class NodeSteps:
         self.host.restore(state)  # H3: the old instance stays if this raises
         self._append(
             wal.Restore(
-                lsn=self.last_lsn + 1, snapshot_id=snapshot_id, epoch=epoch, tally=0, deliveries=len(deliveries),
+                lsn=self.last_lsn + 1, snapshot_id=snapshot_id, epoch=epoch, deliveries=len(deliveries),
                 state=wal.pack(state) if state is not None else "",
             )
         )
@@ -76,7 +76,7 @@ class NodeSteps:
         for src, msg_id, seq, _, payload in deliveries:
             self._append(
                 wal.Replay(
-                    lsn=self.last_lsn + 1, snapshot_id=snapshot_id, msg_id=msg_id, src=src, dst=me, seq=seq, tally=0,
+                    lsn=self.last_lsn + 1, snapshot_id=snapshot_id, msg_id=msg_id, src=src, dst=me, seq=seq,
                     payload=wal.pack(payload),
                 )
             )
@@ -130,7 +130,7 @@ class NodeSteps:
             first = self._retried(request_id, wall, first_sent_unix_ms, digest)
             if first is not None:  # the first reply, in the epoch it ran in (requests.py W6)
                 answer = Submitted(wal.unpack(first.msg_id, request_id), max(first.lsn, 0), True, epochs.epoch,
-                                   ran_in=first.epoch, first_seq=first.tally)
+                                   ran_in=first.epoch, first_seq=first.first_seq)
                 return self._reply_when_durable(reply_to, answer)
         reply, sends = host.command(command, self._admit)
         packed = wal.pack(reply) if reply else ""
@@ -143,8 +143,7 @@ class NodeSteps:
             first_seq = self.senders[sends[0][0]].next_seq
             self._app_sends(sends)
         if request_id:
-            # An app's Paid holds its reply (base64) where the bank's holds the msg id, and the
-            # seq of its first message where the bank's holds the tally after it.
+            # An app's Paid holds its reply (base64) where an old native log's held the msg id.
             self._requests.paid(request_id, requests.Paid(packed, first_seq, self.wall, lsn, digest, epochs.epoch))
         if self._segment_count >= self.segment_records or self._segment_size >= self.segment_bytes:  # _end_step, inline
             self._seal()
@@ -252,7 +251,7 @@ class NodeSteps:
     def _keep_cut(self, snapshot_id: str) -> None:
         """At a cut: the positions of the incoming channels, the outboxes' transfers."""
         positions = {src: r.last_seq for src, r in self.receivers.items()}
-        # The link's own entries (seq, tally): no object per entry at every cut.
+        # The link's own entries: no object per entry at every cut.
         outbox = {dst: tuple(e for e in s.outbox if not e.snapshot_id) for dst, s in self.senders.items()}
         self._at_cut[snapshot_id] = (positions, outbox)
 
@@ -363,7 +362,6 @@ class NodeSteps:
         if self.stopped:
             return
         state = Recovered(
-            tally=0,  # the app's state rides in `state` (N10)
             next_seq={d: s.next_seq for d, s in self.senders.items()},
             acked={d: s.acked for d, s in self.senders.items()},
             outbox={d: list(s.outbox) for d, s in self.senders.items()},
