@@ -122,7 +122,7 @@ def test_segments_torn_tail_unknown_kinds_and_restore(small, tmp_path):
     last_lsn = json.loads(lines[-1])["lsn"]
     future = json.dumps({"node": "p1", "lsn": last_lsn + 1, "kind": "compaction_hint", "upto": 3})
     restore = json.dumps({"node": "p1", "lsn": last_lsn + 2, "kind": "restore", "snapshot_id": "s-1", "epoch": 2,
-                          "balance": 5})
+                          "deliveries": 0, "balance": 5})
     (split / "p1.log.jsonl").write_text("".join(lines[half:]) + future + "\n" + restore + "\n" + '{"node":"p1","ls')
     again = build_trace(read_data_dir(split))
     assert [(e.node, e.lsn, e.clock) for e in again.events if e.kind != "restore"] == [
