@@ -49,8 +49,9 @@ def old_data_dir(name: str, tmp_path: Path) -> Path:
     shutil.copytree(FIXTURE / name, data_dir)
     toml = data_dir / "cluster.toml"
     text = toml.read_text().replace('"DATA_DIR"', json.dumps(str(data_dir)))
-    ports = iter(free_ports(len(re.findall(r"\bport = \d+", text))))
-    toml.write_text(re.sub(r"\bport = \d+", lambda _: f"port = {next(ports)}", text))
+    # every port the file names, metrics ports too: a fixed one may be taken on a busy machine
+    ports = iter(free_ports(len(re.findall(r"\b(?:metrics_)?port = \d+", text))))
+    toml.write_text(re.sub(r"\b(metrics_)?port = \d+", lambda m: f"{m[1] or ''}port = {next(ports)}", text))
     return data_dir
 
 
