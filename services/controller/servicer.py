@@ -37,8 +37,6 @@ from snapmesh.serving.fanout import FellBehind
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
-# A whole report's state up to this size is cut and hashed on the loop (microseconds), a larger one in a thread.
-INLINE_KNOWN_BYTES = 64 * 1024
 ASK_ONCE = Retry(2.0, tries=1)  # a node's GetState (mode_mismatch asks again in its next round)
 
 
@@ -181,8 +179,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         if request.HasField("state_blocks"):  # rebuilt before anything reads it (blocks.py B4)
             sent, names = request, list(request.state_blocks.hashes)
             request = await asyncio.to_thread(self._whole_report, request, call)
-        elif request.HasField("state"):  # its blocks, for the node's next report (knownblocks.py)
-            names = await self._off_loop(len(request.state) > INLINE_KNOWN_BYTES, self._know, request)
+        elif request.HasField("state") and request.state:  # its blocks, for the node's next report (knownblocks.py)
+            names = await asyncio.to_thread(self._know, request, call)  # written: a thread (store.py `keep`)
         if request.state_parts:  # the store cuts the state as the node did (blocks.py B6)
             self.engine.writer.store.note_parts(request.snapshot_id, request.node_id, tuple(request.state_parts))
         try:
@@ -190,8 +188,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         except OSError:  # the journal failed: its record may be on disk, so its pins stay
             raise
         except Exception:  # refused: never journaled, so nothing needs its blocks kept
-            if sent is not None:
-                self.engine.writer.unpin(sent.snapshot_id, call)
+            if names:
+                self.engine.writer.unpin(request.snapshot_id, call)
             raise
         self.engine.node_blocks.reported(request, names)  # a restore may send it only what it lacks
         return pb.ReportStateResponse(takes_blocks=True)
@@ -205,6 +203,9 @@ class ControllerService(pb_grpc.ControllerServicer):
             whole, missing, named = blocks.whole_state(sent, store.blocks.read, self._on_disk(sent.node_id))
             if whole is not None:
                 self._known.keep(sent.node_id, named)  # type: ignore[arg-type]
+                listed = set(sent.state_blocks.hashes)
+                carried = {name: block for block in sent.blocks if (name := blocks.block_hash(block)) in listed}
+                store.keep(sent.snapshot_id, listed, carried, call)  # held for the next report at once
                 return whole
             store.lacks(missing)  # the state sent whole next writes them again
             self.engine.writer.unpin(sent.snapshot_id, call)
@@ -227,15 +228,16 @@ class ControllerService(pb_grpc.ControllerServicer):
 
         return get
 
-    def _know(self, report: pb.FullState) -> list[bytes]:
-        """Keep the blocks of a report that came whole (its state cut and hashed, K1); their names."""
+    def _know(self, report: pb.FullState, call: int) -> list[bytes]:
+        """Keep the blocks of a report that came whole (its state cut and hashed, K1), in
+        memory and on disk, pinned by `call` (store.py `keep`: the node's next report names
+        them all as held, maybe before this snapshot is filed); their names (a thread)."""
         named = blocks.names(report.state, report.state_parts)[0]
         self._known.keep(report.node_id, named)
+        state = named.state
+        carried = {name: state[start:end] for name, (start, end) in zip(named.names, named.bounds, strict=True)}
+        self.engine.writer.store.keep(report.snapshot_id, set(named.names), carried, call)
         return named.names
-
-    @staticmethod
-    async def _off_loop(thread: bool, work: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.to_thread(work, *args) if thread else work(*args)
 
     @_answers("report")
     async def ReportStateChunks(self, request_iterator, context) -> pb.ReportStateResponse:

@@ -40,7 +40,9 @@ what a deletion or a filing cut short by a crash left behind. So a crash anywher
 every stored snapshot's blocks in place. Blocks a journaled report names are
 pinned (`pin`; snapmesh/protocol/controller/journalblocks.py J1, J2) until its
 snapshot is filed or retired (`StoreWriter.unpin`): neither a deletion nor the
-sweep removes a pinned block.
+sweep removes a pinned block. The blocks a report carried are written and
+pinned when it is taken (`keep`), not when its snapshot is filed: the node's
+next report names them as held, and the snapshot may not be filed yet.
 """
 
 from __future__ import annotations
@@ -166,13 +168,35 @@ class SnapshotStore:
                 self.pins.pin(snapshot_id, names, call)
             return missing
 
+    def keep(self, snapshot_id: str, names: set[bytes], carried: dict[bytes, bytes], call: int) -> None:
+        """A report of `snapshot_id` taken (as blocks, or whole) and about to be journaled:
+        `call` pins every block it names (`names`), and the blocks it `carried`
+        (name -> content) are written under controller/blocks, durably, before its
+        record (journalblocks.py J1). So the node's next report may name them at once,
+        before this snapshot is filed. Pinned first: a deletion under way then either
+        removed a file before (written again here) or sees the pin (`_delete_unheld`).
+        A write that fails lets the call's pins go (its report is never journaled)."""
+        with self._refs_lock:
+            self.pins.pin(snapshot_id, names, call)
+        try:
+            self.blocks.write(carried)
+        except OSError:
+            self.unpin(snapshot_id, call)
+            raise
+
     def unpin(self, snapshot_id: str, call: int | None = None) -> int:
         """The snapshot's records are dead (filed or retired, J2; `call`: only that
         call's report, refused, so never journaled): the pins go, and the blocks
         neither pinned nor referenced now with them. How many blocks went."""
         with self._refs_lock:
-            doomed = {name for name in self.pins.unpin(snapshot_id, call) if not self.refs.referenced(name)}
-        return self.blocks.delete(doomed)
+            freed = self.pins.unpin(snapshot_id, call)
+        return self._delete_unheld(freed)
+
+    def _delete_unheld(self, names: set[bytes]) -> int:
+        """Delete those of `names` that nothing pins or references, asked and done under
+        the lock a report pins under (`keep`): a block pinned meanwhile stays."""
+        with self._refs_lock:
+            return self.blocks.delete({name for name in names if not self.refs.referenced(name) and not self.pins.pinned(name)})
 
     def path(self, snapshot_id: str) -> Path:
         return self.directory / f"{snapshot_id}.json"
@@ -202,9 +226,9 @@ class SnapshotStore:
             log.info("snapshot %s: %d new blocks (%d bytes) of %d", snapshot.snapshot_id, written, size, len(named))
         data, digest = snapshot_file.sealed_bytes(snapshot, stored)
         with self._refs_lock:  # before the file: a crash leaves garbage, never a gap
-            freed = {name for name in self.refs.hold(snapshot.snapshot_id, named) if not self.pins.pinned(name)}
+            freed = self.refs.hold(snapshot.snapshot_id, named)
         write_atomically(self.compact_path(snapshot.snapshot_id), data)
-        self.blocks.delete(freed)
+        self._delete_unheld(freed)
         self.index.add(snapshot.snapshot_id, snapshot.status)
         return digest, stored, sum(len(named[name]) for node in stored.nodes for name in node.state_blocks.hashes)
 
@@ -218,8 +242,8 @@ class SnapshotStore:
             if directory.is_dir():
                 fsync_dir(directory)
         with self._refs_lock:
-            doomed = {name for name in self.refs.drop(snapshot_id) if not self.pins.pinned(name)}
-        return self.blocks.delete(doomed)
+            freed = self.refs.drop(snapshot_id)
+        return self._delete_unheld(freed)
 
     def export_json(
         self, snapshot: pb.Snapshot, digest: str = "", stored: pb.Snapshot | None = None, state_bytes: int = -1,

@@ -9,7 +9,8 @@ journals them as they came (journalblocks.py J1), pins what they name until
 their snapshot is filed or retired (blockpins.py), files each COMPLETE snapshot
 as manifests and blocks (`blocks.stored_form`) held by reference counts
 (blockrefs.py), and deletes a block once nothing holds it. This class carries
-out the same pure parts on a simulated controller disk; the faults are the
+out the same pure parts on a simulated controller disk (the blocks a taken
+report carries written and pinned at once, J1); the faults are the
 simulator's: reports lost, repeated and late (sim/controller.py), a controller
 crash losing its memory and what its journal had not made durable, retention
 retiring snapshots whose blocks the nodes still take it to hold.
@@ -100,7 +101,10 @@ class SimBlocks:
             self._parts[(sent.snapshot_id, sent.node_id)] = tuple(sent.state_parts)
         if not sent.HasField("state_blocks"):
             if sent.HasField("state") and sent.state:
-                self.known.keep(sent.node_id, blocks.names(sent.state, sent.state_parts)[0])
+                named = blocks.names(sent.state, sent.state_parts)[0]
+                self.known.keep(sent.node_id, named)
+                cut = zip(named.names, named.bounds, strict=True)
+                self._keep(sent.snapshot_id, call, {name: named.state[a:b] for name, (a, b) in cut})
             return sent, call
         held = journalblocks.held(sent)
         if any(not self.refs.referenced(name) and not self.pins.pinned(name) for name in held):
@@ -113,8 +117,19 @@ class SimBlocks:
             raise Violation(f"blocks: {sent.node_id}'s report of {sent.snapshot_id} names {len(missing)} "
                             "pinned block(s) not on the controller's disk")
         self.known.keep(sent.node_id, named)  # type: ignore[arg-type]
+        listed = set(sent.state_blocks.hashes)
+        carried = {name: block for block in sent.blocks if (name := blocks.block_hash(block)) in listed}
+        self._keep(sent.snapshot_id, call, carried, listed)
         self._count("report taken as blocks")
         return whole, call
+
+    def _keep(self, snapshot_id: str, call: int, carried: dict[bytes, bytes], names: set[bytes] | None = None) -> None:
+        """As the real store's `keep` (journalblocks.py J1): a taken report's call pins every
+        block it names, and those it carried are on disk at once (durable: written and synced
+        before its record), for the node's next report, before its snapshot is filed."""
+        self.pins.pin(snapshot_id, set(carried) if names is None else names, call)
+        for name, block in carried.items():
+            self.disk.setdefault(name, block)
 
     def unpin(self, snapshot_id: str, call: int | None = None) -> None:
         """A report refused after its pins (never journaled), or a snapshot that failed: its pins go."""

@@ -9,10 +9,13 @@ from __future__ import annotations
 import hashlib
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol import blocks
+from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
+from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 B = blocks.BLOCK_BYTES
@@ -219,3 +222,36 @@ def test_a_block_a_journaled_report_pins_outlives_retention_and_the_sweep_until_
     writer.unpin("s2")
     writer.close()
     assert block_files(tmp_path) == {}, "unpinned and unreferenced: they go"
+
+
+def test_back_to_back_reports_as_blocks_are_taken_before_the_first_snapshot_is_filed(tmp_path):
+    """journalblocks.py J1: the blocks a taken report carried (every block of one that
+    came whole) are on disk and pinned at once, so the node's next report, naming them
+    as held, is taken though no snapshot is filed yet (it was refused as MISSING and
+    sent whole again); they stay through a restart's sweep while pinned, and go with
+    the pins of snapshots retired unfiled, or of a report refused."""
+    store = new_store(tmp_path)
+    writer = StoreWriter(store, on_filed=lambda sid: None)
+    service = ControllerService(SimpleNamespace(writer=writer))  # type: ignore[arg-type]
+    node = SentBlocks()
+    state = bytearray(random.Random(7).randbytes(16 * B))
+    for call, sid in enumerate(["s1", "s2", "s3"], start=1):
+        state[call * B] ^= 1  # one block changed a snapshot
+        sent, names = node.form(pb.FullState(snapshot_id=sid, node_id="p1", state=bytes(state), app_name="blob",
+                                             app_version=1))
+        assert sent.HasField("state_blocks") == (call > 1)  # the first is whole: nothing taken yet
+        if call == 1:
+            service._know(sent, call)  # what ReportState does for a report that came whole
+        else:
+            assert len(sent.blocks) == 1  # the changed block only: the others are held
+            whole = service._whole_report(sent, call)  # no MissingBlocks though s1 is not filed
+            assert whole.state == bytes(state)
+        node.accepted(pb.ReportStateResponse(takes_blocks=True), names)
+    written = block_files(tmp_path)
+    assert len(written) == 18 and store.sweep() == ""  # 16 and the 2 changed ones, each pinned
+    store.unpin("s3", call=3)  # refused after all: its one new block goes, the held ones stay
+    assert len(block_files(tmp_path)) == 17
+    for sid in ("s1", "s2"):  # retired unfiled: nothing else holds them
+        writer.unpin(sid)
+    writer.close()
+    assert block_files(tmp_path) == {}

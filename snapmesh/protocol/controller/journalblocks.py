@@ -10,14 +10,20 @@ J1. A report that came as blocks is journaled as it came (journal.Reported.sent)
     the manifest and the blocks it carries. The blocks it names and does not
     carry (`held`) are on disk under controller/blocks, durably: each is referenced
     by a stored snapshot or pinned by a journaled report (J2) when the report is
-    taken, and is pinned before the record is written.
+    taken, and is pinned before the record is written. The blocks a taken report
+    carries (every block of one that came whole) are written there too, durably,
+    and pinned with the rest, before its record: the node's next report names
+    them as held, and its snapshot may not be filed yet.
 J2. A pinned block is not deleted (neither by retention nor by the sweep at
     start) until its snapshot's records are dead in the journal: the snapshot is
     filed (it then references its blocks itself) or retired. So every block a
     live record names can be read back after a crash.
 J3. Read back (`rebuilt`, at start, before the sweep), each such record is made
     whole from the blocks it carries and those on disk, each checked against its
-    name (blocks.py B3), and its held blocks are pinned again. A record that
+    name (blocks.py B3), and every block it names is pinned again (those it
+    carried are on disk too, J1, for the node's next report). A record of a
+    report that came whole pins nothing again: its blocks are swept, and the
+    node's next report that names them is refused and sent whole (blocks.py B4). A record that
     cannot be made whole (a block gone: its snapshot was retired and the journal
     not rewritten since, or the disk lost it) takes every record of its snapshot
     with it, with a warning naming the snapshot: a snapshot is rebuilt whole or not
@@ -59,7 +65,7 @@ def rebuilt(
                              f"{len(missing)} block(s) no longer stored (sha256:{missing[0].hex()}); it was retired, "
                              "or the disk lost them")
                 continue
-            pins.setdefault(sid, set()).update(held(record.sent))
+            pins.setdefault(sid, set()).update(record.sent.state_blocks.hashes)
             record = Reported(state=whole, wall=record.wall, sent=record.sent)
         out.append(record)
     for sid in gone:
