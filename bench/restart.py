@@ -47,7 +47,7 @@ bank = load_app("bank")  # loaded before the clock and the trace: the same for b
 if traced:
     tracemalloc.start()
 started = time.perf_counter()
-state = recover(path, "p1", initial_tally=0, incoming=("p2",), outgoing=("p2",), repair=False, app=bank,
+state = recover(path, "p1", incoming=("p2",), outgoing=("p2",), repair=False, app=bank,
                 app_params=params)
 node = Node(node_id="p1", incoming=("p2",), outgoing=("p2",), recovered=state, app=bank, app_params=params)
 elapsed = time.perf_counter() - started
@@ -71,7 +71,7 @@ def write_history(directory: Path, commands: int, segment_records: int) -> Path:
     node = Node(
         node_id="p1", incoming=peers, outgoing=peers, segment_records=segment_records,
         segment_bytes=NEVER if segment_records >= NEVER else DEFAULT_SEGMENT_BYTES,
-        recovered=recovery.fresh(initial_tally=0, incoming=peers, outgoing=peers), app=bank, app_params=PARAMS,
+        recovered=recovery.fresh(incoming=peers, outgoing=peers), app=bank, app_params=PARAMS,
     )
     node.connect("p2", 1)
     encoder = wal.Encoder("p1")
