@@ -28,12 +28,11 @@ X3. A node that hosts no app (a test's native node, while there are any) has no 
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import grpc
 
-from snapmesh.app import App, AppError
+from snapmesh.app import App, AppError, named_object
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 # A TransferBatch holds at most this many items (X2), as edge.MAX_BATCH_COMMANDS.
@@ -44,12 +43,8 @@ def load(app: App | None, engine: Any, edge: Any) -> Any:
     """The extra edge `app` names, made for this node (X1); None when it names none."""
     if app is None or not app.edge:
         return None
-    module_name, _, attr = app.edge.partition(":")
     try:
-        factory: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            factory = getattr(factory, part)
-        return factory(engine, edge)
+        return named_object(app.edge)(engine, edge)
     except Exception as exc:  # the app's own code: one line, the node does not start
         raise AppError(f"app {app.name!r}: its edge {app.edge!r} does not load: {type(exc).__name__}: {exc}") from exc
 

@@ -14,7 +14,6 @@ therefore never acknowledged): it is cut off with a warning.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from collections.abc import Mapping
@@ -22,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from snapmesh.app import App
+from snapmesh.app import App, named_object
 from snapmesh.protocol.node import recovery
 from snapmesh.protocol.node.apphost import Host
 from snapmesh.protocol import wal
@@ -123,11 +122,8 @@ def old_logs(app: App | None) -> Any:
     (the shell knows no app); None when it names none. One that does not load is CorruptLogError."""
     if app is None or not app.old_logs:
         return None
-    module_name, _, attr = app.old_logs.partition(":")
     try:
-        reader: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            reader = getattr(reader, part)
+        reader = named_object(app.old_logs)
     except Exception as exc:  # the app's own code: one line, the node does not start
         raise CorruptLogError(f"app {app.name!r}: its old_logs {app.old_logs!r} does not load: "
                               f"{type(exc).__name__}: {exc}") from exc

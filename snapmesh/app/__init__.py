@@ -400,6 +400,17 @@ def load_app(spec: str) -> App:
     return app
 
 
+def named_object(spec: str) -> Any:
+    """The object a plug-in spec "module:attr" names (an app's `edge`, `old_logs`, `v1_fields`),
+    imported by name so that the framework imports no app; raises what the import or lookup raises
+    (each caller says, in its own words, which of the app's plug-ins did not load)."""
+    module_name, _, attr = spec.partition(":")
+    found: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        found = getattr(found, part)
+    return found
+
+
 def resolve_spec(spec: str) -> str:
     """The module:attr `spec` names (a built-in name resolved), without importing it:
     two specs run the same app exactly when they resolve alike."""

@@ -13,11 +13,10 @@ none gets none, and its snapshots leave the fields absent.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from snapmesh.app import App, AppError
+from snapmesh.app import App, AppError, named_object
 
 
 def for_app(app: App, params: Mapping[str, Any]) -> Any | None:
@@ -26,8 +25,7 @@ def for_app(app: App, params: Mapping[str, Any]) -> Any | None:
     spec = app.v1_fields
     if spec is None:
         return None
-    module, _, attr = spec.partition(":")
     try:
-        return getattr(importlib.import_module(module), attr)(params)
+        return named_object(spec)(params)
     except Exception as exc:  # the app's own code, or a wrong name: one line that names both
         raise AppError(f"app {app.name!r}: its v1_fields {spec!r} cannot be made: {type(exc).__name__}: {exc}") from exc
