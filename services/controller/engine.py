@@ -185,12 +185,12 @@ class ControllerEngine:
         elif isinstance(effect, ctl.Retire):  # its records go too (a replay's may not be filed yet)
             self.journal.forget(effect.snapshot_id)
             self.writer.discard(effect.snapshot_id)
-            self.writer.unpin(effect.snapshot_id)  # after its files: journalblocks.py J2
+            self.writer.unpin(effect.snapshot_id)  # after its files: journalblocks.py JB2
         elif isinstance(effect, ctl.File):
             self.writer.submit(effect.snapshot, compact=effect.compact, json=effect.json)
         elif isinstance(effect, ctl.Forget):
             self.journal.forget(effect.snapshot_id)
-            self.writer.unpin(effect.snapshot_id)  # filed: it references its blocks (journalblocks.py J2)
+            self.writer.unpin(effect.snapshot_id)  # filed: it references its blocks (journalblocks.py JB2)
         elif isinstance(effect, ctl.Adopt):
             self._adopt(effect.topology)
         elif isinstance(effect, ctl.RestoreDone):  # durable: a retry of its keys is answered from now on
@@ -261,7 +261,7 @@ class ControllerEngine:
         it) before this returns. A part that does not complete its snapshot is held
         (the machine's H1-H4): its record goes with the snapshot's end, in that
         step's one log round, and this returns then. `sent`: the report as blocks
-        it was rebuilt from, journaled in its place (journalblocks.py J1). Raises TrackerError for a
+        it was rebuilt from, journaled in its place (journalblocks.py JB1). Raises TrackerError for a
         refused report and OSError when it cannot be journaled."""
         now = self._clock()
         call = next(self._calls)

@@ -125,7 +125,7 @@ async def _serve_locked(
     writer = StoreWriter(store, on_filed=lambda sid: engine.filed(sid))  # nothing is filed before the engine starts
     try:
         records, warnings = journal.open()
-        # Reports journaled as blocks made whole, their blocks pinned again, before the sweep (journalblocks.py J3)
+        # Reports journaled as blocks made whole, their blocks pinned again, before the sweep (journalblocks.py JB3)
         records, pins, dropped = journalblocks.rebuilt(records, store.blocks.read, skip={s.snapshot_id for s in snapshots})
         for sid, names in pins.items():
             store.pins.pin(sid, names)

@@ -64,7 +64,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.engine = engine
         self._chunk_budget = chunking.ChunkBudget()  # ReportStateChunks' bytes in flight, per peer and in all
         self.interval_s = 0.0  # periodic snapshots (main sets it): GetCluster tells clients
-        self._calls = itertools.count(1)  # names each report's pins (journalblocks.py J1)
+        self._calls = itertools.count(1)  # names each report's pins (journalblocks.py JB1)
         self._known = KnownBlocks()  # each node's last state's blocks (knownblocks.py)
 
     async def mode_mismatch(self, retry_s: float = 0.5) -> str:
@@ -184,7 +184,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         if request.state_parts:  # the store cuts the state as the node did (blocks.py B6)
             self.engine.writer.store.note_parts(request.snapshot_id, request.node_id, tuple(request.state_parts))
         try:
-            await self.engine.report(request, sent=sent)  # journaled as it came (journalblocks.py J1)
+            await self.engine.report(request, sent=sent)  # journaled as it came (journalblocks.py JB1)
         except OSError:  # the journal failed: its record may be on disk, so its pins stay
             raise
         except Exception:  # refused: never journaled, so nothing needs its blocks kept
@@ -196,7 +196,7 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     def _whole_report(self, sent: pb.FullState, call: int) -> pb.FullState:
         """The report `sent` as blocks stood for, its references read from the store's
-        blocks, which are pinned first (journalblocks.py J1; a thread)."""
+        blocks, which are pinned first (journalblocks.py JB1; a thread)."""
         store = self.engine.writer.store
         missing = store.pin(sent.snapshot_id, journalblocks.held(sent), call)
         if not missing:

@@ -38,7 +38,7 @@ other stored snapshot references. The counts are rebuilt from the manifests by
 `load_all`; then the controller's `sweep` removes the blocks no manifest names:
 what a deletion or a filing cut short by a crash left behind. So a crash anywhere in either leaves
 every stored snapshot's blocks in place. Blocks a journaled report names are
-pinned (`pin`; snapmesh/protocol/controller/journalblocks.py J1, J2) until its
+pinned (`pin`; snapmesh/protocol/controller/journalblocks.py JB1, JB2) until its
 snapshot is filed or retired (`StoreWriter.unpin`): neither a deletion nor the
 sweep removes a pinned block. The blocks a report carried are written and
 pinned when it is taken (`keep`), not when its snapshot is filed: the node's
@@ -160,7 +160,7 @@ class SnapshotStore:
 
     def pin(self, snapshot_id: str, names: set[bytes], call: int = 0) -> list[bytes]:
         """Keep `names` on disk for a report of `snapshot_id` journaled as blocks
-        (journalblocks.py J1): the names that are on disk durably neither by a
+        (journalblocks.py JB1): the names that are on disk durably neither by a
         stored snapshot's reference nor by a pin; when there are any, nothing is pinned."""
         with self._refs_lock:
             missing = [name for name in names if not self.refs.referenced(name) and not self.pins.pinned(name)]
@@ -172,7 +172,7 @@ class SnapshotStore:
         """A report of `snapshot_id` taken (as blocks, or whole) and about to be journaled:
         `call` pins every block it names (`names`), and the blocks it `carried`
         (name -> content) are written under controller/blocks, durably, before its
-        record (journalblocks.py J1). So the node's next report may name them at once,
+        record (journalblocks.py JB1). So the node's next report may name them at once,
         before this snapshot is filed. Pinned first: a deletion under way then either
         removed a file before (written again here) or sees the pin (`_delete_unheld`).
         A write that fails lets the call's pins go (its report is never journaled)."""
@@ -185,7 +185,7 @@ class SnapshotStore:
             raise
 
     def unpin(self, snapshot_id: str, call: int | None = None) -> int:
-        """The snapshot's records are dead (filed or retired, J2; `call`: only that
+        """The snapshot's records are dead (filed or retired, journalblocks.py JB2; `call`: only that
         call's report, refused, so never journaled): the pins go, and the blocks
         neither pinned nor referenced now with them. How many blocks went."""
         with self._refs_lock:

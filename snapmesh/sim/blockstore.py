@@ -5,12 +5,12 @@ its (services/node/sentblocks.py): the manifest, and only the blocks it does not
 take the controller to hold (snapmesh/protocol/blocks.py B4). The controller
 refuses a report naming a block it neither holds nor is sent (MISSING), rebuilds
 the others (`blocks.whole_state`, with its last states in memory, knownblocks.py),
-journals them as they came (journalblocks.py J1), pins what they name until
+journals them as they came (journalblocks.py JB1), pins what they name until
 their snapshot is filed or retired (blockpins.py), files each COMPLETE snapshot
 as manifests and blocks (`blocks.stored_form`) held by reference counts
 (blockrefs.py), and deletes a block once nothing holds it. This class carries
 out the same pure parts on a simulated controller disk (the blocks a taken
-report carries written and pinned at once, J1); the faults are the
+report carries written and pinned at once, JB1); the faults are the
 simulator's: reports lost, repeated and late (sim/controller.py), a controller
 crash losing its memory and what its journal had not made durable, retention
 retiring snapshots whose blocks the nodes still take it to hold.
@@ -25,7 +25,7 @@ SB2. A report the controller cannot make whole is refused, never taken short
 SB3. A filed snapshot's blocks stay on disk while it is kept: it reads back whole
      from them after every retirement and at the end (`check_kept`); a retired
      one's go once no kept snapshot references them and no journaled report pins
-     them (G2, J2).
+     them (G2, JB2).
 
 States here are small (the bank's a few bytes), so a state without parts of its
 own (the app's snapshot_blocks(), B6) is cut into parts of `grain` bytes, drawn
@@ -124,7 +124,7 @@ class SimBlocks:
         return whole, call
 
     def _keep(self, snapshot_id: str, call: int, carried: dict[bytes, bytes], names: set[bytes] | None = None) -> None:
-        """As the real store's `keep` (journalblocks.py J1): a taken report's call pins every
+        """As the real store's `keep` (journalblocks.py JB1): a taken report's call pins every
         block it names, and those it carried are on disk at once (durable: written and synced
         before its record), for the node's next report, before its snapshot is filed."""
         self.pins.pin(snapshot_id, set(carried) if names is None else names, call)
@@ -146,7 +146,7 @@ class SimBlocks:
         self.stored[sid] = stored
         self.ended.add(sid)
         self._delete(name for name in self.refs.hold(sid, blocks.hashes(stored)) if not self.pins.pinned(name))
-        self.unpin(sid)  # it references its blocks itself now (J2)
+        self.unpin(sid)  # it references its blocks itself now (JB2)
         whole, problems = blocks.whole_form(stored, self.disk.get)
         if whole is None:
             raise Violation(f"SB1: snapshot {sid} cannot be rebuilt from its blocks: {problems[0]}")
@@ -187,7 +187,7 @@ class SimBlocks:
 
     def replayed(self, durable: Iterable[records.Record]) -> list[records.Record]:
         """A restart: the counts from the filed manifests (G3), the journal's reports made whole
-        from this disk and their blocks pinned again (J3), and what nothing holds swept."""
+        from this disk and their blocks pinned again (JB3), and what nothing holds swept."""
         self.refs, self.pins = BlockRefs(), BlockPins()
         for sid, stored in self.stored.items():
             self.refs.hold(sid, blocks.hashes(stored))

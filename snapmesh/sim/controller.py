@@ -394,7 +394,7 @@ class SimController(RestoreCalls):
         now = self.now()
         self.journal.crash()  # a new process: whatever was pending is gone
         self.machine.loaded(self.files)
-        # S1: deadlines from `now` too; the reports journaled as blocks made whole from the block disk (J3)
+        # S1: deadlines from `now` too; the reports journaled as blocks made whole from the block disk (journalblocks.py JB3)
         replayed = self.machine.replayed(self.blocks.replayed(self.journal.durable), now)
         self.journal.restarted({s.snapshot_id: s.status for s in self.machine.all()}, self.machine.epoch)
         self.restarts.replayed(replayed, self.machine.all(), now.mono)

@@ -294,7 +294,7 @@ def test_a_missing_or_corrupt_block_is_named_by_verify_and_refused_by_restore(cl
 
 
 def test_a_snapshot_journaled_as_blocks_and_never_filed_is_rebuilt_whole_after_a_crash(cluster, capsys):
-    """journalblocks.py J1-J3: the second snapshot's reports came as blocks and are
+    """journalblocks.py JB1-JB3: the second snapshot's reports came as blocks and are
     journaled so (manifests and the changed block, not the states). A crash before its
     files were written (here: SIGKILL, then its files removed) leaves only the
     journal: the restart makes it whole from the blocks on disk and the journal's,

@@ -156,7 +156,7 @@ def test_an_apps_parts_are_cut_on_the_grid_each_so_a_change_in_one_part_changes_
 
 
 def test_a_report_is_rebuilt_from_the_blocks_kept_of_the_nodes_last_state_reading_only_what_is_not_kept():
-    """B7, knownblocks.py K1-K2: the last state's blocks, kept by name, stand in for the
+    """B7, knownblocks.py KB1-KB2: the last state's blocks, kept by name, stand in for the
     store's; what is neither kept nor carried is read (and checked) as before."""
     from snapmesh.protocol.controller.knownblocks import KnownBlocks
 
@@ -180,7 +180,7 @@ def test_a_report_is_rebuilt_from_the_blocks_kept_of_the_nodes_last_state_readin
 
 
 def test_the_blocks_kept_are_bounded_the_longest_kept_going_first_and_a_state_over_the_bound_not_kept():
-    """knownblocks.py K2: memory is bounded; what is not kept is read from the store instead."""
+    """knownblocks.py KB2: memory is bounded; what is not kept is read from the store instead."""
     from snapmesh.protocol.controller.knownblocks import KnownBlocks
 
     states = {node: random.Random(node).randbytes(4 * B) for node in ("p1", "p2", "p3")}

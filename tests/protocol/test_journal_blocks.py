@@ -1,4 +1,4 @@
-"""Reports journaled as blocks (snapmesh/protocol/controller/journalblocks.py J1-J3)
+"""Reports journaled as blocks (snapmesh/protocol/controller/journalblocks.py JB1-JB3)
 and the blocks they pin (blockpins.py), pure."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def test_a_report_as_blocks_is_journaled_as_it_came_and_read_back_whole():
     records, pins, warnings = journalblocks.rebuilt([back], stored.get)
     assert warnings == [] and records[0].state == whole and records[0].wall == 1.5
     changed = blocks.block_hash(after[3 * B : 4 * B])
-    # every block it names: the one it carried is on disk too (J1), for the node's next report
+    # every block it names: the one it carried is on disk too (JB1), for the node's next report
     assert pins == {"s2": set(blocks.names(bytes(after))[0].names)} and changed in pins["s2"]
     assert journalblocks.held(sent) == pins["s2"] - {changed}
 

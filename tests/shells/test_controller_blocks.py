@@ -203,7 +203,7 @@ def test_a_held_block_found_lacking_by_a_report_is_written_again_at_the_next_fil
 
 
 def test_a_block_a_journaled_report_pins_outlives_retention_and_the_sweep_until_unpinned(tmp_path):
-    """journalblocks.py J1, J2: a report journaled as blocks names blocks of a stored
+    """journalblocks.py JB1, JB2: a report journaled as blocks names blocks of a stored
     snapshot; retiring that snapshot, or a restart's sweep, leaves them until the
     report's snapshot is filed or retired (its pins go); then they go with it."""
     store = new_store(tmp_path)
@@ -225,7 +225,7 @@ def test_a_block_a_journaled_report_pins_outlives_retention_and_the_sweep_until_
 
 
 def test_back_to_back_reports_as_blocks_are_taken_before_the_first_snapshot_is_filed(tmp_path):
-    """journalblocks.py J1: the blocks a taken report carried (every block of one that
+    """journalblocks.py JB1: the blocks a taken report carried (every block of one that
     came whole) are on disk and pinned at once, so the node's next report, naming them
     as held, is taken though no snapshot is filed yet (it was refused as MISSING and
     sent whole again); they stay through a restart's sweep while pinned, and go with

@@ -1,7 +1,7 @@
 """Blocks that journaled reports name, kept on disk until their snapshot's records are dead, pure.
 
-A report journaled as blocks (journalblocks.py J1) names blocks it does not
-carry: they must stay on disk until its snapshot is filed or retired (J2),
+A report journaled as blocks (journalblocks.py JB1) names blocks it does not
+carry: they must stay on disk until its snapshot is filed or retired (JB2),
 whether or not a stored snapshot still references them (blockrefs.py G2).
 `pin` records them per snapshot and call (a report that is then refused is
 never journaled: its call's pins go at once), `unpin` lets a call's or a whole

@@ -6,22 +6,22 @@ state rebuilt from them wrote the whole state at every report (64 MiB a node
 for 64 KiB changed) and copied it several times on the controller's loop.
 
 Rules (services/controller/servicer.py, store.py and process.py carry them out):
-J1. A report that came as blocks is journaled as it came (journal.Reported.sent):
+JB1. A report that came as blocks is journaled as it came (journal.Reported.sent):
     the manifest and the blocks it carries. The blocks it names and does not
     carry (`held`) are on disk under controller/blocks, durably: each is referenced
-    by a stored snapshot or pinned by a journaled report (J2) when the report is
+    by a stored snapshot or pinned by a journaled report (JB2) when the report is
     taken, and is pinned before the record is written. The blocks a taken report
     carries (every block of one that came whole) are written there too, durably,
     and pinned with the rest, before its record: the node's next report names
     them as held, and its snapshot may not be filed yet.
-J2. A pinned block is not deleted (neither by retention nor by the sweep at
+JB2. A pinned block is not deleted (neither by retention nor by the sweep at
     start) until its snapshot's records are dead in the journal: the snapshot is
     filed (it then references its blocks itself) or retired. So every block a
     live record names can be read back after a crash.
-J3. Read back (`rebuilt`, at start, before the sweep), each such record is made
+JB3. Read back (`rebuilt`, at start, before the sweep), each such record is made
     whole from the blocks it carries and those on disk, each checked against its
     name (blocks.py B3), and every block it names is pinned again (those it
-    carried are on disk too, J1, for the node's next report). A record of a
+    carried are on disk too, JB1, for the node's next report). A record of a
     report that came whole pins nothing again: its blocks are swept, and the
     node's next report that names them is refused and sent whole (blocks.py B4). A record that
     cannot be made whole (a block gone: its snapshot was retired and the journal
@@ -40,7 +40,7 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 
 
 def held(sent: pb.FullState) -> set[bytes]:
-    """The blocks a report as blocks names and does not carry: those it takes the controller to hold (J1)."""
+    """The blocks a report as blocks names and does not carry: those it takes the controller to hold (JB1)."""
     carried = {blocks.block_hash(block) for block in sent.blocks}
     return {name for name in sent.state_blocks.hashes if name not in carried}
 
@@ -48,7 +48,7 @@ def held(sent: pb.FullState) -> set[bytes]:
 def rebuilt(
     records: Iterable[Record], read: Callable[[bytes], bytes | None], *, skip: Iterable[str] = (),
 ) -> tuple[list[Record], dict[str, set[bytes]], list[str]]:
-    """`records` with each report journaled as blocks made whole (J3), the blocks to
+    """`records` with each report journaled as blocks made whole (JB3), the blocks to
     pin again by snapshot, and one warning per snapshot dropped. The records of the
     snapshots in `skip` (loaded from their files: the replay skips them) are left as
     they are and pin nothing."""
