@@ -22,8 +22,9 @@ X2. Without an edge that answers them, `Transfer` and `TransferBatch` are refuse
     INVALID_ARGUMENT ("use Submit"), each item of a batch alike; a batch over
     MAX_BATCH items is refused whole, naming the limit. Neither is counted in a
     series the node exports (such a node's scrape never showed them).
-X3. A node that hosts no app (a test's native node, while there are any) has no edge: the calls are
-    UNIMPLEMENTED, as edge.py E5 says of an app's.
+X3. A node whose machine hosts no app (only an engine a test stands in: a
+    `Node` always hosts one, machine.py N10) has no edge: the calls are
+    UNIMPLEMENTED, as edge.py E5's Submit, SubmitBatch and Query are.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def refusal(engine: Any) -> tuple[grpc.StatusCode, str]:
     host = engine.node.host
     if host is None:
         return grpc.StatusCode.UNIMPLEMENTED, f"node {engine.node_id} hosts no app: nothing answers this call"
-    return grpc.StatusCode.INVALID_ARGUMENT, f"{engine.node_id} runs app {host.app.name!r}, not the bank: use Submit"
+    return (grpc.StatusCode.INVALID_ARGUMENT,
+            f"{engine.node_id} runs app {host.app.name!r}, whose edge answers no transfers: use Submit")
 
 
 async def refuse_one(engine: Any, context: grpc.aio.ServicerContext) -> None:
