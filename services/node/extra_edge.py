@@ -36,7 +36,9 @@ import grpc
 from snapmesh.app import App, AppError, named_object
 from snapmesh.v1 import snapmesh_pb2 as pb
 
-# A TransferBatch holds at most this many items (X2), as edge.MAX_BATCH_COMMANDS.
+# A TransferBatch holds at most this many items (X2), as edge.MAX_BATCH_COMMANDS; an edge that
+# answers TransferBatch holds it to the same bound (`refuse_oversized`): the node's receive limit
+# (process.rpc_budgets) is made for it.
 MAX_BATCH = 10_000
 
 
@@ -65,13 +67,19 @@ async def refuse_one(engine: Any, context: grpc.aio.ServicerContext) -> None:
     await context.abort(code, text)
 
 
+async def refuse_oversized(count: int, context: grpc.aio.ServicerContext) -> None:
+    """A TransferBatch of `count` items over MAX_BATCH (X2): aborted whole, naming the limit.
+    The one check of the bound, the node's own and every edge's that answers TransferBatch."""
+    if count > MAX_BATCH:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                            f"a TransferBatch holds at most {MAX_BATCH} transfers, got {count}")
+
+
 async def refuse_batch(engine: Any, request: pb.TransferBatchRequest,
                        context: grpc.aio.ServicerContext) -> pb.TransferBatchResponse:
     """A batch no edge answers (X2, X3): each item refused alike, or the whole when too long."""
     items = request.transfers
-    if len(items) > MAX_BATCH:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"a TransferBatch holds at most {MAX_BATCH} transfers, got {len(items)}")
+    await refuse_oversized(len(items), context)
     response = pb.TransferBatchResponse()
     if not items:
         return response
