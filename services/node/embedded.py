@@ -72,7 +72,7 @@ from snapmesh.services.node.servicer import NodeServicer
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
-from snapmesh.settings.appsettings import BANK
+from snapmesh.settings.appsettings import same_app
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
@@ -248,8 +248,8 @@ def _refuse_server(server: grpc.aio.Server, node_id: str) -> None:
 
 
 def node_app(cfg: cluster_config.ClusterConfig, node_id: str) -> App:
-    """The app `cfg` names for node `node_id` (cluster_config.hosted: the bank app for a
-    file without [app]), through the pre-flight every command shares
+    """The app `cfg` names for node `node_id` (cluster_config.hosted: the settings' default app
+    for a file without [app]), through the pre-flight every command shares
     (snapmesh.app.preflight). Raises AppError (one line)."""
     from snapmesh.app import NodeInfo, preflight
 
@@ -259,17 +259,33 @@ def node_app(cfg: cluster_config.ClusterConfig, node_id: str) -> App:
     return preflight(hosted.module, [info])
 
 
-def _app_params(cfg: cluster_config.ClusterConfig, app: App) -> Any:
-    """The params `app` runs with on `cfg`'s nodes: the bank's as config.hosted makes them from the file."""
-    return cluster_config.hosted(cfg).params if app.name == BANK else cfg.app.params
+def runs_files_app(cfg: cluster_config.ClusterConfig, app: App) -> bool:
+    """Whether `app` is the app `cfg` names for its nodes (cluster_config.hosted), asked of the
+    file's app loaded by name (the same App, or one of its name), so no app is named here. An app
+    the file names but cannot load is not `app`: an embedder gave its own in its place."""
+    from snapmesh.app import load_app
+
+    try:
+        named = load_app(cluster_config.hosted(cfg).module)
+    except AppError:
+        return False
+    return named is app or named.name == app.name
 
 
-def _app_spec(cfg: cluster_config.ClusterConfig, app: App) -> str:
-    """What GetState's `app` says: "" for the bank a file names by its own names (runs_bank), whose
-    GetState answers as the bank's always has; else the file's module:attr, or the app's name."""
-    if cluster_config.runs_bank(cfg.app):
-        return "" if app.name == BANK else app.name
-    return cfg.app.module
+def _app_params(cfg: cluster_config.ClusterConfig, app: App, files_app: bool) -> Any:
+    """The params `app` runs with on `cfg`'s nodes: the ones the settings make for the file's app
+    (cluster_config.hosted: a file without [app] gives its default app its top-level figures), and
+    the file's [app] params as they are for an app given in its place (`files_app` False)."""
+    return cluster_config.hosted(cfg).params if files_app else cfg.app.params
+
+
+def _app_spec(cfg: cluster_config.ClusterConfig, app: App, files_app: bool) -> str:
+    """What GetState's `app` says: for the file's app its module:attr, except "" when the file names
+    the default app by the default's names (no [app], or the default's built-in name: same_app(spec, "")),
+    whose GetState answers as it always has; for an app given in place of the file's, its name."""
+    if not files_app:
+        return app.name
+    return "" if same_app(cfg.app.module, "") else cfg.app.module
 
 
 async def start_node(
@@ -284,6 +300,9 @@ async def start_node(
             app = node_app(cfg, node_id)
         except AppError as exc:
             raise StartFailed(str(exc), 2) from None
+        files_app = True
+    else:
+        files_app = runs_files_app(cfg, app)
     try:
         node = cfg.node(node_id)
     except cluster_config.ConfigError as exc:
@@ -301,14 +320,15 @@ async def start_node(
     _EMBEDDED.add(key)
     try:
         return await _start_locked(cfg, node, app, server, identity=identity, services=services, metrics=metrics,
-                                   receive_limit=receive_limit, mark=mark, lock=lock, key=key)
+                                   receive_limit=receive_limit, mark=mark, lock=lock, key=key, files_app=files_app)
     except BaseException:
         lock.release()
         _EMBEDDED.discard(key)
         raise
 
 
-async def _start_locked(cfg, node, app, server, *, identity, services, metrics, receive_limit, mark, lock, key):
+async def _start_locked(cfg, node, app, server, *, identity, services, metrics, receive_limit, mark, lock, key,
+                        files_app):
     node_id = node.id
     incoming = cfg.topology.incoming(node_id)
     outgoing = cfg.topology.outgoing(node_id)
@@ -316,7 +336,7 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     try:
         recovered = recover(
             path, node_id, incoming=incoming, outgoing=outgoing, app=app,
-            app_params=_app_params(cfg, app),
+            app_params=_app_params(cfg, app, files_app),
         )
         pending = PendingReports(cfg.data_dir / f"{node_id}.reports")
         unreported = pending.load()
@@ -351,7 +371,7 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
         reply_window_bytes=cfg.reply_window_bytes, snapshot_mode=cfg.snapshot_mode,
         now=asyncio.get_running_loop().time(),
         wall=time.time(),  # the request-id window's clock (it outlives restarts)
-        app=app, app_params=_app_params(cfg, app), max_reply_bytes=cfg.max_reply_bytes,
+        app=app, app_params=_app_params(cfg, app, files_app), max_reply_bytes=cfg.max_reply_bytes,
     )
     rng = random.Random()
     channels: dict[str, OutgoingChannel] = {}
@@ -368,7 +388,7 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
         address=cfg.controller.address, log_=translog, metrics=metrics, options=CLIENT_OPTIONS, pending=pending,
         identity=identity, held_s=cfg.controller.snapshot_deadline_s,
     )
-    spec = _app_spec(cfg, app)
+    spec = _app_spec(cfg, app, files_app)
     engine = Engine(
         node=node_machine, log_=translog, outgoing=channels,
         incoming={src: IncomingChannel(src=src, dst=node_id) for src in incoming},
@@ -408,7 +428,8 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     for channel in channels.values():
         channel.start()
     reporter.resume(unreported, recovered.last_lsn)
-    # The bank its file names by its own names (spec "") says what it holds, as its line always has (operators grep it).
+    # The default app its file names by the default's names (spec "") says what it holds in its edge's words
+    # (Engine.held_text), as its line always has (operators grep it).
     what = engine.held() if not spec and engine.held_text is not None else f"app {spec or app.name}"
     if node_machine.stopped:  # its log ends in a stop snapshot (fence.py F4)
         what += (f"; fenced: stopped for snapshot {node_machine.stopped}, it answers only health and RestoreState"
@@ -440,9 +461,10 @@ async def embed(
     if isinstance(app, str):
         from snapmesh.app import NodeInfo, preflight
 
+        hosted = cluster_config.hosted(cfg)  # the file's app runs with the params the settings make for it
         info = NodeInfo(node_id=node_id, peers_out=cfg.topology.outgoing(node_id),
                         peers_in=cfg.topology.incoming(node_id),
-                        params=cluster_config.hosted(cfg).params if app.strip() == BANK else cfg.app.params)
+                        params=hosted.params if same_app(app, hosted.module) else cfg.app.params)
         app = preflight(app, [info])
     identity = security.load_identity(cfg, node_id)
     node = await start_node(cfg, node_id, app, server, identity=identity)

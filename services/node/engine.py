@@ -63,7 +63,7 @@ class Engine:
         incoming: dict[str, IncomingChannel],
         metrics: NodeMetrics,
         reporter: StateReporter,
-        app_spec: str = "",  # the app's module:attr ("": the bank)
+        app_spec: str = "",  # the app's module:attr ("": the default app, named by its own names)
     ) -> None:
         self.node = node
         self.app_spec = app_spec

@@ -22,8 +22,9 @@ X2. Without an edge that answers them, `Transfer` and `TransferBatch` are refuse
     INVALID_ARGUMENT ("use Submit"), each item of a batch alike; a batch over
     MAX_BATCH items is refused whole, naming the limit. Neither is counted in a
     series the node exports (such a node's scrape never showed them).
-X3. A node that hosts no app (a test's native node, while there are any) has no edge: the calls are
-    UNIMPLEMENTED, as edge.py E5 says of an app's.
+X3. A node whose machine hosts no app (only an engine a test stands in: a
+    `Node` always hosts one, machine.py N10) has no edge: the calls are
+    UNIMPLEMENTED, as edge.py E5's Submit, SubmitBatch and Query are.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ import grpc
 from snapmesh.app import App, AppError, named_object
 from snapmesh.v1 import snapmesh_pb2 as pb
 
-# A TransferBatch holds at most this many items (X2), as edge.MAX_BATCH_COMMANDS.
+# A TransferBatch holds at most this many items (X2), as edge.MAX_BATCH_COMMANDS; an edge that
+# answers TransferBatch holds it to the same bound (`refuse_oversized`): the node's receive limit
+# (process.rpc_budgets) is made for it.
 MAX_BATCH = 10_000
 
 
@@ -54,7 +57,8 @@ def refusal(engine: Any) -> tuple[grpc.StatusCode, str]:
     host = engine.node.host
     if host is None:
         return grpc.StatusCode.UNIMPLEMENTED, f"node {engine.node_id} hosts no app: nothing answers this call"
-    return grpc.StatusCode.INVALID_ARGUMENT, f"{engine.node_id} runs app {host.app.name!r}, not the bank: use Submit"
+    return (grpc.StatusCode.INVALID_ARGUMENT,
+            f"{engine.node_id} runs app {host.app.name!r}, whose edge answers no transfers: use Submit")
 
 
 async def refuse_one(engine: Any, context: grpc.aio.ServicerContext) -> None:
@@ -63,13 +67,19 @@ async def refuse_one(engine: Any, context: grpc.aio.ServicerContext) -> None:
     await context.abort(code, text)
 
 
+async def refuse_oversized(count: int, context: grpc.aio.ServicerContext) -> None:
+    """A TransferBatch of `count` items over MAX_BATCH (X2): aborted whole, naming the limit.
+    The one check of the bound, the node's own and every edge's that answers TransferBatch."""
+    if count > MAX_BATCH:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                            f"a TransferBatch holds at most {MAX_BATCH} transfers, got {count}")
+
+
 async def refuse_batch(engine: Any, request: pb.TransferBatchRequest,
                        context: grpc.aio.ServicerContext) -> pb.TransferBatchResponse:
     """A batch no edge answers (X2, X3): each item refused alike, or the whole when too long."""
     items = request.transfers
-    if len(items) > MAX_BATCH:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"a TransferBatch holds at most {MAX_BATCH} transfers, got {len(items)}")
+    await refuse_oversized(len(items), context)
     response = pb.TransferBatchResponse()
     if not items:
         return response

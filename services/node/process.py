@@ -8,8 +8,8 @@ All of it but the server is `snapmesh.embed`'s path (embedded.start_node): this
 process is an embedded node on a server of its own (ServiceHost: its options,
 gRPC metrics, /metrics, the health port).
 
-The app (snapmesh.app) is `--app`, else the cluster file's [app], else the bank app
-(its params the file's: snapmesh.settings.appsettings.hosted).
+The app (snapmesh.app) is `--app`, else the cluster file's [app], else the settings'
+default app (its params the file's: snapmesh.settings.appsettings.hosted).
 It is loaded before anything starts, and one machine is made and snapshotted as a
 probe: an app that does not import, lacks a method, whose `new` raises or whose
 `snapshot()` is not bytes exits 2 with one line. A replay of the log through the
@@ -39,6 +39,7 @@ from snapmesh.services.node.servicer import MAX_BATCH
 from snapmesh.app import App
 from snapmesh.settings import config as cluster_config
 from snapmesh.settings import security
+from snapmesh.settings.appsettings import app_named
 from snapmesh.protocol.node.link import DEFAULT_MARK
 from snapmesh.protocol import chunking
 from snapmesh.protocol.node.requests import MAX_ID_BYTES
@@ -56,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--id", required=True, dest="node_id", metavar="ID",
                         help="this node's id in the cluster file (required: no default)")
     parser.add_argument("--app", metavar="MODULE:ATTR",
-                        help="the app this node runs (snapmesh.app) (default: the cluster file's [app], else the bank)")
+                        help=f"the app this node runs (snapmesh.app) (default: the cluster file's [app], else {app_named('')})")
     return parser
 
 
@@ -72,8 +73,8 @@ def _prepare(args: argparse.Namespace, cfg: cluster_config.ClusterConfig) -> Pre
 
 
 def load_node_app(cfg: cluster_config.ClusterConfig, node_id: str) -> App:
-    """The app `cfg` names (cluster_config.hosted: the bank app for a file without
-    [app]), through the pre-flight every command shares (snapmesh.app.preflight), for
+    """The app `cfg` names (cluster_config.hosted: the settings' default app for a file
+    without [app]), through the pre-flight every command shares (snapmesh.app.preflight), for
     this node. Raises AppError (one line)."""
     return node_app(cfg, node_id)
 

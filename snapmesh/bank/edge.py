@@ -21,10 +21,11 @@ node shell does without an edge (extra_edge.py X2: INVALID_ARGUMENT, "use Submit
 
 Rules
 -----
-B2. A TransferBatch holds at most MAX_BATCH transfers (INVALID_ARGUMENT naming
-    the limit); an empty one is answered with no results. One request_id named
-    twice in a batch: the second is a retry of the first (its first answer), as
-    it always was; the batch goes to the edge in runs without a repeated id.
+B2. A TransferBatch holds at most extra_edge.MAX_BATCH transfers, the node's own
+    bound, checked by its check (INVALID_ARGUMENT naming the limit); an empty
+    one is answered with no results. One request_id named twice in a batch:
+    the second is a retry of the first (its first answer), as it always was;
+    the batch goes to the edge in runs without a repeated id.
 B3. A refused item of a batch carries the tally its node held when it was
     refused: the one after the last item paid before it in the batch (a
     retry's first answer aside), else the one the node held when the batch
@@ -58,11 +59,10 @@ from snapmesh.bank.metrics import BankMetrics
 from snapmesh.protocol.appstate import digest
 from snapmesh.services.node.edge import REFUSAL_CODE, Edge
 from snapmesh.services.node.engine import Engine
+from snapmesh.services.node.extra_edge import refuse_oversized
 from snapmesh.services.node.translog import LogClosedError
 from snapmesh.v1 import snapmesh_pb2 as pb
 
-# A TransferBatch holds at most this many transfers (B2), as edge.MAX_BATCH_COMMANDS.
-MAX_BATCH = 10_000
 _OK = grpc.StatusCode.OK.value[0]
 # What the edge says of an answer a restore took back, and what a Transfer's client has always read.
 _UNDONE = ("not done; retrying (same request_id) runs it anew", "not paid; retrying (same request_id) pays it anew")
@@ -129,9 +129,7 @@ class BankEdge:
         self, request: pb.TransferBatchRequest, context: grpc.aio.ServicerContext
     ) -> pb.TransferBatchResponse:
         items = wire.transfers(request.transfers)
-        if len(items) > MAX_BATCH:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"a TransferBatch holds at most {MAX_BATCH} transfers, got {len(items)}")
+        await refuse_oversized(len(items), context)  # B2: the node's bound, in its words
         response = pb.TransferBatchResponse()
         if not items:
             return response

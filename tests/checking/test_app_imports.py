@@ -20,6 +20,7 @@ import ast
 import re
 from pathlib import Path
 
+from snapmesh.app import BUILT_IN
 from support.layers import imported_modules
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,3 +153,40 @@ def test_the_tally_rule_finds_whole_words(tmp_path):
     source.write_text("key = NODE_TALLY_KEY\n# the tallies add up\nTally = 1\ntallyho = 0\nmessage_tallying = 0\n")
     assert tally_lines(source, "m.py") == ["m.py:1: key = NODE_TALLY_KEY", "m.py:2: # the tallies add up",
                                            "m.py:3: Tally = 1"]
+
+
+# The framework does not ask which app a node runs by its name either: what an app needs of its
+# node it declares (its `edge`, `old_logs`, `v1_fields` plug-ins), and which app a file names
+# by default is the settings' (snapmesh/settings/appsettings.py). So no framework module holds
+# a built-in app's name as a string, or takes the settings' names for the bank.
+BUILT_IN_NAMES = frozenset(BUILT_IN)
+BANK_SETTINGS = frozenset({"BANK", "runs_bank"})
+
+
+def app_names(source: str) -> list[str]:
+    """Where a framework module's source names a built-in app: a string that is exactly one's name
+    ("bank"), or the settings' names for the bank (appsettings.BANK, runs_bank) imported or read."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip() in BUILT_IN_NAMES:
+            found.append(f"{node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.ImportFrom):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names if a.name in BANK_SETTINGS]
+        elif isinstance(node, ast.Attribute) and node.attr in BANK_SETTINGS:
+            found.append(f"{node.lineno}: .{node.attr}")
+    return found
+
+
+def test_the_framework_names_no_app():
+    hits = [f"{path.relative_to(ROOT).as_posix()}:{hit}" for path in framework_files()
+            for hit in app_names(path.read_text(encoding="utf-8"))]
+    assert not hits, "the framework names an app (ask what the app declares, or the settings):\n" + "\n".join(hits)
+
+
+def test_the_app_name_rule_catches_every_form():
+    # The rule can fail: each way services/node/embedded.py once named the bank is found, the words in
+    # a docstring or a longer string are not.
+    source = ('"""Runs the bank, or an app."""\nfrom snapmesh.settings.appsettings import BANK, same_app\n'
+              'from snapmesh.settings import config\nx = app.name == "bank"\ny = config.runs_bank(cfg.app)\n'
+              'z = spec.strip() == " kvshard"\nw = "the bank app"\n')
+    assert app_names(source) == ["2: import BANK", "4: 'bank'", "5: .runs_bank", "6: ' kvshard'"]

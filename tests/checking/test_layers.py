@@ -27,10 +27,11 @@ PROTOCOL = ROOT / "snapmesh" / "protocol"
 # The bank's reading of a cut lives with the bank but is held to the pure rules: the log
 # checkers pass it to snapmesh/checking/cut.py.
 # The bank's reading of raw logs, of a trace and of a snapshot file (logs.py, trace.py, snapshot.py), the
-# keys of its formats (formats.py), its tally rules (rules.py) and its v1 accessors (wire.py) likewise: the
-# checkers take them as the app's part, and the node's pure layer asks the last three.
+# keys of its formats (formats.py) and its v1 accessors (wire.py) likewise: the checkers take them as the
+# app's part, the log (wal.py) reads an old native record's keys from formats.py, and the bank's v1
+# adapters (edge.py, v1fields.py) ask wire.py.
 BANK_PURE = [ROOT / "snapmesh" / "bank" / name for name in
-             ("cut.py", "formats.py", "logs.py", "trace.py", "snapshot.py", "rules.py", "wire.py")]
+             ("cut.py", "formats.py", "logs.py", "trace.py", "snapshot.py", "wire.py")]
 PURE_MODULES = sorted(PROTOCOL.rglob("*.py")) + BANK_PURE
 
 
@@ -77,7 +78,7 @@ LAYERS = [
     ("app contract", ["snapmesh.app"]),
     ("pure protocol", ["snapmesh.protocol", "snapmesh.v1", "snapmesh.bank.cut",
                        "snapmesh.bank.formats", "snapmesh.bank.logs", "snapmesh.bank.trace", "snapmesh.bank.snapshot",
-                       "snapmesh.bank.rules", "snapmesh.bank.wire"]),
+                       "snapmesh.bank.wire"]),
     ("settings", ["snapmesh.settings"]),
     ("checking", ["snapmesh.checking", "snapmesh.reconcile", "snapmesh.spark", "snapmesh.synth", "snapmesh.sim",
                   "snapmesh.fuzzer", "snapmesh.trace"]),
@@ -350,7 +351,7 @@ BANK_WORD = re.compile(r"(?<![a-z0-9])(?:balances?|amounts?|money)(?![a-z0-9])",
 # the log and the reports), the serving layer, the controller's and the node's shells, and every checker.
 APP_NEUTRAL = ("snapmesh/protocol", "snapmesh/serving", "services/controller", "services/node", "snapmesh/checking")
 WHERE_THE_BANK_IS = ("the bank's fields are snapmesh/bank/v1fields.py's and wire.py's, its format keys formats.py's, "
-                     "its rules rules.py's, its part of the checkers logs.py, trace.py, snapshot.py and cut.py")
+                     "its part of the checkers logs.py, trace.py, snapshot.py and cut.py")
 
 
 def bank_words(path: Path, name: str = "") -> list[str]:

@@ -3,7 +3,7 @@
 A query is not logged, and it is answered only once the log holds the steps the
 state it read rests on (edge.py E7): a command applied but waiting for its fsync
 holds the query back too. A query that sends is FAILED_PRECONDITION and leaves the
-app as it was; an app without on_query, and a bank node, say UNIMPLEMENTED; a
+app as it was; an app without on_query says UNIMPLEMENTED; a
 restore that took the read state back before it was durable makes it ABORTED.
 """
 

@@ -3,7 +3,7 @@
 An app command is answered with the app's reply only once durable; a retry with
 its request_id gets the first reply and does not run again; the app's refusal
 is the status it named, its exception UNKNOWN with its text; a command over the
-size limit is INVALID_ARGUMENT and a bank node says UNIMPLEMENTED; and a restore
+size limit is INVALID_ARGUMENT; and a restore
 to a cut before a command still waiting for its fsync answers it ABORTED, as it
 does a Transfer (tests/shells/test_restore_taken_back.py).
 """

@@ -6,7 +6,7 @@ UNKNOWN, a command over the size limit) changes nothing and does not stop the
 rest. A batch replayed with the same request ids is answered with the first
 replies, marked replayed, and the app does not run again. An empty batch, one
 over the count or byte bound and one that names a request_id twice are
-INVALID_ARGUMENT whole, before anything runs; a bank node says UNIMPLEMENTED. A
+INVALID_ARGUMENT whole, before anything runs. A
 restore to a cut before the batch answers its items ABORTED, and an item the
 node cannot take back stops the node: the whole call is UNAVAILABLE and the
 items after it do not run. `submit` raises `snapmesh.app.Refused` where

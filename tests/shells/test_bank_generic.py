@@ -144,7 +144,7 @@ def test_the_v1_calls_to_a_node_of_another_app_are_refused_as_before(tmp_path: P
     one, batch = asyncio.run(run())
     assert isinstance(one, Aborted) and one.code is grpc.StatusCode.INVALID_ARGUMENT and "use Submit" in one.details
     assert [(r.code, r.balance) for r in batch.results] == [(grpc.StatusCode.INVALID_ARGUMENT.value[0], 0)] * 2
-    assert all("runs app 'kvshard', not the bank: use Submit" in r.message for r in batch.results)
+    assert all("runs app 'kvshard', whose edge answers no transfers: use Submit" in r.message for r in batch.results)
 
 
 def test_a_transfer_a_restore_took_back_is_aborted_not_paid_on_the_bank_app(tmp_path: Path) -> None:

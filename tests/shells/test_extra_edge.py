@@ -77,7 +77,7 @@ def test_without_an_edge_the_v1_calls_are_refused_as_they_always_were(tmp_path: 
 
     one, empty, over, state = asyncio.run(run())
     assert isinstance(one, Aborted) and one.code is grpc.StatusCode.INVALID_ARGUMENT
-    assert one.details == "p1 runs app 'plain', not the bank: use Submit"
+    assert one.details == "p1 runs app 'plain', whose edge answers no transfers: use Submit"
     assert not empty.results
     assert isinstance(over, Aborted) and over.code is grpc.StatusCode.INVALID_ARGUMENT and "at most 10000" in over.details
     assert state.app == "plain:app" and state.app_state_bytes == 1  # the node's own answer: b"0"

@@ -16,9 +16,9 @@ PURE_ALLOWED = {
     # The bank's reading of a cut, which the log checkers take (test_layers.PURE_MODULES holds it).
     "snapmesh.bank.cut",
     # The bank's format keys and its parts of the log, trace and snapshot-file checkers, pure alike;
-    # so are its tally rules and v1 accessors, which the node's layer asks.
+    # so are its v1 accessors.
     "snapmesh.bank.formats", "snapmesh.bank.logs", "snapmesh.bank.trace", "snapmesh.bank.snapshot",
-    "snapmesh.bank.rules", "snapmesh.bank.wire",
+    "snapmesh.bank.wire",
 }
 
 
