@@ -15,9 +15,8 @@ R1. A block is read through its hash only (blocks.py B3): each block's content
     protobuf, which a Spark host running the job need not have.)
 R2. The sha256 of the whole state is computed as the blocks are read, one
     block at a time: the state is never held to check it.
-
-R3. In Spark (`through_blocks`) the driver holds the hash list only, never a
-    state: the (snapshot, node, index, hash) rows are spread by (snapshot, node),
+R3. In Spark (`through_blocks`) the driver holds no state, nor even the hash
+    list: the (snapshot, node, index, hash) rows are spread by (snapshot, node),
     sorted by index within each task, and each task folds its nodes' blocks one
     at a time (R2) into the same rows `assemble` gives on the driver (`_fold`).
     A local data dir's blocks are opened by the executors' Python (the cluster
