@@ -9,8 +9,10 @@ mounted at /opt/snapmesh-jobs. With a spark:// master the wait for it and for an
 executor is bounded by --master-timeout (exit 2), as in `snapmesh reconcile`.
 
 The zip carries the `snapmesh` package (only `snapmesh.reconcile` is imported on the
-cluster; no UDFs, so executors run no Python of ours). `--master` may be given here
-or to spark-submit; without it the master spark-submit configured is used.
+cluster). The executors import it too when an export holds states as manifests:
+each one reads and hashes its nodes' blocks (`snapmesh.reconcile.blockstates`), so
+the zip must reach them (--py-files does). `--master` may be given here or to
+spark-submit; without it the master spark-submit configured is used.
 Exit status: 0 all consistent, 1 a discrepancy, 2 bad input.
 """
 

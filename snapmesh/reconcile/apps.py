@@ -12,7 +12,7 @@ app's bytes; these checks do, with no app code:
 * each node's state: the export's ``state_digest`` and the sha256 of its state
   bytes against the ``digest`` of the node's ``cut`` record. A state the export
   holds as a manifest (large states) is read through the data dir's blocks
-  (``blockstates``), each checked against its hash: a missing or corrupt block is
+  (``blockstates``, on the executors), each checked against its hash: a missing or corrupt block is
   a discrepancy naming (snapshot, node, hash), and that state's digest is not
   checked then.
 
@@ -95,21 +95,9 @@ def app_nodes(raw: DataFrame) -> DataFrame:
 
 def through_blocks(spark: SparkSession, data_dir: str, nodes: DataFrame) -> DataFrame:
     """``app_nodes`` with each manifest's state read through the data dir's blocks
-    (``blockstates``, on the driver): its sha256, or a row per bad block naming it."""
-    manifests = nodes.filter(F.col("hashes").isNotNull()).select(S, "node", "hashes").collect()
-    if not manifests:
-        return nodes
-    read, where = blockstates.reader(spark, data_dir), blockstates.blocks_dir(data_dir)
-    rows = []
-    for m in manifests:
-        got = blockstates.assemble(read, m[S], m["node"], m["hashes"], where=where)
-        rows += [(m[S], m["node"], got.sha256, problem) for problem in got.problems or (None,)]
-    read_ = spark.createDataFrame(rows, "snapshot_id string, node string, block_sha string, problem string")
-    return (
-        nodes.drop("block_problem").join(read_, [S, "node"], "left")
-        .select(S, "node", F.coalesce("state_sha", "block_sha").alias("state_sha"), "state_digest", "hashes",
-                F.col("problem").alias("block_problem"))
-    )
+    on the executors (``blockstates.through_blocks``): its sha256, or a row per bad
+    block naming it."""
+    return blockstates.through_blocks(spark, data_dir, nodes)
 
 
 def app_in_flight(raw: DataFrame) -> DataFrame:
