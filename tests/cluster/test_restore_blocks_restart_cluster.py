@@ -1,5 +1,5 @@
 """A restore after a restart sends each node only the blocks it lacks, on real processes
-(the blob app of test_restore_blocks_cluster.py: 16 MiB per node, 2 nodes).
+(the blob app of tests/support/blob_cluster.py: 16 MiB per node, 2 nodes).
 
 - p1 restarted keeps the blocks it held on disk (services/node/blockshelf.py): restoring
   the first snapshot after it sends p1 its manifest and the one block that changed
@@ -12,17 +12,13 @@
 
 from __future__ import annotations
 
-import os
-
 import grpc
 import pytest
 
 from snapmesh.protocol import blocks
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
-from snapmesh.processes.supervisor import Cluster
-from snapmesh.settings.config import write_cluster
-from test_restore_blocks_cluster import BLOB_APP, MANIFEST, digests, received, restore, snapshot
+from support.blob_cluster import MANIFEST, blob_cluster, digests, received, restore, snapshot
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -31,16 +27,7 @@ ONE_BLOCK = MANIFEST + blocks.BLOCK_BYTES + 4096  # a manifest, one block and th
 
 @pytest.fixture
 def cluster(tmp_path):
-    (tmp_path / "apps").mkdir()
-    (tmp_path / "apps" / "blob_app.py").write_text(BLOB_APP)
-    path = write_cluster(tmp_path / "cluster.toml", nodes=2, data_dir=tmp_path / "data")
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "apps"), os.environ.get("PYTHONPATH")]))}
-    running = Cluster(path, env=env, app="blob_app:app").start()
-    try:
-        yield running
-    finally:
-        running.stop()
+    yield from blob_cluster(tmp_path)
 
 
 def poke(cluster, node_id: str) -> None:

@@ -17,7 +17,7 @@ from snapmesh.services.node.blockshelf import BlockShelf, shelf_dir
 from snapmesh.services.node.heldblocks import HeldBlocks, MissingRestoreBlocks
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.v1 import snapmesh_pb2 as pb
-from test_restore_blocks_shells import _Node, report, restore
+from support.restore_blocks import FakeNode, report, restore
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -44,7 +44,7 @@ def test_a_node_that_restarted_rebuilds_a_restore_from_the_blocks_on_its_disk(tm
     older = state[: 2 * B] + b"o" * B + state[3 * B :]
     nodes = NodeBlocks()
     nodes.reported(report(state), blocks.names(state)[0].names)
-    node = _Node(HeldBlocks(SentBlocks(), tmp_path / "p1.blocks"))  # restarted: nothing in memory
+    node = FakeNode(HeldBlocks(SentBlocks(), tmp_path / "p1.blocks"))  # restarted: nothing in memory
     answer = asyncio.run(nodes.restore(node, RestoreAt("p1", restore(older))))
     assert answer.epoch == 3 and node.states == [older]
     assert len(node.got) == 1 and list(node.got[0].blocks) == [b"o" * B]  # one block sent, not the state
@@ -68,7 +68,7 @@ def test_a_block_damaged_on_the_shelf_is_not_held_and_the_state_is_sent_whole(tm
     assert not path.exists()  # a corrupt one is removed: it is not held
     nodes = NodeBlocks()
     nodes.reported(report(state), blocks.names(state)[0].names)
-    node = _Node(held)
+    node = FakeNode(held)
     asyncio.run(nodes.restore(node, RestoreAt("p1", restore(state))))
     assert node.states == [state] and [r.HasField("state") for r in node.got] == [False, True]
 

@@ -17,7 +17,7 @@ from snapmesh.services.controller.nodeblocks import NodeBlocks
 from snapmesh.services.node.heldblocks import HeldBlocks
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.v1 import snapmesh_pb2 as pb
-from test_restore_blocks_shells import _Node, report, restore
+from support.restore_blocks import FakeNode, report, restore
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,7 +36,7 @@ def test_a_restarted_controller_takes_back_what_a_node_holds_and_sends_only_what
     before.reported(report(state), blocks.names(state)[0].names)  # the report of s2
     sent = SentBlocks()
     sent.form(report(state))
-    node = _Node(HeldBlocks(sent))
+    node = FakeNode(HeldBlocks(sent))
 
     after = NodeBlocks()  # the controller restarted
     assert heldseed.take_back(after, tmp_path, ["p1", "p2"], manifests({"s2": state})) == {"p1": 8}
@@ -56,7 +56,7 @@ def test_a_wrong_belief_is_refused_and_the_state_sent_whole_and_then_forgotten(t
     first.reported(report(state), blocks.names(state)[0].names)
     after = NodeBlocks()
     heldseed.take_back(after, tmp_path, ["p1"], manifests({"s2": state}))
-    node = _Node(HeldBlocks(SentBlocks()))  # it restarted without its blocks meanwhile
+    node = FakeNode(HeldBlocks(SentBlocks()))  # it restarted without its blocks meanwhile
     asyncio.run(after.restore(node, RestoreAt("p1", restore(state))))
     assert node.states == [state] and [r.HasField("state") for r in node.got] == [False, True]
     assert not after.note_path("p1").exists()  # the next restart believes nothing of it
