@@ -5,18 +5,18 @@ it accepted and the restores it sent as blocks (nodeblocks.py); in memory only, 
 controller that restarted would send the first restore after it whole to every
 node. So:
 
-H1. NodeBlocks notes, per node, under `<data_dir>/controller/nodeblocks/`, the
+HT1. NodeBlocks notes, per node, under `<data_dir>/controller/nodeblocks/`, the
     snapshot of its last accepted report that said it holds blocks
     (FullState.holds_blocks: only such a node ever gets a state as blocks, RB1),
     that report's parts, and the snapshot of the last restore it took as blocks.
     A report that does not say it holds blocks, and a refusal naming a missing
     block, remove the note.
-H2. At start (`take_back`), each note is read back: the node is taken to hold the
+HT2. At start (`take_back`), each note is read back: the node is taken to hold the
     blocks its node entry names in those snapshots' stored manifests
     (controller/snapshots/<id>.pb, no block read). A snapshot not filed (failed
     before it was, deleted since) adds nothing; a note or manifest that cannot be
     read is skipped with a warning, and the node gets its state whole.
-H3. What is taken back is a belief (restoreblocks.py RB5): the node may have formed
+HT3. What is taken back is a belief (restoreblocks.py RB5): the node may have formed
     a newer report, restarted without its blocks, or been replaced. A block it
     lacks is refused (RB3) and its state sent whole: one round more, never a
     wrong state.
@@ -58,8 +58,8 @@ def stored_manifests(compact_path: Callable[[str], Path]) -> Manifests:
 
 
 def take_back(node_blocks: NodeBlocks, directory: Path, nodes: list[str], manifests: Manifests) -> dict[str, int]:
-    """H2: what each of `nodes` holds, from its note under `directory` and `manifests`;
-    then `node_blocks` notes there from now on (H1). Blocks taken back, by node."""
+    """HT2: what each of `nodes` holds, from its note under `directory` and `manifests`;
+    then `node_blocks` notes there from now on (HT1). Blocks taken back, by node."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     node_blocks.remember_in(directory)

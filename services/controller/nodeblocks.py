@@ -10,7 +10,7 @@ the controller then forgets what it took the node to hold and sends the state
 whole at once. A restore taken as blocks adds its state's blocks to what the
 node holds (it keeps them too), until its next report.
 
-What it knows is noted on disk too (`remember_in`, heldseed.py H1-H3): per node,
+What it knows is noted on disk too (`remember_in`, heldseed.py HT1-HT3): per node,
 one small file naming the snapshot of its last accepted report, that report's
 parts, and the snapshot of the last restore it took as blocks; a controller
 that restarted takes it back from those and the stored manifests, so the first
@@ -46,11 +46,11 @@ class NodeBlocks:
         self.directory: Path | None = None  # where the notes go (`remember_in`); None: memory only
 
     def remember_in(self, directory: Path) -> None:
-        """Note what each node holds under `directory` from now on (heldseed.py H1)."""
+        """Note what each node holds under `directory` from now on (heldseed.py HT1)."""
         self.directory = Path(directory)
 
     def believe(self, node_id: str, names: frozenset[bytes], parts: tuple[int, ...]) -> None:
-        """After a restart: `node_id` is taken to hold `names` (heldseed.py H2), until it says otherwise."""
+        """After a restart: `node_id` is taken to hold `names` (heldseed.py HT2), until it says otherwise."""
         if names:
             self._by_node[node_id] = (names, parts)
 

@@ -136,7 +136,7 @@ async def _serve_locked(
         engine = ControllerEngine(
             config=cfg, machine=machine, journal=journal, writer=writer, metrics=metrics, identity=identity,
         )
-        # what each node holds of its states' blocks, from the notes and the stored manifests (heldseed.py H2)
+        # what each node holds of its states' blocks, from the notes and the stored manifests (heldseed.py HT2)
         if taken := heldseed.take_back(engine.node_blocks, cfg.data_dir / "controller" / "nodeblocks",
                                        [n.id for n in cfg.nodes], heldseed.stored_manifests(store.compact_path)):
             log.info("taken back what the nodes hold of their states' blocks: %s", taken)

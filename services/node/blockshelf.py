@@ -5,19 +5,19 @@ report's state and its last restored one) live in memory; a node that restarted
 would hold none, and the restore after it would send its whole state again.
 The shelf keeps a copy of them on disk:
 
-S1. A block's file is named by the SHA-256 of its content and written whole or
+BS1. A block's file is named by the SHA-256 of its content and written whole or
     not at all (a temporary file renamed into place, durable.py
     `write_unsynced`). No sync: a block lost or cut short by a power loss is
-    caught by S2, and then simply not held.
-S2. A block is read only through its name: `get` hashes the file, and a file
+    caught by BS2, and then simply not held.
+BS2. A block is read only through its name: `get` hashes the file, and a file
     that does not hash to its name (corrupt, cut short) is removed and not held
     (the restore then refuses as blocks, blocks.MISSING, and gets its state whole).
-S3. Bounded as the memory is: the blocks of one state per slot (the last
+BS3. Bounded as the memory is: the blocks of one state per slot (the last
     report's, the last restore's); `keep` writes a slot's new blocks, then removes
     every file no slot names. After a restart each slot starts as every block
     found on disk (the union of the two before it), so what is kept stays bounded.
-S4. Thread-safe: `keep` runs in one worker thread (heldblocks.py), `get` in any;
-    a file is either there whole (S1) or not, and `get` checks it (S2).
+BS4. Thread-safe: `keep` runs in one worker thread (heldblocks.py), `get` in any;
+    a file is either there whole (BS1) or not, and `get` checks it (BS2).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ SLOTS = ("report", "restored")
 class BlockShelf:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
-        self._lock = threading.Lock()  # one `keep` at a time (S4)
+        self._lock = threading.Lock()  # one `keep` at a time (BS4)
         found = self._scan()
-        self._slots: dict[str, frozenset[bytes]] = {slot: found for slot in SLOTS}  # S3: after a restart
+        self._slots: dict[str, frozenset[bytes]] = {slot: found for slot in SLOTS}  # BS3: after a restart
         self._on_disk: set[bytes] = set(found)
 
     def _scan(self) -> frozenset[bytes]:
@@ -66,12 +66,12 @@ class BlockShelf:
 
     @property
     def names(self) -> frozenset[bytes]:
-        """The blocks the shelf has files of (not yet checked: S2 checks on `get`)."""
+        """The blocks the shelf has files of (not yet checked: BS2 checks on `get`)."""
         with self._lock:
             return frozenset(self._on_disk)
 
     def get(self, name: bytes) -> bytes | None:
-        """Block `name`, checked against its name (S2); None: not held."""
+        """Block `name`, checked against its name (BS2); None: not held."""
         try:
             block = self.path(name).read_bytes()
         except (FileNotFoundError, NotADirectoryError):
@@ -84,8 +84,8 @@ class BlockShelf:
         return None
 
     def keep(self, slot: str, named: blocks.Named) -> tuple[int, int]:
-        """`named` is the state of `slot` now: its blocks not on disk are written (S1),
-        and the files of blocks no slot names any longer removed (S3); (written, removed)."""
+        """`named` is the state of `slot` now: its blocks not on disk are written (BS1),
+        and the files of blocks no slot names any longer removed (BS3); (written, removed)."""
         if slot not in SLOTS:
             raise ValueError(f"block shelf {self.directory}: no slot {slot!r} (slots: {', '.join(SLOTS)})")
         with self._lock:

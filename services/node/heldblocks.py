@@ -3,7 +3,7 @@
 What it holds: the state of its last report as formed (SentBlocks keeps it,
 cut and named, for the next report's hashes) and the state of its last restore
 sent as blocks (its blocks each checked as they were rebuilt). Both in memory,
-and a copy of each on disk (blockshelf.py, S1-S4), written off the report's and
+and a copy of each on disk (blockshelf.py, BS1-BS4), written off the report's and
 the restore's path by one worker thread: a node that restarted still holds the
 blocks its shelf has, each checked against its name when read, and a restore
 after the restart sends only the others. A block neither in memory nor on the

@@ -1,4 +1,4 @@
-"""A node's held blocks on disk (services/node/blockshelf.py S1-S4, heldblocks.py): a node
+"""A node's held blocks on disk (services/node/blockshelf.py BS1-BS4, heldblocks.py): a node
 that restarted rebuilds a restore as blocks from its shelf; a block corrupt or missing
 there is not held (the restore is refused as blocks, and sent whole); the shelf keeps
 the blocks of its two states only."""

@@ -1,5 +1,5 @@
 """What each node holds, taken back after a controller restart (services/controller/heldseed.py
-H1-H3): NodeBlocks notes each node's last report and restore as blocks; a new NodeBlocks takes
+HT1-HT3): NodeBlocks notes each node's last report and restore as blocks; a new NodeBlocks takes
 them back from the notes and the stored manifests, and a belief that is wrong costs a refusal
 and the state sent whole, never a wrong state."""
 
