@@ -15,7 +15,8 @@ HT2. At start (`take_back`), each note is read back: the node is taken to hold t
     blocks its node entry names in those snapshots' stored manifests
     (controller/snapshots/<id>.pb, no block read). A snapshot not filed (failed
     before it was, deleted since) adds nothing; a note or manifest that cannot be
-    read is skipped with a warning, and the node gets its state whole.
+    read is skipped with a warning, and the node gets its state whole. The note of a
+    node no longer in the cluster is removed.
 HT3. What is taken back is a belief (restoreblocks.py RB5): the node may have formed
     a newer report, restarted without its blocks, or been replaced. A block it
     lacks is refused (RB3) and its state sent whole: one round more, never a
@@ -64,6 +65,10 @@ def take_back(node_blocks: NodeBlocks, directory: Path, nodes: list[str], manife
     directory.mkdir(parents=True, exist_ok=True)
     node_blocks.remember_in(directory)
     taken: dict[str, int] = {}
+    noted = {node_blocks.note_path(node) for node in nodes}
+    for stale in directory.glob("*.json"):  # a node no longer in the cluster: its note goes
+        if stale not in noted:
+            stale.unlink(missing_ok=True)
     for node in nodes:
         path = node_blocks.note_path(node)
         assert path is not None

@@ -78,6 +78,9 @@ def test_a_report_that_does_not_hold_blocks_and_an_unreadable_note_leave_nothing
     # a snapshot not filed adds nothing
     nodes.reported(report(state), blocks.names(state)[0].names)
     assert heldseed.take_back(NodeBlocks(), tmp_path, ["p1"], manifests({})) == {}
+    # a node no longer in the cluster: its note goes
+    assert heldseed.take_back(NodeBlocks(), tmp_path, ["p2"], manifests({"s2": state})) == {}
+    assert not nodes.note_path("p1").exists()
 
 
 def test_stored_manifests_reads_a_compact_file_and_skips_one_it_cannot(tmp_path):
