@@ -1,7 +1,7 @@
 """A restore after a restart sends each node only the blocks it lacks, on real processes
 (the blob app of tests/support/blob_cluster.py: 16 MiB per node, 2 nodes).
 
-- p1 restarted keeps the blocks it held on disk (services/node/blockshelf.py): restoring
+- p1 restarted (stopped, or killed) keeps the blocks it held on disk (services/node/blockshelf.py): restoring
   the first snapshot after it sends p1 its manifest and the one block that changed
   since, not its state whole (its `snapmesh_restore_received_bytes_total`, which counts
   from its start).
@@ -36,11 +36,12 @@ def poke(cluster, node_id: str) -> None:
     assert reply.reply == b"ok"
 
 
-def test_a_node_restarted_keeps_its_blocks_and_a_restore_sends_only_what_changed(cluster):
+@pytest.mark.parametrize("kill", [False, True], ids=["stopped", "killed"])
+def test_a_node_restarted_keeps_its_blocks_and_a_restore_sends_only_what_changed(cluster, kill):
     first = snapshot(cluster)
     poke(cluster, "p1")
     second = snapshot(cluster)  # p1's last report: one block changed since the first
-    cluster.restart_node("p1")  # its memory is gone; its data dir (and its blocks there) are kept
+    cluster.restart_node("p1", kill=kill)  # its memory is gone; its data dir (and its blocks there) are kept
     restore(cluster, first.snapshot_id, "restore-after-node-restart")
     p1 = received(cluster, "p1")
     print(f"restore of a 16 MiB state after a node restart: p1 received {p1:.0f} bytes")
