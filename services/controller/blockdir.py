@@ -18,15 +18,26 @@ D4. `write` returns only after D3, and the store writes the manifest naming the
 A crash leaves at most temporary files (removed by `sweep`) and whole blocks no
 manifest names (garbage, removed by `sweep` at start:
 snapmesh/protocol/controller/blockrefs.py G3).
+
+D5. A block is used only as its name says: a kept block (the controller's memory,
+    knownblocks.py) is hashed where a report is rebuilt from it (`kept_reader`),
+    and one that does not match is taken as not kept, so it is read from here
+    (and hashed, blocks.py B3) or named missing. A file of a block's name and
+    size that does not hash to its name is written again by `write` (one read
+    and hash, for a block that was to be written anyway), not taken as the block.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from snapmesh.protocol.blocks import block_hash
 from snapmesh.serving.durable import fsync_dir, sync_files
+
+log = logging.getLogger(__name__)
 
 
 class BlockDir:
@@ -46,18 +57,15 @@ class BlockDir:
     def write(self, blocks: dict[bytes, bytes]) -> tuple[int, int]:
         """Every block of `blocks` (hash -> content) that has no file yet, durably
         (D1-D4): (blocks written, their bytes). A file of the right name and size is
-        taken as the block (a corrupt one is what `snapmesh snapshot verify` names)."""
+        taken as the block once it hashes to its name (D5); a corrupt one is written again."""
         self.directory.mkdir(parents=True, exist_ok=True)
         pending: list[tuple[Path, Path]] = []  # (temporary file, name), written and not yet durable
         size = 0
         try:
             for name, block in blocks.items():
                 path = self.path(name)
-                try:
-                    if path.stat().st_size == len(block):
-                        continue
-                except FileNotFoundError:
-                    pass
+                if self._holds(name, len(block)):
+                    continue
                 tmp = path.with_name(f".{path.name}.tmp")
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 pending.append((tmp, path))
@@ -79,6 +87,18 @@ class BlockDir:
             os.replace(tmp, path)
         fsync_dir(self.directory)
         return len(pending), size
+
+    def _holds(self, name: bytes, size: int) -> bool:
+        """Whether the file of `name` is the block: its size, then its hash (D5)."""
+        try:
+            if self.path(name).stat().st_size != size:
+                return False
+            if block_hash(self.path(name).read_bytes()) == name:
+                return True
+        except FileNotFoundError:
+            return False
+        log.warning("block file %s does not hash to its name: writing it again", self.path(name))
+        return False
 
     def delete(self, names: Iterable[bytes]) -> int:
         """Remove the files of `names` (those there); how many were removed."""
@@ -113,3 +133,29 @@ class BlockDir:
             if entry.name.startswith(".") and entry.name.endswith(".tmp"):
                 Path(entry.path).unlink(missing_ok=True)
         return self.delete(self.names() - keep)
+
+
+def kept_reader(
+    kept: Callable[[bytes], bytes | None], files: BlockDir,
+) -> Callable[[bytes], bytes | None]:
+    """`known` for blocks.whole_state: a kept block (`kept`, in memory) only while a file
+    of its name and size is in `files` (a block lost there is then read, found missing,
+    and written again by the state sent whole, B4) and only if it hashes to its name
+    (D5: else it is as good as not kept, and whole_state reads the file, hashed)."""
+
+    def get(name: bytes) -> bytes | None:
+        block = kept(name)
+        if block is None:
+            return None
+        try:
+            if files.path(name).stat().st_size != len(block):
+                return None
+        except FileNotFoundError:
+            return None
+        if block_hash(block) != name:
+            log.warning("kept block sha256:%s does not hash to its name: read from %s instead", name.hex(),
+                        files.directory)
+            return None
+        return block
+
+    return get

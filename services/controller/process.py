@@ -28,6 +28,7 @@ import logging
 from prometheus_client import CollectorRegistry
 
 from snapmesh.services.controller import journal as J
+from snapmesh.services.controller import heldseed
 from snapmesh.services.controller.engine import ControllerEngine, system_now
 from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.servicer import ControllerService
@@ -135,6 +136,10 @@ async def _serve_locked(
         engine = ControllerEngine(
             config=cfg, machine=machine, journal=journal, writer=writer, metrics=metrics, identity=identity,
         )
+        # what each node holds of its states' blocks, from the notes and the stored manifests (heldseed.py HT2)
+        if taken := heldseed.take_back(engine.node_blocks, cfg.data_dir / "controller" / "nodeblocks",
+                                       [n.id for n in cfg.nodes], heldseed.stored_manifests(store.compact_path)):
+            log.info("taken back what the nodes hold of their states' blocks: %s", taken)
         service = ControllerService(engine)
         host = ServiceHost(
             bind_address=cfg.bind_address(cfg.controller),

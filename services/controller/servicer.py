@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 
 from snapmesh.services.controller.engine import ControllerEngine
+from snapmesh.services.controller.blockdir import kept_reader
 from snapmesh.protocol import blocks, chunking
 from snapmesh.protocol.controller import answers, cluster, journalblocks, listing, statuses
 from snapmesh.protocol.controller.knownblocks import KnownBlocks
@@ -215,18 +216,8 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     def _on_disk(self, node_id: str) -> Callable[[bytes], bytes | None]:
         """The kept blocks (knownblocks.py), each only while a file of its name and size is
-        under controller/blocks: a block lost there is read, found missing, and written
-        again by the state sent whole (B4), as a block read there would be."""
-        known, files = self._known.reader(node_id), self.engine.writer.store.blocks
-
-        def get(name: bytes) -> bytes | None:
-            block = known(name)
-            try:
-                return block if block is not None and files.path(name).stat().st_size == len(block) else None
-            except FileNotFoundError:
-                return None
-
-        return get
+        under controller/blocks and only as its name says (blockdir.py D5, `kept_reader`)."""
+        return kept_reader(self._known.reader(node_id), self.engine.writer.store.blocks)
 
     def _know(self, report: pb.FullState, call: int) -> list[bytes]:
         """Keep the blocks of a report that came whole (its state cut and hashed, K1), in

@@ -2,19 +2,29 @@
 
 What it holds: the state of its last report as formed (SentBlocks keeps it,
 cut and named, for the next report's hashes) and the state of its last restore
-sent as blocks (its blocks each checked as they were rebuilt). Both only in
-memory: a node that restarted holds nothing, refuses a restore as blocks, and
-gets its state whole. A state is rebuilt and checked before the node's machine
-hears of the restore, so a refusal changes nothing.
+sent as blocks (its blocks each checked as they were rebuilt). Both in memory,
+and a copy of each on disk (blockshelf.py, BS1-BS4), written off the report's and
+the restore's path by one worker thread: a node that restarted still holds the
+blocks its shelf has, each checked against its name when read, and a restore
+after the restart sends only the others. A block neither in memory nor on the
+shelf (never written, corrupt, removed) is not held: the node refuses the
+restore as blocks and gets its state whole. A state is rebuilt and checked
+before the node's machine hears of the restore, so a refusal changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from snapmesh.protocol import blocks, restoreblocks
+from snapmesh.services.node.blockshelf import BlockShelf
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.v1 import snapmesh_pb2 as pb
+
+log = logging.getLogger(__name__)
 
 # A state up to this size is rebuilt on the event loop; a larger one in a thread (hashing it is milliseconds).
 INLINE_REBUILD_BYTES = 64 * 1024
@@ -25,19 +35,43 @@ class MissingRestoreBlocks(Exception):
 
 
 class HeldBlocks:
-    def __init__(self, sent: SentBlocks) -> None:
+    def __init__(self, sent: SentBlocks, shelf_dir: Path | None = None) -> None:
         self._sent = sent
         self._restored: blocks.Named | None = None  # the last state restored as blocks
+        self.shelf = BlockShelf(shelf_dir) if shelf_dir is not None else None
+        # One worker: the shelf's writes keep their order, and never hold up a report or a restore.
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="block-shelf") if self.shelf is not None else None
+        if self.shelf is not None:
+            sent.on_formed = lambda named: self._shelve("report", named)
+
+    def _shelve(self, slot: str, named: blocks.Named) -> None:
+        if self._writer is not None:
+            self._writer.submit(self._keep, slot, named)
+
+    def _keep(self, slot: str, named: blocks.Named) -> None:
+        try:
+            self.shelf.keep(slot, named)  # type: ignore[union-attr]
+        except OSError as exc:  # the shelf is a cache: a block not written is not held, and sent again
+            log.warning("cannot keep the %s state's blocks under %s: %s", slot, self.shelf.directory, exc)  # type: ignore[union-attr]
+
+    def flush(self) -> None:
+        """Wait for the shelf's writes asked for so far (a test's, and a stop's)."""
+        if self._writer is not None:
+            self._writer.submit(lambda: None).result()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
 
     async def state_of(self, request: pb.RestoreStateRequest) -> tuple[bytes | None, blocks.Named | None]:
         """The state `request` restores (its `state`, or rebuilt from its blocks and
         those held), and, rebuilt, its blocks for `restored`. Raises MissingRestoreBlocks."""
         if not request.HasField("state_blocks"):
             return (request.state if request.HasField("state") else None), None
-        get = restoreblocks.reader(self._sent.last, self._restored)
-        if len(request.state_blocks.hashes) * blocks.BLOCK_BYTES <= INLINE_REBUILD_BYTES:
+        get = restoreblocks.reader(self._sent.last, self._restored, shelf=self.shelf.get if self.shelf else None)
+        if self.shelf is None and len(request.state_blocks.hashes) * blocks.BLOCK_BYTES <= INLINE_REBUILD_BYTES:
             named, why = restoreblocks.whole_restore(request, get)
-        else:
+        else:  # a read from the shelf is a file's: never on the event loop
             named, why = await asyncio.to_thread(restoreblocks.whole_restore, request, get)
         if named is None:
             raise MissingRestoreBlocks(why)
@@ -47,3 +81,4 @@ class HeldBlocks:
         """The node took the restore whose state `state_of` rebuilt as `named`."""
         if named is not None:
             self._restored = named
+            self._shelve("restored", named)

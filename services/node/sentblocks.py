@@ -14,6 +14,8 @@ not change are compared rather than hashed again (blocks.py B5).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from snapmesh.protocol import blocks
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -24,6 +26,7 @@ class SentBlocks:
         self._held: set[bytes] = set()  # the blocks of the last report it accepted
         self._last: blocks.Named | None = None  # the last state formed, cut, and its blocks' hashes
         self.hashed = 0  # blocks hashed in all (the others' hashes were reused)
+        self.on_formed: Callable[[blocks.Named], None] | None = None  # heldblocks.py: a copy kept on disk
 
     @property
     def last(self) -> blocks.Named | None:
@@ -38,6 +41,8 @@ class SentBlocks:
             known, hashed = blocks.names(state, report.state_parts, self._last)
             self._last = known  # one assignment: a form in another thread sees a whole one
             self.hashed += hashed
+            if self.on_formed is not None:
+                self.on_formed(known)
         sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set(), known)
         return (report if sent is None else sent), names
 

@@ -38,6 +38,7 @@ from snapmesh.services.node.edge import (  # noqa: F401  (MAX_COMMAND_BYTES: the
 )
 from snapmesh.services.node.engine import AppMessage, Engine
 from snapmesh.services.node.extra_edge import MAX_BATCH  # noqa: F401  (the limit is named from here too)
+from snapmesh.services.node.blockshelf import shelf_dir
 from snapmesh.services.node.heldblocks import HeldBlocks, MissingRestoreBlocks
 from snapmesh.services.node.frames import check_payload_runs, payloads, run_payloads
 from snapmesh.services.node.translog import LogClosedError
@@ -68,7 +69,8 @@ class NodeServicer(pb_grpc.NodeServicer):
         # its App gives; None: the node answers them as X2 says. Raises AppError (X1).
         self._extra = extra_edge.load(engine.node.host.app if engine.node.host else None, engine, self._edge)
         self._log = engine.log
-        self._held = HeldBlocks(engine.reporter.blocks)  # what a restore as blocks is rebuilt from
+        # what a restore as blocks is rebuilt from: in memory, and on disk beside the node's log (blockshelf.py)
+        self._held = HeldBlocks(engine.reporter.blocks, shelf_dir(getattr(engine.log, "path", None), engine.node_id))
         self.stopping = False
         # Acks say the channel streams into this node may carry an app's payloads in packed
         # runs; False acks as a receiver from before them did (its senders send one message each).

@@ -19,7 +19,16 @@ RB3. `whole_restore`: the node rebuilds the state from the blocks carried
      found in neither, or a digest that does not match, is named, and nothing
      is rebuilt: the node refuses (FAILED_PRECONDITION, blocks.MISSING) before
      anything changes, and the controller sends the state whole (one round
-     more, never a wrong state: a node that restarted holds nothing).
+     more, never a wrong state: a node that lost its blocks holds nothing).
+RB4. A node keeps a copy of the blocks it holds on disk (services/node/blockshelf.py),
+     so a node that restarted still holds them; each is checked against its name
+     when read, and one that does not match is not held (RB3 then refuses).
+RB5. The controller's knowledge of what a node holds is a belief, never trusted
+     for correctness: after a controller restart it is rebuilt from the newest
+     stored manifests of that node's state (services/controller/heldseed.py), and a
+     wrong belief costs the refusal of RB3 and one round more, never a wrong or
+     incomplete state (every block is carried or held and checked, and the whole
+     is checked against `state_digest`).
 """
 
 from __future__ import annotations
@@ -88,14 +97,17 @@ def whole_restore(
     return blocks.Named(state, cut, list(request.state_blocks.hashes), {}), ""
 
 
-def reader(*states: blocks.Named | None) -> Callable[[bytes], bytes | None]:
-    """`held` for `whole_restore`: a block of any of `states` (each cut and named, checked), by name."""
+def reader(
+    *states: blocks.Named | None, shelf: Callable[[bytes], bytes | None] | None = None,
+) -> Callable[[bytes], bytes | None]:
+    """`held` for `whole_restore`: a block of any of `states` (each cut and named, checked), by name;
+    else `shelf`'s (RB4: a block kept on disk, checked against its name as it is read)."""
     where = [(named.state, dict(zip(named.names, named.bounds, strict=True))) for named in states if named is not None]
 
     def get(name: bytes) -> bytes | None:
         for state, bounds in where:
             if (at := bounds.get(name)) is not None:
                 return state[at[0] : at[1]]
-        return None
+        return shelf(name) if shelf is not None else None
 
     return get

@@ -14,41 +14,14 @@ import pytest
 from snapmesh.protocol import blocks
 from snapmesh.protocol.controller.effects import RestoreAt
 from snapmesh.services.controller.nodeblocks import NodeBlocks
-from snapmesh.services.node.heldblocks import HeldBlocks, MissingRestoreBlocks
+from snapmesh.services.node.heldblocks import HeldBlocks
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support.restore_blocks import FakeNode, report, restore
 
 pytestmark = pytest.mark.timeout(60)
 
 B = blocks.BLOCK_BYTES
-
-
-def report(state: bytes) -> pb.FullState:
-    return pb.FullState(snapshot_id="s2", node_id="p1", epoch=1, state=state, holds_blocks=True)
-
-
-def restore(state: bytes, snapshot_id: str = "s1") -> pb.RestoreStateRequest:
-    return pb.RestoreStateRequest(snapshot_id=snapshot_id, epoch=3, state=state)
-
-
-class _Node:
-    """A node's RestoreState as the servicer runs it: rebuilt by HeldBlocks, or refused."""
-
-    def __init__(self, held: HeldBlocks) -> None:
-        self.held, self.got, self.states = held, [], []
-
-    async def RestoreState(self, request, timeout=None, wait_for_ready=None):
-        self.got.append(request)
-        try:
-            state, named = await self.held.state_of(request)
-        except MissingRestoreBlocks as exc:
-            raise grpc.aio.AioRpcError(grpc.StatusCode.FAILED_PRECONDITION, grpc.aio.Metadata(),
-                                       grpc.aio.Metadata(), details=str(exc)) from None
-        self.held.restored(named)
-        self.states.append(state)
-        return pb.RestoreStateResponse(epoch=request.epoch)
-
-    RestoreStateChunks = None  # every request here is under a MiB
 
 
 def test_the_node_rebuilds_a_restore_from_its_last_report_and_then_from_that_restore():
@@ -59,7 +32,7 @@ def test_the_node_rebuilds_a_restore_from_its_last_report_and_then_from_that_res
     older = state[: 2 * B] + b"o" * B + state[3 * B :]
     nodes = NodeBlocks()
     nodes.reported(report(state), blocks.names(state)[0].names)
-    node = _Node(held)
+    node = FakeNode(held)
     answer = asyncio.run(nodes.restore(node, RestoreAt("p1", restore(older))))
     assert answer.epoch == 3 and node.states == [older]
     assert list(node.got[0].blocks) == [b"o" * B]
@@ -75,7 +48,7 @@ def test_a_node_that_restarted_refuses_the_blocks_and_the_controller_sends_the_s
     state = random.Random(3).randbytes(8 * B)
     nodes = NodeBlocks()
     nodes.reported(report(state), blocks.names(state)[0].names)
-    node = _Node(HeldBlocks(SentBlocks()))  # restarted: holds nothing
+    node = FakeNode(HeldBlocks(SentBlocks()))  # restarted: holds nothing
     older = state[:B] + b"o" * B + state[2 * B :]
     answer = asyncio.run(nodes.restore(node, RestoreAt("p1", restore(older))))
     assert answer.epoch == 3 and node.states == [older]
@@ -92,7 +65,7 @@ def test_a_node_whose_report_does_not_say_it_holds_blocks_gets_its_state_whole()
     old.holds_blocks = False  # a node from before the field
     nodes = NodeBlocks()
     nodes.reported(old, blocks.names(state)[0].names)
-    node = _Node(HeldBlocks(SentBlocks()))
+    node = FakeNode(HeldBlocks(SentBlocks()))
     asyncio.run(nodes.restore(node, RestoreAt("p1", restore(state))))
     assert [r.HasField("state") for r in node.got] == [True]
 
@@ -102,7 +75,7 @@ def test_a_refusal_for_another_reason_is_the_answer_and_nothing_is_sent_again():
     nodes = NodeBlocks()
     nodes.reported(report(state), blocks.names(state)[0].names)
 
-    class Stale(_Node):
+    class Stale(FakeNode):
         async def RestoreState(self, request, timeout=None, wait_for_ready=None):
             self.got.append(request)
             raise grpc.aio.AioRpcError(grpc.StatusCode.FAILED_PRECONDITION, grpc.aio.Metadata(),

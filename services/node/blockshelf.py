@@ -1,0 +1,117 @@
+"""A node's held blocks on disk: `<data_dir>/<node_id>.blocks/<hex>`, so a restart keeps them.
+
+The blocks a node holds for a restore sent as blocks (heldblocks.py: its last
+report's state and its last restored one) live in memory; a node that restarted
+would hold none, and the restore after it would send its whole state again.
+The shelf keeps a copy of them on disk:
+
+BS1. A block's file is named by the SHA-256 of its content and written whole or
+    not at all (a temporary file renamed into place, durable.py
+    `write_unsynced`). No sync: a block lost or cut short by a power loss is
+    caught by BS2, and then simply not held.
+BS2. A block is read only through its name: `get` hashes the file, and a file
+    that does not hash to its name (corrupt, cut short) is removed and not held
+    (the restore then refuses as blocks, blocks.MISSING, and gets its state whole).
+BS3. Bounded as the memory is: the blocks of one state per slot (the last
+    report's, the last restore's); `keep` writes a slot's new blocks, then removes
+    every file no slot names. After a restart each slot starts as every block
+    found on disk (the union of the two before it), so what is kept stays bounded.
+BS4. Thread-safe: `keep` runs in one worker thread (heldblocks.py), `get` in any;
+    a file is either there whole (BS1) or not, and `get` checks it (BS2).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+from snapmesh.protocol import blocks
+from snapmesh.serving.durable import write_unsynced
+
+log = logging.getLogger(__name__)
+
+SLOTS = ("report", "restored")
+
+
+class BlockShelf:
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self._lock = threading.Lock()  # one `keep` at a time (BS4)
+        found = self._scan()
+        self._slots: dict[str, frozenset[bytes]] = {slot: found for slot in SLOTS}  # BS3: after a restart
+        self._on_disk: set[bytes] = set(found)
+
+    def _scan(self) -> frozenset[bytes]:
+        """Every block file on disk; temporary files left by a crash are removed."""
+        if not self.directory.is_dir():
+            return frozenset()
+        found = set()
+        for entry in os.scandir(self.directory):
+            if entry.name.startswith("."):
+                if entry.name.endswith(".tmp"):
+                    Path(entry.path).unlink(missing_ok=True)
+                continue
+            try:
+                name = bytes.fromhex(entry.name)
+            except ValueError:
+                continue
+            if len(name) == 32:
+                found.add(name)
+        return frozenset(found)
+
+    def path(self, name: bytes) -> Path:
+        return self.directory / name.hex()
+
+    @property
+    def names(self) -> frozenset[bytes]:
+        """The blocks the shelf has files of (not yet checked: BS2 checks on `get`)."""
+        with self._lock:
+            return frozenset(self._on_disk)
+
+    def get(self, name: bytes) -> bytes | None:
+        """Block `name`, checked against its name (BS2); None: not held."""
+        try:
+            block = self.path(name).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if blocks.block_hash(block) == name:
+            return block
+        log.warning("held block %s is corrupt (its content hashes to sha256:%s): removed, not held",
+                    self.path(name), blocks.block_hash(block).hex())
+        self.path(name).unlink(missing_ok=True)
+        return None
+
+    def keep(self, slot: str, named: blocks.Named) -> tuple[int, int]:
+        """`named` is the state of `slot` now: its blocks not on disk are written (BS1),
+        and the files of blocks no slot names any longer removed (BS3); (written, removed)."""
+        if slot not in SLOTS:
+            raise ValueError(f"block shelf {self.directory}: no slot {slot!r} (slots: {', '.join(SLOTS)})")
+        with self._lock:
+            written = self._write(named)
+            self._slots[slot] = frozenset(named.names)
+            keep = frozenset().union(*self._slots.values())
+            removed = 0
+            for name in self._on_disk - keep:
+                self.path(name).unlink(missing_ok=True)
+                removed += 1
+            self._on_disk &= keep
+            return written, removed
+
+    def _write(self, named: blocks.Named) -> int:
+        written = 0
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for name, (start, end) in zip(named.names, named.bounds, strict=True):
+            if name in self._on_disk:
+                continue
+            write_unsynced(self.path(name), named.state[start:end])
+            self._on_disk.add(name)
+            written += 1
+        return written
+
+
+def shelf_dir(log_path: object, node_id: str) -> Path | None:
+    """Where node `node_id` keeps its held blocks: beside its transfer log (None: no log on disk)."""
+    return Path(log_path).with_name(f"{node_id}.blocks") if isinstance(log_path, (str, Path)) else None
+

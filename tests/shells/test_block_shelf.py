@@ -1,0 +1,106 @@
+"""A node's held blocks on disk (services/node/blockshelf.py BS1-BS4, heldblocks.py): a node
+that restarted rebuilds a restore as blocks from its shelf; a block corrupt or missing
+there is not held (the restore is refused as blocks, and sent whole); the shelf keeps
+the blocks of its two states only."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from snapmesh.protocol import blocks, restoreblocks
+from snapmesh.protocol.controller.effects import RestoreAt
+from snapmesh.services.controller.nodeblocks import NodeBlocks
+from snapmesh.services.node.blockshelf import BlockShelf, shelf_dir
+from snapmesh.services.node.heldblocks import HeldBlocks, MissingRestoreBlocks
+from snapmesh.services.node.sentblocks import SentBlocks
+from snapmesh.v1 import snapmesh_pb2 as pb
+from support.restore_blocks import FakeNode, report, restore
+
+pytestmark = pytest.mark.timeout(60)
+
+B = blocks.BLOCK_BYTES
+
+
+def as_blocks(state: bytes, held: frozenset[bytes]) -> pb.RestoreStateRequest:
+    sent, _ = restoreblocks.referenced_restore(restore(state), held)
+    return sent
+
+
+def reported(directory, state: bytes) -> HeldBlocks:
+    """A node whose last report's state is `state`, its shelf under `directory`, written."""
+    sent = SentBlocks()
+    held = HeldBlocks(sent, directory)
+    sent.form(report(state))
+    held.flush()
+    return held
+
+
+def test_a_node_that_restarted_rebuilds_a_restore_from_the_blocks_on_its_disk(tmp_path):
+    state = random.Random(1).randbytes(8 * B)
+    reported(tmp_path / "p1.blocks", state).close()
+    older = state[: 2 * B] + b"o" * B + state[3 * B :]
+    nodes = NodeBlocks()
+    nodes.reported(report(state), blocks.names(state)[0].names)
+    node = FakeNode(HeldBlocks(SentBlocks(), tmp_path / "p1.blocks"))  # restarted: nothing in memory
+    answer = asyncio.run(nodes.restore(node, RestoreAt("p1", restore(older))))
+    assert answer.epoch == 3 and node.states == [older]
+    assert len(node.got) == 1 and list(node.got[0].blocks) == [b"o" * B]  # one block sent, not the state
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "missing", "cut short"])
+def test_a_block_damaged_on_the_shelf_is_not_held_and_the_state_is_sent_whole(tmp_path, damage):
+    state = random.Random(2).randbytes(4 * B)
+    reported(tmp_path / "p1.blocks", state).close()
+    name = blocks.names(state)[0].names[1]
+    path = BlockShelf(tmp_path / "p1.blocks").path(name)
+    if damage == "corrupt":  # the same size: only its hash tells
+        path.write_bytes(bytes(B))
+    elif damage == "missing":
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[: B // 2])
+    held = HeldBlocks(SentBlocks(), tmp_path / "p1.blocks")
+    with pytest.raises(MissingRestoreBlocks, match=f"sha256:{name.hex()}"):
+        asyncio.run(held.state_of(as_blocks(state, frozenset(blocks.names(state)[0].names))))
+    assert not path.exists()  # a corrupt one is removed: it is not held
+    nodes = NodeBlocks()
+    nodes.reported(report(state), blocks.names(state)[0].names)
+    node = FakeNode(held)
+    asyncio.run(nodes.restore(node, RestoreAt("p1", restore(state))))
+    assert node.states == [state] and [r.HasField("state") for r in node.got] == [False, True]
+
+
+def test_the_shelf_keeps_the_blocks_of_the_last_report_and_the_last_restore_only(tmp_path):
+    first, second, third = (random.Random(seed).randbytes(4 * B) for seed in (3, 4, 5))
+    held = reported(tmp_path / "p1.blocks", first)
+    restored = blocks.names(second)[0]
+    held.restored(restored)
+    held._sent.form(report(third))  # the next report: the first's blocks go, the restore's stay
+    held.flush()
+    on_disk = {bytes.fromhex(p.name) for p in (tmp_path / "p1.blocks").iterdir()}
+    assert on_disk == set(restored.names) | set(blocks.names(third)[0].names)
+    held.close()
+    # restarted: both slots start as what is on disk; the next report removes neither's until replaced
+    again = HeldBlocks(SentBlocks(), tmp_path / "p1.blocks")
+    again._sent.form(report(first))
+    again.flush()
+    on_disk = {bytes.fromhex(p.name) for p in (tmp_path / "p1.blocks").iterdir()}
+    assert on_disk == set(restored.names) | set(blocks.names(third)[0].names) | set(blocks.names(first)[0].names)
+    again.restored(blocks.names(first)[0])
+    again.flush()
+    assert {bytes.fromhex(p.name) for p in (tmp_path / "p1.blocks").iterdir()} == set(blocks.names(first)[0].names)
+    again.close()
+
+
+def test_a_temporary_file_left_by_a_crash_is_removed_and_no_log_means_no_shelf(tmp_path):
+    (tmp_path / "p1.blocks").mkdir()
+    (tmp_path / "p1.blocks" / ".ab.tmp").write_bytes(b"x")
+    assert BlockShelf(tmp_path / "p1.blocks").names == frozenset()
+    assert not (tmp_path / "p1.blocks" / ".ab.tmp").exists()
+    assert shelf_dir(tmp_path / "p1.log.jsonl", "p1") == tmp_path / "p1.blocks"
+    assert shelf_dir(None, "p1") is None
+    with pytest.raises(ValueError, match="no slot 'other'"):
+        BlockShelf(tmp_path / "p1.blocks").keep("other", blocks.names(b"x")[0])
