@@ -202,10 +202,7 @@ def test_a_journaled_report_whose_blocks_are_gone_is_dropped_at_a_restart() -> N
 def _drop_frees_every_block(self: BlockRefs, snapshot_id: str) -> set[bytes]:
     """The broken count (G2): a snapshot dropped frees every block it referenced, however many others do."""
     held = self._held.pop(snapshot_id, frozenset())
-    for name in held:
-        self._count[name] -= 1
-        if not self._count[name]:
-            del self._count[name]
+    self._count.release(held)
     return set(held)
 
 
