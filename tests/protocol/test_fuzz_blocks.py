@@ -199,6 +199,23 @@ def test_a_journaled_report_whose_blocks_are_gone_is_dropped_at_a_restart() -> N
     assert store.replayed([record]) == [record]
 
 
+def test_a_restart_with_a_report_journaled_whole_takes_the_nodes_next_report_as_blocks() -> None:
+    """JB3: the blocks of a report that came whole are pinned again at a restart, so the
+    node's next report, naming them, is taken as blocks, not refused once and sent whole."""
+    store = _store()
+    whole, _ = store.take(store.form("n0", _report("s1", b"abc")))  # nothing taken yet: whole
+    store.accepted("n0", whole)
+    record = journal.Reported(state=whole, wall=1.0)  # type: ignore[arg-type]
+    store.crashed()
+    assert [r.state.state for r in store.replayed([record])] == [b"abc"]  # type: ignore[attr-defined]
+    assert set(store.disk.values()) == {b"a", b"b", b"c"}  # pinned, so not swept
+    sent = store.form("n0", _report("s2", b"abd"))
+    assert sent.HasField("state_blocks") and list(sent.blocks) == [b"d"]
+    taken, _ = store.take(sent)
+    assert taken is not None and taken.state == b"abd"
+    assert store.faults["report refused: missing blocks, sent whole"] == 0
+
+
 def _drop_frees_every_block(self: BlockRefs, snapshot_id: str) -> set[bytes]:
     """The broken count (G2): a snapshot dropped frees every block it referenced, however many others do."""
     held = self._held.pop(snapshot_id, frozenset())
