@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 
 from snapmesh.fuzzer import fuzz
-from snapmesh.protocol import blocks
+from snapmesh.protocol import blocks, restoreblocks
 from snapmesh.protocol.controller import journal
 from snapmesh.protocol.controller.blockpins import BlockPins
 from snapmesh.protocol.controller.blockrefs import BlockRefs
@@ -335,3 +335,72 @@ def test_the_audit_names_a_stale_pin_a_lost_pin_and_a_block_nothing_needs() -> N
     store.disk.pop(next(iter(store.disk)))
     with pytest.raises(Violation, match=r"SB4: block sha256:\w+ is needed, but not on the controller's disk"):
         store.check_held()
+
+
+# --------------------------------------------------------------- restores as blocks (SB5)
+
+_REFERENCED, _WHOLE = restoreblocks.referenced_restore, restoreblocks.whole_restore
+
+
+def _restore_lost(request, held, parts=()):
+    """RB2 broken: the last block the node lacks is not sent."""
+    sent, names = _REFERENCED(request, held, parts)
+    if sent is not None and len(sent.blocks):
+        del sent.blocks[-1]
+    return sent, names
+
+
+def _restore_duplicated(request, held, parts=()):
+    """RB2 broken: the manifest names its first block twice."""
+    sent, names = _REFERENCED(request, held, parts)
+    if sent is not None:
+        hashes = list(sent.state_blocks.hashes)
+        sent.state_blocks.ClearField("hashes")
+        sent.state_blocks.hashes.extend(hashes[:1] + hashes)
+    return sent, names
+
+
+def _restore_short(request, held):
+    """RB3 broken: a block neither sent nor held is taken as empty, and the digest is not checked."""
+    unchecked = pb.RestoreStateRequest()
+    unchecked.CopyFrom(request)
+    unchecked.ClearField("state_digest")
+    return _WHOLE(unchecked, lambda name: block if (block := held(name)) is not None else b"")
+
+
+RESTORES = {"lost": ("referenced_restore", _restore_lost), "duplicated": ("referenced_restore", _restore_duplicated),
+            "short": ("whole_restore", _restore_short)}
+# (app, mutation, the seed that catches it, what the failure says). The lost one needs a part that
+# carries a block: the kvshard's first 150 seeds send none that a node lacks, so it is the bank's only.
+RESTORE_CAUGHT = [
+    ("bank", "lost", 142, "was neither sent nor in the node's last report taken"),
+    ("bank", "duplicated", 0, "the node refused a state it was sent or holds every block of"),
+    ("kvshard", "duplicated", 5, "the node refused a state it was sent or holds every block of"),
+    ("bank", "short", 3, "is not the plan's (1 bytes)"),
+    ("kvshard", "short", 7, "is not the plan's (108 bytes)"),
+]
+
+
+@pytest.mark.parametrize(("app", "name", "seed", "caught"), RESTORE_CAUGHT, ids=[f"{a}-{n}" for a, n, _, _ in RESTORE_CAUGHT])
+def test_the_fuzzer_catches_each_bad_restore_as_blocks(
+    app: str, name: str, seed: int, caught: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    attribute, broken = RESTORES[name]
+    monkeypatch.setattr(restoreblocks, attribute, broken)
+    ran, failure = fuzz.fuzz(seed, 1, APPS[app])
+    assert failure is not None, f"restore {name!r} survived seed {seed} ({app})"
+    print(f"restore as blocks {name} ({app}): caught at seed {seed}: {failure[1][:200]}\n"
+          f"replay: {fuzz.replay_command(seed, '' if app == 'bank' else app)}")
+    assert failure[0] == seed and failure[1].startswith("SB5: the restore of ") and caught in failure[1]
+    assert fuzz.fuzz(seed, 1, APPS[app]) == (1, failure)  # the seed replays: the same case fails the same way
+    monkeypatch.undo()
+    assert fuzz.fuzz(seed, 1, APPS[app]) == (1, None)  # and passes with the restore as made
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_restores_go_as_blocks_under_the_faults(app: str) -> None:
+    seen: Counter[str] = Counter()
+    for seed in range(60):
+        seen += fuzz.run_case(seed, APPS[app]).faults
+    for kind in ("restore part sent as blocks", "restore part refused as blocks (missing), sent whole"):
+        assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
