@@ -44,8 +44,10 @@ the controller to hold; the controller refuses one naming a block it lacks
 (the node sends it whole, at once), rebuilds the others, journals them as they
 came, and a restart makes them whole again from its block disk. A restore's
 part goes as blocks as the real one does (sim/blockrestores.py SB5): the
-manifest and the blocks the node's last report taken lacked, rebuilt at the
-node from those and what it holds, or refused and sent whole.
+manifest and the blocks the controller does not take the node to hold (what
+it knows survives its restarts), rebuilt at the node from those and what it
+holds (kept on its disk through a crash, a block lost now and then), or
+refused and sent whole.
 
 Controller faults: crash (reports on the way are lost), a report sent again
 whose copy arrives only after a restore began (refused: its epoch is stale), and restart (the
@@ -152,7 +154,7 @@ class SimController(RestoreCalls):
         self.to_resend: list[Sent] = []  # unanswered when the controller crashed: sent again at its restart
         # Reports as blocks (sim/blockstore.py SB1-SB3), the controller's block disk and memory.
         self.blocks = SimBlocks(random.Random(seed * 104_729 + 9), self.faults)
-        self.restore_blocks = SimRestores(self.faults)  # restores as blocks (sim/blockrestores.py SB5)
+        self.restore_blocks = SimRestores(random.Random(seed * 104_729 + 10), self.faults)  # restores as blocks (SB5)
 
     def _machine(self) -> machine.Controller:
         app = self.world.app
@@ -388,7 +390,6 @@ class SimController(RestoreCalls):
         self.reports.clear()
         self.journal.crash()
         self.blocks.crashed()
-        self.restore_blocks.controller_crashed()
         self.answers.crashed()
         self.faults["waiting trigger lost in a controller crash"] += len(self.triggers.waiting) > 0
         self.triggers.crashed()
@@ -404,6 +405,7 @@ class SimController(RestoreCalls):
         self.machine.loaded(self.files)
         # S1: deadlines from `now` too; the reports journaled as blocks made whole from the block disk (journalblocks.py JB3)
         replayed = self.machine.replayed(self.blocks.replayed(self.journal.durable), now)
+        self.restore_blocks.controller_restarted(self.blocks.stored)  # what each node holds, taken back (HT2)
         self.journal.restarted({s.snapshot_id: s.status for s in self.machine.all()}, self.machine.epoch)
         self.restarts.replayed(replayed, self.machine.all(), now.mono)
         self._restore_calls_restarted()

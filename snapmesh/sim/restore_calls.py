@@ -98,7 +98,7 @@ class RestoreCalls:
 
     def crashed(self, node_id: str) -> None:
         """`node_id` died: a restore answer it owed is lost, and its part is sent again."""
-        self.restore_blocks.node_crashed(node_id)  # a node that restarted holds no block
+        self.restore_blocks.node_crashed(node_id)  # it keeps what its shelf kept (RB4)
         waiting = self.waiting.pop(node_id, None)
         if waiting is not None and self.up:
             self.parts[node_id] = waiting

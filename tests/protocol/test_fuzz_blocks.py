@@ -371,12 +371,12 @@ def _restore_short(request, held):
 RESTORES = {"lost": ("referenced_restore", _restore_lost), "duplicated": ("referenced_restore", _restore_duplicated),
             "short": ("whole_restore", _restore_short)}
 # (app, mutation, the seed that catches it, what the failure says). The lost one needs a part that
-# carries a block: the kvshard's first 150 seeds send none that a node lacks, so it is the bank's only.
+# carries a block: the kvshard's first 400 seeds send none that a node lacks, so it is the bank's only.
 RESTORE_CAUGHT = [
-    ("bank", "lost", 142, "was neither sent nor in the node's last report taken"),
+    ("bank", "lost", 142, "was neither sent nor taken to be held there"),
     ("bank", "duplicated", 0, "the node refused a state it was sent or holds every block of"),
     ("kvshard", "duplicated", 5, "the node refused a state it was sent or holds every block of"),
-    ("bank", "short", 3, "is not the plan's (1 bytes)"),
+    ("bank", "short", 49, "is not the plan's (2 bytes)"),
     ("kvshard", "short", 7, "is not the plan's (108 bytes)"),
 ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 import pytest
@@ -27,7 +28,7 @@ def _reported(restores: SimRestores, state: bytes) -> None:
 
 
 def test_the_node_gets_only_the_blocks_it_lacks_and_rebuilds_the_plans_state():
-    restores = SimRestores(Counter())
+    restores = SimRestores(random.Random(0), Counter())
     _reported(restores, b"abcd")
     sent = []
     real = restoreblocks.referenced_restore
@@ -41,27 +42,44 @@ def test_the_node_gets_only_the_blocks_it_lacks_and_rebuilds_the_plans_state():
         patch.setattr(restoreblocks, "referenced_restore", spy)
         assert restores.state_for("n0", _part(b"abxd")) == b"abxd"
     assert list(sent[0].blocks) == [b"x"] and restores.faults["restore part sent as blocks"] == 1
-    assert restores.restored["n0"].state == b"abxd"  # held for the next restore (heldblocks.py)
+    assert set(restores.slots["n0"][1].values()) == {b"a", b"b", b"x", b"d"}  # held for the next restore (heldblocks.py)
+    assert restores.taken["n0"][0] >= set(blocks.names(b"abxd", [1, 1, 1, 1])[0].names)  # and taken to be (nodeblocks.py)
 
 
-def test_a_node_that_restarted_refuses_and_gets_the_state_whole_unchanged():
-    restores = SimRestores(Counter())
+def test_a_node_that_lost_its_blocks_refuses_and_gets_the_state_whole_unchanged():
+    restores = SimRestores(random.Random(0), Counter())
     _reported(restores, b"abcd")
+    restores.rng.random = lambda: 0.0  # type: ignore[method-assign]  # the crash loses every unsynced copy
     restores.node_crashed("n0")  # it holds nothing now; the controller does not know
     assert restores.state_for("n0", _part(b"abxd")) == b"abxd"  # whole, one round more
     assert restores.faults["restore part refused as blocks (missing), sent whole"] == 1
-    assert "n0" not in restores.restored  # the refusal changed nothing at the node
+    assert "n0" not in restores.slots  # the refusal changed nothing at the node
+    assert "n0" not in restores.taken  # and the controller forgot what it took the node to hold
 
 
-def test_after_a_controller_crash_a_part_goes_whole():
-    restores = SimRestores(Counter())
+def test_a_node_that_restarted_with_its_shelf_rebuilds_from_it():
+    restores = SimRestores(random.Random(0), Counter())
     _reported(restores, b"abcd")
-    restores.controller_crashed()
-    assert restores.state_for("n0", _part(b"abxd")) == b"abxd" and not restores.faults
+    restores.rng.random = lambda: 1.0  # type: ignore[method-assign]  # the crash keeps every copy (RB4)
+    restores.node_crashed("n0")
+    assert restores.state_for("n0", _part(b"abxd")) == b"abxd"
+    assert restores.faults["restore part sent as blocks"] == 1 and not restores.faults["held block lost in a node crash"]
+
+
+def test_a_restarted_controller_takes_back_only_what_kept_manifests_name():
+    restores = SimRestores(random.Random(0), Counter())
+    _reported(restores, b"abcd")  # its report of s5
+    restores.controller_restarted({})  # s5 not filed: nothing taken back, the part goes whole
+    assert restores.taken == {} and restores.state_for("n0", _part(b"abxd")) == b"abxd"
+    assert not restores.faults["restore part sent as blocks"]
+    stored = pb.Snapshot(snapshot_id="s5", nodes=[pb.NodeBalance(node_id="n0")])
+    stored.nodes[0].state_blocks.hashes.extend(blocks.names(b"abcd", [1, 1, 1, 1])[0].names)
+    restores.controller_restarted({"s5": stored})
+    assert restores.state_for("n0", _part(b"abxd")) == b"abxd" and restores.faults["restore part sent as blocks"] == 1
 
 
 def test_a_rebuilt_state_not_the_plans_is_named():
-    restores = SimRestores(Counter())
+    restores = SimRestores(random.Random(0), Counter())
     _reported(restores, b"abcd")
     wrong = blocks.Named(b"abyd", [(0, 4)], [b"?" * 32], {})
     with pytest.MonkeyPatch.context() as patch:
