@@ -26,6 +26,9 @@ SB3. A filed snapshot's blocks stay on disk while it is kept: it reads back whol
      from them after every retirement and at the end (`check_kept`); a retired
      one's go once no kept snapshot references them and no journaled report pins
      them (G2, JB2).
+SB4. The pins, the references and the disk are exactly what the live reports and
+     the kept snapshots need, judged after every change by an audit that counts
+     nothing (sim/blockaudit.py).
 
 States here are small (the bank's a few bytes), so a state without parts of its
 own (the app's snapshot_blocks(), B6) is cut into parts of `grain` bytes, drawn
@@ -45,6 +48,7 @@ from snapmesh.protocol.controller import journalblocks
 from snapmesh.protocol.controller.blockpins import BlockPins
 from snapmesh.protocol.controller.blockrefs import BlockRefs
 from snapmesh.protocol.controller.knownblocks import KnownBlocks
+from snapmesh.sim.blockaudit import BlockAudit
 from snapmesh.sim.invariants import Violation
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -58,6 +62,7 @@ class SimBlocks:
         self.stored: dict[str, pb.Snapshot] = {}  # filed and kept snapshot -> its stored form (its file, durable)
         self.refs = BlockRefs()
         self.pins = BlockPins()
+        self.audit = BlockAudit()  # SB4: what the pins should be, kept apart from their counts
         self.known = KnownBlocks()  # the controller's memory: lost in a crash
         self.beliefs: dict[str, set[bytes]] = {}  # node -> the blocks of its last report taken (sentblocks.py)
         self._parts: dict[tuple[str, str], tuple[int, ...]] = {}  # (snapshot, node) -> its report's cut (B6)
@@ -109,7 +114,7 @@ class SimBlocks:
         held = journalblocks.held(sent)
         if any(not self.refs.referenced(name) and not self.pins.pinned(name) for name in held):
             return None, call
-        self.pins.pin(sent.snapshot_id, held, call)
+        self._pin(sent.snapshot_id, held, call)
         known = self.known.reader(sent.node_id)
         # A block kept in memory only while its name is on disk, as the real controller's `_on_disk`.
         whole, missing, named = blocks.whole_state(sent, self.disk.get, lambda name: known(name) if name in self.disk else None)
@@ -127,13 +132,16 @@ class SimBlocks:
         """As the real store's `keep` (journalblocks.py JB1): a taken report's call pins every
         block it names, and those it carried are on disk at once (durable: written and synced
         before its record), for the node's next report, before its snapshot is filed."""
-        self.pins.pin(snapshot_id, set(carried) if names is None else names, call)
+        self._pin(snapshot_id, set(carried) if names is None else names, call)
         for name, block in carried.items():
             self.disk.setdefault(name, block)
+        self.check_held()
 
     def unpin(self, snapshot_id: str, call: int | None = None) -> None:
         """A report refused after its pins (never journaled), or a snapshot that failed: its pins go."""
+        self.audit.unpinned(snapshot_id, call)
         self._delete(name for name in self.pins.unpin(snapshot_id, call) if not self.refs.referenced(name))
+        self.check_held()
 
     def filed(self, snapshot: pb.Snapshot, recorded: Mapping[str, bytes | None]) -> dict[str, bytes | None]:
         """File the COMPLETE `snapshot` as manifests and blocks, and each node's state rebuilt
@@ -174,6 +182,7 @@ class SimBlocks:
         self.ended.add(snapshot_id)
         self._delete(name for name in self.refs.drop(snapshot_id) if not self.pins.pinned(name))
         self.check_kept()
+        self.check_held()
 
     def check_kept(self) -> None:
         """SB3: every snapshot kept can be read back whole from its file and the blocks on disk."""
@@ -189,16 +198,27 @@ class SimBlocks:
         """A restart: the counts from the filed manifests (G3), the journal's reports made whole
         from this disk and their blocks pinned again (JB3), and what nothing holds swept."""
         self.refs, self.pins = BlockRefs(), BlockPins()
+        self.audit.restarted()
         for sid, stored in self.stored.items():
             self.refs.hold(sid, blocks.hashes(stored))
         out, pins, warnings = journalblocks.rebuilt(durable, self.disk.get, skip=self.ended)
         for sid, names in pins.items():
-            self.pins.pin(sid, names)
+            self._pin(sid, names)
             self._count("report journaled as blocks made whole at a restart")
         if warnings:
             self._count("journaled report dropped: its blocks are gone")
         self._delete([name for name in self.disk if not self.refs.referenced(name) and not self.pins.pinned(name)])
+        self.check_held()
         return out
+
+    def check_held(self) -> None:
+        """SB4: the pins, references and disk are what the live reports and kept snapshots need."""
+        self.audit.check(self.pins, self.refs, self.stored, self.disk)
+
+    def _pin(self, snapshot_id: str, names: Iterable[bytes], call: int = 0) -> None:
+        names = frozenset(names)
+        self.audit.pinned(snapshot_id, names, call)
+        self.pins.pin(snapshot_id, names, call)
 
     def _delete(self, names: Iterable[bytes]) -> None:
         """Delete what the counts freed: each caller asks the other count, as the real store does,

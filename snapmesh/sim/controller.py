@@ -38,11 +38,16 @@ simulated cluster, as services/controller/engine.py does on the real one:
                     controller crash loses the unanswered calls: their nodes send
                     the reports again to the restarted controller
 
-Reports travel as the real ones do (sim/blockstore.py SB1-SB3): a node sends
+Reports travel as the real ones do (sim/blockstore.py SB1-SB4): a node sends
 its state as blocks once a report of its was taken, naming the blocks it takes
 the controller to hold; the controller refuses one naming a block it lacks
 (the node sends it whole, at once), rebuilds the others, journals them as they
-came, and a restart makes them whole again from its block disk.
+came, and a restart makes them whole again from its block disk. A restore's
+part goes as blocks as the real one does (sim/blockrestores.py SB5): the
+manifest and the blocks the controller does not take the node to hold (what
+it knows survives its restarts), rebuilt at the node from those and what it
+holds (kept on its disk through a crash, a block lost now and then), or
+refused and sent whole.
 
 Controller faults: crash (reports on the way are lost), a report sent again
 whose copy arrives only after a restore began (refused: its epoch is stale), and restart (the
@@ -72,6 +77,7 @@ from snapmesh.protocol.topology import Topology
 from snapmesh.protocol.controller.stopping import FenceAt
 from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, InvalidReport, Now, Tracker, TrackerError, DuplicateReport
 from snapmesh.sim import apps
+from snapmesh.sim.blockrestores import SimRestores
 from snapmesh.sim.blockstore import SimBlocks
 from snapmesh.sim.disk import Disk
 from snapmesh.sim.invariants import Checker, Violation
@@ -148,6 +154,7 @@ class SimController(RestoreCalls):
         self.to_resend: list[Sent] = []  # unanswered when the controller crashed: sent again at its restart
         # Reports as blocks (sim/blockstore.py SB1-SB3), the controller's block disk and memory.
         self.blocks = SimBlocks(random.Random(seed * 104_729 + 9), self.faults)
+        self.restore_blocks = SimRestores(random.Random(seed * 104_729 + 10), self.faults)  # restores as blocks (SB5)
 
     def _machine(self) -> machine.Controller:
         app = self.world.app
@@ -335,6 +342,7 @@ class SimController(RestoreCalls):
             self._refused(call, state.snapshot_id, pins)
             return  # too late (the snapshot failed): the node's part is dropped
         self.blocks.accepted(node_id, message)  # the node takes the controller to hold its blocks
+        self.restore_blocks.accepted(node_id, message)  # a restore sends it what that state lacks (RB1)
         held = call is not None and self.machine.holding(call)
         if held:
             self.faults["report held until its snapshot ends" if not duplicate else "a repeat joined a held report"] += 1
@@ -356,6 +364,7 @@ class SimController(RestoreCalls):
         whole report, the form it came in when as blocks, its pins' call). One refused as MISSING
         is sent again whole at once (SB2): a round more, never a wrong state."""
         sent = self.blocks.form(node_id, message)
+        self.restore_blocks.formed(node_id, message)  # the node holds the state it reported (RB3)
         whole, pins = self.blocks.take(sent)
         if whole is None:
             self.blocks.refused(node_id)
@@ -396,6 +405,7 @@ class SimController(RestoreCalls):
         self.machine.loaded(self.files)
         # S1: deadlines from `now` too; the reports journaled as blocks made whole from the block disk (journalblocks.py JB3)
         replayed = self.machine.replayed(self.blocks.replayed(self.journal.durable), now)
+        self.restore_blocks.controller_restarted(self.blocks.stored)  # what each node holds, taken back (HT2)
         self.journal.restarted({s.snapshot_id: s.status for s in self.machine.all()}, self.machine.epoch)
         self.restarts.replayed(replayed, self.machine.all(), now.mono)
         self._restore_calls_restarted()

@@ -71,6 +71,8 @@ class RestoreCalls:
         request = self.parts.pop(node_id)
         node = self.world.nodes[node_id]
         in_flight, app = apps.restore_part(request)  # the app's state and payloads
+        if "state" in app:  # sent as blocks where the node holds some (sim/blockrestores.py SB5), else whole
+            app["state"] = self.restore_blocks.state_for(node_id, request)
         if in_flight:
             self.faults["restore part with app messages in flight"] += 1
         self.waiting[node_id] = request  # the node's RestoreReply answers it (`restored`)
@@ -96,6 +98,7 @@ class RestoreCalls:
 
     def crashed(self, node_id: str) -> None:
         """`node_id` died: a restore answer it owed is lost, and its part is sent again."""
+        self.restore_blocks.node_crashed(node_id)  # it keeps what its shelf kept (RB4)
         waiting = self.waiting.pop(node_id, None)
         if waiting is not None and self.up:
             self.parts[node_id] = waiting

@@ -91,3 +91,24 @@ def test_a_block_stays_pinned_while_any_call_pins_it_and_a_refused_call_unpins_o
     assert pins.unpin("s1") == {y}  # x is still s2's
     assert pins.unpin("s2") == {x} and len(pins) == 0
     assert pins.unpin("s9") == set()
+
+
+def test_a_report_journaled_whole_pins_its_blocks_on_disk_again():
+    """JB3: the node takes the controller to hold the blocks of its report that came whole
+    (JB1 wrote them), so a replay pins them again, cut as the node cut them; one the disk
+    lost is not pinned (the node's next report naming it is refused and sent whole)."""
+    state = random.Random(3).randbytes(3 * B + 100)
+    whole = report("s1", "p1", state)
+    whole.state_parts.extend([B + 7, 2 * B + 93])  # the node's own cut (B6), not the plain grid
+    named = blocks.names(state, whole.state_parts)[0]
+    disk = dict(zip(named.names, (state[a:b] for a, b in named.bounds), strict=True))
+    [back], _, problem = R.decode_all(R.encode(R.Reported(state=whole, wall=1.0)))
+    assert problem is None and back.sent is None
+    records, pins, warnings = journalblocks.rebuilt([back], disk.get)
+    assert records == [back] and warnings == [] and pins == {"s1": set(named.names)}
+    lost = dict(disk)
+    lost.pop(named.names[1])
+    assert journalblocks.rebuilt([back], lost.get)[1] == {"s1": set(named.names) - {named.names[1]}}
+    assert journalblocks.rebuilt([back], disk.get, skip={"s1"})[1] == {}  # filed: the replay skips it
+    empty = report("s2", "p1", b"")
+    assert journalblocks.rebuilt([R.Reported(state=empty, wall=1.0)], disk.get)[1] == {}

@@ -14,19 +14,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from snapmesh.protocol.controller.countedset import CountedSet
+
 
 class BlockPins:
     def __init__(self) -> None:
         self._by_snapshot: dict[str, dict[int, frozenset[bytes]]] = {}  # snapshot -> call -> its blocks
-        self._count: dict[bytes, int] = {}  # block -> how many calls pin it
+        self._count = CountedSet()  # block -> how many calls pin it
 
     def pin(self, snapshot_id: str, names: Iterable[bytes], call: int = 0) -> None:
         """`call` of `snapshot_id` pins `names` (in place of what it pinned before)."""
         calls = self._by_snapshot.setdefault(snapshot_id, {})
-        self._drop(calls.pop(call, frozenset()))
+        self._count.release(calls.pop(call, frozenset()))
         calls[call] = frozenset(names)
-        for name in calls[call]:
-            self._count[name] = self._count.get(name, 0) + 1
+        self._count.add(calls[call])
 
     def unpin(self, snapshot_id: str, call: int | None = None) -> set[bytes]:
         """The pins of `call` of the snapshot go (None: all its calls'): the blocks nothing pins now."""
@@ -34,18 +35,7 @@ class BlockPins:
         names = [calls.pop(c) for c in (list(calls) if call is None else [call]) if c in calls]
         if not calls:
             self._by_snapshot.pop(snapshot_id, None)
-        return set().union(*(self._drop(n) for n in names))
-
-    def _drop(self, names: frozenset[bytes]) -> set[bytes]:
-        freed = set()
-        for name in names:
-            left = self._count[name] - 1
-            if left:
-                self._count[name] = left
-            else:
-                del self._count[name]
-                freed.add(name)
-        return freed
+        return set().union(*(self._count.release(n) for n in names))
 
     def pinned(self, name: bytes) -> bool:
         return name in self._count

@@ -17,33 +17,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from snapmesh.protocol.controller.countedset import CountedSet
+
 
 class BlockRefs:
     def __init__(self) -> None:
         self._held: dict[str, frozenset[bytes]] = {}  # snapshot id -> the blocks it references
-        self._count: dict[bytes, int] = {}  # block -> how many snapshots reference it
+        self._count = CountedSet()  # block -> how many snapshots reference it
 
     def hold(self, snapshot_id: str, blocks: Iterable[bytes]) -> set[bytes]:
         """`snapshot_id` is stored and references `blocks`, in place of what it
         referenced before: the blocks of before that nothing references now (G2)."""
         held = frozenset(blocks)
         freed = self.drop(snapshot_id)
-        for name in held:
-            self._count[name] = self._count.get(name, 0) + 1
+        self._count.add(held)
         self._held[snapshot_id] = held
         return freed - held
 
     def drop(self, snapshot_id: str) -> set[bytes]:
         """`snapshot_id` is no longer stored: the blocks nothing references now (G2)."""
-        freed = set()
-        for name in self._held.pop(snapshot_id, frozenset()):
-            left = self._count[name] - 1
-            if left:
-                self._count[name] = left
-            else:
-                del self._count[name]
-                freed.add(name)
-        return freed
+        return self._count.release(self._held.pop(snapshot_id, frozenset()))
 
     def referenced(self, name: bytes) -> bool:
         return name in self._count

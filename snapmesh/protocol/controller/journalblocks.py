@@ -22,8 +22,10 @@ JB3. Read back (`rebuilt`, at start, before the sweep), each such record is made
     whole from the blocks it carries and those on disk, each checked against its
     name (blocks.py B3), and every block it names is pinned again (those it
     carried are on disk too, JB1, for the node's next report). A record of a
-    report that came whole pins nothing again: its blocks are swept, and the
-    node's next report that names them is refused and sent whole (blocks.py B4). A record that
+    report that came whole pins again the blocks of its state (cut as the node
+    cut it, its state_parts) that are on disk (JB1 wrote them): the node takes the
+    controller to hold them, and its next report, as blocks, names them; swept,
+    that report would be refused once and sent whole. A record that
     cannot be made whole (a block gone: its snapshot was retired and the journal
     not rewritten since, or the disk lost it) takes every record of its snapshot
     with it, with a warning naming the snapshot: a snapshot is rebuilt whole or not
@@ -67,7 +69,19 @@ def rebuilt(
                 continue
             pins.setdefault(sid, set()).update(record.sent.state_blocks.hashes)
             record = Reported(state=whole, wall=record.wall, sent=record.sent)
+        elif isinstance(record, Reported) and record.sent is None and sid not in skip:
+            if names := _whole_blocks(record.state, read):
+                pins.setdefault(sid, set()).update(names)
         out.append(record)
     for sid in gone:
         pins.pop(sid, None)
     return [r for r in out if r.snapshot_id not in gone], pins, list(gone.values())
+
+
+def _whole_blocks(state: pb.FullState, read: Callable[[bytes], bytes | None]) -> set[bytes]:
+    """The blocks of a report that came whole that are on disk (JB3): cut as the node cut
+    it, so they are the names its next report gives. One the disk lost is not pinned: the
+    node's next report naming it is refused and sent whole (B4), never taken short."""
+    if not state.HasField("state") or not state.state:
+        return set()
+    return {name for name in blocks.names(state.state, state.state_parts)[0].names if read(name) is not None}
