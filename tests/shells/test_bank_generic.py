@@ -119,6 +119,26 @@ def test_a_native_bank_log_recovers_as_the_bank_app_mapped_once(tmp_path: Path) 
     assert (fresh.reply, fresh.first_seq) == (b"70", 3)
 
 
+def test_a_native_segment_opening_with_a_checkpoint_maps_its_outbox_and_ids(tmp_path: Path) -> None:
+    # A later segment: the checkpoint's outbox items hold amounts ([seq, amount, ""]; a marker's
+    # [seq, 0, id]) and its ids their balance after; the bank's reader maps both, and its fold
+    # starts from the checkpoint's balance.
+    path = tmp_path / "p1.log.jsonl"
+    records = [
+        wal.Checkpoint(lsn=10, tally=95, next_seq={"p2": 3}, acked={"p2": 0}, received={"p2": 0},
+                       outbox={"p2": [[1, 5, ""], [2, 0, "s1"]]}, abandoned=["s1"],
+                       requests={"rid-0": ["p1:p2:1", 95, 0.0, 9, "", 1]}),
+        wal.Send(lsn=11, msg_id="p1:p2:3", src="p1", dst="p2", seq=3, tally=5, request_id="rid-1"),
+        wal.Recv(lsn=12, msg_id="p2:p1:1", src="p2", dst="p1", seq=1, tally=7),
+    ]
+    path.write_text("".join(wal.encode(record, "p1") for record in records))
+    got = recover(path, "p1", incoming=("p2",), outgoing=("p2",), app=bank.app, app_params={"initial_balance": 100})
+    assert got.reshaped and got.host.snapshot() == b"97"
+    assert [(e.seq, e.snapshot_id, e.payload) for e in got.outbox["p2"]] == [(1, "", b"5"), (2, "s1", None), (3, "", b"5")]
+    assert {rid: (wal.unpack(p.msg_id, "test"), p.first_seq, p.digest) for rid, p in got.requests.items()} == {
+        "rid-0": (b"95", 1, ""), "rid-1": (b"90", 3, "")}
+
+
 def test_a_native_log_whose_balance_would_go_below_zero_is_refused_naming_its_line(tmp_path: Path) -> None:
     # The native fold is the bank's reader's now (snapmesh/bank/oldlogs.py), and so is its refusal.
     from snapmesh.services.node.recovery import CorruptLogError
