@@ -2,11 +2,13 @@
 
 Before every node hosted an app, a node of a cluster file without [app] ran the
 bank natively: its log's records carry its tally (init, checkpoint, send,
-recv, restore, replay) and no app's record. Such a segment is read once by the
-pure recovery as it always was, and what it rebuilt is then mapped to the bank
-app's shape: the tally the node held becomes the app's state, each tally in
-its outbox a message, each tally as decimal ASCII (the bank app's encoding,
-services/app/bank.py); a request id's answer becomes the app's reply (the tally
+recv, restore, replay) and no app's record. The pure recovery knows no tally: it
+rebuilds the segment's channels and ids (`recovery.recover` without an app), and
+the balance is folded here as the native node did (init or checkpoint, minus
+sends, plus recvs; a restore sets it, each replay adds). The result is mapped to
+the bank app's shape: the balance becomes the app's state, each amount in the
+outbox a message, each as decimal ASCII (the bank app's encoding,
+services/app/bank.py); a request id's answer becomes the app's reply (the balance
 after it) with the seq of the message it sent, its digest unknown (as an id
 from before digests: a retry is answered, never refused as another request).
 The node then seals the segment (Recovered.reshaped), so the active segment
@@ -30,6 +32,7 @@ from snapmesh.protocol.node.requests import Paid
 
 _MESSAGES = (wal.Send, wal.Recv, wal.Replay)
 _STATES = (wal.Checkpoint, wal.Restore)
+_STARTS = (wal.Init, wal.Checkpoint, wal.Restore)  # each sets the balance
 _STAMPS = (wal.Init, wal.Checkpoint, wal.AppVersion)
 
 
@@ -59,37 +62,60 @@ class NativeLogs:
     def recover(records: Sequence[tuple[str, wal.Record]], *, node_id: str, incoming: tuple[str, ...],
                 outgoing: tuple[str, ...], host: Host) -> Recovered:
         """The segment's state, rebuilt as the native node did, then as the bank app's (`host` given its state)."""
+        records = [(where, as_payloads(record)) for where, record in records]
         native = recovery.recover(records, node_id=node_id, incoming=incoming, outgoing=outgoing)
-        return as_bank_app(native, host, amounts(records))
+        balance, after = fold(records)
+        return as_bank_app(native, host, balance, after)
 
 
-def amounts(records: Sequence[tuple[str, wal.Record]]) -> dict[tuple[str, int], int]:
-    """The amount of each transfer a native segment sent, by (dst, seq) in the epoch it ends in:
-    its checkpoint's outbox items ([seq, amount, ""]) and its send records."""
-    found: dict[tuple[str, int], int] = {}
-    for _, record in records:
+def as_payloads(record: wal.Record) -> wal.Record:
+    """A native record with each amount also as the bank app's message (decimal ASCII), for
+    the channels' bookkeeping: a message's payload, a checkpoint outbox item's fourth place."""
+    kind = type(record)
+    if kind in _MESSAGES:
+        return dataclasses.replace(record, payload=_message(record.tally))
+    if kind is wal.Checkpoint:
+        outbox = {dst: [[*item[:3], _message(item[1])] if len(item) == 3 and not item[2] else item for item in items]
+                  for dst, items in record.outbox.items()}
+        return dataclasses.replace(record, outbox=outbox)
+    return record
+
+
+def _message(amount: object) -> str:
+    return wal.pack(str(amount).encode())
+
+
+def fold(records: Sequence[tuple[str, wal.Record]]) -> tuple[int, dict[str, int]]:
+    """The balance at the segment's end, and per request id of a send record the balance
+    right after its last one: the native node's arithmetic. A balance below zero
+    is a log that cannot be trusted (CorruptLog naming file:line)."""
+    balance, after = 0, {}
+    for where, record in records:
         kind = type(record)
-        if kind is wal.Checkpoint:
-            found = {(dst, int(item[0])): int(item[1]) for dst, items in record.outbox.items() for item in items}
-        elif kind is wal.Restore:  # every channel starts again at seq 1
-            found = {}
+        if kind in _STARTS:
+            balance = record.tally
         elif kind is wal.Send:
-            found[(record.dst, record.seq)] = record.tally
-    return found
+            balance -= record.tally
+            if record.request_id:
+                after[record.request_id] = balance
+        elif kind is wal.Recv or kind is wal.Replay:
+            balance += record.tally
+        if balance < 0:
+            raise recovery.CorruptLog(f"{where}: the balance would be {balance}")
+    return balance, after
 
 
-def as_bank_app(native: Recovered, host: Host, sent: dict[tuple[str, int], int]) -> Recovered:
-    """A native bank node's recovered state as the bank app's (B5); `host` is given its state,
-    `sent` is the amount of each transfer by (dst, seq) (`amounts`)."""
-    host.restore(str(native.tally).encode())
-    outbox = {dst: [e._replace(payload=str(sent[(dst, e.seq)]).encode()) if not e.snapshot_id else e for e in entries]
-              for dst, entries in native.outbox.items()}
+def as_bank_app(native: Recovered, host: Host, balance: int, after: dict[str, int]) -> Recovered:
+    """A native bank node's recovered state as the bank app's (B5); `host` is given its state.
+    `after`: the balance after each request id's send record (`fold`); an id from the
+    checkpoint holds its balance after it in its Paid's first_seq."""
+    host.restore(str(balance).encode())
     requests = OrderedDict(
-        (rid, Paid(wal.pack(str(p.first_seq).encode()), _seq_of(p.msg_id), p.at, p.lsn, "", p.epoch))
+        (rid, Paid(wal.pack(str(after.get(rid, p.first_seq)).encode()), _seq_of(p.msg_id), p.at, p.lsn, "", p.epoch))
         for rid, p in native.requests.items()
     )
-    return dataclasses.replace(native, tally=0, restored_tally=0, outbox=outbox, requests=requests, host=host,
-                               app_name=host.app.name, app_version=host.app.version, reshaped=True)
+    return dataclasses.replace(native, requests=requests, host=host, app_name=host.app.name,
+                               app_version=host.app.version, reshaped=True)
 
 
 def _seq_of(msg_id: str) -> int:

@@ -275,9 +275,7 @@ class Unknown(Record):
     kind: str
 
 
-# Positional constructors of the records of every message and command (the per-message path)
-# are snapmesh/protocol/fastrecords.py's: the same objects, made faster than the dataclasses' __init__.
-
+# The per-message path's positional constructors of these records: snapmesh/protocol/fastrecords.py.
 
 KNOWN: tuple[type[Record], ...] = (
     Init, Restart, Send, Recv, Cut, MarkerSent, MarkerRecv, Abort, Checkpoint, Restore, Replay, Command, AppVersion,
@@ -290,8 +288,7 @@ _MESSAGES = (Send, Recv, Replay)
 
 
 def _key(cls: type[Record], name: str) -> str:
-    """A record field's key in the log: its name, but for the tallies, whose keys
-    are the v1 format's (snapmesh/bank/formats.py)."""
+    """A record field's key in the log: its name, but for the tallies (v1 keys: snapmesh/bank/formats.py)."""
     if name == "tally":
         return MESSAGE_TALLY_KEY if cls in _MESSAGES else NODE_TALLY_KEY
     return RESTORED_TALLY_KEY if name == "restored_tally" else name
@@ -301,11 +298,8 @@ def _key(cls: type[Record], name: str) -> str:
 # ATTRS: kind -> the record's field for each key, in the same order.
 COMMON: tuple[tuple[str, type, bool], ...] = (("node", str, True), ("lsn", int, True), ("kind", str, True))
 SPEC: Mapping[str, tuple[tuple[str, type, bool], ...]] = {
-    cls.KIND: tuple(
-        (_key(cls, f.name), {"int": int, "str": str, "dict": dict, "list": list}[f.type], f.name not in cls.OPTIONAL)
-        for f in fields(cls)
-        if f.name != "lsn"
-    )
+    cls.KIND: tuple((_key(cls, f.name), {"int": int, "str": str, "dict": dict, "list": list}[f.type],
+                     f.name not in cls.OPTIONAL) for f in fields(cls) if f.name != "lsn")
     for cls in KNOWN
 }
 ATTRS: Mapping[str, tuple[str, ...]] = {cls.KIND: tuple(f.name for f in fields(cls) if f.name != "lsn") for cls in KNOWN}
@@ -315,6 +309,12 @@ ATTRS: Mapping[str, tuple[str, ...]] = {cls.KIND: tuple(f.name for f in fields(c
 # as tally 0, one without either is bad input (the readers of dicts: the app's, snapmesh/bank/logs.py).
 APP_MARKS: Mapping[str, str] = {"init": "app", "checkpoint": "app", "cut": "digest", "restore": "state",
                                 "send": "payload", "recv": "payload", "replay": "payload"}
+
+
+def older_format(record: Record) -> bool:
+    """Whether `record` is of an older format than nodes write: its app's old logs reader's (App.old_logs)."""
+    return bool(getattr(record, "tally", 0))
+
 
 # ----------------------------------------------------------------- encoding
 
@@ -493,7 +493,7 @@ def split_lines(data: bytes, path: str) -> tuple[list[tuple[str, bytes]], int | 
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON's true is no integer
 
 
 def _article(typ: type) -> str:

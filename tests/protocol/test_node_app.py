@@ -224,10 +224,13 @@ def test_a_non_deterministic_app_refuses_to_recover_naming_the_lsn(monkeypatch: 
     assert f"to {send.dst}" in str(info.value)
 
 
-def test_an_app_record_in_a_bank_log_is_corrupt() -> None:
-    records = [("l:1", wal.Init(lsn=1, tally=0)), ("l:2", wal.Command(lsn=2, command=wal.pack(b"x")))]
-    with pytest.raises(recovery.CorruptLog, match="l:2: an app's record"):
-        recovery.recover(records, node_id="p1", incoming=(), outgoing=())
+def test_a_record_of_an_older_format_in_an_app_nodes_log_is_corrupt() -> None:
+    # An older log is its app's reader's (App.old_logs); replayed as the app's, it is refused.
+    records = [("l:1", wal.Init(lsn=1, app="token_ring")),
+               ("l:2", wal.parse('{"node":"p1","lsn":2,"kind":"recv","msg_id":"p2:p1:1","src":"p2","dst":"p1",'
+                                 '"seq":1,"amount":5}', "l:2"))]
+    with pytest.raises(recovery.CorruptLog, match="l:2: a record of an older log format"):
+        recovery.recover(records, node_id="p1", incoming=("p2",), outgoing=("p2",), app=token_ring.app)
 
 
 def test_app_records_round_trip_through_the_log_format() -> None:

@@ -301,4 +301,4 @@ def test_restore_and_replay_records_round_trip_and_recovery_refuses_a_stray_repl
         ("b.log.jsonl:2", wal.Replay(lsn=2, snapshot_id="s1", msg_id="a:b:1", src="a", dst="b", seq=1, tally=5)),
     ]
     with pytest.raises(recovery.CorruptLog, match="b.log.jsonl:2: replay of a:b:1 that no restore announced"):
-        recovery.recover(lines, node_id="b", initial_tally=10, incoming=["a"], outgoing=["a"])
+        recovery.recover(lines, node_id="b", incoming=["a"], outgoing=["a"])

@@ -6,7 +6,6 @@ a `checkpoint` (every later one), so recovery never reads a sealed segment:
 its cost is bounded by the active segment and what is unacknowledged.
 
 What is rebuilt:
-- the tally (init or checkpoint, minus sends, plus recvs);
 - per outgoing channel: the next seq, the ack watermark and the outbox (every
   message after the watermark, in seq order; the receiver's answer on
   reconnect says which of them it already holds);
@@ -16,15 +15,15 @@ What is rebuilt:
   is gone, and a late marker for it must not start a zombie recording. A
   `marker_recv` counts even without its `cut` (a log cut short between them), an
   `abort` even without a recording here (an abort is remembered across a restart);
-- the client request ids of the transfers made (request_id -> msg_id, tally
-  after, when, send lsn, the request's digest and the epoch it was paid in:
-  snapmesh/protocol/node/requests.py), so a retry is answered, not paid
+- the client request ids of the commands made (request_id -> reply, the seq of
+  its first message, when, its lsn, the request's digest and the epoch it was
+  paid in: snapmesh/protocol/node/requests.py), so a retry is answered, not paid
   again, and another request under the same id is refused (W5); and the lsn
   of each recent cut, so a restore forgets the ids paid after the restored
   snapshot's cut (requests.py W4);
 - the epoch (1, or the last `restore` record's) and the restore itself: a
-  `restore` record sets the tally and starts every channel over (seq 1, empty
-  outbox); each `replay` after it adds one recorded in-flight transfer. A restore
+  `restore` record starts every channel over (seq 1, empty outbox); each
+  `replay` after it delivers one recorded in-flight message. A restore
   with fewer replays in the log than it announced (a crash in the middle) is
   `restore_incomplete`: the node must do it again before taking any traffic;
 - an app node (node rule N10): the app, from the checkpoint's `state` (or the
@@ -42,6 +41,10 @@ What is rebuilt:
 
 Up to a log's last `stop` record, the channels are the ones the log names (a
 rescale restarts a stopped node on another node set: stoplog.py).
+
+Without an app, only the channels and ids are rebuilt: an app's reader of its own
+older logs (App.old_logs, services/node/recovery.py) folds what those records held
+itself, and a record of an older format in an app node's log is refused here.
 
 Anything that cannot be trusted raises `CorruptLog` naming `file:line`.
 """
@@ -103,7 +106,6 @@ def cause(diverged: NonDeterministic | str, *, from_checkpoint: bool, from_start
 
 @dataclass(slots=True)
 class Recovered:
-    tally: int = 0  # an old native log's figure, for its app's reader (App.old_logs); else 0
     last_lsn: int = 0
     next_seq: dict[str, int] = field(default_factory=dict)  # dst -> next seq to use
     acked: dict[str, int] = field(default_factory=dict)  # dst -> ack watermark
@@ -119,7 +121,6 @@ class Recovered:
     epoch: int = 1  # the cluster epoch this node is in (one more per restore)
     restored: str = ""  # the snapshot id of the last restore, if any
     replays_missing: int = 0  # replays the last restore announced and the log does not hold
-    restored_tally: int = 0  # the tally right after the last restore (recorded + replays)
     host: Any = None  # an app node: its apphost.Host, replayed up to the log's end
     pending_sends: list[tuple[str, bytes]] = field(default_factory=list)  # the app's sends a crash left out of the log
     app_name: str = ""  # the app the last init, checkpoint or version record names ("": none named)
@@ -136,10 +137,9 @@ class Recovered:
         return self.replays_missing > 0
 
 
-def fresh(*, initial_tally: int = 0, incoming: Iterable[str], outgoing: Iterable[str]) -> Recovered:
+def fresh(*, incoming: Iterable[str], outgoing: Iterable[str]) -> Recovered:
     outgoing = tuple(outgoing)
     return Recovered(
-        tally=initial_tally,
         next_seq=dict.fromkeys(outgoing, 1),
         acked=dict.fromkeys(outgoing, 0),
         outbox={dst: [] for dst in outgoing},
@@ -151,7 +151,6 @@ def recover(
     records: Iterable[tuple[str, wal.Record]],
     *,
     node_id: str,
-    initial_tally: int = 0,  # an old native log's, for its app's reader (a fresh node's figure)
     incoming: Iterable[str],
     outgoing: Iterable[str],
     app: Any = None,
@@ -161,7 +160,7 @@ def recover(
     app is rebuilt too: the checkpoint's state, then every logged input
     replayed through it, its sends compared with the log's (NonDeterministic)."""
     incoming, outgoing = tuple(incoming), tuple(outgoing)
-    state = fresh(initial_tally=initial_tally, incoming=incoming, outgoing=outgoing)
+    state = fresh(incoming=incoming, outgoing=outgoing)
     replayer = None
     if app is not None:
         from snapmesh.protocol.node.apphost import Host  # the app layer, for app nodes only
@@ -183,17 +182,13 @@ def recover(
             _apply(state, record, where, node_id, incoming, outgoing)
         if type(record) is wal.Command or (type(record) is wal.Send and replayer is None):  # a client's (F7)
             state.last_command = record.lsn
-        if replayer is not None:
-            if at > after_stop:
-                replayer.step(record, where)
-        elif type(record) is wal.Command or (type(record) in _MESSAGES and record.tally == 0):  # type: ignore[attr-defined]
-            raise CorruptLog(f"{where}: an app's record in the log of a node that runs the bank (start it with its --app)")
+        if replayer is not None and at > after_stop:
+            replayer.step(record, where)
     if replayer is not None:
         state.pending_sends = list(replayer.expected)
     return state
 
 
-_MESSAGES = (wal.Send, wal.Recv, wal.Replay)
 _STAMPS = (wal.Init, wal.Checkpoint, wal.AppVersion)
 
 
@@ -240,8 +235,9 @@ class _Replayer:
             self.stopped = True
             return
         self.stopped = False
-        if kind in _MESSAGES and record.tally:  # type: ignore[attr-defined]
-            raise CorruptLog(f"{where}: a tally in the log of a node that runs app {self.host.app.name!r}")
+        if wal.older_format(record):
+            raise CorruptLog(f"{where}: a record of an older log format in the log of a node that runs app"
+                             f" {self.host.app.name!r}, and its app reads no such log (App.old_logs)")
         if kind is wal.Send:
             self._match(record, where)  # type: ignore[arg-type]
             return
@@ -331,17 +327,14 @@ def _apply(
             raise CorruptLog(f"{where}: {_kind(record)} seq {seq} on {node_id}->{dst}, expected {state.next_seq[dst]}")
         state.next_seq[dst] = seq + 1
         if kind is wal.Send:
-            tally = record.tally  # type: ignore[attr-defined]
-            state.tally -= tally
-            payload = wal.unpack(record.payload, where) if tally == 0 else None  # type: ignore[attr-defined]
+            payload = wal.unpack(record.payload, where)  # type: ignore[attr-defined]
             state.outbox[dst].append(Entry(seq, 0, "", 0, payload))
             if state.command_id:  # the first message of a command with a request id: its Paid's seq
                 state.requests[state.command_id] = state.requests[state.command_id]._replace(first_seq=seq)
                 state.command_id = ""
-            if record.request_id:  # type: ignore[attr-defined]
+            if record.request_id:  # an older log's: the id is on its send; that log's reader fills its reply
                 state.requests[record.request_id] = requests.Paid(  # type: ignore[attr-defined]
-                    record.msg_id, state.tally, 0.0, record.lsn,  # type: ignore[attr-defined]
-                    requests.digest_of(f"T{dst}\0{tally}".encode()), state.epoch,  # a native transfer's (W5), its epoch (W6)
+                    record.msg_id, seq, 0.0, record.lsn, "", state.epoch,  # type: ignore[attr-defined]
                 )
                 state.requests.move_to_end(record.request_id)  # type: ignore[attr-defined]
         else:
@@ -356,9 +349,7 @@ def _apply(
                 f"{where}: {_kind(record)} seq {record.seq} on {src}->{node_id}, expected {state.last_received[src] + 1}"  # type: ignore[attr-defined]
             )
         state.last_received[src] += 1
-        if kind is wal.Recv:
-            state.tally += record.tally  # type: ignore[attr-defined]
-        else:
+        if kind is wal.MarkerRecv:
             _remember(state.abandoned, record.snapshot_id, None, ABANDONED_WINDOW)  # type: ignore[attr-defined]
     elif kind is wal.Cut or kind is wal.Abort:
         _remember(state.abandoned, record.snapshot_id, None, ABANDONED_WINDOW)  # type: ignore[attr-defined]
@@ -373,8 +364,6 @@ def _apply(
         if record.dst != node_id or record.snapshot_id != state.restored or state.replays_missing < 1:  # type: ignore[attr-defined]
             raise CorruptLog(f"{where}: replay of {record.msg_id} that no restore announced")  # type: ignore[attr-defined]
         state.replays_missing -= 1
-        state.tally += record.tally  # type: ignore[attr-defined]
-        state.restored_tally += record.tally  # type: ignore[attr-defined]
     elif kind is wal.Command:
         if record.request_id:  # type: ignore[attr-defined]
             # An app's Paid holds its reply (base64) where the bank's holds the msg id.
@@ -387,7 +376,6 @@ def _apply(
     elif kind is wal.Init:
         if not first:
             raise CorruptLog(f"{where}: a second init record")
-        state.tally = record.tally  # type: ignore[attr-defined]
         state.app_name, state.app_version = record.app, record.version or 1  # type: ignore[attr-defined]
     elif kind is wal.AppVersion:
         state.app_name, state.app_version = record.app, record.version or 1  # type: ignore[attr-defined]
@@ -399,17 +387,14 @@ def _apply(
             for table in (state.next_seq, state.acked, state.outbox, state.last_received):
                 table.clear()
         _load_checkpoint(state, record, where, incoming, outgoing)  # type: ignore[arg-type]
-    if state.tally < 0:
-        raise CorruptLog(f"{where}: tally would be {state.tally}")
 
 
 def _apply_restore(state: Recovered, record: wal.Restore, outgoing: tuple[str, ...], incoming: tuple[str, ...]) -> None:
-    """A restore: the epoch-E channels are gone, the tally is the recorded one."""
+    """A restore: the epoch-E channels are gone (the app's state is the restored one, the replayer's)."""
     requests.forget_restored(state.requests, state.cuts, record.snapshot_id)
     state.epoch = record.epoch
     state.restored = record.snapshot_id
     state.replays_missing = record.deliveries
-    state.tally = state.restored_tally = record.tally
     for dst in outgoing:
         state.next_seq[dst], state.acked[dst], state.outbox[dst] = 1, 0, []
     for src in incoming:
@@ -428,7 +413,6 @@ def _load_checkpoint(
         channels(cp.acked, outgoing, "acked")
         channels(cp.outbox, outgoing, "outbox")
         channels(cp.received, incoming, "received")
-        state.tally = int(cp.tally)
         state.epoch = int(cp.epoch) or 1
         for dst in outgoing:
             state.next_seq[dst] = int(cp.next_seq[dst])
@@ -445,7 +429,6 @@ def _load_checkpoint(
         for sid, lsn in cp.cuts.items():
             _remember(state.cuts, str(sid), int(lsn), ABANDONED_WINDOW)
         state.restored = str(cp.restored)
-        state.restored_tally = int(cp.restored_tally)
         state.last_command = int(cp.last_command) or -1  # a checkpoint from before it: not known (F7)
         state.app_name, state.app_version = str(cp.app), int(cp.version) or 1
     except (TypeError, ValueError, KeyError) as exc:
@@ -457,7 +440,6 @@ def _load_checkpoint(
 def checkpoint_fields(state: Recovered) -> dict:
     """The fields of a checkpoint record holding `state` (the inverse of loading one)."""
     return {
-        "tally": state.tally,
         "next_seq": dict(state.next_seq),
         "acked": dict(state.acked),
         "received": dict(state.last_received),
@@ -467,21 +449,20 @@ def checkpoint_fields(state: Recovered) -> dict:
         "epoch": state.epoch,
         "cuts": dict(state.cuts),
         "restored": state.restored,
-        "restored_tally": state.restored_tally,
         "last_command": max(state.last_command, 1) if state.last_command >= 0 else 0,  # 1: none (the init's lsn)
     }
 
 
 def _outbox_item(e: Entry) -> list:
     """A checkpoint's outbox entry: [seq, 0, snapshot_id], and an app message's payload (base64).
-    (The 0 held a native node's figure: its old logs are its app's to read.)"""
+    (The 0's place held a figure in older logs: they are their app's to read.)"""
     if e.payload is None:
         return [e.seq, 0, e.snapshot_id]
     return [e.seq, 0, e.snapshot_id, wal.pack(e.payload)]
 
 
 def _outbox_entry(item: list, where: str) -> Entry:
-    seq, _, sid, *app = item  # the second place: 0, or an old native log's figure (its app's to read)
+    seq, _, sid, *app = item  # the second place: 0, or an older log's figure (its app's to read)
     return Entry(int(seq), 0, str(sid), 0, wal.unpack(app[0], where) if app else None)
 
 

@@ -214,7 +214,7 @@ class NodeSteps:
         lsn = self.last_lsn + 1  # _append, inline (the per-message path)
         self.last_lsn = lsn
         self._segment_count += 1
-        self._out.append(fast_new(Append, (fastrecords.recv_record(lsn, msg_id, src, self.node_id, seq, 0, wal.pack(payload)),)))
+        self._out.append(fast_new(Append, (fastrecords.recv_record(lsn, msg_id, src, self.node_id, seq, wal.pack(payload)),)))
         self.transfers_received += 1
         if sends:
             self._app_sends(sends)
@@ -227,7 +227,7 @@ class NodeSteps:
             sender = senders[dst]
             seq = sender.next_seq
             lsn += 1
-            out.append(fast_new(Append, (record(lsn, f"{me}:{dst}:{seq}", me, dst, seq, 0, "", pack(payload)),)))
+            out.append(fast_new(Append, (record(lsn, f"{me}:{dst}:{seq}", me, dst, seq, "", pack(payload)),)))
             sender.enqueue(lsn=lsn, payload=payload)
             self._segment_count += 1
             self.messages_sent += 1
