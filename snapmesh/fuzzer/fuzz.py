@@ -57,6 +57,10 @@ passing, and the faults:
               controller lacks (retired, never filed, or its memory lost in a crash);
               every COMPLETE snapshot is filed as blocks and each node's state
               rebuilt from its references must be the one it recorded at its cut
+              (SB1-SB3); the pins, references and block disk are exactly what live
+              reports and kept snapshots need (SB4, sim/blockaudit.py); restores go
+              by block too, only what the controller believes a node lacks, a node
+              keeping its held blocks through a crash (SB5, sim/blockrestores.py)
   wait        some triggers wait for the snapshot's end (TriggerSnapshot with
               wait, controller rule W1; drawn from their own generator): each
               is answered once, with the status the snapshot finished with,
