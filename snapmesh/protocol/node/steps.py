@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from operator import attrgetter
 from collections.abc import Iterable
 from types import MappingProxyType
 from typing import Any
@@ -26,6 +27,7 @@ from snapmesh.protocol.node.recovery import Recovered, checkpoint_fields
 DEFAULT_MAX_REPLY_BYTES = 1024 * 1024
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024  # a segment's bytes after its checkpoint (log_size, N7)
+_EPOCH = attrgetter("epoch")  # a batch's answers' epochs, read at C speed (a batch holds up to 10,000)
 
 class NodeSteps:
     """Mixed into `node.Node`: these methods use its fields (`process`, `senders`, `host`, ...)."""
@@ -375,7 +377,7 @@ class NodeSteps:
             return
         taken_back = self.taken_back  # type: ignore[attr-defined]  (node.Node's: the one rule)
         if batch:
-            if not self.epochs.restored_after(min((a.epoch for a in answer), default=0)):  # the common batch
+            if not self.epochs.restored_after(min(map(_EPOCH, answer), default=0)):  # the common batch
                 self._out.append(ReplyBatch(to, ("",) * len(answer)))
             else:
                 self._out.append(ReplyBatch(to, tuple(taken_back(a) or "" for a in answer)))
