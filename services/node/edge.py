@@ -55,6 +55,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from itertools import chain
+from operator import attrgetter
 
 from snapmesh.app import STATUS_CODES, Refused, Reply
 from snapmesh.protocol.node import core
@@ -107,6 +109,7 @@ def taken_back_text(node_id: str, snapshot_id: str, undone: str) -> str:
 # object.__setattr__, ~1 µs a batch item; this makes the very same object in a third of it.
 _set_reply, _set_replayed, _set_epoch = Reply.reply.__set__, Reply.replayed.__set__, Reply.epoch.__set__  # type: ignore[attr-defined]
 _set_first_seq = Reply.first_seq.__set__  # type: ignore[attr-defined]
+_SENT_TO = attrgetter("sent_to")  # the channels a step sent on: a batch's, gathered at C speed
 
 
 def _reply(answer: Submitted) -> Reply:
@@ -154,37 +157,50 @@ class Edge:
         answer per item, once all are durable. An item may carry a third
         field, its first_sent_unix_ms (as `submit`'s). Raises Refused for the
         whole batch (E3, E5, and UNAVAILABLE as E1 and E6 say)."""
+        return [answer if type(answer) is Refused else _reply(answer) for answer in await self.answers(items)]
+
+    async def answers(
+        self, items: Sequence[tuple[str, bytes] | tuple[str, bytes, int]]
+    ) -> list[Submitted | Refused]:
+        """`submit_many`, each item's answer as the node gave it (`Submitted`: its reply,
+        `repeated`, and the epoch it ran in, `ran_in or epoch`), for a caller that turns it
+        into its own form at once (the servicer's results) without a `Reply` per item."""
         engine = self._engine
         self._check_app("SubmitBatch")
         self._check_fence("SubmitBatch")
-        batch = _checked(items)
-        results: list[Reply | Refused | None] = [None] * len(batch)
-        steps: list[tuple[int, tuple[str, bytes, int]]] = []
-        for i, item in enumerate(batch):
-            if len(item[1]) > MAX_COMMAND_BYTES:
-                results[i] = Refused("INVALID_ARGUMENT", f"a command holds at most {MAX_COMMAND_BYTES} bytes, got {len(item[1])}")
-            else:
-                steps.append((i, item))
-        done: list[tuple[int, Submitted]] = []
+        batch, longest = _checked(items)
+        results: list[Submitted | Refused | None] = [None] * len(batch)
+        if longest <= MAX_COMMAND_BYTES:  # the common batch: every item runs
+            at: Sequence[int] = range(len(batch))
+            steps = batch
+        else:
+            at = [i for i, item in enumerate(batch) if len(item[1]) <= MAX_COMMAND_BYTES]
+            for i, item in enumerate(batch):
+                if len(item[1]) > MAX_COMMAND_BYTES:
+                    results[i] = Refused("INVALID_ARGUMENT", f"a command holds at most {MAX_COMMAND_BYTES} bytes, "
+                                                             f"got {len(item[1])}")
+            steps = [batch[i] for i in at]
+        done_at: list[int] = []
+        done: list[Submitted] = []
         for start in range(0, len(steps), COMMANDS_PER_STEP):
             if start:
                 with engine.log.writer_pending():  # the log's round now waits a turn for the next step's records
                     await asyncio.sleep(0)
-            chunk = steps[start : start + COMMANDS_PER_STEP]
             try:
-                answers = engine.submit_batch([item for _, item in chunk])
+                answers = engine.submit_batch(steps[start : start + COMMANDS_PER_STEP])
             except core.AppFailed as exc:  # E6
                 raise self._stopping(exc) from None
-            for (i, _), answer in zip(chunk, answers, strict=True):
-                if isinstance(answer, core.LocalProtocolError):
-                    results[i] = self._refused(answer)
+            for j, answer in enumerate(answers, start):
+                if type(answer) is Submitted:
+                    done_at.append(at[j])
+                    done.append(answer)
                 else:
-                    done.append((i, answer))
-        waiting = engine.reply_batch([answer for _, answer in done])
-        await engine.wait_for_room({dst for _, answer in done for dst in answer.sent_to}, FLOW_CONTROL_WAIT_S)
+                    results[at[j]] = self._refused(answer)
+        waiting = engine.reply_batch(done)
+        await engine.wait_for_room(set(chain.from_iterable(map(_SENT_TO, done))), FLOW_CONTROL_WAIT_S)
         reply = await self._replied(waiting)
-        for (i, answer), snapshot_id in zip(done, reply.taken_back, strict=True):
-            results[i] = self._aborted(snapshot_id) if snapshot_id else _reply(answer)
+        for i, answer, snapshot_id in zip(done_at, done, reply.taken_back, strict=True):
+            results[i] = self._aborted(snapshot_id) if snapshot_id else answer
         return results  # type: ignore[return-value]  (every slot is filled above)
 
     async def query(self, query: bytes) -> bytes:
@@ -243,22 +259,27 @@ class Edge:
             raise self._stopping(exc) from None
 
 
-def _checked(items: Sequence[tuple]) -> list[tuple[str, bytes, int]]:
-    """The batch as (request_id, command, first_sent_unix_ms) items, or Refused (E3)."""
+def _checked(items: Sequence[tuple]) -> tuple[list[tuple[str, bytes, int]], int]:
+    """The batch as (request_id, command, first_sent_unix_ms) items, and its longest
+    command's length; or Refused (E3)."""
     if not items:
         raise Refused("INVALID_ARGUMENT", "a batch holds at least one command, got none")
     if len(items) > MAX_BATCH_COMMANDS:
         raise Refused("INVALID_ARGUMENT", f"a batch holds at most {MAX_BATCH_COMMANDS} commands, got {len(items)}")
-    batch = [(item[0], item[1], item[2] if len(item) > 2 else 0) for item in items]
-    size = sum(len(command) + len(request_id.encode()) for request_id, command, _ in batch)
+    batch = [item if len(item) == 3 else (item[0], item[1], item[2] if len(item) > 2 else 0) for item in items]
+    ids = [item[0] for item in batch]
+    lengths = [len(item[1]) for item in batch]
+    named = [request_id for request_id in ids if request_id]
+    size = sum(lengths) + (sum(len(request_id.encode()) for request_id in named) if named else 0)
     if size > MAX_BATCH_BYTES:
         raise Refused("INVALID_ARGUMENT", f"a batch holds at most {MAX_BATCH_BYTES} bytes of commands and request ids, "
                                           f"got {size}")
-    first: dict[str, int] = {}
-    for i, (request_id, _, _) in enumerate(batch):
-        if request_id:
-            if request_id in first:
-                raise Refused("INVALID_ARGUMENT", f"request_id {request_id!r} appears twice in one batch "
-                                                  f"(items {first[request_id]} and {i})")
-            first[request_id] = i
-    return batch
+    if len(set(named)) != len(named):
+        first: dict[str, int] = {}
+        for i, request_id in enumerate(ids):
+            if request_id:
+                if request_id in first:
+                    raise Refused("INVALID_ARGUMENT", f"request_id {request_id!r} appears twice in one batch "
+                                                      f"(items {first[request_id]} and {i})")
+                first[request_id] = i
+    return batch, max(lengths)

@@ -120,25 +120,14 @@ class Engine:
         chunk. Each result is the answer or the refusal (nothing changed for it);
         `reply_batch` then waits for the answers together. Raises core.AppFailed
         as `submit` does (the node stops)."""
-        submit = self.node.submit
-        results: list[fx.Submitted | core.LocalProtocolError] = []
-        append = results.append
         wall = time.time()  # one reading for the chunk: the request-id window's clock
         try:
-            for request_id, command, first_sent_unix_ms in items:
-                try:
-                    if request_id:
-                        append(submit(command, request_id, wall=wall, first_sent_unix_ms=first_sent_unix_ms))
-                    else:
-                        append(submit(command))
-                except core.LocalProtocolError as exc:
-                    append(exc)
+            return self.node.submit_many(items, wall)  # each item as node.submit takes it
         except core.AppFailed as exc:  # as `submit`: the node stops, and the rest of the chunk does not run
             self.fail_app(str(exc))
             raise
         finally:
             self._run()
-        return results
 
     def query(self, query: bytes) -> tuple[bytes, int, int]:
         """A client's read of the app (the node's `query`): (reply, lsn, epoch), nothing
@@ -332,16 +321,17 @@ class Engine:
 
     def _run(self, *, metrics: bool = True) -> None:
         node = self.node
-        append = self.log.append_record
+        append, Append, Cut, Abort = self.log.append_record, fx.Append, wal.Cut, wal.Abort  # locals: ~3 records a command
         for effect in node.drain():
             kind = type(effect)
-            if kind is fx.Append:
+            if kind is Append:
                 record = effect.record
                 append(record)
-                if type(record) is wal.Cut:
+                kind = type(record)
+                if kind is Cut:
                     held = self.held(record.digest)
                     log.info("snapshot %s: recorded local state (%s)", record.snapshot_id, held)
-                elif type(record) is wal.Abort:
+                elif kind is Abort:
                     log.warning("snapshot %s: dropped here (%s)", record.snapshot_id, record.reason or "no reason given")
             elif kind is fx.Transmit:
                 self.outgoing[effect.dst].push(effect.conn_no, effect.entries)

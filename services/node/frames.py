@@ -27,13 +27,17 @@ def add_payload_runs(batch: pb.ChannelBatch, entries: tuple[Entry, ...]) -> bool
     consecutive seqs between two markers as one PayloadRun, every marker in
     `messages`. False, with `batch` untouched, when they are not in that order
     or a message has no payload (the caller sends them one message each)."""
-    if not _runnable(entries):
+    if not entries:
         return False
     seqs, _, snapshot_ids, _, payloads = zip(*entries, strict=True)
     first = seqs[0]
-    if not any(snapshot_ids) and seqs[-1] - first == len(seqs) - 1:  # the common frame: one run
-        batch.payload_runs.add(first_seq=first, lengths=[len(p) for p in payloads], data=b"".join(payloads))
+    # The common frame, checked column by column at C speed: messages only, each with a payload,
+    # seqs first, first + 1, ... (so _runnable holds): one run.
+    if first > 0 and not any(snapshot_ids) and None not in payloads and seqs == tuple(range(first, first + len(seqs))):
+        batch.payload_runs.add(first_seq=first, lengths=list(map(len, payloads)), data=b"".join(payloads))
         return True
+    if not _runnable(entries):
+        return False
     add_run, add_message = batch.payload_runs.add, batch.messages.add
     run_first, lengths, parts, next_seq = 0, [], [], 0
     for entry in entries:

@@ -138,7 +138,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     ) -> pb.SubmitBatchResponse:
         items = [(item.request_id, item.command, item.first_sent_unix_ms) for item in request.items]
         try:
-            answers = await self._edge.submit_many(items)
+            answers = await self._edge.answers(items)  # the node's answers: no Reply made per item to be read once
         except AppRefused as refused:  # the whole batch (edge.py E1, E3, E5)
             await context.abort(grpc.StatusCode[refused.code], refused.text)
         response = pb.SubmitBatchResponse()
@@ -146,10 +146,10 @@ class NodeServicer(pb_grpc.NodeServicer):
         for answer in answers:
             if type(answer) is AppRefused:
                 add(code=grpc.StatusCode[answer.code].value[0], message=answer.text)
-            elif answer.replayed:
-                add(reply=answer.reply, replayed=True, epoch=answer.epoch)
+            elif answer.repeated:  # a retry's first answer, in the epoch it ran in (edge._reply's rule)
+                add(reply=answer.reply, replayed=True, epoch=answer.ran_in or answer.epoch)
             else:  # a field left at its default costs nothing to set: half the time of an item
-                add(reply=answer.reply, epoch=answer.epoch)
+                add(reply=answer.reply, epoch=answer.ran_in or answer.epoch)
         return response
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:

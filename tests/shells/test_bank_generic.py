@@ -83,6 +83,27 @@ def test_a_compact_transfer_is_refused_as_v1_transfer_was(data: bytes, code: str
     assert m.snapshot() == b"100"
 
 
+@pytest.mark.parametrize("data", [
+    b"5 p2", b"100 p3", b"101 p2", b"1 p2", b"007 p2", b"0 p2", b"+5 p2", b" 5 p2", b"5  p2", b"1_0 p2",
+    b"5 p1", b"5 nobody", b"5 ", b"5", b"5 p\xff", b"99999999999999999999 p2", b"\xd9\xa3 p2", b"-5 p2",
+])
+def test_a_compact_transfer_on_the_short_path_answers_as_the_checked_path_does(data: bytes) -> None:
+    """bank.Bank._pay's common path (a known peer, a canonical amount within the balance) pays, answers
+    and sends the very bytes the checked path does: it fails with a shortcut that sends b"007" as it came."""
+    fast = _answer(machine(), data)
+    checked = machine()
+    checked._peer_of = {}  # no peer is known: every command takes the checked path
+    assert fast == _answer(checked, data)
+
+
+def test_a_message_the_bank_cannot_read_is_refused_naming_its_sender() -> None:
+    m = machine()
+    m.on_message("p2", b"12", Context("p1", ("p2", "p3")))
+    assert m.snapshot() == b"112"
+    with pytest.raises(ValueError, match="the amount from p2 is not decimal ASCII"):
+        m.on_message("p2", b"-1", Context("p1", ("p2", "p3")))
+
+
 def native_log(path: Path) -> int:
     """The log a native bank node p1 (no app) wrote: two paid transfers (one with a request id), one
     received, one unacknowledged. Returns the tally it held at the end."""
