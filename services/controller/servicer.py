@@ -27,7 +27,8 @@ import grpc
 from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.services.controller.blockdir import kept_reader
 from snapmesh.protocol import blocks, chunking
-from snapmesh.protocol.controller import answers, cluster, journalblocks, listing, statuses
+from snapmesh.protocol.appstate import digest
+from snapmesh.protocol.controller import answers, blockforms, cluster, journalblocks, listing, statuses
 from snapmesh.protocol.controller.knownblocks import KnownBlocks
 from snapmesh.protocol.controller.refusals import MissingBlocks
 from snapmesh.protocol.controller.tracker import UnknownSnapshot
@@ -67,6 +68,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.interval_s = 0.0  # periodic snapshots (main sets it): GetCluster tells clients
         self._calls = itertools.count(1)  # names each report's pins (journalblocks.py JB1)
         self._known = KnownBlocks()  # each node's last state's blocks (knownblocks.py)
+        # Listed states (blockforms.py) are read by block: those kept here first, then the store's
+        engine.machine.tracker.forms.reader = engine.writer.store.reader = self._block_reader
 
     async def mode_mismatch(self, retry_s: float = 0.5) -> str:
         """Ask every node its snapshot_mode and its app (GetState, retried until it
@@ -111,7 +114,24 @@ class ControllerService(pb_grpc.ControllerServicer):
             snapshot = await self.engine.stop(request.initiator)
         else:
             snapshot = await self.engine.trigger(request.initiator, broadcast=request.broadcast, wait=request.wait)
-        return answers.bounded(snapshot, state_bytes=self._state_bytes)
+        return answers.bounded(snapshot, state_bytes=self._state_bytes, whole=self._whole)
+
+    def _whole(self, snapshot: pb.Snapshot) -> pb.Snapshot:
+        """The whole form of a snapshot with listed states (answers.py BA5), read by block."""
+        return self.engine.machine.tracker.forms.whole(snapshot)
+
+    def _block_reader(self) -> Callable[[bytes], bytes | None]:
+        """A reader of blocks by name: the kept ones (each checked as it came in,
+        knownblocks.py), else the store's file, checked against its name (blocks.py B3)."""
+        known, files = self._known.reader(""), self.engine.writer.store.blocks
+
+        def read(name: bytes) -> bytes | None:
+            if (block := known(name)) is not None:
+                return block
+            block = files.read(name)
+            return block if block is not None and blocks.block_hash(block) == name else None
+
+        return read
 
     async def _snapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
         try:
@@ -162,7 +182,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         try:
             with self.engine.watchers.subscribe() as updates:
                 async for snapshot in updates:
-                    yield answers.bounded(snapshot, state_bytes=self._state_bytes)
+                    yield answers.bounded(snapshot, state_bytes=self._state_bytes, whole=self._whole)
         except FellBehind as behind:
             code, details = statuses.dropped(behind)
             await context.abort(grpc.StatusCode[code], details)
@@ -197,17 +217,30 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     def _whole_report(self, sent: pb.FullState, call: int) -> pb.FullState:
         """The report `sent` as blocks stood for, its references read from the store's
-        blocks, which are pinned first (journalblocks.py JB1; a thread)."""
+        blocks, which are pinned first (journalblocks.py JB1; a thread). A large state
+        stays its block list (blockforms.py): the report in listed form, its state's
+        size and digest noted for the tracker; a small one is rebuilt whole."""
         store = self.engine.writer.store
         missing = store.pin(sent.snapshot_id, journalblocks.held(sent), call)
         if not missing:
-            whole, missing, named = blocks.whole_state(sent, store.blocks.read, self._on_disk(sent.node_id))
-            if whole is not None:
-                self._known.keep(sent.node_id, named)  # type: ignore[arg-type]
+            named, missing = blockforms.joined(sent, store.blocks.read, self._on_disk(sent.node_id))
+            if named is not None:
+                self._known.keep(sent.node_id, named)
                 listed = set(sent.state_blocks.hashes)
                 carried = {name: block for block in sent.blocks if (name := blocks.block_hash(block)) in listed}
                 store.keep(sent.snapshot_id, listed, carried, call)  # held for the next report at once
-                return whole
+                if len(named.state) <= blockforms.LISTED_BYTES:  # BF2
+                    whole = pb.FullState()
+                    whole.CopyFrom(sent)
+                    whole.ClearField("state_blocks")
+                    whole.ClearField("blocks")
+                    whole.state = named.state
+                    return whole
+                report = blockforms.listed_report(sent, named.names)
+                sizes = tuple(end - start for start, end in named.bounds)
+                self.engine.machine.tracker.forms.note(
+                    report, blockforms.BlockList(tuple(named.names), sizes, digest(named.state)))
+                return report
             store.lacks(missing)  # the state sent whole next writes them again
             self.engine.writer.unpin(sent.snapshot_id, call)
         shown = ", ".join(f"sha256:{name.hex()}" for name in missing[:3]) + (" ..." if len(missing) > 3 else "")
