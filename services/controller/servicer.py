@@ -173,10 +173,22 @@ class ControllerService(pb_grpc.ControllerServicer):
         merge = listing.Merge(listing.held(machine.ids(), machine.status, start, status), start.after, start.batch)
         while not merge.done:
             ids = merge.take(store.index.after(merge.cursor, status, start.batch))
-            found = {sid: self.engine.find(sid, stored=False) for sid in ids}  # None: filed, or filed meanwhile
+            found = {sid: self._held(sid) for sid in ids}  # None: filed, or filed meanwhile
             found |= await asyncio.to_thread(_load_each, store, [sid for sid in ids if found[sid] is None])
             for sid in ids:
                 yield found[sid]
+
+    def _held(self, snapshot_id: str) -> pb.Snapshot | None:
+        """A snapshot the machine holds, as a page shows it (None: it holds none): its
+        listed states (blockforms.py) read whole only when the page would show them."""
+        tracker = self.engine.machine.tracker
+        try:
+            snapshot = tracker.listed(snapshot_id)
+        except UnknownSnapshot:
+            return None
+        if blockforms.listed(snapshot) and blockforms.state_bytes(snapshot) <= self._state_bytes:
+            snapshot = tracker.forms.whole(snapshot)  # answers.py BA1: the page shows them
+        return snapshot
 
     async def WatchSnapshots(self, request: pb.WatchSnapshotsRequest, context) -> AsyncIterator[pb.Snapshot]:
         try:

@@ -45,14 +45,16 @@ class ReportBlocks:
         self._on_disk: set[bytes] = set()  # written by a save of this process, or found by `sweep`
         self._named: dict[str, frozenset[bytes]] = {}  # pending report -> its blocks (RK2)
         self._last: blocks.Named | None = None  # the last state saved (RK2, RK4)
+        self.hashed = 0  # blocks hashed in all (the others' hashes were reused, RK4)
 
     def path(self, name: bytes) -> Path:
         return self.directory / name.hex()
 
-    def save(self, snapshot_id: str, state: bytes, parts: tuple[int, ...]) -> tuple[list[bytes], list[Path]]:
+    def save(self, snapshot_id: str, state: bytes, parts: tuple[int, ...]) -> tuple[blocks.Named, list[Path]]:
         """Write the blocks of `state` (cut into `parts`) that have no file yet (RK1),
-        then delete those nothing needs now (RK2): its blocks' names, and the files written."""
-        named, _ = blocks.names(state, parts, self._last)
+        then delete those nothing needs now (RK2): the state cut and named, and the files written."""
+        named, hashed = blocks.names(state, parts, self._last)
+        self.hashed += hashed
         written: list[Path] = []
         view = memoryview(state)
         for name, (start, end) in zip(named.names, named.bounds, strict=True):
@@ -62,7 +64,7 @@ class ReportBlocks:
         self._named[snapshot_id] = frozenset(named.names)
         self._last = named
         self._delete(self._on_disk - self._kept())
-        return named.names, written
+        return named, written
 
     def forget(self, snapshot_id: str) -> None:
         """The report of `snapshot_id` is no longer pending: its blocks go at the next save

@@ -59,7 +59,7 @@ from snapmesh.services.node.reportblocks import INLINE_BYTES, ReportBlocks, mani
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.serving.durable import write_atomically, write_unsynced
-from snapmesh.protocol import chunking
+from snapmesh.protocol import blocks, chunking
 from snapmesh.protocol.node import core
 from snapmesh.protocol.reports import report_message
 from snapmesh.settings import security
@@ -110,6 +110,7 @@ class PendingReports:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.blocks = ReportBlocks(directory / "blocks")  # a large state's, each once (reportblocks.py)
+        self.named: dict[str, blocks.Named] = {}  # by snapshot: a state saved as blocks, cut and named, until sent
 
     def _path(self, snapshot_id: str) -> Path:
         return self.directory / (hashlib.sha256(snapshot_id.encode()).hexdigest()[:32] + self.SUFFIX)
@@ -135,14 +136,16 @@ class PendingReports:
         round's): a large state's new blocks, then the file (RK1); every path written."""
         if len(state) <= INLINE_BYTES:
             return [self.write_unsynced(message.snapshot_id, self.encode(message, lsn))]
-        names, written = self.blocks.save(message.snapshot_id, state, tuple(message.state_parts))
-        return [*written, self.write_unsynced(message.snapshot_id, self.encode(manifest(message, names), lsn))]
+        named, written = self.blocks.save(message.snapshot_id, state, tuple(message.state_parts))
+        self.named[message.snapshot_id] = named  # the report's form takes its names (RK4)
+        return [*written, self.write_unsynced(message.snapshot_id, self.encode(manifest(message, named.names), lsn))]
 
     def remove(self, snapshot_id: str) -> None:
         # No directory fsync: a file that comes back after a crash is reported
         # again, and the controller answers a repeated report for good (or, its
         # blocks gone since, `load` drops it).
         self.blocks.forget(snapshot_id)
+        self.named.pop(snapshot_id, None)
         self._path(snapshot_id).unlink(missing_ok=True)
 
     def load(self) -> list[tuple[pb.FullState, int]]:
@@ -341,9 +344,11 @@ class StateReporter:
         # SentBlocks keeps its state's blocks: a restore may come as blocks (heldblocks.py); set
         # before forming, so the state sent whole after a refusal says so too
         message.holds_blocks = True
-        if len(message.state) <= INLINE_FORM_BYTES:
+        # its save cut and named the state already (reportblocks.py RK4): named once
+        named = self._pending.named.pop(message.snapshot_id, None) if self._pending is not None else None
+        if named is None and len(message.state) <= INLINE_FORM_BYTES:
             return self._blocks.form(message)
-        return await asyncio.to_thread(self._blocks.form, message)
+        return await asyncio.to_thread(self._blocks.form, message, named)
 
     @property
     def blocks(self) -> SentBlocks:

@@ -73,3 +73,24 @@ def test_a_small_state_stays_in_its_file(tmp_path):
     assert state in path.read_bytes() and block_files(pending) == set()
     [(message, _)] = pending.load()
     assert message.state == state
+
+
+def test_the_report_is_formed_from_the_names_its_save_found(tmp_path):
+    """RK4: the save cut and named the state; the report's form takes those names
+    rather than cutting, comparing and hashing it again, and sends the same."""
+    from snapmesh.services.node.sentblocks import SentBlocks
+
+    pending = PendingReports(tmp_path / "p1.reports")
+    state = bytearray(random.Random(5).randbytes(24 * B))
+    node, fresh = SentBlocks(), SentBlocks()
+    for call, sid in enumerate(["s1", "s2"], start=1):
+        state[call * B] ^= 1
+        message = report(sid, bytes(state))
+        pending.save_unsynced(message, call, bytes(state))
+        named = pending.named.pop(sid)
+        sent, names = node.form(message, named)
+        assert (sent, names) == fresh.form(message)
+        for reporter in (node, fresh):
+            reporter.accepted(pb.ReportStateResponse(takes_blocks=True), names)
+    assert node.hashed == 0 and pending.blocks.hashed == 24 + 1, "hashed by the save only, each change once"
+    assert sent.HasField("state_blocks") and len(sent.blocks) == 1

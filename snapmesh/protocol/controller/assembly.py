@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from google.protobuf.timestamp_pb2 import Timestamp
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from snapmesh.protocol import overtake
@@ -110,3 +111,18 @@ def incoming(topology: Topology) -> dict[str, set[str]]:
     for src, dst in topology.channels:
         incoming[dst].add(src)
     return incoming
+
+
+def duration_s(snapshot: pb.Snapshot) -> float:
+    """Seconds from start to finish (0 while in progress)."""
+    if not snapshot.HasField("finished_at"):
+        return 0.0
+    # In whole nanoseconds first, as stats.end_to_end_duration_ms is: seconds since the
+    # epoch as a float keep only about 0.2 us, off by more than a short snapshot's rounding.
+    return max(0, snapshot.finished_at.ToNanoseconds() - snapshot.started_at.ToNanoseconds()) / 1e9
+
+
+def timestamp(now: float) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(int(round(now * 1e9)))
+    return ts

@@ -60,13 +60,12 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
 from snapmesh.protocol import lazystates
 from snapmesh.protocol.appstate import digest, without_figures
 from snapmesh.protocol.controller.appside import AppSide, PartRefused
 from snapmesh.protocol.controller import blockforms, channel_list, reportsize
-from snapmesh.protocol.controller.assembly import add_node_stats, incoming, recorded_channels
+from snapmesh.protocol.controller.assembly import add_node_stats, incoming, recorded_channels, timestamp
+from snapmesh.protocol.controller.assembly import duration_s  # noqa: F401  (the tracker's, as it was)
 from snapmesh.protocol.controller.retention import Retention
 from snapmesh.protocol.controller.snapshot_ids import new_snapshot_id, snapshot_id_problem  # noqa: F401  (the tracker's ids)
 from snapmesh.protocol.topology import Topology
@@ -178,6 +177,14 @@ class Tracker:
             return self.forms.whole(self._handed_out(snapshot_id))  # T9: whole to a reader
         raise UnknownSnapshot(f"no snapshot {snapshot_id!r}")
 
+    def listed(self, snapshot_id: str) -> pb.Snapshot:
+        """`get`, its large states as block lists (T9): for a reader that leaves them out."""
+        if snapshot_id in self._pending:
+            return _copy(self._pending[snapshot_id].snapshot)
+        if snapshot_id in self._finished:
+            return self._handed_out(snapshot_id)
+        raise UnknownSnapshot(f"no snapshot {snapshot_id!r}")
+
     def all(self) -> list[pb.Snapshot]:
         """Every known snapshot, ordered by id (ids sort by start time)."""
         return [self.get(i) for i in self.ids()]
@@ -221,7 +228,7 @@ class Tracker:
             snapshot_id=snapshot_id,
             initiator=initiator,
             status=IN_PROGRESS,
-            started_at=_timestamp(now.wall),
+            started_at=timestamp(now.wall),
             epoch=self.epoch if epoch is None else epoch,
         )
         self._pending[snapshot_id] = _Pending(snapshot=snapshot, deadline=now.mono + self.deadline_s)
@@ -432,7 +439,7 @@ class Tracker:
         snapshot = pending.snapshot
         snapshot.status = status
         snapshot.reason = reason
-        snapshot.finished_at.CopyFrom(_timestamp(now.wall))
+        snapshot.finished_at.CopyFrom(timestamp(now.wall))
         stats = snapshot.stats
         elapsed_ns = snapshot.finished_at.ToNanoseconds() - snapshot.started_at.ToNanoseconds()
         stats.end_to_end_duration_ms = max(0, elapsed_ns) / 1e6
@@ -455,21 +462,6 @@ class Tracker:
         snapshot = self._finished[snapshot_id]
         channels = self._compact.get(snapshot_id)
         return _copy(snapshot) if channels is None else channels.expand(snapshot)
-
-
-def duration_s(snapshot: pb.Snapshot) -> float:
-    """Seconds from start to finish (0 while in progress)."""
-    if not snapshot.HasField("finished_at"):
-        return 0.0
-    # In whole nanoseconds first, as stats.end_to_end_duration_ms is: seconds since the
-    # epoch as a float keep only about 0.2 us, off by more than a short snapshot's rounding.
-    return max(0, snapshot.finished_at.ToNanoseconds() - snapshot.started_at.ToNanoseconds()) / 1e9
-
-
-def _timestamp(now: float) -> Timestamp:
-    ts = Timestamp()
-    ts.FromNanoseconds(int(round(now * 1e9)))
-    return ts
 
 
 def _copy(message):
