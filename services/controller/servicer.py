@@ -29,6 +29,7 @@ from snapmesh.services.controller.blockdir import kept_reader
 from snapmesh.protocol import blocks, chunking
 from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.controller import answers, blockforms, cluster, journalblocks, listing, statuses
+from snapmesh.protocol.controller.knownblocks import DEFAULT_MAX_BYTES as KNOWN_MAX_BYTES
 from snapmesh.protocol.controller.knownblocks import KnownBlocks
 from snapmesh.protocol.controller.refusals import MissingBlocks
 from snapmesh.protocol.controller.tracker import UnknownSnapshot
@@ -70,6 +71,9 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._known = KnownBlocks()  # each node's last state's blocks (knownblocks.py)
         # Listed states (blockforms.py) are read by block: those kept here first, then the store's
         engine.machine.tracker.forms.reader = engine.writer.store.reader = self._block_reader
+        engine.machine.tracker.forms.states = self._joined
+        # each node's last listed state, joined (the bytes the kept blocks are cut from: no copy)
+        self._states: dict[str, tuple[tuple[bytes, ...], bytes]] = {}
 
     async def mode_mismatch(self, retry_s: float = 0.5) -> str:
         """Ask every node its snapshot_mode and its app (GetState, retried until it
@@ -120,10 +124,27 @@ class ControllerService(pb_grpc.ControllerServicer):
         """The whole form of a snapshot with listed states (answers.py BA5), read by block."""
         return self.engine.machine.tracker.forms.whole(snapshot)
 
+    def _joined(self, names: tuple[bytes, ...]) -> bytes | None:
+        """The state `names` make, when it is a node's last listed one (blockforms.py `states`)."""
+        for held, state in list(self._states.values()):
+            if held == names:
+                return state
+        return None
+
+    def _hold(self, node_id: str, names: tuple[bytes, ...], state: bytes) -> None:
+        """Keep the node's last listed state joined, within KnownBlocks' bound (older ones leave first)."""
+        states = dict(self._states)  # swapped in with one assignment: a reader in another thread sees one
+        states.pop(node_id, None)
+        states[node_id] = (names, state)
+        while states and sum(len(s) for _, s in states.values()) > KNOWN_MAX_BYTES:
+            del states[next(iter(states))]
+        self._states = states
+
     def _block_reader(self) -> Callable[[bytes], bytes | None]:
-        """A reader of blocks by name: the kept ones (each checked as it came in,
-        knownblocks.py), else the store's file, checked against its name (blocks.py B3)."""
-        known, files = self._known.reader(""), self.engine.writer.store.blocks
+        """A reader of blocks by name: the kept ones (each with its file, and hashed:
+        blockdir.py D5), else the store's file, checked against its name (blocks.py B3)."""
+        files = self.engine.writer.store.blocks
+        known = kept_reader(self._known.reader(""), files)  # a kept block only as its name says (D5)
 
         def read(name: bytes) -> bytes | None:
             if (block := known(name)) is not None:
@@ -249,6 +270,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                     whole.state = named.state
                     return whole
                 report = blockforms.listed_report(sent, named.names)
+                self._hold(sent.node_id, tuple(named.names), named.state)
                 sizes = tuple(end - start for start, end in named.bounds)
                 self.engine.machine.tracker.forms.note(
                     report, blockforms.BlockList(tuple(named.names), sizes, digest(named.state)))

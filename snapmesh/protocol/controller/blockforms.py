@@ -75,6 +75,9 @@ class BlockForms:
         # The shell's: a reader of blocks by name, each checked against it (None: not held), made
         # once per state read (it may look at what it holds in memory once for all its blocks).
         self.reader = reader
+        # The shell's too: the state a manifest names, when it holds it joined already
+        # (the report's own: read without a copy); None when it does not.
+        self.states: Callable[[tuple[bytes, ...]], bytes | None] | None = None
         self._notes: OrderedDict[tuple[str, str, tuple[bytes, ...]], BlockList] = OrderedDict()
 
     def note(self, report: pb.FullState, block_list: BlockList) -> None:
@@ -107,6 +110,8 @@ class BlockForms:
         if self.reader is None:
             raise BlockMissing(f"snapshot {snapshot_id}, node {entry.node_id}: its state is listed and "
                                "nothing reads blocks here")
+        if self.states is not None and (held := self.states(tuple(entry.state_blocks.hashes))) is not None:
+            return held
         read = self.reader()
         parts = []
         for name in entry.state_blocks.hashes:
