@@ -15,32 +15,32 @@ L1. Its keys are the snapshot's node ids, in the snapshot's order; each value is
 L2. An id that is not a node of the snapshot is a KeyError naming it.
 L3. A node whose state the snapshot holds as its block list (the controller's
     listed form, snapmesh/protocol/controller/blockforms.py) is read by block,
-    through the reader `reading` set where the NodeStates was made (a context
-    variable: the app's side makes the view and knows no blocks); with none
-    set, it is a LookupError naming the node, never b"".
+    through the reader `with_reader` set while the NodeStates was made (the
+    app's side makes the view and knows no blocks; the one thread that judges,
+    the controller's loop, sets it); with none set, it is a LookupError naming
+    the node, never b"".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from typing import TypeVar
 
 from snapmesh.v1 import snapmesh_pb2 as pb
 
+T = TypeVar("T")
 # L3: (entry, snapshot id) -> the state a listed entry stands for
 Reader = Callable[[pb.NodeBalance, str], bytes]
-_READER: ContextVar[Reader | None] = ContextVar("lazystates_reader", default=None)
+_readers: list[Reader] = []  # set by `with_reader`, the innermost last
 
 
-@contextmanager
-def reading(read: Reader) -> Iterator[None]:
-    """NodeStates made within read listed states through `read` (L3)."""
-    token = _READER.set(read)
+def with_reader(read: Reader, action: Callable[[], T]) -> T:
+    """`action()`, the NodeStates made meanwhile reading listed states through `read` (L3)."""
+    _readers.append(read)
     try:
-        yield
+        return action()
     finally:
-        _READER.reset(token)
+        _readers.pop()
 
 
 def _listed(node: pb.NodeBalance) -> bool:
@@ -51,7 +51,7 @@ class NodeStates(Mapping[str, bytes]):
     def __init__(self, snapshot: pb.Snapshot) -> None:
         self._nodes = {node.node_id: node for node in snapshot.nodes}
         self._snapshot_id = snapshot.snapshot_id
-        self._read = _READER.get()
+        self._read = _readers[-1] if _readers else None
 
     def __getitem__(self, node_id: str) -> bytes:
         try:
