@@ -27,7 +27,9 @@ import grpc
 from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.services.controller.blockdir import kept_reader
 from snapmesh.protocol import blocks, chunking
-from snapmesh.protocol.controller import answers, cluster, journalblocks, listing, statuses
+from snapmesh.protocol.appstate import digest
+from snapmesh.protocol.controller import answers, blockforms, cluster, journalblocks, listing, statuses
+from snapmesh.protocol.controller.knownblocks import DEFAULT_MAX_BYTES as KNOWN_MAX_BYTES
 from snapmesh.protocol.controller.knownblocks import KnownBlocks
 from snapmesh.protocol.controller.refusals import MissingBlocks
 from snapmesh.protocol.controller.tracker import UnknownSnapshot
@@ -67,6 +69,11 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.interval_s = 0.0  # periodic snapshots (main sets it): GetCluster tells clients
         self._calls = itertools.count(1)  # names each report's pins (journalblocks.py JB1)
         self._known = KnownBlocks()  # each node's last state's blocks (knownblocks.py)
+        # Listed states (blockforms.py) are read by block: those kept here first, then the store's
+        engine.machine.tracker.forms.reader = engine.writer.store.reader = self._block_reader
+        engine.machine.tracker.forms.states = self._joined
+        # each node's last listed state, joined (the bytes the kept blocks are cut from: no copy)
+        self._states: dict[str, tuple[tuple[bytes, ...], bytes]] = {}
 
     async def mode_mismatch(self, retry_s: float = 0.5) -> str:
         """Ask every node its snapshot_mode and its app (GetState, retried until it
@@ -111,7 +118,41 @@ class ControllerService(pb_grpc.ControllerServicer):
             snapshot = await self.engine.stop(request.initiator)
         else:
             snapshot = await self.engine.trigger(request.initiator, broadcast=request.broadcast, wait=request.wait)
-        return answers.bounded(snapshot, state_bytes=self._state_bytes)
+        return answers.bounded(snapshot, state_bytes=self._state_bytes, whole=self._whole)
+
+    def _whole(self, snapshot: pb.Snapshot) -> pb.Snapshot:
+        """The whole form of a snapshot with listed states (answers.py BA5), read by block."""
+        return self.engine.machine.tracker.forms.whole(snapshot)
+
+    def _joined(self, names: tuple[bytes, ...]) -> bytes | None:
+        """The state `names` make, when it is a node's last listed one (blockforms.py `states`)."""
+        for held, state in list(self._states.values()):
+            if held == names:
+                return state
+        return None
+
+    def _hold(self, node_id: str, names: tuple[bytes, ...], state: bytes) -> None:
+        """Keep the node's last listed state joined, within KnownBlocks' bound (older ones leave first)."""
+        states = dict(self._states)  # swapped in with one assignment: a reader in another thread sees one
+        states.pop(node_id, None)
+        states[node_id] = (names, state)
+        while states and sum(len(s) for _, s in states.values()) > KNOWN_MAX_BYTES:
+            del states[next(iter(states))]
+        self._states = states
+
+    def _block_reader(self) -> Callable[[bytes], bytes | None]:
+        """A reader of blocks by name: the kept ones (each with its file, and hashed:
+        blockdir.py D5), else the store's file, checked against its name (blocks.py B3)."""
+        files = self.engine.writer.store.blocks
+        known = kept_reader(self._known.reader(""), files)  # a kept block only as its name says (D5)
+
+        def read(name: bytes) -> bytes | None:
+            if (block := known(name)) is not None:
+                return block
+            block = files.read(name)
+            return block if block is not None and blocks.block_hash(block) == name else None
+
+        return read
 
     async def _snapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
         try:
@@ -153,16 +194,28 @@ class ControllerService(pb_grpc.ControllerServicer):
         merge = listing.Merge(listing.held(machine.ids(), machine.status, start, status), start.after, start.batch)
         while not merge.done:
             ids = merge.take(store.index.after(merge.cursor, status, start.batch))
-            found = {sid: self.engine.find(sid, stored=False) for sid in ids}  # None: filed, or filed meanwhile
+            found = {sid: self._held(sid) for sid in ids}  # None: filed, or filed meanwhile
             found |= await asyncio.to_thread(_load_each, store, [sid for sid in ids if found[sid] is None])
             for sid in ids:
                 yield found[sid]
+
+    def _held(self, snapshot_id: str) -> pb.Snapshot | None:
+        """A snapshot the machine holds, as a page shows it (None: it holds none): its
+        listed states (blockforms.py) read whole only when the page would show them."""
+        tracker = self.engine.machine.tracker
+        try:
+            snapshot = tracker.listed(snapshot_id)
+        except UnknownSnapshot:
+            return None
+        if blockforms.listed(snapshot) and blockforms.state_bytes(snapshot) <= self._state_bytes:
+            snapshot = tracker.forms.whole(snapshot)  # answers.py BA1: the page shows them
+        return snapshot
 
     async def WatchSnapshots(self, request: pb.WatchSnapshotsRequest, context) -> AsyncIterator[pb.Snapshot]:
         try:
             with self.engine.watchers.subscribe() as updates:
                 async for snapshot in updates:
-                    yield answers.bounded(snapshot, state_bytes=self._state_bytes)
+                    yield answers.bounded(snapshot, state_bytes=self._state_bytes, whole=self._whole)
         except FellBehind as behind:
             code, details = statuses.dropped(behind)
             await context.abort(grpc.StatusCode[code], details)
@@ -197,17 +250,31 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     def _whole_report(self, sent: pb.FullState, call: int) -> pb.FullState:
         """The report `sent` as blocks stood for, its references read from the store's
-        blocks, which are pinned first (journalblocks.py JB1; a thread)."""
+        blocks, which are pinned first (journalblocks.py JB1; a thread). A large state
+        stays its block list (blockforms.py): the report in listed form, its state's
+        size and digest noted for the tracker; a small one is rebuilt whole."""
         store = self.engine.writer.store
         missing = store.pin(sent.snapshot_id, journalblocks.held(sent), call)
         if not missing:
-            whole, missing, named = blocks.whole_state(sent, store.blocks.read, self._on_disk(sent.node_id))
-            if whole is not None:
-                self._known.keep(sent.node_id, named)  # type: ignore[arg-type]
+            named, missing = blockforms.joined(sent, store.blocks.read, self._on_disk(sent.node_id))
+            if named is not None:
+                self._known.keep(sent.node_id, named)
                 listed = set(sent.state_blocks.hashes)
                 carried = {name: block for block in sent.blocks if (name := blocks.block_hash(block)) in listed}
                 store.keep(sent.snapshot_id, listed, carried, call)  # held for the next report at once
-                return whole
+                if len(named.state) <= blockforms.LISTED_BYTES:  # BF2
+                    whole = pb.FullState()
+                    whole.CopyFrom(sent)
+                    whole.ClearField("state_blocks")
+                    whole.ClearField("blocks")
+                    whole.state = named.state
+                    return whole
+                report = blockforms.listed_report(sent, named.names)
+                self._hold(sent.node_id, tuple(named.names), named.state)
+                sizes = tuple(end - start for start, end in named.bounds)
+                self.engine.machine.tracker.forms.note(
+                    report, blockforms.BlockList(tuple(named.names), sizes, digest(named.state)))
+                return report
             store.lacks(missing)  # the state sent whole next writes them again
             self.engine.writer.unpin(sent.snapshot_id, call)
         shown = ", ".join(f"sha256:{name.hex()}" for name in missing[:3]) + (" ..." if len(missing) > 3 else "")

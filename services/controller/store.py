@@ -43,6 +43,12 @@ snapshot is filed or retired (`StoreWriter.unpin`): neither a deletion nor the
 sweep removes a pinned block. The blocks a report carried are written and
 pinned when it is taken (`keep`), not when its snapshot is filed: the node's
 next report names them as held, and the snapshot may not be filed yet.
+
+A snapshot handed in with its large states as block lists (the tracker's listed
+form, snapmesh/protocol/controller/blockforms.py) is filed as it is: its
+manifests are the stored form's, their blocks already on disk and pinned (`keep`),
+so nothing is cut or hashed again; only the checksum, of the whole form, reads
+its blocks (`reader`, each checked against its name), off the reply path.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from snapmesh.services.controller import export
 from snapmesh.services.controller.blockdir import BlockDir
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol import blocks
+from snapmesh.protocol.controller import blockforms
 from snapmesh.protocol.controller.blockpins import BlockPins
 from snapmesh.protocol.controller.blockrefs import BlockRefs
 from snapmesh.serving.durable import fsync_dir, write_atomically
@@ -140,6 +147,8 @@ class SnapshotStore:
         self._parts: dict[str, dict[str, tuple[int, ...]]] = {}  # snapshot id -> node -> its report's parts
         self._parts_lock = threading.Lock()
         self._lacking: set[bytes] = set()  # blocks a report named and this store lacked: written again when filed
+        # Listed states' blocks by name (blockforms.py; the controller's servicer sets it): a reader per state read
+        self.reader: Callable[[], Callable[[bytes], bytes | None]] | None = None
 
     def lacks(self, names: list[bytes]) -> None:
         """Blocks that stored snapshots reference and that are not on disk (or not as
@@ -213,7 +222,8 @@ class SnapshotStore:
         and the states' bytes in all (from the blocks: a read of a state is a copy)."""
         with self._parts_lock:
             parts = self._parts.pop(snapshot.snapshot_id, {})
-        stored, named = blocks.stored_form(snapshot, parts)
+        stored, named = _stored_form(snapshot, parts)
+        listed = {name for node in snapshot.nodes if blockforms.is_listed(node) for name in node.state_blocks.hashes}
         # A block a stored snapshot already references is on disk, durably (it was
         # written before that manifest): no look at its file, unless a report found
         # it lacking. On a second snapshot of a mostly unchanged state, that is every
@@ -221,16 +231,23 @@ class SnapshotStore:
         with self._parts_lock:
             lacking, self._lacking = self._lacking, set()
         new = {name: block for name, block in named.items() if not self.refs.referenced(name) or name in lacking}
+        if lacking & listed and self.reader is not None:  # a listed state's blocks were written at `keep`, but lost
+            read = self.reader()
+            new.update({name: block for name in lacking & listed if (block := read(name)) is not None})
         written, size = self.blocks.write(new)
         if written:
-            log.info("snapshot %s: %d new blocks (%d bytes) of %d", snapshot.snapshot_id, written, size, len(named))
-        data, digest = snapshot_file.sealed_bytes(snapshot, stored)
+            log.info("snapshot %s: %d new blocks (%d bytes) of %d", snapshot.snapshot_id, written, size,
+                     len(named) + len(listed))
+        whole = blockforms.BlockForms(self.reader).whole(snapshot)  # the checksum's: of the whole form (B1)
+        data, digest = snapshot_file.sealed_bytes(whole, stored)
         with self._refs_lock:  # before the file: a crash leaves garbage, never a gap
-            freed = self.refs.hold(snapshot.snapshot_id, named)
+            freed = self.refs.hold(snapshot.snapshot_id, named.keys() | listed)
         write_atomically(self.compact_path(snapshot.snapshot_id), data)
         self._delete_unheld(freed)
         self.index.add(snapshot.snapshot_id, snapshot.status)
-        return digest, stored, sum(len(named[name]) for node in stored.nodes for name in node.state_blocks.hashes)
+        inline = sum(len(named[name]) for original, node in zip(snapshot.nodes, stored.nodes, strict=True)
+                     if not blockforms.is_listed(original) for name in node.state_blocks.hashes)
+        return digest, stored, inline + sum(node.state_bytes for node in snapshot.nodes if blockforms.is_listed(node))
 
     def delete(self, snapshot_id: str) -> int:
         """Both files of `snapshot_id` (retention), durably, then the blocks no
@@ -257,6 +274,8 @@ class SnapshotStore:
         whole snapshot's, as in the `.pb`). `state_bytes`: the states' size, when known."""
         if stored is not None and (state_bytes if state_bytes >= 0 else _state_bytes(snapshot)) > EXPORT_INLINE_BYTES:
             snapshot = stored
+        elif blockforms.listed(snapshot):  # inline: its states' bytes, read by block
+            snapshot = blockforms.BlockForms(self.reader).whole(snapshot)
         text = export.snapshot_json(snapshot, digest or snapshot_file.checksum(snapshot))
         return write_atomically(self.path(snapshot.snapshot_id), (text + "\n").encode("utf-8"))
 
@@ -339,7 +358,17 @@ class SnapshotStore:
 
 
 def _state_bytes(snapshot: pb.Snapshot) -> int:
-    return sum(len(node.state) for node in snapshot.nodes)
+    return blockforms.state_bytes(snapshot)
+
+
+def _stored_form(snapshot: pb.Snapshot, parts=None) -> tuple[pb.Snapshot, dict[bytes, bytes]]:
+    """blocks.stored_form, of a snapshot whose listed states (blockforms.py) are
+    manifests already: they stay so, without the size the listed form notes."""
+    stored, named = blocks.stored_form(snapshot, parts or {})
+    for node in stored.nodes:
+        if node.HasField("state_blocks"):
+            node.ClearField("state_bytes")
+    return stored, named
 
 
 def _listing(directory: Path, pattern: str) -> list[Path]:
@@ -419,7 +448,7 @@ class StoreWriter:
                     self._on_filed(sid)
                 if json:
                     if stored is None and (size := _state_bytes(snapshot)) > EXPORT_INLINE_BYTES:
-                        stored = blocks.stored_form(snapshot)[0]  # its `.pb`, and so its blocks, are filed
+                        stored = _stored_form(snapshot)[0]  # its `.pb`, and so its blocks, are filed
                     self.store.export_json(snapshot, digest, stored, size)
             except OSError as exc:
                 log.error("cannot write snapshot %s: %s (the journal still holds it)", sid, exc)

@@ -32,6 +32,11 @@ accepted the state, refused it for good, or the snapshot was aborted (an
 abort's removal also goes through the log, so it follows the save). A restarted node reports what it finds there
 (`resume`), except a state resting on records that never reached the log: the
 snapshot then runs again here when its markers are resent.
+
+A state of more than reportblocks.INLINE_BYTES is saved as blocks, each once
+(services/node/reportblocks.py RK1-RK4): the file holds its manifest, and the
+round writes only the blocks no earlier save wrote (those that changed), hashed
+only where they changed, in the round's thread, with the same one sync.
 """
 
 from __future__ import annotations
@@ -50,10 +55,11 @@ from google.protobuf.message import DecodeError
 from snapmesh.services.node.channels import backoff_delay
 from snapmesh.services.node.hops import ReportHops
 from snapmesh.services.node.metrics import NodeMetrics
+from snapmesh.services.node.reportblocks import INLINE_BYTES, ReportBlocks, manifest
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.serving.durable import write_atomically, write_unsynced
-from snapmesh.protocol import chunking
+from snapmesh.protocol import blocks, chunking
 from snapmesh.protocol.node import core
 from snapmesh.protocol.reports import report_message
 from snapmesh.settings import security
@@ -103,6 +109,8 @@ class PendingReports:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        self.blocks = ReportBlocks(directory / "blocks")  # a large state's, each once (reportblocks.py)
+        self.named: dict[str, blocks.Named] = {}  # by snapshot: a state saved as blocks, cut and named, until sent
 
     def _path(self, snapshot_id: str) -> Path:
         return self.directory / (hashlib.sha256(snapshot_id.encode()).hexdigest()[:32] + self.SUFFIX)
@@ -123,9 +131,21 @@ class PendingReports:
     def save(self, message: pb.FullState, lsn: int) -> None:
         self.write(message.snapshot_id, self.encode(message, lsn))
 
+    def save_unsynced(self, message: pb.FullState, lsn: int, state: bytes) -> list[Path]:
+        """`message` (whose state is `state`) saved for a sync that follows (the log
+        round's): a large state's new blocks, then the file (RK1); every path written."""
+        if len(state) <= INLINE_BYTES:
+            return [self.write_unsynced(message.snapshot_id, self.encode(message, lsn))]
+        named, written = self.blocks.save(message.snapshot_id, state, tuple(message.state_parts))
+        self.named[message.snapshot_id] = named  # the report's form takes its names (RK4)
+        return [*written, self.write_unsynced(message.snapshot_id, self.encode(manifest(message, named.names), lsn))]
+
     def remove(self, snapshot_id: str) -> None:
         # No directory fsync: a file that comes back after a crash is reported
-        # again, and the controller answers a repeated report for good.
+        # again, and the controller answers a repeated report for good (or, its
+        # blocks gone since, `load` drops it).
+        self.blocks.forget(snapshot_id)
+        self.named.pop(snapshot_id, None)
         self._path(snapshot_id).unlink(missing_ok=True)
 
     def load(self) -> list[tuple[pb.FullState, int]]:
@@ -133,6 +153,7 @@ class PendingReports:
         drops temp files a crash left. Raises CorruptReportError."""
         self.directory.mkdir(exist_ok=True)
         found = []
+        listed: dict[str, list[bytes]] = {}  # the reports saved as blocks: their blocks stay (RK2)
         for path in sorted(self.directory.iterdir(), key=lambda p: (p.stat().st_mtime_ns, p.name)):
             if path.suffix == ".tmp":
                 path.unlink()  # never renamed into place: its snapshot's records are not durable either
@@ -160,7 +181,19 @@ class PendingReports:
                 raise CorruptReportError(f"{path}: the FullState does not parse ({exc})") from None
             if path != self._path(message.snapshot_id):
                 raise CorruptReportError(f"{path}: holds snapshot {message.snapshot_id!r}, not the one it is named for")
+            if message.HasField("state_blocks") and not message.HasField("state"):  # saved as blocks (RK1, RK3)
+                names = list(message.state_blocks.hashes)
+                state, why = self.blocks.state(names)
+                if state is None:
+                    log.warning("%s: a pending report saved as blocks whose %s (power lost while it was "
+                                "synced, or it was sent since); dropping it", path, why)
+                    path.unlink()
+                    continue
+                listed[message.snapshot_id] = names
+                message.ClearField("state_blocks")
+                message.state = state
             found.append((message, int(lsn_text)))
+        self.blocks.sweep(listed)
         return found
 
 
@@ -197,17 +230,19 @@ class StateReporter:
         self._kept[message.snapshot_id] = (message, lsn)
         self._hops.finished(message)
         if self._pending is not None:
-            data = self._pending.encode(message, lsn)
-            self._log.before_records(functools.partial(self._save, message.snapshot_id, data), len(data))
+            state = message.state if message.HasField("state") else b""  # read once: each read is a copy
+            save = functools.partial(self._save, message, lsn, state)
+            self._log.before_records(save, len(state) + 1024)  # its size picks the round's path (translog.py)
 
-    def _save(self, snapshot_id: str, data: bytes) -> list[Path]:
+    def _save(self, message: pb.FullState, lsn: int, state: bytes) -> list[Path]:
         """Run by the log's round (on the event loop or its worker thread); the
-        file it wrote, which the round syncs with its records."""
+        files it wrote, which the round syncs with its records. The report is
+        not sent before the round is durable, so nothing changes it meanwhile."""
         assert self._pending is not None
         try:
-            return [self._pending.write_unsynced(snapshot_id, data)]
+            return self._pending.save_unsynced(message, lsn, state)
         except OSError as exc:  # reported all the same, only not crash-safe
-            log.error("snapshot %s: cannot keep the state for a report after a crash: %s", snapshot_id, exc)
+            log.error("snapshot %s: cannot keep the state for a report after a crash: %s", message.snapshot_id, exc)
             return []
 
     def send(self, snapshot_id: str) -> None:
@@ -309,9 +344,11 @@ class StateReporter:
         # SentBlocks keeps its state's blocks: a restore may come as blocks (heldblocks.py); set
         # before forming, so the state sent whole after a refusal says so too
         message.holds_blocks = True
-        if len(message.state) <= INLINE_FORM_BYTES:
+        # its save cut and named the state already (reportblocks.py RK4): named once
+        named = self._pending.named.pop(message.snapshot_id, None) if self._pending is not None else None
+        if named is None and len(message.state) <= INLINE_FORM_BYTES:
             return self._blocks.form(message)
-        return await asyncio.to_thread(self._blocks.form, message)
+        return await asyncio.to_thread(self._blocks.form, message, named)
 
     @property
     def blocks(self) -> SentBlocks:

@@ -33,8 +33,13 @@ class SentBlocks:
         """The last state formed, cut, and its blocks' hashes (a restore as blocks reads it too)."""
         return self._last
 
-    def form(self, report: pb.FullState) -> tuple[pb.FullState, set[bytes]]:
-        """What to send for `report` (it, or it as blocks), and its state's blocks (for `accepted`)."""
+    def form(self, report: pb.FullState, named: blocks.Named | None = None) -> tuple[pb.FullState, set[bytes]]:
+        """What to send for `report` (it, or it as blocks), and its state's blocks (for
+        `accepted`). `named`: its state cut and named already (a pending report's save)."""
+        if named is not None:  # not read again (a read is a copy), not compared again
+            self._last = named
+            sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set(), named)
+            return (report if sent is None else sent), names
         known = None
         state = report.state if report.HasField("state") else b""  # read once: each read is a copy
         if state:

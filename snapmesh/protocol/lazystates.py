@@ -13,24 +13,56 @@ L1. Its keys are the snapshot's node ids, in the snapshot's order; each value is
     that node's `state`, read anew at every access (equal each time: the snapshot
     is not changed while a check runs).
 L2. An id that is not a node of the snapshot is a KeyError naming it.
+L3. A node whose state the snapshot holds as its block list (the controller's
+    listed form, snapmesh/protocol/controller/blockforms.py) is read by block,
+    through the reader `with_reader` set while the NodeStates was made (the
+    app's side makes the view and knows no blocks; the one thread that judges,
+    the controller's loop, sets it); with none set, it is a LookupError naming
+    the node, never b"".
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import TypeVar
 
 from snapmesh.v1 import snapmesh_pb2 as pb
+
+T = TypeVar("T")
+# L3: (entry, snapshot id) -> the state a listed entry stands for
+Reader = Callable[[pb.NodeBalance, str], bytes]
+_readers: list[Reader] = []  # set by `with_reader`, the innermost last
+
+
+def with_reader(read: Reader, action: Callable[[], T]) -> T:
+    """`action()`, the NodeStates made meanwhile reading listed states through `read` (L3)."""
+    _readers.append(read)
+    try:
+        return action()
+    finally:
+        _readers.pop()
+
+
+def _listed(node: pb.NodeBalance) -> bool:
+    return node.HasField("state_blocks") and not node.HasField("state")
 
 
 class NodeStates(Mapping[str, bytes]):
     def __init__(self, snapshot: pb.Snapshot) -> None:
         self._nodes = {node.node_id: node for node in snapshot.nodes}
+        self._snapshot_id = snapshot.snapshot_id
+        self._read = _readers[-1] if _readers else None
 
     def __getitem__(self, node_id: str) -> bytes:
         try:
             node = self._nodes[node_id]
         except KeyError:
             raise KeyError(f"no node {node_id!r} in this snapshot (its nodes: {', '.join(self._nodes)})") from None
+        if _listed(node):
+            if self._read is None:
+                raise LookupError(f"node {node_id!r} of snapshot {self._snapshot_id}: its state is a block list "
+                                  "and no reader of blocks was set (lazystates.reading)")
+            return self._read(node, self._snapshot_id)
         return node.state
 
     def __iter__(self) -> Iterator[str]:
@@ -40,5 +72,6 @@ class NodeStates(Mapping[str, bytes]):
         return len(self._nodes)
 
     def __repr__(self) -> str:
-        sizes = ", ".join(f"{node_id!r}: <{len(node.state)} bytes>" for node_id, node in self._nodes.items())
+        sizes = ", ".join(f"{node_id!r}: <{node.state_bytes if _listed(node) else len(node.state)} bytes>"
+                          for node_id, node in self._nodes.items())
         return f"NodeStates({{{sizes}}})"

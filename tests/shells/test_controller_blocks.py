@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol import blocks
+from snapmesh.protocol.controller.blockforms import BlockForms
 from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.services.node.sentblocks import SentBlocks
@@ -232,7 +233,9 @@ def test_back_to_back_reports_as_blocks_are_taken_before_the_first_snapshot_is_f
     the pins of snapshots retired unfiled, or of a report refused."""
     store = new_store(tmp_path)
     writer = StoreWriter(store, on_filed=lambda sid: None)
-    service = ControllerService(SimpleNamespace(writer=writer))  # type: ignore[arg-type]
+    forms = BlockForms()  # the tracker's: the listed reports' sizes and digests (blockforms.py)
+    service = ControllerService(SimpleNamespace(writer=writer, machine=SimpleNamespace(  # type: ignore[arg-type]
+        tracker=SimpleNamespace(forms=forms))))
     node = SentBlocks()
     state = bytearray(random.Random(7).randbytes(16 * B))
     for call, sid in enumerate(["s1", "s2", "s3"], start=1):
@@ -244,8 +247,14 @@ def test_back_to_back_reports_as_blocks_are_taken_before_the_first_snapshot_is_f
             service._know(sent, call)  # what ReportState does for a report that came whole
         else:
             assert len(sent.blocks) == 1  # the changed block only: the others are held
-            whole = service._whole_report(sent, call)  # no MissingBlocks though s1 is not filed
-            assert whole.state == bytes(state)
+            listed = service._whole_report(sent, call)  # no MissingBlocks though s1 is not filed
+            assert not listed.HasField("state") and not listed.blocks  # 128 KiB: its block list (BF2)
+            noted = forms.of(listed)
+            assert noted is not None and noted.size == len(state)
+            assert noted.digest == "sha256:" + hashlib.sha256(bytes(state)).hexdigest()
+            entry = pb.NodeBalance(node_id="p1")
+            forms.fill(entry, noted)
+            assert forms.state(entry, sid) == bytes(state)  # read back by block, kept or on disk
         node.accepted(pb.ReportStateResponse(takes_blocks=True), names)
     written = block_files(tmp_path)
     assert len(written) == 18 and store.sweep() == ""  # 16 and the 2 changed ones, each pinned

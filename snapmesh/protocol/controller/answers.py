@@ -21,12 +21,20 @@ BA4. An answer that must fit (TriggerSnapshot, WatchSnapshots) and is still
     in-flight lists (in_flight_omitted), as a page entry already is (listing L3);
     GetSnapshot instead refuses it, as it did (listing L4).
 
+BA5. A snapshot whose large states the controller holds as block lists (the
+    tracker's listed form, blockforms.py BF1) is answered as its whole form is:
+    BA2 by the lists' sizes and digests, without reading a block; else the whole
+    form (`whole`, which reads them).
+
 The held snapshot is never changed: what is left out is left out of a copy.
 Pure: no I/O; the servicer hands in the snapshot and the bounds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from snapmesh.protocol.controller import blockforms
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 DEFAULT_STATE_BYTES = 4 * 1024 * 1024  # BA1: in all, the nodes' states together
@@ -36,7 +44,7 @@ DEFAULT_MAX_BYTES = 4 * 1024 * 1024 - 64 * 1024
 
 def state_total(snapshot: pb.Snapshot) -> int:
     """The bytes of every node's state in `snapshot` (0 for the bank's)."""
-    return sum(len(n.state) for n in snapshot.nodes if n.HasField("state"))
+    return blockforms.state_bytes(snapshot)
 
 
 def leave_out_states(snapshot: pb.Snapshot) -> pb.Snapshot:
@@ -56,6 +64,12 @@ def _without_states(snapshot: pb.Snapshot) -> tuple[pb.Snapshot, int]:
     for node in snapshot.nodes:
         fields = {field.name: value for field, value in node.ListFields()}
         state = fields.pop("state", None)
+        if "state_blocks" in fields and state is None:  # listed (BA5): its size is noted
+            del fields["state_blocks"]
+            entry = answer.nodes.add(**fields)
+            entry.state_omitted = True
+            total += entry.state_bytes
+            continue
         entry = answer.nodes.add(**fields)
         if state is not None:
             entry.state_bytes = len(state)
@@ -73,10 +87,16 @@ def leave_out_in_flight(snapshot: pb.Snapshot) -> None:
 
 
 def bounded(snapshot: pb.Snapshot, *, state_bytes: int = DEFAULT_STATE_BYTES, max_bytes: int = DEFAULT_MAX_BYTES,
-            must_fit: bool = True) -> pb.Snapshot:
+            must_fit: bool = True, whole: Callable[[pb.Snapshot], pb.Snapshot] | None = None) -> pb.Snapshot:
     """What an answer of `snapshot` carries: itself (BA1), or a copy with its
     states left out (BA2) and, when it `must_fit` and still does not, its in-flight
-    lists too (BA4)."""
+    lists too (BA4). `whole`: the whole form of a snapshot with listed states (BA5)."""
+    if blockforms.listed(snapshot):
+        without, total = _without_states(snapshot)
+        if total > state_bytes or whole is None:
+            snapshot = without  # BA2 (and never a listed form to a client)
+        else:
+            snapshot = whole(snapshot)
     answer = snapshot  # BA1
     if any(node.HasField("state") for node in snapshot.nodes):  # a bank snapshot is never copied here
         without, total = _without_states(snapshot)

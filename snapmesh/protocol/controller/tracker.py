@@ -39,6 +39,11 @@ T7. A report costs the tracker its node and the channels it lists, not the node'
 T8. Completing costs the nodes and the channels that hold messages, not every
     channel: a COMPLETE snapshot is kept compact (channel_list.py), with its
     topology, and every channel is listed (T3) only in what the tracker hands out.
+T9. A large state that came as its block list (blockforms.py, `forms`) is kept
+    as that list, never as bytes: the snapshot the tracker's report, fail and
+    expire give (the machine's effects: answers, watchers, files) holds it so
+    (BF1's listed form), what `get` and `all` give holds it whole, and the app's
+    invariants read it by block (lazystates.py L3).
 
 Errors: `UnknownSnapshot` (no such id), `InvalidReport` (the report is
 malformed for this topology), `DuplicateReport` (this node already reported
@@ -55,12 +60,12 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
+from snapmesh.protocol import lazystates
 from snapmesh.protocol.appstate import digest, without_figures
 from snapmesh.protocol.controller.appside import AppSide, PartRefused
-from snapmesh.protocol.controller import channel_list, reportsize
-from snapmesh.protocol.controller.assembly import add_node_stats, recorded_channels
+from snapmesh.protocol.controller import blockforms, channel_list, reportsize
+from snapmesh.protocol.controller.assembly import add_node_stats, incoming, recorded_channels, timestamp
+from snapmesh.protocol.controller.assembly import duration_s  # noqa: F401  (the tracker's, as it was)
 from snapmesh.protocol.controller.retention import Retention
 from snapmesh.protocol.controller.snapshot_ids import new_snapshot_id, snapshot_id_problem  # noqa: F401  (the tracker's ids)
 from snapmesh.protocol.topology import Topology
@@ -144,7 +149,7 @@ class Tracker:
         self.topology = topology
         self.snapshot_mode = snapshot_mode
         self.deadline_s = deadline_s
-        self._incoming = _incoming(topology)
+        self._incoming = incoming(topology)
         self._channels = channel_list.ChannelList(topology)
         self._pending: dict[str, _Pending] = {}
         self._finished: dict[str, pb.Snapshot] = {}  # in the order they finished (or were loaded)
@@ -154,17 +159,26 @@ class Tracker:
         self.kept = kept
         self.epoch = 1  # the cluster's epoch: one more per restore; older reports are refused
         self.side: AppSide = checker
+        self.forms = blockforms.BlockForms()  # T9: the shell notes listed reports and reads their blocks
 
     def adopt(self, topology: Topology) -> None:
         """Run on another node set from here on (a rescale's restore starts: no snapshot is pending)."""
         assert not self._pending, "a topology adopted with snapshots pending"
         self.topology = topology
-        self._incoming = _incoming(topology)
+        self._incoming = incoming(topology)
         self._channels = channel_list.ChannelList(topology)
 
     # -- queries
 
     def get(self, snapshot_id: str) -> pb.Snapshot:
+        if snapshot_id in self._pending:
+            return _copy(self._pending[snapshot_id].snapshot)
+        if snapshot_id in self._finished:
+            return self.forms.whole(self._handed_out(snapshot_id))  # T9: whole to a reader
+        raise UnknownSnapshot(f"no snapshot {snapshot_id!r}")
+
+    def listed(self, snapshot_id: str) -> pb.Snapshot:
+        """`get`, its large states as block lists (T9): for a reader that leaves them out."""
         if snapshot_id in self._pending:
             return _copy(self._pending[snapshot_id].snapshot)
         if snapshot_id in self._finished:
@@ -214,7 +228,7 @@ class Tracker:
             snapshot_id=snapshot_id,
             initiator=initiator,
             status=IN_PROGRESS,
-            started_at=_timestamp(now.wall),
+            started_at=timestamp(now.wall),
             epoch=self.epoch if epoch is None else epoch,
         )
         self._pending[snapshot_id] = _Pending(snapshot=snapshot, deadline=now.mono + self.deadline_s)
@@ -272,8 +286,10 @@ class Tracker:
     def report(self, state: pb.FullState, now: Now) -> Reported:
         """Accept one node's part; returns the snapshot (COMPLETE once all reported)."""
         pending, items = self._check_report(state)
-        if pending is None:
-            return Reported(self.get(state.snapshot_id), duplicate=True)
+        if pending is None:  # listed (T9): the caller reads nothing of it
+            sid = state.snapshot_id
+            return Reported(_copy(self._pending[sid].snapshot) if sid in self._pending else self._handed_out(sid),
+                            duplicate=True)
         # Kept as it came, not copied: a report is the caller's to hand over (the
         # servicer's request, never touched again), and an app's state in it is
         # the bulk of a snapshot, copied once more into the snapshot at its end.
@@ -327,7 +343,9 @@ class Tracker:
                     return None, {}
                 # Overtake: the channels shown were merged from the senders' outboxes too (O3),
                 # so a repeat (a call that timed out while held) is known by its entry alone.
-                if self.snapshot_mode == "overtake" and without_figures(self._entry(state)) == without_figures(entry):
+                if self.snapshot_mode == "overtake" and \
+                        without_figures(blockforms.comparable(self._entry(state))) == \
+                        without_figures(blockforms.comparable(entry)):
                     return None, {}
                 raise DuplicateReport(
                     f"node {state.node_id!r} already reported snapshot {state.snapshot_id!r} (now complete) "
@@ -380,7 +398,7 @@ class Tracker:
             pending.sizes[node] = self._fill(snapshot.nodes.add(), pending.reports[node])
         recorded_channels(snapshot.channels, list(pending.reports.values()), pending.recorded, side,
                           self._channels, overtake=self.snapshot_mode == "overtake")
-        side.judge(snapshot)
+        lazystates.with_reader(self.forms.state, lambda: side.judge(snapshot))  # T9: listed states by block
         self._compact[snapshot.snapshot_id] = self._channels
         return self._finish(pending, COMPLETE, snapshot.reason, now)
 
@@ -390,7 +408,10 @@ class Tracker:
         encoded size (reportsize.py: its state is not encoded again to measure it)."""
         entry.node_id = report.node_id
         size = None
-        if report.HasField("state"):
+        if (listed := self.forms.of(report)) is not None:  # T9
+            self.forms.fill(entry, listed)
+            size = reportsize.listed_size(report, listed.size)
+        elif report.HasField("state"):
             data, size = reportsize.state_and_size(report)  # each read of a bytes field is a copy: one here
             entry.state, entry.state_digest = data, digest(data)
         self.side.node(entry, report)
@@ -410,44 +431,36 @@ class Tracker:
         def key(channels):  # an empty channel says nothing a report that leaves it out does not
             return sorted((c.src, without_figures(c).SerializeToString(deterministic=True)) for c in channels if len(c.in_flight))
 
-        return without_figures(self._entry(state)) == without_figures(entry) and key(state.channels) == key(channels)
+        mine, theirs = (without_figures(blockforms.comparable(e)) for e in (self._entry(state), entry))  # BF4
+        return mine == theirs and key(state.channels) == key(channels)
 
     def _finish(self, pending: _Pending, status: int, reason: str, now: Now) -> pb.Snapshot:
         snapshot = pending.snapshot
         snapshot.status = status
         snapshot.reason = reason
-        snapshot.finished_at.CopyFrom(_timestamp(now.wall))
+        snapshot.finished_at.CopyFrom(timestamp(now.wall))
         stats = snapshot.stats
         elapsed_ns = snapshot.finished_at.ToNanoseconds() - snapshot.started_at.ToNanoseconds()
         stats.end_to_end_duration_ms = max(0, elapsed_ns) / 1e6
-        stats.state_size_bytes = sum(pending.sizes.get(n) or r.ByteSize() for n, r in pending.reports.items())
+        stats.state_size_bytes = sum(pending.sizes.get(n) or self._size(r) for n, r in pending.reports.items())
         stats.in_flight_messages = sum(n.in_flight_messages for n in stats.nodes)
         stats.in_flight_bytes = sum(n.in_flight_bytes for n in stats.nodes)
         del self._pending[snapshot.snapshot_id]
         self._finished[snapshot.snapshot_id] = snapshot
         self._retention.add(snapshot.snapshot_id, status == COMPLETE)
-        return self._handed_out(snapshot.snapshot_id)
+        return self._handed_out(snapshot.snapshot_id)  # listed (T9): the effects' answers and files
+
+    def _size(self, report: pb.FullState) -> int:
+        """A report's encoded size as it came whole (a listed one's by its block list)."""
+        listed = self.forms.of(report)
+        return report.ByteSize() if listed is None else reportsize.listed_size(report, listed.size)
 
     def _handed_out(self, snapshot_id: str) -> pb.Snapshot:
-        """A finished snapshot as it leaves the tracker: a copy, every channel listed (T3, T8)."""
+        """A finished snapshot as it leaves the tracker: a copy, every channel listed (T3, T8),
+        its listed states as block lists (T9)."""
         snapshot = self._finished[snapshot_id]
         channels = self._compact.get(snapshot_id)
         return _copy(snapshot) if channels is None else channels.expand(snapshot)
-
-
-def duration_s(snapshot: pb.Snapshot) -> float:
-    """Seconds from start to finish (0 while in progress)."""
-    if not snapshot.HasField("finished_at"):
-        return 0.0
-    # In whole nanoseconds first, as stats.end_to_end_duration_ms is: seconds since the
-    # epoch as a float keep only about 0.2 us, off by more than a short snapshot's rounding.
-    return max(0, snapshot.finished_at.ToNanoseconds() - snapshot.started_at.ToNanoseconds()) / 1e9
-
-
-def _timestamp(now: float) -> Timestamp:
-    ts = Timestamp()
-    ts.FromNanoseconds(int(round(now * 1e9)))
-    return ts
 
 
 def _copy(message):
@@ -476,11 +489,3 @@ def _check_overtake_parts(state: pb.FullState, incoming: set[str]) -> None:
         if not all(map(operator.lt, seqs, seqs[1:])) or (seqs and seqs[0] == 0):
             raise InvalidReport(f"outbox_runs {node}->{run.dst}: seqs must be positive and increasing")
 
-
-def _incoming(topology: Topology) -> dict[str, set[str]]:
-    """Each node's incoming channels' sources, in one pass over the channels (a node at a
-    time would be O(nodes x channels): a billion steps for a 1,000-node mesh)."""
-    incoming: dict[str, set[str]] = {n: set() for n in topology.nodes}
-    for src, dst in topology.channels:
-        incoming[dst].add(src)
-    return incoming

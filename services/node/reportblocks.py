@@ -1,0 +1,127 @@
+"""The blocks of a node's pending reports, each kept once: `<reports dir>/blocks/<hex>`.
+
+A pending report (reporter.py `PendingReports`) of a large state was a whole
+copy of it, written and synced at every snapshot: 64 MiB for 64 KiB changed,
+on the report's path. Now the file of a state of more than INLINE_BYTES holds
+its manifest (`FullState.state_blocks`, no `state`), and its blocks are files
+named by their SHA-256 (snapmesh/protocol/blocks.py), written only when no
+file has that name yet: a report writes the blocks that changed since the last.
+
+Rules:
+RK1. A report's blocks are written (temporary file, rename; unsynced) before its
+    manifest file, in the same log round, whose one sync makes both durable
+    (translog.py); the paths written are the round's to sync where there is no
+    syncfs. A crash before that sync loses the report as a crash lost the whole
+    file before: `load` drops a manifest whose blocks are not all there, or not
+    as named, with a warning.
+RK2. A block no pending report names and that is not of the last state saved is
+    deleted by the next save (in its round, never while one is written), and by
+    `sweep` at load: the last state's blocks stay, so the next report's
+    unchanged ones are not written again.
+RK3. A state is rebuilt only through its blocks' names: each block file read is
+    checked against its name.
+RK4. The hashes of the last state saved are reused for the next one's blocks that
+    did not change (blocks.py B5: compared at memory speed, not hashed).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from snapmesh.protocol import blocks
+from snapmesh.serving.durable import write_unsynced
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+INLINE_BYTES = 64 * 1024  # a state up to this size stays in its report's file
+
+
+class ReportBlocks:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._on_disk: set[bytes] = set()  # written by a save of this process, or found by `sweep`
+        self._named: dict[str, frozenset[bytes]] = {}  # pending report -> its blocks (RK2)
+        self._last: blocks.Named | None = None  # the last state saved (RK2, RK4)
+        self.hashed = 0  # blocks hashed in all (the others' hashes were reused, RK4)
+
+    def path(self, name: bytes) -> Path:
+        return self.directory / name.hex()
+
+    def save(self, snapshot_id: str, state: bytes, parts: tuple[int, ...]) -> tuple[blocks.Named, list[Path]]:
+        """Write the blocks of `state` (cut into `parts`) that have no file yet (RK1),
+        then delete those nothing needs now (RK2): the state cut and named, and the files written."""
+        named, hashed = blocks.names(state, parts, self._last)
+        self.hashed += hashed
+        written: list[Path] = []
+        view = memoryview(state)
+        for name, (start, end) in zip(named.names, named.bounds, strict=True):
+            if name not in self._on_disk:
+                written.append(write_unsynced(self.path(name), view[start:end]))
+                self._on_disk.add(name)
+        self._named[snapshot_id] = frozenset(named.names)
+        self._last = named
+        self._delete(self._on_disk - self._kept())
+        return named, written
+
+    def forget(self, snapshot_id: str) -> None:
+        """The report of `snapshot_id` is no longer pending: its blocks go at the next save
+        unless the last state or another pending report names them (RK2)."""
+        self._named.pop(snapshot_id, None)
+
+    def state(self, names: list[bytes]) -> tuple[bytes | None, str]:
+        """The state the blocks `names` make (RK3), or None and why not."""
+        parts = []
+        for name in names:
+            try:
+                block = self.path(name).read_bytes()
+            except FileNotFoundError:
+                return None, f"block sha256:{name.hex()} is missing"
+            if blocks.block_hash(block) != name:
+                return None, f"block sha256:{name.hex()} does not hash to its name"
+            parts.append(block)
+        return b"".join(parts), ""
+
+    def sweep(self, pending: dict[str, list[bytes]]) -> None:
+        """At load: `pending` (snapshot id -> its blocks) are the reports found; every
+        other block file, and any temporary one a crash left, goes (RK2)."""
+        self._named = {sid: frozenset(names) for sid, names in pending.items()}
+        self._on_disk = set()
+        if not self.directory.is_dir():
+            return
+        for path in self.directory.iterdir():
+            try:
+                name = bytes.fromhex(path.name)
+            except ValueError:
+                path.unlink(missing_ok=True)  # a temporary file: never renamed into place
+                continue
+            self._on_disk.add(name)
+        self._delete(self._on_disk - self._kept())
+
+    def _kept(self) -> set[bytes]:
+        kept = set(self._last.names) if self._last is not None else set()
+        for names in list(self._named.values()):  # `forget` may run on the loop meanwhile
+            kept.update(names)
+        return kept
+
+    def _delete(self, names: set[bytes]) -> None:
+        for name in names:
+            try:
+                os.unlink(self.path(name))
+            except FileNotFoundError:
+                pass
+            except OSError as exc:  # garbage until the next sweep
+                log.warning("%s: cannot delete an unused block of a pending report: %s", self.path(name), exc)
+                continue
+            self._on_disk.discard(name)
+
+
+def manifest(message: pb.FullState, names: list[bytes]) -> pb.FullState:
+    """`message` with its state as the manifest of its blocks (what the report's file holds)."""
+    out = pb.FullState()
+    out.CopyFrom(message)
+    out.ClearField("state")
+    out.state_blocks.hashes.extend(names)
+    return out

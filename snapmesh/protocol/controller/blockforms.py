@@ -1,0 +1,191 @@
+"""A large state on the controller's report path as its block list, not its bytes, pure.
+
+At 64 MiB a node, every whole copy of a state on the way from a report to its
+answer (rebuilt, kept in the snapshot, read for its digest, copied with the
+snapshot, read for the answer's size) cost more than the snapshot's own work.
+So a report whose state the shell has in blocks reaches the tracker as its
+manifest (`FullState.state_blocks`, no `state`, no carried blocks), with the
+state's size and digest noted here (`note`), and the snapshot's entry for it
+holds that manifest: `state_blocks`, `state_digest` and `state_bytes`, no
+`state`: its "listed" form. The states are read by block only where they are
+needed (`whole`, `lazystates.NodeStates`), through `reader`.
+
+Rules:
+BF1. A listed entry stands for the entry with `state` set to the blocks named,
+    joined, and neither `state_blocks` nor `state_bytes` (`whole`): the
+    snapshot handed out of the tracker for a read (get), the answer with its
+    states and the files are that whole form, byte for byte as when the tracker
+    held the bytes.
+BF2. Only a state of more than LISTED_BYTES is listed: a small state costs
+    nothing to hold, and every reader of a small one (an adapter's v1 figures,
+    the bank's) reads its bytes as before.
+BF3. A block is read through its name only: `whole` names a block `reader` cannot
+    give (BlockMissing), and gives nothing then.
+BF4. A report is compared with an earlier one by its state's size and digest,
+    whichever form either came in (a node's repeat may come whole after a
+    refusal), never by its bytes: equal digests are equal states.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from snapmesh.protocol import blocks
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+LISTED_BYTES = 64 * 1024  # BF2
+NOTES_KEPT = 256  # the reports noted and not yet looked up, at most (a refused one is never looked up)
+
+
+class BlockMissing(LookupError):
+    """A listed state's block that cannot be read (BF3): names the snapshot, node and block."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlockList:
+    """A state as the report path holds it: its blocks' names and sizes, in order, and its digest."""
+
+    hashes: tuple[bytes, ...]
+    sizes: tuple[int, ...]
+    digest: str  # "sha256:<hex>" of the whole state (appstate.digest)
+
+    @property
+    def size(self) -> int:
+        return sum(self.sizes)
+
+
+def is_listed(entry: pb.NodeBalance) -> bool:
+    return entry.HasField("state_blocks") and not entry.HasField("state")
+
+
+def listed(snapshot: pb.Snapshot) -> bool:
+    """Whether any entry of `snapshot` is listed (BF1)."""
+    return any(is_listed(node) for node in snapshot.nodes)
+
+
+def state_bytes(snapshot: pb.Snapshot) -> int:
+    """The bytes of every node's state, listed or not (a listed one by its size)."""
+    return sum(node.state_bytes if is_listed(node) else len(node.state) for node in snapshot.nodes)
+
+
+class BlockForms:
+    def __init__(self, reader: Callable[[], Callable[[bytes], bytes | None]] | None = None) -> None:
+        # The shell's: a reader of blocks by name, each checked against it (None: not held), made
+        # once per state read (it may look at what it holds in memory once for all its blocks).
+        self.reader = reader
+        # The shell's too: the state a manifest names, when it holds it joined already
+        # (the report's own: read without a copy); None when it does not.
+        self.states: Callable[[tuple[bytes, ...]], bytes | None] | None = None
+        self._notes: OrderedDict[tuple[str, str, tuple[bytes, ...]], BlockList] = OrderedDict()
+
+    def note(self, report: pb.FullState, block_list: BlockList) -> None:
+        """`report` (listed: its manifest, no state) stands for a state of `block_list`."""
+        key = (report.snapshot_id, report.node_id, block_list.hashes)
+        self._notes[key] = block_list
+        self._notes.move_to_end(key)
+        while len(self._notes) > NOTES_KEPT:
+            self._notes.popitem(last=False)
+
+    def of(self, report: pb.FullState) -> BlockList | None:
+        """The block list noted for a listed `report` (None: it is not listed)."""
+        if report.HasField("state") or not report.HasField("state_blocks"):
+            return None
+        key = (report.snapshot_id, report.node_id, tuple(report.state_blocks.hashes))
+        found = self._notes.get(key)
+        if found is None:
+            raise LookupError(f"report of {report.node_id} for snapshot {report.snapshot_id} came as a manifest "
+                              "whose size and digest were never noted (the shell notes them first)")
+        return found
+
+    def fill(self, entry: pb.NodeBalance, block_list: BlockList) -> None:
+        """The listed form of a snapshot's entry for a state of `block_list` (BF1)."""
+        entry.state_blocks.hashes.extend(block_list.hashes)
+        entry.state_digest = block_list.digest
+        entry.state_bytes = block_list.size
+
+    def state(self, entry: pb.NodeBalance, snapshot_id: str = "") -> bytes:
+        """The bytes a listed entry stands for, read block by block (BF3)."""
+        if self.reader is None:
+            raise BlockMissing(f"snapshot {snapshot_id}, node {entry.node_id}: its state is listed and "
+                               "nothing reads blocks here")
+        if self.states is not None and (held := self.states(tuple(entry.state_blocks.hashes))) is not None:
+            return held
+        read = self.reader()
+        parts = []
+        for name in entry.state_blocks.hashes:
+            block = read(name)
+            if block is None:
+                raise BlockMissing(f"snapshot {snapshot_id}, node {entry.node_id}, block sha256:{name.hex()}: missing")
+            parts.append(block)
+        return b"".join(parts)
+
+    def whole(self, snapshot: pb.Snapshot) -> pb.Snapshot:
+        """`snapshot` itself when nothing in it is listed, else a copy in whole form (BF1)."""
+        if not listed(snapshot):
+            return snapshot
+        whole = pb.Snapshot()
+        for field, value in snapshot.ListFields():  # field by field: the nodes are built below
+            if field.name != "nodes":
+                whole.MergeFrom(pb.Snapshot(**{field.name: value}))
+        for node in snapshot.nodes:
+            entry = whole.nodes.add()
+            entry.CopyFrom(node)
+            if is_listed(node):
+                entry.ClearField("state_blocks")
+                entry.ClearField("state_bytes")
+                entry.state = self.state(node, snapshot.snapshot_id)
+        return whole
+
+
+def comparable(entry: pb.NodeBalance) -> pb.NodeBalance:
+    """`entry` with its state as its size and digest, whichever form it is in (BF4)."""
+    out = pb.NodeBalance()
+    out.CopyFrom(entry)  # a listed entry, or a small one: nothing large is copied here
+    if out.HasField("state"):
+        out.state_bytes = len(out.state)
+    out.ClearField("state")
+    out.ClearField("state_blocks")
+    return out
+
+
+def joined(
+    sent: pb.FullState, read: Callable[[bytes], bytes | None], known: Callable[[bytes], bytes | None] | None = None,
+) -> tuple[blocks.Named | None, list[bytes]]:
+    """blocks.whole_state's state and its cut, without a report built around it (a
+    state set in a protobuf is copied, and so is each read of it): the blocks a
+    report as blocks names, each from those it carries, else `known` (checked
+    already, blocks.py B7), else `read` and checked against its name; the blocks
+    found nowhere instead, in manifest order (B4)."""
+    carried = {blocks.block_hash(block): block for block in sent.blocks}
+    parts: list[bytes] = []
+    missing: list[bytes] = []
+    for name in sent.state_blocks.hashes:
+        block = carried.get(name)
+        if block is None and known is not None:
+            block = known(name)
+        if block is None and (block := read(name)) is not None and blocks.block_hash(block) != name:
+            block = None  # a corrupt block of the controller's is as good as none
+        if block is None:
+            missing.append(name)
+        else:
+            parts.append(block)
+    if missing:
+        return None, missing
+    cut, start = [], 0
+    for part in parts:
+        cut.append((start, start + len(part)))
+        start += len(part)
+    return blocks.Named(b"".join(parts), cut, list(sent.state_blocks.hashes), {}), []
+
+
+def listed_report(report: pb.FullState, hashes: Iterable[bytes]) -> pb.FullState:
+    """A copy of `report` (whole, or as blocks) in listed form: its manifest, no state, no carried blocks."""
+    out = pb.FullState()
+    for field, value in report.ListFields():
+        if field.name not in ("state", "state_blocks", "blocks"):
+            out.MergeFrom(pb.FullState(**{field.name: value}))
+    out.state_blocks.hashes.extend(hashes)
+    return out
+

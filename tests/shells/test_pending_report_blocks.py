@@ -1,0 +1,96 @@
+"""A node's pending report of a large state is saved as blocks, each once
+(services/node/reportblocks.py RK1-RK4): the file holds the manifest, a later
+report writes only the blocks that changed, a restart reads the state back whole
+from them, and a report whose blocks are not all there (power lost during the
+round's sync) is dropped with a warning, never read back wrong."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from snapmesh.protocol import blocks
+from snapmesh.services.node.reporter import PendingReports
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+B = blocks.BLOCK_BYTES
+
+
+def report(sid: str, state: bytes) -> pb.FullState:
+    return pb.FullState(snapshot_id=sid, node_id="p1", state=state, app_name="blob", app_version=1)
+
+
+def block_files(pending: PendingReports) -> set[str]:
+    directory = pending.blocks.directory
+    return {p.name for p in directory.iterdir()} if directory.is_dir() else set()
+
+
+def test_a_large_state_is_saved_once_and_a_later_one_writes_what_changed(tmp_path):
+    pending = PendingReports(tmp_path / "p1.reports")
+    state = bytearray(random.Random(1).randbytes(32 * B))
+    first = pending.save_unsynced(report("s1", bytes(state)), 7, bytes(state))
+    assert len(first) == 33 and len(block_files(pending)) == 32  # every block, then the file
+    file = first[-1].read_bytes()
+    assert len(file) < 32 * 40  # the manifest: 32 bytes a block, no state
+    pending.remove("s1")  # accepted
+    state[5 * B] ^= 1
+    second = pending.save_unsynced(report("s2", bytes(state)), 9, bytes(state))
+    assert len(second) == 2, "the changed block, then the file"
+    assert len(block_files(pending)) == 32, "the block s1 had there and s2 does not is gone (RK2)"
+    [(message, lsn)] = pending.load()
+    assert (message.snapshot_id, lsn, message.state) == ("s2", 9, bytes(state))
+    assert not message.HasField("state_blocks")
+
+
+def test_a_pending_report_keeps_its_blocks_while_a_later_one_is_saved(tmp_path):
+    pending = PendingReports(tmp_path / "p1.reports")
+    one = random.Random(2).randbytes(16 * B)
+    two = random.Random(3).randbytes(16 * B)  # no block alike
+    pending.save_unsynced(report("s1", one), 1, one)
+    pending.save_unsynced(report("s2", two), 2, two)  # s1 not yet accepted: its blocks stay
+    assert len(block_files(pending)) == 32
+    found = {m.snapshot_id: m.state for m, _ in PendingReports(tmp_path / "p1.reports").load()}
+    assert found == {"s1": one, "s2": two}
+
+
+def test_a_report_whose_block_is_lost_or_wrong_is_dropped_with_a_warning(tmp_path, caplog):
+    pending = PendingReports(tmp_path / "p1.reports")
+    state = random.Random(4).randbytes(16 * B)
+    pending.save_unsynced(report("s1", state), 1, state)
+    victim = pending.blocks.path(blocks.block_hash(state[3 * B:4 * B]))
+    victim.write_bytes(b"\0" * B)  # its name kept, not its bytes
+    again = PendingReports(tmp_path / "p1.reports")
+    with caplog.at_level(logging.WARNING):
+        assert again.load() == []
+    assert "does not hash to its name" in caplog.text and "dropping it" in caplog.text
+    assert block_files(again) == set(), "no pending report names them: swept"
+
+
+def test_a_small_state_stays_in_its_file(tmp_path):
+    pending = PendingReports(tmp_path / "p1.reports")
+    state = b"x" * 1000
+    [path] = pending.save_unsynced(report("s1", state), 3, state)
+    assert state in path.read_bytes() and block_files(pending) == set()
+    [(message, _)] = pending.load()
+    assert message.state == state
+
+
+def test_the_report_is_formed_from_the_names_its_save_found(tmp_path):
+    """RK4: the save cut and named the state; the report's form takes those names
+    rather than cutting, comparing and hashing it again, and sends the same."""
+    from snapmesh.services.node.sentblocks import SentBlocks
+
+    pending = PendingReports(tmp_path / "p1.reports")
+    state = bytearray(random.Random(5).randbytes(24 * B))
+    node, fresh = SentBlocks(), SentBlocks()
+    for call, sid in enumerate(["s1", "s2"], start=1):
+        state[call * B] ^= 1
+        message = report(sid, bytes(state))
+        pending.save_unsynced(message, call, bytes(state))
+        named = pending.named.pop(sid)
+        sent, names = node.form(message, named)
+        assert (sent, names) == fresh.form(message)
+        for reporter in (node, fresh):
+            reporter.accepted(pb.ReportStateResponse(takes_blocks=True), names)
+    assert node.hashed == 0 and pending.blocks.hashed == 24 + 1, "hashed by the save only, each change once"
+    assert sent.HasField("state_blocks") and len(sent.blocks) == 1
