@@ -70,8 +70,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._calls = itertools.count(1)  # names each report's pins (journalblocks.py JB1)
         self._known = KnownBlocks()  # each node's last state's blocks (knownblocks.py)
         # Listed states (blockforms.py) are read by block: those kept here first, then the store's
-        engine.machine.tracker.forms.reader = engine.writer.store.reader = self._block_reader
-        engine.machine.tracker.forms.states = self._joined
+        engine.machine.forms.reader = engine.writer.store.reader = self._block_reader
+        engine.machine.forms.states = self._joined
         # each node's last listed state, joined (the bytes the kept blocks are cut from: no copy)
         self._states: dict[str, tuple[tuple[bytes, ...], bytes]] = {}
 
@@ -122,7 +122,7 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     def _whole(self, snapshot: pb.Snapshot) -> pb.Snapshot:
         """The whole form of a snapshot with listed states (answers.py BA5), read by block."""
-        return self.engine.machine.tracker.forms.whole(snapshot)
+        return self.engine.machine.forms.whole(snapshot)
 
     def _joined(self, names: tuple[bytes, ...]) -> bytes | None:
         """The state `names` make, when it is a node's last listed one (blockforms.py `states`)."""
@@ -202,13 +202,13 @@ class ControllerService(pb_grpc.ControllerServicer):
     def _held(self, snapshot_id: str) -> pb.Snapshot | None:
         """A snapshot the machine holds, as a page shows it (None: it holds none): its
         listed states (blockforms.py) read whole only when the page would show them."""
-        tracker = self.engine.machine.tracker
+        machine = self.engine.machine
         try:
-            snapshot = tracker.listed(snapshot_id)
+            snapshot = machine.listed(snapshot_id)
         except UnknownSnapshot:
             return None
         if blockforms.listed(snapshot) and blockforms.state_bytes(snapshot) <= self._state_bytes:
-            snapshot = tracker.forms.whole(snapshot)  # answers.py BA1: the page shows them
+            snapshot = machine.forms.whole(snapshot)  # answers.py BA1: the page shows them
         return snapshot
 
     async def WatchSnapshots(self, request: pb.WatchSnapshotsRequest, context) -> AsyncIterator[pb.Snapshot]:
@@ -272,7 +272,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                 report = blockforms.listed_report(sent, named.names)
                 self._hold(sent.node_id, tuple(named.names), named.state)
                 sizes = tuple(end - start for start, end in named.bounds)
-                self.engine.machine.tracker.forms.note(
+                self.engine.machine.forms.note(
                     report, blockforms.BlockList(tuple(named.names), sizes, digest(named.state)))
                 return report
             store.lacks(missing)  # the state sent whole next writes them again

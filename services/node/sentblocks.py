@@ -38,6 +38,8 @@ class SentBlocks:
         `accepted`). `named`: its state cut and named already (a pending report's save)."""
         if named is not None:  # not read again (a read is a copy), not compared again
             self._last = named
+            if self.on_formed is not None:  # heldblocks.py: kept on disk whichever way it was cut
+                self.on_formed(named)
             sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set(), named)
             return (report if sent is None else sent), names
         known = None

@@ -235,7 +235,7 @@ def test_back_to_back_reports_as_blocks_are_taken_before_the_first_snapshot_is_f
     writer = StoreWriter(store, on_filed=lambda sid: None)
     forms = BlockForms()  # the tracker's: the listed reports' sizes and digests (blockforms.py)
     service = ControllerService(SimpleNamespace(writer=writer, machine=SimpleNamespace(  # type: ignore[arg-type]
-        tracker=SimpleNamespace(forms=forms))))
+        forms=forms)))
     node = SentBlocks()
     state = bytearray(random.Random(7).randbytes(16 * B))
     for call, sid in enumerate(["s1", "s2", "s3"], start=1):

@@ -42,3 +42,17 @@ def test_a_state_that_changed_a_little_has_only_its_changed_blocks_hashed():
     sent, names = memory.form(report(changed))
     assert memory.hashed == 66 and len(sent.blocks) == 2
     assert list(sent.state_blocks.hashes) == [blocks.block_hash(b) for b in blocks.split(changed)]
+
+
+def test_a_state_formed_either_way_reaches_the_disk_copy_once():
+    """Whether `form` cuts the state itself or is handed the names a pending report's save
+    found, the held blocks' disk copy (heldblocks.py) is told of it: a node restarted after
+    either keeps its blocks."""
+    memory = SentBlocks()
+    told: list[blocks.Named] = []
+    memory.on_formed = told.append
+    first, second = random.Random(9).randbytes(4 * B), random.Random(10).randbytes(4 * B)
+    memory.form(report(first))
+    named, _ = blocks.names(second)
+    memory.form(report(second), named)
+    assert [t.names for t in told] == [blocks.names(first)[0].names, named.names]

@@ -126,7 +126,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 
-from snapmesh.protocol.controller import journal, replay, restoregate
+from snapmesh.protocol.controller import blockforms, journal, replay, restoregate
 from snapmesh.protocol.controller.effects import (  # noqa: F401  (RestoreDone: the shells' ctl.RestoreDone)
     AbortAt, Adopt, AnswerReport, AnswerRestore, AnswerTrigger, Barrier, Call, Effect, Finished, Journal, Publish,
     RestoreAt, RestoreDone, Retire, StartAt, start_retry,
@@ -334,6 +334,15 @@ class Controller(Restoring):
 
     def all(self) -> list[pb.Snapshot]:
         return self.tracker.all()
+
+    def listed(self, snapshot_id: str) -> pb.Snapshot:
+        """The snapshot with its large states as block lists (tracker T9; raises UnknownSnapshot)."""
+        return self.tracker.listed(snapshot_id)
+
+    @property
+    def forms(self) -> blockforms.BlockForms:
+        """The listed reports' forms (blockforms.py): the shell notes them and sets their block reader."""
+        return self.tracker.forms
 
     def ids(self) -> list[str]:
         return self.tracker.ids()
