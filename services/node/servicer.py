@@ -76,6 +76,10 @@ class NodeServicer(pb_grpc.NodeServicer):
         # runs; False acks as a receiver from before them did (its senders send one message each).
         self.accepts_payload_runs = True
 
+    async def close(self) -> None:
+        """The node stops (embedded.py): the held blocks' pending writes finish and their thread ends."""
+        await self._held.aclose()
+
     async def _durable(self, lsn: int, context: grpc.aio.ServicerContext) -> None:
         """Wait until the log holds `lsn`. A log that failed or closed will never
         hold it: the client is told UNAVAILABLE (retry elsewhere or later), and
