@@ -32,12 +32,9 @@ E3. A batch that is empty, holds more than MAX_BATCH_COMMANDS commands or more
 E4. A command a restore took back before it was durable is answered
     ABORTED ("taken back by the restore of ..."), never as done: its retry
     with the same request_id runs it anew.
-E5. A node whose machine hosts no app (`engine.node.host` is None) runs
-    no command and no query: `submit`, `submit_many` (the whole batch) and
-    `query` raise Refused("UNIMPLEMENTED") naming the node and the call,
-    before the fence, the size limits or anything else is asked. A `Node`
-    always hosts one (machine.py N10), so only an engine a test stands in
-    meets this; it is what extra_edge.py X3 answers too.
+E5. Retired, not reused: it refused every call on a machine that hosts no
+    app, which no `Node` is (machine.py N10: `app` is required), so it could
+    never fire; an old reference to E5 names nothing that runs now.
 E6. A command the node cannot take back (core.AppFailed: the app could not be
     put back as it was, apphost.py H4) stops the node: the call raises
     Refused("UNAVAILABLE"), in a batch for the whole batch, and the items
@@ -124,7 +121,7 @@ def _reply(answer: Submitted) -> Reply:
 
 
 class Edge:
-    """Commands into one node's app (rules E1-E6). The node process owns one, beside its engine."""
+    """Commands into one node's app (rules E1-E7; E5 retired). The node process owns one, beside its engine."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -134,7 +131,6 @@ class Edge:
         `request_id`: a retry key (a retry gets the first reply, the app does
         not run it again); `first_sent_unix_ms`: when the client first sent it."""
         engine = self._engine
-        self._check_app("Submit")
         self._check_fence("Submit")
         if len(command) > MAX_COMMAND_BYTES:
             raise Refused("INVALID_ARGUMENT", f"a command holds at most {MAX_COMMAND_BYTES} bytes, got {len(command)}")
@@ -156,7 +152,7 @@ class Edge:
         """Run each (request_id, command) through the app, in order (E2); one
         answer per item, once all are durable. An item may carry a third
         field, its first_sent_unix_ms (as `submit`'s). Raises Refused for the
-        whole batch (E3, E5, and UNAVAILABLE as E1 and E6 say)."""
+        whole batch (E3, and UNAVAILABLE as E1 and E6 say)."""
         return [answer if type(answer) is Refused else _reply(answer) for answer in await self.answers(items)]
 
     async def answers(
@@ -166,7 +162,6 @@ class Edge:
         `repeated`, and the epoch it ran in, `ran_in or epoch`), for a caller that turns it
         into its own form at once (the servicer's results) without a `Reply` per item."""
         engine = self._engine
-        self._check_app("SubmitBatch")
         self._check_fence("SubmitBatch")
         batch, longest = _checked(items)
         results: list[Submitted | Refused | None] = [None] * len(batch)
@@ -206,7 +201,6 @@ class Edge:
     async def query(self, query: bytes) -> bytes:
         """The app's answer to `query` (its on_query), once durable (E7). Raises Refused."""
         engine = self._engine
-        self._check_app("Query")
         self._check_fence("Query")
         if len(query) > MAX_COMMAND_BYTES:
             raise Refused("INVALID_ARGUMENT", f"a query holds at most {MAX_COMMAND_BYTES} bytes, got {len(query)}")
@@ -226,12 +220,6 @@ class Edge:
             raise Refused("ABORTED", f"the state this query read was taken back by the restore of snapshot "
                                      f"{restored} on {engine.node_id}: ask again")
         return reply
-
-    def _check_app(self, rpc: str) -> None:
-        """E5: a machine that hosts no app (a test's stand-in; a Node always hosts one) refuses `rpc`."""
-        engine = self._engine
-        if engine.node.host is None:
-            raise Refused("UNIMPLEMENTED", f"node {engine.node_id} hosts no app: nothing answers {rpc}")
 
     def _check_fence(self, rpc: str) -> None:
         """Refused UNAVAILABLE while the node stops for a snapshot, or is stopped (fence.py F1, F4)."""

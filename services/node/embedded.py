@@ -28,7 +28,8 @@ M2. Refused before anything is read or written, each with one EmbedError line: a
     bound) raises StartFailed with the line `snapmesh node` prints and its exit
     status; nothing is left running or locked.
 M3. `close()` stops the node: no new streams, the incoming streams ended, the
-    channels and the reporter closed, the log flushed and closed, the lock
+    channels and the reporter closed, the held blocks' pending writes to its
+    disk finished and their thread ended, the log flushed and closed, the lock
     released; no task of the node is left. The port is the server's: it closes
     when the program stops its server. `submit` after `close` raises NodeClosed.
 M4. A node that fails while it serves (the app raised on a message; the log
@@ -228,6 +229,7 @@ class EmbeddedNode:
             await self.drain()
             await asyncio.gather(*(channel.close() for channel in self._channels.values()))
             await self._reporter.close()
+            await self._servicer.close()  # the held blocks' shelf: its writes done, its thread ended
             try:
                 await self._translog.close()
             except OSError as exc:

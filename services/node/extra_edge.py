@@ -22,9 +22,8 @@ X2. Without an edge that answers them, `Transfer` and `TransferBatch` are refuse
     INVALID_ARGUMENT ("use Submit"), each item of a batch alike; a batch over
     MAX_BATCH items is refused whole, naming the limit. Neither is counted in a
     series the node exports (such a node's scrape never showed them).
-X3. A node whose machine hosts no app (only an engine a test stands in: a
-    `Node` always hosts one, machine.py N10) has no edge: the calls are
-    UNIMPLEMENTED, as edge.py E5's Submit, SubmitBatch and Query are.
+X3. Retired, not reused: it answered UNIMPLEMENTED on a machine that hosts no
+    app, which no `Node` is (machine.py N10), as edge.py's retired E5 did.
 """
 
 from __future__ import annotations
@@ -42,9 +41,9 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 MAX_BATCH = 10_000
 
 
-def load(app: App | None, engine: Any, edge: Any) -> Any:
+def load(app: App, engine: Any, edge: Any) -> Any:
     """The extra edge `app` names, made for this node (X1); None when it names none."""
-    if app is None or not app.edge:
+    if not app.edge:
         return None
     try:
         return named_object(app.edge)(engine, edge)
@@ -53,16 +52,13 @@ def load(app: App | None, engine: Any, edge: Any) -> Any:
 
 
 def refusal(engine: Any) -> tuple[grpc.StatusCode, str]:
-    """Why a call no edge answers is refused (X2, X3)."""
-    host = engine.node.host
-    if host is None:
-        return grpc.StatusCode.UNIMPLEMENTED, f"node {engine.node_id} hosts no app: nothing answers this call"
+    """Why a call no edge answers is refused (X2)."""
     return (grpc.StatusCode.INVALID_ARGUMENT,
-            f"{engine.node_id} runs app {host.app.name!r}, whose edge answers no transfers: use Submit")
+            f"{engine.node_id} runs app {engine.node.host.app.name!r}, whose edge answers no transfers: use Submit")
 
 
 async def refuse_one(engine: Any, context: grpc.aio.ServicerContext) -> None:
-    """A single call no edge answers (X2, X3): aborted."""
+    """A single call no edge answers (X2): aborted."""
     code, text = refusal(engine)
     await context.abort(code, text)
 
@@ -77,15 +73,13 @@ async def refuse_oversized(count: int, context: grpc.aio.ServicerContext) -> Non
 
 async def refuse_batch(engine: Any, request: pb.TransferBatchRequest,
                        context: grpc.aio.ServicerContext) -> pb.TransferBatchResponse:
-    """A batch no edge answers (X2, X3): each item refused alike, or the whole when too long."""
+    """A batch no edge answers (X2): each item refused alike, or the whole when too long."""
     items = request.transfers
     await refuse_oversized(len(items), context)
     response = pb.TransferBatchResponse()
     if not items:
         return response
-    if engine.node.host is None:
-        await refuse_one(engine, context)
+    code, text = refusal(engine)
     for _ in items:
-        code, text = refusal(engine)
         response.results.add(code=code.value[0], message=text)
     return response

@@ -41,12 +41,18 @@ class HeldBlocks:
         self.shelf = BlockShelf(shelf_dir) if shelf_dir is not None else None
         # One worker: the shelf's writes keep their order, and never hold up a report or a restore.
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="block-shelf") if self.shelf is not None else None
+        self._closed = False  # after close: no more writes (a state formed or restored then is not shelved)
         if self.shelf is not None:
             sent.on_formed = lambda named: self._shelve("report", named)
 
     def _shelve(self, slot: str, named: blocks.Named) -> None:
-        if self._writer is not None:
+        # Closed: dropped, as a write that failed is (the shelf is a cache; a restart sends what it lacks).
+        if self._writer is None or self._closed:
+            return
+        try:
             self._writer.submit(self._keep, slot, named)
+        except RuntimeError:  # closed meanwhile: a report formed in a thread (reporter.py) as the node stopped
+            log.debug("node stopping: the %s state's blocks are not kept", slot)
 
     def _keep(self, slot: str, named: blocks.Named) -> None:
         try:
@@ -55,13 +61,22 @@ class HeldBlocks:
             log.warning("cannot keep the %s state's blocks under %s: %s", slot, self.shelf.directory, exc)  # type: ignore[union-attr]
 
     def flush(self) -> None:
-        """Wait for the shelf's writes asked for so far (a test's, and a stop's)."""
-        if self._writer is not None:
+        """Wait for the shelf's writes asked for so far (a test's)."""
+        if self._writer is not None and not self._closed:
             self._writer.submit(lambda: None).result()
 
     def close(self) -> None:
+        """Take no more writes, finish those asked for so far (each file whole, BS1: no
+        temporary file is left) and end the worker thread. Blocks: `aclose` on a loop."""
+        self._closed = True
         if self._writer is not None:
             self._writer.shutdown(wait=True)
+
+    async def aclose(self) -> None:
+        """`close` for the node's stop: the pending writes are files', so waited for off the
+        event loop. Closed here, on the loop, first: no `_shelve` (a loop's call) submits after."""
+        self._closed = True
+        await asyncio.to_thread(self.close)
 
     async def state_of(self, request: pb.RestoreStateRequest) -> tuple[bytes | None, blocks.Named | None]:
         """The state `request` restores (its `state`, or rebuilt from its blocks and

@@ -3,7 +3,8 @@
 Start-up: load the cluster file, recover from the transfer log (or start a new
 one), open a channel stream to every outgoing peer, serve `snapmesh.v1.Node`
 with health and reflection, metrics on the node's metrics port. SIGINT/SIGTERM:
-health NOT_SERVING, stop accepting, close streams, flush the log, exit 0.
+health NOT_SERVING, stop accepting, close streams, finish the held blocks' writes
+(heldblocks.py), flush the log, exit 0.
 All of it but the server is `snapmesh.embed`'s path (embedded.start_node): this
 process is an embedded node on a server of its own (ServiceHost: its options,
 gRPC metrics, /metrics, the health port).

@@ -67,7 +67,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         self._edge = edge or Edge(engine)  # the node process's, which an app's own service shares
         # The RPCs its app answers itself (extra_edge.py: v1 calls), loaded by the name
         # its App gives; None: the node answers them as X2 says. Raises AppError (X1).
-        self._extra = extra_edge.load(engine.node.host.app if engine.node.host else None, engine, self._edge)
+        self._extra = extra_edge.load(engine.node.host.app, engine, self._edge)
         self._log = engine.log
         # what a restore as blocks is rebuilt from: in memory, and on disk beside the node's log (blockshelf.py)
         self._held = HeldBlocks(engine.reporter.blocks, shelf_dir(getattr(engine.log, "path", None), engine.node_id))
@@ -75,6 +75,10 @@ class NodeServicer(pb_grpc.NodeServicer):
         # Acks say the channel streams into this node may carry an app's payloads in packed
         # runs; False acks as a receiver from before them did (its senders send one message each).
         self.accepts_payload_runs = True
+
+    async def close(self) -> None:
+        """The node stops (embedded.py): the held blocks' pending writes finish and their thread ends."""
+        await self._held.aclose()
 
     async def _durable(self, lsn: int, context: grpc.aio.ServicerContext) -> None:
         """Wait until the log holds `lsn`. A log that failed or closed will never
@@ -139,7 +143,7 @@ class NodeServicer(pb_grpc.NodeServicer):
         items = [(item.request_id, item.command, item.first_sent_unix_ms) for item in request.items]
         try:
             answers = await self._edge.answers(items)  # the node's answers: no Reply made per item to be read once
-        except AppRefused as refused:  # the whole batch (edge.py E1, E3, E5)
+        except AppRefused as refused:  # the whole batch (edge.py E1, E3, E6)
             await context.abort(grpc.StatusCode[refused.code], refused.text)
         response = pb.SubmitBatchResponse()
         add = response.results.add

@@ -50,7 +50,7 @@ def test_the_batches_section_quotes_the_edges_limits():
 ])
 def test_the_whole_batch_refusals_the_section_names_are_the_edges(items, named):
     # An engine stand-in that would fail any step: the refusal comes before anything runs.
-    engine = SimpleNamespace(node=SimpleNamespace(host=object()), node_id="p1", refusal=lambda rpc: "")
+    engine = SimpleNamespace(node_id="p1", refusal=lambda rpc: "")
     with pytest.raises(Refused) as refused:
         asyncio.run(node_edge.Edge(engine).submit_many(items))
     assert refused.value.code == "INVALID_ARGUMENT" and named in refused.value.text

@@ -4,7 +4,8 @@ close, and the cluster's security rules on an embedded TLS node.
 Each refusal is one line of a named type before anything is read, written or
 started (embedded.py M2). `close()` leaves no task of the node on the loop and,
 once the program stops its server, the node's port free: the same node embeds
-again on the same address. On a TLS cluster the access table still applies to
+again on the same address; nor the thread that writes its held blocks, whose
+pending writes it finishes (each block's file whole, no temporary one left). On a TLS cluster the access table still applies to
 the embedded node's calls (the checks are in its handlers, not an interceptor),
 the program's own plaintext port does not open snapmesh's services, and the
 program's own service on that port is left alone.
@@ -13,6 +14,8 @@ program's own service on that port is left alone.
 from __future__ import annotations
 
 import asyncio
+import random
+import threading
 from pathlib import Path
 
 import grpc
@@ -21,6 +24,8 @@ from grpc_health.v1 import health, health_pb2_grpc
 
 import snapmesh
 from snapmesh.app import App, Context, NodeInfo, Refused
+from snapmesh.protocol import blocks
+from snapmesh.protocol.appstate import digest
 from snapmesh.serving.credentials import open_channel
 from snapmesh.services.node.embedded import EmbedError, NodeClosed
 from snapmesh.settings import config, security
@@ -143,6 +148,58 @@ def test_close_leaves_no_task_and_the_port_serves_the_node_again(tmp_path):
     asyncio.run(one_life(b"1"))
     assert port_is_free("127.0.0.1", int(address.rsplit(":", 1)[1]))
     asyncio.run(one_life(b"2"))
+
+
+class Blob(Counter):
+    """Its state is any bytes: a restore of it may be several blocks."""
+
+    def __init__(self, info: NodeInfo) -> None:
+        super().__init__(info)
+        self.state = b""
+
+    def snapshot(self) -> bytes:
+        return self.state
+
+    def restore(self, state: bytes) -> None:
+        self.state = state
+
+
+def as_blocks(state: bytes) -> pb.RestoreStateRequest:
+    """A restore of `state` as blocks, each block's content with it (restoreblocks.py RB2)."""
+    named = blocks.names(state)[0]
+    request = pb.RestoreStateRequest(snapshot_id="s1", epoch=3, state_digest=digest(state))
+    request.state_blocks.hashes.extend(named.names)
+    request.blocks.extend(state[start:end] for start, end in named.bounds)
+    return request
+
+
+def test_close_ends_the_block_shelfs_thread_once_its_writes_are_whole(tmp_path):
+    # The restored state's blocks are written to the shelf in its own thread after the
+    # answer; close at once, and the writes are done and the thread gone (heldblocks.py).
+    path = cluster(tmp_path)
+    address = config.load(path).node("p1").address
+    state = random.Random(3).randbytes(6 * blocks.BLOCK_BYTES)
+
+    def shelf_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name.startswith("block-shelf")}
+
+    async def go() -> set[threading.Thread]:
+        before = shelf_threads()  # another test's, if any: not this node's
+        server = grpc.aio.server()
+        node = await snapmesh.embed(App(name="blob", new=Blob), cluster=path, node_id="p1", server=server)
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(address) as channel:
+                assert (await pb_grpc.NodeStub(channel).RestoreState(as_blocks(state), timeout=10)).epoch == 3
+        finally:
+            assert await node.close() == 0
+            await server.stop(0)
+        return shelf_threads() - before
+
+    assert asyncio.run(go()) == set()
+    shelf = tmp_path / "data" / "p1.blocks"
+    assert sorted(p.name for p in shelf.iterdir()) == sorted(n.hex() for n in blocks.names(state)[0].names)
+    assert all(blocks.block_hash(p.read_bytes()).hex() == p.name for p in shelf.iterdir())
 
 
 def test_the_access_rules_hold_on_an_embedded_tls_node(tmp_path, monkeypatch):

@@ -104,3 +104,19 @@ def test_a_temporary_file_left_by_a_crash_is_removed_and_no_log_means_no_shelf(t
     assert shelf_dir(None, "p1") is None
     with pytest.raises(ValueError, match="no slot 'other'"):
         BlockShelf(tmp_path / "p1.blocks").keep("other", blocks.names(b"x")[0])
+
+
+def test_a_closed_shelf_has_finished_its_writes_and_takes_no_more(tmp_path):
+    # The node's stop closes it (embedded.py): what was asked is written whole; a state formed
+    # or restored after that is not shelved (the shelf is a cache), and asking raises nothing.
+    first, later = (random.Random(seed).randbytes(4 * B) for seed in (6, 7))
+    sent = SentBlocks()
+    held = HeldBlocks(sent, tmp_path / "p1.blocks")
+    sent.form(report(first))  # queued for the worker thread, not waited for
+    asyncio.run(held.aclose())
+    expected = sorted(name.hex() for name in blocks.names(first)[0].names)
+    assert sorted(p.name for p in (tmp_path / "p1.blocks").iterdir()) == expected  # whole: no temporary file
+    sent.form(report(later))
+    held.restored(blocks.names(later)[0])
+    held.flush()
+    assert sorted(p.name for p in (tmp_path / "p1.blocks").iterdir()) == expected

@@ -1,4 +1,4 @@
-"""An app's extra edge (services/node/extra_edge.py X1-X3): the node's service answers the
+"""An app's extra edge (services/node/extra_edge.py X1, X2): the node's service answers the
 RPCs an app names an adapter for, loaded by its "module:attr" name, and refuses them as
 it always has when none does. Any app may name one; the bank's v1 calls are one.
 """
