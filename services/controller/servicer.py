@@ -256,7 +256,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         store = self.engine.writer.store
         missing = store.pin(sent.snapshot_id, journalblocks.held(sent), call)
         if not missing:
-            named, missing = blockforms.joined(sent, store.blocks.read, self._on_disk(sent.node_id))
+            named, missing = blocks.joined(sent, store.blocks.read, self._on_disk(sent.node_id))
             if named is not None:
                 self._known.keep(sent.node_id, named)
                 listed = set(sent.state_blocks.hashes)

@@ -259,10 +259,13 @@ def whole_report(
     return whole, missing
 
 
-def whole_state(
+def joined(
     sent: pb.FullState, read: Callable[[bytes], bytes | None], known: Callable[[bytes], bytes | None] | None = None,
-) -> tuple[pb.FullState | None, list[bytes], Named | None]:
-    """`whole_report`, and its state cut as the manifest cuts it (`Named`, for B7)."""
+) -> tuple[Named | None, list[bytes]]:
+    """The state a report as blocks names and its cut, without a report built around it
+    (a state set in a protobuf is copied, and so is each read of it): each block from
+    those it carries, else `known` (checked already, B7), else `read` and checked against
+    its name; or None and the blocks found nowhere, in manifest order (B4)."""
     carried = {block_hash(block): block for block in sent.blocks}
     parts: list[bytes] = []
     missing: list[bytes] = []
@@ -277,16 +280,24 @@ def whole_state(
         else:
             parts.append(block)
     if missing:
+        return None, missing
+    cut, start = [], 0
+    for part in parts:
+        cut.append((start, start + len(part)))
+        start += len(part)
+    return Named(b"".join(parts), cut, list(sent.state_blocks.hashes), {}), []
+
+
+def whole_state(
+    sent: pb.FullState, read: Callable[[bytes], bytes | None], known: Callable[[bytes], bytes | None] | None = None,
+) -> tuple[pb.FullState | None, list[bytes], Named | None]:
+    """`whole_report`, and its state cut as the manifest cuts it (`Named`, for B7)."""
+    named, missing = joined(sent, read, known)
+    if named is None:
         return None, missing, None
     whole = pb.FullState()
     whole.CopyFrom(sent)
     whole.ClearField("state_blocks")
     whole.ClearField("blocks")
-    state = b"".join(parts)
-    whole.state = state
-    cut, start = [], 0
-    for part in parts:
-        cut.append((start, start + len(part)))
-        start += len(part)
-    names = list(sent.state_blocks.hashes)
-    return whole, [], Named(state, cut, names, {})
+    whole.state = named.state
+    return whole, [], named

@@ -32,7 +32,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from snapmesh.protocol import blocks
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 LISTED_BYTES = 64 * 1024  # BF2
@@ -148,36 +147,6 @@ def comparable(entry: pb.NodeBalance) -> pb.NodeBalance:
     out.ClearField("state")
     out.ClearField("state_blocks")
     return out
-
-
-def joined(
-    sent: pb.FullState, read: Callable[[bytes], bytes | None], known: Callable[[bytes], bytes | None] | None = None,
-) -> tuple[blocks.Named | None, list[bytes]]:
-    """blocks.whole_state's state and its cut, without a report built around it (a
-    state set in a protobuf is copied, and so is each read of it): the blocks a
-    report as blocks names, each from those it carries, else `known` (checked
-    already, blocks.py B7), else `read` and checked against its name; the blocks
-    found nowhere instead, in manifest order (B4)."""
-    carried = {blocks.block_hash(block): block for block in sent.blocks}
-    parts: list[bytes] = []
-    missing: list[bytes] = []
-    for name in sent.state_blocks.hashes:
-        block = carried.get(name)
-        if block is None and known is not None:
-            block = known(name)
-        if block is None and (block := read(name)) is not None and blocks.block_hash(block) != name:
-            block = None  # a corrupt block of the controller's is as good as none
-        if block is None:
-            missing.append(name)
-        else:
-            parts.append(block)
-    if missing:
-        return None, missing
-    cut, start = [], 0
-    for part in parts:
-        cut.append((start, start + len(part)))
-        start += len(part)
-    return blocks.Named(b"".join(parts), cut, list(sent.state_blocks.hashes), {}), []
 
 
 def listed_report(report: pb.FullState, hashes: Iterable[bytes]) -> pb.FullState:
