@@ -93,7 +93,7 @@ def computed(spark: SparkSession, data_dir: str, raw: DataFrame, job: Job, *,
     where, local = blockstates.blocks_dir(data_dir), blockstates.local_dir(data_dir)
     if hadoop or local is None:
         name = F.lower(F.hex(F.try_to_binary("text", F.lit("base64"))))
-        files = blockstates._block_files(spark, where)
+        files = blockstates.block_files(spark, where)
         nodes = nodes.withColumn("name", name).join(files, "name", "left").drop("name")
         head = head.withColumn("content", none.cast("binary"))
         local = None
@@ -121,18 +121,14 @@ def _fold(job: Job, directory: str | None, where: str, rows: Iterable[Any]) -> I
             blocks = (
                 (name, text, None if name is None else read(name) if read is not None else row[7])
                 for row in itertools.chain([first], node_rows) if row[4] is not None
-                for name, text in blockstates._names([row[5]])
+                for name, text in blockstates.names([row[5]])
             )
             got = blockstates.assemble_read(blocks, snapshot_id, first[2], keep=True, where=where)
-            if got.state is None:
+            if got.state is None:  # no View (V2); groupby skips the snapshot's rows left
                 states = None
-                for _ in node_rows:  # the rest of this node's rows; the snapshot's other nodes are skipped below
-                    pass
                 break
             states[first[2]] = got.state
         if states is None:
-            for _ in group:
-                pass
             continue
         yield _views(job, View(snapshot_id=snapshot_id, states=states, in_flight=_in_flight(head[9]),
                                params=job.params), head[8])

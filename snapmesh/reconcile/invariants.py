@@ -1,10 +1,12 @@
 """`snapmesh reconcile --app module:attr`: the app's SQL invariants over its views.
 
-Each COMPLETE app snapshot of the export becomes the app's `View` on the driver
+Each COMPLETE app snapshot of the export becomes the app's `View` on an executor
+(``appviews``: one task per snapshot, so the driver holds no state; ``view_of`` and
+``app_views`` make the same View on the driver, for callers that have it there)
 (its nodes' state bytes, its in-flight payloads per channel in seq order, the
 params of $SNAPMESH_APP_PARAMS, else of ``<data_dir>/cluster.toml``'s [app] table when it is there, with
 the file's initial_balance for the bank). Each of the
-app's ``views`` turns every View into rows; the rows of all snapshots make one
+app's ``views`` turns every View into rows (where the View is); the rows of all snapshots make one
 DataFrame, registered under the view's name, and each of ``sql_invariants`` runs
 once over them. Every row a query returns is a violation: the rows are grouped by
 their ``snapshot_id`` column (the apps' views carry it; a query without it is

@@ -23,8 +23,10 @@ import pytest
 from pyspark import cloudpickle
 
 from snapmesh.app import App, View
-from snapmesh.reconcile import blockstates, invariants
+from snapmesh.reconcile import appviews, blockstates, figures, invariants
 from snapmesh.reconcile import job as reconcile_main
+from snapmesh.reconcile.job import read_snapshots
+from snapmesh.reconcile.schema import APP_SNAPSHOT
 from snapmesh.synth import apps as synth_apps
 from support.spark_fixtures import spark  # noqa: F401
 
@@ -123,7 +125,6 @@ def test_manifest_states_give_the_inline_states_verdicts_with_no_state_on_the_dr
     inline = inline_data(tmp_path)
     manifests, _ = as_manifests(inline, tmp_path)
     expected = run(spark, inline)
-    print(*expected, sep="\n")
     snapshots = [r for r in expected if r["scope"] == "snapshot"]
     assert [(r["snapshot_id"], r["consistent"], r["observed_total"] is not None) for r in snapshots] == [
         ("a-1", False, True), ("a-2", True, True), ("a-3", True, True), ("a-4", True, True)]
@@ -163,3 +164,20 @@ def test_a_corrupt_or_missing_block_names_snapshot_node_and_hash_and_the_rest_is
         assert others == [r for r in whole if r["snapshot_id"] != "a-3" and r["scope"] != "invariant"]
         holds = [r["first_discrepancy"] for r in got if r["scope"] == "invariant" and r["consistent"]]
         assert holds == [] or all("in 3 snapshot(s)" in text for text in holds)
+
+
+def test_spark_s_binary_file_source_gives_the_executors_python_reads(spark, tmp_path, monkeypatch):  # noqa: F811
+    """hdfs://, s3a://: the blocks joined to their rows by name, as `through_blocks` reads them."""
+    inline = inline_data(tmp_path)
+    manifests, _ = as_manifests(inline, tmp_path)
+    no_driver_reads(monkeypatch)
+
+    def computed(data: Path, **how: object) -> list[appviews.Computed]:
+        raw = read_snapshots(spark, str(data), APP_SNAPSHOT)
+        job = appviews.Job(app=APP, figured=figures.apps_of(figures.claims(raw), APP, synth_apps.APP_SPEC), params={})
+        return appviews.computed(spark, str(data), raw, job, **how)
+
+    expected = computed(inline)
+    assert [c.snapshot_id for c in expected] == ["a-1", "a-2", "a-3", "a-4"]
+    assert all(c.rows["counts"] and c.figures is not None and not c.errors for c in expected)
+    assert computed(manifests, hadoop=True) == expected
