@@ -26,7 +26,9 @@ R3. In Spark (`through_blocks`) the driver holds no state, nor even the hash
     ships the package (--py-files).
 
 `reader`/`assemble` read blocks on the driver, through Hadoop's FileSystem for a
-data dir that is not local: the app's views (`invariants`) need the bytes there.
+data dir that is not local; the reconciliation does not: the app's views get their
+states' bytes on the executors (`appviews`, through `assemble_read`, `names` and
+`block_files`).
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ def reader(spark, data_dir: str) -> Reader:  # noqa: ANN001 (a SparkSession)
     return local_reader(local) if local is not None else hadoop_reader(spark, blocks_dir(data_dir))
 
 
-def _names(hashes: Iterable[str | None]) -> Iterator[tuple[bytes | None, str]]:
+def names(hashes: Iterable[str | None]) -> Iterator[tuple[bytes | None, str]]:
     for text in hashes:
         try:
             name = base64.b64decode(text or "", validate=True)
@@ -116,7 +118,7 @@ def assemble(read: Reader, snapshot_id: str, node_id: str, hashes: Iterable[str 
     """The state a manifest names (its hashes as the export has them, base64),
     read block by block (R1, R2); `keep`: its bytes too. `where`: the blocks'
     directory, said of a missing block."""
-    found = ((name, text, None if name is None else read(name)) for name, text in _names(hashes))
+    found = ((name, text, None if name is None else read(name)) for name, text in names(hashes))
     return assemble_read(found, snapshot_id, node_id, keep=keep, where=where)
 
 
@@ -167,7 +169,7 @@ def through_blocks(spark, data_dir: str, nodes, *, hadoop: bool | None = None): 
     if hadoop or local is None:
         # The file's name is the hash in hex; a text that is not base64 names no file.
         name = F.lower(F.hex(F.try_to_binary("text", F.lit("base64"))))
-        listed = listed.withColumn("name", name).join(_block_files(spark, where), "name", "left").drop("name")
+        listed = listed.withColumn("name", name).join(block_files(spark, where), "name", "left").drop("name")
         fold = functools.partial(_fold, None, where)
     else:
         listed = listed.withColumn("content", F.lit(None).cast("binary"))
@@ -182,7 +184,7 @@ def through_blocks(spark, data_dir: str, nodes, *, hadoop: bool | None = None): 
     )
 
 
-def _block_files(spark, directory: str):  # noqa: ANN001, ANN202 (Spark's)
+def block_files(spark, directory: str):  # noqa: ANN001, ANN202 (Spark's)
     """(name, content) of every block file under ``directory``, read by the executors
     (none when there is no such directory: every block is then missing)."""
     from pyspark.errors import AnalysisException
@@ -208,7 +210,7 @@ def _fold(directory: str | None, where: str, rows: Iterable[Any]) -> Iterator[tu
         found = (
             (name, text, None if name is None else read(name) if read is not None else row[4])
             for row in group if row[2] is not None
-            for name, text in _names([row[3]])
+            for name, text in names([row[3]])
         )
         got = assemble_read(found, snapshot_id, node_id, where=where)
         for problem in got.problems or (None,):

@@ -5,7 +5,8 @@ the logs' tallies (``checksums``, ``snapshot_checks``). An app keeps its figures
 its bytes, which only its code reads: an app's snapshot has no tallies
 (``parse.typed_snapshot_columns``). So for each COMPLETE snapshot of an app the job
 has (``--app``, or a built-in the export names: snapmesh's own code, nothing the
-data dir chooses), its ``describe(view)`` is read for three keys, each optional:
+data dir chooses), its ``describe(view)`` is read for three keys, each optional (in
+the reconciliation on the executors, where the View's states are read: ``appviews``):
 
 * ``expected_total`` (an int): what the snapshot must hold in all, the "expected" column;
 * ``total`` (an int): what it holds, the "observed" column;
@@ -108,17 +109,29 @@ def claims(raw: DataFrame) -> dict[str, tuple[str, str, dict[str, int | None]]]:
             for r in rows}
 
 
-def of_views(views: list[View], claimed: Mapping[str, tuple[str, str, Mapping[str, int | None]]],
-             given: App | None, given_spec: str) -> dict[str, Figures]:
-    """snapshot id -> its figures, for each view whose app the job has (``app_for``)."""
+def apps_of(claimed: Mapping[str, tuple[str, str, Mapping[str, int | None]]], given: App | None,
+            given_spec: str) -> dict[str, tuple[App, Mapping[str, int | None]]]:
+    """snapshot id -> the app whose describe gives its figures (``app_for``) and its claims,
+    for each snapshot whose app the job has: what a task computing its figures needs."""
     apps: dict[tuple[str, str], App | None] = {}
     out = {}
-    for view in views:
-        spec, name, claim = claimed[view.snapshot_id]
+    for snapshot_id, (spec, name, claim) in claimed.items():
         if (spec, name) not in apps:
             apps[(spec, name)] = app_for(spec, name, given, given_spec)
         app = apps[(spec, name)]
         if app is not None:
+            out[snapshot_id] = (app, claim)
+    return out
+
+
+def of_views(views: list[View], claimed: Mapping[str, tuple[str, str, Mapping[str, int | None]]],
+             given: App | None, given_spec: str) -> dict[str, Figures]:
+    """snapshot id -> its figures, for each view whose app the job has (``app_for``)."""
+    figured = apps_of(claimed, given, given_spec)
+    out = {}
+    for view in views:
+        if view.snapshot_id in figured:
+            app, claim = figured[view.snapshot_id]
             out[view.snapshot_id] = figures_of(app, view, claim)
     return out
 

@@ -1,10 +1,12 @@
 """`snapmesh reconcile --app module:attr`: the app's SQL invariants over its views.
 
-Each COMPLETE app snapshot of the export becomes the app's `View` on the driver
+Each COMPLETE app snapshot of the export becomes the app's `View` on an executor
+(``appviews``: one task per snapshot, so the driver holds no state; ``view_of`` and
+``app_views`` make the same View on the driver, for callers that have it there)
 (its nodes' state bytes, its in-flight payloads per channel in seq order, the
 params of $SNAPMESH_APP_PARAMS, else of ``<data_dir>/cluster.toml``'s [app] table when it is there, with
 the file's initial_balance for the bank). Each of the
-app's ``views`` turns every View into rows; the rows of all snapshots make one
+app's ``views`` turns every View into rows (where the View is); the rows of all snapshots make one
 DataFrame, registered under the view's name, and each of ``sql_invariants`` runs
 once over them. Every row a query returns is a violation: the rows are grouped by
 their ``snapshot_id`` column (the apps' views carry it; a query without it is
@@ -32,7 +34,7 @@ import sys
 import tempfile
 import tomllib
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
@@ -194,25 +196,43 @@ def _shown(rows: list[dict[str, Any]]) -> str:
 
 def invariant_verdicts(spark: SparkSession, app: App, views: list[View]) -> list[dict[str, Any]]:
     """The verdict rows of the app's SQL invariants over `views` (see the module's doc)."""
+    tables = []
+    for view in views:
+        rows: dict[str, list[dict[str, Any]]] = {}
+        errors: dict[str, str] = {}
+        for table, fn in app.views.items():
+            try:
+                rows[table] = [dict(r) for r in fn(view)]
+            except Exception as e:  # the app's code: a crash is a verdict, not a crash of the job
+                errors[table] = f"view {table!r} raised {type(e).__name__}: {e}"
+        tables.append((view.snapshot_id, rows, errors))
+    return verdicts_of(spark, app, tables)
+
+
+def verdicts_of(spark: SparkSession, app: App,
+                tables: Sequence[tuple[str, Mapping[str, list[dict[str, Any]]], Mapping[str, str]]]) -> list[dict[str, Any]]:
+    """The verdict rows of the app's SQL invariants over its views' rows already computed:
+    (snapshot id, table -> rows, table -> what its view function raised) per snapshot, in
+    the Views' order (on the driver by ``invariant_verdicts``, or on the executors by
+    ``appviews``: the same rows in the same order either way)."""
     out: list[dict[str, Any]] = []
     empty: list[str] = []
     registered: list[str] = []
     try:
-        for table, fn in app.views.items():
+        for table in app.views:
             rows: list[dict[str, Any]] = []
-            for view in views:
-                try:
-                    rows += [dict(r) for r in fn(view)]
-                except Exception as e:  # the app's code: a crash is a verdict, not a crash of the job
-                    out.append(_row(f"view {table}", view.snapshot_id, False, 1,
-                                    f"view {table!r} raised {type(e).__name__}: {e}"))
+            for snapshot_id, by_table, errors in tables:
+                if table in errors:
+                    out.append(_row(f"view {table}", snapshot_id, False, 1, errors[table]))
+                else:
+                    rows += by_table.get(table, [])
             if not rows:
                 empty.append(table)
                 continue
             spark.createDataFrame(rows).createOrReplaceTempView(table)
             registered.append(table)
         for name, sql in app.sql_invariants.items():
-            out += _run(spark, name, sql, empty, len(views))
+            out += _run(spark, name, sql, empty, len(tables))
     finally:
         for table in registered:
             spark.catalog.dropTempView(table)

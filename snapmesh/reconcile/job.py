@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from snapmesh.reconcile import apps, blockstates, checksums, figures
+from snapmesh.reconcile import apps, checksums, figures
 from snapmesh.spark import cds
 from snapmesh.reconcile import parse as T_parse
 from snapmesh.reconcile import verdicts as V
@@ -245,17 +245,21 @@ def reconcile(
         if any(s["app"] and s["status"] == "COMPLETE" for s in snaps):
             app_snaps = read_snapshots(spark, data_dir, APP_SNAPSHOT)
             rows = apps.fold(rows, apps.checked(spark, data_dir, app_snaps))
-            from snapmesh.reconcile import invariants
+            from snapmesh.reconcile import appviews, invariants
 
             claimed = figures.claims(app_snaps)
-            views = []  # collected (the states, to the driver) only for an app the job has
-            if app is not None or any(figures.app_for(spec, name, None, "") for spec, name, _ in claimed.values()):
-                views = invariants.app_views(app_snaps, invariants.cluster_params(_local(data_dir)),
-                                             blockstates.reader(spark, data_dir))
-            shown = figures.of_views(views, claimed, app, app_spec)
+            figured = figures.apps_of(claimed, app, app_spec)
+            computed: list[appviews.Computed] = []  # the views and figures, computed on the executors
+            if app is not None or figured:
+                if app is not None and app_module:  # before the executors unpickle the app
+                    invariants.ship_module(spark, app_module)
+                    invariants.check_shipped(spark, app_module)
+                job = appviews.Job(app=app, figured=figured, params=invariants.cluster_params(_local(data_dir)))
+                computed = appviews.computed(spark, data_dir, app_snaps, job)
+            shown = {c.snapshot_id: c.figures for c in computed if c.figures is not None}
             rows = figures.fold(rows, shown)
             if app is not None:
-                rows += app_invariants(spark, app, app_module, views)
+                rows += invariants.verdicts_of(spark, app, [(c.snapshot_id, c.rows, c.errors) for c in computed])
         elif app is not None:
             rows.append({**dict.fromkeys(VERDICT.fieldNames()), "scope": SCOPE_INVARIANT, "status": "-",
                          "first_discrepancy": f"skipped: no COMPLETE snapshot of an app to check {app.name}'s invariants on"})
@@ -270,16 +274,6 @@ def reconcile(
         return Outcome(verdicts=rows + [left_out_row(t) for t in left_out], in_flight=in_flight, left_out=left_out)
     finally:
         logs.release()
-
-
-def app_invariants(spark: SparkSession, app: App, module: str, views: list[Any]) -> list[dict[str, Any]]:
-    """The verdict rows of the app's SQL invariants over `views` (``invariants``), its module shipped first."""
-    from snapmesh.reconcile import invariants
-
-    if module:
-        invariants.ship_module(spark, module)
-        invariants.check_shipped(spark, module)
-    return invariants.invariant_verdicts(spark, app, views)
 
 
 def left_out_row(torn: LeftOut) -> dict[str, Any]:
