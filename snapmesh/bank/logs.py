@@ -36,6 +36,7 @@ import base64
 
 import snapmesh.bank.cut as bank_cut
 from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY
+from snapmesh.bank import v1records
 from snapmesh.bank.trace import BANK as trace
 from snapmesh.protocol import wal
 
@@ -46,14 +47,11 @@ InFlight = dict[Channel, list[tuple[str, int, int]]]  # (msg_id, amount, seq), i
 state_key, content_key, contents_key = trace.state_key, trace.content_key, trace.contents_key
 
 
-# An app's record leaves its tally's key out; older logs wrote 0 there (wal.APP_MARKS). A reader of a
+# An app's record has no tally's key, only its kind's mark (wal.APP_MARKS); a native one the reverse. A reader of a
 # line as a dict (the checkers with the bank's part, the trace, this module) asks here: a record with
 # its kind's mark and without its tally has a tally of 0; any other record without it is bad input.
 # kind -> its tally's key in the log (the v1 format's: formats.py)
-TALLY_KEYS: Mapping[str, str] = {
-    kind: name for kind in wal.APP_MARKS for (name, _, _), attr in zip(wal.SPEC[kind], wal.ATTRS[kind], strict=True)
-    if attr == "tally"
-}
+TALLY_KEYS: Mapping[str, str] = v1records.TALLY_KEYS
 
 
 def is_app_record(raw: Record) -> bool:
