@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from snapmesh.bank import v1records
+import snapmesh.bank.v1records as v1records
 from snapmesh.protocol import wal
 
 CUT_BALANCE = "CUT_BALANCE"
@@ -124,5 +124,6 @@ class Reading:
 
     @staticmethod
     def older(record: wal.Record, where: str) -> wal.Record:
-        """A native record (`wal.Older`, as `snapmesh.checking.cut.record` gives it) decoded."""
-        return v1records.decode(record, where)
+        """A native record (`wal.Older`, as `snapmesh.checking.cut.record` gives it) decoded; a
+        value out of range is kept, for the checkers' rules to report."""
+        return v1records.decode(record, where, values_checked=False)

@@ -36,7 +36,7 @@ import base64
 
 import snapmesh.bank.cut as bank_cut
 from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY
-from snapmesh.bank import v1records
+import snapmesh.bank.v1records as v1records
 from snapmesh.bank.trace import BANK as trace
 from snapmesh.protocol import wal
 

@@ -25,7 +25,7 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from snapmesh.bank import v1records
+import snapmesh.bank.v1records as v1records
 from snapmesh.protocol import wal
 from snapmesh.protocol.node import recovery
 from snapmesh.protocol.node.apphost import Host

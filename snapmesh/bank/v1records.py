@@ -108,9 +108,11 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def decode(record: wal.Record, where: str) -> wal.Record:
+def decode(record: wal.Record, where: str, *, values_checked: bool = True) -> wal.Record:
     """A `wal.Older` as the native record of its kind (the others as they are);
-    `wal.CorruptRecord` naming `where` for a line that is not a v1 record."""
+    `wal.CorruptRecord` naming `where` for a line that is not a v1 record. Without
+    `values_checked`, a seq or an amount out of range is kept: the log checkers report
+    those by their own rules."""
     if type(record) is not wal.Older:
         return record
     old: Any = record
@@ -131,9 +133,9 @@ def decode(record: wal.Record, where: str) -> wal.Record:
         if not (_is_int(value) if typ is int else isinstance(value, typ)):
             raise wal.CorruptRecord(f"{where}: {kind} record needs {key!r} of type {typ.__name__}, got {value!r}")
         values[attr] = value
-    if kind in ("send", "recv") and values["seq"] < 1:
+    if values_checked and kind in ("send", "recv") and values["seq"] < 1:
         raise wal.CorruptRecord(f"{where}: {kind} seq must be >= 1, got {values['seq']}")
-    if kind in _MESSAGES and values["tally"] < 1:
+    if values_checked and kind in _MESSAGES and values["tally"] < 1:
         raise wal.CorruptRecord(f"{where}: {kind} {MESSAGE_TALLY_KEY} must be >= 1, got {values['tally']}")
     return BY_KIND[kind](lsn=record.lsn, **values)
 

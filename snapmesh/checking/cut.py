@@ -82,7 +82,8 @@ _READ_FIELDS = {
                 if required)
     for kind in READ_KINDS
 }
-_OPTIONAL_READ = {"send": ("payload",), "cut": ("digest",)}  # what `Payloads` reads besides
+# What `Payloads` reads besides, and a receipt's payload (the synthetic app logs write it back).
+_OPTIONAL_READ = {"send": ("payload",), "recv": ("payload",), "cut": ("digest",)}
 
 
 def record(raw: Mapping[str, Any], node: str | None = None,

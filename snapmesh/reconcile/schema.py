@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
-from snapmesh.bank import v1records
+import snapmesh.bank.v1records as v1records
 from snapmesh.protocol import wal
 
 CORRUPT_COLUMN = "_corrupt"

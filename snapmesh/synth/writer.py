@@ -25,7 +25,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from snapmesh.bank import v1records
+import snapmesh.bank.v1records as v1records
 from snapmesh.protocol import wal
 from snapmesh.synth.apps import DOCTORINGS, generate_app
 
