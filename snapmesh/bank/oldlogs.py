@@ -34,16 +34,22 @@ from snapmesh.protocol.node.requests import Paid
 
 _MESSAGES = (v1records.Send, v1records.Recv, v1records.Replay)
 _STARTS = (v1records.Init, v1records.Checkpoint, v1records.Restore)  # each sets the balance
-# The records only an app's node writes: a command, a version stamp, a record of a kind with a mark.
-_APPS = (wal.Command, wal.AppVersion, *(wal.BY_KIND[kind] for kind in wal.APP_MARKS))
+_APP_MESSAGES = (wal.Send, wal.Recv, wal.Replay)
+_STATES = (wal.Checkpoint, wal.Restore)
+_STAMPS = (wal.Init, wal.Checkpoint, wal.AppVersion)
 
 
 def native_log(records: Sequence[tuple[str, wal.Record]]) -> bool:
     """Whether `records` (an active segment) were written by a native bank node (B5):
-    some record is of the older format (`wal.Older`), and none is an app's."""
+    some record is of the older format (`wal.Older`: a tally other than 0), and none is an
+    app's (a command, a message, a state or an app's name; a record with a 0 figure and no
+    mark reads as the current one, so may be either)."""
     older = False
     for _, record in records:
-        if type(record) in _APPS:
+        kind = type(record)
+        if kind is wal.Command or kind in _APP_MESSAGES or (kind in _STATES and record.state):
+            return False
+        if kind in _STAMPS and record.app:
             return False
         older = older or wal.older_format(record)
     return older

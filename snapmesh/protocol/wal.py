@@ -294,6 +294,8 @@ SPEC: Mapping[str, tuple[tuple[str, type, bool], ...]] = {
                      f.name not in cls.OPTIONAL) for f in fields(cls) if f.name != "lsn")
     for cls in KNOWN
 }
+_NAMES: Mapping[str, frozenset[str]] = {kind: frozenset(("node", "lsn", "kind", *(n for n, _, _ in spec)))
+                                         for kind, spec in SPEC.items()}
 ATTRS: Mapping[str, tuple[str, ...]] = {cls.KIND: tuple(f.name for f in fields(cls) if f.name != "lsn") for cls in KNOWN}
 
 # kind -> its mark: the key every record of the kind a node writes has, even empty. A line of
@@ -444,7 +446,7 @@ def from_dict(raw: Any, where: str, *, node_id: str | None = None) -> Record:
     if cls is None:
         return Unknown(lsn=lsn, kind=kind)
     mark = APP_MARKS.get(kind)
-    if mark is not None and mark not in raw:  # an older format's record: its app's reader decodes it
+    if mark is not None and mark not in raw and (mark == "payload" or not _zero_extras(raw, kind)):
         return Older(lsn=lsn, kind=kind, fields={k: v for k, v in raw.items() if k not in ("node", "lsn", "kind")})
     values: dict[str, Any] = {}
     for (name, typ, required), attr in zip(SPEC[kind], ATTRS[kind], strict=True):
@@ -460,6 +462,15 @@ def from_dict(raw: Any, where: str, *, node_id: str | None = None) -> Record:
     if kind in ("send", "recv", "marker_sent", "marker_recv") and values["seq"] < 1:
         raise CorruptRecord(f"{where}: {kind} seq must be >= 1, got {values['seq']}")
     return cls(lsn=lsn, **values)
+
+
+def _zero_extras(raw: dict, kind: str) -> bool:
+    """Whether a line without its kind's mark has keys this format does not, each 0: an app's
+    node of an older version wrote a 0 there and no mark (an init before versions); it reads
+    as this format's record. Any other line without its mark is `Older`, its app's to decode
+    (an app's message always had its payload)."""
+    extras = [raw[key] for key in raw.keys() - _NAMES[kind]]
+    return bool(extras) and all(_is_int(value) and value == 0 for value in extras)
 
 
 def split_lines(data: bytes, path: str) -> tuple[list[tuple[str, bytes]], int | None]:

@@ -34,7 +34,6 @@ from snapmesh.services.node.reporter import CorruptReportError, PendingReports, 
 from snapmesh.services.node import translog
 from snapmesh.services.node.translog import LogClosedError, TransferLog
 from snapmesh.bank import v1records
-from snapmesh.protocol import wal
 from snapmesh.protocol.chunking import CHUNK_BYTES, BadChunks, StateAssembler, StateTooLarge, split_state
 from snapmesh.processes import supervisor
 from snapmesh.settings.config import write_cluster

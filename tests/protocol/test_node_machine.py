@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from snapmesh.bank import v1records
 from snapmesh.protocol.node import core, link, recovery
 from snapmesh.protocol import overtake, wal
 from snapmesh.protocol.node.effects import Append, Transmit
@@ -191,9 +190,9 @@ def test_checkpoint_round_trips_through_the_log() -> None:
     ("records", "problem"),
     [
         ([wal.Restart(lsn=1)], "first record must be init"),
-        ([v1records.Init(lsn=1, tally=1), wal.Restart(lsn=3)], "lsn 3 where 2 was expected"),
-        ([v1records.Init(lsn=1, tally=1), v1records.Init(lsn=2, tally=1)], "a second init"),
-        ([v1records.Init(lsn=1, tally=9), v1records.Checkpoint(lsn=2, tally=1, next_seq={"b": 1}, acked={"b": 0},
+        ([wal.Init(lsn=1), wal.Restart(lsn=3)], "lsn 3 where 2 was expected"),
+        ([wal.Init(lsn=1), wal.Init(lsn=2)], "a second init"),
+        ([wal.Init(lsn=1), wal.Checkpoint(lsn=2, next_seq={"b": 1}, acked={"b": 0},
                                                      received={"b": 0}, outbox={"b": []}, abandoned=[], requests={})],
          "checkpoint must be the first record"),
     ],
