@@ -81,8 +81,9 @@ def figures(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[dict[str
     its state the balance, a message the amount, both decimal ASCII, base64 in the log):
     an init's, a checkpoint's and a restore's balance from their `state`, a send's,
     recv's and replay's amount from its `payload`, and a cut's balance the one its log
-    gives before it (an app's cut names its state by digest only). A native record,
-    and a log of another app (bytes that are no decimal), is kept as it is."""
+    gives before it (an app's cut names its state by digest only). Each record figured is
+    then a native one (its figure, its kind's mark dropped: v1records reads it). A native
+    record, and a log of another app (bytes that are no decimal), is kept as it is."""
     return {node: _figures(records) for node, records in logs.items()}
 
 
@@ -95,7 +96,7 @@ def _figures(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             held = _decimal(record["state"])
             if held is None:
                 return list(records)  # not the bank's bytes
-            record = {**record, NODE_TALLY_KEY: held}
+            record = _native(record, NODE_TALLY_KEY, held)
         elif kind in ("init", "checkpoint", "restore"):
             held = record.get(NODE_TALLY_KEY, 0)
         elif kind in ("send", "recv", "replay"):
@@ -104,12 +105,18 @@ def _figures(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 amount = _decimal(record["payload"])
                 if amount is None:
                     return list(records)
-                record = {**record, MESSAGE_TALLY_KEY: amount}
+                record = _native(record, MESSAGE_TALLY_KEY, amount)
             held += -amount if kind == "send" else amount
         elif kind == "cut" and record.get("digest"):
-            record = {**record, NODE_TALLY_KEY: held}
+            record = _native(record, NODE_TALLY_KEY, held)
         out.append(record)
     return out
+
+
+def _native(record: dict[str, Any], key: str, figure: int) -> dict[str, Any]:
+    """An app's record with its figure under `key`, as a native one: its kind's mark left out."""
+    mark = wal.APP_MARKS[record["kind"]]
+    return {**{k: v for k, v in record.items() if k != mark}, key: figure}
 
 
 def read(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:

@@ -33,7 +33,7 @@ from snapmesh.services.node.recovery import recover
 from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from snapmesh.services.node import translog
 from snapmesh.services.node.translog import LogClosedError, TransferLog
-from snapmesh.bank import v1records
+from snapmesh.protocol import wal
 from snapmesh.protocol.chunking import CHUNK_BYTES, BadChunks, StateAssembler, StateTooLarge, split_state
 from snapmesh.processes import supervisor
 from snapmesh.settings.config import write_cluster
@@ -128,7 +128,7 @@ def test_after_a_failed_write_or_fsync_the_log_writes_nothing_more(
 
     async def go() -> tuple[bytes, BaseException]:
         log = TransferLog(path, "p1", last_lsn=0)
-        append(log, v1records.Init, tally=100 * sends)
+        append(log, wal.Init)
         log.flush_sync()
         synced_on.clear()
         armed.set()

@@ -16,7 +16,6 @@ from support.node_harness import append, append_send, cluster_file, run_node_onc
 from snapmesh.services.node.recovery import CorruptLogError, recover
 from snapmesh.services.node import translog
 from snapmesh.services.node.translog import TransferLog
-from snapmesh.bank import v1records
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.link import Entry
 from snapmesh.processes.supervisor import Cluster
@@ -42,11 +41,11 @@ def test_every_record_kind_is_one_json_line_with_node_and_lsn(tmp_path: Path) ->
     async def go() -> None:
         log = TransferLog(tmp_path / "p1.log.jsonl", 'p"1', last_lsn=0)
         log.start()
-        append(log, v1records.Init, tally=100)
+        append(log, wal.Init)
         append_send(log, 'p"1', "p2", 1, 7)
-        append(log, v1records.Recv, src="p2", dst='p"1', seq=1, msg_id="p2:p\"1:1", tally=3)
-        append(log, v1records.Recv, src="p2", dst='p"1', seq=2, msg_id="custom id", tally=4)
-        append(log, v1records.Cut, snapshot_id='s"1', tally=96)
+        append(log, wal.Recv, src="p2", dst='p"1', seq=1, msg_id="p2:p\"1:1", payload=wal.pack(str(3).encode()))
+        append(log, wal.Recv, src="p2", dst='p"1', seq=2, msg_id="custom id", payload=wal.pack(str(4).encode()))
+        append(log, wal.Cut, snapshot_id='s"1')
         append(log, wal.MarkerSent, snapshot_id='s"1', src='p"1', dst="p2", seq=2)
         append(log, wal.MarkerRecv, snapshot_id='s"1', src="p2", dst='p"1', seq=3)
         append(log, wal.Abort, snapshot_id='s"1', reason="deadline: p3 did not report")
@@ -83,13 +82,13 @@ def test_group_commit_durable_lsn_never_runs_ahead_of_the_file(tmp_path: Path) -
     async def go() -> None:
         log = TransferLog(path, "p1", last_lsn=0, on_durable=on_durable)
         log.start()
-        append(log, v1records.Init, tally=10)
+        append(log, wal.Init)
         waiters = []
         for i in range(1, 2001):
             if i <= 10:
                 append_send(log, "p1", "p2", i, 1)
             else:
-                append(log, v1records.Recv, src="p2", dst="p1", seq=i, msg_id=f"p2:p1:{i}", tally=1)
+                append(log, wal.Recv, src="p2", dst="p1", seq=i, msg_id=f"p2:p1:{i}", payload=wal.pack(str(1).encode()))
             if i % 100 == 0:
                 waiters.append(asyncio.ensure_future(log.wait_durable(log.last_lsn)))
                 await asyncio.sleep(0)
@@ -126,7 +125,7 @@ def test_small_rounds_sync_on_the_loop_large_ones_and_a_slow_disk_on_a_thread(tm
     async def go() -> None:
         log = TransferLog(path, "p1", last_lsn=0)
         log.start()
-        append(log, v1records.Init, tally=10_000)
+        append(log, wal.Init)
         await log.wait_durable(log.last_lsn)  # small
         for seq in range(1, 201):
             append_send(log, "p1", "p2", seq, 1)
@@ -185,7 +184,7 @@ def test_a_round_waits_one_turn_only_for_a_pending_writer_and_nothing_is_durable
             waiters.append((lsn, asyncio.ensure_future(log.wait_durable(lsn))))
 
         # No writer pending: the first record's round does not wait for the second.
-        wait(append(log, v1records.Init, tally=10))
+        wait(append(log, wal.Init))
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         wait(append_send(log, "p1", "p2", 1, 1))
@@ -236,7 +235,7 @@ def test_concurrent_callers_share_a_round_synced_on_a_thread_and_a_lone_one_wait
         log.start()
         first = [asyncio.ensure_future(log.wait_durable(lsn)) for lsn in (1, 2)]
         await asyncio.sleep(0)  # both wait before the records come
-        append(log, v1records.Init, tally=10)
+        append(log, wal.Init)
         append_send(log, "p1", "p2", 1, 1)
         await asyncio.gather(*first)  # one round, two callers: the log is concurrent
         late = asyncio.ensure_future(log.wait_durable(append_send(log, "p1", "p2", 2, 1)))
@@ -421,9 +420,9 @@ def test_seal_renames_the_active_segment_and_opens_the_next_with_its_checkpoint(
     async def go() -> None:
         log = TransferLog(path, "p1", last_lsn=0)
         log.start()
-        append(log, v1records.Init, tally=100)
+        append(log, wal.Init)
         append_send(log, "p1", "p2", 1, 7)
-        log.seal(1, v1records.Checkpoint(lsn=3, tally=93, next_seq={"p2": 2, "p3": 1}, acked={"p2": 0, "p3": 0},
+        log.seal(1, wal.Checkpoint(lsn=3, next_seq={"p2": 2, "p3": 1}, acked={"p2": 0, "p3": 0},
                                    received={"p2": 0, "p3": 0}, outbox={"p2": [[1, 7, ""]], "p3": []},
                                    abandoned=[], requests={}))
         append_send(log, "p1", "p2", 2, 3)

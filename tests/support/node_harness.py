@@ -33,7 +33,6 @@ from snapmesh.processes import supervisor
 from snapmesh.settings.config import write_cluster
 from snapmesh.settings.ports import free_ports
 from snapmesh.settings.ports import port_is_free as _port_is_free
-from snapmesh.bank import v1records
 from snapmesh.protocol import wal
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -49,7 +48,7 @@ def append(log, kind: type[wal.Record], **fields) -> int:
 
 def append_send(log, src: str, dst: str, seq: int, amount: int) -> int:
     """A transfer's `send` record (msg_id `src:dst:seq`), as the node writes it."""
-    return append(log, v1records.Send, msg_id=f"{src}:{dst}:{seq}", src=src, dst=dst, seq=seq, tally=amount)
+    return append(log, wal.Send, msg_id=f"{src}:{dst}:{seq}", src=src, dst=dst, seq=seq, payload=wal.pack(str(amount).encode()))
 
 
 def port_is_free(port: int) -> bool:
