@@ -1,8 +1,9 @@
 """The bank's reading of its logs for `snapmesh.checking.cut`: money, and its rules.
 
-The bank runs natively on the packed path: a message is an amount, a node's state
-its balance, and the log says both (`wal.Init.tally`, `Send.tally`,
-`Recv.tally`, `Cut.tally`: the log's keys "balance" and "amount"). `cut.check_snapshot` compares a recorded in-flight
+The bank ran natively on the packed path: a message is an amount, a node's state
+its balance, and its log says both (the native records of snapmesh/bank/v1records.py,
+`Init.tally`, `Send.tally`, `Recv.tally`, `Cut.tally`: the log's keys "balance" and
+"amount"; `older` decodes a log line read as a dict into one). `cut.check_snapshot` compares a recorded in-flight
 amount with its send record's and a recorded balance with the balance its log
 gives before its cut (`cut.STATE`); the arithmetic behind that balance, and the
 rules that are only money's, are here (docs/reconcile.md "The rules", 3 and 7):
@@ -24,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+import snapmesh.bank.v1records as v1records
 from snapmesh.protocol import wal
 
 CUT_BALANCE = "CUT_BALANCE"
@@ -61,11 +63,13 @@ class Reading:
     def total(self) -> int:
         return self.initial_total if self.given_total is None else self.given_total
 
+    # An app's record (a `wal` record, not a native one) holds no money: it reads as 0.
+
     def content(self, send: wal.Send) -> int:
-        return send.tally
+        return getattr(send, "tally", 0)
 
     def said(self, cut: wal.Cut) -> int:
-        return cut.tally
+        return getattr(cut, "tally", 0)
 
     def state(self, node: str, cut: Any) -> int:
         return self.at_cut[(node, cut.lsn)]
@@ -73,17 +77,17 @@ class Reading:
     def feed(self, node: str, records: Sequence[wal.Record]) -> None:
         """The balance replayed: init + received - sent, kept at every cut."""
         held, at_cut, initial = self.held.get(node, 0), self.at_cut, 0
-        send, recv, init, cut = wal.Send, wal.Recv, wal.Init, wal.Cut
+        send, recv, init, cut = "send", "recv", "init", "cut"
         for r in records:
-            kind = type(r)
-            if kind is send:
-                held -= r.tally  # type: ignore[attr-defined]
-            elif kind is recv:
-                held += r.tally  # type: ignore[attr-defined]
-            elif kind is init:
-                held += r.tally  # type: ignore[attr-defined]
-                initial += r.tally  # type: ignore[attr-defined]
-            elif kind is cut:
+            kind = r.KIND
+            if kind == send:
+                held -= getattr(r, "tally", 0)
+            elif kind == recv:
+                held += getattr(r, "tally", 0)
+            elif kind == init:
+                held += getattr(r, "tally", 0)
+                initial += getattr(r, "tally", 0)
+            elif kind == cut:
                 at_cut[(node, r.lsn)] = held
         self.held[node] = held
         self.initial_total += initial
@@ -93,7 +97,7 @@ class Reading:
         self.feed(node, (record,))
 
     def check_node(self, node: str, cut: Any) -> Iterable[tuple[str, tuple]]:
-        said, before = cut.record.tally, self.state(node, cut)
+        said, before = self.said(cut.record), self.state(node, cut)
         return ((CUT_BALANCE, (node, said, before)),) if said != before else ()
 
     def check_whole(self, snap: Any, verdict: Any) -> tuple[Totals, list[tuple[str, tuple]]]:
@@ -113,7 +117,13 @@ class Reading:
         return totals, found
 
     def opening(self, restore: wal.Restore) -> wal.Record:
-        return wal.Init(lsn=restore.lsn, tally=restore.tally)
+        return v1records.Init(lsn=restore.lsn, tally=getattr(restore, "tally", 0))
 
     def replayed(self, opening: wal.Record, replay: wal.Replay) -> wal.Record:
-        return wal.Init(lsn=opening.lsn, tally=opening.tally + replay.tally)  # type: ignore[attr-defined]
+        return v1records.Init(lsn=opening.lsn, tally=getattr(opening, "tally", 0) + getattr(replay, "tally", 0))
+
+    @staticmethod
+    def older(record: wal.Record, where: str) -> wal.Record:
+        """A native record (`wal.Older`, as `snapmesh.checking.cut.record` gives it) decoded; a
+        value out of range is kept, for the checkers' rules to report."""
+        return v1records.decode(record, where, values_checked=False)

@@ -36,6 +36,7 @@ import base64
 
 import snapmesh.bank.cut as bank_cut
 from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY
+import snapmesh.bank.v1records as v1records
 from snapmesh.bank.trace import BANK as trace
 from snapmesh.protocol import wal
 
@@ -46,14 +47,11 @@ InFlight = dict[Channel, list[tuple[str, int, int]]]  # (msg_id, amount, seq), i
 state_key, content_key, contents_key = trace.state_key, trace.content_key, trace.contents_key
 
 
-# An app's record leaves its tally's key out; older logs wrote 0 there (wal.APP_MARKS). A reader of a
+# An app's record has no tally's key, only its kind's mark (wal.APP_MARKS); a native one the reverse. A reader of a
 # line as a dict (the checkers with the bank's part, the trace, this module) asks here: a record with
 # its kind's mark and without its tally has a tally of 0; any other record without it is bad input.
 # kind -> its tally's key in the log (the v1 format's: formats.py)
-TALLY_KEYS: Mapping[str, str] = {
-    kind: name for kind in wal.APP_MARKS for (name, _, _), attr in zip(wal.SPEC[kind], wal.ATTRS[kind], strict=True)
-    if attr == "tally"
-}
+TALLY_KEYS: Mapping[str, str] = v1records.TALLY_KEYS
 
 
 def is_app_record(raw: Record) -> bool:
@@ -83,8 +81,9 @@ def figures(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[dict[str
     its state the balance, a message the amount, both decimal ASCII, base64 in the log):
     an init's, a checkpoint's and a restore's balance from their `state`, a send's,
     recv's and replay's amount from its `payload`, and a cut's balance the one its log
-    gives before it (an app's cut names its state by digest only). A native record,
-    and a log of another app (bytes that are no decimal), is kept as it is."""
+    gives before it (an app's cut names its state by digest only). Each record figured is
+    then a native one (its figure, its kind's mark dropped: v1records reads it). A native
+    record, and a log of another app (bytes that are no decimal), is kept as it is."""
     return {node: _figures(records) for node, records in logs.items()}
 
 
@@ -97,7 +96,7 @@ def _figures(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             held = _decimal(record["state"])
             if held is None:
                 return list(records)  # not the bank's bytes
-            record = {**record, NODE_TALLY_KEY: held}
+            record = _native(record, NODE_TALLY_KEY, held)
         elif kind in ("init", "checkpoint", "restore"):
             held = record.get(NODE_TALLY_KEY, 0)
         elif kind in ("send", "recv", "replay"):
@@ -106,12 +105,18 @@ def _figures(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 amount = _decimal(record["payload"])
                 if amount is None:
                     return list(records)
-                record = {**record, MESSAGE_TALLY_KEY: amount}
+                record = _native(record, MESSAGE_TALLY_KEY, amount)
             held += -amount if kind == "send" else amount
         elif kind == "cut" and record.get("digest"):
-            record = {**record, NODE_TALLY_KEY: held}
+            record = _native(record, NODE_TALLY_KEY, held)
         out.append(record)
     return out
+
+
+def _native(record: dict[str, Any], key: str, figure: int) -> dict[str, Any]:
+    """An app's record with its figure under `key`, as a native one: its kind's mark left out."""
+    mark = wal.APP_MARKS[record["kind"]]
+    return {**{k: v for k, v in record.items() if k != mark}, key: figure}
 
 
 def read(logs: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:

@@ -2,7 +2,8 @@
 
 Before every node hosted an app, a node of a cluster file without [app] ran the
 bank natively: its log's records carry its tally (init, checkpoint, send,
-recv, restore, replay) and no app's record. The pure recovery knows no tally: it
+recv, restore, replay) and no mark, so `wal` reads them as `wal.Older`, decoded here
+with the v1 keys (snapmesh/bank/v1records.py). The pure recovery knows no tally: it
 rebuilds the segment's channels and ids (`recovery.recover` without an app), and
 the balance is folded here as the native node did (init or checkpoint, minus
 sends, plus recvs; a restore sets it, each replay adds). The result is mapped to
@@ -24,30 +25,34 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Sequence
 
+import snapmesh.bank.v1records as v1records
 from snapmesh.protocol import wal
 from snapmesh.protocol.node import recovery
 from snapmesh.protocol.node.apphost import Host
 from snapmesh.protocol.node.recovery import Recovered
 from snapmesh.protocol.node.requests import Paid
 
-_MESSAGES = (wal.Send, wal.Recv, wal.Replay)
+_MESSAGES = (v1records.Send, v1records.Recv, v1records.Replay)
+_STARTS = (v1records.Init, v1records.Checkpoint, v1records.Restore)  # each sets the balance
+_APP_MESSAGES = (wal.Send, wal.Recv, wal.Replay)
 _STATES = (wal.Checkpoint, wal.Restore)
-_STARTS = (wal.Init, wal.Checkpoint, wal.Restore)  # each sets the balance
 _STAMPS = (wal.Init, wal.Checkpoint, wal.AppVersion)
 
 
 def native_log(records: Sequence[tuple[str, wal.Record]]) -> bool:
     """Whether `records` (an active segment) were written by a native bank node (B5):
-    some record carries a tally, and none is an app's."""
-    tallied = False
+    some record is of the older format (`wal.Older`: a tally other than 0), and none is an
+    app's (a command, a message, a state or an app's name; a record with a 0 figure and no
+    mark reads as the current one, so may be either)."""
+    older = False
     for _, record in records:
         kind = type(record)
-        if kind is wal.Command or (kind in _MESSAGES and record.payload) or (kind in _STATES and record.state):
+        if kind is wal.Command or kind in _APP_MESSAGES or (kind in _STATES and record.state):
             return False
         if kind in _STAMPS and record.app:
             return False
-        tallied = tallied or bool(getattr(record, "tally", 0))
-    return tallied
+        older = older or wal.older_format(record)
+    return older
 
 
 class NativeLogs:
@@ -62,23 +67,25 @@ class NativeLogs:
     def recover(records: Sequence[tuple[str, wal.Record]], *, node_id: str, incoming: tuple[str, ...],
                 outgoing: tuple[str, ...], host: Host) -> Recovered:
         """The segment's state, rebuilt as the native node did, then as the bank app's (`host` given its state)."""
+        records = [(where, v1records.decode(record, where)) for where, record in records]
+        balance, after = fold(records)
         records = [(where, as_payloads(record)) for where, record in records]
         native = recovery.recover(records, node_id=node_id, incoming=incoming, outgoing=outgoing)
-        balance, after = fold(records)
         return as_bank_app(native, host, balance, after)
 
 
 def as_payloads(record: wal.Record) -> wal.Record:
-    """A native record with each amount also as the bank app's message (decimal ASCII), for
-    the channels' bookkeeping: a message's payload, a checkpoint outbox item's fourth place."""
+    """A native record (v1records) as its `wal` kind's, each amount as the bank app's message
+    (decimal ASCII), for the channels' bookkeeping: a message's payload, a checkpoint outbox
+    item's fourth place."""
     kind = type(record)
     if kind in _MESSAGES:
-        return dataclasses.replace(record, payload=_message(record.tally))
-    if kind is wal.Checkpoint:
+        return v1records.current(record, payload=_message(record.tally))  # type: ignore[attr-defined]
+    if kind is v1records.Checkpoint:
         outbox = {dst: [[*item[:3], _message(item[1])] if len(item) == 3 and not item[2] else item for item in items]
-                  for dst, items in record.outbox.items()}
-        return dataclasses.replace(record, outbox=outbox)
-    return record
+                  for dst, items in record.outbox.items()}  # type: ignore[attr-defined]
+        return v1records.current(record, outbox=outbox)
+    return v1records.current(record) if kind in v1records.BY_KIND.values() else record
 
 
 def _message(amount: object) -> str:
@@ -94,11 +101,11 @@ def fold(records: Sequence[tuple[str, wal.Record]]) -> tuple[int, dict[str, int]
         kind = type(record)
         if kind in _STARTS:
             balance = record.tally
-        elif kind is wal.Send:
+        elif kind is v1records.Send:
             balance -= record.tally
             if record.request_id:
                 after[record.request_id] = balance
-        elif kind is wal.Recv or kind is wal.Replay:
+        elif kind is v1records.Recv or kind is v1records.Replay:
             balance += record.tally
         if balance < 0:
             raise recovery.CorruptLog(f"{where}: the balance would be {balance}")

@@ -32,7 +32,7 @@ prefix rules (each end's seqs before its cut are 1..n) are what make the two the
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -82,23 +82,28 @@ _READ_FIELDS = {
                 if required)
     for kind in READ_KINDS
 }
-_OPTIONAL_READ = {"send": ("payload",), "cut": ("digest",)}  # what `Payloads` reads besides
+# What `Payloads` reads besides, and a receipt's payload (the synthetic app logs write it back).
+_OPTIONAL_READ = {"send": ("payload",), "recv": ("payload",), "cut": ("digest",)}
 
 
-def record(raw: Mapping[str, Any], node: str | None = None) -> wal.Record:
+def record(raw: Mapping[str, Any], node: str | None = None,
+           older: Callable[[wal.Record, str], wal.Record] | None = None) -> wal.Record:
     """A log line its reader already parsed and checked (a dict) as the `wal` record
     the rules read; a kind they do not read (abort, restart, checkpoint, ...) as
     `wal.Unknown`, whatever its fields. With `node` (whose log it is), a line may
-    leave out its own end of the channel (`src` of a send, `dst` of a receipt). An app's
-    record (with its kind's mark, wal.APP_MARKS) may leave out the native figure the format
-    still requires of the others, read as that field's zero value."""
+    leave out its own end of the channel (`src` of a send, `dst` of a receipt). A line
+    without its kind's mark (wal.APP_MARKS) is of an older format: `wal.Older`, or
+    what `older` (its app's reading's decoder: record, where) makes of it."""
     kind = raw["kind"]
     fields = _READ_FIELDS.get(kind)
     if fields is None:
         return wal.Unknown(lsn=raw["lsn"], kind=kind)
     own = {"src": node} if kind in ("send", "marker_sent") else {"dst": node} if kind in ("recv", "marker_recv") else {}
-    if wal.APP_MARKS.get(kind, "") in raw:
-        own.update((key, typ()) for key, _, typ in fields if key not in raw and key not in own)  # as wal.from_dict does
+    mark = wal.APP_MARKS.get(kind)
+    if mark is not None and mark not in raw:
+        kept = {**own, **{key: value for key, value in raw.items() if key not in ("node", "lsn", "kind")}}
+        found = wal.Older(lsn=raw["lsn"], kind=kind, fields=kept)
+        return found if older is None else older(found, f"{raw.get('node', node)} lsn {raw['lsn']}")
     values = {attr: raw[key] if key in raw else own[key] for key, attr, _ in fields}
     for name in _OPTIONAL_READ.get(kind, ()):
         if name in raw:
@@ -257,8 +262,8 @@ class LogIndex:
     def add(self, node: str, r: wal.Record) -> None:
         """The next record of `node`'s log (each node's in lsn order)."""
         self.nodes.setdefault(node)
-        kind = type(r)
-        if kind is wal.Send:
+        kind = r.KIND  # a reading's own records of a kind (the bank's native ones) are its subclasses
+        if kind == "send":
             channel = (r.src, r.dst)  # type: ignore[attr-defined]
             self._link(node, ("out", r.dst), r.seq, True)  # type: ignore[attr-defined]
             self.send_by_seq[channel][r.seq] = r  # type: ignore[assignment, attr-defined]
@@ -266,18 +271,18 @@ class LogIndex:
             first = self.first_send.get(r.msg_id)  # type: ignore[attr-defined]
             self.first_send[r.msg_id] = sent if first is None else min(first, sent)  # type: ignore[attr-defined]
             self.channels.add(channel)
-        elif kind is wal.Recv:
+        elif kind == "recv":
             self._link(node, ("in", r.src), r.seq, True)  # type: ignore[attr-defined]
             self.channels.add((r.src, r.dst))  # type: ignore[attr-defined]
-        elif kind is wal.MarkerSent:
+        elif kind == "marker_sent":
             self._link(node, ("out", r.dst), r.seq, False)  # type: ignore[attr-defined]
             self.markers_sent[(r.snapshot_id, (r.src, r.dst))].append(r.lsn)  # type: ignore[attr-defined]
             self.channels.add((r.src, r.dst))  # type: ignore[attr-defined]
-        elif kind is wal.MarkerRecv:
+        elif kind == "marker_recv":
             self._link(node, ("in", r.src), r.seq, False)  # type: ignore[attr-defined]
             self.markers_recv[(r.snapshot_id, (r.src, r.dst))] += 1  # type: ignore[attr-defined]
             self.channels.add((r.src, r.dst))  # type: ignore[attr-defined]
-        elif kind is wal.Cut and (self.wanted is None or r.snapshot_id in self.wanted):  # type: ignore[attr-defined]
+        elif kind == "cut" and (self.wanted is None or r.snapshot_id in self.wanted):  # type: ignore[attr-defined]
             links = {key: (v[0], v[1], v[2]) for key, v in self._links[node].items()}
             self.cuts[(r.snapshot_id, node)].append(CutState(r.lsn, r, links))  # type: ignore[arg-type, attr-defined]
 
@@ -298,13 +303,13 @@ def epoch_logs(logs: Mapping[str, Sequence[wal.Record]], epoch: int, reading: Re
         if epoch == 1:
             current = out[node] = []
         for r in records:
-            if type(r) is wal.Restore:
+            if r.KIND == "restore":
                 current = [reading.opening(r)] if r.epoch == epoch else None
                 if current is not None:
                     out[node] = current  # a restore redone after a crash replaces the cut-short one
             elif current is None:
                 continue
-            elif type(r) is wal.Replay:
+            elif r.KIND == "replay":
                 current[0] = reading.replayed(current[0], r)
             else:
                 current.append(r)

@@ -92,10 +92,12 @@ def check_logs(
         problems += str(violation).splitlines()
         report = Report()
     expected_total = app.initial_total(logs) if total is None else total
+    reading = app.reading(expected_total)
+    older = getattr(reading, "older", None)  # the app's decoder of its old logs' lines, if it has one
     index = cut.LogIndex.of(
-        {node: [cut.record(r, node) for r in records] for node, records in logs.items()} if snaps else {},
+        {node: [cut.record(r, node, older) for r in records] for node, records in logs.items()} if snaps else {},
         snapshot_ids=[snap.snapshot_id for snap in snaps],
-        reading=app.reading(expected_total),
+        reading=reading,
     )
     for snap in snaps:
         problems += _snapshot_against_logs(snap, index, channels, expected_total, app)

@@ -312,7 +312,13 @@ def trace_logs(
                 seq_of[(channel, event["msg"])] = sent[channel] = sent.get(channel, 0) + 1
     # Each record is the line its node would log (the value where the app logs it), read as the rules read one.
     logs: dict[str, list[wal.Record]] = {}
-    read, logged = cut.record, app.logged
+    reading = app.reading()
+    older = getattr(reading, "older", None)  # the app's decoder of an older format's lines, if it has one
+    logged = app.logged
+
+    def read(raw: dict) -> wal.Record:
+        return cut.record(raw, older=older)
+
     content_key, state_key = app.content_key, app.state_key
     for node, state in initial.items():
         history = at_node.get(node, [])
@@ -332,7 +338,7 @@ def trace_logs(
             elif kind == "cut":
                 add(read({"lsn": pos, "kind": "cut", "snapshot_id": event["snapshot"],
                           **logged("cut", event[state_key])}))
-    return cut.LogIndex.of(logs, snapshot_ids, reading=app.reading()), seq_of
+    return cut.LogIndex.of(logs, snapshot_ids, reading=reading), seq_of
 
 
 class _TraceIndex:

@@ -36,7 +36,7 @@ def write(cfg: cluster_config.ClusterConfig, nodes: list[str], app: App, snapsho
         path = cfg.log_path(node)
         if path.exists() or any(path.parent.glob(f"{node}.log.*")):
             continue
-        lines = [wal.encode(wal.Init(lsn=1, tally=0, app=app.name, version=app.version), node),
+        lines = [wal.encode(wal.Init(lsn=1, app=app.name, version=app.version), node),
                  wal.encode(wal.Stop(lsn=2, snapshot_id=snapshot_id), node)]
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w") as out:

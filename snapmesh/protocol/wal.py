@@ -15,7 +15,10 @@ kept for reconciliation.
 
 Parsing is strict: a record that is not what SPEC says raises `CorruptRecord`
 naming `file:line`. A kind this version does not know parses as `Unknown` and
-readers skip it (old readers do the same with new kinds).
+readers skip it (old readers do the same with new kinds). A line of a known kind
+without its kind's mark (APP_MARKS) is of an older format than nodes write: it
+parses as `Older`, its fields kept as they are, for its app's reader of old logs
+(App.old_logs) to decode; the framework reads none of them.
 """
 
 from __future__ import annotations
@@ -28,8 +31,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
-
-from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY, RESTORED_TALLY_KEY
 
 ACTIVE_SUFFIX = ".log.jsonl"
 _SEALED = re.compile(r"^(?P<node>.+)\.log\.(?P<first>\d{12})\.jsonl$")
@@ -86,8 +87,7 @@ class Record:
 class Init(Record):
     KIND: ClassVar[str] = "init"
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"app", "version", "state"})
-    tally: int = 0  # an old native log's figure (its app reads it); a node writes none
-    app: str = ""  # the hosted app's name ("": the bank, or a log from before versions)
+    app: str = ""  # the hosted app's name ("": the default one, or a log from before versions)
     version: int = 0  # its version (0, omitted: 1, as every app was before versions)
     # The hosted app's opening state (pack(snapshot()) of its new machine; "": none, or a log
     # from before it): the log replays from it, not from the params that made it.
@@ -117,9 +117,8 @@ class Send(Record):
     src: str
     dst: str
     seq: int
-    tally: int = 0  # an old native log's figure (its app reads it); a node writes none
     request_id: str = ""  # the client's retry key; omitted when empty
-    payload: str = ""  # an app message's bytes, base64 (tally 0); omitted when empty
+    payload: str = ""  # an app message's bytes, base64; written even when empty (the kind's mark)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -130,7 +129,6 @@ class Recv(Record):
     src: str
     dst: str
     seq: int
-    tally: int = 0  # an old native log's figure (its app reads it); a node writes none
     payload: str = ""  # base64; an app's input, replayed through it by recovery
 
 
@@ -139,7 +137,6 @@ class Cut(Record):
     KIND: ClassVar[str] = "cut"
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"digest"})
     snapshot_id: str
-    tally: int = 0  # an old native log's figure (its app reads it); a node writes none
     digest: str = ""  # an app's state at the cut: sha256 of its snapshot() bytes, hex (the report carries the bytes)
 
 
@@ -200,24 +197,20 @@ class Checkpoint(Record):
       seq the receiver acknowledged (the ack watermark);
     received: per incoming channel, the last seq received;
     outbox: per outgoing channel, the unacknowledged messages in seq order,
-      each [seq, tally, snapshot_id] (tally 0 for a marker, "" for a transfer);
+      each [seq, 0, snapshot_id, payload] (a marker: its snapshot id; a message: "", its payload);
     abandoned: snapshot ids a restart must treat as abandoned (recent ones);
-    requests: client request_id -> [msg_id, tally after, wall-clock seconds
-      paid, lsn of its send record, digest of the request, epoch paid in]
-      (the window, snapmesh/protocol/node/requests.py; older logs: [msg_id,
-      tally after], then without the digest and epoch);
+    requests: client request_id -> its answer, as snapmesh/protocol/node/requests.py
+      keeps it (the window);
     cuts: snapshot id -> the lsn of its cut here (recent ones);
-    restored, restored_tally: the last restore's snapshot id and the tally
-      right after it (its answer to a repeated RestoreState);
+    restored: the last restore's snapshot id (its answer to a repeated RestoreState);
     last_command: the lsn of the last client command before it (1: none;
       absent, a log from before it: not known), for a stop (fence.py F7).
     """
 
     KIND: ClassVar[str] = "checkpoint"
     OPTIONAL: ClassVar[frozenset[str]] = frozenset(
-        {"epoch", "cuts", "restored", "restored_tally", "state", "app", "version", "last_command"}
+        {"epoch", "cuts", "restored", "state", "app", "version", "last_command"}
     )
-    tally: int = 0  # an old native log's figure (its app reads it); a node writes none
     next_seq: dict
     acked: dict
     received: dict
@@ -227,8 +220,7 @@ class Checkpoint(Record):
     epoch: int = 0  # the node's epoch (0, omitted: epoch 1, a log from before restores)
     cuts: dict = field(default_factory=dict)
     restored: str = ""
-    restored_tally: int = 0
-    state: str = ""  # the hosted app's snapshot() bytes, base64 (an app node; the bank: empty)
+    state: str = ""  # the hosted app's snapshot() bytes, base64 (an app node's)
     app: str = ""  # as Init's: the app whose state this is, and its version (0: 1)
     version: int = 0
     last_command: int = 0  # the lsn of the last client command before it (1, the init's: none; 0: not known)
@@ -236,17 +228,16 @@ class Checkpoint(Record):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Restore(Record):
-    """The node entered `epoch` by restoring snapshot `snapshot_id`: its tally
-    is now `tally` (the recorded one), every channel starts again at seq 1,
-    and the `deliveries` replay records that follow add the transfers recorded
+    """The node entered `epoch` by restoring snapshot `snapshot_id`: its app's
+    state is now `state` (the recorded one), every channel starts again at seq 1,
+    and the `deliveries` replay records that follow deliver the messages recorded
     in flight towards it. A restore whose replays are not all in the log is
-    done again from the start (the tally is set, not added to)."""
+    done again from the start (the state is set, not added to)."""
 
     KIND: ClassVar[str] = "restore"
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"state"})
     snapshot_id: str
     epoch: int
-    tally: int = 0  # an old native log's figure (its app reads it); a node writes none
     deliveries: int
     state: str = ""  # an app node: the restored snapshot() bytes, base64
 
@@ -263,8 +254,18 @@ class Replay(Record):
     src: str
     dst: str
     seq: int
-    tally: int = 0  # an old native log's figure (its app reads it); a node writes none
     payload: str = ""  # base64
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Older(Record):
+    """A record of a known kind in an older format than nodes write (no mark, APP_MARKS):
+    its fields as the line holds them (after node, lsn and kind), in their order. Its
+    app's reader of old logs decodes it; the framework reads none of its fields."""
+
+    KIND: ClassVar[str] = ""
+    kind: str
+    fields: dict
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -283,37 +284,29 @@ KNOWN: tuple[type[Record], ...] = (
 )
 BY_KIND: dict[str, type[Record]] = {cls.KIND: cls for cls in KNOWN}
 KINDS = frozenset(BY_KIND)
-
-_MESSAGES = (Send, Recv, Replay)
-
-
-def _key(cls: type[Record], name: str) -> str:
-    """A record field's key in the log: its name, but for the tallies (v1 keys: snapmesh/bank/formats.py)."""
-    if name == "tally":
-        return MESSAGE_TALLY_KEY if cls in _MESSAGES else NODE_TALLY_KEY
-    return RESTORED_TALLY_KEY if name == "restored_tally" else name
-
+_OWN = frozenset((*KNOWN, Older, Unknown))  # what `encode` writes itself
 
 # The format as data: kind -> ((key, type, required), ...) after node, lsn, kind;
 # ATTRS: kind -> the record's field for each key, in the same order.
 COMMON: tuple[tuple[str, type, bool], ...] = (("node", str, True), ("lsn", int, True), ("kind", str, True))
 SPEC: Mapping[str, tuple[tuple[str, type, bool], ...]] = {
-    cls.KIND: tuple((_key(cls, f.name), {"int": int, "str": str, "dict": dict, "list": list}[f.type],
+    cls.KIND: tuple((f.name, {"int": int, "str": str, "dict": dict, "list": list}[f.type],
                      f.name not in cls.OPTIONAL) for f in fields(cls) if f.name != "lsn")
     for cls in KNOWN
 }
+_NAMES: Mapping[str, frozenset[str]] = {kind: frozenset(("node", "lsn", "kind", *(n for n, _, _ in spec)))
+                                         for kind, spec in SPEC.items()}
 ATTRS: Mapping[str, tuple[str, ...]] = {cls.KIND: tuple(f.name for f in fields(cls) if f.name != "lsn") for cls in KNOWN}
 
-# An app's record has no tally: its node leaves the key out (old logs wrote 0). kind -> its mark,
-# the key only an app's record of the kind has: one with its mark and without its tally reads
-# as tally 0, one without either is bad input (the readers of dicts: the app's, snapmesh/bank/logs.py).
+# kind -> its mark: the key every record of the kind a node writes has, even empty. A line of
+# the kind without it is of an older format (`Older`), its app's to read (App.old_logs).
 APP_MARKS: Mapping[str, str] = {"init": "app", "checkpoint": "app", "cut": "digest", "restore": "state",
                                 "send": "payload", "recv": "payload", "replay": "payload"}
 
 
 def older_format(record: Record) -> bool:
     """Whether `record` is of an older format than nodes write: its app's old logs reader's (App.old_logs)."""
-    return bool(getattr(record, "tally", 0))
+    return type(record) is Older
 
 
 # ----------------------------------------------------------------- encoding
@@ -327,15 +320,18 @@ def _js(text: str) -> str:
 def encode(record: Record, node_id: str) -> str:
     """One line (with its newline). Field order: node, lsn, kind, then SPEC order."""
     cls = type(record)
+    if cls not in _OWN:  # an app's record of an older format (a kind's subclass): as it says
+        record, cls = record.as_older(), Older  # type: ignore[attr-defined]
+    if cls is Older:  # as it was read: its fields in their order
+        old: Any = record
+        head = {"node": node_id, "lsn": record.lsn, "kind": old.kind}
+        return json.dumps({**head, **old.fields}, separators=(",", ":"), ensure_ascii=False) + "\n"
     parts = [f'{{"node":{_js(node_id)},"lsn":{record.lsn},"kind":"{cls.KIND}"']
-    mark = APP_MARKS.get(cls.KIND)  # an app's record, its tally 0 and its mark written (a payload always is)
-    app = mark is not None and record.tally == 0 and (mark == "payload" or bool(getattr(record, mark)))  # type: ignore[attr-defined]
+    mark = APP_MARKS.get(cls.KIND)
     for (name, kind, required), attr in zip(SPEC[cls.KIND], ATTRS[cls.KIND], strict=True):
         value = getattr(record, attr)
-        if app and attr == "tally":
-            continue
-        if not required and not value and not (name == "payload" and record.tally == 0):  # type: ignore[attr-defined]
-            continue  # an app message's payload is written even when empty: tally 0 needs it
+        if not required and not value and name != mark:
+            continue  # the kind's mark is written even when empty: it says the format
         if kind is str:
             parts.append(f',"{name}":{_js(value)}')
         elif kind is int:
@@ -344,9 +340,6 @@ def encode(record: Record, node_id: str) -> str:
             parts.append(f',"{name}":{json.dumps(value, separators=(",", ":"), sort_keys=True)}')
     parts.append("}\n")
     return "".join(parts)
-
-
-_MESSAGE_KEY = f',"{MESSAGE_TALLY_KEY}":'  # a send's or recv's tally, as the log names it
 
 
 class Encoder:
@@ -366,24 +359,18 @@ class Encoder:
             self._fragments[(src, dst)] = frag
         return frag
 
-    def send(
-        self, lsn: int, src: str, dst: str, seq: int, tally: int, msg_id: str, request_id: str = "", payload: str | None = None
-    ) -> str:
-        """A `send` line; `payload` None: none written (a tally's), else written, even empty (an app message's)."""
+    def send(self, lsn: int, src: str, dst: str, seq: int, msg_id: str, request_id: str = "", payload: str = "") -> str:
+        """A `send` line; its payload is written even when empty (the kind's mark)."""
         with_id, ends = self._channel(src, dst)
         mid = f'{with_id}{seq}"' if msg_id == f"{src}:{dst}:{seq}" else f',"msg_id":{_jstr(msg_id)}'
         rid = f',"request_id":{_jstr(request_id)}' if request_id else ""
-        tail = "}\n" if payload is None else f',"payload":{_jstr(payload)}}}\n'
-        counted = "" if payload is not None and not tally else f"{_MESSAGE_KEY}{tally}"  # an app's: no tally
-        return f'{self._prefix}{lsn},"kind":"send"{mid}{ends},"seq":{seq}{counted}{rid}{tail}'
+        return f'{self._prefix}{lsn},"kind":"send"{mid}{ends},"seq":{seq}{rid},"payload":{_jstr(payload)}}}\n'
 
-    def recv(self, lsn: int, src: str, dst: str, seq: int, tally: int, msg_id: str, payload: str | None = None) -> str:
-        """A `recv` line; `payload` as `send`'s."""
+    def recv(self, lsn: int, src: str, dst: str, seq: int, msg_id: str, payload: str = "") -> str:
+        """A `recv` line; its payload as `send`'s."""
         with_id, ends = self._channel(src, dst)
         mid = f'{with_id}{seq}"' if msg_id == f"{src}:{dst}:{seq}" else f',"msg_id":{_jstr(msg_id)}'
-        tail = "}\n" if payload is None else f',"payload":{_jstr(payload)}}}\n'
-        counted = "" if payload is not None and not tally else f"{_MESSAGE_KEY}{tally}"  # an app's: no tally
-        return f'{self._prefix}{lsn},"kind":"recv"{mid}{ends},"seq":{seq}{counted}{tail}'
+        return f'{self._prefix}{lsn},"kind":"recv"{mid}{ends},"seq":{seq},"payload":{_jstr(payload)}}}\n'
 
     def command(self, lsn: int, request_id: str, command: str, reply: str) -> str:
         """A `command` line: each field written only when not empty, as `encode` does."""
@@ -395,16 +382,14 @@ class Encoder:
     def record(self, record: Record) -> str:
         kind = type(record)
         if kind is Send:
-            r = record  # an app message's payload is written even when empty (tally 0), as `encode` does
-            payload = r.payload if r.payload or not r.tally else None  # type: ignore[attr-defined]
-            return self.send(r.lsn, r.src, r.dst, r.seq, r.tally, r.msg_id, r.request_id, payload)  # type: ignore[attr-defined]
+            r: Any = record
+            return self.send(r.lsn, r.src, r.dst, r.seq, r.msg_id, r.request_id, r.payload)
         if kind is Recv:
             r = record
-            payload = r.payload if r.payload or not r.tally else None  # type: ignore[attr-defined]
-            return self.recv(r.lsn, r.src, r.dst, r.seq, r.tally, r.msg_id, payload)  # type: ignore[attr-defined]
+            return self.recv(r.lsn, r.src, r.dst, r.seq, r.msg_id, r.payload)
         if kind is Command:
             r = record
-            return self.command(r.lsn, r.request_id, r.command, r.reply)  # type: ignore[attr-defined]
+            return self.command(r.lsn, r.request_id, r.command, r.reply)
         return encode(record, self.node_id)
 
 
@@ -460,12 +445,12 @@ def from_dict(raw: Any, where: str, *, node_id: str | None = None) -> Record:
     cls = BY_KIND.get(kind)
     if cls is None:
         return Unknown(lsn=lsn, kind=kind)
+    mark = APP_MARKS.get(kind)
+    if mark is not None and mark not in raw and (mark == "payload" or not _zero_extras(raw, kind)):
+        return Older(lsn=lsn, kind=kind, fields={k: v for k, v in raw.items() if k not in ("node", "lsn", "kind")})
     values: dict[str, Any] = {}
     for (name, typ, required), attr in zip(SPEC[kind], ATTRS[kind], strict=True):
         if name not in raw:
-            if attr == "tally" and APP_MARKS.get(kind, "") in raw:
-                values[attr] = 0  # an app's record leaves it out (APP_MARKS)
-                continue
             if required:
                 raise CorruptRecord(f"{where}: {kind} record needs {_article(typ)} {name!r}")
             continue
@@ -476,11 +461,16 @@ def from_dict(raw: Any, where: str, *, node_id: str | None = None) -> Record:
         values[attr] = value
     if kind in ("send", "recv", "marker_sent", "marker_recv") and values["seq"] < 1:
         raise CorruptRecord(f"{where}: {kind} seq must be >= 1, got {values['seq']}")
-    if kind in ("send", "recv", "replay") and values["tally"] < (0 if "payload" in values else 1):
-        raise CorruptRecord(f"{where}: {kind} {MESSAGE_TALLY_KEY} must be >= 1, got {values['tally']}")
-    if kind in ("send", "recv", "replay") and values.get("payload") and values["tally"] != 0:
-        raise CorruptRecord(f"{where}: {kind} carries both an {MESSAGE_TALLY_KEY} and an app payload")
     return cls(lsn=lsn, **values)
+
+
+def _zero_extras(raw: dict, kind: str) -> bool:
+    """Whether a line without its kind's mark has keys this format does not, each 0: an app's
+    node of an older version wrote a 0 there and no mark (an init before versions); it reads
+    as this format's record. Any other line without its mark is `Older`, its app's to decode
+    (an app's message always had its payload)."""
+    extras = [raw[key] for key in raw.keys() - _NAMES[kind]]
+    return bool(extras) and all(_is_int(value) and value == 0 for value in extras)
 
 
 def split_lines(data: bytes, path: str) -> tuple[list[tuple[str, bytes]], int | None]:

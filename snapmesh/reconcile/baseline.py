@@ -89,7 +89,7 @@ def reconcile(data_dir: str) -> list[dict[str, Any]]:
                 if bad:
                     continue  # only collecting bad lines from now on
                 node, kind, lsn = rec["node"], rec["kind"], rec["lsn"]
-                record = cut.record(rec)
+                record = cut.record(rec, older=bank.older)
                 index.add(node, record)
                 bank.add(node, record)
                 info = nodes.setdefault(node, {"inits": 0, "init_lsn": None, "init_balance": 0})

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
+import snapmesh.bank.v1records as v1records
 from snapmesh.protocol import wal
 
 CORRUPT_COLUMN = "_corrupt"
@@ -39,15 +40,24 @@ def _fields(*pairs: tuple[str, T.DataType], nullable: bool = True) -> list[T.Str
 
 
 # The kinds the checks read; their required fields, in the order `snapmesh.protocol.wal.SPEC`
-# (the one definition of the log record) gives them, make the columns.
+# (the one definition of the log record) gives them, or for the kinds the bank's native
+# nodes wrote with a tally, its v1 records' (snapmesh/bank/v1records.py), make the columns.
 CHECKED_KINDS = ("init", "send", "recv", "cut", "marker_sent", "marker_recv", "restore", "replay")
 _SPARK_TYPES = {int: T.LongType(), str: T.StringType()}
+
+
+def _spec(kind: str) -> tuple[tuple[str, type, bool], ...]:
+    """A checked kind's fields: the bank's native record's (its tally's key, no mark;
+    snapmesh/bank/v1records.py) where it has one, else the framework's."""
+    if kind in v1records.SPEC:
+        return tuple((key, type_, required) for key, _, type_, required in v1records.SPEC[kind])
+    return wal.SPEC[kind]
 
 
 def _payload() -> tuple[tuple[str, T.DataType], ...]:
     columns: dict[str, T.DataType] = {name: _SPARK_TYPES[type_] for name, type_, _ in wal.COMMON}
     for kind in CHECKED_KINDS:
-        for name, type_, required in wal.SPEC[kind]:
+        for name, type_, required in _spec(kind):
             if required:
                 columns.setdefault(name, _SPARK_TYPES[type_])
     return tuple(columns.items())
@@ -65,7 +75,7 @@ LOG_RECORD = T.StructType(_fields(*_EVENT_PAYLOAD, (CORRUPT_COLUMN, T.StringType
 # Kinds not listed here are ignored by the checks ("abort", "restart", "checkpoint",
 # ...), and so are fields not in LOG_RECORD (e.g. "request_id" on "send").
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
-    kind: tuple(name for name, _, required in wal.SPEC[kind] if required) for kind in CHECKED_KINDS
+    kind: tuple(name for name, _, required in _spec(kind) if required) for kind in CHECKED_KINDS
 }
 
 # An app's record has no tally (only the bank run natively keeps one), so it may leave
@@ -74,10 +84,7 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
 # record without the mark it is bad input.
 APP_MARKS: dict[str, str] = {kind: mark for kind, mark in wal.APP_MARKS.items() if kind in CHECKED_KINDS}
 # kind -> its tally's key ("balance", "amount": the v1 format's, snapmesh/bank/formats.py)
-TALLY_KEYS: dict[str, str] = {
-    kind: name for kind in APP_MARKS for (name, _, _), attr in zip(wal.SPEC[kind], wal.ATTRS[kind], strict=True)
-    if attr == "tally"
-}
+TALLY_KEYS: dict[str, str] = {kind: key for kind, key in v1records.TALLY_KEYS.items() if kind in APP_MARKS}
 
 # A located, well-formed log record: the input of the checks.
 EVENT = T.StructType(

@@ -155,7 +155,7 @@ class World:
     def _stopped_log(self, node_id: str, snapshot_id: str) -> None:
         """A node's log as `cluster rescale` writes a new node's: an init and the stop (it starts fenced)."""
         stamp = {"app": self.app.name, "version": self.app.version}
-        for record in (wal.Init(lsn=1, tally=0, **stamp), wal.Stop(lsn=2, snapshot_id=snapshot_id)):
+        for record in (wal.Init(lsn=1, **stamp), wal.Stop(lsn=2, snapshot_id=snapshot_id)):
             self.disks[node_id].pending.append(record)
             self.checker.appended(node_id, record, self.now)
         self.disks[node_id].flush(2)

@@ -2,7 +2,7 @@
 
 The bank's mode (`writer.generate`) moves money; this one runs a tiny app over the
 same FIFO, lossless channels with Chandy-Lamport snapshots: every message is a few
-random bytes (its payload, the tally 0), and a node's state is what it has sent and
+random bytes (its payload), and a node's state is what it has sent and
 received so far (`state_bytes`), whose sha256 its `cut` record holds, as a hosted
 app's node logs it (snapmesh.app). Each COMPLETE snapshot is exported as the
 controller exports an app's (protobuf JSON): every node's state bytes and
@@ -23,7 +23,6 @@ snapmesh/bank/formats.py) and written by the node's own `wal.Encoder`.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -101,19 +100,17 @@ def generate_app(
     active: _Snap | None = None
     sent = slot = 0
 
-    def emit(i: int, raw: dict[str, Any], payload: str = "") -> None:
+    def emit(i: int, raw: dict[str, Any]) -> None:
+        # A receipt logs the bytes it took in (its payload), as a hosted app's node does (recovery replays them).
         lsn[i] += 1
-        record = cut.record({"lsn": lsn[i], **raw}, names[i])
-        if payload:  # a receipt logs the bytes it took in, as a hosted app's node does (recovery replays them)
-            record = dataclasses.replace(record, payload=payload)
-        lines[i].append(encoders[i].record(record))
+        lines[i].append(encoders[i].record(cut.record({"lsn": lsn[i], **raw}, names[i])))
 
     def state(i: int) -> bytes:
         return state_bytes(names[i], *counts[i])  # type: ignore[arg-type]
 
     def record(i: int, snap: _Snap, closed_channel: int | None) -> None:
         snap.states[i] = state(i)
-        emit(i, {"kind": "cut", "snapshot_id": snap.sid, NODE_TALLY_KEY: 0, "digest": _sha(snap.states[i])})
+        emit(i, {"kind": "cut", "snapshot_id": snap.sid, "digest": _sha(snap.states[i])})
         for c in incoming[i]:
             if c == closed_channel:
                 snap.closed += 1
@@ -125,7 +122,7 @@ def generate_app(
             queues[c].append((None, seqs[c], snap.sid))
 
     for i in range(nodes):
-        emit(i, {"kind": "init", NODE_TALLY_KEY: 0})
+        emit(i, {"kind": "init", "app": ""})
     while True:
         if active is None and slot < snapshots and sent >= starts[slot]:
             active = _Snap(sid=f"a-{slot + 1}")
@@ -138,7 +135,7 @@ def generate_app(
             seqs[c] += 1
             msg_id = f"{names[src]}:{names[dst]}:{seqs[c]}"
             payload = wal.pack(rng.randbytes(rng.randrange(1, 24)))
-            emit(src, {"kind": "send", "msg_id": msg_id, "dst": names[dst], "seq": seqs[c], MESSAGE_TALLY_KEY: 0,
+            emit(src, {"kind": "send", "msg_id": msg_id, "dst": names[dst], "seq": seqs[c],
                        "payload": payload})
             counts[src][0] += 1  # type: ignore[operator]
             queue.append((msg_id, seqs[c], payload))
@@ -161,7 +158,7 @@ def generate_app(
                 done.append(active)
                 active = None
             continue
-        emit(dst, {"kind": "recv", "msg_id": msg_id, "src": names[src], "seq": seq, MESSAGE_TALLY_KEY: 0}, payload)
+        emit(dst, {"kind": "recv", "msg_id": msg_id, "src": names[src], "seq": seq, "payload": payload})
         counts[dst][1] += 1  # type: ignore[operator]
         counts[dst][2] = _sha(wal.unpack(payload, msg_id))[:16]
         if active is not None and c in active.recording:

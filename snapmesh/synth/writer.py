@@ -9,8 +9,8 @@ one inconsistency (what and where is printed). ``--failed N`` adds snapshots tha
 aborted (status FAILED: skipped by the reconciliation). ``--app`` writes a tiny app's
 logs and snapshots instead (snapmesh/synth/apps.py), ``--doctor KIND`` doctoring them.
 
-Logs are written as they happen, each line by the node's own `wal.Encoder` (so the
-bytes are exactly what a node writes), with buffered writes: ~10M records fit in a few
+Logs are written as they happen, each line by a native bank node's encoder (the v1
+format, snapmesh/bank/v1records.py: the bytes such a node wrote), with buffered writes: ~10M records fit in a few
 minutes of one core and little memory. Only the snapshots (small) are kept until the end.
 """
 
@@ -25,6 +25,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+import snapmesh.bank.v1records as v1records
 from snapmesh.protocol import wal
 from snapmesh.synth.apps import DOCTORINGS, generate_app
 
@@ -100,7 +101,7 @@ def generate(
     os.makedirs(os.path.join(out_dir, "snapshots"), exist_ok=True)
     files = [open(os.path.join(out_dir, f"{n}.log.jsonl"), "w", encoding="ascii") for n in names]
     bufs: list[list[str]] = [[] for _ in names]
-    encoders = [wal.Encoder(n) for n in names]
+    encoders = [v1records.Encoder(n) for n in names]
     result = Result()
     total_slots = snapshots + failed
     starts = [(k + 1) * transfers // (total_slots + 1) for k in range(total_slots)]
@@ -136,7 +137,7 @@ def generate(
     def record(i: int, snap: _Snapshot, closed_channel: int | None) -> None:
         nonlocal watch_node, watch_sid
         snap.cut[i] = bal[i]
-        emit(i, encoders[i].record(wal.Cut(lsn=next_lsn(i), snapshot_id=snap.sid, tally=bal[i])))
+        emit(i, encoders[i].record(v1records.Cut(lsn=next_lsn(i), snapshot_id=snap.sid, tally=bal[i])))
         for c in incoming[i]:
             if c == closed_channel:
                 snap.closed += 1
@@ -147,7 +148,7 @@ def generate(
         send_markers(i, snap.sid)
 
     for i in range(nodes):
-        emit(i, encoders[i].record(wal.Init(lsn=next_lsn(i), tally=initial_balance)))
+        emit(i, encoders[i].record(v1records.Init(lsn=next_lsn(i), tally=initial_balance)))
 
     slot = 0
     while True:
@@ -157,7 +158,7 @@ def generate(
             i = randrange(nodes)
             if slot in failed_slots:
                 # Aborted: the initiator recorded its state, then gave up.
-                emit(i, encoders[i].record(wal.Cut(lsn=next_lsn(i), snapshot_id=sid, tally=bal[i])))
+                emit(i, encoders[i].record(v1records.Cut(lsn=next_lsn(i), snapshot_id=sid, tally=bal[i])))
                 emit(i, encoders[i].record(wal.Abort(lsn=next_lsn(i), snapshot_id=sid, reason="deadline")))
                 done.append(_Snapshot(sid=sid, initiator=i, started=step, finished=step + 1, failed=True))
             else:

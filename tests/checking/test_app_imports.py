@@ -33,17 +33,13 @@ APP_NAME = re.compile(r"(?:%s)(?:\.\w+)*(?::\w+)?" % "|".join(re.escape(app) for
 
 # Framework files that import an app today, and what each imports (a path, then the app
 # modules). Other branches are removing these; the lead empties the dict at merge.
-STILL_IMPORTS_AN_APP: dict[str, set[str]] = {
-    "snapmesh/protocol/wal.py": {"snapmesh.bank.formats"},
-}
+STILL_IMPORTS_AN_APP: dict[str, set[str]] = {}
 
 # `tally` and `tallies` as whole words, the bank word lint's way (test_layers.BANK_WORD):
 # any case, and an underscore separates words, so NODE_TALLY_KEY counts.
 TALLY_WORD = re.compile(r"(?<![a-z0-9])(?:tally|tallies)(?![a-z0-9])", re.IGNORECASE)
 # Framework files that still say it; the lead empties the set at merge.
-STILL_SAYS_TALLY: set[str] = {
-    "snapmesh/protocol/wal.py",
-}
+STILL_SAYS_TALLY: set[str] = set()
 
 
 def framework_files() -> list[Path]:

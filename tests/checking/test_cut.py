@@ -11,6 +11,7 @@ from support.layers import violations
 
 from snapmesh.checking import cut
 import snapmesh.bank.cut as bank_cut
+from snapmesh.bank import v1records
 from snapmesh.protocol import wal
 from support.logs import P1, P2
 
@@ -52,7 +53,7 @@ def test_each_lie_breaks_its_rule(changes: dict, rule: str) -> None:
 
 
 def test_a_receipt_before_the_receivers_cut_of_a_send_after_the_senders_is_an_orphan() -> None:
-    p2 = [P2[0], P2[3], P2[4], P2[5], wal.Cut(lsn=7, snapshot_id="s1", tally=115)]
+    p2 = [P2[0], P2[3], P2[4], P2[5], v1records.Cut(lsn=7, snapshot_id="s1", tally=115)]
     found = rules(cut.Snapshot("s1", nodes=[("p1", 90), ("p2", 115)], channels=HONEST["channels"]),
                   {"p1": P1, "p2": p2})
     assert cut.ORPHAN_RECEIPT in found
@@ -64,11 +65,11 @@ def test_a_second_marker_breaks_the_one_marker_rule() -> None:
 
 
 def test_an_epoch_is_a_run_of_its_own_from_its_restore() -> None:
-    log = [wal.Init(lsn=1, tally=100), wal.Send(lsn=2, msg_id="m", src="a", dst="b", seq=1, tally=7),
-           wal.Restore(lsn=3, snapshot_id="s", epoch=2, tally=90, deliveries=1),
-           wal.Replay(lsn=4, snapshot_id="s", msg_id="r", src="b", dst="a", seq=1, tally=4),
-           wal.Cut(lsn=5, snapshot_id="t", tally=94)]
+    log = [v1records.Init(lsn=1, tally=100), v1records.Send(lsn=2, msg_id="m", src="a", dst="b", seq=1, tally=7),
+           v1records.Restore(lsn=3, snapshot_id="s", epoch=2, tally=90, deliveries=1),
+           v1records.Replay(lsn=4, snapshot_id="s", msg_id="r", src="b", dst="a", seq=1, tally=4),
+           v1records.Cut(lsn=5, snapshot_id="t", tally=94)]
     bank = bank_cut.Reading()
     assert cut.epoch_logs({"a": log}, 1, bank) == {"a": log[:2]}
-    assert cut.epoch_logs({"a": log}, 2, bank) == {"a": [wal.Init(lsn=3, tally=94), log[4]]}
+    assert cut.epoch_logs({"a": log}, 2, bank) == {"a": [v1records.Init(lsn=3, tally=94), log[4]]}
     assert cut.epoch_logs({"a": log}, 3, bank) == {}

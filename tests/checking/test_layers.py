@@ -27,11 +27,11 @@ PROTOCOL = ROOT / "snapmesh" / "protocol"
 # The bank's reading of a cut lives with the bank but is held to the pure rules: the log
 # checkers pass it to snapmesh/checking/cut.py.
 # The bank's reading of raw logs, of a trace and of a snapshot file (logs.py, trace.py, snapshot.py), the
-# keys of its formats (formats.py) and its v1 accessors (wire.py) likewise: the checkers take them as the
-# app's part, the log (wal.py) reads an old native record's keys from formats.py, and the bank's v1
-# adapters (edge.py, v1fields.py) ask wire.py.
+# keys of its formats (formats.py), its native nodes' records (v1records.py) and its v1 accessors (wire.py)
+# likewise: the checkers take them as the app's part, the bank's reading decodes an old native record
+# (`wal.Older`) with v1records.py, and the bank's v1 adapters (edge.py, v1fields.py) ask wire.py.
 BANK_PURE = [ROOT / "snapmesh" / "bank" / name for name in
-             ("cut.py", "formats.py", "logs.py", "trace.py", "snapshot.py", "wire.py")]
+             ("cut.py", "formats.py", "logs.py", "trace.py", "snapshot.py", "wire.py", "v1records.py")]
 PURE_MODULES = sorted(PROTOCOL.rglob("*.py")) + BANK_PURE
 
 
@@ -78,7 +78,7 @@ LAYERS = [
     ("app contract", ["snapmesh.app"]),
     ("pure protocol", ["snapmesh.protocol", "snapmesh.v1", "snapmesh.bank.cut",
                        "snapmesh.bank.formats", "snapmesh.bank.logs", "snapmesh.bank.trace", "snapmesh.bank.snapshot",
-                       "snapmesh.bank.wire"]),
+                       "snapmesh.bank.wire", "snapmesh.bank.v1records"]),
     ("settings", ["snapmesh.settings"]),
     ("checking", ["snapmesh.checking", "snapmesh.reconcile", "snapmesh.spark", "snapmesh.synth", "snapmesh.sim",
                   "snapmesh.fuzzer", "snapmesh.trace"]),

@@ -14,6 +14,7 @@ from snapmesh.checking import cut
 from snapmesh.checking.trace import INFINITY, _ChannelLine, _Send, trace_logs
 import snapmesh.bank.cut as bank_cut
 from snapmesh.bank.trace import BANK
+from snapmesh.bank import v1records
 from snapmesh.protocol import wal
 
 SEEDS = range(300)
@@ -95,22 +96,22 @@ def test_the_expected_in_flight_is_sent_before_the_cut_minus_received_before_the
     seq_of = {msg: i + 1 for i, (msg, _) in enumerate(sent)}
     for _ in range(10):
         a_cut, b_cut = rng.randint(0, len(sent)), rng.randint(0, len(receives))
-        a_log: list = [wal.Init(lsn=1, tally=1000)]
+        a_log: list = [v1records.Init(lsn=1, tally=1000)]
         for i, (msg, send) in enumerate(sent):
             if i == a_cut:
-                a_log.append(wal.Cut(lsn=len(a_log) + 1, snapshot_id="s", tally=0))
-            a_log.append(wal.Send(lsn=len(a_log) + 1, msg_id=msg, src="a", dst="b", seq=seq_of[msg], tally=send.content))
+                a_log.append(wal.Cut(lsn=len(a_log) + 1, snapshot_id="s"))
+            a_log.append(v1records.Send(lsn=len(a_log) + 1, msg_id=msg, src="a", dst="b", seq=seq_of[msg], tally=send.content))
         if a_cut == len(sent):
-            a_log.append(wal.Cut(lsn=len(a_log) + 1, snapshot_id="s", tally=0))
-        b_log: list = [wal.Init(lsn=1, tally=0)]
+            a_log.append(wal.Cut(lsn=len(a_log) + 1, snapshot_id="s"))
+        b_log: list = [wal.Init(lsn=1)]
         got = sorted(receives, key=lambda m: receives[m][1])
         for i, msg in enumerate(got):
             if i == b_cut:
-                b_log.append(wal.Cut(lsn=len(b_log) + 1, snapshot_id="s", tally=0))
+                b_log.append(wal.Cut(lsn=len(b_log) + 1, snapshot_id="s"))
             tally = dict(sent)[msg].content
-            b_log.append(wal.Recv(lsn=len(b_log) + 1, msg_id=msg, src="a", dst="b", seq=seq_of[msg], tally=tally))
+            b_log.append(v1records.Recv(lsn=len(b_log) + 1, msg_id=msg, src="a", dst="b", seq=seq_of[msg], tally=tally))
         if b_cut == len(got):
-            b_log.append(wal.Cut(lsn=len(b_log) + 1, snapshot_id="s", tally=0))
+            b_log.append(wal.Cut(lsn=len(b_log) + 1, snapshot_id="s"))
         verdict = cut.check_snapshot(cut.LogIndex.of({"a": a_log, "b": b_log}, reading=bank_cut.Reading()),
                                      cut.Snapshot("s", [], []))
         before = set(got[:b_cut])

@@ -128,7 +128,7 @@ def test_after_a_failed_write_or_fsync_the_log_writes_nothing_more(
 
     async def go() -> tuple[bytes, BaseException]:
         log = TransferLog(path, "p1", last_lsn=0)
-        append(log, wal.Init, tally=100 * sends)
+        append(log, wal.Init)
         log.flush_sync()
         synced_on.clear()
         armed.set()

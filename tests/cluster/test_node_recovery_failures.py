@@ -109,7 +109,7 @@ def test_an_abort_is_remembered_so_a_late_marker_starts_no_zombie_recording(pair
 def test_recovery_treats_a_marker_recv_without_its_cut_as_a_recording(tmp_path: Path) -> None:  # 4
     path = tmp_path / "p1.log.jsonl"
     records = [
-        {"node": "p1", "lsn": 1, "kind": "init", "balance": 100},
+        {"node": "p1", "lsn": 1, "kind": "init", "app": ""},
         {"node": "p1", "lsn": 2, "kind": "marker_recv", "snapshot_id": "s1", "src": "p2", "dst": "p1", "seq": 1},
     ]  # the cut that belonged to it never reached the disk (an old node wrote marker_recv first)
     path.write_text("".join(json.dumps(r) + "\n" for r in records))

@@ -41,11 +41,11 @@ def test_every_record_kind_is_one_json_line_with_node_and_lsn(tmp_path: Path) ->
     async def go() -> None:
         log = TransferLog(tmp_path / "p1.log.jsonl", 'p"1', last_lsn=0)
         log.start()
-        append(log, wal.Init, tally=100)
+        append(log, wal.Init)
         append_send(log, 'p"1', "p2", 1, 7)
-        append(log, wal.Recv, src="p2", dst='p"1', seq=1, msg_id="p2:p\"1:1", tally=3)
-        append(log, wal.Recv, src="p2", dst='p"1', seq=2, msg_id="custom id", tally=4)
-        append(log, wal.Cut, snapshot_id='s"1', tally=96)
+        append(log, wal.Recv, src="p2", dst='p"1', seq=1, msg_id="p2:p\"1:1", payload=wal.pack(str(3).encode()))
+        append(log, wal.Recv, src="p2", dst='p"1', seq=2, msg_id="custom id", payload=wal.pack(str(4).encode()))
+        append(log, wal.Cut, snapshot_id='s"1')
         append(log, wal.MarkerSent, snapshot_id='s"1', src='p"1', dst="p2", seq=2)
         append(log, wal.MarkerRecv, snapshot_id='s"1', src="p2", dst='p"1', seq=3)
         append(log, wal.Abort, snapshot_id='s"1', reason="deadline: p3 did not report")
@@ -58,12 +58,12 @@ def test_every_record_kind_is_one_json_line_with_node_and_lsn(tmp_path: Path) ->
     records = lines(tmp_path / "p1.log.jsonl")
     assert [r["lsn"] for r in records] == list(range(1, 10))
     assert all(r["node"] == 'p"1' for r in records)
-    assert records[0] == {"node": 'p"1', "lsn": 1, "kind": "init", "balance": 100}
+    assert records[0] == {"node": 'p"1', "lsn": 1, "kind": "init", "app": ""}
     assert records[1] == {"node": 'p"1', "lsn": 2, "kind": "send", "src": 'p"1', "dst": "p2",
-                          "msg_id": 'p"1:p2:1', "seq": 1, "amount": 7}
+                          "msg_id": 'p"1:p2:1', "seq": 1, "payload": wal.pack(b"7")}
     assert records[2]["msg_id"] == 'p2:p"1:1' and records[2]["kind"] == "recv"
     assert records[3]["msg_id"] == "custom id"
-    assert records[4] == {"node": 'p"1', "lsn": 5, "kind": "cut", "snapshot_id": 's"1', "balance": 96}
+    assert records[4] == {"node": 'p"1', "lsn": 5, "kind": "cut", "snapshot_id": 's"1', "digest": ""}
     assert records[5] == {"node": 'p"1', "lsn": 6, "kind": "marker_sent", "snapshot_id": 's"1',
                           "src": 'p"1', "dst": "p2", "seq": 2}
     assert records[6]["kind"] == "marker_recv" and records[6]["src"] == "p2"
@@ -82,13 +82,13 @@ def test_group_commit_durable_lsn_never_runs_ahead_of_the_file(tmp_path: Path) -
     async def go() -> None:
         log = TransferLog(path, "p1", last_lsn=0, on_durable=on_durable)
         log.start()
-        append(log, wal.Init, tally=10)
+        append(log, wal.Init)
         waiters = []
         for i in range(1, 2001):
             if i <= 10:
                 append_send(log, "p1", "p2", i, 1)
             else:
-                append(log, wal.Recv, src="p2", dst="p1", seq=i, msg_id=f"p2:p1:{i}", tally=1)
+                append(log, wal.Recv, src="p2", dst="p1", seq=i, msg_id=f"p2:p1:{i}", payload=wal.pack(str(1).encode()))
             if i % 100 == 0:
                 waiters.append(asyncio.ensure_future(log.wait_durable(log.last_lsn)))
                 await asyncio.sleep(0)
@@ -125,7 +125,7 @@ def test_small_rounds_sync_on_the_loop_large_ones_and_a_slow_disk_on_a_thread(tm
     async def go() -> None:
         log = TransferLog(path, "p1", last_lsn=0)
         log.start()
-        append(log, wal.Init, tally=10_000)
+        append(log, wal.Init)
         await log.wait_durable(log.last_lsn)  # small
         for seq in range(1, 201):
             append_send(log, "p1", "p2", seq, 1)
@@ -184,7 +184,7 @@ def test_a_round_waits_one_turn_only_for_a_pending_writer_and_nothing_is_durable
             waiters.append((lsn, asyncio.ensure_future(log.wait_durable(lsn))))
 
         # No writer pending: the first record's round does not wait for the second.
-        wait(append(log, wal.Init, tally=10))
+        wait(append(log, wal.Init))
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         wait(append_send(log, "p1", "p2", 1, 1))
@@ -235,7 +235,7 @@ def test_concurrent_callers_share_a_round_synced_on_a_thread_and_a_lone_one_wait
         log.start()
         first = [asyncio.ensure_future(log.wait_durable(lsn)) for lsn in (1, 2)]
         await asyncio.sleep(0)  # both wait before the records come
-        append(log, wal.Init, tally=10)
+        append(log, wal.Init)
         append_send(log, "p1", "p2", 1, 1)
         await asyncio.gather(*first)  # one round, two callers: the log is concurrent
         late = asyncio.ensure_future(log.wait_durable(append_send(log, "p1", "p2", 2, 1)))
@@ -263,16 +263,16 @@ def recover_p1(path: Path, **kw):
 def test_recovery_rebuilds_positions_outbox_and_abandoned(tmp_path: Path) -> None:
     path = tmp_path / "p1.log.jsonl"
     write_records(path, "p1", [
-        {"kind": "init", "balance": 100},
-        {"kind": "send", "msg_id": "p1:p2:1", "src": "p1", "dst": "p2", "seq": 1, "amount": 10},
-        {"kind": "recv", "msg_id": "p2:p1:1", "src": "p2", "dst": "p1", "seq": 1, "amount": 4},
-        {"kind": "cut", "snapshot_id": "s1", "balance": 94},
+        {"kind": "init", "app": ""},
+        {"kind": "send", "msg_id": "p1:p2:1", "src": "p1", "dst": "p2", "seq": 1, "payload": ""},
+        {"kind": "recv", "msg_id": "p2:p1:1", "src": "p2", "dst": "p1", "seq": 1, "payload": ""},
+        {"kind": "cut", "snapshot_id": "s1", "digest": ""},
         {"kind": "marker_sent", "snapshot_id": "s1", "src": "p1", "dst": "p2", "seq": 2},
         {"kind": "marker_sent", "snapshot_id": "s1", "src": "p1", "dst": "p3", "seq": 1},
         {"kind": "future_kind", "whatever": True},
-        {"kind": "send", "msg_id": "p1:p2:3", "src": "p1", "dst": "p2", "seq": 3, "amount": 5},
+        {"kind": "send", "msg_id": "p1:p2:3", "src": "p1", "dst": "p2", "seq": 3, "payload": ""},
         {"kind": "marker_recv", "snapshot_id": "s1", "src": "p3", "dst": "p1", "seq": 1},
-        {"kind": "recv", "msg_id": "p3:p1:2", "src": "p3", "dst": "p1", "seq": 2, "amount": 20},
+        {"kind": "recv", "msg_id": "p3:p1:2", "src": "p3", "dst": "p1", "seq": 2, "payload": ""},
         {"kind": "abort", "snapshot_id": "s2", "reason": "x"},
         {"kind": "restart"},
     ])
@@ -302,8 +302,8 @@ def test_missing_or_empty_log_is_a_fresh_node(tmp_path: Path) -> None:
 def test_torn_last_line_is_truncated_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "p1.log.jsonl"
     write_records(path, "p1", [
-        {"kind": "init", "balance": 100},
-        {"kind": "send", "msg_id": "p1:p2:1", "src": "p1", "dst": "p2", "seq": 1, "amount": 10},
+        {"kind": "init", "app": ""},
+        {"kind": "send", "msg_id": "p1:p2:1", "src": "p1", "dst": "p2", "seq": 1, "payload": ""},
     ])
     good = path.read_bytes()
     path.write_bytes(good + b'{"node":"p1","lsn":3,"kind":"send","src":"p1","dst":"p2","msg_id":"p1:p2:2","se')
@@ -316,20 +316,20 @@ def test_torn_last_line_is_truncated_with_a_warning(tmp_path: Path, caplog: pyte
 @pytest.mark.parametrize(
     ("records", "raw_tail", "line", "problem"),
     [
-        ([{"kind": "init", "balance": 100}], b"this is not json\n" + b'{"node":"p1","lsn":3,"kind":"restart"}\n',
+        ([{"kind": "init", "app": ""}], b"this is not json\n" + b'{"node":"p1","lsn":3,"kind":"restart"}\n',
          2, "not a JSON record"),
-        ([{"kind": "init", "balance": 100}], b'{"node":"p1","lsn":3,"kind":"restart"}\n', 2, "lsn 3 where 2"),
-        ([{"kind": "init", "balance": 100}], b'{"node":"p9","lsn":2,"kind":"restart"}\n', 2, "node 'p9'"),
+        ([{"kind": "init", "app": ""}], b'{"node":"p1","lsn":3,"kind":"restart"}\n', 2, "lsn 3 where 2"),
+        ([{"kind": "init", "app": ""}], b'{"node":"p9","lsn":2,"kind":"restart"}\n', 2, "node 'p9'"),
         ([], b'{"node":"p1","lsn":1,"kind":"restart"}\n', 1, "first record must be init"),
-        ([{"kind": "init", "balance": 100}],
-         b'{"node":"p1","lsn":2,"kind":"send","msg_id":"p1:p2:2","src":"p1","dst":"p2","seq":2,"amount":1}\n',
+        ([{"kind": "init", "app": ""}],
+         b'{"node":"p1","lsn":2,"kind":"send","msg_id":"p1:p2:2","src":"p1","dst":"p2","seq":2,"payload":""}\n',
          2, "seq 2 on p1->p2, expected 1"),
-        ([{"kind": "init", "balance": 100}],
-         b'{"node":"p1","lsn":2,"kind":"recv","msg_id":"p9:p1:1","src":"p9","dst":"p1","seq":1,"amount":1}\n',
+        ([{"kind": "init", "app": ""}],
+         b'{"node":"p1","lsn":2,"kind":"recv","msg_id":"p9:p1:1","src":"p9","dst":"p1","seq":1,"payload":""}\n',
          2, "not a channel into p1"),
-        ([{"kind": "init", "balance": 100}],
-         b'{"node":"p1","lsn":2,"kind":"send","msg_id":"p1:p2:1","src":"p1","dst":"p2","seq":1,"amount":"7"}\n',
-         2, "integer 'amount'"),
+        ([{"kind": "init", "app": ""}],
+         b'{"node":"p1","lsn":2,"kind":"send","msg_id":"p1:p2:1","src":"p1","dst":"p2","seq":1,"payload":7}\n',
+         2, "string 'payload'"),
     ],
     ids=["not-json", "lsn-gap", "foreign-node", "no-init", "seq-gap", "unknown-channel", "bad-field"],
 )
@@ -353,7 +353,7 @@ def test_node_with_corrupt_log_exits_2_naming_file_and_line(tmp_path: Path) -> N
     data = tmp_path / "data"
     data.mkdir()
     path = data / "p1.log.jsonl"
-    write_records(path, "p1", [{"kind": "init", "balance": 1000}, {"kind": "restart"}])
+    write_records(path, "p1", [{"kind": "init", "app": ""}, {"kind": "restart"}])
     path.write_text(path.read_text().replace('"lsn": 2', '"lsn": 5'))
     result = run_node_once(config, "p1")
     assert result.returncode == 2, result.stderr
@@ -366,7 +366,7 @@ def test_node_truncates_torn_line_and_starts(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
     path = data / "p1.log.jsonl"
-    write_records(path, "p1", [
+    write_records(path, "p1", [  # a native bank node's log: the bank's old logs reader maps it
         {"kind": "init", "balance": 1000},
         {"kind": "send", "msg_id": "p1:p2:1", "src": "p1", "dst": "p2", "seq": 1, "amount": 10},
     ])
@@ -420,9 +420,9 @@ def test_seal_renames_the_active_segment_and_opens_the_next_with_its_checkpoint(
     async def go() -> None:
         log = TransferLog(path, "p1", last_lsn=0)
         log.start()
-        append(log, wal.Init, tally=100)
+        append(log, wal.Init)
         append_send(log, "p1", "p2", 1, 7)
-        log.seal(1, wal.Checkpoint(lsn=3, tally=93, next_seq={"p2": 2, "p3": 1}, acked={"p2": 0, "p3": 0},
+        log.seal(1, wal.Checkpoint(lsn=3, next_seq={"p2": 2, "p3": 1}, acked={"p2": 0, "p3": 0},
                                    received={"p2": 0, "p3": 0}, outbox={"p2": [[1, 7, ""]], "p3": []},
                                    abandoned=[], requests={}))
         append_send(log, "p1", "p2", 2, 3)
@@ -440,9 +440,9 @@ def test_seal_renames_the_active_segment_and_opens_the_next_with_its_checkpoint(
 def test_an_interrupted_seal_is_undone_or_finished(tmp_path: Path) -> None:
     path = tmp_path / "p1.log.jsonl"
     pending = tmp_path / "p1.log.jsonl.next"
-    write_records(path, "p1", [{"kind": "init", "balance": 100}])
+    write_records(path, "p1", [{"kind": "init", "app": ""}])
     pending.write_text("half a checkpoint")
     assert recover_p1(path).last_lsn == 1 and not pending.exists()  # crashed before the rename: undone
     path.rename(tmp_path / "p1.log.000000000001.jsonl")
-    write_records(pending, "p1", [{"kind": "init", "balance": 100}, {"kind": "restart"}])
+    write_records(pending, "p1", [{"kind": "init", "app": ""}, {"kind": "restart"}])
     assert recover_p1(path).last_lsn == 2 and path.exists() and not pending.exists()  # after it: finished

@@ -19,11 +19,11 @@ from snapmesh.sim.invariants import Checker
 
 # An app's run (A2): p1 sends b"hi" to p2 before its cut; p2 cuts before it arrives.
 APP_LOGS = {
-    "p1": [wal.Init(lsn=1, tally=0),
-           wal.Send(lsn=2, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, tally=0, payload=wal.pack(b"hi")),
-           wal.Cut(lsn=3, snapshot_id="s1", tally=0, digest=state_digest(b"one"))],
-    "p2": [wal.Init(lsn=1, tally=0), wal.Cut(lsn=2, snapshot_id="s1", tally=0, digest=state_digest(b"two")),
-           wal.Recv(lsn=3, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, tally=0, payload=wal.pack(b"hi"))],
+    "p1": [wal.Init(lsn=1),
+           wal.Send(lsn=2, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, payload=wal.pack(b"hi")),
+           wal.Cut(lsn=3, snapshot_id="s1", digest=state_digest(b"one"))],
+    "p2": [wal.Init(lsn=1), wal.Cut(lsn=2, snapshot_id="s1", digest=state_digest(b"two")),
+           wal.Recv(lsn=3, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, payload=wal.pack(b"hi"))],
 }
 NO_INVARIANTS = App(name="no-invariants", new=lambda info: None)
 

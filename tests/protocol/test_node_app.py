@@ -235,11 +235,11 @@ def test_a_record_of_an_older_format_in_an_app_nodes_log_is_corrupt() -> None:
 
 def test_app_records_round_trip_through_the_log_format() -> None:
     for record in (
-        wal.Send(lsn=3, msg_id="a:b:1", src="a", dst="b", seq=1, tally=0, payload=""),
-        wal.Send(lsn=4, msg_id="a:b:2", src="a", dst="b", seq=2, tally=0, payload=wal.pack(b"\x00hi")),
-        wal.Recv(lsn=5, msg_id="b:a:1", src="b", dst="a", seq=1, tally=0, payload=wal.pack(b"x")),
+        wal.Send(lsn=3, msg_id="a:b:1", src="a", dst="b", seq=1, payload=""),
+        wal.Send(lsn=4, msg_id="a:b:2", src="a", dst="b", seq=2, payload=wal.pack(b"\x00hi")),
+        wal.Recv(lsn=5, msg_id="b:a:1", src="b", dst="a", seq=1, payload=wal.pack(b"x")),
         wal.Command(lsn=6, request_id="r", command=wal.pack(b"pass"), reply=wal.pack(b"ok")),
-        wal.Cut(lsn=7, snapshot_id="s", tally=0, digest=state_digest(b"1")),
+        wal.Cut(lsn=7, snapshot_id="s", digest=state_digest(b"1")),
     ):
         line = wal.Encoder("a").record(record)
         assert wal.parse(line, "f:1", node_id="a") == record, line

@@ -110,7 +110,7 @@ def test_a_marker_recv_is_logged_after_its_cut_and_recovery_never_sees_one_alone
     marker = next(r for r in b if isinstance(r, wal.MarkerRecv))
     assert cut.lsn < marker.lsn
     # An old log with the marker_recv but no cut: recovery still abandons the snapshot.
-    old = [wal.Init(lsn=1, tally=0), wal.MarkerRecv(lsn=2, snapshot_id="s1", src="a", dst="b", seq=1)]
+    old = [wal.Init(lsn=1), wal.MarkerRecv(lsn=2, snapshot_id="s1", src="a", dst="b", seq=1)]
     state = recovery.recover([("b.log.jsonl:%d" % r.lsn, r) for r in old], node_id="b",
                              incoming=["a"], outgoing=["a"])
     assert "s1" in state.abandoned
@@ -190,9 +190,9 @@ def test_checkpoint_round_trips_through_the_log() -> None:
     ("records", "problem"),
     [
         ([wal.Restart(lsn=1)], "first record must be init"),
-        ([wal.Init(lsn=1, tally=1), wal.Restart(lsn=3)], "lsn 3 where 2 was expected"),
-        ([wal.Init(lsn=1, tally=1), wal.Init(lsn=2, tally=1)], "a second init"),
-        ([wal.Init(lsn=1, tally=9), wal.Checkpoint(lsn=2, tally=1, next_seq={"b": 1}, acked={"b": 0},
+        ([wal.Init(lsn=1), wal.Restart(lsn=3)], "lsn 3 where 2 was expected"),
+        ([wal.Init(lsn=1), wal.Init(lsn=2)], "a second init"),
+        ([wal.Init(lsn=1), wal.Checkpoint(lsn=2, next_seq={"b": 1}, acked={"b": 0},
                                                      received={"b": 0}, outbox={"b": []}, abandoned=[], requests={})],
          "checkpoint must be the first record"),
     ],

@@ -12,6 +12,7 @@ import pytest
 from support.machines import Machines, balance, bank_restore, kinds, pay
 
 from snapmesh.protocol.node import core, recovery
+from snapmesh.bank import v1records
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.epochs import EpochFenced
 from snapmesh.protocol.node.effects import Append, EndStreams, RestoreReply, Transmit
@@ -294,11 +295,14 @@ def test_a_restore_that_cannot_be_right_is_refused_and_changes_nothing(in_flight
 
 
 def test_restore_and_replay_records_round_trip_and_recovery_refuses_a_stray_replay() -> None:
-    r = wal.Restore(lsn=7, snapshot_id="s1", epoch=3, tally=40, deliveries=2)
+    r = wal.Restore(lsn=7, snapshot_id="s1", epoch=3, deliveries=2, state=wal.pack(b"40"))
     assert wal.parse(wal.encode(r, "b"), "x", node_id="b") == r
+    native = v1records.Restore(lsn=7, snapshot_id="s1", epoch=3, tally=40, deliveries=2)
+    assert v1records.parse(wal.encode(native, "b"), "x", node_id="b") == native
     lines = [
-        ("b.log.jsonl:1", wal.Init(lsn=1, tally=10)),
-        ("b.log.jsonl:2", wal.Replay(lsn=2, snapshot_id="s1", msg_id="a:b:1", src="a", dst="b", seq=1, tally=5)),
+        ("b.log.jsonl:1", wal.Init(lsn=1)),
+        ("b.log.jsonl:2", wal.Replay(lsn=2, snapshot_id="s1", msg_id="a:b:1", src="a", dst="b", seq=1,
+                                     payload=wal.pack(b"5"))),
     ]
     with pytest.raises(recovery.CorruptLog, match="b.log.jsonl:2: replay of a:b:1 that no restore announced"):
         recovery.recover(lines, node_id="b", incoming=["a"], outgoing=["a"])

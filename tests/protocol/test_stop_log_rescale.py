@@ -20,14 +20,14 @@ OLD = ("p2", "p3", "p4")
 def log(*, checkpoint: bool, stop: bool) -> list[wal.Record]:
     first: wal.Record
     if checkpoint:  # a later segment of the old node set: its channels are p2..p4
-        first = wal.Checkpoint(lsn=1, tally=100, next_seq=dict.fromkeys(OLD, 3), acked=dict.fromkeys(OLD, 2),
+        first = wal.Checkpoint(lsn=1, next_seq=dict.fromkeys(OLD, 3), acked=dict.fromkeys(OLD, 2),
                                received=dict.fromkeys(OLD, 4), outbox={d: [] for d in OLD}, abandoned=[], requests={})
         seq, got = 3, 5
     else:
-        first, seq, got = wal.Init(lsn=1, tally=100), 1, 1
+        first, seq, got = wal.Init(lsn=1), 1, 1
     records = [first,
-               wal.Send(lsn=2, msg_id=f"p1:p4:{seq}", src="p1", dst="p4", seq=seq, tally=5),
-               wal.Recv(lsn=3, msg_id=f"p3:p1:{got}", src="p3", dst="p1", seq=got, tally=7)]
+               wal.Send(lsn=2, msg_id=f"p1:p4:{seq}", src="p1", dst="p4", seq=seq, payload=wal.pack(b"5")),
+               wal.Recv(lsn=3, msg_id=f"p3:p1:{got}", src="p3", dst="p1", seq=got, payload=wal.pack(b"7"))]
     return records + ([wal.Stop(lsn=4, snapshot_id="S")] if stop else [])
 
 

@@ -17,6 +17,7 @@ import pytest
 from support.engine_harness import Aborted, ServicerContext, held_node, outcome
 
 from snapmesh.app import Context, NodeInfo, Refused
+from snapmesh.bank import v1records
 from snapmesh.protocol import wal
 from snapmesh.protocol.node import recovery as pure_recovery
 from snapmesh.protocol.node.machine import Append, Node, Seal
@@ -108,10 +109,10 @@ def native_log(path: Path) -> int:
     """The log a native bank node p1 (no app) wrote: two paid transfers (one with a request id), one
     received, one unacknowledged. Returns the tally it held at the end."""
     records = [
-        wal.Init(lsn=1, tally=100),
-        wal.Send(lsn=2, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, tally=30, request_id="rid-1"),
-        wal.Send(lsn=3, msg_id="p1:p2:2", src="p1", dst="p2", seq=2, tally=5),
-        wal.Recv(lsn=4, msg_id="p2:p1:1", src="p2", dst="p1", seq=1, tally=7),
+        v1records.Init(lsn=1, tally=100),
+        v1records.Send(lsn=2, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, tally=30, request_id="rid-1"),
+        v1records.Send(lsn=3, msg_id="p1:p2:2", src="p1", dst="p2", seq=2, tally=5),
+        v1records.Recv(lsn=4, msg_id="p2:p1:1", src="p2", dst="p1", seq=1, tally=7),
     ]
     lines = [wal.encode(record, "p1") for record in records]
     path.write_text("".join(line if line.endswith("\n") else line + "\n" for line in lines))
@@ -133,7 +134,7 @@ def test_a_native_bank_log_recovers_as_the_bank_app_mapped_once(tmp_path: Path) 
                 app_params={"initial_balance": 100})
     seals = [e for e in node.drain() if type(e) is Seal]
     assert len(seals) == 1 and wal.unpack(seals[0].checkpoint.state, "test") == b"72"
-    assert seals[0].checkpoint.app == "bank" and seals[0].checkpoint.tally == 0
+    assert seals[0].checkpoint.app == "bank" and type(seals[0].checkpoint) is wal.Checkpoint
     answer = node.submit(command("p2", 30), "rid-1", wall=1.0)  # a retry: the first answer, its message's seq
     assert (answer.reply, answer.repeated, answer.first_seq) == (b"70", True, 1)
     fresh = node.submit(command("p2", 2))
@@ -146,11 +147,11 @@ def test_a_native_segment_opening_with_a_checkpoint_maps_its_outbox_and_ids(tmp_
     # starts from the checkpoint's balance.
     path = tmp_path / "p1.log.jsonl"
     records = [
-        wal.Checkpoint(lsn=10, tally=95, next_seq={"p2": 3}, acked={"p2": 0}, received={"p2": 0},
+        v1records.Checkpoint(lsn=10, tally=95, next_seq={"p2": 3}, acked={"p2": 0}, received={"p2": 0},
                        outbox={"p2": [[1, 5, ""], [2, 0, "s1"]]}, abandoned=["s1"],
                        requests={"rid-0": ["p1:p2:1", 95, 0.0, 9, "", 1]}),
-        wal.Send(lsn=11, msg_id="p1:p2:3", src="p1", dst="p2", seq=3, tally=5, request_id="rid-1"),
-        wal.Recv(lsn=12, msg_id="p2:p1:1", src="p2", dst="p1", seq=1, tally=7),
+        v1records.Send(lsn=11, msg_id="p1:p2:3", src="p1", dst="p2", seq=3, tally=5, request_id="rid-1"),
+        v1records.Recv(lsn=12, msg_id="p2:p1:1", src="p2", dst="p1", seq=1, tally=7),
     ]
     path.write_text("".join(wal.encode(record, "p1") for record in records))
     got = recover(path, "p1", incoming=("p2",), outgoing=("p2",), app=bank.app, app_params={"initial_balance": 100})
@@ -165,7 +166,7 @@ def test_a_native_log_whose_balance_would_go_below_zero_is_refused_naming_its_li
     from snapmesh.services.node.recovery import CorruptLogError
 
     path = tmp_path / "p1.log.jsonl"
-    records = [wal.Init(lsn=1, tally=3), wal.Send(lsn=2, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, tally=4)]
+    records = [v1records.Init(lsn=1, tally=3), v1records.Send(lsn=2, msg_id="p1:p2:1", src="p1", dst="p2", seq=1, tally=4)]
     path.write_text("".join(wal.encode(record, "p1") for record in records))
     with pytest.raises(CorruptLogError, match=r"p1.log.jsonl:2: the balance would be -1"):
         recover(path, "p1", incoming=("p2",), outgoing=("p2",), app=bank.app, app_params={"initial_balance": 100})

@@ -16,9 +16,9 @@ PURE_ALLOWED = {
     # The bank's reading of a cut, which the log checkers take (test_layers.PURE_MODULES holds it).
     "snapmesh.bank.cut",
     # The bank's format keys and its parts of the log, trace and snapshot-file checkers, pure alike;
-    # so are its v1 accessors.
+    # so are its v1 accessors and its native nodes' records.
     "snapmesh.bank.formats", "snapmesh.bank.logs", "snapmesh.bank.trace", "snapmesh.bank.snapshot",
-    "snapmesh.bank.wire",
+    "snapmesh.bank.wire", "snapmesh.bank.v1records",
 }
 
 

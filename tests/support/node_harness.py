@@ -48,7 +48,7 @@ def append(log, kind: type[wal.Record], **fields) -> int:
 
 def append_send(log, src: str, dst: str, seq: int, amount: int) -> int:
     """A transfer's `send` record (msg_id `src:dst:seq`), as the node writes it."""
-    return append(log, wal.Send, msg_id=f"{src}:{dst}:{seq}", src=src, dst=dst, seq=seq, tally=amount)
+    return append(log, wal.Send, msg_id=f"{src}:{dst}:{seq}", src=src, dst=dst, seq=seq, payload=wal.pack(str(amount).encode()))
 
 
 def port_is_free(port: int) -> bool:

@@ -306,6 +306,9 @@ def _apply(
 ) -> None:
     """One record onto `state`. `lenient` (up to a log's last stop): a checkpoint's channels are its own."""
     first = state.records == 0
+    if wal.older_format(record):  # its fields are its app's to read, through its old logs reader
+        raise CorruptLog(f"{where}: a record of an older log format ({record.kind}), and no reader of its app's"  # type: ignore[attr-defined]
+                         " old logs (App.old_logs) took the log")
     if not first and record.lsn != state.last_lsn + 1:
         raise CorruptLog(f"{where}: lsn {record.lsn} where {state.last_lsn + 1} was expected (gap or reorder)")
     state.records += 1
