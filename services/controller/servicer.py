@@ -70,7 +70,9 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._calls = itertools.count(1)  # names each report's pins (journalblocks.py JB1)
         self._known = KnownBlocks()  # each node's last state's blocks (knownblocks.py)
         # Listed states (blockforms.py) are read by block: those kept here first, then the store's
-        engine.machine.forms.reader = engine.writer.store.reader = self._block_reader
+        engine.machine.forms.reader = self._block_reader
+        if engine.writer is not None:  # an engine that only publishes (a watchers' test) files nothing
+            engine.writer.store.reader = self._block_reader
         engine.machine.forms.states = self._joined
         # each node's last listed state, joined (the bytes the kept blocks are cut from: no copy)
         self._states: dict[str, tuple[tuple[bytes, ...], bytes]] = {}
