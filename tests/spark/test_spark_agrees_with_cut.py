@@ -44,8 +44,9 @@ def rule_of(text: str) -> str:
 def pure_verdicts(data: Path) -> dict[str, tuple[bool, str | None]]:
     """snapshot id -> (consistent, kind of the first problem) by `cut` alone."""
     logs = read_logs(data)
-    logs = {node: [cut.record(r) for r in records] for node, records in logs.items()}
-    index = cut.LogIndex.of(logs, reading=bank_cut.Reading())
+    reading = bank_cut.Reading()
+    logs = {node: [cut.record(r, older=reading.older) for r in records] for node, records in logs.items()}
+    index = cut.LogIndex.of(logs, reading=reading)
     out = {}
     for path in sorted((data / "snapshots").glob("*.json")):
         doc = json.loads(path.read_text())
