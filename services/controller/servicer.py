@@ -229,6 +229,13 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     @_answers("report")
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
+        return await self._report([request], context)
+
+    async def _report(self, taken: list[pb.FullState], context) -> pb.ReportStateResponse:
+        """ReportState's work on the report in `taken`, taken out of it: a held call
+        (held.py H1) waits here until its snapshot ends, and a large state that came
+        whole must not live that long in a caller's frame (blockforms.py BF5)."""
+        request = taken.pop()
         await credentials.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
         listing.check_id(request.snapshot_id)
         sent, call, names = None, next(self._calls), []
@@ -236,7 +243,9 @@ class ControllerService(pb_grpc.ControllerServicer):
             sent, names = request, list(request.state_blocks.hashes)
             request = await asyncio.to_thread(self._whole_report, request, call)
         elif request.HasField("state") and request.state:  # its blocks, for the node's next report (knownblocks.py)
-            names = await asyncio.to_thread(self._know, request, call)  # written: a thread (store.py `keep`)
+            names, listed = await asyncio.to_thread(self._know, request, call)  # written: a thread (store.py `keep`)
+            if listed is not None:  # BF5: its manifest from here on, journaled so (journalblocks.py JB4)
+                request = sent = listed
         if request.state_parts:  # the store cuts the state as the node did (blocks.py B6)
             self.engine.writer.store.note_parts(request.snapshot_id, request.node_id, tuple(request.state_parts))
         try:
@@ -271,12 +280,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                     whole.ClearField("blocks")
                     whole.state = named.state
                     return whole
-                report = blockforms.listed_report(sent, named.names)
-                self._hold(sent.node_id, tuple(named.names), named.state)
-                sizes = tuple(end - start for start, end in named.bounds)
-                self.engine.machine.forms.note(
-                    report, blockforms.BlockList(tuple(named.names), sizes, digest(named.state)))
-                return report
+                return self._listed(sent, named)
             store.lacks(missing)  # the state sent whole next writes them again
             self.engine.writer.unpin(sent.snapshot_id, call)
         shown = ", ".join(f"sha256:{name.hex()}" for name in missing[:3]) + (" ..." if len(missing) > 3 else "")
@@ -288,16 +292,28 @@ class ControllerService(pb_grpc.ControllerServicer):
         under controller/blocks and only as its name says (blockdir.py D5, `kept_reader`)."""
         return kept_reader(self._known.reader(node_id), self.engine.writer.store.blocks)
 
-    def _know(self, report: pb.FullState, call: int) -> list[bytes]:
+    def _listed(self, report: pb.FullState, named: blocks.Named) -> pb.FullState:
+        """`report` in listed form for the state `named` (its blocks durable and pinned),
+        its size and digest noted for the tracker (blockforms.py)."""
+        listed = blockforms.listed_report(report, named.names)
+        self._hold(report.node_id, tuple(named.names), named.state)
+        sizes = tuple(end - start for start, end in named.bounds)
+        self.engine.machine.forms.note(listed, blockforms.BlockList(tuple(named.names), sizes, digest(named.state)))
+        return listed
+
+    def _know(self, report: pb.FullState, call: int) -> tuple[list[bytes], pb.FullState | None]:
         """Keep the blocks of a report that came whole (its state cut and hashed, K1), in
         memory and on disk, pinned by `call` (store.py `keep`: the node's next report names
-        them all as held, maybe before this snapshot is filed); their names (a thread)."""
+        them all as held, maybe before this snapshot is filed); their names, and the report
+        in listed form when its state is large (blockforms.py BF5; None: it stays whole). A thread."""
         named = blocks.names(report.state, report.state_parts)[0]
         self._known.keep(report.node_id, named)
-        state = named.state
-        carried = {name: state[start:end] for name, (start, end) in zip(named.names, named.bounds, strict=True)}
-        self.engine.writer.store.keep(report.snapshot_id, set(named.names), carried, call)
-        return named.names
+        view = memoryview(named.state)  # the blocks as views of the state: no second copy of it
+        carried = {name: view[start:end] for name, (start, end) in zip(named.names, named.bounds, strict=True)}
+        self.engine.writer.store.keep(report.snapshot_id, set(named.names), carried, call)  # type: ignore[arg-type]
+        if len(named.state) <= blockforms.LISTED_BYTES:  # BF2
+            return named.names, None
+        return named.names, self._listed(report, named)
 
     @_answers("report")
     async def ReportStateChunks(self, request_iterator, context) -> pb.ReportStateResponse:
@@ -311,11 +327,11 @@ class ControllerService(pb_grpc.ControllerServicer):
         try:
             async for chunk in request_iterator:
                 assembler.add(chunk)
-            state = assembler.finish()
+            taken = [assembler.finish()]  # handed over whole: this frame keeps no reference (`_report`)
         finally:
             assembler.release()
         del assembler
-        return await self.ReportState(state, context)
+        return await self._report(taken, context)
 
 
 def _load_each(store, snapshot_ids: list[str]) -> dict[str, pb.Snapshot | None]:

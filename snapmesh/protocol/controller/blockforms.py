@@ -24,6 +24,11 @@ BF3. A block is read through its name only: `whole` names a block `reader` canno
 BF4. A report is compared with an earlier one by its state's size and digest,
     whichever form either came in (a node's repeat may come whole after a
     refusal), never by its bytes: equal digests are equal states.
+BF5. A report that came whole with a state of more than LISTED_BYTES is listed
+    as one that came as blocks is, once its blocks are written and pinned
+    (journalblocks.py JB1): from that step on the tracker, the held record
+    (held.py H1), the journal (JB4) and the call waiting for its snapshot's end
+    hold its manifest, size and digest, not its bytes.
 """
 
 from __future__ import annotations

@@ -66,7 +66,8 @@ class Reported:
     state: pb.FullState
     wall: float
     # The report as the node sent it, its state as blocks (blocks.py B4), when it
-    # came so: what the journal writes in place of `state` (journalblocks.py JB1).
+    # came so (or its manifest, for a large state that came whole: JB4): what the
+    # journal writes in place of `state` (journalblocks.py JB1).
     # Read back, `state` is that form until `journalblocks.rebuilt` makes it whole.
     sent: pb.FullState | None = None
 

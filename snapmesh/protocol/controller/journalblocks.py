@@ -30,6 +30,11 @@ JB3. Read back (`rebuilt`, at start, before the sweep), each such record is made
     not rewritten since, or the disk lost it) takes every record of its snapshot
     with it, with a warning naming the snapshot: a snapshot is rebuilt whole or not
     at all, never with a node missing.
+JB4. A report that came whole with a large state (blockforms.py BF5) is journaled
+    as its manifest carrying no block (`sent` is its listed form): every block it
+    names was written and pinned before its record (JB1), so it reads back as a
+    report as blocks does (JB3). A report journaled whole (a small state, or one
+    an older controller wrote) still reads back as it was written.
 """
 
 from __future__ import annotations

@@ -39,11 +39,11 @@ T7. A report costs the tracker its node and the channels it lists, not the node'
 T8. Completing costs the nodes and the channels that hold messages, not every
     channel: a COMPLETE snapshot is kept compact (channel_list.py), with its
     topology, and every channel is listed (T3) only in what the tracker hands out.
-T9. A large state that came as its block list (blockforms.py, `forms`) is kept
-    as that list, never as bytes: the snapshot the tracker's report, fail and
-    expire give (the machine's effects: answers, watchers, files) holds it so
-    (BF1's listed form), what `get` and `all` give holds it whole, and the app's
-    invariants read it by block (lazystates.py L3).
+T9. A large state that came as its block list (blockforms.py, `forms`; or whole,
+    listed since, BF5) is kept as that list, never as bytes: the snapshot the
+    tracker's report, fail and expire give (the machine's effects: answers,
+    watchers, files) holds it so (BF1's listed form), what `get` and `all` give
+    holds it whole, and the app's invariants read it by block (lazystates.py L3).
 
 Errors: `UnknownSnapshot` (no such id), `InvalidReport` (the report is
 malformed for this topology), `DuplicateReport` (this node already reported
