@@ -34,13 +34,14 @@ Also printed: the bytes themselves, and the controller's own started_at..finishe
 `--sizes 1,64,1024` picks the sizes (MiB); `--no-write` prints without writing
 bench/results.json. A size whose snapshot or restore fails (or hangs: 10 minutes
 and a second per MiB, per call) is named, the others still run and are written,
-and the exit status is 1. `--smoke`: one mesh of 256 KiB states per app, to check the
-bench works, not to measure.
+and the exit status is 1. `--smoke` (or `python -m bench --smoke state`): one mesh of
+256 KiB states per app, to check the bench works, not to measure; it writes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 from collections.abc import Callable
@@ -138,7 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--apps", default="blob,kvshard",
                         help=f"the apps, comma-separated, of {', '.join(SUBJECTS)} (default: blob,kvshard)")
     parser.add_argument("--no-write", action="store_true", help="print the figures, leave bench/results.json")
+    parser.add_argument("--smoke", action="store_true",
+                        help="256 KiB per node, nothing written: does it run (as `python -m bench --smoke state`)")
     args = parser.parse_args(own_argv("state", argv))
+    if args.smoke:
+        os.environ[smoke.ENV] = "1"  # results.merge then writes nothing
     apps = [a for a in args.apps.split(",") if a]
     unknown = [a for a in apps if a not in SUBJECTS]
     if unknown:

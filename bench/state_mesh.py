@@ -76,8 +76,10 @@ def mesh(app: str, mib: float) -> Iterator[tuple[Cluster, Path]]:
     """A fresh 4-node mesh of `app` ("module:attr", given [app] mib), and its data dir; stopped after."""
     with tempfile.TemporaryDirectory(prefix=f"bench-state-{label(mib)}-") as tmp:
         root = Path(tmp)
+        # The snapshots' deadline comes before the client's call gives up: a snapshot that
+        # cannot complete is answered FAILED, with its reason.
         path = write_cluster(root / "cluster.toml", nodes=NODES, topology="mesh", data_dir=root / "data",
-                             deadline=timeout_s(mib))
+                             deadline=0.9 * timeout_s(mib))
         path.write_text(path.read_text() + f'\n[app]\nmodule = "{app}"\nmib = {mib}\n')
         # A node's start writes its opening state to its log (1 GiB per node at 1 GiB): 30 s is not enough.
         cluster = Cluster(path, app=app, startup_timeout=timeout_s(mib)).start()
