@@ -27,7 +27,7 @@ BENCHMARKS = {
     "undo": "bench.undo",  # taking back a failed app command (apphost.H4) vs a copy before every step
     "sim_scale": "bench.sim_scale",  # the simulator, 10-1,000 nodes, mesh/ring/random-regular:8; writes docs/sim-scale.svg
     "scale64": "bench.scale64",  # 64 node processes: random-regular:8 against the full mesh
-    "state": "bench.state",  # a blob of N MiB per node: bytes sent and stored per snapshot, time vs size, restore
+    "state": "bench.state",  # blob and kvshard at N MiB per node: bytes per snapshot, time vs size, restore, RSS
 }
 
 
