@@ -6,9 +6,10 @@ writers). One bank command step's records as the node makes them (snapmesh/proto
 reply in base64 (`wal.pack`), the `send` with its payload, and at the receiver the `recv`, each
 made by `fastrecords`, wrapped in its Append effect and appended to a TransferLog (encoded and
 buffered; nothing is written). The older side runs REV's wal.py and fastrecords.py, loaded beside
-today's, its records appended through REV's `Encoder.record`, as REV's TransferLog did. Both sides
+today's, its records appended to REV's TransferLog. Both sides
 alternate within each round on the same machine, so the ratio holds on a loaded one; the
-absolute figures do not. Pure, one process, a few seconds.
+absolute figures do not (CPU time of this process: time it was preempted is left out). Pure, one
+process, a few seconds.
 """
 
 from __future__ import annotations
@@ -29,23 +30,26 @@ from snapmesh.protocol.node.effects import Append, fast_new
 from snapmesh.services.node.translog import TransferLog
 
 BEFORE = "cd9820e"  # main before the log's fast writers (wal.Encoder.lines, pack's decode)
-STEPS = 20_000
-ROUNDS = 7
+STEPS = 5_000
+ROUNDS = 21
 COMMAND, REPLY, PAYLOAD = b"1 p2", b"999999", b"1"  # the bank's common command, its tally, the amount sent
 
 
-def _older(rev: str) -> tuple[types.ModuleType, types.ModuleType]:
-    """REV's wal and fastrecords as modules of their own (their dataclasses need a module in sys.modules)."""
+def _older(rev: str) -> tuple[types.ModuleType, ...]:
+    """REV's wal, fastrecords and translog as modules of their own, each importing REV's wal
+    (their dataclasses need a module in sys.modules)."""
     mods = []
-    for name in ("wal", "fastrecords"):
-        text = subprocess.run(["git", "show", f"{rev}:snapmesh/protocol/{name}.py"], cwd=REPO,
-                              capture_output=True, text=True, check=True).stdout
+    for name, path in (("wal", "snapmesh/protocol/wal.py"), ("fastrecords", "snapmesh/protocol/fastrecords.py"),
+                       ("translog", "services/node/translog.py")):
+        text = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout
         text = text.replace("from snapmesh.protocol.wal import", "from bench_older_wal import")
+        text = text.replace("from snapmesh.protocol import wal\n", "import bench_older_wal as wal\n")
         module = types.ModuleType(f"bench_older_{name}")
         sys.modules[module.__name__] = module
-        exec(compile(text, f"{rev}:{name}.py", "exec"), module.__dict__)  # noqa: S102  (our own history)
+        exec(compile(text, f"{rev}:{path}", "exec"), module.__dict__)  # noqa: S102  (our own history)
         mods.append(module)
-    return mods[0], mods[1]
+    return tuple(mods)
 
 
 def _steps(wal_: types.ModuleType, records: types.ModuleType, sender: TransferLog, receiver: TransferLog,
@@ -57,7 +61,7 @@ def _steps(wal_: types.ModuleType, records: types.ModuleType, sender: TransferLo
     me, dst = "p1", "p2"
     lsn, at = sender.last_lsn, receiver.last_lsn
     seq = at
-    started = time.perf_counter()
+    started = time.process_time()
     for _ in range(n):
         lsn += 1
         effect = fast_new(Append, (command_record(lsn, "", pack(COMMAND), pack(REPLY)),))
@@ -69,7 +73,7 @@ def _steps(wal_: types.ModuleType, records: types.ModuleType, sender: TransferLo
         at += 1
         effect = fast_new(Append, (recv_record(at, f"{me}:{dst}:{seq}", me, dst, seq, pack(PAYLOAD)),))
         take(effect.record)
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     if not keep:  # nothing is written: the buffer only
         sender._buffer.clear()
         receiver._buffer.clear()
@@ -83,16 +87,11 @@ def main() -> int:
     if not has_commit(args.rev):
         print(f"logrecords: this clone lacks {args.rev}; nothing to compare with")
         return 0
-    old_wal, old_records = _older(args.rev)
+    old_wal, old_records, old_log = _older(args.rev)
     steps, rounds = smoke.size(STEPS, 200), smoke.size(ROUNDS, 1)
     with tempfile.TemporaryDirectory() as tmp:
-        logs = {}
-        for side in ("new", "old"):
-            pair = [TransferLog(Path(tmp) / f"{side}-{node}.log.jsonl", node, last_lsn=0) for node in ("p1", "p2")]
-            if side == "old":
-                for log_ in pair:  # REV's TransferLog: every record through its Encoder.record
-                    log_._encoder, log_._lines = old_wal.Encoder(log_.node_id), {}
-            logs[side] = pair
+        logs = {side: [kind(Path(tmp) / f"{side}-{node}.log.jsonl", node, last_lsn=0) for node in ("p1", "p2")]
+                for side, kind in (("new", TransferLog), ("old", old_log.TransferLog))}
         best = {"new": float("inf"), "old": float("inf")}
         buffered = {}
         for side, (w, r) in (("old", (old_wal, old_records)), ("new", (wal, fastrecords))):
