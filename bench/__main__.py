@@ -24,6 +24,7 @@ BENCHMARKS = {
     "submit_batch": "bench.submit_batch",  # SubmitBatch of the minimal app on 4 nodes: commands/s, CPU per command
     "bank_pair": "bench.bank_pair",  # the bank natively (TransferBatch) and as an app (SubmitBatch), alternating
     "overtake": "bench.overtake",  # classic vs overtake snapshots side by side; writes bench/results.json
+    "logrecords": "bench.logrecords",  # a generic command step's log records, made and encoded: today vs an older commit
     "undo": "bench.undo",  # taking back a failed app command (apphost.H4) vs a copy before every step
     "sim_scale": "bench.sim_scale",  # the simulator, 10-1,000 nodes, mesh/ring/random-regular:8; writes docs/sim-scale.svg
     "scale64": "bench.scale64",  # 64 node processes: random-regular:8 against the full mesh

@@ -163,6 +163,7 @@ class TransferLog:
         self._buffer: list[str | _Seal] = []
         self._before: list[_Action] = []  # carried out by the next round before it writes the buffer
         self._encoder = wal.Encoder(node_id)
+        self._lines = self._encoder.lines
         self._on_durable = on_durable
         self._observe_fsync = observe_fsync
         self._observe_round = observe_round
@@ -203,7 +204,8 @@ class TransferLog:
         if lsn != self._lsn + 1:
             raise ValueError(f"{self.path}: record lsn {lsn}, expected {self._lsn + 1}")
         self._lsn = lsn
-        line = self._encoder.record(record)
+        line_of = self._lines.get(type(record))  # Encoder.record, inline: ~3 records a command
+        line = line_of(record) if line_of is not None else self._encoder.record(record)
         self.active_bytes += len(line)
         if self.failure is None:  # _add, inline (the per-record path)
             self._buffer.append(line)

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from json.encoder import encode_basestring
 from typing import Any, ClassVar
 
 ACTIVE_SUFFIX = ".log.jsonl"
@@ -312,9 +312,9 @@ def older_format(record: Record) -> bool:
 # ----------------------------------------------------------------- encoding
 
 
-@functools.lru_cache(maxsize=4096)  # node, channel and snapshot ids repeat on every record
-def _js(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
+# A str as JSON writes it (json.dumps(text, ensure_ascii=False) is this very function on a
+# str, without the encoder object around it): one C call, the cost of a cache lookup.
+_js = encode_basestring
 
 
 def encode(record: Record, node_id: str) -> str:
@@ -343,62 +343,46 @@ def encode(record: Record, node_id: str) -> str:
 
 
 class Encoder:
-    """`encode` for one node on the hot path: the per-channel JSON fragments are
-    built once. Produces exactly the bytes `encode` does (tests check it)."""
+    """`encode` for one node on the hot path: `record` writes the per-message and per-command
+    kinds from their fields at once (a channel's src and dst fragment built once), any other
+    through `encode`. Produces exactly the bytes `encode` does (tests/protocol/test_wal_lines.py).
+    `lines` maps those kinds to their writer, for a caller that dispatches itself (the node's log)."""
 
     def __init__(self, node_id: str) -> None:
         self.node_id = node_id
         self._prefix = '{"node":' + _js(node_id) + ',"lsn":'
-        self._fragments: dict[tuple[str, str], tuple[str, str]] = {}
+        self._ends: dict[tuple[str, str], str] = {}  # (src, dst) -> ',"src":..,"dst":..'
+        self.lines: dict[type[Record], Any] = {Send: self._send, Recv: self._recv, Command: self._command}
 
-    def _channel(self, src: str, dst: str) -> tuple[str, str]:
-        frag = self._fragments.get((src, dst))
-        if frag is None:
-            msg_prefix = _js(f"{src}:{dst}:")[:-1]
-            frag = (f',"msg_id":{msg_prefix}', f',"src":{_js(src)},"dst":{_js(dst)}')
-            self._fragments[(src, dst)] = frag
-        return frag
+    def _channel(self, src: str, dst: str) -> str:
+        ends = self._ends[(src, dst)] = f',"src":{_js(src)},"dst":{_js(dst)}'
+        return ends
 
-    def send(self, lsn: int, src: str, dst: str, seq: int, msg_id: str, request_id: str = "", payload: str = "") -> str:
+    def _send(self, r: Any) -> str:
         """A `send` line; its payload is written even when empty (the kind's mark)."""
-        with_id, ends = self._channel(src, dst)
-        mid = f'{with_id}{seq}"' if msg_id == f"{src}:{dst}:{seq}" else f',"msg_id":{_jstr(msg_id)}'
-        rid = f',"request_id":{_jstr(request_id)}' if request_id else ""
-        return f'{self._prefix}{lsn},"kind":"send"{mid}{ends},"seq":{seq}{rid},"payload":{_jstr(payload)}}}\n'
+        src, dst, rid = r.src, r.dst, r.request_id
+        ends = self._ends.get((src, dst)) or self._channel(src, dst)
+        return (f'{self._prefix}{r.lsn},"kind":"send","msg_id":{_js(r.msg_id)}{ends},"seq":{r.seq}'
+                f'{_RID + _js(rid) if rid else ""},"payload":{_js(r.payload)}}}\n')
 
-    def recv(self, lsn: int, src: str, dst: str, seq: int, msg_id: str, payload: str = "") -> str:
+    def _recv(self, r: Any) -> str:
         """A `recv` line; its payload as `send`'s."""
-        with_id, ends = self._channel(src, dst)
-        mid = f'{with_id}{seq}"' if msg_id == f"{src}:{dst}:{seq}" else f',"msg_id":{_jstr(msg_id)}'
-        return f'{self._prefix}{lsn},"kind":"recv"{mid}{ends},"seq":{seq},"payload":{_jstr(payload)}}}\n'
+        src, dst = r.src, r.dst
+        ends = self._ends.get((src, dst)) or self._channel(src, dst)
+        return f'{self._prefix}{r.lsn},"kind":"recv","msg_id":{_js(r.msg_id)}{ends},"seq":{r.seq},"payload":{_js(r.payload)}}}\n'
 
-    def command(self, lsn: int, request_id: str, command: str, reply: str) -> str:
+    def _command(self, r: Any) -> str:
         """A `command` line: each field written only when not empty, as `encode` does."""
-        rid = f',"request_id":{_jstr(request_id)}' if request_id else ""
-        cmd = f',"command":{_jstr(command)}' if command else ""
-        out = f',"reply":{_jstr(reply)}' if reply else ""
-        return f'{self._prefix}{lsn},"kind":"command"{rid}{cmd}{out}}}\n'
+        rid, cmd, out = r.request_id, r.command, r.reply
+        return (f'{self._prefix}{r.lsn},"kind":"command"{_RID + _js(rid) if rid else ""}'
+                f'{_CMD + _js(cmd) if cmd else ""}{_REPLY + _js(out) if out else ""}}}\n')
 
     def record(self, record: Record) -> str:
-        kind = type(record)
-        if kind is Send:
-            r: Any = record
-            return self.send(r.lsn, r.src, r.dst, r.seq, r.msg_id, r.request_id, r.payload)
-        if kind is Recv:
-            r = record
-            return self.recv(r.lsn, r.src, r.dst, r.seq, r.msg_id, r.payload)
-        if kind is Command:
-            r = record
-            return self.command(r.lsn, r.request_id, r.command, r.reply)
-        return encode(record, self.node_id)
+        line_of = self.lines.get(type(record))
+        return encode(record, self.node_id) if line_of is None else line_of(record)
 
 
-def _jstr(text: str) -> str:
-    """`_js` for text that seldom repeats (message and request ids, base64): no cache to churn,
-    and printable ASCII without a quote or backslash, as JSON writes it, without json.dumps."""
-    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
-        return f'"{text}"'
-    return json.dumps(text, ensure_ascii=False)
+_RID, _CMD, _REPLY = ',"request_id":', ',"command":', ',"reply":'
 
 
 _b2a = binascii.b2a_base64
@@ -406,7 +390,7 @@ _b2a = binascii.b2a_base64
 
 def pack(data: bytes) -> str:
     """An app's bytes (payload, command, reply, state) as a log field: base64."""
-    return _b2a(data, newline=False).decode("ascii")  # base64.b64encode's bytes, without its wrapper
+    return _b2a(data, newline=False).decode()  # base64.b64encode's (ASCII) bytes, without its wrapper; utf-8's fast path
 
 
 def unpack(text: str, where: str) -> bytes:
