@@ -100,8 +100,9 @@ class Host:
         undo = self.undo
         if len(undo.inputs) >= undo.steps_limit or undo.size >= undo.size_limit:  # undo.full, inline (H5)
             self.snapshot()
-        # A fresh Context (H1), as Context(node_id, peers_out) makes it, without the call: two steps a
-        # command made it a tenth of the host's cost. tests/protocol/test_apphost_steps.py holds the two equal.
+        # A fresh Context (H1), as Context(node_id, peers_out) makes it, without the __init__ call: two steps
+        # a command, its calls were a quarter of the host's own cost. tests/protocol/test_apphost_steps.py
+        # holds the two equal (a reuse, checked for an app that kept it, cost more than this).
         ctx = _blank(Context)
         ctx.node_id = self._node_id
         ctx.peers_out = self._peers_out
