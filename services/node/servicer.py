@@ -150,10 +150,14 @@ class NodeServicer(pb_grpc.NodeServicer):
         for answer in answers:
             if type(answer) is AppRefused:
                 add(code=grpc.StatusCode[answer.code].value[0], message=answer.text)
-            elif answer.repeated:  # a retry's first answer, in the epoch it ran in (edge._reply's rule)
-                add(reply=answer.reply, replayed=True, epoch=answer.ran_in or answer.epoch)
-            else:  # a field left at its default costs nothing to set: half the time of an item
-                add(reply=answer.reply, epoch=answer.ran_in or answer.epoch)
+                continue
+            # Set field by field: add()'s keyword arguments cost a quarter more an item. A field
+            # left at its default costs nothing to set (the wire is by field number, whatever the order).
+            result = add()
+            result.reply = answer.reply
+            result.epoch = answer.ran_in or answer.epoch  # the epoch it ran in (edge._reply's rule)
+            if answer.repeated:  # a retry's first answer
+                result.replayed = True
         return response
 
     async def GetState(self, request: pb.GetStateRequest, context: grpc.aio.ServicerContext) -> pb.NodeStateResponse:

@@ -159,3 +159,12 @@ def test_a_workload_that_fails_is_raised_when_the_load_stops_not_swallowed() -> 
     load.start()
     with pytest.raises(RuntimeError, match="the load failed: KeyError"):
         load.stop()
+
+
+def test_a_request_is_the_very_bytes_of_one_built_from_its_items() -> None:
+    """generator._request fills each item in place: the same request as the constructor's, ids empty or not."""
+    from snapmesh.load.generator import _request
+
+    for items in ([("", b"1 p2")], [("gen-1-s-%d" % i, b"c%d" % i) for i in range(50)], [("a", b""), ("", b"x")]):
+        built = pb.SubmitBatchRequest(items=[pb.SubmitRequest(request_id=rid, command=c) for rid, c in items])
+        assert _request(items) == built.SerializeToString()

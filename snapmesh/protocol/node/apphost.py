@@ -98,9 +98,16 @@ class Host:
         `admit(reply, sends)` raised, with the app as it was (H4); AppFailed
         when it cannot be put back."""
         undo = self.undo
-        if undo.full:
+        if len(undo.inputs) >= undo.steps_limit or undo.size >= undo.size_limit:  # undo.full, inline (H5)
             self.snapshot()
-        ctx = Context(self._node_id, self._peers_out)
+        # A fresh Context (H1), as Context(node_id, peers_out) makes it, without the __init__ call: two steps
+        # a command, its calls were a quarter of the host's own cost. tests/protocol/test_apphost_steps.py
+        # holds the two equal (a reuse, checked for an app that kept it, cost more than this).
+        ctx = _blank(Context)
+        ctx.node_id = self._node_id
+        ctx.peers_out = self._peers_out
+        ctx.sends = []
+        ctx.open = True
         try:
             try:
                 reply = self.machine.on_command(command, ctx)
@@ -126,23 +133,29 @@ class Host:
             self._take_back()
             raise
         finally:
-            ctx.close()
-        undo.took("", command)
+            ctx.open = False  # ctx.close()
+        undo.inputs.append(("", command))  # undo.took, inline
+        undo.size += len(command)
         return reply, sends
 
     def message(self, src: str, payload: bytes) -> Sends:
         """The next message on channel `src` -> this node: the sends it made. Raises AppFailed."""
         undo = self.undo
-        if undo.full:
+        if len(undo.inputs) >= undo.steps_limit or undo.size >= undo.size_limit:  # undo.full, inline (H5)
             self.snapshot()
-        ctx = Context(self._node_id, self._peers_out)
+        ctx = _blank(Context)  # Context(node_id, peers_out), as in `command`
+        ctx.node_id = self._node_id
+        ctx.peers_out = self._peers_out
+        ctx.sends = []
+        ctx.open = True
         try:
             self.machine.on_message(src, payload, ctx)
         except Exception as exc:  # noqa: BLE001  (Refused included: a peer's message cannot be refused)
             raise AppFailed(f"app {self.app.name!r} raised in on_message from {src!r}: {_text(exc)}") from exc
         finally:
-            ctx.close()
-        undo.took(src, payload)
+            ctx.open = False  # ctx.close()
+        undo.inputs.append((src, payload))  # undo.took, inline
+        undo.size += len(payload)
         return ctx.sends
 
     def query(self, query: bytes) -> bytes:
@@ -236,6 +249,9 @@ class Host:
 
     def _context(self) -> Context:
         return Context(self._node_id, self._peers_out)
+
+
+_blank = object.__new__  # an instance without its __init__: `command` sets what Context.__init__ would
 
 
 def _text(exc: BaseException) -> str:

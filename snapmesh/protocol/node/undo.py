@@ -17,7 +17,6 @@ since hold as many bytes as the base, or REBASE_STEPS of them (apphost.H5).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import NamedTuple
 
 # When the base moves up (apphost.H5): once the inputs since hold as many bytes as
 # the base (within these bounds), replaying them would cost more than restoring a
@@ -29,14 +28,9 @@ REBASE_MIN_BYTES = 64 * 1024
 REBASE_MAX_BYTES = 64 * 1024 * 1024  # a base of GiBs still keeps at most this much input
 
 
-class Input(NamedTuple):
-    """One step the app took: a client's command (`src` "") or a message from `src`."""
-
-    src: str
-    data: bytes
-
-
-_new = tuple.__new__
+# One step the app took: (src, data), a client's command (`src` "") or a message from `src`. A plain
+# tuple: the Host appends one per step, inline (apphost.py), and a NamedTuple's would cost a second object.
+Input = tuple[str, bytes]
 
 
 class UndoLog:
@@ -55,12 +49,14 @@ class UndoLog:
         self.size_limit = min(max(len(state or b""), REBASE_MIN_BYTES), REBASE_MAX_BYTES)
 
     def took(self, src: str, data: bytes) -> None:
-        self.inputs.append(_new(Input, (src, data)))  # Input(src, data), without NamedTuple's Python-level __new__
+        """The app took `data` (from `src`; "": a command). Host.command and Host.message do this inline."""
+        self.inputs.append((src, data))
         self.size += len(data)
 
     @property
     def full(self) -> bool:
-        """Time to move the base up: so many inputs that an undo would replay too many."""
+        """Time to move the base up: so many inputs that an undo would replay too many.
+        Host.command and Host.message test this inline."""
         return len(self.inputs) >= self.steps_limit or self.size >= self.size_limit
 
     def __iter__(self) -> Iterator[Input]:
