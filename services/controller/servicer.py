@@ -280,7 +280,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                     whole.ClearField("blocks")
                     whole.state = named.state
                     return whole
-                return self._listed(sent, named)
+                return self._listed_report(sent, named)
             store.lacks(missing)  # the state sent whole next writes them again
             self.engine.writer.unpin(sent.snapshot_id, call)
         shown = ", ".join(f"sha256:{name.hex()}" for name in missing[:3]) + (" ..." if len(missing) > 3 else "")
@@ -292,7 +292,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         under controller/blocks and only as its name says (blockdir.py D5, `kept_reader`)."""
         return kept_reader(self._known.reader(node_id), self.engine.writer.store.blocks)
 
-    def _listed(self, report: pb.FullState, named: blocks.Named) -> pb.FullState:
+    def _listed_report(self, report: pb.FullState, named: blocks.Named) -> pb.FullState:
         """`report` in listed form for the state `named` (its blocks durable and pinned),
         its size and digest noted for the tracker (blockforms.py)."""
         listed = blockforms.listed_report(report, named.names)
@@ -313,7 +313,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.engine.writer.store.keep(report.snapshot_id, set(named.names), carried, call)  # type: ignore[arg-type]
         if len(named.state) <= blockforms.LISTED_BYTES:  # BF2
             return named.names, None
-        return named.names, self._listed(report, named)
+        return named.names, self._listed_report(report, named)
 
     @_answers("report")
     async def ReportStateChunks(self, request_iterator, context) -> pb.ReportStateResponse:
