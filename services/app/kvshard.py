@@ -305,16 +305,21 @@ def _named_problems(view: View, handoffs: list[tuple[str, str, int, str]], chose
 
 
 def describe(view: View) -> dict[str, Any]:
-    states, in_flight = _decode(view)
-    handoffs = [f"{m['key']}: {src}->{dst}" for src, dst, _, m in in_flight if m["type"] == "handoff"]
+    counts = {node: _counts(view, node) for node in sorted(view.states)}  # one state at a time, by name
+    in_flight = [(src, dst, json.loads(payload)) for src, dst, _, payload in view.in_flight]
+    handoffs = [f"{m['key']}: {src}->{dst}" for src, dst, m in in_flight if m["type"] == "handoff"]
     return {
-        "keys_per_node": {node: len(state["keys"]) for node, state in sorted(states.items())},
+        "keys_per_node": {node: count["keys"] for node, count in counts.items()},
         "keys_in_flight": len(handoffs),
         "handoffs_in_flight": handoffs[:20],
         "updates_in_flight": sum(1 for *_, m in in_flight if m["type"] == "update"),
-        "created": sum(len(s["created"]) for s in states.values()),
-        "deleted": sum(len(s["deleted"]) for s in states.values()),
+        "created": sum(count["created"] for count in counts.values()),
+        "deleted": sum(count["deleted"] for count in counts.values()),
     }
+
+
+def _counts(view: View, node: str) -> Counter[str]:
+    return Counter(part for part, _ in kvscan.names(view.states[node]))
 
 
 def key_rows(view: View) -> list[dict[str, Any]]:

@@ -216,3 +216,18 @@ def test_names_are_read_as_json_reads_them(monkeypatch):
 def test_a_state_that_is_not_json_is_a_value_error(data):
     with pytest.raises(ValueError):
         list(kvscan.names(data))
+
+
+def test_describe_counts_one_state_at_a_time_too():
+    view = big_view(keys=500)
+    loads = Loads(view.states)
+    tracemalloc.start()
+    try:
+        described = APP.describe(dataclasses.replace(view, states=loads))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert described == {"keys_per_node": {f"p{i}": 500 for i in range(1, 5)}, "keys_in_flight": 0,
+                         "handoffs_in_flight": [], "updates_in_flight": 0, "created": 2000, "deleted": 0}
+    assert loads.most_alive == 1 and loads.reads == 4
+    assert peak < max(len(data) for data in view.states.values()) + 2 * kvscan.WINDOW
