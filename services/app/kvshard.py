@@ -50,10 +50,11 @@ import hashlib
 import json
 import zlib
 from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from snapmesh.app import App, Context, NodeInfo, Refused, View
+from snapmesh.services.app import kvscan
 
 MAX_KEY = 200  # characters in a key's name
 RANGE_KEYS = 64  # keys in a range of the state's parts, on average (snapshot_blocks)
@@ -209,10 +210,87 @@ def places(view: View) -> dict[str, list[str]]:
 
 
 def every_key_exactly_once(view: View) -> list[str]:
-    states, _ = _decode(view)
-    created = Counter(name for state in states.values() for name in state["created"])
-    deleted = Counter(name for state in states.values() for name in state["deleted"])
-    found = places(view)
+    """The names created minus the names deleted are each found once, at a node or in a
+    handoff in flight, and nothing else is found; each name created and deleted at most once.
+
+    It reads one node's state at a time (kvscan: the names only, never the state decoded
+    whole), so it holds one state, not all, and keeps a compact digest, not the names:
+    with every name created once, the invariant holds iff the names found plus the
+    names deleted are the names created, as multisets, which sums of a hash of each
+    name, per bucket of names, tell. Names are created once when each namespace's
+    ("p1/...") created names are listed at one node (K1, KR3), in order (sorted, so a
+    name twice at one node is seen). Only the names of a bucket whose sums differ, or
+    of a namespace listed at two nodes, are then read again and kept, to name what is
+    wrong in the same words as a check over every name would."""
+    sums = [0] * BUCKETS
+    lister: dict[str, str] = {}  # namespace -> the node that lists its created names
+    suspect: set[str] = set()  # namespaces listed at two nodes
+    everything = False  # a node's created names out of order: every name is read again
+    for node in view.states:
+        everything = not _add_sums(view, node, sums, lister, suspect) or everything
+    handoffs = _handoffs(view)
+    for _, _, _, key in handoffs:
+        sums[_digest(key) % BUCKETS] -= _digest(key)
+    wrong = {bucket for bucket, total in enumerate(sums) if total % _PRIME}
+    if not (wrong or suspect or everything):
+        return []
+    return _named_problems(view, handoffs, lambda name: everything or name.split("/", 1)[0] in suspect
+                           or _digest(name) % BUCKETS in wrong)
+
+
+BUCKETS = 4096  # digests kept: a wrong bucket's names are read again, about 1/BUCKETS of them
+_PRIME = 2**127 - 1  # the sums are compared modulo it: a different multiset of names sums the same with odds 2^-127
+
+
+def _digest(name: str) -> int:
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=16).digest(), "big")
+
+
+def _add_sums(view: View, node: str, sums: list[int], lister: dict[str, str], suspect: set[str]) -> bool:
+    """Add the node's names to the sums (created +, found or deleted -) and its created
+    names' namespaces to `lister` (or `suspect`); whether it lists them in order, each
+    once (snapshot() sorts them). A function of its own: the state is let go at its return."""
+    last = None
+    in_order = True
+    for part, name in kvscan.names(view.states[node]):
+        digest = _digest(name)
+        if part == "created":
+            sums[digest % BUCKETS] += digest
+            in_order = in_order and (last is None or name > last)
+            last = name
+            space = name.split("/", 1)[0]
+            if lister.setdefault(space, node) != node:
+                suspect.add(space)
+        else:
+            sums[digest % BUCKETS] -= digest
+    return in_order
+
+
+def _handoffs(view: View) -> list[tuple[str, str, int, str]]:
+    """(src, dst, seq, key) of every handoff in flight."""
+    found = []
+    for src, dst, seq, payload in view.in_flight:
+        message = json.loads(payload)
+        if message["type"] == "handoff":
+            found.append((src, dst, seq, message["key"]))
+    return found
+
+
+def _named_problems(view: View, handoffs: list[tuple[str, str, int, str]], chosen: Callable[[str], bool]) -> list[str]:
+    """every_key_exactly_once's problems among the names `chosen` picks, each found where it is."""
+    created: Counter[str] = Counter()
+    deleted: Counter[str] = Counter()
+    found: dict[str, list[str]] = {}
+    for node in sorted(view.states):
+        for part, name in kvscan.names(view.states[node]):
+            if chosen(name):
+                if part == "keys":
+                    found.setdefault(name, []).append(f"at {node}")
+                else:
+                    (created if part == "created" else deleted)[name] += 1
+    for src, dst, seq, key in handoffs:
+        if chosen(key):
+            found.setdefault(key, []).append(f"in flight {src}->{dst} seq {seq}")
     problems = [f"key {k} created {n} times" for k, n in sorted(created.items()) if n > 1]
     problems += [f"key {k} deleted {n} times" for k, n in sorted(deleted.items()) if n > 1]
     problems += [f"key {k} deleted but never created" for k in sorted(set(deleted) - set(created))]
@@ -227,16 +305,21 @@ def every_key_exactly_once(view: View) -> list[str]:
 
 
 def describe(view: View) -> dict[str, Any]:
-    states, in_flight = _decode(view)
-    handoffs = [f"{m['key']}: {src}->{dst}" for src, dst, _, m in in_flight if m["type"] == "handoff"]
+    counts = {node: _counts(view, node) for node in sorted(view.states)}  # one state at a time, by name
+    in_flight = [(src, dst, json.loads(payload)) for src, dst, _, payload in view.in_flight]
+    handoffs = [f"{m['key']}: {src}->{dst}" for src, dst, m in in_flight if m["type"] == "handoff"]
     return {
-        "keys_per_node": {node: len(state["keys"]) for node, state in sorted(states.items())},
+        "keys_per_node": {node: count["keys"] for node, count in counts.items()},
         "keys_in_flight": len(handoffs),
         "handoffs_in_flight": handoffs[:20],
         "updates_in_flight": sum(1 for *_, m in in_flight if m["type"] == "update"),
-        "created": sum(len(s["created"]) for s in states.values()),
-        "deleted": sum(len(s["deleted"]) for s in states.values()),
+        "created": sum(count["created"] for count in counts.values()),
+        "deleted": sum(count["deleted"] for count in counts.values()),
     }
+
+
+def _counts(view: View, node: str) -> Counter[str]:
+    return Counter(part for part, _ in kvscan.names(view.states[node]))
 
 
 def key_rows(view: View) -> list[dict[str, Any]]:
