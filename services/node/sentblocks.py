@@ -24,7 +24,9 @@ class SentBlocks:
     def __init__(self, carry_over: int | None = None) -> None:
         # A state over this many bytes goes as blocks even when none is held, each carried:
         # the controller writes them as its stream brings them (carriedblocks.py), where a
-        # state sent whole is held whole, and refused past chunking.MAX_STATE_BYTES.
+        # state sent whole is held whole, and refused past chunking.MAX_STATE_BYTES. The
+        # reporter's is chunking.WRITE_WINDOW_BYTES: a smaller state whole is held no longer
+        # than a window of carried blocks, and is hashed once, not written and read back.
         self.carry_over = carry_over
         self._takes_blocks = False  # the controller said so in an answer
         self._held: set[bytes] = set()  # the blocks of the last report it accepted

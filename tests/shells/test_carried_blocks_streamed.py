@@ -64,10 +64,10 @@ class Node:
 
 
 def formed(sid: str, node: str) -> pb.FullState:
-    """The report a node sends at first for its state (reporter.py: carry_over CHUNK_BYTES)."""
+    """The report a node sends at first for a state over its carry_over (reporter.py: WRITE_WINDOW_BYTES)."""
     report = pb.FullState(snapshot_id=sid, node_id=node, state=STATES[node], app_name="blob", app_version=1,
                           channels=[pb.ChannelState(src="b" if node == "a" else "a", dst=node)])
-    sent, _ = SentBlocks(chunking.CHUNK_BYTES).form(report)
+    sent, _ = SentBlocks(chunking.WRITE_WINDOW_BYTES).form(report)
     assert sent.HasField("state_blocks") and len(sent.blocks) == len(sent.state_blocks.hashes)
     return sent
 
