@@ -221,7 +221,8 @@ class StateReporter:
         self._pending = pending
         self._kept: dict[str, tuple[pb.FullState, int]] = {}  # finished, not yet durable: sent at `send`
         self._hops = ReportHops(metrics)  # the path after the cut, timed (services/node/hops.py)
-        self._blocks = SentBlocks(chunking.WRITE_WINDOW_BYTES)  # what of the state the controller holds: a report sends only the rest
+        # what of the state the controller holds: a report sends only the rest
+        self._blocks = SentBlocks(chunking.WRITE_WINDOW_BYTES)
 
     def keep(self, message: pb.FullState, lsn: int) -> None:
         """Keep `message` until `send`, and for a report after a crash. Call it in
