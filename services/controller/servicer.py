@@ -26,7 +26,7 @@ import grpc
 
 from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.services.controller.blockdir import kept_reader
-from snapmesh.protocol import blocks, chunking
+from snapmesh.protocol import blocks, carriedblocks, chunking
 from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.controller import answers, blockforms, cluster, journalblocks, listing, statuses
 from snapmesh.protocol.controller.knownblocks import DEFAULT_MAX_BYTES as KNOWN_MAX_BYTES
@@ -231,14 +231,15 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def ReportState(self, request: pb.FullState, context) -> pb.ReportStateResponse:
         return await self._report([request], context)
 
-    async def _report(self, taken: list[pb.FullState], context) -> pb.ReportStateResponse:
+    async def _report(self, taken: list[pb.FullState], context, call: int = 0) -> pb.ReportStateResponse:
         """ReportState's work on the report in `taken`, taken out of it: a held call
         (held.py H1) waits here until its snapshot ends, and a large state that came
-        whole must not live that long in a caller's frame (blockforms.py BF5)."""
+        whole must not live that long in a caller's frame (blockforms.py BF5). `call`: what
+        pins its blocks (0: a new one)."""
         request = taken.pop()
         await credentials.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
         listing.check_id(request.snapshot_id)
-        sent, call, names = None, next(self._calls), []
+        sent, call, names = None, call or next(self._calls), []
         if request.HasField("state_blocks"):  # rebuilt before anything reads it (blocks.py B4)
             sent, names = request, list(request.state_blocks.hashes)
             request = await asyncio.to_thread(self._whole_report, request, call)
@@ -318,20 +319,54 @@ class ControllerService(pb_grpc.ControllerServicer):
     @_answers("report")
     async def ReportStateChunks(self, request_iterator, context) -> pb.ReportStateResponse:
         """A FullState too large for one message, in pieces (snapmesh.protocol.chunking):
-        reassembled, it takes the ReportState path. With TLS only a
-        node's certificate may send one (checked before any chunk is read); the
-        bytes held are bounded per peer and in all, and a chunk past a bound
-        ends the stream at once (RESOURCE_EXHAUSTED)."""
+        the blocks it carries are written as they come (`_received`), the rest takes
+        the ReportState path. With TLS only a node's certificate may send one
+        (checked before any chunk is read); the bytes held are bounded per peer and
+        in all, and a chunk past a bound ends the stream at once (RESOURCE_EXHAUSTED)."""
         peer = chunking.charged_peer(credentials.peer_names(context), self.engine.nodes, context.peer())
-        assembler = chunking.StateAssembler(budget=self._chunk_budget, peer=peer)
+        call = next(self._calls)
+        taken = [await self._received(request_iterator, context, peer, call)]  # this frame keeps no reference
+        return await self._report(taken, context, call)
+
+    async def _received(self, request_iterator, context, peer: str, call: int) -> pb.FullState:
+        """The report a stream carries, without its blocks: each is written to the block
+        store as it comes, durably and pinned by `call` (store.py `keep_carried`, JB1), a
+        window of WRITE_WINDOW_BYTES at a time, so the stream holds that window and the
+        rest of its report (carriedblocks.py CB1), never the whole. A stream that ends any
+        other way lets what it pinned go."""
+        stream, budget = carriedblocks.CarriedBlocks(chunking.MAX_STATE_BYTES), self._chunk_budget
+        held, window, window_bytes = 0, [], 0  # `held`: taken from the budget
         try:
             async for chunk in request_iterator:
-                assembler.add(chunk)
-            taken = [assembler.finish()]  # handed over whole: this frame keeps no reference (`_report`)
+                budget.take(peer, len(chunk.data))
+                held += len(chunk.data)
+                came = stream.feed(chunk.data)
+                if came and stream.carried == len(came):  # the first blocks: whose are they (CB3)
+                    await credentials.require_peer(context, stream.header.node_id)
+                    listing.check_id(stream.header.snapshot_id)
+                window += came
+                window_bytes += sum(len(block) for block in came)
+                if window_bytes >= chunking.WRITE_WINDOW_BYTES:
+                    await self._write_carried(stream, window, call)
+                    window, window_bytes = [], 0
+                budget.give_back(peer, held - stream.held)  # what was read and let go
+                held = stream.held
+            if window:
+                await self._write_carried(stream, window, call)
+            return stream.finish()
+        except BaseException:
+            if stream.carried:
+                self.engine.writer.unpin(stream.header.snapshot_id, call)
+            raise
         finally:
-            assembler.release()
-        del assembler
-        return await self._report(taken, context)
+            budget.give_back(peer, held)
+
+    async def _write_carried(self, stream: carriedblocks.CarriedBlocks, window: list[bytes], call: int) -> None:
+        """Write the blocks of `window`, pinned by `call`, and let them go from `stream` (a thread)."""
+        size = sum(len(block) for block in window)
+        store, sid = self.engine.writer.store, stream.header.snapshot_id
+        await asyncio.to_thread(lambda: store.keep_carried(sid, {blocks.block_hash(b): b for b in window}, call))
+        stream.released(size)
 
 
 def _load_each(store, snapshot_ids: list[str]) -> dict[str, pb.Snapshot | None]:

@@ -193,6 +193,18 @@ class SnapshotStore:
             self.unpin(snapshot_id, call)
             raise
 
+    def keep_carried(self, snapshot_id: str, carried: dict[bytes, bytes], call: int) -> None:
+        """`keep` for some of the blocks a report carries, as its stream brings them
+        (snapmesh/protocol/carriedblocks.py): `call` pins them too, and they are written,
+        durably, before its record. A write that fails lets the call's pins go, as `keep`'s."""
+        with self._refs_lock:
+            self.pins.add(snapshot_id, carried, call)
+        try:
+            self.blocks.write(carried)
+        except OSError:
+            self.unpin(snapshot_id, call)
+            raise
+
     def unpin(self, snapshot_id: str, call: int | None = None) -> int:
         """The snapshot's records are dead (filed or retired, journalblocks.py JB2; `call`: only that
         call's report, refused, so never journaled): the pins go, and the blocks

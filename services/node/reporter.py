@@ -221,7 +221,8 @@ class StateReporter:
         self._pending = pending
         self._kept: dict[str, tuple[pb.FullState, int]] = {}  # finished, not yet durable: sent at `send`
         self._hops = ReportHops(metrics)  # the path after the cut, timed (services/node/hops.py)
-        self._blocks = SentBlocks()  # what of the state the controller holds: a report sends only the rest
+        # what of the state the controller holds: a report sends only the rest
+        self._blocks = SentBlocks(chunking.WRITE_WINDOW_BYTES)
 
     def keep(self, message: pb.FullState, lsn: int) -> None:
         """Keep `message` until `send`, and for a report after a crash. Call it in
@@ -294,7 +295,7 @@ class StateReporter:
         # No wait for the log here: the node sends (and `resume` keeps) only states durable up to `lsn`.
         assert self._channel is not None
         stub = pb_grpc.ControllerStub(self._channel)
-        attempt = 0
+        attempt, refused = 0, False
         sent, names = await self.form(message)
         while True:
             try:
@@ -312,10 +313,11 @@ class StateReporter:
                 self._forget(message.snapshot_id)
                 return
             except grpc.aio.AioRpcError as exc:
-                if sent is not message and exc.code() == grpc.StatusCode.FAILED_PRECONDITION and \
+                if not refused and sent is not message and exc.code() == grpc.StatusCode.FAILED_PRECONDITION and \
                         self._blocks.refused(exc.details() or ""):  # a block it lacks: whole now
                     log.info("snapshot %s: %s; sending it whole", message.snapshot_id, exc.details())
-                    sent = message
+                    refused = True  # formed again with nothing held: whole, or every block carried
+                    sent, names = await self.form(message)
                     continue
                 self._metrics.report_failures.inc()
                 if exc.code() in _FINAL_CODES:

@@ -21,7 +21,13 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 
 
 class SentBlocks:
-    def __init__(self) -> None:
+    def __init__(self, carry_over: int | None = None) -> None:
+        # A state over this many bytes goes as blocks even when none is held, each carried:
+        # the controller writes them as its stream brings them (carriedblocks.py), where a
+        # state sent whole is held whole, and refused past chunking.MAX_STATE_BYTES. The
+        # reporter's is chunking.WRITE_WINDOW_BYTES: a smaller state whole is held no longer
+        # than a window of carried blocks, and is hashed once, not written and read back.
+        self.carry_over = carry_over
         self._takes_blocks = False  # the controller said so in an answer
         self._held: set[bytes] = set()  # the blocks of the last report it accepted
         self._last: blocks.Named | None = None  # the last state formed, cut, and its blocks' hashes
@@ -40,7 +46,8 @@ class SentBlocks:
             self._last = named
             if self.on_formed is not None:  # heldblocks.py: kept on disk whichever way it was cut
                 self.on_formed(named)
-            sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set(), named)
+            sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set(), named,
+                                                   carry_all=self._carries(named))
             return (report if sent is None else sent), names
         known = None
         state = report.state if report.HasField("state") else b""  # read once: each read is a copy
@@ -50,8 +57,12 @@ class SentBlocks:
             self.hashed += hashed
             if self.on_formed is not None:
                 self.on_formed(known)
-        sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set(), known)
+        sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set(), known,
+                                               carry_all=self._carries(known))
         return (report if sent is None else sent), names
+
+    def _carries(self, named: blocks.Named | None) -> bool:
+        return self.carry_over is not None and named is not None and len(named.state) > self.carry_over
 
     def accepted(self, answer: pb.ReportStateResponse, names: set[bytes]) -> None:
         """The controller took a report whose state's blocks are `names`."""

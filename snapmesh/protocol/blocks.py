@@ -222,19 +222,21 @@ def names(state: bytes, parts: Sequence[int] = (), last: Named | None = None) ->
 
 
 def referenced_report(
-    report: pb.FullState, held: set[bytes], known: Named | None = None,
+    report: pb.FullState, held: set[bytes], known: Named | None = None, *, carry_all: bool = False,
 ) -> tuple[pb.FullState | None, set[bytes]]:
     """`report` (not changed) with its state as blocks (cut into its `state_parts`,
     B6), sending only those not in `held`, and every block of its state; None in
     place of the report when it has no state or none of its blocks is held (B4:
-    then it goes whole). `known`: `names` of the report's state and parts, when
-    the caller has them."""
+    then it goes whole), unless `carry_all` (as blocks all the same, each carried:
+    the controller writes a stream's carried blocks as they come, never a whole
+    state's bytes). `known`: `names` of the report's state and parts, when the
+    caller has them."""
     if known is None:
         state = report.state if report.HasField("state") else b""  # read once: each read is a copy
         if not state:
             return None, set()
         known = names(state, report.state_parts)[0]
-    if held.isdisjoint(known.names):
+    if held.isdisjoint(known.names) and not carry_all:
         return None, set(known.names)
     sent = pb.FullState()
     sent.CopyFrom(report)

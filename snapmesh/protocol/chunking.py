@@ -40,6 +40,11 @@ MAX_STATE_BYTES = 512 * 1024 * 1024
 # (RESOURCE_EXHAUSTED; a node's reporter retries it later).
 MAX_INFLIGHT_PER_PEER = MAX_STATE_BYTES
 MAX_INFLIGHT_TOTAL = 768 * 1024 * 1024
+# The blocks a report carries are written to the controller's block store this many
+# bytes at a time as its stream brings them (carriedblocks.py): what one stream holds
+# of them, so a report's blocks may add up to more than any of the bounds above. Each
+# write costs a sync (blockdir.py D2): a state up to this size pays one, as when it came whole.
+WRITE_WINDOW_BYTES = 32 * CHUNK_BYTES
 
 
 class ChunkError(ValueError):

@@ -29,6 +29,14 @@ class BlockPins:
         calls[call] = frozenset(names)
         self._count.add(calls[call])
 
+    def add(self, snapshot_id: str, names: Iterable[bytes], call: int) -> None:
+        """`call` of `snapshot_id` pins `names` too (a report's blocks, as its stream brings them)."""
+        calls = self._by_snapshot.setdefault(snapshot_id, {})
+        before = calls.get(call, frozenset())
+        new = frozenset(names) - before
+        calls[call] = before | new
+        self._count.add(new)
+
     def unpin(self, snapshot_id: str, call: int | None = None) -> set[bytes]:
         """The pins of `call` of the snapshot go (None: all its calls'): the blocks nothing pins now."""
         calls = self._by_snapshot.get(snapshot_id, {})
