@@ -19,12 +19,17 @@ A crash leaves at most temporary files (removed by `sweep`) and whole blocks no
 manifest names (garbage, removed by `sweep` at start:
 snapmesh/protocol/controller/blockrefs.py G3).
 
-D5. A block is used only as its name says: a kept block (the controller's memory,
-    knownblocks.py) is hashed where a report is rebuilt from it (`kept_reader`),
-    and one that does not match is taken as not kept, so it is read from here
-    (and hashed, blocks.py B3) or named missing. A file of a block's name and
-    size that does not hash to its name is written again by `write` (one read
-    and hash, for a block that was to be written anyway), not taken as the block.
+D5. A block is used only as its name says. A kept block (the controller's memory,
+    knownblocks.py) was checked against its name once, as it was kept (KB1: cut and
+    hashed, carried and hashed, or read from here and hashed), and is immutable
+    bytes from then on: `kept_reader` takes it as it is, unhashed. What can change
+    behind the controller's back is a file here, so every block read from a file is
+    hashed (blocks.py B3), and a kept block is used only while a file of its name
+    and size is here (one stat: a block deleted or cut short is read, found
+    missing, and written again by the state sent whole, B4). Only a kept block
+    that is not `bytes` (a buffer that may be written to) is hashed on use. A file of a block's
+    name and size that does not hash to its name is written again by `write` (one
+    read and hash, for a block that was to be written anyway), not taken as the block.
 """
 
 from __future__ import annotations
@@ -138,23 +143,23 @@ class BlockDir:
 def kept_reader(
     kept: Callable[[bytes], bytes | None], files: BlockDir,
 ) -> Callable[[bytes], bytes | None]:
-    """`known` for blocks.whole_state: a kept block (`kept`, in memory) only while a file
-    of its name and size is in `files` (a block lost there is then read, found missing,
-    and written again by the state sent whole, B4) and only if it hashes to its name
-    (D5: else it is as good as not kept, and whole_state reads the file, hashed)."""
+    """`known` for blocks.whole_state: a kept block (`kept`, in memory, checked against its
+    name when it was kept) only while a file of its name and size is in `files` (a block
+    lost there is then read, found missing, and written again by the state sent whole,
+    B4). Not hashed again (D5): a report of 64 MiB uses 8192 of them, each time."""
+    directory = os.fspath(files.directory)  # a str path: pathlib would cost more than the stat
 
     def get(name: bytes) -> bytes | None:
         block = kept(name)
         if block is None:
             return None
         try:
-            if files.path(name).stat().st_size != len(block):
+            if os.stat(f"{directory}/{name.hex()}").st_size != len(block):
                 return None
         except FileNotFoundError:
             return None
-        if block_hash(block) != name:
-            log.warning("kept block sha256:%s does not hash to its name: read from %s instead", name.hex(),
-                        files.directory)
+        if not isinstance(block, bytes) and block_hash(block) != name:  # a mutable buffer may have changed since
+            log.warning("kept block sha256:%s does not hash to its name: read from %s instead", name.hex(), directory)
             return None
         return block
 

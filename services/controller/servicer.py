@@ -143,10 +143,10 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._states = states
 
     def _block_reader(self) -> Callable[[bytes], bytes | None]:
-        """A reader of blocks by name: the kept ones (each with its file, and hashed:
-        blockdir.py D5), else the store's file, checked against its name (blocks.py B3)."""
+        """A reader of blocks by name: the kept ones (each while its file is there, checked
+        when kept: blockdir.py D5), else the store's file, checked against its name (blocks.py B3)."""
         files = self.engine.writer.store.blocks
-        known = kept_reader(self._known.reader(""), files)  # a kept block only as its name says (D5)
+        known = kept_reader(self._known.reader(""), files)  # checked against its name when kept (D5)
 
         def read(name: bytes) -> bytes | None:
             if (block := known(name)) is not None:
@@ -290,7 +290,7 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     def _on_disk(self, node_id: str) -> Callable[[bytes], bytes | None]:
         """The kept blocks (knownblocks.py), each only while a file of its name and size is
-        under controller/blocks and only as its name says (blockdir.py D5, `kept_reader`)."""
+        under controller/blocks; each was checked against its name when kept (blockdir.py D5)."""
         return kept_reader(self._known.reader(node_id), self.engine.writer.store.blocks)
 
     def _listed_report(self, report: pb.FullState, named: blocks.Named) -> pb.FullState:

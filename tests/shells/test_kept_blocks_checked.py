@@ -1,7 +1,10 @@
-"""A block is used only as its name says (services/controller/blockdir.py D5): a block the
-controller keeps in memory (knownblocks.py) that does not hash to its name is taken as not
-kept, so a report is rebuilt from the block's file (hashed) or refused naming it; a file of
-a block's name and size that does not hash to its name is written again, not taken."""
+"""A block is used only as its name says (services/controller/blockdir.py D5). A block the
+controller keeps in memory (knownblocks.py) was checked against its name when kept and is
+immutable bytes, so it is used unhashed; what can change is a file under controller/blocks,
+so a kept block whose file is gone or cut short is not used (the report is rebuilt from the
+file, hashed, or refused naming it), a file of a block's name and size that does not hash
+to its name is written again, not taken, and a kept block in a buffer that may be written
+to is hashed on use."""
 
 from __future__ import annotations
 
@@ -9,20 +12,24 @@ import random
 
 from snapmesh.protocol import blocks
 from snapmesh.protocol.controller.knownblocks import KnownBlocks
+from snapmesh.services.controller import blockdir
 from snapmesh.services.controller.blockdir import BlockDir, kept_reader
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 B = blocks.BLOCK_BYTES
 
 
-def corrupt_kept(state: bytes) -> tuple[KnownBlocks, blocks.Named]:
-    """KnownBlocks holding `state`'s names over a copy whose second block is flipped (the same size)."""
+def kept(state: bytes) -> tuple[KnownBlocks, blocks.Named]:
     named = blocks.names(state)[0]
-    start, end = named.bounds[1]
-    bad = state[:start] + bytes(b ^ 0xFF for b in state[start:end]) + state[end:]
     known = KnownBlocks()
-    known.keep("p1", blocks.Named(bad, named.bounds, named.names, {}))
+    known.keep("p1", named)
     return known, named
+
+
+def stored(tmp_path, state: bytes, named: blocks.Named) -> BlockDir:
+    files = BlockDir(tmp_path / "blocks")
+    files.write({name: state[a:b] for name, (a, b) in zip(named.names, named.bounds, strict=True)})
+    return files
 
 
 def as_blocks(named: blocks.Named) -> pb.FullState:
@@ -31,23 +38,68 @@ def as_blocks(named: blocks.Named) -> pb.FullState:
     return sent
 
 
-def test_a_corrupt_kept_block_is_read_from_its_file_instead(tmp_path):
-    state = random.Random(1).randbytes(4 * B)
-    known, named = corrupt_kept(state)
-    files = BlockDir(tmp_path / "blocks")
-    files.write({name: state[a:b] for name, (a, b) in zip(named.names, named.bounds, strict=True)})
+def poked(state: bytes) -> tuple[KnownBlocks, blocks.Named]:
+    """KnownBlocks holding `state`'s names over a buffer whose second block is flipped after it was kept."""
+    named = blocks.names(state)[0]
+    buffer = bytearray(state)
+    known = KnownBlocks()
+    known.keep("p1", blocks.Named(buffer, named.bounds, named.names, {}))  # type: ignore[arg-type]
+    start, end = named.bounds[1]
+    buffer[start:end] = bytes(b ^ 0xFF for b in state[start:end])
+    return known, named
+
+
+def test_a_kept_block_is_used_unhashed(tmp_path, monkeypatch):
+    state = random.Random(4).randbytes(4 * B)
+    known, named = kept(state)
+    files = stored(tmp_path, state, named)
+    calls = []
+
+    def counted(block):
+        calls.append(len(block))
+        return hashed(block)
+
+    hashed = blocks.block_hash
+    monkeypatch.setattr(blocks, "block_hash", counted)
+    monkeypatch.setattr(blockdir, "block_hash", counted)
     whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
-    assert missing == [] and whole.state == state  # the kept copy's flipped block is not in it
+    assert missing == [] and whole.state == state
+    assert calls == []  # checked once, when kept (KB1), not on every use
 
 
-def test_a_corrupt_kept_block_whose_file_is_corrupt_too_is_named_missing(tmp_path):
-    state = random.Random(2).randbytes(4 * B)
-    known, named = corrupt_kept(state)
-    files = BlockDir(tmp_path / "blocks")
-    files.write({name: state[a:b] for name, (a, b) in zip(named.names, named.bounds, strict=True)})
-    files.path(named.names[1]).write_bytes(bytes(B))  # the same size: only its hash tells
+def test_a_kept_block_whose_file_was_deleted_is_named_missing(tmp_path):
+    state = random.Random(5).randbytes(4 * B)
+    known, named = kept(state)
+    files = stored(tmp_path, state, named)
+    files.path(named.names[2]).unlink()  # a retention, or a hand, took it: the report must not rest on it
+    whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
+    assert whole is None and missing == [named.names[2]]
+
+
+def test_a_kept_block_whose_file_was_cut_short_is_read_hashed_and_named_missing(tmp_path):
+    state = random.Random(6).randbytes(4 * B)
+    known, named = kept(state)
+    files = stored(tmp_path, state, named)
+    files.path(named.names[1]).write_bytes(state[B : B + 100])
     whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
     assert whole is None and missing == [named.names[1]]  # the report is refused naming it (MISSING)
+
+
+def test_a_kept_buffer_written_to_is_hashed_and_read_from_its_file_instead(tmp_path):
+    state = random.Random(1).randbytes(4 * B)
+    known, named = poked(state)
+    files = stored(tmp_path, state, named)
+    whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
+    assert missing == [] and whole.state == state  # the buffer's flipped block is not in it
+
+
+def test_a_kept_buffer_written_to_whose_file_is_corrupt_too_is_named_missing(tmp_path):
+    state = random.Random(2).randbytes(4 * B)
+    known, named = poked(state)
+    files = stored(tmp_path, state, named)
+    files.path(named.names[1]).write_bytes(bytes(B))  # the same size: only its hash tells
+    whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
+    assert whole is None and missing == [named.names[1]]
 
 
 def test_a_file_of_the_right_size_that_does_not_hash_to_its_name_is_written_again(tmp_path):
