@@ -264,7 +264,9 @@ class ControllerService(pb_grpc.ControllerServicer):
         """The report `sent` as blocks stood for, its references read from the store's
         blocks, which are pinned first (journalblocks.py JB1; a thread). A large state
         stays its block list (blockforms.py): the report in listed form, its state's
-        size and digest noted for the tracker; a small one is rebuilt whole."""
+        size and digest noted for the tracker (the node's digest, when it sent one:
+        checked against the bytes when filed, store.py; else hashed here); a small one
+        is rebuilt whole."""
         store = self.engine.writer.store
         missing = store.pin(sent.snapshot_id, journalblocks.held(sent), call)
         if not missing:
@@ -295,11 +297,14 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     def _listed_report(self, report: pb.FullState, named: blocks.Named) -> pb.FullState:
         """`report` in listed form for the state `named` (its blocks durable and pinned),
-        its size and digest noted for the tracker (blockforms.py)."""
+        its size and digest noted for the tracker (blockforms.py): the digest the node's
+        report says (hashed at its cut; checked against the bytes when filed, store.py),
+        else, from an old node, hashed here."""
         listed = blockforms.listed_report(report, named.names)
         self._hold(report.node_id, tuple(named.names), named.state)
         sizes = tuple(end - start for start, end in named.bounds)
-        self.engine.machine.forms.note(listed, blockforms.BlockList(tuple(named.names), sizes, digest(named.state)))
+        said = report.state_digest or digest(named.state)
+        self.engine.machine.forms.note(listed, blockforms.BlockList(tuple(named.names), sizes, said))
         return listed
 
     def _know(self, report: pb.FullState, call: int) -> tuple[list[bytes], pb.FullState | None]:
