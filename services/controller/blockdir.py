@@ -22,14 +22,17 @@ snapmesh/protocol/controller/blockrefs.py G3).
 D5. A block is used only as its name says. A kept block (the controller's memory,
     knownblocks.py) was checked against its name once, as it was kept (KB1: cut and
     hashed, carried and hashed, or read from here and hashed), and is immutable
-    bytes from then on: `kept_reader` takes it as it is, unhashed. What can change
-    behind the controller's back is a file here, so every block read from a file is
-    hashed (blocks.py B3), and a kept block is used only while a file of its name
-    and size is here (one stat: a block deleted or cut short is read, found
-    missing, and written again by the state sent whole, B4). Only a kept block
-    that is not `bytes` (a buffer that may be written to) is hashed on use. A file of a block's
-    name and size that does not hash to its name is written again by `write` (one
-    read and hash, for a block that was to be written anyway), not taken as the block.
+    bytes from then on: `kept_reader` takes it as it is, unhashed (only a kept
+    buffer that is not `bytes`, one that may be written to, is hashed on use).
+    What can change behind the controller's back is a file here, so every block
+    read from a file is hashed (blocks.py B3), and a kept block is used only while
+    a file of its name is here: one listing of the directory per report, not a
+    stat per block (a block deleted is then read, found missing, and written again
+    by the state sent whole, B4). A file changed in place is found where files are
+    read: `write` (below), the filing of a block found lacking, load, verify and a
+    restore, each hashing what it reads. A file of a block's name and size that
+    does not hash to its name is written again by `write` (one read and hash, for
+    a block that was to be written anyway), not taken as the block.
 """
 
 from __future__ import annotations
@@ -144,19 +147,25 @@ def kept_reader(
     kept: Callable[[bytes], bytes | None], files: BlockDir,
 ) -> Callable[[bytes], bytes | None]:
     """`known` for blocks.whole_state: a kept block (`kept`, in memory, checked against its
-    name when it was kept) only while a file of its name and size is in `files` (a block
-    lost there is then read, found missing, and written again by the state sent whole,
-    B4). Not hashed again (D5): a report of 64 MiB uses 8192 of them, each time."""
-    directory = os.fspath(files.directory)  # a str path: pathlib would cost more than the stat
+    name when it was kept) only while a file of its name is in `files` (a block lost there
+    is then read, found missing, and written again by the state sent whole, B4). Not
+    hashed again, and the directory listed once, not a stat a block (D5): a report of
+    64 MiB uses 8192 kept blocks, and each call that leaves the GIL waits to take it back
+    behind the other reports' threads."""
+    directory = os.fspath(files.directory)
+    listed: set[str] | None = None  # the files here, listed at the first kept block asked for
 
     def get(name: bytes) -> bytes | None:
+        nonlocal listed
         block = kept(name)
         if block is None:
             return None
-        try:
-            if os.stat(f"{directory}/{name.hex()}").st_size != len(block):
-                return None
-        except FileNotFoundError:
+        if listed is None:
+            try:
+                listed = set(os.listdir(directory))
+            except FileNotFoundError:
+                listed = set()
+        if name.hex() not in listed:
             return None
         if not isinstance(block, bytes) and block_hash(block) != name:  # a mutable buffer may have changed since
             log.warning("kept block sha256:%s does not hash to its name: read from %s instead", name.hex(), directory)

@@ -1,13 +1,14 @@
 """A block is used only as its name says (services/controller/blockdir.py D5). A block the
 controller keeps in memory (knownblocks.py) was checked against its name when kept and is
-immutable bytes, so it is used unhashed; what can change is a file under controller/blocks,
-so a kept block whose file is gone or cut short is not used (the report is rebuilt from the
-file, hashed, or refused naming it), a file of a block's name and size that does not hash
-to its name is written again, not taken, and a kept block in a buffer that may be written
-to is hashed on use."""
+immutable bytes, so it is used unhashed and its file is not looked at one by one (the
+directory is listed once); what can change is a file under controller/blocks, so a kept
+block whose file is gone is not used (the report is refused naming it), a file of a block's
+name and size that does not hash to its name is written again, not taken, and a kept block
+in a buffer that may be written to is hashed on use."""
 
 from __future__ import annotations
 
+import os
 import random
 
 from snapmesh.protocol import blocks
@@ -49,7 +50,7 @@ def poked(state: bytes) -> tuple[KnownBlocks, blocks.Named]:
     return known, named
 
 
-def test_a_kept_block_is_used_unhashed(tmp_path, monkeypatch):
+def test_a_kept_block_is_used_unhashed_and_its_file_not_looked_at_one_by_one(tmp_path, monkeypatch):
     state = random.Random(4).randbytes(4 * B)
     known, named = kept(state)
     files = stored(tmp_path, state, named)
@@ -59,12 +60,22 @@ def test_a_kept_block_is_used_unhashed(tmp_path, monkeypatch):
         calls.append(len(block))
         return hashed(block)
 
-    hashed = blocks.block_hash
-    monkeypatch.setattr(blocks, "block_hash", counted)
-    monkeypatch.setattr(blockdir, "block_hash", counted)
-    whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
+    def stat_one_by_one(*args, **kwargs):
+        raise AssertionError("a kept block's file looked at one by one")
+
+    def listing(path):
+        listed.append(path)
+        return os_listdir(path)
+
+    hashed, os_listdir, listed = blocks.block_hash, os.listdir, []
+    with monkeypatch.context() as patched:
+        patched.setattr(blocks, "block_hash", counted)
+        patched.setattr(blockdir, "block_hash", counted)
+        patched.setattr(os, "listdir", listing)
+        patched.setattr(os, "stat", stat_one_by_one)
+        whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
     assert missing == [] and whole.state == state
-    assert calls == []  # checked once, when kept (KB1), not on every use
+    assert calls == [] and len(listed) == 1  # checked once, when kept (KB1), not on every use
 
 
 def test_a_kept_block_whose_file_was_deleted_is_named_missing(tmp_path):
@@ -74,15 +85,6 @@ def test_a_kept_block_whose_file_was_deleted_is_named_missing(tmp_path):
     files.path(named.names[2]).unlink()  # a retention, or a hand, took it: the report must not rest on it
     whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
     assert whole is None and missing == [named.names[2]]
-
-
-def test_a_kept_block_whose_file_was_cut_short_is_read_hashed_and_named_missing(tmp_path):
-    state = random.Random(6).randbytes(4 * B)
-    known, named = kept(state)
-    files = stored(tmp_path, state, named)
-    files.path(named.names[1]).write_bytes(state[B : B + 100])
-    whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
-    assert whole is None and missing == [named.names[1]]  # the report is refused naming it (MISSING)
 
 
 def test_a_kept_buffer_written_to_is_hashed_and_read_from_its_file_instead(tmp_path):
