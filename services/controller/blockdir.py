@@ -25,20 +25,23 @@ D5. A block is used only as its name says. A kept block (the controller's memory
     bytes from then on: `kept_reader` takes it as it is, unhashed (only a kept
     buffer that is not `bytes`, one that may be written to, is hashed on use).
     What can change behind the controller's back is a file here, so every block
-    read from a file is hashed (blocks.py B3), and a kept block is used only while
-    a file of its name is here: one listing of the directory per report, not a
-    stat per block (a block deleted is then read, found missing, and written again
-    by the state sent whole, B4). A file changed in place is found where files are
-    read: `write` (below), the filing of a block found lacking, load, verify and a
-    restore, each hashing what it reads. A file of a block's name and size that
-    does not hash to its name is written again by `write` (one read and hash, for
-    a block that was to be written anyway), not taken as the block.
+    read from a file is hashed (blocks.py B3). A kept block is used only while a
+    file of its name is here as far as this process knows (`holds`: the directory
+    listed once, then every `write` and `delete` noted; no look at a file per
+    block): a block deleted is then read, found missing, and written again by the
+    state sent whole (B4). A file deleted or changed behind the controller's back
+    is found where files are read: `write` (below), the filing of a block found
+    lacking, load, verify and a restore, each hashing what it reads. A file of a
+    block's name and size that does not hash to its name is written again by
+    `write` (one read and hash, for a block that was to be written anyway), not
+    taken as the block.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -51,6 +54,27 @@ log = logging.getLogger(__name__)
 class BlockDir:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
+        # The blocks whose files are here as far as this process knows (D5): listed once, at
+        # the first `holds`, then kept so by `write` and `delete` (None: not listed yet).
+        self._on_disk: set[bytes] | None = None
+        self._lock = threading.Lock()  # a report's thread asks, the store's writes and deletes
+
+    def holds(self, name: bytes) -> bool:
+        """Whether a file of `name` is here as far as this process knows (D5): the
+        directory is listed the first time, and the disk not looked at after that."""
+        on_disk = self._on_disk
+        if on_disk is None:
+            with self._lock:
+                if self._on_disk is None:
+                    self._on_disk = self.names()
+                on_disk = self._on_disk
+        return name in on_disk
+
+    def _noted(self, added: Iterable[bytes] = (), removed: Iterable[bytes] = ()) -> None:
+        with self._lock:
+            if self._on_disk is not None:
+                self._on_disk.difference_update(removed)
+                self._on_disk.update(added)
 
     def path(self, name: bytes) -> Path:
         return self.directory / name.hex()
@@ -68,11 +92,13 @@ class BlockDir:
         taken as the block once it hashes to its name (D5); a corrupt one is written again."""
         self.directory.mkdir(parents=True, exist_ok=True)
         pending: list[tuple[Path, Path]] = []  # (temporary file, name), written and not yet durable
+        held: list[bytes] = []
         size = 0
         try:
             for name, block in blocks.items():
                 path = self.path(name)
                 if self._holds(name, len(block)):
+                    held.append(name)
                     continue
                 tmp = path.with_name(f".{path.name}.tmp")
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -85,6 +111,7 @@ class BlockDir:
                     os.close(fd)
                 size += len(block)
             if not pending:
+                self._noted(held)
                 return 0, 0
             sync_files(self.directory, [tmp for tmp, _ in pending])  # D2
         except OSError:
@@ -94,6 +121,7 @@ class BlockDir:
         for tmp, path in pending:  # D3
             os.replace(tmp, path)
         fsync_dir(self.directory)
+        self._noted([*held, *(bytes.fromhex(path.name) for _, path in pending)])
         return len(pending), size
 
     def _holds(self, name: bytes, size: int) -> bool:
@@ -110,6 +138,8 @@ class BlockDir:
 
     def delete(self, names: Iterable[bytes]) -> int:
         """Remove the files of `names` (those there); how many were removed."""
+        names = list(names)
+        self._noted(removed=names)  # before the files go: none is taken as here once it is not
         removed = 0
         for name in names:
             try:
@@ -147,28 +177,19 @@ def kept_reader(
     kept: Callable[[bytes], bytes | None], files: BlockDir,
 ) -> Callable[[bytes], bytes | None]:
     """`known` for blocks.whole_state: a kept block (`kept`, in memory, checked against its
-    name when it was kept) only while a file of its name is in `files` (a block lost there
-    is then read, found missing, and written again by the state sent whole, B4). Not
-    hashed again, and the directory listed once, not a stat a block (D5): a report of
-    64 MiB uses 8192 kept blocks, and each call that leaves the GIL waits to take it back
-    behind the other reports' threads."""
-    directory = os.fspath(files.directory)
-    listed: set[str] | None = None  # the files here, listed at the first kept block asked for
+    name when it was kept) only while `files` holds a file of its name (a block deleted
+    there is then read, found missing, and written again by the state sent whole, B4).
+    Neither hashed again nor its file looked at (D5): a report of 64 MiB uses 8192 kept
+    blocks, and each call that left the GIL waited to take it back behind the other
+    reports' threads."""
 
     def get(name: bytes) -> bytes | None:
-        nonlocal listed
         block = kept(name)
-        if block is None:
-            return None
-        if listed is None:
-            try:
-                listed = set(os.listdir(directory))
-            except FileNotFoundError:
-                listed = set()
-        if name.hex() not in listed:
+        if block is None or not files.holds(name):
             return None
         if not isinstance(block, bytes) and block_hash(block) != name:  # a mutable buffer may have changed since
-            log.warning("kept block sha256:%s does not hash to its name: read from %s instead", name.hex(), directory)
+            log.warning("kept block sha256:%s does not hash to its name: read from %s instead", name.hex(),
+                        files.directory)
             return None
         return block
 

@@ -291,8 +291,8 @@ class ControllerService(pb_grpc.ControllerServicer):
                             f"{sent.snapshot_id} are neither sent nor held here ({shown}); send the state whole")
 
     def _on_disk(self, node_id: str) -> Callable[[bytes], bytes | None]:
-        """The kept blocks (knownblocks.py), each only while a file of its name is under
-        controller/blocks; each was checked against its name when kept (blockdir.py D5)."""
+        """The kept blocks (knownblocks.py), each only while controller/blocks holds a file of
+        its name; each was checked against its name when kept (blockdir.py D5)."""
         return kept_reader(self._known.reader(node_id), self.engine.writer.store.blocks)
 
     def _listed_report(self, report: pb.FullState, named: blocks.Named) -> pb.FullState:

@@ -1,8 +1,8 @@
 """A block is used only as its name says (services/controller/blockdir.py D5). A block the
 controller keeps in memory (knownblocks.py) was checked against its name when kept and is
-immutable bytes, so it is used unhashed and its file is not looked at one by one (the
-directory is listed once); what can change is a file under controller/blocks, so a kept
-block whose file is gone is not used (the report is refused naming it), a file of a block's
+immutable bytes, so it is used unhashed and its file is not looked at (the directory is
+listed once, then the controller's own writes and deletions noted); a kept block whose file
+the controller deleted is not used (the report is refused naming it), a file of a block's
 name and size that does not hash to its name is written again, not taken, and a kept block
 in a buffer that may be written to is hashed on use."""
 
@@ -50,41 +50,52 @@ def poked(state: bytes) -> tuple[KnownBlocks, blocks.Named]:
     return known, named
 
 
-def test_a_kept_block_is_used_unhashed_and_its_file_not_looked_at_one_by_one(tmp_path, monkeypatch):
+def test_a_kept_block_is_used_unhashed_and_its_file_not_looked_at(tmp_path, monkeypatch):
     state = random.Random(4).randbytes(4 * B)
     known, named = kept(state)
     files = stored(tmp_path, state, named)
+    assert files.holds(named.names[0])  # the one listing of the directory, at the first ask
     calls = []
 
     def counted(block):
         calls.append(len(block))
         return hashed(block)
 
-    def stat_one_by_one(*args, **kwargs):
-        raise AssertionError("a kept block's file looked at one by one")
+    def looked(*args, **kwargs):
+        raise AssertionError("the disk looked at for a kept block")
 
-    def listing(path):
-        listed.append(path)
-        return os_listdir(path)
-
-    hashed, os_listdir, listed = blocks.block_hash, os.listdir, []
+    hashed = blocks.block_hash
     with monkeypatch.context() as patched:
         patched.setattr(blocks, "block_hash", counted)
         patched.setattr(blockdir, "block_hash", counted)
-        patched.setattr(os, "listdir", listing)
-        patched.setattr(os, "stat", stat_one_by_one)
+        for call in ("stat", "lstat", "scandir", "listdir", "open"):
+            patched.setattr(os, call, looked)
         whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
     assert missing == [] and whole.state == state
-    assert calls == [] and len(listed) == 1  # checked once, when kept (KB1), not on every use
+    assert calls == []  # checked once, when kept (KB1), not on every use
 
 
 def test_a_kept_block_whose_file_was_deleted_is_named_missing(tmp_path):
     state = random.Random(5).randbytes(4 * B)
     known, named = kept(state)
     files = stored(tmp_path, state, named)
-    files.path(named.names[2]).unlink()  # a retention, or a hand, took it: the report must not rest on it
+    assert files.holds(named.names[2])
+    files.delete([named.names[2]])  # a retention took it: the report must not rest on it
     whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
     assert whole is None and missing == [named.names[2]]
+    files.write({named.names[2]: state[2 * B : 3 * B]})  # the state sent whole writes it again
+    whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
+    assert missing == [] and whole.state == state
+
+
+def test_a_file_deleted_behind_the_controllers_back_is_not_taken_when_first_listed(tmp_path):
+    state = random.Random(6).randbytes(4 * B)
+    known, named = kept(state)
+    files = stored(tmp_path, state, named)
+    BlockDir(files.directory).path(named.names[1]).unlink()  # before this process listed the directory
+    fresh = BlockDir(files.directory)  # a restarted controller's
+    whole, missing, _ = blocks.whole_state(as_blocks(named), fresh.read, kept_reader(known.reader("p1"), fresh))
+    assert whole is None and missing == [named.names[1]]
 
 
 def test_a_kept_buffer_written_to_is_hashed_and_read_from_its_file_instead(tmp_path):
