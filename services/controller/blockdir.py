@@ -54,8 +54,8 @@ log = logging.getLogger(__name__)
 class BlockDir:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
-        # The blocks whose files are here as far as this process knows (D5): listed once, at
-        # the first `holds`, then kept so by `write` and `delete` (None: not listed yet).
+        # The blocks whose files are here as far as this process knows (D5): listed once (`names`,
+        # at start, or the first `holds`), then kept so by `write` and `delete` (None: not listed yet).
         self._on_disk: set[bytes] | None = None
         self._lock = threading.Lock()  # a report's thread asks, the store's writes and deletes
 
@@ -64,11 +64,9 @@ class BlockDir:
         directory is listed the first time, and the disk not looked at after that."""
         on_disk = self._on_disk
         if on_disk is None:
-            with self._lock:
-                if self._on_disk is None:
-                    self._on_disk = self.names()
-                on_disk = self._on_disk
-        return name in on_disk
+            self.names()
+            on_disk = self._on_disk
+        return name in on_disk  # type: ignore[operator]
 
     def _noted(self, added: Iterable[bytes] = (), removed: Iterable[bytes] = ()) -> None:
         with self._lock:
@@ -150,16 +148,18 @@ class BlockDir:
         return removed
 
     def names(self) -> set[bytes]:
-        """Every block on disk (temporary files left out)."""
-        if not self.directory.is_dir():
-            return set()
-        found = set()
-        for entry in os.scandir(self.directory):
-            if not entry.name.startswith("."):
-                try:
-                    found.add(bytes.fromhex(entry.name))
-                except ValueError:
-                    continue
+        """Every block on disk (temporary files left out), which `holds` knows from then
+        on (the store's sweep lists them at start: no listing later, on a report's path)."""
+        with self._lock:  # a write or delete meanwhile is noted after it
+            found = set()
+            if self.directory.is_dir():
+                for entry in os.scandir(self.directory):
+                    if not entry.name.startswith("."):
+                        try:
+                            found.add(bytes.fromhex(entry.name))
+                        except ValueError:
+                            continue
+            self._on_disk = set(found)
         return found
 
     def sweep(self, keep: set[bytes]) -> int:
