@@ -28,7 +28,8 @@ def sha(state: bytes) -> str:
 
 def listed(tmp_path, said: str | None):
     """A node's second report of a 16-block state, as blocks, saying `said` (None: no digest, an
-    old node); the service, its forms, the store, the listed report and the state."""
+    old node; the first, whole, says its right digest or none); the service, its forms, the
+    store, the listed report and the state."""
     store = SnapshotStore(tmp_path / "snapshots", tmp_path / "controller" / "snapshots")
     writer = StoreWriter(store, on_filed=lambda sid: None)
     forms = BlockForms()
@@ -37,7 +38,7 @@ def listed(tmp_path, said: str | None):
     node = SentBlocks()
     state = bytearray(random.Random(8).randbytes(16 * B))
     first, names = node.form(pb.FullState(snapshot_id="s1", node_id="p1", state=bytes(state), app_name="blob",
-                                          app_version=1))
+                                          app_version=1, state_digest="" if said is None else sha(bytes(state))))
     service._know(first, 1)
     node.accepted(pb.ReportStateResponse(takes_blocks=True), names)
     state[3 * B] ^= 1
