@@ -27,9 +27,10 @@ D5. A block is used only as its name says. A kept block (the controller's memory
     What can change behind the controller's back is a file here, so every block
     read from a file is hashed (blocks.py B3). A kept block is used only while a
     file of its name is here as far as this process knows (`holds`: the directory
-    listed once, then every `write` and `delete` noted; no look at a file per
-    block): a block deleted is then read, found missing, and written again by the
-    state sent whole (B4). A file deleted or changed behind the controller's back
+    listed at start and again at each snapshot's first report, then every `write`,
+    `delete` and read that found none noted; no look at a file per block): a block
+    lost is then read, found missing, and written again by the state sent whole
+    (B4). A file changed in place behind the controller's back
     is found where files are read: `write` (below), the filing of a block found
     lacking, load, verify and a restore, each hashing what it reads. A file of a
     block's name and size that does not hash to its name is written again by
@@ -57,7 +58,19 @@ class BlockDir:
         # The blocks whose files are here as far as this process knows (D5): listed once (`names`,
         # at start, or the first `holds`), then kept so by `write` and `delete` (None: not listed yet).
         self._on_disk: set[bytes] | None = None
+        self._listed_for = ""  # the snapshot whose first report listed the directory (`listed_for`)
         self._lock = threading.Lock()  # a report's thread asks, the store's writes and deletes
+        self._listing = threading.Lock()  # one report of a snapshot lists, the others wait for it
+
+    def listed_for(self, snapshot_id: str) -> None:
+        """List the directory again at the first report of `snapshot_id` to ask (D5): a
+        file lost behind the controller's back is noticed by the next snapshot, for
+        one listing a snapshot, not a stat per block of each report."""
+        if self._listed_for != snapshot_id:
+            with self._listing:
+                if self._listed_for != snapshot_id:
+                    self.names()
+                    self._listed_for = snapshot_id
 
     def holds(self, name: bytes) -> bool:
         """Whether a file of `name` is here as far as this process knows (D5): the
@@ -78,10 +91,11 @@ class BlockDir:
         return self.directory / name.hex()
 
     def read(self, name: bytes) -> bytes | None:
-        """The content of block `name` as stored (None: there is no such file)."""
+        """The content of block `name` as stored (None: there is no such file, noted: D5)."""
         try:
             return self.path(name).read_bytes()
         except FileNotFoundError:
+            self._noted(removed=[name])
             return None
 
     def write(self, blocks: dict[bytes, bytes]) -> tuple[int, int]:
@@ -174,18 +188,26 @@ class BlockDir:
 
 
 def kept_reader(
-    kept: Callable[[bytes], bytes | None], files: BlockDir,
+    kept: Callable[[bytes], bytes | None], files: BlockDir, snapshot_id: str = "",
 ) -> Callable[[bytes], bytes | None]:
     """`known` for blocks.whole_state: a kept block (`kept`, in memory, checked against its
-    name when it was kept) only while `files` holds a file of its name (a block deleted
-    there is then read, found missing, and written again by the state sent whole, B4).
-    Neither hashed again nor its file looked at (D5): a report of 64 MiB uses 8192 kept
-    blocks, and each call that left the GIL waited to take it back behind the other
-    reports' threads."""
+    name when it was kept) only while `files` holds a file of its name (a block lost there
+    is then read, found missing, and written again by the state sent whole, B4), as the
+    listing at the first report of `snapshot_id` found it ("": as last listed) and the
+    controller's writes and deletions since. Neither hashed again nor its file looked at
+    (D5): a report of 64 MiB uses 8192 kept blocks, and each call that left the GIL waited
+    to take it back behind the other reports' threads."""
+    listed = not snapshot_id
 
     def get(name: bytes) -> bytes | None:
+        nonlocal listed
         block = kept(name)
-        if block is None or not files.holds(name):
+        if block is None:
+            return None
+        if not listed:
+            files.listed_for(snapshot_id)
+            listed = True
+        if not files.holds(name):
             return None
         if not isinstance(block, bytes) and block_hash(block) != name:  # a mutable buffer may have changed since
             log.warning("kept block sha256:%s does not hash to its name: read from %s instead", name.hex(),

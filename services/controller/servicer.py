@@ -270,7 +270,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         store = self.engine.writer.store
         missing = store.pin(sent.snapshot_id, journalblocks.held(sent), call)
         if not missing:
-            named, missing = blocks.joined(sent, store.blocks.read, self._on_disk(sent.node_id))
+            named, missing = blocks.joined(sent, store.blocks.read, self._on_disk(sent.node_id, sent.snapshot_id))
             if named is not None:
                 self._known.keep(sent.node_id, named)
                 listed = set(sent.state_blocks.hashes)
@@ -290,10 +290,10 @@ class ControllerService(pb_grpc.ControllerServicer):
         raise MissingBlocks(f"{blocks.MISSING}: {len(missing)} of the state of {sent.node_id} in snapshot "
                             f"{sent.snapshot_id} are neither sent nor held here ({shown}); send the state whole")
 
-    def _on_disk(self, node_id: str) -> Callable[[bytes], bytes | None]:
+    def _on_disk(self, node_id: str, snapshot_id: str) -> Callable[[bytes], bytes | None]:
         """The kept blocks (knownblocks.py), each only while controller/blocks holds a file of
         its name; each was checked against its name when kept (blockdir.py D5)."""
-        return kept_reader(self._known.reader(node_id), self.engine.writer.store.blocks)
+        return kept_reader(self._known.reader(node_id), self.engine.writer.store.blocks, snapshot_id)
 
     def _listed_report(self, report: pb.FullState, named: blocks.Named) -> pb.FullState:
         """`report` in listed form for the state `named` (its blocks durable and pinned),

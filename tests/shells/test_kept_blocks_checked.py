@@ -1,8 +1,8 @@
 """A block is used only as its name says (services/controller/blockdir.py D5). A block the
 controller keeps in memory (knownblocks.py) was checked against its name when kept and is
 immutable bytes, so it is used unhashed and its file is not looked at (the directory is
-listed once, then the controller's own writes and deletions noted); a kept block whose file
-the controller deleted is not used (the report is refused naming it), a file of a block's
+listed once a snapshot, then the controller's own writes and deletions noted); a kept block
+whose file was deleted is not used (the report is refused naming it), a file of a block's
 name and size that does not hash to its name is written again, not taken, and a kept block
 in a buffer that may be written to is hashed on use."""
 
@@ -88,14 +88,16 @@ def test_a_kept_block_whose_file_was_deleted_is_named_missing(tmp_path):
     assert missing == [] and whole.state == state
 
 
-def test_a_file_deleted_behind_the_controllers_back_is_not_taken_when_first_listed(tmp_path):
+def test_a_file_lost_behind_the_controllers_back_is_not_taken_from_the_next_snapshot_on(tmp_path):
     state = random.Random(6).randbytes(4 * B)
     known, named = kept(state)
     files = stored(tmp_path, state, named)
-    BlockDir(files.directory).path(named.names[1]).unlink()  # before this process listed the directory
-    fresh = BlockDir(files.directory)  # a restarted controller's
-    whole, missing, _ = blocks.whole_state(as_blocks(named), fresh.read, kept_reader(known.reader("p1"), fresh))
-    assert whole is None and missing == [named.names[1]]
+    files.names()  # the sweep's listing at start
+    whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files, "s1"))
+    assert missing == []
+    files.path(named.names[1]).unlink()  # not by the controller: a hand, a disk
+    whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files, "s2"))
+    assert whole is None and missing == [named.names[1]]  # refused: the node sends it whole (B4)
 
 
 def test_a_kept_buffer_written_to_is_hashed_and_read_from_its_file_instead(tmp_path):
