@@ -19,18 +19,30 @@ A crash leaves at most temporary files (removed by `sweep`) and whole blocks no
 manifest names (garbage, removed by `sweep` at start:
 snapmesh/protocol/controller/blockrefs.py G3).
 
-D5. A block is used only as its name says: a kept block (the controller's memory,
-    knownblocks.py) is hashed where a report is rebuilt from it (`kept_reader`),
-    and one that does not match is taken as not kept, so it is read from here
-    (and hashed, blocks.py B3) or named missing. A file of a block's name and
-    size that does not hash to its name is written again by `write` (one read
-    and hash, for a block that was to be written anyway), not taken as the block.
+D5. A block is used only as its name says. A kept block (the controller's memory,
+    knownblocks.py) was checked against its name once, as it was kept (KB1: cut and
+    hashed, carried and hashed, or read from here and hashed), and is immutable
+    bytes from then on: `kept_reader` takes it as it is, unhashed (only a kept
+    buffer that is not `bytes`, one that may be written to, is hashed on use).
+    What can change behind the controller's back is a file here, so every block
+    read from a file is hashed (blocks.py B3). A kept block is used only while a
+    file of its name is here as far as this process knows (`holds`: the directory
+    listed at start and again at each snapshot's first report, then every `write`,
+    `delete` and read that found none noted; no look at a file per block): a block
+    lost is then read, found missing, and written again by the state sent whole
+    (B4). A file changed in place behind the controller's back
+    is found where files are read: `write` (below), the filing of a block found
+    lacking, load, verify and a restore, each hashing what it reads. A file of a
+    block's name and size that does not hash to its name is written again by
+    `write` (one read and hash, for a block that was to be written anyway), not
+    taken as the block.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -43,15 +55,47 @@ log = logging.getLogger(__name__)
 class BlockDir:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
+        # The blocks whose files are here as far as this process knows (D5): listed once (`names`,
+        # at start, or the first `holds`), then kept so by `write` and `delete` (None: not listed yet).
+        self._on_disk: set[bytes] | None = None
+        self._listed_for = ""  # the snapshot whose first report listed the directory (`listed_for`)
+        self._lock = threading.Lock()  # a report's thread asks, the store's writes and deletes
+        self._listing = threading.Lock()  # one report of a snapshot lists, the others wait for it
+
+    def listed_for(self, snapshot_id: str) -> None:
+        """List the directory again at the first report of `snapshot_id` to ask (D5): a
+        file lost behind the controller's back is noticed by the next snapshot, for
+        one listing a snapshot, not a stat per block of each report."""
+        if self._listed_for != snapshot_id:
+            with self._listing:
+                if self._listed_for != snapshot_id:
+                    self.names()
+                    self._listed_for = snapshot_id
+
+    def holds(self, name: bytes) -> bool:
+        """Whether a file of `name` is here as far as this process knows (D5): the
+        directory is listed the first time, and the disk not looked at after that."""
+        on_disk = self._on_disk
+        if on_disk is None:
+            self.names()
+            on_disk = self._on_disk
+        return name in on_disk  # type: ignore[operator]
+
+    def _noted(self, added: Iterable[bytes] = (), removed: Iterable[bytes] = ()) -> None:
+        with self._lock:
+            if self._on_disk is not None:
+                self._on_disk.difference_update(removed)
+                self._on_disk.update(added)
 
     def path(self, name: bytes) -> Path:
         return self.directory / name.hex()
 
     def read(self, name: bytes) -> bytes | None:
-        """The content of block `name` as stored (None: there is no such file)."""
+        """The content of block `name` as stored (None: there is no such file, noted: D5)."""
         try:
             return self.path(name).read_bytes()
         except FileNotFoundError:
+            self._noted(removed=[name])
             return None
 
     def write(self, blocks: dict[bytes, bytes]) -> tuple[int, int]:
@@ -60,11 +104,13 @@ class BlockDir:
         taken as the block once it hashes to its name (D5); a corrupt one is written again."""
         self.directory.mkdir(parents=True, exist_ok=True)
         pending: list[tuple[Path, Path]] = []  # (temporary file, name), written and not yet durable
+        held: list[bytes] = []
         size = 0
         try:
             for name, block in blocks.items():
                 path = self.path(name)
                 if self._holds(name, len(block)):
+                    held.append(name)
                     continue
                 tmp = path.with_name(f".{path.name}.tmp")
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -77,6 +123,7 @@ class BlockDir:
                     os.close(fd)
                 size += len(block)
             if not pending:
+                self._noted(held)
                 return 0, 0
             sync_files(self.directory, [tmp for tmp, _ in pending])  # D2
         except OSError:
@@ -86,6 +133,7 @@ class BlockDir:
         for tmp, path in pending:  # D3
             os.replace(tmp, path)
         fsync_dir(self.directory)
+        self._noted([*held, *(bytes.fromhex(path.name) for _, path in pending)])
         return len(pending), size
 
     def _holds(self, name: bytes, size: int) -> bool:
@@ -102,6 +150,8 @@ class BlockDir:
 
     def delete(self, names: Iterable[bytes]) -> int:
         """Remove the files of `names` (those there); how many were removed."""
+        names = list(names)
+        self._noted(removed=names)  # before the files go: none is taken as here once it is not
         removed = 0
         for name in names:
             try:
@@ -112,16 +162,18 @@ class BlockDir:
         return removed
 
     def names(self) -> set[bytes]:
-        """Every block on disk (temporary files left out)."""
-        if not self.directory.is_dir():
-            return set()
-        found = set()
-        for entry in os.scandir(self.directory):
-            if not entry.name.startswith("."):
-                try:
-                    found.add(bytes.fromhex(entry.name))
-                except ValueError:
-                    continue
+        """Every block on disk (temporary files left out), which `holds` knows from then
+        on (the store's sweep lists them at start: no listing later, on a report's path)."""
+        with self._lock:  # a write or delete meanwhile is noted after it
+            found = set()
+            if self.directory.is_dir():
+                for entry in os.scandir(self.directory):
+                    if not entry.name.startswith("."):
+                        try:
+                            found.add(bytes.fromhex(entry.name))
+                        except ValueError:
+                            continue
+            self._on_disk = set(found)
         return found
 
     def sweep(self, keep: set[bytes]) -> int:
@@ -136,23 +188,28 @@ class BlockDir:
 
 
 def kept_reader(
-    kept: Callable[[bytes], bytes | None], files: BlockDir,
+    kept: Callable[[bytes], bytes | None], files: BlockDir, snapshot_id: str = "",
 ) -> Callable[[bytes], bytes | None]:
-    """`known` for blocks.whole_state: a kept block (`kept`, in memory) only while a file
-    of its name and size is in `files` (a block lost there is then read, found missing,
-    and written again by the state sent whole, B4) and only if it hashes to its name
-    (D5: else it is as good as not kept, and whole_state reads the file, hashed)."""
+    """`known` for blocks.whole_state: a kept block (`kept`, in memory, checked against its
+    name when it was kept) only while `files` holds a file of its name (a block lost there
+    is then read, found missing, and written again by the state sent whole, B4), as the
+    listing at the first report of `snapshot_id` found it ("": as last listed) and the
+    controller's writes and deletions since. Neither hashed again nor its file looked at
+    (D5): a report of 64 MiB uses 8192 kept blocks, and each call that left the GIL waited
+    to take it back behind the other reports' threads."""
+    listed = not snapshot_id
 
     def get(name: bytes) -> bytes | None:
+        nonlocal listed
         block = kept(name)
         if block is None:
             return None
-        try:
-            if files.path(name).stat().st_size != len(block):
-                return None
-        except FileNotFoundError:
+        if not listed:
+            files.listed_for(snapshot_id)
+            listed = True
+        if not files.holds(name):
             return None
-        if block_hash(block) != name:
+        if not isinstance(block, bytes) and block_hash(block) != name:  # a mutable buffer may have changed since
             log.warning("kept block sha256:%s does not hash to its name: read from %s instead", name.hex(),
                         files.directory)
             return None

@@ -143,10 +143,10 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._states = states
 
     def _block_reader(self) -> Callable[[bytes], bytes | None]:
-        """A reader of blocks by name: the kept ones (each with its file, and hashed:
-        blockdir.py D5), else the store's file, checked against its name (blocks.py B3)."""
+        """A reader of blocks by name: the kept ones (each while its file is there, checked
+        when kept: blockdir.py D5), else the store's file, checked against its name (blocks.py B3)."""
         files = self.engine.writer.store.blocks
-        known = kept_reader(self._known.reader(""), files)  # a kept block only as its name says (D5)
+        known = kept_reader(self._known.reader(""), files)  # checked against its name when kept (D5)
 
         def read(name: bytes) -> bytes | None:
             if (block := known(name)) is not None:
@@ -264,11 +264,13 @@ class ControllerService(pb_grpc.ControllerServicer):
         """The report `sent` as blocks stood for, its references read from the store's
         blocks, which are pinned first (journalblocks.py JB1; a thread). A large state
         stays its block list (blockforms.py): the report in listed form, its state's
-        size and digest noted for the tracker; a small one is rebuilt whole."""
+        size and digest noted for the tracker (the node's digest, when it sent one:
+        checked against the bytes when filed, store.py; else hashed here); a small one
+        is rebuilt whole."""
         store = self.engine.writer.store
         missing = store.pin(sent.snapshot_id, journalblocks.held(sent), call)
         if not missing:
-            named, missing = blocks.joined(sent, store.blocks.read, self._on_disk(sent.node_id))
+            named, missing = blocks.joined(sent, store.blocks.read, self._on_disk(sent.node_id, sent.snapshot_id))
             if named is not None:
                 self._known.keep(sent.node_id, named)
                 listed = set(sent.state_blocks.hashes)
@@ -288,18 +290,21 @@ class ControllerService(pb_grpc.ControllerServicer):
         raise MissingBlocks(f"{blocks.MISSING}: {len(missing)} of the state of {sent.node_id} in snapshot "
                             f"{sent.snapshot_id} are neither sent nor held here ({shown}); send the state whole")
 
-    def _on_disk(self, node_id: str) -> Callable[[bytes], bytes | None]:
-        """The kept blocks (knownblocks.py), each only while a file of its name and size is
-        under controller/blocks and only as its name says (blockdir.py D5, `kept_reader`)."""
-        return kept_reader(self._known.reader(node_id), self.engine.writer.store.blocks)
+    def _on_disk(self, node_id: str, snapshot_id: str) -> Callable[[bytes], bytes | None]:
+        """The kept blocks (knownblocks.py), each only while controller/blocks holds a file of
+        its name; each was checked against its name when kept (blockdir.py D5)."""
+        return kept_reader(self._known.reader(node_id), self.engine.writer.store.blocks, snapshot_id)
 
     def _listed_report(self, report: pb.FullState, named: blocks.Named) -> pb.FullState:
         """`report` in listed form for the state `named` (its blocks durable and pinned),
-        its size and digest noted for the tracker (blockforms.py)."""
+        its size and digest noted for the tracker (blockforms.py): the digest the node's
+        report says (hashed at its cut; checked against the bytes when filed, store.py),
+        else, from an old node, hashed here."""
         listed = blockforms.listed_report(report, named.names)
         self._hold(report.node_id, tuple(named.names), named.state)
         sizes = tuple(end - start for start, end in named.bounds)
-        self.engine.machine.forms.note(listed, blockforms.BlockList(tuple(named.names), sizes, digest(named.state)))
+        said = report.state_digest or digest(named.state)
+        self.engine.machine.forms.note(listed, blockforms.BlockList(tuple(named.names), sizes, said))
         return listed
 
     def _know(self, report: pb.FullState, call: int) -> tuple[list[bytes], pb.FullState | None]:

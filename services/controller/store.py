@@ -48,7 +48,9 @@ A snapshot handed in with its large states as block lists (the tracker's listed
 form, snapmesh/protocol/controller/blockforms.py) is filed as it is: its
 manifests are the stored form's, their blocks already on disk and pinned (`keep`),
 so nothing is cut or hashed again; only the checksum, of the whole form, reads
-its blocks (`reader`, each checked against its name), off the reply path.
+its blocks (`reader`, each checked against its name), off the reply path. Its
+digest is the one the node's report said (FullState.state_digest, taken unhashed
+on the reply path): checked here against the bytes, and filed as they hash.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ from typing import NamedTuple
 from snapmesh.services.controller import export
 from snapmesh.services.controller.blockdir import BlockDir
 from snapmesh.checking import snapshot_file
-from snapmesh.protocol import blocks
+from snapmesh.protocol import appstate, blocks
 from snapmesh.protocol.controller import blockforms
 from snapmesh.protocol.controller.blockpins import BlockPins
 from snapmesh.protocol.controller.blockrefs import BlockRefs
@@ -251,6 +253,7 @@ class SnapshotStore:
             log.info("snapshot %s: %d new blocks (%d bytes) of %d", snapshot.snapshot_id, written, size,
                      len(named) + len(listed))
         whole = blockforms.BlockForms(self.reader).whole(snapshot)  # the checksum's: of the whole form (B1)
+        _check_digests(snapshot, whole, stored)
         data, digest = snapshot_file.sealed_bytes(whole, stored)
         with self._refs_lock:  # before the file: a crash leaves garbage, never a gap
             freed = self.refs.hold(snapshot.snapshot_id, named.keys() | listed)
@@ -381,6 +384,16 @@ def _stored_form(snapshot: pb.Snapshot, parts=None) -> tuple[pb.Snapshot, dict[b
         if node.HasField("state_blocks"):
             node.ClearField("state_bytes")
     return stored, named
+
+
+def _check_digests(snapshot: pb.Snapshot, whole: pb.Snapshot, stored: pb.Snapshot) -> None:
+    """A listed state's digest is the node's, as its report said (servicer.py): checked
+    here against the bytes filed, and the file gets the bytes' digest whatever it said."""
+    for index, node in enumerate(snapshot.nodes):
+        if blockforms.is_listed(node) and (got := appstate.digest(whole.nodes[index].state)) != node.state_digest:
+            log.error("snapshot %s: the state of %s hashes to %s, not to the %s its report said; filed with %s",
+                      snapshot.snapshot_id, node.node_id, got, node.state_digest, got)
+            whole.nodes[index].state_digest = stored.nodes[index].state_digest = got
 
 
 def _listing(directory: Path, pattern: str) -> list[Path]:

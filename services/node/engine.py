@@ -346,7 +346,8 @@ class Engine:
             elif kind is fx.Finished:
                 log.info("snapshot %s: done here", effect.state.snapshot_id)
                 message = report_message(
-                    effect.state, epoch=effect.epoch, cut_at_ns=effect.cut_at_ns, done_at_ns=effect.done_at_ns
+                    effect.state, epoch=effect.epoch, cut_at_ns=effect.cut_at_ns, done_at_ns=effect.done_at_ns,
+                    digest=effect.digest,
                 )
                 # The log's next round saves it before writing the records buffered now (the marker_recv).
                 self.reporter.keep(message, effect.lsn)

@@ -12,13 +12,16 @@ from snapmesh.protocol.node import core
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
-def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0, done_at_ns: int = 0) -> pb.FullState:
+def report_message(
+    state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0, done_at_ns: int = 0, digest: str = "",
+) -> pb.FullState:
     """A node machine's finished part as the ReportState message the controller takes
     (overtake mode: with its positions and outbox runs). It lists only the incoming
     channels that recorded messages (`only_recorded_channels`): the controller knows
     the empty ones from the topology, so a report grows with what was in flight, not
     with the node's channels. `cut_at_ns` and `done_at_ns` are wall-clock times for
-    the statistics only (0: unknown)."""
+    the statistics only (0: unknown). `digest`: the SHA-256 (hex) of an app's state,
+    as its cut record holds it (the report carries it: the controller need not hash it)."""
     node_id = state.node_id
     message = pb.FullState(
         snapshot_id=state.snapshot_id,
@@ -41,6 +44,8 @@ def report_message(state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0,
         message.state = state.state
         message.state_parts.extend(getattr(state.state, "parts", ()))  # snapshot_blocks()'s (blocks.py B6)
         message.app_name, message.app_version = state.app, state.version
+        if digest and state.state:
+            message.state_digest = f"sha256:{digest}"
     if state.positions:
         message.snapshot_mode = "overtake"
         message.positions.extend(pb.ChannelPosition(src=src, dst=node_id, seq=seq) for src, seq in state.positions.items())

@@ -1,28 +1,36 @@
-"""A block is used only as its name says (services/controller/blockdir.py D5): a block the
-controller keeps in memory (knownblocks.py) that does not hash to its name is taken as not
-kept, so a report is rebuilt from the block's file (hashed) or refused naming it; a file of
-a block's name and size that does not hash to its name is written again, not taken."""
+"""A block is used only as its name says (services/controller/blockdir.py D5). A block the
+controller keeps in memory (knownblocks.py) was checked against its name when kept and is
+immutable bytes, so it is used unhashed and its file is not looked at (the directory is
+listed once a snapshot, then the controller's own writes and deletions noted); a kept block
+whose file was deleted is not used (the report is refused naming it), a file of a block's
+name and size that does not hash to its name is written again, not taken, and a kept block
+in a buffer that may be written to is hashed on use."""
 
 from __future__ import annotations
 
+import os
 import random
 
 from snapmesh.protocol import blocks
 from snapmesh.protocol.controller.knownblocks import KnownBlocks
+from snapmesh.services.controller import blockdir
 from snapmesh.services.controller.blockdir import BlockDir, kept_reader
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 B = blocks.BLOCK_BYTES
 
 
-def corrupt_kept(state: bytes) -> tuple[KnownBlocks, blocks.Named]:
-    """KnownBlocks holding `state`'s names over a copy whose second block is flipped (the same size)."""
+def kept(state: bytes) -> tuple[KnownBlocks, blocks.Named]:
     named = blocks.names(state)[0]
-    start, end = named.bounds[1]
-    bad = state[:start] + bytes(b ^ 0xFF for b in state[start:end]) + state[end:]
     known = KnownBlocks()
-    known.keep("p1", blocks.Named(bad, named.bounds, named.names, {}))
+    known.keep("p1", named)
     return known, named
+
+
+def stored(tmp_path, state: bytes, named: blocks.Named) -> BlockDir:
+    files = BlockDir(tmp_path / "blocks")
+    files.write({name: state[a:b] for name, (a, b) in zip(named.names, named.bounds, strict=True)})
+    return files
 
 
 def as_blocks(named: blocks.Named) -> pb.FullState:
@@ -31,23 +39,82 @@ def as_blocks(named: blocks.Named) -> pb.FullState:
     return sent
 
 
-def test_a_corrupt_kept_block_is_read_from_its_file_instead(tmp_path):
-    state = random.Random(1).randbytes(4 * B)
-    known, named = corrupt_kept(state)
-    files = BlockDir(tmp_path / "blocks")
-    files.write({name: state[a:b] for name, (a, b) in zip(named.names, named.bounds, strict=True)})
+def poked(state: bytes) -> tuple[KnownBlocks, blocks.Named]:
+    """KnownBlocks holding `state`'s names over a buffer whose second block is flipped after it was kept."""
+    named = blocks.names(state)[0]
+    buffer = bytearray(state)
+    known = KnownBlocks()
+    known.keep("p1", blocks.Named(buffer, named.bounds, named.names, {}))  # type: ignore[arg-type]
+    start, end = named.bounds[1]
+    buffer[start:end] = bytes(b ^ 0xFF for b in state[start:end])
+    return known, named
+
+
+def test_a_kept_block_is_used_unhashed_and_its_file_not_looked_at(tmp_path, monkeypatch):
+    state = random.Random(4).randbytes(4 * B)
+    known, named = kept(state)
+    files = stored(tmp_path, state, named)
+    assert named.names[0] in files.names()  # the store's sweep lists them at start: no listing after
+    calls = []
+
+    def counted(block):
+        calls.append(len(block))
+        return hashed(block)
+
+    def looked(*args, **kwargs):
+        raise AssertionError("the disk looked at for a kept block")
+
+    hashed = blocks.block_hash
+    with monkeypatch.context() as patched:
+        patched.setattr(blocks, "block_hash", counted)
+        patched.setattr(blockdir, "block_hash", counted)
+        for call in ("stat", "lstat", "scandir", "listdir", "open"):
+            patched.setattr(os, call, looked)
+        whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
+    assert missing == [] and whole.state == state
+    assert calls == []  # checked once, when kept (KB1), not on every use
+
+
+def test_a_kept_block_whose_file_was_deleted_is_named_missing(tmp_path):
+    state = random.Random(5).randbytes(4 * B)
+    known, named = kept(state)
+    files = stored(tmp_path, state, named)
+    assert files.holds(named.names[2])
+    files.delete([named.names[2]])  # a retention took it: the report must not rest on it
     whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
-    assert missing == [] and whole.state == state  # the kept copy's flipped block is not in it
+    assert whole is None and missing == [named.names[2]]
+    files.write({named.names[2]: state[2 * B : 3 * B]})  # the state sent whole writes it again
+    whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
+    assert missing == [] and whole.state == state
 
 
-def test_a_corrupt_kept_block_whose_file_is_corrupt_too_is_named_missing(tmp_path):
+def test_a_file_lost_behind_the_controllers_back_is_not_taken_from_the_next_snapshot_on(tmp_path):
+    state = random.Random(6).randbytes(4 * B)
+    known, named = kept(state)
+    files = stored(tmp_path, state, named)
+    files.names()  # the sweep's listing at start
+    whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files, "s1"))
+    assert missing == []
+    files.path(named.names[1]).unlink()  # not by the controller: a hand, a disk
+    whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files, "s2"))
+    assert whole is None and missing == [named.names[1]]  # refused: the node sends it whole (B4)
+
+
+def test_a_kept_buffer_written_to_is_hashed_and_read_from_its_file_instead(tmp_path):
+    state = random.Random(1).randbytes(4 * B)
+    known, named = poked(state)
+    files = stored(tmp_path, state, named)
+    whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
+    assert missing == [] and whole.state == state  # the buffer's flipped block is not in it
+
+
+def test_a_kept_buffer_written_to_whose_file_is_corrupt_too_is_named_missing(tmp_path):
     state = random.Random(2).randbytes(4 * B)
-    known, named = corrupt_kept(state)
-    files = BlockDir(tmp_path / "blocks")
-    files.write({name: state[a:b] for name, (a, b) in zip(named.names, named.bounds, strict=True)})
+    known, named = poked(state)
+    files = stored(tmp_path, state, named)
     files.path(named.names[1]).write_bytes(bytes(B))  # the same size: only its hash tells
     whole, missing, _ = blocks.whole_state(as_blocks(named), files.read, kept_reader(known.reader("p1"), files))
-    assert whole is None and missing == [named.names[1]]  # the report is refused naming it (MISSING)
+    assert whole is None and missing == [named.names[1]]
 
 
 def test_a_file_of_the_right_size_that_does_not_hash_to_its_name_is_written_again(tmp_path):

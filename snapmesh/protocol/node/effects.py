@@ -7,7 +7,7 @@ Effects come out of `Node.drain()`, in order; the shell carries each out
   Seal(first, checkpoint)   seal the active segment; the checkpoint opens the next
   Transmit(dst, conn_no, entries)
   Ack(src, conn_no, seq)
-  Finished(state, lsn, ...) the part, with its epoch and wall times: keep it safe
+  Finished(state, lsn, ...) the part, its epoch, wall times and digest: keep it safe
                             from a crash, now (the only effect that hands it out)
   Report(snapshot_id)       send the part kept at Finished to the controller
   ReportCancelled(snapshot_id)
@@ -70,13 +70,15 @@ class Finished(NamedTuple):
     to `lsn`, which are not durable yet. `Report(snapshot_id)` follows once they
     are (or `ReportCancelled`). `epoch`: the node's when it finished; the wall
     times (ns, 0: unknown, as for a cut from before a restart) feed the
-    controller's statistics only."""
+    controller's statistics only. `digest`: the SHA-256 (hex) of an app's state,
+    as its cut record holds it ("": no app state), so it is hashed once here."""
 
     state: core.FullState
     lsn: int
     epoch: int = 1
     cut_at_ns: int = 0
     done_at_ns: int = 0
+    digest: str = ""
 
 
 class Report(NamedTuple):

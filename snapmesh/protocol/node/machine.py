@@ -137,6 +137,7 @@ class Node(NodeSteps):
         )
         self.host.snapshot()  # an app whose snapshot() is not bytes fails here, before anything starts
         self._app_cuts: dict[str, bytes] = {}  # snapshot id -> the app's state at its cut here (N10)
+        self._cut_digests: dict[str, str] = {}  # ... and its digest, as its cut record holds it
         self.recording_ttl = recording_ttl
         self._mark, self._bound, self.max_reply_bytes = mark, bound, max_reply_bytes
         self.epochs = EpochState(
@@ -239,6 +240,7 @@ class Node(NodeSteps):
         self._cut_wall.pop(snapshot_id, None)
         self._at_cut.pop(snapshot_id, None)
         self._app_cuts.pop(snapshot_id, None)
+        self._cut_digests.pop(snapshot_id, None)
         before = len(self._reports)
         self._reports = [(lsn, s) for lsn, s in self._reports if s != snapshot_id]
         if len(self._reports) != before:
@@ -393,7 +395,8 @@ class Node(NodeSteps):
                 self.markers_sent += 1
             elif isinstance(effect, core.LocalStateRecorded):
                 state = self._app_cuts[effect.snapshot_id] = self.host.snapshot()
-                self._append(wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, digest=state_digest(state)))
+                cut_digest = self._cut_digests[effect.snapshot_id] = state_digest(state)
+                self._append(wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, digest=cut_digest))
                 self._remember(effect.snapshot_id)
                 self._cuts[effect.snapshot_id] = self.last_lsn
                 if len(self._cuts) > ABANDONED_WINDOW:
@@ -420,7 +423,8 @@ class Node(NodeSteps):
             state = dataclasses.replace(state, state=self._app_cuts.pop(state.snapshot_id), **self._stamp())
             self._reports.append((self.last_lsn, state.snapshot_id))
             cut_wall = self._cut_wall.pop(state.snapshot_id, 0.0)  # a cut from before a restart: unknown
-            self._out.append(Finished(state, self.last_lsn, self.epochs.epoch, _ns(cut_wall), _ns(self.wall_seen)))
+            self._out.append(Finished(state, self.last_lsn, self.epochs.epoch, _ns(cut_wall), _ns(self.wall_seen),
+                                      self._cut_digests.pop(state.snapshot_id, "")))
 
     def _end_step(self) -> None:
         if self._segment_count >= self.segment_records or self._segment_size >= self.segment_bytes:

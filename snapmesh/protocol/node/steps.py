@@ -92,6 +92,7 @@ class NodeSteps:
         )
         self._at_cut.clear()  # the recordings in progress were aborted above
         self._app_cuts.clear()
+        self._cut_digests.clear()
         self.epochs.entered(epoch, snapshot_id, cut=self._cuts.get(snapshot_id))
         # Every link was replaced: a connection of the older epoch must carry nothing more.
         self._out.append(EndStreams(outgoing, incoming, f"{me} restored {snapshot_id} in epoch {epoch}"))
