@@ -1,9 +1,9 @@
 """`snapmesh chaos`: the seeded schedule, the checks on a doctored outcome, one
-real 2-minute seeded campaign on local processes (part of `make test` and
+real 1-minute seeded campaign on local processes (part of `make test` and
 `make test-fast`; it needs no Docker), and one short seeded campaign on the
 Docker compose stack (`--compose`, marked `docker`: skipped, loudly, without
 an engine). Replay a failure with the command the run prints, e.g.
-`snapmesh chaos --seed 11 --duration 120`.
+`snapmesh chaos --seed 11 --duration 60`.
 """
 
 from __future__ import annotations
@@ -124,12 +124,12 @@ def _assert_clean_run(done: subprocess.CompletedProcess, replay: str, figures_fi
 @pytest.mark.cluster
 @pytest.mark.spark
 @pytest.mark.timeout(900)
-def test_a_two_minute_seeded_campaign_loses_nothing(tmp_path: Path) -> None:
+def test_a_one_minute_seeded_campaign_loses_nothing(tmp_path: Path) -> None:
     figures_file = tmp_path / "figures.json"
-    argv = [sys.executable, "-m", "snapmesh.cli", "chaos", "--seed", str(SEED), "--duration", "120",
+    argv = [sys.executable, "-m", "snapmesh.cli", "chaos", "--seed", str(SEED), "--duration", "60",
             "--dir", str(tmp_path / "run"), "--json", str(figures_file)]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=840)
-    figures = _assert_clean_run(done, f"snapmesh chaos --seed {SEED} --duration 120", figures_file)
+    figures = _assert_clean_run(done, f"snapmesh chaos --seed {SEED} --duration 60", figures_file)
     assert set(figures["faults"]) == set(sched.KINDS), figures["faults"]  # every kind at least once
     assert figures["faults"][sched.KILL] + figures["faults"][sched.KILL_TWO] >= 2
     assert figures["second_instances_refused"] == figures["faults"][sched.SECOND_INSTANCE]
