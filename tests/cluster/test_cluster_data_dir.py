@@ -69,7 +69,7 @@ def test_up_again_on_its_data_dir_keeps_every_address_and_down_stops_it_from_ano
 
     down = snapmesh("cluster", "down", "--data-dir", str(tmp_path))
     assert down.returncode == 0 and f"pid {first.pid}" in down.stdout, down.stderr
-    assert first.wait(timeout=5) == 0  # stopped cleanly, as by Ctrl-C
+    assert first.wait(timeout=30) == 0  # stopped cleanly, as by Ctrl-C
     stopped = snapmesh("cluster", "status", "--data-dir", str(tmp_path))
     assert stopped.returncode == 1 and "not running" in stopped.stdout and "SERVING" not in stopped.stdout
     again = snapmesh("cluster", "down", "--data-dir", str(tmp_path))
@@ -80,12 +80,12 @@ def test_up_again_on_its_data_dir_keeps_every_address_and_down_stops_it_from_ano
     assert cluster_config.load(tmp_path / "cluster.toml") == ports
     assert snapmesh("snapshot", "trigger", "--wait", "--data-dir", str(tmp_path)).returncode == 0
     assert snapmesh("cluster", "down", "--data-dir", str(tmp_path)).returncode == 0
-    second.wait(timeout=5)
+    second.wait(timeout=30)
 
     third, same = up("--nodes", "3", "--data-dir", str(tmp_path))  # the same size: the same ports too
     assert same == address
     assert snapmesh("cluster", "down", "--data-dir", str(tmp_path)).returncode == 0
-    third.wait(timeout=5)
+    third.wait(timeout=30)
     resized = snapmesh("cluster", "up", "--nodes", "4", "--data-dir", str(tmp_path))
     assert resized.returncode == 2 and "holds a 3-node cluster" in resized.stderr, resized.stderr
     assert f"snapmesh cluster rescale --data-dir {tmp_path} --nodes 4" in resized.stderr, "the way to resize, said"
