@@ -28,6 +28,7 @@ from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support.controller_fakes import CallContext, QuietNode
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -47,20 +48,6 @@ class PeakBudget(chunking.ChunkBudget):
         self.peak = max(self.peak, self.held)
 
 
-class Context:
-    def auth_context(self) -> dict:
-        return {}
-
-    def peer(self) -> str:
-        return "ipv4:127.0.0.1:5000"
-
-    async def abort(self, code, details):
-        raise AssertionError(f"aborted: {code} {details}")
-
-
-class Node:
-    async def StartSnapshot(self, request, timeout, wait_for_ready=False):
-        return pb.StartSnapshotResponse()
 
 
 def formed(sid: str, node: str) -> pb.FullState:
@@ -90,7 +77,7 @@ def engine_on(tmp_path) -> tuple[ControllerEngine, ControllerService, SnapshotSt
                       checker=AppChecker("blob:app", App(name="blob", new=lambda info: None)))
     engine = ControllerEngine(config=config.load(config.DEFAULT_CONFIG), machine=Controller(tracker),
                               journal=journal, writer=writer, metrics=ControllerMetrics(CollectorRegistry()))
-    engine.stubs = {n: Node() for n in engine.nodes}  # type: ignore[misc]
+    engine.stubs = {n: QuietNode() for n in engine.nodes}  # type: ignore[misc]
     service = ControllerService(engine)
     service._chunk_budget = PeakBudget(per_peer=PER_PEER, total=TOTAL)
     return engine, service, store, tracker
@@ -111,7 +98,7 @@ async def _completes(tmp_path) -> None:
     sid = (await engine.trigger("a")).snapshot_id
     reports = {node: formed(sid, node) for node in STATES}
     assert all(r.ByteSize() > TOTAL + chunking.MAX_STATE_BYTES for r in reports.values())
-    calls = [service.ReportStateChunks(chunks(reports[node]), Context()) for node in STATES]  # both at once
+    calls = [service.ReportStateChunks(chunks(reports[node]), CallContext()) for node in STATES]  # both at once
     await asyncio.wait_for(asyncio.gather(*calls), 60)
     finished = tracker._finished[sid]
     assert finished.status == pb.Snapshot.COMPLETE, finished.reason
@@ -136,7 +123,7 @@ async def _cut(tmp_path) -> None:
     engine, service, store, _ = engine_on(tmp_path)
     sid = (await engine.trigger("a")).snapshot_id
     stalled = asyncio.Event()
-    call = asyncio.create_task(service.ReportStateChunks(chunks(formed(sid, "a"), stalled, 4), Context()))
+    call = asyncio.create_task(service.ReportStateChunks(chunks(formed(sid, "a"), stalled, 4), CallContext()))
     await asyncio.wait_for(stalled.wait(), 30)
     assert len(store.pins) > 0 and store.blocks.names(), "no block was written before the stream ended"
     call.cancel()  # as gRPC cancels a call whose peer is gone

@@ -32,6 +32,7 @@ from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support.controller_fakes import CallContext, QuietNode
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -45,22 +46,6 @@ def report(sid: str, node: str, state: bytes | None = None) -> pb.FullState:
                         channels=[pb.ChannelState(src="b" if node == "a" else "a", dst=node)])
 
 
-class Context:
-    """A plaintext call's context: no certificate, a peer address."""
-
-    def auth_context(self) -> dict:
-        return {}
-
-    def peer(self) -> str:
-        return "ipv4:127.0.0.1:5000"
-
-    async def abort(self, code, details):
-        raise AssertionError(f"aborted: {code} {details}")
-
-
-class Node:
-    async def StartSnapshot(self, request, timeout, wait_for_ready=False):
-        return pb.StartSnapshotResponse()
 
 
 async def chunks(state: pb.FullState):
@@ -98,11 +83,11 @@ async def _manifest_from_receipt_to_replay(tmp_path) -> None:
                       checker=AppChecker("blob:app", App(name="blob", new=lambda info: None)))
     engine = ControllerEngine(config=config.load(config.DEFAULT_CONFIG), machine=Controller(tracker),
                               journal=journal, writer=writer, metrics=ControllerMetrics(CollectorRegistry()))
-    engine.stubs = {n: Node() for n in engine.nodes}  # type: ignore[misc]
+    engine.stubs = {n: QuietNode() for n in engine.nodes}  # type: ignore[misc]
     service = ControllerService(engine)
     sid = (await engine.trigger("a")).snapshot_id
 
-    first = asyncio.create_task(service.ReportStateChunks(chunks(report(sid, "a")), Context()))
+    first = asyncio.create_task(service.ReportStateChunks(chunks(report(sid, "a")), CallContext()))
     for _ in range(500):
         if len(engine.machine.held):
             break
@@ -115,7 +100,7 @@ async def _manifest_from_receipt_to_replay(tmp_path) -> None:
     assert record.sent is record.state and not whole_states(record.state), "the held record holds them"
     assert frames_holding_a_state(first) == [], "the waiting call holds them"
 
-    second = asyncio.create_task(service.ReportStateChunks(chunks(report(sid, "b")), Context()))
+    second = asyncio.create_task(service.ReportStateChunks(chunks(report(sid, "b")), CallContext()))
     await asyncio.wait_for(asyncio.gather(first, second), 10)
     finished = tracker._finished[sid]
     assert finished.status == pb.Snapshot.COMPLETE, finished.reason
