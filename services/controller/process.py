@@ -126,8 +126,10 @@ async def _serve_locked(
     writer = StoreWriter(store, on_filed=lambda sid: engine.filed(sid))  # nothing is filed before the engine starts
     try:
         records, warnings = journal.open()
-        # Reports journaled as blocks made whole, their blocks pinned again, before the sweep (journalblocks.py JB3)
-        records, pins, dropped = journalblocks.rebuilt(records, store.blocks.read, skip={s.snapshot_id for s in snapshots})
+        # Reports journaled as blocks made whole (a large one listed: JB5), their blocks pinned
+        # again, before the sweep (journalblocks.py JB3)
+        records, pins, dropped = journalblocks.rebuilt(records, store.blocks.read, skip={s.snapshot_id for s in snapshots},
+                                                       note=machine.forms.note)
         for sid, names in pins.items():
             store.pins.pin(sid, names)
         if swept := store.sweep():  # this controller owns the data dir (its lock): nothing is being filed
