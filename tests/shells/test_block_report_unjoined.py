@@ -78,7 +78,7 @@ def no_large_join(monkeypatch) -> None:
         return joined(sent, read, known)
 
     monkeypatch.setattr(blocks, "joined", guarded)
-    monkeypatch.setattr(servicer, "JOINED_MAX_BYTES", BOUND)
+    monkeypatch.setattr(servicer, "JOINED_MAX_BYTES", BOUND, raising=False)
 
 
 def test_a_large_block_report_completes_and_replays_never_joined(tmp_path, monkeypatch) -> None:
