@@ -312,7 +312,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         against its name, read for the size and digest and let go; or None and the blocks
         found nowhere (None and none: a small state, joined instead). The carried ones are
         written and pinned as `_joined_report`'s are."""
-        carried = {blocks.block_hash(block): block for block in sent.blocks}
+        listed_names = set(sent.state_blocks.hashes)
+        carried = {name: block for block in sent.blocks if (name := blocks.block_hash(block)) in listed_names}
         known, files = self._on_disk(sent.node_id, sent.snapshot_id), self.engine.writer.store.blocks
 
         def read(name: bytes) -> bytes | None:
@@ -324,7 +325,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         block_list, missing = blockforms.streamed(tuple(sent.state_blocks.hashes), read)
         if block_list is None or block_list.size <= blockforms.LISTED_BYTES:  # BF2: joined, it is small
             return None, missing
-        self.engine.writer.store.keep(sent.snapshot_id, set(block_list.hashes), carried, call)
+        self.engine.writer.store.keep(sent.snapshot_id, listed_names, carried, call)  # as `_joined_report`
         listed = blockforms.listed_report(sent, block_list.hashes)
         self.engine.machine.forms.note(listed, block_list)
         return listed, []
