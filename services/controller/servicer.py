@@ -309,9 +309,9 @@ class ControllerService(pb_grpc.ControllerServicer):
     def _streamed_report(self, sent: pb.FullState, call: int) -> tuple[pb.FullState | None, list[bytes]]:
         """`sent` (its held blocks pinned) in listed form, its state never joined (blockforms.py
         BF6): each block from those it carries, the kept ones or the store's file, checked
-        against its name, read for the size and digest and let go; or None and the blocks
-        found nowhere (None and none: a small state, joined instead). The carried ones are
-        written and pinned as `_joined_report`'s are."""
+        against its name, read for the size and digest (the node's, when it sent one) and
+        let go; or None and the blocks found nowhere (None and none: a small state, joined
+        instead). The carried ones are written and pinned as `_joined_report`'s are."""
         listed_names = set(sent.state_blocks.hashes)
         carried = {name: block for block in sent.blocks if (name := blocks.block_hash(block)) in listed_names}
         known, files = self._on_disk(sent.node_id, sent.snapshot_id), self.engine.writer.store.blocks
@@ -322,7 +322,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             block = files.read(name)
             return block if block is not None and blocks.block_hash(block) == name else None
 
-        block_list, missing = blockforms.streamed(tuple(sent.state_blocks.hashes), read)
+        block_list, missing = blockforms.streamed(tuple(sent.state_blocks.hashes), read, sent.state_digest)
         if block_list is None or block_list.size <= blockforms.LISTED_BYTES:  # BF2: joined, it is small
             return None, missing
         self.engine.writer.store.keep(sent.snapshot_id, listed_names, carried, call)  # as `_joined_report`

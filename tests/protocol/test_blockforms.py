@@ -140,3 +140,12 @@ def test_streamed_reads_each_block_once_for_the_size_and_digest_and_names_those_
     assert block_list == blockforms.BlockList(tuple(named.names), tuple(len(b) for b in blocks.split(state)), digest(state))
     del content[named.names[1]]
     assert blockforms.streamed(named.names, read) == (None, [named.names[1]])
+
+
+def test_streamed_takes_the_digest_the_node_said():
+    """BF6: a digest the report carries is taken, not hashed again (the filing checks it)."""
+    state = random.Random(7).randbytes(2 * blocks.BLOCK_BYTES + 1)
+    named = blocks.names(state)[0]
+    content = dict(zip(named.names, blocks.split(state), strict=True))
+    block_list, _ = blockforms.streamed(named.names, content.get, "sha256:said")
+    assert block_list is not None and block_list.digest == "sha256:said" and block_list.size == len(state)

@@ -172,19 +172,21 @@ def listed_report(report: pb.FullState, hashes: Iterable[bytes]) -> pb.FullState
 
 
 def streamed(
-    hashes: Sequence[bytes], read: Callable[[bytes], bytes | None],
+    hashes: Sequence[bytes], read: Callable[[bytes], bytes | None], said: str = "",
 ) -> tuple[BlockList | None, list[bytes]]:
     """The block list of the state `hashes` name, each block by `read` (checked against
     its name by it; None: it has none), one block held at a time (BF6); or None and the
-    names it could not read, in manifest order."""
-    hasher, sizes, missing = hashlib.sha256(), [], []
+    names it could not read, in manifest order. `said`: the state's digest as its node
+    hashed it (FullState.state_digest), taken rather than hashed again ("": hashed here)."""
+    hasher, sizes, missing = None if said else hashlib.sha256(), [], []
     for name in hashes:
         block = read(name)
         if block is None:
             missing.append(name)
             continue
         sizes.append(len(block))
-        hasher.update(block)
+        if hasher is not None:
+            hasher.update(block)
     if missing:
         return None, missing
-    return BlockList(tuple(hashes), tuple(sizes), "sha256:" + hasher.hexdigest()), []
+    return BlockList(tuple(hashes), tuple(sizes), said or "sha256:" + hasher.hexdigest()), []  # type: ignore[union-attr]

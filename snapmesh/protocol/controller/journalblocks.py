@@ -111,7 +111,7 @@ def _listed(
         block = read(name)
         return block if block is not None and blocks.block_hash(block) == name else None
 
-    block_list, missing = blockforms.streamed(tuple(sent.state_blocks.hashes), checked)
+    block_list, missing = blockforms.streamed(tuple(sent.state_blocks.hashes), checked, sent.state_digest)
     if block_list is None or block_list.size <= blockforms.LISTED_BYTES:
         return None, missing
     listed = blockforms.listed_report(sent, block_list.hashes)
