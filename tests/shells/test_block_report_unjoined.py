@@ -31,6 +31,7 @@ from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support.controller_fakes import CallContext, QuietNode
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -45,22 +46,6 @@ def report(sid: str, node: str) -> pb.FullState:
     sent, _ = blocks.referenced_report(whole, set(), carry_all=True)  # a node's first large report
     assert sent is not None
     return sent
-
-
-class Context:
-    def auth_context(self) -> dict:
-        return {}
-
-    def peer(self) -> str:
-        return "ipv4:127.0.0.1:5000"
-
-    async def abort(self, code, details):
-        raise AssertionError(f"aborted: {code} {details}")
-
-
-class Node:
-    async def StartSnapshot(self, request, timeout, wait_for_ready=False):
-        return pb.StartSnapshotResponse()
 
 
 async def chunks(state: pb.FullState):
@@ -96,12 +81,12 @@ async def _never_joined(tmp_path) -> None:
     tracker = Tracker(topology=topology, deadline_s=30.0, checker=checker)
     engine = ControllerEngine(config=config.load(config.DEFAULT_CONFIG), machine=Controller(tracker),
                               journal=journal, writer=writer, metrics=ControllerMetrics(CollectorRegistry()))
-    engine.stubs = {n: Node() for n in engine.nodes}  # type: ignore[misc]
+    engine.stubs = {n: QuietNode() for n in engine.nodes}  # type: ignore[misc]
     service = ControllerService(engine)
     sid = (await engine.trigger("a")).snapshot_id
 
-    first = asyncio.create_task(service.ReportStateChunks(chunks(report(sid, "a")), Context()))
-    second = asyncio.create_task(service.ReportState(report(sid, "b"), Context()))
+    first = asyncio.create_task(service.ReportStateChunks(chunks(report(sid, "a")), CallContext()))
+    second = asyncio.create_task(service.ReportState(report(sid, "b"), CallContext()))
     await asyncio.wait_for(asyncio.gather(first, second), 10)
     finished = tracker._finished[sid]
     assert finished.status == pb.Snapshot.COMPLETE, finished.reason
