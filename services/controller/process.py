@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 
 from prometheus_client import CollectorRegistry
@@ -34,6 +35,7 @@ from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.app import load_app, v1fields
+from snapmesh.protocol import blocks
 from snapmesh.protocol.appstate import AppChecker, side_for
 from snapmesh.protocol.controller import journalblocks, loglines
 from snapmesh.protocol.controller.machine import Controller
@@ -126,8 +128,11 @@ async def _serve_locked(
     writer = StoreWriter(store, on_filed=lambda sid: engine.filed(sid))  # nothing is filed before the engine starts
     try:
         records, warnings = journal.open()
-        # Reports journaled as blocks made whole, their blocks pinned again, before the sweep (journalblocks.py JB3)
-        records, pins, dropped = journalblocks.rebuilt(records, store.blocks.read, skip={s.snapshot_id for s in snapshots})
+        # Reports journaled as blocks made whole (a large one listed: JB5), their blocks pinned
+        # again, before the sweep (journalblocks.py JB3)
+        machine.forms.reader = lambda: functools.partial(_checked_block, store)  # the replay's listed states (JB5)
+        records, pins, dropped = journalblocks.rebuilt(records, store.blocks.read, skip={s.snapshot_id for s in snapshots},
+                                                       note=machine.forms.note)
         for sid, names in pins.items():
             store.pins.pin(sid, names)
         if swept := store.sweep():  # this controller owns the data dir (its lock): nothing is being filed
@@ -171,3 +176,9 @@ async def _serve_locked(
     finally:
         await asyncio.to_thread(writer.close)
         await journal.close()
+
+
+def _checked_block(store: SnapshotStore, name: bytes) -> bytes | None:
+    """Block `name` from the store's files, only as its name says (blocks.py B3; None: not so held)."""
+    block = store.blocks.read(name)
+    return block if block is not None and blocks.block_hash(block) == name else None

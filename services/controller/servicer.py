@@ -40,6 +40,9 @@ from snapmesh.serving.fanout import FellBehind
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
+# A report as blocks of a larger state is listed without being joined (blockforms.py BF6): the
+# kept blocks (knownblocks.py) hold no state over this bound, so joining one buys nothing.
+JOINED_MAX_BYTES = KNOWN_MAX_BYTES
 ASK_ONCE = Retry(2.0, tries=1)  # a node's GetState (mode_mismatch asks again in its next round)
 
 
@@ -265,30 +268,67 @@ class ControllerService(pb_grpc.ControllerServicer):
         blocks, which are pinned first (journalblocks.py JB1; a thread). A large state
         stays its block list (blockforms.py): the report in listed form, its state's
         size and digest noted for the tracker (the node's digest, when it sent one:
-        checked against the bytes when filed, store.py; else hashed here); a small one
-        is rebuilt whole."""
+        checked against the bytes when filed, store.py; else hashed here), and one too
+        large to join is never joined (BF6); a small one is rebuilt whole."""
         store = self.engine.writer.store
         missing = store.pin(sent.snapshot_id, journalblocks.held(sent), call)
         if not missing:
-            named, missing = blocks.joined(sent, store.blocks.read, self._on_disk(sent.node_id, sent.snapshot_id))
-            if named is not None:
-                self._known.keep(sent.node_id, named)
-                listed = set(sent.state_blocks.hashes)
-                carried = {name: block for block in sent.blocks if (name := blocks.block_hash(block)) in listed}
-                store.keep(sent.snapshot_id, listed, carried, call)  # held for the next report at once
-                if len(named.state) <= blockforms.LISTED_BYTES:  # BF2
-                    whole = pb.FullState()
-                    whole.CopyFrom(sent)
-                    whole.ClearField("state_blocks")
-                    whole.ClearField("blocks")
-                    whole.state = named.state
-                    return whole
-                return self._listed_report(sent, named)
+            taken = None
+            if len(sent.state_blocks.hashes) * blocks.BLOCK_BYTES > JOINED_MAX_BYTES:
+                taken, missing = self._streamed_report(sent, call)
+            if taken is None and not missing:  # small enough to join, or small after all
+                taken, missing = self._joined_report(sent, call)
+            if taken is not None:
+                return taken
             store.lacks(missing)  # the state sent whole next writes them again
             self.engine.writer.unpin(sent.snapshot_id, call)
         shown = ", ".join(f"sha256:{name.hex()}" for name in missing[:3]) + (" ..." if len(missing) > 3 else "")
         raise MissingBlocks(f"{blocks.MISSING}: {len(missing)} of the state of {sent.node_id} in snapshot "
                             f"{sent.snapshot_id} are neither sent nor held here ({shown}); send the state whole")
+
+    def _joined_report(self, sent: pb.FullState, call: int) -> tuple[pb.FullState | None, list[bytes]]:
+        """`_whole_report`'s work on a state joined: whole when small, else listed; or None and
+        the blocks found nowhere. Its blocks are kept for the node's next report (B7)."""
+        store = self.engine.writer.store
+        named, missing = blocks.joined(sent, store.blocks.read, self._on_disk(sent.node_id, sent.snapshot_id))
+        if named is None:
+            return None, missing
+        self._known.keep(sent.node_id, named)
+        listed = set(sent.state_blocks.hashes)
+        carried = {name: block for block in sent.blocks if (name := blocks.block_hash(block)) in listed}
+        store.keep(sent.snapshot_id, listed, carried, call)  # held for the next report at once
+        if len(named.state) > blockforms.LISTED_BYTES:  # BF2
+            return self._listed_report(sent, named), []
+        whole = pb.FullState()
+        whole.CopyFrom(sent)
+        whole.ClearField("state_blocks")
+        whole.ClearField("blocks")
+        whole.state = named.state
+        return whole, []
+
+    def _streamed_report(self, sent: pb.FullState, call: int) -> tuple[pb.FullState | None, list[bytes]]:
+        """`sent` (its held blocks pinned) in listed form, its state never joined (blockforms.py
+        BF6): each block from those it carries, the kept ones or the store's file, checked
+        against its name, read for the size and digest (the node's, when it sent one) and
+        let go; or None and the blocks found nowhere (None and none: a small state, joined
+        instead). The carried ones are written and pinned as `_joined_report`'s are."""
+        listed_names = set(sent.state_blocks.hashes)
+        carried = {name: block for block in sent.blocks if (name := blocks.block_hash(block)) in listed_names}
+        known, files = self._on_disk(sent.node_id, sent.snapshot_id), self.engine.writer.store.blocks
+
+        def read(name: bytes) -> bytes | None:
+            if (block := carried.get(name)) is not None or (block := known(name)) is not None:
+                return block
+            block = files.read(name)
+            return block if block is not None and blocks.block_hash(block) == name else None
+
+        block_list, missing = blockforms.streamed(tuple(sent.state_blocks.hashes), read, sent.state_digest)
+        if block_list is None or block_list.size <= blockforms.LISTED_BYTES:  # BF2: joined, it is small
+            return None, missing
+        self.engine.writer.store.keep(sent.snapshot_id, listed_names, carried, call)  # as `_joined_report`
+        listed = blockforms.listed_report(sent, block_list.hashes)
+        self.engine.machine.forms.note(listed, block_list)
+        return listed, []
 
     def _on_disk(self, node_id: str, snapshot_id: str) -> Callable[[bytes], bytes | None]:
         """The kept blocks (knownblocks.py), each only while controller/blocks holds a file of

@@ -122,3 +122,30 @@ def test_a_block_that_cannot_be_read_is_named_and_without_a_reader_a_listed_stat
         view_of(snapshot).states["a"]
     got = lazystates.with_reader(t.forms.state, lambda: view_of(snapshot).states["a"])
     assert got == STATES["a"]
+
+
+def test_streamed_reads_each_block_once_for_the_size_and_digest_and_names_those_it_lacks():
+    """BF6: the block list of a state without its bytes joined; a block not read is named."""
+    state = random.Random(6).randbytes(3 * blocks.BLOCK_BYTES + 7)
+    named = blocks.names(state)[0]
+    content = {name: state[start:end] for name, (start, end) in zip(named.names, named.bounds, strict=True)}
+    asked: list[bytes] = []
+
+    def read(name: bytes) -> bytes | None:
+        asked.append(name)
+        return content.get(name)
+
+    block_list, missing = blockforms.streamed(named.names, read)
+    assert missing == [] and asked == named.names
+    assert block_list == blockforms.BlockList(tuple(named.names), tuple(len(b) for b in blocks.split(state)), digest(state))
+    del content[named.names[1]]
+    assert blockforms.streamed(named.names, read) == (None, [named.names[1]])
+
+
+def test_streamed_takes_the_digest_the_node_said():
+    """BF6: a digest the report carries is taken, not hashed again (the filing checks it)."""
+    state = random.Random(7).randbytes(2 * blocks.BLOCK_BYTES + 1)
+    named = blocks.names(state)[0]
+    content = dict(zip(named.names, blocks.split(state), strict=True))
+    block_list, _ = blockforms.streamed(named.names, content.get, "sha256:said")
+    assert block_list is not None and block_list.digest == "sha256:said" and block_list.size == len(state)

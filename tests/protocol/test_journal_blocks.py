@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 
 from snapmesh.protocol import blocks
+from snapmesh.protocol.appstate import digest
+from snapmesh.protocol.controller import blockforms
 from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.controller import journalblocks
 from snapmesh.protocol.controller.blockpins import BlockPins
@@ -72,6 +74,7 @@ def test_a_replay_refuses_a_report_left_as_blocks():
 
     class Tracker:
         epoch = 1
+        forms = blockforms.BlockForms()  # nothing noted: the manifest is not a listed report (JB5)
 
         def report(self, *_):  # pragma: no cover  (must not be reached)
             raise AssertionError("a manifest reached the tracker")
@@ -112,3 +115,25 @@ def test_a_report_journaled_whole_pins_its_blocks_on_disk_again():
     assert journalblocks.rebuilt([back], disk.get, skip={"s1"})[1] == {}  # filed: the replay skips it
     empty = report("s2", "p1", b"")
     assert journalblocks.rebuilt([R.Reported(state=empty, wall=1.0)], disk.get)[1] == {}
+
+
+def test_a_large_report_as_blocks_is_read_back_listed_with_a_note_and_a_small_one_whole():
+    """JB5: the large one's record holds its manifest and its size and digest are noted;
+    a small one is made whole as before; a block gone drops the snapshot (JB3)."""
+    large, small = random.Random(2).randbytes(9 * B + 3), random.Random(3).randbytes(2 * B)
+    stored = {name: block for state in (large, small)
+              for name, block in zip(blocks.names(state)[0].names, blocks.split(state), strict=True)}
+    records = [R.Reported(state=w, wall=1.0, sent=as_blocks(w, set(stored)))
+               for w in (report("s1", "p1", large), report("s1", "p2", small))]
+    noted: list[tuple[pb.FullState, blockforms.BlockList]] = []
+    back, pins, warnings = journalblocks.rebuilt(records, stored.get, note=lambda r, bl: noted.append((r, bl)))
+    assert warnings == [] and len(pins["s1"]) == 12
+    listed, whole = (r.state for r in back)
+    assert not listed.HasField("state") and list(listed.state_blocks.hashes) == blocks.names(large)[0].names
+    assert whole == report("s1", "p2", small)
+    [(noted_report, block_list)] = noted
+    assert noted_report == listed and block_list.size == len(large) and block_list.digest == digest(large)
+    gone = dict(stored)
+    del gone[blocks.names(large)[0].names[4]]
+    kept, pins, warnings = journalblocks.rebuilt(records, gone.get, note=lambda r, bl: None)
+    assert kept == [] and pins == {} and "dropping snapshot s1" in warnings[0]

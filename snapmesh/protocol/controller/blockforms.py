@@ -29,12 +29,18 @@ BF5. A report that came whole with a state of more than LISTED_BYTES is listed
     (journalblocks.py JB1): from that step on the tracker, the held record
     (held.py H1), the journal (JB4) and the call waiting for its snapshot's end
     hold its manifest, size and digest, not its bytes.
+BF6. A report as blocks of a state too large to join (more than the shell's bound)
+    is listed without its bytes ever held together (`streamed`): each block is
+    read, checked against its name, counted and hashed into the digest, and let go
+    before the next, so the report path holds one block of it at a time. The
+    journal's replay lists such a report the same way (journalblocks.py JB5).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -163,3 +169,24 @@ def listed_report(report: pb.FullState, hashes: Iterable[bytes]) -> pb.FullState
     out.state_blocks.hashes.extend(hashes)
     return out
 
+
+
+def streamed(
+    hashes: Sequence[bytes], read: Callable[[bytes], bytes | None], said: str = "",
+) -> tuple[BlockList | None, list[bytes]]:
+    """The block list of the state `hashes` name, each block by `read` (checked against
+    its name by it; None: it has none), one block held at a time (BF6); or None and the
+    names it could not read, in manifest order. `said`: the state's digest as its node
+    hashed it (FullState.state_digest), taken rather than hashed again ("": hashed here)."""
+    hasher, sizes, missing = None if said else hashlib.sha256(), [], []
+    for name in hashes:
+        block = read(name)
+        if block is None:
+            missing.append(name)
+            continue
+        sizes.append(len(block))
+        if hasher is not None:
+            hasher.update(block)
+    if missing:
+        return None, missing
+    return BlockList(tuple(hashes), tuple(sizes), said or "sha256:" + hasher.hexdigest()), []  # type: ignore[union-attr]

@@ -303,17 +303,25 @@ def replay(records: Iterable[Record], tracker: Tracker, now: Now, *, skip: set[s
             if isinstance(record, Started):
                 tracker.start(sid, record.initiator, at, epoch=record.epoch)
             elif isinstance(record, Reported):
-                if record.state.HasField("state_blocks"):  # journalblocks.rebuilt did not make it whole
-                    raise TrackerMisuse("its state is still a manifest of blocks")
+                if record.state.HasField("state_blocks") and not _noted(tracker, record.state):
+                    raise TrackerMisuse("its state is still a manifest of blocks")  # neither whole nor listed (JB5)
                 tracker.report(tracker.side.old_report(record.state), at)  # F5: an old report, the app's
             elif record.status == FAILED:
                 tracker.fail(sid, record.reason, at)
                 finished.append(sid)
             elif record.status == COMPLETE:
-                if tracker.get(sid).status != COMPLETE:
+                if tracker.listed(sid).status != COMPLETE:  # listed: its states are not read (JB5)
                     warnings.append(f"journal: snapshot {sid} was answered COMPLETE but its reports do not complete it")
                     continue
                 finished.append(sid)
         except (TrackerError, TrackerMisuse) as exc:
             warnings.append(f"journal: skipping a {type(record).__name__.lower()} record of snapshot {sid}: {exc}")
     return finished, warnings
+
+
+def _noted(tracker: Tracker, state: pb.FullState) -> bool:
+    """Whether a report as its manifest was listed by journalblocks.rebuilt (JB5: its size and digest noted)."""
+    try:
+        return tracker.forms.of(state) is not None
+    except LookupError:
+        return False

@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from snapmesh.protocol import blocks
+from snapmesh.protocol.controller import blockforms
 from snapmesh.protocol.controller.journal import Record, Reported
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -54,11 +55,12 @@ def held(sent: pb.FullState) -> set[bytes]:
 
 def rebuilt(
     records: Iterable[Record], read: Callable[[bytes], bytes | None], *, skip: Iterable[str] = (),
+    note: Callable[[pb.FullState, blockforms.BlockList], None] | None = None,
 ) -> tuple[list[Record], dict[str, set[bytes]], list[str]]:
-    """`records` with each report journaled as blocks made whole (JB3), the blocks to
-    pin again by snapshot, and one warning per snapshot dropped. The records of the
-    snapshots in `skip` (loaded from their files: the replay skips them) are left as
-    they are and pin nothing."""
+    """`records` with each report journaled as blocks made whole (JB3), or listed when
+    large and `note` is given (JB5), the blocks to pin again by snapshot, and one
+    warning per snapshot dropped. The records of the snapshots in `skip` (loaded from
+    their files: the replay skips them) are left as they are and pin nothing."""
     skip = set(skip)
     out: list[Record] = []
     pins: dict[str, set[bytes]] = {}
@@ -66,7 +68,9 @@ def rebuilt(
     for record in records:
         sid = record.snapshot_id
         if isinstance(record, Reported) and record.sent is not None and sid not in skip and sid not in gone:
-            whole, missing = blocks.whole_report(record.sent, read)
+            whole, missing = _listed(record.sent, read, note) if note is not None else (None, [])
+            if whole is None and not missing:  # small, or no `note`: whole (JB3)
+                whole, missing = blocks.whole_report(record.sent, read)
             if whole is None:
                 gone[sid] = (f"journal: dropping snapshot {sid}: the report of {record.sent.node_id} names "
                              f"{len(missing)} block(s) no longer stored (sha256:{missing[0].hex()}); it was retired, "
@@ -90,3 +94,26 @@ def _whole_blocks(state: pb.FullState, read: Callable[[bytes], bytes | None]) ->
     if not state.HasField("state") or not state.state:
         return set()
     return {name for name in blocks.names(state.state, state.state_parts)[0].names if read(name) is not None}
+
+
+def _listed(
+    sent: pb.FullState, read: Callable[[bytes], bytes | None], note: Callable[[pb.FullState, blockforms.BlockList], None],
+) -> tuple[pb.FullState | None, list[bytes]]:
+    """The listed form of a report journaled as blocks, noted (JB5); None and no names when
+    its state is small (it is made whole), None and the blocks it cannot read otherwise."""
+    if len(sent.state_blocks.hashes) * blocks.BLOCK_BYTES <= blockforms.LISTED_BYTES:
+        return None, []
+    carried = {blocks.block_hash(block): block for block in sent.blocks}
+
+    def checked(name: bytes) -> bytes | None:
+        if (block := carried.get(name)) is not None:
+            return block
+        block = read(name)
+        return block if block is not None and blocks.block_hash(block) == name else None
+
+    block_list, missing = blockforms.streamed(tuple(sent.state_blocks.hashes), checked, sent.state_digest)
+    if block_list is None or block_list.size <= blockforms.LISTED_BYTES:
+        return None, missing
+    listed = blockforms.listed_report(sent, block_list.hashes)
+    note(listed, block_list)
+    return listed, []

@@ -438,7 +438,7 @@ class Controller(Restoring):
         in_progress = self.tracker.restarted(now)
         retired = self._retired()
         done = replay.taken_back(finished, in_progress, warnings + more, loaded=self._loaded, retired=retired)
-        self._effects += [*replay.files(done, self._missing, self.tracker.get), *(Retire(sid) for sid in retired)]
+        self._effects += [*replay.files(done, self._missing, self.tracker.listed), *(Retire(sid) for sid in retired)]
         return done
 
     def taken_back(self, restores: list[tuple[pb.Restore, list[str]]]) -> None:
