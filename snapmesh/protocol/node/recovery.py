@@ -27,7 +27,8 @@ What is rebuilt:
   with fewer replays in the log than it announced (a crash in the middle) is
   `restore_incomplete`: the node must do it again before taking any traffic;
 - an app node (node rule N10): the app, from the checkpoint's `state` (or the
-  opening state `init` holds; new at an `init` from before it), then every `command`, `recv` and `replay` replayed through it;
+  opening state `init` holds; new at an `init` from before it), then every `command` (or a
+  step's `send` carrying one, wal.step_command), `recv` and `replay` replayed through it;
   each replay's sends must be the `send` records that follow it
   (`NonDeterministic` names the lsn otherwise). Sends a crash cut off the end
   of the log are `pending_sends`: the node logs them before anything else;
@@ -130,7 +131,8 @@ class Recovered:
     # Read from a log of an older shape, mapped once when read (services/node/recovery.py): the node
     # seals its segment at start, so the active segment holds only records of the current shape.
     reshaped: bool = False
-    last_command: int = 0  # the lsn of the last client command (a `command`; the bank's: a `send`; -1: not known), F7
+    # the lsn of the last client command (a `command` or a send carrying one; the native bank's: a `send`; -1: not known), F7
+    last_command: int = 0
 
     @property
     def restore_incomplete(self) -> bool:
@@ -180,7 +182,7 @@ def recover(
                 stoplog.reshape(state, incoming, outgoing)
         else:
             _apply(state, record, where, node_id, incoming, outgoing)
-        if type(record) is wal.Command or (type(record) is wal.Send and (replayer is None or record.command is not None)):  # type: ignore[attr-defined]  (a client's, F7)
+        if wal.step_command(record) is not None or (type(record) is wal.Send and replayer is None):  # a client's (F7)
             state.last_command = record.lsn
         if replayer is not None and at > after_stop:
             replayer.step(record, where)
