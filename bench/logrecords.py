@@ -2,8 +2,8 @@
 
 `python -m bench logrecords [--rev REV]` (REV defaults to BEFORE, the commit before the log's fast
 writers). One bank command step's records as the node makes them (snapmesh/protocol/node/steps.py:
-`submit_many`'s common item and `received_payloads`): the `command` record with its command and
-reply in base64 (`wal.pack`), the `send` with its payload, and at the receiver the `recv`, each
+`submit_many`'s common item and `received_payloads`): the `send` carrying the command and its reply
+in base64 (`wal.pack`; at REV and before it, a `command` record and the `send`), and at the receiver the `recv`, each
 made by `fastrecords`, wrapped in its Append effect and appended to a TransferLog (encoded and
 buffered; nothing is written). The older side runs REV's wal.py and fastrecords.py, loaded beside
 today's, its records appended to REV's TransferLog. Both sides
@@ -54,9 +54,11 @@ def _older(rev: str) -> tuple[types.ModuleType, ...]:
 
 def _steps(wal_: types.ModuleType, records: types.ModuleType, sender: TransferLog, receiver: TransferLog,
            n: int, keep: bool = False) -> float:
-    """Seconds for `n` command steps' records at the sender and their recv at the receiver."""
+    """Seconds for `n` command steps' records at the sender and their recv at the receiver: a
+    `command` and a `send`, or (a `records` with `step_record`) one `send` carrying the command."""
     pack, command_record, send_record, recv_record = wal_.pack, records.command_record, records.send_record, \
         records.recv_record
+    step_record = getattr(records, "step_record", None)
     append, take = sender.append_record, receiver.append_record
     me, dst = "p1", "p2"
     lsn, at = sender.last_lsn, receiver.last_lsn
@@ -64,12 +66,17 @@ def _steps(wal_: types.ModuleType, records: types.ModuleType, sender: TransferLo
     started = time.process_time()
     for _ in range(n):
         lsn += 1
-        effect = fast_new(Append, (command_record(lsn, "", pack(COMMAND), pack(REPLY)),))
-        append(effect.record)
-        lsn += 1
         seq += 1
-        effect = fast_new(Append, (send_record(lsn, f"{me}:{dst}:{seq}", me, dst, seq, "", pack(PAYLOAD)),))
-        append(effect.record)
+        if step_record is not None:
+            effect = fast_new(Append, (step_record(lsn, f"{me}:{dst}:{seq}", me, dst, seq, "", pack(PAYLOAD),
+                                                   pack(COMMAND), pack(REPLY)),))
+            append(effect.record)
+        else:
+            effect = fast_new(Append, (command_record(lsn, "", pack(COMMAND), pack(REPLY)),))
+            append(effect.record)
+            lsn += 1
+            effect = fast_new(Append, (send_record(lsn, f"{me}:{dst}:{seq}", me, dst, seq, "", pack(PAYLOAD)),))
+            append(effect.record)
         at += 1
         effect = fast_new(Append, (recv_record(at, f"{me}:{dst}:{seq}", me, dst, seq, pack(PAYLOAD)),))
         take(effect.record)
@@ -78,6 +85,14 @@ def _steps(wal_: types.ModuleType, records: types.ModuleType, sender: TransferLo
         sender._buffer.clear()
         receiver._buffer.clear()
     return elapsed
+
+
+def _read(logs: tuple[str, str]) -> list[tuple]:
+    """What the lines say, either shape: per step its command, reply, send and recv (lsns aside)."""
+    sender, receiver = ([wal.parse(line, "bench") for line in text.splitlines()] for text in logs)
+    commands = [(c.command, c.reply) for r in sender if (c := wal.step_command(r)) is not None]
+    sends = [(r.msg_id, r.payload) for r in sender if type(r) is wal.Send]
+    return list(zip(commands, sends, [(r.msg_id, r.payload) for r in receiver], strict=True))
 
 
 def main() -> int:
@@ -100,7 +115,7 @@ def main() -> int:
             buffered[side] = ("".join(sender._buffer), "".join(receiver._buffer))  # type: ignore[arg-type]
             sender._buffer.clear()
             receiver._buffer.clear()
-        assert buffered["new"] == buffered["old"], "today's lines differ from REV's"
+        assert _read(buffered["new"]) == _read(buffered["old"]), "today's lines say other than REV's"
         for _ in range(rounds):
             for side, (w, r) in (("old", (old_wal, old_records)), ("new", (wal, fastrecords))):
                 best[side] = min(best[side], _steps(w, r, *logs[side], steps))
@@ -108,9 +123,10 @@ def main() -> int:
             for log_ in pair:
                 os.close(log_._fd)  # nothing was written; no flusher ran
     per = {side: seconds / steps * 1e6 for side, seconds in best.items()}
-    print(f"{'one command step: command + send + recv records':<52} {'µs':>7}")
-    print(f"{'  ' + args.rev + ' (wal.Encoder.record, pack)':<52} {per['old']:7.2f}")
-    print(f"{'  today':<52} {per['new']:7.2f}")
+    print(f"{'one command step and its message at the receiver':<52} {'µs':>7}")
+    print(f"{'  ' + args.rev + ' (command + send + recv records)':<52} {per['old']:7.2f}")
+    today = 'send carrying the command' if hasattr(fastrecords, 'step_record') else 'command + send'
+    print(f"{'  today (' + today + ' + recv)':<52} {per['new']:7.2f}")
     print(f"{'  ratio today/' + args.rev:<52} {per['new'] / per['old']:7.2f}  (best of {rounds} x {steps:,})")
     return 0
 

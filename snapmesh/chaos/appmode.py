@@ -169,6 +169,6 @@ def _whole(campaign, snap: pb.Snapshot) -> pb.Snapshot:
 def command_runs(logs: dict[str, list[dict]], request_ids: list[str]) -> dict[str, int]:
     """How many command records each request id has across the logs (a retry must not run it again)."""
     wanted = set(request_ids)
-    runs = Counter(r["request_id"] for records in logs.values() for r in records
-                   if r.get("kind") == "command" and r.get("request_id") in wanted)
+    runs = Counter(r["request_id"] for records in logs.values() for r in records  # a command, or a send carrying one
+                   if (r.get("kind") == "command" or "command" in r) and r.get("request_id") in wanted)
     return {rid: runs.get(rid, 0) for rid in request_ids}

@@ -26,9 +26,9 @@ def _setters(cls: type, made: tuple[str, ...]) -> tuple[list, list[tuple]]:
     return [setters[name] for name in made], rest
 
 
-def _send_maker():
-    (lsn_, msg_id_, src_, dst_, seq_, request_id_, payload_), rest = _setters(
-        Send, ("lsn", "msg_id", "src", "dst", "seq", "request_id", "payload"))
+def _send_makers():
+    (lsn_, msg_id_, src_, dst_, seq_, request_id_, payload_, command_, reply_), rest = _setters(
+        Send, ("lsn", "msg_id", "src", "dst", "seq", "request_id", "payload", "command", "reply"))
 
     def send_record(lsn: int, msg_id: str, src: str, dst: str, seq: int, request_id: str = "", payload: str = "") -> Send:
         r = _new(Send)
@@ -39,11 +39,30 @@ def _send_maker():
         seq_(r, seq)
         request_id_(r, request_id)
         payload_(r, payload)
+        command_(r, None)
+        reply_(r, "")
         for set_, default in rest:
             set_(r, default)
         return r
 
-    return send_record
+    def step_record(lsn: int, msg_id: str, src: str, dst: str, seq: int, request_id: str, payload: str,
+                    command: str, reply: str = "") -> Send:
+        """A command step's first send, carrying its command (wal.Send)."""
+        r = _new(Send)
+        lsn_(r, lsn)
+        msg_id_(r, msg_id)
+        src_(r, src)
+        dst_(r, dst)
+        seq_(r, seq)
+        request_id_(r, request_id)
+        payload_(r, payload)
+        command_(r, command)
+        reply_(r, reply)
+        for set_, default in rest:
+            set_(r, default)
+        return r
+
+    return send_record, step_record
 
 
 def _recv_maker():
@@ -78,6 +97,6 @@ def _command_maker():
     return command_record
 
 
-send_record = _send_maker()
+send_record, step_record = _send_makers()
 recv_record = _recv_maker()
 command_record = _command_maker()

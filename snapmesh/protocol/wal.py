@@ -111,14 +111,22 @@ class Restart(Record):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Send(Record):
+    """A message sent. The first send of a command's step carries the command (`command`
+    not None, written even when empty: `Command`'s fields, the step's one line where a
+    `command` line and its first `send` were two): its lsn is the command's, and
+    `request_id` is the command's (`step_command`). Otherwise a request_id is an older
+    native log's: its client's retry key."""
+
     KIND: ClassVar[str] = "send"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"request_id", "payload"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"request_id", "payload", "command", "reply"})
     msg_id: str
     src: str
     dst: str
     seq: int
     request_id: str = ""  # the client's retry key; omitted when empty
     payload: str = ""  # an app message's bytes, base64; written even when empty (the kind's mark)
+    command: str | None = None  # the step's command, base64 (None, omitted: a send of no command)
+    reply: str = ""  # with a command: its reply, base64; omitted when empty
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -143,7 +151,8 @@ class Cut(Record):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Command(Record):
     """A client's command to the hosted app (snapmesh.app), an input recovery
-    replays: the sends it made follow as `send` records in the same step.
+    replays: the sends it made follow as `send` records in the same step. A step
+    with sends writes its command on its first `send` instead (`step_command`).
     `reply` is the answer given, so a retry of `request_id` gets it again."""
 
     KIND: ClassVar[str] = "command"
@@ -290,7 +299,7 @@ _OWN = frozenset((*KNOWN, Older, Unknown))  # what `encode` writes itself
 # ATTRS: kind -> the record's field for each key, in the same order.
 COMMON: tuple[tuple[str, type, bool], ...] = (("node", str, True), ("lsn", int, True), ("kind", str, True))
 SPEC: Mapping[str, tuple[tuple[str, type, bool], ...]] = {
-    cls.KIND: tuple((f.name, {"int": int, "str": str, "dict": dict, "list": list}[f.type],
+    cls.KIND: tuple((f.name, {"int": int, "str": str, "str | None": str, "dict": dict, "list": list}[f.type],
                      f.name not in cls.OPTIONAL) for f in fields(cls) if f.name != "lsn")
     for cls in KNOWN
 }
@@ -302,6 +311,18 @@ ATTRS: Mapping[str, tuple[str, ...]] = {cls.KIND: tuple(f.name for f in fields(c
 # the kind without it is of an older format (`Older`), its app's to read (App.old_logs).
 APP_MARKS: Mapping[str, str] = {"init": "app", "checkpoint": "app", "cut": "digest", "restore": "state",
                                 "send": "payload", "recv": "payload", "replay": "payload"}
+
+
+def step_command(record: Record) -> Command | None:
+    """The command `record` holds: itself (a `command`), a step's first `send`'s (same
+    lsn), else None: what a reader of commands reads from either shape of the log."""
+    cls = type(record)
+    if cls is Command:
+        return record  # type: ignore[return-value]
+    if cls is Send and record.command is not None:  # type: ignore[attr-defined]
+        return Command(lsn=record.lsn, request_id=record.request_id, command=record.command,  # type: ignore[attr-defined]
+                       reply=record.reply)  # type: ignore[attr-defined]
+    return None
 
 
 def older_format(record: Record) -> bool:
@@ -330,8 +351,8 @@ def encode(record: Record, node_id: str) -> str:
     mark = APP_MARKS.get(cls.KIND)
     for (name, kind, required), attr in zip(SPEC[cls.KIND], ATTRS[cls.KIND], strict=True):
         value = getattr(record, attr)
-        if not required and not value and name != mark:
-            continue  # the kind's mark is written even when empty: it says the format
+        if value is None or (not required and not value and name != mark and not (cls is Send and name == "command")):
+            continue  # the kind's mark (and a step's command) is written even when empty: it says the format
         if kind is str:
             parts.append(f',"{name}":{_js(value)}')
         elif kind is int:
@@ -362,8 +383,13 @@ class Encoder:
         """A `send` line; its payload is written even when empty (the kind's mark)."""
         src, dst, rid = r.src, r.dst, r.request_id
         ends = self._ends.get((src, dst)) or self._channel(src, dst)
-        return (f'{self._prefix}{r.lsn},"kind":"send","msg_id":{_js(r.msg_id)}{ends},"seq":{r.seq}'
-                f'{_RID + _js(rid) if rid else ""},"payload":{_js(r.payload)}}}\n')
+        line = (f'{self._prefix}{r.lsn},"kind":"send","msg_id":{_js(r.msg_id)}{ends},"seq":{r.seq}'
+                f'{_RID + _js(rid) if rid else ""},"payload":{_js(r.payload)}')
+        cmd = r.command
+        if cmd is None:
+            return line + "}\n"
+        out = r.reply
+        return f'{line}{_CMD}{_js(cmd)}{_REPLY + _js(out) if out else ""}}}\n'  # a step's first send
 
     def _recv(self, r: Any) -> str:
         """A `recv` line; its payload as `send`'s."""

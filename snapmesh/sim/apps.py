@@ -201,14 +201,14 @@ class StateFold:
             self.stopped.discard(node)
             machine = self.machines[node] = new_machine(self.code.get(node, self.app), self.infos[node])
             machine.restore(wal.unpack(record.state, f"{node} lsn {record.lsn}"))  # type: ignore[attr-defined]
-        elif kind is wal.Command:
+        elif (command := wal.step_command(record)) is not None:  # a `command`, or a step's first send carrying it
             ctx = Context(node, self.infos[node].peers_out)
             try:
-                reply = self.machines[node].on_command(wal.unpack(record.command, node), ctx)  # type: ignore[attr-defined]
+                reply = self.machines[node].on_command(wal.unpack(command.command, node), ctx)
             except Refused as exc:
                 raise AppViolation(f"{node}: lsn {record.lsn} logs a command its log's state refuses: {exc}") from None
-            if wal.pack(reply or b"") != record.reply:  # type: ignore[attr-defined]
-                raise AppViolation(f"{node}: lsn {record.lsn} logs reply {record.reply!r}, its log's state replies {reply!r}")  # type: ignore[attr-defined]
+            if wal.pack(reply or b"") != command.reply:
+                raise AppViolation(f"{node}: lsn {record.lsn} logs reply {command.reply!r}, its log's state replies {reply!r}")
         elif kind is wal.Recv or kind is wal.Replay:
             ctx = Context(node, self.infos[node].peers_out)
             self.machines[node].on_message(record.src, wal.unpack(record.payload, node), ctx)  # type: ignore[attr-defined]

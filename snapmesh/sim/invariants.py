@@ -93,11 +93,12 @@ class Checker:
         self.fold.apply(node, record)
         if kind is wal.Send:
             self._fold_send(node, record)  # type: ignore[arg-type]
-        elif kind is wal.Command and record.request_id:  # type: ignore[attr-defined]
-            rid = record.request_id  # type: ignore[attr-defined]
+        command = wal.step_command(record)  # a `command`, or a step's first send carrying it
+        if command is not None and command.request_id:
+            rid = command.request_id
             if (node, rid) in self.requests:  # A4: S6 for commands
                 raise Violation(f"{node}: request_id {rid!r} run twice (lsn {self.requests[(node, rid)][1]}, {record.lsn})")
-            self.requests[(node, rid)] = (record.reply, record.lsn)  # type: ignore[attr-defined]
+            self.requests[(node, rid)] = (command.reply, record.lsn)
             self.taken_back.pop((node, rid), None)
         elif kind is wal.Recv or kind is wal.MarkerRecv:
             self._fold_recv(node, record)
@@ -139,14 +140,14 @@ class Checker:
     def replied_command(self, node: str, lsn: int, reply: str, request_id: str) -> None:
         """A4: an answered command (`lsn` its answer's, `reply` base64) is the `command`
         record before the sends of its step (and a checkpoint, if the step sealed a
-        segment), with that reply and request id."""
+        segment), or the step's first send carrying it, with that reply and request id."""
         self.answered[node].append((lsn, request_id))
         log = self.logs[node]
         at = lsn - 1
-        while at >= 0 and type(log[at]) in (wal.Send, wal.Checkpoint):
+        while at >= 0 and type(log[at]) in (wal.Send, wal.Checkpoint) and wal.step_command(log[at]) is None:
             at -= 1
-        record = log[at] if at >= 0 else None
-        if type(record) is not wal.Command or (record.reply, record.request_id) != (reply, request_id):
+        record = wal.step_command(log[at]) if at >= 0 else None
+        if record is None or (record.reply, record.request_id) != (reply, request_id):
             raise Violation(f"{node}: command {request_id!r} answered {reply!r} (lsn {lsn}); its log holds {record}")
         first = self.requests.get((node, request_id))
         if request_id and first is not None and first[0] != reply:
@@ -185,10 +186,11 @@ class Checker:
                     self.cuts[(node, record.snapshot_id)] = record.lsn
                 elif type(record) is wal.Stop:  # a node a rescale started: its log is an init and the stop
                     self.cuts.setdefault((node, record.snapshot_id), record.lsn)
+                command = wal.step_command(record)
+                if command is not None and command.request_id:
+                    self.requests[(node, command.request_id)] = (command.reply, record.lsn)
                 if type(record) is wal.Send:
                     self._fold_send(node, record)
-                elif type(record) is wal.Command and record.request_id:
-                    self.requests[(node, record.request_id)] = (record.reply, record.lsn)
                 elif type(record) is wal.MarkerSent:
                     self._sent(node, record.dst)[record.seq] = ""
                 elif type(record) is wal.Restore or type(record) is wal.Replay:

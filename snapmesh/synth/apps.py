@@ -18,7 +18,9 @@ different one, and says where in `AppResult.doctored`:
                       (a state the node never had at its cut).
 
 The records are built as the rules read them (`cut.record`, keys named by
-snapmesh/bank/formats.py) and written by the node's own `wal.Encoder`.
+snapmesh/bank/formats.py) and written by the node's own `wal.Encoder`; every other
+send carries a command, as a command step's first send does (wal.Send), so the
+readers see both shapes of a send.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import json
 import os
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from snapmesh.bank.formats import MESSAGE_TALLY_KEY, NODE_TALLY_KEY
@@ -100,10 +102,11 @@ def generate_app(
     active: _Snap | None = None
     sent = slot = 0
 
-    def emit(i: int, raw: dict[str, Any]) -> None:
+    def emit(i: int, raw: dict[str, Any], **step: str) -> None:
         # A receipt logs the bytes it took in (its payload), as a hosted app's node does (recovery replays them).
         lsn[i] += 1
-        lines[i].append(encoders[i].record(cut.record({"lsn": lsn[i], **raw}, names[i])))
+        made = cut.record({"lsn": lsn[i], **raw}, names[i])
+        lines[i].append(encoders[i].record(replace(made, **step) if step else made))  # step: a command it carries
 
     def state(i: int) -> bytes:
         return state_bytes(names[i], *counts[i])  # type: ignore[arg-type]
@@ -135,8 +138,8 @@ def generate_app(
             seqs[c] += 1
             msg_id = f"{names[src]}:{names[dst]}:{seqs[c]}"
             payload = wal.pack(rng.randbytes(rng.randrange(1, 24)))
-            emit(src, {"kind": "send", "msg_id": msg_id, "dst": names[dst], "seq": seqs[c],
-                       "payload": payload})
+            emit(src, {"kind": "send", "msg_id": msg_id, "dst": names[dst], "seq": seqs[c], "payload": payload},
+                 **({"command": wal.pack(b"%d" % sent), "reply": wal.pack(b"ok")} if sent % 2 else {}))
             counts[src][0] += 1  # type: ignore[operator]
             queue.append((msg_id, seqs[c], payload))
             sent += 1

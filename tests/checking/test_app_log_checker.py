@@ -67,6 +67,26 @@ def test_each_lie_about_the_bytes_is_caught(tmp_path, lie, words) -> None:
     assert words in str(info.value)
 
 
+# a's send as a command step's first send carries its command (one line), and as nodes wrote it
+# before: a `command` record, then the send.
+STEP_A = [A[0], {**A[1], "command": pack(b"go"), "reply": pack(b"ok")}, *A[2:]]
+OLDER_A = [A[0], {"kind": "command", "command": pack(b"go"), "reply": pack(b"ok")}, *A[1:]]
+
+
+@pytest.mark.parametrize("lie", [None, snapshot(a_state=b"a2"), snapshot(in_flight=b"y")])
+def test_a_cut_is_checked_the_same_with_a_send_carrying_its_command_or_not(tmp_path, lie) -> None:
+    verdicts = []
+    for shape, a in (("step", STEP_A), ("older", OLDER_A)):
+        (tmp_path / shape).mkdir()
+        try:
+            report = check_logs(write_logs(tmp_path / shape, a=a), [lie or snapshot()], channels=CHANNELS, app=PAYLOADS)
+            verdicts.append((report.transfers, report.snapshots))
+        except InvariantViolation as exc:
+            verdicts.append(str(exc))
+    assert verdicts[0] == verdicts[1]
+    assert (verdicts[0] == (1, {"s1": True})) == (lie is None)
+
+
 def test_bytes_changed_in_transit_are_caught_after_the_run_and_step_by_step(tmp_path) -> None:
     changed = [*B[:3], {**B[3], "payload": pack(b"y")}, B[4]]
     logs = write_logs(tmp_path, b=changed)

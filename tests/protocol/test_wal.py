@@ -44,7 +44,7 @@ def test_spec_is_data_every_kind_with_ordered_typed_fields() -> None:
     assert set(wal.SPEC) == wal.KINDS
     assert wal.SPEC["send"] == (
         ("msg_id", str, True), ("src", str, True), ("dst", str, True), ("seq", int, True),
-        ("request_id", str, False), ("payload", str, False),
+        ("request_id", str, False), ("payload", str, False), ("command", str, False), ("reply", str, False),
     )
     assert wal.SPEC["restart"] == ()
     assert wal.SPEC["checkpoint"][0] == ("next_seq", dict, True)

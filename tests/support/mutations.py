@@ -366,9 +366,9 @@ def _trigger_answered_before_durable(monkeypatch: pytest.MonkeyPatch) -> None:
     snapshot's outcome: a crash then takes back an end the client was told."""
     finished = controller.Controller._finished
 
-    def broken(self, snapshot):
+    def broken(self, snapshot, *calls):
         before = len(self._effects)
-        finished(self, snapshot)
+        finished(self, snapshot, *calls)
         step = self._effects[before:]
         answers = [e for e in step if isinstance(e, controller.AnswerTrigger)]
         self._effects[before:] = answers + [e for e in step if not isinstance(e, controller.AnswerTrigger)]

@@ -58,8 +58,9 @@ N9. Overtake mode (snapmesh/protocol/overtake.py): at a cut the node keeps, per
     the mode.
 N10. A hosted app (snapmesh.app; `app` given, apphost.py calls it). A
     client's command is one step: the app runs first, and only if it replies
-    are a `command` record (with the reply) and one `send` record per message
-    it sent appended; a refusal logs nothing. A peer's app message is one
+    is one `send` record per message it sent appended, the first carrying the
+    command and its reply (none sent: a `command` record); a refusal logs
+    nothing. A peer's app message is one
     step: a `recv` record, then its sends. At a cut the app's snapshot() is
     taken in the same step as the `cut` record (which holds its digest) and
     rides in the FullState. Checkpoints carry snapshot(); recovery restores

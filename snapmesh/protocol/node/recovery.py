@@ -27,7 +27,8 @@ What is rebuilt:
   with fewer replays in the log than it announced (a crash in the middle) is
   `restore_incomplete`: the node must do it again before taking any traffic;
 - an app node (node rule N10): the app, from the checkpoint's `state` (or the
-  opening state `init` holds; new at an `init` from before it), then every `command`, `recv` and `replay` replayed through it;
+  opening state `init` holds; new at an `init` from before it), then every `command` (or a
+  step's `send` carrying one, wal.step_command), `recv` and `replay` replayed through it;
   each replay's sends must be the `send` records that follow it
   (`NonDeterministic` names the lsn otherwise). Sends a crash cut off the end
   of the log are `pending_sends`: the node logs them before anything else;
@@ -130,7 +131,8 @@ class Recovered:
     # Read from a log of an older shape, mapped once when read (services/node/recovery.py): the node
     # seals its segment at start, so the active segment holds only records of the current shape.
     reshaped: bool = False
-    last_command: int = 0  # the lsn of the last client command (a `command`; the bank's: a `send`; -1: not known), F7
+    # the lsn of the last client command (a `command` or a send carrying one; the native bank's: a `send`; -1: not known), F7
+    last_command: int = 0
 
     @property
     def restore_incomplete(self) -> bool:
@@ -180,7 +182,7 @@ def recover(
                 stoplog.reshape(state, incoming, outgoing)
         else:
             _apply(state, record, where, node_id, incoming, outgoing)
-        if type(record) is wal.Command or (type(record) is wal.Send and replayer is None):  # a client's (F7)
+        if wal.step_command(record) is not None or (type(record) is wal.Send and replayer is None):  # a client's (F7)
             state.last_command = record.lsn
         if replayer is not None and at > after_stop:
             replayer.step(record, where)
@@ -238,7 +240,7 @@ class _Replayer:
         if wal.older_format(record):
             raise CorruptLog(f"{where}: a record of an older log format in the log of a node that runs app"
                              f" {self.host.app.name!r}, and its app reads no such log (App.old_logs)")
-        if kind is wal.Send:
+        if kind is wal.Send and record.command is None:  # type: ignore[attr-defined]
             self._match(record, where)  # type: ignore[arg-type]
             return
         if self.expected:
@@ -255,7 +257,7 @@ class _Replayer:
                 self.host.fresh()
             elif kind is wal.Checkpoint or kind is wal.Restore:
                 self.host.restore(wal.unpack(record.state, where))  # type: ignore[attr-defined]
-            elif kind is wal.Command:
+            elif kind is wal.Command or kind is wal.Send:  # a send here carries its step's command
                 self._command(record, where)  # type: ignore[arg-type]
             elif kind is wal.Recv or kind is wal.Replay:
                 self.cause = f"the message at lsn {record.lsn}"
@@ -263,6 +265,8 @@ class _Replayer:
                 self.expected.extend(self.host.message(record.src, payload))  # type: ignore[attr-defined]
         except (core.AppFailed, core.AppRefusal) as exc:
             raise NonDeterministic(f"{where}: lsn {record.lsn}: replaying it, {exc}") from None
+        if kind is wal.Send:  # then the send it carries, the first its command made
+            self._match(record, where)  # type: ignore[arg-type]
 
     def check_stamp(self, record: Any, where: str) -> None:
         """Raise OtherVersion if `record` names another app or version than the host's."""
@@ -275,7 +279,7 @@ class _Replayer:
                 f" version {app.version}, and replaying another version's records is never silent: {ways_on(version)}"
             )
 
-    def _command(self, record: wal.Command, where: str) -> None:
+    def _command(self, record: wal.Command | wal.Send, where: str) -> None:
         self.cause = f"the command at lsn {record.lsn}"
         reply, sends = self.host.command(wal.unpack(record.command, where))
         if wal.pack(reply) != record.reply:
@@ -315,8 +319,8 @@ def _apply(
     state.last_lsn = record.lsn
     state.fresh = False
     kind = type(record)
-    if state.command_id and kind is not wal.Send:  # only the first send of the step after the command
-        state.command_id = ""
+    if state.command_id and (kind is not wal.Send or record.command is not None):  # type: ignore[attr-defined]
+        state.command_id = ""  # only the first send of the step after the command
     if first and kind not in (wal.Init, wal.Checkpoint):
         raise CorruptLog(f"{where}: the first record must be init (or a checkpoint in a later segment), not {_kind(record)}")
     if first and kind is wal.Init and record.lsn != 1:
@@ -332,10 +336,12 @@ def _apply(
         if kind is wal.Send:
             payload = wal.unpack(record.payload, where)  # type: ignore[attr-defined]
             state.outbox[dst].append(Entry(seq, 0, "", 0, payload))
-            if state.command_id:  # the first message of a command with a request id: its Paid's seq
+            if record.command is not None:  # type: ignore[attr-defined]  (a step's first send: its command's)
+                _command_paid(state, record, where, seq)  # type: ignore[arg-type]
+            elif state.command_id:  # the first message of a command with a request id: its Paid's seq
                 state.requests[state.command_id] = state.requests[state.command_id]._replace(first_seq=seq)
                 state.command_id = ""
-            if record.request_id:  # an older log's: the id is on its send; that log's reader fills its reply
+            elif record.request_id:  # an older log's: the id is on its send; that log's reader fills its reply
                 state.requests[record.request_id] = requests.Paid(  # type: ignore[attr-defined]
                     record.msg_id, seq, 0.0, record.lsn, "", state.epoch,  # type: ignore[attr-defined]
                 )
@@ -369,12 +375,7 @@ def _apply(
         state.replays_missing -= 1
     elif kind is wal.Command:
         if record.request_id:  # type: ignore[attr-defined]
-            # An app's Paid holds its reply (base64) where the bank's holds the msg id.
-            digest = requests.command_digest(wal.unpack(record.command, where))  # type: ignore[attr-defined]  (W5)
-            state.requests[record.request_id] = requests.Paid(  # type: ignore[attr-defined]
-                record.reply, 0, 0.0, record.lsn, digest, state.epoch  # type: ignore[attr-defined]
-            )
-            state.requests.move_to_end(record.request_id)  # type: ignore[attr-defined]
+            _command_paid(state, record, where, 0)  # type: ignore[arg-type]
             state.command_id = record.request_id  # type: ignore[attr-defined]
     elif kind is wal.Init:
         if not first:
@@ -390,6 +391,14 @@ def _apply(
             for table in (state.next_seq, state.acked, state.outbox, state.last_received):
                 table.clear()
         _load_checkpoint(state, record, where, incoming, outgoing)  # type: ignore[arg-type]
+
+
+def _command_paid(state: Recovered, record: wal.Command | wal.Send, where: str, first_seq: int) -> None:
+    """A command's request id paid (an app's Paid holds its reply, base64, where the bank's held the msg id)."""
+    if record.request_id:
+        digest = requests.command_digest(wal.unpack(record.command or "", where))  # W5
+        state.requests[record.request_id] = requests.Paid(record.reply, first_seq, 0.0, record.lsn, digest, state.epoch)
+        state.requests.move_to_end(record.request_id)
 
 
 def _apply_restore(state: Recovered, record: wal.Restore, outgoing: tuple[str, ...], incoming: tuple[str, ...]) -> None:

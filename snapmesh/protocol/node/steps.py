@@ -137,14 +137,15 @@ class NodeSteps:
                 return self._reply_when_durable(reply_to, answer)
         reply, sends = host.command(command, self._admit)
         packed = wal.pack(reply) if reply else ""
-        lsn = self.last_lsn + 1  # _append, inline (the per-command path)
-        self.last_lsn = self.last_command = lsn
-        self._segment_count += 1
-        self._out.append(fast_new(Append, (fastrecords.command_record(lsn, request_id, wal.pack(command), packed),)))
+        lsn = self.last_command = self.last_lsn + 1  # _append, inline (the per-command path)
         first_seq = 0
         if sends:
             first_seq = self.senders[sends[0][0]].next_seq
-            self._app_sends(sends)
+            self._step_sends(lsn, request_id, wal.pack(command), packed, sends)
+        else:
+            self.last_lsn = lsn
+            self._segment_count += 1
+            self._out.append(fast_new(Append, (fastrecords.command_record(lsn, request_id, wal.pack(command), packed),)))
         if request_id:
             # An app's Paid holds its reply (base64) where an old native log's held the msg id.
             self._requests.paid(request_id, requests.Paid(packed, first_seq, self.wall, lsn, digest, epochs.epoch))
@@ -170,7 +171,7 @@ class NodeSteps:
         answer_to = results.append
         submit, epochs, host, senders, out = self.submit, self.epochs, self.host, self.senders, self._out
         command_of, admit, pack, command_record = host.command, self._admit, wal.pack, fastrecords.command_record
-        send_record, me = fastrecords.send_record, self.node_id
+        step_record, me = fastrecords.step_record, self.node_id
         for request_id, command, first_sent_unix_ms in items:
             try:
                 if request_id or epochs.restore_incomplete or type(command) is not bytes:
@@ -181,28 +182,28 @@ class NodeSteps:
             except core.LocalProtocolError as exc:
                 answer_to(exc)
                 continue
-            # From here on as `submit` with no request id: the command record, then its sends.
-            lsn = self.last_lsn + 1
-            self.last_command = lsn
-            out.append(fast_new(Append, (command_record(lsn, "", pack(command), pack(reply) if reply else ""),)))
+            # From here on as `submit` with no request id: the step's first send carrying its command.
+            lsn = self.last_command = self.last_lsn + 1
             first_seq = 0
-            if len(sends) == 1:  # `_app_sends` of one message, inline
+            if len(sends) == 1:  # `_step_sends` of one message, inline
                 dst, payload = sends[0]
                 sender = senders[dst]
                 first_seq = seq = sender.next_seq
-                lsn += 1
-                out.append(fast_new(Append, (send_record(lsn, f"{me}:{dst}:{seq}", me, dst, seq, "", pack(payload)),)))
+                out.append(fast_new(Append, (step_record(lsn, f"{me}:{dst}:{seq}", me, dst, seq, "", pack(payload),
+                                                         pack(command), pack(reply) if reply else ""),)))
                 sender.enqueue(lsn=lsn, payload=payload)
-                self._segment_count += 2
+                self._segment_count += 1
                 self.messages_sent += 1
                 self.last_lsn = lsn
                 sent_to: tuple[str, ...] = (dst,)
             else:
-                self.last_lsn = lsn
-                self._segment_count += 1
                 if sends:
                     first_seq = senders[sends[0][0]].next_seq
-                    self._app_sends(sends)
+                    self._step_sends(lsn, "", pack(command), pack(reply) if reply else "", sends)
+                else:
+                    self.last_lsn = lsn
+                    self._segment_count += 1
+                    out.append(fast_new(Append, (command_record(lsn, "", pack(command), pack(reply) if reply else ""),)))
                 sent_to = tuple(dict.fromkeys(dst for dst, _ in sends))
             if self._segment_count >= self.segment_records or self._segment_size >= self.segment_bytes:
                 self._seal()
@@ -291,6 +292,21 @@ class NodeSteps:
         self.transfers_received += 1
         if sends:
             self._app_sends(sends)
+
+    def _step_sends(self, lsn: int, request_id: str, command: str, reply: str, sends: list[tuple[str, bytes]]) -> None:
+        """A command step's sends at `lsn` on: the first `send` record carries the command
+        (wal.Send: one line where a `command` and a `send` were two), the rest as `_app_sends`."""
+        me, (dst, payload) = self.node_id, sends[0]
+        sender = self.senders[dst]
+        seq = sender.next_seq
+        self._out.append(fast_new(Append, (fastrecords.step_record(
+            lsn, f"{me}:{dst}:{seq}", me, dst, seq, request_id, wal.pack(payload), command, reply),)))
+        sender.enqueue(lsn=lsn, payload=payload)
+        self._segment_count += 1
+        self.messages_sent += 1
+        self.last_lsn = lsn
+        if len(sends) > 1:
+            self._app_sends(sends[1:])
 
     def _app_sends(self, sends: Iterable[tuple[str, bytes]]) -> None:
         """The messages one app step sent: a `send` record each, then onto its channel."""
