@@ -13,25 +13,15 @@ import asyncio
 import random
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from snapmesh.app import App
 from snapmesh.protocol import blocks, chunking
-from snapmesh.protocol.appstate import AppChecker, digest
+from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.controller import blockforms, journalblocks
 from snapmesh.protocol.controller import journal as R
-from snapmesh.protocol.controller.machine import Controller
 from snapmesh.protocol.controller.tracker import Now, Tracker
-from snapmesh.protocol.topology import Topology
-from snapmesh.services.controller import journal as J
 from snapmesh.services.controller import servicer
-from snapmesh.services.controller.engine import ControllerEngine
-from snapmesh.services.controller.metrics import ControllerMetrics
-from snapmesh.services.controller.servicer import ControllerService
-from snapmesh.services.controller.store import SnapshotStore, StoreWriter
-from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
-from support.controller_fakes import CallContext, QuietNode
+from support.controller_fakes import CallContext, blob_controller
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -72,17 +62,8 @@ def test_a_large_block_report_completes_and_replays_never_joined(tmp_path, monke
 
 
 async def _never_joined(tmp_path) -> None:
-    store = SnapshotStore(tmp_path / "snapshots", tmp_path / "controller" / "snapshots")
-    writer = StoreWriter(store, on_filed=lambda sid: None)  # never filed: the journal keeps its frames
-    journal = J.Journal(tmp_path / "controller" / "journal")
-    journal.open()
-    topology = Topology(nodes=("a", "b"), channels=(("a", "b"), ("b", "a")))
-    checker = AppChecker("blob:app", App(name="blob", new=lambda info: None))
-    tracker = Tracker(topology=topology, deadline_s=30.0, checker=checker)
-    engine = ControllerEngine(config=config.load(config.DEFAULT_CONFIG), machine=Controller(tracker),
-                              journal=journal, writer=writer, metrics=ControllerMetrics(CollectorRegistry()))
-    engine.stubs = {n: QuietNode() for n in engine.nodes}  # type: ignore[misc]
-    service = ControllerService(engine)
+    c = blob_controller(tmp_path)  # never filed: the journal keeps its frames
+    engine, service, store, writer, journal, tracker = c.engine, c.service, c.store, c.writer, c.journal, c.tracker
     sid = (await engine.trigger("a")).snapshot_id
 
     first = asyncio.create_task(service.ReportStateChunks(chunks(report(sid, "a")), CallContext()))
@@ -102,7 +83,7 @@ async def _never_joined(tmp_path) -> None:
     # A restart: the journal read back, each report listed again (JB5), then replayed (T9)
     records, _, problem = R.decode_all((tmp_path / "controller" / "journal").read_bytes())
     assert problem is None
-    again = Tracker(topology=topology, deadline_s=30.0, checker=checker)
+    again = Tracker(topology=tracker.topology, deadline_s=30.0, checker=tracker.side)
     again.forms.reader = lambda: store.blocks.read
     rebuilt, pins, warnings = journalblocks.rebuilt(records, store.blocks.read, note=again.forms.note)
     assert warnings == []

@@ -12,23 +12,15 @@ import asyncio
 import random
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from snapmesh.app import App
 from snapmesh.protocol import blocks, chunking
-from snapmesh.protocol.appstate import AppChecker
-from snapmesh.protocol.controller.machine import Controller
 from snapmesh.protocol.controller.tracker import Tracker
-from snapmesh.protocol.topology import Topology
-from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.engine import ControllerEngine
-from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.servicer import ControllerService
-from snapmesh.services.controller.store import SnapshotStore, StoreWriter
+from snapmesh.services.controller.store import SnapshotStore
 from snapmesh.services.node.sentblocks import SentBlocks
-from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
-from support.controller_fakes import CallContext, QuietNode
+from support.controller_fakes import CallContext, blob_controller
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -69,18 +61,9 @@ async def chunks(sent: pb.FullState, stalled: asyncio.Event | None = None, after
 
 
 def engine_on(tmp_path) -> tuple[ControllerEngine, ControllerService, SnapshotStore, Tracker]:
-    store = SnapshotStore(tmp_path / "snapshots", tmp_path / "controller" / "snapshots")
-    writer = StoreWriter(store, on_filed=lambda sid: None)
-    journal = J.Journal(tmp_path / "controller" / "journal")
-    journal.open()
-    tracker = Tracker(topology=Topology(nodes=("a", "b"), channels=(("a", "b"), ("b", "a"))), deadline_s=60.0,
-                      checker=AppChecker("blob:app", App(name="blob", new=lambda info: None)))
-    engine = ControllerEngine(config=config.load(config.DEFAULT_CONFIG), machine=Controller(tracker),
-                              journal=journal, writer=writer, metrics=ControllerMetrics(CollectorRegistry()))
-    engine.stubs = {n: QuietNode() for n in engine.nodes}  # type: ignore[misc]
-    service = ControllerService(engine)
-    service._chunk_budget = PeakBudget(per_peer=PER_PEER, total=TOTAL)
-    return engine, service, store, tracker
+    c = blob_controller(tmp_path, deadline_s=60.0)
+    c.service._chunk_budget = PeakBudget(per_peer=PER_PEER, total=TOTAL)
+    return c.engine, c.service, c.store, c.tracker
 
 
 @pytest.fixture

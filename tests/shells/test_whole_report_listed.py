@@ -15,24 +15,14 @@ import random
 from types import SimpleNamespace
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from snapmesh.app import App
 from snapmesh.protocol import blocks, chunking
-from snapmesh.protocol.appstate import AppChecker
 from snapmesh.protocol.controller import blockforms, journalblocks
 from snapmesh.protocol.controller import journal as R
-from snapmesh.protocol.controller.machine import Controller
-from snapmesh.protocol.controller.tracker import Tracker
-from snapmesh.protocol.topology import Topology
-from snapmesh.services.controller import journal as J
-from snapmesh.services.controller.engine import ControllerEngine
-from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
-from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
-from support.controller_fakes import CallContext, QuietNode
+from support.controller_fakes import CallContext, blob_controller
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -75,16 +65,8 @@ def test_a_large_whole_report_is_kept_as_its_manifest_from_receipt_to_replay(tmp
 
 
 async def _manifest_from_receipt_to_replay(tmp_path) -> None:
-    store = SnapshotStore(tmp_path / "snapshots", tmp_path / "controller" / "snapshots")
-    writer = StoreWriter(store, on_filed=lambda sid: None)  # never filed: the journal keeps its frames
-    journal = J.Journal(tmp_path / "controller" / "journal")
-    journal.open()
-    tracker = Tracker(topology=Topology(nodes=("a", "b"), channels=(("a", "b"), ("b", "a"))), deadline_s=30.0,
-                      checker=AppChecker("blob:app", App(name="blob", new=lambda info: None)))
-    engine = ControllerEngine(config=config.load(config.DEFAULT_CONFIG), machine=Controller(tracker),
-                              journal=journal, writer=writer, metrics=ControllerMetrics(CollectorRegistry()))
-    engine.stubs = {n: QuietNode() for n in engine.nodes}  # type: ignore[misc]
-    service = ControllerService(engine)
+    c = blob_controller(tmp_path)  # never filed: the journal keeps its frames
+    engine, service, store, writer, journal, tracker = c.engine, c.service, c.store, c.writer, c.journal, c.tracker
     sid = (await engine.trigger("a")).snapshot_id
 
     first = asyncio.create_task(service.ReportStateChunks(chunks(report(sid, "a")), CallContext()))

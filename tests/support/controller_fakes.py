@@ -1,10 +1,27 @@
 """Stand-ins for the controller's in-process shell tests (a real engine, journal and store,
-no gRPC server): `CallContext`, a plaintext call's context (no certificate, a peer
-address; an abort fails the test), and `QuietNode`, a node stub that accepts every
-StartSnapshot and does nothing else."""
+no gRPC server): `blob_controller`, such an engine and servicer for two nodes;
+`CallContext`, a plaintext call's context (no certificate, a peer address; an abort
+fails the test); and `QuietNode`, a node stub that accepts every StartSnapshot and
+does nothing else."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from snapmesh.app import App
+from snapmesh.protocol.appstate import AppChecker
+from snapmesh.protocol.controller.machine import Controller
+from snapmesh.protocol.controller.tracker import Tracker
+from snapmesh.protocol.topology import Topology
+from snapmesh.services.controller import journal as J
+from snapmesh.services.controller.engine import ControllerEngine
+from snapmesh.services.controller.metrics import ControllerMetrics
+from snapmesh.services.controller.servicer import ControllerService
+from snapmesh.services.controller.store import SnapshotStore, StoreWriter
+from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
@@ -24,3 +41,30 @@ class CallContext:
 class QuietNode:
     async def StartSnapshot(self, request, timeout, wait_for_ready=False):
         return pb.StartSnapshotResponse()
+
+
+@dataclass
+class BlobController:
+    """A controller's engine and servicer in this process over a real journal and store
+    under `tmp_path`, for nodes a and b (a <-> b) hosting a blob app with no invariant;
+    its writer never files, so the journal keeps every snapshot's frames."""
+
+    engine: ControllerEngine
+    service: ControllerService
+    store: SnapshotStore
+    writer: StoreWriter
+    journal: J.Journal
+    tracker: Tracker
+
+
+def blob_controller(tmp_path: Path, deadline_s: float = 30.0) -> BlobController:
+    store = SnapshotStore(tmp_path / "snapshots", tmp_path / "controller" / "snapshots")
+    writer = StoreWriter(store, on_filed=lambda sid: None)
+    journal = J.Journal(tmp_path / "controller" / "journal")
+    journal.open()
+    tracker = Tracker(topology=Topology(nodes=("a", "b"), channels=(("a", "b"), ("b", "a"))), deadline_s=deadline_s,
+                      checker=AppChecker("blob:app", App(name="blob", new=lambda info: None)))
+    engine = ControllerEngine(config=config.load(config.DEFAULT_CONFIG), machine=Controller(tracker),
+                              journal=journal, writer=writer, metrics=ControllerMetrics(CollectorRegistry()))
+    engine.stubs = {n: QuietNode() for n in engine.nodes}  # type: ignore[misc]
+    return BlobController(engine, ControllerService(engine), store, writer, journal, tracker)
