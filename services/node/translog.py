@@ -15,15 +15,14 @@ then. It waits longer only when it pays:
 - while a writer is known to be pending (`writer_pending()`: a client batch
   that handed the loop back between its steps and appends again on its next
   turn), it yields the loop once so that writer's records join this round;
-- while the log is concurrent (a round in the last CONCURRENT_ROUNDS had two
-  or more callers in `wait_durable`, i.e. clients' calls), it waits until as
-  many callers wait as the last such round had, for at most GATHER_MAX_S.
+- while the log is concurrent (a round among the last few had two or more
+  callers in `wait_durable`, i.e. clients' calls), it waits for as many
+  callers as the busiest of those rounds had, while they keep coming
+  (services/node/commitgather.py holds the rule and its figures).
   Concurrent unary calls reach the loop one at a time, each a few hundred
   microseconds of gRPC's work apart, so a round that starts on the first
   record holds one or two of them (64 concurrent unary callers made one
-  fsync per 1-2 commands); waiting for the callers the last round answered
-  lets a round carry them (measured on a loaded 2-core machine: 11-19
-  records a commit, against 1-2 before).
+  fsync per 1-2 commands).
 Otherwise it flushes at once: a lone caller (a client alone, a snapshot's
 hop, a channel's frame at low load) never waits for company. Waiting never
 lets anything out early: `durable_lsn` and `on_durable` move only after the
@@ -96,6 +95,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from snapmesh.services.node.commitgather import CommitGather
 from snapmesh.services.node.recovery import next_path
 from snapmesh.protocol import wal
 from snapmesh.serving.durable import fsync_dir, sync_with_log
@@ -104,14 +104,6 @@ log = logging.getLogger(__name__)
 
 INLINE_SYNC_MAX_BYTES = 8192  # ~80 records: at most this many bytes per round are synced on the loop
 INLINE_SYNC_MAX_S = 0.002  # ... and only while the last sync took at most this long
-# Concurrent callers (module doc): a round with two or more callers makes the
-# log concurrent for this many rounds, so one round of a lone caller amid the
-# load does not send the next back to the loop's inline sync.
-CONCURRENT_ROUNDS = 8
-# The longest a concurrent round waits for callers. Under 64 concurrent callers
-# each call already waits ~30 ms (64 in flight at ~2k calls/s), so 5 ms more per
-# round costs little, and it is what lets a round gather the callers back.
-GATHER_MAX_S = 0.005
 
 
 def sync_inline(nbytes: int, last_sync_s: float, concurrent: bool = False) -> bool:
@@ -168,10 +160,8 @@ class TransferLog:
         self._observe_fsync = observe_fsync
         self._observe_round = observe_round
         self._siblings = 0  # writers known to append on their next loop turn (writer_pending)
-        self._joined = 0  # callers (wait_durable) come since the last round started, each counted once
-        self._expected = 0  # callers a concurrent round waits for: as many as the last one with two or more
-        self._gathered: asyncio.Event | None = None  # set once `_joined` reaches `_expected`
-        self._concurrent = 0  # rounds the log stays concurrent (CONCURRENT_ROUNDS)
+        self._callers = CommitGather()  # who the next round waits for (concurrent callers)
+        self._gathered: asyncio.Event | None = None  # set once the round has every caller it waits for
         self._pending = asyncio.Event()
         self._last_sync_s = 0.0  # how long the last round's write + fdatasync took
         self._round: asyncio.Future[None] | None = None
@@ -241,8 +231,7 @@ class TransferLog:
     async def wait_durable(self, lsn: int) -> None:
         """Return once every record up to `lsn` is on disk."""
         if self.durable_lsn < lsn:  # a caller of the next round: counted once, however many rounds it waits
-            self._joined += 1
-            if self._gathered is not None and self._joined >= self._expected:
+            if self._callers.caller(time.monotonic()) and self._gathered is not None:
                 self._gathered.set()
         while self.durable_lsn < lsn:
             if self.failure is not None:
@@ -271,17 +260,20 @@ class TransferLog:
             await self._pending.wait()
             if self._siblings:  # a sibling writer is on its way: one loop turn, and its records join
                 await asyncio.sleep(0)
-            if self._concurrent and self._joined < self._expected and not self._closing:
+            if not self._closing and self._callers.wait_s(time.monotonic(), time.monotonic()) is not None:
                 await self._gather()
             await self._flush_once(loop)
 
     async def _gather(self) -> None:
-        """Wait (at most GATHER_MAX_S) until as many callers wait as the last concurrent round had."""
+        """Wait while the round's callers keep coming (CommitGather decides how long)."""
+        started = time.monotonic()
         self._gathered = asyncio.Event()
         try:
-            await asyncio.wait_for(self._gathered.wait(), GATHER_MAX_S)
-        except asyncio.TimeoutError:
-            pass  # the callers that came are enough: a round never waits longer
+            while (wait := self._callers.wait_s(time.monotonic(), started)) is not None and not self._closing:
+                try:
+                    await asyncio.wait_for(self._gathered.wait(), wait)
+                except asyncio.TimeoutError:
+                    pass  # asked again: a caller may have come meanwhile, or the round goes
         finally:
             self._gathered = None
 
@@ -292,11 +284,7 @@ class TransferLog:
         items, self._buffer = self._buffer, []
         before, self._before = self._before, []
         upto = self._lsn
-        callers, self._joined = self._joined, 0
-        if callers > 1:
-            self._concurrent, self._expected = CONCURRENT_ROUNDS, callers
-        elif self._concurrent:
-            self._concurrent -= 1
+        self._callers.round_started()
         # A large round syncs off the loop, so the node keeps applying (into the
         # next buffer) while the disk works; a small one on it (sync_inline).
         try:
@@ -304,7 +292,7 @@ class TransferLog:
                 nbytes = len(data) + sum(a.nbytes for a in before)
                 if data or before:
                     started = time.perf_counter()
-                    if sync_inline(nbytes, self._last_sync_s, bool(self._concurrent)):
+                    if sync_inline(nbytes, self._last_sync_s, self._callers.concurrent):
                         took = self._write_round(before, data)
                     else:
                         took = await loop.run_in_executor(None, self._write_round, before, data)

@@ -15,6 +15,7 @@ import grpc
 from support.node_harness import append, append_send, cluster_file, run_node_once
 from snapmesh.services.node.recovery import CorruptLogError, recover
 from snapmesh.services.node import translog
+from snapmesh.services.node.commitgather import CommitGather
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.protocol import wal
 from snapmesh.protocol.node.link import Entry
@@ -213,10 +214,10 @@ def test_concurrent_callers_share_a_round_synced_on_a_thread_and_a_lone_one_wait
 ) -> None:
     """The group commit of concurrent calls: a round two callers wait for makes
     the log concurrent; the next round then waits until as many callers wait
-    (here a second one, however late: GATHER_MAX_S is set out of reach) and
-    both concurrent rounds sync on a worker thread, leaving the loop free to
-    take the calls. Once the log is no longer concurrent (CONCURRENT_ROUNDS
-    set to 1 here) a lone caller's round waits for nobody and syncs on the loop."""
+    (here a second one, however late: the gather's timers are set out of
+    reach) and both concurrent rounds sync on a worker thread, leaving the
+    loop free to take the calls. Once the log is no longer concurrent (after
+    one round here) a lone caller's round waits for nobody and syncs on the loop."""
     path = tmp_path / "p1.log.jsonl"
     rounds: list[tuple[int, bool]] = []  # (records, on the loop's thread)
     real = translog._write_all_and_sync
@@ -227,11 +228,10 @@ def test_concurrent_callers_share_a_round_synced_on_a_thread_and_a_lone_one_wait
         return 0.0  # as if fast: the rule is under test, not this machine's disk
 
     monkeypatch.setattr(translog, "_write_all_and_sync", spy)
-    monkeypatch.setattr(translog, "CONCURRENT_ROUNDS", 1)
-    monkeypatch.setattr(translog, "GATHER_MAX_S", 3600.0)
 
     async def go() -> None:
         log = TransferLog(path, "p1", last_lsn=0)
+        log._callers = gather = CommitGather(rounds=1, gap_s=3600.0, max_s=3600.0)
         log.start()
         first = [asyncio.ensure_future(log.wait_durable(lsn)) for lsn in (1, 2)]
         await asyncio.sleep(0)  # both wait before the records come
@@ -244,7 +244,7 @@ def test_concurrent_callers_share_a_round_synced_on_a_thread_and_a_lone_one_wait
         assert log.durable_lsn == 2, "a concurrent round flushed before the callers it waits for came"
         await log.wait_durable(append_send(log, "p1", "p2", 3, 1))  # the second caller: the round goes
         assert late.done()
-        monkeypatch.setattr(translog, "GATHER_MAX_S", 0.001)  # no third caller comes: the wait ends by itself
+        gather.gap_s = 0.001  # no third caller comes: the wait ends by itself
         await log.wait_durable(append_send(log, "p1", "p2", 4, 1))
         await log.wait_durable(append_send(log, "p1", "p2", 5, 1))  # a lone caller
         await log.close()
