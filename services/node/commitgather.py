@@ -28,6 +28,10 @@ The rule (Postgres' commit_siblings, with the siblings counted, not guessed):
   on while they stream in, and no longer.
 - It never waits more than MAX_S in all: a round's first caller may be
   slow, but nobody else waits long for it.
+- A round that holds a snapshot's record (a cut, a marker sent or received,
+  a report's save) waits for nobody (`hurry`): every hop of a snapshot
+  waits for its round, and a snapshot's latency is the sum of its hops,
+  while a client's call gains nothing from the marker's company.
 Waiting never lets anything out early: the log makes a round durable before
 anyone is answered, whatever this says.
 """
@@ -51,6 +55,7 @@ class CommitGather:
         self.joined = 0  # callers come since the last round started, each counted once
         self._recent: deque[int] = deque(maxlen=rounds)  # callers of the last rounds (0 for a lone one)
         self._last_join = float("-inf")
+        self._hurried = False  # the next round holds a record that must not wait (a snapshot's)
 
     @property
     def concurrent(self) -> bool:
@@ -69,16 +74,20 @@ class CommitGather:
         self._last_join = now
         return self.joined >= self.expected
 
+    def hurry(self) -> None:
+        """The next round holds a record that waits for nobody (a snapshot's hop)."""
+        self._hurried = True
+
     def round_started(self) -> int:
         """A round took the buffer: returns its callers, and the next round counts afresh."""
-        callers, self.joined = self.joined, 0
+        callers, self.joined, self._hurried = self.joined, 0, False
         self._recent.append(callers)
         return callers
 
     def wait_s(self, now: float, started: float) -> float | None:
         """How long a round that began waiting at `started` may still wait
         before it asks again; None: it goes now."""
-        if self.joined >= self.expected:  # also: not concurrent (expected 0)
+        if self.joined >= self.expected or self._hurried:  # also: not concurrent (expected 0)
             return None
         left = started + self.max_s - now
         if left <= 0:

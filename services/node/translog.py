@@ -17,8 +17,9 @@ then. It waits longer only when it pays:
   turn), it yields the loop once so that writer's records join this round;
 - while the log is concurrent (a round among the last few had two or more
   callers in `wait_durable`, i.e. clients' calls), it waits for as many
-  callers as the busiest of those rounds had, while they keep coming
-  (services/node/commitgather.py holds the rule and its figures).
+  callers as the busiest of those rounds had, while they keep coming, unless
+  it holds a snapshot's record (services/node/commitgather.py holds the rule
+  and its figures).
   Concurrent unary calls reach the loop one at a time, each a few hundred
   microseconds of gRPC's work apart, so a round that starts on the first
   record holds one or two of them (64 concurrent unary callers made one
@@ -104,6 +105,10 @@ log = logging.getLogger(__name__)
 
 INLINE_SYNC_MAX_BYTES = 8192  # ~80 records: at most this many bytes per round are synced on the loop
 INLINE_SYNC_MAX_S = 0.002  # ... and only while the last sync took at most this long
+
+
+# A snapshot's records: their round waits for no caller (commitgather.py).
+_HURRIED = frozenset({wal.Cut, wal.MarkerSent, wal.MarkerRecv, wal.Abort})
 
 
 def sync_inline(nbytes: int, last_sync_s: float, concurrent: bool = False) -> bool:
@@ -195,7 +200,12 @@ class TransferLog:
             raise ValueError(f"{self.path}: record lsn {lsn}, expected {self._lsn + 1}")
         self._lsn = lsn
         line_of = self._lines.get(type(record))  # Encoder.record, inline: ~3 records a command
-        line = line_of(record) if line_of is not None else self._encoder.record(record)
+        if line_of is not None:
+            line = line_of(record)
+        else:
+            line = self._encoder.record(record)
+            if type(record) in _HURRIED:
+                self._callers.hurry()
         self.active_bytes += len(line)
         if self.failure is None:  # _add, inline (the per-record path)
             self._buffer.append(line)
@@ -219,6 +229,7 @@ class TransferLog:
         The files it returns (written unsynced) the round makes durable with its records."""
         if self.failure is not None:
             return
+        self._callers.hurry()  # a report's save: a snapshot's hop (commitgather.py)
         self._before.append(_Action(action, nbytes))
         self._pending.set()
 
@@ -390,6 +401,8 @@ class TransferLog:
         # way: the next one would race it), then write the rest here.
         self._closing = True
         self._pending.set()
+        if self._gathered is not None:  # a round waiting for callers goes now
+            self._gathered.set()
         if self._flusher is not None and not self._flusher.done():
             await asyncio.wait([self._flusher])
         try:

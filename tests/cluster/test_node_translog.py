@@ -253,6 +253,38 @@ def test_concurrent_callers_share_a_round_synced_on_a_thread_and_a_lone_one_wait
     assert rounds == [(2, False), (2, False), (1, True), (1, True)], rounds
 
 
+@pytest.mark.parametrize("hop", ["marker", "report"])
+def test_a_snapshot_hop_never_waits_for_callers_on_a_concurrent_log(tmp_path: Path, hop: str) -> None:
+    """A concurrent round waits for its callers (commitgather.py), but one that
+    holds a snapshot's record or a report's save goes at once: the gather's
+    timers are out of reach here, so a round that waited would hang the test."""
+    path = tmp_path / "p1.log.jsonl"
+
+    async def go() -> None:
+        log = TransferLog(path, "p1", last_lsn=0)
+        log._callers = CommitGather(gap_s=3600.0, max_s=3600.0)
+        log.start()
+        first = [asyncio.ensure_future(log.wait_durable(lsn)) for lsn in (1, 2)]
+        await asyncio.sleep(0)
+        append(log, wal.Init)
+        append_send(log, "p1", "p2", 1, 1)
+        await asyncio.gather(*first)  # two callers: the log is concurrent and expects two
+        if hop == "marker":
+            lsn = append(log, wal.MarkerSent, snapshot_id="s1", src="p1", dst="p2", seq=2)
+        else:
+            log.before_records(lambda: None)
+            lsn = append_send(log, "p1", "p2", 2, 1)
+        await asyncio.wait_for(log.wait_durable(lsn), 10.0)
+        late = asyncio.ensure_future(log.wait_durable(append_send(log, "p1", "p2", 3, 1)))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not late.done(), "a round of a client's record alone did not wait for its callers"
+        late.cancel()
+        await log.close()
+
+    asyncio.run(go())
+
+
 # ----------------------------------------------------------------- recovery
 
 

@@ -76,6 +76,16 @@ def test_no_round_waits_longer_than_max_s_however_the_callers_trickle() -> None:
     assert gather.joined < 64
 
 
+def test_a_snapshot_record_makes_its_round_go_at_once_and_only_that_round() -> None:
+    gather = CommitGather(gap_s=0.003, max_s=0.02)
+    rounds_of(gather, 16)
+    gather.caller(0.0)
+    gather.hurry()
+    assert gather.wait_s(now=0.0, started=0.0) is None
+    gather.round_started()
+    assert gather.wait_s(now=0.0, started=0.0) == pytest.approx(0.02)  # the next waits for its callers again
+
+
 def test_callers_counted_during_a_round_belong_to_the_next() -> None:
     gather = CommitGather()
     gather.caller(0.0)
