@@ -6,7 +6,8 @@ that busy time belongs to is what this prints: per window (an offered transfer
 rate, snapshots on or off), each process group's CPU (user + system, from
 /proc/<pid>/stat, so it holds on a machine other work shares: wall-clock latency
 would not) as a share of one core, its system part, and its CPU per snapshot;
-and the packets the delayers held per snapshot (their NFQUEUE rule's counter).
+and the packets the delayers held per snapshot (their NFQUEUE rule's counter), and
+the kernel's threads' CPU over the window (machine-wide: ksoftirqd, kworker, jbd2).
 The groups: the controller, the nodes (each), the delayers (one per host: the
 testbed's links, a cost real hosts do not pay), the load generator, this process.
 
@@ -118,6 +119,32 @@ def lines(label: str, groups: dict[str, dict[str, float]], cores: int) -> list[s
     return out
 
 
+def kernel_threads() -> dict[str, float]:
+    """CPU seconds so far of the kernel's threads (kthreadd's children), by name up to its
+    first "/" or digit run (ksoftirqd, kworker, jbd2, ...): the whole machine's, other work's too."""
+    out: dict[str, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        if fields[1] != "2":
+            continue
+        name = text[text.index("(") + 1:text.rindex(")")].split("/")[0].rstrip("0123456789:-.")
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / TICKS
+    return out
+
+
+def kernel_line(before: dict[str, float], after: dict[str, float], seconds: float) -> str:
+    spent = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    top = sorted((kv for kv in spent.items() if kv[1] > 0), key=lambda kv: -kv[1])[:4]
+    return (f"  kernel threads, machine-wide (other work's too): {sum(spent.values()) / seconds:.1%} of a core"
+            + (f" ({', '.join(f'{k} {v / seconds:.1%}' for k, v in top)})" if top else ""))
+
+
 def delayed_packets(namespaces: Iterable[str]) -> int:
     """Packets the delayers' NFQUEUE rules sent to them so far, over every host."""
     total = 0
@@ -168,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             for rate, snapshots in [*((r, True) for r in args.rates), (0.0, False)]:
                 loadgen.set(paced_callers(hosts.NODES) if rate else 0, rate=rate)
                 time.sleep(hosts.SETTLE_S)
-                packets, before, at = delayed_packets(namespaces), read(descendants(os.getpid())), time.perf_counter()
+                packets, kernel = delayed_packets(namespaces), kernel_threads()
+                before, at = read(descendants(os.getpid())), time.perf_counter()
                 taken = 0
                 if snapshots:
                     client, _, failed, _ = latency_run(stub, 10**6, args.window, {}, every_s=args.every)
@@ -179,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 groups = split(before, read(descendants(os.getpid())), seconds, taken)
                 label = (f"{args.mode}, {rate:,.0f} transfers/s, "
                          + (f"{taken / seconds:.1f} snapshots/s" if snapshots else "no snapshots"))
-                print("\n".join(lines(label, groups, cores)))
+                print("\n".join([*lines(label, groups, cores), kernel_line(kernel, kernel_threads(), seconds)]))
                 if taken:
                     print(f"  packets through the delayers: {(delayed_packets(namespaces) - packets) / taken:.0f} "
                           "per snapshot", flush=True)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bench.hosts_cpu import Proc, descendants, lines, read, role, split
+from bench.hosts_cpu import Proc, descendants, kernel_line, kernel_threads, lines, read, role, split
 
 PY = "/venv/bin/python"
 
@@ -63,3 +63,13 @@ def test_a_busy_child_is_found_under_us_and_its_cpu_counted() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_kernel_threads_line_names_the_largest_spenders_in_the_window() -> None:
+    before = {"ksoftirqd": 1.0, "kworker": 2.0, "jbd2": 0.5}
+    after = {"ksoftirqd": 1.4, "kworker": 2.2, "jbd2": 0.5, "kswapd": 0.1}
+    assert kernel_line(before, after, seconds=2.0) == (
+        "  kernel threads, machine-wide (other work's too): 35.0% of a core "
+        "(ksoftirqd 20.0%, kworker 10.0%, kswapd 5.0%)")
+    threads = kernel_threads()  # this machine's, read for real
+    assert threads and all(not name[-1:].isdigit() for name in threads)  # "kworker/0:1" counts as kworker
