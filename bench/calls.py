@@ -8,6 +8,7 @@ Its own module so that `bench.lab` (which starts the phase on hosts) and
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import grpc
 
@@ -24,16 +25,23 @@ def paced_callers(nodes: int) -> int:
 
 
 def latency_run(controller, count: int, cap_s: float, statuses: dict[str, int], complete: list | None = None,
-                broadcast: bool = False):
-    """Back-to-back snapshots with wait=true: client and controller durations (ms).
+                broadcast: bool = False, every_s: float = 0.0, sleep: Callable[[float], None] = time.sleep):
+    """Snapshots one after another with wait=true: client and controller durations (ms).
     `complete` gets each COMPLETE snapshot (its statistics split the latency by hop);
-    `broadcast` asks the controller to start each at every node at once."""
+    `broadcast` asks the controller to start each at every node at once. `every_s` 0:
+    back to back; else each starts `every_s` after the one before started (or when that
+    one ends, if later), so the snapshots' own CPU is a stated load, not whatever their
+    latency allows: back to back, a snapshot costs the machine its CPU over its latency."""
     client, server, in_flight, failed = [], [], [], 0
     until = time.perf_counter() + cap_s
+    due = time.perf_counter()
     for _ in range(count):
+        if every_s > 0 and (wait := due - time.perf_counter()) > 0:
+            sleep(wait)
         if time.perf_counter() > until:
             break
         t0 = time.perf_counter()
+        due = t0 + every_s
         try:
             snapshot = controller.TriggerSnapshot(pb.TriggerSnapshotRequest(wait=True, broadcast=broadcast),
                                                   timeout=DEADLINE_S + 10)

@@ -55,6 +55,11 @@ PROBES = 50
 MODES = ("classic", "overtake")
 GOAL_RTTS = 5.0  # snapshot p99 <= this many host round trips
 UTIL_TARGET = 0.5  # the paced-to-utilisation variant (utilisation.py): the machine measured this busy
+# The paced-to-utilisation variant starts a snapshot every this many seconds (search and
+# figures alike). Back to back, the snapshots alone kept the machine 0.5 busy with no
+# transfers at all (about 10 a second, each ~100 ms of CPU in all: nodes 62 ms, the
+# delayers 25, the controller 14; docs/bench-cluster.md), so no pace reached 0.5.
+UTIL_SNAPSHOT_EVERY_S = 0.25
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -68,8 +73,10 @@ def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], sna
              target: float | None = None) -> dict[str, float]:
     """One mode: the hosts cluster, the delays, the paced load, the probe, the snapshots.
     With `target`, `rate` is only where the search for the pace at that measured
-    utilisation starts (bench.utilisation), and the figures add the busy fraction,
-    the run-queue waits and the hop split."""
+    utilisation starts (bench.utilisation), a snapshot starts every
+    UTIL_SNAPSHOT_EVERY_S (in the search too), and the figures add the busy
+    fraction, the run-queue waits and the hop split."""
+    every_s = UTIL_SNAPSHOT_EVERY_S if target is not None else 0.0
     hosts = HostsCluster(root / f"hosts-{mode}", nodes=NODES, deadline=DEADLINE_S, initial_balance=INITIAL_BALANCE,
                          snapshot_mode=mode, startup_timeout=120)
     loadgen = channel = None
@@ -85,7 +92,8 @@ def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], sna
         if target is not None:  # each step measured while snapshots run back to back, as the figures' do
             stub = pb_grpc.ControllerStub(channel)
             rate = utilisation.search_on(loadgen, NODES, target, rate, SETTLE_S, say,
-                                         snapshots=lambda seconds: latency_run(stub, snapshots, seconds, {}))
+                                         snapshots=lambda seconds: latency_run(stub, snapshots, seconds, {},
+                                                                               every_s=every_s))
         loadgen.set(paced_callers(NODES), rate=rate)
         time.sleep(SETTLE_S)
         rtt = hosts.network.probe("p1", "p2", NODE_PORT, count=PROBES)
@@ -94,12 +102,14 @@ def run_mode(root: Path, mode: str, rate: float, say: Callable[[str], None], sna
         endpoints = hop_split.addresses(hosts.cluster)
         hops = hop_split.read_hops(endpoints)
         complete: list = []
-        client, _, failed, _ = latency_run(pb_grpc.ControllerStub(channel), snapshots, CAP_S, {}, complete)
+        client, _, failed, _ = latency_run(pb_grpc.ControllerStub(channel), snapshots, CAP_S, {}, complete,
+                                           every_s=every_s)
         journal_end = utilisation.read_journal(hosts.cluster.controller_metrics_address)
         extra = {**watch.stop(), **utilisation.split_figures(complete, lambda v: _percentile(v, 0.99)),
                  **utilisation.tail_figures(complete, lambda v: _percentile(v, 0.99)),
                  **utilisation.journal_figures(journal, journal_end),
-                 **hop_split.hop_figures(hops, hop_split.read_hops(endpoints)), "pace_per_s": rate}
+                 **hop_split.hop_figures(hops, hop_split.read_hops(endpoints)), "pace_per_s": rate,
+                 "snapshot_every_ms": every_s * 1e3}
         if target is not None:
             extra["util_valid"] = float(utilisation.valid(extra["cpu_busy"], target))
         stats = loadgen.stats()
@@ -154,7 +164,7 @@ def measure(peak_per_s: float, say: Callable[[str], None], *, snapshots: int = S
     return out
 
 
-UTIL_FIGURES = ("cpu_busy", "pace_per_s", *utilisation.RUNQ_FIGURES, "trigger_to_cut_p99_ms",
+UTIL_FIGURES = ("cpu_busy", "pace_per_s", "snapshot_every_ms", *utilisation.RUNQ_FIGURES, "trigger_to_cut_p99_ms",
                 "trigger_to_last_cut_p99_ms", "last_cut_to_complete_p99_ms", *utilisation.TAIL_FIGURES,
                 *utilisation.JOURNAL_FIGURES, *hop_split.FIGURES, "util_valid")
 

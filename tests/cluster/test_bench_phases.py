@@ -398,3 +398,11 @@ def test_the_phase_on_hosts_writes_each_hops_p99_per_mode() -> None:
     assert HOSTS_HOP_KEYS <= set(run.out)
     assert {k for k in run.out if k.startswith("hop_p99_ms_")} == HOSTS_HOP_KEYS
     assert run.out["hop_p99_ms_visible_8n_hosts_5ms_overtake"] == 2.0
+
+
+def test_the_phase_on_hosts_at_a_measured_utilisation_states_its_snapshot_cadence() -> None:
+    # Back to back, the snapshots alone kept the hosts machine 0.5 busy: the phase starts one
+    # every UTIL_SNAPSHOT_EVERY_S instead, and writes that beside its figures.
+    assert 0 < hosts.UTIL_SNAPSHOT_EVERY_S <= 1.0
+    assert "snapshot_every_ms" in hosts.UTIL_FIGURES
+    assert {f"snapshot_every_ms_8n_hosts_5ms_util50_{m}" for m in hosts.MODES} <= HOSTS_UTIL_KEYS
