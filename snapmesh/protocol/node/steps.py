@@ -231,13 +231,12 @@ class NodeSteps:
     def _admit(self, reply: bytes, sends: list[tuple[str, bytes]]) -> None:
         """A command that ran goes through only on what it did (N12); raising takes it back (apphost.H4)."""
         if len(reply) > self.max_reply_bytes:
-            raise core.LocalProtocolError(
-                f"{self.node_id}: the app's reply holds {len(reply)} bytes, over max_reply_bytes"
-                f" ({self.max_reply_bytes}); the command is taken back",
-                core.Refusal.REPLY_TOO_LARGE,
-            )
-        if len(sends) == 1:  # the common step: one message, no counting
-            self.senders[sends[0][0]].check_room(1)
+            raise core.LocalProtocolError(f"{self.node_id}: the app's reply holds {len(reply)} bytes, over max_reply_bytes"
+                                          f" ({self.max_reply_bytes}); the command is taken back", core.Refusal.REPLY_TOO_LARGE)
+        if len(sends) == 1:  # the common step: one message, no counting; check_room(1)'s test without its calls
+            sender = self.senders[sends[0][0]]
+            if sender.next_seq - sender.acked > sender.bound:  # unacked + 1 > bound
+                sender.check_room(1)  # raises ChannelFull
             return
         counts: dict[str, int] = {}
         for dst, _ in sends:
