@@ -55,13 +55,6 @@ DEFAULT_INITIAL_BALANCE = 1000
 # positive amount: what json.loads would give, read in a fifth of its time. Any other text (spacing,
 # key order, escapes, a zero or huge amount) goes through json.loads and its checks, as before.
 _PLAIN_TRANSFER = re.compile(rb'\{"to": "([A-Za-z0-9_.:-]{1,128})", "amount": ([1-9][0-9]{0,17})\}')
-# A payer's commands repeat (a client pays the same amounts to the same few peers), so each
-# instance remembers what a command it paid said, up to this many distinct ones: the next
-# time the same bytes pay with one dict lookup, not a parse (a fifth of its cost). Past the
-# bound nothing more is remembered and a command is parsed as before. Only what a command's
-# bytes say is kept (never the balance), so a hit answers exactly what the parse would.
-KNOWN_COMMANDS = 4096
-_COMPACT, _JSON = b"%d", b'{"balance": %d}'  # the reply after a compact command, after a JSON one (json.dumps's)
 
 
 def decimal(data: bytes, what: str) -> int:
@@ -80,28 +73,15 @@ class Bank:
         self.balance = int(info.params.get("initial_balance", DEFAULT_INITIAL_BALANCE))
         # The compact command's node, as bytes -> its id: one dict lookup in place of a decode and a tuple scan.
         self._peer_of = {peer.encode(): peer for peer in self.peers_out}
-        # A command paid before -> (node, the amount's bytes, the amount, the reply's format): KNOWN_COMMANDS.
-        self._known: dict[bytes, tuple[str, bytes, int, bytes]] = {}
-        self._amounts: dict[bytes, int] = {}  # a message's bytes -> the amount they say (decimal ASCII)
         if self.balance < 0:
             raise ValueError(f"initial_balance must be >= 0, got {self.balance}")
 
     def on_command(self, command: bytes, ctx: Context) -> bytes:
-        known = self._known.get(command)
-        if known is not None:  # paid before: what its parse gave then (KNOWN_COMMANDS)
-            dst, text, amount, reply = known
-            if amount <= self.balance:
-                ctx.send(dst, text)
-                self.balance -= amount
-                return reply % self.balance
         if command[:1] != b"{":
             return self._pay(command, ctx)
         plain = _PLAIN_TRANSFER.fullmatch(command)
         if plain is not None:
-            dst, text = plain[1].decode("ascii"), plain[2]
-            reply = self._transfer(dst, int(text), ctx)
-            self._remember(command, dst, text)  # it paid: every check passed
-            return reply
+            return self._transfer(plain[1].decode("ascii"), int(plain[2]), ctx)
         try:
             request = json.loads(command)
         except ValueError:
@@ -136,15 +116,8 @@ class Bank:
             if amount <= self.balance:
                 ctx.send(dst, text)
                 self.balance -= amount
-                self._remember(command, dst, text)
                 return b"%d" % self.balance
         return self._pay_checked(text, dst_bytes, ctx)
-
-    def _remember(self, command: bytes, dst: str, text: bytes) -> None:
-        """A command that paid `text` (canonical decimal) to the peer `dst`: the next one with its
-        bytes pays without a parse, while fewer than KNOWN_COMMANDS are known."""
-        if len(self._known) < KNOWN_COMMANDS:
-            self._known[command] = (dst, text, int(text), _COMPACT if command[:1] != b"{" else _JSON)
 
     def _pay_checked(self, text: bytes, dst_bytes: bytes, ctx: Context) -> bytes:
         """`_pay` of a command off its common path: every check, each refusal with v1's text."""
@@ -173,15 +146,8 @@ class Bank:
         return str(self.balance).encode()
 
     def on_message(self, src: str, payload: bytes, ctx: Context) -> None:
-        amount = self._amounts.get(payload)
-        if amount is not None:  # an amount read before (KNOWN_COMMANDS, as the commands)
-            self.balance += amount
-            return
         if payload.isdigit():  # `decimal`'s check, without making its error text for every message
-            amount = int(payload)
-            if len(self._amounts) < KNOWN_COMMANDS:
-                self._amounts[payload] = amount
-            self.balance += amount
+            self.balance += int(payload)
             return
         self.balance += decimal(payload, f"the amount from {src}")
 
