@@ -14,7 +14,7 @@ Three parts, each best of --rounds repetitions (the machine is shared and noisy)
   - client: what the exactly-once load generator pays per command beside gRPC: its
     request made (snapmesh/load/generator.py `_request`, with request ids), the response
     parsed, its refusals counted (the bench's generator sends pre-made requests instead).
-With --against, the other tree's files of these parts (apphost.py, undo.py, edge.py,
+With --against, the other tree's files of these parts (apphost.py, undo.py, bank.py, edge.py,
 servicer.py, generator.py) are loaded beside this tree's and each round measures both in
 turn, so both see the same load; only APIs both trees have are used. No cluster, no disk.
 """
@@ -42,9 +42,8 @@ def _best(fn, rounds: int, n: int) -> float:
     return best
 
 
-def _host_parts(apphost):
+def _host_parts(apphost, bank):
     from snapmesh.app import Context
-    from snapmesh.services.app import bank
 
     def host() -> apphost.Host:
         return apphost.Host(bank.app, node_id="p1", incoming=("p2",), outgoing=("p2",),
@@ -142,7 +141,7 @@ def _client_part(generator):
 
 
 def _parts(modules: dict[str, ModuleType]) -> dict[str, object]:
-    steps, app = _host_parts(modules["apphost"])
+    steps, app = _host_parts(modules["apphost"], modules["bank"])
     return {"host": steps, "app": app, "edge": _edge_part(modules["edge"], modules["servicer"]),
             "client": _client_part(modules["generator"])}
 
@@ -150,9 +149,10 @@ def _parts(modules: dict[str, ModuleType]) -> dict[str, object]:
 def _this() -> dict[str, ModuleType]:
     from snapmesh.load import generator
     from snapmesh.protocol.node import apphost
+    from snapmesh.services.app import bank
     from snapmesh.services.node import edge, servicer
 
-    return {"apphost": apphost, "edge": edge, "servicer": servicer, "generator": generator}
+    return {"apphost": apphost, "bank": bank, "edge": edge, "servicer": servicer, "generator": generator}
 
 
 def _other(tree: Path) -> dict[str, ModuleType]:
@@ -166,7 +166,7 @@ def _other(tree: Path) -> dict[str, ModuleType]:
 
     apphost = load("snapmesh/protocol/node/apphost.py", "apphost")
     apphost.UndoLog = load("snapmesh/protocol/node/undo.py", "undo").UndoLog  # its undo log, not this tree's
-    return {"apphost": apphost, "edge": load("services/node/edge.py", "edge"),
+    return {"apphost": apphost, "bank": load("services/app/bank.py", "bank"), "edge": load("services/node/edge.py", "edge"),
             "servicer": load("services/node/servicer.py", "servicer"),
             "generator": load("snapmesh/load/generator.py", "generator")}
 

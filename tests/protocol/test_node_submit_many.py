@@ -16,6 +16,7 @@ import pytest
 
 from snapmesh.app import App, Context, NodeInfo
 from snapmesh.protocol.node import core
+from snapmesh.protocol.node.effects import Submitted
 from snapmesh.protocol.node.machine import Node
 from snapmesh.protocol.node.recovery import fresh
 
@@ -131,3 +132,16 @@ def test_the_batches_reach_every_kind_of_answer() -> None:
         seen |= _compare(seed)
     assert {0, 1, 2, core.Refusal.APP_REFUSED, core.Refusal.APP_FAILED, core.Refusal.REPLY_TOO_LARGE,
             core.Refusal.CHANNEL_FULL} <= seen
+
+
+def test_a_channel_at_its_bound_refuses_the_next_command_and_takes_it_back() -> None:
+    """The common step's room check (one send): `bound` unacknowledged messages pass, the next is
+    refused as channel full with the app as it was, and an ack makes room again."""
+    node = _node()  # bound 6 on each channel
+    answers = node.submit_many([("", b"s:b", 0)] * 7, 1000.0)
+    assert [type(a).__name__ for a in answers] == ["Submitted"] * 6 + ["ChannelFull"]
+    assert answers[6].kind == core.Refusal.CHANNEL_FULL and "holds 6 unacknowledged messages (bound 6)" in str(answers[6])
+    assert node.host.snapshot() == b"|".join([b"s:b"] * 6) and node.senders["b"].next_seq == 7
+    node.durable(node.last_lsn)
+    node.acked("b", 1, 1)
+    assert type(node.submit_many([("", b"s:b", 0)], 1000.0)[0]) is Submitted

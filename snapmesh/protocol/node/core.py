@@ -322,6 +322,15 @@ class Process:
             raise RemoteProtocolError(f"app message from {src!r}: a non-bytes payload")
         return True
 
+    def quiet(self, src: str) -> bool:
+        """`passed`'s checks of a whole run of app messages from `src`, made once: True while
+        no snapshot records here (each bytes payload then passes, changing nothing)."""
+        if self._recordings:
+            return False
+        if src not in self._incoming:
+            raise RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
+        return True
+
     def start_snapshot(self, snapshot_id: str) -> list[Effect]:
         """Initiate `snapshot_id` here; a no-op if this process already recorded it."""
         if not isinstance(snapshot_id, str) or not snapshot_id:

@@ -260,6 +260,20 @@ class Receiver:
             raise GapError(f"channel {self.src}->{self.dst}: got seq {seq} after {self.last_seq}")
         return True
 
+    def in_order(self, conn_no: int, first_seq: int) -> bool:
+        """Would `admit` take every message of a run from `first_seq` on, each applied before the
+        next (`applied_run`)? True when it is the current connection's next seq."""
+        return conn_no == self.conn_no and first_seq == self.last_seq + 1
+
+    def applied_run(self, first_seq: int, lsns: list[int]) -> None:
+        """Messages first_seq, first_seq + 1, ... were applied and logged as records `lsns`:
+        `applied` of each, in order."""
+        if lsns:
+            last = first_seq + len(lsns) - 1
+            self._pending.extend(zip(range(first_seq, last + 1), lsns, strict=True))
+            self.last_seq = last
+            self._owed = True
+
     def applied(self, seq: int, lsn: int) -> None:
         """Message `seq` was applied and logged as record `lsn`."""
         self.last_seq = seq
@@ -272,6 +286,9 @@ class Receiver:
             return None
         best = None
         pending = self._pending
+        if pending and pending[-1][1] <= durable_lsn:  # all of them durable, the common case: no loop
+            best = pending[-1][0]
+            pending.clear()
         while pending and pending[0][1] <= durable_lsn:
             best = pending.popleft()[0]
         if best is None or best <= self._acked:

@@ -231,13 +231,12 @@ class NodeSteps:
     def _admit(self, reply: bytes, sends: list[tuple[str, bytes]]) -> None:
         """A command that ran goes through only on what it did (N12); raising takes it back (apphost.H4)."""
         if len(reply) > self.max_reply_bytes:
-            raise core.LocalProtocolError(
-                f"{self.node_id}: the app's reply holds {len(reply)} bytes, over max_reply_bytes"
-                f" ({self.max_reply_bytes}); the command is taken back",
-                core.Refusal.REPLY_TOO_LARGE,
-            )
-        if len(sends) == 1:  # the common step: one message, no counting
-            self.senders[sends[0][0]].check_room(1)
+            raise core.LocalProtocolError(f"{self.node_id}: the app's reply holds {len(reply)} bytes, over max_reply_bytes"
+                                          f" ({self.max_reply_bytes}); the command is taken back", core.Refusal.REPLY_TOO_LARGE)
+        if len(sends) == 1:  # the common step: one message, no counting; check_room(1)'s test without its calls
+            sender = self.senders[sends[0][0]]
+            if sender.next_seq - sender.acked > sender.bound:  # unacked + 1 > bound
+                sender.check_room(1)  # raises ChannelFull
             return
         counts: dict[str, int] = {}
         for dst, _ in sends:
@@ -246,17 +245,23 @@ class NodeSteps:
             self.senders[dst].check_room(count)
 
     def received_payloads(self, src: str, conn_no: int, first_seq: int, payloads: Iterable[bytes]) -> None:
-        """The app messages first_seq, first_seq + 1, ... of one frame from `src`
-        (a payload run): exactly `received(src, conn_no, seq, payload=...)` of
-        each, in order (the same drops and errors; what was applied before an
-        error stays applied), without a call per message. The frame's end is the
-        caller's `end_frame`."""
-        receiver = self.receivers.get(src)
+        """The app messages first_seq, first_seq + 1, ... of one frame from `src` (a payload run):
+        exactly `received(src, conn_no, seq, payload=...)` of each, in order (the same drops and
+        errors; what was applied before an error stays applied), without a call per message. The
+        frame's end is the caller's `end_frame`."""
+        receiver, process = self.receivers.get(src), self.process
         if receiver is None:
             raise core.RemoteProtocolError(f"{self.node_id} has no channel from {src!r}")
-        admit, applied, me = receiver.admit, receiver.applied, self.node_id
-        message, process, out, pack, recv_record = self.host.message, self.process, self._out, wal.pack, fastrecords.recv_record
-        passed = process.passed
+        # The common run (the channel's next seqs, nothing recording): admit and passed checked once, applied at its end.
+        if receiver.in_order(conn_no, first_seq) and process.quiet(src):
+            lsns: list[int] = []
+            try:
+                self._quiet_run(src, first_seq, payloads, lsns)
+            finally:  # what was applied before an error stays applied
+                receiver.applied_run(first_seq, lsns)
+            return
+        admit, applied, me, passed = receiver.admit, receiver.applied, self.node_id, process.passed
+        message, out, pack, recv_record = self.host.message, self._out, wal.pack, fastrecords.recv_record
         for seq, payload in enumerate(payloads, first_seq):
             if not admit(conn_no, seq):
                 continue
@@ -275,6 +280,23 @@ class NodeSteps:
             if sends:
                 self._app_sends(sends)
             applied(seq, self.last_lsn)
+
+    def _quiet_run(self, src: str, first_seq: int, payloads: Iterable[bytes], lsns: list[int]) -> None:
+        """`received_payloads`' loop for a run `in_order` while `quiet`: each message's lsn into `lsns`."""
+        me, message, passed, out, pack, recv_record = self.node_id, self.host.message, self.process.passed, self._out, \
+            wal.pack, fastrecords.recv_record
+        for seq, payload in enumerate(payloads, first_seq):
+            msg_id = f"{src}:{me}:{seq}"
+            sends = message(src, payload)
+            if type(payload) is not bytes:
+                passed(src=src, payload=payload)  # raises for what is not bytes (a subclass passes)
+            lsn = self.last_lsn = self.last_lsn + 1
+            self._segment_count += 1
+            out.append(fast_new(Append, (recv_record(lsn, msg_id, src, me, seq, pack(payload)),)))
+            self.transfers_received += 1
+            if sends:
+                self._app_sends(sends)
+            lsns.append(self.last_lsn)
 
     def _app_message(self, src: str, seq: int, msg_id: str, payload: bytes) -> None:
         """An app message from `src`: the app first (AppFailed: nothing logged), then its records."""
