@@ -305,15 +305,39 @@ def run(cmd: list[str], *, timeout: float = 600, check: bool = True, env: dict[s
 BASE_IMAGE = "snapmesh-base-slim:bookworm"  # build-base.sh also makes snapmesh-base:bookworm (+ Java)
 
 
+# The images build_images made in this test run, by tag: the tree does not change during
+# a run, so a second build would only find every layer cached, yet cost about 35 s under
+# load (five pip runs re-resolving the wheels, a 480 MB build context sent twice), and
+# five modules ask for the images.
+_BUILT: dict[str, dict[str, str]] = {}
+
+
+def _images(tag: str) -> dict[str, str]:
+    return {"service": f"snapmesh:{tag}", "reconcile": f"snapmesh-reconcile:{tag}"}
+
+
 def build_images(tag: str = "latest") -> dict[str, str]:
     """deploy/compose/build-images.sh: the base images (debootstrap, reused when
-    they exist), the wheels (host cache), then both Dockerfile targets."""
+    they exist), the wheels (host cache), then both Dockerfile targets. Once a test
+    run: later calls find the images this run built (under another tag: tagged anew)."""
+    wanted = _images(tag)
+    for built in list(_BUILT.values()):
+        if run(["docker", "image", "inspect", *built.values()], check=False, quiet=True).returncode != 0:
+            _BUILT.clear()  # removed since: build again
+            break
+        for kind, image in built.items():
+            if image != wanted[kind]:
+                run(["docker", "tag", image, wanted[kind]], quiet=True)
+        log(f"images of this run's tree reused: {', '.join(built.values())} as {', '.join(wanted.values())}")
+        _BUILT[tag] = wanted
+        return wanted
     result = run([str(COMPOSE_DIR / "build-images.sh"), tag], timeout=1200,
                  env={**os.environ, "BASE_IMAGE": BASE_IMAGE})
     for line in (result.stdout + result.stderr).splitlines():
         if line.startswith(("build-base:", "fetch-wheels:", "build-images:")):
             log(line)
-    return {"service": f"snapmesh:{tag}", "reconcile": f"snapmesh-reconcile:{tag}"}
+    _BUILT[tag] = wanted
+    return wanted
 
 
 def compose_bin() -> list[str] | None:
