@@ -33,6 +33,7 @@ import sys
 import time
 import uuid
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -361,14 +362,16 @@ def test_each_container_holds_only_its_own_key(stack):
         "app": {"/tls/client-key.pem": "/tls/client-key.pem"},
         "ui": {"/tls/client-key.pem": "/tls/client-key.pem"},
     }
+    with ThreadPoolExecutor(max_workers=len(own)) as pool:  # each a walk of a whole file system: at once
+        found = dict(zip(own, pool.map(lambda service: private_keys_in(stack.cid(service)), own), strict=True))
     for service, expected in own.items():
-        assert private_keys_in(stack.cid(service)) == expected, service
+        assert found[service] == expected, service
     assert in_container(stack, "p1", "cat /tls/controller-key.pem").returncode != 0
     assert in_container(stack, "p1", "cat /tls/p2-key.pem").returncode != 0
     assert in_container(stack, "p1", "cat /tls/token").returncode != 0  # the controller and the app only
-    for holder, key in (("controller", "controller-key.pem"), ("p2", "p2-key.pem")):
-        pem = in_container(stack, holder, f"cat /tls/{key}").stdout
-        assert copies_in(stack.cid("p1"), pem) == [], f"p1 holds {holder}'s key"
+    pems = [in_container(stack, holder, f"cat /tls/{key}").stdout
+            for holder, key in (("controller", "controller-key.pem"), ("p2", "p2-key.pem"))]
+    assert copies_in(stack.cid("p1"), *pems) == [], "p1 holds the controller's or p2's key"
     assert named_mounts(stack, "p1") == {
         ("p1-data", "/data", True), ("p1-tls", "/tls", False), ("cluster.toml", "/etc/snapmesh/cluster.toml", False)}
     assert named_mounts(stack, "app") == {("app-tls", "/tls", False)}

@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -305,15 +306,39 @@ def run(cmd: list[str], *, timeout: float = 600, check: bool = True, env: dict[s
 BASE_IMAGE = "snapmesh-base-slim:bookworm"  # build-base.sh also makes snapmesh-base:bookworm (+ Java)
 
 
+# The images build_images made in this test run, by tag: the tree does not change during
+# a run, so a second build would only find every layer cached, yet cost about 35 s under
+# load (five pip runs re-resolving the wheels, a 480 MB build context sent twice), and
+# five modules ask for the images.
+_BUILT: dict[str, dict[str, str]] = {}
+
+
+def _images(tag: str) -> dict[str, str]:
+    return {"service": f"snapmesh:{tag}", "reconcile": f"snapmesh-reconcile:{tag}"}
+
+
 def build_images(tag: str = "latest") -> dict[str, str]:
     """deploy/compose/build-images.sh: the base images (debootstrap, reused when
-    they exist), the wheels (host cache), then both Dockerfile targets."""
+    they exist), the wheels (host cache), then both Dockerfile targets. Once a test
+    run: later calls find the images this run built (under another tag: tagged anew)."""
+    wanted = _images(tag)
+    for built in list(_BUILT.values()):
+        if run(["docker", "image", "inspect", *built.values()], check=False, quiet=True).returncode != 0:
+            _BUILT.clear()  # removed since: build again
+            break
+        for kind, image in built.items():
+            if image != wanted[kind]:
+                run(["docker", "tag", image, wanted[kind]], quiet=True)
+        log(f"images of this run's tree reused: {', '.join(built.values())} as {', '.join(wanted.values())}")
+        _BUILT[tag] = wanted
+        return wanted
     result = run([str(COMPOSE_DIR / "build-images.sh"), tag], timeout=1200,
                  env={**os.environ, "BASE_IMAGE": BASE_IMAGE})
     for line in (result.stdout + result.stderr).splitlines():
         if line.startswith(("build-base:", "fetch-wheels:", "build-images:")):
             log(line)
-    return {"service": f"snapmesh:{tag}", "reconcile": f"snapmesh-reconcile:{tag}"}
+    _BUILT[tag] = wanted
+    return wanted
 
 
 def compose_bin() -> list[str] | None:
@@ -364,8 +389,11 @@ def exec_in(cid: str, script: str, *, root: bool = False) -> subprocess.Complete
 
 
 def _as_root_and_user(cid: str, script: str) -> list[str]:
-    """The lines `script` prints as root and as the container's own user (a file either can read)."""
-    return sorted({line for root in (True, False) for line in exec_in(cid, script, root=root).stdout.splitlines()})
+    """The lines `script` prints as root and as the container's own user (a file either can read).
+    The two run at once: each is a walk of the whole file system, mostly waiting on the storage driver."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = list(pool.map(lambda root: exec_in(cid, script, root=root), (True, False)))
+    return sorted({line for result in done for line in result.stdout.splitlines()})
 
 
 def private_keys_in(cid: str) -> dict[str, str]:
@@ -376,12 +404,14 @@ def private_keys_in(cid: str) -> dict[str, str]:
     return dict(line.split() for line in found)
 
 
-def copies_in(cid: str, pem: str) -> list[str]:
+def copies_in(cid: str, *pems: str) -> list[str]:
     """The files in the container (searched as root and as its own user; not the image's
-    /usr and /opt, made before any key existed) holding the body of the PEM `pem`, under any name."""
-    body = pem.splitlines()[1]
-    assert len(body) > 40, f"no PEM body: {body!r}"
-    return _as_root_and_user(cid, f"grep -rlF '{body}' / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr"
+    /usr and /opt, made before any key existed) holding the body of any of the PEMs `pems`,
+    under any name: one walk of the file system for them all."""
+    bodies = [pem.splitlines()[1] for pem in pems]
+    assert bodies and all(len(body) > 40 for body in bodies), f"no PEM body: {bodies!r}"
+    patterns = " ".join(f"-e '{body}'" for body in bodies)
+    return _as_root_and_user(cid, f"grep -rlF {patterns} / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr"
                                   " --exclude-dir=opt 2>/dev/null")
 
 
