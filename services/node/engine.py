@@ -350,7 +350,8 @@ class Engine:
                     digest=effect.digest,
                 )
                 # The log's next round saves it before writing the records buffered now (the marker_recv).
-                self.reporter.keep(message, effect.lsn)
+                # The state's bytes as the machine gave them: reading them back out of the message is a copy.
+                self.reporter.keep(message, effect.lsn, effect.state.state or b"")
             elif kind is fx.Report:
                 self.reporter.send(effect.snapshot_id)
             elif kind is fx.ReportCancelled:

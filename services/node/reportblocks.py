@@ -120,8 +120,6 @@ class ReportBlocks:
 
 def manifest(message: pb.FullState, names: list[bytes]) -> pb.FullState:
     """`message` with its state as the manifest of its blocks (what the report's file holds)."""
-    out = pb.FullState()
-    out.CopyFrom(message)
-    out.ClearField("state")
+    out = blocks.without_state(message)  # not a copy of the state only to clear it
     out.state_blocks.hashes.extend(names)
     return out

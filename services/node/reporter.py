@@ -224,14 +224,17 @@ class StateReporter:
         # what of the state the controller holds: a report sends only the rest
         self._blocks = SentBlocks(chunking.WRITE_WINDOW_BYTES)
 
-    def keep(self, message: pb.FullState, lsn: int) -> None:
+    def keep(self, message: pb.FullState, lsn: int, state: bytes | None = None) -> None:
         """Keep `message` until `send`, and for a report after a crash. Call it in
         the same synchronous step that logged the records the state rests on (up
-        to `lsn`): the log writes the file before any of them that is still buffered."""
+        to `lsn`): the log writes the file before any of them that is still buffered.
+        `state`: the bytes `message.state` was set from, when the caller has them
+        (a read of the field is a copy of the whole state)."""
         self._kept[message.snapshot_id] = (message, lsn)
         self._hops.finished(message)
         if self._pending is not None:
-            state = message.state if message.HasField("state") else b""  # read once: each read is a copy
+            if state is None:
+                state = message.state if message.HasField("state") else b""  # read once: each read is a copy
             save = functools.partial(self._save, message, lsn, state)
             self._log.before_records(save, len(state) + 1024)  # its size picks the round's path (translog.py)
 

@@ -116,7 +116,7 @@ class _Reporter:
     def __init__(self) -> None:
         self.kept: list = []
 
-    def keep(self, message, lsn: int) -> None:
+    def keep(self, message, lsn: int, state: bytes | None = None) -> None:
         message = type(message).FromString(message.SerializeToString())
         message.cut_at_unix_ns = message.done_at_unix_ns = 0  # wall-clock times, not content
         self.kept.append((message.SerializeToString(deterministic=True), lsn))

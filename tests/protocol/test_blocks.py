@@ -199,3 +199,45 @@ def test_the_blocks_kept_are_bounded_the_longest_kept_going_first_and_a_state_ov
     assert known.reader("p1")(first_of["p3"]) == states["p3"][:B]
     with pytest.raises(ValueError, match="max_bytes"):
         KnownBlocks(max_bytes=-1)
+
+
+def _every_field_set() -> pb.FullState:
+    """A FullState with each of its fields set (whatever fields it has now), none to its default."""
+    message = pb.FullState()
+    for field in message.DESCRIPTOR.fields:
+        repeated = field.is_repeated
+        if field.message_type is not None:
+            sub = getattr(message, field.name).add() if repeated else getattr(message, field.name)
+            for inner in sub.DESCRIPTOR.fields:  # one set field makes it present
+                if inner.type == inner.TYPE_STRING and not inner.is_repeated:
+                    setattr(sub, inner.name, f"{field.name}.{inner.name}")
+                    break
+            else:
+                sub.SetInParent()
+            continue
+        value = {field.TYPE_STRING: f"{field.name}!", field.TYPE_BYTES: field.name.encode(),
+                 field.TYPE_BOOL: True}.get(field.type, field.number)
+        if repeated:
+            getattr(message, field.name).extend([value, value])
+        else:
+            setattr(message, field.name, value)
+    return message
+
+
+def test_a_copy_without_the_state_is_the_report_with_its_state_cleared_and_the_report_unchanged():
+    report = _every_field_set()
+    report.state = random.Random(9).randbytes(3 * B)
+    before = report.SerializeToString(deterministic=True)
+    expected = pb.FullState()
+    expected.CopyFrom(report)
+    expected.ClearField("state")
+    copy = blocks.without_state(report)
+    assert copy.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
+    assert not copy.HasField("state") and copy.ListFields() == expected.ListFields()
+    assert report.SerializeToString(deterministic=True) == before
+
+
+def test_a_copy_without_the_state_keeps_an_optional_field_set_to_its_default_and_leaves_unset_ones_unset():
+    report = pb.FullState(snapshot_id="s", state=b"")  # present, and empty: not the same as unset
+    assert not blocks.without_state(report).HasField("state")
+    assert blocks.without_state(pb.FullState()).ListFields() == []
