@@ -347,10 +347,11 @@ class Engine:
                 log.info("snapshot %s: done here", effect.state.snapshot_id)
                 message = report_message(
                     effect.state, epoch=effect.epoch, cut_at_ns=effect.cut_at_ns, done_at_ns=effect.done_at_ns,
-                    digest=effect.digest,
+                    digest=effect.digest, with_state=False,
                 )
                 # The log's next round saves it before writing the records buffered now (the marker_recv).
-                self.reporter.keep(message, effect.lsn)
+                # The state's bytes apart: set in the message only if it is sent whole (a copy of the state).
+                self.reporter.keep(message, effect.lsn, effect.state.state)
             elif kind is fx.Report:
                 self.reporter.send(effect.snapshot_id)
             elif kind is fx.ReportCancelled:

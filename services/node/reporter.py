@@ -93,6 +93,14 @@ def full_state_message(state: core.FullState, node_id: str, cut_at_ns: int = 0) 
     return report_message(state, cut_at_ns=cut_at_ns, done_at_ns=time.time_ns())
 
 
+def _with_state(message: pb.FullState, state: bytes) -> pb.FullState:
+    """A copy of `message` with its state set (a small one: the copy costs little)."""
+    out = pb.FullState()
+    out.CopyFrom(message)
+    out.state = state
+    return out
+
+
 class CorruptReportError(ValueError):
     """A pending-report file cannot be read; the message names it."""
 
@@ -220,19 +228,30 @@ class StateReporter:
         self._rng = random.Random()
         self._pending = pending
         self._kept: dict[str, tuple[pb.FullState, int]] = {}  # finished, not yet durable: sent at `send`
+        # A kept report's state not set in its message (`keep`), until the report is done with:
+        # set in it only if it is sent whole (`form`), never for a large state sent as blocks.
+        self._aside: dict[str, bytes] = {}
         self._hops = ReportHops(metrics)  # the path after the cut, timed (services/node/hops.py)
         # what of the state the controller holds: a report sends only the rest
         self._blocks = SentBlocks(chunking.WRITE_WINDOW_BYTES)
 
-    def keep(self, message: pb.FullState, lsn: int) -> None:
+    def keep(self, message: pb.FullState, lsn: int, state: bytes | None = None) -> None:
         """Keep `message` until `send`, and for a report after a crash. Call it in
         the same synchronous step that logged the records the state rests on (up
-        to `lsn`): the log writes the file before any of them that is still buffered."""
+        to `lsn`): the log writes the file before any of them that is still buffered.
+        `state`: the app's state when `message` was made without it (reports.py
+        `with_state`): setting it, and reading it back, would each copy it whole."""
         self._kept[message.snapshot_id] = (message, lsn)
         self._hops.finished(message)
+        saved = message
+        if state is not None and not message.HasField("state"):
+            self._aside[message.snapshot_id] = state
+            if len(state) <= INLINE_BYTES:  # its file holds the state (a small one: the copy costs little)
+                saved = _with_state(message, state)
         if self._pending is not None:
-            state = message.state if message.HasField("state") else b""  # read once: each read is a copy
-            save = functools.partial(self._save, message, lsn, state)
+            if state is None:
+                state = message.state if message.HasField("state") else b""  # read once: each read is a copy
+            save = functools.partial(self._save, saved, lsn, state)
             self._log.before_records(save, len(state) + 1024)  # its size picks the round's path (translog.py)
 
     def _save(self, message: pb.FullState, lsn: int, state: bytes) -> list[Path]:
@@ -264,6 +283,7 @@ class StateReporter:
                 self._forget(message.snapshot_id)
 
     def _forget(self, snapshot_id: str) -> None:
+        self._aside.pop(snapshot_id, None)
         if self._pending is not None:
             try:
                 self._pending.remove(snapshot_id)
@@ -280,6 +300,7 @@ class StateReporter:
 
     def cancel(self, snapshot_id: str) -> None:
         self._kept.pop(snapshot_id, None)
+        self._aside.pop(snapshot_id, None)
         self._hops.forget(snapshot_id)
         task = self._tasks.pop(snapshot_id, None)
         if task is not None:
@@ -348,6 +369,9 @@ class StateReporter:
         message.holds_blocks = True
         # its save cut and named the state already (reportblocks.py RK4): named once
         named = self._pending.named.pop(message.snapshot_id, None) if self._pending is not None else None
+        state = self._aside.get(message.snapshot_id)
+        if state is not None and not message.HasField("state") and (named is None or not self._blocks.carries(named)):
+            message.state = state  # it may go whole (or be cut here): in the message after all (a copy)
         if named is None and len(message.state) <= INLINE_FORM_BYTES:
             return self._blocks.form(message)
         return await asyncio.to_thread(self._blocks.form, message, named)

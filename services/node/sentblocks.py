@@ -47,7 +47,7 @@ class SentBlocks:
             if self.on_formed is not None:  # heldblocks.py: kept on disk whichever way it was cut
                 self.on_formed(named)
             sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set(), named,
-                                                   carry_all=self._carries(named))
+                                                   carry_all=self.carries(named))
             return (report if sent is None else sent), names
         known = None
         state = report.state if report.HasField("state") else b""  # read once: each read is a copy
@@ -58,10 +58,11 @@ class SentBlocks:
             if self.on_formed is not None:
                 self.on_formed(known)
         sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set(), known,
-                                               carry_all=self._carries(known))
+                                               carry_all=self.carries(known))
         return (report if sent is None else sent), names
 
-    def _carries(self, named: blocks.Named | None) -> bool:
+    def carries(self, named: blocks.Named | None) -> bool:
+        """Whether a state so named goes as blocks, each carried, even when none is held."""
         return self.carry_over is not None and named is not None and len(named.state) > self.carry_over
 
     def accepted(self, answer: pb.ReportStateResponse, names: set[bytes]) -> None:

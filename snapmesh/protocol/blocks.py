@@ -33,7 +33,10 @@ B5. A block's hash is computed once per content at a node: `names` takes the
     hash of a block whose bytes are those of the same block of the state before
     (compared, at memory speed, rather than hashed), so a report's cost in
     hashing follows what changed. A comparison that finds them equal names the
-    same content, so the hash is the one hashing would give.
+    same content, so the hash is the one hashing would give. A state cut as the
+    one before (the same size and parts: each block where it was) is compared a
+    window of blocks at a time, and block by block only in a window that differs:
+    the same bytes compared, in an eighth of the steps.
 
 B6. An app that knows its structure cuts its state into parts (snapshot_blocks(),
     snapmesh/app), and each part is cut into blocks of BLOCK_BYTES (`bounds`), so
@@ -194,7 +197,25 @@ class Named:
     state: bytes
     bounds: list[tuple[int, int]]
     names: list[bytes]
-    places: dict[tuple[int, int], tuple[int, int, bytes]]  # (part, offset in it) -> start, end, hash
+    # (part, offset in it) -> start, end, hash; None: not built yet (`placed` builds it from `cut`)
+    places: dict[tuple[int, int], tuple[int, int, bytes]] | None
+    cut: tuple[int, tuple[int, ...]] | None = None  # (size, parts) `names` cut it by; None: not cut by it
+
+    def placed(self) -> dict[tuple[int, int], tuple[int, int, bytes]]:
+        """`places`, built on first use: a state named on the same cut as the last one
+        (`names`'s usual case) never needs it, and building it costs a dict entry a block."""
+        if self.places is None:
+            assert self.cut is not None
+            places = {place: (start, end, name)
+                      for (place, start, end), name in zip(_cut(*self.cut), self.names, strict=True)}
+            object.__setattr__(self, "places", places)  # a cache of what the fields say: frozen all the same
+        return self.places  # type: ignore[return-value]
+
+
+# Blocks compared at once by `names`, as one slice of each state: 64 KiB, under the
+# allocator's 128 KiB mmap threshold (a larger slice, mapped and unmapped at each
+# compare, makes the compare of 64 MiB several times slower, not faster).
+WINDOW_BLOCKS = 8
 
 
 def names(state: bytes, parts: Sequence[int] = (), last: Named | None = None) -> tuple[Named, int]:
@@ -202,13 +223,17 @@ def names(state: bytes, parts: Sequence[int] = (), last: Named | None = None) ->
     hashed: a block whose bytes are those of the block at the same place in `last`
     (an earlier state: the same part, the same offset in it, so a part that grew
     or shrank moves none after it) takes that block's hash unhashed (B5)."""
+    key = (len(state), tuple(parts) if sum(parts) == len(state) else (len(state),))
+    if last is not None and last.cut == key:
+        return _names_on_the_same_cut(state, key, last)
     view = memoryview(state)
-    cut = _cut(len(state), parts)
+    cut = _cut(*key)
     places = {}
     found: list[bytes] = []
     hashed = 0
+    last_places = last.placed() if last is not None else {}
     for place, start, end in cut:
-        before = last.places.get(place) if last is not None else None
+        before = last_places.get(place)
         # Sliced as bytes, not memoryviews: a memoryview compares item by item.
         if before is not None and before[1] - before[0] == end - start \
                 and state[start:end] == last.state[before[0]:before[1]]:  # type: ignore[union-attr]
@@ -218,7 +243,27 @@ def names(state: bytes, parts: Sequence[int] = (), last: Named | None = None) ->
             hashed += 1
         found.append(name)
         places[place] = (start, end, name)
-    return Named(state, [(start, end) for _, start, end in cut], found, places), hashed
+    return Named(state, [(start, end) for _, start, end in cut], found, places, key), hashed
+
+
+def _names_on_the_same_cut(state: bytes, key: tuple[int, tuple[int, ...]], last: Named) -> tuple[Named, int]:
+    """`names` of a state cut as `last` was (the same size and parts: each block's place
+    is its index, the blocks tile the state in order): WINDOW_BLOCKS blocks compared at
+    once, and only the blocks of a window that differs compared one by one (and those
+    that differ hashed). The same bytes as B5 compares, in fewer, larger compares."""
+    view, before = memoryview(state), last.state
+    bounds, found = last.bounds, list(last.names)
+    hashed = 0
+    for first in range(0, len(bounds), WINDOW_BLOCKS):
+        window = bounds[first:first + WINDOW_BLOCKS]
+        start, end = window[0][0], window[-1][1]
+        if state[start:end] == before[start:end]:
+            continue
+        for i, (start, end) in enumerate(window, first):
+            if state[start:end] != before[start:end]:
+                found[i] = block_hash(view[start:end])
+                hashed += 1
+    return Named(state, bounds, found, None, key), hashed
 
 
 def referenced_report(
@@ -238,9 +283,7 @@ def referenced_report(
         known = names(state, report.state_parts)[0]
     if held.isdisjoint(known.names) and not carry_all:
         return None, set(known.names)
-    sent = pb.FullState()
-    sent.CopyFrom(report)
-    sent.ClearField("state")
+    sent = without_state(report)
     sent.state_blocks.hashes.extend(known.names)
     new: set[bytes] = set()
     for (start, end), name in zip(known.bounds, known.names, strict=True):
@@ -248,6 +291,29 @@ def referenced_report(
             new.add(name)
             sent.blocks.append(known.state[start:end])
     return sent, set(known.names)
+
+
+def without_state(report: pb.FullState) -> pb.FullState:
+    """A copy of `report` but its `state`, field by field: CopyFrom then ClearField
+    would copy the state's bytes (64 MiB at 64 MiB per node, tens of milliseconds) only
+    to drop them, on every report formed as blocks. Fields this code does not know
+    (a newer node's, carried as unknown fields) are not copied: a report is formed
+    by the node that made it, from its own code's fields."""
+    out = pb.FullState()
+    for field in _FULL_STATE_FIELDS:
+        name = field.name
+        if field.is_repeated:
+            if values := getattr(report, name):
+                getattr(out, name).extend(values)
+        elif field.message_type is not None:
+            if report.HasField(name):
+                getattr(out, name).CopyFrom(getattr(report, name))
+        elif not field.has_presence or report.HasField(name):
+            setattr(out, name, getattr(report, name))
+    return out
+
+
+_FULL_STATE_FIELDS = tuple(f for f in pb.FullState.DESCRIPTOR.fields if f.name != "state")
 
 
 def whole_report(

@@ -14,6 +14,7 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 
 def report_message(
     state: core.FullState, *, epoch: int = 0, cut_at_ns: int = 0, done_at_ns: int = 0, digest: str = "",
+    with_state: bool = True,
 ) -> pb.FullState:
     """A node machine's finished part as the ReportState message the controller takes
     (overtake mode: with its positions and outbox runs). It lists only the incoming
@@ -21,7 +22,10 @@ def report_message(
     the empty ones from the topology, so a report grows with what was in flight, not
     with the node's channels. `cut_at_ns` and `done_at_ns` are wall-clock times for
     the statistics only (0: unknown). `digest`: the SHA-256 (hex) of an app's state,
-    as its cut record holds it (the report carries it: the controller need not hash it)."""
+    as its cut record holds it (the report carries it: the controller need not hash it).
+    `with_state=False`: an app's state is not set in the message (the rest of what it
+    says of the state is): setting it copies it, and a node's shell that sends a large
+    state as blocks never reads it back (services/node/reporter.py keeps it aside)."""
     node_id = state.node_id
     message = pb.FullState(
         snapshot_id=state.snapshot_id,
@@ -41,7 +45,8 @@ def report_message(
     )
     message.only_recorded_channels = True
     if state.state is not None:  # an app's node
-        message.state = state.state
+        if with_state:
+            message.state = state.state
         message.state_parts.extend(getattr(state.state, "parts", ()))  # snapshot_blocks()'s (blocks.py B6)
         message.app_name, message.app_version = state.app, state.version
         if digest and state.state:

@@ -116,8 +116,10 @@ class _Reporter:
     def __init__(self) -> None:
         self.kept: list = []
 
-    def keep(self, message, lsn: int) -> None:
+    def keep(self, message, lsn: int, state: bytes | None = None) -> None:
         message = type(message).FromString(message.SerializeToString())
+        if state is not None and not message.HasField("state"):  # kept aside by the engine: the report's all the same
+            message.state = state
         message.cut_at_unix_ns = message.done_at_unix_ns = 0  # wall-clock times, not content
         self.kept.append((message.SerializeToString(deterministic=True), lsn))
 

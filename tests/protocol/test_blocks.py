@@ -132,6 +132,27 @@ def test_the_hashes_of_unchanged_blocks_are_taken_from_the_state_before_and_agre
     assert list(sent.blocks) == blocks.split(after)[1:]
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_a_state_on_the_last_ones_cut_hashes_exactly_the_blocks_that_changed_whatever_the_windows(seed):
+    rng = random.Random(seed)
+    parts = [rng.choice((B // 2, 3 * B, 9 * B + 7, 20 * B)) for _ in range(rng.randrange(1, 5))]
+    before = rng.randbytes(sum(parts))
+    last = blocks.names(before, parts)[0]
+    for _ in range(3):  # chained, as a node's reports are: each named from the one before
+        after = bytearray(last.state)
+        for _ in range(rng.randrange(0, 6)):  # runs anywhere: inside a block, across blocks and windows, the ends
+            at = rng.choice((0, len(after) - 1, blocks.WINDOW_BLOCKS * B - 1, rng.randrange(len(after))))
+            run = rng.randrange(1, 2 * B)
+            after[at:at + run] = bytes(b ^ 0xFF for b in after[at:at + run])
+        after = bytes(after)
+        named, hashed = blocks.names(after, parts, last)
+        fresh = blocks.names(after, parts)[0]
+        changed = sum(after[s:e] != last.state[s:e] for s, e in fresh.bounds)
+        assert named.names == fresh.names and named.bounds == fresh.bounds and hashed == changed
+        assert named.placed() == fresh.placed()  # what a later state cut otherwise reuses
+        last = named
+
+
 def test_an_apps_parts_are_cut_on_the_grid_each_so_a_change_in_one_part_changes_its_blocks_only():
     assert blocks.bounds(10, (3, 7)) == [(0, 3), (3, 10)]
     assert blocks.bounds(2 * B + 3, (B + 1, B + 2)) == [(0, B), (B, B + 1), (B + 1, 2 * B + 1), (2 * B + 1, 2 * B + 3)]
@@ -199,3 +220,45 @@ def test_the_blocks_kept_are_bounded_the_longest_kept_going_first_and_a_state_ov
     assert known.reader("p1")(first_of["p3"]) == states["p3"][:B]
     with pytest.raises(ValueError, match="max_bytes"):
         KnownBlocks(max_bytes=-1)
+
+
+def _every_field_set() -> pb.FullState:
+    """A FullState with each of its fields set (whatever fields it has now), none to its default."""
+    message = pb.FullState()
+    for field in message.DESCRIPTOR.fields:
+        repeated = field.is_repeated
+        if field.message_type is not None:
+            sub = getattr(message, field.name).add() if repeated else getattr(message, field.name)
+            for inner in sub.DESCRIPTOR.fields:  # one set field makes it present
+                if inner.type == inner.TYPE_STRING and not inner.is_repeated:
+                    setattr(sub, inner.name, f"{field.name}.{inner.name}")
+                    break
+            else:
+                sub.SetInParent()
+            continue
+        value = {field.TYPE_STRING: f"{field.name}!", field.TYPE_BYTES: field.name.encode(),
+                 field.TYPE_BOOL: True}.get(field.type, field.number)
+        if repeated:
+            getattr(message, field.name).extend([value, value])
+        else:
+            setattr(message, field.name, value)
+    return message
+
+
+def test_a_copy_without_the_state_is_the_report_with_its_state_cleared_and_the_report_unchanged():
+    report = _every_field_set()
+    report.state = random.Random(9).randbytes(3 * B)
+    before = report.SerializeToString(deterministic=True)
+    expected = pb.FullState()
+    expected.CopyFrom(report)
+    expected.ClearField("state")
+    copy = blocks.without_state(report)
+    assert copy.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
+    assert not copy.HasField("state") and copy.ListFields() == expected.ListFields()
+    assert report.SerializeToString(deterministic=True) == before
+
+
+def test_a_copy_without_the_state_keeps_an_optional_field_set_to_its_default_and_leaves_unset_ones_unset():
+    report = pb.FullState(snapshot_id="s", state=b"")  # present, and empty: not the same as unset
+    assert not blocks.without_state(report).HasField("state")
+    assert blocks.without_state(pb.FullState()).ListFields() == []

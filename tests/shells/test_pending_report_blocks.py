@@ -66,6 +66,26 @@ def test_a_report_whose_block_is_lost_or_wrong_is_dropped_with_a_warning(tmp_pat
     assert block_files(again) == set(), "no pending report names them: swept"
 
 
+def test_a_block_cut_short_by_a_crash_before_its_manifest_is_swept_and_written_whole_again(tmp_path):
+    """RK1: blocks are written in place, no temporary file; one a crash cut short is
+    named by no manifest (its save had not written one), so the load deletes it."""
+    pending = PendingReports(tmp_path / "p1.reports")
+    one = bytearray(random.Random(6).randbytes(16 * B))
+    [*written, _] = pending.save_unsynced(report("s1", bytes(one)), 1, bytes(one))
+    assert all(not path.name.startswith(".") for path in written) and len(block_files(pending)) == 16
+    one[2 * B] ^= 1
+    two = bytes(one)
+    torn = pending.blocks.path(blocks.block_hash(two[2 * B:3 * B]))
+    torn.write_bytes(two[2 * B:2 * B + 100])  # the crash: s2's new block half written, no s2 file
+    again = PendingReports(tmp_path / "p1.reports")
+    [(message, _)] = again.load()
+    assert message.snapshot_id == "s1" and not torn.exists(), "s1 still pending; the torn block swept"
+    again.save_unsynced(report("s2", two), 2, two)
+    assert torn.read_bytes() == two[2 * B:3 * B]
+    found = {m.snapshot_id: m.state for m, _ in PendingReports(tmp_path / "p1.reports").load()}
+    assert found == {"s1": message.state, "s2": two}
+
+
 def test_a_small_state_stays_in_its_file(tmp_path):
     pending = PendingReports(tmp_path / "p1.reports")
     state = b"x" * 1000
