@@ -338,9 +338,11 @@ class ControllerEngine:
         """listing.find's: the machine's, else (`stored`) the store's; None when neither has it."""
         return listing.find(snapshot_id, self.machine.get, self._load if stored else None)
 
-    def lookup(self, snapshot_id: str) -> pb.Snapshot:
-        """listing.look_up's: UnknownSnapshot when there is none, listing.Damaged when its files are."""
-        return listing.look_up(snapshot_id, self.machine.get, self._load, lambda sid: self.writer.store.damaged.get(sid))
+    def lookup(self, snapshot_id: str, *, listed: bool = False) -> pb.Snapshot:
+        """listing.look_up's: UnknownSnapshot when there is none, listing.Damaged when its files are.
+        `listed`: the machine's with its large states as block lists (blockforms.py), not joined."""
+        held = self.machine.listed if listed else self.machine.get
+        return listing.look_up(snapshot_id, held, self._load, lambda sid: self.writer.store.damaged.get(sid))
 
     def _load(self, snapshot_id: str) -> pb.Snapshot | None:
         return self.writer.store.load(snapshot_id)  # the store is reached only for a snapshot the machine lacks

@@ -1,0 +1,130 @@
+"""The controller's snapshot path holds about one node's state at a time, never all of
+them (docs/bench-cluster.md, the controller's peak): an in-process engine on a real
+journal and block store, four nodes each reporting a state of 2 MiB as blocks by
+stream (every block carried at first, a few the second time), the bounds lowered
+(the joining bound and the kept blocks' to 1 MiB, the stream's write window to
+256 KiB), and an invariant that reads every node's state. Over both snapshots
+(their reports, the invariant, the answers of GetSnapshot and ListSnapshots, the
+`.pb` file and the JSON export) no state over the bound is joined (`blocks.joined`
+raises for one), no whole form of a snapshot with listed states is built
+(`BlockForms.whole` raises), and tracemalloc's peak stays under 2.5 states: the
+invariant's read of one (its blocks and their join: two) and the windows. Before,
+each state was joined and kept, and filing encoded all four joined (8 MiB here)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import tracemalloc
+
+import pytest
+
+from snapmesh.app import App, View
+from snapmesh.protocol import blocks, chunking
+from snapmesh.protocol.appstate import digest
+from snapmesh.protocol.controller import blockforms
+from snapmesh.services.controller import servicer
+from snapmesh.services.node.sentblocks import SentBlocks
+from snapmesh.v1 import snapmesh_pb2 as pb
+from support.controller_fakes import CallContext, blob_controller
+
+pytestmark = [pytest.mark.timeout(120)]
+
+MIB = 1024 * 1024
+SIZE = 2 * MIB + 100
+NODES = ("a", "b", "c", "d")
+BOUND = MIB  # JOINED_MAX_BYTES and the kept blocks' bound, lowered
+READ: list[int] = []  # the invariant's reads, by size
+
+
+def same_size(view: View) -> list[str]:
+    """Each state read and let go before the next (`for state in values()` keeps the last one
+    while the next is read: two at once, so an app's peak is its own to keep)."""
+    for node in view.states:
+        READ.append(len(view.states[node]))
+    return [] if len(set(READ)) == 1 else [f"sizes differ: {READ}"]
+
+
+APP = App(name="blob", new=lambda info: None, invariants={"every blob the same size": same_size})
+
+
+@pytest.fixture
+def guarded(monkeypatch) -> None:
+    joined, whole = blocks.joined, blockforms.BlockForms.whole
+
+    def no_large_join(sent, read, known=None):
+        if len(sent.state_blocks.hashes) * blocks.BLOCK_BYTES > BOUND:
+            raise AssertionError(f"the state of {sent.node_id} ({len(sent.state_blocks.hashes)} blocks) was joined")
+        return joined(sent, read, known)
+
+    def no_whole(self, snapshot):
+        if blockforms.listed(snapshot):
+            raise AssertionError(f"snapshot {snapshot.snapshot_id} was built whole: every state joined at once")
+        return whole(self, snapshot)
+
+    monkeypatch.setattr(blocks, "joined", no_large_join)
+    monkeypatch.setattr(blockforms.BlockForms, "whole", no_whole)
+    monkeypatch.setattr(servicer, "JOINED_MAX_BYTES", BOUND)
+    monkeypatch.setattr(servicer, "KNOWN_MAX_BYTES", BOUND)
+    monkeypatch.setattr(chunking, "WRITE_WINDOW_BYTES", 256 * 1024)
+
+
+def test_the_snapshot_path_holds_one_state_at_a_time(tmp_path, guarded) -> None:
+    asyncio.run(_two_snapshots(tmp_path))
+
+
+async def _chunks(chunks: list[pb.StateChunk]):
+    for chunk in chunks:
+        yield chunk
+
+
+async def _two_snapshots(tmp_path) -> None:
+    c = blob_controller(tmp_path, app=APP, nodes=NODES)
+    c.service._known.max_bytes = BOUND
+    rng = random.Random(7)
+    states = {node: rng.randbytes(SIZE) for node in NODES}
+    formers = {node: SentBlocks(chunking.WRITE_WINDOW_BYTES) for node in NODES}
+    peaks = []
+    for round_ in range(2):
+        sid = (await c.engine.trigger("a")).snapshot_id
+        streams = {}
+        for node in NODES:  # built before tracing: the nodes' side
+            report = pb.FullState(snapshot_id=sid, node_id=node, state=states[node], app_name="blob", app_version=1,
+                                  channels=[pb.ChannelState(src=other, dst=node) for other in NODES if other != node])
+            sent, names = formers[node].form(report)
+            assert sent.HasField("state_blocks") and (round_ == 1) == (len(sent.blocks) < len(sent.state_blocks.hashes))
+            streams[node] = (list(chunking.split_state(sent, 64 * 1024)), names)
+        del report, sent
+        READ.clear()
+        tracemalloc.start()
+        try:
+            answers = await asyncio.gather(*(c.service.ReportStateChunks(_chunks(streams[n][0]), CallContext())
+                                             for n in NODES))
+            got = await c.service.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), CallContext())
+            page = await c.service.ListSnapshots(pb.ListSnapshotsRequest(), CallContext())
+            for _ in range(400):  # filed: the `.pb` and the JSON export
+                if c.store.missing_files(sid) == (False, False):
+                    break
+                await asyncio.sleep(0.05)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        for node, answer in zip(NODES, answers, strict=True):
+            formers[node].accepted(answer, streams[node][1])
+        assert c.tracker._finished[sid].status == pb.Snapshot.COMPLETE, c.tracker._finished[sid].reason
+        assert READ == [SIZE] * len(NODES), "the invariant did not read every state"
+        assert all(node.state_omitted and not node.HasField("state") for node in got.nodes)
+        assert any(s.snapshot_id == sid for s in page.snapshots)
+        assert c.store.missing_files(sid) == (False, False), "not filed"
+        filed = c.store.load(sid)  # its checksum checked: the whole form's, hashed a block at a time
+        assert filed is not None and {n.node_id: n.state for n in filed.nodes} == states
+        assert all(n.state_digest == digest(states[n.node_id]) for n in filed.nodes)
+        for node in NODES:  # a few blocks change for the second snapshot
+            state = bytearray(states[node])
+            state[1000:1100] = rng.randbytes(100)
+            states[node] = bytes(state)
+    await c.engine.close()
+    await c.journal.close()
+    c.writer.close()
+    # the invariant reads one state (its blocks, then their join); the windows and the rest are small
+    assert max(peaks) < 2.5 * SIZE, f"tracemalloc peaks {peaks} over 2.5 states of {SIZE}"
