@@ -48,7 +48,8 @@ A snapshot handed in with its large states as block lists (the tracker's listed
 form, snapmesh/protocol/controller/blockforms.py) is filed as it is: its
 manifests are the stored form's, their blocks already on disk and pinned (`keep`),
 so nothing is cut or hashed again; only the checksum, of the whole form, reads
-its blocks (`reader`, each checked against its name), off the reply path. Its
+its blocks (`reader`, each checked against its name), off the reply path, a block
+at a time: the whole form is never built (wholedigest.py). Its
 digest is the one the node's report said (FullState.state_digest, taken unhashed
 on the reply path): checked here against the bytes, and filed as they hash.
 """
