@@ -32,6 +32,7 @@ import grpc
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.hops import ControllerHops
 from snapmesh.services.controller.metrics import ControllerMetrics
+from snapmesh.services.controller.listedload import load_listed
 from snapmesh.services.controller.nodeblocks import NodeBlocks
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
@@ -341,8 +342,11 @@ class ControllerEngine:
     def lookup(self, snapshot_id: str, *, listed: bool = False) -> pb.Snapshot:
         """listing.look_up's: UnknownSnapshot when there is none, listing.Damaged when its files are.
         `listed`: the machine's with its large states as block lists (blockforms.py), not joined."""
-        held = self.machine.listed if listed else self.machine.get
-        return listing.look_up(snapshot_id, held, self._load, lambda sid: self.writer.store.damaged.get(sid))
+        held, load = (self.machine.listed, self._load_listed) if listed else (self.machine.get, self._load)
+        return listing.look_up(snapshot_id, held, load, lambda sid: self.writer.store.damaged.get(sid))
+
+    def _load_listed(self, snapshot_id: str) -> pb.Snapshot | None:
+        return load_listed(self.writer.store, snapshot_id)  # listedload.py: no state joined
 
     def _load(self, snapshot_id: str) -> pb.Snapshot | None:
         return self.writer.store.load(snapshot_id)  # the store is reached only for a snapshot the machine lacks

@@ -26,6 +26,7 @@ import grpc
 
 from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.services.controller.blockdir import kept_reader
+from snapmesh.services.controller.listedload import load_listed
 from snapmesh.protocol import blocks, carriedblocks, chunking
 from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.controller import answers, blockforms, cluster, journalblocks, listing, statuses
@@ -204,9 +205,19 @@ class ControllerService(pb_grpc.ControllerServicer):
         while not merge.done:
             ids = merge.take(store.index.after(merge.cursor, status, start.batch))
             found = {sid: self._held(sid) for sid in ids}  # None: filed, or filed meanwhile
-            found |= await asyncio.to_thread(_load_each, store, [sid for sid in ids if found[sid] is None])
+            found |= await asyncio.to_thread(self._load_each, store, [sid for sid in ids if found[sid] is None])
             for sid in ids:
                 yield found[sid]
+
+    def _load_each(self, store, snapshot_ids: list[str]) -> dict[str, pb.Snapshot | None]:
+        """The filed snapshots, listed (listedload.py), each whole only when the page would show its states."""
+        return {sid: self._shown(load_listed(store, sid)) for sid in snapshot_ids}
+
+    def _shown(self, snapshot: pb.Snapshot | None) -> pb.Snapshot | None:
+        """`snapshot` as a page shows it: its listed states read whole only when they are shown (BA1)."""
+        if snapshot is not None and blockforms.listed(snapshot) and blockforms.state_bytes(snapshot) <= self._state_bytes:
+            snapshot = self.engine.machine.forms.whole(snapshot)
+        return snapshot
 
     def _held(self, snapshot_id: str) -> pb.Snapshot | None:
         """A snapshot the machine holds, as a page shows it (None: it holds none): its
@@ -216,9 +227,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             snapshot = machine.listed(snapshot_id)
         except UnknownSnapshot:
             return None
-        if blockforms.listed(snapshot) and blockforms.state_bytes(snapshot) <= self._state_bytes:
-            snapshot = machine.forms.whole(snapshot)  # answers.py BA1: the page shows them
-        return snapshot
+        return self._shown(snapshot)
 
     async def WatchSnapshots(self, request: pb.WatchSnapshotsRequest, context) -> AsyncIterator[pb.Snapshot]:
         try:
@@ -417,6 +426,3 @@ class ControllerService(pb_grpc.ControllerServicer):
         await asyncio.to_thread(lambda: store.keep_carried(sid, {blocks.block_hash(b): b for b in window}, call))
         stream.released(size)
 
-
-def _load_each(store, snapshot_ids: list[str]) -> dict[str, pb.Snapshot | None]:
-    return {sid: store.load(sid) for sid in snapshot_ids}

@@ -9,7 +9,9 @@ stream (every block carried at first, a few the second time), the bounds lowered
 raises for one), no whole form of a snapshot with listed states is built
 (`BlockForms.whole` raises), and tracemalloc's peak stays under 2.5 states: the
 invariant's read of one (its blocks and their join: two) and the windows. Before,
-each state was joined and kept, and filing encoded all four joined (8 MiB here)."""
+each state was joined and kept, and filing encoded all four joined (8 MiB here).
+Then, out of memory, both are read back from their files for GetSnapshot and
+ListSnapshots without a state joined."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from snapmesh.protocol import blocks, chunking
 from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.controller import blockforms
 from snapmesh.services.controller import servicer
+from snapmesh.services.controller.listedload import load_listed
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.v1 import snapmesh_pb2 as pb
 from support.controller_fakes import CallContext, blob_controller
@@ -84,9 +87,10 @@ async def _two_snapshots(tmp_path) -> None:
     rng = random.Random(7)
     states = {node: rng.randbytes(SIZE) for node in NODES}
     formers = {node: SentBlocks(chunking.WRITE_WINDOW_BYTES) for node in NODES}
-    peaks = []
+    peaks, sids = [], []
     for round_ in range(2):
         sid = (await c.engine.trigger("a")).snapshot_id
+        sids.append(sid)
         streams = {}
         for node in NODES:  # built before tracing: the nodes' side
             report = pb.FullState(snapshot_id=sid, node_id=node, state=states[node], app_name="blob", app_version=1,
@@ -123,8 +127,46 @@ async def _two_snapshots(tmp_path) -> None:
             state = bytearray(states[node])
             state[1000:1100] = rng.randbytes(100)
             states[node] = bytes(state)
+    # the invariant reads one state (its blocks, then their join); the windows and the rest are small
+    assert max(peaks) < 2.5 * SIZE, f"tracemalloc peaks {peaks} over 2.5 states of {SIZE}"
+    await _from_the_files(c, sids)
     await c.engine.close()
     await c.journal.close()
     c.writer.close()
-    # the invariant reads one state (its blocks, then their join); the windows and the rest are small
-    assert max(peaks) < 2.5 * SIZE, f"tracemalloc peaks {peaks} over 2.5 states of {SIZE}"
+
+
+async def _from_the_files(c, sids: list[str]) -> None:
+    """GetSnapshot and ListSnapshots of snapshots the controller no longer holds read their
+    files listed (listedload.py): no whole form is read (`blocks.whole_form` raises), each
+    block is read and let go, and a block changed on disk sends the read to `load`, which
+    finds it corrupt."""
+    for sid in sids:
+        c.tracker._finished.pop(sid)  # out of the working set: only the files have it
+    load_listed(c.store, sids[0])  # once before tracing: pathlib's table of the names it has seen grows
+    real_whole_form = blocks.whole_form
+    blocks.whole_form = _no_whole_form
+    try:
+        tracemalloc.start()
+        try:
+            got = [await c.service.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), CallContext()) for sid in sids]
+            page = await c.service.ListSnapshots(pb.ListSnapshotsRequest(), CallContext())
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    finally:
+        blocks.whole_form = real_whole_form
+    assert peak < SIZE / 2, f"tracemalloc peak {peak} reading the files back"
+    for answer in [*got, *page.snapshots]:
+        assert answer.status == pb.Snapshot.COMPLETE and len(answer.nodes) == len(NODES)
+        assert all(n.state_omitted and n.state_bytes == SIZE and not n.HasField("state") for n in answer.nodes)
+    assert [s.snapshot_id for s in page.snapshots] == sids
+    listed = load_listed(c.store, sids[1])
+    assert listed is not None and all(blockforms.is_listed(n) and n.state_bytes == SIZE for n in listed.nodes)
+    name = listed.nodes[0].state_blocks.hashes[5]
+    c.store.blocks.path(name).write_bytes(b"changed behind the controller's back")
+    assert load_listed(c.store, sids[1]) is None  # left to `load`, which finds the block corrupt
+    assert c.store.load(sids[1]) is None
+
+
+def _no_whole_form(stored, read):
+    raise AssertionError(f"snapshot {stored.snapshot_id} was read whole from its file")
