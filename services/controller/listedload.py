@@ -14,6 +14,7 @@ which judges it and remembers the damage: the same answer, as `load` would give.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 from snapmesh.checking import snapshot_file
@@ -53,7 +54,8 @@ def load_listed(store, snapshot_id: str) -> pb.Snapshot | None:
         for entry in listed.nodes:
             if not entry.HasField("state_blocks"):
                 continue
-            size = sum(files.path(name).stat().st_size for name in entry.state_blocks.hashes)
+            where = os.fspath(files.directory)  # str paths: pathlib would intern every name
+            size = sum(os.stat(os.path.join(where, name.hex())).st_size for name in entry.state_blocks.hashes)
             if size > blockforms.LISTED_BYTES:
                 entry.state_bytes = size
             else:  # BF2: a small state is held whole

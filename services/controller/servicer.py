@@ -80,6 +80,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         engine.machine.forms.states = self._joined
         # each node's last listed state, joined (the bytes the kept blocks are cut from: no copy)
         self._states: dict[str, tuple[tuple[bytes, ...], bytes]] = {}
+        # each node's last state listed unjoined: its blocks' sizes, each checked against its name (BF6)
+        self._sizes: dict[str, dict[bytes, int]] = {}
 
     async def mode_mismatch(self, retry_s: float = 0.5) -> str:
         """Ask every node its snapshot_mode and its app (GetState, retried until it
@@ -335,13 +337,31 @@ class ControllerService(pb_grpc.ControllerServicer):
             block = files.read(name)
             return block if block is not None and blocks.block_hash(block) == name else None
 
-        block_list, missing = blockforms.streamed(tuple(sent.state_blocks.hashes), read, sent.state_digest)
+        block_list, missing = blockforms.streamed(tuple(sent.state_blocks.hashes), read, sent.state_digest,
+                                                  self._sized(sent.node_id, sent.snapshot_id))
         if block_list is None or block_list.size <= blockforms.LISTED_BYTES:  # BF2: joined, it is small
             return None, missing
+        self._sizes[sent.node_id] = dict(zip(block_list.hashes, block_list.sizes, strict=True))  # one assignment
         self.engine.writer.store.keep(sent.snapshot_id, listed_names, carried, call)  # as `_joined_report`
         listed = blockforms.listed_report(sent, block_list.hashes)
         self.engine.machine.forms.note(listed, block_list)
         return listed, []
+
+    def _sized(self, node_id: str, snapshot_id: str) -> Callable[[bytes], int | None]:
+        """The size of a block of the node's last state listed unjoined, only while controller/blocks
+        holds a file of its name (as kept blocks are used: blockdir.py D5); None: not known so."""
+        known, files, listed = self._sizes.get(node_id, {}), self.engine.writer.store.blocks, False
+
+        def size(name: bytes) -> int | None:
+            nonlocal listed
+            if (found := known.get(name)) is None:
+                return None
+            if not listed:
+                files.listed_for(snapshot_id)
+                listed = True
+            return found if files.holds(name) else None
+
+        return size
 
     def _on_disk(self, node_id: str, snapshot_id: str) -> Callable[[bytes], bytes | None]:
         """The kept blocks (knownblocks.py), each only while controller/blocks holds a file of

@@ -10,7 +10,8 @@ raises for one), no whole form of a snapshot with listed states is built
 (`BlockForms.whole` raises), and tracemalloc's peak stays under 2.5 states: the
 invariant's read of one (its blocks and their join: two) and the windows. Before,
 each state was joined and kept, and filing encoded all four joined (8 MiB here).
-Then, out of memory, both are read back from their files for GetSnapshot and
+The second snapshot's reports read only the blocks that changed (the others' sizes
+are known from the first). Then, out of memory, both are read back from their files for GetSnapshot and
 ListSnapshots without a state joined."""
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ SIZE = 2 * MIB + 100
 NODES = ("a", "b", "c", "d")
 BOUND = MIB  # JOINED_MAX_BYTES and the kept blocks' bound, lowered
 READ: list[int] = []  # the invariant's reads, by size
+READS: list[int] = []  # blocks each report listed unjoined read (blockforms.streamed)
 
 
 def same_size(view: View) -> list[str]:
@@ -65,6 +67,17 @@ def guarded(monkeypatch) -> None:
             raise AssertionError(f"snapshot {snapshot.snapshot_id} was built whole: every state joined at once")
         return whole(self, snapshot)
 
+    streamed = blockforms.streamed
+
+    def counted(hashes, read, said="", sized=None):
+        def reading(name):
+            READS[-1] += 1
+            return read(name)
+
+        READS.append(0)
+        return streamed(hashes, reading, said, sized)
+
+    monkeypatch.setattr(blockforms, "streamed", counted)
     monkeypatch.setattr(blocks, "joined", no_large_join)
     monkeypatch.setattr(blockforms.BlockForms, "whole", no_whole)
     monkeypatch.setattr(servicer, "JOINED_MAX_BYTES", BOUND)
@@ -94,12 +107,14 @@ async def _two_snapshots(tmp_path) -> None:
         streams = {}
         for node in NODES:  # built before tracing: the nodes' side
             report = pb.FullState(snapshot_id=sid, node_id=node, state=states[node], app_name="blob", app_version=1,
+                                  state_digest=digest(states[node]),  # as a node hashes it at its cut
                                   channels=[pb.ChannelState(src=other, dst=node) for other in NODES if other != node])
             sent, names = formers[node].form(report)
             assert sent.HasField("state_blocks") and (round_ == 1) == (len(sent.blocks) < len(sent.state_blocks.hashes))
             streams[node] = (list(chunking.split_state(sent, 64 * 1024)), names)
         del report, sent
         READ.clear()
+        READS.clear()
         tracemalloc.start()
         try:
             answers = await asyncio.gather(*(c.service.ReportStateChunks(_chunks(streams[n][0]), CallContext())
@@ -117,6 +132,10 @@ async def _two_snapshots(tmp_path) -> None:
             formers[node].accepted(answer, streams[node][1])
         assert c.tracker._finished[sid].status == pb.Snapshot.COMPLETE, c.tracker._finished[sid].reason
         assert READ == [SIZE] * len(NODES), "the invariant did not read every state"
+        blocks_each = -(-SIZE // blocks.BLOCK_BYTES)
+        # the second time, the blocks of each node's last state are counted unread (BF6): the new one is read
+        assert len(READS) == len(NODES)  # the reports run at once: the reads in all
+        assert sum(READS) == (blocks_each * len(NODES) if round_ == 0 else len(NODES)), READS
         assert all(node.state_omitted and not node.HasField("state") for node in got.nodes)
         assert any(s.snapshot_id == sid for s in page.snapshots)
         assert c.store.missing_files(sid) == (False, False), "not filed"
@@ -142,7 +161,6 @@ async def _from_the_files(c, sids: list[str]) -> None:
     finds it corrupt."""
     for sid in sids:
         c.tracker._finished.pop(sid)  # out of the working set: only the files have it
-    load_listed(c.store, sids[0])  # once before tracing: pathlib's table of the names it has seen grows
     real_whole_form = blocks.whole_form
     blocks.whole_form = _no_whole_form
     try:
