@@ -1,15 +1,15 @@
 """The controller's snapshot path holds about one node's state at a time, never all of
 them (docs/bench-cluster.md, the controller's peak): an in-process engine on a real
-journal and block store, four nodes each reporting a state of 2 MiB as blocks by
+journal and block store, four nodes each reporting a state of 8 MiB as blocks by
 stream (every block carried at first, a few the second time), the bounds lowered
 (the joining bound and the kept blocks' to 1 MiB, the stream's write window to
 256 KiB), and an invariant that reads every node's state. Over both snapshots
 (their reports, the invariant, the answers of GetSnapshot and ListSnapshots, the
 `.pb` file and the JSON export) no state over the bound is joined (`blocks.joined`
 raises for one), no whole form of a snapshot with listed states is built
-(`BlockForms.whole` raises), and tracemalloc's peak stays under 2.5 states: the
+(`BlockForms.whole` raises), and tracemalloc's peak stays under three states: the
 invariant's read of one (its blocks and their join: two) and the windows. Before,
-each state was joined and kept, and filing encoded all four joined (8 MiB here).
+each state was joined and kept, and filing encoded all four joined (32 MiB here).
 The second snapshot's reports read only the blocks that changed (the others' sizes
 are known from the first). Then, out of memory, both are read back from their files for GetSnapshot and
 ListSnapshots without a state joined."""
@@ -35,7 +35,7 @@ from support.controller_fakes import CallContext, blob_controller
 pytestmark = [pytest.mark.timeout(120)]
 
 MIB = 1024 * 1024
-SIZE = 2 * MIB + 100
+SIZE = 8 * MIB + 100
 NODES = ("a", "b", "c", "d")
 BOUND = MIB  # JOINED_MAX_BYTES and the kept blocks' bound, lowered
 READ: list[int] = []  # the invariant's reads, by size
@@ -147,7 +147,9 @@ async def _two_snapshots(tmp_path) -> None:
             state[1000:1100] = rng.randbytes(100)
             states[node] = bytes(state)
     # the invariant reads one state (its blocks, then their join); the windows and the rest are small
-    assert max(peaks) < 2.5 * SIZE, f"tracemalloc peaks {peaks} over 2.5 states of {SIZE}"
+    # (and what the process's tables do meanwhile: pathlib interns each block file's name, and
+    # a worker that ran other tests first has a large table to grow: a few MiB, whatever the states)
+    assert max(peaks) < 3 * SIZE, f"tracemalloc peaks {peaks} over three states of {SIZE}"
     await _from_the_files(c, sids)
     await c.engine.close()
     await c.journal.close()
@@ -173,7 +175,7 @@ async def _from_the_files(c, sids: list[str]) -> None:
             tracemalloc.stop()
     finally:
         blocks.whole_form = real_whole_form
-    assert peak < SIZE / 2, f"tracemalloc peak {peak} reading the files back"
+    assert peak < SIZE, f"tracemalloc peak {peak} reading the files back (four states of {SIZE})"
     for answer in [*got, *page.snapshots]:
         assert answer.status == pb.Snapshot.COMPLETE and len(answer.nodes) == len(NODES)
         assert all(n.state_omitted and n.state_bytes == SIZE and not n.HasField("state") for n in answer.nodes)
