@@ -92,8 +92,9 @@ class BlockDir:
 
     def read(self, name: bytes) -> bytes | None:
         """The content of block `name` as stored (None: there is no such file, noted: D5)."""
-        try:
-            return self.path(name).read_bytes()
+        try:  # a str path: pathlib would parse and intern each name, 8192 of them for 64 MiB
+            with open(os.path.join(os.fspath(self.directory), name.hex()), "rb") as file:
+                return file.read()
         except FileNotFoundError:
             self._noted(removed=[name])
             return None

@@ -32,6 +32,7 @@ import grpc
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.hops import ControllerHops
 from snapmesh.services.controller.metrics import ControllerMetrics
+from snapmesh.services.controller.listedload import load_listed
 from snapmesh.services.controller.nodeblocks import NodeBlocks
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
@@ -338,9 +339,14 @@ class ControllerEngine:
         """listing.find's: the machine's, else (`stored`) the store's; None when neither has it."""
         return listing.find(snapshot_id, self.machine.get, self._load if stored else None)
 
-    def lookup(self, snapshot_id: str) -> pb.Snapshot:
-        """listing.look_up's: UnknownSnapshot when there is none, listing.Damaged when its files are."""
-        return listing.look_up(snapshot_id, self.machine.get, self._load, lambda sid: self.writer.store.damaged.get(sid))
+    def lookup(self, snapshot_id: str, *, listed: bool = False) -> pb.Snapshot:
+        """listing.look_up's: UnknownSnapshot when there is none, listing.Damaged when its files are.
+        `listed`: the machine's with its large states as block lists (blockforms.py), not joined."""
+        held, load = (self.machine.listed, self._load_listed) if listed else (self.machine.get, self._load)
+        return listing.look_up(snapshot_id, held, load, lambda sid: self.writer.store.damaged.get(sid))
+
+    def _load_listed(self, snapshot_id: str) -> pb.Snapshot | None:
+        return load_listed(self.writer.store, snapshot_id)  # listedload.py: no state joined
 
     def _load(self, snapshot_id: str) -> pb.Snapshot | None:
         return self.writer.store.load(snapshot_id)  # the store is reached only for a snapshot the machine lacks

@@ -26,6 +26,7 @@ import grpc
 
 from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.services.controller.blockdir import kept_reader
+from snapmesh.services.controller.listedload import load_listed
 from snapmesh.protocol import blocks, carriedblocks, chunking
 from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.controller import answers, blockforms, cluster, journalblocks, listing, statuses
@@ -79,6 +80,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         engine.machine.forms.states = self._joined
         # each node's last listed state, joined (the bytes the kept blocks are cut from: no copy)
         self._states: dict[str, tuple[tuple[bytes, ...], bytes]] = {}
+        # each node's last state listed unjoined: its blocks' sizes, each checked against its name (BF6)
+        self._sizes: dict[str, dict[bytes, int]] = {}
 
     async def mode_mismatch(self, retry_s: float = 0.5) -> str:
         """Ask every node its snapshot_mode and its app (GetState, retried until it
@@ -159,10 +162,11 @@ class ControllerService(pb_grpc.ControllerServicer):
 
         return read
 
-    async def _snapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
+    async def _snapshot(self, request: pb.GetSnapshotRequest, context, *, listed: bool = False) -> pb.Snapshot:
+        """The snapshot asked for (`listed`: its large states as block lists, blockforms.py)."""
         try:
             listing.check_get(request)
-            snapshot = self.engine.lookup(request.snapshot_id)
+            snapshot = self.engine.lookup(request.snapshot_id, listed=listed)
         except (listing.BadRequest, UnknownSnapshot) as exc:  # Damaged too (L5)
             code, details = statuses.status(exc)  # type: ignore[misc]
             await context.abort(grpc.StatusCode[code], details)
@@ -171,9 +175,12 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     @_answers()
     async def GetSnapshot(self, request: pb.GetSnapshotRequest, context) -> pb.Snapshot:
-        snapshot = await self._snapshot(request, context)
+        # Listed, its states joined only when the answer carries them (answers.py BA5): an answer
+        # that leaves them out never holds them (the controller's peak, docs/bench-cluster.md)
+        snapshot = await self._snapshot(request, context, listed=True)
         limit = request.max_bytes or listing.CLIENT_DEFAULT_BYTES
-        snapshot = answers.bounded(snapshot, state_bytes=self._state_bytes, max_bytes=limit, must_fit=False)
+        snapshot = answers.bounded(snapshot, state_bytes=self._state_bytes, max_bytes=limit, must_fit=False,
+                                   whole=self._whole)
         listing.check_size(request.snapshot_id, snapshot.ByteSize(), request.max_bytes)
         return snapshot
 
@@ -200,9 +207,19 @@ class ControllerService(pb_grpc.ControllerServicer):
         while not merge.done:
             ids = merge.take(store.index.after(merge.cursor, status, start.batch))
             found = {sid: self._held(sid) for sid in ids}  # None: filed, or filed meanwhile
-            found |= await asyncio.to_thread(_load_each, store, [sid for sid in ids if found[sid] is None])
+            found |= await asyncio.to_thread(self._load_each, store, [sid for sid in ids if found[sid] is None])
             for sid in ids:
                 yield found[sid]
+
+    def _load_each(self, store, snapshot_ids: list[str]) -> dict[str, pb.Snapshot | None]:
+        """The filed snapshots, listed (listedload.py), each whole only when the page would show its states."""
+        return {sid: self._shown(load_listed(store, sid)) for sid in snapshot_ids}
+
+    def _shown(self, snapshot: pb.Snapshot | None) -> pb.Snapshot | None:
+        """`snapshot` as a page shows it: its listed states read whole only when they are shown (BA1)."""
+        if snapshot is not None and blockforms.listed(snapshot) and blockforms.state_bytes(snapshot) <= self._state_bytes:
+            snapshot = self.engine.machine.forms.whole(snapshot)
+        return snapshot
 
     def _held(self, snapshot_id: str) -> pb.Snapshot | None:
         """A snapshot the machine holds, as a page shows it (None: it holds none): its
@@ -212,9 +229,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             snapshot = machine.listed(snapshot_id)
         except UnknownSnapshot:
             return None
-        if blockforms.listed(snapshot) and blockforms.state_bytes(snapshot) <= self._state_bytes:
-            snapshot = machine.forms.whole(snapshot)  # answers.py BA1: the page shows them
-        return snapshot
+        return self._shown(snapshot)
 
     async def WatchSnapshots(self, request: pb.WatchSnapshotsRequest, context) -> AsyncIterator[pb.Snapshot]:
         try:
@@ -322,13 +337,31 @@ class ControllerService(pb_grpc.ControllerServicer):
             block = files.read(name)
             return block if block is not None and blocks.block_hash(block) == name else None
 
-        block_list, missing = blockforms.streamed(tuple(sent.state_blocks.hashes), read, sent.state_digest)
+        block_list, missing = blockforms.streamed(tuple(sent.state_blocks.hashes), read, sent.state_digest,
+                                                  self._sized(sent.node_id, sent.snapshot_id))
         if block_list is None or block_list.size <= blockforms.LISTED_BYTES:  # BF2: joined, it is small
             return None, missing
+        self._sizes[sent.node_id] = dict(zip(block_list.hashes, block_list.sizes, strict=True))  # one assignment
         self.engine.writer.store.keep(sent.snapshot_id, listed_names, carried, call)  # as `_joined_report`
         listed = blockforms.listed_report(sent, block_list.hashes)
         self.engine.machine.forms.note(listed, block_list)
         return listed, []
+
+    def _sized(self, node_id: str, snapshot_id: str) -> Callable[[bytes], int | None]:
+        """The size of a block of the node's last state listed unjoined, only while controller/blocks
+        holds a file of its name (as kept blocks are used: blockdir.py D5); None: not known so."""
+        known, files, listed = self._sizes.get(node_id, {}), self.engine.writer.store.blocks, False
+
+        def size(name: bytes) -> int | None:
+            nonlocal listed
+            if (found := known.get(name)) is None:
+                return None
+            if not listed:
+                files.listed_for(snapshot_id)
+                listed = True
+            return found if files.holds(name) else None
+
+        return size
 
     def _on_disk(self, node_id: str, snapshot_id: str) -> Callable[[bytes], bytes | None]:
         """The kept blocks (knownblocks.py), each only while controller/blocks holds a file of
@@ -413,6 +446,3 @@ class ControllerService(pb_grpc.ControllerServicer):
         await asyncio.to_thread(lambda: store.keep_carried(sid, {blocks.block_hash(b): b for b in window}, call))
         stream.released(size)
 
-
-def _load_each(store, snapshot_ids: list[str]) -> dict[str, pb.Snapshot | None]:
-    return {sid: store.load(sid) for sid in snapshot_ids}

@@ -48,7 +48,8 @@ A snapshot handed in with its large states as block lists (the tracker's listed
 form, snapmesh/protocol/controller/blockforms.py) is filed as it is: its
 manifests are the stored form's, their blocks already on disk and pinned (`keep`),
 so nothing is cut or hashed again; only the checksum, of the whole form, reads
-its blocks (`reader`, each checked against its name), off the reply path. Its
+its blocks (`reader`, each checked against its name), off the reply path, a block
+at a time: the whole form is never built (wholedigest.py). Its
 digest is the one the node's report said (FullState.state_digest, taken unhashed
 on the reply path): checked here against the bytes, and filed as they hash.
 """
@@ -59,17 +60,18 @@ import bisect
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from snapmesh.services.controller import export
 from snapmesh.services.controller.blockdir import BlockDir
 from snapmesh.checking import snapshot_file
-from snapmesh.protocol import appstate, blocks
+from snapmesh.protocol import blocks
 from snapmesh.protocol.controller import blockforms
 from snapmesh.protocol.controller.blockpins import BlockPins
 from snapmesh.protocol.controller.blockrefs import BlockRefs
+from snapmesh.protocol.controller.wholedigest import whole_digest
 from snapmesh.serving.durable import fsync_dir, write_atomically
 from snapmesh.protocol.appstate import clear_old_figures
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -252,9 +254,8 @@ class SnapshotStore:
         if written:
             log.info("snapshot %s: %d new blocks (%d bytes) of %d", snapshot.snapshot_id, written, size,
                      len(named) + len(listed))
-        whole = blockforms.BlockForms(self.reader).whole(snapshot)  # the checksum's: of the whole form (B1)
-        _check_digests(snapshot, whole, stored)
-        data, digest = snapshot_file.sealed_bytes(whole, stored)
+        digest = self._whole_checksum(snapshot, stored)  # of the whole form (B1), never joined
+        data = snapshot_file.sealed_with(stored, digest)
         with self._refs_lock:  # before the file: a crash leaves garbage, never a gap
             freed = self.refs.hold(snapshot.snapshot_id, named.keys() | listed)
         write_atomically(self.compact_path(snapshot.snapshot_id), data)
@@ -263,6 +264,31 @@ class SnapshotStore:
         inline = sum(len(named[name]) for original, node in zip(snapshot.nodes, stored.nodes, strict=True)
                      if not blockforms.is_listed(original) for name in node.state_blocks.hashes)
         return digest, stored, inline + sum(node.state_bytes for node in snapshot.nodes if blockforms.is_listed(node))
+
+    def _whole_checksum(self, snapshot: pb.Snapshot, stored: pb.Snapshot) -> str:
+        """The checksum of `snapshot`'s whole form, its listed states read a block at a time
+        (wholedigest.py): each one's digest is checked against the bytes, and the
+        stored form gets the bytes' digest whatever its report said (hashed again then)."""
+        read = self.reader() if self.reader is not None else None
+
+        def blocks_of(entry: pb.NodeBalance) -> Iterator[bytes]:
+            for name in entry.state_blocks.hashes:
+                if read is None or (block := read(name)) is None:
+                    raise blockforms.BlockMissing(f"snapshot {snapshot.snapshot_id}, node {entry.node_id}, "
+                                                  f"block sha256:{name.hex()}: missing")
+                yield block
+
+        found = whole_digest(snapshot, blocks_of)
+        wrong = {i: got for i, got in found.states.items() if got != snapshot.nodes[i].state_digest}
+        if not wrong:
+            return found.checksum
+        fixed = pb.Snapshot()
+        fixed.CopyFrom(snapshot)  # listed: manifests, not states
+        for index, got in wrong.items():
+            log.error("snapshot %s: the state of %s hashes to %s, not to the %s its report said; filed with %s",
+                      snapshot.snapshot_id, snapshot.nodes[index].node_id, got, snapshot.nodes[index].state_digest, got)
+            fixed.nodes[index].state_digest = stored.nodes[index].state_digest = got
+        return whole_digest(fixed, blocks_of).checksum
 
     def delete(self, snapshot_id: str) -> int:
         """Both files of `snapshot_id` (retention), durably, then the blocks no
@@ -384,16 +410,6 @@ def _stored_form(snapshot: pb.Snapshot, parts=None) -> tuple[pb.Snapshot, dict[b
         if node.HasField("state_blocks"):
             node.ClearField("state_bytes")
     return stored, named
-
-
-def _check_digests(snapshot: pb.Snapshot, whole: pb.Snapshot, stored: pb.Snapshot) -> None:
-    """A listed state's digest is the node's, as its report said (servicer.py): checked
-    here against the bytes filed, and the file gets the bytes' digest whatever it said."""
-    for index, node in enumerate(snapshot.nodes):
-        if blockforms.is_listed(node) and (got := appstate.digest(whole.nodes[index].state)) != node.state_digest:
-            log.error("snapshot %s: the state of %s hashes to %s, not to the %s its report said; filed with %s",
-                      snapshot.snapshot_id, node.node_id, got, node.state_digest, got)
-            whole.nodes[index].state_digest = stored.nodes[index].state_digest = got
 
 
 def _listing(directory: Path, pattern: str) -> list[Path]:

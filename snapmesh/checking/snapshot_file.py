@@ -89,6 +89,13 @@ def sealed_bytes(snapshot: pb.Snapshot, stored: pb.Snapshot | None = None) -> tu
     return FORMAT_MARK + data + pb.Snapshot(checksum=digest).SerializeToString(), digest
 
 
+def sealed_with(stored: pb.Snapshot, digest: str) -> bytes:
+    """`sealed_bytes`' file for a checksum found otherwise (the controller's store hashes
+    a listed snapshot's whole form a block at a time: wholedigest.py)."""
+    assert not stored.checksum, "seal an unsealed snapshot"
+    return FORMAT_MARK + stored.SerializeToString(deterministic=True) + pb.Snapshot(checksum=digest).SerializeToString()
+
+
 def sealed_json(rendered: str, digest: str) -> str:
     """The `.json` export `rendered` (every field printed, so with an empty
     top-level checksum) with the checksum `digest` filled in."""

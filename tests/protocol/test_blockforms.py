@@ -149,3 +149,25 @@ def test_streamed_takes_the_digest_the_node_said():
     content = dict(zip(named.names, blocks.split(state), strict=True))
     block_list, _ = blockforms.streamed(named.names, content.get, "sha256:said")
     assert block_list is not None and block_list.digest == "sha256:said" and block_list.size == len(state)
+
+
+def test_streamed_counts_the_blocks_it_knows_the_size_of_unread_only_with_the_nodes_digest():
+    """BF6: with the node's digest, a block `sized` knows is counted without being read;
+    without it, every block is read (the digest is hashed from them)."""
+    state = random.Random(8).randbytes(4 * blocks.BLOCK_BYTES + 9)
+    named = blocks.names(state)[0]
+    content = dict(zip(named.names, blocks.split(state), strict=True))
+    known = {name: len(content[name]) for name in named.names[1:]}  # all but the first
+    asked: list[bytes] = []
+
+    def read(name: bytes) -> bytes | None:
+        asked.append(name)
+        return content.get(name)
+
+    block_list, _ = blockforms.streamed(named.names, read, "sha256:said", known.get)
+    assert asked == [named.names[0]]
+    assert block_list is not None and block_list.size == len(state)
+    assert block_list.sizes == tuple(len(b) for b in blocks.split(state))
+    asked.clear()
+    block_list, _ = blockforms.streamed(named.names, read, "", known.get)
+    assert asked == named.names and block_list is not None and block_list.digest == digest(state)

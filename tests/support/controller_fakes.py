@@ -57,13 +57,17 @@ class BlobController:
     tracker: Tracker
 
 
-def blob_controller(tmp_path: Path, deadline_s: float = 30.0) -> BlobController:
+def blob_controller(tmp_path: Path, deadline_s: float = 30.0, app: App | None = None,
+                    nodes: tuple[str, ...] = ("a", "b")) -> BlobController:
+    """`BlobController`'s; `app`: the app its checker judges with (default: the blob app, no invariant);
+    `nodes`: every one with a channel to every other (default: a and b)."""
     store = SnapshotStore(tmp_path / "snapshots", tmp_path / "controller" / "snapshots")
     writer = StoreWriter(store, on_filed=lambda sid: None)
     journal = J.Journal(tmp_path / "controller" / "journal")
     journal.open()
-    tracker = Tracker(topology=Topology(nodes=("a", "b"), channels=(("a", "b"), ("b", "a"))), deadline_s=deadline_s,
-                      checker=AppChecker("blob:app", App(name="blob", new=lambda info: None)))
+    channels = tuple((src, dst) for src in nodes for dst in nodes if src != dst)
+    tracker = Tracker(topology=Topology(nodes=nodes, channels=channels), deadline_s=deadline_s,
+                      checker=AppChecker("blob:app", app or App(name="blob", new=lambda info: None)))
     engine = ControllerEngine(config=config.load(config.DEFAULT_CONFIG), machine=Controller(tracker),
                               journal=journal, writer=writer, metrics=ControllerMetrics(CollectorRegistry()))
     engine.stubs = {n: QuietNode() for n in engine.nodes}  # type: ignore[misc]

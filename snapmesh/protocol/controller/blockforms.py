@@ -34,6 +34,9 @@ BF6. A report as blocks of a state too large to join (more than the shell's boun
     read, checked against its name, counted and hashed into the digest, and let go
     before the next, so the report path holds one block of it at a time. The
     journal's replay lists such a report the same way (journalblocks.py JB5).
+    With the node's digest, a block the shell knows the size of (`sized`: a block
+    of the node's last listed state, checked against its name then, its file still
+    there as far as it knows: blockdir.py D5) is counted without being read.
 """
 
 from __future__ import annotations
@@ -173,13 +176,18 @@ def listed_report(report: pb.FullState, hashes: Iterable[bytes]) -> pb.FullState
 
 def streamed(
     hashes: Sequence[bytes], read: Callable[[bytes], bytes | None], said: str = "",
+    sized: Callable[[bytes], int | None] | None = None,
 ) -> tuple[BlockList | None, list[bytes]]:
     """The block list of the state `hashes` name, each block by `read` (checked against
     its name by it; None: it has none), one block held at a time (BF6); or None and the
     names it could not read, in manifest order. `said`: the state's digest as its node
-    hashed it (FullState.state_digest), taken rather than hashed again ("": hashed here)."""
+    hashed it (FullState.state_digest), taken rather than hashed again ("": hashed here);
+    with it, a block `sized` knows (None: it does not) is counted unread (BF6)."""
     hasher, sizes, missing = None if said else hashlib.sha256(), [], []
     for name in hashes:
+        if hasher is None and sized is not None and (size := sized(name)) is not None:
+            sizes.append(size)
+            continue
         block = read(name)
         if block is None:
             missing.append(name)

@@ -10,9 +10,10 @@ KB1. A block is kept only with the name it was checked against: a whole report's
     state is cut and hashed (`blocks.names`), a rebuilt one's blocks were each
     carried and hashed, read and hashed, or taken from here.
 KB2. One state per node, the last one kept, and `get` looks in the node's own
-    blocks first. The memory is bounded (`max_bytes`, 256 MiB by default): a
-    new state pushes out the states kept longest, and a state over the bound is
-    not kept at all. A block not kept is read from controller/blocks, as
+    blocks first. The memory is bounded (`max_bytes`, 32 MiB by default: the
+    controller's peak is to stay within 512 MiB plus one node's state, so a
+    large state is never held here): a new state pushes out the states kept
+    longest, and a state over the bound is not kept at all. A block not kept is read from controller/blocks, as
     before there was this cache: slower, never wrong (KB1 holds either way).
 KB3. Thread-safe for its use: each `keep` replaces a node's entry with one
     assignment, and `get` reads whichever entry is there; either is right (KB1).
@@ -23,7 +24,7 @@ from __future__ import annotations
 from snapmesh.protocol import blocks
 
 
-DEFAULT_MAX_BYTES = 256 << 20
+DEFAULT_MAX_BYTES = 32 << 20  # KB2
 
 
 class KnownBlocks:

@@ -1,0 +1,69 @@
+"""A filed snapshot read back in the tracker's listed form: its large states never joined.
+
+`SnapshotStore.load` reads a `.pb` file's whole form (every state joined from its
+blocks, then the whole encoded for its checksum), which is what a restore sends.
+GetSnapshot and ListSnapshots of a snapshot the controller no longer holds leave
+large states out of their answers (answers.py BA2) and read them only when they
+fit, so they read it listed (snapmesh/protocol/controller/blockforms.py): each
+state over LISTED_BYTES stays its manifest with its size (from its blocks' files),
+and the file's checksum is checked a block at a time, each block against its name
+(wholedigest.py). Whatever is not as a file this version writes (no checksum, a
+checksum only an older form matches, a block missing or corrupt) is left to `load`,
+which judges it and remembers the damage: the same answer, as `load` would give.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from snapmesh.checking import snapshot_file
+from snapmesh.protocol import blocks
+from snapmesh.protocol.appstate import clear_old_figures
+from snapmesh.protocol.controller import blockforms
+from snapmesh.protocol.controller.wholedigest import WholeDigestError, whole_digest
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+
+class _NotAsWritten(Exception):
+    """A block missing or not as named: `load` judges the file."""
+
+
+def load_listed(store, snapshot_id: str) -> pb.Snapshot | None:
+    """`store.load(snapshot_id)`'s snapshot, its states over LISTED_BYTES as block lists (BF1)."""
+    if not snapshot_id or "/" in snapshot_id or snapshot_id.startswith("."):
+        return None
+    try:
+        stored, marked = snapshot_file.read_stored(store.compact_path(snapshot_id))
+    except (OSError, snapshot_file.Unreadable):
+        return None
+    if not marked or not stored.checksum or stored.snapshot_id != snapshot_id:
+        return store.load(snapshot_id)
+    files = store.blocks
+
+    def blocks_of(entry: pb.NodeBalance) -> Iterator[bytes]:
+        for name in entry.state_blocks.hashes:
+            if (block := files.read(name)) is None or blocks.block_hash(block) != name:
+                raise _NotAsWritten(name)
+            yield block
+
+    listed = pb.Snapshot()
+    listed.CopyFrom(stored)  # manifests, not states
+    listed.ClearField("checksum")
+    try:
+        for entry in listed.nodes:
+            if not entry.HasField("state_blocks"):
+                continue
+            where = os.fspath(files.directory)  # str paths: pathlib would intern every name
+            size = sum(os.stat(os.path.join(where, name.hex())).st_size for name in entry.state_blocks.hashes)
+            if size > blockforms.LISTED_BYTES:
+                entry.state_bytes = size
+            else:  # BF2: a small state is held whole
+                entry.state = b"".join(blocks_of(entry))
+                entry.ClearField("state_blocks")
+        if whole_digest(listed, blocks_of).checksum != stored.checksum:
+            return store.load(snapshot_id)
+    except (OSError, _NotAsWritten, WholeDigestError):
+        return store.load(snapshot_id)
+    clear_old_figures(listed)  # as `load`'s
+    return listed
