@@ -39,7 +39,7 @@ from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import listing, loglines, measures, restoregate
 from snapmesh.protocol import restorestream
 from snapmesh.protocol.controller import blockforms, restoreplan
-from snapmesh.protocol.controller.tracker import COMPLETE, Now, UnknownSnapshot
+from snapmesh.protocol.controller.tracker import COMPLETE, Now
 from snapmesh.serving import calls, credentials
 from snapmesh.serving.fanout import FanOut
 from snapmesh.serving.runtime import CLIENT_OPTIONS, say
@@ -312,21 +312,14 @@ class ControllerEngine:
         return await asyncio.shield(answer)
 
     def _restorable(self, snapshot_id: str, nodes: Sequence[str]) -> pb.Snapshot | None:
-        """The snapshot to restore: as the machine holds it, its large states as block lists,
-        when restorestream.py RS0 says they go so (nothing joined); else `find`'s, whole."""
-        try:
-            listed = self.machine.listed(snapshot_id)
-        except UnknownSnapshot:
-            return self.find(snapshot_id)
-        return listed if restorestream.keeps_listed(listed, self.machine.tracker.side, nodes) else self.find(snapshot_id)
+        """The snapshot to restore: its large states as block lists when the machine says so
+        (restorestream.py RS0: nothing joined); else `find`'s, whole."""
+        listed = self.machine.listed_restore(snapshot_id, nodes)
+        return listed if listed is not None else self.find(snapshot_id)
 
     def holds_listed(self, snapshot_id: str) -> bool:
         """Whether a restore of `snapshot_id` goes by its block lists (RS0): its files are not read for it."""
-        try:
-            listed = self.machine.listed(snapshot_id)
-        except UnknownSnapshot:
-            return False
-        return restorestream.keeps_listed(listed, self.machine.tracker.side, ())
+        return self.machine.listed_restore(snapshot_id) is not None
 
     def _read_cluster_file(self) -> Topology | str:
         """The controller's cluster file as it reads now (kept for Adopt), or why it cannot be read."""

@@ -57,7 +57,7 @@ class _Engine:
 class _Node(NodeServicer):
     """The node's own RestoreStateChunks and RestoreState over a block shelf; its engine a recorder."""
 
-    def __init__(self, node_id: str, other: str, shelf) -> None:  # noqa: D107  (no NodeServicer.__init__: no engine)
+    def __init__(self, node_id: str, other: str, shelf) -> None:  # not NodeServicer.__init__: there is no engine
         self._engine = _Engine(node_id, other)
         self._extra = None
         self._held = HeldBlocks(SentBlocks(), shelf)
