@@ -43,6 +43,8 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 
 log = logging.getLogger(__name__)
 
+READ_BATCH = 64  # blocks read from the store per thread hop of a streamed restore (512 KiB)
+
 
 class NodeBlocks:
     def __init__(self) -> None:
@@ -129,13 +131,14 @@ class NodeBlocks:
         """An RS1 part: the blocks the node lacks streamed to it (RS2, RS4); all of them after a refusal."""
         request = effect.request
         names = list(request.state_blocks.hashes)
-        answer = await calls.call(self._stream_rpc(stub, effect.node, names, held), request, effect.retry)
+        retry = restorestream.retry_for(effect.retry, request)
+        answer = await calls.call(self._stream_rpc(stub, effect.node, names, held), request, retry)
         if held and isinstance(answer, Failed) and answer.code == "FAILED_PRECONDITION" \
                 and answer.details.startswith(blocks.MISSING):
             log.info("restore at %s: %s; sending every block", effect.node, answer.details)
             self._by_node.pop(effect.node, None)
             self._note(effect.node, None)
-            return await calls.call(self._stream_rpc(stub, effect.node, names, frozenset()), request, effect.retry)
+            return await calls.call(self._stream_rpc(stub, effect.node, names, frozenset()), request, retry)
         if not isinstance(answer, Failed) and held and self._by_node.get(effect.node) == (held, parts):
             self._by_node[effect.node] = (held | frozenset(names), parts)  # as `restore`: it keeps them too
             self._note(effect.node, {}, restored=request.snapshot_id)
@@ -150,12 +153,10 @@ class NodeBlocks:
             stream = restorestream.Stream()
             for data in stream.header(request):
                 yield pb.RestoreStateChunk(data=data)
-            for name in sending:
-                block = await asyncio.to_thread(self._block, name)
-                if block is None:
-                    continue
-                for data in stream.block(block):
-                    yield pb.RestoreStateChunk(data=data)
+            for at in range(0, len(sending), READ_BATCH):  # one thread hop per batch, not per block
+                for block in await asyncio.to_thread(self._blocks, sending[at : at + READ_BATCH]):
+                    for data in stream.block(block):
+                        yield pb.RestoreStateChunk(data=data)
             for data in stream.end():
                 yield pb.RestoreStateChunk(data=data)
             self.streamed_blocks += stream.sent_blocks
@@ -165,6 +166,9 @@ class NodeBlocks:
             return stub.RestoreStateChunks(pieces(request), **kwargs)
 
         return call
+
+    def _blocks(self, names: list[bytes]) -> list[bytes]:
+        return [block for name in names if (block := self._block(name)) is not None]
 
     def _block(self, name: bytes) -> bytes | None:
         """Block `name` from the store, checked; None: missing or corrupt. RS3 checked every one

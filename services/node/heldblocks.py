@@ -122,10 +122,11 @@ class HeldBlocks:
             path.unlink(missing_ok=True)
         return state, blocks.Named(state, bounds, list(request.state_blocks.hashes), {})
 
-    async def carried(self, block: bytes) -> None:
-        """A block a streamed restore carried: to the shelf (BS5), off the event loop."""
-        assert self.shelf is not None
-        await asyncio.to_thread(self.shelf.add, block)
+    async def carried(self, carried: list[bytes]) -> None:
+        """Blocks a streamed restore carried: to the shelf (BS5), off the event loop."""
+        shelf = self.shelf
+        assert shelf is not None
+        await asyncio.to_thread(lambda: [shelf.add(block) for block in carried])
 
     def restored(self, named: blocks.Named | None) -> None:
         """The node took the restore whose state `state_of` rebuilt as `named`."""

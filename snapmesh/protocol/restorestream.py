@@ -34,16 +34,25 @@ RS5. `rebuild`: the node's state from its manifest, block by block in order
      to `write` one at a time and hashed into the whole's digest; a block found
      nowhere or a digest that differs is named and the rebuilt bytes are
      thrown away, so a refusal changes nothing (restoreblocks.py RB3).
+RS6. A streamed part's call may take as long as its state takes at
+     STREAM_FLOOR_BYTES_PER_S besides the restore's own timeout (`retry_for`): a
+     gigabyte is written to the node's shelf and read back before it answers, and a
+     call cut short by a per-call timeout fit for one message is sent again whole.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 
 from snapmesh.protocol import blocks, upgrade
 from snapmesh.protocol.chunking import CHUNK_BYTES
+from snapmesh.protocol.retry import Retry
 from snapmesh.v1 import snapmesh_pb2 as pb
+
+
+STREAM_FLOOR_BYTES_PER_S = 4 * 1024 * 1024  # RS6: the slowest a streamed part is taken to go
 
 
 class BlocksRefused(Exception):
@@ -72,6 +81,12 @@ def listed_part(request: pb.RestoreStateRequest, entry: pb.NodeBalance) -> None:
 def is_listed(request: pb.RestoreStateRequest) -> bool:
     """Whether `request` is a part of RS1 (a manifest, neither its state nor its blocks)."""
     return request.HasField("state_blocks") and not request.HasField("state") and not request.blocks
+
+
+def retry_for(retry: Retry, request: pb.RestoreStateRequest) -> Retry:
+    """`retry` for a streamed part (RS6): its timeouts longer by the time its state may take."""
+    extra = len(request.state_blocks.hashes) * blocks.BLOCK_BYTES / STREAM_FLOOR_BYTES_PER_S
+    return dataclasses.replace(retry, timeout_s=retry.timeout_s + extra, for_s=retry.for_s + extra)
 
 
 def to_send(hashes: Sequence[bytes], held: frozenset[bytes] | set[bytes]) -> list[bytes]:

@@ -115,3 +115,14 @@ def test_a_block_found_nowhere_or_a_wrong_digest_is_refused_and_names_it():
     request.state_digest = digest(b"another state")
     bounds, why = restorestream.rebuild(request, _store(), io.BytesIO().write)
     assert bounds is None and "rebuilt from them is" in why
+
+
+def test_a_streamed_part_may_take_as_long_as_its_state_takes_at_the_floor_rate():
+    from snapmesh.protocol.controller.effects import RESTORE
+
+    retry = restorestream.retry_for(RESTORE, _part())
+    extra = len(NAMED.names) * blocks.BLOCK_BYTES / restorestream.STREAM_FLOOR_BYTES_PER_S
+    assert retry.timeout_s == pytest.approx(RESTORE.timeout_s + extra)
+    assert retry.for_s == pytest.approx(RESTORE.for_s + extra)
+    gib = pb.RestoreStateRequest(state_blocks=pb.StateBlocks(hashes=[b"x" * 32] * ((1 << 30) // blocks.BLOCK_BYTES)))
+    assert restorestream.retry_for(RESTORE, gib).timeout_s >= 60  # a GiB: not the 5 s of one message

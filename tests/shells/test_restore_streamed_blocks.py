@@ -65,9 +65,9 @@ class _Node(NodeServicer):
         self.calls = 0
         carried = self._held.carried
 
-        async def counted(block: bytes) -> None:
-            self.carried += 1
-            await carried(block)
+        async def counted(some: list[bytes]) -> None:
+            self.carried += len(some)
+            await carried(some)
 
         self._held.carried = counted  # type: ignore[method-assign]
 
