@@ -37,6 +37,8 @@ from snapmesh.services.controller.nodeblocks import NodeBlocks
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import listing, loglines, measures, restoregate
+from snapmesh.protocol import restorestream
+from snapmesh.protocol.controller import blockforms, restoreplan
 from snapmesh.protocol.controller.tracker import COMPLETE, Now
 from snapmesh.serving import calls, credentials
 from snapmesh.serving.fanout import FanOut
@@ -96,6 +98,8 @@ class ControllerEngine:
         self._read: ClusterConfig | None = None  # the cluster file as a rescale's restore read it (Adopt)
         self._hops = ControllerHops(metrics)  # the path after a node's cut, timed (services/controller/hops.py)
         self.node_blocks = NodeBlocks()  # what each node holds of its states' blocks: a restore sends the rest
+        # a streamed restore's blocks (restorestream.py RS4), read from the store as they are sent
+        self.node_blocks.read = lambda name: self.writer.store.blocks.read(name)
 
     # -- lifecycle
 
@@ -294,7 +298,10 @@ class ControllerEngine:
         restore cannot be journaled."""
         call = next(self._calls)
         # find's None: the gate says NOT_FOUND, or answers a retry of a key that restored it
-        snapshot = self.find(snapshot_id)
+        snapshot = self._restorable(snapshot_id, nodes)
+        if snapshot is not None and blockforms.listed(snapshot):  # RS3: before any node hears of it
+            parts = restoreplan.plan(snapshot, self.machine.epoch)
+            await asyncio.to_thread(restorestream.check, snapshot_id, parts, self.writer.store.blocks.read)
         candidate = self._read_cluster_file() if nodes else None  # R7: the machine decides if it is the target's
         decision = self.machine.restore(snapshot, request_id, self._clock(), snapshot_id=snapshot_id, call=call,
                                         nodes=nodes, candidate=candidate)
@@ -303,6 +310,16 @@ class ControllerEngine:
         answer = self._answer(call)
         self.carry_out()
         return await asyncio.shield(answer)
+
+    def _restorable(self, snapshot_id: str, nodes: Sequence[str]) -> pb.Snapshot | None:
+        """The snapshot to restore: its large states as block lists when the machine says so
+        (restorestream.py RS0: nothing joined); else `find`'s, whole."""
+        listed = self.machine.listed_restore(snapshot_id, nodes)
+        return listed if listed is not None else self.find(snapshot_id)
+
+    def holds_listed(self, snapshot_id: str) -> bool:
+        """Whether a restore of `snapshot_id` goes by its block lists (RS0): its files are not read for it."""
+        return self.machine.listed_restore(snapshot_id) is not None
 
     def _read_cluster_file(self) -> Topology | str:
         """The controller's cluster file as it reads now (kept for Adopt), or why it cannot be read."""

@@ -17,6 +17,12 @@ that restarted takes it back from those and the stored manifests, so the first
 restore after it sends only what each node lacks. A note is a belief, never
 trusted for correctness (restoreblocks.py RB5): a node that lacks a block
 refuses, and gets its state whole.
+
+A part that is a manifest (a listed state, snapmesh/protocol/restorestream.py
+RS1) is never joined here: the blocks the node is not taken to hold are read
+from the block store one at a time (`read`: each checked against its name) and
+streamed to the node's RestoreStateChunks (RS4); a node that refuses them
+(blocks.MISSING) is sent every block of its state, the same way.
 """
 
 from __future__ import annotations
@@ -24,11 +30,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from snapmesh.protocol import blocks, chunking, restoreblocks
+from snapmesh.protocol import blocks, chunking, restoreblocks, restorestream
 from snapmesh.protocol.controller.effects import RestoreAt
 from snapmesh.protocol.retry import Failed
 from snapmesh.serving import calls
@@ -37,6 +43,8 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 
 log = logging.getLogger(__name__)
 
+READ_BATCH = 64  # blocks read from the store per thread hop of a streamed restore (512 KiB)
+
 
 class NodeBlocks:
     def __init__(self) -> None:
@@ -44,6 +52,8 @@ class NodeBlocks:
         self._by_node: dict[str, tuple[frozenset[bytes], tuple[int, ...]]] = {}
         self.sent_bytes = 0  # restore requests' bytes sent, in all (a state as blocks: manifest and new blocks)
         self.directory: Path | None = None  # where the notes go (`remember_in`); None: memory only
+        self.read: Callable[[bytes], bytes | None] | None = None  # the store's block, checked (RS1 parts)
+        self.streamed_blocks = 0  # blocks streamed to nodes for RS1 parts, in all (what a held block saves)
 
     def remember_in(self, directory: Path) -> None:
         """Note what each node holds under `directory` from now on (heldseed.py HT1)."""
@@ -94,6 +104,8 @@ class NodeBlocks:
         whole to any other and after a refusal naming a missing block (RB3)."""
         held, parts = self.held(effect.node)
         log.debug("restore at %s: it holds %d blocks", effect.node, len(held))
+        if restorestream.is_listed(effect.request):
+            return await self._streamed(stub, effect, held, parts)
         if held and effect.request.HasField("state") and effect.request.state:
             sent, names = await asyncio.to_thread(restoreblocks.referenced_restore, effect.request, held, parts)
             if sent is not None:
@@ -114,6 +126,64 @@ class NodeBlocks:
         answer = await calls.call(_rpc(stub, effect.request), effect.request, effect.retry)
         self._sent(answer, effect.request)
         return answer
+
+    async def _streamed(self, stub: Any, effect: RestoreAt, held: frozenset[bytes], parts: tuple[int, ...]) -> Any:
+        """An RS1 part: the blocks the node lacks streamed to it (RS2, RS4); all of them after a refusal."""
+        request = effect.request
+        names = list(request.state_blocks.hashes)
+        retry = restorestream.retry_for(effect.retry, request)
+        answer = await calls.call(self._stream_rpc(stub, effect.node, names, held), request, retry)
+        if held and isinstance(answer, Failed) and answer.code == "FAILED_PRECONDITION" \
+                and answer.details.startswith(blocks.MISSING):
+            log.info("restore at %s: %s; sending every block", effect.node, answer.details)
+            self._by_node.pop(effect.node, None)
+            self._note(effect.node, None)
+            return await calls.call(self._stream_rpc(stub, effect.node, names, frozenset()), request, retry)
+        if not isinstance(answer, Failed) and held and self._by_node.get(effect.node) == (held, parts):
+            self._by_node[effect.node] = (held | frozenset(names), parts)  # as `restore`: it keeps them too
+            self._note(effect.node, {}, restored=request.snapshot_id)
+        return answer
+
+    def _stream_rpc(self, stub: Any, node: str, names: list[bytes], held: frozenset[bytes]) -> Callable[..., Any]:
+        """RestoreStateChunks with the blocks of `names` not in `held`, each read as it is sent."""
+        sending = restorestream.to_send(names, held)
+        log.info("restore at %s: its state as a stream of blocks, %d of %d sent", node, len(sending), len(names))
+
+        async def pieces(request: pb.RestoreStateRequest) -> AsyncIterator[pb.RestoreStateChunk]:
+            stream = restorestream.Stream()
+            for data in stream.header(request):
+                yield pb.RestoreStateChunk(data=data)
+            for at in range(0, len(sending), READ_BATCH):  # one thread hop per batch, not per block
+                for block in await asyncio.to_thread(self._blocks, sending[at : at + READ_BATCH]):
+                    for data in stream.block(block):
+                        yield pb.RestoreStateChunk(data=data)
+            for data in stream.end():
+                yield pb.RestoreStateChunk(data=data)
+            self.streamed_blocks += stream.sent_blocks
+            self.sent_bytes += stream.sent_bytes
+
+        def call(request: pb.RestoreStateRequest, **kwargs: Any) -> Any:
+            return stub.RestoreStateChunks(pieces(request), **kwargs)
+
+        return call
+
+    def _blocks(self, names: list[bytes]) -> list[bytes]:
+        return [block for name in names if (block := self._block(name)) is not None]
+
+    def _block(self, name: bytes) -> bytes | None:
+        """Block `name` from the store, checked; None: missing or corrupt. RS3 checked every one
+        before the restore began; one lost since is not sent (an exception in a request stream
+        cancels the call), and the node, which checks the whole against its digest before it
+        changes anything, refuses it unless it holds that block (RS5): never a wrong state."""
+        try:
+            block = self.read(name) if self.read is not None else None
+        except OSError as exc:
+            log.warning("cannot read block sha256:%s from the block store: %s", name.hex(), exc)
+            return None
+        if block is None or blocks.block_hash(block) != name:
+            log.warning("block sha256:%s is missing or corrupt in the controller's block store: not sent", name.hex())
+            return None
+        return block
 
     def _sent(self, answer: Any, request: pb.RestoreStateRequest) -> None:
         if not isinstance(answer, Failed):

@@ -18,6 +18,10 @@ BS3. Bounded as the memory is: the blocks of one state per slot (the last
     found on disk (the union of the two before it), so what is kept stays bounded.
 BS4. Thread-safe: `keep` runs in one worker thread (heldblocks.py), `get` in any;
     a file is either there whole (BS1) or not, and `get` checks it (BS2).
+BS5. A restore streamed as blocks (restorestream.py RS4) writes each carried block
+    here as it comes (`add`, named by its hash), so the node never
+    holds them together; they are kept (an `incoming` slot, emptied as the next
+    stream begins) until the restored state's slot names them.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class BlockShelf:
         found = self._scan()
         self._slots: dict[str, frozenset[bytes]] = {slot: found for slot in SLOTS}  # BS3: after a restart
         self._on_disk: set[bytes] = set(found)
+        self._incoming: set[bytes] = set()  # BS5: blocks a restore's stream wrote, not yet in a slot
 
     def _scan(self) -> frozenset[bytes]:
         """Every block file on disk; temporary files left by a crash are removed."""
@@ -83,6 +88,23 @@ class BlockShelf:
         self.path(name).unlink(missing_ok=True)
         return None
 
+    def begin(self) -> None:
+        """A restore's stream begins (BS5): the blocks an earlier one wrote are no longer kept for it."""
+        with self._lock:
+            self._incoming = set()
+
+    def add(self, block: bytes) -> bytes:
+        """Write a block a restore's stream carried (BS5), unless there; its name. Raises
+        OSError (the restore then fails: the shelf is where its blocks wait)."""
+        name = blocks.block_hash(block)
+        with self._lock:
+            self._incoming.add(name)
+            if name not in self._on_disk or not self.path(name).exists():
+                self.directory.mkdir(parents=True, exist_ok=True)
+                write_unsynced(self.path(name), block)
+                self._on_disk.add(name)
+        return name
+
     def keep(self, slot: str, named: blocks.Named) -> tuple[int, int]:
         """`named` is the state of `slot` now: its blocks not on disk are written (BS1),
         and the files of blocks no slot names any longer removed (BS3); (written, removed)."""
@@ -91,7 +113,9 @@ class BlockShelf:
         with self._lock:
             written = self._write(named)
             self._slots[slot] = frozenset(named.names)
-            keep = frozenset().union(*self._slots.values())
+            if slot == "restored":
+                self._incoming = set()
+            keep = frozenset().union(*self._slots.values(), self._incoming)
             removed = 0
             for name in self._on_disk - keep:
                 self.path(name).unlink(missing_ok=True)

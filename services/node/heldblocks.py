@@ -10,16 +10,24 @@ after the restart sends only the others. A block neither in memory nor on the
 shelf (never written, corrupt, removed) is not held: the node refuses the
 restore as blocks and gets its state whole. A state is rebuilt and checked
 before the node's machine hears of the restore, so a refusal changes nothing.
+
+A restore streamed as blocks (snapmesh/protocol/restorestream.py RS4-RS5) is
+never joined in pieces: each carried block goes to the shelf as it comes
+(`carried`), and a state of more than FILE_REBUILD_BYTES is rebuilt from the
+shelf block by block into a file beside it, checked, and read back in one
+read: the node holds one block, then the state once (the app takes one
+bytes), never a list of its blocks beside their join.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from snapmesh.protocol import blocks, restoreblocks
+from snapmesh.protocol import blocks, restoreblocks, restorestream
 from snapmesh.services.node.blockshelf import BlockShelf
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -28,6 +36,8 @@ log = logging.getLogger(__name__)
 
 # A state up to this size is rebuilt on the event loop; a larger one in a thread (hashing it is milliseconds).
 INLINE_REBUILD_BYTES = 64 * 1024
+# A state over this size (by its manifest) is rebuilt through a file on the shelf (RS5), never joined from a list.
+FILE_REBUILD_BYTES = 8 * 1024 * 1024
 
 
 class MissingRestoreBlocks(Exception):
@@ -84,6 +94,8 @@ class HeldBlocks:
         if not request.HasField("state_blocks"):
             return (request.state if request.HasField("state") else None), None
         get = restoreblocks.reader(self._sent.last, self._restored, shelf=self.shelf.get if self.shelf else None)
+        if self.shelf is not None and len(request.state_blocks.hashes) * blocks.BLOCK_BYTES > FILE_REBUILD_BYTES:
+            return await asyncio.to_thread(self._rebuilt_through_file, request, get)
         if self.shelf is None and len(request.state_blocks.hashes) * blocks.BLOCK_BYTES <= INLINE_REBUILD_BYTES:
             named, why = restoreblocks.whole_restore(request, get)
         else:  # a read from the shelf is a file's: never on the event loop
@@ -91,6 +103,30 @@ class HeldBlocks:
         if named is None:
             raise MissingRestoreBlocks(why)
         return named.state, named
+
+    def _rebuilt_through_file(
+        self, request: pb.RestoreStateRequest, get: Callable[[bytes], bytes | None],
+    ) -> tuple[bytes, blocks.Named]:
+        """RS5 through `<shelf>/.rebuilt.tmp`: each block written as it is checked, the
+        whole read back in one read (one copy of the state). Raises MissingRestoreBlocks."""
+        assert self.shelf is not None
+        self.shelf.directory.mkdir(parents=True, exist_ok=True)
+        path = self.shelf.directory / ".rebuilt.tmp"  # the shelf's scan removes one a crash left (BS1)
+        try:
+            with open(path, "wb") as out:
+                bounds, why = restorestream.rebuild(request, get, out.write)
+            if bounds is None:
+                raise MissingRestoreBlocks(why)
+            state = path.read_bytes()
+        finally:
+            path.unlink(missing_ok=True)
+        return state, blocks.Named(state, bounds, list(request.state_blocks.hashes), {})
+
+    async def carried(self, carried: list[bytes]) -> None:
+        """Blocks a streamed restore carried: to the shelf (BS5), off the event loop."""
+        shelf = self.shelf
+        assert shelf is not None
+        await asyncio.to_thread(lambda: [shelf.add(block) for block in carried])
 
     def restored(self, named: blocks.Named | None) -> None:
         """The node took the restore whose state `state_of` rebuilt as `named`."""

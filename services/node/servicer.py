@@ -28,7 +28,6 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from snapmesh.app import Refused as AppRefused
 from snapmesh.services.node.channels import AckWriter, read_or_end
@@ -42,7 +41,7 @@ from snapmesh.services.node.blockshelf import shelf_dir
 from snapmesh.services.node.heldblocks import HeldBlocks, MissingRestoreBlocks
 from snapmesh.services.node.frames import check_payload_runs, payloads, run_payloads
 from snapmesh.services.node.translog import LogClosedError
-from snapmesh.protocol import chunking
+from snapmesh.protocol import carriedblocks, chunking
 from snapmesh.protocol.node import core
 from snapmesh.protocol.node.link import GapError
 from snapmesh.protocol.appstate import digest
@@ -230,7 +229,7 @@ class NodeServicer(pb_grpc.NodeServicer):
     # -- restore and epochs
 
     async def RestoreState(
-        self, request: pb.RestoreStateRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RestoreStateRequest, context: grpc.aio.ServicerContext, received: int | None = None,
     ) -> pb.RestoreStateResponse:
         engine = self._engine
         if not request.snapshot_id or request.epoch < 2:
@@ -260,29 +259,46 @@ class NodeServicer(pb_grpc.NodeServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         reply = await self._replied(waiting, context)  # the node's RestoreReply: once durable (N8)
         self._held.restored(named)
-        engine.metrics.restore_bytes.inc(request.ByteSize())
+        engine.metrics.restore_bytes.inc(request.ByteSize() if received is None else received)
         if hasattr(self._extra, "restored"):  # the app's answer (what it holds, in its v1 fields)
             return self._extra.restored(reply.epoch)
         return pb.RestoreStateResponse(epoch=reply.epoch)
 
     async def RestoreStateChunks(self, request_iterator, context: grpc.aio.ServicerContext) -> pb.RestoreStateResponse:
-        """A RestoreStateRequest over 1 MiB, in pieces of its encoding (snapmesh.protocol.chunking):
-        joined, it is RestoreState's. The controller's certificate is checked before
-        any piece is read (the access table, AUTH2), and the pieces may reach
+        """A RestoreStateRequest over 1 MiB, in pieces of its encoding (snapmesh.protocol.chunking),
+        read as they come (carriedblocks.py CB4): it is RestoreState's. The controller's
+        certificate is checked before any piece is read (the access table, AUTH2). Each block
+        the pieces carry goes to the block shelf as it comes (blockshelf.py BS5; no shelf: it
+        is held, and counts); the rest (a state sent whole among it) may reach
         chunking.MAX_STATE_BYTES, no more (RESOURCE_EXHAUSTED at the piece that would pass it)."""
-        pieces, size = [], 0
-        async for chunk in request_iterator:
-            size += len(chunk.data)
-            if size > chunking.MAX_STATE_BYTES:
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                    f"a restore holds at most {chunking.MAX_STATE_BYTES} bytes")
-            pieces.append(chunk.data)
+        shelf = self._held.shelf
+        reading = carriedblocks.CarriedBlocks(chunking.MAX_STATE_BYTES, message=pb.RestoreStateRequest)
+        kept: list[bytes] = []
+        if shelf is not None:
+            shelf.begin()
+        size = 0
         try:
-            request = pb.RestoreStateRequest.FromString(b"".join(pieces))
-        except DecodeError:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the pieces do not make a RestoreStateRequest")
-        del pieces
-        return await self.RestoreState(request, context)
+            async for chunk in request_iterator:
+                size += len(chunk.data)
+                carried = reading.feed(chunk.data)
+                if shelf is None:
+                    kept += carried
+                elif carried:  # a piece's blocks in one thread hop (a MiB is 128 of them)
+                    await self._held.carried(carried)
+                    reading.released(sum(len(block) for block in carried))
+                if reading.held > chunking.MAX_STATE_BYTES:
+                    raise chunking.StateTooLarge(f"a restore holds at most {chunking.MAX_STATE_BYTES} bytes")
+            request = reading.finish()
+        except chunking.StateTooLarge:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"a restore holds at most {chunking.MAX_STATE_BYTES} bytes")
+        except chunking.BadChunks as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the pieces do not make a RestoreStateRequest: {exc}")
+        except OSError as exc:  # the shelf is where a streamed restore's blocks wait: none changed yet
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot keep the restore's blocks: {exc}")
+        request.blocks.extend(kept)
+        del kept
+        return await self.RestoreState(request, context, received=size)
 
     async def _fenced(self, context: grpc.aio.ServicerContext, exc: EpochFenced, kind: str) -> None:
         """The node refused a call of another epoch: an older one's for good

@@ -22,9 +22,14 @@ CB3. The snapshot and the node are read before the first block is handed out:
     a block is written only for a report that names them (protobuf encodes
     fields in number order, so a node's report names both first), and the
     report must name the same ones at its end, with a manifest.
+CB4. A restore's request streamed as blocks (restorestream.py RS4) is read the
+    same way (`message=pb.RestoreStateRequest`): its header is its snapshot,
+    and the node writes each carried block to its shelf as it comes.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -32,22 +37,26 @@ from snapmesh.protocol import blocks
 from snapmesh.protocol.chunking import MAX_STATE_BYTES, BadChunks, StateTooLarge
 from snapmesh.v1 import snapmesh_pb2 as pb
 
-_BLOCKS = pb.FullState.DESCRIPTOR.fields_by_name["blocks"].number
-_HEADER = (pb.FullState.DESCRIPTOR.fields_by_name["snapshot_id"].number,
-           pb.FullState.DESCRIPTOR.fields_by_name["node_id"].number)
+# The fields a block may be carried only after (CB3, CB4), per message read.
+_HEADERS = {pb.FullState: ("snapshot_id", "node_id"), pb.RestoreStateRequest: ("snapshot_id",)}
 
 
 class CarriedBlocks:
     """Feed one stream's chunks in order with `feed` (the blocks whole so far come
     out), then `finish` (the report without its blocks)."""
 
-    def __init__(self, max_bytes: int | None = None) -> None:
+    def __init__(self, max_bytes: int | None = None, message: type = pb.FullState) -> None:
+        fields = message.DESCRIPTOR.fields_by_name
+        self._message = message
+        self._names = _HEADERS[message]
+        self._blocks = fields["blocks"].number
+        self._header_numbers = tuple(fields[name].number for name in self._names)
         self._max = MAX_STATE_BYTES if max_bytes is None else max_bytes
         self._buffer = bytearray()  # bytes not read yet: at most one field's start, or one block
         self._rest = bytearray()  # every field but the blocks, as encoded
         self._out = 0  # bytes of the blocks handed out and not released
         self.carried = 0  # blocks handed out in all
-        self._header: pb.FullState | None = None
+        self._header: Any = None  # a `message` with the header fields only
 
     @property
     def held(self) -> int:
@@ -55,7 +64,7 @@ class CarriedBlocks:
         return len(self._buffer) + len(self._rest) + self._out
 
     @property
-    def header(self) -> pb.FullState:
+    def header(self) -> Any:
         """The report's snapshot and node, once the first block came (CB3)."""
         assert self._header is not None
         return self._header
@@ -67,7 +76,7 @@ class CarriedBlocks:
         at = 0
         while (field := self._field(at)) is not None:
             number, start, end = field
-            if number == _BLOCKS:
+            if number == self._blocks:
                 self._check_header()
                 out.append(bytes(self._buffer[start:end]))
             else:
@@ -84,35 +93,36 @@ class CarriedBlocks:
         """`size` bytes of the blocks handed out are written and let go."""
         self._out -= size
 
-    def finish(self) -> pb.FullState:
+    def finish(self) -> Any:
+        kind = self._message.DESCRIPTOR.name
         if self._buffer:
-            raise BadChunks(f"the chunks end {len(self._buffer)} bytes into a field: not a FullState")
-        state = pb.FullState()
+            raise BadChunks(f"the chunks end {len(self._buffer)} bytes into a field: not a {kind}")
+        state = self._message()
         try:
             state.ParseFromString(bytes(self._rest))
         except DecodeError as exc:
-            raise BadChunks(f"the chunks ({len(self._rest)} bytes besides the blocks) are not a FullState: {exc}") from None
-        if not state.snapshot_id or not state.node_id:
-            raise BadChunks("the chunks make a FullState without snapshot_id or node_id")
-        if self._header is not None and (state.snapshot_id, state.node_id) != (self._header.snapshot_id,
-                                                                               self._header.node_id):
-            raise BadChunks("the report's snapshot_id or node_id changed after its first block (CB3)")
+            raise BadChunks(f"the chunks ({len(self._rest)} bytes besides the blocks) are not a {kind}: {exc}") from None
+        if not all(getattr(state, name) for name in self._names):
+            raise BadChunks(f"the chunks make a {kind} without {' or '.join(self._names)}")
+        if self._header is not None and any(getattr(state, name) != getattr(self._header, name) for name in self._names):
+            raise BadChunks(f"the {kind}'s {' or '.join(self._names)} changed after its first block (CB3)")
         if self.carried and not state.HasField("state_blocks"):
-            raise BadChunks("the chunks carry blocks and no manifest (FullState.state_blocks)")
+            raise BadChunks(f"the chunks carry blocks and no manifest ({kind}.state_blocks)")
         self._rest = bytearray()
         return state
 
     def _check_header(self) -> None:
         if self._header is not None:
             return
-        header = pb.FullState()
+        header = self._message()
+        kind = self._message.DESCRIPTOR.name
         try:
             header.ParseFromString(bytes(self._rest))
         except DecodeError as exc:
-            raise BadChunks(f"the fields before the first block are not a FullState's: {exc}") from None
-        if not header.snapshot_id or not header.node_id:
-            raise BadChunks("a block came before the report's snapshot_id and node_id (CB3)")
-        self._header = pb.FullState(snapshot_id=header.snapshot_id, node_id=header.node_id)
+            raise BadChunks(f"the fields before the first block are not a {kind}'s: {exc}") from None
+        if not all(getattr(header, name) for name in self._names):
+            raise BadChunks(f"a block came before the {kind}'s {' and '.join(self._names)} (CB3)")
+        self._header = self._message(**{name: getattr(header, name) for name in self._names})
 
     def _field(self, at: int) -> tuple[int, int, int] | None:
         """The field that starts at `at` in the buffer, when it is all there:
@@ -123,7 +133,7 @@ class CarriedBlocks:
             return None
         key, at = tag
         number, wire = key >> 3, key & 7
-        if number in _HEADER or number == _BLOCKS:
+        if number in self._header_numbers or number == self._blocks:
             if wire != 2:
                 raise BadChunks(f"field {number} of a FullState with wire type {wire}")
         if wire == 0:
@@ -138,7 +148,7 @@ class CarriedBlocks:
         if length is None:
             return None
         size, at = length
-        if number == _BLOCKS and size > blocks.BLOCK_BYTES:
+        if number == self._blocks and size > blocks.BLOCK_BYTES:
             raise BadChunks(f"a carried block of {size} bytes: blocks are at most {blocks.BLOCK_BYTES} (CB2)")
         return (number, at, at + size) if at + size <= len(buffer) else None
 

@@ -6,7 +6,8 @@ a restore, and sends each node the part `plan` and `with_app_fields` make.
 
 from __future__ import annotations
 
-from snapmesh.protocol import appstate
+from snapmesh.protocol import appstate, restorestream
+from snapmesh.protocol.controller import blockforms
 from snapmesh.protocol.controller.appside import AppSide
 from snapmesh.protocol.controller.tracker import COMPLETE
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -15,13 +16,17 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 def plan(snapshot: pb.Snapshot, epoch: int) -> dict[str, pb.RestoreStateRequest]:
     """Each node's part of restoring `snapshot` in `epoch`, as far as every app's is
     the same: an app's state bytes and the recorded state of every channel into it
-    (in channel order). The app's side adds its own fields (`with_app_fields`)."""
+    (in channel order). The app's side adds its own fields (`with_app_fields`).
+    A listed state (blockforms.py BF1) is sent as its manifest (restorestream.py RS1)."""
     requests = {
         n.node_id: pb.RestoreStateRequest(
             snapshot_id=snapshot.snapshot_id, epoch=epoch, state=n.state if n.HasField("state") else None
         )
         for n in snapshot.nodes
     }
+    for n in snapshot.nodes:
+        if blockforms.is_listed(n):
+            restorestream.listed_part(requests[n.node_id], n)
     for channel in snapshot.channels:
         if channel.in_flight:
             requests[channel.dst].channels.append(channel)

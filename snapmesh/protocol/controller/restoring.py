@@ -8,7 +8,8 @@ R1. The check and the claim are one step: `restore` decides and, on Start,
     then on, and every snapshot in progress fails "restored to S".
 R2. RESTORING is journaled before any node hears of it (Journal before RestoreAt).
 R3. Each node gets its recorded part (its entry's app fields, filled by the
-    app's side, appside.py; an app's state bytes) and the recorded in-flight
+    app's side, appside.py; an app's state bytes, or a large one's block list,
+    restorestream.py RS0-RS1: `listed_restore`) and the recorded in-flight
     items of every channel into it (`plan`); the restore is RESTORED when every node took
     its part, FAILED naming the nodes that could not, and the cluster stays
     fenced at E+1 either way.
@@ -42,10 +43,11 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
+from snapmesh.protocol import restorestream
 from snapmesh.protocol.controller import journal, restoregate
 from snapmesh.protocol.controller.effects import RESTORE, Adopt, AnswerRestore, Barrier, Journal, RestoreAt, RestoreDone
 from snapmesh.protocol.controller.restoreplan import plan, problem, with_app_fields
-from snapmesh.protocol.controller.tracker import Now
+from snapmesh.protocol.controller.tracker import Now, UnknownSnapshot
 from snapmesh.protocol.retry import Failed
 from snapmesh.protocol.topology import Topology
 from snapmesh.protocol import rescale, upgrade
@@ -112,6 +114,15 @@ class Restoring:
             self._effects.append(Adopt(topology))
         self._send_parts(snapshot, started)
         return decision
+
+    def listed_restore(self, snapshot_id: str, nodes: Sequence[str] = ()) -> pb.Snapshot | None:
+        """The snapshot a restore of `snapshot_id` takes as block lists (restorestream.py RS0),
+        as the tracker holds it; None: the restore reads it whole (or the tracker has none)."""
+        try:
+            listed = self.tracker.listed(snapshot_id)
+        except UnknownSnapshot:
+            return None
+        return listed if restorestream.keeps_listed(listed, self.tracker.side, nodes) else None
 
     def resume(self, snapshot: pb.Snapshot) -> None:
         """After a restart: run the journal's RESTORING restore again (same epoch, same snapshot)."""
