@@ -18,8 +18,8 @@ RS2. `to_send`: the blocks of a manifest the node is not taken to hold, each
      a node that lacks one refuses (blocks.MISSING) and is sent every block.
 RS3. `check`, before the restore starts (so before any node hears of it):
      every block of every listed part is read and checked against its name;
-     the first missing or corrupt one refuses the restore (FAILED_PRECONDITION,
-     `BlocksRefused`), naming the snapshot, the node and the block. One block is
+     the first missing or corrupt one refuses the restore (DATA_LOSS, as a damaged
+     stored snapshot is: `BlocksRefused`), naming the snapshot, the node and the block. One block is
      held at a time.
 RS4. `Stream` cuts the request for RestoreStateChunks: the request without
      blocks, then each block sent as its own `blocks` field, into pieces of at
@@ -58,7 +58,7 @@ STREAM_FLOOR_BYTES_PER_S = 4 * 1024 * 1024  # RS6: the slowest a streamed part i
 class BlocksRefused(Exception):
     """A restore refused before it started: a block of a part is missing or corrupt (RS3)."""
 
-    code = "FAILED_PRECONDITION"
+    code = "DATA_LOSS"  # as a damaged stored snapshot is (listing L5)
 
 
 def keeps_listed(snapshot: pb.Snapshot, side: object, nodes: Sequence[str]) -> bool:
@@ -113,10 +113,10 @@ def check(snapshot_id: str, parts: dict[str, pb.RestoreStateRequest], read: Call
             block = read(name)
             if block is None:
                 raise BlocksRefused(f"snapshot {snapshot_id}, node {node}, block sha256:{name.hex()}: missing from "
-                                    "the controller's block store; not restored (no node changed)")
+                                    "the controller's block store; not restored (nothing changed)")
             if (got := blocks.block_hash(block)) != name:
                 raise BlocksRefused(f"snapshot {snapshot_id}, node {node}, block sha256:{name.hex()}: corrupt (its "
-                                    f"content hashes to sha256:{got.hex()}); not restored (no node changed)")
+                                    f"content hashes to sha256:{got.hex()}); not restored (nothing changed)")
             seen.add(name)
 
 

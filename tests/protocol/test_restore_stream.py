@@ -63,7 +63,7 @@ def test_every_block_is_checked_and_the_first_missing_or_corrupt_one_is_named():
         with pytest.raises(restorestream.BlocksRefused) as refused:
             restorestream.check("s1", parts, read)
         assert all(said in str(refused.value) for said in ("snapshot s1", "node a", f"sha256:{bad.hex()}", word))
-        assert refused.value.code == "FAILED_PRECONDITION"
+        assert refused.value.code == "DATA_LOSS"
 
 
 @pytest.mark.parametrize("chunk", [1000, 64 * 1024, 1 << 20])

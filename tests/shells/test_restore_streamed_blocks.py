@@ -223,7 +223,7 @@ async def _refused(tmp_path, damage: str) -> None:
         with pytest.raises(_Refused) as refused:
             await asyncio.wait_for(c.service.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=sid),
                                                              _Context()), 30)
-        assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert refused.value.code == grpc.StatusCode.DATA_LOSS
         for named in (f"snapshot {sid}", "node b", f"sha256:{bad.hex()}", damage):
             assert named in refused.value.details
         assert [node.calls for node in nodes.values()] == [0, 0]  # no node heard of it
