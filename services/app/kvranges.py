@@ -7,8 +7,11 @@ a key that `boundary` says ends one, so the ranges depend on the keys present on
 
 Rules:
 R1. `encoded(keys)` is, for each range in key order, its entries joined, each
-    entry "," + `entry(key, keys[key])`; the last range is the one after the last
-    boundary key (possibly empty). The same bytes a fresh encoding gives.
+    entry "," + `entry(key, keys[key])` but the first key's, without the comma; the
+    last range is the one after the last boundary key (possibly empty). The same
+    bytes a fresh encoding gives. Range 0 is kept without its leading comma, as
+    whatever makes another key the first (an insert before it, its delete, a
+    join of range 0 with the next) is a change within range 0.
 R2. The owner calls `touch(key)` whenever the key is added to `keys`, removed
     from it, or its entry changes. An untouched range's bytes are the ones kept.
 R3. A `keys` that is not the mapping of the last call (a restore, a refill, a
@@ -47,7 +50,8 @@ class Ranges:
         self._touched.clear()
         for i, encoded in enumerate(self._bytes):
             if encoded is None:
-                self._bytes[i] = b"".join(b"," + self._entry(key, keys[key]) for key in self._members[i])
+                self._bytes[i] = b"".join((b"," if i or n else b"") + self._entry(key, keys[key])
+                                          for n, key in enumerate(self._members[i]))
         return self._bytes[:]
 
     def _build(self, keys: Mapping[str, Any]) -> None:

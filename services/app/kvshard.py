@@ -183,7 +183,6 @@ class KVShard:
         if self._pointers is None or self._pointers[0] is not self.moved:
             self._pointers = (self.moved, encode(self.moved))
         ranges = self._ranges.encoded(self.keys)
-        ranges[0] = ranges[0][1:]  # the first entry has no comma before it
         ranges[-1] += b'},"moved":' + self._pointers[1] + b"}"
         return [self._head[2], *ranges]
 
