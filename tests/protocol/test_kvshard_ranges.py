@@ -19,8 +19,13 @@ from snapmesh.services.app.kvshard import KVShard, encode
 NODES = ("p1", "p2", "p3")
 
 
+def fresh(value) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
 def reference_parts(machine: KVShard) -> list[bytes]:
-    """snapshot_blocks() as it was before the ranges were kept: every key encoded afresh."""
+    """snapshot_blocks() as it was before the ranges were kept: every key encoded afresh (json.dumps)."""
+    encode = fresh
     parts = [b'{"created":' + encode(sorted(machine.created)) + b',"deleted":' + encode(sorted(machine.deleted))
              + b',"keys":{']
     entries: list[bytes] = []
