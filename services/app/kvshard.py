@@ -55,13 +55,18 @@ from typing import Any
 
 from snapmesh.app import App, Context, NodeInfo, Refused, View
 from snapmesh.services.app import kvscan
+from snapmesh.services.app.kvranges import Ranges
 
 MAX_KEY = 200  # characters in a key's name
 RANGE_KEYS = 64  # keys in a range of the state's parts, on average (snapshot_blocks)
 
 
+# json.dumps with these options builds an encoder at each call: a third of a key's encoding.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def encode(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    return _ENCODER.encode(value).encode()
 
 
 class KVShard:
@@ -74,6 +79,11 @@ class KVShard:
         self.moved: dict[str, str] = {}  # key -> the node it was handed to (K3)
         self.created: set[str] = set()  # names this node created (K1)
         self.deleted: set[str] = set()  # names deleted here: tombstones (K5)
+        # snapshot_blocks' encodings kept between snapshots: each method below that
+        # changes a key touches it, one that changes the names or pointers drops theirs.
+        self._ranges = Ranges(_ends_range, _entry)
+        self._head: tuple[set[str], set[str], bytes] | None = None  # (created, deleted, their part)
+        self._pointers: tuple[dict[str, str], bytes] | None = None  # (moved, its encoding)
 
     # ---- commands
     def on_command(self, command: bytes, ctx: Context) -> bytes:
@@ -94,9 +104,13 @@ class KVShard:
             ctx.send(dst, encode({"type": "handoff", "key": key, **entry}))
             del self.keys[key]
             self.moved[key] = dst
+            self._ranges.touch(key)
+            self._pointers = None
             return encode({"key": key, "moved_to": dst})
         del self.keys[key]
         self.deleted.add(key)
+        self._ranges.touch(key)
+        self._head = None
         return encode({"key": key, "deleted_at": self.me})
 
     def on_query(self, query: bytes) -> bytes:
@@ -117,6 +131,7 @@ class KVShard:
     def _put(self, key: str, value: Any, ctx: Context) -> dict[str, Any]:
         if key in self.keys:
             self.keys[key]["value"] = value
+            self._ranges.touch(key)
             return {"key": key, "updated_at": self.me}
         if key in self.moved:  # K4: after the handoff, on the same channel
             ctx.send(self.moved[key], encode({"type": "update", "key": key, "value": value}))
@@ -127,6 +142,8 @@ class KVShard:
             ctx.refuse("FAILED_PRECONDITION", f"key {key} is not at {self.me}, which creates only keys named {self.me}/...")
         self.keys[key] = {"value": value, "created_at": self.me}
         self.created.add(key)
+        self._ranges.touch(key)
+        self._head = None
         return {"key": key, "created_at": self.me}
 
     # ---- messages
@@ -138,9 +155,12 @@ class KVShard:
                 raise ValueError(f"{self.me}: a handoff of {key} from {src}, which is already here or deleted here")
             self.keys[key] = {"value": message["value"], "created_at": message["created_at"]}
             self.moved.pop(key, None)
+            self._ranges.touch(key)
+            self._pointers = None
         elif message["type"] == "update":
             if key in self.keys:
                 self.keys[key]["value"] = message["value"]
+                self._ranges.touch(key)
             elif key in self.moved:
                 ctx.send(self.moved[key], payload)
             elif key not in self.deleted:
@@ -158,22 +178,33 @@ class KVShard:
         ends after a key whose name's CRC-32 is 0 modulo RANGE_KEYS, so its bounds
         are the keys' own, and a put, a move or a delete changes one range's part
         (the lists of names created and deleted are a part of their own, so a new
-        name changes that one too)."""
-        parts = [b'{"created":' + encode(sorted(self.created)) + b',"deleted":' + encode(sorted(self.deleted))
-                 + b',"keys":{']
-        entries: list[bytes] = []
-        for key in sorted(self.keys):
-            entries.append((b"," if entries or len(parts) > 1 else b"") + encode(key) + b":" + encode(self.keys[key]))
-            if zlib.crc32(key.encode()) % RANGE_KEYS == 0:
-                parts.append(b"".join(entries))
-                entries = []
-        parts.append(b"".join(entries) + b'},"moved":' + encode(self.moved) + b"}")
-        return parts
+        name changes that one too). Each part is kept until a change touches it
+        (kvranges.Ranges), so a snapshot's cost follows what changed, not the state:
+        the bytes are those of snapshot(), which encodes afresh."""
+        if self._head is None or self._head[0] is not self.created or self._head[1] is not self.deleted:
+            self._head = (self.created, self.deleted, b'{"created":' + encode(sorted(self.created))
+                          + b',"deleted":' + encode(sorted(self.deleted)) + b',"keys":{')
+        if self._pointers is None or self._pointers[0] is not self.moved:
+            self._pointers = (self.moved, encode(self.moved))
+        ranges = self._ranges.encoded(self.keys)
+        ranges[-1] += b'},"moved":' + self._pointers[1] + b"}"
+        return [self._head[2], *ranges]
 
     def restore(self, state: bytes) -> None:
         decoded = json.loads(state)
         self.keys, self.moved = decoded["keys"], decoded["moved"]
         self.created, self.deleted = set(decoded["created"]), set(decoded["deleted"])
+        self._head = self._pointers = None  # and the ranges, of the new keys (kvranges R3)
+
+
+def _ends_range(key: str) -> bool:
+    """Whether a range of snapshot_blocks ends after `key`: its name's CRC-32 is 0 modulo RANGE_KEYS."""
+    return zlib.crc32(key.encode()) % RANGE_KEYS == 0
+
+
+def _entry(key: str, entry: dict[str, Any]) -> bytes:
+    """`"key":{entry}`, as in the keys' object: that object of one key, without its braces (one call, not two)."""
+    return _ENCODER.encode({key: entry}).encode()[1:-1]
 
 
 def _request(data: bytes, ops: tuple[str, ...]) -> tuple[dict[str, Any], str]:

@@ -83,17 +83,23 @@ def test_kvshards_parts_join_to_its_snapshot(keys):
 def test_a_put_to_one_kvshard_key_changes_one_block_where_the_plain_grid_moves_every_later_one():
     node = kv(20000)
     before = named(node)
-    node.keys["p1/key-012345"]["value"] = "changed, and longer than it was"
+    put(node, "p1/key-012345", "changed, and longer than it was")
     after, hashed = blocks.names(*cut(node), last=before)
     assert hashed == 1 and len(set(after.names) - set(before.names)) == 1
     grid_before, _ = blocks.names(node.snapshot())
-    node.keys["p1/key-000100"]["value"] = "longer " * 10
+    put(node, "p1/key-000100", "longer " * 10)
     _, hashed_grid = blocks.names(node.snapshot(), last=grid_before)  # with snapshot() alone
     assert hashed_grid > 100
     state, parts = cut(node)
     _, hashed = blocks.names(state, parts, last=after)
     touched = next(i for i, n in enumerate(itertools.accumulate(parts)) if n > state.index(b'"p1/key-000100":'))
     assert hashed == -(-parts[touched] // blocks.BLOCK_BYTES) <= 2  # that range's blocks: one or two
+
+
+def put(node, key: str, value: str) -> None:
+    """Through the command, as a node changes its state: kvshard keeps its parts' encodings
+    between snapshots (kvranges), so a change made to its dicts from outside is not seen."""
+    node.on_command(kvshard.encode({"op": "put", "key": key, "value": value}), Context("p1", ("p2",)))
 
 
 def cut(node) -> tuple[bytes, tuple[int, ...]]:
