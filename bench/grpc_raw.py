@@ -170,6 +170,16 @@ def raw_unary_calls_per_s(seconds: float = UNARY_WINDOW_S) -> float:
     return _with_server(rate)
 
 
+def raw_batched_stream_msgs_per_s() -> float:
+    """`stream_batched_per_s` alone: one Channel stream, BATCH messages a frame, each frame acked."""
+
+    async def rate(port: int, _pid: int) -> float:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=CLIENT_OPTIONS) as channel:
+            return await _stream_rate(pb_grpc.NodeStub(channel), smoke.size(BATCHED_MESSAGES, 5_000), BATCH)
+
+    return _with_server(rate)
+
+
 def _with_server(measure_with):
     """`measure_with(port, server_pid)` run against a fresh echo server process, stopped after."""
     server = subprocess.Popen(

@@ -97,8 +97,8 @@ def run(transfers: int) -> int:
                     received("a", frame.conn_no, entry.seq, payload=entry.payload)
                 b.node.end_frame()
             frames.clear()
-            b.received.inc(b.node.transfers_received - b._counted)
-            b._counted = b.node.transfers_received
+            b.received.inc(b.node.messages_received - b._counted)
+            b._counted = b.node.messages_received
             _effects(b, a, frames, acks)
             _commit(b)
             _effects(b, a, frames, acks)
@@ -107,7 +107,7 @@ def run(transfers: int) -> int:
             acks.clear()
             _effects(a, b, frames, acks)
         done += n
-    assert b.node.transfers_received == transfers, (b.node.transfers_received, transfers)
+    assert b.node.messages_received == transfers, (b.node.messages_received, transfers)
     return a.bytes + b.bytes
 
 

@@ -18,6 +18,13 @@ concurrent callers, then raw gRPC's unary calls from as many callers
   - submit_unary_records_per_commit_4n: records per group commit (the nodes'
     `snapmesh_log_committed_records_total` over `snapmesh_log_fsync_seconds_count`);
   - raw_unary_calls_per_s, and submit_unary_over_raw_unary: the ratio of the two rates.
+embed's in-process submit (bench/embed_submit.py: four processes, each a server
+embedding a node and calling it in process, the minimal app), as many callers:
+  - embed_submit_many_rate_4n_minimal, embed_cpu_us_per_command_4n_minimal:
+    `node.submit_many` of `--batch` commands;
+  - embed_submit_rate_4n_minimal: unary `node.submit`.
+Each rate over one raw batched gRPC stream's messages/s in the same run
+(bench/grpc_raw.py, 100 messages a frame): `<rate's key>_over_raw_batched`.
 Also printed: the nodes' own CPU per command, records per group commit, the
 channel frames written per message and the share of messages that arrived
 packed in payload runs (services/node/frames.py), the client's CPU and the
@@ -45,7 +52,7 @@ from pathlib import Path
 import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench import grpc_raw, smoke
+from bench import embed_submit, grpc_raw, smoke
 from bench import results as bench_results
 from bench.phases import own_argv
 from bench.observe import cpu_s, machine_busy_s
@@ -229,10 +236,40 @@ def _unary(cluster: Cluster, written: dict[str, float], warmup_s: float, seconds
         print(f"{name:<40} {figures[name]:>12,.3f}")
 
 
+def _embed(written: dict[str, float], callers: int, batch: int, warmup_s: float, seconds: float) -> float:
+    """embed's in-process submit_many and submit; returns the items refused."""
+    many = embed_submit.measure("batch", callers=callers, batch=batch, warmup_s=warmup_s, seconds=seconds)
+    unary = embed_submit.measure("unary", callers=callers, batch=1, warmup_s=warmup_s, seconds=seconds)
+    written.update({
+        "embed_submit_many_rate_4n_minimal": many["rate"],
+        "embed_cpu_us_per_command_4n_minimal": many["cpu_us_per_command"],
+        "embed_submit_rate_4n_minimal": unary["rate"],
+    })
+    print(f"-- embed's in-process submit, minimal: submit_many of {batch} from {callers} callers; "
+          f"submit from {UNARY_CALLERS}")
+    for name in ("embed_submit_many_rate_4n_minimal", "embed_cpu_us_per_command_4n_minimal",
+                 "embed_submit_rate_4n_minimal"):
+        print(f"{name:<40} {written[name]:>12,.3f}")
+    print(f"{'hosts_cpu_us_per_command (submit_many)':<40} {many['hosts_cpu_us_per_command']:>12,.3f}")
+    return many["refused"] + unary["refused"]
+
+
+def _over_raw_batched(written: dict[str, float]) -> None:
+    """Every commands/s figure over one raw batched gRPC stream's messages/s, same run."""
+    raw = grpc_raw.raw_batched_stream_msgs_per_s()
+    rates = [k for k in written if k.endswith(tuple(f"_4n_{app}" for app in APPS)) and "_rate_" in k]
+    print(f"-- over one raw batched gRPC stream ({raw:,.0f} messages/s, 100 a frame, same run)")
+    for name in rates:
+        written[f"{name}_over_raw_batched"] = written[name] / raw
+        print(f"{name + '_over_raw_batched':<52} {written[name + '_over_raw_batched']:>8,.3f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench submit_batch", description=__doc__.splitlines()[0])
     parser.add_argument("--apps", nargs="+", choices=list(APPS), default=[],
                         help="the apps, in order (default: all; a smoke run: minimal)")
+    parser.add_argument("--no-embed", action="store_true",
+                        help="leave out embed's in-process submit (default: measured after the apps)")
     parser.add_argument("--no-unary", action="store_true",
                         help="leave out unary Submit (on the minimal app's mesh) and raw gRPC's unary calls")
     parser.add_argument("--callers", type=int, default=8, help="concurrent closed-loop SubmitBatch callers")
@@ -261,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:<40} {value:>12,.3f}")
             if app == "minimal" and not args.no_unary:  # unary Submit on the same mesh, after the batches
                 _unary(cluster, written, warmup_s, args.seconds)
+    if not args.no_embed:
+        refused += _embed(written, args.callers, args.batch, warmup_s, args.seconds)
+    _over_raw_batched(written)
     if not args.no_write and not args.smoke:
         bench_results.merge(written)
     print("caveat: one run on a shared, noisy machine; compare figures within one run, not across runs.")

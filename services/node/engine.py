@@ -380,7 +380,7 @@ class Engine:
         node, m = self.node, self.metrics
         counted = (
             node.markers_sent, node.markers_received, node.recorded_messages, node.snapshots_completed,
-            node.transfers_received, node.messages_sent,
+            node.messages_received, node.messages_sent,
         )
         if counted != self._counted:
             before = self._counted

@@ -107,7 +107,7 @@ class BankEdge:
     def _observe(self) -> None:
         """After each step of the node: the balance, and the messages received (each a transfer)."""
         self.metrics.balance.set(self.held())
-        self.metrics.received_up_to(self._engine.node.transfers_received)
+        self.metrics.received_up_to(self._engine.node.messages_received)
 
     def held_text(self) -> str:
         """What the node's log lines say it holds: "balance 970", as the bank's lines always have."""

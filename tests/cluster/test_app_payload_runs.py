@@ -155,7 +155,7 @@ def _outcome(engine: Engine) -> tuple:
     node = engine.node
     return (
         engine.log.records, node.app_state(), node.receivers["a"].last_seq, node.receivers["a"].duplicates,
-        node.transfers_received, node.markers_received, engine.reporter.kept, engine.outgoing["a"].pushed,
+        node.messages_received, node.markers_received, engine.reporter.kept, engine.outgoing["a"].pushed,
     )
 
 
@@ -265,10 +265,10 @@ def test_payload_runs_only_to_a_receiver_that_accepts_them(tmp_path, monkeypatch
                 response = await stub.SubmitBatch(request, timeout=30, wait_for_ready=True)
                 assert [r.code for r in response.results] == [0] * 300
             for _ in range(400):
-                if p2.node.transfers_received == 300:
+                if p2.node.messages_received == 300:
                     break
                 await asyncio.sleep(0.05)
-            assert p2.node.transfers_received == 300 and p2.node.app_state() == b"0 300"
+            assert p2.node.messages_received == 300 and p2.node.app_state() == b"0 300"
             in_runs = p2.metrics.payload_run_messages("p1")._value.get()
             assert in_runs == (0 if old_receiver else 300)
         finally:

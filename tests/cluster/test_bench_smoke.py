@@ -42,6 +42,10 @@ pytestmark = [pytest.mark.bench]
 PRINTED = {
     "overtake": [f"{k}_8n_{util_suffix(t)}_overtake" for t in TARGETS for k in hop_split.FIGURES],
     "bank_pair": ["bank_generic_over_native_rate_4n", "bank_generic_over_native_cpu_4n"],
+    # embed's in-process submit beside the RPCs, and each rate over one raw batched stream's
+    "submit_batch": ["embed_submit_many_rate_4n_minimal", "embed_cpu_us_per_command_4n_minimal",
+                     "embed_submit_rate_4n_minimal", "submit_batch_rate_4n_minimal_over_raw_batched",
+                     "embed_submit_many_rate_4n_minimal_over_raw_batched"],
     # bench state's two apps, each with its controller's peak memory, its bound and its restore's bytes.
     "state": [f"state_{app}{k}_0_25mib" for app in ("", "kv_") for k in
               ("sent_fraction", "controller_peak_rss_mib", "controller_rss_bound_mib", "restore_received_bytes")],

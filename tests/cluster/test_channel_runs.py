@@ -80,10 +80,10 @@ def test_the_banks_transfers_cross_in_payload_runs_only_to_a_receiver_that_accep
                 response = await stub.TransferBatch(request, timeout=30, wait_for_ready=True)
                 assert [r.code for r in response.results] == [0] * 300
             for _ in range(400):
-                if p2.node.transfers_received == 300:
+                if p2.node.messages_received == 300:
                     break
                 await asyncio.sleep(0.05)
-            assert p2.node.transfers_received == 300 and p2.node.app_state() == b"10600"
+            assert p2.node.messages_received == 300 and p2.node.app_state() == b"10600"
             in_runs = p2.metrics.payload_run_messages("p1")._value.get()
             assert in_runs == (0 if old_receiver else 300)
         finally:

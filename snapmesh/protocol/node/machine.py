@@ -176,7 +176,7 @@ class Node(NodeSteps):
         self.now = now
         # Counters the shell turns into metrics.
         self.markers_sent = self.markers_received = self.recorded_messages = 0
-        self.stale_markers = self.snapshots_completed = self.transfers_received = self.messages_sent = 0
+        self.stale_markers = self.snapshots_completed = self.messages_received = self.messages_sent = 0
         if recovered.fresh:
             opening = wal.pack(self.host.snapshot())  # the app's opening state
             self._append(wal.Init(lsn=self.last_lsn + 1, state=opening, **self._stamp()))

@@ -276,7 +276,7 @@ class NodeSteps:
             lsn = self.last_lsn = self.last_lsn + 1
             self._segment_count += 1
             out.append(fast_new(Append, (recv_record(lsn, msg_id, src, me, seq, pack(payload)),)))
-            self.transfers_received += 1
+            self.messages_received += 1
             if sends:
                 self._app_sends(sends)
             applied(seq, self.last_lsn)
@@ -293,7 +293,7 @@ class NodeSteps:
             lsn = self.last_lsn = self.last_lsn + 1
             self._segment_count += 1
             out.append(fast_new(Append, (recv_record(lsn, msg_id, src, me, seq, pack(payload)),)))
-            self.transfers_received += 1
+            self.messages_received += 1
             if sends:
                 self._app_sends(sends)
             lsns.append(self.last_lsn)
@@ -311,7 +311,7 @@ class NodeSteps:
         self.last_lsn = lsn
         self._segment_count += 1
         self._out.append(fast_new(Append, (fastrecords.recv_record(lsn, msg_id, src, self.node_id, seq, wal.pack(payload)),)))
-        self.transfers_received += 1
+        self.messages_received += 1
         if sends:
             self._app_sends(sends)
 
