@@ -79,11 +79,11 @@ OTHER_BENCHES = {  # written by reconcile, store, controller and report, not by 
     "overtake_report_ms_per_entry", "overtake_report_ms_packed", "overtake_report_packed_speedup",
     "overtake_report_bytes_ratio",
 }
-# The benches whose keys are named per app, size or topology (bank_pair, submit_batch, grpc_raw,
+# The benches whose keys are named per app, size or topology (bank_pair, submit_batch and its embed_ keys, grpc_raw,
 # state, scale64, sim_scale): their keys are theirs by prefix.
 OTHER_BENCH_PREFIXES = (
     "bank_generic_over_native_", "submit_batch_rate_4n_", "cpu_us_per_command_4n_", "submit_unary_",
-    "raw_unary_", "state_", "scale64_", "sim_scale_",
+    "raw_unary_", "embed_", "state_", "scale64_", "sim_scale_",
 )
 
 
