@@ -9,6 +9,7 @@ its NFQUEUE: packet notices in at one end, batch verdicts out at the other, real
 
 from __future__ import annotations
 
+import sched
 import socket
 import struct
 import threading
@@ -46,6 +47,11 @@ def _notice(packet_id: int) -> bytes:
     return delayer.message(delayer.NFQNL_MSG_PACKET, 0, hdr)
 
 
+def _send(kernel: socket.socket, packet_id: int, sent: dict[int, float]) -> None:
+    sent[packet_id] = time.monotonic()
+    kernel.send(_notice(packet_id))
+
+
 def _verdict_id(data: bytes) -> int:
     # nlmsghdr, nfgenmsg, then the verdict header attribute: its length, kind, verdict, id
     return struct.unpack_from(">I", data, delayer._NLMSGHDR.size + delayer._NFGENMSG.size + 8)[0]
@@ -65,11 +71,10 @@ def test_each_packet_waits_the_delay_in_order_with_one_receive_per_notice() -> N
     released: list[tuple[int, float]] = []
     try:
         kernel.settimeout(2)
-        for packet_id in range(1, 41):
-            sent[packet_id] = time.monotonic()
-            kernel.send(_notice(packet_id))
-            if packet_id % 4:
-                time.sleep(0.0013)  # spread out, and some back to back
+        plan = sched.scheduler(time.monotonic)
+        for packet_id in range(1, 41):  # spread out, and some back to back
+            plan.enter(0.0013 * (packet_id - packet_id // 4), 0, _send, (kernel, packet_id, sent))
+        plan.run()
         while not released or released[-1][0] < 40:
             released.append((_verdict_id(kernel.recv(256)), time.monotonic()))
     finally:
