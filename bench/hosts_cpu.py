@@ -7,7 +7,9 @@ rate, snapshots on or off), each process group's CPU (user + system, from
 /proc/<pid>/stat, so it holds on a machine other work shares: wall-clock latency
 would not) as a share of one core, its system part, and its CPU per snapshot;
 and the packets the delayers held per snapshot (their NFQUEUE rule's counter), and
-the kernel's threads' CPU over the window (machine-wide: ksoftirqd, kworker, jbd2).
+the kernel's threads' CPU over the window (machine-wide: ksoftirqd, kworker, jbd2); and
+per snapshot and node, the nodes' log rounds and records, frames sent and markers
+received (their metrics).
 The groups: the controller, the nodes (each), the delayers (one per host: the
 testbed's links, a cost real hosts do not pay), the load generator, this process.
 
@@ -155,8 +157,31 @@ def delayed_packets(namespaces: Iterable[str]) -> int:
     return total
 
 
+# What a node does per snapshot, from its own metrics (docs/metrics.md), summed over the nodes.
+COUNTED = (("snapmesh_log_fsync_seconds_count", "log rounds"), ("snapmesh_log_committed_records_total", "log records"),
+           ("snapmesh_channel_frames_sent_total", "frames sent"), ("snapmesh_markers_received_total", "markers in"))
+
+
+def node_counts(addresses: Iterable[str]) -> dict[str, float]:
+    """The counters of COUNTED so far, summed over the metrics endpoints of the nodes."""
+    from snapmesh.checking.scrape import sums
+
+    out = dict.fromkeys((name for name, _ in COUNTED), 0.0)
+    for address in addresses:
+        for name, value in sums(address).items():
+            if name in out:
+                out[name] += value
+    return out
+
+
+def counts_line(before: dict[str, float], after: dict[str, float], snapshots: int, nodes: int) -> str:
+    """Per snapshot and node, what each counter of COUNTED gained between two reads."""
+    return "  per snapshot and node: " + ", ".join(
+        f"{label} {(after[name] - before[name]) / snapshots / nodes:.1f}" for name, label in COUNTED)
+
+
 def main(argv: list[str] | None = None) -> int:
-    from bench import hosts
+    from bench import hop_split, hosts
     from bench.calls import INITIAL_BALANCE, latency_run, paced_callers
     from bench.loadgen import LoadGen
     from snapmesh.hosts.cluster import HostsCluster
@@ -188,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             for host in cluster.plan.hosts:
                 cluster.network.apply(cluster.plan.delay(host.name, hosts.DELAY_MS))
             namespaces = [h.namespace for h in cluster.plan.hosts]
+            node_metrics = hop_split.addresses(cluster.cluster)[:-1]  # the controller's is the last
             loadgen = LoadGen(cluster.cluster, batch=hosts.BATCH, seed=hosts.NODES)
             channel = grpc.insecure_channel(cluster.controller_address, options=CLIENT_OPTIONS)
             stub = pb_grpc.ControllerStub(channel)
@@ -195,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             for rate, snapshots in [*((r, True) for r in args.rates), (0.0, False)]:
                 loadgen.set(paced_callers(hosts.NODES) if rate else 0, rate=rate)
                 time.sleep(hosts.SETTLE_S)
-                packets, kernel = delayed_packets(namespaces), kernel_threads()
+                packets, kernel, counted = delayed_packets(namespaces), kernel_threads(), node_counts(node_metrics)
                 before, at = read(descendants(os.getpid())), time.perf_counter()
                 taken = 0
                 if snapshots:
@@ -211,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                 if taken:
                     print(f"  packets through the delayers: {(delayed_packets(namespaces) - packets) / taken:.0f} "
                           "per snapshot", flush=True)
+                    print(counts_line(counted, node_counts(node_metrics), taken, len(node_metrics)), flush=True)
             loadgen.set(0)
         finally:
             if channel is not None:

@@ -79,7 +79,13 @@ class Engine:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._counted = (0, 0, 0, 0, 0, 0)
-        self._unacked = {dst: metrics.unacked(dst) for dst in node.senders}
+        # Gauges of plain numbers are read when scraped, not set on every step: a step is
+        # the hot path, a scrape comes every few seconds (the reads are of ints, safe from
+        # the metrics server's thread).
+        for dst in node.senders:
+            metrics.unacked(dst).set_function(lambda dst=dst: self._unacked_now(dst))
+        metrics.segment_bytes.set_function(lambda: self.log.active_bytes)  # the checkpoint included: what the disk holds
+        metrics.request_window_bytes.set_function(lambda: self.node.request_window_bytes)
         # Called once the node's metrics are brought up to date: an app's extra edge keeps its own
         # series there (extra_edge.py).
         self.metric_hooks: list[Callable[[], None]] = []
@@ -87,7 +93,6 @@ class Engine:
         # (extra_edge.py: a v1 adapter keeps the wording operators grep); None: `held`'s.
         self.held_text: Callable[[], str] | None = None
         metrics.epoch.set(node.epoch)
-        metrics.request_window_bytes.set(node.request_window_bytes)
         self._run()
 
     # -- local inputs
@@ -392,13 +397,14 @@ class Engine:
             m.messages_sent.inc(counted[5] - before[5])
             self._counted = counted
         for dst, sender in node.senders.items():
-            self._unacked[dst].set(sender.unacked)
             if sender.unacked <= link.LOW_MARK:
                 self.outgoing[dst].room.set()
-        m.segment_bytes.set(self.log.active_bytes)  # the checkpoint included: what the disk holds
-        m.request_window_bytes.set(node.request_window_bytes)
         for hook in self.metric_hooks:
             hook()
+
+    def _unacked_now(self, dst: str) -> int:
+        sender = self.node.senders.get(dst)  # a new epoch's links replace the dict
+        return 0 if sender is None else sender.unacked
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()

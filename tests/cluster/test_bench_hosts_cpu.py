@@ -73,3 +73,12 @@ def test_the_kernel_threads_line_names_the_largest_spenders_in_the_window() -> N
         "(ksoftirqd 20.0%, kworker 10.0%, kswapd 5.0%)")
     threads = kernel_threads()  # this machine's, read for real
     assert threads and all(not name[-1:].isdigit() for name in threads)  # "kworker/0:1" counts as kworker
+
+
+def test_the_counts_line_gives_each_node_counter_per_snapshot_and_node() -> None:
+    from bench.hosts_cpu import COUNTED, counts_line
+
+    before = {name: 10.0 for name, _ in COUNTED}
+    after = {name: 10.0 + 8 * 4 * (i + 1) for i, (name, _) in enumerate(COUNTED)}  # 8 nodes, 4 snapshots
+    assert counts_line(before, after, snapshots=4, nodes=8) == (
+        "  per snapshot and node: log rounds 1.0, log records 2.0, frames sent 3.0, markers in 4.0")
