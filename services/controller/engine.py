@@ -139,6 +139,7 @@ class ControllerEngine:
 
     async def close(self) -> None:
         self.end_streams()
+        self._steps.close()
         if self._timer is not None:
             self._timer.cancel()
         tasks = list(self._background)

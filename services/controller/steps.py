@@ -48,6 +48,13 @@ class Steps:
     def __len__(self) -> int:
         return len(self._pending)
 
+    def close(self) -> None:
+        """The engine closes: the steps under way go no further (as a cancelled task's would not)."""
+        pending, self._pending = self._pending, []
+        for entry in pending:
+            if not entry[3].done():
+                entry[3].cancel()
+
     def start(self, steps: Sequence[tuple[Any, Waits]], done: asyncio.Future[float | None]) -> None:
         self._pending.append([list(steps), 0, None, done, None])
         self.resume()
