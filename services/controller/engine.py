@@ -6,7 +6,9 @@ takes its effects (what each asks: the machine's docstring) in one loop, in
 order, as etcd/raft's Ready is taken: persist, then show and send. A Journal
 effect is appended at once, so the journal's order is the machine's and a
 step's records share one round; every later effect of the step waits until the
-record is durable. Then the one timer is re-armed for the machine's next
+record is durable, and is carried out in the call that learns it so
+(services/controller/steps.py: no task, no loop turn between the journal's round
+and what it held back, such as a waiting trigger's answer). Then the one timer is re-armed for the machine's next
 deadline (aioquic's get_timer). Each effect first moves its metrics
 (`measures.of`) and says its log line (`loglines.of`).
 
@@ -34,6 +36,7 @@ from snapmesh.services.controller.hops import ControllerHops
 from snapmesh.services.controller.metrics import ControllerMetrics
 from snapmesh.services.controller.listedload import load_listed
 from snapmesh.services.controller.nodeblocks import NodeBlocks
+from snapmesh.services.controller.steps import Steps
 from snapmesh.services.controller.store import StoreWriter
 from snapmesh.protocol.controller import machine as ctl
 from snapmesh.protocol.controller import listing, loglines, measures, restoregate
@@ -92,6 +95,9 @@ class ControllerEngine:
         self._background: set[asyncio.Task[None]] = set()
         self._timer: asyncio.TimerHandle | None = None  # at the machine's next deadline
         self._tail: asyncio.Future[None] | None = None  # the newest record's durability
+        self._steps = Steps(self._carried, self._unjournaled, lambda: self._clock().mono)  # steps under way
+        if isinstance(journal, J.Journal):  # a round's waiters go on in the callback that settles it
+            journal.listen(self._steps.resume)
         self._loop: asyncio.AbstractEventLoop | None = None  # by `start`: where the writer's `filed` goes
         self._calls = itertools.count()  # names each call the machine answers (restores, waiting triggers)
         self._answers: dict[int, asyncio.Future[Any]] = {}  # by call, until its AnswerRestore or AnswerTrigger
@@ -133,6 +139,7 @@ class ControllerEngine:
 
     async def close(self) -> None:
         self.end_streams()
+        self._steps.close()
         if self._timer is not None:
             self._timer.cancel()
         tasks = list(self._background)
@@ -144,12 +151,12 @@ class ControllerEngine:
 
     # -- the loop
 
-    def carry_out(self) -> asyncio.Task[float | None]:
+    def carry_out(self) -> asyncio.Future[float | None]:
         """The machine's effects, drained: its records are appended now (call with no
-        await since the machine changed); the rest runs in a task, in order, each effect after
-        the durability of the records before it. Await the task (shielded: a caller
-        that goes away does not stop the step) to answer once all of it is durable; it
-        gives when (monotonic) its last record was (None: it journaled nothing)."""
+        await since the machine changed); the rest is carried out in order, each effect
+        once the records before it are durable (steps.py), at once when none is
+        journaled. Await the future to answer once all of it is durable; it gives when
+        (monotonic) its last record was (None: it journaled nothing)."""
         steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]] = []
         for effect in self.machine.drain():  # no await: one step, one log round
             durable = None
@@ -159,24 +166,21 @@ class ControllerEngine:
                 durable = self._tail = self.journal.barrier()
             steps.append((effect, durable))
         self._arm()
-        return self.spawn(self._in_order(steps))
+        done: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
+        done.add_done_callback(self._ended)
+        self._steps.start(steps, done)
+        return done
 
-    async def _in_order(self, steps: list[tuple[ctl.Effect, asyncio.Future[None] | None]]) -> float | None:
-        durable_at = None  # when the records so far were durable (monotonic): the hops' stamp
-        for at, (effect, durable) in enumerate(steps):
-            if durable is None:
-                if isinstance(effect, ctl.AnswerTrigger):
-                    self._hops.answering(effect.calls, durable_at)
-                self._effect(effect)
-                continue
-            try:
-                await asyncio.shield(durable)
-            except OSError as error:
-                self.machine.unjournaled([e for e, _ in steps[at:]], error, self._clock())
-                self.carry_out()
-                raise
-            durable_at = self._clock().mono
-        return durable_at
+    def _carried(self, effect: ctl.Effect, durable_at: float | None) -> None:
+        """One effect of a step, its records before it durable since `durable_at` (steps.py)."""
+        if isinstance(effect, ctl.AnswerTrigger):
+            self._hops.answering(effect.calls, durable_at)
+        self._effect(effect)
+
+    def _unjournaled(self, effects: list[ctl.Effect], error: BaseException) -> None:
+        """A step's record could not be made durable: `effects`, from it on, were not carried out."""
+        self.machine.unjournaled(effects, error, self._clock())  # type: ignore[arg-type]
+        self.carry_out()
 
     def _effect(self, effect: ctl.Effect) -> None:
         self.metrics.carried_out(effect)
@@ -204,6 +208,8 @@ class ControllerEngine:
         elif isinstance(effect, (ctl.AnswerRestore, ctl.AnswerTrigger, ctl.AnswerReport)):
             for call in effect.calls:
                 answer = self._answers.pop(call)
+                if answer.done():  # its caller went away (cancelled): nobody to answer
+                    continue
                 if isinstance(effect.outcome, Exception):  # an AnswerReport's None: OK
                     answer.set_exception(effect.outcome)
                     answer.exception()  # retrieved here: a call that went away meanwhile is no warning
@@ -244,13 +250,13 @@ class ControllerEngine:
         call = next(self._calls) if wait else None
         snapshot = self._fed(self.machine.start, initiator, now, os.urandom(8), broadcast=broadcast, call=call)
         answer = None if call is None else self._answer(call)
-        await asyncio.shield(self.carry_out())  # OSError: the machine failed the snapshot (J1)
+        await self.carry_out()  # OSError: the machine failed the snapshot (J1); cancelled: the step goes on
         self.metrics.apply(measures.journal_wait("trigger", self._clock().mono - now.mono))
         log.info("snapshot %s started at %s", snapshot.snapshot_id, "every node" if broadcast else snapshot.initiator)
         if answer is None or call is None:
             return snapshot
         try:
-            ended = await asyncio.shield(answer)
+            ended = await answer  # set by the step that made its end durable (steps.py): resumed the next loop turn
             self._hops.visible(call, ended, self._clock().mono)
             return ended
         finally:
@@ -275,9 +281,9 @@ class ControllerEngine:
         answer = self._answer(call) if held else None
         if not duplicate:
             self._hops.received(state, now)
-        durable_at = await asyncio.shield(self.carry_out())
+        durable_at = await self.carry_out()  # cancelled: the step goes on all the same (steps.py)
         if answer is not None:
-            await asyncio.shield(answer)  # its snapshot ended, its record (or FAILED) durable
+            await answer  # its snapshot ended, its record (or FAILED) durable
             return
         if not duplicate:
             self._hops.journaled(now, durable_at)
@@ -391,8 +397,8 @@ class ControllerEngine:
         task.add_done_callback(self._ended)
         return task
 
-    def _ended(self, task: asyncio.Task) -> None:
-        self._background.discard(task)
+    def _ended(self, task: asyncio.Future) -> None:
+        self._background.discard(task)  # type: ignore[arg-type]
         error = None if task.cancelled() else task.exception()
         if isinstance(error, OSError):  # a caller that waited for the step has it too
             log.error("cannot journal: %s (the rest of that step was not shown or sent)", error)

@@ -7,8 +7,9 @@ timed for `snapmesh_snapshot_hop_seconds{hop}` (docs/metrics.md):
                completes its snapshot (with the held reports' records and the outcome);
                a held report (the machine's held.py) has no hop of its own
     visible    durable -> COMPLETE in the hands of a waiting trigger (monotonic):
-               the step's last record durable, then its effects carried out in
-               order, the answer's future settled, the trigger's coroutine resumed
+               from the callback that brings the journal's round back to the loop
+               (it carries the step on and sets the trigger's answer: steps.py) to
+               the trigger's coroutine resumed, the next loop turn
 
 The engine says when each happens; this object keeps the stamps in between (a
 waiting trigger's, by its call) and moves the metric (`measures.hop`).

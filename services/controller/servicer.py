@@ -44,6 +44,12 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 # A report as blocks of a larger state is listed without being joined (blockforms.py BF6): the
 # kept blocks (knownblocks.py) hold no state over this bound, so joining one buys nothing.
 JOINED_MAX_BYTES = KNOWN_MAX_BYTES
+# A state sent whole and of at most one block is neither cut, kept nor written before its record (the
+# record holds it whole, and its filing writes its block later, off the path): keeping it cost a thread
+# hand-off and two syncs (the block's file, its directory) before the report was taken, on every
+# report, to save the node at most one block's bytes on its next. It is answered takes_blocks=False,
+# so the node's next report comes whole as well (sentblocks.py).
+KEPT_MIN_BYTES = blocks.BLOCK_BYTES
 ASK_ONCE = Retry(2.0, tries=1)  # a node's GetState (mode_mismatch asks again in its next round)
 
 
@@ -265,7 +271,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         if request.HasField("state_blocks"):  # rebuilt before anything reads it (blocks.py B4)
             sent, names = request, list(request.state_blocks.hashes)
             request = await asyncio.to_thread(self._whole_report, request, call)
-        elif request.HasField("state") and request.state:  # its blocks, for the node's next report (knownblocks.py)
+        elif request.HasField("state") and len(request.state) > KEPT_MIN_BYTES:  # kept for its next report (knownblocks.py)
             names, listed = await asyncio.to_thread(self._know, request, call)  # written: a thread (store.py `keep`)
             if listed is not None:  # BF5: its manifest from here on, journaled so (journalblocks.py JB4)
                 request = sent = listed
@@ -280,7 +286,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                 self.engine.writer.unpin(request.snapshot_id, call)
             raise
         self.engine.node_blocks.reported(request, names)  # a restore may send it only what it lacks
-        return pb.ReportStateResponse(takes_blocks=True)
+        return pb.ReportStateResponse(takes_blocks=bool(names))  # none kept: the next one whole too
 
     def _whole_report(self, sent: pb.FullState, call: int) -> pb.FullState:
         """The report `sent` as blocks stood for, its references read from the store's

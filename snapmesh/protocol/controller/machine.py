@@ -87,10 +87,15 @@ K2. A COMPLETE never retires the snapshot it completed, whatever its id says
     (it may go at a later COMPLETE).
 
 Waiting for a snapshot's end (TriggerSnapshot with wait):
-W1. A trigger's `call` is answered by the snapshot's end, right after its Finished
-    (so once its outcome is durable): AnswerTrigger(calls, snapshot). The call is
-    named at the trigger, so no snapshot can end before its wait began; one whose
-    end cannot be journaled answers the error (J3).
+W1. A trigger's `call` is answered by the snapshot's end, right after the end's
+    Journal record (so once its outcome is durable) and before anything else the
+    end does (Finished, AnswerReport): AnswerTrigger(calls, snapshot). The shell
+    carries a step's effects out in one call once its records are durable, so
+    nothing on the loop sees the difference; what the order decides is whose
+    coroutine the next loop turn resumes first (the waiting trigger's, then the
+    watchers' and the held reports'), and that the files are handed to their
+    thread after the answer. The call is named at the trigger, so no snapshot can
+    end before its wait began; one whose end cannot be journaled answers the error (J3).
 
 Restart (`loaded`, then `replayed`): rules S1-S4 in replay.py, which decides what
 is filed again and what is forgotten; no shell touches the tracker for it. The id
@@ -374,10 +379,11 @@ class Controller(Restoring):
         wall = snapshot.finished_at.ToNanoseconds() / 1e9
         record = journal.Finished(snapshot_id=snapshot.snapshot_id, status=snapshot.status, reason=snapshot.reason, wall=wall)
         _, dropped = self.held.release(snapshot.snapshot_id)  # H2: a failed snapshot's, not journaled
-        self._effects += [Journal(record), Finished(snapshot)]
-        self._effects += [AnswerReport(calls + dropped)] if calls or dropped else []
-        if (call := self._waiting.pop(snapshot.snapshot_id, None)) is not None:  # W1
+        self._effects.append(Journal(record))
+        if (call := self._waiting.pop(snapshot.snapshot_id, None)) is not None:  # W1: first, once durable
             self._effects.append(AnswerTrigger((call,), snapshot))
+        self._effects.append(Finished(snapshot))
+        self._effects += [AnswerReport(calls + dropped)] if calls or dropped else []
         if snapshot.status != COMPLETE:  # every node drops its recording (it may be one that never heard)
             sid, reason = snapshot.snapshot_id, snapshot.reason
             self._effects += [AbortAt(node, sid, reason) for node in self.tracker.topology.nodes]
