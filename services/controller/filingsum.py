@@ -1,0 +1,80 @@
+"""The checksum a snapshot is filed with, and its listed states' digests checked: off the reply path.
+
+A snapshot whose files hold its states as manifests (over EXPORT_INLINE_BYTES of
+states in all, store.py: the `.pb` and the JSON export both) is filed with the
+checksum of that stored form (snapshot_file.py): hashed from the manifests, no block
+read, where hashing the whole form read every block of every state (at 64 MiB a node
+and four nodes, 32,768 block files at each snapshot, however little changed). The
+manifests name each block by its SHA-256, and every read of a block checks it against
+its name, so that checksum still covers every block. A smaller snapshot keeps the
+whole form's checksum (wholedigest.py), its states read a block at a time: its JSON
+export holds the states inline, and its checksum must be the one that file's content
+hashes to.
+
+FS1. Either way, each listed state's digest (the node's own, taken unhashed on the
+    reply path: blockforms.py BF6) is checked against its bytes, and the stored form
+    gets the bytes' digest whatever the report said (the error logged). That check
+    reads every block of a listed state: the one per-block cost of filing left, which
+    a state digest over the manifest would remove.
+FS2. A block that cannot be read, or is not as named, is BlockMissing naming it: the
+    snapshot is not filed then (StoreWriter logs it; the journal still holds it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterator
+
+from snapmesh.checking import snapshot_file
+from snapmesh.protocol.controller import blockforms
+from snapmesh.protocol.controller.wholedigest import whole_digest
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+Read = Callable[[bytes], "bytes | None"]
+
+
+def filing_checksum(snapshot: pb.Snapshot, stored: pb.Snapshot, read: Read | None, *, of_stored: bool) -> str:
+    """The checksum `stored` (the stored form of `snapshot`) is filed with: of `stored`
+    when `of_stored` (its files hold manifests), else of the whole form. The listed
+    states' digests are checked first, and corrected in `stored` (FS1)."""
+    blocks_of = _blocks_of(snapshot.snapshot_id, read)
+    if of_stored:
+        for index, entry in enumerate(snapshot.nodes):
+            if blockforms.is_listed(entry):
+                hasher = hashlib.sha256()
+                for block in blocks_of(entry):
+                    hasher.update(block)
+                _checked(snapshot, stored, index, "sha256:" + hasher.hexdigest())
+        return snapshot_file.checksum(stored)
+    found = whole_digest(snapshot, blocks_of)
+    wrong = {i: got for i, got in found.states.items() if got != snapshot.nodes[i].state_digest}
+    if not wrong:
+        return found.checksum
+    fixed = pb.Snapshot()
+    fixed.CopyFrom(snapshot)  # listed: manifests, not states
+    for index, got in wrong.items():
+        _checked(snapshot, stored, index, got)
+        fixed.nodes[index].state_digest = got
+    return whole_digest(fixed, blocks_of).checksum
+
+
+def _checked(snapshot: pb.Snapshot, stored: pb.Snapshot, index: int, got: str) -> None:
+    said = snapshot.nodes[index].state_digest
+    if got != said:
+        log.error("snapshot %s: the state of %s hashes to %s, not to the %s its report said; filed with %s",
+                  snapshot.snapshot_id, snapshot.nodes[index].node_id, got, said, got)
+        stored.nodes[index].state_digest = got
+
+
+def _blocks_of(snapshot_id: str, read: Read | None) -> Callable[[pb.NodeBalance], Iterator[bytes]]:
+    def blocks_of(entry: pb.NodeBalance) -> Iterator[bytes]:
+        for name in entry.state_blocks.hashes:
+            if read is None or (block := read(name)) is None:
+                raise blockforms.BlockMissing(f"snapshot {snapshot_id}, node {entry.node_id}, "
+                                              f"block sha256:{name.hex()}: missing")
+            yield block
+
+    return blocks_of
