@@ -261,7 +261,7 @@ class SnapshotStore:
         size = inline + sum(node.state_bytes for node in snapshot.nodes if blockforms.is_listed(node))
         # both files hold manifests past EXPORT_INLINE_BYTES: the checksum is theirs, no block read
         digest = filing_checksum(snapshot, stored, self.reader() if self.reader is not None else None,
-                                 of_stored=size > EXPORT_INLINE_BYTES)
+                                 of_stored=size > EXPORT_INLINE_BYTES, raw=self.blocks.read)
         data = snapshot_file.sealed_with(stored, digest)
         with self._refs_lock:  # before the file: a crash leaves garbage, never a gap
             freed = self.refs.hold(snapshot.snapshot_id, named.keys() | listed)

@@ -16,7 +16,7 @@ import pytest
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol import blocks
 from snapmesh.protocol.controller.blockforms import BlockForms
-from snapmesh.services.controller import filingsum
+from snapmesh.services.controller import filingsum, servicer
 from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import EXPORT_INLINE_BYTES, SnapshotStore, StoreWriter
 from snapmesh.services.node.sentblocks import SentBlocks
@@ -31,7 +31,7 @@ def sha(state: bytes) -> str:
     return "sha256:" + hashlib.sha256(state).hexdigest()
 
 
-def filed(tmp_path, count: int, said: str | None = None):
+def filed(tmp_path, count: int, said: str | None = None, before=lambda store, report: None, kept: int = 0):
     """A node's second report (as blocks, one block changed) of a state of `count` blocks, filed
     as the tracker hands its snapshot over (listed) and exported; the store and the state."""
     store = SnapshotStore(tmp_path / "snapshots", tmp_path / "controller" / "snapshots")
@@ -39,6 +39,8 @@ def filed(tmp_path, count: int, said: str | None = None):
     forms = BlockForms()
     service = ControllerService(SimpleNamespace(writer=writer, machine=SimpleNamespace(  # type: ignore[arg-type]
         forms=forms)))
+    if kept:
+        service._known.max_bytes = kept  # the kept blocks' bound (knownblocks.py)
     node = SentBlocks()
     state = bytearray(random.Random(count).randbytes(count * B))
     first, names = node.form(pb.FullState(snapshot_id="s1", node_id="p1", state=bytes(state), app_name="blob",
@@ -51,6 +53,7 @@ def filed(tmp_path, count: int, said: str | None = None):
     report = service._whole_report(sent, 2)
     snapshot = pb.Snapshot(snapshot_id="s2", status=pb.Snapshot.COMPLETE, initiator="p1")
     forms.fill(snapshot.nodes.add(node_id="p1", app_name="blob", app_version=1), forms.of(report))
+    before(store, report)
     writer.submit(snapshot)
     writer.close()
     return store, bytes(state)
@@ -113,3 +116,26 @@ def test_a_wrong_digest_the_node_said_is_filed_as_the_bytes_hash_either_way(tmp_
         verdict = snapshot_file.check(path)
         assert verdict.ok, verdict.as_dict()
     assert store.load("s2").nodes[0].state_digest == sha(state)
+
+
+def test_a_large_state_as_its_report_said_is_hashed_once_and_a_spoilt_block_is_not_filed(tmp_path, monkeypatch):
+    """FS3: read unchecked, a state whose bytes hash to its report's digest has every block as
+    named (no block hashed for its name); a block spoilt on disk before filing gives another
+    digest, the state is read again checked, and the snapshot is not filed (FS2). The states
+    are not kept in memory (over the kept blocks' bound, lowered: as at 64 MiB a node)."""
+    monkeypatch.setattr(servicer, "JOINED_MAX_BYTES", 1024 * 1024)
+    hashed = []
+    real = blocks.block_hash
+
+    def counting(store, report):
+        monkeypatch.setattr(blocks, "block_hash", lambda block: hashed.append(1) or real(block))
+
+    store, _ = filed(tmp_path / "as said", LARGE, before=counting, kept=1024 * 1024)
+    assert hashed == [] and store.compact_path("s2").exists() and store.path("s2").exists()
+    monkeypatch.setattr(blocks, "block_hash", real)
+
+    def spoil(store, report):
+        store.blocks.path(report.state_blocks.hashes[7]).write_bytes(b"y" * B)
+
+    store, _ = filed(tmp_path / "spoilt", LARGE, before=spoil, kept=1024 * 1024)
+    assert not store.compact_path("s2").exists() and not store.path("s2").exists()
