@@ -6,8 +6,9 @@ GetSnapshot and ListSnapshots of a snapshot the controller no longer holds leave
 large states out of their answers (answers.py BA2) and read them only when they
 fit, so they read it listed (snapmesh/protocol/controller/blockforms.py): each
 state over LISTED_BYTES stays its manifest with its size (from its blocks' files),
-and the file's checksum is checked a block at a time, each block against its name
-(wholedigest.py). Whatever is not as a file this version writes (no checksum, a
+and the file's checksum is checked: that of its manifests (filingsum.py), or that of
+the whole form a block at a time (wholedigest.py); either way each block is read and
+checked against its name. Whatever is not as a file this version writes (no checksum, a
 checksum only an older form matches, a block missing or corrupt) is left to `load`,
 which judges it and remembers the damage: the same answer, as `load` would give.
 """
@@ -15,6 +16,7 @@ which judges it and remembers the damage: the same answer, as `load` would give.
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterator
 
 from snapmesh.checking import snapshot_file
@@ -61,7 +63,10 @@ def load_listed(store, snapshot_id: str) -> pb.Snapshot | None:
             else:  # BF2: a small state is held whole
                 entry.state = b"".join(blocks_of(entry))
                 entry.ClearField("state_blocks")
-        if whole_digest(listed, blocks_of).checksum != stored.checksum:
+        if snapshot_file.checksum(stored) == stored.checksum:  # of its manifests (filingsum.py)
+            for entry in (entry for entry in listed.nodes if blockforms.is_listed(entry)):
+                deque(blocks_of(entry), maxlen=0)  # each block checked against its name, as `load` would
+        elif whole_digest(listed, blocks_of).checksum != stored.checksum:
             return store.load(snapshot_id)
     except (OSError, _NotAsWritten, WholeDigestError):
         return store.load(snapshot_id)

@@ -47,11 +47,13 @@ next report names them as held, and the snapshot may not be filed yet.
 A snapshot handed in with its large states as block lists (the tracker's listed
 form, snapmesh/protocol/controller/blockforms.py) is filed as it is: its
 manifests are the stored form's, their blocks already on disk and pinned (`keep`),
-so nothing is cut or hashed again; only the checksum, of the whole form, reads
-its blocks (`reader`, each checked against its name), off the reply path, a block
-at a time: the whole form is never built (wholedigest.py). Its
-digest is the one the node's report said (FullState.state_digest, taken unhashed
-on the reply path): checked here against the bytes, and filed as they hash.
+so nothing is cut or hashed again. Its checksum (filingsum.py) is the stored
+form's when both files hold manifests (over EXPORT_INLINE_BYTES of states), no
+block read; else the whole form's, its blocks read a block at a time (`reader`,
+each checked against its name): the whole form is never built (wholedigest.py).
+Each listed state's digest is the one the node's report said (FullState.state_digest,
+taken unhashed on the reply path): checked here against the bytes (its blocks read),
+and filed as they hash.
 """
 
 from __future__ import annotations
@@ -60,18 +62,18 @@ import bisect
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
 from snapmesh.services.controller import export
 from snapmesh.services.controller.blockdir import BlockDir
+from snapmesh.services.controller.filingsum import filing_checksum
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol import blocks
 from snapmesh.protocol.controller import blockforms
 from snapmesh.protocol.controller.blockpins import BlockPins
 from snapmesh.protocol.controller.blockrefs import BlockRefs
-from snapmesh.protocol.controller.wholedigest import whole_digest
 from snapmesh.serving.durable import fsync_dir, write_atomically
 from snapmesh.protocol.appstate import clear_old_figures
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -254,41 +256,19 @@ class SnapshotStore:
         if written:
             log.info("snapshot %s: %d new blocks (%d bytes) of %d", snapshot.snapshot_id, written, size,
                      len(named) + len(listed))
-        digest = self._whole_checksum(snapshot, stored)  # of the whole form (B1), never joined
+        inline = sum(len(named[name]) for original, node in zip(snapshot.nodes, stored.nodes, strict=True)
+                     if not blockforms.is_listed(original) for name in node.state_blocks.hashes)
+        size = inline + sum(node.state_bytes for node in snapshot.nodes if blockforms.is_listed(node))
+        # both files hold manifests past EXPORT_INLINE_BYTES: the checksum is theirs, no block read
+        digest = filing_checksum(snapshot, stored, self.reader() if self.reader is not None else None,
+                                 of_stored=size > EXPORT_INLINE_BYTES, raw=self.blocks.read)
         data = snapshot_file.sealed_with(stored, digest)
         with self._refs_lock:  # before the file: a crash leaves garbage, never a gap
             freed = self.refs.hold(snapshot.snapshot_id, named.keys() | listed)
         write_atomically(self.compact_path(snapshot.snapshot_id), data)
         self._delete_unheld(freed)
         self.index.add(snapshot.snapshot_id, snapshot.status)
-        inline = sum(len(named[name]) for original, node in zip(snapshot.nodes, stored.nodes, strict=True)
-                     if not blockforms.is_listed(original) for name in node.state_blocks.hashes)
-        return digest, stored, inline + sum(node.state_bytes for node in snapshot.nodes if blockforms.is_listed(node))
-
-    def _whole_checksum(self, snapshot: pb.Snapshot, stored: pb.Snapshot) -> str:
-        """The checksum of `snapshot`'s whole form, its listed states read a block at a time
-        (wholedigest.py): each one's digest is checked against the bytes, and the
-        stored form gets the bytes' digest whatever its report said (hashed again then)."""
-        read = self.reader() if self.reader is not None else None
-
-        def blocks_of(entry: pb.NodeBalance) -> Iterator[bytes]:
-            for name in entry.state_blocks.hashes:
-                if read is None or (block := read(name)) is None:
-                    raise blockforms.BlockMissing(f"snapshot {snapshot.snapshot_id}, node {entry.node_id}, "
-                                                  f"block sha256:{name.hex()}: missing")
-                yield block
-
-        found = whole_digest(snapshot, blocks_of)
-        wrong = {i: got for i, got in found.states.items() if got != snapshot.nodes[i].state_digest}
-        if not wrong:
-            return found.checksum
-        fixed = pb.Snapshot()
-        fixed.CopyFrom(snapshot)  # listed: manifests, not states
-        for index, got in wrong.items():
-            log.error("snapshot %s: the state of %s hashes to %s, not to the %s its report said; filed with %s",
-                      snapshot.snapshot_id, snapshot.nodes[index].node_id, got, snapshot.nodes[index].state_digest, got)
-            fixed.nodes[index].state_digest = stored.nodes[index].state_digest = got
-        return whole_digest(fixed, blocks_of).checksum
+        return digest, stored, size
 
     def delete(self, snapshot_id: str) -> int:
         """Both files of `snapshot_id` (retention), durably, then the blocks no
@@ -317,7 +297,9 @@ class SnapshotStore:
             snapshot = stored
         elif blockforms.listed(snapshot):  # inline: its states' bytes, read by block
             snapshot = blockforms.BlockForms(self.reader).whole(snapshot)
-        text = export.snapshot_json(snapshot, digest or snapshot_file.checksum(snapshot))
+            for node, kept in zip(snapshot.nodes, stored.nodes if stored is not None else (), strict=False):
+                node.state_digest = kept.state_digest  # as filed: the bytes' (filingsum.py FS1)
+        text = export.snapshot_json(snapshot, digest or snapshot_file.checksum(snapshot))  # stored: its own (filingsum.py)
         return write_atomically(self.path(snapshot.snapshot_id), (text + "\n").encode("utf-8"))
 
     def damage(self, snapshot_id: str) -> str:
@@ -339,15 +321,15 @@ class SnapshotStore:
             if path.stem in found:
                 continue
             try:
-                snapshot, marked = snapshot_file.read_stored(path)
+                stored, marked = snapshot_file.read_stored(path)
                 if path.suffix == ".pb":  # its blocks stay, readable or not, while its file does
-                    self.refs.hold(path.stem, blocks.hashes(snapshot))
-                snapshot = snapshot_file.whole(snapshot, path)
+                    self.refs.hold(path.stem, blocks.hashes(stored))
+                snapshot = snapshot_file.whole(stored, path)
             except snapshot_file.Unreadable as exc:
                 warnings.append(f"skipping snapshot file {path}: cannot parse it: {exc}")
                 self.damaged.setdefault(path.stem, str(exc))
                 continue
-            if problem := snapshot_file.checksum_problem(snapshot, marked):
+            if problem := snapshot_file.checksum_problem(snapshot, marked, stored):
                 warnings.append(f"skipping snapshot file {path}: {problem}")
                 self.damaged.setdefault(path.stem, f"{path}: {problem}")
                 continue
@@ -380,10 +362,11 @@ class SnapshotStore:
             return None
         path = self.compact_path(snapshot_id)
         try:
-            snapshot, marked = snapshot_file.read_marked(path)
+            stored, marked = snapshot_file.read_stored(path)
+            snapshot = snapshot_file.whole(stored, path)
         except (OSError, snapshot_file.Unreadable):
             return None
-        problem = snapshot_file.checksum_problem(snapshot, marked)
+        problem = snapshot_file.checksum_problem(snapshot, marked, stored)
         if not problem and snapshot.snapshot_id != snapshot_id:
             problem = f"holds snapshot_id {snapshot.snapshot_id!r}, not {snapshot_id!r}"
         if problem:

@@ -238,6 +238,14 @@ class View:
     in_flight: Sequence[tuple[str, str, int, bytes]]  # (src, dst, seq, payload), per channel in seq order
     params: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def sizes(self) -> Mapping[str, int]:
+        """Node -> the length of its state. The controller's view knows it without reading
+        the state (a large one is held as blocks: lazystates.py L4); any other mapping's
+        states are measured."""
+        known = getattr(self.states, "sizes", None)
+        return known() if callable(known) else {node: len(state) for node, state in self.states.items()}
+
 
 def _check_app(app: App, where: str) -> None:
     """Raise AppError naming the first field of `app` that breaks the contract."""

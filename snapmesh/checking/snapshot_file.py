@@ -21,8 +21,14 @@ That is the most one can say of it.
 The `.pb` file holds each app node's state as a manifest of blocks
 (snapmesh/protocol/blocks.py), each block a file `controller/blocks/<hex>` beside
 `controller/snapshots/`; reading the file rebuilds the whole snapshot from them,
-each block checked against its hash. The checksum is the whole snapshot's, as in
-the JSON export: it covers every block. A missing or corrupt block makes the file
+each block checked against its hash. The checksum is the whole snapshot's, or, for
+a snapshot whose files hold its states as manifests (the controller's over
+EXPORT_INLINE_BYTES of states: both files hold manifests then), the stored form's:
+the encoding of what the file holds. A manifest names each block by its SHA-256 and
+every read of a block checks it against its name, so either covers every block; the
+stored form's is hashed without reading a block, so filing a snapshot that changed
+little reads only what changed. A file matches its checksum when either form's
+encoding hashes to it (`checksum_problem`). A missing or corrupt block makes the file
 unreadable (`BlocksDamaged`), naming the snapshot, the node and the block's hash.
 A `.pb` from before blocks holds its states inline and reads as before.
 
@@ -211,12 +217,18 @@ def read_stored(path: Path) -> tuple[pb.Snapshot, bool]:
         raise Unreadable(f"{path}: not a snapshot file: {exc}") from None
 
 
-def checksum_problem(snapshot: pb.Snapshot, marked: bool) -> str:
+def checksum_problem(snapshot: pb.Snapshot, marked: bool, stored: pb.Snapshot | None = None) -> str:
     """Why the checksum of a snapshot read from a file fails it ("" when it does
     not): it does not match the content, or the file is marked as written by this
-    version and has none."""
+    version and has none. `stored`: the file's content as it holds it (`read_stored`),
+    when that is a stored form (manifests), whose own encoding may be what the checksum
+    is of; `snapshot` is then its whole form, every block read and checked against its
+    name (`whole`), which is what makes a checksum of the manifests cover the blocks."""
     if not snapshot.checksum:
         return "has no checksum, yet its format always carries one (cut short?)" if marked else ""
+    if stored is not None and blocks.is_stored_form(stored) and stored.checksum == snapshot.checksum \
+            and snapshot.checksum == checksum(stored):
+        return ""
     if snapshot.checksum != (computed := checksum(snapshot)) and snapshot.checksum != checksum(_as_before(snapshot)):
         return f"content does not match its checksum {snapshot.checksum} (computed {computed})"
     return ""
@@ -242,12 +254,13 @@ def damage(path: Path) -> str:
     its checksum does not match or is missing from a file that must carry one, or
     it holds another snapshot than its name."""
     try:
-        snapshot, marked = read_marked(path)
+        stored, marked = read_stored(path)
+        snapshot = whole(stored, path)
     except Unreadable as exc:
         return str(exc)
     if snapshot.snapshot_id != Path(path).stem:
         return f"{path}: holds snapshot_id {snapshot.snapshot_id!r}, not {Path(path).stem!r}"
-    if problem := checksum_problem(snapshot, marked):
+    if problem := checksum_problem(snapshot, marked, stored):
         return f"{path}: {problem}"
     return ""
 
@@ -270,7 +283,7 @@ def check(path: Path, rules: Any = None) -> Verdict:
     if names := [name for node in stored.nodes for name in node.state_blocks.hashes]:
         add(Check("blocks", True, f"{len(names)} blocks ({len(set(names))} distinct) under {blocks_dir(path)}, "
                                   "each matching its hash"))
-    if problem := checksum_problem(snapshot, marked):
+    if problem := checksum_problem(snapshot, marked, stored):
         add(Check("checksum", False, problem))
     else:
         add(Check("checksum", True, snapshot.checksum or NO_CHECKSUM))

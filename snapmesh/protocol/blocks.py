@@ -11,7 +11,8 @@ whole.
 The rules:
 B1. `stored_form` and `whole_form` are inverses: the whole form rebuilt from the
     stored form and its blocks is the Snapshot that was stored, byte for byte,
-    so the snapshot's checksum (of the whole form, snapmesh/checking/snapshot_file.py)
+    so the snapshot's checksum (of the whole form, or of the stored form whose
+    manifests name each block by its hash: snapmesh/checking/snapshot_file.py)
     covers every block, and a file from before blocks (states inline) is its
     own whole form.
 B2. An empty state stays inline (there is nothing to name); so does every state

@@ -19,6 +19,12 @@ L3. A node whose state the snapshot holds as its block list (the controller's
     app's side makes the view and knows no blocks; the one thread that judges,
     the controller's loop, sets it); with none set, it is a LookupError naming
     the node, never b"".
+L4. `sizes()` is node -> the length of its state, in the snapshot's order, and reads
+    no state: a listed one's is its entry's `state_bytes` (its blocks' sizes, each
+    block checked against its name when taken, and their sum against it when filed:
+    wholedigest.py WD2). An invariant that needs only the lengths (`View.sizes`) so
+    costs nothing per block: reading each state by block was most of a second
+    snapshot's controller time at 64 MiB a node (docs/bench-cluster.md).
 """
 
 from __future__ import annotations
@@ -70,6 +76,10 @@ class NodeStates(Mapping[str, bytes]):
 
     def __len__(self) -> int:
         return len(self._nodes)
+
+    def sizes(self) -> dict[str, int]:
+        """Node -> the length of its state, none read (L4)."""
+        return {node_id: node.state_bytes if _listed(node) else len(node.state) for node_id, node in self._nodes.items()}
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{node_id!r}: <{node.state_bytes if _listed(node) else len(node.state)} bytes>"

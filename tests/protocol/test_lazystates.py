@@ -47,3 +47,43 @@ def test_invariants_that_read_the_states_one_by_one_hold_one_at_a_time():
     finally:
         tracemalloc.stop()
     assert peak < 2 * 8 * MIB + MIB, f"the check held {peak / MIB:.1f} MiB: more than a state or two of 8 MiB"
+
+
+def test_sizes_read_no_state_a_listed_ones_is_its_entrys_size():
+    """L4: `View.sizes` of the controller's view is each entry's size, a listed state's
+    (its block list, no bytes) from its `state_bytes`, the reader never called; a view
+    over a plain mapping measures its states."""
+    from snapmesh.app import View
+    from snapmesh.protocol import lazystates
+
+    listed = snapshot({"p1": 3, "p2": 0})
+    entry = listed.nodes.add(node_id="p3", state_digest="sha256:00", state_bytes=5 * MIB)
+    entry.state_blocks.hashes.extend([b"\x01" * 32, b"\x02" * 32])
+
+    def no_read(node, snapshot_id):
+        raise AssertionError(f"the state of {node.node_id} was read for its size")
+
+    view = lazystates.with_reader(no_read, lambda: view_of(listed))
+    assert view.sizes == {"p1": 3, "p2": 0, "p3": 5 * MIB} and list(view.sizes) == ["p1", "p2", "p3"]
+    with pytest.raises(AssertionError, match="p3 was read"):
+        view.states["p3"]  # the states themselves are still read
+    plain = View(snapshot_id="s1", states={"a": b"xy", "b": b""}, in_flight=[])
+    assert plain.sizes == {"a": 2, "b": 0}
+
+
+def test_the_blob_apps_invariant_reads_sizes_not_states():
+    from bench import blob_app
+    from snapmesh.protocol import lazystates
+
+    listed = pb.Snapshot(snapshot_id="s1", status=pb.Snapshot.COMPLETE)
+    for node, size in (("p1", 64 * MIB), ("p2", 64 * MIB)):
+        listed.nodes.add(node_id=node, state_bytes=size).state_blocks.hashes.append(b"\x01" * 32)
+
+    def no_read(node, snapshot_id):
+        raise AssertionError("a state was read")
+
+    judged = lazystates.with_reader(no_read, lambda: check_invariants(blob_app.app, view_of(listed)))
+    assert judged == {"every blob the same size": []}
+    listed.nodes[1].state_bytes -= 1
+    judged = lazystates.with_reader(no_read, lambda: check_invariants(blob_app.app, view_of(listed)))
+    assert "differ in size" in judged["every blob the same size"][0]

@@ -139,7 +139,7 @@ async def _two_snapshots(tmp_path) -> None:
         assert all(node.state_omitted and not node.HasField("state") for node in got.nodes)
         assert any(s.snapshot_id == sid for s in page.snapshots)
         assert c.store.missing_files(sid) == (False, False), "not filed"
-        filed = c.store.load(sid)  # its checksum checked: the whole form's, hashed a block at a time
+        filed = c.store.load(sid)  # its checksum (its manifests': filingsum.py) and every block checked
         assert filed is not None and {n.node_id: n.state for n in filed.nodes} == states
         assert all(n.state_digest == digest(states[n.node_id]) for n in filed.nodes)
         for node in NODES:  # a few blocks change for the second snapshot

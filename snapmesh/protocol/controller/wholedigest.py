@@ -1,7 +1,10 @@
 """The checksum of a listed snapshot's whole form, its states read a block at a time, pure.
 
 A snapshot's file carries the checksum of its whole form (blockforms.py BF1: each
-listed state joined in place of its block list), and filing it used to build that
+listed state joined in place of its block list) when its files hold the states
+inline (up to 4 MiB of them; a larger one's is its manifests': filingsum.py, and
+reading such a file back still may hash the whole form: an older file's checksum is
+that one), and filing it used to build that
 form and encode it: every node's state joined, then encoded again beside it, at
 64 MiB a node eight times one node's state held at once by the controller. The
 encoding of the whole form is the listed one's with each listed entry's manifest

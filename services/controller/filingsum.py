@@ -1,0 +1,101 @@
+"""The checksum a snapshot is filed with, and its listed states' digests checked: off the reply path.
+
+A snapshot whose files hold its states as manifests (over EXPORT_INLINE_BYTES of
+states in all, store.py: the `.pb` and the JSON export both) is filed with the
+checksum of that stored form (snapshot_file.py): hashed from the manifests, no block
+read, where hashing the whole form read every block of every state (at 64 MiB a node
+and four nodes, 32,768 block files at each snapshot, however little changed). The
+manifests name each block by its SHA-256, and every read of a block checks it against
+its name, so that checksum still covers every block. A smaller snapshot keeps the
+whole form's checksum (wholedigest.py), its states read a block at a time: its JSON
+export holds the states inline, and its checksum must be the one that file's content
+hashes to.
+
+FS1. Either way, each listed state's digest (the node's own, taken unhashed on the
+    reply path: blockforms.py BF6) is checked against its bytes, and the stored form
+    gets the bytes' digest whatever the report said (the error logged). That check
+    reads every block of a listed state: the one per-block cost of filing left, which
+    a state digest over the manifest would remove.
+FS2. A block that cannot be read, or is not as named, is BlockMissing naming it: the
+    snapshot is not filed then (StoreWriter logs it; the journal still holds it).
+FS3. With the store's files (`raw`: a block as stored, unchecked), a listed state of a
+    snapshot filed with its manifests' checksum is first read unchecked: when its bytes
+    hash to the digest its report said, each block is as named (a block not as named
+    would give other bytes, and so another digest); only a state that does not is read
+    again, each block checked against its name (FS1, FS2). So the check hashes each
+    block once, not twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterator
+
+from snapmesh.checking import snapshot_file
+from snapmesh.protocol.controller import blockforms
+from snapmesh.protocol.controller.wholedigest import whole_digest
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+Read = Callable[[bytes], "bytes | None"]
+
+
+def filing_checksum(snapshot: pb.Snapshot, stored: pb.Snapshot, read: Read | None, *, of_stored: bool,
+                    raw: Read | None = None) -> str:
+    """The checksum `stored` (the stored form of `snapshot`) is filed with: of `stored`
+    when `of_stored` (its files hold manifests), else of the whole form. The listed
+    states' digests are checked first, and corrected in `stored` (FS1); `raw`: FS3."""
+    blocks_of = _blocks_of(snapshot.snapshot_id, read)
+    if of_stored:
+        for index, entry in enumerate(snapshot.nodes):
+            if not blockforms.is_listed(entry):
+                continue
+            if raw is not None and _unchecked_digest(snapshot.snapshot_id, raw, entry) == entry.state_digest:
+                continue  # FS3: as its report said, so each block as named
+            _checked(snapshot, stored, index, _digest(blocks_of(entry)))
+        return snapshot_file.checksum(stored)
+    found = whole_digest(snapshot, blocks_of)
+    wrong = {i: got for i, got in found.states.items() if got != snapshot.nodes[i].state_digest}
+    if not wrong:
+        return found.checksum
+    fixed = pb.Snapshot()
+    fixed.CopyFrom(snapshot)  # listed: manifests, not states
+    for index, got in wrong.items():
+        _checked(snapshot, stored, index, got)
+        fixed.nodes[index].state_digest = got
+    return whole_digest(fixed, blocks_of).checksum
+
+
+def _unchecked_digest(snapshot_id: str, raw: Read, entry: pb.NodeBalance) -> str:
+    try:
+        return _digest(_blocks_of(snapshot_id, raw)(entry))
+    except blockforms.BlockMissing:  # not on disk: the checked reader may still hold it (FS3)
+        return ""
+
+
+def _digest(blocks: Iterator[bytes]) -> str:
+    hasher = hashlib.sha256()
+    for block in blocks:
+        hasher.update(block)
+    return "sha256:" + hasher.hexdigest()
+
+
+def _checked(snapshot: pb.Snapshot, stored: pb.Snapshot, index: int, got: str) -> None:
+    said = snapshot.nodes[index].state_digest
+    if got != said:
+        log.error("snapshot %s: the state of %s hashes to %s, not to the %s its report said; filed with %s",
+                  snapshot.snapshot_id, snapshot.nodes[index].node_id, got, said, got)
+        stored.nodes[index].state_digest = got
+
+
+def _blocks_of(snapshot_id: str, read: Read | None) -> Callable[[pb.NodeBalance], Iterator[bytes]]:
+    def blocks_of(entry: pb.NodeBalance) -> Iterator[bytes]:
+        for name in entry.state_blocks.hashes:
+            if read is None or (block := read(name)) is None:
+                raise blockforms.BlockMissing(f"snapshot {snapshot_id}, node {entry.node_id}, "
+                                              f"block sha256:{name.hex()}: missing")
+            yield block
+
+    return blocks_of
