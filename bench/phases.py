@@ -274,13 +274,18 @@ def _loops(run: Run) -> None:
                 window = mesh.window(s.window_s)
                 mesh.load(0)  # the other mesh's window runs on a quiet machine
                 run.say(f"  {loop}, {callers} callers/node: {window.received_per_s:,.0f} transfers/s, "
-                        f"{window.cpu_us_per_transfer:.1f} µs CPU per transfer")
+                        f"{window.cpu_us_per_transfer:.1f} µs CPU per transfer"
+                        + ("" if window.received_per_s else " (no transfers in the window: no figure)"))
                 if loop not in best or window.received_per_s > best[loop].received_per_s:
                     best[loop] = window
     for loop in LOOPS:
         run.out[f"cluster_rate_4n_{loop}"] = best[loop].received_per_s
         run.out[f"cpu_us_per_transfer_4n_peak_{loop}"] = best[loop].cpu_us_per_transfer
-    run.out["uvloop_over_asyncio_rate_4n"] = best["uvloop"].received_per_s / best["asyncio"].received_per_s
+    # A loaded machine can leave asyncio's window without a transfer (a smoke's is half a second): no ratio then,
+    # nan rather than a crash or a 0 that reads as a measurement
+    asyncio_rate = best["asyncio"].received_per_s
+    run.out["uvloop_over_asyncio_rate_4n"] = (
+        best["uvloop"].received_per_s / asyncio_rate if asyncio_rate else float("nan"))
 
 
 PHASE_SETS: dict[str, tuple[str, ...]] = {

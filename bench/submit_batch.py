@@ -238,8 +238,9 @@ def _unary(cluster: Cluster, written: dict[str, float], warmup_s: float, seconds
 
 def _embed(written: dict[str, float], callers: int, batch: int, warmup_s: float, seconds: float) -> float:
     """embed's in-process submit_many and submit; returns the items refused."""
-    many = embed_submit.measure("batch", callers=callers, batch=batch, warmup_s=warmup_s, seconds=seconds)
-    unary = embed_submit.measure("unary", callers=callers, batch=1, warmup_s=warmup_s, seconds=seconds)
+    measured = embed_submit.measure(("batch", "unary"), callers=callers, batch=batch, warmup_s=warmup_s,
+                                    seconds=seconds)
+    many, unary = measured["batch"], measured["unary"]
     written.update({
         "embed_submit_many_rate_4n_minimal": many["rate"],
         "embed_cpu_us_per_command_4n_minimal": many["cpu_us_per_command"],

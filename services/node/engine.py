@@ -1,6 +1,6 @@
 """The shell around the node machine: feed `snapmesh.protocol.node.machine.Node` events, carry out its effects.
 
-Every input (a client transfer, a frame from a channel, a snapshot start or
+Every input (a client command, a frame from a channel, a snapshot start or
 abort, the log becoming durable, a timer) is one synchronous call on the
 `Node`, followed by draining its effects here and nowhere else:
 
@@ -165,7 +165,7 @@ class Engine:
 
     async def wait_for_room(self, destinations: set[str], timeout: float) -> None:
         """Flow control: wait (at most `timeout`) while a channel to one of
-        `destinations` is over its mark, so a client cannot queue transfers
+        `destinations` is over its mark, so a client cannot queue messages
         faster than the channels deliver them."""
         full = [self.outgoing[d] for d in destinations if self.node.senders[d].over_mark]
         if full:

@@ -106,7 +106,6 @@ log = logging.getLogger(__name__)
 INLINE_SYNC_MAX_BYTES = 8192  # ~80 records: at most this many bytes per round are synced on the loop
 INLINE_SYNC_MAX_S = 0.002  # ... and only while the last sync took at most this long
 
-
 # A snapshot's records: their round waits for no caller (commitgather.py).
 _HURRIED = frozenset({wal.Cut, wal.MarkerSent, wal.MarkerRecv, wal.Abort})
 

@@ -1,6 +1,6 @@
 """A FullState too large for one gRPC message, sent as a stream of chunks.
 
-A node's FullState holds every transfer it recorded in flight, so a partition
+A node's FullState holds every message it recorded in flight, so a partition
 during a snapshot can make it arbitrarily large. A gRPC server refuses a message
 over its receive limit (4 MiB by default; ours take 64 MiB), and a node that
 retried such a report would retry until the deadline. Raising the limits
@@ -14,7 +14,7 @@ reassembly is concatenation, so the controller gets exactly the message
 and a controller without the streaming RPC still takes them.
 
 The same holds the other way for a restore: a RestoreStateRequest over
-`CHUNK_BYTES` (an app's state, a bank's many transfers in flight) goes to the
+`CHUNK_BYTES` (an app's state, many messages in flight) goes to the
 node with `Node.RestoreStateChunks` (`restore_chunks`), so a node's receive
 limit, which gRPC sets per server and not per RPC, can be what its clients'
 calls may carry.

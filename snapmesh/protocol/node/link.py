@@ -9,8 +9,8 @@ they return.
 
 Rules
 -----
-L1. Seq. The sender numbers every message 1, 2, 3, ... (transfers and markers
-    share the sequence); `enqueue` refuses nothing but a full channel.
+L1. Seq. The sender numbers every message 1, 2, 3, ... (app messages and
+    markers share the sequence); `enqueue` refuses nothing but a full channel.
 L2. Durability first. A message leaves only once the log record behind it is
     durable (`poll(durable_lsn)`); the receiver acknowledges a seq only once
     the record of receiving it is durable (`ack_due(durable_lsn)`).
@@ -27,7 +27,7 @@ L6. Connection fencing. A frame or ack of another connection than the current
     one is stale (its connection is gone) and is ignored.
 L7. Flow control. Above `mark` unacknowledged messages the channel says so
     (`over_mark`) and the caller slows its clients; at `bound` it refuses new
-    transfers at once (`ChannelFull`), and nothing is queued or debited; a
+    messages at once (`ChannelFull`), and nothing is queued or applied; a
     step that sends several is refused when they would take it past `bound`.
 L8. Early markers (overtake mode). `notify` queues a marker that overtakes:
     `poll` puts it ahead of every queued message, once its record is durable,
@@ -56,7 +56,7 @@ from snapmesh.protocol.node.core import LocalProtocolError, Refusal, RemoteProto
 # Flow control (L7). A marker waits behind everything already queued on its channel, so
 # a deep outbox is snapshot latency: at saturation 20,000 gave multi-second snapshots
 # (some past their deadline), 2,000 keeps them well under a second (bench/cluster.py).
-DEFAULT_MARK = 2_000  # unacknowledged messages above which new transfers wait
+DEFAULT_MARK = 2_000  # unacknowledged messages above which new messages wait
 LOW_MARK = 1_000  # ... until the outbox is back at or below this
 DEFAULT_BOUND = 100_000
 
@@ -66,7 +66,7 @@ class GapError(RemoteProtocolError):
 
 
 class ChannelFull(LocalProtocolError):
-    """The channel holds `bound` unacknowledged messages: the transfer is refused."""
+    """The channel holds `bound` unacknowledged messages: the message is refused."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, Refusal.CHANNEL_FULL)

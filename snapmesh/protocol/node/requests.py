@@ -58,9 +58,9 @@ from snapmesh.protocol.node import core
 MAX_ID_BYTES = 128  # a longer request_id is refused (INVALID_ARGUMENT), never logged
 REQUEST_TTL_S = 900.0  # 15 minutes
 REQUEST_CAPACITY = 200_000
-# 64 MiB: far above what 200,000 bank ids hold (at most 128 + ~20 + 32 bytes each,
-# ~36 MB; ~18 MB for 36-character ids), so for the bank the id cap binds first;
-# for an app, 64 replies of 1 MiB, a node's memory bounded instead of growing by
+# 64 MiB: far above what 200,000 ids with small answers hold (at most 128 + ~20 + 32 bytes
+# each, ~36 MB; ~18 MB for 36-character ids), so for those the id cap binds first;
+# for large replies, 64 of 1 MiB, a node's memory bounded instead of growing by
 # every reply of the last 15 minutes.
 REPLY_WINDOW_BYTES = 64 * 2**20
 IN_DOUBT = -1  # the lsn of an id whose payment a restore may have taken back (W4)
