@@ -70,9 +70,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from snapmesh.app import BLOCK_BYTES  # noqa: F401  (the app contract's: apps cut their parts by it)
 from snapmesh.v1 import snapmesh_pb2 as pb
 
-BLOCK_BYTES = 8 * 1024
 MISSING = "missing blocks"  # how a refused report's details start (B4)
 
 
@@ -86,11 +86,17 @@ class PartedState(bytes):
     in `parts` (B6). Bytes to everything else; the report carries the sizes."""
 
     parts: tuple[int, ...] = ()
+    # The parts themselves (held: their ids stay theirs while this state lives), for
+    # the node's cut to know a part it named before by its identity (node/cutnames.py).
+    objects: tuple[bytes, ...] = ()
+    # Its blocks named on its parts' cut at the node's cut, taken by `names` unhashed (B5).
+    named: Named | None = None
 
     @classmethod
     def of(cls, parts: list[bytes]) -> PartedState:
         state = cls(b"".join(parts))
-        state.parts = tuple(len(part) for part in parts if part)
+        state.objects = tuple(part for part in parts if part)
+        state.parts = tuple(len(part) for part in state.objects)
         return state
 
 
@@ -225,6 +231,9 @@ def names(state: bytes, parts: Sequence[int] = (), last: Named | None = None) ->
     (an earlier state: the same part, the same offset in it, so a part that grew
     or shrank moves none after it) takes that block's hash unhashed (B5)."""
     key = (len(state), tuple(parts) if sum(parts) == len(state) else (len(state),))
+    made = getattr(state, "named", None)
+    if made is not None and made.cut == key and made.state is state:
+        return made, 0  # named at the node's cut already (PartedState.named)
     if last is not None and last.cut == key:
         return _names_on_the_same_cut(state, key, last)
     view = memoryview(state)
