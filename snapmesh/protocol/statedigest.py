@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from snapmesh.protocol.blocks import BLOCK_BYTES
+from snapmesh.app import BLOCK_BYTES  # not blocks.py: a Spark executor reads this without protobuf
 
 WHOLE = "sha256:"
 BLOCKS = "sha256-blocks:"
