@@ -60,6 +60,8 @@ class CutNames:
             if type(part) is bytes:
                 self._parts[id(part)] = (part, named)
             names.extend(named)
-        key = (len(state), state.parts)
-        state.named = blocks.Named(state, blocks.bounds(*key), names, None, key)
+        size = len(state)
+        # On the grid (CN3): each block's bounds are the grid's, found without cutting each part.
+        bounds = [(start, min(start + BLOCK_BYTES, size)) for start in range(0, size, BLOCK_BYTES)]
+        state.named = blocks.Named(state, bounds, names, None, (size, state.parts))
         return names
