@@ -86,17 +86,11 @@ class PartedState(bytes):
     in `parts` (B6). Bytes to everything else; the report carries the sizes."""
 
     parts: tuple[int, ...] = ()
-    # The parts themselves (held: their ids stay theirs while this state lives), for
-    # the node's cut to know a part it named before by its identity (node/cutnames.py).
-    objects: tuple[bytes, ...] = ()
-    # Its blocks named on its parts' cut at the node's cut, taken by `names` unhashed (B5).
-    named: Named | None = None
 
     @classmethod
     def of(cls, parts: list[bytes]) -> PartedState:
-        state = cls(b"".join(parts))
-        state.objects = tuple(part for part in parts if part)
-        state.parts = tuple(len(part) for part in state.objects)
+        state = cls(b"".join(parts))  # a bytes subclass copies what it is made from: two copies (node/apphost.py `cut`: one)
+        state.parts = tuple(len(part) for part in parts if part)
         return state
 
 
@@ -225,15 +219,17 @@ class Named:
 WINDOW_BLOCKS = 8
 
 
-def names(state: bytes, parts: Sequence[int] = (), last: Named | None = None) -> tuple[Named, int]:
+def names(
+    state: bytes, parts: Sequence[int] = (), last: Named | None = None, made: Named | None = None,
+) -> tuple[Named, int]:
     """`state` cut into `parts` (`bounds`) and its blocks' hashes, and how many it
     hashed: a block whose bytes are those of the block at the same place in `last`
     (an earlier state: the same part, the same offset in it, so a part that grew
-    or shrank moves none after it) takes that block's hash unhashed (B5)."""
+    or shrank moves none after it) takes that block's hash unhashed (B5). `made`: the
+    state named already, on this cut (the node's cut names it, node/cutnames.py), taken as it is."""
     key = (len(state), tuple(parts) if sum(parts) == len(state) else (len(state),))
-    made = getattr(state, "named", None)
     if made is not None and made.cut == key and made.state is state:
-        return made, 0  # named at the node's cut already (PartedState.named)
+        return made, 0
     if last is not None and last.cut == key:
         return _names_on_the_same_cut(state, key, last)
     view = memoryview(state)

@@ -47,7 +47,7 @@ def report_message(
     if state.state is not None:  # an app's node
         if with_state:
             message.state = state.state
-        message.state_parts.extend(getattr(state.state, "parts", ()))  # snapshot_blocks()'s (blocks.py B6)
+        message.state_parts.extend(state.parts or getattr(state.state, "parts", ()))  # snapshot_blocks()'s (blocks.py B6)
         message.app_name, message.app_version = state.app, state.version
         if digest and state.state:
             message.state_digest = statedigest.from_record(digest)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from snapmesh.protocol import blocks, statedigest
-from snapmesh.protocol.blocks import BLOCK_BYTES, PartedState
+from snapmesh.protocol.blocks import BLOCK_BYTES
 from snapmesh.protocol.node import core, recovery
 from snapmesh.protocol.node.cutnames import CutNames
 from snapmesh.protocol.node.effects import Ack, Append, Finished, Transmit
@@ -99,49 +99,53 @@ def hash_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def _parted(parts: list[bytes]) -> PartedState:
-    return PartedState.of(parts)
+def _digest(names: CutNames, parts: list[bytes]) -> tuple[str, blocks.Named | None]:
+    """The cut's digest of the state the app's `parts` make, as the host hands it over (Host.cut)."""
+    given = tuple(part for part in parts if part)
+    return names.digest(b"".join(given), given)
 
 
 def test_a_part_handed_over_again_is_not_hashed_again(hash_calls: list[int]) -> None:
     parts = [_state(BLOCK_BYTES, i) for i in range(20)] + [b"tail"]
     names = CutNames()
-    first = names.digest(_parted(parts))
+    first, _ = _digest(names, parts)
     assert first == statedigest.blocks_form(b"".join(parts))
     assert names.hashed == 21
     parts[3] = _state(BLOCK_BYTES, 99)  # the app replaced one block
     hash_calls[0] = 0
-    second_state = _parted(parts)
-    second = names.digest(second_state)
+    second, named = _digest(names, parts)
     assert hash_calls[0] == 2  # the new block, and the digest over the names: no other block
     assert second == statedigest.blocks_form(b"".join(parts)) != first
     assert names.hashed == 22
-    named, hashed = blocks.names(second_state, second_state.parts)  # the report takes the cut's names
-    assert hashed == 0 and named.names == blocks.names(bytes(second_state), second_state.parts)[0].names
+    sizes = tuple(len(part) for part in parts)
+    assert named is not None
+    taken, hashed = blocks.names(named.state, sizes, None, named)  # the report takes the cut's names
+    assert taken is named and hashed == 0
+    assert named.names == blocks.names(b"".join(parts), sizes)[0].names and named.bounds == blocks.bounds(len(named.state), sizes)
 
 
 def test_a_new_object_under_a_remembered_id_is_hashed() -> None:
     parts = [_state(BLOCK_BYTES, i) for i in range(10)]
     names = CutNames()
-    names.digest(_parted(parts))
+    _digest(names, parts)
     fresh = _state(BLOCK_BYTES, 42)
     parts[0] = fresh
     # An entry under the new object's id that holds another object (as if the id had
     # been reused): it is not taken.
     names._parts[id(fresh)] = (b"x" * BLOCK_BYTES, (b"\0" * 32,))
-    assert names.digest(_parted(parts)) == statedigest.blocks_form(b"".join(parts))
+    assert _digest(names, parts)[0] == statedigest.blocks_form(b"".join(parts))
 
 
 def test_a_mutable_part_is_always_hashed_and_a_dropped_part_let_go() -> None:
     parts: list[bytes] = [bytearray(_state(BLOCK_BYTES, i)) for i in range(10)]
     names = CutNames()
-    names.digest(_parted(parts))
+    _digest(names, parts)
     parts[5][0] ^= 1  # the same object, changed
-    assert names.digest(_parted(parts)) == statedigest.blocks_form(b"".join(parts))
+    assert _digest(names, parts)[0] == statedigest.blocks_form(b"".join(parts))
     assert names.hashed == 20 and not names._parts
     kept = [_state(BLOCK_BYTES, i) for i in range(10)]
-    names.digest(_parted(kept))
-    names.digest(_parted(kept[:9]))
+    _digest(names, kept)
+    _digest(names, kept[:9])
     assert set(names._parts) == {id(part) for part in kept[:9]}  # the app's current parts only
 
 
@@ -150,19 +154,19 @@ def test_a_state_not_in_whole_blocks_is_named_by_compare(how: str) -> None:
     state = _state(40 * BLOCK_BYTES + 17)
     names = CutNames()
 
-    def given(data: bytes) -> bytes:
-        return data if how == "snapshot()" else _parted([data[:1000], data[1000:]])
+    def given(data: bytes) -> tuple[str, blocks.Named | None]:
+        return names.digest(data) if how == "snapshot()" else _digest(names, [data[:1000], data[1000:]])
 
-    assert names.digest(given(state)) == statedigest.blocks_form(state)
+    assert given(state) == (statedigest.blocks_form(state), None)
     assert names.hashed == 41
     changed = _changed(state, 5 * BLOCK_BYTES + 3)
-    assert names.digest(given(changed)) == statedigest.blocks_form(changed)
+    assert given(changed) == (statedigest.blocks_form(changed), None)
     assert names.hashed == 42
 
 
 def test_a_small_state_keeps_the_whole_form() -> None:
     state = _state(statedigest.BLOCKS_FORM_BYTES)
-    assert CutNames().digest(state) == statedigest.whole(state)
+    assert CutNames().digest(state) == (statedigest.whole(state), None)
     assert statedigest.canonical(state) == statedigest.whole(state)
     assert statedigest.canonical(state + b"!") == statedigest.blocks_form(state + b"!")
 
@@ -244,7 +248,10 @@ def test_a_node_records_the_blocks_form_and_hashes_only_what_a_command_wrote() -
         cut = next(r for r in pair.logs["p1"] if isinstance(r, wal.Cut) and r.snapshot_id == sid)
         assert statedigest.from_record(cut.digest) == statedigest.blocks_form(part.state)
         assert pair.digests[sid, "p1"] == cut.digest
-        assert report_message(part, digest=cut.digest).state_digest == statedigest.blocks_form(part.state)
+        message = report_message(part, digest=cut.digest)
+        assert message.state_digest == statedigest.blocks_form(part.state)
+        assert tuple(message.state_parts) == part.parts == (BLOCK_BYTES,) * 128  # the blob's blocks (B6)
+        assert part.named is not None and blocks.names(part.state, part.parts, None, part.named)[1] == 0
         counts.append((cut.digest, pair.nodes["p1"]._cut_names.hashed - hashed))
     assert counts[0][0] != counts[1][0]
     assert counts[0][1] == 128 and counts[1][1] == 1  # the first cut names all; the second, the block written
