@@ -273,3 +273,19 @@ def test_a_restore_by_blocks_checks_the_blocks_form_and_names_a_missing_block() 
     bad[named.names[4]] = b"not it"  # a held block that is not what its name says: the digest catches it
     got, why = whole_restore(request, bad.get)
     assert got is None and "snapshot s7" in why and request.state_digest in why
+
+
+def test_snapshot_verify_checks_a_state_against_either_form() -> None:
+    from snapmesh.checking import snapshot_file
+
+    state = _state(100 * 1024)
+    snapshot = pb.Snapshot(snapshot_id="s9", status=pb.Snapshot.COMPLETE)
+    snapshot.nodes.add(node_id="a", state=state, state_digest=statedigest.blocks_form(state))
+    snapshot.nodes.add(node_id="b", state=b"small", state_digest=statedigest.whole(b"small"))
+    assert not [p for p in snapshot_file.inconsistencies(snapshot) if "digest" in p]
+    snapshot.nodes[0].state = _changed(state, 77_000)
+    snapshot.nodes[1].state_digest = "sha256-blocks:" + statedigest.whole(b"small").split(":")[1]
+    assert [p for p in snapshot_file.inconsistencies(snapshot) if "digest" in p] == [
+        f"node a: its state does not match its digest {statedigest.blocks_form(state)}",
+        f"node b: its state does not match its digest {snapshot.nodes[1].state_digest}",
+    ]
