@@ -1,5 +1,6 @@
 """An app whose state is a blob of `mib` MiB per node ([app] mib), changed in place: `bench state`'s subject.
 
+The blob is kept as immutable blocks of the framework's BLOCK_BYTES (see `Blob`).
 The blob starts as pseudo-random bytes drawn from the node's id (so no two nodes'
 blocks are alike and nothing compresses), made when first used: a restore, which
 makes a new machine and then restores it, does not pay for a blob it replaces. A command is an 8-byte big-endian
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 
-from snapmesh.app import App, Context, NodeInfo, View
+from snapmesh.app import BLOCK_BYTES, App, Context, NodeInfo, View
 
 MIB = 1024 * 1024
 
@@ -21,32 +22,52 @@ def size_of(params) -> int:
 
 
 class Blob:
+    """The blob as immutable blocks of BLOCK_BYTES (the last one shorter): a write
+    replaces the blocks it touches and no other, and snapshot_blocks() hands the
+    blocks over as they are, so a node's cut hashes only the blocks written since
+    the last (snapmesh.app A8) and nothing copies the blob but the join."""
+
     def __init__(self, info: NodeInfo) -> None:
         self._info = info
-        self._blob: bytearray | None = None
+        self._blocks: list[bytes] | None = None
+        self._size = 0
 
     @property
-    def blob(self) -> bytearray:
-        if self._blob is None:
-            self._blob = bytearray(hashlib.shake_256(self._info.node_id.encode()).digest(size_of(self._info.params)))
-        return self._blob
+    def blocks(self) -> list[bytes]:
+        if self._blocks is None:
+            self._set(hashlib.shake_256(self._info.node_id.encode()).digest(size_of(self._info.params)))
+        return self._blocks  # type: ignore[return-value]
+
+    def _set(self, blob: bytes) -> None:
+        view = memoryview(blob)
+        self._blocks = [bytes(view[i : i + BLOCK_BYTES]) for i in range(0, len(blob), BLOCK_BYTES)]
+        self._size = len(blob)
 
     def on_command(self, command: bytes, ctx: Context) -> bytes:
         offset = int.from_bytes(command[:8], "big")
-        data = command[8:]
-        if offset + len(data) > len(self.blob):
-            ctx.refuse("OUT_OF_RANGE", f"a write of {len(data)} bytes at {offset} passes the blob's end ({len(self.blob)})")
-        self.blob[offset : offset + len(data)] = data
+        data = memoryview(command)[8:]
+        blocks = self.blocks
+        if offset + len(data) > self._size:
+            ctx.refuse("OUT_OF_RANGE", f"a write of {len(data)} bytes at {offset} passes the blob's end ({self._size})")
+        while data:
+            index, at = divmod(offset, BLOCK_BYTES)
+            block = blocks[index]
+            n = min(len(data), len(block) - at)
+            blocks[index] = block[:at] + data[:n] + block[at + n :]  # a new block: the old one may be in a cut
+            offset, data = offset + n, data[n:]
         return b""
 
     def on_message(self, src: str, payload: bytes, ctx: Context) -> None:
         pass
 
+    def snapshot_blocks(self) -> list[bytes]:
+        return list(self.blocks)  # the list copied, not the blocks: they never change
+
     def snapshot(self) -> bytes:
-        return bytes(self.blob)
+        return b"".join(self.blocks)
 
     def restore(self, state: bytes) -> None:
-        self._blob = bytearray(state)
+        self._set(state)
 
 
 def write(offset: int, data: bytes) -> bytes:

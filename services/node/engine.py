@@ -356,7 +356,7 @@ class Engine:
                 )
                 # The log's next round saves it before writing the records buffered now (the marker_recv).
                 # The state's bytes apart: set in the message only if it is sent whole (a copy of the state).
-                self.reporter.keep(message, effect.lsn, effect.state.state)
+                self.reporter.keep(message, effect.lsn, effect.state.state, effect.state.named)
             elif kind is fx.Report:
                 self.reporter.send(effect.snapshot_id)
             elif kind is fx.ReportCancelled:

@@ -26,7 +26,8 @@ RK2. A block no pending report names and that is not of the last state saved is
 RK3. A state is rebuilt only through its blocks' names: each block file read is
     checked against its name.
 RK4. The hashes of the last state saved are reused for the next one's blocks that
-    did not change (blocks.py B5: compared at memory speed, not hashed).
+    did not change (blocks.py B5: compared at memory speed, not hashed); a state
+    the node's cut named already (snapmesh/protocol/node/cutnames.py) is neither.
 """
 
 from __future__ import annotations
@@ -54,10 +55,13 @@ class ReportBlocks:
     def path(self, name: bytes) -> Path:
         return self.directory / name.hex()
 
-    def save(self, snapshot_id: str, state: bytes, parts: tuple[int, ...]) -> tuple[blocks.Named, list[Path]]:
+    def save(
+        self, snapshot_id: str, state: bytes, parts: tuple[int, ...], made: blocks.Named | None = None,
+    ) -> tuple[blocks.Named, list[Path]]:
         """Write the blocks of `state` (cut into `parts`) that have no file yet (RK1),
-        then delete those nothing needs now (RK2): the state cut and named, and the files written."""
-        named, hashed = blocks.names(state, parts, self._last)
+        then delete those nothing needs now (RK2): the state cut and named (`made`: as
+        the node's cut named it, taken as it is, RK4), and the files written."""
+        named, hashed = blocks.names(state, parts, self._last, made)
         self.hashed += hashed
         written: list[Path] = []
         view = memoryview(state)

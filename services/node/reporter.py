@@ -139,12 +139,14 @@ class PendingReports:
     def save(self, message: pb.FullState, lsn: int) -> None:
         self.write(message.snapshot_id, self.encode(message, lsn))
 
-    def save_unsynced(self, message: pb.FullState, lsn: int, state: bytes) -> list[Path]:
+    def save_unsynced(
+        self, message: pb.FullState, lsn: int, state: bytes, named: blocks.Named | None = None,
+    ) -> list[Path]:
         """`message` (whose state is `state`) saved for a sync that follows (the log
         round's): a large state's new blocks, then the file (RK1); every path written."""
         if len(state) <= INLINE_BYTES:
             return [self.write_unsynced(message.snapshot_id, self.encode(message, lsn))]
-        named, written = self.blocks.save(message.snapshot_id, state, tuple(message.state_parts))
+        named, written = self.blocks.save(message.snapshot_id, state, tuple(message.state_parts), named)
         self.named[message.snapshot_id] = named  # the report's form takes its names (RK4)
         return [*written, self.write_unsynced(message.snapshot_id, self.encode(manifest(message, named.names), lsn))]
 
@@ -235,12 +237,13 @@ class StateReporter:
         # what of the state the controller holds: a report sends only the rest
         self._blocks = SentBlocks(chunking.WRITE_WINDOW_BYTES)
 
-    def keep(self, message: pb.FullState, lsn: int, state: bytes | None = None) -> None:
+    def keep(self, message: pb.FullState, lsn: int, state: bytes | None = None, named: blocks.Named | None = None) -> None:
         """Keep `message` until `send`, and for a report after a crash. Call it in
         the same synchronous step that logged the records the state rests on (up
         to `lsn`): the log writes the file before any of them that is still buffered.
         `state`: the app's state when `message` was made without it (reports.py
-        `with_state`): setting it, and reading it back, would each copy it whole."""
+        `with_state`): setting it, and reading it back, would each copy it whole. `named`:
+        the state's blocks as the node's cut named them (cutnames.py), for its save."""
         self._kept[message.snapshot_id] = (message, lsn)
         self._hops.finished(message)
         saved = message
@@ -251,16 +254,16 @@ class StateReporter:
         if self._pending is not None:
             if state is None:
                 state = message.state if message.HasField("state") else b""  # read once: each read is a copy
-            save = functools.partial(self._save, saved, lsn, state)
+            save = functools.partial(self._save, saved, lsn, state, named)
             self._log.before_records(save, len(state) + 1024)  # its size picks the round's path (translog.py)
 
-    def _save(self, message: pb.FullState, lsn: int, state: bytes) -> list[Path]:
+    def _save(self, message: pb.FullState, lsn: int, state: bytes, named: blocks.Named | None = None) -> list[Path]:
         """Run by the log's round (on the event loop or its worker thread); the
         files it wrote, which the round syncs with its records. The report is
         not sent before the round is durable, so nothing changes it meanwhile."""
         assert self._pending is not None
         try:
-            return self._pending.save_unsynced(message, lsn, state)
+            return self._pending.save_unsynced(message, lsn, state, named)
         except OSError as exc:  # reported all the same, only not crash-safe
             log.error("snapshot %s: cannot keep the state for a report after a crash: %s", message.snapshot_id, exc)
             return []

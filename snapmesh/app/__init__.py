@@ -61,6 +61,11 @@ A8. `snapshot_blocks()`, if the machine has it, is used in place of `snapshot()`
     A subclass that overrides `snapshot()` below the class defining
     `snapshot_blocks()` is snapshotted by its `snapshot()` (another encoding
     must not be stored in its base's parts).
+    A part that is a whole number of BLOCK_BYTES (each but the last) and is the
+    same `bytes` object as at the node's last cut is not hashed again there
+    (snapmesh/protocol/node/cutnames.py): an app that keeps its state as
+    immutable blocks of BLOCK_BYTES, replacing only those a step writes, and
+    hands them over as they are (bench/blob_app.py) pays at a cut for what changed.
 
 Versions. `version` (an int, default 1) names the encoding of the app's state and
 messages. The log's init and checkpoint records and every snapshot carry the
@@ -98,7 +103,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
 __all__ = [
-    "App", "AppError", "Context", "Machine", "NodeInfo", "Refused", "Reply", "StepEnded", "View",
+    "App", "AppError", "BLOCK_BYTES", "Context", "Machine", "NodeInfo", "Refused", "Reply", "StepEnded", "View",
     "BUILT_IN", "MAX_MESSAGE_BYTES", "STATUS_CODES", "check_invariants", "load_app", "new_machine", "preflight",
     "resolve_spec", "validate_machine",
 ]
@@ -107,6 +112,8 @@ __all__ = [
 # receive limit, which is sized for what its clients send (a command: at most 1 MiB,
 # which a message may carry on with room for the app's own wrapping).
 MAX_MESSAGE_BYTES = 1024 * 1024 + 64 * 1024
+# The size of the blocks snapmesh stores and sends a state as (A8; snapmesh/protocol/blocks.py).
+BLOCK_BYTES = 8 * 1024
 # The gRPC status names a refusal may carry (grpc.StatusCode without OK).
 STATUS_CODES = frozenset({
     "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",

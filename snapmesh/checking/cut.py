@@ -190,8 +190,8 @@ class Reading(Protocol):
 
 class Payloads:
     """An app's reading (snapmesh.app): a message's content is its payload as logged
-    (base64), a node's state the digest its cut record holds (sha256 of the app's
-    snapshot() bytes, hex). Record a snapshot's in-flight payloads as `wal.pack`
+    (base64), a node's state the digest its cut record holds (of the app's snapshot()
+    bytes, in the form snapmesh/protocol/statedigest.py SD3/SD4 gives). Record a snapshot's in-flight payloads as `wal.pack`
     gives them and each node's state as that digest of its bytes."""
 
     node_rules: tuple[str, ...] = ()

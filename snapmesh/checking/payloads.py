@@ -20,13 +20,12 @@ records in, values and problems out (loading an app by name imports it).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from snapmesh.app import App, View, check_invariants, load_app
 from snapmesh.checking import cut
-from snapmesh.protocol import wal
+from snapmesh.protocol import statedigest, wal
 
 Channel = tuple[str, str]
 Record = Mapping[str, Any]
@@ -37,8 +36,9 @@ _VALUE = {"init": "state", "checkpoint": "state", "restore": "state", "cut": "di
 
 
 def digest(state: bytes) -> str:
-    """A state as a cut record names it: sha256 of the bytes, hex."""
-    return hashlib.sha256(state).hexdigest()
+    """A state as a node's cut record names it: the form a node records for its size
+    (snapmesh/protocol/statedigest.py SD3), as the record holds it (SD4)."""
+    return statedigest.record_text(statedigest.canonical(state))
 
 
 class Payloads:

@@ -60,7 +60,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from snapmesh.protocol import blocks
+from snapmesh.protocol import blocks, statedigest
 from snapmesh.protocol.appstate import ITEM_FIGURE, NODE_FIGURE, carries_v1, clear_old_figures
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -337,7 +337,7 @@ def inconsistencies(snapshot: pb.Snapshot, rules: Any = None) -> list[str]:
                 problems.append(f"{name}: msg_id {transfer.msg_id} recorded twice")
             msg_ids.add(transfer.msg_id)
     for node in snapshot.nodes:
-        if node.HasField("state") and node.state_digest != PREFIX + hashlib.sha256(node.state).hexdigest():
+        if node.HasField("state") and not statedigest.matches(node.state_digest, node.state):  # either form (SD2)
             problems.append(f"node {node.node_id}: its state does not match its digest {node.state_digest}")
     if rules is not None:
         problems += rules.whole_problems(snapshot)

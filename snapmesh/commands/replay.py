@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from snapmesh.app import App, AppError, load_app
-from snapmesh.protocol import wal
+from snapmesh.protocol import statedigest, wal
 from snapmesh.protocol.node import recovery
 from snapmesh.protocol.node.core import AppFailed
 from snapmesh.protocol.topology import Topology, TopologyError
@@ -176,16 +176,17 @@ def _replay_node(app: App, node: str, segments: list[list[tuple[str, wal.Record]
     cuts: dict[str, str] = {}  # snapshot id -> the problem found at its cut ("" none)
 
     def at_cut(record: wal.Cut, where: str, state: bytes) -> None:
-        made = hashlib.sha256(state).hexdigest()
+        said = statedigest.from_record(record.digest)  # either form (statedigest.py SD2, SD4)
+        made = statedigest.of(state, like=said)
         problem = ""
-        if record.digest and made != record.digest:
-            problem = f"the cut recorded sha256:{record.digest}"
+        if said and made != said:
+            problem = f"the cut recorded {said}"
         elif (record.snapshot_id, node) in states and states[record.snapshot_id, node] != state:
             stored = hashlib.sha256(states[record.snapshot_id, node]).hexdigest()
             problem = f"the COMPLETE snapshot holds sha256:{stored}"
         if problem:
             problem = (f"snapshot {record.snapshot_id}: replayed to its cut ({where}, lsn {record.lsn}) the state is"
-                       f" sha256:{made}; {problem}")
+                       f" {made}; {problem}")
         cuts.setdefault(record.snapshot_id, problem)
 
     found: list[tuple[recovery.NonDeterministic, bool]] = []  # (divergence, replayed from a checkpoint)

@@ -56,7 +56,8 @@ UNCHECKED = pb.AppCheck.UNCHECKED
 
 
 def digest(state: bytes) -> str:
-    """"sha256:<hex>" of an app's state bytes (what GetState and the snapshot show)."""
+    """"sha256:<hex>" of an app's state bytes: the whole form (statedigest.py SD1), what
+    GetState shows and what the controller computes for a state a report did not digest."""
     return "sha256:" + hashlib.sha256(state).hexdigest()
 
 

@@ -70,9 +70,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from snapmesh.app import BLOCK_BYTES  # noqa: F401  (the app contract's: apps cut their parts by it)
 from snapmesh.v1 import snapmesh_pb2 as pb
 
-BLOCK_BYTES = 8 * 1024
 MISSING = "missing blocks"  # how a refused report's details start (B4)
 
 
@@ -89,7 +89,7 @@ class PartedState(bytes):
 
     @classmethod
     def of(cls, parts: list[bytes]) -> PartedState:
-        state = cls(b"".join(parts))
+        state = cls(b"".join(parts))  # a bytes subclass copies what it is made from: two copies (node/apphost.py `cut`: one)
         state.parts = tuple(len(part) for part in parts if part)
         return state
 
@@ -219,12 +219,17 @@ class Named:
 WINDOW_BLOCKS = 8
 
 
-def names(state: bytes, parts: Sequence[int] = (), last: Named | None = None) -> tuple[Named, int]:
+def names(
+    state: bytes, parts: Sequence[int] = (), last: Named | None = None, made: Named | None = None,
+) -> tuple[Named, int]:
     """`state` cut into `parts` (`bounds`) and its blocks' hashes, and how many it
     hashed: a block whose bytes are those of the block at the same place in `last`
     (an earlier state: the same part, the same offset in it, so a part that grew
-    or shrank moves none after it) takes that block's hash unhashed (B5)."""
+    or shrank moves none after it) takes that block's hash unhashed (B5). `made`: the
+    state named already, on this cut (the node's cut names it, node/cutnames.py), taken as it is."""
     key = (len(state), tuple(parts) if sum(parts) == len(state) else (len(state),))
+    if made is not None and made.cut == key and made.state is state:
+        return made, 0
     if last is not None and last.cut == key:
         return _names_on_the_same_cut(state, key, last)
     view = memoryview(state)

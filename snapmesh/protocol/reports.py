@@ -7,7 +7,7 @@ the node's shell needs nothing of the controller to report.
 
 from __future__ import annotations
 
-from snapmesh.protocol import appstate
+from snapmesh.protocol import appstate, statedigest
 from snapmesh.protocol.node import core
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -21,8 +21,8 @@ def report_message(
     channels that recorded messages (`only_recorded_channels`): the controller knows
     the empty ones from the topology, so a report grows with what was in flight, not
     with the node's channels. `cut_at_ns` and `done_at_ns` are wall-clock times for
-    the statistics only (0: unknown). `digest`: the SHA-256 (hex) of an app's state,
-    as its cut record holds it (the report carries it: the controller need not hash it).
+    the statistics only (0: unknown). `digest`: the digest of an app's state
+    as its cut record holds it (snapmesh/protocol/statedigest.py SD4) (the report carries it: the controller need not hash it).
     `with_state=False`: an app's state is not set in the message (the rest of what it
     says of the state is): setting it copies it, and a node's shell that sends a large
     state as blocks never reads it back (services/node/reporter.py keeps it aside)."""
@@ -47,10 +47,10 @@ def report_message(
     if state.state is not None:  # an app's node
         if with_state:
             message.state = state.state
-        message.state_parts.extend(getattr(state.state, "parts", ()))  # snapshot_blocks()'s (blocks.py B6)
+        message.state_parts.extend(state.parts or getattr(state.state, "parts", ()))  # snapshot_blocks()'s (blocks.py B6)
         message.app_name, message.app_version = state.app, state.version
         if digest and state.state:
-            message.state_digest = f"sha256:{digest}"
+            message.state_digest = statedigest.from_record(digest)
     if state.positions:
         message.snapshot_mode = "overtake"
         message.positions.extend(pb.ChannelPosition(src=src, dst=node_id, seq=seq) for src, seq in state.positions.items())

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from snapmesh.protocol import blocks
+from snapmesh.protocol import blocks, statedigest
 from snapmesh.protocol.appstate import digest
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -87,7 +87,7 @@ def whole_restore(
         return None, (f"{blocks.MISSING}: {len(missing)} of the state of snapshot {request.snapshot_id} are neither "
                       f"sent nor held here ({shown}); send the state whole")
     state = b"".join(found)
-    if request.HasField("state_digest") and (got := digest(state)) != request.state_digest:
+    if request.HasField("state_digest") and (got := statedigest.of(state, like=request.state_digest)) != request.state_digest:
         return None, (f"{blocks.MISSING}: none, but the state of snapshot {request.snapshot_id} rebuilt from them is "
                       f"{got}, not {request.state_digest}; send the state whole")
     cut, start = [], 0

@@ -43,10 +43,9 @@ RS6. A streamed part's call may take as long as its state takes at
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Callable, Sequence
 
-from snapmesh.protocol import blocks, upgrade
+from snapmesh.protocol import blocks, statedigest, upgrade
 from snapmesh.protocol.chunking import CHUNK_BYTES
 from snapmesh.protocol.retry import Retry
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -160,7 +159,7 @@ def rebuild(
     """The state `request`'s manifest names, each block from those it carries or else
     `held(hash)`, handed to `write` in order (RS5): the blocks' bounds, or None and why not."""
     carried = {blocks.block_hash(block): block for block in request.blocks}
-    hasher = hashlib.sha256()
+    hasher = statedigest.Hasher.like(request.state_digest)  # either form (statedigest.py SD2)
     bounds: list[tuple[int, int]] = []
     missing: list[bytes] = []
     start = 0
@@ -180,7 +179,7 @@ def rebuild(
         shown = ", ".join(f"sha256:{name.hex()}" for name in missing[:3]) + (" ..." if len(missing) > 3 else "")
         return None, (f"{blocks.MISSING}: {len(missing)} of the state of snapshot {request.snapshot_id} are neither "
                       f"sent nor held here ({shown}); send the state whole")
-    got = "sha256:" + hasher.hexdigest()
+    got = hasher.text()
     if request.HasField("state_digest") and got != request.state_digest:
         return None, (f"{blocks.MISSING}: none, but the state of snapshot {request.snapshot_id} rebuilt from them is "
                       f"{got}, not {request.state_digest}; send the state whole")

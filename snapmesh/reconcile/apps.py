@@ -9,8 +9,9 @@ app's bytes; these checks do, with no app code:
 * each in-flight message's payload, by digest, against the payload its sender
   logged for that seq, in the epoch of the sender's cut (the last send of that seq
   on that channel before the cut and after the sender's last restore before it);
-* each node's state: the export's ``state_digest`` and the sha256 of its state
-  bytes against the ``digest`` of the node's ``cut`` record. A state the export
+* each node's state: the export's ``state_digest`` and its state bytes hashed in
+  that digest's form (snapmesh/protocol/statedigest.py: the whole bytes, or the
+  blocks form of a large state) against the ``digest`` of the node's ``cut`` record. A state the export
   holds as a manifest (large states) is read through the data dir's blocks
   (``blockstates``, on the executors), each checked against its hash: a missing or corrupt block is
   a discrepancy naming (snapshot, node, hash), and that state's digest is not
@@ -31,6 +32,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from snapmesh.protocol import statedigest
 from snapmesh.reconcile import blockstates
 from snapmesh.reconcile import messages as M
 from snapmesh.reconcile.common import COMPLETE, found, message
@@ -56,6 +58,27 @@ APP_KINDS = ("send", "cut", "restore")
 def sha256_of_base64(text: Column) -> Column:
     """sha256 (hex) of the bytes a base64 text holds; null for null or text that is not base64."""
     return F.sha2(F.try_to_binary(text, F.lit("base64")), 256)
+
+
+def _blocks_hex(data: bytes | None) -> str | None:
+    return None if data is None else statedigest.blocks_form(bytes(data))[len(statedigest.BLOCKS):]
+
+
+# The blocks form's hex of a state's bytes (statedigest.py SD1): no built-in function
+# hashes a grid of blocks, and only a state whose digest is in that form needs it.
+_BLOCKS_HEX = F.udf(_blocks_hex, T.StringType())
+
+
+def state_hex(state: Column, digest: Column) -> Column:
+    """The hex of a state's (base64) bytes hashed in the form of `digest` (statedigest.py SD2)."""
+    data = F.try_to_binary(state, F.lit("base64"))
+    return F.when(F.coalesce(digest, F.lit("")).startswith(statedigest.BLOCKS), _BLOCKS_HEX(data)).otherwise(
+        F.sha2(data, 256))
+
+
+def said(cut_digest: Column) -> Column:
+    """A cut record's digest in its prefixed form (statedigest.py SD4)."""
+    return F.when(cut_digest.contains(":"), cut_digest).otherwise(F.concat(F.lit(statedigest.WHOLE), cut_digest))
 
 
 def _short(digest: Column) -> Column:
@@ -87,7 +110,8 @@ def app_nodes(raw: DataFrame) -> DataFrame:
     return (
         raw.filter(is_app_complete())
         .select(S, F.explode(F.coalesce("nodes", F.array())).alias("n"))
-        .select(S, n.node_id.alias("node"), sha256_of_base64(n.state).alias("state_sha"), n.state_digest.alias("state_digest"),
+        .select(S, n.node_id.alias("node"), state_hex(n.state, n.state_digest).alias("state_sha"),
+                n.state_digest.alias("state_digest"),
                 F.when(n.state.isNull(), n.state_blocks.hashes).alias("hashes"),
                 F.lit(None).cast("string").alias("block_problem"))
     )
@@ -132,6 +156,7 @@ def app_discrepancies(log: DataFrame, nodes: DataFrame, in_flight: DataFrame) ->
         nodes = nodes.withColumn("block_problem", F.lit(None).cast("string"))
     has_cut = F.col("cut_lsn").isNotNull()
     has_digest = has_cut & (F.coalesce(F.col("digest"), F.lit("")) != "")
+    hex_of = F.substring_index(F.col("digest"), ":", -1)  # either form's hex (statedigest.py SD4)
     node_found = found(
         nodes.join(cuts, [S, "node"], "left"),
         [S],
@@ -140,13 +165,13 @@ def app_discrepancies(log: DataFrame, nodes: DataFrame, in_flight: DataFrame) ->
             (F.col("block_problem").isNotNull(), message(M.STATE_BLOCK, "block_problem")),
             (F.col("state_sha").isNull() & F.col("block_problem").isNull(), message(M.NO_STATE, "node")),
             (
-                has_digest & ~F.coalesce(F.col("state_digest") == F.concat(F.lit("sha256:"), "digest"), F.lit(False)),
+                has_digest & ~F.coalesce(F.col("state_digest") == said(F.col("digest")), F.lit(False)),
                 message(M.STATE_DIGEST, "node", F.coalesce(F.substring("state_digest", 1, 19), F.lit("none")),
-                        _short(F.col("digest"))),
+                        _short(hex_of)),
             ),
             (
-                has_digest & (F.col("state_sha") != F.col("digest")),
-                message(M.STATE_BYTES, "node", _short(F.col("state_sha")), _short(F.col("digest"))),
+                has_digest & (F.col("state_sha") != hex_of),
+                message(M.STATE_BYTES, "node", _short(F.col("state_sha")), _short(hex_of)),
             ),
         ],
     )

@@ -13,8 +13,10 @@ R1. A block is read through its hash only (blocks.py B3): each block's content
     state is then not assembled (no sha256, no bytes), never assembled from what
     was found. (The words are written here, not imported: blocks.py needs
     protobuf, which a Spark host running the job need not have.)
-R2. The sha256 of the whole state is computed as the blocks are read, one
-    block at a time: the state is never held to check it.
+R2. The state's digest is computed as the blocks are read, one block at a
+    time, in the form of the export's `state_digest` (the sha256 of the bytes,
+    or of a large state's grid blocks' hashes: snapmesh/protocol/statedigest.py,
+    which needs no protobuf either): the state is never held to check it.
 R3. In Spark (`through_blocks`) the driver holds no state, nor even the hash
     list: the (snapshot, node, index, hash) rows are spread by (snapshot, node),
     sorted by index within each task, and each task folds its nodes' blocks one
@@ -42,6 +44,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
+
+from snapmesh.protocol import statedigest
 
 Reader = Callable[[bytes], "bytes | None"]
 S = "snapshot_id"
@@ -123,10 +127,10 @@ def assemble(read: Reader, snapshot_id: str, node_id: str, hashes: Iterable[str 
 
 
 def assemble_read(found: Iterable[tuple[bytes | None, str, bytes | None]], snapshot_id: str, node_id: str, *,
-                  keep: bool = False, where: str = "") -> Assembled:
+                  keep: bool = False, where: str = "", blocks: bool = False) -> Assembled:
     """`assemble` over blocks already read, in order: (name, hash as given, content or
     None: no such block) each, a name None when the hash given is not one."""
-    digest = hashlib.sha256()
+    digest = statedigest.Hasher(blocks=blocks)
     parts: list[bytes] = []
     problems: list[str] = []
     for name, text, block in found:
@@ -139,14 +143,14 @@ def assemble_read(found: Iterable[tuple[bytes | None, str, bytes | None]], snaps
             why = f"corrupt: its content hashes to sha256:{got.hex()}"
         else:
             if not problems:
-                digest.update(block)
+                digest.update(block, name)
                 if keep:
                     parts.append(block)
             continue
         problems.append(f"snapshot {snapshot_id}, node {node_id}, block sha256:{name.hex()}: {why}")
     if problems:
         return Assembled(problems=tuple(problems))
-    return Assembled(sha256=digest.hexdigest(), state=b"".join(parts) if keep else None)
+    return Assembled(sha256=digest.text().split(":", 1)[1], state=b"".join(parts) if keep else None)
 
 
 # ------------------------------------------------------------------ in Spark (R3)
@@ -164,7 +168,8 @@ def through_blocks(spark, data_dir: str, nodes, *, hadoop: bool | None = None): 
     if manifests.isEmpty():  # inline states only: no Python task to start
         return nodes
     # A manifest of no hash still gets its row (idx null): its state is b"" (R2).
-    listed = manifests.select(S, "node", F.posexplode_outer("hashes").alias("idx", "text"))
+    listed = manifests.select(S, "node", F.coalesce(F.col("state_digest"), F.lit("")).startswith(statedigest.BLOCKS)
+                              .alias("blocks"), F.posexplode_outer("hashes").alias("idx", "text"))
     where, local = blocks_dir(data_dir), local_dir(data_dir)
     if hadoop or local is None:
         # The file's name is the hash in hex; a text that is not base64 names no file.
@@ -175,7 +180,7 @@ def through_blocks(spark, data_dir: str, nodes, *, hadoop: bool | None = None): 
         listed = listed.withColumn("content", F.lit(None).cast("binary"))
         fold = functools.partial(_fold, local, where)
     ordered = listed.repartition(S, "node").sortWithinPartitions(S, "node", "idx")
-    rows = ordered.select(S, "node", "idx", "text", "content").rdd.mapPartitions(fold)
+    rows = ordered.select(S, "node", "idx", "text", "content", "blocks").rdd.mapPartitions(fold)
     read_ = spark.createDataFrame(rows, READ)
     return (
         nodes.drop("block_problem").join(read_, [S, "node"], "left")
@@ -207,11 +212,13 @@ def _fold(directory: str | None, where: str, rows: Iterable[Any]) -> Iterator[tu
     ``directory`` is None."""
     read = local_reader(directory) if directory is not None else None
     for (snapshot_id, node_id), group in itertools.groupby(rows, key=lambda r: (r[0], r[1])):
+        first = next(group)
+        in_blocks = bool(first[5])  # its digest's form (statedigest.py SD2)
         found = (
             (name, text, None if name is None else read(name) if read is not None else row[4])
-            for row in group if row[2] is not None
+            for row in itertools.chain([first], group) if row[2] is not None
             for name, text in names([row[3]])
         )
-        got = assemble_read(found, snapshot_id, node_id, where=where)
+        got = assemble_read(found, snapshot_id, node_id, where=where, blocks=in_blocks)
         for problem in got.problems or (None,):
             yield snapshot_id, node_id, got.sha256, problem

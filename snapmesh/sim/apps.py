@@ -46,8 +46,7 @@ from typing import Any
 from snapmesh.app import App, Context, NodeInfo, Refused, View, check_invariants, new_machine
 from snapmesh.checking import cut
 from snapmesh.protocol.node import core
-from snapmesh.protocol import overtake, wal
-from snapmesh.protocol.node.steps import state_digest
+from snapmesh.protocol import overtake, statedigest, wal
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
@@ -126,7 +125,7 @@ def check_complete(
     recorded = {(src, dst): channel_state(reports, src, dst) for src, dst in channels}
     snapshot = cut.Snapshot(
         snapshot_id,
-        nodes=[(node, None if part.state is None else state_digest(part.state)) for node, part in reports.items()],
+        nodes=[(node, None if part.state is None else _recorded(part.state)) for node, part in reports.items()],
         channels=[
             (src, dst, [(t.msg_id, None if t.payload is None else wal.pack(t.payload), t.seq) for t in items])
             for (src, dst), items in recorded.items()
@@ -251,3 +250,8 @@ def commands(app: App, nodes: Sequence[NodeInfo], rng: random.Random) -> Iterato
     if app.workload is None:
         raise ValueError(f"app {app.name!r} has no workload: the fuzzer has no commands to send")
     return iter(app.workload(list(nodes), rng))
+
+
+def _recorded(state: bytes) -> str:
+    """`state`'s digest as a node's cut record holds it (statedigest.py SD3, SD4)."""
+    return statedigest.record_text(statedigest.canonical(state))

@@ -116,7 +116,7 @@ class _Reporter:
     def __init__(self) -> None:
         self.kept: list = []
 
-    def keep(self, message, lsn: int, state: bytes | None = None) -> None:
+    def keep(self, message, lsn: int, state: bytes | None = None, named=None) -> None:  # noqa: ANN001
         message = type(message).FromString(message.SerializeToString())
         if state is not None and not message.HasField("state"):  # kept aside by the engine: the report's all the same
             message.state = state

@@ -28,6 +28,7 @@ import grpc
 import pytest
 
 from snapmesh.commands import snapshot_cli
+from snapmesh.protocol import statedigest
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.settings.config import write_cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -83,7 +84,7 @@ def blob(node_id: str, size: int) -> bytes:  # as the app makes it
 
 
 def digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    return statedigest.canonical(data)  # the form a node records for its size (statedigest.py SD3)
 
 
 @pytest.fixture(scope="module")

@@ -76,3 +76,14 @@ def test_a_marker_found_twice_is_refused(monkeypatch) -> None:
     monkeypatch.setattr(wd.hashlib, "sha256", Same)
     with pytest.raises(WholeDigestError, match="WD1"):
         whole_digest(snapshot, reader(by_name))
+
+
+def test_a_listed_state_is_digested_in_its_entrys_form() -> None:
+    from snapmesh.protocol import statedigest
+
+    snapshot, by_name, states = listed_snapshot({"a": 200_000, "b": 90_000})
+    snapshot.nodes[0].state_digest = statedigest.blocks_form(states["a"])
+    got = whole_digest(snapshot, reader(by_name))
+    assert got.states == {0: statedigest.blocks_form(states["a"]), 1: digest(states["b"])}
+    snapshot.nodes[0].state_digest = statedigest.blocks_form(states["b"])  # a wrong one: the bytes' own is found
+    assert whole_digest(snapshot, reader(by_name)).states[0] == statedigest.blocks_form(states["a"])

@@ -139,3 +139,24 @@ def test_a_large_state_as_its_report_said_is_hashed_once_and_a_spoilt_block_is_n
 
     store, _ = filed(tmp_path / "spoilt", LARGE, before=spoil, kept=1024 * 1024)
     assert not store.compact_path("s2").exists() and not store.path("s2").exists()
+
+
+@pytest.mark.parametrize("count", [LARGE, SMALL])
+def test_a_digest_in_the_blocks_form_is_checked_and_filed_in_that_form(tmp_path, caplog, count):
+    from snapmesh.protocol import statedigest
+
+    state = bytearray(random.Random(count).randbytes(count * B))
+    state[3 * B] ^= 1  # the second report's state (`filed`)
+    said = statedigest.blocks_form(bytes(state))
+    with caplog.at_level(logging.ERROR):
+        store, got = filed(tmp_path / "right", count, said=said)
+    assert got == bytes(state) and "hashes to" not in caplog.text
+    assert store.load("s2").nodes[0].state_digest == said
+    for path in (store.compact_path("s2"), store.path("s2")):
+        verdict = snapshot_file.check(path)
+        assert verdict.ok, verdict.as_dict()
+    wrong = statedigest.blocks_form(b"other")
+    with caplog.at_level(logging.ERROR):
+        store, _ = filed(tmp_path / "wrong", count, said=wrong)
+    assert f"hashes to {said}, not to the {wrong}" in caplog.text
+    assert store.load("s2").nodes[0].state_digest == said

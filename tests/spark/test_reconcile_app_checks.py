@@ -151,3 +151,26 @@ def test_a_built_in_app_is_not_shipped_and_a_users_module_is(spark, tmp_path):  
     # would miss snapmesh/services (a link). A user's module is shipped as its own file.
     assert invariants.ship_module(spark, "snapmesh.services.app.kvshard") is None
     assert invariants.ship_module(spark, "token_ring") == token_ring.__file__
+
+
+def test_a_state_in_the_blocks_form_is_checked_in_that_form(spark):  # noqa: F811
+    from snapmesh.protocol import statedigest
+
+    big, other = b"a" * 70_000, b"b" * 70_000
+    said = statedigest.blocks_form(big)
+    log = [("p1", 6, "cut", None, None, None, S, said, None), ("p2", 3, "cut", None, None, None, S, sha(b"1"), None)]
+    raw_nodes = spark.createDataFrame(
+        [(S, "p1", b64(big), said), (S, "p2", b64(b"1"), "sha256:" + sha(b"1"))],
+        "snapshot_id string, node string, state string, state_digest string")
+    nodes = raw_nodes.select("snapshot_id", "node", apps.state_hex("state", "state_digest").alias("state_sha"),
+                             "state_digest")
+    assert {r["node"]: r["state_sha"] for r in nodes.collect()} == {"p1": said.split(":")[1], "p2": sha(b"1")}
+    found = apps.app_discrepancies(*tables(spark, log, nodes.collect(), []))
+    assert found.count() == 0
+    changed = [(S, "p1", statedigest.blocks_form(other).split(":")[1], said), (S, "p2", sha(b"1"), "sha256:" + sha(b"1"))]
+    texts = [r["d"]["text"] for r in apps.app_discrepancies(*tables(spark, log, changed, [])).collect()]
+    assert texts == [f"node p1: recorded state hashes to sha256:{changed[0][2][:12]}, its cut record says "
+                     f"sha256:{said.split(':')[1][:12]}"]
+    whole = [(S, "p1", sha(big), "sha256:" + sha(big)), (S, "p2", sha(b"1"), "sha256:" + sha(b"1"))]
+    texts = [r["d"]["text"] for r in apps.app_discrepancies(*tables(spark, log, whole, [])).collect()]
+    assert len(texts) == 2 and texts[0].startswith("node p1: ")  # a digest in the other form is not this one

@@ -91,3 +91,19 @@ def test_spark_reads_a_manifest_state_as_an_inline_one_and_names_a_bad_block(spa
     bad.unlink()
     assert nodes()["p1"] == (None, f"snapshot s1, node p1, block sha256:{names[1].hex()}: missing from "
                                    f"{data}/controller/blocks")
+
+
+def test_a_manifest_whose_digest_is_in_the_blocks_form_reads_in_that_form(spark, tmp_path):  # noqa: F811
+    from snapmesh.protocol import statedigest
+
+    data, names = hand_built(tmp_path)
+    read = blockstates.local_reader(str(data / "controller" / "blocks"))
+    got = blockstates.assemble_read(((n, b64(n), read(n)) for n in names), "s1", "p1", blocks=True)
+    assert got.sha256 == statedigest.blocks_form(STATE).split(":")[1]
+    path = data / "snapshots" / "s1.json"
+    export = json.loads(path.read_text())
+    export["nodes"][0]["state_digest"] = statedigest.blocks_form(STATE)
+    path.write_text(json.dumps(export))
+    raw = read_snapshots(spark, str(data), APP_SNAPSHOT)
+    rows = {r["node"]: r["state_sha"] for r in apps.through_blocks(spark, str(data), apps.app_nodes(raw)).collect()}
+    assert rows == {"p1": statedigest.blocks_form(STATE).split(":")[1], "p2": hashlib.sha256(b"small").hexdigest()}

@@ -11,7 +11,7 @@ BA1. An answer (TriggerSnapshot, GetSnapshot, WatchSnapshots, a ListSnapshots
     `max_bytes`, is the snapshot as the controller holds it: the same message,
     byte for byte, as before states were ever left out.
 BA2. Otherwise every node's state is left out of it: each NodeBalance keeps its
-    state_digest ("sha256:<hex>" of the bytes), says state_bytes (their size)
+    state_digest (either form, statedigest.py), says state_bytes (their size)
     and state_omitted; the Snapshot says states_omitted. A bank snapshot has no
     states, so BA2 never changes one.
 BA3. What is left out is read with GetSnapshotChunks: the pieces of the stored

@@ -62,7 +62,7 @@ class BlockList:
 
     hashes: tuple[bytes, ...]
     sizes: tuple[int, ...]
-    digest: str  # "sha256:<hex>" of the whole state (appstate.digest)
+    digest: str  # the state's digest, either form (snapmesh/protocol/statedigest.py)
 
     @property
     def size(self) -> int:

@@ -60,8 +60,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from snapmesh.protocol import lazystates
-from snapmesh.protocol.appstate import digest, without_figures
+from snapmesh.protocol import lazystates, statedigest
+from snapmesh.protocol.appstate import without_figures
 from snapmesh.protocol.controller.appside import AppSide, PartRefused
 from snapmesh.protocol.controller import blockforms, channel_list, reportsize
 from snapmesh.protocol.controller.assembly import add_node_stats, incoming, recorded_channels, timestamp
@@ -413,7 +413,8 @@ class Tracker:
             size = reportsize.listed_size(report, listed.size)
         elif report.HasField("state"):
             data, size = reportsize.state_and_size(report)  # each read of a bytes field is a copy: one here
-            entry.state, entry.state_digest = data, digest(data)
+            # of the bytes, in the form the node's cut record holds (statedigest.py SD2): the checks compare the two
+            entry.state, entry.state_digest = data, statedigest.of(data, like=report.state_digest)
         self.side.node(entry, report)
         return report.ByteSize() if size is None else size
 

@@ -30,6 +30,7 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from snapmesh.protocol import statedigest
 from snapmesh.protocol.controller import blockforms
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -47,7 +48,7 @@ class WholeDigestError(ValueError):
 @dataclass(frozen=True, slots=True)
 class WholeDigest:
     checksum: str  # "sha256:<hex>" of the whole form's deterministic encoding (snapshot_file.checksum)
-    states: dict[int, str]  # entry index -> "sha256:<hex>" of that listed state's bytes
+    states: dict[int, str]  # entry index -> that listed state's digest, in its entry's form (statedigest.py)
 
 
 def whole_digest(snapshot: pb.Snapshot, read: Read) -> WholeDigest:
@@ -76,7 +77,7 @@ def whole_digest(snapshot: pb.Snapshot, read: Read) -> WholeDigest:
                               + len(_varint(size)) + size))
         hasher.update(encoded[: inner - len(field)])
         hasher.update(_varint(_STATE << 3 | 2) + _varint(size))
-        state, got = hashlib.sha256(), 0
+        state, got = statedigest.Hasher.like(entry.state_digest), 0  # the node's form (statedigest.py SD2)
         for block in read(entry):
             hasher.update(block)
             state.update(block)
@@ -84,7 +85,7 @@ def whole_digest(snapshot: pb.Snapshot, read: Read) -> WholeDigest:
         if got != size:
             raise WholeDigestError(f"node {entry.node_id}: its blocks add up to {got} bytes, not the "
                                    f"{size} its entry says (WD2)")
-        states[index] = "sha256:" + state.hexdigest()
+        states[index] = state.text()
         at = start + inner + MARKER_BYTES
     hasher.update(data[at:])
     return WholeDigest("sha256:" + hasher.hexdigest(), states)

@@ -191,6 +191,14 @@ class Host:
         self.undo.rebase(state)
         return state
 
+    def cut(self) -> tuple[bytes, tuple[bytes, ...]]:
+        """`snapshot()` at a snapshot's cut: the state as plain bytes, joined once (a
+        PartedState is a second copy), and the non-empty parts snapshot_blocks() gave,
+        as it gave them (() for an app without it): the cut names them (cutnames.py)."""
+        state, parts = self._taken(self.machine)
+        self.undo.rebase(state)
+        return state, parts
+
     def _take_back(self) -> None:
         """Put the app back as it was before the step that failed (H4)."""
         self.undone += 1
@@ -225,6 +233,15 @@ class Host:
     def _snapshot(self, machine: Any) -> bytes:
         """snapshot(), or the parts of snapshot_blocks() joined when the app has it
         (their sizes ride along for the report, snapmesh/protocol/blocks.py B6)."""
+        state, parts = self._taken(machine)
+        if not parts:
+            return state
+        parted = PartedState(state)
+        parted.parts = tuple(len(part) for part in parts)
+        return parted
+
+    def _taken(self, machine: Any) -> tuple[bytes, tuple[bytes, ...]]:
+        """snapshot() as bytes and (); or the parts of snapshot_blocks() joined, and them."""
         cut = _parts_of(machine)
         name = "snapshot()" if cut is None else "snapshot_blocks()"
         try:
@@ -234,10 +251,11 @@ class Host:
         if cut is not None:
             if wrong := [type(part).__name__ for part in state if not isinstance(part, bytes | bytearray)]:
                 raise AppFailed(f"app {self.app.name!r}: snapshot_blocks() gave a {wrong[0]}, not bytes")
-            return PartedState.of(state)
+            parts = tuple(part for part in state if part)
+            return b"".join(parts), parts
         if not isinstance(state, bytes | bytearray):
             raise AppFailed(f"app {self.app.name!r}: snapshot() returned {type(state).__name__}, not bytes")
-        return bytes(state)
+        return bytes(state), ()
 
     def _new(self) -> Any:
         try:

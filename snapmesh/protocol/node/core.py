@@ -75,6 +75,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 
 # ------------------------------------------------------------------ errors
@@ -188,6 +189,8 @@ class FullState:
     # outgoing dst -> unacked transfers at the cut, as the link holds them (link.Entry)
     outbox: Mapping[str, tuple] = field(default_factory=dict)
     state: bytes | None = None  # the app's snapshot() at this node's cut (filled by the node; None: not yet)
+    parts: tuple[int, ...] = ()  # the sizes of the parts snapshot_blocks() gave for it (blocks.py B6)
+    named: Any = field(default=None, compare=False, repr=False)  # its blocks.Named from the cut (cutnames.py), or None
     app: str = ""  # the app's name and version that made `state`
     version: int = 0
 

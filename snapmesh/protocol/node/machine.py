@@ -85,14 +85,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from snapmesh.protocol.node import apphost, core, requests
-from snapmesh.protocol import wal
+from snapmesh.protocol import statedigest, wal
+from snapmesh.protocol.node.cutnames import CutNames
 from snapmesh.protocol.node.epochs import EpochFenced, EpochState, Fenced  # noqa: F401  (EpochFenced: the shells catch it from here)
 from snapmesh.protocol.node.link import DEFAULT_BOUND, DEFAULT_MARK, Entry, Receiver, Sender
 from snapmesh.protocol.node.effects import (  # noqa: F401  (re-exported: the drivers name the effects through this module)
     Ack, Append, EndStreams, Effect, Finished, Reply, ReplyBatch, Report, ReportCancelled, RestoreReply, Seal,
     Submitted, Transmit,
 )
-from snapmesh.protocol.node.steps import DEFAULT_MAX_REPLY_BYTES, DEFAULT_SEGMENT_BYTES, NodeSteps, state_digest
+from snapmesh.protocol.node.steps import DEFAULT_MAX_REPLY_BYTES, DEFAULT_SEGMENT_BYTES, NodeSteps, state_digest  # noqa: F401  (tests name it here)
 from snapmesh.protocol.node.recovery import ABANDONED_WINDOW, Recovered
 
 DEFAULT_SEGMENT_RECORDS = 100_000
@@ -137,8 +138,10 @@ class Node(NodeSteps):
             app, node_id=node_id, incoming=incoming, outgoing=outgoing, params=app_params
         )
         self.host.snapshot()  # an app whose snapshot() is not bytes fails here, before anything starts
-        self._app_cuts: dict[str, bytes] = {}  # snapshot id -> the app's state at its cut here (N10)
+        # snapshot id -> the app's state at its cut here (N10), its parts' sizes, its blocks named (cutnames.py)
+        self._app_cuts: dict[str, tuple[bytes, tuple[int, ...], Any]] = {}
         self._cut_digests: dict[str, str] = {}  # ... and its digest, as its cut record holds it
+        self._cut_names = CutNames()  # names the cut states' blocks, each part once (statedigest.py SD3)
         self.recording_ttl = recording_ttl
         self._mark, self._bound, self.max_reply_bytes = mark, bound, max_reply_bytes
         self.epochs = EpochState(
@@ -395,8 +398,10 @@ class Node(NodeSteps):
                     sender.notify(lsn=lsn, snapshot_id=message.snapshot_id, last_seq=seq - 1)
                 self.markers_sent += 1
             elif isinstance(effect, core.LocalStateRecorded):
-                state = self._app_cuts[effect.snapshot_id] = self.host.snapshot()
-                cut_digest = self._cut_digests[effect.snapshot_id] = state_digest(state)
+                state, parts = self.host.cut()
+                digest, named = self._cut_names.digest(state, parts)
+                self._app_cuts[effect.snapshot_id] = (state, tuple(len(part) for part in parts), named)
+                cut_digest = self._cut_digests[effect.snapshot_id] = statedigest.record_text(digest)
                 self._append(wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, digest=cut_digest))
                 self._remember(effect.snapshot_id)
                 self._cuts[effect.snapshot_id] = self.last_lsn
@@ -421,7 +426,8 @@ class Node(NodeSteps):
             self._recorded_at.pop(state.snapshot_id, None)
             if self.overtake:
                 state = self._with_cut(state)
-            state = dataclasses.replace(state, state=self._app_cuts.pop(state.snapshot_id), **self._stamp())
+            app_state, parts, named = self._app_cuts.pop(state.snapshot_id)
+            state = dataclasses.replace(state, state=app_state, parts=parts, named=named, **self._stamp())
             self._reports.append((self.last_lsn, state.snapshot_id))
             cut_wall = self._cut_wall.pop(state.snapshot_id, 0.0)  # a cut from before a restart: unknown
             self._out.append(Finished(state, self.last_lsn, self.epochs.epoch, _ns(cut_wall), _ns(self.wall_seen),
