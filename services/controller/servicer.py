@@ -109,11 +109,11 @@ class ControllerService(pb_grpc.ControllerServicer):
         listing.check_id(request.snapshot_id)
         # A restore by block lists reads no file but its blocks, each checked (restorestream.py RS3):
         # reading the files whole here would join every state (a checksum is of the whole form).
-        listed = not request.nodes and self.engine.holds_listed(request.snapshot_id)
-        if damaged := (self.engine.writer.store.damaged.get(request.snapshot_id) if listed
+        listed = None if request.nodes else await self.engine.listed_for_restore(request.snapshot_id)
+        if damaged := (self.engine.writer.store.damaged.get(request.snapshot_id) if listed is not None
                        else await self._damage(request.snapshot_id)):
             raise listing.Damaged(request.snapshot_id, damaged, restoring=True)
-        return await self.engine.restore(request.snapshot_id, request.request_id, list(request.nodes))
+        return await self.engine.restore(request.snapshot_id, request.request_id, list(request.nodes), listed)
 
     async def _damage(self, snapshot_id: str) -> str:
         """Why the stored files of `snapshot_id` are damaged ("" when intact or
