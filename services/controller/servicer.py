@@ -50,7 +50,10 @@ JOINED_MAX_BYTES = KNOWN_MAX_BYTES
 # report, to save the node at most one block's bytes on its next. It is answered takes_blocks=False,
 # so the node's next report comes whole as well (sentblocks.py).
 KEPT_MIN_BYTES = blocks.BLOCK_BYTES
-ASK_ONCE = Retry(2.0, tries=1)  # a node's GetState (mode_mismatch asks again in its next round)
+# A node's GetState (mode_mismatch asks again in its next round). It copies and hashes the node's
+# app state: seconds at 1 GiB on a busy machine. Past a 2 s timeout each node was asked again and
+# again, copying and hashing its state without end while it took snapshots.
+ASK_ONCE = Retry(60.0, tries=1)
 
 
 def _answers(journaled: str = "") -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
