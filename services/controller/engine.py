@@ -298,13 +298,15 @@ class ControllerEngine:
             self.metrics.refused(refusal)
             raise
 
-    async def restore(self, snapshot_id: str, request_id: str = "", nodes: Sequence[str] = ()) -> pb.Restore:
+    async def restore(self, snapshot_id: str, request_id: str = "", nodes: Sequence[str] = (),
+                      listed: pb.Snapshot | None = None) -> pb.Restore:
         """A RestoreSnapshot call: the machine's gate decides (R1, R4), and the
-        machine answers it (R5); `nodes` the target node set of a rescale (R7). Raises restoregate.Refused, and OSError when the
+        machine answers it (R5); `nodes` the target node set of a rescale (R7); `listed`
+        what `listed_for_restore` gave for it. Raises restoregate.Refused, and OSError when the
         restore cannot be journaled."""
         call = next(self._calls)
         # find's None: the gate says NOT_FOUND, or answers a retry of a key that restored it
-        snapshot = self._restorable(snapshot_id, nodes)
+        snapshot = listed if listed is not None else self._restorable(snapshot_id, nodes)
         if snapshot is not None and blockforms.listed(snapshot):  # RS3: before any node hears of it
             parts = restoreplan.plan(snapshot, self.machine.epoch)
             await asyncio.to_thread(restorestream.check, snapshot_id, parts, self.writer.store.blocks.read)
@@ -323,9 +325,14 @@ class ControllerEngine:
         listed = self.machine.listed_restore(snapshot_id, nodes)
         return listed if listed is not None else self.find(snapshot_id)
 
-    def holds_listed(self, snapshot_id: str) -> bool:
-        """Whether a restore of `snapshot_id` goes by its block lists (RS0): its files are not read for it."""
-        return self.machine.listed_restore(snapshot_id) is not None
+    async def listed_for_restore(self, snapshot_id: str) -> pb.Snapshot | None:
+        """The snapshot a restore of `snapshot_id` takes by its block lists (RS0), its files not
+        read whole for it: the machine's, or one it no longer holds read from its file listed
+        (listedload.py: its checksum checked a block at a time; at 1 GiB a node, reading it whole
+        joined every state at once). None: the restore reads it whole."""
+        if (held := self.machine.listed_restore(snapshot_id)) is not None or snapshot_id in self.machine.ids():
+            return held
+        return self.machine.filed_restore(await asyncio.to_thread(self._load_listed, snapshot_id))
 
     def _read_cluster_file(self) -> Topology | str:
         """The controller's cluster file as it reads now (kept for Adopt), or why it cannot be read."""

@@ -50,7 +50,10 @@ JOINED_MAX_BYTES = KNOWN_MAX_BYTES
 # report, to save the node at most one block's bytes on its next. It is answered takes_blocks=False,
 # so the node's next report comes whole as well (sentblocks.py).
 KEPT_MIN_BYTES = blocks.BLOCK_BYTES
-ASK_ONCE = Retry(2.0, tries=1)  # a node's GetState (mode_mismatch asks again in its next round)
+# A node's GetState (mode_mismatch asks again in its next round). It copies and hashes the node's
+# app state: seconds at 1 GiB on a busy machine. Past a 2 s timeout each node was asked again and
+# again, copying and hashing its state without end while it took snapshots.
+ASK_ONCE = Retry(60.0, tries=1)
 
 
 def _answers(journaled: str = "") -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
@@ -109,11 +112,11 @@ class ControllerService(pb_grpc.ControllerServicer):
         listing.check_id(request.snapshot_id)
         # A restore by block lists reads no file but its blocks, each checked (restorestream.py RS3):
         # reading the files whole here would join every state (a checksum is of the whole form).
-        listed = not request.nodes and self.engine.holds_listed(request.snapshot_id)
-        if damaged := (self.engine.writer.store.damaged.get(request.snapshot_id) if listed
+        listed = None if request.nodes else await self.engine.listed_for_restore(request.snapshot_id)
+        if damaged := (self.engine.writer.store.damaged.get(request.snapshot_id) if listed is not None
                        else await self._damage(request.snapshot_id)):
             raise listing.Damaged(request.snapshot_id, damaged, restoring=True)
-        return await self.engine.restore(request.snapshot_id, request.request_id, list(request.nodes))
+        return await self.engine.restore(request.snapshot_id, request.request_id, list(request.nodes), listed)
 
     async def _damage(self, snapshot_id: str) -> str:
         """Why the stored files of `snapshot_id` are damaged ("" when intact or

@@ -325,9 +325,9 @@ class StateReporter:
             try:
                 left_at = self._hops.leaving(sent)
                 if chunking.needs_chunks(sent):
-                    chunks = chunking.split_state(sent)
-                    timeout = REPORT_TIMEOUT_S + self._held_s + REPORT_TIMEOUT_PER_CHUNK_S * len(chunks)
-                    answer = await stub.ReportStateChunks(iter(chunks), timeout=timeout)
+                    chunks = chunking.chunk_count(sent)  # made as they go (stream_state): never encoded whole
+                    timeout = REPORT_TIMEOUT_S + self._held_s + REPORT_TIMEOUT_PER_CHUNK_S * chunks
+                    answer = await stub.ReportStateChunks(chunking.stream_state(sent), timeout=timeout)
                 else:
                     answer = await stub.ReportState(sent, timeout=REPORT_TIMEOUT_S + self._held_s)
                 self._hops.answered(left_at)

@@ -207,6 +207,8 @@ class TransferLog:
             line = line_of(record)
         else:
             line = self._encoder.record(record)
+            if not self.active_bytes:  # a fresh log's init: it opens the segment as a checkpoint does, with the
+                self._head = len(line)  # app's state; counted, a state over segment_bytes sealed at the first step
             if type(record) in _HURRIED:
                 self._callers.hurry()
         self.active_bytes += len(line)
@@ -303,7 +305,7 @@ class TransferLog:
         # next buffer) while the disk works; a small one on it (sync_inline).
         try:
             for data, seal in _chunks(items):
-                nbytes = len(data) + sum(a.nbytes for a in before)
+                nbytes = _size(data) + sum(a.nbytes for a in before)
                 if data or before:
                     started = time.perf_counter()
                     last_s = self._last_files_sync_s if before else self._last_sync_s
@@ -317,7 +319,7 @@ class TransferLog:
                         self._last_sync_s = took[1]
                     if data:
                         if self._observe_fsync is not None:
-                            self._observe_fsync(time.perf_counter() - started - took[0], len(data))
+                            self._observe_fsync(time.perf_counter() - started - took[0], _size(data))
                     before = []
                 if seal is not None:
                     await loop.run_in_executor(None, self._seal_files, seal)
@@ -335,7 +337,7 @@ class TransferLog:
         if self._on_durable is not None:
             self._on_durable(upto)
 
-    def _write_round(self, before: list[_Action], data: bytes) -> tuple[float, float, bool]:
+    def _write_round(self, before: list[_Action], data: _Text) -> tuple[float, float, bool]:
         """The actions, then `data` appended and synced; returns the seconds each took, and
         whether the sync took files with the records (sync_with_log)."""
         started = time.perf_counter()
@@ -358,7 +360,7 @@ class TransferLog:
         pending = next_path(self.path)
         fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all_and_sync(fd, seal.checkpoint.encode())
+            _write_all_and_sync(fd, (seal.checkpoint,))
         finally:
             os.close(fd)
         os.replace(self.path, seal.sealed)
@@ -426,19 +428,42 @@ class TransferLog:
         return self._flusher
 
 
-def _chunks(items: list[str | _Seal]) -> list[tuple[bytes, _Seal | None]]:
-    """The buffer as (bytes to append, the seal that follows them or None)."""
-    out: list[tuple[bytes, _Seal | None]] = []
+_Text = tuple[str, ...]  # a round's lines as pieces: each encoded as it is written (_write_all)
+PIECE_CHARS = 8 * 1024 * 1024  # a piece of lines joined, and the slice a large line is encoded by
+
+
+def _chunks(items: list[str | _Seal]) -> list[tuple[_Text, _Seal | None]]:
+    """The buffer as (the text to append, the seal that follows it or None). Small lines
+    are joined into pieces; a line over PIECE_CHARS (a state of a GiB, base64, in an init,
+    a checkpoint or a restore) is a piece of its own, never copied: joined, then encoded
+    whole, it was held three times at once."""
+    out: list[tuple[_Text, _Seal | None]] = []
+    pieces: list[str] = []
     lines: list[str] = []
+    size = 0
     for item in items:
+        if isinstance(item, _Seal) or len(item) > PIECE_CHARS or size + len(item) > PIECE_CHARS:
+            if lines:
+                pieces.append("".join(lines))
+            lines, size = [], 0
         if isinstance(item, _Seal):
-            out.append(("".join(lines).encode(), item))
-            lines = []
+            out.append((tuple(pieces), item))
+            pieces = []
+        elif len(item) > PIECE_CHARS:
+            pieces.append(item)
         else:
             lines.append(item)
-    if lines or not out:
-        out.append(("".join(lines).encode(), None))
+            size += len(item)
+    if lines:
+        pieces.append("".join(lines))
+    if pieces or not out:
+        out.append((tuple(pieces), None))
     return out
+
+
+def _size(text: _Text) -> int:
+    """Its length (in bytes for ASCII, as a log's lines nearly always are: what the round's choices need)."""
+    return sum(map(len, text))
 
 
 def _first_line_bytes(path: Path) -> int:
@@ -447,14 +472,16 @@ def _first_line_bytes(path: Path) -> int:
         return len(file.readline())
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+def _write_all(fd: int, data: _Text) -> None:
+    for piece in data:
+        for at in range(0, len(piece), PIECE_CHARS):  # a slice encoded at a time: no copy of a large line
+            view = memoryview(piece[at : at + PIECE_CHARS].encode())
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
 
 
-def _write_all_and_sync(fd: int, data: bytes) -> float:
+def _write_all_and_sync(fd: int, data: _Text) -> float:
     """Append `data` and fdatasync; returns the seconds it took."""
     started = time.perf_counter()
     _write_all(fd, data)

@@ -25,7 +25,7 @@ reassemble with `StateAssembler`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from google.protobuf.message import DecodeError
 
@@ -132,6 +132,45 @@ def split_state(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES) -> list[pb.
     return [pb.FullStateChunk(data=data[i : i + chunk_bytes]) for i in range(0, len(data), chunk_bytes)] or [
         pb.FullStateChunk()
     ]
+
+
+def stream_state(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.FullStateChunk]:
+    """`split_state`'s chunks, made as they are sent and never the whole encoding: the state
+    without its carried blocks first (its snapshot and node before any block, carriedblocks.py
+    CB3), then each block as its own `blocks` field. The encodings of one message joined parse
+    as one message (protobuf merges them), so the controller reads what `split_state` gives.
+    A first report of a GiB, every block carried, was encoded whole and then cut: two copies
+    of the state more, and four nodes of 1 GiB did not fit in 24 GiB."""
+    if chunk_bytes <= 0:
+        raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+    head = pb.FullState()
+    for field, value in state.ListFields():
+        if field.name == "blocks":
+            continue
+        if field.is_repeated:
+            getattr(head, field.name).extend(value)
+        elif field.type == field.TYPE_MESSAGE:
+            getattr(head, field.name).CopyFrom(value)
+        else:
+            setattr(head, field.name, value)
+    buffer = bytearray(head.SerializeToString())
+    sent = False
+    for block in state.blocks:
+        buffer += pb.FullState(blocks=[block]).SerializeToString()
+        while len(buffer) >= chunk_bytes:
+            yield pb.FullStateChunk(data=bytes(buffer[:chunk_bytes]))
+            del buffer[:chunk_bytes]
+            sent = True
+    for at in range(0, len(buffer), chunk_bytes):  # the rest (a whole state's header may be many chunks)
+        yield pb.FullStateChunk(data=bytes(buffer[at : at + chunk_bytes]))
+        sent = True
+    if not sent:
+        yield pb.FullStateChunk()
+
+
+def chunk_count(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES) -> int:
+    """How many chunks `split_state` and `stream_state` cut `state` into."""
+    return max(1, -(-state.ByteSize() // chunk_bytes))
 
 
 def restore_chunks(request: pb.RestoreStateRequest, chunk_bytes: int = CHUNK_BYTES) -> list[pb.RestoreStateChunk]:

@@ -332,10 +332,11 @@ def older_format(record: Record) -> bool:
 
 # ----------------------------------------------------------------- encoding
 
-
 # A str as JSON writes it (json.dumps(text, ensure_ascii=False) is this very function on a
 # str, without the encoder object around it): one C call, the cost of a cache lookup.
 _js = encode_basestring
+def _plain(text: str) -> bool:  # a large str JSON writes as it is (a state's base64): scans, never a copy
+    return len(text) > 65536 and text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
 
 
 def encode(record: Record, node_id: str) -> str:
@@ -353,8 +354,8 @@ def encode(record: Record, node_id: str) -> str:
         value = getattr(record, attr)
         if value is None or (not required and not value and name != mark and not (cls is Send and name == "command")):
             continue  # the kind's mark (and a step's command) is written even when empty: it says the format
-        if kind is str:
-            parts.append(f',"{name}":{_js(value)}')
+        if kind is str:  # a large state as it is (base64 needs no escape): no copy of it but the line's
+            parts += (f',"{name}":"', value, '"') if _plain(value) else (f',"{name}":{_js(value)}',)
         elif kind is int:
             parts.append(f',"{name}":{int(value)}')
         else:
@@ -409,8 +410,6 @@ class Encoder:
 
 
 _RID, _CMD, _REPLY = ',"request_id":', ',"command":', ',"reply":'
-
-
 _b2a = binascii.b2a_base64
 
 

@@ -113,8 +113,8 @@ def test_small_rounds_sync_on_the_loop_large_ones_and_a_slow_disk_on_a_thread(tm
     slow = {"next": False}
     real = translog._write_all_and_sync
 
-    def spy(fd: int, data: bytes) -> float:
-        rounds.append((len(data), threading.current_thread() is threading.main_thread()))
+    def spy(fd: int, data: tuple[str, ...]) -> float:
+        rounds.append((translog._size(data), threading.current_thread() is threading.main_thread()))
         real(fd, data)
         if slow["next"]:
             slow["next"] = False
@@ -164,8 +164,8 @@ def test_a_round_waits_one_turn_only_for_a_pending_writer_and_nothing_is_durable
     held: list[TransferLog] = []
     real = translog._write_all_and_sync
 
-    def spy(fd: int, data: bytes) -> float:
-        rounds.append(data.count(b"\n"))
+    def spy(fd: int, data: tuple[str, ...]) -> float:
+        rounds.append(sum(piece.count("\n") for piece in data))
         for lsn, waiter in waiters:  # nothing of this round is out yet
             if lsn > held[0].durable_lsn and waiter.done():
                 early.append(f"lsn {lsn} answered before its round's sync")
@@ -222,8 +222,8 @@ def test_concurrent_callers_share_a_round_synced_on_a_thread_and_a_lone_one_wait
     rounds: list[tuple[int, bool]] = []  # (records, on the loop's thread)
     real = translog._write_all_and_sync
 
-    def spy(fd: int, data: bytes) -> float:
-        rounds.append((data.count(b"\n"), threading.current_thread() is threading.main_thread()))
+    def spy(fd: int, data: tuple[str, ...]) -> float:
+        rounds.append((sum(piece.count("\n") for piece in data), threading.current_thread() is threading.main_thread()))
         real(fd, data)
         return 0.0  # as if fast: the rule is under test, not this machine's disk
 

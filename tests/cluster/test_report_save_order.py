@@ -253,7 +253,7 @@ def test_the_round_path_counts_the_actions_bytes(tmp_path: Path, monkeypatch: py
     threads: list[bool] = []
     real = translog._write_all_and_sync
 
-    def spy(fd: int, data: bytes) -> float:
+    def spy(fd: int, data: tuple[str, ...]) -> float:
         threads.append(threading.current_thread() is threading.main_thread())
         return real(fd, data)
 

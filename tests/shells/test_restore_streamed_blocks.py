@@ -232,3 +232,35 @@ async def _refused(tmp_path, damage: str) -> None:
         for node in nodes.values():
             node._held.close()
         await _close(c, servers, opened)
+
+
+def test_a_listed_snapshot_no_longer_in_memory_is_restored_from_its_file_block_by_block(tmp_path, monkeypatch) -> None:
+    """Past --keep, or after a restart, the controller reads a snapshot from its file: read
+    whole, its states were all joined at once (4 GiB at 1 GiB a node); read listed, none is."""
+    _nothing_joined(monkeypatch)
+    asyncio.run(_restored_from_file(tmp_path))
+
+
+async def _restored_from_file(tmp_path) -> None:
+    c, sid, nodes = await _snapshot(tmp_path)
+    filed = c.store.compact_path(sid)
+    for _ in range(200):
+        if filed.exists() and (tmp_path / "snapshots" / f"{sid}.json").exists():
+            break
+        await asyncio.sleep(0.05)
+    c.tracker.kept = 0
+    c.tracker.filed(sid)  # it leaves memory, as one past the kept ones does
+    assert sid not in c.engine.machine.ids()
+    servers, stubs, opened = await _serve(nodes)
+    c.engine.stubs = stubs
+    try:
+        done = await asyncio.wait_for(c.service.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=sid),
+                                                                _Context()), 30)
+        assert done.status == pb.Restore.RESTORED, done.reason
+        for node_id, node in nodes.items():
+            assert [(s, e, state == STATES[node_id]) for s, e, state in node._engine.restored] == [(sid, done.epoch, True)]
+        assert c.engine.node_blocks.streamed_blocks == len(set(NAMES["a"])) + len(set(NAMES["b"]))
+    finally:
+        for node in nodes.values():
+            node._held.close()
+        await _close(c, servers, opened)

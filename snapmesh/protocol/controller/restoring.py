@@ -124,6 +124,14 @@ class Restoring:
             return None
         return listed if restorestream.keeps_listed(listed, self.tracker.side, nodes) else None
 
+    def filed_restore(self, stored: pb.Snapshot | None, nodes: Sequence[str] = ()) -> pb.Snapshot | None:
+        """`stored`, a snapshot the tracker no longer holds read from its file with its large
+        states as block lists (services/controller/listedload.py), when a restore of it goes so
+        (RS0); None: the restore reads it whole (joined, as a rescale or an upgrade needs)."""
+        if stored is None or stored.snapshot_id in self.tracker.ids():
+            return None
+        return stored if restorestream.keeps_listed(stored, self.tracker.side, nodes) else None
+
     def resume(self, snapshot: pb.Snapshot) -> None:
         """After a restart: run the journal's RESTORING restore again (same epoch, same snapshot)."""
         started = self.last_restore
