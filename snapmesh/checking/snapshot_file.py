@@ -49,8 +49,8 @@ A file that holds manifests is checked a block at a time (listedfile.py): each b
 read, checked against its name and let go, each state's size and digest taken from
 the same reads, the whole form's checksum (when the file's is not its manifests')
 hashed as a stream; no state is joined, so its peak is about a block at any size.
-The restore path (`damage`) asks only the first question: a damaged file is
-refused with DATA_LOSS, a COMPLETE but odd one by the restorer's own checks.
+The restore path (`damage`) asks only the first question, reading as `check` does: a
+damaged file is refused with DATA_LOSS, a COMPLETE but odd one by the restorer's own checks.
 """
 
 from __future__ import annotations
@@ -261,12 +261,12 @@ def damage(path: Path) -> str:
     it holds another snapshot than its name."""
     try:
         stored, marked = read_stored(path)
-        snapshot = whole(stored, path)
+        snapshot, _, problem = _checked_form(Path(path), stored, marked)
     except Unreadable as exc:
         return str(exc)
     if snapshot.snapshot_id != Path(path).stem:
         return f"{path}: holds snapshot_id {snapshot.snapshot_id!r}, not {Path(path).stem!r}"
-    if problem := checksum_problem(snapshot, marked, stored):
+    if problem:
         return f"{path}: {problem}"
     return ""
 
@@ -280,18 +280,10 @@ def check(path: Path, rules: Any = None) -> Verdict:
         stored, marked = read_stored(path)
     except Unreadable as exc:
         return Verdict(path, path.stem, [Check("intact", False, str(exc).removeprefix(f"{path}: "))])
-    digests: dict[int, str] = {}
-    if blocks.is_stored_form(stored):  # a block at a time, no state joined (listedfile.py)
-        read = listedfile.directory_reader(blocks_dir(path))
-        found = listedfile.scan(stored, read)
-        if found.problems:
-            return Verdict(path, stored.snapshot_id, [Check("blocks", False, str(BlocksDamaged(path, found.problems))
-                                                            .removeprefix(f"{path}: "))])
-        snapshot, digests = listedfile.listed(stored, found.sizes), found.digests
-        problem = _listed_checksum_problem(snapshot, marked, stored, read)
-    else:
-        snapshot = stored
-        problem = checksum_problem(snapshot, marked)
+    try:
+        snapshot, digests, problem = _checked_form(path, stored, marked)
+    except BlocksDamaged as exc:
+        return Verdict(path, stored.snapshot_id, [Check("blocks", False, str(exc).removeprefix(f"{path}: "))])
     verdict = Verdict(path, snapshot.snapshot_id)
     add = verdict.checks.append
     if names := [name for node in stored.nodes for name in node.state_blocks.hashes]:
@@ -320,6 +312,21 @@ def check(path: Path, rules: Any = None) -> Verdict:
               if problems else f"{len(snapshot.nodes)} nodes, {len(snapshot.channels)} channels, "
               f"{sum(len(c.in_flight) for c in snapshot.channels)} in flight"))
     return verdict
+
+
+def _checked_form(path: Path, stored: pb.Snapshot, marked: bool) -> tuple[pb.Snapshot, dict[int, str], str]:
+    """The snapshot read from `path` as `check` and `damage` judge it: a stored form
+    listed, a block at a time, no state joined (listedfile.py); its listed states'
+    digests by entry index; and `checksum_problem`'s answer. BlocksDamaged naming
+    every block missing or corrupt."""
+    if not blocks.is_stored_form(stored):
+        return stored, {}, checksum_problem(stored, marked)
+    read = listedfile.directory_reader(blocks_dir(path))
+    found = listedfile.scan(stored, read)
+    if found.problems:
+        raise BlocksDamaged(Path(path), found.problems)
+    snapshot = listedfile.listed(stored, found.sizes)
+    return snapshot, found.digests, _listed_checksum_problem(snapshot, marked, stored, read)
 
 
 def _listed_checksum_problem(snapshot: pb.Snapshot, marked: bool, stored: pb.Snapshot,
