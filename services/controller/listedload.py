@@ -11,24 +11,19 @@ the whole form a block at a time (wholedigest.py); either way each block is read
 checked against its name. Whatever is not as a file this version writes (no checksum, a
 checksum only an older form matches, a block missing or corrupt) is left to `load`,
 which judges it and remembers the damage: the same answer, as `load` would give.
+Its blocks are read as `snapshot verify` reads them (snapmesh/checking/listedfile.py).
 """
 
 from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterator
 
-from snapmesh.checking import snapshot_file
-from snapmesh.protocol import blocks
+from snapmesh.checking import listedfile, snapshot_file
 from snapmesh.protocol.appstate import clear_old_figures
 from snapmesh.protocol.controller import blockforms
 from snapmesh.protocol.controller.wholedigest import WholeDigestError, whole_digest
 from snapmesh.v1 import snapmesh_pb2 as pb
-
-
-class _NotAsWritten(Exception):
-    """A block missing or not as named: `load` judges the file."""
 
 
 def load_listed(store, snapshot_id: str) -> pb.Snapshot | None:
@@ -42,12 +37,7 @@ def load_listed(store, snapshot_id: str) -> pb.Snapshot | None:
     if not marked or not stored.checksum or stored.snapshot_id != snapshot_id:
         return store.load(snapshot_id)
     files = store.blocks
-
-    def blocks_of(entry: pb.NodeBalance) -> Iterator[bytes]:
-        for name in entry.state_blocks.hashes:
-            if (block := files.read(name)) is None or blocks.block_hash(block) != name:
-                raise _NotAsWritten(name)
-            yield block
+    blocks_of = listedfile.checked_blocks(snapshot_id, files.read)  # as `snapshot verify` reads them
 
     listed = pb.Snapshot()
     listed.CopyFrom(stored)  # manifests, not states
@@ -68,7 +58,7 @@ def load_listed(store, snapshot_id: str) -> pb.Snapshot | None:
                 deque(blocks_of(entry), maxlen=0)  # each block checked against its name, as `load` would
         elif whole_digest(listed, blocks_of).checksum != stored.checksum:
             return store.load(snapshot_id)
-    except (OSError, _NotAsWritten, WholeDigestError):
+    except (OSError, listedfile.NotAsNamed, WholeDigestError):
         return store.load(snapshot_id)
     clear_old_figures(listed)  # as `load`'s
     return listed

@@ -45,8 +45,12 @@ stored snapshot
   agrees with itself (`rules.item_problem`, `rules.whole_problems`);
 - for an app: its invariants held when the controller checked them ("unchecked"
   passes, saying so).
-The restore path (`damage`) asks only the first question: a damaged file is
-refused with DATA_LOSS, a COMPLETE but odd one by the restorer's own checks.
+A file that holds manifests is checked a block at a time (listedfile.py): each block
+read, checked against its name and let go, each state's size and digest taken from
+the same reads, the whole form's checksum (when the file's is not its manifests')
+hashed as a stream; no state is joined, so its peak is about a block at any size.
+The restore path (`damage`) asks only the first question, reading as `check` does: a
+damaged file is refused with DATA_LOSS, a COMPLETE but odd one by the restorer's own checks.
 """
 
 from __future__ import annotations
@@ -60,7 +64,9 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
+from snapmesh.checking import listedfile
 from snapmesh.protocol import blocks, statedigest
+from snapmesh.protocol.controller.wholedigest import WholeDigestError, whole_digest
 from snapmesh.protocol.appstate import ITEM_FIGURE, NODE_FIGURE, carries_v1, clear_old_figures
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -255,12 +261,12 @@ def damage(path: Path) -> str:
     it holds another snapshot than its name."""
     try:
         stored, marked = read_stored(path)
-        snapshot = whole(stored, path)
+        snapshot, _, problem = _checked_form(Path(path), stored, marked)
     except Unreadable as exc:
         return str(exc)
     if snapshot.snapshot_id != Path(path).stem:
         return f"{path}: holds snapshot_id {snapshot.snapshot_id!r}, not {Path(path).stem!r}"
-    if problem := checksum_problem(snapshot, marked, stored):
+    if problem:
         return f"{path}: {problem}"
     return ""
 
@@ -275,7 +281,7 @@ def check(path: Path, rules: Any = None) -> Verdict:
     except Unreadable as exc:
         return Verdict(path, path.stem, [Check("intact", False, str(exc).removeprefix(f"{path}: "))])
     try:
-        snapshot = whole(stored, path)
+        snapshot, digests, problem = _checked_form(path, stored, marked)
     except BlocksDamaged as exc:
         return Verdict(path, stored.snapshot_id, [Check("blocks", False, str(exc).removeprefix(f"{path}: "))])
     verdict = Verdict(path, snapshot.snapshot_id)
@@ -283,7 +289,7 @@ def check(path: Path, rules: Any = None) -> Verdict:
     if names := [name for node in stored.nodes for name in node.state_blocks.hashes]:
         add(Check("blocks", True, f"{len(names)} blocks ({len(set(names))} distinct) under {blocks_dir(path)}, "
                                   "each matching its hash"))
-    if problem := checksum_problem(snapshot, marked, stored):
+    if problem:
         add(Check("checksum", False, problem))
     else:
         add(Check("checksum", True, snapshot.checksum or NO_CHECKSUM))
@@ -301,15 +307,53 @@ def check(path: Path, rules: Any = None) -> Verdict:
         broken = [f"{i.name}: {'; '.join(i.problems)}" for i in app.invariants if not i.ok]
         add(Check("invariants", not broken, "; ".join(broken) if broken else
                   f"{len(app.invariants)} of app {app.spec} held" if app.status == pb.AppCheck.CHECKED else "unchecked"))
-    problems = inconsistencies(snapshot, rules)
+    problems = inconsistencies(snapshot, rules, digests)
     add(Check("consistent", not problems, "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else "")
               if problems else f"{len(snapshot.nodes)} nodes, {len(snapshot.channels)} channels, "
               f"{sum(len(c.in_flight) for c in snapshot.channels)} in flight"))
     return verdict
 
 
-def inconsistencies(snapshot: pb.Snapshot, rules: Any = None) -> list[str]:
-    """What in `snapshot` contradicts the rest of it (empty: nothing); `rules` as for `check`."""
+def _checked_form(path: Path, stored: pb.Snapshot, marked: bool) -> tuple[pb.Snapshot, dict[int, str], str]:
+    """The snapshot read from `path` as `check` and `damage` judge it: a stored form
+    listed, a block at a time, no state joined (listedfile.py); its listed states'
+    digests by entry index; and `checksum_problem`'s answer. BlocksDamaged naming
+    every block missing or corrupt."""
+    if not blocks.is_stored_form(stored):
+        return stored, {}, checksum_problem(stored, marked)
+    read = listedfile.directory_reader(blocks_dir(path))
+    found = listedfile.scan(stored, read)
+    if found.problems:
+        raise BlocksDamaged(Path(path), found.problems)
+    snapshot = listedfile.listed(stored, found.sizes)
+    return snapshot, found.digests, _listed_checksum_problem(snapshot, marked, stored, read)
+
+
+def _listed_checksum_problem(snapshot: pb.Snapshot, marked: bool, stored: pb.Snapshot,
+                             read: listedfile.Read) -> str:
+    """`checksum_problem` of the listed form `snapshot` of `stored`, every block already
+    checked against its name (listedfile.scan): the whole form's checksum, when the
+    file's is not its manifests', hashed a block at a time (wholedigest.py)."""
+    if not snapshot.checksum:
+        return checksum_problem(snapshot, marked)
+    if stored.checksum == checksum(stored):  # its manifests': each block was checked against its name
+        return ""
+    unsealed = pb.Snapshot()
+    unsealed.CopyFrom(snapshot)
+    unsealed.ClearField("checksum")
+    blocks_of = listedfile.checked_blocks(snapshot.snapshot_id, read)
+    try:
+        computed = whole_digest(unsealed, blocks_of).checksum
+        if computed == snapshot.checksum or whole_digest(_as_before(unsealed), blocks_of).checksum == snapshot.checksum:
+            return ""
+    except (listedfile.NotAsNamed, WholeDigestError) as exc:  # a block changed while it was read
+        return f"its whole form cannot be hashed: {exc}"
+    return f"content does not match its checksum {snapshot.checksum} (computed {computed})"
+
+
+def inconsistencies(snapshot: pb.Snapshot, rules: Any = None, digests: dict[int, str] | None = None) -> list[str]:
+    """What in `snapshot` contradicts the rest of it (empty: nothing); `rules` as for `check`;
+    `digests`: entry index -> its listed state's digest, in its entry's form (listedfile.scan)."""
     problems: list[str] = []
     nodes = [n.node_id for n in snapshot.nodes]
     if snapshot.status == pb.Snapshot.COMPLETE and not nodes:
@@ -336,8 +380,12 @@ def inconsistencies(snapshot: pb.Snapshot, rules: Any = None) -> list[str]:
             if transfer.msg_id in msg_ids:
                 problems.append(f"{name}: msg_id {transfer.msg_id} recorded twice")
             msg_ids.add(transfer.msg_id)
-    for node in snapshot.nodes:
-        if node.HasField("state") and not statedigest.matches(node.state_digest, node.state):  # either form (SD2)
+    for index, node in enumerate(snapshot.nodes):
+        if index in (digests or {}):
+            wrong = digests[index] != node.state_digest  # type: ignore[index]
+        else:
+            wrong = node.HasField("state") and not statedigest.matches(node.state_digest, node.state)  # either form (SD2)
+        if wrong:
             problems.append(f"node {node.node_id}: its state does not match its digest {node.state_digest}")
     if rules is not None:
         problems += rules.whole_problems(snapshot)
