@@ -37,6 +37,7 @@ from snapmesh.reconcile import blockstates
 from snapmesh.reconcile import messages as M
 from snapmesh.reconcile.common import COMPLETE, found, message
 from snapmesh.reconcile.schema import SCOPE_SNAPSHOT
+from snapmesh.reconcile.parse import without_state
 from snapmesh.reconcile.segments import list_logs
 
 S = "snapshot_id"
@@ -98,7 +99,7 @@ def read_app_log(spark: SparkSession, data_dir: str) -> DataFrame:
     and restore record in the data dir's JSONL logs (lines that do not parse are the
     bank's checks' bad input, reported there)."""
     lines = spark.read.text([f.uri for f in list_logs(spark, data_dir)])
-    records = lines.select(F.from_json("value", APP_LOG).alias("r")).select("r.*")
+    records = lines.select(F.from_json(without_state(F.col("value")), APP_LOG).alias("r")).select("r.*")
     return records.filter(F.col("kind").isin(*APP_KINDS) & F.col("node").isNotNull() & F.col("lsn").isNotNull())
 
 

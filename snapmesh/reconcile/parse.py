@@ -22,6 +22,31 @@ from snapmesh.reconcile.schema import (ACTIVE_FIRST_LSN, APP_MARKS, CORRUPT_COLU
 # ---------------------------------------------------------------------------- logs
 
 
+# A record's state (init, checkpoint, restore: an app's whole state as base64, 89 MB
+# of text at 64 MiB) is read by no check here, and a line carried whole through the
+# plan is copied into every row that holds it: four such lines at once ran the
+# default heap out while the log was cached. So the text is cut right at the scan.
+STATE_KEY = '"state":"'
+STATE_KEPT = 1 << 16  # a line this long or shorter is left as it is
+
+
+def without_state(value: Column) -> Column:
+    """A log line with its top-level state's text emptied (``"state":""``), when long.
+
+    The key stays, so an app's record keeps its mark (schema.APP_MARKS). Cut only when
+    the text between the quotes has no backslash (base64 needs no escape, and wal.encode
+    writes it compactly, as found here): anything else, or a line torn inside its state,
+    is left whole and parsed as it is, so a bad line stays bad.
+    """
+    key = F.locate(STATE_KEY, value)
+    start = key + F.lit(len(STATE_KEY))  # the text's first character (1-based)
+    end = F.call_function("locate", F.lit('"'), value, start)  # its closing quote
+    escape = F.call_function("locate", F.lit("\\"), value, start)
+    clean = (key > 0) & (end > 0) & ((escape == 0) | (escape > end))
+    cut = F.concat(value.substr(F.lit(1), start - 1), value.substr(end, F.length(value)))
+    return F.when((F.length(value) > STATE_KEPT) & clean, cut).otherwise(value)
+
+
 def parse_log_lines(lines: DataFrame) -> DataFrame:
     """(file, block, mid, value) text lines -> typed records plus ``problem``.
 

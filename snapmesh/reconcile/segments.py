@@ -43,7 +43,7 @@ from snapmesh.checking.node_logs import LeftOut
 
 from snapmesh.reconcile.checksums import MARKER_COLUMNS, SEGMENT_SUMS
 from snapmesh.reconcile.common import InputError
-from snapmesh.reconcile.parse import locate_lines, parse_log_lines
+from snapmesh.reconcile.parse import locate_lines, parse_log_lines, without_state
 from snapmesh.reconcile.schema import INGESTED, LOG_FILE_PATTERN
 
 COLUMNAR_DIR = "columnar"
@@ -101,7 +101,7 @@ def read_text_logs(spark: SparkSession, files: list[LogFile]) -> DataFrame:
         F.input_file_name().alias("file"),
         F.input_file_block_start().alias("block"),
         F.monotonically_increasing_id().alias("mid"),
-        "value",
+        without_state(F.col("value")).alias("value"),
     )
 
 
