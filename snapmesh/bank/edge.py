@@ -96,9 +96,12 @@ class BankEdge:
         # The bank's series (the dashboards read them), with every refusal's status at 0 from the start.
         self.metrics = BankMetrics(engine.node_id, engine.metrics.registry, set(REFUSAL_CODE.values()))
         engine.metrics.on_fence_refusal.append(lambda code: self.metrics.refused(code).inc())
-        # The balance is read when scraped, from the bank app's own number: setting it after
-        # every step took a snapshot() of the app per step (and moved its undo log's base).
-        self.metrics.balance.set_function(self._balance_now)
+        # The balance a scrape shows is the bank app's own number, published by the node's loop
+        # after each step (`_observe`): setting the gauge from a snapshot() per step moved the
+        # app's undo base, and the app is the loop's alone: a scrape (the metrics server's
+        # thread) reads this int, never the app, which may be mid-step there.
+        self._balance = 0
+        self.metrics.balance.set_function(lambda: self._balance)
         engine.metric_hooks.append(self._observe)
         self._observe()
         engine.held_text = self.held_text  # the node's log lines, in their v1 words (operators grep them)
@@ -107,15 +110,12 @@ class BankEdge:
         """The tally the bank app holds now."""
         return int(self._engine.node.app_state())
 
-    def _balance_now(self) -> int:
-        """The balance, for a scrape (the metrics server's thread): the bank app's `balance`,
-        an int read whole, with no snapshot() (that moves the app's undo base: the loop's
-        alone to do)."""
-        return self._engine.node.host.machine.balance
-
     def _observe(self) -> None:
-        """After each step of the node: the messages received (each a transfer)."""
+        """After each step of the node, on its loop: the messages received (each a transfer), and
+        the balance for a scrape (the bank app's `balance`, an int read whole with no snapshot():
+        that moves the app's undo base)."""
         self.metrics.received_up_to(self._engine.node.messages_received)
+        self._balance = self._engine.node.host.machine.balance
 
     def held_text(self) -> str:
         """What the node's log lines say it holds: "balance 970", as the bank's lines always have."""

@@ -33,18 +33,53 @@ STATE_KEPT = 1 << 16  # a line this long or shorter is left as it is
 def without_state(value: Column) -> Column:
     """A log line with its top-level state's text emptied (``"state":""``), when long.
 
-    The key stays, so an app's record keeps its mark (schema.APP_MARKS). Cut only when
-    the text between the quotes has no backslash (base64 needs no escape, and wal.encode
-    writes it compactly, as found here): anything else, or a line torn inside its state,
-    is left whole and parsed as it is, so a bad line stays bad.
+    The key stays, so an app's record keeps its mark (schema.APP_MARKS). Only the record's
+    own ``state`` is cut: a line may hold the key in a nested object too (an app's record
+    of an older format, wal.Older, keeps whatever fields it had; a newer kind's), and such
+    a value is the record's data, left as it is. Cut only when the text between the
+    quotes has no backslash (base64 needs no escape, and wal.encode writes it compactly,
+    as found here): anything else, or a line torn inside its state, is left whole and
+    parsed as it is, so a bad line stays bad.
     """
-    key = F.locate(STATE_KEY, value)
-    start = key + F.lit(len(STATE_KEY))  # the text's first character (1-based)
-    end = F.call_function("locate", F.lit('"'), value, start)  # its closing quote
-    escape = F.call_function("locate", F.lit("\\"), value, start)
-    clean = (key > 0) & (end > 0) & ((escape == 0) | (escape > end))
-    cut = F.concat(value.substr(F.lit(1), start - 1), value.substr(end, F.length(value)))
-    return F.when((F.length(value) > STATE_KEPT) & clean, cut).otherwise(value)
+
+    def cut(found: Column) -> Column:  # `found`: where the top-level key starts (0: nowhere)
+        start = found + F.lit(len(STATE_KEY))  # the text's first character (1-based)
+        end = F.call_function("locate", F.lit('"'), value, start)  # its closing quote
+        escape = F.call_function("locate", F.lit("\\"), value, start)
+        clean = (found > 0) & (end > 0) & ((escape == 0) | (escape > end))
+        return F.when(clean, F.concat(value.substr(F.lit(1), start - 1), value.substr(end, F.length(value)))).otherwise(value)
+
+    # Each `"state":"` in turn, the depth of objects and arrays at it counted from the last
+    # one (or the line's start): the first a key at depth 1 is the record's own.
+    def step(acc: Column, _: Column) -> Column:
+        at, since, depth = acc["at"], acc["since"], acc["depth"]
+        following = F.call_function("locate", F.lit(STATE_KEY), value, at + 1)
+        key = value.substr(at - 1, F.lit(1)).isin("{", ",")  # else inside a key (`"a\"state":`)
+        now = depth + _depth(value.substr(since, at - since))
+        return (F.when((acc["found"] > 0) | (at == 0), acc)
+                .when(key & (now == 1), F.struct(at.alias("found"), at.alias("at"), since.alias("since"), depth.alias("depth")))
+                .when(key, F.struct(F.lit(0).alias("found"), following.alias("at"), at.alias("since"), now.alias("depth")))
+                .otherwise(F.struct(F.lit(0).alias("found"), following.alias("at"), since.alias("since"), depth.alias("depth"))))
+
+    first = F.struct(F.lit(0).alias("found"), F.locate(STATE_KEY, value).alias("at"), F.lit(1).alias("since"),
+                     F.lit(0).alias("depth"))
+    keys = F.sequence(F.lit(1), F.greatest(F.regexp_count(value, F.lit(STATE_KEY)), F.lit(1)))
+    return F.when(F.length(value) > STATE_KEPT, F.aggregate(keys, first, step, lambda acc: cut(acc["found"]))
+                  ).otherwise(value)
+
+
+# A JSON text's escapes (a backslash and the character after it), then its strings: what is left
+# is its structure, numbers and literals.
+_ESCAPE = r"\\."
+_STRING = r'"[^"]*"'
+
+
+def _depth(text: Column) -> Column:
+    """How many objects and arrays `text` opens and leaves open (negative: closes), for a
+    piece of a JSON line that starts and ends outside every string."""
+    bare = F.regexp_replace(F.regexp_replace(text, _ESCAPE, ""), _STRING, "")
+    return ((F.length(bare) - F.length(F.regexp_replace(bare, r"[{\[]", "")))
+            - (F.length(bare) - F.length(F.regexp_replace(bare, r"[}\]]", ""))))
 
 
 def parse_log_lines(lines: DataFrame) -> DataFrame:

@@ -12,10 +12,7 @@ import pytest
 
 from snapmesh.protocol import blocks, statedigest
 from snapmesh.protocol.blocks import BLOCK_BYTES
-from snapmesh.protocol.node import core, recovery
 from snapmesh.protocol.node.cutnames import CutNames
-from snapmesh.protocol.node.effects import Ack, Append, Finished, Transmit
-from snapmesh.protocol.node.machine import Node
 from snapmesh.protocol.reports import report_message
 from snapmesh.protocol.restoreblocks import whole_restore
 from snapmesh.protocol import wal
@@ -23,6 +20,7 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench import blob_app  # noqa: E402
+from support.applog import AppLogs  # noqa: E402
 
 
 def _state(size: int, seed: int = 1) -> bytes:
@@ -191,68 +189,27 @@ def test_the_blob_app_replaces_only_the_blocks_a_write_touches() -> None:
     assert copy.snapshot() == blob.snapshot()
 
 
-class _Pair:
-    """Two node machines hosting the blob app over in-memory links, every record durable at once."""
-
-    def __init__(self) -> None:
-        self.logs: dict[str, list[wal.Record]] = {"p1": [], "p2": []}
-        self.wires: dict[tuple[str, str], list] = {("p1", "p2"): [], ("p2", "p1"): []}
-        self.digests: dict[tuple[str, str], str] = {}
-        self.parts: dict[tuple[str, str], core.FullState] = {}
-        self.nodes = {}
-        for me, peer in (("p1", "p2"), ("p2", "p1")):
-            state = recovery.recover([], node_id=me, incoming=(peer,), outgoing=(peer,), app=blob_app.app)
-            self.nodes[me] = Node(node_id=me, incoming=(peer,), outgoing=(peer,), recovered=state, app=blob_app.app)
-        for me, node in self.nodes.items():
-            node.connect("p2" if me == "p1" else "p1", 1)
-            self.route(me)
-
-    def route(self, me: str) -> None:
-        node = self.nodes[me]
-        while effects := node.drain():
-            for effect in effects:
-                if isinstance(effect, Append):
-                    self.logs[me].append(effect.record)
-                    node.durable(effect.record.lsn)
-                elif isinstance(effect, Transmit):
-                    self.wires[me, effect.dst].append(effect.entries)
-                elif isinstance(effect, Finished):
-                    self.parts[effect.state.snapshot_id, me] = effect.state
-                    self.digests[effect.state.snapshot_id, me] = effect.digest
-                elif isinstance(effect, Ack):
-                    self.nodes[effect.src].acked(me, effect.conn_no, effect.seq)
-                    self.route(effect.src)
-
-    def settle(self) -> None:
-        while busy := [k for k, frames in self.wires.items() if frames]:
-            src, dst = busy[0]
-            node = self.nodes[dst]
-            node.opened(src, 1)
-            for e in self.wires[src, dst].pop(0):
-                node.received(src, 1, e.seq, last_seq=e.last_seq, snapshot_id=e.snapshot_id, payload=e.payload)
-            node.end_frame()
-            self.route(dst)
-
-
 def test_a_node_records_the_blocks_form_and_hashes_only_what_a_command_wrote() -> None:
-    pair = _Pair()
+    logs = AppLogs(blob_app.app, ("p1", "p2"))
+    node = logs.nodes["p1"]
     counts = []
     for sid in ("s1", "s2"):
-        pair.nodes["p1"].submit(blob_app.write(10 * BLOCK_BYTES + 5, sid.encode()))
-        pair.route("p1")
-        hashed = pair.nodes["p1"]._cut_names.hashed
-        pair.nodes["p1"].start_snapshot(sid)
-        pair.route("p1")
-        pair.settle()
-        part = pair.parts[sid, "p1"]
-        cut = next(r for r in pair.logs["p1"] if isinstance(r, wal.Cut) and r.snapshot_id == sid)
+        logs.command("p1", blob_app.write(10 * BLOCK_BYTES + 5, sid.encode()))
+        hashed = node._cut_names.hashed
+        node.start_snapshot(sid)
+        logs.route("p1")
+        while logs.deliver():
+            pass
+        finished = logs.finished[sid, "p1"]
+        part = finished.state
+        cut = next(r for r in logs.records("p1") if isinstance(r, wal.Cut) and r.snapshot_id == sid)
         assert statedigest.from_record(cut.digest) == statedigest.blocks_form(part.state)
-        assert pair.digests[sid, "p1"] == cut.digest
+        assert finished.digest == cut.digest
         message = report_message(part, digest=cut.digest)
         assert message.state_digest == statedigest.blocks_form(part.state)
         assert tuple(message.state_parts) == part.parts == (BLOCK_BYTES,) * 128  # the blob's blocks (B6)
         assert part.named is not None and blocks.names(part.state, part.parts, None, part.named)[1] == 0
-        counts.append((cut.digest, pair.nodes["p1"]._cut_names.hashed - hashed))
+        counts.append((cut.digest, node._cut_names.hashed - hashed))
     assert counts[0][0] != counts[1][0]
     assert counts[0][1] == 128 and counts[1][1] == 1  # the first cut names all; the second, the block written
 

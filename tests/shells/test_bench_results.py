@@ -66,3 +66,18 @@ def test_profile_categories_take_the_innermost_named_frame_and_set_waiting_apart
     assert total == 8 and counts[WAITING] == 4
     text = table(counts, total)
     assert "| core + link (pure machine) | 75.0% |" in text and "4 (50% of all)" in text
+
+
+def test_merge_leaves_a_non_finite_figure_out_and_names_it(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"cpu_us_per_transfer_4n_peak_one": 12.5, "cluster_rate_4n": 9.0}))
+    results.merge({"cpu_us_per_transfer_4n_peak_one": float("nan"), "rate_over_no_time": float("inf"),
+                   "cluster_rate_4n": 10.0}, path)
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    merged = json.loads(text)
+    assert merged["cluster_rate_4n"] == 10.0
+    assert "cpu_us_per_transfer_4n_peak_one" not in merged  # not the older run's value either
+    assert "rate_over_no_time" not in merged
+    err = capsys.readouterr().err
+    assert "cpu_us_per_transfer_4n_peak_one is nan" in err and "rate_over_no_time is inf" in err

@@ -19,14 +19,12 @@ import threading
 import pytest
 from prometheus_client import CollectorRegistry
 
-from snapmesh.protocol.controller.machine import Controller
-from snapmesh.protocol.topology import Topology
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.services.controller.metrics import ControllerMetrics
-from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from support import bank_reports as bank
+from support.controller_fakes import bank_pair_engine
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -48,21 +46,6 @@ class Turns:
         self._stopped = True
 
 
-class Node:
-    async def StartSnapshot(self, request, timeout, wait_for_ready=False):
-        return pb.StartSnapshotResponse()
-
-
-class Files:
-    def submit(self, snapshot) -> None:
-        pass
-
-
-def state(sid: str, node: str, balance: int) -> pb.FullState:
-    other = "b" if node == "a" else "a"
-    return bank.report(sid, node, balance, channels=[pb.ChannelState(src=other, dst=node)])
-
-
 async def _engine(tmp_path, on_round) -> tuple[ControllerEngine, J.Journal]:
     metrics = ControllerMetrics(CollectorRegistry())
 
@@ -72,13 +55,7 @@ async def _engine(tmp_path, on_round) -> tuple[ControllerEngine, J.Journal]:
 
     journal = J.Journal(tmp_path / "journal", on_round=rounds)
     journal.open()
-    tracker = bank.tracker(Topology.build(["a", "b"], None), expected_total=100, deadline_s=30)
-    engine = ControllerEngine(
-        config=config.load(config.DEFAULT_CONFIG), machine=Controller(tracker), journal=journal,
-        writer=Files(), metrics=metrics,  # type: ignore[arg-type]
-    )
-    engine.stubs = {n: Node() for n in engine.nodes}  # type: ignore[misc]
-    return engine, journal
+    return bank_pair_engine(journal, metrics), journal
 
 
 def test_a_waiting_trigger_resumes_the_turn_after_the_round_that_made_complete_durable(tmp_path) -> None:
@@ -99,10 +76,10 @@ async def _one_turn(tmp_path) -> None:
     while not engine.machine.ids() or not durable_at:  # the Started round back
         await asyncio.sleep(0.005)
     (sid,) = engine.machine.ids()
-    held = asyncio.create_task(engine.report(state(sid, "a", 60)))
+    held = asyncio.create_task(engine.report(bank.pair_report(sid, "a", 60)))
     while not len(engine.machine.held):
         await asyncio.sleep(0.005)
-    completing = asyncio.create_task(engine.report(state(sid, "b", 40)))
+    completing = asyncio.create_task(engine.report(bank.pair_report(sid, "b", 40)))
     answered_at = await asyncio.wait_for(waiting, 10)
     await asyncio.wait_for(asyncio.gather(held, completing), 10)
     turns.stop()

@@ -21,14 +21,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from snapmesh.protocol.controller import journal as R
-from snapmesh.protocol.controller.machine import Controller
-from snapmesh.protocol.topology import Topology
 from snapmesh.services.controller import journal as J
-from snapmesh.services.controller.engine import ControllerEngine
 from snapmesh.services.controller.metrics import ControllerMetrics
-from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
 from support import bank_reports as bank
+from support.controller_fakes import bank_pair_engine
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -53,16 +50,6 @@ class Node:
         return pb.StartSnapshotResponse()
 
 
-class Files:
-    def submit(self, snapshot) -> None:
-        pass
-
-
-def state(sid: str, node: str, balance: int) -> pb.FullState:
-    other = "b" if node == "a" else "a"
-    return bank.report(sid, node, balance, channels=[pb.ChannelState(src=other, dst=node)])
-
-
 def test_a_trigger_and_a_completing_report_each_cost_one_journal_round(tmp_path) -> None:
     asyncio.run(_one_round_each(tmp_path))
 
@@ -72,11 +59,7 @@ async def _one_round_each(tmp_path) -> None:
     metrics = ControllerMetrics(registry)
     journal = Descheduled(tmp_path / "journal", on_round=metrics.journal_round)
     journal.open()
-    tracker = bank.tracker(Topology.build(["a", "b"], None), expected_total=100, deadline_s=30)
-    engine = ControllerEngine(
-        config=config.load(config.DEFAULT_CONFIG), machine=Controller(tracker), journal=journal,
-        writer=Files(), metrics=metrics,  # type: ignore[arg-type]
-    )
+    engine = bank_pair_engine(journal, metrics)
 
     def value(name: str, **labels: str) -> float | None:
         return registry.get_sample_value(name, labels)
@@ -97,14 +80,14 @@ async def _one_round_each(tmp_path) -> None:
     assert sent == [1], "StartSnapshot left before the Started record was durable"
 
     (sid,) = engine.machine.ids()
-    held = asyncio.create_task(engine.report(state(sid, "a", 60)))  # held until the snapshot ends (H1)
+    held = asyncio.create_task(engine.report(bank.pair_report(sid, "a", 60)))  # held until the snapshot ends (H1)
     for _ in range(500):
         if len(engine.machine.held):
             break
         await asyncio.sleep(0.01)
     assert len(engine.machine.held) == 1 and not held.done(), "a report that does not complete was answered"
     assert counts() == (1, 1), "a report that does not complete cost a round"
-    completing = asyncio.create_task(engine.report(state(sid, "b", 40)))
+    completing = asyncio.create_task(engine.report(bank.pair_report(sid, "b", 40)))
     finished = await asyncio.wait_for(waiting, 10)
     assert finished.status == pb.Snapshot.COMPLETE, finished.reason
     await asyncio.wait_for(asyncio.gather(held, completing), 10)

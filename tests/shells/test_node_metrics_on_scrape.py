@@ -2,7 +2,8 @@
 snapmesh/bank/edge.py), through the node's servicer (in-process engine, a real transfer log).
 
 - A step takes no snapshot() of the app: the bank's balance gauge used to take one per
-  step (and move the app's undo base); it reads the bank's number when scraped.
+  step (and move the app's undo base); the loop publishes the bank's number after each
+  step, and a scrape (the metrics server's thread) reads that, never the app.
 - What a scrape shows is still the node's state now: the balance, the messages the
   channel holds unacknowledged, the active segment's bytes, the request-id window's bytes.
 """
@@ -10,6 +11,7 @@ snapmesh/bank/edge.py), through the node's servicer (in-process engine, a real t
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -48,3 +50,39 @@ async def _steps_then_scrape(tmp_path: Path) -> None:
 
 def test_steps_take_no_app_snapshot_and_a_scrape_reads_the_state_now(tmp_path: Path) -> None:
     asyncio.run(_steps_then_scrape(tmp_path))
+
+
+async def _scraped_off_the_loop(tmp_path: Path) -> None:
+    engine, log, servicer = await held_node(tmp_path)
+    machine = engine.node.host.machine
+    loop_thread = threading.get_ident()
+    readers: list[int] = []  # the threads that read the app's balance
+
+    class Watched(type(machine)):  # type: ignore[misc]
+        @property
+        def balance(self) -> int:
+            readers.append(threading.get_ident())
+            return self.__dict__["balance"]
+
+        @balance.setter
+        def balance(self, value: int) -> None:
+            self.__dict__["balance"] = value
+
+    machine.__class__ = Watched
+    sample = engine.metrics.registry.get_sample_value
+    try:
+        task = asyncio.ensure_future(servicer.Transfer(
+            pb.TransferRequest(to="p2", amount=25, request_id="order-25"), ServicerContext()))
+        await asyncio.sleep(0.01)
+        log.flush_sync()
+        assert (await outcome(task)).balance == 75
+        assert readers, "the step did not go through the watched app: the test proves nothing"
+        scraped = await asyncio.to_thread(sample, "snapmesh_balance", {"node": "p1"})  # as the metrics server does
+        assert scraped == 75
+        assert set(readers) == {loop_thread}, "a scrape read the app's state from the metrics server's thread"
+    finally:
+        await log.close()
+
+
+def test_a_scrape_reads_the_balance_the_loop_published_not_the_app(tmp_path: Path) -> None:
+    asyncio.run(_scraped_off_the_loop(tmp_path))

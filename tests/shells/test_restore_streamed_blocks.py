@@ -156,7 +156,9 @@ async def _serve(nodes):
     return servers, stubs, opened
 
 
-async def _close(c, servers, opened) -> None:
+async def _close(c, nodes, servers, opened) -> None:
+    for node in nodes.values():
+        node._held.close()
     for channel in opened:
         await channel.close()
     for server in servers:
@@ -164,6 +166,15 @@ async def _close(c, servers, opened) -> None:
     await c.engine.close()
     await c.journal.close()
     c.writer.close()
+
+
+async def _restore(c, sid: str, nodes) -> None:
+    """RestoreSnapshot of `sid`: RESTORED, each node restored once to its state byte for byte."""
+    done = await asyncio.wait_for(c.service.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=sid),
+                                                            _Context()), 30)
+    assert done.status == pb.Restore.RESTORED, done.reason
+    for node_id, node in nodes.items():
+        assert [(s, e, state == STATES[node_id]) for s, e, state in node._engine.restored] == [(sid, done.epoch, True)]
 
 
 def test_a_listed_snapshot_is_restored_block_by_block_and_held_blocks_are_not_sent(tmp_path, monkeypatch) -> None:
@@ -182,14 +193,7 @@ async def _restored(tmp_path) -> None:
     servers, stubs, opened = await _serve(nodes)
     c.engine.stubs = stubs
     try:
-        done = await asyncio.wait_for(c.service.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=sid),
-                                                                _Context()), 30)
-        assert done.status == pb.Restore.RESTORED, done.reason
-        for node_id, node in nodes.items():
-            assert len(node._engine.restored) == 1  # exactly once
-            restored_sid, epoch, state = node._engine.restored[0]
-            assert (restored_sid, epoch) == (sid, done.epoch)
-            assert state == STATES[node_id]  # byte for byte
+        await _restore(c, sid, nodes)
         assert nodes["a"].carried == len(NAMES["a"]) - ON_SHELF  # the blocks on its shelf were not sent again
         assert nodes["b"].carried == len(set(NAMES["b"]))  # refused as blocks, then sent every one
         assert c.engine.node_blocks.streamed_blocks == nodes["a"].carried + nodes["b"].carried
@@ -197,9 +201,7 @@ async def _restored(tmp_path) -> None:
         assert set(NAMES["a"]) <= nodes["a"]._held.shelf.names  # it holds the restored state's blocks now
         assert not list((tmp_path / "a.blocks").glob(".*"))  # no rebuilt file left behind
     finally:
-        for node in nodes.values():
-            node._held.close()
-        await _close(c, servers, opened)
+        await _close(c, nodes, servers, opened)
 
 
 @pytest.mark.parametrize("damage", ["missing", "corrupt"])
@@ -229,9 +231,7 @@ async def _refused(tmp_path, damage: str) -> None:
         assert [node.calls for node in nodes.values()] == [0, 0]  # no node heard of it
         assert c.engine.machine.epoch == epoch and c.engine.machine.last_restore is None
     finally:
-        for node in nodes.values():
-            node._held.close()
-        await _close(c, servers, opened)
+        await _close(c, nodes, servers, opened)
 
 
 def test_a_listed_snapshot_no_longer_in_memory_is_restored_from_its_file_block_by_block(tmp_path, monkeypatch) -> None:
@@ -254,13 +254,7 @@ async def _restored_from_file(tmp_path) -> None:
     servers, stubs, opened = await _serve(nodes)
     c.engine.stubs = stubs
     try:
-        done = await asyncio.wait_for(c.service.RestoreSnapshot(pb.RestoreSnapshotRequest(snapshot_id=sid),
-                                                                _Context()), 30)
-        assert done.status == pb.Restore.RESTORED, done.reason
-        for node_id, node in nodes.items():
-            assert [(s, e, state == STATES[node_id]) for s, e, state in node._engine.restored] == [(sid, done.epoch, True)]
+        await _restore(c, sid, nodes)
         assert c.engine.node_blocks.streamed_blocks == len(set(NAMES["a"])) + len(set(NAMES["b"]))
     finally:
-        for node in nodes.values():
-            node._held.close()
-        await _close(c, servers, opened)
+        await _close(c, nodes, servers, opened)

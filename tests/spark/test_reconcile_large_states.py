@@ -73,3 +73,33 @@ def test_several_large_states_read_within_a_small_heap(tmp_path: Path) -> None:
     assert "OutOfMemoryError" not in done.stderr
     assert done.returncode == 0, done.stderr[-2000:]
     assert "rows 196" in done.stdout
+
+
+def test_only_the_records_own_state_is_cut_not_a_nested_one(spark, tmp_path: Path) -> None:  # noqa: F811
+    """A line may hold a "state" key in a nested object (an app's record of an older format keeps
+    whatever fields it had; a newer kind's too), or a key that ends in "state" after an escaped
+    quote: that text is the record's data and stays; the record's own state is cut, wherever it is."""
+    big = state_text(3 * STATE_KEPT)
+    kept = ['"was":{"state":"bmVzdGVk"}', '"x\\"state":"c21hbGw="', '"all":[{"state":"YQ=="},[{"state":"Yg=="}]]',
+            '"after":{"state":"Yw=="}']
+    lines = [
+        # a nested state before the record's own
+        '{"node":"p1","lsn":1,"kind":"restore","snapshot_id":"s1","epoch":2,"deliveries":0,'
+        f'{kept[0]},"state":"{big}"}}\n',
+        # a key that ends in "state" (an escaped quote before it), then the record's own
+        f'{{"node":"p1","lsn":2,"kind":"checkpoint",{kept[1]},"state":"{big}","epoch":2}}\n',
+        # nested in arrays, objects closed again before the record's own
+        f'{{"node":"p1","lsn":3,"kind":"init","balance":0,"app":"blob",{kept[2]},"state":"{big}"}}\n',
+        # the record's own first, a nested one after it
+        f'{{"node":"p1","lsn":4,"kind":"init","balance":0,"app":"blob","state":"{big}",{kept[3]}}}\n',
+        # only a nested state, a long one: the record's data, left whole
+        f'{{"node":"p1","lsn":5,"kind":"restore","snapshot_id":"s1","epoch":2,"deliveries":0,"old":{{"state":"{big}"}}}}\n',
+    ]
+    for text in lines:
+        json.loads(text)  # each a valid line
+    (tmp_path / "p1.log.jsonl").write_text("".join(lines))
+    values = [r["value"] for r in read_text_logs(spark, list_logs(spark, str(tmp_path))).orderBy("mid").collect()]
+    for i in range(4):
+        assert values[i] == lines[i].strip().replace(f'"state":"{big}"', '"state":""'), f"line {i + 1}"
+        assert kept[i] in values[i]
+    assert values[4] == lines[4].strip()

@@ -5,6 +5,7 @@ per node (full mesh), feeds them the app's commands and delivers every frame in
 a seeded order; `write(directory)` then leaves each node's log segments in a
 directory as the node writes them (`<node>.log.<first lsn>.jsonl` sealed, then
 `<node>.log.jsonl`), so the offline tools (`snapmesh replay`) read it as a real one.
+Each node's finished snapshot parts are kept too (`finished`), as its engine would report them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from snapmesh.app import App
 from snapmesh.protocol import wal
 from snapmesh.protocol.node import core, recovery
-from snapmesh.protocol.node.effects import Ack, Append, Seal, Transmit
+from snapmesh.protocol.node.effects import Ack, Append, Finished, Seal, Transmit
 from snapmesh.protocol.node.machine import Node
 
 
@@ -26,6 +27,7 @@ class AppLogs:
         self.rng = random.Random(seed)
         self.segments: dict[str, list[list[wal.Record]]] = {n: [[]] for n in self.ids}
         self.wires: dict[tuple[str, str], list] = {(s, d): [] for s in self.ids for d in self.ids if s != d}
+        self.finished: dict[tuple[str, str], Finished] = {}  # (snapshot id, node): its part, as reported
         self.nodes: dict[str, Node] = {}
         for me in self.ids:
             peers = tuple(n for n in self.ids if n != me)
@@ -48,6 +50,8 @@ class AppLogs:
                     node.durable(effect.checkpoint.lsn)
                 elif isinstance(effect, Transmit):
                     self.wires[(me, effect.dst)].append(effect.entries)
+                elif isinstance(effect, Finished):
+                    self.finished[(effect.state.snapshot_id, me)] = effect
                 elif isinstance(effect, Ack):
                     self.nodes[effect.src].acked(me, effect.conn_no, effect.seq)
                     self.route(effect.src)
@@ -76,6 +80,10 @@ class AppLogs:
         node.end_frame()
         self.route(dst)
         return True
+
+    def records(self, me: str) -> list[wal.Record]:
+        """Every record `me` has written, its segments in order."""
+        return [r for segment in self.segments[me] for r in segment]
 
     def write(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)

@@ -69,3 +69,9 @@ def report(snapshot_id: str, node: str, balance: int,
         channels = [pb.ChannelState(src=src, dst=node, in_flight=list(recorded)) for src, recorded in channels.items()]
     return pb.FullState(snapshot_id=snapshot_id, node_id=node, state=money(balance), app_name=APP.name,
                         app_version=APP.version, channels=list(channels), **fields)
+
+
+def pair_report(snapshot_id: str, node: str, balance: int) -> pb.FullState:
+    """Node a's or b's FullState in a two-node cluster (a <-> b), nothing in flight to it."""
+    other = "b" if node == "a" else "a"
+    return report(snapshot_id, node, balance, channels=[pb.ChannelState(src=other, dst=node)])

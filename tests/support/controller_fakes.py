@@ -1,8 +1,9 @@
 """Stand-ins for the controller's in-process shell tests (a real engine, journal and store,
 no gRPC server): `blob_controller`, such an engine and servicer for two nodes;
 `CallContext`, a plaintext call's context (no certificate, a peer address; an abort
-fails the test); and `QuietNode`, a node stub that accepts every StartSnapshot and
-does nothing else."""
+fails the test); `QuietNode`, a node stub that accepts every StartSnapshot and
+does nothing else; and `bank_pair_engine`, an engine of a two-node bank cluster over
+a given journal whose writer files nothing."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.settings import config
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support import bank_reports as bank
 
 
 class CallContext:
@@ -72,3 +74,20 @@ def blob_controller(tmp_path: Path, deadline_s: float = 30.0, app: App | None = 
                               journal=journal, writer=writer, metrics=ControllerMetrics(CollectorRegistry()))
     engine.stubs = {n: QuietNode() for n in engine.nodes}  # type: ignore[misc]
     return BlobController(engine, ControllerService(engine), store, writer, journal, tracker)
+
+
+class Unfiled:
+    """A store writer that files nothing: what the journal holds is all there is."""
+
+    def submit(self, snapshot) -> None:
+        pass
+
+
+def bank_pair_engine(journal: J.Journal, metrics: ControllerMetrics) -> ControllerEngine:
+    """An engine over `journal` (opened) for bank nodes a and b (a <-> b) holding 100 in all,
+    its writer `Unfiled`, its nodes `QuietNode`s; its reports: `bank_reports.pair_report`."""
+    tracker = bank.tracker(Topology.build(["a", "b"], None), expected_total=100, deadline_s=30)
+    engine = ControllerEngine(config=config.load(config.DEFAULT_CONFIG), machine=Controller(tracker),
+                              journal=journal, writer=Unfiled(), metrics=metrics)  # type: ignore[arg-type]
+    engine.stubs = {n: QuietNode() for n in engine.nodes}  # type: ignore[misc]
+    return engine
