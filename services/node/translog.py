@@ -165,7 +165,7 @@ class TransferLog:
         self._observe_round = observe_round
         self._siblings = 0  # writers known to append on their next loop turn (writer_pending)
         self._callers = CommitGather()  # who the next round waits for (concurrent callers)
-        self._gathered: asyncio.Event | None = None  # set once the round has every caller it waits for
+        self._gathered: asyncio.Event | None = None  # set once the round has every caller it waits for, or is hurried
         self._pending = asyncio.Event()
         self._last_sync_s = 0.0  # how long the last round's write + fdatasync took
         # ... and the last round's that made files durable with its records (sync_with_log: a
@@ -210,7 +210,7 @@ class TransferLog:
             if not self.active_bytes:  # a fresh log's init: it opens the segment as a checkpoint does, with the
                 self._head = len(line)  # app's state; counted, a state over segment_bytes sealed at the first step
             if type(record) in _HURRIED:
-                self._callers.hurry()
+                self._hurry()
         self.active_bytes += len(line)
         if self.failure is None:  # _add, inline (the per-record path)
             self._buffer.append(line)
@@ -234,9 +234,17 @@ class TransferLog:
         The files it returns (written unsynced) the round makes durable with its records."""
         if self.failure is not None:
             return
-        self._callers.hurry()  # a report's save: a snapshot's hop (commitgather.py)
+        self._hurry()  # a report's save: a snapshot's hop (commitgather.py)
         self._before.append(_Action(action, nbytes))
         self._pending.set()
+
+    def _hurry(self) -> None:
+        """The next round holds a snapshot's hop: it waits for nobody, and one already waiting
+        for callers (`_gather`) goes now. Told only the flag, a waiting round asked again when
+        its timer ran out: up to CommitGather's MAX_S (20 ms) added to the hop."""
+        self._callers.hurry()
+        if self._gathered is not None:
+            self._gathered.set()
 
     # ------------------------------------------------------------ durability
 

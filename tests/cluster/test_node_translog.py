@@ -285,6 +285,43 @@ def test_a_snapshot_hop_never_waits_for_callers_on_a_concurrent_log(tmp_path: Pa
     asyncio.run(go())
 
 
+@pytest.mark.parametrize("hop", ["marker", "report"])
+def test_a_snapshot_hop_ends_a_round_already_waiting_for_callers(tmp_path: Path, hop: str) -> None:
+    """A round that began waiting for its callers on a client's record (the log concurrent)
+    goes once a snapshot's record or a report's save joins it: one round holds both, and
+    none of the gather's timers (out of reach here) has to run out, so a round that went
+    on waiting would hang the test. (It waited for them: up to 20 ms a hop, a cut's
+    markers held back on the hosts bench.)"""
+    path = tmp_path / "p1.log.jsonl"
+    rounds: list[int] = []  # records per round
+    saved: list[str] = []
+
+    async def go() -> None:
+        log = TransferLog(path, "p1", last_lsn=0, observe_round=rounds.append)
+        log._callers = CommitGather(gap_s=3600.0, max_s=3600.0)
+        log.start()
+        first = [asyncio.ensure_future(log.wait_durable(lsn)) for lsn in (1, 2)]
+        await asyncio.sleep(0)
+        append(log, wal.Init)
+        append_send(log, "p1", "p2", 1, 1)
+        await asyncio.gather(*first)  # two callers: the log is concurrent and expects two
+        client = append_send(log, "p1", "p2", 2, 1)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert log._gathered is not None and log.durable_lsn < client, "the round is not waiting for callers"
+        if hop == "marker":
+            lsn = append(log, wal.MarkerSent, snapshot_id="s1", src="p1", dst="p2", seq=3)
+        else:
+            log.before_records(lambda: saved.append("report"))
+            lsn = client
+        await asyncio.wait_for(log.wait_durable(lsn), 10.0)
+        await log.close()
+
+    asyncio.run(go())
+    assert rounds == ([2, 2] if hop == "marker" else [2, 1]), rounds
+    assert saved == ([] if hop == "marker" else ["report"])
+
+
 # ----------------------------------------------------------------- recovery
 
 
