@@ -97,6 +97,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from snapmesh.services.node.commitgather import CommitGather
+from snapmesh.services.node.logpieces import Text as _Text
+from snapmesh.services.node.logpieces import chunks as _chunks, line as _line, pieces as _pieces, size as _size
+from snapmesh.services.node.logpieces import write_all as _write_all
 from snapmesh.services.node.recovery import next_path
 from snapmesh.protocol import wal
 from snapmesh.serving.durable import fsync_dir, sync_with_log
@@ -125,7 +128,7 @@ class _Action:
 @dataclass(frozen=True, slots=True)
 class _Seal:
     sealed: Path  # the name the active segment gets
-    checkpoint: str  # the first line of the next segment
+    checkpoint: str | wal.Line  # the first line of the next segment
 
 
 class LogClosedError(RuntimeError):
@@ -156,7 +159,7 @@ class TransferLog:
         self.active_bytes = os.fstat(self._fd).st_size  # the active segment, buffered records included
         self._head = _first_line_bytes(path) if self.active_bytes else 0  # its opening checkpoint (or init)
         self.durable_lsn = last_lsn  # last lsn on disk
-        self._buffer: list[str | _Seal] = []
+        self._buffer: list[str | wal.Line | _Seal] = []
         self._before: list[_Action] = []  # carried out by the next round before it writes the buffer
         self._encoder = wal.Encoder(node_id)
         self._lines = self._encoder.lines
@@ -189,7 +192,7 @@ class TransferLog:
         """The active segment's bytes after its opening checkpoint (what `segment_bytes` bounds)."""
         return self.active_bytes - self._head
 
-    def _add(self, line: str | _Seal) -> int:
+    def _add(self, line: str | wal.Line | _Seal) -> int:
         if self.failure is not None:
             return self._lsn  # never written; whoever waits for it gets LogFailedError
         self._buffer.append(line)
@@ -206,7 +209,7 @@ class TransferLog:
         if line_of is not None:
             line = line_of(record)
         else:
-            line = self._encoder.record(record)
+            line = _line(wal.encode(record, self.node_id, lazy=True))
             if not self.active_bytes:  # a fresh log's init: it opens the segment as a checkpoint does, with the
                 self._head = len(line)  # app's state; counted, a state over segment_bytes sealed at the first step
             if type(record) in _HURRIED:
@@ -224,7 +227,7 @@ class TransferLog:
             raise ValueError(f"{self.path}: checkpoint lsn {checkpoint.lsn}, expected {self._lsn + 1}")
         self._lsn = checkpoint.lsn
         sealed = self.path.with_name(wal.sealed_name(self.node_id, first_lsn))
-        line = self._encoder.record(checkpoint)
+        line = _line(wal.encode(checkpoint, self.node_id, lazy=True))
         self.active_bytes = self._head = len(line)  # the next segment holds the checkpoint only
         return self._add(_Seal(sealed, line))
 
@@ -368,7 +371,7 @@ class TransferLog:
         pending = next_path(self.path)
         fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all_and_sync(fd, (seal.checkpoint,))
+            _write_all_and_sync(fd, _pieces(seal.checkpoint))
         finally:
             os.close(fd)
         os.replace(self.path, seal.sealed)
@@ -436,57 +439,10 @@ class TransferLog:
         return self._flusher
 
 
-_Text = tuple[str, ...]  # a round's lines as pieces: each encoded as it is written (_write_all)
-PIECE_CHARS = 8 * 1024 * 1024  # a piece of lines joined, and the slice a large line is encoded by
-
-
-def _chunks(items: list[str | _Seal]) -> list[tuple[_Text, _Seal | None]]:
-    """The buffer as (the text to append, the seal that follows it or None). Small lines
-    are joined into pieces; a line over PIECE_CHARS (a state of a GiB, base64, in an init,
-    a checkpoint or a restore) is a piece of its own, never copied: joined, then encoded
-    whole, it was held three times at once."""
-    out: list[tuple[_Text, _Seal | None]] = []
-    pieces: list[str] = []
-    lines: list[str] = []
-    size = 0
-    for item in items:
-        if isinstance(item, _Seal) or len(item) > PIECE_CHARS or size + len(item) > PIECE_CHARS:
-            if lines:
-                pieces.append("".join(lines))
-            lines, size = [], 0
-        if isinstance(item, _Seal):
-            out.append((tuple(pieces), item))
-            pieces = []
-        elif len(item) > PIECE_CHARS:
-            pieces.append(item)
-        else:
-            lines.append(item)
-            size += len(item)
-    if lines:
-        pieces.append("".join(lines))
-    if pieces or not out:
-        out.append((tuple(pieces), None))
-    return out
-
-
-def _size(text: _Text) -> int:
-    """Its length (in bytes for ASCII, as a log's lines nearly always are: what the round's choices need)."""
-    return sum(map(len, text))
-
-
 def _first_line_bytes(path: Path) -> int:
     """The length of the file's first line (a restart's active segment: its checkpoint or init)."""
     with open(path, "rb") as file:
         return len(file.readline())
-
-
-def _write_all(fd: int, data: _Text) -> None:
-    for piece in data:
-        for at in range(0, len(piece), PIECE_CHARS):  # a slice encoded at a time: no copy of a large line
-            view = memoryview(piece[at : at + PIECE_CHARS].encode())
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
 
 
 def _write_all_and_sync(fd: int, data: _Text) -> float:

@@ -32,6 +32,9 @@ from dataclasses import dataclass, field, fields
 from json.encoder import encode_basestring
 from typing import Any, ClassVar
 
+from snapmesh.protocol.packed import Packed
+from snapmesh.protocol.packedline import Line
+
 ACTIVE_SUFFIX = ".log.jsonl"
 _SEALED = re.compile(r"^(?P<node>.+)\.log\.(?P<first>\d{12})\.jsonl$")
 
@@ -72,7 +75,6 @@ class CorruptRecord(ValueError):
     """A record is not what SPEC says; the message starts with `file:line:`."""
 
 
-# ------------------------------------------------------------------ records
 # One frozen dataclass per kind. Field order is the encoding order.
 
 
@@ -330,8 +332,6 @@ def older_format(record: Record) -> bool:
     return type(record) is Older
 
 
-# ----------------------------------------------------------------- encoding
-
 # A str as JSON writes it (json.dumps(text, ensure_ascii=False) is this very function on a
 # str, without the encoder object around it): one C call, the cost of a cache lookup.
 _js = encode_basestring
@@ -339,8 +339,9 @@ def _plain(text: str) -> bool:  # a large str JSON writes as it is (a state's ba
     return len(text) > 65536 and text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
 
 
-def encode(record: Record, node_id: str) -> str:
-    """One line (with its newline). Field order: node, lsn, kind, then SPEC order."""
+def encode(record: Record, node_id: str, *, lazy: bool = False) -> Any:
+    """One line (with its newline). Field order: node, lsn, kind, then SPEC order. `lazy`:
+    a line with a `Packed` field is a `Line`, its base64 made as it is written (packed.py)."""
     cls = type(record)
     if cls not in _OWN:  # an app's record of an older format (a kind's subclass): as it says
         record, cls = record.as_older(), Older  # type: ignore[attr-defined]
@@ -355,13 +356,14 @@ def encode(record: Record, node_id: str) -> str:
         if value is None or (not required and not value and name != mark and not (cls is Send and name == "command")):
             continue  # the kind's mark (and a step's command) is written even when empty: it says the format
         if kind is str:  # a large state as it is (base64 needs no escape): no copy of it but the line's
-            parts += (f',"{name}":"', value, '"') if _plain(value) else (f',"{name}":{_js(value)}',)
+            plain = type(value) is Packed or _plain(value)
+            parts += (f',"{name}":"', value, '"') if plain else (f',"{name}":{_js(value)}',)
         elif kind is int:
             parts.append(f',"{name}":{int(value)}')
         else:
             parts.append(f',"{name}":{json.dumps(value, separators=(",", ":"), sort_keys=True)}')
     parts.append("}\n")
-    return "".join(parts)
+    return Line.of(parts, lazy)
 
 
 class Encoder:
@@ -418,15 +420,14 @@ def pack(data: bytes) -> str:
     return _b2a(data, newline=False).decode()  # base64.b64encode's (ASCII) bytes, without its wrapper; utf-8's fast path
 
 
-def unpack(text: str, where: str) -> bytes:
+def unpack(text: str | Packed, where: str) -> bytes:
     """The inverse of `pack`; CorruptRecord naming `where` for text that is not base64."""
+    if type(text) is Packed:  # a record not yet written: its bytes
+        return text.data
     try:
         return base64.b64decode(text, validate=True)
     except ValueError:  # binascii.Error is one
         raise CorruptRecord(f"{where}: not base64: {text[:40]!r}") from None
-
-
-# ------------------------------------------------------------------ parsing
 
 
 def parse(line: str | bytes, where: str, *, node_id: str | None = None) -> Record:

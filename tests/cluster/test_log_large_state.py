@@ -19,7 +19,7 @@ import pytest
 
 from support.node_harness import append, append_send
 from snapmesh.protocol import wal
-from snapmesh.services.node import translog
+from snapmesh.services.node import logpieces, translog
 from snapmesh.services.node.translog import TransferLog
 
 pytestmark = pytest.mark.timeout(60)
@@ -53,20 +53,20 @@ def test_a_state_that_needs_escaping_is_still_escaped() -> None:
 def test_a_large_line_is_written_a_piece_at_a_time_never_joined_or_encoded_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(translog, "PIECE_CHARS", 256 * 1024)
+    monkeypatch.setattr(logpieces, "PIECE_CHARS", 256 * 1024)
     big = "A" * STATE + "\n"
     small = ['{"x":1}\n', '{"x":2}\n']
-    chunks = translog._chunks([small[0], big, small[1]])
+    chunks = logpieces.chunks([small[0], big, small[1]])
     assert [len(pieces) for pieces, _ in chunks] == [3]
     assert chunks[0][0][1] is big  # the very line: no copy
     path = tmp_path / "out"
     fd = translog.os.open(path, translog.os.O_WRONLY | translog.os.O_CREAT, 0o644)
     try:
-        _, peak = _traced_peak(lambda: translog._write_all(fd, chunks[0][0]))
+        _, peak = _traced_peak(lambda: logpieces.write_all(fd, chunks[0][0]))
     finally:
         translog.os.close(fd)
     assert path.read_text() == small[0] + big + small[1]
-    assert peak < 4 * translog.PIECE_CHARS, f"writing held {peak:,} bytes at once for a {len(big):,}-byte line"
+    assert peak < 4 * logpieces.PIECE_CHARS, f"writing held {peak:,} bytes at once for a {len(big):,}-byte line"
 
 
 def test_a_fresh_logs_init_opens_its_segment_so_a_large_state_seals_nothing(tmp_path: Path) -> None:

@@ -181,7 +181,7 @@ class Node(NodeSteps):
         self.markers_sent = self.markers_received = self.recorded_messages = 0
         self.stale_markers = self.snapshots_completed = self.messages_received = self.messages_sent = 0
         if recovered.fresh:
-            opening = wal.pack(self.host.snapshot())  # the app's opening state
+            opening = wal.Packed(self.host.snapshot())  # the app's opening state, its base64 made as written
             self._append(wal.Init(lsn=self.last_lsn + 1, state=opening, **self._stamp()))
         else:
             if recovered.pending_sends:  # the rest of a step a crash cut short: the replay made them again

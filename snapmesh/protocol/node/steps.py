@@ -69,7 +69,7 @@ class NodeSteps:
         self._append(
             wal.Restore(
                 lsn=self.last_lsn + 1, snapshot_id=snapshot_id, epoch=epoch, deliveries=len(deliveries),
-                state=wal.pack(state) if state is not None else "",
+                state=wal.Packed(state) if state is not None else "",  # its base64 made as written
             )
         )
         me = self.node_id
@@ -485,7 +485,7 @@ class NodeSteps:
             last_command=self.last_command,
         )
         lsn = self.last_lsn + 1
-        app_state = wal.pack(self.host.snapshot())
+        app_state = wal.Packed(self.host.snapshot())  # its base64 made as it is written
         checkpoint = wal.Checkpoint(lsn=lsn, **checkpoint_fields(state), state=app_state, **self._stamp())
         self._out.append(Seal(self.segment_first, checkpoint))
         self.segment_first = self.last_lsn = lsn
