@@ -14,8 +14,8 @@ hashes to.
 FS1. Either way, each listed state's digest (the node's own, taken unhashed on the
     reply path: blockforms.py BF6) is checked against its bytes, and the stored form
     gets the bytes' digest whatever the report said (the error logged). That check
-    reads every block of a listed state: the one per-block cost of filing left, which
-    a state digest over the manifest would remove.
+    reads every block of a listed state (but FS5's): the one per-block cost of filing
+    left for a state not on the grid (an app's parts, kvshard's ranges).
 FS2. A block that cannot be read, or is not as named, is BlockMissing naming it: the
     snapshot is not filed then (StoreWriter logs it; the journal still holds it).
 FS3. With the store's files (`raw`: a block as stored, unchecked), a listed state of a
@@ -31,9 +31,7 @@ FS5. A listed state whose digest is in the blocks form and whose manifest is on 
     are then the manifest's. No block is read: a blob's state of blocks costs
     nothing per block at filing. Any other state is read (FS1, FS3).
 FS4. A digest in the blocks form (snapmesh/protocol/statedigest.py) is checked in
-    that form, from the same reads. (Checked from the manifest alone it would need
-    no read, but only for a manifest known to be on the grid, which needs its
-    blocks' sizes: not yet.)
+    that form, from the same reads, unless FS5 checks it from the manifest.
 """
 
 from __future__ import annotations
