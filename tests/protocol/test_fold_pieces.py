@@ -147,3 +147,20 @@ def test_elsewhere_a_state_is_one_piece(states):
     view = View(snapshot_id="s", states=states, in_flight=[])
     for node, state in states.items():
         assert view.fold(node, "k", len) == [len(state)]
+
+
+def test_a_kvshard_state_read_by_runs_of_parts_has_the_names_read_whole():
+    """kvscan S4: any run of whole parts, the head's, the ranges', the end's; a cut amid a part is refused."""
+    from snapmesh.services.app import kvscan
+
+    machine = machines(keys=300)["a"]
+    put(machine, "a/k00007", 12)  # a value not a string: the general path
+    machine.on_command(kvshard.encode({"op": "move", "key": "a/k00009", "to": "b"}), Context("a", ("b",)))
+    parts = machine.snapshot_blocks()
+    whole = list(kvscan.names(machine.snapshot()))
+    for run in (1, 2, 3, len(parts)):
+        got = [name for i in range(0, len(parts), run) for name in kvscan.piece_names(b"".join(parts[i:i + run]))]
+        assert got == whole
+    for cut in (parts[1][:-5], parts[0][:-3], parts[-1][7:], parts[-1] + b"}"):
+        with pytest.raises(ValueError):
+            list(kvscan.piece_names(cut))
