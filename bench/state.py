@@ -29,6 +29,9 @@ Figures, `<n>` the size (`1mib`, `64mib`, `1024mib`), `<p>` the app's prefix
     whole run (VmHWM of its process, read after the restore), and
     <p>controller_rss_bound_mib_<n>, the goal's bound for it: 512 MiB plus one
     node's state (N);
+  - <p>snapshot_controller_cpu_s_<n>, <p>snapshot_nodes_cpu_s_<n>: the CPU seconds
+    the controller and the nodes (together) spent on the second snapshot, trigger
+    to COMPLETE: work, steadier than time on a shared machine;
   - <p>snapshot_s_64mib_over_1mib: the second snapshot's time at 64 MiB over 1 MiB.
 Also printed: the bytes themselves, and the controller's own started_at..finished_at.
 `--sizes 1,64,1024` picks the sizes (MiB); `--no-write` prints without writing
@@ -52,6 +55,7 @@ import grpc
 from bench import blob_app, kv_app, smoke
 from bench import results as bench_results
 from bench import state_mesh as m
+from bench.observe import cpu_s
 from bench.phases import own_argv
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -88,6 +92,11 @@ SUBJECTS = {
 }
 
 
+def cpu(cluster) -> tuple[float, float]:
+    """CPU seconds so far of the controller and of the nodes together: work, which holds on a noisy machine."""
+    return cpu_s(cluster.controller_pid), sum(cpu_s(cluster.node_pid(n)) for n in cluster.node_ids)
+
+
 def measure(subject: Subject, mib: float, seed: int = 0) -> dict[str, float]:
     total = m.NODES * blob_app.size_of({"mib": mib})  # kvshard's states are as large, to within a key
     label, p, timeout = m.label(mib), subject.prefix, m.timeout_s(mib)
@@ -105,7 +114,9 @@ def measure(subject: Subject, mib: float, seed: int = 0) -> dict[str, float]:
                 commands = subject.changes(node.id, mib, rng)
                 changed += len(commands)
                 m.submit(cluster, node.id, commands, timeout)
+            cpu_before = cpu(cluster)
             second, second_s, second_sent = m.snapshot(cluster, stub, data, sent_before, timeout)
+            controller_cpu, nodes_cpu = (after - before for after, before in zip(cpu(cluster), cpu_before, strict=True))
             stored_added = m.bytes_under(*store) - stored
             exported_added = m.bytes_under(data / "snapshots") - exported
             restore_s, restore_received = m.restore(cluster, stub, second.snapshot_id, timeout)
@@ -115,7 +126,8 @@ def measure(subject: Subject, mib: float, seed: int = 0) -> dict[str, float]:
     controller_s = second.finished_at.ToNanoseconds() / 1e9 - second.started_at.ToNanoseconds() / 1e9
     bound = RSS_ALLOWANCE_MIB + mib
     print(f"{p}{label}: first snapshot {first_s:.2f}s sent {first_sent:,.0f} B; {changed} changes; second "
-          f"{second_s:.2f}s (controller {controller_s:.2f}s) sent {second_sent:,.0f} B, stored +{stored_added:,} B, "
+          f"{second_s:.2f}s (controller {controller_s:.2f}s; CPU controller {controller_cpu:.2f}s, nodes "
+          f"{nodes_cpu:.2f}s) sent {second_sent:,.0f} B, stored +{stored_added:,} B, "
           f"exports +{exported_added:,} B; restore {restore_s:.2f}s received {restore_received:,.0f} B; "
           f"controller peak RSS {peak_rss:,.0f} MiB (goal: under {bound:,.0f}); states {total:,} B", flush=True)
     return {
@@ -124,6 +136,8 @@ def measure(subject: Subject, mib: float, seed: int = 0) -> dict[str, float]:
         f"{p}export_fraction_{label}": exported_added / total,
         f"{p}first_snapshot_s_{label}": first_s,
         f"{p}snapshot_s_{label}": second_s,
+        f"{p}snapshot_controller_cpu_s_{label}": controller_cpu,
+        f"{p}snapshot_nodes_cpu_s_{label}": nodes_cpu,
         f"{p}restore_s_{label}": restore_s,
         f"{p}sent_bytes_{label}": float(second_sent),
         f"{p}stored_bytes_{label}": float(stored_added),

@@ -16,6 +16,11 @@ S2. It takes any JSON a kvshard state may be, in any spacing; a state that is no
 S3. A state that is not JSON raises ValueError (json.JSONDecodeError), but for a
     control character inside a value's string, which the fast path lets through
     (`encode` escapes every one).
+S4. `piece_names` yields the names of a piece (View.fold: one or more whole parts
+    of snapshot_blocks(), consecutive) as `names` would within the whole state:
+    the head's lists and keys when it starts the state, else the keys of its
+    ranges (the first one's leading comma dropped) and the state's end if it has
+    it. A piece that is not ASCII, or not such a run, raises ValueError.
 """
 
 from __future__ import annotations
@@ -47,10 +52,34 @@ def names(state: bytes) -> Iterator[tuple[str, str]]:
         for part in PARTS:
             yield from ((part, name) for name in decoded[part])
         return
-    walk = _Walk(state)
-    walk.expect("{")
-    if walk.next_is("}"):
-        return
+    yield from _names(_Walk(state))
+
+
+def piece_names(piece: bytes) -> Iterator[tuple[str, str]]:
+    """(part, name) for each name of a piece of a state (S4): one or more whole parts of
+    kvshard's snapshot_blocks(), consecutive."""
+    if not piece.isascii():
+        raise ValueError("a piece of a kvshard state is ASCII (encode writes no other)")
+    head = piece.startswith(b"{")
+    # Without a head, a piece is the keys' entries of some ranges (the first one's comma
+    # dropped) and the state's end if last; a piece that ends amid the keys is closed
+    # there, the keys and the state, by the walk (`open_end`): nothing is joined to it.
+    walk = _Walk(memoryview(piece)[0 if head or not piece.startswith(b",") else 1:], open_end=True)
+    yield from _names(walk, in_keys=not head)
+    if walk.closed not in (0, 2) or not walk.at_end():
+        raise ValueError(f"a piece of a kvshard state is not whole parts: its walk ended at {walk.base + walk.at} "
+                         f"of its {len(piece)} bytes, {walk.closed} closed at its end")
+
+
+def _names(walk: _Walk, in_keys: bool = False) -> Iterator[tuple[str, str]]:
+    if in_keys:  # a piece without the head (S4): its walk starts amid the keys
+        yield from _keys(walk)
+        if walk.expect(",}") == "}":
+            return
+    else:
+        walk.expect("{")
+        if walk.next_is("}"):
+            return
     while True:
         member = walk.string()
         walk.expect(":")
@@ -64,32 +93,40 @@ def names(state: bytes) -> Iterator[tuple[str, str]]:
                 else:
                     yield member, walk.string()
                     closed = walk.expect(",]") == "]"
+            found = None  # a match holds its window: let it go with the window
         elif member == "keys":
             walk.expect("{")
-            closed = walk.next_is("}")
-            while not closed:
-                if found := walk.plain_entry():
-                    yield member, found[0]
-                    closed = found[1] == "}"
-                else:
-                    yield member, walk.string()
-                    walk.expect(":")
-                    walk.value()
-                    closed = walk.expect(",}") == "}"
+            yield from _keys(walk)
         else:
             walk.value()
         if walk.expect(",}") == "}":
             return
 
 
+def _keys(walk: _Walk) -> Iterator[tuple[str, str]]:
+    """("keys", name) for each entry of the keys' object, from after its brace to past its end."""
+    closed = walk.next_is("}")
+    while not closed:
+        if found := walk.plain_entry():
+            yield "keys", found[0]
+            closed = found[1] == "}"
+        else:
+            yield "keys", walk.string()
+            walk.expect(":")
+            walk.value()
+            closed = walk.expect(",}") == "}"
+
+
 class _Walk:
     """A position in the state's bytes, and the window of them decoded around it."""
 
-    def __init__(self, state: bytes) -> None:
+    def __init__(self, state: bytes | memoryview, open_end: bool = False) -> None:
         self.state = memoryview(state)
         self.base = 0  # the window's first byte in the state
         self.text = ""
         self.at = 0  # the position, in the window
+        self.open_end = open_end  # a "}" expected at the end is taken as there (S4)
+        self.closed = 0  # how many were
 
     def _refill(self, size: int) -> None:
         self.base += self.at
@@ -99,6 +136,17 @@ class _Walk:
 
     def _whole(self) -> bool:
         return self.base + len(self.text) >= len(self.state)
+
+    def at_end(self) -> bool:
+        self._skip_space()
+        return self.at >= len(self.text) and self._whole()
+
+    def _closes(self, chars: str) -> bool:
+        """Whether the walk takes a "}" of `chars` as there, at the end of an open-ended state."""
+        if self.open_end and "}" in chars and self.at >= len(self.text) and self._whole():
+            self.closed += 1
+            return True
+        return False
 
     def _skip_space(self) -> None:
         while True:
@@ -143,11 +191,13 @@ class _Walk:
         if self.text.startswith(char, self.at):
             self.at += 1
             return True
-        return False
+        return self._closes(char)
 
     def expect(self, chars: str) -> str:
         self._skip_space()
         char = self.text[self.at:self.at + 1]
+        if not char and self._closes(chars):
+            return "}"
         if not char or char not in chars:
             raise json.JSONDecodeError(f"expected one of {chars!r}", self.text, self.at)
         self.at += 1

@@ -50,11 +50,12 @@ import hashlib
 import json
 import zlib
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from snapmesh.app import App, Context, NodeInfo, Refused, View
 from snapmesh.services.app import kvscan
+from snapmesh.services.app.kvcheck import BUCKETS, every_key_exactly_once  # noqa: F401  (kvshard's, re-exported)
 from snapmesh.services.app.kvranges import Ranges
 
 MAX_KEY = 200  # characters in a key's name
@@ -238,101 +239,6 @@ def places(view: View) -> dict[str, list[str]]:
         if message["type"] == "handoff":
             found.setdefault(message["key"], []).append(f"in flight {src}->{dst} seq {seq}")
     return found
-
-
-def every_key_exactly_once(view: View) -> list[str]:
-    """The names created minus the names deleted are each found once, at a node or in a
-    handoff in flight, and nothing else is found; each name created and deleted at most once.
-
-    It reads one node's state at a time (kvscan: the names only, never the state decoded
-    whole), so it holds one state, not all, and keeps a compact digest, not the names:
-    with every name created once, the invariant holds iff the names found plus the
-    names deleted are the names created, as multisets, which sums of a hash of each
-    name, per bucket of names, tell. Names are created once when each namespace's
-    ("p1/...") created names are listed at one node (K1, KR3), in order (sorted, so a
-    name twice at one node is seen). Only the names of a bucket whose sums differ, or
-    of a namespace listed at two nodes, are then read again and kept, to name what is
-    wrong in the same words as a check over every name would."""
-    sums = [0] * BUCKETS
-    lister: dict[str, str] = {}  # namespace -> the node that lists its created names
-    suspect: set[str] = set()  # namespaces listed at two nodes
-    everything = False  # a node's created names out of order: every name is read again
-    for node in view.states:
-        everything = not _add_sums(view, node, sums, lister, suspect) or everything
-    handoffs = _handoffs(view)
-    for _, _, _, key in handoffs:
-        sums[_digest(key) % BUCKETS] -= _digest(key)
-    wrong = {bucket for bucket, total in enumerate(sums) if total % _PRIME}
-    if not (wrong or suspect or everything):
-        return []
-    return _named_problems(view, handoffs, lambda name: everything or name.split("/", 1)[0] in suspect
-                           or _digest(name) % BUCKETS in wrong)
-
-
-BUCKETS = 4096  # digests kept: a wrong bucket's names are read again, about 1/BUCKETS of them
-_PRIME = 2**127 - 1  # the sums are compared modulo it: a different multiset of names sums the same with odds 2^-127
-
-
-def _digest(name: str) -> int:
-    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=16).digest(), "big")
-
-
-def _add_sums(view: View, node: str, sums: list[int], lister: dict[str, str], suspect: set[str]) -> bool:
-    """Add the node's names to the sums (created +, found or deleted -) and its created
-    names' namespaces to `lister` (or `suspect`); whether it lists them in order, each
-    once (snapshot() sorts them). A function of its own: the state is let go at its return."""
-    last = None
-    in_order = True
-    for part, name in kvscan.names(view.states[node]):
-        digest = _digest(name)
-        if part == "created":
-            sums[digest % BUCKETS] += digest
-            in_order = in_order and (last is None or name > last)
-            last = name
-            space = name.split("/", 1)[0]
-            if lister.setdefault(space, node) != node:
-                suspect.add(space)
-        else:
-            sums[digest % BUCKETS] -= digest
-    return in_order
-
-
-def _handoffs(view: View) -> list[tuple[str, str, int, str]]:
-    """(src, dst, seq, key) of every handoff in flight."""
-    found = []
-    for src, dst, seq, payload in view.in_flight:
-        message = json.loads(payload)
-        if message["type"] == "handoff":
-            found.append((src, dst, seq, message["key"]))
-    return found
-
-
-def _named_problems(view: View, handoffs: list[tuple[str, str, int, str]], chosen: Callable[[str], bool]) -> list[str]:
-    """every_key_exactly_once's problems among the names `chosen` picks, each found where it is."""
-    created: Counter[str] = Counter()
-    deleted: Counter[str] = Counter()
-    found: dict[str, list[str]] = {}
-    for node in sorted(view.states):
-        for part, name in kvscan.names(view.states[node]):
-            if chosen(name):
-                if part == "keys":
-                    found.setdefault(name, []).append(f"at {node}")
-                else:
-                    (created if part == "created" else deleted)[name] += 1
-    for src, dst, seq, key in handoffs:
-        if chosen(key):
-            found.setdefault(key, []).append(f"in flight {src}->{dst} seq {seq}")
-    problems = [f"key {k} created {n} times" for k, n in sorted(created.items()) if n > 1]
-    problems += [f"key {k} deleted {n} times" for k, n in sorted(deleted.items()) if n > 1]
-    problems += [f"key {k} deleted but never created" for k in sorted(set(deleted) - set(created))]
-    expected = set(created) - set(deleted)
-    for key in sorted(expected | set(found)):
-        seen = found.get(key, [])
-        if key not in expected:
-            problems.append(f"key {key} seen {len(seen)} times ({', '.join(seen)}) but is not a live key")
-        elif len(seen) != 1:
-            problems.append(f"key {key} seen {len(seen)} times" + (f" ({', '.join(seen)})" if seen else " (lost)"))
-    return problems
 
 
 def describe(view: View) -> dict[str, Any]:

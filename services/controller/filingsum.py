@@ -14,8 +14,8 @@ hashes to.
 FS1. Either way, each listed state's digest (the node's own, taken unhashed on the
     reply path: blockforms.py BF6) is checked against its bytes, and the stored form
     gets the bytes' digest whatever the report said (the error logged). That check
-    reads every block of a listed state: the one per-block cost of filing left, which
-    a state digest over the manifest would remove.
+    reads every block of a listed state (but FS5's): the one per-block cost of filing
+    left for a state not on the grid (an app's parts, kvshard's ranges).
 FS2. A block that cannot be read, or is not as named, is BlockMissing naming it: the
     snapshot is not filed then (StoreWriter logs it; the journal still holds it).
 FS3. With the store's files (`raw`: a block as stored, unchecked), a listed state of a
@@ -24,10 +24,14 @@ FS3. With the store's files (`raw`: a block as stored, unchecked), a listed stat
     would give other bytes, and so another digest); only a state that does not is read
     again, each block checked against its name (FS1, FS2). So the check hashes each
     block once, not twice.
+FS5. A listed state whose digest is in the blocks form and whose manifest is on the
+    grid (its blocks' sizes, each known by its name from a read checked against it
+    (`sized`): BLOCK_BYTES but the last, which is not empty) is checked from its
+    manifest alone: the blocks form is the SHA-256 of the grid's block names, which
+    are then the manifest's. No block is read: a blob's state of blocks costs
+    nothing per block at filing. Any other state is read (FS1, FS3).
 FS4. A digest in the blocks form (snapmesh/protocol/statedigest.py) is checked in
-    that form, from the same reads. (Checked from the manifest alone it would need
-    no read, but only for a manifest known to be on the grid, which needs its
-    blocks' sizes: not yet.)
+    that form, from the same reads, unless FS5 checks it from the manifest.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 
+from snapmesh.app import BLOCK_BYTES
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol import statedigest
 from snapmesh.protocol.controller import blockforms
@@ -47,15 +52,18 @@ Read = Callable[[bytes], "bytes | None"]
 
 
 def filing_checksum(snapshot: pb.Snapshot, stored: pb.Snapshot, read: Read | None, *, of_stored: bool,
-                    raw: Read | None = None) -> str:
+                    raw: Read | None = None, sized: Callable[[bytes], int | None] | None = None) -> str:
     """The checksum `stored` (the stored form of `snapshot`) is filed with: of `stored`
     when `of_stored` (its files hold manifests), else of the whole form. The listed
-    states' digests are checked first, and corrected in `stored` (FS1); `raw`: FS3."""
+    states' digests are checked first, and corrected in `stored` (FS1); `raw`: FS3;
+    `sized`, a block's size by its name (None: not known): FS5."""
     blocks_of = _blocks_of(snapshot.snapshot_id, read)
     if of_stored:
         for index, entry in enumerate(snapshot.nodes):
             if not blockforms.is_listed(entry):
                 continue
+            if _on_grid(entry, sized) and statedigest.of_names(entry.state_blocks.hashes) == entry.state_digest:
+                continue  # FS5
             if raw is not None and _unchecked_digest(snapshot.snapshot_id, raw, entry) == entry.state_digest:
                 continue  # FS3: as its report said, so each block as named
             _checked(snapshot, stored, index, _digest(blocks_of(entry), entry.state_digest))
@@ -70,6 +78,17 @@ def filing_checksum(snapshot: pb.Snapshot, stored: pb.Snapshot, read: Read | Non
         _checked(snapshot, stored, index, got)
         fixed.nodes[index].state_digest = got
     return whole_digest(fixed, blocks_of).checksum
+
+
+def _on_grid(entry: pb.NodeBalance, sized: Callable[[bytes], int | None] | None) -> bool:
+    """Whether a listed entry's digest is in the blocks form and its manifest on the grid (FS5)."""
+    names = entry.state_blocks.hashes
+    if sized is None or not names or not entry.state_digest.startswith(statedigest.BLOCKS):
+        return False
+    if any(sized(name) != BLOCK_BYTES for name in names[:-1]):
+        return False
+    last = sized(names[-1])
+    return last is not None and 0 < last <= BLOCK_BYTES and (len(names) - 1) * BLOCK_BYTES + last == entry.state_bytes
 
 
 def _unchecked_digest(snapshot_id: str, raw: Read, entry: pb.NodeBalance) -> str:

@@ -86,6 +86,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         engine.machine.forms.reader = self._block_reader
         if engine.writer is not None:  # an engine that only publishes (a watchers' test) files nothing
             engine.writer.store.reader = self._block_reader
+            engine.writer.store.sized = self._block_size
         engine.machine.forms.states = self._joined
         # each node's last listed state, joined (the bytes the kept blocks are cut from: no copy)
         self._states: dict[str, tuple[tuple[bytes, ...], bytes]] = {}
@@ -359,6 +360,10 @@ class ControllerService(pb_grpc.ControllerServicer):
         listed = blockforms.listed_report(sent, block_list.hashes)
         self.engine.machine.forms.note(listed, block_list)
         return listed, []
+
+    def _block_size(self, name: bytes) -> int | None:
+        """A block's size, if it is one of a node's last state listed unjoined (each read checked, BF6)."""
+        return next((sizes[name] for sizes in list(self._sizes.values()) if name in sizes), None)
 
     def _sized(self, node_id: str, snapshot_id: str) -> Callable[[bytes], int | None]:
         """The size of a block of the node's last state listed unjoined, only while controller/blocks

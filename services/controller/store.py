@@ -155,6 +155,8 @@ class SnapshotStore:
         self._lacking: set[bytes] = set()  # blocks a report named and this store lacked: written again when filed
         # Listed states' blocks by name (blockforms.py; the controller's servicer sets it): a reader per state read
         self.reader: Callable[[], Callable[[bytes], bytes | None]] | None = None
+        # A block's size by its name, known from a read checked against it (the servicer sets it): filingsum FS5
+        self.sized: Callable[[bytes], int | None] | None = None
 
     def lacks(self, names: list[bytes]) -> None:
         """Blocks that stored snapshots reference and that are not on disk (or not as
@@ -261,7 +263,7 @@ class SnapshotStore:
         size = inline + sum(node.state_bytes for node in snapshot.nodes if blockforms.is_listed(node))
         # both files hold manifests past EXPORT_INLINE_BYTES: the checksum is theirs, no block read
         digest = filing_checksum(snapshot, stored, self.reader() if self.reader is not None else None,
-                                 of_stored=size > EXPORT_INLINE_BYTES, raw=self.blocks.read)
+                                 of_stored=size > EXPORT_INLINE_BYTES, raw=self.blocks.read, sized=self.sized)
         data = snapshot_file.sealed_with(stored, digest)
         with self._refs_lock:  # before the file: a crash leaves garbage, never a gap
             freed = self.refs.hold(snapshot.snapshot_id, named.keys() | listed)

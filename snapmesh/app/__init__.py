@@ -253,6 +253,18 @@ class View:
         known = getattr(self.states, "sizes", None)
         return known() if callable(known) else {node: len(state) for node, state in self.states.items()}
 
+    def fold(self, node: str, key: str, fn: Callable[[bytes], Any]) -> list[Any]:
+        """`fn(piece)` for each piece of `node`'s state, in order: a piece is one or more
+        whole parts of `snapshot_blocks()`, consecutive (A8), or the whole state, so `fn`
+        must take any such run. The controller keeps each piece's result by `key` and the
+        piece's content (its blocks' names: lazystates.py L5, foldmemo.py), across
+        snapshots, and reads only the pieces it has no result for: an invariant whose
+        result adds up over pieces then costs what changed. `key` names `fn` (another
+        function, another key); `fn` depends on the piece's bytes alone, and its results
+        are kept, so keep them small. Elsewhere the state is one piece."""
+        known = getattr(self.states, "fold", None)
+        return known(node, key, fn) if callable(known) else [fn(self.states[node])]
+
 
 def _check_app(app: App, where: str) -> None:
     """Raise AppError naming the first field of `app` that breaks the contract."""

@@ -25,24 +25,33 @@ L4. `sizes()` is node -> the length of its state, in the snapshot's order, and r
     wholedigest.py WD2). An invariant that needs only the lengths (`View.sizes`) so
     costs nothing per block: reading each state by block was most of a second
     snapshot's controller time at 64 MiB a node (docs/bench-cluster.md).
+L5. `fold(node, key, fn)` is `fn` of each piece of the node's state, in order, a
+    piece being one or more whole parts of the app's snapshot_blocks(), or the
+    whole state. A listed state is folded through the folder `with_reader` set
+    (foldmemo.py FM1-FM5: a piece's result is kept by its blocks' names, so an
+    unchanged piece costs no read at the next snapshot); any other, or one with no
+    folder set, is one piece, the state, folded afresh.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 T = TypeVar("T")
 # L3: (entry, snapshot id) -> the state a listed entry stands for
 Reader = Callable[[pb.NodeBalance, str], bytes]
-_readers: list[Reader] = []  # set by `with_reader`, the innermost last
+# L5: (entry, snapshot id, key, fn) -> fn of each piece of the state a listed entry stands for
+Folder = Callable[[pb.NodeBalance, str, str, Callable[[bytes], Any]], list[Any]]
+_readers: list[tuple[Reader, Folder | None]] = []  # set by `with_reader`, the innermost last
 
 
-def with_reader(read: Reader, action: Callable[[], T]) -> T:
-    """`action()`, the NodeStates made meanwhile reading listed states through `read` (L3)."""
-    _readers.append(read)
+def with_reader(read: Reader, action: Callable[[], T], fold: Folder | None = None) -> T:
+    """`action()`, the NodeStates made meanwhile reading listed states through `read` (L3)
+    and folding them through `fold` (L5)."""
+    _readers.append((read, fold))
     try:
         return action()
     finally:
@@ -57,7 +66,7 @@ class NodeStates(Mapping[str, bytes]):
     def __init__(self, snapshot: pb.Snapshot) -> None:
         self._nodes = {node.node_id: node for node in snapshot.nodes}
         self._snapshot_id = snapshot.snapshot_id
-        self._read = _readers[-1] if _readers else None
+        self._read, self._fold = _readers[-1] if _readers else (None, None)
 
     def __getitem__(self, node_id: str) -> bytes:
         try:
@@ -70,6 +79,13 @@ class NodeStates(Mapping[str, bytes]):
                                   "and no reader of blocks was set (lazystates.reading)")
             return self._read(node, self._snapshot_id)
         return node.state
+
+    def fold(self, node_id: str, key: str, fn: Callable[[bytes], Any]) -> list[Any]:
+        """`fn` of each piece of the node's state, in order (L5)."""
+        node = self._nodes.get(node_id)
+        if node is not None and _listed(node) and self._fold is not None:
+            return self._fold(node, self._snapshot_id, key, fn)
+        return [fn(self[node_id])]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._nodes)

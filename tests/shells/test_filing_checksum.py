@@ -160,3 +160,28 @@ def test_a_digest_in_the_blocks_form_is_checked_and_filed_in_that_form(tmp_path,
         store, _ = filed(tmp_path / "wrong", count, said=wrong)
     assert f"hashes to {said}, not to the {wrong}" in caplog.text
     assert store.load("s2").nodes[0].state_digest == said
+
+
+def test_a_blocks_form_digest_of_a_state_on_the_grid_is_checked_from_its_manifest(tmp_path, monkeypatch, caplog):
+    """FS5: a state listed unjoined (its blocks' sizes known, each read checked) on the grid,
+    its digest in the blocks form: filed with no block read; a wrong digest is still found."""
+    from snapmesh.protocol import statedigest
+
+    monkeypatch.setattr(servicer, "JOINED_MAX_BYTES", 1024 * 1024)
+    state = bytearray(random.Random(LARGE).randbytes(LARGE * B))
+    state[3 * B] ^= 1  # the second report's state (`filed`)
+    said = statedigest.blocks_form(bytes(state))
+    read = []
+
+    def counting(store, report):
+        real = store.blocks.read
+        monkeypatch.setattr(store.blocks, "read", lambda name: read.append(name) or real(name))
+
+    store, _ = filed(tmp_path / "right", LARGE, said=said, before=counting, kept=1024 * 1024)
+    assert read == [] and store.compact_path("s2").exists()
+    assert store.load("s2").nodes[0].state_digest == said
+    wrong = statedigest.blocks_form(b"other")
+    with caplog.at_level(logging.ERROR):
+        store, _ = filed(tmp_path / "wrong", LARGE, said=wrong, before=counting, kept=1024 * 1024)
+    assert f"hashes to {said}, not to the {wrong}" in caplog.text and len(read) >= LARGE
+    assert store.load("s2").nodes[0].state_digest == said

@@ -45,7 +45,9 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from snapmesh.protocol.controller.foldmemo import FoldMemo
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 LISTED_BYTES = 64 * 1024  # BF2
@@ -91,6 +93,7 @@ class BlockForms:
         # The shell's too: the state a manifest names, when it holds it joined already
         # (the report's own: read without a copy); None when it does not.
         self.states: Callable[[tuple[bytes, ...]], bytes | None] | None = None
+        self.folds = FoldMemo()  # the app's folds over listed states, kept across snapshots (lazystates L5)
         self._notes: OrderedDict[tuple[str, str, tuple[bytes, ...]], BlockList] = OrderedDict()
 
     def note(self, report: pb.FullState, block_list: BlockList) -> None:
@@ -133,6 +136,22 @@ class BlockForms:
                 raise BlockMissing(f"snapshot {snapshot_id}, node {entry.node_id}, block sha256:{name.hex()}: missing")
             parts.append(block)
         return b"".join(parts)
+
+    def fold(self, entry: pb.NodeBalance, snapshot_id: str, key: str, fn: Callable[[bytes], Any]) -> list[Any]:
+        """`fn` of each piece of the state a listed entry stands for (foldmemo.py FM1-FM5),
+        its blocks read as `state` reads them (BF3) where a piece's result is not kept."""
+        if self.reader is None:
+            raise BlockMissing(f"snapshot {snapshot_id}, node {entry.node_id}: its state is listed and "
+                               "nothing reads blocks here")
+        read = self.reader()
+
+        def checked(name: bytes) -> bytes:
+            block = read(name)
+            if block is None:
+                raise BlockMissing(f"snapshot {snapshot_id}, node {entry.node_id}, block sha256:{name.hex()}: missing")
+            return block
+
+        return self.folds.fold(entry.state_blocks.hashes, checked, key, fn)
 
     def whole(self, snapshot: pb.Snapshot) -> pb.Snapshot:
         """`snapshot` itself when nothing in it is listed, else a copy in whole form (BF1)."""

@@ -398,7 +398,7 @@ class Tracker:
             pending.sizes[node] = self._fill(snapshot.nodes.add(), pending.reports[node])
         recorded_channels(snapshot.channels, list(pending.reports.values()), pending.recorded, side,
                           self._channels, overtake=self.snapshot_mode == "overtake")
-        lazystates.with_reader(self.forms.state, lambda: side.judge(snapshot))  # T9: listed states by block
+        lazystates.with_reader(self.forms.state, lambda: side.judge(snapshot), self.forms.fold)  # T9: by block
         self._compact[snapshot.snapshot_id] = self._channels
         return self._finish(pending, COMPLETE, snapshot.reason, now)
 

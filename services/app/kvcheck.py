@@ -1,0 +1,159 @@
+"""kvshard's invariant, every key exactly once, over a snapshot's View (kvshard.py).
+
+Split from kvshard.py, which holds the machine: the check reads the states by
+piece (View.fold) or by name (kvscan), never decoded whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Callable
+
+from snapmesh.app import View
+from snapmesh.services.app import kvscan
+
+
+def every_key_exactly_once(view: View) -> list[str]:
+    """The names created minus the names deleted are each found once, at a node or in a
+    handoff in flight, and nothing else is found; each name created and deleted at most once.
+
+    It reads one node's state at a time (kvscan: the names only, never the state decoded
+    whole), so it holds one state, not all, and keeps a compact digest, not the names:
+    with every name created once, the invariant holds iff the names found plus the
+    names deleted are the names created, as multisets, which sums of a hash of each
+    name, per bucket of names, tell. Names are created once when each namespace's
+    ("p1/...") created names are listed at one node (K1, KR3), in order (sorted, so a
+    name twice at one node is seen). Only the names of a bucket whose sums differ, or
+    of a namespace listed at two nodes, are then read again and kept, to name what is
+    wrong in the same words as a check over every name would.
+
+    First, by pieces (View.fold): the sum of every name's digest, created +, found or
+    deleted -, is 0 modulo _PRIME iff every bucket's is, but with odds 2^-127, and a
+    piece's share of it is kept by the controller with the piece, so a snapshot adds
+    up only the pieces that changed. Only when that does not hold is every state read
+    as below, to name what is wrong."""
+    if _holds(view):
+        return []
+    sums = [0] * BUCKETS
+    lister: dict[str, str] = {}  # namespace -> the node that lists its created names
+    suspect: set[str] = set()  # namespaces listed at two nodes
+    everything = False  # a node's created names out of order: every name is read again
+    for node in view.states:
+        everything = not _add_sums(view, node, sums, lister, suspect) or everything
+    handoffs = _handoffs(view)
+    for _, _, _, key in handoffs:
+        sums[_digest(key) % BUCKETS] -= _digest(key)
+    wrong = {bucket for bucket, total in enumerate(sums) if total % _PRIME}
+    if not (wrong or suspect or everything):
+        return []
+    return _named_problems(view, handoffs, lambda name: everything or name.split("/", 1)[0] in suspect
+                           or _digest(name) % BUCKETS in wrong)
+
+
+BUCKETS = 4096  # digests kept: a wrong bucket's names are read again, about 1/BUCKETS of them
+_PRIME = 2**127 - 1  # the sums are compared modulo it: a different multiset of names sums the same with odds 2^-127
+
+
+_FOLD = "kvshard.every_key_exactly_once/1"  # names _piece's results in the controller's memo (View.fold)
+
+
+def _holds(view: View) -> bool:
+    """Whether every name's digest adds up to 0 (created +, found, deleted or handed off
+    -), each namespace's created names listed at one node, in order: the invariant holds."""
+    total, lister = 0, {}
+    try:
+        for node in view.states:
+            pieces = view.fold(node, _FOLD, _piece)
+            listing = [piece for piece in pieces if piece[1] is not None]
+            if len(listing) > 1 or not all(in_order for _, _, in_order in listing):
+                return False  # created names in two pieces, or out of order: the slow path names why
+            for _, spaces, _ in listing:
+                if any(lister.setdefault(space, node) != node for space in spaces):
+                    return False
+            total += sum(piece_total for piece_total, _, _ in pieces)
+    except ValueError:  # a piece that is not a run of whole parts: the slow path reads the states whole
+        return False
+    total -= sum(_digest(key) for _, _, _, key in _handoffs(view))
+    return total % _PRIME == 0
+
+
+def _piece(piece: bytes) -> tuple[int, tuple[str, ...] | None, bool]:
+    """A piece's share (View.fold): its names' digests summed modulo _PRIME (created +,
+    found or deleted -), its created names' namespaces (None: it lists none), and whether
+    those are in order, each once."""
+    total, spaces, last, in_order = 0, None, None, True
+    for part, name in kvscan.piece_names(piece):
+        digest = _digest(name)
+        if part == "created":
+            total += digest
+            in_order = in_order and (last is None or name > last)
+            last = name
+            spaces = spaces or {}
+            spaces[name.split("/", 1)[0]] = None
+        else:
+            total -= digest
+    return total % _PRIME, None if spaces is None else tuple(spaces), in_order
+
+
+def _digest(name: str) -> int:
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=16).digest(), "big")
+
+
+def _add_sums(view: View, node: str, sums: list[int], lister: dict[str, str], suspect: set[str]) -> bool:
+    """Add the node's names to the sums (created +, found or deleted -) and its created
+    names' namespaces to `lister` (or `suspect`); whether it lists them in order, each
+    once (snapshot() sorts them). A function of its own: the state is let go at its return."""
+    last = None
+    in_order = True
+    for part, name in kvscan.names(view.states[node]):
+        digest = _digest(name)
+        if part == "created":
+            sums[digest % BUCKETS] += digest
+            in_order = in_order and (last is None or name > last)
+            last = name
+            space = name.split("/", 1)[0]
+            if lister.setdefault(space, node) != node:
+                suspect.add(space)
+        else:
+            sums[digest % BUCKETS] -= digest
+    return in_order
+
+
+def _handoffs(view: View) -> list[tuple[str, str, int, str]]:
+    """(src, dst, seq, key) of every handoff in flight."""
+    found = []
+    for src, dst, seq, payload in view.in_flight:
+        message = json.loads(payload)
+        if message["type"] == "handoff":
+            found.append((src, dst, seq, message["key"]))
+    return found
+
+
+def _named_problems(view: View, handoffs: list[tuple[str, str, int, str]], chosen: Callable[[str], bool]) -> list[str]:
+    """every_key_exactly_once's problems among the names `chosen` picks, each found where it is."""
+    created: Counter[str] = Counter()
+    deleted: Counter[str] = Counter()
+    found: dict[str, list[str]] = {}
+    for node in sorted(view.states):
+        for part, name in kvscan.names(view.states[node]):
+            if chosen(name):
+                if part == "keys":
+                    found.setdefault(name, []).append(f"at {node}")
+                else:
+                    (created if part == "created" else deleted)[name] += 1
+    for src, dst, seq, key in handoffs:
+        if chosen(key):
+            found.setdefault(key, []).append(f"in flight {src}->{dst} seq {seq}")
+    problems = [f"key {k} created {n} times" for k, n in sorted(created.items()) if n > 1]
+    problems += [f"key {k} deleted {n} times" for k, n in sorted(deleted.items()) if n > 1]
+    problems += [f"key {k} deleted but never created" for k in sorted(set(deleted) - set(created))]
+    expected = set(created) - set(deleted)
+    for key in sorted(expected | set(found)):
+        seen = found.get(key, [])
+        if key not in expected:
+            problems.append(f"key {key} seen {len(seen)} times ({', '.join(seen)}) but is not a live key")
+        elif len(seen) != 1:
+            problems.append(f"key {key} seen {len(seen)} times" + (f" ({', '.join(seen)})" if seen else " (lost)"))
+    return problems

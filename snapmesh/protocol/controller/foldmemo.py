@@ -1,0 +1,98 @@
+"""An app's fold over a listed state, piece by piece, each piece's result kept by its content, pure.
+
+An invariant that reads every state whole (kvshard's every key exactly once) cost
+the controller time in proportion to the states at every snapshot, where only a
+few blocks changed since the last one. `FoldMemo.fold` hands the app's function
+one piece of a listed state at a time and keeps its result by (the app's key,
+the piece's blocks' names): at the next snapshot an unchanged piece's result is
+taken, its blocks unread, so a snapshot's check costs what changed.
+
+Rules:
+FM1. A piece is a run of the state's blocks, in order, that ends at a block shorter
+    than BLOCK_BYTES or at the state's last block. A node cuts each part of
+    snapshot_blocks() into blocks of BLOCK_BYTES, the last one shorter (blocks.py
+    B6), so a piece is one or more whole parts, consecutive; a state cut on the
+    plain grid is one piece, the whole state. Only a part whose size is a multiple
+    of BLOCK_BYTES joins the next one in a piece.
+FM2. A result is kept under (key, the SHA-256 of the piece's block names joined).
+    Each block is named by the SHA-256 of its content and checked against its name
+    when read (BF3) or when filed (BF6), so the names are the bytes: a kept result
+    is `fn` of those bytes, as if they were read again. The app's `fn` is a
+    function of the piece's bytes alone (the key names it: a new function, a new key).
+FM3. A block's size is kept by its name once a block was read (checked against
+    its name): the pieces of the next state are found without reading its
+    unchanged blocks.
+FM4. Bounded: at most MAX_RESULTS results and MAX_SIZES sizes, the ones used
+    longest ago let go first; one let go is computed again when needed, never wrong.
+    `fn`'s results are kept, so an app keeps them small (a sum, a few names).
+FM5. Counted (`blocks_read`, `bytes_folded`, `pieces_folded`, `pieces_kept`): the
+    work a fold did, for tests and the bench, which hold under a noisy machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from snapmesh.app import BLOCK_BYTES
+
+MAX_RESULTS = 1 << 16  # FM4: about 4 GiB of pieces of 64 KiB
+MAX_SIZES = 1 << 20  # FM4: 8 GiB of blocks' names
+
+
+class FoldMemo:
+    def __init__(self, max_results: int = MAX_RESULTS, max_sizes: int = MAX_SIZES) -> None:
+        self.max_results, self.max_sizes = max_results, max_sizes
+        self._results: OrderedDict[tuple[str, bytes], Any] = OrderedDict()
+        self._sizes: OrderedDict[bytes, int] = OrderedDict()
+        self.blocks_read = self.bytes_folded = self.pieces_folded = self.pieces_kept = 0
+
+    def fold(self, names: Sequence[bytes], read: Callable[[bytes], bytes], key: str,
+             fn: Callable[[bytes], Any]) -> list[Any]:
+        """`fn` of each piece (FM1) of the state `names` names, in order; `read` gives a
+        block by its name, checked against it, or raises (BF3)."""
+        held: dict[bytes, bytes] = {}  # the blocks read for this state, until their piece is folded
+        out, start = [], 0
+        for i, name in enumerate(names):
+            size = self._size(name)
+            if size is None:
+                held[name] = block = self._read(read, name)
+                size = len(block)
+            if size < BLOCK_BYTES or i == len(names) - 1:
+                out.append(self._piece(names[start:i + 1], held, read, key, fn))
+                held.clear()
+                start = i + 1
+        return out
+
+    def _piece(self, run: Sequence[bytes], held: dict[bytes, bytes], read: Callable[[bytes], bytes], key: str,
+               fn: Callable[[bytes], Any]) -> Any:
+        slot = (key, hashlib.sha256(b"".join(run)).digest())
+        if slot in self._results:
+            self._results.move_to_end(slot)
+            self.pieces_kept += 1
+            return self._results[slot]
+        piece = b"".join(held[name] if name in held else self._read(read, name) for name in run)
+        result = fn(piece)
+        self.pieces_folded += 1
+        self.bytes_folded += len(piece)
+        self._results[slot] = result
+        while len(self._results) > self.max_results:
+            self._results.popitem(last=False)
+        return result
+
+    def _size(self, name: bytes) -> int | None:
+        size = self._sizes.get(name)
+        if size is not None:
+            self._sizes.move_to_end(name)
+        return size
+
+    def _read(self, read: Callable[[bytes], bytes], name: bytes) -> bytes:
+        block = read(name)
+        self.blocks_read += 1
+        self._sizes[name] = len(block)  # FM3: checked against its name by `read`
+        self._sizes.move_to_end(name)
+        while len(self._sizes) > self.max_sizes:
+            self._sizes.popitem(last=False)
+        return block

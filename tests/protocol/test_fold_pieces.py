@@ -1,0 +1,166 @@
+"""A second snapshot's check costs what changed (View.fold, lazystates L5, foldmemo.py
+FM1-FM5, kvshard's every key exactly once): the tracker judges kvshard's listed states
+by pieces, and at the next snapshot reads only the blocks of the pieces that changed,
+while a change that breaks the invariant is still found and named."""
+
+from __future__ import annotations
+
+import pytest
+
+from snapmesh.app import BLOCK_BYTES, Context, NodeInfo, View
+from snapmesh.protocol import blocks
+from snapmesh.protocol.appstate import AppChecker, digest
+from snapmesh.protocol.controller import blockforms
+from snapmesh.protocol.controller.foldmemo import FoldMemo
+from snapmesh.protocol.controller.tracker import Now, Tracker
+from snapmesh.protocol.topology import Topology
+from snapmesh.services.app import kvshard
+from snapmesh.v1 import snapmesh_pb2 as pb
+
+NODES = ("a", "b")
+AT = Now(1.0, 1000.0)
+
+
+def machines(keys: int = 400) -> dict[str, kvshard.KVShard]:
+    made = {}
+    for node in NODES:
+        other = tuple(n for n in NODES if n != node)
+        made[node] = kvshard.KVShard(NodeInfo(node_id=node, peers_out=other, peers_in=other, params={}))
+        for i in range(keys):
+            put(made[node], f"{node}/k{i:05d}", "v" * 1000)
+    return made
+
+
+def put(machine: kvshard.KVShard, key: str, value: str) -> None:
+    machine.on_command(kvshard.encode({"op": "put", "key": key, "value": value}), Context(machine.me, machine.peers_out))
+
+
+class Store:
+    """The controller's blocks, counting the ones read."""
+
+    def __init__(self) -> None:
+        self.held: dict[bytes, bytes] = {}
+        self.read: list[bytes] = []
+
+    def get(self, name: bytes) -> bytes | None:
+        self.read.append(name)
+        return self.held.get(name)
+
+
+def snapshot(tracker: Tracker, store: Store, sid: str, states: dict[str, list[bytes]]) -> pb.Snapshot:
+    """A COMPLETE snapshot of the states (each as snapshot_blocks' parts), reported as block lists."""
+    tracker.start(sid, "a", AT)
+    done = None
+    for node, parts in states.items():
+        state = b"".join(parts)
+        named = blocks.names(state, [len(p) for p in parts])[0]
+        for name, (start, end) in zip(named.names, named.bounds, strict=True):
+            store.held[name] = state[start:end]
+        report = pb.FullState(snapshot_id=sid, node_id=node, state=state, app_name="kvshard", app_version=1,
+                              channels=[pb.ChannelState(src=n, dst=node) for n in NODES if n != node])
+        report = blockforms.listed_report(report, named.names)
+        sizes = tuple(end - start for start, end in named.bounds)
+        tracker.forms.note(report, blockforms.BlockList(tuple(named.names), sizes, digest(state)))
+        done = tracker.report(report, AT).snapshot
+    assert done is not None and all(node.HasField("state_blocks") for node in done.nodes)
+    return done
+
+
+def new_tracker(store: Store) -> Tracker:
+    tracker = Tracker(topology=Topology(nodes=NODES, channels=(("a", "b"), ("b", "a"))), deadline_s=5.0,
+                      checker=AppChecker("kvshard", kvshard.app))
+    tracker.forms.reader = lambda: store.get
+    return tracker
+
+
+def verdict(snapshot: pb.Snapshot) -> list[str]:
+    return [p for result in snapshot.app.invariants for p in result.problems]
+
+
+def test_a_second_snapshot_reads_only_the_changed_piece():
+    nodes, store = machines(), Store()
+    tracker = new_tracker(store)
+    first = snapshot(tracker, store, "s1", {n: m.snapshot_blocks() for n, m in nodes.items()})
+    assert first.app.invariants[0].ok
+    every = sum(len(node.state_blocks.hashes) for node in first.nodes)
+    put(nodes["a"], "a/k00123", "w" * 1000)
+    parts = nodes["a"].snapshot_blocks()
+    changed = [part for part in parts[1:] if '"a/k00123"' in part.decode()]  # parts[0]: the names
+    assert len(changed) == 1
+    store.read.clear()
+    second = snapshot(tracker, store, "s2", {n: m.snapshot_blocks() for n, m in nodes.items()})
+    assert second.app.invariants[0].ok
+    # the changed part's blocks (a piece: the part, joined to the next only when its size is a
+    # multiple of BLOCK_BYTES) and none else of the 2 states' blocks
+    assert len(store.read) <= 2 * (len(changed[0]) // BLOCK_BYTES + 1), (len(store.read), every)
+    assert {blocks.block_hash(b) for b in blocks.split(changed[0])} <= set(store.read)
+    assert every > 10 * len(store.read)  # a check of the states whole reads every one
+
+
+def test_a_changed_piece_that_breaks_the_invariant_is_found_and_named():
+    nodes, store = machines(), Store()
+    tracker = new_tracker(store)
+    assert snapshot(tracker, store, "s1", {n: m.snapshot_blocks() for n, m in nodes.items()}).app.invariants[0].ok
+    doctored = nodes["b"].snapshot_blocks()
+    doctored[3] = doctored[3].replace(b'"b/k', b'"b/x', 1)  # a key renamed: lost, and one never created
+    states = {"a": nodes["a"].snapshot_blocks(), "b": doctored}
+    lost = "b/k" + doctored[3].split(b'"b/x', 1)[1].split(b'"', 1)[0].decode()
+    problems = verdict(snapshot(tracker, store, "s2", states))
+    assert f"key {lost} seen 0 times (lost)" in problems
+    assert any(p.startswith("key b/x") and "not a live key" in p for p in problems)
+
+
+def test_the_memo_counts_and_reads_a_piece_of_changed_blocks_only():
+    parts = [b"h" * 100, b"x" * (3 * BLOCK_BYTES + 5), b"y" * (2 * BLOCK_BYTES), b"z" * 7]
+    state = b"".join(parts)
+    named = blocks.names(state, [len(p) for p in parts])[0]
+    held = {name: state[start:end] for name, (start, end) in zip(named.names, named.bounds, strict=True)}
+    memo, seen = FoldMemo(), []
+    fold = lambda piece: seen.append(piece) or len(piece)  # noqa: E731
+    assert memo.fold(named.names, held.__getitem__, "k", fold) == [100, 3 * BLOCK_BYTES + 5, 2 * BLOCK_BYTES + 7]
+    assert seen == [parts[0], parts[1], parts[2] + parts[3]]  # a part of whole blocks joins the next (FM1)
+    seen.clear()
+    memo.blocks_read = 0
+    parts[1] = b"x" * BLOCK_BYTES + b"X" + b"x" * (2 * BLOCK_BYTES + 4)
+    state = b"".join(parts)
+    named = blocks.names(state, [len(p) for p in parts])[0]
+    held.update({name: state[start:end] for name, (start, end) in zip(named.names, named.bounds, strict=True)})
+    assert memo.fold(named.names, held.__getitem__, "k", fold) == [100, 3 * BLOCK_BYTES + 5, 2 * BLOCK_BYTES + 7]
+    assert seen == [parts[1]]
+    assert memo.blocks_read == 1 + 3  # the changed block, then its piece's (the first read twice: not held)
+    assert memo.fold(named.names, held.__getitem__, "other", len) == [100, 3 * BLOCK_BYTES + 5, 2 * BLOCK_BYTES + 7]
+    assert memo.pieces_folded == 3 + 1 + 3  # another key is another function: folded afresh
+
+
+def test_bounded_results_are_folded_again():
+    memo = FoldMemo(max_results=1, max_sizes=1)
+    parts = [b"p" * 10, b"q" * 10]
+    named = blocks.names(b"".join(parts), [10, 10])[0]
+    held = dict(zip(named.names, parts, strict=True))
+    for _ in range(2):
+        assert memo.fold(named.names, held.__getitem__, "k", bytes.upper) == [b"P" * 10, b"Q" * 10]
+    assert memo.pieces_folded == 4
+
+
+@pytest.mark.parametrize("states", [{"a": b"{}"}, {}])
+def test_elsewhere_a_state_is_one_piece(states):
+    view = View(snapshot_id="s", states=states, in_flight=[])
+    for node, state in states.items():
+        assert view.fold(node, "k", len) == [len(state)]
+
+
+def test_a_kvshard_state_read_by_runs_of_parts_has_the_names_read_whole():
+    """kvscan S4: any run of whole parts, the head's, the ranges', the end's; a cut amid a part is refused."""
+    from snapmesh.services.app import kvscan
+
+    machine = machines(keys=300)["a"]
+    put(machine, "a/k00007", 12)  # a value not a string: the general path
+    machine.on_command(kvshard.encode({"op": "move", "key": "a/k00009", "to": "b"}), Context("a", ("b",)))
+    parts = machine.snapshot_blocks()
+    whole = list(kvscan.names(machine.snapshot()))
+    for run in (1, 2, 3, len(parts)):
+        got = [name for i in range(0, len(parts), run) for name in kvscan.piece_names(b"".join(parts[i:i + run]))]
+        assert got == whole
+    for cut in (parts[1][:-5], parts[0][:-3], parts[-1][7:], parts[-1] + b"}"):
+        with pytest.raises(ValueError):
+            list(kvscan.piece_names(cut))
