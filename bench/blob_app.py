@@ -11,6 +11,7 @@ node's state is still `mib` MiB.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 from snapmesh.app import BLOCK_BYTES, App, Context, NodeInfo, View
 
@@ -25,7 +26,8 @@ class Blob:
     """The blob as immutable blocks of BLOCK_BYTES (the last one shorter): a write
     replaces the blocks it touches and no other, and snapshot_blocks() hands the
     blocks over as they are, so a node's cut hashes only the blocks written since
-    the last (snapmesh.app A8) and nothing copies the blob but the join."""
+    the last (snapmesh.app A8) and nothing copies the blob but the join. A restore
+as blocks hands them back (restore_blocks, A9) and they are kept as they are."""
 
     def __init__(self, info: NodeInfo) -> None:
         self._info = info
@@ -68,6 +70,16 @@ class Blob:
 
     def restore(self, state: bytes) -> None:
         self._set(state)
+
+    def restore_blocks(self, blocks: Iterable[bytes]) -> None:
+        """The state as the node rebuilt it (snapmesh.app A9): kept as they are when each
+        but the last is BLOCK_BYTES (the node's usual cut of this app's parts), so the
+        node and the app hold one state between them; else joined and cut again."""
+        kept = list(blocks)
+        if any(len(block) != BLOCK_BYTES for block in kept[:-1]) or any(type(b) is not bytes for b in kept):
+            self._set(b"".join(kept))
+            return
+        self._blocks, self._size = kept, sum(map(len, kept))
 
 
 def write(offset: int, data: bytes) -> bytes:

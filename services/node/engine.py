@@ -37,6 +37,7 @@ from snapmesh.services.node.reporter import StateReporter
 from snapmesh.services.node.translog import LogClosedError, TransferLog
 from snapmesh.protocol.node import core, link
 from snapmesh.protocol import wal
+from snapmesh.protocol.blockstate import BlockState
 from snapmesh.protocol.node import effects as fx
 from snapmesh.protocol.node.fence import STOPPED, Fence
 from snapmesh.protocol.node.machine import Node
@@ -211,8 +212,12 @@ class Engine:
             self._stopped = asyncio.get_running_loop().create_future()
         return self._stopped
 
+    def takes_blocks(self) -> bool:
+        """Whether the hosted app restores from blocks (snapmesh.app A9): a restore as blocks is rebuilt unjoined."""
+        return self.node.host.takes_blocks()
+
     def restore(
-        self, snapshot_id: str, epoch: int, in_flight: list[tuple], state: bytes | None = None
+        self, snapshot_id: str, epoch: int, in_flight: list[tuple], state: bytes | BlockState | None = None
     ) -> asyncio.Future[fx.RestoreReply]:
         """Restore (node rule N8); the node's `EndStreams` says which streams
         of the older epoch end. Returns the future the node's `RestoreReply`

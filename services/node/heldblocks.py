@@ -16,7 +16,10 @@ never joined in pieces: each carried block goes to the shelf as it comes
 (`carried`), and a state of more than FILE_REBUILD_BYTES is rebuilt from the
 shelf block by block into a file beside it, checked, and read back in one
 read: the node holds one block, then the state once (the app takes one
-bytes), never a list of its blocks beside their join.
+bytes), never a list of its blocks beside their join. For an app that restores
+from blocks (snapmesh.app A9, `restore_blocks`) no state is joined at all: the
+blocks are kept as they are read, checked, as a BlockState (blockstate.py), which
+the app, the undo base, the restore record and `restored` all hold.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from snapmesh.protocol import blocks, restoreblocks, restorestream
+from snapmesh.protocol.blockstate import BlockState
 from snapmesh.services.node.blockshelf import BlockShelf
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -88,12 +92,19 @@ class HeldBlocks:
         self._closed = True
         await asyncio.to_thread(self.close)
 
-    async def state_of(self, request: pb.RestoreStateRequest) -> tuple[bytes | None, blocks.Named | None]:
+    async def state_of(
+        self, request: pb.RestoreStateRequest, as_blocks: bool = False,
+    ) -> tuple[bytes | BlockState | None, blocks.Named | None]:
         """The state `request` restores (its `state`, or rebuilt from its blocks and
-        those held), and, rebuilt, its blocks for `restored`. Raises MissingRestoreBlocks."""
+        those held), and, rebuilt, its blocks for `restored`. `as_blocks`: rebuilt as a
+        BlockState, never joined (the app restores from blocks). Raises MissingRestoreBlocks."""
         if not request.HasField("state_blocks"):
             return (request.state if request.HasField("state") else None), None
         get = restoreblocks.reader(self._sent.last, self._restored, shelf=self.shelf.get if self.shelf else None)
+        if as_blocks:
+            if self.shelf is None and len(request.state_blocks.hashes) * blocks.BLOCK_BYTES <= INLINE_REBUILD_BYTES:
+                return self._rebuilt_as_blocks(request, get)
+            return await asyncio.to_thread(self._rebuilt_as_blocks, request, get)
         if self.shelf is not None and len(request.state_blocks.hashes) * blocks.BLOCK_BYTES > FILE_REBUILD_BYTES:
             return await asyncio.to_thread(self._rebuilt_through_file, request, get)
         if self.shelf is None and len(request.state_blocks.hashes) * blocks.BLOCK_BYTES <= INLINE_REBUILD_BYTES:
@@ -121,6 +132,18 @@ class HeldBlocks:
         finally:
             path.unlink(missing_ok=True)
         return state, blocks.Named(state, bounds, list(request.state_blocks.hashes), {})
+
+    @staticmethod
+    def _rebuilt_as_blocks(
+        request: pb.RestoreStateRequest, get: Callable[[bytes], bytes | None],
+    ) -> tuple[BlockState, blocks.Named]:
+        """RS5 into a list of the blocks as read and checked: no join. Raises MissingRestoreBlocks."""
+        found: list[bytes] = []
+        bounds, why = restorestream.rebuild(request, get, found.append)
+        if bounds is None:
+            raise MissingRestoreBlocks(why)
+        state = BlockState(found)
+        return state, blocks.Named(state, bounds, list(request.state_blocks.hashes), {})  # type: ignore[arg-type]
 
     async def carried(self, carried: list[bytes]) -> None:
         """Blocks a streamed restore carried: to the shelf (BS5), off the event loop."""

@@ -244,7 +244,7 @@ class NodeServicer(pb_grpc.NodeServicer):
             in_flight += [(channel.src, t.msg_id, t.seq, 0, t.payload if t.HasField("payload") else None)
                           for t in channel.in_flight]
         try:  # a state as blocks is rebuilt and checked before anything changes (restoreblocks.py RB3)
-            state, named = await self._held.state_of(request)
+            state, named = await self._held.state_of(request, as_blocks=engine.takes_blocks())
         except MissingRestoreBlocks as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{exc} (node {engine.node_id})")
         if hasattr(self._extra, "restore_args"):  # the app's reading of a restore (of its own v1 fields)

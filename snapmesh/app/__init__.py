@@ -6,7 +6,7 @@ epochs; the app owns its state and its messages, both as bytes (etcd raft's
 the app never sees a marker, a seq or an epoch, so it cannot get them wrong.
 
 An app is an `App`: a name, `new(info) -> machine`, and checks over snapshots. A
-machine is one node's state, with four methods (see `Machine`), and a fifth optional one:
+machine is one node's state, with four methods (see `Machine`), and optional ones:
 
     on_command(command: bytes, ctx) -> bytes       a client's request -> its reply
     on_message(src: str, payload: bytes, ctx)      the next message on channel src -> me
@@ -14,6 +14,7 @@ machine is one node's state, with four methods (see `Machine`), and a fifth opti
     restore(state: bytes)                          on a fresh instance, from snapshot() bytes
     on_query(query: bytes) -> bytes                optional: a client's read (A7)
     snapshot_blocks() -> Iterable[bytes]           optional: the state in parts (A8)
+    restore_blocks(blocks: Iterable[bytes])        optional: restore from the state's blocks (A9)
 
 Rules the app must keep
 -----------------------
@@ -66,6 +67,17 @@ A8. `snapshot_blocks()`, if the machine has it, is used in place of `snapshot()`
     (snapmesh/protocol/node/cutnames.py): an app that keeps its state as
     immutable blocks of BLOCK_BYTES, replacing only those a step writes, and
     hands them over as they are (bench/blob_app.py) pays at a cut for what changed.
+A9. `restore_blocks(blocks)`, if the machine has it, is used in place of
+    `restore(state)` when the node rebuilt the state from blocks (a restore as
+    blocks): `blocks` joined are the bytes `restore` would get, each a non-empty
+    `bytes` that never changes, cut as the node stores the state (blocks of
+    BLOCK_BYTES within each part snapshot_blocks() gave, so usually the parts'
+    own blocks back). The app may keep them as they are: the node holds the same
+    objects (the undo base, the restore's log record), so the state is held once,
+    never joined. It must not rely on the cut (check it, and join when it is not
+    the one it keeps). A state sent whole still goes to `restore`. Like A8, a
+    subclass that overrides `restore()` below the class defining
+    `restore_blocks()` is restored by its `restore()`.
 
 Versions. `version` (an int, default 1) names the encoding of the app's state and
 messages. The log's init and checkpoint records and every snapshot carry the
@@ -220,8 +232,9 @@ class Context:
 
 class Machine(Protocol):
     """One node's state (rules A1-A8 above). `App.new(info)` makes one. It may also have
-    `on_query(query: bytes) -> bytes`, a read (A7), and `snapshot_blocks() ->
-    Iterable[bytes]`, its state in parts (A8): optional, so not part of the Protocol."""
+    `on_query(query: bytes) -> bytes`, a read (A7), `snapshot_blocks() ->
+    Iterable[bytes]`, its state in parts (A8), and `restore_blocks(blocks)`, a restore
+    from them (A9): optional, so not part of the Protocol."""
 
     def on_command(self, command: bytes, ctx: Context) -> bytes: ...
 

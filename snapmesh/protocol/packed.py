@@ -29,11 +29,15 @@ class Packed:
         return bool(self.data)
 
     def text(self) -> str:
-        return _b2a(self.data, newline=False).decode()
+        return _b2a(bytes(self.data), newline=False).decode()  # a BlockState joined (blockstate.py BST3)
 
     def slices(self, chars: int) -> Iterator[bytes]:
         """The base64, in slices of at most `chars` (a multiple of 4: each slice of data a multiple of 3)."""
         step = max(3, chars // 4 * 3)
+        if type(self.data) is not bytes:  # a state held as its blocks (blockstate.py): a run at a time
+            for run in self.data.runs(step):
+                yield _b2a(run, newline=False)
+            return
         view = memoryview(self.data)
         for at in range(0, len(view), step):
             yield _b2a(view[at : at + step], newline=False)
@@ -44,7 +48,7 @@ class Packed:
         return isinstance(other, str) and len(other) == len(self) and other == self.text()
 
     def __hash__(self) -> int:
-        return hash(self.data)
+        return hash(bytes(self.data))
 
     def __repr__(self) -> str:
         return f"Packed({len(self.data)} bytes)"

@@ -422,8 +422,8 @@ def pack(data: bytes) -> str:
 
 def unpack(text: str | Packed, where: str) -> bytes:
     """The inverse of `pack`; CorruptRecord naming `where` for text that is not base64."""
-    if type(text) is Packed:  # a record not yet written: its bytes
-        return text.data
+    if type(text) is Packed:  # a record not yet written: its bytes (a BlockState's joined: in-memory readers only)
+        return text.data if type(text.data) is bytes else bytes(text.data)
     try:
         return base64.b64decode(text, validate=True)
     except ValueError:  # binascii.Error is one

@@ -49,6 +49,9 @@ class _Engine:
         self.restored: list[tuple[str, int, bytes | None]] = []
         self.metrics = SimpleNamespace(restore_bytes=SimpleNamespace(inc=lambda n: None))
 
+    def takes_blocks(self) -> bool:  # an app with restore(bytes) only (snapmesh.app A9)
+        return False
+
     def restore(self, snapshot_id, epoch, in_flight, state):
         self.restored.append((snapshot_id, epoch, state))
         return epoch

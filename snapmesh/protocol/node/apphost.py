@@ -17,6 +17,10 @@ H2. `snapshot()` must return bytes; anything else is the app's bug, reported
     as `AppFailed` with the type it returned.
 H3. `restore(state)` runs on a fresh instance; the old one is kept until the
     new one restored without raising, so a failed restore changes nothing.
+    A state held as its blocks (blockstate.BlockState, a restore rebuilt from
+    blocks) goes to the app's `restore_blocks` (snapmesh.app A9) as those very
+    blocks, and stays the undo base as it is: nothing joins it. An app without
+    `restore_blocks` gets it joined, once, as `restore` bytes.
 H4. A command that does not go through leaves the app exactly as it was,
     whatever the app did before it stopped: one the app refuses
     (`ctx.refuse`), raises in, or answers with something not bytes, and one
@@ -57,6 +61,7 @@ from typing import Any
 
 from snapmesh.app import App, Context, NodeInfo, Refused, StepEnded, validate_machine
 from snapmesh.protocol.blocks import PartedState
+from snapmesh.protocol.blockstate import BlockState
 from snapmesh.protocol.node.core import AppFailed, AppRefusal, LocalProtocolError, Refusal
 from snapmesh.protocol.node.undo import UndoLog
 
@@ -88,8 +93,8 @@ class Host:
         self.machine = self._new()
         self.undo.rebase(None)
 
-    def restore(self, state: bytes) -> None:
-        """A fresh instance holding `state` (H3, H6)."""
+    def restore(self, state: bytes | BlockState) -> None:
+        """A fresh instance holding `state` (H3, H6); a BlockState is not joined for an app with restore_blocks."""
         self.machine = self._restored(state)
         self.undo.rebase(state)
 
@@ -222,10 +227,19 @@ class Host:
         if inputs:  # the next refusal restores this, replaying nothing
             self.undo.rebase(self._snapshot(machine))
 
-    def _restored(self, state: bytes) -> Any:
+    def takes_blocks(self) -> bool:
+        """Whether the app restores from blocks (A9): a restore as blocks is then rebuilt as a BlockState."""
+        return _own(type(self.machine), "restore_blocks", "restore")
+
+    def _restored(self, state: bytes | BlockState) -> Any:
         machine = self._new()
         try:
-            machine.restore(state)
+            if type(state) is not BlockState:
+                machine.restore(state)
+            elif _own(type(machine), "restore_blocks", "restore"):
+                machine.restore_blocks(iter(state.blocks))  # H3: the blocks themselves, no join
+            else:
+                machine.restore(bytes(state))  # BST3: the one join
         except Exception as exc:  # noqa: BLE001  (app code: any exception is the app's failure)
             raise AppFailed(f"app {self.app.name!r} raised in restore(): {_text(exc)}") from exc
         return machine
@@ -281,11 +295,16 @@ def _parts_of(machine: Any) -> Any:
     its snapshot() (A8): a subclass that changes snapshot() (another encoding, a new
     version) and keeps its base's snapshot_blocks would otherwise store the base's
     bytes; one reached through __getattr__ (a wrapper's inner machine) is not used."""
-    mro = type(machine).__mro__
-    owner = next((cls for cls in mro if "snapshot_blocks" in vars(cls)), None)
-    if owner is None:
-        return None
-    snapshot_owner = next((cls for cls in mro if "snapshot" in vars(cls)), None)
-    if snapshot_owner is not None and snapshot_owner is not owner and issubclass(snapshot_owner, owner):
-        return None
-    return machine.snapshot_blocks
+    return machine.snapshot_blocks if _own(type(machine), "snapshot_blocks", "snapshot") else None
+
+
+def _own(cls: type, name: str, plain: str) -> bool:
+    """Whether `cls` defines `name` no higher up than its `plain` (snapshot_blocks and
+    snapshot, A8; restore_blocks and restore, A9): a subclass that changes the plain
+    method keeps its base's block method for the base's encoding only."""
+    mro = cls.__mro__
+    owner = next((c for c in mro if name in vars(c)), None)
+    if owner is None or not callable(getattr(cls, name)):
+        return False
+    plain_owner = next((c for c in mro if plain in vars(c)), None)
+    return plain_owner is None or plain_owner is owner or not issubclass(plain_owner, owner)

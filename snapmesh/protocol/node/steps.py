@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from snapmesh.protocol.node import core, requests
-from snapmesh.protocol import fastrecords, wal
+from snapmesh.protocol import blockstate, fastrecords, wal
 from snapmesh.protocol.node.link import Receiver
 from snapmesh.protocol.node.effects import (
     Append, EndStreams, Reply, ReplyBatch, ReportCancelled, RestoreReply, Seal, Submitted, fast_new,
@@ -48,7 +48,7 @@ class NodeSteps:
         does not exist or a state that does not fit the node; nothing changes
         then. `reply_to`: answer it by `RestoreReply` once durable (N8)."""
         deliveries = [d if len(d) == 5 else (*d, None) for d in in_flight]
-        if not isinstance(state, bytes):
+        if not isinstance(state, bytes | blockstate.BlockState):  # BlockState: rebuilt as blocks (apphost.H3)
             raise core.RemoteProtocolError(f"{self.node_id}: a restore without app state for a node that runs an app")
         if not self.epochs.takes_restore(epoch, snapshot_id, deliveries, self.receivers):
             self._restore_reply(reply_to)  # the first call's records may not be durable yet

@@ -1,0 +1,95 @@
+"""An app's state held as its blocks, never joined: what a restore as blocks hands an app
+that takes them (snapmesh.app A9, `restore_blocks`).
+
+A restore rebuilt from blocks (restoreblocks.py RB3, restorestream.py RS5) held the
+state as one bytes: the rebuild's join (or its read back from a file), and the app's
+own copy made from it (the blob app cut it into blocks again). An app with
+`restore_blocks` is handed the rebuilt blocks themselves; the undo base (apphost.H6),
+the restore's log record (wal.Packed) and the blocks the node keeps of its last
+restore (heldblocks.py) are over the same block objects, so the state is held once.
+
+BST1. The blocks, joined, are the state; none is empty. `len` is the state's size.
+BST2. A slice that is exactly one block is that block (no copy): the reader of held
+      blocks (restoreblocks.reader) and the block shelf take a restored state's
+      blocks by their bounds. Any other slice is joined from the blocks it covers.
+BST3. `bytes(state)` (`joined`) is the one join, for an app without restore_blocks
+      and for readers that want bytes (tests, the simulator); the node's restore of
+      such an app makes it once.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+
+
+class BlockState:
+    """The state as its blocks (BST1-BST3)."""
+
+    __slots__ = ("blocks", "_starts", "_size")
+
+    def __init__(self, blocks: Iterable[bytes]) -> None:
+        self.blocks = [block for block in blocks if block]
+        starts, at = [], 0
+        for block in self.blocks:
+            starts.append(at)
+            at += len(block)
+        self._starts, self._size = starts, at
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bool__(self) -> bool:
+        return self._size > 0
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.blocks)
+
+    joined = __bytes__
+
+    def __getitem__(self, at: slice) -> bytes:
+        if type(at) is not slice or at.step not in (None, 1):
+            raise TypeError("a BlockState is read by slices of one step")
+        start, end, _ = at.indices(self._size)
+        index = bisect_right(self._starts, start) - 1
+        if index < 0 or start >= end:
+            return b""
+        first = self.blocks[index]
+        if start == self._starts[index] and end == start + len(first):
+            return first  # BST2: the block itself
+        out, pos = [], self._starts[index]
+        for block in self.blocks[index:]:
+            if pos >= end:
+                break
+            out.append(block[max(start - pos, 0) : end - pos])
+            pos += len(block)
+        return b"".join(out)
+
+    def runs(self, size: int) -> Iterator[bytes | memoryview]:
+        """The state in consecutive runs of `size` bytes (the last shorter), each joined
+        from the blocks it spans: a log record's base64 is made a run at a time."""
+        pending: list[bytes | memoryview] = []
+        held = 0
+        for block in self.blocks:
+            view = memoryview(block)
+            while view:
+                take = view[: size - held]
+                pending.append(take)
+                held += len(take)
+                view = view[len(take) :]
+                if held == size:
+                    yield pending[0] if len(pending) == 1 else b"".join(pending)
+                    pending, held = [], 0
+        if pending:
+            yield pending[0] if len(pending) == 1 else b"".join(pending)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, BlockState):
+            return len(other) == self._size and bytes(other) == bytes(self)
+        return isinstance(other, bytes | bytearray) and len(other) == self._size and other == bytes(self)
+
+    def __hash__(self) -> int:
+        return hash(bytes(self))
+
+    def __repr__(self) -> str:
+        return f"BlockState({len(self.blocks)} blocks, {self._size} bytes)"
