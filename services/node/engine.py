@@ -331,8 +331,10 @@ class Engine:
             kind = type(effect)
             if kind is Append:
                 record = effect.record
-                append(record)
                 kind = type(record)
+                if kind is wal.Report:  # the part its Finished kept, in the record (one fdatasync makes it durable)
+                    record = self.reporter.logged(record)
+                append(record)
                 if kind is Cut:
                     held = self.held(record.digest)
                     log.info("snapshot %s: recorded local state (%s)", record.snapshot_id, held)
@@ -346,7 +348,7 @@ class Engine:
                 if not effect.to.done():  # a client that went away (cancelled) needs no answer
                     effect.to.set_result(effect)
             elif kind is fx.Seal:
-                self.log.seal(effect.first_lsn, effect.checkpoint)
+                self.log.seal(effect.first_lsn, self.reporter.carried(effect.checkpoint))  # its reports not yet taken
                 self.metrics.segments_sealed.inc()
             elif kind is fx.Finished:
                 log.info("snapshot %s: done here", effect.state.snapshot_id)
@@ -356,7 +358,7 @@ class Engine:
                 )
                 # The log's next round saves it before writing the records buffered now (the marker_recv).
                 # The state's bytes apart: set in the message only if it is sent whole (a copy of the state).
-                self.reporter.keep(message, effect.lsn, effect.state.state, effect.state.named)
+                self.reporter.keep(message, effect.lsn, effect.state.state, effect.state.named, in_log=node.log_reports)
             elif kind is fx.Report:
                 self.reporter.send(effect.snapshot_id)
             elif kind is fx.ReportCancelled:

@@ -23,7 +23,9 @@ N2. Nothing leaves before its record is durable: frames (link L2), acks (L2),
     the cut's, the completion's): `Finished` in the step that logs its last
     marker_recv (so the shell keeps the state before that record can reach
     the disk, and a crash that keeps the record keeps the state too);
-    `Report(snapshot_id)` says "send it" once durable.
+    `Report(snapshot_id)` says "send it" once durable. With `log_reports`, a
+    `report` record follows that marker_recv, `Finished` rests on it, and the
+    shell fills in the part it kept: the log holds the report (wal.Report).
 N3. A recording's `cut` precedes the `marker_recv` that caused it, in the same
     step: a log cut short after the marker_recv always holds the cut.
 N4. Abort is logged (so a restart remembers it), as is every
@@ -103,6 +105,8 @@ DEFAULT_SEGMENT_RECORDS = 100_000
 
 class Node(NodeSteps):
     """One node's whole logic (rules N1-N12 above). Drive it from one task."""
+
+    log_reports = False  # N2: a finished part's `report` record follows its last record (the shell sets it)
 
     def __init__(
         self,
@@ -428,10 +432,13 @@ class Node(NodeSteps):
                 state = self._with_cut(state)
             app_state, parts, named = self._app_cuts.pop(state.snapshot_id)
             state = dataclasses.replace(state, state=app_state, parts=parts, named=named, **self._stamp())
-            self._reports.append((self.last_lsn, state.snapshot_id))
+            lsn = self.last_lsn + 1 if self.log_reports else self.last_lsn  # N2: its own record's, if logged
+            self._reports.append((lsn, state.snapshot_id))
             cut_wall = self._cut_wall.pop(state.snapshot_id, 0.0)  # a cut from before a restart: unknown
-            self._out.append(Finished(state, self.last_lsn, self.epochs.epoch, _ns(cut_wall), _ns(self.wall_seen),
+            self._out.append(Finished(state, lsn, self.epochs.epoch, _ns(cut_wall), _ns(self.wall_seen),
                                       self._cut_digests.pop(state.snapshot_id, "")))
+            if self.log_reports:  # after Finished: the shell fills in the part it kept there
+                self._append(wal.Report(lsn=lsn, snapshot_id=state.snapshot_id))
 
     def _end_step(self) -> None:
         if self._segment_count >= self.segment_records or self._segment_size >= self.segment_bytes:
