@@ -1,9 +1,11 @@
 """The reports a node's log holds (wal.Report), read back at start-up to be sent again.
 
 A small finished part (its state up to reportblocks.INLINE_BYTES) is kept in the
-transfer log itself: a `report` record right after the record that finished it,
-made durable by that round's one fdatasync, with no file and no syncfs on the
-report's path (reporter.py). A seal carries the ones not yet acknowledged into the
+transfer log itself: a `report` record right before the marker_recv that finished
+it (`upto`: what it rests on), made durable by that round's one fdatasync, with no
+file and no syncfs on the report's path (reporter.py). A log cut short after the
+marker_recv holds it; one cut short before that marker_recv's lsn is not sent (the
+marker comes again and the part is taken again). A seal carries the ones not yet acknowledged into the
 next segment's checkpoint (`reports`), so the active segment holds them all: its
 checkpoint's, then its `report` records, less those an `abort` record after them
 dropped. One the controller took already may be among them (a report is not
@@ -30,7 +32,8 @@ class CorruptLoggedReportError(ValueError):
 
 def logged_reports(path: Path, node_id: str) -> list[tuple[pb.FullState, int, str]]:
     """The log's pending reports at `path` (the active segment) as (message, the lsn it
-    rests on, its record's fullstate), oldest first. Raises CorruptLoggedReportError."""
+    rests on, its record's fullstate), oldest first; the caller drops those resting on
+    records the log does not hold (StateReporter.resume). Raises CorruptLoggedReportError."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -46,7 +49,7 @@ def logged_reports(path: Path, node_id: str) -> list[tuple[pb.FullState, int, st
             for snapshot_id, text in record.reports.items():  # type: ignore[attr-defined]
                 found[snapshot_id] = (text, record.lsn, where)
         elif kind is wal.Report and record.fullstate:  # type: ignore[attr-defined]
-            found[record.snapshot_id] = (record.fullstate, record.lsn, where)  # type: ignore[attr-defined]
+            found[record.snapshot_id] = (record.fullstate, record.upto, where)  # type: ignore[attr-defined]
         elif kind is wal.Abort:
             found.pop(record.snapshot_id, None)  # type: ignore[attr-defined]
     out = []

@@ -157,12 +157,14 @@ class Abort(Record):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Report(Record):
-    """Its part of `snapshot_id` finished here: `fullstate` the FullState's encoding, base64 (""
-    a large state's: in its pending-report file). services/node/loggedreports.py reads it."""
+    """Its part of `snapshot_id` finished here, resting on the records up to `upto` (the
+    marker_recv after it): `fullstate` the FullState's encoding, base64 ("": a large state's,
+    in its pending-report file). services/node/loggedreports.py reads it."""
 
     KIND: ClassVar[str] = "report"
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"fullstate"})
     snapshot_id: str
+    upto: int
     fullstate: str = ""
 
 

@@ -6,6 +6,7 @@ finishes at p3 alone: p3's report is the one held."""
 
 from __future__ import annotations
 
+import json
 import signal
 
 import pytest
@@ -41,8 +42,9 @@ def acknowledged(cluster, node: str, sid: str) -> bool:
 
 def logged(cluster, node: str, sid: str) -> bool:
     """Whether `node`'s transfer log holds its report of `sid` (what a restart sends again)."""
-    text = (cluster.config.data_dir / f"{node}.log.jsonl").read_text()
-    return f'"kind":"report","snapshot_id":"{sid}","fullstate":' in text
+    lines = (cluster.config.data_dir / f"{node}.log.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.endswith("}")]
+    return any(r["kind"] == "report" and r["snapshot_id"] == sid and r.get("fullstate") for r in records)
 
 
 def test_a_held_report_is_not_acknowledged_so_it_survives_a_controller_kill_and_completes(cluster):

@@ -1,7 +1,8 @@
 """A finished part is durable before it is sent, at the cost of one sync. A small
 one (the node's way: its machine's `log_reports`) is a `report` record in the
-transfer log, right after the marker_recv it rests on, in the same write: the
-round's one fdatasync makes both durable, with no file and no syncfs. A large one
+transfer log, right before the marker_recv it rests on, in the same write: the
+round's one fdatasync makes both durable, with no file and no syncfs, and a log
+cut short after that marker_recv holds the report. A large one
 (and a machine that does not log reports) rides the log's round as a pending-report
 file renamed into place before that marker_recv is written, on whichever path the
 round takes, and one sync makes both durable (a syncfs of the data directory's file
@@ -161,11 +162,12 @@ def test_a_small_report_is_a_log_record_made_durable_by_the_rounds_one_fdatasync
     lines, sink, pending = asyncio.run(one_snapshot(tmp_path, transfers_before, ops, log_reports=True))
 
     kinds = [line.split('"kind":"')[1].split('"')[0] for line in lines]
-    report_lsn = kinds.index("report") + 1
-    assert kinds[report_lsn - 2] == "marker_recv"  # right after the record it rests on
-    assert sink.sent == [("s1", report_lsn)]  # sent once its record is durable
+    marker_lsn = kinds.index("marker_recv") + 1
+    assert kinds[marker_lsn - 2] == "report" and kinds[-1] == "marker_recv"  # right before the record it rests on
+    assert json.loads(lines[marker_lsn - 2])["upto"] == marker_lsn
+    assert sink.sent == [("s1", marker_lsn)]  # sent once both are durable
     [(state, lsn, _)] = logged_reports(tmp_path / "data" / "p1.log.jsonl", "p1")  # what a restart sends again
-    assert state.snapshot_id == "s1" and lsn == report_lsn and state.state == b"%d" % (100 + transfers_before)
+    assert state.snapshot_id == "s1" and lsn == marker_lsn and state.state == b"%d" % (100 + transfers_before)
     assert pending.load() == []  # no file
 
     log_path = str(tmp_path / "data" / "p1.log.jsonl")
@@ -187,7 +189,7 @@ def test_a_seal_carries_a_logged_report_not_yet_taken_into_its_checkpoint(tmp_pa
     [sealed] = data.glob("p1.log.0*.jsonl")
     records = [json.loads(line) for line in sealed.read_text().splitlines()]
     [report] = [r for r in records if r["kind"] == "report"]
-    assert sink.sent == [("s1", report["lsn"])]
+    assert sink.sent == [("s1", report["upto"])]
     checkpoint = json.loads(lines[0])
     assert checkpoint["kind"] == "checkpoint" and checkpoint["reports"] == {"s1": report["fullstate"]}
     [(state, lsn, _)] = logged_reports(data / "p1.log.jsonl", "p1")  # what a restart sends again
