@@ -11,7 +11,13 @@ snapshot's deadline (`held_s`) on top of its own timeout; a call that times out
 all the same is sent again and joins the held ones. The channel path never waits for any of this. A state too
 large for one gRPC message goes by `ReportStateChunks` (see snapmesh.protocol.chunking).
 
-A finished part survives a crash: `keep` has the FullState written to
+A finished part survives a crash. A small one (the node's way: its machine's
+`log_reports`, `keep(in_log=True)`) is a `report` record of the transfer log right
+before the marker_recv it rests on, filled in by `logged`: the round's one
+fdatasync makes both durable, no file, no syncfs; a seal carries it into the next
+checkpoint until the controller has it (`carried`), and a restart reads it back
+(loggedreports.py; docs/transfer-log.md). Otherwise (a large state, whose blocks
+stay on this path) `keep` has the FullState written to
 `<data_dir>/<node_id>.reports/` (`PendingReports`, renamed into place) by the
 transfer log, as work carried out before the records buffered with it
 (`TransferLog.before_records`): the log round that writes the record that
@@ -76,6 +82,9 @@ REPORT_TIMEOUT_PER_CHUNK_S = 1.0
 # A state up to this size is cut into blocks and hashed on the event loop (tens of
 # microseconds), not in a thread: the hand-off would be a hop on the report's path.
 INLINE_FORM_BYTES = 64 * 1024
+# A report up to this size (its encoding, channels' recorded messages included) is a record of the
+# log (wal.Report): larger, it would make the log's round and a restart's read pay for it; it is a file.
+LOG_REPORT_BYTES = 64 * 1024
 # The controller refused for good (unknown or already finished snapshot): retrying cannot help.
 _FINAL_CODES = frozenset(
     {
@@ -257,7 +266,8 @@ class StateReporter:
             self._aside[message.snapshot_id] = state
             if len(state) <= INLINE_BYTES:  # its file holds the state (a small one: the copy costs little)
                 saved = _with_state(message, state)
-        if in_log and len(state if state is not None else message.state) <= INLINE_BYTES:
+        if in_log and len(state if state is not None else message.state) <= INLINE_BYTES and \
+                saved.ByteSize() <= LOG_REPORT_BYTES:
             self._logged[message.snapshot_id] = wal.pack(saved.SerializeToString())
         elif self._pending is not None:
             if state is None:

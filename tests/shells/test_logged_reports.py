@@ -92,5 +92,9 @@ def test_keep_puts_a_small_state_in_the_record_and_a_large_one_in_its_file(tmp_p
     large = pb.FullState(snapshot_id="s2", node_id="p1")
     reporter.keep(large, 9, b"b" * (64 * 1024 + 1), in_log=True)
     assert reporter.logged(wal.Report(lsn=8, snapshot_id="s2", upto=9)).fullstate == "" and len(queued) == 1
+    many = pb.FullState(snapshot_id="s3", node_id="p1", channels=[pb.ChannelState(src="p2", dst="p1", in_flight=[
+        pb.InFlightTransfer(msg_id="m" * 100, amount=1)] * 1000)])  # a small app state, many messages recorded
+    reporter.keep(many, 11, b"c", in_log=True)
+    assert reporter.logged(wal.Report(lsn=10, snapshot_id="s3", upto=11)).fullstate == "" and len(queued) == 2
     reporter.cancel("s1")  # its abort record drops it; no round for a file
-    assert reporter.carried(checkpoint(20, {})).reports == {} and len(queued) == 1
+    assert reporter.carried(checkpoint(20, {})).reports == {} and len(queued) == 2
