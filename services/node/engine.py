@@ -11,8 +11,9 @@ abort, the log becoming durable, a timer) is one synchronous call on the
                              (`log_size`: segment_bytes, N7)
     Transmit(dst, ...)    -> that channel's stream
     Ack(src, ...)         -> that channel's live stream
-    Finished(state, ...)  -> the reporter has the log save it ahead of the
-                             buffered marker_recv it rests on
+    Finished(state, ...)  -> the reporter keeps it: a small one for the `report`
+                             record that follows (Append fills it in), a large
+                             one saved by the log ahead of the marker_recv
     Report(sid)           -> the reporter sends what it kept (already durable)
     ReportCancelled(sid)  -> the reporter drops it
     Reply / ReplyBatch    -> the waiting client call's future
