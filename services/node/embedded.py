@@ -68,6 +68,7 @@ from snapmesh.services.node.edge import REFUSAL_CODE, Edge
 from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.recovery import CorruptLogError, NonDeterministicError, OtherVersionError, recover
+from snapmesh.services.node.loggedreports import CorruptLoggedReportError, logged_reports
 from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
 from snapmesh.services.node.servicer import NodeServicer
 from snapmesh.services.node.translog import TransferLog
@@ -342,11 +343,12 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
         )
         pending = PendingReports(cfg.data_dir / f"{node_id}.reports")
         unreported = pending.load()
+        logged = logged_reports(path, node_id)  # the small ones, in the log itself (wal.Report)
     except (NonDeterministicError, OtherVersionError) as exc:  # the line names the cause and the ways on
         raise StartFailed(f"refusing to start: {exc}", 2) from None
     except CorruptLogError as exc:
         raise StartFailed(f"corrupt transfer log, refusing to start: {exc}", 2) from None
-    except CorruptReportError as exc:
+    except (CorruptReportError, CorruptLoggedReportError) as exc:
         raise StartFailed(f"corrupt pending report, refusing to start: {exc}", 2) from None
     except OSError as exc:
         raise StartFailed(f"cannot read its data in {cfg.data_dir}: {exc}", 2) from None
@@ -375,6 +377,7 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
         wall=time.time(),  # the request-id window's clock (it outlives restarts)
         app=app, app_params=_app_params(cfg, app, files_app), max_reply_bytes=cfg.max_reply_bytes,
     )
+    node_machine.log_reports = True  # a small report is held in the log (wal.Report): one fdatasync makes it durable
     rng = random.Random()
     channels: dict[str, OutgoingChannel] = {}
     # The streams start after `engine` is set, and only then call back into it.
@@ -429,7 +432,7 @@ async def _start_locked(cfg, node, app, server, *, identity, services, metrics, 
     translog.start()
     for channel in channels.values():
         channel.start()
-    reporter.resume(unreported, recovered.last_lsn)
+    reporter.resume(unreported, recovered.last_lsn, logged)
     # The default app its file names by the default's names (spec "") says what it holds in its edge's words
     # (Engine.held_text), as its line always has (operators grep it).
     what = engine.held() if not spec and engine.held_text is not None else f"app {spec or app.name}"

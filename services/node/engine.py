@@ -11,8 +11,9 @@ abort, the log becoming durable, a timer) is one synchronous call on the
                              (`log_size`: segment_bytes, N7)
     Transmit(dst, ...)    -> that channel's stream
     Ack(src, ...)         -> that channel's live stream
-    Finished(state, ...)  -> the reporter has the log save it ahead of the
-                             buffered marker_recv it rests on
+    Finished(state, ...)  -> the reporter keeps it: a small one for the `report`
+                             record that follows (Append fills it in), a large
+                             one saved by the log ahead of the marker_recv
     Report(sid)           -> the reporter sends what it kept (already durable)
     ReportCancelled(sid)  -> the reporter drops it
     Reply / ReplyBatch    -> the waiting client call's future
@@ -336,8 +337,10 @@ class Engine:
             kind = type(effect)
             if kind is Append:
                 record = effect.record
-                append(record)
                 kind = type(record)
+                if kind is wal.Report:  # the part its Finished kept, in the record (one fdatasync makes it durable)
+                    record = self.reporter.logged(record)
+                append(record)
                 if kind is Cut:
                     held = self.held(record.digest)
                     log.info("snapshot %s: recorded local state (%s)", record.snapshot_id, held)
@@ -351,7 +354,7 @@ class Engine:
                 if not effect.to.done():  # a client that went away (cancelled) needs no answer
                     effect.to.set_result(effect)
             elif kind is fx.Seal:
-                self.log.seal(effect.first_lsn, effect.checkpoint)
+                self.log.seal(effect.first_lsn, self.reporter.carried(effect.checkpoint))  # its reports not yet taken
                 self.metrics.segments_sealed.inc()
             elif kind is fx.Finished:
                 log.info("snapshot %s: done here", effect.state.snapshot_id)
@@ -361,7 +364,7 @@ class Engine:
                 )
                 # The log's next round saves it before writing the records buffered now (the marker_recv).
                 # The state's bytes apart: set in the message only if it is sent whole (a copy of the state).
-                self.reporter.keep(message, effect.lsn, effect.state.state, effect.state.named)
+                self.reporter.keep(message, effect.lsn, effect.state.state, effect.state.named, in_log=node.log_reports)
             elif kind is fx.Report:
                 self.reporter.send(effect.snapshot_id)
             elif kind is fx.ReportCancelled:

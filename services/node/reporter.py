@@ -11,7 +11,13 @@ snapshot's deadline (`held_s`) on top of its own timeout; a call that times out
 all the same is sent again and joins the held ones. The channel path never waits for any of this. A state too
 large for one gRPC message goes by `ReportStateChunks` (see snapmesh.protocol.chunking).
 
-A finished part survives a crash: `keep` has the FullState written to
+A finished part survives a crash. A small one (the node's way: its machine's
+`log_reports`, `keep(in_log=True)`) is a `report` record of the transfer log right
+before the marker_recv it rests on, filled in by `logged`: the round's one
+fdatasync makes both durable, no file, no syncfs; a seal carries it into the next
+checkpoint until the controller has it (`carried`), and a restart reads it back
+(loggedreports.py; docs/transfer-log.md). Otherwise (a large state, whose blocks
+stay on this path) `keep` has the FullState written to
 `<data_dir>/<node_id>.reports/` (`PendingReports`, renamed into place) by the
 transfer log, as work carried out before the records buffered with it
 (`TransferLog.before_records`): the log round that writes the record that
@@ -42,6 +48,7 @@ only where they changed, in the round's thread, with the same one sync.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -59,7 +66,7 @@ from snapmesh.services.node.reportblocks import INLINE_BYTES, ReportBlocks, mani
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.serving.durable import write_atomically, write_unsynced
-from snapmesh.protocol import blocks, chunking
+from snapmesh.protocol import blocks, chunking, wal
 from snapmesh.protocol.node import core
 from snapmesh.protocol.reports import report_message
 from snapmesh.settings import security
@@ -75,6 +82,9 @@ REPORT_TIMEOUT_PER_CHUNK_S = 1.0
 # A state up to this size is cut into blocks and hashed on the event loop (tens of
 # microseconds), not in a thread: the hand-off would be a hop on the report's path.
 INLINE_FORM_BYTES = 64 * 1024
+# A report up to this size (its encoding, channels' recorded messages included) is a record of the
+# log (wal.Report): larger, it would make the log's round and a restart's read pay for it; it is a file.
+LOG_REPORT_BYTES = 64 * 1024
 # The controller refused for good (unknown or already finished snapshot): retrying cannot help.
 _FINAL_CODES = frozenset(
     {
@@ -233,17 +243,22 @@ class StateReporter:
         # A kept report's state not set in its message (`keep`), until the report is done with:
         # set in it only if it is sent whole (`form`), never for a large state sent as blocks.
         self._aside: dict[str, bytes] = {}
+        # A small report kept in the log (wal.Report, loggedreports.py): snapshot id -> its record's
+        # fullstate, until the controller has it; a seal carries these into its checkpoint (`carried`).
+        self._logged: dict[str, str] = {}
         self._hops = ReportHops(metrics)  # the path after the cut, timed (services/node/hops.py)
         # what of the state the controller holds: a report sends only the rest
         self._blocks = SentBlocks(chunking.WRITE_WINDOW_BYTES)
 
-    def keep(self, message: pb.FullState, lsn: int, state: bytes | None = None, named: blocks.Named | None = None) -> None:
+    def keep(self, message: pb.FullState, lsn: int, state: bytes | None = None, named: blocks.Named | None = None,
+             *, in_log: bool = False) -> None:
         """Keep `message` until `send`, and for a report after a crash. Call it in
         the same synchronous step that logged the records the state rests on (up
         to `lsn`): the log writes the file before any of them that is still buffered.
         `state`: the app's state when `message` was made without it (reports.py
         `with_state`): setting it, and reading it back, would each copy it whole. `named`:
-        the state's blocks as the node's cut named them (cutnames.py), for its save."""
+        the state's blocks as the node's cut named them (cutnames.py), for its save. `in_log`: a
+        `report` record follows (`logged`): a small state goes in it, with no file and no sync of its own."""
         self._kept[message.snapshot_id] = (message, lsn)
         self._hops.finished(message)
         saved = message
@@ -251,11 +266,22 @@ class StateReporter:
             self._aside[message.snapshot_id] = state
             if len(state) <= INLINE_BYTES:  # its file holds the state (a small one: the copy costs little)
                 saved = _with_state(message, state)
-        if self._pending is not None:
+        if in_log and len(state if state is not None else message.state) <= INLINE_BYTES and \
+                saved.ByteSize() <= LOG_REPORT_BYTES:
+            self._logged[message.snapshot_id] = wal.pack(saved.SerializeToString())
+        elif self._pending is not None:
             if state is None:
                 state = message.state if message.HasField("state") else b""  # read once: each read is a copy
             save = functools.partial(self._save, saved, lsn, state, named)
             self._log.before_records(save, len(state) + 1024)  # its size picks the round's path (translog.py)
+
+    def logged(self, record: wal.Report) -> wal.Report:
+        """The `report` record with the part `keep` kept in it ("": a large state's, in its file)."""
+        return dataclasses.replace(record, fullstate=self._logged.get(record.snapshot_id, ""))
+
+    def carried(self, checkpoint: wal.Checkpoint) -> wal.Checkpoint:
+        """A seal's checkpoint with the logged reports the controller has not taken yet."""
+        return dataclasses.replace(checkpoint, reports=dict(self._logged)) if self._logged else checkpoint
 
     def _save(self, message: pb.FullState, lsn: int, state: bytes, named: blocks.Named | None = None) -> list[Path]:
         """Run by the log's round (on the event loop or its worker thread); the
@@ -273,9 +299,18 @@ class StateReporter:
         self._hops.durable(snapshot_id)
         self._start(*self._kept.pop(snapshot_id))
 
-    def resume(self, found: list[tuple[pb.FullState, int]], last_lsn: int) -> None:
+    def resume(self, found: list[tuple[pb.FullState, int]], last_lsn: int,
+               logged: list[tuple[pb.FullState, int, str]] | None = None) -> None:
         """After a restart: report the pending states whose records are all in the
-        recovered log (the others rest on records a crash took back)."""
+        recovered log (the others rest on records a crash took back); `logged`: the
+        log's own (loggedreports.py), with their records' fullstate."""
+        files = {message.snapshot_id for message, _ in found}
+        for message, lsn, text in logged or ():
+            if lsn <= last_lsn and message.snapshot_id not in files:
+                log.info("snapshot %s: reporting the state finished before the restart (from the log)",
+                         message.snapshot_id)
+                self._logged[message.snapshot_id] = text
+                self._start(message, lsn)
         for message, lsn in found:
             if lsn <= last_lsn:
                 log.info("snapshot %s: reporting the state finished before the restart", message.snapshot_id)
@@ -287,6 +322,8 @@ class StateReporter:
 
     def _forget(self, snapshot_id: str) -> None:
         self._aside.pop(snapshot_id, None)
+        if self._logged.pop(snapshot_id, None) is not None:
+            return  # no file: the next seal leaves it out of the log
         if self._pending is not None:
             try:
                 self._pending.remove(snapshot_id)
@@ -308,7 +345,8 @@ class StateReporter:
         task = self._tasks.pop(snapshot_id, None)
         if task is not None:
             task.cancel()
-        if self._pending is None:
+        if self._pending is None or snapshot_id in self._logged:  # a logged one: its abort record drops it
+            self._forget(snapshot_id)
             return
         if self._log.failure is None:  # after its save, which may still be queued in the log
             self._log.before_records(functools.partial(self._forget, snapshot_id))

@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from json.encoder import encode_basestring
@@ -34,41 +33,9 @@ from typing import Any, ClassVar
 
 from snapmesh.protocol.packed import Packed
 from snapmesh.protocol.packedline import Line
-
-ACTIVE_SUFFIX = ".log.jsonl"
-_SEALED = re.compile(r"^(?P<node>.+)\.log\.(?P<first>\d{12})\.jsonl$")
-
-
-def active_name(node_id: str) -> str:
-    return f"{node_id}{ACTIVE_SUFFIX}"
-
-
-def sealed_name(node_id: str, first_lsn: int) -> str:
-    return f"{node_id}.log.{first_lsn:012d}.jsonl"
-
-
-def sealed_first_lsn(name: str, node_id: str) -> int | None:
-    """The first lsn of a sealed segment of `node_id` named `name`, else None."""
-    match = _SEALED.match(name)
-    if match is None or match["node"] != node_id:
-        return None
-    return int(match["first"])
-
-
-def log_file_node(name: str) -> str | None:
-    """The node whose log file (active or sealed segment) is named `name`, else None."""
-    match = _SEALED.match(name)
-    if match is not None:
-        return match["node"]
-    return name[: -len(ACTIVE_SUFFIX)] if name.endswith(ACTIVE_SUFFIX) and len(name) > len(ACTIVE_SUFFIX) else None
-
-
-def segment_order(names: list[str], node_id: str) -> list[str]:
-    """Of the file names in a data dir, `node_id`'s segments in lsn order: the
-    sealed ones by first lsn, then the active one (if present)."""
-    sealed = sorted((first, name) for name in names if (first := sealed_first_lsn(name, node_id)) is not None)
-    active = [active_name(node_id)] if active_name(node_id) in names else []
-    return [name for _, name in sealed] + active
+from snapmesh.protocol.walnames import (  # noqa: F401  (the names are the format's too)
+    ACTIVE_SUFFIX, active_name, log_file_node, sealed_first_lsn, sealed_name, segment_order,
+)
 
 
 class CorruptRecord(ValueError):
@@ -190,6 +157,19 @@ class Abort(Record):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Report(Record):
+    """Its part of `snapshot_id` finished here, resting on the records up to `upto` (the
+    marker_recv after it): `fullstate` the FullState's encoding, base64 ("": a large state's,
+    in its pending-report file). services/node/loggedreports.py reads it."""
+
+    KIND: ClassVar[str] = "report"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"fullstate"})
+    snapshot_id: str
+    upto: int
+    fullstate: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Stop(Record):
     """The node stopped for the COMPLETE stop snapshot `snapshot_id` (TriggerSnapshot stop):
     what comes before is that snapshot's to carry on, so a restart under any version of
@@ -215,13 +195,13 @@ class Checkpoint(Record):
     cuts: snapshot id -> the lsn of its cut here (recent ones);
     restored: the last restore's snapshot id (its answer to a repeated RestoreState);
     last_command: the lsn of the last client command before it (1: none;
-      absent, a log from before it: not known), for a stop (fence.py F7).
+      absent, a log from before it: not known), for a stop (fence.py F7);
+    reports: snapshot id -> fullstate, the `report` records not yet acknowledged.
     """
 
     KIND: ClassVar[str] = "checkpoint"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset(
-        {"epoch", "cuts", "restored", "state", "app", "version", "last_command"}
-    )
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"epoch", "cuts", "restored", "state", "app", "version",
+                                                     "last_command", "reports"})
     next_seq: dict
     acked: dict
     received: dict
@@ -235,6 +215,7 @@ class Checkpoint(Record):
     app: str = ""  # as Init's: the app whose state this is, and its version (0: 1)
     version: int = 0
     last_command: int = 0  # the lsn of the last client command before it (1, the init's: none; 0: not known)
+    reports: dict = field(default_factory=dict)  # snapshot id -> a `report` record's fullstate, unacknowledged
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -291,7 +272,7 @@ class Unknown(Record):
 
 KNOWN: tuple[type[Record], ...] = (
     Init, Restart, Send, Recv, Cut, MarkerSent, MarkerRecv, Abort, Checkpoint, Restore, Replay, Command, AppVersion,
-    Stop,
+    Stop, Report,
 )
 BY_KIND: dict[str, type[Record]] = {cls.KIND: cls for cls in KNOWN}
 KINDS = frozenset(BY_KIND)

@@ -6,6 +6,7 @@ finishes at p3 alone: p3's report is the one held."""
 
 from __future__ import annotations
 
+import json
 import signal
 
 import pytest
@@ -34,10 +35,16 @@ def get(cluster, sid: str) -> pb.Snapshot:
         return stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=sid), timeout=5)
 
 
-def pending(cluster, node: str) -> list[str]:
-    """The reports `node` keeps until the controller acknowledges them (its pending files)."""
-    directory = cluster.config.data_dir / f"{node}.reports"
-    return sorted(p.name for p in directory.glob("*.fullstate")) if directory.exists() else []
+def acknowledged(cluster, node: str, sid: str) -> bool:
+    """Whether the controller took `node`'s report of `sid` (until then the node keeps it, in its log)."""
+    return f"snapshot {sid}: reported state to the controller" in (cluster.log_dir / f"{node}.log").read_text()
+
+
+def logged(cluster, node: str, sid: str) -> bool:
+    """Whether `node`'s transfer log holds its report of `sid` (what a restart sends again)."""
+    lines = (cluster.config.data_dir / f"{node}.log.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.endswith("}")]
+    return any(r["kind"] == "report" and r["snapshot_id"] == sid and r.get("fullstate") for r in records)
 
 
 def test_a_held_report_is_not_acknowledged_so_it_survives_a_controller_kill_and_completes(cluster):
@@ -49,9 +56,10 @@ def test_a_held_report_is_not_acknowledged_so_it_survives_a_controller_kill_and_
         # p3 finished (its one incoming channel is p2's) and reported: the controller holds it
         held = wait_for(lambda: get(cluster, sid), until=lambda s: [n.node_id for n in s.nodes] == ["p3"])
         assert held.status == pb.Snapshot.IN_PROGRESS
-        assert len(pending(cluster, "p3")) == 1, "a held report was acknowledged: p3 dropped its pending file"
+        assert logged(cluster, "p3", sid)
+        assert not acknowledged(cluster, "p3", sid), "a held report was acknowledged"
         assert cluster.stop_controller(signal.SIGKILL) == -signal.SIGKILL
-        assert len(pending(cluster, "p3")) == 1
+        assert not acknowledged(cluster, "p3", sid)
         cluster.start_controller()
     finally:
         cluster.signal_node("p1", signal.SIGCONT)
@@ -61,14 +69,17 @@ def test_a_held_report_is_not_acknowledged_so_it_survives_a_controller_kill_and_
     assert snapshot.conserved and snapshot.total == snapshot.expected_total
     check_against_logs(cluster, [snapshot])
     for node in cluster.node_ids:  # every report acknowledged once the snapshot ended
-        wait_for(lambda node=node: pending(cluster, node), until=lambda files: files == [])
+        wait_for(lambda node=node: acknowledged(cluster, node, sid), until=bool)
 
 
 def test_reports_held_until_the_last_are_all_answered_when_it_completes(cluster):
     channel, stub = controller_stub(cluster.controller_address)
     with channel:
+        sids = []
         for initiator in ("p1", "p2", "p3"):
             snapshot = stub.TriggerSnapshot(pb.TriggerSnapshotRequest(initiator=initiator, wait=True), timeout=30)
             assert snapshot.status == pb.Snapshot.COMPLETE, snapshot.reason
+            sids.append(snapshot.snapshot_id)
     for node in cluster.node_ids:
-        wait_for(lambda node=node: pending(cluster, node), until=lambda files: files == [])
+        for sid in sids:
+            wait_for(lambda node=node, sid=sid: acknowledged(cluster, node, sid), until=bool)

@@ -1,15 +1,21 @@
-"""The pending-report save rides the transfer log's round: the report file is
-renamed into place before the marker_recv it rests on is written, on whichever
-path the round takes, and one sync makes both durable before the report is
-sent (a syncfs of the data directory's file system; without one, the file's
-fsync, its directory's and the log's fdatasync, in that order). A failed save
-never fails the log. Driven through the real engine, node machine, log and
-reporter, with every file operation of the data directory recorded in order."""
+"""A finished part is durable before it is sent, at the cost of one sync. A small
+one (the node's way: its machine's `log_reports`) is a `report` record in the
+transfer log, right before the marker_recv it rests on, in the same write: the
+round's one fdatasync makes both durable, with no file and no syncfs, and a log
+cut short after that marker_recv holds the report. A large one
+(and a machine that does not log reports) rides the log's round as a pending-report
+file renamed into place before that marker_recv is written, on whichever path the
+round takes, and one sync makes both durable (a syncfs of the data directory's file
+system; without one, the file's fsync, its directory's and the log's fdatasync, in
+that order). A failed save never fails the log. Driven through the real engine,
+node machine, log and reporter, with every file operation of the data directory
+recorded in order."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import os
 import threading
 from dataclasses import dataclass, field
@@ -21,6 +27,7 @@ from support.node_harness import append_send
 from snapmesh.services.node import translog
 from snapmesh.services.node.channels import IncomingChannel
 from snapmesh.services.node.engine import AppMessage, Engine
+from snapmesh.services.node.loggedreports import logged_reports
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.recovery import recover
 from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
@@ -111,10 +118,11 @@ class Sink:
             self.ops.ops.append(("send", message.snapshot_id, True, b""))
 
 
-async def one_snapshot(tmp_path: Path, transfers_before: int,
-                       ops: FileOps | None = None) -> tuple[list[str], Sink, PendingReports]:
+async def one_snapshot(tmp_path: Path, transfers_before: int, ops: FileOps | None = None,
+                       log_reports: bool = False, **node_kw) -> tuple[list[str], Sink, PendingReports]:
     """p1 (one incoming channel, from p2) takes `transfers_before` transfers and
-    then s1's marker in one frame: cut, recvs, marker_recv, and its part is done."""
+    then s1's marker in one frame: cut, recvs, marker_recv, and its part is done.
+    `log_reports`: the node's way (embedded.py), its report in the log."""
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     path = data_dir / "p1.log.jsonl"
@@ -128,7 +136,8 @@ async def one_snapshot(tmp_path: Path, transfers_before: int,
     reporter = StateReporter(address="127.0.0.1:1", log_=log, metrics=NodeMetrics("p1"), options=[], pending=pending)
     reporter._start = sink.send  # type: ignore[method-assign]
     node = Node(node_id="p1", incoming=("p2",), outgoing=(), recovered=recovered, now=0.0, wall=0.0, app=BANK,
-                app_params=PARAMS)
+                app_params=PARAMS, **node_kw)
+    node.log_reports = log_reports
     engine = Engine(node=node, log_=log, outgoing={}, incoming={"p2": IncomingChannel(src="p2", dst="p1")},
                     metrics=NodeMetrics("p1"), reporter=reporter, app_spec="bank")
     log.flush_sync()
@@ -141,6 +150,50 @@ async def one_snapshot(tmp_path: Path, transfers_before: int,
     await asyncio.wait_for(log.wait_durable(log.last_lsn), 10)
     await log.close()
     return path.read_text().splitlines(), sink, pending
+
+
+@pytest.mark.parametrize(("transfers_before", "on_loop"), [(0, True), (200, False)],
+                         ids=["small-round-on-the-loop", "large-round-on-a-thread"])
+def test_a_small_report_is_a_log_record_made_durable_by_the_rounds_one_fdatasync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transfers_before: int, on_loop: bool
+) -> None:
+    ops = FileOps(tmp_path)
+    ops.install(monkeypatch)
+    lines, sink, pending = asyncio.run(one_snapshot(tmp_path, transfers_before, ops, log_reports=True))
+
+    kinds = [line.split('"kind":"')[1].split('"')[0] for line in lines]
+    marker_lsn = kinds.index("marker_recv") + 1
+    assert kinds[marker_lsn - 2] == "report" and kinds[-1] == "marker_recv"  # right before the record it rests on
+    assert json.loads(lines[marker_lsn - 2])["upto"] == marker_lsn
+    assert sink.sent == [("s1", marker_lsn)]  # sent once both are durable
+    [(state, lsn, _)] = logged_reports(tmp_path / "data" / "p1.log.jsonl", "p1")  # what a restart sends again
+    assert state.snapshot_id == "s1" and lsn == marker_lsn and state.state == b"%d" % (100 + transfers_before)
+    assert pending.load() == []  # no file
+
+    log_path = str(tmp_path / "data" / "p1.log.jsonl")
+    written = ops.index("write", lambda p, d: p == log_path and b'"kind":"report"' in d)
+    assert b'"kind":"marker_recv"' in ops.ops[written][3] and b'"kind":"cut"' in ops.ops[written][3]  # one write
+    sent = ops.index("send", lambda p, _: p == "s1")
+    syncs = [(o, p) for o, p, _, _ in ops.ops[written:sent] if o in FileOps.SYNCS]
+    assert syncs == [("fdatasync", log_path)], ops.ops  # the report's path: one fdatasync of the log
+    assert not [op for op in ops.ops if op[0] == "syncfs"], ops.ops
+    assert not [op for op in ops.ops if op[1].startswith(str(pending.directory))], ops.ops
+    assert ops.ops[written][2] is on_loop  # on the round's own path
+
+
+def test_a_seal_carries_a_logged_report_not_yet_taken_into_its_checkpoint(tmp_path: Path) -> None:
+    """The step that finishes the part seals the segment (segment_records): the report's
+    record is in the sealed segment, and the active one's checkpoint carries it."""
+    lines, sink, _ = asyncio.run(one_snapshot(tmp_path, 3, log_reports=True, segment_records=4))
+    data = tmp_path / "data"
+    [sealed] = data.glob("p1.log.0*.jsonl")
+    records = [json.loads(line) for line in sealed.read_text().splitlines()]
+    [report] = [r for r in records if r["kind"] == "report"]
+    assert sink.sent == [("s1", report["upto"])]
+    checkpoint = json.loads(lines[0])
+    assert checkpoint["kind"] == "checkpoint" and checkpoint["reports"] == {"s1": report["fullstate"]}
+    [(state, lsn, _)] = logged_reports(data / "p1.log.jsonl", "p1")  # what a restart sends again
+    assert state.snapshot_id == "s1" and state.state == b"103" and lsn == checkpoint["lsn"]
 
 
 @pytest.mark.parametrize("syncfs", [True, False], ids=["syncfs", "no-syncfs"])

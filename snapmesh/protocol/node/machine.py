@@ -23,7 +23,10 @@ N2. Nothing leaves before its record is durable: frames (link L2), acks (L2),
     the cut's, the completion's): `Finished` in the step that logs its last
     marker_recv (so the shell keeps the state before that record can reach
     the disk, and a crash that keeps the record keeps the state too);
-    `Report(snapshot_id)` says "send it" once durable.
+    `Report(snapshot_id)` says "send it" once durable. With `log_reports`, a
+    `report` record precedes that marker_recv (the shell fills in the part it
+    kept at `Finished`), so a log cut short after the marker_recv holds the
+    report: the log holds it (wal.Report), resting on that marker_recv.
 N3. A recording's `cut` precedes the `marker_recv` that caused it, in the same
     step: a log cut short after the marker_recv always holds the cut.
 N4. Abort is logged (so a restart remembers it), as is every
@@ -103,6 +106,8 @@ DEFAULT_SEGMENT_RECORDS = 100_000
 
 class Node(NodeSteps):
     """One node's whole logic (rules N1-N12 above). Drive it from one task."""
+
+    log_reports = False  # N2: a finished part's `report` record follows its last record (the shell sets it)
 
     def __init__(
         self,
@@ -419,8 +424,10 @@ class Node(NodeSteps):
                 self.stale_markers += 1
             else:  # pragma: no cover  (a new effect type must be routed here)
                 raise TypeError(f"unrouted effect {effect!r}")
-        if marker_recv is not None:  # after its cut (N3), before the report that rests on it
+        logged = self.log_reports  # N2: the report records come first, so the marker_recv after them (N3) keeps them
+        if marker_recv is not None and not logged:  # after its cut (N3), before the report that rests on it
             self._append(dataclasses.replace(marker_recv, lsn=self.last_lsn + 1))
+        upto = self.last_lsn + (len(completed) + (marker_recv is not None) if logged else 0)  # what a part rests on
         for state in completed:
             self.snapshots_completed += 1
             self._recorded_at.pop(state.snapshot_id, None)
@@ -428,10 +435,14 @@ class Node(NodeSteps):
                 state = self._with_cut(state)
             app_state, parts, named = self._app_cuts.pop(state.snapshot_id)
             state = dataclasses.replace(state, state=app_state, parts=parts, named=named, **self._stamp())
-            self._reports.append((self.last_lsn, state.snapshot_id))
+            self._reports.append((upto, state.snapshot_id))
             cut_wall = self._cut_wall.pop(state.snapshot_id, 0.0)  # a cut from before a restart: unknown
-            self._out.append(Finished(state, self.last_lsn, self.epochs.epoch, _ns(cut_wall), _ns(self.wall_seen),
+            self._out.append(Finished(state, upto, self.epochs.epoch, _ns(cut_wall), _ns(self.wall_seen),
                                       self._cut_digests.pop(state.snapshot_id, "")))
+            if logged:  # after Finished: the shell fills in the part it kept there
+                self._append(wal.Report(lsn=self.last_lsn + 1, snapshot_id=state.snapshot_id, upto=upto))
+        if marker_recv is not None and logged:
+            self._append(dataclasses.replace(marker_recv, lsn=self.last_lsn + 1))
 
     def _end_step(self) -> None:
         if self._segment_count >= self.segment_records or self._segment_size >= self.segment_bytes:
