@@ -149,6 +149,7 @@ class World:
             app=self.app,
             app_params=self.app_params,
         )
+        self.nodes[node_id].log_reports = True  # type: ignore[union-attr]  # as the real node runs (embedded.py)
         self.fences[node_id] = Fence(node_id, stopped=self.nodes[node_id].stopped)  # type: ignore[union-attr]
         self.route(node_id)
 
