@@ -18,7 +18,10 @@ After every step:
   S6 one request_id, one command record; except that a restore takes back the
      ids a node paid after the restored snapshot's cut there, and one of them
      may then be paid once more (snapmesh/protocol/node/requests.py W4);
-  S7 no `cut` for a snapshot after the node logged an `abort` for it (no zombie).
+  S7 no `cut` for a snapshot after the node logged an `abort` for it (no zombie);
+  S8 a `report` record rests (`upto`) on itself or a report record after it (a part
+     an early marker finished, overtake), or on the marker_recv right after its run
+     of report records: nothing else comes between a report and what it rests on.
 When the controller marks a snapshot COMPLETE, `snapmesh.checking.cut.check_snapshot`
 (the one definition of a snapshot consistent with the logs):
   C1 every node's recorded state is the one its cut record's digest names;
@@ -72,6 +75,7 @@ class Checker:
         self.infos = apps.infos(self.nodes, self.channels, self.app_params)  # what each node's app is told
         self.ttl = ttl
         self.logs: dict[str, list[wal.Record]] = {n: [] for n in self.nodes}
+        self.reports_due: dict[str, tuple[wal.Record, ...]] = {}  # S8: report records awaiting their marker_recv
         self.recorded_at: dict[tuple[str, str], float] = {}
         # (node, request_id) -> (reply, lsn of its command record) (rebuilt by _refold)
         self.requests: dict[tuple[str, str], tuple[str, int]] = {}
@@ -90,6 +94,7 @@ class Checker:
             raise Violation(f"{node}: lsn {record.lsn} appended after {expected - 1}")
         log.append(record)
         kind = type(record)
+        self._rests_on(node, record)
         self.fold.apply(node, record)
         if kind is wal.Send:
             self._fold_send(node, record)  # type: ignore[arg-type]
@@ -127,6 +132,18 @@ class Checker:
         self.fold.app = app
         self.fold.versions[app.version] = app
 
+    def _rests_on(self, node: str, record: wal.Record) -> None:
+        """S8: each report record of the run before `record` rests on one of the run or on it (a marker_recv)."""
+        due = self.reports_due.pop(node, ())
+        if type(record) is wal.Report:
+            self.reports_due[node] = (*due, record)
+            return
+        for report in due:
+            upto = report.upto  # type: ignore[attr-defined]
+            if not report.lsn <= upto <= due[-1].lsn and (type(record) is not wal.MarkerRecv or record.lsn != upto):
+                raise Violation(f"{node}: the report of {report.snapshot_id} (lsn {report.lsn}) rests on lsn "  # type: ignore[attr-defined]
+                                f"{report.upto}, but a {record.KIND} at lsn {record.lsn} follows it")  # type: ignore[attr-defined]
+
     def crashed(self, node: str, durable_lsn: int) -> None:
         """`node` crashed; its log on disk ends at `durable_lsn`. Q3: no answer a client was told is lost."""
         lost = [(lsn, rid) for lsn, rid in self.answered[node] if lsn > durable_lsn]
@@ -134,6 +151,7 @@ class Checker:
             raise Violation(f"{node}: a command answered to a client (lsn {lost[0][0]}, request_id {lost[0][1]!r})"
                             f" is lost in a crash: the log is durable only to lsn {durable_lsn}")
         self.answered[node].clear()  # durable: no crash takes them back
+        self.reports_due.pop(node, None)  # S8: the log may end between a report and its marker_recv
         del self.logs[node][durable_lsn:]
         self._refold()
 

@@ -149,6 +149,7 @@ class World:
             app=self.app,
             app_params=self.app_params,
         )
+        self.nodes[node_id].log_reports = True  # type: ignore[union-attr]  # as the real node runs (embedded.py)
         self.fences[node_id] = Fence(node_id, stopped=self.nodes[node_id].stopped)  # type: ignore[union-attr]
         self.route(node_id)
 
@@ -188,7 +189,8 @@ class World:
                 _check_report(node_id, node, part, disk.durable_lsn)
                 self.controller.reports.append((node_id, part.state, part.epoch))
             elif kind is node_mod.Finished:
-                # No pending-report store is simulated: a crash loses the part, as if its file were lost.
+                # Its `report` record (log_reports) is logged without the state: a restart does not send
+                # it again from the log (loggedreports.py), so a crash loses the part, as a lost record would.
                 self.finished.setdefault(node_id, {})[effect.state.snapshot_id] = effect
             elif kind is node_mod.Seal:
                 disk.pending += (effect, effect.checkpoint)  # the disk writes the checkpoint with its seal

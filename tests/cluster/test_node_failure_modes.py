@@ -273,9 +273,24 @@ def test_a_part_finished_before_a_crash_is_reported_after_the_restart(tmp_path: 
         assert snapshot.status == pb.Snapshot.COMPLETE, snapshot.reason
         assert snapshot.conserved
         check_against_logs(cluster, [snapshot])
-        assert not list(cluster.config.data_dir.glob("*.reports/*")), "acknowledged reports are kept"
+        assert_sent_again_from_the_log(cluster, "p2", sid)
     finally:
         cluster.stop()
+
+
+def assert_sent_again_from_the_log(cluster: supervisor.Cluster, node: str, sid: str) -> None:
+    """The node's part of `sid` was held in its log (a `report` record with its
+    state, right before the marker_recv it rests on, no file) and the restarted
+    node sent it again from there, so a COMPLETE snapshot took it from the log."""
+    records = read_logs(cluster.config.data_dir, [node])[node]
+    at = [i for i, r in enumerate(records) if r["kind"] == "report" and r["snapshot_id"] == sid]
+    assert len(at) == 1, f"{node}'s log holds {len(at)} report records of {sid}"
+    report, after = records[at[0]], records[at[0] + 1]
+    assert report.get("fullstate"), f"{node}'s report of {sid} is not in its log"
+    assert after["kind"] == "marker_recv" and after["snapshot_id"] == sid and after["lsn"] == report["upto"], after
+    assert not list(cluster.config.data_dir.glob(f"{node}.reports/*")), "a small report went to a file"
+    said = (cluster.log_dir / f"{node}.log").read_text(errors="replace")
+    assert f"snapshot {sid}: reporting the state finished before the restart (from the log)" in said
 
 
 def test_pending_reports_round_trip_and_a_damaged_one_is_named(tmp_path: Path) -> None:

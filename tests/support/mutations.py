@@ -10,6 +10,7 @@ from snapmesh.protocol.controller import journal
 from snapmesh.protocol.node import machine as node_mod
 from snapmesh.protocol.node import effects as node_effects
 from snapmesh.protocol.node import steps as node_steps
+from snapmesh.protocol import wal
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
@@ -475,7 +476,20 @@ def _held_reports_never_answered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(held.HeldReports, "release", broken)
 
 
+def _report_rests_past_its_marker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken node: a `report` record names a record after the marker_recv it rests on (S8)."""
+    append = node_mod.Node._append
+
+    def _append(self, record):
+        if type(record) is wal.Report:
+            record = dataclasses.replace(record, upto=record.upto + 1)
+        return append(self, record)
+
+    monkeypatch.setattr(node_mod.Node, "_append", _append)
+
+
 MUTATIONS = {
+    "report-rests-past-its-marker": _report_rests_past_its_marker,
     "controller-held-not-journaled": _held_reports_not_journaled,
     "controller-held-never-answered": _held_reports_never_answered,
     "report-leaves-out-a-recorded-channel": _report_leaves_out_a_recorded_channel,
