@@ -34,7 +34,7 @@ class Packed:
     def slices(self, chars: int) -> Iterator[bytes]:
         """The base64, in slices of at most `chars` (a multiple of 4: each slice of data a multiple of 3)."""
         step = max(3, chars // 4 * 3)
-        if type(self.data) is not bytes:  # a state held as its blocks (blockstate.py): a run at a time
+        if not isinstance(self.data, bytes | bytearray | memoryview):  # held as its blocks (blockstate.py): a run at a time
             for run in self.data.runs(step):
                 yield _b2a(run, newline=False)
             return

@@ -42,3 +42,13 @@ def test_its_runs_are_the_state_in_order_and_its_packed_base64_is_the_joined_sta
     assert b"".join(packed.slices(run * 4 // 3)).decode() == text
     assert len(packed) == len(text) and packed == text and packed.text() == text
     assert wal.unpack(packed, "here") == joined and type(wal.unpack(packed, "here")) is bytes
+
+
+def test_a_state_in_parts_is_packed_as_bytes_not_as_blocks() -> None:
+    # A PartedState (an app's snapshot_blocks() joined, blocks.py B6) is a bytes subclass:
+    # the node's init record of a large parted state packs it a slice at a time.
+    from snapmesh.protocol.blocks import PartedState
+
+    state = PartedState.of([random.Random(3).randbytes(5000), b"tail" * 700])
+    packed = wal.Packed(state)
+    assert b"".join(packed.slices(1024)) == base64.b64encode(bytes(state))
