@@ -116,7 +116,7 @@ class _Reporter:
     def __init__(self) -> None:
         self.kept: list = []
 
-    def keep(self, message, lsn: int, state: bytes | None = None, named=None) -> None:  # noqa: ANN001
+    def keep(self, message, lsn: int, state: bytes | None = None, named=None, *, in_log: bool = False) -> None:  # noqa: ANN001
         message = type(message).FromString(message.SerializeToString())
         if state is not None and not message.HasField("state"):  # kept aside by the engine: the report's all the same
             message.state = state
@@ -125,6 +125,12 @@ class _Reporter:
 
     def send(self, snapshot_id: str) -> None:
         self.kept.append(("send", snapshot_id))
+
+    def logged(self, record):  # noqa: ANN001, ANN201  (a report record: its part is in `kept`)
+        return record
+
+    def carried(self, checkpoint):  # noqa: ANN001, ANN201
+        return checkpoint
 
     def cancel(self, snapshot_id: str) -> None:
         self.kept.append(("cancel", snapshot_id))
