@@ -382,33 +382,13 @@ class IncomingChannel:
 
 
 async def read_or_end(context: grpc.aio.ServicerContext, ending: asyncio.Future[str]):
-    """The next frame, or None once `ending` is set (the read is cancelled). The read runs in
-    the caller's task, and `ending` cancels it there: a task per read, raced against `ending`,
-    cost every frame (every marker) two more loop turns before the node saw it, each a wait
-    for the CPU on a busy machine. A frame read as `ending` is set may be dropped: the stream
-    is superseded or ended, and its frames are stale (link L6)."""
-    if ending.done():
-        return None
-    task = asyncio.current_task()
-    reading = True
-    ended = False
-
-    def end(_: asyncio.Future[str]) -> None:
-        nonlocal ended
-        if reading:  # run a turn after `ending` was set: the read may be over by then
-            ended = True
-            task.cancel()
-
-    ending.add_done_callback(end)
-    try:
-        return await context.read()
-    except asyncio.CancelledError:
-        if ended and task.uncancel() == 0:  # ours alone; the call's own cancellation goes on
-            return None
-        raise
-    finally:
-        reading = False
-        ending.remove_done_callback(end)
+    """The next frame, or None once `ending` is set (the read is cancelled)."""
+    read = asyncio.ensure_future(context.read())
+    await asyncio.wait((read, ending), return_when=asyncio.FIRST_COMPLETED)
+    if read.done():
+        return read.result()
+    read.cancel()
+    return None
 
 
 class AckWriter:

@@ -16,7 +16,6 @@ from snapmesh.services.node.channels import (
     OutgoingChannel,
     SenderState,
     backoff_delay,
-    read_or_end,
 )
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.protocol.node.link import Entry
@@ -70,66 +69,6 @@ def test_a_newer_stream_supersedes_the_older_one() -> None:
         assert rx.owned_by(second)
         rx.end_stream("the node is stopping")
         assert second.result() == "the node is stopping"
-
-    asyncio.run(go())
-
-
-class _Stream:
-    """A servicer context's reads: the frames queued, then a read that waits until told."""
-
-    def __init__(self, frames: list[str]) -> None:
-        self.frames = asyncio.Queue()
-        for frame in frames:
-            self.frames.put_nowait(frame)
-
-    async def read(self) -> str:
-        return await self.frames.get()
-
-
-def test_a_frame_is_read_in_the_streams_own_task() -> None:
-    """Each frame of an incoming stream reaches the node without a task of its own: a read
-    raced against the stream's end in a task cost every frame, every marker among them,
-    two more loop turns before the node saw it (counted here as tasks made)."""
-    made: list[str] = []
-
-    async def go() -> None:
-        loop = asyncio.get_running_loop()
-
-        def factory(loop_, coro, **kw):
-            made.append(getattr(coro, "__qualname__", repr(coro)))
-            return asyncio.Task(coro, loop=loop_, **kw)
-
-        ending = loop.create_future()
-        stream = _Stream(["f1", "f2", "f3"])
-        loop.set_task_factory(factory)
-        try:
-            assert [await read_or_end(stream, ending) for _ in range(3)] == ["f1", "f2", "f3"]
-        finally:
-            loop.set_task_factory(None)
-
-    asyncio.run(go())
-    assert made == [], made
-
-
-def test_a_read_ends_with_the_stream_and_the_calls_own_cancellation_goes_on() -> None:
-    async def go() -> None:
-        loop = asyncio.get_running_loop()
-        ending = loop.create_future()
-        reader = asyncio.ensure_future(read_or_end(_Stream([]), ending))
-        await asyncio.sleep(0)
-        ending.set_result("superseded by a newer stream for the same channel")
-        assert await reader is None  # the waiting read is cancelled, the stream's task is not
-        assert await read_or_end(_Stream(["f1"]), ending) is None  # ended: no read at all
-
-        live = loop.create_future()
-        cancelled = asyncio.ensure_future(read_or_end(_Stream([]), live))
-        await asyncio.sleep(0)
-        cancelled.cancel()  # the call itself went away: the handler's task is cancelled
-        with pytest.raises(asyncio.CancelledError):
-            await cancelled
-        live.set_result("the node is stopping")  # after the read: nothing is cancelled for it
-        await asyncio.sleep(0)
-        assert await read_or_end(_Stream(["f1"]), loop.create_future()) == "f1"
 
     asyncio.run(go())
 
