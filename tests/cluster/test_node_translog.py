@@ -253,6 +253,19 @@ def test_concurrent_callers_share_a_round_synced_on_a_thread_and_a_lone_one_wait
     assert rounds == [(2, False), (2, False), (1, True), (1, True)], rounds
 
 
+async def _concurrent_log(log: TransferLog) -> TransferLog:
+    """`log` started with two callers' records durable: concurrent, so its rounds wait for
+    callers, on timers (CommitGather's) that are out of a test's reach."""
+    log._callers = CommitGather(gap_s=3600.0, max_s=3600.0)
+    log.start()
+    first = [asyncio.ensure_future(log.wait_durable(lsn)) for lsn in (1, 2)]
+    await asyncio.sleep(0)
+    append(log, wal.Init)
+    append_send(log, "p1", "p2", 1, 1)
+    await asyncio.gather(*first)  # two callers: the log is concurrent and expects two
+    return log
+
+
 @pytest.mark.parametrize("hop", ["marker", "report"])
 def test_a_snapshot_hop_never_waits_for_callers_on_a_concurrent_log(tmp_path: Path, hop: str) -> None:
     """A concurrent round waits for its callers (commitgather.py), but one that
@@ -261,14 +274,7 @@ def test_a_snapshot_hop_never_waits_for_callers_on_a_concurrent_log(tmp_path: Pa
     path = tmp_path / "p1.log.jsonl"
 
     async def go() -> None:
-        log = TransferLog(path, "p1", last_lsn=0)
-        log._callers = CommitGather(gap_s=3600.0, max_s=3600.0)
-        log.start()
-        first = [asyncio.ensure_future(log.wait_durable(lsn)) for lsn in (1, 2)]
-        await asyncio.sleep(0)
-        append(log, wal.Init)
-        append_send(log, "p1", "p2", 1, 1)
-        await asyncio.gather(*first)  # two callers: the log is concurrent and expects two
+        log = await _concurrent_log(TransferLog(path, "p1", last_lsn=0))
         if hop == "marker":
             lsn = append(log, wal.MarkerSent, snapshot_id="s1", src="p1", dst="p2", seq=2)
         else:
@@ -297,14 +303,7 @@ def test_a_snapshot_hop_ends_a_round_already_waiting_for_callers(tmp_path: Path,
     saved: list[str] = []
 
     async def go() -> None:
-        log = TransferLog(path, "p1", last_lsn=0, observe_round=rounds.append)
-        log._callers = CommitGather(gap_s=3600.0, max_s=3600.0)
-        log.start()
-        first = [asyncio.ensure_future(log.wait_durable(lsn)) for lsn in (1, 2)]
-        await asyncio.sleep(0)
-        append(log, wal.Init)
-        append_send(log, "p1", "p2", 1, 1)
-        await asyncio.gather(*first)  # two callers: the log is concurrent and expects two
+        log = await _concurrent_log(TransferLog(path, "p1", last_lsn=0, observe_round=rounds.append))
         client = append_send(log, "p1", "p2", 2, 1)
         for _ in range(5):
             await asyncio.sleep(0)
