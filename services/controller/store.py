@@ -155,8 +155,9 @@ class SnapshotStore:
         self._lacking: set[bytes] = set()  # blocks a report named and this store lacked: written again when filed
         # Listed states' blocks by name (blockforms.py; the controller's servicer sets it): a reader per state read
         self.reader: Callable[[], Callable[[bytes], bytes | None]] | None = None
-        # A block's size by its name, known from a read checked against it (the servicer sets it): filingsum FS5
-        self.sized: Callable[[bytes], int | None] | None = None
+        # A block's size by its name, known from a read checked against it (the servicer sets it): filingsum FS5.
+        # Made once per filing, as `reader` is: a lookup per block that is one dict's `get`, no Python step
+        self.sized: Callable[[], Callable[[bytes], int | None]] | None = None
 
     def lacks(self, names: list[bytes]) -> None:
         """Blocks that stored snapshots reference and that are not on disk (or not as
@@ -180,7 +181,7 @@ class SnapshotStore:
         (journalblocks.py JB1): the names that are on disk durably neither by a
         stored snapshot's reference nor by a pin; when there are any, nothing is pinned."""
         with self._refs_lock:
-            missing = [name for name in names if not self.refs.referenced(name) and not self.pins.pinned(name)]
+            missing = list(self.pins.unpinned(self.refs.unreferenced(names)))
             if not missing:
                 self.pins.pin(snapshot_id, names, call)
             return missing
@@ -225,7 +226,7 @@ class SnapshotStore:
         """Delete those of `names` that nothing pins or references, asked and done under
         the lock a report pins under (`keep`): a block pinned meanwhile stays."""
         with self._refs_lock:
-            return self.blocks.delete({name for name in names if not self.refs.referenced(name) and not self.pins.pinned(name)})
+            return self.blocks.delete(self.pins.unpinned(self.refs.unreferenced(names)))
 
     def path(self, snapshot_id: str) -> Path:
         return self.directory / f"{snapshot_id}.json"
@@ -243,7 +244,7 @@ class SnapshotStore:
         with self._parts_lock:
             parts = self._parts.pop(snapshot.snapshot_id, {})
         stored, named = _stored_form(snapshot, parts)
-        listed = {name for node in snapshot.nodes if blockforms.is_listed(node) for name in node.state_blocks.hashes}
+        listed = set().union(*(node.state_blocks.hashes for node in snapshot.nodes if blockforms.is_listed(node)))
         # A block a stored snapshot already references is on disk, durably (it was
         # written before that manifest): no look at its file, unless a report found
         # it lacking. On a second snapshot of a mostly unchanged state, that is every
@@ -263,7 +264,8 @@ class SnapshotStore:
         size = inline + sum(node.state_bytes for node in snapshot.nodes if blockforms.is_listed(node))
         # both files hold manifests past EXPORT_INLINE_BYTES: the checksum is theirs, no block read
         digest = filing_checksum(snapshot, stored, self.reader() if self.reader is not None else None,
-                                 of_stored=size > EXPORT_INLINE_BYTES, raw=self.blocks.read, sized=self.sized)
+                                 of_stored=size > EXPORT_INLINE_BYTES, raw=self.blocks.read,
+                                 sized=self.sized() if self.sized is not None else None)
         data = snapshot_file.sealed_with(stored, digest)
         with self._refs_lock:  # before the file: a crash leaves garbage, never a gap
             freed = self.refs.hold(snapshot.snapshot_id, named.keys() | listed)
@@ -350,7 +352,8 @@ class SnapshotStore:
         pins (what a deletion or a filing cut short left). What it did, for the log ("" : nothing). Never by a
         reader of someone else's store: a filing under way writes blocks before the
         manifest that names them."""
-        keep = {name for name in self.blocks.names() if self.refs.referenced(name) or self.pins.pinned(name)}
+        on_disk = self.blocks.names()
+        keep = on_disk - self.pins.unpinned(self.refs.unreferenced(on_disk))
         if swept := self.blocks.sweep(keep):
             return (f"removed {swept} blocks under {self.blocks.directory} that no stored snapshot names "
                     "(left by a deletion or a filing cut short)")
