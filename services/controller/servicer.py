@@ -300,13 +300,14 @@ class ControllerService(pb_grpc.ControllerServicer):
         checked against the bytes when filed, store.py; else hashed here), and one too
         large to join is never joined (BF6); a small one is rebuilt whole."""
         store = self.engine.writer.store
-        missing = store.pin(sent.snapshot_id, journalblocks.held(sent), call)
+        carried = {blocks.block_hash(block): block for block in sent.blocks}  # hashed once for the report
+        missing = store.pin(sent.snapshot_id, journalblocks.held(sent, carried), call)
         if not missing:
             taken = None
             if len(sent.state_blocks.hashes) * blocks.BLOCK_BYTES > JOINED_MAX_BYTES:
-                taken, missing = self._streamed_report(sent, call)
+                taken, missing = self._streamed_report(sent, call, carried)
             if taken is None and not missing:  # small enough to join, or small after all
-                taken, missing = self._joined_report(sent, call)
+                taken, missing = self._joined_report(sent, call, carried)
             if taken is not None:
                 return taken
             store.lacks(missing)  # the state sent whole next writes them again
@@ -315,7 +316,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         raise MissingBlocks(f"{blocks.MISSING}: {len(missing)} of the state of {sent.node_id} in snapshot "
                             f"{sent.snapshot_id} are neither sent nor held here ({shown}); send the state whole")
 
-    def _joined_report(self, sent: pb.FullState, call: int) -> tuple[pb.FullState | None, list[bytes]]:
+    def _joined_report(self, sent: pb.FullState, call: int,
+                       carried: dict[bytes, bytes]) -> tuple[pb.FullState | None, list[bytes]]:
         """`_whole_report`'s work on a state joined: whole when small, else listed; or None and
         the blocks found nowhere. Its blocks are kept for the node's next report (B7)."""
         store = self.engine.writer.store
@@ -324,7 +326,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             return None, missing
         self._known.keep(sent.node_id, named)
         listed = set(sent.state_blocks.hashes)
-        carried = {name: block for block in sent.blocks if (name := blocks.block_hash(block)) in listed}
+        carried = {name: block for name, block in carried.items() if name in listed}
         store.keep(sent.snapshot_id, listed, carried, call)  # held for the next report at once
         if len(named.state) > blockforms.LISTED_BYTES:  # BF2
             return self._listed_report(sent, named), []
@@ -335,14 +337,15 @@ class ControllerService(pb_grpc.ControllerServicer):
         whole.state = named.state
         return whole, []
 
-    def _streamed_report(self, sent: pb.FullState, call: int) -> tuple[pb.FullState | None, list[bytes]]:
+    def _streamed_report(self, sent: pb.FullState, call: int,
+                         carried: dict[bytes, bytes]) -> tuple[pb.FullState | None, list[bytes]]:
         """`sent` (its held blocks pinned) in listed form, its state never joined (blockforms.py
         BF6): each block from those it carries, the kept ones or the store's file, checked
         against its name, read for the size and digest (the node's, when it sent one) and
         let go; or None and the blocks found nowhere (None and none: a small state, joined
         instead). The carried ones are written and pinned as `_joined_report`'s are."""
         listed_names = set(sent.state_blocks.hashes)
-        carried = {name: block for block in sent.blocks if (name := blocks.block_hash(block)) in listed_names}
+        carried = {name: block for name, block in carried.items() if name in listed_names}
         known, files = self._on_disk(sent.node_id, sent.snapshot_id), self.engine.writer.store.blocks
 
         def read(name: bytes) -> bytes | None:
@@ -361,25 +364,27 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.engine.machine.forms.note(listed, block_list)
         return listed, []
 
-    def _block_size(self, name: bytes) -> int | None:
-        """A block's size, if it is one of a node's last state listed unjoined (each read checked, BF6)."""
-        return next((sizes[name] for sizes in list(self._sizes.values()) if name in sizes), None)
+    def _block_size(self) -> Callable[[bytes], int | None]:
+        """A block's size, if it is one of a node's last state listed unjoined (each read checked, BF6):
+        one dict's `get` for a filing's every block (a name's size is its content's: any node's will do)."""
+        known: dict[bytes, int] = {}
+        for sizes in list(self._sizes.values()):
+            known.update(sizes)
+        return known.get
 
     def _sized(self, node_id: str, snapshot_id: str) -> Callable[[bytes], int | None]:
         """The size of a block of the node's last state listed unjoined, only while controller/blocks
-        holds a file of its name (as kept blocks are used: blockdir.py D5); None: not known so."""
-        known, files, listed = self._sizes.get(node_id, {}), self.engine.writer.store.blocks, False
-
-        def size(name: bytes) -> int | None:
-            nonlocal listed
-            if (found := known.get(name)) is None:
-                return None
-            if not listed:
-                files.listed_for(snapshot_id)
-                listed = True
-            return found if files.holds(name) else None
-
-        return size
+        holds a file of its name (as kept blocks are used: blockdir.py D5); None: not known so. One
+        dict's `get` (blockforms.py BF7): the names without a file are left out first, in one set difference."""
+        known, files = self._sizes.get(node_id, {}), self.engine.writer.store.blocks
+        if not known:
+            return known.get
+        files.listed_for(snapshot_id)
+        if gone := files.lacking(known):
+            known = dict(known)
+            for name in gone:
+                del known[name]
+        return known.get
 
     def _on_disk(self, node_id: str, snapshot_id: str) -> Callable[[bytes], bytes | None]:
         """The kept blocks (knownblocks.py), each only while controller/blocks holds a file of

@@ -47,10 +47,12 @@ from snapmesh.protocol.controller.journal import Record, Reported
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
-def held(sent: pb.FullState) -> set[bytes]:
-    """The blocks a report as blocks names and does not carry: those it takes the controller to hold (JB1)."""
-    carried = {blocks.block_hash(block) for block in sent.blocks}
-    return {name for name in sent.state_blocks.hashes if name not in carried}
+def held(sent: pb.FullState, carried: Iterable[bytes] | None = None) -> set[bytes]:
+    """The blocks a report as blocks names and does not carry: those it takes the controller to hold (JB1).
+    `carried`: the names of the blocks it carries, when the caller hashed them already."""
+    if carried is None:
+        carried = {blocks.block_hash(block) for block in sent.blocks}
+    return set(sent.state_blocks.hashes).difference(carried)  # a pass of C over the 8192 names of 64 MiB
 
 
 def rebuilt(
