@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -47,19 +48,17 @@ Read = Callable[[bytes], bytes]  # a block by its name, or raises (the caller's 
 class Found:
     """A state's blocks and grid names (GM1)."""
 
-    offsets: tuple[int, ...]  # each block's first byte, in order
-    names: tuple[bytes, ...]
-    sizes: tuple[int, ...]
-    grid: tuple[bytes, ...]  # each grid block's SHA-256 (SD1)
+    offsets: list[int]  # each block's first byte, in order
+    names: list[bytes]
+    sizes: list[int]
+    grid: list[bytes]  # each grid block's SHA-256 (SD1)
     total: int
-
-    def at(self) -> dict[int, tuple[int, bytes]]:
-        return {offset: (size, name) for offset, size, name in zip(self.offsets, self.sizes, self.names, strict=True)}
 
 
 class GridMemo:
     def __init__(self) -> None:
-        self._nodes: dict[str, tuple[Found, dict[int, tuple[int, bytes]], dict[bytes, int]]] = {}
+        # node -> its state, the name at each offset and each name's size (a name fixes its size: GM2, GM3)
+        self._nodes: dict[str, tuple[Found, dict[int, bytes], dict[bytes, int]]] = {}
         self.blocks_read = 0
 
     def holds(self, node_id: str) -> bool:
@@ -67,37 +66,36 @@ class GridMemo:
 
     def keep(self, node_id: str, found: Found) -> None:
         """Remember `found` as the node's state (GM1, GM5)."""
-        self._nodes[node_id] = (found, found.at(), dict(zip(found.names, found.sizes, strict=True)))
-
-    def forget(self, node_id: str) -> None:
-        self._nodes.pop(node_id, None)
+        self._nodes[node_id] = (found, dict(zip(found.offsets, found.names, strict=True)),
+                                dict(zip(found.names, found.sizes, strict=True)))
 
     def found(self, node_id: str, names: Sequence[bytes], read: Read) -> Found:
         """The grid names of the state `names` names, reading only what GM2 needs."""
+        names = list(names)  # not the report's message: the memo outlives it
         base = self._nodes.get(node_id)
         if base is None:
             return self._streamed(names, read)
         before, at, sizes = base
         held: dict[bytes, bytes] = {}  # blocks read for their size (GM3): hashed from these, not read again
-        offsets, lengths, offset = [], [], 0
-        for name in names:
-            if (size := sizes.get(name)) is None:
-                held[name] = self._read(read, name)
-                size = len(held[name])
-            offsets.append(offset)
-            lengths.append(size)
-            offset += size
-        total = offset
+        lengths = [sizes.get(name) for name in names]
+        for i, size in enumerate(lengths):
+            if size is None:
+                held[names[i]] = block = self._read(read, names[i])
+                lengths[i] = len(block)
+        offsets = [0, *itertools.accumulate(lengths)]
+        total = offsets.pop()
         count = -(-total // BLOCK_BYTES)
-        dirty = {g for g in range(min(count, len(before.grid)), count)}
+        dirty = set(range(min(count, len(before.grid)), count))
         # the last grid blocks of either state, when the ends differ: a range cut short in one (GM2)
         for g in range(min(total, before.total) // BLOCK_BYTES, min(count, len(before.grid))):
             if min((g + 1) * BLOCK_BYTES, total) != min((g + 1) * BLOCK_BYTES, before.total):
                 dirty.add(g)
-        for start, size, name in zip(offsets, lengths, names, strict=True):
-            if size and at.get(start) != (size, name):
-                dirty.update(range(start // BLOCK_BYTES, (start + size - 1) // BLOCK_BYTES + 1))
-        grid = list(before.grid[:count])
+        # a name at the same offset has the same size (its bytes are the name's): one look per block
+        other = at.get
+        for i in [i for i, (start, name) in enumerate(zip(offsets, names, strict=True)) if other(start) != name]:
+            if lengths[i]:
+                dirty.update(range(offsets[i] // BLOCK_BYTES, (offsets[i] + lengths[i] - 1) // BLOCK_BYTES + 1))
+        grid = before.grid[:count]
         grid.extend(b"" for _ in range(count - len(grid)))
         for g in sorted(dirty):
             low, high = g * BLOCK_BYTES, min((g + 1) * BLOCK_BYTES, total)
@@ -111,7 +109,7 @@ class GridMemo:
                     hasher.update(memoryview(block)[max(low - offsets[i], 0) : high - offsets[i]])
                 i += 1
             grid[g] = hasher.digest()
-        return Found(tuple(offsets), tuple(names), tuple(lengths), tuple(grid), total)
+        return Found(offsets, names, lengths, grid, total)
 
     def _streamed(self, names: Sequence[bytes], read: Read) -> Found:
         """Every block read in order, the grid named as it goes (GM4)."""
@@ -135,7 +133,7 @@ class GridMemo:
             carry.extend(block[whole:])
         if carry:
             grid.append(hashlib.sha256(carry).digest())
-        return Found(tuple(offsets), tuple(names), tuple(lengths), tuple(grid), offset)
+        return Found(offsets, names, lengths, grid, offset)
 
     def _read(self, read: Read, name: bytes) -> bytes:
         self.blocks_read += 1
