@@ -35,12 +35,14 @@ FS6. A listed state whose digest is in the blocks form and that FS5 does not che
     whose bytes are not the same blocks at the same offsets as in that state are
     hashed, from the blocks overlapping them, each read checked against its name
     (FS2 names one that is not); the digest is the SHA-256 of the grid names and is
-    checked as FS1 says. A state of 0.1% changed reads about 0.1% of its blocks. An
+    checked as FS1 says. A state with a few blocks changed reads those and the ones
+    sharing their grid blocks (64 MiB, 64 changed: about 200 of 8,700 blocks). An
     empty memo (a restart, a node not seen before) reads every block, first
     unchecked (FS3), then checked when the digest differs from its report's; the
     memo keeps a state only from such reads (GM1, GM5).
 FS4. A digest in the blocks form (snapmesh/protocol/statedigest.py) is checked in
-    that form, from the same reads, unless FS5 checks it from the manifest.
+    that form, from the same reads, unless FS5 checks it from the manifest or FS6
+    from the blocks that changed.
 """
 
 from __future__ import annotations
