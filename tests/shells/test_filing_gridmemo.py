@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 
 import pytest
 
@@ -129,6 +130,10 @@ def test_a_size_change_that_shifts_offsets_gives_the_right_digest():
     shrunk = grown[: -PART - 5]  # the last part gone, the one before it cut short
     digest, _ = file(disk, memo, shrunk, sizes[:-2] + [PART - 5], sid="s3")
     assert digest == statedigest.blocks_form(shrunk) and len(disk.reads) <= 2
+    dropped = shrunk[: -(PART - 5)]  # the last part gone, the one before it as it was: its grid block is cut
+    assert len(dropped) % B
+    digest, _ = file(disk, memo, dropped, sizes[:-2], sid="s4")
+    assert digest == statedigest.blocks_form(dropped) and 0 < len(disk.reads) <= 2
 
 
 def test_a_restart_reads_every_block_once_unchecked_as_before():
@@ -138,3 +143,59 @@ def test_a_restart_reads_every_block_once_unchecked_as_before():
     state[3] ^= 1
     digest, names = file(disk, GridMemo(), bytes(state), parts, sid="s2")  # an empty memo: a restart
     assert digest == statedigest.blocks_form(bytes(state)) and len(disk.reads) == len(names)
+
+
+def test_the_store_files_a_changed_off_grid_state_reading_only_its_changed_blocks(tmp_path, monkeypatch):
+    """Through the controller (servicer, tracker's forms, StoreWriter): the second snapshot of a
+    state cut by parts, one part changed, reads a few blocks at filing, not the state's every one
+    (the states not kept in memory: over the kept blocks' bound, lowered, as at 64 MiB a node)."""
+    from types import SimpleNamespace
+
+    from snapmesh.protocol.controller.blockforms import BlockForms
+    from snapmesh.services.controller import servicer
+    from snapmesh.services.controller.servicer import ControllerService
+    from snapmesh.services.controller.store import SnapshotStore, StoreWriter
+    from snapmesh.services.node.sentblocks import SentBlocks
+
+    monkeypatch.setattr(servicer, "JOINED_MAX_BYTES", 1024 * 1024)
+    store = SnapshotStore(tmp_path / "snapshots", tmp_path / "controller" / "snapshots")
+    filed = {"s1": threading.Event(), "s2": threading.Event()}
+    writer = StoreWriter(store, on_filed=lambda sid: filed[sid].set())
+    forms = BlockForms()
+    service = ControllerService(SimpleNamespace(writer=writer, machine=SimpleNamespace(  # type: ignore[arg-type]
+        forms=forms)))
+    service._known.max_bytes = 1024 * 1024
+    node = SentBlocks()
+    state, parts = first_state()
+    read = []
+    real = store.blocks.read
+    monkeypatch.setattr(store.blocks, "read", lambda name: read.append(name) or real(name))
+
+    def report(sid: str, call: int) -> int:
+        said = statedigest.blocks_form(bytes(state))
+        sent, names = node.form(pb.FullState(snapshot_id=sid, node_id="p1", state=bytes(state), app_name="kv",
+                                             app_version=1, state_digest=said, state_parts=parts))
+        got = service._whole_report(sent, call)
+        node.accepted(pb.ReportStateResponse(takes_blocks=True), names)
+        snapshot = pb.Snapshot(snapshot_id=sid, status=pb.Snapshot.COMPLETE, initiator="p1")
+        forms.fill(snapshot.nodes.add(node_id="p1", app_name="kv", app_version=1), forms.of(got))
+        assert blocks_of(snapshot) > 1000 and snapshot.nodes[0].state_digest == said
+        read.clear()
+        writer.submit(snapshot)
+        assert filed[sid].wait(60)
+        return len(read)
+
+    def blocks_of(snapshot: pb.Snapshot) -> int:
+        return len(snapshot.nodes[0].state_blocks.hashes)
+
+    first, names = node.form(pb.FullState(snapshot_id="s0", node_id="p1", state=bytes(state), app_name="kv",
+                                          app_version=1, state_parts=parts))
+    service._know(first, 0)  # the node's first report: its blocks known to the controller
+    node.accepted(pb.ReportStateResponse(takes_blocks=True), names)
+    state[3] ^= 1
+    assert report("s1", 1) > 1000  # the node's first state filed: every block read
+    state[50 * PART + 3] ^= 1
+    count = report("s2", 2)
+    writer.close()
+    assert store.load("s2").nodes[0].state_digest == statedigest.blocks_form(bytes(state))
+    assert count <= 4, count  # the changed block and those sharing its grid blocks
