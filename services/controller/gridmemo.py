@@ -21,7 +21,10 @@ GM2. A grid block of a new state is the remembered grid block's name when every 
     block read once, checked or not as the caller's `read` is).
 GM3. A block's size, to place the ones after it: the remembered size of a name the
     remembered state holds (a name fixes its size), else it is read (GM2 needs it
-    then anyway: a name not remembered overlaps grid blocks that are hashed).
+    then anyway: a name not remembered overlaps grid blocks that are hashed). A state
+    of as many blocks whose changed ones (by index) are each the size of the one they
+    replace has every block at its remembered offset: only the changed ones are looked
+    at (kvshard's puts keep a value's length), with no map of the whole state built.
 GM4. Empty (a controller restarted, a node not seen): every block is read in order,
     streamed (one grid block's bytes held at a time), as filing did before the memo.
     Bounded: one state per node, its manifest's size (the names filing holds anyway)
@@ -36,6 +39,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import itertools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -57,8 +61,9 @@ class Found:
 
 class GridMemo:
     def __init__(self) -> None:
-        # node -> its state, the name at each offset and each name's size (a name fixes its size: GM2, GM3)
-        self._nodes: dict[str, tuple[Found, dict[int, bytes], dict[bytes, int]]] = {}
+        self._nodes: dict[str, Found] = {}
+        # node -> the name at each offset and each name's size of its state (GM2, GM3): built when needed
+        self._maps: dict[str, tuple[dict[int, bytes], dict[bytes, int]]] = {}
         self.blocks_read = 0
 
     def holds(self, node_id: str) -> bool:
@@ -66,35 +71,24 @@ class GridMemo:
 
     def keep(self, node_id: str, found: Found) -> None:
         """Remember `found` as the node's state (GM1, GM5)."""
-        self._nodes[node_id] = (found, dict(zip(found.offsets, found.names, strict=True)),
-                                dict(zip(found.names, found.sizes, strict=True)))
+        self._nodes[node_id] = found
+        self._maps.pop(node_id, None)
 
     def found(self, node_id: str, names: Sequence[bytes], read: Read) -> Found:
         """The grid names of the state `names` names, reading only what GM2 needs."""
         names = list(names)  # not the report's message: the memo outlives it
-        base = self._nodes.get(node_id)
-        if base is None:
+        before = self._nodes.get(node_id)
+        if before is None:
             return self._streamed(names, read)
-        before, at, sizes = base
         held: dict[bytes, bytes] = {}  # blocks read for their size (GM3): hashed from these, not read again
-        lengths = [sizes.get(name) for name in names]
-        for i, size in enumerate(lengths):
-            if size is None:
-                held[names[i]] = block = self._read(read, names[i])
-                lengths[i] = len(block)
-        offsets = [0, *itertools.accumulate(lengths)]
-        total = offsets.pop()
+        changed = self._in_place(before, names, read, held)
+        if changed is not None:  # every block where it was: only the changed ones' grid blocks
+            offsets, lengths, total = before.offsets, before.sizes, before.total
+            dirty = {g for i in changed if lengths[i]
+                     for g in range(offsets[i] // BLOCK_BYTES, (offsets[i] + lengths[i] - 1) // BLOCK_BYTES + 1)}
+        else:
+            offsets, lengths, total, dirty = self._moved(node_id, before, names, read, held)
         count = -(-total // BLOCK_BYTES)
-        dirty = set(range(min(count, len(before.grid)), count))
-        # the last grid blocks of either state, when the ends differ: a range cut short in one (GM2)
-        for g in range(min(total, before.total) // BLOCK_BYTES, min(count, len(before.grid))):
-            if min((g + 1) * BLOCK_BYTES, total) != min((g + 1) * BLOCK_BYTES, before.total):
-                dirty.add(g)
-        # a name at the same offset has the same size (its bytes are the name's): one look per block
-        other = at.get
-        for i in [i for i, (start, name) in enumerate(zip(offsets, names, strict=True)) if other(start) != name]:
-            if lengths[i]:
-                dirty.update(range(offsets[i] // BLOCK_BYTES, (offsets[i] + lengths[i] - 1) // BLOCK_BYTES + 1))
         grid = before.grid[:count]
         grid.extend(b"" for _ in range(count - len(grid)))
         for g in sorted(dirty):
@@ -110,6 +104,46 @@ class GridMemo:
                 i += 1
             grid[g] = hasher.digest()
         return Found(offsets, names, lengths, grid, total)
+
+    def _in_place(self, before: Found, names: list[bytes], read: Read, held: dict[bytes, bytes]) -> list[int] | None:
+        """The blocks that differ from `before`'s at the same index, when each is the size of
+        the one it replaces (so every block is at its offset in `before`); else None."""
+        if len(names) != len(before.names):
+            return None
+        changed = list(itertools.compress(itertools.count(), map(operator.ne, names, before.names)))
+        for i in changed:
+            held[names[i]] = block = self._read(read, names[i])
+            if len(block) != before.sizes[i]:
+                return None
+        return changed
+
+    def _moved(self, node_id: str, before: Found, names: list[bytes], read: Read,
+               held: dict[bytes, bytes]) -> tuple[list[int], list[int], int, set[int]]:
+        """Offsets, sizes, size and the grid blocks to hash of a state whose blocks moved (GM2, GM3)."""
+        if (maps := self._maps.get(node_id)) is None:
+            maps = self._maps[node_id] = (dict(zip(before.offsets, before.names, strict=True)),
+                                          dict(zip(before.names, before.sizes, strict=True)))
+        at, sizes = maps
+        lengths = list(map(sizes.get, names))
+        for i, size in enumerate(lengths):
+            if size is None:
+                if (block := held.get(names[i])) is None:
+                    block = held[names[i]] = self._read(read, names[i])
+                lengths[i] = len(block)
+        offsets = [0, *itertools.accumulate(lengths)]
+        total = offsets.pop()
+        count = -(-total // BLOCK_BYTES)
+        dirty = set(range(min(count, len(before.grid)), count))
+        # the last grid blocks of either state, when the ends differ: a range cut short in one (GM2)
+        for g in range(min(total, before.total) // BLOCK_BYTES, min(count, len(before.grid))):
+            if min((g + 1) * BLOCK_BYTES, total) != min((g + 1) * BLOCK_BYTES, before.total):
+                dirty.add(g)
+        # a name at the same offset has the same size (its bytes are the name's): one look per block
+        other = at.get
+        for i in [i for i, (start, name) in enumerate(zip(offsets, names, strict=True)) if other(start) != name]:
+            if lengths[i]:
+                dirty.update(range(offsets[i] // BLOCK_BYTES, (offsets[i] + lengths[i] - 1) // BLOCK_BYTES + 1))
+        return offsets, lengths, total, dirty
 
     def _streamed(self, names: Sequence[bytes], read: Read) -> Found:
         """Every block read in order, the grid named as it goes (GM4)."""
