@@ -69,6 +69,7 @@ from typing import NamedTuple
 from snapmesh.services.controller import export
 from snapmesh.services.controller.blockdir import BlockDir
 from snapmesh.services.controller.filingsum import filing_checksum
+from snapmesh.services.controller.gridmemo import GridMemo
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol import blocks
 from snapmesh.protocol.controller import blockforms
@@ -157,6 +158,7 @@ class SnapshotStore:
         self.reader: Callable[[], Callable[[bytes], bytes | None]] | None = None
         # A block's size by its name, known from a read checked against it (the servicer sets it): filingsum FS5
         self.sized: Callable[[bytes], int | None] | None = None
+        self.grids = GridMemo()  # each node's last off-grid state filing checked (filingsum FS6)
 
     def lacks(self, names: list[bytes]) -> None:
         """Blocks that stored snapshots reference and that are not on disk (or not as
@@ -263,7 +265,8 @@ class SnapshotStore:
         size = inline + sum(node.state_bytes for node in snapshot.nodes if blockforms.is_listed(node))
         # both files hold manifests past EXPORT_INLINE_BYTES: the checksum is theirs, no block read
         digest = filing_checksum(snapshot, stored, self.reader() if self.reader is not None else None,
-                                 of_stored=size > EXPORT_INLINE_BYTES, raw=self.blocks.read, sized=self.sized)
+                                 of_stored=size > EXPORT_INLINE_BYTES, raw=self.blocks.read, sized=self.sized,
+                                 memo=self.grids)
         data = snapshot_file.sealed_with(stored, digest)
         with self._refs_lock:  # before the file: a crash leaves garbage, never a gap
             freed = self.refs.hold(snapshot.snapshot_id, named.keys() | listed)
