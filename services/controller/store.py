@@ -69,6 +69,7 @@ from typing import NamedTuple
 from snapmesh.services.controller import export
 from snapmesh.services.controller.blockdir import BlockDir
 from snapmesh.services.controller.filingsum import filing_checksum
+from snapmesh.services.controller.gridmemo import GridMemo
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol import blocks
 from snapmesh.protocol.controller import blockforms
@@ -158,6 +159,7 @@ class SnapshotStore:
         # A block's size by its name, known from a read checked against it (the servicer sets it): filingsum FS5.
         # Made once per filing, as `reader` is: a lookup per block that is one dict's `get`, no Python step
         self.sized: Callable[[], Callable[[bytes], int | None]] | None = None
+        self.grids = GridMemo()  # each node's last off-grid state filing checked (filingsum FS6)
 
     def lacks(self, names: list[bytes]) -> None:
         """Blocks that stored snapshots reference and that are not on disk (or not as
@@ -265,7 +267,7 @@ class SnapshotStore:
         # both files hold manifests past EXPORT_INLINE_BYTES: the checksum is theirs, no block read
         digest = filing_checksum(snapshot, stored, self.reader() if self.reader is not None else None,
                                  of_stored=size > EXPORT_INLINE_BYTES, raw=self.blocks.read,
-                                 sized=self.sized() if self.sized is not None else None)
+                                 sized=self.sized() if self.sized is not None else None, memo=self.grids)
         data = snapshot_file.sealed_with(stored, digest)
         with self._refs_lock:  # before the file: a crash leaves garbage, never a gap
             freed = self.refs.hold(snapshot.snapshot_id, named.keys() | listed)

@@ -55,12 +55,16 @@ class FoldMemo:
         block by its name, checked against it, or raises (BF3)."""
         held: dict[bytes, bytes] = {}  # the blocks read for this state, until their piece is folded
         out, start = [], 0
+        names = list(names)  # a message's repeated field makes a new bytes at each look: one look each
+        last = len(names) - 1
+        sizes, touch = self._sizes.get, self._sizes.move_to_end  # FM4's order: each size used, moved last
         for i, name in enumerate(names):
-            size = self._size(name)
-            if size is None:
+            if (size := sizes(name)) is not None:
+                touch(name)
+            else:
                 held[name] = block = self._read(read, name)
                 size = len(block)
-            if size < BLOCK_BYTES or i == len(names) - 1:
+            if size < BLOCK_BYTES or i == last:
                 out.append(self._piece(names[start:i + 1], held, read, key, fn))
                 held.clear()
                 start = i + 1
@@ -81,12 +85,6 @@ class FoldMemo:
         while len(self._results) > self.max_results:
             self._results.popitem(last=False)
         return result
-
-    def _size(self, name: bytes) -> int | None:
-        size = self._sizes.get(name)
-        if size is not None:
-            self._sizes.move_to_end(name)
-        return size
 
     def _read(self, read: Callable[[bytes], bytes], name: bytes) -> bytes:
         block = read(name)
