@@ -301,13 +301,15 @@ class ControllerService(pb_grpc.ControllerServicer):
         large to join is never joined (BF6); a small one is rebuilt whole."""
         store = self.engine.writer.store
         carried = {blocks.block_hash(block): block for block in sent.blocks}  # hashed once for the report
-        missing = store.pin(sent.snapshot_id, journalblocks.held(sent, carried), call)
+        listed = frozenset(sent.state_blocks.hashes)  # and its names made a set once: pinned as they are
+        carried = {name: block for name, block in carried.items() if name in listed}
+        missing = store.pin(sent.snapshot_id, journalblocks.held(sent, carried, listed), call)
         if not missing:
             taken = None
             if len(sent.state_blocks.hashes) * blocks.BLOCK_BYTES > JOINED_MAX_BYTES:
-                taken, missing = self._streamed_report(sent, call, carried)
+                taken, missing = self._streamed_report(sent, call, carried, listed)
             if taken is None and not missing:  # small enough to join, or small after all
-                taken, missing = self._joined_report(sent, call, carried)
+                taken, missing = self._joined_report(sent, call, carried, listed)
             if taken is not None:
                 return taken
             store.lacks(missing)  # the state sent whole next writes them again
@@ -316,8 +318,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         raise MissingBlocks(f"{blocks.MISSING}: {len(missing)} of the state of {sent.node_id} in snapshot "
                             f"{sent.snapshot_id} are neither sent nor held here ({shown}); send the state whole")
 
-    def _joined_report(self, sent: pb.FullState, call: int,
-                       carried: dict[bytes, bytes]) -> tuple[pb.FullState | None, list[bytes]]:
+    def _joined_report(self, sent: pb.FullState, call: int, carried: dict[bytes, bytes],
+                       listed: frozenset[bytes]) -> tuple[pb.FullState | None, list[bytes]]:
         """`_whole_report`'s work on a state joined: whole when small, else listed; or None and
         the blocks found nowhere. Its blocks are kept for the node's next report (B7)."""
         store = self.engine.writer.store
@@ -325,8 +327,6 @@ class ControllerService(pb_grpc.ControllerServicer):
         if named is None:
             return None, missing
         self._known.keep(sent.node_id, named)
-        listed = set(sent.state_blocks.hashes)
-        carried = {name: block for name, block in carried.items() if name in listed}
         store.keep(sent.snapshot_id, listed, carried, call)  # held for the next report at once
         if len(named.state) > blockforms.LISTED_BYTES:  # BF2
             return self._listed_report(sent, named), []
@@ -337,15 +337,13 @@ class ControllerService(pb_grpc.ControllerServicer):
         whole.state = named.state
         return whole, []
 
-    def _streamed_report(self, sent: pb.FullState, call: int,
-                         carried: dict[bytes, bytes]) -> tuple[pb.FullState | None, list[bytes]]:
+    def _streamed_report(self, sent: pb.FullState, call: int, carried: dict[bytes, bytes],
+                         listed_names: frozenset[bytes]) -> tuple[pb.FullState | None, list[bytes]]:
         """`sent` (its held blocks pinned) in listed form, its state never joined (blockforms.py
         BF6): each block from those it carries, the kept ones or the store's file, checked
         against its name, read for the size and digest (the node's, when it sent one) and
         let go; or None and the blocks found nowhere (None and none: a small state, joined
         instead). The carried ones are written and pinned as `_joined_report`'s are."""
-        listed_names = set(sent.state_blocks.hashes)
-        carried = {name: block for name, block in carried.items() if name in listed_names}
         known, files = self._on_disk(sent.node_id, sent.snapshot_id), self.engine.writer.store.blocks
 
         def read(name: bytes) -> bytes | None:

@@ -178,7 +178,7 @@ class SnapshotStore:
             while len(self._parts) > PARTS_KEPT:
                 del self._parts[next(iter(self._parts))]
 
-    def pin(self, snapshot_id: str, names: set[bytes], call: int = 0) -> list[bytes]:
+    def pin(self, snapshot_id: str, names: set[bytes] | frozenset[bytes], call: int = 0) -> list[bytes]:
         """Keep `names` on disk for a report of `snapshot_id` journaled as blocks
         (journalblocks.py JB1): the names that are on disk durably neither by a
         stored snapshot's reference nor by a pin; when there are any, nothing is pinned."""
@@ -188,7 +188,8 @@ class SnapshotStore:
                 self.pins.pin(snapshot_id, names, call)
             return missing
 
-    def keep(self, snapshot_id: str, names: set[bytes], carried: dict[bytes, bytes], call: int) -> None:
+    def keep(self, snapshot_id: str, names: set[bytes] | frozenset[bytes], carried: dict[bytes, bytes],
+             call: int) -> None:
         """A report of `snapshot_id` taken (as blocks, or whole) and about to be journaled:
         `call` pins every block it names (`names`), and the blocks it `carried`
         (name -> content) are written under controller/blocks, durably, before its
