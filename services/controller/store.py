@@ -254,7 +254,8 @@ class SnapshotStore:
         # block but the changed ones.
         with self._parts_lock:
             lacking, self._lacking = self._lacking, set()
-        new = {name: block for name, block in named.items() if not self.refs.referenced(name) or name in lacking}
+        unreferenced = self.refs.unreferenced(named)  # in bulk: a name's look-up goes through each snapshot's set
+        new = {name: block for name, block in named.items() if name in unreferenced or name in lacking}
         if lacking & listed and self.reader is not None:  # a listed state's blocks were written at `keep`, but lost
             read = self.reader()
             new.update({name: block for name in lacking & listed if (block := read(name)) is not None})
