@@ -273,8 +273,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         listing.check_id(request.snapshot_id)
         sent, call, names = None, call or next(self._calls), []
         if request.HasField("state_blocks"):  # rebuilt before anything reads it (blocks.py B4)
-            sent, names = request, list(request.state_blocks.hashes)
-            request = await asyncio.to_thread(self._whole_report, request, call)
+            sent, names = request, frozenset(request.state_blocks.hashes)  # one set for the pins and NodeBlocks
+            request = await asyncio.to_thread(self._whole_report, request, call, names)
         elif request.HasField("state") and len(request.state) > KEPT_MIN_BYTES:  # kept for its next report (knownblocks.py)
             names, listed = await asyncio.to_thread(self._know, request, call)  # written: a thread (store.py `keep`)
             if listed is not None:  # BF5: its manifest from here on, journaled so (journalblocks.py JB4)
@@ -292,16 +292,17 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.engine.node_blocks.reported(request, names)  # a restore may send it only what it lacks
         return pb.ReportStateResponse(takes_blocks=bool(names))  # none kept: the next one whole too
 
-    def _whole_report(self, sent: pb.FullState, call: int) -> pb.FullState:
+    def _whole_report(self, sent: pb.FullState, call: int, listed: frozenset[bytes] | None = None) -> pb.FullState:
         """The report `sent` as blocks stood for, its references read from the store's
         blocks, which are pinned first (journalblocks.py JB1; a thread). A large state
         stays its block list (blockforms.py): the report in listed form, its state's
         size and digest noted for the tracker (the node's digest, when it sent one:
         checked against the bytes when filed, store.py; else hashed here), and one too
-        large to join is never joined (BF6); a small one is rebuilt whole."""
+        large to join is never joined (BF6); a small one is rebuilt whole. `listed`: its names, as a set."""
         store = self.engine.writer.store
         carried = {blocks.block_hash(block): block for block in sent.blocks}  # hashed once for the report
-        listed = frozenset(sent.state_blocks.hashes)  # and its names made a set once: pinned as they are
+        if listed is None:  # its names made a set once: pinned as they are
+            listed = frozenset(sent.state_blocks.hashes)
         carried = {name: block for name, block in carried.items() if name in listed}
         missing = store.pin(sent.snapshot_id, journalblocks.held(sent, carried, listed), call)
         if not missing:
