@@ -30,7 +30,9 @@ the snapshot.
 from __future__ import annotations
 
 import base64
+import binascii
 import math
+from functools import partial
 from itertools import chain
 from json.encoder import encode_basestring_ascii as _quote
 from operator import attrgetter
@@ -41,6 +43,7 @@ from snapmesh.checking import snapshot_file
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 _FD = descriptor.FieldDescriptor
+_B64 = partial(binascii.b2a_base64, newline=False)  # base64.b64encode's, called from C (`_list`)
 _MESSAGE = _FD.CPPTYPE_MESSAGE
 _INT64 = (_FD.CPPTYPE_INT64, _FD.CPPTYPE_UINT64)
 _INT32 = (_FD.CPPTYPE_INT32, _FD.CPPTYPE_UINT32)
@@ -199,8 +202,12 @@ def _list(field, value, level: int, out: list[str]) -> None:
         return
     inner = level + 1
     sep = "," + _pad(inner)
-    out.append("[" + _pad(inner))
     cpp = field.cpp_type
+    if cpp == _FD.CPPTYPE_STRING and field.type == _FD.TYPE_BYTES:  # as `_text` prints each, joined in C:
+        joint = ('"' + sep + '"').encode("ascii")  # a manifest is 8192 hashes for 64 MiB
+        out.append("[" + _pad(inner) + '"' + joint.join(map(_B64, value)).decode("ascii") + '"' + _pad(level) + "]")
+        return
+    out.append("[" + _pad(inner))
     for i, v in enumerate(value):
         if i:
             out.append(sep)

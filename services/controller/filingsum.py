@@ -48,7 +48,9 @@ FS4. A digest in the blocks form (snapmesh/protocol/statedigest.py) is checked i
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Callable, Iterator
+from itertools import repeat
 
 from snapmesh.app import BLOCK_BYTES
 from snapmesh.checking import snapshot_file
@@ -101,7 +103,7 @@ def _on_grid(entry: pb.NodeBalance, sized: Callable[[bytes], int | None] | None)
     names = entry.state_blocks.hashes
     if sized is None or not names or not entry.state_digest.startswith(statedigest.BLOCKS):
         return False
-    if any(sized(name) != BLOCK_BYTES for name in names[:-1]):
+    if not all(map(operator.eq, map(sized, names[:-1]), repeat(BLOCK_BYTES))):  # a pass of C, not a step per block
         return False
     last = sized(names[-1])
     return last is not None and 0 < last <= BLOCK_BYTES and (len(names) - 1) * BLOCK_BYTES + last == entry.state_bytes

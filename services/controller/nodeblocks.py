@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,7 @@ class NodeBlocks:
         if names:
             self._by_node[node_id] = (names, parts)
 
-    def reported(self, report: pb.FullState, names: Sequence[bytes]) -> None:
+    def reported(self, report: pb.FullState, names: Collection[bytes]) -> None:
         """The controller accepted `report`, whose state's blocks are `names` (RB1)."""
         if report.holds_blocks and names:
             self._by_node[report.node_id] = (frozenset(names), tuple(report.state_parts))

@@ -273,8 +273,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         listing.check_id(request.snapshot_id)
         sent, call, names = None, call or next(self._calls), []
         if request.HasField("state_blocks"):  # rebuilt before anything reads it (blocks.py B4)
-            sent, names = request, list(request.state_blocks.hashes)
-            request = await asyncio.to_thread(self._whole_report, request, call)
+            sent, names = request, frozenset(request.state_blocks.hashes)  # one set for the pins and NodeBlocks
+            request = await asyncio.to_thread(self._whole_report, request, call, names)
         elif request.HasField("state") and len(request.state) > KEPT_MIN_BYTES:  # kept for its next report (knownblocks.py)
             names, listed = await asyncio.to_thread(self._know, request, call)  # written: a thread (store.py `keep`)
             if listed is not None:  # BF5: its manifest from here on, journaled so (journalblocks.py JB4)
@@ -292,21 +292,25 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.engine.node_blocks.reported(request, names)  # a restore may send it only what it lacks
         return pb.ReportStateResponse(takes_blocks=bool(names))  # none kept: the next one whole too
 
-    def _whole_report(self, sent: pb.FullState, call: int) -> pb.FullState:
+    def _whole_report(self, sent: pb.FullState, call: int, listed: frozenset[bytes] | None = None) -> pb.FullState:
         """The report `sent` as blocks stood for, its references read from the store's
         blocks, which are pinned first (journalblocks.py JB1; a thread). A large state
         stays its block list (blockforms.py): the report in listed form, its state's
         size and digest noted for the tracker (the node's digest, when it sent one:
         checked against the bytes when filed, store.py; else hashed here), and one too
-        large to join is never joined (BF6); a small one is rebuilt whole."""
+        large to join is never joined (BF6); a small one is rebuilt whole. `listed`: its names, as a set."""
         store = self.engine.writer.store
-        missing = store.pin(sent.snapshot_id, journalblocks.held(sent), call)
+        carried = {blocks.block_hash(block): block for block in sent.blocks}  # hashed once for the report
+        if listed is None:  # its names made a set once: pinned as they are
+            listed = frozenset(sent.state_blocks.hashes)
+        carried = {name: block for name, block in carried.items() if name in listed}
+        missing = store.pin(sent.snapshot_id, journalblocks.held(sent, carried, listed), call)
         if not missing:
             taken = None
             if len(sent.state_blocks.hashes) * blocks.BLOCK_BYTES > JOINED_MAX_BYTES:
-                taken, missing = self._streamed_report(sent, call)
+                taken, missing = self._streamed_report(sent, call, carried, listed)
             if taken is None and not missing:  # small enough to join, or small after all
-                taken, missing = self._joined_report(sent, call)
+                taken, missing = self._joined_report(sent, call, carried, listed)
             if taken is not None:
                 return taken
             store.lacks(missing)  # the state sent whole next writes them again
@@ -315,7 +319,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         raise MissingBlocks(f"{blocks.MISSING}: {len(missing)} of the state of {sent.node_id} in snapshot "
                             f"{sent.snapshot_id} are neither sent nor held here ({shown}); send the state whole")
 
-    def _joined_report(self, sent: pb.FullState, call: int) -> tuple[pb.FullState | None, list[bytes]]:
+    def _joined_report(self, sent: pb.FullState, call: int, carried: dict[bytes, bytes],
+                       listed: frozenset[bytes]) -> tuple[pb.FullState | None, list[bytes]]:
         """`_whole_report`'s work on a state joined: whole when small, else listed; or None and
         the blocks found nowhere. Its blocks are kept for the node's next report (B7)."""
         store = self.engine.writer.store
@@ -323,8 +328,6 @@ class ControllerService(pb_grpc.ControllerServicer):
         if named is None:
             return None, missing
         self._known.keep(sent.node_id, named)
-        listed = set(sent.state_blocks.hashes)
-        carried = {name: block for block in sent.blocks if (name := blocks.block_hash(block)) in listed}
         store.keep(sent.snapshot_id, listed, carried, call)  # held for the next report at once
         if len(named.state) > blockforms.LISTED_BYTES:  # BF2
             return self._listed_report(sent, named), []
@@ -335,14 +338,13 @@ class ControllerService(pb_grpc.ControllerServicer):
         whole.state = named.state
         return whole, []
 
-    def _streamed_report(self, sent: pb.FullState, call: int) -> tuple[pb.FullState | None, list[bytes]]:
+    def _streamed_report(self, sent: pb.FullState, call: int, carried: dict[bytes, bytes],
+                         listed_names: frozenset[bytes]) -> tuple[pb.FullState | None, list[bytes]]:
         """`sent` (its held blocks pinned) in listed form, its state never joined (blockforms.py
         BF6): each block from those it carries, the kept ones or the store's file, checked
         against its name, read for the size and digest (the node's, when it sent one) and
         let go; or None and the blocks found nowhere (None and none: a small state, joined
         instead). The carried ones are written and pinned as `_joined_report`'s are."""
-        listed_names = set(sent.state_blocks.hashes)
-        carried = {name: block for block in sent.blocks if (name := blocks.block_hash(block)) in listed_names}
         known, files = self._on_disk(sent.node_id, sent.snapshot_id), self.engine.writer.store.blocks
 
         def read(name: bytes) -> bytes | None:
@@ -361,25 +363,27 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.engine.machine.forms.note(listed, block_list)
         return listed, []
 
-    def _block_size(self, name: bytes) -> int | None:
-        """A block's size, if it is one of a node's last state listed unjoined (each read checked, BF6)."""
-        return next((sizes[name] for sizes in list(self._sizes.values()) if name in sizes), None)
+    def _block_size(self) -> Callable[[bytes], int | None]:
+        """A block's size, if it is one of a node's last state listed unjoined (each read checked, BF6):
+        one dict's `get` for a filing's every block (a name's size is its content's: any node's will do)."""
+        known: dict[bytes, int] = {}
+        for sizes in list(self._sizes.values()):
+            known.update(sizes)
+        return known.get
 
     def _sized(self, node_id: str, snapshot_id: str) -> Callable[[bytes], int | None]:
         """The size of a block of the node's last state listed unjoined, only while controller/blocks
-        holds a file of its name (as kept blocks are used: blockdir.py D5); None: not known so."""
-        known, files, listed = self._sizes.get(node_id, {}), self.engine.writer.store.blocks, False
-
-        def size(name: bytes) -> int | None:
-            nonlocal listed
-            if (found := known.get(name)) is None:
-                return None
-            if not listed:
-                files.listed_for(snapshot_id)
-                listed = True
-            return found if files.holds(name) else None
-
-        return size
+        holds a file of its name (as kept blocks are used: blockdir.py D5); None: not known so. One
+        dict's `get` (blockforms.py BF7): the names without a file are left out first, in one set difference."""
+        known, files = self._sizes.get(node_id, {}), self.engine.writer.store.blocks
+        if not known:
+            return known.get
+        files.listed_for(snapshot_id)
+        if gone := files.lacking(known):
+            known = dict(known)
+            for name in gone:
+                del known[name]
+        return known.get
 
     def _on_disk(self, node_id: str, snapshot_id: str) -> Callable[[bytes], bytes | None]:
         """The kept blocks (knownblocks.py), each only while controller/blocks holds a file of

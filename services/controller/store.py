@@ -156,8 +156,9 @@ class SnapshotStore:
         self._lacking: set[bytes] = set()  # blocks a report named and this store lacked: written again when filed
         # Listed states' blocks by name (blockforms.py; the controller's servicer sets it): a reader per state read
         self.reader: Callable[[], Callable[[bytes], bytes | None]] | None = None
-        # A block's size by its name, known from a read checked against it (the servicer sets it): filingsum FS5
-        self.sized: Callable[[bytes], int | None] | None = None
+        # A block's size by its name, known from a read checked against it (the servicer sets it): filingsum FS5.
+        # Made once per filing, as `reader` is: a lookup per block that is one dict's `get`, no Python step
+        self.sized: Callable[[], Callable[[bytes], int | None]] | None = None
         self.grids = GridMemo()  # each node's last off-grid state filing checked (filingsum FS6)
 
     def lacks(self, names: list[bytes]) -> None:
@@ -177,17 +178,18 @@ class SnapshotStore:
             while len(self._parts) > PARTS_KEPT:
                 del self._parts[next(iter(self._parts))]
 
-    def pin(self, snapshot_id: str, names: set[bytes], call: int = 0) -> list[bytes]:
+    def pin(self, snapshot_id: str, names: set[bytes] | frozenset[bytes], call: int = 0) -> list[bytes]:
         """Keep `names` on disk for a report of `snapshot_id` journaled as blocks
         (journalblocks.py JB1): the names that are on disk durably neither by a
         stored snapshot's reference nor by a pin; when there are any, nothing is pinned."""
         with self._refs_lock:
-            missing = [name for name in names if not self.refs.referenced(name) and not self.pins.pinned(name)]
+            missing = list(self.pins.unpinned(self.refs.unreferenced(names)))
             if not missing:
                 self.pins.pin(snapshot_id, names, call)
             return missing
 
-    def keep(self, snapshot_id: str, names: set[bytes], carried: dict[bytes, bytes], call: int) -> None:
+    def keep(self, snapshot_id: str, names: set[bytes] | frozenset[bytes], carried: dict[bytes, bytes],
+             call: int) -> None:
         """A report of `snapshot_id` taken (as blocks, or whole) and about to be journaled:
         `call` pins every block it names (`names`), and the blocks it `carried`
         (name -> content) are written under controller/blocks, durably, before its
@@ -227,7 +229,7 @@ class SnapshotStore:
         """Delete those of `names` that nothing pins or references, asked and done under
         the lock a report pins under (`keep`): a block pinned meanwhile stays."""
         with self._refs_lock:
-            return self.blocks.delete({name for name in names if not self.refs.referenced(name) and not self.pins.pinned(name)})
+            return self.blocks.delete(self.pins.unpinned(self.refs.unreferenced(names)))
 
     def path(self, snapshot_id: str) -> Path:
         return self.directory / f"{snapshot_id}.json"
@@ -245,14 +247,15 @@ class SnapshotStore:
         with self._parts_lock:
             parts = self._parts.pop(snapshot.snapshot_id, {})
         stored, named = _stored_form(snapshot, parts)
-        listed = {name for node in snapshot.nodes if blockforms.is_listed(node) for name in node.state_blocks.hashes}
+        listed = set().union(*(node.state_blocks.hashes for node in snapshot.nodes if blockforms.is_listed(node)))
         # A block a stored snapshot already references is on disk, durably (it was
         # written before that manifest): no look at its file, unless a report found
         # it lacking. On a second snapshot of a mostly unchanged state, that is every
         # block but the changed ones.
         with self._parts_lock:
             lacking, self._lacking = self._lacking, set()
-        new = {name: block for name, block in named.items() if not self.refs.referenced(name) or name in lacking}
+        unreferenced = self.refs.unreferenced(named)  # in bulk: a name's look-up goes through each snapshot's set
+        new = {name: block for name, block in named.items() if name in unreferenced or name in lacking}
         if lacking & listed and self.reader is not None:  # a listed state's blocks were written at `keep`, but lost
             read = self.reader()
             new.update({name: block for name in lacking & listed if (block := read(name)) is not None})
@@ -265,8 +268,8 @@ class SnapshotStore:
         size = inline + sum(node.state_bytes for node in snapshot.nodes if blockforms.is_listed(node))
         # both files hold manifests past EXPORT_INLINE_BYTES: the checksum is theirs, no block read
         digest = filing_checksum(snapshot, stored, self.reader() if self.reader is not None else None,
-                                 of_stored=size > EXPORT_INLINE_BYTES, raw=self.blocks.read, sized=self.sized,
-                                 memo=self.grids)
+                                 of_stored=size > EXPORT_INLINE_BYTES, raw=self.blocks.read,
+                                 sized=self.sized() if self.sized is not None else None, memo=self.grids)
         data = snapshot_file.sealed_with(stored, digest)
         with self._refs_lock:  # before the file: a crash leaves garbage, never a gap
             freed = self.refs.hold(snapshot.snapshot_id, named.keys() | listed)
@@ -353,7 +356,8 @@ class SnapshotStore:
         pins (what a deletion or a filing cut short left). What it did, for the log ("" : nothing). Never by a
         reader of someone else's store: a filing under way writes blocks before the
         manifest that names them."""
-        keep = {name for name in self.blocks.names() if self.refs.referenced(name) or self.pins.pinned(name)}
+        on_disk = self.blocks.names()
+        keep = on_disk - self.pins.unpinned(self.refs.unreferenced(on_disk))
         if swept := self.blocks.sweep(keep):
             return (f"removed {swept} blocks under {self.blocks.directory} that no stored snapshot names "
                     "(left by a deletion or a filing cut short)")

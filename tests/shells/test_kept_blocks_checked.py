@@ -4,7 +4,8 @@ immutable bytes, so it is used unhashed and its file is not looked at (the direc
 listed once a snapshot, then the controller's own writes and deletions noted); a kept block
 whose file was deleted is not used (the report is refused naming it), a file of a block's
 name and size that does not hash to its name is written again, not taken, and a kept block
-in a buffer that may be written to is hashed on use."""
+in a buffer that may be written to is hashed on use. The listing and a write's new blocks
+cost no look at a file per block (D6), and are still right."""
 
 from __future__ import annotations
 
@@ -126,3 +127,35 @@ def test_a_file_of_the_right_size_that_does_not_hash_to_its_name_is_written_agai
     assert files.write({name: block}) == (1, B)
     assert files.read(name) == block
     assert files.write({name: block}) == (0, 0)  # a sound one is taken as it is
+
+
+def test_the_listing_skips_temporary_and_stray_files_and_knows_the_blocks_d6(tmp_path):
+    state = random.Random(3).randbytes(3 * B)
+    _, named = kept(state)
+    files = stored(tmp_path, state, named)
+    (files.directory / f".{named.names[0].hex()}.tmp").write_bytes(b"half")  # D1's, left by a crash
+    (files.directory / "notes.txt").write_bytes(b"not a block")
+    assert files.names() == set(named.names)
+    os.unlink(files.path(named.names[1]))  # behind the controller's back
+    assert files.lacking(named.names) == set()  # as far as it knows, until it lists again
+    assert files.names() == {named.names[0], named.names[2]}
+    assert files.lacking(named.names) == {named.names[1]}
+
+
+def test_a_block_written_with_no_look_at_its_file_replaces_a_corrupt_one_whole_d6(tmp_path):
+    state = random.Random(4).randbytes(2 * B)
+    _, named = kept(state)
+    files = BlockDir(tmp_path / "blocks")
+    files.write({named.names[0]: state[:B]})
+    assert files.names() == {named.names[0]}
+    # a file of the second block's name and size appears behind the controller's back, not as named
+    files.path(named.names[1]).write_bytes(bytes(B))
+    assert files.write({named.names[1]: state[B:]}) == (1, B)
+    assert files.read(named.names[1]) == state[B:]
+    # and the directory itself removed behind its back: made again by the next write
+    for path in files.directory.iterdir():
+        path.unlink()
+    files.directory.rmdir()
+    files.names()
+    assert files.write({named.names[0]: state[:B]}) == (1, B)
+    assert files.read(named.names[0]) == state[:B]

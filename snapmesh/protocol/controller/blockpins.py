@@ -14,39 +14,39 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from snapmesh.protocol.controller.countedset import CountedSet
+from snapmesh.protocol.controller.heldsets import HeldSets
 
 
 class BlockPins:
     def __init__(self) -> None:
-        self._by_snapshot: dict[str, dict[int, frozenset[bytes]]] = {}  # snapshot -> call -> its blocks
-        self._count = CountedSet()  # block -> how many calls pin it
+        self._calls: dict[str, set[int]] = {}  # snapshot -> its calls that pin blocks
+        self._held = HeldSets()  # (snapshot, call) -> its blocks (heldsets.py HS3: nothing counted per block)
 
     def pin(self, snapshot_id: str, names: Iterable[bytes], call: int = 0) -> None:
         """`call` of `snapshot_id` pins `names` (in place of what it pinned before)."""
-        calls = self._by_snapshot.setdefault(snapshot_id, {})
-        self._count.release(calls.pop(call, frozenset()))
-        calls[call] = frozenset(names)
-        self._count.add(calls[call])
+        self._calls.setdefault(snapshot_id, set()).add(call)
+        self._held.hold((snapshot_id, call), names)
 
     def add(self, snapshot_id: str, names: Iterable[bytes], call: int) -> None:
         """`call` of `snapshot_id` pins `names` too (a report's blocks, as its stream brings them)."""
-        calls = self._by_snapshot.setdefault(snapshot_id, {})
-        before = calls.get(call, frozenset())
-        new = frozenset(names) - before
-        calls[call] = before | new
-        self._count.add(new)
+        self._calls.setdefault(snapshot_id, set()).add(call)
+        self._held.hold((snapshot_id, call), self._held.names((snapshot_id, call)).union(names))
 
     def unpin(self, snapshot_id: str, call: int | None = None) -> set[bytes]:
         """The pins of `call` of the snapshot go (None: all its calls'): the blocks nothing pins now."""
-        calls = self._by_snapshot.get(snapshot_id, {})
-        names = [calls.pop(c) for c in (list(calls) if call is None else [call]) if c in calls]
+        calls = self._calls.get(snapshot_id, set())
+        going = set(calls) if call is None else {call} & calls
+        calls -= going
         if not calls:
-            self._by_snapshot.pop(snapshot_id, None)
-        return set().union(*(self._count.release(n) for n in names))
+            self._calls.pop(snapshot_id, None)
+        return self._held.release((snapshot_id, c) for c in going)
+
+    def unpinned(self, names: Iterable[bytes]) -> set[bytes]:
+        """Those of `names` nothing pins (heldsets.py HS3)."""
+        return self._held.unheld(names)
 
     def pinned(self, name: bytes) -> bool:
-        return name in self._count
+        return name in self._held
 
     def __len__(self) -> int:
-        return len(self._count)
+        return len(self._held)
