@@ -27,7 +27,8 @@ D5. A block is used only as its name says. A kept block (the controller's memory
     What can change behind the controller's back is a file here, so every block
     read from a file is hashed (blocks.py B3). A kept block is used only while a
     file of its name is here as far as this process knows (`holds`: the directory
-    listed at start and again at each snapshot's first report, then every `write`,
+    listed at start and again for each snapshot, as it starts (in a thread: engine.py
+    `_list_blocks`) or at its first report if that comes first, then every `write`,
     `delete` and read that found none noted; no look at a file per block): a block
     lost is then read, found missing, and written again by the state sent whole
     (B4). A file changed in place behind the controller's back
