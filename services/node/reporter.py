@@ -67,6 +67,7 @@ from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.serving.durable import write_atomically, write_unsynced
 from snapmesh.protocol import blocks, chunking, wal
+from snapmesh.protocol.blockstate import BlockState
 from snapmesh.protocol.node import core
 from snapmesh.protocol.reports import report_message
 from snapmesh.settings import security
@@ -103,12 +104,18 @@ def full_state_message(state: core.FullState, node_id: str, cut_at_ns: int = 0) 
     return report_message(state, cut_at_ns=cut_at_ns, done_at_ns=time.time_ns())
 
 
-def _with_state(message: pb.FullState, state: bytes) -> pb.FullState:
+def _with_state(message: pb.FullState, state: bytes | BlockState) -> pb.FullState:
     """A copy of `message` with its state set (a small one: the copy costs little)."""
     out = pb.FullState()
     out.CopyFrom(message)
-    out.state = state
+    out.state = _joined(state)
     return out
+
+
+def _joined(state: bytes | BlockState) -> bytes:
+    """`state` as bytes: a state the cut kept as its blocks (apphost.H8) is joined where it
+    goes whole (blockstate.BST3), never before."""
+    return bytes(state) if type(state) is BlockState else state
 
 
 class CorruptReportError(ValueError):
@@ -150,7 +157,7 @@ class PendingReports:
         self.write(message.snapshot_id, self.encode(message, lsn))
 
     def save_unsynced(
-        self, message: pb.FullState, lsn: int, state: bytes, named: blocks.Named | None = None,
+        self, message: pb.FullState, lsn: int, state: bytes | BlockState, named: blocks.Named | None = None,
     ) -> list[Path]:
         """`message` (whose state is `state`) saved for a sync that follows (the log
         round's): a large state's new blocks, then the file (RK1); every path written."""
@@ -242,7 +249,7 @@ class StateReporter:
         self._kept: dict[str, tuple[pb.FullState, int]] = {}  # finished, not yet durable: sent at `send`
         # A kept report's state not set in its message (`keep`), until the report is done with:
         # set in it only if it is sent whole (`form`), never for a large state sent as blocks.
-        self._aside: dict[str, bytes] = {}
+        self._aside: dict[str, bytes | BlockState] = {}  # a BlockState: the cut's parts, never joined (apphost.H8)
         # A small report kept in the log (wal.Report, loggedreports.py): snapshot id -> its record's
         # fullstate, until the controller has it; a seal carries these into its checkpoint (`carried`).
         self._logged: dict[str, str] = {}
@@ -250,7 +257,7 @@ class StateReporter:
         # what of the state the controller holds: a report sends only the rest
         self._blocks = SentBlocks(chunking.WRITE_WINDOW_BYTES)
 
-    def keep(self, message: pb.FullState, lsn: int, state: bytes | None = None, named: blocks.Named | None = None,
+    def keep(self, message: pb.FullState, lsn: int, state: bytes | BlockState | None = None, named: blocks.Named | None = None,
              *, in_log: bool = False) -> None:
         """Keep `message` until `send`, and for a report after a crash. Call it in
         the same synchronous step that logged the records the state rests on (up
@@ -283,7 +290,7 @@ class StateReporter:
         """A seal's checkpoint with the logged reports the controller has not taken yet."""
         return dataclasses.replace(checkpoint, reports=dict(self._logged)) if self._logged else checkpoint
 
-    def _save(self, message: pb.FullState, lsn: int, state: bytes, named: blocks.Named | None = None) -> list[Path]:
+    def _save(self, message: pb.FullState, lsn: int, state: bytes | BlockState, named: blocks.Named | None = None) -> list[Path]:
         """Run by the log's round (on the event loop or its worker thread); the
         files it wrote, which the round syncs with its records. The report is
         not sent before the round is durable, so nothing changes it meanwhile."""
@@ -412,7 +419,7 @@ class StateReporter:
         named = self._pending.named.pop(message.snapshot_id, None) if self._pending is not None else None
         state = self._aside.get(message.snapshot_id)
         if state is not None and not message.HasField("state") and (named is None or not self._blocks.carries(named)):
-            message.state = state  # it may go whole (or be cut here): in the message after all (a copy)
+            message.state = _joined(state)  # it may go whole (or be cut here): in the message after all (a copy)
         if named is None and len(message.state) <= INLINE_FORM_BYTES:
             return self._blocks.form(message)
         return await asyncio.to_thread(self._blocks.form, message, named)

@@ -52,6 +52,11 @@ B7. The controller keeps the blocks of each node's last state in memory
     (snapmesh/protocol/controller/knownblocks.py), each checked against its name
     as it came in (hashed, or compared with a block of that name), so rebuilding
     the next report reads and hashes only what it does not hold there: what changed.
+B8. A node's state may be held as its blocks (blockstate.BlockState, the cut of
+    node/apphost.py H8): a `Named` of it holds that BlockState, and the report
+    is formed from it by slices of one block each (the block itself, BST2): no
+    join, no copy of the whole. `names` of a BlockState its cut did not name
+    joins it, once (the rare path).
 
 Why fixed-size blocks of 8 KiB: a state that changes in place (a blob written at
 offsets, kvshard's keys in ranges) changes the blocks it touches and no other;
@@ -71,6 +76,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from snapmesh.app import BLOCK_BYTES  # noqa: F401  (the app contract's: apps cut their parts by it)
+from snapmesh.protocol.blockstate import BlockState
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 MISSING = "missing blocks"  # how a refused report's details start (B4)
@@ -195,7 +201,7 @@ def whole_form(
 class Named:
     """A state, cut into blocks (`bounds`), and their hashes: what `names` reuses."""
 
-    state: bytes
+    state: bytes  # or a BlockState (node/apphost.py H8): read by slices of one block, never joined (B8)
     bounds: list[tuple[int, int]]
     names: list[bytes]
     # (part, offset in it) -> start, end, hash; None: not built yet (`placed` builds it from `cut`)
@@ -230,6 +236,8 @@ def names(
     key = (len(state), tuple(parts) if sum(parts) == len(state) else (len(state),))
     if made is not None and made.cut == key and made.state is state:
         return made, 0
+    if type(state) is BlockState:  # B8: not named at its cut after all; joined, once
+        state = bytes(state)
     if last is not None and last.cut == key:
         return _names_on_the_same_cut(state, key, last)
     view = memoryview(state)

@@ -51,6 +51,15 @@ H7. A query (`on_query`, snapmesh.app A7) is no input: the undo log does not
     returns) is refused FAILED_PRECONDITION, and one that raises or answers
     with something not bytes as a command is (the code it names, or UNKNOWN);
     each leaves the app as H4 does, rebuilt, since it may have changed it first.
+H8. A cut (`cut`) of an app with snapshot_blocks() whose state is larger than
+    statedigest.BLOCKS_FORM_BYTES and whose parts are on the grid (each but the
+    last a whole number of BLOCK_BYTES, cutnames.CN3) keeps the parts as a
+    BlockState: nothing joins or copies the state (a bytearray part is copied, as
+    it may change); the undo base, the cut's names (by identity, cutnames.CN1),
+    the report's blocks, its save and the block shelf all hold those very parts.
+    Whoever needs bytes (a report sent whole, a state set in a protobuf) joins it
+    there (blockstate.BST3). Any other state (smaller, off the grid, an app
+    without snapshot_blocks) is joined once, here, as before.
 """
 
 from __future__ import annotations
@@ -60,10 +69,11 @@ from types import MappingProxyType
 from typing import Any
 
 from snapmesh.app import App, Context, NodeInfo, Refused, StepEnded, validate_machine
-from snapmesh.protocol.blocks import PartedState
+from snapmesh.protocol.blocks import BLOCK_BYTES, PartedState
 from snapmesh.protocol.blockstate import BlockState
 from snapmesh.protocol.node.core import AppFailed, AppRefusal, LocalProtocolError, Refusal
 from snapmesh.protocol.node.undo import UndoLog
+from snapmesh.protocol.statedigest import BLOCKS_FORM_BYTES
 
 Sends = list[tuple[str, bytes]]
 # The node's checks of a command that ran (H4): raise LocalProtocolError to refuse it.
@@ -196,11 +206,15 @@ class Host:
         self.undo.rebase(state)
         return state
 
-    def cut(self) -> tuple[bytes, tuple[bytes, ...]]:
-        """`snapshot()` at a snapshot's cut: the state as plain bytes, joined once (a
-        PartedState is a second copy), and the non-empty parts snapshot_blocks() gave,
-        as it gave them (() for an app without it): the cut names them (cutnames.py)."""
+    def cut(self) -> tuple[bytes | BlockState, tuple[bytes, ...]]:
+        """`snapshot()` at a snapshot's cut: the state, and the non-empty parts
+        snapshot_blocks() gave, as it gave them (() for an app without it): the cut names
+        them (cutnames.py). The state is those parts as a BlockState, never joined, when
+        large and on the grid (H8); else plain bytes, joined once (a PartedState is a
+        second copy)."""
         state, parts = self._taken(self.machine)
+        if state is None:
+            state, parts = _kept(parts)
         self.undo.rebase(state)
         return state, parts
 
@@ -248,14 +262,15 @@ class Host:
         """snapshot(), or the parts of snapshot_blocks() joined when the app has it
         (their sizes ride along for the report, snapmesh/protocol/blocks.py B6)."""
         state, parts = self._taken(machine)
-        if not parts:
+        if state is not None:
             return state
-        parted = PartedState(state)
+        parted = PartedState(b"".join(parts))
         parted.parts = tuple(len(part) for part in parts)
         return parted
 
-    def _taken(self, machine: Any) -> tuple[bytes, tuple[bytes, ...]]:
-        """snapshot() as bytes and (); or the parts of snapshot_blocks() joined, and them."""
+    def _taken(self, machine: Any) -> tuple[bytes | None, tuple[bytes, ...]]:
+        """snapshot() as bytes and (); or None and the non-empty parts of snapshot_blocks()
+        (not joined: `cut` may keep them as they are, H8)."""
         cut = _parts_of(machine)
         name = "snapshot()" if cut is None else "snapshot_blocks()"
         try:
@@ -265,8 +280,7 @@ class Host:
         if cut is not None:
             if wrong := [type(part).__name__ for part in state if not isinstance(part, bytes | bytearray)]:
                 raise AppFailed(f"app {self.app.name!r}: snapshot_blocks() gave a {wrong[0]}, not bytes")
-            parts = tuple(part for part in state if part)
-            return b"".join(parts), parts
+            return None, tuple(part for part in state if part)
         if not isinstance(state, bytes | bytearray):
             raise AppFailed(f"app {self.app.name!r}: snapshot() returned {type(state).__name__}, not bytes")
         return bytes(state), ()
@@ -284,6 +298,17 @@ class Host:
 
 
 _blank = object.__new__  # an instance without its __init__: `command` sets what Context.__init__ would
+
+
+def _kept(parts: tuple[bytes, ...]) -> tuple[bytes | BlockState, tuple[bytes, ...]]:
+    """The state a cut keeps of `parts` (H8): a BlockState of them when large and on the
+    grid (a bytearray part copied: it may change under the cut), else their join."""
+    size = sum(map(len, parts))
+    if size <= BLOCKS_FORM_BYTES or any(len(part) % BLOCK_BYTES for part in parts[:-1]):
+        return b"".join(parts), parts
+    if any(type(part) is not bytes for part in parts):
+        parts = tuple(part if type(part) is bytes else bytes(part) for part in parts)
+    return BlockState(parts), parts
 
 
 def _text(exc: BaseException) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from snapmesh.protocol import blocks, statedigest
 from snapmesh.protocol.blocks import BLOCK_BYTES
+from snapmesh.protocol.blockstate import BlockState
 
 
 class CutNames:
@@ -35,22 +36,25 @@ class CutNames:
         self._last: blocks.Named | None = None  # the last state named on the grid by compare (CN3)
         self.hashed = 0  # blocks hashed in all (the others' names were known)
 
-    def digest(self, state: bytes, parts: tuple[bytes, ...] = ()) -> tuple[str, blocks.Named | None]:
+    def digest(self, state: bytes | BlockState, parts: tuple[bytes, ...] = ()) -> tuple[str, blocks.Named | None]:
         """The digest of `state` in the form a node records (SD3), and, when `parts`
         (the app's, whose join `state` is) are on the grid, the state named on their
         cut for its report (CN3; else None)."""
+        if parts and len(state) > statedigest.BLOCKS_FORM_BYTES \
+                and all(len(part) % BLOCK_BYTES == 0 for part in parts[:-1]):
+            named = self._by_parts(state, parts)
+            return statedigest.of_names(named.names), named
+        if type(state) is BlockState:  # CN4: not what apphost.H8 hands over; joined once
+            state = bytes(state)
         if len(state) <= statedigest.BLOCKS_FORM_BYTES:
             self._parts, self._last = {}, None
             return statedigest.whole(state), None
-        if parts and all(len(part) % BLOCK_BYTES == 0 for part in parts[:-1]):
-            named = self._by_parts(state, parts)
-            return statedigest.of_names(named.names), named
         self._parts = {}
         self._last, hashed = blocks.names(state, (), self._last)
         self.hashed += hashed
         return statedigest.of_names(self._last.names), None
 
-    def _by_parts(self, state: bytes, parts: tuple[bytes, ...]) -> blocks.Named:
+    def _by_parts(self, state: bytes | BlockState, parts: tuple[bytes, ...]) -> blocks.Named:
         known, self._parts, self._last = self._parts, {}, None
         remember, names = self._parts, []
         for part in parts:

@@ -144,7 +144,8 @@ class Node(NodeSteps):
         )
         self.host.snapshot()  # an app whose snapshot() is not bytes fails here, before anything starts
         # snapshot id -> the app's state at its cut here (N10), its parts' sizes, its blocks named (cutnames.py)
-        self._app_cuts: dict[str, tuple[bytes, tuple[int, ...], Any]] = {}
+        # (a BlockState of the app's parts when large and on the grid: never joined, apphost.H8)
+        self._app_cuts: dict[str, tuple[Any, tuple[int, ...], Any]] = {}
         self._cut_digests: dict[str, str] = {}  # ... and its digest, as its cut record holds it
         self._cut_names = CutNames()  # names the cut states' blocks, each part once (statedigest.py SD3)
         self.recording_ttl = recording_ttl
