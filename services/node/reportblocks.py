@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import os
+from itertools import compress
 from pathlib import Path
 
 from snapmesh.protocol import blocks
@@ -72,13 +73,17 @@ class ReportBlocks:
         whole = named.state
         view = whole if type(whole) is BlockState else memoryview(whole)
         directory = str(self.directory)
-        on_disk = self._on_disk
-        for name, (start, end) in zip(named.names, named.bounds, strict=True):
-            if name not in on_disk:
-                if not written:
-                    self.directory.mkdir(parents=True, exist_ok=True)
-                written.append(_write_in_place(f"{directory}/{name.hex()}", memoryview(view[start:end])))
-                self._on_disk.add(name)
+        on_disk, names, bounds = self._on_disk, named.names, named.bounds
+        # The blocks with no file found by set and map, not a step a block (thousands, a few of them new)
+        absent = set(names).difference(on_disk)
+        for i in compress(range(len(names)), map(absent.__contains__, names)) if absent else ():
+            name, (start, end) = names[i], bounds[i]
+            if name in on_disk:  # a block twice in this state: written once
+                continue
+            if not written:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            written.append(_write_in_place(f"{directory}/{name.hex()}", memoryview(view[start:end])))
+            on_disk.add(name)
         self._named[snapshot_id] = frozenset(named.names)
         self._last = named
         self._delete(self._on_disk - self._kept())

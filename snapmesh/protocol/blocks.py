@@ -73,6 +73,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress
 from types import MappingProxyType
 
 from snapmesh.app import BLOCK_BYTES  # noqa: F401  (the app contract's: apps cut their parts by it)
@@ -299,12 +300,15 @@ def referenced_report(
         return None, set(known.names)
     sent = without_state(report)
     sent.state_blocks.hashes.extend(known.names)
-    new: set[bytes] = set()
-    for (start, end), name in zip(known.bounds, known.names, strict=True):
-        if name not in held and name not in new:
-            new.add(name)
-            sent.blocks.append(known.state[start:end])
-    return sent, set(known.names)
+    listed = set(known.names)
+    if absent := listed.difference(held):  # by set and map, not a step a block: a few are new
+        new: set[bytes] = set()
+        for i in compress(range(len(known.names)), map(absent.__contains__, known.names)):
+            if (name := known.names[i]) not in new:
+                new.add(name)
+                start, end = known.bounds[i]
+                sent.blocks.append(known.state[start:end])
+    return sent, listed
 
 
 def without_state(report: pb.FullState) -> pb.FullState:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
+from itertools import accumulate
 
 
 class BlockState:
@@ -29,12 +30,10 @@ class BlockState:
     __slots__ = ("blocks", "_starts", "_size")
 
     def __init__(self, blocks: Iterable[bytes]) -> None:
-        self.blocks = [block for block in blocks if block]
-        starts, at = [], 0
-        for block in self.blocks:
-            starts.append(at)
-            at += len(block)
-        self._starts, self._size = starts, at
+        self.blocks = list(filter(None, blocks))
+        starts = list(accumulate(map(len, self.blocks), initial=0))  # a node's cut holds thousands: no step each
+        self._size = starts.pop()
+        self._starts = starts
 
     def __len__(self) -> int:
         return self._size

@@ -59,7 +59,10 @@ H8. A cut (`cut`) of an app with snapshot_blocks() whose state is larger than
     the report's blocks, its save and the block shelf all hold those very parts.
     Whoever needs bytes (a report sent whole, a state set in a protobuf) joins it
     there (blockstate.BST3). Any other state (smaller, off the grid, an app
-    without snapshot_blocks) is joined once, here, as before.
+    without snapshot_blocks) is joined once, here, as before. The node's own
+    records of the state (its opening state, a checkpoint: wal.Packed, written a
+    run at a time) and the undo base (H5) take it the same way
+    (`snapshot(as_blocks=True)`).
 """
 
 from __future__ import annotations
@@ -114,7 +117,7 @@ class Host:
         when it cannot be put back."""
         undo = self.undo
         if len(undo.inputs) >= undo.steps_limit or undo.size >= undo.size_limit:  # undo.full, inline (H5)
-            self.snapshot()
+            self.snapshot(as_blocks=True)  # the base need not be bytes (H8)
         # A fresh Context (H1), as Context(node_id, peers_out) makes it, without the __init__ call: two steps
         # a command, its calls were a quarter of the host's own cost. tests/protocol/test_apphost_steps.py
         # holds the two equal (a reuse, checked for an app that kept it, cost more than this).
@@ -157,7 +160,7 @@ class Host:
         """The next message on channel `src` -> this node: the sends it made. Raises AppFailed."""
         undo = self.undo
         if len(undo.inputs) >= undo.steps_limit or undo.size >= undo.size_limit:  # undo.full, inline (H5)
-            self.snapshot()
+            self.snapshot(as_blocks=True)  # the base need not be bytes (H8)
         ctx = _blank(Context)  # Context(node_id, peers_out), as in `command`
         ctx.node_id = self._node_id
         ctx.peers_out = self._peers_out
@@ -200,11 +203,17 @@ class Host:
             raise
         return bytes(reply)
 
-    def snapshot(self) -> bytes:
-        """The app's state as bytes (H2); the undo log's new base (H5)."""
-        state = self._snapshot(self.machine)
+    def snapshot(self, *, as_blocks: bool = False) -> bytes | BlockState:
+        """The app's state as bytes (H2); the undo log's new base (H5). `as_blocks`: for a
+        reader that takes a BlockState (a log record's wal.Packed), held as the cut holds it (H8)."""
+        state = self._held(self.machine) if as_blocks else self._snapshot(self.machine)
         self.undo.rebase(state)
         return state
+
+    def _held(self, machine: Any) -> bytes | BlockState:
+        """snapshot() as the cut holds it (H8): a BlockState of a large blocks app's parts, else bytes."""
+        state, parts = self._taken(machine)
+        return _kept(parts)[0] if state is None else state
 
     def cut(self) -> tuple[bytes | BlockState, tuple[bytes, ...]]:
         """`snapshot()` at a snapshot's cut: the state, and the non-empty parts
@@ -239,7 +248,7 @@ class Host:
                 ) from exc
         self.machine = machine
         if inputs:  # the next refusal restores this, replaying nothing
-            self.undo.rebase(self._snapshot(machine))
+            self.undo.rebase(self._held(machine))
 
     def takes_blocks(self) -> bool:
         """Whether the app restores from blocks (A9): a restore as blocks is then rebuilt as a BlockState."""
@@ -278,9 +287,11 @@ class Host:
         except Exception as exc:  # noqa: BLE001
             raise AppFailed(f"app {self.app.name!r} raised in {name}: {_text(exc)}") from exc
         if cut is not None:
-            if wrong := [type(part).__name__ for part in state if not isinstance(part, bytes | bytearray)]:
+            # the types checked as a set (a step per part costs milliseconds at thousands of parts)
+            if not set(map(type, state)) <= _PLAIN and \
+                    (wrong := [type(part).__name__ for part in state if not isinstance(part, bytes | bytearray)]):
                 raise AppFailed(f"app {self.app.name!r}: snapshot_blocks() gave a {wrong[0]}, not bytes")
-            return None, tuple(part for part in state if part)
+            return None, tuple(filter(None, state))
         if not isinstance(state, bytes | bytearray):
             raise AppFailed(f"app {self.app.name!r}: snapshot() returned {type(state).__name__}, not bytes")
         return bytes(state), ()
@@ -297,16 +308,17 @@ class Host:
         return Context(self._node_id, self._peers_out)
 
 
+_PLAIN = frozenset((bytes, bytearray))
 _blank = object.__new__  # an instance without its __init__: `command` sets what Context.__init__ would
 
 
 def _kept(parts: tuple[bytes, ...]) -> tuple[bytes | BlockState, tuple[bytes, ...]]:
     """The state a cut keeps of `parts` (H8): a BlockState of them when large and on the
     grid (a bytearray part copied: it may change under the cut), else their join."""
-    size = sum(map(len, parts))
-    if size <= BLOCKS_FORM_BYTES or any(len(part) % BLOCK_BYTES for part in parts[:-1]):
+    sizes = list(map(len, parts))
+    if sum(sizes) <= BLOCKS_FORM_BYTES or any(map(BLOCK_BYTES.__rmod__, sizes[:-1])):  # off the grid: size % BLOCK
         return b"".join(parts), parts
-    if any(type(part) is not bytes for part in parts):
+    if set(map(type, parts)) != {bytes}:
         parts = tuple(part if type(part) is bytes else bytes(part) for part in parts)
     return BlockState(parts), parts
 
