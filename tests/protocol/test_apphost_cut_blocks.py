@@ -99,3 +99,17 @@ def test_a_node_machines_finished_part_is_its_apps_blocks_and_reports_whole_when
     assert blocks.names(part.state, part.parts, None, part.named) == (part.named, 0)
     message = report_message(part)  # a v1 / simulator reader: joined there
     assert message.state == node.host.machine.snapshot()
+
+
+def test_parts_that_moved_are_known_by_identity_and_none_in_place_is_hashed_again() -> None:
+    parts = [bytes([i]) * BLOCK_BYTES for i in range(40)]
+    names = CutNames()
+    first = names.digest(BlockState(parts), tuple(parts))[1]
+    assert names.hashed == 40
+    moved = [b"\xff" * BLOCK_BYTES, *parts]  # one part in front: every other one a place further on
+    second = names.digest(BlockState(moved), tuple(moved))[1]
+    assert names.hashed == 41 and second is not None and first is not None
+    assert second.names == [blocks.block_hash(moved[0]), *first.names]
+
+    kept = BlockState(moved)
+    assert names.digest(kept, tuple(moved))[1].names == second.names and names.hashed == 41

@@ -75,7 +75,7 @@ class CutNames:
         for i in others:
             part = parts[i]
             if where is None:
-                where = dict(zip(map(id, last), range(len(last))))
+                where = dict(zip(map(id, last), range(len(last)), strict=True))
             j = where.get(id(part))
             if j is not None and last[j] is part:  # moved, not changed: held by the entry, so its id is its own
                 names[i] = last_names[j]
