@@ -55,8 +55,9 @@ B7. The controller keeps the blocks of each node's last state in memory
 B8. A node's state may be held as its blocks (blockstate.BlockState, the cut of
     node/apphost.py H8): a `Named` of it holds that BlockState, and the report
     is formed from it by slices of one block each (the block itself, BST2): no
-    join, no copy of the whole. `names` of a BlockState its cut did not name
-    joins it, once (the rare path).
+    join, no copy of the whole; its carried blocks may stay those blocks, sent
+    after the report's encoding (`referenced_report` `carried`). `names` of a
+    BlockState its cut did not name joins it, once (the rare path).
 
 Why fixed-size blocks of 8 KiB: a state that changes in place (a blob written at
 offsets, kvshard's keys in ranges) changes the blocks it touches and no other;
@@ -283,6 +284,7 @@ def _names_on_the_same_cut(state: bytes, key: tuple[int, tuple[int, ...]], last:
 
 def referenced_report(
     report: pb.FullState, held: set[bytes], known: Named | None = None, *, carry_all: bool = False,
+    carried: list[bytes] | None = None,
 ) -> tuple[pb.FullState | None, set[bytes]]:
     """`report` (not changed) with its state as blocks (cut into its `state_parts`,
     B6), sending only those not in `held`, and every block of its state; None in
@@ -290,7 +292,9 @@ def referenced_report(
     then it goes whole), unless `carry_all` (as blocks all the same, each carried:
     the controller writes a stream's carried blocks as they come, never a whole
     state's bytes). `known`: `names` of the report's state and parts, when the
-    caller has them."""
+    caller has them. `carried`: the blocks to carry go there, in order, not into the
+    report (B8: the state's own blocks, where a protobuf holds a copy; the caller
+    sends them after it, chunking.stream_state)."""
     if known is None:
         state = report.state if report.HasField("state") else b""  # read once: each read is a copy
         if not state:
@@ -307,7 +311,7 @@ def referenced_report(
             if (name := known.names[i]) not in new:
                 new.add(name)
                 start, end = known.bounds[i]
-                sent.blocks.append(known.state[start:end])
+                (sent.blocks if carried is None else carried).append(known.state[start:end])
     return sent, listed
 
 

@@ -113,3 +113,27 @@ def test_parts_that_moved_are_known_by_identity_and_none_in_place_is_hashed_agai
 
     kept = BlockState(moved)
     assert names.digest(kept, tuple(moved))[1].names == second.names and names.hashed == 41
+
+
+def test_carried_blocks_stay_the_states_own_and_stream_as_the_message_holding_them_would() -> None:
+    from snapmesh.protocol import chunking
+
+    host, names, sent = _host(4), CutNames(), SentBlocks(carry_over=64 * 1024)
+    state, parts = host.cut()
+    named = names.digest(state, parts)[1]
+    message = _report("s1", state, parts)
+    carried: list[bytes] = []
+    tracemalloc.start()
+    formed, _ = sent.form(message, named, carried)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert not formed.blocks and len(carried) == len(parts) and all(a is b for a, b in zip(carried, parts, strict=True))
+    assert peak < MIB, f"a first report's form allocated {peak} bytes of a {4 * MIB}-byte state"
+    whole = pb.FullState()
+    whole.CopyFrom(formed)
+    whole.blocks.extend(carried)
+    extra = chunking.carried_bytes(carried)
+    assert formed.ByteSize() + extra == whole.ByteSize()
+    assert chunking.chunk_count(formed, extra=extra) == chunking.chunk_count(whole)
+    apart = [c.data for c in chunking.stream_state(formed, carried=carried)]
+    assert apart == [c.data for c in chunking.stream_state(whole)]
