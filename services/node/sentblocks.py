@@ -8,8 +8,11 @@ accepted report (snapmesh/protocol/blocks.py B4). A controller that lacks a
 block it was sent a reference to refuses the report (blocks.MISSING); the
 reporter then sends it whole (`refused`), and the next one is whole too.
 The hashes of the last state formed are kept with that state (a reference to
-the bytes the report holds, not a copy), so the next state's blocks that did
-not change are compared rather than hashed again (blocks.py B5).
+the bytes the report holds, or to the app's own blocks the cut kept, blocks.py B8:
+not a copy), so the next state's blocks that did not change are compared rather
+than hashed again (blocks.py B5), or, named at the cut, taken as they are.
+A report's carried blocks can be handed back apart from its message (`form`
+`carried`), as the state's own blocks: in the message, each is a copy.
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ class PartedState(bytes):
 
     @classmethod
     def of(cls, parts: list[bytes]) -> PartedState:
-        state = cls(b"".join(parts))  # a bytes subclass copies what it is made from: two copies (node/apphost.py `cut`: one)
+        state = cls(b"".join(parts))  # a bytes subclass copies what it is made from: two copies (apphost.py H8's cut: none)
         state.parts = tuple(len(part) for part in parts if part)
         return state
 

@@ -7,6 +7,8 @@ own copy made from it (the blob app cut it into blocks again). An app with
 `restore_blocks` is handed the rebuilt blocks themselves; the undo base (apphost.H6),
 the restore's log record (wal.Packed) and the blocks the node keeps of its last
 restore (heldblocks.py) are over the same block objects, so the state is held once.
+A node's cut of a blocks app is one too (node/apphost.py H8): the app's parts as they
+are, held by the undo base, the cut's names, the report and its save, never joined.
 
 BST1. The blocks, joined, are the state; none is empty. `len` is the state's size.
 BST2. A slice that is exactly one block is that block (no copy): the reader of held
