@@ -1,8 +1,8 @@
 """An app whose state is a blob of `mib` MiB per node ([app] mib), changed in place: `bench state`'s subject.
 
 The blob is kept as immutable blocks of the framework's BLOCK_BYTES (see `Blob`).
-The blob starts as pseudo-random bytes drawn from the node's id (so no two nodes'
-blocks are alike and nothing compresses), made when first used: a restore, which
+The blob starts as pseudo-random bytes drawn from the node's id, a block at a time
+(so no two nodes' blocks are alike and nothing compresses), made when first used: a restore, which
 makes a new machine and then restores it, does not pay for a blob it replaces. A command is an 8-byte big-endian
 offset and the bytes to write there; it sends nothing. The one invariant: every
 node's state is still `mib` MiB.
@@ -37,7 +37,12 @@ as blocks hands them back (restore_blocks, A9) and they are kept as they are."""
     @property
     def blocks(self) -> list[bytes]:
         if self._blocks is None:
-            self._set(hashlib.shake_256(self._info.node_id.encode()).digest(size_of(self._info.params)))
+            # Each block drawn on its own (the node's id and its index): the blob drawn whole and
+            # then cut held it three times at once (the digest's buffer, its bytes, the blocks).
+            size, seed = size_of(self._info.params), self._info.node_id.encode() + b"\0"
+            self._blocks = [hashlib.shake_256(seed + i.to_bytes(8, "big")).digest(min(BLOCK_BYTES, size - i))
+                            for i in range(0, size, BLOCK_BYTES)]
+            self._size = size
         return self._blocks  # type: ignore[return-value]
 
     def _set(self, blob: bytes) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from itertools import compress
 from pathlib import Path
 
 from snapmesh.protocol import blocks
@@ -126,11 +127,15 @@ class BlockShelf:
     def _write(self, named: blocks.Named) -> int:
         written = 0
         self.directory.mkdir(parents=True, exist_ok=True)
-        for name, (start, end) in zip(named.names, named.bounds, strict=True):
-            if name in self._on_disk:
+        names, on_disk = named.names, self._on_disk
+        absent = set(names).difference(on_disk)  # by set and map, not a step a block: a few are new
+        for i in compress(range(len(names)), map(absent.__contains__, names)) if absent else ():
+            name = names[i]
+            if name in on_disk:  # twice in this state
                 continue
-            write_unsynced(self.path(name), named.state[start:end])
-            self._on_disk.add(name)
+            start, end = named.bounds[i]
+            write_unsynced(self.path(name), named.state[start:end])  # a BlockState's block itself (BST2)
+            on_disk.add(name)
             written += 1
         return written
 

@@ -28,15 +28,20 @@ RK3. A state is rebuilt only through its blocks' names: each block file read is
 RK4. The hashes of the last state saved are reused for the next one's blocks that
     did not change (blocks.py B5: compared at memory speed, not hashed); a state
     the node's cut named already (snapmesh/protocol/node/cutnames.py) is neither.
+RK5. A state the node's cut kept as its blocks (a BlockState, node/apphost.py H8) is
+    saved from them: each new block written is the block itself (blockstate.BST2),
+    and the state is never joined or copied whole for its save.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from itertools import compress
 from pathlib import Path
 
 from snapmesh.protocol import blocks
+from snapmesh.protocol.blockstate import BlockState
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -56,7 +61,7 @@ class ReportBlocks:
         return self.directory / name.hex()
 
     def save(
-        self, snapshot_id: str, state: bytes, parts: tuple[int, ...], made: blocks.Named | None = None,
+        self, snapshot_id: str, state: bytes | BlockState, parts: tuple[int, ...], made: blocks.Named | None = None,
     ) -> tuple[blocks.Named, list[Path]]:
         """Write the blocks of `state` (cut into `parts`) that have no file yet (RK1),
         then delete those nothing needs now (RK2): the state cut and named (`made`: as
@@ -64,14 +69,21 @@ class ReportBlocks:
         named, hashed = blocks.names(state, parts, self._last, made)
         self.hashed += hashed
         written: list[Path] = []
-        view = memoryview(state)
+        # RK5: a state held as its blocks is read a block at a time (the block itself), never joined
+        whole = named.state
+        view = whole if type(whole) is BlockState else memoryview(whole)
         directory = str(self.directory)
-        for name, (start, end) in zip(named.names, named.bounds, strict=True):
-            if name not in self._on_disk:
-                if not written:
-                    self.directory.mkdir(parents=True, exist_ok=True)
-                written.append(_write_in_place(f"{directory}/{name.hex()}", view[start:end]))
-                self._on_disk.add(name)
+        on_disk, names, bounds = self._on_disk, named.names, named.bounds
+        # The blocks with no file found by set and map, not a step a block (thousands, a few of them new)
+        absent = set(names).difference(on_disk)
+        for i in compress(range(len(names)), map(absent.__contains__, names)) if absent else ():
+            name, (start, end) = names[i], bounds[i]
+            if name in on_disk:  # a block twice in this state: written once
+                continue
+            if not written:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            written.append(_write_in_place(f"{directory}/{name.hex()}", memoryview(view[start:end])))
+            on_disk.add(name)
         self._named[snapshot_id] = frozenset(named.names)
         self._last = named
         self._delete(self._on_disk - self._kept())

@@ -43,6 +43,11 @@ A state of more than reportblocks.INLINE_BYTES is saved as blocks, each once
 (services/node/reportblocks.py RK1-RK4): the file holds its manifest, and the
 round writes only the blocks no earlier save wrote (those that changed), hashed
 only where they changed, in the round's thread, with the same one sync.
+
+The blocks a report carries (all of them at a first report of a large state) are
+kept apart from its message, as the state's own blocks (`_formed`), and streamed
+after its encoding (chunking.stream_state `carried`): in the message, each would
+be a copy, the whole state's at a first report.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.serving.durable import write_atomically, write_unsynced
 from snapmesh.protocol import blocks, chunking, wal
+from snapmesh.protocol.blockstate import BlockState
 from snapmesh.protocol.node import core
 from snapmesh.protocol.reports import report_message
 from snapmesh.settings import security
@@ -103,12 +109,18 @@ def full_state_message(state: core.FullState, node_id: str, cut_at_ns: int = 0) 
     return report_message(state, cut_at_ns=cut_at_ns, done_at_ns=time.time_ns())
 
 
-def _with_state(message: pb.FullState, state: bytes) -> pb.FullState:
+def _with_state(message: pb.FullState, state: bytes | BlockState) -> pb.FullState:
     """A copy of `message` with its state set (a small one: the copy costs little)."""
     out = pb.FullState()
     out.CopyFrom(message)
-    out.state = state
+    out.state = _joined(state)
     return out
+
+
+def _joined(state: bytes | BlockState) -> bytes:
+    """`state` as bytes: a state the cut kept as its blocks (apphost.H8) is joined where it
+    goes whole (blockstate.BST3), never before."""
+    return bytes(state) if type(state) is BlockState else state
 
 
 class CorruptReportError(ValueError):
@@ -150,7 +162,7 @@ class PendingReports:
         self.write(message.snapshot_id, self.encode(message, lsn))
 
     def save_unsynced(
-        self, message: pb.FullState, lsn: int, state: bytes, named: blocks.Named | None = None,
+        self, message: pb.FullState, lsn: int, state: bytes | BlockState, named: blocks.Named | None = None,
     ) -> list[Path]:
         """`message` (whose state is `state`) saved for a sync that follows (the log
         round's): a large state's new blocks, then the file (RK1); every path written."""
@@ -242,7 +254,7 @@ class StateReporter:
         self._kept: dict[str, tuple[pb.FullState, int]] = {}  # finished, not yet durable: sent at `send`
         # A kept report's state not set in its message (`keep`), until the report is done with:
         # set in it only if it is sent whole (`form`), never for a large state sent as blocks.
-        self._aside: dict[str, bytes] = {}
+        self._aside: dict[str, bytes | BlockState] = {}  # a BlockState: the cut's parts, never joined (apphost.H8)
         # A small report kept in the log (wal.Report, loggedreports.py): snapshot id -> its record's
         # fullstate, until the controller has it; a seal carries these into its checkpoint (`carried`).
         self._logged: dict[str, str] = {}
@@ -250,7 +262,7 @@ class StateReporter:
         # what of the state the controller holds: a report sends only the rest
         self._blocks = SentBlocks(chunking.WRITE_WINDOW_BYTES)
 
-    def keep(self, message: pb.FullState, lsn: int, state: bytes | None = None, named: blocks.Named | None = None,
+    def keep(self, message: pb.FullState, lsn: int, state: bytes | BlockState | None = None, named: blocks.Named | None = None,
              *, in_log: bool = False) -> None:
         """Keep `message` until `send`, and for a report after a crash. Call it in
         the same synchronous step that logged the records the state rests on (up
@@ -283,7 +295,7 @@ class StateReporter:
         """A seal's checkpoint with the logged reports the controller has not taken yet."""
         return dataclasses.replace(checkpoint, reports=dict(self._logged)) if self._logged else checkpoint
 
-    def _save(self, message: pb.FullState, lsn: int, state: bytes, named: blocks.Named | None = None) -> list[Path]:
+    def _save(self, message: pb.FullState, lsn: int, state: bytes | BlockState, named: blocks.Named | None = None) -> list[Path]:
         """Run by the log's round (on the event loop or its worker thread); the
         files it wrote, which the round syncs with its records. The report is
         not sent before the round is durable, so nothing changes it meanwhile."""
@@ -358,20 +370,21 @@ class StateReporter:
         assert self._channel is not None
         stub = pb_grpc.ControllerStub(self._channel)
         attempt, refused = 0, False
-        sent, names = await self.form(message)
+        sent, names, carried, extra = await self._formed(message)
         while True:
             try:
                 left_at = self._hops.leaving(sent)
-                if chunking.needs_chunks(sent):
-                    chunks = chunking.chunk_count(sent)  # made as they go (stream_state): never encoded whole
+                if carried or chunking.needs_chunks(sent):
+                    chunks = chunking.chunk_count(sent, extra=extra)  # made as they go (stream_state): never whole
                     timeout = REPORT_TIMEOUT_S + self._held_s + REPORT_TIMEOUT_PER_CHUNK_S * chunks
-                    answer = await stub.ReportStateChunks(chunking.stream_state(sent), timeout=timeout)
+                    answer = await stub.ReportStateChunks(chunking.stream_state(sent, carried=carried), timeout=timeout)
                 else:
                     answer = await stub.ReportState(sent, timeout=REPORT_TIMEOUT_S + self._held_s)
                 self._hops.answered(left_at)
                 self._blocks.accepted(answer, names)
-                self._metrics.report_bytes.inc(sent.ByteSize())
-                log.info("snapshot %s: reported state to the controller (%d bytes)", message.snapshot_id, sent.ByteSize())
+                size = sent.ByteSize() + extra
+                self._metrics.report_bytes.inc(size)
+                log.info("snapshot %s: reported state to the controller (%d bytes)", message.snapshot_id, size)
                 self._forget(message.snapshot_id)
                 return
             except grpc.aio.AioRpcError as exc:
@@ -379,7 +392,7 @@ class StateReporter:
                         self._blocks.refused(exc.details() or ""):  # a block it lacks: whole now
                     log.info("snapshot %s: %s; sending it whole", message.snapshot_id, exc.details())
                     refused = True  # formed again with nothing held: whole, or every block carried
-                    sent, names = await self.form(message)
+                    sent, names, carried, extra = await self._formed(message)
                     continue
                 self._metrics.report_failures.inc()
                 if exc.code() in _FINAL_CODES:
@@ -401,10 +414,22 @@ class StateReporter:
             await asyncio.sleep(delay)
             attempt += 1
 
-    async def form(self, message: pb.FullState) -> tuple[pb.FullState, set[bytes]]:
+    async def _formed(self, message: pb.FullState) -> tuple[pb.FullState, set[bytes], list[bytes], int]:
+        """`form`, its carried blocks apart from the message (a protobuf holds a copy of each:
+        at a first report, of the whole state) and the bytes they add to its encoding; those
+        of a report within one chunk put in it (it goes unary)."""
+        carried: list[bytes] = []
+        sent, names = await self.form(message, carried)
+        extra = chunking.carried_bytes(carried)
+        if carried and not chunking.needs_chunks(sent, extra=extra):
+            sent.blocks.extend(carried)
+            carried, extra = [], 0
+        return sent, names, carried, extra
+
+    async def form(self, message: pb.FullState, carried: list[bytes] | None = None) -> tuple[pb.FullState, set[bytes]]:
         """What to send for `message` (SentBlocks.form): a state up to INLINE_FORM_BYTES is
         hashed on the loop (microseconds; a thread hand-off would cost more, on the
-        report's path), a larger one in a thread."""
+        report's path), a larger one in a thread. `carried`: SentBlocks.form's."""
         # SentBlocks keeps its state's blocks: a restore may come as blocks (heldblocks.py); set
         # before forming, so the state sent whole after a refusal says so too
         message.holds_blocks = True
@@ -412,10 +437,10 @@ class StateReporter:
         named = self._pending.named.pop(message.snapshot_id, None) if self._pending is not None else None
         state = self._aside.get(message.snapshot_id)
         if state is not None and not message.HasField("state") and (named is None or not self._blocks.carries(named)):
-            message.state = state  # it may go whole (or be cut here): in the message after all (a copy)
+            message.state = _joined(state)  # it may go whole (or be cut here): in the message after all (a copy)
         if named is None and len(message.state) <= INLINE_FORM_BYTES:
-            return self._blocks.form(message)
-        return await asyncio.to_thread(self._blocks.form, message, named)
+            return self._blocks.form(message, None, carried)
+        return await asyncio.to_thread(self._blocks.form, message, named, carried)
 
     @property
     def blocks(self) -> SentBlocks:

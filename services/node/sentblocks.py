@@ -8,8 +8,11 @@ accepted report (snapmesh/protocol/blocks.py B4). A controller that lacks a
 block it was sent a reference to refuses the report (blocks.MISSING); the
 reporter then sends it whole (`refused`), and the next one is whole too.
 The hashes of the last state formed are kept with that state (a reference to
-the bytes the report holds, not a copy), so the next state's blocks that did
-not change are compared rather than hashed again (blocks.py B5).
+the bytes the report holds, or to the app's own blocks the cut kept, blocks.py B8:
+not a copy), so the next state's blocks that did not change are compared rather
+than hashed again (blocks.py B5), or, named at the cut, taken as they are.
+A report's carried blocks can be handed back apart from its message (`form`
+`carried`), as the state's own blocks: in the message, each is a copy.
 """
 
 from __future__ import annotations
@@ -39,15 +42,18 @@ class SentBlocks:
         """The last state formed, cut, and its blocks' hashes (a restore as blocks reads it too)."""
         return self._last
 
-    def form(self, report: pb.FullState, named: blocks.Named | None = None) -> tuple[pb.FullState, set[bytes]]:
+    def form(
+        self, report: pb.FullState, named: blocks.Named | None = None, carried: list[bytes] | None = None,
+    ) -> tuple[pb.FullState, set[bytes]]:
         """What to send for `report` (it, or it as blocks), and its state's blocks (for
-        `accepted`). `named`: its state cut and named already (a pending report's save)."""
+        `accepted`). `named`: its state cut and named already (a pending report's save).
+        `carried`: the blocks to carry go there, not into the message (blocks.referenced_report)."""
         if named is not None:  # not read again (a read is a copy), not compared again
             self._last = named
             if self.on_formed is not None:  # heldblocks.py: kept on disk whichever way it was cut
                 self.on_formed(named)
             sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set(), named,
-                                                   carry_all=self.carries(named))
+                                                   carry_all=self.carries(named), carried=carried)
             return (report if sent is None else sent), names
         known = None
         state = report.state if report.HasField("state") else b""  # read once: each read is a copy
@@ -58,7 +64,7 @@ class SentBlocks:
             if self.on_formed is not None:
                 self.on_formed(known)
         sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set(), known,
-                                               carry_all=self.carries(known))
+                                               carry_all=self.carries(known), carried=carried)
         return (report if sent is None else sent), names
 
     def carries(self, named: blocks.Named | None) -> bool:

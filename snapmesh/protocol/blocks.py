@@ -52,6 +52,12 @@ B7. The controller keeps the blocks of each node's last state in memory
     (snapmesh/protocol/controller/knownblocks.py), each checked against its name
     as it came in (hashed, or compared with a block of that name), so rebuilding
     the next report reads and hashes only what it does not hold there: what changed.
+B8. A node's state may be held as its blocks (blockstate.BlockState, the cut of
+    node/apphost.py H8): a `Named` of it holds that BlockState, and the report
+    is formed from it by slices of one block each (the block itself, BST2): no
+    join, no copy of the whole; its carried blocks may stay those blocks, sent
+    after the report's encoding (`referenced_report` `carried`). `names` of a
+    BlockState its cut did not name joins it, once (the rare path).
 
 Why fixed-size blocks of 8 KiB: a state that changes in place (a blob written at
 offsets, kvshard's keys in ranges) changes the blocks it touches and no other;
@@ -68,9 +74,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress
 from types import MappingProxyType
 
 from snapmesh.app import BLOCK_BYTES  # noqa: F401  (the app contract's: apps cut their parts by it)
+from snapmesh.protocol.blockstate import BlockState
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 MISSING = "missing blocks"  # how a refused report's details start (B4)
@@ -89,7 +97,7 @@ class PartedState(bytes):
 
     @classmethod
     def of(cls, parts: list[bytes]) -> PartedState:
-        state = cls(b"".join(parts))  # a bytes subclass copies what it is made from: two copies (node/apphost.py `cut`: one)
+        state = cls(b"".join(parts))  # a bytes subclass copies what it is made from: two copies (apphost.py H8's cut: none)
         state.parts = tuple(len(part) for part in parts if part)
         return state
 
@@ -195,7 +203,7 @@ def whole_form(
 class Named:
     """A state, cut into blocks (`bounds`), and their hashes: what `names` reuses."""
 
-    state: bytes
+    state: bytes  # or a BlockState (node/apphost.py H8): read by slices of one block, never joined (B8)
     bounds: list[tuple[int, int]]
     names: list[bytes]
     # (part, offset in it) -> start, end, hash; None: not built yet (`placed` builds it from `cut`)
@@ -230,6 +238,8 @@ def names(
     key = (len(state), tuple(parts) if sum(parts) == len(state) else (len(state),))
     if made is not None and made.cut == key and made.state is state:
         return made, 0
+    if type(state) is BlockState:  # B8: not named at its cut after all; joined, once
+        state = bytes(state)
     if last is not None and last.cut == key:
         return _names_on_the_same_cut(state, key, last)
     view = memoryview(state)
@@ -274,6 +284,7 @@ def _names_on_the_same_cut(state: bytes, key: tuple[int, tuple[int, ...]], last:
 
 def referenced_report(
     report: pb.FullState, held: set[bytes], known: Named | None = None, *, carry_all: bool = False,
+    carried: list[bytes] | None = None,
 ) -> tuple[pb.FullState | None, set[bytes]]:
     """`report` (not changed) with its state as blocks (cut into its `state_parts`,
     B6), sending only those not in `held`, and every block of its state; None in
@@ -281,7 +292,9 @@ def referenced_report(
     then it goes whole), unless `carry_all` (as blocks all the same, each carried:
     the controller writes a stream's carried blocks as they come, never a whole
     state's bytes). `known`: `names` of the report's state and parts, when the
-    caller has them."""
+    caller has them. `carried`: the blocks to carry go there, in order, not into the
+    report (B8: the state's own blocks, where a protobuf holds a copy; the caller
+    sends them after it, chunking.stream_state)."""
     if known is None:
         state = report.state if report.HasField("state") else b""  # read once: each read is a copy
         if not state:
@@ -291,12 +304,15 @@ def referenced_report(
         return None, set(known.names)
     sent = without_state(report)
     sent.state_blocks.hashes.extend(known.names)
-    new: set[bytes] = set()
-    for (start, end), name in zip(known.bounds, known.names, strict=True):
-        if name not in held and name not in new:
-            new.add(name)
-            sent.blocks.append(known.state[start:end])
-    return sent, set(known.names)
+    listed = set(known.names)
+    if absent := listed.difference(held):  # by set and map, not a step a block: a few are new
+        new: set[bytes] = set()
+        for i in compress(range(len(known.names)), map(absent.__contains__, known.names)):
+            if (name := known.names[i]) not in new:
+                new.add(name)
+                start, end = known.bounds[i]
+                (sent.blocks if carried is None else carried).append(known.state[start:end])
+    return sent, listed
 
 
 def without_state(report: pb.FullState) -> pb.FullState:

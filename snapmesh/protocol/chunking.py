@@ -26,6 +26,7 @@ reassemble with `StateAssembler`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from itertools import chain
 
 from google.protobuf.message import DecodeError
 
@@ -120,8 +121,18 @@ class ChunkBudget:
         return self._by_peer.get(peer, 0)
 
 
-def needs_chunks(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES) -> bool:
-    return state.ByteSize() > chunk_bytes
+def needs_chunks(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES, extra: int = 0) -> bool:
+    """Whether `state` (and `extra` bytes of blocks carried apart, `carried_bytes`) is over one chunk."""
+    return state.ByteSize() + extra > chunk_bytes
+
+
+_BLOCKS_TAG = len(pb.FullState(blocks=[b""]).SerializeToString()) - 1  # the field's tag (its length's varint: 1)
+
+
+def carried_bytes(carried: Iterable[bytes]) -> int:
+    """What blocks carried apart (`stream_state` `carried`) add to the report's encoding: each
+    a `blocks` field, as the message holding them would encode it."""
+    return sum(_BLOCKS_TAG + (max(len(block).bit_length(), 1) + 6) // 7 + len(block) for block in carried)
 
 
 def split_state(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES) -> list[pb.FullStateChunk]:
@@ -134,13 +145,17 @@ def split_state(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES) -> list[pb.
     ]
 
 
-def stream_state(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.FullStateChunk]:
+def stream_state(
+    state: pb.FullState, chunk_bytes: int = CHUNK_BYTES, carried: Iterable[bytes] = (),
+) -> Iterator[pb.FullStateChunk]:
     """`split_state`'s chunks, made as they are sent and never the whole encoding: the state
     without its carried blocks first (its snapshot and node before any block, carriedblocks.py
     CB3), then each block as its own `blocks` field. The encodings of one message joined parse
     as one message (protobuf merges them), so the controller reads what `split_state` gives.
     A first report of a GiB, every block carried, was encoded whole and then cut: two copies
-    of the state more, and four nodes of 1 GiB did not fit in 24 GiB."""
+    of the state more, and four nodes of 1 GiB did not fit in 24 GiB. `carried`: blocks carried
+    apart from the message, after its own (a node's first report, whose blocks in the message
+    were a copy of its state: they are the node's own blocks, blocks.referenced_report)."""
     if chunk_bytes <= 0:
         raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
     head = pb.FullState()
@@ -155,7 +170,7 @@ def stream_state(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES) -> Iterato
             setattr(head, field.name, value)
     buffer = bytearray(head.SerializeToString())
     sent = False
-    for block in state.blocks:
+    for block in chain(state.blocks, carried):
         buffer += pb.FullState(blocks=[block]).SerializeToString()
         while len(buffer) >= chunk_bytes:
             yield pb.FullStateChunk(data=bytes(buffer[:chunk_bytes]))
@@ -168,9 +183,9 @@ def stream_state(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES) -> Iterato
         yield pb.FullStateChunk()
 
 
-def chunk_count(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES) -> int:
-    """How many chunks `split_state` and `stream_state` cut `state` into."""
-    return max(1, -(-state.ByteSize() // chunk_bytes))
+def chunk_count(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES, extra: int = 0) -> int:
+    """How many chunks `split_state` and `stream_state` cut `state` into (`extra`: `carried_bytes`)."""
+    return max(1, -(-(state.ByteSize() + extra) // chunk_bytes))
 
 
 def restore_chunks(request: pb.RestoreStateRequest, chunk_bytes: int = CHUNK_BYTES) -> list[pb.RestoreStateChunk]:

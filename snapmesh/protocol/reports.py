@@ -8,6 +8,7 @@ the node's shell needs nothing of the controller to report.
 from __future__ import annotations
 
 from snapmesh.protocol import appstate, statedigest
+from snapmesh.protocol.blockstate import BlockState
 from snapmesh.protocol.node import core
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -45,8 +46,8 @@ def report_message(
     )
     message.only_recorded_channels = True
     if state.state is not None:  # an app's node
-        if with_state:
-            message.state = state.state
+        if with_state:  # a state held as its blocks (apphost.H8) is joined here, where bytes are needed
+            message.state = bytes(state.state) if type(state.state) is BlockState else state.state
         message.state_parts.extend(state.parts or getattr(state.state, "parts", ()))  # snapshot_blocks()'s (blocks.py B6)
         message.app_name, message.app_version = state.app, state.version
         if digest and state.state:

@@ -28,6 +28,9 @@ SD3. A node records a state of more than BLOCKS_FORM_BYTES in the blocks form an
 SD4. A cut record holds the whole form as bare hex (as it always did) and the
      blocks form with its prefix (`record_text`, `from_record`): an older record
      reads as the whole form, and a bare hex is never a blocks form.
+SD5. `whole` and `grid_names` take a state held as its blocks (blockstate.BlockState,
+     a node's cut of node/apphost.py H8) as well as bytes: hashed a block (or a grid
+     slice) at a time, never joined whole.
 
 Why the grid and not the report's cut (the app's parts, blocks.py B6): a reader
 that holds the bytes can check the digest without knowing the parts (a snapshot
@@ -48,8 +51,13 @@ BLOCKS_FORM_BYTES = 64 * 1024  # above: a node records the blocks form (SD3)
 
 
 def whole(state: bytes) -> str:
-    """The whole form (SD1)."""
-    return WHOLE + hashlib.sha256(state).hexdigest()
+    """The whole form (SD1). A state held as its blocks (a BlockState, SD5) is hashed a block at a time."""
+    if isinstance(state, bytes | bytearray | memoryview):
+        return WHOLE + hashlib.sha256(state).hexdigest()
+    digest = hashlib.sha256()
+    for block in state.blocks:
+        digest.update(block)
+    return WHOLE + digest.hexdigest()
 
 
 def of_names(names: Iterable[bytes]) -> str:
@@ -58,8 +66,8 @@ def of_names(names: Iterable[bytes]) -> str:
 
 
 def grid_names(state: bytes) -> list[bytes]:
-    """The SHA-256 of each grid block of `state` (SD1)."""
-    view = memoryview(state)
+    """The SHA-256 of each grid block of `state` (SD1); a BlockState's read by its slices (SD5)."""
+    view = memoryview(state) if isinstance(state, bytes | bytearray | memoryview) else state
     return [hashlib.sha256(view[i : i + BLOCK_BYTES]).digest() for i in range(0, len(state), BLOCK_BYTES)]
 
 

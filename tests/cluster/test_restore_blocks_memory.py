@@ -66,7 +66,8 @@ def _reported(node: Node, shelf: Path) -> tuple[HeldBlocks, bytes, object]:
     """The node's cut, formed as its last report (SentBlocks.last, kept on its shelf), then a few
     blocks written since: the restore of that snapshot sends nothing, every block held. The
     node's held blocks, the state and the request."""
-    state, parts = node.host.cut()
+    cut, parts = node.host.cut()
+    state = bytes(cut)  # the cut holds the app's parts (apphost.H8): joined for the messages here
     sizes = tuple(map(len, parts))
     named = blocks.names(state, sizes)[0]
     held = HeldBlocks(SentBlocks(), shelf)

@@ -128,9 +128,10 @@ def test_a_new_object_under_a_remembered_id_is_hashed() -> None:
     _digest(names, parts)
     fresh = _state(BLOCK_BYTES, 42)
     parts[0] = fresh
-    # An entry under the new object's id that holds another object (as if the id had
-    # been reused): it is not taken.
-    names._parts[id(fresh)] = (b"x" * BLOCK_BYTES, (b"\0" * 32,))
+    # An entry where the new object is that holds another object, with wrong names (as if
+    # an id had been reused): it is not taken, whatever its place.
+    names._kept = (b"x" * BLOCK_BYTES, *names._kept[1:])
+    names._kept_names[0] = (b"\0" * 32,)
     assert _digest(names, parts)[0] == statedigest.blocks_form(b"".join(parts))
 
 
@@ -140,11 +141,11 @@ def test_a_mutable_part_is_always_hashed_and_a_dropped_part_let_go() -> None:
     _digest(names, parts)
     parts[5][0] ^= 1  # the same object, changed
     assert _digest(names, parts)[0] == statedigest.blocks_form(b"".join(parts))
-    assert names.hashed == 20 and not names._parts
+    assert names.hashed == 20 and not any(names._kept)
     kept = [_state(BLOCK_BYTES, i) for i in range(10)]
     _digest(names, kept)
     _digest(names, kept[:9])
-    assert set(names._parts) == {id(part) for part in kept[:9]}  # the app's current parts only
+    assert len(names._kept) == 9 and all(a is b for a, b in zip(names._kept, kept, strict=False))  # current only
 
 
 @pytest.mark.parametrize("how", ["snapshot()", "parts off the grid"])

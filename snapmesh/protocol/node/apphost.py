@@ -51,6 +51,18 @@ H7. A query (`on_query`, snapmesh.app A7) is no input: the undo log does not
     returns) is refused FAILED_PRECONDITION, and one that raises or answers
     with something not bytes as a command is (the code it names, or UNKNOWN);
     each leaves the app as H4 does, rebuilt, since it may have changed it first.
+H8. A cut (`cut`) of an app with snapshot_blocks() whose state is larger than
+    statedigest.BLOCKS_FORM_BYTES and whose parts are on the grid (each but the
+    last a whole number of BLOCK_BYTES, cutnames.CN3) keeps the parts as a
+    BlockState: nothing joins or copies the state (a bytearray part is copied, as
+    it may change); the undo base, the cut's names (by identity, cutnames.CN1),
+    the report's blocks, its save and the block shelf all hold those very parts.
+    Whoever needs bytes (a report sent whole, a state set in a protobuf) joins it
+    there (blockstate.BST3). Any other state (smaller, off the grid, an app
+    without snapshot_blocks) is joined once, here, as before. The node's own
+    records of the state (its opening state, a checkpoint: wal.Packed, written a
+    run at a time) and the undo base (H5) take it the same way
+    (`snapshot(as_blocks=True)`).
 """
 
 from __future__ import annotations
@@ -60,10 +72,11 @@ from types import MappingProxyType
 from typing import Any
 
 from snapmesh.app import App, Context, NodeInfo, Refused, StepEnded, validate_machine
-from snapmesh.protocol.blocks import PartedState
+from snapmesh.protocol.blocks import BLOCK_BYTES, PartedState
 from snapmesh.protocol.blockstate import BlockState
 from snapmesh.protocol.node.core import AppFailed, AppRefusal, LocalProtocolError, Refusal
 from snapmesh.protocol.node.undo import UndoLog
+from snapmesh.protocol.statedigest import BLOCKS_FORM_BYTES
 
 Sends = list[tuple[str, bytes]]
 # The node's checks of a command that ran (H4): raise LocalProtocolError to refuse it.
@@ -104,7 +117,7 @@ class Host:
         when it cannot be put back."""
         undo = self.undo
         if len(undo.inputs) >= undo.steps_limit or undo.size >= undo.size_limit:  # undo.full, inline (H5)
-            self.snapshot()
+            self.snapshot(as_blocks=True)  # the base need not be bytes (H8)
         # A fresh Context (H1), as Context(node_id, peers_out) makes it, without the __init__ call: two steps
         # a command, its calls were a quarter of the host's own cost. tests/protocol/test_apphost_steps.py
         # holds the two equal (a reuse, checked for an app that kept it, cost more than this).
@@ -147,7 +160,7 @@ class Host:
         """The next message on channel `src` -> this node: the sends it made. Raises AppFailed."""
         undo = self.undo
         if len(undo.inputs) >= undo.steps_limit or undo.size >= undo.size_limit:  # undo.full, inline (H5)
-            self.snapshot()
+            self.snapshot(as_blocks=True)  # the base need not be bytes (H8)
         ctx = _blank(Context)  # Context(node_id, peers_out), as in `command`
         ctx.node_id = self._node_id
         ctx.peers_out = self._peers_out
@@ -190,17 +203,27 @@ class Host:
             raise
         return bytes(reply)
 
-    def snapshot(self) -> bytes:
-        """The app's state as bytes (H2); the undo log's new base (H5)."""
-        state = self._snapshot(self.machine)
+    def snapshot(self, *, as_blocks: bool = False) -> bytes | BlockState:
+        """The app's state as bytes (H2); the undo log's new base (H5). `as_blocks`: for a
+        reader that takes a BlockState (a log record's wal.Packed), held as the cut holds it (H8)."""
+        state = self._held(self.machine) if as_blocks else self._snapshot(self.machine)
         self.undo.rebase(state)
         return state
 
-    def cut(self) -> tuple[bytes, tuple[bytes, ...]]:
-        """`snapshot()` at a snapshot's cut: the state as plain bytes, joined once (a
-        PartedState is a second copy), and the non-empty parts snapshot_blocks() gave,
-        as it gave them (() for an app without it): the cut names them (cutnames.py)."""
+    def _held(self, machine: Any) -> bytes | BlockState:
+        """snapshot() as the cut holds it (H8): a BlockState of a large blocks app's parts, else bytes."""
+        state, parts = self._taken(machine)
+        return _kept(parts)[0] if state is None else state
+
+    def cut(self) -> tuple[bytes | BlockState, tuple[bytes, ...]]:
+        """`snapshot()` at a snapshot's cut: the state, and the non-empty parts
+        snapshot_blocks() gave, as it gave them (() for an app without it): the cut names
+        them (cutnames.py). The state is those parts as a BlockState, never joined, when
+        large and on the grid (H8); else plain bytes, joined once (a PartedState is a
+        second copy)."""
         state, parts = self._taken(self.machine)
+        if state is None:
+            state, parts = _kept(parts)
         self.undo.rebase(state)
         return state, parts
 
@@ -225,7 +248,7 @@ class Host:
                 ) from exc
         self.machine = machine
         if inputs:  # the next refusal restores this, replaying nothing
-            self.undo.rebase(self._snapshot(machine))
+            self.undo.rebase(self._held(machine))
 
     def takes_blocks(self) -> bool:
         """Whether the app restores from blocks (A9): a restore as blocks is then rebuilt as a BlockState."""
@@ -248,14 +271,15 @@ class Host:
         """snapshot(), or the parts of snapshot_blocks() joined when the app has it
         (their sizes ride along for the report, snapmesh/protocol/blocks.py B6)."""
         state, parts = self._taken(machine)
-        if not parts:
+        if state is not None:
             return state
-        parted = PartedState(state)
+        parted = PartedState(b"".join(parts))
         parted.parts = tuple(len(part) for part in parts)
         return parted
 
-    def _taken(self, machine: Any) -> tuple[bytes, tuple[bytes, ...]]:
-        """snapshot() as bytes and (); or the parts of snapshot_blocks() joined, and them."""
+    def _taken(self, machine: Any) -> tuple[bytes | None, tuple[bytes, ...]]:
+        """snapshot() as bytes and (); or None and the non-empty parts of snapshot_blocks()
+        (not joined: `cut` may keep them as they are, H8)."""
         cut = _parts_of(machine)
         name = "snapshot()" if cut is None else "snapshot_blocks()"
         try:
@@ -263,10 +287,11 @@ class Host:
         except Exception as exc:  # noqa: BLE001
             raise AppFailed(f"app {self.app.name!r} raised in {name}: {_text(exc)}") from exc
         if cut is not None:
-            if wrong := [type(part).__name__ for part in state if not isinstance(part, bytes | bytearray)]:
+            # the types checked as a set (a step per part costs milliseconds at thousands of parts)
+            if not set(map(type, state)) <= _PLAIN and \
+                    (wrong := [type(part).__name__ for part in state if not isinstance(part, bytes | bytearray)]):
                 raise AppFailed(f"app {self.app.name!r}: snapshot_blocks() gave a {wrong[0]}, not bytes")
-            parts = tuple(part for part in state if part)
-            return b"".join(parts), parts
+            return None, tuple(filter(None, state))
         if not isinstance(state, bytes | bytearray):
             raise AppFailed(f"app {self.app.name!r}: snapshot() returned {type(state).__name__}, not bytes")
         return bytes(state), ()
@@ -283,7 +308,19 @@ class Host:
         return Context(self._node_id, self._peers_out)
 
 
+_PLAIN = frozenset((bytes, bytearray))
 _blank = object.__new__  # an instance without its __init__: `command` sets what Context.__init__ would
+
+
+def _kept(parts: tuple[bytes, ...]) -> tuple[bytes | BlockState, tuple[bytes, ...]]:
+    """The state a cut keeps of `parts` (H8): a BlockState of them when large and on the
+    grid (a bytearray part copied: it may change under the cut), else their join."""
+    sizes = list(map(len, parts))
+    if sum(sizes) <= BLOCKS_FORM_BYTES or any(map(BLOCK_BYTES.__rmod__, sizes[:-1])):  # off the grid: size % BLOCK
+        return b"".join(parts), parts
+    if set(map(type, parts)) != {bytes}:
+        parts = tuple(part if type(part) is bytes else bytes(part) for part in parts)
+    return BlockState(parts), parts
 
 
 def _text(exc: BaseException) -> str:

@@ -77,6 +77,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from snapmesh.protocol.blockstate import BlockState
+
 
 # ------------------------------------------------------------------ errors
 
@@ -188,7 +190,9 @@ class FullState:
     positions: Mapping[str, int] = field(default_factory=dict)  # incoming src -> last seq applied at the cut
     # outgoing dst -> unacked transfers at the cut, as the link holds them (link.Entry)
     outbox: Mapping[str, tuple] = field(default_factory=dict)
-    state: bytes | None = None  # the app's snapshot() at this node's cut (filled by the node; None: not yet)
+    # the app's snapshot() at this node's cut (filled by the node; None: not yet); a BlockState when
+    # its cut kept the app's parts as they are (node/apphost.py H8): bytes(state) joins it
+    state: bytes | BlockState | None = None
     parts: tuple[int, ...] = ()  # the sizes of the parts snapshot_blocks() gave for it (blocks.py B6)
     named: Any = field(default=None, compare=False, repr=False)  # its blocks.Named from the cut (cutnames.py), or None
     app: str = ""  # the app's name and version that made `state`

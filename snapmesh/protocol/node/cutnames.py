@@ -25,45 +25,71 @@ CN3. Parts are on the grid when each but the last is a whole number of blocks:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from itertools import chain, compress
+from operator import is_not
+
 from snapmesh.protocol import blocks, statedigest
 from snapmesh.protocol.blocks import BLOCK_BYTES
+from snapmesh.protocol.blockstate import BlockState
 
 
 class CutNames:
     def __init__(self) -> None:
-        self._parts: dict[int, tuple[bytes, tuple[bytes, ...]]] = {}  # id -> (the part, its blocks' names) (CN1)
+        # The last cut's parts (a non-`bytes` one as None: never taken, CN1) and each one's blocks' names.
+        self._kept: tuple[bytes | None, ...] = ()
+        self._kept_names: list[tuple[bytes, ...]] = []
         self._last: blocks.Named | None = None  # the last state named on the grid by compare (CN3)
+        self._bounds: tuple[int, list[tuple[int, int]]] = (-1, [])  # the grid of the last size named by parts
         self.hashed = 0  # blocks hashed in all (the others' names were known)
 
-    def digest(self, state: bytes, parts: tuple[bytes, ...] = ()) -> tuple[str, blocks.Named | None]:
+    def digest(self, state: bytes | BlockState, parts: tuple[bytes, ...] = ()) -> tuple[str, blocks.Named | None]:
         """The digest of `state` in the form a node records (SD3), and, when `parts`
         (the app's, whose join `state` is) are on the grid, the state named on their
         cut for its report (CN3; else None)."""
-        if len(state) <= statedigest.BLOCKS_FORM_BYTES:
-            self._parts, self._last = {}, None
-            return statedigest.whole(state), None
-        if parts and all(len(part) % BLOCK_BYTES == 0 for part in parts[:-1]):
+        if parts and len(state) > statedigest.BLOCKS_FORM_BYTES \
+                and not any(map(BLOCK_BYTES.__rmod__, map(len, parts[:-1]))):  # each a whole number of blocks
             named = self._by_parts(state, parts)
             return statedigest.of_names(named.names), named
-        self._parts = {}
+        if type(state) is BlockState:  # CN4: not what apphost.H8 hands over; joined once
+            state = bytes(state)
+        self._kept, self._kept_names = (), []
+        if len(state) <= statedigest.BLOCKS_FORM_BYTES:
+            self._last = None
+            return statedigest.whole(state), None
         self._last, hashed = blocks.names(state, (), self._last)
         self.hashed += hashed
         return statedigest.of_names(self._last.names), None
 
-    def _by_parts(self, state: bytes, parts: tuple[bytes, ...]) -> blocks.Named:
-        known, self._parts, self._last = self._parts, {}, None
-        remember, names = self._parts, []
-        for part in parts:
-            entry = known.get(id(part))
-            if entry is not None and entry[0] is part:
-                named = entry[1]
+    def _by_parts(self, state: bytes | BlockState, parts: tuple[bytes, ...]) -> blocks.Named:
+        last, last_names, self._last = self._kept, self._kept_names, None
+        count = len(parts)
+        # CN1 a part at a time costs milliseconds at thousands of parts: the parts still where they
+        # were (the very object, `is`) are found by one map, and only the others looked at.
+        if len(last) == count:
+            names = list(last_names)
+            others: Iterable[int] = compress(range(count), map(is_not, parts, last))
+        else:
+            names, others = [()] * count, range(count)
+        where: dict[int, int] | None = None
+        for i in others:
+            part = parts[i]
+            if where is None:
+                where = dict(zip(map(id, last), range(len(last)), strict=True))
+            j = where.get(id(part))
+            if j is not None and last[j] is part:  # moved, not changed: held by the entry, so its id is its own
+                names[i] = last_names[j]
             else:
-                named = tuple(statedigest.grid_names(part))
-                self.hashed += len(named)
-            if type(part) is bytes:
-                remember[id(part)] = (part, named)
-            names.extend(named)
+                names[i] = tuple(statedigest.grid_names(part))
+                self.hashed += len(names[i])
+        # CN2: the entries are this cut's parts; CN1: a part that can change is never taken
+        plain = set(map(type, parts)) == {bytes}
+        self._kept = parts if plain else tuple(part if type(part) is bytes else None for part in parts)
+        self._kept_names = names
         size = len(state)
-        # On the grid (CN3): each block's bounds are the grid's, found without cutting each part.
-        bounds = [(start, min(start + BLOCK_BYTES, size)) for start in range(0, size, BLOCK_BYTES)]
-        return blocks.Named(state, bounds, names, None, (size, tuple(len(part) for part in parts)))
+        # On the grid (CN3): each block's bounds are the grid's, found without cutting each part
+        # (and the same list as the last cut's when the size is: nothing changes a Named's bounds).
+        if self._bounds[0] != size:
+            self._bounds = (size, [(start, min(start + BLOCK_BYTES, size)) for start in range(0, size, BLOCK_BYTES)])
+        return blocks.Named(state, self._bounds[1], list(chain.from_iterable(names)), None,
+                            (size, tuple(map(len, parts))))

@@ -142,9 +142,12 @@ class Node(NodeSteps):
         self.host: apphost.Host = recovered.host or apphost.Host(
             app, node_id=node_id, incoming=incoming, outgoing=outgoing, params=app_params
         )
-        self.host.snapshot()  # an app whose snapshot() is not bytes fails here, before anything starts
+        # An app whose snapshot() is not bytes fails here, before anything starts; a blocks app's
+        # state is held as its blocks, not joined (apphost.H8): the opening record takes it so.
+        opening = self.host.snapshot(as_blocks=True)
         # snapshot id -> the app's state at its cut here (N10), its parts' sizes, its blocks named (cutnames.py)
-        self._app_cuts: dict[str, tuple[bytes, tuple[int, ...], Any]] = {}
+        # (a BlockState of the app's parts when large and on the grid: never joined, apphost.H8)
+        self._app_cuts: dict[str, tuple[Any, tuple[int, ...], Any]] = {}
         self._cut_digests: dict[str, str] = {}  # ... and its digest, as its cut record holds it
         self._cut_names = CutNames()  # names the cut states' blocks, each part once (statedigest.py SD3)
         self.recording_ttl = recording_ttl
@@ -186,8 +189,8 @@ class Node(NodeSteps):
         self.markers_sent = self.markers_received = self.recorded_messages = 0
         self.stale_markers = self.snapshots_completed = self.messages_received = self.messages_sent = 0
         if recovered.fresh:
-            opening = wal.Packed(self.host.snapshot())  # the app's opening state, its base64 made as written
-            self._append(wal.Init(lsn=self.last_lsn + 1, state=opening, **self._stamp()))
+            # the app's opening state, its base64 made as written
+            self._append(wal.Init(lsn=self.last_lsn + 1, state=wal.Packed(opening), **self._stamp()))
         else:
             if recovered.pending_sends:  # the rest of a step a crash cut short: the replay made them again
                 self._app_sends(recovered.pending_sends)
@@ -405,7 +408,7 @@ class Node(NodeSteps):
             elif isinstance(effect, core.LocalStateRecorded):
                 state, parts = self.host.cut()
                 digest, named = self._cut_names.digest(state, parts)
-                self._app_cuts[effect.snapshot_id] = (state, tuple(len(part) for part in parts), named)
+                self._app_cuts[effect.snapshot_id] = (state, tuple(map(len, parts)), named)
                 cut_digest = self._cut_digests[effect.snapshot_id] = statedigest.record_text(digest)
                 self._append(wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, digest=cut_digest))
                 self._remember(effect.snapshot_id)

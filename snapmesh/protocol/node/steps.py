@@ -485,7 +485,7 @@ class NodeSteps:
             last_command=self.last_command,
         )
         lsn = self.last_lsn + 1
-        app_state = wal.Packed(self.host.snapshot())  # its base64 made as it is written
+        app_state = wal.Packed(self.host.snapshot(as_blocks=True))  # its base64 made as it is written (apphost.H8)
         checkpoint = wal.Checkpoint(lsn=lsn, **checkpoint_fields(state), state=app_state, **self._stamp())
         self._out.append(Seal(self.segment_first, checkpoint))
         self.segment_first = self.last_lsn = lsn
