@@ -146,6 +146,7 @@ class ControllerEngine:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.to_thread(self.node_blocks.close)  # the notes asked for, written
         for channel in self._channels:
             await channel.close()
 

@@ -10,7 +10,9 @@ the controller then forgets what it took the node to hold and sends the state
 whole at once. A restore taken as blocks adds its state's blocks to what the
 node holds (it keeps them too), until its next report.
 
-What it knows is noted on disk too (`remember_in`, heldseed.py HT1-HT3): per node,
+What it knows is noted on disk too (`remember_in`, heldseed.py HT1-HT3; written in
+order by one worker thread, never on the event loop: a report's answer, and the
+trigger's COMPLETE right behind it, do not wait for a file; `flush`, `close`): per node,
 one small file naming the snapshot of its last accepted report, that report's
 parts, and the snapshot of the last restore it took as blocks; a controller
 that restarted takes it back from those and the stored manifests, so the first
@@ -31,6 +33,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +58,23 @@ class NodeBlocks:
         self.read: Callable[[bytes], bytes | None] | None = None  # the store's block, checked (RS1 parts)
         self.streamed_blocks = 0  # blocks streamed to nodes for RS1 parts, in all (what a held block saves)
 
+        self._writer: ThreadPoolExecutor | None = None  # the notes' one worker (`remember_in`)
+
     def remember_in(self, directory: Path) -> None:
         """Note what each node holds under `directory` from now on (heldseed.py HT1)."""
         self.directory = Path(directory)
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="node-notes")
+
+    def flush(self) -> None:
+        """Wait for the notes asked for so far to be written."""
+        if self._writer is not None:
+            self._writer.submit(lambda: None).result()
+
+    def close(self) -> None:
+        """Write the notes asked for so far, and end the worker (blocks: a thread's, or at stop)."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
 
     def believe(self, node_id: str, names: frozenset[bytes], parts: tuple[int, ...]) -> None:
         """After a restart: `node_id` is taken to hold `names` (heldseed.py HT2), until it says otherwise."""
@@ -81,11 +98,19 @@ class NodeBlocks:
         return None if self.directory is None else self.directory / f"{node_id.encode().hex()}.json"
 
     def _note(self, node_id: str, note: dict[str, Any] | None, *, restored: str = "") -> None:
-        """Write `node_id`'s note (None: remove it). A note is a belief (RB5): written
-        whole or not at all, unsynced, and a failure to write it only costs a restore sent whole."""
+        """Have `node_id`'s note written (None: removed) by the worker, after those asked before."""
         path = self.note_path(node_id)
-        if path is None:
+        if path is None or self._writer is None:
             return
+        try:
+            self._writer.submit(self._write_note, path, node_id, note, restored)
+        except RuntimeError:  # closed: the controller is stopping; a note lost costs a restore sent whole
+            log.debug("controller stopping: the note of node %s is not written", node_id)
+
+    @staticmethod
+    def _write_note(path: Path, node_id: str, note: dict[str, Any] | None, restored: str) -> None:
+        """Write a note (None: remove it). A note is a belief (RB5): written whole or not
+        at all, unsynced, and a failure to write it only costs a restore sent whole."""
         try:
             if note is None:
                 path.unlink(missing_ok=True)

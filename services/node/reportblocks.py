@@ -20,9 +20,13 @@ RK1. A report's blocks are written (in place, unsynced) before its manifest file
     the first report of a large state (8192 blocks at 64 MiB) take seconds on
     its path.
 RK2. A block no pending report names and that is not of the last state saved is
-    deleted by the next save (in its round, never while one is written), and by
-    `sweep` at load: the last state's blocks stay, so the next report's
-    unchanged ones are not written again.
+    garbage: a save finds it, and `collect` deletes it, after the save's round
+    (the reporter's, in a thread: an unlink is I/O, tens of them a report, and the
+    round is on the report's path); `sweep` deletes it at load. The last state's
+    blocks stay, so the next report's unchanged ones are not written again. A save
+    and `collect` take one lock, and `collect` deletes only a block still garbage
+    under it, a name at a time: a block a later save names again is kept, never
+    deleted under it, and a save waits for one unlink at most.
 RK3. A state is rebuilt only through its blocks' names: each block file read is
     checked against its name.
 RK4. The hashes of the last state saved are reused for the next one's blocks that
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from itertools import compress
 from pathlib import Path
 
@@ -56,6 +61,8 @@ class ReportBlocks:
         self._named: dict[str, frozenset[bytes]] = {}  # pending report -> its blocks (RK2)
         self._last: blocks.Named | None = None  # the last state saved (RK2, RK4)
         self.hashed = 0  # blocks hashed in all (the others' hashes were reused, RK4)
+        self._garbage: set[bytes] = set()  # on disk and needed by nothing: `collect`'s (RK2)
+        self._lock = threading.Lock()  # a save, and each of `collect`'s deletes (RK2)
 
     def path(self, name: bytes) -> Path:
         return self.directory / name.hex()
@@ -66,6 +73,12 @@ class ReportBlocks:
         """Write the blocks of `state` (cut into `parts`) that have no file yet (RK1),
         then delete those nothing needs now (RK2): the state cut and named (`made`: as
         the node's cut named it, taken as it is, RK4), and the files written."""
+        with self._lock:
+            return self._save(snapshot_id, state, parts, made)
+
+    def _save(
+        self, snapshot_id: str, state: bytes | BlockState, parts: tuple[int, ...], made: blocks.Named | None,
+    ) -> tuple[blocks.Named, list[Path]]:
         named, hashed = blocks.names(state, parts, self._last, made)
         self.hashed += hashed
         written: list[Path] = []
@@ -86,8 +99,27 @@ class ReportBlocks:
             on_disk.add(name)
         self._named[snapshot_id] = frozenset(named.names)
         self._last = named
-        self._delete(self._on_disk - self._kept())
+        self._garbage = self._on_disk - self._kept()  # RK2: `collect`'s, after the round
         return named, written
+
+    @property
+    def garbage(self) -> int:
+        """How many blocks `collect` would delete now."""
+        return len(self._garbage)
+
+    def collect(self) -> int:
+        """Delete the blocks that are garbage (RK2), each under the lock and only while
+        still garbage; how many were deleted. Any thread; never the round's."""
+        deleted = 0
+        with self._lock:
+            names = list(self._garbage)
+        for name in names:
+            with self._lock:
+                if name not in self._garbage:
+                    continue
+                self._garbage.discard(name)
+                deleted += self._delete({name})
+        return deleted
 
     def forget(self, snapshot_id: str) -> None:
         """The report of `snapshot_id` is no longer pending: its blocks go at the next save
@@ -111,7 +143,7 @@ class ReportBlocks:
         """At load: `pending` (snapshot id -> its blocks) are the reports found; every
         other block file, and any temporary one a crash left, goes (RK2)."""
         self._named = {sid: frozenset(names) for sid, names in pending.items()}
-        self._on_disk = set()
+        self._on_disk, self._garbage = set(), set()
         if not self.directory.is_dir():
             return
         for path in self.directory.iterdir():
@@ -129,16 +161,19 @@ class ReportBlocks:
             kept.update(names)
         return kept
 
-    def _delete(self, names: set[bytes]) -> None:
+    def _delete(self, names: set[bytes]) -> int:
+        deleted = 0
         for name in names:
             try:
                 os.unlink(self.path(name))
+                deleted += 1
             except FileNotFoundError:
                 pass
             except OSError as exc:  # garbage until the next sweep
                 log.warning("%s: cannot delete an unused block of a pending report: %s", self.path(name), exc)
                 continue
             self._on_disk.discard(name)
+        return deleted
 
 
 def _write_in_place(path: str, data: memoryview) -> Path:

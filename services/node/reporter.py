@@ -249,6 +249,7 @@ class StateReporter:
         self._options = options
         self._channel: grpc.aio.Channel | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._collecting: asyncio.Future[int] | None = None  # the saves' unused blocks being deleted (`_collect`)
         self._rng = random.Random()
         self._pending = pending
         self._kept: dict[str, tuple[pb.FullState, int]] = {}  # finished, not yet durable: sent at `send`
@@ -310,6 +311,22 @@ class StateReporter:
         """Report the state kept for `snapshot_id`: the node says it is durable."""
         self._hops.durable(snapshot_id)
         self._start(*self._kept.pop(snapshot_id))
+        self._collect()
+
+    def _collect(self) -> None:
+        """The saves' unused blocks deleted in a thread, off the log's round (reportblocks.py
+        RK2), one collection at a time: one under way leaves the rest to the next report."""
+        pending = self._pending
+        if pending is None or not pending.blocks.garbage:
+            return
+        if self._collecting is not None and not self._collecting.done():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a test's direct call): at once
+            pending.blocks.collect()
+            return
+        self._collecting = loop.run_in_executor(None, pending.blocks.collect)
 
     def resume(self, found: list[tuple[pb.FullState, int]], last_lsn: int,
                logged: list[tuple[pb.FullState, int, str]] | None = None) -> None:
@@ -451,5 +468,7 @@ class StateReporter:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._collecting is not None:  # its deletes finished: no unlink after the node stopped
+            await asyncio.gather(self._collecting, return_exceptions=True)
         if self._channel is not None:
             await self._channel.close()

@@ -7,6 +7,7 @@ round's sync) is dropped with a warning, never read back wrong."""
 from __future__ import annotations
 
 import logging
+import os
 import random
 
 from snapmesh.protocol import blocks
@@ -36,6 +37,8 @@ def test_a_large_state_is_saved_once_and_a_later_one_writes_what_changed(tmp_pat
     state[5 * B] ^= 1
     second = pending.save_unsynced(report("s2", bytes(state)), 9, bytes(state))
     assert len(second) == 2, "the changed block, then the file"
+    assert len(block_files(pending)) == 33, "the save deletes nothing: the round is the report's path (RK2)"
+    assert pending.blocks.collect() == 1
     assert len(block_files(pending)) == 32, "the block s1 had there and s2 does not is gone (RK2)"
     [(message, lsn)] = pending.load()
     assert (message.snapshot_id, lsn, message.state) == ("s2", 9, bytes(state))
@@ -114,3 +117,28 @@ def test_the_report_is_formed_from_the_names_its_save_found(tmp_path):
             reporter.accepted(pb.ReportStateResponse(takes_blocks=True), names)
     assert node.hashed == 0 and pending.blocks.hashed == 24 + 1, "hashed by the save only, each change once"
     assert sent.HasField("state_blocks") and len(sent.blocks) == 1
+
+
+def test_a_block_named_again_before_its_collection_is_kept(tmp_path, monkeypatch):
+    """RK2: a save unlinks nothing; a block that became garbage and that a later save names
+    again (the state changed back) is no longer garbage, so `collect` leaves it, and the
+    later report reads back whole."""
+    pending = PendingReports(tmp_path / "p1.reports")
+    state = bytearray(random.Random(4).randbytes(16 * B))
+    original = bytes(state)
+    pending.save_unsynced(report("s1", original), 1, original)
+    pending.remove("s1")
+    state[3 * B] ^= 1
+    unlinked = []
+    real = os.unlink
+    blocks_dir = str(pending.blocks.directory)
+    monkeypatch.setattr(os, "unlink", lambda path, *a, **k: (str(path).startswith(blocks_dir) and unlinked.append(path))
+                        or real(path, *a, **k))  # a block's file, not a report's
+    pending.save_unsynced(report("s2", bytes(state)), 2, bytes(state))  # the original block 3: garbage
+    pending.remove("s2")
+    assert unlinked == [] and pending.blocks.garbage == 1
+    pending.save_unsynced(report("s3", original), 3, original)  # named again: kept
+    assert unlinked == []
+    assert pending.blocks.collect() == 1  # the changed block 3 of s2 only
+    [(message, lsn)] = PendingReports(tmp_path / "p1.reports").load()
+    assert (message.snapshot_id, lsn, message.state) == ("s3", 3, original)
