@@ -49,10 +49,11 @@ class MissingRestoreBlocks(Exception):
 
 
 class HeldBlocks:
-    def __init__(self, sent: SentBlocks, shelf_dir: Path | None = None) -> None:
+    def __init__(self, sent: SentBlocks, shelf_dir: Path | None = None, linked_from: Path | None = None) -> None:
         self._sent = sent
         self._restored: blocks.Named | None = None  # the last state restored as blocks
-        self.shelf = BlockShelf(shelf_dir) if shelf_dir is not None else None
+        # linked_from: the pending reports' blocks, which the shelf links rather than writes (blockshelf.py BS6)
+        self.shelf = BlockShelf(shelf_dir, linked_from) if shelf_dir is not None else None
         # One worker: the shelf's writes keep their order, and never hold up a report or a restore.
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="block-shelf") if self.shelf is not None else None
         self._closed = False  # after close: no more writes (a state formed or restored then is not shelved)

@@ -463,6 +463,11 @@ class StateReporter:
     def blocks(self) -> SentBlocks:
         return self._blocks
 
+    @property
+    def pending_blocks(self) -> Path | None:
+        """Where a large pending report's blocks are written (reportblocks.py; None: no pending reports)."""
+        return None if self._pending is None else self._pending.blocks.directory
+
     async def close(self) -> None:
         tasks = list(self._tasks.values())
         for task in tasks:

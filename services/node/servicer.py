@@ -69,7 +69,8 @@ class NodeServicer(pb_grpc.NodeServicer):
         self._extra = extra_edge.load(engine.node.host.app, engine, self._edge)
         self._log = engine.log
         # what a restore as blocks is rebuilt from: in memory, and on disk beside the node's log (blockshelf.py)
-        self._held = HeldBlocks(engine.reporter.blocks, shelf_dir(getattr(engine.log, "path", None), engine.node_id))
+        self._held = HeldBlocks(engine.reporter.blocks, shelf_dir(getattr(engine.log, "path", None), engine.node_id),
+                                linked_from=getattr(engine.reporter, "pending_blocks", None))
         self.stopping = False
         # Acks say the channel streams into this node may carry an app's payloads in packed
         # runs; False acks as a receiver from before them did (its senders send one message each).

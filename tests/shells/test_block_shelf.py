@@ -120,3 +120,27 @@ def test_a_closed_shelf_has_finished_its_writes_and_takes_no_more(tmp_path):
     held.restored(blocks.names(later)[0])
     held.flush()
     assert sorted(p.name for p in (tmp_path / "p1.blocks").iterdir()) == expected
+
+
+def test_a_block_the_pending_report_wrote_is_linked_not_written_again(tmp_path):
+    """BS6: a block whose file the pending report has (reportblocks.py) becomes a second name
+    of that very file; one it lacks (collected since, RK2) is written from memory."""
+    from snapmesh.services.node.reporter import PendingReports
+
+    state = random.Random(7).randbytes(12 * B)
+    pending = PendingReports(tmp_path / "p1.reports")
+    pending.save_unsynced(pb.FullState(snapshot_id="s1", node_id="p1", state=state), 1, state)
+    named = blocks.names(state)[0]
+    gone = named.names[4]
+    pending.blocks.path(gone).unlink()  # as a collection after a later save would
+    shelf = BlockShelf(tmp_path / "p1.blocks", linked_from=pending.blocks.directory)
+    assert shelf.keep("report", named) == (12, 0)
+    for name in named.names:
+        here = shelf.path(name).stat()
+        if name == gone:
+            assert here.st_nlink == 1 and shelf.get(name) == state[4 * B : 5 * B]
+        else:
+            assert here.st_ino == pending.blocks.path(name).stat().st_ino, "linked, not a second copy"
+    pending.remove("s1")
+    pending.blocks.collect()  # the report's names go; the shelf's stay, whole
+    assert [shelf.get(name) for name in named.names] == blocks.split(state)
