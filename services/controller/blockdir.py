@@ -37,6 +37,11 @@ D5. A block is used only as its name says. A kept block (the controller's memory
     block's name and size that does not hash to its name is written again by
     `write` (one read and hash, for a block that was to be written anyway), not
     taken as the block.
+D7. A listing holds no lock while it reads the directory (tens of milliseconds at
+    32,768 files): a report's look-ups go on meanwhile against what was known. The
+    writes, deletes and reads that found none while it ran are recorded and applied,
+    in their order, over what it found; a file written before the listing read its
+    name is in both, one deleted is taken out either way.
 D6. The bookkeeping costs no Python step per block of all the blocks named, only per
     block written: a listing is decoded in C (`names`), `lacking` and a write's
     blocks not here (`_absent`, written at once, their files not looked at) are set
@@ -77,7 +82,10 @@ class BlockDir:
         self._listed_for = ""  # the snapshot whose first report listed the directory (`listed_for`)
         self._lock = threading.Lock()  # a report's thread asks, the store's writes and deletes
         self._listing = threading.Lock()  # one report of a snapshot lists, the others wait for it
+        self._listing_changes = threading.Lock()  # one `names` records the changes at a time (D7)
         self._made = False  # the directory made by a `write` of this process (D6)
+        # What `write`, `delete` and `read` noted while a listing ran (D7; None: none runs)
+        self._changes: list[tuple[list[bytes], list[bytes]]] | None = None
 
     def listed_for(self, snapshot_id: str) -> None:
         """List the directory again at the first report of `snapshot_id` to ask (D5): a
@@ -100,6 +108,8 @@ class BlockDir:
 
     def _noted(self, added: Iterable[bytes] = (), removed: Iterable[bytes] = ()) -> None:
         with self._lock:
+            if self._changes is not None:  # a listing under way: applied over what it finds (`names`)
+                self._changes.append((list(added), list(removed)))
             if self._on_disk is not None:
                 self._on_disk.difference_update(removed)
                 self._on_disk.update(added)
@@ -197,18 +207,29 @@ class BlockDir:
     def names(self) -> set[bytes]:
         """Every block on disk (temporary files left out), which `holds` knows from then
         on (the store's sweep lists them at start, and the first report of each snapshot, D5)."""
-        with self._lock:  # a write or delete meanwhile is noted after it
+        with self._listing_changes:  # one listing at a time records the changes (D7)
+            with self._lock:
+                self._changes = []
             try:
-                listed = os.listdir(self.directory)
-            except FileNotFoundError:
-                listed = []
-            # D6: decoded in C, not a Python step per file (32,768 of them at 64 MiB and four nodes)
-            entries = filterfalse(_HIDDEN, listed)
-            try:
-                found = set(map(bytes.fromhex, entries))
-            except ValueError:  # a stray file not named as a block: each name on its own
-                found = {name for entry in filterfalse(_HIDDEN, listed) if (name := _hex(entry)) is not None}
-            self._on_disk = set(found)
+                try:
+                    listed = os.listdir(self.directory)  # not under the lock: the reports' look-ups go on (D7)
+                except FileNotFoundError:
+                    listed = []
+                # D6: decoded in C, not a Python step per file (32,768 of them at 64 MiB and four nodes)
+                entries = filterfalse(_HIDDEN, listed)
+                try:
+                    found = set(map(bytes.fromhex, entries))
+                except ValueError:  # a stray file not named as a block: each name on its own
+                    found = {name for entry in filterfalse(_HIDDEN, listed) if (name := _hex(entry)) is not None}
+                with self._lock:
+                    on_disk = set(found)
+                    for added, removed in self._changes:  # in their order, over what was listed
+                        on_disk.difference_update(removed)
+                        on_disk.update(added)
+                    self._on_disk = on_disk
+            finally:
+                with self._lock:
+                    self._changes = None
         return found
 
     def lacking(self, names: Iterable[bytes]) -> set[bytes]:

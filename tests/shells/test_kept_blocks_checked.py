@@ -159,3 +159,31 @@ def test_a_block_written_with_no_look_at_its_file_replaces_a_corrupt_one_whole_d
     files.names()
     assert files.write({named.names[0]: state[:B]}) == (1, B)
     assert files.read(named.names[0]) == state[:B]
+
+
+def test_a_listing_holds_no_lock_while_it_reads_and_keeps_what_changed_meanwhile_d7(tmp_path, monkeypatch):
+    """D7: while the directory is read (tens of ms at 32,768 files) a report's look-up goes on,
+    and a write and a delete made meanwhile count over what the listing found."""
+    import threading
+
+    files = BlockDir(tmp_path / "blocks")
+    old, new = b"o" * blocks.BLOCK_BYTES, b"n" * blocks.BLOCK_BYTES
+    files.write({blocks.block_hash(old): old})
+    files.names()  # listed once (at start: the store's sweep); each snapshot lists it again
+    real = os.listdir
+    looked: list[set[bytes]] = []
+
+    def slow_listdir(path):
+        found = real(path)  # read before the changes below: it names the old block, not the new
+        asker = threading.Thread(target=lambda: looked.append(files.lacking([blocks.block_hash(new)])))
+        asker.start()
+        asker.join(5)
+        assert not asker.is_alive(), "a look-up waited for the listing"
+        files.write({blocks.block_hash(new): new})
+        files.delete([blocks.block_hash(old)])
+        return found
+
+    monkeypatch.setattr(blockdir.os, "listdir", slow_listdir)
+    files.names()
+    assert looked == [{blocks.block_hash(new)}]
+    assert files.holds(blocks.block_hash(new)) and not files.holds(blocks.block_hash(old))
