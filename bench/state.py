@@ -29,6 +29,8 @@ Figures, `<n>` the size (`1mib`, `64mib`, `1024mib`), `<p>` the app's prefix
     whole run (VmHWM of its process, read after the restore), and
     <p>controller_rss_bound_mib_<n>, the goal's bound for it: 512 MiB plus one
     node's state (N);
+  - <p>nodes_peak_rss_mib_<n>: the largest of the nodes' peak resident sets over
+    the whole run (VmHWM, read after the restore): what a node needs beside its state;
   - <p>snapshot_controller_cpu_s_<n>, <p>snapshot_nodes_cpu_s_<n>: the CPU seconds
     the controller and the nodes (together) spent on the second snapshot, trigger
     to COMPLETE: work, steadier than time on a shared machine;
@@ -121,6 +123,7 @@ def measure(subject: Subject, mib: float, seed: int = 0) -> dict[str, float]:
             exported_added = m.bytes_under(data / "snapshots") - exported
             restore_s, restore_received = m.restore(cluster, stub, second.snapshot_id, timeout)
             peak_rss = m.peak_rss_mib(cluster.controller_pid)
+            nodes_peak = max(m.peak_rss_mib(cluster.node_pid(n)) for n in cluster.node_ids)
         finally:
             channel.close()
     controller_s = second.finished_at.ToNanoseconds() / 1e9 - second.started_at.ToNanoseconds() / 1e9
@@ -129,7 +132,8 @@ def measure(subject: Subject, mib: float, seed: int = 0) -> dict[str, float]:
           f"{second_s:.2f}s (controller {controller_s:.2f}s; CPU controller {controller_cpu:.2f}s, nodes "
           f"{nodes_cpu:.2f}s) sent {second_sent:,.0f} B, stored +{stored_added:,} B, "
           f"exports +{exported_added:,} B; restore {restore_s:.2f}s received {restore_received:,.0f} B; "
-          f"controller peak RSS {peak_rss:,.0f} MiB (goal: under {bound:,.0f}); states {total:,} B", flush=True)
+          f"controller peak RSS {peak_rss:,.0f} MiB (goal: under {bound:,.0f}); largest node peak RSS "
+          f"{nodes_peak:,.0f} MiB; states {total:,} B", flush=True)
     return {
         f"{p}sent_fraction_{label}": second_sent / total,
         f"{p}stored_fraction_{label}": stored_added / total,
@@ -144,6 +148,7 @@ def measure(subject: Subject, mib: float, seed: int = 0) -> dict[str, float]:
         f"{p}restore_received_bytes_{label}": float(restore_received),
         f"{p}controller_peak_rss_mib_{label}": peak_rss,
         f"{p}controller_rss_bound_mib_{label}": float(bound),
+        f"{p}nodes_peak_rss_mib_{label}": nodes_peak,
     }
 
 

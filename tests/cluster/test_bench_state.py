@@ -72,7 +72,8 @@ def test_a_tiny_kvshard_run_measures_every_figure() -> None:
     out = state.measure(state.SUBJECTS["kvshard"], 0.25)
     names = ["sent_fraction", "stored_fraction", "export_fraction", "first_snapshot_s", "snapshot_s", "restore_s",
              "sent_bytes", "stored_bytes", "restore_received_bytes", "controller_peak_rss_mib",
-             "controller_rss_bound_mib", "snapshot_controller_cpu_s", "snapshot_nodes_cpu_s"]
+             "controller_rss_bound_mib", "snapshot_controller_cpu_s", "snapshot_nodes_cpu_s",
+             "nodes_peak_rss_mib"]
     assert sorted(out) == sorted(f"state_kv_{n}_0_25mib" for n in names)
     cpu = {name for name in out if "_cpu_s_" in name}  # clock ticks of 10 ms: a small snapshot may take none
     assert all(math.isfinite(v) and (v >= 0 if name in cpu else v > 0) for name, v in out.items()), out
