@@ -142,3 +142,21 @@ def test_block_state_slices_across_parts_of_any_size() -> None:
         end = rng.randrange(start, len(joined) + 1)
         assert state[start:end] == joined[start:end]
     assert state[len(parts[0]) : len(parts[0]) + len(parts[1])] is parts[1]  # BST2: the block itself
+
+
+def test_the_undo_base_and_log_record_of_an_off_grid_state_are_its_parts_and_a_take_back_restores_it() -> None:
+    import base64
+
+    from snapmesh.protocol import wal
+    from snapmesh.protocol.node.core import AppRefusal
+
+    host = Host(kv_app.app, node_id="p1", incoming=(), outgoing=(), params={"mib": 1})
+    held = host.snapshot(as_blocks=True)  # a checkpoint's (wal.Packed) and the undo base's form
+    assert type(held) is BlockState and host.undo.base is held
+    joined = host.machine.snapshot()
+    assert "".join(piece.decode() for piece in wal.Packed(held).slices(4000)) == base64.b64encode(joined).decode()
+    host.command(kv_app.put(kv_app.key("p1", 3), "x" * kv_app.VALUE_BYTES))
+    changed = host.machine.snapshot()
+    with pytest.raises(AppRefusal):
+        host.command(b'{"op": "put", "key": "p1/k00000003"}')  # no value: refused, the app rebuilt (H4)
+    assert host.undone == 1 and host.machine.snapshot() == changed != joined
