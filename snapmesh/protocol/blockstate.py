@@ -10,10 +10,12 @@ restore (heldblocks.py) are over the same block objects, so the state is held on
 A node's cut of a blocks app is one too (node/apphost.py H8): the app's parts as they
 are, held by the undo base, the cut's names, the report and its save, never joined.
 
-BST1. The blocks, joined, are the state; none is empty. `len` is the state's size.
+BST1. The blocks, joined, are the state; none is empty, and each may be of any size
+      (an app's parts off the grid: kvshard's key ranges). `len` is the state's size.
 BST2. A slice that is exactly one block is that block (no copy): the reader of held
       blocks (restoreblocks.reader) and the block shelf take a restored state's
-      blocks by their bounds. Any other slice is joined from the blocks it covers.
+      blocks by their bounds. Any other slice is joined from the blocks it covers
+      (a slice within one block is that block's slice; one across blocks, its pieces).
 BST3. `bytes(state)` (`joined`) is the one join, for an app without restore_blocks
       and for readers that want bytes (tests, the simulator); the node's restore of
       such an app makes it once.
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
-from itertools import accumulate
+from itertools import accumulate, islice
 
 
 class BlockState:
@@ -59,7 +61,7 @@ class BlockState:
         if start == self._starts[index] and end == start + len(first):
             return first  # BST2: the block itself
         out, pos = [], self._starts[index]
-        for block in self.blocks[index:]:
+        for block in islice(self.blocks, index, None):  # not a copy of the list: a cut holds thousands
             if pos >= end:
                 break
             out.append(block[max(start - pos, 0) : end - pos])

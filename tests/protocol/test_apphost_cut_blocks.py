@@ -43,7 +43,7 @@ def test_the_cut_of_a_large_blocks_app_holds_the_apps_own_blocks_and_the_undo_ba
     assert bytes(state) == host.machine.snapshot()  # BST3: the one join, where bytes are wanted
 
 
-def test_a_small_state_or_one_off_the_grid_is_joined_as_before() -> None:
+def test_a_small_state_is_joined_as_before_and_a_large_one_off_the_grid_is_kept() -> None:
     small = _host()
     small.machine._set(b"x" * (BLOCK_BYTES * 2 + 3))
     state, _ = small.cut()
@@ -51,7 +51,8 @@ def test_a_small_state_or_one_off_the_grid_is_joined_as_before() -> None:
     off = _host()
     off.machine.blocks[0] = off.machine.blocks[0][:-1]  # a part that is not a whole block
     state, parts = off.cut()
-    assert type(state) is bytes and state == b"".join(parts)
+    assert type(state) is BlockState and all(a is b for a, b in zip(state.blocks, parts, strict=True))
+    assert bytes(state) == off.machine.snapshot()
 
 
 def test_from_the_cut_to_the_saved_and_formed_report_nothing_copies_the_state_whole(tmp_path) -> None:

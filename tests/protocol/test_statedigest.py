@@ -148,13 +148,10 @@ def test_a_mutable_part_is_always_hashed_and_a_dropped_part_let_go() -> None:
     assert len(names._kept) == 9 and all(a is b for a, b in zip(names._kept, kept, strict=False))  # current only
 
 
-@pytest.mark.parametrize("how", ["snapshot()", "parts off the grid"])
-def test_a_state_not_in_whole_blocks_is_named_by_compare(how: str) -> None:
+def test_a_state_given_without_its_parts_is_named_by_compare() -> None:
     state = _state(40 * BLOCK_BYTES + 17)
     names = CutNames()
-
-    def given(data: bytes) -> tuple[str, blocks.Named | None]:
-        return names.digest(data) if how == "snapshot()" else _digest(names, [data[:1000], data[1000:]])
+    given = names.digest  # parts off the grid: tests/protocol/test_cut_off_grid.py (CN5)
 
     assert given(state) == (statedigest.blocks_form(state), None)
     assert names.hashed == 41

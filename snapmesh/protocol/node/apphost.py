@@ -52,13 +52,14 @@ H7. A query (`on_query`, snapmesh.app A7) is no input: the undo log does not
     with something not bytes as a command is (the code it names, or UNKNOWN);
     each leaves the app as H4 does, rebuilt, since it may have changed it first.
 H8. A cut (`cut`) of an app with snapshot_blocks() whose state is larger than
-    statedigest.BLOCKS_FORM_BYTES and whose parts are on the grid (each but the
-    last a whole number of BLOCK_BYTES, cutnames.CN3) keeps the parts as a
-    BlockState: nothing joins or copies the state (a bytearray part is copied, as
-    it may change); the undo base, the cut's names (by identity, cutnames.CN1),
-    the report's blocks, its save and the block shelf all hold those very parts.
-    Whoever needs bytes (a report sent whole, a state set in a protobuf) joins it
-    there (blockstate.BST3). Any other state (smaller, off the grid, an app
+    statedigest.BLOCKS_FORM_BYTES keeps the parts as a BlockState, whatever their
+    sizes (on the grid, cutnames.CN3, or off it: kvshard's key ranges, CN5):
+    nothing joins or copies the state (a bytearray part is copied, as it may
+    change); the undo base, the cut's names (by identity, cutnames.CN1), its grid
+    digest (by what changed, CN5), the report's blocks, its save and the block
+    shelf all hold those very parts. Whoever needs bytes (a report sent whole, a
+    state set in a protobuf, an app's restore() without restore_blocks, H3) joins
+    it there (blockstate.BST3). Any other state (at most BLOCKS_FORM_BYTES, an app
     without snapshot_blocks) is joined once, here, as before. The node's own
     records of the state (its opening state, a checkpoint: wal.Packed, written a
     run at a time) and the undo base (H5) take it the same way
@@ -72,7 +73,7 @@ from types import MappingProxyType
 from typing import Any
 
 from snapmesh.app import App, Context, NodeInfo, Refused, StepEnded, validate_machine
-from snapmesh.protocol.blocks import BLOCK_BYTES, PartedState
+from snapmesh.protocol.blocks import PartedState
 from snapmesh.protocol.blockstate import BlockState
 from snapmesh.protocol.node.core import AppFailed, AppRefusal, LocalProtocolError, Refusal
 from snapmesh.protocol.node.undo import UndoLog
@@ -219,8 +220,7 @@ class Host:
         """`snapshot()` at a snapshot's cut: the state, and the non-empty parts
         snapshot_blocks() gave, as it gave them (() for an app without it): the cut names
         them (cutnames.py). The state is those parts as a BlockState, never joined, when
-        large and on the grid (H8); else plain bytes, joined once (a PartedState is a
-        second copy)."""
+        large (H8); else plain bytes, joined once (a PartedState is a second copy)."""
         state, parts = self._taken(self.machine)
         if state is None:
             state, parts = _kept(parts)
@@ -313,10 +313,9 @@ _blank = object.__new__  # an instance without its __init__: `command` sets what
 
 
 def _kept(parts: tuple[bytes, ...]) -> tuple[bytes | BlockState, tuple[bytes, ...]]:
-    """The state a cut keeps of `parts` (H8): a BlockState of them when large and on the
-    grid (a bytearray part copied: it may change under the cut), else their join."""
-    sizes = list(map(len, parts))
-    if sum(sizes) <= BLOCKS_FORM_BYTES or any(map(BLOCK_BYTES.__rmod__, sizes[:-1])):  # off the grid: size % BLOCK
+    """The state a cut keeps of `parts` (H8): a BlockState of them when large, on the grid
+    or off it (a bytearray part copied: it may change under the cut), else their join."""
+    if sum(map(len, parts)) <= BLOCKS_FORM_BYTES:
         return b"".join(parts), parts
     if set(map(type, parts)) != {bytes}:
         parts = tuple(part if type(part) is bytes else bytes(part) for part in parts)

@@ -13,20 +13,35 @@ CN1. A part an app's snapshot_blocks() handed over (apphost.Host.cut) that is
      taken only if it holds that very object (`is`), never by its id alone. A
      `bytearray` part can change under the same identity: it is always hashed.
 CN2. The entries are the parts of the last cut only: a part the app dropped is
-     let go at the next cut (memory bound by the app's current blocks).
+     let go at the next cut (memory bound by the app's current blocks; CN5 keeps
+     their offsets and a name per grid block of the last state besides).
 CN3. Parts are on the grid when each but the last is a whole number of blocks:
      their blocks are then the grid's (statedigest SD1) and the report's (blocks.py
-     B6) alike, and the cut's report carries them (core.FullState.named) so that
-     the report is formed from these names (blocks.names `made`) rather than a
-     compare of the state.
-     Other states (snapshot() only, or parts off the grid) are named on the grid
-     against the last such state, compared at memory speed (blocks.py B5).
+     B6) alike. Either way, on the grid or off it, the parts' report blocks are
+     named by identity (CN1) and the cut's report carries them (core.FullState.named)
+     so that the report is formed from these names (blocks.names `made`) rather
+     than a compare of the state.
+CN4. A state held as its blocks (apphost.H8: the parts of a state larger than
+     BLOCKS_FORM_BYTES, on the grid or off it) is never joined here: its report
+     blocks are its parts' (CN3), its grid blocks are named by CN5.
+     Other states (snapshot() only, or a state given without its parts) are named
+     on the grid against the last such state, compared at memory speed (blocks.py B5).
+CN5. Off the grid (kvshard's key ranges, of any length), the grid digest is found by
+     what changed, as the controller's gridmemo.GM2 does with names: a grid block
+     whose byte range is covered only by parts that are the very objects (`is`,
+     `bytes` only: CN1) at the same offsets as at the last cut by parts, and that
+     ends at the same byte as it did then (the state's end cuts neither, or both
+     alike), has the same bytes, and keeps its hash. Only the other grid blocks are
+     sliced from the state (blockstate.BST2: the pieces of the parts it covers) and
+     hashed: a range that changed length moves every part after it, and so the grid
+     blocks after it are hashed again. Counted in `grid_hashed` (and `hashed`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
-from itertools import chain, compress
+from itertools import accumulate, chain, compress
 from operator import is_not
 
 from snapmesh.protocol import blocks, statedigest
@@ -39,21 +54,29 @@ class CutNames:
         # The last cut's parts (a non-`bytes` one as None: never taken, CN1) and each one's blocks' names.
         self._kept: tuple[bytes | None, ...] = ()
         self._kept_names: list[tuple[bytes, ...]] = []
-        self._last: blocks.Named | None = None  # the last state named on the grid by compare (CN3)
-        self._bounds: tuple[int, list[tuple[int, int]]] = (-1, [])  # the grid of the last size named by parts
+        self._last: blocks.Named | None = None  # the last state named on the grid by compare (CN4)
+        self._bounds: tuple[object, list[tuple[int, int]]] = (None, [])  # the cut of the last (size, sizes) named
+        # CN5: the last cut by parts: its parts' offsets, its size and its grid blocks' names (None: none)
+        self._grid: tuple[list[int], int, list[bytes]] | None = None
         self.hashed = 0  # blocks hashed in all (the others' names were known)
+        self.grid_hashed = 0  # of those, grid blocks of a state off the grid (CN5)
 
     def digest(self, state: bytes | BlockState, parts: tuple[bytes, ...] = ()) -> tuple[str, blocks.Named | None]:
         """The digest of `state` in the form a node records (SD3), and, when `parts`
-        (the app's, whose join `state` is) are on the grid, the state named on their
-        cut for its report (CN3; else None)."""
-        if parts and len(state) > statedigest.BLOCKS_FORM_BYTES \
-                and not any(map(BLOCK_BYTES.__rmod__, map(len, parts[:-1]))):  # each a whole number of blocks
-            named = self._by_parts(state, parts)
-            return statedigest.of_names(named.names), named
+        (the app's, whose join `state` is) make a state larger than BLOCKS_FORM_BYTES,
+        the state named on their cut for its report (CN3; else None)."""
+        if parts and len(state) > statedigest.BLOCKS_FORM_BYTES:
+            last = self._kept
+            named, offsets = self._by_parts(state, parts)
+            if offsets is None:  # on the grid: the parts' blocks are the grid's (CN3)
+                grid = named.names
+            else:
+                grid = self._off_grid(state, parts, offsets, last)
+            self._grid = None if offsets is None else (offsets, len(state), grid)
+            return statedigest.of_names(grid), named
         if type(state) is BlockState:  # CN4: not what apphost.H8 hands over; joined once
             state = bytes(state)
-        self._kept, self._kept_names = (), []
+        self._kept, self._kept_names, self._grid = (), [], None
         if len(state) <= statedigest.BLOCKS_FORM_BYTES:
             self._last = None
             return statedigest.whole(state), None
@@ -61,7 +84,39 @@ class CutNames:
         self.hashed += hashed
         return statedigest.of_names(self._last.names), None
 
-    def _by_parts(self, state: bytes | BlockState, parts: tuple[bytes, ...]) -> blocks.Named:
+    def _off_grid(self, state: bytes | BlockState, parts: tuple[bytes, ...], offsets: list[int],
+                  last: tuple[bytes | None, ...]) -> list[bytes]:
+        """The grid blocks' names of a state off the grid, hashing those CN5 cannot keep."""
+        size, memo = len(state), self._grid
+        count = -(-size // BLOCK_BYTES)
+        if memo is None:
+            grid = statedigest.grid_names(state)  # a BlockState's read by its slices (SD5)
+            self.hashed += count
+            self.grid_hashed += count
+            return grid
+        last_offsets, last_size, last_grid = memo
+        if offsets == last_offsets and len(last) == len(parts):  # every part where it was: its object told
+            changed: Iterable[int] = compress(range(len(parts)), map(is_not, parts, last))
+        else:  # the parts at the same offsets as at the last cut, by one look each
+            at = dict(zip(last_offsets, last, strict=True)).get
+            changed = [i for i, (offset, part) in enumerate(zip(offsets, parts, strict=True)) if at(offset) is not part]
+        dirty: set[int] = set()
+        for i in changed:
+            dirty.update(range(offsets[i] // BLOCK_BYTES, (offsets[i] + len(parts[i]) - 1) // BLOCK_BYTES + 1))
+        if size != last_size:  # the grid blocks from the shorter end on: new, or ending elsewhere
+            dirty.update(range(min(size, last_size) // BLOCK_BYTES, count))
+        grid = last_grid[:count]
+        grid.extend(b"" for _ in range(count - len(grid)))
+        sha256 = hashlib.sha256
+        for g in dirty:
+            start = g * BLOCK_BYTES
+            grid[g] = sha256(state[start : min(start + BLOCK_BYTES, size)]).digest()
+        self.hashed += len(dirty)
+        self.grid_hashed += len(dirty)
+        return grid
+
+    def _by_parts(self, state: bytes | BlockState, parts: tuple[bytes, ...]) -> tuple[blocks.Named, list[int] | None]:
+        """The state named on its parts' cut (CN1-CN3), and its parts' offsets when off the grid (else None)."""
         last, last_names, self._last = self._kept, self._kept_names, None
         count = len(parts)
         # CN1 a part at a time costs milliseconds at thousands of parts: the parts still where they
@@ -80,16 +135,20 @@ class CutNames:
             if j is not None and last[j] is part:  # moved, not changed: held by the entry, so its id is its own
                 names[i] = last_names[j]
             else:
-                names[i] = tuple(statedigest.grid_names(part))
+                names[i] = tuple(statedigest.grid_names(part))  # the part's own blocks, from its start (B6)
                 self.hashed += len(names[i])
         # CN2: the entries are this cut's parts; CN1: a part that can change is never taken
         plain = set(map(type, parts)) == {bytes}
         self._kept = parts if plain else tuple(part if type(part) is bytes else None for part in parts)
         self._kept_names = names
-        size = len(state)
-        # On the grid (CN3): each block's bounds are the grid's, found without cutting each part
-        # (and the same list as the last cut's when the size is: nothing changes a Named's bounds).
-        if self._bounds[0] != size:
-            self._bounds = (size, [(start, min(start + BLOCK_BYTES, size)) for start in range(0, size, BLOCK_BYTES)])
-        return blocks.Named(state, self._bounds[1], list(chain.from_iterable(names)), None,
-                            (size, tuple(map(len, parts))))
+        size, sizes = len(state), tuple(map(len, parts))
+        on_grid = not any(map(BLOCK_BYTES.__rmod__, sizes[:-1]))  # each but the last a whole number of blocks
+        # Each block's bounds: on the grid (CN3), the grid's, found without cutting each part; off it, each
+        # part cut (B6). The same list as the last cut's when the cut is: nothing changes a Named's bounds.
+        key = size if on_grid else (size, sizes)
+        if self._bounds[0] != key:
+            bounds = [(start, min(start + BLOCK_BYTES, size)) for start in range(0, size, BLOCK_BYTES)] \
+                if on_grid else blocks.bounds(size, sizes)
+            self._bounds = (key, bounds)
+        named = blocks.Named(state, self._bounds[1], list(chain.from_iterable(names)), None, (size, sizes))
+        return named, None if on_grid else list(accumulate(sizes[:-1], initial=0))

@@ -146,7 +146,7 @@ class Node(NodeSteps):
         # state is held as its blocks, not joined (apphost.H8): the opening record takes it so.
         opening = self.host.snapshot(as_blocks=True)
         # snapshot id -> the app's state at its cut here (N10), its parts' sizes, its blocks named (cutnames.py)
-        # (a BlockState of the app's parts when large and on the grid: never joined, apphost.H8)
+        # (a BlockState of the app's parts when large, on the grid or off it: never joined, apphost.H8)
         self._app_cuts: dict[str, tuple[Any, tuple[int, ...], Any]] = {}
         self._cut_digests: dict[str, str] = {}  # ... and its digest, as its cut record holds it
         self._cut_names = CutNames()  # names the cut states' blocks, each part once (statedigest.py SD3)
