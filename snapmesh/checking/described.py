@@ -45,7 +45,7 @@ def describe(snapshot: pb.Snapshot, load: Callable[[str], App] = load_app,
     spec = snapshot.app.spec
     if snapshot.states_omitted:  # a bounded answer (protocol/controller/answers.py A2): no states to describe
         return Described(spec, None, "the states are left out of this answer (over the controller's "
-                         "answer_state_bytes): `snapmesh snapshot get` fetches them")
+                         "answer_state_bytes): `snapmesh snapshot get --json` fetches them")
     try:
         app = load(spec)
     except AppError as exc:

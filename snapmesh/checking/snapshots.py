@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
@@ -37,3 +39,31 @@ def list_all(stub, *, status: int = 0, timeout: float = 60.0) -> list[pb.Snapsho
     in-flight transfers fetched in pieces."""
     return [fetch(stub, s.snapshot_id, timeout) if s.in_flight_omitted else s
             for s in pages(stub, status=status, timeout=timeout)]
+
+
+JSON_STATES_MAX_BYTES = 512 * 1024 * 1024  # `get --json` fetches states left out up to this much in all
+
+
+def fetch_states(stub, snapshot_id: str, timeout: float = 60.0, *, states: bool = True):
+    """(the snapshot, the nodes whose states GetSnapshotChunks brought): GetSnapshot's
+    answer, or the pieces when it is too large, leaves in-flight messages out, or
+    (`states`) leaves out states of JSON_STATES_MAX_BYTES at most in all."""
+    import grpc
+
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    try:
+        answer = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=snapshot_id), timeout=timeout)
+    except grpc.RpcError as error:
+        if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+            raise
+        return fetch(stub, snapshot_id, timeout), []
+    left_out = sum(n.state_bytes for n in answer.nodes if n.state_omitted)
+    if states and answer.states_omitted and left_out > JSON_STATES_MAX_BYTES:
+        print(f"snapmesh snapshot get: the states of {snapshot_id} add up to {left_out:,} bytes, over {JSON_STATES_MAX_BYTES:,}: "
+              "left out (state_bytes, state_digest kept); GetSnapshotChunks or the snapshots/ export has them",
+              file=sys.stderr)
+        states = False
+    if not answer.in_flight_omitted and not (states and answer.states_omitted):
+        return answer, []
+    return fetch(stub, snapshot_id, timeout), [n.node_id for n in answer.nodes if n.state_omitted]

@@ -23,11 +23,12 @@ version 1"), then prints a row when a snapshot changes (started, each node's rep
 "reported N/M", finished), never the same row twice: an app's with its invariants'
 verdict, the bank's with its total and conserved.
 
-`get` asks GetSnapshot; when its answer leaves the app's states out (they add up
-to more than the controller's answer_state_bytes) or is too large for one
-message, it fetches the snapshot in pieces (GetSnapshotChunks), so one of any
-size arrives whole; with `--json` the object then says which nodes' states were
-fetched so (`"states_fetched": [ids]`, only when some were). `trigger --wait`
+`get` asks GetSnapshot; its table needs each state's size only, so it fetches the
+snapshot in pieces (GetSnapshotChunks) only for in-flight messages left out or an
+answer too large for one message. `--json` also fetches the app's states left out
+(over answer_state_bytes) and says whose (`"states_fetched": [ids]`), unless they add
+up to over JSON_STATES_MAX_BYTES (a message holds 2 GiB at most): then the answer is
+printed as it came (sizes and digests) with a notice on stderr. `trigger --wait`
 prints the answer's summary, states left out or not. `list` pages through
 ListSnapshots (`--limit N`: the N newest).
 `trigger --stop` stops with a snapshot (Flink's stop-with-savepoint): every node
@@ -59,7 +60,7 @@ from pathlib import Path
 from snapmesh.serving import credentials
 from snapmesh.settings.argparsing import parse_args, positive_float, positive_int
 from snapmesh.settings import target
-from snapmesh.checking.snapshots import fetch, pages  # noqa: F401  (part of this module's API)
+from snapmesh.checking.snapshots import JSON_STATES_MAX_BYTES, fetch, fetch_states, pages  # noqa: F401  (part of this module's API)
 
 PROG = "snapmesh snapshot"
 LATEST = "latest"  # `get latest`: the newest snapshot
@@ -213,7 +214,8 @@ def render_detail(snapshot, node_ids=()) -> str:
 
     lines = [render_summary([snapshot])]
     app = not carries_v1(snapshot)  # an app's node recorded state bytes; the bank's figures are its own
-    balances = {n.node_id: str(len(n.state) if app else n.balance) for n in snapshot.nodes}
+    balances = {n.node_id: str((n.state_bytes if n.state_omitted else len(n.state)) if app else n.balance)
+                for n in snapshot.nodes}
     stats = {n.node_id: n for n in snapshot.stats.nodes}
     ids = list(dict.fromkeys([*node_ids, *(n.node_id for n in snapshot.nodes), *stats]))
     if ids:
@@ -317,7 +319,7 @@ def _get(stub, args) -> int:
             print(f"{PROG} get: no snapshots yet, so no {LATEST}", file=sys.stderr)
             return 1
         sid = newest[0].snapshot_id
-    snapshot, fetched = fetch_states(stub, sid, args.timeout)
+    snapshot, fetched = fetch_states(stub, sid, args.timeout, states=args.json)
     if args.json:
         print(to_json(snapshot) if not fetched else json.dumps({**json.loads(to_json(snapshot)),
                                                                   "states_fetched": fetched}, indent=2))
@@ -327,25 +329,6 @@ def _get(stub, args) -> int:
     cluster = stub.GetCluster(pb.GetClusterRequest(), timeout=args.timeout)  # the nodes yet to report, too
     print(render_detail(snapshot, [n.node_id for n in cluster.nodes]))
     return 0
-
-
-def fetch_states(stub, snapshot_id: str, timeout: float = 60.0):
-    """(the snapshot whole, the nodes whose states GetSnapshot's answer left out and
-    GetSnapshotChunks brought): one GetSnapshot while it carries everything; the
-    pieces when it leaves the states out or is too large for one message."""
-    import grpc
-
-    from snapmesh.v1 import snapmesh_pb2 as pb
-
-    try:
-        answer = stub.GetSnapshot(pb.GetSnapshotRequest(snapshot_id=snapshot_id), timeout=timeout)
-    except grpc.RpcError as error:
-        if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
-            raise
-        return fetch(stub, snapshot_id, timeout), []
-    if not answer.states_omitted and not answer.in_flight_omitted:
-        return answer, []
-    return fetch(stub, snapshot_id, timeout), [n.node_id for n in answer.nodes if n.state_omitted]
 
 
 # `watch` prints rows as they come, so its columns cannot fit the rows: each is as wide

@@ -107,7 +107,7 @@ def test_the_page_of_an_answer_without_its_states_shows_their_sizes_and_says_why
                         now=0, described=about)
     assert "<tr data-node='p1'><td>p1</td><td class='num'>1</td>" in html  # state_bytes, not the absent state's 0
     assert "<tr data-invariant='one token'><td>one token</td><td class='COMPLETE'>ok</td></tr>" in html
-    assert "snapmesh snapshot get` fetches them" in html
+    assert "snapmesh snapshot get --json` fetches them" in html
 
 
 def test_snapshot_get_prints_the_verdicts_and_the_describe():
