@@ -21,6 +21,7 @@ from snapmesh.protocol.hops import PATH
 
 HOPS = (*PATH, "answered")  # the path in order, then the node's round trip over received + journaled
 METRIC = "snapmesh_snapshot_hop_seconds_bucket"
+SUM = "snapmesh_snapshot_hop_seconds_sum"
 FIGURES = tuple(f"hop_p99_ms_{hop}" for hop in HOPS)
 
 
@@ -29,18 +30,22 @@ class HopRead:
     """Each hop's cumulative observations per bucket bound (inf the last), summed over the processes read."""
 
     buckets: dict[str, dict[float, float]]
+    sums: dict[str, float] | None = None  # each hop's seconds observed in all, summed over the processes read
 
 
 def read_hops(metrics_addresses: Iterable[str]) -> HopRead:
     """The hops at one moment, from the metrics endpoints of the nodes and the controller."""
     buckets: dict[str, dict[float, float]] = {hop: {} for hop in HOPS}
+    sums = dict.fromkeys(HOPS, 0.0)
     for address in metrics_addresses:
         for sample in samples(address):
             if sample.name == METRIC and sample.labels.get("hop") in buckets:
                 le = float(sample.labels["le"])
                 per = buckets[sample.labels["hop"]]
                 per[le] = per.get(le, 0.0) + sample.value
-    return HopRead(buckets)
+            elif sample.name == SUM and sample.labels.get("hop") in sums:
+                sums[sample.labels["hop"]] += sample.value
+    return HopRead(buckets, sums)
 
 
 def addresses(cluster) -> list[str]:
@@ -58,6 +63,17 @@ def hop_figures(before: HopRead, after: HopRead) -> dict[str, float]:
     """Each hop's p99 (ms, a bucket bound) over what was observed between two reads (nan: nothing)."""
     return {f"hop_p99_ms_{hop}": bucket_p99(before.buckets.get(hop, {}), after.buckets.get(hop, {})) * 1e3
             for hop in HOPS}
+
+
+def hop_means(before: HopRead, after: HopRead) -> dict[str, float]:
+    """Each hop's mean (ms) over what was observed between two reads (nan: nothing), in path order:
+    where a snapshot's time goes on average, which a bucket-bound p99 is too coarse to split."""
+    means = {}
+    for hop in HOPS:
+        count = after.buckets[hop].get(float("inf"), 0.0) - before.buckets[hop].get(float("inf"), 0.0)
+        total = (after.sums or {}).get(hop, 0.0) - (before.sums or {}).get(hop, 0.0)
+        means[hop] = total / count * 1e3 if count > 0 else float("nan")
+    return means
 
 
 def line(figures: dict[str, float], suffix: str = "") -> str:

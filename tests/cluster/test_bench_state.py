@@ -5,7 +5,7 @@ import json
 import math
 import random
 
-from bench import kv_app, state, state_mesh
+from bench import hop_split, kv_app, state, state_mesh
 from snapmesh.app import NodeInfo
 from snapmesh.protocol.blocks import BLOCK_BYTES
 from snapmesh.services.node.edge import MAX_BATCH_BYTES, MAX_BATCH_COMMANDS
@@ -69,13 +69,15 @@ def test_the_changes_are_a_thousandth_of_the_state() -> None:
 
 
 def test_a_tiny_kvshard_run_measures_every_figure() -> None:
-    out = state.measure(state.SUBJECTS["kvshard"], 0.25)
+    out = state.measure(state.SUBJECTS["kvshard"], 0.25, rounds=3)
     names = ["sent_fraction", "stored_fraction", "export_fraction", "first_snapshot_s", "snapshot_s", "restore_s",
-             "sent_bytes", "stored_bytes", "restore_received_bytes", "controller_peak_rss_mib",
+             "snapshot_max_s", "sent_bytes", "stored_bytes", "restore_received_bytes", "controller_peak_rss_mib",
              "controller_rss_bound_mib", "snapshot_controller_cpu_s", "snapshot_nodes_cpu_s",
-             "nodes_peak_rss_mib"]
+             "nodes_peak_rss_mib", *(f"hop_mean_ms_{hop}" for hop in hop_split.HOPS)]
     assert sorted(out) == sorted(f"state_kv_{n}_0_25mib" for n in names)
     cpu = {name for name in out if "_cpu_s_" in name}  # clock ticks of 10 ms: a small snapshot may take none
     assert all(math.isfinite(v) and (v >= 0 if name in cpu else v > 0) for name, v in out.items()), out
+    # the median round's time, at most the slowest's; every hop of the path observed in the rounds
+    assert out["state_kv_snapshot_s_0_25mib"] <= out["state_kv_snapshot_max_s_0_25mib"]
     assert out["state_kv_controller_rss_bound_mib_0_25mib"] == 512.25
     assert out["state_kv_sent_fraction_0_25mib"] < 0.2  # one key changed per node, out of ~240
