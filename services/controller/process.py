@@ -118,7 +118,7 @@ async def _serve_locked(
         max_concurrent=cfg.controller.max_concurrent_snapshots, keep=cfg.controller.keep, cluster_file=str(cfg.path),
     )
     store = SnapshotStore(cfg.snapshots_dir, cfg.data_dir / "controller" / "snapshots")
-    snapshots, warnings = store.load_all()
+    snapshots, warnings = store.load_all(listed=True)  # large states as block lists: memory follows no state size
     say(log, *loglines.loaded(len(snapshots), str(store.compact_directory), warnings))
     missing = {s.snapshot_id: m for s in snapshots if any(m := store.missing_files(s.snapshot_id))}
     machine.loaded(snapshots, missing=missing)  # the machine decides what to file again (replay.py S2)

@@ -70,6 +70,7 @@ from snapmesh.services.controller import export
 from snapmesh.services.controller.blockdir import BlockDir
 from snapmesh.services.controller.filingsum import filing_checksum
 from snapmesh.services.controller.gridmemo import GridMemo
+from snapmesh.services.controller.listedload import listed_form
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol import blocks
 from snapmesh.protocol.controller import blockforms
@@ -318,10 +319,13 @@ class SnapshotStore:
                 return why
         return ""
 
-    def load_all(self) -> tuple[list[pb.Snapshot], list[str]]:
+    def load_all(self, listed: bool = False) -> tuple[list[pb.Snapshot], list[str]]:
         """Every readable finished snapshot, and one warning per file skipped.
         A snapshot with only a JSON file (a data dir from before the compact
-        store) is read from that."""
+        store) is read from that. `listed`: each `.pb` as this version writes
+        it is read in listed form (listedload.py `listed_form`: every block read
+        and checked, one at a time, its large states held as block lists), as the
+        controller's start takes them back; any other file is read whole, as before."""
         found: dict[str, pb.Snapshot] = {}
         warnings: list[str] = []
         self.damaged = {}
@@ -332,12 +336,16 @@ class SnapshotStore:
                 stored, marked = snapshot_file.read_stored(path)
                 if path.suffix == ".pb":  # its blocks stay, readable or not, while its file does
                     self.refs.hold(path.stem, blocks.hashes(stored))
-                snapshot = snapshot_file.whole(stored, path)
+                snapshot = (listed_form(self, path.stem, stored, marked) if listed and path.suffix == ".pb"
+                            else None)
+                checked = snapshot is not None  # against its checksum, every block against its name
+                if snapshot is None:
+                    snapshot = snapshot_file.whole(stored, path)
             except snapshot_file.Unreadable as exc:
                 warnings.append(f"skipping snapshot file {path}: cannot parse it: {exc}")
                 self.damaged.setdefault(path.stem, str(exc))
                 continue
-            if problem := snapshot_file.checksum_problem(snapshot, marked, stored):
+            if not checked and (problem := snapshot_file.checksum_problem(snapshot, marked, stored)):
                 warnings.append(f"skipping snapshot file {path}: {problem}")
                 self.damaged.setdefault(path.stem, f"{path}: {problem}")
                 continue
