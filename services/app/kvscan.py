@@ -112,7 +112,7 @@ def _plain(text: str, start: int) -> tuple[str, int] | None:
 
 def _general(text: str, start: int) -> tuple[str, int] | None:
     """Any other entry without spacing, if it ends before the text does (a number at its end may go on)."""
-    if not text.startswith('"', start):
+    if not text.startswith('"', start) or text.find("}", start) < 0:  # an entry cut short: not even tried
         return None
     try:
         name, end = scanstring(text, start + 1)
