@@ -262,3 +262,26 @@ def test_a_changed_block_is_stepped_and_its_neighbours_kept():
     names, held = listed([b" ".join(words)])
     assert memo.fold(names, held.__getitem__, "k", fold) == [words]
     assert memo.blocks_stepped == 1 + 2
+
+
+@pytest.mark.parametrize("max_held", [0, 1 << 20])
+def test_a_fold_in_bulk_or_block_by_block_reads_and_gives_the_same(max_held, monkeypatch):
+    """FM7: a state of few unknown blocks is walked in bulk, any other block by block; the two
+    read the same blocks, once each but a changed piece's others (not held), and give the same."""
+    import hashlib
+
+    from snapmesh.protocol.controller import foldmemo
+
+    monkeypatch.setattr(foldmemo, "MAX_HELD", max_held)
+    sizes = [100, 3 * BLOCK_BYTES + 5, 2 * BLOCK_BYTES, 7, BLOCK_BYTES]
+    parts = [hashlib.shake_256(b"%d" % i).digest(size) for i, size in enumerate(sizes)]
+    names, held = listed(parts)
+    memo = FoldMemo()
+    assert memo.fold(names, held.__getitem__, "k", len) == [100, 3 * BLOCK_BYTES + 5, 2 * BLOCK_BYTES + 7, BLOCK_BYTES]
+    assert memo.blocks_read == len(names) == 9 and list(memo._sizes) == names
+    parts[1] = b"X" + parts[1][1:]
+    names, held = listed(parts)
+    memo.blocks_read = 0
+    assert memo.fold(names, held.__getitem__, "k", len) == [100, 3 * BLOCK_BYTES + 5, 2 * BLOCK_BYTES + 7, BLOCK_BYTES]
+    assert memo.blocks_read == 1 + 3 and memo.pieces_kept == 3  # the changed block, then its piece's others
+    assert set(names) <= set(memo._sizes)

@@ -40,12 +40,19 @@ FM6. Finer than the piece: an `fn` with a `step(carry, block, last)` and a `join
     next one only if what it leaves changed), the others' parts taken unread. A
     `step` that gives None, or a carry longer than MAX_CARRY (FM4: each is kept),
     has the piece folded whole. An unchanged piece is kept whole (FM2), first.
+FM7. A state with at most MAX_HELD blocks of unknown size (FM3: the changed ones of a
+    later snapshot) has them read first and held until the fold's end, and its sizes
+    looked up and its pieces found in bulk, not block by block in Python: the walk over
+    an unchanged 64 MiB state's ~9000 blocks was a third of a snapshot's check. Any
+    other state (a first one) is walked block by block, each block held only until
+    its piece is folded.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from itertools import compress
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -53,6 +60,7 @@ from snapmesh.app import BLOCK_BYTES
 
 MAX_RESULTS = 1 << 16  # FM4: about 4 GiB of pieces of 64 KiB; 512 MiB of blocks (FM6), with carries of ~1 KiB
 MAX_SIZES = 1 << 20  # FM4: 8 GiB of blocks' names
+MAX_HELD = 1024  # FM7: blocks of unknown size read before their pieces are folded: 8 MiB
 MAX_CARRY = 4096  # FM6: bytes a step leaves to the next block; kvshard's are a key's entry cut short
 _WHOLE = object()  # FM6: the piece is folded whole
 
@@ -73,7 +81,17 @@ class FoldMemo:
         out, start = [], 0
         names = list(names)  # a message's repeated field makes a new bytes at each look: one look each
         last = len(names) - 1
-        sizes, touch = self._sizes.get, self._sizes.move_to_end  # FM4's order: each size used, moved last
+        found = list(map(self._sizes.get, names))
+        if found.count(None) <= MAX_HELD:  # FM7: few unknown, read first, the pieces found at C speed
+            deque(map(self._sizes.move_to_end, compress(names, found)), 0)  # FM4's order: each size used, last
+            for i in [i for i, size in enumerate(found) if size is None]:
+                held[names[i]] = block = self._read(read, names[i])
+                found[i] = len(block)
+            for end in [i for i, size in enumerate(found) if size < BLOCK_BYTES or i == last]:
+                out.append(self._piece(names[start:end + 1], held, read, key, fn))
+                start = end + 1
+            return out
+        sizes, touch = self._sizes.get, self._sizes.move_to_end
         for i, name in enumerate(names):
             if (size := sizes(name)) is not None:
                 touch(name)
