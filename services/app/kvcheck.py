@@ -32,8 +32,10 @@ def every_key_exactly_once(view: View) -> list[str]:
     First, by pieces (View.fold): the sum of every name's digest, created +, found or
     deleted -, is 0 modulo _PRIME iff every bucket's is, but with odds 2^-127, and a
     piece's share of it is kept by the controller with the piece, so a snapshot adds
-    up only the pieces that changed. Only when that does not hold is every state read
-    as below, to name what is wrong."""
+    up only the pieces that changed; and within a changed piece of key ranges, each
+    block's share (its whole entries' names, read by kvscan S5), so a snapshot reads
+    only the blocks that changed (foldmemo FM6). Only when that does not hold is
+    every state read as below, to name what is wrong."""
     if _holds(view):
         return []
     sums = [0] * BUCKETS
@@ -65,7 +67,7 @@ def _holds(view: View) -> bool:
     total, lister = 0, {}
     try:
         for node in view.states:
-            pieces = view.fold(node, _FOLD, _piece)
+            pieces = view.fold(node, _FOLD, _BY_PIECE)
             listing = [piece for piece in pieces if piece[1] is not None]
             if len(listing) > 1 or not all(in_order for _, _, in_order in listing):
                 return False  # created names in two pieces, or out of order: the slow path names why
@@ -95,6 +97,48 @@ def _piece(piece: bytes) -> tuple[int, tuple[str, ...] | None, bool]:
         else:
             total -= digest
     return total % _PRIME, None if spaces is None else tuple(spaces), in_order
+
+
+class _ByPiece:
+    """_piece, and the same share block by block (foldmemo FM6): a block's share is that
+    of the keys' entries that end in it (kvscan S5), and it leaves the bytes of the one
+    its end cuts to the next block; the piece's last block reads what is left as _piece
+    would (kvscan S4). A piece that starts the state (its lists of names), or is not
+    ASCII, is read whole: None."""
+
+    def __call__(self, piece: bytes) -> tuple[int, tuple[str, ...] | None, bool]:
+        return _piece(piece)
+
+    def step(self, carry: bytes | None, block: bytes, last: bool) -> tuple[tuple, bytes] | None:
+        starts = carry is None
+        if starts and block.startswith(b"{"):
+            return None
+        text = block if not carry else carry + block
+        if not text.isascii():
+            return None
+        found, end = kvscan.whole_entries(str(text, "ascii"), starts)
+        total = -sum(map(_digest, found))
+        rest = text[end:]
+        if not last:
+            return (total % _PRIME, None, True), rest
+        if not (starts and end == 0):  # after an entry: what follows it, as S4 would read it there
+            rest = rest.lstrip(b" \t\n\r")
+            if rest[:1] not in (b"", b",", b"}"):
+                raise ValueError(f"a piece of a kvshard state is not whole parts: {rest[:20]!r} after an entry")
+        if not rest:
+            return (total % _PRIME, None, True), b""
+        more, spaces, in_order = _piece(rest)
+        return ((total + more) % _PRIME, spaces, in_order), b""
+
+    @staticmethod
+    def join(parts: list[tuple[int, tuple[str, ...] | None, bool]]) -> tuple[int, tuple[str, ...] | None, bool]:
+        listing = [spaces for _, spaces, _ in parts if spaces is not None]
+        total = sum(part_total for part_total, _, _ in parts) % _PRIME
+        in_order = len(listing) <= 1 and all(in_order for _, _, in_order in parts)
+        return total, (tuple(dict.fromkeys(s for spaces in listing for s in spaces)) if listing else None), in_order
+
+
+_BY_PIECE = _ByPiece()
 
 
 def _digest(name: str) -> int:

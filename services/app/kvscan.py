@@ -21,6 +21,11 @@ S4. `piece_names` yields the names of a piece (View.fold: one or more whole part
     the head's lists and keys when it starts the state, else the keys of its
     ranges (the first one's leading comma dropped) and the state's end if it has
     it. A piece that is not ASCII, or not such a run, raises ValueError.
+S5. `whole_entries` reads a run of the keys' entries from the start of a text, each
+    after a comma but the first when the text starts a piece, and without spacing, up
+    to the first it cannot read whole there (cut by the text's end, or not an entry):
+    the names, and where it stopped. What it read is what S4 reads of those bytes;
+    the rest is S4's to read (a text that is not ASCII: S4 refuses it).
 """
 
 from __future__ import annotations
@@ -69,6 +74,54 @@ def piece_names(piece: bytes) -> Iterator[tuple[str, str]]:
     if walk.closed not in (0, 2) or not walk.at_end():
         raise ValueError(f"a piece of a kvshard state is not whole parts: its walk ended at {walk.base + walk.at} "
                          f"of its {len(piece)} bytes, {walk.closed} closed at its end")
+
+
+def whole_entries(text: str, starts_piece: bool) -> tuple[list[str], int]:
+    """The names of the whole entries at the start of `text`, and the position after the last (S5)."""
+    found, at = [], 0
+    while True:
+        if text.startswith(",", at):
+            start = at + 1
+        elif at == 0 and starts_piece:
+            start = 0
+        else:
+            return found, at
+        entry = _plain(text, start) or _general(text, start)
+        if entry is None:
+            return found, at
+        found.append(entry[0])
+        at = entry[1]
+
+
+def _plain(text: str, start: int) -> tuple[str, int] | None:
+    """An entry as `encode` writes it with a plain string or an integer value: its name and its end."""
+    head = _HEAD.match(text, start)
+    if head is None:
+        return None
+    end = head.end()
+    if text.startswith('"', end):
+        end = text.find('"', end + 1) + 1
+        if end == 0 or text.find("\\", head.end(), end) >= 0:
+            return None
+    elif number := _INT.match(text, end):
+        end = number.end()
+    else:
+        return None
+    return (head[1], end + 1) if text.startswith("}", end) else None
+
+
+def _general(text: str, start: int) -> tuple[str, int] | None:
+    """Any other entry without spacing, if it ends before the text does (a number at its end may go on)."""
+    if not text.startswith('"', start) or text.find("}", start) < 0:  # an entry cut short: not even tried
+        return None
+    try:
+        name, end = scanstring(text, start + 1)
+        if not text.startswith(":", end):
+            return None
+        _, end = _VALUE(text, end + 1)
+    except ValueError:
+        return None
+    return (name, end) if end < len(text) else None
 
 
 def _names(walk: _Walk, in_keys: bool = False) -> Iterator[tuple[str, str]]:

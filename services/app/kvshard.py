@@ -85,6 +85,7 @@ class KVShard:
         self._ranges = Ranges(_ends_range, _entry)
         self._head: tuple[set[str], set[str], bytes] | None = None  # (created, deleted, their part)
         self._pointers: tuple[dict[str, str], bytes] | None = None  # (moved, its encoding)
+        self._tail: tuple[bytes, bytes, bytes] | None = None  # (last range, pointers, the part they make)
 
     # ---- commands
     def on_command(self, command: bytes, ctx: Context) -> bytes:
@@ -180,15 +181,20 @@ class KVShard:
         are the keys' own, and a put, a move or a delete changes one range's part
         (the lists of names created and deleted are a part of their own, so a new
         name changes that one too). Each part is kept until a change touches it
-        (kvranges.Ranges), so a snapshot's cost follows what changed, not the state:
-        the bytes are those of snapshot(), which encodes afresh."""
+        (kvranges.Ranges), the last one with the pointers too, the very same object
+        while neither changed (so a node hashes it no more: cutnames.py CN1), so a
+        snapshot's cost follows what changed, not the state: the bytes are those of
+        snapshot(), which encodes afresh."""
         if self._head is None or self._head[0] is not self.created or self._head[1] is not self.deleted:
             self._head = (self.created, self.deleted, b'{"created":' + encode(sorted(self.created))
                           + b',"deleted":' + encode(sorted(self.deleted)) + b',"keys":{')
         if self._pointers is None or self._pointers[0] is not self.moved:
             self._pointers = (self.moved, encode(self.moved))
         ranges = self._ranges.encoded(self.keys)
-        ranges[-1] += b'},"moved":' + self._pointers[1] + b"}"
+        last, pointers = ranges[-1], self._pointers[1]
+        if self._tail is None or self._tail[0] is not last or self._tail[1] is not pointers:
+            self._tail = (last, pointers, last + b'},"moved":' + pointers + b"}")
+        ranges[-1] = self._tail[2]
         return [self._head[2], *ranges]
 
     def restore(self, state: bytes) -> None:

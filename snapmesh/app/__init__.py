@@ -274,7 +274,9 @@ class View:
         snapshots, and reads only the pieces it has no result for: an invariant whose
         result adds up over pieces then costs what changed. `key` names `fn` (another
         function, another key); `fn` depends on the piece's bytes alone, and its results
-        are kept, so keep them small. Elsewhere the state is one piece."""
+        are kept, so keep them small. An `fn` that also has `step` and `join` is handed
+        a changed piece block by block, each block's part kept (foldmemo.py FM6), so a
+        change costs its blocks, not its piece. Elsewhere the state is one piece."""
         known = getattr(self.states, "fold", None)
         return known(node, key, fn) if callable(known) else [fn(self.states[node])]
 

@@ -154,7 +154,21 @@ def test_a_put_encodes_its_range_again_and_keeps_every_other_part():
     node.on_command(encode({"op": "put", "key": "p1/key-001234", "value": "new"}), Context("p1", ("p2",)))
     after = node.snapshot_blocks()
     assert after == reference_parts(node) and len(after) == len(before) > 20
-    # the last part is joined to the pointers at each snapshot: a range's worth of bytes, not an encoding
-    changed = [i for i, (a, b) in enumerate(zip(before[:-1], after[:-1], strict=True)) if a is not b]
-    assert len(changed) == 1 and after[-1] == before[-1]
+    # the last part (the last range and the pointers) is kept too: the node hashes it no more (cutnames CN1)
+    changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a is not b]
+    assert len(changed) == 1 and after[-1] is before[-1]
     assert b'"p1/key-001234":{"created_at":"p1","value":"new"}' in after[changed[0]]
+
+
+def test_the_last_part_is_made_again_when_its_range_or_the_pointers_change():
+    node = KVShard(NodeInfo(node_id="p1", peers_out=("p2",), peers_in=("p2",)))
+    for i in range(300):
+        node.on_command(encode({"op": "put", "key": f"p1/key-{i:06d}", "value": i}), Context("p1", ("p2",)))
+    last = max(node.keys)
+    before = node.snapshot_blocks()
+    node.on_command(encode({"op": "put", "key": last, "value": "new"}), Context("p1", ("p2",)))
+    changed = node.snapshot_blocks()
+    assert changed[-1] is not before[-1] and changed[:-1] == before[:-1] and changed == reference_parts(node)
+    node.on_command(encode({"op": "move", "key": "p1/key-000003", "to": "p2"}), Context("p1", ("p2",)))
+    moved = node.snapshot_blocks()
+    assert moved[-1].endswith(b'"moved":{"p1/key-000003":"p2"}}') and moved == reference_parts(node)
