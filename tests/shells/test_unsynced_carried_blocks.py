@@ -25,6 +25,7 @@ from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support.controller_fakes import CallContext, blob_controller
 
 B = blocks.BLOCK_BYTES
 
@@ -157,3 +158,30 @@ def test_the_replay_writes_back_the_blocks_live_records_carry_only(tmp_path):
     restarted = BlockDir(tmp_path / "blocks")  # at start, as the controller's process does (JB3)
     assert restarted.write(journalblocks.carried(records)) == (2, 2 * B)
     assert all(restarted.path(name).read_bytes() == block for name, block in zip(names, carried, strict=True))
+
+
+def test_a_held_report_its_snapshot_s_failure_dropped_is_answered_only_once_its_blocks_are_settled(tmp_path):
+    """held.py H2: at FAILED a held report's record is dropped, never journaled, and the call is
+    answered OK, so the node takes its blocks as held: no record carries them, so they are
+    settled before the answer (blockdir.py D8; the filing, which would settle them too, is off)."""
+    asyncio.run(_held_and_failed(tmp_path))
+
+
+async def _held_and_failed(tmp_path) -> None:
+    c = blob_controller(tmp_path, deadline_s=2.0)
+    c.writer.submit = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    sid = (await c.engine.trigger("a")).snapshot_id
+    state = random.Random(6).randbytes(12 * B)
+    whole = pb.FullState(snapshot_id=sid, node_id="a", state=state, app_name="blob", app_version=1,
+                         channels=[pb.ChannelState(src="b", dst="a")])
+    sent, _ = blocks.referenced_report(whole, set(), carry_all=True)
+    assert sent is not None and len(sent.blocks) == 12
+    written = asyncio.create_task(c.service.ReportState(sent, CallContext()))
+    while c.store.blocks.unsynced < 12 and not written.done():  # held (H1), its blocks written unsynced
+        await asyncio.sleep(0.01)
+    assert not written.done(), "answered before the deadline: the test proves nothing"
+    answer = await asyncio.wait_for(written, 10)  # b never reports: the deadline fails it
+    assert c.tracker._finished[sid].status == pb.Snapshot.FAILED and answer.takes_blocks
+    assert c.store.blocks.unsynced == 0, "answered with its blocks neither settled nor carried by a record"
+    await c.engine.close()
+    await c.journal.close()
