@@ -11,9 +11,26 @@ D2. Then one sync makes them all durable: syncfs(2) of the file system
     is no syncfs).
 D3. Only then is each renamed to its name, and the directory fsynced once.
     So a file under a block's name is whole, crash or not.
-D4. `write` returns only after D3, and the store writes the manifest naming the
-    blocks only after `write` returns (services/controller/store.py): no
-    manifest names a block that is not durable.
+D4. `write` returns only after D3 (and after D8's `settle` of any block of its own
+    written unsynced before), and the store writes the manifest naming the blocks
+    only after `write` returns and `settle` has run (services/controller/store.py):
+    no manifest names a block that is not durable.
+D8. A block a journal record carries itself (a report that came as blocks:
+    journalblocks.py JB1) is written `durable=False`: D1's temporary file renamed to
+    its name at once, neither synced. A reader never sees part of a file while the OS
+    runs; an OS crash may leave the name missing, empty or partial. Until `settle`,
+    the record, fdatasynced before the report is answered, is what makes the block
+    durable: the replay writes back, durably, every block a live record carries whose
+    file is missing or does not hash to its name, before anything reads one (JB3).
+    `settle` (one syncfs, or an fsync of each such file and of the directory) makes
+    every block so written durable, and runs before anything could leave such a
+    block without its record: before a manifest names it (the store's filing,
+    store.py), before a journal rewrite may drop the record (journal.py
+    `before_rewrite`), and before a report taken without a record of its own (a
+    repeat, or a held one its snapshot's FAILED dropped: held.py H2) is answered
+    (servicer.py). A durable `write` that finds such a block already there settles
+    it too. A report's path costs no sync for its blocks: its record's fdatasync
+    covers them.
 
 A crash leaves at most temporary files (removed by `sweep`) and whole blocks no
 manifest names (garbage, removed by `sweep` at start:
@@ -45,7 +62,8 @@ D7. A listing holds no lock while it reads the directory (tens of milliseconds a
 D6. The bookkeeping costs no Python step per block of all the blocks named, only per
     block written: a listing is decoded in C (`names`), `lacking` and a write's
     blocks not here (`_absent`, written at once, their files not looked at) are set
-    differences, and the directory is made once, not at every write.
+    operations (`lacking` builds no set when every name is here), and the directory is
+    made once, not at every write.
 """
 
 from __future__ import annotations
@@ -54,12 +72,12 @@ import logging
 import operator
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from itertools import filterfalse
 from pathlib import Path
 
 from snapmesh.protocol.blocks import block_hash
-from snapmesh.serving.durable import fsync_dir, sync_files
+from snapmesh.serving.durable import fsync_dir, sync_files, sync_renamed
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +104,11 @@ class BlockDir:
         self._made = False  # the directory made by a `write` of this process (D6)
         # What `write`, `delete` and `read` noted while a listing ran (D7; None: none runs)
         self._changes: list[tuple[list[bytes], list[bytes]]] | None = None
+        # D8: the blocks written unsynced and not settled since, each with the count of its write
+        # (a block deleted and written again while a `settle` syncs stays for the next)
+        self._unsynced: dict[bytes, int] = {}
+        self._writes = 0
+        self._settling = threading.Lock()  # one `settle` at a time
 
     def listed_for(self, snapshot_id: str) -> None:
         """List the directory again at the first report of `snapshot_id` to ask (D5): a
@@ -126,10 +149,11 @@ class BlockDir:
             self._noted(removed=[name])
             return None
 
-    def write(self, blocks: dict[bytes, bytes]) -> tuple[int, int]:
+    def write(self, blocks: dict[bytes, bytes], *, durable: bool = True) -> tuple[int, int]:
         """Every block of `blocks` (hash -> content) that has no file yet, durably
         (D1-D4): (blocks written, their bytes). A file of the right name and size is
-        taken as the block once it hashes to its name (D5); a corrupt one is written again."""
+        taken as the block once it hashes to its name (D5); a corrupt one is written again.
+        `durable=False`: blocks a journal record carries, renamed unsynced (D8)."""
         if not blocks:
             return 0, 0
         if not self._made:  # D6: once, not at every write
@@ -159,19 +183,58 @@ class BlockDir:
                 finally:
                     os.close(fd)
                 size += len(block)
-            if not pending:
-                self._noted(held)
-                return 0, 0
-            sync_files(self.directory, [tmp for tmp, _ in pending])  # D2
+            if pending and durable:
+                sync_files(self.directory, [tmp for tmp, _ in pending])  # D2
         except OSError:
             for tmp, _ in pending:  # none is named yet (a crash leaves them to `sweep`)
                 tmp.unlink(missing_ok=True)
             raise
-        for tmp, path in pending:  # D3
+        for tmp, path in pending:  # D3 (D8: unsynced)
             os.replace(tmp, path)
-        fsync_dir(self.directory)
-        self._noted([*held, *(bytes.fromhex(path.name) for _, path in pending)])
+        written = [bytes.fromhex(path.name) for _, path in pending]
+        if durable:
+            if pending:
+                fsync_dir(self.directory)
+            self._synced(written, held)
+        else:
+            with self._lock:
+                for name in written:
+                    self._writes += 1
+                    self._unsynced[name] = self._writes
+        self._noted([*held, *written])
         return len(pending), size
+
+    def _synced(self, written: list[bytes], held: list[bytes]) -> None:
+        """After a durable write (D4, D8): a block it wrote again is durable now, and one it found
+        there written unsynced is settled before it returns."""
+        if not self._unsynced:
+            return
+        with self._lock:
+            for name in written:
+                self._unsynced.pop(name, None)
+            unsettled = not self._unsynced.keys().isdisjoint(held)
+        if unsettled:
+            self.settle()
+
+    @property
+    def unsynced(self) -> int:
+        """How many blocks are written unsynced and not settled yet (D8)."""
+        return len(self._unsynced)
+
+    def settle(self) -> int:
+        """Make every block written unsynced (D8) durable: one syncfs (or an fsync of each and of
+        the directory). How many blocks it settled."""
+        with self._settling:
+            with self._lock:
+                taken = dict(self._unsynced)
+            if not taken:
+                return 0
+            sync_renamed(self.directory, [self.path(name) for name in taken])
+            with self._lock:
+                for name, count in taken.items():
+                    if self._unsynced.get(name) == count:  # not written again since it was taken
+                        del self._unsynced[name]
+            return len(taken)
 
     def _absent(self, blocks: dict[bytes, bytes]) -> set[bytes]:
         """Those of `blocks` with no file here as far as this process knows: written without a
@@ -195,6 +258,10 @@ class BlockDir:
         """Remove the files of `names` (those there); how many were removed."""
         names = list(names)
         self._noted(removed=names)  # before the files go: none is taken as here once it is not
+        if self._unsynced:
+            with self._lock:
+                for name in names:
+                    self._unsynced.pop(name, None)
         removed = 0
         for name in names:
             try:
@@ -232,13 +299,16 @@ class BlockDir:
                     self._changes = None
         return found
 
-    def lacking(self, names: Iterable[bytes]) -> set[bytes]:
+    def lacking(self, names: Collection[bytes]) -> set[bytes]:
         """Those of `names` with no file here as far as this process knows (`holds`, for many
-        names at once: one set difference, D6)."""
+        names at once: one look-up each in C, D6; a set is built only when some lack)."""
         if self._on_disk is None:
             self.names()
         with self._lock:
-            return set(names).difference(self._on_disk)  # type: ignore[arg-type]
+            on_disk: set[bytes] = self._on_disk  # type: ignore[assignment]
+            if on_disk.issuperset(names):  # the usual case: 8192 names at 64 MiB, each call
+                return set()
+            return set(names).difference(on_disk)
 
     def sweep(self, keep: set[bytes]) -> int:
         """Remove every block not in `keep` and every temporary file (at start,

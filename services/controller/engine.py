@@ -279,12 +279,14 @@ class ControllerEngine:
         answer = self._answers[call] = asyncio.get_running_loop().create_future()
         return answer
 
-    async def report(self, state: pb.FullState, sent: pb.FullState | None = None) -> None:
+    async def report(self, state: pb.FullState, sent: pb.FullState | None = None) -> bool:
         """A node's part: journaled (with the snapshot's outcome when it completes
         it) before this returns. A part that does not complete its snapshot is held
         (the machine's H1-H4): its record goes with the snapshot's end, in that
         step's one log round, and this returns then. `sent`: the report as blocks
-        it was rebuilt from, journaled in its place (journalblocks.py JB1). Raises TrackerError for a
+        it was rebuilt from, journaled in its place (journalblocks.py JB1). Whether
+        this report's own record was journaled: not for a repeat, nor for a held one
+        its snapshot's FAILED dropped (H2). Raises TrackerError for a
         refused report and OSError when it cannot be journaled."""
         now = self._clock()
         call = next(self._calls)
@@ -296,11 +298,19 @@ class ControllerEngine:
         durable_at = await self.carry_out()  # cancelled: the step goes on all the same (steps.py)
         if answer is not None:
             await answer  # its snapshot ended, its record (or FAILED) durable
-            return
+            return not duplicate and self._completed(state.snapshot_id)
         if not duplicate:
             self._hops.journaled(now, durable_at)
         if snapshot.status == COMPLETE and not duplicate:  # the report's record and the outcome, in one round
             self.metrics.apply(measures.journal_wait("complete", self._clock().mono - now.mono))
+        return not duplicate
+
+    def _completed(self, snapshot_id: str) -> bool:
+        """The snapshot is COMPLETE (False: failed, or no longer known here)."""
+        try:
+            return self.machine.status(snapshot_id) == COMPLETE
+        except KeyError:
+            return False
 
     def _fed(self, event: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """The machine's `event`; a refusal it raises is counted (metrics.refused), then raised."""

@@ -22,7 +22,9 @@ and that one callback settles the round's futures and then calls the
 `listen`ers (the engine's steps go on there: the effects a record held back are
 carried out in the very loop turn that learned it durable, with no task to wake).
 A rewrite runs after the round's waiters have heard, so it is never on their
-path. `on_round` hears how many records each round made durable (the
+path. It first calls `before_rewrite` (the block store's `settle`,
+blockdir.py D8): a record it drops may be what made the blocks it carries
+durable. `on_round` hears how many records each round made durable (the
 controller's metrics). A torn or corrupt frame (a crash mid-write) ends the
 journal: reading stops there and the file is cut back to the last good frame.
 After a failed write or fdatasync nothing more is written (retrying fsync is
@@ -55,7 +57,8 @@ class Journal:
     called on the event loop; futures resolve there once the bytes are on disk."""
 
     def __init__(self, path: Path, *, rotate_bytes: int = ROTATE_BYTES,
-                 on_round: Callable[[int], None] | None = None) -> None:
+                 on_round: Callable[[int], None] | None = None,
+                 before_rewrite: Callable[[], object] | None = None) -> None:
         self.path = Path(path)
         self._fd = -1
         self._live = LiveFrames(rotate_bytes)  # which frames matter, when to rewrite (pure)
@@ -68,6 +71,7 @@ class Journal:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_round = on_round  # a round's records, once durable (a rewrite's own syncs are not a round)
         self._listeners: list[Callable[[], None]] = []  # called on the loop once a round's futures are settled
+        self._before_rewrite = before_rewrite  # in the thread, before a rewrite drops dead records
 
     def open(self) -> tuple[list[Record], list[str]]:
         """Read what is there (cutting off a torn tail), then start appending."""
@@ -198,6 +202,8 @@ class Journal:
         os.fdatasync(self._fd)
 
     def _rewrite(self) -> None:
+        if self._before_rewrite is not None:  # what the dead records alone made durable (blockdir.py D8)
+            self._before_rewrite()
         tmp = self.path.with_name(self.path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:

@@ -124,15 +124,20 @@ async def _serve_locked(
     machine.loaded(snapshots, missing=missing)  # the machine decides what to file again (replay.py S2)
     registry = CollectorRegistry()
     metrics = ControllerMetrics(registry, [n.id for n in cfg.nodes])
-    journal = J.Journal(cfg.data_dir / "controller" / "journal", on_round=metrics.journal_round)
+    journal = J.Journal(cfg.data_dir / "controller" / "journal", on_round=metrics.journal_round,
+                        before_rewrite=store.blocks.settle)  # blockdir.py D8
     writer = StoreWriter(store, on_filed=lambda sid: engine.filed(sid))  # nothing is filed before the engine starts
     try:
         records, warnings = journal.open()
+        filed = {s.snapshot_id for s in snapshots}
+        # The blocks live records carry, written unsynced (blockdir.py D8), back where an OS crash lost them (JB3)
+        if written := store.blocks.write(journalblocks.carried(records, skip=filed))[0]:
+            warnings.append(f"wrote back {written} blocks under {store.blocks.directory} from the journal's records "
+                            "(lost or damaged in a crash)")
         # Reports journaled as blocks made whole (a large one listed: JB5), their blocks pinned
         # again, before the sweep (journalblocks.py JB3)
         machine.forms.reader = lambda: functools.partial(_checked_block, store)  # the replay's listed states (JB5)
-        records, pins, dropped = journalblocks.rebuilt(records, store.blocks.read, skip={s.snapshot_id for s in snapshots},
-                                                       note=machine.forms.note)
+        records, pins, dropped = journalblocks.rebuilt(records, store.blocks.read, skip=filed, note=machine.forms.note)
         for sid, names in pins.items():
             store.pins.pin(sid, names)
         if swept := store.sweep():  # this controller owns the data dir (its lock): nothing is being filed

@@ -282,7 +282,11 @@ class ControllerService(pb_grpc.ControllerServicer):
         if request.state_parts:  # the store cuts the state as the node did (blocks.py B6)
             self.engine.writer.store.note_parts(request.snapshot_id, request.node_id, tuple(request.state_parts))
         try:
-            await self.engine.report(request, sent=sent)  # journaled as it came (journalblocks.py JB1)
+            journaled = await self.engine.report(request, sent=sent)  # journaled as it came (journalblocks.py JB1)
+            if not journaled and names and self.engine.writer.store.blocks.unsynced:
+                # blockdir.py D8: no record of its own carries the blocks it wrote unsynced (a repeat,
+                # or held and dropped at FAILED), and the node takes them as held once answered
+                await asyncio.to_thread(self.engine.writer.store.blocks.settle)
         except OSError:  # the journal failed: its record may be on disk, so its pins stay
             raise
         except Exception:  # refused: never journaled, so nothing needs its blocks kept
@@ -328,7 +332,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         if named is None:
             return None, missing
         self._known.keep(sent.node_id, named)
-        store.keep(sent.snapshot_id, listed, carried, call)  # held for the next report at once
+        store.keep(sent.snapshot_id, listed, carried, call, in_record=True)  # held for the next report at once
         if len(named.state) > blockforms.LISTED_BYTES:  # BF2
             return self._listed_report(sent, named), []
         whole = pb.FullState()
@@ -358,7 +362,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         if block_list is None or block_list.size <= blockforms.LISTED_BYTES:  # BF2: joined, it is small
             return None, missing
         self._sizes[sent.node_id] = dict(zip(block_list.hashes, block_list.sizes, strict=True))  # one assignment
-        self.engine.writer.store.keep(sent.snapshot_id, listed_names, carried, call)  # as `_joined_report`
+        self.engine.writer.store.keep(sent.snapshot_id, listed_names, carried, call, in_record=True)  # as `_joined_report`
         listed = blockforms.listed_report(sent, block_list.hashes)
         self.engine.machine.forms.note(listed, block_list)
         return listed, []

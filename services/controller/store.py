@@ -42,7 +42,9 @@ pinned (`pin`; snapmesh/protocol/controller/journalblocks.py JB1, JB2) until its
 snapshot is filed or retired (`StoreWriter.unpin`): neither a deletion nor the
 sweep removes a pinned block. The blocks a report carried are written and
 pinned when it is taken (`keep`), not when its snapshot is filed: the node's
-next report names them as held, and the snapshot may not be filed yet.
+next report names them as held, and the snapshot may not be filed yet. Those its
+journal record carries itself are written unsynced (blockdir.py D8): each filing
+settles them (one syncfs) before its manifest is written, off the reply path.
 
 A snapshot handed in with its large states as block lists (the tracker's listed
 form, snapmesh/protocol/controller/blockforms.py) is filed as it is: its
@@ -190,18 +192,20 @@ class SnapshotStore:
             return missing
 
     def keep(self, snapshot_id: str, names: set[bytes] | frozenset[bytes], carried: dict[bytes, bytes],
-             call: int) -> None:
+             call: int, *, in_record: bool = False) -> None:
         """A report of `snapshot_id` taken (as blocks, or whole) and about to be journaled:
         `call` pins every block it names (`names`), and the blocks it `carried`
-        (name -> content) are written under controller/blocks, durably, before its
-        record (journalblocks.py JB1). So the node's next report may name them at once,
+        (name -> content) are written under controller/blocks before its record
+        (journalblocks.py JB1): durably, or, `in_record` (its record carries them
+        itself), unsynced, made durable by the record until they are settled
+        (blockdir.py D8). So the node's next report may name them at once,
         before this snapshot is filed. Pinned first: a deletion under way then either
         removed a file before (written again here) or sees the pin (`_delete_unheld`).
         A write that fails lets the call's pins go (its report is never journaled)."""
         with self._refs_lock:
             self.pins.pin(snapshot_id, names, call)
         try:
-            self.blocks.write(carried)
+            self.blocks.write(carried, durable=not in_record)
         except OSError:
             self.unpin(snapshot_id, call)
             raise
@@ -261,6 +265,7 @@ class SnapshotStore:
             read = self.reader()
             new.update({name: block for name in lacking & listed if (block := read(name)) is not None})
         written, size = self.blocks.write(new)
+        self.blocks.settle()  # blockdir.py D8: the blocks reports' records made durable, before a manifest names them
         if written:
             log.info("snapshot %s: %d new blocks (%d bytes) of %d", snapshot.snapshot_id, written, size,
                      len(named) + len(listed))

@@ -1,6 +1,6 @@
 """Files that survive a crash: the one place the node, its pending reports and
 the controller's journal and store get `fsync_dir`, `write_atomically`,
-`write_unsynced`, `sync_files` and `sync_with_log`."""
+`write_unsynced`, `sync_files`, `sync_renamed` and `sync_with_log`."""
 
 from __future__ import annotations
 
@@ -110,3 +110,23 @@ def sync_files(directory: Path, paths: Sequence[Path]) -> int:
     for path in paths:
         _fsync(path)
     return len(paths)
+
+
+def sync_renamed(directory: Path, paths: Sequence[Path]) -> int:
+    """Make files written unsynced and renamed into `directory` durable, content and
+    names: one syncfs(2) of its file system where there is one, else an fsync of each
+    that is still there (one deleted meanwhile needs none) and of the directory. How
+    many sync calls it made."""
+    if not paths:
+        return 0
+    if _syncfs(directory):
+        return 1
+    synced = 0
+    for path in paths:
+        try:
+            _fsync(path)
+        except FileNotFoundError:
+            continue
+        synced += 1
+    fsync_dir(directory)
+    return synced + 1

@@ -29,6 +29,13 @@ SB3. A filed snapshot's blocks stay on disk while it is kept: it reads back whol
 SB4. The pins, the references and the disk are exactly what the live reports and
      the kept snapshots need, judged after every change by an audit that counts
      nothing (sim/blockaudit.py).
+SB5. The blocks a report as blocks carries are written unsynced, its record making
+     them durable (blockdir.py D8); a filing or a failure settles them. A crash
+     loses those that durable records carry (an OS crash may), and the replay
+     writes them back from those records before it rebuilds any (JB3). Those no
+     durable record carries are kept: the simulated node takes blocks as held
+     before it is answered, more than a real node is told, so losing them would
+     drop snapshots a real controller never has to.
 
 States here are small (the bank's a few bytes), so a state without parts of its
 own (the app's snapshot_blocks(), B6) is cut into parts of `grain` bytes, drawn
@@ -70,6 +77,7 @@ class SimBlocks:
         # Filed (COMPLETE or FAILED) or retired: its journal records are not made whole at a restart,
         # as the real replay skips the snapshots it loads from their files.
         self.ended: set[str] = set()
+        self.unsynced: set[bytes] = set()  # SB5: carried by reports' records, not settled yet
         self.calls = 0
         self.faults = faults  # what happened, counted with the world's faults
 
@@ -124,14 +132,15 @@ class SimBlocks:
         self.known.keep(sent.node_id, named)  # type: ignore[arg-type]
         listed = set(sent.state_blocks.hashes)
         carried = {name: block for block in sent.blocks if (name := blocks.block_hash(block)) in listed}
+        self.unsynced |= carried.keys() - self.disk.keys()  # SB5: its record makes them durable
         self._keep(sent.snapshot_id, call, carried, listed)
         self._count("report taken as blocks")
         return whole, call
 
     def _keep(self, snapshot_id: str, call: int, carried: dict[bytes, bytes], names: set[bytes] | None = None) -> None:
         """As the real store's `keep` (journalblocks.py JB1): a taken report's call pins every
-        block it names, and those it carried are on disk at once (durable: written and synced
-        before its record), for the node's next report, before its snapshot is filed."""
+        block it names, and those it carried are on disk at once (durable, or unsynced and
+        carried by its record: SB5), for the node's next report, before its snapshot is filed."""
         self._pin(snapshot_id, set(carried) if names is None else names, call)
         for name, block in carried.items():
             self.disk.setdefault(name, block)
@@ -149,6 +158,7 @@ class SimBlocks:
         sid = snapshot.snapshot_id
         parts = {node: self._parts.pop((sid, node), ()) for node in recorded}
         stored, named = blocks.stored_form(snapshot, parts)
+        self.unsynced.clear()  # SB5: settled before a manifest names them
         for name, block in named.items():
             self.disk.setdefault(name, block)
         self.stored[sid] = stored
@@ -171,6 +181,7 @@ class SimBlocks:
         return rebuilt
 
     def failed(self, snapshot_id: str) -> None:
+        self.unsynced.clear()  # SB5: its filing settles them, and its held reports' answers
         self.ended.add(snapshot_id)
         self.unpin(snapshot_id)
         self._parts = {key: parts for key, parts in self._parts.items() if key[0] != snapshot_id}
@@ -191,8 +202,13 @@ class SimBlocks:
             if problems:
                 raise Violation(f"SB3: a kept snapshot lost a block to retention: {problems[0]}")
 
-    def crashed(self) -> None:
+    def crashed(self, durable: Iterable[records.Record] = ()) -> None:
+        """The controller's memory goes, and the unsynced blocks its durable records carry (SB5)."""
         self.known = KnownBlocks()
+        for name in self.unsynced & journalblocks.carried(durable, skip=self.ended).keys():
+            self.disk.pop(name, None)
+            self._count("unsynced block lost in a crash")
+        self.unsynced.clear()
 
     def replayed(self, durable: Iterable[records.Record]) -> list[records.Record]:
         """A restart: the counts from the filed manifests (G3), the journal's reports made whole
@@ -201,6 +217,11 @@ class SimBlocks:
         self.audit.restarted()
         for sid, stored in self.stored.items():
             self.refs.hold(sid, blocks.hashes(stored))
+        durable = list(durable)
+        for name, block in journalblocks.carried(durable, skip=self.ended).items():  # SB5, JB3: written back
+            if name not in self.disk:
+                self.disk[name] = block
+                self._count("block written back from the journal at a restart")
         out, pins, warnings = journalblocks.rebuilt(durable, self.disk.get, skip=self.ended)
         for sid, names in pins.items():
             self._pin(sid, names)

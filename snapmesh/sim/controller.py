@@ -389,7 +389,7 @@ class SimController(RestoreCalls):
         self.up = False
         self.reports.clear()
         self.journal.crash()
-        self.blocks.crashed()
+        self.blocks.crashed(self.journal.durable)
         self.answers.crashed()
         self.faults["waiting trigger lost in a controller crash"] += len(self.triggers.waiting) > 0
         self.triggers.crashed()

@@ -316,3 +316,43 @@ def test_a_snapshot_journaled_as_blocks_and_never_filed_is_rebuilt_whole_after_a
     assert digests(cluster, second) == before
     code, out = verify(cluster, second, capsys)
     assert code == 0 and "each matching its hash" in out, out
+
+
+def test_blocks_a_journaled_report_carried_lost_in_an_os_crash_are_written_back_at_the_restart(cluster, capsys):
+    """blockdir.py D8, journalblocks.py JB1, JB3: the blocks a report as blocks carries are
+    renamed into controller/blocks unsynced, its record's fdatasync making them durable. An
+    OS crash after the record and before the filing (here: SIGKILL, the snapshot's files
+    removed, and the changed blocks' files left as an OS crash may: p1's empty, p2's gone)
+    loses them; the restart writes them back from the journal, files the snapshot, which
+    verifies with the states it had, and the nodes' next reports, naming them as held, are
+    taken as they come (none refused and sent whole)."""
+    first = snapshot(cluster)
+    filed(cluster, first)
+    command(cluster, "p1", "poke 100 7")
+    command(cluster, "p2", "poke 9000 8")
+    second = snapshot(cluster)
+    filed(cluster, second)
+    kept_first = names(stored(cluster, first))
+    lost = {node.node_id: [name for name in node.state_blocks.hashes if name.hex() not in kept_first]
+            for node in snapshot_file.read_stored(stored(cluster, second))[0].nodes}
+    assert [len(lost["p1"]), len(lost["p2"])] == [1, 1], lost
+    before = digests(cluster, second)
+    assert cluster.stop_controller(signal.SIGKILL) == -signal.SIGKILL
+    for path in (stored(cluster, second), data(cluster) / "snapshots" / f"{second}.json"):
+        path.unlink()
+    directory = data(cluster) / "controller" / "blocks"
+    (directory / lost["p1"][0].hex()).write_bytes(b"")  # renamed, its content never on disk
+    (directory / lost["p2"][0].hex()).unlink()  # its name never on disk
+    cluster.start_controller()
+    filed(cluster, second)
+    assert digests(cluster, second) == before
+    code, out = verify(cluster, second, capsys)
+    assert code == 0 and "each matching its hash" in out, out
+    for name in (lost["p1"][0], lost["p2"][0]):
+        assert blocks.block_hash((directory / name.hex()).read_bytes()) == name
+    third = snapshot(cluster)
+    for node in ("p1", "p2"):
+        assert "missing blocks" not in cluster.node(node).output()
+        assert reported(cluster, node, third) < PER_NODE * 40  # its manifest: every block held
+    filed(cluster, third)
+    assert digests(cluster, third) == before

@@ -402,3 +402,24 @@ def test_restores_go_as_blocks_under_the_faults(app: str) -> None:
         seen += fuzz.run_case(seed, APPS[app]).faults
     for kind in ("restore part sent as blocks", "restore part refused as blocks (missing), sent whole"):
         assert seen[kind] > 0, f"no case exercised {kind!r}: {dict(seen)}"
+
+
+def test_a_crash_loses_the_unsynced_blocks_a_durable_record_carries_and_the_replay_writes_them_back() -> None:
+    """SB5 (blockdir.py D8, JB3): a report's carried blocks are written unsynced, its record durable;
+    a crash before its snapshot is filed loses them, and the replay writes them back from the
+    record before it rebuilds it (or the next report naming them as held)."""
+    store = _store()
+    store.accepted("n0", store.take(store.form("n0", _report("s1", b"abc")))[0])
+    _filed(store, "s1", b"abc")
+    sent = store.form("n0", _report("s2", b"abd"))
+    whole, _ = store.take(sent)
+    assert list(sent.blocks) == [b"d"] and store.unsynced == {blocks.block_hash(b"d")}
+    record = journal.Reported(state=whole, wall=1.0, sent=sent)  # type: ignore[arg-type]
+    store.crashed([record])
+    assert blocks.block_hash(b"d") not in store.disk
+    assert [r.state.state for r in store.replayed([record])] == [b"abd"]  # type: ignore[attr-defined]
+    assert store.disk[blocks.block_hash(b"d")] == b"d"
+    assert store.faults["block written back from the journal at a restart"] == 1
+    store.accepted("n0", whole)
+    assert store.take(store.form("n0", _report("s3", b"abd")))[0] is not None  # named as held: taken
+

@@ -8,17 +8,27 @@ for 64 KiB changed) and copied it several times on the controller's loop.
 Rules (services/controller/servicer.py, store.py and process.py carry them out):
 JB1. A report that came as blocks is journaled as it came (journal.Reported.sent):
     the manifest and the blocks it carries. The blocks it names and does not
-    carry (`held`) are on disk under controller/blocks, durably: each is referenced
+    carry (`held`) are on disk under controller/blocks: each is referenced
     by a stored snapshot or pinned by a journaled report (JB2) when the report is
     taken, and is pinned before the record is written. The blocks a taken report
-    carries (every block of one that came whole) are written there too, durably,
-    and pinned with the rest, before its record: the node's next report names
-    them as held, and its snapshot may not be filed yet.
+    carries are written there too, and pinned with the rest, before its record:
+    the node's next report names them as held, and its snapshot may not be filed
+    yet. Those its record carries are written unsynced, the record's fdatasync
+    making them durable (services/controller/blockdir.py D8); the others, every
+    block of a report that came whole (its record carries none, JB4) and those a
+    chunked stream brought (written as they came, carriedblocks.py), durably. So a
+    held block is durable, or carried by a live record journaled before the one
+    that names it (the node names only blocks of a report answered, so journaled),
+    until D8's `settle`, which runs before a filing names it and before a rewrite
+    drops that record.
 JB2. A pinned block is not deleted (neither by retention nor by the sweep at
     start) until its snapshot's records are dead in the journal: the snapshot is
     filed (it then references its blocks itself) or retired. So every block a
     live record names can be read back after a crash.
-JB3. Read back (`rebuilt`, at start, before the sweep), each such record is made
+JB3. Read back, at start, before the sweep and before `rebuilt`, every block a live
+    record carries (`carried`: those of the snapshots not loaded from their files)
+    whose file is missing or does not hash to its name (an OS crash after its record
+    was durable: D8) is written back, durably. Then (`rebuilt`) each such record is made
     whole from the blocks it carries and those on disk, each checked against its
     name (blocks.py B3), and every block it names is pinned again (those it
     carried are on disk too, JB1, for the node's next report). A record of a
@@ -55,6 +65,23 @@ def held(sent: pb.FullState, carried: Iterable[bytes] | None = None,
     if carried is None:
         carried = {blocks.block_hash(block) for block in sent.blocks}
     return (named if named is not None else frozenset(sent.state_blocks.hashes)).difference(carried)
+
+
+def carried(records: Iterable[Record], *, skip: Iterable[str] = ()) -> dict[bytes, bytes]:
+    """The blocks the records of reports as blocks carry, by name, those their manifests
+    name (the controller wrote those, JB1), for the replay to write back where an OS crash
+    lost them (JB3). The records of the snapshots in `skip` (filed: their blocks were
+    settled before their manifests, D8) are left out."""
+    skip = set(skip)
+    found: dict[bytes, bytes] = {}
+    for record in records:
+        if isinstance(record, Reported) and record.sent is not None and record.sent.blocks \
+                and record.snapshot_id not in skip:
+            named = frozenset(record.sent.state_blocks.hashes)
+            for block in record.sent.blocks:
+                if (name := blocks.block_hash(block)) in named:
+                    found.setdefault(name, block)
+    return found
 
 
 def rebuilt(
