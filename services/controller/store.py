@@ -327,10 +327,9 @@ class SnapshotStore:
     def load_all(self, listed: bool = False) -> tuple[list[pb.Snapshot], list[str]]:
         """Every readable finished snapshot, and one warning per file skipped.
         A snapshot with only a JSON file (a data dir from before the compact
-        store) is read from that. `listed`: each `.pb` as this version writes
-        it is read in listed form (listedload.py `listed_form`: every block read
-        and checked, one at a time, its large states held as block lists), as the
-        controller's start takes them back; any other file is read whole, as before."""
+        store) is read from that. `listed` (the controller's start): each `.pb` as this
+        version writes it is read listed (listedload.py `listed_form`: every block read and
+        checked, one at a time, large states kept as block lists); any other file whole."""
         found: dict[str, pb.Snapshot] = {}
         warnings: list[str] = []
         self.damaged = {}
@@ -341,11 +340,9 @@ class SnapshotStore:
                 stored, marked = snapshot_file.read_stored(path)
                 if path.suffix == ".pb":  # its blocks stay, readable or not, while its file does
                     self.refs.hold(path.stem, blocks.hashes(stored))
-                snapshot = (listed_form(self, path.stem, stored, marked) if listed and path.suffix == ".pb"
-                            else None)
+                snapshot = listed_form(self, path.stem, stored, marked) if listed and path.suffix == ".pb" else None
                 checked = snapshot is not None  # against its checksum, every block against its name
-                if snapshot is None:
-                    snapshot = snapshot_file.whole(stored, path)
+                snapshot = snapshot if checked else snapshot_file.whole(stored, path)
             except snapshot_file.Unreadable as exc:
                 warnings.append(f"skipping snapshot file {path}: cannot parse it: {exc}")
                 self.damaged.setdefault(path.stem, str(exc))
