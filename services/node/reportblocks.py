@@ -35,6 +35,14 @@ RK4. The hashes of the last state saved are reused for the next one's blocks tha
 RK5. A state the node's cut kept as its blocks (a BlockState, node/apphost.py H8) is
     saved from them: each new block written is the block itself (blockstate.BST2),
     and the state is never joined or copied whole for its save.
+RK6. A save follows what changed, not the state's size: the blocks it writes are
+    found among those whose name differs from the last state's at the same index
+    (every block of the last state has its file: RK2 keeps them), and the garbage
+    among the last state's blocks that changed, the blocks of the reports forgotten
+    since the last save and the garbage not yet deleted; each kept out if the new
+    state or a pending report names it (the same set as "every file minus what is
+    kept", RK2, reached without a set of every block the last state and the pending
+    reports name). A state of another number of blocks is compared by sets.
 """
 
 from __future__ import annotations
@@ -42,7 +50,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterable
 from itertools import compress
+from operator import ne
 from pathlib import Path
 
 from snapmesh.protocol import blocks
@@ -62,6 +72,8 @@ class ReportBlocks:
         self._last: blocks.Named | None = None  # the last state saved (RK2, RK4)
         self.hashed = 0  # blocks hashed in all (the others' hashes were reused, RK4)
         self._garbage: set[bytes] = set()  # on disk and needed by nothing: `collect`'s (RK2)
+        self._last_set: frozenset[bytes] | None = None  # the last state's names, as `_named` holds them (RK6)
+        self._forgotten: list[frozenset[bytes]] = []  # the blocks of reports forgotten since the last save (RK6)
         self._lock = threading.Lock()  # a save, and each of `collect`'s deletes (RK2)
 
     def path(self, name: bytes) -> Path:
@@ -87,19 +99,35 @@ class ReportBlocks:
         view = whole if type(whole) is BlockState else memoryview(whole)
         directory = str(self.directory)
         on_disk, names, bounds = self._on_disk, named.names, named.bounds
-        # The blocks with no file found by set and map, not a step a block (thousands, a few of them new)
-        absent = set(names).difference(on_disk)
-        for i in compress(range(len(names)), map(absent.__contains__, names)) if absent else ():
-            name, (start, end) = names[i], bounds[i]
-            if name in on_disk:  # a block twice in this state: written once
+        last, last_set = self._last, self._last_set
+        # RK6: the blocks that differ from the last state's at their index (the others have files)
+        changed: Iterable[int] = range(len(names)) if last is None or len(last.names) != len(names) \
+            else list(compress(range(len(names)), map(ne, names, last.names)))
+        for i in changed:
+            name = names[i]
+            if name in on_disk:  # its file is there (an older state's), or a block twice in this state
                 continue
             if not written:
                 self.directory.mkdir(parents=True, exist_ok=True)
+            start, end = bounds[i]
             written.append(_write_in_place(f"{directory}/{name.hex()}", memoryview(view[start:end])))
             on_disk.add(name)
-        self._named[snapshot_id] = frozenset(named.names)
+        kept = self._last_set = frozenset(names)
+        self._named[snapshot_id] = kept
         self._last = named
-        self._garbage = self._on_disk - self._kept()  # RK2: `collect`'s, after the round
+        # RK6: what may have stopped being needed since the last save: the last state's blocks
+        # this one changed, the blocks of the reports forgotten since, and what was garbage
+        forgotten, self._forgotten = self._forgotten, []
+        if last_set is None or type(changed) is range:
+            candidates = set(self._garbage) if last_set is None else self._garbage | (last_set - kept)
+        else:
+            candidates = self._garbage | {last.names[i] for i in changed}  # type: ignore[union-attr]
+        for old in forgotten:
+            if old is not last_set:  # the last state's: its changed blocks are in already
+                candidates |= old - kept
+        pending = list(self._named.values())  # `forget` may run on the loop meanwhile
+        self._garbage = {name for name in candidates
+                         if name in on_disk and name not in kept and not any(name in held for held in pending)}
         return named, written
 
     @property
@@ -124,7 +152,9 @@ class ReportBlocks:
     def forget(self, snapshot_id: str) -> None:
         """The report of `snapshot_id` is no longer pending: its blocks go at the next save
         unless the last state or another pending report names them (RK2)."""
-        self._named.pop(snapshot_id, None)
+        names = self._named.pop(snapshot_id, None)
+        if names is not None:
+            self._forgotten.append(names)  # RK6: the next save looks at them
 
     def state(self, names: list[bytes]) -> tuple[bytes | None, str]:
         """The state the blocks `names` make (RK3), or None and why not."""
@@ -143,7 +173,7 @@ class ReportBlocks:
         """At load: `pending` (snapshot id -> its blocks) are the reports found; every
         other block file, and any temporary one a crash left, goes (RK2)."""
         self._named = {sid: frozenset(names) for sid, names in pending.items()}
-        self._on_disk, self._garbage = set(), set()
+        self._on_disk, self._garbage, self._forgotten = set(), set(), []
         if not self.directory.is_dir():
             return
         for path in self.directory.iterdir():

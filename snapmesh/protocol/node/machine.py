@@ -408,7 +408,8 @@ class Node(NodeSteps):
             elif isinstance(effect, core.LocalStateRecorded):
                 state, parts = self.host.cut()
                 digest, named = self._cut_names.digest(state, parts)
-                self._app_cuts[effect.snapshot_id] = (state, tuple(map(len, parts)), named)
+                sizes = named.cut[1] if named is not None else tuple(map(len, parts))  # counted once, at the cut
+                self._app_cuts[effect.snapshot_id] = (state, sizes, named)
                 cut_digest = self._cut_digests[effect.snapshot_id] = statedigest.record_text(digest)
                 self._append(wal.Cut(lsn=self.last_lsn + 1, snapshot_id=effect.snapshot_id, digest=cut_digest))
                 self._remember(effect.snapshot_id)
