@@ -246,7 +246,7 @@ def reconcile(
         shown: dict[str, figures.Figures] = {}
         if any(s["app"] and s["status"] == "COMPLETE" for s in snaps):
             app_snaps = read_snapshots(spark, data_dir, APP_SNAPSHOT)
-            rows = apps.fold(rows, apps.checked(spark, data_dir, app_snaps))
+            rows = apps.fold(rows, apps.checked(spark, data_dir, app_snaps, located))
             from snapmesh.reconcile import appviews, invariants
 
             claimed = figures.claims(app_snaps)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -135,7 +136,12 @@ def out_of_memory(spark: SparkSession | None, error: BaseException) -> str | Non
     except Exception:  # noqa: BLE001 (py4j's str() asks the JVM, which may be gone)
         text = ""
     proc = getattr(getattr(getattr(spark, "sparkContext", None), "_gateway", None), "proc", None)
-    dead = proc is not None and proc.poll() == _JVM_OOM_EXIT
+    dying = not text or isinstance(error, ConnectionError) or any(
+        m in text for m in ("stopped SparkContext", "SparkContext was shut down", "dagScheduler()", "Connection refused"))
+    try:  # a JVM on its way out (its shutdown hooks stop the context first): its exit status tells
+        dead = proc is not None and (proc.wait(timeout=10) if dying else proc.poll()) == _JVM_OOM_EXIT
+    except subprocess.TimeoutExpired:
+        dead = False
     if "OutOfMemoryError" not in text and not dead:
         return None
     now = os.environ.get(DRIVER_MEMORY_ENV, "2g")
