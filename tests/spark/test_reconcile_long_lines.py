@@ -128,6 +128,8 @@ def huge(tmp_path_factory) -> Path:
             f.write(chunk)
         f.write(b'"}\n')
         f.writelines(line({"node": "n1", "lsn": i, "kind": "noop"}).encode() for i in range(2, 50))
+    (d / "snapshots").mkdir()
+    (d / "snapshots" / "s1.json").write_text(json.dumps({"snapshot_id": "s1", "status": "COMPLETE", "nodes": []}))
     return d
 
 
