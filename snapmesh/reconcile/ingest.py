@@ -112,7 +112,8 @@ def ingest(spark: SparkSession, data_dir: str) -> list[str]:
     finally:
         markers.unpersist()
     sums = segment_sums(spark, good, bounds)
-    _write_partitioned(spark.createDataFrame(sums, SEGMENT_SUMS), data_dir, SUMS_DIR)
+    # one part file per segment, whatever order the sums were collected in
+    _write_partitioned(spark.createDataFrame(sums, SEGMENT_SUMS).repartition("file"), data_dir, SUMS_DIR)
     sum_rows = Counter(r["file"] for r in sums)
     for f in todo:
         got = counts.get(f.name)

@@ -74,9 +74,14 @@ def flags(value: Column, bound: int) -> list[Column]:
     ]
 
 
-def _is_local(spark: SparkSession, uri: str) -> str | None:
+def _path(spark: SparkSession, uri: str):  # noqa: ANN202 (a py4j object)
+    """Hadoop's Path of a file as Spark names it (``input_file_name``: a URI, escaped)."""
     jvm = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(uri).toUri()
+    return jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(uri))
+
+
+def _is_local(spark: SparkSession, uri: str) -> str | None:
+    path = _path(spark, uri).toUri()
     return path.getPath() if path.getScheme() in (None, "file") else None
 
 
@@ -88,7 +93,7 @@ def _chunks(spark: SparkSession, uri: str) -> Iterator[bytes]:
                 yield chunk
         return
     jvm = spark.sparkContext._jvm
-    target = jvm.org.apache.hadoop.fs.Path(uri)
+    target = _path(spark, uri)
     fs = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     left = fs.getFileStatus(target).getLen()
     stream = fs.open(target)
