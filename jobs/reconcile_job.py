@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import sys
 
+from py4j.protocol import Py4JError
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
 from snapmesh.reconcile.common import InputError
 from snapmesh.app import AppError
 from snapmesh.reconcile.job import app_of, parser, run_job
-from snapmesh.spark.session import EXIT_BAD_INPUT, build_session, wait_for_executors, wait_for_master
+from snapmesh.spark.session import (EXIT_BAD_INPUT, build_session, out_of_memory, stop_session, wait_for_executors,
+                                    wait_for_master)
 
 
 def main(argv: list[str]) -> int:
@@ -55,8 +57,13 @@ def main(argv: list[str]) -> int:
     except InputError as e:
         print(f"reconcile_job.py: bad input: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except (Py4JError, ConnectionError) as e:
+        if (why := out_of_memory(spark, e)) is None:
+            raise
+        print(f"reconcile_job.py: {why}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     finally:
-        spark.stop()
+        stop_session(spark)
 
 
 if __name__ == "__main__":

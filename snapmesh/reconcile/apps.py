@@ -37,8 +37,7 @@ from snapmesh.reconcile import blockstates
 from snapmesh.reconcile import messages as M
 from snapmesh.reconcile.common import COMPLETE, found, message
 from snapmesh.reconcile.schema import SCOPE_SNAPSHOT
-from snapmesh.reconcile.parse import without_state
-from snapmesh.reconcile.segments import list_logs
+from snapmesh.reconcile.segments import list_logs, read_text_logs
 
 S = "snapshot_id"
 
@@ -94,13 +93,25 @@ def is_app_complete() -> Column:
 # ------------------------------------------------------------------ reading
 
 
-def read_app_log(spark: SparkSession, data_dir: str) -> DataFrame:
+def read_app_log(spark: SparkSession, data_dir: str, located: DataFrame | None = None) -> DataFrame:
     """(node, lsn, kind, src, dst, seq, snapshot_id, digest, payload) of every send, cut
     and restore record in the data dir's JSONL logs (lines that do not parse are the
-    bank's checks' bad input, reported there)."""
-    lines = spark.read.text([f.uri for f in list_logs(spark, data_dir)])
-    records = lines.select(F.from_json(without_state(F.col("value")), APP_LOG).alias("r")).select("r.*")
-    return records.filter(F.col("kind").isin(*APP_KINDS) & F.col("node").isNotNull() & F.col("lsn").isNotNull())
+    bank's checks' bad input, reported there).
+
+    Read within the bound (``longlines``): a line over it is a placeholder, read as
+    nothing here. A restore carries the app's state, so its line may be one: given the
+    job's ``located`` log (every record recovered in its place), the restores, of which
+    only node and lsn are read, come from there."""
+    lines = read_text_logs(spark, list_logs(spark, data_dir))
+    records = lines.select(F.from_json("value", APP_LOG).alias("r")).select("r.*")
+    kinds = APP_KINDS if located is None else tuple(k for k in APP_KINDS if k != "restore")
+    text = records.filter(F.col("kind").isin(*kinds) & F.col("node").isNotNull() & F.col("lsn").isNotNull())
+    if located is None:
+        return text
+    restores = located.filter((F.col("kind") == "restore") & F.col("node").isNotNull() & F.col("lsn").isNotNull())
+    return text.unionByName(restores.select(
+        *(F.col(f.name) if f.name in ("node", "lsn", "kind") else F.lit(None).cast(f.dataType).alias(f.name)
+          for f in APP_LOG.fields)))
 
 
 def app_nodes(raw: DataFrame) -> DataFrame:
@@ -222,10 +233,11 @@ def per_snapshot(found_: DataFrame) -> DataFrame:
     )
 
 
-def checked(spark: SparkSession, data_dir: str, raw: DataFrame) -> dict[str, tuple[int, str]]:
-    """snapshot id -> (discrepancies, the first one) of the COMPLETE app snapshots with any."""
+def checked(spark: SparkSession, data_dir: str, raw: DataFrame, located: DataFrame | None = None) -> dict[str, tuple[int, str]]:
+    """snapshot id -> (discrepancies, the first one) of the COMPLETE app snapshots with any
+    (``located``: the job's log, its restores read from there: ``read_app_log``)."""
     nodes = through_blocks(spark, data_dir, app_nodes(raw))
-    found_ = app_discrepancies(read_app_log(spark, data_dir), nodes, app_in_flight(raw))
+    found_ = app_discrepancies(read_app_log(spark, data_dir, located), nodes, app_in_flight(raw))
     return {r[S]: (r["discrepancies"], r["first"]) for r in per_snapshot(found_).collect()}
 
 

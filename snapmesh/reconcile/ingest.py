@@ -33,14 +33,16 @@ import json
 import sys
 from collections import Counter
 
+from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from snapmesh.reconcile.checksums import MARKER_KINDS, SEGMENT_SUMS, cut_rows, interval_sums, interval_table
 from snapmesh.reconcile.common import InputError
+from snapmesh.reconcile.longlines import line_bound, replace_long
 from snapmesh.reconcile.parse import file_first_lsn, locate_lines, parse_log_lines
 from snapmesh.reconcile.schema import INGESTED
-from snapmesh.spark.session import EXIT_BAD_INPUT, build_session, stop_session
+from snapmesh.spark.session import EXIT_BAD_INPUT, build_session, out_of_memory, stop_session
 from snapmesh.reconcile.segments import (
     COLUMNAR_DIR,
     MARKERS_DIR,
@@ -77,7 +79,8 @@ def ingest(spark: SparkSession, data_dir: str) -> list[str]:
     if not todo:
         return []
     # One pass: parse, locate, write (each task writes the segments it read; no shuffle).
-    located = locate_lines(parse_log_lines(read_text_logs(spark, todo)))
+    bound = line_bound()
+    located = replace_long(spark, locate_lines(parse_log_lines(read_text_logs(spark, todo, bound))), todo, bound)
     named = located.withColumn("file", F.regexp_extract("file", r"([^/]*)$", 1))  # the segment's name
     root = f"{data_dir.rstrip('/')}/{COLUMNAR_DIR}/{SEGMENTS_DIR}"
     (
@@ -109,7 +112,8 @@ def ingest(spark: SparkSession, data_dir: str) -> list[str]:
     finally:
         markers.unpersist()
     sums = segment_sums(spark, good, bounds)
-    _write_partitioned(spark.createDataFrame(sums, SEGMENT_SUMS), data_dir, SUMS_DIR)
+    # one part file per segment, whatever order the sums were collected in
+    _write_partitioned(spark.createDataFrame(sums, SEGMENT_SUMS).repartition("file"), data_dir, SUMS_DIR)
     sum_rows = Counter(r["file"] for r in sums)
     for f in todo:
         got = counts.get(f.name)
@@ -167,6 +171,11 @@ def main(argv: list[str]) -> int:
         converted = ingest(spark, args.data_dir)
     except InputError as e:
         print(f"snapmesh reconcile ingest: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (Py4JError, ConnectionError) as e:
+        if (why := out_of_memory(spark, e)) is None:
+            raise
+        print(f"snapmesh reconcile ingest: {why}", file=sys.stderr)
         return EXIT_BAD_INPUT
     finally:
         if existing is None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlparse
 
+from py4j.protocol import Py4JError
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -47,6 +48,7 @@ from snapmesh.spark.session import (
     EXIT_INCONSISTENT,
     EXIT_OK,
     build_session,
+    out_of_memory,
     stop_session,
     wait_for_executors,
     wait_for_master,
@@ -244,7 +246,7 @@ def reconcile(
         shown: dict[str, figures.Figures] = {}
         if any(s["app"] and s["status"] == "COMPLETE" for s in snaps):
             app_snaps = read_snapshots(spark, data_dir, APP_SNAPSHOT)
-            rows = apps.fold(rows, apps.checked(spark, data_dir, app_snaps))
+            rows = apps.fold(rows, apps.checked(spark, data_dir, app_snaps, located))
             from snapmesh.reconcile import appviews, invariants
 
             claimed = figures.claims(app_snaps)
@@ -475,6 +477,11 @@ def main(argv: list[str] | None = None) -> int:
                        app_spec=args.app or "")
     except InputError as e:
         print(f"snapmesh reconcile: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (Py4JError, ConnectionError) as e:
+        if (why := out_of_memory(spark, e)) is None:
+            raise
+        print(f"snapmesh reconcile: {why}", file=sys.stderr)
         return EXIT_BAD_INPUT
     finally:
         if existing is None:

@@ -88,15 +88,17 @@ def parse_log_lines(lines: DataFrame) -> DataFrame:
     ``block``/``mid`` locate a line (see ``locate_lines``). ``problem`` says what is
     wrong with a line: not JSON (a truncated line), a field of the wrong type, a
     required field missing, or a record that does not belong in this node's log.
-    The raw ``value`` is dropped. Whether the record belongs to the file's node is
+    The raw ``value`` is dropped; other columns are kept. Whether the record belongs to the file's node is
     decided in ``locate_lines``, once per file rather than once per row; until then
     ``problem`` holds the checks before it and ``_problem_after`` the ones after it.
     """
     record = F.from_json(
         "value", LOG_RECORD, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}
     )
-    parsed = lines.select("file", "block", "mid", "value", record.alias("r")).select(
-        "file", "block", "mid", "value", "r.*"
+    # other columns of `lines` (longlines.HELPERS, a recovered line's own) ride along
+    extra = [c for c in lines.columns if c not in ("file", "block", "mid", "value")]
+    parsed = lines.select("file", "block", "mid", "value", *extra, record.alias("r")).select(
+        "file", "block", "mid", "value", *extra, "r.*"
     )
     # An app's record may leave its tally out (schema.APP_MARKS): its mark is a key, and a
     # key's quotes cannot appear unescaped inside a JSON string, so a substring test tells.
@@ -179,16 +181,27 @@ def locate_lines(parsed: DataFrame, base: Column | None = None) -> DataFrame:
         )
     )
     offset = F.col("mid") - F.col("mid0") + 1
+    located = (
+        parsed.join(F.broadcast(splits), on=["file", "block"], how="inner")
+        .withColumn("line", F.col("before") + offset)
+        .withColumn("pos", F.col("log_before") + offset)
+        .drop("block", "mid", "mid0", "before", "log_before")
+    )
+    return finish_problem(located)
+
+
+def finish_problem(located: DataFrame) -> DataFrame:
+    """``problem`` with the checks after the file's node is known (``parse_log_lines``);
+    drops the parse's own columns (``block``, ``mid``, ``_problem_after``, ``file_node``)."""
+    if "file_node" not in located.columns:
+        located = located.withColumn("file_node", file_node(F.col("file")))
     wrong_node = F.when(
         F.col("node") != F.col("file_node"),
         F.format_string("record of node %s in the log of %s", "node", "file_node"),
     )
     return (
-        parsed.join(F.broadcast(splits), on=["file", "block"], how="inner")
-        .withColumn("line", F.col("before") + offset)
-        .withColumn("pos", F.col("log_before") + offset)
-        .withColumn("problem", F.coalesce("problem", wrong_node, "_problem_after"))
-        .drop("block", "mid", "mid0", "before", "log_before", "file_node", "_problem_after")
+        located.withColumn("problem", F.coalesce("problem", wrong_node, "_problem_after"))
+        .drop("block", "mid", "file_node", "_problem_after")
     )
 
 

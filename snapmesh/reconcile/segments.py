@@ -43,6 +43,7 @@ from snapmesh.checking.node_logs import LeftOut
 
 from snapmesh.reconcile.checksums import MARKER_COLUMNS, SEGMENT_SUMS
 from snapmesh.reconcile.common import InputError
+from snapmesh.reconcile.longlines import HELPERS, MAX_LENGTH_KEY, flags, line_bound, prepare, replace_long
 from snapmesh.reconcile.parse import locate_lines, parse_log_lines, without_state
 from snapmesh.reconcile.schema import INGESTED, LOG_FILE_PATTERN
 
@@ -94,14 +95,21 @@ def list_logs(spark: SparkSession, data_dir: str) -> list[LogFile]:
     return sorted(found, key=lambda f: (f.stem, f.first_lsn is None, f.first_lsn or 0))
 
 
-def read_text_logs(spark: SparkSession, files: list[LogFile]) -> DataFrame:
-    """(file, block, mid, value): every line of ``files``, located (see ``parse.locate_lines``)."""
-    text = spark.read.text([f.uri for f in files])
+def read_text_logs(spark: SparkSession, files: list[LogFile], bound: int | None = None) -> DataFrame:
+    """(file, block, mid, value, longlines.HELPERS): every line of ``files``, located
+    (see ``parse.locate_lines``). A line of ``bound`` bytes or more (default:
+    ``longlines.line_bound()``) is a placeholder, its text empty: ``longlines.replace_long``
+    recovers its record once the log is located."""
+    bound = bound or line_bound()
+    prepare(spark, bound)
+    text = spark.read.option(MAX_LENGTH_KEY, str(bound)).text([f.uri for f in files])
+    value = F.col("value")
     return text.select(
         F.input_file_name().alias("file"),
         F.input_file_block_start().alias("block"),
         F.monotonically_increasing_id().alias("mid"),
-        without_state(F.col("value")).alias("value"),
+        F.when(F.octet_length(value) >= bound, F.lit("")).otherwise(without_state(value)).alias("value"),
+        *flags(value, bound),
     )
 
 
@@ -397,18 +405,20 @@ def read_logs(spark: SparkSession, data_dir: str, *, summed: bool = True) -> Log
         base = _map_of(chosen.jsonl_base, "file_node") if chosen.parquet else None
         # cache(): MEMORY_AND_DISK_DESER. (pyspark's StorageLevel.MEMORY_AND_DISK is the
         # serialized level: every scan would deserialize the whole table again.)
-        cached = locate_lines(parse_log_lines(read_text_logs(spark, jsonl)), base).cache()
+        bound = line_bound()
+        cached = locate_lines(parse_log_lines(read_text_logs(spark, jsonl, bound)), base).cache()
         left_out = torn_tails(spark, jsonl)
+        whole = replace_long(spark, cached, jsonl, bound)  # a state's long line, its state left out
         # rare (a node still writing, or killed mid-write): one pass over the cache
         torn = [f.name for f in jsonl if any(t.file == f.uri for t in left_out)]
-        kept = without_last_lines(cached, torn) if torn else cached
+        kept = without_last_lines(whole, torn) if torn else whole
         text = kept if parquet is None else kept.select(*parquet.columns)
         located = text if parquet is None else parquet.unionByName(text)
         scanned = text if scanned is None else scanned.unionByName(text)
         unsummed = text if unsummed is None else unsummed.unionByName(text)
         release = cached.unpersist
     if located is None:  # every file empty: the table of no records
-        located = locate_lines(parse_log_lines(read_text_logs(spark, files[:1])))
+        located = locate_lines(parse_log_lines(read_text_logs(spark, files[:1]))).drop(*HELPERS)
         scanned = unsummed = located
     return Logs(
         located=located,

@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
 
+from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
 from snapmesh.spark import cds
 from snapmesh.reconcile.common import InputError
 
 EXIT_OK, EXIT_INCONSISTENT, EXIT_BAD_INPUT = 0, 1, 2
+DRIVER_MEMORY_ENV = "SNAPMESH_SPARK_DRIVER_MEMORY"
+_JVM_OOM_EXIT = 52  # SparkExitCode.OOM: a local JVM's uncaught OutOfMemoryError ends it with this
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
@@ -120,6 +124,31 @@ def build_session(master: str | None, app_name: str = "snapmesh-reconcile", *, s
     return spark
 
 
+def out_of_memory(spark: SparkSession | None, error: BaseException) -> str | None:
+    """One line for the user when ``error`` (from py4j) is Spark running out of heap,
+    naming what to raise; None for any other error.
+
+    A task's OutOfMemoryError ends a local JVM (Spark's uncaught-exception handler,
+    exit 52): py4j then reports a lost connection, or an error it cannot print.
+    """
+    try:
+        text = str(error)
+    except Exception:  # noqa: BLE001 (py4j's str() asks the JVM, which may be gone)
+        text = ""
+    proc = getattr(getattr(getattr(spark, "sparkContext", None), "_gateway", None), "proc", None)
+    dying = not text or isinstance(error, ConnectionError) or any(
+        m in text for m in ("stopped SparkContext", "SparkContext was shut down", "dagScheduler()", "Connection refused"))
+    try:  # a JVM on its way out (its shutdown hooks stop the context first): its exit status tells
+        dead = proc is not None and (proc.wait(timeout=10) if dying else proc.poll()) == _JVM_OOM_EXIT
+    except subprocess.TimeoutExpired:
+        dead = False
+    if "OutOfMemoryError" not in text and not dead:
+        return None
+    now = os.environ.get(DRIVER_MEMORY_ENV, "2g")
+    return (f"out of memory: Spark's heap ({DRIVER_MEMORY_ENV}={now}) ran out (java.lang.OutOfMemoryError); "
+            f"raise {DRIVER_MEMORY_ENV} (e.g. 4g) and run again")
+
+
 def stop_session(spark: SparkSession) -> None:
     """``spark.stop()``, without waiting for pyspark's accumulator server to notice.
 
@@ -132,4 +161,7 @@ def stop_session(spark: SparkSession) -> None:
     if server is not None:
         spark.sparkContext._accumulatorServer = None
         threading.Thread(target=server.shutdown, name="accumulator-server-shutdown", daemon=True).start()
-    spark.stop()
+    try:
+        spark.stop()
+    except (Py4JError, ConnectionError):  # the JVM is gone already (out_of_memory): nothing to stop
+        pass
