@@ -72,21 +72,22 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 
 RUN_BYTES = 1024  # one changed run of the blob
 CHANGED = 0.001  # the share of each state (the blob's bytes, kvshard's keys) changed between the two snapshots
+MAX_CHANGED = 0.5  # beyond half, "incremental" means little and kvshard's sample of keys nears all of them
 RSS_ALLOWANCE_MIB = 512  # the controller's peak may be this plus one node's state (the goal)
 # Incremental rounds per size: one snapshot's time on a shared 2-core machine swings by 1.3x or more,
 # and the first round may still share the machine with the first snapshot's background work.
 ROUNDS = 5
 
 
-def blob_changes(node_id: str, mib: float, rng: random.Random) -> list[bytes]:
+def blob_changes(node_id: str, mib: float, rng: random.Random, changed: float = CHANGED) -> list[bytes]:
     size = blob_app.size_of({"mib": mib})
-    runs = max(1, round(size * CHANGED / RUN_BYTES))
+    runs = max(1, round(size * changed / RUN_BYTES))
     return [blob_app.write(rng.randrange(size - RUN_BYTES), rng.randbytes(RUN_BYTES)) for _ in range(runs)]
 
 
-def kv_changes(node_id: str, mib: float, rng: random.Random) -> list[bytes]:
+def kv_changes(node_id: str, mib: float, rng: random.Random, changed: float = CHANGED) -> list[bytes]:
     count = kv_app.key_count(node_id, {"mib": mib})
-    chosen = rng.sample(range(count), max(1, round(count * CHANGED)))
+    chosen = rng.sample(range(count), max(1, round(count * changed)))
     return [kv_app.put(kv_app.key(node_id, i), rng.randbytes(kv_app.VALUE_BYTES // 2).hex()) for i in chosen]
 
 
@@ -96,7 +97,7 @@ class Subject:
 
     app: str  # "module:attr"
     prefix: str  # of its figures
-    changes: Callable[[str, float, random.Random], list[bytes]]  # (node id, MiB, rng) -> the commands
+    changes: Callable[[str, float, random.Random, float], list[bytes]]  # (node id, MiB, rng, share) -> the commands
 
 
 SUBJECTS = {
@@ -110,10 +111,18 @@ def cpu(cluster) -> tuple[float, float]:
     return cpu_s(cluster.controller_pid), sum(cpu_s(cluster.node_pid(n)) for n in cluster.node_ids)
 
 
-def measure(subject: Subject, mib: float, seed: int = 0, rounds: int = ROUNDS) -> dict[str, float]:
+def rate_label(changed: float) -> str:
+    """The suffix of a share's figures: none for the goal's 0.1%, else `_1pct`, `_0p5pct`."""
+    if changed == CHANGED:
+        return ""
+    return "_" + f"{changed * 100:g}".replace(".", "p") + "pct"
+
+
+def measure(subject: Subject, mib: float, seed: int = 0, rounds: int = ROUNDS,
+            changed: float = CHANGED) -> dict[str, float]:
     total = m.NODES * blob_app.size_of({"mib": mib})  # kvshard's states are as large, to within a key
-    label, p, timeout = m.label(mib), subject.prefix, m.timeout_s(mib)
-    rng = random.Random(f"bench-state-{seed}-{mib}")
+    label, p, timeout = m.label(mib) + rate_label(changed), subject.prefix, m.timeout_s(mib)
+    rng = random.Random(f"bench-state-{seed}-{mib}" + rate_label(changed))
     taken: list[Round] = []
     with m.mesh(subject.app, mib) as (cluster, data):
         channel = grpc.insecure_channel(cluster.controller_address, options=CLIENT_OPTIONS)
@@ -122,7 +131,7 @@ def measure(subject: Subject, mib: float, seed: int = 0, rounds: int = ROUNDS) -
             first, first_s, first_sent = m.snapshot(cluster, stub, data, {}, timeout)
             hops_before = hop_split.read_hops(hop_split.addresses(cluster))
             for _ in range(rounds):
-                taken.append(incremental(subject, cluster, stub, data, mib, rng, timeout))
+                taken.append(incremental(subject, cluster, stub, data, mib, rng, timeout, changed))
             hops = hop_split.hop_means(hops_before, hop_split.read_hops(hop_split.addresses(cluster)))
             last = taken[-1].snapshot
             restore_s, restore_received = m.restore(cluster, stub, last.snapshot_id, timeout)
@@ -178,14 +187,15 @@ class Round:
     exported: int  # bytes added to the JSON exports
 
 
-def incremental(subject: Subject, cluster, stub, data, mib: float, rng: random.Random, timeout: float) -> Round:
-    """A change of 0.1% of every node's state, then a snapshot (after the first one: incremental)."""
+def incremental(subject: Subject, cluster, stub, data, mib: float, rng: random.Random, timeout: float,
+                changed_share: float = CHANGED) -> Round:
+    """A change of `changed_share` of every node's state, then a snapshot (after the first one: incremental)."""
     store = (data / "controller" / "blocks", data / "controller" / "snapshots")
     stored, exported = m.bytes_under(*store), m.bytes_under(data / "snapshots")
     sent_before = m.counter(cluster, m.SENT)
     changed = 0
     for node in cluster.config.nodes:
-        commands = subject.changes(node.id, mib, rng)
+        commands = subject.changes(node.id, mib, rng, changed_share)
         changed += len(commands)
         m.submit(cluster, node.id, commands, timeout)
     cpu_before = cpu(cluster)
@@ -203,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"the apps, comma-separated, of {', '.join(SUBJECTS)} (default: blob,kvshard)")
     parser.add_argument("--rounds", type=int, default=ROUNDS,
                         help=f"incremental rounds (change, snapshot) per size (default: {ROUNDS}; the median is the figure)")
+    parser.add_argument("--changed", default=str(CHANGED),
+                        help=f"the shares of each state changed between snapshots, comma-separated (default: {CHANGED}; "
+                             f"others add _<pct>pct to the figures' names)")
     parser.add_argument("--no-write", action="store_true", help="print the figures, leave bench/results.json")
     parser.add_argument("--smoke", action="store_true",
                         help="256 KiB per node, nothing written: does it run (as `python -m bench --smoke state`)")
@@ -216,15 +229,23 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--apps: no app {unknown[0]!r}; the apps are {', '.join(SUBJECTS)}")
     sizes = [0.25] if smoke.on() else [float(s) for s in args.sizes.split(",") if s]
+    try:
+        shares = [float(c) for c in args.changed.split(",") if c]
+    except ValueError:
+        parser.error(f"--changed: {args.changed!r}: not comma-separated numbers")
+    bad = [c for c in shares if not 0 < c <= MAX_CHANGED]
+    if bad or not shares:
+        parser.error(f"--changed: {bad[0] if bad else args.changed!r}: a share must be over 0 and at most {MAX_CHANGED}")
     out: dict[str, float] = {}
     failed = []
     for name in apps:
         for mib in sizes:
-            try:
-                out.update(measure(SUBJECTS[name], mib, rounds=args.rounds))
-            except (RuntimeError, OSError, grpc.RpcError) as exc:  # a node that died, a hang: the others still run
-                failed.append(f"{name} at {mib:g} MiB: {exc}")
-                print(f"FAILED {failed[-1]}", flush=True)
+            for share in shares:
+                try:
+                    out.update(measure(SUBJECTS[name], mib, rounds=args.rounds, changed=share))
+                except (RuntimeError, OSError, grpc.RpcError) as exc:  # a node that died, a hang: the others still run
+                    failed.append(f"{name} at {mib:g} MiB, {share:g} changed: {exc}")
+                    print(f"FAILED {failed[-1]}", flush=True)
         p = SUBJECTS[name].prefix
         if f"{p}snapshot_s_64mib" in out and f"{p}snapshot_s_1mib" in out:
             out[f"{p}snapshot_s_64mib_over_1mib"] = out[f"{p}snapshot_s_64mib"] / out[f"{p}snapshot_s_1mib"]

@@ -5,6 +5,8 @@ import json
 import math
 import random
 
+import pytest
+
 from bench import hop_split, kv_app, state, state_mesh
 from snapmesh.app import NodeInfo
 from snapmesh.protocol.blocks import BLOCK_BYTES
@@ -66,6 +68,22 @@ def test_the_changes_are_a_thousandth_of_the_state() -> None:
     count = kv_app.key_count("p1", {"mib": 64})
     updates = state.kv_changes("p1", 64, rng)
     assert len(updates) == round(count / 1000) and len({json.loads(u)["key"] for u in updates}) == len(updates)
+
+
+def test_another_change_rate_changes_that_share_and_names_its_figures() -> None:
+    rng = random.Random(0)
+    assert len(state.blob_changes("p1", 64, rng, 0.01)) == 655  # ten times the goal's share
+    count = kv_app.key_count("p1", {"mib": 64})
+    assert len(state.kv_changes("p1", 64, rng, 0.1)) == round(count / 10)
+    assert [state.rate_label(c) for c in (state.CHANGED, 0.01, 0.005, 0.1)] == ["", "_1pct", "_0p5pct", "_10pct"]
+
+
+@pytest.mark.parametrize("changed", ["0", "0.9", "x", ","])
+def test_a_share_changed_out_of_range_is_refused_by_name(changed: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        state.main(["--changed", changed, "--no-write"])
+    assert exit_.value.code == 2
+    assert "--changed" in capsys.readouterr().err
 
 
 def test_a_tiny_kvshard_run_measures_every_figure() -> None:
