@@ -146,6 +146,7 @@ async def _serve_locked(
         if swept := store.sweep():  # this controller owns the data dir (its lock): nothing is being filed
             warnings.append(swept)
         say(log, *loglines.replayed(machine.replayed(records, system_now()), warnings + dropped))
+        store.grids.members(machine.topology.nodes)  # gridmemo.py GM6 (then each rescale's: engine.py)
         engine = ControllerEngine(
             config=cfg, machine=machine, journal=journal, writer=writer, metrics=metrics, identity=identity,
         )
