@@ -5,7 +5,9 @@ block is written only when no file has its name yet, and a file is never
 rewritten. One `write` makes all its new blocks durable with a constant number
 of syncs, whatever their count (a first snapshot of 64 MiB is 8192 blocks):
 
-D1. Every new block is written to a temporary file (`.<hex>.tmp`), unsynced.
+D1. Every new block is written to a temporary file of its own write (`.<hex>.<n>.tmp`, n a
+    count of this process's writes: two threads writing one block at once never share
+    one, so neither renames the other's half-written file), unsynced.
 D2. Then one sync makes them all durable: syncfs(2) of the file system
     (snapmesh/serving/durable.py `sync_files`; one fsync per file where there
     is no syncfs).
@@ -76,6 +78,7 @@ D6. The bookkeeping costs no Python step per block of all the blocks named, only
 from __future__ import annotations
 
 import logging
+import itertools
 import operator
 import os
 import threading
@@ -89,6 +92,7 @@ from snapmesh.serving.durable import fsync_dir, sync_files, sync_renamed
 
 log = logging.getLogger(__name__)
 
+_TMP_COUNT = itertools.count()  # D1: a temporary file's name, unique in this process (next() holds the GIL)
 _HIDDEN = operator.methodcaller("startswith", ".")  # a temporary file (D1), or anything else hidden
 
 
@@ -197,7 +201,7 @@ class BlockDir:
                 if name not in absent and self._holds(name, len(block)):
                     held.append(name)
                     continue
-                tmp = path.with_name(f".{path.name}.tmp")
+                tmp = path.with_name(f".{path.name}.{next(_TMP_COUNT)}.tmp")  # D1: this write's own
                 try:
                     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 except FileNotFoundError:  # the directory went behind this process's back: made again

@@ -370,6 +370,7 @@ class ControllerEngine:
         # the nodes only: the controller's own settings stay those it started with (its flags too)
         self.config = dataclasses.replace(self.config, nodes=self._read.nodes, topology=topology)
         self.nodes = list(topology.nodes)
+        self.writer.store.grids.members(self.nodes)  # the nodes that left are forgotten (gridmemo.py GM6)
         identity = self.identity.without_token() if self.identity is not None else None
         for node in self.config.nodes:
             if node.id not in self.stubs:  # a kept node keeps its channel (its address is kept too)

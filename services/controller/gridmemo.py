@@ -32,6 +32,11 @@ GM4. Empty (a controller restarted, a node not seen): every block is read in ord
 GM5. `found` computes, `keep` remembers: the caller keeps a state only once its grid
     names are known good (GM1), so a failed read (BlockMissing) or an unchecked read
     that missed leaves the memo as it was. Counted (`blocks_read`) for tests.
+GM6. Only the cluster's nodes are remembered: `members` (the controller's start, and
+    each rescale's Adopt: engine.py) forgets every other node, and `keep` remembers no
+    other from then on (a filing under way of a snapshot taken before the rescale
+    names the nodes that left). A node that comes back starts empty (GM4). Before
+    `members` is first told, every node is one.
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ import bisect
 import hashlib
 import itertools
 import operator
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from snapmesh.app import BLOCK_BYTES
@@ -65,14 +71,28 @@ class GridMemo:
         # node -> the name at each offset and each name's size of its state (GM2, GM3): built when needed
         self._maps: dict[str, tuple[dict[int, bytes], dict[bytes, int]]] = {}
         self.blocks_read = 0
+        self._members: frozenset[str] | None = None  # GM6: the cluster's nodes (None: not told)
+        self._lock = threading.Lock()  # `members` on the controller's loop, `keep` in the writer's thread
 
     def holds(self, node_id: str) -> bool:
         return node_id in self._nodes
 
     def keep(self, node_id: str, found: Found) -> None:
-        """Remember `found` as the node's state (GM1, GM5)."""
-        self._nodes[node_id] = found
-        self._maps.pop(node_id, None)
+        """Remember `found` as the node's state (GM1, GM5), if the node is a member (GM6)."""
+        with self._lock:
+            if self._members is not None and node_id not in self._members:
+                return
+            self._nodes[node_id] = found
+            self._maps.pop(node_id, None)
+
+    def members(self, node_ids: Iterable[str]) -> None:
+        """The cluster's nodes now: every other one is forgotten, and not kept from now on (GM6)."""
+        with self._lock:
+            self._members = members = frozenset(node_ids)
+            for node_id in [n for n in list(self._nodes) if n not in members]:
+                del self._nodes[node_id]
+            for node_id in [n for n in list(self._maps) if n not in members]:
+                self._maps.pop(node_id, None)
 
     def found(self, node_id: str, names: Sequence[bytes], read: Read) -> Found:
         """The grid names of the state `names` names, reading only what GM2 needs."""
@@ -121,8 +141,10 @@ class GridMemo:
                held: dict[bytes, bytes]) -> tuple[list[int], list[int], int, set[int]]:
         """Offsets, sizes, size and the grid blocks to hash of a state whose blocks moved (GM2, GM3)."""
         if (maps := self._maps.get(node_id)) is None:
-            maps = self._maps[node_id] = (dict(zip(before.offsets, before.names, strict=True)),
-                                          dict(zip(before.names, before.sizes, strict=True)))
+            maps = (dict(zip(before.offsets, before.names, strict=True)),
+                    dict(zip(before.names, before.sizes, strict=True)))
+            if self._nodes.get(node_id) is before:  # not of a node forgotten meanwhile (GM6)
+                self._maps[node_id] = maps
         at, sizes = maps
         lengths = list(map(sizes.get, names))
         for i, size in enumerate(lengths):

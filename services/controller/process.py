@@ -131,18 +131,22 @@ async def _serve_locked(
         records, warnings = journal.open()
         filed = {s.snapshot_id for s in snapshots}
         # The blocks live records carry, written unsynced (blockdir.py D8), back where an OS crash lost them (JB3)
-        if written := store.blocks.write(journalblocks.carried(records, skip=filed))[0]:
+        written, unwritten = _written_back(store, journalblocks.carried(records, skip=filed))
+        if written:
             warnings.append(f"wrote back {written} blocks under {store.blocks.directory} from the journal's records "
                             "(lost or damaged in a crash)")
+        warnings.extend(unwritten)
         # Reports journaled as blocks made whole (a large one listed: JB5), their blocks pinned
-        # again, before the sweep (journalblocks.py JB3)
+        # again, before the sweep (journalblocks.py JB3); a block that cannot be read drops its snapshot(s) only
         machine.forms.reader = lambda: functools.partial(_checked_block, store)  # the replay's listed states (JB5)
-        records, pins, dropped = journalblocks.rebuilt(records, store.blocks.read, skip=filed, note=machine.forms.note)
+        records, pins, dropped = journalblocks.rebuilt(records, functools.partial(_stored_block, store), skip=filed,
+                                                       note=machine.forms.note)
         for sid, names in pins.items():
             store.pins.pin(sid, names)
         if swept := store.sweep():  # this controller owns the data dir (its lock): nothing is being filed
             warnings.append(swept)
         say(log, *loglines.replayed(machine.replayed(records, system_now()), warnings + dropped))
+        store.grids.members(machine.topology.nodes)  # gridmemo.py GM6 (then each rescale's: engine.py)
         engine = ControllerEngine(
             config=cfg, machine=machine, journal=journal, writer=writer, metrics=metrics, identity=identity,
         )
@@ -185,5 +189,35 @@ async def _serve_locked(
 
 def _checked_block(store: SnapshotStore, name: bytes) -> bytes | None:
     """Block `name` from the store's files, only as its name says (blocks.py B3; None: not so held)."""
-    block = store.blocks.read(name)
+    block = _stored_block(store, name)
     return block if block is not None and blocks.block_hash(block) == name else None
+
+
+def _stored_block(store: SnapshotStore, name: bytes) -> bytes | None:
+    """Block `name` as stored, for the replay (JB3). A file there that cannot be read (EIO, ...) is
+    as good as none: the snapshot(s) whose reports name it are dropped, with the warning that names
+    snapshot, node and block (journalblocks.py `rebuilt`), and the controller starts (a filed
+    snapshot's unreadable block is judged so too: listedload.py)."""
+    try:
+        return store.blocks.read(name)
+    except OSError as exc:
+        log.debug("block sha256:%s under %s cannot be read: %s", name.hex(), store.blocks.directory, exc)
+        return None
+
+
+def _written_back(store: SnapshotStore, carried: dict[bytes, bytes]) -> tuple[int, list[str]]:
+    """The journal's blocks written back (JB3): how many, and one warning per block that could not be
+    (its file there and unwritable, say): the others are still written, and the replay goes on
+    (a record carrying such a block is made whole from the block it carries)."""
+    try:
+        return store.blocks.write(carried)[0], []
+    except OSError:  # one block at a time, to write back all the others
+        pass
+    written, failed = 0, []
+    for name, block in carried.items():
+        try:
+            written += store.blocks.write({name: block})[0]
+        except OSError as exc:
+            failed.append(f"cannot write back block sha256:{name.hex()} under {store.blocks.directory} from the "
+                          f"journal: {exc}")
+    return written, failed

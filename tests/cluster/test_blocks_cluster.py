@@ -36,6 +36,7 @@ from snapmesh.checking import snapshot_file
 from snapmesh.commands import snapshot_cli
 from snapmesh.processes.supervisor import Cluster
 from snapmesh.protocol import blocks
+from snapmesh.protocol.controller import journal as R
 from snapmesh.settings.config import write_cluster
 from snapmesh.v1 import snapmesh_pb2 as pb
 from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
@@ -356,3 +357,60 @@ def test_blocks_a_journaled_report_carried_lost_in_an_os_crash_are_written_back_
         assert reported(cluster, node, third) < PER_NODE * 40  # its manifest: every block held
     filed(cluster, third)
     assert digests(cluster, third) == before
+
+
+@pytest.mark.parametrize("damage", ["unreadable", "corrupt"])
+def test_a_restart_that_cannot_read_a_journaled_report_s_block_drops_only_the_snapshot_naming_it(
+        cluster, capsys, damage):
+    """journalblocks.py JB3, process.py `_stored_block`: the second snapshot's report of p2, as
+    blocks, journaled only (its files lost), carries its changed block damaged, and that block's file
+    cannot be read (a name whose open fails, as EIO would) or is corrupt. The restart starts, drops that
+    snapshot with one warning naming snapshot, node and block, and rebuilds the third (p2 changed
+    that block again, so it names it not), which verifies as the first does."""
+    first = snapshot(cluster)
+    filed(cluster, first)
+    command(cluster, "p1", "poke 100 7")
+    command(cluster, "p2", "poke 9000 8")
+    second = snapshot(cluster)
+    filed(cluster, second)
+    kept_first = names(stored(cluster, first))
+    lost = next(name for node in snapshot_file.read_stored(stored(cluster, second))[0].nodes if node.node_id == "p2"
+                for name in node.state_blocks.hashes if name.hex() not in kept_first)
+    command(cluster, "p2", "poke 9000 9")  # the same block changed again: the third names it not
+    third = snapshot(cluster)
+    filed(cluster, third)
+    assert lost.hex() not in names(stored(cluster, third))
+    before = digests(cluster, third)
+    assert cluster.stop_controller(signal.SIGKILL) == -signal.SIGKILL
+    for sid in (second, third):
+        for path in (stored(cluster, sid), data(cluster) / "snapshots" / f"{sid}.json"):
+            path.unlink(missing_ok=True)  # the export may not be written yet
+    journal = data(cluster) / "controller" / "journal"
+    records, _, problem = R.decode_all(journal.read_bytes())
+    assert problem is None
+    damaged = 0
+    for record in records:
+        if isinstance(record, R.Reported) and record.sent is not None and record.snapshot_id == second \
+                and record.sent.node_id == "p2":
+            carried = [b"\0" * len(block) if blocks.block_hash(block) == lost else block for block in record.sent.blocks]
+            damaged += carried != list(record.sent.blocks)
+            record.sent.ClearField("blocks")
+            record.sent.blocks.extend(carried)
+    assert damaged == 1, "the report of p2 in the second snapshot did not carry its changed block"
+    journal.write_bytes(b"".join(map(R.encode, records)))
+    path = data(cluster) / "controller" / "blocks" / lost.hex()
+    path.unlink()
+    if damage == "unreadable":
+        path.symlink_to(path.name)  # open fails (ELOOP), not FileNotFoundError: as a file the disk cannot read
+    else:
+        path.write_bytes(b"\0" * blocks.BLOCK_BYTES)
+    cluster.start_controller()
+    filed(cluster, third)
+    warned = [line for line in cluster.controller.output().splitlines()
+              if " WARNING " in line and lost.hex() in line]
+    assert len(warned) == 1 and second in warned[0] and "p2" in warned[0], warned
+    assert digests(cluster, third) == before
+    for sid in (first, third):
+        code, out = verify(cluster, sid, capsys)
+        assert code == 0 and "each matching its hash" in out, out
+    assert not stored(cluster, second).exists()

@@ -32,24 +32,36 @@ def _cut(names: CutNames, parts: list[bytes]) -> tuple[tuple[str, list, list, ob
     return (digest, named.names, named.bounds, named.cut), Parts.passes
 
 
+def _cut_once(parts: list[bytes]) -> CutNames:
+    """Names that have cut `parts` once: what the next cut follows."""
+    names = CutNames()
+    _cut(names, parts)
+    return names
+
+
+def _cut_as_from_nothing(names: CutNames, parts: list[bytes]) -> int:
+    """Cut `parts` with `names` (what it kept of its last cut), checked against a cut from nothing and
+    against the grid's digest of their bytes; how many passes it made over them."""
+    got, passes = _cut(names, parts)
+    assert got == _cut(CutNames(), parts)[0]
+    assert got[0] == statedigest.of_names(statedigest.grid_names(b"".join(parts)))
+    return passes
+
+
 def test_a_cut_of_as_many_parts_passes_over_them_once_and_names_them_as_from_nothing() -> None:
     rng = random.Random(7)
     parts = [os.urandom(BLOCK_BYTES) for _ in range(512)] + [os.urandom(100)]
-    names = CutNames()
-    _cut(names, parts)
+    names = _cut_once(parts)
     for _ in range(3):
         for i in rng.sample(range(len(parts) - 1), 9):
             parts[i] = os.urandom(BLOCK_BYTES)
-        got, passes = _cut(names, parts)
-        assert passes == 2  # CN6: this cut's parts beside the last's, once (the old cut read sizes, types, ids too)
-        assert got == _cut(CutNames(), parts)[0]
-        assert got[0] == statedigest.of_names(statedigest.grid_names(b"".join(parts)))
+        # CN6: this cut's parts beside the last's, once (the old cut read sizes, types, ids too)
+        assert _cut_as_from_nothing(names, parts) == 2
 
 
 def test_a_part_that_changed_its_size_or_left_the_grid_is_followed_too() -> None:
     parts = [os.urandom(BLOCK_BYTES) for _ in range(200)]
-    names = CutNames()
-    _cut(names, parts)
+    names = _cut_once(parts)
     parts[5] = os.urandom(BLOCK_BYTES + 10)  # off the grid: two report blocks for this part
     parts[-1] = os.urandom(30)
     grown = list(parts)
@@ -57,17 +69,13 @@ def test_a_part_that_changed_its_size_or_left_the_grid_is_followed_too() -> None
     back = list(parts)
     back[5] = os.urandom(BLOCK_BYTES)  # on the grid again
     for cut in (grown, parts, back):
-        got, passes = _cut(names, cut)
-        assert got == _cut(CutNames(), cut)[0]
-        assert got[0] == statedigest.of_names(statedigest.grid_names(b"".join(cut)))
+        _cut_as_from_nothing(names, cut)
 
 
 def test_a_part_inserted_is_looked_up_and_the_others_keep_their_names() -> None:
     parts = [os.urandom(BLOCK_BYTES) for _ in range(64)]
-    names = CutNames()
-    _cut(names, parts)
+    names = _cut_once(parts)
     before = names.hashed
     parts.insert(10, os.urandom(BLOCK_BYTES))  # every part after it moved: found by identity (CN1)
-    got, _ = _cut(names, parts)
+    _cut_as_from_nothing(names, parts)
     assert names.hashed - before == 1
-    assert got == _cut(CutNames(), parts)[0]

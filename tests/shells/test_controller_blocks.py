@@ -9,15 +9,14 @@ from __future__ import annotations
 import hashlib
 import random
 from pathlib import Path
-from types import SimpleNamespace
 
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol import blocks
 from snapmesh.protocol.controller.blockforms import BlockForms
-from snapmesh.services.controller.servicer import ControllerService
 from snapmesh.services.controller.store import SnapshotStore, StoreWriter
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support.report_service import report_service
 
 B = blocks.BLOCK_BYTES
 
@@ -231,11 +230,8 @@ def test_back_to_back_reports_as_blocks_are_taken_before_the_first_snapshot_is_f
     as held, is taken though no snapshot is filed yet (it was refused as MISSING and
     sent whole again); they stay through a restart's sweep while pinned, and go with
     the pins of snapshots retired unfiled, or of a report refused."""
-    store = new_store(tmp_path)
-    writer = StoreWriter(store, on_filed=lambda sid: None)
-    forms = BlockForms()  # the tracker's: the listed reports' sizes and digests (blockforms.py)
-    service = ControllerService(SimpleNamespace(writer=writer, machine=SimpleNamespace(  # type: ignore[arg-type]
-        forms=forms)))
+    c = report_service(tmp_path)  # forms: the tracker's, the listed reports' sizes and digests (blockforms.py)
+    service, forms, store, writer = c.service, c.forms, c.store, c.writer
     node = SentBlocks()
     state = bytearray(random.Random(7).randbytes(16 * B))
     for call, sid in enumerate(["s1", "s2", "s3"], start=1):

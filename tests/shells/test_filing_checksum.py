@@ -9,18 +9,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-from types import SimpleNamespace
 
 import pytest
 
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol import blocks
-from snapmesh.protocol.controller.blockforms import BlockForms
 from snapmesh.services.controller import filingsum, servicer
-from snapmesh.services.controller.servicer import ControllerService
-from snapmesh.services.controller.store import EXPORT_INLINE_BYTES, SnapshotStore, StoreWriter
-from snapmesh.services.node.sentblocks import SentBlocks
+from snapmesh.services.controller.store import EXPORT_INLINE_BYTES
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support.report_service import report_service
 
 B = blocks.BLOCK_BYTES
 LARGE = EXPORT_INLINE_BYTES // B + 8  # blocks: the files hold manifests
@@ -34,19 +31,12 @@ def sha(state: bytes) -> str:
 def filed(tmp_path, count: int, said: str | None = None, before=lambda store, report: None, kept: int = 0):
     """A node's second report (as blocks, one block changed) of a state of `count` blocks, filed
     as the tracker hands its snapshot over (listed) and exported; the store and the state."""
-    store = SnapshotStore(tmp_path / "snapshots", tmp_path / "controller" / "snapshots")
-    writer = StoreWriter(store, on_filed=lambda sid: None)
-    forms = BlockForms()
-    service = ControllerService(SimpleNamespace(writer=writer, machine=SimpleNamespace(  # type: ignore[arg-type]
-        forms=forms)))
+    c = report_service(tmp_path)
+    service, forms, store, writer = c.service, c.forms, c.store, c.writer
     if kept:
         service._known.max_bytes = kept  # the kept blocks' bound (knownblocks.py)
-    node = SentBlocks()
     state = bytearray(random.Random(count).randbytes(count * B))
-    first, names = node.form(pb.FullState(snapshot_id="s1", node_id="p1", state=bytes(state), app_name="blob",
-                                          app_version=1, state_digest=sha(bytes(state))))
-    service._know(first, 1)
-    node.accepted(pb.ReportStateResponse(takes_blocks=True), names)
+    node = c.first_report(bytes(state), sha(bytes(state)))
     state[3 * B] ^= 1
     sent, _ = node.form(pb.FullState(snapshot_id="s2", node_id="p1", state=bytes(state), app_name="blob",
                                      app_version=1, state_digest=said or sha(bytes(state))))

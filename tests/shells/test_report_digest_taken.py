@@ -8,16 +8,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-from types import SimpleNamespace
 
 from snapmesh.checking import snapshot_file
 from snapmesh.protocol import blocks
-from snapmesh.protocol.controller.blockforms import BlockForms
 from snapmesh.services.controller import servicer as servicer_module
-from snapmesh.services.controller.servicer import ControllerService
-from snapmesh.services.controller.store import SnapshotStore, StoreWriter
-from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.v1 import snapmesh_pb2 as pb
+from support.report_service import report_service
 
 B = blocks.BLOCK_BYTES
 
@@ -30,17 +26,10 @@ def listed(tmp_path, said: str | None):
     """A node's second report of a 16-block state, as blocks, saying `said` (None: no digest, an
     old node; the first, whole, says its right digest or none); the service, its forms, the
     store, the listed report and the state."""
-    store = SnapshotStore(tmp_path / "snapshots", tmp_path / "controller" / "snapshots")
-    writer = StoreWriter(store, on_filed=lambda sid: None)
-    forms = BlockForms()
-    service = ControllerService(SimpleNamespace(writer=writer, machine=SimpleNamespace(  # type: ignore[arg-type]
-        forms=forms)))
-    node = SentBlocks()
+    c = report_service(tmp_path)
+    service, forms, store, writer = c.service, c.forms, c.store, c.writer
     state = bytearray(random.Random(8).randbytes(16 * B))
-    first, names = node.form(pb.FullState(snapshot_id="s1", node_id="p1", state=bytes(state), app_name="blob",
-                                          app_version=1, state_digest="" if said is None else sha(bytes(state))))
-    service._know(first, 1)
-    node.accepted(pb.ReportStateResponse(takes_blocks=True), names)
+    node = c.first_report(bytes(state), "" if said is None else sha(bytes(state)))
     state[3 * B] ^= 1
     report = pb.FullState(snapshot_id="s2", node_id="p1", state=bytes(state), app_name="blob", app_version=1)
     if said is not None:

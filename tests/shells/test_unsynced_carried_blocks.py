@@ -11,21 +11,17 @@ import asyncio
 import hashlib
 import random
 from pathlib import Path
-from types import SimpleNamespace
 
 from snapmesh.protocol import blocks
 from snapmesh.protocol.controller import journal as R
 from snapmesh.protocol.controller import journalblocks
-from snapmesh.protocol.controller.blockforms import BlockForms
 from snapmesh.services.controller import blockdir
 from snapmesh.services.controller import journal as J
 from snapmesh.services.controller import store as store_module
 from snapmesh.services.controller.blockdir import BlockDir
-from snapmesh.services.controller.servicer import ControllerService
-from snapmesh.services.controller.store import SnapshotStore, StoreWriter
-from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.v1 import snapmesh_pb2 as pb
 from support.controller_fakes import CallContext, blob_controller
+from support.report_service import report_service
 
 B = blocks.BLOCK_BYTES
 
@@ -54,18 +50,11 @@ def recording(monkeypatch) -> list[tuple[str, object]]:
 
 
 def test_a_report_s_carried_blocks_cost_no_sync_and_its_filing_settles_them_before_its_manifest(tmp_path, monkeypatch):
-    store = SnapshotStore(tmp_path / "snapshots", tmp_path / "controller" / "snapshots")
-    writer = StoreWriter(store, on_filed=lambda sid: None)
-    forms = BlockForms()
-    service = ControllerService(SimpleNamespace(writer=writer, machine=SimpleNamespace(  # type: ignore[arg-type]
-        forms=forms)))
-    node = SentBlocks()
+    c = report_service(tmp_path)
+    service, forms, store, writer = c.service, c.forms, c.store, c.writer
     state = bytearray(random.Random(3).randbytes(16 * B))
-    first, names = node.form(pb.FullState(snapshot_id="s1", node_id="p1", state=bytes(state), app_name="blob",
-                                          app_version=1))
-    service._know(first, 1)  # whole: its record carries no block, so they are written durably (JB4)
-    assert store.blocks.unsynced == 0
-    node.accepted(pb.ReportStateResponse(takes_blocks=True), names)
+    node = c.first_report(bytes(state))
+    assert store.blocks.unsynced == 0  # whole: its record carries no block, so they are written durably (JB4)
     state[5 * B] ^= 1
     sent, _ = node.form(pb.FullState(snapshot_id="s2", node_id="p1", state=bytes(state), app_name="blob",
                                      app_version=1))

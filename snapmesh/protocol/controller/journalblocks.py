@@ -37,9 +37,10 @@ JB3. Read back, at start, before the sweep and before `rebuilt`, every block a l
     controller to hold them, and its next report, as blocks, names them; swept,
     that report would be refused once and sent whole. A record that
     cannot be made whole (a block gone: its snapshot was retired and the journal
-    not rewritten since, or the disk lost it) takes every record of its snapshot
-    with it, with a warning naming the snapshot: a snapshot is rebuilt whole or not
-    at all, never with a node missing.
+    not rewritten since, or the disk lost it, damaged it or cannot read it) takes
+    every record of its snapshot with it, with one warning naming the snapshot, the
+    node and the block, and the start goes on (process.py): a snapshot is rebuilt
+    whole or not at all, never with a node missing.
 JB4. A report that came whole with a large state (blockforms.py BF5) is journaled
     as its manifest carrying no block (`sent` is its listed form): every block it
     names was written and pinned before its record (JB1), so it reads back as a
@@ -104,8 +105,8 @@ def rebuilt(
                 whole, missing = blocks.whole_report(record.sent, read)
             if whole is None:
                 gone[sid] = (f"journal: dropping snapshot {sid}: the report of {record.sent.node_id} names "
-                             f"{len(missing)} block(s) no longer stored (sha256:{missing[0].hex()}); it was retired, "
-                             "or the disk lost them")
+                             f"{len(missing)} block(s) no longer stored, readable and whole "
+                             f"(sha256:{missing[0].hex()}); it was retired, or the disk lost them")
                 continue
             pins.setdefault(sid, set()).update(record.sent.state_blocks.hashes)
             record = Reported(state=whole, wall=record.wall, sent=record.sent)
