@@ -25,6 +25,14 @@ BS6. A block the node's pending report has just written (reportblocks.py: the sa
     to flush. A link is a name for a whole file or none; the report's file is
     unsynced as a shelf file is (BS1), and BS2 checks it on `get` all the same. One
     the report no longer has (collected since: RK2) is written from memory as before.
+BS7. A slot's new state of as many blocks as its last follows what changed, not the
+    state's size (as reportblocks.RK6): the blocks written are found among those whose
+    name differs from the last state's at the same index, and the files removed among
+    the names those replaced, each kept if any slot (a count per name: a block may be
+    in a state twice) or the incoming set names it. Any other keep (another count of
+    blocks, the first after a restart, the restored slot) compares every name, as before,
+    and removes every file no slot names. At 64 MiB an incremental report's keep was
+    five sets of 8192 names, ~1.5 ms, in a thread that takes the GIL from the report's path.
 BS5. A restore streamed as blocks (restorestream.py RS4) writes each carried block
     here as it comes (`add`, named by its hash), so the node never
     holds them together; they are kept (an `incoming` slot, emptied as the next
@@ -36,7 +44,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import Counter
 from itertools import compress
+from operator import ne
 from pathlib import Path
 
 from snapmesh.protocol import blocks
@@ -53,7 +63,9 @@ class BlockShelf:
         self.linked_from = linked_from  # the pending reports' blocks (BS6); None: every block written
         self._lock = threading.Lock()  # one `keep` at a time (BS4)
         found = self._scan()
-        self._slots: dict[str, frozenset[bytes]] = {slot: found for slot in SLOTS}  # BS3: after a restart
+        # each slot's names, a count per name (BS7: a block may be in a state twice); BS3: after a restart
+        self._slots: dict[str, Counter[bytes]] = {slot: Counter(found) for slot in SLOTS}
+        self._lists: dict[str, list[bytes] | None] = dict.fromkeys(SLOTS)  # BS7: each slot's last state's names
         self._on_disk: set[bytes] = set(found)
         self._incoming: set[bytes] = set()  # BS5: blocks a restore's stream wrote, not yet in a slot
 
@@ -120,8 +132,13 @@ class BlockShelf:
         if slot not in SLOTS:
             raise ValueError(f"block shelf {self.directory}: no slot {slot!r} (slots: {', '.join(SLOTS)})")
         with self._lock:
-            written = self._write(named)
-            self._slots[slot] = frozenset(named.names)
+            last = self._lists[slot]
+            if slot == "report" and last is not None and len(last) == len(named.names):
+                return self._follow(slot, named, last)
+            self._lists[slot] = None  # until written whole: a keep that fails is compared whole next time
+            written = self._write(named, range(len(named.names)))
+            self._slots[slot] = Counter(named.names)
+            self._lists[slot] = list(named.names)
             if slot == "restored":
                 self._incoming = set()
             keep = frozenset().union(*self._slots.values(), self._incoming)
@@ -132,13 +149,44 @@ class BlockShelf:
             self._on_disk &= keep
             return written, removed
 
-    def _write(self, named: blocks.Named) -> int:
+    def _follow(self, slot: str, named: blocks.Named, last: list[bytes]) -> tuple[int, int]:
+        """BS7: `keep` of a slot's state of as many blocks as its last, by the blocks that changed."""
+        names = named.names
+        changed = list(compress(range(len(names)), map(ne, names, last)))
+        self._lists[slot] = None  # until written: a keep that fails is compared whole next time
+        written = self._write(named, changed)
+        counts, dropped = self._slots[slot], []
+        for i in changed:
+            counts[names[i]] += 1
+            old = last[i]
+            counts[old] -= 1
+            if counts[old] <= 0:
+                del counts[old]
+                dropped.append(old)
+        self._lists[slot] = list(names)
+        removed = 0
+        others = [held for other, held in self._slots.items() if other != slot]
+        for name in dropped:
+            if name in counts or name in self._incoming or any(name in held for held in others) \
+                    or name not in self._on_disk:
+                continue
+            self.path(name).unlink(missing_ok=True)
+            self._on_disk.discard(name)
+            removed += 1
+        return written, removed
+
+    def _write(self, named: blocks.Named, among: range | list[int]) -> int:
+        """The blocks at `among` (indices of `named`) with no file yet written (or linked, BS6)."""
         written = 0
         self.directory.mkdir(parents=True, exist_ok=True)
         names, on_disk = named.names, self._on_disk
         source, here = (None if self.linked_from is None else os.fspath(self.linked_from)), os.fspath(self.directory)
-        absent = set(names).difference(on_disk)  # by set and map, not a step a block: a few are new
-        for i in compress(range(len(names)), map(absent.__contains__, names)) if absent else ():
+        if type(among) is range:  # by set and map, not a step a block: a few are new
+            absent = set(names).difference(on_disk)
+            missing = compress(range(len(names)), map(absent.__contains__, names)) if absent else ()
+        else:
+            missing = [i for i in among if names[i] not in on_disk]
+        for i in missing:
             name = names[i]
             if name in on_disk:  # twice in this state
                 continue

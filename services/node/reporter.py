@@ -391,15 +391,19 @@ class StateReporter:
         while True:
             try:
                 left_at = self._hops.leaving(sent)
-                if carried or chunking.needs_chunks(sent):
-                    chunks = chunking.chunk_count(sent, extra=extra)  # made as they go (stream_state): never whole
+                # its size read once an attempt: upb's ByteSize encodes the message (the manifest of
+                # 8192 hashes at 64 MiB); read three times it cost more than sending it
+                encoded = sent.ByteSize()
+                if carried or encoded > chunking.CHUNK_BYTES:
+                    chunks = max(1, -(-(encoded + extra) // chunking.CHUNK_BYTES))  # chunking.chunk_count's
+                    # made as they go (stream_state): never whole
                     timeout = REPORT_TIMEOUT_S + self._held_s + REPORT_TIMEOUT_PER_CHUNK_S * chunks
                     answer = await stub.ReportStateChunks(chunking.stream_state(sent, carried=carried), timeout=timeout)
                 else:
                     answer = await stub.ReportState(sent, timeout=REPORT_TIMEOUT_S + self._held_s)
                 self._hops.answered(left_at)
                 self._blocks.accepted(answer, names)
-                size = sent.ByteSize() + extra
+                size = encoded + extra
                 self._metrics.report_bytes.inc(size)
                 log.info("snapshot %s: reported state to the controller (%d bytes)", message.snapshot_id, size)
                 self._forget(message.snapshot_id)

@@ -67,6 +67,10 @@ A8. `snapshot_blocks()`, if the machine has it, is used in place of `snapshot()`
     (snapmesh/protocol/node/cutnames.py): an app that keeps its state as
     immutable blocks of BLOCK_BYTES, replacing only those a step writes, and
     hands them over as they are (bench/blob_app.py) pays at a cut for what changed.
+    A part that is a new object as long as the one at its index at the last cut
+    is compared with it a block at a time and only its blocks that differ are
+    hashed (cutnames.py CN7): a range re-encoded for one changed key (kvshard)
+    pays for that key's blocks, not the range's.
 A9. `restore_blocks(blocks)`, if the machine has it, is used in place of
     `restore(state)` when the node rebuilt the state from blocks (a restore as
     blocks): `blocks` joined are the bytes `restore` would get, each a non-empty

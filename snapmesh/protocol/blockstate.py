@@ -19,6 +19,8 @@ BST2. A slice that is exactly one block is that block (no copy): the reader of h
 BST3. `bytes(state)` (`joined`) is the one join, for an app without restore_blocks
       and for readers that want bytes (tests, the simulator); the node's restore of
       such an app makes it once.
+BST4. `of_parts` holds a node's cut's parts (non-empty, in a tuple nobody changes) as they
+      are, without the copy and the filter a BlockState of any iterable makes.
 """
 
 from __future__ import annotations
@@ -38,6 +40,18 @@ class BlockState:
         starts = list(accumulate(map(len, self.blocks), initial=0))  # a node's cut holds thousands: no step each
         self._size = starts.pop()
         self._starts = starts
+
+    @classmethod
+    def of_parts(cls, parts: tuple[bytes, ...]) -> BlockState:
+        """BST4: a node's cut (node/apphost.py H8) of parts already non-empty, held as the very
+        tuple: neither filtered nor copied (each pass over 8192 parts touches 8192 objects
+        scattered over the state, ~0.2-0.4 ms at 64 MiB; the tuple is never changed)."""
+        state = object.__new__(cls)
+        state.blocks = parts  # type: ignore[assignment]  (read only, as the list is)
+        starts = list(accumulate(map(len, parts), initial=0))
+        state._size = starts.pop()
+        state._starts = starts
+        return state
 
     def __len__(self) -> int:
         return self._size

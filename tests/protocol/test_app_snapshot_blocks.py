@@ -60,6 +60,45 @@ def test_a_part_that_is_not_bytes_fails_the_app_naming_it():
         host(App(name="wrong", new=Wrong)).snapshot()
 
 
+@pytest.mark.parametrize("falsy", [None, 0, ""])
+def test_a_falsy_part_that_is_not_bytes_fails_the_app_too(falsy):
+    """The empty parts are dropped before the types are read (apphost `_taken`, one pass each):
+    a part dropped that was not bytes is still named."""
+    class Wrong(Parted):
+        def snapshot_blocks(self):
+            return [b"ok", falsy, b""]
+
+    with pytest.raises(AppFailed, match=rf"snapshot_blocks\(\) gave a {type(falsy).__name__}, not bytes"):
+        host(App(name="wrong", new=Wrong)).snapshot()
+
+
+def test_a_large_cut_holds_the_apps_bytes_parts_as_they_are_and_copies_the_others():
+    """H8 and blockstate.BST4: the cut's BlockState is over the parts' tuple itself; a part
+    that is not `bytes` itself (a bytearray, a bytes subclass) is copied to bytes first."""
+    class Sub(bytes):
+        pass
+
+    big = [bytes([i]) * 8192 for i in range(16)]
+
+    class Large(Parted):
+        def __init__(self, info) -> None:
+            self.parts = list(big)
+
+        def snapshot_blocks(self):
+            return self.parts
+
+    machine = host(App(name="large", new=Large))
+    state, parts = machine.cut()
+    assert state.blocks is parts and all(a is b for a, b in zip(parts, big, strict=True))
+    machine.machine.parts[3] = bytearray(big[3])
+    machine.machine.parts[5] = Sub(big[5])
+    machine.machine.parts.insert(7, b"")
+    state, parts = machine.cut()
+    assert len(parts) == 16 and state.blocks is parts and all(type(part) is bytes for part in parts)
+    assert parts[3] == big[3] and parts[3] is not machine.machine.parts[3] and parts[4] is big[4]
+    assert bytes(state) == b"".join(big)
+
+
 def kv(keys: int, seed: int = 0):
     from snapmesh.app import NodeInfo
 

@@ -66,7 +66,10 @@ def test_a_kvshard_cut_joins_nothing_and_hashes_only_the_grid_blocks_of_a_change
     changed = [i for i, (a, b) in enumerate(zip(first, second, strict=True)) if a is not b]
     assert len(changed) == 1 and changed[0] != len(second) - 1
     dirty = set().union(*(_grid_of(sum(sizes[:i]), sizes[i]) for i in changed))
-    assert hashed == len(dirty) <= 6 + sum(sizes[i] for i in changed) // BLOCK_BYTES < size // BLOCK_BYTES // 16
+    assert len(dirty) <= 6 + sum(sizes[i] for i in changed) // BLOCK_BYTES < size // BLOCK_BYTES // 16
+    # CN7: of the range's grid blocks, only those over its blocks that differ (one 1 KiB entry: at most
+    # two of the range's own blocks, each over at most two grid blocks)
+    assert 1 <= hashed <= 4 < len(dirty)
     [(loaded, _)] = [(m, lsn) for m, lsn in pending.load() if m.snapshot_id == "s2"]
     assert loaded.state == host.machine.snapshot()
 
@@ -160,3 +163,36 @@ def test_the_undo_base_and_log_record_of_an_off_grid_state_are_its_parts_and_a_t
     with pytest.raises(AppRefusal):
         host.command(b'{"op": "put", "key": "p1/k00000003"}')  # no value: refused, the app rebuilt (H4)
     assert host.undone == 1 and host.machine.snapshot() == changed != joined
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_part_changed_in_place_hashes_only_its_blocks_that_differ(seed: int) -> None:
+    """CN7: a part as long as the one at its index is compared a block at a time; only its
+    blocks that differ, and the grid blocks over them, are hashed, and the names and the
+    digest are those of the joined bytes."""
+    rng = random.Random(seed)
+    parts = [rng.randbytes(rng.randint(3 * BLOCK_BYTES, 9 * BLOCK_BYTES)) for _ in range(30)]
+    names = CutNames()
+    _cut(names, parts)
+    for _ in range(20):
+        i = rng.randrange(len(parts))
+        part = bytearray(parts[i])
+        at = rng.randrange(len(part) - 100)
+        part[at : at + 100] = rng.randbytes(100)  # within one or two of its own blocks
+        parts[i] = bytes(part)
+        hashed_before = names.hashed
+        digest, named, grid = _cut(names, parts)
+        joined = b"".join(parts)
+        reference = blocks.names(joined, list(map(len, parts)))[0]
+        assert digest == statedigest.blocks_form(joined)
+        assert named is not None and named.names == reference.names
+        own = {at // BLOCK_BYTES, (at + 99) // BLOCK_BYTES}  # the part's blocks that differ
+        assert names.hashed - hashed_before == len(own) + grid
+        offset, end = sum(map(len, parts[:i])), sum(map(len, parts[: i + 1]))
+        assert grid == len(set().union(*(_grid_of(offset + j * BLOCK_BYTES, min(BLOCK_BYTES, end - offset - j * BLOCK_BYTES))
+                                         for j in own)))
+    same = list(parts)
+    same[3] = bytes(bytearray(parts[3]))  # another object, the same bytes: nothing hashed
+    hashed_before = names.hashed
+    digest, _, grid = _cut(names, same)
+    assert digest == statedigest.blocks_form(b"".join(same)) and names.hashed == hashed_before and grid == 0

@@ -144,3 +144,26 @@ def test_a_block_the_pending_report_wrote_is_linked_not_written_again(tmp_path):
     pending.remove("s1")
     pending.blocks.collect()  # the report's names go; the shelf's stay, whole
     assert [shelf.get(name) for name in named.names] == blocks.split(state)
+
+
+def test_a_report_slot_kept_by_what_changed_holds_exactly_the_slots_blocks(tmp_path):
+    """BS7: a report state of as many blocks as the last writes and removes only by the
+    blocks that changed; the files are still exactly the blocks some slot names (a block
+    twice in a state, one the restored slot names too, one moved to another index)."""
+    rng = random.Random(3)
+    pool = [rng.randbytes(B) for _ in range(12)]  # few contents: blocks repeat within a state
+    shelf = BlockShelf(tmp_path / "n1.blocks")
+    restored = b"".join(rng.choice(pool) for _ in range(6))
+    shelf.keep("restored", blocks.names(restored)[0])
+    state = [rng.choice(pool) for _ in range(20)]
+    for step in range(40):
+        named = blocks.names(b"".join(state))[0]
+        written, removed = shelf.keep("report", named)
+        on_disk = {bytes.fromhex(p.name) for p in shelf.directory.iterdir()}
+        assert on_disk == set(named.names) | set(blocks.names(restored)[0].names), f"step {step}"
+        assert all(shelf.get(name) is not None for name in named.names)
+        if step % 10 == 9:  # another count of blocks: compared whole
+            state.append(rng.choice(pool))
+        for _ in range(rng.randint(0, 3)):
+            i, j = rng.randrange(len(state)), rng.randrange(len(state))
+            state[i], state[j] = (state[j], rng.choice(pool)) if rng.random() < 0.5 else (rng.randbytes(B), state[i])

@@ -213,17 +213,17 @@ class Host:
 
     def _held(self, machine: Any) -> bytes | BlockState:
         """snapshot() as the cut holds it (H8): a BlockState of a large blocks app's parts, else bytes."""
-        state, parts = self._taken(machine)
-        return _kept(parts)[0] if state is None else state
+        state, parts, plain = self._taken(machine)
+        return _kept(parts, plain)[0] if state is None else state
 
     def cut(self) -> tuple[bytes | BlockState, tuple[bytes, ...]]:
         """`snapshot()` at a snapshot's cut: the state, and the non-empty parts
         snapshot_blocks() gave, as it gave them (() for an app without it): the cut names
         them (cutnames.py). The state is those parts as a BlockState, never joined, when
         large (H8); else plain bytes, joined once (a PartedState is a second copy)."""
-        state, parts = self._taken(self.machine)
+        state, parts, plain = self._taken(self.machine)
         if state is None:
-            state, parts = _kept(parts)
+            state, parts = _kept(parts, plain)
         self.undo.rebase(state)
         return state, parts
 
@@ -270,31 +270,37 @@ class Host:
     def _snapshot(self, machine: Any) -> bytes:
         """snapshot(), or the parts of snapshot_blocks() joined when the app has it
         (their sizes ride along for the report, snapmesh/protocol/blocks.py B6)."""
-        state, parts = self._taken(machine)
+        state, parts, _ = self._taken(machine)
         if state is not None:
             return state
         parted = PartedState(b"".join(parts))
         parted.parts = tuple(len(part) for part in parts)
         return parted
 
-    def _taken(self, machine: Any) -> tuple[bytes | None, tuple[bytes, ...]]:
+    def _taken(self, machine: Any) -> tuple[bytes | None, tuple[bytes, ...], bool]:
         """snapshot() as bytes and (); or None and the non-empty parts of snapshot_blocks()
-        (not joined: `cut` may keep them as they are, H8)."""
+        (not joined: `cut` may keep them as they are, H8); and whether every part is `bytes`
+        itself (not a bytearray, not a subclass)."""
         cut = _parts_of(machine)
         name = "snapshot()" if cut is None else "snapshot_blocks()"
         try:
-            state = machine.snapshot() if cut is None else [*cut()]
+            state = machine.snapshot() if cut is None else cut()
+            if cut is not None and type(state) is not list and type(state) is not tuple:
+                state = [*state]  # an iterator, a generator: read once (a list the app gave is read as it is)
         except Exception as exc:  # noqa: BLE001
             raise AppFailed(f"app {self.app.name!r} raised in {name}: {_text(exc)}") from exc
         if cut is not None:
-            # the types checked as a set (a step per part costs milliseconds at thousands of parts)
-            if not set(map(type, state)) <= _PLAIN and \
+            # the empty parts dropped, then the types checked as a set (a step per part costs milliseconds
+            # at thousands of parts; each pass over them touches every part: no more passes than these)
+            parts = tuple(filter(None, state))
+            kinds = set(map(type, parts))
+            if (len(parts) != len(state) or not kinds <= _PLAIN) and \
                     (wrong := [type(part).__name__ for part in state if not isinstance(part, bytes | bytearray)]):
                 raise AppFailed(f"app {self.app.name!r}: snapshot_blocks() gave a {wrong[0]}, not bytes")
-            return None, tuple(filter(None, state))
+            return None, parts, kinds <= _BYTES
         if not isinstance(state, bytes | bytearray):
             raise AppFailed(f"app {self.app.name!r}: snapshot() returned {type(state).__name__}, not bytes")
-        return bytes(state), ()
+        return bytes(state), (), True
 
     def _new(self) -> Any:
         try:
@@ -309,17 +315,21 @@ class Host:
 
 
 _PLAIN = frozenset((bytes, bytearray))
+_BYTES = frozenset((bytes,))
 _blank = object.__new__  # an instance without its __init__: `command` sets what Context.__init__ would
 
 
-def _kept(parts: tuple[bytes, ...]) -> tuple[bytes | BlockState, tuple[bytes, ...]]:
+def _kept(parts: tuple[bytes, ...], plain: bool) -> tuple[bytes | BlockState, tuple[bytes, ...]]:
     """The state a cut keeps of `parts` (H8): a BlockState of them when large, on the grid
-    or off it (a bytearray part copied: it may change under the cut), else their join."""
-    if sum(map(len, parts)) <= BLOCKS_FORM_BYTES:
+    or off it (a part not `bytes` itself copied: a bytearray may change under the cut), else
+    their join. `plain`: every part is `bytes` itself (`_taken` read their types)."""
+    state = BlockState.of_parts(parts)  # its size read with its offsets: one pass (blockstate.BST4)
+    if len(state) <= BLOCKS_FORM_BYTES:
         return b"".join(parts), parts
-    if set(map(type, parts)) != {bytes}:
+    if not plain:
         parts = tuple(part if type(part) is bytes else bytes(part) for part in parts)
-    return BlockState(parts), parts
+        return BlockState.of_parts(parts), parts
+    return state, parts
 
 
 def _text(exc: BaseException) -> str:
