@@ -71,6 +71,11 @@ D6. The bookkeeping costs no Python step per block of all the blocks named, only
     blocks not here (`_absent`, written at once, their files not looked at) are set
     operations (`lacking` builds no set when every name is here), and the directory is
     made once, not at every write.
+D10. `removals` counts what could take a held name away (every removal noted, every
+    listing): a caller that checked a set of names against `holds` at one count may
+    take them as still here while the count is the same, with no pass over them again
+    (servicer.py `_sized`: a node's 8192 block sizes, once per report otherwise).
+    Writes do not count: a name written is never one the check found lacking.
 """
 
 from __future__ import annotations
@@ -118,6 +123,7 @@ class BlockDir:
         self._unsynced: dict[bytes, int] = {}
         self._writes = 0
         self._settling = threading.Lock()  # one `settle` at a time
+        self._removals = 0  # D10: bumped by every removal noted and every listing
 
     def listed_for(self, snapshot_id: str) -> None:
         """List the directory again at the first report of `snapshot_id` to ask (D5): a
@@ -157,8 +163,16 @@ class BlockDir:
             on_disk = self._on_disk
         return name in on_disk  # type: ignore[operator]
 
+    @property
+    def removals(self) -> int:
+        """How many removals and listings this process has noted (D10): while it stays the same,
+        no name `holds` held has left."""
+        return self._removals
+
     def _noted(self, added: Iterable[bytes] = (), removed: Iterable[bytes] = ()) -> None:
         with self._lock:
+            if removed:
+                self._removals += 1
             if self._changes is not None:  # a listing under way: applied over what it finds (`names`)
                 self._changes.append((list(added), list(removed)))
             if self._on_disk is not None:
@@ -323,6 +337,7 @@ class BlockDir:
                         on_disk.difference_update(removed)
                         on_disk.update(added)
                     self._on_disk = on_disk
+                    self._removals += 1  # D10: what was listed may lack a name held before
             finally:
                 with self._lock:
                     self._changes = None

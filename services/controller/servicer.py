@@ -92,6 +92,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._states: dict[str, tuple[tuple[bytes, ...], bytes]] = {}
         # each node's last state listed unjoined: its blocks' sizes, each checked against its name (BF6)
         self._sizes: dict[str, dict[bytes, int]] = {}
+        # node id -> its sizes (the very dict) found all on disk, and BlockDir.removals then (D10)
+        self._sizes_checked: dict[str, tuple[dict[bytes, int], int]] = {}
 
     async def mode_mismatch(self, retry_s: float = 0.5) -> str:
         """Ask every node its snapshot_mode and its app (GetState, retried until it
@@ -273,8 +275,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         listing.check_id(request.snapshot_id)
         sent, call, names = None, call or next(self._calls), []
         if request.HasField("state_blocks"):  # rebuilt before anything reads it (blocks.py B4)
-            sent, names = request, frozenset(request.state_blocks.hashes)  # one set for the pins and NodeBlocks
-            request = await asyncio.to_thread(self._whole_report, request, call, names)
+            sent = request  # its names made a set in the thread too: the loop goes on with the other reports
+            request, names = await asyncio.to_thread(self._named_report, request, call)
         elif request.HasField("state") and len(request.state) > KEPT_MIN_BYTES:  # kept for its next report (knownblocks.py)
             names, listed = await asyncio.to_thread(self._know, request, call)  # written: a thread (store.py `keep`)
             if listed is not None:  # BF5: its manifest from here on, journaled so (journalblocks.py JB4)
@@ -295,6 +297,11 @@ class ControllerService(pb_grpc.ControllerServicer):
             raise
         self.engine.node_blocks.reported(request, names)  # a restore may send it only what it lacks
         return pb.ReportStateResponse(takes_blocks=bool(names))  # none kept: the next one whole too
+
+    def _named_report(self, sent: pb.FullState, call: int) -> tuple[pb.FullState, frozenset[bytes]]:
+        """`_whole_report`, and the names of `sent` as one set, for the pins and NodeBlocks (a thread)."""
+        names = frozenset(sent.state_blocks.hashes)
+        return self._whole_report(sent, call, names), names
 
     def _whole_report(self, sent: pb.FullState, call: int, listed: frozenset[bytes] | None = None) -> pb.FullState:
         """The report `sent` as blocks stood for, its references read from the store's
@@ -383,10 +390,16 @@ class ControllerService(pb_grpc.ControllerServicer):
         if not known:
             return known.get
         files.listed_for(snapshot_id)
+        removals = files.removals  # read before the check: a removal during it is seen by it or by the next
+        checked, at = self._sizes_checked.get(node_id, (None, -1))
+        if checked is known and at == removals:  # blockdir.py D10: none has left since (the very dict: no compare)
+            return known.get
         if gone := files.lacking(known):
             known = dict(known)
             for name in gone:
                 del known[name]
+        else:
+            self._sizes_checked[node_id] = (known, removals)
         return known.get
 
     def _on_disk(self, node_id: str, snapshot_id: str) -> Callable[[bytes], bytes | None]:
