@@ -74,12 +74,16 @@ D6. The bookkeeping costs no Python step per block of all the blocks named, only
 D10. `removals` counts what could take a held name away (every removal noted, every
     listing): a caller that checked a set of names against `holds` at one count may
     take them as still here while the count is the same, with no pass over them again
-    (servicer.py `_sized`: a node's 8192 block sizes, once per report otherwise).
-    Writes do not count: a name written is never one the check found lacking.
+    (servicer.py `_sized`: a node's 8192 block sizes, once per report otherwise; the
+    report that made them counts as their check when it found each of its names held
+    or wrote it, none read from a file, and read the count before its first look-up).
+    Writes do not count: a name written is never one the check found lacking. The
+    writes themselves take str paths, not pathlib's (a block's cost was mostly its parsing).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import operator
 import os
@@ -201,23 +205,25 @@ class BlockDir:
         if not self._made:  # D6: once, not at every write
             self.directory.mkdir(parents=True, exist_ok=True)
             self._made = True
-        pending: list[tuple[Path, Path]] = []  # (temporary file, name), written and not yet durable
+        where = os.fspath(self.directory)  # str paths: pathlib's parsing was most of a block's cost (D6)
+        pending: list[tuple[str, str, bytes]] = []  # (temporary file, its name's path, name), not yet durable
         held: list[bytes] = []
         size = 0
         absent = self._absent(blocks)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         try:
             for name, block in blocks.items():
-                path = self.path(name)
                 if name not in absent and self._holds(name, len(block)):
                     held.append(name)
                     continue
-                tmp = path.with_name(f".{path.name}.tmp")
+                entry = name.hex()
+                tmp = os.path.join(where, f".{entry}.tmp")
                 try:
-                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    fd = os.open(tmp, flags, 0o644)
                 except FileNotFoundError:  # the directory went behind this process's back: made again
                     self.directory.mkdir(parents=True, exist_ok=True)
-                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                pending.append((tmp, path))
+                    fd = os.open(tmp, flags, 0o644)
+                pending.append((tmp, os.path.join(where, entry), name))
                 try:
                     view = memoryview(block)
                     while view:
@@ -226,14 +232,15 @@ class BlockDir:
                     os.close(fd)
                 size += len(block)
             if pending and durable:
-                sync_files(self.directory, [tmp for tmp, _ in pending])  # D2
+                sync_files(self.directory, [Path(tmp) for tmp, _, _ in pending])  # D2
         except OSError:
-            for tmp, _ in pending:  # none is named yet (a crash leaves them to `sweep`)
-                tmp.unlink(missing_ok=True)
+            for tmp, _, _ in pending:  # none is named yet (a crash leaves them to `sweep`)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
             raise
-        for tmp, path in pending:  # D3 (D8: unsynced)
+        for tmp, path, _ in pending:  # D3 (D8: unsynced)
             os.replace(tmp, path)
-        written = [bytes.fromhex(path.name) for _, path in pending]
+        written = [name for _, _, name in pending]
         if durable:
             if pending:
                 fsync_dir(self.directory)

@@ -357,19 +357,26 @@ class ControllerService(pb_grpc.ControllerServicer):
         let go; or None and the blocks found nowhere (None and none: a small state, joined
         instead). The carried ones are written and pinned as `_joined_report`'s are."""
         known, files = self._on_disk(sent.node_id, sent.snapshot_id), self.engine.writer.store.blocks
+        from_files = []  # the blocks read from their files: held, maybe, with no note of it (D10)
 
         def read(name: bytes) -> bytes | None:
             if (block := carried.get(name)) is not None or (block := known(name)) is not None:
                 return block
+            from_files.append(name)
             block = files.read(name)
             return block if block is not None and blocks.block_hash(block) == name else None
 
+        files.listed_for(sent.snapshot_id)
+        removals = files.removals  # D10: before any of its names is looked up
         block_list, missing = blockforms.streamed(tuple(sent.state_blocks.hashes), read, sent.state_digest,
                                                   self._sized(sent.node_id, sent.snapshot_id))
         if block_list is None or block_list.size <= blockforms.LISTED_BYTES:  # BF2: joined, it is small
             return None, missing
-        self._sizes[sent.node_id] = dict(zip(block_list.hashes, block_list.sizes, strict=True))  # one assignment
+        sizes = dict(zip(block_list.hashes, block_list.sizes, strict=True))
         self.engine.writer.store.keep(sent.snapshot_id, listed_names, carried, call, in_record=True)  # as `_joined_report`
+        self._sizes[sent.node_id] = sizes  # one assignment
+        if not from_files:  # D10: each name found held (sized, kept) or written now: so while no removal since
+            self._sizes_checked[sent.node_id] = (sizes, removals)
         listed = blockforms.listed_report(sent, block_list.hashes)
         self.engine.machine.forms.note(listed, block_list)
         return listed, []

@@ -81,3 +81,54 @@ def test_a_node_s_sizes_are_checked_once_and_again_only_after_a_removal(tmp_path
         assert calls[0] == before + 1
     finally:
         writer.close()
+
+
+def test_a_listed_report_s_sizes_are_not_checked_by_the_node_s_next_report_unless_a_block_went(tmp_path, monkeypatch):
+    """D10 on the report path: a report of a state too large to join (BF6) leaves its sizes taken
+    as checked (each of its names found held or written by it); the node's next report then makes
+    no pass over them, until a block file is removed."""
+    import random
+
+    from snapmesh.protocol import statedigest
+    from snapmesh.protocol.controller.blockforms import BlockForms
+    from snapmesh.services.controller import servicer
+    from snapmesh.services.node.sentblocks import SentBlocks
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    monkeypatch.setattr(servicer, "JOINED_MAX_BYTES", 256 * 1024)
+    store = SnapshotStore(tmp_path / "snapshots", tmp_path / "controller" / "snapshots")
+    writer = StoreWriter(store, on_filed=lambda sid: None)
+    forms = BlockForms()
+    try:
+        service = ControllerService(SimpleNamespace(writer=writer, machine=SimpleNamespace(  # type: ignore[arg-type]
+            forms=forms)))
+        calls = counting(store.blocks)
+        node = SentBlocks()
+        state = bytearray(random.Random(3).randbytes(64 * 8192))
+
+        def report(sid: str, call: int) -> pb.FullState:
+            said = statedigest.blocks_form(bytes(state))  # the node's digest: known sizes are taken unread (BF6)
+            sent, names = node.form(pb.FullState(snapshot_id=sid, node_id="p1", state=bytes(state), app_name="kv",
+                                                 app_version=1, state_digest=said))
+            got = service._whole_report(sent, call)
+            node.accepted(pb.ReportStateResponse(takes_blocks=True), names)
+            return got
+
+        first, names = node.form(pb.FullState(snapshot_id="s0", node_id="p1", state=bytes(state), app_name="kv",
+                                              app_version=1))
+        service._know(first, 0)
+        node.accepted(pb.ReportStateResponse(takes_blocks=True), names)
+        for sid, call in (("s1", 1), ("s2", 2)):
+            state[call * 9000] ^= 1
+            assert report(sid, call).HasField("state_blocks")
+        before = calls[0]
+        state[30 * 8192] ^= 1
+        got = report("s3", 3)
+        assert calls[0] == before, "no pass over the node's sizes: none went since they were checked"
+        assert forms.of(got).size == len(state)
+        store.blocks.delete([got.state_blocks.hashes[50]])  # a removal (of a block the next state no longer
+        state[50 * 8192] ^= 1  # names): the next report checks its sizes again
+        assert forms.of(report("s4", 4)).size == len(state)
+        assert calls[0] > before
+    finally:
+        writer.close()
