@@ -51,8 +51,9 @@ FM7. A state with at most MAX_HELD blocks of unknown size (FM3: the changed ones
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections import OrderedDict, deque
-from itertools import compress
+from itertools import compress, repeat
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -82,12 +83,16 @@ class FoldMemo:
         names = list(names)  # a message's repeated field makes a new bytes at each look: one look each
         last = len(names) - 1
         found = list(map(self._sizes.get, names))
-        if found.count(None) <= MAX_HELD:  # FM7: few unknown, read first, the pieces found at C speed
+        unknown = list(compress(range(len(found)), map(operator.is_, found, repeat(None))))  # C: no step per block
+        if len(unknown) <= MAX_HELD:  # FM7: few unknown, read first, the pieces found at C speed
             deque(map(self._sizes.move_to_end, compress(names, found)), 0)  # FM4's order: each size used, last
-            for i in [i for i, size in enumerate(found) if size is None]:
+            for i in unknown:
                 held[names[i]] = block = self._read(read, names[i])
                 found[i] = len(block)
-            for end in [i for i, size in enumerate(found) if size < BLOCK_BYTES or i == last]:
+            ends = list(compress(range(len(found)), map(operator.lt, found, repeat(BLOCK_BYTES))))
+            if names and (not ends or ends[-1] != last):  # the state's last block ends a piece (FM1)
+                ends.append(last)
+            for end in ends:
                 out.append(self._piece(names[start:end + 1], held, read, key, fn))
                 start = end + 1
             return out
