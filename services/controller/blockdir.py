@@ -73,10 +73,19 @@ D6. The bookkeeping costs no Python step per block of all the blocks named, only
     blocks not here (`_absent`, written at once, their files not looked at) are set
     operations (`lacking` builds no set when every name is here), and the directory is
     made once, not at every write.
+D10. `removals` counts what could take a held name away (every removal noted, every
+    listing): a caller that checked a set of names against `holds` at one count may
+    take them as still here while the count is the same, with no pass over them again
+    (servicer.py `_sized`: a node's 8192 block sizes, once per report otherwise; the
+    report that made them counts as their check when it found each of its names held
+    or wrote it, none read from a file, and read the count before its first look-up).
+    Writes do not count: a name written is never one the check found lacking. The
+    writes themselves take str paths, not pathlib's (a block's cost was mostly its parsing).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import itertools
 import operator
@@ -122,6 +131,7 @@ class BlockDir:
         self._unsynced: dict[bytes, int] = {}
         self._writes = 0
         self._settling = threading.Lock()  # one `settle` at a time
+        self._removals = 0  # D10: bumped by every removal noted and every listing
 
     def listed_for(self, snapshot_id: str) -> None:
         """List the directory again at the first report of `snapshot_id` to ask (D5): a
@@ -161,8 +171,16 @@ class BlockDir:
             on_disk = self._on_disk
         return name in on_disk  # type: ignore[operator]
 
+    @property
+    def removals(self) -> int:
+        """How many removals and listings this process has noted (D10): while it stays the same,
+        no name `holds` held has left."""
+        return self._removals
+
     def _noted(self, added: Iterable[bytes] = (), removed: Iterable[bytes] = ()) -> None:
         with self._lock:
+            if removed:
+                self._removals += 1
             if self._changes is not None:  # a listing under way: applied over what it finds (`names`)
                 self._changes.append((list(added), list(removed)))
             if self._on_disk is not None:
@@ -191,23 +209,25 @@ class BlockDir:
         if not self._made:  # D6: once, not at every write
             self.directory.mkdir(parents=True, exist_ok=True)
             self._made = True
-        pending: list[tuple[Path, Path]] = []  # (temporary file, name), written and not yet durable
+        where = os.fspath(self.directory)  # str paths: pathlib's parsing was most of a block's cost (D6)
+        pending: list[tuple[str, str, bytes]] = []  # (temporary file, its name's path, name), not yet durable
         held: list[bytes] = []
         size = 0
         absent = self._absent(blocks)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         try:
             for name, block in blocks.items():
-                path = self.path(name)
                 if name not in absent and self._holds(name, len(block)):
                     held.append(name)
                     continue
-                tmp = path.with_name(f".{path.name}.{next(_TMP_COUNT)}.tmp")  # D1: this write's own
+                entry = name.hex()
+                tmp = os.path.join(where, f".{entry}.{next(_TMP_COUNT)}.tmp")  # D1: this write's own
                 try:
-                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    fd = os.open(tmp, flags, 0o644)
                 except FileNotFoundError:  # the directory went behind this process's back: made again
                     self.directory.mkdir(parents=True, exist_ok=True)
-                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                pending.append((tmp, path))
+                    fd = os.open(tmp, flags, 0o644)
+                pending.append((tmp, os.path.join(where, entry), name))
                 try:
                     view = memoryview(block)
                     while view:
@@ -216,14 +236,15 @@ class BlockDir:
                     os.close(fd)
                 size += len(block)
             if pending and durable:
-                sync_files(self.directory, [tmp for tmp, _ in pending])  # D2
+                sync_files(self.directory, [Path(tmp) for tmp, _, _ in pending])  # D2
         except OSError:
-            for tmp, _ in pending:  # none is named yet (a crash leaves them to `sweep`)
-                tmp.unlink(missing_ok=True)
+            for tmp, _, _ in pending:  # none is named yet (a crash leaves them to `sweep`)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
             raise
-        for tmp, path in pending:  # D3 (D8: unsynced)
+        for tmp, path, _ in pending:  # D3 (D8: unsynced)
             os.replace(tmp, path)
-        written = [bytes.fromhex(path.name) for _, path in pending]
+        written = [name for _, _, name in pending]
         if durable:
             if pending:
                 fsync_dir(self.directory)
@@ -327,6 +348,7 @@ class BlockDir:
                         on_disk.difference_update(removed)
                         on_disk.update(added)
                     self._on_disk = on_disk
+                    self._removals += 1  # D10: what was listed may lack a name held before
             finally:
                 with self._lock:
                     self._changes = None

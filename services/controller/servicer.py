@@ -92,6 +92,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._states: dict[str, tuple[tuple[bytes, ...], bytes]] = {}
         # each node's last state listed unjoined: its blocks' sizes, each checked against its name (BF6)
         self._sizes: dict[str, dict[bytes, int]] = {}
+        # node id -> its sizes (the very dict) found all on disk, and BlockDir.removals then (D10)
+        self._sizes_checked: dict[str, tuple[dict[bytes, int], int]] = {}
 
     async def mode_mismatch(self, retry_s: float = 0.5) -> str:
         """Ask every node its snapshot_mode and its app (GetState, retried until it
@@ -273,8 +275,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         listing.check_id(request.snapshot_id)
         sent, call, names = None, call or next(self._calls), []
         if request.HasField("state_blocks"):  # rebuilt before anything reads it (blocks.py B4)
-            sent, names = request, frozenset(request.state_blocks.hashes)  # one set for the pins and NodeBlocks
-            request = await asyncio.to_thread(self._whole_report, request, call, names)
+            sent = request  # its names made a set in the thread too: the loop goes on with the other reports
+            request, names = await asyncio.to_thread(self._named_report, request, call)
         elif request.HasField("state") and len(request.state) > KEPT_MIN_BYTES:  # kept for its next report (knownblocks.py)
             names, listed = await asyncio.to_thread(self._know, request, call)  # written: a thread (store.py `keep`)
             if listed is not None:  # BF5: its manifest from here on, journaled so (journalblocks.py JB4)
@@ -295,6 +297,11 @@ class ControllerService(pb_grpc.ControllerServicer):
             raise
         self.engine.node_blocks.reported(request, names)  # a restore may send it only what it lacks
         return pb.ReportStateResponse(takes_blocks=bool(names))  # none kept: the next one whole too
+
+    def _named_report(self, sent: pb.FullState, call: int) -> tuple[pb.FullState, frozenset[bytes]]:
+        """`_whole_report`, and the names of `sent` as one set, for the pins and NodeBlocks (a thread)."""
+        names = frozenset(sent.state_blocks.hashes)
+        return self._whole_report(sent, call, names), names
 
     def _whole_report(self, sent: pb.FullState, call: int, listed: frozenset[bytes] | None = None) -> pb.FullState:
         """The report `sent` as blocks stood for, its references read from the store's
@@ -350,19 +357,26 @@ class ControllerService(pb_grpc.ControllerServicer):
         let go; or None and the blocks found nowhere (None and none: a small state, joined
         instead). The carried ones are written and pinned as `_joined_report`'s are."""
         known, files = self._on_disk(sent.node_id, sent.snapshot_id), self.engine.writer.store.blocks
+        from_files = []  # the blocks read from their files: held, maybe, with no note of it (D10)
 
         def read(name: bytes) -> bytes | None:
             if (block := carried.get(name)) is not None or (block := known(name)) is not None:
                 return block
+            from_files.append(name)
             block = files.read(name)
             return block if block is not None and blocks.block_hash(block) == name else None
 
+        files.listed_for(sent.snapshot_id)
+        removals = files.removals  # D10: before any of its names is looked up
         block_list, missing = blockforms.streamed(tuple(sent.state_blocks.hashes), read, sent.state_digest,
                                                   self._sized(sent.node_id, sent.snapshot_id))
         if block_list is None or block_list.size <= blockforms.LISTED_BYTES:  # BF2: joined, it is small
             return None, missing
-        self._sizes[sent.node_id] = dict(zip(block_list.hashes, block_list.sizes, strict=True))  # one assignment
+        sizes = dict(zip(block_list.hashes, block_list.sizes, strict=True))
         self.engine.writer.store.keep(sent.snapshot_id, listed_names, carried, call, in_record=True)  # as `_joined_report`
+        self._sizes[sent.node_id] = sizes  # one assignment
+        if not from_files:  # D10: each name found held (sized, kept) or written now: so while no removal since
+            self._sizes_checked[sent.node_id] = (sizes, removals)
         listed = blockforms.listed_report(sent, block_list.hashes)
         self.engine.machine.forms.note(listed, block_list)
         return listed, []
@@ -383,10 +397,16 @@ class ControllerService(pb_grpc.ControllerServicer):
         if not known:
             return known.get
         files.listed_for(snapshot_id)
+        removals = files.removals  # read before the check: a removal during it is seen by it or by the next
+        checked, at = self._sizes_checked.get(node_id, (None, -1))
+        if checked is known and at == removals:  # blockdir.py D10: none has left since (the very dict: no compare)
+            return known.get
         if gone := files.lacking(known):
             known = dict(known)
             for name in gone:
                 del known[name]
+        else:
+            self._sizes_checked[node_id] = (known, removals)
         return known.get
 
     def _on_disk(self, node_id: str, snapshot_id: str) -> Callable[[bytes], bytes | None]:

@@ -171,3 +171,29 @@ def test_streamed_counts_the_blocks_it_knows_the_size_of_unread_only_with_the_no
     asked.clear()
     block_list, _ = blockforms.streamed(named.names, read, "", known.get)
     assert asked == named.names and block_list is not None and block_list.digest == digest(state)
+
+
+def test_a_report_s_block_list_is_found_only_for_the_manifest_noted():
+    """BF8: the noted list is found by snapshot and node when the manifest is the one noted; a
+    report changed since, or another manifest of the same node, is not given it."""
+    forms = blockforms.BlockForms()
+    hashes = tuple(bytes([i]) * 32 for i in range(5))
+    listed = blockforms.listed_report(pb.FullState(snapshot_id="s1", node_id="p1"), hashes)
+    block_list = blockforms.BlockList(hashes, (blocks.BLOCK_BYTES,) * 4 + (7,), "sha256:" + "0" * 64)
+    forms.note(listed, block_list)
+    assert forms.of(listed) is block_list
+    same = pb.FullState.FromString(listed.SerializeToString())  # equal, another message
+    assert forms.of(same) is block_list
+    by_names = dict(forms._notes)
+    forms._notes.clear()  # found by snapshot and node and compared, not by a tuple of its names
+    assert forms.of(same) is block_list
+    forms._notes.update(by_names)
+    listed.state_blocks.hashes[2] = b"\xff" * 32  # changed after it was noted
+    with pytest.raises(LookupError):
+        forms.of(listed)
+    other = blockforms.listed_report(pb.FullState(snapshot_id="s1", node_id="p1"), hashes[:4])
+    with pytest.raises(LookupError):
+        forms.of(other)
+    other_list = blockforms.BlockList(hashes[:4], (blocks.BLOCK_BYTES,) * 4, "sha256:" + "1" * 64)
+    forms.note(other, other_list)  # the node's manifest noted again, another one
+    assert forms.of(other) is other_list and forms.of(same) is block_list  # the earlier by its names

@@ -285,3 +285,45 @@ def test_a_fold_in_bulk_or_block_by_block_reads_and_gives_the_same(max_held, mon
     assert memo.fold(names, held.__getitem__, "k", len) == [100, 3 * BLOCK_BYTES + 5, 2 * BLOCK_BYTES + 7, BLOCK_BYTES]
     assert memo.blocks_read == 1 + 3 and memo.pieces_kept == 3  # the changed block, then its piece's others
     assert set(names) <= set(memo._sizes)
+
+
+def test_a_state_folded_against_its_base_gives_what_a_fresh_fold_gives():
+    """FM8: states changed a little (blocks rewritten, parts grown and shrunk, so pieces move),
+    folded one after the other with a memo that keeps bases, give each what a memo that never
+    saw them gives; and an unchanged piece of a state like its base is neither read nor hashed."""
+    import hashlib
+    import random
+
+    rng = random.Random(5)
+    memo = FoldMemo()
+
+    def fn(piece: bytes) -> str:
+        return hashlib.sha256(piece).hexdigest()[:8]
+
+    parts = [rng.randbytes(rng.choice([BLOCK_BYTES, 3 * BLOCK_BYTES, 2 * BLOCK_BYTES + 11, 500])) for _ in range(40)]
+    for round_ in range(30):
+        for _ in range(rng.randrange(1, 4)):
+            at = rng.randrange(len(parts))
+            change = rng.random()
+            if change < 0.5:  # a byte rewritten in place
+                part = bytearray(parts[at])
+                part[rng.randrange(len(part))] ^= 0xFF
+                parts[at] = bytes(part)
+            elif change < 0.75:  # grown or shrunk: its blocks, and maybe the pieces, move
+                parts[at] = rng.randbytes(rng.choice([BLOCK_BYTES, 2 * BLOCK_BYTES, BLOCK_BYTES + 7, 90]))
+            else:  # a part added or taken away: another length (no base of the same)
+                parts.insert(at, rng.randbytes(300)) if rng.random() < 0.5 and len(parts) < 60 else parts.pop(at)
+        state = b"".join(parts)
+        named = blocks.names(state, [len(p) for p in parts])[0]
+        held = {name: state[start:end] for name, (start, end) in zip(named.names, named.bounds, strict=True)}
+        fresh = FoldMemo().fold(named.names, held.__getitem__, "k", fn)
+        read_before, folded_before = memo.blocks_read, memo.pieces_folded
+        assert memo.fold(named.names, held.__getitem__, "k", fn) == fresh, f"round {round_}"
+        if round_:  # after the first: at most the pieces the changes touched, and their blocks
+            assert memo.pieces_folded - folded_before <= 3 * 3
+            assert memo.blocks_read - read_before <= 3 * 3 * 4
+    same = list(named.names)
+    memo._results.clear()  # the pieces' results by their names let go (FM4): the base still has them
+    kept_before, folded_before = memo.pieces_kept, memo.pieces_folded
+    assert memo.fold(same, held.__getitem__, "k", fn) == fresh
+    assert memo.pieces_folded == folded_before and memo.pieces_kept - kept_before == len(fresh)

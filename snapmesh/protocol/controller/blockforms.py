@@ -41,6 +41,11 @@ BF7. `streamed` takes no Python step per block `sized` knows: the sizes are look
     in one pass (`sized` is best a dict's `get`), and only the blocks it does not
     know are read, checked and counted one by one: a second snapshot of a large,
     mostly unchanged state reads only the blocks that changed.
+BF8. `of` finds a report's noted block list by its snapshot and node, and takes it
+    when the report's manifest is equal to the one noted (a copy, compared in C by
+    the message's own equality): no tuple of its 8192 names made and hashed on the
+    event loop at each of a report's look-ups. A manifest that differs (a report
+    noted again with another) is looked up by its names, as before.
 """
 
 from __future__ import annotations
@@ -101,6 +106,8 @@ class BlockForms:
         self.states: Callable[[tuple[bytes, ...]], bytes | None] | None = None
         self.folds = FoldMemo()  # the app's folds over listed states, kept across snapshots (lazystates L5)
         self._notes: OrderedDict[tuple[str, str, tuple[bytes, ...]], BlockList] = OrderedDict()
+        # BF8: (snapshot, node) -> the manifest last noted for it (a copy) and its block list
+        self._last: OrderedDict[tuple[str, str], tuple[pb.StateBlocks, BlockList]] = OrderedDict()
 
     def note(self, report: pb.FullState, block_list: BlockList) -> None:
         """`report` (listed: its manifest, no state) stands for a state of `block_list`."""
@@ -109,11 +116,19 @@ class BlockForms:
         self._notes.move_to_end(key)
         while len(self._notes) > NOTES_KEPT:
             self._notes.popitem(last=False)
+        manifest = pb.StateBlocks(hashes=block_list.hashes)  # BF8: the list's own names, as the key's
+        self._last[report.snapshot_id, report.node_id] = (manifest, block_list)
+        self._last.move_to_end((report.snapshot_id, report.node_id))
+        while len(self._last) > NOTES_KEPT:
+            self._last.popitem(last=False)
 
     def of(self, report: pb.FullState) -> BlockList | None:
         """The block list noted for a listed `report` (None: it is not listed)."""
         if report.HasField("state") or not report.HasField("state_blocks"):
             return None
+        last = self._last.get((report.snapshot_id, report.node_id))
+        if last is not None and last[0] == report.state_blocks:  # BF8: compared in C, no tuple of its names
+            return last[1]
         key = (report.snapshot_id, report.node_id, tuple(report.state_blocks.hashes))
         found = self._notes.get(key)
         if found is None:

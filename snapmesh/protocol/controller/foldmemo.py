@@ -46,13 +46,24 @@ FM7. A state with at most MAX_HELD blocks of unknown size (FM3: the changed ones
     an unchanged 64 MiB state's ~9000 blocks was a third of a snapshot's check. Any
     other state (a first one) is walked block by block, each block held only until
     its piece is folded.
+FM8. A state folded under FM7 is kept as a base (its names, sizes, and each piece's
+    span and result; the last MAX_BASES): a later state of the same key and length
+    whose first or last block is a base's is compared with it name by name in C, and
+    only its names that differ are looked up (FM3) or read; a piece of the same span
+    as one of the base's, none of its names changed, takes the base's result unhashed
+    (FM2: the same names, so the same bytes and result). Its pieces' and sizes' use is
+    not noted in FM4's order (a base holds what it needs; one let go is computed again).
+    A state that differs in more than MAX_HELD names is folded as FM7 says, and a state of
+    more pieces than FM4's bound on results is kept as no base.
 """
 
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_left
+import operator
 from collections import OrderedDict, deque
-from itertools import compress
+from itertools import compress, repeat
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -62,7 +73,17 @@ MAX_RESULTS = 1 << 16  # FM4: about 4 GiB of pieces of 64 KiB; 512 MiB of blocks
 MAX_SIZES = 1 << 20  # FM4: 8 GiB of blocks' names
 MAX_HELD = 1024  # FM7: blocks of unknown size read before their pieces are folded: 8 MiB
 MAX_CARRY = 4096  # FM6: bytes a step leaves to the next block; kvshard's are a key's entry cut short
+MAX_BASES = 16  # FM8: a few states per key (kvshard's four nodes, a key each invariant)
 _WHOLE = object()  # FM6: the piece is folded whole
+
+
+class _Base:
+    """A state folded (FM8): its names, each block's size, and each piece's start and result by its end."""
+
+    __slots__ = ("key", "names", "sizes", "pieces")
+
+    def __init__(self, key: str, names: list[bytes], sizes: list[int], pieces: dict[int, tuple[int, Any]]) -> None:
+        self.key, self.names, self.sizes, self.pieces = key, names, sizes, pieces
 
 
 class FoldMemo:
@@ -72,6 +93,7 @@ class FoldMemo:
         self._sizes: OrderedDict[bytes, int] = OrderedDict()
         self.blocks_read = self.bytes_folded = self.pieces_folded = self.pieces_kept = 0
         self.pieces_stepped = self.blocks_stepped = self.blocks_kept = 0
+        self._bases: deque[_Base] = deque(maxlen=MAX_BASES)  # FM8, the latest last
 
     def fold(self, names: Sequence[bytes], read: Callable[[bytes], bytes], key: str,
              fn: Callable[[bytes], Any]) -> list[Any]:
@@ -81,15 +103,39 @@ class FoldMemo:
         out, start = [], 0
         names = list(names)  # a message's repeated field makes a new bytes at each look: one look each
         last = len(names) - 1
-        found = list(map(self._sizes.get, names))
-        if found.count(None) <= MAX_HELD:  # FM7: few unknown, read first, the pieces found at C speed
-            deque(map(self._sizes.move_to_end, compress(names, found)), 0)  # FM4's order: each size used, last
-            for i in [i for i, size in enumerate(found) if size is None]:
+        base, changed = self._base(key, names)
+        if base is not None:  # FM8: only the names that differ from the base's looked up
+            found: list[Any] = base.sizes.copy()
+            for i in changed:
+                found[i] = self._sizes.get(names[i])
+            unknown = [i for i in changed if found[i] is None]
+            deque(map(self._sizes.move_to_end, (names[i] for i in changed if found[i] is not None)), 0)
+        else:
+            found = list(map(self._sizes.get, names))
+            unknown = list(compress(range(len(found)), map(operator.is_, found, repeat(None))))  # C: no step per block
+        if len(unknown) <= MAX_HELD:  # FM7: few unknown, read first, the pieces found at C speed
+            if base is None:
+                deque(map(self._sizes.move_to_end, compress(names, found)), 0)  # FM4's order: each size used, last
+            for i in unknown:
                 held[names[i]] = block = self._read(read, names[i])
                 found[i] = len(block)
-            for end in [i for i, size in enumerate(found) if size < BLOCK_BYTES or i == last]:
-                out.append(self._piece(names[start:end + 1], held, read, key, fn))
+            ends = list(compress(range(len(found)), map(operator.lt, found, repeat(BLOCK_BYTES))))
+            if names and (not ends or ends[-1] != last):  # the state's last block ends a piece (FM1)
+                ends.append(last)
+            pieces: dict[int, tuple[int, Any]] = {}
+            before = base.pieces if base is not None else {}
+            for end in ends:
+                was = before.get(end)
+                if was is not None and was[0] == start and not _touched(changed, start, end):  # FM8
+                    result = was[1]
+                    self.pieces_kept += 1
+                else:
+                    result = self._piece(names[start:end + 1], held, read, key, fn)
+                out.append(result)
+                pieces[end] = (start, result)
                 start = end + 1
+            if names and len(pieces) <= self.max_results:  # FM8: a base is held within FM4's bound too
+                self._bases.append(_Base(key, names, found, pieces))
             return out
         sizes, touch = self._sizes.get, self._sizes.move_to_end
         for i, name in enumerate(names):
@@ -103,6 +149,21 @@ class FoldMemo:
                 held.clear()
                 start = i + 1
         return out
+
+    def _base(self, key: str, names: list[bytes]) -> tuple[_Base | None, list[int]]:
+        """FM8: the base a state of `names` is compared with (taken out: the state replaces it), and
+        the indices of its names that differ; (None, []) when none is like it."""
+        if not names:
+            return None, []
+        for base in reversed(self._bases):
+            if base.key == key and len(base.names) == len(names) and (
+                    base.names[0] == names[0] or base.names[-1] == names[-1]):
+                changed = list(compress(range(len(names)), map(operator.ne, names, base.names)))
+                if len(changed) > MAX_HELD:
+                    return None, []
+                self._bases.remove(base)
+                return base, changed
+        return None, []
 
     def _piece(self, run: Sequence[bytes], held: dict[bytes, bytes], read: Callable[[bytes], bytes], key: str,
                fn: Callable[[bytes], Any]) -> Any:
@@ -164,3 +225,9 @@ class FoldMemo:
         while len(self._sizes) > self.max_sizes:
             self._sizes.popitem(last=False)
         return block
+
+
+def _touched(changed: list[int], start: int, end: int) -> bool:
+    """Whether an index of `changed` (ascending) lies in start..end (FM8)."""
+    at = bisect_left(changed, start)
+    return at < len(changed) and changed[at] <= end
