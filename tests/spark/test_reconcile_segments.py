@@ -43,13 +43,19 @@ def runs(spark, tmp_path_factory):  # noqa: F811
     return root / "whole", root / "split"
 
 
-def test_segments_read_as_jsonl_then_parquet_give_the_same_verdicts(spark, runs, tmp_path):  # noqa: F811
-    whole, split = runs
+@pytest.fixture(scope="module")
+def whole_verdicts(spark, runs):  # noqa: F811
+    """The unsplit run's verdicts, what every way of reading the split run must give (reconciled once)."""
+    expected = verdicts_of(spark, runs[0])
+    assert expected and all(v["consistent"] is not False for v in expected)
+    return expected
+
+
+def test_segments_read_as_jsonl_then_parquet_give_the_same_verdicts(spark, runs, whole_verdicts, tmp_path):  # noqa: F811
     data = tmp_path / "data"
-    shutil.copytree(split, data)
+    shutil.copytree(runs[1], data)
     assert len(list(data.glob("p1.log.*.jsonl"))) == 2 and (data / "p1.log.jsonl").exists()  # sealed, active
-    expected = verdicts_of(spark, whole)
-    assert all(v["consistent"] is not False for v in expected)
+    expected = whole_verdicts
     assert verdicts_of(spark, data) == expected
 
     converted = ingest.ingest(spark, str(data))
@@ -112,7 +118,7 @@ def markers_in(segment: Path) -> int:
     return sum(json.loads(line)["kind"] in ("cut", "restore", "replay") for line in segment.read_text().splitlines())
 
 
-def test_ingest_indexes_each_segment_and_the_job_reads_the_index(spark, runs, tmp_path):  # noqa: F811
+def test_ingest_indexes_each_segment_and_the_job_reads_the_index(spark, runs, whole_verdicts, tmp_path):  # noqa: F811
     data = tmp_path / "data"
     shutil.copytree(runs[1], data)
     ingest.ingest(spark, str(data))
@@ -126,7 +132,7 @@ def test_ingest_indexes_each_segment_and_the_job_reads_the_index(spark, runs, tm
     assert {Path(r["file"]).name for r in logs.scanned.select("file").distinct().collect()} <= {
         p.name for p in data.glob("*.log.jsonl")
     }
-    assert verdicts_of(spark, data) == verdicts_of(spark, runs[0])
+    assert verdicts_of(spark, data) == whole_verdicts
 
 
 def rewrite_manifest(data: Path, *drop: str) -> None:
@@ -140,7 +146,7 @@ def rewrite_manifest(data: Path, *drop: str) -> None:
     manifest.with_name(".manifest.json.crc").unlink(missing_ok=True)  # Hadoop's checksum of the old text
 
 
-def test_a_manifest_without_the_index_is_scanned_as_before(spark, runs, tmp_path):  # noqa: F811
+def test_a_manifest_without_the_index_is_scanned_as_before(spark, runs, whole_verdicts, tmp_path):  # noqa: F811
     data = tmp_path / "data"
     shutil.copytree(runs[1], data)
     ingest.ingest(spark, str(data))
@@ -148,11 +154,11 @@ def test_a_manifest_without_the_index_is_scanned_as_before(spark, runs, tmp_path
     shutil.rmtree(data / "columnar" / "sums")
     logs = read_logs(spark, str(data))
     assert logs.expected_markers and logs.sums is None and not logs.expected_sums
-    assert verdicts_of(spark, data) == verdicts_of(spark, runs[0])
+    assert verdicts_of(spark, data) == whole_verdicts
     rewrite_manifest(data, "bad", "markers")
     shutil.rmtree(data / "columnar" / "markers")
     assert read_logs(spark, str(data)).expected_markers == {}
-    assert verdicts_of(spark, data) == verdicts_of(spark, runs[0])
+    assert verdicts_of(spark, data) == whole_verdicts
 
 
 @pytest.mark.parametrize(
@@ -221,7 +227,7 @@ def settled_by_checksums(spark, data: Path, certified, **kwargs) -> tuple:  # no
     return outcome.verdicts, done
 
 
-def test_ingest_sums_each_segment_and_the_job_aggregates_only_the_rest(spark, runs, tmp_path, certified):  # noqa: F811
+def test_ingest_sums_each_segment_and_the_job_aggregates_only_the_rest(spark, runs, whole_verdicts, tmp_path, certified):  # noqa: F811
     data = tmp_path / "data"
     shutil.copytree(runs[1], data)
     ingest.ingest(spark, str(data))
@@ -236,7 +242,7 @@ def test_ingest_sums_each_segment_and_the_job_aggregates_only_the_rest(spark, ru
         p.name for p in data.glob("*.log.jsonl")
     }
     verdicts, done = settled_by_checksums(spark, data, certified)
-    assert verdicts == verdicts_of(spark, runs[0])
+    assert verdicts == whole_verdicts
     assert done.logs_settled and not done.unsettled and done.rows == verdicts  # no exact join needed
     assert settled_by_checksums(spark, data, certified, summed=False) == (verdicts, done)
 
