@@ -395,8 +395,7 @@ class StateReporter:
                 # 8192 hashes at 64 MiB); read three times it cost more than sending it
                 encoded = sent.ByteSize()
                 if carried or encoded > chunking.CHUNK_BYTES:
-                    chunks = max(1, -(-(encoded + extra) // chunking.CHUNK_BYTES))  # chunking.chunk_count's
-                    # made as they go (stream_state): never whole
+                    chunks = chunking.chunks_of(encoded + extra)  # made as they go (stream_state): never whole
                     timeout = REPORT_TIMEOUT_S + self._held_s + REPORT_TIMEOUT_PER_CHUNK_S * chunks
                     answer = await stub.ReportStateChunks(chunking.stream_state(sent, carried=carried), timeout=timeout)
                 else:

@@ -185,7 +185,13 @@ def stream_state(
 
 def chunk_count(state: pb.FullState, chunk_bytes: int = CHUNK_BYTES, extra: int = 0) -> int:
     """How many chunks `split_state` and `stream_state` cut `state` into (`extra`: `carried_bytes`)."""
-    return max(1, -(-(state.ByteSize() + extra) // chunk_bytes))
+    return chunks_of(state.ByteSize() + extra, chunk_bytes)
+
+
+def chunks_of(encoded: int, chunk_bytes: int = CHUNK_BYTES) -> int:
+    """`chunk_count` of a report whose encoding, with its carried blocks, is `encoded` bytes
+    (for a caller that has its size already: protobuf's ByteSize encodes the message)."""
+    return max(1, -(-encoded // chunk_bytes))
 
 
 def restore_chunks(request: pb.RestoreStateRequest, chunk_bytes: int = CHUNK_BYTES) -> list[pb.RestoreStateChunk]:

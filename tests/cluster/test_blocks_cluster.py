@@ -319,6 +319,17 @@ def test_a_snapshot_journaled_as_blocks_and_never_filed_is_rebuilt_whole_after_a
     assert code == 0 and "each matching its hash" in out, out
 
 
+def two_filed_with_one_block_changed_on_p1_and_p2(cluster) -> tuple[str, str]:
+    """A snapshot filed, one block of p1's and p2's states changed, a second filed: their ids."""
+    first = snapshot(cluster)
+    filed(cluster, first)
+    command(cluster, "p1", "poke 100 7")
+    command(cluster, "p2", "poke 9000 8")
+    second = snapshot(cluster)
+    filed(cluster, second)
+    return first, second
+
+
 def test_blocks_a_journaled_report_carried_lost_in_an_os_crash_are_written_back_at_the_restart(cluster, capsys):
     """blockdir.py D8, journalblocks.py JB1, JB3: the blocks a report as blocks carries are
     renamed into controller/blocks unsynced, its record's fdatasync making them durable. An
@@ -327,12 +338,7 @@ def test_blocks_a_journaled_report_carried_lost_in_an_os_crash_are_written_back_
     loses them; the restart writes them back from the journal, files the snapshot, which
     verifies with the states it had, and the nodes' next reports, naming them as held, are
     taken as they come (none refused and sent whole)."""
-    first = snapshot(cluster)
-    filed(cluster, first)
-    command(cluster, "p1", "poke 100 7")
-    command(cluster, "p2", "poke 9000 8")
-    second = snapshot(cluster)
-    filed(cluster, second)
+    first, second = two_filed_with_one_block_changed_on_p1_and_p2(cluster)
     kept_first = names(stored(cluster, first))
     lost = {node.node_id: [name for name in node.state_blocks.hashes if name.hex() not in kept_first]
             for node in snapshot_file.read_stored(stored(cluster, second))[0].nodes}
@@ -367,12 +373,7 @@ def test_a_restart_that_cannot_read_a_journaled_report_s_block_drops_only_the_sn
     cannot be read (a name whose open fails, as EIO would) or is corrupt. The restart starts, drops that
     snapshot with one warning naming snapshot, node and block, and rebuilds the third (p2 changed
     that block again, so it names it not), which verifies as the first does."""
-    first = snapshot(cluster)
-    filed(cluster, first)
-    command(cluster, "p1", "poke 100 7")
-    command(cluster, "p2", "poke 9000 8")
-    second = snapshot(cluster)
-    filed(cluster, second)
+    first, second = two_filed_with_one_block_changed_on_p1_and_p2(cluster)
     kept_first = names(stored(cluster, first))
     lost = next(name for node in snapshot_file.read_stored(stored(cluster, second))[0].nodes if node.node_id == "p2"
                 for name in node.state_blocks.hashes if name.hex() not in kept_first)

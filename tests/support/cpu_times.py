@@ -12,9 +12,10 @@ table is printed at the end of the run. A grandchild that outlives its parent (a
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
+
+from support.processes import proc_stats
 
 _TICK = os.sysconf("SC_CLK_TCK")
 _ROWS = pytest.StashKey[list]()
@@ -22,19 +23,8 @@ _ROWS = pytest.StashKey[list]()
 
 def _live_children_cpu() -> float:
     """utime + stime of this process's live children (/proc/<pid>/stat fields 14, 15)."""
-    total = 0.0
     me = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
-        if int(fields[1]) == me:
-            total += (int(fields[11]) + int(fields[12])) / _TICK
-    return total
+    return sum((int(fields[11]) + int(fields[12])) / _TICK for _, fields in proc_stats() if int(fields[1]) == me)
 
 
 def _cpu() -> tuple[float, float]:

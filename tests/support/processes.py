@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from support.polling import WaitTimedOut, wait_for
@@ -12,9 +13,9 @@ from support.polling import WaitTimedOut, wait_for
 REPO = Path(__file__).resolve().parents[2]
 
 
-def children_of(pid: int) -> set[int]:
-    """Every live descendant of `pid` (from /proc)."""
-    parents: dict[int, int] = {}
+def proc_stats() -> Iterator[tuple[int, list[str]]]:
+    """Each process's pid and its /proc/<pid>/stat fields after the command name (which may
+    hold spaces): fields[0] is its state, fields[1] its parent; one gone meanwhile is skipped."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -22,9 +23,12 @@ def children_of(pid: int) -> set[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] != "Z":
-            parents[int(entry.name)] = int(fields[1])
+        yield int(entry.name), stat[stat.rindex(")") + 2 :].split()
+
+
+def children_of(pid: int) -> set[int]:
+    """Every live descendant of `pid` (from /proc)."""
+    parents = {child: int(fields[1]) for child, fields in proc_stats() if fields[0] != "Z"}
     found, frontier = set(), [pid]
     while frontier:
         parent = frontier.pop()
