@@ -81,6 +81,12 @@ D10. `removals` counts what could take a held name away (every removal noted, ev
     or wrote it, none read from a file, and read the count before its first look-up).
     Writes do not count: a name written is never one the check found lacking. The
     writes themselves take str paths, not pathlib's (a block's cost was mostly its parsing).
+D11. A file that is there but cannot be read (EIO, EACCES, a directory at a block's name)
+    is as good as none to a reader (`read`: None, with a warning naming the file and the
+    error, noted as gone so the next report sends the block whole), and `write` writes
+    the block again in its place. One that cannot be removed is left, named, and the
+    others still go, so the sweep at start never stops the controller. A rename that
+    fails leaves no temporary file of that write behind and raises naming the file.
 """
 
 from __future__ import annotations
@@ -198,6 +204,10 @@ class BlockDir:
         except FileNotFoundError:
             self._noted(removed=[name])
             return None
+        except OSError as exc:  # D11: unreadable is as good as missing, never an error on a report's path
+            log.warning("block file %s cannot be read (%s): taken as missing", self.path(name), exc)
+            self._noted(removed=[name])
+            return None
 
     def write(self, blocks: dict[bytes, bytes], *, durable: bool = True) -> tuple[int, int]:
         """Every block of `blocks` (hash -> content) that has no file yet, durably
@@ -242,8 +252,14 @@ class BlockDir:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
             raise
-        for tmp, path, _ in pending:  # D3 (D8: unsynced)
-            os.replace(tmp, path)
+        for done, (tmp, path, _) in enumerate(pending):  # D3 (D8: unsynced)
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:  # D11: the rest not named, none left behind; the blocks renamed stay whole
+                for left, _, _ in pending[done:]:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(left)
+                raise OSError(exc.errno, f"block file {path} cannot be written: {exc.strerror}") from exc
         written = [name for _, _, name in pending]
         if durable:
             if pending:
@@ -304,6 +320,9 @@ class BlockDir:
                 return True
         except FileNotFoundError:
             return False
+        except OSError as exc:  # D11: written again in its place (a directory there fails the rename, named)
+            log.warning("block file %s cannot be read (%s): writing it again", self.path(name), exc)
+            return False
         log.warning("block file %s does not hash to its name: writing it again", self.path(name))
         return False
 
@@ -322,6 +341,8 @@ class BlockDir:
                 removed += 1
             except FileNotFoundError:
                 pass
+            except OSError as exc:  # D11: one that cannot go stays, named; the others still go
+                log.warning("block file %s cannot be removed (%s): left in place", self.path(name), exc)
         return removed
 
     def names(self) -> set[bytes]:

@@ -197,12 +197,8 @@ def _stored_block(store: SnapshotStore, name: bytes) -> bytes | None:
     """Block `name` as stored, for the replay (JB3). A file there that cannot be read (EIO, ...) is
     as good as none: the snapshot(s) whose reports name it are dropped, with the warning that names
     snapshot, node and block (journalblocks.py `rebuilt`), and the controller starts (a filed
-    snapshot's unreadable block is judged so too: listedload.py)."""
-    try:
-        return store.blocks.read(name)
-    except OSError as exc:
-        log.debug("block sha256:%s under %s cannot be read: %s", name.hex(), store.blocks.directory, exc)
-        return None
+    snapshot's unreadable block is judged so too: listedload.py). `read` takes it so (blockdir.py D11)."""
+    return store.blocks.read(name)
 
 
 def _written_back(store: SnapshotStore, carried: dict[bytes, bytes]) -> tuple[int, list[str]]:

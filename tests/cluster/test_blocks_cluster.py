@@ -407,9 +407,10 @@ def test_a_restart_that_cannot_read_a_journaled_report_s_block_drops_only_the_sn
         path.write_bytes(b"\0" * blocks.BLOCK_BYTES)
     cluster.start_controller()
     filed(cluster, third)
-    warned = [line for line in cluster.controller.output().splitlines()
-              if " WARNING " in line and lost.hex() in line]
-    assert len(warned) == 1 and second in warned[0] and "p2" in warned[0], warned
+    lines = [line for line in cluster.controller.output().splitlines() if " WARNING " in line and lost.hex() in line]
+    warned = [line for line in lines if "cannot be read" not in line]  # blockdir.py D11 names the file apart
+    assert len(warned) == 1 and second in warned[0] and "p2" in warned[0], lines
+    assert damage == "unreadable" or len(lines) == 1, lines
     assert digests(cluster, third) == before
     for sid in (first, third):
         code, out = verify(cluster, sid, capsys)

@@ -31,8 +31,16 @@ def test_an_unreadable_block_reads_as_none_at_the_replay(tmp_path):
     assert process._checked_block(store, bad) is None
 
 
+def test_the_write_back_writes_an_unreadable_block_again_in_its_place(tmp_path):
+    store, bad, carried = unreadable_store(tmp_path)  # blockdir.py D11: the rename replaces the link
+    assert process._written_back(store, carried) == (2, [])
+    assert all(store.blocks.path(name).read_bytes() == block for name, block in carried.items())
+
+
 def test_the_write_back_writes_every_other_block_and_names_the_one_it_cannot(tmp_path):
     store, bad, carried = unreadable_store(tmp_path)
+    store.blocks.path(bad).unlink()
+    store.blocks.path(bad).mkdir()  # no rename can put a file in its place
     written, warnings = process._written_back(store, carried)
     assert written == 1 and len(warnings) == 1 and bad.hex() in warnings[0], warnings
     (good, block), = [(name, block) for name, block in carried.items() if name != bad]
