@@ -22,11 +22,16 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process (all its threads)."""
+    return sum(cpu_parts_s(pid))
+
+
+def cpu_parts_s(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of a process (all its threads); (0, 0) once it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
+        return 0.0, 0.0
+    return int(fields[11]) / _CLK_TCK, int(fields[12]) / _CLK_TCK  # utime, stime
 
 
 def machine_busy_s() -> float:

@@ -38,8 +38,11 @@ Figures, `<n>` the size (`1mib`, `64mib`, `1024mib`), `<p>` the app's prefix
   - <p>nodes_peak_rss_mib_<n>: the largest of the nodes' peak resident sets over
     the whole run (VmHWM, read after the restore): what a node needs beside its state;
   - <p>snapshot_controller_cpu_s_<n>, <p>snapshot_nodes_cpu_s_<n>: the CPU seconds
-    the controller and the nodes (together) spent on an incremental snapshot, trigger
-    to COMPLETE: work, steadier than time on a shared machine;
+    the controller and the nodes (together) spent on an incremental snapshot, from the
+    trigger to its files written and the nodes' report counters read (one /metrics scrape
+    a node), the mean of the rounds: work, steadier than time on a shared machine; and
+    <p>snapshot_controller_sys_cpu_s_<n>, <p>snapshot_nodes_sys_cpu_s_<n>, the part of
+    each spent in the kernel (files, syncs, sockets);
   - <p>snapshot_s_64mib_over_1mib: the incremental snapshot's time at 64 MiB over 1 MiB.
 Also printed: the bytes themselves, and the controller's own started_at..finished_at.
 `--sizes 1,64,1024` picks the sizes (MiB); `--no-write` prints without writing
@@ -64,7 +67,7 @@ import grpc
 from bench import blob_app, hop_split, kv_app, smoke
 from bench import results as bench_results
 from bench import state_mesh as m
-from bench.observe import cpu_s
+from bench.observe import cpu_parts_s
 from bench.phases import own_argv
 from snapmesh.serving.runtime import CLIENT_OPTIONS
 from snapmesh.v1 import snapmesh_pb2 as pb
@@ -106,9 +109,12 @@ SUBJECTS = {
 }
 
 
-def cpu(cluster) -> tuple[float, float]:
-    """CPU seconds so far of the controller and of the nodes together: work, which holds on a noisy machine."""
-    return cpu_s(cluster.controller_pid), sum(cpu_s(cluster.node_pid(n)) for n in cluster.node_ids)
+def cpu(cluster) -> tuple[float, float, float, float]:
+    """CPU seconds so far, user + system and system alone, of the controller and of the nodes together:
+    work, which holds on a noisy machine."""
+    controller = cpu_parts_s(cluster.controller_pid)
+    nodes = [cpu_parts_s(cluster.node_pid(n)) for n in cluster.node_ids]
+    return sum(controller), controller[1], sum(map(sum, nodes)), sum(system for _, system in nodes)
 
 
 def rate_label(changed: float) -> str:
@@ -146,8 +152,9 @@ def measure(subject: Subject, mib: float, seed: int = 0, rounds: int = ROUNDS,
     print(f"{p}{label}: first snapshot {first_s:.2f}s sent {first_sent:,.0f} B; then {rounds} rounds of "
           f"{typical.changed} changes and a snapshot: "
           + ", ".join(f"{r.seconds:.3f}s" for r in taken)
-          + f" (median {typical.seconds:.3f}s: controller {typical.controller_s:.3f}s; CPU controller "
-          f"{typical.controller_cpu:.2f}s, nodes {typical.nodes_cpu:.2f}s); at most sent {sent:,.0f} B, stored "
+          + f" (median {typical.seconds:.3f}s: controller {typical.controller_s:.3f}s; CPU a round, mean: controller "
+          f"{statistics.fmean(r.controller_cpu for r in taken):.3f}s, nodes "
+          f"{statistics.fmean(r.nodes_cpu for r in taken):.3f}s); at most sent {sent:,.0f} B, stored "
           f"+{stored:,} B, exports +{exported:,} B a round; hops (mean ms) "
           + ", ".join(f"{hop} {ms:.1f}" for hop, ms in hops.items())
           + f"; restore {restore_s:.2f}s received {restore_received:,.0f} B; controller peak RSS {peak_rss:,.0f} MiB "
@@ -159,8 +166,9 @@ def measure(subject: Subject, mib: float, seed: int = 0, rounds: int = ROUNDS,
         f"{p}first_snapshot_s_{label}": first_s,
         f"{p}snapshot_s_{label}": typical.seconds,
         f"{p}snapshot_max_s_{label}": max(times),
-        f"{p}snapshot_controller_cpu_s_{label}": typical.controller_cpu,
-        f"{p}snapshot_nodes_cpu_s_{label}": typical.nodes_cpu,
+        # CPU: the mean of every round, as one round is a few of /proc's 10 ms ticks
+        **{f"{p}snapshot_{figure}_s_{label}": statistics.fmean(getattr(r, figure) for r in taken)
+           for figure in ("controller_cpu", "nodes_cpu", "controller_sys_cpu", "nodes_sys_cpu")},
         f"{p}restore_s_{label}": restore_s,
         f"{p}sent_bytes_{label}": float(sent),
         f"{p}stored_bytes_{label}": float(stored),
@@ -182,6 +190,8 @@ class Round:
     controller_s: float  # the controller's own started_at..finished_at
     controller_cpu: float
     nodes_cpu: float
+    controller_sys_cpu: float  # of controller_cpu, in the kernel: files, syncs, sockets
+    nodes_sys_cpu: float
     sent: float  # bytes the nodes' reports sent
     stored: int  # bytes added to the controller's store
     exported: int  # bytes added to the JSON exports
@@ -200,9 +210,10 @@ def incremental(subject: Subject, cluster, stub, data, mib: float, rng: random.R
         m.submit(cluster, node.id, commands, timeout)
     cpu_before = cpu(cluster)
     snapshot, seconds, sent = m.snapshot(cluster, stub, data, sent_before, timeout)
-    controller_cpu, nodes_cpu = (after - before for after, before in zip(cpu(cluster), cpu_before, strict=True))
+    controller_cpu, controller_sys, nodes_cpu, nodes_sys = (
+        after - before for after, before in zip(cpu(cluster), cpu_before, strict=True))
     controller_s = snapshot.finished_at.ToNanoseconds() / 1e9 - snapshot.started_at.ToNanoseconds() / 1e9
-    return Round(snapshot, changed, seconds, controller_s, controller_cpu, nodes_cpu, sent,
+    return Round(snapshot, changed, seconds, controller_s, controller_cpu, nodes_cpu, controller_sys, nodes_sys, sent,
                  m.bytes_under(*store) - stored, m.bytes_under(data / "snapshots") - exported)
 
 

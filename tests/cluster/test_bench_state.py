@@ -91,6 +91,7 @@ def test_a_tiny_kvshard_run_measures_every_figure() -> None:
     names = ["sent_fraction", "stored_fraction", "export_fraction", "first_snapshot_s", "snapshot_s", "restore_s",
              "snapshot_max_s", "sent_bytes", "stored_bytes", "restore_received_bytes", "controller_peak_rss_mib",
              "controller_rss_bound_mib", "snapshot_controller_cpu_s", "snapshot_nodes_cpu_s",
+             "snapshot_controller_sys_cpu_s", "snapshot_nodes_sys_cpu_s",
              "nodes_peak_rss_mib", *(f"hop_mean_ms_{hop}" for hop in hop_split.HOPS)]
     assert sorted(out) == sorted(f"state_kv_{n}_0_25mib" for n in names)
     cpu = {name for name in out if "_cpu_s_" in name}  # clock ticks of 10 ms: a small snapshot may take none
