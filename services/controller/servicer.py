@@ -32,6 +32,7 @@ from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.controller import answers, blockforms, cluster, journalblocks, listing, statuses
 from snapmesh.protocol.controller.knownblocks import DEFAULT_MAX_BYTES as KNOWN_MAX_BYTES
 from snapmesh.protocol.controller.knownblocks import KnownBlocks
+from snapmesh.protocol.controller.manifestbases import ManifestBases
 from snapmesh.protocol.controller.refusals import MissingBlocks
 from snapmesh.protocol.controller.tracker import UnknownSnapshot
 from snapmesh.settings.agreement import Agreement
@@ -44,9 +45,8 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 # A report as blocks of a larger state is listed without being joined (blockforms.py BF6): the
 # kept blocks (knownblocks.py) hold no state over this bound, so joining one buys nothing.
 JOINED_MAX_BYTES = KNOWN_MAX_BYTES
-# A state sent whole and of at most one block is neither cut, kept nor written before its record (the
-# record holds it whole, and its filing writes its block later, off the path): keeping it cost a thread
-# hand-off and two syncs (the block's file, its directory) before the report was taken, on every
+# A state sent whole and of at most one block is neither cut, kept nor written before its record (its
+# filing writes its block later, off the path): keeping it cost a thread hand-off and two syncs on every
 # report, to save the node at most one block's bytes on its next. It is answered takes_blocks=False,
 # so the node's next report comes whole as well (sentblocks.py).
 KEPT_MIN_BYTES = blocks.BLOCK_BYTES
@@ -82,6 +82,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.interval_s = 0.0  # periodic snapshots (main sets it): GetCluster tells clients
         self._calls = itertools.count(1)  # names each report's pins (journalblocks.py JB1)
         self._known = KnownBlocks()  # each node's last state's blocks (knownblocks.py)
+        self._bases = ManifestBases()  # each node's last manifests, the bases of its changes (manifestdelta.py)
         # Listed states (blockforms.py) are read by block: those kept here first, then the store's
         engine.machine.forms.reader = self._block_reader
         if engine.writer is not None:  # an engine that only publishes (a watchers' test) files nothing
@@ -266,17 +267,16 @@ class ControllerService(pb_grpc.ControllerServicer):
         return await self._report([request], context)
 
     async def _report(self, taken: list[pb.FullState], context, call: int = 0) -> pb.ReportStateResponse:
-        """ReportState's work on the report in `taken`, taken out of it: a held call
-        (held.py H1) waits here until its snapshot ends, and a large state that came
-        whole must not live that long in a caller's frame (blockforms.py BF5). `call`: what
-        pins its blocks (0: a new one)."""
+        """ReportState's work on the report in `taken`, taken out of it: a held call (held.py H1) waits here
+        until its snapshot ends, and a large state that came whole must not live that long in a caller's
+        frame (blockforms.py BF5). `call`: what pins its blocks (0: a new one)."""
         request = taken.pop()
         await credentials.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
         listing.check_id(request.snapshot_id)
-        sent, call, names = None, call or next(self._calls), []
-        if request.HasField("state_blocks"):  # rebuilt before anything reads it (blocks.py B4)
-            sent = request  # its names made a set in the thread too: the loop goes on with the other reports
-            request, names = await asyncio.to_thread(self._named_report, request, call)
+        sent, call, names, manifest = None, call or next(self._calls), [], None
+        if request.HasField("state_blocks") or request.HasField("state_change"):  # rebuilt first (B4, MB2), its
+            # names made a set in the thread too: the loop goes on with the other reports
+            request, names, manifest, sent = await asyncio.to_thread(self._named_report, request, call)
         elif request.HasField("state") and len(request.state) > KEPT_MIN_BYTES:  # kept for its next report (knownblocks.py)
             names, listed = await asyncio.to_thread(self._know, request, call)  # written: a thread (store.py `keep`)
             if listed is not None:  # BF5: its manifest from here on, journaled so (journalblocks.py JB4)
@@ -296,12 +296,18 @@ class ControllerService(pb_grpc.ControllerServicer):
                 self.engine.writer.unpin(request.snapshot_id, call)
             raise
         self.engine.node_blocks.reported(request, names)  # a restore may send it only what it lacks
-        return pb.ReportStateResponse(takes_blocks=bool(names))  # none kept: the next one whole too
+        if names:  # the base of the node's next change (manifestbases.py MB1; `_know`'s names: a list, in order)
+            self._bases.kept(request.node_id, request.snapshot_id, manifest or names)  # type: ignore[arg-type]
+        return pb.ReportStateResponse(takes_blocks=bool(names), takes_changes=bool(names))  # none kept: whole next
 
-    def _named_report(self, sent: pb.FullState, call: int) -> tuple[pb.FullState, frozenset[bytes]]:
-        """`_whole_report`, and the names of `sent` as one set, for the pins and NodeBlocks (a thread)."""
-        names = frozenset(sent.state_blocks.hashes)
-        return self._whole_report(sent, call, names), names
+    def _named_report(self, sent: pb.FullState, call: int) -> tuple[pb.FullState, frozenset[bytes], list[bytes], pb.FullState]:
+        """`_whole_report` of `sent` with its full manifest (a change rebuilt from its base, manifestbases.py
+        MB2), its names as one set (the pins, NodeBlocks) and in order, and `sent` so rebuilt (a thread)."""
+        sent, manifest = self._bases.whole(sent)
+        if manifest is None:
+            manifest = list(sent.state_blocks.hashes)
+        names = frozenset(manifest)
+        return self._whole_report(sent, call, names), names, manifest, sent
 
     def _whole_report(self, sent: pb.FullState, call: int, listed: frozenset[bytes] | None = None) -> pb.FullState:
         """The report `sent` as blocks stood for, its references read from the store's
