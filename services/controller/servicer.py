@@ -275,8 +275,9 @@ class ControllerService(pb_grpc.ControllerServicer):
         listing.check_id(request.snapshot_id)
         sent, call, names, manifest = None, call or next(self._calls), [], None
         if request.HasField("state_blocks") or request.HasField("state_change"):  # rebuilt first (B4, MB2), its
-            # names made a set in the thread too: the loop goes on with the other reports
-            request, names, manifest, sent = await asyncio.to_thread(self._named_report, request, call)
+            # names made a set in the thread too: the loop goes on with the other reports; a change journaled as it came (JC1)
+            came, (request, names, manifest, sent) = request, await asyncio.to_thread(self._named_report, request, call)
+            sent = came if came.HasField("state_change") else sent
         elif request.HasField("state") and len(request.state) > KEPT_MIN_BYTES:  # kept for its next report (knownblocks.py)
             names, listed = await asyncio.to_thread(self._know, request, call)  # written: a thread (store.py `keep`)
             if listed is not None:  # BF5: its manifest from here on, journaled so (journalblocks.py JB4)
@@ -296,9 +297,9 @@ class ControllerService(pb_grpc.ControllerServicer):
                 self.engine.writer.unpin(request.snapshot_id, call)
             raise
         self.engine.node_blocks.reported(request, names)  # a restore may send it only what it lacks
-        if names:  # the base of the node's next change (manifestbases.py MB1; `_know`'s names: a list, in order)
+        if based := bool(names and journaled):  # its record durable: the base of the node's next change (MB1, JC1)
             self._bases.kept(request.node_id, request.snapshot_id, manifest or names)  # type: ignore[arg-type]
-        return pb.ReportStateResponse(takes_blocks=bool(names), takes_changes=bool(names))  # none kept: whole next
+        return pb.ReportStateResponse(takes_blocks=bool(names), takes_changes=based)  # none kept: whole next
 
     def _named_report(self, sent: pb.FullState, call: int) -> tuple[pb.FullState, frozenset[bytes], list[bytes], pb.FullState]:
         """`_whole_report` of `sent` with its full manifest (a change rebuilt from its base, manifestbases.py
@@ -310,11 +311,10 @@ class ControllerService(pb_grpc.ControllerServicer):
         return self._whole_report(sent, call, names), names, manifest, sent
 
     def _whole_report(self, sent: pb.FullState, call: int, listed: frozenset[bytes] | None = None) -> pb.FullState:
-        """The report `sent` as blocks stood for, its references read from the store's
-        blocks, which are pinned first (journalblocks.py JB1; a thread). A large state
-        stays its block list (blockforms.py): the report in listed form, its state's
-        size and digest noted for the tracker (the node's digest, when it sent one:
-        checked against the bytes when filed, store.py; else hashed here), and one too
+        """The report `sent` as blocks stood for, its references read from the store's blocks, which are
+        pinned first (journalblocks.py JB1; a thread). A large state stays its block list (blockforms.py):
+        the report in listed form, its state's size and digest noted for the tracker (the node's digest,
+        when it sent one: checked against the bytes when filed, store.py; else hashed here), and one too
         large to join is never joined (BF6); a small one is rebuilt whole. `listed`: its names, as a set."""
         store = self.engine.writer.store
         carried = {blocks.block_hash(block): block for block in sent.blocks}  # hashed once for the report

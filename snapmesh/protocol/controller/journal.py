@@ -40,7 +40,8 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, Now, Tracker, TrackerError, TrackerMisuse
@@ -114,9 +115,31 @@ class CorruptJournal(Exception):
     pass
 
 
+class ChangeFrame(bytes):
+    """The frame of a report journaled as its manifest's change (journalchanges.py JC3): its
+    bytes as written, and `whole()`, the frame a rewrite writes in its place."""
+
+    whole: Callable[[], bytes]
+
+    @classmethod
+    def of(cls, frame: bytes, record: Reported) -> ChangeFrame:
+        made = cls(frame)
+        made.whole = lambda: whole_frame(record)
+        return made
+
+
+def whole_frame(record: Reported) -> bytes:
+    """A live change record's frame in full form (journalchanges.py JC3): the report as the
+    controller holds it, its manifest listed and carrying no block, or its small state whole."""
+    state = record.state
+    return encode(Reported(state=state, wall=record.wall, sent=state if state.HasField("state_blocks") else None))
+
+
 def encode(record: Record) -> bytes:
     if isinstance(record, Reported) and record.sent is not None:
         payload = _REPORTED_BLOCKS + _WALL.pack(record.wall) + record.sent.SerializeToString()
+        if record.sent.HasField("state_change"):
+            return ChangeFrame.of(HEADER.pack(len(payload), zlib.crc32(payload)) + payload, record)
     elif isinstance(record, Reported):
         payload = _REPORTED + _WALL.pack(record.wall) + record.state.SerializeToString()
     elif isinstance(record, Restored):
@@ -173,13 +196,19 @@ class LiveFrames:
         self._frames: dict[str, list[bytes]] = {}  # snapshot id -> its frames, until filed
         self.broken: OSError | None = None  # what every append is answered with, once set
 
-    def read(self, data: bytes, records: list[Record]) -> None:
-        """The file as read (`data`: its good prefix, which holds `records`): every frame starts live."""
+    def read(self, data: bytes, records: list[Record], whole: list[Record] | None = None) -> None:
+        """The file as read (`data`: its good prefix, which holds `records`): every frame starts
+        live. `whole`: the records in full form (journalchanges.py `expanded`), one for one: a change
+        record's frame is written so at a rewrite (JC3)."""
         offset = 0
-        for record in records:
+        for at, record in enumerate(records):
             length, _ = HEADER.unpack_from(data, offset)
             end = offset + HEADER.size + length
-            self.appended(record.snapshot_id, data[offset:end])
+            frame = data[offset:end]
+            if whole is not None and whole[at] is not record and isinstance(full := whole[at], Reported):
+                frame = ChangeFrame(frame)
+                frame.whole = functools.partial(encode, full)
+            self.appended(record.snapshot_id, frame)
             offset = end
         self.size = len(data)
 
@@ -217,7 +246,12 @@ class LiveFrames:
         self.size = self.bytes
 
     def rewritten(self) -> bytes:
-        """What the file holds once rewritten: every live frame."""
+        """What the file holds once rewritten: every live frame, a change in full form (JC3)."""
+        if any(type(f) is ChangeFrame for frames in list(self._frames.values()) for f in frames):
+            for sid, frames in list(self._frames.items()):
+                whole = [f.whole() if type(f) is ChangeFrame else f for f in frames]
+                self.bytes += sum(map(len, whole)) - sum(map(len, frames))
+                self._frames[sid] = whole
         return b"".join(f for frames in self._frames.values() for f in frames)
 
 
@@ -232,8 +266,8 @@ def _decode(payload: bytes) -> Record:
         (wall,) = _WALL.unpack_from(body)
         sent = pb.FullState()
         sent.ParseFromString(body[_WALL.size:])
-        if not sent.HasField("state_blocks"):
-            raise CorruptJournal("a report journaled as blocks has no manifest")
+        if not (sent.HasField("state_blocks") or sent.HasField("state_change")):
+            raise CorruptJournal("a report journaled as blocks has no manifest nor change (journalchanges.py)")
         return Reported(state=sent, wall=wall, sent=sent)
     if kind == _STARTED:
         fields = json.loads(body)
