@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from snapmesh.protocol import manifestdelta
+from snapmesh.protocol import carriedblocks, chunking, manifestdelta
 from snapmesh.protocol.controller.manifestbases import ManifestBases
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -111,3 +111,16 @@ def test_the_last_bases_of_each_node_are_held_and_a_report_with_no_change_passes
     plain = pb.FullState(snapshot_id="s-9", node_id="n1")
     plain.state_blocks.hashes.append(_name(1))
     assert bases.whole(plain) == (plain, None)
+
+
+def test_a_change_streamed_with_its_blocks_carried_apart_is_read_as_a_report_with_a_manifest():
+    """carriedblocks.py CB3: a stream's carried blocks need a manifest, and a change is one (MD1)."""
+    base = [_name(i) for i in range(4)]
+    report = _report("n1", "s-2", manifestdelta.change("s-1", base, base[:3] + [_name(9)]))
+    report.ClearField("blocks")
+    stream = carriedblocks.CarriedBlocks()
+    came = []
+    for chunk in chunking.stream_state(report, chunk_bytes=64, carried=[b"b" * 100, b"c" * 50]):
+        came += stream.feed(chunk.data)
+    assert came == [b"b" * 100, b"c" * 50]
+    assert stream.finish() == report
