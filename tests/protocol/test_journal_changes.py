@@ -94,7 +94,7 @@ def test_a_rewrite_writes_each_live_change_whole_so_it_needs_no_record_it_drops(
     live.take([("s1", journal.encode(_as_blocks("s1", s1))), ("s2", journal.encode(change))])
     live.take([("s1", None)])  # s1 filed: its record dead
     got = _decoded_data(live.rewritten())
-    assert _manifests(got) == [("p1", "s2", s2)] and not got[0].sent.blocks  # listed, as held (JB4)
+    assert _manifests(got) == [("p1", "s2", s2)] and list(got[0].sent.blocks) == [b"a carried block"]  # listed
     assert live.bytes == len(live.rewritten())
 
 
@@ -115,3 +115,18 @@ def _decoded_data(data: bytes):
     got, _, problem = journal.decode_all(data)
     assert problem is None
     return got
+
+
+def test_a_change_whose_base_a_rewrite_dropped_is_appended_in_full_form_with_its_blocks():
+    s1 = [_name(i) for i in range(6)]
+    s2 = s1[:5] + [_name(99)]
+    live = LiveFrames(rotate_bytes=0)
+    live.take([("s1", journal.encode(_as_blocks("s1", s1)))])
+    live.take([("s1", None)])  # s1 filed
+    live.rewritten()
+    live.rewrote()  # the file holds nothing of s1 now
+    data = live.take([("s2", journal.encode(_as_change("s2", "s1", s1, s2)))])
+    got = _decoded_data(data)
+    assert _manifests(got) == [("p1", "s2", s2)] and list(got[0].sent.blocks) == [b"a carried block"]
+    kept = live.take([("s3", journal.encode(_as_change("s3", "s2", s2, s2)))])  # its base is in the file
+    assert _decoded_data(kept)[0].sent.HasField("state_change")

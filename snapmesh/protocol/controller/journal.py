@@ -37,10 +37,10 @@ which runs every cluster's app through its checker, reads every report one way.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 import zlib
-import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -117,29 +117,37 @@ class CorruptJournal(Exception):
 
 class ChangeFrame(bytes):
     """The frame of a report journaled as its manifest's change (journalchanges.py JC3): its
-    bytes as written, and `whole()`, the frame a rewrite writes in its place."""
+    bytes as written, the snapshot of its base (`base`), and `whole()`, the frame written in
+    its place by a rewrite, or when the file no longer holds its base's records."""
 
     whole: Callable[[], bytes]
+    base: str
 
     @classmethod
-    def of(cls, frame: bytes, record: Reported) -> ChangeFrame:
+    def of(cls, frame: bytes, record: Reported, base: str) -> ChangeFrame:
         made = cls(frame)
-        made.whole = lambda: whole_frame(record)
+        made.whole, made.base = (lambda: whole_frame(record)), base
         return made
 
 
 def whole_frame(record: Reported) -> bytes:
-    """A live change record's frame in full form (journalchanges.py JC3): the report as the
-    controller holds it, its manifest listed and carrying no block, or its small state whole."""
+    """A change record's frame in full form (journalchanges.py JC3): the report as the controller
+    holds it, its manifest listed with the blocks the change carried, or its small state whole."""
     state = record.state
-    return encode(Reported(state=state, wall=record.wall, sent=state if state.HasField("state_blocks") else None))
+    if not state.HasField("state_blocks"):
+        return encode(Reported(state=state, wall=record.wall))
+    sent = pb.FullState()
+    sent.CopyFrom(state)
+    sent.blocks.extend(record.sent.blocks if record.sent is not None else ())
+    return encode(Reported(state=state, wall=record.wall, sent=sent))
 
 
 def encode(record: Record) -> bytes:
     if isinstance(record, Reported) and record.sent is not None:
         payload = _REPORTED_BLOCKS + _WALL.pack(record.wall) + record.sent.SerializeToString()
         if record.sent.HasField("state_change"):
-            return ChangeFrame.of(HEADER.pack(len(payload), zlib.crc32(payload)) + payload, record)
+            frame = HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+            return ChangeFrame.of(frame, record, record.sent.state_change.base_snapshot_id)
     elif isinstance(record, Reported):
         payload = _REPORTED + _WALL.pack(record.wall) + record.state.SerializeToString()
     elif isinstance(record, Restored):
@@ -194,6 +202,7 @@ class LiveFrames:
         self.size = 0  # the file's
         self.bytes = 0  # the live frames'
         self._frames: dict[str, list[bytes]] = {}  # snapshot id -> its frames, until filed
+        self._in_file: set[str] = set()  # the snapshots with frames in the file, live or not (JC3)
         self.broken: OSError | None = None  # what every append is answered with, once set
 
     def read(self, data: bytes, records: list[Record], whole: list[Record] | None = None) -> None:
@@ -207,13 +216,14 @@ class LiveFrames:
             frame = data[offset:end]
             if whole is not None and whole[at] is not record and isinstance(full := whole[at], Reported):
                 frame = ChangeFrame(frame)
-                frame.whole = functools.partial(encode, full)
+                frame.whole, frame.base = functools.partial(encode, full), record.sent.state_change.base_snapshot_id
             self.appended(record.snapshot_id, frame)
             offset = end
         self.size = len(data)
 
     def appended(self, snapshot_id: str, frame: bytes) -> None:
         self._frames.setdefault(snapshot_id, []).append(frame)
+        self._in_file.add(snapshot_id)
         self.bytes += len(frame)
 
     def forget(self, snapshot_id: str) -> None:
@@ -228,6 +238,8 @@ class LiveFrames:
             if frame is None:
                 self.forget(snapshot_id)
             elif frame:
+                if type(frame) is ChangeFrame and frame.base not in self._in_file:  # its base rewritten away (JC3)
+                    frame = frame.whole()
                 data += frame
                 self.appended(snapshot_id, frame)
         self.size += len(data)
@@ -244,6 +256,7 @@ class LiveFrames:
     def rewrote(self) -> None:
         """The file was replaced by `rewritten()`: it holds the live frames only."""
         self.size = self.bytes
+        self._in_file = set(self._frames)
 
     def rewritten(self) -> bytes:
         """What the file holds once rewritten: every live frame, a change in full form (JC3)."""

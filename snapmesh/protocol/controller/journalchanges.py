@@ -10,8 +10,9 @@ JC1. A change's base is the record of the same node's report of the base
     snapshot, earlier in the same journal file: the controller takes a manifest
     as a base only once its report's own record is durable (servicer.py: a
     report that was not journaled, a repeat or one dropped with its FAILED
-    snapshot, is answered takes_changes=False), and a rewrite keeps every live
-    change readable without the records it drops (JC3).
+    snapshot, is answered takes_changes=False), and a change whose base's records
+    the file no longer holds (a rewrite dropped them, its snapshot filed) is
+    written in full form instead (JC3).
 JC2. Read back (`expanded`), before anything else reads the records (the blocks'
     write-back and rebuild, JB3, and the replay): each change record becomes the
     record of the same report with its full manifest, in journal order, from its
@@ -21,9 +22,11 @@ JC2. Read back (`expanded`), before anything else reads the records (the blocks'
     fit it (MD2), takes every record of its snapshot with it, with one warning
     naming the snapshot, the node and the base, as JB3 does for a block gone.
 JC3. A rewrite writes each live change record in its full form (journal.py
-    ChangeFrame, `whole_frame`): the report as the controller holds it, its listed manifest
-    carrying no block (JB4: the blocks it carried were settled before any rewrite,
-    blockdir.py D8) or its small state whole. A record read back is written so too.
+    ChangeFrame, `whole_frame`), and so does an append whose base's records are
+    no longer in the file (LiveFrames.take): the report as the controller holds it,
+    its listed manifest with the blocks the change carried (JB1: its record makes
+    them durable, blockdir.py D8), or its small state whole. A record read back is
+    written so too. So no record in the file needs one the file no longer holds.
 """
 
 from __future__ import annotations
