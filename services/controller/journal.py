@@ -41,6 +41,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from snapmesh.protocol.controller import journalchanges
 from snapmesh.protocol.controller.journal import LiveFrames, Record, decode_all, encode
 from snapmesh.serving.durable import fsync_dir
 
@@ -86,10 +87,12 @@ class Journal:
             os.ftruncate(self._fd, good)
             os.fsync(self._fd)
         os.lseek(self._fd, good, os.SEEK_SET)
-        self._live.read(data[:good], records)
+        whole, gone = journalchanges.expanded(records)  # changes with their full manifests, before any reader (JC2)
+        self._live.read(data[:good], records, whole)  # a change record written whole at a rewrite (JC3)
+        warnings.extend(gone.values())
         self._loop = asyncio.get_running_loop()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="controller-journal")
-        return records, warnings
+        return journalchanges.kept(whole, gone), warnings
 
     def listen(self, listener: Callable[[], None]) -> None:
         """Call `listener()` on the loop right after each round's futures are settled (in

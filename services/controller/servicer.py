@@ -32,6 +32,7 @@ from snapmesh.protocol.appstate import digest
 from snapmesh.protocol.controller import answers, blockforms, cluster, journalblocks, listing, statuses
 from snapmesh.protocol.controller.knownblocks import DEFAULT_MAX_BYTES as KNOWN_MAX_BYTES
 from snapmesh.protocol.controller.knownblocks import KnownBlocks
+from snapmesh.protocol.controller.manifestbases import ManifestBases
 from snapmesh.protocol.controller.refusals import MissingBlocks
 from snapmesh.protocol.controller.tracker import UnknownSnapshot
 from snapmesh.settings.agreement import Agreement
@@ -44,9 +45,8 @@ from snapmesh.v1 import snapmesh_pb2_grpc as pb_grpc
 # A report as blocks of a larger state is listed without being joined (blockforms.py BF6): the
 # kept blocks (knownblocks.py) hold no state over this bound, so joining one buys nothing.
 JOINED_MAX_BYTES = KNOWN_MAX_BYTES
-# A state sent whole and of at most one block is neither cut, kept nor written before its record (the
-# record holds it whole, and its filing writes its block later, off the path): keeping it cost a thread
-# hand-off and two syncs (the block's file, its directory) before the report was taken, on every
+# A state sent whole and of at most one block is neither cut, kept nor written before its record (its
+# filing writes its block later, off the path): keeping it cost a thread hand-off and two syncs on every
 # report, to save the node at most one block's bytes on its next. It is answered takes_blocks=False,
 # so the node's next report comes whole as well (sentblocks.py).
 KEPT_MIN_BYTES = blocks.BLOCK_BYTES
@@ -82,6 +82,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.interval_s = 0.0  # periodic snapshots (main sets it): GetCluster tells clients
         self._calls = itertools.count(1)  # names each report's pins (journalblocks.py JB1)
         self._known = KnownBlocks()  # each node's last state's blocks (knownblocks.py)
+        self._bases = ManifestBases()  # each node's last manifests, the bases of its changes (manifestdelta.py)
         # Listed states (blockforms.py) are read by block: those kept here first, then the store's
         engine.machine.forms.reader = self._block_reader
         if engine.writer is not None:  # an engine that only publishes (a watchers' test) files nothing
@@ -266,17 +267,17 @@ class ControllerService(pb_grpc.ControllerServicer):
         return await self._report([request], context)
 
     async def _report(self, taken: list[pb.FullState], context, call: int = 0) -> pb.ReportStateResponse:
-        """ReportState's work on the report in `taken`, taken out of it: a held call
-        (held.py H1) waits here until its snapshot ends, and a large state that came
-        whole must not live that long in a caller's frame (blockforms.py BF5). `call`: what
-        pins its blocks (0: a new one)."""
+        """ReportState's work on the report in `taken`, taken out of it: a held call (held.py H1) waits here
+        until its snapshot ends, and a large state that came whole must not live that long in a caller's
+        frame (blockforms.py BF5). `call`: what pins its blocks (0: a new one)."""
         request = taken.pop()
         await credentials.require_peer(context, request.node_id)  # with TLS: a node reports only its own state
         listing.check_id(request.snapshot_id)
-        sent, call, names = None, call or next(self._calls), []
-        if request.HasField("state_blocks"):  # rebuilt before anything reads it (blocks.py B4)
-            sent = request  # its names made a set in the thread too: the loop goes on with the other reports
-            request, names = await asyncio.to_thread(self._named_report, request, call)
+        sent, call, names, manifest = None, call or next(self._calls), [], None
+        if request.HasField("state_blocks") or request.HasField("state_change"):  # rebuilt first (B4, MB2), its
+            # names made a set in the thread too: the loop goes on with the other reports; a change journaled as it came (JC1)
+            came, (request, names, manifest, sent) = request, await asyncio.to_thread(self._named_report, request, call)
+            sent = came if came.HasField("state_change") else sent
         elif request.HasField("state") and len(request.state) > KEPT_MIN_BYTES:  # kept for its next report (knownblocks.py)
             names, listed = await asyncio.to_thread(self._know, request, call)  # written: a thread (store.py `keep`)
             if listed is not None:  # BF5: its manifest from here on, journaled so (journalblocks.py JB4)
@@ -289,27 +290,32 @@ class ControllerService(pb_grpc.ControllerServicer):
                 # blockdir.py D8: no record of its own carries the blocks it wrote unsynced (a repeat,
                 # or held and dropped at FAILED), and the node takes them as held once answered
                 await asyncio.to_thread(self.engine.writer.store.blocks.settle)
-        except OSError:  # the journal failed: its record may be on disk, so its pins stay
-            raise
-        except Exception:  # refused: never journaled, so nothing needs its blocks kept
-            if names:
+        except Exception as exc:  # refused: never journaled, so nothing needs its blocks kept (an OSError: the
+            if names and not isinstance(exc, OSError):  # journal failed; its record may be on disk: the pins stay)
                 self.engine.writer.unpin(request.snapshot_id, call)
             raise
         self.engine.node_blocks.reported(request, names)  # a restore may send it only what it lacks
-        return pb.ReportStateResponse(takes_blocks=bool(names))  # none kept: the next one whole too
+        if based := bool(names and journaled):  # its record durable: the base of the node's next change (MB1, JC1)
+            self._bases.kept(request.node_id, request.snapshot_id, manifest or names)  # type: ignore[arg-type]
+        return pb.ReportStateResponse(takes_blocks=bool(names), takes_changes=based)  # none kept: whole next
 
-    def _named_report(self, sent: pb.FullState, call: int) -> tuple[pb.FullState, frozenset[bytes]]:
-        """`_whole_report`, and the names of `sent` as one set, for the pins and NodeBlocks (a thread)."""
-        names = frozenset(sent.state_blocks.hashes)
-        return self._whole_report(sent, call, names), names
+    def _named_report(self, sent: pb.FullState, call: int) -> tuple[pb.FullState, frozenset[bytes], list[bytes], pb.FullState]:
+        """`_whole_report` of `sent` with its full manifest (a change rebuilt from its base, manifestbases.py
+        MB2), its names as one set (the pins, NodeBlocks) and in order, and `sent` so rebuilt (a thread)."""
+        sent, manifest = self._bases.whole(sent)
+        if manifest is None:
+            manifest = list(sent.state_blocks.hashes)
+        names = frozenset(manifest)
+        return self._whole_report(sent, call, names, manifest), names, manifest, sent
 
-    def _whole_report(self, sent: pb.FullState, call: int, listed: frozenset[bytes] | None = None) -> pb.FullState:
-        """The report `sent` as blocks stood for, its references read from the store's
-        blocks, which are pinned first (journalblocks.py JB1; a thread). A large state
-        stays its block list (blockforms.py): the report in listed form, its state's
-        size and digest noted for the tracker (the node's digest, when it sent one:
-        checked against the bytes when filed, store.py; else hashed here), and one too
-        large to join is never joined (BF6); a small one is rebuilt whole. `listed`: its names, as a set."""
+    def _whole_report(self, sent: pb.FullState, call: int, listed: frozenset[bytes] | None = None,
+                      manifest: list[bytes] | None = None) -> pb.FullState:
+        """The report `sent` as blocks stood for, its references read from the store's blocks, which are
+        pinned first (journalblocks.py JB1; a thread). A large state stays its block list (blockforms.py):
+        the report in listed form, its state's size and digest noted for the tracker (the node's digest,
+        when it sent one: checked against the bytes when filed, store.py; else hashed here), and one too
+        large to join is never joined (BF6); a small one is rebuilt whole. `listed`, `manifest`: its names, as a set
+        and in order (the objects a base's names are: each hashed as a key once, MB1)."""
         store = self.engine.writer.store
         carried = {blocks.block_hash(block): block for block in sent.blocks}  # hashed once for the report
         if listed is None:  # its names made a set once: pinned as they are
@@ -319,7 +325,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         if not missing:
             taken = None
             if len(sent.state_blocks.hashes) * blocks.BLOCK_BYTES > JOINED_MAX_BYTES:
-                taken, missing = self._streamed_report(sent, call, carried, listed)
+                taken, missing = self._streamed_report(sent, call, carried, listed, manifest)
             if taken is None and not missing:  # small enough to join, or small after all
                 taken, missing = self._joined_report(sent, call, carried, listed)
             if taken is not None:
@@ -349,13 +355,13 @@ class ControllerService(pb_grpc.ControllerServicer):
         whole.state = named.state
         return whole, []
 
-    def _streamed_report(self, sent: pb.FullState, call: int, carried: dict[bytes, bytes],
-                         listed_names: frozenset[bytes]) -> tuple[pb.FullState | None, list[bytes]]:
-        """`sent` (its held blocks pinned) in listed form, its state never joined (blockforms.py
-        BF6): each block from those it carries, the kept ones or the store's file, checked
-        against its name, read for the size and digest (the node's, when it sent one) and
-        let go; or None and the blocks found nowhere (None and none: a small state, joined
-        instead). The carried ones are written and pinned as `_joined_report`'s are."""
+    def _streamed_report(self, sent: pb.FullState, call: int, carried: dict[bytes, bytes], listed_names: frozenset[bytes],
+                         manifest: list[bytes] | None = None) -> tuple[pb.FullState | None, list[bytes]]:
+        """`sent` (its held blocks pinned) in listed form, its state never joined (blockforms.py BF6): each
+        block from those it carries, the kept ones or the store's file, checked against its name, read for
+        the size and digest (the node's, when it sent one) and let go; or None and the blocks found nowhere
+        (None and none: a small state, joined instead). The carried ones are written and pinned as
+        `_joined_report`'s are."""
         known, files = self._on_disk(sent.node_id, sent.snapshot_id), self.engine.writer.store.blocks
         from_files = []  # the blocks read from their files: held, maybe, with no note of it (D10)
 
@@ -368,8 +374,8 @@ class ControllerService(pb_grpc.ControllerServicer):
 
         files.listed_for(sent.snapshot_id)
         removals = files.removals  # D10: before any of its names is looked up
-        block_list, missing = blockforms.streamed(tuple(sent.state_blocks.hashes), read, sent.state_digest,
-                                                  self._sized(sent.node_id, sent.snapshot_id))
+        block_list, missing = blockforms.streamed(sent.state_blocks.hashes if manifest is None else manifest, read,
+                                                  sent.state_digest, self._sized(sent.node_id, sent.snapshot_id))
         if block_list is None or block_list.size <= blockforms.LISTED_BYTES:  # BF2: joined, it is small
             return None, missing
         sizes = dict(zip(block_list.hashes, block_list.sizes, strict=True))
@@ -415,10 +421,9 @@ class ControllerService(pb_grpc.ControllerServicer):
         return kept_reader(self._known.reader(node_id), self.engine.writer.store.blocks, snapshot_id)
 
     def _listed_report(self, report: pb.FullState, named: blocks.Named) -> pb.FullState:
-        """`report` in listed form for the state `named` (its blocks durable and pinned),
-        its size and digest noted for the tracker (blockforms.py): the digest the node's
-        report says (hashed at its cut; checked against the bytes when filed, store.py),
-        else, from an old node, hashed here."""
+        """`report` in listed form for the state `named` (its blocks durable and pinned), its size and digest
+        noted for the tracker (blockforms.py): the digest the node's report says (hashed at its cut; checked
+        against the bytes when filed, store.py), else, from an old node, hashed here."""
         listed = blockforms.listed_report(report, named.names)
         self._hold(report.node_id, tuple(named.names), named.state)
         sizes = tuple(end - start for start, end in named.bounds)
@@ -427,10 +432,10 @@ class ControllerService(pb_grpc.ControllerServicer):
         return listed
 
     def _know(self, report: pb.FullState, call: int) -> tuple[list[bytes], pb.FullState | None]:
-        """Keep the blocks of a report that came whole (its state cut and hashed, K1), in
-        memory and on disk, pinned by `call` (store.py `keep`: the node's next report names
-        them all as held, maybe before this snapshot is filed); their names, and the report
-        in listed form when its state is large (blockforms.py BF5; None: it stays whole). A thread."""
+        """Keep the blocks of a report that came whole (its state cut and hashed, K1), in memory and on disk,
+        pinned by `call` (store.py `keep`: the node's next report names them all as held, maybe before this
+        snapshot is filed); their names, and the report in listed form when its state is large (blockforms.py
+        BF5; None: it stays whole). A thread."""
         named = blocks.names(report.state, report.state_parts)[0]
         self._known.keep(report.node_id, named)
         view = memoryview(named.state)  # the blocks as views of the state: no second copy of it

@@ -71,7 +71,7 @@ from snapmesh.services.node.reportblocks import INLINE_BYTES, ReportBlocks, mani
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.serving.durable import write_atomically, write_unsynced
-from snapmesh.protocol import blocks, chunking, wal
+from snapmesh.protocol import blocks, chunking, manifestdelta, wal
 from snapmesh.protocol.blockstate import BlockState
 from snapmesh.protocol.node import core
 from snapmesh.protocol.reports import report_message
@@ -401,7 +401,7 @@ class StateReporter:
                 else:
                     answer = await stub.ReportState(sent, timeout=REPORT_TIMEOUT_S + self._held_s)
                 self._hops.answered(left_at)
-                self._blocks.accepted(answer, names)
+                self._blocks.accepted(answer, names, message.snapshot_id)
                 size = encoded + extra
                 self._metrics.report_bytes.inc(size)
                 log.info("snapshot %s: reported state to the controller (%d bytes)", message.snapshot_id, size)
@@ -411,7 +411,9 @@ class StateReporter:
                 if not refused and sent is not message and exc.code() == grpc.StatusCode.FAILED_PRECONDITION and \
                         self._blocks.refused(exc.details() or ""):  # a block it lacks: whole now
                     log.info("snapshot %s: %s; sending it whole", message.snapshot_id, exc.details())
-                    refused = True  # formed again with nothing held: whole, or every block carried
+                    # formed again with nothing held (whole, or every block carried); a base refused
+                    # (manifestdelta.py MD3) with its full manifest, which may be refused in turn
+                    refused = not (exc.details() or "").startswith(manifestdelta.MISSING_BASE)
                     sent, names, carried, extra = await self._formed(message)
                     continue
                 self._metrics.report_failures.inc()

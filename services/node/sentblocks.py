@@ -13,13 +13,17 @@ not a copy), so the next state's blocks that did not change are compared rather
 than hashed again (blocks.py B5), or, named at the cut, taken as they are.
 A report's carried blocks can be handed back apart from its message (`form`
 `carried`), as the state's own blocks: in the message, each is a copy.
+Once the controller answered a report takes_changes, that report's manifest is
+the base, and the next report's manifest goes as its change from it
+(snapmesh/protocol/manifestdelta.py MD1, MD3); a refusal naming the base
+(MISSING_BASE) drops it, and the report goes again with its full manifest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from snapmesh.protocol import blocks
+from snapmesh.protocol import blocks, manifestdelta
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 
@@ -36,6 +40,8 @@ class SentBlocks:
         self._last: blocks.Named | None = None  # the last state formed, cut, and its blocks' hashes
         self.hashed = 0  # blocks hashed in all (the others' hashes were reused)
         self.on_formed: Callable[[blocks.Named], None] | None = None  # heldblocks.py: a copy kept on disk
+        self._base: tuple[str, list[bytes]] | None = None  # the last report answered takes_changes (MD3)
+        self._formed: dict[str, list[bytes]] = {}  # snapshot -> the manifest formed for it, the last few
 
     @property
     def last(self) -> blocks.Named | None:
@@ -52,9 +58,7 @@ class SentBlocks:
             self._last = named
             if self.on_formed is not None:  # heldblocks.py: kept on disk whichever way it was cut
                 self.on_formed(named)
-            sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set(), named,
-                                                   carry_all=self.carries(named), carried=carried)
-            return (report if sent is None else sent), names
+            return self._sent(report, named, carried)
         known = None
         state = report.state if report.HasField("state") else b""  # read once: each read is a copy
         if state:
@@ -63,17 +67,30 @@ class SentBlocks:
             self.hashed += hashed
             if self.on_formed is not None:
                 self.on_formed(known)
+        return self._sent(report, known, carried)
+
+    def _sent(
+        self, report: pb.FullState, known: blocks.Named | None, carried: list[bytes] | None,
+    ) -> tuple[pb.FullState, set[bytes]]:
         sent, names = blocks.referenced_report(report, self._held if self._takes_blocks else set(), known,
                                                carry_all=self.carries(known), carried=carried)
+        if known is not None:
+            self._formed = {**dict(list(self._formed.items())[-3:]), report.snapshot_id: known.names}
+        if sent is not None and known is not None and (base := self._base) is not None:  # MD1
+            sent.ClearField("state_blocks")
+            sent.state_change.CopyFrom(manifestdelta.change(base[0], base[1], known.names))
         return (report if sent is None else sent), names
 
     def carries(self, named: blocks.Named | None) -> bool:
         """Whether a state so named goes as blocks, each carried, even when none is held."""
         return self.carry_over is not None and named is not None and len(named.state) > self.carry_over
 
-    def accepted(self, answer: pb.ReportStateResponse, names: set[bytes]) -> None:
-        """The controller took a report whose state's blocks are `names` (`form`'s set: kept, not copied)."""
+    def accepted(self, answer: pb.ReportStateResponse, names: set[bytes], snapshot_id: str = "") -> None:
+        """The controller took the report of `snapshot_id` whose state's blocks are `names`
+        (`form`'s set: kept, not copied); answered takes_changes, its manifest is the base (MD3)."""
         self._takes_blocks = answer.takes_blocks
+        formed = self._formed.get(snapshot_id) if answer.takes_changes else None
+        self._base = (snapshot_id, formed) if formed is not None else None
         # `form`'s set, made for this report and handed over: taken as it is (a copy is 8192 entries at 64 MiB)
         self._held = names if answer.takes_blocks else set()
 
@@ -81,5 +98,8 @@ class SentBlocks:
         """Whether a refusal with `details` asks for the state whole (and nothing is taken as held now)."""
         if details.startswith(blocks.MISSING):
             self._held = set()
+            return True
+        if details.startswith(manifestdelta.MISSING_BASE):  # MD3: the full manifest now, the blocks held still
+            self._base = None
             return True
         return False

@@ -106,7 +106,7 @@ class CarriedBlocks:
             raise BadChunks(f"the chunks make a {kind} without {' or '.join(self._names)}")
         if self._header is not None and any(getattr(state, name) != getattr(self._header, name) for name in self._names):
             raise BadChunks(f"the {kind}'s {' or '.join(self._names)} changed after its first block (CB3)")
-        if self.carried and not state.HasField("state_blocks"):
+        if self.carried and not (state.HasField("state_blocks") or state.HasField("state_change")):
             raise BadChunks(f"the chunks carry blocks and no manifest ({kind}.state_blocks)")
         self._rest = bytearray()
         return state

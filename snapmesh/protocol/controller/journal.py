@@ -37,10 +37,11 @@ which runs every cluster's app through its checker, reads every report one way.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from snapmesh.protocol.controller.tracker import COMPLETE, FAILED, Now, Tracker, TrackerError, TrackerMisuse
@@ -114,9 +115,39 @@ class CorruptJournal(Exception):
     pass
 
 
+class ChangeFrame(bytes):
+    """The frame of a report journaled as its manifest's change (journalchanges.py JC3): its
+    bytes as written, the snapshot of its base (`base`), and `whole()`, the frame written in
+    its place by a rewrite, or when the file no longer holds its base's records."""
+
+    whole: Callable[[], bytes]
+    base: str
+
+    @classmethod
+    def of(cls, frame: bytes, record: Reported, base: str) -> ChangeFrame:
+        made = cls(frame)
+        made.whole, made.base = (lambda: whole_frame(record)), base
+        return made
+
+
+def whole_frame(record: Reported) -> bytes:
+    """A change record's frame in full form (journalchanges.py JC3): the report as the controller
+    holds it, its manifest listed with the blocks the change carried, or its small state whole."""
+    state = record.state
+    if not state.HasField("state_blocks"):
+        return encode(Reported(state=state, wall=record.wall))
+    sent = pb.FullState()
+    sent.CopyFrom(state)
+    sent.blocks.extend(record.sent.blocks if record.sent is not None else ())
+    return encode(Reported(state=state, wall=record.wall, sent=sent))
+
+
 def encode(record: Record) -> bytes:
     if isinstance(record, Reported) and record.sent is not None:
         payload = _REPORTED_BLOCKS + _WALL.pack(record.wall) + record.sent.SerializeToString()
+        if record.sent.HasField("state_change"):
+            frame = HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+            return ChangeFrame.of(frame, record, record.sent.state_change.base_snapshot_id)
     elif isinstance(record, Reported):
         payload = _REPORTED + _WALL.pack(record.wall) + record.state.SerializeToString()
     elif isinstance(record, Restored):
@@ -171,20 +202,28 @@ class LiveFrames:
         self.size = 0  # the file's
         self.bytes = 0  # the live frames'
         self._frames: dict[str, list[bytes]] = {}  # snapshot id -> its frames, until filed
+        self._in_file: set[str] = set()  # the snapshots with frames in the file, live or not (JC3)
         self.broken: OSError | None = None  # what every append is answered with, once set
 
-    def read(self, data: bytes, records: list[Record]) -> None:
-        """The file as read (`data`: its good prefix, which holds `records`): every frame starts live."""
+    def read(self, data: bytes, records: list[Record], whole: list[Record] | None = None) -> None:
+        """The file as read (`data`: its good prefix, which holds `records`): every frame starts
+        live. `whole`: the records in full form (journalchanges.py `expanded`), one for one: a change
+        record's frame is written so at a rewrite (JC3)."""
         offset = 0
-        for record in records:
+        for at, record in enumerate(records):
             length, _ = HEADER.unpack_from(data, offset)
             end = offset + HEADER.size + length
-            self.appended(record.snapshot_id, data[offset:end])
+            frame = data[offset:end]
+            if whole is not None and whole[at] is not record and isinstance(full := whole[at], Reported):
+                frame = ChangeFrame(frame)
+                frame.whole, frame.base = functools.partial(encode, full), record.sent.state_change.base_snapshot_id
+            self.appended(record.snapshot_id, frame)
             offset = end
         self.size = len(data)
 
     def appended(self, snapshot_id: str, frame: bytes) -> None:
         self._frames.setdefault(snapshot_id, []).append(frame)
+        self._in_file.add(snapshot_id)
         self.bytes += len(frame)
 
     def forget(self, snapshot_id: str) -> None:
@@ -199,6 +238,8 @@ class LiveFrames:
             if frame is None:
                 self.forget(snapshot_id)
             elif frame:
+                if type(frame) is ChangeFrame and frame.base not in self._in_file:  # its base rewritten away (JC3)
+                    frame = frame.whole()
                 data += frame
                 self.appended(snapshot_id, frame)
         self.size += len(data)
@@ -215,9 +256,15 @@ class LiveFrames:
     def rewrote(self) -> None:
         """The file was replaced by `rewritten()`: it holds the live frames only."""
         self.size = self.bytes
+        self._in_file = set(self._frames)
 
     def rewritten(self) -> bytes:
-        """What the file holds once rewritten: every live frame."""
+        """What the file holds once rewritten: every live frame, a change in full form (JC3)."""
+        if any(type(f) is ChangeFrame for frames in list(self._frames.values()) for f in frames):
+            for sid, frames in list(self._frames.items()):
+                whole = [f.whole() if type(f) is ChangeFrame else f for f in frames]
+                self.bytes += sum(map(len, whole)) - sum(map(len, frames))
+                self._frames[sid] = whole
         return b"".join(f for frames in self._frames.values() for f in frames)
 
 
@@ -232,8 +279,8 @@ def _decode(payload: bytes) -> Record:
         (wall,) = _WALL.unpack_from(body)
         sent = pb.FullState()
         sent.ParseFromString(body[_WALL.size:])
-        if not sent.HasField("state_blocks"):
-            raise CorruptJournal("a report journaled as blocks has no manifest")
+        if not (sent.HasField("state_blocks") or sent.HasField("state_change")):
+            raise CorruptJournal("a report journaled as blocks has no manifest nor change (journalchanges.py)")
         return Reported(state=sent, wall=wall, sent=sent)
     if kind == _STARTED:
         fields = json.loads(body)

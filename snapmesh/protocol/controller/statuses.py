@@ -14,7 +14,7 @@ The servicer (services/controller/servicer.py) only sends what `status` returns.
 
 from __future__ import annotations
 
-from snapmesh.protocol import chunking, restorestream
+from snapmesh.protocol import chunking, manifestdelta, restorestream
 from snapmesh.protocol.controller import listing, restoregate
 from snapmesh.protocol.controller.refusals import MissingBlocks, TooManySnapshots, UnknownInitiator
 from snapmesh.protocol.controller.stopping import StopFailed, StopRefused
@@ -24,6 +24,7 @@ from snapmesh.protocol.controller.tracker import TrackerError
 REFUSALS = (
     TrackerError, restoregate.Refused, UnknownInitiator, TooManySnapshots, chunking.ChunkError, listing.BadRequest,
     listing.TooLarge, StopRefused, StopFailed, MissingBlocks, restorestream.BlocksRefused,
+    manifestdelta.MissingBase, manifestdelta.BadChange,
 )
 
 
