@@ -132,11 +132,18 @@ class _ByPiece:
 
     @staticmethod
     def join(parts: list[tuple[int, tuple[str, ...] | None, bool]]) -> tuple[int, tuple[str, ...] | None, bool]:
-        """The parts' shares as one (associative: View.fold_joined joins joins)."""
-        listing = [spaces for _, spaces, _ in parts if spaces is not None]
-        total = sum(part_total for part_total, _, _ in parts) % _PRIME
-        in_order = len(listing) <= 1 and all(in_order for _, _, in_order in parts)
-        return total, (tuple(dict.fromkeys(s for spaces in listing for s in spaces)) if listing else None), in_order
+        """The parts' shares as one (associative: View.fold_joined joins joins, a changed piece's
+        path at each snapshot, so one loop and no generator for the parts that list no names)."""
+        total, listing, in_order = 0, [], True
+        for part_total, spaces, part_in_order in parts:
+            total += part_total
+            in_order = in_order and part_in_order
+            if spaces is not None:
+                listing.append(spaces)
+        if not listing:
+            return total % _PRIME, None, in_order
+        return (total % _PRIME, tuple(dict.fromkeys(s for spaces in listing for s in spaces)),
+                in_order and len(listing) <= 1)
 
 
 _BY_PIECE = _ByPiece()
