@@ -26,7 +26,7 @@ FM4. Bounded: at most MAX_RESULTS results (a piece's, or a block's: FM6) and MAX
     longest ago let go first; one let go is computed again when needed, never wrong.
     `fn`'s results are kept, so an app keeps them small (a sum, a few names).
 FM5. Counted (`blocks_read`, `bytes_folded`, `pieces_folded`, `pieces_kept`,
-    `pieces_stepped`, `blocks_stepped`, `blocks_kept`): the work a fold did, for tests
+    `pieces_stepped`, `blocks_stepped`, `blocks_kept`, `pieces_rejoined`): the work a fold did, for tests
     and the bench, which hold under a noisy machine. `bytes_folded` counts the bytes
     handed to `fn` or to its `step`.
 FM6. Finer than the piece: an `fn` with a `step(carry, block, last)` and a `join(parts)`
@@ -101,7 +101,7 @@ class FoldMemo:
         self._results: OrderedDict[tuple, Any] = OrderedDict()  # FM2's by piece, FM6's by block
         self._sizes: OrderedDict[bytes, int] = OrderedDict()
         self.blocks_read = self.bytes_folded = self.pieces_folded = self.pieces_kept = 0
-        self.pieces_stepped = self.blocks_stepped = self.blocks_kept = 0
+        self.pieces_stepped = self.blocks_stepped = self.blocks_kept = self.pieces_rejoined = 0
         self._bases: deque[_Base] = deque(maxlen=MAX_BASES)  # FM8, the latest last
 
     def fold(self, names: Sequence[bytes], read: Callable[[bytes], bytes], key: str,
@@ -202,6 +202,7 @@ class FoldMemo:
             result = self._piece(names[start:end + 1], held, read, key, fn)
             pieces[end] = (start, result)
             tree.set(at, result)  # type: ignore[union-attr]
+            self.pieces_rejoined += 1
         for i, size in zip(changed, news, strict=True):
             sizes[i] = size
         base.names = names
