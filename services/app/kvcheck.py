@@ -67,14 +67,14 @@ def _holds(view: View) -> bool:
     total, lister = 0, {}
     try:
         for node in view.states:
-            pieces = view.fold(node, _FOLD, _BY_PIECE)
-            listing = [piece for piece in pieces if piece[1] is not None]
-            if len(listing) > 1 or not all(in_order for _, _, in_order in listing):
+            # the pieces' shares joined (View.fold_joined): a changed piece re-joins its own
+            # path, no step per piece; join's in_order is False for names listed in two pieces
+            node_total, spaces, in_order = view.fold_joined(node, _FOLD, _BY_PIECE)
+            if not in_order:
                 return False  # created names in two pieces, or out of order: the slow path names why
-            for _, spaces, _ in listing:
-                if any(lister.setdefault(space, node) != node for space in spaces):
-                    return False
-            total += sum(piece_total for piece_total, _, _ in pieces)
+            if any(lister.setdefault(space, node) != node for space in spaces or ()):
+                return False
+            total += node_total
     except ValueError:  # a piece that is not a run of whole parts: the slow path reads the states whole
         return False
     total -= sum(_digest(key) for _, _, _, key in _handoffs(view))
@@ -132,10 +132,18 @@ class _ByPiece:
 
     @staticmethod
     def join(parts: list[tuple[int, tuple[str, ...] | None, bool]]) -> tuple[int, tuple[str, ...] | None, bool]:
-        listing = [spaces for _, spaces, _ in parts if spaces is not None]
-        total = sum(part_total for part_total, _, _ in parts) % _PRIME
-        in_order = len(listing) <= 1 and all(in_order for _, _, in_order in parts)
-        return total, (tuple(dict.fromkeys(s for spaces in listing for s in spaces)) if listing else None), in_order
+        """The parts' shares as one (associative: View.fold_joined joins joins, a changed piece's
+        path at each snapshot, so one loop and no generator for the parts that list no names)."""
+        total, listing, in_order = 0, [], True
+        for part_total, spaces, part_in_order in parts:
+            total += part_total
+            in_order = in_order and part_in_order
+            if spaces is not None:
+                listing.append(spaces)
+        if not listing:
+            return total % _PRIME, None, in_order
+        return (total % _PRIME, tuple(dict.fromkeys(s for spaces in listing for s in spaces)),
+                in_order and len(listing) <= 1)
 
 
 _BY_PIECE = _ByPiece()

@@ -226,8 +226,8 @@ class SnapshotStore:
         """The snapshot's records are dead (filed or retired, journalblocks.py JB2; `call`: only that
         call's report, refused, so never journaled): the pins go, and the blocks
         neither pinned nor referenced now with them. How many blocks went."""
-        with self._refs_lock:
-            freed = self.pins.unpin(snapshot_id, call)
+        with self._refs_lock:  # each call's pins narrowed by the references first (heldsets.py HS4)
+            freed = self.pins.unpin(snapshot_id, call, self.refs.unreferenced)
         return self._delete_unheld(freed)
 
     def _delete_unheld(self, names: set[bytes]) -> int:

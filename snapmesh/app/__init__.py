@@ -284,6 +284,12 @@ class View:
         known = getattr(self.states, "fold", None)
         return known(node, key, fn) if callable(known) else [fn(self.states[node])]
 
+    def fold_joined(self, node: str, key: str, fn: Any) -> Any:
+        """`fn.join(self.fold(node, key, fn))`, `join` associative (jointree.py JT1): the
+        controller re-joins only a state's changed pieces (foldmemo.py FM9)."""
+        known = getattr(self.states, "fold_joined", None)
+        return known(node, key, fn) if callable(known) else fn.join(self.fold(node, key, fn))
+
 
 def _check_app(app: App, where: str) -> None:
     """Raise AppError naming the first field of `app` that breaks the contract."""

@@ -31,6 +31,9 @@ L5. `fold(node, key, fn)` is `fn` of each piece of the node's state, in order, a
     (foldmemo.py FM1-FM5: a piece's result is kept by its blocks' names, so an
     unchanged piece costs no read at the next snapshot); any other, or one with no
     folder set, is one piece, the state, folded afresh.
+L6. `fold_joined(node, key, fn)` is `fn.join` of `fold`'s results: a listed state's
+    through the folder (`joined=True`: foldmemo.py FM9, the changed pieces re-joined
+    only); any other's, its one piece's result joined.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 T = TypeVar("T")
 # L3: (entry, snapshot id) -> the state a listed entry stands for
 Reader = Callable[[pb.NodeBalance, str], bytes]
-# L5: (entry, snapshot id, key, fn) -> fn of each piece of the state a listed entry stands for
-Folder = Callable[[pb.NodeBalance, str, str, Callable[[bytes], Any]], list[Any]]
+# L5: (entry, snapshot id, key, fn, joined) -> fn of each piece of the state a listed entry stands for
+# (joined: those joined by fn.join, L6)
+Folder = Callable[[pb.NodeBalance, str, str, Callable[[bytes], Any], bool], Any]
 _readers: list[tuple[Reader, Folder | None]] = []  # set by `with_reader`, the innermost last
 
 
@@ -84,8 +88,15 @@ class NodeStates(Mapping[str, bytes]):
         """`fn` of each piece of the node's state, in order (L5)."""
         node = self._nodes.get(node_id)
         if node is not None and _listed(node) and self._fold is not None:
-            return self._fold(node, self._snapshot_id, key, fn)
+            return self._fold(node, self._snapshot_id, key, fn, False)
         return [fn(self[node_id])]
+
+    def fold_joined(self, node_id: str, key: str, fn: Any) -> Any:
+        """`fn.join` of `fold`'s results (L6)."""
+        node = self._nodes.get(node_id)
+        if node is not None and _listed(node) and self._fold is not None:
+            return self._fold(node, self._snapshot_id, key, fn, True)
+        return fn.join([fn(self[node_id])])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._nodes)

@@ -327,3 +327,23 @@ def test_a_state_folded_against_its_base_gives_what_a_fresh_fold_gives():
     kept_before, folded_before = memo.pieces_kept, memo.pieces_folded
     assert memo.fold(same, held.__getitem__, "k", fn) == fresh
     assert memo.pieces_folded == folded_before and memo.pieces_kept - kept_before == len(fresh)
+
+
+def test_a_breakage_in_a_changed_block_is_found_and_its_repair_clears_the_verdict():
+    """Through the tracker (lazystates L6, foldmemo FM9: the pieces' shares joined in a tree kept
+    across snapshots): a key renamed in one block of a range part, then put back, then a key of
+    one node copied into the other's: each verdict is the one a check of the states whole gives."""
+    nodes, store = machines(), Store()
+    tracker = new_tracker(store)
+    whole = lambda states: kvshard.every_key_exactly_once(  # noqa: E731
+        View(snapshot_id="w", states={n: b"".join(p) for n, p in states.items()}, in_flight=[]))
+    good = {n: m.snapshot_blocks() for n, m in nodes.items()}
+    renamed = {**good, "b": [*good["b"][:3], good["b"][3].replace(b'"b/k', b'"b/x', 1), *good["b"][4:]]}
+    entry = good["a"][2][good["a"][2].index(b'"a/k'):]
+    doubled = {**good, "b": [*good["b"][:2], good["b"][2] + b"," + entry[:entry.index(b"}") + 1], *good["b"][3:]]}
+    for sid, states in (("s1", good), ("s2", renamed), ("s3", good), ("s4", doubled), ("s5", good)):
+        problems = verdict(snapshot(tracker, store, sid, states))
+        assert problems == whole(states), sid
+        assert bool(problems) == (states is not good), sid
+    # each state after the first re-joined its changed pieces' paths only (FM9), their blocks' shares kept
+    assert tracker.forms.folds.pieces_rejoined > 0 and tracker.forms.folds.blocks_kept > 0

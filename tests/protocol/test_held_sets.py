@@ -85,3 +85,27 @@ def test_what_is_held_and_freed_is_what_a_count_per_name_says_under_random_holds
         probe = rng.sample(universe, 10)
         assert held.unheld(probe) == {n for n in probe if n not in model}
         assert all((n in held) == (n in model) for n in probe)
+
+
+def test_pins_narrowed_by_the_references_first_free_what_the_unnarrowed_release_frees():
+    """HS4: a snapshot's calls' pins, each narrowed by the references before they are joined, free
+    (after the references' own check) exactly the names the release of them whole would."""
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    universe = [bytes([i]) * 32 for i in range(200)]
+    for round_ in range(40):
+        pins, plain, refs = BlockPins(), BlockPins(), BlockRefs()
+        for sid in ("s1", "s2"):
+            for call in range(rng.randrange(1, 4)):
+                names = set(rng.sample(universe, rng.randrange(0, 60)))
+                pins.pin(sid, names, call)
+                plain.pin(sid, names, call)
+        for sid in ("s0", "s1"):
+            refs.hold(sid, rng.sample(universe, rng.randrange(0, 150)))
+        call = rng.choice([None, 0, 1])
+        freed = pins.unpin("s1", call, refs.unreferenced)
+        whole = refs.unreferenced(plain.unpin("s1", call))
+        assert freed == whole, (seed, round_)
+        assert all(not refs.referenced(name) for name in freed), (seed, round_)
+        assert {name for name in universe if pins.pinned(name)} == {name for name in universe if plain.pinned(name)}

@@ -158,9 +158,11 @@ class BlockForms:
             parts.append(block)
         return b"".join(parts)
 
-    def fold(self, entry: pb.NodeBalance, snapshot_id: str, key: str, fn: Callable[[bytes], Any]) -> list[Any]:
+    def fold(self, entry: pb.NodeBalance, snapshot_id: str, key: str, fn: Callable[[bytes], Any],
+             joined: bool = False) -> Any:
         """`fn` of each piece of the state a listed entry stands for (foldmemo.py FM1-FM5),
-        its blocks read as `state` reads them (BF3) where a piece's result is not kept."""
+        its blocks read as `state` reads them (BF3) where a piece's result is not kept;
+        `joined`: those results joined by `fn.join` (foldmemo.py FM9)."""
         if self.reader is None:
             raise BlockMissing(f"snapshot {snapshot_id}, node {entry.node_id}: its state is listed and "
                                "nothing reads blocks here")
@@ -172,7 +174,7 @@ class BlockForms:
                 raise BlockMissing(f"snapshot {snapshot_id}, node {entry.node_id}, block sha256:{name.hex()}: missing")
             return block
 
-        return self.folds.fold(entry.state_blocks.hashes, checked, key, fn)
+        return (self.folds.fold_joined if joined else self.folds.fold)(entry.state_blocks.hashes, checked, key, fn)
 
     def whole(self, snapshot: pb.Snapshot) -> pb.Snapshot:
         """`snapshot` itself when nothing in it is listed, else a copy in whole form (BF1)."""

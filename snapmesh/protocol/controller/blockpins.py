@@ -12,7 +12,7 @@ references.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from snapmesh.protocol.controller.heldsets import HeldSets
 
@@ -32,14 +32,16 @@ class BlockPins:
         self._calls.setdefault(snapshot_id, set()).add(call)
         self._held.hold((snapshot_id, call), self._held.names((snapshot_id, call)).union(names))
 
-    def unpin(self, snapshot_id: str, call: int | None = None) -> set[bytes]:
-        """The pins of `call` of the snapshot go (None: all its calls'): the blocks nothing pins now."""
+    def unpin(self, snapshot_id: str, call: int | None = None,
+              narrow: Callable[[frozenset[bytes]], set[bytes]] | None = None) -> set[bytes]:
+        """The pins of `call` of the snapshot go (None: all its calls'): the blocks nothing pins now
+        (of those `narrow` leaves of each call's: heldsets.py HS4)."""
         calls = self._calls.get(snapshot_id, set())
         going = set(calls) if call is None else {call} & calls
         calls -= going
         if not calls:
             self._calls.pop(snapshot_id, None)
-        return self._held.release((snapshot_id, c) for c in going)
+        return self._held.release(((snapshot_id, c) for c in going), narrow)
 
     def unpinned(self, names: Iterable[bytes]) -> set[bytes]:
         """Those of `names` nothing pins (heldsets.py HS3)."""

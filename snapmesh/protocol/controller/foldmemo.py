@@ -26,7 +26,7 @@ FM4. Bounded: at most MAX_RESULTS results (a piece's, or a block's: FM6) and MAX
     longest ago let go first; one let go is computed again when needed, never wrong.
     `fn`'s results are kept, so an app keeps them small (a sum, a few names).
 FM5. Counted (`blocks_read`, `bytes_folded`, `pieces_folded`, `pieces_kept`,
-    `pieces_stepped`, `blocks_stepped`, `blocks_kept`): the work a fold did, for tests
+    `pieces_stepped`, `blocks_stepped`, `blocks_kept`, `pieces_rejoined`): the work a fold did, for tests
     and the bench, which hold under a noisy machine. `bytes_folded` counts the bytes
     handed to `fn` or to its `step`.
 FM6. Finer than the piece: an `fn` with a `step(carry, block, last)` and a `join(parts)`
@@ -55,6 +55,12 @@ FM8. A state folded under FM7 is kept as a base (its names, sizes, and each piec
     not noted in FM4's order (a base holds what it needs; one let go is computed again).
     A state that differs in more than MAX_HELD names is folded as FM7 says, and a state of
     more pieces than FM4's bound on results is kept as no base.
+FM9. Joined (`fold_joined`, an `fn` with FM6's `join`, associative: jointree.py JT1): the
+    pieces' results joined, kept in a base (FM8) as a JoinTree. A later state of that base
+    whose changed blocks keep their side of BLOCK_BYTES (FM1: the same pieces) re-folds the
+    pieces its changed blocks lie in, found by bisection, and re-joins their paths to the
+    root: no step per piece, nor per block, of the state. Any other state is folded as
+    `fold` does and its results joined into a new tree: the same root, as JT1 says.
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from snapmesh.app import BLOCK_BYTES
+from snapmesh.protocol.controller.jointree import JoinTree
 
 MAX_RESULTS = 1 << 16  # FM4: about 4 GiB of pieces of 64 KiB; 512 MiB of blocks (FM6), with carries of ~1 KiB
 MAX_SIZES = 1 << 20  # FM4: 8 GiB of blocks' names
@@ -80,10 +87,12 @@ _WHOLE = object()  # FM6: the piece is folded whole
 class _Base:
     """A state folded (FM8): its names, each block's size, and each piece's start and result by its end."""
 
-    __slots__ = ("key", "names", "sizes", "pieces")
+    __slots__ = ("key", "names", "sizes", "pieces", "tree", "ends")
 
     def __init__(self, key: str, names: list[bytes], sizes: list[int], pieces: dict[int, tuple[int, Any]]) -> None:
         self.key, self.names, self.sizes, self.pieces = key, names, sizes, pieces
+        self.tree: JoinTree | None = None  # FM9: the pieces' results joined, once a fold_joined asked
+        self.ends: list[int] = []  # FM9: the pieces' last blocks, ascending, with the tree
 
 
 class FoldMemo:
@@ -92,18 +101,22 @@ class FoldMemo:
         self._results: OrderedDict[tuple, Any] = OrderedDict()  # FM2's by piece, FM6's by block
         self._sizes: OrderedDict[bytes, int] = OrderedDict()
         self.blocks_read = self.bytes_folded = self.pieces_folded = self.pieces_kept = 0
-        self.pieces_stepped = self.blocks_stepped = self.blocks_kept = 0
+        self.pieces_stepped = self.blocks_stepped = self.blocks_kept = self.pieces_rejoined = 0
         self._bases: deque[_Base] = deque(maxlen=MAX_BASES)  # FM8, the latest last
 
     def fold(self, names: Sequence[bytes], read: Callable[[bytes], bytes], key: str,
              fn: Callable[[bytes], Any]) -> list[Any]:
         """`fn` of each piece (FM1) of the state `names` names, in order; `read` gives a
         block by its name, checked against it, or raises (BF3)."""
+        names = list(names)  # a message's repeated field makes a new bytes at each look: one look each
+        return self._fold(names, *self._base(key, names), read, key, fn)[0]
+
+    def _fold(self, names: list[bytes], base: _Base | None, changed: list[int], read: Callable[[bytes], bytes],
+              key: str, fn: Callable[[bytes], Any]) -> tuple[list[Any], _Base | None]:
+        """`fold`'s results, and the base it kept of the state (FM8), if any."""
         held: dict[bytes, bytes] = {}  # the blocks read for this state, until their piece is folded
         out, start = [], 0
-        names = list(names)  # a message's repeated field makes a new bytes at each look: one look each
         last = len(names) - 1
-        base, changed = self._base(key, names)
         if base is not None:  # FM8: only the names that differ from the base's looked up
             found: list[Any] = base.sizes.copy()
             for i in changed:
@@ -136,7 +149,8 @@ class FoldMemo:
                 start = end + 1
             if names and len(pieces) <= self.max_results:  # FM8: a base is held within FM4's bound too
                 self._bases.append(_Base(key, names, found, pieces))
-            return out
+                return out, self._bases[-1]
+            return out, None
         sizes, touch = self._sizes.get, self._sizes.move_to_end
         for i, name in enumerate(names):
             if (size := sizes(name)) is not None:
@@ -148,7 +162,52 @@ class FoldMemo:
                 out.append(self._piece(names[start:i + 1], held, read, key, fn))
                 held.clear()
                 start = i + 1
-        return out
+        return out, None
+
+    def fold_joined(self, names: Sequence[bytes], read: Callable[[bytes], bytes], key: str, fn: Any) -> Any:
+        """`fn.join` of `fold`'s results (FM9), re-joining only the changed pieces' paths."""
+        names = list(names)
+        base, changed = self._base(key, names)
+        if base is not None and base.tree is not None:
+            joined = self._rejoined(base, names, changed, read, key, fn)
+            if joined is not _WHOLE:
+                return joined
+        results, made = self._fold(names, base, changed, read, key, fn)
+        if made is None:  # kept as no base (FM8): joined afresh
+            return fn.join(results)
+        made.tree, made.ends = JoinTree(results, fn.join), list(made.pieces)
+        return made.tree.root()
+
+    def _rejoined(self, base: _Base, names: list[bytes], changed: list[int], read: Callable[[bytes], bytes],
+                  key: str, fn: Any) -> Any:
+        """FM9: the base's tree with the pieces of the `changed` blocks folded again; _WHOLE
+        when a changed block moves across BLOCK_BYTES (other pieces: folded by `fold`)."""
+        held: dict[bytes, bytes] = {}
+        sizes = base.sizes
+        news = []
+        for i in changed:
+            size = self._sizes.get(names[i])
+            if size is None:
+                held[names[i]] = block = self._read(read, names[i])
+                size = len(block)
+            else:
+                self._sizes.move_to_end(names[i])  # FM4's order, as FM8's look-ups
+            if (size < BLOCK_BYTES) != (sizes[i] < BLOCK_BYTES):
+                return _WHOLE
+            news.append(size)
+        ends, pieces, tree = base.ends, base.pieces, base.tree
+        for at in sorted({bisect_left(ends, i) for i in changed}):
+            end = ends[at]
+            start = pieces[end][0]
+            result = self._piece(names[start:end + 1], held, read, key, fn)
+            pieces[end] = (start, result)
+            tree.set(at, result)  # type: ignore[union-attr]
+            self.pieces_rejoined += 1
+        for i, size in zip(changed, news, strict=True):
+            sizes[i] = size
+        base.names = names
+        self._bases.append(base)  # taken out by _base: the state replaces it
+        return tree.root()  # type: ignore[union-attr]
 
     def _base(self, key: str, names: list[bytes]) -> tuple[_Base | None, list[int]]:
         """FM8: the base a state of `names` is compared with (taken out: the state replaces it), and

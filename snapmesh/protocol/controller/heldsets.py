@@ -18,11 +18,17 @@ HS3. Nothing is counted per name: a holder's names are kept as the one frozenset
     of which a few hundred changed: a count per name cost a dict update for every
     one, each time; a set difference with the holder before costs one look-up in C,
     and what is left after the first few holders is only what changed.
+HS4. `release(holders, narrow)`: each let-go set is first narrowed by `narrow` (names ->
+    those of them another owner does not hold, e.g. the store's references for its pins)
+    and only what is left is joined and checked here: a filed snapshot's pins, each set
+    a node's names and all of them referenced, made a union of every node's names and
+    checked it twice (3x the CPU of narrowing each); narrowed, the union is what changed.
+    The same names are freed either way: narrowing and the check here commute.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 
 class HeldSets:
@@ -36,11 +42,15 @@ class HeldSets:
         self._sets[holder] = after
         return self.unheld(before - after)
 
-    def release(self, holders: Iterable[Hashable]) -> set[bytes]:
-        """`holders` hold nothing any more: the names of theirs none holds now (HS2)."""
-        let_go = [names for holder in list(holders) if (names := self._sets.pop(holder, None)) is not None]
+    def release(self, holders: Iterable[Hashable],
+                narrow: Callable[[frozenset[bytes]], set[bytes]] | None = None) -> set[bytes]:
+        """`holders` hold nothing any more: the names of theirs none holds now (HS2), each
+        holder's narrowed first by `narrow` (HS4)."""
+        let_go: list = [names for holder in list(holders) if (names := self._sets.pop(holder, None)) is not None]
+        if narrow is not None:
+            let_go = [narrow(names) for names in let_go]
         if len(let_go) > 1:
-            let_go = [frozenset().union(*let_go)]
+            let_go = [set().union(*let_go)]
         return self.unheld(let_go[0]) if let_go else set()
 
     def names(self, holder: Hashable) -> frozenset[bytes]:
