@@ -42,7 +42,7 @@ from snapmesh.reconcile.common import InputError
 from snapmesh.reconcile.longlines import line_bound, replace_long
 from snapmesh.reconcile.parse import file_first_lsn, locate_lines, parse_log_lines
 from snapmesh.reconcile.schema import INGESTED
-from snapmesh.spark.session import EXIT_BAD_INPUT, build_session, out_of_memory, stop_session
+from snapmesh.spark.session import EXIT_BAD_INPUT, out_of_memory, session_for, stop_session
 from snapmesh.reconcile.segments import (
     COLUMNAR_DIR,
     MARKERS_DIR,
@@ -166,7 +166,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     existing = SparkSession.getActiveSession()
-    spark = existing or build_session(args.master)
+    # a small input gets the small-input settings, as `snapmesh reconcile` does: the
+    # optimizing JIT and generated code cost a few-MB conversion more than they save
+    spark = existing or session_for(args.master, args.data_dir)
     try:
         converted = ingest(spark, args.data_dir)
     except InputError as e:

@@ -47,8 +47,8 @@ from snapmesh.spark.session import (
     EXIT_BAD_INPUT,
     EXIT_INCONSISTENT,
     EXIT_OK,
-    build_session,
     out_of_memory,
+    session_for,
     stop_session,
     wait_for_executors,
     wait_for_master,
@@ -387,17 +387,6 @@ def run_job(
 # ------------------------------------------------------------------------ session
 
 
-SMALL_INPUT_BYTES = 32 << 20  # below this a run is over in seconds: tune for start-up
-
-
-def input_bytes(data_dir: str) -> int | None:
-    """Bytes of a local data dir's logs (None when it is not local: unknown)."""
-    if not _is_local(data_dir) or not os.path.isdir(_local(data_dir)):
-        return None
-    with os.scandir(_local(data_dir)) as entries:
-        return sum(e.stat().st_size for e in entries if e.is_file() and ".log." in e.name)
-
-
 def parser(prog: str = "snapmesh reconcile") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
@@ -465,8 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if standalone:
             wait_for_master(args.master, args.master_timeout)
-        size = input_bytes(args.data_dir)
-        spark = existing or build_session(args.master, small=size is not None and size < SMALL_INPUT_BYTES)
+        spark = existing or session_for(args.master, args.data_dir)
     except InputError as e:
         print(f"snapmesh reconcile: bad input: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
@@ -67,6 +68,28 @@ def wait_for_executors(spark: SparkSession, master: str, timeout_s: float) -> No
                 "(no live worker, or none with the cores and memory asked for)"
             )
         time.sleep(0.2)
+
+
+SMALL_INPUT_BYTES = 32 << 20  # below this a run is over in seconds: tune for start-up
+
+
+def input_bytes(data_dir: str) -> int | None:
+    """Bytes of a local data dir's logs, sealed segments included (None when it is not local: unknown)."""
+    url = urlparse(data_dir)
+    if url.scheme not in ("", "file"):
+        return None
+    local = url.path if url.scheme == "file" else data_dir
+    if not os.path.isdir(local):
+        return None
+    with os.scandir(local) as entries:
+        return sum(e.stat().st_size for e in entries if e.is_file() and ".log." in e.name)
+
+
+def session_for(master: str | None, data_dir: str) -> SparkSession:
+    """``build_session`` with the small-input settings when ``data_dir``'s logs are known
+    to be under SMALL_INPUT_BYTES: the choice of `snapmesh reconcile` and of its ``ingest``."""
+    size = input_bytes(data_dir)
+    return build_session(master, small=size is not None and size < SMALL_INPUT_BYTES)
 
 
 def build_session(master: str | None, app_name: str = "snapmesh-reconcile", *, small: bool = False) -> SparkSession:

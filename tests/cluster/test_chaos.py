@@ -1,9 +1,9 @@
 """`snapmesh chaos`: the seeded schedule, the checks on a doctored outcome, one
-real 1-minute seeded campaign on local processes (part of `make test` and
+real 30-second seeded campaign on local processes (part of `make test` and
 `make test-fast`; it needs no Docker), and one short seeded campaign on the
 Docker compose stack (`--compose`, marked `docker`: skipped, loudly, without
 an engine). Replay a failure with the command the run prints, e.g.
-`snapmesh chaos --seed 11 --duration 60`.
+`snapmesh chaos --seed 11 --duration 30`.
 """
 
 from __future__ import annotations
@@ -124,12 +124,14 @@ def _assert_clean_run(done: subprocess.CompletedProcess, replay: str, figures_fi
 @pytest.mark.cluster
 @pytest.mark.spark
 @pytest.mark.timeout(900)
-def test_a_one_minute_seeded_campaign_loses_nothing(tmp_path: Path) -> None:
+def test_a_half_minute_seeded_campaign_loses_nothing(tmp_path: Path) -> None:
+    """The first round (every kind once, two of them kills) runs to its end past the 30 s, which is
+    what the assertions need; the drawn faults after it are `make chaos`'s (about 8 more a minute)."""
     figures_file = tmp_path / "figures.json"
-    argv = [sys.executable, "-m", "snapmesh.cli", "chaos", "--seed", str(SEED), "--duration", "60",
+    argv = [sys.executable, "-m", "snapmesh.cli", "chaos", "--seed", str(SEED), "--duration", "30",
             "--dir", str(tmp_path / "run"), "--json", str(figures_file)]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=840)
-    figures = _assert_clean_run(done, f"snapmesh chaos --seed {SEED} --duration 60", figures_file)
+    figures = _assert_clean_run(done, f"snapmesh chaos --seed {SEED} --duration 30", figures_file)
     assert set(figures["faults"]) == set(sched.KINDS), figures["faults"]  # every kind at least once
     assert figures["faults"][sched.KILL] + figures["faults"][sched.KILL_TWO] >= 2
     assert figures["second_instances_refused"] == figures["faults"][sched.SECOND_INSTANCE]

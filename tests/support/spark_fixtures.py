@@ -3,7 +3,9 @@
 Starting a session costs seconds, so it is session-scoped: local[2], a 512m driver
 heap, two shuffle partitions, no UI, and the small-input settings of `snapmesh
 reconcile` (quick JIT only, interpreted expressions: compiling generated code for
-each query costs more than running it on test-sized data). Modules import the fixture:
+each query costs more than running it on test-sized data), and, as `build_session`
+sets it, no capture of each column function's Python call site (four JVM round trips
+a call). Modules import the fixture:
 `from spark_fixtures import spark  # noqa: F401`.
 """
 
@@ -30,6 +32,7 @@ def spark() -> Iterator[object]:
         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m")
         .config("spark.sql.codegen.wholeStage", "false")
         .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
