@@ -40,9 +40,13 @@ abort's removal also goes through the log, so it follows the save). A restarted 
 snapshot then runs again here when its markers are resent.
 
 A state of more than reportblocks.INLINE_BYTES is saved as blocks, each once
-(services/node/reportblocks.py RK1-RK4): the file holds its manifest, and the
-round writes only the blocks no earlier save wrote (those that changed), hashed
-only where they changed, in the round's thread, with the same one sync.
+(services/node/reportblocks.py RK1-RK6): the file holds its manifest and carries
+the blocks not durable on disk yet (those that changed: snapmesh/protocol/savedblocks.py
+SV1-SV3), hashed only where they changed. The save makes that one file durable itself
+(its fdatasync, its directory's fsync) before the round writes the records, and returns
+nothing for the round to sync: the round's own fdatasync follows, and no syncfs waits
+for the other processes' writes. The blocks go to their directory after the report
+is sent (`_collect`, off its path).
 
 The blocks a report carries (all of them at a first report of a large state) are
 kept apart from its message, as the state's own blocks (`_formed`), and streamed
@@ -70,7 +74,7 @@ from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.reportblocks import INLINE_BYTES, ReportBlocks, manifest
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.services.node.translog import TransferLog
-from snapmesh.serving.durable import write_atomically, write_unsynced
+from snapmesh.serving.durable import write_atomically, write_pieces_durably, write_unsynced
 from snapmesh.protocol import blocks, chunking, manifestdelta, wal
 from snapmesh.protocol.blockstate import BlockState
 from snapmesh.protocol.node import core
@@ -132,7 +136,9 @@ class PendingReports:
     `<directory>/<sha256 of the snapshot id>.fullstate` (any id makes a valid
     name), a header line `snapmesh-fullstate 1 lsn=<L> bytes=<N>` (the log
     position the state rests on, the encoding's length; a file of an older
-    version has no `bytes=`) then the FullState's protobuf encoding."""
+    version has no `bytes=`) then the FullState's protobuf encoding. A state saved
+    as blocks adds ` carried=<C>` to the header and C bytes after the encoding: the
+    blocks it carries (savedblocks.py SV1), each a 4-byte big-endian length then the block."""
 
     SUFFIX = ".fullstate"
     _MAGIC = b"snapmesh-fullstate 1 lsn="
@@ -150,6 +156,17 @@ class PendingReports:
         body = message.SerializeToString()
         return self._MAGIC + str(lsn).encode() + b" bytes=" + str(len(body)).encode() + b"\n" + body
 
+    def pieces(self, message: pb.FullState, lsn: int, carried: list[bytes | memoryview]) -> list[bytes | memoryview]:
+        """The file's contents for `message` saved as blocks, carrying `carried` (SV1), in
+        pieces: the blocks are written as they are, never copied into one."""
+        body = message.SerializeToString()
+        frames: list[bytes | memoryview] = []
+        for block in carried:
+            frames += (len(block).to_bytes(4, "big"), block)
+        size = sum(len(frame) for frame in frames)
+        header = self._MAGIC + b"%d bytes=%d carried=%d\n" % (lsn, len(body), size)
+        return [header, body, *frames]
+
     def write(self, snapshot_id: str, data: bytes) -> None:
         """Write `encode`'s bytes atomically (temp file, fsync, rename, fsync the directory)."""
         write_atomically(self._path(snapshot_id), data)
@@ -164,13 +181,16 @@ class PendingReports:
     def save_unsynced(
         self, message: pb.FullState, lsn: int, state: bytes | BlockState, named: blocks.Named | None = None,
     ) -> list[Path]:
-        """`message` (whose state is `state`) saved for a sync that follows (the log
-        round's): a large state's new blocks, then the file (RK1); every path written."""
+        """`message` (whose state is `state`) saved: a small state's file for a sync that
+        follows (the log round's), the paths written; a large state's file with its
+        manifest and the blocks it carries (RK1, SV1), durable already: nothing to sync."""
         if len(state) <= INLINE_BYTES:
             return [self.write_unsynced(message.snapshot_id, self.encode(message, lsn))]
-        named, written = self.blocks.save(message.snapshot_id, state, tuple(message.state_parts), named)
+        named, carried = self.blocks.save(message.snapshot_id, state, tuple(message.state_parts), named)
         self.named[message.snapshot_id] = named  # the report's form takes its names (RK4)
-        return [*written, self.write_unsynced(message.snapshot_id, self.encode(manifest(message, named.names), lsn))]
+        pieces = self.pieces(manifest(message, named.names), lsn, [block for _, block in carried])
+        write_pieces_durably(self._path(message.snapshot_id), pieces)
+        return []
 
     def remove(self, snapshot_id: str) -> None:
         # No directory fsync: a file that comes back after a crash is reported
@@ -186,6 +206,7 @@ class PendingReports:
         self.directory.mkdir(exist_ok=True)
         found = []
         listed: dict[str, list[bytes]] = {}  # the reports saved as blocks: their blocks stay (RK2)
+        carried: dict[bytes, bytes] = {}  # the blocks their files carry, checked: written to the directory (SV3)
         for path in sorted(self.directory.iterdir(), key=lambda p: (p.stat().st_mtime_ns, p.name)):
             if path.suffix == ".tmp":
                 path.unlink()  # never renamed into place: its snapshot's records are not durable either
@@ -199,13 +220,19 @@ class PendingReports:
                 continue
             header, _, body = data.partition(b"\n")
             lsn_text, _, size_text = header.removeprefix(self._MAGIC).partition(b" bytes=")
-            if not header.startswith(self._MAGIC) or not lsn_text.isdigit() or (size_text and not size_text.isdigit()):
+            size_text, _, carried_text = size_text.partition(b" carried=")
+            if not header.startswith(self._MAGIC) or not lsn_text.isdigit() or (size_text and not size_text.isdigit()) \
+                    or (carried_text and not carried_text.isdigit()):
                 raise CorruptReportError(f"{path}: not a pending report (bad header {header[:60]!r})")
-            if size_text and len(body) < int(size_text):  # part of its bytes durable: as above
-                log.warning("%s: a pending report cut short (%d of %s bytes; power lost while it was synced); "
-                            "dropping it", path, len(body), size_text.decode())
+            expected = (int(size_text) if size_text else 0) + (int(carried_text) if carried_text else 0)
+            if len(body) < expected:  # part of its bytes durable: as above
+                log.warning("%s: a pending report cut short (%d of %d bytes; power lost while it was synced); "
+                            "dropping it", path, len(body), expected)
                 path.unlink()
                 continue
+            own: dict[bytes, bytes] = {}
+            if carried_text:
+                body, own = body[:int(size_text)], _carried_blocks(path, body[int(size_text):])
             message = pb.FullState()
             try:
                 message.ParseFromString(body)
@@ -215,18 +242,33 @@ class PendingReports:
                 raise CorruptReportError(f"{path}: holds snapshot {message.snapshot_id!r}, not the one it is named for")
             if message.HasField("state_blocks") and not message.HasField("state"):  # saved as blocks (RK1, RK3)
                 names = list(message.state_blocks.hashes)
-                state, why = self.blocks.state(names)
+                state, why = self.blocks.state(names, own)
                 if state is None:
                     log.warning("%s: a pending report saved as blocks whose %s (power lost while it was "
                                 "synced, or it was sent since); dropping it", path, why)
                     path.unlink()
                     continue
                 listed[message.snapshot_id] = names
+                carried.update(own)
                 message.ClearField("state_blocks")
                 message.state = state
             found.append((message, int(lsn_text)))
-        self.blocks.sweep(listed)
+        self.blocks.sweep(listed, carried)
         return found
+
+
+def _carried_blocks(path: Path, data: bytes) -> dict[bytes, bytes]:
+    """The blocks a pending report's file carries (SV1), by their hash. Raises CorruptReportError."""
+    out: dict[bytes, bytes] = {}
+    view, at = memoryview(data), 0
+    while at < len(data):
+        size = int.from_bytes(view[at:at + 4], "big")
+        if at + 4 + size > len(data) or size > blocks.BLOCK_BYTES:
+            raise CorruptReportError(f"{path}: a carried block at byte {at} of its blocks runs past them")
+        block = bytes(view[at + 4:at + 4 + size])
+        out[blocks.block_hash(block)] = block
+        at += 4 + size
+    return out
 
 
 class StateReporter:
@@ -249,7 +291,7 @@ class StateReporter:
         self._options = options
         self._channel: grpc.aio.Channel | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._collecting: asyncio.Future[int] | None = None  # the saves' unused blocks being deleted (`_collect`)
+        self._collecting: asyncio.Future[int] | None = None  # the saves' blocks being deleted or written (`_collect`)
         self._rng = random.Random()
         self._pending = pending
         self._kept: dict[str, tuple[pb.FullState, int]] = {}  # finished, not yet durable: sent at `send`
@@ -315,9 +357,10 @@ class StateReporter:
 
     def _collect(self) -> None:
         """The saves' unused blocks deleted in a thread, off the log's round (reportblocks.py
-        RK2), one collection at a time: one under way leaves the rest to the next report."""
+        RK2), and the blocks its file carried written there (RK1, SV2), one collection at a time:
+        one under way leaves the rest to the next report."""
         pending = self._pending
-        if pending is None or not pending.blocks.garbage:
+        if pending is None or not pending.blocks.unsettled:
             return
         if self._collecting is not None and not self._collecting.done():
             return

@@ -1,6 +1,6 @@
 """Files that survive a crash: the one place the node, its pending reports and
 the controller's journal and store get `fsync_dir`, `write_atomically`,
-`write_unsynced`, `sync_files`, `sync_renamed` and `sync_with_log`."""
+`write_pieces_durably`, `write_unsynced`, `sync_files`, `sync_renamed` and `sync_with_log`."""
 
 from __future__ import annotations
 
@@ -57,6 +57,23 @@ def write_atomically(path: Path, data: bytes) -> Path:
     return path
 
 
+def write_pieces_durably(path: Path, pieces: Sequence[bytes | memoryview]) -> Path:
+    """`write_atomically` of the pieces joined, never joined in memory: a temp file,
+    the pieces, its fdatasync, the rename, the directory's fsync. Its syncs are this
+    file's and its directory's alone: no other process's writes are waited for."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, pieces)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return path
+
+
 def write_unsynced(path: Path, data: bytes) -> Path:
     """`write_atomically` without its two syncs: a process crash leaves `path`
     whole or as it was (the rename is atomic and the page cache survives it);
@@ -70,15 +87,20 @@ def _replace(path: Path, data: bytes, *, sync: bool) -> Path:
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, (data,))
         if sync:
             os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
     return path
+
+
+def _write_all(fd: int, pieces: Sequence[bytes | memoryview]) -> None:
+    for piece in pieces:
+        view = memoryview(piece)
+        while view:
+            view = view[os.write(fd, view):]
 
 
 def sync_with_log(log_fd: int, directory: Path, paths: Sequence[Path]) -> int:

@@ -130,6 +130,7 @@ def test_a_block_the_pending_report_wrote_is_linked_not_written_again(tmp_path):
     state = random.Random(7).randbytes(12 * B)
     pending = PendingReports(tmp_path / "p1.reports")
     pending.save_unsynced(pb.FullState(snapshot_id="s1", node_id="p1", state=state), 1, state)
+    pending.blocks.collect()  # the blocks its file carried, in their directory (RK1)
     named = blocks.names(state)[0]
     gone = named.names[4]
     pending.blocks.path(gone).unlink()  # as a collection after a later save would
