@@ -1,6 +1,6 @@
 """The blocks of a node's pending reports, each kept once: `<reports dir>/blocks/<hex>`.
 
-A pending report (reporter.py `PendingReports`) of a large state was a whole
+A pending report (pendingreports.py `PendingReports`) of a large state was a whole
 copy of it, written and synced at every snapshot: 64 MiB for 64 KiB changed,
 on the report's path. Now the file of a state of more than INLINE_BYTES holds
 its manifest (`FullState.state_blocks`, no `state`), and its blocks are files

@@ -30,7 +30,8 @@ from snapmesh.services.node.engine import AppMessage, Engine
 from snapmesh.services.node.loggedreports import logged_reports
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.recovery import recover
-from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
+from snapmesh.services.node.pendingreports import CorruptReportError, PendingReports
+from snapmesh.services.node.reporter import StateReporter
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.serving import durable
 from snapmesh.protocol.node import core

@@ -13,7 +13,7 @@ import pytest
 
 from snapmesh.protocol import blocks
 from snapmesh.serving import durable
-from snapmesh.services.node.reporter import PendingReports
+from snapmesh.services.node.pendingreports import PendingReports
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 B = blocks.BLOCK_BYTES

@@ -14,7 +14,7 @@ import random
 import pytest
 
 from snapmesh.protocol import blocks
-from snapmesh.services.node.reporter import CorruptReportError, PendingReports
+from snapmesh.services.node.pendingreports import CorruptReportError, PendingReports
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 B = blocks.BLOCK_BYTES
