@@ -104,8 +104,14 @@ _IOV_MAX = 1024  # Linux's: the most pieces one writev(2) takes
 
 
 def _write_all(fd: int, pieces: Sequence[bytes | memoryview]) -> None:
-    """Every piece, in order, by writev(2): one call for many blocks, not one each."""
+    """Every piece, in order: many (a report's blocks) by writev(2), one call for
+    many blocks, not one each; a lone one by write(2)."""
     views = [memoryview(piece) for piece in pieces if len(piece)]
+    if len(views) == 1:
+        view = views[0]
+        while view:
+            view = view[os.write(fd, view):]
+        return
     at = 0
     while at < len(views):
         written = os.writev(fd, views[at:at + _IOV_MAX])
