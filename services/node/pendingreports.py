@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError
 
 from snapmesh.protocol import blocks
 from snapmesh.protocol.blockstate import BlockState
-from snapmesh.services.node.reportblocks import INLINE_BYTES, ReportBlocks, manifest
+from snapmesh.services.node.reportblocks import INLINE_BYTES, ReportBlocks
 from snapmesh.serving.durable import write_atomically, write_pieces_durably, write_unsynced
 from snapmesh.v1 import snapmesh_pb2 as pb
 
@@ -50,10 +50,9 @@ class PendingReports:
         body = message.SerializeToString()
         return self._MAGIC + str(lsn).encode() + b" bytes=" + str(len(body)).encode() + b"\n" + body
 
-    def pieces(self, message: pb.FullState, lsn: int, carried: list[bytes | memoryview]) -> list[bytes | memoryview]:
-        """The file's contents for `message` saved as blocks, carrying `carried` (SV1), in
-        pieces: the blocks are written as they are, never copied into one."""
-        body = message.SerializeToString()
+    def pieces(self, body: bytes, lsn: int, carried: list[bytes | memoryview]) -> list[bytes | memoryview]:
+        """The file's contents for the manifest encoded as `body` (reportblocks.RK7),
+        carrying `carried` (SV1), in pieces: the blocks are written as they are, never copied into one."""
         frames: list[bytes | memoryview] = []
         for block in carried:
             frames += (len(block).to_bytes(4, "big"), block)
@@ -82,7 +81,7 @@ class PendingReports:
             return [self.write_unsynced(message.snapshot_id, self.encode(message, lsn))]
         named, carried = self.blocks.save(message.snapshot_id, state, tuple(message.state_parts), named)
         self.named[message.snapshot_id] = named  # the report's form takes its names (RK4)
-        pieces = self.pieces(manifest(message, named.names), lsn, [block for _, block in carried])
+        pieces = self.pieces(self.blocks.manifest_body(message, named.names), lsn, [block for _, block in carried])
         write_pieces_durably(self._path(message.snapshot_id), pieces)
         return []
 

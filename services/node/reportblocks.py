@@ -43,6 +43,10 @@ RK6. A save follows what changed, not the state's size: the blocks it writes are
     state or a pending report names it (the same set as "every file minus what is
     kept", RK2, reached without a set of every block the last state and the pending
     reports name). A state of another number of blocks is compared by sets.
+RK7. The manifest's encoding (its `state_blocks` field, 34 bytes a name) is kept from
+    the last save and patched where names changed: encoding 8,192 names afresh for
+    each report's file cost ~0.5 ms at 64 MiB, whatever changed. A state of another
+    number of blocks, or after a save that failed half way, is encoded whole.
 """
 
 from __future__ import annotations
@@ -63,6 +67,10 @@ from snapmesh.v1 import snapmesh_pb2 as pb
 log = logging.getLogger(__name__)
 
 INLINE_BYTES = 64 * 1024  # a state up to this size stays in its report's file
+# RK7: the encodings of a StateBlocks' 32-byte hash (its field's tag and length) and of FullState.state_blocks' tag
+_ENTRY = pb.StateBlocks(hashes=[bytes(32)]).SerializeToString()[:-32]
+_ENTRY_BYTES = len(_ENTRY) + 32
+_STATE_BLOCKS_TAG = pb.FullState(state_blocks=pb.StateBlocks(hashes=[b"x"])).SerializeToString()[:-4]
 
 
 class ReportBlocks:
@@ -77,6 +85,7 @@ class ReportBlocks:
         self._last_set: frozenset[bytes] | None = None  # the last state's names, as `_named` holds them (RK6)
         self._forgotten: list[frozenset[bytes]] = []  # the blocks of reports forgotten since the last save (RK6)
         self._lock = threading.Lock()  # a save, and each of `collect`'s deletes (RK2)
+        self._entries: bytearray | None = None  # RK7: the last state's names as StateBlocks encodes them
         # carried by a save's file, not yet durable here: name -> the block, until `collect` syncs it (SV2)
         self._unsettled: dict[bytes, bytes | memoryview] = {}
 
@@ -118,6 +127,7 @@ class ReportBlocks:
         self._last_set = kept
         self._named[snapshot_id] = kept
         self._last = named
+        self._encode(names, changed, same=last is not None and type(changed) is not range)
         # RK6: what may have stopped being needed since the last save: the last state's blocks
         # this one changed, the blocks of the reports forgotten since, and what was garbage
         forgotten, self._forgotten = self._forgotten, []
@@ -132,6 +142,25 @@ class ReportBlocks:
         self._garbage = {name for name in candidates
                          if name in on_disk and name not in kept and not any(name in held for held in pending)}
         return named, carried
+
+    def _encode(self, names: list[bytes], changed: Iterable[int], same: bool) -> None:
+        """RK7: `_entries` for `names`, patched at `changed` (`same`: as many as the last)."""
+        entries, self._entries = self._entries, None  # None until done: a save that fails encodes whole next
+        if not same or entries is None or len(entries) != _ENTRY_BYTES * len(names):
+            entries = bytearray(_ENTRY.join([b"", *names]))
+        else:
+            for i in changed:
+                at = _ENTRY_BYTES * i + len(_ENTRY)
+                entries[at:at + 32] = names[i]
+        if len(entries) == _ENTRY_BYTES * len(names):  # every name 32 bytes: else `manifest` encodes them
+            self._entries = entries
+
+    def manifest_body(self, message: pb.FullState, names: list[bytes]) -> bytes:
+        """`manifest(message, names)`'s encoding, its names from the last save's (RK7)."""
+        entries = self._entries
+        if entries is None or len(entries) != _ENTRY_BYTES * len(names):
+            return manifest(message, names).SerializeToString()
+        return blocks.without_state(message).SerializeToString() + _STATE_BLOCKS_TAG + _varint(len(entries)) + entries
 
     @property
     def garbage(self) -> int:
@@ -269,6 +298,15 @@ def _write_in_place(path: str, data: memoryview) -> Path:
     finally:
         os.close(fd)
     return Path(path)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def manifest(message: pb.FullState, names: list[bytes]) -> pb.FullState:

@@ -77,3 +77,23 @@ def test_the_garbage_is_every_file_nothing_needs_after_any_history(tmp_path):
     kept = frozenset(named.names).union(*pending.values())
     assert {bytes.fromhex(p.name) for p in saved.directory.iterdir()} == kept
     assert saved.state(list(named.names)) == (bytes(state), "")
+
+
+def test_the_manifest_kept_from_the_last_save_parses_as_the_manifest_of_any_state(tmp_path):
+    """RK7: patched where names changed, encoded whole where the count changed or a save failed."""
+    from snapmesh.services.node.reportblocks import manifest
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    rng = random.Random(7)
+    saved = ReportBlocks(tmp_path / "blocks")
+    state = bytearray(rng.randbytes(20 * B))
+    message = pb.FullState(snapshot_id="s", node_id="p1", app_name="blob", app_version=1, cut_at_unix_ns=5)
+    for n in range(40):
+        for _ in range(rng.randrange(4)):
+            state[rng.randrange(len(state))] ^= 1 + rng.randrange(255)
+        if rng.random() < 0.15:
+            state = state[: rng.randrange(8, 20) * B] if rng.random() < 0.5 else state + rng.randbytes(2 * B)
+        named, _ = saved.save(f"s{n}", bytes(state), ())
+        found = pb.FullState()
+        found.ParseFromString(saved.manifest_body(message, named.names))
+        assert found == manifest(message, named.names), n
