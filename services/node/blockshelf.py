@@ -24,7 +24,9 @@ BS6. A block the node's pending report has just written (reportblocks.py: the sa
     and its 64 MiB of dirty pages a second time, for every sync on the disk after it
     to flush. A link is a name for a whole file or none; the report's file is
     unsynced as a shelf file is (BS1), and BS2 checks it on `get` all the same. One
-    the report no longer has (collected since: RK2) is written from memory as before.
+    the report no longer has (collected since: RK2), or not yet (its file carried it,
+    and the report's collection writes it there after the report is sent: RK1), is
+    written from memory as before.
 BS7. A slot's new state of as many blocks as its last follows what changed, not the
     state's size (as reportblocks.RK6): the blocks written are found among those whose
     name differs from the last state's at the same index, and the files removed among

@@ -69,7 +69,8 @@ from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.recovery import CorruptLogError, NonDeterministicError, OtherVersionError, recover
 from snapmesh.services.node.loggedreports import CorruptLoggedReportError, logged_reports
-from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
+from snapmesh.services.node.pendingreports import CorruptReportError, PendingReports
+from snapmesh.services.node.reporter import StateReporter
 from snapmesh.services.node.servicer import NodeServicer
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.settings import config as cluster_config

@@ -23,7 +23,8 @@ transfer log, as work carried out before the records buffered with it
 (`TransferLog.before_records`): the log round that writes the record that
 completed the snapshot (the last `marker_recv`) first writes the file, on
 that round's path, unsynced, then its records, and makes both durable with
-one sync (a syncfs of the data directory's file system; translog.py). The
+one sync (a syncfs of the data directory's file system; translog.py); a large
+state's file is synced by its save, before the records, with no syncfs (below). The
 report's path pays that one sync, where it paid three one after another (the
 file, its directory, the log). The file is written before that record is,
 so a process that dies anywhere keeps the file whenever it keeps the record;
@@ -40,9 +41,13 @@ abort's removal also goes through the log, so it follows the save). A restarted 
 snapshot then runs again here when its markers are resent.
 
 A state of more than reportblocks.INLINE_BYTES is saved as blocks, each once
-(services/node/reportblocks.py RK1-RK4): the file holds its manifest, and the
-round writes only the blocks no earlier save wrote (those that changed), hashed
-only where they changed, in the round's thread, with the same one sync.
+(services/node/reportblocks.py RK1-RK6): the file holds its manifest and carries
+the blocks not durable on disk yet (those that changed: snapmesh/protocol/savedblocks.py
+SV1-SV3), hashed only where they changed. The save makes that one file durable itself
+(its fdatasync, its directory's fsync) before the round writes the records, and returns
+nothing for the round to sync: the round's own fdatasync follows, and no syncfs waits
+for the other processes' writes. The blocks go to their directory after the report
+is sent (`_collect`, off its path).
 
 The blocks a report carries (all of them at a first report of a large state) are
 kept apart from its message, as the state's own blocks (`_formed`), and streamed
@@ -55,22 +60,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import hashlib
 import logging
 import random
 from pathlib import Path
 import time
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from snapmesh.services.node.channels import backoff_delay
 from snapmesh.services.node.hops import ReportHops
 from snapmesh.services.node.metrics import NodeMetrics
-from snapmesh.services.node.reportblocks import INLINE_BYTES, ReportBlocks, manifest
+from snapmesh.services.node.pendingreports import PendingReports
+from snapmesh.services.node.reportblocks import INLINE_BYTES
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.services.node.translog import TransferLog
-from snapmesh.serving.durable import write_atomically, write_unsynced
 from snapmesh.protocol import blocks, chunking, manifestdelta, wal
 from snapmesh.protocol.blockstate import BlockState
 from snapmesh.protocol.node import core
@@ -123,112 +126,6 @@ def _joined(state: bytes | BlockState) -> bytes:
     return bytes(state) if type(state) is BlockState else state
 
 
-class CorruptReportError(ValueError):
-    """A pending-report file cannot be read; the message names it."""
-
-
-class PendingReports:
-    """FullStates finished here and not yet acknowledged, one file per snapshot:
-    `<directory>/<sha256 of the snapshot id>.fullstate` (any id makes a valid
-    name), a header line `snapmesh-fullstate 1 lsn=<L> bytes=<N>` (the log
-    position the state rests on, the encoding's length; a file of an older
-    version has no `bytes=`) then the FullState's protobuf encoding."""
-
-    SUFFIX = ".fullstate"
-    _MAGIC = b"snapmesh-fullstate 1 lsn="
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.blocks = ReportBlocks(directory / "blocks")  # a large state's, each once (reportblocks.py)
-        self.named: dict[str, blocks.Named] = {}  # by snapshot: a state saved as blocks, cut and named, until sent
-
-    def _path(self, snapshot_id: str) -> Path:
-        return self.directory / (hashlib.sha256(snapshot_id.encode()).hexdigest()[:32] + self.SUFFIX)
-
-    def encode(self, message: pb.FullState, lsn: int) -> bytes:
-        """The file's contents for `message` resting on the log up to `lsn`."""
-        body = message.SerializeToString()
-        return self._MAGIC + str(lsn).encode() + b" bytes=" + str(len(body)).encode() + b"\n" + body
-
-    def write(self, snapshot_id: str, data: bytes) -> None:
-        """Write `encode`'s bytes atomically (temp file, fsync, rename, fsync the directory)."""
-        write_atomically(self._path(snapshot_id), data)
-
-    def write_unsynced(self, snapshot_id: str, data: bytes) -> Path:
-        """Write `encode`'s bytes (temp file, rename) for a sync that follows (the log round's)."""
-        return write_unsynced(self._path(snapshot_id), data)
-
-    def save(self, message: pb.FullState, lsn: int) -> None:
-        self.write(message.snapshot_id, self.encode(message, lsn))
-
-    def save_unsynced(
-        self, message: pb.FullState, lsn: int, state: bytes | BlockState, named: blocks.Named | None = None,
-    ) -> list[Path]:
-        """`message` (whose state is `state`) saved for a sync that follows (the log
-        round's): a large state's new blocks, then the file (RK1); every path written."""
-        if len(state) <= INLINE_BYTES:
-            return [self.write_unsynced(message.snapshot_id, self.encode(message, lsn))]
-        named, written = self.blocks.save(message.snapshot_id, state, tuple(message.state_parts), named)
-        self.named[message.snapshot_id] = named  # the report's form takes its names (RK4)
-        return [*written, self.write_unsynced(message.snapshot_id, self.encode(manifest(message, named.names), lsn))]
-
-    def remove(self, snapshot_id: str) -> None:
-        # No directory fsync: a file that comes back after a crash is reported
-        # again, and the controller answers a repeated report for good (or, its
-        # blocks gone since, `load` drops it).
-        self.blocks.forget(snapshot_id)
-        self.named.pop(snapshot_id, None)
-        self._path(snapshot_id).unlink(missing_ok=True)
-
-    def load(self) -> list[tuple[pb.FullState, int]]:
-        """Every pending (state, lsn), oldest file first; creates the directory,
-        drops temp files a crash left. Raises CorruptReportError."""
-        self.directory.mkdir(exist_ok=True)
-        found = []
-        listed: dict[str, list[bytes]] = {}  # the reports saved as blocks: their blocks stay (RK2)
-        for path in sorted(self.directory.iterdir(), key=lambda p: (p.stat().st_mtime_ns, p.name)):
-            if path.suffix == ".tmp":
-                path.unlink()  # never renamed into place: its snapshot's records are not durable either
-                continue
-            if path.suffix != self.SUFFIX:
-                continue
-            data = path.read_bytes()
-            if not data.strip(b"\0"):  # its name durable, not its bytes: power lost during the round's sync
-                log.warning("%s: an empty pending report (power lost while it was synced); dropping it", path)
-                path.unlink()
-                continue
-            header, _, body = data.partition(b"\n")
-            lsn_text, _, size_text = header.removeprefix(self._MAGIC).partition(b" bytes=")
-            if not header.startswith(self._MAGIC) or not lsn_text.isdigit() or (size_text and not size_text.isdigit()):
-                raise CorruptReportError(f"{path}: not a pending report (bad header {header[:60]!r})")
-            if size_text and len(body) < int(size_text):  # part of its bytes durable: as above
-                log.warning("%s: a pending report cut short (%d of %s bytes; power lost while it was synced); "
-                            "dropping it", path, len(body), size_text.decode())
-                path.unlink()
-                continue
-            message = pb.FullState()
-            try:
-                message.ParseFromString(body)
-            except DecodeError as exc:
-                raise CorruptReportError(f"{path}: the FullState does not parse ({exc})") from None
-            if path != self._path(message.snapshot_id):
-                raise CorruptReportError(f"{path}: holds snapshot {message.snapshot_id!r}, not the one it is named for")
-            if message.HasField("state_blocks") and not message.HasField("state"):  # saved as blocks (RK1, RK3)
-                names = list(message.state_blocks.hashes)
-                state, why = self.blocks.state(names)
-                if state is None:
-                    log.warning("%s: a pending report saved as blocks whose %s (power lost while it was "
-                                "synced, or it was sent since); dropping it", path, why)
-                    path.unlink()
-                    continue
-                listed[message.snapshot_id] = names
-                message.ClearField("state_blocks")
-                message.state = state
-            found.append((message, int(lsn_text)))
-        self.blocks.sweep(listed)
-        return found
-
-
 class StateReporter:
     def __init__(
         self,
@@ -249,7 +146,7 @@ class StateReporter:
         self._options = options
         self._channel: grpc.aio.Channel | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._collecting: asyncio.Future[int] | None = None  # the saves' unused blocks being deleted (`_collect`)
+        self._collecting: asyncio.Future[int] | None = None  # the saves' blocks being deleted or written (`_collect`)
         self._rng = random.Random()
         self._pending = pending
         self._kept: dict[str, tuple[pb.FullState, int]] = {}  # finished, not yet durable: sent at `send`
@@ -315,9 +212,10 @@ class StateReporter:
 
     def _collect(self) -> None:
         """The saves' unused blocks deleted in a thread, off the log's round (reportblocks.py
-        RK2), one collection at a time: one under way leaves the rest to the next report."""
+        RK2), and the blocks its file carried written there (RK1, SV2), one collection at a time:
+        one under way leaves the rest to the next report."""
         pending = self._pending
-        if pending is None or not pending.blocks.garbage:
+        if pending is None or not pending.blocks.unsettled:
             return
         if self._collecting is not None and not self._collecting.done():
             return

@@ -52,9 +52,10 @@ syncing them (`serving.durable.write_unsynced`); the round then makes them and
 its records durable with one sync (`durable.sync_with_log`: one syncfs of the
 data directory's file system, or, where there is none, each file's fsync, its
 directory's, then the log's fdatasync) instead of the log's fdatasync alone.
-A large state's pending-report save is one: the report file is written before the
-marker_recv it rests on, and one sync makes both durable (a small state's report is
-a record of the log itself, wal.Report: the fdatasync alone; services/node/reporter.py). Actions run
+A pending-report file that is not a record of the log is one (a large state's syncs
+its own file before the records are written and returns none: savedblocks.py SV1; a
+small state's report is a record of the log itself, wal.Report: the fdatasync alone;
+services/node/reporter.py). Actions run
 in the order given, each at most once; one that raises is logged and the round
 goes on: it never fails the log. A round with actions and no records is a
 round too. After the log failed none runs (no record after them will be

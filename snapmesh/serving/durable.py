@@ -1,6 +1,6 @@
 """Files that survive a crash: the one place the node, its pending reports and
 the controller's journal and store get `fsync_dir`, `write_atomically`,
-`write_unsynced`, `sync_files`, `sync_renamed` and `sync_with_log`."""
+`write_pieces_durably`, `write_unsynced`, `sync_files`, `sync_renamed` and `sync_with_log`."""
 
 from __future__ import annotations
 
@@ -57,6 +57,27 @@ def write_atomically(path: Path, data: bytes) -> Path:
     return path
 
 
+def write_pieces_durably(path: Path, pieces: Sequence[bytes | memoryview]) -> Path:
+    """`write_atomically` of the pieces joined, never joined in memory: a temp file,
+    the pieces, the rename, the file's fdatasync, the directory's fsync. Its syncs are
+    this file's and its directory's alone: no other process's writes are waited for.
+    Renamed before its sync (it is whole by then: a process that dies keeps it whole
+    or not at all), the file's one journal commit (ext4, xfs) carries its name too, and
+    the directory's fsync finds little or nothing left to commit; a power loss between
+    the two may keep the name without the bytes, which the reader must drop."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, pieces)
+        os.replace(tmp, path)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(path.parent)
+    return path
+
+
 def write_unsynced(path: Path, data: bytes) -> Path:
     """`write_atomically` without its two syncs: a process crash leaves `path`
     whole or as it was (the rename is atomic and the page cache survives it);
@@ -70,15 +91,37 @@ def _replace(path: Path, data: bytes, *, sync: bool) -> Path:
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, (data,))
         if sync:
             os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
     return path
+
+
+_IOV_MAX = 1024  # Linux's: the most pieces one writev(2) takes
+
+
+def _write_all(fd: int, pieces: Sequence[bytes | memoryview]) -> None:
+    """Every piece, in order: many (a report's blocks) by writev(2), one call for
+    many blocks, not one each; a lone one by write(2)."""
+    views = [memoryview(piece) for piece in pieces if len(piece)]
+    if len(views) == 1:
+        view = views[0]
+        while view:
+            view = view[os.write(fd, view):]
+        return
+    at = 0
+    while at < len(views):
+        written = os.writev(fd, views[at:at + _IOV_MAX])
+        while written:  # past what went whole; a piece written in part goes on from where it stopped
+            size = len(views[at])
+            if written < size:
+                views[at] = views[at][written:]
+                break
+            written -= size
+            at += 1
 
 
 def sync_with_log(log_fd: int, directory: Path, paths: Sequence[Path]) -> int:

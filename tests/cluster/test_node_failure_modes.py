@@ -30,7 +30,8 @@ from snapmesh.bank.logs import money_check
 from snapmesh.checking.node_logs import read_logs
 from snapmesh.serving.datalock import DataDirLock, DataDirLocked
 from snapmesh.services.node.recovery import recover
-from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
+from snapmesh.services.node.pendingreports import CorruptReportError, PendingReports
+from snapmesh.services.node.reporter import StateReporter
 from snapmesh.services.node import translog
 from snapmesh.services.node.translog import LogClosedError, TransferLog
 from snapmesh.protocol import wal

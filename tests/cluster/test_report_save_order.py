@@ -30,7 +30,8 @@ from snapmesh.services.node.engine import AppMessage, Engine
 from snapmesh.services.node.loggedreports import logged_reports
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.recovery import recover
-from snapmesh.services.node.reporter import CorruptReportError, PendingReports, StateReporter
+from snapmesh.services.node.pendingreports import CorruptReportError, PendingReports
+from snapmesh.services.node.reporter import StateReporter
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.serving import durable
 from snapmesh.protocol.node import core
@@ -57,7 +58,7 @@ class FileOps:
     SYNCS = ("fsync", "fdatasync", "syncfs")
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        real_open, real_write, real_fsync = os.open, os.write, os.fsync
+        real_open, real_write, real_writev, real_fsync = os.open, os.write, os.writev, os.fsync
         real_syncfs = durable._SYNCFS
         real_fdatasync, real_replace = os.fdatasync, os.replace
 
@@ -73,6 +74,11 @@ class FileOps:
         def fake_write(fd, data):
             note("write", self.paths.get(fd, ""), bytes(data))
             return real_write(fd, data)
+
+        def fake_writev(fd, buffers):  # a write of many pieces (durable.py): one write here
+            written = real_writev(fd, buffers)
+            note("write", self.paths.get(fd, ""), b"".join(bytes(b) for b in buffers)[:written])
+            return written
 
         def fake_fsync(fd):
             note("fsync", self.paths.get(fd, ""))
@@ -95,6 +101,7 @@ class FileOps:
         monkeypatch.setattr(durable, "_SYNCFS", fake_syncfs if self.syncfs else None)
         monkeypatch.setattr(os, "open", fake_open)
         monkeypatch.setattr(os, "write", fake_write)
+        monkeypatch.setattr(os, "writev", fake_writev)
         monkeypatch.setattr(os, "fsync", fake_fsync)
         monkeypatch.setattr(os, "fdatasync", fake_fdatasync)
         monkeypatch.setattr(os, "replace", fake_replace)

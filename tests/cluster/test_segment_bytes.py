@@ -18,7 +18,8 @@ from snapmesh.services.node.channels import IncomingChannel, OutgoingChannel
 from snapmesh.services.node.engine import Engine
 from snapmesh.services.node.metrics import NodeMetrics
 from snapmesh.services.node.recovery import recover
-from snapmesh.services.node.reporter import PendingReports, StateReporter
+from snapmesh.services.node.pendingreports import PendingReports
+from snapmesh.services.node.reporter import StateReporter
 from snapmesh.services.node.translog import TransferLog
 from snapmesh.app import load_app
 from snapmesh.protocol import wal

@@ -15,7 +15,7 @@ from snapmesh.protocol.node.apphost import Host
 from snapmesh.protocol.node.cutnames import CutNames
 from snapmesh.protocol.reports import report_message
 from snapmesh.services.node.blockshelf import BlockShelf
-from snapmesh.services.node.reporter import PendingReports
+from snapmesh.services.node.pendingreports import PendingReports
 from snapmesh.services.node.sentblocks import SentBlocks
 from snapmesh.v1 import snapmesh_pb2 as pb
 

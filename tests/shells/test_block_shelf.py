@@ -125,11 +125,12 @@ def test_a_closed_shelf_has_finished_its_writes_and_takes_no_more(tmp_path):
 def test_a_block_the_pending_report_wrote_is_linked_not_written_again(tmp_path):
     """BS6: a block whose file the pending report has (reportblocks.py) becomes a second name
     of that very file; one it lacks (collected since, RK2) is written from memory."""
-    from snapmesh.services.node.reporter import PendingReports
+    from snapmesh.services.node.pendingreports import PendingReports
 
     state = random.Random(7).randbytes(12 * B)
     pending = PendingReports(tmp_path / "p1.reports")
     pending.save_unsynced(pb.FullState(snapshot_id="s1", node_id="p1", state=state), 1, state)
+    pending.blocks.collect()  # the blocks its file carried, in their directory (RK1)
     named = blocks.names(state)[0]
     gone = named.names[4]
     pending.blocks.path(gone).unlink()  # as a collection after a later save would

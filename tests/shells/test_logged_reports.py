@@ -12,7 +12,8 @@ import pytest
 
 from snapmesh.protocol import wal
 from snapmesh.services.node.loggedreports import CorruptLoggedReportError, logged_reports
-from snapmesh.services.node.reporter import PendingReports, StateReporter
+from snapmesh.services.node.pendingreports import PendingReports
+from snapmesh.services.node.reporter import StateReporter
 from snapmesh.v1 import snapmesh_pb2 as pb
 
 

@@ -33,6 +33,7 @@ def test_a_save_passes_over_the_names_of_the_state_and_the_last_one_no_more_than
     state = bytearray(random.Random(1).randbytes(64 * B))
     first = bytes(state)
     saved.save("s1", first, (), _named(first))  # taken as the cut named it (RK4): these very names
+    saved.collect()  # its blocks durable in the directory: never carried again (SV1)
     saved.forget("s1")
     state[9 * B] ^= 1
     again = bytes(state)
@@ -59,13 +60,15 @@ def test_the_garbage_is_every_file_nothing_needs_after_any_history(tmp_path):
             state = state[: rng.randrange(8, 24) * B] if rng.random() < 0.5 else state + rng.randbytes(3 * B)
         if rng.random() < 0.1 and n:  # back to an earlier block: named again, never deleted
             state[:B] = bytes(B)
-        named, _ = saved.save(sid, bytes(state), ())
+        named, carried = saved.save(sid, bytes(state), ())
         pending[sid], last = frozenset(named.names), frozenset(named.names)
         kept = last.union(*pending.values())  # what the save found needed (RK2)
+        on_disk = {bytes.fromhex(p.name) for p in saved.directory.iterdir()} if saved.directory.is_dir() else set()
+        # SV1: what the save's file does not carry is durable in the directory
+        assert frozenset(named.names) <= on_disk | {name for name, _ in carried}
         if rng.random() < 0.5:
             saved.collect()
             assert {bytes.fromhex(p.name) for p in saved.directory.iterdir()} == kept
-        assert kept <= {bytes.fromhex(p.name) for p in saved.directory.iterdir()}
         for old in rng.sample(sorted(pending), k=min(len(pending), rng.randrange(3))):
             saved.forget(old)  # garbage from the next save on
             del pending[old]
@@ -74,3 +77,23 @@ def test_the_garbage_is_every_file_nothing_needs_after_any_history(tmp_path):
     kept = frozenset(named.names).union(*pending.values())
     assert {bytes.fromhex(p.name) for p in saved.directory.iterdir()} == kept
     assert saved.state(list(named.names)) == (bytes(state), "")
+
+
+def test_the_manifest_kept_from_the_last_save_parses_as_the_manifest_of_any_state(tmp_path):
+    """RK7: patched where names changed, encoded whole where the count changed or a save failed."""
+    from snapmesh.services.node.reportblocks import manifest
+    from snapmesh.v1 import snapmesh_pb2 as pb
+
+    rng = random.Random(7)
+    saved = ReportBlocks(tmp_path / "blocks")
+    state = bytearray(rng.randbytes(20 * B))
+    message = pb.FullState(snapshot_id="s", node_id="p1", app_name="blob", app_version=1, cut_at_unix_ns=5)
+    for n in range(40):
+        for _ in range(rng.randrange(4)):
+            state[rng.randrange(len(state))] ^= 1 + rng.randrange(255)
+        if rng.random() < 0.15:
+            state = state[: rng.randrange(8, 20) * B] if rng.random() < 0.5 else state + rng.randbytes(2 * B)
+        named, _ = saved.save(f"s{n}", bytes(state), ())
+        found = pb.FullState()
+        found.ParseFromString(saved.manifest_body(message, named.names))
+        assert found == manifest(message, named.names), n
