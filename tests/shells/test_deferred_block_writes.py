@@ -112,3 +112,18 @@ def test_the_controller_s_orderly_stop_writes_every_pending_block(tmp_path):
     gate.open()
     closing.join(30)
     assert c.store.blocks.path(changed).read_bytes() == block
+
+
+def test_a_durable_write_of_a_pending_block_waits_for_it_and_no_unsynced_rename_follows(tmp_path):
+    c, gate, changed, block = changed_report(tmp_path)
+    files = c.store.blocks
+    assert gate.entered.wait(30)
+    writing = in_thread(lambda: files.write({changed: block}))  # a filing's (BW5)
+    writing.join(0.2)
+    assert writing.is_alive()
+    gate.open()
+    writing.join(30)
+    files._later.flush()
+    assert files.unsynced == 0  # its file durable, not renamed over unsynced after the durable write
+    assert files.path(changed).read_bytes() == block
+    c.writer.close()
