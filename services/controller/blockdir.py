@@ -81,6 +81,12 @@ D10. `removals` counts what could take a held name away (every removal noted, ev
     or wrote it, none read from a file, and read the count before its first look-up).
     Writes do not count: a name written is never one the check found lacking. The
     writes themselves take str paths, not pathlib's (a block's cost was mostly its parsing).
+D12. The blocks a report's record carries are written after the report is answered
+    (`write_later`: one thread, in batches, blockwriter.py; which reader waits for
+    what: snapmesh/protocol/controller/blockwrites.py BW1-BW5). Until its file is
+    written a pending block is held (D5) and read from memory (`read`); a deletion
+    drops it from the queue or waits for the batch writing it; `settle`, a durable
+    `write` of it and `close` wait for it to be written.
 D11. A file that is there but cannot be read (EIO, EACCES, a directory at a block's name)
     is as good as none to a reader (`read`: None, with a warning naming the file and the
     error, noted as gone so the next report sends the block whole), and `write` writes
@@ -101,6 +107,7 @@ from collections.abc import Callable, Collection, Iterable
 from itertools import filterfalse
 from pathlib import Path
 
+from snapmesh.services.controller.blockwriter import BlockWriter
 from snapmesh.services.controller.dirwatch import DirWatch
 from snapmesh.protocol.blocks import block_hash
 from snapmesh.serving.durable import fsync_dir, sync_files, sync_renamed
@@ -138,6 +145,7 @@ class BlockDir:
         self._writes = 0
         self._settling = threading.Lock()  # one `settle` at a time
         self._removals = 0  # D10: bumped by every removal noted and every listing
+        self._later = BlockWriter(self._write_batch, self._batch_failed)  # D12: the answered reports' blocks
 
     def listed_for(self, snapshot_id: str) -> None:
         """List the directory again at the first report of `snapshot_id` to ask (D5): a
@@ -161,7 +169,8 @@ class BlockDir:
             on_disk = self._on_disk
         where = os.fspath(self.directory)
         gone = [name for entry in filterfalse(_HIDDEN, removed) if (name := _hex(entry)) is not None
-                and on_disk is not None and name in on_disk and not os.path.exists(os.path.join(where, entry))]
+                and on_disk is not None and name in on_disk and name not in self._later
+                and not os.path.exists(os.path.join(where, entry))]
         if gone:
             log.warning("%d block file(s) of %s removed behind the controller's back (sha256:%s ...): "
                         "sent whole again by the nodes that name them", len(gone), self.directory, gone[0].hex())
@@ -197,7 +206,10 @@ class BlockDir:
         return self.directory / name.hex()
 
     def read(self, name: bytes) -> bytes | None:
-        """The content of block `name` as stored (None: there is no such file, noted: D5)."""
+        """The content of block `name` as stored (None: there is no such file, noted: D5); a block
+        whose file is still to be written (D12), from memory."""
+        if (pending := self._later.get(name)) is not None:
+            return pending
         try:  # a str path: pathlib would parse and intern each name, 8192 of them for 64 MiB
             with open(os.path.join(os.fspath(self.directory), name.hex()), "rb") as file:
                 return file.read()
@@ -216,6 +228,35 @@ class BlockDir:
         `durable=False`: blocks a journal record carries, renamed unsynced (D8)."""
         if not blocks:
             return 0, 0
+        if self._later and not self._later.names().isdisjoint(blocks):  # D12: its unsynced rename is not to follow
+            self._later.flush()
+        return self._write(blocks, durable, self._absent(blocks))
+
+    def write_later(self, blocks: dict[bytes, bytes]) -> None:
+        """`write(blocks, durable=False)` of blocks a journal record carries (D8), those with no file
+        here written after the report is answered (D12); held from now on. Past the pending bound
+        they are written now."""
+        absent = self._absent(blocks)
+        there = {name: block for name, block in blocks.items() if name not in absent}
+        now = self._later.defer({name: blocks[name] for name in absent}) if absent else {}
+        if len(now) < len(absent):
+            self._noted(added=[name for name in absent if name not in now])
+        if there or now:
+            self._write({**there, **now}, False, set(now))
+
+    def _write_batch(self, blocks: dict[bytes, bytes]) -> None:
+        """A batch of the writer's (D12): none has a file here."""
+        self._write(blocks, False, set(blocks))
+
+    def _batch_failed(self, names: list[bytes], exc: OSError) -> None:
+        """A batch not written (D12): its records hold the blocks (JB3); the nodes' next reports send them whole."""
+        self._noted(removed=names)
+
+    def close(self) -> None:
+        """Write every block deferred (D12), then end its thread: the controller's orderly stop."""
+        self._later.close()
+
+    def _write(self, blocks: dict[bytes, bytes], durable: bool, absent: set[bytes]) -> tuple[int, int]:
         if not self._made:  # D6: once, not at every write
             self.directory.mkdir(parents=True, exist_ok=True)
             self._made = True
@@ -223,7 +264,6 @@ class BlockDir:
         pending: list[tuple[str, str, bytes]] = []  # (temporary file, its name's path, name), not yet durable
         held: list[bytes] = []
         size = 0
-        absent = self._absent(blocks)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         try:
             for name, block in blocks.items():
@@ -287,12 +327,13 @@ class BlockDir:
 
     @property
     def unsynced(self) -> int:
-        """How many blocks are written unsynced and not settled yet (D8)."""
-        return len(self._unsynced)
+        """How many blocks are written unsynced and not settled yet (D8), or not written yet (D12)."""
+        return len(self._unsynced) + len(self._later)
 
     def settle(self) -> int:
         """Make every block written unsynced (D8) durable: one syncfs (or an fsync of each and of
-        the directory). How many blocks it settled."""
+        the directory), once those still to be written are (D12). How many blocks it settled."""
+        self._later.flush()
         with self._settling:
             with self._lock:
                 taken = dict(self._unsynced)
@@ -329,6 +370,7 @@ class BlockDir:
     def delete(self, names: Iterable[bytes]) -> int:
         """Remove the files of `names` (those there); how many were removed."""
         names = list(names)
+        self._later.claim(names)  # D12: none written after its deletion
         self._noted(removed=names)  # before the files go: none is taken as here once it is not
         if self._unsynced:
             with self._lock:
@@ -368,6 +410,7 @@ class BlockDir:
                     for added, removed in self._changes:  # in their order, over what was listed
                         on_disk.difference_update(removed)
                         on_disk.update(added)
+                    on_disk.update(self._later.names())  # D12: held, their files still to be written
                     self._on_disk = on_disk
                     self._removals += 1  # D10: what was listed may lack a name held before
             finally:

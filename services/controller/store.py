@@ -197,15 +197,15 @@ class SnapshotStore:
         `call` pins every block it names (`names`), and the blocks it `carried`
         (name -> content) are written under controller/blocks before its record
         (journalblocks.py JB1): durably, or, `in_record` (its record carries them
-        itself), unsynced, made durable by the record until they are settled
-        (blockdir.py D8). So the node's next report may name them at once,
+        itself), unsynced and after the report is answered, made durable by
+        the record until they are settled (blockdir.py D8, D12). So the node's next report may name them at once,
         before this snapshot is filed. Pinned first: a deletion under way then either
         removed a file before (written again here) or sees the pin (`_delete_unheld`).
         A write that fails lets the call's pins go (its report is never journaled)."""
         with self._refs_lock:
             self.pins.pin(snapshot_id, names, call)
         try:
-            self.blocks.write(carried, durable=not in_record)
+            (self.blocks.write_later if in_record else self.blocks.write)(carried)  # D12: later, in_record
         except OSError:
             self.unpin(snapshot_id, call)
             raise
@@ -461,9 +461,10 @@ class StoreWriter:
         self._queue.put(_Unpin(snapshot_id, call))
 
     def close(self) -> None:
-        """Write everything submitted so far, then stop."""
+        """Write everything submitted so far and the block files pending (blockdir.py D12), then stop."""
         self._queue.put(None)
         self._thread.join()
+        self.store.blocks.close()
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:

@@ -416,3 +416,44 @@ def test_a_restart_that_cannot_read_a_journaled_report_s_block_drops_only_the_sn
         code, out = verify(cluster, sid, capsys)
         assert code == 0 and "each matching its hash" in out, out
     assert not stored(cluster, second).exists()
+
+
+HOLD_WRITES = '''# sitecustomize of this cluster's processes: with the marker file next to it, the controller
+# started now never writes the block files of answered reports (blockdir.py D12): they stay pending
+from pathlib import Path
+if (Path(__file__).parent / "hold-block-writes").exists():
+    import threading
+    from snapmesh.services.controller import blockwriter
+    blockwriter.BlockWriter._run = lambda self: threading.Event().wait()
+'''
+
+
+def test_a_controller_killed_with_block_writes_pending_loses_none_of_them(cluster, capsys):
+    """blockdir.py D12, blockwrites.py BW2, BW5, journalblocks.py JB3: the files of the blocks
+    a report's record carries are written after it is answered. With those writes held (the
+    controller's writer never runs them), the second snapshot still completes, GetSnapshot
+    gives its states from memory, and no block file of it is there; SIGKILLed so, the restart
+    writes them back from the journal, files the snapshot, and it verifies."""
+    first = snapshot(cluster)
+    filed(cluster, first)
+    apps = data(cluster).parent / "apps"
+    (apps / "sitecustomize.py").write_text(HOLD_WRITES)
+    (apps / "hold-block-writes").touch()
+    assert cluster.stop_controller() == 0
+    cluster.start_controller()
+    before_files = block_names(cluster)
+    command(cluster, "p1", "poke 100 7")
+    command(cluster, "p2", "poke 9000 8")
+    second = snapshot(cluster)
+    before = digests(cluster, second)  # its changed blocks read from memory (BW2)
+    assert set(before) == {"p1", "p2"} and all(before.values())
+    assert block_names(cluster) == before_files  # answered, the changed blocks' files not written
+    assert not stored(cluster, second).exists()  # its filing waits for them (BW5)
+    assert cluster.stop_controller(signal.SIGKILL) == -signal.SIGKILL
+    (apps / "hold-block-writes").unlink()
+    cluster.start_controller()
+    filed(cluster, second)
+    assert digests(cluster, second) == before
+    code, out = verify(cluster, second, capsys)
+    assert code == 0 and "each matching its hash" in out, out
+    assert len(block_names(cluster) - before_files) == 2  # the two changed blocks, written back (JB3)

@@ -63,7 +63,7 @@ def test_a_report_s_carried_blocks_cost_no_sync_and_its_filing_settles_them_befo
     events = recording(monkeypatch)
     listed = service._whole_report(sent, 2)
     assert events == [], "a report as blocks synced: its record's fdatasync is what makes its blocks durable"
-    assert store.blocks.path(changed).read_bytes() == bytes(state[5 * B:6 * B])  # under its name at once
+    assert store.blocks.read(changed) == bytes(state[5 * B:6 * B])  # held at once (its file later: D12)
     assert store.blocks.unsynced == 1
 
     snapshot = pb.Snapshot(snapshot_id="s2", status=pb.Snapshot.COMPLETE, initiator="p1")

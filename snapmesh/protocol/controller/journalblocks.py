@@ -14,7 +14,8 @@ JB1. A report that came as blocks is journaled as it came (journal.Reported.sent
     carries are written there too, and pinned with the rest, before its record:
     the node's next report names them as held, and its snapshot may not be filed
     yet. Those its record carries are written unsynced, the record's fdatasync
-    making them durable (services/controller/blockdir.py D8); the others, every
+    making them durable (services/controller/blockdir.py D8), and their files only
+    after the report is answered (held in memory meanwhile: D12); the others, every
     block of a report that came whole (its record carries none, JB4) and those a
     chunked stream brought (written as they came, carriedblocks.py), durably. So a
     held block is durable, or carried by a live record journaled before the one
