@@ -71,12 +71,12 @@ def _env() -> dict[str, str]:
 def _worker(data_dir: str, master: str, whats: str) -> None:
     """Start a session, time the named work (comma-separated, in order), print one JSON
     line: by what, its figures."""
-    from snapmesh.reconcile import job
+    from snapmesh.spark.session import build_session, wait_for_executors
 
     started = time.perf_counter()
-    spark = job.build_session(master, app_name="snapmesh-bench")
+    spark = build_session(master, app_name="snapmesh-bench")
     if master.startswith("spark://"):
-        job.wait_for_executors(spark, master, 60)
+        wait_for_executors(spark, master, 60)
     session_s = time.perf_counter() - started
     outs = {what: {"session_s": session_s, **_work(spark, data_dir, what)} for what in whats.split(",")}
     spark.stop()
